@@ -1,0 +1,69 @@
+// Scope: the tree of named Variables (seed 001 §3.1 BuildVariableScope): the
+// root holds parameters (persistable), the executor's local kid scope holds
+// temporaries; find_var looks through parents. Lookups and creations are
+// thread-safe; the executor resolves names once, at pre-analysis, so its run
+// path never touches a Scope.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/runtime/variable.h"
+
+namespace kiln {
+
+class Scope {
+ public:
+  // A root scope.
+  Scope() = default;
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+  // A new kid, owned by this scope (alive until drop_kids() or destruction).
+  Scope& new_scope();
+  // Destroys every kid (and their variables). Pointers into them dangle.
+  void drop_kids();
+  const Scope* parent() const noexcept { return parent_; }
+  std::size_t kid_count() const;
+
+  // The variable `name` in this scope, created empty if absent here (a
+  // parent's variable of the same name is shadowed, not returned).
+  // kiln::Error (InvalidArgument) for an empty name.
+  Variable& var(std::string_view name);
+  // The variable `name` here or in the nearest ancestor; nullptr when absent.
+  Variable* find_var(std::string_view name) const;
+  // The variable `name` in this scope only; nullptr when absent.
+  Variable* find_local_var(std::string_view name) const;
+  // The scope (this or an ancestor) holding `name`; nullptr when absent.
+  const Scope* find_scope(std::string_view name) const;
+
+  // Erases the named variables of this scope; absent names are ignored.
+  // Returns how many were erased. Pointers to them dangle.
+  std::size_t erase_vars(std::span<const std::string> names);
+  std::size_t erase_vars(std::initializer_list<std::string_view> names);
+  // Names of this scope's variables, sorted.
+  std::vector<std::string> local_var_names() const;
+  std::size_t local_var_count() const;
+
+ private:
+  struct StringHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  explicit Scope(const Scope* parent) : parent_(parent) {}
+  std::size_t erase_one(std::string_view name);  // caller holds mutex_ exclusively
+
+  const Scope* parent_ = nullptr;
+  mutable std::shared_mutex mutex_;  // guards vars_ and kids_
+  std::unordered_map<std::string, std::unique_ptr<Variable>, StringHash, std::equal_to<>> vars_;
+  std::vector<std::unique_ptr<Scope>> kids_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,224 @@
+// Tensor: a typed, shaped window on a ref-counted Buffer — dims, dtype, place
+// and a byte offset into the buffer (seed 001 §3.1/§4.2: the DenseTensor a
+// Variable holds; ShareBufferWith for in-place ops). Copies and views share
+// the buffer; the memory goes back to its allocator when the last one drops.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <ostream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/runtime/allocator.h"
+#include "kiln/runtime/buffer.h"
+#include "kiln/runtime/dims.h"
+#include "kiln/support/data_type.h"
+#include "kiln/support/error.h"
+#include "kiln/support/place.h"
+
+namespace kiln {
+
+class Tensor {
+ public:
+  // Uninitialized: no buffer, rank 0, DataType::Undefined.
+  Tensor() = default;
+
+  // Uninitialized contents. `allocator` defaults to the place's: cpu_allocator()
+  // for cpu and host_stream places. kiln::Error (InvalidArgument) for negative
+  // dims, an undefined dtype, or a size beyond the allocator's maximum;
+  // (Unimplemented) for a cuda place.
+  static Tensor empty(const Dims& dims, DataType dtype, Place place = Place::cpu(),
+                      Allocator* allocator = nullptr);
+  // Like empty(), every byte zero.
+  static Tensor zeros(const Dims& dims, DataType dtype, Place place = Place::cpu(),
+                      Allocator* allocator = nullptr);
+  // A host tensor holding `values` (row-major). kiln::Error (InvalidArgument)
+  // when dims' element count differs from values.size().
+  template <typename T>
+  static Tensor from_vector(const Dims& dims, const std::vector<T>& values, Place place = Place::cpu());
+  // A tensor over external memory of `bytes` bytes; `deleter` (may be empty)
+  // is called with `data` when the last tensor using it drops. kiln::Error
+  // (InvalidArgument) when dims x dtype need more than `bytes`.
+  static Tensor from_external(void* data, std::size_t bytes, const Dims& dims, DataType dtype,
+                              Place place = Place::cpu(), Buffer::Deleter deleter = {});
+
+  bool is_initialized() const noexcept { return static_cast<bool>(buffer_); }
+  const Dims& dims() const noexcept { return dims_; }
+  int rank() const noexcept { return dims_.rank(); }
+  // Checked: kiln::Error (OutOfRange) naming the tensor.
+  std::int64_t dim(int i) const;
+  DataType dtype() const noexcept { return dtype_; }
+  Place place() const noexcept { return place_; }
+  // Byte offset of element 0 in the buffer.
+  std::size_t offset() const noexcept { return offset_; }
+  std::int64_t numel() const noexcept { return dims_.numel(); }
+  // numel() x element size.
+  std::size_t bytes() const noexcept;
+
+  // Element 0. kiln::Error: (PreconditionNotMet) on an uninitialized tensor,
+  // (InvalidArgument) when T's dtype is not dtype(), naming both.
+  template <typename T>
+  T* data();
+  template <typename T>
+  const T* data() const;
+  // Element 0 as bytes; kiln::Error (PreconditionNotMet) when uninitialized.
+  void* raw_data();
+  const void* raw_data() const;
+
+  // Same buffer and offset, new dims with the same element count; one extent
+  // may be -1 (inferred). kiln::Error (InvalidArgument) otherwise.
+  Tensor reshape(const Dims& dims) const;
+  // Same buffer and offset, reinterpreted as dims x dtype; needs no more bytes
+  // than the buffer holds past the offset. kiln::Error (InvalidArgument) otherwise.
+  Tensor view(const Dims& dims, DataType dtype) const;
+  Tensor view(const Dims& dims) const { return view(dims, dtype_); }
+  // Rows [begin, end) along dim 0, sharing the buffer (offset moves).
+  // kiln::Error: (InvalidArgument) for rank 0, (OutOfRange) for bad bounds.
+  Tensor slice(std::int64_t begin, std::int64_t end) const;
+  // A deep copy in a new buffer (same dims, dtype, place).
+  Tensor clone() const;
+  // The elements, row-major. kiln::Error as data<T>().
+  template <typename T>
+  std::vector<T> to_vector() const;
+
+  // Makes this tensor use `other`'s buffer and offset, keeping its own dims
+  // and dtype (Paddle's ShareBufferWith, for in-place ops). kiln::Error
+  // (InvalidArgument) when this tensor needs more bytes than `other` provides,
+  // (PreconditionNotMet) when `other` is uninitialized.
+  void share_buffer_from(const Tensor& other);
+  bool shares_buffer_with(const Tensor& other) const noexcept;
+  // Drops the buffer and all metadata (back to uninitialized).
+  void reset() noexcept;
+
+  // Stream-safe freeing (seed 001 §4.2): see Buffer::record_stream.
+  // kiln::Error (PreconditionNotMet) when uninitialized.
+  void record_stream(Stream& stream, DeferredFreeQueue* queue = nullptr) const;
+
+  const BufferRef& buffer() const noexcept { return buffer_; }
+  // References to the buffer (tensors and views sharing it); 0 when uninitialized.
+  long use_count() const noexcept { return buffer_ ? buffer_->use_count() : 0; }
+
+  // "tensor<2x3xf32>@cpu", "tensor<f32>@cpu" for rank 0, "tensor<uninitialized>".
+  std::string to_string() const;
+
+ private:
+  void require_initialized(const char* what) const;
+  template <typename T>
+  void check_dtype(const char* what) const;
+  std::size_t available_bytes() const noexcept;
+
+  BufferRef buffer_;
+  Dims dims_;
+  std::size_t offset_ = 0;
+  DataType dtype_ = DataType::Undefined;
+  Place place_ = Place::cpu();
+};
+
+inline std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.to_string(); }
+
+// ---------------------------------------------------------------------------
+
+inline std::size_t Tensor::bytes() const noexcept {
+  return static_cast<std::size_t>(dims_.numel()) * size_of(dtype_);
+}
+
+inline std::size_t Tensor::available_bytes() const noexcept {
+  return buffer_ ? buffer_->size() - offset_ : 0;
+}
+
+inline std::string Tensor::to_string() const {
+  if (!buffer_) return "tensor<uninitialized>";
+  std::string s = "tensor<" + dims_.to_string();
+  if (dims_.rank() > 0) s += 'x';
+  s += kiln::to_string(dtype_);
+  s += ">@";
+  s += place_.to_string();
+  return s;
+}
+
+inline void Tensor::require_initialized(const char* what) const {
+  if (!buffer_) throw_error(ErrorKind::PreconditionNotMet, what, " on an uninitialized tensor");
+}
+
+template <typename T>
+inline void Tensor::check_dtype(const char* what) const {
+  require_initialized(what);
+  constexpr DataType want = data_type_of<std::remove_cv_t<T>>;
+  if (dtype_ != want)
+    throw_error(ErrorKind::InvalidArgument, to_string(), ": ", what, "<", kiln::to_string(want),
+                "> on a tensor of dtype ", kiln::to_string(dtype_), " (expected ",
+                kiln::to_string(dtype_), ", given ", kiln::to_string(want), ")");
+}
+
+template <typename T>
+inline T* Tensor::data() {
+  check_dtype<T>("data");
+  return reinterpret_cast<T*>(static_cast<char*>(buffer_->data()) + offset_);
+}
+
+template <typename T>
+inline const T* Tensor::data() const {
+  check_dtype<T>("data");
+  return reinterpret_cast<const T*>(static_cast<const char*>(buffer_->data()) + offset_);
+}
+
+inline void* Tensor::raw_data() {
+  require_initialized("raw_data()");
+  return static_cast<char*>(buffer_->data()) + offset_;
+}
+
+inline const void* Tensor::raw_data() const {
+  require_initialized("raw_data()");
+  return static_cast<const char*>(buffer_->data()) + offset_;
+}
+
+inline std::int64_t Tensor::dim(int i) const {
+  if (i < 0 || i >= dims_.rank())
+    throw_error(ErrorKind::OutOfRange, to_string(), ": dim(", i, ") is out of range for rank ",
+                dims_.rank());
+  return dims_[i];
+}
+
+template <typename T>
+inline Tensor Tensor::from_vector(const Dims& dims, const std::vector<T>& values, Place place) {
+  constexpr DataType dtype = data_type_of<T>;
+  Tensor t = empty(dims, dtype, place);
+  if (static_cast<std::size_t>(t.numel()) != values.size())
+    throw_error(ErrorKind::InvalidArgument, "Tensor::from_vector: dims [", dims.to_string(), "] hold ",
+                t.numel(), " elements, given ", values.size(), " values");
+  T* out = t.data<T>();
+  if constexpr (std::is_same_v<T, bool>) {
+    for (std::size_t i = 0; i < values.size(); ++i) out[i] = values[i];
+  } else if (!values.empty()) {
+    std::memcpy(out, values.data(), values.size() * sizeof(T));
+  }
+  return t;
+}
+
+template <typename T>
+inline std::vector<T> Tensor::to_vector() const {
+  const T* in = data<T>();
+  return std::vector<T>(in, in + numel());
+}
+
+inline bool Tensor::shares_buffer_with(const Tensor& other) const noexcept {
+  return buffer_ && buffer_ == other.buffer_;
+}
+
+inline void Tensor::reset() noexcept {
+  buffer_.reset();
+  dims_ = Dims{};
+  offset_ = 0;
+  dtype_ = DataType::Undefined;
+  place_ = Place::cpu();
+}
+
+inline void Tensor::record_stream(Stream& stream, DeferredFreeQueue* queue) const {
+  require_initialized("record_stream()");
+  buffer_->record_stream(stream, queue);
+}
+
+}  // namespace kiln

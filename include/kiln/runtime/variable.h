@@ -1,0 +1,175 @@
+// Variable: the runtime slot one IR value maps to (seed 001 §3.1: the Scope's
+// Variables, InitializeVariable by var type). It holds nothing yet, a Tensor,
+// a TensorArray or a Scalar; typed getters throw kiln::Error naming the
+// variable when it holds another kind.
+#pragma once
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "kiln/runtime/tensor.h"
+#include "kiln/support/data_type.h"
+#include "kiln/support/error.h"
+
+namespace kiln {
+
+using TensorArray = std::vector<Tensor>;
+
+// A host scalar: f64, i64 or bool.
+class Scalar {
+ public:
+  Scalar() : value_(0.0) {}
+  Scalar(double v) : value_(v) {}               // NOLINT(google-explicit-constructor)
+  Scalar(float v) : value_(double{v}) {}        // NOLINT
+  Scalar(std::int64_t v) : value_(v) {}         // NOLINT
+  Scalar(int v) : value_(std::int64_t{v}) {}    // NOLINT
+  Scalar(bool v) : value_(v) {}                 // NOLINT
+
+  // Float64, Int64 or Bool.
+  DataType dtype() const noexcept;
+  // The value converted to T (arithmetic) as static_cast would.
+  template <typename T>
+  T to() const;
+  friend bool operator==(const Scalar&, const Scalar&) = default;
+  std::string to_string() const;
+
+ private:
+  std::variant<double, std::int64_t, bool> value_;
+};
+
+enum class VariableKind : std::uint8_t { Empty, Tensor, TensorArray, Scalar };
+std::string_view to_string(VariableKind kind);
+
+template <typename T>
+inline constexpr bool is_variable_content =
+    std::is_same_v<T, Tensor> || std::is_same_v<T, TensorArray> || std::is_same_v<T, Scalar>;
+
+class Variable {
+ public:
+  explicit Variable(std::string name = {}) : name_(std::move(name)) {}
+
+  const std::string& name() const noexcept { return name_; }
+  VariableKind kind() const noexcept { return static_cast<VariableKind>(content_.index()); }
+  // Holds something (a Tensor counts even when the Tensor is uninitialized).
+  bool is_initialized() const noexcept { return kind() != VariableKind::Empty; }
+  template <typename T>
+  bool is() const noexcept;
+
+  // The held T; kiln::Error (PreconditionNotMet) naming the variable, the kind
+  // asked for and the kind held, when it holds something else or nothing.
+  template <typename T>
+  const T& get() const;
+  template <typename T>
+  T& get();
+  // The held T, created (default) when empty; kiln::Error (PreconditionNotMet)
+  // when it holds another kind.
+  template <typename T>
+  T& get_mutable();
+  // Stores `value`; allowed when empty or holding the same kind, otherwise
+  // kiln::Error (PreconditionNotMet) — clear() first to change the kind.
+  template <typename T>
+  void set(T value);
+  // Back to empty; drops what was held (a tensor's buffer reference).
+  void clear() noexcept { content_.template emplace<std::monostate>(); }
+
+ private:
+  template <typename T>
+  static constexpr VariableKind kind_of();
+  template <typename T>
+  [[noreturn]] void throw_kind_mismatch(const char* what) const;
+
+  std::string name_;
+  std::variant<std::monostate, Tensor, TensorArray, Scalar> content_;
+};
+
+// ---------------------------------------------------------------------------
+
+inline DataType Scalar::dtype() const noexcept {
+  switch (value_.index()) {
+    case 0: return DataType::Float64;
+    case 1: return DataType::Int64;
+    default: return DataType::Bool;
+  }
+}
+
+template <typename T>
+inline T Scalar::to() const {
+  static_assert(std::is_arithmetic_v<T>, "Scalar::to<T>: T must be arithmetic");
+  return std::visit([](auto v) { return static_cast<T>(v); }, value_);
+}
+
+inline std::string Scalar::to_string() const {
+  switch (value_.index()) {
+    case 0: {
+      std::ostringstream os;
+      os << std::get<0>(value_);
+      return os.str() + " : f64";
+    }
+    case 1: return std::to_string(std::get<1>(value_)) + " : i64";
+    default: return std::get<2>(value_) ? "true : bool" : "false : bool";
+  }
+}
+
+inline std::string_view to_string(VariableKind kind) {
+  switch (kind) {
+    case VariableKind::Empty: return "empty";
+    case VariableKind::Tensor: return "tensor";
+    case VariableKind::TensorArray: return "tensor_array";
+    case VariableKind::Scalar: return "scalar";
+  }
+  return "unknown";
+}
+
+template <typename T>
+inline constexpr VariableKind Variable::kind_of() {
+  static_assert(is_variable_content<T>, "a Variable holds Tensor, TensorArray or Scalar");
+  if constexpr (std::is_same_v<T, Tensor>) return VariableKind::Tensor;
+  else if constexpr (std::is_same_v<T, TensorArray>) return VariableKind::TensorArray;
+  else return VariableKind::Scalar;
+}
+
+template <typename T>
+inline bool Variable::is() const noexcept {
+  return kind() == kind_of<T>();
+}
+
+template <typename T>
+inline void Variable::throw_kind_mismatch(const char* what) const {
+  throw_error(ErrorKind::PreconditionNotMet, "variable '", name_, "': ", what, "<",
+              to_string(kind_of<T>()), "> but it holds ",
+              is_initialized() ? "a " : "", to_string(kind()), " (expected ", to_string(kind_of<T>()),
+              ", given ", to_string(kind()), ")");
+}
+
+template <typename T>
+inline const T& Variable::get() const {
+  if (const T* p = std::get_if<T>(&content_)) return *p;
+  throw_kind_mismatch<T>("get");
+}
+
+template <typename T>
+inline T& Variable::get() {
+  if (T* p = std::get_if<T>(&content_)) return *p;
+  throw_kind_mismatch<T>("get");
+}
+
+template <typename T>
+inline T& Variable::get_mutable() {
+  if (T* p = std::get_if<T>(&content_)) return *p;
+  if (kind() != VariableKind::Empty) throw_kind_mismatch<T>("get_mutable");
+  return content_.template emplace<T>();
+}
+
+template <typename T>
+inline void Variable::set(T value) {
+  if (kind() != VariableKind::Empty && kind() != kind_of<T>()) throw_kind_mismatch<T>("set");
+  content_.template emplace<T>(std::move(value));
+}
+
+}  // namespace kiln

@@ -1,0 +1,51 @@
+// Buffer's stream-safe freeing slow paths (seed 001 §4.2 RecordStream).
+#include "kiln/runtime/buffer.h"
+
+#include <mutex>
+
+#include "kiln/runtime/deferred_free.h"
+
+namespace kiln {
+
+void Buffer::record_stream(Stream& stream, DeferredFreeQueue* queue) {
+  std::lock_guard<SpinLock> guard(uses_lock_);
+  if (queue) queue_ = queue;
+  StreamUse* use = nullptr;
+  for (auto& u : uses_)
+    if (u.stream == &stream) use = &u;
+  if (!use) {
+    uses_.push_back({&stream, stream.create_event()});
+    use = &uses_.back();
+  }
+  use->event->record(stream);  // captures everything enqueued on `stream` so far
+  // release: pairs with the acquire in release(); the final releaser then
+  // sees uses_ (also published by uses_lock_, but release() reads the flag
+  // without taking the lock).
+  has_uses_.store(true, std::memory_order_release);
+}
+
+bool Buffer::streams_done() const {
+  std::lock_guard<SpinLock> guard(uses_lock_);
+  for (const auto& u : uses_)
+    if (!u.event->query()) return false;
+  return true;
+}
+
+void Buffer::synchronize_streams() const {
+  std::lock_guard<SpinLock> guard(uses_lock_);
+  for (const auto& u : uses_) u.event->synchronize();
+}
+
+void Buffer::on_last_release() noexcept {
+  // No other reference exists, so no other thread touches uses_ now.
+  bool done = true;
+  for (const auto& u : uses_) done = done && u.event->query();
+  if (done) {
+    delete this;
+    return;
+  }
+  DeferredFreeQueue* queue = queue_ ? queue_ : &deferred_free_queue();
+  queue->push(this);
+}
+
+}  // namespace kiln
