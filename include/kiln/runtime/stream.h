@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "kiln/runtime/task.h"
+#include "kiln/support/error.h"
 #include "kiln/support/place.h"
 
 namespace kiln {
