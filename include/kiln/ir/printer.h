@@ -1,0 +1,36 @@
+// IrPrinter: the text form of seed 002 / DESIGN.md —
+//   %3 = kiln.matmul(%0, %1) {transpose_x = false, transpose_y = false} :
+//        (tensor<16x16xf32>, tensor<16x1xf32>) -> tensor<16x1xf32>
+// Values are numbered %0, %1, … in the order they are defined; regions are
+// printed nested, each block as ^bbN(args) followed by its ops.
+#pragma once
+
+#include <ostream>
+#include <unordered_map>
+
+#include "kiln/ir/program.h"
+
+namespace kiln {
+
+class IrPrinter {
+ public:
+  explicit IrPrinter(std::ostream& os) : os_(os) {}
+
+  void print(const Program& program);
+  void print(const Operation& op, int indent = 0);
+  void print(const Block& block, int indent = 0);
+  void print_value(Value v);
+
+ private:
+  std::size_t number(Value v);
+  void indent(int n) {
+    for (int i = 0; i < n; ++i) os_ << "  ";
+  }
+
+  std::ostream& os_;
+  std::unordered_map<const detail::ValueImpl*, std::size_t> names_;
+  std::size_t next_value_ = 0;
+  std::size_t next_block_ = 0;
+};
+
+}  // namespace kiln

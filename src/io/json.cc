@@ -1,0 +1,356 @@
+#include "kiln/io/json.h"
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unistd.h>
+
+#include "kiln/ir/builtin_attributes.h"
+#include "kiln/ir/builtin_types.h"
+#include "kiln/ir/ir_context.h"
+#include "kiln/ir/region.h"
+#include "kiln/support/hash.h"
+
+namespace kiln {
+
+using nlohmann::json;
+
+namespace {
+constexpr int kMaxNesting = 64;  // types, attributes and regions nested deeper are rejected
+
+struct DepthGuard {
+  explicit DepthGuard(const char* what) {
+    if (++depth > kMaxNesting) {
+      --depth;
+      throw_error(ErrorKind::InvalidArgument, what, " nesting is deeper than ", kMaxNesting);
+    }
+  }
+  ~DepthGuard() { --depth; }
+  static thread_local int depth;
+};
+thread_local int DepthGuard::depth = 0;
+}  // namespace
+
+std::string json_brief(const json& j) {
+  switch (j.type()) {
+    case json::value_t::object: return "an object with " + std::to_string(j.size()) + " keys";
+    case json::value_t::array: return "an array of " + std::to_string(j.size()) + " elements";
+    case json::value_t::string: {
+      const auto& s = j.get_ref<const std::string&>();
+      json t = s.size() > 40 ? s.substr(0, 40) + "..." : s;
+      return t.dump(-1, ' ', false, json::error_handler_t::replace);
+    }
+    case json::value_t::discarded: return "nothing";
+    default: return j.dump();
+  }
+}
+
+// ---- types and attributes: {"kind": params}, or "kind" for singletons ----
+
+json type_to_json(Type t) {
+  const auto* kind = t.storage()->kind;
+  if (!kind->parametric) return kind->name;
+  json params;
+  kind->save(t.storage(), params);
+  return json{{kind->name, std::move(params)}};
+}
+
+Type type_from_json(const json& j) {
+  DepthGuard guard("type");
+  std::string name;
+  const json* params = nullptr;
+  if (j.is_string()) {
+    name = j.get<std::string>();
+  } else if (j.is_object() && j.size() == 1) {
+    name = j.begin().key();
+    params = &j.begin().value();
+  } else {
+    throw_error(ErrorKind::InvalidArgument,
+                "a type is a name or {\"kind\": parameters}, got ", json_brief(j));
+  }
+  const auto* kind = IrContext::instance()->find_type_kind(name);
+  if (!kind) throw_error(ErrorKind::NotFound, "unknown type '", name, "'");
+  if (kind->parametric != (params != nullptr))
+    throw_error(ErrorKind::InvalidArgument, "type '", name, "' ",
+                kind->parametric ? "needs parameters" : "takes no parameters");
+  static const json null_json;
+  return Type(static_cast<const TypeStorage*>(kind->load(params ? *params : null_json)));
+}
+
+json attribute_to_json(Attribute a) {
+  const auto* kind = a.storage()->kind;
+  json params;
+  if (kind->save) kind->save(a.storage(), params);
+  return json{{kind->name, std::move(params)}};
+}
+
+Attribute attribute_from_json(const json& j) {
+  DepthGuard guard("attribute");
+  if (!j.is_object() || j.size() != 1)
+    throw_error(ErrorKind::InvalidArgument, "an attribute is {\"kind\": value}, got ",
+                json_brief(j));
+  const std::string& name = j.begin().key();
+  const auto* kind = IrContext::instance()->find_attribute_kind(name);
+  if (!kind) throw_error(ErrorKind::NotFound, "unknown attribute kind '", name, "'");
+  return Attribute(static_cast<const AttributeStorage*>(kind->load(j.begin().value())));
+}
+
+// ---- programs ----
+
+namespace {
+
+struct Saver {
+  std::unordered_map<const detail::ValueImpl*, std::size_t> ids;
+
+  std::size_t define(Value v) {
+    std::size_t id = ids.size();
+    ids.emplace(v.impl(), id);
+    return id;
+  }
+
+  json block(const Block& b) {
+    json args = json::array();
+    for (std::uint32_t a = 0; a < b.num_arguments(); ++a) {
+      define(b.argument(a));
+      args.push_back(type_to_json(b.argument(a).type()));
+    }
+    json ops = json::array();
+    for (Operation* op : b) ops.push_back(operation(*op));
+    return json{{"args", std::move(args)}, {"ops", std::move(ops)}};
+  }
+
+  json operation(const Operation& op) {
+    json j;
+    j["op"] = op.name();
+    json operands = json::array();
+    for (std::uint32_t i = 0; i < op.num_operands(); ++i) {
+      auto it = ids.find(op.operand_source(i).impl());
+      if (it == ids.end())
+        throw_error(ErrorKind::InvalidArgument, "cannot save op '", op.name(), "': operand #", i,
+                    " is not defined before it");
+      operands.push_back(it->second);
+    }
+    j["operands"] = std::move(operands);
+    if (op.num_regions()) {
+      json regions = json::array();
+      for (std::uint32_t r = 0; r < op.num_regions(); ++r) {
+        json blocks = json::array();
+        for (Block* b : op.region(r)) blocks.push_back(block(*b));
+        regions.push_back(std::move(blocks));
+      }
+      j["regions"] = std::move(regions);
+    }
+    json results = json::array();
+    for (std::uint32_t i = 0; i < op.num_results(); ++i) {
+      define(op.result(i));
+      results.push_back(type_to_json(op.result_type(i)));
+    }
+    j["results"] = std::move(results);
+    json attrs;
+    op.attributes().save(attrs);
+    j["attrs"] = std::move(attrs);
+    return j;
+  }
+};
+
+const json& field(const json& obj, const char* key, std::string_view where) {
+  auto it = obj.find(key);
+  if (it == obj.end())
+    throw_error(ErrorKind::InvalidArgument, where, " has no \"", key, "\" field");
+  return *it;
+}
+
+const json& array_field(const json& obj, const char* key, std::string_view where) {
+  const json& v = field(obj, key, where);
+  if (!v.is_array())
+    throw_error(ErrorKind::InvalidArgument, where, " field \"", key, "\" must be an array, got ",
+                json_brief(v));
+  return v;
+}
+
+struct Loader {
+  std::vector<Value> values;  // by id, in definition order
+  std::size_t op_count = 0;
+
+  void block(const json& j, Block& b) {
+    DepthGuard guard("region");
+    if (!j.is_object())
+      throw_error(ErrorKind::InvalidArgument, "a block must be an object, got ", json_brief(j));
+    for (const json& t : array_field(j, "args", "block")) values.push_back(b.add_argument(type_from_json(t)));
+    for (const json& o : array_field(j, "ops", "block")) b.push_back(operation(o));
+  }
+
+  Operation* operation(const json& j) {
+    std::size_t index = op_count++;
+    std::string where = "op #" + std::to_string(index);
+    if (!j.is_object())
+      throw_error(ErrorKind::InvalidArgument, where, " must be an object, got ", json_brief(j));
+    const json& name_j = field(j, "op", where);
+    if (!name_j.is_string())
+      throw_error(ErrorKind::InvalidArgument, where, " \"op\" must be a string, got ",
+                  json_brief(name_j));
+    std::string name = name_j.get<std::string>();
+    where += " '" + name + "'";
+    OpInfo info = IrContext::instance()->find_op(name);
+    if (!info) throw_error(ErrorKind::NotFound, where, ": op is not registered");
+    try {
+      std::vector<Value> operands;
+      for (const json& id : array_field(j, "operands", where)) {
+        if (!id.is_number_unsigned() || id.get<std::uint64_t>() >= values.size())
+          throw_error(ErrorKind::InvalidArgument, "operand #", operands.size(), " refers to value ",
+                      json_brief(id), ", which is not defined before it (dangling reference)");
+        operands.push_back(values[id.get<std::size_t>()]);
+      }
+      std::uint32_t num_regions = 0;
+      const json* regions = nullptr;
+      if (auto it = j.find("regions"); it != j.end()) {
+        if (!it->is_array())
+          throw_error(ErrorKind::InvalidArgument, "\"regions\" must be an array, got ",
+                      json_brief(*it));
+        regions = &*it;
+        num_regions = static_cast<std::uint32_t>(it->size());
+      }
+      std::vector<Type> result_types;
+      for (const json& t : array_field(j, "results", where)) result_types.push_back(type_from_json(t));
+      DictionaryAttribute attrs = DictionaryAttribute::get();
+      if (auto it = j.find("attrs"); it != j.end() && !it->is_null())
+        attrs = DictionaryAttribute::load(*it);
+
+      Operation* op = Operation::create(operands, result_types, attrs, info, num_regions);
+      struct Owner {  // frees the op if the rest of its loading fails
+        Operation* op;
+        ~Owner() {
+          if (op) {
+            op->drop_all_references();
+            for (std::uint32_t i = 0; i < op->num_results(); ++i)
+              while (auto* u = op->result(i).impl()->first_use()) u->unlink();
+            op->erase();
+          }
+        }
+      } owner{op};
+      for (std::uint32_t r = 0; r < num_regions; ++r) {
+        const json& blocks = (*regions)[r];
+        if (!blocks.is_array())
+          throw_error(ErrorKind::InvalidArgument, "region #", r, " must be an array of blocks");
+        for (const json& b : blocks) block(b, op->region(r).emplace_block());
+      }
+      for (std::uint32_t i = 0; i < op->num_results(); ++i) values.push_back(op->result(i));
+      op->verify();
+      owner.op = nullptr;
+      return op;
+    } catch (const Error& e) {
+      if (e.message().rfind("op #", 0) == 0) throw;  // already names an inner op
+      throw Error(e.kind(), where + ": " + e.message());
+    }
+  }
+};
+
+}  // namespace
+
+json program_to_json(const Program& p) {
+  json params = json::array();
+  for (const auto& [name, param] : p.parameters())
+    params.push_back(json{{"name", name}, {"type", type_to_json(param.type)}, {"mutable", param.is_mutable}});
+  Saver s;
+  return json{{"format", "kiln.program"},
+              {"version", kProgramFormatVersion},
+              {"parameters", std::move(params)},
+              {"body", s.block(p.block())}};
+}
+
+Program program_from_json(const json& j) {
+  if (!j.is_object())
+    throw_error(ErrorKind::InvalidArgument, "a program must be a JSON object, got ", json_brief(j));
+  auto fmt = j.find("format");
+  if (fmt == j.end() || *fmt != "kiln.program")
+    throw_error(ErrorKind::InvalidArgument, "not a kiln program: \"format\" should be \"kiln.program\"");
+  auto ver = j.find("version");
+  if (ver == j.end() || !ver->is_number_integer())
+    throw_error(ErrorKind::InvalidArgument, "program has no integer \"version\"");
+  if (*ver != kProgramFormatVersion)
+    throw_error(ErrorKind::Unimplemented, "program format version ", ver->dump(),
+                " is not supported (this kiln reads version ", kProgramFormatVersion, ")");
+  Program p;
+  for (const json& param : array_field(j, "parameters", "program")) {
+    if (!param.is_object())
+      throw_error(ErrorKind::InvalidArgument, "a parameter must be an object, got ", json_brief(param));
+    const json& name = field(param, "name", "parameter");
+    if (!name.is_string() || name.get_ref<const std::string&>().empty())
+      throw_error(ErrorKind::InvalidArgument, "parameter name must be a non-empty string, got ",
+                  json_brief(name));
+    const std::string& n = name.get_ref<const std::string&>();
+    if (p.has_parameter(n))
+      throw_error(ErrorKind::AlreadyExists, "parameter '", n, "' is listed twice");
+    Parameter pr;
+    try {
+      pr.type = type_from_json(field(param, "type", "parameter '" + n + "'"));
+    } catch (const Error& e) {
+      throw Error(e.kind(), "parameter '" + n + "': " + e.message());
+    }
+    if (auto m = param.find("mutable"); m != param.end()) {
+      if (!m->is_boolean())
+        throw_error(ErrorKind::InvalidArgument, "parameter '", n, "' \"mutable\" must be a bool");
+      pr.is_mutable = m->get<bool>();
+    }
+    p.set_parameter(n, pr);
+  }
+  Loader l;
+  const json& body = field(j, "body", "program");
+  l.block(body, p.block());
+  p.verify();
+  return p;
+}
+
+std::string save_program_json(const Program& p, int indent) {
+  return program_to_json(p).dump(indent, ' ', false, json::error_handler_t::strict);
+}
+
+Program load_program_json(std::string_view text) {
+  json j;
+  try {
+    j = json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {
+    throw_error(ErrorKind::InvalidArgument, "malformed program JSON: ", e.what());
+  }
+  try {
+    return program_from_json(j);
+  } catch (const json::exception& e) {  // a JSON access we did not guard
+    throw_error(ErrorKind::InvalidArgument, "bad program JSON: ", e.what());
+  }
+}
+
+void save_program_file(const Program& p, const std::string& path) {
+  std::string text = save_program_json(p, 1);
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw_error(ErrorKind::Unavailable, "cannot write program file '", tmp, "'");
+    out << text;
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw_error(ErrorKind::Unavailable, "failed writing program file '", tmp, "'");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw_error(ErrorKind::Unavailable, "cannot move program file into place at '", path, "'");
+  }
+}
+
+Program load_program_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw_error(ErrorKind::NotFound, "cannot open program file '", path, "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  try {
+    return load_program_json(ss.str());
+  } catch (const Error& e) {
+    throw Error(e.kind(), "program file '" + path + "': " + e.message());
+  }
+}
+
+std::uint64_t content_hash(const Program& p) { return xxh64(save_program_json(p)); }
+
+}  // namespace kiln
