@@ -1,0 +1,66 @@
+// KernelContext: everything a kernel touches when it runs — its op's input and
+// output variables, its attributes decoded once (the op's reflected
+// Attributes struct), and its place. The executor builds one per
+// instruction at pre-analysis and reuses it every run, so a kernel does no
+// string or map look-up (seed 001 §3.2, "缓存 kernel 上下文").
+#pragma once
+
+#include <cstdint>
+
+#include "kiln/ir/operation.h"
+#include "kiln/runtime/allocator.h"
+#include "kiln/runtime/tensor.h"
+#include "kiln/runtime/variable.h"
+
+namespace kiln {
+
+class KernelContext {
+ public:
+  KernelContext() = default;
+  KernelContext(Operation* op, Variable* const* inputs, std::uint32_t num_inputs,
+                Variable* const* outputs, std::uint32_t num_outputs, const void* attrs, Place place,
+                Allocator* allocator)
+      : op_(op),
+        inputs_(inputs),
+        outputs_(outputs),
+        num_inputs_(num_inputs),
+        num_outputs_(num_outputs),
+        attrs_(attrs),
+        place_(place),
+        allocator_(allocator) {}
+
+  Operation* op() const { return op_; }
+  std::uint32_t num_inputs() const { return num_inputs_; }
+  std::uint32_t num_outputs() const { return num_outputs_; }
+
+  Variable& input_var(std::uint32_t i) const { return *inputs_[i]; }
+  Variable& output_var(std::uint32_t i) const { return *outputs_[i]; }
+  // The input's tensor; kiln::Error naming the op when it holds none.
+  const Tensor& input(std::uint32_t i) const;
+  // The output variable's tensor (created empty on first use). For an
+  // Inplace op, output k and its aliased input are the same variable.
+  Tensor& output(std::uint32_t i) const { return outputs_[i]->get_mutable<Tensor>(); }
+  // Output i with these dims and dtype, its buffer allocated (reused when the
+  // variable already holds one that is big enough and not shared).
+  Tensor& alloc_output(std::uint32_t i, const Dims& dims, DataType dtype) const;
+
+  // The op's attributes as decoded at pre-analysis: ctx.attrs<MatmulOp>().transpose_x
+  template <typename OpT>
+  const typename OpT::Attributes& attrs() const {
+    return *static_cast<const typename OpT::Attributes*>(attrs_);
+  }
+  Place place() const { return place_; }
+  Allocator& allocator() const { return *allocator_; }
+
+ private:
+  Operation* op_ = nullptr;
+  Variable* const* inputs_ = nullptr;
+  Variable* const* outputs_ = nullptr;
+  std::uint32_t num_inputs_ = 0;
+  std::uint32_t num_outputs_ = 0;
+  const void* attrs_ = nullptr;
+  Place place_ = Place::cpu();
+  Allocator* allocator_ = nullptr;
+};
+
+}  // namespace kiln

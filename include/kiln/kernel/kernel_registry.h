@@ -1,0 +1,78 @@
+// The static kernel registry: (op type, backend, dtype) → kernel function,
+// resolved to a function pointer once, at pre-analysis (seed 001 §3.2,
+// kernel choice). A user registers a kernel for their own op in their own
+// file with one declaration:
+//   KILN_REGISTER_KERNEL(MyOp, Cpu, Float32, my_op_kernel<float>);
+// DataType::Undefined registers a kernel that serves every dtype.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/ir/op.h"
+#include "kiln/kernel/kernel_context.h"
+
+namespace kiln {
+
+using KernelFn = void (*)(KernelContext&);
+
+struct KernelInfo {
+  KernelFn fn = nullptr;
+  std::string name;  // the kernel's name as registered, for traces and errors
+  // Decodes the op's attributes into its Attributes struct (null when the
+  // op declares none); called once per instruction at pre-analysis.
+  std::shared_ptr<const void> (*decode_attrs)(Operation*) = nullptr;
+};
+
+class KernelRegistry {
+ public:
+  static KernelRegistry& instance();
+
+  // Throws kiln::Error(AlreadyExists) for a second kernel under one key.
+  void add(TypeId op, std::string_view op_name, PlaceKind backend, DataType dtype, KernelInfo info);
+  // The kernel for (op, backend, dtype), falling back to the dtype-agnostic
+  // one; null when none.
+  const KernelInfo* find(TypeId op, PlaceKind backend, DataType dtype) const;
+  // Like find, but throws kiln::Error(NotFound / Unimplemented) naming the
+  // op, backend and dtype, and listing the dtypes that do have kernels.
+  const KernelInfo& get(const Operation& op, PlaceKind backend, DataType dtype) const;
+  std::vector<DataType> dtypes_for(TypeId op, PlaceKind backend) const;
+
+ private:
+  KernelRegistry() = default;
+  struct Entry {
+    TypeId op;
+    PlaceKind backend;
+    DataType dtype;
+    KernelInfo info;
+  };
+  std::vector<Entry> entries_;  // registration happens at load time; lookups at pre-analysis
+};
+
+template <typename OpT>
+std::shared_ptr<const void> decode_op_attributes(Operation* op) {
+  if constexpr (requires { typename OpT::Attributes; })
+    return std::make_shared<typename OpT::Attributes>(
+        from_attributes<typename OpT::Attributes>(op->attributes(), OpT::name));
+  else
+    return nullptr;
+}
+
+template <typename OpT>
+struct KernelRegistrar {
+  KernelRegistrar(PlaceKind backend, DataType dtype, KernelFn fn, const char* name) {
+    KernelRegistry::instance().add(TypeId::get<OpT>(), OpT::name, backend, dtype,
+                                   KernelInfo{fn, name, &decode_op_attributes<OpT>});
+  }
+};
+
+#define KILN_KERNEL_CAT2(a, b) a##b
+#define KILN_KERNEL_CAT(a, b) KILN_KERNEL_CAT2(a, b)
+// KILN_REGISTER_KERNEL(OpClass, Cpu|HostStream|Cuda, Float32|…|Undefined, function)
+#define KILN_REGISTER_KERNEL(OpClass, backend, dtype, ...)                                 \
+  static const ::kiln::KernelRegistrar<OpClass> KILN_KERNEL_CAT(kiln_kernel_, __LINE__)( \
+      ::kiln::PlaceKind::backend, ::kiln::DataType::dtype, __VA_ARGS__, #__VA_ARGS__)
+
+}  // namespace kiln

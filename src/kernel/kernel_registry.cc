@@ -1,0 +1,70 @@
+#include "kiln/kernel/kernel_registry.h"
+
+#include <sstream>
+
+namespace kiln {
+
+KernelRegistry& KernelRegistry::instance() {
+  static KernelRegistry* r = new KernelRegistry();  // never destroyed: used by static registrars
+  return *r;
+}
+
+void KernelRegistry::add(TypeId op, std::string_view op_name, PlaceKind backend, DataType dtype,
+                         KernelInfo info) {
+  for (const auto& e : entries_)
+    if (e.op == op && e.backend == backend && e.dtype == dtype)
+      throw_error(ErrorKind::AlreadyExists, "a kernel for op '", op_name, "' on ",
+                  Place{backend, 0}.to_string(), " for ", to_string(dtype),
+                  " is already registered");
+  entries_.push_back(Entry{op, backend, dtype, std::move(info)});
+}
+
+const KernelInfo* KernelRegistry::find(TypeId op, PlaceKind backend, DataType dtype) const {
+  const KernelInfo* any = nullptr;
+  for (const auto& e : entries_) {
+    if (e.op != op || e.backend != backend) continue;
+    if (e.dtype == dtype) return &e.info;
+    if (e.dtype == DataType::Undefined) any = &e.info;
+  }
+  return any;
+}
+
+std::vector<DataType> KernelRegistry::dtypes_for(TypeId op, PlaceKind backend) const {
+  std::vector<DataType> out;
+  for (const auto& e : entries_)
+    if (e.op == op && e.backend == backend) out.push_back(e.dtype);
+  return out;
+}
+
+const KernelInfo& KernelRegistry::get(const Operation& op, PlaceKind backend, DataType dtype) const {
+  if (const KernelInfo* k = find(op.info().id(), backend, dtype)) return *k;
+  auto have = dtypes_for(op.info().id(), backend);
+  std::string where = Place{backend, 0}.to_string();
+  if (have.empty())
+    throw_error(ErrorKind::NotFound, "op '", op.name(), "' has no kernel on ", where);
+  std::ostringstream list;
+  for (std::size_t i = 0; i < have.size(); ++i) list << (i ? ", " : "") << to_string(have[i]);
+  throw_error(ErrorKind::Unimplemented, "op '", op.name(), "' has no ", to_string(dtype),
+              " kernel on ", where, " (kernels exist for: ", list.str(), ")");
+}
+
+const Tensor& KernelContext::input(std::uint32_t i) const {
+  const Variable& v = *inputs_[i];
+  if (!v.is<Tensor>() || !v.get<Tensor>().is_initialized())
+    throw_error(ErrorKind::PreconditionNotMet, "op '", op_->name(), "' input #", i,
+                " holds no tensor");
+  return v.get<Tensor>();
+}
+
+Tensor& KernelContext::alloc_output(std::uint32_t i, const Dims& dims, DataType dtype) const {
+  Tensor& t = outputs_[i]->get_mutable<Tensor>();
+  // Reuse the buffer when the shape did not change and nobody else holds it
+  // (the common case between runs of a static graph).
+  if (t.is_initialized() && t.place() == place_ && t.dtype() == dtype && t.dims() == dims &&
+      t.use_count() == 1)
+    return t;
+  t = Tensor::empty(dims, dtype, place_, allocator_);
+  return t;
+}
+
+}  // namespace kiln
