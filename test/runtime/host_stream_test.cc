@@ -306,8 +306,8 @@ TEST_CASE("destroying a stream runs the tasks still queued", "[runtime][stream]"
   std::atomic<int> ran{0};
   HostEvent e;
   {
+    Gate gate;  // declared first: it must outlive the stream's queued tasks
     HostStream s;
-    Gate gate;
     s.enqueue([&] { gate.wait(); });
     for (int i = 0; i < 10; ++i) s.enqueue([&] { ++ran; });
     e.record(s);
