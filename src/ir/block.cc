@@ -28,6 +28,7 @@ void Block::insert(Operation* before, Operation* op) {
   if (before && before->parent_ != this)
     throw_error(ErrorKind::InvalidArgument, "insertion point op '", before->name(),
                 "' is not in this block");
+  detail::bump_ir_epoch();
   op->parent_ = this;
   op->next_ = before;
   op->prev_ = before ? before->prev_ : tail_;
@@ -39,6 +40,7 @@ void Block::insert(Operation* before, Operation* op) {
 }
 
 void Block::unlink(Operation* op) {
+  detail::bump_ir_epoch();
   if (op->prev_) op->prev_->next_ = op->next_;
   else head_ = op->next_;
   if (op->next_) op->next_->prev_ = op->prev_;
@@ -90,6 +92,7 @@ void Block::clear() {
 
 BlockArgument Block::add_argument(Type type) {
   if (!type) throw_error(ErrorKind::InvalidArgument, "block argument needs a type");
+  detail::bump_ir_epoch();
   args_.push_back(new detail::BlockArgumentImpl(type, this, static_cast<std::uint32_t>(args_.size())));
   return BlockArgument(args_.back());
 }
@@ -106,6 +109,7 @@ void Block::erase_argument(std::uint32_t i) {
   if (!args_[i]->use_empty())
     throw_error(ErrorKind::PreconditionNotMet, "block argument #", i, " is still used by op '",
                 args_[i]->first_use()->owner()->name(), "'");
+  detail::bump_ir_epoch();
   delete args_[i];
   args_.erase(args_.begin() + i);
   for (std::size_t k = i; k < args_.size(); ++k) args_[k]->set_index(static_cast<std::uint32_t>(k));

@@ -58,6 +58,7 @@ Operation* Operation::create(const std::vector<Value>& operands,
   const std::size_t prefix = result_prefix_bytes(n);
   const std::size_t bytes = prefix + sizeof(Operation) + operands.size() * sizeof(OpOperandImpl) +
                             num_regions * sizeof(Region);
+  detail::bump_ir_epoch();
   char* mem = static_cast<char*>(::operator new(bytes));
   auto* op = new (mem + prefix)
       Operation(info, attributes, static_cast<std::uint32_t>(n),
@@ -138,6 +139,7 @@ void Operation::erase() {
 }
 
 void Operation::destroy_unchecked() {
+  detail::bump_ir_epoch();
   for (std::uint32_t i = 0; i < num_regions_; ++i) region_storage()[i].~Region();
   for (std::uint32_t i = 0; i < num_operands_; ++i) operand_storage()[i].~OpOperandImpl();
   // Defensive: uses that survive (only when a whole block is torn down while
@@ -195,9 +197,13 @@ void Operation::set_attribute(std::string_view name, Attribute value) {
     throw_error(ErrorKind::InvalidArgument, "op '", this->name(), "' attribute '", name,
                 "' set to null");
   attributes_ = attributes_.with(name, value);
+  detail::bump_ir_epoch();
 }
 
-void Operation::erase_attribute(std::string_view name) { attributes_ = attributes_.without(name); }
+void Operation::erase_attribute(std::string_view name) {
+  attributes_ = attributes_.without(name);
+  detail::bump_ir_epoch();
+}
 
 Region* Operation::parent_region() const { return parent_ ? parent_->parent_region() : nullptr; }
 

@@ -18,6 +18,7 @@ void Program::set_parameter(const std::string& name, Parameter p) {
   if (!p.type)
     throw_error(ErrorKind::InvalidArgument, "parameter '", name, "' needs a type");
   params_[name] = p;
+  detail::bump_ir_epoch();
 }
 
 const Parameter* Program::get_parameter(std::string_view name) const {
@@ -34,6 +35,7 @@ bool Program::erase_parameter(std::string_view name) {
   auto it = params_.find(name);
   if (it == params_.end()) return false;
   params_.erase(it);
+  detail::bump_ir_epoch();
   return true;
 }
 

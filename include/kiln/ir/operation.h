@@ -89,7 +89,10 @@ class Operation {
   template <typename A> A attribute(std::string_view name) const;
   void set_attribute(std::string_view name, Attribute value);
   void erase_attribute(std::string_view name);
-  void set_attributes(DictionaryAttribute attrs) { attributes_ = attrs; }
+  void set_attributes(DictionaryAttribute attrs) {
+    attributes_ = attrs;
+    detail::bump_ir_epoch();
+  }
 
   // ---- position ----
   Block* parent_block() const { return parent_; }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <iterator>
 
+#include "kiln/ir/epoch.h"
 #include "kiln/ir/type.h"
 
 namespace kiln {
@@ -30,7 +31,10 @@ inline constexpr unsigned kBlockArgumentTag = 7;
 class ValueImpl {
  public:
   Type type() const { return type_; }
-  void set_type(Type t) { type_ = t; }
+  void set_type(Type t) {
+    type_ = t;
+    bump_ir_epoch();
+  }
   unsigned tag() const { return static_cast<unsigned>(first_use_ & 7u); }
   OpOperandImpl* first_use() const {
     return reinterpret_cast<OpOperandImpl*>(first_use_ & ~std::uintptr_t(7));
@@ -115,6 +119,7 @@ class OpOperandImpl {
 };
 
 inline void OpOperandImpl::link(ValueImpl* v) {
+  bump_ir_epoch();
   source_ = v;
   std::uintptr_t* head = v->first_use_slot();
   next_use_ = *head & ~std::uintptr_t(7);
@@ -125,6 +130,7 @@ inline void OpOperandImpl::link(ValueImpl* v) {
 
 inline void OpOperandImpl::unlink() {
   if (!source_) return;
+  bump_ir_epoch();
   *back_ = (*back_ & 7u) | next_use_;
   if (auto* next = next_use()) next->back_ = back_;
   source_ = nullptr;
