@@ -1,5 +1,6 @@
 #include "kiln/ir/ir_context.h"
 
+#include <algorithm>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
@@ -162,6 +163,23 @@ std::vector<Dialect*> IrContext::dialects() const {
   for (auto& [name, d] : impl_->dialects_by_name) out.push_back(d);
   return out;
 }
+
+namespace detail {
+void add_op_entry(OpInfoImpl& info, TypeId id, const void* model, void (*verifier)(Operation*)) {
+  if (model) {
+    info.interfaces.emplace_back(id, model);
+  } else {
+    info.traits.push_back(id);
+    if (verifier) info.trait_verifiers.push_back(verifier);
+  }
+}
+
+void finish_op_info(OpInfoImpl& info) {
+  std::sort(info.traits.begin(), info.traits.end());
+  std::sort(info.interfaces.begin(), info.interfaces.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+}
+}  // namespace detail
 
 OpInfo IrContext::add_op(std::unique_ptr<detail::OpInfoImpl> info) {
   std::unique_lock lock(impl_->registry_mutex);

@@ -12,9 +12,12 @@
 #include <vector>
 
 #include <boost/hana/accessors.hpp>
+#include <boost/hana/basic_tuple.hpp>
 #include <boost/hana/define_struct.hpp>
-#include <boost/hana/for_each.hpp>
+#include <boost/hana/pair.hpp>
 #include <boost/hana/string.hpp>
+#include <boost/hana/tuple.hpp>
+#include <boost/hana/unpack.hpp>
 
 #include "kiln/ir/builtin_attributes.h"
 
@@ -66,42 +69,86 @@ std::string_view attribute_kind_name() {
 }
 }  // namespace detail
 
+// Compile time (issue 2 §2, the 300-op budget): the conversions below expand
+// a struct's fields with one fold over its accessor pairs rather than
+// hana::for_each with a generic lambda, so a struct costs one instantiation per
+// conversion instead of one per field and conversion.
+namespace detail {
+// One accessor pair of hana::accessors<S>(): (hana::string name, getter).
+template <typename P> struct ReflectedField;
+template <typename Name, typename Get>
+struct ReflectedField<boost::hana::pair<Name, Get>> {
+  static const char* name() { return Name::c_str(); }
+  template <typename S>
+  static decltype(auto) get(S& s) { return Get{}(s); }
+};
+
+template <typename... P>
+struct ReflectedFields {
+  template <typename S>
+  static std::vector<NamedAttribute> to_named(const S& s) {
+    std::vector<NamedAttribute> out;
+    out.reserve(sizeof...(P));
+    (out.emplace_back(ReflectedField<P>::name(), to_attribute(ReflectedField<P>::get(s))), ...);
+    return out;
+  }
+  template <typename S>
+  static S from_dict(DictionaryAttribute dict, std::string_view owner) {
+    S s{};
+    ((ReflectedField<P>::get(s) =
+          from_attribute<std::remove_cvref_t<decltype(ReflectedField<P>::get(s))>>(
+              dict.find(ReflectedField<P>::name()), owner, ReflectedField<P>::name())),
+     ...);
+    return s;
+  }
+  template <typename S>
+  static std::vector<std::pair<std::string, std::string>> schema() {
+    std::vector<std::pair<std::string, std::string>> out;
+    out.reserve(sizeof...(P));
+    (out.emplace_back(ReflectedField<P>::name(),
+                      attribute_kind_name<std::remove_cvref_t<decltype(ReflectedField<P>::get(
+                          std::declval<S&>()))>>()),
+     ...);
+    return out;
+  }
+};
+
+// The accessor sequence's element types as ReflectedFields<P...>: read off the
+// tuple type that BOOST_HANA_DEFINE_STRUCT / ADAPT_STRUCT produce, or through
+// hana::unpack for any other hana::Struct.
+template <typename Accessors>
+struct FieldsOf {
+  using type = decltype(boost::hana::unpack(std::declval<Accessors>(), [](auto... p) {
+    return ReflectedFields<decltype(p)...>{};
+  }));
+};
+template <typename... P>
+struct FieldsOf<boost::hana::tuple<P...>> { using type = ReflectedFields<P...>; };
+template <typename... P>
+struct FieldsOf<boost::hana::basic_tuple<P...>> { using type = ReflectedFields<P...>; };
+
+template <typename S>
+using fields_of =
+    typename FieldsOf<std::remove_cvref_t<decltype(boost::hana::accessors<S>())>>::type;
+}  // namespace detail
+
 // Struct → named attributes, in declaration order.
 template <typename S>
 std::vector<NamedAttribute> to_named_attributes(const S& s) {
-  std::vector<NamedAttribute> out;
-  boost::hana::for_each(boost::hana::accessors<S>(), [&](auto pair) {
-    const auto& field = boost::hana::second(pair)(s);
-    out.emplace_back(boost::hana::to<const char*>(boost::hana::first(pair)),
-                     detail::to_attribute(field));
-  });
-  return out;
+  return detail::fields_of<S>::to_named(s);
 }
 
 // Named attributes → struct. A missing or ill-kinded attribute is a
 // kiln::Error naming `owner` (the op) and the attribute.
 template <typename S>
 S from_attributes(DictionaryAttribute dict, std::string_view owner) {
-  S s{};
-  boost::hana::for_each(boost::hana::accessors<S>(), [&](auto pair) {
-    const char* key = boost::hana::to<const char*>(boost::hana::first(pair));
-    auto& field = boost::hana::second(pair)(s);
-    using F = std::remove_cvref_t<decltype(field)>;
-    field = detail::from_attribute<F>(dict.find(key), owner, key);
-  });
-  return s;
+  return detail::fields_of<S>::template from_dict<S>(dict, owner);
 }
 
 // (name, kind name) of each field — what the OpInfo records.
 template <typename S>
 std::vector<std::pair<std::string, std::string>> attribute_schema() {
-  std::vector<std::pair<std::string, std::string>> out;
-  boost::hana::for_each(boost::hana::accessors<S>(), [&](auto pair) {
-    using F = std::remove_cvref_t<decltype(boost::hana::second(pair)(std::declval<S&>()))>;
-    out.emplace_back(boost::hana::to<const char*>(boost::hana::first(pair)),
-                     std::string(detail::attribute_kind_name<F>()));
-  });
-  return out;
+  return detail::fields_of<S>::template schema<S>();
 }
 
 }  // namespace kiln

@@ -49,8 +49,6 @@ class Op : public OpBase {
   static std::unique_ptr<detail::OpInfoImpl> make_info();
 
  private:
-  template <typename T>
-  static void add_to(detail::OpInfoImpl& info);
   static void verify_declared(Operation* op);
 };
 
@@ -58,23 +56,32 @@ namespace detail {
 template <typename I, typename ConcreteOp>
 inline constexpr typename I::template Model<ConcreteOp> interface_model{};
 
+// The interface's Model<ConcreteOp> as the OpInfo stores it; null for a trait.
+template <typename T, typename ConcreteOp, bool = is_interface_v<T>>
+inline constexpr const void* model_of = nullptr;
+template <typename T, typename ConcreteOp>
+inline constexpr const void* model_of<T, ConcreteOp, true> = &interface_model<T, ConcreteOp>;
+
+// Compile time: everything per op type that does not need the op type lives
+// out of line (src/ir/ir_context.cc) or in templates of the trait/interface
+// alone (instantiated once per trait, not once per op).
+void add_op_entry(OpInfoImpl& info, TypeId id, const void* model, void (*verifier)(Operation*));
+void finish_op_info(OpInfoImpl& info);  // sorts the trait and interface tables
+
+template <typename T>
+void add_op_part(OpInfoImpl& info, const void* model) {
+  static_assert(is_interface_v<T> || is_trait_v<T>, "Op<> arguments must be traits or interfaces");
+  void (*verifier)(Operation*) = nullptr;
+  if constexpr (!is_interface_v<T>)
+    if constexpr (requires { &T::verify_trait; }) verifier = &T::verify_trait;
+  add_op_entry(info, TypeId::get<T>(), model, verifier);
+}
+
 template <typename C>
 void copy_alias_map(const C& map, std::vector<std::pair<std::uint32_t, std::uint32_t>>& out) {
   for (const auto& [o, i] : map) out.emplace_back(o, i);
 }
 }  // namespace detail
-
-template <typename ConcreteOp, typename... Ts>
-template <typename T>
-void Op<ConcreteOp, Ts...>::add_to(detail::OpInfoImpl& info) {
-  if constexpr (is_interface_v<T>) {
-    info.interfaces.emplace_back(TypeId::get<T>(), &detail::interface_model<T, ConcreteOp>);
-  } else {
-    static_assert(is_trait_v<T>, "Op<> arguments must be traits or interfaces");
-    info.traits.push_back(TypeId::get<T>());
-    if constexpr (requires { &T::verify_trait; }) info.trait_verifiers.push_back(&T::verify_trait);
-  }
-}
 
 template <typename ConcreteOp, typename... Ts>
 std::unique_ptr<detail::OpInfoImpl> Op<ConcreteOp, Ts...>::make_info() {
@@ -84,10 +91,7 @@ std::unique_ptr<detail::OpInfoImpl> Op<ConcreteOp, Ts...>::make_info() {
   auto info = std::make_unique<detail::OpInfoImpl>();
   info->id = TypeId::get<ConcreteOp>();
   info->name = std::string(ConcreteOp::name);
-  (add_to<Ts>(*info), ...);
-  std::sort(info->traits.begin(), info->traits.end());
-  std::sort(info->interfaces.begin(), info->interfaces.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+  (detail::add_op_part<Ts>(*info, detail::model_of<Ts, ConcreteOp>), ...);
   if constexpr (requires { ConcreteOp::num_operands; }) info->num_operands = ConcreteOp::num_operands;
   if constexpr (requires { ConcreteOp::num_results; }) info->num_results = ConcreteOp::num_results;
   if constexpr (requires { ConcreteOp::num_regions; }) info->num_regions = ConcreteOp::num_regions;
@@ -104,6 +108,7 @@ std::unique_ptr<detail::OpInfoImpl> Op<ConcreteOp, Ts...>::make_info() {
     detail::copy_alias_map(ConcreteOp::view_map, info->view_map);
   }
   info->verify = &verify_declared;
+  detail::finish_op_info(*info);
   return info;
 }
 
