@@ -303,7 +303,14 @@ Program program_from_json(const json& j) {
 }
 
 std::string save_program_json(const Program& p, int indent) {
-  return program_to_json(p).dump(indent, ' ', false, json::error_handler_t::strict);
+  json j = program_to_json(p);
+  try {
+    return j.dump(indent, ' ', false, json::error_handler_t::strict);
+  } catch (const json::exception& e) {  // JSON strings must be UTF-8
+    throw_error(ErrorKind::InvalidArgument,
+                "cannot save program: a string (attribute, dictionary key or parameter name) is "
+                "not valid UTF-8: ", e.what());
+  }
 }
 
 Program load_program_json(std::string_view text) {

@@ -1,3 +1,4 @@
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
@@ -98,6 +99,11 @@ C ShapedTypeBase<C>::load(const nlohmann::json& j) {
   for (const auto& d : j["dims"]) {
     if (!d.is_number_integer())
       throw_error(ErrorKind::InvalidArgument, C::name, " dim must be an integer, got ", json_brief(d));
+    // An unsigned above INT64_MAX would wrap (2^64-1 to -1, "unknown").
+    if (d.is_number_unsigned() &&
+        d.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      throw_error(ErrorKind::OutOfRange, C::name, " dim ", d.get<std::uint64_t>(),
+                  " is out of range");
     dims.push_back(d.get<std::int64_t>());
   }
   return get(*dt, std::move(dims));
