@@ -25,6 +25,24 @@ void Scope::drop_kids() {
   // Destroyed outside the lock: a variable's destructor may free buffers.
 }
 
+bool Scope::drop_kid(Scope& kid) {
+  std::unique_ptr<Scope> owned;
+  {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    auto it = std::find_if(kids_.begin(), kids_.end(), [&](const auto& k) { return k.get() == &kid; });
+    if (it == kids_.end()) return false;
+    owned = std::move(*it);
+    kids_.erase(it);
+  }
+  return true;  // destroyed here, outside the lock
+}
+
+Scope& Scope::root() noexcept {
+  Scope* s = this;
+  while (s->parent_) s = s->parent_;
+  return *s;
+}
+
 std::size_t Scope::kid_count() const {
   std::shared_lock<std::shared_mutex> lock(mutex_);
   return kids_.size();

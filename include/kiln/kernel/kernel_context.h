@@ -49,6 +49,8 @@ class KernelContext {
   const typename OpT::Attributes& attrs() const {
     return *static_cast<const typename OpT::Attributes*>(attrs_);
   }
+  // The decoded attributes, untyped (null for ops without an Attributes struct).
+  const void* attrs_ptr() const { return attrs_; }
   Place place() const { return place_; }
   Allocator& allocator() const { return *allocator_; }
 

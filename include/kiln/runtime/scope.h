@@ -30,7 +30,12 @@ class Scope {
   Scope& new_scope();
   // Destroys every kid (and their variables). Pointers into them dangle.
   void drop_kids();
+  // Destroys one kid (and its variables); false when `kid` is not a kid of this scope.
+  bool drop_kid(Scope& kid);
   const Scope* parent() const noexcept { return parent_; }
+  Scope* parent() noexcept { return parent_; }
+  // The ancestor-most scope (parameters live there).
+  Scope& root() noexcept;
   std::size_t kid_count() const;
 
   // The variable `name` in this scope, created empty if absent here (a
@@ -57,10 +62,10 @@ class Scope {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
   };
-  explicit Scope(const Scope* parent) : parent_(parent) {}
+  explicit Scope(Scope* parent) : parent_(parent) {}
   std::size_t erase_one(std::string_view name);  // caller holds mutex_ exclusively
 
-  const Scope* parent_ = nullptr;
+  Scope* parent_ = nullptr;
   mutable std::shared_mutex mutex_;  // guards vars_ and kids_
   std::unordered_map<std::string, std::unique_ptr<Variable>, StringHash, std::equal_to<>> vars_;
   std::vector<std::unique_ptr<Scope>> kids_;

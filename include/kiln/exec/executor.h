@@ -1,0 +1,78 @@
+// Executor: the user's entry point (seed 001 §2.2, "Executor.run"):
+// `exe.run(program, feed, fetch)` feeds data ops by name and returns the
+// fetched values as Tensors. Pre-analysed cores are cached (LRU) by
+// (program content hash, feed names, fetch targets, scope); the content hash
+// is recomputed only when the IR changed (ir_epoch()).
+#pragma once
+
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/exec/interpreter_core.h"
+
+namespace kiln {
+
+using FeedMap = std::map<std::string, Tensor, std::less<>>;
+
+struct ExecutorOptions {
+  // Host threads a run uses, the caller's included (0: the hardware's).
+  unsigned num_threads = 0;
+  bool sequential = false;
+  bool gc = true;
+  bool profile = false;
+  std::size_t cache_capacity = 32;
+};
+
+class Executor {
+ public:
+  explicit Executor(Place place = Place::cpu(), ExecutorOptions options = {});
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Runs `program` in the executor's scope (or `scope`). kiln::Error for a
+  // missing feed, a feed of the wrong dtype or shape (expected vs given), an
+  // unknown fetch, a parameter the startup program never set, a failing op.
+  std::vector<Tensor> run(const Program& program, const FeedMap& feed = {},
+                          const std::vector<FetchTarget>& fetch = {});
+  std::vector<Tensor> run(const Program& program, const FeedMap& feed,
+                          const std::vector<FetchTarget>& fetch, Scope& scope);
+
+  // The root scope holding parameters.
+  Scope& scope() { return scope_; }
+  Place place() const { return place_; }
+  // The core the last run used (introspection: DOT, trace).
+  InterpreterCore* last_core() const { return last_core_; }
+  std::size_t num_cores_built() const { return cores_built_; }
+  std::size_t cache_size() const { return lru_.size(); }
+  const std::shared_ptr<WorkQueue>& work_queue() const { return queue_; }
+
+ private:
+  struct Memo {
+    std::uint64_t epoch = 0;
+    std::uint64_t hash = 0;
+    std::unordered_map<const detail::ValueImpl*, std::uint32_t> value_ids;
+  };
+  const Memo& memo_for(const Program& program);
+
+  Place place_;
+  ExecutorOptions options_;
+  Scope scope_;
+  std::shared_ptr<WorkQueue> queue_;
+  std::unordered_map<const Program*, Memo> memos_;
+  struct Entry {
+    std::string key;
+    std::unique_ptr<InterpreterCore> core;
+  };
+  std::list<Entry> lru_;  // most recent first
+  std::unordered_map<std::string, std::list<Entry>::iterator> index_;
+  InterpreterCore* last_core_ = nullptr;
+  std::size_t cores_built_ = 0;
+  std::vector<Tensor> feed_buffer_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,106 @@
+#include "kiln/exec/executor.h"
+
+#include <thread>
+
+#include "kiln/io/json.h"
+
+namespace kiln {
+
+Executor::Executor(Place place, ExecutorOptions options) : place_(place), options_(options) {
+  unsigned threads = options_.num_threads ? options_.num_threads : std::thread::hardware_concurrency();
+  if (threads == 0) threads = 1;
+  options_.num_threads = threads;
+  if (threads > 1 && !options_.sequential) queue_ = std::make_shared<WorkQueue>(threads - 1);
+}
+
+Executor::~Executor() {
+  lru_.clear();  // cores drop their kid scopes before the scope goes
+}
+
+const Executor::Memo& Executor::memo_for(const Program& program) {
+  Memo& m = memos_[&program];
+  const std::uint64_t epoch = ir_epoch();
+  if (m.epoch != epoch || m.epoch == 0) {
+    if (memos_.size() > 64) {  // programs come and go: keep the memo table small
+      Memo keep = m;
+      memos_.clear();
+      memos_[&program] = std::move(keep);
+    }
+    Memo& mm = memos_[&program];
+    mm.hash = content_hash(program);
+    mm.value_ids.clear();
+    std::uint32_t id = 0;
+    auto number = [&](auto& self, const Block& b) -> void {
+      for (std::uint32_t a = 0; a < b.num_arguments(); ++a) mm.value_ids[b.argument(a).impl()] = id++;
+      for (Operation* op : b) {
+        for (std::uint32_t r = 0; r < op->num_regions(); ++r)
+          for (Block* inner : op->region(r)) self(self, *inner);
+        for (std::uint32_t i = 0; i < op->num_results(); ++i) mm.value_ids[op->result(i).impl()] = id++;
+      }
+    };
+    number(number, program.block());
+    mm.epoch = ir_epoch();  // hashing itself does not change the IR
+    return mm;
+  }
+  return m;
+}
+
+std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
+                                  const std::vector<FetchTarget>& fetch) {
+  return run(program, feed, fetch, scope_);
+}
+
+std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
+                                  const std::vector<FetchTarget>& fetch, Scope& scope) {
+  const Memo& memo = memo_for(program);
+  std::string key;
+  key.reserve(64);
+  key.append(reinterpret_cast<const char*>(&memo.hash), sizeof memo.hash);
+  const Scope* sp = &scope;
+  key.append(reinterpret_cast<const char*>(&sp), sizeof sp);
+  for (const auto& [name, t] : feed) {
+    key += "\x01";
+    key += name;
+  }
+  for (const auto& f : fetch) {
+    if (f.value) {
+      auto it = memo.value_ids.find(f.value.impl());
+      if (it == memo.value_ids.end())
+        throw_error(ErrorKind::InvalidArgument, "a fetch target is a value that is not in this program");
+      key += "\x02%";
+      key += std::to_string(it->second);
+    } else {
+      key += "\x03";
+      key += f.name;
+    }
+  }
+  InterpreterCore* core;
+  if (auto it = index_.find(key); it != index_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second);
+    core = it->second->core.get();
+  } else {
+    std::vector<std::string> names;
+    for (const auto& [name, t] : feed) names.push_back(name);
+    ExecutionConfig cfg;
+    cfg.num_threads = options_.num_threads;
+    cfg.sequential = options_.sequential;
+    cfg.gc = options_.gc;
+    cfg.profile = options_.profile;
+    cfg.place = place_;
+    auto made = std::make_unique<InterpreterCore>(program, scope, std::move(names), fetch, cfg, queue_);
+    ++cores_built_;
+    lru_.push_front(Entry{key, std::move(made)});
+    index_[key] = lru_.begin();
+    while (lru_.size() > std::max<std::size_t>(1, options_.cache_capacity)) {
+      index_.erase(lru_.back().key);
+      lru_.pop_back();
+    }
+    core = lru_.front().core.get();
+  }
+  last_core_ = core;
+  feed_buffer_.clear();
+  for (const auto& [name, t] : feed) feed_buffer_.push_back(t);
+  return core->run(feed_buffer_);
+}
+
+}  // namespace kiln

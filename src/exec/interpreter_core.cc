@@ -1,0 +1,669 @@
+#include "kiln/exec/interpreter_core.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/exec/dependency_builder.h"
+#include "kiln/ir/printer.h"
+
+namespace kiln {
+
+namespace {
+constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// ---- kernels of the instructions the core makes itself ----
+
+struct CopyFlags {
+  bool deep = false;
+};
+
+// Output 0 takes input 0's tensor: shared, or copied when `deep`.
+void share_or_copy_kernel(KernelContext& ctx) {
+  const Tensor& in = ctx.input(0);
+  const auto* flags = static_cast<const CopyFlags*>(ctx.attrs_ptr());
+  Tensor& out = ctx.output(0);
+  out = flags && flags->deep ? in.clone() : in;
+}
+
+// Output 0 = input 0 copied to the context's place (host places share memory).
+void transfer_kernel(KernelContext& ctx) {
+  const Tensor& in = ctx.input(0);
+  Tensor& out = ctx.alloc_output(0, in.dims(), in.dtype());
+  if (in.bytes()) std::memcpy(out.raw_data(), in.raw_data(), in.bytes());
+}
+}  // namespace
+
+struct InterpreterCore::Impl {
+  Program program;  // the core's own copy: a cached core outlives the caller's program
+  std::unordered_map<const detail::ValueImpl*, std::uint32_t> value_slot;   // clone values
+  std::unordered_map<const detail::ValueImpl*, std::uint32_t> source_ids;   // caller's values → id
+  std::vector<Value> clone_values;                                          // by id
+
+  struct Meta {
+    std::string name;
+    std::uint32_t op_index = kNone;
+    std::vector<std::uint32_t> reads, writes;
+    std::uint8_t order = kOrderNone;
+    Lane lane = Lane::host();
+    Operation* op = nullptr;
+  };
+  std::vector<Meta> meta;
+  // Storage the kernel contexts point into: stable for the core's lifetime.
+  std::vector<std::unique_ptr<Variable*[]>> io_arrays;
+  std::vector<std::shared_ptr<const void>> attrs;
+
+  struct SlotInfo {
+    Place place = Place::cpu();
+    std::uint32_t alias = 0;  // dependency variable (views share their source's)
+    bool persistent = false;  // parameter, feed, fetch result: never freed
+    std::uint32_t fetch_reads = 0;
+  };
+  std::vector<SlotInfo> slots;
+  std::vector<std::unique_ptr<Variable>> owned_vars;  // fetch results
+
+  // Feeds: per feed name, the slot and the expected type.
+  std::vector<std::uint32_t> feed_slot;
+  std::vector<Type> feed_type;
+  // Fetches: the variable receiving each target.
+  std::vector<Variable*> fetch_vars;
+
+  // Profiling (one entry per instruction, last run).
+  std::vector<std::int64_t> t_start, t_end;
+  std::vector<std::uint32_t> t_thread;
+};
+
+InterpreterCore::InterpreterCore(const Program& program, Scope& scope,
+                                 std::vector<std::string> feed_names,
+                                 const std::vector<FetchTarget>& fetch, ExecutionConfig config,
+                                 std::shared_ptr<WorkQueue> queue)
+    : config_(std::move(config)),
+      queue_(std::move(queue)),
+      scope_(&scope),
+      feed_names_(std::move(feed_names)),
+      impl_(std::make_unique<Impl>()) {
+  if (config_.sequential || config_.num_threads == 1) queue_.reset();
+  local_scope_ = &scope_->new_scope();
+  build(program, fetch);
+}
+
+InterpreterCore::~InterpreterCore() {
+  // Drop the kid scope with the temporaries.
+  scope_->drop_kid(*local_scope_);
+}
+
+namespace {
+void number_values(const Block& b, std::vector<Value>& out) {
+  for (std::uint32_t a = 0; a < b.num_arguments(); ++a) out.push_back(b.argument(a));
+  for (Operation* op : b) {
+    for (std::uint32_t r = 0; r < op->num_regions(); ++r)
+      for (Block* inner : op->region(r)) number_values(*inner, out);
+    for (std::uint32_t i = 0; i < op->num_results(); ++i) out.push_back(op->result(i));
+  }
+}
+
+std::string shape_string(Type t) { return t ? t.to_string() : std::string("<none>"); }
+
+bool shape_matches(Type expected, const Tensor& t) {
+  if (!is_shaped(expected)) return false;
+  if (shaped_data_type(expected) != t.dtype()) return false;
+  const auto& dims = shaped_dims(expected);
+  if (static_cast<int>(dims.size()) != t.rank()) return false;
+  for (std::size_t i = 0; i < dims.size(); ++i)
+    if (dims[i] >= 0 && dims[i] != t.dims()[static_cast<int>(i)]) return false;
+  return true;
+}
+}  // namespace
+
+void InterpreterCore::build(const Program& source, const std::vector<FetchTarget>& fetch) {
+  Impl& m = *impl_;
+  // Number the caller's values, then work on a copy numbered the same way.
+  {
+    std::vector<Value> src;
+    number_values(source.block(), src);
+    for (std::uint32_t i = 0; i < src.size(); ++i) m.source_ids.emplace(src[i].impl(), i);
+  }
+  m.program = source.clone();
+  number_values(m.program.block(), m.clone_values);
+  auto clone_of = [&](Value v) -> Value {
+    auto it = m.source_ids.find(v.impl());
+    return it == m.source_ids.end() ? Value() : m.clone_values[it->second];
+  };
+
+  Scope* root = &scope_->root();
+
+  // ---- fetch targets → values of the clone ----
+  std::vector<Value> fetch_values;
+  for (const auto& f : fetch) {
+    if (f.value) {
+      Value v = clone_of(f.value);
+      if (!v)
+        throw_error(ErrorKind::InvalidArgument,
+                    "a fetch target is a value that is not in this program");
+      fetch_values.push_back(v);
+      continue;
+    }
+    Value found;
+    for (Operation* op : m.program.block()) {
+      if (auto fo = op->dyn_cast<FetchOp>(); fo && fo.attrs().name == f.name) found = op->operand_source(0);
+      else if (auto d = op->dyn_cast<DataOp>(); d && d.attrs().name == f.name) found = op->result(0);
+      else if (auto p = op->dyn_cast<ParameterOp>(); p && p.attrs().parameter_name == f.name)
+        found = op->result(0);
+      if (found) break;
+    }
+    if (!found)
+      throw_error(ErrorKind::NotFound, "fetch '", f.name,
+                  "' matches no kiln.fetch op, data op or parameter of the program");
+    fetch_values.push_back(found);
+  }
+  std::unordered_map<const detail::ValueImpl*, std::vector<std::uint32_t>> fetch_index;
+  for (std::uint32_t k = 0; k < fetch_values.size(); ++k) {
+    fetch_index[fetch_values[k].impl()].push_back(k);
+    m.owned_vars.push_back(std::make_unique<Variable>());
+    m.fetch_vars.push_back(m.owned_vars.back().get());
+  }
+
+  // ---- slots ----
+  auto new_slot = [&](Variable* var, Place place, bool persistent) {
+    auto s = static_cast<std::uint32_t>(vars_.size());
+    vars_.push_back(var);
+    m.slots.push_back({place, s, persistent, 0});
+    return s;
+  };
+  auto temp_var = [&]() { return &local_scope_->var("@tmp." + std::to_string(vars_.size())); };
+  std::unordered_map<std::string, std::uint32_t> param_slots;
+  auto param_slot = [&](const std::string& name, bool create) -> std::uint32_t {
+    if (auto it = param_slots.find(name); it != param_slots.end()) return it->second;
+    Variable* v = root->find_var(name);
+    if (!v && !create) return kNone;
+    if (!v) v = &root->var(name);
+    std::uint32_t s = new_slot(v, config_.place, true);
+    param_slots.emplace(name, s);
+    return s;
+  };
+  // set_parameter targets, so a parameter written earlier in this program is found.
+  for (Operation* op : m.program.block())
+    if (auto sp = op->dyn_cast<SetParameterOp>()) param_slot(sp.attrs().parameter_name, true);
+
+  m.feed_slot.assign(feed_names_.size(), kNone);
+  m.feed_type.assign(feed_names_.size(), Type());
+
+  // ---- instructions, in program order ----
+  auto add_instruction = [&](std::string name, std::uint32_t op_index, Operation* op, KernelFn fn,
+                             std::vector<std::uint32_t> ins, std::vector<std::uint32_t> outs,
+                             std::shared_ptr<const void> attrs, std::uint8_t order) {
+    auto in_arr = std::make_unique<Variable*[]>(ins.size() + 1);
+    auto out_arr = std::make_unique<Variable*[]>(outs.size() + 1);
+    for (std::size_t k = 0; k < ins.size(); ++k) in_arr[k] = vars_[ins[k]];
+    for (std::size_t k = 0; k < outs.size(); ++k) out_arr[k] = vars_[outs[k]];
+    Instruction in;
+    in.fn = fn;
+    in.ctx = KernelContext(op, in_arr.get(), static_cast<std::uint32_t>(ins.size()), out_arr.get(),
+                           static_cast<std::uint32_t>(outs.size()), attrs.get(), config_.place,
+                           &cpu_allocator());
+    instrs_.push_back(in);
+    m.io_arrays.push_back(std::move(in_arr));
+    m.io_arrays.push_back(std::move(out_arr));
+    m.attrs.push_back(std::move(attrs));
+    Impl::Meta meta;
+    meta.name = std::move(name);
+    meta.op_index = op_index;
+    meta.op = op;
+    meta.order = order;
+    meta.lane = Lane::of(config_.place);
+    meta.reads = std::move(ins);
+    meta.writes = std::move(outs);
+    m.meta.push_back(std::move(meta));
+  };
+  auto deep_copy_flag = std::make_shared<const CopyFlags>(CopyFlags{true});
+  auto add_fetches_of = [&](Value v, std::uint32_t slot) {
+    auto it = fetch_index.find(v.impl());
+    if (it == fetch_index.end()) return;
+    for (std::uint32_t k : it->second) {
+      std::uint32_t out = new_slot(m.fetch_vars[k], config_.place, true);
+      m.slots[slot].fetch_reads++;
+      // A parameter's buffer outlives the run and may be updated in place by
+      // a later run: the caller gets a copy.
+      bool deep = m.slots[slot].persistent && !std::count(m.feed_slot.begin(), m.feed_slot.end(), slot);
+      add_instruction("fetch", kNone, nullptr, &share_or_copy_kernel, {slot}, {out},
+                      deep ? std::shared_ptr<const void>(deep_copy_flag) : nullptr, kOrderNone);
+    }
+  };
+  // Slot holding `v` at the kernel's place, inserting a transfer if needed.
+  std::unordered_map<std::uint64_t, std::uint32_t> transfers;
+  auto operand_slot = [&](Operation* op, std::uint32_t i) {
+    Value v = op->operand_source(i);
+    auto it = m.value_slot.find(v.impl());
+    if (it == m.value_slot.end())
+      throw_error(ErrorKind::Unimplemented, "op '", op->name(), "' operand #", i,
+                  " is defined inside a region; control flow is not supported by the executor yet");
+    std::uint32_t s = it->second;
+    if (m.slots[s].place == config_.place) return s;
+    std::uint64_t key = std::uint64_t(s) << 32 | static_cast<std::uint32_t>(config_.place.kind);
+    if (auto t = transfers.find(key); t != transfers.end()) return t->second;
+    std::uint32_t out = new_slot(temp_var(), config_.place, false);
+    add_instruction("memcpy " + m.slots[s].place.to_string() + "->" + config_.place.to_string(),
+                    kNone, op, &transfer_kernel, {s}, {out}, nullptr, kOrderNone);
+    transfers.emplace(key, out);
+    return out;
+  };
+
+  std::uint32_t op_index = 0;
+  for (Operation* op : m.program.block()) {
+    const std::uint32_t index = op_index++;
+    if (op->num_regions())
+      throw_error(ErrorKind::Unimplemented, "op #", index, " '", op->name(),
+                  "' has regions; control flow is not supported by the executor yet");
+    if (auto p = op->dyn_cast<ParameterOp>()) {
+      const std::string name = p.attrs().parameter_name;
+      std::uint32_t s = param_slot(name, false);
+      if (s == kNone)
+        throw_error(ErrorKind::NotFound, "parameter '", name,
+                    "' has no value in the scope: run the startup program first");
+      m.value_slot[op->result(0).impl()] = s;
+      add_fetches_of(op->result(0), s);
+      continue;
+    }
+    if (auto d = op->dyn_cast<DataOp>()) {
+      auto a = d.attrs();
+      auto it = std::find(feed_names_.begin(), feed_names_.end(), a.name);
+      if (it == feed_names_.end())
+        throw_error(ErrorKind::InvalidArgument, "feed '", a.name, "' is missing: the program's data op expects ",
+                    shape_string(op->result_type(0)));
+      auto k = static_cast<std::size_t>(it - feed_names_.begin());
+      if (m.feed_slot[k] != kNone)
+        throw_error(ErrorKind::InvalidArgument, "two data ops are named '", a.name, "'");
+      std::uint32_t s = new_slot(&local_scope_->var(a.name), a.place, true);
+      m.feed_slot[k] = s;
+      m.feed_type[k] = op->result_type(0);
+      m.value_slot[op->result(0).impl()] = s;
+      add_fetches_of(op->result(0), s);
+      continue;
+    }
+    if (auto sp = op->dyn_cast<SetParameterOp>()) {
+      std::uint32_t in = operand_slot(op, 0);
+      std::uint32_t out = param_slot(sp.attrs().parameter_name, true);
+      // Copy values the caller or another parameter owns; share temporaries.
+      bool deep = m.slots[in].persistent;
+      add_instruction(op->name(), index, op, &share_or_copy_kernel, {in}, {out},
+                      deep ? std::shared_ptr<const void>(deep_copy_flag) : nullptr, kOrderSideEffect);
+      continue;
+    }
+    if (auto fo = op->dyn_cast<FetchOp>()) {
+      std::uint32_t in = operand_slot(op, 0);
+      // A kiln.fetch op is a side effect kept in order; the value reaches the
+      // caller when the fetch targets name it.
+      m.slots[in].fetch_reads++;
+      std::uint32_t out = new_slot(&local_scope_->var("@fetch." + fo.attrs().name), config_.place, true);
+      add_instruction(op->name(), index, op, &share_or_copy_kernel, {in}, {out},
+                      m.slots[in].persistent ? std::shared_ptr<const void>(deep_copy_flag) : nullptr,
+                      kOrderSideEffect);
+      continue;
+    }
+    // A kernel op.
+    DataType key_dtype = DataType::Float32;
+    if (op->num_operands() && is_shaped(op->operand_source(0).type()))
+      key_dtype = shaped_data_type(op->operand_source(0).type());
+    else if (op->num_results() && is_shaped(op->result_type(0)))
+      key_dtype = shaped_data_type(op->result_type(0));
+    const KernelInfo* kernel =
+        KernelRegistry::instance().find(op->info().id(), config_.place.kind, key_dtype);
+    if (!kernel && config_.place.kind != PlaceKind::Cpu)
+      kernel = KernelRegistry::instance().find(op->info().id(), PlaceKind::Cpu, key_dtype);
+    if (!kernel) KernelRegistry::instance().get(*op, config_.place.kind, key_dtype);  // throws
+    std::vector<std::uint32_t> ins;
+    for (std::uint32_t i = 0; i < op->num_operands(); ++i) ins.push_back(operand_slot(op, i));
+    std::vector<std::uint32_t> outs(op->num_results(), kNone);
+    for (auto [o, i] : op->info().impl()->inplace_map) {
+      std::uint32_t s = ins[i];
+      if (m.slots[s].persistent && !param_slots.count("") &&
+          std::find_if(param_slots.begin(), param_slots.end(),
+                       [&](const auto& kv) { return kv.second == s; }) == param_slots.end()) {
+        // A feed or fetched value must not change under the caller: the op
+        // works on a copy (seed 004 "SetFeedVarsInplaceSkip").
+        std::uint32_t copy = new_slot(temp_var(), config_.place, false);
+        add_instruction("copy", kNone, op, &share_or_copy_kernel, {s}, {copy},
+                        std::shared_ptr<const void>(deep_copy_flag), kOrderNone);
+        ins[i] = copy;
+        s = copy;
+      }
+      outs[o] = s;
+    }
+    for (std::uint32_t o = 0; o < op->num_results(); ++o) {
+      if (outs[o] != kNone) continue;
+      outs[o] = new_slot(temp_var(), config_.place, false);
+    }
+    for (auto [o, i] : op->info().impl()->view_map) m.slots[outs[o]].alias = m.slots[ins[i]].alias;
+    std::uint8_t order = kOrderNone;
+    if (op->has_trait<Random>()) order |= kOrderRandom;
+    if (op->has_trait<Communication>()) order |= kOrderCommunication;
+    if (op->has_trait<SideEffect>()) order |= kOrderSideEffect;
+    add_instruction(op->name(), index, op, kernel->fn, ins, outs,
+                    kernel->decode_attrs ? kernel->decode_attrs(op) : nullptr, order);
+    for (std::uint32_t o = 0; o < op->num_results(); ++o) {
+      m.value_slot[op->result(o).impl()] = outs[o];
+      add_fetches_of(op->result(o), outs[o]);
+    }
+  }
+  for (std::size_t k = 0; k < feed_names_.size(); ++k)
+    if (m.feed_slot[k] == kNone)
+      throw_error(ErrorKind::NotFound, "feed '", feed_names_[k], "' matches no data op of the program");
+
+  // ---- dependencies over alias classes ----
+  const auto n = static_cast<std::uint32_t>(instrs_.size());
+  DependencyBuilder deps(n, static_cast<std::uint32_t>(vars_.size()));
+  std::vector<std::uint32_t> r, w;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    r.clear();
+    w.clear();
+    for (auto s : m.meta[i].reads) r.push_back(m.slots[s].alias);
+    for (auto s : m.meta[i].writes) w.push_back(m.slots[s].alias);
+    deps.add_instruction(r, w, m.meta[i].order);
+  }
+  deps.build();
+  succ_off_.assign(n + 1, 0);
+  succ_.clear();
+  dep_static_.assign(n, 0);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    auto s = deps.successors(i);
+    succ_.insert(succ_.end(), s.begin(), s.end());
+    succ_off_[i + 1] = static_cast<std::uint32_t>(succ_.size());
+    dep_static_[i] = deps.num_predecessors(i);
+    if (dep_static_[i] == 0) roots_.push_back(i);
+  }
+  dep_ = std::make_unique<std::atomic<std::int32_t>[]>(n);
+  for (std::uint32_t i = 0; i < n; ++i) dep_[i].store(static_cast<std::int32_t>(dep_static_[i]), std::memory_order_relaxed);
+
+  // ---- GC plan ----
+  std::vector<bool> no_gc(vars_.size(), false);
+  for (std::uint32_t s = 0; s < vars_.size(); ++s)
+    no_gc[s] = m.slots[s].persistent || m.slots[s].fetch_reads > 0;
+  for (Value v : config_.skip_gc) {
+    Value c = clone_of(v);
+    if (auto it = c ? m.value_slot.find(c.impl()) : m.value_slot.end(); it != m.value_slot.end())
+      no_gc[it->second] = true;
+  }
+  std::vector<std::vector<std::uint32_t>> users(vars_.size());
+  for (std::uint32_t i = 0; i < n; ++i) {
+    for (auto s : m.meta[i].reads) users[s].push_back(i);
+    for (auto s : m.meta[i].writes) users[s].push_back(i);
+  }
+  std::vector<std::vector<std::uint32_t>> frees(n);
+  ref_static_.assign(vars_.size(), 0);
+  if (config_.gc) {
+    for (std::uint32_t s = 0; s < vars_.size(); ++s) {
+      if (no_gc[s] || users[s].empty()) continue;
+      auto& u = users[s];
+      std::sort(u.begin(), u.end());
+      u.erase(std::unique(u.begin(), u.end()), u.end());
+      auto last = deps.last_users(u);
+      ref_static_[s] = static_cast<std::int32_t>(last.size());
+      for (auto i : last) frees[i].push_back(s);
+    }
+  }
+  gc_off_.assign(n + 1, 0);
+  gc_.clear();
+  for (std::uint32_t i = 0; i < n; ++i) {
+    gc_.insert(gc_.end(), frees[i].begin(), frees[i].end());
+    gc_off_[i + 1] = static_cast<std::uint32_t>(gc_.size());
+  }
+  ref_ = std::make_unique<std::atomic<std::int32_t>[]>(vars_.size());
+  for (std::size_t s = 0; s < vars_.size(); ++s) ref_[s].store(ref_static_[s], std::memory_order_relaxed);
+  local_ready_.reserve(n);
+  if (config_.profile) {
+    m.t_start.assign(n, 0);
+    m.t_end.assign(n, 0);
+    m.t_thread.assign(n, 0);
+  }
+}
+
+// ---- running ----
+
+std::vector<Tensor> InterpreterCore::run(std::span<const Tensor> feeds) {
+  std::lock_guard lock(run_mutex_);
+  Impl& m = *impl_;
+  if (feeds.size() != feed_names_.size())
+    throw_error(ErrorKind::InvalidArgument, "expected ", feed_names_.size(), " feeds, got ",
+                feeds.size());
+  for (std::size_t k = 0; k < feeds.size(); ++k) {
+    const Tensor& t = feeds[k];
+    if (!t.is_initialized())
+      throw_error(ErrorKind::InvalidArgument, "feed '", feed_names_[k], "' holds no tensor");
+    if (!shape_matches(m.feed_type[k], t))
+      throw_error(ErrorKind::InvalidArgument, "feed '", feed_names_[k], "': expected ",
+                  m.feed_type[k].to_string(), ", got ", t.to_string());
+    vars_[m.feed_slot[k]]->get_mutable<Tensor>() = t;
+  }
+  if (dirty_) reset_counters();
+  abort_.store(false, std::memory_order_relaxed);
+  error_ = nullptr;
+
+  if (config_.sequential) run_sequential();
+  else run_parallel();
+
+  for (std::size_t k = 0; k < feeds.size(); ++k) vars_[m.feed_slot[k]]->clear();
+  if (error_) {
+    dirty_ = true;
+    for (auto* v : m.fetch_vars) v->clear();
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    const auto& meta = m.meta[error_instr_];
+    std::string where = "op ";
+    if (meta.op_index != kNone) where += "#" + std::to_string(meta.op_index) + " ";
+    where += "'" + meta.name + "'";
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& err) {
+      throw Error(err.kind(), where + " failed: " + err.message());
+    } catch (const std::exception& err) {
+      throw Error(ErrorKind::Internal, where + " failed: " + err.what());
+    } catch (...) {
+      throw Error(ErrorKind::Internal, where + " failed with an unknown exception");
+    }
+  }
+  std::vector<Tensor> out;
+  out.reserve(m.fetch_vars.size());
+  for (auto* v : m.fetch_vars) {
+    out.push_back(v->is<Tensor>() ? v->get<Tensor>() : Tensor());
+    v->clear();
+  }
+  return out;
+}
+
+void InterpreterCore::reset_counters() {
+  for (std::size_t i = 0; i < instrs_.size(); ++i)
+    dep_[i].store(static_cast<std::int32_t>(dep_static_[i]), std::memory_order_relaxed);
+  for (std::size_t s = 0; s < vars_.size(); ++s)
+    ref_[s].store(ref_static_[s], std::memory_order_relaxed);
+  dirty_ = false;
+}
+
+bool InterpreterCore::execute(std::uint32_t i) {
+  // Relaxed: a stale "false" only runs one more op before the abort is seen.
+  if (abort_.load(std::memory_order_relaxed)) return false;
+  Instruction& in = instrs_[i];
+  try {
+    if (config_.profile) {
+      auto& m = *impl_;
+      m.t_start[i] = now_ns();
+      in.fn(in.ctx);
+      m.t_end[i] = now_ns();
+      m.t_thread[i] = static_cast<std::uint32_t>(std::hash<std::thread::id>()(std::this_thread::get_id()) & 0xffff);
+    } else {
+      in.fn(in.ctx);
+    }
+  } catch (...) {
+    std::lock_guard lock(error_mutex_);
+    if (!error_) {
+      error_ = std::current_exception();
+      error_instr_ = i;
+    }
+    abort_.store(true, std::memory_order_release);
+    return false;
+  }
+  return true;
+}
+
+void InterpreterCore::collect_garbage(std::uint32_t i) {
+  for (std::uint32_t k = gc_off_[i], e = gc_off_[i + 1]; k < e; ++k) {
+    const std::uint32_t s = gc_[k];
+    const std::int32_t st = ref_static_[s];
+    // acq_rel: the last user's decrement must see every other user's writes
+    // (release) before the variable is freed (acquire).
+    if (st == 1 || ref_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if (st != 1) ref_[s].store(st, std::memory_order_relaxed);  // ready for the next run
+      vars_[s]->clear();
+    }
+  }
+}
+
+void InterpreterCore::run_sequential() {
+  const auto n = static_cast<std::uint32_t>(instrs_.size());
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (!execute(i)) return;
+    if (config_.gc) collect_garbage(i);
+  }
+}
+
+void InterpreterCore::hand_out(std::uint32_t i) {
+  if (!queue_) {
+    local_ready_.push_back(i);
+    return;
+  }
+  // Relaxed: the queue's lock orders the push; pending_ only counts.
+  pending_.fetch_add(1, std::memory_order_relaxed);
+  queue_->push(WorkTask{&InterpreterCore::task_entry, this, i});
+}
+
+void InterpreterCore::task_entry(void* core, std::uint32_t i) {
+  auto* self = static_cast<InterpreterCore*>(core);
+  self->run_chain(i);
+  self->finish_task();
+}
+
+void InterpreterCore::finish_task() {
+  // acq_rel: the caller's acquire of 0 must see all work of every task.
+  if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_all();
+}
+
+void InterpreterCore::run_chain(std::uint32_t i) {
+  for (;;) {
+    if (!execute(i)) return;
+    collect_garbage(i);
+    std::uint32_t next = kNone;
+    for (std::uint32_t k = succ_off_[i], e = succ_off_[i + 1]; k < e; ++k) {
+      const std::uint32_t s = succ_[k];
+      const std::uint32_t st = dep_static_[s];
+      // A lone predecessor needs no atomic: it is the only one to reach s.
+      // acq_rel: the last predecessor sees the others' outputs.
+      if (st == 1 || dep_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        if (st != 1) dep_[s].store(static_cast<std::int32_t>(st), std::memory_order_relaxed);
+        if (next == kNone) next = s;  // keep one ready successor on this thread
+        else hand_out(s);
+      }
+    }
+    if (next == kNone) return;
+    i = next;
+  }
+}
+
+void InterpreterCore::run_parallel() {
+  if (roots_.empty()) return;
+  if (!queue_) {
+    local_ready_.clear();
+    for (auto it = roots_.rbegin(); it != roots_.rend(); ++it) local_ready_.push_back(*it);
+    while (!local_ready_.empty()) {
+      std::uint32_t i = local_ready_.back();
+      local_ready_.pop_back();
+      run_chain(i);
+    }
+    return;
+  }
+  pending_.store(1, std::memory_order_relaxed);
+  for (std::size_t k = 1; k < roots_.size(); ++k) hand_out(roots_[k]);
+  run_chain(roots_[0]);
+  finish_task();
+  // Take part instead of sleeping while there is queued work.
+  for (;;) {
+    std::int64_t p = pending_.load(std::memory_order_acquire);
+    if (p == 0) break;
+    if (queue_->try_run_one()) continue;
+    pending_.wait(p, std::memory_order_acquire);
+  }
+}
+
+// ---- introspection ----
+
+InterpreterCore::InstructionInfo InterpreterCore::instruction(std::uint32_t i) const {
+  const auto& meta = impl_->meta.at(i);
+  InstructionInfo info;
+  info.op_name = meta.name;
+  info.op_index = meta.op_index;
+  for (std::uint32_t k = succ_off_[i]; k < succ_off_[i + 1]; ++k) {
+    info.successors.push_back(succ_[k]);
+    info.successor_kinds.push_back(successor_kind(meta.lane, impl_->meta[succ_[k]].lane));
+  }
+  info.num_predecessors = dep_static_[i];
+  info.reads = meta.reads;
+  info.writes = meta.writes;
+  info.frees.assign(gc_.begin() + gc_off_[i], gc_.begin() + gc_off_[i + 1]);
+  return info;
+}
+
+std::uint32_t InterpreterCore::slot_of(Value v) const {
+  auto it = impl_->source_ids.find(v.impl());
+  if (it == impl_->source_ids.end()) return kNone;
+  auto s = impl_->value_slot.find(impl_->clone_values[it->second].impl());
+  return s == impl_->value_slot.end() ? kNone : s->second;
+}
+
+std::string InterpreterCore::to_dot() const {
+  std::ostringstream os;
+  os << "digraph kiln {\n  node [shape=box, fontname=\"monospace\"];\n";
+  for (std::uint32_t i = 0; i < instrs_.size(); ++i) {
+    os << "  i" << i << " [label=\"" << i << ": " << impl_->meta[i].name << "\"];\n";
+  }
+  for (std::uint32_t i = 0; i < instrs_.size(); ++i)
+    for (std::uint32_t k = succ_off_[i]; k < succ_off_[i + 1]; ++k) {
+      auto kind = successor_kind(impl_->meta[i].lane, impl_->meta[succ_[k]].lane);
+      os << "  i" << i << " -> i" << succ_[k];
+      if (kind == SuccessorKind::Event) os << " [style=dashed]";
+      if (kind == SuccessorKind::Sync) os << " [style=bold]";
+      os << ";\n";
+    }
+  os << "}\n";
+  return os.str();
+}
+
+std::string InterpreterCore::chrome_trace() const {
+  const auto& m = *impl_;
+  std::ostringstream os;
+  os << "{\"traceEvents\":[";
+  std::int64_t t0 = std::numeric_limits<std::int64_t>::max();
+  for (auto t : m.t_start)
+    if (t) t0 = std::min(t0, t);
+  bool first = true;
+  for (std::size_t i = 0; i < m.t_start.size(); ++i) {
+    if (!m.t_start[i]) continue;
+    if (!first) os << ',';
+    first = false;
+    os << "{\"name\":\"" << m.meta[i].name << "\",\"cat\":\"op\",\"ph\":\"X\",\"ts\":"
+       << double(m.t_start[i] - t0) / 1000.0 << ",\"dur\":" << double(m.t_end[i] - m.t_start[i]) / 1000.0
+       << ",\"pid\":1,\"tid\":" << m.t_thread[i] << ",\"args\":{\"instruction\":" << i << "}}";
+  }
+  os << "],\"displayTimeUnit\":\"ns\"}";
+  return os.str();
+}
+
+}  // namespace kiln
