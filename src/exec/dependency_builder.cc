@@ -244,27 +244,29 @@ std::vector<std::uint32_t> DependencyBuilder::last_users(std::span<const std::ui
     }
     if (!precedes) out.push_back(u);
   }
-  // Few candidates left: check each against the later users by a bounded
-  // search (a search that runs long keeps the candidate: still correct).
+  // Few candidates left: check each against the later users by a search
+  // bounded to a few dozen nodes (a search that runs long keeps the
+  // candidate — still correct, it only costs a counter decrement).
   if (!out.empty() && out.size() <= 16) {
+    if (visit_stamp_.size() != n_) visit_stamp_.assign(n_, 0);
     std::vector<std::uint32_t> kept;
+    std::vector<std::uint32_t> stack;
     for (std::uint32_t u : out) {
+      const std::uint32_t gen = ++visit_gen_;
       bool precedes = false;
-      std::vector<std::uint32_t> stack{u};
-      std::vector<std::uint32_t> seen;
-      std::size_t budget = 512;
-      while (!stack.empty() && !precedes && budget) {
+      stack.assign(1, u);
+      int budget = 64;
+      while (!stack.empty() && !precedes && budget > 0) {
         std::uint32_t v = stack.back();
         stack.pop_back();
         for (std::uint32_t s : successors(v)) {
-          if (s > last || !budget) break;
-          --budget;
+          if (s > last || --budget <= 0) break;
           if (is_user(s)) {
             precedes = true;
             break;
           }
-          if (std::find(seen.begin(), seen.end(), s) == seen.end()) {
-            seen.push_back(s);
+          if (visit_stamp_[s] != gen) {
+            visit_stamp_[s] = gen;
             stack.push_back(s);
           }
         }

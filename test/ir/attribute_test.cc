@@ -18,9 +18,9 @@ using namespace kiln;
 namespace {
 
 // A user's attribute: an inclusive integer range [lo, hi].
-struct RangeAttributeStorage : AttributeStorage {
+struct MyRangeAttributeStorage : AttributeStorage {
   using KeyTy = std::pair<std::int64_t, std::int64_t>;
-  explicit RangeAttributeStorage(const KeyTy& k) : lo(k.first), hi(k.second) {}
+  explicit MyRangeAttributeStorage(const KeyTy& k) : lo(k.first), hi(k.second) {}
   bool operator==(const KeyTy& k) const { return lo == k.first && hi == k.second; }
   static std::size_t hash_key(const KeyTy& k) {
     return hash_combine(std::hash<std::int64_t>()(k.first), std::hash<std::int64_t>()(k.second));
@@ -28,22 +28,22 @@ struct RangeAttributeStorage : AttributeStorage {
   std::int64_t lo, hi;
 };
 
-class RangeAttribute : public AttrBase<RangeAttribute, RangeAttributeStorage> {
+class MyRangeAttribute : public AttrBase<MyRangeAttribute, MyRangeAttributeStorage> {
  public:
   using AttrBase::AttrBase;
   static constexpr std::string_view name = "mylib.range";
-  static RangeAttribute get(std::int64_t lo, std::int64_t hi) { return get_uniqued(RangeAttributeStorage::KeyTy{lo, hi}); }
+  static MyRangeAttribute get(std::int64_t lo, std::int64_t hi) { return get_uniqued(MyRangeAttributeStorage::KeyTy{lo, hi}); }
   std::int64_t lo() const { return storage()->lo; }
   std::int64_t hi() const { return storage()->hi; }
   void print(std::ostream& os) const { os << "range<" << lo() << ".." << hi() << '>'; }
   void save(nlohmann::json& j) const { j = {lo(), hi()}; }
-  static RangeAttribute load(const nlohmann::json& j) {
+  static MyRangeAttribute load(const nlohmann::json& j) {
     return get(j.at(0).get<std::int64_t>(), j.at(1).get<std::int64_t>());
   }
 };
 
-struct ConvAttrs {
-  BOOST_HANA_DEFINE_STRUCT(ConvAttrs, (std::vector<std::int64_t>, strides), (bool, bias),
+struct MyConvAttrs {
+  BOOST_HANA_DEFINE_STRUCT(MyConvAttrs, (std::vector<std::int64_t>, strides), (bool, bias),
                            (std::string, padding), (float, alpha), (DataType, dtype),
                            (Place, place), (std::int32_t, groups));
 };
@@ -201,31 +201,31 @@ TEST_CASE("isa and dyn_cast tell attribute kinds apart", "[ir][attribute]") {
 
 TEST_CASE("a user-defined attribute is uniqued, printed and nested in builtin ones",
           "[ir][attribute]") {
-  auto r = RangeAttribute::get(0, 10);
-  CHECK(r == RangeAttribute::get(0, 10));
-  CHECK(r != RangeAttribute::get(0, 11));
+  auto r = MyRangeAttribute::get(0, 10);
+  CHECK(r == MyRangeAttribute::get(0, 10));
+  CHECK(r != MyRangeAttribute::get(0, 11));
   CHECK(r.lo() == 0);
   CHECK(r.hi() == 10);
   CHECK(r.to_string() == "range<0..10>");
   Attribute a = r;
-  CHECK(a.isa<RangeAttribute>());
+  CHECK(a.isa<MyRangeAttribute>());
   CHECK(a.dialect()->name() == "mylib");
   auto d = DictionaryAttribute::get({{"r", r}, {"n", Int64Attribute::get(1)}});
   CHECK(d.to_string() == "{n = 1, r = range<0..10>}");
-  CHECK(d.find("r").cast<RangeAttribute>().hi() == 10);
+  CHECK(d.find("r").cast<MyRangeAttribute>().hi() == 10);
   CHECK(attribute_from_json(attribute_to_json(r)) == a);
 }
 
 TEST_CASE("a reflected attribute struct converts to named attributes and back",
           "[ir][attribute]") {
-  ConvAttrs in{{2, 2}, true, "same", 0.5f, DataType::Float16, Place::cuda(0), 4};
+  MyConvAttrs in{{2, 2}, true, "same", 0.5f, DataType::Float16, Place::cuda(0), 4};
   auto named = to_named_attributes(in);
   REQUIRE(named.size() == 7);
   CHECK(named[0].first == "strides");  // declaration order
   CHECK(named[0].second == make_i64_array({2, 2}));
   CHECK(named[3].second == Float32Attribute::get(0.5f));
   auto dict = DictionaryAttribute::get(named);
-  ConvAttrs out = from_attributes<ConvAttrs>(dict, "test.conv");
+  MyConvAttrs out = from_attributes<MyConvAttrs>(dict, "test.conv");
   CHECK(out.strides == in.strides);
   CHECK(out.bias == true);
   CHECK(out.padding == "same");
@@ -233,7 +233,7 @@ TEST_CASE("a reflected attribute struct converts to named attributes and back",
   CHECK(out.dtype == DataType::Float16);
   CHECK(out.place == Place::cuda(0));
   CHECK(out.groups == 4);
-  auto schema = attribute_schema<ConvAttrs>();
+  auto schema = attribute_schema<MyConvAttrs>();
   CHECK(schema == std::vector<std::pair<std::string, std::string>>{
                       {"strides", "array<i64>"}, {"bias", "bool"},     {"padding", "str"},
                       {"alpha", "f32"},          {"dtype", "dtype"},  {"place", "place"},
@@ -243,17 +243,17 @@ TEST_CASE("a reflected attribute struct converts to named attributes and back",
 TEST_CASE("a missing or ill-kinded reflected attribute names the op and the attribute",
           "[ir][attribute]") {
   auto good = DictionaryAttribute::get(to_named_attributes(
-      ConvAttrs{{1}, false, "valid", 1.0f, DataType::Float32, Place::cpu(), 1}));
-  KILN_CHECK_ERROR(from_attributes<ConvAttrs>(good.without("padding"), "test.conv"),
+      MyConvAttrs{{1}, false, "valid", 1.0f, DataType::Float32, Place::cpu(), 1}));
+  KILN_CHECK_ERROR(from_attributes<MyConvAttrs>(good.without("padding"), "test.conv"),
                    InvalidArgument, {"'test.conv'", "missing", "'padding'"});
-  KILN_CHECK_ERROR(from_attributes<ConvAttrs>(good.with("bias", Int32Attribute::get(1)), "test.conv"),
+  KILN_CHECK_ERROR(from_attributes<MyConvAttrs>(good.with("bias", Int32Attribute::get(1)), "test.conv"),
                    InvalidArgument, {"'test.conv'", "'bias'", "bool", "i32"});
-  KILN_CHECK_ERROR(from_attributes<ConvAttrs>(good.with("alpha", Float64Attribute::get(1.0)),
+  KILN_CHECK_ERROR(from_attributes<MyConvAttrs>(good.with("alpha", Float64Attribute::get(1.0)),
                                               "test.conv"),
                    InvalidArgument, {"'alpha'", "f32"});
   // An array of i64 means every element is an i64.
   KILN_CHECK_ERROR(
-      from_attributes<ConvAttrs>(
+      from_attributes<MyConvAttrs>(
           good.with("strides", ArrayAttribute::get({Int64Attribute::get(1), Int32Attribute::get(2)})),
           "test.conv"),
       InvalidArgument, {"'strides'", "array of i64"});

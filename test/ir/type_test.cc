@@ -18,9 +18,9 @@ namespace {
 
 // A user's parametric type: mylib.pair<name, width>, e.g. a quantized element
 // type. Its storage defines KeyTy, operator== and hash_key, as IR types must.
-struct PairTypeStorage : TypeStorage {
+struct MyPairTypeStorage : TypeStorage {
   using KeyTy = std::pair<std::string, int>;
-  explicit PairTypeStorage(const KeyTy& k) : label(k.first), width(k.second) {}
+  explicit MyPairTypeStorage(const KeyTy& k) : label(k.first), width(k.second) {}
   bool operator==(const KeyTy& k) const { return label == k.first && width == k.second; }
   static std::size_t hash_key(const KeyTy& k) {
     return hash_combine(std::hash<std::string>()(k.first), std::hash<int>()(k.second));
@@ -29,12 +29,12 @@ struct PairTypeStorage : TypeStorage {
   int width;
 };
 
-class PairType : public TypeBase<PairType, PairTypeStorage> {
+class MyPairType : public TypeBase<MyPairType, MyPairTypeStorage> {
  public:
   using TypeBase::TypeBase;
   static constexpr std::string_view name = "mylib.pair";
-  static PairType get(std::string label, int width) {
-    return get_uniqued(PairTypeStorage::KeyTy{std::move(label), width});
+  static MyPairType get(std::string label, int width) {
+    return get_uniqued(MyPairTypeStorage::KeyTy{std::move(label), width});
   }
   const std::string& label() const { return storage()->label; }
   int width() const { return storage()->width; }
@@ -43,17 +43,17 @@ class PairType : public TypeBase<PairType, PairTypeStorage> {
     j["label"] = label();
     j["width"] = width();
   }
-  static PairType load(const nlohmann::json& j) {
+  static MyPairType load(const nlohmann::json& j) {
     return get(j.at("label").get<std::string>(), j.at("width").get<int>());
   }
 };
 
 // A user's singleton type (no parameters).
-class TokenType : public TypeBase<TokenType> {
+class MyTokenType : public TypeBase<MyTokenType> {
  public:
   using TypeBase::TypeBase;
   static constexpr std::string_view name = "mylib.token";
-  static TokenType get() { return get_singleton(); }
+  static MyTokenType get() { return get_singleton(); }
 };
 
 }  // namespace
@@ -190,20 +190,20 @@ TEST_CASE("vector types nest and unique by their elements", "[ir][type]") {
 
 TEST_CASE("a user-defined parametric type is uniqued by its key and printed by its class",
           "[ir][type]") {
-  PairType a = PairType::get("q", 8);
-  PairType b = PairType::get("q", 8);
+  MyPairType a = MyPairType::get("q", 8);
+  MyPairType b = MyPairType::get("q", 8);
   CHECK(a == b);
   CHECK(a.storage() == b.storage());
-  CHECK(a != PairType::get("q", 4));
-  CHECK(a != PairType::get("r", 8));
+  CHECK(a != MyPairType::get("q", 4));
+  CHECK(a != MyPairType::get("r", 8));
   CHECK(a.label() == "q");
   CHECK(a.width() == 8);
   CHECK(a.to_string() == "mylib.pair<q, 8>");
   CHECK(a.kind_name() == "mylib.pair");
   Type t = a;
-  CHECK(t.isa<PairType>());
+  CHECK(t.isa<MyPairType>());
   CHECK_FALSE(t.isa<TensorType>());
-  CHECK(t.dyn_cast<PairType>().width() == 8);
+  CHECK(t.dyn_cast<MyPairType>().width() == 8);
   // It composes with builtin types.
   CHECK(VectorType::get({a, Float32Type::get()}).to_string() == "vector<mylib.pair<q, 8>, f32>");
   // It belongs to the dialect named by its prefix.
@@ -213,19 +213,19 @@ TEST_CASE("a user-defined parametric type is uniqued by its key and printed by i
 }
 
 TEST_CASE("a user-defined type saves and loads through its own hooks", "[ir][type]") {
-  PairType a = PairType::get("scale", 16);
+  MyPairType a = MyPairType::get("scale", 16);
   nlohmann::json j = type_to_json(a);
   Type back = type_from_json(j);
   CHECK(back == a);
-  Type vec = VectorType::get({a, TokenType::get()});
+  Type vec = VectorType::get({a, MyTokenType::get()});
   CHECK(type_from_json(type_to_json(vec)) == vec);
 }
 
 TEST_CASE("a user-defined singleton type is one pointer and prints its name", "[ir][type]") {
-  CHECK(TokenType::get() == TokenType::get());
-  CHECK(TokenType::get().to_string() == "mylib.token");
-  CHECK(Type(TokenType::get()) != Type(PairType::get("token", 0)));
-  CHECK(TokenType::get().dialect()->name() == "mylib");
+  CHECK(MyTokenType::get() == MyTokenType::get());
+  CHECK(MyTokenType::get().to_string() == "mylib.token");
+  CHECK(Type(MyTokenType::get()) != Type(MyPairType::get("token", 0)));
+  CHECK(MyTokenType::get().dialect()->name() == "mylib");
 }
 
 TEST_CASE("builtin types belong to the builtin dialect", "[ir][type]") {

@@ -75,6 +75,9 @@ class DependencyBuilder {
   std::vector<std::uint32_t> succ_off_, succ_;
   std::vector<std::uint32_t> dep_count_;
   std::size_t edges_before_ = 0;
+  // Scratch for last_users' bounded searches.
+  mutable std::vector<std::uint32_t> visit_stamp_;
+  mutable std::uint32_t visit_gen_ = 0;
 };
 
 }  // namespace kiln
