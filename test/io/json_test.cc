@@ -5,6 +5,8 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -34,8 +36,9 @@ std::string round_trip_failure(const Program& p) {
   return "";
 }
 
-// The program the hash tests fix: parameters, every kiln op, a nested region.
-Program fixed_program() {
+// The program the hash tests fix: parameters, every kiln op, a nested region
+// (left out for the fuzz corpus: the fuzz target does not register iotest.scope).
+Program fixed_program(bool with_region = true) {
   Program p;
   p.set_parameter("linear_0.w_0", {TensorType::get(DataType::Float32, {16, 1})});
   p.set_parameter("linear_0.b_0", {TensorType::get(DataType::Float32, {1}), false});
@@ -51,12 +54,14 @@ Program fixed_program() {
   auto sum = b.create<AddOp>(b.create<AddOp>(act.result(), noise.result()).result(), full.result());
   auto flat = b.create<ReshapeOp>(sum.result(), std::vector<std::int64_t>{-1});
   b.create<ConstantOp>(StrAttribute::get("a \"quoted\"\nline"), Type(Float64Type::get()));
-  auto scope = b.create<test::ScopeOp>(std::vector<Value>{flat.result()},
-                                       std::vector<Type>{Float32Type::get()});
-  Block& inner = scope->region(0).emplace_block();
-  BlockArgument arg = inner.add_argument(Int64Type::get());
-  Builder ib(inner);
-  ib.create<FetchOp>(arg, "inner");
+  if (with_region) {
+    auto scope = b.create<test::ScopeOp>(std::vector<Value>{flat.result()},
+                                         std::vector<Type>{Float32Type::get()});
+    Block& inner = scope->region(0).emplace_block();
+    BlockArgument arg = inner.add_argument(Int64Type::get());
+    Builder ib(inner);
+    ib.create<FetchOp>(arg, "inner");
+  }
   b.create<SetParameterOp>(sum.result(), "linear_0.w_0");
   b.create<FetchOp>(flat.result(), "out", 1);
   p.verify();
@@ -333,4 +338,24 @@ TEST_CASE("any change to a program changes its content hash", "[io][json]") {
   INFO("variants: " << hashes.size());
   CHECK(distinct.size() == hashes.size());
   CHECK(hashes.size() == 16);
+}
+
+// Not a test: regenerates the fuzz seed corpus from real saved programs.
+//   KILN_CORPUS_DIR=tools/fuzz/corpus ./build/test/kiln_tests "[.corpus]"
+TEST_CASE("write saved random programs as fuzz corpus seeds", "[.corpus]") {
+  const char* dir = std::getenv("KILN_CORPUS_DIR");
+  REQUIRE(dir != nullptr);
+  test::RandomProgramOptions small;
+  small.max_ops = 6;
+  small.max_region_depth = 0;  // iotest.scope is not registered in the fuzz target
+  small.max_attribute_depth = 2;
+  int written = 0;
+  for (std::uint64_t seed = 1; written < 16 && seed < 1000; ++seed) {
+    std::string text = save_program_json(test::random_program(seed, small), seed % 3 == 0 ? 1 : -1);
+    if (text.size() > 3000) continue;  // ./run fuzz uses -max_len=4096
+    std::ofstream(std::string(dir) + "/random_" + std::to_string(seed) + ".json") << text;
+    ++written;
+  }
+  CHECK(written == 16);
+  std::ofstream(std::string(dir) + "/demo.json") << save_program_json(fixed_program(false));
 }
