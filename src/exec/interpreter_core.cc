@@ -72,6 +72,19 @@ struct InterpreterCore::Impl {
   };
   std::vector<SlotInfo> slots;
   std::vector<std::unique_ptr<Variable>> owned_vars;  // fetch results
+  // Temporaries, contiguous in chunks: the run path walks them in program
+  // order, so locality matters more than names (a kid scope's hash map
+  // scatters them; feeds stay in the kid scope by name).
+  std::vector<std::unique_ptr<Variable[]>> temp_chunks;
+  std::size_t temp_used = 0;
+  static constexpr std::size_t kTempChunk = 1024;
+  Variable* new_temp() {
+    if (temp_chunks.empty() || temp_used == kTempChunk) {
+      temp_chunks.push_back(std::make_unique<Variable[]>(kTempChunk));
+      temp_used = 0;
+    }
+    return &temp_chunks.back()[temp_used++];
+  }
 
   // Feeds: per feed name, the slot and the expected type.
   std::vector<std::uint32_t> feed_slot;
@@ -181,7 +194,7 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
     m.slots.push_back({place, s, persistent, 0});
     return s;
   };
-  auto temp_var = [&]() { return &local_scope_->var("@tmp." + std::to_string(vars_.size())); };
+  auto temp_var = [&]() { return m.new_temp(); };
   std::unordered_map<std::string, std::uint32_t> param_slots;
   auto param_slot = [&](const std::string& name, bool create) -> std::uint32_t {
     if (auto it = param_slots.find(name); it != param_slots.end()) return it->second;
