@@ -6,6 +6,8 @@
 #include "kiln/dialect/builtin.h"
 #include "kiln/dialect/io_ops.h"
 #include "kiln/dialect/math_ops.h"
+#include "kiln/dialect/nn_ops.h"
+#include "kiln/dialect/reduce_ops.h"
 #include "kiln/dialect/tensor_ops.h"
 
 namespace kiln {

@@ -1,0 +1,30 @@
+// Small helpers the ops' InferMeta functions share: fetch an operand as a
+// tensor type (a kiln::Error naming the op otherwise), check dtypes, and
+// make a result type that is a vtensor exactly when every operand is one.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "kiln/ir/builtin_types.h"
+
+namespace kiln::meta {
+
+// Operand i as a tensor/vtensor type; kiln::Error (InvalidArgument) naming
+// the op and the operand otherwise.
+Type tensor_operand(std::string_view op, const std::vector<Type>& in, std::size_t i);
+// A vtensor type when every operand is a vtensor, else a tensor type.
+Type result_like(const std::vector<Type>& in, DataType dtype, std::vector<std::int64_t> dims);
+// kiln::Error unless `dtype` is f16/bf16/f32/f64, naming the op and operand.
+void require_floating(std::string_view op, DataType dtype, std::size_t operand = 0);
+// kiln::Error when two operands' dtypes differ (names both).
+void require_same_dtype(std::string_view op, DataType a, DataType b, std::size_t ia = 0,
+                        std::size_t ib = 1);
+// kiln::Error when `t` is a vtensor: an op that writes its operand in place
+// cannot take a value-semantics tensor.
+void require_mutable(std::string_view op, Type t);
+// "[2, -1, 3]"
+std::string dims_string(const std::vector<std::int64_t>& dims);
+
+}  // namespace kiln::meta

@@ -1,0 +1,56 @@
+// Neural-network ops: softmax and log_softmax along an axis (numerically
+// stable: the max is subtracted first), and softmax_with_cross_entropy —
+// Paddle's fused softmax + cross-entropy with integer hard labels.
+#pragma once
+
+#include "kiln/dialect/builtin.h"
+#include "kiln/dialect/infer_meta_util.h"
+
+namespace kiln {
+
+// exp(x - max) / Σ exp(x - max) along `axis` (default -1). f32, f64.
+struct SoftmaxOp : Op<SoftmaxOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.softmax";
+  static constexpr int num_operands = 1, num_results = 1;
+  struct Attributes {
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, axis));
+  };
+  static void build(Builder& b, OperationArgument& arg, Value x, std::int64_t axis = -1);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+// x - max - log Σ exp(x - max) along `axis` (default -1). f32, f64.
+struct LogSoftmaxOp : Op<LogSoftmaxOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.log_softmax";
+  static constexpr int num_operands = 1, num_results = 1;
+  struct Attributes {
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, axis));
+  };
+  static void build(Builder& b, OperationArgument& arg, Value x, std::int64_t axis = -1);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+// (softmax, loss) = kiln.softmax_with_cross_entropy(logits, label)
+//   logits [N, C] (or [..., C]: classes on the last axis), f32 / f64;
+//   label  [N] or [N, 1] (the leading dims of logits, optionally with a
+//          trailing 1), i64 or i32;
+//   softmax: like logits; loss [N, 1] (leading dims + 1), the logits' dtype:
+//   loss[i] = -log softmax[i, label[i]], and 0 where label[i] == ignore_index
+//   (default -100, as PyTorch / Paddle). Any other label outside [0, C) is a
+//   kiln::Error naming the op, the row and the label.
+struct SoftmaxWithCrossEntropyOp
+    : Op<SoftmaxWithCrossEntropyOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.softmax_with_cross_entropy";
+  static constexpr int num_operands = 2, num_results = 2;
+  struct Attributes {
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, ignore_index));
+  };
+  static void build(Builder& b, OperationArgument& arg, Value logits, Value label,
+                    std::int64_t ignore_index = -100);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+}  // namespace kiln

@@ -1,0 +1,118 @@
+// Shared pieces of kiln's CPU kernels (private to kernels/cpu): registering
+// one kernel template for several dtypes, typed access to inputs with errors
+// that name the op, and the broadcast plan binary elementwise kernels run:
+// numpy broadcasting with size-1 dims dropped and adjacent dims merged, so
+// the innermost loop is contiguous (or a scalar) and vectorizes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kiln/kernel/kernel_registry.h"
+
+namespace kiln::cpu {
+
+// Registers `fn` for op OpT on the CPU for one dtype (at static-init time).
+template <typename OpT>
+inline bool register_kernel(DataType dtype, KernelFn fn, std::string_view name) {
+  KernelRegistry::instance().add(TypeId::get<OpT>(), OpT::name, PlaceKind::Cpu, dtype,
+                                 KernelInfo{fn, std::string(name), &decode_op_attributes<OpT>});
+  return true;
+}
+
+// Registers Kernel<T>::run for each T in Ts.
+template <typename OpT, template <typename> class Kernel, typename... Ts>
+inline bool register_kernels(std::string_view name) {
+  (register_kernel<OpT>(data_type_of<Ts>, &Kernel<Ts>::run, name), ...);
+  return true;
+}
+
+#define KILN_CPU_CAT2(a, b) a##b
+#define KILN_CPU_CAT(a, b) KILN_CPU_CAT2(a, b)
+// KILN_CPU_REGISTER(OpClass, KernelTemplate, dtypes…): one kernel struct
+// template `template <typename T> struct K { static void run(KernelContext&); }`
+// registered for each dtype.
+#define KILN_CPU_REGISTER(OpClass, KernelTemplate, ...)                                     \
+  [[maybe_unused]] static const bool KILN_CPU_CAT(kiln_cpu_kernel_, __COUNTER__) =          \
+      ::kiln::cpu::register_kernels<OpClass, KernelTemplate, __VA_ARGS__>(                  \
+          #OpClass "/" #KernelTemplate)
+
+// Input i as T; kiln::Error naming the op when its dtype is another.
+template <typename T>
+inline const Tensor& typed_input(const KernelContext& ctx, std::uint32_t i) {
+  const Tensor& t = ctx.input(i);
+  if (t.dtype() != data_type_of<T>)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' input #", i, " is ",
+                to_string(t.dtype()), ", the kernel expects ", to_string(data_type_of<T>));
+  return t;
+}
+
+// Whether output i is input `in`'s variable (an in-place op run in place).
+inline bool output_is_input(const KernelContext& ctx, std::uint32_t out, std::uint32_t in) {
+  return &ctx.output_var(out) == &ctx.input_var(in);
+}
+
+// ---- broadcasting ----
+
+// How to walk the output of a broadcasting binary op: `rank` collapsed dims
+// (rank 0 = one element) and, per dim, the element strides of x and y (0
+// where that operand is broadcast).
+struct BroadcastPlan {
+  int rank = 0;
+  std::int64_t dims[Dims::kMaxRank] = {};
+  std::int64_t sx[Dims::kMaxRank] = {};
+  std::int64_t sy[Dims::kMaxRank] = {};
+};
+
+// The broadcast output dims of x and y (numpy rules); kiln::Error naming the
+// op when they cannot broadcast.
+Dims broadcast_dims(std::string_view op, const Dims& x, const Dims& y);
+// The plan for x ⊕ y → out (out = broadcast_dims(x, y)).
+BroadcastPlan make_broadcast_plan(const Dims& x, const Dims& y, const Dims& out);
+
+// Runs out[i] = F::apply(x[·], y[·]) along `plan`; the innermost loop is
+// specialised for (contiguous, contiguous), (contiguous, scalar) and
+// (scalar, contiguous).
+template <typename F, typename T, typename U>
+void run_broadcast(const BroadcastPlan& p, const T* x, const T* y, U* out) {
+  if (p.rank == 0) {
+    out[0] = F::apply(x[0], y[0]);
+    return;
+  }
+  const int last = p.rank - 1;
+  const std::int64_t n = p.dims[last], ix = p.sx[last], iy = p.sy[last];
+  std::int64_t outer = 1;
+  for (int d = 0; d < last; ++d) outer *= p.dims[d];
+  std::int64_t idx[Dims::kMaxRank] = {};
+  for (std::int64_t o = 0; o < outer; ++o) {
+    U* __restrict po = out + o * n;
+    if (ix == 1 && iy == 1) {
+      const T* __restrict a = x;
+      const T* __restrict b = y;
+      for (std::int64_t i = 0; i < n; ++i) po[i] = F::apply(a[i], b[i]);
+    } else if (ix == 1) {
+      const T* __restrict a = x;
+      const T b = *y;
+      for (std::int64_t i = 0; i < n; ++i) po[i] = F::apply(a[i], b);
+    } else if (iy == 1) {
+      const T a = *x;
+      const T* __restrict b = y;
+      for (std::int64_t i = 0; i < n; ++i) po[i] = F::apply(a, b[i]);
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) po[i] = F::apply(x[i * ix], y[i * iy]);
+    }
+    for (int d = last - 1; d >= 0; --d) {  // odometer over the outer dims
+      if (++idx[d] < p.dims[d]) {
+        x += p.sx[d];
+        y += p.sy[d];
+        break;
+      }
+      x -= p.sx[d] * (p.dims[d] - 1);
+      y -= p.sy[d] * (p.dims[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,165 @@
+// CPU kernels of sum / mean / max over axes. The input's dims are collapsed
+// into alternating kept / reduced groups (size-1 dims dropped, neighbours
+// with the same role merged), then walked recursively: a reduced innermost
+// group is a contiguous reduction (8 independent accumulators; f32 sums
+// accumulate in f64), a kept innermost group is a vectorizable
+// out[i] ⊕= in[i] row update.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "cpu_kernel_util.h"
+#include "kiln/dialect/reduce_ops.h"
+
+namespace kiln::cpu {
+namespace {
+
+template <typename T>
+struct SumR {
+  using Acc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+  static constexpr T init() { return T(0); }
+  static Acc combine(Acc a, Acc b) { return a + b; }
+};
+
+template <typename T>
+struct MaxR {  // NaN wins
+  using Acc = T;
+  static constexpr T init() {
+    if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
+    else return std::numeric_limits<T>::lowest();
+  }
+  static Acc combine(Acc a, Acc b) { return (b > a || b != b) ? b : a; }
+};
+
+struct Group {
+  std::int64_t extent;
+  bool reduced;
+  std::int64_t in_stride;   // elements of the input per step
+  std::int64_t out_stride;  // elements of the output per step (kept groups)
+};
+
+template <typename T, typename R>
+void reduce_contiguous(const T* in, std::int64_t n, T* out) {
+  using Acc = typename R::Acc;
+  Acc acc[8];
+  for (auto& a : acc) a = static_cast<Acc>(R::init());
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] = R::combine(acc[k], static_cast<Acc>(in[i + k]));
+  for (; i < n; ++i) acc[0] = R::combine(acc[0], static_cast<Acc>(in[i]));
+  Acc r = static_cast<Acc>(*out);
+  for (int k = 0; k < 8; ++k) r = R::combine(r, acc[k]);
+  *out = static_cast<T>(r);
+}
+
+template <typename T, typename R>
+void reduce_rec(const Group* g, int m, const T* in, T* out) {
+  const Group& cur = g[0];
+  if (m == 1) {
+    if (cur.reduced) {
+      reduce_contiguous<T, R>(in, cur.extent, out);
+    } else {
+      T* __restrict po = out;
+      const T* __restrict pi = in;
+      for (std::int64_t i = 0; i < cur.extent; ++i)
+        po[i] = static_cast<T>(R::combine(po[i], pi[i]));
+    }
+    return;
+  }
+  for (std::int64_t i = 0; i < cur.extent; ++i)
+    reduce_rec<T, R>(g + 1, m - 1, in + i * cur.in_stride,
+                     cur.reduced ? out : out + i * cur.out_stride);
+}
+
+// Collapses x's dims against the reduced axes into groups; returns their number.
+int collapse(const Dims& dims, const std::vector<int>& axes, Group* g) {
+  int m = 0;
+  for (int i = 0; i < dims.rank(); ++i) {
+    if (dims[i] == 1) continue;
+    bool red = std::binary_search(axes.begin(), axes.end(), i);
+    if (m > 0 && g[m - 1].reduced == red) g[m - 1].extent *= dims[i];
+    else g[m++] = Group{dims[i], red, 0, 0};
+  }
+  std::int64_t is = 1, os = 1;
+  for (int k = m - 1; k >= 0; --k) {
+    g[k].in_stride = is;
+    is *= g[k].extent;
+    g[k].out_stride = os;
+    if (!g[k].reduced) os *= g[k].extent;
+  }
+  return m;
+}
+
+enum class Kind { Sum, Mean, Max };
+
+template <Kind kind, typename OpT, typename T>
+void reduce_kernel(KernelContext& ctx) {
+  using R = std::conditional_t<kind == Kind::Max, MaxR<T>, SumR<T>>;
+  const auto& a = ctx.attrs<OpT>();
+  const Tensor& x = typed_input<T>(ctx, 0);
+  const std::string_view op = ctx.op()->name();
+  const Dims& xd = x.dims();
+  auto axes = normalize_reduce_axes(op, a.axis, xd.rank());
+  Dims od;
+  {
+    std::int64_t buf[Dims::kMaxRank];
+    int r = 0;
+    for (int i = 0; i < xd.rank(); ++i) {
+      bool red = std::binary_search(axes.begin(), axes.end(), i);
+      if (!red) buf[r++] = xd[i];
+      else if (a.keepdim) buf[r++] = 1;
+    }
+    od = Dims(std::span<const std::int64_t>(buf, r));
+  }
+  std::int64_t count = 1;  // elements per output element
+  for (int ax : axes) count *= xd[ax];
+
+  const Tensor src = x;  // keeps the input alive while the output is (re)allocated
+  Tensor& out = ctx.alloc_output(0, od, src.dtype());
+  T* po = out.data<T>();
+  const std::int64_t on = od.numel();
+  if (on == 0) return;
+  if (count == 0) {
+    if constexpr (kind == Kind::Max)
+      throw_error(ErrorKind::InvalidArgument, "op '", op,
+                  "' reduces over an empty axis (input [", xd.to_string(), "])");
+    const T fill = kind == Kind::Mean ? std::numeric_limits<T>::quiet_NaN() : T(0);
+    std::fill(po, po + on, fill);
+    return;
+  }
+  std::fill(po, po + on, R::init());
+  Group g[Dims::kMaxRank];
+  const int m = collapse(xd, axes, g);
+  const T* pi = src.data<T>();
+  if (m == 0) {
+    po[0] = static_cast<T>(R::combine(po[0], pi[0]));
+  } else {
+    reduce_rec<T, R>(g, m, pi, po);
+  }
+  if constexpr (kind == Kind::Mean) {
+    const T c = static_cast<T>(count);
+    for (std::int64_t i = 0; i < on; ++i) po[i] /= c;
+  }
+}
+
+template <typename T>
+struct SumK {
+  static void run(KernelContext& ctx) { reduce_kernel<Kind::Sum, SumOp, T>(ctx); }
+};
+template <typename T>
+struct MeanK {
+  static void run(KernelContext& ctx) { reduce_kernel<Kind::Mean, MeanOp, T>(ctx); }
+};
+template <typename T>
+struct MaxK {
+  static void run(KernelContext& ctx) { reduce_kernel<Kind::Max, MaxOp, T>(ctx); }
+};
+
+}  // namespace
+
+KILN_CPU_REGISTER(SumOp, SumK, float, double, std::int32_t, std::int64_t);
+KILN_CPU_REGISTER(MeanOp, MeanK, float, double);
+KILN_CPU_REGISTER(MaxOp, MaxK, float, double, std::int32_t, std::int64_t);
+
+}  // namespace kiln::cpu

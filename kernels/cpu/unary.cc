@@ -1,0 +1,274 @@
+// CPU kernels of the unary elementwise ops (relu, gelu, tanh, sigmoid, exp,
+// log, sqrt, square, abs, neg, scale), the in-place relu_ / sqrt_ (they write
+// the input variable's buffer: the output variable is the input variable),
+// and assign / cast / full.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "cpu_kernel_util.h"
+#include "kiln/dialect/math_ops.h"
+#include "kiln/dialect/tensor_ops.h"
+
+namespace kiln::cpu {
+namespace {
+
+struct ReluF {
+  template <typename T> static T apply(T x) { return x > T(0) ? x : T(0); }
+};
+struct TanhF {
+  template <typename T> static T apply(T x) { return std::tanh(x); }
+};
+struct SigmoidF {
+  template <typename T> static T apply(T x) { return T(1) / (T(1) + std::exp(-x)); }
+};
+struct ExpF {
+  template <typename T> static T apply(T x) { return std::exp(x); }
+};
+struct LogF {
+  template <typename T> static T apply(T x) { return std::log(x); }
+};
+struct SqrtF {
+  template <typename T> static T apply(T x) { return std::sqrt(x); }
+};
+struct SquareF {
+  template <typename T> static T apply(T x) { return x * x; }
+};
+struct AbsF {
+  template <typename T> static T apply(T x) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;  // |MIN| wraps to MIN, as in numpy
+      return x < 0 ? static_cast<T>(U(0) - static_cast<U>(x)) : x;
+    } else {
+      return std::fabs(x);
+    }
+  }
+};
+struct NegF {
+  template <typename T> static T apply(T x) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;
+      return static_cast<T>(U(0) - static_cast<U>(x));
+    } else {
+      return -x;
+    }
+  }
+};
+
+// out = F(x), or x = F(x) when the output variable is the input's.
+template <typename F, typename T>
+void unary_apply(KernelContext& ctx) {
+  const Tensor& x = typed_input<T>(ctx, 0);
+  const std::int64_t n = x.numel();
+  if (output_is_input(ctx, 0, 0)) {  // in place (relu_, sqrt_)
+    T* p = ctx.output(0).data<T>();
+    for (std::int64_t i = 0; i < n; ++i) p[i] = F::apply(p[i]);
+    return;
+  }
+  const T* __restrict px = x.data<T>();
+  Tensor& out = ctx.alloc_output(0, x.dims(), x.dtype());
+  T* __restrict po = out.data<T>();
+  for (std::int64_t i = 0; i < n; ++i) po[i] = F::apply(px[i]);
+}
+
+template <typename F>
+struct Unary {
+  template <typename T>
+  struct K {
+    static void run(KernelContext& ctx) { unary_apply<F, T>(ctx); }
+  };
+};
+
+template <typename T> using ReluK = Unary<ReluF>::K<T>;
+template <typename T> using TanhK = Unary<TanhF>::K<T>;
+template <typename T> using SigmoidK = Unary<SigmoidF>::K<T>;
+template <typename T> using ExpK = Unary<ExpF>::K<T>;
+template <typename T> using LogK = Unary<LogF>::K<T>;
+template <typename T> using SqrtK = Unary<SqrtF>::K<T>;
+template <typename T> using SquareK = Unary<SquareF>::K<T>;
+template <typename T> using AbsK = Unary<AbsF>::K<T>;
+template <typename T> using NegK = Unary<NegF>::K<T>;
+
+struct GeluErfF {  // x · Φ(x) = 0.5·x·(1 + erf(x/√2))
+  template <typename T> static T apply(T x) {
+    return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+  }
+};
+struct GeluTanhF {  // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+  template <typename T> static T apply(T x) {
+    const T k = T(0.79788456080286535588);  // √(2/π)
+    return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+  }
+};
+
+template <typename T>
+struct GeluK {
+  static void run(KernelContext& ctx) {
+    if (ctx.attrs<GeluOp>().approximate) unary_apply<GeluTanhF, T>(ctx);
+    else unary_apply<GeluErfF, T>(ctx);
+  }
+};
+
+template <typename T>
+struct ScaleK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<ScaleOp>();
+    const Tensor& x = typed_input<T>(ctx, 0);
+    const std::int64_t n = x.numel();
+    const T* __restrict px = x.data<T>();
+    Tensor& out = ctx.alloc_output(0, x.dims(), x.dtype());
+    T* __restrict po = out.data<T>();
+    if constexpr (std::is_floating_point_v<T>) {
+      // scale·(x + bias) = scale·x + scale·bias
+      const T s = static_cast<T>(a.scale);
+      const T b = static_cast<T>(a.bias_after_scale ? a.bias : a.scale * a.bias);
+      for (std::int64_t i = 0; i < n; ++i) po[i] = s * px[i] + b;
+    } else {
+      const double s = a.scale;
+      const double b = a.bias_after_scale ? a.bias : a.scale * a.bias;
+      for (std::int64_t i = 0; i < n; ++i)
+        po[i] = static_cast<T>(s * static_cast<double>(px[i]) + b);
+    }
+  }
+};
+
+// ---- assign / cast / full ----
+
+// A byte copy; serves every dtype.
+void assign_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  if (output_is_input(ctx, 0, 0)) return;
+  Tensor& out = ctx.alloc_output(0, x.dims(), x.dtype());
+  if (x.bytes()) std::memcpy(out.raw_data(), x.raw_data(), x.bytes());
+}
+
+// One element From → To, well defined for every value (see CastOp).
+template <typename To, typename From>
+inline To convert(From v) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return v != From(0);
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    constexpr From lo = static_cast<From>(std::numeric_limits<To>::min());
+    // 2^(bits-1) is exact in floating point; anything >= it saturates.
+    constexpr From hi = -lo;
+    if (!(v == v)) return To(0);
+    if (v <= lo) return std::numeric_limits<To>::min();
+    if (v >= hi) return std::numeric_limits<To>::max();
+    return static_cast<To>(v);
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+template <typename To, typename From>
+void cast_loop(const void* in, void* out, std::int64_t n) {
+  const From* __restrict pi = static_cast<const From*>(in);
+  To* __restrict po = static_cast<To*>(out);
+  for (std::int64_t i = 0; i < n; ++i) po[i] = convert<To>(pi[i]);
+}
+
+template <typename From>
+void cast_from(DataType to, const void* in, void* out, std::int64_t n) {
+  switch (to) {
+    case DataType::Float32: return cast_loop<float, From>(in, out, n);
+    case DataType::Float64: return cast_loop<double, From>(in, out, n);
+    case DataType::Int8: return cast_loop<std::int8_t, From>(in, out, n);
+    case DataType::Int32: return cast_loop<std::int32_t, From>(in, out, n);
+    case DataType::Int64: return cast_loop<std::int64_t, From>(in, out, n);
+    case DataType::Bool: return cast_loop<bool, From>(in, out, n);
+    default: break;
+  }
+}
+
+bool castable(DataType t) {
+  return t == DataType::Float32 || t == DataType::Float64 || t == DataType::Int8 ||
+         t == DataType::Int32 || t == DataType::Int64 || t == DataType::Bool;
+}
+
+// Serves every input dtype; dispatches on (input dtype, attribute dtype).
+void cast_kernel(KernelContext& ctx) {
+  const DataType to = ctx.attrs<CastOp>().dtype;
+  const Tensor& x = ctx.input(0);
+  const DataType from = x.dtype();
+  if (!castable(from) || !castable(to))
+    throw_error(ErrorKind::Unimplemented, "op '", ctx.op()->name(), "' has no CPU cast from ",
+                to_string(from), " to ", to_string(to));
+  if (output_is_input(ctx, 0, 0))
+    throw_error(ErrorKind::PreconditionNotMet, "op '", ctx.op()->name(),
+                "' cannot run in place");
+  const Tensor src = x;  // keeps the input alive while the output is (re)allocated
+  Tensor& out = ctx.alloc_output(0, src.dims(), to);
+  const std::int64_t n = src.numel();
+  const void* in = src.raw_data();
+  void* o = out.raw_data();
+  if (from == to) {
+    if (n) std::memcpy(o, in, src.bytes());
+    return;
+  }
+  switch (from) {
+    case DataType::Float32: return cast_from<float>(to, in, o, n);
+    case DataType::Float64: return cast_from<double>(to, in, o, n);
+    case DataType::Int8: return cast_from<std::int8_t>(to, in, o, n);
+    case DataType::Int32: return cast_from<std::int32_t>(to, in, o, n);
+    case DataType::Int64: return cast_from<std::int64_t>(to, in, o, n);
+    case DataType::Bool: return cast_from<bool>(to, in, o, n);
+    default: break;
+  }
+}
+
+// full: every element = value. Kernel dtype = the output dtype (no inputs).
+template <typename T>
+struct FullK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<FullOp>();
+    for (auto d : a.shape)
+      if (d < 0)
+        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                    "' needs a fully known shape at run time, got ",
+                    meta::dims_string(a.shape));
+    if (a.dtype != data_type_of<T>)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has dtype ",
+                  to_string(a.dtype), ", the kernel fills ", to_string(data_type_of<T>));
+    T v;
+    if constexpr (std::is_same_v<T, bool>) {
+      v = a.value != 0.0;
+    } else if constexpr (std::is_integral_v<T>) {
+      const double lo = static_cast<double>(std::numeric_limits<T>::min());
+      const double hi = -lo;  // 2^(bits-1), exact
+      if (!(a.value >= lo && a.value < hi))
+        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' value ", a.value,
+                    " does not fit ", to_string(a.dtype));
+      v = static_cast<T>(a.value);
+    } else {
+      v = static_cast<T>(a.value);
+    }
+    Tensor& out = ctx.alloc_output(0, Dims(a.shape), a.dtype);
+    T* __restrict po = out.data<T>();
+    const std::int64_t n = out.numel();
+    for (std::int64_t i = 0; i < n; ++i) po[i] = v;
+  }
+};
+
+}  // namespace
+
+KILN_CPU_REGISTER(ReluOp, ReluK, float, double, std::int32_t, std::int64_t);
+KILN_CPU_REGISTER(Relu_Op, ReluK, float, double, std::int32_t, std::int64_t);
+KILN_CPU_REGISTER(GeluOp, GeluK, float, double);
+KILN_CPU_REGISTER(TanhOp, TanhK, float, double);
+KILN_CPU_REGISTER(SigmoidOp, SigmoidK, float, double);
+KILN_CPU_REGISTER(ExpOp, ExpK, float, double);
+KILN_CPU_REGISTER(LogOp, LogK, float, double);
+KILN_CPU_REGISTER(SqrtOp, SqrtK, float, double);
+KILN_CPU_REGISTER(Sqrt_Op, SqrtK, float, double);
+KILN_CPU_REGISTER(SquareOp, SquareK, float, double, std::int32_t, std::int64_t);
+KILN_CPU_REGISTER(AbsOp, AbsK, float, double, std::int32_t, std::int64_t);
+KILN_CPU_REGISTER(NegOp, NegK, float, double, std::int32_t, std::int64_t);
+KILN_CPU_REGISTER(ScaleOp, ScaleK, float, double, std::int32_t, std::int64_t);
+KILN_CPU_REGISTER(FullOp, FullK, float, double, std::int8_t, std::int32_t, std::int64_t, bool);
+[[maybe_unused]] static const bool kiln_cpu_assign =
+    register_kernel<AssignOp>(DataType::Undefined, &assign_kernel, "assign_kernel");
+[[maybe_unused]] static const bool kiln_cpu_cast =
+    register_kernel<CastOp>(DataType::Undefined, &cast_kernel, "cast_kernel");
+
+}  // namespace kiln::cpu

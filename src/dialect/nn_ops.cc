@@ -1,0 +1,79 @@
+#include "kiln/dialect/nn_ops.h"
+
+namespace kiln {
+
+KILN_REGISTER_OP(SoftmaxOp);
+KILN_REGISTER_OP(LogSoftmaxOp);
+KILN_REGISTER_OP(SoftmaxWithCrossEntropyOp);
+
+namespace {
+std::vector<Type> infer_softmax(std::string_view op, const std::vector<Type>& in,
+                                std::int64_t axis) {
+  Type x = meta::tensor_operand(op, in, 0);
+  meta::require_floating(op, shaped_data_type(x));
+  auto rank = static_cast<std::int64_t>(shaped_dims(x).size());
+  if (rank == 0)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' needs an operand of rank >= 1, got ",
+                x.to_string());
+  if (axis < -rank || axis >= rank)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' axis ", axis,
+                " is out of range for rank ", rank, " (expected [", -rank, ", ", rank, "))");
+  return {x};
+}
+}  // namespace
+
+void SoftmaxOp::build(Builder&, OperationArgument& arg, Value x, std::int64_t axis) {
+  arg.add_operand(x);
+  arg.attributes = to_named_attributes(Attributes{axis});
+}
+std::vector<Type> SoftmaxOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  return infer_softmax(name, in, from_attributes<Attributes>(attrs, name).axis);
+}
+
+void LogSoftmaxOp::build(Builder&, OperationArgument& arg, Value x, std::int64_t axis) {
+  arg.add_operand(x);
+  arg.attributes = to_named_attributes(Attributes{axis});
+}
+std::vector<Type> LogSoftmaxOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  return infer_softmax(name, in, from_attributes<Attributes>(attrs, name).axis);
+}
+
+void SoftmaxWithCrossEntropyOp::build(Builder&, OperationArgument& arg, Value logits, Value label,
+                                      std::int64_t ignore_index) {
+  arg.add_operand(logits);
+  arg.add_operand(label);
+  arg.attributes = to_named_attributes(Attributes{ignore_index});
+}
+
+std::vector<Type> SoftmaxWithCrossEntropyOp::infer_meta(const std::vector<Type>& in,
+                                                        DictionaryAttribute attrs) {
+  (void)from_attributes<Attributes>(attrs, name);
+  Type logits = meta::tensor_operand(name, in, 0), label = meta::tensor_operand(name, in, 1);
+  DataType dt = shaped_data_type(logits), lt = shaped_data_type(label);
+  meta::require_floating(name, dt, 0);
+  if (lt != DataType::Int64 && lt != DataType::Int32)
+    throw_error(ErrorKind::InvalidArgument, "op '", name,
+                "' label (operand #1) must be i64 or i32, got ", to_string(lt));
+  const auto& ls = shaped_dims(logits);
+  const auto& ys = shaped_dims(label);
+  if (ls.size() < 2)
+    throw_error(ErrorKind::InvalidArgument, "op '", name,
+                "' logits (operand #0) must have rank >= 2 ([N, C]), got ", meta::dims_string(ls));
+  // label: the leading dims of logits, with or without a trailing 1.
+  std::vector<std::int64_t> lead(ls.begin(), ls.end() - 1);
+  auto matches = [](const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (a[i] != b[i] && a[i] != -1 && b[i] != -1) return false;
+    return true;
+  };
+  std::vector<std::int64_t> lead1 = lead;
+  lead1.push_back(1);
+  if (!matches(ys, lead) && !matches(ys, lead1))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' label shape ",
+                meta::dims_string(ys), " does not fit logits ", meta::dims_string(ls),
+                " (expected ", meta::dims_string(lead), " or ", meta::dims_string(lead1), ")");
+  return {meta::result_like(in, dt, ls), meta::result_like(in, dt, lead1)};
+}
+
+}  // namespace kiln

@@ -1,0 +1,228 @@
+// Reference tests of the broadcasting binary ops and add_n: each kernel
+// against plain loops written here, over same-shape, scalar, row, column and
+// general broadcasts, in f32 / f64 / i32 / i64; plus bad-input errors.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernel/kernel_test_util.h"
+
+using namespace kiln;
+using kiln_test::run_op;
+
+namespace {
+
+// out[idx] = f(x[idx mod x], y[idx mod y]) by numpy rules, the slow way.
+template <typename T, typename F>
+std::vector<T> ref_broadcast(const Tensor& x, const Tensor& y, F f, std::vector<std::int64_t>* dims) {
+  auto xd = x.dims().to_vector(), yd = y.dims().to_vector();
+  std::size_t n = std::max(xd.size(), yd.size());
+  xd.insert(xd.begin(), n - xd.size(), 1);
+  yd.insert(yd.begin(), n - yd.size(), 1);
+  std::vector<std::int64_t> od(n);
+  for (std::size_t i = 0; i < n; ++i) od[i] = xd[i] == 1 ? yd[i] : xd[i];
+  std::int64_t total = 1;
+  for (auto d : od) total *= d;
+  auto xv = x.to_vector<T>(), yv = y.to_vector<T>();
+  std::vector<T> out(static_cast<std::size_t>(total));
+  for (std::int64_t o = 0; o < total; ++o) {
+    std::int64_t rem = o, xi = 0, yi = 0, xs = 1, ys = 1;
+    for (std::size_t k = n; k-- > 0;) {
+      std::int64_t idx = rem % od[k];
+      rem /= od[k];
+      xi += (xd[k] == 1 ? 0 : idx) * xs;
+      yi += (yd[k] == 1 ? 0 : idx) * ys;
+      xs *= xd[k];
+      ys *= yd[k];
+    }
+    out[o] = f(xv[xi], yv[yi]);
+  }
+  if (dims) *dims = od;
+  return out;
+}
+
+template <typename T>
+Tensor make(const Dims& dims, std::uint32_t seed, double lo = -4, double hi = 4) {
+  if constexpr (std::is_integral_v<T>) {
+    auto t = kiln_test::filled<double>(dims, lo, hi, seed);
+    std::vector<T> v;
+    for (double d : t.to_vector<double>()) v.push_back(static_cast<T>(std::floor(d)));
+    return Tensor::from_vector<T>(dims, v);
+  } else {
+    return kiln_test::filled<T>(dims, lo, hi, seed);
+  }
+}
+
+const std::vector<std::pair<Dims, Dims>> kShapes = {
+    {{3, 4}, {3, 4}},          // same shape
+    {{3, 4}, {}},              // rank-0 scalar
+    {{3, 4}, {1}},             // one-element
+    {{}, {2, 5}},              // scalar on the left
+    {{3, 4}, {4}},             // row broadcast
+    {{3, 4}, {3, 1}},          // column broadcast
+    {{4}, {3, 4}},             // row on the left
+    {{3, 1, 5}, {1, 4, 1}},    // both broadcast
+    {{2, 3, 4, 5}, {3, 1, 5}}, // higher rank, middle broadcast
+    {{2, 1, 4, 1}, {2, 3, 1, 6}},
+    {{1, 1, 7}, {7}},
+    {{0, 3}, {3}},             // empty
+    {{37, 65}, {37, 65}},      // longer than a vector
+};
+
+template <typename OpT, typename T, typename F>
+void check_binary(F f, double lo = -4, double hi = 4) {
+  std::uint32_t seed = 1;
+  for (const auto& [xd, yd] : kShapes) {
+    INFO("op " << OpT::name << " " << to_string(data_type_of<T>) << " [" << xd.to_string()
+               << "] with [" << yd.to_string() << "]");
+    Tensor x = make<T>(xd, seed++, lo, hi), y = make<T>(yd, seed++, lo, hi);
+    std::vector<std::int64_t> od;
+    auto want = ref_broadcast<T>(x, y, f, &od);
+    auto run = run_op<OpT>({x, y});
+    CHECK(run.out().dims().to_vector() == od);
+    kiln_test::check_close<T>(run.out(), want);
+  }
+}
+
+template <typename OpT, typename F>
+void check_all_dtypes(F f) {
+  check_binary<OpT, float>(f);
+  check_binary<OpT, double>(f);
+  check_binary<OpT, std::int32_t>(f);
+  check_binary<OpT, std::int64_t>(f);
+}
+
+}  // namespace
+
+TEST_CASE("add, sub and mul broadcast like numpy in every dtype", "[kernel]") {
+  check_all_dtypes<AddOp>([](auto a, auto b) { return a + b; });
+  check_all_dtypes<SubOp>([](auto a, auto b) { return a - b; });
+  check_all_dtypes<MulOp>([](auto a, auto b) { return a * b; });
+}
+
+TEST_CASE("div divides floats and truncates integers", "[kernel]") {
+  auto fdiv = [](auto a, auto b) { return a / b; };
+  check_binary<DivOp, float>(fdiv, 0.5, 4);
+  check_binary<DivOp, double>(fdiv, -4, -0.5);
+  check_binary<DivOp, std::int32_t>(fdiv, 1, 9);
+  check_binary<DivOp, std::int64_t>(fdiv, 1, 9);
+  auto r = run_op<DivOp>({Tensor::from_vector<std::int32_t>({4}, {7, -7, 7, -7}),
+                          Tensor::from_vector<std::int32_t>({4}, {2, 2, -2, -2})});
+  CHECK(r.out().to_vector<std::int32_t>() == std::vector<std::int32_t>{3, -3, -3, 3});
+}
+
+TEST_CASE("integer division by zero is an error naming the op, and MIN / -1 does not trap", "[kernel]") {
+  auto x = Tensor::from_vector<std::int64_t>({3}, {1, 2, 3});
+  auto y = Tensor::from_vector<std::int64_t>({3}, {1, 0, 3});
+  KERNEL_CHECK_ERROR(run_op<DivOp>({x, y}), InvalidArgument, {"kiln.div", "zero"});
+  auto m = Tensor::from_vector<std::int32_t>({1}, {INT32_MIN});
+  auto r = run_op<DivOp>({m, Tensor::from_vector<std::int32_t>({1}, {-1})});
+  CHECK(r.out().to_vector<std::int32_t>()[0] == INT32_MIN);  // wraps, as two's complement
+  // Float division by zero is IEEE: inf.
+  auto f = run_op<DivOp>({Tensor::from_vector<float>({1}, {1.f}), Tensor::from_vector<float>({1}, {0.f})});
+  CHECK(std::isinf(f.out().to_vector<float>()[0]));
+}
+
+TEST_CASE("maximum and minimum broadcast and let NaN win", "[kernel]") {
+  check_all_dtypes<MaximumOp>([](auto a, auto b) { return a > b ? a : b; });
+  check_all_dtypes<MinimumOp>([](auto a, auto b) { return a < b ? a : b; });
+  const float nan = std::nanf("");
+  auto x = Tensor::from_vector<float>({3}, {nan, 1.f, 2.f});
+  auto y = Tensor::from_vector<float>({3}, {0.f, nan, 1.f});
+  auto mx = run_op<MaximumOp>({x, y}).out().to_vector<float>();
+  auto mn = run_op<MinimumOp>({x, y}).out().to_vector<float>();
+  CHECK(std::isnan(mx[0]));
+  CHECK(std::isnan(mx[1]));
+  CHECK(mx[2] == 2.f);
+  CHECK(std::isnan(mn[0]));
+  CHECK(std::isnan(mn[1]));
+  CHECK(mn[2] == 1.f);
+}
+
+TEST_CASE("pow raises floats elementwise with broadcasting", "[kernel]") {
+  auto p = [](auto a, auto b) { return std::pow(a, b); };
+  check_binary<PowOp, float>(p, 0.1, 3);
+  check_binary<PowOp, double>(p, 0.1, 3);
+  auto r = run_op<PowOp>({Tensor::from_vector<double>({3}, {2, 3, 4}), Tensor::from_vector<double>({}, {2})});
+  CHECK(r.out().to_vector<double>() == std::vector<double>{4, 9, 16});
+}
+
+TEST_CASE("binary ops reject mixed dtypes, shapes that do not broadcast and pow on integers", "[kernel]") {
+  using kiln_test::build_op;
+  Program p;
+  KERNEL_CHECK_ERROR((build_op<SubOp>(p, {{DataType::Float32, {2}}, {DataType::Float64, {2}}})),
+                     InvalidArgument, {"kiln.sub", "f32", "f64"});
+  KERNEL_CHECK_ERROR((build_op<MulOp>(p, {{DataType::Float32, {3, 4}}, {DataType::Float32, {5}}})),
+                     InvalidArgument, {"kiln.mul", "broadcast", "[3, 4]", "[5]"});
+  KERNEL_CHECK_ERROR((build_op<PowOp>(p, {{DataType::Int32, {2}}, {DataType::Int32, {2}}})),
+                     InvalidArgument, {"kiln.pow", "floating", "i32"});
+  // Unknown dims broadcast at build time; the kernel checks the real ones.
+  auto x = Tensor::from_vector<float>({3}, {1, 2, 3});
+  auto y = Tensor::from_vector<float>({2}, {1, 2});
+  KERNEL_CHECK_ERROR(kiln_test::run_kernel({x, y}, [](Builder& b, const std::vector<Value>&) {
+                       Value a = b.create<DataOp>("a", std::vector<std::int64_t>{-1}).result();
+                       Value c = b.create<DataOp>("c", std::vector<std::int64_t>{-1}).result();
+                       return b.create<MaximumOp>(a, c).operation();
+                     }),
+                     InvalidArgument, {"kiln.maximum", "[3]", "[2]"});
+}
+
+TEST_CASE("binary ops keep vtensor results for vtensor operands and tensor otherwise", "[kernel]") {
+  auto v = VTensorType::get(DataType::Float32, {2, 3});
+  auto t = TensorType::get(DataType::Float32, {3});
+  auto r = SubOp::infer_meta({v, v}, {});
+  CHECK(r[0] == Type(VTensorType::get(DataType::Float32, {2, 3})));
+  auto r2 = SubOp::infer_meta({v, t}, {});
+  CHECK(r2[0] == Type(TensorType::get(DataType::Float32, {2, 3})));
+  auto r3 = DivOp::infer_meta({TensorType::get(DataType::Float32, {-1, 3}), t}, {});
+  CHECK(shaped_dims(r3[0]) == std::vector<std::int64_t>{-1, 3});
+}
+
+TEST_CASE("add_n sums one or more same-shaped tensors", "[kernel]") {
+  for (int k : {1, 2, 3, 5}) {
+    std::vector<Tensor> xs;
+    for (int i = 0; i < k; ++i) xs.push_back(kiln_test::filled<double>({4, 33}, -1, 1, 10 + i));
+    std::vector<double> want(4 * 33, 0.0);
+    for (auto& x : xs) {
+      auto v = x.to_vector<double>();
+      for (std::size_t j = 0; j < v.size(); ++j) want[j] += v[j];
+    }
+    auto r = run_op<AddNOp>(xs);
+    kiln_test::check_close<double>(r.out(), want, 1e-12, 1e-12);
+    if (k == 1) CHECK_FALSE(r.out().shares_buffer_with(xs[0]));
+  }
+  auto r = run_op<AddNOp>({Tensor::from_vector<std::int32_t>({2}, {1, 2}),
+                           Tensor::from_vector<std::int32_t>({2}, {10, 20}),
+                           Tensor::from_vector<std::int32_t>({2}, {100, 200})});
+  CHECK(r.out().to_vector<std::int32_t>() == std::vector<std::int32_t>{111, 222});
+  auto f = run_op<AddNOp>({Tensor::from_vector<float>({2}, {1, 2}), Tensor::from_vector<float>({2}, {3, 4})});
+  CHECK(f.out().to_vector<float>() == std::vector<float>{4, 6});
+}
+
+TEST_CASE("add_n rejects no operands, mixed dtypes and different shapes", "[kernel]") {
+  using kiln_test::build_op;
+  Program p;
+  KERNEL_CHECK_ERROR((build_op<AddNOp>(p, {})), InvalidArgument, {"kiln.add_n", "at least one"});
+  KERNEL_CHECK_ERROR((build_op<AddNOp>(p, {{DataType::Float32, {2}}, {DataType::Int32, {2}}})),
+                     InvalidArgument, {"kiln.add_n", "f32", "i32"});
+  KERNEL_CHECK_ERROR((build_op<AddNOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {2, 3}},
+                                           {DataType::Float32, {3}}})),
+                     InvalidArgument, {"kiln.add_n", "[2, 3]", "[3]", "operand #2"});
+  // -1 dims unify with known ones.
+  Operation* op = build_op<AddNOp>(p, {{DataType::Float32, {-1, 3}}, {DataType::Float32, {4, -1}}});
+  CHECK(shaped_dims(op->result_type(0)) == std::vector<std::int64_t>{4, 3});
+}
+
+TEST_CASE("binary kernels reuse their output buffer across runs of one context", "[kernel]") {
+  // The executor keeps a kernel context per instruction: the second run of
+  // the same op writes the buffer the first allocated.
+  auto x = kiln_test::filled<float>({8, 8}), y = kiln_test::filled<float>({8}, -1, 1, 3);
+  auto run = run_op<AddOp>({x, y});
+  const void* first = run.out().raw_data();
+  run.results.clear();  // drop the extra reference the helper keeps
+  const auto& k = KernelRegistry::instance().get(*run.op, PlaceKind::Cpu, DataType::Float32);
+  std::vector<Variable*> in{run.inputs[0].get(), run.inputs[1].get()}, out{run.outputs[0].get()};
+  KernelContext ctx(run.op, in.data(), 2, out.data(), 1, nullptr, Place::cpu(), &cpu_allocator());
+  k.fn(ctx);
+  CHECK(run.outputs[0]->get<Tensor>().raw_data() == first);
+}

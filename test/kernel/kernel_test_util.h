@@ -1,0 +1,187 @@
+// Helpers for kernel tests: run one op's CPU kernel without the executor.
+// run_op<OpT>(inputs, attrs…) builds a Program (a kiln.data op per input
+// tensor, then the op through a Builder, so InferMeta runs), gives each
+// operand and result a Variable (an Inplace op's output shares its input's
+// variable), decodes the attributes as the executor does (KernelInfo's
+// decode_attrs), looks the kernel up in the KernelRegistry by the dtype of
+// the first input (of the first result when there is none) and calls it.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "catch.hpp"
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/allocator.h"
+#include "kiln/runtime/tensor.h"
+#include "kiln/runtime/variable.h"
+
+namespace kiln_test {
+
+// What one kernel run leaves behind: the program (owns the op), the op, its
+// variables and the output tensors.
+struct KernelRun {
+  std::unique_ptr<kiln::Program> program;
+  kiln::Operation* op = nullptr;
+  std::vector<std::shared_ptr<kiln::Variable>> inputs, outputs;
+  std::vector<kiln::Tensor> results;  // the output variables' tensors after the run
+
+  const kiln::Tensor& out(std::size_t i = 0) const { return results.at(i); }
+};
+
+// Builds `make_op(builder, data values)` after one kiln.data op per input and
+// runs its kernel. The data ops take each tensor's dims and dtype.
+inline KernelRun run_kernel(
+    const std::vector<kiln::Tensor>& inputs,
+    const std::function<kiln::Operation*(kiln::Builder&, const std::vector<kiln::Value>&)>& make_op) {
+  using namespace kiln;
+  KernelRun run;
+  run.program = std::make_unique<Program>();
+  Builder b(*run.program);
+  std::vector<Value> values;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    values.push_back(
+        b.create<DataOp>("in" + std::to_string(i), t.dims().to_vector(), t.dtype()).result());
+  }
+  Operation* op = make_op(b, values);
+  run.op = op;
+
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    auto v = std::make_shared<Variable>("in" + std::to_string(i));
+    v->set(inputs[i]);  // shares the caller's buffer, as a fed variable would
+    run.inputs.push_back(std::move(v));
+  }
+  const auto& inplace = op->info().impl()->inplace_map;
+  for (std::uint32_t r = 0; r < op->num_results(); ++r) {
+    std::shared_ptr<Variable> var;
+    for (auto [o, in] : inplace)
+      if (o == r) var = run.inputs.at(in);
+    if (!var) var = std::make_shared<Variable>("out" + std::to_string(r));
+    run.outputs.push_back(std::move(var));
+  }
+
+  DataType dtype = !inputs.empty() ? inputs[0].dtype() : shaped_data_type(op->result_type(0));
+  const KernelInfo& k = KernelRegistry::instance().get(*op, PlaceKind::Cpu, dtype);
+  std::shared_ptr<const void> attrs = k.decode_attrs ? k.decode_attrs(op) : nullptr;
+  std::vector<Variable*> in_ptrs, out_ptrs;
+  for (auto& v : run.inputs) in_ptrs.push_back(v.get());
+  for (auto& v : run.outputs) out_ptrs.push_back(v.get());
+  KernelContext ctx(op, in_ptrs.data(), static_cast<std::uint32_t>(in_ptrs.size()), out_ptrs.data(),
+                    static_cast<std::uint32_t>(out_ptrs.size()), attrs.get(), Place::cpu(),
+                    &cpu_allocator());
+  k.fn(ctx);
+
+  for (std::uint32_t r = 0; r < op->num_results(); ++r) {
+    const Tensor& t = run.outputs[r]->get<Tensor>();
+    // The kernel's output agrees with what InferMeta promised.
+    Type rt = op->result_type(r);
+    CHECK(to_string(t.dtype()) == to_string(shaped_data_type(rt)));
+    const auto& want = shaped_dims(rt);
+    bool known = true;
+    for (auto d : want) known = known && d >= 0;
+    if (known) CHECK(t.dims().to_vector() == want);
+    run.results.push_back(t);
+  }
+  return run;
+}
+
+namespace detail {
+template <typename OpT, std::size_t... I, typename... Args>
+kiln::Operation* create_fixed(kiln::Builder& b, const std::vector<kiln::Value>& v,
+                              std::index_sequence<I...>, Args&&... args) {
+  REQUIRE(v.size() == sizeof...(I));
+  return b.create<OpT>(v[I]..., std::forward<Args>(args)...).operation();
+}
+}  // namespace detail
+
+// run_op<SubOp>({x, y}); run_op<ScaleOp>({x}, 2.0f, 1.0f, true);
+// run_op<AddNOp>({a, b, c}) — a variadic op (num_operands = -1) gets the
+// values as one std::vector<Value> argument.
+template <typename OpT, typename... Args>
+KernelRun run_op(const std::vector<kiln::Tensor>& inputs, Args&&... args) {
+  return run_kernel(inputs, [&](kiln::Builder& b, const std::vector<kiln::Value>& v) {
+    if constexpr (OpT::num_operands < 0)
+      return b.create<OpT>(v, args...).operation();
+    else
+      return detail::create_fixed<OpT>(b, v, std::make_index_sequence<OpT::num_operands>{},
+                                       args...);
+  });
+}
+
+// Builds the op on data ops of these types only (no kernel run): for
+// InferMeta error tests. Types: {dtype, dims}.
+struct TypeSpec {
+  kiln::DataType dtype;
+  std::vector<std::int64_t> dims;
+};
+template <typename OpT, typename... Args>
+kiln::Operation* build_op(kiln::Program& p, const std::vector<TypeSpec>& ins, Args&&... args) {
+  kiln::Builder b(p);
+  std::vector<kiln::Value> v;
+  for (std::size_t i = 0; i < ins.size(); ++i)
+    v.push_back(b.create<kiln::DataOp>("in" + std::to_string(i), ins[i].dims, ins[i].dtype).result());
+  if constexpr (OpT::num_operands < 0)
+    return b.create<OpT>(v, args...).operation();
+  else
+    return detail::create_fixed<OpT>(b, v, std::make_index_sequence<OpT::num_operands>{}, args...);
+}
+
+// Runs `f`; it must throw kiln::Error of `kind` whose message contains each
+// of `parts`. Returns the message (empty when the check failed).
+inline std::string kernel_expect_error(const std::function<void()>& f, kiln::ErrorKind kind,
+                                       const std::vector<std::string>& parts = {}) {
+  try {
+    f();
+  } catch (const kiln::Error& e) {
+    INFO("message: " << e.message());
+    CHECK(kiln::to_string(e.kind()) == kiln::to_string(kind));
+    for (const auto& p : parts) CHECK_THAT(e.message(), Catch::Contains(p));
+    return e.message();
+  }
+  FAIL_CHECK("no kiln::Error was thrown");
+  return {};
+}
+
+// Element-wise closeness: |a - b| <= atol + rtol * |b|; reports the first miss.
+template <typename T>
+void check_close(const kiln::Tensor& got, const std::vector<T>& want, double rtol = 1e-5,
+                 double atol = 1e-6) {
+  auto g = got.to_vector<T>();
+  REQUIRE(g.size() == want.size());
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    double a = static_cast<double>(g[i]), w = static_cast<double>(want[i]);
+    bool ok = (std::isnan(a) && std::isnan(w)) || (a == w) || std::abs(a - w) <= atol + rtol * std::abs(w);
+    if (!ok) {
+      INFO("element " << i << ": got " << a << ", want " << w);
+      CHECK(ok);
+      return;
+    }
+  }
+}
+
+// A tensor of `dims` filled with a deterministic pseudo-random sequence in
+// [lo, hi) (a small LCG, so tests need no <random> state).
+template <typename T>
+kiln::Tensor filled(const kiln::Dims& dims, double lo = -1.0, double hi = 1.0, std::uint32_t seed = 1) {
+  std::vector<T> v(static_cast<std::size_t>(dims.numel()));
+  std::uint64_t s = seed * 2654435761ull + 12345;
+  for (auto& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    double u = static_cast<double>(s >> 11) / 9007199254740992.0;  // [0, 1)
+    x = static_cast<T>(lo + (hi - lo) * u);
+  }
+  return kiln::Tensor::from_vector<T>(dims, v);
+}
+
+}  // namespace kiln_test
+
+// KERNEL_CHECK_ERROR(run_op<SubOp>({x, y}), InvalidArgument, {"kiln.sub"});
+#define KERNEL_CHECK_ERROR(expr, kind, ...) \
+  ::kiln_test::kernel_expect_error([&] { (void)(expr); }, ::kiln::ErrorKind::kind, ##__VA_ARGS__)

@@ -1,0 +1,205 @@
+// Reference tests of the unary ops (relu, gelu, tanh, sigmoid, exp, log,
+// sqrt, square, abs, neg, scale), the in-place relu_ / sqrt_, and assign,
+// cast and full: each kernel against plain loops over std:: math.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kernel/kernel_test_util.h"
+
+using namespace kiln;
+using kiln_test::run_op;
+
+namespace {
+
+template <typename OpT, typename T, typename F, typename... Args>
+void check_unary(F f, double lo, double hi, double rtol, Args... args) {
+  for (const Dims& d : {Dims{}, Dims{1}, Dims{7}, Dims{3, 5}, Dims{2, 3, 17}, Dims{0, 4}}) {
+    INFO(OpT::name << " " << to_string(data_type_of<T>) << " [" << d.to_string() << "]");
+    Tensor x;
+    if constexpr (std::is_integral_v<T>) {
+      std::vector<T> v;
+      for (double u : kiln_test::filled<double>(d, lo, hi, 7).to_vector<double>())
+        v.push_back(static_cast<T>(std::floor(u)));
+      x = Tensor::from_vector<T>(d, v);
+    } else {
+      x = kiln_test::filled<T>(d, lo, hi, 7);
+    }
+    auto xv = x.to_vector<T>();
+    std::vector<T> want;
+    for (T v : xv) want.push_back(static_cast<T>(f(v)));
+    auto r = run_op<OpT>({x}, args...);
+    CHECK(r.out().dims() == d);
+    CHECK_FALSE(r.out().shares_buffer_with(x));
+    kiln_test::check_close<T>(r.out(), want, rtol, rtol);
+    CHECK(x.to_vector<T>() == xv);  // the input is untouched
+  }
+}
+
+template <typename OpT, typename F, typename... Args>
+void check_float_unary(F f, double lo = -3, double hi = 3, Args... args) {
+  check_unary<OpT, float>([&](float v) { return static_cast<float>(f(double{v})); }, lo, hi, 2e-6,
+                          args...);
+  check_unary<OpT, double>(f, lo, hi, 1e-14, args...);
+}
+
+template <typename OpT, typename F, typename... Args>
+void check_int_unary(F f, Args... args) {
+  check_unary<OpT, std::int32_t>([&](std::int32_t v) { return f(v); }, -50, 50, 0, args...);
+  check_unary<OpT, std::int64_t>([&](std::int64_t v) { return f(v); }, -50, 50, 0, args...);
+}
+
+}  // namespace
+
+TEST_CASE("relu, tanh, sigmoid, exp, log and sqrt match std math in f32 and f64", "[kernel]") {
+  check_float_unary<ReluOp>([](double v) { return v > 0 ? v : 0.0; });
+  check_int_unary<ReluOp>([](auto v) { return v > 0 ? v : decltype(v)(0); });
+  check_float_unary<TanhOp>([](double v) { return std::tanh(v); });
+  check_float_unary<SigmoidOp>([](double v) { return 1.0 / (1.0 + std::exp(-v)); }, -20, 20);
+  check_float_unary<ExpOp>([](double v) { return std::exp(v); });
+  check_float_unary<LogOp>([](double v) { return std::log(v); }, 0.01, 100);
+  check_float_unary<SqrtOp>([](double v) { return std::sqrt(v); }, 0, 100);
+}
+
+TEST_CASE("square, abs and neg match plain loops for floats and integers", "[kernel]") {
+  check_float_unary<SquareOp>([](double v) { return v * v; });
+  check_int_unary<SquareOp>([](auto v) { return v * v; });
+  check_float_unary<AbsOp>([](double v) { return std::fabs(v); });
+  check_int_unary<AbsOp>([](auto v) { return v < 0 ? -v : v; });
+  check_float_unary<NegOp>([](double v) { return -v; });
+  check_int_unary<NegOp>([](auto v) { return -v; });
+}
+
+TEST_CASE("gelu uses erf by default and the tanh form when approximate", "[kernel]") {
+  check_float_unary<GeluOp>([](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); },
+                            -5, 5, false);
+  check_float_unary<GeluOp>(
+      [](double v) {
+        return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+      },
+      -5, 5, true);
+  // torch.nn.functional.gelu(1.0) and gelu(1.0, approximate='tanh').
+  auto one = Tensor::from_vector<double>({1}, {1.0});
+  CHECK(run_op<GeluOp>({one}).out().to_vector<double>()[0] == Approx(0.8413447460685429).epsilon(1e-14));
+  CHECK(run_op<GeluOp>({one}, true).out().to_vector<double>()[0] ==
+        Approx(0.8411919906082768).epsilon(1e-14));
+}
+
+TEST_CASE("scale applies bias after or before scaling, as Paddle", "[kernel]") {
+  check_float_unary<ScaleOp>([](double v) { return 2.5 * v + 1.5; }, -3, 3, 2.5, 1.5, true);
+  check_float_unary<ScaleOp>([](double v) { return 2.5 * (v + 1.5); }, -3, 3, 2.5, 1.5, false);
+  check_int_unary<ScaleOp>([](auto v) { return 3 * v + 2; }, 3.0, 2.0, true);
+  check_int_unary<ScaleOp>([](auto v) { return 3 * (v + 2); }, 3.0, 2.0, false);
+  // Defaults: scale 1, bias 0.
+  auto x = Tensor::from_vector<float>({2}, {1.5f, -2.f});
+  CHECK(run_op<ScaleOp>({x}).out().to_vector<float>() == std::vector<float>{1.5f, -2.f});
+}
+
+TEST_CASE("float-only unary ops reject integer operands naming the op", "[kernel]") {
+  using kiln_test::build_op;
+  Program p;
+  KERNEL_CHECK_ERROR((build_op<ExpOp>(p, {{DataType::Int32, {2}}})), InvalidArgument,
+                     {"kiln.exp", "i32"});
+  KERNEL_CHECK_ERROR((build_op<GeluOp>(p, {{DataType::Int64, {2}}})), InvalidArgument,
+                     {"kiln.gelu", "i64"});
+  KERNEL_CHECK_ERROR((build_op<Sqrt_Op>(p, {{DataType::Int64, {2}}})), InvalidArgument,
+                     {"kiln.sqrt_", "i64"});
+  // An integer op with no integer kernel for the dtype: the registry names it.
+  Operation* op = build_op<SquareOp>(p, {{DataType::Int8, {2}}});
+  KERNEL_CHECK_ERROR(KernelRegistry::instance().get(*op, PlaceKind::Cpu, DataType::Int8),
+                     Unimplemented, {"kiln.square", "i8"});
+}
+
+TEST_CASE("sqrt_ and relu_ write their operand's buffer in place", "[kernel]") {
+  auto x = Tensor::from_vector<float>({2, 2}, {4.f, 9.f, 0.25f, 16.f});
+  auto r = run_op<Sqrt_Op>({x});
+  CHECK(r.outputs[0] == r.inputs[0]);  // one variable
+  CHECK(r.out().shares_buffer_with(x));
+  CHECK(x.to_vector<float>() == std::vector<float>{2.f, 3.f, 0.5f, 4.f});
+  auto y = Tensor::from_vector<double>({3}, {-1.0, 2.0, -0.5});
+  auto r2 = run_op<Relu_Op>({y});
+  CHECK(r2.out().shares_buffer_with(y));
+  CHECK(y.to_vector<double>() == std::vector<double>{0.0, 2.0, 0.0});
+  // Traits and alias map, for the executor.
+  CHECK(r.op->has_trait<Inplace>());
+  CHECK_FALSE(r.op->has_trait<ReadOnly>());
+  CHECK(r.op->info().impl()->inplace_map ==
+        std::vector<std::pair<std::uint32_t, std::uint32_t>>{{0, 0}});
+  // Given a separate output variable (no aliasing), the kernel still works.
+  auto z = Tensor::from_vector<float>({2}, {4.f, 25.f});
+  auto k = kiln_test::run_kernel({z}, [](Builder& b, const std::vector<Value>& v) {
+    return b.create<SqrtOp>(v[0]).operation();
+  });
+  CHECK(k.out().to_vector<float>() == std::vector<float>{2.f, 5.f});
+  CHECK(z.to_vector<float>() == std::vector<float>{4.f, 25.f});
+}
+
+TEST_CASE("sqrt_ on a vtensor is rejected: it writes its operand", "[kernel]") {
+  auto v = VTensorType::get(DataType::Float32, {2});
+  KERNEL_CHECK_ERROR(Sqrt_Op::infer_meta({v}, {}), InvalidArgument, {"kiln.sqrt_", "vtensor"});
+  auto t = Sqrt_Op::infer_meta({TensorType::get(DataType::Float32, {2})}, {});
+  CHECK(t[0] == Type(TensorType::get(DataType::Float32, {2})));
+}
+
+TEST_CASE("assign copies any dtype into a new buffer", "[kernel]") {
+  auto f = kiln_test::filled<float>({3, 4});
+  auto r = run_op<AssignOp>({f});
+  CHECK(r.out().to_vector<float>() == f.to_vector<float>());
+  CHECK_FALSE(r.out().shares_buffer_with(f));
+  auto i = Tensor::from_vector<std::int64_t>({2}, {1, -7});
+  CHECK(run_op<AssignOp>({i}).out().to_vector<std::int64_t>() == std::vector<std::int64_t>{1, -7});
+  auto b = Tensor::from_vector<bool>({3}, {true, false, true});
+  CHECK(run_op<AssignOp>({b}).out().to_vector<bool>() == std::vector<bool>{true, false, true});
+  auto e = Tensor::empty({0, 2}, DataType::Float64);
+  CHECK(run_op<AssignOp>({e}).out().dims() == Dims{0, 2});
+}
+
+TEST_CASE("cast converts between f32, f64, i8, i32, i64 and bool", "[kernel]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  auto f = Tensor::from_vector<float>({7}, {1.9f, -1.9f, 0.f, nan, inf, -inf, 3e9f});
+  CHECK(run_op<CastOp>({f}, DataType::Int32).out().to_vector<std::int32_t>() ==
+        std::vector<std::int32_t>{1, -1, 0, 0, INT32_MAX, INT32_MIN, INT32_MAX});
+  CHECK(run_op<CastOp>({f}, DataType::Int8).out().to_vector<std::int8_t>() ==
+        std::vector<std::int8_t>{1, -1, 0, 0, 127, -128, 127});
+  CHECK(run_op<CastOp>({f}, DataType::Bool).out().to_vector<bool>() ==
+        std::vector<bool>{true, true, false, true, true, true, true});
+  auto d = run_op<CastOp>({f}, DataType::Float64).out().to_vector<double>();
+  CHECK(d[0] == double{1.9f});
+  CHECK(std::isnan(d[3]));
+  auto i = Tensor::from_vector<std::int64_t>({3}, {-5, 0, 1LL << 40});
+  CHECK(run_op<CastOp>({i}, DataType::Float64).out().to_vector<double>() ==
+        std::vector<double>{-5.0, 0.0, double(1LL << 40)});
+  CHECK(run_op<CastOp>({i}, DataType::Int32).out().to_vector<std::int32_t>() ==
+        std::vector<std::int32_t>{-5, 0, 0});  // two's-complement truncation
+  auto b = Tensor::from_vector<bool>({2}, {true, false});
+  CHECK(run_op<CastOp>({b}, DataType::Float32).out().to_vector<float>() == std::vector<float>{1.f, 0.f});
+  auto same = run_op<CastOp>({f}, DataType::Float32);
+  CHECK_FALSE(same.out().shares_buffer_with(f));
+  CHECK(same.out().to_vector<float>()[0] == 1.9f);
+  using kiln_test::build_op;
+  Program p;
+  KERNEL_CHECK_ERROR((build_op<CastOp>(p, {{DataType::Float32, {2}}}, DataType::Float16)),
+                     InvalidArgument, {"kiln.cast", "f16"});
+  Operation* op = build_op<CastOp>(p, {{DataType::Int32, {-1, 2}}}, DataType::Float64);
+  CHECK(op->result_type(0) == Type(TensorType::get(DataType::Float64, {-1, 2})));
+}
+
+TEST_CASE("full fills every supported dtype and rejects values the dtype cannot hold", "[kernel]") {
+  auto run_full = [](std::vector<std::int64_t> shape, double v, DataType dt) {
+    return run_op<FullOp>({}, shape, v, dt);
+  };
+  CHECK(run_full({2, 3}, 1.5, DataType::Float32).out().to_vector<float>() == std::vector<float>(6, 1.5f));
+  CHECK(run_full({4}, -2.25, DataType::Float64).out().to_vector<double>() == std::vector<double>(4, -2.25));
+  CHECK(run_full({3}, 7, DataType::Int32).out().to_vector<std::int32_t>() == std::vector<std::int32_t>(3, 7));
+  CHECK(run_full({3}, -9e15, DataType::Int64).out().to_vector<std::int64_t>() ==
+        std::vector<std::int64_t>(3, -9000000000000000LL));
+  CHECK(run_full({2}, -128, DataType::Int8).out().to_vector<std::int8_t>() == std::vector<std::int8_t>(2, -128));
+  CHECK(run_full({2}, 1, DataType::Bool).out().to_vector<bool>() == std::vector<bool>(2, true));
+  CHECK(run_full({}, 3, DataType::Float32).out().dims() == Dims{});
+  CHECK(run_full({0, 5}, 3, DataType::Float32).out().numel() == 0);
+  KERNEL_CHECK_ERROR(run_full({2}, 200, DataType::Int8), InvalidArgument, {"kiln.full", "200", "i8"});
+  KERNEL_CHECK_ERROR(run_full({2}, std::nan(""), DataType::Int32), InvalidArgument, {"kiln.full"});
+  KERNEL_CHECK_ERROR(run_full({-1, 2}, 1, DataType::Float32), InvalidArgument,
+                     {"kiln.full", "[-1, 2]"});
+}
