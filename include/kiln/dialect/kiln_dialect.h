@@ -8,6 +8,7 @@
 #include "kiln/dialect/math_ops.h"
 #include "kiln/dialect/nn_ops.h"
 #include "kiln/dialect/reduce_ops.h"
+#include "kiln/dialect/random_ops.h"
 #include "kiln/dialect/tensor_ops.h"
 
 namespace kiln {

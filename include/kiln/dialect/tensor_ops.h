@@ -1,6 +1,7 @@
-// Tensor-making and shape ops of the first op set: full (a constant-filled
-// tensor), reshape (ViewLike: the output views its input's buffer) and
-// uniform_random (Random: random ops keep program order, seed 001 §3.3.1).
+// Tensor-making and shape ops: full (a constant-filled tensor), reshape
+// (ViewLike: the output views its input's buffer), transpose, concat, split,
+// slice, gather and embedding lookup. All but full and reshape are pure
+// (ReadOnly, ValueSemantics). Random ops live in random_ops.h.
 #pragma once
 
 #include "kiln/dialect/builtin.h"
@@ -33,20 +34,105 @@ struct ReshapeOp : Op<ReshapeOp, ViewLike, InferMetaInterface> {
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
-struct UniformRandomOp : Op<UniformRandomOp, Random, InferMetaInterface> {
+// The [begin, end) a slice with these start/end takes from a dim of size
+// `dim` (>= 0): negative start/end count from the end, then both clamp to
+// [0, dim], and end >= begin.
+std::pair<std::int64_t, std::int64_t> slice_range(std::int64_t start, std::int64_t end,
+                                                  std::int64_t dim);
+
+// out.dims[i] = x.dims[perm[i]]; perm is a permutation of [0, rank)
+// (negative entries count from the end).
+struct TransposeOp : Op<TransposeOp, ReadOnly, ValueSemantics, InferMetaInterface> {
   using Op::Op;
-  static constexpr std::string_view name = "kiln.uniform_random";
-  static constexpr int num_operands = 0, num_results = 1;
+  static constexpr std::string_view name = "kiln.transpose";
+  static constexpr int num_operands = 1, num_results = 1;
   struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::vector<std::int64_t>, shape), (double, min),
-                             (double, max), (std::int64_t, seed), (DataType, dtype),
-                             (Place, place));
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::vector<std::int64_t>, perm));
   };
-  static void build(Builder& b, OperationArgument& arg, const std::vector<std::int64_t>& shape,
-                    double min = -1.0, double max = 1.0, std::int64_t seed = 0,
-                    DataType dtype = DataType::Float32, Place place = Place::cpu());
+  static void build(Builder& b, OperationArgument& arg, Value x, const std::vector<std::int64_t>& perm);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
-  void verify() const;
+};
+
+// Joins one or more tensors (variadic operands) along `axis` (negative counts
+// from the end); every other dim and the dtype must agree.
+struct ConcatOp : Op<ConcatOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.concat";
+  static constexpr int num_results = 1;  // operands: variadic, at least one
+  struct Attributes {
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, axis));
+  };
+  static void build(Builder& b, OperationArgument& arg, const std::vector<Value>& xs,
+                    std::int64_t axis = 0);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+// Splits x along `axis` into `num` equal parts (sections empty), or into parts
+// of the sizes in `sections` (num 0; one entry may be -1: the rest). Results:
+// variadic, one per part.
+struct SplitOp : Op<SplitOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.split";
+  static constexpr int num_operands = 1;  // results: variadic
+  struct Attributes {
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, num), (std::vector<std::int64_t>, sections),
+                             (std::int64_t, axis));
+  };
+  // `num` equal parts.
+  static void build(Builder& b, OperationArgument& arg, Value x, std::int64_t num,
+                    std::int64_t axis = 0);
+  // Parts of the given sizes.
+  static void build(Builder& b, OperationArgument& arg, Value x,
+                    const std::vector<std::int64_t>& sections, std::int64_t axis = 0);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+// x[starts[k]:ends[k]] along each axes[k] (step 1), numpy/Paddle style: a
+// negative start/end counts from the end of the dim, then both are clamped
+// to [0, dim]; end <= start gives an empty dim. Other dims are kept whole.
+struct SliceOp : Op<SliceOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.slice";
+  static constexpr int num_operands = 1, num_results = 1;
+  struct Attributes {
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::vector<std::int64_t>, axes),
+                             (std::vector<std::int64_t>, starts), (std::vector<std::int64_t>, ends));
+  };
+  static void build(Builder& b, OperationArgument& arg, Value x, const std::vector<std::int64_t>& axes,
+                    const std::vector<std::int64_t>& starts, const std::vector<std::int64_t>& ends);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+// gather(x, index) along `axis` (numpy `take`): index is i32 or i64 of any
+// shape, out.dims = x.dims[:axis] + index.dims + x.dims[axis+1:]. An index
+// outside [0, x.dims[axis]) is a kiln::Error (OutOfRange) naming the op and
+// the index. The kernel is chosen by x's dtype (operand 0).
+struct GatherOp : Op<GatherOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.gather";
+  static constexpr int num_operands = 2, num_results = 1;
+  struct Attributes {
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, axis));
+  };
+  static void build(Builder& b, OperationArgument& arg, Value x, Value index, std::int64_t axis = 0);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+// Embedding lookup: operands (weight [V, D], ids i32/i64 of any shape) ->
+// [ids.dims..., D] (Paddle's lookup_table_v2 order, W first, so the kernel is
+// chosen by the weight's dtype like every other op: by operand 0).
+// padding_idx in [0, V) gives zero rows for that id; -1 = no padding. An id
+// outside [0, V) is a kiln::Error (OutOfRange) naming the op and the id.
+struct EmbeddingOp : Op<EmbeddingOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.embedding";
+  static constexpr int num_operands = 2, num_results = 1;
+  struct Attributes {
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, padding_idx));
+  };
+  static void build(Builder& b, OperationArgument& arg, Value weight, Value ids,
+                    std::int64_t padding_idx = -1);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
 }  // namespace kiln

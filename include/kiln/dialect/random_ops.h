@@ -1,0 +1,64 @@
+// Random ops: uniform_random, gaussian_random and dropout. All carry the
+// Random trait, so the executor keeps them in program order among themselves
+// (seed 001 §3.3.1: a random op missing from that order broke convergence).
+// Numbers are deterministic: see kiln/kernel/random.h for how `seed` is used
+// (seed != 0: that seed, the same numbers every run; seed == 0: the next key
+// of the process-wide generator, reset by kiln::set_random_seed).
+#pragma once
+
+#include "kiln/dialect/builtin.h"
+
+namespace kiln {
+
+// Uniform in [min, max) (up to rounding of the dtype).
+struct UniformRandomOp : Op<UniformRandomOp, Random, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.uniform_random";
+  static constexpr int num_operands = 0, num_results = 1;
+  struct Attributes {
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::vector<std::int64_t>, shape), (double, min),
+                             (double, max), (std::int64_t, seed), (DataType, dtype),
+                             (Place, place));
+  };
+  static void build(Builder& b, OperationArgument& arg, const std::vector<std::int64_t>& shape,
+                    double min = -1.0, double max = 1.0, std::int64_t seed = 0,
+                    DataType dtype = DataType::Float32, Place place = Place::cpu());
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  void verify() const;
+};
+
+// Normal(mean, std^2); std >= 0.
+struct GaussianRandomOp : Op<GaussianRandomOp, Random, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.gaussian_random";
+  static constexpr int num_operands = 0, num_results = 1;
+  struct Attributes {
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::vector<std::int64_t>, shape), (double, mean),
+                             (double, std), (std::int64_t, seed), (DataType, dtype),
+                             (Place, place));
+  };
+  static void build(Builder& b, OperationArgument& arg, const std::vector<std::int64_t>& shape,
+                    double mean = 0.0, double std = 1.0, std::int64_t seed = 0,
+                    DataType dtype = DataType::Float32, Place place = Place::cpu());
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  void verify() const;
+};
+
+// dropout(x) -> (out, mask), "upscale_in_train" as PyTorch: in training each
+// element is kept with probability 1 - p and scaled by 1 / (1 - p), else 0;
+// mask (bool, x's dims) is true where kept. p == 0 or is_test: out = x and
+// mask is all true. p must lie in [0, 1) (kiln::Error otherwise).
+struct DropoutOp : Op<DropoutOp, ReadOnly, Random, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.dropout";
+  static constexpr int num_operands = 1, num_results = 2;
+  struct Attributes {
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (double, p), (bool, is_test), (std::int64_t, seed));
+  };
+  static void build(Builder& b, OperationArgument& arg, Value x, double p = 0.5,
+                    bool is_test = false, std::int64_t seed = 0);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  void verify() const;
+};
+
+}  // namespace kiln

@@ -1,0 +1,129 @@
+// CPU kernel of kiln.matmul through OpenBLAS GEMM: x [..., M, K] (or
+// [..., K, M] with transpose_x) times y [..., K, N] (or [..., N, K] with
+// transpose_y), batch dims broadcast numpy-style. One GEMM call when y has no
+// batch (x's batch rows fold into M), otherwise one call per output matrix.
+// The OpenBLAS thread count is left alone (kiln/kernel/blas.h).
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "kiln/dialect/math_ops.h"
+#include "kiln/kernel/kernel_registry.h"
+
+namespace kiln {
+namespace {
+
+void gemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+          float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+              k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+}
+void gemm(bool ta, bool tb, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
+          double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+              k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+}
+
+[[noreturn]] void shape_error(const KernelContext& ctx, const Tensor& x, const Tensor& y,
+                              const char* why) {
+  const auto& a = ctx.attrs<MatmulOp>();
+  throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' ", why, ": x is [",
+              x.dims().to_string(), "], y is [", y.dims().to_string(),
+              "], transpose_x = ", a.transpose_x, ", transpose_y = ", a.transpose_y);
+}
+
+int to_blas_int(const KernelContext& ctx, std::int64_t v) {
+  if (v > INT_MAX)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has a matrix dim of ", v,
+                ", beyond what the BLAS takes (", INT_MAX, ")");
+  return static_cast<int>(v);
+}
+
+template <typename T>
+void matmul_kernel(KernelContext& ctx) {
+  const auto& a = ctx.attrs<MatmulOp>();
+  const Tensor& x = ctx.input(0);
+  const Tensor& y = ctx.input(1);
+  if (x.dtype() != y.dtype())
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                "' operands must have one dtype, got ", to_string(x.dtype()), " and ",
+                to_string(y.dtype()));
+  const int xr = x.rank(), yr = y.rank();
+  if (xr < 2 || yr < 2) shape_error(ctx, x, y, "needs operands of rank >= 2");
+  const Dims& xs = x.dims();
+  const Dims& ys = y.dims();
+  std::int64_t m = xs[xr - 2], k = xs[xr - 1];
+  if (a.transpose_x) std::swap(m, k);
+  std::int64_t ky = ys[yr - 2], n = ys[yr - 1];
+  if (a.transpose_y) std::swap(ky, n);
+  if (k != ky) shape_error(ctx, x, y, "has contraction dims that differ");
+
+  // Broadcast the batch dims (right-aligned) and record, per output batch
+  // dim, the step of x's and y's matrix index (0 where that side broadcasts).
+  const int xb = xr - 2, yb = yr - 2, br = std::max(xb, yb);
+  Dims out_dims;
+  std::int64_t out_d[Dims::kMaxRank], x_step[Dims::kMaxRank], y_step[Dims::kMaxRank];
+  std::int64_t x_count = 1, y_count = 1;
+  for (int i = br - 1; i >= 0; --i) {
+    int ix = i - (br - xb), iy = i - (br - yb);
+    std::int64_t dx = ix >= 0 ? xs[ix] : 1, dy = iy >= 0 ? ys[iy] : 1;
+    if (dx != dy && dx != 1 && dy != 1) shape_error(ctx, x, y, "has batch dims that do not broadcast");
+    out_d[i] = dx == 1 ? dy : dx;
+    x_step[i] = dx == 1 ? 0 : x_count;
+    y_step[i] = dy == 1 ? 0 : y_count;
+    x_count *= dx;
+    y_count *= dy;
+  }
+  std::int64_t shape[Dims::kMaxRank + 2];
+  std::int64_t batch = 1;
+  for (int i = 0; i < br; ++i) {
+    shape[i] = out_d[i];
+    batch *= out_d[i];
+  }
+  shape[br] = m;
+  shape[br + 1] = n;
+  out_dims = Dims(std::span<const std::int64_t>(shape, br + 2));
+  Tensor& out = ctx.alloc_output(0, out_dims, x.dtype());
+  T* o = out.data<T>();
+  const T* xp = x.data<T>();
+  const T* yp = y.data<T>();
+  if (batch == 0 || m == 0 || n == 0) return;
+  if (k == 0) {  // empty sum: zeros (and no BLAS call with a zero leading dim)
+    std::memset(o, 0, out.bytes());
+    return;
+  }
+  const int ik = to_blas_int(ctx, k), in = to_blas_int(ctx, n);
+  const int lda = a.transpose_x ? to_blas_int(ctx, m) : ik;
+  const int ldb = a.transpose_y ? ik : in;
+  if (y_count == 1 && !a.transpose_x) {
+    // y is one matrix and x's matrices are consecutive rows: one GEMM.
+    gemm(false, a.transpose_y, to_blas_int(ctx, batch * m), in, ik, xp, lda, yp, ldb, o, in);
+    return;
+  }
+  const int im = to_blas_int(ctx, m);
+  const std::int64_t x_mat = m * k, y_mat = k * n, o_mat = m * n;
+  std::int64_t idx[Dims::kMaxRank] = {};
+  std::int64_t xo = 0, yo = 0;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    gemm(a.transpose_x, a.transpose_y, im, in, ik, xp + xo * x_mat, lda, yp + yo * y_mat, ldb,
+         o + b * o_mat, in);
+    // Odometer over the output batch index, moving x's and y's matrix index along.
+    for (int i = br - 1; i >= 0; --i) {
+      xo += x_step[i];
+      yo += y_step[i];
+      if (++idx[i] < out_d[i]) break;
+      xo -= x_step[i] * out_d[i];
+      yo -= y_step[i] * out_d[i];
+      idx[i] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(MatmulOp, Cpu, Float32, matmul_kernel<float>);
+KILN_REGISTER_KERNEL(MatmulOp, Cpu, Float64, matmul_kernel<double>);
+
+}  // namespace kiln

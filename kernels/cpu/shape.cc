@@ -1,0 +1,301 @@
+// CPU kernels of the shape ops: reshape (a view: the output shares the
+// input's buffer), transpose, concat, split, slice. They move bytes, so one
+// kernel serves every dtype (registered under DataType::Undefined).
+// The run path allocates nothing but the output buffers.
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/dialect/tensor_ops.h"
+#include "kiln/kernel/kernel_registry.h"
+
+namespace kiln {
+namespace {
+
+std::int64_t axis_at_run(const KernelContext& ctx, std::int64_t axis, int rank,
+                         const char* what = "axis") {
+  if (axis < -rank || axis >= rank)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' ", what, " ", axis,
+                " is out of range for an input of rank ", rank);
+  return axis < 0 ? axis + rank : axis;
+}
+
+// Row-major element strides of `d`.
+void strides_of(const Dims& d, std::int64_t* s) {
+  std::int64_t acc = 1;
+  for (int i = d.rank() - 1; i >= 0; --i) {
+    s[i] = acc;
+    acc *= d[i];
+  }
+}
+
+char* bytes_of(Tensor& t) { return static_cast<char*>(t.raw_data()); }
+const char* bytes_of(const Tensor& t) { return static_cast<const char*>(t.raw_data()); }
+
+// ---- reshape ----
+
+void reshape_kernel(KernelContext& ctx) {
+  const auto& a = ctx.attrs<ReshapeOp>();
+  const Tensor& x = ctx.input(0);
+  if (a.shape.size() > static_cast<std::size_t>(Dims::kMaxRank))
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' shape has rank ",
+                a.shape.size(), ", beyond the maximum ", Dims::kMaxRank);
+  std::int64_t d[Dims::kMaxRank];
+  int infer_at = -1;
+  std::int64_t known = 1;
+  const int r = static_cast<int>(a.shape.size());
+  for (int i = 0; i < r; ++i) {
+    d[i] = a.shape[i];
+    if (d[i] == 0) {
+      if (i >= x.rank())
+        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' shape[", i,
+                    "] = 0 copies an input dim, but the input ", x.to_string(), " has rank ",
+                    x.rank());
+      d[i] = x.dims()[i];
+    }
+    if (d[i] == -1) {
+      if (infer_at >= 0)
+        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                    "' shape may hold one -1, got two");
+      infer_at = i;
+    } else if (d[i] < 0) {
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                  "' shape dims must be >= -1, got ", d[i]);
+    } else {
+      known *= d[i];
+    }
+  }
+  const std::int64_t total = x.numel();
+  if (infer_at >= 0) {
+    if (known == 0 || total % known != 0)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' cannot reshape ",
+                  x.to_string(), " (", total, " elements) with a -1 beside dims multiplying to ",
+                  known);
+    d[infer_at] = total / known;
+  } else if (known != total) {
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' cannot reshape ",
+                x.to_string(), " (", total, " elements) into ", known, " elements");
+  }
+  // A view: same buffer and offset (ViewLike, view_map {0, 0}).
+  ctx.output(0) = x.reshape(Dims(std::span<const std::int64_t>(d, r)));
+}
+
+// ---- transpose ----
+
+template <typename U>
+void transpose_copy(const U* in, U* out, const Dims& od, const std::int64_t* step) {
+  const int r = od.rank();
+  const std::int64_t inner = od[r - 1], inner_step = step[r - 1];
+  const std::int64_t rows = od.numel() / inner;
+  std::int64_t idx[Dims::kMaxRank] = {};
+  std::int64_t off = 0;
+  for (std::int64_t row = 0; row < rows; ++row) {
+    const U* src = in + off;
+    for (std::int64_t j = 0; j < inner; ++j) out[j] = src[j * inner_step];
+    out += inner;
+    for (int i = r - 2; i >= 0; --i) {  // odometer over the outer output dims
+      off += step[i];
+      if (++idx[i] < od[i]) break;
+      off -= step[i] * od[i];
+      idx[i] = 0;
+    }
+  }
+}
+
+void transpose_kernel(KernelContext& ctx) {
+  const auto& a = ctx.attrs<TransposeOp>();
+  const Tensor& x = ctx.input(0);
+  const int r = x.rank();
+  if (static_cast<int>(a.perm.size()) != r)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' perm has ", a.perm.size(),
+                " entries for an input of rank ", r, " (", x.to_string(), ")");
+  std::int64_t in_stride[Dims::kMaxRank], step[Dims::kMaxRank], od[Dims::kMaxRank];
+  strides_of(x.dims(), in_stride);
+  bool seen[Dims::kMaxRank] = {};
+  bool identity = true;
+  for (int i = 0; i < r; ++i) {
+    std::int64_t p = axis_at_run(ctx, a.perm[i], r, "perm entry");
+    if (seen[p])
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                  "' perm is not a permutation (dim ", p, " appears twice)");
+    seen[p] = true;
+    identity = identity && p == i;
+    od[i] = x.dims()[p];
+    step[i] = in_stride[p];
+  }
+  Dims out_dims(std::span<const std::int64_t>(od, r));
+  Tensor& out = ctx.alloc_output(0, out_dims, x.dtype());
+  if (out.numel() == 0) return;
+  if (identity || r <= 1) {
+    std::memcpy(out.raw_data(), x.raw_data(), out.bytes());
+    return;
+  }
+  switch (size_of(x.dtype())) {
+    case 1: transpose_copy(static_cast<const std::uint8_t*>(x.raw_data()),
+                           static_cast<std::uint8_t*>(out.raw_data()), out_dims, step); break;
+    case 2: transpose_copy(static_cast<const std::uint16_t*>(x.raw_data()),
+                           static_cast<std::uint16_t*>(out.raw_data()), out_dims, step); break;
+    case 4: transpose_copy(static_cast<const std::uint32_t*>(x.raw_data()),
+                           static_cast<std::uint32_t*>(out.raw_data()), out_dims, step); break;
+    case 8: transpose_copy(static_cast<const std::uint64_t*>(x.raw_data()),
+                           static_cast<std::uint64_t*>(out.raw_data()), out_dims, step); break;
+    default:
+      throw_error(ErrorKind::Unimplemented, "op '", ctx.op()->name(), "' has no kernel for ",
+                  to_string(x.dtype()));
+  }
+}
+
+// ---- concat ----
+
+void concat_kernel(KernelContext& ctx) {
+  const auto& a = ctx.attrs<ConcatOp>();
+  const std::uint32_t n = ctx.num_inputs();
+  if (n == 0)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' needs at least one input");
+  const Tensor& x0 = ctx.input(0);
+  const int r = x0.rank();
+  if (r == 0)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' cannot join rank-0 tensors");
+  const std::int64_t axis = axis_at_run(ctx, a.axis, r);
+  Dims od = x0.dims();
+  od[axis] = 0;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const Tensor& t = ctx.input(i);
+    bool ok = t.dtype() == x0.dtype() && t.rank() == r;
+    for (int k = 0; ok && k < r; ++k) ok = k == axis || t.dims()[k] == x0.dims()[k];
+    if (!ok)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' input #", i, " ",
+                  t.to_string(), " does not match input #0 ", x0.to_string(),
+                  " (only dim ", axis, " may differ)");
+    od[axis] += t.dims()[axis];
+  }
+  Tensor& out = ctx.alloc_output(0, od, x0.dtype());
+  if (out.numel() == 0) return;
+  std::int64_t outer = 1, inner = static_cast<std::int64_t>(size_of(x0.dtype()));
+  for (int k = 0; k < axis; ++k) outer *= od[k];
+  for (int k = axis + 1; k < r; ++k) inner *= od[k];
+  char* dst = bytes_of(out);
+  for (std::int64_t o = 0; o < outer; ++o) {
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const Tensor& t = ctx.input(i);
+      const std::int64_t chunk = t.dims()[axis] * inner;
+      if (chunk == 0) continue;
+      std::memcpy(dst, bytes_of(t) + o * chunk, static_cast<std::size_t>(chunk));
+      dst += chunk;
+    }
+  }
+}
+
+// ---- split ----
+
+void split_kernel(KernelContext& ctx) {
+  const auto& a = ctx.attrs<SplitOp>();
+  const Tensor& x = ctx.input(0);
+  const int r = x.rank();
+  if (r == 0)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' cannot split a rank-0 tensor");
+  const std::int64_t axis = axis_at_run(ctx, a.axis, r);
+  const std::int64_t d = x.dims()[axis];
+  const std::uint32_t parts = a.sections.empty() ? static_cast<std::uint32_t>(std::max<std::int64_t>(a.num, 0))
+                                                 : static_cast<std::uint32_t>(a.sections.size());
+  if (parts == 0 || parts != ctx.num_outputs())
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' makes ", parts,
+                " parts but has ", ctx.num_outputs(), " results");
+  // The size of part i along the axis.
+  std::int64_t rest = d;  // what the -1 section (if any) takes
+  if (a.sections.empty()) {
+    if (d % a.num != 0)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' cannot split dim ", axis,
+                  " of ", x.to_string(), " into ", a.num, " equal parts");
+  } else {
+    for (auto s : a.sections)
+      if (s >= 0) rest -= s;
+    bool has_rest = std::find(a.sections.begin(), a.sections.end(), -1) != a.sections.end();
+    if (rest < 0 || (!has_rest && rest != 0))
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                  "' sections do not add up to dim ", axis, " of ", x.to_string());
+  }
+  auto part_size = [&](std::uint32_t i) {
+    if (a.sections.empty()) return d / a.num;
+    return a.sections[i] < 0 ? rest : a.sections[i];
+  };
+  std::int64_t outer = 1, inner = static_cast<std::int64_t>(size_of(x.dtype()));
+  for (int k = 0; k < axis; ++k) outer *= x.dims()[k];
+  for (int k = axis + 1; k < r; ++k) inner *= x.dims()[k];
+  const std::int64_t row = d * inner;  // bytes of one outer index of x
+  std::int64_t at = 0;                 // byte offset of the part within a row
+  const char* src = x.numel() ? bytes_of(x) : nullptr;
+  for (std::uint32_t i = 0; i < parts; ++i) {
+    Dims od = x.dims();
+    od[axis] = part_size(i);
+    Tensor& out = ctx.alloc_output(i, od, x.dtype());
+    const std::int64_t chunk = od[axis] * inner;
+    if (out.numel() > 0) {
+      char* dst = bytes_of(out);
+      for (std::int64_t o = 0; o < outer; ++o)
+        std::memcpy(dst + o * chunk, src + o * row + at, static_cast<std::size_t>(chunk));
+    }
+    at += chunk;
+  }
+}
+
+// ---- slice ----
+
+void slice_kernel(KernelContext& ctx) {
+  const auto& a = ctx.attrs<SliceOp>();
+  const Tensor& x = ctx.input(0);
+  const int r = x.rank();
+  if (a.starts.size() != a.axes.size() || a.ends.size() != a.axes.size())
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                "' needs one start and one end per axis");
+  const Dims& id = x.dims();
+  Dims od = id;
+  std::int64_t begin[Dims::kMaxRank] = {};
+  for (std::size_t k = 0; k < a.axes.size(); ++k) {
+    std::int64_t axis = axis_at_run(ctx, a.axes[k], r);
+    auto [b, e] = slice_range(a.starts[k], a.ends[k], id[axis]);
+    begin[axis] = b;
+    od[axis] = e - b;
+  }
+  Tensor& out = ctx.alloc_output(0, od, x.dtype());
+  if (out.numel() == 0) return;
+  const std::int64_t es = static_cast<std::int64_t>(size_of(x.dtype()));
+  // The innermost dims that are kept whole, plus the first cut one, make one
+  // contiguous run of the input; iterate over the dims before it.
+  int j = r - 1;
+  while (j >= 0 && od[j] == id[j]) --j;
+  if (j < 0) {
+    std::memcpy(out.raw_data(), x.raw_data(), out.bytes());
+    return;
+  }
+  std::int64_t is[Dims::kMaxRank];
+  strides_of(id, is);
+  const std::int64_t run = od[j] * is[j] * es;  // bytes
+  std::int64_t base = 0;                        // element offset of the first run
+  for (int k = 0; k <= j; ++k) base += begin[k] * is[k];
+  std::int64_t runs = 1;
+  for (int k = 0; k < j; ++k) runs *= od[k];
+  const char* src = bytes_of(x);
+  char* dst = bytes_of(out);
+  std::int64_t idx[Dims::kMaxRank] = {};
+  std::int64_t off = base;
+  for (std::int64_t n = 0; n < runs; ++n) {
+    std::memcpy(dst, src + off * es, static_cast<std::size_t>(run));
+    dst += run;
+    for (int k = j - 1; k >= 0; --k) {
+      off += is[k];
+      if (++idx[k] < od[k]) break;
+      off -= is[k] * od[k];
+      idx[k] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(ReshapeOp, Cpu, Undefined, reshape_kernel);
+KILN_REGISTER_KERNEL(TransposeOp, Cpu, Undefined, transpose_kernel);
+KILN_REGISTER_KERNEL(ConcatOp, Cpu, Undefined, concat_kernel);
+KILN_REGISTER_KERNEL(SplitOp, Cpu, Undefined, split_kernel);
+KILN_REGISTER_KERNEL(SliceOp, Cpu, Undefined, slice_kernel);
+
+}  // namespace kiln
