@@ -502,12 +502,12 @@ void InterpreterCore::reset_counters() {
   dirty_ = false;
 }
 
-bool InterpreterCore::execute(std::uint32_t i) {
+inline bool InterpreterCore::execute(std::uint32_t i) {
   // Relaxed: a stale "false" only runs one more op before the abort is seen.
   if (abort_.load(std::memory_order_relaxed)) return false;
   Instruction& in = instrs_[i];
   try {
-    if (config_.profile) {
+    if (__builtin_expect(config_.profile, 0)) {
       auto& m = *impl_;
       m.t_start[i] = now_ns();
       in.fn(in.ctx);
@@ -528,7 +528,7 @@ bool InterpreterCore::execute(std::uint32_t i) {
   return true;
 }
 
-void InterpreterCore::collect_garbage(std::uint32_t i) {
+inline void InterpreterCore::collect_garbage(std::uint32_t i) {
   for (std::uint32_t k = gc_off_[i], e = gc_off_[i + 1]; k < e; ++k) {
     const std::uint32_t s = gc_[k];
     const std::int32_t st = ref_static_[s];
@@ -536,7 +536,8 @@ void InterpreterCore::collect_garbage(std::uint32_t i) {
     // (release) before the variable is freed (acquire).
     if (st == 1 || ref_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) {
       if (st != 1) ref_[s].store(st, std::memory_order_relaxed);  // ready for the next run
-      vars_[s]->clear();
+      Variable* v = vars_[s];
+      if (v->is_initialized()) v->clear();
     }
   }
 }
