@@ -14,13 +14,20 @@ namespace detail {
 void HostStreamState::wait_for(std::uint64_t target) {
   if (reached(target)) return;
   std::unique_lock<std::mutex> lock(mutex);
-  // seq_cst (with the load below and the worker's store/load pair): a Dekker
-  // handshake. Either the worker's load of done_waiters sees our increment
-  // (and it notifies under the mutex), or our load of `completed` sees its
-  // store; never neither, so no wake-up is lost.
-  done_waiters.fetch_add(1, std::memory_order_seq_cst);
-  done_cv.wait(lock, [&] { return completed.load(std::memory_order_seq_cst) >= target; });
-  done_waiters.fetch_sub(1, std::memory_order_relaxed);  // relaxed: only a hint to the worker
+  for (;;) {
+    // Register: wake_at = min(wake_at, target). seq_cst (with the load of
+    // `completed` below and the worker's store/load pair): a Dekker handshake.
+    // Either the worker's load of wake_at sees our target (and it notifies
+    // under the mutex), or our load of `completed` sees its store; never
+    // neither, so no wake-up is lost. When a lower target is registered we do
+    // not store; the worker wakes everyone at that lower point and we
+    // re-register (the worker resets wake_at under the mutex we hold here).
+    std::uint64_t cur = wake_at.load(std::memory_order_seq_cst);
+    while (target < cur && !wake_at.compare_exchange_weak(cur, target, std::memory_order_seq_cst)) {
+    }
+    if (completed.load(std::memory_order_seq_cst) >= target) return;
+    done_cv.wait(lock);
+  }
 }
 
 }  // namespace detail
@@ -88,10 +95,12 @@ void HostStream::worker_loop() {
       // seq_cst: release for event/synchronize waiters (they acquire the count
       // and must see the task's writes), and the store half of the Dekker
       // handshake with wait_for().
-      s.completed.fetch_add(1, std::memory_order_seq_cst);
-      if (s.done_waiters.load(std::memory_order_seq_cst) > 0) {
-        // Taking the mutex orders this notify after a waiter's predicate check.
+      const std::uint64_t done = s.completed.fetch_add(1, std::memory_order_seq_cst) + 1;
+      if (done >= s.wake_at.load(std::memory_order_seq_cst)) {
+        // Taking the mutex orders this notify after a waiter's check; the
+        // woken waiters whose targets are still ahead re-register.
         std::lock_guard<std::mutex> guard(s.mutex);
+        s.wake_at.store(~std::uint64_t{0}, std::memory_order_relaxed);  // relaxed: under the mutex
         s.done_cv.notify_all();
       }
     }

@@ -331,3 +331,31 @@ TEST_CASE("many threads enqueueing on one stream lose no task", "[runtime][strea
   CHECK(count == 20000);
   CHECK(s.query());
 }
+
+TEST_CASE("several threads waiting on events of one busy stream all wake", "[runtime][stream][event]") {
+  HostStream s;
+  std::atomic<bool> stop{false};
+  std::thread producer([&] {
+    while (!stop) {
+      s.enqueue([] {});
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> waiters;
+  std::atomic<int> waits{0};
+  for (int t = 0; t < 3; ++t)
+    waiters.emplace_back([&] {
+      for (int i = 0; i < 300; ++i) {
+        HostEvent e;
+        e.record(s);
+        e.synchronize();
+        CHECK(e.query());
+        ++waits;
+      }
+    });
+  for (auto& t : waiters) t.join();
+  stop = true;
+  producer.join();
+  s.synchronize();
+  CHECK(waits == 900);
+}

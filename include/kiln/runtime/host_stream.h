@@ -47,8 +47,10 @@ struct HostStreamState {
   std::atomic<std::uint64_t> enqueued{0};
   // Number of tasks run (or skipped); written only by the worker.
   std::atomic<std::uint64_t> completed{0};
-  // Threads inside wait_for(); the worker notifies done_cv only when > 0.
-  std::atomic<int> done_waiters{0};
+  // The lowest target a thread in wait_for() sleeps for (max when none); the
+  // worker notifies done_cv only when `completed` reaches it, so a waiter is
+  // not woken once per task.
+  std::atomic<std::uint64_t> wake_at{~std::uint64_t{0}};
   // Set by the worker when a task throws; tasks are skipped while set.
   std::atomic<bool> failed{false};
   std::thread::id worker_id;
