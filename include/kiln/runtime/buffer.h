@@ -1,9 +1,8 @@
-// Buffer: the ref-counted storage behind Tensors — an Allocation given back to
-// its Allocator (or external memory given to its deleter) when the last
-// reference drops. It also realises seed 001 §4.2's stream-safe freeing
-// (StreamSafeCUDAAllocation::RecordStream): record_stream(s) marks the buffer
-// as used by work queued on s; when it is released before that work has run,
-// the memory is parked in a DeferredFreeQueue until the recorded events complete.
+// Buffer: the ref-counted storage behind Tensors, given back to its Allocator
+// (or external memory to its deleter) when the last reference drops. Also seed
+// 001 §4.2's stream-safe freeing (RecordStream): record_stream(s) marks it used
+// by work queued on s; released before that work ran, the memory waits in a
+// DeferredFreeQueue until the recorded events complete.
 #pragma once
 
 #include <atomic>
