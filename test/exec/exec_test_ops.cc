@@ -1,0 +1,107 @@
+// CPU kernels of the executor tests' own ops (exec_test_util.h).
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <thread>
+
+#include "exec/exec_test_util.h"
+#include "kiln/kernel/kernel_registry.h"
+
+namespace kiln_exec_test {
+namespace {
+
+using namespace kiln;
+
+std::mutex g_mutex;
+std::vector<std::int64_t> g_log;                       // guarded by g_mutex
+std::map<std::int64_t, const Variable*> g_watch;        // guarded by g_mutex
+std::map<std::int64_t, int> g_probe;                    // guarded by g_mutex
+
+void copy_input(KernelContext& ctx) {
+  const Tensor& in = ctx.input(0);
+  Tensor& out = ctx.alloc_output(0, in.dims(), in.dtype());
+  if (in.bytes()) std::memcpy(out.raw_data(), in.raw_data(), in.bytes());
+}
+
+void identity_kernel(KernelContext& ctx) { copy_input(ctx); }
+
+void throw_kernel(KernelContext& ctx) {
+  if (throw_enabled().load(std::memory_order_relaxed)) {
+    if (ctx.attrs<ThrowOp>().std_exception) throw std::runtime_error("boom (std)");
+    throw_error(ErrorKind::OutOfRange, "boom (kiln)");
+  }
+  copy_input(ctx);
+}
+
+void record_kernel(KernelContext& ctx) {
+  {
+    std::lock_guard lock(g_mutex);
+    g_log.push_back(ctx.attrs<RecordOp>().tag);
+  }
+  copy_input(ctx);
+}
+
+void probe_kernel(KernelContext& ctx) {
+  const std::int64_t tag = ctx.attrs<ProbeOp>().tag;
+  {
+    std::lock_guard lock(g_mutex);
+    auto it = g_watch.find(tag);
+    if (it != g_watch.end()) g_probe[tag] = it->second->is_initialized() ? 1 : 0;
+  }
+  copy_input(ctx);
+}
+
+void slow_kernel(KernelContext& ctx) {
+  std::this_thread::sleep_for(std::chrono::microseconds(ctx.attrs<SlowOp>().micros));
+  copy_input(ctx);
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(IdentityOp, Cpu, Undefined, identity_kernel);
+KILN_REGISTER_KERNEL(ThrowOp, Cpu, Undefined, throw_kernel);
+KILN_REGISTER_KERNEL(RecordOp, Cpu, Undefined, record_kernel);
+KILN_REGISTER_KERNEL(ProbeOp, Cpu, Undefined, probe_kernel);
+KILN_REGISTER_KERNEL(SlowOp, Cpu, Undefined, slow_kernel);
+
+std::atomic<bool>& throw_enabled() {
+  static std::atomic<bool> on{true};
+  return on;
+}
+
+std::vector<std::int64_t> run_log() {
+  std::lock_guard lock(g_mutex);
+  return g_log;
+}
+
+void clear_run_log() {
+  std::lock_guard lock(g_mutex);
+  g_log.clear();
+}
+
+void watch(std::int64_t tag, const Variable* var) {
+  std::lock_guard lock(g_mutex);
+  g_watch[tag] = var;
+  g_probe.erase(tag);
+}
+
+int probe_result(std::int64_t tag) {
+  std::lock_guard lock(g_mutex);
+  auto it = g_probe.find(tag);
+  return it == g_probe.end() ? -1 : it->second;
+}
+
+void clear_probes() {
+  std::lock_guard lock(g_mutex);
+  g_watch.clear();
+  g_probe.clear();
+}
+
+Tensor filled_f32(const std::vector<std::int64_t>& dims, float value) {
+  std::int64_t n = 1;
+  for (auto d : dims) n *= d;
+  return Tensor::from_vector<float>(Dims(dims), std::vector<float>(static_cast<std::size_t>(n), value));
+}
+
+}  // namespace kiln_exec_test

@@ -1,0 +1,138 @@
+// Helpers for the executor tests: test-only ops with CPU kernels (defined in
+// exec_test_ops.cc) — an identity that copies its input into a new buffer, an
+// op whose kernel throws while a switch is on, one that records the order ops
+// ran in, one that records whether a watched variable was already freed when
+// it ran, and a slow identity — plus small program and error helpers.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "catch.hpp"
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/exec/executor.h"
+#include "kiln/exec/interpreter_core.h"
+#include "kiln/ir/builder.h"
+
+namespace kiln_exec_test {
+
+// out = a copy of x in a new buffer (any dtype).
+struct IdentityOp : kiln::Op<IdentityOp, kiln::ReadOnly, kiln::ValueSemantics, kiln::InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "exec_test.identity";
+  static constexpr int num_operands = 1, num_results = 1;
+  static void build(kiln::Builder&, kiln::OperationArgument& arg, kiln::Value x) { arg.add_operand(x); }
+  static std::vector<kiln::Type> infer_meta(const std::vector<kiln::Type>& in, kiln::DictionaryAttribute) {
+    return {in.at(0)};
+  }
+};
+
+// Identity, but while throw_enabled() is set the kernel throws: a
+// kiln::Error(OutOfRange) when `std_exception` is false, else a
+// std::runtime_error.
+struct ThrowOp : kiln::Op<ThrowOp, kiln::ReadOnly, kiln::ValueSemantics, kiln::InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "exec_test.throw";
+  static constexpr int num_operands = 1, num_results = 1;
+  struct Attributes {
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (bool, std_exception));
+  };
+  static void build(kiln::Builder&, kiln::OperationArgument& arg, kiln::Value x, bool std_exception = false) {
+    arg.add_operand(x);
+    arg.attributes = kiln::to_named_attributes(Attributes{std_exception});
+  }
+  static std::vector<kiln::Type> infer_meta(const std::vector<kiln::Type>& in, kiln::DictionaryAttribute) {
+    return {in.at(0)};
+  }
+};
+
+// Identity that appends its `tag` to the run log (run_log()).
+struct RecordOp : kiln::Op<RecordOp, kiln::ReadOnly, kiln::ValueSemantics, kiln::InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "exec_test.record";
+  static constexpr int num_operands = 1, num_results = 1;
+  struct Attributes {
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, tag));
+  };
+  static void build(kiln::Builder&, kiln::OperationArgument& arg, kiln::Value x, std::int64_t tag) {
+    arg.add_operand(x);
+    arg.attributes = kiln::to_named_attributes(Attributes{tag});
+  }
+  static std::vector<kiln::Type> infer_meta(const std::vector<kiln::Type>& in, kiln::DictionaryAttribute) {
+    return {in.at(0)};
+  }
+};
+
+// Identity that records, under its `tag`, whether the watched variable
+// (watch(tag, var)) held a tensor when it ran (probe_result(tag)).
+struct ProbeOp : kiln::Op<ProbeOp, kiln::ReadOnly, kiln::ValueSemantics, kiln::InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "exec_test.probe";
+  static constexpr int num_operands = 1, num_results = 1;
+  struct Attributes {
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, tag));
+  };
+  static void build(kiln::Builder&, kiln::OperationArgument& arg, kiln::Value x, std::int64_t tag) {
+    arg.add_operand(x);
+    arg.attributes = kiln::to_named_attributes(Attributes{tag});
+  }
+  static std::vector<kiln::Type> infer_meta(const std::vector<kiln::Type>& in, kiln::DictionaryAttribute) {
+    return {in.at(0)};
+  }
+};
+
+// Identity that sleeps `micros` first (a kernel long enough to overlap others).
+struct SlowOp : kiln::Op<SlowOp, kiln::ReadOnly, kiln::ValueSemantics, kiln::InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "exec_test.slow";
+  static constexpr int num_operands = 1, num_results = 1;
+  struct Attributes {
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, micros));
+  };
+  static void build(kiln::Builder&, kiln::OperationArgument& arg, kiln::Value x, std::int64_t micros) {
+    arg.add_operand(x);
+    arg.attributes = kiln::to_named_attributes(Attributes{micros});
+  }
+  static std::vector<kiln::Type> infer_meta(const std::vector<kiln::Type>& in, kiln::DictionaryAttribute) {
+    return {in.at(0)};
+  }
+};
+
+// ThrowOp's switch (on by default).
+std::atomic<bool>& throw_enabled();
+// Tags of the RecordOps that ran, in order (guarded by a mutex inside).
+std::vector<std::int64_t> run_log();
+void clear_run_log();
+// Probe `tag` watches `var`; results: -1 not run, 0 var was empty, 1 held a tensor.
+void watch(std::int64_t tag, const kiln::Variable* var);
+int probe_result(std::int64_t tag);
+void clear_probes();
+
+// A float tensor of `dims` filled with `value`.
+kiln::Tensor filled_f32(const std::vector<std::int64_t>& dims, float value);
+
+// Runs `f`; it must throw kiln::Error of `kind` whose message contains each of
+// `parts`. Returns the message (empty when the check failed).
+inline std::string expect_error(const std::function<void()>& f, kiln::ErrorKind kind,
+                                const std::vector<std::string>& parts = {}) {
+  try {
+    f();
+  } catch (const kiln::Error& e) {
+    INFO("message: " << e.message());
+    CHECK(kiln::to_string(e.kind()) == kiln::to_string(kind));
+    for (const auto& p : parts) CHECK_THAT(e.message(), Catch::Contains(p));
+    return e.message();
+  }
+  FAIL_CHECK("no kiln::Error was thrown");
+  return {};
+}
+
+}  // namespace kiln_exec_test
+
+// EXEC_CHECK_ERROR(exe.run(p), NotFound, {"'x'"});
+#define EXEC_CHECK_ERROR(expr, kind, ...) \
+  ::kiln_exec_test::expect_error([&] { (void)(expr); }, ::kiln::ErrorKind::kind, ##__VA_ARGS__)
