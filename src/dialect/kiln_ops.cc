@@ -181,12 +181,16 @@ std::vector<Type> ReshapeOp::infer_meta(const std::vector<Type>& in, DictionaryA
     } else if (out[i] < -1) {
       throw_error(ErrorKind::InvalidArgument, "op '", name, "' shape dims must be >= -1, got ",
                   out[i]);
-    } else if (out[i] >= 0) {
-      known *= out[i];
+    } else if (out[i] >= 0 && __builtin_mul_overflow(known, out[i], &known)) {
+      throw_error(ErrorKind::OutOfRange, "op '", name, "' shape's element count overflows int64");
     }
   }
   std::int64_t total = 1;
-  for (auto d : xs) total = (d < 0 || total < 0) ? -1 : total * d;
+  for (auto d : xs) {
+    if (d < 0 || total < 0) total = -1;
+    else if (__builtin_mul_overflow(total, d, &total))
+      throw_error(ErrorKind::OutOfRange, "op '", name, "' input's element count overflows int64");
+  }
   bool all_known = std::none_of(out.begin(), out.end(), [&](std::int64_t d) { return d < 0; });
   if (infer_at >= 0 && total >= 0 && known > 0) {
     bool others_known = true;

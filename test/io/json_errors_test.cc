@@ -417,3 +417,29 @@ TEST_CASE("a program holding a string that is not UTF-8 cannot be saved and says
   }
   CHECK_THROWS_AS(content_hash(p), Error);
 }
+
+TEST_CASE("a reshape whose element count overflows int64 is an OutOfRange error", "[io][json]") {
+  // Found by ./run fuzz (UBSan: signed overflow in ReshapeOp::infer_meta).
+  auto reshape = [](std::vector<std::int64_t> in, std::vector<std::int64_t> shape) {
+    json dims = in, attr = json::array();
+    for (auto d : in) attr.push_back({{"i64", d}});
+    json rs = json::array();
+    for (auto d : shape) rs.push_back({{"i64", d}});
+    json t = {{"tensor", {{"dtype", "f32"}, {"dims", dims}}}};
+    json j = {{"format", "kiln.program"}, {"version", 1}, {"parameters", json::array()},
+              {"body", {{"args", json::array()}, {"ops", {
+        {{"op", "kiln.data"}, {"operands", json::array()}, {"results", {t}},
+         {"attrs", {{"name", {{"str", "x"}}}, {"shape", {{"array", attr}}},
+                    {"dtype", {{"dtype", "f32"}}}, {"place", {{"place", "cpu"}}}}}},
+        {{"op", "kiln.reshape"}, {"operands", {0}}, {"results", {t}},
+         {"attrs", {{"shape", {{"array", rs}}}}}}}}}}};
+    return load_error(j);
+  };
+  const std::int64_t big = std::int64_t(1) << 62;
+  for (Error e : {reshape({big, 4}, {-1}), reshape({2, 3}, {big, 4}),
+                  reshape({-1, 3}, {big, big, -1})}) {
+    CHECK(e.kind() == ErrorKind::OutOfRange);
+    CHECK_THAT(e.message(), Contains("'kiln.reshape'"));
+    CHECK_THAT(e.message(), Contains("overflows"));
+  }
+}

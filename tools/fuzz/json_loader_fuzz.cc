@@ -12,6 +12,11 @@
 #include "kiln/io/json.h"
 #include "kiln/support/error.h"
 
+// The library is built with meson's b_sanitize=undefined, which recovers: a
+// UB report inside it would print and carry on, and libFuzzer would not record
+// it. Make every sanitizer report fatal so each one is a finding.
+extern "C" const char* __ubsan_default_options() { return "halt_on_error=1:print_stacktrace=1"; }
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
   try {
