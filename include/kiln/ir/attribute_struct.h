@@ -20,6 +20,7 @@
 #include <boost/hana/unpack.hpp>
 
 #include "kiln/ir/builtin_attributes.h"
+#include "kiln/ir/hana_struct.h"  // a cheaper BOOST_HANA_DEFINE_STRUCT, same result
 
 namespace kiln {
 
@@ -72,7 +73,9 @@ std::string_view attribute_kind_name() {
 // Compile time (issue 2 §2, the 300-op budget): the conversions below expand
 // a struct's fields with one fold over its accessor pairs rather than
 // hana::for_each with a generic lambda, so a struct costs one instantiation per
-// conversion instead of one per field and conversion.
+// conversion instead of one per field and conversion; and they read the pair
+// types from the list BOOST_HANA_DEFINE_STRUCT records (hana_struct.h), so
+// Hana's accessor tuple is never instantiated for them.
 namespace detail {
 // One accessor pair of hana::accessors<S>(): (hana::string name, getter).
 template <typename P> struct ReflectedField;
@@ -127,9 +130,21 @@ struct FieldsOf<boost::hana::tuple<P...>> { using type = ReflectedFields<P...>; 
 template <typename... P>
 struct FieldsOf<boost::hana::basic_tuple<P...>> { using type = ReflectedFields<P...>; };
 
+// A struct declared with BOOST_HANA_DEFINE_STRUCT (as redefined in
+// hana_struct.h) carries its field list; any other hana::Struct goes through
+// hana::accessors.
 template <typename S>
-using fields_of =
-    typename FieldsOf<std::remove_cvref_t<decltype(boost::hana::accessors<S>())>>::type;
+struct FieldsOfStruct {
+  using type = typename FieldsOf<std::remove_cvref_t<decltype(boost::hana::accessors<S>())>>::type;
+};
+template <typename S>
+  requires requires { typename S::hana_accessors_impl::kiln_fields; }
+struct FieldsOfStruct<S> {
+  using type = typename S::hana_accessors_impl::kiln_fields;
+};
+
+template <typename S>
+using fields_of = typename FieldsOfStruct<S>::type;
 }  // namespace detail
 
 // Struct → named attributes, in declaration order.
