@@ -1,6 +1,11 @@
 // CPU kernels of the broadcasting binary ops (add, sub, mul, div, maximum,
 // minimum, pow) and add_n. Same-shape and scalar operands take flat loops;
 // everything else runs the collapsed broadcast plan (cpu_kernel_util.h).
+// -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
+// leaves loops of unknown trip count scalar; kernels want them vectorized.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif
 #include <cmath>
 #include <limits>
 #include <type_traits>

@@ -4,6 +4,11 @@
 // group is a contiguous reduction (8 independent accumulators; f32 sums
 // accumulate in f64), a kept innermost group is a vectorizable
 // out[i] ⊕= in[i] row update.
+// -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
+// leaves loops of unknown trip count scalar; kernels want them vectorized.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -3,6 +3,11 @@
 // as [outer, C, inner]: inner == 1 (the last axis, the common case) runs
 // contiguous rows; otherwise columns are processed a row of `inner` at a
 // time with per-column max / sum kept in a per-thread scratch buffer.
+// -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
+// leaves loops of unknown trip count scalar; kernels want them vectorized.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif
 #include <cmath>
 #include <limits>
 #include <vector>

@@ -2,6 +2,11 @@
 // log, sqrt, square, abs, neg, scale), the in-place relu_ / sqrt_ (they write
 // the input variable's buffer: the output variable is the input variable),
 // and assign / cast / full.
+// -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
+// leaves loops of unknown trip count scalar; kernels want them vectorized.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif
 #include <cmath>
 #include <cstring>
 #include <limits>
