@@ -230,7 +230,13 @@ ArrayAttribute make_i64_array(const std::vector<std::int64_t>& values) {
 std::vector<std::int64_t> to_i64_vector(ArrayAttribute a) {
   std::vector<std::int64_t> out;
   out.reserve(a.size());
-  for (auto e : a.value()) out.push_back(e.cast<Int64Attribute>().value());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    auto e = a[i].dyn_cast<Int64Attribute>();
+    if (!e)
+      throw_error(ErrorKind::InvalidArgument, "array element #", i, " should be i64, got ",
+                  a[i] ? a[i].kind_name() : std::string_view("null"));
+    out.push_back(e.value());
+  }
   return out;
 }
 
@@ -264,6 +270,7 @@ Attribute DictionaryAttribute::find(std::string_view key) const {
 }
 
 DictionaryAttribute DictionaryAttribute::with(std::string_view key, Attribute v) const {
+  if (!v) throw_error(ErrorKind::InvalidArgument, "attribute '", key, "' is null");
   auto e = value();
   auto it = std::lower_bound(e.begin(), e.end(), key,
                              [](const NamedAttribute& a, std::string_view k) { return a.first < k; });

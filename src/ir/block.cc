@@ -1,6 +1,7 @@
 #include "kiln/ir/block.h"
 
 #include <algorithm>
+#include <string>
 #include <unordered_set>
 
 #include "kiln/ir/region.h"
@@ -21,10 +22,19 @@ Block::~Block() {
   }
 }
 
+bool Block::is_nested_in(const Operation* op) const {
+  for (const Operation* p = parent_op(); p; p = p->parent_op())
+    if (p == op) return true;
+  return false;
+}
+
 void Block::insert(Operation* before, Operation* op) {
   if (op->parent_)
     throw_error(ErrorKind::InvalidArgument, "op '", op->name(),
                 "' is already in a block; take() or move it instead");
+  if (is_nested_in(op))
+    throw_error(ErrorKind::InvalidArgument, "cannot insert op '", op->name(),
+                "' into a block inside itself");
   if (before && before->parent_ != this)
     throw_error(ErrorKind::InvalidArgument, "insertion point op '", before->name(),
                 "' is not in this block");
@@ -70,18 +80,33 @@ void collect(Operation* op, std::unordered_set<const Operation*>& out) {
     for (Block* b : op->region(r))
       for (Operation* inner : *b) collect(inner, out);
 }
+
+// Throws (`what` = "clear block", …) when a value defined by the ops in
+// `inside` — a result, or an argument of a block nested in one of them — is
+// used by an op outside `inside`.
+void check_no_outside_uses(const std::unordered_set<const Operation*>& inside,
+                           std::string_view what) {
+  auto check = [&](Value v, const Operation* def, const std::string& desc) {
+    for (OpOperand u : v.uses())
+      if (!inside.count(u.owner()))
+        throw_error(ErrorKind::PreconditionNotMet, "cannot ", what, ": ", desc, " of op '",
+                    def->name(), "' is used by op '", u.owner()->name(), "' outside it");
+  };
+  for (const Operation* op : inside) {
+    for (std::uint32_t i = 0; i < op->num_results(); ++i)
+      check(op->result(i), op, "result #" + std::to_string(i));
+    for (std::uint32_t r = 0; r < op->num_regions(); ++r)
+      for (Block* b : op->region(r))
+        for (std::uint32_t a = 0; a < b->num_arguments(); ++a)
+          check(b->argument(a), op, "a block argument in a region");
+  }
+}
 }  // namespace
 
 void Block::clear() {
   std::unordered_set<const Operation*> inside;
   for (Operation* op : *this) collect(op, inside);
-  for (const Operation* op : inside)
-    for (std::uint32_t i = 0; i < op->num_results(); ++i)
-      for (OpOperand u : op->result(i).uses())
-        if (!inside.count(u.owner()))
-          throw_error(ErrorKind::PreconditionNotMet, "cannot clear block: result #", i,
-                      " of op '", op->name(), "' is used by op '", u.owner()->name(),
-                      "' outside it");
+  check_no_outside_uses(inside, "clear block");
   for (Operation* op : *this) op->drop_all_references();
   while (head_) {
     Operation* op = head_;
@@ -149,11 +174,7 @@ void Region::erase(Block* block) {
       if (!inside.count(u.owner())) return u.owner();
     return static_cast<Operation*>(nullptr);
   };
-  for (const Operation* op : inside)
-    for (std::uint32_t i = 0; i < op->num_results(); ++i)
-      if (Operation* user = outside(op->result(i)))
-        throw_error(ErrorKind::PreconditionNotMet, "cannot erase block: result #", i, " of op '",
-                    op->name(), "' is used by op '", user->name(), "' outside it");
+  check_no_outside_uses(inside, "erase block");
   for (std::uint32_t a = 0; a < block->num_arguments(); ++a)
     if (Operation* user = outside(block->argument(a)))
       throw_error(ErrorKind::PreconditionNotMet, "cannot erase block: argument #", a,
@@ -164,17 +185,19 @@ void Region::erase(Block* block) {
 }
 
 void Region::clone_into(Region& dest, IrMapping& map) const {
+  // A copy of the block list: `dest` may be this region.
+  const std::vector<Block*> src = blocks_;
   // Blocks and their arguments first, so ops may refer to any of them.
   std::vector<Block*> made;
-  for (Block* b : blocks_) {
+  for (Block* b : src) {
     Block& nb = dest.emplace_block();
     map.map(b, &nb);
     for (std::uint32_t a = 0; a < b->num_arguments(); ++a)
       map.map(b->argument(a), nb.add_argument(b->argument(a).type()));
     made.push_back(&nb);
   }
-  for (std::size_t i = 0; i < blocks_.size(); ++i)
-    for (Operation* op : *blocks_[i]) made[i]->push_back(op->clone(map));
+  for (std::size_t i = 0; i < src.size(); ++i)
+    for (Operation* op : *src[i]) made[i]->push_back(op->clone(map));
 }
 
 }  // namespace kiln

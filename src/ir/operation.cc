@@ -214,11 +214,17 @@ void Operation::move_before(Operation* other) {
   if (!other->parent_)
     throw_error(ErrorKind::InvalidArgument, "cannot move op '", name(), "' before op '",
                 other->name(), "', which is in no block");
+  if (other->parent_->is_nested_in(this))
+    throw_error(ErrorKind::InvalidArgument, "cannot move op '", name(), "' before op '",
+                other->name(), "', which is inside it");
   if (parent_) parent_->unlink(this);
   other->parent_->insert(other, this);
 }
 
 void Operation::move_to_end(Block* block) {
+  if (block->is_nested_in(this))
+    throw_error(ErrorKind::InvalidArgument, "cannot move op '", name(),
+                "' to the end of a block inside it");
   if (parent_) parent_->unlink(this);
   block->push_back(this);
 }

@@ -258,3 +258,15 @@ TEST_CASE("a missing or ill-kinded reflected attribute names the op and the attr
           "test.conv"),
       InvalidArgument, {"'strides'", "array of i64"});
 }
+
+TEST_CASE("to_i64_vector of an array that is not all i64 is an InvalidArgument error",
+          "[ir][attribute]") {
+  KILN_CHECK_ERROR(to_i64_vector(ArrayAttribute::get({Int64Attribute::get(1), Int32Attribute::get(2)})),
+                   InvalidArgument, {"i64", "i32"});
+}
+
+TEST_CASE("with a null value is an InvalidArgument error naming the key", "[ir][attribute]") {
+  auto d = DictionaryAttribute::get({{"a", Int64Attribute::get(1)}});
+  KILN_CHECK_ERROR(d.with("b", Attribute()), InvalidArgument, {"'b'"});
+  KILN_CHECK_ERROR(d.with("a", Attribute()), InvalidArgument, {"'a'"});
+}

@@ -256,3 +256,47 @@ TEST_CASE("clone_into appends cloned blocks to another region", "[ir][region]") 
   CHECK(nb.front()->operand_source(0) == nb.argument(0));
   CHECK(Value(a).use_count() == 1);
 }
+
+TEST_CASE("clone_into the same region appends one copy of each of its blocks", "[ir][region]") {
+  // E.g. unrolling a loop body: the region's blocks are cloned into itself.
+  Program p;
+  Operation* holder = add_region_op(p.block(), {}, {});
+  Region& r = holder->region(0);
+  Block& b0 = r.emplace_block();
+  BlockArgument a = b0.add_argument(f32());
+  Operation* op0 = add_any(b0, {a}, {f32()});
+  Block& b1 = r.emplace_block();
+  add_any(b1, {}, {});
+  IrMapping map;
+  r.clone_into(r, map);
+  REQUIRE(r.size() == 4);
+  CHECK(map.lookup(&b0) == &r.block(2));
+  CHECK(map.lookup(&b1) == &r.block(3));
+  CHECK(r.block(2).size() == 1);
+  CHECK(r.block(3).size() == 1);
+  CHECK(r.block(2).front()->operand_source(0) == r.block(2).argument(0));
+  CHECK(map.lookup(op0->result(0)) == r.block(2).front()->result(0));
+  CHECK(Value(a).use_count() == 1);
+  CHECK(p.num_ops() == 5);
+}
+
+TEST_CASE("erasing a block refuses while a nested block's argument is used outside it",
+          "[ir][region]") {
+  Program p;
+  Operation* holder = add_region_op(p.block(), {}, {});
+  Region& r = holder->region(0);
+  Block& b0 = r.emplace_block();
+  Block& b1 = r.emplace_block();
+  Operation* inner = add_region_op(b0, {}, {});
+  Block& nested = inner->region(0).emplace_block();
+  BlockArgument arg = nested.add_argument(f32());
+  Operation* outside = add_any(b1, {arg}, {});  // (invalid IR, but erase must not dangle it)
+  KILN_CHECK_ERROR(r.erase(&b0), PreconditionNotMet, {"outside"});
+  CHECK(r.size() == 2);
+  CHECK(outside->operand_source(0) == arg);
+  KILN_CHECK_ERROR(b0.clear(), PreconditionNotMet, {"outside"});
+  CHECK(b0.size() == 1);
+  CHECK(outside->operand_source(0) == arg);
+  outside->erase();
+  CHECK_NOTHROW(r.erase(&b0));
+}

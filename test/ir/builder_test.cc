@@ -120,3 +120,18 @@ TEST_CASE("a builder inserts a detached op at its insertion point", "[ir][builde
   Operation* op = b.insert(kiln_test::make_any({}, {}));
   CHECK(p.block().front() == op);
 }
+
+TEST_CASE("an insertion point at an op in no block is an InvalidArgument error",
+          "[ir][builder]") {
+  Program p;
+  Builder b(p);
+  Operation* loose = kiln_test::make_any({}, {});
+  KILN_CHECK_ERROR(b.set_insertion_point(loose), InvalidArgument, {"'test.any'", "no block"});
+  KILN_CHECK_ERROR(b.set_insertion_point_after(loose), InvalidArgument, {"'test.any'", "no block"});
+  // The builder still inserts where it did before.
+  CHECK(b.block() == &p.block());
+  CHECK(b.insertion_point() == nullptr);
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{1});
+  CHECK(p.block().front() == x.operation());
+  loose->erase();
+}

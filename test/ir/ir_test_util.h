@@ -76,6 +76,9 @@ inline std::string expect_error(const std::function<void()>& f, kiln::ErrorKind 
 
 }  // namespace kiln_test
 
-// REQUIRE-style shorthand: KILN_CHECK_ERROR(expr, NotFound, {"'nope.op'"});
-#define KILN_CHECK_ERROR(expr, kind, ...) \
-  ::kiln_test::expect_error([&] { (void)(expr); }, ::kiln::ErrorKind::kind, ##__VA_ARGS__)
+// CHECK-style (the test goes on): KILN_CHECK_ERROR(expr, NotFound, {"'nope.op'"});
+#define KILN_CHECK_ERROR(expr, kind, ...)                                                \
+  do {                                                                                   \
+    INFO("KILN_CHECK_ERROR(" #expr ", " #kind ") at line " << __LINE__);                 \
+    ::kiln_test::expect_error([&] { (void)(expr); }, ::kiln::ErrorKind::kind, ##__VA_ARGS__); \
+  } while (0)

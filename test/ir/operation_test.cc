@@ -280,3 +280,24 @@ TEST_CASE("an op prints as one line of the text form", "[ir][operation]") {
   os << *r.operation();
   CHECK(os.str() == s);
 }
+
+TEST_CASE("moving an op into its own region is an InvalidArgument error and changes nothing",
+          "[ir][operation]") {
+  Program p;
+  Operation* outer = kiln_test::add_region_op(p.block(), {}, {});
+  Block& body = outer->region(0).emplace_block();
+  Operation* inner = add_any(body, {}, {});
+  Operation* mid = kiln_test::add_region_op(body, {}, {});
+  Block& deep = mid->region(0).emplace_block();
+  KILN_CHECK_ERROR(outer->move_before(inner), InvalidArgument, {"'test.region'", "inside"});
+  KILN_CHECK_ERROR(outer->move_to_end(&deep), InvalidArgument, {"'test.region'", "inside"});
+  // A detached op inserted into a block nested in it.
+  p.block().take(outer);
+  KILN_CHECK_ERROR(deep.push_back(outer), InvalidArgument, {"'test.region'", "inside"});
+  CHECK(outer->parent_block() == nullptr);
+  p.block().push_back(outer);
+  CHECK(ops_of(p.block()) == std::vector<Operation*>{outer});
+  CHECK(ops_of(body) == std::vector<Operation*>{inner, mid});
+  CHECK(outer->parent_block() == &p.block());
+  CHECK(p.num_ops() == 3);
+}

@@ -178,3 +178,18 @@ TEST_CASE("a moved program keeps its ops and parameters", "[ir][program]") {
   r = std::move(q);
   CHECK(r.block().front() == a);
 }
+
+TEST_CASE("verify reports an operand that refers to no value, and printing still works",
+          "[ir][program]") {
+  Program p;
+  Value x = add_any(p.block(), {}, {f32()})->result(0);
+  Operation* a = add_any(p.block(), {x}, {});
+  a->operand(0).set_source(Value());  // dropped, as drop_all_references does
+  CHECK(x.use_empty());
+  KILN_CHECK_ERROR(p.verify(), InvalidArgument, {"'test.any'", "operand #0", "dangling"});
+  CHECK(p.to_string() ==
+        "program {\n"
+        "  %0 = test.any() : () -> f32\n"
+        "  test.any(%<null>) : (<null>) -> ()\n"
+        "}\n");
+}

@@ -247,12 +247,23 @@ TEST_CASE("set_type changes the type a value reports", "[ir][value]") {
   op->erase();
 }
 
-TEST_CASE("values hash and compare by identity", "[ir][value]") {
+TEST_CASE("values compare by identity: two results of one op differ", "[ir][value]") {
   Operation* op = kiln_test::make_any({}, {f32(), f32()});
-  std::hash<Value> h;
   CHECK(op->result(0) == op->result(0));
   CHECK(op->result(0) != op->result(1));
-  CHECK(h(op->result(1)) == h(op->result(1)));
+  CHECK(op->result(0).type() == op->result(1).type());
   CHECK_FALSE(Value());
   op->erase();
+}
+
+TEST_CASE("replacing uses with a null value is an InvalidArgument error and changes nothing",
+          "[ir][value]") {
+  Program p;
+  Value x = add_any(p.block(), {}, {f32()})->result(0);
+  Operation* a = add_any(p.block(), {x}, {});
+  KILN_CHECK_ERROR(x.replace_all_uses_with(Value()), InvalidArgument, {"null"});
+  KILN_CHECK_ERROR(x.replace_uses_if(Value(), [](OpOperand) { return true; }), InvalidArgument,
+                   {"null"});
+  CHECK(a->operand_source(0) == x);
+  CHECK(x.use_count() == 1);
 }

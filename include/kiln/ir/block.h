@@ -82,6 +82,8 @@ class Block {
   friend class Region;
   friend class Operation;
   void unlink(Operation* op);
+  // True when `op` holds this block (directly or further out).
+  bool is_nested_in(const Operation* op) const;
 
   Operation* head_ = nullptr;
   Operation* tail_ = nullptr;

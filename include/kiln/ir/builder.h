@@ -25,12 +25,13 @@ class Builder {
     block_ = &block;
     before_ = nullptr;
   }
+  // The op must be in a block (kiln::Error(InvalidArgument) otherwise).
   void set_insertion_point(Operation* before) {
-    block_ = before->parent_block();
+    block_ = checked_block(before);
     before_ = before;
   }
   void set_insertion_point_after(Operation* op) {
-    block_ = op->parent_block();
+    block_ = checked_block(op);
     before_ = op->next_in_block();
   }
 
@@ -44,6 +45,13 @@ class Builder {
   }
 
  private:
+  static Block* checked_block(Operation* op) {
+    if (!op->parent_block())
+      throw_error(ErrorKind::InvalidArgument, "cannot insert at op '", op->name(),
+                  "': it is in no block");
+    return op->parent_block();
+  }
+
   Block* block_;
   Operation* before_ = nullptr;
 };

@@ -209,7 +209,8 @@ class Value {
   bool has_one_use() const;
   std::size_t use_count() const;
 
-  // Every use of this value now uses `v` instead. O(uses).
+  // Every use of this value now uses `v` instead. O(uses). A null `v` is a
+  // kiln::Error(InvalidArgument) (it would leave dangling operands).
   void replace_all_uses_with(Value v) const;
   // Only the uses for which `pred` holds.
   void replace_uses_if(Value v, const std::function<bool(OpOperand)>& pred) const;
@@ -264,11 +265,13 @@ inline std::size_t Value::use_count() const {
 }
 
 inline void Value::replace_all_uses_with(Value v) const {
+  if (!v) throw_error(ErrorKind::InvalidArgument, "cannot replace uses of a value with a null value");
   if (v == *this) return;
   while (auto* u = impl_->first_use()) u->set_source(v.impl());
 }
 
 inline void Value::replace_uses_if(Value v, const std::function<bool(OpOperand)>& pred) const {
+  if (!v) throw_error(ErrorKind::InvalidArgument, "cannot replace uses of a value with a null value");
   if (v == *this) return;
   for (auto* u = impl_->first_use(); u;) {
     auto* next = u->next_use();
