@@ -34,10 +34,14 @@ namespace {
 
 // The shape attribute as run-time dims; a -1 left in it is an error.
 Dims shape_dims(const KernelContext& ctx, const std::vector<std::int64_t>& shape) {
-  for (auto d : shape)
+  std::int64_t n = 1;
+  for (auto d : shape) {
     if (d < 0)
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
                   "' needs a fully known shape to run, got a dim of ", d);
+    if (__builtin_mul_overflow(n, d, &n))
+      throw_error(ErrorKind::OutOfRange, "op '", ctx.op()->name(), "' shape's element count overflows int64");
+  }
   return Dims(shape);
 }
 

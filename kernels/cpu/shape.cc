@@ -60,8 +60,8 @@ void reshape_kernel(KernelContext& ctx) {
     } else if (d[i] < 0) {
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
                   "' shape dims must be >= -1, got ", d[i]);
-    } else {
-      known *= d[i];
+    } else if (__builtin_mul_overflow(known, d[i], &known)) {
+      throw_error(ErrorKind::OutOfRange, "op '", ctx.op()->name(), "' shape dims multiply beyond int64");
     }
   }
   const std::int64_t total = x.numel();

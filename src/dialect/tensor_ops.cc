@@ -83,7 +83,10 @@ std::vector<Type> ConcatOp::infer_meta(const std::vector<Type>& in, DictionaryAt
                   dims_str(shaped_dims(first)), ", #", i, " is ", dims_str(ds));
     for (std::int64_t k = 0; k < rank; ++k) {
       if (k == axis) {
-        out[k] = (out[k] < 0 || ds[k] < 0) ? -1 : out[k] + ds[k];
+        if (out[k] >= 0 && ds[k] >= 0 && __builtin_add_overflow(out[k], ds[k], &out[k]))
+          throw_error(ErrorKind::OutOfRange, "op '", name, "' concat dim ", axis,
+                      " overflows int64");
+        if (ds[k] < 0) out[k] = -1;
       } else if (out[k] < 0) {
         out[k] = ds[k];
       } else if (ds[k] >= 0 && ds[k] != out[k]) {
@@ -97,6 +100,12 @@ std::vector<Type> ConcatOp::infer_meta(const std::vector<Type>& in, DictionaryAt
 }
 
 // ---- split ----
+
+namespace {
+// Results of one op are a bounded list; a num of 10^18 from a file must not
+// try to allocate them.
+constexpr std::int64_t kMaxSplitParts = 1 << 16;
+}  // namespace
 
 void SplitOp::build(Builder&, OperationArgument& arg, Value x, std::int64_t num, std::int64_t axis) {
   arg.add_operand(x);
@@ -119,14 +128,18 @@ std::vector<Type> SplitOp::infer_meta(const std::vector<Type>& in, DictionaryAtt
   std::int64_t d = xs[axis];
   std::vector<std::int64_t> sizes;
   if (a.sections.empty()) {
-    if (a.num < 1)
+    if (a.num < 1 || a.num > kMaxSplitParts)
       throw_error(ErrorKind::InvalidArgument, "op '", name,
-                  "' needs num >= 1 or a non-empty sections list, got num = ", a.num);
+                  "' needs num in [1, ", kMaxSplitParts, "] or a non-empty sections list, got num = ",
+                  a.num);
     if (d >= 0 && d % a.num != 0)
       throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot split dim ", axis, " of size ",
                   d, " into ", a.num, " equal parts");
     sizes.assign(a.num, d < 0 ? -1 : d / a.num);
   } else {
+    if (a.sections.size() > static_cast<std::size_t>(kMaxSplitParts))
+      throw_error(ErrorKind::InvalidArgument, "op '", name, "' makes at most ", kMaxSplitParts,
+                  " parts, got ", a.sections.size(), " sections");
     if (a.num != 0 && a.num != static_cast<std::int64_t>(a.sections.size()))
       throw_error(ErrorKind::InvalidArgument, "op '", name, "' got both num = ", a.num,
                   " and sections ", dims_str(a.sections), " (give one)");
@@ -142,8 +155,9 @@ std::vector<Type> SplitOp::infer_meta(const std::vector<Type>& in, DictionaryAtt
           throw_error(ErrorKind::InvalidArgument, "op '", name, "' sections ",
                       dims_str(a.sections), " may hold one -1, got two");
         infer_at = static_cast<int>(i);
-      } else {
-        known += s;
+      } else if (__builtin_add_overflow(known, s, &known)) {
+        throw_error(ErrorKind::OutOfRange, "op '", name, "' sections ", dims_str(a.sections),
+                    " add up beyond int64");
       }
     }
     sizes = a.sections;

@@ -58,7 +58,7 @@ struct TransposeOp : Op<TransposeOp, ReadOnly, ValueSemantics, InferMetaInterfac
 struct ConcatOp : Op<ConcatOp, ReadOnly, ValueSemantics, InferMetaInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.concat";
-  static constexpr int num_results = 1;  // operands: variadic, at least one
+  static constexpr int num_operands = -1, num_results = 1;  // variadic: at least one operand
   struct Attributes {
     BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, axis));
   };
@@ -73,7 +73,7 @@ struct ConcatOp : Op<ConcatOp, ReadOnly, ValueSemantics, InferMetaInterface> {
 struct SplitOp : Op<SplitOp, ReadOnly, ValueSemantics, InferMetaInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.split";
-  static constexpr int num_operands = 1;  // results: variadic
+  static constexpr int num_operands = 1, num_results = -1;  // variadic: one result per part
   struct Attributes {
     BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, num), (std::vector<std::int64_t>, sections),
                              (std::int64_t, axis));
