@@ -9,6 +9,7 @@
 #include <fstream>
 #include <cstdint>
 #include <limits>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
