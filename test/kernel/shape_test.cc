@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernel/kernel_test_util.h"
+#include "kiln/io/json.h"
 
 using namespace kiln;
 using kiln_test::build_op;
@@ -351,4 +352,29 @@ TEST_CASE("slice's InferMeta gives the sliced dims and keeps unknown dims unknow
   Operation* op = build_op<SliceOp>(p, {{DataType::Float32, {-1, 10}}}, I64s{0, 1}, I64s{1, -4},
                                     I64s{3, 1000});
   CHECK(shaped_dims(op->result_type(0)) == I64s{-1, 4});
+}
+
+TEST_CASE("programs with the shape, indexing and random ops verify and survive a JSON round trip",
+          "[kernel]") {
+  Program p;
+  Builder b(p);
+  auto x = b.create<DataOp>("x", I64s{-1, 6});
+  auto ids = b.create<DataOp>("ids", I64s{-1}, DataType::Int64);
+  auto w = b.create<GaussianRandomOp>(I64s{10, 6}, 0.0, 0.02, 3);
+  auto e = b.create<EmbeddingOp>(w.result(), ids.result(), std::int64_t{0});
+  auto parts = b.create<SplitOp>(x.result(), I64s{2, -1}, std::int64_t{1});
+  auto t = b.create<TransposeOp>(parts.result(1), I64s{1, 0});
+  auto s = b.create<SliceOp>(t.result(), I64s{0}, I64s{1}, I64s{-1});
+  auto g = b.create<GatherOp>(e.result(), ids.result(), std::int64_t{0});
+  auto c = b.create<ConcatOp>(std::vector<Value>{parts.result(0), g.result()}, std::int64_t{1});
+  auto d = b.create<DropoutOp>(c.result(), 0.1, false, std::int64_t{0});
+  b.create<FetchOp>(d.result(0), "out");
+  b.create<FetchOp>(s.result(), "s");
+  REQUIRE_NOTHROW(p.verify());
+  CHECK(parts->num_results() == 2);
+  CHECK(shaped_dims(parts.result(1).type()) == I64s{-1, 4});
+  std::string text = save_program_json(p);
+  Program q = load_program_json(text);
+  CHECK(q.to_string() == p.to_string());
+  CHECK(save_program_json(q) == text);
 }
