@@ -282,8 +282,9 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
       const std::string name = p.attrs().parameter_name;
       std::uint32_t s = param_slot(name, false);
       if (s == kNone)
-        throw_error(ErrorKind::NotFound, "parameter '", name,
-                    "' has no value in the scope: run the startup program first");
+        throw_error(ErrorKind::NotFound, "parameter '", name, "' (expected ",
+                    shape_string(op->result_type(0)),
+                    ") has no value in the scope: run the startup program first");
       m.value_slot[op->result(0).impl()] = s;
       add_fetches_of(op->result(0), s);
       continue;
@@ -340,11 +341,13 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
     std::vector<std::uint32_t> outs(op->num_results(), kNone);
     for (auto [o, i] : op->info().impl()->inplace_map) {
       std::uint32_t s = ins[i];
-      if (m.slots[s].persistent && !param_slots.count("") &&
+      if ((m.slots[s].persistent || m.slots[s].fetch_reads > 0) &&
           std::find_if(param_slots.begin(), param_slots.end(),
                        [&](const auto& kv) { return kv.second == s; }) == param_slots.end()) {
         // A feed or fetched value must not change under the caller: the op
-        // works on a copy (seed 004 "SetFeedVarsInplaceSkip").
+        // works on a copy (seed 004 "SetFeedVarsInplaceSkip"). A fetched
+        // temporary is not `persistent` (its fetch target is), so it is
+        // recognised by its fetch reads.
         std::uint32_t copy = new_slot(temp_var(), config_.place, false);
         add_instruction("copy", kNone, op, &share_or_copy_kernel, {s}, {copy},
                         std::shared_ptr<const void>(deep_copy_flag), kOrderNone);
