@@ -52,55 +52,65 @@ std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
 
 std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
                                   const std::vector<FetchTarget>& fetch, Scope& scope) {
-  const Memo& memo = memo_for(program);
-  std::string key;
-  key.reserve(64);
-  key.append(reinterpret_cast<const char*>(&memo.hash), sizeof memo.hash);
-  const Scope* sp = &scope;
-  key.append(reinterpret_cast<const char*>(&sp), sizeof sp);
-  for (const auto& [name, t] : feed) {
-    key += "\x01";
-    key += name;
-  }
-  for (const auto& f : fetch) {
-    if (f.value) {
-      auto it = memo.value_ids.find(f.value.impl());
-      if (it == memo.value_ids.end())
-        throw_error(ErrorKind::InvalidArgument, "a fetch target is a value that is not in this program");
-      key += "\x02%";
-      key += std::to_string(it->second);
+  std::shared_ptr<InterpreterCore> core;
+  {
+    std::lock_guard lock(mutex_);
+    const Memo& memo = memo_for(program);
+    std::string key;
+    key.reserve(64);
+    key.append(reinterpret_cast<const char*>(&memo.hash), sizeof memo.hash);
+    const Scope* sp = &scope;
+    key.append(reinterpret_cast<const char*>(&sp), sizeof sp);
+    for (const auto& [name, t] : feed) {
+      key += "\x01";
+      key += name;
+    }
+    for (const auto& f : fetch) {
+      if (f.value) {
+        auto it = memo.value_ids.find(f.value.impl());
+        if (it == memo.value_ids.end())
+          throw_error(ErrorKind::InvalidArgument, "a fetch target is a value that is not in this program");
+        key += "\x02%";
+        key += std::to_string(it->second);
+      } else {
+        key += "\x03";
+        key += f.name;
+      }
+    }
+    if (auto it = index_.find(key); it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      core = it->second->core;
     } else {
-      key += "\x03";
-      key += f.name;
+      std::vector<std::string> names;
+      for (const auto& [name, t] : feed) names.push_back(name);
+      ExecutionConfig cfg;
+      cfg.num_threads = options_.num_threads;
+      cfg.sequential = options_.sequential;
+      cfg.gc = options_.gc;
+      cfg.profile = options_.profile;
+      cfg.place = place_;
+      auto made = std::make_shared<InterpreterCore>(program, scope, std::move(names), fetch, cfg, queue_);
+      ++cores_built_;
+      lru_.push_front(Entry{key, std::move(made)});
+      index_[key] = lru_.begin();
+      while (lru_.size() > std::max<std::size_t>(1, options_.cache_capacity)) {
+        index_.erase(lru_.back().key);
+        lru_.pop_back();
+      }
+      core = lru_.front().core;
     }
+    last_core_ = core.get();
   }
-  InterpreterCore* core;
-  if (auto it = index_.find(key); it != index_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);
-    core = it->second->core.get();
-  } else {
-    std::vector<std::string> names;
-    for (const auto& [name, t] : feed) names.push_back(name);
-    ExecutionConfig cfg;
-    cfg.num_threads = options_.num_threads;
-    cfg.sequential = options_.sequential;
-    cfg.gc = options_.gc;
-    cfg.profile = options_.profile;
-    cfg.place = place_;
-    auto made = std::make_unique<InterpreterCore>(program, scope, std::move(names), fetch, cfg, queue_);
-    ++cores_built_;
-    lru_.push_front(Entry{key, std::move(made)});
-    index_[key] = lru_.begin();
-    while (lru_.size() > std::max<std::size_t>(1, options_.cache_capacity)) {
-      index_.erase(lru_.back().key);
-      lru_.pop_back();
-    }
-    core = lru_.front().core.get();
-  }
-  last_core_ = core;
-  feed_buffer_.clear();
-  for (const auto& [name, t] : feed) feed_buffer_.push_back(t);
-  return core->run(feed_buffer_);
+  // Per thread, reused: no allocation per run; emptied afterwards so the
+  // caller's tensors are not kept alive past the run.
+  thread_local std::vector<Tensor> feeds;
+  struct Clear {
+    std::vector<Tensor>& v;
+    ~Clear() { v.clear(); }
+  } clear{feeds};
+  feeds.clear();
+  for (const auto& [name, t] : feed) feeds.push_back(t);
+  return core->run(feeds);
 }
 
 }  // namespace kiln

@@ -8,6 +8,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -37,6 +38,8 @@ class Executor {
   // Runs `program` in the executor's scope (or `scope`). kiln::Error for a
   // missing feed, a feed of the wrong dtype or shape (expected vs given), an
   // unknown fetch, a parameter the startup program never set, a failing op.
+  // Thread-safe: runs of different programs from several threads proceed
+  // concurrently on the shared work queue (runs of one core take turns).
   std::vector<Tensor> run(const Program& program, const FeedMap& feed = {},
                           const std::vector<FetchTarget>& fetch = {});
   std::vector<Tensor> run(const Program& program, const FeedMap& feed,
@@ -66,13 +69,13 @@ class Executor {
   std::unordered_map<const Program*, Memo> memos_;
   struct Entry {
     std::string key;
-    std::unique_ptr<InterpreterCore> core;
+    std::shared_ptr<InterpreterCore> core;  // a run in progress keeps its core alive
   };
   std::list<Entry> lru_;  // most recent first
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;
   InterpreterCore* last_core_ = nullptr;
   std::size_t cores_built_ = 0;
-  std::vector<Tensor> feed_buffer_;
+  std::mutex mutex_;  // guards memos_, lru_, index_, last_core_, cores_built_
 };
 
 }  // namespace kiln
