@@ -52,9 +52,13 @@ void probe_kernel(KernelContext& ctx) {
   copy_input(ctx);
 }
 
+std::atomic<int> g_slow_in_flight{0};
+
 void slow_kernel(KernelContext& ctx) {
+  g_slow_in_flight.fetch_add(1);
   std::this_thread::sleep_for(std::chrono::microseconds(ctx.attrs<SlowOp>().micros));
   copy_input(ctx);
+  g_slow_in_flight.fetch_sub(1);
 }
 
 }  // namespace
@@ -64,6 +68,8 @@ KILN_REGISTER_KERNEL(ThrowOp, Cpu, Undefined, throw_kernel);
 KILN_REGISTER_KERNEL(RecordOp, Cpu, Undefined, record_kernel);
 KILN_REGISTER_KERNEL(ProbeOp, Cpu, Undefined, probe_kernel);
 KILN_REGISTER_KERNEL(SlowOp, Cpu, Undefined, slow_kernel);
+
+int slow_in_flight() { return g_slow_in_flight.load(); }
 
 std::atomic<bool>& throw_enabled() {
   static std::atomic<bool> on{true};

@@ -102,6 +102,8 @@ struct SlowOp : kiln::Op<SlowOp, kiln::ReadOnly, kiln::ValueSemantics, kiln::Inf
   }
 };
 
+// SlowOp kernels running right now.
+int slow_in_flight();
 // ThrowOp's switch (on by default).
 std::atomic<bool>& throw_enabled();
 // Tags of the RecordOps that ran, in order (guarded by a mutex inside).

@@ -309,7 +309,7 @@ TEST_CASE("a parameter the startup program never set is an error naming it", "[e
   }
   Executor exe;
   FeedMap feed{{"x", filled_f32({2}, 4.f)}};
-  EXEC_CHECK_ERROR(exe.run(main_prog, feed, {y}), NotFound, {"'w'", "startup"});
+  EXEC_CHECK_ERROR(exe.run(main_prog, feed, {y}), NotFound, {"'w'", "expected", "2xf32", "startup"});
   exe.run(startup);
   CHECK(exe.run(main_prog, feed, {y})[0].to_vector<float>() == std::vector<float>{2.f, 2.f});
   CHECK(exe.run(main_prog, feed, {"w"})[0].to_vector<float>() == std::vector<float>{0.5f, 0.5f});
@@ -483,4 +483,52 @@ TEST_CASE("cores built and dropped in a loop while the pool is busy stay correct
     REQUIRE(exe.run(p, {{"x", filled_f32({3}, 1.f)}}, {s})[0].to_vector<float>() ==
             std::vector<float>(3, 2.f * float(i % 7 + 1)));
   }
+}
+
+TEST_CASE("after a kernel throws, the run returns only once the running kernels have finished",
+          "[exec]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{4}).result();
+  std::vector<Value> parts;
+  // Slow branches that are running on other threads when the throw happens.
+  for (int k = 0; k < 6; ++k) parts.push_back(b.create<SlowOp>(b.create<IdentityOp>(x).result(), 2000).result());
+  parts.push_back(b.create<ThrowOp>(b.create<SlowOp>(x, 300).result()).result());
+  Value sum = b.create<AddNOp>(parts).result();
+  for (unsigned n : {2u, 4u}) {
+    Executor exe(Place::cpu(), threads(n));
+    FeedMap feed{{"x", filled_f32({4}, 1.f)}};
+    for (int round = 0; round < 3; ++round) {
+      throw_enabled() = true;
+      CHECK_THROWS_AS(exe.run(p, feed, {sum}), Error);
+      CHECK(slow_in_flight() == 0);
+      throw_enabled() = false;
+      CHECK(exe.run(p, feed, {sum})[0].to_vector<float>() == std::vector<float>(4, 7.f));
+    }
+    throw_enabled() = true;
+  }
+}
+
+TEST_CASE("one Executor, one program, runs from several threads take turns on its core",
+          "[exec]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{16}).result();
+  Value v = x;
+  for (int i = 0; i < 8; ++i) v = b.create<AddOp>(b.create<IdentityOp>(v).result(), x).result();
+  Executor exe(Place::cpu(), threads(2));
+  std::atomic<int> bad{0};
+  auto worker = [&](float base) {
+    for (int i = 0; i < 100; ++i) {
+      float in = base + float(i);
+      auto out = exe.run(p, {{"x", filled_f32({16}, in)}}, {v});
+      if (out[0].to_vector<float>() != std::vector<float>(16, 9.f * in)) bad++;
+    }
+  };
+  std::thread t1(worker, 0.f), t2(worker, 1000.f), t3(worker, 5000.f);
+  t1.join();
+  t2.join();
+  t3.join();
+  CHECK(bad.load() == 0);
+  CHECK(exe.num_cores_built() == 1);
 }
