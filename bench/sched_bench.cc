@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <malloc.h>
 #include <random>
 #include <string>
 #include <vector>
@@ -134,11 +135,11 @@ double tbb_ns_per_node(const Graph& g, unsigned threads, int reps) {
   return result;
 }
 
-double rss_mb() {
-  std::ifstream f("/proc/self/statm");
-  long pages = 0, resident = 0;
-  f >> pages >> resident;
-  return double(resident) * 4096.0 / (1024.0 * 1024.0);
+// Bytes the process has allocated and not freed (heap + mmapped chunks):
+// RSS would miss memory malloc reuses from earlier benchmarks.
+double heap_mb() {
+  struct mallinfo2 mi = mallinfo2();
+  return double(mi.uordblks + mi.hblkhd) / (1024.0 * 1024.0);
 }
 
 void emit(const char* name, double v, const char* unit) { std::printf("BENCH %s %.3f %s\n", name, v, unit); }
@@ -180,13 +181,13 @@ int main(int argc, char** argv) {
     double mem = 0;
     for (int r = 0; r < 3; ++r) {
       kiln::Scope scope;
-      double before = rss_mb();
+      double before = heap_mb();
       double ms = 0, after = 0;
       {
         auto t0 = std::chrono::steady_clock::now();
         kiln::InterpreterCore core(pc, scope, {}, {}, {.num_threads = 1});
         ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        after = rss_mb();
+        after = heap_mb();
       }
       t.push_back(ms);
       mem = std::max(mem, after - before);

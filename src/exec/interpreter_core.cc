@@ -437,6 +437,8 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
   ref_ = std::make_unique<std::atomic<std::int32_t>[]>(vars_.size());
   for (std::size_t s = 0; s < vars_.size(); ++s) ref_[s].store(ref_static_[s], std::memory_order_relaxed);
   local_ready_.reserve(n);
+  expensive_.assign(n, 0);
+  cost_ns_.assign(n, std::numeric_limits<std::int64_t>::max());
   if (config_.profile) {
     m.t_start.assign(n, 0);
     m.t_end.assign(n, 0);
@@ -465,8 +467,18 @@ std::vector<Tensor> InterpreterCore::run(std::span<const Tensor> feeds) {
   abort_.store(false, std::memory_order_relaxed);
   error_ = nullptr;
 
+  // The first runs time each kernel (TensorFlow's cost model): ops above
+  // kExpensiveNs are handed to other threads, cheaper ones stay inline.
+  calibrating_ = calibration_runs_left_ > 0 && !config_.sequential;
   if (config_.sequential) run_sequential();
   else run_parallel();
+  if (calibrating_) {
+    calibrating_ = false;
+    if (--calibration_runs_left_ == 0)
+      for (std::size_t k = 0; k < instrs_.size(); ++k)
+        expensive_[k] = cost_ns_[k] != std::numeric_limits<std::int64_t>::max() &&
+                        cost_ns_[k] > kExpensiveNs;
+  }
 
   for (std::size_t k = 0; k < feeds.size(); ++k) vars_[m.feed_slot[k]]->clear();
   if (error_) {
@@ -516,6 +528,11 @@ inline bool InterpreterCore::execute(std::uint32_t i) {
       in.fn(in.ctx);
       m.t_end[i] = now_ns();
       m.t_thread[i] = static_cast<std::uint32_t>(std::hash<std::thread::id>()(std::this_thread::get_id()) & 0xffff);
+      if (calibrating_) cost_ns_[i] = std::min(cost_ns_[i], m.t_end[i] - m.t_start[i]);
+    } else if (__builtin_expect(calibrating_, 0)) {
+      const std::int64_t t0 = now_ns();
+      in.fn(in.ctx);
+      cost_ns_[i] = std::min(cost_ns_[i], now_ns() - t0);
     } else {
       in.fn(in.ctx);
     }
@@ -574,7 +591,15 @@ void InterpreterCore::finish_task() {
   if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_all();
 }
 
+namespace {
+// Ready cheap successors a worker keeps to run itself (TensorFlow's inline
+// ready queue); one per thread, empty between tasks.
+thread_local std::vector<std::uint32_t> tls_inline;
+}  // namespace
+
 void InterpreterCore::run_chain(std::uint32_t i) {
+  std::vector<std::uint32_t>& inline_ready = queue_ ? tls_inline : local_ready_;
+  const std::size_t base = inline_ready.size();
   for (;;) {
     if (!execute(i)) return;
     collect_garbage(i);
@@ -587,10 +612,15 @@ void InterpreterCore::run_chain(std::uint32_t i) {
       if (st == 1 || dep_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) {
         if (st != 1) dep_[s].store(static_cast<std::int32_t>(st), std::memory_order_relaxed);
         if (next == kNone) next = s;  // keep one ready successor on this thread
-        else hand_out(s);
+        else if (expensive_[s]) hand_out(s);  // worth another thread
+        else inline_ready.push_back(s);       // cheap: a hand-off costs more than the op
       }
     }
-    if (next == kNone) return;
+    if (next == kNone) {
+      if (inline_ready.size() == base) return;
+      next = inline_ready.back();
+      inline_ready.pop_back();
+    }
     i = next;
   }
 }

@@ -126,6 +126,12 @@ class InterpreterCore {
   std::unique_ptr<std::atomic<std::int32_t>[]> ref_;
   std::vector<std::uint32_t> roots_;
   std::vector<std::uint32_t> local_ready_;  // single-thread hand-offs
+  // Cost classes (seed 003: "expensive" = measured above ~8000 cycles).
+  static constexpr std::int64_t kExpensiveNs = 2000;
+  std::vector<std::uint8_t> expensive_;
+  std::vector<std::int64_t> cost_ns_;
+  int calibration_runs_left_ = 2;
+  bool calibrating_ = false;
   std::atomic<std::int64_t> pending_{0};
   std::atomic<bool> abort_{false};
   std::mutex error_mutex_;
