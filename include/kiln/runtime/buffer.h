@@ -144,7 +144,10 @@ inline void Buffer::release() noexcept {
 }
 
 inline long Buffer::use_count() const noexcept {
-  return refs_.load(std::memory_order_relaxed);  // relaxed: informational
+  // acquire: a caller that sees 1 may reuse the memory (KernelContext::
+  // alloc_output); this pairs with release() of the owner that let go last,
+  // so that owner's reads and writes happen before the caller's reuse.
+  return refs_.load(std::memory_order_acquire);
 }
 
 inline BufferRef BufferRef::adopt(Buffer* buffer) noexcept {
