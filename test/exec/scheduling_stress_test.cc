@@ -4,7 +4,7 @@
 // fetched value must be bit-identical to sequential mode, and stay so after
 // later runs (a fetched tensor must not change under the caller).
 //
-// Program count: 10⁴ by default; 300 under ThreadSanitizer (the TSan build
+// Program count: 10⁴ by default; 1000 under ThreadSanitizer (the TSan build
 // runs every [exec] test, this one included, ~20× slower); the environment
 // variable KILN_EXEC_STRESS_PROGRAMS overrides both.
 #include <cstdlib>
@@ -22,10 +22,10 @@ using namespace kiln_exec_test;
 namespace {
 
 #if defined(__SANITIZE_THREAD__)
-constexpr int kDefaultPrograms = 300;
+constexpr int kDefaultPrograms = 1000;
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-constexpr int kDefaultPrograms = 300;
+constexpr int kDefaultPrograms = 1000;
 #else
 constexpr int kDefaultPrograms = 10000;
 #endif
