@@ -99,7 +99,9 @@ double time_ns(F&& f) {
 }
 
 double kiln_ns_per_op(const Program& p, std::size_t n, unsigned threads, int reps) {
-  Executor exe(Place::cpu(), {.num_threads = threads});
+  ExecutorOptions opts;
+  opts.num_threads = threads;
+  Executor exe(Place::cpu(), opts);
   exe.run(p);  // build the core, warm up
   exe.run(p);
   std::vector<double> t;
@@ -142,6 +144,12 @@ double heap_mb() {
   return double(mi.uordblks + mi.hblkhd) / (1024.0 * 1024.0);
 }
 
+kiln::ExecutionConfig one_thread() {
+  kiln::ExecutionConfig c;
+  c.num_threads = 1;
+  return c;
+}
+
 void emit(const char* name, double v, const char* unit) { std::printf("BENCH %s %.3f %s\n", name, v, unit); }
 
 }  // namespace bench
@@ -173,7 +181,7 @@ int main(int argc, char** argv) {
     std::vector<double> t;
     for (int r = 0; r < 5; ++r) {
       kiln::Scope scope;
-      t.push_back(time_ns([&] { kiln::InterpreterCore core(pr, scope, {}, {}, {.num_threads = 1}); }) / 1e6);
+      t.push_back(time_ns([&] { kiln::InterpreterCore core(pr, scope, {}, {}, one_thread()); }) / 1e6);
     }
     emit("build.random10k", median(t), "ms");
     Program pc = to_program(gc);
@@ -185,7 +193,7 @@ int main(int argc, char** argv) {
       double ms = 0, after = 0;
       {
         auto t0 = std::chrono::steady_clock::now();
-        kiln::InterpreterCore core(pc, scope, {}, {}, {.num_threads = 1});
+        kiln::InterpreterCore core(pc, scope, {}, {}, one_thread());
         ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         after = heap_mb();
       }
