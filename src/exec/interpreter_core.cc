@@ -68,6 +68,7 @@ struct InterpreterCore::Impl {
     Place place = Place::cpu();
     std::uint32_t alias = 0;  // dependency variable (views share their source's)
     bool persistent = false;  // parameter, feed, fetch result: never freed
+    bool parameter = false;   // in the root scope by name; in-place updates are wanted
     std::uint32_t fetch_reads = 0;
   };
   std::vector<SlotInfo> slots;
@@ -191,7 +192,7 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
   auto new_slot = [&](Variable* var, Place place, bool persistent) {
     auto s = static_cast<std::uint32_t>(vars_.size());
     vars_.push_back(var);
-    m.slots.push_back({place, s, persistent, 0});
+    m.slots.push_back({place, s, persistent, /*parameter=*/false, /*fetch_reads=*/0});
     return s;
   };
   auto temp_var = [&]() { return m.new_temp(); };
@@ -202,6 +203,7 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
     if (!v && !create) return kNone;
     if (!v) v = &root->var(name);
     std::uint32_t s = new_slot(v, config_.place, true);
+    m.slots[s].parameter = true;
     param_slots.emplace(name, s);
     return s;
   };
@@ -341,9 +343,7 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
     std::vector<std::uint32_t> outs(op->num_results(), kNone);
     for (auto [o, i] : op->info().impl()->inplace_map) {
       std::uint32_t s = ins[i];
-      if ((m.slots[s].persistent || m.slots[s].fetch_reads > 0) &&
-          std::find_if(param_slots.begin(), param_slots.end(),
-                       [&](const auto& kv) { return kv.second == s; }) == param_slots.end()) {
+      if ((m.slots[s].persistent || m.slots[s].fetch_reads > 0) && !m.slots[s].parameter) {
         // A feed or fetched value must not change under the caller: the op
         // works on a copy (seed 004 "SetFeedVarsInplaceSkip"). A fetched
         // temporary is not `persistent` (its fetch target is), so it is
