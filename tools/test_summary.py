@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Counts the real results of `./run test` and prints "N passed, N failed" last.
 
-usage: test_summary.py BUILD_DIR FUZZ_RESULT MESON_RC
+usage: test_summary.py BUILD_DIR FUZZ_RESULT MESON_RC [TSAN]
   FUZZ_RESULT: pass | fail | none (skipped)
+  TSAN: the Catch2 XML report of the [exec] cases run under ThreadSanitizer,
+        or fail (its build failed) or none (not run; the default)
 
 Sources:
   - BUILD_DIR/meson-logs/testlog.json: one JSON object per meson test.
   - A meson test whose command has Catch2's XML reporter (`-r xml -o FILE`)
     counts each Catch2 test case in FILE; any other meson test counts as one.
-  - The fuzz run counts as one.
+  - The fuzz run counts as one; each test case of the TSan report counts.
 Exit status: 0 when nothing failed, 1 otherwise.
 """
 import json
@@ -103,6 +105,7 @@ def count_catch2(name, report, meson_result):
 
 def main():
     build, fuzz, meson_rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    tsan = sys.argv[4] if len(sys.argv) > 4 else "none"
     passed = failed = skipped = 0
     log = os.path.join(build, "meson-logs", "testlog.json")
     tests = []
@@ -141,6 +144,18 @@ def main():
         print("FAILED fuzz (see above)")
     else:
         print("  fuzz: skipped")
+    if tsan == "fail":
+        failed += 1
+        print("FAILED tsan: the ThreadSanitizer build failed (see above)")
+    elif tsan != "none":
+        rc_file = tsan + ".rc"
+        rc = open(rc_file).read().strip() if os.path.isfile(rc_file) else "missing"
+        p, fl = count_catch2("tsan", tsan, "OK" if rc == "0" else f"exit status {rc}")
+        print(f"  tsan: Catch2 under ThreadSanitizer, {p} test cases passed, {fl} failed")
+        passed += p
+        failed += fl
+    else:
+        print("  tsan: skipped")
     if meson_rc != 0 and failed == 0:
         print(f"FAILED meson test exited {meson_rc} although no test failed")
         failed += 1
