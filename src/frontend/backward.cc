@@ -33,6 +33,20 @@ std::string describe_op(Operation* op) {
   return "'" + std::string(op->name()) + "'";
 }
 
+// A gradient fits its value: same dtype and rank, dims equal where both
+// are known (-1 is a dim known only at run time).
+bool compatible(Type grad, Type value) {
+  if (grad == value) return true;
+  if (!is_shaped(grad) || !is_shaped(value)) return false;
+  if (shaped_data_type(grad) != shaped_data_type(value)) return false;
+  const auto& g = shaped_dims(grad);
+  const auto& v = shaped_dims(value);
+  if (g.size() != v.size()) return false;
+  for (std::size_t i = 0; i < g.size(); ++i)
+    if (g[i] != v[i] && g[i] != -1 && v[i] != -1) return false;
+  return true;
+}
+
 // The sum of the gradient contributions of one value (null when none).
 Value sum_grads(Builder& b, const std::vector<Value>& parts) {
   if (parts.empty()) return {};
@@ -89,7 +103,10 @@ std::vector<std::pair<Value, Value>> append_backward(Value loss,
       any_in = requires_grad.count(op->operand_source(i)) > 0;
     for (std::uint32_t r = 0; r < op->num_results(); ++r) {
       Value v = op->result(r);
-      const bool source = parameters.empty() ? op->num_operands() == 0 : explicit_sources.count(v) > 0;
+      // Default sources: parameters and data values (constants and random
+      // ops never are); cut() drops the stop_gradient ones.
+      const bool source = parameters.empty() ? op->isa<ParameterOp>() || op->isa<DataOp>()
+                                             : explicit_sources.count(v) > 0;
       if ((source || any_in) && !cut(v)) requires_grad.insert(v);
     }
     if (op == loss_op) break;
@@ -157,7 +174,7 @@ std::vector<std::pair<Value, Value>> append_backward(Value loss,
       for (std::uint32_t i = 0; i < op->num_operands(); ++i) {
         Value x = op->operand_source(i);
         if (!in_grads[i] || !requires_grad.count(x) || !reaches.count(x)) continue;
-        if (in_grads[i].type() != x.type())
+        if (!compatible(in_grads[i].type(), x.type()))
           throw_error(ErrorKind::Internal, "append_backward: the Vjp of op ", describe_op(op),
                       " gave operand #", i, " (", x.type().to_string(), ") a gradient of type ",
                       in_grads[i].type().to_string());

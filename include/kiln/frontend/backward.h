@@ -13,9 +13,10 @@
 namespace kiln {
 
 // `parameters` empty: every trainable parameter of the program (its
-// builtin.parameter values with stop_gradient false) — and gradients flow
-// from every operand-less value not marked stop_gradient; otherwise exactly
-// the given values are the sources. Values marked stop_gradient, those in
+// builtin.parameter values with stop_gradient false), and gradients flow
+// from those and from data values whose stop_gradient was set to false
+// (never from constants or random ops); otherwise exactly the given values
+// are the sources. Values marked stop_gradient, those in
 // `no_grad_set`, and non-floating values get no gradient and cut the graph;
 // an op whose operands all have no gradient is skipped. Grad ops nobody
 // reads (e.g. a matmul's gradient for its data input) are removed.
