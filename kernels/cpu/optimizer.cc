@@ -1,0 +1,142 @@
+// CPU kernels of the optimizer update ops (sgd_, momentum_, adam_, adamw_;
+// f32 and f64). Run in place, each output is its input's variable and the
+// kernel updates that buffer; run out of place (an output with its own
+// variable), the output is first a copy of the input, then updated.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif
+#include <cmath>
+#include <cstring>
+
+#include "cpu_kernel_util.h"
+#include "kiln/dialect/optimizer_ops.h"
+
+namespace kiln::cpu {
+namespace {
+
+// The operand's name as the op declares it ("'moment1' (#3)").
+template <typename OpT>
+std::string label(std::uint32_t i) {
+  return "'" + std::string(OpT::operand_names[i]) + "' (#" + std::to_string(i) + ")";
+}
+
+// Input i, of T, with `numel` elements; kiln::Error naming the op and operand otherwise.
+template <typename OpT, typename T>
+const Tensor& checked_input(const KernelContext& ctx, std::uint32_t i, std::int64_t numel) {
+  const Tensor& t = typed_input<T>(ctx, i);
+  if (t.numel() != numel)
+    throw_error(ErrorKind::InvalidArgument, "op '", OpT::name, "' operand ", label<OpT>(i),
+                " has ", t.numel(), " elements (shape [", t.dims().to_string(), "]), expected ",
+                numel);
+  return t;
+}
+
+// Output o, which aliases input i: in place, the input's buffer; otherwise
+// output o's own buffer holding a copy of input i.
+template <typename T>
+T* updated(KernelContext& ctx, std::uint32_t o, std::uint32_t i, const Tensor& in) {
+  if (output_is_input(ctx, o, i)) return ctx.output(o).data<T>();
+  Tensor& out = ctx.alloc_output(o, in.dims(), in.dtype());
+  if (in.bytes()) std::memcpy(out.raw_data(), in.raw_data(), in.bytes());
+  return out.data<T>();
+}
+
+template <typename T>
+struct SgdK {
+  static void run(KernelContext& ctx) {
+    const Tensor& p = typed_input<T>(ctx, 0);
+    const std::int64_t n = p.numel();
+    const T* g = checked_input<Sgd_Op, T>(ctx, 1, n).template data<T>();
+    const T lr = *checked_input<Sgd_Op, T>(ctx, 2, 1).template data<T>();
+    T* po = updated<T>(ctx, 0, 0, p);
+    for (std::int64_t i = 0; i < n; ++i) po[i] -= lr * g[i];
+  }
+};
+
+template <typename T>
+struct MomentumK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<Momentum_Op>();
+    const Tensor& p = typed_input<T>(ctx, 0);
+    const std::int64_t n = p.numel();
+    const T* g = checked_input<Momentum_Op, T>(ctx, 1, n).template data<T>();
+    const Tensor& v = checked_input<Momentum_Op, T>(ctx, 2, n);
+    const T lr = *checked_input<Momentum_Op, T>(ctx, 3, 1).template data<T>();
+    const T mu = static_cast<T>(a.mu);
+    T* po = updated<T>(ctx, 0, 0, p);
+    T* vo = updated<T>(ctx, 1, 2, v);
+    if (a.use_nesterov) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        vo[i] = mu * vo[i] + g[i];
+        po[i] -= lr * (g[i] + mu * vo[i]);
+      }
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) {
+        vo[i] = mu * vo[i] + g[i];
+        po[i] -= lr * vo[i];
+      }
+    }
+  }
+};
+
+// adam_ (coeff = 0, decay off) and adamw_.
+template <typename OpT, typename T>
+void adam_update(KernelContext& ctx, double beta1_d, double beta2_d, double eps_d, double coeff_d,
+                 bool decay) {
+  const Tensor& p = typed_input<T>(ctx, 0);
+  const std::int64_t n = p.numel();
+  const T* g = checked_input<OpT, T>(ctx, 1, n).template data<T>();
+  const T lr = *checked_input<OpT, T>(ctx, 2, 1).template data<T>();
+  const Tensor& m1 = checked_input<OpT, T>(ctx, 3, n);
+  const Tensor& m2 = checked_input<OpT, T>(ctx, 4, n);
+  const Tensor& b1p_in = checked_input<OpT, T>(ctx, 5, 1);
+  const Tensor& b2p_in = checked_input<OpT, T>(ctx, 6, 1);
+  const T beta1 = static_cast<T>(beta1_d), beta2 = static_cast<T>(beta2_d);
+  const T eps = static_cast<T>(eps_d);
+  const T b1p = *b1p_in.data<T>(), b2p = *b2p_in.data<T>();
+  const T lr_t = lr * std::sqrt(T(1) - b2p) / (T(1) - b1p);
+  const T eps_t = eps * std::sqrt(T(1) - b2p);
+
+  T* po = updated<T>(ctx, 0, 0, p);
+  T* m1o = updated<T>(ctx, 1, 3, m1);
+  T* m2o = updated<T>(ctx, 2, 4, m2);
+  T* b1po = updated<T>(ctx, 3, 5, b1p_in);
+  T* b2po = updated<T>(ctx, 4, 6, b2p_in);
+  if (decay) {
+    const T keep = T(1) - lr * static_cast<T>(coeff_d);  // param -= lr * coeff * param
+    for (std::int64_t i = 0; i < n; ++i) po[i] *= keep;
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T gi = g[i];
+    m1o[i] = beta1 * m1o[i] + (T(1) - beta1) * gi;
+    m2o[i] = beta2 * m2o[i] + (T(1) - beta2) * gi * gi;
+    po[i] -= lr_t * (m1o[i] / (std::sqrt(m2o[i]) + eps_t));
+  }
+  *b1po = b1p * beta1;
+  *b2po = b2p * beta2;
+}
+
+template <typename T>
+struct AdamK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<Adam_Op>();
+    adam_update<Adam_Op, T>(ctx, a.beta1, a.beta2, a.epsilon, 0.0, false);
+  }
+};
+
+template <typename T>
+struct AdamWK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<AdamW_Op>();
+    adam_update<AdamW_Op, T>(ctx, a.beta1, a.beta2, a.epsilon, a.coeff, true);
+  }
+};
+
+}  // namespace
+
+KILN_CPU_REGISTER(Sgd_Op, SgdK, float, double);
+KILN_CPU_REGISTER(Momentum_Op, MomentumK, float, double);
+KILN_CPU_REGISTER(Adam_Op, AdamK, float, double);
+KILN_CPU_REGISTER(AdamW_Op, AdamWK, float, double);
+
+}  // namespace kiln::cpu
