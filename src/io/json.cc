@@ -10,6 +10,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "kiln/io/file.h"
 #include "kiln/ir/builtin_attributes.h"
 #include "kiln/ir/builtin_types.h"
 #include "kiln/ir/ir_context.h"
@@ -333,37 +334,7 @@ Program load_program_json(std::string_view text) {
 
 void save_program_file(const Program& p, const std::string& path) {
   std::string text = save_program_json(p, 1);  // may throw: nothing is written yet
-  // Unique per process and call, so concurrent saves never share a temporary.
-  static std::atomic<unsigned> counter{0};
-  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  auto fail = [&](const char* what) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    throw_error(ErrorKind::Unavailable, "cannot save program file '", path, "': ", what, " '", tmp,
-                "' failed: ", std::strerror(err));
-  };
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    int err = errno;
-    throw_error(ErrorKind::Unavailable, "cannot save program file '", path, "': creating '", tmp,
-                "' failed: ", std::strerror(err));
-  }
-  for (std::size_t done = 0; done < text.size();) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      fail("writing");
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  // Durable before it becomes visible: a crash leaves the old file or the new one.
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    fail("syncing");
-  }
-  if (::close(fd) != 0) fail("closing");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming");
+  write_file_atomic(path, text, "program file");
 }
 
 Program load_program_file(const std::string& path) {
