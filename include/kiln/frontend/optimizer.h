@@ -1,0 +1,161 @@
+// Optimizers (seed 001 §1.2.2.2, `optimizer.minimize(loss)`): minimize =
+// append_backward, then global-norm gradient clipping and L2 regularization
+// when asked (`apply_gradients`), then one in-place update op per parameter
+// (kiln/dialect/optimizer_ops.h). The learning rate and the optimizer state
+// (velocity, moments, beta powers) are non-trainable parameters initialized
+// in the startup program, so a schedule can overwrite the learning rate.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kiln/ir/builder.h"
+#include "kiln/ir/value.h"
+#include "kiln/runtime/scope.h"
+#include "kiln/support/data_type.h"
+
+namespace kiln::optim {
+
+// Paddle's ClipGradByGlobalNorm: with n = sqrt(Σ over every gradient of
+// Σ g²), each gradient becomes g · max_norm / max(n, max_norm) (unchanged
+// when n <= max_norm). Built from square, sum, add_n, sqrt, maximum, div and
+// mul. max_norm must be finite and > 0 (kiln::Error otherwise).
+class ClipGradByGlobalNorm {
+ public:
+  explicit ClipGradByGlobalNorm(double max_norm);
+  double max_norm() const { return max_norm_; }
+
+ private:
+  double max_norm_;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  // append_backward(loss, parameters, no_grad_set) then apply_gradients.
+  // Builds into the current ProgramGuard's programs (the loss's main program
+  // and its startup program). Returns the (parameter, gradient) pairs, the
+  // gradients as backward made them (before clipping / regularization).
+  // kiln::Error: no active ProgramGuard with a startup program, a bad loss
+  // (see append_backward), no parameter that the loss depends on.
+  std::vector<std::pair<Value, Value>> minimize(Value loss,
+                                                const std::vector<Value>& parameters = {},
+                                                const std::vector<Value>& no_grad_set = {});
+
+  // Seed §1.2.2.2's apply_gradients on pairs from append_backward: sorts them
+  // by parameter name, clips, adds weight_decay · param to each gradient (L2;
+  // not for AdamW, whose decay is decoupled), and appends one update op per
+  // parameter to the current main program. Returns the update ops.
+  std::vector<Operation*> apply_gradients(std::vector<std::pair<Value, Value>> params_grads);
+
+  // Global-norm clipping for the next minimize / apply_gradients.
+  Optimizer& set_grad_clip(ClipGradByGlobalNorm clip);
+  const std::optional<ClipGradByGlobalNorm>& grad_clip() const { return clip_; }
+
+  // The initial learning rate (what startup writes).
+  double learning_rate() const { return lr_; }
+  double weight_decay() const { return weight_decay_; }
+  // Names of the learning-rate parameters made so far ("learning_rate_0"),
+  // one per parameter dtype; empty before the first minimize.
+  std::vector<std::string> learning_rate_names() const;
+  // Writes `lr` into every learning-rate parameter in `scope` (a schedule's
+  // step; run the startup program first). kiln::Error(NotFound) naming the
+  // parameter when the scope lacks it.
+  void set_learning_rate(Scope& scope, double lr) const;
+
+ protected:
+  // `kind` names the optimizer in errors ("Adam"); weight_decay >= 0.
+  Optimizer(std::string_view kind, double learning_rate, double weight_decay,
+            std::optional<ClipGradByGlobalNorm> clip);
+
+  // Appends the update op of one parameter (its name, its gradient after
+  // clipping / regularization, the learning rate of its dtype) to `b`.
+  virtual Operation* append_update(Builder& b, const std::string& name, Value param, Value grad,
+                                   Value lr) = 0;
+  // Whether weight_decay is added to the gradients as L2 (false: the update
+  // op applies it itself).
+  virtual bool l2_regularization() const { return true; }
+  // A non-trainable state parameter "<param>_<suffix>_<n>" of `shape`, set to
+  // `init` by the startup program; its value in the main program.
+  Value add_state(const std::string& param_name, std::string_view suffix, Type param_type,
+                  const std::vector<std::int64_t>& shape, double init);
+
+  std::string kind_;
+
+ private:
+  Value learning_rate_value(DataType dtype);
+  std::vector<std::pair<Value, Value>> clip_by_global_norm(
+      const std::vector<std::pair<Value, Value>>& params_grads);
+
+  double lr_;
+  double weight_decay_;
+  std::optional<ClipGradByGlobalNorm> clip_;
+  std::map<DataType, std::string> lr_names_;
+};
+
+// param -= lr · grad. weight_decay: L2 coefficient.
+class SGD : public Optimizer {
+ public:
+  explicit SGD(double learning_rate, double weight_decay = 0.0,
+               std::optional<ClipGradByGlobalNorm> grad_clip = std::nullopt);
+
+ protected:
+  Operation* append_update(Builder& b, const std::string& name, Value param, Value grad,
+                           Value lr) override;
+};
+
+// velocity = momentum · velocity + grad; param -= lr · velocity (Nesterov:
+// param -= lr · (grad + momentum · velocity)). Velocity "<param>_velocity_0"
+// starts at 0. weight_decay: L2 coefficient.
+class Momentum : public Optimizer {
+ public:
+  Momentum(double learning_rate, double momentum = 0.9, bool use_nesterov = false,
+           double weight_decay = 0.0,
+           std::optional<ClipGradByGlobalNorm> grad_clip = std::nullopt);
+
+ protected:
+  Operation* append_update(Builder& b, const std::string& name, Value param, Value grad,
+                           Value lr) override;
+
+ private:
+  double momentum_;
+  bool nesterov_;
+};
+
+// Paddle's adam (kiln.adam_): moments "<param>_moment1_0" / "_moment2_0"
+// start at 0, beta powers "<param>_beta1_pow_acc_0" / "_beta2_pow_acc_0" at
+// beta1 / beta2. weight_decay: L2 coefficient added to the gradient.
+class Adam : public Optimizer {
+ public:
+  explicit Adam(double learning_rate, double beta1 = 0.9, double beta2 = 0.999,
+                double epsilon = 1e-8, double weight_decay = 0.0,
+                std::optional<ClipGradByGlobalNorm> grad_clip = std::nullopt);
+
+ protected:
+  Operation* append_update(Builder& b, const std::string& name, Value param, Value grad,
+                           Value lr) override;
+  Adam(std::string_view kind, double learning_rate, double beta1, double beta2, double epsilon,
+       double weight_decay, std::optional<ClipGradByGlobalNorm> grad_clip);
+  double beta1_, beta2_, epsilon_;
+};
+
+// Adam with decoupled weight decay (kiln.adamw_): param -= lr · weight_decay
+// · param before each adam step; no L2 term in the gradient.
+class AdamW : public Adam {
+ public:
+  explicit AdamW(double learning_rate, double beta1 = 0.9, double beta2 = 0.999,
+                 double epsilon = 1e-8, double weight_decay = 0.01,
+                 std::optional<ClipGradByGlobalNorm> grad_clip = std::nullopt);
+
+ protected:
+  Operation* append_update(Builder& b, const std::string& name, Value param, Value grad,
+                           Value lr) override;
+  bool l2_regularization() const override { return false; }
+};
+
+}  // namespace kiln::optim

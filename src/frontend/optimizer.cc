@@ -1,0 +1,229 @@
+// The optimizers of kiln/frontend/optimizer.h: minimize → append_backward →
+// apply_gradients (clip, L2, update ops), learning-rate and state parameters.
+#include "kiln/frontend/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/dialect/optimizer_ops.h"
+#include "kiln/frontend/backward.h"
+#include "kiln/frontend/initializer.h"
+#include "kiln/frontend/parameter.h"
+#include "kiln/frontend/program_guard.h"
+#include "kiln/frontend/unique_name.h"
+#include "kiln/runtime/tensor.h"
+
+namespace kiln::optim {
+
+namespace {
+void require_finite_nonneg(std::string_view kind, std::string_view what, double v) {
+  if (!(v >= 0.0) || std::isinf(v))
+    throw_error(ErrorKind::InvalidArgument, kind, ": ", what, " must be finite and >= 0, got ", v);
+}
+}  // namespace
+
+ClipGradByGlobalNorm::ClipGradByGlobalNorm(double max_norm) : max_norm_(max_norm) {
+  if (!(max_norm > 0.0) || std::isinf(max_norm))
+    throw_error(ErrorKind::InvalidArgument,
+                "ClipGradByGlobalNorm: max_norm must be finite and > 0, got ", max_norm);
+}
+
+Optimizer::Optimizer(std::string_view kind, double learning_rate, double weight_decay,
+                     std::optional<ClipGradByGlobalNorm> clip)
+    : kind_(kind), lr_(learning_rate), weight_decay_(weight_decay), clip_(clip) {
+  if (!std::isfinite(learning_rate))
+    throw_error(ErrorKind::InvalidArgument, kind_, ": learning_rate must be finite, got ",
+                learning_rate);
+  require_finite_nonneg(kind_, "weight_decay", weight_decay);
+}
+
+Optimizer& Optimizer::set_grad_clip(ClipGradByGlobalNorm clip) {
+  clip_ = clip;
+  return *this;
+}
+
+std::vector<std::string> Optimizer::learning_rate_names() const {
+  std::vector<std::string> out;
+  for (const auto& [dt, name] : lr_names_) out.push_back(name);
+  return out;
+}
+
+void Optimizer::set_learning_rate(Scope& scope, double lr) const {
+  if (!std::isfinite(lr))
+    throw_error(ErrorKind::InvalidArgument, kind_, ": learning rate must be finite, got ", lr);
+  for (const auto& [dt, name] : lr_names_) {
+    Variable* v = scope.find_var(name);
+    if (!v)
+      throw_error(ErrorKind::NotFound, kind_, ": the scope has no learning-rate parameter '", name,
+                  "' (run the startup program first)");
+    if (dt == DataType::Float64) v->set(Tensor::from_vector<double>(Dims{1}, {lr}));
+    else v->set(Tensor::from_vector<float>(Dims{1}, {static_cast<float>(lr)}));
+  }
+}
+
+Value Optimizer::learning_rate_value(DataType dtype) {
+  if (dtype != DataType::Float32 && dtype != DataType::Float64)
+    throw_error(ErrorKind::InvalidArgument, kind_,
+                ": parameters must be f32 or f64 to be optimized, got ", to_string(dtype));
+  auto it = lr_names_.find(dtype);
+  const Type type = TensorType::get(dtype, {1});
+  if (it != lr_names_.end() && current_main_program().has_parameter(it->second))
+    return parameter_value(it->second, type, /*trainable=*/false);
+  const std::string name = it != lr_names_.end() ? it->second : unique_name("learning_rate");
+  Value v = create_parameter(name, {1}, dtype, init::Constant(lr_), /*trainable=*/false);
+  lr_names_[dtype] = name;
+  return v;
+}
+
+Value Optimizer::add_state(const std::string& param_name, std::string_view suffix,
+                           Type param_type, const std::vector<std::int64_t>& shape, double init) {
+  const std::string name = unique_name(param_name + "_" + std::string(suffix));
+  return create_parameter(name, shape, shaped_data_type(param_type), init::Constant(init),
+                          /*trainable=*/false);
+}
+
+std::vector<std::pair<Value, Value>> Optimizer::minimize(Value loss,
+                                                         const std::vector<Value>& parameters,
+                                                         const std::vector<Value>& no_grad_set) {
+  (void)current_startup_program();  // kiln::Error now, before backward changes anything
+  auto params_grads = append_backward(loss, parameters, no_grad_set);
+  if (params_grads.empty())
+    throw_error(ErrorKind::InvalidArgument, kind_,
+                ".minimize: the loss depends on no trainable parameter, nothing to optimize");
+  apply_gradients(params_grads);
+  return params_grads;
+}
+
+std::vector<std::pair<Value, Value>> Optimizer::clip_by_global_norm(
+    const std::vector<std::pair<Value, Value>>& params_grads) {
+  Builder b = main_builder();
+  const DataType dt = shaped_data_type(params_grads.front().second.type());
+  std::vector<Value> sums;
+  for (const auto& [p, g] : params_grads) {
+    if (shaped_data_type(g.type()) != dt)
+      throw_error(ErrorKind::Unimplemented, kind_,
+                  ": global-norm clipping needs every gradient of one dtype, got ", to_string(dt),
+                  " and ", to_string(shaped_data_type(g.type())), " (parameter '",
+                  parameter_name(p), "')");
+    Value sq = b.create<SquareOp>(g).result();
+    sums.push_back(b.create<SumOp>(sq).result());  // every axis: rank 0
+  }
+  Value total = sums.size() == 1 ? sums[0] : b.create<AddNOp>(sums).result();
+  Value norm = b.create<SqrtOp>(total).result();
+  Value max_norm = b.create<FullOp>(std::vector<std::int64_t>{}, clip_->max_norm(), dt).result();
+  Value denom = b.create<MaximumOp>(norm, max_norm).result();
+  Value scale = b.create<DivOp>(max_norm, denom).result();
+  std::vector<std::pair<Value, Value>> out;
+  for (const auto& [p, g] : params_grads)
+    out.emplace_back(p, b.create<MulOp>(g, scale).result());
+  return out;
+}
+
+std::vector<Operation*> Optimizer::apply_gradients(
+    std::vector<std::pair<Value, Value>> params_grads) {
+  for (const auto& [p, g] : params_grads) {
+    if (!p || !g)
+      throw_error(ErrorKind::InvalidArgument, kind_, ": a (parameter, gradient) pair has a null value");
+    if (parameter_name(p).empty())
+      throw_error(ErrorKind::InvalidArgument, kind_, ": value ", p.type().to_string(),
+                  " is not a parameter (a builtin.parameter value); only parameters are updated");
+  }
+  std::stable_sort(params_grads.begin(), params_grads.end(), [](const auto& a, const auto& c) {
+    return parameter_name(a.first) < parameter_name(c.first);
+  });
+  if (params_grads.empty()) return {};
+  if (clip_) params_grads = clip_by_global_norm(params_grads);
+  if (weight_decay_ > 0.0 && l2_regularization()) {
+    Builder b = main_builder();
+    for (auto& [p, g] : params_grads) {
+      Value decay = b.create<ScaleOp>(p, weight_decay_).result();
+      g = b.create<AddOp>(g, decay).result();
+    }
+  }
+  std::vector<Operation*> ops;
+  for (const auto& [p, g] : params_grads) {
+    Value lr = learning_rate_value(shaped_data_type(p.type()));
+    Builder b = main_builder();
+    ops.push_back(append_update(b, parameter_name(p), p, g, lr));
+  }
+  return ops;
+}
+
+// ---- SGD ----
+
+SGD::SGD(double learning_rate, double weight_decay, std::optional<ClipGradByGlobalNorm> grad_clip)
+    : Optimizer("SGD", learning_rate, weight_decay, grad_clip) {}
+
+Operation* SGD::append_update(Builder& b, const std::string&, Value param, Value grad, Value lr) {
+  return b.create<Sgd_Op>(param, grad, lr).operation();
+}
+
+// ---- Momentum ----
+
+Momentum::Momentum(double learning_rate, double momentum, bool use_nesterov, double weight_decay,
+                   std::optional<ClipGradByGlobalNorm> grad_clip)
+    : Optimizer("Momentum", learning_rate, weight_decay, grad_clip),
+      momentum_(momentum),
+      nesterov_(use_nesterov) {
+  require_finite_nonneg(kind_, "momentum", momentum);
+}
+
+Operation* Momentum::append_update(Builder& b, const std::string& name, Value param, Value grad,
+                                   Value lr) {
+  Value velocity = add_state(name, "velocity", param.type(), shaped_dims(param.type()), 0.0);
+  return b.create<Momentum_Op>(param, grad, velocity, lr, momentum_, nesterov_).operation();
+}
+
+// ---- Adam / AdamW ----
+
+namespace {
+void check_betas(std::string_view kind, double beta1, double beta2, double epsilon) {
+  for (auto [what, v] : {std::pair<const char*, double>{"beta1", beta1}, {"beta2", beta2}})
+    if (!(v >= 0.0 && v < 1.0))
+      throw_error(ErrorKind::InvalidArgument, kind, ": ", what, " must be in [0, 1), got ", v);
+  require_finite_nonneg(kind, "epsilon", epsilon);
+}
+}  // namespace
+
+Adam::Adam(double learning_rate, double beta1, double beta2, double epsilon, double weight_decay,
+           std::optional<ClipGradByGlobalNorm> grad_clip)
+    : Adam("Adam", learning_rate, beta1, beta2, epsilon, weight_decay, grad_clip) {}
+
+Adam::Adam(std::string_view kind, double learning_rate, double beta1, double beta2,
+           double epsilon, double weight_decay, std::optional<ClipGradByGlobalNorm> grad_clip)
+    : Optimizer(kind, learning_rate, weight_decay, grad_clip),
+      beta1_(beta1),
+      beta2_(beta2),
+      epsilon_(epsilon) {
+  check_betas(kind_, beta1, beta2, epsilon);
+}
+
+Operation* Adam::append_update(Builder& b, const std::string& name, Value param, Value grad,
+                               Value lr) {
+  const auto& dims = shaped_dims(param.type());
+  Value m1 = add_state(name, "moment1", param.type(), dims, 0.0);
+  Value m2 = add_state(name, "moment2", param.type(), dims, 0.0);
+  Value b1p = add_state(name, "beta1_pow_acc", param.type(), {1}, beta1_);
+  Value b2p = add_state(name, "beta2_pow_acc", param.type(), {1}, beta2_);
+  return b.create<Adam_Op>(param, grad, lr, m1, m2, b1p, b2p, beta1_, beta2_, epsilon_)
+      .operation();
+}
+
+AdamW::AdamW(double learning_rate, double beta1, double beta2, double epsilon,
+             double weight_decay, std::optional<ClipGradByGlobalNorm> grad_clip)
+    : Adam("AdamW", learning_rate, beta1, beta2, epsilon, weight_decay, grad_clip) {}
+
+Operation* AdamW::append_update(Builder& b, const std::string& name, Value param, Value grad,
+                                Value lr) {
+  const auto& dims = shaped_dims(param.type());
+  Value m1 = add_state(name, "moment1", param.type(), dims, 0.0);
+  Value m2 = add_state(name, "moment2", param.type(), dims, 0.0);
+  Value b1p = add_state(name, "beta1_pow_acc", param.type(), {1}, beta1_);
+  Value b2p = add_state(name, "beta2_pow_acc", param.type(), {1}, beta2_);
+  return b.create<AdamW_Op>(param, grad, lr, m1, m2, b1p, b2p, beta1_, beta2_, epsilon_,
+                            weight_decay())
+      .operation();
+}
+
+}  // namespace kiln::optim
