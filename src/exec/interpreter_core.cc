@@ -93,6 +93,10 @@ struct InterpreterCore::Impl {
   // Fetches: the variable receiving each target.
   std::vector<Variable*> fetch_vars;
 
+  // Streams by name, in order of first use (Lane::stream indexes them).
+  std::vector<std::string> stream_names;
+  std::unordered_map<std::string, std::int16_t> stream_index;
+
   // Profiling (one entry per instruction, last run).
   std::vector<std::int64_t> t_start, t_end;
   std::vector<std::uint32_t> t_thread;
@@ -113,6 +117,9 @@ InterpreterCore::InterpreterCore(const Program& program, Scope& scope,
 }
 
 InterpreterCore::~InterpreterCore() {
+  // Every run ends with its streams synchronized; stopping them here first
+  // still guarantees no stream task touches the core after this point.
+  streams_.clear();
   // Drop the kid scope with the temporaries.
   scope_->drop_kid(*local_scope_);
 }
@@ -217,7 +224,7 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
   // ---- instructions, in program order ----
   auto add_instruction = [&](std::string name, std::uint32_t op_index, Operation* op, KernelFn fn,
                              std::vector<std::uint32_t> ins, std::vector<std::uint32_t> outs,
-                             std::shared_ptr<const void> attrs, std::uint8_t order) {
+                             std::shared_ptr<const void> attrs, std::uint8_t order, Lane lane) {
     auto in_arr = std::make_unique<Variable*[]>(ins.size() + 1);
     auto out_arr = std::make_unique<Variable*[]>(outs.size() + 1);
     for (std::size_t k = 0; k < ins.size(); ++k) in_arr[k] = vars_[ins[k]];
@@ -236,7 +243,7 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
     meta.op_index = op_index;
     meta.op = op;
     meta.order = order;
-    meta.lane = Lane::of(config_.place);
+    meta.lane = lane;
     meta.reads = std::move(ins);
     meta.writes = std::move(outs);
     m.meta.push_back(std::move(meta));
@@ -251,13 +258,42 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
       // A parameter's buffer outlives the run and may be updated in place by
       // a later run: the caller gets a copy.
       bool deep = m.slots[slot].persistent && !std::count(m.feed_slot.begin(), m.feed_slot.end(), slot);
+      // On the host: a value made on a stream reaches it through a sync
+      // edge, so the caller sees finished data.
       add_instruction("fetch", kNone, nullptr, &share_or_copy_kernel, {slot}, {out},
-                      deep ? std::shared_ptr<const void>(deep_copy_flag) : nullptr, kOrderNone);
+                      deep ? std::shared_ptr<const void>(deep_copy_flag) : nullptr, kOrderNone,
+                      Lane::host());
     }
+  };
+  // The lane of an op's instructions: its execution_stream attribute, else
+  // the place's default stream for a host_stream place, else the host.
+  auto stream_lane = [&](const std::string& name, Operation* op, std::uint32_t index) {
+    auto it = m.stream_index.find(name);
+    if (it == m.stream_index.end()) {
+      if (m.stream_names.size() >= 1024)
+        throw_error(ErrorKind::OutOfRange, "op #", index, " '", op ? op->name() : std::string_view("?"),
+                    "': more than 1024 execution streams in one program");
+      it = m.stream_index.emplace(name, static_cast<std::int16_t>(m.stream_names.size())).first;
+      m.stream_names.push_back(name);
+    }
+    return Lane::on_stream(it->second);
+  };
+  auto op_lane = [&](Operation* op, std::uint32_t index) -> Lane {
+    if (Attribute a = op->attribute(kExecutionStreamAttr)) {
+      auto name = a.dyn_cast<StrAttribute>();
+      if (!name || name.value().empty())
+        throw_error(ErrorKind::InvalidArgument, "op #", index, " '", op->name(), "': attribute '",
+                    kExecutionStreamAttr, "' must name a stream (a non-empty string), got ",
+                    a.to_string());
+      return stream_lane(name.value(), op, index);
+    }
+    if (config_.place.kind == PlaceKind::HostStream)
+      return stream_lane(config_.place.to_string(), op, index);
+    return Lane::host();  // cpu; cuda has no streams yet and runs CPU kernels
   };
   // Slot holding `v` at the kernel's place, inserting a transfer if needed.
   std::unordered_map<std::uint64_t, std::uint32_t> transfers;
-  auto operand_slot = [&](Operation* op, std::uint32_t i) {
+  auto operand_slot = [&](Operation* op, std::uint32_t i, Lane lane) {
     Value v = op->operand_source(i);
     auto it = m.value_slot.find(v.impl());
     if (it == m.value_slot.end())
@@ -268,8 +304,9 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
     std::uint64_t key = std::uint64_t(s) << 32 | static_cast<std::uint32_t>(config_.place.kind);
     if (auto t = transfers.find(key); t != transfers.end()) return t->second;
     std::uint32_t out = new_slot(temp_var(), config_.place, false);
+    // On the consumer's lane (seed: memcpy_h2d runs on the stream).
     add_instruction("memcpy " + m.slots[s].place.to_string() + "->" + config_.place.to_string(),
-                    kNone, op, &transfer_kernel, {s}, {out}, nullptr, kOrderNone);
+                    kNone, op, &transfer_kernel, {s}, {out}, nullptr, kOrderNone, lane);
     transfers.emplace(key, out);
     return out;
   };
@@ -307,24 +344,26 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
       add_fetches_of(op->result(0), s);
       continue;
     }
+    const Lane lane = op_lane(op, index);
     if (auto sp = op->dyn_cast<SetParameterOp>()) {
-      std::uint32_t in = operand_slot(op, 0);
+      std::uint32_t in = operand_slot(op, 0, lane);
       std::uint32_t out = param_slot(sp.attrs().parameter_name, true);
       // Copy values the caller or another parameter owns; share temporaries.
       bool deep = m.slots[in].persistent;
       add_instruction(op->name(), index, op, &share_or_copy_kernel, {in}, {out},
-                      deep ? std::shared_ptr<const void>(deep_copy_flag) : nullptr, kOrderSideEffect);
+                      deep ? std::shared_ptr<const void>(deep_copy_flag) : nullptr, kOrderSideEffect,
+                      lane);
       continue;
     }
     if (auto fo = op->dyn_cast<FetchOp>()) {
-      std::uint32_t in = operand_slot(op, 0);
+      std::uint32_t in = operand_slot(op, 0, lane);
       // A kiln.fetch op is a side effect kept in order; the value reaches the
       // caller when the fetch targets name it.
       m.slots[in].fetch_reads++;
       std::uint32_t out = new_slot(&local_scope_->var("@fetch." + fo.attrs().name), config_.place, true);
       add_instruction(op->name(), index, op, &share_or_copy_kernel, {in}, {out},
                       m.slots[in].persistent ? std::shared_ptr<const void>(deep_copy_flag) : nullptr,
-                      kOrderSideEffect);
+                      kOrderSideEffect, lane);
       continue;
     }
     // A kernel op.
@@ -339,7 +378,7 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
       kernel = KernelRegistry::instance().find(op->info().id(), PlaceKind::Cpu, key_dtype);
     if (!kernel) KernelRegistry::instance().get(*op, config_.place.kind, key_dtype);  // throws
     std::vector<std::uint32_t> ins;
-    for (std::uint32_t i = 0; i < op->num_operands(); ++i) ins.push_back(operand_slot(op, i));
+    for (std::uint32_t i = 0; i < op->num_operands(); ++i) ins.push_back(operand_slot(op, i, lane));
     std::vector<std::uint32_t> outs(op->num_results(), kNone);
     for (auto [o, i] : op->info().impl()->inplace_map) {
       std::uint32_t s = ins[i];
@@ -350,7 +389,7 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
         // recognised by its fetch reads.
         std::uint32_t copy = new_slot(temp_var(), config_.place, false);
         add_instruction("copy", kNone, op, &share_or_copy_kernel, {s}, {copy},
-                        std::shared_ptr<const void>(deep_copy_flag), kOrderNone);
+                        std::shared_ptr<const void>(deep_copy_flag), kOrderNone, lane);
         ins[i] = copy;
         s = copy;
       }
@@ -366,7 +405,7 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
     if (op->has_trait<Communication>()) order |= kOrderCommunication;
     if (op->has_trait<SideEffect>()) order |= kOrderSideEffect;
     add_instruction(op->name(), index, op, kernel->fn, ins, outs,
-                    kernel->decode_attrs ? kernel->decode_attrs(op) : nullptr, order);
+                    kernel->decode_attrs ? kernel->decode_attrs(op) : nullptr, order, lane);
     for (std::uint32_t o = 0; o < op->num_results(); ++o) {
       m.value_slot[op->result(o).impl()] = outs[o];
       add_fetches_of(op->result(o), outs[o]);
@@ -444,6 +483,39 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
     m.t_end.assign(n, 0);
     m.t_thread.assign(n, 0);
   }
+  if (!m.stream_names.empty()) build_streams();
+  if (!m.stream_names.empty()) sync_ready_.reserve(n);
+}
+
+// Streams, lanes, out-events and waits (executor.md §4). Only for programs
+// with stream lanes; a host-only core keeps these arrays empty.
+void InterpreterCore::build_streams() {
+  Impl& m = *impl_;
+  const auto n = static_cast<std::uint32_t>(instrs_.size());
+  for (std::size_t k = 0; k < m.stream_names.size(); ++k)
+    streams_.push_back(std::make_unique<HostStream>(static_cast<std::int16_t>(k)));
+  lane_.assign(n, -1);
+  for (std::uint32_t i = 0; i < n; ++i)
+    if (m.meta[i].lane.is_stream) lane_[i] = m.meta[i].lane.stream;
+  // Every non-direct edge of the reduced DAG (RAW, WAR and WAW alike) gets
+  // an event: its source records one after its launch, its target waits on
+  // it. Reduced edges suffice: an event completes only after everything its
+  // stream ran before, waits included, so waits compose along paths.
+  std::vector<std::vector<std::uint32_t>> waits(n);
+  out_event_.resize(n);
+  for (std::uint32_t i = 0; i < n; ++i)
+    for (std::uint32_t k = succ_off_[i]; k < succ_off_[i + 1]; ++k) {
+      const std::uint32_t s = succ_[k];
+      if (successor_kind(m.meta[i].lane, m.meta[s].lane) == SuccessorKind::Direct) continue;
+      if (!out_event_[i]) out_event_[i] = streams_[static_cast<std::size_t>(lane_[i])]->create_event();
+      waits[s].push_back(i);
+    }
+  wait_off_.assign(n + 1, 0);
+  wait_.clear();
+  for (std::uint32_t i = 0; i < n; ++i) {
+    wait_.insert(wait_.end(), waits[i].begin(), waits[i].end());
+    wait_off_[i + 1] = static_cast<std::uint32_t>(wait_.size());
+  }
 }
 
 // ---- running ----
@@ -470,8 +542,16 @@ std::vector<Tensor> InterpreterCore::run(std::span<const Tensor> feeds) {
   // The first runs time each kernel (TensorFlow's cost model): ops above
   // kExpensiveNs are handed to other threads, cheaper ones stay inline.
   calibrating_ = calibration_runs_left_ > 0 && !config_.sequential;
-  if (config_.sequential) run_sequential();
-  else run_parallel();
+  const bool streams = !lane_.empty();
+  if (config_.sequential) {
+    if (streams) run_sequential<true>();
+    else run_sequential<false>();
+  } else {
+    run_parallel();
+  }
+  // Kernels still queued on streams finish (and free) before the run returns,
+  // error or not; their errors were recorded by run_on_stream().
+  if (streams) synchronize_streams();
   if (calibrating_) {
     calibrating_ = false;
     if (--calibration_runs_left_ == 0)
@@ -486,10 +566,14 @@ std::vector<Tensor> InterpreterCore::run(std::span<const Tensor> feeds) {
     for (auto* v : m.fetch_vars) v->clear();
     std::exception_ptr e = error_;
     error_ = nullptr;
-    const auto& meta = m.meta[error_instr_];
-    std::string where = "op ";
-    if (meta.op_index != kNone) where += "#" + std::to_string(meta.op_index) + " ";
-    where += "'" + meta.name + "'";
+    std::string where = "a stream";
+    if (error_instr_ != kNone) {
+      const auto& meta = m.meta[error_instr_];
+      where = "op ";
+      if (meta.op_index != kNone) where += "#" + std::to_string(meta.op_index) + " ";
+      where += "'" + meta.name + "'";
+      if (meta.lane.is_stream) where += " on stream '" + m.stream_names[meta.lane.stream] + "'";
+    }
     try {
       std::rethrow_exception(e);
     } catch (const Error& err) {
@@ -517,7 +601,28 @@ void InterpreterCore::reset_counters() {
   dirty_ = false;
 }
 
+void InterpreterCore::record_error(std::uint32_t i) noexcept {
+  {
+    std::lock_guard lock(error_mutex_);
+    if (!error_) {
+      error_ = std::current_exception();
+      error_instr_ = i;
+    }
+  }
+  // release: a thread that sees the flag through an acquire (an event wait,
+  // a queue hand-off) also sees the stored error. Readers that only load it
+  // relaxed may run one more kernel before they see it.
+  abort_.store(true, std::memory_order_release);
+}
+
+template <bool kStreams>
 inline bool InterpreterCore::execute(std::uint32_t i) {
+  if constexpr (kStreams) {
+    if (lane_[i] >= 0) return launch(i);
+    // Sync successor of stream work: block until its events complete, then
+    // check abort_ (a failed stream kernel set it before its event completed).
+    if (wait_off_[i] != wait_off_[i + 1] && !wait_on_host(i)) return false;
+  }
   // Relaxed: a stale "false" only runs one more op before the abort is seen.
   if (abort_.load(std::memory_order_relaxed)) return false;
   Instruction& in = instrs_[i];
@@ -537,15 +642,80 @@ inline bool InterpreterCore::execute(std::uint32_t i) {
       in.fn(in.ctx);
     }
   } catch (...) {
-    std::lock_guard lock(error_mutex_);
-    if (!error_) {
-      error_ = std::current_exception();
-      error_instr_ = i;
-    }
-    abort_.store(true, std::memory_order_release);
+    record_error(i);
     return false;
   }
   return true;
+}
+
+// The host blocks on the events of i's stream predecessors (sync edges).
+bool InterpreterCore::wait_on_host(std::uint32_t i) {
+  try {
+    for (std::uint32_t k = wait_off_[i], e = wait_off_[i + 1]; k < e; ++k)
+      out_event_[wait_[k]]->synchronize();
+  } catch (...) {
+    record_error(i);
+    return false;
+  }
+  return true;
+}
+
+// Launches i onto its stream: the stream first waits on the events of i's
+// predecessors on other streams, then runs the kernel; the host does not
+// wait. The event recorded after the launch covers the kernel (and its GC).
+bool InterpreterCore::launch(std::uint32_t i) {
+  // Relaxed: as in execute().
+  if (abort_.load(std::memory_order_relaxed)) return false;
+  HostStream& stream = *streams_[static_cast<std::size_t>(lane_[i])];
+  try {
+    for (std::uint32_t k = wait_off_[i], e = wait_off_[i + 1]; k < e; ++k)
+      stream.wait(*out_event_[wait_[k]]);
+    stream.enqueue([this, i] { run_on_stream(i); });
+    if (Event* e = out_event_[i].get()) e->record(stream);
+  } catch (...) {
+    record_error(i);
+    return false;
+  }
+  return true;
+}
+
+// On i's stream thread. GC of i's variables happens here, after the kernel,
+// not on the launching host thread: a host-stream kernel reads its
+// Variables when it runs (a CUDA launch binds pointers at launch), so
+// dropping them at launch would pull the input from under it (executor.md §5).
+void InterpreterCore::run_on_stream(std::uint32_t i) {
+  // Relaxed: a kernel that failed earlier on this stream is sequenced before;
+  // one on another stream or the host that i depends on stored abort_ before
+  // the event i's stream waited on completed (that wait acquires).
+  if (abort_.load(std::memory_order_relaxed)) return;
+  Instruction& in = instrs_[i];
+  try {
+    if (__builtin_expect(config_.profile, 0)) {
+      auto& m = *impl_;
+      m.t_start[i] = now_ns();
+      in.fn(in.ctx);
+      m.t_end[i] = now_ns();
+      m.t_thread[i] = static_cast<std::uint32_t>(std::hash<std::thread::id>()(std::this_thread::get_id()) & 0xffff);
+    } else {
+      in.fn(in.ctx);
+    }
+  } catch (...) {
+    record_error(i);
+    return;
+  }
+  collect_garbage(i);
+}
+
+void InterpreterCore::synchronize_streams() {
+  for (auto& s : streams_) {
+    try {
+      s->synchronize();
+    } catch (...) {
+      // Kernels' own exceptions are caught in run_on_stream(); this is a
+      // failure of the stream machinery itself (a failed event wait).
+      record_error(kNone);
+    }
+  }
 }
 
 inline void InterpreterCore::collect_garbage(std::uint32_t i) {
@@ -562,11 +732,13 @@ inline void InterpreterCore::collect_garbage(std::uint32_t i) {
   }
 }
 
+template <bool kStreams>
 void InterpreterCore::run_sequential() {
   const auto n = static_cast<std::uint32_t>(instrs_.size());
   for (std::uint32_t i = 0; i < n; ++i) {
-    if (!execute(i)) return;
-    if (config_.gc) collect_garbage(i);
+    if (!execute<kStreams>(i)) return;
+    // A stream instruction collects its garbage on its stream.
+    if (config_.gc && (!kStreams || lane_[i] < 0)) collect_garbage(i);
   }
 }
 
@@ -582,13 +754,26 @@ void InterpreterCore::hand_out(std::uint32_t i) {
 
 void InterpreterCore::task_entry(void* core, std::uint32_t i) {
   auto* self = static_cast<InterpreterCore*>(core);
-  self->run_chain(i);
-  self->finish_task();
+  if (self->lane_.empty()) self->run_chain<false>(i);
+  else self->run_chain<true>(i);
+  self->finish_task();  // the last access to the core
 }
 
 void InterpreterCore::finish_task() {
-  // acq_rel: the caller's acquire of 0 must see all work of every task.
-  if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_all();
+  // acq_rel: release publishes this task's work; the decrement that reaches
+  // 0 acquires every other task's (the RMWs on pending_ form one release
+  // sequence), so the final thread has seen all work of the run.
+  if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // The caller may see pending_ == 0 before we get here (it polls while it
+  // helps), so 0 alone must not let it return: the core could be destroyed
+  // under a later notify. It returns only after it has read done_ == true
+  // under done_mutex_, and we set and notify while holding that mutex. The
+  // caller's lock therefore happens after our unlock, which is this thread's
+  // last access to the core (a mutex may be destroyed as soon as it is
+  // unlocked). The mutex also carries the acquired work to the caller.
+  std::lock_guard lock(done_mutex_);
+  done_ = true;
+  done_cv_.notify_all();
 }
 
 namespace {
@@ -597,12 +782,14 @@ namespace {
 thread_local std::vector<std::uint32_t> tls_inline;
 }  // namespace
 
+template <bool kStreams>
 void InterpreterCore::run_chain(std::uint32_t i) {
   std::vector<std::uint32_t>& inline_ready = queue_ ? tls_inline : local_ready_;
   const std::size_t base = inline_ready.size();
   for (;;) {
-    if (!execute(i)) return;
-    collect_garbage(i);
+    if (!execute<kStreams>(i)) return;
+    // A stream instruction collects its garbage on its stream, after its kernel.
+    if (!kStreams || lane_[i] < 0) collect_garbage(i);
     std::uint32_t next = kNone;
     for (std::uint32_t k = succ_off_[i], e = succ_off_[i + 1]; k < e; ++k) {
       const std::uint32_t s = succ_[k];
@@ -611,6 +798,22 @@ void InterpreterCore::run_chain(std::uint32_t i) {
       // acq_rel: the last predecessor sees the others' outputs.
       if (st == 1 || dep_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) {
         if (st != 1) dep_[s].store(static_cast<std::int32_t>(st), std::memory_order_relaxed);
+        if constexpr (kStreams) {
+          if (lane_[s] < 0 && lane_[i] >= 0) {
+            // Sync successor: it will block on the stream, so another
+            // thread takes it; with no pool it waits until the host has
+            // nothing else ready (sync_ready_).
+            if (queue_) hand_out(s);
+            else sync_ready_.push_back(s);
+            continue;
+          }
+          if (lane_[s] >= 0 && next != kNone && lane_[next] < 0) {
+            // Launches go first: they are cheap and feed the streams.
+            inline_ready.push_back(next);
+            next = s;
+            continue;
+          }
+        }
         if (next == kNone) next = s;  // keep one ready successor on this thread
         else if (expensive_[s]) hand_out(s);  // worth another thread
         else inline_ready.push_back(s);       // cheap: a hand-off costs more than the op
@@ -627,27 +830,49 @@ void InterpreterCore::run_chain(std::uint32_t i) {
 
 void InterpreterCore::run_parallel() {
   if (roots_.empty()) return;
+  const bool streams = !lane_.empty();
   if (!queue_) {
     local_ready_.clear();
     for (auto it = roots_.rbegin(); it != roots_.rend(); ++it) local_ready_.push_back(*it);
-    while (!local_ready_.empty()) {
-      std::uint32_t i = local_ready_.back();
-      local_ready_.pop_back();
-      run_chain(i);
+    if (!streams) {
+      while (!local_ready_.empty()) {
+        std::uint32_t i = local_ready_.back();
+        local_ready_.pop_back();
+        run_chain<false>(i);
+      }
+      return;
+    }
+    // Host work first; a successor that blocks on a stream only when none
+    // is left (oldest first: its stream work was launched earliest).
+    sync_ready_.clear();
+    std::size_t next_sync = 0;
+    for (;;) {
+      std::uint32_t i;
+      if (!local_ready_.empty()) {
+        i = local_ready_.back();
+        local_ready_.pop_back();
+      } else if (next_sync < sync_ready_.size()) {
+        i = sync_ready_[next_sync++];
+      } else {
+        break;
+      }
+      run_chain<true>(i);
     }
     return;
   }
   pending_.store(1, std::memory_order_relaxed);
   for (std::size_t k = 1; k < roots_.size(); ++k) hand_out(roots_[k]);
-  run_chain(roots_[0]);
+  if (streams) run_chain<true>(roots_[0]);
+  else run_chain<false>(roots_[0]);
   finish_task();
   // Take part instead of sleeping while there is queued work.
-  for (;;) {
-    std::int64_t p = pending_.load(std::memory_order_acquire);
-    if (p == 0) break;
-    if (queue_->try_run_one()) continue;
-    pending_.wait(p, std::memory_order_acquire);
+  // relaxed: only decides whether to keep helping; completion is read under
+  // done_mutex_ below.
+  while (pending_.load(std::memory_order_relaxed) != 0 && queue_->try_run_one()) {
   }
+  std::unique_lock lock(done_mutex_);
+  done_cv_.wait(lock, [this] { return done_; });
+  done_ = false;
 }
 
 // ---- introspection ----
@@ -665,7 +890,19 @@ InterpreterCore::InstructionInfo InterpreterCore::instruction(std::uint32_t i) c
   info.reads = meta.reads;
   info.writes = meta.writes;
   info.frees.assign(gc_.begin() + gc_off_[i], gc_.begin() + gc_off_[i + 1]);
+  info.lane = meta.lane;
+  if (!lane_.empty()) {
+    info.records_event = out_event_[i] != nullptr;
+    info.waits.assign(wait_.begin() + wait_off_[i], wait_.begin() + wait_off_[i + 1]);
+  }
   return info;
+}
+
+const std::string& InterpreterCore::stream_name(std::size_t k) const {
+  if (k >= impl_->stream_names.size())
+    throw_error(ErrorKind::OutOfRange, "stream index ", k, " out of range: the core has ",
+                impl_->stream_names.size(), " streams");
+  return impl_->stream_names[k];
 }
 
 std::uint32_t InterpreterCore::slot_of(Value v) const {

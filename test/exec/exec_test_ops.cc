@@ -61,8 +61,36 @@ void slow_kernel(KernelContext& ctx) {
   g_slow_in_flight.fetch_sub(1);
 }
 
+std::atomic<int> g_saw_slow{-1};
+
+void wait_slow_kernel(KernelContext& ctx) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int saw = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (g_slow_in_flight.load() > 0) {
+      saw = 1;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  g_saw_slow.store(saw);
+  copy_input(ctx);
+}
+
+std::map<std::int64_t, std::thread::id> g_threads;  // guarded by g_mutex
+
+void thread_kernel(KernelContext& ctx) {
+  {
+    std::lock_guard lock(g_mutex);
+    g_threads[ctx.attrs<ThreadOp>().tag] = std::this_thread::get_id();
+  }
+  copy_input(ctx);
+}
+
 }  // namespace
 
+KILN_REGISTER_KERNEL(WaitSlowOp, Cpu, Undefined, wait_slow_kernel);
+KILN_REGISTER_KERNEL(ThreadOp, Cpu, Undefined, thread_kernel);
 KILN_REGISTER_KERNEL(IdentityOp, Cpu, Undefined, identity_kernel);
 KILN_REGISTER_KERNEL(ThrowOp, Cpu, Undefined, throw_kernel);
 KILN_REGISTER_KERNEL(RecordOp, Cpu, Undefined, record_kernel);
@@ -70,6 +98,20 @@ KILN_REGISTER_KERNEL(ProbeOp, Cpu, Undefined, probe_kernel);
 KILN_REGISTER_KERNEL(SlowOp, Cpu, Undefined, slow_kernel);
 
 int slow_in_flight() { return g_slow_in_flight.load(); }
+
+int saw_slow_in_flight() { return g_saw_slow.load(); }
+void reset_saw_slow() { g_saw_slow.store(-1); }
+
+std::thread::id thread_of(std::int64_t tag) {
+  std::lock_guard lock(g_mutex);
+  auto it = g_threads.find(tag);
+  return it == g_threads.end() ? std::thread::id() : it->second;
+}
+
+void clear_threads() {
+  std::lock_guard lock(g_mutex);
+  g_threads.clear();
+}
 
 std::atomic<bool>& throw_enabled() {
   static std::atomic<bool> on{true};

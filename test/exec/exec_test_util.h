@@ -2,7 +2,9 @@
 // exec_test_ops.cc) — an identity that copies its input into a new buffer, an
 // op whose kernel throws while a switch is on, one that records the order ops
 // ran in, one that records whether a watched variable was already freed when
-// it ran, and a slow identity — plus small program and error helpers.
+// it ran, a slow identity, one that waits to see a slow kernel in flight,
+// and one that records the thread it ran on — plus small program and error
+// helpers.
 #pragma once
 
 #include <atomic>
@@ -10,6 +12,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "catch.hpp"
@@ -102,8 +105,46 @@ struct SlowOp : kiln::Op<SlowOp, kiln::ReadOnly, kiln::ValueSemantics, kiln::Inf
   }
 };
 
+// Identity that first waits (up to 5 s) until a SlowOp kernel is running
+// somewhere, and records whether it saw one (saw_slow_in_flight()): a host op
+// that runs while a stream still executes a slow kernel sees it; one that ran
+// only after the host waited for that kernel does not.
+struct WaitSlowOp : kiln::Op<WaitSlowOp, kiln::ReadOnly, kiln::ValueSemantics, kiln::InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "exec_test.wait_slow";
+  static constexpr int num_operands = 1, num_results = 1;
+  static void build(kiln::Builder&, kiln::OperationArgument& arg, kiln::Value x) { arg.add_operand(x); }
+  static std::vector<kiln::Type> infer_meta(const std::vector<kiln::Type>& in, kiln::DictionaryAttribute) {
+    return {in.at(0)};
+  }
+};
+
+// Identity that records the id of the thread its kernel ran on under `tag`
+// (thread_of(tag)).
+struct ThreadOp : kiln::Op<ThreadOp, kiln::ReadOnly, kiln::ValueSemantics, kiln::InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "exec_test.thread";
+  static constexpr int num_operands = 1, num_results = 1;
+  struct Attributes {
+    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, tag));
+  };
+  static void build(kiln::Builder&, kiln::OperationArgument& arg, kiln::Value x, std::int64_t tag) {
+    arg.add_operand(x);
+    arg.attributes = kiln::to_named_attributes(Attributes{tag});
+  }
+  static std::vector<kiln::Type> infer_meta(const std::vector<kiln::Type>& in, kiln::DictionaryAttribute) {
+    return {in.at(0)};
+  }
+};
+
 // SlowOp kernels running right now.
 int slow_in_flight();
+// WaitSlowOp's record: -1 not run since the last reset, 0 timed out, 1 saw one.
+int saw_slow_in_flight();
+void reset_saw_slow();
+// ThreadOp's record: the thread `tag` ran on (a default id if it did not run).
+std::thread::id thread_of(std::int64_t tag);
+void clear_threads();
 // ThrowOp's switch (on by default).
 std::atomic<bool>& throw_enabled();
 // Tags of the RecordOps that ran, in order (guarded by a mutex inside).

@@ -4,22 +4,28 @@
 // temporaries in a kid scope), picks each op's kernel (a function pointer),
 // inserts data transfers where places differ, builds the dependency DAG and
 // the GC plan, and caches a KernelContext per instruction. Running it does no
-// string or map look-up and allocates nothing but tensor buffers.
+// string or map look-up and allocates nothing but tensor buffers. An
+// instruction runs on the host or is launched onto a stream (an op's
+// `execution_stream` attribute, or a host_stream place); successors follow as
+// direct, event or sync (seed 001 §3.3.1.2, §4.2).
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/exec/stream_analyzer.h"
 #include "kiln/exec/work_queue.h"
 #include "kiln/ir/program.h"
 #include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/host_stream.h"
 #include "kiln/runtime/scope.h"
 
 namespace kiln {
@@ -46,8 +52,15 @@ struct ExecutionConfig {
   bool profile = false;
   // Values (of the program given to the constructor) never freed.
   std::vector<Value> skip_gc;
+  // Where kernels run. cpu: on the host, except ops with an
+  // `execution_stream` attribute. host_stream:N: every op on that place's
+  // default stream (named "host_stream:N") unless its attribute names another.
   Place place = Place::cpu();
 };
+
+// The op attribute naming the stream an op's kernel is launched onto (a
+// non-empty string; ops naming the same string share one in-order stream).
+inline constexpr std::string_view kExecutionStreamAttr = "execution_stream";
 
 class InterpreterCore {
  public:
@@ -79,6 +92,9 @@ class InterpreterCore {
     std::uint32_t num_predecessors;
     std::vector<std::uint32_t> reads, writes;  // variable slots
     std::vector<std::uint32_t> frees;          // slots it may free (last user of)
+    Lane lane;                 // host, or stream index (stream_name())
+    bool records_event = false;  // records an event after its launch (event/sync successors)
+    std::vector<std::uint32_t> waits;  // predecessors whose event it waits on
   };
   InstructionInfo instruction(std::uint32_t i) const;
   // The slot of a value of the program given to the constructor (~0u if none).
@@ -89,6 +105,9 @@ class InterpreterCore {
   // Chrome trace JSON (chrome://tracing, Perfetto) of the last profiled run.
   std::string chrome_trace() const;
   Scope& local_scope() const { return *local_scope_; }
+  // Streams the core launches onto (Lane::stream indexes them), by name.
+  std::size_t num_streams() const { return streams_.size(); }
+  const std::string& stream_name(std::size_t k) const;
 
  private:
   // The hot part of an instruction: its kernel and cached context.
@@ -98,10 +117,18 @@ class InterpreterCore {
   };
   struct Impl;
   void build(const Program& program, const std::vector<FetchTarget>& fetch);
-  void run_sequential();
+  void build_streams();
+  // kStreams: the core has stream lanes. Host-only cores run the <false>
+  // instantiations, which contain no lane, event or wait code at all.
+  template <bool kStreams> void run_sequential();
+  template <bool kStreams> void run_chain(std::uint32_t i);
+  template <bool kStreams> bool execute(std::uint32_t i);
   void run_parallel();
-  void run_chain(std::uint32_t i);
-  bool execute(std::uint32_t i);
+  bool launch(std::uint32_t i);
+  bool wait_on_host(std::uint32_t i);
+  void run_on_stream(std::uint32_t i);
+  void record_error(std::uint32_t i) noexcept;
+  void synchronize_streams();
   void collect_garbage(std::uint32_t i);
   void hand_out(std::uint32_t i);
   void finish_task();
@@ -126,13 +153,27 @@ class InterpreterCore {
   std::unique_ptr<std::atomic<std::int32_t>[]> ref_;
   std::vector<std::uint32_t> roots_;
   std::vector<std::uint32_t> local_ready_;  // single-thread hand-offs
+  std::vector<std::uint32_t> sync_ready_;   // single-thread: ready sync successors
   // Cost classes (seed 003: "expensive" = measured above ~8000 cycles).
   static constexpr std::int64_t kExpensiveNs = 2000;
   std::vector<std::uint8_t> expensive_;
   std::vector<std::int64_t> cost_ns_;
   int calibration_runs_left_ = 2;
   bool calibrating_ = false;
+  // Streams (empty for host-only programs). lane_[i]: -1 host, else the index
+  // of instruction i's stream; out_event_[i]: recorded after i's launch when
+  // i has event/sync successors; wait_[wait_off_[i]..]: the predecessors
+  // whose events i waits on (its stream waits, or the host blocks).
+  std::vector<std::int16_t> lane_;
+  std::vector<std::unique_ptr<HostStream>> streams_;
+  std::vector<std::unique_ptr<Event>> out_event_;
+  std::vector<std::uint32_t> wait_off_, wait_;
+
+  // Tasks queued or running (queue mode); see finish_task() for completion.
   std::atomic<std::int64_t> pending_{0};
+  std::mutex done_mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;  // guarded by done_mutex_
   std::atomic<bool> abort_{false};
   std::mutex error_mutex_;
   std::exception_ptr error_;
