@@ -1,0 +1,670 @@
+// Training-step benchmark (issue 4 §8): the seed's model and a 784-512-512-10
+// MLP, built with the frontend as a user builds them and trained with Adam
+// through the Executor. Step times at 1 and 2 threads (the 2 threads either
+// as 2 executor threads with BLAS at 1, or 1 executor thread with BLAS at 2 —
+// never both at once), the executor overhead ratio (step time ÷ the kernels'
+// own time: the same kernels called back to back without the executor), and
+// the MLP's GEMM floor (the step's sgemm calls timed alone at 1 BLAS thread).
+//   BENCH train.seed.t1, .t2 (faster of .t2.graph / .t2.blas)   µs/step
+//   BENCH train.seed.kernels µs, .overhead ratio; .kernels.trace / .overhead.trace:
+//         the same from the profiler's per-instruction intervals (cross-check)
+//   BENCH train.seed.raw µs: the step in plain loops (no kiln at all)
+//   BENCH train.seed.cost.* µs: the executor's per-step cost, layer by layer
+//   BENCH train.mlp{64,256}.t1, .t2, .t2.graph, .t2.blas, .floor.t1, .kernels  ms
+//   BENCH train.mlp{64,256}.overhead, .floor.ratio  ratios
+//   *.cpu: CPU time instead of wall time (t1 and the floor only: one thread),
+//         steadier than wall time on a shared, loaded machine
+// `train_bench train` runs all of these (`train.seed`, `train.mlp64`,
+// `train.mlp256`: one model); KILN_BENCH_DETAIL=1 also prints each model's
+// program and a per-op breakdown of the kernels' time (lines with #).
+// `train_bench train.loop.{seed,mlp64,mlp256} [seconds] [exec threads] [blas
+// threads]` only runs steps (a target for perf / callgrind), printing nothing.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cblas.h>
+
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/exec/executor.h"
+#include "kiln/frontend/frontend.h"
+#include "kiln/frontend/optimizer.h"
+#include "kiln/kernel/blas.h"
+
+namespace bench {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <typename F>
+double time_ns(F&& f) {
+  auto t0 = Clock::now();
+  f();
+  return std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+}
+
+double process_cpu_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) * 1e9 + double(t.tv_nsec);
+}
+
+// Wall time, and the CPU time of all the process's threads: on a shared,
+// loaded machine a step of milliseconds is often descheduled part-way, which
+// the wall time counts and the CPU time does not.
+struct Sample {
+  double wall = 0, cpu = 0;
+};
+
+template <typename F>
+Sample time_both(F&& f) {
+  const double c0 = process_cpu_ns();
+  const double w = time_ns(f);
+  return {w, process_cpu_ns() - c0};
+}
+
+Sample median(const std::vector<Sample>& v) {
+  std::vector<double> w, c;
+  for (const auto& x : v) {
+    w.push_back(x.wall);
+    c.push_back(x.cpu);
+  }
+  return {median(w), median(c)};
+}
+
+void emit(const std::string& name, double v, const char* unit) {
+  std::printf("BENCH %s %.3f %s\n", name.c_str(), v, unit);
+  std::fflush(stdout);
+}
+
+bool detail() {
+  const char* d = std::getenv("KILN_BENCH_DETAIL");
+  return d && *d && std::strcmp(d, "0") != 0;
+}
+
+// ---- models, built as a user builds them ----
+
+struct Model {
+  kiln::Program main, startup;
+  kiln::Value loss;
+  kiln::FeedMap feeds;  // made once, outside the timed loops
+};
+
+// The seed's program: x[16,16] → Linear(16,1) → MSE vs label[16,1], Adam.
+std::unique_ptr<Model> seed_model() {
+  auto m = std::make_unique<Model>();
+  {
+    kiln::ProgramGuard guard(m->main, m->startup);
+    auto x = kiln::data("x", {16, 16});
+    auto label = kiln::data("label", {16, 1});
+    auto out = kiln::nn::Linear(16, 1)(x);
+    m->loss = kiln::nn::MSELoss()(out, label);
+    kiln::optim::Adam(/*learning_rate=*/1e-3).minimize(m->loss);
+  }
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> xs(16 * 16), ys(16);
+  for (auto& v : xs) v = normal(rng);
+  for (auto& v : ys) v = normal(rng);
+  m->feeds = {{"x", kiln::Tensor::from_vector<float>({16, 16}, xs)},
+              {"label", kiln::Tensor::from_vector<float>({16, 1}, ys)}};
+  return m;
+}
+
+constexpr std::int64_t kFeatures = 784, kHidden = 512, kClasses = 10;
+
+// 784-512-512-10, ReLU, CrossEntropyLoss (int64 labels), Adam.
+std::unique_ptr<Model> mlp_model(std::int64_t batch) {
+  auto m = std::make_unique<Model>();
+  {
+    kiln::ProgramGuard guard(m->main, m->startup);
+    auto x = kiln::data("x", {-1, kFeatures});
+    kiln::nn::Linear fc1(kFeatures, kHidden), fc2(kHidden, kHidden), fc3(kHidden, kClasses);
+    kiln::nn::ReLU relu;
+    auto logits = fc3(relu(fc2(relu(fc1(x)))));
+    auto label = kiln::data("label", {-1}, kiln::DataType::Int64);
+    m->loss = kiln::nn::CrossEntropyLoss()(logits, label);
+    kiln::optim::Adam(/*learning_rate=*/1e-3).minimize(m->loss);
+  }
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<std::int64_t> pick(0, kClasses - 1);
+  std::vector<float> xs(static_cast<std::size_t>(batch * kFeatures));
+  std::vector<std::int64_t> ys(static_cast<std::size_t>(batch));
+  for (auto& v : xs) v = normal(rng);
+  for (auto& v : ys) v = pick(rng);
+  m->feeds = {{"x", kiln::Tensor::from_vector<float>({batch, kFeatures}, xs)},
+              {"label", kiln::Tensor::from_vector<std::int64_t>({batch}, ys)}};
+  return m;
+}
+
+// ---- step time ----
+
+struct Threads {
+  unsigned exec;  // ExecutorOptions::num_threads
+  int blas;       // kiln::blas_set_num_threads
+};
+
+// (time of `steps` steps) / steps for each of `reps` repetitions, in ns,
+// after warm-up (the first runs build the core and calibrate its cost classes).
+std::vector<Sample> step_ns(Model& m, Threads th, int steps, int reps) {
+  kiln::blas_set_num_threads(th.blas);
+  kiln::ExecutorOptions opts;
+  opts.num_threads = th.exec;
+  kiln::Executor exe(kiln::Place::cpu(), opts);
+  exe.run(m.startup);
+  const std::vector<kiln::FetchTarget> fetch{m.loss};
+  for (int i = 0; i < std::max(5, steps / 4); ++i) exe.run(m.main, m.feeds, fetch);
+  std::vector<Sample> t;
+  for (int r = 0; r < reps; ++r) {
+    Sample x = time_both([&] {
+      for (int i = 0; i < steps; ++i) exe.run(m.main, m.feeds, fetch);
+    });
+    t.push_back({x.wall / steps, x.cpu / steps});
+  }
+  kiln::blas_set_num_threads(1);
+  return t;
+}
+
+// ---- kernels' own time, from a profiled run ----
+
+// What one steady_clock read adds to a measured interval (the profiler reads
+// the clock right before and right after each kernel).
+double clock_read_ns() {
+  std::vector<double> t;
+  for (int r = 0; r < 7; ++r) {
+    constexpr int n = 100000;
+    auto t0 = Clock::now();
+    for (int i = 0; i < n - 1; ++i) (void)Clock::now();
+    t.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / n);
+  }
+  return median(t);
+}
+
+// The per-instruction (name, dur µs) of chrome_trace()'s JSON.
+std::vector<std::pair<std::string, double>> trace_durations(const std::string& json) {
+  std::vector<std::pair<std::string, double>> out;
+  std::size_t p = 0;
+  while ((p = json.find("{\"name\":\"", p)) != std::string::npos) {
+    p += 9;
+    const std::size_t q = json.find('"', p);
+    std::string name = json.substr(p, q - p);
+    const std::size_t d = json.find("\"dur\":", q);
+    if (d == std::string::npos) break;
+    out.emplace_back(std::move(name), std::strtod(json.c_str() + d + 6, nullptr));
+    p = d;
+  }
+  return out;
+}
+
+// ---- the same kernels called directly (no executor) ----
+
+// The main program's kernels, in program order, each with a KernelContext
+// over Variables made here: parameters are copies of the executor's after
+// startup, data ops read the feeds, an in-place op's outputs are its inputs'
+// Variables, every other value has its own Variable, kept across steps
+// (no GC: alloc_output reuses the buffers). Calling them back to back is a
+// step with no scheduler and no per-run executor work; each kernel called
+// alone in a loop gives its own time without any clock read inside.
+class KernelReplay {
+ public:
+  KernelReplay(Model& m, kiln::Scope& params) {
+    std::map<const void*, kiln::Variable*> var_of;
+    auto fresh = [&]() {
+      vars_.push_back(std::make_unique<kiln::Variable>());
+      return vars_.back().get();
+    };
+    for (kiln::Operation* op : m.main.block()) {
+      if (auto p = op->dyn_cast<kiln::ParameterOp>()) {
+        kiln::Variable* v = fresh();
+        v->get_mutable<kiln::Tensor>() =
+            params.find_var(p.attrs().parameter_name)->get<kiln::Tensor>().clone();
+        var_of[op->result(0).impl()] = v;
+        continue;
+      }
+      if (auto d = op->dyn_cast<kiln::DataOp>()) {
+        kiln::Variable* v = fresh();
+        v->get_mutable<kiln::Tensor>() = m.feeds.at(d.attrs().name);
+        var_of[op->result(0).impl()] = v;
+        continue;
+      }
+      if (op->dyn_cast<kiln::FetchOp>()) continue;
+      kiln::DataType dtype = kiln::DataType::Float32;
+      if (op->num_operands() && kiln::is_shaped(op->operand_source(0).type()))
+        dtype = kiln::shaped_data_type(op->operand_source(0).type());
+      else if (op->num_results() && kiln::is_shaped(op->result_type(0)))
+        dtype = kiln::shaped_data_type(op->result_type(0));
+      const kiln::KernelInfo& k = kiln::KernelRegistry::instance().get(*op, kiln::PlaceKind::Cpu, dtype);
+      Step st;
+      st.name = std::string(op->name());
+      st.fn = k.fn;
+      st.attrs = k.decode_attrs ? k.decode_attrs(op) : nullptr;
+      st.ins = std::make_unique<kiln::Variable*[]>(op->num_operands() + 1);
+      st.outs = std::make_unique<kiln::Variable*[]>(op->num_results() + 1);
+      for (std::uint32_t i = 0; i < op->num_operands(); ++i) st.ins[i] = var_of.at(op->operand_source(i).impl());
+      std::vector<kiln::Variable*> outs(op->num_results(), nullptr);
+      for (auto [o, i] : op->info().impl()->inplace_map) outs[o] = st.ins[i];
+      for (std::uint32_t o = 0; o < op->num_results(); ++o) {
+        if (!outs[o]) outs[o] = fresh();
+        st.outs[o] = outs[o];
+        var_of[op->result(o).impl()] = outs[o];
+      }
+      st.ctx = kiln::KernelContext(op, st.ins.get(), op->num_operands(), st.outs.get(),
+                                   op->num_results(), st.attrs.get(), kiln::Place::cpu(),
+                                   &kiln::cpu_allocator());
+      steps_.push_back(std::move(st));
+    }
+  }
+
+  void step() {
+    for (auto& st : steps_) st.fn(st.ctx);
+  }
+  // Per kernel (by op name, summed over same-named kernels): its own time in
+  // ns, the median of `reps` loops of `iters` calls.
+  std::map<std::string, double> per_kernel(int iters, int reps) {
+    std::map<std::string, double> out;
+    for (auto& st : steps_) {
+      std::vector<double> t;
+      for (int r = 0; r < reps; ++r)
+        t.push_back(time_ns([&] {
+                      for (int i = 0; i < iters; ++i) st.fn(st.ctx);
+                    }) /
+                    iters);
+      out[st.name] += median(t);
+    }
+    return out;
+  }
+
+ private:
+  struct Step {
+    std::string name;
+    kiln::KernelFn fn = nullptr;
+    std::shared_ptr<const void> attrs;
+    std::unique_ptr<kiln::Variable*[]> ins, outs;
+    kiln::KernelContext ctx;
+  };
+  std::vector<std::unique_ptr<kiln::Variable>> vars_;
+  std::vector<Step> steps_;
+};
+
+struct KernelTime {
+  double step_ns = 0;        // executor step, 1 thread (median over steps)
+  double replay_ns = 0;      // the same kernels called back to back (KernelReplay)
+  double overhead = 0;       // median over blocks of step ÷ replay
+  double trace_ns = 0;       // Σ of the profiled instructions' intervals, clock cost removed
+  double overhead_trace = 0; // median over blocks of step ÷ trace
+  std::map<std::string, double> by_op;   // profiled, median per op name (ns)
+  std::map<std::string, double> direct;  // each kernel alone in a loop (ns)
+  std::size_t instructions = 0;
+};
+
+// The kernels' own time of a step, two ways, at 1 thread (BLAS at 1):
+// KernelReplay's step (the kernels called back to back, nothing else), and
+// the sum of each instruction's [before, after] clock interval in a profiled
+// run minus one clock read (scheduling, GC, counters and the executor's
+// per-run work lie outside those intervals). Each overhead ratio pairs,
+// block by block, the median step time of an unprofiled executor with the
+// other measurement taken right after it, so both see the same load on a
+// shared machine.
+KernelTime kernel_time(Model& m, int block, int blocks, double clock_ns, int direct_iters) {
+  kiln::blas_set_num_threads(1);
+  kiln::ExecutorOptions opts;
+  opts.num_threads = 1;
+  kiln::Executor plain(kiln::Place::cpu(), opts);
+  opts.profile = true;
+  kiln::Executor prof(kiln::Place::cpu(), opts);
+  const std::vector<kiln::FetchTarget> fetch{m.loss};
+  for (kiln::Executor* e : {&plain, &prof}) {
+    e->run(m.startup);
+    for (int i = 0; i < 5; ++i) e->run(m.main, m.feeds, fetch);
+  }
+  KernelReplay replay(m, plain.scope());
+  for (int i = 0; i < 5; ++i) replay.step();
+  KernelTime kt;
+  std::vector<double> all_steps, all_replays, totals, ratios, ratios_trace;
+  std::map<std::string, std::vector<double>> per_op;
+  for (int r = 0; r < blocks; ++r) {
+    std::vector<double> steps, replays, sums;
+    for (int i = 0; i < block; ++i)
+      steps.push_back(time_ns([&] { plain.run(m.main, m.feeds, fetch); }) - clock_ns);
+    for (int i = 0; i < block; ++i)
+      replays.push_back(time_ns([&] { replay.step(); }) - clock_ns);
+    for (int i = 0; i < block; ++i) {
+      prof.run(m.main, m.feeds, fetch);
+      auto durs = trace_durations(prof.last_core()->chrome_trace());
+      kt.instructions = durs.size();
+      double sum = 0;
+      std::map<std::string, double> step;
+      for (auto& [name, us] : durs) {
+        const double ns = std::max(0.0, us * 1000.0 - clock_ns);
+        sum += ns;
+        step[name] += ns;
+      }
+      sums.push_back(sum);
+      totals.push_back(sum);
+      for (auto& [name, ns] : step) per_op[name].push_back(ns);
+    }
+    ratios.push_back(median(steps) / median(replays));
+    ratios_trace.push_back(median(steps) / median(sums));
+    all_steps.insert(all_steps.end(), steps.begin(), steps.end());
+    all_replays.insert(all_replays.end(), replays.begin(), replays.end());
+  }
+  kt.step_ns = median(all_steps);
+  kt.replay_ns = median(all_replays);
+  kt.overhead = median(ratios);
+  kt.trace_ns = median(totals);
+  kt.overhead_trace = median(ratios_trace);
+  for (auto& [name, v] : per_op) kt.by_op[name] = median(v);
+  if (detail()) kt.direct = replay.per_kernel(direct_iters, 5);
+  return kt;
+}
+
+// ---- where the executor's per-step time goes ----
+
+// The seed step peeled layer by layer, all at 1 thread, BLAS at 1 (ns/step,
+// median of reps × `steps` steps, the variants interleaved rep by rep):
+//   exe       Executor::run (cache key + lookup, feed map → vector, core run)
+//   core      InterpreterCore::run called directly (no Executor layer)
+//   core.nogc the same with ExecutionConfig::gc = false (temporaries kept:
+//             kernels reuse their buffers instead of free + allocate)
+//   core.seq  gc off and sequential (program order, no dependency counters)
+//   replay    the kernels called back to back (KernelReplay)
+struct Anatomy {
+  double exe, core, core_nogc, core_seq, replay;
+};
+
+Anatomy anatomy(Model& m, int steps, int reps) {
+  kiln::blas_set_num_threads(1);
+  kiln::ExecutorOptions opts;
+  opts.num_threads = 1;
+  kiln::Executor exe(kiln::Place::cpu(), opts);
+  exe.run(m.startup);
+  const std::vector<kiln::FetchTarget> fetch{m.loss};
+  std::vector<std::string> names;
+  std::vector<kiln::Tensor> feeds;
+  for (const auto& [name, t] : m.feeds) {
+    names.push_back(name);
+    feeds.push_back(t);
+  }
+  auto config = [](bool gc, bool seq) {
+    kiln::ExecutionConfig c;
+    c.num_threads = 1;
+    c.gc = gc;
+    c.sequential = seq;
+    return c;
+  };
+  // Each core gets its own copy of the parameters (adam_ updates in place).
+  kiln::Scope s1, s2, s3;
+  for (kiln::Scope* sc : {&s1, &s2, &s3})
+    for (kiln::Operation* op : m.main.block())
+      if (auto p = op->dyn_cast<kiln::ParameterOp>())
+        sc->var(p.attrs().parameter_name).get_mutable<kiln::Tensor>() =
+            exe.scope().find_var(p.attrs().parameter_name)->get<kiln::Tensor>().clone();
+  kiln::InterpreterCore core(m.main, s1, names, fetch, config(true, false));
+  kiln::InterpreterCore nogc(m.main, s2, names, fetch, config(false, false));
+  kiln::InterpreterCore seq(m.main, s3, names, fetch, config(false, true));
+  KernelReplay replay(m, exe.scope());
+  std::vector<std::function<void()>> runs = {
+      [&] { exe.run(m.main, m.feeds, fetch); }, [&] { core.run(feeds); },
+      [&] { nogc.run(feeds); }, [&] { seq.run(feeds); }, [&] { replay.step(); }};
+  std::vector<std::vector<double>> t(runs.size());
+  for (auto& f : runs)
+    for (int i = 0; i < 20; ++i) f();
+  for (int r = 0; r < reps; ++r)
+    for (std::size_t k = 0; k < runs.size(); ++k)
+      t[k].push_back(time_ns([&] {
+                       for (int i = 0; i < steps; ++i) runs[k]();
+                     }) /
+                     steps);
+  return {median(t[0]), median(t[1]), median(t[2]), median(t[3]), median(t[4])};
+}
+
+void print_breakdown(const std::string& model, const KernelTime& kt) {
+  std::vector<std::pair<double, std::string>> v;
+  for (auto& [name, ns] : kt.by_op) v.emplace_back(ns, name);
+  std::sort(v.rbegin(), v.rend());
+  double direct = 0;
+  for (auto& [name, ns] : kt.direct) direct += ns;
+  std::printf("# %s: %zu instructions; step %.3f us, replay %.3f us, profiled sum %.3f us, "
+              "each kernel alone %.3f us\n",
+              model.c_str(), kt.instructions, kt.step_ns / 1e3, kt.replay_ns / 1e3, kt.trace_ns / 1e3,
+              direct / 1e3);
+  std::printf("#   %-36s %12s %12s\n", "op (all instances)", "profiled us", "alone us");
+  for (auto& [ns, name] : v) {
+    auto it = kt.direct.find(name);
+    std::printf("#   %-36s %12.3f %12.3f\n", name.c_str(), ns / 1e3,
+                it == kt.direct.end() ? 0.0 : it->second / 1e3);
+  }
+}
+
+// ---- GEMM floor ----
+
+struct Gemm {
+  bool ta, tb;
+  int m, n, k;
+};
+
+// The sgemm calls a training step of the MLP makes: forward x·W per layer;
+// backward per layer dX = dY·Wᵀ (not for the first layer when the data
+// needs no gradient) and dW = Xᵀ·dY (MatmulOp::vjp's flags, so the same
+// transposes), counted from the program's kiln.matmul ops.
+std::vector<Gemm> mlp_gemms(std::int64_t batch, bool first_dx) {
+  const int b = static_cast<int>(batch);
+  const int dims[4] = {int(kFeatures), int(kHidden), int(kHidden), int(kClasses)};
+  std::vector<Gemm> g;
+  for (int l = 0; l < 3; ++l) g.push_back({false, false, b, dims[l + 1], dims[l]});
+  for (int l = 2; l >= 0; --l) {
+    if (l > 0 || first_dx) g.push_back({false, true, b, dims[l], dims[l + 1]});   // dX
+    g.push_back({true, false, dims[l], dims[l + 1], b});                          // dW
+  }
+  return g;
+}
+
+// Median over reps of the time of all `gemms` back to back (ms), BLAS at 1 thread.
+Sample gemm_floor_ms(const std::vector<Gemm>& gemms, int iters, int reps) {
+  kiln::blas_set_num_threads(1);
+  struct Buf {
+    std::vector<float> a, b, c;
+  };
+  std::vector<Buf> bufs;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const auto& g : gemms) {
+    Buf x{std::vector<float>(std::size_t(g.m) * g.k), std::vector<float>(std::size_t(g.k) * g.n),
+          std::vector<float>(std::size_t(g.m) * g.n)};
+    for (auto& v : x.a) v = u(rng);
+    for (auto& v : x.b) v = u(rng);
+    bufs.push_back(std::move(x));
+  }
+  auto once = [&] {
+    for (std::size_t i = 0; i < gemms.size(); ++i) {
+      const Gemm& g = gemms[i];
+      cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans,
+                  g.m, g.n, g.k, 1.0f, bufs[i].a.data(), g.ta ? g.m : g.k, bufs[i].b.data(),
+                  g.tb ? g.k : g.n, 0.0f, bufs[i].c.data(), g.n);
+    }
+  };
+  for (int i = 0; i < 3; ++i) once();
+  std::vector<Sample> t;
+  for (int r = 0; r < reps; ++r) {
+    Sample x = time_both([&] {
+      for (int i = 0; i < iters; ++i) once();
+    });
+    t.push_back({x.wall / iters / 1e6, x.cpu / iters / 1e6});
+  }
+  return median(t);
+}
+
+std::size_t count_ops(const kiln::Program& p, std::string_view name) {
+  std::size_t n = 0;
+  for (kiln::Operation* op : p.block())
+    if (op->name() == name) ++n;
+  return n;
+}
+
+// ---- the seed model in plain loops (no frontend, no executor) ----
+
+// One Adam step of out = x·w + b, loss = mean((out - y)²), Paddle's adam with
+// beta powers, the same arithmetic the kernels do; µs per step.
+double seed_raw_ns(const Model& m, int steps, int reps) {
+  const float* x = m.feeds.at("x").data<float>();
+  const float* y = m.feeds.at("label").data<float>();
+  float w[16], b = 0.1f, m1[17] = {}, m2[17] = {}, b1p = 0.9f, b2p = 0.999f;
+  for (int j = 0; j < 16; ++j) w[j] = 0.01f * float(j);
+  volatile float sink = 0;
+  auto step = [&] {
+    float out[16], d[16], g[17] = {};
+    float loss = 0;
+    for (int i = 0; i < 16; ++i) {
+      float s = b;
+      for (int j = 0; j < 16; ++j) s += x[i * 16 + j] * w[j];
+      out[i] = s - y[i];
+      loss += out[i] * out[i];
+      d[i] = 2.0f * out[i] / 16.0f;
+    }
+    for (int i = 0; i < 16; ++i) {
+      for (int j = 0; j < 16; ++j) g[j] += x[i * 16 + j] * d[i];
+      g[16] += d[i];
+    }
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    const float lr_t = lr * std::sqrt(1 - b2p) / (1 - b1p);
+    for (int j = 0; j < 17; ++j) {
+      m1[j] = b1 * m1[j] + (1 - b1) * g[j];
+      m2[j] = b2 * m2[j] + (1 - b2) * g[j] * g[j];
+      const float upd = lr_t * m1[j] / (std::sqrt(m2[j]) + eps * std::sqrt(1 - b2p));
+      if (j < 16) w[j] -= upd;
+      else b -= upd;
+    }
+    b1p *= b1;
+    b2p *= b2;
+    sink = loss / 16.0f;
+  };
+  for (int i = 0; i < 1000; ++i) step();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r)
+    t.push_back(time_ns([&] {
+                  for (int i = 0; i < steps; ++i) step();
+                }) /
+                steps);
+  (void)sink;
+  return median(t);
+}
+
+// ---- one model: t1, both t2 variants, overhead ----
+
+struct StepTimes {
+  Sample t1, t2_graph, t2_blas;
+};
+
+// The three thread settings interleaved round by round, so load changes on
+// the shared machine hit them alike; the median over every repetition of
+// every round. Short repetitions: on a loaded machine the median then skips
+// the ones a time slice of another process fell into.
+StepTimes measure(Model& m, int steps, int reps, int rounds) {
+  std::vector<Sample> a, g, b;
+  auto add = [](std::vector<Sample>& to, std::vector<Sample> v) { to.insert(to.end(), v.begin(), v.end()); };
+  for (int r = 0; r < rounds; ++r) {
+    add(a, step_ns(m, {1, 1}, steps, reps));
+    add(g, step_ns(m, {2, 1}, steps, reps));
+    add(b, step_ns(m, {1, 2}, steps, reps));
+  }
+  return {median(a), median(g), median(b)};
+}
+
+void emit_threads(const std::string& p, const StepTimes& s, double scale, const char* unit) {
+  emit(p + ".t1", s.t1.wall / scale, unit);
+  emit(p + ".t2", std::min(s.t2_graph.wall, s.t2_blas.wall) / scale, unit);
+  emit(p + ".t2.graph", s.t2_graph.wall / scale, unit);
+  emit(p + ".t2.blas", s.t2_blas.wall / scale, unit);
+  emit(p + ".t1.cpu", s.t1.cpu / scale, unit);
+}
+
+void run_seed(double clock_ns) {
+  auto m = seed_model();
+  if (detail()) std::printf("# seed main program:\n%s", m->main.to_string().c_str());
+  StepTimes s = measure(*m, 200, 25, 3);
+  KernelTime kt = kernel_time(*m, 101, 21, clock_ns, 20000);
+  emit_threads("train.seed", s, 1e3, "us");
+  emit("train.seed.kernels", kt.replay_ns / 1e3, "us");
+  emit("train.seed.overhead", kt.overhead, "ratio");
+  emit("train.seed.kernels.trace", kt.trace_ns / 1e3, "us");
+  emit("train.seed.overhead.trace", kt.overhead_trace, "ratio");
+  emit("train.seed.raw", seed_raw_ns(*m, 20000, 7) / 1e3, "us");
+  // The executor's per-step cost, layer by layer (see anatomy()).
+  const Anatomy a = anatomy(*m, 200, 25);
+  emit("train.seed.cost.executor_layer", (a.exe - a.core) / 1e3, "us");
+  emit("train.seed.cost.gc_realloc", (a.core - a.core_nogc) / 1e3, "us");
+  emit("train.seed.cost.scheduling", (a.core_nogc - a.core_seq) / 1e3, "us");
+  emit("train.seed.cost.core_run_rest", (a.core_seq - a.replay) / 1e3, "us");
+  emit("train.seed.cost.kernels", a.replay / 1e3, "us");
+  if (detail()) print_breakdown("seed", kt);
+}
+
+void run_mlp(std::int64_t batch, double clock_ns) {
+  auto m = mlp_model(batch);
+  const std::string p = "train.mlp" + std::to_string(batch);
+  if (detail()) std::printf("# %s main program:\n%s", p.c_str(), m->main.to_string().c_str());
+  const std::size_t matmuls = count_ops(m->main, "kiln.matmul");
+  StepTimes s = measure(*m, 1, 15, 3);
+  KernelTime kt = kernel_time(*m, 3, 11, clock_ns, 5);
+  // 8 matmuls: no dX for the first layer (the data needs no gradient); 9: it is computed.
+  const Sample floor = gemm_floor_ms(mlp_gemms(batch, matmuls >= 9), 1, 31);
+  emit_threads(p, s, 1e6, "ms");
+  emit(p + ".floor.t1", floor.wall, "ms");
+  emit(p + ".floor.ratio", s.t1.wall / 1e6 / floor.wall, "ratio");
+  emit(p + ".floor.t1.cpu", floor.cpu, "ms");
+  emit(p + ".floor.ratio.cpu", s.t1.cpu / 1e6 / floor.cpu, "ratio");
+  emit(p + ".kernels", kt.replay_ns / 1e6, "ms");
+  emit(p + ".overhead", kt.overhead, "ratio");
+  emit(p + ".kernels.trace", kt.trace_ns / 1e6, "ms");
+  emit(p + ".overhead.trace", kt.overhead_trace, "ratio");
+  emit(p + ".matmuls", double(matmuls), "ops");
+  if (detail()) print_breakdown(p, kt);
+}
+
+}  // namespace bench
+
+int main(int argc, char** argv) {
+  using namespace bench;
+  const std::string filter = argc > 1 ? argv[1] : "";
+  // "train" runs everything here; "train.seed", "train.mlp64", "train.mlp256" one model.
+  auto want = [&](const std::string& group) {
+    return filter.empty() || filter == "train" || filter == group;
+  };
+  if (!filter.empty() && filter.rfind("train", 0) != 0) return 0;
+  if (filter.rfind("train.loop.", 0) == 0) {  // a profiler's target: steps only
+    const double seconds = argc > 2 ? std::atof(argv[2]) : 5.0;
+    const Threads th{argc > 3 ? unsigned(std::atoi(argv[3])) : 1u, argc > 4 ? std::atoi(argv[4]) : 1};
+    auto m = filter == "train.loop.seed" ? seed_model() : mlp_model(filter == "train.loop.mlp256" ? 256 : 64);
+    kiln::blas_set_num_threads(th.blas);
+    kiln::ExecutorOptions opts;
+    opts.num_threads = th.exec;
+    kiln::Executor exe(kiln::Place::cpu(), opts);
+    exe.run(m->startup);
+    const std::vector<kiln::FetchTarget> fetch{m->loss};
+    const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < end)
+      for (int i = 0; i < 100; ++i) exe.run(m->main, m->feeds, fetch);
+    return 0;
+  }
+  const double clock_ns = clock_read_ns();
+  if (detail()) std::printf("# steady_clock read: %.1f ns\n", clock_ns);
+  if (want("train.seed")) run_seed(clock_ns);
+  if (want("train.mlp64")) run_mlp(64, clock_ns);
+  if (want("train.mlp256")) run_mlp(256, clock_ns);
+  return 0;
+}
