@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 
 #include "kiln/dialect/math_ops.h"
@@ -15,13 +16,45 @@
 namespace kiln {
 namespace {
 
+// One output column (n == 1) of a small matrix: plain loops. A BLAS call
+// costs ~100-200 ns before any arithmetic (argument checks, a work buffer
+// from OpenBLAS's pool under a mutex), several times a 16x16 matrix-vector
+// product (~40 ns) — the seed model's Linear(16, 1) makes two per step.
+// Each output is summed over k in order, like a textbook loop.
+constexpr std::int64_t kSmallGemvElements = 1024;  // m * k; measured: 32x32 still wins
+
+template <typename T>
+bool small_gemv(bool ta, bool tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb,
+                T* c, int ldc) {
+  if (n != 1 || std::int64_t(m) * k > kSmallGemvElements) return false;
+  const std::size_t bs = tb ? 1 : static_cast<std::size_t>(ldb);  // b's step along k
+  if (!ta) {
+    for (int i = 0; i < m; ++i) {
+      const T* row = a + std::size_t(i) * lda;
+      T s = 0;
+      for (int p = 0; p < k; ++p) s += row[p] * b[p * bs];
+      c[std::size_t(i) * ldc] = s;
+    }
+  } else {  // a is [k, m]: walk its rows, all outputs at once
+    for (int i = 0; i < m; ++i) c[std::size_t(i) * ldc] = 0;
+    for (int p = 0; p < k; ++p) {
+      const T bp = b[p * bs];
+      const T* row = a + std::size_t(p) * lda;
+      for (int i = 0; i < m; ++i) c[std::size_t(i) * ldc] += row[i] * bp;
+    }
+  }
+  return true;
+}
+
 void gemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
           float* c, int ldc) {
+  if (small_gemv(ta, tb, m, n, k, a, lda, b, ldb, c, ldc)) return;
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
               k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
 }
 void gemm(bool ta, bool tb, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
           double* c, int ldc) {
+  if (small_gemv(ta, tb, m, n, k, a, lda, b, ldb, c, ldc)) return;
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
               k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
 }
