@@ -86,13 +86,48 @@ struct MomentumK {
 // The element loop of adam: m1, m2 and p updated in place. std::sqrt may set
 // errno, so GCC keeps this loop scalar (a sqrt and a div per element: 1.24 ms
 // per step for the 668k parameters of the 784-512-512-10 MLP at batch 64,
-// two thirds of its GEMM time), and `#pragma GCC optimize("no-math-errno")` does not change that.
-// With SSE2 the f32 loop runs 4 lanes by hand (0.34 ms): the same operations
-// in the same order, each correctly rounded, so the same bits.
+// two thirds of its GEMM time), and `#pragma GCC optimize("no-math-errno")`
+// does not change that. So the f32 loop runs by hand: 8 lanes where the CPU
+// has AVX (checked at run time; 0.16 ms), else 4 with SSE2 (0.31 ms). The
+// same operations in the same order (no FMA), each correctly rounded: the
+// same bits as the scalar loop.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define KILN_ADAM_AVX 1
+// Elements [0, n rounded down to 8) of adam_elements<float>; returns that count.
+__attribute__((target("avx"))) std::int64_t adam_f32_avx(float* p, float* m1, float* m2,
+                                                         const float* g, std::int64_t n,
+                                                         float beta1, float beta2, float lr_t,
+                                                         float eps_t) {
+  const __m256 b1 = _mm256_set1_ps(beta1), c1 = _mm256_set1_ps(1.0f - beta1);
+  const __m256 b2 = _mm256_set1_ps(beta2), c2 = _mm256_set1_ps(1.0f - beta2);
+  const __m256 lr = _mm256_set1_ps(lr_t), eps = _mm256_set1_ps(eps_t);
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 gi = _mm256_loadu_ps(g + i);
+    const __m256 a =
+        _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m1 + i)), _mm256_mul_ps(c1, gi));
+    const __m256 v = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(m2 + i)),
+                                   _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
+    _mm256_storeu_ps(m1 + i, a);
+    _mm256_storeu_ps(m2 + i, v);
+    const __m256 step =
+        _mm256_mul_ps(lr, _mm256_div_ps(a, _mm256_add_ps(_mm256_sqrt_ps(v), eps)));
+    _mm256_storeu_ps(p + i, _mm256_sub_ps(_mm256_loadu_ps(p + i), step));
+  }
+  return i;
+}
+#endif
+
 template <typename T>
 void adam_elements(T* p, T* m1, T* m2, const T* g, std::int64_t n, T beta1, T beta2, T lr_t,
                    T eps_t) {
   std::int64_t i = 0;
+#if defined(KILN_ADAM_AVX)
+  if constexpr (std::is_same_v<T, float>) {
+    static const bool avx = __builtin_cpu_supports("avx");
+    if (avx) i = adam_f32_avx(p, m1, m2, g, n, beta1, beta2, lr_t, eps_t);
+  }
+#endif
 #if defined(__SSE2__)
   if constexpr (std::is_same_v<T, float>) {
     const __m128 b1 = _mm_set1_ps(beta1), c1 = _mm_set1_ps(T(1) - beta1);
