@@ -17,7 +17,8 @@
 //   *.min: the fastest repetition (wall), for the same reason
 // `train_bench train` runs all of these (`train.seed`, `train.mlp64`,
 // `train.mlp256`: one model); KILN_BENCH_DETAIL=1 also prints each model's
-// program and a per-op breakdown of the kernels' time (lines with #).
+// program, a per-op breakdown of the kernels' time, and (MLPs) one profiled
+// step at 2 executor threads as a Chrome trace (lines with #).
 // `train_bench train.loop.{seed,mlp64,mlp256} [seconds] [exec threads] [blas
 // threads]` only runs steps (a target for perf / callgrind), printing nothing.
 #include <algorithm>
@@ -631,6 +632,20 @@ void run_seed(double clock_ns) {
   if (detail()) print_breakdown("seed", kt);
 }
 
+// Detail: one profiled step at 2 executor threads (BLAS at 1) as Chrome
+// trace events, to see which instructions overlap on the two threads.
+void print_two_thread_trace(Model& m) {
+  kiln::blas_set_num_threads(1);
+  kiln::ExecutorOptions opts;
+  opts.num_threads = 2;
+  opts.profile = true;
+  kiln::Executor exe(kiln::Place::cpu(), opts);
+  exe.run(m.startup);
+  const std::vector<kiln::FetchTarget> fetch{m.loss};
+  for (int i = 0; i < 10; ++i) exe.run(m.main, m.feeds, fetch);
+  std::printf("# one step at 2 executor threads: %s\n", exe.last_core()->chrome_trace().c_str());
+}
+
 void run_mlp(std::int64_t batch, double clock_ns) {
   auto m = mlp_model(batch);
   const std::string p = "train.mlp" + std::to_string(batch);
@@ -650,7 +665,10 @@ void run_mlp(std::int64_t batch, double clock_ns) {
   emit(p + ".kernels.trace", kt.trace_ns / 1e6, "ms");
   emit(p + ".overhead.trace", kt.overhead_trace, "ratio");
   emit(p + ".matmuls", double(matmuls), "ops");
-  if (detail()) print_breakdown(p, kt);
+  if (detail()) {
+    print_breakdown(p, kt);
+    print_two_thread_trace(*m);
+  }
 }
 
 }  // namespace bench
