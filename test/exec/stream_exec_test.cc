@@ -286,6 +286,35 @@ TEST_CASE("an error in a kernel on a stream reaches the caller naming the op, an
   }
 }
 
+TEST_CASE("an in-place write on one stream after a read on another waits on an event (WAR)",
+          "[exec][stream]") {
+  Program p;
+  Builder b(p);
+  auto x = b.create<FullOp>(std::vector<std::int64_t>{64}, -1.0);  // #0 host
+  auto r = b.create<SlowOp>(x.result(), 20000);                  // #1 s1 reads x (20 ms)
+  auto w = b.create<Relu_Op>(x.result());                        // #2 s2 writes x in place
+  on_stream(r, "s1");
+  on_stream(w, "s2");
+  Scope scope;
+  for (const Mode& mode : kModes) {
+    INFO(mode.name);
+    auto core = make_core(p, scope, {r.result(), w.result()}, mode);
+    const auto ir = instr_of(*core, 1), iw = instr_of(*core, 2);
+    auto info = core->instruction(ir);
+    REQUIRE(info.successors.size() >= 1);
+    bool war_event = false;
+    for (std::size_t k = 0; k < info.successors.size(); ++k)
+      if (info.successors[k] == iw) war_event = info.successor_kinds[k] == SuccessorKind::Event;
+    CHECK(war_event);
+    CHECK(core->slot_of(w.result()) == core->slot_of(x.result()));
+    for (int run = 0; run < 3; ++run) {
+      auto out = core->run();
+      CHECK(out[0].to_vector<float>() == all(-1.f, 64));  // read before the overwrite
+      CHECK(out[1].to_vector<float>() == all(0.f, 64));
+    }
+  }
+}
+
 TEST_CASE("an execution_stream attribute that is not a non-empty string is an error naming the op",
           "[exec][stream]") {
   Program p;
