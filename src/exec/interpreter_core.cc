@@ -718,7 +718,10 @@ void InterpreterCore::synchronize_streams() {
   }
 }
 
-inline void InterpreterCore::collect_garbage(std::uint32_t i) {
+// always_inline: it is also called from run_on_stream(); without the
+// attribute GCC stopped inlining it into the host hot loop (a PLT call per
+// instruction, ~1 ns on the chain benchmark).
+[[gnu::always_inline]] inline void InterpreterCore::collect_garbage(std::uint32_t i) {
   for (std::uint32_t k = gc_off_[i], e = gc_off_[i + 1]; k < e; ++k) {
     const std::uint32_t s = gc_[k];
     const std::int32_t st = ref_static_[s];
