@@ -1,9 +1,8 @@
-// Optimizers (seed 001 §1.2.2.2, `optimizer.minimize(loss)`): minimize =
-// append_backward, then global-norm gradient clipping and L2 regularization
-// when asked (`apply_gradients`), then one in-place update op per parameter
-// (kiln/dialect/optimizer_ops.h). The learning rate and the optimizer state
-// (velocity, moments, beta powers) are non-trainable parameters initialized
-// in the startup program, so a schedule can overwrite the learning rate.
+// Optimizers (seed 001 §1.2.2.2, `optimizer.minimize(loss)`): append_backward,
+// then global-norm clipping and L2 regularization when asked, then one
+// in-place update op per parameter (kiln/dialect/optimizer_ops.h). Learning
+// rate and state (velocity, moments, beta powers) are non-trainable
+// parameters initialized in startup, so a schedule can overwrite the rate.
 #pragma once
 
 #include <map>
