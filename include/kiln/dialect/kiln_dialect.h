@@ -1,9 +1,10 @@
-// The kiln dialect: kiln's own ops (data/fetch, math, tensor ops; grad ops,
+// The kiln dialect: kiln's own ops (data/fetch, math, tensor ops, grad ops;
 // optimizers and control flow come with later issues). Including this header
 // gives every op of the dialect.
 #pragma once
 
 #include "kiln/dialect/builtin.h"
+#include "kiln/dialect/grad_ops.h"
 #include "kiln/dialect/io_ops.h"
 #include "kiln/dialect/math_ops.h"
 #include "kiln/dialect/nn_ops.h"

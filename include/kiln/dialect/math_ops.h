@@ -15,17 +15,19 @@ namespace kiln {
 std::vector<std::int64_t> broadcast_shapes(std::string_view op, const std::vector<std::int64_t>& a,
                                            const std::vector<std::int64_t>& b);
 
-struct AddOp : Op<AddOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+struct AddOp : Op<AddOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.add";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 2, num_results = 1;
   static void build(Builder& b, OperationArgument& arg, Value x, Value y);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
-struct MatmulOp : Op<MatmulOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+struct MatmulOp : Op<MatmulOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.matmul";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 2, num_results = 1;
   struct Attributes {
     BOOST_HANA_DEFINE_STRUCT(Attributes, (bool, transpose_x), (bool, transpose_y));
@@ -35,17 +37,19 @@ struct MatmulOp : Op<MatmulOp, ReadOnly, ValueSemantics, InferMetaInterface> {
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
-struct ReluOp : Op<ReluOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+struct ReluOp : Op<ReluOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.relu";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 1;
   static void build(Builder& b, OperationArgument& arg, Value x);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
-struct Relu_Op : Op<Relu_Op, Inplace, InferMetaInterface> {
+struct Relu_Op : Op<Relu_Op, Inplace, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.relu_";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 1;
   static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 1> inplace_map{{{0, 0}}};
   static void build(Builder& b, OperationArgument& arg, Value x);
@@ -54,7 +58,7 @@ struct Relu_Op : Op<Relu_Op, Inplace, InferMetaInterface> {
 
 // ---- shared build()/infer_meta() of the elementwise families ----
 // An op class mixes one of these in next to its Op<> base:
-//   struct SubOp : Op<SubOp, ReadOnly, ValueSemantics, InferMetaInterface>,
+//   struct SubOp : Op<SubOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
 //                  ElementwiseBinary<SubOp> { … };
 
 // Two operands of one dtype, numpy-broadcast; result: the broadcast shape.
@@ -101,43 +105,52 @@ struct InplaceUnary {
 // ---- broadcasting binary ops (f32, f64, i32, i64 unless said) ----
 
 // x - y
-struct SubOp : Op<SubOp, ReadOnly, ValueSemantics, InferMetaInterface>, ElementwiseBinary<SubOp> {
+struct SubOp : Op<SubOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
+               ElementwiseBinary<SubOp> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.sub";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
 // x * y
-struct MulOp : Op<MulOp, ReadOnly, ValueSemantics, InferMetaInterface>, ElementwiseBinary<MulOp> {
+struct MulOp : Op<MulOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
+               ElementwiseBinary<MulOp> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.mul";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
 // x / y. Integers divide truncating toward zero (C++); an integer division
 // by zero is a kiln::Error naming the op.
-struct DivOp : Op<DivOp, ReadOnly, ValueSemantics, InferMetaInterface>, ElementwiseBinary<DivOp> {
+struct DivOp : Op<DivOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
+               ElementwiseBinary<DivOp> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.div";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
 // max(x, y) elementwise; NaN wins (as torch.maximum).
-struct MaximumOp : Op<MaximumOp, ReadOnly, ValueSemantics, InferMetaInterface>,
+struct MaximumOp : Op<MaximumOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
                    ElementwiseBinary<MaximumOp> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.maximum";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
 // min(x, y) elementwise; NaN wins (as torch.minimum).
-struct MinimumOp : Op<MinimumOp, ReadOnly, ValueSemantics, InferMetaInterface>,
+struct MinimumOp : Op<MinimumOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
                    ElementwiseBinary<MinimumOp> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.minimum";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
 // x ** y (f32, f64).
-struct PowOp : Op<PowOp, ReadOnly, ValueSemantics, InferMetaInterface>,
+struct PowOp : Op<PowOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
                ElementwiseBinary<PowOp, /*FloatingOnly=*/true> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.pow";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
 // ---- unary ops (f32, f64; "+ ints" also i32, i64) ----
@@ -145,9 +158,10 @@ struct PowOp : Op<PowOp, ReadOnly, ValueSemantics, InferMetaInterface>,
 // gelu(x) = x · Φ(x). approximate = false: the exact erf form (PyTorch's
 // default, approximate='none'); true: the tanh approximation
 // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
-struct GeluOp : Op<GeluOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+struct GeluOp : Op<GeluOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.gelu";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 1;
   struct Attributes {
     BOOST_HANA_DEFINE_STRUCT(Attributes, (bool, approximate));
@@ -156,69 +170,82 @@ struct GeluOp : Op<GeluOp, ReadOnly, ValueSemantics, InferMetaInterface> {
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
-struct TanhOp : Op<TanhOp, ReadOnly, ValueSemantics, InferMetaInterface>,
+struct TanhOp : Op<TanhOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
                 ElementwiseUnary<TanhOp, true> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.tanh";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
 // 1 / (1 + exp(-x))
-struct SigmoidOp : Op<SigmoidOp, ReadOnly, ValueSemantics, InferMetaInterface>,
+struct SigmoidOp : Op<SigmoidOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
                    ElementwiseUnary<SigmoidOp, true> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.sigmoid";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
-struct ExpOp : Op<ExpOp, ReadOnly, ValueSemantics, InferMetaInterface>,
+struct ExpOp : Op<ExpOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
                ElementwiseUnary<ExpOp, true> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.exp";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
 // Natural log; log(0) = -inf, log(x < 0) = NaN (IEEE, no error).
-struct LogOp : Op<LogOp, ReadOnly, ValueSemantics, InferMetaInterface>,
+struct LogOp : Op<LogOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
                ElementwiseUnary<LogOp, true> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.log";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
 // sqrt(x < 0) = NaN (IEEE, no error).
-struct SqrtOp : Op<SqrtOp, ReadOnly, ValueSemantics, InferMetaInterface>,
+struct SqrtOp : Op<SqrtOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
                 ElementwiseUnary<SqrtOp, true> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.sqrt";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
 // In-place sqrt: output 0 is input 0's variable.
-struct Sqrt_Op : Op<Sqrt_Op, Inplace, InferMetaInterface>, InplaceUnary<Sqrt_Op, true> {
+struct Sqrt_Op : Op<Sqrt_Op, Inplace, InferMetaInterface, VjpInterface>,
+                 InplaceUnary<Sqrt_Op, true> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.sqrt_";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
 // x * x (+ ints)
-struct SquareOp : Op<SquareOp, ReadOnly, ValueSemantics, InferMetaInterface>,
+struct SquareOp : Op<SquareOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
                   ElementwiseUnary<SquareOp> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.square";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
 // |x| (+ ints)
-struct AbsOp : Op<AbsOp, ReadOnly, ValueSemantics, InferMetaInterface>, ElementwiseUnary<AbsOp> {
+struct AbsOp : Op<AbsOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
+               ElementwiseUnary<AbsOp> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.abs";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
 // -x (+ ints)
-struct NegOp : Op<NegOp, ReadOnly, ValueSemantics, InferMetaInterface>, ElementwiseUnary<NegOp> {
+struct NegOp : Op<NegOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
+               ElementwiseUnary<NegOp> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.neg";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
 // Paddle's scale: bias_after_scale ? scale·x + bias : scale·(x + bias)
 // (+ ints: computed in double, truncated back).
-struct ScaleOp : Op<ScaleOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+struct ScaleOp : Op<ScaleOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.scale";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 1;
   struct Attributes {
     BOOST_HANA_DEFINE_STRUCT(Attributes, (double, scale), (double, bias), (bool, bias_after_scale));
@@ -231,18 +258,20 @@ struct ScaleOp : Op<ScaleOp, ReadOnly, ValueSemantics, InferMetaInterface> {
 // ---- copies and conversions ----
 
 // A copy of x in its own buffer (every dtype).
-struct AssignOp : Op<AssignOp, ReadOnly, ValueSemantics, InferMetaInterface>,
+struct AssignOp : Op<AssignOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
                   ElementwiseUnary<AssignOp> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.assign";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
 // x converted to `dtype` (f32, f64, i8, i32, i64, bool, either way). Float →
 // integer truncates toward zero, saturates at the integer's range, NaN → 0;
 // → bool is x != 0.
-struct CastOp : Op<CastOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+struct CastOp : Op<CastOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.cast";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 1;
   struct Attributes {
     BOOST_HANA_DEFINE_STRUCT(Attributes, (DataType, dtype));
@@ -253,9 +282,10 @@ struct CastOp : Op<CastOp, ReadOnly, ValueSemantics, InferMetaInterface> {
 
 // x0 + x1 + … (one or more operands of one dtype and one shape; no
 // broadcasting). Variadic: num_operands = -1.
-struct AddNOp : Op<AddNOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+struct AddNOp : Op<AddNOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.add_n";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = -1, num_results = 1;
   static void build(Builder& b, OperationArgument& arg, const std::vector<Value>& xs);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);

@@ -9,9 +9,10 @@
 namespace kiln {
 
 // exp(x - max) / Σ exp(x - max) along `axis` (default -1). f32, f64.
-struct SoftmaxOp : Op<SoftmaxOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+struct SoftmaxOp : Op<SoftmaxOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.softmax";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 1;
   struct Attributes {
     BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, axis));
@@ -21,9 +22,10 @@ struct SoftmaxOp : Op<SoftmaxOp, ReadOnly, ValueSemantics, InferMetaInterface> {
 };
 
 // x - max - log Σ exp(x - max) along `axis` (default -1). f32, f64.
-struct LogSoftmaxOp : Op<LogSoftmaxOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+struct LogSoftmaxOp : Op<LogSoftmaxOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.log_softmax";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 1;
   struct Attributes {
     BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, axis));
@@ -41,9 +43,10 @@ struct LogSoftmaxOp : Op<LogSoftmaxOp, ReadOnly, ValueSemantics, InferMetaInterf
 //   (default -100, as PyTorch / Paddle). Any other label outside [0, C) is a
 //   kiln::Error naming the op, the row and the label.
 struct SoftmaxWithCrossEntropyOp
-    : Op<SoftmaxWithCrossEntropyOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+    : Op<SoftmaxWithCrossEntropyOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.softmax_with_cross_entropy";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 2, num_results = 2;
   struct Attributes {
     BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, ignore_index));

@@ -48,9 +48,10 @@ struct GaussianRandomOp : Op<GaussianRandomOp, Random, InferMetaInterface> {
 // element is kept with probability 1 - p and scaled by 1 / (1 - p), else 0;
 // mask (bool, x's dims) is true where kept. p == 0 or is_test: out = x and
 // mask is all true. p must lie in [0, 1) (kiln::Error otherwise).
-struct DropoutOp : Op<DropoutOp, ReadOnly, Random, InferMetaInterface> {
+struct DropoutOp : Op<DropoutOp, ReadOnly, Random, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.dropout";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 2;
   struct Attributes {
     BOOST_HANA_DEFINE_STRUCT(Attributes, (double, p), (bool, is_test), (std::int64_t, seed));

@@ -36,25 +36,30 @@ struct Reduction {
 
 // Σ over the axes (f32, f64, i32, i64; result in the input dtype). Empty
 // axes sum to 0.
-struct SumOp : Op<SumOp, ReadOnly, ValueSemantics, InferMetaInterface>, Reduction<SumOp> {
+struct SumOp : Op<SumOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
+               Reduction<SumOp> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.sum";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   using Reduction::Attributes;
 };
 
 // Mean over the axes (f32, f64). The mean of no elements is NaN.
-struct MeanOp : Op<MeanOp, ReadOnly, ValueSemantics, InferMetaInterface>,
+struct MeanOp : Op<MeanOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
                 Reduction<MeanOp, true> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.mean";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   using Reduction::Attributes;
 };
 
 // Max over the axes (f32, f64, i32, i64); NaN wins. Reducing an axis of
 // extent 0 is a kiln::Error naming the op.
-struct MaxOp : Op<MaxOp, ReadOnly, ValueSemantics, InferMetaInterface>, Reduction<MaxOp> {
+struct MaxOp : Op<MaxOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
+               Reduction<MaxOp> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.max";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   using Reduction::Attributes;
 };
 

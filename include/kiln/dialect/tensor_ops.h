@@ -22,9 +22,10 @@ struct FullOp : Op<FullOp, ReadOnly, InferMetaInterface> {
 };
 
 // shape: 0 copies the input dim, one -1 is inferred from the element count.
-struct ReshapeOp : Op<ReshapeOp, ViewLike, InferMetaInterface> {
+struct ReshapeOp : Op<ReshapeOp, ViewLike, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.reshape";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 1;
   static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 1> view_map{{{0, 0}}};
   struct Attributes {
@@ -42,9 +43,10 @@ std::pair<std::int64_t, std::int64_t> slice_range(std::int64_t start, std::int64
 
 // out.dims[i] = x.dims[perm[i]]; perm is a permutation of [0, rank)
 // (negative entries count from the end).
-struct TransposeOp : Op<TransposeOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+struct TransposeOp : Op<TransposeOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.transpose";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 1;
   struct Attributes {
     BOOST_HANA_DEFINE_STRUCT(Attributes, (std::vector<std::int64_t>, perm));
@@ -55,9 +57,10 @@ struct TransposeOp : Op<TransposeOp, ReadOnly, ValueSemantics, InferMetaInterfac
 
 // Joins one or more tensors (variadic operands) along `axis` (negative counts
 // from the end); every other dim and the dtype must agree.
-struct ConcatOp : Op<ConcatOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+struct ConcatOp : Op<ConcatOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.concat";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = -1, num_results = 1;  // variadic: at least one operand
   struct Attributes {
     BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, axis));
@@ -70,9 +73,10 @@ struct ConcatOp : Op<ConcatOp, ReadOnly, ValueSemantics, InferMetaInterface> {
 // Splits x along `axis` into `num` equal parts (sections empty), or into parts
 // of the sizes in `sections` (num 0; one entry may be -1: the rest). Results:
 // variadic, one per part.
-struct SplitOp : Op<SplitOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+struct SplitOp : Op<SplitOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.split";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = -1;  // variadic: one result per part
   struct Attributes {
     BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, num), (std::vector<std::int64_t>, sections),
@@ -90,9 +94,10 @@ struct SplitOp : Op<SplitOp, ReadOnly, ValueSemantics, InferMetaInterface> {
 // x[starts[k]:ends[k]] along each axes[k] (step 1), numpy/Paddle style: a
 // negative start/end counts from the end of the dim, then both are clamped
 // to [0, dim]; end <= start gives an empty dim. Other dims are kept whole.
-struct SliceOp : Op<SliceOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+struct SliceOp : Op<SliceOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.slice";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 1;
   struct Attributes {
     BOOST_HANA_DEFINE_STRUCT(Attributes, (std::vector<std::int64_t>, axes),
@@ -107,9 +112,10 @@ struct SliceOp : Op<SliceOp, ReadOnly, ValueSemantics, InferMetaInterface> {
 // shape, out.dims = x.dims[:axis] + index.dims + x.dims[axis+1:]. An index
 // outside [0, x.dims[axis]) is a kiln::Error (OutOfRange) naming the op and
 // the index. The kernel is chosen by x's dtype (operand 0).
-struct GatherOp : Op<GatherOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+struct GatherOp : Op<GatherOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.gather";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 2, num_results = 1;
   struct Attributes {
     BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, axis));
@@ -123,9 +129,10 @@ struct GatherOp : Op<GatherOp, ReadOnly, ValueSemantics, InferMetaInterface> {
 // chosen by the weight's dtype like every other op: by operand 0).
 // padding_idx in [0, V) gives zero rows for that id; -1 = no padding. An id
 // outside [0, V) is a kiln::Error (OutOfRange) naming the op and the id.
-struct EmbeddingOp : Op<EmbeddingOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+struct EmbeddingOp : Op<EmbeddingOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.embedding";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 2, num_results = 1;
   struct Attributes {
     BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, padding_idx));
