@@ -327,3 +327,33 @@ TEMPLATE_TEST_CASE("dropout_grad keeps masked-in elements scaled by 1/(1-p)", "[
                                              1.0, false),
                      InvalidArgument, {"kiln.dropout_grad", "[0, 1)"});
 }
+
+TEST_CASE("grad ops name themselves and the mismatched operand when built on bad shapes",
+          "[kernel][grad]") {
+  Program p;
+  const auto f32 = DataType::Float32;
+  KERNEL_CHECK_ERROR(build_op<MaxGradOp>(p, {{f32, {2, 3}}, {f32, {3}}, {f32, {2}}}, Axes{1},
+                                         false),
+                     InvalidArgument, {"kiln.max_grad", "out [3]", "[2]"});
+  KERNEL_CHECK_ERROR(build_op<GatherGradOp>(p, {{f32, {5, 3}}, {DataType::Int64, {4}}, {f32, {5, 3}}},
+                                            std::int64_t{0}),
+                     InvalidArgument, {"kiln.gather_grad", "dout [5, 3]", "[4, 3]"});
+  KERNEL_CHECK_ERROR(build_op<GatherGradOp>(p, {{f32, {5, 3}}, {f32, {4}}, {f32, {4, 3}}},
+                                            std::int64_t{0}),
+                     InvalidArgument, {"kiln.gather", "i32 or i64"});
+  KERNEL_CHECK_ERROR(
+      build_op<EmbeddingGradOp>(p, {{f32, {6, 2}}, {DataType::Int64, {3}}, {f32, {3, 4}}},
+                                std::int64_t{-1}),
+      InvalidArgument, {"kiln.embedding_grad", "dout [3, 4]", "[3, 2]"});
+  KERNEL_CHECK_ERROR(build_op<SliceGradOp>(p, {{f32, {4, 5}}, {f32, {4, 5}}}, Axes{1}, Axes{1},
+                                           Axes{3}),
+                     InvalidArgument, {"kiln.slice_grad", "dout [4, 5]", "[4, 2]"});
+  KERNEL_CHECK_ERROR(build_op<MinimumGradOp>(p, {{f32, {2, 3}}, {f32, {4}}, {f32, {2, 3}}}),
+                     InvalidArgument, {"kiln.minimum_grad", "broadcast"});
+  KERNEL_CHECK_ERROR(build_op<LogSoftmaxGradOp>(p, {{f32, {2, 3}}, {f32, {2, 4}}}, -1),
+                     InvalidArgument, {"kiln.log_softmax_grad", "[2, 3]", "[2, 4]"});
+  Builder b(p);
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{2, 3}).result();
+  KERNEL_CHECK_ERROR(b.create<SplitAsOp>(x, std::vector<Value>{}, 0), InvalidArgument,
+                     {"kiln.split_as", "at least one ref"});
+}
