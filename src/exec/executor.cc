@@ -14,6 +14,7 @@ Executor::Executor(Place place, ExecutorOptions options) : place_(place), option
 }
 
 Executor::~Executor() {
+  last_run_.core.reset();
   lru_.clear();  // cores drop their kid scopes before the scope goes
 }
 
@@ -50,11 +51,66 @@ std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
   return run(program, feed, fetch, scope_);
 }
 
+bool Executor::same_as_last_run(const Program& program, const FeedMap& feed,
+                                const std::vector<FetchTarget>& fetch, const Scope& scope) const {
+  const LastRun& l = last_run_;
+  if (!l.core || l.program != &program || l.scope != &scope || l.epoch != ir_epoch() ||
+      l.feed_names.size() != feed.size() || l.fetch_values.size() != fetch.size())
+    return false;
+  std::size_t k = 0;
+  for (const auto& [name, t] : feed)
+    if (l.feed_names[k++] != name) return false;
+  for (k = 0; k < fetch.size(); ++k) {
+    if (l.fetch_values[k] != static_cast<const void*>(fetch[k].value.impl())) return false;
+    if (!fetch[k].value && l.fetch_names[k] != fetch[k].name) return false;
+  }
+  return true;
+}
+
 std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
                                   const std::vector<FetchTarget>& fetch, Scope& scope) {
   std::shared_ptr<InterpreterCore> core;
   {
     std::lock_guard lock(mutex_);
+    if (same_as_last_run(program, feed, fetch, scope)) {
+      core = last_run_.core;
+    } else {
+      core = find_or_build_core(program, feed, fetch, scope);
+      LastRun& l = last_run_;
+      l.program = &program;
+      l.scope = &scope;
+      l.epoch = ir_epoch();
+      l.feed_names.clear();
+      for (const auto& [name, t] : feed) l.feed_names.push_back(name);
+      l.fetch_values.clear();
+      l.fetch_names.clear();
+      for (const auto& f : fetch) {
+        l.fetch_values.push_back(f.value.impl());
+        l.fetch_names.push_back(f.value ? std::string() : f.name);
+      }
+      l.core = core;
+    }
+    last_core_ = core.get();
+  }
+  // Per thread, reused: no allocation per run; emptied afterwards so the
+  // caller's tensors are not kept alive past the run. (One TLS look-up.)
+  static thread_local std::vector<Tensor> tls_feeds;
+  std::vector<Tensor>& feeds = tls_feeds;
+  struct Clear {
+    std::vector<Tensor>& v;
+    ~Clear() { v.clear(); }
+  } clear{feeds};
+  feeds.clear();
+  for (const auto& [name, t] : feed) feeds.push_back(t);
+  return core->run(feeds);
+}
+
+// Under mutex_: the cached core for this request, built on a miss.
+std::shared_ptr<InterpreterCore> Executor::find_or_build_core(const Program& program, const FeedMap& feed,
+                                                              const std::vector<FetchTarget>& fetch,
+                                                              Scope& scope) {
+  std::shared_ptr<InterpreterCore> core;
+  {
     const Memo& memo = memo_for(program);
     std::string key;
     key.reserve(64);
@@ -88,6 +144,7 @@ std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
       cfg.sequential = options_.sequential;
       cfg.gc = options_.gc;
       cfg.profile = options_.profile;
+      cfg.recycle_bytes = options_.recycle_bytes;
       cfg.place = place_;
       auto made = std::make_shared<InterpreterCore>(program, scope, std::move(names), fetch, cfg, queue_);
       ++cores_built_;
@@ -99,18 +156,8 @@ std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
       }
       core = lru_.front().core;
     }
-    last_core_ = core.get();
   }
-  // Per thread, reused: no allocation per run; emptied afterwards so the
-  // caller's tensors are not kept alive past the run.
-  thread_local std::vector<Tensor> feeds;
-  struct Clear {
-    std::vector<Tensor>& v;
-    ~Clear() { v.clear(); }
-  } clear{feeds};
-  feeds.clear();
-  for (const auto& [name, t] : feed) feeds.push_back(t);
-  return core->run(feeds);
+  return core;
 }
 
 }  // namespace kiln

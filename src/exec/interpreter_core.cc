@@ -475,6 +475,18 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
   }
   ref_ = std::make_unique<std::atomic<std::int32_t>[]>(vars_.size());
   for (std::size_t s = 0; s < vars_.size(); ++s) ref_[s].store(ref_static_[s], std::memory_order_relaxed);
+  // Small freed temporaries keep their buffer for the next run, within the
+  // budget; views (alias != own slot) never get one: their writer shares.
+  recycle_max_.assign(vars_.size(), 0);
+  if (config_.recycle_bytes > 0) {
+    std::size_t budget = config_.recycle_budget;
+    const auto limit = static_cast<std::uint32_t>(std::min<std::size_t>(config_.recycle_bytes, UINT32_MAX));
+    for (std::uint32_t s = 0; s < vars_.size() && budget >= limit; ++s) {
+      if (ref_static_[s] == 0 || m.slots[s].alias != s) continue;
+      recycle_max_[s] = limit;
+      budget -= limit;
+    }
+  }
   local_ready_.reserve(n);
   expensive_.assign(n, 0);
   cost_ns_.assign(n, std::numeric_limits<std::int64_t>::max());
@@ -730,7 +742,9 @@ void InterpreterCore::synchronize_streams() {
     if (st == 1 || ref_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) {
       if (st != 1) ref_[s].store(st, std::memory_order_relaxed);  // ready for the next run
       Variable* v = vars_[s];
-      if (v->is_initialized()) v->clear();
+      if (!v->is_initialized()) continue;
+      if (const std::uint32_t r = recycle_max_[s]) v->recycle(r);
+      else v->clear();
     }
   }
 }

@@ -63,6 +63,13 @@ Tensor& KernelContext::alloc_output(std::uint32_t i, const Dims& dims, DataType 
   if (t.is_initialized() && t.place() == place_ && t.dtype() == dtype && t.dims() == dims &&
       t.use_count() == 1)
     return t;
+  if (!t.is_initialized() && outputs_[i]->has_spare()) {
+    // A small temporary the executor's GC recycled (Variable::recycle).
+    BufferRef spare = outputs_[i]->take_spare();
+    if (spare->allocator() == allocator_ && spare->place() == place_ &&
+        t.adopt_buffer(spare, dims, dtype, place_))
+      return t;
+  }
   t = Tensor::empty(dims, dtype, place_, allocator_);
   return t;
 }

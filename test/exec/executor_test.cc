@@ -532,3 +532,27 @@ TEST_CASE("one Executor, one program, runs from several threads take turns on it
   CHECK(bad.load() == 0);
   CHECK(exe.num_cores_built() == 1);
 }
+
+TEST_CASE("a repeated run reuses its core; another fetch or a changed program gets another",
+          "[exec][executor]") {
+  Program p;
+  Builder b(p);
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{2});
+  auto y = b.create<ScaleOp>(x.result(), 3.0, 0.0);
+  auto z = b.create<ScaleOp>(x.result(), 5.0, 0.0);
+  Executor exe(Place::cpu(), threads(1));
+  auto feed = [](float v) { return FeedMap{{"x", Tensor::from_vector<float>({2}, {v, v})}}; };
+  for (int i = 0; i < 3; ++i) CHECK(exe.run(p, feed(1), {y.result()})[0].to_vector<float>()[0] == 3);
+  CHECK(exe.num_cores_built() == 1);
+  CHECK(exe.run(p, feed(1), {z.result()})[0].to_vector<float>()[0] == 5);
+  CHECK(exe.num_cores_built() == 2);
+  CHECK(exe.run(p, feed(2), {y.result()})[0].to_vector<float>()[0] == 6);
+  CHECK(exe.num_cores_built() == 2);  // from the cache
+  // Changing the program after a run: the next run sees the change.
+  y->set_attribute("scale", Float64Attribute::get(7.0));
+  CHECK(exe.run(p, feed(1), {y.result()})[0].to_vector<float>()[0] == 7);
+  CHECK(exe.num_cores_built() == 3);
+  // A fetch by name of the same request shape is a different request.
+  b.create<FetchOp>(y.result(), "y");
+  CHECK(exe.run(p, feed(1), {"y"})[0].to_vector<float>()[0] == 7);
+}

@@ -210,3 +210,41 @@ TEST_CASE("GC lowers peak memory: a chain of 20 big temporaries", "[exec]") {
   CHECK(with_gc <= 3 * kBytes);      // input, output (+ slack)
   CHECK(without_gc >= 20 * kBytes);  // everything stays
 }
+
+TEST_CASE("GC: a small freed temporary keeps its buffer for the next run, a large one does not",
+          "[exec][gc]") {
+  for (std::int64_t n : {std::int64_t{8}, std::int64_t{4096}}) {  // 32 bytes vs 16 KiB
+    INFO("elements " << n);
+    Program p;
+    Builder b(p);
+    auto x = b.create<DataOp>("x", std::vector<std::int64_t>{n});
+    auto r = b.create<ReluOp>(x.result());  // temporary: freed after its last user
+    auto s = b.create<ScaleOp>(r.result(), 2.0, 0.0);
+    Scope scope;
+    InterpreterCore core(p, scope, {"x"}, {s.result()}, config(1));
+    Variable* tmp = core.variable(core.slot_of(r.result()));
+    for (float v : {1.0f, -3.0f, 5.0f}) {
+      std::vector<float> in(static_cast<std::size_t>(n), v);
+      auto out = core.run(std::vector<Tensor>{Tensor::from_vector<float>({n}, in)});
+      CHECK_FALSE(tmp->is_initialized());  // freed after its last user either way
+      CHECK(tmp->has_spare() == (n == 8));
+      CHECK(out[0].to_vector<float>() == std::vector<float>(static_cast<std::size_t>(n), v > 0 ? 2 * v : 0.0f));
+    }
+  }
+}
+
+TEST_CASE("GC: with recycle_bytes 0 every freed temporary gives its buffer back", "[exec][gc]") {
+  Program p;
+  Builder b(p);
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{4});
+  auto r = b.create<ReluOp>(x.result());
+  auto s = b.create<ScaleOp>(r.result(), 2.0, 0.0);
+  Scope scope;
+  ExecutionConfig c = config(1);
+  c.recycle_bytes = 0;
+  InterpreterCore core(p, scope, {"x"}, {s.result()}, c);
+  core.run(std::vector<Tensor>{Tensor::from_vector<float>({4}, {1, 2, 3, 4})});
+  Variable* tmp = core.variable(core.slot_of(r.result()));
+  CHECK_FALSE(tmp->is_initialized());
+  CHECK_FALSE(tmp->has_spare());
+}

@@ -106,3 +106,44 @@ TEST_CASE("scalars hold f64, i64 or bool and convert on request", "[runtime][var
   CHECK(Scalar(false).to_string() == "false : bool");
   CHECK(kiln::to_string(VariableKind::TensorArray) == "tensor_array");
 }
+
+TEST_CASE("recycle keeps a small unshared tensor buffer as the variable's spare", "[runtime][variable]") {
+  using namespace kiln;
+  Variable v("tmp");
+  v.set(Tensor::from_vector<float>({4}, {1, 2, 3, 4}));
+  const void* data = v.get<Tensor>().raw_data();
+  v.recycle(4096);
+  CHECK_FALSE(v.is_initialized());
+  REQUIRE(v.has_spare());
+  // The next output of this variable reuses the same memory.
+  BufferRef spare = v.take_spare();
+  CHECK_FALSE(v.has_spare());
+  Tensor t;
+  REQUIRE(t.adopt_buffer(spare, Dims{2, 2}, DataType::Float32, Place::cpu()));
+  CHECK(t.raw_data() == data);
+  CHECK(t.dims() == Dims{2, 2});
+  // More bytes than the buffer holds, or a negative extent: refused, untouched.
+  BufferRef again = t.release_buffer();
+  CHECK_FALSE(t.is_initialized());
+  Tensor u;
+  CHECK_FALSE(u.adopt_buffer(again, Dims{1 << 20}, DataType::Float32, Place::cpu()));
+  CHECK_FALSE(u.adopt_buffer(again, Dims{-1}, DataType::Float32, Place::cpu()));
+  CHECK_FALSE(u.adopt_buffer(again, Dims{std::int64_t{1} << 62, 8}, DataType::Float32, Place::cpu()));
+  CHECK(again);
+  CHECK_FALSE(u.is_initialized());
+}
+
+TEST_CASE("recycle drops a buffer that is shared or bigger than the limit", "[runtime][variable]") {
+  using namespace kiln;
+  Variable v("tmp");
+  v.set(Tensor::from_vector<float>({4}, {1, 2, 3, 4}));
+  Tensor other = v.get<Tensor>();  // a second owner (e.g. a fetched result)
+  v.recycle(4096);
+  CHECK_FALSE(v.is_initialized());
+  CHECK_FALSE(v.has_spare());
+  CHECK(other.to_vector<float>() == std::vector<float>{1, 2, 3, 4});
+
+  v.set(Tensor::from_vector<float>({4}, {1, 2, 3, 4}));
+  v.recycle(8);  // 16 bytes > 8
+  CHECK_FALSE(v.has_spare());
+}

@@ -26,6 +26,8 @@ struct ExecutorOptions {
   bool gc = true;
   bool profile = false;
   std::size_t cache_capacity = 32;
+  // See ExecutionConfig::recycle_bytes (0: GC frees every temporary).
+  std::size_t recycle_bytes = 4096;
 };
 
 class Executor {
@@ -74,6 +76,22 @@ class Executor {
   std::list<Entry> lru_;  // most recent first
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;
   InterpreterCore* last_core_ = nullptr;
+  // The last run's request: a training loop repeats it, so it is checked
+  // before the cache key is built (no string, no hashing, no look-up).
+  struct LastRun {
+    const Program* program = nullptr;
+    std::uint64_t epoch = 0;
+    const Scope* scope = nullptr;
+    std::vector<std::string> feed_names;
+    std::vector<const void*> fetch_values;  // ValueImpl*, null for names
+    std::vector<std::string> fetch_names;
+    std::shared_ptr<InterpreterCore> core;
+  };
+  LastRun last_run_;
+  std::shared_ptr<InterpreterCore> find_or_build_core(const Program& program, const FeedMap& feed,
+                                                      const std::vector<FetchTarget>& fetch, Scope& scope);
+  bool same_as_last_run(const Program& program, const FeedMap& feed,
+                        const std::vector<FetchTarget>& fetch, const Scope& scope) const;
   std::size_t cores_built_ = 0;
   std::mutex mutex_;  // guards memos_, lru_, index_, last_core_, cores_built_
 };

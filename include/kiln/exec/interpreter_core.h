@@ -48,6 +48,13 @@ struct ExecutionConfig {
   bool sequential = false;
   // Free each temporary after its last user.
   bool gc = true;
+  // GC of a temporary of at most recycle_bytes keeps its buffer as the
+  // variable's spare for the next run's kernel (Variable::recycle): freeing
+  // and re-allocating small buffers every run costs more than the kernels of
+  // a small model. At most recycle_budget bytes of spares per core (counted
+  // at recycle_bytes per eligible temporary); 0 frees everything.
+  std::size_t recycle_bytes = 4096;
+  std::size_t recycle_budget = std::size_t{1} << 20;
   // Record per-instruction times (chrome_trace()).
   bool profile = false;
   // Values (of the program given to the constructor) never freed.
@@ -150,6 +157,7 @@ class InterpreterCore {
   std::unique_ptr<std::atomic<std::int32_t>[]> dep_;
   std::vector<std::uint32_t> gc_off_, gc_;
   std::vector<std::int32_t> ref_static_;
+  std::vector<std::uint32_t> recycle_max_;  // per slot: Variable::recycle's limit (0: clear)
   std::unique_ptr<std::atomic<std::int32_t>[]> ref_;
   std::vector<std::uint32_t> roots_;
   std::vector<std::uint32_t> local_ready_;  // single-thread hand-offs

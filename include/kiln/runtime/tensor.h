@@ -92,6 +92,12 @@ class Tensor {
   bool shares_buffer_with(const Tensor& other) const noexcept;
   // Drops the buffer and all metadata (back to uninitialized).
   void reset() noexcept;
+  // Back to uninitialized, handing the buffer (with its reference) to the
+  // caller. For buffer recycling (Variable::recycle).
+  BufferRef release_buffer() noexcept;
+  // Makes this tensor dims x dtype at `place` over `buffer` from offset 0.
+  // False (the tensor unchanged) when the buffer holds fewer bytes than that.
+  bool adopt_buffer(BufferRef& buffer, const Dims& dims, DataType dtype, Place place) noexcept;
 
   // Stream-safe freeing (seed 001 §4.2): see Buffer::record_stream.
   // kiln::Error (PreconditionNotMet) when uninitialized.
@@ -202,6 +208,36 @@ template <typename T>
 inline std::vector<T> Tensor::to_vector() const {
   const T* in = data<T>();
   return std::vector<T>(in, in + numel());
+}
+
+inline BufferRef Tensor::release_buffer() noexcept {
+  BufferRef b = std::move(buffer_);
+  reset();
+  return b;
+}
+
+inline bool Tensor::adopt_buffer(BufferRef& buffer, const Dims& dims, DataType dtype,
+                                 Place place) noexcept {
+  if (!buffer || dtype == DataType::Undefined) return false;
+  // bytes = elem x dims, checked against the capacity without overflowing.
+  const std::size_t cap = buffer->size();
+  std::size_t bytes = size_of(dtype);
+  for (std::int64_t d : dims) {
+    if (d < 0) return false;
+    if (d == 0) {
+      bytes = 0;
+      break;
+    }
+    if (bytes > cap / static_cast<std::size_t>(d)) return false;
+    bytes *= static_cast<std::size_t>(d);
+  }
+  if (bytes > cap) return false;
+  buffer_ = std::move(buffer);
+  dims_ = dims;
+  offset_ = 0;
+  dtype_ = dtype;
+  place_ = place;
+  return true;
 }
 
 inline bool Tensor::shares_buffer_with(const Tensor& other) const noexcept {

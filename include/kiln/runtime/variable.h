@@ -77,6 +77,14 @@ class Variable {
   void set(T value);
   // Back to empty; drops what was held (a tensor's buffer reference).
   void clear() noexcept { content_.template emplace<std::monostate>(); }
+  // Back to empty, like clear(), but a tensor buffer of at most `max_bytes`
+  // that nothing else references is kept as this variable's spare: the next
+  // KernelContext::alloc_output into this variable takes it instead of
+  // allocating (the executor's GC of small temporaries, run after run).
+  void recycle(std::size_t max_bytes) noexcept;
+  // The spare buffer, if any (the variable no longer holds it).
+  BufferRef take_spare() noexcept { return std::move(spare_); }
+  bool has_spare() const noexcept { return static_cast<bool>(spare_); }
 
  private:
   template <typename T>
@@ -86,6 +94,7 @@ class Variable {
 
   std::string name_;
   std::variant<std::monostate, Tensor, TensorArray, Scalar> content_;
+  BufferRef spare_;  // see recycle()
 };
 
 // ---------------------------------------------------------------------------
@@ -132,6 +141,17 @@ inline constexpr VariableKind Variable::kind_of() {
   if constexpr (std::is_same_v<T, Tensor>) return VariableKind::Tensor;
   else if constexpr (std::is_same_v<T, TensorArray>) return VariableKind::TensorArray;
   else return VariableKind::Scalar;
+}
+
+inline void Variable::recycle(std::size_t max_bytes) noexcept {
+  if (auto* t = std::get_if<Tensor>(&content_)) {
+    const Buffer* b = t->buffer().get();
+    // use_count() loads with acquire: the other owners' last reads happen
+    // before the buffer is written again (see Buffer::use_count).
+    if (b && b->size() <= max_bytes && b->allocator() && t->use_count() == 1)
+      spare_ = t->release_buffer();
+  }
+  content_.template emplace<std::monostate>();
 }
 
 template <typename T>
