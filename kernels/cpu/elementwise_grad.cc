@@ -5,6 +5,7 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("vect-cost-model=dynamic")
 #endif
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -22,6 +23,15 @@ void require_same_dims(const KernelContext& ctx, const Tensor& a, const Tensor& 
     throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' inputs #", ia, " [",
                 a.dims().to_string(), "] and #", ib, " [", b.dims().to_string(),
                 "] must have one shape");
+}
+
+// A per-thread buffer of n elements, grown once and then reused: the run
+// path allocates nothing but tensor buffers.
+template <typename T>
+T* scratch(std::int64_t n) {
+  thread_local std::vector<T> buf;
+  if (static_cast<std::int64_t>(buf.size()) < n) buf.resize(static_cast<std::size_t>(n));
+  return buf.data();
 }
 
 // ---- reduce_as ----
@@ -48,7 +58,8 @@ struct ReduceAsK {
       return;
     }
     using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
-    std::vector<Acc> acc(static_cast<std::size_t>(on), Acc(0));
+    Acc* acc = scratch<Acc>(on);  // f32 sums accumulate in f64, as kiln.sum does
+    std::fill(acc, acc + on, Acc(0));
     // Output strides per dim of x: 0 where summed.
     std::int64_t os[Dims::kMaxRank] = {};
     std::int64_t s = 1;
@@ -62,7 +73,7 @@ struct ReduceAsK {
       for (int i = lead; i < rx; ++i) rows = rows && td[i - lead] == xd[i];
       if (rows) {
         const std::int64_t n = on, r = xn / on;
-        Acc* __restrict a = acc.data();
+        Acc* __restrict a = acc;
         for (std::int64_t k = 0; k < r; ++k) {
           const T* __restrict row = px + k * n;
           for (std::int64_t j = 0; j < n; ++j) a[j] += static_cast<Acc>(row[j]);
@@ -71,7 +82,7 @@ struct ReduceAsK {
         std::int64_t idx[Dims::kMaxRank] = {};
         std::int64_t o = 0;
         for (std::int64_t i = 0; i < xn; ++i) {
-          acc[static_cast<std::size_t>(o)] += static_cast<Acc>(px[i]);
+          acc[o] += static_cast<Acc>(px[i]);
           for (int d = rx - 1; d >= 0; --d) {  // odometer
             o += os[d];
             if (++idx[d] < xd[d]) break;
@@ -81,7 +92,7 @@ struct ReduceAsK {
         }
       }
     }
-    for (std::int64_t j = 0; j < on; ++j) po[j] = static_cast<T>(acc[static_cast<std::size_t>(j)]);
+    for (std::int64_t j = 0; j < on; ++j) po[j] = static_cast<T>(acc[j]);
   }
 };
 

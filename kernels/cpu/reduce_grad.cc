@@ -57,17 +57,19 @@ void reduce_grad(KernelContext& ctx) {
   // dout must hold one element per reduced element, laid out as the forward
   // op's output (keepdim or not: the same order).
   {
-    std::vector<std::int64_t> want;
+    std::int64_t buf[Dims::kMaxRank];
+    int r = 0;
     for (int i = 0; i < xd.rank(); ++i) {
       bool red = std::binary_search(axes.begin(), axes.end(), i);
-      if (!red) want.push_back(xd[i]);
-      else if (a.keepdim) want.push_back(1);
+      if (!red) buf[r++] = xd[i];
+      else if (a.keepdim) buf[r++] = 1;
     }
+    const Dims want(std::span<const std::int64_t>(buf, r));
     for (std::uint32_t k = 1; k <= nd; ++k)
-      if (ctx.input(k).dims() != Dims(want))
+      if (ctx.input(k).dims() != want)
         throw_error(ErrorKind::InvalidArgument, "op '", op, "' input #", k, " [",
                     ctx.input(k).dims().to_string(), "] must have x's reduced shape [",
-                    Dims(want).to_string(), "]");
+                    want.to_string(), "]");
   }
   Tensor& dx = ctx.alloc_output(0, xd, x.dtype());
   T* pdx = dx.data<T>();
@@ -81,7 +83,9 @@ void reduce_grad(KernelContext& ctx) {
     const Tensor out = typed_input<T>(ctx, 1);
     const T* px = x.data<T>();
     const T* pm = out.data<T>();
-    std::vector<std::int64_t> ties(static_cast<std::size_t>(on), 0);
+    thread_local std::vector<std::int64_t> ties;  // grown once per thread, then reused
+    if (static_cast<std::int64_t>(ties.size()) < on) ties.resize(static_cast<std::size_t>(on));
+    std::fill(ties.begin(), ties.begin() + on, 0);
     for_each_reduced(xd, axes, [&](std::int64_t i, std::int64_t o) {
       if (px[i] == pm[o]) ++ties[static_cast<std::size_t>(o)];
     });

@@ -4,7 +4,6 @@
 // (scatter-add of dout rows into zeros; every index is checked first).
 // f32 and f64.
 #include <cstring>
-#include <vector>
 
 #include "cpu_kernel_util.h"
 #include "kiln/dialect/grad_ops.h"
@@ -30,7 +29,6 @@ struct SplitAsK {
     const Dims& xd = x.dims();
     const std::int64_t axis = axis_at_run(ctx, ctx.attrs<SplitAsOp>().axis, xd.rank());
     const std::uint32_t parts = ctx.num_inputs() - 1;
-    std::vector<Dims> dims;
     std::int64_t total = 0;
     for (std::uint32_t p = 0; p < parts; ++p) {
       Dims rd = ctx.input(p + 1).dims();
@@ -40,7 +38,6 @@ struct SplitAsK {
         throw_error(ErrorKind::InvalidArgument, "op '", op, "' ref #", p + 1, " [", rd.to_string(),
                     "] must match x [", xd.to_string(), "] in every dim but axis ", axis);
       total += rd[static_cast<int>(axis)];
-      dims.push_back(rd);
     }
     if (total != xd[static_cast<int>(axis)])
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' refs' dims along axis ", axis,
@@ -53,8 +50,9 @@ struct SplitAsK {
     const T* px = x.data<T>();
     std::int64_t offset = 0;
     for (std::uint32_t p = 0; p < parts; ++p) {
-      Tensor& out = ctx.alloc_output(p, dims[p], x.dtype());
-      const std::int64_t prow = dims[p][static_cast<int>(axis)] * inner;
+      const Dims pd = ctx.input(p + 1).dims();
+      Tensor& out = ctx.alloc_output(p, pd, x.dtype());
+      const std::int64_t prow = pd[static_cast<int>(axis)] * inner;
       T* po = out.data<T>();
       if (prow > 0)
         for (std::int64_t o = 0; o < outer; ++o)
@@ -178,14 +176,19 @@ struct GatherGradK {
     if (r == 0)
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' x must have rank >= 1");
     const int axis = static_cast<int>(axis_at_run(ctx, ctx.attrs<GatherGradOp>().axis, r));
-    std::vector<std::int64_t> want;
+    if (r - 1 + index.rank() > Dims::kMaxRank)
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' gather's rank ",
+                  r - 1 + index.rank(), " exceeds the maximum ", Dims::kMaxRank);
+    std::int64_t buf[Dims::kMaxRank];
+    int q = 0;
     std::int64_t outer = 1, row = 1;
-    for (int k = 0; k < axis; ++k) outer *= xd[k], want.push_back(xd[k]);
-    for (int k = 0; k < index.rank(); ++k) want.push_back(index.dims()[k]);
-    for (int k = axis + 1; k < r; ++k) row *= xd[k], want.push_back(xd[k]);
-    if (want.size() > static_cast<std::size_t>(Dims::kMaxRank) || dout.dims() != Dims(want))
+    for (int k = 0; k < axis; ++k) outer *= (buf[q++] = xd[k]);
+    for (int k = 0; k < index.rank(); ++k) buf[q++] = index.dims()[k];
+    for (int k = axis + 1; k < r; ++k) row *= (buf[q++] = xd[k]);
+    const Dims want(std::span<const std::int64_t>(buf, q));
+    if (dout.dims() != want)
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' dout [", dout.dims().to_string(),
-                  "] must have the gather's shape ", meta::dims_string(want));
+                  "] must have the gather's shape [", want.to_string(), "]");
     Tensor& dx = ctx.alloc_output(0, xd, dout.dtype());
     T* pdx = dx.data<T>();
     if (xd.numel()) std::memset(pdx, 0, static_cast<std::size_t>(xd.numel()) * sizeof(T));
@@ -207,11 +210,16 @@ struct EmbeddingGradK {
     if (pad < -1 || pad >= vocab)
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' padding_idx ", pad,
                   " must be -1 (none) or in [0, ", vocab, ")");
-    std::vector<std::int64_t> want = ids.dims().to_vector();
-    want.push_back(dim);
-    if (want.size() > static_cast<std::size_t>(Dims::kMaxRank) || dout.dims() != Dims(want))
+    if (ids.rank() + 1 > Dims::kMaxRank)
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' ids of rank ", ids.rank(),
+                  " give a lookup beyond the maximum rank ", Dims::kMaxRank);
+    std::int64_t buf[Dims::kMaxRank];
+    for (int k = 0; k < ids.rank(); ++k) buf[k] = ids.dims()[k];
+    buf[ids.rank()] = dim;
+    const Dims want(std::span<const std::int64_t>(buf, ids.rank() + 1));
+    if (dout.dims() != want)
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' dout [", dout.dims().to_string(),
-                  "] must have the lookup's shape ", meta::dims_string(want));
+                  "] must have the lookup's shape [", want.to_string(), "]");
     Tensor& dw = ctx.alloc_output(0, wd, dout.dtype());
     T* pdw = dw.data<T>();
     if (wd.numel()) std::memset(pdw, 0, static_cast<std::size_t>(wd.numel()) * sizeof(T));

@@ -1,6 +1,7 @@
 // CPU kernels of softmax_grad, log_softmax_grad (along any axis: the input
 // seen as [outer, C, inner]) and softmax_with_cross_entropy_grad (classes on
 // the last axis; int64 or int32 labels, ignore_index rows get 0). f32, f64.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -10,6 +11,14 @@
 
 namespace kiln::cpu {
 namespace {
+
+// A per-thread buffer, grown once then reused (no allocation per run).
+template <typename T>
+T* scratch(std::int64_t n) {
+  thread_local std::vector<T> buf;
+  if (static_cast<std::int64_t>(buf.size()) < n) buf.resize(static_cast<std::size_t>(n));
+  return buf.data();
+}
 
 template <typename OpT, typename T, bool Log>
 void softmax_grad_kernel(KernelContext& ctx) {
@@ -34,10 +43,10 @@ void softmax_grad_kernel(KernelContext& ctx) {
   const T* py = y.data<T>();
   const T* pdy = dy.data<T>();
   T* pdx = dx.data<T>();
-  std::vector<T> acc(static_cast<std::size_t>(inner));
+  T* acc = scratch<T>(inner);
   for (std::int64_t r = 0; r < outer; ++r) {
     const std::int64_t base = r * c * inner;
-    std::fill(acc.begin(), acc.end(), T(0));
+    std::fill(acc, acc + inner, T(0));
     for (std::int64_t j = 0; j < c; ++j)
       for (std::int64_t k = 0; k < inner; ++k) {
         const std::int64_t i = base + j * inner + k;
