@@ -29,6 +29,9 @@ struct SplitAsK {
     const Dims& xd = x.dims();
     const std::int64_t axis = axis_at_run(ctx, ctx.attrs<SplitAsOp>().axis, xd.rank());
     const std::uint32_t parts = ctx.num_inputs() - 1;
+    if (parts != ctx.num_outputs())
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' has ", parts, " refs but ",
+                  ctx.num_outputs(), " results (one result per ref)");
     std::int64_t total = 0;
     for (std::uint32_t p = 0; p < parts; ++p) {
       Dims rd = ctx.input(p + 1).dims();
