@@ -1,11 +1,13 @@
 // Training-step benchmark (issue 4 §8): the seed's model and a 784-512-512-10
 // MLP, built with the frontend as a user builds them and trained with Adam
-// through the Executor. Step times at 1 and 2 threads (the 2 threads either
-// as 2 executor threads with BLAS at 1, or 1 executor thread with BLAS at 2 —
-// never both at once), the executor overhead ratio (step time ÷ the kernels'
-// own time: the same kernels called back to back without the executor), and
-// the MLP's GEMM floor (the step's sgemm calls timed alone at 1 BLAS thread).
-//   BENCH train.seed.t1, .t2 (faster of .t2.graph / .t2.blas)   µs/step
+// through the Executor. Step times at 1 and 2 threads (2 threads: the
+// executor's default ThreadPlan::Auto, which measures and keeps the faster
+// of 2 graph workers with BLAS at 1, or 1 graph thread with BLAS at 2 —
+// never both at once; each forced plan is printed too), the executor
+// overhead ratio (step time ÷ the kernels' own time: the same kernels called
+// back to back without the executor), and the MLP's GEMM floor (the step's
+// sgemm calls timed alone at 1 BLAS thread).
+//   BENCH train.seed.t1, .t2 (Auto), .t2.graph, .t2.blas   µs/step; .t2.plan_is_blas
 //   BENCH train.seed.kernels µs, .overhead ratio; .kernels.trace / .overhead.trace:
 //         the same from the profiler's per-instruction intervals (cross-check)
 //   BENCH train.seed.raw µs: the step in plain loops (no kiln at all)
@@ -158,20 +160,25 @@ std::unique_ptr<Model> mlp_model(std::int64_t batch) {
 // ---- step time ----
 
 struct Threads {
-  unsigned exec;  // ExecutorOptions::num_threads
-  int blas;       // kiln::blas_set_num_threads
+  unsigned exec;            // ExecutorOptions::num_threads (the whole budget)
+  kiln::ThreadPlan plan;    // graph workers or BLAS threads; Auto: the executor measures
 };
 
 // (time of `steps` steps) / steps for each of `reps` repetitions, in ns,
 // after warm-up (the first runs build the core and calibrate its cost classes).
-std::vector<Sample> step_ns(Model& m, Threads th, int steps, int reps) {
-  kiln::blas_set_num_threads(th.blas);
+std::vector<Sample> step_ns(Model& m, Threads th, int steps, int reps,
+                            kiln::ThreadPlan* chosen = nullptr) {
   kiln::ExecutorOptions opts;
   opts.num_threads = th.exec;
+  opts.thread_plan = th.plan;
   kiln::Executor exe(kiln::Place::cpu(), opts);
   exe.run(m.startup);
   const std::vector<kiln::FetchTarget> fetch{m.loss};
-  for (int i = 0; i < std::max(5, steps / 4); ++i) exe.run(m.main, m.feeds, fetch);
+  // Past calibration (2 runs) and the thread-plan trials (2 x kPlanTrials).
+  const int warm = 2 + 2 * kiln::InterpreterCore::kPlanTrials + std::max(5, steps / 4);
+  for (int i = 0; i < warm; ++i) exe.run(m.main, m.feeds, fetch);
+  if (chosen) *chosen = exe.last_core()->thread_plan();
+  const bool blas_threads = kiln::blas_num_threads() > 1;
   std::vector<Sample> t;
   for (int r = 0; r < reps; ++r) {
     Sample x = time_both([&] {
@@ -183,7 +190,7 @@ std::vector<Sample> step_ns(Model& m, Threads th, int steps, int reps) {
   // OpenBLAS's extra threads keep spinning ~0.1 s after their last GEMM, even
   // at 1 thread again (measured: 80 ms of CPU in the first 100 ms): let them
   // sleep before the next setting is timed.
-  if (th.blas > 1) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  if (blas_threads) std::this_thread::sleep_for(std::chrono::milliseconds(250));
   return t;
 }
 
@@ -574,8 +581,9 @@ double seed_raw_ns(const Model& m, int steps, int reps) {
 // ---- one model: t1, both t2 variants, overhead ----
 
 struct StepTimes {
-  Sample t1, t2_graph, t2_blas;
+  Sample t1, t2_graph, t2_blas, t2_auto;
   double t1_min, t2_graph_min, t2_blas_min;  // wall
+  kiln::ThreadPlan chosen;                   // what Auto picked (last round)
 };
 
 // The three thread settings interleaved round by round, so load changes on
@@ -583,24 +591,29 @@ struct StepTimes {
 // every round. Short repetitions: on a loaded machine the median then skips
 // the ones a time slice of another process fell into.
 StepTimes measure(Model& m, int steps, int reps, int rounds) {
-  std::vector<Sample> a, g, b;
+  std::vector<Sample> a, g, b, au;
+  kiln::ThreadPlan chosen = kiln::ThreadPlan::Graph;
   auto add = [](std::vector<Sample>& to, std::vector<Sample> v) { to.insert(to.end(), v.begin(), v.end()); };
   for (int r = 0; r < rounds; ++r) {
-    add(a, step_ns(m, {1, 1}, steps, reps));
-    add(g, step_ns(m, {2, 1}, steps, reps));
-    add(b, step_ns(m, {1, 2}, steps, reps));
+    add(a, step_ns(m, {1, kiln::ThreadPlan::Auto}, steps, reps));
+    add(g, step_ns(m, {2, kiln::ThreadPlan::Graph}, steps, reps));
+    add(b, step_ns(m, {2, kiln::ThreadPlan::Blas}, steps, reps));
+    add(au, step_ns(m, {2, kiln::ThreadPlan::Auto}, steps, reps, &chosen));
   }
   auto min_wall = [](const std::vector<Sample>& v) {
     double m = v[0].wall;
     for (const auto& x : v) m = std::min(m, x.wall);
     return m;
   };
-  return {median(a), median(g), median(b), min_wall(a), min_wall(g), min_wall(b)};
+  return {median(a), median(g), median(b), median(au), min_wall(a), min_wall(g), min_wall(b), chosen};
 }
 
 void emit_threads(const std::string& p, const StepTimes& s, double scale, const char* unit) {
   emit(p + ".t1", s.t1.wall / scale, unit);
-  emit(p + ".t2", std::min(s.t2_graph.wall, s.t2_blas.wall) / scale, unit);
+  // t2: what a user gets (ExecutorOptions default: the executor measures
+  // both plans and keeps the faster); .graph / .blas: each plan forced.
+  emit(p + ".t2", s.t2_auto.wall / scale, unit);
+  emit(p + ".t2.plan_is_blas", s.chosen == kiln::ThreadPlan::Blas ? 1.0 : 0.0, "bool");
   emit(p + ".t2.graph", s.t2_graph.wall / scale, unit);
   emit(p + ".t2.blas", s.t2_blas.wall / scale, unit);
   emit(p + ".t1.cpu", s.t1.cpu / scale, unit);
@@ -683,11 +696,15 @@ int main(int argc, char** argv) {
   if (!filter.empty() && filter.rfind("train", 0) != 0) return 0;
   if (filter.rfind("train.loop.", 0) == 0) {  // a profiler's target: steps only
     const double seconds = argc > 2 ? std::atof(argv[2]) : 5.0;
-    const Threads th{argc > 3 ? unsigned(std::atoi(argv[3])) : 1u, argc > 4 ? std::atoi(argv[4]) : 1};
+    // [threads] [plan: auto | graph | blas]
+    const unsigned threads = argc > 3 ? unsigned(std::atoi(argv[3])) : 1u;
+    const std::string plan = argc > 4 ? argv[4] : "auto";
     auto m = filter == "train.loop.seed" ? seed_model() : mlp_model(filter == "train.loop.mlp256" ? 256 : 64);
-    kiln::blas_set_num_threads(th.blas);
     kiln::ExecutorOptions opts;
-    opts.num_threads = th.exec;
+    opts.num_threads = threads;
+    opts.thread_plan = plan == "graph" ? kiln::ThreadPlan::Graph
+                       : plan == "blas" ? kiln::ThreadPlan::Blas
+                                        : kiln::ThreadPlan::Auto;
     kiln::Executor exe(kiln::Place::cpu(), opts);
     exe.run(m->startup);
     const std::vector<kiln::FetchTarget> fetch{m->loss};

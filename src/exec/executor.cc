@@ -145,6 +145,7 @@ std::shared_ptr<InterpreterCore> Executor::find_or_build_core(const Program& pro
       cfg.gc = options_.gc;
       cfg.profile = options_.profile;
       cfg.recycle_bytes = options_.recycle_bytes;
+      cfg.thread_plan = options_.thread_plan;
       cfg.place = place_;
       auto made = std::make_shared<InterpreterCore>(program, scope, std::move(names), fetch, cfg, queue_);
       ++cores_built_;

@@ -10,12 +10,26 @@
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/dependency_builder.h"
+#include "kiln/kernel/blas.h"
 #include "kiln/ir/printer.h"
 
 namespace kiln {
 
 namespace {
 constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+
+// Counts c down by one; true when it reached 0. With `solo` (one thread
+// touches every counter this run) a relaxed load and store suffice and skip
+// the locked RMW; otherwise acq_rel: the thread that reaches 0 sees the
+// writes of every thread that counted down before it.
+[[gnu::always_inline]] inline bool count_down(std::atomic<std::int32_t>& c, bool solo) {
+  if (solo) {
+    const std::int32_t v = c.load(std::memory_order_relaxed) - 1;
+    c.store(v, std::memory_order_relaxed);
+    return v == 0;
+  }
+  return c.fetch_sub(1, std::memory_order_acq_rel) == 1;
+}
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -90,6 +104,11 @@ struct InterpreterCore::Impl {
   // Feeds: per feed name, the slot and the expected type.
   std::vector<std::uint32_t> feed_slot;
   std::vector<Type> feed_type;
+  // The same, decoded once for the per-run check (no IR calls per run);
+  // feed_shaped[k] false: the data op's type is not a tensor (never matches).
+  std::vector<std::uint8_t> feed_shaped;
+  std::vector<DataType> feed_dtype;
+  std::vector<std::vector<std::int64_t>> feed_dims;
   // Fetches: the variable receiving each target.
   std::vector<Variable*> fetch_vars;
 
@@ -136,10 +155,9 @@ void number_values(const Block& b, std::vector<Value>& out) {
 
 std::string shape_string(Type t) { return t ? t.to_string() : std::string("<none>"); }
 
-bool shape_matches(Type expected, const Tensor& t) {
-  if (!is_shaped(expected)) return false;
-  if (shaped_data_type(expected) != t.dtype()) return false;
-  const auto& dims = shaped_dims(expected);
+// -1 in `dims` matches any extent.
+bool shape_matches(DataType dtype, const std::vector<std::int64_t>& dims, const Tensor& t) {
+  if (dtype != t.dtype()) return false;
   if (static_cast<int>(dims.size()) != t.rank()) return false;
   for (std::size_t i = 0; i < dims.size(); ++i)
     if (dims[i] >= 0 && dims[i] != t.dims()[static_cast<int>(i)]) return false;
@@ -220,6 +238,9 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
 
   m.feed_slot.assign(feed_names_.size(), kNone);
   m.feed_type.assign(feed_names_.size(), Type());
+  m.feed_shaped.assign(feed_names_.size(), 0);
+  m.feed_dtype.assign(feed_names_.size(), DataType::Undefined);
+  m.feed_dims.assign(feed_names_.size(), {});
 
   // ---- instructions, in program order ----
   auto add_instruction = [&](std::string name, std::uint32_t op_index, Operation* op, KernelFn fn,
@@ -340,6 +361,11 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
       std::uint32_t s = new_slot(&local_scope_->var(a.name), a.place, true);
       m.feed_slot[k] = s;
       m.feed_type[k] = op->result_type(0);
+      if (is_shaped(m.feed_type[k])) {
+        m.feed_shaped[k] = 1;
+        m.feed_dtype[k] = shaped_data_type(m.feed_type[k]);
+        m.feed_dims[k] = shaped_dims(m.feed_type[k]);
+      }
       m.value_slot[op->result(0).impl()] = s;
       add_fetches_of(op->result(0), s);
       continue;
@@ -497,6 +523,13 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
   }
   if (!m.stream_names.empty()) build_streams();
   if (!m.stream_names.empty()) sync_ready_.reserve(n);
+
+  // Thread plan: only a program with BLAS kernels has a choice to make.
+  for (const auto& meta : m.meta)
+    if (meta.op && meta.op->isa<MatmulOp>()) has_blas_ = true;
+  plan_ = config_.thread_plan == ThreadPlan::Blas ? ThreadPlan::Blas : ThreadPlan::Graph;
+  if (config_.thread_plan != ThreadPlan::Auto || !has_blas_ || !queue_)
+    plan_trials_ = 2 * kPlanTrials;  // nothing to measure
 }
 
 // Streams, lanes, out-events and waits (executor.md §4). Only for programs
@@ -542,7 +575,7 @@ std::vector<Tensor> InterpreterCore::run(std::span<const Tensor> feeds) {
     const Tensor& t = feeds[k];
     if (!t.is_initialized())
       throw_error(ErrorKind::InvalidArgument, "feed '", feed_names_[k], "' holds no tensor");
-    if (!shape_matches(m.feed_type[k], t))
+    if (!m.feed_shaped[k] || !shape_matches(m.feed_dtype[k], m.feed_dims[k], t))
       throw_error(ErrorKind::InvalidArgument, "feed '", feed_names_[k], "': expected ",
                   m.feed_type[k].to_string(), ", got ", t.to_string());
     vars_[m.feed_slot[k]]->get_mutable<Tensor>() = t;
@@ -554,10 +587,28 @@ std::vector<Tensor> InterpreterCore::run(std::span<const Tensor> feeds) {
   // The first runs time each kernel (TensorFlow's cost model): ops above
   // kExpensiveNs are handed to other threads, cheaper ones stay inline.
   calibrating_ = calibration_runs_left_ > 0 && !config_.sequential;
+  // Thread plan: Auto measures each plan kPlanTrials times once calibration
+  // is done — Graph first, so OpenBLAS's threads (which spin ~0.1 s after a
+  // multi-threaded call) are not yet awake while the graph plan is timed.
+  ThreadPlan plan = plan_;
+  const bool trial = !calibrating_ && plan_trials_ < 2 * kPlanTrials;
+  if (trial) plan = plan_trials_ < kPlanTrials ? ThreadPlan::Graph : ThreadPlan::Blas;
+  apply_thread_plan(plan);
+  // One thread touches the counters: no pool to hand work to, no stream
+  // thread collecting garbage.
+  solo_ = pool_ == nullptr && lane_.empty();
+  const std::int64_t t_begin = trial ? now_ns() : 0;
   const bool streams = !lane_.empty();
   if (config_.sequential) {
     if (streams) run_sequential<true>();
     else run_sequential<false>();
+  } else if (solo_) {
+    // One host thread and no streams: program order is a topological order
+    // of the DAG, so the counters have nothing to decide, and walking the
+    // instructions in order keeps memory access sequential (a random DAG's
+    // ready order jumps across instructions and variables: 46 -> ~20 ns per
+    // instruction at 10^4 ops).
+    run_sequential<false>();
   } else {
     run_parallel();
   }
@@ -572,6 +623,12 @@ std::vector<Tensor> InterpreterCore::run(std::span<const Tensor> feeds) {
                         cost_ns_[k] > kExpensiveNs;
   }
 
+  if (trial && !error_) {
+    auto& best = plan_best_ns_[plan == ThreadPlan::Blas];
+    best = std::min(best, now_ns() - t_begin);
+    if (++plan_trials_ == 2 * kPlanTrials)  // Blas must win clearly: Graph needs no BLAS pool
+      plan_ = plan_best_ns_[1] * 20 < plan_best_ns_[0] * 19 ? ThreadPlan::Blas : ThreadPlan::Graph;
+  }
   for (std::size_t k = 0; k < feeds.size(); ++k) vars_[m.feed_slot[k]]->clear();
   if (error_) {
     dirty_ = true;
@@ -603,6 +660,17 @@ std::vector<Tensor> InterpreterCore::run(std::span<const Tensor> feeds) {
     v->clear();
   }
   return out;
+}
+
+// Sets BLAS's thread count (process-wide; only when it differs) and whether
+// this run hands work to the pool. A core without BLAS kernels, or without a
+// pool, keeps BLAS at 1 thread: the graph's threads are all it may use.
+void InterpreterCore::apply_thread_plan(ThreadPlan plan) {
+  const bool blas = plan == ThreadPlan::Blas && queue_ && has_blas_;
+  pool_ = blas ? nullptr : queue_.get();
+  if (!has_blas_) return;
+  const int want = blas ? static_cast<int>(std::max(1u, config_.num_threads)) : 1;
+  if (blas_num_threads() != want) blas_set_num_threads(want);
 }
 
 void InterpreterCore::reset_counters() {
@@ -739,7 +807,7 @@ void InterpreterCore::synchronize_streams() {
     const std::int32_t st = ref_static_[s];
     // acq_rel: the last user's decrement must see every other user's writes
     // (release) before the variable is freed (acquire).
-    if (st == 1 || ref_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    if (st == 1 || count_down(ref_[s], solo_)) {
       if (st != 1) ref_[s].store(st, std::memory_order_relaxed);  // ready for the next run
       Variable* v = vars_[s];
       if (!v->is_initialized()) continue;
@@ -760,13 +828,13 @@ void InterpreterCore::run_sequential() {
 }
 
 void InterpreterCore::hand_out(std::uint32_t i) {
-  if (!queue_) {
+  if (!pool_) {
     local_ready_.push_back(i);
     return;
   }
   // Relaxed: the queue's lock orders the push; pending_ only counts.
   pending_.fetch_add(1, std::memory_order_relaxed);
-  queue_->push(WorkTask{&InterpreterCore::task_entry, this, i});
+  pool_->push(WorkTask{&InterpreterCore::task_entry, this, i});
 }
 
 void InterpreterCore::task_entry(void* core, std::uint32_t i) {
@@ -801,7 +869,8 @@ thread_local std::vector<std::uint32_t> tls_inline;
 
 template <bool kStreams>
 void InterpreterCore::run_chain(std::uint32_t i) {
-  std::vector<std::uint32_t>& inline_ready = queue_ ? tls_inline : local_ready_;
+  std::vector<std::uint32_t>& inline_ready = pool_ ? tls_inline : local_ready_;
+  const bool solo = solo_;
   const std::size_t base = inline_ready.size();
   for (;;) {
     if (!execute<kStreams>(i)) return;
@@ -813,14 +882,14 @@ void InterpreterCore::run_chain(std::uint32_t i) {
       const std::uint32_t st = dep_static_[s];
       // A lone predecessor needs no atomic: it is the only one to reach s.
       // acq_rel: the last predecessor sees the others' outputs.
-      if (st == 1 || dep_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if (st == 1 || count_down(dep_[s], solo)) {
         if (st != 1) dep_[s].store(static_cast<std::int32_t>(st), std::memory_order_relaxed);
         if constexpr (kStreams) {
           if (lane_[s] < 0 && lane_[i] >= 0) {
             // Sync successor: it will block on the stream, so another
             // thread takes it; with no pool it waits until the host has
             // nothing else ready (sync_ready_).
-            if (queue_) hand_out(s);
+            if (pool_) hand_out(s);
             else sync_ready_.push_back(s);
             continue;
           }
@@ -848,7 +917,7 @@ void InterpreterCore::run_chain(std::uint32_t i) {
 void InterpreterCore::run_parallel() {
   if (roots_.empty()) return;
   const bool streams = !lane_.empty();
-  if (!queue_) {
+  if (!pool_) {
     local_ready_.clear();
     for (auto it = roots_.rbegin(); it != roots_.rend(); ++it) local_ready_.push_back(*it);
     if (!streams) {
@@ -885,7 +954,7 @@ void InterpreterCore::run_parallel() {
   // Take part instead of sleeping while there is queued work.
   // relaxed: only decides whether to keep helping; completion is read under
   // done_mutex_ below.
-  while (pending_.load(std::memory_order_relaxed) != 0 && queue_->try_run_one()) {
+  while (pending_.load(std::memory_order_relaxed) != 0 && pool_->try_run_one()) {
   }
   std::unique_lock lock(done_mutex_);
   done_cv_.wait(lock, [this] { return done_; });

@@ -28,6 +28,8 @@ struct ExecutorOptions {
   std::size_t cache_capacity = 32;
   // See ExecutionConfig::recycle_bytes (0: GC frees every temporary).
   std::size_t recycle_bytes = 4096;
+  // With num_threads > 1: threads to the graph or into BLAS (ThreadPlan).
+  ThreadPlan thread_plan = ThreadPlan::Auto;
 };
 
 class Executor {

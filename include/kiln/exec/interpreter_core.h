@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -40,6 +41,16 @@ struct FetchTarget {
   std::string name;
 };
 
+// Where a run's threads go when it has more than one (issue 4 §7): to the
+// graph (workers run independent ops; BLAS single-threaded) or into the GEMMs
+// (the caller runs every op; BLAS gets the threads). Never both: two spinning
+// pools on the same cores made PyTorch's MLP 3x slower on 2 cores.
+enum class ThreadPlan : std::uint8_t {
+  Auto,   // measured: after calibration, a few runs of each, the faster kept
+  Graph,
+  Blas,
+};
+
 struct ExecutionConfig {
   // Host threads running the graph, the caller's included; 1 runs everything
   // on the caller's thread. 0: the work queue's threads + 1.
@@ -59,6 +70,9 @@ struct ExecutionConfig {
   bool profile = false;
   // Values (of the program given to the constructor) never freed.
   std::vector<Value> skip_gc;
+  // Only matters with num_threads > 1 and a kernel that calls BLAS (matmul);
+  // otherwise the graph gets the threads and BLAS runs single-threaded.
+  ThreadPlan thread_plan = ThreadPlan::Auto;
   // Where kernels run. cpu: on the host, except ops with an
   // `execution_stream` attribute. host_stream:N: every op on that place's
   // default stream (named "host_stream:N") unless its attribute names another.
@@ -112,6 +126,10 @@ class InterpreterCore {
   // Chrome trace JSON (chrome://tracing, Perfetto) of the last profiled run.
   std::string chrome_trace() const;
   Scope& local_scope() const { return *local_scope_; }
+  // Graph or Blas: the plan the next run uses (Auto resolves after
+  // calibration and kPlanTrials runs of each plan).
+  ThreadPlan thread_plan() const { return plan_; }
+  static constexpr int kPlanTrials = 3;
   // Streams the core launches onto (Lane::stream indexes them), by name.
   std::size_t num_streams() const { return streams_.size(); }
   const std::string& stream_name(std::size_t k) const;
@@ -167,6 +185,16 @@ class InterpreterCore {
   std::vector<std::uint8_t> expensive_;
   std::vector<std::int64_t> cost_ns_;
   int calibration_runs_left_ = 2;
+  // Thread plan (issue 4 §7): pool_ is queue_ for a Graph run, null for a
+  // Blas run (the caller runs every op). plan_trials_ counts measured runs.
+  WorkQueue* pool_ = nullptr;
+  bool solo_ = false;  // this run's counters are touched by one thread only
+  bool has_blas_ = false;
+  ThreadPlan plan_ = ThreadPlan::Graph;
+  int plan_trials_ = 0;
+  std::int64_t plan_best_ns_[2] = {std::numeric_limits<std::int64_t>::max(),
+                                   std::numeric_limits<std::int64_t>::max()};
+  void apply_thread_plan(ThreadPlan plan);
   bool calibrating_ = false;
   // Streams (empty for host-only programs). lane_[i]: -1 host, else the index
   // of instruction i's stream; out_event_[i]: recorded after i's launch when

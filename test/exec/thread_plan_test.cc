@@ -1,0 +1,107 @@
+// Where a run's threads go (issue 4 §7, ThreadPlan): to the graph's workers
+// with BLAS single-threaded, or to BLAS with the graph on the caller — never
+// both — chosen by measurement unless forced.
+#include <thread>
+
+#include "exec/exec_test_util.h"
+#include "kiln/kernel/blas.h"
+
+using namespace kiln;
+using namespace kiln_exec_test;
+
+namespace {
+
+struct MatmulProgram {
+  Program p;
+  Value out;
+  MatmulProgram() {
+    Builder b(p);
+    auto x = b.create<FullOp>(std::vector<std::int64_t>{64, 64}, 0.5);
+    auto y = b.create<FullOp>(std::vector<std::int64_t>{64, 64}, 2.0);
+    auto l = b.create<MatmulOp>(x.result(), y.result());
+    auto r = b.create<MatmulOp>(y.result(), x.result());
+    out = b.create<AddOp>(l.result(), r.result()).result();
+  }
+};
+
+ExecutionConfig config(unsigned threads, ThreadPlan plan) {
+  ExecutionConfig c;
+  c.num_threads = threads;
+  c.thread_plan = plan;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("a forced Blas plan gives BLAS the threads and runs every op on the caller",
+          "[exec][threads]") {
+  MatmulProgram m;
+  Scope scope;
+  auto q = std::make_shared<WorkQueue>(1);
+  InterpreterCore core(m.p, scope, {}, {m.out}, config(2, ThreadPlan::Blas), q);
+  for (int run = 0; run < 4; ++run) {
+    auto out = core.run();
+    CHECK(out[0].to_vector<float>() == std::vector<float>(64 * 64, 2 * 64.0f));
+    CHECK(blas_num_threads() == 2);
+  }
+  CHECK(core.thread_plan() == ThreadPlan::Blas);
+  blas_set_num_threads(1);
+}
+
+TEST_CASE("a forced Graph plan keeps BLAS at one thread", "[exec][threads]") {
+  MatmulProgram m;
+  Scope scope;
+  blas_set_num_threads(2);
+  auto q = std::make_shared<WorkQueue>(1);
+  InterpreterCore core(m.p, scope, {}, {m.out}, config(2, ThreadPlan::Graph), q);
+  core.run();
+  CHECK(blas_num_threads() == 1);
+  CHECK(core.thread_plan() == ThreadPlan::Graph);
+}
+
+TEST_CASE("one thread in all means BLAS runs single-threaded too", "[exec][threads]") {
+  MatmulProgram m;
+  Scope scope;
+  blas_set_num_threads(2);
+  InterpreterCore core(m.p, scope, {}, {m.out}, config(1, ThreadPlan::Auto));
+  core.run();
+  CHECK(blas_num_threads() == 1);
+}
+
+TEST_CASE("the Auto plan measures both plans after calibration and keeps one; results never change",
+          "[exec][threads]") {
+  MatmulProgram m;
+  Scope scope;
+  auto q = std::make_shared<WorkQueue>(1);
+  InterpreterCore core(m.p, scope, {}, {m.out}, config(2, ThreadPlan::Auto), q);
+  std::vector<int> blas_threads;
+  for (int run = 0; run < 2 + 2 * InterpreterCore::kPlanTrials + 3; ++run) {
+    auto out = core.run();
+    REQUIRE(out[0].to_vector<float>() == std::vector<float>(64 * 64, 2 * 64.0f));
+    blas_threads.push_back(blas_num_threads());
+  }
+  // Calibration runs and the Graph trials at 1 BLAS thread, then the Blas trials at 2.
+  for (int run = 0; run < 2 + InterpreterCore::kPlanTrials; ++run) CHECK(blas_threads[run] == 1);
+  for (int run = 2 + InterpreterCore::kPlanTrials; run < 2 + 2 * InterpreterCore::kPlanTrials; ++run)
+    CHECK(blas_threads[run] == 2);
+  const ThreadPlan chosen = core.thread_plan();
+  CHECK((chosen == ThreadPlan::Graph || chosen == ThreadPlan::Blas));
+  CHECK(blas_threads.back() == (chosen == ThreadPlan::Blas ? 2 : 1));
+  blas_set_num_threads(1);
+}
+
+TEST_CASE("a program without BLAS kernels leaves BLAS's thread count alone and uses the graph",
+          "[exec][threads]") {
+  Program p;
+  Builder b(p);
+  auto x = b.create<FullOp>(std::vector<std::int64_t>{8}, 1.0);
+  auto y = b.create<AddOp>(x.result(), x.result());
+  Scope scope;
+  auto q = std::make_shared<WorkQueue>(1);
+  InterpreterCore core(p, scope, {}, {y.result()}, config(2, ThreadPlan::Auto), q);
+  blas_set_num_threads(2);
+  for (int run = 0; run < 10; ++run) core.run();
+  CHECK(blas_num_threads() == 2);
+  CHECK(core.thread_plan() == ThreadPlan::Graph);
+  blas_set_num_threads(1);
+}
