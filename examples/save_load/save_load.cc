@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -97,15 +98,12 @@ int load(const std::string& dir) {
 int main(int argc, char** argv) {
   try {
     if (argc == 3 && std::string(argv[1]) == "--load") return load(argv[2]);
-    std::string dir;
-    if (argc == 2) {
-      dir = argv[1];
-    } else {
-      char tmpl[] = "/tmp/kiln_save_load_XXXXXX";
-      if (!mkdtemp(tmpl)) return std::perror("mkdtemp"), 1;
-      dir = tmpl;
-    }
-    return save(dir, argv[0]);
+    if (argc == 2) return save(argv[1], argv[0]);
+    char tmpl[] = "/tmp/kiln_save_load_XXXXXX";
+    if (!mkdtemp(tmpl)) return std::perror("mkdtemp"), 1;
+    const int rc = save(tmpl, argv[0]);
+    std::filesystem::remove_all(tmpl);  // ours: leave nothing behind
+    return rc;
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "save_load: %s\n", e.what());
     return 1;

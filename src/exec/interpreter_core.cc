@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <shared_mutex>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
@@ -30,6 +31,11 @@ constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
   }
   return c.fetch_sub(1, std::memory_order_acq_rel) == 1;
 }
+
+// See InterpreterCore::run: who may change or rely on BLAS's thread count.
+std::shared_mutex g_blas_mutex;
+std::mutex g_blas_set_mutex;
+std::atomic<bool> g_blas_plan_used{false};
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -131,6 +137,7 @@ InterpreterCore::InterpreterCore(const Program& program, Scope& scope,
       feed_names_(std::move(feed_names)),
       impl_(std::make_unique<Impl>()) {
   if (config_.sequential || config_.num_threads == 1) queue_.reset();
+  if (config_.num_threads == 0) config_.num_threads = queue_ ? queue_->num_threads() + 1 : 1;
   local_scope_ = &scope_->new_scope();
   build(program, fetch);
 }
@@ -593,6 +600,22 @@ std::vector<Tensor> InterpreterCore::run(std::span<const Tensor> feeds) {
   ThreadPlan plan = plan_;
   const bool trial = !calibrating_ && plan_trials_ < 2 * kPlanTrials;
   if (trial) plan = plan_trials_ < kPlanTrials ? ThreadPlan::Graph : ThreadPlan::Blas;
+  // BLAS's thread count is process-wide: a Blas-plan run holds the BLAS
+  // lock exclusively (its GEMMs use every thread), runs of other cores with
+  // BLAS kernels hold it shared (BLAS must stay at 1 thread under them).
+  // Free until some core in the process first runs the Blas plan.
+  std::unique_lock<std::shared_mutex> blas_exclusive;
+  std::shared_lock<std::shared_mutex> blas_shared;
+  if (has_blas_) {
+    if (plan == ThreadPlan::Blas && queue_) {
+      // relaxed: the flag only decides whether later runs take the lock;
+      // the lock itself orders the runs.
+      g_blas_plan_used.store(true, std::memory_order_relaxed);
+      blas_exclusive = std::unique_lock(g_blas_mutex);
+    } else if (g_blas_plan_used.load(std::memory_order_relaxed)) {
+      blas_shared = std::shared_lock(g_blas_mutex);
+    }
+  }
   apply_thread_plan(plan);
   // One thread touches the counters: no pool to hand work to, no stream
   // thread collecting garbage.
@@ -670,7 +693,11 @@ void InterpreterCore::apply_thread_plan(ThreadPlan plan) {
   pool_ = blas ? nullptr : queue_.get();
   if (!has_blas_) return;
   const int want = blas ? static_cast<int>(std::max(1u, config_.num_threads)) : 1;
-  if (blas_num_threads() != want) blas_set_num_threads(want);
+  if (blas_num_threads() != want) {
+    // Graph runs of several cores may get here at once (shared BLAS lock).
+    std::lock_guard lock(g_blas_set_mutex);
+    if (blas_num_threads() != want) blas_set_num_threads(want);
+  }
 }
 
 void InterpreterCore::reset_counters() {

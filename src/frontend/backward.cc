@@ -131,6 +131,14 @@ std::vector<std::pair<Value, Value>> append_backward(Value loss,
       }
     }
     if (!in) continue;
+    // An in-place op overwrites its input's variable when it runs, and the
+    // grad ops appended after the forward pass would read the new contents
+    // where they need the old (its producer's or other users' Vjps). PyTorch
+    // and Paddle refuse this too ("modified by an inplace operation").
+    if (op->has_trait<Inplace>())
+      throw_error(ErrorKind::Unimplemented, "append_backward: in-place op ", describe_op(op),
+                  " is on the path from the parameters to the loss; it overwrites a value the "
+                  "gradient needs — use its out-of-place form (e.g. kiln.relu for kiln.relu_)");
     if (!op->has_interface<VjpInterface>())
       throw_error(ErrorKind::Unimplemented, "append_backward: op ", describe_op(op),
                   " is on the path from the parameters to the loss but has no Vjp "

@@ -87,6 +87,22 @@ std::vector<std::pair<Value, Value>> Optimizer::minimize(Value loss,
                                                          const std::vector<Value>& parameters,
                                                          const std::vector<Value>& no_grad_set) {
   (void)current_startup_program();  // kiln::Error now, before backward changes anything
+  // The dtype errors apply_gradients would raise, checked before backward
+  // appends anything, so a failed minimize leaves both programs as they were.
+  const std::vector<Value> params =
+      parameters.empty() ? trainable_parameters(current_main_program()) : parameters;
+  for (Value p : params) {
+    if (!p || !is_shaped(p.type())) continue;  // append_backward names these
+    const DataType dt = shaped_data_type(p.type());
+    if (dt != DataType::Float32 && dt != DataType::Float64)
+      throw_error(ErrorKind::InvalidArgument, kind_, ": parameters must be f32 or f64 to be optimized, got ",
+                  to_string(dt), " (parameter '", parameter_name(p), "')");
+    if (clip_ && dt != shaped_data_type(params.front().type()))
+      throw_error(ErrorKind::Unimplemented, kind_,
+                  ": global-norm clipping needs every parameter of one dtype, got ",
+                  to_string(shaped_data_type(params.front().type())), " and ", to_string(dt),
+                  " (parameter '", parameter_name(p), "')");
+  }
   auto params_grads = append_backward(loss, parameters, no_grad_set);
   if (params_grads.empty())
     throw_error(ErrorKind::InvalidArgument, kind_,

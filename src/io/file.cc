@@ -18,8 +18,8 @@ void write_file_atomic(const std::string& path, std::string_view bytes, std::str
   // Unique per process and call, so concurrent saves never share a temporary.
   static std::atomic<unsigned> counter{0};
   std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  auto fail = [&](const char* step) {
-    int err = errno;
+  // `err`: the errno of the failed step, read before close() may change it.
+  auto fail = [&](const char* step, int err) {
     std::remove(tmp.c_str());
     throw_error(ErrorKind::Unavailable, "cannot save ", what, " '", path, "': ", step, " '", tmp,
                 "' failed: ", std::strerror(err));
@@ -34,19 +34,20 @@ void write_file_atomic(const std::string& path, std::string_view bytes, std::str
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      if (n == 0) errno = EIO;
+      const int err = n == 0 ? EIO : errno;
       ::close(fd);
-      fail("writing");
+      fail("writing", err);
     }
     done += static_cast<std::size_t>(n);
   }
   // Durable before it becomes visible: a crash leaves the old file or the new one.
   if (::fsync(fd) != 0) {
+    const int err = errno;
     ::close(fd);
-    fail("syncing");
+    fail("syncing", err);
   }
-  if (::close(fd) != 0) fail("closing");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming");
+  if (::close(fd) != 0) fail("closing", errno);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming", errno);
 }
 
 std::string read_whole_file(const std::string& path, std::string_view what) {

@@ -10,8 +10,17 @@ namespace kiln {
 
 Program::Program() : block_(std::make_unique<Block>()) {}
 Program::~Program() = default;
-Program::Program(Program&&) noexcept = default;
-Program& Program::operator=(Program&&) noexcept = default;
+// A move changes what lives at both addresses: caches keyed by a program's
+// address and the epoch (Executor) must see a change.
+Program::Program(Program&& o) noexcept : block_(std::move(o.block_)), params_(std::move(o.params_)) {
+  detail::bump_ir_epoch();
+}
+Program& Program::operator=(Program&& o) noexcept {
+  block_ = std::move(o.block_);
+  params_ = std::move(o.params_);
+  detail::bump_ir_epoch();
+  return *this;
+}
 
 void Program::set_parameter(const std::string& name, Parameter p) {
   if (name.empty()) throw_error(ErrorKind::InvalidArgument, "a parameter needs a name");

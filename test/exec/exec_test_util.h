@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "test_util.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
 #include "kiln/exec/interpreter_core.h"
@@ -158,24 +159,7 @@ void clear_probes();
 // A float tensor of `dims` filled with `value`.
 kiln::Tensor filled_f32(const std::vector<std::int64_t>& dims, float value);
 
-// Runs `f`; it must throw kiln::Error of `kind` whose message contains each of
-// `parts`. Returns the message (empty when the check failed).
-inline std::string expect_error(const std::function<void()>& f, kiln::ErrorKind kind,
-                                const std::vector<std::string>& parts = {}) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    INFO("message: " << e.message());
-    CHECK(kiln::to_string(e.kind()) == kiln::to_string(kind));
-    for (const auto& p : parts) CHECK_THAT(e.message(), Catch::Contains(p));
-    return e.message();
-  }
-  FAIL_CHECK("no kiln::Error was thrown");
-  return {};
-}
+using kiln_test::expect_error;  // test/test_util.h
 
 }  // namespace kiln_exec_test
 
-// EXEC_CHECK_ERROR(exe.run(p), NotFound, {"'x'"});
-#define EXEC_CHECK_ERROR(expr, kind, ...) \
-  ::kiln_exec_test::expect_error([&] { (void)(expr); }, ::kiln::ErrorKind::kind, ##__VA_ARGS__)

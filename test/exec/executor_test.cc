@@ -46,7 +46,7 @@ TEST_CASE("an f32 + f64 add is an InvalidArgument error naming kiln.add when bui
   Builder b(p);
   auto a = b.create<FullOp>(std::vector<std::int64_t>{2}, 1.0, DataType::Float32);
   auto c = b.create<FullOp>(std::vector<std::int64_t>{2}, 1.0, DataType::Float64);
-  auto msg = EXEC_CHECK_ERROR(b.create<AddOp>(a.result(), c.result()), InvalidArgument, {"kiln.add"});
+  auto msg = KILN_CHECK_ERROR(b.create<AddOp>(a.result(), c.result()), InvalidArgument, {"kiln.add"});
   CHECK_THAT(msg, Catch::Contains("f32"));
   CHECK_THAT(msg, Catch::Contains("f64"));
 }
@@ -250,7 +250,7 @@ TEST_CASE("a missing feed is an error naming it and the type expected", "[exec]"
   auto x = b.create<DataOp>("x", std::vector<std::int64_t>{-1, 3});
   auto r = b.create<ReluOp>(x.result());
   Executor exe;
-  EXEC_CHECK_ERROR(exe.run(p, {}, {r.result()}), InvalidArgument, {"'x'", "missing", "3xf32"});
+  KILN_CHECK_ERROR(exe.run(p, {}, {r.result()}), InvalidArgument, {"'x'", "missing", "3xf32"});
 }
 
 TEST_CASE("a feed of the wrong dtype is an error naming it, expected vs given", "[exec]") {
@@ -260,7 +260,7 @@ TEST_CASE("a feed of the wrong dtype is an error naming it, expected vs given", 
   auto r = b.create<ReluOp>(x.result());
   Executor exe;
   Tensor bad = Tensor::from_vector<double>(Dims({2, 3}), std::vector<double>(6, 1.0));
-  EXEC_CHECK_ERROR(exe.run(p, {{"x", bad}}, {r.result()}), InvalidArgument,
+  KILN_CHECK_ERROR(exe.run(p, {{"x", bad}}, {r.result()}), InvalidArgument,
                    {"'x'", "expected", "f32", "got", "f64"});
 }
 
@@ -271,9 +271,9 @@ TEST_CASE("a feed of the wrong shape is an error naming it, expected vs given; -
   auto x = b.create<DataOp>("x", std::vector<std::int64_t>{-1, 3});
   auto r = b.create<ReluOp>(x.result());
   Executor exe;
-  EXEC_CHECK_ERROR(exe.run(p, {{"x", filled_f32({2, 4}, 1.f)}}, {r.result()}), InvalidArgument,
+  KILN_CHECK_ERROR(exe.run(p, {{"x", filled_f32({2, 4}, 1.f)}}, {r.result()}), InvalidArgument,
                    {"'x'", "expected", "3xf32", "got", "2x4"});
-  EXEC_CHECK_ERROR(exe.run(p, {{"x", filled_f32({6}, 1.f)}}, {r.result()}), InvalidArgument, {"'x'"});
+  KILN_CHECK_ERROR(exe.run(p, {{"x", filled_f32({6}, 1.f)}}, {r.result()}), InvalidArgument, {"'x'"});
   for (std::int64_t rows : {0, 1, 7})
     CHECK(exe.run(p, {{"x", filled_f32({rows, 3}, -1.f)}}, {r.result()})[0].numel() == rows * 3);
 }
@@ -284,13 +284,13 @@ TEST_CASE("an unknown fetch name is an error naming it", "[exec]") {
   auto a = b.create<FullOp>(std::vector<std::int64_t>{1}, 1.0);
   b.create<FetchOp>(a.result(), "out");
   Executor exe;
-  EXEC_CHECK_ERROR(exe.run(p, {}, {"nope"}), NotFound, {"'nope'"});
+  KILN_CHECK_ERROR(exe.run(p, {}, {"nope"}), NotFound, {"'nope'"});
   CHECK(exe.run(p, {}, {"out"})[0].to_vector<float>() == std::vector<float>{1.f});
   // A value of another program.
   Program q;
   Builder bq(q);
   auto other = bq.create<FullOp>(std::vector<std::int64_t>{1}, 1.0);
-  EXEC_CHECK_ERROR(exe.run(p, {}, {other.result()}), InvalidArgument, {"not in this program"});
+  KILN_CHECK_ERROR(exe.run(p, {}, {other.result()}), InvalidArgument, {"not in this program"});
 }
 
 TEST_CASE("a parameter the startup program never set is an error naming it", "[exec]") {
@@ -309,7 +309,7 @@ TEST_CASE("a parameter the startup program never set is an error naming it", "[e
   }
   Executor exe;
   FeedMap feed{{"x", filled_f32({2}, 4.f)}};
-  EXEC_CHECK_ERROR(exe.run(main_prog, feed, {y}), NotFound, {"'w'", "expected", "2xf32", "startup"});
+  KILN_CHECK_ERROR(exe.run(main_prog, feed, {y}), NotFound, {"'w'", "expected", "2xf32", "startup"});
   exe.run(startup);
   CHECK(exe.run(main_prog, feed, {y})[0].to_vector<float>() == std::vector<float>{2.f, 2.f});
   CHECK(exe.run(main_prog, feed, {"w"})[0].to_vector<float>() == std::vector<float>{0.5f, 0.5f});
@@ -555,4 +555,20 @@ TEST_CASE("a repeated run reuses its core; another fetch or a changed program ge
   // A fetch by name of the same request shape is a different request.
   b.create<FetchOp>(y.result(), "y");
   CHECK(exe.run(p, feed(1), {"y"})[0].to_vector<float>()[0] == 7);
+}
+
+TEST_CASE("a program moved into the address of one that ran is run as the new program",
+          "[exec][executor]") {
+  auto make = [](double v) {
+    Program p;
+    Builder b(p);
+    b.create<FetchOp>(b.create<FullOp>(std::vector<std::int64_t>{1}, v).result(), "out");
+    return p;
+  };
+  Program a = make(1.0), other = make(2.0);
+  Executor exe(Place::cpu(), threads(1));
+  CHECK(exe.run(a, {}, {"out"})[0].to_vector<float>()[0] == 1.0f);
+  std::swap(a, other);
+  CHECK(exe.run(a, {}, {"out"})[0].to_vector<float>()[0] == 2.0f);
+  CHECK(exe.run(other, {}, {"out"})[0].to_vector<float>()[0] == 1.0f);
 }

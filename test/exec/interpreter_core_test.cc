@@ -352,9 +352,9 @@ TEST_CASE("a core's feeds are checked: count, shape, dtype", "[exec]") {
   auto r = b.create<ReluOp>(x.result());
   Scope scope;
   InterpreterCore core(p, scope, {"x"}, {r.result()}, seq_config());
-  EXEC_CHECK_ERROR(core.run(), InvalidArgument, {"expected 1 feeds, got 0"});
+  KILN_CHECK_ERROR(core.run(), InvalidArgument, {"expected 1 feeds, got 0"});
   std::vector<Tensor> empty{Tensor()};
-  EXEC_CHECK_ERROR(core.run(empty), InvalidArgument, {"'x'"});
+  KILN_CHECK_ERROR(core.run(empty), InvalidArgument, {"'x'"});
   std::vector<Tensor> ok{filled_f32({5, 3}, -1.f)};
   CHECK(core.run(ok)[0].to_vector<float>() == std::vector<float>(15, 0.f));
 }
@@ -364,6 +364,6 @@ TEST_CASE("building a core for a name that matches no data op fails, naming it",
   Builder b(p);
   auto x = b.create<DataOp>("x", std::vector<std::int64_t>{3});
   Scope scope;
-  EXEC_CHECK_ERROR(InterpreterCore(p, scope, {"x", "nope"}, {x.result()}, seq_config()), NotFound,
+  KILN_CHECK_ERROR(InterpreterCore(p, scope, {"x", "nope"}, {x.result()}, seq_config()), NotFound,
                    {"'nope'"});
 }

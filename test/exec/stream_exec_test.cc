@@ -269,9 +269,9 @@ TEST_CASE("an error in a kernel on a stream reaches the caller naming the op, an
       throw_enabled() = true;
       clear_run_log();
       if (std_exception)
-        EXEC_CHECK_ERROR(core->run(), Internal, {"op #1 'exec_test.throw'", "'s1'", "boom (std)"});
+        KILN_CHECK_ERROR(core->run(), Internal, {"op #1 'exec_test.throw'", "'s1'", "boom (std)"});
       else
-        EXEC_CHECK_ERROR(core->run(), OutOfRange, {"op #1 'exec_test.throw'", "'s1'", "boom (kiln)"});
+        KILN_CHECK_ERROR(core->run(), OutOfRange, {"op #1 'exec_test.throw'", "'s1'", "boom (kiln)"});
       CHECK(run_log().empty());  // no successor ran, on any lane
       throw_enabled() = false;
       auto out = core->run();
@@ -323,10 +323,10 @@ TEST_CASE("an execution_stream attribute that is not a non-empty string is an er
   auto r = b.create<ReluOp>(x.result());
   Scope scope;
   r.operation()->set_attribute(kExecutionStreamAttr, Int64Attribute::get(1));
-  EXEC_CHECK_ERROR(InterpreterCore(p, scope, {}, {r.result()}, ExecutionConfig{}), InvalidArgument,
+  KILN_CHECK_ERROR(InterpreterCore(p, scope, {}, {r.result()}, ExecutionConfig{}), InvalidArgument,
                    {"op #1 'kiln.relu'", "'execution_stream'", "non-empty string"});
   on_stream(r, "");
-  EXEC_CHECK_ERROR(InterpreterCore(p, scope, {}, {r.result()}, ExecutionConfig{}), InvalidArgument,
+  KILN_CHECK_ERROR(InterpreterCore(p, scope, {}, {r.result()}, ExecutionConfig{}), InvalidArgument,
                    {"op #1 'kiln.relu'", "'execution_stream'"});
 }
 
@@ -376,7 +376,7 @@ TEST_CASE("a host-only program has no streams, events or waits", "[exec][stream]
     CHECK(core.instruction(i).waits.empty());
   }
   CHECK(core.run()[0].to_vector<float>() == all(5.f, 3));
-  EXEC_CHECK_ERROR(core.stream_name(0), OutOfRange, {"stream index 0"});
+  KILN_CHECK_ERROR(core.stream_name(0), OutOfRange, {"stream index 0"});
 }
 
 TEST_CASE("a core destroyed as soon as its threaded run returns is not touched by pool threads afterwards",

@@ -126,3 +126,23 @@ TEST_CASE("append_backward through Linear, LayerNorm, Tanh, Dropout(eval) and Cr
     }
   }
 }
+
+TEST_CASE("append_backward refuses an in-place op on the gradient path, naming it", "[frontend][backward]") {
+  UniqueNameGuard names;
+  Program main_prog, startup;
+  ProgramGuard guard(main_prog, startup);
+  auto x = data("x", {4, 3});
+  nn::Linear fc(3, 2);
+  Value h = fc(x);
+  // tanh's Vjp reads its result h; relu_ would overwrite h before it runs.
+  Value t = main_builder().create<TanhOp>(h).result();
+  Value r = main_builder().create<Relu_Op>(t).result();
+  Value loss = nn::functional::mse_loss(r, data("y", {4, 2}));
+  const std::size_t ops_before = main_prog.block().size();
+  KILN_CHECK_ERROR(append_backward(loss), Unimplemented, {"kiln.relu_", "out-of-place", "kiln.relu"});
+  CHECK(main_prog.block().size() == ops_before);  // nothing appended
+  // Off the path (on a value that needs no gradient) it is fine.
+  Value y2 = main_builder().create<Relu_Op>(data("z", {4, 2})).result();
+  Value loss2 = nn::functional::mse_loss(main_builder().create<TanhOp>(h).result(), y2);
+  CHECK(append_backward(loss2).size() == 2);
+}

@@ -274,12 +274,12 @@ TEST_CASE("append_backward: a loss that is not one floating element is an error"
   Value w = param("w", 1.0);
   Value v = tmul(w, w);  // [3]
   const std::size_t n = main_prog.block().size();
-  FRONTEND_CHECK_ERROR(append_backward(v), InvalidArgument, {"fe_test.mul", "one element", "3xf32"});
-  FRONTEND_CHECK_ERROR(append_backward(Value{}), InvalidArgument, {"null"});
+  KILN_CHECK_ERROR(append_backward(v), InvalidArgument, {"fe_test.mul", "one element", "3xf32"});
+  KILN_CHECK_ERROR(append_backward(Value{}), InvalidArgument, {"null"});
   Value ids = data("ids", {1}, DataType::Int64);
-  FRONTEND_CHECK_ERROR(append_backward(ids), InvalidArgument, {"floating-point"});
+  KILN_CHECK_ERROR(append_backward(ids), InvalidArgument, {"floating-point"});
   Value batch = data("b", {-1});
-  FRONTEND_CHECK_ERROR(append_backward(batch), InvalidArgument, {"one element"});
+  KILN_CHECK_ERROR(append_backward(batch), InvalidArgument, {"one element"});
   CHECK(main_prog.block().size() == n + 2);  // only the two data ops
   // A one-element [1, 1] loss is fine.
   Value one = create_parameter("one", {1, 1}, DataType::Float32, init::Constant(2));
@@ -296,7 +296,7 @@ TEST_CASE("append_backward: an op without Vjp on the path is an error naming it,
   Value h = main_builder().create<TNoVjpOp>(tmul(w, w)).result();
   Value loss = tsum(h);
   const std::string before = main_prog.to_string();
-  FRONTEND_CHECK_ERROR(append_backward(loss), Unimplemented, {"fe_test.no_vjp", "Vjp"});
+  KILN_CHECK_ERROR(append_backward(loss), Unimplemented, {"fe_test.no_vjp", "Vjp"});
   CHECK(main_prog.to_string() == before);
   // Cutting the op's input off makes it fine (no gradient needs it).
   CHECK(append_backward(loss, {}, {h}).empty());
@@ -312,7 +312,7 @@ TEST_CASE("append_backward: a parameter of another program is an error", "[front
   ProgramGuard guard(main_prog, startup);
   Value w = param("w", 1.0);
   Value loss = tsum(tmul(w, w));
-  FRONTEND_CHECK_ERROR(append_backward(loss, {w, foreign}), InvalidArgument, {"'w'", "block"});
+  KILN_CHECK_ERROR(append_backward(loss, {w, foreign}), InvalidArgument, {"'w'", "block"});
 }
 
 TEST_CASE("append_backward: a data value with stop_gradient false is a gradient source",
@@ -330,7 +330,7 @@ TEST_CASE("append_backward: a data value with stop_gradient false is a gradient 
   Value x2 = data("x", {3});
   set_stop_gradient(x2, false);
   Value loss2 = tsum(tadd(tmul(w2, w2), main_builder().create<TNoVjpOp>(x2).result()));
-  FRONTEND_CHECK_ERROR(append_backward(loss2), Unimplemented, {"fe_test.no_vjp"});
+  KILN_CHECK_ERROR(append_backward(loss2), Unimplemented, {"fe_test.no_vjp"});
   // With explicit parameters only w2 is a source.
   CHECK(append_backward(loss2, {w2}).size() == 1);
 }

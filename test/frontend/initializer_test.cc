@@ -117,11 +117,11 @@ TEST_CASE("random initializers repeat after set_random_seed and with a fixed see
 }
 
 TEST_CASE("bad initializer arguments are errors naming the initializer", "[frontend]") {
-  FRONTEND_CHECK_ERROR(init::Uniform(2.0, 1.0), InvalidArgument, {"Uniform", "low"});
-  FRONTEND_CHECK_ERROR(init::Normal(0.0, -1.0), InvalidArgument, {"Normal", "std"});
+  KILN_CHECK_ERROR(init::Uniform(2.0, 1.0), InvalidArgument, {"Uniform", "low"});
+  KILN_CHECK_ERROR(init::Normal(0.0, -1.0), InvalidArgument, {"Normal", "std"});
   Program main_prog, startup;
   ProgramGuard guard(main_prog, startup);
-  FRONTEND_CHECK_ERROR(create_parameter("w", {0, 0}, DataType::Float32, init::XavierUniform()),
+  KILN_CHECK_ERROR(create_parameter("w", {0, 0}, DataType::Float32, init::XavierUniform()),
                        InvalidArgument, {"XavierUniform", "[0, 0]"});
   CHECK(startup.block().empty());
 }

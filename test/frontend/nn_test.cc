@@ -171,7 +171,7 @@ TEST_CASE("Dropout zeroes or upscales in training and is the identity in eval", 
     kept += v != 0.f;
   }
   CHECK(std::abs(double(kept) / 10000 - 0.75) < 0.03);
-  FRONTEND_CHECK_ERROR(nn::Dropout(1.0), InvalidArgument, {"Dropout", "[0, 1)"});
+  KILN_CHECK_ERROR(nn::Dropout(1.0), InvalidArgument, {"Dropout", "[0, 1)"});
 }
 
 TEST_CASE("Embedding looks up rows of its weight by int64 id", "[frontend]") {
@@ -195,7 +195,7 @@ TEST_CASE("Embedding looks up rows of its weight by int64 id", "[frontend]") {
   for (auto id : idv)
     for (int d = 0; d < 3; ++d) want.push_back(w[std::size_t(id * 3 + d)]);
   check_close(got[0].to_vector<float>(), want, 0);
-  FRONTEND_CHECK_ERROR(nn::Embedding(5, 3, 5), InvalidArgument, {"padding_idx"});
+  KILN_CHECK_ERROR(nn::Embedding(5, 3, 5), InvalidArgument, {"padding_idx"});
 }
 
 TEST_CASE("LayerNorm normalizes the trailing axes, then scales and shifts", "[frontend]") {
@@ -308,16 +308,16 @@ TEST_CASE("functional forms reject values they cannot use, naming the function",
   }
   ProgramGuard guard(main_prog, startup);
   Value x = data("x", {2, 3}), l = data("l", {3, 2});
-  FRONTEND_CHECK_ERROR(F::relu(foreign), InvalidArgument, {"relu", "current main program"});
-  FRONTEND_CHECK_ERROR(F::relu(Value{}), InvalidArgument, {"relu", "null"});
-  FRONTEND_CHECK_ERROR(F::mse_loss(x, l), InvalidArgument, {"mse_loss", "[2, 3]", "[3, 2]"});
-  FRONTEND_CHECK_ERROR(F::l1_loss(x, l), InvalidArgument, {"l1_loss", "same shape"});
-  FRONTEND_CHECK_ERROR(F::linear(x, x), InvalidArgument, {"kiln.matmul"});  // [2,3]·[2,3]
-  FRONTEND_CHECK_ERROR(F::linear(x, data("w", {3})), InvalidArgument, {"linear", "[in, out]"});
-  FRONTEND_CHECK_ERROR(F::linear(x, data("w2", {3, 4}), data("b2", {3})), InvalidArgument,
+  KILN_CHECK_ERROR(F::relu(foreign), InvalidArgument, {"relu", "current main program"});
+  KILN_CHECK_ERROR(F::relu(Value{}), InvalidArgument, {"relu", "null"});
+  KILN_CHECK_ERROR(F::mse_loss(x, l), InvalidArgument, {"mse_loss", "[2, 3]", "[3, 2]"});
+  KILN_CHECK_ERROR(F::l1_loss(x, l), InvalidArgument, {"l1_loss", "same shape"});
+  KILN_CHECK_ERROR(F::linear(x, x), InvalidArgument, {"kiln.matmul"});  // [2,3]·[2,3]
+  KILN_CHECK_ERROR(F::linear(x, data("w", {3})), InvalidArgument, {"linear", "[in, out]"});
+  KILN_CHECK_ERROR(F::linear(x, data("w2", {3, 4}), data("b2", {3})), InvalidArgument,
                        {"linear", "bias must be [4]"});
-  FRONTEND_CHECK_ERROR(F::layer_norm(x, {2}), InvalidArgument, {"layer_norm", "normalized_shape"});
-  FRONTEND_CHECK_ERROR(F::dropout(x, -0.1), InvalidArgument, {"dropout"});
-  FRONTEND_CHECK_ERROR(nn::Linear(0, 2), InvalidArgument, {"Linear", "in_features"});
-  FRONTEND_CHECK_ERROR(nn::LayerNorm({}), InvalidArgument, {"LayerNorm"});
+  KILN_CHECK_ERROR(F::layer_norm(x, {2}), InvalidArgument, {"layer_norm", "normalized_shape"});
+  KILN_CHECK_ERROR(F::dropout(x, -0.1), InvalidArgument, {"dropout"});
+  KILN_CHECK_ERROR(nn::Linear(0, 2), InvalidArgument, {"Linear", "in_features"});
+  KILN_CHECK_ERROR(nn::LayerNorm({}), InvalidArgument, {"LayerNorm"});
 }

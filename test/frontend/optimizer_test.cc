@@ -444,3 +444,26 @@ TEST_CASE("optimizers reject bad settings and losses with kiln::Error", "[fronte
     }
   }
 }
+
+TEST_CASE("a minimize that fails on a parameter's dtype leaves both programs unchanged",
+          "[frontend][optim]") {
+  using namespace kiln;
+  UniqueNameGuard names;
+  Program main_prog, startup;
+  ProgramGuard guard(main_prog, startup);
+  Value w = create_parameter("w", {4}, DataType::Int32, init::Constant(1));
+  Value w32 = main_builder().create<CastOp>(w, DataType::Float32).result();
+  Value loss = main_builder().create<MeanOp>(w32).result();
+  const std::size_t main_ops = main_prog.block().size(), startup_ops = startup.block().size();
+  const std::size_t params = main_prog.parameters().size();
+  try {
+    optim::Adam(0.1).minimize(loss);
+    FAIL("no kiln::Error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::InvalidArgument);
+    CHECK_THAT(e.message(), Catch::Contains("f32 or f64") && Catch::Contains("'w'"));
+  }
+  CHECK(main_prog.block().size() == main_ops);
+  CHECK(startup.block().size() == startup_ops);
+  CHECK(main_prog.parameters().size() == params);
+}

@@ -38,12 +38,12 @@ TEST_CASE("a ProgramGuard selects the programs and leaving it restores the previ
 }
 
 TEST_CASE("building with no ProgramGuard active is an error saying so", "[frontend]") {
-  FRONTEND_CHECK_ERROR(current_main_program(), PreconditionNotMet, {"no ProgramGuard"});
-  FRONTEND_CHECK_ERROR(data("x", {1}), PreconditionNotMet, {"no ProgramGuard"});
-  FRONTEND_CHECK_ERROR(nn::Linear(2, 2), PreconditionNotMet, {"no ProgramGuard"});
+  KILN_CHECK_ERROR(current_main_program(), PreconditionNotMet, {"no ProgramGuard"});
+  KILN_CHECK_ERROR(data("x", {1}), PreconditionNotMet, {"no ProgramGuard"});
+  KILN_CHECK_ERROR(nn::Linear(2, 2), PreconditionNotMet, {"no ProgramGuard"});
   Program m;
   ProgramGuard g(m);  // no startup program: parameters cannot be made
-  FRONTEND_CHECK_ERROR(create_parameter("w", {2}, DataType::Float32, init::Constant(0)),
+  KILN_CHECK_ERROR(create_parameter("w", {2}, DataType::Float32, init::Constant(0)),
                        PreconditionNotMet, {"startup"});
   CHECK(m.block().empty());
 }
@@ -109,9 +109,9 @@ TEST_CASE("data: other dtypes, and bad names and shapes are errors naming the da
   ProgramGuard guard(main_prog, startup);
   Value ids = data("ids", {-1}, DataType::Int64);
   CHECK(ids.type() == TensorType::get(DataType::Int64, {-1}));
-  FRONTEND_CHECK_ERROR(data("", {1}), InvalidArgument, {"name is empty"});
-  FRONTEND_CHECK_ERROR(data("z", {2, -3}), InvalidArgument, {"'z'", "-3"});
-  FRONTEND_CHECK_ERROR(data("ids", {2}), AlreadyExists, {"'ids'"});
+  KILN_CHECK_ERROR(data("", {1}), InvalidArgument, {"name is empty"});
+  KILN_CHECK_ERROR(data("z", {2, -3}), InvalidArgument, {"'z'", "-3"});
+  KILN_CHECK_ERROR(data("ids", {2}), AlreadyExists, {"'ids'"});
   CHECK(main_prog.block().size() == 1);
 }
 
@@ -142,7 +142,7 @@ TEST_CASE("stop_gradient is a per-result flag on the defining op, default false"
   CHECK_FALSE(stop_gradient(ls->result(1)));
   CHECK(stop_gradient((*loaded.block().begin())->result(0)) == stop_gradient(x));
   main_prog.verify();
-  FRONTEND_CHECK_ERROR(set_stop_gradient(Value{}), InvalidArgument, {"null"});
+  KILN_CHECK_ERROR(set_stop_gradient(Value{}), InvalidArgument, {"null"});
 }
 
 TEST_CASE("create_parameter: initializer + set_parameter in startup, parameter op in main",
@@ -154,11 +154,11 @@ TEST_CASE("create_parameter: initializer + set_parameter in startup, parameter o
     w = create_parameter("w", {2, 3}, DataType::Float32, init::Constant(0.25));
     state = create_parameter("w_moment", {2, 3}, DataType::Float32, init::Constant(0),
                              /*trainable=*/false);
-    FRONTEND_CHECK_ERROR(create_parameter("w", {2}, DataType::Float32, init::Constant(0)),
+    KILN_CHECK_ERROR(create_parameter("w", {2}, DataType::Float32, init::Constant(0)),
                          AlreadyExists, {"'w'"});
-    FRONTEND_CHECK_ERROR(create_parameter("v", {2, -1}, DataType::Float32, init::Constant(0)),
+    KILN_CHECK_ERROR(create_parameter("v", {2, -1}, DataType::Float32, init::Constant(0)),
                          InvalidArgument, {"'v'", "-1"});
-    FRONTEND_CHECK_ERROR(create_parameter("", {2}, DataType::Float32, init::Constant(0)),
+    KILN_CHECK_ERROR(create_parameter("", {2}, DataType::Float32, init::Constant(0)),
                          InvalidArgument, {"name is empty"});
   }
   CHECK(op_names(startup) == std::vector<std::string>{"kiln.full", "builtin.set_parameter",

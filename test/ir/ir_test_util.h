@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "test_util.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/ir/block.h"
 #include "kiln/ir/op.h"
@@ -58,27 +59,6 @@ inline kiln::Operation* add_region_op(kiln::Block& block, const std::vector<kiln
   return op;
 }
 
-// Runs `f`; it must throw kiln::Error of `kind` whose message contains each of
-// `parts`. Returns the message (empty when the check failed).
-inline std::string expect_error(const std::function<void()>& f, kiln::ErrorKind kind,
-                                const std::vector<std::string>& parts = {}) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    INFO("message: " << e.message());
-    CHECK(kiln::to_string(e.kind()) == kiln::to_string(kind));
-    for (const auto& p : parts) CHECK_THAT(e.message(), Catch::Contains(p));
-    return e.message();
-  }
-  FAIL_CHECK("no kiln::Error was thrown");
-  return {};
-}
 
 }  // namespace kiln_test
 
-// CHECK-style (the test goes on): KILN_CHECK_ERROR(expr, NotFound, {"'nope.op'"});
-#define KILN_CHECK_ERROR(expr, kind, ...)                                                \
-  do {                                                                                   \
-    INFO("KILN_CHECK_ERROR(" #expr ", " #kind ") at line " << __LINE__);                 \
-    ::kiln_test::expect_error([&] { (void)(expr); }, ::kiln::ErrorKind::kind, ##__VA_ARGS__); \
-  } while (0)

@@ -114,7 +114,7 @@ TEST_CASE("div divides floats and truncates integers", "[kernel]") {
 TEST_CASE("integer division by zero is an error naming the op, and MIN / -1 does not trap", "[kernel]") {
   auto x = Tensor::from_vector<std::int64_t>({3}, {1, 2, 3});
   auto y = Tensor::from_vector<std::int64_t>({3}, {1, 0, 3});
-  KERNEL_CHECK_ERROR(run_op<DivOp>({x, y}), InvalidArgument, {"kiln.div", "zero"});
+  KILN_CHECK_ERROR(run_op<DivOp>({x, y}), InvalidArgument, {"kiln.div", "zero"});
   auto m = Tensor::from_vector<std::int32_t>({1}, {INT32_MIN});
   auto r = run_op<DivOp>({m, Tensor::from_vector<std::int32_t>({1}, {-1})});
   CHECK(r.out().to_vector<std::int32_t>()[0] == INT32_MIN);  // wraps, as two's complement
@@ -150,16 +150,16 @@ TEST_CASE("pow raises floats elementwise with broadcasting", "[kernel]") {
 TEST_CASE("binary ops reject mixed dtypes, shapes that do not broadcast and pow on integers", "[kernel]") {
   using kiln_test::build_op;
   Program p;
-  KERNEL_CHECK_ERROR((build_op<SubOp>(p, {{DataType::Float32, {2}}, {DataType::Float64, {2}}})),
+  KILN_CHECK_ERROR((build_op<SubOp>(p, {{DataType::Float32, {2}}, {DataType::Float64, {2}}})),
                      InvalidArgument, {"kiln.sub", "f32", "f64"});
-  KERNEL_CHECK_ERROR((build_op<MulOp>(p, {{DataType::Float32, {3, 4}}, {DataType::Float32, {5}}})),
+  KILN_CHECK_ERROR((build_op<MulOp>(p, {{DataType::Float32, {3, 4}}, {DataType::Float32, {5}}})),
                      InvalidArgument, {"kiln.mul", "broadcast", "[3, 4]", "[5]"});
-  KERNEL_CHECK_ERROR((build_op<PowOp>(p, {{DataType::Int32, {2}}, {DataType::Int32, {2}}})),
+  KILN_CHECK_ERROR((build_op<PowOp>(p, {{DataType::Int32, {2}}, {DataType::Int32, {2}}})),
                      InvalidArgument, {"kiln.pow", "floating", "i32"});
   // Unknown dims broadcast at build time; the kernel checks the real ones.
   auto x = Tensor::from_vector<float>({3}, {1, 2, 3});
   auto y = Tensor::from_vector<float>({2}, {1, 2});
-  KERNEL_CHECK_ERROR(kiln_test::run_kernel({x, y}, [](Builder& b, const std::vector<Value>&) {
+  KILN_CHECK_ERROR(kiln_test::run_kernel({x, y}, [](Builder& b, const std::vector<Value>&) {
                        Value a = b.create<DataOp>("a", std::vector<std::int64_t>{-1}).result();
                        Value c = b.create<DataOp>("c", std::vector<std::int64_t>{-1}).result();
                        return b.create<MaximumOp>(a, c).operation();
@@ -202,10 +202,10 @@ TEST_CASE("add_n sums one or more same-shaped tensors", "[kernel]") {
 TEST_CASE("add_n rejects no operands, mixed dtypes and different shapes", "[kernel]") {
   using kiln_test::build_op;
   Program p;
-  KERNEL_CHECK_ERROR((build_op<AddNOp>(p, {})), InvalidArgument, {"kiln.add_n", "at least one"});
-  KERNEL_CHECK_ERROR((build_op<AddNOp>(p, {{DataType::Float32, {2}}, {DataType::Int32, {2}}})),
+  KILN_CHECK_ERROR((build_op<AddNOp>(p, {})), InvalidArgument, {"kiln.add_n", "at least one"});
+  KILN_CHECK_ERROR((build_op<AddNOp>(p, {{DataType::Float32, {2}}, {DataType::Int32, {2}}})),
                      InvalidArgument, {"kiln.add_n", "f32", "i32"});
-  KERNEL_CHECK_ERROR((build_op<AddNOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {2, 3}},
+  KILN_CHECK_ERROR((build_op<AddNOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {2, 3}},
                                            {DataType::Float32, {3}}})),
                      InvalidArgument, {"kiln.add_n", "[2, 3]", "[3]", "operand #2"});
   // -1 dims unify with known ones.

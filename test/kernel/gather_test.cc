@@ -68,17 +68,17 @@ TEST_CASE("gather takes the indexed slices along the axis like the loop", "[kern
 
 TEST_CASE("gather with an index out of range is an error naming the op and the index", "[kernel]") {
   Tensor x = iota<float>({4, 3});
-  KERNEL_CHECK_ERROR(run_op<GatherOp>({x, Tensor::from_vector<std::int64_t>({3}, {1, 4, 0})}, std::int64_t{0}),
+  KILN_CHECK_ERROR(run_op<GatherOp>({x, Tensor::from_vector<std::int64_t>({3}, {1, 4, 0})}, std::int64_t{0}),
                      OutOfRange, {"kiln.gather", "4", "[0, 4)"});
-  KERNEL_CHECK_ERROR(run_op<GatherOp>({x, Tensor::from_vector<std::int32_t>({1}, {-1})}, std::int64_t{1}),
+  KILN_CHECK_ERROR(run_op<GatherOp>({x, Tensor::from_vector<std::int32_t>({1}, {-1})}, std::int64_t{1}),
                      OutOfRange, {"kiln.gather", "-1", "[0, 3)"});
 }
 
 TEST_CASE("gather rejects a non-integer index and a bad axis", "[kernel]") {
   Program p;
-  KERNEL_CHECK_ERROR(build_op<GatherOp>(p, {{DataType::Float32, {4, 3}}, {DataType::Float32, {2}}}),
+  KILN_CHECK_ERROR(build_op<GatherOp>(p, {{DataType::Float32, {4, 3}}, {DataType::Float32, {2}}}),
                      InvalidArgument, {"kiln.gather", "i32 or i64"});
-  KERNEL_CHECK_ERROR(build_op<GatherOp>(p, {{DataType::Float32, {4, 3}}, {DataType::Int64, {2}}},
+  KILN_CHECK_ERROR(build_op<GatherOp>(p, {{DataType::Float32, {4, 3}}, {DataType::Int64, {2}}},
                                         std::int64_t{2}),
                      InvalidArgument, {"kiln.gather", "axis"});
 }
@@ -119,19 +119,19 @@ TEST_CASE("embedding gives zero rows for padding_idx", "[kernel]") {
 
 TEST_CASE("embedding with an id out of range is an error naming the op and the id", "[kernel]") {
   Tensor w = kiln_test::filled<float>({4, 3});
-  KERNEL_CHECK_ERROR(run_op<EmbeddingOp>({w, Tensor::from_vector<std::int64_t>({2, 2}, {0, 1, 7, 2})}),
+  KILN_CHECK_ERROR(run_op<EmbeddingOp>({w, Tensor::from_vector<std::int64_t>({2, 2}, {0, 1, 7, 2})}),
                      OutOfRange, {"kiln.embedding", "id 7", "position 2", "[0, 4)"});
-  KERNEL_CHECK_ERROR(run_op<EmbeddingOp>({w, Tensor::from_vector<std::int32_t>({1}, {-3})}),
+  KILN_CHECK_ERROR(run_op<EmbeddingOp>({w, Tensor::from_vector<std::int32_t>({1}, {-3})}),
                      OutOfRange, {"kiln.embedding", "id -3"});
 }
 
 TEST_CASE("embedding rejects a weight that is not 2-D, float ids and a bad padding_idx", "[kernel]") {
   Program p;
-  KERNEL_CHECK_ERROR(build_op<EmbeddingOp>(p, {{DataType::Float32, {4}}, {DataType::Int64, {2}}}),
+  KILN_CHECK_ERROR(build_op<EmbeddingOp>(p, {{DataType::Float32, {4}}, {DataType::Int64, {2}}}),
                      InvalidArgument, {"kiln.embedding", "[vocab, dim]"});
-  KERNEL_CHECK_ERROR(build_op<EmbeddingOp>(p, {{DataType::Float32, {4, 3}}, {DataType::Float32, {2}}}),
+  KILN_CHECK_ERROR(build_op<EmbeddingOp>(p, {{DataType::Float32, {4, 3}}, {DataType::Float32, {2}}}),
                      InvalidArgument, {"kiln.embedding", "ids"});
-  KERNEL_CHECK_ERROR(build_op<EmbeddingOp>(p, {{DataType::Float32, {4, 3}}, {DataType::Int64, {2}}},
+  KILN_CHECK_ERROR(build_op<EmbeddingOp>(p, {{DataType::Float32, {4, 3}}, {DataType::Int64, {2}}},
                                            std::int64_t{4}),
                      InvalidArgument, {"kiln.embedding", "padding_idx"});
 }

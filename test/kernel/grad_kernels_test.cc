@@ -57,11 +57,11 @@ TEST_CASE("reduce_as matches a plain-loop reference on a rank-4 broadcast", "[ke
 
 TEST_CASE("reduce_as rejects a target x does not broadcast from", "[kernel][grad]") {
   Program p;
-  KERNEL_CHECK_ERROR(build_op<ReduceAsOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {2}}}),
+  KILN_CHECK_ERROR(build_op<ReduceAsOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {2}}}),
                      InvalidArgument, {"kiln.reduce_as", "[2, 3]", "[2]"});
-  KERNEL_CHECK_ERROR(build_op<ReduceAsOp>(p, {{DataType::Int64, {2, 3}}, {DataType::Int64, {3}}}),
+  KILN_CHECK_ERROR(build_op<ReduceAsOp>(p, {{DataType::Int64, {2, 3}}, {DataType::Int64, {3}}}),
                      InvalidArgument, {"kiln.reduce_as", "floating"});
-  KERNEL_CHECK_ERROR(run_op<ReduceAsOp>({filled<float>({2, 3}), filled<float>({4, 3})}),
+  KILN_CHECK_ERROR(run_op<ReduceAsOp>({filled<float>({2, 3}), filled<float>({4, 3})}),
                      InvalidArgument, {"kiln.reduce_as", "[2, 3]", "[4, 3]"});
 }
 
@@ -72,10 +72,10 @@ TEST_CASE("reshape_as views x with the target's run-time dims", "[kernel][grad]"
   auto r = run_op<ReshapeAsOp>({x, Tensor::zeros({3, 2}, DataType::Int64)});
   CHECK(r.out().dims() == Dims{3, 2});
   CHECK(r.out().to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
-  KERNEL_CHECK_ERROR(run_op<ReshapeAsOp>({x, Tensor::zeros({4}, DataType::Float32)}),
+  KILN_CHECK_ERROR(run_op<ReshapeAsOp>({x, Tensor::zeros({4}, DataType::Float32)}),
                      InvalidArgument, {"kiln.reshape_as", "6 elements", "4 elements"});
   Program p;
-  KERNEL_CHECK_ERROR(build_op<ReshapeAsOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {5}}}),
+  KILN_CHECK_ERROR(build_op<ReshapeAsOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {5}}}),
                      InvalidArgument, {"kiln.reshape_as", "6 elements", "5 elements"});
 }
 
@@ -104,8 +104,8 @@ TEMPLATE_TEST_CASE("split_as cuts x into pieces shaped like the refs", "[kernel]
           return bb.create<SplitAsOp>(v[0], std::vector<Value>{v[1], v[2]}, 1).operation();
         });
   };
-  KERNEL_CHECK_ERROR(bad({2, 2}, {2, 2}), InvalidArgument, {"kiln.split_as", "add up to 4"});
-  KERNEL_CHECK_ERROR(bad({3, 2}, {2, 3}), InvalidArgument, {"kiln.split_as", "ref #1"});
+  KILN_CHECK_ERROR(bad({2, 2}, {2, 2}), InvalidArgument, {"kiln.split_as", "add up to 4"});
+  KILN_CHECK_ERROR(bad({3, 2}, {2, 3}), InvalidArgument, {"kiln.split_as", "ref #1"});
 }
 
 // ---- activation grads ----
@@ -138,11 +138,11 @@ TEMPLATE_TEST_CASE("activation grads match their closed forms", "[kernel][grad]"
 
 TEST_CASE("activation grads need operands of one shape and a float dtype", "[kernel][grad]") {
   Program p;
-  KERNEL_CHECK_ERROR(build_op<ReluGradOp>(p, {{DataType::Float32, {2}}, {DataType::Float32, {3}}}),
+  KILN_CHECK_ERROR(build_op<ReluGradOp>(p, {{DataType::Float32, {2}}, {DataType::Float32, {3}}}),
                      InvalidArgument, {"kiln.relu_grad", "[2]", "[3]"});
-  KERNEL_CHECK_ERROR(build_op<TanhGradOp>(p, {{DataType::Int32, {2}}, {DataType::Int32, {2}}}),
+  KILN_CHECK_ERROR(build_op<TanhGradOp>(p, {{DataType::Int32, {2}}, {DataType::Int32, {2}}}),
                      InvalidArgument, {"kiln.tanh_grad", "floating"});
-  KERNEL_CHECK_ERROR(
+  KILN_CHECK_ERROR(
       build_op<SigmoidGradOp>(p, {{DataType::Float32, {2}}, {DataType::Float64, {2}}}),
       InvalidArgument, {"kiln.sigmoid_grad", "f32", "f64"});
 }
@@ -165,8 +165,8 @@ TEST_CASE("grad ops check at run time the shapes that were -1 at build time", "[
     return b.create<ReluGradOp>(x, y).result();
   };
   FeedMap feed = {{"x", filled<float>({2, 3})}, {"y", filled<float>({4, 3})}};
-  KERNEL_CHECK_ERROR(run(reduce_as, feed), InvalidArgument, {"kiln.reduce_as", "2x3", "4x3"});
-  KERNEL_CHECK_ERROR(run(relu_grad, feed), InvalidArgument, {"kiln.relu_grad", "2x3", "4x3"});
+  KILN_CHECK_ERROR(run(reduce_as, feed), InvalidArgument, {"kiln.reduce_as", "2x3", "4x3"});
+  KILN_CHECK_ERROR(run(relu_grad, feed), InvalidArgument, {"kiln.relu_grad", "2x3", "4x3"});
   feed["y"] = filled<float>({1, 3});  // now x broadcasts from y
   CHECK(run(reduce_as, feed)[0].dims() == Dims{1, 3});
 }
@@ -185,7 +185,7 @@ TEMPLATE_TEST_CASE("maximum_grad and minimum_grad route dout by comparison, halv
   auto mn = run_op<MinimumGradOp>({x, y, d});
   check_close<T>(mn.out(0), {10, 0, 0, 20});
   check_close<T>(mn.out(1), {0, 20, 30, 20});
-  KERNEL_CHECK_ERROR(run_op<MaximumGradOp>({x, y, t<T>({2}, {1, 2})}), InvalidArgument,
+  KILN_CHECK_ERROR(run_op<MaximumGradOp>({x, y, t<T>({2}, {1, 2})}), InvalidArgument,
                      {"kiln.maximum_grad", "broadcast"});
 }
 
@@ -208,13 +208,13 @@ TEMPLATE_TEST_CASE("sum_grad, mean_grad and max_grad spread dout back over the r
 
 TEST_CASE("reduction grads reject a dout not shaped like the reduced x", "[kernel][grad]") {
   Program p;
-  KERNEL_CHECK_ERROR(build_op<SumGradOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {3}}},
+  KILN_CHECK_ERROR(build_op<SumGradOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {3}}},
                                          Axes{1}, false),
                      InvalidArgument, {"kiln.sum_grad", "[3]", "[2]"});
-  KERNEL_CHECK_ERROR(build_op<MeanGradOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {2}}},
+  KILN_CHECK_ERROR(build_op<MeanGradOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {2}}},
                                           Axes{5}, false),
                      InvalidArgument, {"kiln.mean_grad", "axis 5"});
-  KERNEL_CHECK_ERROR(run_op<SumGradOp>({filled<float>({2, 3}), filled<float>({3})}, Axes{0}, true),
+  KILN_CHECK_ERROR(run_op<SumGradOp>({filled<float>({2, 3}), filled<float>({3})}, Axes{0}, true),
                      InvalidArgument, {"kiln.sum_grad", "[1, 3]"});
 }
 
@@ -243,7 +243,7 @@ TEMPLATE_TEST_CASE("softmax_grad and log_softmax_grad match their formulas along
     }
   check_close<T>(run_op<SoftmaxGradOp>({t<T>({2, 3, 2}, y), t<T>({2, 3, 2}, d)}, 1).out(), as<T>(sm));
   check_close<T>(run_op<LogSoftmaxGradOp>({t<T>({2, 3, 2}, y), t<T>({2, 3, 2}, d)}, -2).out(), as<T>(lsm));
-  KERNEL_CHECK_ERROR(run_op<SoftmaxGradOp>({t<T>({2}, {1, 2}), t<T>({2}, {1, 2})}, 3),
+  KILN_CHECK_ERROR(run_op<SoftmaxGradOp>({t<T>({2}, {1, 2}), t<T>({2}, {1, 2})}, 3),
                      InvalidArgument, {"kiln.softmax_grad", "axis 3"});
 }
 
@@ -259,10 +259,10 @@ TEMPLATE_TEST_CASE("softmax_with_cross_entropy_grad is (softmax - onehot) · dlo
   check_close<T>(run_op<SoftmaxWithCrossEntropyGradOp>({sm, label32, dl}, std::int64_t{-100}).out(),
                  {-1.5, 1.5, -1.5, 1.5, 3.6, -3.6});
   auto bad = Tensor::from_vector<std::int64_t>({3}, {0, 2, 1});
-  KERNEL_CHECK_ERROR(run_op<SoftmaxWithCrossEntropyGradOp>({sm, bad, dl}, std::int64_t{-100}),
+  KILN_CHECK_ERROR(run_op<SoftmaxWithCrossEntropyGradOp>({sm, bad, dl}, std::int64_t{-100}),
                      InvalidArgument, {"kiln.softmax_with_cross_entropy_grad", "row 1", "label 2"});
   Program p;
-  KERNEL_CHECK_ERROR(build_op<SoftmaxWithCrossEntropyGradOp>(
+  KILN_CHECK_ERROR(build_op<SoftmaxWithCrossEntropyGradOp>(
                          p, {{DataType::Float32, {3, 2}}, {DataType::Int64, {3}},
                              {DataType::Float32, {3, 2}}},
                          std::int64_t{-100}),
@@ -278,7 +278,7 @@ TEMPLATE_TEST_CASE("slice_grad writes dout into zeros at the sliced window", "[k
   auto d = t<T>({2, 2}, {1, 2, 3, 4});
   check_close<T>(run_op<SliceGradOp>({x, d}, Axes{0, 1}, Axes{1, -3}, Axes{3, 3}).out(),
                  {0, 0, 0, 0, 0, 1, 2, 0, 0, 3, 4, 0});
-  KERNEL_CHECK_ERROR(run_op<SliceGradOp>({x, t<T>({1, 2}, {1, 2})}, Axes{0, 1}, Axes{1, 1},
+  KILN_CHECK_ERROR(run_op<SliceGradOp>({x, t<T>({1, 2}, {1, 2})}, Axes{0, 1}, Axes{1, 1},
                                          Axes{3, 3}),
                      InvalidArgument, {"kiln.slice_grad", "[1, 2]", "[2, 2]"});
 }
@@ -302,9 +302,9 @@ TEMPLATE_TEST_CASE("gather_grad and embedding_grad scatter-add rows, repeats add
   check_close<T>(run_op<EmbeddingGradOp>({w, ids, d}, std::int64_t{1}).out(),
                  {0, 0, 0, 0, 0, 0, 3, 4});
   auto out_of_range = Tensor::from_vector<std::int64_t>({3}, {1, 4, 1});
-  KERNEL_CHECK_ERROR(run_op<EmbeddingGradOp>({w, out_of_range, d}, std::int64_t{-1}), OutOfRange,
+  KILN_CHECK_ERROR(run_op<EmbeddingGradOp>({w, out_of_range, d}, std::int64_t{-1}), OutOfRange,
                      {"kiln.embedding_grad", "id 4", "[0, 4)"});
-  KERNEL_CHECK_ERROR(run_op<GatherGradOp>({x, out_of_range, d}, std::int64_t{0}), OutOfRange,
+  KILN_CHECK_ERROR(run_op<GatherGradOp>({x, out_of_range, d}, std::int64_t{0}), OutOfRange,
                      {"kiln.gather_grad", "index 4"});
 }
 
@@ -320,10 +320,10 @@ TEMPLATE_TEST_CASE("dropout_grad keeps masked-in elements scaled by 1/(1-p)", "[
   check_close<T>(run_op<DropoutGradOp>({d, mask}, 0.5, false).out(), {2, 0, 6, 0});
   check_close<T>(run_op<DropoutGradOp>({d, mask}, 0.5, true).out(), {1, 2, 3, 4});
   Program p;
-  KERNEL_CHECK_ERROR(build_op<DropoutGradOp>(p, {{DataType::Float32, {4}}, {DataType::Float32, {4}}},
+  KILN_CHECK_ERROR(build_op<DropoutGradOp>(p, {{DataType::Float32, {4}}, {DataType::Float32, {4}}},
                                              0.5, false),
                      InvalidArgument, {"kiln.dropout_grad", "bool"});
-  KERNEL_CHECK_ERROR(build_op<DropoutGradOp>(p, {{DataType::Float32, {4}}, {DataType::Bool, {4}}},
+  KILN_CHECK_ERROR(build_op<DropoutGradOp>(p, {{DataType::Float32, {4}}, {DataType::Bool, {4}}},
                                              1.0, false),
                      InvalidArgument, {"kiln.dropout_grad", "[0, 1)"});
 }
@@ -332,28 +332,28 @@ TEST_CASE("grad ops name themselves and the mismatched operand when built on bad
           "[kernel][grad]") {
   Program p;
   const auto f32 = DataType::Float32;
-  KERNEL_CHECK_ERROR(build_op<MaxGradOp>(p, {{f32, {2, 3}}, {f32, {3}}, {f32, {2}}}, Axes{1},
+  KILN_CHECK_ERROR(build_op<MaxGradOp>(p, {{f32, {2, 3}}, {f32, {3}}, {f32, {2}}}, Axes{1},
                                          false),
                      InvalidArgument, {"kiln.max_grad", "out [3]", "[2]"});
-  KERNEL_CHECK_ERROR(build_op<GatherGradOp>(p, {{f32, {5, 3}}, {DataType::Int64, {4}}, {f32, {5, 3}}},
+  KILN_CHECK_ERROR(build_op<GatherGradOp>(p, {{f32, {5, 3}}, {DataType::Int64, {4}}, {f32, {5, 3}}},
                                             std::int64_t{0}),
                      InvalidArgument, {"kiln.gather_grad", "dout [5, 3]", "[4, 3]"});
-  KERNEL_CHECK_ERROR(build_op<GatherGradOp>(p, {{f32, {5, 3}}, {f32, {4}}, {f32, {4, 3}}},
+  KILN_CHECK_ERROR(build_op<GatherGradOp>(p, {{f32, {5, 3}}, {f32, {4}}, {f32, {4, 3}}},
                                             std::int64_t{0}),
                      InvalidArgument, {"kiln.gather", "i32 or i64"});
-  KERNEL_CHECK_ERROR(
+  KILN_CHECK_ERROR(
       build_op<EmbeddingGradOp>(p, {{f32, {6, 2}}, {DataType::Int64, {3}}, {f32, {3, 4}}},
                                 std::int64_t{-1}),
       InvalidArgument, {"kiln.embedding_grad", "dout [3, 4]", "[3, 2]"});
-  KERNEL_CHECK_ERROR(build_op<SliceGradOp>(p, {{f32, {4, 5}}, {f32, {4, 5}}}, Axes{1}, Axes{1},
+  KILN_CHECK_ERROR(build_op<SliceGradOp>(p, {{f32, {4, 5}}, {f32, {4, 5}}}, Axes{1}, Axes{1},
                                            Axes{3}),
                      InvalidArgument, {"kiln.slice_grad", "dout [4, 5]", "[4, 2]"});
-  KERNEL_CHECK_ERROR(build_op<MinimumGradOp>(p, {{f32, {2, 3}}, {f32, {4}}, {f32, {2, 3}}}),
+  KILN_CHECK_ERROR(build_op<MinimumGradOp>(p, {{f32, {2, 3}}, {f32, {4}}, {f32, {2, 3}}}),
                      InvalidArgument, {"kiln.minimum_grad", "broadcast"});
-  KERNEL_CHECK_ERROR(build_op<LogSoftmaxGradOp>(p, {{f32, {2, 3}}, {f32, {2, 4}}}, -1),
+  KILN_CHECK_ERROR(build_op<LogSoftmaxGradOp>(p, {{f32, {2, 3}}, {f32, {2, 4}}}, -1),
                      InvalidArgument, {"kiln.log_softmax_grad", "[2, 3]", "[2, 4]"});
   Builder b(p);
   auto x = b.create<DataOp>("x", std::vector<std::int64_t>{2, 3}).result();
-  KERNEL_CHECK_ERROR(b.create<SplitAsOp>(x, std::vector<Value>{}, 0), InvalidArgument,
+  KILN_CHECK_ERROR(b.create<SplitAsOp>(x, std::vector<Value>{}, 0), InvalidArgument,
                      {"kiln.split_as", "at least one ref"});
 }

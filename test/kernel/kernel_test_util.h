@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "test_util.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/runtime/allocator.h"
@@ -133,21 +134,6 @@ kiln::Operation* build_op(kiln::Program& p, const std::vector<TypeSpec>& ins, Ar
     return detail::create_fixed<OpT>(b, v, std::make_index_sequence<OpT::num_operands>{}, args...);
 }
 
-// Runs `f`; it must throw kiln::Error of `kind` whose message contains each
-// of `parts`. Returns the message (empty when the check failed).
-inline std::string kernel_expect_error(const std::function<void()>& f, kiln::ErrorKind kind,
-                                       const std::vector<std::string>& parts = {}) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    INFO("message: " << e.message());
-    CHECK(kiln::to_string(e.kind()) == kiln::to_string(kind));
-    for (const auto& p : parts) CHECK_THAT(e.message(), Catch::Contains(p));
-    return e.message();
-  }
-  FAIL_CHECK("no kiln::Error was thrown");
-  return {};
-}
 
 // Element-wise closeness: |a - b| <= atol + rtol * |b|; reports the first miss.
 template <typename T>
@@ -182,6 +168,3 @@ kiln::Tensor filled(const kiln::Dims& dims, double lo = -1.0, double hi = 1.0, s
 
 }  // namespace kiln_test
 
-// KERNEL_CHECK_ERROR(run_op<SubOp>({x, y}), InvalidArgument, {"kiln.sub"});
-#define KERNEL_CHECK_ERROR(expr, kind, ...) \
-  ::kiln_test::kernel_expect_error([&] { (void)(expr); }, ::kiln::ErrorKind::kind, ##__VA_ARGS__)

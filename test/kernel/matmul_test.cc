@@ -131,17 +131,17 @@ TEST_CASE("matmul handles empty dims: zero rows give an empty result, zero depth
 TEST_CASE("matmul rejects bad operands when the op is built, naming the op", "[kernel]") {
   Program p;
   using kiln_test::build_op;
-  KERNEL_CHECK_ERROR(build_op<MatmulOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {4, 5}}}),
+  KILN_CHECK_ERROR(build_op<MatmulOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {4, 5}}}),
                      InvalidArgument, {"kiln.matmul", "contraction"});
-  KERNEL_CHECK_ERROR(build_op<MatmulOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {3, 5}}},
+  KILN_CHECK_ERROR(build_op<MatmulOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {3, 5}}},
                                         true, false),
                      InvalidArgument, {"kiln.matmul"});
-  KERNEL_CHECK_ERROR(build_op<MatmulOp>(p, {{DataType::Float32, {3}}, {DataType::Float32, {3, 2}}}),
+  KILN_CHECK_ERROR(build_op<MatmulOp>(p, {{DataType::Float32, {3}}, {DataType::Float32, {3, 2}}}),
                      InvalidArgument, {"kiln.matmul", "rank"});
-  KERNEL_CHECK_ERROR(
+  KILN_CHECK_ERROR(
       build_op<MatmulOp>(p, {{DataType::Float32, {2, 2, 3}}, {DataType::Float32, {3, 3, 4}}}),
       InvalidArgument, {"kiln.matmul", "broadcast"});
-  KERNEL_CHECK_ERROR(build_op<MatmulOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float64, {3, 2}}}),
+  KILN_CHECK_ERROR(build_op<MatmulOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float64, {3, 2}}}),
                      InvalidArgument, {"kiln.matmul", "f32", "f64"});
 }
 
@@ -153,7 +153,7 @@ TEST_CASE("matmul checks dims at run time when they were unknown at build time",
     return b.create<MatmulOp>(x.result(), y.result()).operation();
   };
   Tensor x = kiln_test::filled<float>({2, 3}), y = kiln_test::filled<float>({4, 2});
-  KERNEL_CHECK_ERROR(run_kernel({x, y}, on_unknown), InvalidArgument,
+  KILN_CHECK_ERROR(run_kernel({x, y}, on_unknown), InvalidArgument,
                      {"kiln.matmul", "contraction", "[2x3]", "[4x2]"});
   auto batched = [](Builder& b, const std::vector<Value>&) {
     auto x = b.create<DataOp>("ux", std::vector<std::int64_t>{-1, 2, 2});
@@ -161,7 +161,7 @@ TEST_CASE("matmul checks dims at run time when they were unknown at build time",
     return b.create<MatmulOp>(x.result(), y.result()).operation();
   };
   Tensor bx = kiln_test::filled<float>({2, 2, 2}), by = kiln_test::filled<float>({3, 2, 2});
-  KERNEL_CHECK_ERROR(run_kernel({bx, by}, batched), InvalidArgument, {"kiln.matmul", "batch"});
+  KILN_CHECK_ERROR(run_kernel({bx, by}, batched), InvalidArgument, {"kiln.matmul", "batch"});
 }
 
 TEST_CASE("matmul has f32 and f64 kernels and reports other dtypes as unimplemented", "[kernel]") {
@@ -169,7 +169,7 @@ TEST_CASE("matmul has f32 and f64 kernels and reports other dtypes as unimplemen
   CHECK(std::find(dtypes.begin(), dtypes.end(), DataType::Float32) != dtypes.end());
   CHECK(std::find(dtypes.begin(), dtypes.end(), DataType::Float64) != dtypes.end());
   Tensor x = Tensor::from_vector<std::int32_t>({1, 1}, {2});
-  KERNEL_CHECK_ERROR(run_op<MatmulOp>({x, x}), Unimplemented, {"kiln.matmul", "i32"});
+  KILN_CHECK_ERROR(run_op<MatmulOp>({x, x}), Unimplemented, {"kiln.matmul", "i32"});
 }
 
 TEST_CASE("blas_set_num_threads sets OpenBLAS's thread count", "[kernel]") {

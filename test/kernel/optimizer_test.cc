@@ -207,19 +207,19 @@ TEST_CASE("update ops reject operands of the wrong shape, dtype or kind, naming 
   using TS = kiln_test::TypeSpec;
   const auto f32 = DataType::Float32, f64 = DataType::Float64;
   Program p;
-  KERNEL_CHECK_ERROR((build_op<Sgd_Op>(p, {TS{f32, {3}}, TS{f32, {4}}, TS{f32, {1}}})),
+  KILN_CHECK_ERROR((build_op<Sgd_Op>(p, {TS{f32, {3}}, TS{f32, {4}}, TS{f32, {1}}})),
                      InvalidArgument, {"kiln.sgd_", "'grad'", "[3]", "[4]"});
-  KERNEL_CHECK_ERROR((build_op<Sgd_Op>(p, {TS{f32, {3}}, TS{f64, {3}}, TS{f32, {1}}})),
+  KILN_CHECK_ERROR((build_op<Sgd_Op>(p, {TS{f32, {3}}, TS{f64, {3}}, TS{f32, {1}}})),
                      InvalidArgument, {"kiln.sgd_", "'grad'", "f32", "f64"});
-  KERNEL_CHECK_ERROR((build_op<Sgd_Op>(p, {TS{f32, {3}}, TS{f32, {3}}, TS{f32, {2}}})),
+  KILN_CHECK_ERROR((build_op<Sgd_Op>(p, {TS{f32, {3}}, TS{f32, {3}}, TS{f32, {2}}})),
                      InvalidArgument, {"kiln.sgd_", "'learning_rate'", "one element"});
-  KERNEL_CHECK_ERROR((build_op<Sgd_Op>(p, {TS{DataType::Int64, {3}}, TS{DataType::Int64, {3}},
+  KILN_CHECK_ERROR((build_op<Sgd_Op>(p, {TS{DataType::Int64, {3}}, TS{DataType::Int64, {3}},
                                            TS{DataType::Int64, {1}}})),
                      InvalidArgument, {"kiln.sgd_", "'param'", "i64"});
-  KERNEL_CHECK_ERROR((build_op<Momentum_Op>(p, {TS{f32, {2, 3}}, TS{f32, {2, 3}}, TS{f32, {3, 2}},
+  KILN_CHECK_ERROR((build_op<Momentum_Op>(p, {TS{f32, {2, 3}}, TS{f32, {2, 3}}, TS{f32, {3, 2}},
                                                 TS{f32, {1}}})),
                      InvalidArgument, {"kiln.momentum_", "'velocity'", "[2, 3]", "[3, 2]"});
-  KERNEL_CHECK_ERROR((build_op<Momentum_Op>(p, {TS{f32, {2}}, TS{f32, {2}}, TS{f32, {2}},
+  KILN_CHECK_ERROR((build_op<Momentum_Op>(p, {TS{f32, {2}}, TS{f32, {2}}, TS{f32, {2}},
                                                 TS{f32, {1}}},
                                             -0.5, false)),
                      InvalidArgument, {"kiln.momentum_", "mu"});
@@ -228,18 +228,18 @@ TEST_CASE("update ops reject operands of the wrong shape, dtype or kind, naming 
   CHECK_NOTHROW(build_op<Adam_Op>(p, adam_ok));
   auto bad = adam_ok;
   bad[4] = TS{f32, {4}};
-  KERNEL_CHECK_ERROR(build_op<Adam_Op>(p, bad), InvalidArgument, {"kiln.adam_", "'moment2'", "f32"});
+  KILN_CHECK_ERROR(build_op<Adam_Op>(p, bad), InvalidArgument, {"kiln.adam_", "'moment2'", "f32"});
   bad = adam_ok;
   bad[6] = TS{f64, {1, 2}};
-  KERNEL_CHECK_ERROR(build_op<AdamW_Op>(p, bad), InvalidArgument, {"kiln.adamw_", "'beta2_pow'"});
+  KILN_CHECK_ERROR(build_op<AdamW_Op>(p, bad), InvalidArgument, {"kiln.adamw_", "'beta2_pow'"});
   bad = adam_ok;
   bad[3] = TS{f64, {5}};
-  KERNEL_CHECK_ERROR(build_op<Adam_Op>(p, bad), InvalidArgument, {"kiln.adam_", "'moment1'"});
-  KERNEL_CHECK_ERROR(build_op<Adam_Op>(p, adam_ok, 1.0, 0.999, 1e-8), InvalidArgument,
+  KILN_CHECK_ERROR(build_op<Adam_Op>(p, bad), InvalidArgument, {"kiln.adam_", "'moment1'"});
+  KILN_CHECK_ERROR(build_op<Adam_Op>(p, adam_ok, 1.0, 0.999, 1e-8), InvalidArgument,
                      {"kiln.adam_", "beta1"});
-  KERNEL_CHECK_ERROR(build_op<Adam_Op>(p, adam_ok, 0.9, -0.1, 1e-8), InvalidArgument,
+  KILN_CHECK_ERROR(build_op<Adam_Op>(p, adam_ok, 0.9, -0.1, 1e-8), InvalidArgument,
                      {"kiln.adam_", "beta2"});
-  KERNEL_CHECK_ERROR(build_op<AdamW_Op>(p, adam_ok, 0.9, 0.999, 1e-8, -1.0), InvalidArgument,
+  KILN_CHECK_ERROR(build_op<AdamW_Op>(p, adam_ok, 0.9, 0.999, 1e-8, -1.0), InvalidArgument,
                      {"kiln.adamw_", "coeff"});
   // A value-semantics parameter cannot be updated in place.
   {
@@ -247,7 +247,7 @@ TEST_CASE("update ops reject operands of the wrong shape, dtype or kind, naming 
     auto x = b.create<DataOp>("x", std::vector<std::int64_t>{2});
     Value lr = b.create<DataOp>("lr", std::vector<std::int64_t>{1}).result();
     auto w = b.create<ParameterOp>("vw", VTensorType::get(f32, {2}));
-    KERNEL_CHECK_ERROR(b.create<Sgd_Op>(w.result(), x.result(), lr), InvalidArgument,
+    KILN_CHECK_ERROR(b.create<Sgd_Op>(w.result(), x.result(), lr), InvalidArgument,
                        {"kiln.sgd_", "'param'", "vtensor"});
   }
 }

@@ -183,29 +183,29 @@ TEST_CASE("dropout is the identity with an all-true mask when is_test or p = 0",
 TEST_CASE("random ops reject bad attributes, naming the op", "[kernel]") {
   Program p;
   Builder b(p);
-  KERNEL_CHECK_ERROR(b.create<UniformRandomOp>(I64s{2}, 1.0, -1.0), InvalidArgument,
+  KILN_CHECK_ERROR(b.create<UniformRandomOp>(I64s{2}, 1.0, -1.0), InvalidArgument,
                      {"kiln.uniform_random", "min <= max"});
-  KERNEL_CHECK_ERROR(b.create<UniformRandomOp>(I64s{2}, 0.0, 1.0, 0, DataType::Int32), InvalidArgument,
+  KILN_CHECK_ERROR(b.create<UniformRandomOp>(I64s{2}, 0.0, 1.0, 0, DataType::Int32), InvalidArgument,
                      {"kiln.uniform_random", "floating"});
-  KERNEL_CHECK_ERROR(b.create<GaussianRandomOp>(I64s{2}, 0.0, -1.0), InvalidArgument,
+  KILN_CHECK_ERROR(b.create<GaussianRandomOp>(I64s{2}, 0.0, -1.0), InvalidArgument,
                      {"kiln.gaussian_random", "std"});
-  KERNEL_CHECK_ERROR(b.create<GaussianRandomOp>(I64s{2}, NAN, 1.0), InvalidArgument,
+  KILN_CHECK_ERROR(b.create<GaussianRandomOp>(I64s{2}, NAN, 1.0), InvalidArgument,
                      {"kiln.gaussian_random", "mean"});
-  KERNEL_CHECK_ERROR(b.create<GaussianRandomOp>(I64s{2}, 0.0, 1.0, 0, DataType::Int64),
+  KILN_CHECK_ERROR(b.create<GaussianRandomOp>(I64s{2}, 0.0, 1.0, 0, DataType::Int64),
                      InvalidArgument, {"kiln.gaussian_random", "floating"});
-  KERNEL_CHECK_ERROR(b.create<GaussianRandomOp>(I64s{-3}), InvalidArgument,
+  KILN_CHECK_ERROR(b.create<GaussianRandomOp>(I64s{-3}), InvalidArgument,
                      {"kiln.gaussian_random", "-3"});
   for (double bad : {1.0, -0.1, 1.5, double(NAN)}) {
-    KERNEL_CHECK_ERROR(build_op<DropoutOp>(p, {{DataType::Float32, {4}}}, bad), InvalidArgument,
+    KILN_CHECK_ERROR(build_op<DropoutOp>(p, {{DataType::Float32, {4}}}, bad), InvalidArgument,
                        {"kiln.dropout", "[0, 1)"});
   }
-  KERNEL_CHECK_ERROR(build_op<DropoutOp>(p, {{DataType::Int64, {4}}}, 0.5), InvalidArgument,
+  KILN_CHECK_ERROR(build_op<DropoutOp>(p, {{DataType::Int64, {4}}}, 0.5), InvalidArgument,
                      {"kiln.dropout", "floating"});
   // A shape left unknown cannot run.
   auto unknown = [](Builder& bb, const std::vector<Value>&) {
     return bb.create<UniformRandomOp>(I64s{-1, 2}).operation();
   };
-  KERNEL_CHECK_ERROR(kiln_test::run_kernel({}, unknown), InvalidArgument,
+  KILN_CHECK_ERROR(kiln_test::run_kernel({}, unknown), InvalidArgument,
                      {"kiln.uniform_random", "shape"});
 }
 

@@ -137,7 +137,7 @@ TEST_CASE("reductions over empty axes: sum 0, mean NaN, max an error", "[kernel]
   auto m = run_op<MeanOp>({e}, std::vector<std::int64_t>{0}, true);
   CHECK(m.out().dims() == Dims{1, 3});
   CHECK(std::isnan(m.out().to_vector<float>()[0]));
-  KERNEL_CHECK_ERROR(run_op<MaxOp>({e}, std::vector<std::int64_t>{0}, false), InvalidArgument,
+  KILN_CHECK_ERROR(run_op<MaxOp>({e}, std::vector<std::int64_t>{0}, false), InvalidArgument,
                      {"kiln.max", "empty"});
   // Reducing the non-empty axis of an empty tensor gives an empty result.
   CHECK(run_op<MaxOp>({e}, std::vector<std::int64_t>{1}, false).out().dims() == Dims{0});
@@ -147,13 +147,13 @@ TEST_CASE("reductions reject bad axes and mean rejects integers", "[kernel]") {
   using kiln_test::build_op;
   using V = std::vector<std::int64_t>;
   Program p;
-  KERNEL_CHECK_ERROR((build_op<SumOp>(p, {{DataType::Float32, {2, 3}}}, V{2}, false)),
+  KILN_CHECK_ERROR((build_op<SumOp>(p, {{DataType::Float32, {2, 3}}}, V{2}, false)),
                      InvalidArgument, {"kiln.sum", "axis 2", "rank 2"});
-  KERNEL_CHECK_ERROR((build_op<MaxOp>(p, {{DataType::Float32, {2, 3}}}, V{-3}, false)),
+  KILN_CHECK_ERROR((build_op<MaxOp>(p, {{DataType::Float32, {2, 3}}}, V{-3}, false)),
                      InvalidArgument, {"kiln.max", "axis -3"});
-  KERNEL_CHECK_ERROR((build_op<SumOp>(p, {{DataType::Float32, {2, 3}}}, V{1, -1}, false)),
+  KILN_CHECK_ERROR((build_op<SumOp>(p, {{DataType::Float32, {2, 3}}}, V{1, -1}, false)),
                      InvalidArgument, {"kiln.sum", "twice"});
-  KERNEL_CHECK_ERROR((build_op<MeanOp>(p, {{DataType::Int64, {2, 3}}}, V{}, false)),
+  KILN_CHECK_ERROR((build_op<MeanOp>(p, {{DataType::Int64, {2, 3}}}, V{}, false)),
                      InvalidArgument, {"kiln.mean", "i64"});
   Operation* op = build_op<SumOp>(p, {{DataType::Float32, {-1, 3, 4}}}, V{-1}, true);
   CHECK(shaped_dims(op->result_type(0)) == V{-1, 3, 1});

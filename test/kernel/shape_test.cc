@@ -161,16 +161,16 @@ TEST_CASE("reshape resolves 0 and -1 against the run-time dims when they were un
     auto x = b.create<DataOp>("ux", I64s{-1, 4}, DataType::Float64);
     return b.create<ReshapeOp>(x.result(), I64s{3, -1}).operation();
   };
-  KERNEL_CHECK_ERROR(run_kernel({x}, bad), InvalidArgument, {"kiln.reshape", "20"});
+  KILN_CHECK_ERROR(run_kernel({x}, bad), InvalidArgument, {"kiln.reshape", "20"});
 }
 
 TEST_CASE("reshape rejects element counts that do not match", "[kernel]") {
   Program p;
-  KERNEL_CHECK_ERROR(build_op<ReshapeOp>(p, {{DataType::Float32, {2, 3}}}, I64s{4, 2}),
+  KILN_CHECK_ERROR(build_op<ReshapeOp>(p, {{DataType::Float32, {2, 3}}}, I64s{4, 2}),
                      InvalidArgument, {"kiln.reshape"});
-  KERNEL_CHECK_ERROR(build_op<ReshapeOp>(p, {{DataType::Float32, {2, 3}}}, I64s{-1, -1}),
+  KILN_CHECK_ERROR(build_op<ReshapeOp>(p, {{DataType::Float32, {2, 3}}}, I64s{-1, -1}),
                      InvalidArgument, {"kiln.reshape", "-1"});
-  KERNEL_CHECK_ERROR(build_op<ReshapeOp>(p, {{DataType::Float32, {2, 3}}}, I64s{4, -1}),
+  KILN_CHECK_ERROR(build_op<ReshapeOp>(p, {{DataType::Float32, {2, 3}}}, I64s{4, -1}),
                      InvalidArgument, {"kiln.reshape"});
 }
 
@@ -201,11 +201,11 @@ TEST_CASE("transpose of an empty tensor is empty with permuted dims", "[kernel]"
 
 TEST_CASE("transpose rejects a perm that is not a permutation of the dims", "[kernel]") {
   Program p;
-  KERNEL_CHECK_ERROR(build_op<TransposeOp>(p, {{DataType::Float32, {2, 3}}}, I64s{0}),
+  KILN_CHECK_ERROR(build_op<TransposeOp>(p, {{DataType::Float32, {2, 3}}}, I64s{0}),
                      InvalidArgument, {"kiln.transpose", "perm"});
-  KERNEL_CHECK_ERROR(build_op<TransposeOp>(p, {{DataType::Float32, {2, 3}}}, I64s{1, 1}),
+  KILN_CHECK_ERROR(build_op<TransposeOp>(p, {{DataType::Float32, {2, 3}}}, I64s{1, 1}),
                      InvalidArgument, {"kiln.transpose", "twice"});
-  KERNEL_CHECK_ERROR(build_op<TransposeOp>(p, {{DataType::Float32, {2, 3}}}, I64s{0, 2}),
+  KILN_CHECK_ERROR(build_op<TransposeOp>(p, {{DataType::Float32, {2, 3}}}, I64s{0, 2}),
                      InvalidArgument, {"kiln.transpose", "out of range"});
 }
 
@@ -237,21 +237,21 @@ TEST_CASE("concat joins its inputs along the axis like the index loop", "[kernel
 
 TEST_CASE("concat rejects inputs that differ off the axis, in rank or in dtype", "[kernel]") {
   Program p;
-  KERNEL_CHECK_ERROR(build_op<ConcatOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {3, 3}}},
+  KILN_CHECK_ERROR(build_op<ConcatOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {3, 3}}},
                                         std::int64_t{1}),
                      InvalidArgument, {"kiln.concat", "dim 0"});
-  KERNEL_CHECK_ERROR(build_op<ConcatOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {2}}},
+  KILN_CHECK_ERROR(build_op<ConcatOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {2}}},
                                         std::int64_t{0}),
                      InvalidArgument, {"kiln.concat", "rank"});
-  KERNEL_CHECK_ERROR(build_op<ConcatOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float64, {2, 3}}},
+  KILN_CHECK_ERROR(build_op<ConcatOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float64, {2, 3}}},
                                         std::int64_t{0}),
                      InvalidArgument, {"kiln.concat", "f64"});
-  KERNEL_CHECK_ERROR(build_op<ConcatOp>(p, {{DataType::Float32, {2, 3}}}, std::int64_t{2}),
+  KILN_CHECK_ERROR(build_op<ConcatOp>(p, {{DataType::Float32, {2, 3}}}, std::int64_t{2}),
                      InvalidArgument, {"kiln.concat", "axis"});
-  KERNEL_CHECK_ERROR(build_op<ConcatOp>(p, {}, std::int64_t{0}), InvalidArgument,
+  KILN_CHECK_ERROR(build_op<ConcatOp>(p, {}, std::int64_t{0}), InvalidArgument,
                      {"kiln.concat", "at least one"});
   const std::int64_t huge = std::int64_t{1} << 62;
-  KERNEL_CHECK_ERROR(build_op<ConcatOp>(p, {{DataType::Float32, {huge}}, {DataType::Float32, {huge}}},
+  KILN_CHECK_ERROR(build_op<ConcatOp>(p, {{DataType::Float32, {huge}}, {DataType::Float32, {huge}}},
                                         std::int64_t{0}),
                      OutOfRange, {"kiln.concat", "overflow"});
   // Unknown at build time, wrong at run time.
@@ -260,7 +260,7 @@ TEST_CASE("concat rejects inputs that differ off the axis, in rank or in dtype",
     auto y = b.create<DataOp>("uy", I64s{-1, 2});
     return b.create<ConcatOp>(std::vector<Value>{x.result(), y.result()}, std::int64_t{1}).operation();
   };
-  KERNEL_CHECK_ERROR(run_kernel({iota<float>({2, 2}), iota<float>({3, 2})}, on_unknown),
+  KILN_CHECK_ERROR(run_kernel({iota<float>({2, 2}), iota<float>({3, 2})}, on_unknown),
                      InvalidArgument, {"kiln.concat", "input #1"});
 }
 
@@ -297,26 +297,26 @@ TEST_CASE("split by sections infers one -1 and allows empty parts; concat undoes
 
 TEST_CASE("split rejects parts that do not fit the dim", "[kernel]") {
   Program p;
-  KERNEL_CHECK_ERROR(build_op<SplitOp>(p, {{DataType::Float32, {2, 5}}}, std::int64_t{2}, std::int64_t{1}),
+  KILN_CHECK_ERROR(build_op<SplitOp>(p, {{DataType::Float32, {2, 5}}}, std::int64_t{2}, std::int64_t{1}),
                      InvalidArgument, {"kiln.split", "equal parts"});
-  KERNEL_CHECK_ERROR(build_op<SplitOp>(p, {{DataType::Float32, {2, 5}}}, I64s{2, 2}, std::int64_t{1}),
+  KILN_CHECK_ERROR(build_op<SplitOp>(p, {{DataType::Float32, {2, 5}}}, I64s{2, 2}, std::int64_t{1}),
                      InvalidArgument, {"kiln.split", "add up"});
-  KERNEL_CHECK_ERROR(build_op<SplitOp>(p, {{DataType::Float32, {2, 5}}}, I64s{-1, -1}, std::int64_t{1}),
+  KILN_CHECK_ERROR(build_op<SplitOp>(p, {{DataType::Float32, {2, 5}}}, I64s{-1, -1}, std::int64_t{1}),
                      InvalidArgument, {"kiln.split", "-1"});
-  KERNEL_CHECK_ERROR(build_op<SplitOp>(p, {{DataType::Float32, {2, 5}}}, std::int64_t{0}, std::int64_t{1}),
+  KILN_CHECK_ERROR(build_op<SplitOp>(p, {{DataType::Float32, {2, 5}}}, std::int64_t{0}, std::int64_t{1}),
                      InvalidArgument, {"kiln.split", "num"});
-  KERNEL_CHECK_ERROR(build_op<SplitOp>(p, {{DataType::Float32, {0}}}, std::int64_t{1} << 60),
+  KILN_CHECK_ERROR(build_op<SplitOp>(p, {{DataType::Float32, {0}}}, std::int64_t{1} << 60),
                      InvalidArgument, {"kiln.split", "num"});  // would be 2^60 results
   const std::int64_t huge = std::int64_t{1} << 62;
-  KERNEL_CHECK_ERROR(build_op<SplitOp>(p, {{DataType::Float32, {-1}}}, I64s{huge, huge, huge}),
+  KILN_CHECK_ERROR(build_op<SplitOp>(p, {{DataType::Float32, {-1}}}, I64s{huge, huge, huge}),
                      OutOfRange, {"kiln.split", "int64"});
-  KERNEL_CHECK_ERROR(build_op<SplitOp>(p, {{DataType::Float32, {2, 5}}}, std::int64_t{1}, std::int64_t{2}),
+  KILN_CHECK_ERROR(build_op<SplitOp>(p, {{DataType::Float32, {2, 5}}}, std::int64_t{1}, std::int64_t{2}),
                      InvalidArgument, {"kiln.split", "axis"});
   auto on_unknown = [](Builder& b, const std::vector<Value>&) {
     auto x = b.create<DataOp>("ux", I64s{-1});
     return b.create<SplitOp>(x.result(), std::int64_t{2}).operation();
   };
-  KERNEL_CHECK_ERROR(run_kernel({iota<float>({5})}, on_unknown), InvalidArgument,
+  KILN_CHECK_ERROR(run_kernel({iota<float>({5})}, on_unknown), InvalidArgument,
                      {"kiln.split", "equal parts"});
 }
 
@@ -338,12 +338,12 @@ TEST_CASE("slice matches the index loop, counting negatives from the end and cla
 
 TEST_CASE("slice rejects mismatched attribute lists, repeated and out-of-range axes", "[kernel]") {
   Program p;
-  KERNEL_CHECK_ERROR(build_op<SliceOp>(p, {{DataType::Float32, {4, 5}}}, I64s{0}, I64s{0, 1}, I64s{1}),
+  KILN_CHECK_ERROR(build_op<SliceOp>(p, {{DataType::Float32, {4, 5}}}, I64s{0}, I64s{0, 1}, I64s{1}),
                      InvalidArgument, {"kiln.slice", "per axis"});
-  KERNEL_CHECK_ERROR(build_op<SliceOp>(p, {{DataType::Float32, {4, 5}}}, I64s{0, -2}, I64s{0, 1},
+  KILN_CHECK_ERROR(build_op<SliceOp>(p, {{DataType::Float32, {4, 5}}}, I64s{0, -2}, I64s{0, 1},
                                        I64s{1, 2}),
                      InvalidArgument, {"kiln.slice", "twice"});
-  KERNEL_CHECK_ERROR(build_op<SliceOp>(p, {{DataType::Float32, {4, 5}}}, I64s{2}, I64s{0}, I64s{1}),
+  KILN_CHECK_ERROR(build_op<SliceOp>(p, {{DataType::Float32, {4, 5}}}, I64s{2}, I64s{0}, I64s{1}),
                      InvalidArgument, {"kiln.slice", "axis 2"});
 }
 

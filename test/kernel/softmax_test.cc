@@ -85,11 +85,11 @@ TEST_CASE("softmax and log_softmax stay finite for huge logits", "[kernel]") {
 TEST_CASE("softmax rejects integer operands, rank 0 and bad axes", "[kernel]") {
   using kiln_test::build_op;
   Program p;
-  KERNEL_CHECK_ERROR((build_op<SoftmaxOp>(p, {{DataType::Int32, {2, 3}}})), InvalidArgument,
+  KILN_CHECK_ERROR((build_op<SoftmaxOp>(p, {{DataType::Int32, {2, 3}}})), InvalidArgument,
                      {"kiln.softmax", "i32"});
-  KERNEL_CHECK_ERROR((build_op<LogSoftmaxOp>(p, {{DataType::Float32, {2, 3}}}, std::int64_t{2})),
+  KILN_CHECK_ERROR((build_op<LogSoftmaxOp>(p, {{DataType::Float32, {2, 3}}}, std::int64_t{2})),
                      InvalidArgument, {"kiln.log_softmax", "axis 2"});
-  KERNEL_CHECK_ERROR((build_op<SoftmaxOp>(p, {{DataType::Float32, {}}})), InvalidArgument,
+  KILN_CHECK_ERROR((build_op<SoftmaxOp>(p, {{DataType::Float32, {}}})), InvalidArgument,
                      {"kiln.softmax", "rank"});
 }
 
@@ -133,10 +133,10 @@ TEST_CASE("softmax_with_cross_entropy gives softmax and -log p[label] per row", 
 TEST_CASE("softmax_with_cross_entropy: a label out of range names the op, row and label", "[kernel]") {
   auto x = kiln_test::filled<float>({3, 4});
   auto y = Tensor::from_vector<std::int64_t>({3, 1}, {0, 3, 7});
-  KERNEL_CHECK_ERROR(run_op<SoftmaxWithCrossEntropyOp>({x, y}), InvalidArgument,
+  KILN_CHECK_ERROR(run_op<SoftmaxWithCrossEntropyOp>({x, y}), InvalidArgument,
                      {"kiln.softmax_with_cross_entropy", "row 2", "label 7", "[0, 4)"});
   auto neg = Tensor::from_vector<std::int64_t>({3}, {0, -1, 1});
-  KERNEL_CHECK_ERROR(run_op<SoftmaxWithCrossEntropyOp>({x, neg}), InvalidArgument,
+  KILN_CHECK_ERROR(run_op<SoftmaxWithCrossEntropyOp>({x, neg}), InvalidArgument,
                      {"row 1", "label -1"});
   // -1 is fine when it is the ignore_index.
   auto r = run_op<SoftmaxWithCrossEntropyOp>({x, neg}, std::int64_t{-1});
@@ -146,16 +146,16 @@ TEST_CASE("softmax_with_cross_entropy: a label out of range names the op, row an
 TEST_CASE("softmax_with_cross_entropy rejects bad label dtypes and shapes", "[kernel]") {
   using kiln_test::build_op;
   Program p;
-  KERNEL_CHECK_ERROR((build_op<SoftmaxWithCrossEntropyOp>(
+  KILN_CHECK_ERROR((build_op<SoftmaxWithCrossEntropyOp>(
                          p, {{DataType::Float32, {4, 5}}, {DataType::Float32, {4, 1}}})),
                      InvalidArgument, {"kiln.softmax_with_cross_entropy", "label", "f32"});
-  KERNEL_CHECK_ERROR((build_op<SoftmaxWithCrossEntropyOp>(
+  KILN_CHECK_ERROR((build_op<SoftmaxWithCrossEntropyOp>(
                          p, {{DataType::Float32, {4, 5}}, {DataType::Int64, {5}}})),
                      InvalidArgument, {"label shape [5]", "[4, 5]"});
-  KERNEL_CHECK_ERROR((build_op<SoftmaxWithCrossEntropyOp>(
+  KILN_CHECK_ERROR((build_op<SoftmaxWithCrossEntropyOp>(
                          p, {{DataType::Int64, {4, 5}}, {DataType::Int64, {4}}})),
                      InvalidArgument, {"kiln.softmax_with_cross_entropy", "floating"});
-  KERNEL_CHECK_ERROR((build_op<SoftmaxWithCrossEntropyOp>(
+  KILN_CHECK_ERROR((build_op<SoftmaxWithCrossEntropyOp>(
                          p, {{DataType::Float32, {5}}, {DataType::Int64, {5}}})),
                      InvalidArgument, {"rank >= 2"});
   Operation* op = build_op<SoftmaxWithCrossEntropyOp>(

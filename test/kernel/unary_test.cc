@@ -99,15 +99,15 @@ TEST_CASE("scale applies bias after or before scaling, as Paddle", "[kernel]") {
 TEST_CASE("float-only unary ops reject integer operands naming the op", "[kernel]") {
   using kiln_test::build_op;
   Program p;
-  KERNEL_CHECK_ERROR((build_op<ExpOp>(p, {{DataType::Int32, {2}}})), InvalidArgument,
+  KILN_CHECK_ERROR((build_op<ExpOp>(p, {{DataType::Int32, {2}}})), InvalidArgument,
                      {"kiln.exp", "i32"});
-  KERNEL_CHECK_ERROR((build_op<GeluOp>(p, {{DataType::Int64, {2}}})), InvalidArgument,
+  KILN_CHECK_ERROR((build_op<GeluOp>(p, {{DataType::Int64, {2}}})), InvalidArgument,
                      {"kiln.gelu", "i64"});
-  KERNEL_CHECK_ERROR((build_op<Sqrt_Op>(p, {{DataType::Int64, {2}}})), InvalidArgument,
+  KILN_CHECK_ERROR((build_op<Sqrt_Op>(p, {{DataType::Int64, {2}}})), InvalidArgument,
                      {"kiln.sqrt_", "i64"});
   // An integer op with no integer kernel for the dtype: the registry names it.
   Operation* op = build_op<SquareOp>(p, {{DataType::Int8, {2}}});
-  KERNEL_CHECK_ERROR(KernelRegistry::instance().get(*op, PlaceKind::Cpu, DataType::Int8),
+  KILN_CHECK_ERROR(KernelRegistry::instance().get(*op, PlaceKind::Cpu, DataType::Int8),
                      Unimplemented, {"kiln.square", "i8"});
 }
 
@@ -137,7 +137,7 @@ TEST_CASE("sqrt_ and relu_ write their operand's buffer in place", "[kernel]") {
 
 TEST_CASE("sqrt_ on a vtensor is rejected: it writes its operand", "[kernel]") {
   auto v = VTensorType::get(DataType::Float32, {2});
-  KERNEL_CHECK_ERROR(Sqrt_Op::infer_meta({v}, {}), InvalidArgument, {"kiln.sqrt_", "vtensor"});
+  KILN_CHECK_ERROR(Sqrt_Op::infer_meta({v}, {}), InvalidArgument, {"kiln.sqrt_", "vtensor"});
   auto t = Sqrt_Op::infer_meta({TensorType::get(DataType::Float32, {2})}, {});
   CHECK(t[0] == Type(TensorType::get(DataType::Float32, {2})));
 }
@@ -179,7 +179,7 @@ TEST_CASE("cast converts between f32, f64, i8, i32, i64 and bool", "[kernel]") {
   CHECK(same.out().to_vector<float>()[0] == 1.9f);
   using kiln_test::build_op;
   Program p;
-  KERNEL_CHECK_ERROR((build_op<CastOp>(p, {{DataType::Float32, {2}}}, DataType::Float16)),
+  KILN_CHECK_ERROR((build_op<CastOp>(p, {{DataType::Float32, {2}}}, DataType::Float16)),
                      InvalidArgument, {"kiln.cast", "f16"});
   Operation* op = build_op<CastOp>(p, {{DataType::Int32, {-1, 2}}}, DataType::Float64);
   CHECK(op->result_type(0) == Type(TensorType::get(DataType::Float64, {-1, 2})));
@@ -198,8 +198,8 @@ TEST_CASE("full fills every supported dtype and rejects values the dtype cannot 
   CHECK(run_full({2}, 1, DataType::Bool).out().to_vector<bool>() == std::vector<bool>(2, true));
   CHECK(run_full({}, 3, DataType::Float32).out().dims() == Dims{});
   CHECK(run_full({0, 5}, 3, DataType::Float32).out().numel() == 0);
-  KERNEL_CHECK_ERROR(run_full({2}, 200, DataType::Int8), InvalidArgument, {"kiln.full", "200", "i8"});
-  KERNEL_CHECK_ERROR(run_full({2}, std::nan(""), DataType::Int32), InvalidArgument, {"kiln.full"});
-  KERNEL_CHECK_ERROR(run_full({-1, 2}, 1, DataType::Float32), InvalidArgument,
+  KILN_CHECK_ERROR(run_full({2}, 200, DataType::Int8), InvalidArgument, {"kiln.full", "200", "i8"});
+  KILN_CHECK_ERROR(run_full({2}, std::nan(""), DataType::Int32), InvalidArgument, {"kiln.full"});
+  KILN_CHECK_ERROR(run_full({-1, 2}, 1, DataType::Float32), InvalidArgument,
                      {"kiln.full", "[-1, 2]"});
 }

@@ -126,8 +126,9 @@ class InterpreterCore {
   // Chrome trace JSON (chrome://tracing, Perfetto) of the last profiled run.
   std::string chrome_trace() const;
   Scope& local_scope() const { return *local_scope_; }
-  // Graph or Blas: the plan the next run uses (Auto resolves after
-  // calibration and kPlanTrials runs of each plan).
+  // Graph or Blas: the plan runs use once Auto has decided (after the two
+  // calibration runs and kPlanTrials runs of each plan, which use the plan
+  // under trial); a forced plan from the start.
   ThreadPlan thread_plan() const { return plan_; }
   static constexpr int kPlanTrials = 3;
   // Streams the core launches onto (Lane::stream indexes them), by name.

@@ -52,6 +52,8 @@ class Buffer {
   void record_stream(Stream& stream, DeferredFreeQueue* queue = nullptr);
   // True when no recorded stream has pending work on this buffer.
   bool streams_done() const;
+  // Whether record_stream was ever called (no lock).
+  bool stream_recorded() const noexcept { return has_uses_.load(std::memory_order_acquire); }
   // Blocks until streams_done().
   void synchronize_streams() const;
 

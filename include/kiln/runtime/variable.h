@@ -148,7 +148,10 @@ inline void Variable::recycle(std::size_t max_bytes) noexcept {
     const Buffer* b = t->buffer().get();
     // use_count() loads with acquire: the other owners' last reads happen
     // before the buffer is written again (see Buffer::use_count).
-    if (b && b->size() <= max_bytes && b->allocator() && t->use_count() == 1)
+    // A buffer with recorded stream work goes the slow way (its last release
+    // waits for the streams); recycling it would skip that wait.
+    if (b && b->size() <= max_bytes && b->allocator() && !b->stream_recorded() &&
+        t->use_count() == 1)
       spare_ = t->release_buffer();
   }
   content_.template emplace<std::monostate>();
