@@ -102,7 +102,7 @@ std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
   } clear{feeds};
   feeds.clear();
   for (const auto& [name, t] : feed) feeds.push_back(t);
-  return core->run(feeds);
+  return core->run(std::move(feeds));  // the core takes these copies over
 }
 
 // Under mutex_: the cached core for this request, built on a miss.

@@ -573,6 +573,17 @@ void InterpreterCore::build_streams() {
 // ---- running ----
 
 std::vector<Tensor> InterpreterCore::run(std::span<const Tensor> feeds) {
+  return run_impl(const_cast<Tensor*>(feeds.data()), feeds.size(), /*take=*/false);
+}
+
+std::vector<Tensor> InterpreterCore::run(std::vector<Tensor>&& feeds) {
+  return run_impl(feeds.data(), feeds.size(), /*take=*/true);
+}
+
+// `take`: move the feeds into their variables (the caller gives them up);
+// otherwise copy (feeds is then never written).
+std::vector<Tensor> InterpreterCore::run_impl(Tensor* feeds_data, std::size_t num_feeds, bool take) {
+  const std::span<Tensor> feeds(feeds_data, num_feeds);
   std::lock_guard lock(run_mutex_);
   Impl& m = *impl_;
   if (feeds.size() != feed_names_.size())
@@ -585,7 +596,10 @@ std::vector<Tensor> InterpreterCore::run(std::span<const Tensor> feeds) {
     if (!m.feed_shaped[k] || !shape_matches(m.feed_dtype[k], m.feed_dims[k], t))
       throw_error(ErrorKind::InvalidArgument, "feed '", feed_names_[k], "': expected ",
                   m.feed_type[k].to_string(), ", got ", t.to_string());
-    vars_[m.feed_slot[k]]->get_mutable<Tensor>() = t;
+  }
+  for (std::size_t k = 0; k < feeds.size(); ++k) {  // after every check: all or nothing
+    if (take) vars_[m.feed_slot[k]]->get_mutable<Tensor>() = std::move(feeds[k]);
+    else vars_[m.feed_slot[k]]->get_mutable<Tensor>() = feeds[k];
   }
   if (dirty_) reset_counters();
   abort_.store(false, std::memory_order_relaxed);
@@ -678,8 +692,8 @@ std::vector<Tensor> InterpreterCore::run(std::span<const Tensor> feeds) {
   }
   std::vector<Tensor> out;
   out.reserve(m.fetch_vars.size());
-  for (auto* v : m.fetch_vars) {
-    out.push_back(v->is<Tensor>() ? v->get<Tensor>() : Tensor());
+  for (auto* v : m.fetch_vars) {  // moved out: the variable is cleared anyway
+    out.push_back(v->is<Tensor>() ? std::move(v->get<Tensor>()) : Tensor());
     v->clear();
   }
   return out;

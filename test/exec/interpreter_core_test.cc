@@ -367,3 +367,28 @@ TEST_CASE("building a core for a name that matches no data op fails, naming it",
   KILN_CHECK_ERROR(InterpreterCore(p, scope, {"x", "nope"}, {x.result()}, seq_config()), NotFound,
                    {"'nope'"});
 }
+
+TEST_CASE("a core run with feeds handed over gives the same results and leaves bad feeds untouched",
+          "[exec]") {
+  using namespace kiln;
+  Program p;
+  Builder b(p);
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{-1, 2});
+  auto y = b.create<ScaleOp>(x.result(), 2.0, 1.0);
+  Scope scope;
+  ExecutionConfig c;
+  c.num_threads = 1;
+  InterpreterCore core(p, scope, {"x"}, {y.result()}, c);
+  const Tensor in = Tensor::from_vector<float>({1, 2}, {1, 2});
+  auto copied = core.run(std::vector<Tensor>{in});  // a temporary: taken over
+  std::vector<Tensor> mine{in};
+  auto taken = core.run(std::move(mine));
+  CHECK(copied[0].to_vector<float>() == std::vector<float>{3, 5});
+  CHECK(taken[0].to_vector<float>() == std::vector<float>{3, 5});
+  CHECK(in.to_vector<float>() == std::vector<float>{1, 2});  // the caller's own tensor
+  // A feed of the wrong dtype is an error before anything is taken.
+  std::vector<Tensor> bad{Tensor::from_vector<double>({1, 2}, {1, 2})};
+  KILN_CHECK_ERROR(core.run(std::move(bad)), InvalidArgument, {"'x'"});
+  REQUIRE(bad.size() == 1);
+  CHECK(bad[0].is_initialized());
+}

@@ -99,6 +99,8 @@ class InterpreterCore {
   // order of the fetch targets. kiln::Error names a bad feed or a failing op
   // (the core stays usable).
   std::vector<Tensor> run(std::span<const Tensor> feeds = {});
+  // The same, taking the feed tensors over (no reference-count traffic).
+  std::vector<Tensor> run(std::vector<Tensor>&& feeds);
 
   const std::vector<std::string>& feed_names() const { return feed_names_; }
   std::size_t num_instructions() const { return instrs_.size(); }
@@ -143,6 +145,7 @@ class InterpreterCore {
   };
   struct Impl;
   void build(const Program& program, const std::vector<FetchTarget>& fetch);
+  std::vector<Tensor> run_impl(Tensor* feeds, std::size_t num_feeds, bool take);
   void build_streams();
   // kStreams: the core has stream lanes. Host-only cores run the <false>
   // instantiations, which contain no lane, event or wait code at all.
