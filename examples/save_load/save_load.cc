@@ -50,7 +50,7 @@ int save(const std::string& dir, const char* self) {
     kiln::nn::Linear fc1(kIn, kHidden), fc2(kHidden, 1);
     auto pred = fc2(kiln::nn::functional::tanh(fc1(x)));
     kiln::main_builder().create<kiln::FetchOp>(pred, "pred");
-    infer = main_prog.clone();  // what gets saved: forward only (every data op must be fed)
+    infer = main_prog.clone();  // what gets saved: forward only
     auto y = kiln::data("y", {-1, 1});
     loss = kiln::nn::MSELoss()(pred, y);
     kiln::optim::Adam(0.01).minimize(loss);

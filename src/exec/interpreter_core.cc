@@ -359,9 +359,14 @@ void InterpreterCore::build(const Program& source, const std::vector<FetchTarget
     if (auto d = op->dyn_cast<DataOp>()) {
       auto a = d.attrs();
       auto it = std::find(feed_names_.begin(), feed_names_.end(), a.name);
-      if (it == feed_names_.end())
+      if (it == feed_names_.end()) {
+        // As in Paddle and TensorFlow, a data op nothing reads or fetches
+        // needs no feed (e.g. the label of an evaluation program cloned from
+        // the training one): no instruction, no slot.
+        if (op->result(0).use_empty() && !fetch_index.count(op->result(0).impl())) continue;
         throw_error(ErrorKind::InvalidArgument, "feed '", a.name, "' is missing: the program's data op expects ",
                     shape_string(op->result_type(0)));
+      }
       auto k = static_cast<std::size_t>(it - feed_names_.begin());
       if (m.feed_slot[k] != kNone)
         throw_error(ErrorKind::InvalidArgument, "two data ops are named '", a.name, "'");

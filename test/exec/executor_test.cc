@@ -572,3 +572,18 @@ TEST_CASE("a program moved into the address of one that ran is run as the new pr
   CHECK(exe.run(a, {}, {"out"})[0].to_vector<float>()[0] == 2.0f);
   CHECK(exe.run(other, {}, {"out"})[0].to_vector<float>()[0] == 1.0f);
 }
+
+TEST_CASE("a data op that nothing reads or fetches needs no feed; fetching it does", "[exec]") {
+  Program p;
+  Builder b(p);
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{2});
+  auto label = b.create<DataOp>("label", std::vector<std::int64_t>{2});  // unused
+  auto y = b.create<ScaleOp>(x.result(), 2.0, 0.0);
+  Executor exe(Place::cpu(), threads(1));
+  auto out = exe.run(p, {{"x", Tensor::from_vector<float>({2}, {1, 2})}}, {y.result()});
+  CHECK(out[0].to_vector<float>() == std::vector<float>{2, 4});
+  KILN_CHECK_ERROR(exe.run(p, {{"x", Tensor::from_vector<float>({2}, {1, 2})}}, {label.result()}),
+                   InvalidArgument, {"'label'", "missing"});
+  KILN_CHECK_ERROR(exe.run(p, {{"x", Tensor::from_vector<float>({2}, {1, 2})}}, {"label"}),
+                   InvalidArgument, {"'label'", "missing"});
+}
