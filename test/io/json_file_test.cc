@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "catch.hpp"
+#include "io/io_test_util.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/io/json.h"
 #include "random_program.h"
@@ -14,37 +15,10 @@
 using namespace kiln;
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
+using kiln_io_test::read_all;
+using kiln_io_test::TempDir;
 
 namespace {
-
-// A fresh, empty directory removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("kiln_json_file_test." + std::to_string(::getpid()) + "." + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-  static inline int counter = 0;
-};
-
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 Program unsavable_program() {  // a non-UTF-8 string cannot go into JSON
   Program p;
