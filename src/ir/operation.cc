@@ -39,6 +39,12 @@ Operation::Operation(OpInfo info, DictionaryAttribute attrs, std::uint32_t num_r
       num_operands_(num_operands),
       num_regions_(num_regions) {}
 
+void Operation::throw_index_out_of_range(const char* what, std::uint32_t i,
+                                         std::uint32_t count) const {
+  throw_error(ErrorKind::OutOfRange, "op '", name(), "': ", what, " #", i,
+              " out of range (it has ", count, " ", what, count == 1 ? ")" : "s)");
+}
+
 std::size_t Operation::prefix_bytes() const { return result_prefix_bytes(num_results_); }
 
 Operation* Operation::create(const std::vector<Value>& operands,
@@ -185,9 +191,7 @@ std::vector<Type> Operation::operand_types() const {
 }
 
 void Operation::set_operand(std::uint32_t i, Value v) {
-  if (i >= num_operands_)
-    throw_error(ErrorKind::OutOfRange, "op '", name(), "' has ", num_operands_,
-                " operands; cannot set operand #", i);
+  if (i >= num_operands_) throw_index_out_of_range("operand", i, num_operands_);
   if (!v) throw_error(ErrorKind::InvalidArgument, "op '", name(), "' operand #", i, " set to null");
   operand_storage()[i].set_source(v.impl());
 }

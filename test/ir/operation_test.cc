@@ -301,3 +301,56 @@ TEST_CASE("moving an op into its own region is an InvalidArgument error and chan
   CHECK(outer->parent_block() == &p.block());
   CHECK(p.num_ops() == 3);
 }
+
+TEST_CASE("an out-of-range result index is an error naming the op and the index",
+          "[ir][operation]") {
+  Program p;
+  Builder b(p);
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{2});
+  auto add = b.create<AddOp>(x.result(), x.result());
+  Operation* op = add.operation();
+  std::string msg = KILN_CHECK_ERROR(op->result(3), OutOfRange,
+                                     {"'kiln.add'", "result #3", "it has 1 result)"});
+  CHECK(msg == "op 'kiln.add': result #3 out of range (it has 1 result)");
+  KILN_CHECK_ERROR(op->result(1), OutOfRange, {"'kiln.add'", "result #1", "1 result"});
+  KILN_CHECK_ERROR(op->result_type(1), OutOfRange, {"'kiln.add'", "result #1"});
+  KILN_CHECK_ERROR(add.result(0xffffffffu), OutOfRange, {"'kiln.add'", "#4294967295"});
+  CHECK(op->result(0).type() == x.result().type());  // in range: unchanged
+}
+
+TEST_CASE("a result index past the out-of-line results is an error too", "[ir][operation]") {
+  Program p;
+  Operation* op = add_any(p.block(), {}, std::vector<Type>(8, f32()));
+  CHECK(op->result(7).index() == 7);  // the last out-of-line result
+  KILN_CHECK_ERROR(op->result(8), OutOfRange, {"'test.any'", "result #8", "8 results"});
+  CHECK(add_any(p.block(), {}, {})->results().empty());
+  KILN_CHECK_ERROR(p.block().back()->result(0), OutOfRange,
+                   {"'test.any'", "result #0", "0 results"});
+}
+
+TEST_CASE("an out-of-range operand index is an error naming the op and the index",
+          "[ir][operation]") {
+  Program p;
+  Builder b(p);
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{2});
+  auto y = b.create<DataOp>("y", std::vector<std::int64_t>{2});
+  Operation* op = b.create<SubOp>(x.result(), y.result()).operation();
+  std::string msg = KILN_CHECK_ERROR(op->operand(2), OutOfRange,
+                                     {"'kiln.sub'", "operand #2", "2 operands"});
+  CHECK(msg == "op 'kiln.sub': operand #2 out of range (it has 2 operands)");
+  KILN_CHECK_ERROR(op->operand_source(5), OutOfRange, {"'kiln.sub'", "operand #5"});
+  KILN_CHECK_ERROR(op->set_operand(2, x.result()), OutOfRange, {"'kiln.sub'", "operand #2"});
+  KILN_CHECK_ERROR(x->operand(0), OutOfRange, {"'kiln.data'", "operand #0", "0 operands"});
+  // Nothing changed: the operands are still x and y.
+  CHECK(op->operands() == std::vector<Value>{x.result(), y.result()});
+}
+
+TEST_CASE("an out-of-range region index is an error naming the op and the index",
+          "[ir][operation]") {
+  Program p;
+  Operation* op = kiln_test::add_region_op(p.block(), {}, {});
+  CHECK(op->region(0).empty());
+  KILN_CHECK_ERROR(op->region(1), OutOfRange, {"'test.region'", "region #1", "1 region)"});
+  KILN_CHECK_ERROR(add_any(p.block(), {}, {})->region(0), OutOfRange,
+                   {"'test.any'", "region #0", "0 regions"});
+}

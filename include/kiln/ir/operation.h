@@ -71,6 +71,8 @@ class Operation {
   std::uint32_t num_results() const { return num_results_; }
   std::uint32_t num_operands() const { return num_operands_; }
   std::uint32_t num_regions() const { return num_regions_; }
+  // Indexed accessors throw kiln::Error(OutOfRange) naming the op, the index
+  // and the count when the index is out of range.
   OpResult result(std::uint32_t i) const;
   std::vector<Value> results() const;
   Type result_type(std::uint32_t i) const { return result(i).type(); }
@@ -127,6 +129,10 @@ class Operation {
   Operation(OpInfo info, DictionaryAttribute attrs, std::uint32_t num_results,
             std::uint32_t num_operands, std::uint32_t num_regions);
   ~Operation() = default;
+  // The throw behind the checked accessors; out of line so that they inline
+  // to one compare and branch. `what` is "result", "operand" or "region".
+  [[noreturn, gnu::cold]] void throw_index_out_of_range(const char* what, std::uint32_t i,
+                                                        std::uint32_t count) const;
   // Frees memory; the caller has unlinked uses and removed the op from its block.
   void destroy_unchecked();
   detail::OpOperandImpl* operand_storage() const;
@@ -148,6 +154,8 @@ std::ostream& operator<<(std::ostream& os, const Operation& op);
 // ---- inline definitions ----
 
 inline OpResult Operation::result(std::uint32_t i) const {
+  if (i >= num_results_) [[unlikely]]
+    throw_index_out_of_range("result", i, num_results_);
   const char* self = reinterpret_cast<const char*>(this);
   if (i < detail::kMaxInlineResults) {
     auto* r = reinterpret_cast<const detail::OpInlineResultImpl*>(self) - (i + 1);
@@ -165,6 +173,8 @@ inline detail::OpOperandImpl* Operation::operand_storage() const {
 }
 
 inline OpOperand Operation::operand(std::uint32_t i) const {
+  if (i >= num_operands_) [[unlikely]]
+    throw_index_out_of_range("operand", i, num_operands_);
   return OpOperand(operand_storage() + i);
 }
 

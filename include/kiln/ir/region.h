@@ -42,6 +42,10 @@ class Region {
   std::vector<Block*> blocks_;
 };
 
-inline Region& Operation::region(std::uint32_t i) const { return region_storage()[i]; }
+inline Region& Operation::region(std::uint32_t i) const {
+  if (i >= num_regions_) [[unlikely]]
+    throw_index_out_of_range("region", i, num_regions_);
+  return region_storage()[i];
+}
 
 }  // namespace kiln
