@@ -98,12 +98,14 @@ double time_ns(F&& f) {
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
 }
 
-double kiln_ns_per_op(const Program& p, std::size_t n, unsigned threads, int reps) {
-  ExecutorOptions opts;
+double kiln_ns_per_op(const Program& p, std::size_t n, unsigned threads, int reps,
+                      ThreadPlan plan = ThreadPlan::Auto) {
+  ExecutionOptions opts;
   opts.num_threads = threads;
+  opts.thread_plan = plan;
   Executor exe(Place::cpu(), opts);
-  exe.run(p);  // build the core, warm up
-  exe.run(p);
+  // Build the core, warm up, let Auto measure and decide.
+  for (int i = 0; i < 2 || (!exe.last_core()->thread_plan_decided() && i < 50); ++i) exe.run(p);
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) t.push_back(time_ns([&] { exe.run(p); }) / double(n));
   return median(t);
@@ -144,8 +146,8 @@ double heap_mb() {
   return double(mi.uordblks + mi.hblkhd) / (1024.0 * 1024.0);
 }
 
-kiln::ExecutionConfig one_thread() {
-  kiln::ExecutionConfig c;
+kiln::ExecutionOptions one_thread() {
+  kiln::ExecutionOptions c;
   c.num_threads = 1;
   return c;
 }
@@ -171,6 +173,14 @@ int main(int argc, char** argv) {
       emit(("sched.chain" + s).c_str(), kiln_ns_per_op(pc, gc.preds.size(), t, reps), "ns");
       emit(("sched.fan" + s).c_str(), kiln_ns_per_op(pf, gf.preds.size(), t, reps), "ns");
       emit(("sched.random" + s).c_str(), kiln_ns_per_op(pr, gr.preds.size(), t, reps), "ns");
+      if (t > 1) {  // the pool forced (Auto may keep the caller alone: tiny ops)
+        emit(("sched.chain" + s + ".graph").c_str(),
+             kiln_ns_per_op(pc, gc.preds.size(), t, reps, ThreadPlan::Graph), "ns");
+        emit(("sched.fan" + s + ".graph").c_str(),
+             kiln_ns_per_op(pf, gf.preds.size(), t, reps, ThreadPlan::Graph), "ns");
+        emit(("sched.random" + s + ".graph").c_str(),
+             kiln_ns_per_op(pr, gr.preds.size(), t, reps, ThreadPlan::Graph), "ns");
+      }
       emit(("tbb.chain" + s).c_str(), tbb_ns_per_node(gc, t, reps), "ns");
       emit(("tbb.fan" + s).c_str(), tbb_ns_per_node(gf, t, reps), "ns");
       emit(("tbb.random" + s).c_str(), tbb_ns_per_node(gr, t, reps), "ns");

@@ -160,7 +160,7 @@ std::unique_ptr<Model> mlp_model(std::int64_t batch) {
 // ---- step time ----
 
 struct Threads {
-  unsigned exec;            // ExecutorOptions::num_threads (the whole budget)
+  unsigned exec;            // ExecutionOptions::num_threads (the whole budget)
   kiln::ThreadPlan plan;    // graph workers or BLAS threads; Auto: the executor measures
 };
 
@@ -168,21 +168,22 @@ struct Threads {
 // after warm-up (the first runs build the core and calibrate its cost classes).
 std::vector<Sample> step_ns(Model& m, Threads th, int steps, int reps,
                             kiln::ThreadPlan* chosen = nullptr) {
-  kiln::ExecutorOptions opts;
+  kiln::ExecutionOptions opts;
   opts.num_threads = th.exec;
   opts.thread_plan = th.plan;
   kiln::Executor exe(kiln::Place::cpu(), opts);
   exe.run(m.startup);
   const std::vector<kiln::FetchTarget> fetch{m.loss};
+  std::vector<kiln::Tensor> out(1);  // reused: a step allocates no result vector
   // Past calibration (2 runs) and the thread-plan trials (2 x kPlanTrials).
-  const int warm = 2 + 2 * kiln::InterpreterCore::kPlanTrials + std::max(5, steps / 4);
-  for (int i = 0; i < warm; ++i) exe.run(m.main, m.feeds, fetch);
+  const int warm = 2 + 3 * kiln::ThreadPlanTuner::kTrials + std::max(5, steps / 4);
+  for (int i = 0; i < warm; ++i) exe.run(m.main, m.feeds, fetch, out);
   if (chosen) *chosen = exe.last_core()->thread_plan();
   const bool blas_threads = kiln::blas_num_threads() > 1;
   std::vector<Sample> t;
   for (int r = 0; r < reps; ++r) {
     Sample x = time_both([&] {
-      for (int i = 0; i < steps; ++i) exe.run(m.main, m.feeds, fetch);
+      for (int i = 0; i < steps; ++i) exe.run(m.main, m.feeds, fetch, out);
     });
     t.push_back({x.wall / steps, x.cpu / steps});
   }
@@ -336,12 +337,13 @@ struct KernelTime {
 // shared machine.
 KernelTime kernel_time(Model& m, int block, int blocks, double clock_ns, int direct_iters) {
   kiln::blas_set_num_threads(1);
-  kiln::ExecutorOptions opts;
+  kiln::ExecutionOptions opts;
   opts.num_threads = 1;
   kiln::Executor plain(kiln::Place::cpu(), opts);
   opts.profile = true;
   kiln::Executor prof(kiln::Place::cpu(), opts);
   const std::vector<kiln::FetchTarget> fetch{m.loss};
+  std::vector<kiln::Tensor> out(1);  // reused: a step allocates no result vector
   for (kiln::Executor* e : {&plain, &prof}) {
     e->run(m.startup);
     for (int i = 0; i < 5; ++i) e->run(m.main, m.feeds, fetch);
@@ -354,11 +356,11 @@ KernelTime kernel_time(Model& m, int block, int blocks, double clock_ns, int dir
   for (int r = 0; r < blocks; ++r) {
     std::vector<double> steps, replays, sums;
     for (int i = 0; i < block; ++i)
-      steps.push_back(time_ns([&] { plain.run(m.main, m.feeds, fetch); }) - clock_ns);
+      steps.push_back(time_ns([&] { plain.run(m.main, m.feeds, fetch, out); }) - clock_ns);
     for (int i = 0; i < block; ++i)
       replays.push_back(time_ns([&] { replay.step(); }) - clock_ns);
     for (int i = 0; i < block; ++i) {
-      prof.run(m.main, m.feeds, fetch);
+      prof.run(m.main, m.feeds, fetch, out);
       auto durs = trace_durations(prof.last_core()->chrome_trace());
       kt.instructions = durs.size();
       double sum = 0;
@@ -393,7 +395,7 @@ KernelTime kernel_time(Model& m, int block, int blocks, double clock_ns, int dir
 // median of reps × `steps` steps, the variants interleaved rep by rep):
 //   exe       Executor::run (cache key + lookup, feed map → vector, core run)
 //   core      InterpreterCore::run called directly (no Executor layer)
-//   core.nogc the same with ExecutionConfig::gc = false (temporaries kept:
+//   core.nogc the same with ExecutionOptions::gc = false (temporaries kept:
 //             kernels reuse their buffers instead of free + allocate)
 //   core.seq  gc off and sequential (program order, no dependency counters)
 //   replay    the kernels called back to back (KernelReplay)
@@ -403,11 +405,12 @@ struct Anatomy {
 
 Anatomy anatomy(Model& m, int steps, int reps) {
   kiln::blas_set_num_threads(1);
-  kiln::ExecutorOptions opts;
+  kiln::ExecutionOptions opts;
   opts.num_threads = 1;
   kiln::Executor exe(kiln::Place::cpu(), opts);
   exe.run(m.startup);
   const std::vector<kiln::FetchTarget> fetch{m.loss};
+  std::vector<kiln::Tensor> out(1);  // reused: a step allocates no result vector
   std::vector<std::string> names;
   std::vector<kiln::Tensor> feeds;
   for (const auto& [name, t] : m.feeds) {
@@ -415,10 +418,10 @@ Anatomy anatomy(Model& m, int steps, int reps) {
     feeds.push_back(t);
   }
   auto config = [](bool gc, bool seq) {
-    kiln::ExecutionConfig c;
+    kiln::ExecutionOptions c;
     c.num_threads = 1;
     c.gc = gc;
-    c.sequential = seq;
+    if (seq) c.thread_plan = kiln::ThreadPlan::Sequential;
     return c;
   };
   // Each core gets its own copy of the parameters (adam_ updates in place).
@@ -433,8 +436,8 @@ Anatomy anatomy(Model& m, int steps, int reps) {
   kiln::InterpreterCore seq(m.main, s3, names, fetch, config(false, true));
   KernelReplay replay(m, exe.scope());
   std::vector<std::function<void()>> runs = {
-      [&] { exe.run(m.main, m.feeds, fetch); }, [&] { core.run(feeds); },
-      [&] { nogc.run(feeds); }, [&] { seq.run(feeds); }, [&] { replay.step(); }};
+      [&] { exe.run(m.main, m.feeds, fetch, out); }, [&] { core.run(feeds, false, out); },
+      [&] { nogc.run(feeds, false, out); }, [&] { seq.run(feeds, false, out); }, [&] { replay.step(); }};
   std::vector<std::vector<double>> t(runs.size());
   for (auto& f : runs)
     for (int i = 0; i < 20; ++i) f();
@@ -610,10 +613,11 @@ StepTimes measure(Model& m, int steps, int reps, int rounds) {
 
 void emit_threads(const std::string& p, const StepTimes& s, double scale, const char* unit) {
   emit(p + ".t1", s.t1.wall / scale, unit);
-  // t2: what a user gets (ExecutorOptions default: the executor measures
-  // both plans and keeps the faster); .graph / .blas: each plan forced.
+  // t2: what a user gets (ExecutionOptions default: the executor measures
+  // the plans and keeps the fastest); .graph / .blas: each plan forced.
   emit(p + ".t2", s.t2_auto.wall / scale, unit);
   emit(p + ".t2.plan_is_blas", s.chosen == kiln::ThreadPlan::Blas ? 1.0 : 0.0, "bool");
+  emit(p + ".t2.plan_is_sequential", s.chosen == kiln::ThreadPlan::Sequential ? 1.0 : 0.0, "bool");
   emit(p + ".t2.graph", s.t2_graph.wall / scale, unit);
   emit(p + ".t2.blas", s.t2_blas.wall / scale, unit);
   emit(p + ".t1.cpu", s.t1.cpu / scale, unit);
@@ -649,13 +653,14 @@ void run_seed(double clock_ns) {
 // trace events, to see which instructions overlap on the two threads.
 void print_two_thread_trace(Model& m) {
   kiln::blas_set_num_threads(1);
-  kiln::ExecutorOptions opts;
+  kiln::ExecutionOptions opts;
   opts.num_threads = 2;
   opts.profile = true;
   kiln::Executor exe(kiln::Place::cpu(), opts);
   exe.run(m.startup);
   const std::vector<kiln::FetchTarget> fetch{m.loss};
-  for (int i = 0; i < 10; ++i) exe.run(m.main, m.feeds, fetch);
+  std::vector<kiln::Tensor> out(1);  // reused: a step allocates no result vector
+  for (int i = 0; i < 10; ++i) exe.run(m.main, m.feeds, fetch, out);
   std::printf("# one step at 2 executor threads: %s\n", exe.last_core()->chrome_trace().c_str());
 }
 
@@ -700,7 +705,7 @@ int main(int argc, char** argv) {
     const unsigned threads = argc > 3 ? unsigned(std::atoi(argv[3])) : 1u;
     const std::string plan = argc > 4 ? argv[4] : "auto";
     auto m = filter == "train.loop.seed" ? seed_model() : mlp_model(filter == "train.loop.mlp256" ? 256 : 64);
-    kiln::ExecutorOptions opts;
+    kiln::ExecutionOptions opts;
     opts.num_threads = threads;
     opts.thread_plan = plan == "graph" ? kiln::ThreadPlan::Graph
                        : plan == "blas" ? kiln::ThreadPlan::Blas
@@ -708,9 +713,10 @@ int main(int argc, char** argv) {
     kiln::Executor exe(kiln::Place::cpu(), opts);
     exe.run(m->startup);
     const std::vector<kiln::FetchTarget> fetch{m->loss};
+    std::vector<kiln::Tensor> out(1);
     const auto end = Clock::now() + std::chrono::duration<double>(seconds);
     while (Clock::now() < end)
-      for (int i = 0; i < 100; ++i) exe.run(m->main, m->feeds, fetch);
+      for (int i = 0; i < 100; ++i) exe.run(m->main, m->feeds, fetch, out);
     return 0;
   }
   const double clock_ns = clock_read_ns();

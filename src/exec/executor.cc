@@ -2,15 +2,22 @@
 
 #include <thread>
 
-#include "kiln/io/json.h"
+#include "kiln/ir/structural_hash.h"
+#include "kiln/kernel/kernel_registry.h"
 
 namespace kiln {
 
-Executor::Executor(Place place, ExecutorOptions options) : place_(place), options_(options) {
+Executor::Executor(Place place, ExecutionOptions options) : options_(std::move(options)) {
+  options_.place = place;
+  if (place.kind != PlaceKind::Cpu && place.kind != PlaceKind::HostStream &&
+      !KernelRegistry::instance().has_backend(place.kind))
+    throw_error(ErrorKind::Unimplemented, "place ", place.to_string(),
+                " has no kernels: kiln was built without a backend for it (CPU and host_stream places run)");
   unsigned threads = options_.num_threads ? options_.num_threads : std::thread::hardware_concurrency();
   if (threads == 0) threads = 1;
   options_.num_threads = threads;
-  if (threads > 1 && !options_.sequential) queue_ = std::make_shared<WorkQueue>(threads - 1);
+  if (threads > 1 && options_.thread_plan != ThreadPlan::Sequential)
+    queue_ = std::make_shared<WorkQueue>(threads - 1);
 }
 
 Executor::~Executor() {
@@ -18,37 +25,74 @@ Executor::~Executor() {
   lru_.clear();  // cores drop their kid scopes before the scope goes
 }
 
-const Executor::Memo& Executor::memo_for(const Program& program) {
-  Memo& m = memos_[&program];
-  const std::uint64_t epoch = ir_epoch();
-  if (m.epoch != epoch || m.epoch == 0) {
-    if (memos_.size() > 64) {  // programs come and go: keep the memo table small
-      Memo keep = m;
-      memos_.clear();
-      memos_[&program] = std::move(keep);
-    }
-    Memo& mm = memos_[&program];
-    mm.hash = content_hash(program);
-    mm.value_ids.clear();
-    std::uint32_t id = 0;
-    auto number = [&](auto& self, const Block& b) -> void {
-      for (std::uint32_t a = 0; a < b.num_arguments(); ++a) mm.value_ids[b.argument(a).impl()] = id++;
-      for (Operation* op : b) {
-        for (std::uint32_t r = 0; r < op->num_regions(); ++r)
-          for (Block* inner : op->region(r)) self(self, *inner);
-        for (std::uint32_t i = 0; i < op->num_results(); ++i) mm.value_ids[op->result(i).impl()] = id++;
-      }
-    };
-    number(number, program.block());
-    mm.epoch = ir_epoch();  // hashing itself does not change the IR
-    return mm;
-  }
-  return m;
-}
-
 std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
                                   const std::vector<FetchTarget>& fetch) {
   return run(program, feed, fetch, scope_);
+}
+
+std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
+                                  const std::vector<FetchTarget>& fetch, Scope& scope) {
+  std::vector<Tensor> out(fetch.size());
+  run(program, feed, fetch, scope, out);
+  return out;
+}
+
+void Executor::run(const Program& program, const FeedMap& feed, const std::vector<FetchTarget>& fetch,
+                   std::span<Tensor> results) {
+  run(program, feed, fetch, scope_, results);
+}
+
+void Executor::run(const Program& program, const FeedMap& feed, const std::vector<FetchTarget>& fetch,
+                   Scope& scope, std::span<Tensor> results) {
+  std::shared_ptr<InterpreterCore> core = core_for(program, feed, fetch, scope);
+  // Per thread, reused: no allocation per run; emptied afterwards so the
+  // caller's tensors are not kept alive past the run. (One TLS look-up.)
+  static thread_local std::vector<Tensor> tls_feeds;
+  std::vector<Tensor>& feeds = tls_feeds;
+  struct Clear {
+    std::vector<Tensor>& v;
+    ~Clear() { v.clear(); }
+  } clear{feeds};
+  feeds.clear();
+  for (const auto& [name, t] : feed) feeds.push_back(t);
+  core->run(feeds, /*take=*/true, results);  // the core takes these copies over
+}
+
+std::shared_ptr<InterpreterCore> Executor::core_for(const Program& program, const FeedMap& feed,
+                                                    const std::vector<FetchTarget>& fetch, Scope& scope) {
+  std::lock_guard lock(mutex_);
+  if (!same_as_last_run(program, feed, fetch, scope))
+    remember_last_run(program, feed, fetch, scope, find_or_build_core(program, feed, fetch, scope));
+  last_core_ = last_run_.core.get();
+  return last_run_.core;
+}
+
+// Under mutex_: the structural hash and value numbering of `program`,
+// recomputed when the IR changed since.
+const Executor::Memo& Executor::memo_for(const Program& program) {
+  Memo& m = memos_[&program];
+  const std::uint64_t epoch = ir_epoch();
+  if (m.epoch == epoch && m.epoch != 0) return m;
+  if (memos_.size() > 64) {  // programs come and go: keep the memo table small
+    Memo keep = std::move(m);
+    memos_.clear();
+    memos_[&program] = std::move(keep);
+  }
+  Memo& mm = memos_[&program];
+  mm.hash = structural_hash(program);
+  mm.value_ids.clear();
+  std::uint32_t id = 0;
+  auto number = [&](auto& self, const Block& b) -> void {
+    for (std::uint32_t a = 0; a < b.num_arguments(); ++a) mm.value_ids[b.argument(a).impl()] = id++;
+    for (Operation* op : b) {
+      for (std::uint32_t r = 0; r < op->num_regions(); ++r)
+        for (Block* inner : op->region(r)) self(self, *inner);
+      for (std::uint32_t i = 0; i < op->num_results(); ++i) mm.value_ids[op->result(i).impl()] = id++;
+    }
+  };
+  number(number, program.block());
+  mm.epoch = ir_epoch();  // hashing itself does not change the IR
+  return mm;
 }
 
 bool Executor::same_as_last_run(const Program& program, const FeedMap& feed,
@@ -67,98 +111,72 @@ bool Executor::same_as_last_run(const Program& program, const FeedMap& feed,
   return true;
 }
 
-std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
-                                  const std::vector<FetchTarget>& fetch, Scope& scope) {
-  std::shared_ptr<InterpreterCore> core;
-  {
-    std::lock_guard lock(mutex_);
-    if (same_as_last_run(program, feed, fetch, scope)) {
-      core = last_run_.core;
-    } else {
-      core = find_or_build_core(program, feed, fetch, scope);
-      LastRun& l = last_run_;
-      l.program = &program;
-      l.scope = &scope;
-      l.epoch = ir_epoch();
-      l.feed_names.clear();
-      for (const auto& [name, t] : feed) l.feed_names.push_back(name);
-      l.fetch_values.clear();
-      l.fetch_names.clear();
-      for (const auto& f : fetch) {
-        l.fetch_values.push_back(f.value.impl());
-        l.fetch_names.push_back(f.value ? std::string() : f.name);
-      }
-      l.core = core;
-    }
-    last_core_ = core.get();
+void Executor::remember_last_run(const Program& program, const FeedMap& feed,
+                                 const std::vector<FetchTarget>& fetch, const Scope& scope,
+                                 std::shared_ptr<InterpreterCore> core) {
+  LastRun& l = last_run_;
+  l.program = &program;
+  l.scope = &scope;
+  l.epoch = ir_epoch();
+  l.feed_names.clear();
+  for (const auto& [name, t] : feed) l.feed_names.push_back(name);
+  l.fetch_values.clear();
+  l.fetch_names.clear();
+  for (const auto& f : fetch) {
+    l.fetch_values.push_back(f.value.impl());
+    l.fetch_names.push_back(f.value ? std::string() : f.name);
   }
-  // Per thread, reused: no allocation per run; emptied afterwards so the
-  // caller's tensors are not kept alive past the run. (One TLS look-up.)
-  static thread_local std::vector<Tensor> tls_feeds;
-  std::vector<Tensor>& feeds = tls_feeds;
-  struct Clear {
-    std::vector<Tensor>& v;
-    ~Clear() { v.clear(); }
-  } clear{feeds};
-  feeds.clear();
-  for (const auto& [name, t] : feed) feeds.push_back(t);
-  return core->run(std::move(feeds));  // the core takes these copies over
+  l.core = std::move(core);
+}
+
+// (structural hash, scope, feed names, fetch targets by value number or name).
+std::string Executor::cache_key(const Program& program, const FeedMap& feed,
+                                const std::vector<FetchTarget>& fetch, const Scope& scope) {
+  const Memo& memo = memo_for(program);
+  std::string key;
+  key.reserve(64);
+  key.append(reinterpret_cast<const char*>(&memo.hash), sizeof memo.hash);
+  const Scope* sp = &scope;
+  key.append(reinterpret_cast<const char*>(&sp), sizeof sp);
+  for (const auto& [name, t] : feed) {
+    key += "\x01";
+    key += name;
+  }
+  for (const auto& f : fetch) {
+    if (f.value) {
+      auto it = memo.value_ids.find(f.value.impl());
+      if (it == memo.value_ids.end())
+        throw_error(ErrorKind::InvalidArgument, "a fetch target is a value that is not in this program");
+      key += "\x02%";
+      key += std::to_string(it->second);
+    } else {
+      key += "\x03";
+      key += f.name;
+    }
+  }
+  return key;
 }
 
 // Under mutex_: the cached core for this request, built on a miss.
 std::shared_ptr<InterpreterCore> Executor::find_or_build_core(const Program& program, const FeedMap& feed,
                                                               const std::vector<FetchTarget>& fetch,
                                                               Scope& scope) {
-  std::shared_ptr<InterpreterCore> core;
-  {
-    const Memo& memo = memo_for(program);
-    std::string key;
-    key.reserve(64);
-    key.append(reinterpret_cast<const char*>(&memo.hash), sizeof memo.hash);
-    const Scope* sp = &scope;
-    key.append(reinterpret_cast<const char*>(&sp), sizeof sp);
-    for (const auto& [name, t] : feed) {
-      key += "\x01";
-      key += name;
-    }
-    for (const auto& f : fetch) {
-      if (f.value) {
-        auto it = memo.value_ids.find(f.value.impl());
-        if (it == memo.value_ids.end())
-          throw_error(ErrorKind::InvalidArgument, "a fetch target is a value that is not in this program");
-        key += "\x02%";
-        key += std::to_string(it->second);
-      } else {
-        key += "\x03";
-        key += f.name;
-      }
-    }
-    if (auto it = index_.find(key); it != index_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second);
-      core = it->second->core;
-    } else {
-      std::vector<std::string> names;
-      for (const auto& [name, t] : feed) names.push_back(name);
-      ExecutionConfig cfg;
-      cfg.num_threads = options_.num_threads;
-      cfg.sequential = options_.sequential;
-      cfg.gc = options_.gc;
-      cfg.profile = options_.profile;
-      cfg.recycle_bytes = options_.recycle_bytes;
-      cfg.thread_plan = options_.thread_plan;
-      cfg.place = place_;
-      auto made = std::make_shared<InterpreterCore>(program, scope, std::move(names), fetch, cfg, queue_);
-      ++cores_built_;
-      lru_.push_front(Entry{key, std::move(made)});
-      index_[key] = lru_.begin();
-      while (lru_.size() > std::max<std::size_t>(1, options_.cache_capacity)) {
-        index_.erase(lru_.back().key);
-        lru_.pop_back();
-      }
-      core = lru_.front().core;
-    }
+  std::string key = cache_key(program, feed, fetch, scope);
+  if (auto it = index_.find(key); it != index_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->core;
   }
-  return core;
+  std::vector<std::string> names;
+  for (const auto& [name, t] : feed) names.push_back(name);
+  auto made = std::make_shared<InterpreterCore>(program, scope, std::move(names), fetch, options_, queue_);
+  ++cores_built_;
+  lru_.push_front(Entry{key, made});
+  index_[std::move(key)] = lru_.begin();
+  while (lru_.size() > std::max<std::size_t>(1, options_.cache_capacity)) {
+    index_.erase(lru_.back().key);
+    lru_.pop_back();
+  }
+  return made;
 }
 
 }  // namespace kiln

@@ -29,6 +29,12 @@ const KernelInfo* KernelRegistry::find(TypeId op, PlaceKind backend, DataType dt
   return any;
 }
 
+bool KernelRegistry::has_backend(PlaceKind backend) const {
+  for (const auto& e : entries_)
+    if (e.backend == backend) return true;
+  return false;
+}
+
 std::vector<DataType> KernelRegistry::dtypes_for(TypeId op, PlaceKind backend) const {
   std::vector<DataType> out;
   for (const auto& e : entries_)

@@ -54,8 +54,8 @@ FeedMap feeds_of(const std::vector<Tensor>& inputs) {
   return f;
 }
 
-ExecutorOptions one_thread() {
-  ExecutorOptions o;
+ExecutionOptions one_thread() {
+  ExecutionOptions o;
   o.num_threads = 1;
   return o;
 }

@@ -64,6 +64,7 @@ void slow_kernel(KernelContext& ctx) {
 std::atomic<int> g_saw_slow{-1};
 
 void wait_slow_kernel(KernelContext& ctx) {
+  if (!wait_slow_enabled().load()) return copy_input(ctx);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   int saw = 0;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -111,6 +112,11 @@ std::thread::id thread_of(std::int64_t tag) {
 void clear_threads() {
   std::lock_guard lock(g_mutex);
   g_threads.clear();
+}
+
+std::atomic<bool>& wait_slow_enabled() {
+  static std::atomic<bool> on{true};
+  return on;
 }
 
 std::atomic<bool>& throw_enabled() {

@@ -146,6 +146,8 @@ void reset_saw_slow();
 // ThreadOp's record: the thread `tag` ran on (a default id if it did not run).
 std::thread::id thread_of(std::int64_t tag);
 void clear_threads();
+// WaitSlowOp's switch (on by default; off: it is a plain identity).
+std::atomic<bool>& wait_slow_enabled();
 // ThrowOp's switch (on by default).
 std::atomic<bool>& throw_enabled();
 // Tags of the RecordOps that ran, in order (guarded by a mutex inside).

@@ -15,8 +15,8 @@ using namespace kiln_exec_test;
 
 namespace {
 
-ExecutorOptions threads(unsigned n) {
-  ExecutorOptions o;
+ExecutionOptions threads(unsigned n) {
+  ExecutionOptions o;
   o.num_threads = n;
   return o;
 }
@@ -79,8 +79,8 @@ TEST_CASE("skip-GC values survive a run while the other temporaries are freed", 
   auto r3 = b.create<ReluOp>(r2.result());
   Scope scope;
   for (bool sequential : {true, false}) {
-    ExecutionConfig cfg;
-    cfg.sequential = sequential;
+    ExecutionOptions cfg;
+    if (sequential) cfg.thread_plan = ThreadPlan::Sequential;
     cfg.num_threads = sequential ? 1 : 2;
     cfg.skip_gc = {r1.result()};
     auto q = sequential ? nullptr : std::make_shared<WorkQueue>(1);
@@ -149,7 +149,7 @@ TEST_CASE("two cores built directly on one work queue run concurrently", "[exec]
     v2 = v;  // x^21
   }
   Scope scope;
-  ExecutionConfig cfg;
+  ExecutionOptions cfg;
   cfg.num_threads = 3;
   InterpreterCore c1(p1, scope, {}, {v1}, cfg, q), c2(p2, scope, {"x"}, {v2}, cfg, q);
   std::atomic<int> bad{0};
@@ -444,7 +444,7 @@ TEST_CASE("the executor cache: after the program is mutated a new core is built"
 }
 
 TEST_CASE("the executor cache evicts the least recently used core", "[exec]") {
-  ExecutorOptions o;
+  ExecutionOptions o;
   o.cache_capacity = 2;
   Executor exe(Place::cpu(), o);
   std::vector<std::unique_ptr<Program>> progs;
@@ -469,7 +469,7 @@ TEST_CASE("the executor cache evicts the least recently used core", "[exec]") {
 TEST_CASE("cores built and dropped in a loop while the pool is busy stay correct", "[exec]") {
   // Each run's last task may finish on a pool thread just before the core is
   // destroyed (cache capacity 1 evicts it on the next run).
-  ExecutorOptions o;
+  ExecutionOptions o;
   o.num_threads = 2;
   o.cache_capacity = 1;
   Executor exe(Place::cpu(), o);

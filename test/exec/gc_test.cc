@@ -22,10 +22,10 @@ std::uint32_t instr_of(const InterpreterCore& core, std::uint32_t op_index) {
   return ~0u;
 }
 
-ExecutionConfig config(unsigned threads, bool sequential = false) {
-  ExecutionConfig c;
+ExecutionOptions config(unsigned threads, bool sequential = false) {
+  ExecutionOptions c;
   c.num_threads = threads;
-  c.sequential = sequential;
+  if (sequential) c.thread_plan = ThreadPlan::Sequential;
   return c;
 }
 
@@ -193,7 +193,7 @@ TEST_CASE("GC lowers peak memory: a chain of 20 big temporaries", "[exec]") {
   Value v = b.create<FullOp>(std::vector<std::int64_t>{kElems}, 1.0).result();
   for (int i = 0; i < 20; ++i) v = b.create<IdentityOp>(v).result();
   auto peak_of = [&](bool gc) {
-    ExecutorOptions o;
+    ExecutionOptions o;
     o.num_threads = 1;
     o.gc = gc;
     Executor exe(Place::cpu(), o);
@@ -240,7 +240,7 @@ TEST_CASE("GC: with recycle_bytes 0 every freed temporary gives its buffer back"
   auto r = b.create<ReluOp>(x.result());
   auto s = b.create<ScaleOp>(r.result(), 2.0, 0.0);
   Scope scope;
-  ExecutionConfig c = config(1);
+  ExecutionOptions c = config(1);
   c.recycle_bytes = 0;
   InterpreterCore core(p, scope, {"x"}, {s.result()}, c);
   core.run(std::vector<Tensor>{Tensor::from_vector<float>({4}, {1, 2, 3, 4})});

@@ -59,8 +59,8 @@ TEST_CASE("stress: random DAG programs at 1, 2 and 4 threads are bit-identical t
   for (int n = 0; n < programs; ++n) {
     RandomProgram rp;
     make_program(rp, static_cast<std::uint32_t>(n) * 7919u + 17u);
-    ExecutionConfig seq;
-    seq.sequential = true;
+    ExecutionOptions seq;
+    seq.thread_plan = ThreadPlan::Sequential;
     seq.num_threads = 1;
     InterpreterCore ref_core(rp.program, scope, rp.feed_names, rp.fetch, seq);
     const auto first = run_once(ref_core, rp);
@@ -70,8 +70,10 @@ TEST_CASE("stress: random DAG programs at 1, 2 and 4 threads are bit-identical t
     // Held across the later runs: must not change under us.
     std::vector<std::vector<Tensor>> held;
     for (unsigned threads : {1u, 2u, 4u}) {
-      ExecutionConfig cfg;
+      ExecutionOptions cfg;
       cfg.num_threads = threads;
+      // The pool forced: Auto could settle on program order for tiny ops.
+      if (threads > 1) cfg.thread_plan = ThreadPlan::Graph;
       auto q = threads == 2 ? q2 : threads == 4 ? q4 : nullptr;
       InterpreterCore core(rp.program, scope, rp.feed_names, rp.fetch, cfg, q);
       for (int run = 0; run < 2; ++run) {

@@ -43,8 +43,9 @@ constexpr Mode kModes[] = {{"sequential", true, 1}, {"1 thread", false, 1}, {"2 
 
 std::unique_ptr<InterpreterCore> make_core(const Program& p, Scope& scope, const std::vector<FetchTarget>& fetch,
                                            const Mode& mode, std::vector<std::string> feeds = {}) {
-  ExecutionConfig cfg;
-  cfg.sequential = mode.sequential;
+  ExecutionOptions cfg;
+  if (mode.sequential) cfg.thread_plan = ThreadPlan::Sequential;
+  if (mode.threads > 1) cfg.thread_plan = ThreadPlan::Graph;
   cfg.num_threads = mode.threads;
   auto q = mode.threads > 1 ? std::make_shared<WorkQueue>(mode.threads - 1) : nullptr;
   return std::make_unique<InterpreterCore>(p, scope, std::move(feeds), fetch, cfg, q);
@@ -323,10 +324,10 @@ TEST_CASE("an execution_stream attribute that is not a non-empty string is an er
   auto r = b.create<ReluOp>(x.result());
   Scope scope;
   r.operation()->set_attribute(kExecutionStreamAttr, Int64Attribute::get(1));
-  KILN_CHECK_ERROR(InterpreterCore(p, scope, {}, {r.result()}, ExecutionConfig{}), InvalidArgument,
+  KILN_CHECK_ERROR(InterpreterCore(p, scope, {}, {r.result()}, ExecutionOptions{}), InvalidArgument,
                    {"op #1 'kiln.relu'", "'execution_stream'", "non-empty string"});
   on_stream(r, "");
-  KILN_CHECK_ERROR(InterpreterCore(p, scope, {}, {r.result()}, ExecutionConfig{}), InvalidArgument,
+  KILN_CHECK_ERROR(InterpreterCore(p, scope, {}, {r.result()}, ExecutionOptions{}), InvalidArgument,
                    {"op #1 'kiln.relu'", "'execution_stream'"});
 }
 
@@ -339,7 +340,7 @@ TEST_CASE("a host_stream place launches every op onto its default stream", "[exe
   auto r = b.create<ReluOp>(s.result());
   on_stream(r, "side");
   Scope scope;
-  ExecutionConfig cfg;
+  ExecutionOptions cfg;
   cfg.place = Place::host_stream(0);
   cfg.num_threads = 1;
   InterpreterCore core(p, scope, {"x"}, {r.result()}, cfg);
@@ -368,7 +369,7 @@ TEST_CASE("a host-only program has no streams, events or waits", "[exec][stream]
   auto c = b.create<FullOp>(std::vector<std::int64_t>{3}, 3.0);
   auto s = b.create<AddOp>(a.result(), c.result());
   Scope scope;
-  InterpreterCore core(p, scope, {}, {s.result()}, ExecutionConfig{});
+  InterpreterCore core(p, scope, {}, {s.result()}, ExecutionOptions{});
   CHECK(core.num_streams() == 0);
   for (std::uint32_t i = 0; i < core.num_instructions(); ++i) {
     CHECK(core.instruction(i).lane == Lane::host());
@@ -391,7 +392,7 @@ TEST_CASE("a core destroyed as soon as its threaded run returns is not touched b
   for (int k = 0; k < 8; ++k) leaves.push_back(b.create<ReluOp>(x.result()).result());
   Scope scope;
   auto q = std::make_shared<WorkQueue>(1);
-  ExecutionConfig cfg;
+  ExecutionOptions cfg;
   cfg.num_threads = 2;
   int ok = 0;
   for (int n = 0; n < 300; ++n) {
@@ -429,8 +430,8 @@ TEST_CASE("stress: random programs over two streams and the host are bit-identic
   for (int n = 0; n < programs; ++n) {
     RandomProgram rp;
     make_program(rp, static_cast<std::uint32_t>(n) * 104729u + 5u);
-    ExecutionConfig seq;
-    seq.sequential = true;
+    ExecutionOptions seq;
+    seq.thread_plan = ThreadPlan::Sequential;
     seq.num_threads = 1;
     InterpreterCore ref_core(rp.program, scope, rp.feed_names, rp.fetch, seq);
     set_random_seed(0x5eed);
@@ -445,8 +446,9 @@ TEST_CASE("stress: random programs over two streams and the host are bit-identic
     }
     const std::string text = rp.program.to_string();
     for (const Mode& mode : kModes) {
-      ExecutionConfig cfg;
-      cfg.sequential = mode.sequential;
+      ExecutionOptions cfg;
+      if (mode.sequential) cfg.thread_plan = ThreadPlan::Sequential;
+      if (mode.threads > 1) cfg.thread_plan = ThreadPlan::Graph;
       cfg.num_threads = mode.threads;
       InterpreterCore core(rp.program, scope, rp.feed_names, rp.fetch, cfg, mode.threads > 1 ? q2 : nullptr);
       if (mode.threads == 1 && !mode.sequential) {

@@ -1,6 +1,7 @@
 // Where a run's threads go (issue 4 §7, ThreadPlan): to the graph's workers
 // with BLAS single-threaded, or to BLAS with the graph on the caller — never
 // both — chosen by measurement unless forced.
+#include <limits>
 #include <thread>
 
 #include "exec/exec_test_util.h"
@@ -24,8 +25,8 @@ struct MatmulProgram {
   }
 };
 
-ExecutionConfig config(unsigned threads, ThreadPlan plan) {
-  ExecutionConfig c;
+ExecutionOptions config(unsigned threads, ThreadPlan plan) {
+  ExecutionOptions c;
   c.num_threads = threads;
   c.thread_plan = plan;
   return c;
@@ -68,30 +69,31 @@ TEST_CASE("one thread in all means BLAS runs single-threaded too", "[exec][threa
   CHECK(blas_num_threads() == 1);
 }
 
-TEST_CASE("the Auto plan measures both plans after calibration and keeps one; results never change",
+TEST_CASE("the Auto plan measures each candidate after calibration and keeps one; results never change",
           "[exec][threads]") {
   MatmulProgram m;
   Scope scope;
   auto q = std::make_shared<WorkQueue>(1);
   InterpreterCore core(m.p, scope, {}, {m.out}, config(2, ThreadPlan::Auto), q);
+  const int calibration = CostModel::kCalibrationRuns, trials = ThreadPlanTuner::kTrials;
   std::vector<int> blas_threads;
-  for (int run = 0; run < 2 + 2 * InterpreterCore::kPlanTrials + 3; ++run) {
+  for (int run = 0; run < calibration + 3 * trials + 3; ++run) {
     auto out = core.run();
     REQUIRE(out[0].to_vector<float>() == std::vector<float>(64 * 64, 2 * 64.0f));
     blas_threads.push_back(blas_num_threads());
   }
-  // Calibration runs and the Graph trials at 1 BLAS thread, then the Blas trials at 2.
-  for (int run = 0; run < 2 + InterpreterCore::kPlanTrials; ++run) CHECK(blas_threads[run] == 1);
-  for (int run = 2 + InterpreterCore::kPlanTrials; run < 2 + 2 * InterpreterCore::kPlanTrials; ++run)
+  // Calibration runs, the Graph and the Sequential trials at 1 BLAS thread,
+  // then the Blas trials at 2.
+  for (int run = 0; run < calibration + 2 * trials; ++run) CHECK(blas_threads[run] == 1);
+  for (int run = calibration + 2 * trials; run < calibration + 3 * trials; ++run)
     CHECK(blas_threads[run] == 2);
+  REQUIRE(core.thread_plan_decided());
   const ThreadPlan chosen = core.thread_plan();
-  CHECK((chosen == ThreadPlan::Graph || chosen == ThreadPlan::Blas));
   CHECK(blas_threads.back() == (chosen == ThreadPlan::Blas ? 2 : 1));
   blas_set_num_threads(1);
 }
 
-TEST_CASE("a program without BLAS kernels leaves BLAS's thread count alone and uses the graph",
-          "[exec][threads]") {
+TEST_CASE("a program without BLAS kernels leaves BLAS's thread count alone", "[exec][threads]") {
   Program p;
   Builder b(p);
   auto x = b.create<FullOp>(std::vector<std::int64_t>{8}, 1.0);
@@ -102,6 +104,40 @@ TEST_CASE("a program without BLAS kernels leaves BLAS's thread count alone and u
   blas_set_num_threads(2);
   for (int run = 0; run < 10; ++run) core.run();
   CHECK(blas_num_threads() == 2);
-  CHECK(core.thread_plan() == ThreadPlan::Graph);
   blas_set_num_threads(1);
+}
+
+TEST_CASE("a chain of ops has nothing to run in parallel: Auto runs it in program order without measuring",
+          "[exec][threads]") {
+  Program p;
+  Builder b(p);
+  Value v = b.create<FullOp>(std::vector<std::int64_t>{8}, 1.0).result();
+  for (int k = 0; k < 10; ++k) v = b.create<ReluOp>(v).result();
+  Scope scope;
+  auto q = std::make_shared<WorkQueue>(1);
+  InterpreterCore core(p, scope, {}, {v}, config(2, ThreadPlan::Auto), q);
+  CHECK(core.thread_plan_decided());
+  CHECK(core.thread_plan() == ThreadPlan::Sequential);
+  core.run();
+  CHECK(core.cost_model().estimate_ns(0) == std::numeric_limits<std::int64_t>::max());  // never timed
+}
+
+TEST_CASE("a wide program of tiny ops on 2 threads runs sequentially when that is faster", "[exec][threads]") {
+  // 2000 independent relus of 1 element: each costs less than a hand-off to
+  // another thread, so the measured Sequential plan wins over Graph.
+  Program p;
+  Builder b(p);
+  auto x = b.create<FullOp>(std::vector<std::int64_t>{1}, 1.0);
+  std::vector<FetchTarget> fetch;
+  for (int k = 0; k < 2000; ++k) {
+    auto r = b.create<ReluOp>(x.result());
+    if (k % 500 == 0) fetch.push_back(r.result());
+  }
+  Scope scope;
+  auto q = std::make_shared<WorkQueue>(1);
+  ExecutionOptions o = config(2, ThreadPlan::Auto);
+  InterpreterCore core(p, scope, {}, fetch, o, q);
+  for (int run = 0; run < 20 && !core.thread_plan_decided(); ++run) core.run();
+  REQUIRE(core.thread_plan_decided());
+  CHECK(core.thread_plan() == ThreadPlan::Sequential);
 }

@@ -1,4 +1,4 @@
-// Introspection (issue 3 §4): with ExecutorOptions::profile the last core's
+// Introspection (issue 3 §4): with ExecutionOptions::profile the last core's
 // chrome_trace() is valid JSON with one complete ("X") event per instruction;
 // to_dot() lists every edge of the instruction DAG once.
 #include <nlohmann/json.hpp>
@@ -35,7 +35,7 @@ TEST_CASE("profile: the Chrome trace parses as JSON with one X event per instruc
   Program p;
   Value out = diamond_chain(p);
   for (unsigned threads : {1u, 2u}) {
-    ExecutorOptions o;
+    ExecutionOptions o;
     o.num_threads = threads;
     o.profile = true;
     Executor exe(Place::cpu(), o);

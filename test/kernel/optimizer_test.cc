@@ -286,7 +286,7 @@ TEST_CASE("an update op's outputs are the parameter's and state's own variables"
   auto lr = b.create<ParameterOp>("lr", TensorType::get(DataType::Float32, {1}));
   auto g = b.create<FullOp>(std::vector<std::int64_t>{2}, 1.0);
   auto m = b.create<Momentum_Op>(w.result(), g.result(), v.result(), lr.result(), 0.5, false);
-  ExecutionConfig cfg;
+  ExecutionOptions cfg;
   cfg.num_threads = 1;
   InterpreterCore core(p, scope, {}, {m.result(0)}, cfg);
   CHECK(core.slot_of(m.result(0)) == core.slot_of(w.result()));

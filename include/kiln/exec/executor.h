@@ -1,14 +1,15 @@
 // Executor: the user's entry point (seed 001 §2.2, "Executor.run"):
 // `exe.run(program, feed, fetch)` feeds data ops by name and returns the
-// fetched values as Tensors. Pre-analysed cores are cached (LRU) by
-// (program content hash, feed names, fetch targets, scope); the content hash
-// is recomputed only when the IR changed (ir_epoch()).
+// fetched values as Tensors. Compiled programs (InterpreterCores) are cached
+// (LRU) by (the program's structural hash, feed names, fetch targets,
+// scope); the hash is recomputed only when the IR changed (ir_epoch()).
 #pragma once
 
 #include <list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -19,22 +20,11 @@ namespace kiln {
 
 using FeedMap = std::map<std::string, Tensor, std::less<>>;
 
-struct ExecutorOptions {
-  // Host threads a run uses, the caller's included (0: the hardware's).
-  unsigned num_threads = 0;
-  bool sequential = false;
-  bool gc = true;
-  bool profile = false;
-  std::size_t cache_capacity = 32;
-  // See ExecutionConfig::recycle_bytes (0: GC frees every temporary).
-  std::size_t recycle_bytes = 4096;
-  // With num_threads > 1: threads to the graph or into BLAS (ThreadPlan).
-  ThreadPlan thread_plan = ThreadPlan::Auto;
-};
-
 class Executor {
  public:
-  explicit Executor(Place place = Place::cpu(), ExecutorOptions options = {});
+  // kiln::Error (Unimplemented) for a place that has no kernels (cuda, until
+  // kiln has a CUDA backend). options.place is set to `place`.
+  explicit Executor(Place place = Place::cpu(), ExecutionOptions options = {});
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -42,16 +32,23 @@ class Executor {
   // Runs `program` in the executor's scope (or `scope`). kiln::Error for a
   // missing feed, a feed of the wrong dtype or shape (expected vs given), an
   // unknown fetch, a parameter the startup program never set, a failing op.
-  // Thread-safe: runs of different programs from several threads proceed
-  // concurrently on the shared work queue (runs of one core take turns).
+  // Thread-safe: runs from several threads proceed concurrently, runs of
+  // one compiled program included (each gets its own run state).
   std::vector<Tensor> run(const Program& program, const FeedMap& feed = {},
                           const std::vector<FetchTarget>& fetch = {});
   std::vector<Tensor> run(const Program& program, const FeedMap& feed,
                           const std::vector<FetchTarget>& fetch, Scope& scope);
+  // The same into the caller's `results` (one per fetch target, reused step
+  // after step): a training loop's run allocates nothing but tensor buffers.
+  void run(const Program& program, const FeedMap& feed, const std::vector<FetchTarget>& fetch,
+           std::span<Tensor> results);
+  void run(const Program& program, const FeedMap& feed, const std::vector<FetchTarget>& fetch,
+           Scope& scope, std::span<Tensor> results);
 
   // The root scope holding parameters.
   Scope& scope() { return scope_; }
-  Place place() const { return place_; }
+  Place place() const { return options_.place; }
+  const ExecutionOptions& options() const { return options_; }
   // The core the last run used (introspection: DOT, trace).
   InterpreterCore* last_core() const { return last_core_; }
   std::size_t num_cores_built() const { return cores_built_; }
@@ -65,9 +62,19 @@ class Executor {
     std::unordered_map<const detail::ValueImpl*, std::uint32_t> value_ids;
   };
   const Memo& memo_for(const Program& program);
+  std::shared_ptr<InterpreterCore> core_for(const Program& program, const FeedMap& feed,
+                                            const std::vector<FetchTarget>& fetch, Scope& scope);
+  std::shared_ptr<InterpreterCore> find_or_build_core(const Program& program, const FeedMap& feed,
+                                                      const std::vector<FetchTarget>& fetch, Scope& scope);
+  std::string cache_key(const Program& program, const FeedMap& feed,
+                        const std::vector<FetchTarget>& fetch, const Scope& scope);
+  bool same_as_last_run(const Program& program, const FeedMap& feed,
+                        const std::vector<FetchTarget>& fetch, const Scope& scope) const;
+  void remember_last_run(const Program& program, const FeedMap& feed,
+                         const std::vector<FetchTarget>& fetch, const Scope& scope,
+                         std::shared_ptr<InterpreterCore> core);
 
-  Place place_;
-  ExecutorOptions options_;
+  ExecutionOptions options_;
   Scope scope_;
   std::shared_ptr<WorkQueue> queue_;
   std::unordered_map<const Program*, Memo> memos_;
@@ -90,12 +97,8 @@ class Executor {
     std::shared_ptr<InterpreterCore> core;
   };
   LastRun last_run_;
-  std::shared_ptr<InterpreterCore> find_or_build_core(const Program& program, const FeedMap& feed,
-                                                      const std::vector<FetchTarget>& fetch, Scope& scope);
-  bool same_as_last_run(const Program& program, const FeedMap& feed,
-                        const std::vector<FetchTarget>& fetch, const Scope& scope) const;
   std::size_t cores_built_ = 0;
-  std::mutex mutex_;  // guards memos_, lru_, index_, last_core_, cores_built_
+  std::mutex mutex_;  // guards memos_, lru_, index_, last_run_, last_core_, cores_built_
 };
 
 }  // namespace kiln

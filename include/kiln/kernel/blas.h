@@ -8,7 +8,9 @@ namespace kiln {
 
 // openblas_set_num_threads(n); n < 1 is taken as 1.
 void blas_set_num_threads(int n);
-// openblas_get_num_threads().
+// BLAS's thread count: the last set through blas_set_num_threads (no call
+// into OpenBLAS), else openblas_get_num_threads(). A count set by calling
+// OpenBLAS directly is not seen.
 int blas_num_threads();
 
 }  // namespace kiln

@@ -39,6 +39,8 @@ class KernelRegistry {
   // op, backend and dtype, and listing the dtypes that do have kernels.
   const KernelInfo& get(const Operation& op, PlaceKind backend, DataType dtype) const;
   std::vector<DataType> dtypes_for(TypeId op, PlaceKind backend) const;
+  // Whether any kernel is registered for `backend`.
+  bool has_backend(PlaceKind backend) const;
 
  private:
   KernelRegistry() = default;

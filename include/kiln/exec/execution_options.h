@@ -1,0 +1,89 @@
+// How a program runs: the one options type of the Executor and of the
+// InterpreterCore under it (threads, GC, profiling, the thread plan, the
+// place), and what a run fetches.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kiln/ir/value.h"
+#include "kiln/support/place.h"
+
+namespace kiln {
+
+// What to fetch: a value of the program, or a name — of a kiln.fetch op, a
+// data op, or a parameter. A fetch observes every op of the program that
+// writes the fetched value's variable (as Paddle's fetch ops at the end of
+// the program do): fetching `x` after an in-place `sqrt_(x)` gives sqrt(x).
+struct FetchTarget {
+  FetchTarget(Value v) : value(v) {}                   // NOLINT
+  FetchTarget(std::string n) : name(std::move(n)) {}   // NOLINT
+  FetchTarget(const char* n) : name(n) {}              // NOLINT
+  Value value;
+  std::string name;
+};
+
+// Where a run's threads go.
+//   Sequential: the caller alone runs every op in program order (no
+//               dependency counters; seed 001's "trace" mode).
+//   Graph:      pool workers run independent ops; BLAS single-threaded.
+//   Blas:       the caller runs every op; BLAS's GEMMs get the threads.
+// Never graph workers and BLAS threads at once: two spinning pools on the
+// same cores made PyTorch's MLP 3x slower on 2 cores.
+//   Auto:       measured (ThreadPlanTuner): after the cost model's first
+//               runs, a few runs of each candidate, the fastest kept.
+enum class ThreadPlan : std::uint8_t {
+  Auto,
+  Sequential,
+  Graph,
+  Blas,
+};
+
+constexpr std::string_view to_string(ThreadPlan p) {
+  switch (p) {
+    case ThreadPlan::Auto: return "auto";
+    case ThreadPlan::Sequential: return "sequential";
+    case ThreadPlan::Graph: return "graph";
+    case ThreadPlan::Blas: return "blas";
+  }
+  return "?";
+}
+
+struct ExecutionOptions {
+  // Where kernels run. cpu: on the host, except ops with an
+  // `execution_stream` attribute. host_stream:N: every op on that place's
+  // default stream (named "host_stream:N") unless its attribute names
+  // another. A place without kernels (cuda, until its backend exists) is a
+  // kiln::Error. The Executor sets it from its own place.
+  Place place = Place::cpu();
+  // Host threads a run may use, the caller's included. 0: the hardware's
+  // (Executor) or the work queue's threads + 1 (InterpreterCore).
+  unsigned num_threads = 0;
+  // See ThreadPlan. Sequential also keeps the work queue out of the core.
+  ThreadPlan thread_plan = ThreadPlan::Auto;
+  // Free each temporary after its last user.
+  bool gc = true;
+  // GC of a temporary of at most recycle_bytes keeps its buffer as the
+  // variable's spare for the next run's kernel (Variable::recycle): freeing
+  // and re-allocating small buffers every run costs more than the kernels of
+  // a small model. At most recycle_budget bytes of spares per run state
+  // (counted at recycle_bytes per eligible temporary); 0 frees everything.
+  std::size_t recycle_bytes = 4096;
+  std::size_t recycle_budget = std::size_t{1} << 20;
+  // Record per-instruction times (chrome_trace()).
+  bool profile = false;
+  // Values (of the program given to the core) never freed.
+  std::vector<Value> skip_gc;
+  // Executor only: compiled programs kept (LRU).
+  std::size_t cache_capacity = 32;
+};
+
+// The op attribute naming the stream an op's kernel is launched onto (a
+// non-empty string; ops naming the same string share one in-order stream).
+inline constexpr std::string_view kExecutionStreamAttr = "execution_stream";
+
+}  // namespace kiln

@@ -1,0 +1,125 @@
+// ExecutionPlan: a program pre-analysed once (seed 001 §三), immutable
+// afterwards and shared by every run over it (TensorFlow's ExecutorImpl as
+// against the per-step ExecutorState; seed 003). It holds the instructions
+// with their chosen kernels, the variable slots each reads and writes, the
+// dependency DAG in CSR form, the stream lanes and events of each
+// instruction, the GC plan (who frees which slot) and the buffer plan (which
+// slots recycle their buffer). It names no Variable: a RunState binds slots
+// to variables, so several runs over one plan proceed at the same time.
+// PlanBuilder makes it.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/exec/execution_options.h"
+#include "kiln/exec/stream_analyzer.h"
+#include "kiln/ir/program.h"
+#include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/tensor.h"
+
+namespace kiln {
+
+inline constexpr std::uint32_t kNoIndex = std::numeric_limits<std::uint32_t>::max();
+
+// What a variable slot holds, and so where a RunState finds its Variable.
+enum class SlotKind : std::uint8_t {
+  Temporary,  // the run state's own, contiguous
+  Parameter,  // the root scope's variable `name`
+  Feed,       // the run state's kid scope, `name`
+  FetchOp,    // the run state's kid scope, "@fetch.<name>"
+  Fetch,      // the run state's own: fetch result `fetch_index`
+};
+
+struct PlanSlot {
+  SlotKind kind = SlotKind::Temporary;
+  Place place = Place::cpu();
+  std::uint32_t alias = 0;        // dependency variable (a view shares its source's)
+  bool persistent = false;        // parameter, feed, fetch result: never freed
+  std::uint32_t fetch_reads = 0;  // fetch instructions reading it (never freed then)
+  std::uint32_t fetch_index = kNoIndex;
+  std::string name;               // Parameter, Feed, FetchOp
+  // Parameter: some set_parameter of the program writes it (a run state
+  // creates the variable); otherwise the scope must hold it already, of `type`.
+  bool set_by_program = false;
+  Type type;
+};
+
+struct PlanInstruction {
+  std::string name;               // "kiln.add", or "memcpy ...", "fetch", "copy"
+  std::uint32_t op_index = kNoIndex;  // its op's position in the program
+  Operation* op = nullptr;        // in the plan's own copy of the program
+  KernelFn fn = nullptr;
+  std::shared_ptr<const void> attrs;  // decoded once; shared by every run state
+  std::vector<std::uint32_t> reads, writes;  // slots, in kernel input/output order
+  std::uint8_t order = 0;         // OrderFlags (dependency_builder.h)
+  Lane lane = Lane::host();
+  bool calls_blas = false;        // its kernel runs GEMMs (the thread plan's concern)
+};
+
+// A fed tensor's expected type, decoded once for the per-run check.
+struct PlanFeed {
+  std::string name;
+  std::uint32_t slot = kNoIndex;
+  Type type;
+  bool shaped = false;            // false: the data op's type is not a tensor (never matches)
+  DataType dtype = DataType::Undefined;
+  std::vector<std::int64_t> dims;  // -1: any extent
+};
+
+struct ExecutionPlan {
+  ExecutionOptions options;
+  // The plan's own copy of the program: kernels' contexts point at its ops,
+  // and a cached plan outlives the caller's program.
+  Program program;
+
+  std::vector<PlanInstruction> instructions;
+  std::vector<PlanSlot> slots;
+  std::vector<PlanFeed> feeds;             // in the order of the feed names
+  std::vector<std::uint32_t> fetch_slots;  // the Fetch slot of each target
+
+  // Dependencies after transitive reduction: successors of i are
+  // succ[succ_off[i] .. succ_off[i+1]); dep_count[i] predecessors; roots have none.
+  std::vector<std::uint32_t> succ_off, succ, dep_count, roots;
+  // GC: instruction i may free slots gc[gc_off[i] .. gc_off[i+1]); slot s is
+  // freed when its ref_count[s] last users are done (0: never freed).
+  std::vector<std::uint32_t> gc_off, gc;
+  std::vector<std::int32_t> ref_count;
+  // The buffer plan: GC of slot s keeps a buffer of at most recycle_max[s]
+  // bytes as the variable's spare for the next run (0: frees it).
+  std::vector<std::uint32_t> recycle_max;
+
+  // Streams (all empty for a host-only program). lane[i]: -1 host, else the
+  // stream index; records_event[i]: an event is recorded after i's launch;
+  // i waits on the events of wait[wait_off[i] .. wait_off[i+1]).
+  std::vector<std::string> stream_names;
+  std::vector<std::int16_t> lane;
+  std::vector<std::uint8_t> records_event;
+  std::vector<std::uint32_t> wait_off, wait;
+
+  // For the thread plan: any kernel calls BLAS; the DAG has independent work
+  // (some instruction has two successors, or several roots).
+  bool has_blas = false;
+  bool has_parallelism = false;
+
+  // Introspection: the caller's values → the plan's slots.
+  std::unordered_map<const detail::ValueImpl*, std::uint32_t> source_slot;
+
+  std::uint32_t size() const { return static_cast<std::uint32_t>(instructions.size()); }
+  bool has_streams() const { return !stream_names.empty(); }
+  std::span<const std::uint32_t> successors(std::uint32_t i) const {
+    return {succ.data() + succ_off[i], succ.data() + succ_off[i + 1]};
+  }
+  // kiln::Error naming the feed when `feeds` do not match what the program's
+  // data ops expect (count, dtype, shape; -1 dims match any extent).
+  void check_feeds(std::span<const Tensor> feeds) const;
+  // "op #3 'kiln.add'" (+ " on stream 's'"), for errors.
+  std::string describe(std::uint32_t instruction) const;
+};
+
+}  // namespace kiln

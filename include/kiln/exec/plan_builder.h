@@ -1,0 +1,74 @@
+// PlanBuilder: makes an ExecutionPlan, one named phase per step of seed
+// 001's pre-analysis — slots and kernel choice (with data transfers where
+// places differ), fetches, dependencies, streams and events, GC, the buffer
+// plan, and what the thread plan needs to know. Each phase reads what the
+// earlier ones wrote into the plan under construction.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/exec/execution_plan.h"
+
+namespace kiln {
+
+class DependencyBuilder;
+
+class PlanBuilder {
+ public:
+  // `feed_names`: the data ops the caller feeds, in feed order.
+  PlanBuilder(const Program& program, std::vector<std::string> feed_names,
+              const std::vector<FetchTarget>& fetch, ExecutionOptions options);
+  ~PlanBuilder();
+  std::shared_ptr<const ExecutionPlan> build();
+
+ private:
+  // Phases, in order.
+  void copy_program();
+  void resolve_fetch_targets();
+  void add_instructions();
+  void add_fetch_instructions();
+  void build_dependencies();
+  void analyze_streams();
+  void plan_gc();
+  void plan_buffers();
+  void summarize_for_thread_plan();
+
+  // add_instructions(), per op kind.
+  void add_parameter_op(Operation* op);
+  void add_data_op(Operation* op);
+  void add_set_parameter_op(Operation* op, std::uint32_t index, Lane lane);
+  void add_fetch_op(Operation* op, std::uint32_t index, Lane lane);
+  void add_kernel_op(Operation* op, std::uint32_t index, Lane lane);
+  const KernelInfo& choose_kernel(Operation* op, std::uint32_t index) const;
+
+  // Helpers.
+  std::uint32_t new_slot(SlotKind kind, Place place, bool persistent, std::string name = {});
+  std::uint32_t parameter_slot(const std::string& name);
+  std::uint32_t operand_slot(Operation* op, std::uint32_t operand, Lane lane);
+  void add_instruction(PlanInstruction in);
+  Lane op_lane(Operation* op, std::uint32_t index);
+  Lane stream_lane(const std::string& name, Operation* op, std::uint32_t index);
+  Value clone_of(Value source) const;
+
+  ExecutionPlan& plan() { return *plan_; }
+
+  std::shared_ptr<ExecutionPlan> plan_;
+  const Program& source_;
+  std::vector<std::string> feed_names_;
+  const std::vector<FetchTarget>& fetch_;
+
+  std::unordered_map<const detail::ValueImpl*, std::uint32_t> source_ids_;  // caller's values → id
+  std::vector<Value> clone_values_;                                         // by id
+  std::unordered_map<const detail::ValueImpl*, std::uint32_t> value_slot_;  // the clone's values
+  std::vector<Value> fetch_values_;                                         // the clone's
+  std::unordered_map<std::string, std::uint32_t> parameter_slots_;
+  std::unordered_map<std::uint64_t, std::uint32_t> transfers_;  // (slot, place) → copy's slot
+  std::unordered_map<std::string, std::int16_t> stream_index_;
+  // From build_dependencies() to plan_gc() (its last_users()).
+  std::unique_ptr<DependencyBuilder> deps_;
+};
+
+}  // namespace kiln

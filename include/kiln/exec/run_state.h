@@ -1,0 +1,148 @@
+// RunState: everything one run over an ExecutionPlan mutates (TensorFlow's
+// per-step ExecutorState, seed 003): the variables the plan's slots bind to
+// (temporaries and fetch results owned here, feeds in a kid scope of the
+// caller's scope, parameters in its root), a KernelContext per instruction
+// over them, the dependency and reference counters, the stream lanes' events,
+// and the run's first error. Several run states over one plan run at the
+// same time; one state runs one run at a time and is reused run after run,
+// so a run allocates nothing but tensor buffers.
+//
+// The scheduler is the run state's own code (run_state_scheduling.cc): in
+// program order on one thread, or from the DAG's roots with ready
+// successors run inline when cheap and handed to the pool when expensive
+// (seed 001 §4.1, seed 003's inline ready queue), stream instructions
+// launched with their events.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/exec/cost_model.h"
+#include "kiln/exec/execution_plan.h"
+#include "kiln/exec/work_queue.h"
+#include "kiln/runtime/host_stream.h"
+#include "kiln/runtime/scope.h"
+
+namespace kiln {
+
+// How one run goes (decided by the core for each run).
+struct RunConfig {
+  ThreadPlan plan = ThreadPlan::Sequential;  // Sequential, Graph or Blas
+  WorkQueue* pool = nullptr;                 // Graph: the workers
+  CostModel* costs = nullptr;
+  bool measure = false;                      // time every kernel into `costs`
+};
+
+class RunState {
+ public:
+  // Binds the plan's slots to variables and builds the kernel contexts.
+  // kiln::Error (NotFound) naming a parameter the scope lacks (and that no
+  // set_parameter of the program writes) — thrown before the scope changes.
+  RunState(std::shared_ptr<const ExecutionPlan> plan, Scope& scope);
+  // Drops the kid scope (feeds, fetch-op results).
+  ~RunState();
+  RunState(const RunState&) = delete;
+  RunState& operator=(const RunState&) = delete;
+
+  // One run. `feeds` (already checked against the plan) are moved in when
+  // `take`, else shared; the fetched tensors are moved into `results` (one
+  // per fetch target). kiln::Error names a failing op; the state stays usable.
+  void run(std::span<Tensor> feeds, bool take, const RunConfig& config, std::span<Tensor> results);
+
+  const ExecutionPlan& plan() const { return *plan_; }
+  // Runs started so far.
+  std::uint64_t num_runs() const { return runs_; }
+  Variable* variable(std::uint32_t slot) const { return vars_[slot]; }
+  Scope& local_scope() const { return *local_scope_; }
+  // Chrome trace JSON of this state's last profiled run.
+  std::string chrome_trace() const;
+
+ private:
+  // The hot part of an instruction: its kernel and cached context.
+  struct Instruction {
+    KernelFn fn = nullptr;
+    KernelContext ctx;
+  };
+
+  // Binding (run_state.cc).
+  void check_parameters(const Scope& root) const;
+  void bind_variables(Scope& root);
+  void build_contexts();
+  void create_streams();
+  void reset_counters();
+  void finish_run(std::span<Tensor> feeds, std::span<Tensor> results);
+  [[noreturn]] void rethrow_error();
+
+  // Scheduling (run_state_scheduling.cc). kStreams: the plan has stream
+  // lanes; host-only plans run the <false> instantiations, which contain no
+  // lane, event or wait code at all.
+  void schedule();
+  template <bool kStreams> void run_in_order();
+  template <bool kStreams> void run_chain(std::uint32_t i);
+  template <bool kStreams> bool execute(std::uint32_t i);
+  void run_from_roots();
+  void run_ready_on_caller();
+  void run_with_pool();
+  bool launch(std::uint32_t i);
+  bool wait_on_host(std::uint32_t i);
+  void run_on_stream(std::uint32_t i);
+  void run_kernel(std::uint32_t i);
+  void record_error(std::uint32_t i) noexcept;
+  void synchronize_streams();
+  void collect_garbage(std::uint32_t i);
+  void hand_out(std::uint32_t i);
+  void finish_task();
+  static void task_entry(void* state, std::uint32_t i);
+
+  std::shared_ptr<const ExecutionPlan> plan_;
+  Scope* scope_;
+  Scope* local_scope_ = nullptr;
+
+  // Variables: slot → Variable*; temporaries and fetch results live in owned_.
+  std::vector<Variable*> vars_;
+  std::unique_ptr<Variable[]> owned_;
+  std::vector<Instruction> instrs_;
+  std::unique_ptr<Variable*[]> io_;  // every context's input and output pointers
+
+  // Counters, restored to the plan's counts as they fire (a clean run leaves
+  // them ready for the next; a failed one sets dirty_).
+  std::unique_ptr<std::atomic<std::int32_t>[]> dep_;
+  std::unique_ptr<std::atomic<std::int32_t>[]> ref_;
+  bool dirty_ = false;
+  std::vector<std::uint32_t> local_ready_;  // hand-offs without a pool
+  std::vector<std::uint32_t> sync_ready_;   // without a pool: ready sync successors
+
+  // Streams of this state (the plan's stream names) and the events recorded
+  // after the instructions that have event or sync successors.
+  std::vector<std::unique_ptr<HostStream>> streams_;
+  std::vector<std::unique_ptr<Event>> out_event_;
+
+  // This run.
+  RunConfig config_;
+  bool solo_ = false;  // one thread touches every counter
+  bool timed_ = false; // profile or measure: read the clock around kernels
+  std::uint64_t runs_ = 0;
+
+  // Tasks queued or running (pool runs); see finish_task() for completion.
+  std::atomic<std::int64_t> pending_{0};
+  std::mutex done_mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;  // guarded by done_mutex_
+  std::atomic<bool> abort_{false};
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
+  std::uint32_t error_instr_ = 0;
+
+  // Profiling (one entry per instruction, last profiled run).
+  std::vector<std::int64_t> t_start_, t_end_;
+  std::vector<std::uint32_t> t_thread_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,37 @@
+#include "kiln/exec/execution_plan.h"
+
+namespace kiln {
+
+namespace {
+// -1 in `dims` matches any extent.
+bool shape_matches(const PlanFeed& f, const Tensor& t) {
+  if (!f.shaped || f.dtype != t.dtype() || static_cast<int>(f.dims.size()) != t.rank()) return false;
+  for (std::size_t i = 0; i < f.dims.size(); ++i)
+    if (f.dims[i] >= 0 && f.dims[i] != t.dims()[static_cast<int>(i)]) return false;
+  return true;
+}
+}  // namespace
+
+void ExecutionPlan::check_feeds(std::span<const Tensor> given) const {
+  if (given.size() != feeds.size())
+    throw_error(ErrorKind::InvalidArgument, "expected ", feeds.size(), " feeds, got ", given.size());
+  for (std::size_t k = 0; k < given.size(); ++k) {
+    const Tensor& t = given[k];
+    if (!t.is_initialized())
+      throw_error(ErrorKind::InvalidArgument, "feed '", feeds[k].name, "' holds no tensor");
+    if (!shape_matches(feeds[k], t))
+      throw_error(ErrorKind::InvalidArgument, "feed '", feeds[k].name, "': expected ",
+                  feeds[k].type.to_string(), ", got ", t.to_string());
+  }
+}
+
+std::string ExecutionPlan::describe(std::uint32_t i) const {
+  const PlanInstruction& in = instructions.at(i);
+  std::string s = "op ";
+  if (in.op_index != kNoIndex) s += "#" + std::to_string(in.op_index) + " ";
+  s += "'" + in.name + "'";
+  if (in.lane.is_stream) s += " on stream '" + stream_names[static_cast<std::size_t>(in.lane.stream)] + "'";
+  return s;
+}
+
+}  // namespace kiln

@@ -1,0 +1,499 @@
+#include "kiln/exec/plan_builder.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/exec/dependency_builder.h"
+
+namespace kiln {
+
+namespace {
+
+// Values in definition order: block arguments, then per op its regions'
+// values and its results (the caller's program and the plan's copy are
+// numbered alike, so ids carry over).
+void number_values(const Block& b, std::vector<Value>& out) {
+  for (std::uint32_t a = 0; a < b.num_arguments(); ++a) out.push_back(b.argument(a));
+  for (Operation* op : b) {
+    for (std::uint32_t r = 0; r < op->num_regions(); ++r)
+      for (Block* inner : op->region(r)) number_values(*inner, out);
+    for (std::uint32_t i = 0; i < op->num_results(); ++i) out.push_back(op->result(i));
+  }
+}
+
+// ---- kernels of the instructions the plan makes itself ----
+
+struct CopyFlags {
+  bool deep = false;
+};
+
+// Output 0 takes input 0's tensor: shared, or copied when `deep`.
+void share_or_copy_kernel(KernelContext& ctx) {
+  const Tensor& in = ctx.input(0);
+  const auto* flags = static_cast<const CopyFlags*>(ctx.attrs_ptr());
+  Tensor& out = ctx.output(0);
+  out = flags && flags->deep ? in.clone() : in;
+}
+
+// Output 0 = input 0 copied to the context's place (host places share memory).
+void transfer_kernel(KernelContext& ctx) {
+  const Tensor& in = ctx.input(0);
+  Tensor& out = ctx.alloc_output(0, in.dims(), in.dtype());
+  if (in.bytes()) std::memcpy(out.raw_data(), in.raw_data(), in.bytes());
+}
+
+std::shared_ptr<const void> deep_copy_flag() {
+  static const auto flag = std::make_shared<const CopyFlags>(CopyFlags{true});
+  return flag;
+}
+
+PlanInstruction copy_instruction(std::string name, Operation* op, std::uint32_t from,
+                                 std::uint32_t to, bool deep, Lane lane) {
+  PlanInstruction in;
+  in.name = std::move(name);
+  in.op = op;
+  in.fn = &share_or_copy_kernel;
+  in.attrs = deep ? deep_copy_flag() : nullptr;
+  in.reads = {from};
+  in.writes = {to};
+  in.lane = lane;
+  return in;
+}
+
+}  // namespace
+
+PlanBuilder::PlanBuilder(const Program& program, std::vector<std::string> feed_names,
+                         const std::vector<FetchTarget>& fetch, ExecutionOptions options)
+    : plan_(std::make_shared<ExecutionPlan>()),
+      source_(program),
+      feed_names_(std::move(feed_names)),
+      fetch_(fetch) {
+  plan_->options = std::move(options);
+}
+
+PlanBuilder::~PlanBuilder() = default;
+
+std::shared_ptr<const ExecutionPlan> PlanBuilder::build() {
+  copy_program();
+  resolve_fetch_targets();
+  add_instructions();
+  add_fetch_instructions();
+  build_dependencies();
+  analyze_streams();
+  plan_gc();
+  plan_buffers();
+  summarize_for_thread_plan();
+  return plan_;
+}
+
+// ---- phase: the plan's own copy of the program, numbered like the caller's ----
+
+void PlanBuilder::copy_program() {
+  std::vector<Value> src;
+  number_values(source_.block(), src);
+  for (std::uint32_t i = 0; i < src.size(); ++i) source_ids_.emplace(src[i].impl(), i);
+  plan().program = source_.clone();
+  number_values(plan().program.block(), clone_values_);
+}
+
+Value PlanBuilder::clone_of(Value source) const {
+  auto it = source_ids_.find(source.impl());
+  return it == source_ids_.end() ? Value() : clone_values_[it->second];
+}
+
+// ---- phase: fetch targets → values of the copy ----
+
+void PlanBuilder::resolve_fetch_targets() {
+  for (const auto& f : fetch_) {
+    if (f.value) {
+      Value v = clone_of(f.value);
+      if (!v)
+        throw_error(ErrorKind::InvalidArgument,
+                    "a fetch target is a value that is not in this program");
+      fetch_values_.push_back(v);
+      continue;
+    }
+    Value found;
+    for (Operation* op : plan().program.block()) {
+      if (auto fo = op->dyn_cast<FetchOp>(); fo && fo.attrs().name == f.name) found = op->operand_source(0);
+      else if (auto d = op->dyn_cast<DataOp>(); d && d.attrs().name == f.name) found = op->result(0);
+      else if (auto p = op->dyn_cast<ParameterOp>(); p && p.attrs().parameter_name == f.name)
+        found = op->result(0);
+      if (found) break;
+    }
+    if (!found)
+      throw_error(ErrorKind::NotFound, "fetch '", f.name,
+                  "' matches no kiln.fetch op, data op or parameter of the program");
+    fetch_values_.push_back(found);
+  }
+}
+
+// ---- phase: slots, kernels and data transfers, in program order ----
+
+void PlanBuilder::add_instructions() {
+  // A parameter some set_parameter of the program writes may be read before
+  // the scope holds it.
+  for (Operation* op : plan().program.block())
+    if (auto sp = op->dyn_cast<SetParameterOp>())
+      plan().slots[parameter_slot(sp.attrs().parameter_name)].set_by_program = true;
+  plan().feeds.resize(feed_names_.size());
+  for (std::size_t k = 0; k < feed_names_.size(); ++k) plan().feeds[k].name = feed_names_[k];
+
+  std::uint32_t index = 0;
+  for (Operation* op : plan().program.block()) {
+    const std::uint32_t i = index++;
+    if (op->num_regions())
+      throw_error(ErrorKind::Unimplemented, "op #", i, " '", op->name(),
+                  "' has regions; control flow is not supported by the executor yet");
+    if (op->isa<ParameterOp>()) add_parameter_op(op);
+    else if (op->isa<DataOp>()) add_data_op(op);
+    else if (op->isa<SetParameterOp>()) add_set_parameter_op(op, i, op_lane(op, i));
+    else if (op->isa<FetchOp>()) add_fetch_op(op, i, op_lane(op, i));
+    else add_kernel_op(op, i, op_lane(op, i));
+  }
+  for (const auto& f : plan().feeds)
+    if (f.slot == kNoIndex)
+      throw_error(ErrorKind::NotFound, "feed '", f.name, "' matches no data op of the program");
+}
+
+void PlanBuilder::add_parameter_op(Operation* op) {
+  const std::uint32_t s = parameter_slot(op->dyn_cast<ParameterOp>().attrs().parameter_name);
+  if (!plan().slots[s].type) plan().slots[s].type = op->result_type(0);
+  value_slot_[op->result(0).impl()] = s;
+}
+
+void PlanBuilder::add_data_op(Operation* op) {
+  const auto a = op->dyn_cast<DataOp>().attrs();
+  auto it = std::find(feed_names_.begin(), feed_names_.end(), a.name);
+  if (it == feed_names_.end()) {
+    // As in Paddle and TensorFlow, a data op nothing reads or fetches needs
+    // no feed (e.g. the label of an evaluation program cloned from the
+    // training one): no slot, no instruction.
+    const bool fetched = std::any_of(fetch_values_.begin(), fetch_values_.end(),
+                                     [&](Value v) { return v == op->result(0); });
+    if (op->result(0).use_empty() && !fetched) return;
+    throw_error(ErrorKind::InvalidArgument, "feed '", a.name,
+                "' is missing: the program's data op expects ", op->result_type(0).to_string());
+  }
+  PlanFeed& feed = plan().feeds[static_cast<std::size_t>(it - feed_names_.begin())];
+  if (feed.slot != kNoIndex)
+    throw_error(ErrorKind::InvalidArgument, "two data ops are named '", a.name, "'");
+  feed.slot = new_slot(SlotKind::Feed, a.place, /*persistent=*/true, a.name);
+  feed.type = op->result_type(0);
+  if (is_shaped(feed.type)) {
+    feed.shaped = true;
+    feed.dtype = shaped_data_type(feed.type);
+    feed.dims = shaped_dims(feed.type);
+  }
+  value_slot_[op->result(0).impl()] = feed.slot;
+}
+
+void PlanBuilder::add_set_parameter_op(Operation* op, std::uint32_t index, Lane lane) {
+  const std::uint32_t in = operand_slot(op, 0, lane);
+  const std::uint32_t out = parameter_slot(op->dyn_cast<SetParameterOp>().attrs().parameter_name);
+  // Copy values the caller or another parameter owns; share temporaries.
+  PlanInstruction ins = copy_instruction(std::string(op->name()), op, in, out,
+                                         plan().slots[in].persistent, lane);
+  ins.op_index = index;
+  ins.order = kOrderSideEffect;
+  add_instruction(std::move(ins));
+}
+
+void PlanBuilder::add_fetch_op(Operation* op, std::uint32_t index, Lane lane) {
+  const std::uint32_t in = operand_slot(op, 0, lane);
+  // A kiln.fetch op is a side effect kept in order: it sees the value as of
+  // its place in the program, so a later in-place op works on a copy
+  // (add_kernel_op); a fetch target naming it gets the value.
+  plan().slots[in].fetch_reads++;
+  const std::uint32_t out = new_slot(SlotKind::FetchOp, plan().options.place, true,
+                                     "@fetch." + op->dyn_cast<FetchOp>().attrs().name);
+  PlanInstruction ins = copy_instruction(std::string(op->name()), op, in, out,
+                                         plan().slots[in].persistent, lane);
+  ins.op_index = index;
+  ins.order = kOrderSideEffect;
+  add_instruction(std::move(ins));
+}
+
+const KernelInfo& PlanBuilder::choose_kernel(Operation* op, std::uint32_t index) const {
+  DataType dtype = DataType::Float32;
+  if (op->num_operands() && is_shaped(op->operand_source(0).type()))
+    dtype = shaped_data_type(op->operand_source(0).type());
+  else if (op->num_results() && is_shaped(op->result_type(0)))
+    dtype = shaped_data_type(op->result_type(0));
+  const Place place = plan_->options.place;
+  // Host streams run the CPU kernels; any other place has kernels of its own.
+  const PlaceKind backend = place.kind == PlaceKind::HostStream ? PlaceKind::Cpu : place.kind;
+  if (const KernelInfo* k = KernelRegistry::instance().find(op->info().id(), backend, dtype)) return *k;
+  try {
+    KernelRegistry::instance().get(*op, backend, dtype);
+  } catch (const Error& e) {
+    throw Error(e.kind(), "op #" + std::to_string(index) + ": " + e.message());
+  }
+  throw_error(ErrorKind::Internal, "kernel registry lookup disagrees with itself");
+}
+
+void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index, Lane lane) {
+  const KernelInfo& kernel = choose_kernel(op, index);
+  std::vector<std::uint32_t> ins;
+  for (std::uint32_t i = 0; i < op->num_operands(); ++i) ins.push_back(operand_slot(op, i, lane));
+  std::vector<std::uint32_t> outs(op->num_results(), kNoIndex);
+  for (auto [o, i] : op->info().impl()->inplace_map) {
+    std::uint32_t s = ins[i];
+    const PlanSlot& slot = plan().slots[s];
+    if ((slot.kind == SlotKind::Feed || slot.fetch_reads > 0)) {
+      // A feed must not change under the caller, nor a value a kiln.fetch op
+      // already took: the op works on a copy (seed 004 "SetFeedVarsInplaceSkip").
+      const std::uint32_t copy = new_slot(SlotKind::Temporary, plan().options.place, false);
+      add_instruction(copy_instruction("copy", op, s, copy, /*deep=*/true, lane));
+      ins[i] = s = copy;
+    }
+    outs[o] = s;
+  }
+  for (auto& o : outs)
+    if (o == kNoIndex) o = new_slot(SlotKind::Temporary, plan().options.place, false);
+  for (auto [o, i] : op->info().impl()->view_map) plan().slots[outs[o]].alias = plan().slots[ins[i]].alias;
+  PlanInstruction in;
+  in.name = std::string(op->name());
+  in.op_index = index;
+  in.op = op;
+  in.fn = kernel.fn;
+  in.attrs = kernel.decode_attrs ? kernel.decode_attrs(op) : nullptr;
+  if (op->has_trait<Random>()) in.order |= kOrderRandom;
+  if (op->has_trait<Communication>()) in.order |= kOrderCommunication;
+  if (op->has_trait<SideEffect>()) in.order |= kOrderSideEffect;
+  in.lane = lane;
+  in.calls_blas = op->isa<MatmulOp>();
+  in.reads = std::move(ins);
+  in.writes = outs;
+  add_instruction(std::move(in));
+  for (std::uint32_t o = 0; o < op->num_results(); ++o) value_slot_[op->result(o).impl()] = outs[o];
+}
+
+// ---- phase: fetches, after every op ----
+
+// A fetch comes after the whole program (as Paddle appends its fetch ops),
+// so it observes every writer of its variable, in-place ops included. A
+// parameter's buffer outlives the run and a later run may update it in
+// place: the caller gets a copy. Fetches run on the host: a value made on a
+// stream reaches them through a sync edge.
+void PlanBuilder::add_fetch_instructions() {
+  for (std::uint32_t k = 0; k < fetch_values_.size(); ++k) {
+    auto it = value_slot_.find(fetch_values_[k].impl());
+    if (it == value_slot_.end())
+      throw_error(ErrorKind::InvalidArgument, "fetch #", k,
+                  " names a value no instruction makes (an unfed data op's result?)");
+    const std::uint32_t from = it->second;
+    const std::uint32_t to = new_slot(SlotKind::Fetch, plan().options.place, true);
+    plan().slots[to].fetch_index = k;
+    plan().fetch_slots.push_back(to);
+    plan().slots[from].fetch_reads++;
+    const bool deep = plan().slots[from].kind == SlotKind::Parameter;
+    add_instruction(copy_instruction("fetch", nullptr, from, to, deep, Lane::host()));
+  }
+}
+
+// ---- phase: the dependency DAG over alias classes ----
+
+void PlanBuilder::build_dependencies() {
+  ExecutionPlan& p = plan();
+  const std::uint32_t n = p.size();
+  DependencyBuilder deps(n, static_cast<std::uint32_t>(p.slots.size()));
+  std::vector<std::uint32_t> r, w;
+  for (const PlanInstruction& in : p.instructions) {
+    r.clear();
+    w.clear();
+    for (auto s : in.reads) r.push_back(p.slots[s].alias);
+    for (auto s : in.writes) w.push_back(p.slots[s].alias);
+    deps.add_instruction(r, w, in.order);
+  }
+  deps.build();
+  deps_ = std::make_unique<DependencyBuilder>(std::move(deps));
+  p.succ_off.assign(n + 1, 0);
+  p.dep_count.assign(n, 0);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    auto s = deps_->successors(i);
+    p.succ.insert(p.succ.end(), s.begin(), s.end());
+    p.succ_off[i + 1] = static_cast<std::uint32_t>(p.succ.size());
+    p.dep_count[i] = deps_->num_predecessors(i);
+    if (p.dep_count[i] == 0) p.roots.push_back(i);
+  }
+}
+
+// ---- phase: stream lanes, out-events and waits (executor.md §4) ----
+
+// Every non-direct edge of the reduced DAG (RAW, WAR and WAW alike) gets an
+// event: its source records one after its launch, its target waits on it.
+// Reduced edges suffice: an event completes only after everything its
+// stream ran before, waits included, so waits compose along paths.
+void PlanBuilder::analyze_streams() {
+  ExecutionPlan& p = plan();
+  if (!p.has_streams()) return;
+  const std::uint32_t n = p.size();
+  p.lane.assign(n, -1);
+  p.records_event.assign(n, 0);
+  for (std::uint32_t i = 0; i < n; ++i)
+    if (p.instructions[i].lane.is_stream) p.lane[i] = p.instructions[i].lane.stream;
+  std::vector<std::vector<std::uint32_t>> waits(n);
+  for (std::uint32_t i = 0; i < n; ++i)
+    for (std::uint32_t s : p.successors(i)) {
+      if (successor_kind(p.instructions[i].lane, p.instructions[s].lane) == SuccessorKind::Direct) continue;
+      p.records_event[i] = 1;
+      waits[s].push_back(i);
+    }
+  p.wait_off.assign(n + 1, 0);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    p.wait.insert(p.wait.end(), waits[i].begin(), waits[i].end());
+    p.wait_off[i + 1] = static_cast<std::uint32_t>(p.wait.size());
+  }
+}
+
+// ---- phase: GC — each temporary freed by its last users (seed 001 §3.3.2) ----
+
+void PlanBuilder::plan_gc() {
+  ExecutionPlan& p = plan();
+  const std::uint32_t n = p.size();
+  const auto num_slots = static_cast<std::uint32_t>(p.slots.size());
+  p.ref_count.assign(num_slots, 0);
+  std::vector<std::vector<std::uint32_t>> frees(n);
+  if (p.options.gc) {
+    std::vector<bool> keep(num_slots, false);
+    for (std::uint32_t s = 0; s < num_slots; ++s) keep[s] = p.slots[s].persistent || p.slots[s].fetch_reads > 0;
+    for (Value v : p.options.skip_gc)
+      if (Value c = clone_of(v))
+        if (auto it = value_slot_.find(c.impl()); it != value_slot_.end()) keep[it->second] = true;
+    std::vector<std::vector<std::uint32_t>> users(num_slots);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      for (auto s : p.instructions[i].reads) users[s].push_back(i);
+      for (auto s : p.instructions[i].writes) users[s].push_back(i);
+    }
+    for (std::uint32_t s = 0; s < num_slots; ++s) {
+      auto& u = users[s];
+      if (keep[s] || u.empty()) continue;
+      std::sort(u.begin(), u.end());
+      u.erase(std::unique(u.begin(), u.end()), u.end());
+      const auto last = deps_->last_users(u);
+      p.ref_count[s] = static_cast<std::int32_t>(last.size());
+      for (auto i : last) frees[i].push_back(s);
+    }
+  }
+  p.gc_off.assign(n + 1, 0);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    p.gc.insert(p.gc.end(), frees[i].begin(), frees[i].end());
+    p.gc_off[i + 1] = static_cast<std::uint32_t>(p.gc.size());
+  }
+  deps_.reset();  // its memory goes now
+}
+
+// ---- phase: the buffer plan ----
+
+// Small freed temporaries keep their buffer for the next run, within the
+// budget; views (alias != own slot) never get one: their writer shares.
+void PlanBuilder::plan_buffers() {
+  ExecutionPlan& p = plan();
+  p.recycle_max.assign(p.slots.size(), 0);
+  if (p.options.recycle_bytes == 0) return;
+  std::size_t budget = p.options.recycle_budget;
+  const auto limit = static_cast<std::uint32_t>(std::min<std::size_t>(p.options.recycle_bytes, UINT32_MAX));
+  for (std::uint32_t s = 0; s < p.slots.size() && budget >= limit; ++s) {
+    if (p.ref_count[s] == 0 || p.slots[s].alias != s) continue;
+    p.recycle_max[s] = limit;
+    budget -= limit;
+  }
+}
+
+// ---- phase: what the thread plan chooses from ----
+
+void PlanBuilder::summarize_for_thread_plan() {
+  ExecutionPlan& p = plan();
+  p.has_blas = std::any_of(p.instructions.begin(), p.instructions.end(),
+                           [](const PlanInstruction& in) { return in.calls_blas; });
+  p.has_parallelism = p.roots.size() > 1;
+  for (std::uint32_t i = 0; i < p.size() && !p.has_parallelism; ++i)
+    p.has_parallelism = p.succ_off[i + 1] - p.succ_off[i] > 1;
+  for (const auto& [src, id] : source_ids_)
+    if (auto it = value_slot_.find(clone_values_[id].impl()); it != value_slot_.end())
+      p.source_slot.emplace(src, it->second);
+}
+
+// ---- helpers ----
+
+std::uint32_t PlanBuilder::new_slot(SlotKind kind, Place place, bool persistent, std::string name) {
+  const auto s = static_cast<std::uint32_t>(plan().slots.size());
+  PlanSlot slot;
+  slot.kind = kind;
+  slot.place = place;
+  slot.alias = s;
+  slot.persistent = persistent;
+  slot.name = std::move(name);
+  plan().slots.push_back(std::move(slot));
+  return s;
+}
+
+std::uint32_t PlanBuilder::parameter_slot(const std::string& name) {
+  if (auto it = parameter_slots_.find(name); it != parameter_slots_.end()) return it->second;
+  const std::uint32_t s = new_slot(SlotKind::Parameter, plan().options.place, true, name);
+  parameter_slots_.emplace(name, s);
+  return s;
+}
+
+void PlanBuilder::add_instruction(PlanInstruction in) {
+  plan().instructions.push_back(std::move(in));
+}
+
+// The slot holding operand `i` of `op` at the plan's place, with a transfer
+// inserted (once per slot) where the value lives elsewhere.
+std::uint32_t PlanBuilder::operand_slot(Operation* op, std::uint32_t i, Lane lane) {
+  Value v = op->operand_source(i);
+  auto it = value_slot_.find(v.impl());
+  if (it == value_slot_.end())
+    throw_error(ErrorKind::Unimplemented, "op '", op->name(), "' operand #", i,
+                " is defined inside a region or by an unfed data op");
+  const std::uint32_t s = it->second;
+  const Place place = plan().options.place;
+  if (plan().slots[s].place == place) return s;
+  const std::uint64_t key = std::uint64_t(s) << 32 | static_cast<std::uint32_t>(place.kind);
+  if (auto t = transfers_.find(key); t != transfers_.end()) return t->second;
+  const std::uint32_t out = new_slot(SlotKind::Temporary, place, false);
+  // On the consumer's lane (seed: memcpy_h2d runs on the stream).
+  PlanInstruction in;
+  in.name = "memcpy " + plan().slots[s].place.to_string() + "->" + place.to_string();
+  in.op = op;
+  in.fn = &transfer_kernel;
+  in.reads = {s};
+  in.writes = {out};
+  in.lane = lane;
+  add_instruction(std::move(in));
+  transfers_.emplace(key, out);
+  return out;
+}
+
+// The lane of an op's instructions: its execution_stream attribute, else
+// the place's default stream for a host_stream place, else the host.
+Lane PlanBuilder::op_lane(Operation* op, std::uint32_t index) {
+  if (Attribute a = op->attribute(kExecutionStreamAttr)) {
+    auto name = a.dyn_cast<StrAttribute>();
+    if (!name || name.value().empty())
+      throw_error(ErrorKind::InvalidArgument, "op #", index, " '", op->name(), "': attribute '",
+                  kExecutionStreamAttr, "' must name a stream (a non-empty string), got ",
+                  a.to_string());
+    return stream_lane(std::string(name.value()), op, index);
+  }
+  if (plan().options.place.kind == PlaceKind::HostStream)
+    return stream_lane(plan().options.place.to_string(), op, index);
+  return Lane::host();
+}
+
+Lane PlanBuilder::stream_lane(const std::string& name, Operation* op, std::uint32_t index) {
+  auto it = stream_index_.find(name);
+  if (it == stream_index_.end()) {
+    if (plan().stream_names.size() >= 1024)
+      throw_error(ErrorKind::OutOfRange, "op #", index, " '", op->name(),
+                  "': more than 1024 execution streams in one program");
+    it = stream_index_.emplace(name, static_cast<std::int16_t>(plan().stream_names.size())).first;
+    plan().stream_names.push_back(name);
+  }
+  return Lane::on_stream(it->second);
+}
+
+}  // namespace kiln

@@ -1,0 +1,181 @@
+#include "kiln/exec/run_state.h"
+
+#include <limits>
+#include <sstream>
+
+namespace kiln {
+
+RunState::RunState(std::shared_ptr<const ExecutionPlan> plan, Scope& scope)
+    : plan_(std::move(plan)), scope_(&scope) {
+  Scope& root = scope.root();
+  check_parameters(root);  // before anything in the scope tree changes
+  local_scope_ = &scope.new_scope();
+  try {
+    bind_variables(root);
+    build_contexts();
+    create_streams();
+  } catch (...) {
+    scope.drop_kid(*local_scope_);
+    throw;
+  }
+  const std::uint32_t n = plan_->size();
+  dep_ = std::make_unique<std::atomic<std::int32_t>[]>(n);
+  ref_ = std::make_unique<std::atomic<std::int32_t>[]>(vars_.size());
+  reset_counters();
+  local_ready_.reserve(n);
+  if (plan_->has_streams()) sync_ready_.reserve(n);
+  if (plan_->options.profile) {
+    t_start_.assign(n, 0);
+    t_end_.assign(n, 0);
+    t_thread_.assign(n, 0);
+  }
+}
+
+RunState::~RunState() {
+  // Every run ends with its streams synchronized; stopping them here first
+  // still guarantees no stream task touches the state after this point.
+  streams_.clear();
+  scope_->drop_kid(*local_scope_);
+}
+
+// A parameter the program reads but never sets must be in the root scope.
+void RunState::check_parameters(const Scope& root) const {
+  for (const PlanSlot& s : plan_->slots)
+    if (s.kind == SlotKind::Parameter && !s.set_by_program && !root.find_local_var(s.name))
+      throw_error(ErrorKind::NotFound, "parameter '", s.name, "' (expected ",
+                  s.type ? s.type.to_string() : std::string("<none>"),
+                  ") has no value in the scope: run the startup program first");
+}
+
+void RunState::bind_variables(Scope& root) {
+  const auto& slots = plan_->slots;
+  std::size_t owned = 0;
+  for (const PlanSlot& s : slots) owned += s.kind == SlotKind::Temporary || s.kind == SlotKind::Fetch;
+  // Temporaries contiguous, in slot order: the run path walks them in
+  // program order, so locality matters more than names.
+  owned_ = std::make_unique<Variable[]>(owned);
+  vars_.resize(slots.size());
+  std::size_t next = 0;
+  for (std::size_t k = 0; k < slots.size(); ++k) {
+    const PlanSlot& s = slots[k];
+    switch (s.kind) {
+      case SlotKind::Temporary:
+      case SlotKind::Fetch: vars_[k] = &owned_[next++]; break;
+      case SlotKind::Parameter: vars_[k] = &root.var(s.name); break;  // checked: exists or is set
+      case SlotKind::Feed:
+      case SlotKind::FetchOp: vars_[k] = &local_scope_->var(s.name); break;
+    }
+  }
+}
+
+void RunState::build_contexts() {
+  const auto& ins = plan_->instructions;
+  std::size_t total = 0;
+  for (const PlanInstruction& in : ins) total += in.reads.size() + in.writes.size();
+  io_ = std::make_unique<Variable*[]>(total + 1);
+  Variable** p = io_.get();
+  instrs_.resize(ins.size());
+  for (std::size_t i = 0; i < ins.size(); ++i) {
+    const PlanInstruction& in = ins[i];
+    Variable** inputs = p;
+    for (auto s : in.reads) *p++ = vars_[s];
+    Variable** outputs = p;
+    for (auto s : in.writes) *p++ = vars_[s];
+    instrs_[i].fn = in.fn;
+    instrs_[i].ctx = KernelContext(in.op, inputs, static_cast<std::uint32_t>(in.reads.size()), outputs,
+                                   static_cast<std::uint32_t>(in.writes.size()), in.attrs.get(),
+                                   plan_->options.place, &cpu_allocator());
+  }
+}
+
+void RunState::create_streams() {
+  const ExecutionPlan& p = *plan_;
+  if (!p.has_streams()) return;
+  for (std::size_t k = 0; k < p.stream_names.size(); ++k)
+    streams_.push_back(std::make_unique<HostStream>(static_cast<std::int16_t>(k)));
+  out_event_.resize(p.size());
+  for (std::uint32_t i = 0; i < p.size(); ++i)
+    if (p.records_event[i]) out_event_[i] = streams_[static_cast<std::size_t>(p.lane[i])]->create_event();
+}
+
+void RunState::reset_counters() {
+  const ExecutionPlan& p = *plan_;
+  for (std::uint32_t i = 0; i < p.size(); ++i)
+    dep_[i].store(static_cast<std::int32_t>(p.dep_count[i]), std::memory_order_relaxed);
+  for (std::size_t s = 0; s < vars_.size(); ++s) ref_[s].store(p.ref_count[s], std::memory_order_relaxed);
+  dirty_ = false;
+}
+
+void RunState::run(std::span<Tensor> feeds, bool take, const RunConfig& config,
+                   std::span<Tensor> results) {
+  const ExecutionPlan& p = *plan_;
+  for (std::size_t k = 0; k < feeds.size(); ++k) {
+    Tensor& dst = vars_[p.feeds[k].slot]->get_mutable<Tensor>();
+    if (take) dst = std::move(feeds[k]);
+    else dst = feeds[k];
+  }
+  if (dirty_) reset_counters();
+  abort_.store(false, std::memory_order_relaxed);
+  error_ = nullptr;
+  config_ = config;
+  timed_ = config.measure || p.options.profile;
+  ++runs_;
+  schedule();
+  // Kernels still queued on streams finish (and free) before the run
+  // returns, error or not; their errors were recorded by run_on_stream().
+  if (p.has_streams()) synchronize_streams();
+  finish_run(feeds, results);
+}
+
+// Feeds are dropped (the caller's tensors are not kept alive); fetched
+// tensors are moved out (their variables are cleared anyway).
+void RunState::finish_run(std::span<Tensor> feeds, std::span<Tensor> results) {
+  const ExecutionPlan& p = *plan_;
+  for (std::size_t k = 0; k < feeds.size(); ++k) vars_[p.feeds[k].slot]->clear();
+  if (error_) {
+    dirty_ = true;
+    for (auto s : p.fetch_slots) vars_[s]->clear();
+    rethrow_error();
+  }
+  for (std::size_t k = 0; k < p.fetch_slots.size(); ++k) {
+    Variable* v = vars_[p.fetch_slots[k]];
+    results[k] = v->is<Tensor>() ? std::move(v->get<Tensor>()) : Tensor();
+    v->clear();
+  }
+}
+
+// The run's first error again, its message prefixed with the failing op.
+void RunState::rethrow_error() {
+  std::exception_ptr e = std::exchange(error_, nullptr);
+  const std::string where = error_instr_ == kNoIndex ? std::string("a stream") : plan_->describe(error_instr_);
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    throw Error(err.kind(), where + " failed: " + err.message());
+  } catch (const std::exception& err) {
+    throw Error(ErrorKind::Internal, where + " failed: " + err.what());
+  } catch (...) {
+    throw Error(ErrorKind::Internal, where + " failed with an unknown exception");
+  }
+}
+
+std::string RunState::chrome_trace() const {
+  std::ostringstream os;
+  os << "{\"traceEvents\":[";
+  std::int64_t t0 = std::numeric_limits<std::int64_t>::max();
+  for (auto t : t_start_)
+    if (t) t0 = std::min(t0, t);
+  bool first = true;
+  for (std::size_t i = 0; i < t_start_.size(); ++i) {
+    if (!t_start_[i]) continue;
+    if (!first) os << ',';
+    first = false;
+    os << "{\"name\":\"" << plan_->instructions[i].name << "\",\"cat\":\"op\",\"ph\":\"X\",\"ts\":"
+       << double(t_start_[i] - t0) / 1000.0 << ",\"dur\":" << double(t_end_[i] - t_start_[i]) / 1000.0
+       << ",\"pid\":1,\"tid\":" << t_thread_[i] << ",\"args\":{\"instruction\":" << i << "}}";
+  }
+  os << "],\"displayTimeUnit\":\"ns\"}";
+  return os.str();
+}
+
+}  // namespace kiln

@@ -1,0 +1,349 @@
+// The scheduler: RunState's run path. Nothing here allocates, looks up a
+// name or touches a Scope.
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "kiln/exec/run_state.h"
+
+namespace kiln {
+
+namespace {
+
+// Counts c down by one; true when it reached 0. With `solo` (one thread
+// touches every counter this run) a relaxed load and store suffice and skip
+// the locked RMW; otherwise acq_rel: the thread that reaches 0 sees the
+// writes of every thread that counted down before it.
+[[gnu::always_inline]] inline bool count_down(std::atomic<std::int32_t>& c, bool solo) {
+  if (solo) {
+    const std::int32_t v = c.load(std::memory_order_relaxed) - 1;
+    c.store(v, std::memory_order_relaxed);
+    return v == 0;
+  }
+  return c.fetch_sub(1, std::memory_order_acq_rel) == 1;
+}
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::uint32_t thread_tag() {
+  return static_cast<std::uint32_t>(std::hash<std::thread::id>()(std::this_thread::get_id()) & 0xffff);
+}
+
+// Ready cheap successors a worker keeps to run itself (TensorFlow's inline
+// ready queue); one per thread, empty between tasks.
+thread_local std::vector<std::uint32_t> tls_inline;
+
+}  // namespace
+
+// In program order (a topological order of the DAG, so the counters have
+// nothing to decide) when one thread runs everything and there are no
+// streams to overlap, or when the plan asks for it; otherwise from the
+// DAG's roots, with the pool or on the caller alone.
+void RunState::schedule() {
+  const bool streams = plan_->has_streams();
+  solo_ = config_.pool == nullptr && !streams;
+  if (config_.plan == ThreadPlan::Sequential || solo_) {
+    if (streams) run_in_order<true>();
+    else run_in_order<false>();
+  } else {
+    run_from_roots();
+  }
+}
+
+// Runs i's kernel on this thread, timed when the run is profiled or measured.
+inline void RunState::run_kernel(std::uint32_t i) {
+  Instruction& in = instrs_[i];
+  if (__builtin_expect(!timed_, 1)) {
+    in.fn(in.ctx);
+    return;
+  }
+  const std::int64_t t0 = now_ns();
+  in.fn(in.ctx);
+  const std::int64_t t1 = now_ns();
+  if (config_.measure) config_.costs->record(i, t1 - t0);
+  if (plan_->options.profile) {
+    t_start_[i] = t0;
+    t_end_[i] = t1;
+    t_thread_[i] = thread_tag();
+  }
+}
+
+template <bool kStreams>
+inline bool RunState::execute(std::uint32_t i) {
+  if constexpr (kStreams) {
+    if (plan_->lane[i] >= 0) return launch(i);
+    // Sync successor of stream work: block until its events complete, then
+    // check abort_ (a failed stream kernel set it before its event completed).
+    if (plan_->wait_off[i] != plan_->wait_off[i + 1] && !wait_on_host(i)) return false;
+  }
+  // Relaxed: a stale "false" only runs one more op before the abort is seen.
+  if (abort_.load(std::memory_order_relaxed)) return false;
+  try {
+    run_kernel(i);
+  } catch (...) {
+    record_error(i);
+    return false;
+  }
+  return true;
+}
+
+void RunState::record_error(std::uint32_t i) noexcept {
+  {
+    std::lock_guard lock(error_mutex_);
+    if (!error_) {
+      error_ = std::current_exception();
+      error_instr_ = i;
+    }
+  }
+  // release: a thread that sees the flag through an acquire (an event wait,
+  // a queue hand-off) also sees the stored error. Readers that only load it
+  // relaxed may run one more kernel before they see it.
+  abort_.store(true, std::memory_order_release);
+}
+
+// always_inline: it is also called from run_on_stream(); without the
+// attribute GCC stopped inlining it into the host hot loop (a PLT call per
+// instruction, ~1 ns on the chain benchmark).
+[[gnu::always_inline]] inline void RunState::collect_garbage(std::uint32_t i) {
+  const ExecutionPlan& p = *plan_;
+  for (std::uint32_t k = p.gc_off[i], e = p.gc_off[i + 1]; k < e; ++k) {
+    const std::uint32_t s = p.gc[k];
+    const std::int32_t count = p.ref_count[s];
+    // acq_rel: the last user's decrement must see every other user's writes
+    // (release) before the variable is freed (acquire).
+    if (count == 1 || count_down(ref_[s], solo_)) {
+      if (count != 1) ref_[s].store(count, std::memory_order_relaxed);  // ready for the next run
+      Variable* v = vars_[s];
+      if (!v->is_initialized()) continue;
+      if (const std::uint32_t r = p.recycle_max[s]) v->recycle(r);
+      else v->clear();
+    }
+  }
+}
+
+template <bool kStreams>
+void RunState::run_in_order() {
+  const std::uint32_t n = plan_->size();
+  const bool gc = plan_->options.gc;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (!execute<kStreams>(i)) return;
+    // A stream instruction collects its garbage on its stream.
+    if (gc && (!kStreams || plan_->lane[i] < 0)) collect_garbage(i);
+  }
+}
+
+// ---- streams ----
+
+// The host blocks on the events of i's stream predecessors (sync edges).
+bool RunState::wait_on_host(std::uint32_t i) {
+  try {
+    for (std::uint32_t k = plan_->wait_off[i], e = plan_->wait_off[i + 1]; k < e; ++k)
+      out_event_[plan_->wait[k]]->synchronize();
+  } catch (...) {
+    record_error(i);
+    return false;
+  }
+  return true;
+}
+
+// Launches i onto its stream: the stream first waits on the events of i's
+// predecessors on other streams, then runs the kernel; the host does not
+// wait. The event recorded after the launch covers the kernel (and its GC).
+bool RunState::launch(std::uint32_t i) {
+  // Relaxed: as in execute().
+  if (abort_.load(std::memory_order_relaxed)) return false;
+  const ExecutionPlan& p = *plan_;
+  HostStream& stream = *streams_[static_cast<std::size_t>(p.lane[i])];
+  try {
+    for (std::uint32_t k = p.wait_off[i], e = p.wait_off[i + 1]; k < e; ++k)
+      stream.wait(*out_event_[p.wait[k]]);
+    stream.enqueue([this, i] { run_on_stream(i); });
+    if (Event* e = out_event_[i].get()) e->record(stream);
+  } catch (...) {
+    record_error(i);
+    return false;
+  }
+  return true;
+}
+
+// On i's stream thread. GC of i's variables happens here, after the kernel,
+// not on the launching host thread: a host-stream kernel reads its
+// Variables when it runs (a CUDA launch binds pointers at launch), so
+// dropping them at launch would pull the input from under it (executor.md §5).
+void RunState::run_on_stream(std::uint32_t i) {
+  // Relaxed: a kernel that failed earlier on this stream is sequenced before;
+  // one on another stream or the host that i depends on stored abort_ before
+  // the event i's stream waited on completed (that wait acquires).
+  if (abort_.load(std::memory_order_relaxed)) return;
+  try {
+    run_kernel(i);
+  } catch (...) {
+    record_error(i);
+    return;
+  }
+  collect_garbage(i);
+}
+
+void RunState::synchronize_streams() {
+  for (auto& s : streams_) {
+    try {
+      s->synchronize();
+    } catch (...) {
+      // Kernels' own exceptions are caught in run_on_stream(); this is a
+      // failure of the stream machinery itself (a failed event wait).
+      record_error(kNoIndex);
+    }
+  }
+}
+
+// ---- from the roots ----
+
+void RunState::hand_out(std::uint32_t i) {
+  if (!config_.pool) {
+    local_ready_.push_back(i);
+    return;
+  }
+  // Relaxed: the queue's lock orders the push; pending_ only counts.
+  pending_.fetch_add(1, std::memory_order_relaxed);
+  config_.pool->push(WorkTask{&RunState::task_entry, this, i});
+}
+
+void RunState::task_entry(void* state, std::uint32_t i) {
+  auto* self = static_cast<RunState*>(state);
+  if (self->plan_->has_streams()) self->run_chain<true>(i);
+  else self->run_chain<false>(i);
+  self->finish_task();  // the last access to the state
+}
+
+void RunState::finish_task() {
+  // acq_rel: release publishes this task's work; the decrement that reaches
+  // 0 acquires every other task's (the RMWs on pending_ form one release
+  // sequence), so the final thread has seen all work of the run.
+  if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // The caller may see pending_ == 0 before we get here (it polls while it
+  // helps), so 0 alone must not let it return: the state could be destroyed
+  // under a later notify. It returns only after it has read done_ == true
+  // under done_mutex_, and we set and notify while holding that mutex. The
+  // caller's lock therefore happens after our unlock, which is this thread's
+  // last access to the state (a mutex may be destroyed as soon as it is
+  // unlocked). The mutex also carries the acquired work to the caller.
+  std::lock_guard lock(done_mutex_);
+  done_ = true;
+  done_cv_.notify_all();
+}
+
+// Runs i, then its ready successors (seed 003's ScheduleReady): cheap ones
+// (by the cost model) stay on this thread — one next, the rest in its inline
+// queue, as a hand-off costs more than a cheap op — and expensive ones go to
+// the pool, except the last when this thread has nothing else to do.
+template <bool kStreams>
+void RunState::run_chain(std::uint32_t i) {
+  std::vector<std::uint32_t>& inline_ready = config_.pool ? tls_inline : local_ready_;
+  const ExecutionPlan& p = *plan_;
+  const CostModel& costs = *config_.costs;
+  const bool solo = solo_;
+  const std::size_t base = inline_ready.size();
+  for (;;) {
+    if (!execute<kStreams>(i)) return;
+    // A stream instruction collects its garbage on its stream, after its kernel.
+    if (!kStreams || p.lane[i] < 0) collect_garbage(i);
+    std::uint32_t next = kNoIndex, expensive = kNoIndex;
+    for (std::uint32_t k = p.succ_off[i], e = p.succ_off[i + 1]; k < e; ++k) {
+      const std::uint32_t s = p.succ[k];
+      const std::uint32_t count = p.dep_count[s];
+      // A lone predecessor needs no atomic: it is the only one to reach s.
+      // acq_rel: the last predecessor sees the others' outputs.
+      if (count != 1 && !count_down(dep_[s], solo)) continue;
+      if (count != 1) dep_[s].store(static_cast<std::int32_t>(count), std::memory_order_relaxed);
+      if constexpr (kStreams) {
+        if (p.lane[s] < 0 && p.lane[i] >= 0) {
+          // Sync successor: it will block on the stream, so another thread
+          // takes it; with no pool it waits until the host has nothing else
+          // ready (sync_ready_).
+          if (config_.pool) hand_out(s);
+          else sync_ready_.push_back(s);
+          continue;
+        }
+        if (p.lane[s] >= 0 && next != kNoIndex && p.lane[next] < 0) {
+          // Launches go first: they are cheap and feed the streams.
+          inline_ready.push_back(next);
+          next = s;
+          continue;
+        }
+      }
+      if (config_.pool && costs.expensive(s)) {
+        if (expensive != kNoIndex) hand_out(expensive);  // worth another thread
+        expensive = s;
+      } else if (next == kNoIndex) {
+        next = s;  // keep one on this thread
+      } else {
+        inline_ready.push_back(s);
+      }
+    }
+    if (expensive != kNoIndex) {
+      // The last expensive one stays here only if this thread has nothing else.
+      if (next == kNoIndex && inline_ready.size() == base) next = expensive;
+      else hand_out(expensive);
+    }
+    if (next == kNoIndex) {
+      if (inline_ready.size() == base) return;
+      next = inline_ready.back();
+      inline_ready.pop_back();
+    }
+    i = next;
+  }
+}
+
+void RunState::run_from_roots() {
+  if (plan_->roots.empty()) return;
+  if (config_.pool) run_with_pool();
+  else run_ready_on_caller();
+}
+
+// No pool, with streams (a host-only plan runs in order): host work first; a
+// successor that blocks on a stream only when none is left (oldest first:
+// its stream work was launched earliest).
+void RunState::run_ready_on_caller() {
+  local_ready_.clear();
+  sync_ready_.clear();
+  const auto& roots = plan_->roots;
+  for (auto it = roots.rbegin(); it != roots.rend(); ++it) local_ready_.push_back(*it);
+  const bool streams = plan_->has_streams();
+  std::size_t next_sync = 0;
+  for (;;) {
+    std::uint32_t i;
+    if (!local_ready_.empty()) {
+      i = local_ready_.back();
+      local_ready_.pop_back();
+    } else if (next_sync < sync_ready_.size()) {
+      i = sync_ready_[next_sync++];
+    } else {
+      break;
+    }
+    if (streams) run_chain<true>(i);
+    else run_chain<false>(i);
+  }
+}
+
+void RunState::run_with_pool() {
+  const auto& roots = plan_->roots;
+  pending_.store(1, std::memory_order_relaxed);
+  for (std::size_t k = 1; k < roots.size(); ++k) hand_out(roots[k]);
+  if (plan_->has_streams()) run_chain<true>(roots[0]);
+  else run_chain<false>(roots[0]);
+  finish_task();
+  // Take part instead of sleeping while there is queued work. Relaxed: it
+  // only decides whether to keep helping; completion is read under
+  // done_mutex_ below.
+  while (pending_.load(std::memory_order_relaxed) != 0 && config_.pool->try_run_one()) {
+  }
+  std::unique_lock lock(done_mutex_);
+  done_cv_.wait(lock, [this] { return done_; });
+  done_ = false;
+}
+
+}  // namespace kiln

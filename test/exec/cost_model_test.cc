@@ -1,0 +1,72 @@
+// CostModel: measured kernel costs decide which ready ops run inline on the
+// thread that readied them and which go to the pool (seed 003's expensive /
+// inexpensive nodes).
+#include <limits>
+
+#include "exec/exec_test_util.h"
+
+using namespace kiln;
+using namespace kiln_exec_test;
+
+TEST_CASE("calibration keeps a kernel's fastest time; later samples move an average", "[exec][cost]") {
+  CostModel costs(2);
+  CHECK(costs.estimate_ns(0) == std::numeric_limits<std::int64_t>::max());
+  CHECK_FALSE(costs.expensive(0));
+  REQUIRE(costs.calibrating());
+  costs.record(0, 9000);  // a cold first run
+  costs.record(0, 1000);
+  CHECK(costs.estimate_ns(0) == 1000);
+  CHECK_FALSE(costs.expensive(0));
+  for (int k = 0; k < CostModel::kCalibrationRuns; ++k) costs.run_measured();
+  CHECK_FALSE(costs.calibrating());
+  costs.record(0, 9000);  // 1000 + (9000 - 1000) / 8
+  CHECK(costs.estimate_ns(0) == 2000);
+  CHECK_FALSE(costs.expensive(0));
+  costs.record(0, 9000);
+  CHECK(costs.estimate_ns(0) == 2875);
+  CHECK(costs.expensive(0));
+  for (int k = 0; k < 40; ++k) costs.record(0, 100);  // the op got cheap again
+  CHECK_FALSE(costs.expensive(0));
+  CHECK(costs.estimate_ns(1) == std::numeric_limits<std::int64_t>::max());  // untouched
+}
+
+TEST_CASE("after calibration one run in kSampleEvery is measured", "[exec][cost]") {
+  CostModel costs(1);
+  CHECK(costs.should_measure(5));  // calibrating
+  for (int k = 0; k < CostModel::kCalibrationRuns; ++k) costs.run_measured();
+  int measured = 0;
+  for (std::uint64_t r = 0; r < 10 * CostModel::kSampleEvery; ++r) measured += costs.should_measure(r);
+  CHECK(measured == 10);
+}
+
+TEST_CASE("an expensive op is handed to the pool while a cheap one runs inline", "[exec][cost]") {
+  // x → slow (3 ms: expensive) and x → wait (cheap). Once the costs are
+  // measured, the thread that ran x keeps `wait` and hands `slow` to the
+  // pool. With its switch on, `wait` blocks until a slow kernel is running:
+  // it sees one only if `slow` runs on another thread at the same time (had
+  // it run inline, before or after `wait`, none would be in flight).
+  Program p;
+  Builder b(p);
+  auto x = b.create<FullOp>(std::vector<std::int64_t>{4}, 1.0);
+  auto slow = b.create<SlowOp>(x.result(), 3000);
+  auto wait = b.create<WaitSlowOp>(x.result());
+  Scope scope;
+  ExecutionOptions o;
+  o.num_threads = 2;
+  o.thread_plan = ThreadPlan::Graph;
+  InterpreterCore core(p, scope, {}, {wait.result(), slow.result()}, o, std::make_shared<WorkQueue>(1));
+  wait_slow_enabled().store(false);
+  for (int run = 0; run < CostModel::kCalibrationRuns; ++run) core.run();
+  wait_slow_enabled().store(true);
+  const auto& info = core.instruction(1);
+  REQUIRE(info.op_name == "exec_test.slow");
+  CHECK(core.cost_model().expensive(1));
+  CHECK_FALSE(core.cost_model().expensive(2));
+  for (int run = 0; run < 3; ++run) {
+    reset_saw_slow();
+    auto out = core.run();
+    CHECK(saw_slow_in_flight() == 1);
+    CHECK(out[0].to_vector<float>() == std::vector<float>(4, 1.f));
+    CHECK(out[1].to_vector<float>() == std::vector<float>(4, 1.f));
+  }
+}

@@ -1,0 +1,65 @@
+// PlanBuilder: what pre-analysis refuses, and that a refused program leaves
+// the caller's scope tree as it found it.
+#include "exec/exec_test_util.h"
+
+using namespace kiln;
+using namespace kiln_exec_test;
+
+TEST_CASE("50 runs of a program whose kernel is missing leave no kid scope behind", "[exec][plan]") {
+  Program p;
+  Builder b(p);
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{4}, DataType::Float16);
+  b.create<ReluOp>(x.result());
+  Executor exe(Place::cpu(), {.num_threads = 1});
+  Tensor feed = Tensor::empty(Dims({4}), DataType::Float16);
+  for (int k = 0; k < 50; ++k)
+    KILN_CHECK_ERROR(exe.run(p, {{"x", feed}}), Unimplemented, {"kiln.relu"});
+  CHECK(exe.scope().kid_count() == 0);
+  CHECK(exe.scope().local_var_count() == 0);
+}
+
+TEST_CASE("a program reading a parameter the scope lacks leaves the scope tree as it was", "[exec][plan]") {
+  // set_parameter of `b` comes first: its variable must not be created
+  // either when the build fails on `a`.
+  Program p;
+  Builder b(p);
+  auto one = b.create<FullOp>(std::vector<std::int64_t>{2}, 1.0);
+  b.create<SetParameterOp>(one.result(), "b");
+  auto a = b.create<ParameterOp>("a", TensorType::get(DataType::Float32, {2}));
+  b.create<ReluOp>(a.result());
+  Scope scope;
+  for (int k = 0; k < 50; ++k)
+    KILN_CHECK_ERROR(InterpreterCore(p, scope, {}, {}), NotFound, {"parameter 'a' (expected tensor<2xf32>) has no value in the scope"});
+  CHECK(scope.kid_count() == 0);
+  CHECK(scope.local_var_count() == 0);
+}
+
+TEST_CASE("a place without kernels is an error, not a silent run on the CPU", "[exec][plan]") {
+  KILN_CHECK_ERROR(Executor(Place::cuda()), Unimplemented, {"place cuda:0 has no kernels"});
+  Program p;
+  Builder b(p);
+  auto x = b.create<FullOp>(std::vector<std::int64_t>{2}, 1.0);
+  b.create<ReluOp>(x.result());
+  Scope scope;
+  ExecutionOptions o;
+  o.place = Place::cuda();
+  KILN_CHECK_ERROR(InterpreterCore(p, scope, {}, {}, o), NotFound, {"has no kernel on cuda:0"});
+  CHECK(scope.kid_count() == 0);
+}
+
+TEST_CASE("a plan is immutable and names the caller's values by slot", "[exec][plan]") {
+  Program p;
+  Builder b(p);
+  auto x = b.create<FullOp>(std::vector<std::int64_t>{2}, 1.0);
+  auto r = b.create<ReluOp>(x.result());
+  Scope scope;
+  InterpreterCore core(p, scope, {}, {r.result()});
+  const ExecutionPlan& plan = core.plan();
+  static_assert(std::is_const_v<std::remove_reference_t<decltype(core.plan())>>);
+  CHECK(plan.size() == 3);  // full, relu, fetch
+  CHECK(plan.instructions.back().name == "fetch");
+  CHECK(plan.fetch_slots.size() == 1);
+  CHECK(core.slot_of(r.result()) == plan.instructions[1].writes[0]);
+  CHECK(plan.slots[core.slot_of(x.result())].kind == SlotKind::Temporary);
+  CHECK_FALSE(plan.has_parallelism);
+}
