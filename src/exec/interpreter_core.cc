@@ -64,6 +64,9 @@ void InterpreterCore::run(std::span<Tensor> feeds, bool take, std::span<Tensor> 
   if (results.size() != num_fetches())
     throw_error(ErrorKind::InvalidArgument, "expected room for ", num_fetches(),
                 " fetched tensors, got ", results.size());
+  // The caller's previous results go first: a result still holding last
+  // run's buffer would keep its kernel from reusing it (an allocation per run).
+  for (Tensor& r : results) r = Tensor();
   RunState* state = acquire_state();
   struct GiveBack {
     InterpreterCore* core;

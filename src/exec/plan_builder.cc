@@ -112,12 +112,16 @@ void PlanBuilder::resolve_fetch_targets() {
         throw_error(ErrorKind::InvalidArgument,
                     "a fetch target is a value that is not in this program");
       fetch_values_.push_back(v);
+      fetch_ops_.push_back(nullptr);
       continue;
     }
     Value found;
+    Operation* fetch_op = nullptr;
     for (Operation* op : plan().program.block()) {
-      if (auto fo = op->dyn_cast<FetchOp>(); fo && fo.attrs().name == f.name) found = op->operand_source(0);
-      else if (auto d = op->dyn_cast<DataOp>(); d && d.attrs().name == f.name) found = op->result(0);
+      if (auto fo = op->dyn_cast<FetchOp>(); fo && fo.attrs().name == f.name) {
+        found = op->operand_source(0);
+        fetch_op = op;  // its value as of the op's place in the program
+      } else if (auto d = op->dyn_cast<DataOp>(); d && d.attrs().name == f.name) found = op->result(0);
       else if (auto p = op->dyn_cast<ParameterOp>(); p && p.attrs().parameter_name == f.name)
         found = op->result(0);
       if (found) break;
@@ -126,6 +130,7 @@ void PlanBuilder::resolve_fetch_targets() {
       throw_error(ErrorKind::NotFound, "fetch '", f.name,
                   "' matches no kiln.fetch op, data op or parameter of the program");
     fetch_values_.push_back(found);
+    fetch_ops_.push_back(fetch_op);
   }
 }
 
@@ -208,6 +213,7 @@ void PlanBuilder::add_fetch_op(Operation* op, std::uint32_t index, Lane lane) {
   plan().slots[in].fetch_reads++;
   const std::uint32_t out = new_slot(SlotKind::FetchOp, plan().options.place, true,
                                      "@fetch." + op->dyn_cast<FetchOp>().attrs().name);
+  fetch_op_slot_[op] = out;
   PlanInstruction ins = copy_instruction(std::string(op->name()), op, in, out,
                                          plan().slots[in].persistent, lane);
   ins.op_index = index;
@@ -241,17 +247,23 @@ void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index, Lane lane) {
   for (auto [o, i] : op->info().impl()->inplace_map) {
     std::uint32_t s = ins[i];
     const PlanSlot& slot = plan().slots[s];
-    if ((slot.kind == SlotKind::Feed || slot.fetch_reads > 0)) {
+    const PlanSlot& root = plan().slots[slot.alias];  // a view writes its source's buffer
+    if (root.kind == SlotKind::Feed || (slot.fetch_reads > 0 && slot.kind != SlotKind::Parameter)) {
       // A feed must not change under the caller, nor a value a kiln.fetch op
-      // already took: the op works on a copy (seed 004 "SetFeedVarsInplaceSkip").
+      // already took (a parameter's fetch op took a deep copy, and an
+      // optimizer must update the parameter itself): the op works on a copy
+      // (seed 004 "SetFeedVarsInplaceSkip").
       const std::uint32_t copy = new_slot(SlotKind::Temporary, plan().options.place, false);
       add_instruction(copy_instruction("copy", op, s, copy, /*deep=*/true, lane));
       ins[i] = s = copy;
     }
     outs[o] = s;
   }
-  for (auto& o : outs)
-    if (o == kNoIndex) o = new_slot(SlotKind::Temporary, plan().options.place, false);
+  for (std::uint32_t o = 0; o < outs.size(); ++o)
+    if (outs[o] == kNoIndex) {
+      outs[o] = new_slot(SlotKind::Temporary, plan().options.place, false);
+      plan().slots[outs[o]].type = op->result_type(o);
+    }
   for (auto [o, i] : op->info().impl()->view_map) plan().slots[outs[o]].alias = plan().slots[ins[i]].alias;
   PlanInstruction in;
   in.name = std::string(op->name());
@@ -279,11 +291,16 @@ void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index, Lane lane) {
 // stream reaches them through a sync edge.
 void PlanBuilder::add_fetch_instructions() {
   for (std::uint32_t k = 0; k < fetch_values_.size(); ++k) {
-    auto it = value_slot_.find(fetch_values_[k].impl());
-    if (it == value_slot_.end())
-      throw_error(ErrorKind::InvalidArgument, "fetch #", k,
-                  " names a value no instruction makes (an unfed data op's result?)");
-    const std::uint32_t from = it->second;
+    std::uint32_t from;
+    if (fetch_ops_[k]) {
+      from = fetch_op_slot_.at(fetch_ops_[k]);  // what the kiln.fetch op took
+    } else {
+      auto it = value_slot_.find(fetch_values_[k].impl());
+      if (it == value_slot_.end())
+        throw_error(ErrorKind::InvalidArgument, "fetch #", k,
+                    " names a value no instruction makes (an unfed data op's result?)");
+      from = it->second;
+    }
     const std::uint32_t to = new_slot(SlotKind::Fetch, plan().options.place, true);
     plan().slots[to].fetch_index = k;
     plan().fetch_slots.push_back(to);
@@ -387,19 +404,53 @@ void PlanBuilder::plan_gc() {
 
 // ---- phase: the buffer plan ----
 
-// Small freed temporaries keep their buffer for the next run, within the
-// budget; views (alias != own slot) never get one: their writer shares.
+namespace {
+// Bytes of a tensor type with a fully known shape; 0 when not known.
+std::size_t static_bytes(Type t) {
+  if (!t || !is_shaped(t)) return 0;
+  std::size_t n = size_of(shaped_data_type(t));
+  for (std::int64_t d : shaped_dims(t)) {
+    if (d < 0) return 0;
+    n *= static_cast<std::size_t>(d);
+  }
+  return n;
+}
+}  // namespace
+
+// Small temporaries, within the budget, keep a buffer from run to run
+// instead of freeing and allocating it each run (which costs more than the
+// kernels of a small model). One whose shape is static and small stays
+// resident: GC never touches it and its kernel's alloc_output reuses the
+// buffer in place, as a static buffer assignment does. One whose shape is
+// only known at run time is recycled: GC keeps its buffer as the variable's
+// spare when it is small enough (Variable::recycle). Views (alias != own
+// slot) get neither: their writer's buffer is shared.
 void PlanBuilder::plan_buffers() {
   ExecutionPlan& p = plan();
   p.recycle_max.assign(p.slots.size(), 0);
   if (p.options.recycle_bytes == 0) return;
   std::size_t budget = p.options.recycle_budget;
   const auto limit = static_cast<std::uint32_t>(std::min<std::size_t>(p.options.recycle_bytes, UINT32_MAX));
+  std::vector<std::uint8_t> resident(p.slots.size(), 0);
   for (std::uint32_t s = 0; s < p.slots.size() && budget >= limit; ++s) {
     if (p.ref_count[s] == 0 || p.slots[s].alias != s) continue;
-    p.recycle_max[s] = limit;
+    const std::size_t bytes = static_bytes(p.slots[s].type);
+    if (bytes > limit) continue;
+    if (bytes > 0) resident[s] = 1;
+    else p.recycle_max[s] = limit;
     budget -= limit;
   }
+  // Resident slots leave the GC tables.
+  std::vector<std::uint32_t> gc, gc_off(p.gc_off.size(), 0);
+  for (std::uint32_t i = 0; i < p.size(); ++i) {
+    for (std::uint32_t k = p.gc_off[i]; k < p.gc_off[i + 1]; ++k)
+      if (!resident[p.gc[k]]) gc.push_back(p.gc[k]);
+    gc_off[i + 1] = static_cast<std::uint32_t>(gc.size());
+  }
+  for (std::uint32_t s = 0; s < p.slots.size(); ++s)
+    if (resident[s]) p.ref_count[s] = 0;
+  p.gc = std::move(gc);
+  p.gc_off = std::move(gc_off);
 }
 
 // ---- phase: what the thread plan chooses from ----

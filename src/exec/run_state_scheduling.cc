@@ -248,7 +248,10 @@ void RunState::run_chain(std::uint32_t i) {
   const bool solo = solo_;
   const std::size_t base = inline_ready.size();
   for (;;) {
-    if (!execute<kStreams>(i)) return;
+    if (!execute<kStreams>(i)) {
+      inline_ready.resize(base);  // the run is aborting: drop this chain's leftovers
+      return;
+    }
     // A stream instruction collects its garbage on its stream, after its kernel.
     if (!kStreams || p.lane[i] < 0) collect_garbage(i);
     std::uint32_t next = kNoIndex, expensive = kNoIndex;
@@ -275,7 +278,8 @@ void RunState::run_chain(std::uint32_t i) {
           continue;
         }
       }
-      if (config_.pool && costs.expensive(s)) {
+      // A launch is cheap whatever its kernel costs on the stream.
+      if (config_.pool && costs.expensive(s) && (!kStreams || p.lane[s] < 0)) {
         if (expensive != kNoIndex) hand_out(expensive);  // worth another thread
         expensive = s;
       } else if (next == kNoIndex) {

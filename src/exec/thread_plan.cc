@@ -64,7 +64,9 @@ void ThreadPlanTuner::decide() {
   std::int64_t pick_ns = best_of(ThreadPlan::Sequential);
   for (ThreadPlan p : {ThreadPlan::Graph, ThreadPlan::Blas}) {
     const std::int64_t t = best_of(p);
-    if (t != std::numeric_limits<std::int64_t>::max() && t * 20 < pick_ns * 19) {
+    // (Without Sequential as a candidate, pick_ns starts at max(): any wins.)
+    if (t != std::numeric_limits<std::int64_t>::max() &&
+        (pick_ns == std::numeric_limits<std::int64_t>::max() || t * 20 < pick_ns * 19)) {
       pick = p;
       pick_ns = t;
     }

@@ -26,6 +26,7 @@ ExecutionOptions config(unsigned threads, bool sequential = false) {
   ExecutionOptions c;
   c.num_threads = threads;
   if (sequential) c.thread_plan = ThreadPlan::Sequential;
+  c.recycle_bytes = 0;  // GC frees every temporary (no resident small buffers)
   return c;
 }
 
@@ -211,25 +212,51 @@ TEST_CASE("GC lowers peak memory: a chain of 20 big temporaries", "[exec]") {
   CHECK(without_gc >= 20 * kBytes);  // everything stays
 }
 
-TEST_CASE("GC: a small freed temporary keeps its buffer for the next run, a large one does not",
+TEST_CASE("GC: a small temporary of static shape keeps its buffer run after run, a large one is freed",
           "[exec][gc]") {
   for (std::int64_t n : {std::int64_t{8}, std::int64_t{4096}}) {  // 32 bytes vs 16 KiB
     INFO("elements " << n);
     Program p;
     Builder b(p);
     auto x = b.create<DataOp>("x", std::vector<std::int64_t>{n});
-    auto r = b.create<ReluOp>(x.result());  // temporary: freed after its last user
+    auto r = b.create<ReluOp>(x.result());  // temporary
     auto s = b.create<ScaleOp>(r.result(), 2.0, 0.0);
     Scope scope;
-    InterpreterCore core(p, scope, {"x"}, {s.result()}, config(1));
+    InterpreterCore core(p, scope, {"x"}, {s.result()}, {.num_threads = 1});  // default buffer plan
     Variable* tmp = core.variable(core.slot_of(r.result()));
+    const void* buffer = nullptr;
     for (float v : {1.0f, -3.0f, 5.0f}) {
       std::vector<float> in(static_cast<std::size_t>(n), v);
       auto out = core.run(std::vector<Tensor>{Tensor::from_vector<float>({n}, in)});
-      CHECK_FALSE(tmp->is_initialized());  // freed after its last user either way
-      CHECK(tmp->has_spare() == (n == 8));
       CHECK(out[0].to_vector<float>() == std::vector<float>(static_cast<std::size_t>(n), v > 0 ? 2 * v : 0.0f));
+      if (n == 8) {  // resident: the same buffer every run
+        REQUIRE(tmp->is_initialized());
+        if (buffer) CHECK(tmp->get<Tensor>().raw_data() == buffer);
+        buffer = tmp->get<Tensor>().raw_data();
+      } else {
+        CHECK_FALSE(tmp->is_initialized());  // freed after its last user
+        CHECK_FALSE(tmp->has_spare());
+      }
     }
+  }
+}
+
+TEST_CASE("GC: a small temporary whose shape is known only at run time is freed and keeps a spare buffer",
+          "[exec][gc]") {
+  Program p;
+  Builder b(p);
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{-1});
+  auto r = b.create<ReluOp>(x.result());
+  auto s = b.create<ScaleOp>(r.result(), 2.0, 0.0);
+  Scope scope;
+  InterpreterCore core(p, scope, {"x"}, {s.result()}, {.num_threads = 1});  // default buffer plan
+  Variable* tmp = core.variable(core.slot_of(r.result()));
+  for (std::int64_t n : {std::int64_t{8}, std::int64_t{4096}, std::int64_t{8}}) {
+    INFO("elements " << n);
+    auto out = core.run(std::vector<Tensor>{filled_f32({n}, 1.f)});
+    CHECK(out[0].to_vector<float>() == std::vector<float>(static_cast<std::size_t>(n), 2.f));
+    CHECK_FALSE(tmp->is_initialized());
+    CHECK(tmp->has_spare() == (n == 8));
   }
 }
 

@@ -159,7 +159,9 @@ TEST_CASE("a view (reshape) gets its own slot and keeps its source buffer alive"
   auto v = b.create<ReshapeOp>(a.result(), std::vector<std::int64_t>{6});
   auto r = b.create<ReluOp>(v.result());
   Scope scope;
-  InterpreterCore core(p, scope, {}, {r.result(), v.result()}, seq_config());
+  ExecutionOptions o = seq_config();
+  o.recycle_bytes = 0;  // a is freed after its last user
+  InterpreterCore core(p, scope, {}, {r.result(), v.result()}, o);
   CHECK(core.slot_of(v.result()) != core.slot_of(a.result()));
   auto out = core.run();
   CHECK(out[0].to_vector<float>() == std::vector<float>(6, 1.5f));
@@ -412,4 +414,33 @@ TEST_CASE("a core run with feeds handed over gives the same results and leaves b
   KILN_CHECK_ERROR(core.run(std::move(bad)), InvalidArgument, {"'x'"});
   REQUIRE(bad.size() == 1);
   CHECK(bad[0].is_initialized());
+}
+
+TEST_CASE("an in-place op on a parameter a kiln.fetch op read earlier still updates the parameter",
+          "[exec]") {
+  Scope scope;
+  scope.var("w").set(Tensor::from_vector<float>(Dims({2}), {9.f, 25.f}));
+  Program p;
+  Builder b(p);
+  auto w = b.create<ParameterOp>("w", TensorType::get(DataType::Float32, {2}));
+  b.create<FetchOp>(w.result(), "w_before");
+  b.create<Sqrt_Op>(w.result());
+  InterpreterCore core(p, scope, {}, {"w_before"}, seq_config());
+  auto out = core.run();
+  CHECK(out[0].to_vector<float>() == std::vector<float>{9.f, 25.f});  // as of the fetch op
+  CHECK(scope.find_var("w")->get<Tensor>().to_vector<float>() == std::vector<float>{3.f, 5.f});
+}
+
+TEST_CASE("an in-place op through a view of a feed leaves the caller's tensor as it was", "[exec]") {
+  Program p;
+  Builder b(p);
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{2, 2});
+  auto v = b.create<ReshapeOp>(x.result(), std::vector<std::int64_t>{4});
+  auto s = b.create<Sqrt_Op>(v.result());
+  Scope scope;
+  InterpreterCore core(p, scope, {"x"}, {s.result()}, seq_config());
+  Tensor feed = Tensor::from_vector<float>(Dims({2, 2}), {4.f, 9.f, 16.f, 25.f});
+  auto out = core.run(std::vector<Tensor>{feed});
+  CHECK(out[0].to_vector<float>() == std::vector<float>{2.f, 3.f, 4.f, 5.f});
+  CHECK(feed.to_vector<float>() == std::vector<float>{4.f, 9.f, 16.f, 25.f});
 }

@@ -47,7 +47,7 @@ struct PlanSlot {
   // Parameter: some set_parameter of the program writes it (a run state
   // creates the variable); otherwise the scope must hold it already, of `type`.
   bool set_by_program = false;
-  Type type;
+  Type type;  // Parameter: expected; Temporary: the value's (the buffer plan reads it)
 };
 
 struct PlanInstruction {
@@ -90,8 +90,10 @@ struct ExecutionPlan {
   // freed when its ref_count[s] last users are done (0: never freed).
   std::vector<std::uint32_t> gc_off, gc;
   std::vector<std::int32_t> ref_count;
-  // The buffer plan: GC of slot s keeps a buffer of at most recycle_max[s]
-  // bytes as the variable's spare for the next run (0: frees it).
+  // The buffer plan (plan_buffers): small temporaries of static shape are
+  // resident (in no GC list: the variable keeps its buffer); GC of slot s
+  // keeps a buffer of at most recycle_max[s] bytes as the variable's spare
+  // for the next run (0: frees it).
   std::vector<std::uint32_t> recycle_max;
 
   // Streams (all empty for a host-only program). lane[i]: -1 host, else the

@@ -64,6 +64,8 @@ class PlanBuilder {
   std::vector<Value> clone_values_;                                         // by id
   std::unordered_map<const detail::ValueImpl*, std::uint32_t> value_slot_;  // the clone's values
   std::vector<Value> fetch_values_;                                         // the clone's
+  std::vector<Operation*> fetch_ops_;  // per target: the kiln.fetch op it names, or null
+  std::unordered_map<Operation*, std::uint32_t> fetch_op_slot_;             // kiln.fetch op → its result
   std::unordered_map<std::string, std::uint32_t> parameter_slots_;
   std::unordered_map<std::uint64_t, std::uint32_t> transfers_;  // (slot, place) → copy's slot
   std::unordered_map<std::string, std::int16_t> stream_index_;
