@@ -78,7 +78,7 @@ std::shared_ptr<const ExecutionPlan> PlanBuilder::build() {
   copy_program();
   resolve_fetch_targets();
   add_instructions();
-  add_fetch_instructions();
+  plan_fetches();
   build_dependencies();
   analyze_streams();
   plan_gc();
@@ -284,12 +284,11 @@ void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index, Lane lane) {
 
 // ---- phase: fetches, after every op ----
 
-// A fetch comes after the whole program (as Paddle appends its fetch ops),
-// so it observes every writer of its variable, in-place ops included. A
-// parameter's buffer outlives the run and a later run may update it in
-// place: the caller gets a copy. Fetches run on the host: a value made on a
-// stream reaches them through a sync edge.
-void PlanBuilder::add_fetch_instructions() {
+// A fetch reads its slot after the whole program ran (as Paddle appends its
+// fetch ops), so it observes every writer of its variable, in-place ops
+// included, and stream work (a run synchronizes its streams first). It needs
+// no instruction; the slot is kept from GC.
+void PlanBuilder::plan_fetches() {
   for (std::uint32_t k = 0; k < fetch_values_.size(); ++k) {
     std::uint32_t from;
     if (fetch_ops_[k]) {
@@ -301,12 +300,8 @@ void PlanBuilder::add_fetch_instructions() {
                     " names a value no instruction makes (an unfed data op's result?)");
       from = it->second;
     }
-    const std::uint32_t to = new_slot(SlotKind::Fetch, plan().options.place, true);
-    plan().slots[to].fetch_index = k;
-    plan().fetch_slots.push_back(to);
     plan().slots[from].fetch_reads++;
-    const bool deep = plan().slots[from].kind == SlotKind::Parameter;
-    add_instruction(copy_instruction("fetch", nullptr, from, to, deep, Lane::host()));
+    plan().fetches.push_back({from, plan().slots[from].kind == SlotKind::Parameter});
   }
 }
 

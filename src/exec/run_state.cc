@@ -50,7 +50,7 @@ void RunState::check_parameters(const Scope& root) const {
 void RunState::bind_variables(Scope& root) {
   const auto& slots = plan_->slots;
   std::size_t owned = 0;
-  for (const PlanSlot& s : slots) owned += s.kind == SlotKind::Temporary || s.kind == SlotKind::Fetch;
+  for (const PlanSlot& s : slots) owned += s.kind == SlotKind::Temporary;
   // Temporaries contiguous, in slot order: the run path walks them in
   // program order, so locality matters more than names.
   owned_ = std::make_unique<Variable[]>(owned);
@@ -59,8 +59,7 @@ void RunState::bind_variables(Scope& root) {
   for (std::size_t k = 0; k < slots.size(); ++k) {
     const PlanSlot& s = slots[k];
     switch (s.kind) {
-      case SlotKind::Temporary:
-      case SlotKind::Fetch: vars_[k] = &owned_[next++]; break;
+      case SlotKind::Temporary: vars_[k] = &owned_[next++]; break;
       case SlotKind::Parameter: vars_[k] = &root.var(s.name); break;  // checked: exists or is set
       case SlotKind::Feed:
       case SlotKind::FetchOp: vars_[k] = &local_scope_->var(s.name); break;
@@ -127,20 +126,28 @@ void RunState::run(std::span<Tensor> feeds, bool take, const RunConfig& config,
   finish_run(feeds, results);
 }
 
-// Feeds are dropped (the caller's tensors are not kept alive); fetched
-// tensors are moved out (their variables are cleared anyway).
+// Feeds are dropped (the caller's tensors are not kept alive); the fetch
+// targets are read now that every instruction is done.
 void RunState::finish_run(std::span<Tensor> feeds, std::span<Tensor> results) {
   const ExecutionPlan& p = *plan_;
-  for (std::size_t k = 0; k < feeds.size(); ++k) vars_[p.feeds[k].slot]->clear();
+  struct DropFeeds {  // also when a copy below throws
+    RunState& st;
+    std::size_t n;
+    ~DropFeeds() {
+      for (std::size_t k = 0; k < n; ++k) st.vars_[st.plan_->feeds[k].slot]->clear();
+    }
+  } drop{*this, feeds.size()};
   if (error_) {
     dirty_ = true;
-    for (auto s : p.fetch_slots) vars_[s]->clear();
     rethrow_error();
   }
-  for (std::size_t k = 0; k < p.fetch_slots.size(); ++k) {
-    Variable* v = vars_[p.fetch_slots[k]];
-    results[k] = v->is<Tensor>() ? std::move(v->get<Tensor>()) : Tensor();
-    v->clear();
+  // Shared, not moved: a temporary keeps its buffer for the next run, which
+  // reuses it in place once the caller has let go of this result.
+  for (std::size_t k = 0; k < p.fetches.size(); ++k) {
+    const Variable* v = vars_[p.fetches[k].slot];
+    if (!v->is<Tensor>() || !v->get<Tensor>().is_initialized()) results[k] = Tensor();
+    else if (p.fetches[k].deep) results[k] = v->get<Tensor>().clone();
+    else results[k] = v->get<Tensor>();
   }
 }
 

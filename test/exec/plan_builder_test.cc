@@ -56,9 +56,10 @@ TEST_CASE("a plan is immutable and names the caller's values by slot", "[exec][p
   InterpreterCore core(p, scope, {}, {r.result()});
   const ExecutionPlan& plan = core.plan();
   static_assert(std::is_const_v<std::remove_reference_t<decltype(core.plan())>>);
-  CHECK(plan.size() == 3);  // full, relu, fetch
-  CHECK(plan.instructions.back().name == "fetch");
-  CHECK(plan.fetch_slots.size() == 1);
+  CHECK(plan.size() == 2);  // full, relu: fetches read their slot after the run
+  REQUIRE(plan.fetches.size() == 1);
+  CHECK(plan.fetches[0].slot == core.slot_of(r.result()));
+  CHECK_FALSE(plan.fetches[0].deep);
   CHECK(core.slot_of(r.result()) == plan.instructions[1].writes[0]);
   CHECK(plan.slots[core.slot_of(x.result())].kind == SlotKind::Temporary);
   CHECK_FALSE(plan.has_parallelism);

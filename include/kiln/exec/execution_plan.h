@@ -33,16 +33,14 @@ enum class SlotKind : std::uint8_t {
   Parameter,  // the root scope's variable `name`
   Feed,       // the run state's kid scope, `name`
   FetchOp,    // the run state's kid scope, "@fetch.<name>"
-  Fetch,      // the run state's own: fetch result `fetch_index`
 };
 
 struct PlanSlot {
   SlotKind kind = SlotKind::Temporary;
   Place place = Place::cpu();
   std::uint32_t alias = 0;        // dependency variable (a view shares its source's)
-  bool persistent = false;        // parameter, feed, fetch result: never freed
+  bool persistent = false;        // parameter, feed, kiln.fetch op result: never freed
   std::uint32_t fetch_reads = 0;  // fetch instructions reading it (never freed then)
-  std::uint32_t fetch_index = kNoIndex;
   std::string name;               // Parameter, Feed, FetchOp
   // Parameter: some set_parameter of the program writes it (a run state
   // creates the variable); otherwise the scope must hold it already, of `type`.
@@ -81,7 +79,14 @@ struct ExecutionPlan {
   std::vector<PlanInstruction> instructions;
   std::vector<PlanSlot> slots;
   std::vector<PlanFeed> feeds;             // in the order of the feed names
-  std::vector<std::uint32_t> fetch_slots;  // the Fetch slot of each target
+  // Per fetch target: the slot read once every instruction is done (as
+  // Paddle's fetch ops at the end of the program), copied when a parameter
+  // (`deep`: its buffer outlives the run and a later run may update it).
+  struct Fetch {
+    std::uint32_t slot = kNoIndex;
+    bool deep = false;
+  };
+  std::vector<Fetch> fetches;
 
   // Dependencies after transitive reduction: successors of i are
   // succ[succ_off[i] .. succ_off[i+1]); dep_count[i] predecessors; roots have none.

@@ -55,7 +55,7 @@ class InterpreterCore {
 
   const ExecutionPlan& plan() const { return *plan_; }
   const std::vector<std::string>& feed_names() const { return feed_names_; }
-  std::size_t num_fetches() const { return plan_->fetch_slots.size(); }
+  std::size_t num_fetches() const { return plan_->fetches.size(); }
   std::size_t num_instructions() const { return plan_->size(); }
   std::size_t num_variables() const { return plan_->slots.size(); }
 

@@ -29,7 +29,7 @@ class PlanBuilder {
   void copy_program();
   void resolve_fetch_targets();
   void add_instructions();
-  void add_fetch_instructions();
+  void plan_fetches();
   void build_dependencies();
   void analyze_streams();
   void plan_gc();
