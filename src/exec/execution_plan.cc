@@ -12,11 +12,11 @@ bool shape_matches(const PlanFeed& f, const Tensor& t) {
 }
 }  // namespace
 
-void ExecutionPlan::check_feeds(std::span<const Tensor> given) const {
+void ExecutionPlan::check_feeds(std::span<Tensor* const> given) const {
   if (given.size() != feeds.size())
     throw_error(ErrorKind::InvalidArgument, "expected ", feeds.size(), " feeds, got ", given.size());
   for (std::size_t k = 0; k < given.size(); ++k) {
-    const Tensor& t = given[k];
+    const Tensor& t = *given[k];
     if (!t.is_initialized())
       throw_error(ErrorKind::InvalidArgument, "feed '", feeds[k].name, "' holds no tensor");
     if (!shape_matches(feeds[k], t))

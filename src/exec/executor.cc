@@ -45,26 +45,41 @@ void Executor::run(const Program& program, const FeedMap& feed, const std::vecto
 void Executor::run(const Program& program, const FeedMap& feed, const std::vector<FetchTarget>& fetch,
                    Scope& scope, std::span<Tensor> results) {
   std::shared_ptr<InterpreterCore> core = core_for(program, feed, fetch, scope);
-  // Per thread, reused: no allocation per run; emptied afterwards so the
-  // caller's tensors are not kept alive past the run. (One TLS look-up.)
-  static thread_local std::vector<Tensor> tls_feeds;
-  std::vector<Tensor>& feeds = tls_feeds;
-  struct Clear {
-    std::vector<Tensor>& v;
-    ~Clear() { v.clear(); }
-  } clear{feeds};
-  feeds.clear();
-  for (const auto& [name, t] : feed) feeds.push_back(t);
-  core->run(feeds, /*take=*/true, results);  // the core takes these copies over
+  // The core reads the map's tensors in place (names in map order, as the
+  // core was built with); not taken: they are only shared into variables.
+  constexpr std::size_t kInline = 16;
+  Tensor* inline_ptrs[kInline];
+  std::vector<Tensor*> many;
+  Tensor** ptrs = inline_ptrs;
+  if (feed.size() > kInline) {
+    many.resize(feed.size());
+    ptrs = many.data();
+  }
+  std::size_t k = 0;
+  for (const auto& [name, t] : feed) ptrs[k++] = const_cast<Tensor*>(&t);
+  core->run(std::span<Tensor* const>(ptrs, feed.size()), /*take=*/false, results);
 }
 
 std::shared_ptr<InterpreterCore> Executor::core_for(const Program& program, const FeedMap& feed,
                                                     const std::vector<FetchTarget>& fetch, Scope& scope) {
-  std::lock_guard lock(mutex_);
-  if (!same_as_last_run(program, feed, fetch, scope))
-    remember_last_run(program, feed, fetch, scope, find_or_build_core(program, feed, fetch, scope));
-  last_core_ = last_run_.core.get();
-  return last_run_.core;
+  {
+    // The training loop's case: the same request as last time, under a
+    // spin lock (a handful of compares; a mutex's lock and unlock cost more).
+    std::lock_guard fast(last_lock_);
+    if (same_as_last_run(program, feed, fetch, scope)) {
+      last_core_ = last_run_.core.get();
+      return last_run_.core;
+    }
+  }
+  std::shared_ptr<InterpreterCore> core;
+  {
+    std::lock_guard lock(mutex_);  // may build a core: waiters sleep
+    core = find_or_build_core(program, feed, fetch, scope);
+  }
+  std::lock_guard fast(last_lock_);
+  remember_last_run(program, feed, fetch, scope, core);
+  last_core_ = core.get();
+  return core;
 }
 
 // Under mutex_: the structural hash and value numbering of `program`,

@@ -105,13 +105,13 @@ void RunState::reset_counters() {
   dirty_ = false;
 }
 
-void RunState::run(std::span<Tensor> feeds, bool take, const RunConfig& config,
+void RunState::run(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
                    std::span<Tensor> results) {
   const ExecutionPlan& p = *plan_;
   for (std::size_t k = 0; k < feeds.size(); ++k) {
     Tensor& dst = vars_[p.feeds[k].slot]->get_mutable<Tensor>();
-    if (take) dst = std::move(feeds[k]);
-    else dst = feeds[k];
+    if (take) dst = std::move(*feeds[k]);
+    else dst = *feeds[k];
   }
   if (dirty_) reset_counters();
   abort_.store(false, std::memory_order_relaxed);
@@ -123,12 +123,12 @@ void RunState::run(std::span<Tensor> feeds, bool take, const RunConfig& config,
   // Kernels still queued on streams finish (and free) before the run
   // returns, error or not; their errors were recorded by run_on_stream().
   if (p.has_streams()) synchronize_streams();
-  finish_run(feeds, results);
+  finish_run(feeds.size(), results);
 }
 
 // Feeds are dropped (the caller's tensors are not kept alive); the fetch
 // targets are read now that every instruction is done.
-void RunState::finish_run(std::span<Tensor> feeds, std::span<Tensor> results) {
+void RunState::finish_run(std::size_t num_feeds, std::span<Tensor> results) {
   const ExecutionPlan& p = *plan_;
   struct DropFeeds {  // also when a copy below throws
     RunState& st;
@@ -136,7 +136,7 @@ void RunState::finish_run(std::span<Tensor> feeds, std::span<Tensor> results) {
     ~DropFeeds() {
       for (std::size_t k = 0; k < n; ++k) st.vars_[st.plan_->feeds[k].slot]->clear();
     }
-  } drop{*this, feeds.size()};
+  } drop{*this, num_feeds};
   if (error_) {
     dirty_ = true;
     rethrow_error();

@@ -124,7 +124,7 @@ struct ExecutionPlan {
   }
   // kiln::Error naming the feed when `feeds` do not match what the program's
   // data ops expect (count, dtype, shape; -1 dims match any extent).
-  void check_feeds(std::span<const Tensor> feeds) const;
+  void check_feeds(std::span<Tensor* const> feeds) const;
   // "op #3 'kiln.add'" (+ " on stream 's'"), for errors.
   std::string describe(std::uint32_t instruction) const;
 };

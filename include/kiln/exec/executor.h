@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kiln/exec/interpreter_core.h"
+#include "kiln/runtime/spin_lock.h"
 
 namespace kiln {
 
@@ -98,7 +99,8 @@ class Executor {
   };
   LastRun last_run_;
   std::size_t cores_built_ = 0;
-  std::mutex mutex_;  // guards memos_, lru_, index_, last_run_, last_core_, cores_built_
+  std::mutex mutex_;     // guards memos_, lru_, index_, cores_built_
+  SpinLock last_lock_;   // guards last_run_, last_core_
 };
 
 }  // namespace kiln

@@ -52,6 +52,8 @@ class InterpreterCore {
   // The same into the caller's `results` (one per fetch target): no
   // allocation on the run path. `take`: the feeds are moved from.
   void run(std::span<Tensor> feeds, bool take, std::span<Tensor> results);
+  // The same over pointers to the feeds (the Executor's feed map, uncopied).
+  void run(std::span<Tensor* const> feeds, bool take, std::span<Tensor> results);
 
   const ExecutionPlan& plan() const { return *plan_; }
   const std::vector<std::string>& feed_names() const { return feed_names_; }

@@ -52,9 +52,9 @@ class RunState {
   RunState& operator=(const RunState&) = delete;
 
   // One run. `feeds` (already checked against the plan) are moved in when
-  // `take`, else shared; the fetched tensors are moved into `results` (one
+  // `take`, else shared (never written then); the fetched tensors are moved into `results` (one
   // per fetch target). kiln::Error names a failing op; the state stays usable.
-  void run(std::span<Tensor> feeds, bool take, const RunConfig& config, std::span<Tensor> results);
+  void run(std::span<Tensor* const> feeds, bool take, const RunConfig& config, std::span<Tensor> results);
 
   const ExecutionPlan& plan() const { return *plan_; }
   // Runs started so far.
@@ -77,7 +77,7 @@ class RunState {
   void build_contexts();
   void create_streams();
   void reset_counters();
-  void finish_run(std::span<Tensor> feeds, std::span<Tensor> results);
+  void finish_run(std::size_t num_feeds, std::span<Tensor> results);
   [[noreturn]] void rethrow_error();
 
   // Scheduling (run_state_scheduling.cc). kStreams: the plan has stream
