@@ -122,12 +122,51 @@ TEST_CASE("a chain of ops has nothing to run in parallel: Auto runs it in progra
   CHECK(core.cost_model().estimate_ns(0) == std::numeric_limits<std::int64_t>::max());  // never timed
 }
 
-TEST_CASE("a wide program of tiny ops on 2 threads runs sequentially when that is faster", "[exec][threads]") {
-  // 2000 independent relus of 1 element: each costs less than a hand-off to
-  // another thread, so the measured Sequential plan wins over Graph.
+TEST_CASE("the tuner keeps program order unless another plan is clearly faster", "[exec][threads]") {
+  // Graph, Sequential and Blas are measured in that order, kTrials runs each;
+  // the fastest run of each counts.
+  auto decide = [](std::int64_t graph, std::int64_t seq, std::int64_t blas) {
+    ThreadPlanTuner t(ThreadPlan::Auto, /*has_pool=*/true, /*has_blas=*/true, /*has_parallelism=*/true,
+                      /*has_streams=*/false);
+    for (ThreadPlan want : {ThreadPlan::Graph, ThreadPlan::Sequential, ThreadPlan::Blas})
+      for (int k = 0; k < ThreadPlanTuner::kTrials; ++k) {
+        const auto c = t.next();
+        REQUIRE(c.trial);
+        REQUIRE(c.plan == want);
+        t.report(c, want == ThreadPlan::Graph ? graph : want == ThreadPlan::Sequential ? seq : blas);
+      }
+    REQUIRE(t.decided());
+    CHECK_FALSE(t.next().trial);
+    return t.chosen();
+  };
+  // A wide program of tiny ops: the pool's counters and hand-offs cost more
+  // than they save, and program order wins.
+  CHECK(decide(120, 100, 130) == ThreadPlan::Sequential);
+  CHECK(decide(97, 100, 130) == ThreadPlan::Sequential);  // within 5%: not worth a pool
+  CHECK(decide(80, 100, 130) == ThreadPlan::Graph);
+  CHECK(decide(80, 100, 78) == ThreadPlan::Graph);  // Blas must beat the best by 5%
+  CHECK(decide(80, 100, 70) == ThreadPlan::Blas);
+}
+
+TEST_CASE("with streams and no pool, Auto walks the DAG on the caller; a forced plan is kept",
+          "[exec][threads]") {
+  ThreadPlanTuner streams(ThreadPlan::Auto, false, false, false, /*has_streams=*/true);
+  CHECK(streams.decided());
+  CHECK(streams.chosen() == ThreadPlan::Graph);
+  ThreadPlanTuner one(ThreadPlan::Auto, /*has_pool=*/false, true, true, false);
+  CHECK(one.chosen() == ThreadPlan::Sequential);
+  ThreadPlanTuner blas_without_blas(ThreadPlan::Blas, true, /*has_blas=*/false, true, false);
+  CHECK(blas_without_blas.chosen() == ThreadPlan::Sequential);
+  ThreadPlanTuner graph(ThreadPlan::Graph, true, true, false, false);
+  CHECK(graph.decided());
+  CHECK(graph.chosen() == ThreadPlan::Graph);
+}
+
+TEST_CASE("a wide program of tiny ops on 2 threads: Auto measures, decides, and the results never change",
+          "[exec][threads]") {
   Program p;
   Builder b(p);
-  auto x = b.create<FullOp>(std::vector<std::int64_t>{1}, 1.0);
+  auto x = b.create<FullOp>(std::vector<std::int64_t>{1}, -1.0);
   std::vector<FetchTarget> fetch;
   for (int k = 0; k < 2000; ++k) {
     auto r = b.create<ReluOp>(x.result());
@@ -135,9 +174,11 @@ TEST_CASE("a wide program of tiny ops on 2 threads runs sequentially when that i
   }
   Scope scope;
   auto q = std::make_shared<WorkQueue>(1);
-  ExecutionOptions o = config(2, ThreadPlan::Auto);
-  InterpreterCore core(p, scope, {}, fetch, o, q);
-  for (int run = 0; run < 20 && !core.thread_plan_decided(); ++run) core.run();
-  REQUIRE(core.thread_plan_decided());
-  CHECK(core.thread_plan() == ThreadPlan::Sequential);
+  InterpreterCore core(p, scope, {}, fetch, config(2, ThreadPlan::Auto), q);
+  for (int run = 0; run < 20; ++run) {
+    auto out = core.run();
+    for (const auto& t : out) REQUIRE(t.to_vector<float>() == std::vector<float>{0.f});
+  }
+  CHECK(core.thread_plan_decided());
+  CHECK((core.thread_plan() == ThreadPlan::Sequential || core.thread_plan() == ThreadPlan::Graph));
 }
