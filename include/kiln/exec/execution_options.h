@@ -77,7 +77,7 @@ struct ExecutionOptions {
   // Record per-instruction times (chrome_trace()).
   bool profile = false;
   // Values (of the program given to the core) never freed.
-  std::vector<Value> skip_gc;
+  std::vector<Value> skip_gc{};
   // Executor only: compiled programs kept (LRU).
   std::size_t cache_capacity = 32;
 };
