@@ -114,88 +114,107 @@ void DependencyBuilder::build(std::size_t memory_budget) {
 // w are the "targets". For each block of target columns, a sweep in reverse
 // program order computes, per node, the set of block targets it reaches.
 void DependencyBuilder::reduce(std::size_t memory_budget) {
-  const std::uint32_t n = n_;
+  std::vector<std::uint32_t> col(n_, kNone);
+  const std::vector<std::uint32_t> targets = reduction_targets(col);
   std::vector<std::uint8_t> redundant(all_succ_.size(), 0);
-  std::vector<std::uint32_t> col(n, kNone);
+  if (!targets.empty()) mark_redundant_edges(targets, col, memory_budget, redundant);
+  build_reduced_csr(redundant);
+}
+
+// The heads w of edges u→w that may be redundant (outdeg(u) ≥ 2, w not u's
+// smallest successor, indeg(w) ≥ 2), ascending; col[w] = w's index among them.
+std::vector<std::uint32_t> DependencyBuilder::reduction_targets(std::vector<std::uint32_t>& col) const {
+  const std::uint32_t n = n_;
   std::vector<std::uint32_t> targets;
-  {
-    std::vector<std::uint8_t> is_target(n, 0);
-    for (std::uint32_t u = 0; u < n; ++u) {
-      std::uint32_t b = all_succ_off_[u], e = all_succ_off_[u + 1];
-      if (e - b < 2) continue;
-      for (std::uint32_t k = b + 1; k < e; ++k)
-        if (indeg_all_[all_succ_[k]] >= 2) is_target[all_succ_[k]] = 1;
-    }
-    for (std::uint32_t w = 0; w < n; ++w)
-      if (is_target[w]) {
-        col[w] = static_cast<std::uint32_t>(targets.size());
-        targets.push_back(w);
-      }
+  std::vector<std::uint8_t> is_target(n, 0);
+  for (std::uint32_t u = 0; u < n; ++u) {
+    std::uint32_t b = all_succ_off_[u], e = all_succ_off_[u + 1];
+    if (e - b < 2) continue;
+    for (std::uint32_t k = b + 1; k < e; ++k)
+      if (indeg_all_[all_succ_[k]] >= 2) is_target[all_succ_[k]] = 1;
   }
-  if (!targets.empty()) {
-    // Smallest predecessor of each target bounds how far down a block's sweep goes.
-    std::vector<std::uint32_t> min_pred(n, kNone);
-    for (std::uint32_t u = n; u-- > 0;)
-      for (std::uint32_t k = all_succ_off_[u]; k < all_succ_off_[u + 1]; ++k)
-        min_pred[all_succ_[k]] = u;
-    const std::size_t total_words = (targets.size() + 63) / 64;
-    std::size_t words = std::max<std::size_t>(1, memory_budget / (8 * std::size_t(n)));
-    words = std::min(words, total_words);
-    std::vector<std::uint64_t> mask;
-    std::vector<std::uint8_t> nz(n, 0);
-    std::vector<std::uint64_t> acc(words);
-    for (std::size_t c0 = 0; c0 < targets.size(); c0 += words * 64) {
-      const std::size_t c1 = std::min(targets.size(), c0 + words * 64);
-      const std::size_t W = (c1 - c0 + 63) / 64;
-      const std::uint32_t hi = targets[c1 - 1];
-      std::uint32_t lo = hi;
-      for (std::size_t c = c0; c < c1; ++c) lo = std::min(lo, min_pred[targets[c]]);
-      mask.assign(std::size_t(hi - lo + 1) * W, 0);
-      std::fill(nz.begin() + lo, nz.begin() + hi + 1, 0);
-      auto in_block = [&](std::uint32_t w) { return col[w] != kNone && col[w] >= c0 && col[w] < c1; };
-      for (std::uint32_t v = hi + 1; v-- > lo;) {
-        std::uint64_t* mv = mask.data() + std::size_t(v - lo) * W;
-        const std::uint32_t b = all_succ_off_[v], e = all_succ_off_[v + 1];
-        bool any = false;
-        for (std::uint32_t k = b; k < e; ++k) {
-          std::uint32_t s = all_succ_[k];
-          if (s > hi) break;  // ascending: nothing further can reach the block
-          if (in_block(s)) {
-            std::size_t bit = col[s] - c0;
-            mv[bit / 64] |= std::uint64_t(1) << (bit % 64);
-            any = true;
-          }
-          if (nz[s]) {
-            const std::uint64_t* ms = mask.data() + std::size_t(s - lo) * W;
-            for (std::size_t w = 0; w < W; ++w) mv[w] |= ms[w];
-            any = true;
-          }
-        }
-        nz[v] = any;
-        if (e - b < 2 || !any) continue;
-        // Reduction at v: w is redundant if another successor reaches it.
-        std::fill(acc.begin(), acc.begin() + W, 0);
-        bool acc_any = false;
-        for (std::uint32_t k = b; k < e; ++k) {
-          std::uint32_t s = all_succ_[k];
-          if (s > hi) break;
-          if (!nz[s]) continue;
-          const std::uint64_t* ms = mask.data() + std::size_t(s - lo) * W;
-          for (std::size_t w = 0; w < W; ++w) acc[w] |= ms[w];
-          acc_any = true;
-        }
-        if (!acc_any) continue;
-        for (std::uint32_t k = b; k < e; ++k) {
-          std::uint32_t s = all_succ_[k];
-          if (s > hi) break;
-          if (!in_block(s)) continue;
+  for (std::uint32_t w = 0; w < n; ++w)
+    if (is_target[w]) {
+      col[w] = static_cast<std::uint32_t>(targets.size());
+      targets.push_back(w);
+    }
+  return targets;
+}
+
+// Block by block of target columns (within the memory budget), the reverse
+// sweep computing which block targets each node reaches, and the reduction
+// at each node with several successors.
+void DependencyBuilder::mark_redundant_edges(const std::vector<std::uint32_t>& targets,
+                                             const std::vector<std::uint32_t>& col,
+                                             std::size_t memory_budget,
+                                             std::vector<std::uint8_t>& redundant) const {
+  const std::uint32_t n = n_;
+  // Smallest predecessor of each target bounds how far down a block's sweep goes.
+  std::vector<std::uint32_t> min_pred(n, kNone);
+  for (std::uint32_t u = n; u-- > 0;)
+    for (std::uint32_t k = all_succ_off_[u]; k < all_succ_off_[u + 1]; ++k)
+      min_pred[all_succ_[k]] = u;
+  const std::size_t total_words = (targets.size() + 63) / 64;
+  std::size_t words = std::max<std::size_t>(1, memory_budget / (8 * std::size_t(n)));
+  words = std::min(words, total_words);
+  std::vector<std::uint64_t> mask;
+  std::vector<std::uint8_t> nz(n, 0);
+  std::vector<std::uint64_t> acc(words);
+  for (std::size_t c0 = 0; c0 < targets.size(); c0 += words * 64) {
+    const std::size_t c1 = std::min(targets.size(), c0 + words * 64);
+    const std::size_t W = (c1 - c0 + 63) / 64;
+    const std::uint32_t hi = targets[c1 - 1];
+    std::uint32_t lo = hi;
+    for (std::size_t c = c0; c < c1; ++c) lo = std::min(lo, min_pred[targets[c]]);
+    mask.assign(std::size_t(hi - lo + 1) * W, 0);
+    std::fill(nz.begin() + lo, nz.begin() + hi + 1, 0);
+    auto in_block = [&](std::uint32_t w) { return col[w] != kNone && col[w] >= c0 && col[w] < c1; };
+    for (std::uint32_t v = hi + 1; v-- > lo;) {
+      std::uint64_t* mv = mask.data() + std::size_t(v - lo) * W;
+      const std::uint32_t b = all_succ_off_[v], e = all_succ_off_[v + 1];
+      bool any = false;
+      for (std::uint32_t k = b; k < e; ++k) {
+        std::uint32_t s = all_succ_[k];
+        if (s > hi) break;  // ascending: nothing further can reach the block
+        if (in_block(s)) {
           std::size_t bit = col[s] - c0;
-          if (acc[bit / 64] >> (bit % 64) & 1u) redundant[k] = 1;
+          mv[bit / 64] |= std::uint64_t(1) << (bit % 64);
+          any = true;
         }
+        if (nz[s]) {
+          const std::uint64_t* ms = mask.data() + std::size_t(s - lo) * W;
+          for (std::size_t w = 0; w < W; ++w) mv[w] |= ms[w];
+          any = true;
+        }
+      }
+      nz[v] = any;
+      if (e - b < 2 || !any) continue;
+      // Reduction at v: w is redundant if another successor reaches it.
+      std::fill(acc.begin(), acc.begin() + W, 0);
+      bool acc_any = false;
+      for (std::uint32_t k = b; k < e; ++k) {
+        std::uint32_t s = all_succ_[k];
+        if (s > hi) break;
+        if (!nz[s]) continue;
+        const std::uint64_t* ms = mask.data() + std::size_t(s - lo) * W;
+        for (std::size_t w = 0; w < W; ++w) acc[w] |= ms[w];
+        acc_any = true;
+      }
+      if (!acc_any) continue;
+      for (std::uint32_t k = b; k < e; ++k) {
+        std::uint32_t s = all_succ_[k];
+        if (s > hi) break;
+        if (!in_block(s)) continue;
+        std::size_t bit = col[s] - c0;
+        if (acc[bit / 64] >> (bit % 64) & 1u) redundant[k] = 1;
       }
     }
   }
-  // ---- reduced CSR ----
+}
+
+// The successor lists without the redundant edges, and the dependency counts.
+void DependencyBuilder::build_reduced_csr(const std::vector<std::uint8_t>& redundant) {
+  const std::uint32_t n = n_;
   succ_off_.assign(n + 1, 0);
   dep_count_.assign(n, 0);
   succ_.clear();

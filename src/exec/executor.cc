@@ -47,17 +47,10 @@ void Executor::run(const Program& program, const FeedMap& feed, const std::vecto
   std::shared_ptr<InterpreterCore> core = core_for(program, feed, fetch, scope);
   // The core reads the map's tensors in place (names in map order, as the
   // core was built with); not taken: they are only shared into variables.
-  constexpr std::size_t kInline = 16;
-  Tensor* inline_ptrs[kInline];
-  std::vector<Tensor*> many;
-  Tensor** ptrs = inline_ptrs;
-  if (feed.size() > kInline) {
-    many.resize(feed.size());
-    ptrs = many.data();
-  }
+  FeedPointers ptrs(feed.size());
   std::size_t k = 0;
   for (const auto& [name, t] : feed) ptrs[k++] = const_cast<Tensor*>(&t);
-  core->run(std::span<Tensor* const>(ptrs, feed.size()), /*take=*/false, results);
+  core->run(ptrs.span(), /*take=*/false, results);
 }
 
 std::shared_ptr<InterpreterCore> Executor::core_for(const Program& program, const FeedMap& feed,

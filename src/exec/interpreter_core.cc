@@ -60,17 +60,9 @@ std::vector<Tensor> InterpreterCore::run(std::vector<Tensor>&& feeds) {
 }
 
 void InterpreterCore::run(std::span<Tensor> feeds, bool take, std::span<Tensor> results) {
-  // Pointers to the feeds: on the stack for the usual few.
-  constexpr std::size_t kInline = 16;
-  Tensor* inline_ptrs[kInline];
-  std::vector<Tensor*> many;
-  Tensor** ptrs = inline_ptrs;
-  if (feeds.size() > kInline) {
-    many.resize(feeds.size());
-    ptrs = many.data();
-  }
+  FeedPointers ptrs(feeds.size());
   for (std::size_t k = 0; k < feeds.size(); ++k) ptrs[k] = &feeds[k];
-  run(std::span<Tensor* const>(ptrs, feeds.size()), take, results);
+  run(ptrs.span(), take, results);
 }
 
 void InterpreterCore::run(std::span<Tensor* const> feeds, bool take, std::span<Tensor> results) {

@@ -60,6 +60,10 @@ class DependencyBuilder {
 
  private:
   void reduce(std::size_t memory_budget);
+  std::vector<std::uint32_t> reduction_targets(std::vector<std::uint32_t>& col) const;
+  void mark_redundant_edges(const std::vector<std::uint32_t>& targets, const std::vector<std::uint32_t>& col,
+                            std::size_t memory_budget, std::vector<std::uint8_t>& redundant) const;
+  void build_reduced_csr(const std::vector<std::uint8_t>& redundant);
 
   std::uint32_t n_, num_vars_;
   // Per instruction: [reads..., writes...] flat, with offsets.

@@ -29,6 +29,28 @@
 
 namespace kiln {
 
+// Pointers to a run's feed tensors, on the stack for the usual few.
+class FeedPointers {
+ public:
+  explicit FeedPointers(std::size_t n) : n_(n) {
+    if (n > kInline) {
+      many_.resize(n);
+      p_ = many_.data();
+    }
+  }
+  FeedPointers(const FeedPointers&) = delete;
+  FeedPointers& operator=(const FeedPointers&) = delete;
+  Tensor*& operator[](std::size_t k) { return p_[k]; }
+  std::span<Tensor* const> span() const { return {p_, n_}; }
+
+ private:
+  static constexpr std::size_t kInline = 16;
+  Tensor* inline_[kInline];
+  std::vector<Tensor*> many_;
+  Tensor** p_ = inline_;
+  std::size_t n_;
+};
+
 class InterpreterCore {
  public:
   // Pre-analyses `program` for these feed names (data ops) and fetch

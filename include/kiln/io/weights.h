@@ -1,4 +1,4 @@
-// The weights file (issue 4 §4; seed 001 §3.1: parameters live in the root
+// The weights file (seed 001 §3.1: parameters live in the root
 // Scope, persistable): a binary file of a program's parameter tensors, each
 // with its name, dtype, shape and an xxh64 checksum. Saving is atomic; loading
 // validates the whole file against the program before it writes anything.

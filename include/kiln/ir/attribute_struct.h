@@ -70,7 +70,7 @@ std::string_view attribute_kind_name() {
 }
 }  // namespace detail
 
-// Compile time (issue 2 §2, the 300-op budget): the conversions below expand
+// Compile time (the 300-op budget): the conversions below expand
 // a struct's fields with one fold over its accessor pairs rather than
 // hana::for_each with a generic lambda, so a struct costs one instantiation per
 // conversion instead of one per field and conversion; and they read the pair

@@ -1,4 +1,4 @@
-// Compile time (issue 2 §2: 300 ops with -fsyntax-only in <= 3 s). Included by
+// Compile time (300 ops with -fsyntax-only in <= 3 s). Included by
 // attribute_struct.h right after <boost/hana/define_struct.hpp>; not meant to be
 // included on its own.
 //
