@@ -21,7 +21,7 @@ void ExecutionPlan::check_feeds(std::span<Tensor* const> given) const {
       throw_error(ErrorKind::InvalidArgument, "feed '", feeds[k].name, "' holds no tensor");
     if (!shape_matches(feeds[k], t))
       throw_error(ErrorKind::InvalidArgument, "feed '", feeds[k].name, "': expected ",
-                  feeds[k].type.to_string(), ", got ", t.to_string());
+                  feeds[k].type.to_string(), ", got ", t.type_string());
   }
 }
 

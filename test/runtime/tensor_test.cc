@@ -1,6 +1,11 @@
 #include "kiln/runtime/tensor.h"
 
 #include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "catch.hpp"
@@ -53,18 +58,16 @@ TEST_CASE("an empty tensor has the requested dims, dtype and place", "[runtime][
   CHECK(t.place() == kiln::Place::cpu());
   CHECK(t.offset() == 0);
   CHECK(reinterpret_cast<std::uintptr_t>(t.data<float>()) % 64 == 0);
-  CHECK(t.to_string() == "tensor<2x3xf32>@cpu");
-  CHECK(Tensor::empty({}, DataType::Int64).to_string() == "tensor<i64>@cpu");
-  CHECK(Tensor::empty({4}, DataType::Float64, kiln::Place::host_stream(1)).to_string() ==
+  CHECK(t.type_string() == "tensor<2x3xf32>@cpu");
+  CHECK(Tensor::empty({}, DataType::Int64).type_string() == "tensor<i64>@cpu");
+  CHECK(Tensor::empty({4}, DataType::Float64, kiln::Place::host_stream(1)).type_string() ==
         "tensor<4xf64>@host_stream:1");
-  std::ostringstream os;
-  os << t;
-  CHECK(os.str() == "tensor<2x3xf32>@cpu");
 }
 
 TEST_CASE("a default tensor is uninitialized and has no data", "[runtime][tensor]") {
   Tensor t;
   CHECK_FALSE(t.is_initialized());
+  CHECK(t.type_string() == "tensor<uninitialized>");
   CHECK(t.to_string() == "tensor<uninitialized>");
   CHECK(t.use_count() == 0);
   auto e = error_of([&] { (void)t.data<float>(); });
@@ -270,4 +273,141 @@ TEST_CASE("share_buffer_from aliases another tensor's storage, keeping its own d
 TEST_CASE("zeros fills every byte with zero", "[runtime][tensor]") {
   Tensor z = Tensor::zeros({5}, DataType::Int32);
   CHECK(z.to_vector<std::int32_t>() == std::vector<std::int32_t>(5, 0));
+}
+
+// --- printing values --------------------------------------------------------
+
+namespace {
+
+template <typename T>
+Tensor iota(const Dims& dims, T start = 0) {
+  std::vector<T> v(static_cast<std::size_t>(dims.numel()));
+  std::iota(v.begin(), v.end(), start);
+  return Tensor::from_vector(dims, v);
+}
+
+// A host tensor of `dtype` holding the raw 16-bit patterns `bits` (f16, bf16).
+Tensor from_bits(DataType dtype, const std::vector<std::uint16_t>& bits) {
+  Tensor t = Tensor::empty({static_cast<std::int64_t>(bits.size())}, dtype);
+  std::memcpy(t.raw_data(), bits.data(), bits.size() * 2);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("a scalar prints its type and its value on one line", "[runtime][tensor]") {
+  CHECK(Tensor::from_vector<float>({}, {1.5f}).to_string() == "tensor<f32>@cpu 1.5");
+  CHECK(Tensor::from_vector<double>({}, {2.0}).to_string() == "tensor<f64>@cpu 2.");
+  CHECK(Tensor::from_vector<std::int64_t>({}, {-7}).to_string() == "tensor<i64>@cpu -7");
+  CHECK(Tensor::from_vector<bool>({}, {true}).to_string() == "tensor<bool>@cpu true");
+}
+
+TEST_CASE("a 1-d tensor prints its entries right-aligned to one width", "[runtime][tensor]") {
+  CHECK(Tensor::from_vector<std::int64_t>({3}, {1, -2, 30}).to_string() ==
+        "tensor<3xi64>@cpu [ 1, -2, 30]");
+  CHECK(Tensor::from_vector<float>({4}, {0.5f, 1.0f, -2.25f, 1e-7f}).to_string() ==
+        "tensor<4xf32>@cpu [  0.5,    1., -2.25, 1e-07]");
+  CHECK(Tensor::from_vector<double>({2}, {3.14159265, 123456789.0}).to_string() ==
+        "tensor<2xf64>@cpu [    3.14159, 1.23457e+08]");
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(Tensor::from_vector<float>({3}, {std::numeric_limits<float>::quiet_NaN(), inf, -inf})
+            .to_string() == "tensor<3xf32>@cpu [ nan,  inf, -inf]");
+  CHECK(Tensor::from_vector<float>({0}, {}).to_string() == "tensor<0xf32>@cpu []");
+}
+
+TEST_CASE("a 2-d tensor prints one row per line", "[runtime][tensor]") {
+  CHECK(iota<float>({2, 3}, 1).to_string() ==
+        "tensor<2x3xf32>@cpu\n"
+        "[[1., 2., 3.],\n"
+        " [4., 5., 6.]]");
+  CHECK(Tensor::from_vector<float>({2, 2}, {1.0f, 0.5f, -2.0f, 3.0f}).to_string() ==
+        "tensor<2x2xf32>@cpu\n"
+        "[[ 1., 0.5],\n"
+        " [-2.,  3.]]");
+  // A view prints its own window of the buffer.
+  CHECK(iota<float>({2, 3}, 1).slice(1, 2).to_string() == "tensor<1x3xf32>@cpu [[4., 5., 6.]]");
+}
+
+TEST_CASE("a 3-d tensor prints a blank line between its 2-d blocks", "[runtime][tensor]") {
+  CHECK(iota<std::int32_t>({2, 2, 2}).to_string() ==
+        "tensor<2x2x2xi32>@cpu\n"
+        "[[[0, 1],\n"
+        "  [2, 3]],\n"
+        "\n"
+        " [[4, 5],\n"
+        "  [6, 7]]]");
+}
+
+TEST_CASE("integer and bool tensors print as integers and true / false", "[runtime][tensor]") {
+  CHECK(Tensor::from_vector<std::int8_t>({2}, {-128, 127}).to_string() == "tensor<2xi8>@cpu [-128,  127]");
+  CHECK(Tensor::from_vector<std::int32_t>({2, 2}, {7, -10, 100, 0}).to_string() ==
+        "tensor<2x2xi32>@cpu\n"
+        "[[  7, -10],\n"
+        " [100,   0]]");
+  CHECK(Tensor::from_vector<bool>({3}, {true, false, true}).to_string() ==
+        "tensor<3xbool>@cpu [ true, false,  true]");
+}
+
+TEST_CASE("f16 and bf16 tensors print their float values", "[runtime][tensor]") {
+  // 1.5, -2, 2^-24 (the smallest subnormal), inf
+  CHECK(from_bits(DataType::Float16, {0x3e00, 0xc000, 0x0001, 0x7c00}).to_string() ==
+        "tensor<4xf16>@cpu [        1.5,         -2., 5.96046e-08,         inf]");
+  // 1.5, -2
+  CHECK(from_bits(DataType::BFloat16, {0x3fc0, 0xc000}).to_string() == "tensor<2xbf16>@cpu [1.5, -2.]");
+}
+
+TEST_CASE("a long row wraps at 80 columns", "[runtime][tensor]") {
+  CHECK(iota<std::int64_t>({30}).to_string() ==
+        "tensor<30xi64>@cpu\n"
+        "[ 0,  1,  2,  3,  4,  5,  6,  7,  8,  9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,\n"
+        " 20, 21, 22, 23, 24, 25, 26, 27, 28, 29]");
+}
+
+TEST_CASE("a tensor of more than 1000 elements prints the first and last 3 of each dim",
+          "[runtime][tensor]") {
+  CHECK(iota<std::int64_t>({1000}).to_string().find("...") == std::string::npos);
+  CHECK(iota<std::int64_t>({1001}).to_string() ==
+        "tensor<1001xi64>@cpu [   0,    1,    2, ...,  998,  999, 1000]");
+  CHECK(iota<std::int32_t>({100, 100}).to_string() ==
+        "tensor<100x100xi32>@cpu\n"
+        "[[   0,    1,    2, ...,   97,   98,   99],\n"
+        " [ 100,  101,  102, ...,  197,  198,  199],\n"
+        " [ 200,  201,  202, ...,  297,  298,  299],\n"
+        " ...,\n"
+        " [9700, 9701, 9702, ..., 9797, 9798, 9799],\n"
+        " [9800, 9801, 9802, ..., 9897, 9898, 9899],\n"
+        " [9900, 9901, 9902, ..., 9997, 9998, 9999]]");
+  // Dims of 6 or fewer print whole.
+  CHECK(iota<float>({2, 1000}).to_string() ==
+        "tensor<2x1000xf32>@cpu\n"
+        "[[   0.,    1.,    2., ...,  997.,  998.,  999.],\n"
+        " [1000., 1001., 1002., ..., 1997., 1998., 1999.]]");
+}
+
+TEST_CASE("tensors without readable values say so instead of reading memory", "[runtime][tensor]") {
+  CHECK(Tensor().to_string() == "tensor<uninitialized>");
+  float device_memory[2] = {};  // stands in for device memory; never read
+  Tensor on_gpu = Tensor::from_external(device_memory, sizeof device_memory, {2}, DataType::Float32,
+                                        kiln::Place::cuda(0));
+  CHECK(on_gpu.to_string() == "tensor<2xf32>@cuda:0 (values on cuda:0 are not shown)");
+  CHECK(on_gpu.type_string() == "tensor<2xf32>@cuda:0");
+}
+
+TEST_CASE("operator<< writes the type and the values", "[runtime][tensor]") {
+  std::ostringstream os;
+  os << Tensor::from_vector<std::int64_t>({2}, {4, 5});
+  CHECK(os.str() == "tensor<2xi64>@cpu [4, 5]");
+}
+
+TEST_CASE("error messages name a tensor by its type, not its values", "[runtime][tensor]") {
+  Tensor t = Tensor::from_vector<float>({2}, {12345.0f, 67890.0f});
+  for (const std::string& message :
+       {error_of([&] { (void)t.data<double>(); }).message(),
+        error_of([&] { (void)t.dim(3); }).message(),
+        error_of([&] { (void)t.reshape({3}); }).message(),
+        error_of([&] { (void)t.slice(0, 5); }).message()}) {
+    INFO(message);
+    CHECK_THAT(message, Catch::Contains("tensor<2xf32>@cpu"));
+    CHECK_THAT(message, !Catch::Contains("12345"));
+  }
 }

@@ -107,7 +107,25 @@ class Tensor {
   // References to the buffer (tensors and views sharing it); 0 when uninitialized.
   long use_count() const noexcept { return buffer_ ? buffer_->use_count() : 0; }
 
-  // "tensor<2x3xf32>@cpu", "tensor<f32>@cpu" for rank 0, "tensor<uninitialized>".
+  // The type alone, for naming a tensor in messages: "tensor<2x3xf32>@cpu",
+  // "tensor<f32>@cpu" for rank 0, "tensor<uninitialized>".
+  std::string type_string() const;
+  // The type and the values, as numpy / PyTorch print them: nested brackets
+  // per dim, entries right-aligned to one width, rows of a rank-2 tensor on
+  // their own lines (a blank line between rank-2 blocks, and so on), lines
+  // wrapped at 80 columns. A body of one line follows the type after a space,
+  // a longer one starts on the next line:
+  //   tensor<f32>@cpu 1.5
+  //   tensor<3xi64>@cpu [ 1, -2, 30]
+  //   tensor<2x2xf32>@cpu
+  //   [[ 1., 0.5],
+  //    [-2.,  3.]]
+  // Floats (f16 and bf16 too) print with up to 6 significant digits (std's
+  // %g), a '.' added to whole numbers; bool as true / false. Past 1000
+  // elements only the first and last 3 entries of each dim print, with "..."
+  // between. An uninitialized tensor prints as type_string(); one whose
+  // memory is not on the host (cuda) prints its type and says its values are
+  // not shown, without reading the memory.
   std::string to_string() const;
 
  private:
@@ -123,6 +141,7 @@ class Tensor {
   Place place_ = Place::cpu();
 };
 
+// Writes t.to_string() (type and values).
 inline std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.to_string(); }
 
 // ---------------------------------------------------------------------------
@@ -135,7 +154,7 @@ inline std::size_t Tensor::available_bytes() const noexcept {
   return buffer_ ? buffer_->size() - offset_ : 0;
 }
 
-inline std::string Tensor::to_string() const {
+inline std::string Tensor::type_string() const {
   if (!buffer_) return "tensor<uninitialized>";
   std::string s = "tensor<" + dims_.to_string();
   if (dims_.rank() > 0) s += 'x';
@@ -154,7 +173,7 @@ inline void Tensor::check_dtype(const char* what) const {
   require_initialized(what);
   constexpr DataType want = data_type_of<std::remove_cv_t<T>>;
   if (dtype_ != want)
-    throw_error(ErrorKind::InvalidArgument, to_string(), ": ", what, "<", kiln::to_string(want),
+    throw_error(ErrorKind::InvalidArgument, type_string(), ": ", what, "<", kiln::to_string(want),
                 "> on a tensor of dtype ", kiln::to_string(dtype_), " (expected ",
                 kiln::to_string(dtype_), ", given ", kiln::to_string(want), ")");
 }
@@ -183,7 +202,7 @@ inline const void* Tensor::raw_data() const {
 
 inline std::int64_t Tensor::dim(int i) const {
   if (i < 0 || i >= dims_.rank())
-    throw_error(ErrorKind::OutOfRange, to_string(), ": dim(", i, ") is out of range for rank ",
+    throw_error(ErrorKind::OutOfRange, type_string(), ": dim(", i, ") is out of range for rank ",
                 dims_.rank());
   return dims_[i];
 }
