@@ -1,6 +1,7 @@
-// save_load: train a small model, save its inference program (JSON) and its
-// weights (binary, kiln/io/weights.h), then load both in a fresh process and
-// check that its predictions are bit-identical.
+// save_load: train a small model, export it for inference with
+// save_inference_model (its for-test, pruned program as JSON + its weights,
+// kiln/io/inference_model.h), then load it with load_inference_model in a
+// fresh process and check that its predictions are bit-identical.
 //
 //   save_load [dir]        train, save into dir (default: a new /tmp dir), then
 //                          run `save_load --load dir` as a separate process
@@ -22,8 +23,7 @@
 #include "kiln/exec/executor.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/frontend/optimizer.h"
-#include "kiln/io/json.h"
-#include "kiln/io/weights.h"
+#include "kiln/io/inference_model.h"
 
 namespace {
 
@@ -42,17 +42,15 @@ std::vector<char> read_file(const std::string& path) {
 }
 
 int save(const std::string& dir, const char* self) {
-  kiln::Program main_prog, startup, infer;
-  kiln::Value loss;
+  kiln::Program main_prog, startup;
+  kiln::Value pred;
   {
     kiln::ProgramGuard guard(main_prog, startup);
     auto x = kiln::data("x", {-1, kIn});
     kiln::nn::Linear fc1(kIn, kHidden), fc2(kHidden, 1);
-    auto pred = fc2(kiln::nn::functional::tanh(fc1(x)));
-    kiln::main_builder().create<kiln::FetchOp>(pred, "pred");
-    infer = main_prog.clone();  // what gets saved: forward only
+    pred = fc2(kiln::nn::functional::tanh(fc1(x)));
     auto y = kiln::data("y", {-1, 1});
-    loss = kiln::nn::MSELoss()(pred, y);
+    auto loss = kiln::nn::MSELoss()(pred, y);
     kiln::optim::Adam(0.01).minimize(loss);
   }
   kiln::Executor exe;
@@ -67,29 +65,38 @@ int save(const std::string& dir, const char* self) {
                         {"y", kiln::Tensor::from_vector<float>({64, 1}, ys)}});
   }
 
-  kiln::save_program_file(infer, dir + "/model.json");
-  kiln::save_weights(dir + "/model.weights", exe.scope(), infer);
-  auto pred = exe.run(infer, {{"x", probe_input()}}, {"pred"})[0].to_vector<float>();
+  // The program to export is the training one: save_inference_model drops
+  // the backward and optimizer ops and keeps what `pred` needs from `x`.
+  kiln::save_inference_model(dir + "/model", {"x"}, {pred}, main_prog, exe.scope());
+  kiln::IrMapping map;
+  kiln::Program test = kiln::clone_for_test(main_prog, &map);
+  // The for-test program still computes the loss: it is fed a label too.
+  const kiln::Tensor y0 = kiln::Tensor::from_vector<float>({kRows, 1}, std::vector<float>(kRows, 0.f));
+  auto expected = exe.run(test, {{"x", probe_input()}, {"y", y0}}, {map.lookup(pred)})[0]
+                      .to_vector<float>();
   std::ofstream(dir + "/expected.bin", std::ios::binary)
-      .write(reinterpret_cast<const char*>(pred.data()), static_cast<std::streamsize>(pred.size() * 4));
-  std::printf("saved %s/model.json and %s/model.weights (%zu parameters)\n", dir.c_str(),
-              dir.c_str(), infer.parameters().size());
+      .write(reinterpret_cast<const char*>(expected.data()),
+             static_cast<std::streamsize>(expected.size() * 4));
+  std::printf("saved %s/model.json and %s/model.weights\n", dir.c_str(), dir.c_str());
 
+  std::fflush(stdout);  // before the child's output
   const std::string cmd = std::string("'") + self + "' --load '" + dir + "'";
   const int status = std::system(cmd.c_str());
   return status == 0 ? 0 : 1;
 }
 
 int load(const std::string& dir) {
-  kiln::Program infer = kiln::load_program_file(dir + "/model.json");
   kiln::Executor exe;
-  kiln::load_weights(dir + "/model.weights", exe.scope(), infer);
-  auto pred = exe.run(infer, {{"x", probe_input()}}, {"pred"})[0].to_vector<float>();
+  kiln::InferenceModel model = kiln::load_inference_model(dir + "/model", exe.scope());
+  auto pred = exe.run(model.program, {{model.feed_names.at(0), probe_input()}},
+                      model.fetch_targets)[0].to_vector<float>();
   auto expected = read_file(dir + "/expected.bin");
   const bool same = expected.size() == pred.size() * 4 &&
                     std::memcmp(expected.data(), pred.data(), expected.size()) == 0;
-  std::printf("process %d loaded the model: predictions %s (first %.6f)\n", static_cast<int>(getpid()),
-              same ? "bit-identical" : "DIFFER", pred.empty() ? 0.0 : pred[0]);
+  std::printf("process %d loaded the model (%zu parameters, feed '%s'): predictions %s (first %.6f)\n",
+              static_cast<int>(getpid()), model.program.parameters().size(),
+              model.feed_names.at(0).c_str(), same ? "bit-identical" : "DIFFER",
+              pred.empty() ? 0.0 : pred[0]);
   return same ? 0 : 1;
 }
 

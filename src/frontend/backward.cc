@@ -7,6 +7,7 @@
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/frontend/backward.h"
+#include "kiln/frontend/op_role.h"
 #include "kiln/frontend/parameter.h"
 #include "kiln/frontend/stop_gradient.h"
 
@@ -209,6 +210,7 @@ std::vector<std::pair<Value, Value>> append_backward(Value loss,
       if (dead) block.erase(op);
       op = prev;
     }
+    set_op_role_after(block, mark, OpRole::Backward);
   } catch (...) {
     for (Operation* op = block.back(); op && op != mark;) {
       Operation* prev = op->prev_in_block();

@@ -9,6 +9,7 @@
 #include "kiln/dialect/optimizer_ops.h"
 #include "kiln/frontend/backward.h"
 #include "kiln/frontend/initializer.h"
+#include "kiln/frontend/op_role.h"
 #include "kiln/frontend/parameter.h"
 #include "kiln/frontend/program_guard.h"
 #include "kiln/frontend/unique_name.h"
@@ -149,6 +150,8 @@ std::vector<Operation*> Optimizer::apply_gradients(
     return parameter_name(a.first) < parameter_name(c.first);
   });
   if (params_grads.empty()) return {};
+  Block& block = current_main_program().block();
+  Operation* const mark = block.back();  // what follows it is this call's
   if (clip_) params_grads = clip_by_global_norm(params_grads);
   if (weight_decay_ > 0.0 && l2_regularization()) {
     Builder b = main_builder();
@@ -163,6 +166,7 @@ std::vector<Operation*> Optimizer::apply_gradients(
     Builder b = main_builder();
     ops.push_back(append_update(b, parameter_name(p), p, g, lr));
   }
+  set_op_role_after(block, mark, OpRole::Optimize);
   return ops;
 }
 

@@ -12,6 +12,7 @@
 #include "kiln/io/file.h"
 #include "kiln/ir/builtin_types.h"
 #include "kiln/support/hash.h"
+#include "kiln/support/warning.h"
 
 namespace kiln {
 
@@ -228,12 +229,17 @@ void load_weights_bytes(std::string_view bytes, Scope& scope, const Program& pro
   std::vector<Record> records = Reader(bytes, source).read_all();
 
   // 2. Against the program, and the scope's variables we will write.
+  // Tensors the program does not have are skipped (a warning names them
+  // once the load succeeds).
   std::map<std::string_view, const Record*> by_name;
+  std::vector<const Record*> loaded;
+  std::vector<std::string_view> extras;
   for (const Record& r : records) {
     const Parameter* p = program.get_parameter(r.name);
-    if (!p)
-      throw_error(ErrorKind::InvalidArgument, "weights file '", source, "': tensor '", r.name,
-                  "' is not a parameter of the program");
+    if (!p) {
+      extras.push_back(r.name);
+      continue;
+    }
     Type type = tensor_type_of(r.name, *p, "weights file '" + std::string(source) + "': ");
     if (shaped_data_type(type) != r.dtype)
       throw_error(ErrorKind::InvalidArgument, "weights file '", source, "': tensor '", r.name,
@@ -249,6 +255,7 @@ void load_weights_bytes(std::string_view bytes, Scope& scope, const Program& pro
                   "': the scope's variable '", r.name, "' holds a ",
                   to_string(existing->kind()), ", not a tensor");
     by_name.emplace(r.name, &r);
+    loaded.push_back(&r);
   }
   for (const auto& [name, param] : program.parameters())
     if (!by_name.count(name))
@@ -258,19 +265,28 @@ void load_weights_bytes(std::string_view bytes, Scope& scope, const Program& pro
   // 3. Every tensor made before the scope changes, so a failed allocation
   // leaves it as it was.
   std::vector<Tensor> tensors;
-  tensors.reserve(records.size());
-  for (const Record& r : records) {
-    Tensor t = Tensor::empty(Dims(r.dims), r.dtype);
-    if (!r.data.empty()) std::memcpy(t.raw_data(), r.data.data(), r.data.size());
+  tensors.reserve(loaded.size());
+  for (const Record* r : loaded) {
+    Tensor t = Tensor::empty(Dims(r->dims), r->dtype);
+    if (!r->data.empty()) std::memcpy(t.raw_data(), r->data.data(), r->data.size());
     tensors.push_back(std::move(t));
   }
   std::vector<Variable*> vars;
-  vars.reserve(records.size());
-  for (const Record& r : records) {
-    Variable* v = scope.find_var(r.name);
-    vars.push_back(v ? v : &scope.var(r.name));
+  vars.reserve(loaded.size());
+  for (const Record* r : loaded) {
+    Variable* v = scope.find_var(r->name);
+    vars.push_back(v ? v : &scope.var(r->name));
   }
-  for (std::size_t i = 0; i < records.size(); ++i) vars[i]->set(std::move(tensors[i]));
+  for (std::size_t i = 0; i < loaded.size(); ++i) vars[i]->set(std::move(tensors[i]));
+
+  if (!extras.empty()) {
+    std::string names;
+    for (std::size_t i = 0; i < extras.size(); ++i)
+      names += (i ? ", '" : "'") + std::string(extras[i]) + "'";
+    warn(detail::str_cat("weights file '", source, "' holds ", extras.size(),
+                         extras.size() == 1 ? " tensor" : " tensors",
+                         " that the program does not have, not loaded: ", names));
+  }
 }
 
 void save_weights(const std::string& path, const Scope& scope, const Program& program) {

@@ -1,8 +1,9 @@
 // The weights file: round trips (f32, f64, i64, rank 0, empty), atomic saves
 // (a failed save leaves the old file and no temporary), and a clear kiln::Error
 // naming the file and tensor for each bad input — missing file, bad magic,
-// another version, every truncated prefix, every corrupted byte, names,
-// shapes and dtypes that do not match the program — with the scope unchanged.
+// another version, every truncated prefix, every corrupted byte, a missing
+// parameter, shapes and dtypes that do not match the program — with the scope
+// unchanged; tensors the program lacks are skipped with a warning.
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
 #include "kiln/io/weights.h"
+#include "kiln/support/warning.h"
 
 using namespace kiln;
 using Catch::Matchers::Contains;
@@ -271,7 +273,7 @@ TEST_CASE("every corrupted byte of a weights file is an error and changes nothin
                {"corrupt.kw", "'ids'", "checksum"});
 }
 
-TEST_CASE("weights that do not match the program's names, shapes or dtypes are rejected",
+TEST_CASE("weights missing a program parameter, or of another shape or dtype, are rejected",
           "[io][weights]") {
   TempDir dir;
   const std::string path = dir.file("m.kw");
@@ -283,12 +285,6 @@ TEST_CASE("weights that do not match the program's names, shapes or dtypes are r
   fill_sentinels(dst);
   const std::string before = snapshot(dst);
 
-  // A tensor of the file that the program does not have.
-  Program fewer = program_with({{"linear.w", tt(DataType::Float32, {3, 4})},
-                                {"linear.b", tt(DataType::Float64, {5})},
-                                {"scale", tt(DataType::Float32, {})}});
-  expect_error([&] { load_weights(path, dst, fewer); }, ErrorKind::InvalidArgument,
-               {path, "'ids'", "not a parameter"});
   // A program parameter the file lacks.
   Program more = model_program();
   more.set_parameter("extra", Parameter{tt(DataType::Float32, {1})});
@@ -314,6 +310,44 @@ TEST_CASE("weights that do not match the program's names, shapes or dtypes are r
                {path, "'scale'", "scalar"});
   CHECK_FALSE(odd.find_var("linear.w"));
   CHECK(snapshot(dst) == before);
+}
+
+TEST_CASE("a weights file holding tensors the program lacks loads the rest and warns naming them",
+          "[io][weights]") {
+  TempDir dir;
+  const std::string path = dir.file("m.kw");
+  Scope src;
+  fill_model(src);
+  save_weights(path, src, model_program());
+  Program fewer = program_with({{"linear.w", tt(DataType::Float32, {3, 4})},
+                                {"scale", tt(DataType::Float32, {})}});
+  std::vector<std::string> warnings;
+  WarningHandler previous =
+      set_warning_handler([&](std::string_view m) { warnings.emplace_back(m); });
+  Scope dst;
+  load_weights(path, dst, fewer);
+  set_warning_handler(previous);
+
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Contains(path));
+  CHECK_THAT(warnings[0], Contains("'ids'"));
+  CHECK_THAT(warnings[0], Contains("'linear.b'"));
+  CHECK_THAT(warnings[0], !Contains("'linear.w'"));
+  CHECK(dst.local_var_names() == std::vector<std::string>{"linear.w", "scale"});
+  CHECK(dst.find_var("linear.w")->get<Tensor>().to_vector<float>() ==
+        src.find_var("linear.w")->get<Tensor>().to_vector<float>());
+  CHECK(dst.find_var("scale")->get<Tensor>().to_vector<float>() == std::vector<float>{7.5f});
+
+  // A failed load does not warn: the extras are named only when it succeeds.
+  warnings.clear();
+  previous = set_warning_handler([&](std::string_view m) { warnings.emplace_back(m); });
+  Program wrong = program_with({{"linear.w", tt(DataType::Float32, {4, 3})}});
+  Scope untouched;
+  expect_error([&] { load_weights(path, untouched, wrong); }, ErrorKind::InvalidArgument,
+               {path, "'linear.w'"});
+  set_warning_handler(previous);
+  CHECK(warnings.empty());
+  CHECK(untouched.local_var_names().empty());
 }
 
 TEST_CASE("saving weights checks the scope against the program, naming the parameter",

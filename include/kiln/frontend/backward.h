@@ -2,7 +2,8 @@
 // computing d(loss)/d(parameters). The loss gradient is filled with ones;
 // the ops on a path from a gradient source to the loss are walked in
 // reverse and each one's VjpInterface emits its grad ops; a value used by
-// several ops gets the sum (kiln.add_n) of its gradients.
+// several ops gets the sum (kiln.add_n) of its gradients. Every op it
+// appends is marked OpRole::Backward (kiln/frontend/op_role.h).
 #pragma once
 
 #include <utility>

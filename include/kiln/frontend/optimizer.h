@@ -49,7 +49,9 @@ class Optimizer {
   // Seed §1.2.2.2's apply_gradients on pairs from append_backward: sorts them
   // by parameter name, clips, adds weight_decay · param to each gradient (L2;
   // not for AdamW, whose decay is decoupled), and appends one update op per
-  // parameter to the current main program. Returns the update ops.
+  // parameter to the current main program. Every op it appends to the main
+  // program is marked OpRole::Optimize (kiln/frontend/op_role.h). Returns
+  // the update ops.
   std::vector<Operation*> apply_gradients(std::vector<std::pair<Value, Value>> params_grads);
 
   // Global-norm clipping for the next minimize / apply_gradients.

@@ -34,12 +34,15 @@ void save_weights(const std::string& path, const Scope& scope, const Program& pr
 // Reads `path` and sets each parameter of `program` in `scope` (its variable
 // created in `scope` when absent) to a new tensor with the file's data. The
 // whole file is checked first — magic, version, truncation, checksums, every
-// name present in the program and every program parameter present in the
-// file, dtypes and shapes equal to the program's — so on any kiln::Error the
-// scope is unchanged. Errors name the file and, where one is involved, the
-// tensor: NotFound (missing file, parameter missing from the file),
-// InvalidArgument (not a weights file, unknown name, dtype or shape
-// mismatch), Unimplemented (another version), DataLoss (truncated or corrupt).
+// program parameter present in the file, dtypes and shapes equal to the
+// program's — so on any kiln::Error the scope is unchanged. Tensors of the
+// file that are not parameters of the program (e.g. optimizer state in a
+// file saved from the training program) are not loaded: one warning
+// (kiln/support/warning.h) names them after the load. Errors name the file
+// and, where one is involved, the tensor: NotFound (missing file, parameter
+// missing from the file), InvalidArgument (not a weights file, dtype or
+// shape mismatch), Unimplemented (another version), DataLoss (truncated or
+// corrupt).
 void load_weights(const std::string& path, Scope& scope, const Program& program);
 
 // The same as bytes in memory (what the file functions write and read).
