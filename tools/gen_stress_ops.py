@@ -167,7 +167,8 @@ def main():
     w("")
     w("inline void register_stress_ops() {")
     w("  IrContext* ctx = IrContext::instance();")
-    w("  ctx->get_or_register_dialect<StressDialect>()->register_ops<StressSourceOp>();")
+    w("  ctx->get_or_register_dialect<StressDialect>();")
+    w("  ctx->op_info<StressSourceOp>();")
     for i in range(args.n):
         w(f"  ctx->register_op<StressOp{i}>();")
     w("}")

@@ -1,5 +1,5 @@
-// Shared pieces of kiln's CPU kernels (private to kernels/cpu): registering
-// one kernel template for several dtypes, typed access to inputs with errors
+// Shared pieces of kiln's CPU kernels (private to kernels/cpu): typed access
+// to inputs with errors
 // that name the op, and the broadcast plan binary elementwise kernels run:
 // numpy broadcasting with size-1 dims dropped and adjacent dims merged, so
 // the innermost loop is contiguous (or a scalar) and vectorizes.
@@ -12,31 +12,6 @@
 #include "kiln/kernel/kernel_registry.h"
 
 namespace kiln::cpu {
-
-// Registers `fn` for op OpT on the CPU for one dtype (at static-init time).
-template <typename OpT>
-inline bool register_kernel(DataType dtype, KernelFn fn, std::string_view name) {
-  KernelRegistry::instance().add(TypeId::get<OpT>(), OpT::name, PlaceKind::Cpu, dtype,
-                                 KernelInfo{fn, std::string(name), &decode_op_attributes<OpT>});
-  return true;
-}
-
-// Registers Kernel<T>::run for each T in Ts.
-template <typename OpT, template <typename> class Kernel, typename... Ts>
-inline bool register_kernels(std::string_view name) {
-  (register_kernel<OpT>(data_type_of<Ts>, &Kernel<Ts>::run, name), ...);
-  return true;
-}
-
-#define KILN_CPU_CAT2(a, b) a##b
-#define KILN_CPU_CAT(a, b) KILN_CPU_CAT2(a, b)
-// KILN_CPU_REGISTER(OpClass, KernelTemplate, dtypes…): one kernel struct
-// template `template <typename T> struct K { static void run(KernelContext&); }`
-// registered for each dtype.
-#define KILN_CPU_REGISTER(OpClass, KernelTemplate, ...)                                     \
-  [[maybe_unused]] static const bool KILN_CPU_CAT(kiln_cpu_kernel_, __COUNTER__) =          \
-      ::kiln::cpu::register_kernels<OpClass, KernelTemplate, __VA_ARGS__>(                  \
-          #OpClass "/" #KernelTemplate)
 
 // Input i as T; kiln::Error naming the op when its dtype is another.
 template <typename T>
@@ -51,6 +26,14 @@ inline const Tensor& typed_input(const KernelContext& ctx, std::uint32_t i) {
 // Whether output i is input `in`'s variable (an in-place op run in place).
 inline bool output_is_input(const KernelContext& ctx, std::uint32_t out, std::uint32_t in) {
   return &ctx.output_var(out) == &ctx.input_var(in);
+}
+
+// Both inputs must have one shape (the activation grads' operands).
+inline void require_same_dims(const KernelContext& ctx, const Tensor& a, const Tensor& b, int ia, int ib) {
+  if (a.dims() != b.dims())
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' inputs #", ia, " [",
+                a.dims().to_string(), "] and #", ib, " [", b.dims().to_string(),
+                "] must have one shape");
 }
 
 // ---- broadcasting ----

@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #include "cpu_kernel_util.h"
-#include "kiln/dialect/math_ops.h"
+#include "kiln/dialect/kiln_dialect.h"
 
 namespace kiln::cpu {
 namespace {
@@ -143,13 +143,13 @@ struct AddNK {
 
 }  // namespace
 
-KILN_CPU_REGISTER(AddOp, AddK, float, double, std::int32_t, std::int64_t);
-KILN_CPU_REGISTER(SubOp, SubK, float, double, std::int32_t, std::int64_t);
-KILN_CPU_REGISTER(MulOp, MulK, float, double, std::int32_t, std::int64_t);
-KILN_CPU_REGISTER(DivOp, DivK, float, double, std::int32_t, std::int64_t);
-KILN_CPU_REGISTER(MaximumOp, MaximumK, float, double, std::int32_t, std::int64_t);
-KILN_CPU_REGISTER(MinimumOp, MinimumK, float, double, std::int32_t, std::int64_t);
-KILN_CPU_REGISTER(PowOp, PowK, float, double);
-KILN_CPU_REGISTER(AddNOp, AddNK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNELS(AddOp, Cpu, AddK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNELS(SubOp, Cpu, SubK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNELS(MulOp, Cpu, MulK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNELS(DivOp, Cpu, DivK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNELS(MaximumOp, Cpu, MaximumK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNELS(MinimumOp, Cpu, MinimumK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNELS(PowOp, Cpu, PowK, float, double);
+KILN_REGISTER_KERNELS(AddNOp, Cpu, AddNK, float, double, std::int32_t, std::int64_t);
 
 }  // namespace kiln::cpu

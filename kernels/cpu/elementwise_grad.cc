@@ -12,18 +12,10 @@
 #include <vector>
 
 #include "cpu_kernel_util.h"
-#include "kiln/dialect/grad_ops.h"
+#include "kiln/dialect/kiln_dialect.h"
 
 namespace kiln::cpu {
 namespace {
-
-// Both inputs must have one shape (the activation grads' operands).
-void require_same_dims(const KernelContext& ctx, const Tensor& a, const Tensor& b, int ia, int ib) {
-  if (a.dims() != b.dims())
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' inputs #", ia, " [",
-                a.dims().to_string(), "] and #", ib, " [", b.dims().to_string(),
-                "] must have one shape");
-}
 
 // A per-thread buffer of n elements, grown once and then reused: the run
 // path allocates nothing but tensor buffers.
@@ -157,73 +149,12 @@ struct MinMaxGrad {
 template <typename T> using MaximumGradK = MinMaxGrad<MaxWeight>::K<T>;
 template <typename T> using MinimumGradK = MinMaxGrad<MinWeight>::K<T>;
 
-// ---- activation grads: dx = F(a, dout) ----
-
-struct ReluG {
-  template <typename T> static T apply(T out, T d) { return out > T(0) ? d : T(0); }
-};
-struct TanhG {
-  template <typename T> static T apply(T out, T d) { return d * (T(1) - out * out); }
-};
-struct SigmoidG {
-  template <typename T> static T apply(T out, T d) { return d * out * (T(1) - out); }
-};
-struct AbsG {
-  template <typename T> static T apply(T x, T d) { return x > T(0) ? d : (x < T(0) ? -d : T(0)); }
-};
-struct GeluErfG {  // Φ(x) + x·φ(x)
-  template <typename T> static T apply(T x, T d) {
-    const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
-    const T pdf = T(0.39894228040143267794) * std::exp(T(-0.5) * x * x);  // 1/√(2π)
-    return d * (cdf + x * pdf);
-  }
-};
-struct GeluTanhG {  // d/dx 0.5·x·(1 + tanh(k·(x + c·x³)))
-  template <typename T> static T apply(T x, T d) {
-    const T k = T(0.79788456080286535588), c = T(0.044715);
-    const T t = std::tanh(k * (x + c * x * x * x));
-    return d * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x));
-  }
-};
-
-template <typename F, typename T>
-void unary_grad(KernelContext& ctx) {
-  const Tensor a = typed_input<T>(ctx, 0), d = typed_input<T>(ctx, 1);
-  require_same_dims(ctx, a, d, 0, 1);
-  Tensor& out = ctx.alloc_output(0, a.dims(), a.dtype());
-  const T* __restrict pa = a.data<T>();
-  const T* __restrict pd = d.data<T>();
-  T* __restrict po = out.data<T>();
-  const std::int64_t n = a.numel();
-  for (std::int64_t i = 0; i < n; ++i) po[i] = F::apply(pa[i], pd[i]);
-}
-
-template <typename F>
-struct UnaryG {
-  template <typename T>
-  struct K {
-    static void run(KernelContext& ctx) { unary_grad<F, T>(ctx); }
-  };
-};
-template <typename T> using ReluGradK = UnaryG<ReluG>::K<T>;
-template <typename T> using TanhGradK = UnaryG<TanhG>::K<T>;
-template <typename T> using SigmoidGradK = UnaryG<SigmoidG>::K<T>;
-template <typename T> using AbsGradK = UnaryG<AbsG>::K<T>;
-
-template <typename T>
-struct GeluGradK {
-  static void run(KernelContext& ctx) {
-    if (ctx.attrs<GeluGradOp>().approximate) unary_grad<GeluTanhG, T>(ctx);
-    else unary_grad<GeluErfG, T>(ctx);
-  }
-};
-
 // ---- dropout_grad ----
 
 template <typename T>
 struct DropoutGradK {
   static void run(KernelContext& ctx) {
-    const auto& a = ctx.attrs<DropoutGradOp>();
+    const auto& a = ctx.attrs<GradOf<DropoutOp>>();
     if (!(a.p >= 0.0 && a.p < 1.0))
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
                   "' needs a drop probability p in [0, 1), got ", a.p);
@@ -248,18 +179,11 @@ struct DropoutGradK {
 
 }  // namespace
 
-KILN_CPU_REGISTER(ReduceAsOp, ReduceAsK, float, double);
-KILN_CPU_REGISTER(MaximumGradOp, MaximumGradK, float, double);
-KILN_CPU_REGISTER(MinimumGradOp, MinimumGradK, float, double);
-KILN_CPU_REGISTER(ReluGradOp, ReluGradK, float, double);
-KILN_CPU_REGISTER(TanhGradOp, TanhGradK, float, double);
-KILN_CPU_REGISTER(SigmoidGradOp, SigmoidGradK, float, double);
-KILN_CPU_REGISTER(AbsGradOp, AbsGradK, float, double);
-KILN_CPU_REGISTER(GeluGradOp, GeluGradK, float, double);
-KILN_CPU_REGISTER(DropoutGradOp, DropoutGradK, float, double);
-[[maybe_unused]] static const bool kiln_cpu_reshape_as =
-    register_kernel<ReshapeAsOp>(DataType::Undefined, &reshape_as_kernel, "reshape_as_kernel");
-[[maybe_unused]] static const bool kiln_cpu_zeros_like =
-    register_kernel<ZerosLikeOp>(DataType::Undefined, &zeros_like_kernel, "zeros_like_kernel");
+KILN_REGISTER_KERNELS(ReduceAsOp, Cpu, ReduceAsK, float, double);
+KILN_REGISTER_KERNELS(GradOf<MaximumOp>, Cpu, MaximumGradK, float, double);
+KILN_REGISTER_KERNELS(GradOf<MinimumOp>, Cpu, MinimumGradK, float, double);
+KILN_REGISTER_KERNELS(GradOf<DropoutOp>, Cpu, DropoutGradK, float, double);
+KILN_REGISTER_KERNEL(ReshapeAsOp, Cpu, Undefined, reshape_as_kernel);
+KILN_REGISTER_KERNEL(ZerosLikeOp, Cpu, Undefined, zeros_like_kernel);
 
 }  // namespace kiln::cpu

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kiln/dialect/math_ops.h"
+#include "kiln/dialect/kiln_dialect.h"
 #include "kiln/kernel/kernel_registry.h"
 
 namespace kiln {

@@ -203,9 +203,9 @@ struct AdamWK {
 
 }  // namespace
 
-KILN_CPU_REGISTER(Sgd_Op, SgdK, float, double);
-KILN_CPU_REGISTER(Momentum_Op, MomentumK, float, double);
-KILN_CPU_REGISTER(Adam_Op, AdamK, float, double);
-KILN_CPU_REGISTER(AdamW_Op, AdamWK, float, double);
+KILN_REGISTER_KERNELS(Sgd_Op, Cpu, SgdK, float, double);
+KILN_REGISTER_KERNELS(Momentum_Op, Cpu, MomentumK, float, double);
+KILN_REGISTER_KERNELS(Adam_Op, Cpu, AdamK, float, double);
+KILN_REGISTER_KERNELS(AdamW_Op, Cpu, AdamWK, float, double);
 
 }  // namespace kiln::cpu

@@ -163,8 +163,8 @@ struct MaxK {
 
 }  // namespace
 
-KILN_CPU_REGISTER(SumOp, SumK, float, double, std::int32_t, std::int64_t);
-KILN_CPU_REGISTER(MeanOp, MeanK, float, double);
-KILN_CPU_REGISTER(MaxOp, MaxK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNELS(SumOp, Cpu, SumK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNELS(MeanOp, Cpu, MeanK, float, double);
+KILN_REGISTER_KERNELS(MaxOp, Cpu, MaxK, float, double, std::int32_t, std::int64_t);
 
 }  // namespace kiln::cpu

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cpu_kernel_util.h"
-#include "kiln/dialect/grad_ops.h"
+#include "kiln/dialect/kiln_dialect.h"
 #include "kiln/dialect/reduce_ops.h"
 
 namespace kiln::cpu {
@@ -97,21 +97,21 @@ void reduce_grad(KernelContext& ctx) {
 
 template <typename T>
 struct SumGradK {
-  static void run(KernelContext& ctx) { reduce_grad<Kind::Sum, SumGradOp, T>(ctx); }
+  static void run(KernelContext& ctx) { reduce_grad<Kind::Sum, GradOf<SumOp>, T>(ctx); }
 };
 template <typename T>
 struct MeanGradK {
-  static void run(KernelContext& ctx) { reduce_grad<Kind::Mean, MeanGradOp, T>(ctx); }
+  static void run(KernelContext& ctx) { reduce_grad<Kind::Mean, GradOf<MeanOp>, T>(ctx); }
 };
 template <typename T>
 struct MaxGradK {
-  static void run(KernelContext& ctx) { reduce_grad<Kind::Max, MaxGradOp, T>(ctx); }
+  static void run(KernelContext& ctx) { reduce_grad<Kind::Max, GradOf<MaxOp>, T>(ctx); }
 };
 
 }  // namespace
 
-KILN_CPU_REGISTER(SumGradOp, SumGradK, float, double);
-KILN_CPU_REGISTER(MeanGradOp, MeanGradK, float, double);
-KILN_CPU_REGISTER(MaxGradOp, MaxGradK, float, double);
+KILN_REGISTER_KERNELS(GradOf<SumOp>, Cpu, SumGradK, float, double);
+KILN_REGISTER_KERNELS(GradOf<MeanOp>, Cpu, MeanGradK, float, double);
+KILN_REGISTER_KERNELS(GradOf<MaxOp>, Cpu, MaxGradK, float, double);
 
 }  // namespace kiln::cpu

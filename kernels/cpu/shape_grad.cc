@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "cpu_kernel_util.h"
-#include "kiln/dialect/grad_ops.h"
+#include "kiln/dialect/kiln_dialect.h"
 #include "kiln/dialect/tensor_ops.h"
 
 namespace kiln::cpu {
@@ -71,7 +71,7 @@ struct SplitAsK {
 template <typename T>
 struct SliceGradK {
   static void run(KernelContext& ctx) {
-    const auto& a = ctx.attrs<SliceGradOp>();
+    const auto& a = ctx.attrs<GradOf<SliceOp>>();
     const std::string_view op = ctx.op()->name();
     const Dims xd = ctx.input(0).dims();
     const Tensor dout = typed_input<T>(ctx, 1);
@@ -178,7 +178,7 @@ struct GatherGradK {
     const int r = xd.rank();
     if (r == 0)
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' x must have rank >= 1");
-    const int axis = static_cast<int>(axis_at_run(ctx, ctx.attrs<GatherGradOp>().axis, r));
+    const int axis = static_cast<int>(axis_at_run(ctx, ctx.attrs<GradOf<GatherOp>>().axis, r));
     if (r - 1 + index.rank() > Dims::kMaxRank)
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' gather's rank ",
                   r - 1 + index.rank(), " exceeds the maximum ", Dims::kMaxRank);
@@ -209,7 +209,7 @@ struct EmbeddingGradK {
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' weight must be [vocab, dim], got [",
                   wd.to_string(), "]");
     const std::int64_t vocab = wd[0], dim = wd[1];
-    const std::int64_t pad = ctx.attrs<EmbeddingGradOp>().padding_idx;
+    const std::int64_t pad = ctx.attrs<GradOf<EmbeddingOp>>().padding_idx;
     if (pad < -1 || pad >= vocab)
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' padding_idx ", pad,
                   " must be -1 (none) or in [0, ", vocab, ")");
@@ -232,9 +232,9 @@ struct EmbeddingGradK {
 
 }  // namespace
 
-KILN_CPU_REGISTER(SplitAsOp, SplitAsK, float, double);
-KILN_CPU_REGISTER(SliceGradOp, SliceGradK, float, double);
-KILN_CPU_REGISTER(GatherGradOp, GatherGradK, float, double);
-KILN_CPU_REGISTER(EmbeddingGradOp, EmbeddingGradK, float, double);
+KILN_REGISTER_KERNELS(SplitAsOp, Cpu, SplitAsK, float, double);
+KILN_REGISTER_KERNELS(GradOf<SliceOp>, Cpu, SliceGradK, float, double);
+KILN_REGISTER_KERNELS(GradOf<GatherOp>, Cpu, GatherGradK, float, double);
+KILN_REGISTER_KERNELS(GradOf<EmbeddingOp>, Cpu, EmbeddingGradK, float, double);
 
 }  // namespace kiln::cpu

@@ -193,8 +193,8 @@ struct SoftmaxCrossEntropyK {
 
 }  // namespace
 
-KILN_CPU_REGISTER(SoftmaxOp, SoftmaxK, float, double);
-KILN_CPU_REGISTER(LogSoftmaxOp, LogSoftmaxK, float, double);
-KILN_CPU_REGISTER(SoftmaxWithCrossEntropyOp, SoftmaxCrossEntropyK, float, double);
+KILN_REGISTER_KERNELS(SoftmaxOp, Cpu, SoftmaxK, float, double);
+KILN_REGISTER_KERNELS(LogSoftmaxOp, Cpu, LogSoftmaxK, float, double);
+KILN_REGISTER_KERNELS(SoftmaxWithCrossEntropyOp, Cpu, SoftmaxCrossEntropyK, float, double);
 
 }  // namespace kiln::cpu

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cpu_kernel_util.h"
-#include "kiln/dialect/grad_ops.h"
+#include "kiln/dialect/kiln_dialect.h"
 
 namespace kiln::cpu {
 namespace {
@@ -64,11 +64,11 @@ void softmax_grad_kernel(KernelContext& ctx) {
 
 template <typename T>
 struct SoftmaxGradK {
-  static void run(KernelContext& ctx) { softmax_grad_kernel<SoftmaxGradOp, T, false>(ctx); }
+  static void run(KernelContext& ctx) { softmax_grad_kernel<GradOf<SoftmaxOp>, T, false>(ctx); }
 };
 template <typename T>
 struct LogSoftmaxGradK {
-  static void run(KernelContext& ctx) { softmax_grad_kernel<LogSoftmaxGradOp, T, true>(ctx); }
+  static void run(KernelContext& ctx) { softmax_grad_kernel<GradOf<LogSoftmaxOp>, T, true>(ctx); }
 };
 
 template <typename T, typename L>
@@ -119,7 +119,7 @@ struct SoftmaxCrossEntropyGradK {
     if (label.dtype() != DataType::Int64 && label.dtype() != DataType::Int32)
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' label must be i64 or i32, got ",
                   to_string(label.dtype()));
-    const std::int64_t ignore = ctx.attrs<SoftmaxWithCrossEntropyGradOp>().ignore_index;
+    const std::int64_t ignore = ctx.attrs<GradOf<SoftmaxWithCrossEntropyOp>>().ignore_index;
     Tensor& dx = ctx.alloc_output(0, sd, sm.dtype());
     const std::int64_t n = loss_dims.numel();
     if (n == 0 || c == 0) return;
@@ -134,8 +134,8 @@ struct SoftmaxCrossEntropyGradK {
 
 }  // namespace
 
-KILN_CPU_REGISTER(SoftmaxGradOp, SoftmaxGradK, float, double);
-KILN_CPU_REGISTER(LogSoftmaxGradOp, LogSoftmaxGradK, float, double);
-KILN_CPU_REGISTER(SoftmaxWithCrossEntropyGradOp, SoftmaxCrossEntropyGradK, float, double);
+KILN_REGISTER_KERNELS(GradOf<SoftmaxOp>, Cpu, SoftmaxGradK, float, double);
+KILN_REGISTER_KERNELS(GradOf<LogSoftmaxOp>, Cpu, LogSoftmaxGradK, float, double);
+KILN_REGISTER_KERNELS(GradOf<SoftmaxWithCrossEntropyOp>, Cpu, SoftmaxCrossEntropyGradK, float, double);
 
 }  // namespace kiln::cpu

@@ -13,95 +13,97 @@
 #include <type_traits>
 
 #include "cpu_kernel_util.h"
-#include "kiln/dialect/math_ops.h"
+#include "kiln/dialect/unary_ops.h"
 #include "kiln/dialect/tensor_ops.h"
 
 namespace kiln::cpu {
 namespace {
 
-struct ReluF {
-  template <typename T> static T apply(T x) { return x > T(0) ? x : T(0); }
-};
-struct TanhF {
-  template <typename T> static T apply(T x) { return std::tanh(x); }
-};
-struct SigmoidF {
-  template <typename T> static T apply(T x) { return T(1) / (T(1) + std::exp(-x)); }
-};
-struct ExpF {
-  template <typename T> static T apply(T x) { return std::exp(x); }
-};
-struct LogF {
-  template <typename T> static T apply(T x) { return std::log(x); }
-};
-struct SqrtF {
-  template <typename T> static T apply(T x) { return std::sqrt(x); }
-};
-struct SquareF {
-  template <typename T> static T apply(T x) { return x * x; }
-};
-struct AbsF {
-  template <typename T> static T apply(T x) {
-    if constexpr (std::is_integral_v<T>) {
-      using U = std::make_unsigned_t<T>;  // |MIN| wraps to MIN, as in numpy
-      return x < 0 ? static_cast<T>(U(0) - static_cast<U>(x)) : x;
-    } else {
-      return std::fabs(x);
-    }
-  }
-};
-struct NegF {
-  template <typename T> static T apply(T x) {
-    if constexpr (std::is_integral_v<T>) {
-      using U = std::make_unsigned_t<T>;
-      return static_cast<T>(U(0) - static_cast<U>(x));
-    } else {
-      return -x;
-    }
-  }
-};
-
-// out = F(x), or x = F(x) when the output variable is the input's.
+// out = F::forward(x), or x = F::forward(x) when the output variable is the input's.
 template <typename F, typename T>
 void unary_apply(KernelContext& ctx) {
   const Tensor& x = typed_input<T>(ctx, 0);
   const std::int64_t n = x.numel();
   if (output_is_input(ctx, 0, 0)) {  // in place (relu_, sqrt_)
     T* p = ctx.output(0).data<T>();
-    for (std::int64_t i = 0; i < n; ++i) p[i] = F::apply(p[i]);
+    for (std::int64_t i = 0; i < n; ++i) p[i] = F::forward(p[i]);
     return;
   }
   const T* __restrict px = x.data<T>();
   Tensor& out = ctx.alloc_output(0, x.dims(), x.dtype());
   T* __restrict po = out.data<T>();
-  for (std::int64_t i = 0; i < n; ++i) po[i] = F::apply(px[i]);
+  for (std::int64_t i = 0; i < n; ++i) po[i] = F::forward(px[i]);
 }
 
-template <typename F>
-struct Unary {
+
+template <typename F, typename T>
+void unary_grad(KernelContext& ctx) {
+  const Tensor a = typed_input<T>(ctx, 0), d = typed_input<T>(ctx, 1);
+  require_same_dims(ctx, a, d, 0, 1);
+  Tensor& out = ctx.alloc_output(0, a.dims(), a.dtype());
+  const T* __restrict pa = a.data<T>();
+  const T* __restrict pd = d.data<T>();
+  T* __restrict po = out.data<T>();
+  const std::int64_t n = a.numel();
+  for (std::int64_t i = 0; i < n; ++i) po[i] = F::backward(pa[i], pd[i]);
+}
+
+// The family's kernels, from each Math struct of unary_ops.h.
+template <typename Math>
+struct UnaryKernels {
   template <typename T>
-  struct K {
-    static void run(KernelContext& ctx) { unary_apply<F, T>(ctx); }
+  struct Forward {
+    static void run(KernelContext& ctx) { unary_apply<Math, T>(ctx); }
+  };
+  // dx = Math::backward(a, dout), a = x or y (GradReads).
+  template <typename T>
+  struct Backward {
+    static void run(KernelContext& ctx) { unary_grad<Math, T>(ctx); }
   };
 };
 
-template <typename T> using ReluK = Unary<ReluF>::K<T>;
-template <typename T> using TanhK = Unary<TanhF>::K<T>;
-template <typename T> using SigmoidK = Unary<SigmoidF>::K<T>;
-template <typename T> using ExpK = Unary<ExpF>::K<T>;
-template <typename T> using LogK = Unary<LogF>::K<T>;
-template <typename T> using SqrtK = Unary<SqrtF>::K<T>;
-template <typename T> using SquareK = Unary<SquareF>::K<T>;
-template <typename T> using AbsK = Unary<AbsF>::K<T>;
-template <typename T> using NegK = Unary<NegF>::K<T>;
+template <typename Math>
+void register_unary() {
+  using K = UnaryKernels<Math>;
+  constexpr auto cpu = PlaceKind::Cpu;
+  const char* name = Math::name.data();
+  if constexpr (Math::floating_only)
+    KernelRegistrar<UnaryOp<Math>>::template for_dtypes<K::template Forward, float, double>(cpu, name);
+  else
+    KernelRegistrar<UnaryOp<Math>>::template for_dtypes<K::template Forward, float, double,
+                                                        std::int32_t, std::int64_t>(cpu, name);
+  KernelRegistrar<GradOf<UnaryOp<Math>>>::template for_dtypes<K::template Backward, float, double>(
+      cpu, name);
+}
+template <typename Math>
+void register_inplace_unary() {
+  using K = UnaryKernels<Math>;
+  if constexpr (Math::floating_only)
+    KernelRegistrar<InplaceUnaryOp<Math>>::template for_dtypes<K::template Forward, float, double>(
+        PlaceKind::Cpu, Math::inplace_name.data());
+  else
+    KernelRegistrar<InplaceUnaryOp<Math>>::template for_dtypes<K::template Forward, float, double,
+                                                               std::int32_t, std::int64_t>(
+        PlaceKind::Cpu, Math::inplace_name.data());
+}
+template <typename... Maths>
+bool register_family(MathList<Maths...>) {
+  (register_unary<Maths>(), ...);
+  return true;
+}
+template <typename... Maths>
+bool register_inplace_family(MathList<Maths...>) {
+  (register_inplace_unary<Maths>(), ...);
+  return true;
+}
 
 struct GeluErfF {  // x · Φ(x) = 0.5·x·(1 + erf(x/√2))
-  template <typename T> static T apply(T x) {
+  template <typename T> static T forward(T x) {
     return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
   }
 };
 struct GeluTanhF {  // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
-  template <typename T> static T apply(T x) {
+  template <typename T> static T forward(T x) {
     const T k = T(0.79788456080286535588);  // √(2/π)
     return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
   }
@@ -112,6 +114,29 @@ struct GeluK {
   static void run(KernelContext& ctx) {
     if (ctx.attrs<GeluOp>().approximate) unary_apply<GeluTanhF, T>(ctx);
     else unary_apply<GeluErfF, T>(ctx);
+  }
+};
+
+struct GeluErfG {  // Φ(x) + x·φ(x)
+  template <typename T> static T backward(T x, T d) {
+    const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
+    const T pdf = T(0.39894228040143267794) * std::exp(T(-0.5) * x * x);  // 1/√(2π)
+    return d * (cdf + x * pdf);
+  }
+};
+struct GeluTanhG {  // d/dx 0.5·x·(1 + tanh(k·(x + c·x³)))
+  template <typename T> static T backward(T x, T d) {
+    const T k = T(0.79788456080286535588), c = T(0.044715);
+    const T t = std::tanh(k * (x + c * x * x * x));
+    return d * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x));
+  }
+};
+
+template <typename T>
+struct GeluGradK {
+  static void run(KernelContext& ctx) {
+    if (ctx.attrs<GradOf<GeluOp>>().approximate) unary_grad<GeluTanhG, T>(ctx);
+    else unary_grad<GeluErfG, T>(ctx);
   }
 };
 
@@ -257,23 +282,13 @@ struct FullK {
 
 }  // namespace
 
-KILN_CPU_REGISTER(ReluOp, ReluK, float, double, std::int32_t, std::int64_t);
-KILN_CPU_REGISTER(Relu_Op, ReluK, float, double, std::int32_t, std::int64_t);
-KILN_CPU_REGISTER(GeluOp, GeluK, float, double);
-KILN_CPU_REGISTER(TanhOp, TanhK, float, double);
-KILN_CPU_REGISTER(SigmoidOp, SigmoidK, float, double);
-KILN_CPU_REGISTER(ExpOp, ExpK, float, double);
-KILN_CPU_REGISTER(LogOp, LogK, float, double);
-KILN_CPU_REGISTER(SqrtOp, SqrtK, float, double);
-KILN_CPU_REGISTER(Sqrt_Op, SqrtK, float, double);
-KILN_CPU_REGISTER(SquareOp, SquareK, float, double, std::int32_t, std::int64_t);
-KILN_CPU_REGISTER(AbsOp, AbsK, float, double, std::int32_t, std::int64_t);
-KILN_CPU_REGISTER(NegOp, NegK, float, double, std::int32_t, std::int64_t);
-KILN_CPU_REGISTER(ScaleOp, ScaleK, float, double, std::int32_t, std::int64_t);
-KILN_CPU_REGISTER(FullOp, FullK, float, double, std::int8_t, std::int32_t, std::int64_t, bool);
-[[maybe_unused]] static const bool kiln_cpu_assign =
-    register_kernel<AssignOp>(DataType::Undefined, &assign_kernel, "assign_kernel");
-[[maybe_unused]] static const bool kiln_cpu_cast =
-    register_kernel<CastOp>(DataType::Undefined, &cast_kernel, "cast_kernel");
+[[maybe_unused]] static const bool unary_family = register_family(UnaryFamily{});
+[[maybe_unused]] static const bool inplace_family = register_inplace_family(InplaceUnaryFamily{});
+KILN_REGISTER_KERNELS(GeluOp, Cpu, GeluK, float, double);
+KILN_REGISTER_KERNELS(GradOf<GeluOp>, Cpu, GeluGradK, float, double);
+KILN_REGISTER_KERNELS(ScaleOp, Cpu, ScaleK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNELS(FullOp, Cpu, FullK, float, double, std::int8_t, std::int32_t, std::int64_t, bool);
+KILN_REGISTER_KERNEL(AssignOp, Cpu, Undefined, assign_kernel);
+KILN_REGISTER_KERNEL(CastOp, Cpu, Undefined, cast_kernel);
 
 }  // namespace kiln::cpu

@@ -4,6 +4,8 @@
 
 namespace kiln {
 
+KILN_REGISTER_OP(ParameterOp, SetParameterOp, ConstantOp);
+
 void register_builtin_dialect(IrContext* ctx) {
   auto* d = ctx->get_or_register_dialect<BuiltinDialect>();
   d->register_types<Float16Type, BFloat16Type, Float32Type, Float64Type, Int8Type, Int32Type,
@@ -11,7 +13,6 @@ void register_builtin_dialect(IrContext* ctx) {
   d->register_attributes<BoolAttribute, Int32Attribute, Int64Attribute, Float32Attribute,
                          Float64Attribute, StrAttribute, ArrayAttribute, DictionaryAttribute,
                          TypeAttribute, DataTypeAttribute, PlaceAttribute>();
-  d->register_ops<ParameterOp, SetParameterOp, ConstantOp>();
 }
 
 void ParameterOp::build(Builder&, OperationArgument& arg, const std::string& name, Type type) {

@@ -1,10 +1,13 @@
+// The softmax family of kiln/dialect/nn_ops.h: InferMeta, Vjp, gradient ops
+// and registration.
 #include "kiln/dialect/nn_ops.h"
+
+#include "kiln/dialect/binary_ops.h"
 
 namespace kiln {
 
-KILN_REGISTER_OP(SoftmaxOp);
-KILN_REGISTER_OP(LogSoftmaxOp);
-KILN_REGISTER_OP(SoftmaxWithCrossEntropyOp);
+KILN_REGISTER_OP(SoftmaxOp, GradOf<SoftmaxOp>, LogSoftmaxOp, GradOf<LogSoftmaxOp>,
+                 SoftmaxWithCrossEntropyOp, GradOf<SoftmaxWithCrossEntropyOp>);
 
 namespace {
 std::vector<Type> infer_softmax(std::string_view op, const std::vector<Type>& in,
@@ -74,6 +77,79 @@ std::vector<Type> SoftmaxWithCrossEntropyOp::infer_meta(const std::vector<Type>&
                 meta::dims_string(ys), " does not fit logits ", meta::dims_string(ls),
                 " (expected ", meta::dims_string(lead), " or ", meta::dims_string(lead1), ")");
   return {meta::result_like(in, dt, ls), meta::result_like(in, dt, lead1)};
+}
+
+// ---- gradients ----
+
+namespace {
+void check_softmax_grad(std::string_view op, const std::vector<Type>& in,
+                        DictionaryAttribute attrs) {
+  std::int64_t axis = from_attributes<SoftmaxOp::Attributes>(attrs, op).axis;
+  Type out = meta::float_operand(op, in, 0);
+  meta::require_like(op, in, 0, 1);
+  auto rank = static_cast<std::int64_t>(shaped_dims(out).size());
+  if (rank == 0)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' needs operands of rank >= 1");
+  if (axis < -rank || axis >= rank)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' axis ", axis,
+                " is out of range for rank ", rank, " (expected [", -rank, ", ", rank, "))");
+}
+}  // namespace
+
+
+void SoftmaxOp::Grad::check(std::string_view op, const std::vector<Type>& in,
+                            DictionaryAttribute attrs) {
+  check_softmax_grad(op, in, attrs);
+}
+void LogSoftmaxOp::Grad::check(std::string_view op, const std::vector<Type>& in,
+                               DictionaryAttribute attrs) {
+  check_softmax_grad(op, in, attrs);
+}
+
+void SoftmaxWithCrossEntropyOp::Grad::check(std::string_view name, const std::vector<Type>& in,
+                                            DictionaryAttribute attrs) {
+  // The forward op's checks give the shapes: (softmax, loss) from (logits, label).
+  std::vector<Type> fwd = SoftmaxWithCrossEntropyOp::infer_meta(
+      {in[0], in[1]}, attrs);
+  Type dloss = meta::tensor_operand(name, in, 2);
+  meta::require_same_dtype(name, shaped_data_type(in[0]), shaped_data_type(dloss), 0, 2);
+  if (!meta::compatible_dims(shaped_dims(fwd[1]), shaped_dims(dloss)))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' dloss ", meta::dims_string(shaped_dims(dloss)),
+                " must have the loss's shape ", meta::dims_string(shaped_dims(fwd[1])));
+}
+
+// ---- softmax family ----
+
+std::vector<Value> SoftmaxOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = vjp::single_grad(op, g);
+  if (!d || !vjp::differentiable(op->operand_source(0))) return {Value()};
+  return {b.create<GradOf<SoftmaxOp>>(op, op->result(0), d).result()};
+}
+
+std::vector<Value> LogSoftmaxOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = vjp::single_grad(op, g);
+  if (!d || !vjp::differentiable(op->operand_source(0))) return {Value()};
+  return {b.create<GradOf<LogSoftmaxOp>>(op, op->result(0), d).result()};
+}
+
+// Results (softmax, loss): the loss's grad gives (softmax - onehot)·dloss;
+// a grad of the softmax result adds softmax_grad along the class axis. The
+// label gets none.
+std::vector<Value> SoftmaxWithCrossEntropyOp::vjp(Builder& b, Operation* op,
+                                                  const std::vector<Value>& g) {
+  vjp::check_out_grads(op, g);
+  std::vector<Value> grads(2);
+  if (vjp::all_null(g) || !vjp::differentiable(op->operand_source(0))) return grads;
+  Value softmax = op->result(0);
+  Value dx;
+  if (g[1])
+    dx = b.create<GradOf<SoftmaxWithCrossEntropyOp>>(op, softmax, op->operand_source(1), g[1]).result();
+  if (g[0]) {
+    Value ds = b.create<GradOf<SoftmaxOp>>(SoftmaxOp::Attributes{-1}, softmax, g[0]).result();
+    dx = dx ? Value(b.create<AddOp>(dx, ds).result()) : ds;
+  }
+  grads[0] = dx;
+  return grads;
 }
 
 }  // namespace kiln

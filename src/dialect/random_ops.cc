@@ -1,5 +1,5 @@
-// Definitions of the random ops of random_ops.h other than uniform_random
-// (defined with the first op set in kiln_ops.cc): gaussian_random, dropout.
+// The random ops of kiln/dialect/random_ops.h: uniform_random,
+// gaussian_random and dropout (with its gradient op).
 #include "kiln/dialect/random_ops.h"
 
 #include <cmath>
@@ -65,7 +65,53 @@ std::vector<Type> DropoutOp::infer_meta(const std::vector<Type>& in, DictionaryA
 
 void DropoutOp::verify() const { check_dropout_p(name, attrs().p); }
 
-KILN_REGISTER_OP(GaussianRandomOp);
-KILN_REGISTER_OP(DropoutOp);
+KILN_REGISTER_OP(UniformRandomOp, GaussianRandomOp, DropoutOp, GradOf<DropoutOp>);
+
+void UniformRandomOp::build(Builder&, OperationArgument& arg, const std::vector<std::int64_t>& shape,
+                            double min, double max, std::int64_t seed, DataType dtype, Place place) {
+  arg.attributes = to_named_attributes(Attributes{shape, min, max, seed, dtype, place});
+}
+
+std::vector<Type> UniformRandomOp::infer_meta(const std::vector<Type>&, DictionaryAttribute attrs) {
+  auto a = from_attributes<Attributes>(attrs, name);
+  dialect_detail::check_shape_attr(name, a.shape);
+  if (!is_floating(a.dtype))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs a floating dtype, got ",
+                to_string(a.dtype));
+  if (!(a.min <= a.max))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs min <= max, got [", a.min, ", ",
+                a.max, "]");
+  return {TensorType::get(a.dtype, a.shape)};
+}
+
+void UniformRandomOp::verify() const {
+  auto a = attrs();
+  if (!(a.min <= a.max))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs min <= max, got [", a.min, ", ",
+                a.max, "]");
+}
+
+void DropoutOp::Grad::check(std::string_view name, const std::vector<Type>& in,
+                            DictionaryAttribute attrs) {
+  auto a = from_attributes<DropoutOp::Attributes>(attrs, name);
+  Type dout = meta::float_operand(name, in, 0), mask = meta::tensor_operand(name, in, 1);
+  if (shaped_data_type(mask) != DataType::Bool)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' mask (operand #1) must be bool, got ",
+                to_string(shaped_data_type(mask)));
+  if (!meta::compatible_dims(shaped_dims(dout), shaped_dims(mask)))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' dout ", meta::dims_string(shaped_dims(dout)),
+                " and mask ", meta::dims_string(shaped_dims(mask)), " must have one shape");
+  if (!(a.p >= 0.0 && a.p < 1.0))
+    throw_error(ErrorKind::InvalidArgument, "op '", name,
+                "' needs a drop probability p in [0, 1), got ", a.p);
+}
+
+// Through the mask result (#1); the mask's own grad (if any) is ignored.
+std::vector<Value> DropoutOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = vjp::single_grad(op, g);
+  if (!d || !vjp::differentiable(op->operand_source(0))) return {Value()};
+  return {b.create<GradOf<DropoutOp>>(op, d, op->result(1)).result()};
+}
+
 
 }  // namespace kiln

@@ -4,9 +4,7 @@
 
 namespace kiln {
 
-KILN_REGISTER_OP(SumOp);
-KILN_REGISTER_OP(MeanOp);
-KILN_REGISTER_OP(MaxOp);
+KILN_REGISTER_OP(SumOp, GradOf<SumOp>, MeanOp, GradOf<MeanOp>, MaxOp, GradOf<MaxOp>);
 
 std::vector<int> normalize_reduce_axes(std::string_view op, const std::vector<std::int64_t>& axes,
                                        int rank) {
@@ -45,5 +43,51 @@ std::vector<Type> infer_reduce(std::string_view op, const std::vector<Type>& in,
   }
   return {meta::result_like(in, dt, std::move(out))};
 }
+
+// ---- reductions ----
+
+std::vector<Value> SumOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = vjp::single_grad(op, g);
+  if (!d || !vjp::differentiable(op->operand_source(0))) return {Value()};
+  return {b.create<GradOf<SumOp>>(op, op->operand_source(0), d).result()};
+}
+
+std::vector<Value> MeanOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = vjp::single_grad(op, g);
+  if (!d || !vjp::differentiable(op->operand_source(0))) return {Value()};
+  return {b.create<GradOf<MeanOp>>(op, op->operand_source(0), d).result()};
+}
+
+std::vector<Value> MaxOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = vjp::single_grad(op, g);
+  if (!d || !vjp::differentiable(op->operand_source(0))) return {Value()};
+  return {b.create<GradOf<MaxOp>>(op, op->operand_source(0), op->result(0), d).result()};
+}
+
+namespace detail {
+
+void check_reduction_grad(std::string_view op, const std::vector<Type>& in,
+                          DictionaryAttribute attrs) {
+  auto a = from_attributes<SumOp::Attributes>(attrs, op);
+  const auto& axis = a.axis;
+  const bool keepdim = a.keepdim;
+  Type x = meta::float_operand(op, in, 0);
+  Type dout = meta::tensor_operand(op, in, in.size() - 1);
+  meta::require_same_dtype(op, shaped_data_type(x), shaped_data_type(dout), 0, in.size() - 1);
+  // dout must have the reduced shape of x.
+  auto reduced = infer_reduce(op, {x}, axis, keepdim, true);
+  if (!meta::compatible_dims(shaped_dims(reduced[0]), shaped_dims(dout)))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' dout ", meta::dims_string(shaped_dims(dout)),
+                " must have x's reduced shape ", meta::dims_string(shaped_dims(reduced[0])));
+  for (std::size_t i = 1; i + 1 < in.size(); ++i) {  // max_grad's `out`
+    Type o = meta::tensor_operand(op, in, i);
+    meta::require_same_dtype(op, shaped_data_type(x), shaped_data_type(o), 0, i);
+    if (!meta::compatible_dims(shaped_dims(reduced[0]), shaped_dims(o)))
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' out ", meta::dims_string(shaped_dims(o)),
+                  " must have x's reduced shape ", meta::dims_string(shaped_dims(reduced[0])));
+  }
+}
+
+}  // namespace detail
 
 }  // namespace kiln

@@ -1,5 +1,5 @@
-// Definitions of the shape / indexing ops of tensor_ops.h: transpose, concat,
-// split, slice, gather, embedding (full and reshape are in kiln_ops.cc).
+// The tensor-making, shape and indexing ops of kiln/dialect/tensor_ops.h:
+// InferMeta, Vjp, gradient ops and registration.
 #include "kiln/dialect/tensor_ops.h"
 
 #include <algorithm>
@@ -8,6 +8,20 @@
 #include "op_helpers.h"
 
 namespace kiln {
+
+KILN_REGISTER_OP(FullOp, ReshapeOp, TransposeOp, ConcatOp, SplitOp, SliceOp, GradOf<SliceOp>,
+                 GatherOp, GradOf<GatherOp>, EmbeddingOp, GradOf<EmbeddingOp>, ReduceAsOp,
+                 ReshapeAsOp, ZerosLikeOp, SplitAsOp);
+
+namespace {
+// The out_grad of a one-result op whose operand #0 is the differentiable
+// one; null when there is nothing to do.
+Value flowing_grad(Operation* op, const std::vector<Value>& out_grads) {
+  vjp::check_out_grads(op, out_grads);
+  if (!out_grads[0] || !vjp::differentiable(op->operand_source(0))) return {};
+  return out_grads[0];
+}
+}  // namespace
 
 using dialect_detail::dims_str;
 using dialect_detail::expect_tensor;
@@ -267,11 +281,274 @@ std::vector<Type> EmbeddingOp::infer_meta(const std::vector<Type>& in, Dictionar
   return {make_like(in, shaped_data_type(w), std::move(out))};
 }
 
-KILN_REGISTER_OP(TransposeOp);
-KILN_REGISTER_OP(ConcatOp);
-KILN_REGISTER_OP(SplitOp);
-KILN_REGISTER_OP(SliceOp);
-KILN_REGISTER_OP(GatherOp);
-KILN_REGISTER_OP(EmbeddingOp);
+// ---- full / reshape ----
+
+void FullOp::build(Builder&, OperationArgument& arg, const std::vector<std::int64_t>& shape,
+                   double value, DataType dtype, Place place) {
+  arg.attributes = to_named_attributes(Attributes{shape, value, dtype, place});
+}
+
+std::vector<Type> FullOp::infer_meta(const std::vector<Type>&, DictionaryAttribute attrs) {
+  auto a = from_attributes<Attributes>(attrs, name);
+  dialect_detail::check_shape_attr(name, a.shape);
+  return {TensorType::get(a.dtype, a.shape)};
+}
+
+void ReshapeOp::build(Builder&, OperationArgument& arg, Value x, const std::vector<std::int64_t>& shape) {
+  arg.add_operand(x);
+  arg.attributes = to_named_attributes(Attributes{shape});
+}
+
+std::vector<Type> ReshapeOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  auto a = from_attributes<Attributes>(attrs, name);
+  Type x = expect_tensor(name, in, 0);
+  const auto& xs = shaped_dims(x);
+  std::vector<std::int64_t> out = a.shape;
+  int infer_at = -1;
+  std::int64_t known = 1;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == 0) {
+      if (i >= xs.size())
+        throw_error(ErrorKind::InvalidArgument, "op '", name, "' shape[", i,
+                    "] = 0 copies an input dim, but the input has rank ", xs.size());
+      out[i] = xs[i];
+    }
+    if (a.shape[i] == -1) {
+      if (infer_at >= 0)
+        throw_error(ErrorKind::InvalidArgument, "op '", name, "' shape may hold one -1, got two");
+      infer_at = static_cast<int>(i);
+    } else if (out[i] < -1) {
+      throw_error(ErrorKind::InvalidArgument, "op '", name, "' shape dims must be >= -1, got ",
+                  out[i]);
+    } else if (out[i] >= 0 && __builtin_mul_overflow(known, out[i], &known)) {
+      throw_error(ErrorKind::OutOfRange, "op '", name, "' shape's element count overflows int64");
+    }
+  }
+  std::int64_t total = 1;
+  for (auto d : xs) {
+    if (d < 0 || total < 0) total = -1;
+    else if (__builtin_mul_overflow(total, d, &total))
+      throw_error(ErrorKind::OutOfRange, "op '", name, "' input's element count overflows int64");
+  }
+  bool all_known = std::none_of(out.begin(), out.end(), [&](std::int64_t d) { return d < 0; });
+  if (infer_at >= 0 && total >= 0 && known > 0) {
+    bool others_known = true;
+    for (std::size_t i = 0; i < out.size(); ++i)
+      if (int(i) != infer_at && out[i] < 0) others_known = false;
+    if (others_known) {
+      if (total % known != 0)
+        throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot reshape ", total,
+                    " elements into a shape whose known dims multiply to ", known);
+      out[infer_at] = total / known;
+    }
+  } else if (infer_at < 0 && all_known && total >= 0 && known != total) {
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot reshape ", total,
+                " elements into ", known);
+  }
+  return {make_like(in, shaped_data_type(x), std::move(out))};
+}
+
+
+// ---- shape ops ----
+
+// The grad viewed with x's run-time shape.
+std::vector<Value> ReshapeOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = flowing_grad(op, g);
+  if (!d) return {Value()};
+  return {b.create<ReshapeAsOp>(d, op->operand_source(0)).result()};
+}
+
+// The inverse permutation.
+std::vector<Value> TransposeOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = flowing_grad(op, g);
+  if (!d) return {Value()};
+  auto perm = TransposeOp(op).attrs().perm;
+  auto rank = static_cast<std::int64_t>(perm.size());
+  std::vector<std::int64_t> inv(perm.size());
+  for (std::int64_t i = 0; i < rank; ++i) inv[perm[i] < 0 ? perm[i] + rank : perm[i]] = i;
+  return {b.create<TransposeOp>(d, inv).result()};
+}
+
+// The grad cut into pieces shaped like the operands (at run time).
+std::vector<Value> ConcatOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = flowing_grad(op, g);
+  std::vector<Value> grads(op->num_operands());
+  if (!d) return grads;
+  auto split = b.create<SplitAsOp>(d, op->operands(), ConcatOp(op).attrs().axis);
+  for (std::uint32_t i = 0; i < op->num_operands(); ++i)
+    grads[i] = split.operation()->result(i);
+  return grads;
+}
+
+// The results' grads joined again; a result without one contributes zeros.
+std::vector<Value> SplitOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  vjp::check_out_grads(op, g);
+  if (vjp::all_null(g) || !vjp::differentiable(op->operand_source(0))) return {Value()};
+  std::vector<Value> parts;
+  for (std::uint32_t i = 0; i < op->num_results(); ++i)
+    parts.push_back(g[i] ? g[i] : vjp::zeros(b, op->result(i)));
+  return {b.create<ConcatOp>(parts, SplitOp(op).attrs().axis).result()};
+}
+
+std::vector<Value> SliceOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = flowing_grad(op, g);
+  if (!d) return {Value()};
+  auto a = SliceOp(op).attrs();
+  return {b.create<GradOf<SliceOp>>(op, op->operand_source(0), d).result()};
+}
+
+// Grad w.r.t. x only; the index gets none.
+std::vector<Value> GatherOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = flowing_grad(op, g);
+  if (!d) return {Value(), Value()};
+  return {b.create<GradOf<GatherOp>>(op, op->operand_source(0), op->operand_source(1), d).result(),
+          Value()};
+}
+
+// Grad w.r.t. the weight only (a dense scatter-add); the ids get none.
+std::vector<Value> EmbeddingOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = flowing_grad(op, g);
+  if (!d) return {Value(), Value()};
+  return {b.create<GradOf<EmbeddingOp>>(op, op->operand_source(0), op->operand_source(1), d).result(),
+          Value()};
+}
+
+// ---- gradient ops ----
+
+void SliceOp::Grad::check(std::string_view name, const std::vector<Type>& in,
+                           DictionaryAttribute attrs) {
+  Type x = meta::tensor_operand(name, in, 0), dout = expect_tensor(name, in, 1);
+  meta::require_same_dtype(name, shaped_data_type(x), shaped_data_type(dout), 0, 1);
+  auto sliced = SliceOp::infer_meta(
+      {x}, attrs);
+  if (!meta::compatible_dims(shaped_dims(sliced[0]), shaped_dims(dout)))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' dout ", dims_str(shaped_dims(dout)),
+                " must have the slice's shape ", dims_str(shaped_dims(sliced[0])));
+}
+
+void GatherOp::Grad::check(std::string_view name, const std::vector<Type>& in,
+                           DictionaryAttribute attrs) {
+  Type x = meta::tensor_operand(name, in, 0), dout = expect_tensor(name, in, 2);
+  auto gathered = GatherOp::infer_meta(
+      {in[0], in[1]}, attrs);
+  meta::require_same_dtype(name, shaped_data_type(x), shaped_data_type(dout), 0, 2);
+  if (!meta::compatible_dims(shaped_dims(gathered[0]), shaped_dims(dout)))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' dout ", dims_str(shaped_dims(dout)),
+                " must have the gather's shape ", dims_str(shaped_dims(gathered[0])));
+}
+
+void EmbeddingOp::Grad::check(std::string_view name, const std::vector<Type>& in,
+                           DictionaryAttribute attrs) {
+  Type w = meta::tensor_operand(name, in, 0), dout = expect_tensor(name, in, 2);
+  auto looked = EmbeddingOp::infer_meta(
+      {in[0], in[1]},
+      attrs);
+  meta::require_same_dtype(name, shaped_data_type(w), shaped_data_type(dout), 0, 2);
+  if (!meta::compatible_dims(shaped_dims(looked[0]), shaped_dims(dout)))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' dout ", dims_str(shaped_dims(dout)),
+                " must have the lookup's shape ", dims_str(shaped_dims(looked[0])));
+}
+
+// ---- reduce_as ----
+
+void ReduceAsOp::build(Builder&, OperationArgument& arg, Value x, Value target) {
+  arg.add_operand(x);
+  arg.add_operand(target);
+}
+
+std::vector<Type> ReduceAsOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute) {
+  meta::require_count(name, in, 2);
+  Type x = meta::float_operand(name, in, 0), t = expect_tensor(name, in, 1);
+  const auto& xs = shaped_dims(x);
+  const auto& ts = shaped_dims(t);
+  bool ok = ts.size() <= xs.size();
+  for (std::size_t i = 0; ok && i < ts.size(); ++i) {
+    std::int64_t xd = xs[xs.size() - ts.size() + i];
+    ok = xd == ts[i] || xd < 0 || ts[i] < 0 || ts[i] == 1;
+  }
+  if (!ok)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot sum ", dims_str(xs),
+                " down to ", dims_str(ts),
+                " (the target must be a shape x broadcasts from: x's trailing dims equal or 1)");
+  return {make_like({in[0]}, shaped_data_type(x), ts)};
+}
+
+// ---- reshape_as ----
+
+void ReshapeAsOp::build(Builder&, OperationArgument& arg, Value x, Value target) {
+  arg.add_operand(x);
+  arg.add_operand(target);
+}
+
+std::vector<Type> ReshapeAsOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute) {
+  meta::require_count(name, in, 2);
+  Type x = expect_tensor(name, in, 0), t = expect_tensor(name, in, 1);
+  auto count = [](const std::vector<std::int64_t>& d) {
+    std::int64_t n = 1;
+    for (auto v : d) {
+      if (v < 0) return std::int64_t{-1};
+      if (__builtin_mul_overflow(n, v, &n)) return std::int64_t{-1};
+    }
+    return n;
+  };
+  std::int64_t nx = count(shaped_dims(x)), nt = count(shaped_dims(t));
+  if (nx >= 0 && nt >= 0 && nx != nt)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot view ",
+                dims_str(shaped_dims(x)), " (", nx, " elements) as ", dims_str(shaped_dims(t)),
+                " (", nt, " elements)");
+  return {make_like({in[0]}, shaped_data_type(x), shaped_dims(t))};
+}
+
+// ---- zeros_like ----
+
+void ZerosLikeOp::build(Builder&, OperationArgument& arg, Value x) { arg.add_operand(x); }
+
+std::vector<Type> ZerosLikeOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute) {
+  meta::require_count(name, in, 1);
+  return {expect_tensor(name, in, 0)};
+}
+
+// ---- split_as ----
+
+void SplitAsOp::build(Builder&, OperationArgument& arg, Value x, const std::vector<Value>& refs,
+                      std::int64_t axis) {
+  if (refs.empty())
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs at least one ref operand");
+  arg.add_operand(x);
+  arg.add_operands(refs);
+  arg.attributes = to_named_attributes(Attributes{axis});
+}
+
+std::vector<Type> SplitAsOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  auto a = from_attributes<Attributes>(attrs, name);
+  if (in.size() < 2)
+    throw_error(ErrorKind::InvalidArgument, "op '", name,
+                "' takes x and at least one ref operand, got ", in.size(), " operands");
+  Type x = expect_tensor(name, in, 0);
+  const auto& xs = shaped_dims(x);
+  auto rank = static_cast<std::int64_t>(xs.size());
+  std::int64_t axis = normalize_axis(name, a.axis, rank);
+  std::vector<Type> out;
+  std::int64_t total = 0;
+  for (std::size_t i = 1; i < in.size(); ++i) {
+    const auto& rs = shaped_dims(expect_tensor(name, in, i));
+    bool ok = static_cast<std::int64_t>(rs.size()) == rank;
+    for (std::int64_t k = 0; ok && k < rank; ++k)
+      if (k != axis) ok = rs[k] == xs[k] || rs[k] < 0 || xs[k] < 0;
+    if (!ok)
+      throw_error(ErrorKind::InvalidArgument, "op '", name, "' ref #", i, " ", dims_str(rs),
+                  " must match x ", dims_str(xs), " in every dim but axis ", axis);
+    if (total >= 0) total = rs[axis] < 0 ? -1 : total + rs[axis];
+    std::vector<std::int64_t> dims = rs;
+    for (std::int64_t k = 0; k < rank; ++k)
+      if (k != axis && dims[k] < 0) dims[k] = xs[k];
+    out.push_back(make_like({in[0]}, shaped_data_type(x), std::move(dims)));
+  }
+  if (total >= 0 && xs[axis] >= 0 && total != xs[axis])
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' refs' dims along axis ", axis,
+                " add up to ", total, ", x has ", xs[axis]);
+  return out;
+}
+
 
 }  // namespace kiln

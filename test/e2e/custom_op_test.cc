@@ -14,7 +14,7 @@ struct ScaledReluOp : kiln::Op<ScaledReluOp, kiln::ReadOnly, kiln::ValueSemantic
   using Op::Op;
   static constexpr std::string_view name = "my.scaled_relu";
   static constexpr int num_operands = 1, num_results = 1;
-  struct Attributes { BOOST_HANA_DEFINE_STRUCT(Attributes, (float, alpha)); };
+  KILN_ATTRIBUTES((float, alpha));
 
   static void build(kiln::Builder&, kiln::OperationArgument& arg, kiln::Value x, float alpha) {
     arg.add_operand(x);

@@ -42,9 +42,7 @@ struct ThrowOp : kiln::Op<ThrowOp, kiln::ReadOnly, kiln::ValueSemantics, kiln::I
   using Op::Op;
   static constexpr std::string_view name = "exec_test.throw";
   static constexpr int num_operands = 1, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (bool, std_exception));
-  };
+  KILN_ATTRIBUTES((bool, std_exception));
   static void build(kiln::Builder&, kiln::OperationArgument& arg, kiln::Value x, bool std_exception = false) {
     arg.add_operand(x);
     arg.attributes = kiln::to_named_attributes(Attributes{std_exception});
@@ -59,9 +57,7 @@ struct RecordOp : kiln::Op<RecordOp, kiln::ReadOnly, kiln::ValueSemantics, kiln:
   using Op::Op;
   static constexpr std::string_view name = "exec_test.record";
   static constexpr int num_operands = 1, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, tag));
-  };
+  KILN_ATTRIBUTES((std::int64_t, tag));
   static void build(kiln::Builder&, kiln::OperationArgument& arg, kiln::Value x, std::int64_t tag) {
     arg.add_operand(x);
     arg.attributes = kiln::to_named_attributes(Attributes{tag});
@@ -77,9 +73,7 @@ struct ProbeOp : kiln::Op<ProbeOp, kiln::ReadOnly, kiln::ValueSemantics, kiln::I
   using Op::Op;
   static constexpr std::string_view name = "exec_test.probe";
   static constexpr int num_operands = 1, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, tag));
-  };
+  KILN_ATTRIBUTES((std::int64_t, tag));
   static void build(kiln::Builder&, kiln::OperationArgument& arg, kiln::Value x, std::int64_t tag) {
     arg.add_operand(x);
     arg.attributes = kiln::to_named_attributes(Attributes{tag});
@@ -94,9 +88,7 @@ struct SlowOp : kiln::Op<SlowOp, kiln::ReadOnly, kiln::ValueSemantics, kiln::Inf
   using Op::Op;
   static constexpr std::string_view name = "exec_test.slow";
   static constexpr int num_operands = 1, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, micros));
-  };
+  KILN_ATTRIBUTES((std::int64_t, micros));
   static void build(kiln::Builder&, kiln::OperationArgument& arg, kiln::Value x, std::int64_t micros) {
     arg.add_operand(x);
     arg.attributes = kiln::to_named_attributes(Attributes{micros});
@@ -126,9 +118,7 @@ struct ThreadOp : kiln::Op<ThreadOp, kiln::ReadOnly, kiln::ValueSemantics, kiln:
   using Op::Op;
   static constexpr std::string_view name = "exec_test.thread";
   static constexpr int num_operands = 1, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, tag));
-  };
+  KILN_ATTRIBUTES((std::int64_t, tag));
   static void build(kiln::Builder&, kiln::OperationArgument& arg, kiln::Value x, std::int64_t tag) {
     arg.add_operand(x);
     arg.attributes = kiln::to_named_attributes(Attributes{tag});

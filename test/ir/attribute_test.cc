@@ -43,7 +43,7 @@ class MyRangeAttribute : public AttrBase<MyRangeAttribute, MyRangeAttributeStora
 };
 
 struct MyConvAttrs {
-  BOOST_HANA_DEFINE_STRUCT(MyConvAttrs, (std::vector<std::int64_t>, strides), (bool, bias),
+  KILN_REFLECT(MyConvAttrs, (std::vector<std::int64_t>, strides), (bool, bias),
                            (std::string, padding), (float, alpha), (DataType, dtype),
                            (Place, place), (std::int32_t, groups));
 };

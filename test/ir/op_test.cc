@@ -47,9 +47,7 @@ struct MyScaleOp : Op<MyScaleOp, MySameTypes, ReadOnly, MyCostInterface, InferMe
   using Op::Op;
   static constexpr std::string_view name = "test.scale";
   static constexpr int num_operands = 1, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (double, factor));
-  };
+  KILN_ATTRIBUTES((double, factor));
   static void build(Builder&, OperationArgument& arg, Value x, double factor) {
     arg.add_operand(x);
     arg.attributes = to_named_attributes(Attributes{factor});

@@ -114,8 +114,8 @@ TEMPLATE_TEST_CASE("activation grads match their closed forms", "[kernel][grad]"
   using T = TestType;
   const std::vector<double> a = {-1.5, -0.5, 0.0, 0.25, 2.0}, d = {1, 2, 3, 4, 5};
   auto ta = t<T>({5}, a), td = t<T>({5}, d);
-  check_close<T>(run_op<ReluGradOp>({ta, td}).out(), {0, 0, 0, 4, 5});
-  check_close<T>(run_op<AbsGradOp>({ta, td}).out(), {-1, -2, 0, 4, 5});
+  check_close<T>(run_op<GradOf<ReluOp>>({ta, td}).out(), {0, 0, 0, 4, 5});
+  check_close<T>(run_op<GradOf<AbsOp>>({ta, td}).out(), {-1, -2, 0, 4, 5});
   std::vector<double> th, sg, ge, gt;
   for (std::size_t i = 0; i < a.size(); ++i) {
     th.push_back(d[i] * (1 - a[i] * a[i]));
@@ -130,20 +130,20 @@ TEMPLATE_TEST_CASE("activation grads match their closed forms", "[kernel][grad]"
     const long double h = 1e-6L;
     gt.push_back(d[i] * static_cast<double>((f(x + h) - f(x - h)) / (2 * h)));
   }
-  check_close<T>(run_op<TanhGradOp>({ta, td}).out(), as<T>(th));
-  check_close<T>(run_op<SigmoidGradOp>({ta, td}).out(), as<T>(sg));
-  check_close<T>(run_op<GeluGradOp>({ta, td}, false).out(), as<T>(ge));
-  check_close<T>(run_op<GeluGradOp>({ta, td}, true).out(), as<T>(gt), 1e-5, 1e-5);
+  check_close<T>(run_op<GradOf<TanhOp>>({ta, td}).out(), as<T>(th));
+  check_close<T>(run_op<GradOf<SigmoidOp>>({ta, td}).out(), as<T>(sg));
+  check_close<T>(run_op<GradOf<GeluOp>>({ta, td}, false).out(), as<T>(ge));
+  check_close<T>(run_op<GradOf<GeluOp>>({ta, td}, true).out(), as<T>(gt), 1e-5, 1e-5);
 }
 
 TEST_CASE("activation grads need operands of one shape and a float dtype", "[kernel][grad]") {
   Program p;
-  KILN_CHECK_ERROR(build_op<ReluGradOp>(p, {{DataType::Float32, {2}}, {DataType::Float32, {3}}}),
+  KILN_CHECK_ERROR(build_op<GradOf<ReluOp>>(p, {{DataType::Float32, {2}}, {DataType::Float32, {3}}}),
                      InvalidArgument, {"kiln.relu_grad", "[2]", "[3]"});
-  KILN_CHECK_ERROR(build_op<TanhGradOp>(p, {{DataType::Int32, {2}}, {DataType::Int32, {2}}}),
+  KILN_CHECK_ERROR(build_op<GradOf<TanhOp>>(p, {{DataType::Int32, {2}}, {DataType::Int32, {2}}}),
                      InvalidArgument, {"kiln.tanh_grad", "floating"});
   KILN_CHECK_ERROR(
-      build_op<SigmoidGradOp>(p, {{DataType::Float32, {2}}, {DataType::Float64, {2}}}),
+      build_op<GradOf<SigmoidOp>>(p, {{DataType::Float32, {2}}, {DataType::Float64, {2}}}),
       InvalidArgument, {"kiln.sigmoid_grad", "f32", "f64"});
 }
 
@@ -162,7 +162,7 @@ TEST_CASE("grad ops check at run time the shapes that were -1 at build time", "[
     return b.create<ReduceAsOp>(x, y).result();
   };
   auto relu_grad = [](Builder& b, Value x, Value y) -> Value {
-    return b.create<ReluGradOp>(x, y).result();
+    return b.create<GradOf<ReluOp>>(x, y).result();
   };
   FeedMap feed = {{"x", filled<float>({2, 3})}, {"y", filled<float>({4, 3})}};
   KILN_CHECK_ERROR(run(reduce_as, feed), InvalidArgument, {"kiln.reduce_as", "2x3", "4x3"});
@@ -179,13 +179,13 @@ TEMPLATE_TEST_CASE("maximum_grad and minimum_grad route dout by comparison, halv
   auto x = t<T>({2, 2}, {1, 5, 3, 3});
   auto y = t<T>({2}, {2, 3});  // broadcast
   auto d = t<T>({2, 2}, {10, 20, 30, 40});
-  auto mx = run_op<MaximumGradOp>({x, y, d});
+  auto mx = run_op<GradOf<MaximumOp>>({x, y, d});
   check_close<T>(mx.out(0), {0, 20, 30, 20});
   check_close<T>(mx.out(1), {10, 0, 0, 20});
-  auto mn = run_op<MinimumGradOp>({x, y, d});
+  auto mn = run_op<GradOf<MinimumOp>>({x, y, d});
   check_close<T>(mn.out(0), {10, 0, 0, 20});
   check_close<T>(mn.out(1), {0, 20, 30, 20});
-  KILN_CHECK_ERROR(run_op<MaximumGradOp>({x, y, t<T>({2}, {1, 2})}), InvalidArgument,
+  KILN_CHECK_ERROR(run_op<GradOf<MaximumOp>>({x, y, t<T>({2}, {1, 2})}), InvalidArgument,
                      {"kiln.maximum_grad", "broadcast"});
 }
 
@@ -196,25 +196,25 @@ TEMPLATE_TEST_CASE("sum_grad, mean_grad and max_grad spread dout back over the r
   using T = TestType;
   auto x = t<T>({2, 3}, {1, 9, 3, 7, 2, 7});
   auto d = t<T>({2}, {6, 12});
-  check_close<T>(run_op<SumGradOp>({x, d}, Axes{1}, false).out(), {6, 6, 6, 12, 12, 12});
-  check_close<T>(run_op<MeanGradOp>({x, d}, Axes{-1}, false).out(), {2, 2, 2, 4, 4, 4});
+  check_close<T>(run_op<GradOf<SumOp>>({x, d}, Axes{1}, false).out(), {6, 6, 6, 12, 12, 12});
+  check_close<T>(run_op<GradOf<MeanOp>>({x, d}, Axes{-1}, false).out(), {2, 2, 2, 4, 4, 4});
   auto m = t<T>({2}, {9, 7});
-  check_close<T>(run_op<MaxGradOp>({x, m, d}, Axes{1}, false).out(), {0, 6, 0, 6, 0, 6});
+  check_close<T>(run_op<GradOf<MaxOp>>({x, m, d}, Axes{1}, false).out(), {0, 6, 0, 6, 0, 6});
   auto dk = t<T>({1, 3}, {1, 2, 3});  // axis 0, keepdim
-  check_close<T>(run_op<SumGradOp>({x, dk}, Axes{0}, true).out(), {1, 2, 3, 1, 2, 3});
-  check_close<T>(run_op<MeanGradOp>({x, t<T>({}, {12})}, Axes{}, false).out(),
+  check_close<T>(run_op<GradOf<SumOp>>({x, dk}, Axes{0}, true).out(), {1, 2, 3, 1, 2, 3});
+  check_close<T>(run_op<GradOf<MeanOp>>({x, t<T>({}, {12})}, Axes{}, false).out(),
                  {2, 2, 2, 2, 2, 2});
 }
 
 TEST_CASE("reduction grads reject a dout not shaped like the reduced x", "[kernel][grad]") {
   Program p;
-  KILN_CHECK_ERROR(build_op<SumGradOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {3}}},
+  KILN_CHECK_ERROR(build_op<GradOf<SumOp>>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {3}}},
                                          Axes{1}, false),
                      InvalidArgument, {"kiln.sum_grad", "[3]", "[2]"});
-  KILN_CHECK_ERROR(build_op<MeanGradOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {2}}},
+  KILN_CHECK_ERROR(build_op<GradOf<MeanOp>>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {2}}},
                                           Axes{5}, false),
                      InvalidArgument, {"kiln.mean_grad", "axis 5"});
-  KILN_CHECK_ERROR(run_op<SumGradOp>({filled<float>({2, 3}), filled<float>({3})}, Axes{0}, true),
+  KILN_CHECK_ERROR(run_op<GradOf<SumOp>>({filled<float>({2, 3}), filled<float>({3})}, Axes{0}, true),
                      InvalidArgument, {"kiln.sum_grad", "[1, 3]"});
 }
 
@@ -241,9 +241,9 @@ TEMPLATE_TEST_CASE("softmax_grad and log_softmax_grad match their formulas along
         lsm[i] = d[i] - std::exp(y[i]) * s2;
       }
     }
-  check_close<T>(run_op<SoftmaxGradOp>({t<T>({2, 3, 2}, y), t<T>({2, 3, 2}, d)}, 1).out(), as<T>(sm));
-  check_close<T>(run_op<LogSoftmaxGradOp>({t<T>({2, 3, 2}, y), t<T>({2, 3, 2}, d)}, -2).out(), as<T>(lsm));
-  KILN_CHECK_ERROR(run_op<SoftmaxGradOp>({t<T>({2}, {1, 2}), t<T>({2}, {1, 2})}, 3),
+  check_close<T>(run_op<GradOf<SoftmaxOp>>({t<T>({2, 3, 2}, y), t<T>({2, 3, 2}, d)}, 1).out(), as<T>(sm));
+  check_close<T>(run_op<GradOf<LogSoftmaxOp>>({t<T>({2, 3, 2}, y), t<T>({2, 3, 2}, d)}, -2).out(), as<T>(lsm));
+  KILN_CHECK_ERROR(run_op<GradOf<SoftmaxOp>>({t<T>({2}, {1, 2}), t<T>({2}, {1, 2})}, 3),
                      InvalidArgument, {"kiln.softmax_grad", "axis 3"});
 }
 
@@ -253,16 +253,16 @@ TEMPLATE_TEST_CASE("softmax_with_cross_entropy_grad is (softmax - onehot) · dlo
   auto sm = t<T>({3, 2}, {0.25, 0.75, 0.5, 0.5, 0.9, 0.1});
   auto label = Tensor::from_vector<std::int64_t>({3, 1}, {1, -100, 0});
   auto dl = t<T>({3, 1}, {2, 3, 4});
-  check_close<T>(run_op<SoftmaxWithCrossEntropyGradOp>({sm, label, dl}, std::int64_t{-100}).out(),
+  check_close<T>(run_op<GradOf<SoftmaxWithCrossEntropyOp>>({sm, label, dl}, std::int64_t{-100}).out(),
                  {0.5, -0.5, 0, 0, -0.4, 0.4});
   auto label32 = Tensor::from_vector<std::int32_t>({3}, {0, 0, 1});
-  check_close<T>(run_op<SoftmaxWithCrossEntropyGradOp>({sm, label32, dl}, std::int64_t{-100}).out(),
+  check_close<T>(run_op<GradOf<SoftmaxWithCrossEntropyOp>>({sm, label32, dl}, std::int64_t{-100}).out(),
                  {-1.5, 1.5, -1.5, 1.5, 3.6, -3.6});
   auto bad = Tensor::from_vector<std::int64_t>({3}, {0, 2, 1});
-  KILN_CHECK_ERROR(run_op<SoftmaxWithCrossEntropyGradOp>({sm, bad, dl}, std::int64_t{-100}),
+  KILN_CHECK_ERROR(run_op<GradOf<SoftmaxWithCrossEntropyOp>>({sm, bad, dl}, std::int64_t{-100}),
                      InvalidArgument, {"kiln.softmax_with_cross_entropy_grad", "row 1", "label 2"});
   Program p;
-  KILN_CHECK_ERROR(build_op<SoftmaxWithCrossEntropyGradOp>(
+  KILN_CHECK_ERROR(build_op<GradOf<SoftmaxWithCrossEntropyOp>>(
                          p, {{DataType::Float32, {3, 2}}, {DataType::Int64, {3}},
                              {DataType::Float32, {3, 2}}},
                          std::int64_t{-100}),
@@ -276,9 +276,9 @@ TEMPLATE_TEST_CASE("slice_grad writes dout into zeros at the sliced window", "[k
   using T = TestType;
   auto x = Tensor::zeros({3, 4}, data_type_of<T>);
   auto d = t<T>({2, 2}, {1, 2, 3, 4});
-  check_close<T>(run_op<SliceGradOp>({x, d}, Axes{0, 1}, Axes{1, -3}, Axes{3, 3}).out(),
+  check_close<T>(run_op<GradOf<SliceOp>>({x, d}, Axes{0, 1}, Axes{1, -3}, Axes{3, 3}).out(),
                  {0, 0, 0, 0, 0, 1, 2, 0, 0, 3, 4, 0});
-  KILN_CHECK_ERROR(run_op<SliceGradOp>({x, t<T>({1, 2}, {1, 2})}, Axes{0, 1}, Axes{1, 1},
+  KILN_CHECK_ERROR(run_op<GradOf<SliceOp>>({x, t<T>({1, 2}, {1, 2})}, Axes{0, 1}, Axes{1, 1},
                                          Axes{3, 3}),
                      InvalidArgument, {"kiln.slice_grad", "[1, 2]", "[2, 2]"});
 }
@@ -289,22 +289,22 @@ TEMPLATE_TEST_CASE("gather_grad and embedding_grad scatter-add rows, repeats add
   auto x = Tensor::zeros({3, 2}, data_type_of<T>);
   auto idx = Tensor::from_vector<std::int64_t>({3}, {2, 0, 2});
   auto d = t<T>({3, 2}, {1, 2, 3, 4, 5, 6});
-  check_close<T>(run_op<GatherGradOp>({x, idx, d}, std::int64_t{0}).out(), {3, 4, 0, 0, 6, 8});
+  check_close<T>(run_op<GradOf<GatherOp>>({x, idx, d}, std::int64_t{0}).out(), {3, 4, 0, 0, 6, 8});
   // axis 1: x [2, 3], index [2] → dout [2, 2]
   auto x1 = Tensor::zeros({2, 3}, data_type_of<T>);
   auto i1 = Tensor::from_vector<std::int32_t>({2}, {1, 1});
-  check_close<T>(run_op<GatherGradOp>({x1, i1, t<T>({2, 2}, {1, 2, 3, 4})}, std::int64_t{1}).out(),
+  check_close<T>(run_op<GradOf<GatherOp>>({x1, i1, t<T>({2, 2}, {1, 2, 3, 4})}, std::int64_t{1}).out(),
                  {0, 3, 0, 0, 7, 0});
   auto w = Tensor::zeros({4, 2}, data_type_of<T>);
   auto ids = Tensor::from_vector<std::int64_t>({3}, {1, 3, 1});
-  check_close<T>(run_op<EmbeddingGradOp>({w, ids, d}, std::int64_t{-1}).out(),
+  check_close<T>(run_op<GradOf<EmbeddingOp>>({w, ids, d}, std::int64_t{-1}).out(),
                  {0, 0, 6, 8, 0, 0, 3, 4});
-  check_close<T>(run_op<EmbeddingGradOp>({w, ids, d}, std::int64_t{1}).out(),
+  check_close<T>(run_op<GradOf<EmbeddingOp>>({w, ids, d}, std::int64_t{1}).out(),
                  {0, 0, 0, 0, 0, 0, 3, 4});
   auto out_of_range = Tensor::from_vector<std::int64_t>({3}, {1, 4, 1});
-  KILN_CHECK_ERROR(run_op<EmbeddingGradOp>({w, out_of_range, d}, std::int64_t{-1}), OutOfRange,
+  KILN_CHECK_ERROR(run_op<GradOf<EmbeddingOp>>({w, out_of_range, d}, std::int64_t{-1}), OutOfRange,
                      {"kiln.embedding_grad", "id 4", "[0, 4)"});
-  KILN_CHECK_ERROR(run_op<GatherGradOp>({x, out_of_range, d}, std::int64_t{0}), OutOfRange,
+  KILN_CHECK_ERROR(run_op<GradOf<GatherOp>>({x, out_of_range, d}, std::int64_t{0}), OutOfRange,
                      {"kiln.gather_grad", "index 4"});
 }
 
@@ -317,13 +317,13 @@ TEMPLATE_TEST_CASE("dropout_grad keeps masked-in elements scaled by 1/(1-p)", "[
   auto mask = Tensor::empty({4}, DataType::Bool);
   const bool keep[4] = {true, false, true, false};
   for (int i = 0; i < 4; ++i) mask.data<bool>()[i] = keep[i];
-  check_close<T>(run_op<DropoutGradOp>({d, mask}, 0.5, false).out(), {2, 0, 6, 0});
-  check_close<T>(run_op<DropoutGradOp>({d, mask}, 0.5, true).out(), {1, 2, 3, 4});
+  check_close<T>(run_op<GradOf<DropoutOp>>({d, mask}, 0.5, false).out(), {2, 0, 6, 0});
+  check_close<T>(run_op<GradOf<DropoutOp>>({d, mask}, 0.5, true).out(), {1, 2, 3, 4});
   Program p;
-  KILN_CHECK_ERROR(build_op<DropoutGradOp>(p, {{DataType::Float32, {4}}, {DataType::Float32, {4}}},
+  KILN_CHECK_ERROR(build_op<GradOf<DropoutOp>>(p, {{DataType::Float32, {4}}, {DataType::Float32, {4}}},
                                              0.5, false),
                      InvalidArgument, {"kiln.dropout_grad", "bool"});
-  KILN_CHECK_ERROR(build_op<DropoutGradOp>(p, {{DataType::Float32, {4}}, {DataType::Bool, {4}}},
+  KILN_CHECK_ERROR(build_op<GradOf<DropoutOp>>(p, {{DataType::Float32, {4}}, {DataType::Bool, {4}}},
                                              1.0, false),
                      InvalidArgument, {"kiln.dropout_grad", "[0, 1)"});
 }
@@ -332,25 +332,25 @@ TEST_CASE("grad ops name themselves and the mismatched operand when built on bad
           "[kernel][grad]") {
   Program p;
   const auto f32 = DataType::Float32;
-  KILN_CHECK_ERROR(build_op<MaxGradOp>(p, {{f32, {2, 3}}, {f32, {3}}, {f32, {2}}}, Axes{1},
+  KILN_CHECK_ERROR(build_op<GradOf<MaxOp>>(p, {{f32, {2, 3}}, {f32, {3}}, {f32, {2}}}, Axes{1},
                                          false),
                      InvalidArgument, {"kiln.max_grad", "out [3]", "[2]"});
-  KILN_CHECK_ERROR(build_op<GatherGradOp>(p, {{f32, {5, 3}}, {DataType::Int64, {4}}, {f32, {5, 3}}},
+  KILN_CHECK_ERROR(build_op<GradOf<GatherOp>>(p, {{f32, {5, 3}}, {DataType::Int64, {4}}, {f32, {5, 3}}},
                                             std::int64_t{0}),
                      InvalidArgument, {"kiln.gather_grad", "dout [5, 3]", "[4, 3]"});
-  KILN_CHECK_ERROR(build_op<GatherGradOp>(p, {{f32, {5, 3}}, {f32, {4}}, {f32, {4, 3}}},
+  KILN_CHECK_ERROR(build_op<GradOf<GatherOp>>(p, {{f32, {5, 3}}, {f32, {4}}, {f32, {4, 3}}},
                                             std::int64_t{0}),
                      InvalidArgument, {"kiln.gather", "i32 or i64"});
   KILN_CHECK_ERROR(
-      build_op<EmbeddingGradOp>(p, {{f32, {6, 2}}, {DataType::Int64, {3}}, {f32, {3, 4}}},
+      build_op<GradOf<EmbeddingOp>>(p, {{f32, {6, 2}}, {DataType::Int64, {3}}, {f32, {3, 4}}},
                                 std::int64_t{-1}),
       InvalidArgument, {"kiln.embedding_grad", "dout [3, 4]", "[3, 2]"});
-  KILN_CHECK_ERROR(build_op<SliceGradOp>(p, {{f32, {4, 5}}, {f32, {4, 5}}}, Axes{1}, Axes{1},
+  KILN_CHECK_ERROR(build_op<GradOf<SliceOp>>(p, {{f32, {4, 5}}, {f32, {4, 5}}}, Axes{1}, Axes{1},
                                            Axes{3}),
                      InvalidArgument, {"kiln.slice_grad", "dout [4, 5]", "[4, 2]"});
-  KILN_CHECK_ERROR(build_op<MinimumGradOp>(p, {{f32, {2, 3}}, {f32, {4}}, {f32, {2, 3}}}),
+  KILN_CHECK_ERROR(build_op<GradOf<MinimumOp>>(p, {{f32, {2, 3}}, {f32, {4}}, {f32, {2, 3}}}),
                      InvalidArgument, {"kiln.minimum_grad", "broadcast"});
-  KILN_CHECK_ERROR(build_op<LogSoftmaxGradOp>(p, {{f32, {2, 3}}, {f32, {2, 4}}}, -1),
+  KILN_CHECK_ERROR(build_op<GradOf<LogSoftmaxOp>>(p, {{f32, {2, 3}}, {f32, {2, 4}}}, -1),
                      InvalidArgument, {"kiln.log_softmax_grad", "[2, 3]", "[2, 4]"});
   Builder b(p);
   auto x = b.create<DataOp>("x", std::vector<std::int64_t>{2, 3}).result();

@@ -94,11 +94,17 @@ inline KernelRun run_kernel(
 }
 
 namespace detail {
+// A gradient op (GradOf<Fwd>) takes its attributes as the forward op's
+// struct, built here from the remaining arguments.
 template <typename OpT, std::size_t... I, typename... Args>
 kiln::Operation* create_fixed(kiln::Builder& b, const std::vector<kiln::Value>& v,
                               std::index_sequence<I...>, Args&&... args) {
   REQUIRE(v.size() == sizeof...(I));
-  return b.create<OpT>(v[I]..., std::forward<Args>(args)...).operation();
+  if constexpr (requires { typename OpT::Spec; } && sizeof...(Args) > 0)
+    return b.create<OpT>(typename OpT::Attributes{std::forward<Args>(args)...}, v[I]...)
+        .operation();
+  else
+    return b.create<OpT>(v[I]..., std::forward<Args>(args)...).operation();
 }
 }  // namespace detail
 

@@ -20,9 +20,7 @@ struct ParameterOp : Op<ParameterOp, ReadOnly> {
   using Op::Op;
   static constexpr std::string_view name = "builtin.parameter";
   static constexpr int num_operands = 0, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::string, parameter_name));
-  };
+  KILN_ATTRIBUTES((std::string, parameter_name));
   static void build(Builder& b, OperationArgument& arg, const std::string& name, Type type);
   std::string parameter_name() const { return attrs().parameter_name; }
 };
@@ -32,9 +30,7 @@ struct SetParameterOp : Op<SetParameterOp, SideEffect> {
   using Op::Op;
   static constexpr std::string_view name = "builtin.set_parameter";
   static constexpr int num_operands = 1, num_results = 0;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::string, parameter_name));
-  };
+  KILN_ATTRIBUTES((std::string, parameter_name));
   static void build(Builder& b, OperationArgument& arg, Value value, const std::string& name);
   std::string parameter_name() const { return attrs().parameter_name; }
 };

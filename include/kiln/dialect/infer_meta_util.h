@@ -14,6 +14,8 @@ namespace kiln::meta {
 // Operand i as a tensor/vtensor type; kiln::Error (InvalidArgument) naming
 // the op and the operand otherwise.
 Type tensor_operand(std::string_view op, const std::vector<Type>& in, std::size_t i);
+// Operand i as a tensor of a floating dtype; kiln::Error naming the op otherwise.
+Type float_operand(std::string_view op, const std::vector<Type>& in, std::size_t i);
 // A vtensor type when every operand is a vtensor, else a tensor type.
 Type result_like(const std::vector<Type>& in, DataType dtype, std::vector<std::int64_t> dims);
 // kiln::Error unless `dtype` is f16/bf16/f32/f64, naming the op and operand.
@@ -24,7 +26,21 @@ void require_same_dtype(std::string_view op, DataType a, DataType b, std::size_t
 // kiln::Error when `t` is a vtensor: an op that writes its operand in place
 // cannot take a value-semantics tensor.
 void require_mutable(std::string_view op, Type t);
+// Operand j has operand i's dtype and a shape that may equal i's at run time
+// (-1 matches anything); kiln::Error naming the op and both operands otherwise.
+void require_like(std::string_view op, const std::vector<Type>& in, std::size_t i, std::size_t j);
+// Whether two static shapes may be equal at run time (-1 matches anything).
+bool compatible_dims(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b);
+// kiln::Error unless `in` has n operands.
+void require_count(std::string_view op, const std::vector<Type>& in, std::size_t n);
 // "[2, -1, 3]"
 std::string dims_string(const std::vector<std::int64_t>& dims);
 
 }  // namespace kiln::meta
+
+namespace kiln {
+// Broadcast two shapes numpy-style; -1 (unknown) broadcasts against anything
+// but 1. Throws kiln::Error naming `op` when the shapes cannot broadcast.
+std::vector<std::int64_t> broadcast_shapes(std::string_view op, const std::vector<std::int64_t>& a,
+                                           const std::vector<std::int64_t>& b);
+}  // namespace kiln

@@ -12,10 +12,7 @@ struct DataOp : Op<DataOp, InferMetaInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.data";
   static constexpr int num_operands = 0, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::string, name), (std::vector<std::int64_t>, shape),
-                             (DataType, dtype), (Place, place));
-  };
+  KILN_ATTRIBUTES((std::string, name), (std::vector<std::int64_t>, shape), (DataType, dtype), (Place, place));
   static void build(Builder& b, OperationArgument& arg, const std::string& name,
                     const std::vector<std::int64_t>& shape, DataType dtype = DataType::Float32,
                     Place place = Place::cpu());
@@ -27,9 +24,7 @@ struct FetchOp : Op<FetchOp, SideEffect> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.fetch";
   static constexpr int num_operands = 1, num_results = 0;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::string, name), (std::int32_t, col));
-  };
+  KILN_ATTRIBUTES((std::string, name), (std::int32_t, col));
   static void build(Builder& b, OperationArgument& arg, Value v, const std::string& name,
                     std::int32_t col = 0);
 };

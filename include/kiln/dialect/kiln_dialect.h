@@ -1,16 +1,19 @@
-// The kiln dialect: kiln's own ops (data/fetch, math, tensor ops, grad ops;
-// optimizers and control flow come with later issues). Including this header
-// gives every op of the dialect.
+// The kiln dialect: kiln's own ops. Including this header gives every op of
+// the dialect; each family's header declares its ops, gradient ops and Vjps
+// together.
 #pragma once
 
+#include "kiln/dialect/binary_ops.h"
 #include "kiln/dialect/builtin.h"
-#include "kiln/dialect/grad_ops.h"
+#include "kiln/dialect/grad_op.h"
 #include "kiln/dialect/io_ops.h"
-#include "kiln/dialect/math_ops.h"
+#include "kiln/dialect/linalg_ops.h"
 #include "kiln/dialect/nn_ops.h"
-#include "kiln/dialect/reduce_ops.h"
+#include "kiln/dialect/optimizer_ops.h"
 #include "kiln/dialect/random_ops.h"
+#include "kiln/dialect/reduce_ops.h"
 #include "kiln/dialect/tensor_ops.h"
+#include "kiln/dialect/unary_ops.h"
 
 namespace kiln {
 

@@ -3,8 +3,7 @@
 // Paddle's fused softmax + cross-entropy with integer hard labels.
 #pragma once
 
-#include "kiln/dialect/builtin.h"
-#include "kiln/dialect/infer_meta_util.h"
+#include "kiln/dialect/grad_op.h"
 
 namespace kiln {
 
@@ -14,11 +13,13 @@ struct SoftmaxOp : Op<SoftmaxOp, ReadOnly, ValueSemantics, InferMetaInterface, V
   static constexpr std::string_view name = "kiln.softmax";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, axis));
-  };
+  KILN_ATTRIBUTES((std::int64_t, axis));
   static void build(Builder& b, OperationArgument& arg, Value x, std::int64_t axis = -1);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // softmax_grad(out, dout) {axis}: out · (dout - Σ_axis dout · out)
+  struct Grad : GradSpec<2, 0> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
+  };
 };
 
 // x - max - log Σ exp(x - max) along `axis` (default -1). f32, f64.
@@ -27,11 +28,13 @@ struct LogSoftmaxOp : Op<LogSoftmaxOp, ReadOnly, ValueSemantics, InferMetaInterf
   static constexpr std::string_view name = "kiln.log_softmax";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, axis));
-  };
+  KILN_ATTRIBUTES((std::int64_t, axis));
   static void build(Builder& b, OperationArgument& arg, Value x, std::int64_t axis = -1);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // log_softmax_grad(out, dout) {axis}: dout - exp(out) · Σ_axis dout
+  struct Grad : GradSpec<2, 0> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
+  };
 };
 
 // (softmax, loss) = kiln.softmax_with_cross_entropy(logits, label)
@@ -48,12 +51,16 @@ struct SoftmaxWithCrossEntropyOp
   static constexpr std::string_view name = "kiln.softmax_with_cross_entropy";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 2, num_results = 2;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, ignore_index));
-  };
+  KILN_ATTRIBUTES((std::int64_t, ignore_index));
   static void build(Builder& b, OperationArgument& arg, Value logits, Value label,
                     std::int64_t ignore_index = -100);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // softmax_with_cross_entropy_grad(softmax, label, dloss) {ignore_index}:
+  // dlogits[i, j] = dloss[i] · (softmax[i, j] - [j == label[i]]), 0 on rows
+  // whose label is ignore_index.
+  struct Grad : GradSpec<3, 0> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
+  };
 };
 
 }  // namespace kiln

@@ -51,9 +51,7 @@ struct Momentum_Op : Op<Momentum_Op, Inplace, InferMetaInterface> {
                                                                  "learning_rate"};
   static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 2> inplace_map{
       {{0, 0}, {1, 2}}};
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (double, mu), (bool, use_nesterov));
-  };
+  KILN_ATTRIBUTES((double, mu), (bool, use_nesterov));
   static void build(Builder& b, OperationArgument& arg, Value param, Value grad, Value velocity,
                     Value lr, double mu = 0.9, bool use_nesterov = false);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
@@ -77,9 +75,7 @@ struct Adam_Op : Op<Adam_Op, Inplace, InferMetaInterface> {
       "param", "grad", "learning_rate", "moment1", "moment2", "beta1_pow", "beta2_pow"};
   static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 5> inplace_map{
       {{0, 0}, {1, 3}, {2, 4}, {3, 5}, {4, 6}}};
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (double, beta1), (double, beta2), (double, epsilon));
-  };
+  KILN_ATTRIBUTES((double, beta1), (double, beta2), (double, epsilon));
   static void build(Builder& b, OperationArgument& arg, Value param, Value grad, Value lr,
                     Value moment1, Value moment2, Value beta1_pow, Value beta2_pow,
                     double beta1 = 0.9, double beta2 = 0.999, double epsilon = 1e-8);
@@ -96,10 +92,7 @@ struct AdamW_Op : Op<AdamW_Op, Inplace, InferMetaInterface> {
   static constexpr std::array<std::string_view, 7> operand_names = Adam_Op::operand_names;
   static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 5> inplace_map =
       Adam_Op::inplace_map;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (double, beta1), (double, beta2), (double, epsilon),
-                             (double, coeff));
-  };
+  KILN_ATTRIBUTES((double, beta1), (double, beta2), (double, epsilon), (double, coeff));
   static void build(Builder& b, OperationArgument& arg, Value param, Value grad, Value lr,
                     Value moment1, Value moment2, Value beta1_pow, Value beta2_pow,
                     double beta1 = 0.9, double beta2 = 0.999, double epsilon = 1e-8,

@@ -6,7 +6,7 @@
 // of the process-wide generator, reset by kiln::set_random_seed).
 #pragma once
 
-#include "kiln/dialect/builtin.h"
+#include "kiln/dialect/grad_op.h"
 
 namespace kiln {
 
@@ -15,11 +15,7 @@ struct UniformRandomOp : Op<UniformRandomOp, Random, InferMetaInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.uniform_random";
   static constexpr int num_operands = 0, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::vector<std::int64_t>, shape), (double, min),
-                             (double, max), (std::int64_t, seed), (DataType, dtype),
-                             (Place, place));
-  };
+  KILN_ATTRIBUTES((std::vector<std::int64_t>, shape), (double, min), (double, max), (std::int64_t, seed), (DataType, dtype), (Place, place));
   static void build(Builder& b, OperationArgument& arg, const std::vector<std::int64_t>& shape,
                     double min = -1.0, double max = 1.0, std::int64_t seed = 0,
                     DataType dtype = DataType::Float32, Place place = Place::cpu());
@@ -32,11 +28,7 @@ struct GaussianRandomOp : Op<GaussianRandomOp, Random, InferMetaInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.gaussian_random";
   static constexpr int num_operands = 0, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::vector<std::int64_t>, shape), (double, mean),
-                             (double, std), (std::int64_t, seed), (DataType, dtype),
-                             (Place, place));
-  };
+  KILN_ATTRIBUTES((std::vector<std::int64_t>, shape), (double, mean), (double, std), (std::int64_t, seed), (DataType, dtype), (Place, place));
   static void build(Builder& b, OperationArgument& arg, const std::vector<std::int64_t>& shape,
                     double mean = 0.0, double std = 1.0, std::int64_t seed = 0,
                     DataType dtype = DataType::Float32, Place place = Place::cpu());
@@ -53,12 +45,15 @@ struct DropoutOp : Op<DropoutOp, ReadOnly, Random, InferMetaInterface, VjpInterf
   static constexpr std::string_view name = "kiln.dropout";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 2;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (double, p), (bool, is_test), (std::int64_t, seed));
-  };
+  KILN_ATTRIBUTES((double, p), (bool, is_test), (std::int64_t, seed));
   static void build(Builder& b, OperationArgument& arg, Value x, double p = 0.5,
                     bool is_test = false, std::int64_t seed = 0);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // dropout_grad(dout, mask) {p, is_test}: dout · mask / (1 - p) in
+  // training, dout when is_test or p == 0.
+  struct Grad : GradSpec<2, 0> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
+  };
   void verify() const;
 };
 

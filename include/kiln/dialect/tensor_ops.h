@@ -1,10 +1,11 @@
 // Tensor-making and shape ops: full (a constant-filled tensor), reshape
 // (ViewLike: the output views its input's buffer), transpose, concat, split,
 // slice, gather and embedding lookup. All but full and reshape are pure
-// (ReadOnly, ValueSemantics). Random ops live in random_ops.h.
+// (ReadOnly, ValueSemantics). Random ops live in random_ops.h. Also the
+// shape plumbing gradients use (reduce_as, reshape_as, zeros_like, split_as).
 #pragma once
 
-#include "kiln/dialect/builtin.h"
+#include "kiln/dialect/grad_op.h"
 
 namespace kiln {
 
@@ -12,10 +13,7 @@ struct FullOp : Op<FullOp, ReadOnly, InferMetaInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.full";
   static constexpr int num_operands = 0, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::vector<std::int64_t>, shape), (double, value),
-                             (DataType, dtype), (Place, place));
-  };
+  KILN_ATTRIBUTES((std::vector<std::int64_t>, shape), (double, value), (DataType, dtype), (Place, place));
   static void build(Builder& b, OperationArgument& arg, const std::vector<std::int64_t>& shape,
                     double value, DataType dtype = DataType::Float32, Place place = Place::cpu());
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
@@ -28,9 +26,7 @@ struct ReshapeOp : Op<ReshapeOp, ViewLike, InferMetaInterface, VjpInterface> {
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 1;
   static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 1> view_map{{{0, 0}}};
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::vector<std::int64_t>, shape));
-  };
+  KILN_ATTRIBUTES((std::vector<std::int64_t>, shape));
   static void build(Builder& b, OperationArgument& arg, Value x, const std::vector<std::int64_t>& shape);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
@@ -48,9 +44,7 @@ struct TransposeOp : Op<TransposeOp, ReadOnly, ValueSemantics, InferMetaInterfac
   static constexpr std::string_view name = "kiln.transpose";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::vector<std::int64_t>, perm));
-  };
+  KILN_ATTRIBUTES((std::vector<std::int64_t>, perm));
   static void build(Builder& b, OperationArgument& arg, Value x, const std::vector<std::int64_t>& perm);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
@@ -62,9 +56,7 @@ struct ConcatOp : Op<ConcatOp, ReadOnly, ValueSemantics, InferMetaInterface, Vjp
   static constexpr std::string_view name = "kiln.concat";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = -1, num_results = 1;  // variadic: at least one operand
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, axis));
-  };
+  KILN_ATTRIBUTES((std::int64_t, axis));
   static void build(Builder& b, OperationArgument& arg, const std::vector<Value>& xs,
                     std::int64_t axis = 0);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
@@ -78,10 +70,7 @@ struct SplitOp : Op<SplitOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpIn
   static constexpr std::string_view name = "kiln.split";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = -1;  // variadic: one result per part
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, num), (std::vector<std::int64_t>, sections),
-                             (std::int64_t, axis));
-  };
+  KILN_ATTRIBUTES((std::int64_t, num), (std::vector<std::int64_t>, sections), (std::int64_t, axis));
   // `num` equal parts.
   static void build(Builder& b, OperationArgument& arg, Value x, std::int64_t num,
                     std::int64_t axis = 0);
@@ -99,13 +88,15 @@ struct SliceOp : Op<SliceOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpIn
   static constexpr std::string_view name = "kiln.slice";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::vector<std::int64_t>, axes),
-                             (std::vector<std::int64_t>, starts), (std::vector<std::int64_t>, ends));
-  };
+  KILN_ATTRIBUTES((std::vector<std::int64_t>, axes), (std::vector<std::int64_t>, starts), (std::vector<std::int64_t>, ends));
   static void build(Builder& b, OperationArgument& arg, Value x, const std::vector<std::int64_t>& axes,
                     const std::vector<std::int64_t>& starts, const std::vector<std::int64_t>& ends);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // slice_grad(x, dout): zeros like x with dout written where the slice took
+  // its elements from.
+  struct Grad : GradSpec<2, 0> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
+  };
 };
 
 // gather(x, index) along `axis` (numpy `take`): index is i32 or i64 of any
@@ -117,11 +108,14 @@ struct GatherOp : Op<GatherOp, ReadOnly, ValueSemantics, InferMetaInterface, Vjp
   static constexpr std::string_view name = "kiln.gather";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 2, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, axis));
-  };
+  KILN_ATTRIBUTES((std::int64_t, axis));
   static void build(Builder& b, OperationArgument& arg, Value x, Value index, std::int64_t axis = 0);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // gather_grad(x, index, dout): zeros like x, dout scatter-added at the
+  // gathered positions (repeated indices add up).
+  struct Grad : GradSpec<3, 0> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
+  };
 };
 
 // Embedding lookup: operands (weight [V, D], ids i32/i64 of any shape) ->
@@ -134,11 +128,62 @@ struct EmbeddingOp : Op<EmbeddingOp, ReadOnly, ValueSemantics, InferMetaInterfac
   static constexpr std::string_view name = "kiln.embedding";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 2, num_results = 1;
-  struct Attributes {
-    BOOST_HANA_DEFINE_STRUCT(Attributes, (std::int64_t, padding_idx));
-  };
+  KILN_ATTRIBUTES((std::int64_t, padding_idx));
   static void build(Builder& b, OperationArgument& arg, Value weight, Value ids,
                     std::int64_t padding_idx = -1);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // embedding_grad(weight, ids, dout): zeros like weight, each row of dout
+  // added into row ids[k]; the padding row gets nothing.
+  struct Grad : GradSpec<3, 0> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
+  };
+};
+
+// ---- shape plumbing for gradients ----
+
+// kiln.reduce_as(x, target): x summed down to target's run-time shape (the
+// inverse of numpy broadcasting: leading dims of x beyond target's rank and
+// dims where target has 1 are summed). What broadcasting binary ops' Vjps
+// use (Paddle's reduce_as; TensorFlow's BroadcastGradientArgs + reduce_sum).
+// Result: x's dtype, target's dims. Only target's dims are read.
+struct ReduceAsOp : Op<ReduceAsOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.reduce_as";
+  static constexpr int num_operands = 2, num_results = 1;
+  static void build(Builder& b, OperationArgument& arg, Value x, Value target);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+// kiln.reshape_as(x, target): x's elements with target's run-time dims (a
+// view of x's buffer, like reshape). Element counts must agree.
+struct ReshapeAsOp : Op<ReshapeAsOp, ViewLike, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.reshape_as";
+  static constexpr int num_operands = 2, num_results = 1;
+  static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 1> view_map{{{0, 0}}};
+  static void build(Builder& b, OperationArgument& arg, Value x, Value target);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+// kiln.zeros_like(x): zeros of x's run-time dims and dtype (x's data unread).
+struct ZerosLikeOp : Op<ZerosLikeOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.zeros_like";
+  static constexpr int num_operands = 1, num_results = 1;
+  static void build(Builder& b, OperationArgument& arg, Value x);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+// kiln.split_as(x, ref0, ref1, …) {axis}: x cut along `axis` into pieces
+// shaped like the refs at run time (concat's gradient). Variadic: one result
+// per ref; the refs' dims along `axis` must add up to x's.
+struct SplitAsOp : Op<SplitAsOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.split_as";
+  static constexpr int num_operands = -1, num_results = -1;
+  KILN_ATTRIBUTES((std::int64_t, axis));
+  static void build(Builder& b, OperationArgument& arg, Value x, const std::vector<Value>& refs,
+                    std::int64_t axis);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 

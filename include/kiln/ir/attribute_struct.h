@@ -1,6 +1,5 @@
 // Op attributes declared once, as a reflected struct (Boost.Hana):
-//   struct Attributes { BOOST_HANA_DEFINE_STRUCT(Attributes, (bool, transpose_x),
-//                                                 (bool, transpose_y)); };
+//   KILN_ATTRIBUTES((bool, transpose_x), //                                                 (bool, transpose_y));
 // From it follow the OpInfo's attribute list, the verifier's checks, and the
 // conversions struct ⇄ DictionaryAttribute that build(), JSON and printing use.
 #pragma once
@@ -13,14 +12,13 @@
 
 #include <boost/hana/accessors.hpp>
 #include <boost/hana/basic_tuple.hpp>
-#include <boost/hana/define_struct.hpp>
 #include <boost/hana/pair.hpp>
 #include <boost/hana/string.hpp>
 #include <boost/hana/tuple.hpp>
 #include <boost/hana/unpack.hpp>
 
 #include "kiln/ir/builtin_attributes.h"
-#include "kiln/ir/hana_struct.h"  // a cheaper BOOST_HANA_DEFINE_STRUCT, same result
+#include "kiln/ir/reflect.h"
 
 namespace kiln {
 
@@ -74,7 +72,7 @@ std::string_view attribute_kind_name() {
 // a struct's fields with one fold over its accessor pairs rather than
 // hana::for_each with a generic lambda, so a struct costs one instantiation per
 // conversion instead of one per field and conversion; and they read the pair
-// types from the list BOOST_HANA_DEFINE_STRUCT records (hana_struct.h), so
+// types from the list KILN_REFLECT records (reflect.h), so
 // Hana's accessor tuple is never instantiated for them.
 namespace detail {
 // One accessor pair of hana::accessors<S>(): (hana::string name, getter).
@@ -117,7 +115,7 @@ struct ReflectedFields {
 };
 
 // The accessor sequence's element types as ReflectedFields<P...>: read off the
-// tuple type that BOOST_HANA_DEFINE_STRUCT / ADAPT_STRUCT produce, or through
+// tuple type that KILN_REFLECT / BOOST_HANA_DEFINE_STRUCT produce, or through
 // hana::unpack for any other hana::Struct.
 template <typename Accessors>
 struct FieldsOf {
@@ -130,8 +128,8 @@ struct FieldsOf<boost::hana::tuple<P...>> { using type = ReflectedFields<P...>; 
 template <typename... P>
 struct FieldsOf<boost::hana::basic_tuple<P...>> { using type = ReflectedFields<P...>; };
 
-// A struct declared with BOOST_HANA_DEFINE_STRUCT (as redefined in
-// hana_struct.h) carries its field list; any other hana::Struct goes through
+// A struct declared with KILN_REFLECT carries its field list; any other
+// hana::Struct goes through
 // hana::accessors.
 template <typename S>
 struct FieldsOfStruct {

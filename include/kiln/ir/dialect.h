@@ -23,7 +23,6 @@ class Dialect {
 
   template <typename... Ts> void register_types() { (context()->type_kind<Ts>(), ...); }
   template <typename... As> void register_attributes() { (context()->attribute_kind<As>(), ...); }
-  template <typename... Ops> void register_ops() { (context()->register_op<Ops>(), ...); }
 
  private:
   std::string name_;

@@ -8,7 +8,7 @@
 //     using Op::Op;
 //     static constexpr std::string_view name = "kiln.matmul";
 //     static constexpr int num_operands = 2, num_results = 1;
-//     struct Attributes { BOOST_HANA_DEFINE_STRUCT(Attributes, (bool, transpose_y)); };
+//     KILN_ATTRIBUTES((bool, transpose_y));
 //     static void build(Builder&, OperationArgument&, Value x, Value y, bool ty = false);
 //     static std::vector<Type> infer_meta(const std::vector<Type>&, DictionaryAttribute);
 //   };
@@ -147,10 +147,20 @@ bool Operation::isa() const {
   return OpT::classof(this);
 }
 
-// Registers an op in the process-wide context when the library or program
-// that defines it loads: KILN_REGISTER_OP(MyOp);
-#define KILN_REGISTER_OP(OpClass)                                          \
-  static const ::kiln::OpInfo kiln_registered_op_##OpClass [[maybe_unused]] = \
-      ::kiln::IrContext::instance()->op_info<OpClass>()
+// Registers ops in the process-wide context when the library or program
+// that defines them loads, so that programs naming them (JSON) find them:
+//   KILN_REGISTER_OP(MyOp);
+//   KILN_REGISTER_OP(MyOp, GradOf<MyOp>);
+// An op is also registered on its first Builder::create; this is the one
+// way to register it ahead of that.
+template <typename... Ops>
+struct OpRegistrar {
+  OpRegistrar() { (IrContext::instance()->op_info<Ops>(), ...); }
+};
+
+#define KILN_OP_CAT2(a, b) a##b
+#define KILN_OP_CAT(a, b) KILN_OP_CAT2(a, b)
+#define KILN_REGISTER_OP(...) \
+  static const ::kiln::OpRegistrar<__VA_ARGS__> KILN_OP_CAT(kiln_registered_ops_, __COUNTER__)
 
 }  // namespace kiln

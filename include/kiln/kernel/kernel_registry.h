@@ -62,19 +62,36 @@ std::shared_ptr<const void> decode_op_attributes(Operation* op) {
     return nullptr;
 }
 
+// Registers kernels at static-initialisation time: one function, or one
+// kernel template `template <typename T> struct K { static void run(KernelContext&); }`
+// for each of several dtypes.
 template <typename OpT>
 struct KernelRegistrar {
   KernelRegistrar(PlaceKind backend, DataType dtype, KernelFn fn, const char* name) {
     KernelRegistry::instance().add(TypeId::get<OpT>(), OpT::name, backend, dtype,
                                    KernelInfo{fn, name, &decode_op_attributes<OpT>});
   }
+  template <template <typename> class Kernel, typename... Ts>
+  static KernelRegistrar for_dtypes(PlaceKind backend, const char* name) {
+    (KernelRegistrar(backend, data_type_of<Ts>, &Kernel<Ts>::run, name), ...);
+    return KernelRegistrar();
+  }
+
+ private:
+  KernelRegistrar() = default;
 };
 
 #define KILN_KERNEL_CAT2(a, b) a##b
 #define KILN_KERNEL_CAT(a, b) KILN_KERNEL_CAT2(a, b)
 // KILN_REGISTER_KERNEL(OpClass, Cpu|HostStream|Cuda, Float32|…|Undefined, function)
-#define KILN_REGISTER_KERNEL(OpClass, backend, dtype, ...)                                 \
-  static const ::kiln::KernelRegistrar<OpClass> KILN_KERNEL_CAT(kiln_kernel_, __LINE__)( \
+#define KILN_REGISTER_KERNEL(OpClass, backend, dtype, ...)                                    \
+  static const ::kiln::KernelRegistrar<OpClass> KILN_KERNEL_CAT(kiln_kernel_, __COUNTER__)( \
       ::kiln::PlaceKind::backend, ::kiln::DataType::dtype, __VA_ARGS__, #__VA_ARGS__)
+// KILN_REGISTER_KERNELS(OpClass, backend, KernelTemplate, float, double, …):
+// KernelTemplate<T>::run for each listed element type.
+#define KILN_REGISTER_KERNELS(OpClass, backend, KernelTemplate, ...)                        \
+  static const ::kiln::KernelRegistrar<OpClass> KILN_KERNEL_CAT(kiln_kernel_, __COUNTER__) = \
+      ::kiln::KernelRegistrar<OpClass>::for_dtypes<KernelTemplate, __VA_ARGS__>(             \
+          ::kiln::PlaceKind::backend, #OpClass "/" #KernelTemplate)
 
 }  // namespace kiln

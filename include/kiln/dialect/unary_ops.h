@@ -1,0 +1,232 @@
+// Unary elementwise ops. The pure ones form one family, declared once as a
+// list of math structs: each gives the op's name, its dtypes, its forward
+// function and the derivative its gradient op computes — every backend's
+// kernels are expanded from the same list (kernels/cpu/unary.cc). Adding an
+// activation is one struct here and one entry in UnaryFamily.
+//
+// Also: gelu (exact or tanh form), scale, assign, cast, and the in-place
+// twins relu_ / sqrt_ (Inplace: output 0 aliases input 0, seed 002 §2.5.2).
+#pragma once
+
+#include <cmath>
+#include <type_traits>
+
+#include "kiln/dialect/grad_op.h"
+
+namespace kiln {
+
+// Which value a unary op's gradient op reads besides dout.
+enum class GradReads { Input, Output };
+
+// y = max(x, 0); dx = dout where y > 0.
+struct ReluMath {
+  static constexpr std::string_view name = "kiln.relu", inplace_name = "kiln.relu_";
+  static constexpr bool floating_only = false;
+  static constexpr GradReads grad_reads = GradReads::Output;
+  template <typename T> static T forward(T x) { return x > T(0) ? x : T(0); }
+  template <typename T> static T backward(T y, T d) { return y > T(0) ? d : T(0); }
+};
+struct TanhMath {
+  static constexpr std::string_view name = "kiln.tanh";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Output;
+  template <typename T> static T forward(T x) { return std::tanh(x); }
+  template <typename T> static T backward(T y, T d) { return d * (T(1) - y * y); }
+};
+// 1 / (1 + exp(-x))
+struct SigmoidMath {
+  static constexpr std::string_view name = "kiln.sigmoid";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Output;
+  template <typename T> static T forward(T x) { return T(1) / (T(1) + std::exp(-x)); }
+  template <typename T> static T backward(T y, T d) { return d * y * (T(1) - y); }
+};
+struct ExpMath {
+  static constexpr std::string_view name = "kiln.exp";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Output;
+  template <typename T> static T forward(T x) { return std::exp(x); }
+  template <typename T> static T backward(T y, T d) { return d * y; }
+};
+// Natural log; log(0) = -inf, log(x < 0) = NaN (IEEE, no error).
+struct LogMath {
+  static constexpr std::string_view name = "kiln.log";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) { return std::log(x); }
+  template <typename T> static T backward(T x, T d) { return d / x; }
+};
+// sqrt(x < 0) = NaN (IEEE, no error).
+struct SqrtMath {
+  static constexpr std::string_view name = "kiln.sqrt", inplace_name = "kiln.sqrt_";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Output;
+  template <typename T> static T forward(T x) { return std::sqrt(x); }
+  template <typename T> static T backward(T y, T d) { return T(0.5) * d / y; }
+};
+struct SquareMath {
+  static constexpr std::string_view name = "kiln.square";
+  static constexpr bool floating_only = false;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) { return x * x; }
+  template <typename T> static T backward(T x, T d) { return T(2) * x * d; }
+};
+// |x| (|INT_MIN| wraps to INT_MIN, as numpy); dx = sign(x)·dout, 0 at 0.
+struct AbsMath {
+  static constexpr std::string_view name = "kiln.abs";
+  static constexpr bool floating_only = false;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;
+      return x < 0 ? static_cast<T>(U(0) - static_cast<U>(x)) : x;
+    } else {
+      return std::fabs(x);
+    }
+  }
+  template <typename T> static T backward(T x, T d) { return x > T(0) ? d : x < T(0) ? -d : T(0); }
+};
+struct NegMath {
+  static constexpr std::string_view name = "kiln.neg";
+  static constexpr bool floating_only = false;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;
+      return static_cast<T>(U(0) - static_cast<U>(x));
+    } else {
+      return -x;
+    }
+  }
+  template <typename T> static T backward(T, T d) { return -d; }
+};
+
+namespace detail {
+std::vector<Type> infer_unary(std::string_view op, const std::vector<Type>& in,
+                              bool floating_only);
+std::vector<Type> infer_inplace_unary(std::string_view op, const std::vector<Type>& in,
+                                      bool floating_only);
+// The Vjp of every unary op: dx = <op>_grad(x or y, dout) (GradOf<GradOp>).
+template <typename GradOp, GradReads reads>
+std::vector<Value> unary_vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads) {
+  Value d = vjp::single_grad(op, out_grads);
+  if (!d || !vjp::differentiable(op->operand_source(0))) return {Value{}};
+  Value a = reads == GradReads::Output ? Value(op->result(0)) : op->operand_source(0);
+  return {b.create<GradOf<GradOp>>(op, a, d).result()};
+}
+// Shape checks of a unary gradient op: (a, dout) of one float dtype and shape.
+struct UnaryGradSpec : GradSpec<2, 0> {
+  static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute);
+};
+}  // namespace detail
+
+// y = Math::forward(x); f32, f64 (and i32, i64 unless floating_only).
+template <typename Math>
+struct UnaryOp
+    : Op<UnaryOp<Math>, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
+  using Op<UnaryOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>::Op;
+  using Grad = detail::UnaryGradSpec;
+  static constexpr std::string_view name = Math::name;
+  static constexpr int num_operands = 1, num_results = 1;
+  static void build(Builder&, OperationArgument& arg, Value x) { arg.add_operand(x); }
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute) {
+    return detail::infer_unary(name, in, Math::floating_only);
+  }
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+    return detail::unary_vjp<UnaryOp, Math::grad_reads>(b, op, g);
+  }
+};
+
+// The in-place twin (Math::inplace_name): x = Math::forward(x); the operand
+// must be a tensor (not a vtensor). Its gradient op is the out-of-place op's.
+template <typename Math>
+struct InplaceUnaryOp : Op<InplaceUnaryOp<Math>, Inplace, InferMetaInterface, VjpInterface> {
+  using Op<InplaceUnaryOp, Inplace, InferMetaInterface, VjpInterface>::Op;
+  static constexpr std::string_view name = Math::inplace_name;
+  static constexpr int num_operands = 1, num_results = 1;
+  static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 1> inplace_map{{{0, 0}}};
+  static void build(Builder&, OperationArgument& arg, Value x) { arg.add_operand(x); }
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute) {
+    return detail::infer_inplace_unary(name, in, Math::floating_only);
+  }
+  // The result is a distinct SSA value holding forward(x), which is all an
+  // Output-reading gradient needs.
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+    static_assert(Math::grad_reads == GradReads::Output, "x is overwritten in place");
+    return detail::unary_vjp<UnaryOp<Math>, GradReads::Output>(b, op, g);
+  }
+};
+
+using ReluOp = UnaryOp<ReluMath>;
+using TanhOp = UnaryOp<TanhMath>;
+using SigmoidOp = UnaryOp<SigmoidMath>;
+using ExpOp = UnaryOp<ExpMath>;
+using LogOp = UnaryOp<LogMath>;
+using SqrtOp = UnaryOp<SqrtMath>;
+using SquareOp = UnaryOp<SquareMath>;
+using AbsOp = UnaryOp<AbsMath>;
+using NegOp = UnaryOp<NegMath>;
+using Relu_Op = InplaceUnaryOp<ReluMath>;
+using Sqrt_Op = InplaceUnaryOp<SqrtMath>;
+
+template <typename... Maths>
+struct MathList {};
+// The family: what kernels expand, per backend.
+using UnaryFamily = MathList<ReluMath, TanhMath, SigmoidMath, ExpMath, LogMath, SqrtMath,
+                             SquareMath, AbsMath, NegMath>;
+using InplaceUnaryFamily = MathList<ReluMath, SqrtMath>;
+
+// gelu(x) = x · Φ(x). approximate = false: the exact erf form (PyTorch's
+// default, approximate='none'); true: the tanh approximation
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). f32, f64.
+struct GeluOp : Op<GeluOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.gelu";
+  static constexpr int num_operands = 1, num_results = 1;
+  KILN_ATTRIBUTES((bool, approximate));
+  // gelu_grad(x, dout) {approximate}
+  using Grad = detail::UnaryGradSpec;
+  static void build(Builder& b, OperationArgument& arg, Value x, bool approximate = false);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
+};
+
+// Paddle's scale: bias_after_scale ? scale·x + bias : scale·(x + bias)
+// (+ ints: computed in double, truncated back). dx = scale·dout.
+struct ScaleOp : Op<ScaleOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.scale";
+  static constexpr int num_operands = 1, num_results = 1;
+  KILN_ATTRIBUTES((double, scale), (double, bias), (bool, bias_after_scale));
+  static void build(Builder& b, OperationArgument& arg, Value x, double scale = 1.0,
+                    double bias = 0.0, bool bias_after_scale = true);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
+};
+
+// A copy of x in its own buffer (every dtype). dx = dout.
+struct AssignOp : Op<AssignOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.assign";
+  static constexpr int num_operands = 1, num_results = 1;
+  static void build(Builder&, OperationArgument& arg, Value x) { arg.add_operand(x); }
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute) {
+    return detail::infer_unary(name, in, false);
+  }
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
+};
+
+// x converted to `dtype` (f32, f64, i8, i32, i64, bool, either way). Float →
+// integer truncates toward zero, saturates at the integer's range, NaN → 0;
+// → bool is x != 0. The gradient (float → float) is cast back.
+struct CastOp : Op<CastOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.cast";
+  static constexpr int num_operands = 1, num_results = 1;
+  KILN_ATTRIBUTES((DataType, dtype));
+  static void build(Builder& b, OperationArgument& arg, Value x, DataType dtype);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
+};
+
+}  // namespace kiln
