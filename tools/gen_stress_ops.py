@@ -69,9 +69,7 @@ def gen_op(rng, i):
               f"{mp}{{{{{{0, 0}}}}}};")
     if fields:
         decl = ", ".join(f"({ft[0]}, {fn})" for fn, ft in fields)
-        w("  struct Attributes {")
-        w(f"    BOOST_HANA_DEFINE_STRUCT(Attributes, {decl});")
-        w("  };")
+        w(f"  KILN_ATTRIBUTES({decl});")
     # build()
     params = ["Builder&", "OperationArgument& arg"]
     params += [f"Value x{k}" for k in range(n_in)]

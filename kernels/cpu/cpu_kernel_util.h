@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kiln/kernel/kernel_registry.h"
 
@@ -34,6 +35,15 @@ inline void require_same_dims(const KernelContext& ctx, const Tensor& a, const T
     throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' inputs #", ia, " [",
                 a.dims().to_string(), "] and #", ib, " [", b.dims().to_string(),
                 "] must have one shape");
+}
+
+// A per-thread buffer of n elements, grown once and then reused: the run
+// path allocates nothing but tensor buffers.
+template <typename T>
+T* scratch(std::int64_t n) {
+  thread_local std::vector<T> buf;
+  if (static_cast<std::int64_t>(buf.size()) < n) buf.resize(static_cast<std::size_t>(n));
+  return buf.data();
 }
 
 // ---- broadcasting ----

@@ -1,4 +1,5 @@
-// CPU kernels of the random ops (uniform_random, gaussian_random, dropout) and
+// CPU kernels of the random ops (uniform_random, gaussian_random, dropout and
+// dropout_grad) and
 // the process-wide generator of kiln/kernel/random.h.
 #include "kiln/kernel/random.h"
 
@@ -8,6 +9,7 @@
 
 #include "kiln/dialect/random_ops.h"
 #include "kiln/kernel/kernel_registry.h"
+#include "cpu_kernel_util.h"
 
 namespace kiln {
 
@@ -120,3 +122,40 @@ KILN_REGISTER_KERNEL(DropoutOp, Cpu, Float32, dropout_kernel<float>);
 KILN_REGISTER_KERNEL(DropoutOp, Cpu, Float64, dropout_kernel<double>);
 
 }  // namespace kiln
+
+namespace kiln::cpu {
+namespace {
+
+// ---- dropout_grad ----
+
+template <typename T>
+struct DropoutGradK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<GradOf<DropoutOp>>();
+    if (!(a.p >= 0.0 && a.p < 1.0))
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                  "' needs a drop probability p in [0, 1), got ", a.p);
+    const Tensor d = typed_input<T>(ctx, 0), mask = ctx.input(1);
+    if (mask.dtype() != DataType::Bool)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                  "' mask (input #1) must be bool, got ", to_string(mask.dtype()));
+    require_same_dims(ctx, d, mask, 0, 1);
+    Tensor& out = ctx.alloc_output(0, d.dims(), d.dtype());
+    const T* __restrict pd = d.data<T>();
+    const bool* __restrict pm = mask.data<bool>();
+    T* __restrict po = out.data<T>();
+    const std::int64_t n = d.numel();
+    if (a.is_test || a.p == 0.0) {
+      if (n) std::memcpy(po, pd, static_cast<std::size_t>(n) * sizeof(T));
+      return;
+    }
+    const T scale = static_cast<T>(1.0 / (1.0 - a.p));
+    for (std::int64_t i = 0; i < n; ++i) po[i] = pm[i] ? pd[i] * scale : T(0);
+  }
+};
+
+}  // namespace
+
+KILN_REGISTER_KERNELS(GradOf<DropoutOp>, Cpu, DropoutGradK, float, double);
+
+}  // namespace kiln::cpu

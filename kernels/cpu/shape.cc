@@ -1,5 +1,7 @@
-// CPU kernels of the shape ops: reshape (a view: the output shares the
-// input's buffer), transpose, concat, split, slice. They move bytes, so one
+// CPU kernels of the tensor-making and shape ops: full, reshape (a view: the
+// output shares the input's buffer), transpose, concat, split, slice, and the
+// gradient plumbing reduce_as, reshape_as (a view), zeros_like, split_as,
+// slice_grad. They move bytes, so one
 // kernel serves every dtype (registered under DataType::Undefined).
 // The run path allocates nothing but the output buffers.
 #include <algorithm>
@@ -7,6 +9,16 @@
 
 #include "kiln/dialect/tensor_ops.h"
 #include "kiln/kernel/kernel_registry.h"
+#include "cpu_kernel_util.h"
+#include "kiln/dialect/kiln_dialect.h"
+#include <cmath>
+#include <type_traits>
+#include <vector>
+#include "cpu_kernel_util.h"
+#include "kiln/dialect/kiln_dialect.h"
+#include <limits>
+#include <type_traits>
+#include "cpu_kernel_util.h"
 
 namespace kiln {
 namespace {
@@ -48,7 +60,7 @@ void reshape_kernel(KernelContext& ctx) {
     if (d[i] == 0) {
       if (i >= x.rank())
         throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' shape[", i,
-                    "] = 0 copies an input dim, but the input ", x.to_string(), " has rank ",
+                    "] = 0 copies an input dim, but the input ", x.type_string(), " has rank ",
                     x.rank());
       d[i] = x.dims()[i];
     }
@@ -68,12 +80,12 @@ void reshape_kernel(KernelContext& ctx) {
   if (infer_at >= 0) {
     if (known == 0 || total % known != 0)
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' cannot reshape ",
-                  x.to_string(), " (", total, " elements) with a -1 beside dims multiplying to ",
+                  x.type_string(), " (", total, " elements) with a -1 beside dims multiplying to ",
                   known);
     d[infer_at] = total / known;
   } else if (known != total) {
     throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' cannot reshape ",
-                x.to_string(), " (", total, " elements) into ", known, " elements");
+                x.type_string(), " (", total, " elements) into ", known, " elements");
   }
   // A view: same buffer and offset (ViewLike, view_map {0, 0}).
   ctx.output(0) = x.reshape(Dims(std::span<const std::int64_t>(d, r)));
@@ -107,7 +119,7 @@ void transpose_kernel(KernelContext& ctx) {
   const int r = x.rank();
   if (static_cast<int>(a.perm.size()) != r)
     throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' perm has ", a.perm.size(),
-                " entries for an input of rank ", r, " (", x.to_string(), ")");
+                " entries for an input of rank ", r, " (", x.type_string(), ")");
   std::int64_t in_stride[Dims::kMaxRank], step[Dims::kMaxRank], od[Dims::kMaxRank];
   strides_of(x.dims(), in_stride);
   bool seen[Dims::kMaxRank] = {};
@@ -164,7 +176,7 @@ void concat_kernel(KernelContext& ctx) {
     for (int k = 0; ok && k < r; ++k) ok = k == axis || t.dims()[k] == x0.dims()[k];
     if (!ok)
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' input #", i, " ",
-                  t.to_string(), " does not match input #0 ", x0.to_string(),
+                  t.type_string(), " does not match input #0 ", x0.type_string(),
                   " (only dim ", axis, " may differ)");
     od[axis] += t.dims()[axis];
   }
@@ -205,14 +217,14 @@ void split_kernel(KernelContext& ctx) {
   if (a.sections.empty()) {
     if (d % a.num != 0)
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' cannot split dim ", axis,
-                  " of ", x.to_string(), " into ", a.num, " equal parts");
+                  " of ", x.type_string(), " into ", a.num, " equal parts");
   } else {
     for (auto s : a.sections)
       if (s >= 0) rest -= s;
     bool has_rest = std::find(a.sections.begin(), a.sections.end(), -1) != a.sections.end();
     if (rest < 0 || (!has_rest && rest != 0))
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
-                  "' sections do not add up to dim ", axis, " of ", x.to_string());
+                  "' sections do not add up to dim ", axis, " of ", x.type_string());
   }
   auto part_size = [&](std::uint32_t i) {
     if (a.sections.empty()) return d / a.num;
@@ -299,3 +311,246 @@ KILN_REGISTER_KERNEL(SplitOp, Cpu, Undefined, split_kernel);
 KILN_REGISTER_KERNEL(SliceOp, Cpu, Undefined, slice_kernel);
 
 }  // namespace kiln
+
+namespace kiln::cpu {
+namespace {
+
+// full: every element = value. Kernel dtype = the output dtype (no inputs).
+template <typename T>
+struct FullK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<FullOp>();
+    for (auto d : a.shape)
+      if (d < 0)
+        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                    "' needs a fully known shape at run time, got ",
+                    meta::dims_string(a.shape));
+    if (a.dtype != data_type_of<T>)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has dtype ",
+                  to_string(a.dtype), ", the kernel fills ", to_string(data_type_of<T>));
+    T v;
+    if constexpr (std::is_same_v<T, bool>) {
+      v = a.value != 0.0;
+    } else if constexpr (std::is_integral_v<T>) {
+      const double lo = static_cast<double>(std::numeric_limits<T>::min());
+      const double hi = -lo;  // 2^(bits-1), exact
+      if (!(a.value >= lo && a.value < hi))
+        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' value ", a.value,
+                    " does not fit ", to_string(a.dtype));
+      v = static_cast<T>(a.value);
+    } else {
+      v = static_cast<T>(a.value);
+    }
+    Tensor& out = ctx.alloc_output(0, Dims(a.shape), a.dtype);
+    T* __restrict po = out.data<T>();
+    const std::int64_t n = out.numel();
+    for (std::int64_t i = 0; i < n; ++i) po[i] = v;
+  }
+};
+
+// ---- reduce_as ----
+
+template <typename T>
+struct ReduceAsK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0);  // alive while the output is (re)allocated
+    const Dims td = ctx.input(1).dims();
+    const Dims& xd = x.dims();
+    const int rx = xd.rank(), rt = td.rank(), lead = rx - rt;
+    bool ok = rt <= rx;
+    for (int i = 0; ok && i < rt; ++i) ok = td[i] == xd[lead + i] || td[i] == 1;
+    if (!ok)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' cannot sum [",
+                  xd.to_string(), "] down to [", td.to_string(),
+                  "] (the target's dims must equal x's trailing dims or be 1)");
+    Tensor& out = ctx.alloc_output(0, td, x.dtype());
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    const std::int64_t on = td.numel(), xn = x.numel();
+    if (on == xn) {  // nothing summed (only size-1 dims differ)
+      if (xn) std::memcpy(po, px, static_cast<std::size_t>(xn) * sizeof(T));
+      return;
+    }
+    using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
+    Acc* acc = scratch<Acc>(on);  // f32 sums accumulate in f64, as kiln.sum does
+    std::fill(acc, acc + on, Acc(0));
+    // Output strides per dim of x: 0 where summed.
+    std::int64_t os[Dims::kMaxRank] = {};
+    std::int64_t s = 1;
+    for (int i = rx - 1; i >= lead; --i) {
+      const std::int64_t t = td[i - lead];
+      os[i] = (t == 1) ? 0 : s;
+      s *= t;
+    }
+    if (xn > 0) {
+      bool rows = true;  // x = [rows..., target] with target's dims equal x's trailing dims
+      for (int i = lead; i < rx; ++i) rows = rows && td[i - lead] == xd[i];
+      if (rows) {
+        const std::int64_t n = on, r = xn / on;
+        Acc* __restrict a = acc;
+        for (std::int64_t k = 0; k < r; ++k) {
+          const T* __restrict row = px + k * n;
+          for (std::int64_t j = 0; j < n; ++j) a[j] += static_cast<Acc>(row[j]);
+        }
+      } else {
+        std::int64_t idx[Dims::kMaxRank] = {};
+        std::int64_t o = 0;
+        for (std::int64_t i = 0; i < xn; ++i) {
+          acc[o] += static_cast<Acc>(px[i]);
+          for (int d = rx - 1; d >= 0; --d) {  // odometer
+            o += os[d];
+            if (++idx[d] < xd[d]) break;
+            o -= os[d] * xd[d];
+            idx[d] = 0;
+          }
+        }
+      }
+    }
+    for (std::int64_t j = 0; j < on; ++j) po[j] = static_cast<T>(acc[j]);
+  }
+};
+
+// ---- reshape_as: a view (ViewLike {0, 0}), any dtype ----
+
+void reshape_as_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Dims td = ctx.input(1).dims();
+  if (td.numel() != x.numel())
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' cannot view [",
+                x.dims().to_string(), "] (", x.numel(), " elements) as [", td.to_string(), "] (",
+                td.numel(), " elements)");
+  ctx.output(0) = x.reshape(td);
+}
+
+// ---- zeros_like: any dtype ----
+
+void zeros_like_kernel(KernelContext& ctx) {
+  const Dims d = ctx.input(0).dims();
+  const DataType dt = ctx.input(0).dtype();
+  Tensor& out = ctx.alloc_output(0, d, dt);
+  if (out.bytes()) std::memset(out.raw_data(), 0, out.bytes());
+}
+
+std::int64_t grad_axis_at_run(const KernelContext& ctx, std::int64_t axis, int rank) {
+  if (axis < -rank || axis >= rank)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' axis ", axis,
+                " is out of range for an input of rank ", rank);
+  return axis < 0 ? axis + rank : axis;
+}
+
+// ---- split_as ----
+
+template <typename T>
+struct SplitAsK {
+  static void run(KernelContext& ctx) {
+    const std::string_view op = ctx.op()->name();
+    const Tensor x = typed_input<T>(ctx, 0);
+    const Dims& xd = x.dims();
+    const std::int64_t axis = grad_axis_at_run(ctx, ctx.attrs<SplitAsOp>().axis, xd.rank());
+    const std::uint32_t parts = ctx.num_inputs() - 1;
+    if (parts != ctx.num_outputs())
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' has ", parts, " refs but ",
+                  ctx.num_outputs(), " results (one result per ref)");
+    std::int64_t total = 0;
+    for (std::uint32_t p = 0; p < parts; ++p) {
+      Dims rd = ctx.input(p + 1).dims();
+      bool ok = rd.rank() == xd.rank();
+      for (int k = 0; ok && k < xd.rank(); ++k) ok = k == axis || rd[k] == xd[k];
+      if (!ok)
+        throw_error(ErrorKind::InvalidArgument, "op '", op, "' ref #", p + 1, " [", rd.to_string(),
+                    "] must match x [", xd.to_string(), "] in every dim but axis ", axis);
+      total += rd[static_cast<int>(axis)];
+    }
+    if (total != xd[static_cast<int>(axis)])
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' refs' dims along axis ", axis,
+                  " add up to ", total, ", x [", xd.to_string(), "] has ",
+                  xd[static_cast<int>(axis)]);
+    std::int64_t outer = 1, inner = 1;
+    for (int k = 0; k < axis; ++k) outer *= xd[k];
+    for (int k = static_cast<int>(axis) + 1; k < xd.rank(); ++k) inner *= xd[k];
+    const std::int64_t xrow = xd[static_cast<int>(axis)] * inner;
+    const T* px = x.data<T>();
+    std::int64_t offset = 0;
+    for (std::uint32_t p = 0; p < parts; ++p) {
+      const Dims pd = ctx.input(p + 1).dims();
+      Tensor& out = ctx.alloc_output(p, pd, x.dtype());
+      const std::int64_t prow = pd[static_cast<int>(axis)] * inner;
+      T* po = out.data<T>();
+      if (prow > 0)
+        for (std::int64_t o = 0; o < outer; ++o)
+          std::memcpy(po + o * prow, px + o * xrow + offset,
+                      static_cast<std::size_t>(prow) * sizeof(T));
+      offset += prow;
+    }
+  }
+};
+
+// ---- slice_grad ----
+
+template <typename T>
+struct SliceGradK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<GradOf<SliceOp>>();
+    const std::string_view op = ctx.op()->name();
+    const Dims xd = ctx.input(0).dims();
+    const Tensor dout = typed_input<T>(ctx, 1);
+    if (a.starts.size() != a.axes.size() || a.ends.size() != a.axes.size())
+      throw_error(ErrorKind::InvalidArgument, "op '", op,
+                  "' needs one start and one end per axis, got ", a.axes.size(), " axes, ",
+                  a.starts.size(), " starts, ", a.ends.size(), " ends");
+    std::int64_t begin[Dims::kMaxRank] = {};
+    Dims want = xd;
+    for (std::size_t k = 0; k < a.axes.size(); ++k) {
+      const int ax = static_cast<int>(grad_axis_at_run(ctx, a.axes[k], xd.rank()));
+      auto [b, e] = slice_range(a.starts[k], a.ends[k], xd[ax]);
+      begin[ax] = b;
+      want[ax] = e - b;
+    }
+    if (dout.dims() != want)
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' dout [", dout.dims().to_string(),
+                  "] must have the slice's shape [", want.to_string(), "]");
+    Tensor& dx = ctx.alloc_output(0, xd, dout.dtype());
+    T* pdx = dx.data<T>();
+    const std::int64_t xn = xd.numel(), dn = want.numel();
+    if (xn) std::memset(pdx, 0, static_cast<std::size_t>(xn) * sizeof(T));
+    if (dn == 0) return;
+    const int r = xd.rank();
+    std::int64_t xs[Dims::kMaxRank];
+    std::int64_t s = 1;
+    for (int i = r - 1; i >= 0; --i) {
+      xs[i] = s;
+      s *= xd[i];
+    }
+    std::int64_t base = 0;
+    for (int i = 0; i < r; ++i) base += begin[i] * xs[i];
+    const T* pd = dout.data<T>();
+    if (r == 0) {
+      pdx[0] = pd[0];
+      return;
+    }
+    // Rows along the last dim are contiguous in both.
+    const std::int64_t n = want[r - 1];
+    std::int64_t idx[Dims::kMaxRank] = {};
+    std::int64_t off = base;
+    for (std::int64_t i = 0; i < dn; i += n) {
+      std::memcpy(pdx + off, pd + i, static_cast<std::size_t>(n) * sizeof(T));
+      for (int d = r - 2; d >= 0; --d) {
+        off += xs[d];
+        if (++idx[d] < want[d]) break;
+        off -= xs[d] * want[d];
+        idx[d] = 0;
+      }
+    }
+  }
+};
+
+}  // namespace
+
+KILN_REGISTER_KERNELS(FullOp, Cpu, FullK, float, double, std::int8_t, std::int32_t, std::int64_t, bool);
+KILN_REGISTER_KERNELS(ReduceAsOp, Cpu, ReduceAsK, float, double);
+KILN_REGISTER_KERNEL(ReshapeAsOp, Cpu, Undefined, reshape_as_kernel);
+KILN_REGISTER_KERNEL(ZerosLikeOp, Cpu, Undefined, zeros_like_kernel);
+KILN_REGISTER_KERNELS(SplitAsOp, Cpu, SplitAsK, float, double);
+KILN_REGISTER_KERNELS(GradOf<SliceOp>, Cpu, SliceGradK, float, double);
+
+}  // namespace kiln::cpu

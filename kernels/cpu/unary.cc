@@ -1,7 +1,7 @@
-// CPU kernels of the unary elementwise ops (relu, gelu, tanh, sigmoid, exp,
-// log, sqrt, square, abs, neg, scale), the in-place relu_ / sqrt_ (they write
-// the input variable's buffer: the output variable is the input variable),
-// and assign / cast / full.
+// CPU kernels of the unary ops of unary_ops.h: the family (relu, tanh,
+// sigmoid, exp, log, sqrt, square, abs, neg) and its gradient ops expanded
+// from the Math structs, the in-place relu_ / sqrt_ (the output variable is
+// the input variable), gelu and gelu_grad, scale, assign and cast.
 // -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
 // leaves loops of unknown trip count scalar; kernels want them vectorized.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -247,39 +247,6 @@ void cast_kernel(KernelContext& ctx) {
   }
 }
 
-// full: every element = value. Kernel dtype = the output dtype (no inputs).
-template <typename T>
-struct FullK {
-  static void run(KernelContext& ctx) {
-    const auto& a = ctx.attrs<FullOp>();
-    for (auto d : a.shape)
-      if (d < 0)
-        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
-                    "' needs a fully known shape at run time, got ",
-                    meta::dims_string(a.shape));
-    if (a.dtype != data_type_of<T>)
-      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has dtype ",
-                  to_string(a.dtype), ", the kernel fills ", to_string(data_type_of<T>));
-    T v;
-    if constexpr (std::is_same_v<T, bool>) {
-      v = a.value != 0.0;
-    } else if constexpr (std::is_integral_v<T>) {
-      const double lo = static_cast<double>(std::numeric_limits<T>::min());
-      const double hi = -lo;  // 2^(bits-1), exact
-      if (!(a.value >= lo && a.value < hi))
-        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' value ", a.value,
-                    " does not fit ", to_string(a.dtype));
-      v = static_cast<T>(a.value);
-    } else {
-      v = static_cast<T>(a.value);
-    }
-    Tensor& out = ctx.alloc_output(0, Dims(a.shape), a.dtype);
-    T* __restrict po = out.data<T>();
-    const std::int64_t n = out.numel();
-    for (std::int64_t i = 0; i < n; ++i) po[i] = v;
-  }
-};
-
 }  // namespace
 
 [[maybe_unused]] static const bool unary_family = register_family(UnaryFamily{});
@@ -287,7 +254,6 @@ struct FullK {
 KILN_REGISTER_KERNELS(GeluOp, Cpu, GeluK, float, double);
 KILN_REGISTER_KERNELS(GradOf<GeluOp>, Cpu, GeluGradK, float, double);
 KILN_REGISTER_KERNELS(ScaleOp, Cpu, ScaleK, float, double, std::int32_t, std::int64_t);
-KILN_REGISTER_KERNELS(FullOp, Cpu, FullK, float, double, std::int8_t, std::int32_t, std::int64_t, bool);
 KILN_REGISTER_KERNEL(AssignOp, Cpu, Undefined, assign_kernel);
 KILN_REGISTER_KERNEL(CastOp, Cpu, Undefined, cast_kernel);
 

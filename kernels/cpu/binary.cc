@@ -1,5 +1,5 @@
 // CPU kernels of the broadcasting binary ops (add, sub, mul, div, maximum,
-// minimum, pow) and add_n. Same-shape and scalar operands take flat loops;
+// minimum, pow), maximum_grad / minimum_grad, and add_n. Same-shape and scalar operands take flat loops;
 // everything else runs the collapsed broadcast plan (cpu_kernel_util.h).
 // -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
 // leaves loops of unknown trip count scalar; kernels want them vectorized.
@@ -11,6 +11,10 @@
 #include <type_traits>
 
 #include "cpu_kernel_util.h"
+#include "kiln/dialect/binary_ops.h"
+#include <algorithm>
+#include <cstring>
+#include <vector>
 #include "kiln/dialect/kiln_dialect.h"
 
 namespace kiln::cpu {
@@ -141,6 +145,46 @@ struct AddNK {
   }
 };
 
+// ---- maximum_grad / minimum_grad ----
+
+struct MaxWeight {  // share of dout going to x
+  template <typename T> static T apply(T a, T b) { return a > b ? T(1) : (a == b ? T(0.5) : T(0)); }
+};
+struct MinWeight {
+  template <typename T> static T apply(T a, T b) { return a < b ? T(1) : (a == b ? T(0.5) : T(0)); }
+};
+
+template <typename W>
+struct MinMaxGrad {
+  template <typename T>
+  struct K {
+    static void run(KernelContext& ctx) {
+      const Tensor x = typed_input<T>(ctx, 0), y = typed_input<T>(ctx, 1),
+                   dout = typed_input<T>(ctx, 2);
+      const Dims od = broadcast_dims(ctx.op()->name(), x.dims(), y.dims());
+      if (od != dout.dims())
+        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' dout [",
+                    dout.dims().to_string(), "] must have the broadcast shape of x and y, [",
+                    od.to_string(), "]");
+      Tensor& dx = ctx.alloc_output(0, od, x.dtype());
+      Tensor& dy = ctx.alloc_output(1, od, x.dtype());
+      T* px = dx.data<T>();
+      T* py = dy.data<T>();
+      const T* pd = dout.data<T>();
+      const std::int64_t n = od.numel();
+      if (n == 0) return;
+      run_broadcast<W>(make_broadcast_plan(x.dims(), y.dims(), od), x.data<T>(), y.data<T>(), px);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const T g = pd[i] * px[i];
+        py[i] = pd[i] - g;
+        px[i] = g;
+      }
+    }
+  };
+};
+template <typename T> using MaximumGradK = MinMaxGrad<MaxWeight>::K<T>;
+template <typename T> using MinimumGradK = MinMaxGrad<MinWeight>::K<T>;
+
 }  // namespace
 
 KILN_REGISTER_KERNELS(AddOp, Cpu, AddK, float, double, std::int32_t, std::int64_t);
@@ -151,5 +195,8 @@ KILN_REGISTER_KERNELS(MaximumOp, Cpu, MaximumK, float, double, std::int32_t, std
 KILN_REGISTER_KERNELS(MinimumOp, Cpu, MinimumK, float, double, std::int32_t, std::int64_t);
 KILN_REGISTER_KERNELS(PowOp, Cpu, PowK, float, double);
 KILN_REGISTER_KERNELS(AddNOp, Cpu, AddNK, float, double, std::int32_t, std::int64_t);
+
+KILN_REGISTER_KERNELS(GradOf<MaximumOp>, Cpu, MaximumGradK, float, double);
+KILN_REGISTER_KERNELS(GradOf<MinimumOp>, Cpu, MinimumGradK, float, double);
 
 }  // namespace kiln::cpu
