@@ -3,15 +3,23 @@
 // together.
 #pragma once
 
+#include "kiln/dialect/attention_ops.h"
 #include "kiln/dialect/binary_ops.h"
 #include "kiln/dialect/builtin.h"
+#include "kiln/dialect/compare_ops.h"
+#include "kiln/dialect/conv_ops.h"
+#include "kiln/dialect/debug_ops.h"
 #include "kiln/dialect/grad_op.h"
 #include "kiln/dialect/io_ops.h"
 #include "kiln/dialect/linalg_ops.h"
+#include "kiln/dialect/manipulation_ops.h"
 #include "kiln/dialect/nn_ops.h"
+#include "kiln/dialect/norm_ops.h"
 #include "kiln/dialect/optimizer_ops.h"
+#include "kiln/dialect/pool_ops.h"
 #include "kiln/dialect/random_ops.h"
 #include "kiln/dialect/reduce_ops.h"
+#include "kiln/dialect/search_ops.h"
 #include "kiln/dialect/tensor_ops.h"
 #include "kiln/dialect/unary_ops.h"
 

@@ -1,0 +1,6 @@
+// Argmax / argmin, topk, one_hot.
+#pragma once
+
+#include "kiln/dialect/grad_op.h"
+
+namespace kiln {}  // namespace kiln

@@ -1,0 +1,2 @@
+// CPU kernels of the ops of kiln/dialect/compare_ops.h.
+#include "kiln/dialect/compare_ops.h"

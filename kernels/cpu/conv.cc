@@ -1,0 +1,2 @@
+// CPU kernels of the ops of kiln/dialect/conv_ops.h.
+#include "kiln/dialect/conv_ops.h"

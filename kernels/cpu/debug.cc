@@ -1,0 +1,2 @@
+// CPU kernels of the ops of kiln/dialect/debug_ops.h.
+#include "kiln/dialect/debug_ops.h"

@@ -1,0 +1,2 @@
+// CPU kernels of the ops of kiln/dialect/manipulation_ops.h.
+#include "kiln/dialect/manipulation_ops.h"

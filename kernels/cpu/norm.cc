@@ -1,0 +1,2 @@
+// CPU kernels of the ops of kiln/dialect/norm_ops.h.
+#include "kiln/dialect/norm_ops.h"

@@ -1,0 +1,2 @@
+// CPU kernels of the ops of kiln/dialect/pool_ops.h.
+#include "kiln/dialect/pool_ops.h"

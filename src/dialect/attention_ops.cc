@@ -1,0 +1,2 @@
+// The ops of kiln/dialect/attention_ops.h.
+#include "kiln/dialect/attention_ops.h"

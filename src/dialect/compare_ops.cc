@@ -1,0 +1,2 @@
+// The ops of kiln/dialect/compare_ops.h.
+#include "kiln/dialect/compare_ops.h"

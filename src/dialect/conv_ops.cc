@@ -1,0 +1,2 @@
+// The ops of kiln/dialect/conv_ops.h.
+#include "kiln/dialect/conv_ops.h"

@@ -1,0 +1,2 @@
+// The ops of kiln/dialect/debug_ops.h.
+#include "kiln/dialect/debug_ops.h"

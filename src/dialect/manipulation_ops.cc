@@ -1,0 +1,2 @@
+// The ops of kiln/dialect/manipulation_ops.h.
+#include "kiln/dialect/manipulation_ops.h"

@@ -1,0 +1,2 @@
+// The ops of kiln/dialect/norm_ops.h.
+#include "kiln/dialect/norm_ops.h"

@@ -1,0 +1,2 @@
+// The ops of kiln/dialect/pool_ops.h.
+#include "kiln/dialect/pool_ops.h"

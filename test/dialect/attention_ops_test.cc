@@ -1,0 +1,2 @@
+// InferMeta, Vjp and error tests of the ops of kiln/dialect/attention_ops.h.
+#include "catch.hpp"
