@@ -53,15 +53,23 @@ void probe_kernel(KernelContext& ctx) {
 }
 
 std::atomic<int> g_slow_in_flight{0};
+std::atomic<int> g_saw_slow{-1};
+std::atomic<bool> g_waiter_pending{false};  // set by reset_saw_slow, cleared by wait_slow
 
+// While a wait_slow kernel is expected (reset_saw_slow) and has not looked
+// yet, a slow kernel stays in flight (at most 5 s): a thread descheduled
+// between handing `slow` to the pool and starting `wait` must not make the
+// two miss each other when they do run concurrently.
 void slow_kernel(KernelContext& ctx) {
   g_slow_in_flight.fetch_add(1);
   std::this_thread::sleep_for(std::chrono::microseconds(ctx.attrs<SlowOp>().micros));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (g_waiter_pending.load() && wait_slow_enabled().load() &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
   copy_input(ctx);
   g_slow_in_flight.fetch_sub(1);
 }
-
-std::atomic<int> g_saw_slow{-1};
 
 void wait_slow_kernel(KernelContext& ctx) {
   if (!wait_slow_enabled().load()) return copy_input(ctx);
@@ -75,6 +83,7 @@ void wait_slow_kernel(KernelContext& ctx) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   g_saw_slow.store(saw);
+  g_waiter_pending.store(false);
   copy_input(ctx);
 }
 
@@ -101,7 +110,10 @@ KILN_REGISTER_KERNEL(SlowOp, Cpu, Undefined, slow_kernel);
 int slow_in_flight() { return g_slow_in_flight.load(); }
 
 int saw_slow_in_flight() { return g_saw_slow.load(); }
-void reset_saw_slow() { g_saw_slow.store(-1); }
+void reset_saw_slow() {
+  g_saw_slow.store(-1);
+  g_waiter_pending.store(true);
+}
 
 std::thread::id thread_of(std::int64_t tag) {
   std::lock_guard lock(g_mutex);

@@ -60,6 +60,15 @@ template <typename Fwd>
 struct GradAttributes<Fwd> {
   using Attributes = typename Fwd::Attributes;
 };
+template <typename Fwd>
+inline constexpr bool has_attributes_v = requires { typename Fwd::Attributes; };
+// Whether A is Fwd's Attributes (false when Fwd has none). A template of A,
+// so that a constraint using it is checked only when build() is called.
+template <typename A, typename Fwd>
+inline constexpr bool is_attributes_of_v = false;
+template <typename A, typename Fwd>
+  requires requires { typename Fwd::Attributes; }
+inline constexpr bool is_attributes_of_v<A, Fwd> = std::is_same_v<A, typename Fwd::Attributes>;
 
 // The shared InferMeta of gradient ops: operand count, every operand a
 // tensor, result i typed like operand results_like[i].
@@ -86,15 +95,14 @@ struct GradOf : Op<GradOf<Fwd>, ReadOnly, ValueSemantics, InferMetaInterface>,
   }
   // Directly, with the attributes given as the forward op's struct.
   template <typename A, typename... V>
-    requires(requires { typename Fwd::Attributes; } &&
-             std::is_same_v<A, typename Fwd::Attributes> && (std::is_convertible_v<V, Value> && ...))
+    requires(detail::is_attributes_of_v<A, Fwd> && (std::is_convertible_v<V, Value> && ...))
   static void build(Builder&, OperationArgument& arg, const A& attrs, V... operands) {
     (arg.add_operand(operands), ...);
     arg.attributes = to_named_attributes(attrs);
   }
   // Directly, for a forward op without attributes.
   template <typename... V>
-    requires(!requires { typename Fwd::Attributes; } && (std::is_convertible_v<V, Value> && ...))
+    requires(!detail::has_attributes_v<Fwd> && (std::is_convertible_v<V, Value> && ...))
   static void build(Builder&, OperationArgument& arg, V... operands) {
     (arg.add_operand(operands), ...);
   }
