@@ -69,5 +69,4 @@ TEST_CASE("an expensive op is handed to the pool while a cheap one runs inline",
     CHECK(out[0].to_vector<float>() == std::vector<float>(4, 1.f));
     CHECK(out[1].to_vector<float>() == std::vector<float>(4, 1.f));
   }
-  wait_slow_enabled().store(false);
 }
