@@ -1,2 +1,285 @@
-// CPU kernels of the ops of kiln/dialect/attention_ops.h.
+// CPU kernels of kiln.scaled_dot_product_attention and its gradient. Each
+// (batch, head) pair is processed in tiles of kTileRows query rows: the
+// tile's scores against the keys it sees (all keys, or keys up to the tile's
+// last row when causal: later key blocks are skipped) go through one GEMM
+// into a per-thread scratch, the softmax runs on those rows in place, and a
+// second GEMM multiplies by V. The gradient recomputes the tile's
+// probabilities from q, k and the saved log-sum-exp instead of storing them.
+// -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
+// leaves loops of unknown trip count scalar; kernels want them vectorized.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif
+#include <cblas.h>
+
+#include <algorithm>
+#include <bit>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "cpu_kernel_util.h"
 #include "kiln/dialect/attention_ops.h"
+#include "kiln/dialect/kiln_dialect.h"
+
+namespace kiln::cpu {
+namespace {
+
+constexpr std::int64_t kTileRows = 64;
+
+// c = alpha · op(a) · op(b) + beta · c, row-major.
+void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+          const float* b, int ldb, float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+              k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, int lda,
+          const double* b, int ldb, double beta, double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+              k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// The dims of one attention call, checked at run time (InferMeta may have
+// seen -1 dims).
+struct AttnDims {
+  std::int64_t bh = 0, lq = 0, lk = 0, d = 0, dv = 0;
+};
+
+AttnDims attn_dims(const KernelContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const std::string_view op = ctx.op()->name();
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4 || q.dims()[0] != k.dims()[0] ||
+      q.dims()[0] != v.dims()[0] || q.dims()[1] != k.dims()[1] || q.dims()[1] != v.dims()[1] ||
+      q.dims()[3] != k.dims()[3] || k.dims()[2] != v.dims()[2])
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' q [", q.dims().to_string(), "], k [",
+                k.dims().to_string(), "], v [", v.dims().to_string(),
+                "] do not fit q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv]");
+  AttnDims a;
+  a.bh = q.dims()[0] * q.dims()[1];
+  a.lq = q.dims()[2];
+  a.lk = k.dims()[2];
+  a.d = q.dims()[3];
+  a.dv = v.dims()[3];
+  for (std::int64_t x : {a.lq, a.lk, a.d, a.dv})
+    if (x * kTileRows > INT_MAX)
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' has a dim of ", x,
+                  ", beyond what the BLAS takes");
+  return a;
+}
+
+// exp for the softmax rows: f64 through std::exp; f32 through a polynomial
+// that vectorizes (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-7
+// polynomial in r times 2^n built from its bits; within 2 ulp of std::exp).
+// Inputs are clamped to [-87, 88], so it never overflows; below -87 it gives
+// exp(-87) ~ 1.6e-38 instead of a denormal, nothing next to a row's largest
+// term, which is 1.
+inline double exp_row(double x) { return std::exp(x); }
+inline float exp_row(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(x / ln 2)
+  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;            // x - n ln 2
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
+}
+
+// The largest of x[0..n), n >= 1, in kLanes independent lanes (a reduction
+// the compiler vectorizes without reassociating a single chain).
+constexpr std::int64_t kLanes = 8;
+template <typename T>
+T row_max(const T* __restrict x, std::int64_t n) {
+  T lane[kLanes];
+  for (std::int64_t l = 0; l < kLanes; ++l) lane[l] = x[0];
+  std::int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (std::int64_t l = 0; l < kLanes; ++l) lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
+  T m = x[0];
+  for (std::int64_t l = 0; l < kLanes; ++l) m = lane[l] > m ? lane[l] : m;
+  for (; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+// x[j] = exp(x[j] - sub) for j < n; returns their sum (in kLanes lanes).
+template <typename T>
+T exp_sub_sum(T* __restrict x, std::int64_t n, T sub) {
+  for (std::int64_t j = 0; j < n; ++j) x[j] = exp_row(x[j] - sub);
+  T lane[kLanes] = {};
+  std::int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (std::int64_t l = 0; l < kLanes; ++l) lane[l] += x[j + l];
+  T s = 0;
+  for (std::int64_t l = 0; l < kLanes; ++l) s += lane[l];
+  for (; j < n; ++j) s += x[j];
+  return s;
+}
+
+// How many keys row i sees among the first kend.
+inline std::int64_t visible(bool causal, std::int64_t i, std::int64_t kend) {
+  return causal ? std::min(kend, i + 1) : kend;
+}
+
+template <typename T>
+struct AttentionK {
+  static void run(KernelContext& ctx) {
+    const auto& attrs = ctx.attrs<ScaledDotProductAttentionOp>();
+    const Tensor q = typed_input<T>(ctx, 0), k = typed_input<T>(ctx, 1), v = typed_input<T>(ctx, 2);
+    const AttnDims a = attn_dims(ctx, q, k, v);
+    const Dims& qd = q.dims();
+    const std::int64_t out_shape[] = {qd[0], qd[1], a.lq, a.dv};
+    Tensor& out = ctx.alloc_output(0, Dims(std::span<const std::int64_t>(out_shape, 4)), q.dtype());
+    Tensor& lse = ctx.alloc_output(1, Dims(std::span<const std::int64_t>(out_shape, 3)), q.dtype());
+    if (a.bh == 0 || a.lq == 0) return;
+    T* po = out.data<T>();
+    T* pl = lse.data<T>();
+    if (a.lk == 0) {  // no keys: an empty sum
+      std::memset(po, 0, out.bytes());
+      std::fill(pl, pl + a.bh * a.lq, -std::numeric_limits<T>::infinity());
+      return;
+    }
+    const T scale = static_cast<T>(attention_scale(attrs.scale, a.d));
+    const bool causal = attrs.causal;
+    const T* pq = q.data<T>();
+    const T* pk = k.data<T>();
+    const T* pv = v.data<T>();
+    T* s = scratch<T>(kTileRows * a.lk);
+    const int d = static_cast<int>(a.d), dv = static_cast<int>(a.dv);
+    const int ld_qk = std::max(d, 1), ld_v = std::max(dv, 1);
+    for (std::int64_t bh = 0; bh < a.bh; ++bh) {
+      const T* qb = pq + bh * a.lq * a.d;
+      const T* kb = pk + bh * a.lk * a.d;
+      const T* vb = pv + bh * a.lk * a.dv;
+      T* ob = po + bh * a.lq * a.dv;
+      T* lb = pl + bh * a.lq;
+      for (std::int64_t i0 = 0; i0 < a.lq; i0 += kTileRows) {
+        const std::int64_t rows = std::min(kTileRows, a.lq - i0);
+        const std::int64_t kend = causal ? std::min(a.lk, i0 + rows) : a.lk;
+        const int ik = static_cast<int>(kend);
+        if (d == 0) std::fill(s, s + rows * kend, T(0));
+        else gemm(false, true, static_cast<int>(rows), ik, d, scale, qb + i0 * a.d, ld_qk, kb,
+                  ld_qk, T(0), s, ik);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          T* __restrict row = s + r * kend;
+          const std::int64_t n = visible(causal, i0 + r, kend);
+          const T m = row_max(row, n);
+          const T sum = exp_sub_sum(row, n, m);
+          const T inv = T(1) / sum;
+          for (std::int64_t j = 0; j < n; ++j) row[j] *= inv;
+          for (std::int64_t j = n; j < kend; ++j) row[j] = 0;
+          lb[i0 + r] = m + std::log(sum);
+        }
+        if (dv > 0)
+          gemm(false, false, static_cast<int>(rows), dv, ik, T(1), s, ik, vb, ld_v, T(0),
+               ob + i0 * a.dv, ld_v);
+      }
+    }
+  }
+};
+
+template <typename T>
+struct AttentionGradK {
+  static void run(KernelContext& ctx) {
+    const std::string_view op = ctx.op()->name();
+    const auto& attrs = ctx.attrs<GradOf<ScaledDotProductAttentionOp>>();
+    const Tensor q = typed_input<T>(ctx, 0), k = typed_input<T>(ctx, 1), v = typed_input<T>(ctx, 2);
+    const Tensor o = typed_input<T>(ctx, 3), lse = typed_input<T>(ctx, 4),
+                 dout = typed_input<T>(ctx, 5);
+    const AttnDims a = attn_dims(ctx, q, k, v);
+    const Dims& qd = q.dims();
+    const std::int64_t out_shape[] = {qd[0], qd[1], a.lq, a.dv};
+    const Dims od(std::span<const std::int64_t>(out_shape, 4));
+    const Dims ld(std::span<const std::int64_t>(out_shape, 3));
+    if (o.dims() != od || dout.dims() != od || lse.dims() != ld)
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' out [", o.dims().to_string(),
+                  "], lse [", lse.dims().to_string(), "], dout [", dout.dims().to_string(),
+                  "] must be [", od.to_string(), "], [", ld.to_string(), "], [", od.to_string(),
+                  "]");
+    Tensor& dq = ctx.alloc_output(0, q.dims(), q.dtype());
+    Tensor& dk = ctx.alloc_output(1, k.dims(), k.dtype());
+    Tensor& dvt = ctx.alloc_output(2, v.dims(), v.dtype());
+    if (dq.numel() > 0) std::memset(dq.data<T>(), 0, dq.bytes());
+    if (dk.numel() > 0) std::memset(dk.data<T>(), 0, dk.bytes());
+    if (dvt.numel() > 0) std::memset(dvt.data<T>(), 0, dvt.bytes());
+    if (a.bh == 0 || a.lq == 0 || a.lk == 0 || (a.d == 0 && a.dv == 0)) return;
+    const T scale = static_cast<T>(attention_scale(attrs.scale, a.d));
+    const bool causal = attrs.causal;
+    const T* pq = q.data<T>();
+    const T* pk = k.data<T>();
+    const T* pv = v.data<T>();
+    const T* po = o.data<T>();
+    const T* pl = lse.data<T>();
+    const T* pdo = dout.data<T>();
+    T* pdq = dq.data<T>();
+    T* pdk = dk.data<T>();
+    T* pdv = dvt.data<T>();
+    T* p = scratch<T>(2 * kTileRows * a.lk + kTileRows);
+    T* dp = p + kTileRows * a.lk;
+    T* delta = dp + kTileRows * a.lk;
+    const int d = static_cast<int>(a.d), dv = static_cast<int>(a.dv);
+    const int ld_qk = std::max(d, 1), ld_v = std::max(dv, 1);
+    for (std::int64_t bh = 0; bh < a.bh; ++bh) {
+      const T* qb = pq + bh * a.lq * a.d;
+      const T* kb = pk + bh * a.lk * a.d;
+      const T* vb = pv + bh * a.lk * a.dv;
+      const T* ob = po + bh * a.lq * a.dv;
+      const T* dob = pdo + bh * a.lq * a.dv;
+      const T* lb = pl + bh * a.lq;
+      T* dqb = pdq + bh * a.lq * a.d;
+      T* dkb = pdk + bh * a.lk * a.d;
+      T* dvb = pdv + bh * a.lk * a.dv;
+      for (std::int64_t i0 = 0; i0 < a.lq; i0 += kTileRows) {
+        const std::int64_t rows = std::min(kTileRows, a.lq - i0);
+        const int ir = static_cast<int>(rows);
+        const std::int64_t kend = causal ? std::min(a.lk, i0 + rows) : a.lk;
+        const int ik = static_cast<int>(kend);
+        // P = exp(scale · Q Kᵀ - lse), 0 where masked.
+        if (d == 0) std::fill(p, p + rows * kend, T(0));
+        else gemm(false, true, ir, ik, d, scale, qb + i0 * a.d, ld_qk, kb, ld_qk, T(0), p, ik);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          T* __restrict row = p + r * kend;
+          const std::int64_t n = visible(causal, i0 + r, kend);
+          const T l = lb[i0 + r];
+          for (std::int64_t j = 0; j < n; ++j) row[j] = exp_row(row[j] - l);
+          for (std::int64_t j = n; j < kend; ++j) row[j] = 0;
+          // Δ = Σ dout ∘ out over the row.
+          const T* __restrict dor = dob + (i0 + r) * a.dv;
+          const T* __restrict orow = ob + (i0 + r) * a.dv;
+          T acc = 0;
+          for (std::int64_t c = 0; c < a.dv; ++c) acc += dor[c] * orow[c];
+          delta[r] = acc;
+        }
+        if (dv > 0) {
+          // dV[:kend] += Pᵀ · dO
+          gemm(true, false, ik, dv, ir, T(1), p, ik, dob + i0 * a.dv, ld_v, T(1), dvb, ld_v);
+          // dP = dO · Vᵀ
+          gemm(false, true, ir, ik, dv, T(1), dob + i0 * a.dv, ld_v, vb, ld_v, T(0), dp, ik);
+        } else {
+          std::fill(dp, dp + rows * kend, T(0));
+        }
+        // dS = P ∘ (dP - Δ), in place of P.
+        for (std::int64_t r = 0; r < rows; ++r) {
+          T* __restrict row = p + r * kend;
+          const T* __restrict dpr = dp + r * kend;
+          const T dl = delta[r];
+          for (std::int64_t j = 0; j < kend; ++j) row[j] *= dpr[j] - dl;
+        }
+        if (d > 0) {
+          // dQ = scale · dS · K; dK[:kend] += scale · dSᵀ · Q
+          gemm(false, false, ir, d, ik, scale, p, ik, kb, ld_qk, T(0), dqb + i0 * a.d, ld_qk);
+          gemm(true, false, ik, d, ir, scale, p, ik, qb + i0 * a.d, ld_qk, T(1), dkb, ld_qk);
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
+
+KILN_REGISTER_KERNELS(ScaledDotProductAttentionOp, Cpu, AttentionK, float, double);
+KILN_REGISTER_KERNELS(GradOf<ScaledDotProductAttentionOp>, Cpu, AttentionGradK, float, double);
+
+}  // namespace kiln::cpu

@@ -1,2 +1,274 @@
-// CPU kernels of the ops of kiln/dialect/conv_ops.h.
+// CPU kernels of kiln.conv2d, kiln.conv2d_transpose and their gradients
+// (NCHW), all built from three cores over one conv geometry:
+//   forward:      out_g = w_g · im2col(x_g)           (one GEMM per image and group)
+//   input grad:   dx_g  = col2im(w_gᵀ · dout_g)
+//   weight grad:  dw_g  = Σ_images dout_g · im2col(x_g)ᵀ
+// conv2d_transpose's forward is conv2d's input grad, its input grad is
+// conv2d's forward and its weight grad is conv2d's weight grad with the
+// roles of input and output swapped. The column buffer is a per-thread
+// scratch; a 1x1 kernel with stride 1 and no padding uses x itself.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cpu_kernel_util.h"
 #include "kiln/dialect/conv_ops.h"
+#include "kiln/dialect/kiln_dialect.h"
+
+namespace kiln::cpu {
+namespace {
+
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+          std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+          std::int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const double* a,
+          std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c,
+          std::int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+// The range [lo, hi) of output columns whose input column ow·s + off lies
+// in [0, w).
+inline void valid_range(std::int64_t off, std::int64_t s, std::int64_t w, std::int64_t wo,
+                        std::int64_t& lo, std::int64_t& hi) {
+  lo = off >= 0 ? 0 : (-off + s - 1) / s;
+  hi = w - off <= 0 ? 0 : (w - off + s - 1) / s;
+  lo = std::min(lo, wo);
+  hi = std::clamp(hi, lo, wo);
+}
+
+// col [cg·kh·kw, ho·wo] from one image's group x [cg, h, w].
+template <typename T>
+void im2col(const T* __restrict x, T* __restrict col, const Conv2dGeometry& g, std::int64_t cg) {
+  const std::int64_t p = g.ho * g.wo;
+  for (std::int64_t c = 0; c < cg; ++c)
+    for (std::int64_t i = 0; i < g.kh; ++i)
+      for (std::int64_t j = 0; j < g.kw; ++j) {
+        T* row = col + ((c * g.kh + i) * g.kw + j) * p;
+        const T* xc = x + c * g.h * g.w;
+        const std::int64_t off = j * g.dw - g.pl;
+        std::int64_t lo, hi;
+        valid_range(off, g.sw, g.w, g.wo, lo, hi);
+        for (std::int64_t oh = 0; oh < g.ho; ++oh) {
+          T* __restrict r = row + oh * g.wo;
+          const std::int64_t ih = oh * g.sh - g.pt + i * g.dh;
+          if (ih < 0 || ih >= g.h) {
+            std::fill(r, r + g.wo, T(0));
+            continue;
+          }
+          const T* __restrict xr = xc + ih * g.w;
+          for (std::int64_t ow = 0; ow < lo; ++ow) r[ow] = T(0);
+          if (g.sw == 1) {
+            for (std::int64_t ow = lo; ow < hi; ++ow) r[ow] = xr[ow + off];
+          } else {
+            for (std::int64_t ow = lo; ow < hi; ++ow) r[ow] = xr[ow * g.sw + off];
+          }
+          for (std::int64_t ow = hi; ow < g.wo; ++ow) r[ow] = T(0);
+        }
+      }
+}
+
+// dx [cg, h, w] += col2im(col [cg·kh·kw, ho·wo]).
+template <typename T>
+void col2im(const T* __restrict col, T* __restrict dx, const Conv2dGeometry& g, std::int64_t cg) {
+  const std::int64_t p = g.ho * g.wo;
+  for (std::int64_t c = 0; c < cg; ++c)
+    for (std::int64_t i = 0; i < g.kh; ++i)
+      for (std::int64_t j = 0; j < g.kw; ++j) {
+        const T* row = col + ((c * g.kh + i) * g.kw + j) * p;
+        T* xc = dx + c * g.h * g.w;
+        const std::int64_t off = j * g.dw - g.pl;
+        std::int64_t lo, hi;
+        valid_range(off, g.sw, g.w, g.wo, lo, hi);
+        for (std::int64_t oh = 0; oh < g.ho; ++oh) {
+          const std::int64_t ih = oh * g.sh - g.pt + i * g.dh;
+          if (ih < 0 || ih >= g.h) continue;
+          const T* __restrict r = row + oh * g.wo;
+          T* __restrict xr = xc + ih * g.w;
+          if (g.sw == 1) {
+            for (std::int64_t ow = lo; ow < hi; ++ow) xr[ow + off] += r[ow];
+          } else {
+            for (std::int64_t ow = lo; ow < hi; ++ow) xr[ow * g.sw + off] += r[ow];
+          }
+        }
+      }
+}
+
+inline bool direct(const Conv2dGeometry& g) {  // col == x
+  return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 &&
+         g.ho == g.h && g.wo == g.w;
+}
+
+// out [n, o, ho, wo] = conv2d(x [n, c, h, w], w [o, c/groups, kh, kw]).
+template <typename T>
+void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g) {
+  const std::int64_t cg = g.c / g.groups, og = g.o / g.groups, k = cg * g.kh * g.kw;
+  const std::int64_t p = g.ho * g.wo;
+  const bool dir = direct(g);
+  T* col = dir ? nullptr : scratch<T>(k * p);
+  for (std::int64_t n = 0; n < g.n; ++n)
+    for (std::int64_t gi = 0; gi < g.groups; ++gi) {
+      const T* xg = x + (n * g.c + gi * cg) * g.h * g.w;
+      if (!dir) im2col(xg, col, g, cg);
+      gemm(false, false, og, p, k, w + gi * og * k, k, dir ? xg : col, p, T(0),
+           out + (n * g.o + gi * og) * p, p);
+    }
+}
+
+// dx [n, c, h, w] = conv2d's input grad from dout [n, o, ho, wo].
+template <typename T>
+void conv_input_grad(const T* dout, const T* w, T* dx, const Conv2dGeometry& g) {
+  const std::int64_t cg = g.c / g.groups, og = g.o / g.groups, k = cg * g.kh * g.kw;
+  const std::int64_t p = g.ho * g.wo;
+  const bool dir = direct(g);
+  T* col = dir ? nullptr : scratch<T>(k * p);
+  if (!dir) std::fill(dx, dx + g.n * g.c * g.h * g.w, T(0));
+  for (std::int64_t n = 0; n < g.n; ++n)
+    for (std::int64_t gi = 0; gi < g.groups; ++gi) {
+      T* dxg = dx + (n * g.c + gi * cg) * g.h * g.w;
+      gemm(true, false, k, p, og, w + gi * og * k, k, dout + (n * g.o + gi * og) * p, p, T(0),
+           dir ? dxg : col, p);
+      if (!dir) col2im(col, dxg, g, cg);
+    }
+}
+
+// dw [o, c/groups, kh, kw] = Σ_n dout_n · im2col(x_n)ᵀ.
+template <typename T>
+void conv_weight_grad(const T* x, const T* dout, T* dw, const Conv2dGeometry& g) {
+  const std::int64_t cg = g.c / g.groups, og = g.o / g.groups, k = cg * g.kh * g.kw;
+  const std::int64_t p = g.ho * g.wo;
+  if (g.n == 0 || p == 0) {
+    std::fill(dw, dw + g.o * k, T(0));
+    return;
+  }
+  const bool dir = direct(g);
+  T* col = dir ? nullptr : scratch<T>(k * p);
+  for (std::int64_t n = 0; n < g.n; ++n)
+    for (std::int64_t gi = 0; gi < g.groups; ++gi) {
+      const T* xg = x + (n * g.c + gi * cg) * g.h * g.w;
+      if (!dir) im2col(xg, col, g, cg);
+      gemm(false, true, og, k, p, dout + (n * g.o + gi * og) * p, p, dir ? xg : col, p,
+           n == 0 ? T(0) : T(1), dw + gi * og * k, k);
+    }
+}
+
+[[noreturn]] void bad_shapes(const KernelContext& ctx, const Tensor& x, const Tensor& w,
+                             const char* why) {
+  throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' ", why, ": x is [",
+              x.dims().to_string(), "], w is [", w.dims().to_string(), "]");
+}
+
+// The geometry of conv2d(x, w) with the attributes of a conv2d (or its grad).
+template <typename A>
+Conv2dGeometry conv2d_geometry(const KernelContext& ctx, const Tensor& x, const Tensor& w,
+                               const A& a) {
+  const std::string_view op = ctx.op()->name();
+  if (x.rank() != 4 || w.rank() != 4) bad_shapes(ctx, x, w, "needs rank-4 x and w");
+  Conv2dGeometry g;
+  g.n = x.dims()[0], g.c = x.dims()[1], g.h = x.dims()[2], g.w = x.dims()[3];
+  g.o = w.dims()[0], g.kh = w.dims()[2], g.kw = w.dims()[3];
+  g.groups = a.groups;
+  if (g.groups < 1 || w.dims()[1] * g.groups != g.c || g.o % g.groups != 0)
+    bad_shapes(ctx, x, w, "has channels that do not fit the groups");
+  auto p = conv::paddings4(op, a.paddings);
+  g.pt = p[0], g.pb = p[1], g.pl = p[2], g.pr = p[3];
+  g.sh = a.strides.at(0), g.sw = a.strides.at(1), g.dh = a.dilations.at(0), g.dw = a.dilations.at(1);
+  g.ho = conv::conv_out(op, "H", g.h, g.kh, g.sh, g.pt, g.pb, g.dh);
+  g.wo = conv::conv_out(op, "W", g.w, g.kw, g.sw, g.pl, g.pr, g.dw);
+  return g;
+}
+
+// The geometry of the conv2d whose input grad conv2d_transpose(x, w) is.
+template <typename A>
+Conv2dGeometry transpose_geometry(const KernelContext& ctx, const Tensor& x, const Tensor& w,
+                                  const A& a) {
+  const std::string_view op = ctx.op()->name();
+  if (x.rank() != 4 || w.rank() != 4) bad_shapes(ctx, x, w, "needs rank-4 x and w");
+  Conv2dGeometry g;
+  g.n = x.dims()[0], g.o = x.dims()[1], g.ho = x.dims()[2], g.wo = x.dims()[3];
+  g.groups = a.groups;
+  if (g.groups < 1 || w.dims()[0] != g.o || g.o % g.groups != 0)
+    bad_shapes(ctx, x, w, "has channels that do not fit the groups");
+  g.c = w.dims()[1] * g.groups, g.kh = w.dims()[2], g.kw = w.dims()[3];
+  auto p = conv::paddings4(op, a.paddings);
+  g.pt = p[0], g.pb = p[1], g.pl = p[2], g.pr = p[3];
+  g.sh = a.strides.at(0), g.sw = a.strides.at(1), g.dh = a.dilations.at(0), g.dw = a.dilations.at(1);
+  g.h = (g.ho - 1) * g.sh - g.pt - g.pb + g.dh * (g.kh - 1) + a.output_padding.at(0) + 1;
+  g.w = (g.wo - 1) * g.sw - g.pl - g.pr + g.dw * (g.kw - 1) + a.output_padding.at(1) + 1;
+  if (g.h < 1 || g.w < 1) bad_shapes(ctx, x, w, "would have an empty output");
+  return g;
+}
+
+void check_dout(const KernelContext& ctx, const Tensor& dout, const Dims& want) {
+  if (dout.dims() != want)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' dout is [",
+                dout.dims().to_string(), "], the forward result is [", want.to_string(), "]");
+}
+
+template <typename T>
+struct Conv2dK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1);
+    const Conv2dGeometry g = conv2d_geometry(ctx, x, w, ctx.attrs<Conv2dOp>());
+    Tensor& out = ctx.alloc_output(0, Dims{g.n, g.o, g.ho, g.wo}, x.dtype());
+    if (out.numel() == 0) return;
+    conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g);
+  }
+};
+
+template <typename T>
+struct Conv2dGradK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1),
+                 dout = typed_input<T>(ctx, 2);
+    const Conv2dGeometry g = conv2d_geometry(ctx, x, w, ctx.attrs<GradOf<Conv2dOp>>());
+    check_dout(ctx, dout, Dims{g.n, g.o, g.ho, g.wo});
+    Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
+    Tensor& dw = ctx.alloc_output(1, w.dims(), w.dtype());
+    if (dw.numel() > 0) conv_weight_grad(x.data<T>(), dout.data<T>(), dw.data<T>(), g);
+    if (dx.numel() > 0) conv_input_grad(dout.data<T>(), w.data<T>(), dx.data<T>(), g);
+  }
+};
+
+template <typename T>
+struct Conv2dTransposeK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1);
+    const Conv2dGeometry g = transpose_geometry(ctx, x, w, ctx.attrs<Conv2dTransposeOp>());
+    Tensor& out = ctx.alloc_output(0, Dims{g.n, g.c, g.h, g.w}, x.dtype());
+    if (out.numel() == 0) return;
+    conv_input_grad(x.data<T>(), w.data<T>(), out.data<T>(), g);
+  }
+};
+
+template <typename T>
+struct Conv2dTransposeGradK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1),
+                 dout = typed_input<T>(ctx, 2);
+    const Conv2dGeometry g =
+        transpose_geometry(ctx, x, w, ctx.attrs<GradOf<Conv2dTransposeOp>>());
+    check_dout(ctx, dout, Dims{g.n, g.c, g.h, g.w});
+    Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
+    Tensor& dw = ctx.alloc_output(1, w.dims(), w.dtype());
+    if (dx.numel() > 0) conv_forward(dout.data<T>(), w.data<T>(), dx.data<T>(), g);
+    if (dw.numel() > 0) conv_weight_grad(dout.data<T>(), x.data<T>(), dw.data<T>(), g);
+  }
+};
+
+}  // namespace
+
+KILN_REGISTER_KERNELS(Conv2dOp, Cpu, Conv2dK, float, double);
+KILN_REGISTER_KERNELS(GradOf<Conv2dOp>, Cpu, Conv2dGradK, float, double);
+KILN_REGISTER_KERNELS(Conv2dTransposeOp, Cpu, Conv2dTransposeK, float, double);
+KILN_REGISTER_KERNELS(GradOf<Conv2dTransposeOp>, Cpu, Conv2dTransposeGradK, float, double);
+
+}  // namespace kiln::cpu

@@ -1,2 +1,278 @@
-// CPU kernels of the ops of kiln/dialect/pool_ops.h.
+// CPU kernels of kiln.max_pool2d, kiln.avg_pool2d, kiln.adaptive_avg_pool2d
+// and their gradients (NCHW), one [H, W] plane at a time. Windows are
+// clipped to the input; max_pool2d's grad recomputes each window's first
+// maximum from x. A 2x2 max pool with stride 2 and no padding (LeNet's) has
+// its own loop over pairs of input rows.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif
+#include <algorithm>
+#include <cstring>
+
+#include "cpu_kernel_util.h"
+#include "kiln/dialect/kiln_dialect.h"
 #include "kiln/dialect/pool_ops.h"
+
+namespace kiln::cpu {
+namespace {
+
+template <typename A>
+Pool2dGeometry pool_geometry(const KernelContext& ctx, const Tensor& x, const A& a) {
+  return pool::geometry(ctx.op()->name(), x.dims().to_vector(), a.kernel_size, a.strides,
+                        a.paddings, a.ceil_mode);
+}
+
+void check_dout(const KernelContext& ctx, const Tensor& dout, const Dims& want) {
+  if (dout.dims() != want)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' dout is [",
+                dout.dims().to_string(), "], the forward result is [", want.to_string(), "]");
+}
+
+// Window [hs, he) x [ws, we) of output (oh, ow), clipped to the input.
+struct Window {
+  std::int64_t hs, he, ws, we;
+};
+inline Window window(const Pool2dGeometry& g, std::int64_t oh, std::int64_t ow) {
+  Window r;
+  r.hs = oh * g.sh - g.pt;
+  r.ws = ow * g.sw - g.pl;
+  r.he = std::min(r.hs + g.kh, g.h);
+  r.we = std::min(r.ws + g.kw, g.w);
+  r.hs = std::max<std::int64_t>(r.hs, 0);
+  r.ws = std::max<std::int64_t>(r.ws, 0);
+  return r;
+}
+
+// Index (in the plane) of the window's first maximum; NaN wins.
+template <typename T>
+inline std::int64_t argmax(const T* x, const Pool2dGeometry& g, const Window& r) {
+  std::int64_t best = r.hs * g.w + r.ws;
+  T m = x[best];
+  for (std::int64_t ih = r.hs; ih < r.he; ++ih)
+    for (std::int64_t iw = r.ws; iw < r.we; ++iw) {
+      const T v = x[ih * g.w + iw];
+      if (v > m || (v != v && m == m)) {
+        m = v;
+        best = ih * g.w + iw;
+      }
+    }
+  return best;
+}
+
+inline bool is_2x2(const Pool2dGeometry& g) {
+  return g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.pt == 0 && g.pl == 0 &&
+         2 * g.ho <= g.h && 2 * g.wo <= g.w;
+}
+
+template <typename T>
+struct MaxPoolK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0);
+    const Pool2dGeometry g = pool_geometry(ctx, x, ctx.attrs<MaxPool2dOp>());
+    Tensor& out = ctx.alloc_output(0, Dims{g.n, g.c, g.ho, g.wo}, x.dtype());
+    if (out.numel() == 0) return;
+    const std::int64_t planes = g.n * g.c;
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    if (is_2x2(g)) {
+      for (std::int64_t pl = 0; pl < planes; ++pl)
+        for (std::int64_t oh = 0; oh < g.ho; ++oh) {
+          const T* __restrict r0 = px + pl * g.h * g.w + 2 * oh * g.w;
+          const T* __restrict r1 = r0 + g.w;
+          T* __restrict o = po + (pl * g.ho + oh) * g.wo;
+          for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+            const T a = std::max(r0[2 * ow], r0[2 * ow + 1]);
+            const T b = std::max(r1[2 * ow], r1[2 * ow + 1]);
+            o[ow] = std::max(a, b);
+          }
+        }
+      return;
+    }
+    for (std::int64_t pl = 0; pl < planes; ++pl) {
+      const T* xp = px + pl * g.h * g.w;
+      T* o = po + pl * g.ho * g.wo;
+      for (std::int64_t oh = 0; oh < g.ho; ++oh)
+        for (std::int64_t ow = 0; ow < g.wo; ++ow)
+          o[oh * g.wo + ow] = xp[argmax(xp, g, window(g, oh, ow))];
+    }
+  }
+};
+
+template <typename T>
+struct MaxPoolGradK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0), dout = typed_input<T>(ctx, 1);
+    const Pool2dGeometry g = pool_geometry(ctx, x, ctx.attrs<GradOf<MaxPool2dOp>>());
+    check_dout(ctx, dout, Dims{g.n, g.c, g.ho, g.wo});
+    Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
+    if (dx.numel() == 0) return;
+    T* pdx = dx.data<T>();
+    std::memset(pdx, 0, dx.bytes());
+    const T* px = x.data<T>();
+    const T* pd = dout.data<T>();
+    const std::int64_t planes = g.n * g.c;
+    for (std::int64_t pl = 0; pl < planes; ++pl) {
+      const T* xp = px + pl * g.h * g.w;
+      T* dp = pdx + pl * g.h * g.w;
+      const T* d = pd + pl * g.ho * g.wo;
+      for (std::int64_t oh = 0; oh < g.ho; ++oh)
+        for (std::int64_t ow = 0; ow < g.wo; ++ow)
+          dp[argmax(xp, g, window(g, oh, ow))] += d[oh * g.wo + ow];
+    }
+  }
+};
+
+// The divisor of avg_pool2d's window at (oh, ow).
+inline std::int64_t avg_count(const Pool2dGeometry& g, std::int64_t oh, std::int64_t ow,
+                              bool exclusive) {
+  const Window r = window(g, oh, ow);
+  if (exclusive) return (r.he - r.hs) * (r.we - r.ws);
+  const std::int64_t hs = oh * g.sh - g.pt, ws = ow * g.sw - g.pl;
+  const std::int64_t he = std::min(hs + g.kh, g.h + g.pb), we = std::min(ws + g.kw, g.w + g.pr);
+  return (he - hs) * (we - ws);
+}
+
+template <typename T>
+struct AvgPoolK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0);
+    const auto& a = ctx.attrs<AvgPool2dOp>();
+    const Pool2dGeometry g = pool_geometry(ctx, x, a);
+    Tensor& out = ctx.alloc_output(0, Dims{g.n, g.c, g.ho, g.wo}, x.dtype());
+    if (out.numel() == 0) return;
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    const std::int64_t planes = g.n * g.c;
+    for (std::int64_t pl = 0; pl < planes; ++pl) {
+      const T* xp = px + pl * g.h * g.w;
+      T* o = po + pl * g.ho * g.wo;
+      for (std::int64_t oh = 0; oh < g.ho; ++oh)
+        for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+          const Window r = window(g, oh, ow);
+          T s = 0;
+          for (std::int64_t ih = r.hs; ih < r.he; ++ih)
+            for (std::int64_t iw = r.ws; iw < r.we; ++iw) s += xp[ih * g.w + iw];
+          const std::int64_t cnt = avg_count(g, oh, ow, a.exclusive);
+          o[oh * g.wo + ow] = cnt > 0 ? s / T(cnt) : T(0);
+        }
+    }
+  }
+};
+
+template <typename T>
+struct AvgPoolGradK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0), dout = typed_input<T>(ctx, 1);
+    const auto& a = ctx.attrs<GradOf<AvgPool2dOp>>();
+    const Pool2dGeometry g = pool_geometry(ctx, x, a);
+    check_dout(ctx, dout, Dims{g.n, g.c, g.ho, g.wo});
+    Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
+    if (dx.numel() == 0) return;
+    T* pdx = dx.data<T>();
+    std::memset(pdx, 0, dx.bytes());
+    const T* pd = dout.data<T>();
+    const std::int64_t planes = g.n * g.c;
+    for (std::int64_t pl = 0; pl < planes; ++pl) {
+      T* dp = pdx + pl * g.h * g.w;
+      const T* d = pd + pl * g.ho * g.wo;
+      for (std::int64_t oh = 0; oh < g.ho; ++oh)
+        for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+          const Window r = window(g, oh, ow);
+          const std::int64_t cnt = avg_count(g, oh, ow, a.exclusive);
+          if (cnt == 0) continue;
+          const T v = d[oh * g.wo + ow] / T(cnt);
+          for (std::int64_t ih = r.hs; ih < r.he; ++ih)
+            for (std::int64_t iw = r.ws; iw < r.we; ++iw) dp[ih * g.w + iw] += v;
+        }
+    }
+  }
+};
+
+// Adaptive windows: [floor(i·in / out), ceil((i + 1)·in / out)).
+inline std::int64_t adaptive_start(std::int64_t i, std::int64_t in, std::int64_t out) {
+  return (i * in) / out;
+}
+inline std::int64_t adaptive_end(std::int64_t i, std::int64_t in, std::int64_t out) {
+  return ((i + 1) * in + out - 1) / out;
+}
+
+template <typename A>
+void adaptive_check(const KernelContext& ctx, const Tensor& x, const A& a) {
+  if (x.rank() != 4 || a.output_size.size() != 2 || a.output_size[0] < 1 || a.output_size[1] < 1)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                "' needs x [N, C, H, W] and two output sizes >= 1, got x [",
+                x.dims().to_string(), "]");
+}
+
+template <typename T>
+struct AdaptiveAvgPoolK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0);
+    const auto& a = ctx.attrs<AdaptiveAvgPool2dOp>();
+    adaptive_check(ctx, x, a);
+    const std::int64_t n = x.dims()[0], c = x.dims()[1], h = x.dims()[2], w = x.dims()[3];
+    const std::int64_t ho = a.output_size[0], wo = a.output_size[1];
+    Tensor& out = ctx.alloc_output(0, Dims{n, c, ho, wo}, x.dtype());
+    if (out.numel() == 0) return;
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    for (std::int64_t pl = 0; pl < n * c; ++pl) {
+      const T* xp = px + pl * h * w;
+      T* o = po + pl * ho * wo;
+      for (std::int64_t oh = 0; oh < ho; ++oh) {
+        const std::int64_t hs = adaptive_start(oh, h, ho), he = adaptive_end(oh, h, ho);
+        for (std::int64_t ow = 0; ow < wo; ++ow) {
+          const std::int64_t ws = adaptive_start(ow, w, wo), we = adaptive_end(ow, w, wo);
+          T s = 0;
+          for (std::int64_t ih = hs; ih < he; ++ih)
+            for (std::int64_t iw = ws; iw < we; ++iw) s += xp[ih * w + iw];
+          const std::int64_t cnt = (he - hs) * (we - ws);
+          o[oh * wo + ow] = cnt > 0 ? s / T(cnt) : T(0);
+        }
+      }
+    }
+  }
+};
+
+template <typename T>
+struct AdaptiveAvgPoolGradK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0), dout = typed_input<T>(ctx, 1);
+    const auto& a = ctx.attrs<GradOf<AdaptiveAvgPool2dOp>>();
+    adaptive_check(ctx, x, a);
+    const std::int64_t n = x.dims()[0], c = x.dims()[1], h = x.dims()[2], w = x.dims()[3];
+    const std::int64_t ho = a.output_size[0], wo = a.output_size[1];
+    check_dout(ctx, dout, Dims{n, c, ho, wo});
+    Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
+    if (dx.numel() == 0) return;
+    T* pdx = dx.data<T>();
+    std::memset(pdx, 0, dx.bytes());
+    const T* pd = dout.data<T>();
+    for (std::int64_t pl = 0; pl < n * c; ++pl) {
+      T* dp = pdx + pl * h * w;
+      const T* d = pd + pl * ho * wo;
+      for (std::int64_t oh = 0; oh < ho; ++oh) {
+        const std::int64_t hs = adaptive_start(oh, h, ho), he = adaptive_end(oh, h, ho);
+        for (std::int64_t ow = 0; ow < wo; ++ow) {
+          const std::int64_t ws = adaptive_start(ow, w, wo), we = adaptive_end(ow, w, wo);
+          const std::int64_t cnt = (he - hs) * (we - ws);
+          if (cnt == 0) continue;
+          const T v = d[oh * wo + ow] / T(cnt);
+          for (std::int64_t ih = hs; ih < he; ++ih)
+            for (std::int64_t iw = ws; iw < we; ++iw) dp[ih * w + iw] += v;
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
+
+KILN_REGISTER_KERNELS(MaxPool2dOp, Cpu, MaxPoolK, float, double);
+KILN_REGISTER_KERNELS(GradOf<MaxPool2dOp>, Cpu, MaxPoolGradK, float, double);
+KILN_REGISTER_KERNELS(AvgPool2dOp, Cpu, AvgPoolK, float, double);
+KILN_REGISTER_KERNELS(GradOf<AvgPool2dOp>, Cpu, AvgPoolGradK, float, double);
+KILN_REGISTER_KERNELS(AdaptiveAvgPool2dOp, Cpu, AdaptiveAvgPoolK, float, double);
+KILN_REGISTER_KERNELS(GradOf<AdaptiveAvgPool2dOp>, Cpu, AdaptiveAvgPoolGradK, float, double);
+
+}  // namespace kiln::cpu

@@ -1,2 +1,247 @@
-// CPU kernels of the ops of kiln/dialect/search_ops.h.
+// CPU kernels of the search ops: argmax / argmin (expanded from the family's
+// math structs; with dims after the axis the comparison runs across them,
+// contiguous), topk (per row: the candidates gathered into a per-thread
+// scratch buffer, partially sorted) with its gradient (a scatter of the
+// grad to the indices), and one_hot. The run path allocates nothing but
+// output buffers.
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "cpu_kernel_util.h"
 #include "kiln/dialect/search_ops.h"
+#include "kiln/kernel/kernel_registry.h"
+
+namespace kiln::cpu {
+namespace {
+
+std::int64_t axis_at_run(const KernelContext& ctx, std::int64_t axis, int rank) {
+  if (axis < -rank || axis >= rank)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' axis ", axis,
+                " is out of range for an input of rank ", rank);
+  return axis < 0 ? axis + rank : axis;
+}
+
+// outer × len × inner around `axis`.
+struct Split3 {
+  std::int64_t outer = 1, len = 1, inner = 1;
+};
+Split3 split_at(const Dims& d, std::int64_t axis) {
+  Split3 s;
+  for (int k = 0; k < axis; ++k) s.outer *= d[k];
+  s.len = d[static_cast<int>(axis)];
+  for (int k = static_cast<int>(axis) + 1; k < d.rank(); ++k) s.inner *= d[k];
+  return s;
+}
+
+// ---- argmax / argmin ----
+
+template <typename Math>
+struct ArgReduceK {
+  template <typename T>
+  struct K {
+    static void run(KernelContext& ctx) {
+      using OpT = ArgReduceOp<Math>;
+      const auto& a = ctx.attrs<OpT>();
+      const Tensor& x = typed_input<T>(ctx, 0);
+      const int r = x.rank();
+      if (r == 0)
+        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                    "' needs an input of rank >= 1, got ", x.type_string());
+      const std::int64_t axis = axis_at_run(ctx, a.axis, r);
+      const Split3 s = split_at(x.dims(), axis);
+      if (s.len == 0)
+        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                    "' cannot search an empty dim of ", x.type_string());
+      Dims od = x.dims();
+      if (a.keepdim) {
+        od[static_cast<int>(axis)] = 1;
+      } else {
+        std::int64_t d[Dims::kMaxRank];
+        int k = 0;
+        for (int i = 0; i < r; ++i)
+          if (i != axis) d[k++] = x.dims()[i];
+        od = Dims(std::span<const std::int64_t>(d, k));
+      }
+      Tensor& out = ctx.alloc_output(0, od, DataType::Int64);
+      const T* px = x.data<T>();
+      std::int64_t* po = out.data<std::int64_t>();
+      if (s.inner == 1) {
+        for (std::int64_t o = 0; o < s.outer; ++o) {
+          const T* __restrict row = px + o * s.len;
+          std::int64_t best = 0;
+          for (std::int64_t i = 1; i < s.len; ++i)
+            if (Math::better(row[i], row[best])) best = i;
+          po[o] = best;
+        }
+        return;
+      }
+      // Across the inner dims: one running best value per column.
+      T* __restrict bv = scratch<T>(s.inner);
+      for (std::int64_t o = 0; o < s.outer; ++o) {
+        const T* block = px + o * s.len * s.inner;
+        std::int64_t* __restrict bi = po + o * s.inner;
+        std::memcpy(bv, block, static_cast<std::size_t>(s.inner) * sizeof(T));
+        for (std::int64_t k = 0; k < s.inner; ++k) bi[k] = 0;
+        for (std::int64_t i = 1; i < s.len; ++i) {
+          const T* __restrict row = block + i * s.inner;
+          for (std::int64_t k = 0; k < s.inner; ++k)
+            if (Math::better(row[k], bv[k])) {
+              bv[k] = row[k];
+              bi[k] = i;
+            }
+        }
+      }
+    }
+  };
+};
+
+template <typename T> using ArgMaxK = ArgReduceK<ArgMaxMath>::K<T>;
+template <typename T> using ArgMinK = ArgReduceK<ArgMinMath>::K<T>;
+
+// ---- topk ----
+
+// a ranks before b: the larger (or smaller) value, NaN as the largest, the
+// lower index on ties.
+template <typename T>
+struct TopKOrder {
+  bool largest;
+  bool operator()(const std::pair<T, std::int64_t>& a, const std::pair<T, std::int64_t>& b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      const bool na = std::isnan(a.first), nb = std::isnan(b.first);
+      if (na || nb) {
+        if (na && nb) return a.second < b.second;
+        return largest ? na : nb;
+      }
+    }
+    if (a.first != b.first) return largest ? a.first > b.first : a.first < b.first;
+    return a.second < b.second;
+  }
+};
+
+template <typename T>
+struct TopKK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<TopKOp>();
+    const Tensor& x = typed_input<T>(ctx, 0);
+    const int r = x.rank();
+    if (r == 0)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                  "' needs an input of rank >= 1, got ", x.type_string());
+    const std::int64_t axis = axis_at_run(ctx, a.axis, r);
+    const Split3 s = split_at(x.dims(), axis);
+    if (a.k < 0 || a.k > s.len)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' k = ", a.k,
+                  " must be in [0, ", s.len, "] for ", x.type_string());
+    Dims od = x.dims();
+    od[static_cast<int>(axis)] = a.k;
+    Tensor& vals = ctx.alloc_output(0, od, x.dtype());
+    Tensor& idxs = ctx.alloc_output(1, od, DataType::Int64);
+    if (vals.numel() == 0) return;
+    const T* px = x.data<T>();
+    T* pv = vals.data<T>();
+    std::int64_t* pi = idxs.data<std::int64_t>();
+    auto* cand = scratch<std::pair<T, std::int64_t>>(s.len);
+    const TopKOrder<T> order{a.largest};
+    const std::int64_t k = a.k;
+    for (std::int64_t o = 0; o < s.outer; ++o)
+      for (std::int64_t c = 0; c < s.inner; ++c) {
+        const T* src = px + o * s.len * s.inner + c;
+        for (std::int64_t i = 0; i < s.len; ++i) cand[i] = {src[i * s.inner], i};
+        if (a.sorted) {
+          std::partial_sort(cand, cand + k, cand + s.len, order);
+        } else if (k < s.len) {
+          std::nth_element(cand, cand + k, cand + s.len, order);
+        }
+        T* dv = pv + o * k * s.inner + c;
+        std::int64_t* di = pi + o * k * s.inner + c;
+        for (std::int64_t j = 0; j < k; ++j) {
+          dv[j * s.inner] = cand[j].first;
+          di[j * s.inner] = cand[j].second;
+        }
+      }
+  }
+};
+
+// topk_grad(x, indices, dvalues): zeros like x, dvalues written at the
+// indices (distinct within a row, so no sums are needed).
+template <typename T>
+struct TopKGradK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<GradOf<TopKOp>>();
+    const Dims xd = ctx.input(0).dims();
+    const Tensor& idx = typed_input<std::int64_t>(ctx, 1);
+    const Tensor& dv = typed_input<T>(ctx, 2);
+    const int r = xd.rank();
+    const std::int64_t axis = axis_at_run(ctx, a.axis, r);
+    const Split3 s = split_at(xd, axis);
+    Dims want = xd;
+    want[static_cast<int>(axis)] = a.k;
+    if (idx.dims() != want || dv.dims() != want)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' indices ",
+                  idx.type_string(), " and dvalues ", dv.type_string(), " must be [",
+                  want.to_string(), "]");
+    Tensor& dx = ctx.alloc_output(0, xd, dv.dtype());
+    T* pdx = dx.data<T>();
+    if (dx.numel()) std::memset(pdx, 0, dx.bytes());
+    const std::int64_t* pi = idx.data<std::int64_t>();
+    const T* pd = dv.data<T>();
+    const std::int64_t k = a.k;
+    for (std::int64_t o = 0; o < s.outer; ++o)
+      for (std::int64_t j = 0; j < k; ++j) {
+        const std::int64_t* ri = pi + (o * k + j) * s.inner;
+        const T* rd = pd + (o * k + j) * s.inner;
+        T* base = pdx + o * s.len * s.inner;
+        for (std::int64_t c = 0; c < s.inner; ++c) {
+          const std::int64_t i = ri[c];
+          if (i < 0 || i >= s.len)
+            throw_error(ErrorKind::OutOfRange, "op '", ctx.op()->name(), "' index ", i,
+                        " is outside [0, ", s.len, ")");
+          base[i * s.inner + c] = rd[c];
+        }
+      }
+  }
+};
+
+// ---- one_hot: kernels by the ids' dtype ----
+
+template <typename I>
+struct OneHotK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<OneHotOp>();
+    const Tensor& ids = typed_input<I>(ctx, 0);
+    const std::int64_t c = a.num_classes;
+    if (c < 1)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                  "' num_classes must be >= 1, got ", c);
+    std::int64_t d[Dims::kMaxRank];
+    const int r = ids.rank();
+    if (r + 1 > Dims::kMaxRank)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' result rank ", r + 1,
+                  " exceeds the maximum rank ", Dims::kMaxRank);
+    for (int i = 0; i < r; ++i) d[i] = ids.dims()[i];
+    d[r] = c;
+    Tensor& out = ctx.alloc_output(0, Dims(std::span<const std::int64_t>(d, r + 1)),
+                                   DataType::Float32);
+    float* po = out.data<float>();
+    const I* pi = ids.data<I>();
+    const std::int64_t n = ids.numel();
+    for (std::int64_t i = 0; i < n; ++i)
+      if (pi[i] < 0 || pi[i] >= c)
+        throw_error(ErrorKind::OutOfRange, "op '", ctx.op()->name(), "' id ",
+                    static_cast<std::int64_t>(pi[i]), " at element ", i, " is outside [0, ", c,
+                    ")");
+    if (out.numel()) std::memset(po, 0, out.bytes());
+    for (std::int64_t i = 0; i < n; ++i) po[i * c + pi[i]] = 1.0f;
+  }
+};
+
+}  // namespace
+
+KILN_REGISTER_KERNELS(ArgMaxOp, Cpu, ArgMaxK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNELS(ArgMinOp, Cpu, ArgMinK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNELS(TopKOp, Cpu, TopKK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNELS(GradOf<TopKOp>, Cpu, TopKGradK, float, double);
+KILN_REGISTER_KERNELS(OneHotOp, Cpu, OneHotK, std::int32_t, std::int64_t);
+
+}  // namespace kiln::cpu

@@ -1,2 +1,219 @@
-// The ops of kiln/dialect/conv_ops.h.
+// The ops of kiln/dialect/conv_ops.h: InferMeta, Vjp, gradient ops and
+// registration.
 #include "kiln/dialect/conv_ops.h"
+
+namespace kiln {
+
+KILN_REGISTER_OP(Conv2dOp, GradOf<Conv2dOp>, Conv2dTransposeOp, GradOf<Conv2dTransposeOp>);
+
+namespace conv {
+
+std::array<std::int64_t, 4> paddings4(std::string_view op, const std::vector<std::int64_t>& p) {
+  std::array<std::int64_t, 4> r{};
+  if (p.size() == 2) r = {p[0], p[0], p[1], p[1]};
+  else if (p.size() == 4) r = {p[0], p[1], p[2], p[3]};
+  else
+    throw_error(ErrorKind::InvalidArgument, "op '", op,
+                "' paddings must have 2 ([ph, pw]) or 4 ([top, bottom, left, right]) entries, got ",
+                meta::dims_string(p));
+  for (auto v : r)
+    if (v < 0)
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' paddings must be >= 0, got ",
+                  meta::dims_string(p));
+  return r;
+}
+
+void require_pair(std::string_view op, std::string_view what, const std::vector<std::int64_t>& v,
+                  std::int64_t min) {
+  if (v.size() != 2 || v[0] < min || v[1] < min)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", what,
+                " must be two entries, each >= ", min, ", got ", meta::dims_string(v));
+}
+
+std::int64_t conv_out(std::string_view op, std::string_view axis, std::int64_t in, std::int64_t k,
+                      std::int64_t s, std::int64_t p0, std::int64_t p1, std::int64_t d) {
+  if (in < 0) return -1;
+  const std::int64_t span = d * (k - 1) + 1, padded = in + p0 + p1;
+  if (span > padded)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' kernel extent ", span, " along ", axis,
+                " is larger than the padded input (", in, " + ", p0, " + ", p1, " = ", padded, ")");
+  return (padded - span) / s + 1;
+}
+
+}  // namespace conv
+
+namespace {
+
+struct Checked {
+  DataType dtype;
+  std::vector<std::int64_t> x, w;
+};
+
+// Operands x, w: rank-4 tensors of one floating dtype.
+Checked check_xw(std::string_view op, const std::vector<Type>& in) {
+  Type x = meta::float_operand(op, in, 0), w = meta::float_operand(op, in, 1);
+  meta::require_same_dtype(op, shaped_data_type(x), shaped_data_type(w));
+  Checked c{shaped_data_type(x), shaped_dims(x), shaped_dims(w)};
+  if (c.x.size() != 4)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' x must be [N, C, H, W] (rank 4), got ",
+                meta::dims_string(c.x));
+  if (c.w.size() != 4)
+    throw_error(ErrorKind::InvalidArgument, "op '", op,
+                "' w must be rank 4 ([out, in / groups, kh, kw]), got ", meta::dims_string(c.w));
+  return c;
+}
+
+void check_common(std::string_view op, const std::vector<std::int64_t>& strides,
+                  const std::vector<std::int64_t>& dilations, std::int64_t groups) {
+  conv::require_pair(op, "strides", strides, 1);
+  conv::require_pair(op, "dilations", dilations, 1);
+  if (groups < 1)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' groups must be >= 1, got ", groups);
+}
+
+std::vector<std::int64_t> conv2d_shape(std::string_view op, const std::vector<Type>& in,
+                                       const Conv2dOp::Attributes& a, DataType* dtype) {
+  Checked c = check_xw(op, in);
+  *dtype = c.dtype;
+  check_common(op, a.strides, a.dilations, a.groups);
+  auto p = conv::paddings4(op, a.paddings);
+  const std::int64_t C = c.x[1], O = c.w[0], Cg = c.w[1];
+  if (O >= 0 && O % a.groups != 0)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' groups (", a.groups,
+                ") must divide the output channels w[0] = ", O);
+  if (C >= 0 && C % a.groups != 0)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' groups (", a.groups,
+                ") must divide the input channels x[1] = ", C);
+  if (C >= 0 && Cg >= 0 && Cg * a.groups != C)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' channels mismatch: x has C = ", C,
+                ", w ", meta::dims_string(c.w), " expects C = w[1] * groups = ", Cg * a.groups);
+  if (c.w[2] == 0 || c.w[3] == 0)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' kernel must not be empty, w is ",
+                meta::dims_string(c.w));
+  std::int64_t ho = c.w[2] < 0 ? -1
+                               : conv::conv_out(op, "H", c.x[2], c.w[2], a.strides[0], p[0], p[1],
+                                                a.dilations[0]);
+  std::int64_t wo = c.w[3] < 0 ? -1
+                               : conv::conv_out(op, "W", c.x[3], c.w[3], a.strides[1], p[2], p[3],
+                                                a.dilations[1]);
+  return {c.x[0], O, ho, wo};
+}
+
+std::int64_t transpose_out(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p0,
+                           std::int64_t p1, std::int64_t op, std::int64_t d) {
+  if (in < 0 || k < 0) return -1;
+  return (in - 1) * s - p0 - p1 + d * (k - 1) + op + 1;
+}
+
+std::vector<std::int64_t> transpose_shape(std::string_view op, const std::vector<Type>& in,
+                                          const Conv2dTransposeOp::Attributes& a,
+                                          DataType* dtype) {
+  Checked c = check_xw(op, in);
+  *dtype = c.dtype;
+  check_common(op, a.strides, a.dilations, a.groups);
+  auto p = conv::paddings4(op, a.paddings);
+  conv::require_pair(op, "output_padding", a.output_padding, 0);
+  for (int i = 0; i < 2; ++i)
+    if (a.output_padding[i] >= a.strides[i] && a.output_padding[i] >= a.dilations[i])
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' output_padding ",
+                  meta::dims_string(a.output_padding),
+                  " must be smaller than the stride or the dilation along each axis");
+  const std::int64_t C = c.x[1], Cin = c.w[0], Cog = c.w[1];
+  if (Cin >= 0 && Cin % a.groups != 0)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' groups (", a.groups,
+                ") must divide the input channels w[0] = ", Cin);
+  if (C >= 0 && Cin >= 0 && C != Cin)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' channels mismatch: x has C = ", C,
+                ", w ", meta::dims_string(c.w), " expects C = w[0] = ", Cin);
+  if (c.w[2] == 0 || c.w[3] == 0)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' kernel must not be empty, w is ",
+                meta::dims_string(c.w));
+  std::int64_t ho = transpose_out(c.x[2], c.w[2], a.strides[0], p[0], p[1], a.output_padding[0],
+                                  a.dilations[0]);
+  std::int64_t wo = transpose_out(c.x[3], c.w[3], a.strides[1], p[2], p[3], a.output_padding[1],
+                                  a.dilations[1]);
+  if ((ho != -1 && ho < 1) || (wo != -1 && wo < 1))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' output would be empty: [", ho, ", ", wo,
+                "] (paddings ", meta::dims_string(a.paddings), " too large)");
+  return {c.x[0], Cog < 0 ? -1 : Cog * a.groups, ho, wo};
+}
+
+// dout (operand 2) has the forward result's dtype and shape.
+void check_dout(std::string_view op, const std::vector<Type>& in, DataType dt,
+                const std::vector<std::int64_t>& want) {
+  Type d = meta::tensor_operand(op, in, 2);
+  meta::require_same_dtype(op, dt, shaped_data_type(d), 0, 2);
+  if (!meta::compatible_dims(shaped_dims(d), want))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' dout ",
+                meta::dims_string(shaped_dims(d)), " must have the forward result's shape ",
+                meta::dims_string(want));
+}
+
+}  // namespace
+
+void Conv2dOp::build(Builder&, OperationArgument& arg, Value x, Value w,
+                     std::vector<std::int64_t> strides, std::vector<std::int64_t> paddings,
+                     std::vector<std::int64_t> dilations, std::int64_t groups) {
+  arg.add_operand(x);
+  arg.add_operand(w);
+  arg.attributes = to_named_attributes(
+      Attributes{std::move(strides), std::move(paddings), std::move(dilations), groups});
+}
+
+std::vector<Type> Conv2dOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  meta::require_count(name, in, 2);
+  DataType dt;
+  auto dims = conv2d_shape(name, in, from_attributes<Attributes>(attrs, name), &dt);
+  return {meta::result_like(in, dt, dims)};
+}
+
+void Conv2dOp::Grad::check(std::string_view op, const std::vector<Type>& in,
+                           DictionaryAttribute attrs) {
+  DataType dt;
+  auto dims = conv2d_shape(op, {in[0], in[1]}, from_attributes<Attributes>(attrs, op), &dt);
+  check_dout(op, in, dt, dims);
+}
+
+std::vector<Value> Conv2dOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = vjp::single_grad(op, g);
+  if (!d) return {Value(), Value()};
+  auto grad = b.create<GradOf<Conv2dOp>>(op, op->operand_source(0), op->operand_source(1), d);
+  return {grad.operation()->result(0), grad.operation()->result(1)};
+}
+
+void Conv2dTransposeOp::build(Builder&, OperationArgument& arg, Value x, Value w,
+                              std::vector<std::int64_t> strides,
+                              std::vector<std::int64_t> paddings,
+                              std::vector<std::int64_t> output_padding,
+                              std::vector<std::int64_t> dilations, std::int64_t groups) {
+  arg.add_operand(x);
+  arg.add_operand(w);
+  arg.attributes = to_named_attributes(Attributes{std::move(strides), std::move(paddings),
+                                                  std::move(output_padding),
+                                                  std::move(dilations), groups});
+}
+
+std::vector<Type> Conv2dTransposeOp::infer_meta(const std::vector<Type>& in,
+                                                DictionaryAttribute attrs) {
+  meta::require_count(name, in, 2);
+  DataType dt;
+  auto dims = transpose_shape(name, in, from_attributes<Attributes>(attrs, name), &dt);
+  return {meta::result_like(in, dt, dims)};
+}
+
+void Conv2dTransposeOp::Grad::check(std::string_view op, const std::vector<Type>& in,
+                                    DictionaryAttribute attrs) {
+  DataType dt;
+  auto dims = transpose_shape(op, {in[0], in[1]}, from_attributes<Attributes>(attrs, op), &dt);
+  check_dout(op, in, dt, dims);
+}
+
+std::vector<Value> Conv2dTransposeOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = vjp::single_grad(op, g);
+  if (!d) return {Value(), Value()};
+  auto grad =
+      b.create<GradOf<Conv2dTransposeOp>>(op, op->operand_source(0), op->operand_source(1), d);
+  return {grad.operation()->result(0), grad.operation()->result(1)};
+}
+
+}  // namespace kiln

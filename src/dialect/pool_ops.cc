@@ -1,2 +1,178 @@
-// The ops of kiln/dialect/pool_ops.h.
+// The ops of kiln/dialect/pool_ops.h: InferMeta, Vjp, gradient ops and
+// registration.
 #include "kiln/dialect/pool_ops.h"
+
+#include <algorithm>
+
+namespace kiln {
+
+KILN_REGISTER_OP(MaxPool2dOp, GradOf<MaxPool2dOp>, AvgPool2dOp, GradOf<AvgPool2dOp>,
+                 AdaptiveAvgPool2dOp, GradOf<AdaptiveAvgPool2dOp>);
+
+namespace pool {
+
+namespace {
+void require_pair(std::string_view op, std::string_view what, const std::vector<std::int64_t>& v,
+                  std::int64_t min) {
+  if (v.size() != 2 || v[0] < min || v[1] < min)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", what,
+                " must be two entries, each >= ", min, ", got ", meta::dims_string(v));
+}
+
+std::int64_t pool_out(std::string_view op, std::string_view axis, std::int64_t in, std::int64_t k,
+                      std::int64_t s, std::int64_t p0, std::int64_t p1, bool ceil_mode) {
+  if (in < 0) return -1;
+  const std::int64_t padded = in + p0 + p1;
+  if (k > padded)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' pool window ", k, " along ", axis,
+                " is larger than the padded input (", in, " + ", p0, " + ", p1, " = ", padded, ")");
+  std::int64_t out = (padded - k + (ceil_mode ? s - 1 : 0)) / s + 1;
+  // The last window must start inside the input or its top / left padding.
+  if (ceil_mode && (out - 1) * s >= in + p0) --out;
+  return out;
+}
+}  // namespace
+
+Pool2dGeometry geometry(std::string_view op, const std::vector<std::int64_t>& x,
+                        const std::vector<std::int64_t>& kernel_size,
+                        const std::vector<std::int64_t>& strides,
+                        const std::vector<std::int64_t>& paddings, bool ceil_mode) {
+  if (x.size() != 4)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' x must be [N, C, H, W] (rank 4), got ",
+                meta::dims_string(x));
+  require_pair(op, "kernel_size", kernel_size, 1);
+  const std::vector<std::int64_t>& s = strides.empty() ? kernel_size : strides;
+  require_pair(op, "strides", s, 1);
+  Pool2dGeometry g;
+  if (paddings.size() == 2) g.pt = g.pb = paddings[0], g.pl = g.pr = paddings[1];
+  else if (paddings.size() == 4) g.pt = paddings[0], g.pb = paddings[1], g.pl = paddings[2], g.pr = paddings[3];
+  else
+    throw_error(ErrorKind::InvalidArgument, "op '", op,
+                "' paddings must have 2 ([ph, pw]) or 4 ([top, bottom, left, right]) entries, got ",
+                meta::dims_string(paddings));
+  g.kh = kernel_size[0], g.kw = kernel_size[1], g.sh = s[0], g.sw = s[1];
+  if (g.pt < 0 || g.pb < 0 || g.pl < 0 || g.pr < 0 || 2 * std::max(g.pt, g.pb) > g.kh ||
+      2 * std::max(g.pl, g.pr) > g.kw)
+    throw_error(ErrorKind::InvalidArgument, "op '", op,
+                "' paddings must be >= 0 and at most half the kernel, got paddings ",
+                meta::dims_string(paddings), " for kernel_size ", meta::dims_string(kernel_size));
+  g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
+  g.ho = pool_out(op, "H", g.h, g.kh, g.sh, g.pt, g.pb, ceil_mode);
+  g.wo = pool_out(op, "W", g.w, g.kw, g.sw, g.pl, g.pr, ceil_mode);
+  return g;
+}
+
+}  // namespace pool
+
+namespace {
+
+std::vector<std::int64_t> pool_dims(std::string_view op, const std::vector<Type>& in,
+                                    const std::vector<std::int64_t>& kernel_size,
+                                    const std::vector<std::int64_t>& strides,
+                                    const std::vector<std::int64_t>& paddings, bool ceil_mode) {
+  Type x = meta::float_operand(op, in, 0);
+  Pool2dGeometry g = pool::geometry(op, shaped_dims(x), kernel_size, strides, paddings, ceil_mode);
+  return {g.n, g.c, g.ho, g.wo};
+}
+
+std::vector<std::int64_t> adaptive_dims(std::string_view op, const std::vector<Type>& in,
+                                        const std::vector<std::int64_t>& output_size) {
+  Type x = meta::float_operand(op, in, 0);
+  const auto& d = shaped_dims(x);
+  if (d.size() != 4)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' x must be [N, C, H, W] (rank 4), got ",
+                meta::dims_string(d));
+  if (output_size.size() != 2 || output_size[0] < 1 || output_size[1] < 1)
+    throw_error(ErrorKind::InvalidArgument, "op '", op,
+                "' output_size must be two entries, each >= 1, got ",
+                meta::dims_string(output_size));
+  return {d[0], d[1], output_size[0], output_size[1]};
+}
+
+// The grad op's dout (operand 1): x's dtype, the forward result's shape.
+void check_dout(std::string_view op, const std::vector<Type>& in,
+                const std::vector<std::int64_t>& want) {
+  Type d = meta::tensor_operand(op, in, 1);
+  meta::require_same_dtype(op, shaped_data_type(in[0]), shaped_data_type(d), 0, 1);
+  if (!meta::compatible_dims(shaped_dims(d), want))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' dout ",
+                meta::dims_string(shaped_dims(d)), " must have the forward result's shape ",
+                meta::dims_string(want));
+}
+
+template <typename Fwd>
+std::vector<Value> pool_vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = vjp::single_grad(op, g);
+  if (!d || !vjp::differentiable(op->operand_source(0))) return {Value()};
+  return {b.create<GradOf<Fwd>>(op, op->operand_source(0), d).result()};
+}
+
+}  // namespace
+
+void MaxPool2dOp::build(Builder&, OperationArgument& arg, Value x,
+                        std::vector<std::int64_t> kernel_size, std::vector<std::int64_t> strides,
+                        std::vector<std::int64_t> paddings, bool ceil_mode) {
+  arg.add_operand(x);
+  if (strides.empty()) strides = kernel_size;
+  arg.attributes = to_named_attributes(
+      Attributes{std::move(kernel_size), std::move(strides), std::move(paddings), ceil_mode});
+}
+std::vector<Type> MaxPool2dOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  meta::require_count(name, in, 1);
+  auto a = from_attributes<Attributes>(attrs, name);
+  auto dims = pool_dims(name, in, a.kernel_size, a.strides, a.paddings, a.ceil_mode);
+  return {meta::result_like(in, shaped_data_type(in[0]), dims)};
+}
+void MaxPool2dOp::Grad::check(std::string_view op, const std::vector<Type>& in,
+                              DictionaryAttribute attrs) {
+  auto a = from_attributes<Attributes>(attrs, op);
+  check_dout(op, in, pool_dims(op, in, a.kernel_size, a.strides, a.paddings, a.ceil_mode));
+}
+std::vector<Value> MaxPool2dOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  return pool_vjp<MaxPool2dOp>(b, op, g);
+}
+
+void AvgPool2dOp::build(Builder&, OperationArgument& arg, Value x,
+                        std::vector<std::int64_t> kernel_size, std::vector<std::int64_t> strides,
+                        std::vector<std::int64_t> paddings, bool ceil_mode, bool exclusive) {
+  arg.add_operand(x);
+  if (strides.empty()) strides = kernel_size;
+  arg.attributes = to_named_attributes(Attributes{std::move(kernel_size), std::move(strides),
+                                                  std::move(paddings), ceil_mode, exclusive});
+}
+std::vector<Type> AvgPool2dOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  meta::require_count(name, in, 1);
+  auto a = from_attributes<Attributes>(attrs, name);
+  auto dims = pool_dims(name, in, a.kernel_size, a.strides, a.paddings, a.ceil_mode);
+  return {meta::result_like(in, shaped_data_type(in[0]), dims)};
+}
+void AvgPool2dOp::Grad::check(std::string_view op, const std::vector<Type>& in,
+                              DictionaryAttribute attrs) {
+  auto a = from_attributes<Attributes>(attrs, op);
+  check_dout(op, in, pool_dims(op, in, a.kernel_size, a.strides, a.paddings, a.ceil_mode));
+}
+std::vector<Value> AvgPool2dOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  return pool_vjp<AvgPool2dOp>(b, op, g);
+}
+
+void AdaptiveAvgPool2dOp::build(Builder&, OperationArgument& arg, Value x,
+                                std::vector<std::int64_t> output_size) {
+  arg.add_operand(x);
+  arg.attributes = to_named_attributes(Attributes{std::move(output_size)});
+}
+std::vector<Type> AdaptiveAvgPool2dOp::infer_meta(const std::vector<Type>& in,
+                                                  DictionaryAttribute attrs) {
+  meta::require_count(name, in, 1);
+  auto dims = adaptive_dims(name, in, from_attributes<Attributes>(attrs, name).output_size);
+  return {meta::result_like(in, shaped_data_type(in[0]), dims)};
+}
+void AdaptiveAvgPool2dOp::Grad::check(std::string_view op, const std::vector<Type>& in,
+                                      DictionaryAttribute attrs) {
+  check_dout(op, in, adaptive_dims(op, in, from_attributes<Attributes>(attrs, op).output_size));
+}
+std::vector<Value> AdaptiveAvgPool2dOp::vjp(Builder& b, Operation* op,
+                                            const std::vector<Value>& g) {
+  return pool_vjp<AdaptiveAvgPool2dOp>(b, op, g);
+}
+
+}  // namespace kiln

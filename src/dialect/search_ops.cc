@@ -1,2 +1,125 @@
-// The ops of kiln/dialect/search_ops.h.
+// The search ops of kiln/dialect/search_ops.h: InferMeta, Vjp, gradient op
+// and registration.
 #include "kiln/dialect/search_ops.h"
+
+#include <utility>
+
+#include "op_helpers.h"
+
+namespace kiln {
+
+KILN_REGISTER_OP(ArgMaxOp, ArgMinOp, TopKOp, GradOf<TopKOp>, OneHotOp);
+
+using dialect_detail::dims_str;
+using dialect_detail::expect_tensor;
+using dialect_detail::is_index_dtype;
+using dialect_detail::make_like;
+using dialect_detail::normalize_axis;
+
+namespace {
+void require_searchable(std::string_view op, DataType dt) {
+  if (dt != DataType::Float32 && dt != DataType::Float64 && dt != DataType::Int32 &&
+      dt != DataType::Int64)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' takes f32, f64, i32 or i64, got ",
+                to_string(dt));
+}
+}  // namespace
+
+// ---- argmax / argmin ----
+
+template <typename Math>
+std::vector<Type> ArgReduceOp<Math>::infer_meta(const std::vector<Type>& in,
+                                                DictionaryAttribute attrs) {
+  auto a = from_attributes<Attributes>(attrs, name);
+  meta::require_count(name, in, 1);
+  Type x = expect_tensor(name, in, 0);
+  require_searchable(name, shaped_data_type(x));
+  std::vector<std::int64_t> out = shaped_dims(x);
+  if (out.empty())
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs an input of rank >= 1");
+  std::int64_t axis = normalize_axis(name, a.axis, static_cast<std::int64_t>(out.size()));
+  if (out[axis] == 0)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot search an empty dim ", axis,
+                " of ", dims_str(out));
+  if (a.keepdim) out[axis] = 1;
+  else out.erase(out.begin() + axis);
+  return {make_like(in, DataType::Int64, std::move(out))};
+}
+
+template struct ArgReduceOp<ArgMaxMath>;
+template struct ArgReduceOp<ArgMinMath>;
+
+// ---- topk ----
+
+void TopKOp::build(Builder&, OperationArgument& arg, Value x, std::int64_t k, std::int64_t axis,
+                   bool largest, bool sorted) {
+  arg.add_operand(x);
+  arg.attributes = to_named_attributes(Attributes{k, axis, largest, sorted});
+}
+
+std::vector<Type> TopKOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  auto a = from_attributes<Attributes>(attrs, name);
+  meta::require_count(name, in, 1);
+  Type x = expect_tensor(name, in, 0);
+  DataType dt = shaped_data_type(x);
+  require_searchable(name, dt);
+  std::vector<std::int64_t> out = shaped_dims(x);
+  if (out.empty())
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs an input of rank >= 1");
+  std::int64_t axis = normalize_axis(name, a.axis, static_cast<std::int64_t>(out.size()));
+  if (a.k < 0 || (out[axis] >= 0 && a.k > out[axis]))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' k = ", a.k, " must be in [0, ",
+                out[axis], "] (dim ", axis, " of ", dims_str(out), ")");
+  out[axis] = a.k;
+  return {make_like(in, dt, out), make_like(in, DataType::Int64, out)};
+}
+
+// Grad w.r.t. x through the values; the indices carry none.
+std::vector<Value> TopKOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  vjp::check_out_grads(op, g);
+  if (!g[0] || !vjp::differentiable(op->operand_source(0))) return {Value()};
+  return {b.create<GradOf<TopKOp>>(op, op->operand_source(0), op->result(1), g[0]).result()};
+}
+
+void TopKOp::Grad::check(std::string_view name, const std::vector<Type>& in,
+                         DictionaryAttribute attrs) {
+  Type x = meta::tensor_operand(name, in, 0), idx = expect_tensor(name, in, 1),
+       dv = expect_tensor(name, in, 2);
+  meta::require_same_dtype(name, shaped_data_type(x), shaped_data_type(dv), 0, 2);
+  if (shaped_data_type(idx) != DataType::Int64)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' indices must be i64, got ",
+                to_string(shaped_data_type(idx)));
+  auto fwd = TopKOp::infer_meta({x}, attrs);
+  for (std::size_t i : {std::size_t{1}, std::size_t{2}})
+    if (!meta::compatible_dims(shaped_dims(fwd[0]), shaped_dims(in[i])))
+      throw_error(ErrorKind::InvalidArgument, "op '", name, "' operand #", i, " ",
+                  dims_str(shaped_dims(in[i])), " must have the topk shape ",
+                  dims_str(shaped_dims(fwd[0])));
+}
+
+// ---- one_hot ----
+
+void OneHotOp::build(Builder&, OperationArgument& arg, Value ids, std::int64_t num_classes) {
+  arg.add_operand(ids);
+  arg.attributes = to_named_attributes(Attributes{num_classes});
+}
+
+std::vector<Type> OneHotOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  auto a = from_attributes<Attributes>(attrs, name);
+  meta::require_count(name, in, 1);
+  Type ids = expect_tensor(name, in, 0);
+  if (!is_index_dtype(shaped_data_type(ids)))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' ids must be i32 or i64, got ",
+                to_string(shaped_data_type(ids)));
+  if (a.num_classes < 1)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' num_classes must be >= 1, got ",
+                a.num_classes);
+  std::vector<std::int64_t> out = shaped_dims(ids);
+  out.push_back(a.num_classes);
+  if (out.size() > 9)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' result rank ", out.size(),
+                " exceeds the maximum rank 9");
+  return {make_like(in, DataType::Float32, std::move(out))};
+}
+
+}  // namespace kiln

@@ -123,24 +123,17 @@ Value layer_norm(Value x, const std::vector<std::int64_t>& normalized_shape, Val
   if (!ok)
     throw_error(ErrorKind::InvalidArgument, "layer_norm: x ", meta::dims_string(d),
                 " must end in normalized_shape ", meta::dims_string(normalized_shape));
-  if (!(eps >= 0)) throw_error(ErrorKind::InvalidArgument, "layer_norm: eps ", eps, " must be >= 0");
-  std::vector<std::int64_t> axes;
-  for (std::size_t i = 0; i < k; ++i) axes.push_back(-std::int64_t(k) + std::int64_t(i));
+  if (!(eps > 0)) throw_error(ErrorKind::InvalidArgument, "layer_norm: eps ", eps, " must be > 0");
   Builder b = main_builder();
-  Value mean = b.create<MeanOp>(x, axes, true).result();
-  Value xc = b.create<SubOp>(x, mean).result();
-  Value var = b.create<MeanOp>(b.create<SquareOp>(xc).result(), axes, true).result();
-  Value denom = b.create<SqrtOp>(b.create<ScaleOp>(var, 1.0, eps).result()).result();
-  Value y = b.create<DivOp>(xc, denom).result();
-  if (weight) {
-    check_value("layer_norm", "weight", weight);
-    y = b.create<MulOp>(y, weight).result();
-  }
-  if (bias) {
-    check_value("layer_norm", "bias", bias);
-    y = b.create<AddOp>(y, bias).result();
-  }
-  return y;
+  // One fused kiln.layer_norm over the trailing k axes; a missing weight /
+  // bias is ones / zeros shaped like normalized_shape.
+  const DataType dt = shaped_data_type(x.type());
+  if (weight) check_value("layer_norm", "weight", weight);
+  else weight = b.create<FullOp>(normalized_shape, 1.0, dt).result();
+  if (bias) check_value("layer_norm", "bias", bias);
+  else bias = b.create<FullOp>(normalized_shape, 0.0, dt).result();
+  const auto begin = static_cast<std::int64_t>(d.size() - k);
+  return b.create<LayerNormOp>(x, weight, bias, begin, eps).result(0);
 }
 
 Value mse_loss(Value input, Value label, Reduction reduction) {

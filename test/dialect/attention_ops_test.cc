@@ -1,2 +1,162 @@
-// InferMeta, Vjp and error tests of the ops of kiln/dialect/attention_ops.h.
+// InferMeta, Vjp and error tests of the ops of kiln/dialect/attention_ops.h:
+// result types (static and -1 dims, vtensors), the build-time errors naming
+// the op (rank, head dims, batch / head counts, key / value lengths, dtypes,
+// the gradient op's out / lse / dout), and the Vjp against central finite
+// differences in f64 (causal and not, Lq != Lk, several query tiles).
+#include <limits>
+#include <vector>
+
 #include "catch.hpp"
+#include "dialect/grad_check.h"
+#include "kiln/dialect/kiln_dialect.h"
+#include "test_util.h"
+
+using namespace kiln;
+using namespace kiln_vjp_test;
+
+namespace {
+using Shape = std::vector<std::int64_t>;
+
+Type tf(Shape d, DataType dt = DataType::Float32) { return TensorType::get(dt, std::move(d)); }
+Type vf(Shape d) { return VTensorType::get(DataType::Float32, std::move(d)); }
+
+DictionaryAttribute attrs(bool causal = false, double scale = 0) {
+  return DictionaryAttribute::get(
+      to_named_attributes(ScaledDotProductAttentionOp::Attributes{causal, scale}));
+}
+
+std::vector<Type> sdpa(Type q, Type k, Type v, bool causal = false, double scale = 0) {
+  return ScaledDotProductAttentionOp::infer_meta({q, k, v}, attrs(causal, scale));
+}
+
+std::vector<Type> sdpa_grad(std::vector<Type> in) {
+  return GradOf<ScaledDotProductAttentionOp>::infer_meta(in, attrs());
+}
+
+constexpr const char* kOp = "'kiln.scaled_dot_product_attention'";
+constexpr const char* kGradOp = "'kiln.scaled_dot_product_attention_grad'";
+}  // namespace
+
+TEST_CASE("scaled_dot_product_attention gives out [B, H, Lq, Dv] and lse [B, H, Lq]",
+          "[dialect][attention]") {
+  auto r = sdpa(tf({2, 4, 5, 8}), tf({2, 4, 7, 8}), tf({2, 4, 7, 3}));
+  REQUIRE(r.size() == 2);
+  CHECK(r[0] == tf({2, 4, 5, 3}));
+  CHECK(r[1] == tf({2, 4, 5}));
+  // Dims known only at run time come from whichever operand knows them.
+  r = sdpa(tf({-1, 4, -1, 8}), tf({2, -1, 7, -1}), tf({-1, 4, -1, 3}), true);
+  CHECK(r[0] == tf({2, 4, -1, 3}));
+  CHECK(r[1] == tf({2, 4, -1}));
+  r = sdpa(vf({1, 1, 2, 2}), vf({1, 1, 2, 2}), vf({1, 1, 2, 2}));
+  CHECK(r[0] == vf({1, 1, 2, 2}));
+  r = sdpa(tf({1, 1, 2, 2}, DataType::Float64), tf({1, 1, 2, 2}, DataType::Float64),
+           tf({1, 1, 2, 2}, DataType::Float64));
+  CHECK(r[1] == tf({1, 1, 2}, DataType::Float64));
+}
+
+TEST_CASE("scaled_dot_product_attention rejects bad shapes and dtypes at build time",
+          "[dialect][attention]") {
+  SECTION("an operand not of rank 4") {
+    KILN_CHECK_ERROR(sdpa(tf({4, 5, 8}), tf({2, 4, 7, 8}), tf({2, 4, 7, 3})), InvalidArgument,
+                     {kOp, "q (operand #0) must have rank 4", "[4, 5, 8]"});
+    KILN_CHECK_ERROR(sdpa(tf({2, 4, 5, 8}), tf({2, 4, 7, 8, 1}), tf({2, 4, 7, 3})),
+                     InvalidArgument, {kOp, "k (operand #1) must have rank 4"});
+    KILN_CHECK_ERROR(sdpa(tf({2, 4, 5, 8}), tf({2, 4, 7, 8}), tf({7, 3})), InvalidArgument,
+                     {kOp, "v (operand #2) must have rank 4"});
+  }
+  SECTION("q and k with different head dims") {
+    KILN_CHECK_ERROR(sdpa(tf({2, 4, 5, 8}), tf({2, 4, 7, 6}), tf({2, 4, 7, 3})), InvalidArgument,
+                     {kOp, "one head dim", "q is [2, 4, 5, 8]", "k is [2, 4, 7, 6]"});
+  }
+  SECTION("different batch or head counts") {
+    KILN_CHECK_ERROR(sdpa(tf({2, 4, 5, 8}), tf({3, 4, 7, 8}), tf({2, 4, 7, 3})), InvalidArgument,
+                     {kOp, "one batch and head count"});
+    KILN_CHECK_ERROR(sdpa(tf({2, 4, 5, 8}), tf({2, 4, 7, 8}), tf({2, 2, 7, 3})), InvalidArgument,
+                     {kOp, "one batch and head count", "v is [2, 2, 7, 3]"});
+  }
+  SECTION("k and v with different lengths") {
+    KILN_CHECK_ERROR(sdpa(tf({2, 4, 5, 8}), tf({2, 4, 7, 8}), tf({2, 4, 6, 3})), InvalidArgument,
+                     {kOp, "one sequence length"});
+  }
+  SECTION("mixed or integer dtypes") {
+    KILN_CHECK_ERROR(sdpa(tf({1, 1, 2, 2}), tf({1, 1, 2, 2}, DataType::Float64), tf({1, 1, 2, 2})),
+                     InvalidArgument, {kOp});
+    KILN_CHECK_ERROR(sdpa(tf({1, 1, 2, 2}, DataType::Int64), tf({1, 1, 2, 2}, DataType::Int64),
+                          tf({1, 1, 2, 2}, DataType::Int64)),
+                     InvalidArgument, {kOp});
+  }
+  SECTION("a scale that is not finite") {
+    KILN_CHECK_ERROR(sdpa(tf({1, 1, 2, 2}), tf({1, 1, 2, 2}), tf({1, 1, 2, 2}), false,
+                          std::numeric_limits<double>::infinity()),
+                     InvalidArgument, {kOp, "scale"});
+  }
+}
+
+TEST_CASE("scaled_dot_product_attention_grad types dq, dk, dv like q, k, v and checks its operands",
+          "[dialect][attention]") {
+  const Type q = tf({2, 4, 5, 8}), k = tf({2, 4, 7, 8}), v = tf({2, 4, 7, 3});
+  const Type out = tf({2, 4, 5, 3}), lse = tf({2, 4, 5});
+  auto r = sdpa_grad({q, k, v, out, lse, out});
+  REQUIRE(r.size() == 3);
+  CHECK(r[0] == q);
+  CHECK(r[1] == k);
+  CHECK(r[2] == v);
+  KILN_CHECK_ERROR(sdpa_grad({q, k, v, out, lse}), InvalidArgument, {kGradOp});
+  KILN_CHECK_ERROR(sdpa_grad({q, tf({2, 4, 7, 6}), v, out, lse, out}), InvalidArgument,
+                   {kGradOp, "one head dim"});
+  KILN_CHECK_ERROR(sdpa_grad({q, k, v, tf({2, 4, 5, 8}), lse, out}), InvalidArgument,
+                   {kGradOp, "out (operand #3)", "expected [2, 4, 5, 3]"});
+  KILN_CHECK_ERROR(sdpa_grad({q, k, v, out, tf({2, 4, 7}), out}), InvalidArgument,
+                   {kGradOp, "lse (operand #4)", "expected [2, 4, 5]"});
+  KILN_CHECK_ERROR(sdpa_grad({q, k, v, out, lse, tf({2, 4, 5, 3}, DataType::Float64)}),
+                   InvalidArgument, {kGradOp});
+}
+
+TEST_CASE("scaled_dot_product_attention's vjp matches finite differences",
+          "[dialect][vjp][attention]") {
+  GradCheckOptions o;
+  o.result_grads = {true, false};  // lse carries no gradient
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    check_vjp({random_f64({2, 2, 3, 4}, -1, 1, 1), random_f64({2, 2, 3, 4}, -1, 1, 2),
+               random_f64({2, 2, 3, 5}, -1, 1, 3)},
+              make_op<ScaledDotProductAttentionOp>(causal, 0.0), o);
+    // Lq != Lk (causal: the mask is aligned at the top-left) and a given scale.
+    check_vjp({random_f64({1, 2, 4, 3}, -1, 1, 4), random_f64({1, 2, 6, 3}, -1, 1, 5),
+               random_f64({1, 2, 6, 2}, -1, 1, 6)},
+              make_op<ScaledDotProductAttentionOp>(causal, 0.7), o);
+    check_vjp({random_f64({1, 1, 5, 2}, -1, 1, 7), random_f64({1, 1, 3, 2}, -1, 1, 8),
+               random_f64({1, 1, 3, 3}, -1, 1, 9)},
+              make_op<ScaledDotProductAttentionOp>(causal, 0.0), o);
+    // More query rows than one tile.
+    check_vjp({random_f64({1, 1, 67, 2}, -1, 1, 10), random_f64({1, 1, 67, 2}, -1, 1, 11),
+               random_f64({1, 1, 67, 2}, -1, 1, 12)},
+              make_op<ScaledDotProductAttentionOp>(causal, 0.0), o);
+  }
+  SECTION("batch dims known only at run time") {
+    GradCheckOptions u = o;
+    u.unknown_batch = true;
+    check_vjp({random_f64({2, 1, 3, 2}, -1, 1, 13), random_f64({2, 1, 4, 2}, -1, 1, 14),
+               random_f64({2, 1, 4, 2}, -1, 1, 15)},
+              make_op<ScaledDotProductAttentionOp>(false, 0.0), u);
+  }
+}
+
+TEST_CASE("scaled_dot_product_attention's vjp gives no grads without out's grad and refuses "
+          "one through lse",
+          "[dialect][vjp][attention]") {
+  Program p;
+  Builder b(p);
+  auto mk = [&](const char* n) {
+    return b.create<DataOp>(n, Shape{1, 1, 2, 2}, DataType::Float64).result();
+  };
+  Value q = mk("q"), k = mk("k"), v = mk("v");
+  auto op = b.create<ScaledDotProductAttentionOp>(q, k, v, true);
+  auto w = b.create<DataOp>("w", Shape{1, 1, 2}, DataType::Float64).result();
+  auto g = call_vjp(b, op.operation(), {Value(), Value()});
+  REQUIRE(g.size() == 3);
+  CHECK(!g[0]);
+  CHECK(!g[1]);
+  CHECK(!g[2]);
+  KILN_CHECK_ERROR(call_vjp(b, op.operation(), {Value(), w}), Unimplemented, {kOp, "lse"});
+}

@@ -1,2 +1,129 @@
 // InferMeta, Vjp and error tests of the ops of kiln/dialect/conv_ops.h.
 #include "catch.hpp"
+#include "dialect/grad_check.h"
+#include "kernel/kernel_test_util.h"
+#include "test_util.h"
+
+using namespace kiln;
+using namespace kiln_vjp_test;
+using kiln_test::build_op;
+
+namespace {
+using V = std::vector<std::int64_t>;
+constexpr auto F32 = DataType::Float32;
+constexpr auto F64 = DataType::Float64;
+}  // namespace
+
+TEST_CASE("conv2d's result shape follows strides, paddings and dilations", "[dialect][conv]") {
+  Program p;
+  auto* op = build_op<Conv2dOp>(p, {{F32, {64, 1, 28, 28}}, {F32, {6, 1, 5, 5}}}, V{1, 1},
+                                V{2, 2}, V{1, 1}, std::int64_t{1});
+  CHECK(shaped_dims(op->result_type(0)) == V{64, 6, 28, 28});
+  op = build_op<Conv2dOp>(p, {{F32, {-1, 6, 14, 14}}, {F32, {16, 6, 5, 5}}});
+  CHECK(shaped_dims(op->result_type(0)) == V{-1, 16, 10, 10});
+  op = build_op<Conv2dOp>(p, {{F64, {2, 4, 9, 8}}, {F64, {6, 2, 3, 3}}}, V{2, 3}, V{0, 1, 2, 0},
+                          V{2, 1}, std::int64_t{2});
+  // H: (9 + 1 - 5) / 2 + 1 = 3; W: (8 + 2 - 3) / 3 + 1 = 3.
+  CHECK(shaped_dims(op->result_type(0)) == V{2, 6, 3, 3});
+}
+
+TEST_CASE("conv2d_transpose's result shape inverts conv2d's", "[dialect][conv]") {
+  Program p;
+  auto* op = build_op<Conv2dTransposeOp>(p, {{F32, {2, 4, 5, 5}}, {F32, {4, 3, 3, 3}}}, V{2, 2},
+                                         V{1, 1}, V{1, 0}, V{1, 1}, std::int64_t{1});
+  // (5 - 1) * 2 - 2 + 2 + op + 1
+  CHECK(shaped_dims(op->result_type(0)) == V{2, 3, 10, 9});
+  op = build_op<Conv2dTransposeOp>(p, {{F32, {1, 4, 3, 3}}, {F32, {4, 2, 2, 2}}}, V{1, 1}, V{0, 0},
+                                   V{0, 0}, V{1, 1}, std::int64_t{2});
+  CHECK(shaped_dims(op->result_type(0)) == V{1, 4, 4, 4});
+}
+
+TEST_CASE("conv2d rejects bad shapes and attributes at build time, naming the op",
+          "[dialect][conv]") {
+  Program p;
+  KILN_CHECK_ERROR(build_op<Conv2dOp>(p, {{F32, {1, 3, 8, 8}}, {F32, {4, 2, 3, 3}}}),
+                   InvalidArgument, {"kiln.conv2d", "channels mismatch", "C = 3"});
+  KILN_CHECK_ERROR(build_op<Conv2dOp>(p, {{F32, {1, 4, 8, 8}}, {F32, {3, 2, 3, 3}}}, V{1, 1},
+                                      V{0, 0}, V{1, 1}, std::int64_t{2}),
+                   InvalidArgument, {"kiln.conv2d", "groups (2)", "output channels"});
+  KILN_CHECK_ERROR(build_op<Conv2dOp>(p, {{F32, {1, 3, 8, 8}}, {F32, {4, 1, 3, 3}}}, V{1, 1},
+                                      V{0, 0}, V{1, 1}, std::int64_t{2}),
+                   InvalidArgument, {"kiln.conv2d", "groups (2)", "input channels"});
+  KILN_CHECK_ERROR(build_op<Conv2dOp>(p, {{F32, {1, 1, 4, 4}}, {F32, {1, 1, 5, 5}}}),
+                   InvalidArgument, {"kiln.conv2d", "larger than the padded input"});
+  KILN_CHECK_ERROR(build_op<Conv2dOp>(p, {{F32, {1, 1, 4, 4}}, {F32, {1, 1, 3, 3}}}, V{1, 1},
+                                      V{0, 0}, V{2, 2}, std::int64_t{1}),
+                   InvalidArgument, {"kiln.conv2d", "kernel extent 5"});
+  KILN_CHECK_ERROR(build_op<Conv2dOp>(p, {{F32, {1, 1, 4, 4}}, {F32, {1, 1, 3, 3}}}, V{0, 1}),
+                   InvalidArgument, {"kiln.conv2d", "strides"});
+  KILN_CHECK_ERROR(build_op<Conv2dOp>(p, {{F32, {1, 1, 4, 4}}, {F32, {1, 1, 3, 3}}}, V{1, 1},
+                                      V{1, 1, 1}),
+                   InvalidArgument, {"kiln.conv2d", "paddings"});
+  KILN_CHECK_ERROR(build_op<Conv2dOp>(p, {{F32, {1, 1, 4, 4}}, {F32, {1, 1, 3, 3}}}, V{1, 1},
+                                      V{-1, 0}),
+                   InvalidArgument, {"kiln.conv2d", "paddings must be >= 0"});
+  KILN_CHECK_ERROR(build_op<Conv2dOp>(p, {{F32, {1, 1, 4, 4}}, {F32, {1, 1, 3, 3}}}, V{1, 1},
+                                      V{0, 0}, V{0, 1}),
+                   InvalidArgument, {"kiln.conv2d", "dilations"});
+  KILN_CHECK_ERROR(build_op<Conv2dOp>(p, {{F32, {1, 1, 4, 4}}, {F32, {1, 1, 3, 3}}}, V{1, 1},
+                                      V{0, 0}, V{1, 1}, std::int64_t{0}),
+                   InvalidArgument, {"kiln.conv2d", "groups must be >= 1"});
+  KILN_CHECK_ERROR(build_op<Conv2dOp>(p, {{F32, {1, 4, 4}}, {F32, {1, 1, 3, 3}}}),
+                   InvalidArgument, {"kiln.conv2d", "[N, C, H, W]"});
+  KILN_CHECK_ERROR(build_op<Conv2dOp>(p, {{F32, {1, 1, 4, 4}}, {F64, {1, 1, 3, 3}}}),
+                   InvalidArgument, {"kiln.conv2d"});
+  KILN_CHECK_ERROR(build_op<Conv2dOp>(p, {{DataType::Int32, {1, 1, 4, 4}}, {DataType::Int32, {1, 1, 3, 3}}}),
+                   InvalidArgument, {"kiln.conv2d"});
+}
+
+TEST_CASE("conv2d's grad op rejects a dout that is not the forward result's shape",
+          "[dialect][conv]") {
+  Program p;
+  Conv2dOp::Attributes a{V{1, 1}, V{0, 0}, V{1, 1}, 1};
+  KILN_CHECK_ERROR(build_op<GradOf<Conv2dOp>>(
+                       p, {{F32, {1, 1, 4, 4}}, {F32, {1, 1, 3, 3}}, {F32, {1, 1, 3, 3}}}, a),
+                   InvalidArgument, {"kiln.conv2d_grad", "dout", "[1, 1, 2, 2]"});
+}
+
+TEST_CASE("conv2d_transpose rejects bad shapes and attributes at build time, naming the op",
+          "[dialect][conv]") {
+  Program p;
+  KILN_CHECK_ERROR(build_op<Conv2dTransposeOp>(p, {{F32, {1, 3, 4, 4}}, {F32, {2, 2, 3, 3}}}),
+                   InvalidArgument, {"kiln.conv2d_transpose", "channels mismatch"});
+  KILN_CHECK_ERROR(build_op<Conv2dTransposeOp>(p, {{F32, {1, 3, 4, 4}}, {F32, {3, 2, 3, 3}}},
+                                               V{1, 1}, V{0, 0}, V{0, 0}, V{1, 1}, std::int64_t{2}),
+                   InvalidArgument, {"kiln.conv2d_transpose", "groups (2)"});
+  KILN_CHECK_ERROR(build_op<Conv2dTransposeOp>(p, {{F32, {1, 2, 4, 4}}, {F32, {2, 2, 3, 3}}},
+                                               V{2, 2}, V{0, 0}, V{2, 0}),
+                   InvalidArgument, {"kiln.conv2d_transpose", "output_padding"});
+  KILN_CHECK_ERROR(build_op<Conv2dTransposeOp>(p, {{F32, {1, 2, 1, 1}}, {F32, {2, 2, 1, 1}}},
+                                               V{1, 1}, V{1, 1}),
+                   InvalidArgument, {"kiln.conv2d_transpose", "empty"});
+}
+
+TEST_CASE("conv2d's vjp matches finite differences for x and w", "[dialect][vjp][conv]") {
+  struct C {
+    V x, w, s, p, d;
+    std::int64_t g;
+  };
+  for (const C& c : {C{{2, 2, 5, 4}, {3, 2, 3, 2}, {1, 1}, {0, 0}, {1, 1}, 1},
+                     C{{1, 2, 6, 5}, {2, 2, 3, 3}, {2, 1}, {1, 1}, {1, 1}, 1},
+                     C{{1, 4, 6, 6}, {4, 2, 2, 3}, {1, 2}, {1, 0, 2, 1}, {2, 1}, 2},
+                     C{{2, 3, 3, 3}, {2, 3, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1}}) {
+    INFO("x " << meta::dims_string(c.x) << " w " << meta::dims_string(c.w));
+    check_vjp({random_f64(Dims(c.x), -1, 1, 1), random_f64(Dims(c.w), -1, 1, 2)},
+              make_op<Conv2dOp>(c.s, c.p, c.d, c.g));
+  }
+  GradCheckOptions o;  // batch known only at run time
+  o.unknown_batch = true;
+  check_vjp({random_f64({2, 1, 5, 5}), random_f64({2, 1, 3, 3}, -1, 1, 5)},
+            make_op<Conv2dOp>(V{1, 1}, V{1, 1}, V{1, 1}, std::int64_t{1}), o);
+}
+
+TEST_CASE("conv2d_transpose's vjp matches finite differences for x and w",
+          "[dialect][vjp][conv]") {
+  check_vjp({random_f64({2, 2, 3, 3}), random_f64({2, 3, 3, 3}, -1, 1, 2)},
+            make_op<Conv2dTransposeOp>(V{2, 2}, V{1, 1}, V{1, 0}, V{1, 1}, std::int64_t{1}));
+  check_vjp({random_f64({1, 4, 3, 2}), random_f64({4, 1, 2, 3}, -1, 1, 3)},
+            make_op<Conv2dTransposeOp>(V{1, 2}, V{0, 1}, V{0, 1}, V{2, 1}, std::int64_t{2}));
+}

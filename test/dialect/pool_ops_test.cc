@@ -1,2 +1,89 @@
 // InferMeta, Vjp and error tests of the ops of kiln/dialect/pool_ops.h.
 #include "catch.hpp"
+#include "dialect/grad_check.h"
+#include "kernel/kernel_test_util.h"
+#include "test_util.h"
+
+using namespace kiln;
+using namespace kiln_vjp_test;
+using kiln_test::build_op;
+
+namespace {
+using V = std::vector<std::int64_t>;
+constexpr auto F32 = DataType::Float32;
+}  // namespace
+
+TEST_CASE("pool result shapes follow kernel, strides, paddings and ceil_mode",
+          "[dialect][pool]") {
+  Program p;
+  auto* op = build_op<MaxPool2dOp>(p, {{F32, {64, 6, 28, 28}}}, V{2, 2});
+  CHECK(shaped_dims(op->result_type(0)) == V{64, 6, 14, 14});
+  op = build_op<MaxPool2dOp>(p, {{F32, {-1, 3, 7, 7}}}, V{3, 3}, V{2, 2}, V{1, 1}, true);
+  CHECK(shaped_dims(op->result_type(0)) == V{-1, 3, 4, 4});
+  op = build_op<AvgPool2dOp>(p, {{F32, {1, 3, 5, 5}}}, V{2, 2}, V{2, 2}, V{0, 0}, true);
+  CHECK(shaped_dims(op->result_type(0)) == V{1, 3, 3, 3});
+  // ceil_mode drops a last window that would start in the bottom padding.
+  op = build_op<AvgPool2dOp>(p, {{F32, {1, 1, 4, 4}}}, V{2, 2}, V{2, 2}, V{1, 1}, true);
+  CHECK(shaped_dims(op->result_type(0)) == V{1, 1, 3, 3});
+  op = build_op<AdaptiveAvgPool2dOp>(p, {{F32, {2, 8, 9, 9}}}, V{1, 1});
+  CHECK(shaped_dims(op->result_type(0)) == V{2, 8, 1, 1});
+}
+
+TEST_CASE("pools reject bad shapes and attributes at build time, naming the op",
+          "[dialect][pool]") {
+  Program p;
+  KILN_CHECK_ERROR(build_op<MaxPool2dOp>(p, {{F32, {1, 1, 3, 3}}}, V{4, 4}), InvalidArgument,
+                   {"kiln.max_pool2d", "pool window 4", "larger than the padded input"});
+  KILN_CHECK_ERROR(build_op<AvgPool2dOp>(p, {{F32, {1, 1, 3, 3}}}, V{2, 2}, V{0, 1}),
+                   InvalidArgument, {"kiln.avg_pool2d", "strides"});
+  KILN_CHECK_ERROR(build_op<MaxPool2dOp>(p, {{F32, {1, 1, 6, 6}}}, V{2, 2}, V{2, 2}, V{2, 0}),
+                   InvalidArgument, {"kiln.max_pool2d", "at most half the kernel"});
+  KILN_CHECK_ERROR(build_op<MaxPool2dOp>(p, {{F32, {1, 1, 6, 6}}}, V{2}), InvalidArgument,
+                   {"kiln.max_pool2d", "kernel_size"});
+  KILN_CHECK_ERROR(build_op<MaxPool2dOp>(p, {{F32, {1, 1, 6, 6}}}, V{2, 2}, V{2, 2}, V{0, 0, 0}),
+                   InvalidArgument, {"kiln.max_pool2d", "paddings"});
+  KILN_CHECK_ERROR(build_op<AvgPool2dOp>(p, {{F32, {1, 6, 6}}}, V{2, 2}), InvalidArgument,
+                   {"kiln.avg_pool2d", "[N, C, H, W]"});
+  KILN_CHECK_ERROR(build_op<MaxPool2dOp>(p, {{DataType::Int64, {1, 1, 6, 6}}}, V{2, 2}),
+                   InvalidArgument, {"kiln.max_pool2d"});
+  KILN_CHECK_ERROR(build_op<AdaptiveAvgPool2dOp>(p, {{F32, {1, 1, 6, 6}}}, V{0, 2}),
+                   InvalidArgument, {"kiln.adaptive_avg_pool2d", "output_size"});
+  KILN_CHECK_ERROR(build_op<AdaptiveAvgPool2dOp>(p, {{F32, {6, 6}}}, V{2, 2}), InvalidArgument,
+                   {"kiln.adaptive_avg_pool2d", "[N, C, H, W]"});
+}
+
+TEST_CASE("pool grad ops reject a dout that is not the forward result's shape",
+          "[dialect][pool]") {
+  Program p;
+  KILN_CHECK_ERROR(build_op<GradOf<MaxPool2dOp>>(p, {{F32, {1, 1, 4, 4}}, {F32, {1, 1, 4, 4}}},
+                                                 MaxPool2dOp::Attributes{V{2, 2}, V{2, 2}, V{0, 0}, false}),
+                   InvalidArgument, {"kiln.max_pool2d_grad", "dout", "[1, 1, 2, 2]"});
+  KILN_CHECK_ERROR(build_op<GradOf<AdaptiveAvgPool2dOp>>(
+                       p, {{F32, {1, 1, 4, 4}}, {F32, {1, 1, 3, 3}}},
+                       AdaptiveAvgPool2dOp::Attributes{V{2, 2}}),
+                   InvalidArgument, {"kiln.adaptive_avg_pool2d_grad", "dout"});
+}
+
+TEST_CASE("max_pool2d's vjp matches finite differences", "[dialect][vjp][pool]") {
+  check_vjp({random_f64({2, 2, 4, 4})}, make_op<MaxPool2dOp>(V{2, 2}));
+  check_vjp({random_f64({1, 2, 5, 6}, -1, 1, 2)},
+            make_op<MaxPool2dOp>(V{3, 2}, V{2, 1}, V{1, 1}, true));
+  GradCheckOptions o;
+  o.unknown_batch = true;
+  check_vjp({random_f64({2, 1, 4, 4}, -1, 1, 3)}, make_op<MaxPool2dOp>(V{2, 2}), o);
+}
+
+TEST_CASE("avg_pool2d's vjp matches finite differences, padding counted or not",
+          "[dialect][vjp][pool]") {
+  for (bool exclusive : {true, false})
+    for (bool ceil_mode : {false, true}) {
+      INFO("exclusive " << exclusive << " ceil_mode " << ceil_mode);
+      check_vjp({random_f64({1, 2, 5, 5})},
+                make_op<AvgPool2dOp>(V{3, 2}, V{2, 2}, V{1, 1}, ceil_mode, exclusive));
+    }
+}
+
+TEST_CASE("adaptive_avg_pool2d's vjp matches finite differences", "[dialect][vjp][pool]") {
+  check_vjp({random_f64({2, 2, 5, 7})}, make_op<AdaptiveAvgPool2dOp>(V{3, 2}));
+  check_vjp({random_f64({1, 1, 2, 3})}, make_op<AdaptiveAvgPool2dOp>(V{4, 4}));
+}

@@ -1,2 +1,98 @@
-// Kernel tests of the ops of kiln/dialect/pool_ops.h.
+// Kernel tests of the ops of kiln/dialect/pool_ops.h: hand-computed values
+// of each pool and its grad op.
+#include <vector>
+
 #include "kernel/kernel_test_util.h"
+
+using namespace kiln;
+using namespace kiln_test;
+
+namespace {
+using V = std::vector<std::int64_t>;
+
+template <typename T>
+Tensor iota(const V& dims) {
+  std::vector<T> v(static_cast<std::size_t>(Dims(dims).numel()));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = T(i + 1);
+  return Tensor::from_vector<T>(Dims(dims), v);
+}
+}  // namespace
+
+TEST_CASE("max_pool2d 2x2 with stride 2 takes each block's maximum", "[kernel][pool]") {
+  auto r = run_op<MaxPool2dOp>({iota<float>({1, 2, 4, 4})}, V{2, 2});
+  CHECK(r.out().dims().to_vector() == V{1, 2, 2, 2});
+  check_close<float>(r.out(), {6, 8, 14, 16, 22, 24, 30, 32});
+  auto d = run_op<MaxPool2dOp>({Tensor::from_vector<double>({1, 1, 2, 4}, {3, -1, 0, 7, 2, 5, -4, 1})},
+                               V{2, 2});
+  check_close<double>(d.out(), {5, 7});
+}
+
+TEST_CASE("max_pool2d with padding ignores the padded border", "[kernel][pool]") {
+  // All negative: a zero from the padding would win if it took part.
+  std::vector<float> v(16);
+  for (int i = 0; i < 16; ++i) v[i] = -float(i + 1);
+  auto r = run_op<MaxPool2dOp>({Tensor::from_vector<float>({1, 1, 4, 4}, v)}, V{3, 3}, V{2, 2},
+                               V{1, 1});
+  CHECK(r.out().dims().to_vector() == V{1, 1, 2, 2});
+  check_close<float>(r.out(), {-1, -2, -5, -6});
+}
+
+TEST_CASE("max_pool2d with ceil_mode keeps the partial last window", "[kernel][pool]") {
+  auto floor_mode = run_op<MaxPool2dOp>({iota<float>({1, 1, 5, 5})}, V{2, 2});
+  CHECK(floor_mode.out().dims().to_vector() == V{1, 1, 2, 2});
+  auto r = run_op<MaxPool2dOp>({iota<float>({1, 1, 5, 5})}, V{2, 2}, V{2, 2}, V{0, 0}, true);
+  CHECK(r.out().dims().to_vector() == V{1, 1, 3, 3});
+  check_close<float>(r.out(), {7, 9, 10, 17, 19, 20, 22, 24, 25});
+}
+
+TEST_CASE("max_pool2d's grad routes dout to each window's first maximum", "[kernel][pool]") {
+  MaxPool2dOp::Attributes a{V{2, 2}, V{2, 2}, V{0, 0}, false};
+  Tensor x = Tensor::from_vector<float>({1, 1, 2, 4}, {1, 4, 2, 2, 3, 2, 2, 2});
+  Tensor dout = Tensor::from_vector<float>({1, 1, 1, 2}, {5, 7});
+  auto r = run_op<GradOf<MaxPool2dOp>>({x, dout}, a.kernel_size, a.strides, a.paddings,
+                                       a.ceil_mode);
+  check_close<float>(r.out(), {0, 5, 7, 0, 0, 0, 0, 0});
+  // Overlapping windows (stride 1) add their grads on a shared maximum.
+  Tensor x2 = Tensor::from_vector<double>({1, 1, 1, 3}, {1, 9, 2});
+  Tensor d2 = Tensor::from_vector<double>({1, 1, 1, 2}, {2, 3});
+  auto r2 = run_op<GradOf<MaxPool2dOp>>({x2, d2}, V{1, 2}, V{1, 1}, V{0, 0}, false);
+  check_close<double>(r2.out(), {0, 5, 0});
+}
+
+TEST_CASE("avg_pool2d divides by the elements inside the image unless padding counts",
+          "[kernel][pool]") {
+  Tensor x = Tensor::from_vector<float>({1, 1, 2, 2}, {1, 2, 3, 4});
+  auto ex = run_op<AvgPool2dOp>({x}, V{3, 3}, V{1, 1}, V{1, 1});
+  CHECK(ex.out().dims().to_vector() == V{1, 1, 2, 2});
+  check_close<float>(ex.out(), {2.5f, 2.5f, 2.5f, 2.5f});
+  auto inc = run_op<AvgPool2dOp>({x}, V{3, 3}, V{1, 1}, V{1, 1}, false, false);
+  check_close<float>(inc.out(), {10.f / 9, 10.f / 9, 10.f / 9, 10.f / 9});
+  auto plain = run_op<AvgPool2dOp>({iota<double>({1, 1, 4, 4})}, V{2, 2});
+  check_close<double>(plain.out(), {3.5, 5.5, 11.5, 13.5});
+}
+
+TEST_CASE("avg_pool2d's grad spreads dout evenly over each window", "[kernel][pool]") {
+  Tensor x = Tensor::from_vector<double>({1, 1, 2, 2}, {1, 2, 3, 4});
+  Tensor dout = Tensor::from_vector<double>({1, 1, 2, 2}, {1, 1, 1, 1});
+  auto ex = run_op<GradOf<AvgPool2dOp>>({x, dout}, V{3, 3}, V{1, 1}, V{1, 1}, false, true);
+  check_close<double>(ex.out(), {1, 1, 1, 1});
+  auto inc = run_op<GradOf<AvgPool2dOp>>({x, dout}, V{3, 3}, V{1, 1}, V{1, 1}, false, false);
+  check_close<double>(inc.out(), {4.0 / 9, 4.0 / 9, 4.0 / 9, 4.0 / 9});
+}
+
+TEST_CASE("adaptive_avg_pool2d averages floor/ceil-bounded windows", "[kernel][pool]") {
+  auto r = run_op<AdaptiveAvgPool2dOp>({iota<float>({1, 1, 3, 3})}, V{2, 2});
+  CHECK(r.out().dims().to_vector() == V{1, 1, 2, 2});
+  check_close<float>(r.out(), {3, 4, 6, 7});
+  auto g = run_op<AdaptiveAvgPool2dOp>({iota<double>({2, 1, 5, 7})}, V{1, 1});
+  check_close<double>(g.out(), {18, 53});
+  auto up = run_op<AdaptiveAvgPool2dOp>({iota<float>({1, 1, 1, 2})}, V{2, 4});
+  check_close<float>(up.out(), {1, 1, 2, 2, 1, 1, 2, 2});
+}
+
+TEST_CASE("adaptive_avg_pool2d's grad gives each input its windows' shares", "[kernel][pool]") {
+  Tensor x = iota<double>({1, 1, 3, 3});
+  Tensor dout = Tensor::from_vector<double>({1, 1, 2, 2}, {1, 1, 1, 1});
+  auto r = run_op<GradOf<AdaptiveAvgPool2dOp>>({x, dout}, V{2, 2});
+  check_close<double>(r.out(), {0.25, 0.5, 0.25, 0.5, 1, 0.5, 0.25, 0.5, 0.25});
+}

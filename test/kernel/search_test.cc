@@ -1,2 +1,99 @@
-// Kernel tests of the ops of kiln/dialect/search_ops.h.
+// Reference tests of the search kernels against hand-computed values:
+// argmax / argmin (any axis, keepdim, first index on ties, NaN wins, int
+// dtypes), topk (largest / smallest, sorted, ties by index, NaN as the
+// largest, inner axes), topk_grad (the grad written at the indices) and
+// one_hot (i32 / i64 ids, out-of-range ids).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
 #include "kernel/kernel_test_util.h"
+
+using namespace kiln;
+using kiln_test::check_close;
+using kiln_test::run_op;
+
+namespace {
+using V = std::vector<std::int64_t>;
+Tensor f32(const Dims& d, const std::vector<float>& v) { return Tensor::from_vector<float>(d, v); }
+}  // namespace
+
+TEST_CASE("argmax and argmin give the first best index along an axis", "[kernel][search]") {
+  Tensor x = f32({2, 3}, {1, 5, 5, 7, 0, 0});
+  CHECK(run_op<ArgMaxOp>({x}, std::int64_t{1}, false).out().to_vector<std::int64_t>() == V{1, 0});
+  CHECK(run_op<ArgMinOp>({x}, std::int64_t{-1}, false).out().to_vector<std::int64_t>() == V{0, 1});
+  auto k = run_op<ArgMaxOp>({x}, std::int64_t{0}, true);
+  CHECK(k.out().dims().to_vector() == V{1, 3});
+  CHECK(k.out().to_vector<std::int64_t>() == V{1, 0, 0});
+  CHECK(run_op<ArgMinOp>({x}, std::int64_t{0}, false).out().to_vector<std::int64_t>() == V{0, 1, 1});
+  auto i = run_op<ArgMaxOp>({Tensor::from_vector<std::int32_t>({4}, {3, 9, 9, -1})}, std::int64_t{0},
+                            false);
+  CHECK(i.out().dims().to_vector() == V{});
+  CHECK(i.out().to_vector<std::int64_t>() == V{1});
+}
+
+TEST_CASE("argmax and argmin pick a NaN like PyTorch", "[kernel][search]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = f32({2, 3}, {1, nan, nan, nan, -5, 2});
+  CHECK(run_op<ArgMaxOp>({x}, std::int64_t{1}, false).out().to_vector<std::int64_t>() == V{1, 0});
+  CHECK(run_op<ArgMinOp>({x}, std::int64_t{1}, false).out().to_vector<std::int64_t>() == V{1, 0});
+  CHECK(run_op<ArgMaxOp>({x}, std::int64_t{0}, false).out().to_vector<std::int64_t>() == V{1, 0, 0});
+}
+
+TEST_CASE("topk returns the k best values and their indices, best first",
+          "[kernel][search]") {
+  Tensor x = f32({2, 4}, {3, 1, 4, 1, 5, 9, 2, 6});
+  auto t = run_op<TopKOp>({x}, std::int64_t{2});
+  CHECK(t.out(0).dims().to_vector() == V{2, 2});
+  check_close<float>(t.out(0), {4, 3, 9, 6});
+  CHECK(t.out(1).to_vector<std::int64_t>() == V{2, 0, 1, 3});
+  auto s = run_op<TopKOp>({x}, std::int64_t{3}, std::int64_t{-1}, false, true);
+  check_close<float>(s.out(0), {1, 1, 3, 2, 5, 6});
+  CHECK(s.out(1).to_vector<std::int64_t>() == V{1, 3, 0, 2, 0, 3});
+  auto c = run_op<TopKOp>({x}, std::int64_t{1}, std::int64_t{0});
+  check_close<float>(c.out(0), {5, 9, 4, 6});
+  CHECK(c.out(1).to_vector<std::int64_t>() == V{1, 1, 0, 1});
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto n = run_op<TopKOp>({f32({3}, {1, nan, 2})}, std::int64_t{2});
+  auto nv = n.out(0).to_vector<float>();
+  CHECK(std::isnan(nv[0]));
+  CHECK(nv[1] == 2.0f);
+  CHECK(n.out(1).to_vector<std::int64_t>() == V{1, 2});
+  auto i = run_op<TopKOp>({Tensor::from_vector<std::int64_t>({3}, {5, 7, 6})}, std::int64_t{2});
+  CHECK(i.out(0).to_vector<std::int64_t>() == V{7, 6});
+}
+
+TEST_CASE("topk unsorted returns the same set of elements", "[kernel][search]") {
+  Tensor x = f32({6}, {3, 8, 1, 7, 2, 9});
+  auto t = run_op<TopKOp>({x}, std::int64_t{3}, std::int64_t{0}, true, false);
+  auto idx = t.out(1).to_vector<std::int64_t>();
+  std::sort(idx.begin(), idx.end());
+  CHECK(idx == V{1, 3, 5});
+}
+
+TEST_CASE("topk_grad writes the grad at the indices and zeros elsewhere", "[kernel][search]") {
+  Tensor x = f32({2, 3}, {0, 0, 0, 0, 0, 0});
+  Tensor idx = Tensor::from_vector<std::int64_t>({2, 2}, {2, 0, 1, 2});
+  Tensor dv = f32({2, 2}, {10, 20, 30, 40});
+  auto g = run_op<GradOf<TopKOp>>({x, idx, dv}, std::int64_t{2}, std::int64_t{-1}, true, true);
+  check_close<float>(g.out(), {20, 0, 10, 0, 30, 40});
+}
+
+TEST_CASE("one_hot sets one class per id", "[kernel][search]") {
+  auto o = run_op<OneHotOp>({Tensor::from_vector<std::int64_t>({3}, {2, 0, 1})}, std::int64_t{3});
+  CHECK(o.out().dims().to_vector() == V{3, 3});
+  check_close<float>(o.out(), {0, 0, 1, 1, 0, 0, 0, 1, 0});
+  auto i = run_op<OneHotOp>({Tensor::from_vector<std::int32_t>({2, 1}, {1, 3})}, std::int64_t{4});
+  CHECK(i.out().dims().to_vector() == V{2, 1, 4});
+  check_close<float>(i.out(), {0, 1, 0, 0, 0, 0, 0, 1});
+}
+
+TEST_CASE("one_hot rejects an id outside the classes at run time, naming the op and id",
+          "[kernel][search]") {
+  KILN_CHECK_ERROR(run_op<OneHotOp>({Tensor::from_vector<std::int64_t>({2}, {1, 5})}, std::int64_t{3}),
+                   OutOfRange, {"kiln.one_hot", "id 5"});
+  KILN_CHECK_ERROR(run_op<OneHotOp>({Tensor::from_vector<std::int32_t>({1}, {-1})}, std::int64_t{3}),
+                   OutOfRange, {"kiln.one_hot", "id -1"});
+}

@@ -3,4 +3,40 @@
 
 #include "kiln/dialect/grad_op.h"
 
-namespace kiln {}  // namespace kiln
+namespace kiln {
+
+// (out, lse) = kiln.scaled_dot_product_attention(q, k, v) {causal, scale}
+//   q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv]; f32 or f64, one dtype.
+//   out[b, h, i] = Σ_j softmax_j(s[i, j]) · v[b, h, j] with
+//   s[i, j] = scale · q[b, h, i] · k[b, h, j] (scale 0 means 1 / sqrt(D)) and,
+//   when causal, s[i, j] = -inf for j > i (PyTorch's is_causal: the mask is
+//   aligned at the top-left, so row i sees keys 0..i also when Lq != Lk);
+//   out is [B, H, Lq, Dv]. lse [B, H, Lq] (the operands' dtype) is the
+//   per-row log Σ_j exp(s[i, j]) that the gradient uses to recompute the
+//   probabilities (FlashAttention's saved statistic); it carries no gradient
+//   of its own (a grad flowing into lse is a kiln::Error from the Vjp).
+//   The kernel never holds a whole [Lq, Lk] matrix per head: it works on
+//   tiles of query rows against the keys they see.
+struct ScaledDotProductAttentionOp
+    : Op<ScaledDotProductAttentionOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.scaled_dot_product_attention";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
+  static constexpr int num_operands = 3, num_results = 2;
+  KILN_ATTRIBUTES((bool, causal), (double, scale));
+  static void build(Builder& b, OperationArgument& arg, Value q, Value k, Value v,
+                    bool causal = false, double scale = 0);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // scaled_dot_product_attention_grad(q, k, v, out, lse, dout) {causal, scale}
+  //   -> (dq, dk, dv), typed like q, k, v. P is recomputed per tile from q,
+  //   k and lse; with Δ_i = Σ dout[i] ∘ out[i]: dv = Pᵀ·dout,
+  //   dS = P ∘ (dout·vᵀ − Δ), dq = scale · dS·k, dk = scale · dSᵀ·q.
+  struct Grad : GradSpec<6, 0, 1, 2> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
+  };
+};
+
+// The scale an attention op applies: `scale`, or 1 / sqrt(head_dim) when it is 0.
+double attention_scale(double scale, std::int64_t head_dim);
+
+}  // namespace kiln

@@ -1,6 +1,88 @@
-// Conv2d and conv2d_transpose (NCHW).
+// Conv2d and conv2d_transpose (NCHW). The bias is not part of either op: add
+// it with a broadcasting kiln.add ([O] reshaped to [1, O, 1, 1]).
+//
+// Attributes shared by both ops:
+//   strides [sh, sw] (> 0), paddings [ph, pw] or [top, bottom, left, right]
+//   (>= 0), dilations [dh, dw] (> 0), groups (> 0, dividing both channel
+//   counts).
 #pragma once
+
+#include <cstdint>
+#include <vector>
 
 #include "kiln/dialect/grad_op.h"
 
-namespace kiln {}  // namespace kiln
+namespace kiln {
+
+// out = kiln.conv2d(x, w): x [N, C, H, W], w [O, C / groups, kh, kw] ->
+// out [N, O, Ho, Wo], Ho = (H + pt + pb - dh·(kh - 1) - 1) / sh + 1 (Wo
+// alike). Cross-correlation, as PyTorch's Conv2d. f32, f64.
+struct Conv2dOp : Op<Conv2dOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.conv2d";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
+  static constexpr int num_operands = 2, num_results = 1;
+  KILN_ATTRIBUTES((std::vector<std::int64_t>, strides), (std::vector<std::int64_t>, paddings),
+                  (std::vector<std::int64_t>, dilations), (std::int64_t, groups));
+  static void build(Builder& b, OperationArgument& arg, Value x, Value w,
+                    std::vector<std::int64_t> strides = {1, 1},
+                    std::vector<std::int64_t> paddings = {0, 0},
+                    std::vector<std::int64_t> dilations = {1, 1}, std::int64_t groups = 1);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // conv2d_grad(x, w, dout) -> (dx, dw): dw = Σ_images dout · colᵀ,
+  // dx = col2im(wᵀ · dout).
+  struct Grad : GradSpec<3, 0, 1> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
+  };
+};
+
+// out = kiln.conv2d_transpose(x, w): the gradient of conv2d with respect to
+// its input, as an op. x [N, C_in, H, W], w [C_in, C_out / groups, kh, kw]
+// -> out [N, C_out, Ho, Wo], Ho = (H - 1)·sh - pt - pb + dh·(kh - 1) +
+// output_padding[0] + 1 (Wo alike). output_padding [oh, ow] must be smaller
+// than the stride or the dilation, as in PyTorch. f32, f64.
+struct Conv2dTransposeOp
+    : Op<Conv2dTransposeOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.conv2d_transpose";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
+  static constexpr int num_operands = 2, num_results = 1;
+  KILN_ATTRIBUTES((std::vector<std::int64_t>, strides), (std::vector<std::int64_t>, paddings),
+                  (std::vector<std::int64_t>, output_padding),
+                  (std::vector<std::int64_t>, dilations), (std::int64_t, groups));
+  static void build(Builder& b, OperationArgument& arg, Value x, Value w,
+                    std::vector<std::int64_t> strides = {1, 1},
+                    std::vector<std::int64_t> paddings = {0, 0},
+                    std::vector<std::int64_t> output_padding = {0, 0},
+                    std::vector<std::int64_t> dilations = {1, 1}, std::int64_t groups = 1);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // conv2d_transpose_grad(x, w, dout) -> (dx, dw): dx = conv2d(dout, w),
+  // dw = Σ_images x · col(dout)ᵀ.
+  struct Grad : GradSpec<3, 0, 1> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
+  };
+};
+
+// The geometry of one conv2d: what the kernels and InferMeta share. For
+// conv2d_transpose it describes the conv2d it is the input gradient of
+// (c/h/w: the transpose's output, o/ho/wo: its input).
+struct Conv2dGeometry {
+  std::int64_t n = 0, c = 0, h = 0, w = 0;   // conv input
+  std::int64_t o = 0, ho = 0, wo = 0;        // conv output
+  std::int64_t kh = 0, kw = 0;
+  std::int64_t sh = 1, sw = 1, pt = 0, pb = 0, pl = 0, pr = 0, dh = 1, dw = 1, groups = 1;
+};
+
+namespace conv {
+// [pt, pb, pl, pr] from paddings of 2 or 4; kiln::Error naming `op` otherwise.
+std::array<std::int64_t, 4> paddings4(std::string_view op, const std::vector<std::int64_t>& p);
+// kiln::Error naming `op` unless `v` holds two entries, each >= min.
+void require_pair(std::string_view op, std::string_view what, const std::vector<std::int64_t>& v,
+                  std::int64_t min);
+// Output extent of a conv along one axis, -1 when `in` is -1; kiln::Error
+// naming `op` when the dilated kernel is larger than the padded input.
+std::int64_t conv_out(std::string_view op, std::string_view axis, std::int64_t in, std::int64_t k,
+                      std::int64_t s, std::int64_t p0, std::int64_t p1, std::int64_t d);
+}  // namespace conv
+
+}  // namespace kiln

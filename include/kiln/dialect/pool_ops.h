@@ -1,6 +1,94 @@
-// Max_pool2d, avg_pool2d, adaptive_avg_pool2d (NCHW).
+// Max_pool2d, avg_pool2d, adaptive_avg_pool2d (NCHW): x [N, C, H, W] ->
+// [N, C, Ho, Wo]. f32, f64. Each has a gradient op (x, dout) -> dx.
+//
+// max_pool2d / avg_pool2d attributes: kernel_size [kh, kw] (> 0), strides
+// [sh, sw] (> 0; empty = kernel_size, as PyTorch), paddings [ph, pw] or
+// [top, bottom, left, right] (each at most half the kernel), ceil_mode
+// (round the output extent up; a window starting in the bottom / right
+// padding is dropped). Ho = (H + pt + pb - kh [+ sh - 1 with ceil_mode]) / sh + 1.
 #pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
 
 #include "kiln/dialect/grad_op.h"
 
-namespace kiln {}  // namespace kiln
+namespace kiln {
+
+// The max over each window (padding never wins). Its grad routes each
+// dout to the window's first maximum (row-major), recomputed from x.
+struct MaxPool2dOp : Op<MaxPool2dOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.max_pool2d";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
+  static constexpr int num_operands = 1, num_results = 1;
+  KILN_ATTRIBUTES((std::vector<std::int64_t>, kernel_size), (std::vector<std::int64_t>, strides),
+                  (std::vector<std::int64_t>, paddings), (bool, ceil_mode));
+  static void build(Builder& b, OperationArgument& arg, Value x,
+                    std::vector<std::int64_t> kernel_size, std::vector<std::int64_t> strides = {},
+                    std::vector<std::int64_t> paddings = {0, 0}, bool ceil_mode = false);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // max_pool2d_grad(x, dout) -> dx
+  struct Grad : GradSpec<2, 0> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
+  };
+};
+
+// The mean over each window. exclusive (default true, PyTorch's
+// count_include_pad = false) divides by the number of input elements in the
+// window; otherwise by the window's size clipped to the padded input.
+struct AvgPool2dOp : Op<AvgPool2dOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.avg_pool2d";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
+  static constexpr int num_operands = 1, num_results = 1;
+  KILN_ATTRIBUTES((std::vector<std::int64_t>, kernel_size), (std::vector<std::int64_t>, strides),
+                  (std::vector<std::int64_t>, paddings), (bool, ceil_mode), (bool, exclusive));
+  static void build(Builder& b, OperationArgument& arg, Value x,
+                    std::vector<std::int64_t> kernel_size, std::vector<std::int64_t> strides = {},
+                    std::vector<std::int64_t> paddings = {0, 0}, bool ceil_mode = false,
+                    bool exclusive = true);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // avg_pool2d_grad(x, dout) -> dx
+  struct Grad : GradSpec<2, 0> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
+  };
+};
+
+// The mean over adaptive windows: output row i covers input rows
+// [floor(i·H / Ho), ceil((i + 1)·H / Ho)) (columns alike), as PyTorch.
+// output_size [Ho, Wo], each >= 1.
+struct AdaptiveAvgPool2dOp
+    : Op<AdaptiveAvgPool2dOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.adaptive_avg_pool2d";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
+  static constexpr int num_operands = 1, num_results = 1;
+  KILN_ATTRIBUTES((std::vector<std::int64_t>, output_size));
+  static void build(Builder& b, OperationArgument& arg, Value x,
+                    std::vector<std::int64_t> output_size);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // adaptive_avg_pool2d_grad(x, dout) -> dx
+  struct Grad : GradSpec<2, 0> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
+  };
+};
+
+// The windows of one max / avg pool, shared by InferMeta and the kernels.
+struct Pool2dGeometry {
+  std::int64_t n = 0, c = 0, h = 0, w = 0, ho = 0, wo = 0;
+  std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, pt = 0, pb = 0, pl = 0, pr = 0;
+};
+
+namespace pool {
+// The geometry of a pool over x dims [N, C, H, W] (-1 entries give -1
+// extents); kiln::Error naming `op` for bad attributes or a window larger
+// than the padded input.
+Pool2dGeometry geometry(std::string_view op, const std::vector<std::int64_t>& x,
+                        const std::vector<std::int64_t>& kernel_size,
+                        const std::vector<std::int64_t>& strides,
+                        const std::vector<std::int64_t>& paddings, bool ceil_mode);
+}  // namespace pool
+
+}  // namespace kiln

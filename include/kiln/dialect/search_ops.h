@@ -1,6 +1,87 @@
-// Argmax / argmin, topk, one_hot.
+// Search ops: argmax / argmin along an axis (one family, declared once as a
+// list of math structs), topk (values and their indices, with a gradient
+// through the values) and one_hot. Pure (ReadOnly, ValueSemantics).
 #pragma once
+
+#include <cmath>
 
 #include "kiln/dialect/grad_op.h"
 
-namespace kiln {}  // namespace kiln
+namespace kiln {
+
+// Whether `a` beats the best so far `b` (ties keep the first index; NaN
+// beats any number, as in PyTorch).
+struct ArgMaxMath {
+  static constexpr std::string_view name = "kiln.argmax";
+  template <typename T> static bool better(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(b)) return false;
+      if (std::isnan(a)) return true;
+    }
+    return a > b;
+  }
+};
+struct ArgMinMath {
+  static constexpr std::string_view name = "kiln.argmin";
+  template <typename T> static bool better(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(b)) return false;
+      if (std::isnan(a)) return true;
+    }
+    return a < b;
+  }
+};
+
+// The index (i64) of the best element along `axis` (first on ties); the
+// axis is dropped, or kept as 1 with keepdim. f32, f64, i32, i64. No grad.
+template <typename Math>
+struct ArgReduceOp : Op<ArgReduceOp<Math>, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op<ArgReduceOp, ReadOnly, ValueSemantics, InferMetaInterface>::Op;
+  using MathT = Math;
+  static constexpr std::string_view name = Math::name;
+  static constexpr int num_operands = 1, num_results = 1;
+  KILN_ATTRIBUTES((std::int64_t, axis), (bool, keepdim));
+  static void build(Builder&, OperationArgument& arg, Value x, std::int64_t axis = -1,
+                    bool keepdim = false) {
+    arg.add_operand(x);
+    arg.attributes = to_named_attributes(Attributes{axis, keepdim});
+  }
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+using ArgMaxOp = ArgReduceOp<ArgMaxMath>;
+using ArgMinOp = ArgReduceOp<ArgMinMath>;
+
+// (values, indices) = the k largest (or smallest) elements along `axis`
+// (default -1) and their i64 indices; sorted: best first (ties: the lower
+// index first; NaN counts as the largest); unsorted: in no set order.
+// 0 <= k <= dim. f32, f64, i32, i64. Vjp through the values.
+struct TopKOp : Op<TopKOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.topk";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
+  static constexpr int num_operands = 1, num_results = 2;
+  KILN_ATTRIBUTES((std::int64_t, k), (std::int64_t, axis), (bool, largest), (bool, sorted));
+  static void build(Builder& b, OperationArgument& arg, Value x, std::int64_t k,
+                    std::int64_t axis = -1, bool largest = true, bool sorted = true);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // topk_grad(x, indices, dvalues) {k, axis, …}: zeros like x with dvalues
+  // written at the indices along the axis.
+  struct Grad : GradSpec<3, 0> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
+  };
+};
+
+// ids (i32 / i64, any shape) -> f32 [ids.dims..., num_classes]: 1 at each
+// id, 0 elsewhere. num_classes >= 1. An id outside [0, num_classes) is a
+// kiln::Error (OutOfRange) naming the op and the id. No grad.
+struct OneHotOp : Op<OneHotOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.one_hot";
+  static constexpr int num_operands = 1, num_results = 1;
+  KILN_ATTRIBUTES((std::int64_t, num_classes));
+  static void build(Builder& b, OperationArgument& arg, Value ids, std::int64_t num_classes);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+}  // namespace kiln

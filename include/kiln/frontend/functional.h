@@ -31,8 +31,9 @@ Value dropout(Value x, double p = 0.5, bool training = true, std::int64_t seed =
 Value embedding(Value ids, Value weight, std::int64_t padding_idx = -1);
 // Normalizes over the trailing normalized_shape.size() axes (which must
 // equal normalized_shape): (x - mean) / √(var + eps) · weight + bias
-// (biased variance, as PyTorch); weight / bias may be null. Built from
-// mean, sub, square, scale, sqrt, div, mul, add.
+// (biased variance, as PyTorch); weight / bias (shaped like
+// normalized_shape) may be null; eps > 0. One fused kiln.layer_norm op (a
+// null weight / bias becomes kiln.full ones / zeros).
 Value layer_norm(Value x, const std::vector<std::int64_t>& normalized_shape, Value weight = {},
                  Value bias = {}, double eps = 1e-5);
 
