@@ -99,10 +99,16 @@ std::vector<std::int64_t> conv2d_shape(std::string_view op, const std::vector<Ty
   return {c.x[0], O, ho, wo};
 }
 
-std::int64_t transpose_out(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p0,
-                           std::int64_t p1, std::int64_t op, std::int64_t d) {
+// -1 when the extent is unknown; an empty output is an error naming the axis.
+std::int64_t transpose_out(std::string_view op, std::string_view axis, std::int64_t in,
+                           std::int64_t k, std::int64_t s, std::int64_t p0, std::int64_t p1,
+                           std::int64_t out_pad, std::int64_t d) {
   if (in < 0 || k < 0) return -1;
-  return (in - 1) * s - p0 - p1 + d * (k - 1) + op + 1;
+  const std::int64_t out = (in - 1) * s - p0 - p1 + d * (k - 1) + out_pad + 1;
+  if (out < 1)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' output would be empty along ", axis,
+                ": ", out, " (paddings ", p0, " + ", p1, " too large)");
+  return out;
 }
 
 std::vector<std::int64_t> transpose_shape(std::string_view op, const std::vector<Type>& in,
@@ -128,13 +134,10 @@ std::vector<std::int64_t> transpose_shape(std::string_view op, const std::vector
   if (c.w[2] == 0 || c.w[3] == 0)
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' kernel must not be empty, w is ",
                 meta::dims_string(c.w));
-  std::int64_t ho = transpose_out(c.x[2], c.w[2], a.strides[0], p[0], p[1], a.output_padding[0],
-                                  a.dilations[0]);
-  std::int64_t wo = transpose_out(c.x[3], c.w[3], a.strides[1], p[2], p[3], a.output_padding[1],
-                                  a.dilations[1]);
-  if ((ho != -1 && ho < 1) || (wo != -1 && wo < 1))
-    throw_error(ErrorKind::InvalidArgument, "op '", op, "' output would be empty: [", ho, ", ", wo,
-                "] (paddings ", meta::dims_string(a.paddings), " too large)");
+  std::int64_t ho = transpose_out(op, "H", c.x[2], c.w[2], a.strides[0], p[0], p[1],
+                                  a.output_padding[0], a.dilations[0]);
+  std::int64_t wo = transpose_out(op, "W", c.x[3], c.w[3], a.strides[1], p[2], p[3],
+                                  a.output_padding[1], a.dilations[1]);
   return {c.x[0], Cog < 0 ? -1 : Cog * a.groups, ho, wo};
 }
 
