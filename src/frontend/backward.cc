@@ -15,6 +15,14 @@ namespace kiln {
 
 namespace {
 
+// Whether in-place `op` overwrites an operand that carries a gradient.
+bool overwrites_grad_operand(Operation* op, const std::unordered_set<Value>& requires_grad) {
+  if (!op->has_trait<Inplace>()) return false;
+  for (const auto& [out, in] : op->info().impl()->inplace_map)
+    if (requires_grad.count(op->operand_source(in))) return true;
+  return false;
+}
+
 bool is_floating_tensor(Type t) {
   if (!t.isa<TensorType>() && !t.isa<VTensorType>()) return false;
   switch (shaped_data_type(t)) {
@@ -132,11 +140,13 @@ std::vector<std::pair<Value, Value>> append_backward(Value loss,
       }
     }
     if (!in) continue;
-    // An in-place op overwrites its input's variable when it runs, and the
+    // An in-place op overwrites an operand's variable when it runs, and the
     // grad ops appended after the forward pass would read the new contents
     // where they need the old (its producer's or other users' Vjps). PyTorch
-    // and Paddle refuse this too ("modified by an inplace operation").
-    if (op->has_trait<Inplace>())
+    // and Paddle refuse this too ("modified by an inplace operation"). An
+    // operand it overwrites that needs no gradient (batch_norm's running
+    // statistics) is state, not part of the differentiated path.
+    if (overwrites_grad_operand(op, requires_grad))
       throw_error(ErrorKind::Unimplemented, "append_backward: in-place op ", describe_op(op),
                   " is on the path from the parameters to the loss; it overwrites a value the "
                   "gradient needs — use its out-of-place form (e.g. kiln.relu for kiln.relu_)");

@@ -52,6 +52,49 @@ void check_same_shape(std::string_view fn, Value input, Value label) {
                 meta::dims_string(l), " must have the same shape");
 }
 
+// A single number stands for both spatial axes ({3} → {3, 3}).
+std::vector<std::int64_t> pair(std::vector<std::int64_t> v) {
+  if (v.size() == 1) v.push_back(v[0]);
+  return v;
+}
+
+// bias [O] added along axis 1 of an NCHW result.
+Value add_channel_bias(std::string_view fn, Builder& b, Value y, Value bias) {
+  if (!bias) return y;
+  check_value(fn, "bias", bias);
+  const auto& bd = dims_of(fn, "bias", bias);
+  const auto& yd = shaped_dims(y.type());
+  if (bd.size() != 1 || (yd[1] >= 0 && bd[0] != yd[1]))
+    throw_error(ErrorKind::InvalidArgument, fn, ": bias must be [", yd[1], "] (one per output channel), got ",
+                meta::dims_string(bd));
+  Value b3 = b.create<ReshapeOp>(bias, std::vector<std::int64_t>{bd[0], 1, 1}).result();
+  return b.create<AddOp>(y, b3).result();
+}
+
+// The normalized_shape of layer_norm / rms_norm: x must end in it.
+std::int64_t begin_norm_axis(std::string_view fn, Value x,
+                             const std::vector<std::int64_t>& normalized_shape, double eps) {
+  const auto& d = dims_of(fn, "x", x);
+  const std::size_t k = normalized_shape.size();
+  bool ok = k >= 1 && k <= d.size();
+  for (std::size_t i = 0; ok && i < k; ++i) ok = d[d.size() - k + i] == normalized_shape[i];
+  if (!ok)
+    throw_error(ErrorKind::InvalidArgument, fn, ": x ", meta::dims_string(d),
+                " must end in normalized_shape ", meta::dims_string(normalized_shape));
+  if (!(eps > 0)) throw_error(ErrorKind::InvalidArgument, fn, ": eps ", eps, " must be > 0");
+  return static_cast<std::int64_t>(d.size() - k);
+}
+
+// `v`, or a kiln.full of `shape` filled with `fill` when v is null.
+Value or_full(std::string_view fn, std::string_view arg, Builder& b, Value v,
+              const std::vector<std::int64_t>& shape, double fill, DataType dt) {
+  if (v) {
+    check_value(fn, arg, v);
+    return v;
+  }
+  return b.create<FullOp>(shape, fill, dt).result();
+}
+
 }  // namespace
 
 Value linear(Value x, Value weight, Value bias) {
@@ -116,24 +159,101 @@ Value embedding(Value ids, Value weight, std::int64_t padding_idx) {
 Value layer_norm(Value x, const std::vector<std::int64_t>& normalized_shape, Value weight,
                  Value bias, double eps) {
   check_value("layer_norm", "x", x);
-  const auto& d = dims_of("layer_norm", "x", x);
-  const std::size_t k = normalized_shape.size();
-  bool ok = k >= 1 && k <= d.size();
-  for (std::size_t i = 0; ok && i < k; ++i) ok = d[d.size() - k + i] == normalized_shape[i];
-  if (!ok)
-    throw_error(ErrorKind::InvalidArgument, "layer_norm: x ", meta::dims_string(d),
-                " must end in normalized_shape ", meta::dims_string(normalized_shape));
-  if (!(eps > 0)) throw_error(ErrorKind::InvalidArgument, "layer_norm: eps ", eps, " must be > 0");
+  const std::int64_t begin = begin_norm_axis("layer_norm", x, normalized_shape, eps);
   Builder b = main_builder();
-  // One fused kiln.layer_norm over the trailing k axes; a missing weight /
-  // bias is ones / zeros shaped like normalized_shape.
   const DataType dt = shaped_data_type(x.type());
-  if (weight) check_value("layer_norm", "weight", weight);
-  else weight = b.create<FullOp>(normalized_shape, 1.0, dt).result();
-  if (bias) check_value("layer_norm", "bias", bias);
-  else bias = b.create<FullOp>(normalized_shape, 0.0, dt).result();
-  const auto begin = static_cast<std::int64_t>(d.size() - k);
+  weight = or_full("layer_norm", "weight", b, weight, normalized_shape, 1.0, dt);
+  bias = or_full("layer_norm", "bias", b, bias, normalized_shape, 0.0, dt);
   return b.create<LayerNormOp>(x, weight, bias, begin, eps).result(0);
+}
+
+Value rms_norm(Value x, const std::vector<std::int64_t>& normalized_shape, Value weight,
+               double eps) {
+  check_value("rms_norm", "x", x);
+  const std::int64_t begin = begin_norm_axis("rms_norm", x, normalized_shape, eps);
+  Builder b = main_builder();
+  weight = or_full("rms_norm", "weight", b, weight, normalized_shape, 1.0,
+                   shaped_data_type(x.type()));
+  return b.create<RmsNormOp>(x, weight, begin, eps).result(0);
+}
+
+Value batch_norm(Value x, Value running_mean, Value running_var, Value weight, Value bias,
+                 bool training, double momentum, double eps) {
+  check_value("batch_norm", "x", x);
+  check_value("batch_norm", "running_mean", running_mean);
+  check_value("batch_norm", "running_var", running_var);
+  const auto& d = dims_of("batch_norm", "x", x);
+  if (d.size() < 2)
+    throw_error(ErrorKind::InvalidArgument, "batch_norm: x ", meta::dims_string(d),
+                " must be [N, C, ...] (rank >= 2)");
+  Builder b = main_builder();
+  const DataType dt = shaped_data_type(x.type());
+  const std::vector<std::int64_t> c{d[1]};
+  weight = or_full("batch_norm", "weight", b, weight, c, 1.0, dt);
+  bias = or_full("batch_norm", "bias", b, bias, c, 0.0, dt);
+  return b.create<BatchNormOp>(x, weight, bias, running_mean, running_var, momentum, eps,
+                               !training)
+      .result(0);
+}
+
+Value conv2d(Value x, Value weight, Value bias, std::vector<std::int64_t> strides,
+             std::vector<std::int64_t> paddings, std::vector<std::int64_t> dilations,
+             std::int64_t groups) {
+  check_value("conv2d", "x", x);
+  check_value("conv2d", "weight", weight);
+  Builder b = main_builder();
+  Value y = b.create<Conv2dOp>(x, weight, pair(std::move(strides)), pair(std::move(paddings)),
+                               pair(std::move(dilations)), groups)
+                .result();
+  return add_channel_bias("conv2d", b, y, bias);
+}
+
+Value conv2d_transpose(Value x, Value weight, Value bias, std::vector<std::int64_t> strides,
+                       std::vector<std::int64_t> paddings, std::vector<std::int64_t> output_padding,
+                       std::vector<std::int64_t> dilations, std::int64_t groups) {
+  check_value("conv2d_transpose", "x", x);
+  check_value("conv2d_transpose", "weight", weight);
+  Builder b = main_builder();
+  Value y = b.create<Conv2dTransposeOp>(x, weight, pair(std::move(strides)),
+                                        pair(std::move(paddings)), pair(std::move(output_padding)),
+                                        pair(std::move(dilations)), groups)
+                .result();
+  return add_channel_bias("conv2d_transpose", b, y, bias);
+}
+
+Value max_pool2d(Value x, std::vector<std::int64_t> kernel_size, std::vector<std::int64_t> strides,
+                 std::vector<std::int64_t> paddings, bool ceil_mode) {
+  check_value("max_pool2d", "x", x);
+  return main_builder()
+      .create<MaxPool2dOp>(x, pair(std::move(kernel_size)), pair(std::move(strides)),
+                           pair(std::move(paddings)), ceil_mode)
+      .result();
+}
+
+Value avg_pool2d(Value x, std::vector<std::int64_t> kernel_size, std::vector<std::int64_t> strides,
+                 std::vector<std::int64_t> paddings, bool ceil_mode, bool exclusive) {
+  check_value("avg_pool2d", "x", x);
+  return main_builder()
+      .create<AvgPool2dOp>(x, pair(std::move(kernel_size)), pair(std::move(strides)),
+                           pair(std::move(paddings)), ceil_mode, exclusive)
+      .result();
+}
+
+Value adaptive_avg_pool2d(Value x, std::vector<std::int64_t> output_size) {
+  check_value("adaptive_avg_pool2d", "x", x);
+  return main_builder().create<AdaptiveAvgPool2dOp>(x, pair(std::move(output_size))).result();
+}
+
+Value flatten(Value x, std::int64_t start_axis, std::int64_t stop_axis) {
+  check_value("flatten", "x", x);
+  return main_builder().create<FlattenOp>(x, start_axis, stop_axis).result();
+}
+
+Value scaled_dot_product_attention(Value q, Value k, Value v, bool causal, double scale) {
+  check_value("scaled_dot_product_attention", "q", q);
+  check_value("scaled_dot_product_attention", "k", k);
+  check_value("scaled_dot_product_attention", "v", v);
+  return main_builder().create<ScaledDotProductAttentionOp>(q, k, v, causal, scale).result(0);
 }
 
 Value mse_loss(Value input, Value label, Reduction reduction) {
@@ -159,7 +279,15 @@ Value cross_entropy(Value logits, Value label, Reduction reduction, std::int64_t
   check_value("cross_entropy", "label", label);
   Builder b = main_builder();
   Value loss = b.create<SoftmaxWithCrossEntropyOp>(logits, label, ignore_index).result(1);
-  return reduce(b, loss, reduction);
+  if (reduction != Reduction::Mean) return reduce(b, loss, reduction);
+  // Mean over the rows whose label is not ignore_index (PyTorch).
+  const DataType label_dt = shaped_data_type(label.type());
+  Value ignored = b.create<FullOp>(std::vector<std::int64_t>{}, double(ignore_index), label_dt)
+                      .result();
+  Value kept = b.create<NotEqualOp>(label, ignored).result();
+  Value count =
+      b.create<SumOp>(b.create<CastOp>(kept, shaped_data_type(loss.type())).result()).result();
+  return b.create<DivOp>(b.create<SumOp>(loss).result(), count).result();
 }
 
 }  // namespace kiln::nn::functional

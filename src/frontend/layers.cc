@@ -1,4 +1,5 @@
 // kiln::nn layers (include/kiln/frontend/layers.h).
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -7,18 +8,40 @@
 #include "kiln/frontend/program_guard.h"
 #include "kiln/frontend/stop_gradient.h"
 #include "kiln/frontend/unique_name.h"
+#include "kiln/dialect/kiln_dialect.h"
 #include "kiln/ir/block.h"
+#include "kiln/ir/builder.h"
 
 namespace kiln::nn {
 
 Layer::Layer(std::string_view name_prefix) : full_name_(unique_name(name_prefix)) {}
 
 Value Layer::add_parameter(std::string_view suffix, const std::vector<std::int64_t>& shape,
-                           DataType dtype, const init::Initializer& initializer) {
+                           DataType dtype, const init::Initializer& initializer,
+                           bool trainable) {
   Value v = create_parameter(unique_name(full_name_ + "." + std::string(suffix)), shape, dtype,
-                             initializer, /*trainable=*/true);
+                             initializer, trainable);
   params_.push_back(v);
   return v;
+}
+
+std::vector<Value> Layer::parameters() const {
+  std::vector<Value> all = params_;
+  for (const auto& l : sublayers_) {
+    auto sub = l->parameters();
+    all.insert(all.end(), sub.begin(), sub.end());
+  }
+  return all;
+}
+
+Value Layer::forward(Value) const {
+  throw_error(ErrorKind::InvalidArgument, "layer '", full_name_.empty() ? "(unnamed)" : full_name_,
+              "' takes no single input (call it with its own arguments)");
+}
+
+void Layer::set_training(bool training) {
+  training_ = training;
+  for (const auto& l : sublayers_) l->set_training(training);
 }
 
 Value Layer::use(Value param) const {
@@ -50,14 +73,14 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool bias,
   }
 }
 
-Value Linear::operator()(Value x) const { return functional::linear(x, use(weight_), use(bias_)); }
+Value Linear::forward(Value x) const { return functional::linear(x, use(weight_), use(bias_)); }
 
 Dropout::Dropout(double p, std::int64_t seed) : p_(p), seed_(seed) {
   if (!(p >= 0.0 && p < 1.0))
     throw_error(ErrorKind::InvalidArgument, "Dropout: p = ", p, " must lie in [0, 1)");
 }
 
-Value Dropout::operator()(Value x) const { return functional::dropout(x, p_, training_, seed_); }
+Value Dropout::forward(Value x) const { return functional::dropout(x, p_, training_, seed_); }
 
 Embedding::Embedding(std::int64_t num_embeddings, std::int64_t embedding_dim,
                      std::int64_t padding_idx, init::InitializerPtr weight_init, DataType dtype)
@@ -71,7 +94,7 @@ Embedding::Embedding(std::int64_t num_embeddings, std::int64_t embedding_dim,
   weight_ = add_parameter("w", {num_embeddings, embedding_dim}, dtype, *weight_init);
 }
 
-Value Embedding::operator()(Value ids) const {
+Value Embedding::forward(Value ids) const {
   return functional::embedding(ids, use(weight_), padding_idx_);
 }
 
@@ -87,8 +110,197 @@ LayerNorm::LayerNorm(std::vector<std::int64_t> normalized_shape, double eps,
   }
 }
 
-Value LayerNorm::operator()(Value x) const {
+Value LayerNorm::forward(Value x) const {
   return functional::layer_norm(x, normalized_shape_, use(weight_), use(bias_), eps_);
+}
+
+RMSNorm::RMSNorm(std::vector<std::int64_t> normalized_shape, double eps,
+                 bool elementwise_affine, DataType dtype)
+    : Layer("rms_norm"), normalized_shape_(std::move(normalized_shape)), eps_(eps) {
+  if (normalized_shape_.empty())
+    throw_error(ErrorKind::InvalidArgument, "RMSNorm: normalized_shape is empty");
+  for (auto d : normalized_shape_) check_positive("RMSNorm", "each normalized dim", d);
+  if (elementwise_affine) weight_ = add_parameter("w", normalized_shape_, dtype, init::Constant(1.0));
+}
+
+Value RMSNorm::forward(Value x) const {
+  return functional::rms_norm(x, normalized_shape_, use(weight_), eps_);
+}
+
+BatchNorm2D::BatchNorm2D(std::int64_t num_features, double momentum, double eps, DataType dtype)
+    : Layer("batch_norm2d"), momentum_(momentum), eps_(eps) {
+  check_positive("BatchNorm2D", "num_features", num_features);
+  if (!(momentum >= 0.0 && momentum <= 1.0))
+    throw_error(ErrorKind::InvalidArgument, "BatchNorm2D: momentum ", momentum,
+                " must lie in [0, 1]");
+  if (!(eps > 0.0)) throw_error(ErrorKind::InvalidArgument, "BatchNorm2D: eps ", eps, " must be > 0");
+  weight_ = add_parameter("w", {num_features}, dtype, init::Constant(1.0));
+  bias_ = add_parameter("b", {num_features}, dtype, init::Constant(0.0));
+  mean_ = add_parameter("mean", {num_features}, dtype, init::Constant(0.0), /*trainable=*/false);
+  var_ = add_parameter("variance", {num_features}, dtype, init::Constant(1.0), false);
+}
+
+Value BatchNorm2D::forward(Value x) const {
+  const auto& d = shaped_dims(x.type());
+  if (d.size() != 4)
+    throw_error(ErrorKind::InvalidArgument, "BatchNorm2D '", full_name_, "': x ",
+                meta::dims_string(d), " must be [N, C, H, W]");
+  return functional::batch_norm(x, use(mean_), use(var_), use(weight_), use(bias_), training_,
+                                momentum_, eps_);
+}
+
+Conv2D::Conv2D(std::int64_t in_channels, std::int64_t out_channels, Size2 kernel_size,
+               Size2 stride, Size2 padding, Size2 dilation, std::int64_t groups, bool bias,
+               DataType dtype)
+    : Layer("conv2d"), stride_(stride), padding_(padding), dilation_(dilation), groups_(groups) {
+  check_positive("Conv2D", "in_channels", in_channels);
+  check_positive("Conv2D", "out_channels", out_channels);
+  check_positive("Conv2D", "kernel_size", std::min(kernel_size.h, kernel_size.w));
+  check_positive("Conv2D", "groups", groups);
+  if (in_channels % groups != 0 || out_channels % groups != 0)
+    throw_error(ErrorKind::InvalidArgument, "Conv2D: groups (", groups,
+                ") must divide in_channels (", in_channels, ") and out_channels (", out_channels,
+                ")");
+  const std::int64_t fan_in = in_channels / groups * kernel_size.h * kernel_size.w;
+  const double bound = 1.0 / std::sqrt(double(fan_in));
+  weight_ = add_parameter("w", {out_channels, in_channels / groups, kernel_size.h, kernel_size.w},
+                          dtype, init::Uniform(-bound, bound));
+  if (bias) bias_ = add_parameter("b", {out_channels}, dtype, init::Uniform(-bound, bound));
+}
+
+Value Conv2D::forward(Value x) const {
+  return functional::conv2d(x, use(weight_), use(bias_), stride_.vec(), padding_.vec(),
+                            dilation_.vec(), groups_);
+}
+
+namespace {
+// A pooling stride of 0 means the kernel size.
+std::vector<std::int64_t> pool_stride(Size2 stride, Size2 kernel) {
+  return {stride.h == 0 ? kernel.h : stride.h, stride.w == 0 ? kernel.w : stride.w};
+}
+}  // namespace
+
+MaxPool2D::MaxPool2D(Size2 kernel_size, Size2 stride, Size2 padding, bool ceil_mode)
+    : kernel_(kernel_size), stride_(stride), padding_(padding), ceil_mode_(ceil_mode) {}
+
+Value MaxPool2D::forward(Value x) const {
+  return functional::max_pool2d(x, kernel_.vec(), pool_stride(stride_, kernel_), padding_.vec(),
+                                ceil_mode_);
+}
+
+AvgPool2D::AvgPool2D(Size2 kernel_size, Size2 stride, Size2 padding, bool ceil_mode,
+                     bool exclusive)
+    : kernel_(kernel_size),
+      stride_(stride),
+      padding_(padding),
+      ceil_mode_(ceil_mode),
+      exclusive_(exclusive) {}
+
+Value AvgPool2D::forward(Value x) const {
+  return functional::avg_pool2d(x, kernel_.vec(), pool_stride(stride_, kernel_), padding_.vec(),
+                                ceil_mode_, exclusive_);
+}
+
+Value AdaptiveAvgPool2D::forward(Value x) const {
+  return functional::adaptive_avg_pool2d(x, output_size_.vec());
+}
+
+MultiHeadAttention::MultiHeadAttention(std::int64_t embed_dim, std::int64_t num_heads, bool bias,
+                                       DataType dtype)
+    : Layer("multi_head_attention"), embed_dim_(embed_dim), num_heads_(num_heads) {
+  check_positive("MultiHeadAttention", "embed_dim", embed_dim);
+  check_positive("MultiHeadAttention", "num_heads", num_heads);
+  if (embed_dim % num_heads != 0)
+    throw_error(ErrorKind::InvalidArgument, "MultiHeadAttention: num_heads (", num_heads,
+                ") must divide embed_dim (", embed_dim, ")");
+  // PyTorch's in_proj init: Xavier-uniform weight, zero bias.
+  const double bound = std::sqrt(6.0 / double(embed_dim + 3 * embed_dim));
+  qkv_weight_ = add_parameter("qkv_w", {embed_dim, 3 * embed_dim}, dtype,
+                              init::Uniform(-bound, bound));
+  if (bias) qkv_bias_ = add_parameter("qkv_b", {3 * embed_dim}, dtype, init::Constant(0.0));
+  out_proj_ = add_sublayer(std::make_shared<Linear>(embed_dim, embed_dim, bias, nullptr,
+                                                     std::make_shared<init::Constant>(0.0), dtype));
+}
+
+Value MultiHeadAttention::operator()(Value query, Value key, Value value, bool causal) const {
+  const auto& qd = shaped_dims(query.type());
+  if (qd.size() != 3 || (qd[2] >= 0 && qd[2] != embed_dim_))
+    throw_error(ErrorKind::InvalidArgument, "MultiHeadAttention '", full_name_, "': query ",
+                meta::dims_string(qd), " must be [B, L, ", embed_dim_, "]");
+  Builder b = main_builder();
+  Value w = use(qkv_weight_), bias = use(qkv_bias_);
+  Value q, k, v;
+  if (query == key && key == value) {
+    // Self-attention: one [E, 3E] GEMM, split into q, k, v.
+    Value qkv = functional::linear(query, w, bias);
+    auto parts = b.create<SplitOp>(qkv, std::int64_t{3}, std::int64_t{-1}).operation();
+    q = parts->result(0), k = parts->result(1), v = parts->result(2);
+  } else {
+    auto ws = b.create<SplitOp>(w, std::int64_t{3}, std::int64_t{1}).operation();
+    Operation* bs = bias ? b.create<SplitOp>(bias, std::int64_t{3}, std::int64_t{0}).operation()
+                         : nullptr;
+    auto proj = [&](Value x, std::uint32_t i) {
+      return functional::linear(x, ws->result(i), bs ? bs->result(i) : Value());
+    };
+    q = proj(query, 0), k = proj(key, 1), v = proj(value, 2);
+  }
+  const std::int64_t hd = embed_dim_ / num_heads_;
+  // [B, L, E] → [B, H, L, E / H]
+  auto heads = [&](Value x) {
+    Value r = b.create<ReshapeOp>(x, std::vector<std::int64_t>{0, 0, num_heads_, hd}).result();
+    return b.create<TransposeOp>(r, std::vector<std::int64_t>{0, 2, 1, 3}).result();
+  };
+  Value o = functional::scaled_dot_product_attention(heads(q), heads(k), heads(v), causal);
+  o = b.create<TransposeOp>(o, std::vector<std::int64_t>{0, 2, 1, 3}).result();
+  o = b.create<ReshapeOp>(o, std::vector<std::int64_t>{0, 0, embed_dim_}).result();
+  return (*out_proj_)(o);
+}
+
+TransformerEncoderLayer::TransformerEncoderLayer(std::int64_t d_model, std::int64_t nhead,
+                                                 std::int64_t dim_feedforward, double dropout,
+                                                 std::string activation, double layer_norm_eps,
+                                                 DataType dtype)
+    : Layer("transformer_encoder_layer"), activation_(std::move(activation)) {
+  check_positive("TransformerEncoderLayer", "dim_feedforward", dim_feedforward);
+  if (activation_ != "relu" && activation_ != "gelu")
+    throw_error(ErrorKind::InvalidArgument, "TransformerEncoderLayer: activation '", activation_,
+                "' must be \"relu\" or \"gelu\"");
+  attn_ = add_sublayer(std::make_shared<MultiHeadAttention>(d_model, nhead, true, dtype));
+  norm1_ = add_sublayer(std::make_shared<LayerNorm>(std::vector<std::int64_t>{d_model},
+                                                    layer_norm_eps, true, dtype));
+  norm2_ = add_sublayer(std::make_shared<LayerNorm>(std::vector<std::int64_t>{d_model},
+                                                    layer_norm_eps, true, dtype));
+  linear1_ = add_sublayer(std::make_shared<Linear>(d_model, dim_feedforward, true, nullptr,
+                                                   nullptr, dtype));
+  linear2_ = add_sublayer(std::make_shared<Linear>(dim_feedforward, d_model, true, nullptr,
+                                                   nullptr, dtype));
+  dropout_ = add_sublayer(std::make_shared<Dropout>(dropout));
+  dropout1_ = add_sublayer(std::make_shared<Dropout>(dropout));
+  dropout2_ = add_sublayer(std::make_shared<Dropout>(dropout));
+}
+
+Value TransformerEncoderLayer::operator()(Value x, bool causal) const {
+  Builder b = main_builder();
+  Value a = (*dropout1_)((*attn_)((*norm1_)(x), causal));
+  x = b.create<AddOp>(x, a).result();
+  Value h = (*linear1_)((*norm2_)(x));
+  h = activation_ == "gelu" ? functional::gelu(h) : functional::relu(h);
+  h = (*dropout2_)((*linear2_)((*dropout_)(h)));
+  return b.create<AddOp>(x, h).result();
+}
+
+Sequential::Sequential(std::initializer_list<std::shared_ptr<Layer>> layers) {
+  for (const auto& l : layers) add_sublayer(l);
+}
+
+Sequential& Sequential::append(std::shared_ptr<Layer> layer) {
+  add_sublayer(std::move(layer));
+  return *this;
+}
+
+Value Sequential::forward(Value x) const {
+  for (const auto& l : sublayers_) x = l->forward(x);
+  return x;
 }
 
 }  // namespace kiln::nn

@@ -299,6 +299,37 @@ TEST_CASE("CrossEntropyLoss: softmax cross-entropy with int64 labels, mean/sum/n
   check_close(got[2].to_vector<float>(), per);
 }
 
+TEST_CASE("cross_entropy's mean divides by the rows not labelled ignore_index, as PyTorch",
+          "[frontend]") {
+  Program main_prog, startup;
+  Value mean, sum;
+  {
+    ProgramGuard guard(main_prog, startup);
+    Value logits = data("logits", {4, 3});
+    Value label = data("label", {4}, DataType::Int64);
+    mean = F::cross_entropy(logits, label, nn::Reduction::Mean, /*ignore_index=*/7);
+    sum = F::cross_entropy(logits, label, nn::Reduction::Sum, 7);
+  }
+  std::vector<float> lv{1, 2, 3, 0, 0, 0, -1, 4, 0.5f, 2, 2, -2};
+  auto run = [&](std::vector<std::int64_t> yv) {
+    Executor exe;
+    return exe.run(main_prog, {{"logits", f32({4, 3}, lv)},
+                               {"label", Tensor::from_vector<std::int64_t>(Dims({4}), yv)}},
+                   {mean, sum});
+  };
+  auto got = run({2, 7, 1, 7});
+  double total = 0;
+  for (int i : {0, 2}) {
+    double z = 0;
+    for (int j = 0; j < 3; ++j) z += std::exp(double(lv[i * 3 + j]));
+    total += std::log(z) - lv[i * 3 + (i == 0 ? 2 : 1)];
+  }
+  check_close(got[1].to_vector<float>(), {total});
+  check_close(got[0].to_vector<float>(), {total / 2});  // two rows count, not four
+  // Every row ignored: 0 / 0, NaN as in PyTorch.
+  CHECK(std::isnan(run({7, 7, 7, 7})[0].to_vector<float>()[0]));
+}
+
 TEST_CASE("functional forms reject values they cannot use, naming the function", "[frontend]") {
   Program other, main_prog, startup;
   Value foreign;

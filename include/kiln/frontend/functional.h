@@ -37,13 +37,60 @@ Value embedding(Value ids, Value weight, std::int64_t padding_idx = -1);
 Value layer_norm(Value x, const std::vector<std::int64_t>& normalized_shape, Value weight = {},
                  Value bias = {}, double eps = 1e-5);
 
+// Root-mean-square normalization over the trailing normalized_shape axes:
+// x / √(mean(x²) + eps) · weight (weight shaped like normalized_shape, or
+// null for none). One fused kiln.rms_norm op.
+Value rms_norm(Value x, const std::vector<std::int64_t>& normalized_shape, Value weight = {},
+               double eps = 1e-6);
+// Batch normalization of x [N, C, ...] over N and the trailing axes (Paddle's
+// F.batch_norm): training uses the batch statistics and updates
+// running_mean / running_var [C] in place (running = momentum · running +
+// (1 - momentum) · batch); otherwise the running statistics normalize x.
+// weight / bias [C] may be null (ones / zeros). Marks the op is_test when
+// not training, so clone_for_test switches a training op to inference.
+Value batch_norm(Value x, Value running_mean, Value running_var, Value weight = {},
+                 Value bias = {}, bool training = false, double momentum = 0.9,
+                 double eps = 1e-5);
+
+// 2-D convolution, NCHW: x [N, C, H, W], weight [O, C / groups, kH, kW],
+// bias [O] or null. strides / dilations: 1 or 2 numbers; paddings: 1, 2
+// (symmetric per axis) or 4 (top, bottom, left, right) numbers.
+Value conv2d(Value x, Value weight, Value bias = {}, std::vector<std::int64_t> strides = {1},
+             std::vector<std::int64_t> paddings = {0}, std::vector<std::int64_t> dilations = {1},
+             std::int64_t groups = 1);
+// The transpose (gradient) of conv2d: weight [C, O / groups, kH, kW].
+Value conv2d_transpose(Value x, Value weight, Value bias = {},
+                       std::vector<std::int64_t> strides = {1},
+                       std::vector<std::int64_t> paddings = {0},
+                       std::vector<std::int64_t> output_padding = {0},
+                       std::vector<std::int64_t> dilations = {1}, std::int64_t groups = 1);
+// Pooling, NCHW; strides default to the kernel size. avg_pool2d's
+// exclusive: the padding is not counted in a window's average (Paddle's
+// default; PyTorch's count_include_pad=True is exclusive = false).
+Value max_pool2d(Value x, std::vector<std::int64_t> kernel_size,
+                 std::vector<std::int64_t> strides = {}, std::vector<std::int64_t> paddings = {0},
+                 bool ceil_mode = false);
+Value avg_pool2d(Value x, std::vector<std::int64_t> kernel_size,
+                 std::vector<std::int64_t> strides = {}, std::vector<std::int64_t> paddings = {0},
+                 bool ceil_mode = false, bool exclusive = true);
+Value adaptive_avg_pool2d(Value x, std::vector<std::int64_t> output_size);
+// Joins axes start_axis..stop_axis into one (PyTorch's default start 1
+// keeps the batch axis).
+Value flatten(Value x, std::int64_t start_axis = 1, std::int64_t stop_axis = -1);
+
+// softmax(q · kᵀ · scale (+ causal mask)) · v over q [B, H, Lq, D],
+// k [B, H, Lk, D], v [B, H, Lk, Dv] (scale 0: 1 / √D); one fused op.
+Value scaled_dot_product_attention(Value q, Value k, Value v, bool causal = false,
+                                   double scale = 0.0);
+
 // (input - label)²; input and label of one shape (kiln::Error otherwise).
 Value mse_loss(Value input, Value label, Reduction reduction = Reduction::Mean);
 // |input - label|.
 Value l1_loss(Value input, Value label, Reduction reduction = Reduction::Mean);
 // Softmax cross-entropy with hard int64/int32 labels: logits [N, C], label
-// [N] or [N, 1] (kiln.softmax_with_cross_entropy); None gives [N, 1]. Mean
-// divides by N (rows labelled ignore_index count, with loss 0).
+// [N] or [N, 1] (kiln.softmax_with_cross_entropy); None gives [N, 1] (0 on
+// rows labelled ignore_index). Mean divides the sum by the number of rows
+// not ignored (as PyTorch; NaN when every row is ignored).
 Value cross_entropy(Value logits, Value label, Reduction reduction = Reduction::Mean,
                     std::int64_t ignore_index = -100);
 

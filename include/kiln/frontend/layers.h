@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,36 +13,60 @@
 #include "kiln/frontend/initializer.h"
 #include "kiln/ir/value.h"
 #include "kiln/support/data_type.h"
+#include "kiln/support/error.h"
 
 namespace kiln::nn {
 
 class Layer {
  public:
   virtual ~Layer() = default;
-  // This layer's parameter values (in the main program current when it was
-  // made), in creation order.
-  const std::vector<Value>& parameters() const { return params_; }
-  // "linear_0"; empty for layers without parameters.
+  // This layer's parameter values (in the main program current when they
+  // were made) in creation order, then its sublayers', depth first.
+  std::vector<Value> parameters() const;
+  // "linear_0"; empty for layers without parameters of their own.
   const std::string& full_name() const { return full_name_; }
-  // Dropout builds training or inference ops according to this flag (read
-  // when the layer is called, as the program is static).
-  void train() { training_ = true; }
-  void eval() { training_ = false; }
+  // The one-input call that Sequential chains. A layer whose call takes
+  // other inputs (MultiHeadAttention's query, key, value) throws kiln::Error.
+  virtual Value forward(Value x) const;
+  Value operator()(Value x) const { return forward(x); }
+  // Dropout and batch norm build training or inference ops according to
+  // this flag (read when the layer is called: the program is static). Set
+  // on this layer and all its sublayers.
+  void train() { set_training(true); }
+  void eval() { set_training(false); }
   bool training() const { return training_; }
 
  protected:
   Layer() = default;
   explicit Layer(std::string_view name_prefix);
-  // "<full_name>.<suffix>_<n>" created with create_parameter.
+  // "<full_name>.<suffix>_<n>" created with create_parameter; non-trainable
+  // ones (batch norm's running statistics) get no gradient but are saved
+  // with the others.
   Value add_parameter(std::string_view suffix, const std::vector<std::int64_t>& shape,
-                      DataType dtype, const init::Initializer& initializer);
+                      DataType dtype, const init::Initializer& initializer,
+                      bool trainable = true);
+  // Keeps `layer` as a sublayer (its parameters and training flag follow
+  // this layer's) and returns it.
+  template <typename L> std::shared_ptr<L> add_sublayer(std::shared_ptr<L> layer);
   // The parameter as a value of the current main program (a layer used
   // under another ProgramGuard refers to its parameter by name there).
   Value use(Value param) const;
 
   std::string full_name_;
   std::vector<Value> params_;
+  std::vector<std::shared_ptr<Layer>> sublayers_;
   bool training_ = true;
+
+ private:
+  void set_training(bool training);
+};
+
+// One number for both spatial axes (3 → 3×3), or {h, w}.
+struct Size2 {
+  Size2(std::int64_t both) : h(both), w(both) {}  // NOLINT: implicit on purpose
+  Size2(std::int64_t h, std::int64_t w) : h(h), w(w) {}
+  std::vector<std::int64_t> vec() const { return {h, w}; }
+  std::int64_t h, w;
 };
 
 // y = x · W + b; W [in, out], b [out]. Default init as PyTorch's Linear:
@@ -51,7 +76,7 @@ class Linear : public Layer {
   Linear(std::int64_t in_features, std::int64_t out_features, bool bias = true,
          init::InitializerPtr weight_init = nullptr, init::InitializerPtr bias_init = nullptr,
          DataType dtype = DataType::Float32);
-  Value operator()(Value x) const;
+  Value forward(Value x) const override;
   Value weight() const { return weight_; }
   Value bias() const { return bias_; }  // null without bias
 
@@ -61,28 +86,28 @@ class Linear : public Layer {
 
 class ReLU : public Layer {
  public:
-  Value operator()(Value x) const { return functional::relu(x); }
+  Value forward(Value x) const override { return functional::relu(x); }
 };
 class GELU : public Layer {
  public:
   explicit GELU(bool approximate = false) : approximate_(approximate) {}
-  Value operator()(Value x) const { return functional::gelu(x, approximate_); }
+  Value forward(Value x) const override { return functional::gelu(x, approximate_); }
 
  private:
   bool approximate_;
 };
 class Tanh : public Layer {
  public:
-  Value operator()(Value x) const { return functional::tanh(x); }
+  Value forward(Value x) const override { return functional::tanh(x); }
 };
 class Sigmoid : public Layer {
  public:
-  Value operator()(Value x) const { return functional::sigmoid(x); }
+  Value forward(Value x) const override { return functional::sigmoid(x); }
 };
 class Softmax : public Layer {
  public:
   explicit Softmax(std::int64_t axis = -1) : axis_(axis) {}
-  Value operator()(Value x) const { return functional::softmax(x, axis_); }
+  Value forward(Value x) const override { return functional::softmax(x, axis_); }
 
  private:
   std::int64_t axis_;
@@ -92,7 +117,7 @@ class Softmax : public Layer {
 class Dropout : public Layer {
  public:
   explicit Dropout(double p = 0.5, std::int64_t seed = 0);
-  Value operator()(Value x) const;
+  Value forward(Value x) const override;
 
  private:
   double p_;
@@ -105,7 +130,7 @@ class Embedding : public Layer {
  public:
   Embedding(std::int64_t num_embeddings, std::int64_t embedding_dim, std::int64_t padding_idx = -1,
             init::InitializerPtr weight_init = nullptr, DataType dtype = DataType::Float32);
-  Value operator()(Value ids) const;
+  Value forward(Value ids) const override;
   Value weight() const { return weight_; }
 
  private:
@@ -118,7 +143,7 @@ class LayerNorm : public Layer {
  public:
   explicit LayerNorm(std::vector<std::int64_t> normalized_shape, double eps = 1e-5,
                      bool elementwise_affine = true, DataType dtype = DataType::Float32);
-  Value operator()(Value x) const;
+  Value forward(Value x) const override;
   Value weight() const { return weight_; }  // null without affine
   Value bias() const { return bias_; }
 
@@ -127,5 +152,171 @@ class LayerNorm : public Layer {
   double eps_;
   Value weight_, bias_;
 };
+
+// x / √(mean(x²) + eps) · weight over the trailing normalized_shape axes;
+// weight ones.
+class RMSNorm : public Layer {
+ public:
+  explicit RMSNorm(std::vector<std::int64_t> normalized_shape, double eps = 1e-6,
+                   bool elementwise_affine = true, DataType dtype = DataType::Float32);
+  Value forward(Value x) const override;
+  Value weight() const { return weight_; }  // null without affine
+
+ private:
+  std::vector<std::int64_t> normalized_shape_;
+  double eps_;
+  Value weight_;
+};
+
+// Batch norm over x [N, C, H, W] (Paddle's BatchNorm2D): weight ones, bias
+// zeros, running mean zeros and variance ones (non-trainable parameters,
+// saved with the weights). train(): batch statistics, running ones updated
+// with running = momentum · running + (1 - momentum) · batch (Paddle's
+// momentum 0.9 is PyTorch's 0.1); eval() or clone_for_test: the running ones.
+class BatchNorm2D : public Layer {
+ public:
+  explicit BatchNorm2D(std::int64_t num_features, double momentum = 0.9, double eps = 1e-5,
+                       DataType dtype = DataType::Float32);
+  Value forward(Value x) const override;
+  Value weight() const { return weight_; }
+  Value bias() const { return bias_; }
+  Value running_mean() const { return mean_; }
+  Value running_var() const { return var_; }
+
+ private:
+  double momentum_, eps_;
+  Value weight_, bias_, mean_, var_;
+};
+
+// NCHW convolution; weight [out, in / groups, kH, kW], bias [out]; both
+// U(±1/√(in / groups · kH · kW)) as PyTorch's Conv2d.
+class Conv2D : public Layer {
+ public:
+  Conv2D(std::int64_t in_channels, std::int64_t out_channels, Size2 kernel_size,
+         Size2 stride = 1, Size2 padding = 0, Size2 dilation = 1, std::int64_t groups = 1,
+         bool bias = true, DataType dtype = DataType::Float32);
+  Value forward(Value x) const override;
+  Value weight() const { return weight_; }
+  Value bias() const { return bias_; }  // null without bias
+
+ private:
+  Size2 stride_, padding_, dilation_;
+  std::int64_t groups_;
+  Value weight_, bias_;
+};
+
+// stride 0: the kernel size (PyTorch's default).
+class MaxPool2D : public Layer {
+ public:
+  explicit MaxPool2D(Size2 kernel_size, Size2 stride = 0, Size2 padding = 0,
+                     bool ceil_mode = false);
+  Value forward(Value x) const override;
+
+ private:
+  Size2 kernel_, stride_, padding_;
+  bool ceil_mode_;
+};
+
+// exclusive: padding is not counted in a window's average (Paddle's default).
+class AvgPool2D : public Layer {
+ public:
+  explicit AvgPool2D(Size2 kernel_size, Size2 stride = 0, Size2 padding = 0,
+                     bool ceil_mode = false, bool exclusive = true);
+  Value forward(Value x) const override;
+
+ private:
+  Size2 kernel_, stride_, padding_;
+  bool ceil_mode_, exclusive_;
+};
+
+class AdaptiveAvgPool2D : public Layer {
+ public:
+  explicit AdaptiveAvgPool2D(Size2 output_size) : output_size_(output_size) {}
+  Value forward(Value x) const override;
+
+ private:
+  Size2 output_size_;
+};
+
+// Joins axes start_axis..stop_axis (default: all but the batch axis).
+class Flatten : public Layer {
+ public:
+  explicit Flatten(std::int64_t start_axis = 1, std::int64_t stop_axis = -1)
+      : start_(start_axis), stop_(stop_axis) {}
+  Value forward(Value x) const override { return functional::flatten(x, start_, stop_); }
+
+ private:
+  std::int64_t start_, stop_;
+};
+
+// Multi-head attention over [B, L, E] inputs: q, k, v projections (one
+// [E, 3E] weight, so self-attention is one GEMM), the fused
+// kiln.scaled_dot_product_attention per head (E / num_heads wide), and an
+// output projection. num_heads must divide embed_dim (kiln::Error naming
+// the layer). The fused kernel has no dropout on the attention weights;
+// TransformerEncoderLayer drops out the attention output instead.
+class MultiHeadAttention : public Layer {
+ public:
+  MultiHeadAttention(std::int64_t embed_dim, std::int64_t num_heads, bool bias = true,
+                     DataType dtype = DataType::Float32);
+  // Self-attention.
+  using Layer::operator();
+  Value forward(Value x) const override { return (*this)(x, x, x, false); }
+  Value operator()(Value x, bool causal) const { return (*this)(x, x, x, causal); }
+  // query [B, Lq, E], key and value [B, Lk, E] → [B, Lq, E].
+  Value operator()(Value query, Value key, Value value, bool causal = false) const;
+  std::int64_t num_heads() const { return num_heads_; }
+
+ private:
+  std::int64_t embed_dim_, num_heads_;
+  Value qkv_weight_, qkv_bias_;
+  std::shared_ptr<Linear> out_proj_;
+};
+
+// One pre-norm transformer encoder block (PyTorch's
+// TransformerEncoderLayer with norm_first=True):
+//   x = x + dropout(attention(norm1(x)))
+//   x = x + dropout(linear2(dropout(activation(linear1(norm2(x))))))
+// activation "relu" or "gelu"; causal masks future positions (a decoder-only
+// model's block).
+class TransformerEncoderLayer : public Layer {
+ public:
+  TransformerEncoderLayer(std::int64_t d_model, std::int64_t nhead,
+                          std::int64_t dim_feedforward = 2048, double dropout = 0.1,
+                          std::string activation = "relu", double layer_norm_eps = 1e-5,
+                          DataType dtype = DataType::Float32);
+  using Layer::operator();
+  Value forward(Value x) const override { return (*this)(x, false); }
+  Value operator()(Value x, bool causal) const;
+
+ private:
+  std::string activation_;
+  std::shared_ptr<MultiHeadAttention> attn_;
+  std::shared_ptr<LayerNorm> norm1_, norm2_;
+  std::shared_ptr<Linear> linear1_, linear2_;
+  std::shared_ptr<Dropout> dropout_, dropout1_, dropout2_;
+};
+
+// Layers called one after another: y = ln(… l2(l1(x))).
+class Sequential : public Layer {
+ public:
+  Sequential() = default;
+  Sequential(std::initializer_list<std::shared_ptr<Layer>> layers);
+  // Appends a layer made from `args`; returns it.
+  template <typename L, typename... Args> L& emplace(Args&&... args) {
+    return *add_sublayer(std::make_shared<L>(std::forward<Args>(args)...));
+  }
+  Sequential& append(std::shared_ptr<Layer> layer);
+  std::size_t size() const { return sublayers_.size(); }
+  Layer& operator[](std::size_t i) const { return *sublayers_.at(i); }
+  Value forward(Value x) const override;
+};
+
+template <typename L>
+std::shared_ptr<L> Layer::add_sublayer(std::shared_ptr<L> layer) {
+  if (!layer) throw_error(ErrorKind::InvalidArgument, "add_sublayer: null layer");
+  sublayers_.push_back(layer);
+  return layer;
+}
 
 }  // namespace kiln::nn

@@ -1,0 +1,389 @@
+// The model-building layers of kiln/frontend/layers.h — Conv2D, the pools,
+// BatchNorm2D, RMSNorm, MultiHeadAttention, TransformerEncoderLayer,
+// Sequential — each run through the Executor against a plain-loop
+// computation with the layer's own (fetched) parameters; training and
+// inference modes; bad configurations.
+#include <cmath>
+
+#include "frontend/frontend_test_util.h"
+#include "kiln/frontend/clone_for_test.h"
+
+using namespace kiln;
+using namespace kiln_frontend_test;
+namespace F = kiln::nn::functional;
+
+namespace {
+
+std::vector<float> wave(std::size_t n, float phase = 0.f) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = std::sin(1.3f * float(i) + phase) * 1.5f;
+  return v;
+}
+
+void check_close(const std::vector<float>& got, const std::vector<double>& want, double tol) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i);
+    CHECK(std::abs(double(got[i]) - want[i]) <= tol * (1 + std::abs(want[i])));
+  }
+}
+
+// out = x[rows, k] · w[k, n] + b[n]
+std::vector<double> affine(const std::vector<double>& x, const std::vector<float>& w,
+                           const std::vector<float>& b, std::size_t k, std::size_t n) {
+  const std::size_t rows = x.size() / k;
+  std::vector<double> out(rows * n);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < n; ++j) {
+      double s = b.empty() ? 0 : b[j];
+      for (std::size_t i = 0; i < k; ++i) s += x[r * k + i] * w[i * n + j];
+      out[r * n + j] = s;
+    }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Conv2D convolves NCHW input with its weight and adds one bias per output channel",
+          "[frontend][layers]") {
+  Program main_prog, startup;
+  Value y;
+  std::unique_ptr<nn::Conv2D> conv;
+  {
+    ProgramGuard guard(main_prog, startup);
+    Value x = data("x", {-1, 2, 4, 5});
+    conv = std::make_unique<nn::Conv2D>(2, 3, nn::Size2(3, 2), /*stride=*/1, /*padding=*/1);
+    y = (*conv)(x);
+  }
+  CHECK(shaped_dims(y.type()) == std::vector<std::int64_t>{-1, 3, 4, 6});
+  CHECK(conv->parameters().size() == 2);
+  CHECK(shaped_dims(conv->weight().type()) == std::vector<std::int64_t>{3, 2, 3, 2});
+  Executor exe;
+  exe.run(startup);
+  auto xv = wave(2 * 2 * 4 * 5);
+  auto got = exe.run(main_prog, {{"x", f32({2, 2, 4, 5}, xv)}}, {y, conv->weight(), conv->bias()});
+  auto w = got[1].to_vector<float>(), b = got[2].to_vector<float>();
+  // The weight is U(±1/√fan_in), fan_in = 2·3·2.
+  for (float v : w) CHECK(std::abs(v) <= 1 / std::sqrt(12.f));
+  std::vector<double> want;
+  for (int n = 0; n < 2; ++n)
+    for (int o = 0; o < 3; ++o)
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 6; ++j) {
+          double s = b[o];
+          for (int c = 0; c < 2; ++c)
+            for (int ki = 0; ki < 3; ++ki)
+              for (int kj = 0; kj < 2; ++kj) {
+                int hi = i - 1 + ki, wj = j - 1 + kj;
+                if (hi < 0 || hi >= 4 || wj < 0 || wj >= 5) continue;
+                s += double(xv[((n * 2 + c) * 4 + hi) * 5 + wj]) * w[((o * 2 + c) * 3 + ki) * 2 + kj];
+              }
+          want.push_back(s);
+        }
+  check_close(got[0].to_vector<float>(), want, 1e-5);
+}
+
+TEST_CASE("pooling layers and Flatten: max, average (exclusive of padding), adaptive",
+          "[frontend][layers]") {
+  Program main_prog, startup;
+  Value mx, avg, adaptive, flat;
+  {
+    ProgramGuard guard(main_prog, startup);
+    Value x = data("x", {1, 1, 4, 4});
+    mx = nn::MaxPool2D(2)(x);
+    avg = nn::AvgPool2D(3, /*stride=*/2, /*padding=*/1)(x);
+    adaptive = nn::AdaptiveAvgPool2D(1)(x);
+    flat = nn::Flatten()(mx);
+  }
+  CHECK(shaped_dims(flat.type()) == std::vector<std::int64_t>{1, 4});
+  std::vector<float> xv(16);
+  for (int i = 0; i < 16; ++i) xv[i] = float(i);
+  Executor exe;
+  auto got = exe.run(main_prog, {{"x", f32({1, 1, 4, 4}, xv)}}, {mx, avg, adaptive, flat});
+  check_close(got[0].to_vector<float>(), {5, 7, 13, 15}, 0);
+  // 3×3 windows at stride 2 over the padded 6×6 grid; padding not counted.
+  check_close(got[1].to_vector<float>(),
+              {(0 + 1 + 4 + 5) / 4.0, (1 + 2 + 3 + 5 + 6 + 7) / 6.0,
+               (4 + 5 + 8 + 9 + 12 + 13) / 6.0, (5 + 6 + 7 + 9 + 10 + 11 + 13 + 14 + 15) / 9.0},
+              1e-6);
+  check_close(got[2].to_vector<float>(), {7.5}, 1e-6);
+  check_close(got[3].to_vector<float>(), {5, 7, 13, 15}, 0);
+}
+
+TEST_CASE("BatchNorm2D normalizes with batch statistics in training, updates its running "
+          "statistics, and uses them after eval() or clone_for_test",
+          "[frontend][layers]") {
+  Program main_prog, startup;
+  Value y, y_eval;
+  std::unique_ptr<nn::BatchNorm2D> bn;
+  {
+    ProgramGuard guard(main_prog, startup);
+    Value x = data("x", {2, 2, 1, 3});
+    bn = std::make_unique<nn::BatchNorm2D>(2, /*momentum=*/0.75);
+    y = (*bn)(x);
+  }
+  CHECK(bn->parameters().size() == 4);
+  CHECK(stop_gradient(bn->running_mean()));
+  CHECK_FALSE(stop_gradient(bn->weight()));
+  std::vector<float> xv{1, 2, 3, 10, 20, 30, 5, 6, 7, -10, 0, 10};
+  Executor exe;
+  exe.run(startup);
+  auto got = exe.run(main_prog, {{"x", f32({2, 2, 1, 3}, xv)}},
+                     {y, bn->running_mean(), bn->running_var()});
+  // Channel 0 holds {1,2,3,5,6,7}, channel 1 {10,20,30,-10,0,10}.
+  std::vector<double> mean(2), var(2), uvar(2);
+  for (int c = 0; c < 2; ++c) {
+    double s = 0, ss = 0;
+    for (int n = 0; n < 2; ++n)
+      for (int i = 0; i < 3; ++i) s += xv[(n * 2 + c) * 3 + i];
+    mean[c] = s / 6;
+    for (int n = 0; n < 2; ++n)
+      for (int i = 0; i < 3; ++i) ss += std::pow(xv[(n * 2 + c) * 3 + i] - mean[c], 2);
+    var[c] = ss / 6;
+    uvar[c] = ss / 5;
+  }
+  std::vector<double> want;
+  for (int n = 0; n < 2; ++n)
+    for (int c = 0; c < 2; ++c)
+      for (int i = 0; i < 3; ++i)
+        want.push_back((xv[(n * 2 + c) * 3 + i] - mean[c]) / std::sqrt(var[c] + 1e-5));
+  check_close(got[0].to_vector<float>(), want, 1e-5);
+  std::vector<double> rm{0.25 * mean[0], 0.25 * mean[1]};
+  std::vector<double> rv{0.75 + 0.25 * uvar[0], 0.75 + 0.25 * uvar[1]};
+  check_close(got[1].to_vector<float>(), rm, 1e-5);
+  check_close(got[2].to_vector<float>(), rv, 1e-5);
+
+  // The for-test clone normalizes with the running statistics and leaves them.
+  IrMapping map;
+  Program test = clone_for_test(main_prog, &map);
+  auto inf = exe.run(test, {{"x", f32({2, 2, 1, 3}, xv)}},
+                     {map.lookup(y), map.lookup(bn->running_mean())});
+  std::vector<double> want_inf;
+  for (int n = 0; n < 2; ++n)
+    for (int c = 0; c < 2; ++c)
+      for (int i = 0; i < 3; ++i)
+        want_inf.push_back((xv[(n * 2 + c) * 3 + i] - rm[c]) / std::sqrt(rv[c] + 1e-5));
+  check_close(inf[0].to_vector<float>(), want_inf, 1e-5);
+  check_close(inf[1].to_vector<float>(), rm, 1e-5);
+
+  // eval() builds the same inference op.
+  Program eval_prog;
+  {
+    ProgramGuard guard(eval_prog, startup);
+    bn->eval();
+    y_eval = (*bn)(data("x", {2, 2, 1, 3}));
+  }
+  check_close(exe.run(eval_prog, {{"x", f32({2, 2, 1, 3}, xv)}}, {y_eval})[0].to_vector<float>(),
+              want_inf, 1e-5);
+}
+
+TEST_CASE("a network with BatchNorm2D trains: minimize differentiates through batch_norm and "
+          "leaves its running statistics to the op",
+          "[frontend][layers]") {
+  Program main_prog, startup;
+  Value loss;
+  std::unique_ptr<nn::Sequential> net;
+  {
+    ProgramGuard guard(main_prog, startup);
+    Value x = data("x", {4, 1, 3, 3});
+    Value label = data("label", {4}, DataType::Int64);
+    net = std::make_unique<nn::Sequential>();
+    net->emplace<nn::Conv2D>(1, 4, 3, 1, 1);
+    net->emplace<nn::BatchNorm2D>(4);
+    net->emplace<nn::ReLU>();
+    net->emplace<nn::Flatten>();
+    net->emplace<nn::Linear>(36, 2);
+    loss = F::cross_entropy((*net)(x), label);
+    optim::Adam(0.05).minimize(loss);
+  }
+  CHECK(net->parameters().size() == 8);
+  Executor exe;
+  exe.run(startup);
+  auto xv = wave(36);
+  Tensor labels = Tensor::from_vector<std::int64_t>(Dims({4}), {0, 1, 1, 0});
+  FeedMap feed{{"x", f32({4, 1, 3, 3}, xv)}, {"label", labels}};
+  float first = exe.run(main_prog, feed, {loss})[0].to_vector<float>()[0];
+  float last = first;
+  for (int s = 0; s < 30; ++s) last = exe.run(main_prog, feed, {loss})[0].to_vector<float>()[0];
+  CHECK(last < 0.2f * first);
+}
+
+TEST_CASE("RMSNorm divides by the root mean square of the trailing axes and scales",
+          "[frontend][layers]") {
+  Program main_prog, startup;
+  Value y, y_fn;
+  {
+    ProgramGuard guard(main_prog, startup);
+    Value x = data("x", {2, 3});
+    y = nn::RMSNorm({3})(x);
+    y_fn = F::rms_norm(x, {3}, data("w", {3}), 0.5);
+  }
+  std::vector<float> xv{1, -2, 4, 0.5f, 0, 3}, wv{2, 1, -1};
+  Executor exe;
+  exe.run(startup);
+  auto got = exe.run(main_prog, {{"x", f32({2, 3}, xv)}, {"w", f32({3}, wv)}}, {y, y_fn});
+  std::vector<double> want, want_fn;
+  for (int r = 0; r < 2; ++r) {
+    double ms = 0;
+    for (int i = 0; i < 3; ++i) ms += xv[r * 3 + i] * xv[r * 3 + i] / 3.0;
+    for (int i = 0; i < 3; ++i) {
+      want.push_back(xv[r * 3 + i] / std::sqrt(ms + 1e-6));
+      want_fn.push_back(xv[r * 3 + i] / std::sqrt(ms + 0.5) * wv[i]);
+    }
+  }
+  check_close(got[0].to_vector<float>(), want, 1e-5);
+  check_close(got[1].to_vector<float>(), want_fn, 1e-5);
+}
+
+TEST_CASE("MultiHeadAttention projects, attends per head (optionally causally) and projects "
+          "back, as the textbook formula with its own weights",
+          "[frontend][layers]") {
+  constexpr int B = 2, L = 3, E = 4, H = 2, D = E / H;
+  for (bool causal : {false, true}) {
+    DYNAMIC_SECTION("causal " << causal) {
+      Program main_prog, startup;
+      Value y;
+      std::unique_ptr<nn::MultiHeadAttention> mha;
+      {
+        ProgramGuard guard(main_prog, startup);
+        mha = std::make_unique<nn::MultiHeadAttention>(E, H);
+        y = (*mha)(data("x", {-1, L, E}), causal);
+      }
+      auto params = mha->parameters();  // qkv_w, qkv_b, out_proj w, b
+      REQUIRE(params.size() == 4);
+      Executor exe;
+      exe.run(startup);
+      auto xv = wave(B * L * E);
+      auto got = exe.run(main_prog, {{"x", f32({B, L, E}, xv)}},
+                         {y, params[0], params[1], params[2], params[3]});
+      auto wqkv = got[1].to_vector<float>(), bqkv = got[2].to_vector<float>();
+      std::vector<double> x(xv.begin(), xv.end());
+      auto qkv = affine(x, wqkv, bqkv, E, 3 * E);  // [B·L, 3E]
+      std::vector<double> o(B * L * E);
+      for (int b = 0; b < B; ++b)
+        for (int h = 0; h < H; ++h)
+          for (int i = 0; i < L; ++i) {
+            std::vector<double> s(L, -INFINITY);
+            double mx = -INFINITY;
+            for (int j = 0; j < L; ++j) {
+              if (causal && j > i) continue;
+              double dot = 0;
+              for (int d = 0; d < D; ++d)
+                dot += qkv[(b * L + i) * 3 * E + h * D + d] * qkv[(b * L + j) * 3 * E + E + h * D + d];
+              s[j] = dot / std::sqrt(double(D));
+              mx = std::max(mx, s[j]);
+            }
+            double z = 0;
+            for (int j = 0; j < L; ++j) z += std::exp(s[j] - mx);
+            for (int d = 0; d < D; ++d) {
+              double acc = 0;
+              for (int j = 0; j < L; ++j)
+                acc += std::exp(s[j] - mx) / z * qkv[(b * L + j) * 3 * E + 2 * E + h * D + d];
+              o[(b * L + i) * E + h * D + d] = acc;
+            }
+          }
+      auto want = affine(o, got[3].to_vector<float>(), got[4].to_vector<float>(), E, E);
+      check_close(got[0].to_vector<float>(), want, 1e-5);
+    }
+  }
+}
+
+TEST_CASE("MultiHeadAttention with a separate key and value matches self-attention when they "
+          "are the same tensor",
+          "[frontend][layers]") {
+  Program main_prog, startup;
+  Value self, cross;
+  {
+    ProgramGuard guard(main_prog, startup);
+    nn::MultiHeadAttention mha(6, 3);
+    Value x = data("x", {2, 5, 6}), kv = data("kv", {2, 5, 6});
+    self = mha(x);
+    cross = mha(x, kv, kv);
+  }
+  Executor exe;
+  exe.run(startup);
+  auto xv = wave(60);
+  auto got = exe.run(main_prog, {{"x", f32({2, 5, 6}, xv)}, {"kv", f32({2, 5, 6}, xv)}},
+                     {self, cross});
+  auto a = got[0].to_vector<float>();
+  check_close(got[1].to_vector<float>(), std::vector<double>(a.begin(), a.end()), 1e-5);
+}
+
+TEST_CASE("a causal TransformerEncoderLayer's output at a position does not depend on later "
+          "positions; a non-causal one's does",
+          "[frontend][layers]") {
+  Program main_prog, startup;
+  Value causal_y, full_y;
+  {
+    ProgramGuard guard(main_prog, startup);
+    nn::TransformerEncoderLayer block(8, 2, 16, /*dropout=*/0.0, "gelu");
+    CHECK(block.parameters().size() == 12);
+    Value x = data("x", {1, 4, 8});
+    causal_y = block(x, true);
+    full_y = block(x);
+  }
+  Executor exe;
+  exe.run(startup);
+  auto xv = wave(32), changed = xv;
+  // The last position only, not by a constant (which norm1 would remove).
+  for (int d = 0; d < 8; ++d) changed[3 * 8 + d] += 0.5f * float(d);
+  auto a = exe.run(main_prog, {{"x", f32({1, 4, 8}, xv)}}, {causal_y, full_y});
+  auto b = exe.run(main_prog, {{"x", f32({1, 4, 8}, changed)}}, {causal_y, full_y});
+  auto ac = a[0].to_vector<float>(), bc = b[0].to_vector<float>();
+  auto af = a[1].to_vector<float>(), bf = b[1].to_vector<float>();
+  for (int i = 0; i < 3 * 8; ++i) CHECK(ac[i] == bc[i]);
+  double moved = 0;
+  for (int i = 0; i < 3 * 8; ++i) moved += std::abs(af[i] - bf[i]);
+  CHECK(moved > 1e-3);
+}
+
+TEST_CASE("Sequential chains its layers, gathers their parameters and passes train()/eval() "
+          "down to them",
+          "[frontend][layers]") {
+  Program main_prog, startup;
+  Value train_y, eval_y;
+  std::unique_ptr<nn::Sequential> net;
+  {
+    ProgramGuard guard(main_prog, startup);
+    auto inner = std::make_shared<nn::Sequential>(
+        std::initializer_list<std::shared_ptr<nn::Layer>>{std::make_shared<nn::Linear>(3, 4),
+                                                         std::make_shared<nn::Dropout>(0.5)});
+    net = std::make_unique<nn::Sequential>(
+        std::initializer_list<std::shared_ptr<nn::Layer>>{inner, std::make_shared<nn::ReLU>()});
+    net->emplace<nn::Linear>(4, 2);
+    Value x = data("x", {5, 3});
+    train_y = (*net)(x);
+    net->eval();
+    CHECK_FALSE((*net)[0].training());
+    eval_y = (*net)(x);
+  }
+  CHECK(net->size() == 3);
+  CHECK(net->parameters().size() == 4);
+  CHECK(shaped_dims(eval_y.type()) == std::vector<std::int64_t>{5, 2});
+  CHECK(count_ops(main_prog, "kiln.dropout") == 1);  // the eval call built none
+}
+
+TEST_CASE("model layers reject bad configurations and inputs, naming the layer or op",
+          "[frontend][layers]") {
+  Program main_prog, startup;
+  ProgramGuard guard(main_prog, startup);
+  KILN_CHECK_ERROR(nn::Conv2D(3, 4, 3, 1, 0, 1, 2), InvalidArgument, {"Conv2D", "groups (2)"});
+  KILN_CHECK_ERROR(nn::Conv2D(0, 4, 3), InvalidArgument, {"Conv2D", "in_channels"});
+  KILN_CHECK_ERROR(nn::MultiHeadAttention(10, 3), InvalidArgument,
+                   {"MultiHeadAttention", "num_heads (3)", "embed_dim (10)"});
+  KILN_CHECK_ERROR(nn::TransformerEncoderLayer(8, 2, 16, 0.1, "swish"), InvalidArgument,
+                   {"TransformerEncoderLayer", "swish"});
+  KILN_CHECK_ERROR(nn::BatchNorm2D(4, 1.5), InvalidArgument, {"BatchNorm2D", "momentum"});
+  nn::Conv2D conv(3, 4, 3);
+  KILN_CHECK_ERROR(conv(data("x", {1, 2, 8, 8})), InvalidArgument,
+                   {"kiln.conv2d", "channels"});
+  KILN_CHECK_ERROR(nn::MaxPool2D(5)(data("small", {1, 1, 3, 3})), InvalidArgument,
+                   {"kiln.max_pool2d"});
+  KILN_CHECK_ERROR(nn::BatchNorm2D(4)(data("flat", {2, 4})), InvalidArgument,
+                   {"BatchNorm2D", "[N, C, H, W]"});
+  nn::MultiHeadAttention mha(8, 2);
+  KILN_CHECK_ERROR(mha(data("q", {2, 3, 6})), InvalidArgument, {"MultiHeadAttention", "[B, L, 8]"});
+  KILN_CHECK_ERROR(F::conv2d(data("x2", {1, 3, 8, 8}), data("w", {4, 3, 3, 3}), data("b", {3})),
+                   InvalidArgument, {"conv2d", "bias must be [4]"});
+  KILN_CHECK_ERROR(nn::ReLU().forward(Value{}), InvalidArgument, {"relu"});
+}
