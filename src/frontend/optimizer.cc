@@ -30,12 +30,18 @@ ClipGradByGlobalNorm::ClipGradByGlobalNorm(double max_norm) : max_norm_(max_norm
                 "ClipGradByGlobalNorm: max_norm must be finite and > 0, got ", max_norm);
 }
 
-Optimizer::Optimizer(std::string_view kind, double learning_rate, double weight_decay,
+LearningRate::LearningRate(lr::SchedulePtr schedule)
+    : initial_(schedule ? schedule->rate(0) : 0.0), schedule_(std::move(schedule)) {
+  if (!schedule_)
+    throw_error(ErrorKind::InvalidArgument, "LearningRate: the schedule is a null pointer");
+}
+
+Optimizer::Optimizer(std::string_view kind, LearningRate learning_rate, double weight_decay,
                      std::optional<ClipGradByGlobalNorm> clip)
-    : kind_(kind), lr_(learning_rate), weight_decay_(weight_decay), clip_(clip) {
-  if (!std::isfinite(learning_rate))
+    : kind_(kind), lr_(std::move(learning_rate)), weight_decay_(weight_decay), clip_(clip) {
+  if (!std::isfinite(lr_.initial()))
     throw_error(ErrorKind::InvalidArgument, kind_, ": learning_rate must be finite, got ",
-                learning_rate);
+                lr_.initial());
   require_finite_nonneg(kind_, "weight_decay", weight_decay);
 }
 
@@ -51,6 +57,10 @@ std::vector<std::string> Optimizer::learning_rate_names() const {
 }
 
 void Optimizer::set_learning_rate(Scope& scope, double lr) const {
+  if (lr_.schedule())
+    throw_error(ErrorKind::PreconditionNotMet, kind_, ": the learning rate follows ",
+                lr_.schedule()->describe(),
+                "; set_learning_rate would be overwritten by the next step");
   if (!std::isfinite(lr))
     throw_error(ErrorKind::InvalidArgument, kind_, ": learning rate must be finite, got ", lr);
   for (const auto& [dt, name] : lr_names_) {
@@ -63,18 +73,52 @@ void Optimizer::set_learning_rate(Scope& scope, double lr) const {
   }
 }
 
+double Optimizer::current_learning_rate(const Scope& scope) const {
+  if (lr_names_.empty())
+    throw_error(ErrorKind::NotFound, kind_,
+                ": no learning-rate parameter yet (call minimize or apply_gradients first)");
+  const std::string& name = lr_names_.begin()->second;
+  const Variable* v = scope.find_var(name);
+  if (!v || !v->is_initialized())
+    throw_error(ErrorKind::NotFound, kind_, ": the scope has no learning-rate parameter '", name,
+                "' (run the startup program first)");
+  const Tensor& t = v->get<Tensor>();
+  if (t.dtype() == DataType::Float64) return t.to_vector<double>().at(0);
+  return t.to_vector<float>().at(0);
+}
+
 Value Optimizer::learning_rate_value(DataType dtype) {
   if (dtype != DataType::Float32 && dtype != DataType::Float64)
     throw_error(ErrorKind::InvalidArgument, kind_,
                 ": parameters must be f32 or f64 to be optimized, got ", to_string(dtype));
+  Program& main = current_main_program();
+  if (lr_.schedule()) {
+    // One counter and one rate per main program, however many parameters,
+    // dtypes and apply_gradients calls share them.
+    if (scheduled_program_ == &main && main.has_parameter(scheduled_.step_name)) {
+      if (auto r = scheduled_rates_.find(dtype); r != scheduled_rates_.end()) return r->second;
+    } else {
+      scheduled_rates_.clear();
+      scheduled_ = lr::append_schedule(*lr_.schedule());
+      scheduled_program_ = &main;
+    }
+  }
   auto it = lr_names_.find(dtype);
   const Type type = TensorType::get(dtype, {1});
-  if (it != lr_names_.end() && current_main_program().has_parameter(it->second))
+  if (!lr_.schedule() && it != lr_names_.end() && main.has_parameter(it->second))
     return parameter_value(it->second, type, /*trainable=*/false);
   const std::string name = it != lr_names_.end() ? it->second : unique_name("learning_rate");
-  Value v = create_parameter(name, {1}, dtype, init::Constant(lr_), /*trainable=*/false);
+  Value v = create_parameter(name, {1}, dtype, init::Constant(lr_.initial()), /*trainable=*/false);
   lr_names_[dtype] = name;
-  return v;
+  if (!lr_.schedule()) return v;
+  // The update ops read this step's rate; it is also written into the
+  // parameter, so the scope shows the rate the last step used.
+  Builder b = main_builder();
+  Value rate = scheduled_.rate;
+  if (dtype != DataType::Float64) rate = b.create<CastOp>(rate, dtype).result();
+  b.create<SetParameterOp>(rate, name);
+  scheduled_rates_[dtype] = rate;
+  return rate;
 }
 
 Value Optimizer::add_state(const std::string& param_name, std::string_view suffix,
@@ -172,8 +216,9 @@ std::vector<Operation*> Optimizer::apply_gradients(
 
 // ---- SGD ----
 
-SGD::SGD(double learning_rate, double weight_decay, std::optional<ClipGradByGlobalNorm> grad_clip)
-    : Optimizer("SGD", learning_rate, weight_decay, grad_clip) {}
+SGD::SGD(LearningRate learning_rate, double weight_decay,
+         std::optional<ClipGradByGlobalNorm> grad_clip)
+    : Optimizer("SGD", std::move(learning_rate), weight_decay, grad_clip) {}
 
 Operation* SGD::append_update(Builder& b, const std::string&, Value param, Value grad, Value lr) {
   return b.create<Sgd_Op>(param, grad, lr).operation();
@@ -181,9 +226,9 @@ Operation* SGD::append_update(Builder& b, const std::string&, Value param, Value
 
 // ---- Momentum ----
 
-Momentum::Momentum(double learning_rate, double momentum, bool use_nesterov, double weight_decay,
-                   std::optional<ClipGradByGlobalNorm> grad_clip)
-    : Optimizer("Momentum", learning_rate, weight_decay, grad_clip),
+Momentum::Momentum(LearningRate learning_rate, double momentum, bool use_nesterov,
+                   double weight_decay, std::optional<ClipGradByGlobalNorm> grad_clip)
+    : Optimizer("Momentum", std::move(learning_rate), weight_decay, grad_clip),
       momentum_(momentum),
       nesterov_(use_nesterov) {
   require_finite_nonneg(kind_, "momentum", momentum);
@@ -206,13 +251,13 @@ void check_betas(std::string_view kind, double beta1, double beta2, double epsil
 }
 }  // namespace
 
-Adam::Adam(double learning_rate, double beta1, double beta2, double epsilon, double weight_decay,
-           std::optional<ClipGradByGlobalNorm> grad_clip)
-    : Adam("Adam", learning_rate, beta1, beta2, epsilon, weight_decay, grad_clip) {}
+Adam::Adam(LearningRate learning_rate, double beta1, double beta2, double epsilon,
+           double weight_decay, std::optional<ClipGradByGlobalNorm> grad_clip)
+    : Adam("Adam", std::move(learning_rate), beta1, beta2, epsilon, weight_decay, grad_clip) {}
 
-Adam::Adam(std::string_view kind, double learning_rate, double beta1, double beta2,
+Adam::Adam(std::string_view kind, LearningRate learning_rate, double beta1, double beta2,
            double epsilon, double weight_decay, std::optional<ClipGradByGlobalNorm> grad_clip)
-    : Optimizer(kind, learning_rate, weight_decay, grad_clip),
+    : Optimizer(kind, std::move(learning_rate), weight_decay, grad_clip),
       beta1_(beta1),
       beta2_(beta2),
       epsilon_(epsilon) {
@@ -230,9 +275,9 @@ Operation* Adam::append_update(Builder& b, const std::string& name, Value param,
       .operation();
 }
 
-AdamW::AdamW(double learning_rate, double beta1, double beta2, double epsilon,
+AdamW::AdamW(LearningRate learning_rate, double beta1, double beta2, double epsilon,
              double weight_decay, std::optional<ClipGradByGlobalNorm> grad_clip)
-    : Adam("AdamW", learning_rate, beta1, beta2, epsilon, weight_decay, grad_clip) {}
+    : Adam("AdamW", std::move(learning_rate), beta1, beta2, epsilon, weight_decay, grad_clip) {}
 
 Operation* AdamW::append_update(Builder& b, const std::string& name, Value param, Value grad,
                                 Value lr) {

@@ -2,16 +2,21 @@
 // then global-norm clipping and L2 regularization when asked, then one
 // in-place update op per parameter (kiln/dialect/optimizer_ops.h). Learning
 // rate and state (velocity, moments, beta powers) are non-trainable
-// parameters initialized in startup, so a schedule can overwrite the rate.
+// parameters initialized in startup; the rate is a constant the host may
+// overwrite, or a schedule the main program computes each step
+// (kiln/frontend/lr_scheduler.h).
 #pragma once
 
+#include <concepts>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "kiln/frontend/lr_scheduler.h"
 #include "kiln/ir/builder.h"
 #include "kiln/ir/value.h"
 #include "kiln/runtime/scope.h"
@@ -30,6 +35,27 @@ class ClipGradByGlobalNorm {
 
  private:
   double max_norm_;
+};
+
+// What an optimizer's constructor takes as its learning rate: a constant,
+// or a schedule (`optim::Adam adam(lr::CosineWithWarmup(1e-3, 100, 1000))`).
+class LearningRate {
+ public:
+  LearningRate(double value) : initial_(value) {}  // NOLINT: implicit on purpose
+  template <std::derived_from<lr::Schedule> S>
+  LearningRate(S schedule)  // NOLINT: implicit on purpose
+      : LearningRate(lr::SchedulePtr(std::make_shared<const S>(std::move(schedule)))) {}
+  // kiln::Error for a null schedule.
+  LearningRate(lr::SchedulePtr schedule);  // NOLINT: implicit on purpose
+
+  // The constant, or the schedule's rate at step 0.
+  double initial() const { return initial_; }
+  // Null for a constant rate.
+  const lr::SchedulePtr& schedule() const { return schedule_; }
+
+ private:
+  double initial_;
+  lr::SchedulePtr schedule_;
 };
 
 class Optimizer {
@@ -58,20 +84,36 @@ class Optimizer {
   Optimizer& set_grad_clip(ClipGradByGlobalNorm clip);
   const std::optional<ClipGradByGlobalNorm>& grad_clip() const { return clip_; }
 
-  // The initial learning rate (what startup writes).
-  double learning_rate() const { return lr_; }
+  // The initial learning rate (what startup writes; a schedule's rate at
+  // step 0).
+  double learning_rate() const { return lr_.initial(); }
+  // The schedule the main program computes the rate with; null for a
+  // constant rate.
+  const lr::SchedulePtr& lr_schedule() const { return lr_.schedule(); }
   double weight_decay() const { return weight_decay_; }
   // Names of the learning-rate parameters made so far ("learning_rate_0"),
   // one per parameter dtype; empty before the first minimize.
   std::vector<std::string> learning_rate_names() const;
-  // Writes `lr` into every learning-rate parameter in `scope` (a schedule's
-  // step; run the startup program first). kiln::Error(NotFound) naming the
-  // parameter when the scope lacks it.
+  // Writes `lr` into every learning-rate parameter in `scope` (a host-driven
+  // schedule; run the startup program first). kiln::Error: NotFound naming
+  // the parameter when the scope lacks it; PreconditionNotMet when the
+  // optimizer has a schedule (the next step would overwrite the rate).
   void set_learning_rate(Scope& scope, double lr) const;
+  // The rate in `scope`: the one the last run of the main program used (a
+  // schedule writes each step's rate into the learning-rate parameter), or
+  // what startup wrote. kiln::Error(NotFound) before the first minimize or
+  // when the scope lacks the parameter.
+  double current_learning_rate(const Scope& scope) const;
+  // With a schedule: the rate of the running step (f64 [1]) in the main
+  // program of the last minimize / apply_gradients, to fetch alongside the
+  // loss, and the step counter's parameter name ("lr_step_0"). Null / empty
+  // without a schedule or before the first minimize.
+  Value scheduled_rate() const { return scheduled_.rate; }
+  const std::string& lr_step_name() const { return scheduled_.step_name; }
 
  protected:
   // `kind` names the optimizer in errors ("Adam"); weight_decay >= 0.
-  Optimizer(std::string_view kind, double learning_rate, double weight_decay,
+  Optimizer(std::string_view kind, LearningRate learning_rate, double weight_decay,
             std::optional<ClipGradByGlobalNorm> clip);
 
   // Appends the update op of one parameter (its name, its gradient after
@@ -93,16 +135,21 @@ class Optimizer {
   std::vector<std::pair<Value, Value>> clip_by_global_norm(
       const std::vector<std::pair<Value, Value>>& params_grads);
 
-  double lr_;
+  LearningRate lr_;
   double weight_decay_;
   std::optional<ClipGradByGlobalNorm> clip_;
   std::map<DataType, std::string> lr_names_;
+  // With a schedule: its ops in the last main program built into
+  // (append_schedule, once per program) and the rate per parameter dtype.
+  lr::ScheduledRate scheduled_;
+  const Program* scheduled_program_ = nullptr;
+  std::map<DataType, Value> scheduled_rates_;
 };
 
 // param -= lr · grad. weight_decay: L2 coefficient.
 class SGD : public Optimizer {
  public:
-  explicit SGD(double learning_rate, double weight_decay = 0.0,
+  explicit SGD(LearningRate learning_rate, double weight_decay = 0.0,
                std::optional<ClipGradByGlobalNorm> grad_clip = std::nullopt);
 
  protected:
@@ -115,7 +162,7 @@ class SGD : public Optimizer {
 // starts at 0. weight_decay: L2 coefficient.
 class Momentum : public Optimizer {
  public:
-  Momentum(double learning_rate, double momentum = 0.9, bool use_nesterov = false,
+  Momentum(LearningRate learning_rate, double momentum = 0.9, bool use_nesterov = false,
            double weight_decay = 0.0,
            std::optional<ClipGradByGlobalNorm> grad_clip = std::nullopt);
 
@@ -133,15 +180,15 @@ class Momentum : public Optimizer {
 // beta1 / beta2. weight_decay: L2 coefficient added to the gradient.
 class Adam : public Optimizer {
  public:
-  explicit Adam(double learning_rate, double beta1 = 0.9, double beta2 = 0.999,
+  explicit Adam(LearningRate learning_rate, double beta1 = 0.9, double beta2 = 0.999,
                 double epsilon = 1e-8, double weight_decay = 0.0,
                 std::optional<ClipGradByGlobalNorm> grad_clip = std::nullopt);
 
  protected:
   Operation* append_update(Builder& b, const std::string& name, Value param, Value grad,
                            Value lr) override;
-  Adam(std::string_view kind, double learning_rate, double beta1, double beta2, double epsilon,
-       double weight_decay, std::optional<ClipGradByGlobalNorm> grad_clip);
+  Adam(std::string_view kind, LearningRate learning_rate, double beta1, double beta2,
+       double epsilon, double weight_decay, std::optional<ClipGradByGlobalNorm> grad_clip);
   double beta1_, beta2_, epsilon_;
 };
 
@@ -149,7 +196,7 @@ class Adam : public Optimizer {
 // · param before each adam step; no L2 term in the gradient.
 class AdamW : public Adam {
  public:
-  explicit AdamW(double learning_rate, double beta1 = 0.9, double beta2 = 0.999,
+  explicit AdamW(LearningRate learning_rate, double beta1 = 0.9, double beta2 = 0.999,
                  double epsilon = 1e-8, double weight_decay = 0.01,
                  std::optional<ClipGradByGlobalNorm> grad_clip = std::nullopt);
 
