@@ -1,12 +1,16 @@
 // Everything a user program needs, in one include: the op set (and what
 // defining one's own op takes: Op<>, traits, interfaces, GradOf,
 // KILN_REGISTER_OP), the kernel registry, the executor, the frontend
-// (ProgramGuard, data, layers, losses, optimizers) and the JSON / weights io.
+// (ProgramGuard, data, layers, losses, optimizers, schedules, metrics), the
+// data loader, and the io: JSON programs, weights, inference models, CSV.
 #pragma once
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
+#include "kiln/frontend/data_loader.h"
 #include "kiln/frontend/frontend.h"
+#include "kiln/io/csv.h"
+#include "kiln/io/inference_model.h"
 #include "kiln/io/json.h"
 #include "kiln/io/weights.h"
 #include "kiln/kernel/kernel_registry.h"
