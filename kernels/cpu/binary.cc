@@ -1,55 +1,21 @@
-// CPU kernels of the broadcasting binary ops (add, sub, mul, div, maximum,
-// minimum, pow), maximum_grad / minimum_grad, and add_n. Same-shape and scalar operands take flat loops;
+// CPU kernels of the broadcasting binary ops — one kernel template expanded
+// over BinaryFamily (kiln/dialect/binary_ops.h: add, sub, mul, div, maximum,
+// minimum, pow), each computing its Math::forward — plus maximum_grad /
+// minimum_grad and add_n. Same-shape and scalar operands take flat loops;
 // everything else runs the collapsed broadcast plan (cpu_kernel_util.h).
 // -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
 // leaves loops of unknown trip count scalar; kernels want them vectorized.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("vect-cost-model=dynamic")
 #endif
-#include <cmath>
-#include <limits>
 #include <type_traits>
 
 #include "cpu_kernel_util.h"
 #include "kiln/dialect/binary_ops.h"
-#include <algorithm>
-#include <cstring>
-#include <vector>
 #include "kiln/dialect/kiln_dialect.h"
 
 namespace kiln::cpu {
 namespace {
-
-struct AddF {
-  template <typename T> static T apply(T a, T b) { return a + b; }
-};
-struct SubF {
-  template <typename T> static T apply(T a, T b) { return a - b; }
-};
-struct MulF {
-  template <typename T> static T apply(T a, T b) { return a * b; }
-};
-struct DivF {
-  template <typename T> static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-      // b == 0 is rejected before the loop; b == -1 negates (wrapping) so
-      // that MIN / -1 does not trap.
-      using U = std::make_unsigned_t<T>;
-      return b == -1 ? static_cast<T>(U(0) - static_cast<U>(a)) : static_cast<T>(a / b);
-    } else {
-      return a / b;
-    }
-  }
-};
-struct MaximumF {  // NaN wins
-  template <typename T> static T apply(T a, T b) { return (a > b || a != a) ? a : b; }
-};
-struct MinimumF {  // NaN wins
-  template <typename T> static T apply(T a, T b) { return (a < b || a != a) ? a : b; }
-};
-struct PowF {
-  template <typename T> static T apply(T a, T b) { return std::pow(a, b); }
-};
 
 template <typename T>
 void check_no_zero_divisor(const KernelContext& ctx, const T* y, std::int64_t n) {
@@ -60,58 +26,38 @@ void check_no_zero_divisor(const KernelContext& ctx, const T* y, std::int64_t n)
                 "' divides integers by zero (operand #1 holds a 0)");
 }
 
-template <typename F>
+// The kernel of BinaryOp<Math>: Math::forward elementwise, broadcast.
+template <typename Math>
 struct Binary {
   template <typename T>
   struct K {
     static void run(KernelContext& ctx) {
       const Tensor& x = typed_input<T>(ctx, 0);
       const Tensor& y = typed_input<T>(ctx, 1);
-      const std::string_view op = ctx.op()->name();
-      const T* px = x.data<T>();
-      const T* py = y.data<T>();
-      if constexpr (std::is_same_v<F, DivF> && std::is_integral_v<T>)
-        check_no_zero_divisor(ctx, py, y.numel());
-      if (x.dims() == y.dims()) {
-        Tensor& out = ctx.alloc_output(0, x.dims(), x.dtype());
-        T* __restrict po = out.data<T>();
-        const std::int64_t n = x.numel();
-        for (std::int64_t i = 0; i < n; ++i) po[i] = F::apply(px[i], py[i]);
-        return;
-      }
-      Dims od = broadcast_dims(op, x.dims(), y.dims());
-      // (The output may be a buffer an input also uses only when it is not
-      // shared; alloc_output never hands out a buffer still held elsewhere.)
-      Tensor& out = ctx.alloc_output(0, od, x.dtype());
-      T* po = out.data<T>();
-      const std::int64_t n = od.numel();
-      if (y.numel() == 1 && x.numel() == n) {
-        const T b = py[0];
-        for (std::int64_t i = 0; i < n; ++i) po[i] = F::apply(px[i], b);
-      } else if (x.numel() == 1 && y.numel() == n) {
-        const T a = px[0];
-        for (std::int64_t i = 0; i < n; ++i) po[i] = F::apply(a, py[i]);
-      } else {
-        run_broadcast<F>(make_broadcast_plan(x.dims(), y.dims(), od), px, py, po);
-      }
+      if constexpr (std::is_same_v<Math, DivMath> && std::is_integral_v<T>)
+        check_no_zero_divisor(ctx, y.data<T>(), y.numel());
+      run_binary<MathForward<Math>, T, T>(ctx, x, y, x.dtype());
     }
   };
 };
 
-template <typename T>
-using AddK = Binary<AddF>::K<T>;
-template <typename T>
-using SubK = Binary<SubF>::K<T>;
-template <typename T>
-using MulK = Binary<MulF>::K<T>;
-template <typename T>
-using DivK = Binary<DivF>::K<T>;
-template <typename T>
-using MaximumK = Binary<MaximumF>::K<T>;
-template <typename T>
-using MinimumK = Binary<MinimumF>::K<T>;
-template <typename T>
-using PowK = Binary<PowF>::K<T>;
+// One registration per member of BinaryFamily (binary_ops.h): f32 and f64,
+// and i32 / i64 unless the op is floating-only.
+template <typename Math>
+void register_binary() {
+  using Registrar = KernelRegistrar<BinaryOp<Math>>;
+  if constexpr (Math::floating_only)
+    Registrar::template for_dtypes<Binary<Math>::template K, float, double>(PlaceKind::Cpu,
+                                                                            Math::name.data());
+  else
+    Registrar::template for_dtypes<Binary<Math>::template K, float, double, std::int32_t,
+                                   std::int64_t>(PlaceKind::Cpu, Math::name.data());
+}
+template <typename... Maths>
+bool register_family(BinaryMathList<Maths...>) {
+  (register_binary<Maths>(), ...);
+  return true;
+}
 
 // x0 + x1 + … (same shapes).
 template <typename T>
@@ -187,13 +133,7 @@ template <typename T> using MinimumGradK = MinMaxGrad<MinWeight>::K<T>;
 
 }  // namespace
 
-KILN_REGISTER_KERNELS(AddOp, Cpu, AddK, float, double, std::int32_t, std::int64_t);
-KILN_REGISTER_KERNELS(SubOp, Cpu, SubK, float, double, std::int32_t, std::int64_t);
-KILN_REGISTER_KERNELS(MulOp, Cpu, MulK, float, double, std::int32_t, std::int64_t);
-KILN_REGISTER_KERNELS(DivOp, Cpu, DivK, float, double, std::int32_t, std::int64_t);
-KILN_REGISTER_KERNELS(MaximumOp, Cpu, MaximumK, float, double, std::int32_t, std::int64_t);
-KILN_REGISTER_KERNELS(MinimumOp, Cpu, MinimumK, float, double, std::int32_t, std::int64_t);
-KILN_REGISTER_KERNELS(PowOp, Cpu, PowK, float, double);
+[[maybe_unused]] static const bool binary_family = register_family(BinaryFamily{});
 KILN_REGISTER_KERNELS(AddNOp, Cpu, AddNK, float, double, std::int32_t, std::int64_t);
 
 KILN_REGISTER_KERNELS(GradOf<MaximumOp>, Cpu, MaximumGradK, float, double);

@@ -21,38 +21,10 @@ namespace {
 
 // ---- two-operand bool-result families ----
 
-template <typename Math>
-struct Apply {
-  template <typename T> static bool apply(T a, T b) { return Math::forward(a, b); }
-};
-
 template <typename Math, typename T>
 void binary_bool(KernelContext& ctx) {
-  const Tensor& x = typed_input<T>(ctx, 0);
-  const Tensor& y = typed_input<T>(ctx, 1);
-  const T* px = x.data<T>();
-  const T* py = y.data<T>();
-  if (x.dims() == y.dims()) {
-    Tensor& out = ctx.alloc_output(0, x.dims(), DataType::Bool);
-    bool* __restrict po = out.data<bool>();
-    const std::int64_t n = x.numel();
-    for (std::int64_t i = 0; i < n; ++i) po[i] = Math::forward(px[i], py[i]);
-    return;
-  }
-  const Dims od = broadcast_dims(ctx.op()->name(), x.dims(), y.dims());
-  Tensor& out = ctx.alloc_output(0, od, DataType::Bool);
-  bool* __restrict po = out.data<bool>();
-  const std::int64_t n = od.numel();
-  if (n == 0) return;
-  if (y.numel() == 1 && x.numel() == n) {
-    const T b = py[0];
-    for (std::int64_t i = 0; i < n; ++i) po[i] = Math::forward(px[i], b);
-  } else if (x.numel() == 1 && y.numel() == n) {
-    const T a = px[0];
-    for (std::int64_t i = 0; i < n; ++i) po[i] = Math::forward(a, py[i]);
-  } else {
-    run_broadcast<Apply<Math>>(make_broadcast_plan(x.dims(), y.dims(), od), px, py, po);
-  }
+  run_binary<MathForward<Math>, T, bool>(ctx, typed_input<T>(ctx, 0), typed_input<T>(ctx, 1),
+                                   DataType::Bool);
 }
 
 template <typename Math>

@@ -108,4 +108,42 @@ void run_broadcast(const BroadcastPlan& p, const T* x, const T* y, U* out) {
   }
 }
 
+// A family member's Math::forward(a, b) as the F::apply of run_broadcast /
+// run_binary.
+template <typename Math>
+struct MathForward {
+  template <typename T> static auto apply(T a, T b) { return Math::forward(a, b); }
+};
+
+// Output 0 of `ctx` = F::apply(x, y) elementwise with numpy broadcasting,
+// as `out_dtype` (element type U): same-shape and scalar operands take flat
+// loops, everything else the collapsed broadcast plan. Reads x and y before
+// allocating the output, which may reuse a buffer only they held.
+template <typename F, typename T, typename U>
+void run_binary(KernelContext& ctx, const Tensor& x, const Tensor& y, DataType out_dtype) {
+  const T* px = x.data<T>();
+  const T* py = y.data<T>();
+  if (x.dims() == y.dims()) {
+    Tensor& out = ctx.alloc_output(0, x.dims(), out_dtype);
+    U* __restrict po = out.data<U>();
+    const std::int64_t n = x.numel();
+    for (std::int64_t i = 0; i < n; ++i) po[i] = F::apply(px[i], py[i]);
+    return;
+  }
+  const Dims od = broadcast_dims(ctx.op()->name(), x.dims(), y.dims());
+  Tensor& out = ctx.alloc_output(0, od, out_dtype);
+  U* __restrict po = out.data<U>();
+  const std::int64_t n = od.numel();
+  if (n == 0) return;
+  if (y.numel() == 1 && x.numel() == n) {
+    const T b = py[0];
+    for (std::int64_t i = 0; i < n; ++i) po[i] = F::apply(px[i], b);
+  } else if (x.numel() == 1 && y.numel() == n) {
+    const T a = px[0];
+    for (std::int64_t i = 0; i < n; ++i) po[i] = F::apply(a, py[i]);
+  } else {
+    run_broadcast<F>(make_broadcast_plan(x.dims(), y.dims(), od), px, py, po);
+  }
+}
+
 }  // namespace kiln::cpu

@@ -72,6 +72,20 @@ std::string dims_string(const std::vector<std::int64_t>& dims) {
   return r + "]";
 }
 
+std::int64_t normalize_axis(std::string_view op, std::int64_t axis, std::int64_t rank,
+                            std::string_view what) {
+  if (axis < -rank || axis >= rank)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", what, " ", axis,
+                " is out of range for rank ", rank, " (expected [", -rank, ", ", rank, "))");
+  return axis < 0 ? axis + rank : axis;
+}
+
+void check_shape_attr(std::string_view op, const std::vector<std::int64_t>& shape) {
+  for (auto d : shape)
+    if (d < -1)
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' shape dims must be >= -1, got ", d);
+}
+
 }  // namespace kiln::meta
 
 namespace kiln {

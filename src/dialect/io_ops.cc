@@ -1,7 +1,7 @@
 // kiln.data and kiln.fetch (kiln/dialect/io_ops.h).
+#include "kiln/dialect/infer_meta_util.h"
 #include "kiln/dialect/io_ops.h"
 
-#include "op_helpers.h"
 
 namespace kiln {
 
@@ -15,7 +15,7 @@ void DataOp::build(Builder&, OperationArgument& arg, const std::string& name,
 
 std::vector<Type> DataOp::infer_meta(const std::vector<Type>&, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
-  dialect_detail::check_shape_attr(name, a.shape);
+  meta::check_shape_attr(name, a.shape);
   return {TensorType::get(a.dtype, a.shape)};
 }
 

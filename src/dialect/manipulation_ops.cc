@@ -1,21 +1,17 @@
 // The shape-manipulation ops of kiln/dialect/manipulation_ops.h: InferMeta,
 // Vjp and registration.
+#include "kiln/dialect/infer_meta_util.h"
 #include "kiln/dialect/manipulation_ops.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "kiln/dialect/tensor_ops.h"
-#include "op_helpers.h"
 
 namespace kiln {
 
 KILN_REGISTER_OP(ExpandOp, StackOp, FlattenOp, SqueezeOp, UnsqueezeOp, PadOp, CumsumOp);
 
-using dialect_detail::dims_str;
-using dialect_detail::expect_tensor;
-using dialect_detail::make_like;
-using dialect_detail::normalize_axis;
 
 namespace {
 constexpr std::size_t kMaxRank = 9;
@@ -52,22 +48,22 @@ void ExpandOp::build(Builder&, OperationArgument& arg, Value x, const std::vecto
 std::vector<Type> ExpandOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
   meta::require_count(name, in, 1);
-  Type x = expect_tensor(name, in, 0);
+  Type x = meta::tensor_operand(name, in, 0);
   const auto& xs = shaped_dims(x);
   check_rank(name, a.shape.size());
   if (a.shape.size() < xs.size())
-    throw_error(ErrorKind::InvalidArgument, "op '", name, "' shape ", dims_str(a.shape),
-                " has fewer dims than the input ", dims_str(xs));
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' shape ", meta::dims_string(a.shape),
+                " has fewer dims than the input ", meta::dims_string(xs));
   const std::size_t lead = a.shape.size() - xs.size();
   std::vector<std::int64_t> out(a.shape.size());
   for (std::size_t i = 0; i < a.shape.size(); ++i) {
     std::int64_t s = a.shape[i];
     if (s < -1)
-      throw_error(ErrorKind::InvalidArgument, "op '", name, "' shape ", dims_str(a.shape),
+      throw_error(ErrorKind::InvalidArgument, "op '", name, "' shape ", meta::dims_string(a.shape),
                   " dims must be >= -1");
     if (i < lead) {
       if (s == -1)
-        throw_error(ErrorKind::InvalidArgument, "op '", name, "' shape ", dims_str(a.shape),
+        throw_error(ErrorKind::InvalidArgument, "op '", name, "' shape ", meta::dims_string(a.shape),
                     " has -1 at new leading dim ", i, " (-1 keeps an input dim)");
       out[i] = s;
       continue;
@@ -77,13 +73,13 @@ std::vector<Type> ExpandOp::infer_meta(const std::vector<Type>& in, DictionaryAt
       out[i] = xd;
     } else {
       if (xd >= 0 && xd != 1 && xd != s)
-        throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot expand ", dims_str(xs),
-                    " to ", dims_str(a.shape), ": input dim ", i - lead, " is ", xd,
+        throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot expand ", meta::dims_string(xs),
+                    " to ", meta::dims_string(a.shape), ": input dim ", i - lead, " is ", xd,
                     " (expected 1 or ", s, ")");
       out[i] = s;
     }
   }
-  return {make_like(in, shaped_data_type(x), std::move(out))};
+  return {meta::result_like(in, shaped_data_type(x), std::move(out))};
 }
 
 std::vector<Value> ExpandOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
@@ -103,26 +99,26 @@ std::vector<Type> StackOp::infer_meta(const std::vector<Type>& in, DictionaryAtt
   auto a = from_attributes<Attributes>(attrs, name);
   if (in.empty())
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs at least one operand");
-  Type first = expect_tensor(name, in, 0);
+  Type first = meta::tensor_operand(name, in, 0);
   DataType dt = shaped_data_type(first);
   std::vector<std::int64_t> dims = shaped_dims(first);
   for (std::size_t i = 1; i < in.size(); ++i) {
-    Type t = expect_tensor(name, in, i);
+    Type t = meta::tensor_operand(name, in, i);
     if (shaped_data_type(t) != dt)
       throw_error(ErrorKind::InvalidArgument, "op '", name, "' operands must have one dtype: #0 is ",
                   to_string(dt), ", #", i, " is ", to_string(shaped_data_type(t)));
     const auto& ds = shaped_dims(t);
     if (ds.size() != dims.size() || !meta::compatible_dims(ds, dims))
       throw_error(ErrorKind::InvalidArgument, "op '", name, "' operands must have one shape: #0 is ",
-                  dims_str(shaped_dims(first)), ", #", i, " is ", dims_str(ds));
+                  meta::dims_string(shaped_dims(first)), ", #", i, " is ", meta::dims_string(ds));
     for (std::size_t k = 0; k < ds.size(); ++k)
       if (dims[k] < 0) dims[k] = ds[k];
   }
   auto out_rank = static_cast<std::int64_t>(dims.size()) + 1;
   check_rank(name, static_cast<std::size_t>(out_rank));
-  std::int64_t axis = normalize_axis(name, a.axis, out_rank);
+  std::int64_t axis = meta::normalize_axis(name, a.axis, out_rank);
   dims.insert(dims.begin() + axis, static_cast<std::int64_t>(in.size()));
-  return {make_like(in, dt, std::move(dims))};
+  return {meta::result_like(in, dt, std::move(dims))};
 }
 
 // The grad split into one slice per operand along the stacked axis, each
@@ -150,7 +146,7 @@ void FlattenOp::build(Builder&, OperationArgument& arg, Value x, std::int64_t st
 std::vector<Type> FlattenOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
   meta::require_count(name, in, 1);
-  Type x = expect_tensor(name, in, 0);
+  Type x = meta::tensor_operand(name, in, 0);
   const auto& xs = shaped_dims(x);
   if (xs.empty()) {
     if (a.start_axis != 0 && a.start_axis != -1)
@@ -159,11 +155,11 @@ std::vector<Type> FlattenOp::infer_meta(const std::vector<Type>& in, DictionaryA
     if (a.stop_axis != 0 && a.stop_axis != -1)
       throw_error(ErrorKind::InvalidArgument, "op '", name, "' stop_axis ", a.stop_axis,
                   " is out of range for a rank-0 input (expected 0 or -1)");
-    return {make_like(in, shaped_data_type(x), {1})};
+    return {meta::result_like(in, shaped_data_type(x), {1})};
   }
   auto rank = static_cast<std::int64_t>(xs.size());
-  std::int64_t s = normalize_axis(name, a.start_axis, rank, "start_axis");
-  std::int64_t e = normalize_axis(name, a.stop_axis, rank, "stop_axis");
+  std::int64_t s = meta::normalize_axis(name, a.start_axis, rank, "start_axis");
+  std::int64_t e = meta::normalize_axis(name, a.stop_axis, rank, "stop_axis");
   if (s > e)
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' start_axis ", a.start_axis,
                 " must not come after stop_axis ", a.stop_axis, " (rank ", rank, ")");
@@ -179,7 +175,7 @@ std::vector<Type> FlattenOp::infer_meta(const std::vector<Type>& in, DictionaryA
     if (xs[k] == 0) m = 0;
   out.push_back(m);
   out.insert(out.end(), xs.begin() + e + 1, xs.end());
-  return {make_like(in, shaped_data_type(x), std::move(out))};
+  return {meta::result_like(in, shaped_data_type(x), std::move(out))};
 }
 
 std::vector<Value> FlattenOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
@@ -196,7 +192,7 @@ void SqueezeOp::build(Builder&, OperationArgument& arg, Value x, const std::vect
 std::vector<Type> SqueezeOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
   meta::require_count(name, in, 1);
-  Type x = expect_tensor(name, in, 0);
+  Type x = meta::tensor_operand(name, in, 0);
   const auto& xs = shaped_dims(x);
   auto rank = static_cast<std::int64_t>(xs.size());
   std::vector<bool> drop(xs.size(), false);
@@ -205,21 +201,21 @@ std::vector<Type> SqueezeOp::infer_meta(const std::vector<Type>& in, DictionaryA
   } else {
     std::vector<bool> seen(xs.size(), false);
     for (auto ax : a.axes) {
-      std::int64_t k = normalize_axis(name, ax, rank);
+      std::int64_t k = meta::normalize_axis(name, ax, rank);
       if (seen[k])
-        throw_error(ErrorKind::InvalidArgument, "op '", name, "' axes ", dims_str(a.axes),
+        throw_error(ErrorKind::InvalidArgument, "op '", name, "' axes ", meta::dims_string(a.axes),
                     " name dim ", k, " twice");
       seen[k] = true;
       if (xs[k] < 0)
         throw_error(ErrorKind::InvalidArgument, "op '", name, "' axis ", ax, " names dim ", k,
-                    " of ", dims_str(xs), ", unknown at build time (expected a known dim)");
+                    " of ", meta::dims_string(xs), ", unknown at build time (expected a known dim)");
       drop[k] = xs[k] == 1;
     }
   }
   std::vector<std::int64_t> out;
   for (std::size_t k = 0; k < xs.size(); ++k)
     if (!drop[k]) out.push_back(xs[k]);
-  return {make_like(in, shaped_data_type(x), std::move(out))};
+  return {meta::result_like(in, shaped_data_type(x), std::move(out))};
 }
 
 std::vector<Value> SqueezeOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
@@ -236,7 +232,7 @@ void UnsqueezeOp::build(Builder&, OperationArgument& arg, Value x, const std::ve
 std::vector<Type> UnsqueezeOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
   meta::require_count(name, in, 1);
-  Type x = expect_tensor(name, in, 0);
+  Type x = meta::tensor_operand(name, in, 0);
   const auto& xs = shaped_dims(x);
   if (a.axes.empty())
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs at least one axis");
@@ -244,16 +240,16 @@ std::vector<Type> UnsqueezeOp::infer_meta(const std::vector<Type>& in, Dictionar
   check_rank(name, out_rank);
   std::vector<bool> ones(out_rank, false);
   for (auto ax : a.axes) {
-    std::int64_t k = normalize_axis(name, ax, static_cast<std::int64_t>(out_rank));
+    std::int64_t k = meta::normalize_axis(name, ax, static_cast<std::int64_t>(out_rank));
     if (ones[k])
-      throw_error(ErrorKind::InvalidArgument, "op '", name, "' axes ", dims_str(a.axes),
+      throw_error(ErrorKind::InvalidArgument, "op '", name, "' axes ", meta::dims_string(a.axes),
                   " name result dim ", k, " twice");
     ones[k] = true;
   }
   std::vector<std::int64_t> out(out_rank);
   std::size_t j = 0;
   for (std::size_t k = 0; k < out_rank; ++k) out[k] = ones[k] ? 1 : xs[j++];
-  return {make_like(in, shaped_data_type(x), std::move(out))};
+  return {meta::result_like(in, shaped_data_type(x), std::move(out))};
 }
 
 std::vector<Value> UnsqueezeOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
@@ -271,7 +267,7 @@ void PadOp::build(Builder&, OperationArgument& arg, Value x, const std::vector<s
 std::vector<Type> PadOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
   meta::require_count(name, in, 1);
-  Type x = expect_tensor(name, in, 0);
+  Type x = meta::tensor_operand(name, in, 0);
   DataType dt = shaped_data_type(x);
   if (dt != DataType::Float32 && dt != DataType::Float64 && dt != DataType::Int32 &&
       dt != DataType::Int64)
@@ -279,23 +275,23 @@ std::vector<Type> PadOp::infer_meta(const std::vector<Type>& in, DictionaryAttri
                 to_string(dt));
   std::vector<std::int64_t> out = shaped_dims(x);
   if (a.pads.size() % 2 != 0 || a.pads.size() > 2 * out.size())
-    throw_error(ErrorKind::InvalidArgument, "op '", name, "' pads ", dims_str(a.pads),
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' pads ", meta::dims_string(a.pads),
                 " must hold an even number of entries, at most 2 per dim of the input ",
-                dims_str(out));
+                meta::dims_string(out));
   for (std::size_t p = 0; p < a.pads.size() / 2; ++p) {
     std::size_t k = out.size() - 1 - p;
     if (out[k] < 0) continue;
     std::int64_t d = out[k];
     if (__builtin_add_overflow(d, a.pads[2 * p], &d) ||
         __builtin_add_overflow(d, a.pads[2 * p + 1], &d))
-      throw_error(ErrorKind::OutOfRange, "op '", name, "' pads ", dims_str(a.pads),
+      throw_error(ErrorKind::OutOfRange, "op '", name, "' pads ", meta::dims_string(a.pads),
                   " overflow int64");
     if (d < 0)
-      throw_error(ErrorKind::InvalidArgument, "op '", name, "' pads ", dims_str(a.pads),
-                  " crop dim ", k, " of ", dims_str(out), " below size 0");
+      throw_error(ErrorKind::InvalidArgument, "op '", name, "' pads ", meta::dims_string(a.pads),
+                  " crop dim ", k, " of ", meta::dims_string(out), " below size 0");
     out[k] = d;
   }
-  return {make_like(in, dt, std::move(out))};
+  return {meta::result_like(in, dt, std::move(out))};
 }
 
 std::vector<Value> PadOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
@@ -317,7 +313,7 @@ void CumsumOp::build(Builder&, OperationArgument& arg, Value x, std::int64_t axi
 std::vector<Type> CumsumOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
   meta::require_count(name, in, 1);
-  Type x = expect_tensor(name, in, 0);
+  Type x = meta::tensor_operand(name, in, 0);
   DataType dt = shaped_data_type(x);
   if (dt != DataType::Float32 && dt != DataType::Float64 && dt != DataType::Int32 &&
       dt != DataType::Int64)
@@ -326,8 +322,8 @@ std::vector<Type> CumsumOp::infer_meta(const std::vector<Type>& in, DictionaryAt
   const auto& xs = shaped_dims(x);
   if (xs.empty())
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs an input of rank >= 1");
-  normalize_axis(name, a.axis, static_cast<std::int64_t>(xs.size()));
-  return {make_like(in, dt, xs)};
+  meta::normalize_axis(name, a.axis, static_cast<std::int64_t>(xs.size()));
+  return {meta::result_like(in, dt, xs)};
 }
 
 std::vector<Value> CumsumOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {

@@ -1,15 +1,13 @@
 // The random ops of kiln/dialect/random_ops.h: uniform_random,
 // gaussian_random and dropout (with its gradient op).
+#include "kiln/dialect/infer_meta_util.h"
 #include "kiln/dialect/random_ops.h"
 
 #include <cmath>
 
-#include "op_helpers.h"
 
 namespace kiln {
 
-using dialect_detail::check_shape_attr;
-using dialect_detail::expect_tensor;
 
 namespace {
 void check_gaussian(std::string_view op, double mean, double std) {
@@ -32,7 +30,7 @@ void GaussianRandomOp::build(Builder&, OperationArgument& arg, const std::vector
 
 std::vector<Type> GaussianRandomOp::infer_meta(const std::vector<Type>&, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
-  check_shape_attr(name, a.shape);
+  meta::check_shape_attr(name, a.shape);
   if (!is_floating(a.dtype))
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs a floating dtype, got ",
                 to_string(a.dtype));
@@ -53,7 +51,7 @@ void DropoutOp::build(Builder&, OperationArgument& arg, Value x, double p, bool 
 
 std::vector<Type> DropoutOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
-  Type x = expect_tensor(name, in, 0);
+  Type x = meta::tensor_operand(name, in, 0);
   if (!is_floating(shaped_data_type(x)))
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs a floating input, got ",
                 x.to_string());
@@ -74,7 +72,7 @@ void UniformRandomOp::build(Builder&, OperationArgument& arg, const std::vector<
 
 std::vector<Type> UniformRandomOp::infer_meta(const std::vector<Type>&, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
-  dialect_detail::check_shape_attr(name, a.shape);
+  meta::check_shape_attr(name, a.shape);
   if (!is_floating(a.dtype))
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs a floating dtype, got ",
                 to_string(a.dtype));

@@ -1,20 +1,15 @@
 // The search ops of kiln/dialect/search_ops.h: InferMeta, Vjp, gradient op
 // and registration.
+#include "kiln/dialect/infer_meta_util.h"
 #include "kiln/dialect/search_ops.h"
 
 #include <utility>
 
-#include "op_helpers.h"
 
 namespace kiln {
 
 KILN_REGISTER_OP(ArgMaxOp, ArgMinOp, TopKOp, GradOf<TopKOp>, OneHotOp);
 
-using dialect_detail::dims_str;
-using dialect_detail::expect_tensor;
-using dialect_detail::is_index_dtype;
-using dialect_detail::make_like;
-using dialect_detail::normalize_axis;
 
 namespace {
 void require_searchable(std::string_view op, DataType dt) {
@@ -32,18 +27,18 @@ std::vector<Type> ArgReduceOp<Math>::infer_meta(const std::vector<Type>& in,
                                                 DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
   meta::require_count(name, in, 1);
-  Type x = expect_tensor(name, in, 0);
+  Type x = meta::tensor_operand(name, in, 0);
   require_searchable(name, shaped_data_type(x));
   std::vector<std::int64_t> out = shaped_dims(x);
   if (out.empty())
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs an input of rank >= 1");
-  std::int64_t axis = normalize_axis(name, a.axis, static_cast<std::int64_t>(out.size()));
+  std::int64_t axis = meta::normalize_axis(name, a.axis, static_cast<std::int64_t>(out.size()));
   if (out[axis] == 0)
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot search an empty dim ", axis,
-                " of ", dims_str(out));
+                " of ", meta::dims_string(out));
   if (a.keepdim) out[axis] = 1;
   else out.erase(out.begin() + axis);
-  return {make_like(in, DataType::Int64, std::move(out))};
+  return {meta::result_like(in, DataType::Int64, std::move(out))};
 }
 
 template struct ArgReduceOp<ArgMaxMath>;
@@ -60,18 +55,18 @@ void TopKOp::build(Builder&, OperationArgument& arg, Value x, std::int64_t k, st
 std::vector<Type> TopKOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
   meta::require_count(name, in, 1);
-  Type x = expect_tensor(name, in, 0);
+  Type x = meta::tensor_operand(name, in, 0);
   DataType dt = shaped_data_type(x);
   require_searchable(name, dt);
   std::vector<std::int64_t> out = shaped_dims(x);
   if (out.empty())
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs an input of rank >= 1");
-  std::int64_t axis = normalize_axis(name, a.axis, static_cast<std::int64_t>(out.size()));
+  std::int64_t axis = meta::normalize_axis(name, a.axis, static_cast<std::int64_t>(out.size()));
   if (a.k < 0 || (out[axis] >= 0 && a.k > out[axis]))
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' k = ", a.k, " must be in [0, ",
-                out[axis], "] (dim ", axis, " of ", dims_str(out), ")");
+                out[axis], "] (dim ", axis, " of ", meta::dims_string(out), ")");
   out[axis] = a.k;
-  return {make_like(in, dt, out), make_like(in, DataType::Int64, out)};
+  return {meta::result_like(in, dt, out), meta::result_like(in, DataType::Int64, out)};
 }
 
 // Grad w.r.t. x through the values; the indices carry none.
@@ -83,8 +78,8 @@ std::vector<Value> TopKOp::vjp(Builder& b, Operation* op, const std::vector<Valu
 
 void TopKOp::Grad::check(std::string_view name, const std::vector<Type>& in,
                          DictionaryAttribute attrs) {
-  Type x = meta::tensor_operand(name, in, 0), idx = expect_tensor(name, in, 1),
-       dv = expect_tensor(name, in, 2);
+  Type x = meta::tensor_operand(name, in, 0), idx = meta::tensor_operand(name, in, 1),
+       dv = meta::tensor_operand(name, in, 2);
   meta::require_same_dtype(name, shaped_data_type(x), shaped_data_type(dv), 0, 2);
   if (shaped_data_type(idx) != DataType::Int64)
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' indices must be i64, got ",
@@ -93,8 +88,8 @@ void TopKOp::Grad::check(std::string_view name, const std::vector<Type>& in,
   for (std::size_t i : {std::size_t{1}, std::size_t{2}})
     if (!meta::compatible_dims(shaped_dims(fwd[0]), shaped_dims(in[i])))
       throw_error(ErrorKind::InvalidArgument, "op '", name, "' operand #", i, " ",
-                  dims_str(shaped_dims(in[i])), " must have the topk shape ",
-                  dims_str(shaped_dims(fwd[0])));
+                  meta::dims_string(shaped_dims(in[i])), " must have the topk shape ",
+                  meta::dims_string(shaped_dims(fwd[0])));
 }
 
 // ---- one_hot ----
@@ -107,8 +102,8 @@ void OneHotOp::build(Builder&, OperationArgument& arg, Value ids, std::int64_t n
 std::vector<Type> OneHotOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
   meta::require_count(name, in, 1);
-  Type ids = expect_tensor(name, in, 0);
-  if (!is_index_dtype(shaped_data_type(ids)))
+  Type ids = meta::tensor_operand(name, in, 0);
+  if (!meta::is_index_dtype(shaped_data_type(ids)))
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' ids must be i32 or i64, got ",
                 to_string(shaped_data_type(ids)));
   if (a.num_classes < 1)
@@ -119,7 +114,7 @@ std::vector<Type> OneHotOp::infer_meta(const std::vector<Type>& in, DictionaryAt
   if (out.size() > 9)
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' result rank ", out.size(),
                 " exceeds the maximum rank 9");
-  return {make_like(in, DataType::Float32, std::move(out))};
+  return {meta::result_like(in, DataType::Float32, std::move(out))};
 }
 
 }  // namespace kiln

@@ -1,11 +1,11 @@
 // The tensor-making, shape and indexing ops of kiln/dialect/tensor_ops.h:
 // InferMeta, Vjp, gradient ops and registration.
+#include "kiln/dialect/infer_meta_util.h"
 #include "kiln/dialect/tensor_ops.h"
 
 #include <algorithm>
 #include <utility>
 
-#include "op_helpers.h"
 
 namespace kiln {
 
@@ -23,11 +23,6 @@ Value flowing_grad(Operation* op, const std::vector<Value>& out_grads) {
 }
 }  // namespace
 
-using dialect_detail::dims_str;
-using dialect_detail::expect_tensor;
-using dialect_detail::is_index_dtype;
-using dialect_detail::make_like;
-using dialect_detail::normalize_axis;
 
 std::pair<std::int64_t, std::int64_t> slice_range(std::int64_t start, std::int64_t end,
                                                   std::int64_t dim) {
@@ -48,23 +43,23 @@ void TransposeOp::build(Builder&, OperationArgument& arg, Value x,
 
 std::vector<Type> TransposeOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
-  Type x = expect_tensor(name, in, 0);
+  Type x = meta::tensor_operand(name, in, 0);
   const auto& xs = shaped_dims(x);
   auto rank = static_cast<std::int64_t>(xs.size());
   if (static_cast<std::int64_t>(a.perm.size()) != rank)
-    throw_error(ErrorKind::InvalidArgument, "op '", name, "' perm ", dims_str(a.perm),
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' perm ", meta::dims_string(a.perm),
                 " must have one entry per dim of the input (rank ", rank, ")");
   std::vector<bool> seen(xs.size(), false);
   std::vector<std::int64_t> out(xs.size());
   for (std::size_t i = 0; i < a.perm.size(); ++i) {
-    std::int64_t p = normalize_axis(name, a.perm[i], rank, "perm entry");
+    std::int64_t p = meta::normalize_axis(name, a.perm[i], rank, "perm entry");
     if (seen[p])
-      throw_error(ErrorKind::InvalidArgument, "op '", name, "' perm ", dims_str(a.perm),
+      throw_error(ErrorKind::InvalidArgument, "op '", name, "' perm ", meta::dims_string(a.perm),
                   " is not a permutation (dim ", p, " appears twice)");
     seen[p] = true;
     out[i] = xs[p];
   }
-  return {make_like(in, shaped_data_type(x), std::move(out))};
+  return {meta::result_like(in, shaped_data_type(x), std::move(out))};
 }
 
 // ---- concat ----
@@ -79,22 +74,22 @@ std::vector<Type> ConcatOp::infer_meta(const std::vector<Type>& in, DictionaryAt
   auto a = from_attributes<Attributes>(attrs, name);
   if (in.empty())
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs at least one operand");
-  Type first = expect_tensor(name, in, 0);
+  Type first = meta::tensor_operand(name, in, 0);
   DataType dt = shaped_data_type(first);
   std::vector<std::int64_t> out = shaped_dims(first);
   auto rank = static_cast<std::int64_t>(out.size());
   if (rank == 0)
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot join rank-0 tensors");
-  std::int64_t axis = normalize_axis(name, a.axis, rank);
+  std::int64_t axis = meta::normalize_axis(name, a.axis, rank);
   for (std::size_t i = 1; i < in.size(); ++i) {
-    Type t = expect_tensor(name, in, i);
+    Type t = meta::tensor_operand(name, in, i);
     if (shaped_data_type(t) != dt)
       throw_error(ErrorKind::InvalidArgument, "op '", name, "' operands must have one dtype: #0 is ",
                   to_string(dt), ", #", i, " is ", to_string(shaped_data_type(t)));
     const auto& ds = shaped_dims(t);
     if (static_cast<std::int64_t>(ds.size()) != rank)
       throw_error(ErrorKind::InvalidArgument, "op '", name, "' operands must have one rank: #0 is ",
-                  dims_str(shaped_dims(first)), ", #", i, " is ", dims_str(ds));
+                  meta::dims_string(shaped_dims(first)), ", #", i, " is ", meta::dims_string(ds));
     for (std::int64_t k = 0; k < rank; ++k) {
       if (k == axis) {
         if (out[k] >= 0 && ds[k] >= 0 && __builtin_add_overflow(out[k], ds[k], &out[k]))
@@ -104,13 +99,13 @@ std::vector<Type> ConcatOp::infer_meta(const std::vector<Type>& in, DictionaryAt
       } else if (out[k] < 0) {
         out[k] = ds[k];
       } else if (ds[k] >= 0 && ds[k] != out[k]) {
-        throw_error(ErrorKind::InvalidArgument, "op '", name, "' operand #", i, " ", dims_str(ds),
-                    " differs from ", dims_str(shaped_dims(first)), " in dim ", k,
+        throw_error(ErrorKind::InvalidArgument, "op '", name, "' operand #", i, " ", meta::dims_string(ds),
+                    " differs from ", meta::dims_string(shaped_dims(first)), " in dim ", k,
                     " (only the concat axis ", axis, " may differ)");
       }
     }
   }
-  return {make_like(in, dt, std::move(out))};
+  return {meta::result_like(in, dt, std::move(out))};
 }
 
 // ---- split ----
@@ -134,11 +129,11 @@ void SplitOp::build(Builder&, OperationArgument& arg, Value x,
 
 std::vector<Type> SplitOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
-  Type x = expect_tensor(name, in, 0);
+  Type x = meta::tensor_operand(name, in, 0);
   const auto& xs = shaped_dims(x);
   auto rank = static_cast<std::int64_t>(xs.size());
   if (rank == 0) throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot split a rank-0 tensor");
-  std::int64_t axis = normalize_axis(name, a.axis, rank);
+  std::int64_t axis = meta::normalize_axis(name, a.axis, rank);
   std::int64_t d = xs[axis];
   std::vector<std::int64_t> sizes;
   if (a.sections.empty()) {
@@ -156,28 +151,28 @@ std::vector<Type> SplitOp::infer_meta(const std::vector<Type>& in, DictionaryAtt
                   " parts, got ", a.sections.size(), " sections");
     if (a.num != 0 && a.num != static_cast<std::int64_t>(a.sections.size()))
       throw_error(ErrorKind::InvalidArgument, "op '", name, "' got both num = ", a.num,
-                  " and sections ", dims_str(a.sections), " (give one)");
+                  " and sections ", meta::dims_string(a.sections), " (give one)");
     int infer_at = -1;
     std::int64_t known = 0;
     for (std::size_t i = 0; i < a.sections.size(); ++i) {
       std::int64_t s = a.sections[i];
       if (s < -1)
-        throw_error(ErrorKind::InvalidArgument, "op '", name, "' sections ", dims_str(a.sections),
+        throw_error(ErrorKind::InvalidArgument, "op '", name, "' sections ", meta::dims_string(a.sections),
                     " must be >= 0 (one may be -1)");
       if (s == -1) {
         if (infer_at >= 0)
           throw_error(ErrorKind::InvalidArgument, "op '", name, "' sections ",
-                      dims_str(a.sections), " may hold one -1, got two");
+                      meta::dims_string(a.sections), " may hold one -1, got two");
         infer_at = static_cast<int>(i);
       } else if (__builtin_add_overflow(known, s, &known)) {
-        throw_error(ErrorKind::OutOfRange, "op '", name, "' sections ", dims_str(a.sections),
+        throw_error(ErrorKind::OutOfRange, "op '", name, "' sections ", meta::dims_string(a.sections),
                     " add up beyond int64");
       }
     }
     sizes = a.sections;
     if (d >= 0) {
       if (infer_at >= 0 ? known > d : known != d)
-        throw_error(ErrorKind::InvalidArgument, "op '", name, "' sections ", dims_str(a.sections),
+        throw_error(ErrorKind::InvalidArgument, "op '", name, "' sections ", meta::dims_string(a.sections),
                     " do not add up to dim ", axis, " of size ", d);
       if (infer_at >= 0) sizes[infer_at] = d - known;
     }
@@ -187,7 +182,7 @@ std::vector<Type> SplitOp::infer_meta(const std::vector<Type>& in, DictionaryAtt
   for (auto s : sizes) {
     std::vector<std::int64_t> dims = xs;
     dims[axis] = s;
-    out.push_back(make_like(in, shaped_data_type(x), std::move(dims)));
+    out.push_back(meta::result_like(in, shaped_data_type(x), std::move(dims)));
   }
   return out;
 }
@@ -202,7 +197,7 @@ void SliceOp::build(Builder&, OperationArgument& arg, Value x, const std::vector
 
 std::vector<Type> SliceOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
-  Type x = expect_tensor(name, in, 0);
+  Type x = meta::tensor_operand(name, in, 0);
   std::vector<std::int64_t> out = shaped_dims(x);
   auto rank = static_cast<std::int64_t>(out.size());
   if (a.starts.size() != a.axes.size() || a.ends.size() != a.axes.size())
@@ -210,9 +205,9 @@ std::vector<Type> SliceOp::infer_meta(const std::vector<Type>& in, DictionaryAtt
                 a.axes.size(), " axes, ", a.starts.size(), " starts, ", a.ends.size(), " ends");
   std::vector<bool> seen(out.size(), false);
   for (std::size_t k = 0; k < a.axes.size(); ++k) {
-    std::int64_t axis = normalize_axis(name, a.axes[k], rank);
+    std::int64_t axis = meta::normalize_axis(name, a.axes[k], rank);
     if (seen[axis])
-      throw_error(ErrorKind::InvalidArgument, "op '", name, "' axes ", dims_str(a.axes),
+      throw_error(ErrorKind::InvalidArgument, "op '", name, "' axes ", meta::dims_string(a.axes),
                   " name dim ", axis, " twice");
     seen[axis] = true;
     if (out[axis] >= 0) {
@@ -220,7 +215,7 @@ std::vector<Type> SliceOp::infer_meta(const std::vector<Type>& in, DictionaryAtt
       out[axis] = e - b;
     }
   }
-  return {make_like(in, shaped_data_type(x), std::move(out))};
+  return {meta::result_like(in, shaped_data_type(x), std::move(out))};
 }
 
 // ---- gather ----
@@ -233,14 +228,14 @@ void GatherOp::build(Builder&, OperationArgument& arg, Value x, Value index, std
 
 std::vector<Type> GatherOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
-  Type x = expect_tensor(name, in, 0), index = expect_tensor(name, in, 1);
-  if (!is_index_dtype(shaped_data_type(index)))
+  Type x = meta::tensor_operand(name, in, 0), index = meta::tensor_operand(name, in, 1);
+  if (!meta::is_index_dtype(shaped_data_type(index)))
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' index must be i32 or i64, got ",
                 to_string(shaped_data_type(index)));
   const auto& xs = shaped_dims(x);
   auto rank = static_cast<std::int64_t>(xs.size());
   if (rank == 0) throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot gather from a rank-0 tensor");
-  std::int64_t axis = normalize_axis(name, a.axis, rank);
+  std::int64_t axis = meta::normalize_axis(name, a.axis, rank);
   std::vector<std::int64_t> out(xs.begin(), xs.begin() + axis);
   const auto& is = shaped_dims(index);
   out.insert(out.end(), is.begin(), is.end());
@@ -248,7 +243,7 @@ std::vector<Type> GatherOp::infer_meta(const std::vector<Type>& in, DictionaryAt
   if (out.size() > 9)
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' result rank ", out.size(),
                 " exceeds the maximum rank 9");
-  return {make_like(in, shaped_data_type(x), std::move(out))};
+  return {meta::result_like(in, shaped_data_type(x), std::move(out))};
 }
 
 // ---- embedding ----
@@ -262,12 +257,12 @@ void EmbeddingOp::build(Builder&, OperationArgument& arg, Value weight, Value id
 
 std::vector<Type> EmbeddingOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
-  Type w = expect_tensor(name, in, 0), ids = expect_tensor(name, in, 1);
+  Type w = meta::tensor_operand(name, in, 0), ids = meta::tensor_operand(name, in, 1);
   const auto& ws = shaped_dims(w);
   if (ws.size() != 2)
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' weight must be [vocab, dim], got ",
-                dims_str(ws));
-  if (!is_index_dtype(shaped_data_type(ids)))
+                meta::dims_string(ws));
+  if (!meta::is_index_dtype(shaped_data_type(ids)))
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' ids must be i64 or i32, got ",
                 to_string(shaped_data_type(ids)));
   if (a.padding_idx < -1 || (ws[0] >= 0 && a.padding_idx >= ws[0]))
@@ -278,7 +273,7 @@ std::vector<Type> EmbeddingOp::infer_meta(const std::vector<Type>& in, Dictionar
   if (out.size() > 9)
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' result rank ", out.size(),
                 " exceeds the maximum rank 9");
-  return {make_like(in, shaped_data_type(w), std::move(out))};
+  return {meta::result_like(in, shaped_data_type(w), std::move(out))};
 }
 
 // ---- full / reshape ----
@@ -290,7 +285,7 @@ void FullOp::build(Builder&, OperationArgument& arg, const std::vector<std::int6
 
 std::vector<Type> FullOp::infer_meta(const std::vector<Type>&, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
-  dialect_detail::check_shape_attr(name, a.shape);
+  meta::check_shape_attr(name, a.shape);
   return {TensorType::get(a.dtype, a.shape)};
 }
 
@@ -301,7 +296,7 @@ void ReshapeOp::build(Builder&, OperationArgument& arg, Value x, const std::vect
 
 std::vector<Type> ReshapeOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, name);
-  Type x = expect_tensor(name, in, 0);
+  Type x = meta::tensor_operand(name, in, 0);
   const auto& xs = shaped_dims(x);
   std::vector<std::int64_t> out = a.shape;
   int infer_at = -1;
@@ -345,7 +340,7 @@ std::vector<Type> ReshapeOp::infer_meta(const std::vector<Type>& in, DictionaryA
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot reshape ", total,
                 " elements into ", known);
   }
-  return {make_like(in, shaped_data_type(x), std::move(out))};
+  return {meta::result_like(in, shaped_data_type(x), std::move(out))};
 }
 
 
@@ -417,36 +412,36 @@ std::vector<Value> EmbeddingOp::vjp(Builder& b, Operation* op, const std::vector
 
 void SliceOp::Grad::check(std::string_view name, const std::vector<Type>& in,
                            DictionaryAttribute attrs) {
-  Type x = meta::tensor_operand(name, in, 0), dout = expect_tensor(name, in, 1);
+  Type x = meta::tensor_operand(name, in, 0), dout = meta::tensor_operand(name, in, 1);
   meta::require_same_dtype(name, shaped_data_type(x), shaped_data_type(dout), 0, 1);
   auto sliced = SliceOp::infer_meta(
       {x}, attrs);
   if (!meta::compatible_dims(shaped_dims(sliced[0]), shaped_dims(dout)))
-    throw_error(ErrorKind::InvalidArgument, "op '", name, "' dout ", dims_str(shaped_dims(dout)),
-                " must have the slice's shape ", dims_str(shaped_dims(sliced[0])));
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' dout ", meta::dims_string(shaped_dims(dout)),
+                " must have the slice's shape ", meta::dims_string(shaped_dims(sliced[0])));
 }
 
 void GatherOp::Grad::check(std::string_view name, const std::vector<Type>& in,
                            DictionaryAttribute attrs) {
-  Type x = meta::tensor_operand(name, in, 0), dout = expect_tensor(name, in, 2);
+  Type x = meta::tensor_operand(name, in, 0), dout = meta::tensor_operand(name, in, 2);
   auto gathered = GatherOp::infer_meta(
       {in[0], in[1]}, attrs);
   meta::require_same_dtype(name, shaped_data_type(x), shaped_data_type(dout), 0, 2);
   if (!meta::compatible_dims(shaped_dims(gathered[0]), shaped_dims(dout)))
-    throw_error(ErrorKind::InvalidArgument, "op '", name, "' dout ", dims_str(shaped_dims(dout)),
-                " must have the gather's shape ", dims_str(shaped_dims(gathered[0])));
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' dout ", meta::dims_string(shaped_dims(dout)),
+                " must have the gather's shape ", meta::dims_string(shaped_dims(gathered[0])));
 }
 
 void EmbeddingOp::Grad::check(std::string_view name, const std::vector<Type>& in,
                            DictionaryAttribute attrs) {
-  Type w = meta::tensor_operand(name, in, 0), dout = expect_tensor(name, in, 2);
+  Type w = meta::tensor_operand(name, in, 0), dout = meta::tensor_operand(name, in, 2);
   auto looked = EmbeddingOp::infer_meta(
       {in[0], in[1]},
       attrs);
   meta::require_same_dtype(name, shaped_data_type(w), shaped_data_type(dout), 0, 2);
   if (!meta::compatible_dims(shaped_dims(looked[0]), shaped_dims(dout)))
-    throw_error(ErrorKind::InvalidArgument, "op '", name, "' dout ", dims_str(shaped_dims(dout)),
-                " must have the lookup's shape ", dims_str(shaped_dims(looked[0])));
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' dout ", meta::dims_string(shaped_dims(dout)),
+                " must have the lookup's shape ", meta::dims_string(shaped_dims(looked[0])));
 }
 
 // ---- reduce_as ----
@@ -458,7 +453,7 @@ void ReduceAsOp::build(Builder&, OperationArgument& arg, Value x, Value target) 
 
 std::vector<Type> ReduceAsOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute) {
   meta::require_count(name, in, 2);
-  Type x = meta::float_operand(name, in, 0), t = expect_tensor(name, in, 1);
+  Type x = meta::float_operand(name, in, 0), t = meta::tensor_operand(name, in, 1);
   const auto& xs = shaped_dims(x);
   const auto& ts = shaped_dims(t);
   bool ok = ts.size() <= xs.size();
@@ -467,10 +462,10 @@ std::vector<Type> ReduceAsOp::infer_meta(const std::vector<Type>& in, Dictionary
     ok = xd == ts[i] || xd < 0 || ts[i] < 0 || ts[i] == 1;
   }
   if (!ok)
-    throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot sum ", dims_str(xs),
-                " down to ", dims_str(ts),
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot sum ", meta::dims_string(xs),
+                " down to ", meta::dims_string(ts),
                 " (the target must be a shape x broadcasts from: x's trailing dims equal or 1)");
-  return {make_like({in[0]}, shaped_data_type(x), ts)};
+  return {meta::result_like({in[0]}, shaped_data_type(x), ts)};
 }
 
 // ---- reshape_as ----
@@ -482,7 +477,7 @@ void ReshapeAsOp::build(Builder&, OperationArgument& arg, Value x, Value target)
 
 std::vector<Type> ReshapeAsOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute) {
   meta::require_count(name, in, 2);
-  Type x = expect_tensor(name, in, 0), t = expect_tensor(name, in, 1);
+  Type x = meta::tensor_operand(name, in, 0), t = meta::tensor_operand(name, in, 1);
   auto count = [](const std::vector<std::int64_t>& d) {
     std::int64_t n = 1;
     for (auto v : d) {
@@ -494,9 +489,9 @@ std::vector<Type> ReshapeAsOp::infer_meta(const std::vector<Type>& in, Dictionar
   std::int64_t nx = count(shaped_dims(x)), nt = count(shaped_dims(t));
   if (nx >= 0 && nt >= 0 && nx != nt)
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot view ",
-                dims_str(shaped_dims(x)), " (", nx, " elements) as ", dims_str(shaped_dims(t)),
+                meta::dims_string(shaped_dims(x)), " (", nx, " elements) as ", meta::dims_string(shaped_dims(t)),
                 " (", nt, " elements)");
-  return {make_like({in[0]}, shaped_data_type(x), shaped_dims(t))};
+  return {meta::result_like({in[0]}, shaped_data_type(x), shaped_dims(t))};
 }
 
 // ---- zeros_like ----
@@ -505,7 +500,7 @@ void ZerosLikeOp::build(Builder&, OperationArgument& arg, Value x) { arg.add_ope
 
 std::vector<Type> ZerosLikeOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute) {
   meta::require_count(name, in, 1);
-  return {expect_tensor(name, in, 0)};
+  return {meta::tensor_operand(name, in, 0)};
 }
 
 // ---- split_as ----
@@ -524,25 +519,25 @@ std::vector<Type> SplitAsOp::infer_meta(const std::vector<Type>& in, DictionaryA
   if (in.size() < 2)
     throw_error(ErrorKind::InvalidArgument, "op '", name,
                 "' takes x and at least one ref operand, got ", in.size(), " operands");
-  Type x = expect_tensor(name, in, 0);
+  Type x = meta::tensor_operand(name, in, 0);
   const auto& xs = shaped_dims(x);
   auto rank = static_cast<std::int64_t>(xs.size());
-  std::int64_t axis = normalize_axis(name, a.axis, rank);
+  std::int64_t axis = meta::normalize_axis(name, a.axis, rank);
   std::vector<Type> out;
   std::int64_t total = 0;
   for (std::size_t i = 1; i < in.size(); ++i) {
-    const auto& rs = shaped_dims(expect_tensor(name, in, i));
+    const auto& rs = shaped_dims(meta::tensor_operand(name, in, i));
     bool ok = static_cast<std::int64_t>(rs.size()) == rank;
     for (std::int64_t k = 0; ok && k < rank; ++k)
       if (k != axis) ok = rs[k] == xs[k] || rs[k] < 0 || xs[k] < 0;
     if (!ok)
-      throw_error(ErrorKind::InvalidArgument, "op '", name, "' ref #", i, " ", dims_str(rs),
-                  " must match x ", dims_str(xs), " in every dim but axis ", axis);
+      throw_error(ErrorKind::InvalidArgument, "op '", name, "' ref #", i, " ", meta::dims_string(rs),
+                  " must match x ", meta::dims_string(xs), " in every dim but axis ", axis);
     if (total >= 0) total = rs[axis] < 0 ? -1 : total + rs[axis];
     std::vector<std::int64_t> dims = rs;
     for (std::int64_t k = 0; k < rank; ++k)
       if (k != axis && dims[k] < 0) dims[k] = xs[k];
-    out.push_back(make_like({in[0]}, shaped_data_type(x), std::move(dims)));
+    out.push_back(meta::result_like({in[0]}, shaped_data_type(x), std::move(dims)));
   }
   if (total >= 0 && xs[axis] >= 0 && total != xs[axis])
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' refs' dims along axis ", axis,

@@ -36,6 +36,14 @@ void require_count(std::string_view op, const std::vector<Type>& in, std::size_t
 // "[2, -1, 3]"
 std::string dims_string(const std::vector<std::int64_t>& dims);
 
+// `axis` in [-rank, rank) → [0, rank); kiln::Error naming the op otherwise.
+std::int64_t normalize_axis(std::string_view op, std::int64_t axis, std::int64_t rank,
+                            std::string_view what = "axis");
+// A shape attribute: every dim >= -1 (-1: unknown).
+void check_shape_attr(std::string_view op, const std::vector<std::int64_t>& shape);
+// i32 or i64: the dtypes of indices, ids and labels.
+inline bool is_index_dtype(DataType t) { return t == DataType::Int32 || t == DataType::Int64; }
+
 }  // namespace kiln::meta
 
 namespace kiln {
