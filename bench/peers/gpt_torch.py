@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""PyTorch-eager peer of bench/model_bench.cc's GPT (`./run bench models`).
+
+The same model, shapes, loss and optimizer as kiln's model.gpt: vocab 96,
+d_model 128, 4 heads, 2 pre-LN causal transformer blocks (FF 512, GELU, no
+dropout), learned token + position embeddings, final LayerNorm, linear head;
+seq 64, batch 16; cross-entropy over [B*L, 96] logits; AdamW(3e-4,
+weight_decay 0.01); one random but fixed batch fed every step.
+
+torch 1.13 (Debian's) has no public F.scaled_dot_product_attention, so the
+block is built three ways and the fastest is the peer's number:
+  layer   nn.TransformerEncoderLayer(128, 4, 512, dropout=0.0, activation='gelu',
+          batch_first=True, norm_first=True) with a float causal mask
+  manual  a hand-written block: fused qkv Linear, q·kᵀ·scale + causal mask,
+          softmax, ·v, out Linear; FF Linear, GELU, Linear
+  sdpa    the hand-written block with 1.13's private
+          F._scaled_dot_product_attention(..., is_causal=True)
+Prints, in ms per training step, medians of several repetitions after warm-up:
+  BENCH model.gpt.torch.t1 <ms> ms   the fastest variant, torch.set_num_threads(1), OpenBLAS at 1
+  BENCH model.gpt.torch.t2 <ms> ms   the fastest variant and (intra-op, OpenBLAS) threads of
+                                     (2, 2), (2, 1), (1, 2)
+and every variant and setting as a # line. Debian's torch calls OpenBLAS
+(pthreads build) for its GEMMs, whose thread count torch.set_num_threads
+does not set: it is set here through ctypes.
+Usage: gpt_torch.py [filter]  (runs for "", "models", "model", "model.gpt")
+"""
+import ctypes
+import math
+import os
+import statistics
+import sys
+import time
+
+FILTER = sys.argv[1] if len(sys.argv) > 1 else ""
+if FILTER not in ("", "models", "model", "model.gpt"):
+    sys.exit(0)
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+VOCAB, D, HEADS, FF, LAYERS, SEQ, BATCH = 96, 128, 4, 512, 2, 64, 16
+
+
+def openblas_libs():
+    libs = []
+    with open("/proc/self/maps") as f:
+        paths = {line.split()[-1] for line in f if "openblas" in line and "/" in line}
+    for p in sorted(paths):
+        try:
+            lib = ctypes.CDLL(p)
+            if hasattr(lib, "openblas_set_num_threads"):
+                libs.append(lib)
+        except OSError:
+            pass
+    return libs
+
+
+BLAS = openblas_libs()
+
+
+def set_threads(intra, blas):
+    torch.set_num_threads(intra)
+    for lib in BLAS:
+        lib.openblas_set_num_threads(blas)
+
+
+class Block(nn.Module):
+    """Pre-LN causal block, as kiln's TransformerEncoderLayer(x, causal=true)."""
+
+    def __init__(self, use_sdpa):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.qkv, self.out = nn.Linear(D, 3 * D), nn.Linear(D, D)
+        self.linear1, self.linear2 = nn.Linear(D, FF), nn.Linear(FF, D)
+        self.use_sdpa = use_sdpa
+        mask = torch.full((SEQ, SEQ), float("-inf")).triu(1)
+        self.register_buffer("mask", mask)
+
+    def attention(self, x):
+        b, l, _ = x.shape
+        q, k, v = self.qkv(x).view(b, l, 3, HEADS, D // HEADS).permute(2, 0, 3, 1, 4).unbind(0)
+        if self.use_sdpa:
+            o = F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
+        else:
+            s = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(D // HEADS)) + self.mask
+            o = torch.matmul(torch.softmax(s, dim=-1), v)
+        return self.out(o.transpose(1, 2).reshape(b, l, D))
+
+    def forward(self, x):
+        x = x + self.attention(self.norm1(x))
+        return x + self.linear2(F.gelu(self.linear1(self.norm2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, variant):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(VOCAB, D), nn.Embedding(SEQ, D)
+        self.variant = variant
+        if variant == "layer":
+            self.blocks = nn.ModuleList(
+                nn.TransformerEncoderLayer(D, HEADS, FF, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True)
+                for _ in range(LAYERS))
+            self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(SEQ))
+        else:
+            self.blocks = nn.ModuleList(Block(variant == "sdpa") for _ in range(LAYERS))
+        self.norm, self.head = nn.LayerNorm(D), nn.Linear(D, VOCAB)
+        self.register_buffer("positions", torch.arange(SEQ))
+
+    def forward(self, ids):
+        x = self.tok(ids) + self.pos(self.positions)
+        for blk in self.blocks:
+            x = blk(x, src_mask=self.mask) if self.variant == "layer" else blk(x)
+        return self.head(self.norm(x))
+
+
+def build(variant):
+    torch.manual_seed(0)
+    model = GPT(variant)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
+    g = torch.Generator().manual_seed(12)
+    seq = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g, dtype=torch.int64)
+    ids, label = seq[:, :-1].contiguous(), seq[:, 1:].reshape(-1).contiguous()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(ids).reshape(-1, VOCAB), label)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def time_steps(step, steps, reps, warm=5):
+    for _ in range(warm):
+        step()
+    t = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        t.append((time.perf_counter() - t0) / steps * 1e3)
+    return t
+
+
+def main():
+    variants = ["layer", "manual", "sdpa"]
+    steps = {}
+    for v in variants:
+        try:
+            steps[v] = build(v)
+            set_threads(1, 1)
+            losses = [float(steps[v]().detach()) for _ in range(20)]
+            print(f"# model.gpt.torch[{v}] loss over 20 steps: " +
+                  " ".join(f"{l:.4f}" for l in losses[::4] + [losses[-1]]))
+        except Exception as e:  # a variant 1.13 cannot run is left out, said so
+            print(f"# model.gpt.torch[{v}] unavailable: {type(e).__name__}: {e}")
+            steps.pop(v, None)
+    settings = {"t1": (1, 1), "t2": (2, 2), "t2.intra2_blas1": (2, 1), "t2.intra1_blas2": (1, 2)}
+    samples = {(v, k): [] for v in steps for k in settings}
+    for _ in range(3):
+        for v, step in steps.items():
+            for k, (intra, blas) in settings.items():
+                set_threads(intra, blas)
+                samples[(v, k)] += time_steps(step, 1, 7)
+                set_threads(1, 1)
+                time.sleep(0.25)  # OpenBLAS's threads spin a while after their last GEMM
+    med = {key: statistics.median(s) for key, s in samples.items()}
+    for (v, k), m in med.items():
+        print(f"# model.gpt.torch[{v}].{k} (intra-op {settings[k][0]}, OpenBLAS {settings[k][1]}): "
+              f"median {m:.3f} ms, min {min(samples[(v, k)]):.3f} ms")
+    best1 = min((key for key in med if key[1] == "t1"), key=lambda key: med[key])
+    best2 = min((key for key in med if key[1].startswith("t2")), key=lambda key: med[key])
+    print(f"BENCH model.gpt.torch.t1 {med[best1]:.3f} ms")
+    print(f"BENCH model.gpt.torch.t2 {med[best2]:.3f} ms")
+    print(f"# model.gpt.torch.t1 is [{best1[0]}], .t2 is [{best2[0]}].{best2[1]} "
+          f"(torch {torch.__version__}, GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')})")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""PyTorch-eager peer of bench/model_bench.cc's LeNet-5 (`./run bench models`).
+
+The same model, data shapes, loss and optimizer as kiln's model.lenet:
+x [64, 1, 28, 28] -> conv 5x5 1->6 pad 2, relu, maxpool 2 -> conv 5x5 6->16,
+relu, maxpool 2 -> flatten 400 -> 120 relu -> 84 relu -> 10; cross-entropy
+with int64 labels; Adam(1e-3); one random but fixed batch fed every step.
+
+Prints, in ms per training step (zero_grad(set_to_none), forward, backward,
+step), medians of several repetitions after warm-up:
+  BENCH model.lenet.torch.t1 <ms> ms   torch.set_num_threads(1), OpenBLAS at 1
+  BENCH model.lenet.torch.t2 <ms> ms   the best of (intra-op, OpenBLAS) threads
+                                       (2, 2), (2, 1), (1, 2); each as a # line
+Debian's torch calls OpenBLAS (pthreads build) for its GEMMs, whose thread
+count torch.set_num_threads does not set: it is set here through ctypes.
+Usage: lenet_torch.py [filter]  (runs for "", "models", "model", "model.lenet")
+"""
+import ctypes
+import os
+import statistics
+import sys
+import time
+
+FILTER = sys.argv[1] if len(sys.argv) > 1 else ""
+if FILTER not in ("", "models", "model", "model.lenet"):
+    sys.exit(0)
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+
+def openblas_libs():
+    """The OpenBLAS libraries mapped into this process (after torch loaded)."""
+    libs = []
+    with open("/proc/self/maps") as f:
+        paths = {line.split()[-1] for line in f if "openblas" in line and "/" in line}
+    for p in sorted(paths):
+        try:
+            lib = ctypes.CDLL(p)
+            if hasattr(lib, "openblas_set_num_threads"):
+                libs.append(lib)
+        except OSError:
+            pass
+    return libs
+
+
+BLAS = openblas_libs()
+
+
+def set_threads(intra, blas):
+    torch.set_num_threads(intra)
+    for lib in BLAS:
+        lib.openblas_set_num_threads(blas)
+
+
+def build():
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(400, 120), nn.ReLU(),
+        nn.Linear(120, 84), nn.ReLU(),
+        nn.Linear(84, 10))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(64, 1, 28, 28, generator=g)
+    y = torch.randint(0, 10, (64,), generator=g, dtype=torch.int64)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def time_steps(step, steps, reps, warm=10):
+    for _ in range(warm):
+        step()
+    t = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        t.append((time.perf_counter() - t0) / steps * 1e3)
+    return t
+
+
+def main():
+    step = build()
+    set_threads(1, 1)
+    losses = [float(step().detach()) for _ in range(20)]
+    print("# model.lenet.torch loss over 20 steps: " +
+          " ".join(f"{l:.4f}" for l in losses[::4] + [losses[-1]]))
+    settings = {"t1": (1, 1), "t2": (2, 2), "t2.intra2_blas1": (2, 1), "t2.intra1_blas2": (1, 2)}
+    samples = {k: [] for k in settings}
+    # Settings interleaved round by round: load changes hit them alike.
+    for _ in range(3):
+        for k, (intra, blas) in settings.items():
+            set_threads(intra, blas)
+            samples[k] += time_steps(step, 2, 15)
+            set_threads(1, 1)
+            time.sleep(0.25)  # OpenBLAS's threads spin a while after their last GEMM
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    for k in settings:
+        print(f"# model.lenet.torch.{k} (intra-op {settings[k][0]}, OpenBLAS {settings[k][1]}): "
+              f"median {med[k]:.3f} ms, min {min(samples[k]):.3f} ms")
+    best2 = min((k for k in settings if k.startswith("t2")), key=lambda k: med[k])
+    print(f"BENCH model.lenet.torch.t1 {med['t1']:.3f} ms")
+    print(f"BENCH model.lenet.torch.t2 {med[best2]:.3f} ms")
+    print(f"# model.lenet.torch.t2 is {best2} (torch {torch.__version__}, "
+          f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')})")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
