@@ -13,12 +13,16 @@
 //   BENCH model.{lenet,gpt}.t1, .t2               ms/step (medians after warm-up)
 //         .t1 at 1 thread; .t2 at 2 threads, the executor's default
 //         ThreadPlan::Auto (it measures graph workers vs BLAS threads and
-//         keeps the faster); .t2.plan_is_blas says which it kept
+//         keeps the faster); .t2.plan_is_blas: the share of rounds (fresh
+//         executors) in which it kept Blas, .t2.plan_is_sequential: Sequential;
+//         .t2.graph / .t2.blas: each plan forced (2 graph workers with BLAS
+//         at 1, or 1 graph thread with BLAS at 2)
 //   BENCH model.{lenet,gpt}.t1.cpu, .t1.min      CPU time / fastest repetition (ms)
 //   BENCH model.gpt.floor.t1                      ms: every GEMM of a GPT step
 //         (forward and backward, the dense layers' and the attention's per
 //         head) called back to back via cblas_sgemm at 1 BLAS thread
 //   BENCH model.gpt.floor.dense.t1                ms: the dense layers' GEMMs only
+//   BENCH model.gpt.floor.t2                      ms: floor.t1's GEMMs at 2 BLAS threads
 //   BENCH model.gpt.floor.ratio                   t1 ÷ floor.t1
 //   BENCH model.{lenet,gpt}.kernels.t1            ms: Σ of the profiled
 //         instructions' own times in a step at 1 thread
@@ -26,8 +30,8 @@
 // must fall) and each model's per-op breakdown of a profiled step at 1
 // thread, biggest first; KILN_BENCH_DETAIL=1 also prints each main program.
 // Filters: "models" / "model" (both), "model.lenet", "model.gpt".
-// `model_bench model.loop.{lenet,gpt} [seconds] [threads]` only runs steps
-// (a target for perf), printing nothing.
+// `model_bench model.loop.{lenet,gpt} [seconds] [threads] [auto | graph | blas
+// | sequential]` only runs steps (a target for perf), printing nothing.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -49,6 +53,7 @@
 #include "kiln/frontend/frontend.h"
 #include "kiln/frontend/optimizer.h"
 #include "kiln/kernel/blas.h"
+#include "kiln/kernel/random.h"
 
 namespace bench {
 
@@ -202,10 +207,11 @@ std::size_t count_ops(const kiln::Program& p, std::string_view name) {
 
 // ---- step time ----
 
-kiln::ExecutionOptions options(unsigned threads, bool profile = false) {
+kiln::ExecutionOptions options(unsigned threads, bool profile = false,
+                               kiln::ThreadPlan plan = kiln::ThreadPlan::Auto) {
   kiln::ExecutionOptions opts;
   opts.num_threads = threads;
-  opts.thread_plan = kiln::ThreadPlan::Auto;  // the default: what a user gets
+  opts.thread_plan = plan;  // default Auto: what a user gets
   opts.profile = profile;
   return opts;
 }
@@ -213,8 +219,9 @@ kiln::ExecutionOptions options(unsigned threads, bool profile = false) {
 // ms per step for each of `reps` repetitions of `steps` steps, after warm-up
 // (calibration and the thread-plan trials), from a fresh executor.
 std::vector<Sample> step_ms(Model& m, unsigned threads, int steps, int reps,
-                            kiln::ThreadPlan* chosen = nullptr) {
-  kiln::Executor exe(kiln::Place::cpu(), options(threads));
+                            kiln::ThreadPlan* chosen = nullptr,
+                            kiln::ThreadPlan plan = kiln::ThreadPlan::Auto) {
+  kiln::Executor exe(kiln::Place::cpu(), options(threads, false, plan));
   exe.run(m.startup);
   const std::vector<kiln::FetchTarget> fetch{m.loss};
   std::vector<kiln::Tensor> out(1);
@@ -236,21 +243,27 @@ std::vector<Sample> step_ms(Model& m, unsigned threads, int steps, int reps,
 }
 
 struct StepTimes {
-  Sample t1, t2;
+  Sample t1, t2, t2_graph, t2_blas;
   double t1_min = 0, t2_min = 0;
-  kiln::ThreadPlan chosen = kiln::ThreadPlan::Graph;
+  double blas_rounds = 0, seq_rounds = 0;  // shares of rounds whose Auto executor kept Blas / Sequential
 };
 
 // 1 and 2 threads interleaved round by round (load changes on the shared
 // machine hit both alike); medians over every repetition of every round.
 StepTimes measure(Model& m, int steps, int reps, int rounds) {
-  std::vector<Sample> a, b;
+  std::vector<Sample> a, b, g, bl;
   StepTimes s;
+  auto add = [](std::vector<Sample>& to, const std::vector<Sample>& v) {
+    to.insert(to.end(), v.begin(), v.end());
+  };
   for (int r = 0; r < rounds; ++r) {
-    auto x = step_ms(m, 1, steps, reps);
-    a.insert(a.end(), x.begin(), x.end());
-    auto y = step_ms(m, 2, steps, reps, &s.chosen);
-    b.insert(b.end(), y.begin(), y.end());
+    add(a, step_ms(m, 1, steps, reps));
+    kiln::ThreadPlan chosen = kiln::ThreadPlan::Graph;
+    add(b, step_ms(m, 2, steps, reps, &chosen));
+    s.blas_rounds += (chosen == kiln::ThreadPlan::Blas ? 1.0 : 0.0) / rounds;
+    s.seq_rounds += (chosen == kiln::ThreadPlan::Sequential ? 1.0 : 0.0) / rounds;
+    add(g, step_ms(m, 2, steps, reps, nullptr, kiln::ThreadPlan::Graph));
+    add(bl, step_ms(m, 2, steps, reps, nullptr, kiln::ThreadPlan::Blas));
   }
   auto min_wall = [](const std::vector<Sample>& v) {
     double mn = v[0].wall;
@@ -259,6 +272,8 @@ StepTimes measure(Model& m, int steps, int reps, int rounds) {
   };
   s.t1 = median(a);
   s.t2 = median(b);
+  s.t2_graph = median(g);
+  s.t2_blas = median(bl);
   s.t1_min = min_wall(a);
   s.t2_min = min_wall(b);
   return s;
@@ -267,7 +282,10 @@ StepTimes measure(Model& m, int steps, int reps, int rounds) {
 void emit_times(const std::string& p, const StepTimes& s) {
   emit(p + ".t1", s.t1.wall, "ms");
   emit(p + ".t2", s.t2.wall, "ms");
-  emit(p + ".t2.plan_is_blas", s.chosen == kiln::ThreadPlan::Blas ? 1.0 : 0.0, "bool");
+  emit(p + ".t2.plan_is_blas", s.blas_rounds, "share");
+  emit(p + ".t2.plan_is_sequential", s.seq_rounds, "share");
+  emit(p + ".t2.graph", s.t2_graph.wall, "ms");
+  emit(p + ".t2.blas", s.t2_blas.wall, "ms");
   emit(p + ".t1.cpu", s.t1.cpu, "ms");
   emit(p + ".t1.min", s.t1_min, "ms");
   emit(p + ".t2.min", s.t2_min, "ms");
@@ -277,6 +295,9 @@ void emit_times(const std::string& p, const StepTimes& s) {
 
 // The loss of 20 steps from a fresh start (1 thread), as a comment line.
 void loss_curve(Model& m, const std::string& p) {
+  // Initializers with seed 0 draw from the process generator, which every
+  // startup run advances: reset it, so the curve is the same whatever ran before.
+  kiln::set_random_seed(1);
   kiln::Executor exe(kiln::Place::cpu(), options(1));
   exe.run(m.startup);
   const std::vector<kiln::FetchTarget> fetch{m.loss};
@@ -395,9 +416,9 @@ std::vector<Gemm> gpt_gemms(bool with_attention) {
   return g;
 }
 
-// Median over reps of all `gemms` back to back (ms), BLAS at 1 thread.
-Sample gemm_floor_ms(const std::vector<Gemm>& gemms, int reps) {
-  kiln::blas_set_num_threads(1);
+// Median over reps of all `gemms` back to back (ms), BLAS at `threads`.
+Sample gemm_floor_ms(const std::vector<Gemm>& gemms, int reps, int threads = 1) {
+  kiln::blas_set_num_threads(threads);
   struct Buf {
     std::vector<float> a, b, c;
   };
@@ -427,6 +448,8 @@ Sample gemm_floor_ms(const std::vector<Gemm>& gemms, int reps) {
     Sample x = time_both(once);
     t.push_back({x.wall / 1e6, x.cpu / 1e6});
   }
+  kiln::blas_set_num_threads(1);
+  if (threads > 1) std::this_thread::sleep_for(std::chrono::milliseconds(250));
   return median(t);
 }
 
@@ -451,9 +474,11 @@ void run_gpt() {
   StepTimes s = measure(*m, 1, 15, 3);
   const Sample floor = gemm_floor_ms(gpt_gemms(true), 41);
   const Sample dense = gemm_floor_ms(gpt_gemms(false), 41);
+  const Sample floor2 = gemm_floor_ms(gpt_gemms(true), 41, 2);
   emit_times("model.gpt", s);
   emit("model.gpt.floor.t1", floor.wall, "ms");
   emit("model.gpt.floor.dense.t1", dense.wall, "ms");
+  emit("model.gpt.floor.t2", floor2.wall, "ms");
   emit("model.gpt.floor.ratio", s.t1.wall / floor.wall, "ratio");
   emit("model.gpt.floor.t1.cpu", floor.cpu, "ms");
   emit("model.gpt.floor.ratio.cpu", s.t1.cpu / floor.cpu, "ratio");
@@ -468,8 +493,14 @@ int main(int argc, char** argv) {
   if (filter.rfind("model.loop.", 0) == 0) {  // a profiler's target: steps only
     const double seconds = argc > 2 ? std::atof(argv[2]) : 5.0;
     const unsigned threads = argc > 3 ? unsigned(std::atoi(argv[3])) : 1u;
+    const std::string plan = argc > 4 ? argv[4] : "auto";
     auto m = filter == "model.loop.lenet" ? lenet_model() : gpt_model();
-    kiln::Executor exe(kiln::Place::cpu(), options(threads));
+    kiln::Executor exe(kiln::Place::cpu(),
+                       options(threads, false,
+                               plan == "graph"        ? kiln::ThreadPlan::Graph
+                               : plan == "blas"       ? kiln::ThreadPlan::Blas
+                               : plan == "sequential" ? kiln::ThreadPlan::Sequential
+                                                      : kiln::ThreadPlan::Auto));
     exe.run(m->startup);
     const std::vector<kiln::FetchTarget> fetch{m->loss};
     std::vector<kiln::Tensor> out(1);
