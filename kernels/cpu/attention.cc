@@ -7,8 +7,11 @@
 // probabilities from q, k and the saved log-sum-exp instead of storing them.
 // -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
 // leaves loops of unknown trip count scalar; kernels want them vectorized.
+// no-trapping-math: kiln never traps on floating-point exceptions, and
+// without it GCC keeps a float comparison (a clamp, a choice) as a branch,
+// which stops the loop from vectorizing.
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic")
+#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 #endif
 #include <cblas.h>
 
@@ -20,6 +23,7 @@
 #include <limits>
 
 #include "cpu_kernel_util.h"
+#include "vector_math.h"
 #include "kiln/dialect/attention_ops.h"
 #include "kiln/dialect/kiln_dialect.h"
 
@@ -67,27 +71,9 @@ AttnDims attn_dims(const KernelContext& ctx, const Tensor& q, const Tensor& k, c
   return a;
 }
 
-// exp for the softmax rows: f64 through std::exp; f32 through a polynomial
-// that vectorizes (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-7
-// polynomial in r times 2^n built from its bits; within 2 ulp of std::exp).
-// Inputs are clamped to [-87, 88], so it never overflows; below -87 it gives
-// exp(-87) ~ 1.6e-38 instead of a denormal, nothing next to a row's largest
-// term, which is 1.
-inline double exp_row(double x) { return std::exp(x); }
-inline float exp_row(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 88.0f ? 88.0f : x;
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(x / ln 2)
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;            // x - n ln 2
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return p * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
-}
+// exp for the softmax rows (vector_math.h: a polynomial for f32). Below
+// -87 it gives exp(-87) ~ 1.6e-38, nothing next to a row's largest term, 1.
+template <typename T> inline T exp_row(T x) { return fast_exp(x); }
 
 // The largest of x[0..n), n >= 1, in kLanes independent lanes (a reduction
 // the compiler vectorizes without reassociating a single chain).

@@ -3,7 +3,7 @@
 // collapsed broadcast plan (cpu_kernel_util.h) otherwise; where and
 // masked_fill walk a three-operand plan built here the same way.
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic")
+#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 #endif
 #include <algorithm>
 #include <cmath>

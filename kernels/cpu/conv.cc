@@ -8,7 +8,7 @@
 // roles of input and output swapped. The column buffer is a per-thread
 // scratch; a 1x1 kernel with stride 1 and no padding uses x itself.
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic")
+#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 #endif
 #include <cblas.h>
 

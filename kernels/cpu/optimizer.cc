@@ -3,7 +3,7 @@
 // kernel updates that buffer; run out of place (an output with its own
 // variable), the output is first a copy of the input, then updated.
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic")
+#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 #endif
 #include <cmath>
 #include <cstring>

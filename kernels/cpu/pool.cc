@@ -2,9 +2,9 @@
 // and their gradients (NCHW), one [H, W] plane at a time. Windows are
 // clipped to the input; max_pool2d's grad recomputes each window's first
 // maximum from x. A 2x2 max pool with stride 2 and no padding (LeNet's) has
-// its own loop over pairs of input rows.
+// its own loops over pairs of input rows, forward and backward.
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic")
+#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 #endif
 #include <algorithm>
 #include <cstring>
@@ -111,6 +111,35 @@ struct MaxPoolGradK {
     const T* px = x.data<T>();
     const T* pd = dout.data<T>();
     const std::int64_t planes = g.n * g.c;
+    if (is_2x2(g)) {
+      // Windows do not overlap: each gets its gradient at its first maximum
+      // (NaN wins, as argmax) and 0 at its other three places, branch-free.
+      for (std::int64_t pl = 0; pl < planes; ++pl)
+        for (std::int64_t oh = 0; oh < g.ho; ++oh) {
+          const std::int64_t at = pl * g.h * g.w + 2 * oh * g.w;
+          const T* __restrict x0 = px + at;
+          const T* __restrict x1 = x0 + g.w;
+          T* __restrict d0 = pdx + at;
+          T* __restrict d1 = d0 + g.w;
+          const T* __restrict d = pd + (pl * g.ho + oh) * g.wo;
+          for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+            const T v[4] = {x0[2 * ow], x0[2 * ow + 1], x1[2 * ow], x1[2 * ow + 1]};
+            int best = 0;
+            T m = v[0];
+            for (int k = 1; k < 4; ++k) {
+              const bool take = v[k] > m || (v[k] != v[k] && m == m);
+              best = take ? k : best;
+              m = take ? v[k] : m;
+            }
+            const T gr = d[ow];
+            d0[2 * ow] = best == 0 ? gr : T(0);
+            d0[2 * ow + 1] = best == 1 ? gr : T(0);
+            d1[2 * ow] = best == 2 ? gr : T(0);
+            d1[2 * ow + 1] = best == 3 ? gr : T(0);
+          }
+        }
+      return;
+    }
     for (std::int64_t pl = 0; pl < planes; ++pl) {
       const T* xp = px + pl * g.h * g.w;
       T* dp = pdx + pl * g.h * g.w;

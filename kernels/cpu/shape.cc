@@ -350,6 +350,63 @@ struct FullK {
 
 // ---- reduce_as ----
 
+// acc[target index] += x over x's dims, the target aligned with x's
+// trailing dims (a target dim of 1, or a leading dim of x, is summed). x's
+// dims are merged into maximal runs that are all summed or all kept, so the
+// innermost run is one contiguous stretch: summed into one number (in
+// kLanes partial sums, which vectorize) or added onto a contiguous stretch of
+// acc (a conv bias's [N, C, H·W] → [C] is N·C stretches of H·W).
+template <typename T, typename Acc>
+void sum_groups(const T* px, const Dims& xd, const Dims& td, Acc* acc) {
+  struct Run {
+    std::int64_t n;
+    bool summed;
+    std::int64_t out_stride = 0;  // 0 for summed runs
+  };
+  const int rx = xd.rank(), lead = rx - td.rank();
+  Run runs[Dims::kMaxRank];
+  int nr = 0;
+  for (int i = 0; i < rx; ++i) {
+    if (xd[i] == 1) continue;
+    const bool summed = i < lead || td[i - lead] == 1;
+    if (nr > 0 && runs[nr - 1].summed == summed) runs[nr - 1].n *= xd[i];
+    else runs[nr++] = Run{xd[i], summed};
+  }
+  std::int64_t s = 1;
+  for (int k = nr - 1; k >= 0; --k)
+    if (!runs[k].summed) {
+      runs[k].out_stride = s;
+      s *= runs[k].n;
+    }
+  const Run inner = runs[nr - 1];
+  const std::int64_t outer = xd.numel() / inner.n;
+  constexpr std::int64_t kLanes = 8;
+  std::int64_t idx[Dims::kMaxRank] = {};
+  std::int64_t o = 0;
+  for (std::int64_t r = 0; r < outer; ++r) {
+    const T* __restrict row = px + r * inner.n;
+    if (inner.summed) {
+      Acc lane[kLanes] = {};
+      std::int64_t j = 0;
+      for (; j + kLanes <= inner.n; j += kLanes)
+        for (std::int64_t l = 0; l < kLanes; ++l) lane[l] += static_cast<Acc>(row[j + l]);
+      Acc total = 0;
+      for (; j < inner.n; ++j) total += static_cast<Acc>(row[j]);
+      for (std::int64_t l = 0; l < kLanes; ++l) total += lane[l];
+      acc[o] += total;
+    } else {
+      Acc* __restrict a = acc + o;
+      for (std::int64_t j = 0; j < inner.n; ++j) a[j] += static_cast<Acc>(row[j]);
+    }
+    for (int d = nr - 2; d >= 0; --d) {  // odometer over the outer runs
+      o += runs[d].out_stride;
+      if (++idx[d] < runs[d].n) break;
+      o -= runs[d].out_stride * runs[d].n;
+      idx[d] = 0;
+    }
+  }
+}
+
 template <typename T>
 struct ReduceAsK {
   static void run(KernelContext& ctx) {
@@ -374,38 +431,7 @@ struct ReduceAsK {
     using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
     Acc* acc = scratch<Acc>(on);  // f32 sums accumulate in f64, as kiln.sum does
     std::fill(acc, acc + on, Acc(0));
-    // Output strides per dim of x: 0 where summed.
-    std::int64_t os[Dims::kMaxRank] = {};
-    std::int64_t s = 1;
-    for (int i = rx - 1; i >= lead; --i) {
-      const std::int64_t t = td[i - lead];
-      os[i] = (t == 1) ? 0 : s;
-      s *= t;
-    }
-    if (xn > 0) {
-      bool rows = true;  // x = [rows..., target] with target's dims equal x's trailing dims
-      for (int i = lead; i < rx; ++i) rows = rows && td[i - lead] == xd[i];
-      if (rows) {
-        const std::int64_t n = on, r = xn / on;
-        Acc* __restrict a = acc;
-        for (std::int64_t k = 0; k < r; ++k) {
-          const T* __restrict row = px + k * n;
-          for (std::int64_t j = 0; j < n; ++j) a[j] += static_cast<Acc>(row[j]);
-        }
-      } else {
-        std::int64_t idx[Dims::kMaxRank] = {};
-        std::int64_t o = 0;
-        for (std::int64_t i = 0; i < xn; ++i) {
-          acc[o] += static_cast<Acc>(px[i]);
-          for (int d = rx - 1; d >= 0; --d) {  // odometer
-            o += os[d];
-            if (++idx[d] < xd[d]) break;
-            o -= os[d] * xd[d];
-            idx[d] = 0;
-          }
-        }
-      }
-    }
+    if (xn > 0) sum_groups(px, xd, td, acc);
     for (std::int64_t j = 0; j < on; ++j) po[j] = static_cast<T>(acc[j]);
   }
 };

@@ -5,14 +5,18 @@
 // time with per-column max / sum kept in a per-thread scratch buffer.
 // -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
 // leaves loops of unknown trip count scalar; kernels want them vectorized.
+// no-trapping-math: kiln never traps on floating-point exceptions, and
+// without it GCC keeps a float comparison (a clamp, a choice) as a branch,
+// which stops the loop from vectorizing.
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic")
+#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 #endif
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "cpu_kernel_util.h"
+#include "vector_math.h"
 #include "kiln/dialect/nn_ops.h"
 #include <algorithm>
 #include <cstring>
@@ -29,12 +33,12 @@ void softmax_row(const T* __restrict x, T* __restrict out, std::int64_t c) {
   if (std::isinf(m) && m < 0) m = 0;  // a row of -inf: avoid (-inf) - (-inf)
   T s = 0;
   if constexpr (Log) {
-    for (std::int64_t j = 0; j < c; ++j) s += std::exp(x[j] - m);
+    for (std::int64_t j = 0; j < c; ++j) s += fast_exp(x[j] - m);
     const T lse = m + std::log(s);
     for (std::int64_t j = 0; j < c; ++j) out[j] = x[j] - lse;
   } else {
     for (std::int64_t j = 0; j < c; ++j) {
-      out[j] = std::exp(x[j] - m);
+      out[j] = fast_exp(x[j] - m);
       s += out[j];
     }
     const T inv = T(1) / s;
@@ -59,7 +63,7 @@ void softmax_block(const T* x, T* out, std::int64_t c, std::int64_t inner, T* m,
     const T* __restrict xr = x + j * inner;
     T* __restrict orow = out + j * inner;
     for (std::int64_t k = 0; k < inner; ++k) {
-      T e = std::exp(xr[k] - m[k]);
+      T e = fast_exp(xr[k] - m[k]);
       if constexpr (!Log) orow[k] = e;
       s[k] += e;
     }

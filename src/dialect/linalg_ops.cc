@@ -1,5 +1,6 @@
 // kiln.matmul (kiln/dialect/linalg_ops.h): InferMeta, Vjp, registration.
 #include "kiln/dialect/linalg_ops.h"
+#include "kiln/dialect/tensor_ops.h"
 
 #include <utility>
 
@@ -55,6 +56,22 @@ std::vector<Value> MatmulOp::vjp(Builder& b, Operation* op, const std::vector<Va
   auto fit = [&](Value grad, Value operand) {
     return plain ? grad : vjp::reduce_to(b, grad, operand);
   };
+  // x [..., M, K] (batch dims, not transposed) times one matrix y: the
+  // batch rows fold into M. dx = d · yᵀ has x's shape as it is, and dy is
+  // one GEMM over all rows, x as [rows, K] against d as [rows, N] — not a
+  // batched product summed over the batch afterwards.
+  const auto& xd = shaped_dims(x.type());
+  const auto& dd = shaped_dims(d.type());
+  if (xd.size() > 2 && shaped_dims(y.type()).size() == 2 && !a.transpose_x && xd.back() >= 0 &&
+      dd.back() >= 0) {
+    if (vjp::differentiable(x)) grads[0] = mm(d, y, false, !a.transpose_y);
+    if (vjp::differentiable(y)) {
+      Value x2 = b.create<ReshapeOp>(x, std::vector<std::int64_t>{-1, xd.back()}).result();
+      Value d2 = b.create<ReshapeOp>(d, std::vector<std::int64_t>{-1, dd.back()}).result();
+      grads[1] = a.transpose_y ? mm(d2, x2, true, false) : mm(x2, d2, true, false);
+    }
+    return grads;
+  }
   if (vjp::differentiable(x)) {
     Value dx;
     if (!a.transpose_x) dx = a.transpose_y ? mm(d, y, false, false) : mm(d, y, false, true);

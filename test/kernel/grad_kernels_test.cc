@@ -55,6 +55,22 @@ TEST_CASE("reduce_as matches a plain-loop reference on a rank-4 broadcast", "[ke
   check_close<double>(r.out(), want, 1e-12, 1e-12);
 }
 
+TEST_CASE("reduce_as sums a conv bias's gradient [N, C, H, W] down to [C, 1, 1], with long "
+          "inner runs and a short tail",
+          "[kernel][grad]") {
+  for (std::int64_t hw : {3, 8, 19}) {
+    auto x = filled<float>({3, 4, hw, 1}, -1, 1, 5);
+    auto r = run_op<ReduceAsOp>({x, Tensor::zeros({4, 1, 1}, DataType::Float32)});
+    CHECK(r.out().dims() == Dims{4, 1, 1});
+    auto xv = x.to_vector<float>();
+    std::vector<double> want(4, 0.0);
+    for (int n = 0; n < 3; ++n)
+      for (int c = 0; c < 4; ++c)
+        for (std::int64_t i = 0; i < hw; ++i) want[c] += xv[(n * 4 + c) * hw + i];
+    check_close<float>(r.out(), std::vector<float>(want.begin(), want.end()), 1e-5, 1e-5);
+  }
+}
+
 TEST_CASE("reduce_as rejects a target x does not broadcast from", "[kernel][grad]") {
   Program p;
   KILN_CHECK_ERROR(build_op<ReduceAsOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {2}}}),

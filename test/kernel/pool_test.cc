@@ -1,5 +1,6 @@
 // Kernel tests of the ops of kiln/dialect/pool_ops.h: hand-computed values
 // of each pool and its grad op.
+#include <limits>
 #include <vector>
 
 #include "kernel/kernel_test_util.h"
@@ -57,6 +58,21 @@ TEST_CASE("max_pool2d's grad routes dout to each window's first maximum", "[kern
   Tensor d2 = Tensor::from_vector<double>({1, 1, 1, 2}, {2, 3});
   auto r2 = run_op<GradOf<MaxPool2dOp>>({x2, d2}, V{1, 2}, V{1, 1}, V{0, 0}, false);
   check_close<double>(r2.out(), {0, 5, 0});
+}
+
+TEST_CASE("max_pool2d 2x2's grad lets NaN win, keeps the first of equal maxima and gives the "
+          "uncovered last row and column nothing",
+          "[kernel][pool]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // 3x5: windows cover rows 0-1 and columns 0-3; row 2 and column 4 get 0.
+  Tensor x = Tensor::from_vector<float>({1, 1, 3, 5}, {1, 2, 3, 3, 9,   //
+                                                       4, 0, 3, nan, 9,  //
+                                                       9, 9, 9, 9, 9});
+  Tensor dout = Tensor::from_vector<float>({1, 1, 1, 2}, {5, 7});
+  auto r = run_op<GradOf<MaxPool2dOp>>({x, dout}, V{2, 2}, V{2, 2}, V{0, 0}, false);
+  check_close<float>(r.out(), {0, 0, 0, 0, 0,  //
+                               5, 0, 0, 7, 0,  //
+                               0, 0, 0, 0, 0});
 }
 
 TEST_CASE("avg_pool2d divides by the elements inside the image unless padding counts",
