@@ -59,6 +59,14 @@ inline std::int64_t argmax(const T* x, const Pool2dGeometry& g, const Window& r)
   return best;
 }
 
+// 1 when q takes over the running maximum m in argmax's order (larger, or
+// NaN while m is not), else 0.
+template <typename T>
+inline T replaces_max(T m, T q) {
+  const T larger = q <= m ? T(0) : T(1);
+  return m != m ? T(0) : larger;
+}
+
 inline bool is_2x2(const Pool2dGeometry& g) {
   return g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.pt == 0 && g.pl == 0 &&
          2 * g.ho <= g.h && 2 * g.wo <= g.w;
@@ -123,19 +131,21 @@ struct MaxPoolGradK {
           T* __restrict d1 = d0 + g.w;
           const T* __restrict d = pd + (pl * g.ho + oh) * g.wo;
           for (std::int64_t ow = 0; ow < g.wo; ++ow) {
-            const T v[4] = {x0[2 * ow], x0[2 * ow + 1], x1[2 * ow], x1[2 * ow + 1]};
-            int best = 0;
-            T m = v[0];
-            for (int k = 1; k < 4; ++k) {
-              const bool take = v[k] > m || (v[k] != v[k] && m == m);
-              best = take ? k : best;
-              m = take ? v[k] : m;
-            }
+            // 0 / 1 flags as T and one-level selects only: GCC 12 if-converts
+            // those (not bool & / | or nested ?:), so the loop vectorizes.
+            const T a = x0[2 * ow], b = x0[2 * ow + 1], c = x1[2 * ow], e = x1[2 * ow + 1];
+            const T fb = replaces_max(a, b);
+            const T mab = fb != T(0) ? b : a;
+            const T fc = replaces_max(mab, c);
+            const T mabc = fc != T(0) ? c : mab;
+            const T fe = replaces_max(mabc, e);
+            const T kc = fc * (T(1) - fe), kb = fb * (T(1) - fc) * (T(1) - fe);
+            const T ka = (T(1) - fb) * (T(1) - fc) * (T(1) - fe);
             const T gr = d[ow];
-            d0[2 * ow] = best == 0 ? gr : T(0);
-            d0[2 * ow + 1] = best == 1 ? gr : T(0);
-            d1[2 * ow] = best == 2 ? gr : T(0);
-            d1[2 * ow + 1] = best == 3 ? gr : T(0);
+            d1[2 * ow + 1] = fe != T(0) ? gr : T(0);
+            d1[2 * ow] = kc != T(0) ? gr : T(0);
+            d0[2 * ow + 1] = kb != T(0) ? gr : T(0);
+            d0[2 * ow] = ka != T(0) ? gr : T(0);
           }
         }
       return;
