@@ -231,10 +231,15 @@ struct Conv2dGradK {
                  dout = typed_input<T>(ctx, 2);
     const Conv2dGeometry g = conv2d_geometry(ctx, x, w, ctx.attrs<GradOf<Conv2dOp>>());
     check_dout(ctx, dout, Dims{g.n, g.o, g.ho, g.wo});
-    Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
-    Tensor& dw = ctx.alloc_output(1, w.dims(), w.dtype());
-    if (dw.numel() > 0) conv_weight_grad(x.data<T>(), dout.data<T>(), dw.data<T>(), g);
-    if (dx.numel() > 0) conv_input_grad(dout.data<T>(), w.data<T>(), dx.data<T>(), g);
+    // dx goes unread when x is a data op (a network's first layer): skip it.
+    if (!ctx.output_unused(1)) {
+      Tensor& dw = ctx.alloc_output(1, w.dims(), w.dtype());
+      if (dw.numel() > 0) conv_weight_grad(x.data<T>(), dout.data<T>(), dw.data<T>(), g);
+    }
+    if (!ctx.output_unused(0)) {
+      Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
+      if (dx.numel() > 0) conv_input_grad(dout.data<T>(), w.data<T>(), dx.data<T>(), g);
+    }
   }
 };
 

@@ -79,6 +79,7 @@ std::shared_ptr<const ExecutionPlan> PlanBuilder::build() {
   resolve_fetch_targets();
   add_instructions();
   plan_fetches();
+  mark_unused_outputs();
   build_dependencies();
   analyze_streams();
   plan_gc();
@@ -302,6 +303,27 @@ void PlanBuilder::plan_fetches() {
     }
     plan().slots[from].fetch_reads++;
     plan().fetches.push_back({from, plan().slots[from].kind == SlotKind::Parameter});
+  }
+}
+
+// ---- phase: outputs nothing reads ----
+
+// An op result with no use in the program, whose slot no instruction reads
+// and no fetch takes: a multi-output kernel (conv2d_grad's dx when x is a
+// data op) may skip computing it.
+void PlanBuilder::mark_unused_outputs() {
+  ExecutionPlan& p = plan();
+  std::vector<bool> read(p.slots.size(), false);
+  for (const PlanInstruction& in : p.instructions)
+    for (auto s : in.reads) read[s] = true;
+  for (PlanInstruction& in : p.instructions) {
+    if (!in.op || in.writes.size() != in.op->num_results()) continue;
+    for (std::uint32_t k = 0; k < in.writes.size() && k < 64; ++k) {
+      const std::uint32_t s = in.writes[k];
+      if (in.op->result(k).use_empty() && !read[s] && p.slots[s].fetch_reads == 0 &&
+          p.slots[s].alias == s)
+        in.unused_outputs |= std::uint64_t{1} << k;
+    }
   }
 }
 

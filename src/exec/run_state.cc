@@ -84,6 +84,7 @@ void RunState::build_contexts() {
     instrs_[i].ctx = KernelContext(in.op, inputs, static_cast<std::uint32_t>(in.reads.size()), outputs,
                                    static_cast<std::uint32_t>(in.writes.size()), in.attrs.get(),
                                    plan_->options.place, &cpu_allocator());
+    instrs_[i].ctx.set_unused_outputs(in.unused_outputs);
   }
 }
 

@@ -64,3 +64,21 @@ TEST_CASE("a plan is immutable and names the caller's values by slot", "[exec][p
   CHECK(plan.slots[core.slot_of(x.result())].kind == SlotKind::Temporary);
   CHECK_FALSE(plan.has_parallelism);
 }
+
+TEST_CASE("a plan marks the outputs nothing reads or fetches, so a kernel may skip them",
+          "[exec][plan]") {
+  Program p;
+  Builder b(p);
+  auto x = b.create<FullOp>(std::vector<std::int64_t>{2, 3}, 1.0);
+  auto parts = b.create<SplitOp>(x.result(), std::int64_t{3}, std::int64_t{1}).operation();
+  b.create<ReluOp>(parts->result(0));  // reads part 0; parts 1 and 2 go unread
+  Scope scope;
+  SECTION("unread and unfetched: marked") {
+    InterpreterCore core(p, scope, {}, {});
+    CHECK(core.plan().instructions[1].unused_outputs == 0b110);
+  }
+  SECTION("fetched by value: not marked") {
+    InterpreterCore core(p, scope, {}, {parts->result(2)});
+    CHECK(core.plan().instructions[1].unused_outputs == 0b010);
+  }
+}

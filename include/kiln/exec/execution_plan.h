@@ -58,6 +58,9 @@ struct PlanInstruction {
   std::uint8_t order = 0;         // OrderFlags (dependency_builder.h)
   Lane lane = Lane::host();
   bool calls_blas = false;        // its kernel runs GEMMs (the thread plan's concern)
+  // Bit k: output k is read by no instruction and fetched by no target, so
+  // its kernel may leave it uncomputed (KernelContext::output_unused).
+  std::uint64_t unused_outputs = 0;
 };
 
 // A fed tensor's expected type, decoded once for the per-run check.

@@ -30,6 +30,7 @@ class PlanBuilder {
   void resolve_fetch_targets();
   void add_instructions();
   void plan_fetches();
+  void mark_unused_outputs();
   void build_dependencies();
   void analyze_streams();
   void plan_gc();

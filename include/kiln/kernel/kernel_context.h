@@ -54,6 +54,12 @@ class KernelContext {
   Place place() const { return place_; }
   Allocator& allocator() const { return *allocator_; }
 
+  // Whether output i is read by nothing after this kernel (no op uses it, no
+  // fetch takes it): a kernel with several outputs may then skip computing
+  // it and leave its variable as it is. Set by the executor's plan.
+  bool output_unused(std::uint32_t i) const { return i < 64 && ((unused_outputs_ >> i) & 1); }
+  void set_unused_outputs(std::uint64_t mask) { unused_outputs_ = mask; }
+
  private:
   Operation* op_ = nullptr;
   Variable* const* inputs_ = nullptr;
@@ -63,6 +69,7 @@ class KernelContext {
   const void* attrs_ = nullptr;
   Place place_ = Place::cpu();
   Allocator* allocator_ = nullptr;
+  std::uint64_t unused_outputs_ = 0;
 };
 
 }  // namespace kiln
