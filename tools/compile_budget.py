@@ -3,8 +3,8 @@
 `g++ -std=c++20 -fsyntax-only` in <= 3 s.
 
 Generates the header with tools/gen_stress_ops.py into WORK_DIR, compiles a TU
-that includes it (and calls its register/build functions) twice, and keeps the
-best run. Prints
+that includes it (and calls its register/build functions) up to five times,
+stopping at the first run within budget, and keeps the best run. Prints
 
   compile_budget: 300 ops in X.XX s (budget 3.00 s)
 
@@ -14,9 +14,10 @@ X is the compiler's CPU time (user + sys). On an idle machine that equals the
 wall time of the one-threaded compiler; on a shared, loaded machine (other
 builds, meson running tests in parallel) the wall time mostly measures the
 wait for a core, so it is printed too but the budget is checked against
-min(wall, cpu) of the best run.
+min(wall, cpu) of the best run. Even CPU time grows on this VM in noisy
+spells (2.5 s and 4.0 s for the same header minutes apart), hence the retries.
 
-usage: compile_budget.py SOURCE_ROOT WORK_DIR [--ops 300] [--budget 3.0] [--runs 2]
+usage: compile_budget.py SOURCE_ROOT WORK_DIR [--ops 300] [--budget 3.0] [--runs 5]
 """
 
 import argparse
@@ -33,7 +34,10 @@ def main():
     ap.add_argument("work_dir")
     ap.add_argument("--ops", type=int, default=300)
     ap.add_argument("--budget", type=float, default=3.0, help="seconds (default 3.0)")
-    ap.add_argument("--runs", type=int, default=2, help="compile this many times, keep the best")
+    ap.add_argument("--runs", type=int, default=5,
+                    help="compile up to this many times, stopping at the first run within "
+                         "budget; keep the best (a loaded machine only adds time, so a header "
+                         "regression stays over budget in every run)")
     ap.add_argument("--cxx", default="g++")
     args = ap.parse_args()
 
@@ -72,6 +76,8 @@ def main():
         m = min(wall, cpu)
         if best is None or m < best[0]:
             best = (m, wall, cpu)
+        if m <= args.budget:
+            break
 
     measured, wall, cpu = best
     print(f"compile_budget: {args.ops} ops in {measured:.2f} s (budget {args.budget:.2f} s)"
