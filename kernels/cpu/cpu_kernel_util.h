@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,16 @@ inline bool output_is_input(const KernelContext& ctx, std::uint32_t out, std::ui
 }
 
 // Both inputs must have one shape (the activation grads' operands).
+// Output o, which aliases input i: in place, the input's buffer; otherwise
+// output o's own buffer holding a copy of input i.
+template <typename T>
+T* updated(KernelContext& ctx, std::uint32_t o, std::uint32_t i, const Tensor& in) {
+  if (output_is_input(ctx, o, i)) return ctx.output(o).data<T>();
+  Tensor& out = ctx.alloc_output(o, in.dims(), in.dtype());
+  if (in.bytes()) std::memcpy(out.raw_data(), in.raw_data(), in.bytes());
+  return out.data<T>();
+}
+
 inline void require_same_dims(const KernelContext& ctx, const Tensor& a, const Tensor& b, int ia, int ib) {
   if (a.dims() != b.dims())
     throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' inputs #", ia, " [",

@@ -227,16 +227,6 @@ Nchw nchw_of(std::string_view op, const Dims& d) {
   return r;
 }
 
-// Output o aliasing input i: the input's buffer when run in place, else a
-// fresh output holding a copy of it.
-template <typename T>
-T* updated(KernelContext& ctx, std::uint32_t o, std::uint32_t i, const Tensor& in) {
-  if (output_is_input(ctx, o, i)) return ctx.output(o).data<T>();
-  Tensor& out = ctx.alloc_output(o, in.dims(), in.dtype());
-  if (in.bytes()) std::memcpy(out.raw_data(), in.raw_data(), in.bytes());
-  return out.data<T>();
-}
-
 template <typename T>
 struct BatchNormK {
   static void run(KernelContext& ctx) {

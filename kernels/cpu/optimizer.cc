@@ -35,16 +35,6 @@ const Tensor& checked_input(const KernelContext& ctx, std::uint32_t i, std::int6
   return t;
 }
 
-// Output o, which aliases input i: in place, the input's buffer; otherwise
-// output o's own buffer holding a copy of input i.
-template <typename T>
-T* updated(KernelContext& ctx, std::uint32_t o, std::uint32_t i, const Tensor& in) {
-  if (output_is_input(ctx, o, i)) return ctx.output(o).data<T>();
-  Tensor& out = ctx.alloc_output(o, in.dims(), in.dtype());
-  if (in.bytes()) std::memcpy(out.raw_data(), in.raw_data(), in.bytes());
-  return out.data<T>();
-}
-
 template <typename T>
 struct SgdK {
   static void run(KernelContext& ctx) {
