@@ -73,13 +73,13 @@ AttnDims attn_dims(const KernelContext& ctx, const Tensor& q, const Tensor& k, c
 
 // exp for the softmax rows (vector_math.h: a polynomial for f32). Below
 // -87 it gives exp(-87) ~ 1.6e-38, nothing next to a row's largest term, 1.
-template <typename T> inline T exp_row(T x) { return fast_exp(x); }
+template <typename T> KILN_SIMD_INLINE T exp_row(T x) { return fast_exp(x); }
 
 // The largest of x[0..n), n >= 1, in kLanes independent lanes (a reduction
 // the compiler vectorizes without reassociating a single chain).
 constexpr std::int64_t kLanes = 8;
 template <typename T>
-T row_max(const T* __restrict x, std::int64_t n) {
+KILN_SIMD_INLINE T row_max(const T* __restrict x, std::int64_t n) {
   T lane[kLanes];
   for (std::int64_t l = 0; l < kLanes; ++l) lane[l] = x[0];
   std::int64_t j = 0;
@@ -92,7 +92,7 @@ T row_max(const T* __restrict x, std::int64_t n) {
 }
 // x[j] = exp(x[j] - sub) for j < n; returns their sum (in kLanes lanes).
 template <typename T>
-T exp_sub_sum(T* __restrict x, std::int64_t n, T sub) {
+KILN_SIMD_INLINE T exp_sub_sum(T* __restrict x, std::int64_t n, T sub) {
   for (std::int64_t j = 0; j < n; ++j) x[j] = exp_row(x[j] - sub);
   T lane[kLanes] = {};
   std::int64_t j = 0;
@@ -105,9 +105,64 @@ T exp_sub_sum(T* __restrict x, std::int64_t n, T sub) {
 }
 
 // How many keys row i sees among the first kend.
-inline std::int64_t visible(bool causal, std::int64_t i, std::int64_t kend) {
+KILN_SIMD_INLINE std::int64_t visible(bool causal, std::int64_t i, std::int64_t kend) {
   return causal ? std::min(kend, i + 1) : kend;
 }
+
+// The row work of one tile, compiled for the CPU's widest SIMD level
+// (vector_math.h's simd_dispatch).
+// Forward: each of s's rows × kend scores → its softmax (0 where masked);
+// lse[r] = the row's log-sum-exp.
+template <typename T>
+struct SoftmaxTile {
+  KILN_SIMD_INLINE static void run(T* s, std::int64_t rows, std::int64_t kend, std::int64_t i0,
+                                   bool causal, T* lse) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* __restrict row = s + r * kend;
+      const std::int64_t n = visible(causal, i0 + r, kend);
+      const T m = row_max(row, n);
+      const T sum = exp_sub_sum(row, n, m);
+      const T inv = T(1) / sum;
+      for (std::int64_t j = 0; j < n; ++j) row[j] *= inv;
+      for (std::int64_t j = n; j < kend; ++j) row[j] = 0;
+      lse[r] = m + std::log(sum);
+    }
+  }
+};
+// Gradient: scores → probabilities exp(s - lse) (0 where masked), and
+// delta[r] = Σ dout ∘ out over row r.
+template <typename T>
+struct ProbabilityTile {
+  KILN_SIMD_INLINE static void run(T* p, std::int64_t rows, std::int64_t kend, std::int64_t i0,
+                                   bool causal, const T* lse, const T* dout, const T* out,
+                                   std::int64_t dv, T* delta) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* __restrict row = p + r * kend;
+      const std::int64_t n = visible(causal, i0 + r, kend);
+      const T l = lse[r];
+      for (std::int64_t j = 0; j < n; ++j) row[j] = exp_row(row[j] - l);
+      for (std::int64_t j = n; j < kend; ++j) row[j] = 0;
+      const T* __restrict dor = dout + r * dv;
+      const T* __restrict orow = out + r * dv;
+      T acc = 0;
+      for (std::int64_t c = 0; c < dv; ++c) acc += dor[c] * orow[c];
+      delta[r] = acc;
+    }
+  }
+};
+// Gradient: dS = P ∘ (dP - Δ), in place of P.
+template <typename T>
+struct ScoreGradTile {
+  KILN_SIMD_INLINE static void run(T* p, const T* dp, std::int64_t rows, std::int64_t kend,
+                                   const T* delta) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* __restrict row = p + r * kend;
+      const T* __restrict dpr = dp + r * kend;
+      const T dl = delta[r];
+      for (std::int64_t j = 0; j < kend; ++j) row[j] *= dpr[j] - dl;
+    }
+  }
+};
 
 template <typename T>
 struct AttentionK {
@@ -148,16 +203,7 @@ struct AttentionK {
         if (d == 0) std::fill(s, s + rows * kend, T(0));
         else gemm(false, true, static_cast<int>(rows), ik, d, scale, qb + i0 * a.d, ld_qk, kb,
                   ld_qk, T(0), s, ik);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          T* __restrict row = s + r * kend;
-          const std::int64_t n = visible(causal, i0 + r, kend);
-          const T m = row_max(row, n);
-          const T sum = exp_sub_sum(row, n, m);
-          const T inv = T(1) / sum;
-          for (std::int64_t j = 0; j < n; ++j) row[j] *= inv;
-          for (std::int64_t j = n; j < kend; ++j) row[j] = 0;
-          lb[i0 + r] = m + std::log(sum);
-        }
+        simd_dispatch<SoftmaxTile<T>>(s, rows, kend, i0, causal, lb + i0);
         if (dv > 0)
           gemm(false, false, static_cast<int>(rows), dv, ik, T(1), s, ik, vb, ld_v, T(0),
                ob + i0 * a.dv, ld_v);
@@ -225,19 +271,8 @@ struct AttentionGradK {
         // P = exp(scale · Q Kᵀ - lse), 0 where masked.
         if (d == 0) std::fill(p, p + rows * kend, T(0));
         else gemm(false, true, ir, ik, d, scale, qb + i0 * a.d, ld_qk, kb, ld_qk, T(0), p, ik);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          T* __restrict row = p + r * kend;
-          const std::int64_t n = visible(causal, i0 + r, kend);
-          const T l = lb[i0 + r];
-          for (std::int64_t j = 0; j < n; ++j) row[j] = exp_row(row[j] - l);
-          for (std::int64_t j = n; j < kend; ++j) row[j] = 0;
-          // Δ = Σ dout ∘ out over the row.
-          const T* __restrict dor = dob + (i0 + r) * a.dv;
-          const T* __restrict orow = ob + (i0 + r) * a.dv;
-          T acc = 0;
-          for (std::int64_t c = 0; c < a.dv; ++c) acc += dor[c] * orow[c];
-          delta[r] = acc;
-        }
+        simd_dispatch<ProbabilityTile<T>>(p, rows, kend, i0, causal, lb + i0, dob + i0 * a.dv,
+                                          ob + i0 * a.dv, a.dv, delta);
         if (dv > 0) {
           // dV[:kend] += Pᵀ · dO
           gemm(true, false, ik, dv, ir, T(1), p, ik, dob + i0 * a.dv, ld_v, T(1), dvb, ld_v);
@@ -247,12 +282,8 @@ struct AttentionGradK {
           std::fill(dp, dp + rows * kend, T(0));
         }
         // dS = P ∘ (dP - Δ), in place of P.
-        for (std::int64_t r = 0; r < rows; ++r) {
-          T* __restrict row = p + r * kend;
-          const T* __restrict dpr = dp + r * kend;
-          const T dl = delta[r];
-          for (std::int64_t j = 0; j < kend; ++j) row[j] *= dpr[j] - dl;
-        }
+        simd_dispatch<ScoreGradTile<T>>(p, static_cast<const T*>(dp), rows, kend,
+                                        static_cast<const T*>(delta));
         if (d > 0) {
           // dQ = scale · dS · K; dK[:kend] += scale · dSᵀ · Q
           gemm(false, false, ir, d, ik, scale, p, ik, kb, ld_qk, T(0), dqb + i0 * a.d, ld_qk);

@@ -9,13 +9,21 @@
 // scratch; a 1x1 kernel with stride 1 and no padding uses x itself.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
+// im2col's and col2im's rows are short (an image row): GCC would turn their
+// copy loops into memcpy calls, whose per-call cost dominated the copy.
+#pragma GCC optimize("no-tree-loop-distribute-patterns")
 #endif
 #include <cblas.h>
+#ifdef __x86_64__
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "cpu_kernel_util.h"
+#include "vector_math.h"
 #include "kiln/dialect/conv_ops.h"
 #include "kiln/dialect/kiln_dialect.h"
 
@@ -37,7 +45,7 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, cons
 
 // The range [lo, hi) of output columns whose input column ow·s + off lies
 // in [0, w).
-inline void valid_range(std::int64_t off, std::int64_t s, std::int64_t w, std::int64_t wo,
+KILN_SIMD_INLINE void valid_range(std::int64_t off, std::int64_t s, std::int64_t w, std::int64_t wo,
                         std::int64_t& lo, std::int64_t& hi) {
   lo = off >= 0 ? 0 : (-off + s - 1) / s;
   hi = w - off <= 0 ? 0 : (w - off + s - 1) / s;
@@ -45,61 +53,161 @@ inline void valid_range(std::int64_t off, std::int64_t s, std::int64_t w, std::i
   hi = std::clamp(hi, lo, wo);
 }
 
-// col [cg·kh·kw, ho·wo] from one image's group x [cg, h, w].
+// col [cg·kh·kw, ho·wo] from one image's group x [cg, h, w]; compiled for
+// the CPU's widest SIMD level (vector_math.h).
 template <typename T>
-void im2col(const T* __restrict x, T* __restrict col, const Conv2dGeometry& g, std::int64_t cg) {
+struct Im2col {
+  KILN_SIMD_INLINE static void run(const T* x, T* col, const Conv2dGeometry* gp,
+                                   std::int64_t cg) {
+    const Conv2dGeometry& g = *gp;
+    const std::int64_t p = g.ho * g.wo;
+    for (std::int64_t c = 0; c < cg; ++c)
+      for (std::int64_t i = 0; i < g.kh; ++i)
+        for (std::int64_t j = 0; j < g.kw; ++j) {
+          T* row = col + ((c * g.kh + i) * g.kw + j) * p;
+          const T* xc = x + c * g.h * g.w;
+          const std::int64_t off = j * g.dw - g.pl;
+          std::int64_t lo, hi;
+          valid_range(off, g.sw, g.w, g.wo, lo, hi);
+          for (std::int64_t oh = 0; oh < g.ho; ++oh) {
+            T* __restrict r = row + oh * g.wo;
+            const std::int64_t ih = oh * g.sh - g.pt + i * g.dh;
+            if (ih < 0 || ih >= g.h) {
+              for (std::int64_t ow = 0; ow < g.wo; ++ow) r[ow] = T(0);
+              continue;
+            }
+            const T* __restrict xr = xc + ih * g.w;
+            for (std::int64_t ow = 0; ow < lo; ++ow) r[ow] = T(0);
+            if (g.sw == 1) {
+              for (std::int64_t ow = lo; ow < hi; ++ow) r[ow] = xr[ow + off];
+            } else {
+              for (std::int64_t ow = lo; ow < hi; ++ow) r[ow] = xr[ow * g.sw + off];
+            }
+            for (std::int64_t ow = hi; ow < g.wo; ++ow) r[ow] = T(0);
+          }
+        }
+  }
+};
+#ifdef KILN_HAS_SIMD_CLONES
+// Im2col for f32 with a column stride of 1, in AVX-512 masked loads and
+// stores: each output row (wo columns, its first lo and last wo - hi zero)
+// in 16-lane chunks, with no scalar edges. Rows are as short as an image
+// row, so a generic vectorized loop spent most of its time in its edges.
+KILN_TARGET_AVX512 void im2col_unit_stride_avx512(const float* x, float* col,
+                                                  const Conv2dGeometry& g, std::int64_t cg) {
   const std::int64_t p = g.ho * g.wo;
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   for (std::int64_t c = 0; c < cg; ++c)
     for (std::int64_t i = 0; i < g.kh; ++i)
       for (std::int64_t j = 0; j < g.kw; ++j) {
-        T* row = col + ((c * g.kh + i) * g.kw + j) * p;
-        const T* xc = x + c * g.h * g.w;
+        float* row = col + ((c * g.kh + i) * g.kw + j) * p;
+        const float* xc = x + c * g.h * g.w;
         const std::int64_t off = j * g.dw - g.pl;
         std::int64_t lo, hi;
-        valid_range(off, g.sw, g.w, g.wo, lo, hi);
+        valid_range(off, 1, g.w, g.wo, lo, hi);
         for (std::int64_t oh = 0; oh < g.ho; ++oh) {
-          T* __restrict r = row + oh * g.wo;
+          float* r = row + oh * g.wo;
           const std::int64_t ih = oh * g.sh - g.pt + i * g.dh;
-          if (ih < 0 || ih >= g.h) {
-            std::fill(r, r + g.wo, T(0));
-            continue;
+          const bool inside = ih >= 0 && ih < g.h;
+          // x's row shifted so that column ow reads xs[ow] (only lanes in
+          // [lo, hi) are loaded, so the shift never reads outside x's row).
+          const float* xs = xc + (inside ? ih : 0) * g.w + off;
+          for (std::int64_t b = 0; b < g.wo; b += 16) {
+            const __m512i col_ix = _mm512_add_epi32(lane, _mm512_set1_epi32(int(b)));
+            const __mmask16 store = _mm512_cmplt_epi32_mask(col_ix, _mm512_set1_epi32(int(g.wo)));
+            const __mmask16 load =
+                inside ? __mmask16(store & _mm512_cmpge_epi32_mask(col_ix, _mm512_set1_epi32(int(lo))) &
+                                   _mm512_cmplt_epi32_mask(col_ix, _mm512_set1_epi32(int(hi))))
+                       : __mmask16(0);
+            _mm512_mask_storeu_ps(r + b, store, _mm512_maskz_loadu_ps(load, xs + b));
           }
-          const T* __restrict xr = xc + ih * g.w;
-          for (std::int64_t ow = 0; ow < lo; ++ow) r[ow] = T(0);
-          if (g.sw == 1) {
-            for (std::int64_t ow = lo; ow < hi; ++ow) r[ow] = xr[ow + off];
-          } else {
-            for (std::int64_t ow = lo; ow < hi; ++ow) r[ow] = xr[ow * g.sw + off];
-          }
-          for (std::int64_t ow = hi; ow < g.wo; ++ow) r[ow] = T(0);
         }
       }
 }
+#endif
 
-// dx [cg, h, w] += col2im(col [cg·kh·kw, ho·wo]).
 template <typename T>
-void col2im(const T* __restrict col, T* __restrict dx, const Conv2dGeometry& g, std::int64_t cg) {
-  const std::int64_t p = g.ho * g.wo;
-  for (std::int64_t c = 0; c < cg; ++c)
-    for (std::int64_t i = 0; i < g.kh; ++i)
-      for (std::int64_t j = 0; j < g.kw; ++j) {
-        const T* row = col + ((c * g.kh + i) * g.kw + j) * p;
-        T* xc = dx + c * g.h * g.w;
-        const std::int64_t off = j * g.dw - g.pl;
-        std::int64_t lo, hi;
-        valid_range(off, g.sw, g.w, g.wo, lo, hi);
-        for (std::int64_t oh = 0; oh < g.ho; ++oh) {
-          const std::int64_t ih = oh * g.sh - g.pt + i * g.dh;
-          if (ih < 0 || ih >= g.h) continue;
-          const T* __restrict r = row + oh * g.wo;
-          T* __restrict xr = xc + ih * g.w;
-          if (g.sw == 1) {
-            for (std::int64_t ow = lo; ow < hi; ++ow) xr[ow + off] += r[ow];
-          } else {
-            for (std::int64_t ow = lo; ow < hi; ++ow) xr[ow * g.sw + off] += r[ow];
+void im2col(const T* x, T* col, const Conv2dGeometry& g, std::int64_t cg) {
+#ifdef KILN_HAS_SIMD_CLONES
+  if constexpr (std::is_same_v<T, float>)
+    if (g.sw == 1 && cpu_simd_level() == SimdLevel::Avx512)
+      return im2col_unit_stride_avx512(x, col, g, cg);
+#endif
+  simd_dispatch<Im2col<T>>(x, col, &g, cg);
+}
+
+// dx [cg, h, w] += col2im(col [cg·kh·kw, ho·wo]) (the caller zeroed dx).
+template <typename T>
+struct Col2im {
+  KILN_SIMD_INLINE static void run(const T* col, T* dx, const Conv2dGeometry* gp,
+                                   std::int64_t cg) {
+    const Conv2dGeometry& g = *gp;
+    const std::int64_t p = g.ho * g.wo;
+    for (std::int64_t c = 0; c < cg; ++c)
+      for (std::int64_t i = 0; i < g.kh; ++i)
+        for (std::int64_t j = 0; j < g.kw; ++j) {
+          const T* row = col + ((c * g.kh + i) * g.kw + j) * p;
+          T* xc = dx + c * g.h * g.w;
+          const std::int64_t off = j * g.dw - g.pl;
+          std::int64_t lo, hi;
+          valid_range(off, g.sw, g.w, g.wo, lo, hi);
+          for (std::int64_t oh = 0; oh < g.ho; ++oh) {
+            const std::int64_t ih = oh * g.sh - g.pt + i * g.dh;
+            if (ih < 0 || ih >= g.h) continue;
+            const T* __restrict r = row + oh * g.wo;
+            T* __restrict xr = xc + ih * g.w;
+            if (g.sw == 1) {
+              for (std::int64_t ow = lo; ow < hi; ++ow) xr[ow + off] += r[ow];
+            } else {
+              for (std::int64_t ow = lo; ow < hi; ++ow) xr[ow * g.sw + off] += r[ow];
+            }
           }
         }
+  }
+};
+#ifdef KILN_HAS_SIMD_CLONES
+// Col2im for f32 with strides of 1, in AVX-512: each 16-column chunk of an x
+// row gathers its kh·kw terms from col in a register (masked loads; lanes
+// outside a col row read nothing) and is stored once — no read-modify-write
+// of x, whose overlapping shifted stores stalled store-to-load forwarding.
+KILN_TARGET_AVX512 void col2im_unit_stride_avx512(const float* col, float* dx,
+                                                  const Conv2dGeometry& g, std::int64_t cg) {
+  const std::int64_t p = g.ho * g.wo;
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i zero = _mm512_setzero_si512(), wo = _mm512_set1_epi32(int(g.wo));
+  for (std::int64_t c = 0; c < cg; ++c)
+    for (std::int64_t ih = 0; ih < g.h; ++ih)
+      for (std::int64_t b = 0; b < g.w; b += 16) {
+        const __m512i x_ix = _mm512_add_epi32(lane, _mm512_set1_epi32(int(b)));
+        const __mmask16 in_row = _mm512_cmplt_epi32_mask(x_ix, _mm512_set1_epi32(int(g.w)));
+        __m512 acc = _mm512_setzero_ps();
+        for (std::int64_t i = 0; i < g.kh; ++i) {
+          const std::int64_t oh = ih + g.pt - i * g.dh;  // the output row reading x row ih
+          if (oh < 0 || oh >= g.ho) continue;
+          for (std::int64_t j = 0; j < g.kw; ++j) {
+            const std::int64_t shift = g.pl - j * g.dw;  // output column = x column + shift
+            const __m512i ow = _mm512_add_epi32(x_ix, _mm512_set1_epi32(int(shift)));
+            const __mmask16 m = in_row & _mm512_cmpge_epi32_mask(ow, zero) &
+                                _mm512_cmplt_epi32_mask(ow, wo);
+            const float* r = col + ((c * g.kh + i) * g.kw + j) * p + oh * g.wo + shift + b;
+            acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, r));
+          }
+        }
+        _mm512_mask_storeu_ps(dx + (c * g.h + ih) * g.w + b, in_row, acc);
       }
+}
+#endif
+
+// dx [cg, h, w] = col2im(col [cg·kh·kw, ho·wo]).
+template <typename T>
+void col2im(const T* col, T* dx, const Conv2dGeometry& g, std::int64_t cg) {
+#ifdef KILN_HAS_SIMD_CLONES
+  if constexpr (std::is_same_v<T, float>)
+    if (g.sh == 1 && g.sw == 1 && cpu_simd_level() == SimdLevel::Avx512)
+      return col2im_unit_stride_avx512(col, dx, g, cg);
+#endif
+  std::fill(dx, dx + cg * g.h * g.w, T(0));
+  simd_dispatch<Col2im<T>>(col, dx, &g, cg);
 }
 
 inline bool direct(const Conv2dGeometry& g) {  // col == x
@@ -130,7 +238,6 @@ void conv_input_grad(const T* dout, const T* w, T* dx, const Conv2dGeometry& g) 
   const std::int64_t p = g.ho * g.wo;
   const bool dir = direct(g);
   T* col = dir ? nullptr : scratch<T>(k * p);
-  if (!dir) std::fill(dx, dx + g.n * g.c * g.h * g.w, T(0));
   for (std::int64_t n = 0; n < g.n; ++n)
     for (std::int64_t gi = 0; gi < g.groups; ++gi) {
       T* dxg = dx + (n * g.c + gi * cg) * g.h * g.w;
