@@ -17,6 +17,7 @@ block is built three ways and the fastest is the peer's number:
           F._scaled_dot_product_attention(..., is_causal=True)
 Prints, in ms per training step, medians of several repetitions after warm-up:
   BENCH model.gpt.torch.t1 <ms> ms   the fastest variant, torch.set_num_threads(1), OpenBLAS at 1
+  BENCH model.gpt.torch.t1.min <ms> ms  the fastest single step of any variant at 1 thread
   BENCH model.gpt.torch.t2 <ms> ms   the fastest variant and (intra-op, OpenBLAS) threads of
                                      (2, 2), (2, 1), (1, 2)
 and every variant and setting as a # line. Debian's torch calls OpenBLAS
@@ -175,6 +176,7 @@ def main():
     best1 = min((key for key in med if key[1] == "t1"), key=lambda key: med[key])
     best2 = min((key for key in med if key[1].startswith("t2")), key=lambda key: med[key])
     print(f"BENCH model.gpt.torch.t1 {med[best1]:.3f} ms")
+    print(f"BENCH model.gpt.torch.t1.min {min(min(samples[(v, 't1')]) for v in steps):.3f} ms")
     print(f"BENCH model.gpt.torch.t2 {med[best2]:.3f} ms")
     print(f"# model.gpt.torch.t1 is [{best1[0]}], .t2 is [{best2[0]}].{best2[1]} "
           f"(torch {torch.__version__}, GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')})")

@@ -99,7 +99,7 @@ inline SimdLevel cpu_simd_level() {
 // that it is compiled inside each level's wrapper (whose loops then
 // vectorize for that level), not called as one baseline copy.
 #define KILN_SIMD_INLINE [[gnu::always_inline]] inline
-namespace detail {
+namespace simd_detail {
 template <typename Body, typename... Args>
 void simd_base(Args... args) {
   Body::run(args...);
@@ -114,21 +114,21 @@ KILN_TARGET_AVX512 void simd_avx512(Args... args) {
   Body::run(args...);
 }
 #endif
-}  // namespace detail
+}  // namespace simd_detail
 
 template <typename Body, typename... Args>
 void simd_dispatch(Args... args) {
 #ifdef KILN_HAS_SIMD_CLONES
   switch (cpu_simd_level()) {
-    case SimdLevel::Avx512: return detail::simd_avx512<Body>(args...);
-    case SimdLevel::Avx2: return detail::simd_avx2<Body>(args...);
+    case SimdLevel::Avx512: return simd_detail::simd_avx512<Body>(args...);
+    case SimdLevel::Avx2: return simd_detail::simd_avx2<Body>(args...);
     case SimdLevel::Baseline: break;
   }
 #endif
-  detail::simd_base<Body>(args...);
+  simd_detail::simd_base<Body>(args...);
 }
 
-namespace detail {
+namespace simd_detail {
 template <typename F, typename T>
 struct MapLoop {
   KILN_SIMD_INLINE static void run(const T* __restrict x, T* __restrict out, std::int64_t n) {
@@ -142,17 +142,17 @@ struct Map2Loop {
     for (std::int64_t i = 0; i < n; ++i) out[i] = F::backward(x[i], y[i]);
   }
 };
-}  // namespace detail
+}  // namespace simd_detail
 
 // out[i] = F::forward(x[i]); x and out do not overlap.
 template <typename F, typename T>
 void map_elementwise(const T* x, T* out, std::int64_t n) {
-  simd_dispatch<detail::MapLoop<F, T>>(x, out, n);
+  simd_dispatch<simd_detail::MapLoop<F, T>>(x, out, n);
 }
 // out[i] = F::backward(x[i], y[i]); out overlaps neither.
 template <typename F, typename T>
 void map_elementwise(const T* x, const T* y, T* out, std::int64_t n) {
-  simd_dispatch<detail::Map2Loop<F, T>>(x, y, out, n);
+  simd_dispatch<simd_detail::Map2Loop<F, T>>(x, y, out, n);
 }
 
 }  // namespace kiln::cpu
