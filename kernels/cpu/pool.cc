@@ -67,6 +67,14 @@ inline T replaces_max(T m, T q) {
   return m != m ? T(0) : larger;
 }
 
+// The larger of a and b, NaN if either is (argmax's order: NaN wins). Two
+// one-level selects, so a loop over it vectorizes (GCC 12).
+template <typename T>
+inline T max_nan(T a, T b) {
+  const T m = b > a ? b : a;  // a when a is NaN
+  return b != b ? b : m;
+}
+
 inline bool is_2x2(const Pool2dGeometry& g) {
   return g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.pt == 0 && g.pl == 0 &&
          2 * g.ho <= g.h && 2 * g.wo <= g.w;
@@ -89,9 +97,9 @@ struct MaxPoolK {
           const T* __restrict r1 = r0 + g.w;
           T* __restrict o = po + (pl * g.ho + oh) * g.wo;
           for (std::int64_t ow = 0; ow < g.wo; ++ow) {
-            const T a = std::max(r0[2 * ow], r0[2 * ow + 1]);
-            const T b = std::max(r1[2 * ow], r1[2 * ow + 1]);
-            o[ow] = std::max(a, b);
+            const T a = max_nan(r0[2 * ow], r0[2 * ow + 1]);
+            const T b = max_nan(r1[2 * ow], r1[2 * ow + 1]);
+            o[ow] = max_nan(a, b);
           }
         }
       return;

@@ -1,5 +1,6 @@
 // Kernel tests of the ops of kiln/dialect/pool_ops.h: hand-computed values
 // of each pool and its grad op.
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -73,6 +74,23 @@ TEST_CASE("max_pool2d 2x2's grad lets NaN win, keeps the first of equal maxima a
   check_close<float>(r.out(), {0, 0, 0, 0, 0,  //
                                5, 0, 0, 7, 0,  //
                                0, 0, 0, 0, 0});
+}
+
+TEST_CASE("max_pool2d gives NaN for a window holding a NaN wherever it sits, as its grad does",
+          "[kernel][pool]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int at = 0; at < 4; ++at) {
+    INFO("NaN at window place " << at);
+    std::vector<float> v = {1, 2, 3, 4, 5, 6, 7, 8};  // [1, 1, 2, 4]: two 2x2 windows
+    v[(at / 2) * 4 + at % 2] = nan;
+    Tensor x = Tensor::from_vector<float>({1, 1, 2, 4}, v);
+    for (auto k : {V{2, 2}, V{2, 3}}) {  // 2x2 takes its own path; a 2x3 window the general one
+      auto r = run_op<MaxPool2dOp>({x}, k, V{2, 2});
+      auto out = r.out().to_vector<float>();
+      CHECK(std::isnan(out[0]));
+      if (k[1] == 2) CHECK(out[1] == 8.0f);
+    }
+  }
 }
 
 TEST_CASE("avg_pool2d divides by the elements inside the image unless padding counts",
