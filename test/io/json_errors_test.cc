@@ -284,7 +284,7 @@ TEST_CASE("a value defined inside a region cannot be used after it", "[io][json]
   json j = program_to_json(p);
   Error e = load_error(j);
   CHECK_THAT(e.message(), Contains("'kiln.fetch'"));
-  CHECK_THAT(e.message(), Contains("not defined before it"));
+  CHECK_THAT(e.message(), Contains("defined inside a region of op 'iotest.scope'"));
 }
 
 TEST_CASE("a result type that contradicts InferMeta names the op and both types", "[io][json]") {

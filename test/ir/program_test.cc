@@ -129,9 +129,10 @@ TEST_CASE("verify catches a value used outside the region that defines it", "[ir
   Operation* inner = add_any(body, {arg}, {f32()});
   CHECK_NOTHROW(p.verify());
   Operation* escaped = add_any(p.block(), {inner->result(0)}, {});
-  KILN_CHECK_ERROR(p.verify(), InvalidArgument, {"'test.any'", "not defined before"});
+  KILN_CHECK_ERROR(p.verify(), InvalidArgument,
+                   {"'test.any'", "defined inside a region of op 'test.region'"});
   escaped->set_operand(0, arg);
-  KILN_CHECK_ERROR(p.verify(), InvalidArgument, {"not defined before"});
+  KILN_CHECK_ERROR(p.verify(), InvalidArgument, {"defined inside a region of op 'test.region'"});
   escaped->erase();
   // Inner ops may use values defined above their parent op.
   Value top = add_any(p.block(), {}, {f32()})->result(0);

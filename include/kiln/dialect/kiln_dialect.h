@@ -7,6 +7,7 @@
 #include "kiln/dialect/binary_ops.h"
 #include "kiln/dialect/builtin.h"
 #include "kiln/dialect/compare_ops.h"
+#include "kiln/dialect/control_flow_ops.h"
 #include "kiln/dialect/conv_ops.h"
 #include "kiln/dialect/debug_ops.h"
 #include "kiln/dialect/grad_op.h"

@@ -1,6 +1,7 @@
 // The traits kiln's scheduler and passes read (seed 002 §2.2.1 / §2.5,
 // seed 001 §3.3.1): ReadOnly, ValueSemantics, Inplace (output → input alias
-// pairs), ViewLike, Random, SideEffect, Communication. A trait may define
+// pairs), ViewLike, Random, SideEffect, Communication; and the structural
+// Terminator and IsolatedFromAbove of ops with regions. A trait may define
 // `static void verify_trait(Operation*)`, run by the verifier.
 #pragma once
 
@@ -30,6 +31,16 @@ class ViewLike : public OpTraitBase<ViewLike> {
   static void verify_trait(Operation* op);
 };
 
+// Ends a block: the op must be the last of its block, and not in a
+// program's top block (kiln.yield ends the regions of kiln.if / kiln.while).
+class Terminator : public OpTraitBase<Terminator> {};
+// The op's regions see nothing outside them: a value an inner op uses is
+// defined inside the region or is one of its blocks' arguments (which the op
+// binds to its operands). Control flow declares it, so everything a region
+// reads from outside is an operand — the scheduler's dependencies, the
+// backward pass's gradients and the executor's bindings then follow operands
+// alone. The verifier checks it (Program::verify).
+class IsolatedFromAbove : public OpTraitBase<IsolatedFromAbove> {};
 // Draws random numbers: random ops keep program order among themselves.
 class Random : public OpTraitBase<Random> {};
 
