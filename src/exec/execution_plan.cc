@@ -34,4 +34,13 @@ std::string ExecutionPlan::describe(std::uint32_t i) const {
   return s;
 }
 
+std::string ExecutionPlan::label(std::uint32_t i) const {
+  const PlanInstruction& in = instructions.at(i);
+  std::string_view name = in.name;
+  if (auto dot = name.find('.'); dot != std::string_view::npos && in.op) name.remove_prefix(dot + 1);
+  std::string s(name);
+  if (in.op_index != kNoIndex) s += "#" + std::to_string(in.op_index);
+  return s;
+}
+
 }  // namespace kiln

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/exec/control_flow.h"
 #include "kiln/exec/dependency_builder.h"
 
 namespace kiln {
@@ -66,15 +67,32 @@ PlanInstruction copy_instruction(std::string name, Operation* op, std::uint32_t 
 PlanBuilder::PlanBuilder(const Program& program, std::vector<std::string> feed_names,
                          const std::vector<FetchTarget>& fetch, ExecutionOptions options)
     : plan_(std::make_shared<ExecutionPlan>()),
-      source_(program),
+      source_(&program),
       feed_names_(std::move(feed_names)),
       fetch_(fetch) {
   plan_->options = std::move(options);
 }
 
+PlanBuilder::PlanBuilder(const Block& region_block, const PlanBuilder& parent)
+    : plan_(std::make_shared<ExecutionPlan>()), root_(parent.root_), block_(&region_block) {
+  plan_->options = parent.plan_->options;
+  plan_->region_depth = parent.plan_->region_depth + 1;
+}
+
 PlanBuilder::~PlanBuilder() = default;
 
 std::shared_ptr<const ExecutionPlan> PlanBuilder::build() {
+  if (plan_->is_region()) {
+    bind_block_arguments();
+    add_instructions();
+    plan_yield();
+    mark_unused_outputs();
+    build_dependencies();
+    plan_gc();
+    plan_buffers();
+    summarize_for_thread_plan();
+    return plan_;
+  }
   copy_program();
   resolve_fetch_targets();
   add_instructions();
@@ -92,15 +110,16 @@ std::shared_ptr<const ExecutionPlan> PlanBuilder::build() {
 
 void PlanBuilder::copy_program() {
   std::vector<Value> src;
-  number_values(source_.block(), src);
+  number_values(source_->block(), src);
   for (std::uint32_t i = 0; i < src.size(); ++i) source_ids_.emplace(src[i].impl(), i);
-  plan().program = source_.clone();
+  plan().program = source_->clone();
   number_values(plan().program.block(), clone_values_);
+  block_ = &plan().program.block();
 }
 
 Value PlanBuilder::clone_of(Value source) const {
-  auto it = source_ids_.find(source.impl());
-  return it == source_ids_.end() ? Value() : clone_values_[it->second];
+  auto it = root_->source_ids_.find(source.impl());
+  return it == root_->source_ids_.end() ? Value() : root_->clone_values_[it->second];
 }
 
 // ---- phase: fetch targets → values of the copy ----
@@ -140,18 +159,28 @@ void PlanBuilder::resolve_fetch_targets() {
 void PlanBuilder::add_instructions() {
   // A parameter some set_parameter of the program writes may be read before
   // the scope holds it.
-  for (Operation* op : plan().program.block())
+  for (Operation* op : *block_)
     if (auto sp = op->dyn_cast<SetParameterOp>())
       plan().slots[parameter_slot(sp.attrs().parameter_name)].set_by_program = true;
   plan().feeds.resize(feed_names_.size());
   for (std::size_t k = 0; k < feed_names_.size(); ++k) plan().feeds[k].name = feed_names_[k];
 
+  const bool region = plan().is_region();
   std::uint32_t index = 0;
-  for (Operation* op : plan().program.block()) {
+  for (Operation* op : *block_) {
     const std::uint32_t i = index++;
-    if (op->num_regions())
-      throw_error(ErrorKind::Unimplemented, "op #", i, " '", op->name(),
-                  "' has regions; control flow is not supported by the executor yet");
+    if (region && (op->isa<DataOp>() || op->isa<FetchOp>()))
+      throw_error(ErrorKind::InvalidArgument, "op #", i, " '", op->name(),
+                  "' is inside a region of a control-flow op; feeds and fetches belong to the "
+                  "program's top block");
+    if (op->isa<YieldOp>()) continue;  // plan_yield()
+    if (op->num_regions()) {
+      if (!op->has_trait<IsolatedFromAbove>())
+        throw_error(ErrorKind::Unimplemented, "op #", i, " '", op->name(),
+                    "' has regions but is not a control-flow op the executor runs");
+      add_control_flow_op(op, i, op_lane(op, i));
+      continue;
+    }
     if (op->isa<ParameterOp>()) add_parameter_op(op);
     else if (op->isa<DataOp>()) add_data_op(op);
     else if (op->isa<SetParameterOp>()) add_set_parameter_op(op, i, op_lane(op, i));
@@ -161,6 +190,80 @@ void PlanBuilder::add_instructions() {
   for (const auto& f : plan().feeds)
     if (f.slot == kNoIndex)
       throw_error(ErrorKind::NotFound, "feed '", f.name, "' matches no data op of the program");
+}
+
+// ---- regions: arguments, yields and the child plans of control-flow ops ----
+
+void PlanBuilder::bind_block_arguments() {
+  for (std::uint32_t a = 0; a < block_->num_arguments(); ++a) {
+    const std::uint32_t s = new_slot(SlotKind::Argument, plan().options.place, /*persistent=*/true);
+    plan().slots[s].type = block_->argument(a).type();
+    plan().arguments.push_back(s);
+    value_slot_[block_->argument(a).impl()] = s;
+  }
+}
+
+void PlanBuilder::plan_yield() {
+  Operation* y = block_->back();
+  if (!y || !y->isa<YieldOp>())
+    throw_error(ErrorKind::InvalidArgument, "a region of a control-flow op must end in kiln.yield");
+  for (std::uint32_t k = 0; k < y->num_operands(); ++k) {
+    const std::uint32_t s = operand_slot(y, k, Lane::host());
+    plan().slots[s].fetch_reads++;
+    plan().fetches.push_back({s, false});
+  }
+}
+
+void PlanBuilder::add_control_flow_op(Operation* op, std::uint32_t index, Lane lane) {
+  if (lane.is_stream)
+    throw_error(ErrorKind::Unimplemented, "op #", index, " '", op->name(),
+                "' on a stream: control flow runs on the host");
+  auto cf = std::make_shared<ControlFlowPlan>();
+  PlanInstruction in;
+  if (auto w = op->dyn_cast<WhileOp>()) {
+    cf->kind = ControlFlowPlan::Kind::While;
+    cf->max_iterations = w.attrs().max_iterations;
+    cf->num_carried = w.num_carried();
+  } else if (op->isa<IfOp>()) {
+    cf->kind = ControlFlowPlan::Kind::If;
+  } else {
+    throw_error(ErrorKind::Unimplemented, "op #", index, " '", op->name(),
+                "' has regions the executor does not know how to run");
+  }
+  static constexpr const char* kIfNames[] = {"then", "else"};
+  for (std::uint32_t r = 0; r < op->num_regions(); ++r) {
+    RegionPlan rp;
+    rp.name = cf->kind == ControlFlowPlan::Kind::While ? "body" : kIfNames[r];
+    if (!op->region(r).empty()) {
+      PlanBuilder child(op->region(r).front(), *this);
+      rp.plan = child.build();
+      const auto& fetches = rp.plan->fetches;
+      for (std::size_t k = 0; k < fetches.size(); ++k) {
+        const PlanSlot& slot = rp.plan->slots[fetches[k].slot];
+        bool owned = slot.kind == SlotKind::Temporary;
+        for (std::size_t j = 0; j < fetches.size() && owned; ++j)
+          owned = j == k || fetches[j].slot != fetches[k].slot;
+        rp.yield_owned.push_back(owned ? 1 : 0);
+      }
+      for (const PlanInstruction& ci : rp.plan->instructions) in.order |= ci.order;
+      in.calls_blas = in.calls_blas || rp.plan->has_blas;
+    }
+    cf->regions.push_back(std::move(rp));
+  }
+  for (std::uint32_t i = 0; i < op->num_operands(); ++i) in.reads.push_back(operand_slot(op, i, lane));
+  for (std::uint32_t o = 0; o < op->num_results(); ++o) {
+    const std::uint32_t s = new_slot(SlotKind::Temporary, plan().options.place, false);
+    plan().slots[s].type = op->result_type(o);
+    in.writes.push_back(s);
+    value_slot_[op->result(o).impl()] = s;
+  }
+  in.name = std::string(op->name());
+  in.op_index = index;
+  in.op = op;
+  in.fn = &run_control_flow;
+  in.lane = lane;
+  in.control = std::move(cf);
+  add_instruction(std::move(in));
 }
 
 void PlanBuilder::add_parameter_op(Operation* op) {
@@ -249,7 +352,8 @@ void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index, Lane lane) {
     std::uint32_t s = ins[i];
     const PlanSlot& slot = plan().slots[s];
     const PlanSlot& root = plan().slots[slot.alias];  // a view writes its source's buffer
-    if (root.kind == SlotKind::Feed || (slot.fetch_reads > 0 && slot.kind != SlotKind::Parameter)) {
+    if (root.kind == SlotKind::Feed || root.kind == SlotKind::Argument ||
+        (slot.fetch_reads > 0 && slot.kind != SlotKind::Parameter)) {
       // A feed must not change under the caller, nor a value a kiln.fetch op
       // already took (a parameter's fetch op took a deep copy, and an
       // optimizer must update the parameter itself): the op works on a copy
@@ -479,6 +583,7 @@ void PlanBuilder::summarize_for_thread_plan() {
   p.has_parallelism = p.roots.size() > 1;
   for (std::uint32_t i = 0; i < p.size() && !p.has_parallelism; ++i)
     p.has_parallelism = p.succ_off[i + 1] - p.succ_off[i] > 1;
+  if (plan().is_region()) return;
   for (const auto& [src, id] : source_ids_)
     if (auto it = value_slot_.find(clone_values_[id].impl()); it != value_slot_.end())
       p.source_slot.emplace(src, it->second);
@@ -539,6 +644,13 @@ std::uint32_t PlanBuilder::operand_slot(Operation* op, std::uint32_t i, Lane lan
 // The lane of an op's instructions: its execution_stream attribute, else
 // the place's default stream for a host_stream place, else the host.
 Lane PlanBuilder::op_lane(Operation* op, std::uint32_t index) {
+  if (plan().is_region()) {
+    if (op->attribute(kExecutionStreamAttr))
+      throw_error(ErrorKind::Unimplemented, "op #", index, " '", op->name(),
+                  "' inside a region of a control-flow op names an execution stream; regions "
+                  "run on the host");
+    return Lane::host();
+  }
   if (Attribute a = op->attribute(kExecutionStreamAttr)) {
     auto name = a.dyn_cast<StrAttribute>();
     if (!name || name.value().empty())

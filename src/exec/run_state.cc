@@ -12,12 +12,25 @@ RunState::RunState(std::shared_ptr<const ExecutionPlan> plan, Scope& scope)
   local_scope_ = &scope.new_scope();
   try {
     bind_variables(root);
-    build_contexts();
+    build_contexts(root);
     create_streams();
   } catch (...) {
     scope.drop_kid(*local_scope_);
     throw;
   }
+  allocate_counters();
+}
+
+RunState::RunState(std::shared_ptr<const ExecutionPlan> region_plan, Scope& root,
+                   std::span<Variable* const> arguments)
+    : plan_(std::move(region_plan)), scope_(&root) {
+  check_parameters(root);
+  bind_variables(root, arguments);
+  build_contexts(root);
+  allocate_counters();
+}
+
+void RunState::allocate_counters() {
   const std::uint32_t n = plan_->size();
   dep_ = std::make_unique<std::atomic<std::int32_t>[]>(n);
   ref_ = std::make_unique<std::atomic<std::int32_t>[]>(vars_.size());
@@ -35,7 +48,8 @@ RunState::~RunState() {
   // Every run ends with its streams synchronized; stopping them here first
   // still guarantees no stream task touches the state after this point.
   streams_.clear();
-  scope_->drop_kid(*local_scope_);
+  runners_.clear();
+  if (local_scope_) scope_->drop_kid(*local_scope_);
 }
 
 // A parameter the program reads but never sets must be in the root scope.
@@ -47,7 +61,7 @@ void RunState::check_parameters(const Scope& root) const {
                   ") has no value in the scope: run the startup program first");
 }
 
-void RunState::bind_variables(Scope& root) {
+void RunState::bind_variables(Scope& root, std::span<Variable* const> arguments) {
   const auto& slots = plan_->slots;
   std::size_t owned = 0;
   for (const PlanSlot& s : slots) owned += s.kind == SlotKind::Temporary;
@@ -63,11 +77,17 @@ void RunState::bind_variables(Scope& root) {
       case SlotKind::Parameter: vars_[k] = &root.var(s.name); break;  // checked: exists or is set
       case SlotKind::Feed:
       case SlotKind::FetchOp: vars_[k] = &local_scope_->var(s.name); break;
+      case SlotKind::Argument: break;  // below
     }
   }
+  const auto& args = plan_->arguments;
+  if (args.size() != arguments.size())
+    throw_error(ErrorKind::Internal, "a region plan takes ", args.size(), " arguments, got ",
+                arguments.size());
+  for (std::size_t k = 0; k < args.size(); ++k) vars_[args[k]] = arguments[k];
 }
 
-void RunState::build_contexts() {
+void RunState::build_contexts(Scope& root) {
   const auto& ins = plan_->instructions;
   std::size_t total = 0;
   for (const PlanInstruction& in : ins) total += in.reads.size() + in.writes.size();
@@ -81,8 +101,13 @@ void RunState::build_contexts() {
     Variable** outputs = p;
     for (auto s : in.writes) *p++ = vars_[s];
     instrs_[i].fn = in.fn;
+    const void* attrs = in.attrs.get();
+    if (in.control) {
+      runners_.push_back(make_control_flow_runner(in, {inputs, in.reads.size()}, root));
+      attrs = runners_.back().get();
+    }
     instrs_[i].ctx = KernelContext(in.op, inputs, static_cast<std::uint32_t>(in.reads.size()), outputs,
-                                   static_cast<std::uint32_t>(in.writes.size()), in.attrs.get(),
+                                   static_cast<std::uint32_t>(in.writes.size()), attrs,
                                    plan_->options.place, &cpu_allocator());
     instrs_[i].ctx.set_unused_outputs(in.unused_outputs);
   }
@@ -152,12 +177,52 @@ void RunState::finish_run(std::size_t num_feeds, std::span<Tensor> results) {
   }
 }
 
-// The run's first error again, its message prefixed with the failing op.
+void RunState::run_region() {
+  if (dirty_) reset_counters();
+  abort_.store(false, std::memory_order_relaxed);
+  error_ = nullptr;
+  config_ = RunConfig{};
+  solo_ = true;
+  timed_ = false;
+  ++runs_;
+  run_in_order<false>();
+  if (error_) {
+    dirty_ = true;
+    rethrow_region_error();
+  }
+}
+
+void RunState::release_temporaries() noexcept {
+  for (std::size_t k = 0; k < plan_->slots.size(); ++k)
+    if (plan_->slots[k].kind == SlotKind::Temporary) vars_[k]->clear();
+  for (auto& r : runners_) r->release();
+}
+
+// A region's error: the failing op's label starts the path (a nested
+// region's error already has one: this op's label goes in front).
+void RunState::rethrow_region_error() {
+  std::exception_ptr e = std::exchange(error_, nullptr);
+  const std::string here = plan_->label(error_instr_);
+  try {
+    std::rethrow_exception(e);
+  } catch (const RegionError& err) {
+    throw RegionError(err.kind(), here + " > " + err.path(), err.detail());
+  } catch (const Error& err) {
+    throw RegionError(err.kind(), here, err.message());
+  } catch (const std::exception& err) {
+    throw RegionError(ErrorKind::Internal, here, err.what());
+  }
+}
+
+// The run's first error again, its message prefixed with the failing op (or
+// with the path of ops into the region where it happened).
 void RunState::rethrow_error() {
   std::exception_ptr e = std::exchange(error_, nullptr);
   const std::string where = error_instr_ == kNoIndex ? std::string("a stream") : plan_->describe(error_instr_);
   try {
     std::rethrow_exception(e);
+  } catch (const RegionError& err) {
+    throw Error(err.kind(), plan_->label(error_instr_) + " > " + err.path() + " failed: " + err.detail());
   } catch (const Error& err) {
     throw Error(err.kind(), where + " failed: " + err.message());
   } catch (const std::exception& err) {

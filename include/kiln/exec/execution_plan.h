@@ -33,6 +33,7 @@ enum class SlotKind : std::uint8_t {
   Parameter,  // the root scope's variable `name`
   Feed,       // the run state's kid scope, `name`
   FetchOp,    // the run state's kid scope, "@fetch.<name>"
+  Argument,   // a region plan's block argument: a variable its parent binds
 };
 
 struct PlanSlot {
@@ -48,6 +49,8 @@ struct PlanSlot {
   Type type;  // Parameter: expected; Temporary: the value's (the buffer plan reads it)
 };
 
+struct ControlFlowPlan;  // kiln/exec/control_flow.h
+
 struct PlanInstruction {
   std::string name;               // "kiln.add", or "memcpy ...", "fetch", "copy"
   std::uint32_t op_index = kNoIndex;  // its op's position in the program
@@ -61,6 +64,10 @@ struct PlanInstruction {
   // Bit k: output k is read by no instruction and fetched by no target, so
   // its kernel may leave it uncomputed (KernelContext::output_unused).
   std::uint64_t unused_outputs = 0;
+  // kiln.if / kiln.while: the child plans of its regions. `fn` runs them
+  // through a per-run-state runner, which a run state passes as the
+  // context's attributes (kiln/exec/control_flow.h).
+  std::shared_ptr<const ControlFlowPlan> control;
 };
 
 // A fed tensor's expected type, decoded once for the per-run check.
@@ -128,8 +135,18 @@ struct ExecutionPlan {
   // kiln::Error naming the feed when `feeds` do not match what the program's
   // data ops expect (count, dtype, shape; -1 dims match any extent).
   void check_feeds(std::span<Tensor* const> feeds) const;
+  // A region's plan: its Argument slots in block-argument order, and (as
+  // `fetches`) the slots of its kiln.yield's operands. Its instructions
+  // point into the root plan's program copy, which the root plan owns.
+  std::vector<std::uint32_t> arguments;
+  bool is_region() const { return region_depth > 0; }
+  std::uint32_t region_depth = 0;
+
   // "op #3 'kiln.add'" (+ " on stream 's'"), for errors.
   std::string describe(std::uint32_t instruction) const;
+  // "add#3": the op's name without its dialect and its index in its block,
+  // one step of an error's path through regions (while#3 > body > add#1).
+  std::string label(std::uint32_t instruction) const;
 };
 
 }  // namespace kiln

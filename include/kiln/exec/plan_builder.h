@@ -21,6 +21,10 @@ class PlanBuilder {
   // `feed_names`: the data ops the caller feeds, in feed order.
   PlanBuilder(const Program& program, std::vector<std::string> feed_names,
               const std::vector<FetchTarget>& fetch, ExecutionOptions options);
+  // The plan of one region of a control-flow op in `parent`'s program copy:
+  // its block arguments are Argument slots, its kiln.yield's operands are
+  // the plan's fetches.
+  PlanBuilder(const Block& region_block, const PlanBuilder& parent);
   ~PlanBuilder();
   std::shared_ptr<const ExecutionPlan> build();
 
@@ -43,6 +47,10 @@ class PlanBuilder {
   void add_set_parameter_op(Operation* op, std::uint32_t index, Lane lane);
   void add_fetch_op(Operation* op, std::uint32_t index, Lane lane);
   void add_kernel_op(Operation* op, std::uint32_t index, Lane lane);
+  void add_control_flow_op(Operation* op, std::uint32_t index, Lane lane);
+  // Region plans: block arguments → Argument slots; kiln.yield → fetches.
+  void bind_block_arguments();
+  void plan_yield();
   const KernelInfo& choose_kernel(Operation* op, std::uint32_t index) const;
 
   // Helpers.
@@ -57,9 +65,11 @@ class PlanBuilder {
   ExecutionPlan& plan() { return *plan_; }
 
   std::shared_ptr<ExecutionPlan> plan_;
-  const Program& source_;
+  const Program* source_ = nullptr;       // root plans
+  const PlanBuilder* root_ = this;        // the builder of the root plan
+  const Block* block_ = nullptr;          // the block whose ops become instructions
   std::vector<std::string> feed_names_;
-  const std::vector<FetchTarget>& fetch_;
+  std::vector<FetchTarget> fetch_;
 
   std::unordered_map<const detail::ValueImpl*, std::uint32_t> source_ids_;  // caller's values → id
   std::vector<Value> clone_values_;                                         // by id

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/exec/control_flow.h"
 #include "kiln/exec/cost_model.h"
 #include "kiln/exec/execution_plan.h"
 #include "kiln/exec/work_queue.h"
@@ -46,6 +47,11 @@ class RunState {
   // kiln::Error (NotFound) naming a parameter the scope lacks (and that no
   // set_parameter of the program writes) — thrown before the scope changes.
   RunState(std::shared_ptr<const ExecutionPlan> plan, Scope& scope);
+  // A run state over a region's plan (kiln/exec/control_flow.h): its
+  // Argument slots bind to `arguments` (in the plan's argument order), its
+  // parameters to `root`; it has no feeds, no kid scope.
+  RunState(std::shared_ptr<const ExecutionPlan> region_plan, Scope& root,
+           std::span<Variable* const> arguments);
   // Drops the kid scope (feeds, fetch-op results).
   ~RunState();
   RunState(const RunState&) = delete;
@@ -56,6 +62,12 @@ class RunState {
   // per fetch target). kiln::Error names a failing op; the state stays usable.
   void run(std::span<Tensor* const> feeds, bool take, const RunConfig& config, std::span<Tensor> results);
 
+  // One run of a region's plan, in program order on this thread. A failing
+  // op's error is rethrown as a RegionError whose path starts at that op.
+  void run_region();
+  // Frees every temporary (a region's state after an error, or when its
+  // loop is done with it).
+  void release_temporaries() noexcept;
   const ExecutionPlan& plan() const { return *plan_; }
   // Runs started so far.
   std::uint64_t num_runs() const { return runs_; }
@@ -73,12 +85,14 @@ class RunState {
 
   // Binding (run_state.cc).
   void check_parameters(const Scope& root) const;
-  void bind_variables(Scope& root);
-  void build_contexts();
+  void bind_variables(Scope& root, std::span<Variable* const> arguments = {});
+  void build_contexts(Scope& root);
+  void allocate_counters();
   void create_streams();
   void reset_counters();
   void finish_run(std::size_t num_feeds, std::span<Tensor> results);
   [[noreturn]] void rethrow_error();
+  [[noreturn]] void rethrow_region_error();
 
   // Scheduling (run_state_scheduling.cc). kStreams: the plan has stream
   // lanes; host-only plans run the <false> instantiations, which contain no
@@ -110,6 +124,8 @@ class RunState {
   std::unique_ptr<Variable[]> owned_;
   std::vector<Instruction> instrs_;
   std::unique_ptr<Variable*[]> io_;  // every context's input and output pointers
+  // Control-flow instructions' runners (their contexts' attributes).
+  std::vector<std::unique_ptr<ControlFlowRunner>> runners_;
 
   // Counters, restored to the plan's counts as they fire (a clean run leaves
   // them ready for the next; a failed one sets dirty_).

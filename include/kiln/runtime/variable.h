@@ -82,6 +82,16 @@ class Variable {
   // KernelContext::alloc_output into this variable takes it instead of
   // allocating (the executor's GC of small temporaries, run after run).
   void recycle(std::size_t max_bytes) noexcept;
+  // Exchanges what the two variables hold (not their names or spares).
+  void swap_content(Variable& other) noexcept { content_.swap(other.content_); }
+  // Holds what `other` holds: the same tensor (a shared buffer reference), a
+  // copy of its tensor array (sharing the elements' buffers) or scalar.
+  void share_content(const Variable& other) { content_ = other.content_; }
+  // Takes what `other` holds; `other` becomes empty.
+  void take_content(Variable& other) noexcept {
+    content_ = std::move(other.content_);
+    other.clear();
+  }
   // The spare buffer, if any (the variable no longer holds it).
   BufferRef take_spare() noexcept { return std::move(spare_); }
   bool has_spare() const noexcept { return static_cast<bool>(spare_); }
