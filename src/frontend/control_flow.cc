@@ -11,6 +11,7 @@
 #include "kiln/frontend/capture.h"
 #include "kiln/frontend/math.h"
 #include "kiln/frontend/program_guard.h"
+#include "kiln/frontend/unique_name.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
@@ -21,10 +22,14 @@ std::string type_string(Type t) { return t ? t.to_string() : std::string("no typ
 
 // What the programs held when a control-flow function began: restore()
 // erases the ops added since to the current block and to the main and
-// startup programs' top blocks, and the parameters added since.
+// startup programs' top blocks, and the parameters and unique names given
+// since.
 class Checkpoint {
  public:
-  Checkpoint() : main_(current_main_program()), current_(current_block()) {
+  Checkpoint()
+      : main_(current_main_program()),
+        current_(current_block()),
+        names_(unique_name_counters()) {
     if (auto* s = startup_or_null()) startup_ = s;
     mark(main_.block());
     if (&current_ != &main_.block()) mark(current_);
@@ -42,6 +47,7 @@ class Checkpoint {
       if (block != &current_) truncate(*block, last);
     erase_new_parameters(main_, main_params_);
     if (startup_) erase_new_parameters(*startup_, startup_params_);
+    restore_unique_name_counters(names_);
   }
 
  private:
@@ -68,6 +74,7 @@ class Checkpoint {
   Program* startup_ = nullptr;
   std::vector<std::pair<Block*, Operation*>> marks_;
   std::set<std::string> main_params_, startup_params_;
+  UniqueNameCounters names_;
 };
 
 // Runs `build`; on a throw, restores the programs to what they held before

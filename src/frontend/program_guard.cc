@@ -104,10 +104,8 @@ Builder startup_builder() { return Builder(current_startup_program()); }
 
 namespace {
 
-using NameCounters = std::map<std::string, std::int64_t, std::less<>>;
-
-std::vector<NameCounters>& name_scopes() {
-  thread_local std::vector<NameCounters> scopes(1);
+std::vector<UniqueNameCounters>& name_scopes() {
+  thread_local std::vector<UniqueNameCounters> scopes(1);
   return scopes;
 }
 
@@ -118,6 +116,12 @@ std::string unique_name(std::string_view prefix) {
   auto it = counters.find(prefix);
   if (it == counters.end()) it = counters.emplace(std::string(prefix), 0).first;
   return std::string(prefix) + "_" + std::to_string(it->second++);
+}
+
+UniqueNameCounters unique_name_counters() { return name_scopes().back(); }
+
+void restore_unique_name_counters(UniqueNameCounters counters) {
+  name_scopes().back() = std::move(counters);
 }
 
 UniqueNameGuard::UniqueNameGuard() { name_scopes().emplace_back(); }

@@ -350,6 +350,20 @@ TEST_CASE("a while_loop whose body changes a loop variable's dims is rebuilt wit
   CHECK(count_ops(b.startup, "builtin.set_parameter") == 1);
   WhileOp op(last_op(b.main));
   CHECK(op.body_region().front().argument(1).type() == outs[1].type());
+  // The discarded first build gave no names: a layer made in the body is
+  // named as if built once.
+  std::vector<std::unique_ptr<nn::Linear>> layers;
+  while_loop([&](const std::vector<Value>& v) { return less_than(v[0], 3); },
+             [&](const std::vector<Value>& v) {
+               layers.push_back(std::make_unique<nn::Linear>(2, 3));
+               return std::vector<Value>{increment(v[0]), (*layers.back())(v[1])};
+             },
+             {i0, full({1, 2}, 0.0)});
+  CHECK(layers.size() == 2);
+  CHECK(layers.back()->full_name() == "linear_0");
+  CHECK(b.main.has_parameter("linear_0.w_0"));
+  CHECK_FALSE(b.main.has_parameter("linear_1.w_0"));
+  CHECK_NOTHROW(b.main.verify());
 }
 
 TEST_CASE("while_loop rejects bad conditions, loop vars and bodies, naming while_loop, and "
