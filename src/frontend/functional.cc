@@ -10,16 +10,11 @@ namespace kiln::nn::functional {
 
 namespace {
 
-const Block* top_block(const Block* b) {
-  while (b && b->parent_op()) b = b->parent_op()->parent_block();
-  return b;
-}
-
-// kiln::Error unless `v` is a value of the current main program.
+// kiln::Error unless `v` is a value of the current main program that the
+// block being built can use (in_current_program).
 void check_value(std::string_view fn, std::string_view arg, Value v) {
   if (!v) throw_error(ErrorKind::InvalidArgument, fn, ": ", arg, " is a null value");
-  const Block* b = v.defining_op() ? v.defining_op()->parent_block() : cast<BlockArgument>(v).owner();
-  if (top_block(b) != &current_main_program().block())
+  if (!in_current_program(v))
     throw_error(ErrorKind::InvalidArgument, fn, ": ", arg,
                 " is not a value of the current main program (made under another ProgramGuard?)");
 }

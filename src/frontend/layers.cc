@@ -46,7 +46,7 @@ void Layer::set_training(bool training) {
 
 Value Layer::use(Value param) const {
   if (!param) return param;
-  if (param.defining_op()->parent_block() == &current_main_program().block()) return param;
+  if (in_current_program(param)) return param;
   return parameter_value(parameter_name(param), param.type(), !stop_gradient(param));
 }
 

@@ -12,16 +12,9 @@ namespace kiln::nn::functional {
 
 namespace {
 
-const Block* top_block(const Block* b) {
-  while (b && b->parent_op()) b = b->parent_op()->parent_block();
-  return b;
-}
-
 const std::vector<std::int64_t>& checked_dims(std::string_view arg, Value v) {
   if (!v) throw_error(ErrorKind::InvalidArgument, "accuracy: ", arg, " is a null value");
-  const Block* b =
-      v.defining_op() ? v.defining_op()->parent_block() : cast<BlockArgument>(v).owner();
-  if (top_block(b) != &current_main_program().block())
+  if (!in_current_program(v))
     throw_error(ErrorKind::InvalidArgument, "accuracy: ", arg,
                 " is not a value of the current main program (made under another ProgramGuard?)");
   if (!is_shaped(v.type()))

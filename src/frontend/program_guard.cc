@@ -20,6 +20,7 @@ namespace {
 struct GuardEntry {
   Program* main;
   Program* startup;  // null: none
+  std::vector<Block*> blocks;  // BlockGuards, innermost last
 };
 
 std::vector<GuardEntry>& guard_stack() {
@@ -30,12 +31,12 @@ std::vector<GuardEntry>& guard_stack() {
 }  // namespace
 
 ProgramGuard::ProgramGuard(Program& main, Program& startup) {
-  guard_stack().push_back({&main, &startup});
+  guard_stack().push_back({&main, &startup, {}});
 }
 
 ProgramGuard::ProgramGuard(Program& main) {
   auto& s = guard_stack();
-  s.push_back({&main, s.empty() ? nullptr : s.back().startup});
+  s.push_back({&main, s.empty() ? nullptr : s.back().startup, {}});
 }
 
 ProgramGuard::~ProgramGuard() { guard_stack().pop_back(); }
@@ -64,17 +65,47 @@ Program& current_startup_program() {
   return *s.back().startup;
 }
 
-Builder main_builder() { return Builder(current_main_program()); }
+BlockGuard::BlockGuard(Block& block) {
+  auto& s = guard_stack();
+  if (s.empty())
+    throw_error(ErrorKind::PreconditionNotMet,
+                "no ProgramGuard is active: a BlockGuard builds inside "
+                "`kiln::ProgramGuard guard(main_program, startup_program);`");
+  if (block.parent_region())
+    throw_error(ErrorKind::InvalidArgument,
+                "BlockGuard: the block is already in a region (expected a detached block)");
+  s.back().blocks.push_back(&block);
+}
+
+BlockGuard::~BlockGuard() { guard_stack().back().blocks.pop_back(); }
+
+Block& current_block() {
+  Program& main = current_main_program();
+  const auto& blocks = guard_stack().back().blocks;
+  return blocks.empty() ? main.block() : *blocks.back();
+}
+
+bool in_current_program(Value v) {
+  if (!v) return false;
+  const Block* b =
+      v.defining_op() ? v.defining_op()->parent_block() : cast<BlockArgument>(v).owner();
+  while (b && b->parent_op()) b = b->parent_op()->parent_block();
+  if (!b) return false;
+  if (b == &current_main_program().block()) return true;
+  for (const Block* open : guard_stack().back().blocks)
+    if (b == open) return true;
+  return false;
+}
+
+Builder main_builder() { return Builder(current_block()); }
 Builder startup_builder() { return Builder(current_startup_program()); }
 
 // ---- unique names ----
 
 namespace {
 
-using NameCounters = std::map<std::string, std::int64_t, std::less<>>;
-
-std::vector<NameCounters>& name_scopes() {
-  thread_local std::vector<NameCounters> scopes(1);
+std::vector<UniqueNameCounters>& name_scopes() {
+  thread_local std::vector<UniqueNameCounters> scopes(1);
   return scopes;
 }
 
@@ -85,6 +116,12 @@ std::string unique_name(std::string_view prefix) {
   auto it = counters.find(prefix);
   if (it == counters.end()) it = counters.emplace(std::string(prefix), 0).first;
   return std::string(prefix) + "_" + std::to_string(it->second++);
+}
+
+UniqueNameCounters unique_name_counters() { return name_scopes().back(); }
+
+void restore_unique_name_counters(UniqueNameCounters counters) {
+  name_scopes().back() = std::move(counters);
 }
 
 UniqueNameGuard::UniqueNameGuard() { name_scopes().emplace_back(); }

@@ -6,6 +6,9 @@
 // deterministically. Counters are per thread.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -13,6 +16,12 @@ namespace kiln {
 
 // "<prefix>_<n>" with n counting per prefix from 0 in the current scope.
 std::string unique_name(std::string_view prefix);
+
+// The current scope's counters (prefix → next n), and putting them back:
+// what undoes the names given while building something that is discarded.
+using UniqueNameCounters = std::map<std::string, std::int64_t, std::less<>>;
+UniqueNameCounters unique_name_counters();
+void restore_unique_name_counters(UniqueNameCounters counters);
 
 class UniqueNameGuard {
  public:

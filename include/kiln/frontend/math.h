@@ -1,0 +1,47 @@
+// Comparisons, logic and constants for building conditions (Paddle's
+// paddle.equal … paddle.logical_not, paddle.full / fill_constant and
+// paddle.increment). Each builds one op at the current block (main_builder():
+// the block being filled — a control-flow region while its function runs)
+// and returns its result. Operands broadcast numpy-style and must share a
+// dtype; a number in place of an operand becomes a 0-d constant of the other
+// operand's dtype. Comparisons and logic give bool tensors (no gradient).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kiln/ir/value.h"
+#include "kiln/support/data_type.h"
+
+namespace kiln {
+
+// x == y, x != y, x < y, x <= y, x > y, x >= y (f32, f64, i32, i64; equal /
+// not_equal take bool too).
+Value equal(Value x, Value y);
+Value not_equal(Value x, Value y);
+Value less_than(Value x, Value y);
+Value less_equal(Value x, Value y);
+Value greater_than(Value x, Value y);
+Value greater_equal(Value x, Value y);
+Value equal(Value x, double y);
+Value not_equal(Value x, double y);
+Value less_than(Value x, double y);
+Value less_equal(Value x, double y);
+Value greater_than(Value x, double y);
+Value greater_equal(Value x, double y);
+
+// Elementwise logic of bool tensors.
+Value logical_and(Value x, Value y);
+Value logical_or(Value x, Value y);
+Value logical_xor(Value x, Value y);
+Value logical_not(Value x);
+
+// A tensor of `shape` (empty: a 0-d scalar) filled with `value`.
+Value full(const std::vector<std::int64_t>& shape, double value,
+           DataType dtype = DataType::Float32);
+// Paddle's fill_constant: full with the arguments in Paddle's order.
+Value fill_constant(const std::vector<std::int64_t>& shape, DataType dtype, double value);
+// x + step, of x's dtype and shape (one kiln.scale op).
+Value increment(Value x, double step = 1.0);
+
+}  // namespace kiln
