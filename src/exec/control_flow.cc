@@ -78,6 +78,13 @@ class IfRunner final : public ControlFlowRunner {
       if (b) b->release_temporaries();
   }
 
+  std::vector<std::pair<std::string, const RunState*>> children() const override {
+    std::vector<std::pair<std::string, const RunState*>> c;
+    for (std::size_t r = 0; r < 2; ++r)
+      if (branch_[r]) c.emplace_back(cf_.regions[r].name, branch_[r].get());
+    return c;
+  }
+
  private:
   const ControlFlowPlan& cf_;
   std::unique_ptr<RunState> branch_[2];
@@ -131,6 +138,10 @@ class WhileRunner final : public ControlFlowRunner {
       staged_[j].clear();
     }
     body_->release_temporaries();
+  }
+
+  std::vector<std::pair<std::string, const RunState*>> children() const override {
+    return {{cf_.regions[0].name, body_.get()}};
   }
 
  private:

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <sstream>
 
+#include "kiln/exec/control_flow.h"
 #include "kiln/exec/plan_builder.h"
 
 namespace kiln {
@@ -174,20 +175,45 @@ std::uint32_t InterpreterCore::slot_of(Value v) const {
   return it == plan_->source_slot.end() ? kNoIndex : it->second;
 }
 
-std::string InterpreterCore::to_dot() const {
-  const ExecutionPlan& p = *plan_;
-  std::ostringstream os;
-  os << "digraph kiln {\n  node [shape=box, fontname=\"monospace\"];\n";
-  for (std::uint32_t i = 0; i < p.size(); ++i)
-    os << "  i" << i << " [label=\"" << i << ": " << p.instructions[i].name << "\"];\n";
+namespace {
+
+// The instructions of `p` as nodes named <prefix>i<k>, its DAG's edges, and
+// each control-flow instruction's region plans as clusters nested under it
+// (a dotted edge from the op to its region's first instruction).
+void write_dot(const ExecutionPlan& p, const std::string& prefix, const std::string& indent,
+               std::ostream& os) {
+  for (std::uint32_t i = 0; i < p.size(); ++i) {
+    const PlanInstruction& in = p.instructions[i];
+    os << indent << prefix << "i" << i << " [label=\"" << i << ": " << in.name << "\"];\n";
+    if (!in.control) continue;
+    for (const RegionPlan& r : in.control->regions) {
+      if (!r.plan) continue;
+      const std::string sub = prefix + "i" + std::to_string(i) + "_" + r.name + "_";
+      os << indent << "subgraph cluster_" << sub << " {\n"
+         << indent << "  label=\"" << p.label(i) << " " << r.name << "\";\n";
+      write_dot(*r.plan, sub, indent + "  ", os);
+      os << indent << "}\n";
+      if (r.plan->size() > 0)
+        os << indent << prefix << "i" << i << " -> " << sub << "i0 [style=dotted, lhead=cluster_"
+           << sub << "];\n";
+    }
+  }
   for (std::uint32_t i = 0; i < p.size(); ++i)
     for (std::uint32_t s : p.successors(i)) {
       const auto kind = successor_kind(p.instructions[i].lane, p.instructions[s].lane);
-      os << "  i" << i << " -> i" << s;
+      os << indent << prefix << "i" << i << " -> " << prefix << "i" << s;
       if (kind == SuccessorKind::Event) os << " [style=dashed]";
       if (kind == SuccessorKind::Sync) os << " [style=bold]";
       os << ";\n";
     }
+}
+
+}  // namespace
+
+std::string InterpreterCore::to_dot() const {
+  std::ostringstream os;
+  os << "digraph kiln {\n  compound=true;\n  node [shape=box, fontname=\"monospace\"];\n";
+  write_dot(*plan_, "", "  ", os);
   os << "}\n";
   return os.str();
 }

@@ -183,7 +183,7 @@ void RunState::run_region() {
   error_ = nullptr;
   config_ = RunConfig{};
   solo_ = true;
-  timed_ = false;
+  timed_ = plan_->options.profile;
   ++runs_;
   run_in_order<false>();
   if (error_) {
@@ -239,16 +239,31 @@ std::string RunState::chrome_trace() const {
   for (auto t : t_start_)
     if (t) t0 = std::min(t0, t);
   bool first = true;
+  append_trace_events(os, t0, "", first);
+  os << "],\"displayTimeUnit\":\"ns\"}";
+  return os.str();
+}
+
+void RunState::append_trace_events(std::ostream& os, std::int64_t t0, const std::string& path,
+                                   bool& first) const {
   for (std::size_t i = 0; i < t_start_.size(); ++i) {
     if (!t_start_[i]) continue;
     if (!first) os << ',';
     first = false;
-    os << "{\"name\":\"" << plan_->instructions[i].name << "\",\"cat\":\"op\",\"ph\":\"X\",\"ts\":"
+    const bool region = !path.empty();
+    os << "{\"name\":\""
+       << (region ? path + plan_->label(static_cast<std::uint32_t>(i)) : plan_->instructions[i].name)
+       << "\",\"cat\":\"" << (region ? "region" : "op") << "\",\"ph\":\"X\",\"ts\":"
        << double(t_start_[i] - t0) / 1000.0 << ",\"dur\":" << double(t_end_[i] - t_start_[i]) / 1000.0
        << ",\"pid\":1,\"tid\":" << t_thread_[i] << ",\"args\":{\"instruction\":" << i << "}}";
   }
-  os << "],\"displayTimeUnit\":\"ns\"}";
-  return os.str();
+  std::size_t next_runner = 0;
+  for (std::uint32_t i = 0; i < plan_->size(); ++i) {
+    if (!plan_->instructions[i].control) continue;
+    const ControlFlowRunner& r = *runners_[next_runner++];
+    for (const auto& [name, child] : r.children())
+      child->append_trace_events(os, t0, path + plan_->label(i) + " > " + name + " > ", first);
+  }
 }
 
 }  // namespace kiln

@@ -339,3 +339,22 @@ TEST_CASE("a loop runs beside independent work in a graph-parallel run, run afte
     CHECK(out[1].to_vector<float>()[0] == 0.0f);
   }
 }
+
+TEST_CASE("DOT and the Chrome trace show a loop's body nested under its op", "[exec][cf]") {
+  Counter c;
+  ExecutionOptions o = sequential_options();
+  o.profile = true;
+  Executor exe(Place::cpu(), o);
+  exe.run(c.p, {{"n", c.n(3)}}, {c.loop->result(0)});
+  InterpreterCore* core = exe.last_core();
+  REQUIRE(core);
+  const std::string dot = core->to_dot();
+  // Instruction 2 (the data op makes none) is op #3.
+  CHECK_THAT(dot, Catch::Contains("subgraph cluster_i2_body_"));
+  CHECK_THAT(dot, Catch::Contains("label=\"while#3 body\""));
+  CHECK_THAT(dot, Catch::Contains("i2 -> i2_body_i0 [style=dotted"));
+  CHECK_THAT(dot, Catch::Contains("i2_body_i1 [label=\"1: kiln.add\"]"));
+  const std::string trace = core->chrome_trace();
+  CHECK_THAT(trace, Catch::Contains("\"name\":\"while#3 > body > add#1\",\"cat\":\"region\""));
+  CHECK_THAT(trace, Catch::Contains("\"name\":\"kiln.while\",\"cat\":\"op\""));
+}

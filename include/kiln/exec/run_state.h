@@ -73,7 +73,9 @@ class RunState {
   std::uint64_t num_runs() const { return runs_; }
   Variable* variable(std::uint32_t slot) const { return vars_[slot]; }
   Scope& local_scope() const { return *local_scope_; }
-  // Chrome trace JSON of this state's last profiled run.
+  // Chrome trace JSON of this state's last profiled run. The instructions of
+  // regions appear under their control-flow op, as of their last iteration
+  // (category "region", named by their path: "while#3 > body > add#1").
   std::string chrome_trace() const;
 
  private:
@@ -93,6 +95,8 @@ class RunState {
   void finish_run(std::size_t num_feeds, std::span<Tensor> results);
   [[noreturn]] void rethrow_error();
   [[noreturn]] void rethrow_region_error();
+  void append_trace_events(std::ostream& os, std::int64_t t0, const std::string& path,
+                           bool& first) const;
 
   // Scheduling (run_state_scheduling.cc). kStreams: the plan has stream
   // lanes; host-only plans run the <false> instantiations, which contain no
