@@ -400,9 +400,17 @@ void PlanBuilder::plan_fetches() {
       from = fetch_op_slot_.at(fetch_ops_[k]);  // what the kiln.fetch op took
     } else {
       auto it = value_slot_.find(fetch_values_[k].impl());
-      if (it == value_slot_.end())
+      if (it == value_slot_.end()) {
+        Value v = fetch_values_[k];
+        Block* owner = v.defining_op() ? v.defining_op()->parent_block()
+                                       : cast<BlockArgument>(v).owner();
+        if (Operation* region_op = owner ? owner->parent_op() : nullptr)
+          throw_error(ErrorKind::InvalidArgument, "fetch #", k,
+                      " names a value defined inside a region of op '", region_op->name(),
+                      "'; fetch the op's results (values leave a region through its kiln.yield)");
         throw_error(ErrorKind::InvalidArgument, "fetch #", k,
                     " names a value no instruction makes (an unfed data op's result?)");
+      }
       from = it->second;
     }
     plan().slots[from].fetch_reads++;

@@ -358,3 +358,19 @@ TEST_CASE("DOT and the Chrome trace show a loop's body nested under its op", "[e
   CHECK_THAT(trace, Catch::Contains("\"name\":\"while#3 > body > add#1\",\"cat\":\"region\""));
   CHECK_THAT(trace, Catch::Contains("\"name\":\"kiln.while\",\"cat\":\"op\""));
 }
+
+TEST_CASE("fetching a value defined inside a loop body is a clear error naming the op",
+          "[exec][cf]") {
+  Program p;
+  Builder b(p);
+  Value i0 = constant(b, 0, DataType::Int64), lim = constant(b, 3, DataType::Int64);
+  Value inner;
+  make_while(b, b.create<LessThanOp>(i0, lim).result(), {i0}, {lim},
+             [&](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& cap) {
+               inner = bb.create<AddOp>(c[0], constant(bb, 1, DataType::Int64)).result();
+               return std::vector<Value>{bb.create<LessThanOp>(inner, cap[0]).result(), inner};
+             });
+  Executor exe(Place::cpu(), sequential_options());
+  KILN_CHECK_ERROR(exe.run(p, {}, {inner}), InvalidArgument,
+                   {"fetch #0", "inside a region of op 'kiln.while'"});
+}
