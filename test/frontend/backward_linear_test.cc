@@ -99,32 +99,8 @@ TEST_CASE("append_backward through Linear, LayerNorm, Tanh, Dropout(eval) and Cr
     vals.push_back(v);
   }
   const Tensor labels = Tensor::from_vector<std::int64_t>(Dims({4}), {0, 2, 1, 2});
-  auto feed = [&] {
-    FeedMap f{{"label", labels}};
-    for (std::size_t i = 0; i < names.size(); ++i)
-      f[names[i]] = Tensor::from_vector<double>(Dims(shapes[i]), vals[i]);
-    return f;
-  };
-  Executor exe;
-  std::vector<FetchTarget> fetch{loss};
-  for (auto& [p, g] : grads) fetch.push_back(g);
-  auto got = exe.run(main_prog, feed(), fetch);
-  const double h = 1e-6;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    auto analytic = got[i + 1].to_vector<double>();
-    REQUIRE(analytic.size() == vals[i].size());
-    for (std::size_t k = 0; k < vals[i].size(); ++k) {
-      const double keep = vals[i][k];
-      vals[i][k] = keep + h;
-      const double up = exe.run(main_prog, feed(), {loss})[0].to_vector<double>()[0];
-      vals[i][k] = keep - h;
-      const double down = exe.run(main_prog, feed(), {loss})[0].to_vector<double>()[0];
-      vals[i][k] = keep;
-      const double numeric = (up - down) / (2 * h);
-      INFO(names[i] << "[" << k << "]: analytic " << analytic[k] << ", numeric " << numeric);
-      CHECK(std::abs(analytic[k] - numeric) < 1e-6 * (1 + std::abs(numeric)));
-    }
-  }
+  check_grads_by_finite_differences(main_prog, loss, grads, names, vals, shapes,
+                                    {{"label", labels}});
 }
 
 TEST_CASE("append_backward refuses an in-place op on the gradient path, naming it", "[frontend][backward]") {

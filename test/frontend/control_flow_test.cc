@@ -528,42 +528,6 @@ namespace {
 Value square(Value v) { return main_builder().create<SquareOp>(v).result(); }
 Value mean_all(Value v) { return main_builder().create<MeanOp>(v).result(); }
 
-// Central finite differences of `loss` w.r.t. each fed f64 input, against
-// the gradients append_backward built (fetched beside the loss).
-void check_grads_by_finite_differences(Program& main_prog, Value loss,
-                                       const std::vector<std::pair<Value, Value>>& grads,
-                                       const std::vector<std::string>& names,
-                                       std::vector<std::vector<double>> vals,
-                                       const std::vector<std::vector<std::int64_t>>& shapes,
-                                       FeedMap fixed) {
-  auto feed = [&] {
-    FeedMap f = fixed;
-    for (std::size_t i = 0; i < names.size(); ++i)
-      f[names[i]] = Tensor::from_vector<double>(Dims(shapes[i]), vals[i]);
-    return f;
-  };
-  Executor exe;
-  std::vector<FetchTarget> fetch{loss};
-  for (auto& [p, g] : grads) fetch.push_back(g);
-  auto got = exe.run(main_prog, feed(), fetch);
-  const double h = 1e-6;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    auto analytic = got[i + 1].to_vector<double>();
-    REQUIRE(analytic.size() == vals[i].size());
-    for (std::size_t k = 0; k < vals[i].size(); ++k) {
-      const double keep = vals[i][k];
-      vals[i][k] = keep + h;
-      const double up = exe.run(main_prog, feed(), {loss})[0].to_vector<double>()[0];
-      vals[i][k] = keep - h;
-      const double down = exe.run(main_prog, feed(), {loss})[0].to_vector<double>()[0];
-      vals[i][k] = keep;
-      const double numeric = (up - down) / (2 * h);
-      INFO(names[i] << "[" << k << "]: analytic " << analytic[k] << ", numeric " << numeric);
-      CHECK(std::abs(analytic[k] - numeric) < 1e-6 * (1 + std::abs(numeric)));
-    }
-  }
-}
-
 }  // namespace
 
 TEST_CASE("the gradient through cond is the taken branch's, by finite differences, nested if "

@@ -1,8 +1,8 @@
-// Helpers for the frontend tests: the error check, tensors from vectors, and
-// a fresh (main, startup) pair built under a ProgramGuard with deterministic
-// unique names.
+// Helpers for the frontend tests: the error check, tensors from vectors, op
+// counts, and gradients checked by central finite differences.
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -32,6 +32,42 @@ inline std::size_t count_ops(const kiln::Program& p, std::string_view name) {
   std::size_t n = 0;
   for (kiln::Operation* op : p.block()) n += op->name() == name;
   return n;
+}
+
+// Central finite differences of `loss` w.r.t. each fed f64 input, against
+// the gradients append_backward built (fetched beside the loss).
+inline void check_grads_by_finite_differences(kiln::Program& main_prog, kiln::Value loss,
+                                       const std::vector<std::pair<kiln::Value, kiln::Value>>& grads,
+                                       const std::vector<std::string>& names,
+                                       std::vector<std::vector<double>> vals,
+                                       const std::vector<std::vector<std::int64_t>>& shapes,
+                                       kiln::FeedMap fixed) {
+  auto feed = [&] {
+    kiln::FeedMap f = fixed;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      f[names[i]] = kiln::Tensor::from_vector<double>(kiln::Dims(shapes[i]), vals[i]);
+    return f;
+  };
+  kiln::Executor exe;
+  std::vector<kiln::FetchTarget> fetch{loss};
+  for (auto& [p, g] : grads) fetch.push_back(g);
+  auto got = exe.run(main_prog, feed(), fetch);
+  const double h = 1e-6;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    auto analytic = got[i + 1].to_vector<double>();
+    REQUIRE(analytic.size() == vals[i].size());
+    for (std::size_t k = 0; k < vals[i].size(); ++k) {
+      const double keep = vals[i][k];
+      vals[i][k] = keep + h;
+      const double up = exe.run(main_prog, feed(), {loss})[0].to_vector<double>()[0];
+      vals[i][k] = keep - h;
+      const double down = exe.run(main_prog, feed(), {loss})[0].to_vector<double>()[0];
+      vals[i][k] = keep;
+      const double numeric = (up - down) / (2 * h);
+      INFO(names[i] << "[" << k << "]: analytic " << analytic[k] << ", numeric " << numeric);
+      CHECK(std::abs(analytic[k] - numeric) < 1e-6 * (1 + std::abs(numeric)));
+    }
+  }
 }
 
 }  // namespace kiln_frontend_test
