@@ -1,8 +1,10 @@
 // CostModel: measured kernel costs decide which ready ops run inline on the
 // thread that readied them and which go to the pool (seed 003's expensive /
 // inexpensive nodes).
+#include <chrono>
 #include <limits>
 #include <memory>
+#include <thread>
 
 #include "exec/exec_test_util.h"
 
@@ -57,10 +59,13 @@ TEST_CASE("an expensive op is handed to the pool while a cheap one runs inline",
   o.thread_plan = ThreadPlan::Graph;
   // Calibration keeps each kernel's fastest of kCalibrationRuns runs; on a
   // loaded VM under TSan even the fastest run of the cheap kernel can exceed
-  // kExpensiveNs. A fresh core measures again (up to 5 tries): a cost model
-  // that misjudges the two kernels every time still fails.
+  // kExpensiveNs, for spells of a second or more. A fresh core measures
+  // again (up to 20 tries, spaced by a growing pause that outlasts such a
+  // spell): a cost model that misjudges the two kernels every time still
+  // fails.
   std::unique_ptr<InterpreterCore> core_ptr;
-  for (int attempt = 0; attempt < 5; ++attempt) {
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(25 * attempt));
     core_ptr = std::make_unique<InterpreterCore>(p, scope, std::vector<std::string>{},
                                                  std::vector<FetchTarget>{wait.result(), slow.result()},
                                                  o, std::make_shared<WorkQueue>(1));
