@@ -15,7 +15,9 @@ wall time of the one-threaded compiler; on a shared, loaded machine (other
 builds, meson running tests in parallel) the wall time mostly measures the
 wait for a core, so it is printed too but the budget is checked against
 min(wall, cpu) of the best run. Even CPU time grows on this VM in noisy
-spells (2.5 s and 4.0 s for the same header minutes apart), hence the retries.
+spells (2.5 s and 4.0 s for the same header minutes apart; one spell held
+five back-to-back compiles at 4.0 s), hence the retries, spaced by a growing
+pause (10 s, 20 s, ...) so that they outlast such a spell.
 
 usage: compile_budget.py SOURCE_ROOT WORK_DIR [--ops 300] [--budget 3.0] [--runs 5]
 """
@@ -61,6 +63,8 @@ def main():
     print("compile_budget: " + " ".join(cmd))
     best = None  # (measure, wall, cpu)
     for i in range(args.runs):
+        if i > 0:
+            time.sleep(10 * i)
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True)
