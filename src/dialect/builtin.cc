@@ -1,6 +1,7 @@
 #include "kiln/dialect/builtin.h"
 
 #include "kiln/ir/builtin_attributes.h"
+#include "kiln/ir/tensor_array_type.h"
 
 namespace kiln {
 
@@ -9,7 +10,7 @@ KILN_REGISTER_OP(ParameterOp, SetParameterOp, ConstantOp);
 void register_builtin_dialect(IrContext* ctx) {
   auto* d = ctx->get_or_register_dialect<BuiltinDialect>();
   d->register_types<Float16Type, BFloat16Type, Float32Type, Float64Type, Int8Type, Int32Type,
-                    Int64Type, BoolType, TensorType, VTensorType, VectorType>();
+                    Int64Type, BoolType, TensorType, VTensorType, VectorType, TensorArrayType>();
   d->register_attributes<BoolAttribute, Int32Attribute, Int64Attribute, Float32Attribute,
                          Float64Attribute, StrAttribute, ArrayAttribute, DictionaryAttribute,
                          TypeAttribute, DataTypeAttribute, PlaceAttribute>();

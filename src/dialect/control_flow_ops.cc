@@ -1,5 +1,6 @@
 // The ops of kiln/dialect/control_flow_ops.h: build, verify, registration.
 #include "kiln/dialect/control_flow_ops.h"
+#include "kiln/dialect/tensor_array_ops.h"
 
 #include <string>
 
@@ -9,31 +10,45 @@ namespace kiln {
 
 KILN_REGISTER_OP(YieldOp, IfOp, WhileOp);
 
+namespace {
+// A tensor, vtensor or tensor_array type's dtype and dims (null for others).
+struct ShapeOf {
+  DataType dtype = DataType::Undefined;
+  const std::vector<std::int64_t>* dims = nullptr;
+};
+ShapeOf shape_of(Type t) {
+  if (is_shaped(t)) return {shaped_data_type(t), &shaped_dims(t)};
+  if (is_tensor_array(t)) {
+    auto a = t.cast<TensorArrayType>();
+    return {a.data_type(), &a.dims()};
+  }
+  return {};
+}
+}  // namespace
+
 bool type_fits(Type value, Type declared) {
   if (value == declared) return true;
-  if (!is_shaped(value) || !is_shaped(declared) || value.type_id() != declared.type_id())
+  const ShapeOf v = shape_of(value), d = shape_of(declared);
+  if (!v.dims || !d.dims || value.type_id() != declared.type_id() || v.dtype != d.dtype ||
+      v.dims->size() != d.dims->size())
     return false;
-  if (shaped_data_type(value) != shaped_data_type(declared)) return false;
-  const auto& v = shaped_dims(value);
-  const auto& d = shaped_dims(declared);
-  if (v.size() != d.size()) return false;
-  for (std::size_t i = 0; i < v.size(); ++i)
-    if (d[i] != -1 && v[i] != d[i]) return false;
+  for (std::size_t i = 0; i < v.dims->size(); ++i)
+    if ((*d.dims)[i] != -1 && (*v.dims)[i] != (*d.dims)[i]) return false;
   return true;
 }
 
 Type join_types(Type a, Type b) {
   if (a == b) return a;
-  if (!is_shaped(a) || !is_shaped(b) || a.type_id() != b.type_id() ||
-      shaped_data_type(a) != shaped_data_type(b))
+  const ShapeOf sa = shape_of(a), sb = shape_of(b);
+  if (!sa.dims || !sb.dims || a.type_id() != b.type_id() || sa.dtype != sb.dtype ||
+      sa.dims->size() != sb.dims->size())
     return Type();
-  std::vector<std::int64_t> dims = shaped_dims(a);
-  const auto& bd = shaped_dims(b);
-  if (dims.size() != bd.size()) return Type();
+  std::vector<std::int64_t> dims = *sa.dims;
   for (std::size_t i = 0; i < dims.size(); ++i)
-    if (dims[i] != bd[i]) dims[i] = -1;
-  if (a.isa<VTensorType>()) return VTensorType::get(shaped_data_type(a), dims);
-  return TensorType::get(shaped_data_type(a), dims);
+    if (dims[i] != (*sb.dims)[i]) dims[i] = -1;
+  if (a.isa<VTensorType>()) return VTensorType::get(sa.dtype, dims);
+  if (a.isa<TensorArrayType>()) return TensorArrayType::get(sa.dtype, dims);
+  return TensorType::get(sa.dtype, dims);
 }
 
 bool is_condition_type(Type t) {

@@ -1,6 +1,7 @@
 // The shared InferMeta of GradOf<Fwd> and the helpers every Vjp uses
 // (kiln/dialect/grad_op.h).
 #include "kiln/dialect/grad_op.h"
+#include "kiln/dialect/tensor_array_ops.h"
 
 #include <algorithm>
 
@@ -32,6 +33,7 @@ namespace vjp {
 bool differentiable(Value v) {
   if (!v) return false;
   Type t = v.type();
+  if (is_tensor_array(t)) return is_floating(t.cast<TensorArrayType>().data_type());
   return t && is_shaped(t) && is_floating(shaped_data_type(t));
 }
 
@@ -84,6 +86,10 @@ Value reduce_to_operand(Builder& b, Value grad, Value operand, Value other) {
 
 Value zeros(Builder& b, Value like) {
   Type t = like.type();
+  if (is_tensor_array(t)) {  // an array's zero: no elements
+    auto a = t.cast<TensorArrayType>();
+    return b.create<ArrayCreateOp>(a.data_type(), a.dims()).result();
+  }
   const auto& d = shaped_dims(t);
   if (fully_known(d)) return b.create<FullOp>(d, 0.0, shaped_data_type(t)).result();
   return b.create<ZerosLikeOp>(like).result();

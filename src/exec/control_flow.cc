@@ -105,7 +105,12 @@ class WhileRunner final : public ControlFlowRunner {
     body_ = std::make_unique<RunState>(cf.regions[0].plan, root, args);
     const ExecutionPlan& p = *cf.regions[0].plan;
     cond_ = body_->variable(p.fetches[0].slot);
-    for (std::uint32_t j = 0; j < n_; ++j) next_.push_back(body_->variable(p.fetches[1 + j].slot));
+    for (std::uint32_t j = 0; j < n_; ++j) {
+      next_.push_back(body_->variable(p.fetches[1 + j].slot));
+      // The body yields carried value j itself (maybe updated in place, as
+      // an array a write appended to): nothing to rebind.
+      unchanged_.push_back(p.fetches[1 + j].slot == p.arguments[j] ? 1 : 0);
+    }
   }
 
   void run(KernelContext& ctx) override {
@@ -151,15 +156,12 @@ class WhileRunner final : public ControlFlowRunner {
   // another carried value — or a capture) is staged first, so a permutation
   // of the carried values reads them before any is replaced.
   void rebind(const RegionPlan& body) {
-    bool staged = false;
     for (std::uint32_t j = 0; j < n_; ++j)
-      if (!body.yield_owned[1 + j]) {
-        staged_[j].share_content(*next_[j]);
-        staged = true;
-      }
+      if (!body.yield_owned[1 + j] && !unchanged_[j]) staged_[j].share_content(*next_[j]);
     for (std::uint32_t j = 0; j < n_; ++j) {
+      if (unchanged_[j]) continue;
       if (body.yield_owned[1 + j]) carried_[j].swap_content(*next_[j]);
-      else if (staged) carried_[j].take_content(staged_[j]);
+      else carried_[j].take_content(staged_[j]);
     }
   }
 
@@ -169,6 +171,7 @@ class WhileRunner final : public ControlFlowRunner {
   std::unique_ptr<RunState> body_;
   Variable* cond_ = nullptr;
   std::vector<Variable*> next_;
+  std::vector<std::uint8_t> unchanged_;
 };
 
 }  // namespace

@@ -195,11 +195,15 @@ void PlanBuilder::add_instructions() {
 // ---- regions: arguments, yields and the child plans of control-flow ops ----
 
 void PlanBuilder::bind_block_arguments() {
+  Operation* owner = block_->parent_op();
+  const std::uint32_t carried =
+      owner && owner->isa<WhileOp>() ? WhileOp(owner).num_carried() : 0;
   for (std::uint32_t a = 0; a < block_->num_arguments(); ++a) {
     const std::uint32_t s = new_slot(SlotKind::Argument, plan().options.place, /*persistent=*/true);
     plan().slots[s].type = block_->argument(a).type();
     plan().arguments.push_back(s);
     value_slot_[block_->argument(a).impl()] = s;
+    if (a < carried) carried_arguments_.insert(s);
   }
 }
 
@@ -352,12 +356,18 @@ void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index, Lane lane) {
     std::uint32_t s = ins[i];
     const PlanSlot& slot = plan().slots[s];
     const PlanSlot& root = plan().slots[slot.alias];  // a view writes its source's buffer
-    if (root.kind == SlotKind::Feed || root.kind == SlotKind::Argument ||
-        (slot.fetch_reads > 0 && slot.kind != SlotKind::Parameter)) {
+    // A while's carried array is the runner's own variable, which holds its
+    // own copy of the array (sharing only the elements' buffers): an
+    // in-place op may update it, so a loop appends without copying.
+    const bool own_array = root.kind == SlotKind::Argument && carried_arguments_.count(slot.alias) &&
+                           is_tensor_array(root.type);
+    if (root.kind == SlotKind::Feed || (root.kind == SlotKind::Argument && !own_array) ||
+        (slot.fetch_reads > 0 && slot.kind != SlotKind::Parameter) ||
+        array_elements_.count(slot.alias)) {
       // A feed must not change under the caller, nor a value a kiln.fetch op
       // already took (a parameter's fetch op took a deep copy, and an
-      // optimizer must update the parameter itself): the op works on a copy
-      // (seed 004 "SetFeedVarsInplaceSkip").
+      // optimizer must update the parameter itself), nor an array's element:
+      // the op works on a copy (seed 004 "SetFeedVarsInplaceSkip").
       const std::uint32_t copy = new_slot(SlotKind::Temporary, plan().options.place, false);
       add_instruction(copy_instruction("copy", op, s, copy, /*deep=*/true, lane));
       ins[i] = s = copy;
@@ -370,6 +380,10 @@ void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index, Lane lane) {
       plan().slots[outs[o]].type = op->result_type(o);
     }
   for (auto [o, i] : op->info().impl()->view_map) plan().slots[outs[o]].alias = plan().slots[ins[i]].alias;
+  // Tensors an array shares its elements' buffers with.
+  if (op->isa<ArrayWriteOp>()) array_elements_.insert(plan().slots[ins[2]].alias);
+  else if (op->isa<ArrayFromTensorOp>()) array_elements_.insert(plan().slots[ins[0]].alias);
+  else if (op->isa<ArrayReadOp>() || op->isa<ArrayReadOrZerosOp>()) array_elements_.insert(outs[0]);
   PlanInstruction in;
   in.name = std::string(op->name());
   in.op_index = index;
@@ -413,6 +427,10 @@ void PlanBuilder::plan_fetches() {
       }
       from = it->second;
     }
+    if (is_tensor_array(plan().slots[from].type))
+      throw_error(ErrorKind::InvalidArgument, "fetch #", k, " names a ",
+                  plan().slots[from].type.to_string(),
+                  ": a fetch returns tensors (stack the array with kiln.array_stack)");
     plan().slots[from].fetch_reads++;
     plan().fetches.push_back({from, plan().slots[from].kind == SlotKind::Parameter});
   }

@@ -1,6 +1,8 @@
 // append_backward (include/kiln/frontend/backward.h), seed 001 §1.2.2.1:
 // requires-grad forward, reaches-loss backward, then one reverse walk over
-// the ops on a path calling each one's Vjp, summing gradients with add_n.
+// the ops on a path calling each one's Vjp, summing gradients with add_n
+// (kiln.array_add for tensor arrays). kiln.if and kiln.while have no Vjp of
+// their own: if_vjp and while_vjp build their gradients as control flow.
 #include <algorithm>
 #include <memory>
 #include <unordered_map>
@@ -17,11 +19,15 @@ namespace kiln {
 
 namespace {
 
-// Whether in-place `op` overwrites an operand that carries a gradient.
+// Whether in-place `op` overwrites an operand that carries a gradient. An
+// array it updates does not count: no Vjp reads a forward array's contents
+// (kiln/dialect/tensor_array_ops.h).
 bool overwrites_grad_operand(Operation* op, const std::unordered_set<Value>& requires_grad) {
   if (!op->has_trait<Inplace>()) return false;
-  for (const auto& [out, in] : op->info().impl()->inplace_map)
-    if (requires_grad.count(op->operand_source(in))) return true;
+  for (const auto& [out, in] : op->info().impl()->inplace_map) {
+    Value v = op->operand_source(in);
+    if (requires_grad.count(v) && !is_tensor_array(v.type())) return true;
+  }
   return false;
 }
 
@@ -36,6 +42,13 @@ bool is_floating_tensor(Type t) {
   }
 }
 
+// Whether gradients flow through values of type t: floating tensors and
+// tensor arrays.
+bool differentiable_type(Type t) {
+  if (is_tensor_array(t)) return is_floating(t.cast<TensorArrayType>().data_type());
+  return is_floating_tensor(t);
+}
+
 Block* block_of(Value v) {
   return v.defining_op() ? v.defining_op()->parent_block() : cast<BlockArgument>(v).owner();
 }
@@ -48,6 +61,9 @@ std::string describe_op(Operation* op) {
 // are known (-1 is a dim known only at run time).
 bool compatible(Type grad, Type value) {
   if (grad == value) return true;
+  if (is_tensor_array(grad) || is_tensor_array(value))
+    return is_tensor_array(grad) && is_tensor_array(value) &&
+           (type_fits(grad, value) || type_fits(value, grad) || join_types(grad, value));
   if (!is_shaped(grad) || !is_shaped(value)) return false;
   if (shaped_data_type(grad) != shaped_data_type(value)) return false;
   const auto& g = shaped_dims(grad);
@@ -62,8 +78,60 @@ bool compatible(Type grad, Type value) {
 Value sum_grads(Builder& b, const std::vector<Value>& parts) {
   if (parts.empty()) return {};
   if (parts.size() == 1) return parts[0];
+  if (is_tensor_array(parts[0].type())) {
+    Value sum = parts[0];
+    for (std::size_t i = 1; i < parts.size(); ++i) sum = b.create<ArrayAddOp>(sum, parts[i]).result();
+    return sum;
+  }
   return b.create<AddNOp>(parts).result();
 }
+
+// acc + part (arrays: kiln.array_add, in place on acc).
+Value accumulate(Builder& b, Value acc, Value part) {
+  if (is_tensor_array(acc.type())) return b.create<ArrayAddOp>(acc, part).result();
+  return b.create<AddOp>(acc, part).result();
+}
+
+// What append_backward changed beyond appending ops, so that an error can
+// undo it: a kiln.while on the path is replaced by one that also saves, per
+// iteration, the values its gradient reads (while_vjp). Replaced ops are
+// kept, detached, until the end, so no later op reuses their addresses
+// while the walk's sets still name their values.
+struct BackwardContext {
+  struct Rewrite {
+    Operation* old_op;               // detached, operands still linked
+    Operation* new_op;               // in its place
+    std::vector<Operation*> added;   // ops inserted before it
+  };
+  Block* top = nullptr;             // the loss's block
+  Operation* mark = nullptr;        // its last op before the gradient ops
+  std::vector<Rewrite> rewrites;    // of ops of `top`
+  std::vector<Operation*> retired;  // replaced ops of nested blocks, references dropped
+
+  void commit() {
+    for (auto& r : rewrites) r.old_op->erase();
+    for (Operation* op : retired) op->erase();
+    rewrites.clear();
+    retired.clear();
+  }
+  // Puts the replaced ops of `top` back (the gradient ops must have dropped
+  // their references first).
+  void undo() noexcept {
+    for (auto it = rewrites.rbegin(); it != rewrites.rend(); ++it) {
+      Block* block = it->new_op->parent_block();
+      block->insert(it->new_op, it->old_op);
+      for (std::uint32_t j = 0; j < it->old_op->num_results(); ++j)
+        it->new_op->result(j).replace_all_uses_with(it->old_op->result(j));
+      if (mark == it->new_op) mark = it->old_op;
+      it->new_op->drop_all_references();
+      block->erase(it->new_op);
+      for (auto a = it->added.rbegin(); a != it->added.rend(); ++a) block->erase(*a);
+    }
+    rewrites.clear();
+    for (Operation* op : retired) op->erase();
+    retired.clear();
+  }
+};
 
 using Contribs = std::unordered_map<Value, std::vector<Value>>;
 
@@ -98,7 +166,7 @@ std::vector<Operation*> path_to(const std::vector<Operation*>& ops,
       throw_error(ErrorKind::Unimplemented, "append_backward: in-place op ", describe_op(op),
                   " is on the path from the parameters to the loss; it overwrites a value the "
                   "gradient needs — use its out-of-place form (e.g. kiln.relu for kiln.relu_)");
-    if (!op->has_interface<VjpInterface>() && !op->isa<IfOp>())
+    if (!op->has_interface<VjpInterface>() && !op->isa<IfOp>() && !op->isa<WhileOp>())
       throw_error(ErrorKind::Unimplemented, "append_backward: op ", describe_op(op),
                   " is on the path from the parameters to the loss but has no Vjp "
                   "(VjpInterface) to build its gradient");
@@ -124,14 +192,14 @@ void propagate_requires_grad(const std::vector<Operation*>& ops,
 
 void emit_path(Builder& b, const std::vector<Operation*>& path, Contribs& contribs,
                const std::unordered_set<Value>& requires_grad,
-               const std::unordered_set<Value>& reaches);
+               const std::unordered_set<Value>& reaches, BackwardContext& ctx);
 
 // The gradient of kiln.if with respect to its captures: a kiln.if on the same
 // condition whose branches recompute the forward branch (its ops cloned)
 // and run the backward walk over them from the out-grads. Recomputing
 // instead of saving the branch's values leaves the forward op untouched.
 std::vector<Value> if_vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads,
-                          const std::unordered_set<Value>& requires_grad) {
+                          const std::unordered_set<Value>& requires_grad, BackwardContext& ctx) {
   IfOp fwd(op);
   const std::uint32_t ncap = fwd.num_captures();
   std::vector<Value> operands;  // of the grad if, after the condition
@@ -167,7 +235,7 @@ std::vector<Value> if_vjp(Builder& b, Operation* op, const std::vector<Value>& o
     }
     std::unordered_set<Value> req;
     for (std::uint32_t k : diff) req.insert(g.argument(k));
-    propagate_requires_grad(cloned, req, [](Value v) { return !is_floating_tensor(v.type()); });
+    propagate_requires_grad(cloned, req, [](Value v) { return !differentiable_type(v.type()); });
     Contribs contribs;
     std::unordered_set<Value> reaches;
     for (std::size_t s = 0; s < seeded.size(); ++s) {
@@ -177,7 +245,7 @@ std::vector<Value> if_vjp(Builder& b, Operation* op, const std::vector<Value>& o
       reaches.insert(y);
     }
     Builder gb(g);
-    emit_path(gb, path_to(cloned, req, reaches), contribs, req, reaches);
+    emit_path(gb, path_to(cloned, req, reaches), contribs, req, reaches, ctx);
     std::vector<Value> grads;
     for (std::uint32_t k : diff) {
       Value a = g.argument(k);
@@ -205,12 +273,294 @@ std::vector<Value> if_vjp(Builder& b, Operation* op, const std::vector<Value>& o
   return in_grads;
 }
 
+// Replaces kiln.while `op` by one that also carries a counter and, for
+// each of `values` (of its body), an array that gets the value's tensor of
+// every iteration at that iteration's index (Paddle's per-iteration stack).
+// Returns the new op: results = op's, then the iteration count, then the
+// arrays in the order of `values`.
+Operation* save_in_forward(Operation* op, const std::vector<Value>& values, BackwardContext& ctx) {
+  WhileOp fwd(op);
+  const std::uint32_t n = fwd.num_carried(), ncap = fwd.num_captures();
+  const Block& body = fwd.body_region().front();
+  Block* block = op->parent_block();
+  Builder pb(*block);
+  pb.set_insertion_point(op);
+  const Type index_type = TensorType::get(DataType::Int64, {1});
+  for (Value v : values)
+    if (!is_shaped(v.type()))
+      throw_error(ErrorKind::Unimplemented, "append_backward: the gradient of ", describe_op(op),
+                  " reads a ", v.type().to_string(), " of its body, which cannot be saved per "
+                  "iteration");
+  std::vector<Operation*> added;
+  Operation* nw = nullptr;
+  try {
+    std::vector<Value> inits;
+    std::vector<Type> types;
+    for (std::uint32_t j = 0; j < n; ++j) {
+      inits.push_back(op->operand_source(1 + j));
+      types.push_back(op->result_type(j));
+    }
+    inits.push_back(pb.create<FullOp>(std::vector<std::int64_t>{1}, 0.0, DataType::Int64).result());
+    types.push_back(index_type);
+    added.push_back(inits.back().defining_op());
+    for (Value v : values) {
+      inits.push_back(
+          pb.create<ArrayCreateOp>(shaped_data_type(v.type()), shaped_dims(v.type())).result());
+      types.push_back(inits.back().type());
+      added.push_back(inits.back().defining_op());
+    }
+    std::vector<Value> captures;
+    for (std::uint32_t k = 0; k < ncap; ++k) captures.push_back(op->operand_source(1 + n + k));
+
+    // The new body: (carried..., counter, arrays..., captures...).
+    auto nb = std::make_unique<Block>();
+    IrMapping map;
+    for (Type t : types) nb->add_argument(t);
+    for (std::uint32_t j = 0; j < n; ++j) map.map(body.argument(j), nb->argument(j));
+    for (std::uint32_t k = 0; k < ncap; ++k)
+      map.map(body.argument(n + k), nb->add_argument(body.argument(n + k).type()));
+    Value counter = nb->argument(n);
+    std::vector<Value> arrays;
+    for (std::uint32_t s = 0; s < values.size(); ++s) arrays.push_back(nb->argument(n + 1 + s));
+    Builder nbb(*nb);
+    auto save_defined_by = [&](Operation* def) {
+      for (std::size_t s = 0; s < values.size(); ++s)
+        if (values[s].defining_op() == def)
+          arrays[s] = nbb.create<ArrayWriteOp>(arrays[s], counter, map.lookup(values[s])).result();
+    };
+    save_defined_by(nullptr);  // the body's arguments, as the iteration starts
+    Operation* yield = body.back();
+    for (Operation* o : body) {
+      if (o == yield) break;
+      nb->push_back(o->clone(map));
+      save_defined_by(o);
+    }
+    std::vector<Value> next;
+    for (std::uint32_t i = 0; i < yield->num_operands(); ++i)
+      next.push_back(map.lookup_or_self(yield->operand_source(i)));
+    next.push_back(nbb.create<ScaleOp>(counter, 1.0, 1.0).result());
+    next.insert(next.end(), arrays.begin(), arrays.end());
+    nbb.create<YieldOp>(next);
+
+    nw = pb.create<WhileOp>(fwd.cond(), inits, captures, fwd.attrs().max_iterations, types);
+    for (const auto& [k, v] : op->attributes()) nw->set_attribute(k, v);
+    nw->region(0).push_back(nb.release());
+    nw->verify();
+  } catch (...) {
+    if (nw) block->erase(nw);
+    for (auto a = added.rbegin(); a != added.rend(); ++a) block->erase(*a);
+    throw;
+  }
+  for (std::uint32_t j = 0; j < n; ++j) op->result(j).replace_all_uses_with(nw->result(j));
+  block->take(op);
+  if (block == ctx.top) {
+    ctx.rewrites.push_back({op, nw, std::move(added)});
+    if (ctx.mark == op) ctx.mark = nw;
+  } else {
+    op->drop_all_references();
+    ctx.retired.push_back(op);
+  }
+  return nw;
+}
+
+// The gradient of kiln.while (seed 001 §1: the backward of a sub-block is a
+// grad block of its own), Paddle's way: the forward loop saves, per
+// iteration, the body values the body's gradient reads (save_in_forward);
+// a second loop runs the body's gradient for k = n-1 … 0, reading them
+// back at k. Its carried values are k, the gradients of the carried values
+// (from the out-grads; after zero iterations they pass through) and one
+// accumulator per capture that needs a gradient (summed over iterations).
+//
+// The gradient body is built by cloning the forward body, walking it
+// backward, then replacing every cloned value a gradient op reads by its
+// saved copy and erasing the clones.
+std::vector<Value> while_vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads,
+                             const std::unordered_set<Value>& requires_grad, BackwardContext& ctx) {
+  WhileOp fwd(op);
+  const std::uint32_t n = fwd.num_carried(), ncap = fwd.num_captures();
+  const Block& f = fwd.body_region().front();
+  Operation* fwd_yield = f.back();
+  std::vector<Value> in_grads(op->num_operands());
+  // (save_in_forward replaces op: read its operands before.)
+  std::vector<Value> fwd_captures;
+  for (std::uint32_t c = 0; c < ncap; ++c) fwd_captures.push_back(op->operand_source(1 + n + c));
+  std::vector<Operation*> body_ops;
+  for (Operation* o : f)
+    if (o != fwd_yield) body_ops.push_back(o);
+  auto cut = [](Value v) { return !differentiable_type(v.type()); };
+
+  // 1. The carried values with a gradient: a fixpoint, since one may get
+  // it from another (or a capture) through the body.
+  std::vector<bool> carries(n, false);
+  for (std::uint32_t j = 0; j < n; ++j)
+    carries[j] = requires_grad.count(op->operand_source(1 + j)) && !cut(f.argument(j));
+  std::vector<std::uint32_t> diff_caps;
+  for (std::uint32_t k = 0; k < ncap; ++k)
+    if (requires_grad.count(op->operand_source(1 + n + k)) && !cut(f.argument(n + k)))
+      diff_caps.push_back(k);
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::unordered_set<Value> req;
+    for (std::uint32_t j = 0; j < n; ++j)
+      if (carries[j]) req.insert(f.argument(j));
+    for (std::uint32_t k : diff_caps) req.insert(f.argument(n + k));
+    propagate_requires_grad(body_ops, req, cut);
+    for (std::uint32_t j = 0; j < n; ++j)
+      if (!carries[j] && req.count(fwd_yield->operand_source(1 + j)) && !cut(f.argument(j)))
+        carries[j] = changed = true;
+  }
+  std::vector<std::uint32_t> dc;  // carried with a gradient
+  bool seeded = false;
+  for (std::uint32_t j = 0; j < n; ++j)
+    if (carries[j]) {
+      dc.push_back(j);
+      seeded = seeded || out_grads[j];
+    }
+  if (!seeded) return in_grads;
+
+  // 2. The gradient body, first with one argument per forward carried
+  // value (x, replaced by saved copies below): (k, dcarried..., acc...,
+  // captures..., x...). `feeds` = what the gradient while passes to each.
+  auto g = std::make_unique<Block>();
+  const Type index_type = TensorType::get(DataType::Int64, {1});
+  std::vector<Value> feeds;  // null for k, dcarried and acc: set at the end
+  Value k = g->add_argument(index_type);
+  feeds.emplace_back();
+  for (std::uint32_t j : dc) {
+    g->add_argument(op->result_type(j));
+    feeds.emplace_back();
+  }
+  for (std::uint32_t c : diff_caps) {
+    g->add_argument(f.argument(n + c).type());
+    feeds.emplace_back();
+  }
+  const std::uint32_t cap0 = g->num_arguments();
+  for (std::uint32_t c = 0; c < ncap; ++c) {
+    g->add_argument(f.argument(n + c).type());
+    feeds.push_back(fwd_captures[c]);
+  }
+  const std::uint32_t x0 = g->num_arguments();
+  IrMapping map;
+  std::unordered_map<Value, Value> forward_of;  // a value of g → the body's
+  for (std::uint32_t j = 0; j < n; ++j) {
+    Value x = g->add_argument(f.argument(j).type());
+    feeds.emplace_back();
+    map.map(f.argument(j), x);
+    forward_of[x] = f.argument(j);
+  }
+  for (std::uint32_t c = 0; c < ncap; ++c) map.map(f.argument(n + c), g->argument(cap0 + c));
+  std::unordered_set<Operation*> cloned;
+  std::vector<Operation*> cloned_order;
+  for (Operation* o : body_ops) {
+    Operation* c = o->clone(map);
+    g->push_back(c);
+    cloned.insert(c);
+    cloned_order.push_back(c);
+    for (std::uint32_t r = 0; r < o->num_results(); ++r) forward_of[c->result(r)] = o->result(r);
+  }
+  std::unordered_set<Value> req;
+  for (std::uint32_t j : dc) req.insert(g->argument(x0 + j));
+  for (std::uint32_t c : diff_caps) req.insert(g->argument(cap0 + c));
+  propagate_requires_grad(cloned_order, req, cut);
+  Contribs contribs;
+  std::unordered_set<Value> reaches;
+  for (std::size_t i = 0; i < dc.size(); ++i) {
+    Value y = map.lookup_or_self(fwd_yield->operand_source(1 + dc[i]));
+    if (!req.count(y)) continue;
+    contribs[y].push_back(g->argument(1 + static_cast<std::uint32_t>(i)));
+    reaches.insert(y);
+  }
+  Builder gb(*g);
+  emit_path(gb, path_to(cloned_order, req, reaches), contribs, req, reaches, ctx);
+  std::vector<Value> next;
+  Value zero = gb.create<FullOp>(std::vector<std::int64_t>{1}, 0.0, DataType::Int64).result();
+  Value k_next = gb.create<ScaleOp>(k, 1.0, -1.0).result();
+  next.push_back(gb.create<GreaterEqualOp>(k_next, zero).result());
+  next.push_back(k_next);
+  for (std::uint32_t j : dc) {
+    Value x = g->argument(x0 + j);
+    auto it = contribs.find(x);
+    Value gx = it == contribs.end() ? Value() : sum_grads(gb, it->second);
+    next.push_back(gx ? gx : vjp::zeros(gb, x));
+  }
+  for (std::size_t i = 0; i < diff_caps.size(); ++i) {
+    Value acc = g->argument(1 + static_cast<std::uint32_t>(dc.size() + i));
+    auto it = contribs.find(g->argument(cap0 + diff_caps[i]));
+    Value part = it == contribs.end() ? Value() : sum_grads(gb, it->second);
+    next.push_back(part ? accumulate(gb, acc, part) : acc);
+  }
+  gb.create<YieldOp>(next);
+
+  // 3. The forward values the gradient ops read: saved by the forward loop.
+  std::vector<Value> saved;  // values of g
+  std::unordered_set<Value> seen;
+  for (Operation* o : *g) {
+    if (cloned.count(o)) continue;
+    for (std::uint32_t i = 0; i < o->num_operands(); ++i) {
+      Value v = o->operand_source(i);
+      if (forward_of.count(v) && seen.insert(v).second) saved.push_back(v);
+    }
+  }
+  std::vector<Value> forward_values;
+  for (Value v : saved) forward_values.push_back(forward_of.at(v));
+  Operation* nw = save_in_forward(op, forward_values, ctx);
+
+  // 4. In g: read them back at k, erase the clones and the x arguments.
+  gb.set_insertion_point(g->front());
+  for (std::size_t s = 0; s < saved.size(); ++s) {
+    Value arr = g->add_argument(nw->result(n + 1 + static_cast<std::uint32_t>(s)).type());
+    feeds.push_back(nw->result(n + 1 + static_cast<std::uint32_t>(s)));
+    Value r = gb.create<ArrayReadOp>(arr, k).result();
+    saved[s].replace_uses_if(r, [&](OpOperand u) { return !cloned.count(u.owner()); });
+  }
+  for (Operation* o = g->back(); o;) {
+    Operation* prev = o->prev_in_block();
+    if (cloned.count(o)) g->erase(o);
+    o = prev;
+  }
+  for (std::uint32_t j = n; j-- > 0;) {
+    g->erase_argument(x0 + j);
+    feeds.erase(feeds.begin() + x0 + j);
+  }
+  for (std::uint32_t c = ncap; c-- > 0;)  // captures the gradient does not read
+    if (g->argument(cap0 + c).use_empty()) {
+      g->erase_argument(cap0 + c);
+      feeds.erase(feeds.begin() + cap0 + c);
+    }
+
+  // 5. The gradient loop, after the forward one: k from n-1 down to 0.
+  Value count = nw->result(n);
+  Value k0 = b.create<ScaleOp>(count, 1.0, -1.0).result();
+  Value zero0 = b.create<FullOp>(std::vector<std::int64_t>{1}, 0.0, DataType::Int64).result();
+  Value cond0 = b.create<GreaterEqualOp>(k0, zero0).result();
+  std::vector<Value> inits{k0};
+  std::vector<Type> types{index_type};
+  for (std::uint32_t j : dc) {
+    inits.push_back(out_grads[j] ? out_grads[j] : vjp::zeros(b, nw->result(j)));
+    types.push_back(op->result_type(j));
+  }
+  for (std::uint32_t c : diff_caps) {
+    inits.push_back(vjp::zeros(b, fwd_captures[c]));
+    types.push_back(f.argument(n + c).type());
+  }
+  const std::size_t num_carried = inits.size();
+  std::vector<Value> captures(feeds.begin() + static_cast<std::ptrdiff_t>(num_carried), feeds.end());
+  Operation* grad = b.create<WhileOp>(cond0, inits, captures, -1, types);
+  grad->region(0).push_back(g.release());
+  grad->verify();
+  for (std::size_t i = 0; i < dc.size(); ++i)
+    in_grads[1 + dc[i]] = grad->result(1 + static_cast<std::uint32_t>(i));
+  for (std::size_t i = 0; i < diff_caps.size(); ++i)
+    in_grads[1 + n + diff_caps[i]] = grad->result(1 + static_cast<std::uint32_t>(dc.size() + i));
+  return in_grads;
+}
+
 // The reverse walk: for each op of `path`, its out-grads (the sums of the
 // contributions to its results) give, through its Vjp, contributions to its
 // operands.
 void emit_path(Builder& b, const std::vector<Operation*>& path, Contribs& contribs,
                const std::unordered_set<Value>& requires_grad,
-               const std::unordered_set<Value>& reaches) {
+               const std::unordered_set<Value>& reaches, BackwardContext& ctx) {
   for (Operation* op : path) {
     std::vector<Value> out_grads(op->num_results());
     bool any = false;
@@ -222,14 +572,18 @@ void emit_path(Builder& b, const std::vector<Operation*>& path, Contribs& contri
       any = any || out_grads[r];
     }
     if (!any) continue;
-    std::vector<Value> in_grads = op->isa<IfOp>() ? if_vjp(b, op, out_grads, requires_grad)
-                                                  : op->dyn_cast<VjpInterface>().vjp(b, out_grads);
+    // (while_vjp replaces op, which may then drop its operands: read them first.)
+    const std::vector<Value> operands = op->operands();
+    std::vector<Value> in_grads =
+        op->isa<IfOp>()      ? if_vjp(b, op, out_grads, requires_grad, ctx)
+        : op->isa<WhileOp>() ? while_vjp(b, op, out_grads, requires_grad, ctx)
+                             : op->dyn_cast<VjpInterface>().vjp(b, out_grads);
     if (in_grads.size() != op->num_operands())
       throw_error(ErrorKind::Internal, "append_backward: the Vjp of op ", describe_op(op),
                   " returned ", in_grads.size(), " gradients for ", op->num_operands(),
                   " operands");
-    for (std::uint32_t i = 0; i < op->num_operands(); ++i) {
-      Value x = op->operand_source(i);
+    for (std::uint32_t i = 0; i < operands.size(); ++i) {
+      Value x = operands[i];
       if (!in_grads[i] || !requires_grad.count(x) || !reaches.count(x)) continue;
       if (!compatible(in_grads[i].type(), x.type()))
         throw_error(ErrorKind::Internal, "append_backward: the Vjp of op ", describe_op(op),
@@ -276,7 +630,7 @@ std::vector<std::pair<Value, Value>> append_backward(Value loss,
   const std::unordered_set<Value> cut_set(no_grad_set.begin(), no_grad_set.end());
   const std::unordered_set<Value> explicit_sources(parameters.begin(), parameters.end());
   auto cut = [&](Value v) {
-    return cut_set.count(v) || stop_gradient(v) || !is_floating_tensor(v.type());
+    return cut_set.count(v) || stop_gradient(v) || !differentiable_type(v.type());
   };
   std::unordered_set<Value> requires_grad;
   for (Value a : block.arguments())
@@ -314,14 +668,16 @@ std::vector<std::pair<Value, Value>> append_backward(Value loss,
   }
 
   // 3. Emit, rolling back on any error.
-  Operation* mark = block.back();
+  BackwardContext ctx;
+  ctx.top = &block;
+  ctx.mark = block.back();
   Builder b(block);
   std::vector<std::pair<Value, Value>> result;
   try {
     Contribs contribs;
     contribs[loss].push_back(
         b.create<FullOp>(shaped_dims(lt), 1.0, shaped_data_type(lt)).result());
-    emit_path(b, path, contribs, requires_grad, reaches);
+    emit_path(b, path, contribs, requires_grad, reaches, ctx);
     std::unordered_set<Value> seen;
     for (Value p : wanted) {
       if (!seen.insert(p).second) continue;
@@ -334,7 +690,7 @@ std::vector<std::pair<Value, Value>> append_backward(Value loss,
     // 4. Remove the grad ops nobody reads (gradients of inputs that need none).
     std::unordered_set<Value> keep;
     for (auto& [p, g] : result) keep.insert(g);
-    for (Operation* op = block.back(); op && op != mark;) {
+    for (Operation* op = block.back(); op && op != ctx.mark;) {
       Operation* prev = op->prev_in_block();
       bool dead = !op->has_trait<SideEffect>();
       for (std::uint32_t r = 0; r < op->num_results() && dead; ++r)
@@ -342,14 +698,16 @@ std::vector<std::pair<Value, Value>> append_backward(Value loss,
       if (dead) block.erase(op);
       op = prev;
     }
-    set_op_role_after(block, mark, OpRole::Backward);
+    set_op_role_after(block, ctx.mark, OpRole::Backward);
+    ctx.commit();
   } catch (...) {
-    for (Operation* op = block.back(); op && op != mark;) {
+    for (Operation* op = block.back(); op && op != ctx.mark;) {
       Operation* prev = op->prev_in_block();
       op->drop_all_references();
       op = prev;
     }
-    while (block.back() != mark) block.erase(block.back());
+    ctx.undo();
+    while (block.back() != ctx.mark) block.erase(block.back());
     throw;
   }
   return result;

@@ -5,6 +5,7 @@
 
 #include "kiln/ir/builtin_attributes.h"
 #include "kiln/ir/builtin_types.h"
+#include "kiln/ir/tensor_array_type.h"
 #include "kiln/io/json.h"
 
 namespace kiln {
@@ -111,6 +112,7 @@ C ShapedTypeBase<C>::load(const nlohmann::json& j) {
 
 template class ShapedTypeBase<TensorType>;
 template class ShapedTypeBase<VTensorType>;
+template class ShapedTypeBase<TensorArrayType>;
 
 DataType shaped_data_type(Type t) {
   if (auto tt = t.dyn_cast<TensorType>()) return tt.data_type();

@@ -118,7 +118,8 @@ struct GradOf : Op<GradOf<Fwd>, ReadOnly, ValueSemantics, InferMetaInterface>,
 // ---- helpers the Vjps share (usable by user ops' Vjps too) ----
 namespace vjp {
 
-// Whether gradients flow through a value: a tensor of a floating dtype.
+// Whether gradients flow through a value: a tensor or tensor_array of a
+// floating dtype.
 bool differentiable(Value v);
 // Whether every out_grad is null (then every input grad is null).
 bool all_null(const std::vector<Value>& out_grads);
@@ -134,7 +135,7 @@ Value reduce_to_operand(Builder& b, Value grad, Value operand, Value other);
 // and fully known.
 Value reduce_to(Builder& b, Value grad, Value operand);
 // Zeros shaped like `like`: kiln.full when its static shape is fully known,
-// kiln.zeros_like otherwise.
+// kiln.zeros_like otherwise; an empty array (kiln.array_create) for an array.
 Value zeros(Builder& b, Value like);
 
 }  // namespace vjp

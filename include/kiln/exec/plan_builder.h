@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "kiln/exec/execution_plan.h"
@@ -80,6 +81,12 @@ class PlanBuilder {
   std::unordered_map<std::string, std::uint32_t> parameter_slots_;
   std::unordered_map<std::uint64_t, std::uint32_t> transfers_;  // (slot, place) → copy's slot
   std::unordered_map<std::string, std::int16_t> stream_index_;
+  // Region plans of kiln.while bodies: the Argument slots of carried values
+  // (the runner's own variables, not the parent's).
+  std::unordered_set<std::uint32_t> carried_arguments_;
+  // Slots whose buffer a tensor array may hold as an element: an in-place
+  // op on one works on a copy, so the element does not change under it.
+  std::unordered_set<std::uint32_t> array_elements_;
   // From build_dependencies() to plan_gc() (its last_users()).
   std::unique_ptr<DependencyBuilder> deps_;
 };

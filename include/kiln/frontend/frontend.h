@@ -22,4 +22,5 @@
 #include "kiln/frontend/program_guard.h"
 #include "kiln/frontend/prune.h"
 #include "kiln/frontend/stop_gradient.h"
+#include "kiln/frontend/tensor_array.h"
 #include "kiln/frontend/unique_name.h"
