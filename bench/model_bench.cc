@@ -9,8 +9,10 @@
 //            GELU), learned token + position embeddings, final LayerNorm,
 //            linear head; seq 64, batch 16; cross-entropy over [B·L, 96];
 //            AdamW(3e-4, weight_decay 0.01).
+//   RNN:     Elman RNN (tanh) as examples/rnn builds it, input 64, hidden
+//            128, seq 32, batch 32, time-major; linear head to 10; MSE; SGD(0.01).
 // Data: random but fixed (one batch, fed every step).
-//   BENCH model.{lenet,gpt}.t1, .t2               ms/step (medians after warm-up)
+//   BENCH model.{lenet,gpt,rnn}.t1, .t2           ms/step (medians after warm-up)
 //         .t1 at 1 thread; .t2 at 2 threads, the executor's default
 //         ThreadPlan::Auto (it measures graph workers vs BLAS threads and
 //         keeps the faster); .t2.plan_is_blas: the share of rounds (fresh
@@ -29,8 +31,8 @@
 // Comment lines (#): the loss over 20 training steps from a fresh start (it
 // must fall) and each model's per-op breakdown of a profiled step at 1
 // thread, biggest first; KILN_BENCH_DETAIL=1 also prints each main program.
-// Filters: "models" / "model" (both), "model.lenet", "model.gpt".
-// `model_bench model.loop.{lenet,gpt} [seconds] [threads] [auto | graph | blas
+// Filters: "models" / "model" (all), "model.lenet", "model.gpt", "model.rnn".
+// `model_bench model.loop.{lenet,gpt,rnn} [seconds] [threads] [auto | graph | blas
 // | sequential]` only runs steps (a target for perf), printing nothing.
 #include <algorithm>
 #include <chrono>
@@ -147,6 +149,33 @@ std::unique_ptr<Model> gpt_model() {
   m->feeds = {{"ids", kiln::Tensor::from_vector<std::int64_t>({kBatch, kSeq}, ids)},
               {"pos", kiln::Tensor::from_vector<std::int64_t>({kSeq}, pos)},
               {"label", kiln::Tensor::from_vector<std::int64_t>({kBatch * kSeq}, label)}};
+  return m;
+}
+
+constexpr std::int64_t kRnnSteps = 32, kRnnBatch = 32, kRnnInput = 64, kRnnHidden = 128,
+                       kRnnOut = 10;
+
+// The Elman RNN of examples/rnn: nn::SimpleRNN (a while_loop over time,
+// the input projection hoisted into one GEMM) and a linear head; MSE; SGD.
+std::unique_ptr<Model> rnn_model() {
+  auto m = std::make_unique<Model>();
+  {
+    kiln::ProgramGuard guard(m->main, m->startup);
+    auto x = kiln::data("x", {kRnnSteps, kRnnBatch, kRnnInput});
+    auto y = kiln::data("y", {kRnnSteps, kRnnBatch, kRnnOut});
+    kiln::nn::SimpleRNN rnn(kRnnInput, kRnnHidden);
+    kiln::nn::Linear head(kRnnHidden, kRnnOut);
+    m->loss = kiln::nn::functional::mse_loss(head(rnn(x).first), y);
+    kiln::optim::SGD(/*learning_rate=*/0.01).minimize(m->loss);
+  }
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> xs(static_cast<std::size_t>(kRnnSteps * kRnnBatch * kRnnInput)),
+      ys(static_cast<std::size_t>(kRnnSteps * kRnnBatch * kRnnOut));
+  for (auto& v : xs) v = normal(rng);
+  for (auto& v : ys) v = normal(rng);
+  m->feeds = {{"x", kiln::Tensor::from_vector<float>({kRnnSteps, kRnnBatch, kRnnInput}, xs)},
+              {"y", kiln::Tensor::from_vector<float>({kRnnSteps, kRnnBatch, kRnnOut}, ys)}};
   return m;
 }
 
@@ -437,6 +466,15 @@ void run_gpt() {
   emit("model.gpt.kernels.t1", breakdown(*m, "model.gpt", 11), "ms");
 }
 
+void run_rnn() {
+  auto m = rnn_model();
+  if (detail()) std::printf("# model.rnn main program:\n%s", m->main.to_string().c_str());
+  loss_curve(*m, "model.rnn");
+  StepTimes s = measure(*m, 5, 15, 3);
+  emit_times("model.rnn", s);
+  emit("model.rnn.kernels.t1", breakdown(*m, "model.rnn", 11), "ms");
+}
+
 }  // namespace bench
 
 int main(int argc, char** argv) {
@@ -446,7 +484,9 @@ int main(int argc, char** argv) {
     const double seconds = argc > 2 ? std::atof(argv[2]) : 5.0;
     const unsigned threads = argc > 3 ? unsigned(std::atoi(argv[3])) : 1u;
     const std::string plan = argc > 4 ? argv[4] : "auto";
-    auto m = filter == "model.loop.lenet" ? lenet_model() : gpt_model();
+    auto m = filter == "model.loop.lenet" ? lenet_model()
+             : filter == "model.loop.rnn" ? rnn_model()
+                                          : gpt_model();
     kiln::Executor exe(kiln::Place::cpu(),
                        options(threads, false,
                                plan == "graph"        ? kiln::ThreadPlan::Graph
@@ -464,5 +504,6 @@ int main(int argc, char** argv) {
   if (!all && filter.rfind("model.", 0) != 0) return 0;
   if (all || filter == "model.lenet") run_lenet();
   if (all || filter == "model.gpt") run_gpt();
+  if (all || filter == "model.rnn") run_rnn();
   return 0;
 }

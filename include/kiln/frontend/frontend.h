@@ -21,6 +21,7 @@
 #include "kiln/frontend/parameter.h"
 #include "kiln/frontend/program_guard.h"
 #include "kiln/frontend/prune.h"
+#include "kiln/frontend/rnn.h"
 #include "kiln/frontend/stop_gradient.h"
 #include "kiln/frontend/tensor_array.h"
 #include "kiln/frontend/unique_name.h"

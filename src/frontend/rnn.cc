@@ -1,0 +1,61 @@
+// SimpleRNN (kiln/frontend/rnn.h).
+#include "kiln/frontend/rnn.h"
+
+#include <cmath>
+#include <vector>
+
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/frontend/control_flow.h"
+#include "kiln/frontend/functional.h"
+#include "kiln/frontend/math.h"
+#include "kiln/frontend/program_guard.h"
+#include "kiln/frontend/tensor_array.h"
+
+namespace kiln::nn {
+
+SimpleRNN::SimpleRNN(std::int64_t input_size, std::int64_t hidden_size, DataType dtype)
+    : Layer("simple_rnn"), input_size_(input_size), hidden_size_(hidden_size), dtype_(dtype) {
+  if (input_size <= 0 || hidden_size <= 0)
+    throw_error(ErrorKind::InvalidArgument, "SimpleRNN: input_size and hidden_size must be > 0, "
+                "got ", input_size, " and ", hidden_size);
+  // PyTorch's and Paddle's initialization: U(-1/sqrt(H), 1/sqrt(H)).
+  const double k = 1.0 / std::sqrt(static_cast<double>(hidden_size));
+  const init::Uniform u(-k, k);
+  weight_ih_ = add_parameter("w_ih", {input_size, hidden_size}, dtype, u);
+  weight_hh_ = add_parameter("w_hh", {hidden_size, hidden_size}, dtype, u);
+  bias_ = add_parameter("b", {hidden_size}, dtype, u);
+}
+
+std::pair<Value, Value> SimpleRNN::operator()(Value x, Value h0) const {
+  if (!x) throw_error(ErrorKind::InvalidArgument, "SimpleRNN: x is a null value");
+  if (!is_shaped(x.type()) || shaped_dims(x.type()).size() != 3 ||
+      shaped_data_type(x.type()) != dtype_ ||
+      (shaped_dims(x.type())[2] != input_size_ && shaped_dims(x.type())[2] != -1))
+    throw_error(ErrorKind::InvalidArgument, "SimpleRNN: x must be a ", to_string(dtype_),
+                " tensor [T, B, ", input_size_, "], got ", x.type().to_string());
+  const std::int64_t batch = shaped_dims(x.type())[1];
+  Builder b = main_builder();
+  const Value w_hh = use(weight_hh_);
+  // Every step's input projection at once: [T, B, H].
+  Value xs = array_from_tensor(functional::linear(x, use(weight_ih_), use(bias_)));
+  Value steps = array_length(xs);
+  Value t0 = full({1}, 0, DataType::Int64);
+  if (!h0) {
+    h0 = batch >= 0 ? full({batch, hidden_size_}, 0.0, dtype_)
+                    : b.create<ZerosLikeOp>(array_read(xs, t0)).result();
+  }
+  Value outs0 = create_array(dtype_, {batch, hidden_size_});
+  auto r = while_loop(
+      [&](const std::vector<Value>& v) { return less_than(v[0], steps); },
+      [&](const std::vector<Value>& v) {
+        Builder bb = main_builder();
+        Value pre = bb.create<AddOp>(array_read(xs, v[0]), bb.create<MatmulOp>(v[1], w_hh).result())
+                        .result();
+        Value h = functional::tanh(pre);
+        return std::vector<Value>{increment(v[0]), h, array_write(v[2], v[0], h)};
+      },
+      {t0, h0, outs0});
+  return {array_stack(r[2]), r[1]};
+}
+
+}  // namespace kiln::nn
