@@ -47,12 +47,26 @@ void unary_grad(KernelContext& ctx) {
   map_elementwise<F, T>(a.data<T>(), d.data<T>(), out.data<T>(), a.numel());
 }
 
+// The forward function the kernels run: the Math struct's, except where
+// libm's call would keep the loop scalar (f32 tanh and sigmoid take the
+// polynomial forms of vector_math.h; f64 stays libm's).
+template <typename Math>
+struct KernelMath : Math {};
+template <>
+struct KernelMath<TanhMath> : TanhMath {
+  template <typename T> static T forward(T x) { return fast_tanh(x); }
+};
+template <>
+struct KernelMath<SigmoidMath> : SigmoidMath {
+  template <typename T> static T forward(T x) { return T(1) / (T(1) + fast_exp(-x)); }
+};
+
 // The family's kernels, from each Math struct of unary_ops.h.
 template <typename Math>
 struct UnaryKernels {
   template <typename T>
   struct Forward {
-    static void run(KernelContext& ctx) { unary_apply<Math, T>(ctx); }
+    static void run(KernelContext& ctx) { unary_apply<KernelMath<Math>, T>(ctx); }
   };
   // dx = Math::backward(a, dout), a = x or y (GradReads).
   template <typename T>

@@ -1,5 +1,5 @@
-// Elementwise math for f32 kernel loops that the compiler vectorizes: exp
-// and erfc as straight-line polynomials (no libm calls, no branches), so a
+// Elementwise math for f32 kernel loops that the compiler vectorizes: exp,
+// tanh and erfc as straight-line polynomials (no libm calls, no branches), so a
 // loop over them compiles to SIMD code (clamps are min / max and choices
 // selects between computed values). The f64 overloads are libm's (the
 // gradient checks run in f64 and want its full precision).
@@ -32,6 +32,22 @@ inline float fast_exp(float x) {
   return p * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
 }
 inline double fast_exp(double x) { return std::exp(x); }
+
+// tanh in f32 without libm: Cephes' tanhf — an odd polynomial below |x| =
+// 0.625, 1 - 2 / (exp(2|x|) + 1) with x's sign above; both are computed and
+// one selected, so loops over it vectorize. Within a few ulp of std::tanh.
+inline float fast_tanh(float x) {
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = p * z * x + x;
+  const float big = 1.0f - 2.0f / (fast_exp(2.0f * std::fabs(x)) + 1.0f);
+  return std::fabs(x) < 0.625f ? small : std::copysign(big, x);
+}
+inline double fast_tanh(double x) { return std::tanh(x); }
 
 // Φ(x), the standard normal CDF, and φ(x), its density, in f32 from one
 // exp: with z = |x| / √2, erfc(z) = P(t) · exp(-z²), t = 1 / (1 + p z) and P

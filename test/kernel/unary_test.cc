@@ -105,6 +105,23 @@ TEST_CASE("f32 gelu and gelu_grad (vectorized erfc and exp) stay within 2e-6 of 
   kiln_test::check_close<float>(r.out(), want, 2e-6, 2e-6);
 }
 
+TEST_CASE("f32 tanh and sigmoid (vectorized polynomials) stay within a few ulp of the f64 "
+          "functions, tiny and huge arguments included",
+          "[kernel]") {
+  auto x = kiln_test::filled<float>({4099}, -30, 30, 5);
+  std::vector<float> xv = x.to_vector<float>();
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-7f, 3e-4f, 0.6249f, 0.625f, -0.6251f, 9.0f, -50.0f, 200.0f})
+    xv.push_back(v);
+  x = Tensor::from_vector<float>({static_cast<std::int64_t>(xv.size())}, xv);
+  std::vector<float> tanh_want, sigmoid_want;
+  for (float v : xv) {
+    tanh_want.push_back(static_cast<float>(std::tanh(double(v))));
+    sigmoid_want.push_back(static_cast<float>(1 / (1 + std::exp(-double(v)))));
+  }
+  kiln_test::check_close<float>(run_op<TanhOp>({x}).out(), tanh_want, 4e-7, 1e-30);
+  kiln_test::check_close<float>(run_op<SigmoidOp>({x}).out(), sigmoid_want, 4e-7, 1e-30);
+}
+
 TEST_CASE("scale applies bias after or before scaling, as Paddle", "[kernel]") {
   check_float_unary<ScaleOp>([](double v) { return 2.5 * v + 1.5; }, -3, 3, 2.5, 1.5, true);
   check_float_unary<ScaleOp>([](double v) { return 2.5 * (v + 1.5); }, -3, 3, 2.5, 1.5, false);
