@@ -228,4 +228,10 @@ std::vector<Type> ArrayStackLikeOp::infer_meta(const std::vector<Type>& in,
   return {TensorType::get(a.data_type(), dims)};
 }
 
+std::vector<Value> ArrayStackLikeOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  vjp::check_out_grads(op, g);
+  if (!g[0] || !vjp::differentiable(op->operand_source(0))) return {Value(), Value()};
+  return {b.create<ArrayFromTensorOp>(g[0], ArrayStackLikeOp(op).attrs().axis).result(), Value()};
+}
+
 }  // namespace kiln

@@ -37,7 +37,8 @@ std::pair<Value, Value> SimpleRNN::operator()(Value x, Value h0) const {
   Builder b = main_builder();
   const Value w_hh = use(weight_hh_);
   // Every step's input projection at once: [T, B, H].
-  Value xs = array_from_tensor(functional::linear(x, use(weight_ih_), use(bias_)));
+  Value projected = functional::linear(x, use(weight_ih_), use(bias_));
+  Value xs = array_from_tensor(projected);
   Value steps = array_length(xs);
   Value t0 = full({1}, 0, DataType::Int64);
   if (!h0) {
@@ -55,7 +56,9 @@ std::pair<Value, Value> SimpleRNN::operator()(Value x, Value h0) const {
         return std::vector<Value>{increment(v[0]), h, array_write(v[2], v[0], h)};
       },
       {t0, h0, outs0});
-  return {array_stack(r[2]), r[1]};
+  // Stacked like the projected inputs, so zero steps give [0, B, H].
+  Value outs = b.create<ArrayStackLikeOp>(r[2], projected).result();
+  return {outs, r[1]};
 }
 
 }  // namespace kiln::nn

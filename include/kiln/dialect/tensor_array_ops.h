@@ -148,7 +148,9 @@ struct ArrayReadOrZerosOp : Op<ArrayReadOrZerosOp, ReadOnly, InferMetaInterface>
 // %y = kiln.array_stack_like(%a, %like) {axis}: a stacked along `axis` into
 // like's shape (its extent there = the number of elements; missing ones
 // and those past a's length are zeros; a longer array is a kiln::Error).
-struct ArrayStackLikeOp : Op<ArrayStackLikeOp, ReadOnly, InferMetaInterface> {
+// (Also a forward op: the stack of an array that may be empty, whose
+// element dims are known only at run time, shaped by a tensor that has them.)
+struct ArrayStackLikeOp : Op<ArrayStackLikeOp, ReadOnly, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.array_stack_like";
   static constexpr int num_operands = 2, num_results = 1;
@@ -156,6 +158,8 @@ struct ArrayStackLikeOp : Op<ArrayStackLikeOp, ReadOnly, InferMetaInterface> {
   static void build(Builder& b, OperationArgument& arg, Value array, Value like,
                     std::int64_t axis = 0);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // da = array_from_tensor(dy); `like` gives only a shape.
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
 // Whether `t` is a tensor_array type.
