@@ -1,7 +1,9 @@
 // CPU kernel of kiln.print (kiln/dialect/debug_ops.h): the result is the
 // operand itself (a view, ViewLike); the values are formatted and written
-// through detail::write_print_line.
+// through detail::write_print_line with the instruction's own run count.
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -44,16 +46,36 @@ std::string summarized(const Tensor& x, std::int64_t k) {
   return os.str();
 }
 
+// The instruction's decoded attributes and its run counter: one per
+// instruction of a plan, shared by the plan's run states (hence atomic).
+struct PrintInstruction {
+  PrintOp::Attributes attrs;
+  mutable std::atomic<std::int64_t> runs{0};
+};
+
+std::shared_ptr<const void> decode_print(Operation* op) {
+  auto p = std::make_shared<PrintInstruction>();
+  p->attrs = from_attributes<PrintOp::Attributes>(op->attributes(), PrintOp::name);
+  return p;
+}
+
 void print_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  const auto& a = ctx.attrs<PrintOp>();
+  const auto& p = *static_cast<const PrintInstruction*>(ctx.attrs_ptr());
+  const auto& a = p.attrs;
   std::string text = a.summarize < 0 ? x.to_string() : summarized(x, a.summarize);
-  detail::write_print_line(ctx.op(), a.message, text);
+  // relaxed: the count orders nothing; the print lock orders the lines.
+  detail::write_print_line(p.runs.fetch_add(1, std::memory_order_relaxed) + 1, a.message, text);
   ctx.output(0) = x;  // a view: the same buffer (view_map {0, 0})
 }
 
-}  // namespace
+const bool registered = [] {
+  KernelRegistry::instance().add(TypeId::get<PrintOp>(), PrintOp::name, PlaceKind::Cpu,
+                                 DataType::Undefined,
+                                 KernelInfo{&print_kernel, "print_kernel", &decode_print});
+  return true;
+}();
 
-KILN_REGISTER_KERNEL(PrintOp, Cpu, Undefined, print_kernel);
+}  // namespace
 
 }  // namespace kiln::cpu

@@ -4,7 +4,6 @@
 
 #include <iostream>
 #include <mutex>
-#include <unordered_map>
 
 namespace kiln {
 
@@ -35,7 +34,6 @@ namespace {
 struct PrintState {
   std::mutex mu;
   std::ostream* os = nullptr;  // null: std::cout
-  std::unordered_map<const void*, std::int64_t> steps;  // runs so far, per op
 };
 PrintState& print_state() {
   static PrintState s;
@@ -52,12 +50,11 @@ std::ostream* set_print_stream(std::ostream* os) {
 }
 
 namespace detail {
-void write_print_line(const void* op, const std::string& message, const std::string& text) {
+void write_print_line(std::int64_t step, const std::string& message, const std::string& text) {
   PrintState& s = print_state();
   std::lock_guard<std::mutex> lock(s.mu);
-  const std::int64_t n = ++s.steps[op];
   std::ostream& os = s.os ? *s.os : std::cout;
-  os << message << " step " << n << ": " << text << '\n';
+  os << message << " step " << step << ": " << text << '\n';
   os.flush();
 }
 }  // namespace detail

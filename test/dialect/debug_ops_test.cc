@@ -7,6 +7,7 @@
 #include "dialect/grad_check.h"
 #include "kernel/kernel_test_util.h"
 #include "kiln/exec/executor.h"
+#include "kiln/frontend/frontend.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -53,6 +54,27 @@ TEST_CASE("print counts the runs of each print op through the executor", "[diale
   const std::string xs = t.to_string(), zs = out[0].to_string();
   CHECK(os.str() == "x step 1: " + xs + "\nz step 1: " + zs + "\nx step 2: " + xs +
                         "\nz step 2: " + zs + "\n");
+}
+
+TEST_CASE("a print in a loop body counts every iteration; another executor's plan counts from 1",
+          "[dialect][debug][cf]") {
+  std::ostringstream os;
+  CapturePrint capture(&os);
+  Program main_prog, startup;
+  ProgramGuard guard(main_prog, startup);
+  auto r = while_loop([](const std::vector<Value>& v) { return less_than(v[0], 3); },
+                      [](const std::vector<Value>& v) {
+                        Value i = main_builder().create<PrintOp>(v[0], "i", 0).result();
+                        return std::vector<Value>{increment(i)};
+                      },
+                      {full({1}, 0, DataType::Int64)});
+  Executor first, second;
+  first.run(main_prog, {}, {r[0]});
+  second.run(main_prog, {}, {r[0]});
+  first.run(main_prog, {}, {r[0]});
+  const std::string line = " " + Tensor::from_vector<std::int64_t>({1}, {0}).type_string() + " [...]\n";
+  const std::string three = "i step 1:" + line + "i step 2:" + line + "i step 3:" + line;
+  CHECK(os.str() == three + three + "i step 4:" + line + "i step 5:" + line + "i step 6:" + line);
 }
 
 TEST_CASE("print's vjp passes the gradient through", "[dialect][vjp][debug]") {

@@ -16,7 +16,9 @@
 namespace kiln {
 
 // %y = kiln.print(%x) {message, summarize}: y is x (a view of its buffer).
-// n counts the runs of this op (from 1, per op). summarize = -1 prints every
+// n counts the runs of this op (from 1) by the plan that runs it: every
+// iteration of a loop body counts; an executor's cached plan keeps counting
+// run after run, a new plan starts again at 1. summarize = -1 prints every
 // value (Tensor::to_string, which elides past 1000 elements); summarize = k
 // >= 0 prints the type and the first k values in row-major order, with
 // "..." when there are more.
@@ -38,9 +40,9 @@ struct PrintOp
 std::ostream* set_print_stream(std::ostream* os);
 
 namespace detail {
-// Writes one print line for a run of `op` (the kernels call this): takes the
-// lock, counts the op's run and writes `<message> step <n>: <text>\n`.
-void write_print_line(const void* op, const std::string& message, const std::string& text);
+// Writes `<message> step <step>: <text>\n` as one line (the kernels call
+// this; each counts its own instruction's runs).
+void write_print_line(std::int64_t step, const std::string& message, const std::string& text);
 }  // namespace detail
 
 }  // namespace kiln
