@@ -22,10 +22,9 @@ Prints, in ms per training step, medians of several repetitions after warm-up:
                                      (2, 2), (2, 1), (1, 2)
 and every variant and setting as a # line. Debian's torch calls OpenBLAS
 (pthreads build) for its GEMMs, whose thread count torch.set_num_threads
-does not set: it is set here through ctypes.
+does not set: it is set through ctypes (torch_threads.py).
 Usage: gpt_torch.py [filter]  (runs for "", "models", "model", "model.gpt")
 """
-import ctypes
 import math
 import os
 import statistics
@@ -38,32 +37,10 @@ if FILTER not in ("", "models", "model", "model.gpt"):
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
+from torch_threads import set_threads, time_steps  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 VOCAB, D, HEADS, FF, LAYERS, SEQ, BATCH = 96, 128, 4, 512, 2, 64, 16
-
-
-def openblas_libs():
-    libs = []
-    with open("/proc/self/maps") as f:
-        paths = {line.split()[-1] for line in f if "openblas" in line and "/" in line}
-    for p in sorted(paths):
-        try:
-            lib = ctypes.CDLL(p)
-            if hasattr(lib, "openblas_set_num_threads"):
-                libs.append(lib)
-        except OSError:
-            pass
-    return libs
-
-
-BLAS = openblas_libs()
-
-
-def set_threads(intra, blas):
-    torch.set_num_threads(intra)
-    for lib in BLAS:
-        lib.openblas_set_num_threads(blas)
 
 
 class Block(nn.Module):
@@ -135,18 +112,6 @@ def build(variant):
     return step
 
 
-def time_steps(step, steps, reps, warm=5):
-    for _ in range(warm):
-        step()
-    t = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        t.append((time.perf_counter() - t0) / steps * 1e3)
-    return t
-
-
 def main():
     variants = ["layer", "manual", "sdpa"]
     steps = {}
@@ -166,7 +131,7 @@ def main():
         for v, step in steps.items():
             for k, (intra, blas) in settings.items():
                 set_threads(intra, blas)
-                samples[(v, k)] += time_steps(step, 1, 7)
+                samples[(v, k)] += time_steps(step, 1, 7, warm=5)
                 set_threads(1, 1)
                 time.sleep(0.25)  # OpenBLAS's threads spin a while after their last GEMM
     med = {key: statistics.median(s) for key, s in samples.items()}

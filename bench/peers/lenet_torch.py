@@ -13,10 +13,9 @@ step), medians of several repetitions after warm-up:
   BENCH model.lenet.torch.t2 <ms> ms   the best of (intra-op, OpenBLAS) threads
                                        (2, 2), (2, 1), (1, 2); each as a # line
 Debian's torch calls OpenBLAS (pthreads build) for its GEMMs, whose thread
-count torch.set_num_threads does not set: it is set here through ctypes.
+count torch.set_num_threads does not set: it is set through ctypes (torch_threads.py).
 Usage: lenet_torch.py [filter]  (runs for "", "models", "model", "model.lenet")
 """
-import ctypes
 import os
 import statistics
 import sys
@@ -28,30 +27,7 @@ if FILTER not in ("", "models", "model", "model.lenet"):
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
-
-
-def openblas_libs():
-    """The OpenBLAS libraries mapped into this process (after torch loaded)."""
-    libs = []
-    with open("/proc/self/maps") as f:
-        paths = {line.split()[-1] for line in f if "openblas" in line and "/" in line}
-    for p in sorted(paths):
-        try:
-            lib = ctypes.CDLL(p)
-            if hasattr(lib, "openblas_set_num_threads"):
-                libs.append(lib)
-        except OSError:
-            pass
-    return libs
-
-
-BLAS = openblas_libs()
-
-
-def set_threads(intra, blas):
-    torch.set_num_threads(intra)
-    for lib in BLAS:
-        lib.openblas_set_num_threads(blas)
+from torch_threads import set_threads, time_steps  # noqa: E402
 
 
 def build():
@@ -77,18 +53,6 @@ def build():
         return loss
 
     return step
-
-
-def time_steps(step, steps, reps, warm=10):
-    for _ in range(warm):
-        step()
-    t = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        t.append((time.perf_counter() - t0) / steps * 1e3)
-    return t
 
 
 def main():

@@ -20,7 +20,6 @@ step), medians of several repetitions after warm-up:
                                               threads (2, 2), (2, 1), (1, 2)
 Usage: rnn_torch.py [filter]  (runs for "", "models", "model", "model.rnn")
 """
-import ctypes
 import os
 import statistics
 import sys
@@ -32,32 +31,9 @@ if FILTER not in ("", "models", "model", "model.rnn"):
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
+from torch_threads import set_threads, time_steps  # noqa: E402
 
 T, B, I, H, O = 32, 32, 64, 128, 10
-
-
-def openblas_libs():
-    """The OpenBLAS libraries mapped into this process (after torch loaded)."""
-    libs = []
-    with open("/proc/self/maps") as f:
-        paths = {line.split()[-1] for line in f if "openblas" in line and "/" in line}
-    for p in sorted(paths):
-        try:
-            lib = ctypes.CDLL(p)
-            if hasattr(lib, "openblas_set_num_threads"):
-                libs.append(lib)
-        except OSError:
-            pass
-    return libs
-
-
-BLAS = openblas_libs()
-
-
-def set_threads(intra, blas):
-    torch.set_num_threads(intra)
-    for lib in BLAS:
-        lib.openblas_set_num_threads(blas)
 
 
 def build(fused):
@@ -99,18 +75,6 @@ def build(fused):
         return loss
 
     return step
-
-
-def time_steps(step, steps, reps, warm=10):
-    for _ in range(warm):
-        step()
-    t = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        t.append((time.perf_counter() - t0) / steps * 1e3)
-    return t
 
 
 def main():
