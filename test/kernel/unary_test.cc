@@ -88,7 +88,7 @@ TEST_CASE("gelu uses erf by default and the tanh form when approximate", "[kerne
 
 TEST_CASE("f32 gelu and gelu_grad (vectorized erfc and exp) stay within 2e-6 of the f64 "
           "formulas far into both tails",
-          "[kernel]") {
+          "[kernel][unary]") {
   check_float_unary<GeluOp>([](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); },
                             -15, 15, false);
   auto x = kiln_test::filled<float>({4099}, -15, 15, 3);
@@ -107,7 +107,7 @@ TEST_CASE("f32 gelu and gelu_grad (vectorized erfc and exp) stay within 2e-6 of 
 
 TEST_CASE("f32 tanh and sigmoid (vectorized polynomials) stay within a few ulp of the f64 "
           "functions, tiny and huge arguments included",
-          "[kernel]") {
+          "[kernel][unary]") {
   auto x = kiln_test::filled<float>({4099}, -30, 30, 5);
   std::vector<float> xv = x.to_vector<float>();
   for (float v : {0.0f, -0.0f, 1e-30f, -1e-7f, 3e-4f, 0.6249f, 0.625f, -0.6251f, 9.0f, -50.0f, 200.0f})
