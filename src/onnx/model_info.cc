@@ -1,0 +1,142 @@
+// Reading an ONNX model's declarations (kiln/onnx/model_info.h) with the
+// protobuf classes of Debian's libonnx-dev.
+#include "kiln/onnx/model_info.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <unordered_set>
+#include <utility>
+
+#include "kiln/support/error.h"
+#include "model_proto.h"
+
+namespace kiln::onnx {
+
+namespace detail {
+
+::onnx::ModelProto parse_model(std::string_view bytes, std::string_view what) {
+  if (bytes.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    throw_error(ErrorKind::InvalidArgument, "ONNX model ", what, " is ", bytes.size(),
+                " bytes; a ModelProto holds at most 2 GiB (store weights as external data)");
+  ::onnx::ModelProto model;
+  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    throw_error(ErrorKind::InvalidArgument, "ONNX model ", what,
+                " is not a valid ONNX ModelProto (not protobuf, or truncated; ", bytes.size(),
+                " bytes)");
+  if (!model.has_graph())
+    throw_error(ErrorKind::InvalidArgument, "ONNX model ", what,
+                " has no graph (not an ONNX model, or truncated)");
+  return model;
+}
+
+std::string read_file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw_error(ErrorKind::NotFound, "cannot open ONNX model file '", path, "'");
+  std::ostringstream os;
+  os << in.rdbuf();
+  if (in.bad()) throw_error(ErrorKind::NotFound, "cannot read ONNX model file '", path, "'");
+  return std::move(os).str();
+}
+
+std::string elem_type_name(std::int32_t elem_type) {
+  if (elem_type == 0 || !::onnx::TensorProto_DataType_IsValid(elem_type)) return "undefined";
+  std::string s = ::onnx::TensorProto_DataType_Name(
+      static_cast<::onnx::TensorProto_DataType>(elem_type));
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace detail
+
+namespace {
+
+TensorInfo tensor_info(const ::onnx::ValueInfoProto& v) {
+  TensorInfo t;
+  t.name = v.name();
+  t.elem_type = "undefined";
+  if (!v.has_type() || !v.type().has_tensor_type()) return t;
+  const auto& tt = v.type().tensor_type();
+  t.elem_type = detail::elem_type_name(tt.elem_type());
+  if (!tt.has_shape()) return t;
+  t.has_shape = true;
+  for (const auto& d : tt.shape().dim()) {
+    t.dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    t.dim_params.push_back(d.has_dim_param() ? d.dim_param() : std::string());
+  }
+  return t;
+}
+
+void count_ops(const ::onnx::GraphProto& g, ModelInfo& info) {
+  for (const auto& n : g.node()) {
+    ++info.num_nodes;
+    const std::string key = n.domain().empty() || n.domain() == "ai.onnx"
+                                ? n.op_type()
+                                : n.domain() + ":" + n.op_type();
+    ++info.op_counts[key];
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) count_ops(a.g(), info);
+      for (const auto& sub : a.graphs()) count_ops(sub, info);
+    }
+  }
+}
+
+}  // namespace
+
+ModelInfo read_model_info_from_bytes(std::string_view bytes, std::string_view what) {
+  const ::onnx::ModelProto model = detail::parse_model(bytes, what);
+  ModelInfo info;
+  info.ir_version = model.ir_version();
+  if (!model.producer_name().empty())
+    info.producer = model.producer_name() +
+                    (model.producer_version().empty() ? "" : " " + model.producer_version());
+  for (const auto& o : model.opset_import())
+    info.opsets[o.domain() == "ai.onnx" ? std::string() : o.domain()] = o.version();
+  const auto& g = model.graph();
+  std::unordered_set<std::string> initializers;
+  for (const auto& t : g.initializer()) initializers.insert(t.name());
+  info.num_initializers = initializers.size();
+  for (const auto& v : g.input())
+    if (!initializers.count(v.name())) info.inputs.push_back(tensor_info(v));
+  for (const auto& v : g.output()) info.outputs.push_back(tensor_info(v));
+  count_ops(g, info);
+  return info;
+}
+
+ModelInfo read_model_info(const std::string& path) {
+  return read_model_info_from_bytes(detail::read_file_bytes(path), "'" + path + "'");
+}
+
+std::string to_string(const ModelInfo& info) {
+  std::ostringstream os;
+  os << "ir_version " << info.ir_version;
+  if (!info.producer.empty()) os << ", producer " << info.producer;
+  os << "\nopsets:";
+  for (const auto& [domain, version] : info.opsets)
+    os << ' ' << (domain.empty() ? "ai.onnx" : domain) << ' ' << version;
+  auto tensor = [&](const char* kind, const TensorInfo& t) {
+    os << '\n' << kind << ' ' << t.name << ": " << t.elem_type;
+    if (!t.has_shape) return;
+    os << " [";
+    for (std::size_t i = 0; i < t.dims.size(); ++i) {
+      if (i) os << ", ";
+      if (!t.dim_params[i].empty()) os << t.dim_params[i];
+      else if (t.dims[i] < 0) os << '?';
+      else os << t.dims[i];
+    }
+    os << ']';
+  };
+  for (const auto& t : info.inputs) tensor("input", t);
+  for (const auto& t : info.outputs) tensor("output", t);
+  os << '\n' << info.num_nodes << " nodes, " << info.num_initializers << " initializers";
+  std::vector<std::pair<std::string, std::size_t>> ops(info.op_counts.begin(), info.op_counts.end());
+  std::stable_sort(ops.begin(), ops.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  for (const auto& [op, n] : ops) os << "\n  " << op << ' ' << n;
+  os << '\n';
+  return os.str();
+}
+
+}  // namespace kiln::onnx
