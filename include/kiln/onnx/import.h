@@ -1,0 +1,44 @@
+// Importing an ONNX model as a kiln program (seed 002's IR is the target;
+// ONNX is a format, not a runtime): kiln::onnx::import_model reads a
+// ModelProto and builds a main program whose data ops are the graph's
+// inputs (initializers excluded) and whose kiln.fetch ops, named like the
+// graph's outputs, return them. Each node becomes kiln ops through one
+// table entry per ONNX op type (src/onnx/op_table.h), covering a range of
+// opset versions.
+//
+// Not yet imported: initializers and Constant nodes (they need a tensor-
+// valued attribute or parameters set by a startup program), subgraphs (If,
+// Loop, Scan), external data. Anything kiln cannot import is a kiln::Error
+// naming the node (its name and op type) and what is missing: the op, its
+// opset version, an attribute value or a dtype.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/ir/program.h"
+#include "kiln/runtime/tensor.h"
+
+namespace kiln::onnx {
+
+struct ImportedModel {
+  Program main;
+  Program startup;                    // empty for now (no initializers yet)
+  std::vector<std::string> inputs;    // the data ops' names = feed names, in graph order
+  std::vector<std::string> outputs;   // the kiln.fetch ops' names = fetch names, in graph order
+  std::int64_t opset = 0;             // of the default (ai.onnx) domain
+};
+
+// kiln::Error: the file's errors (kiln/onnx/model_info.h), an opset of the
+// default domain outside 1…17, and each node kiln cannot import.
+ImportedModel import_model(const std::string& path);
+ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what = "model");
+
+// A serialized onnx.TensorProto (the backend test suite's input_N.pb and
+// output_N.pb) as a kiln tensor: float, double, int32, int64 and bool.
+// kiln::Error naming `what` and the dtype for the others, or a bad file.
+Tensor read_tensor_proto(const std::string& path);
+Tensor tensor_from_bytes(std::string_view bytes, std::string_view what = "tensor");
+
+}  // namespace kiln::onnx

@@ -1,0 +1,240 @@
+// kiln::onnx::import_model (kiln/onnx/import.h): the graph's inputs become
+// kiln.data ops, each node goes through its op-table entry (op_table.h),
+// the graph's outputs become kiln.fetch ops named like them.
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/onnx/import.h"
+#include "kiln/support/error.h"
+#include "model_proto.h"
+#include "op_table.h"
+
+namespace kiln::onnx {
+
+namespace detail {
+
+std::string NodeContext::where() const {
+  return "node '" + node.name() + "' (" + node.op_type() + ")";
+}
+
+void NodeContext::unsupported(const std::string& what) const {
+  throw_error(ErrorKind::Unimplemented, "ONNX ", where(), ": ", what);
+}
+
+Value NodeContext::input(std::size_t i) const {
+  if (i >= inputs.size() || !inputs[i])
+    throw_error(ErrorKind::InvalidArgument, "ONNX ", where(), " needs input #", i);
+  return inputs[i];
+}
+
+const ::onnx::AttributeProto* NodeContext::attribute(const std::string& name) const {
+  for (const auto& a : node.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+std::int64_t NodeContext::int_attr(const std::string& name, std::int64_t fallback) const {
+  const auto* a = attribute(name);
+  return a ? a->i() : fallback;
+}
+
+float NodeContext::float_attr(const std::string& name, float fallback) const {
+  const auto* a = attribute(name);
+  return a ? a->f() : fallback;
+}
+
+std::vector<std::int64_t> NodeContext::ints_attr(const std::string& name) const {
+  const auto* a = attribute(name);
+  if (!a) return {};
+  return {a->ints().begin(), a->ints().end()};
+}
+
+const OpTable& op_table() {
+  static const OpTable table = [] {
+    OpTable t;
+    add_elementwise_ops(t);
+    add_tensor_ops(t);
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace detail
+
+namespace {
+
+constexpr std::int64_t kMaxOpset = 17;
+
+// The kiln dtype of an ONNX element type; kiln::Error naming `what` otherwise.
+DataType data_type(std::int32_t elem_type, const std::string& what) {
+  switch (elem_type) {
+    case ::onnx::TensorProto_DataType_FLOAT: return DataType::Float32;
+    case ::onnx::TensorProto_DataType_DOUBLE: return DataType::Float64;
+    case ::onnx::TensorProto_DataType_INT32: return DataType::Int32;
+    case ::onnx::TensorProto_DataType_INT64: return DataType::Int64;
+    case ::onnx::TensorProto_DataType_BOOL: return DataType::Bool;
+    default: break;
+  }
+  throw_error(ErrorKind::Unimplemented, "ONNX ", what, " has element type ",
+              detail::elem_type_name(elem_type),
+              "; kiln imports float, double, int32, int64 and bool");
+}
+
+}  // namespace
+
+ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what) {
+  const ::onnx::ModelProto model = detail::parse_model(bytes, what);
+  ImportedModel out;
+  for (const auto& o : model.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx") out.opset = o.version();
+  if (out.opset < 1 || out.opset > kMaxOpset)
+    throw_error(ErrorKind::Unimplemented, "ONNX model ", what, " uses opset ", out.opset,
+                " of the default domain; kiln imports opsets 1 to ", kMaxOpset);
+  const auto& g = model.graph();
+  if (g.initializer_size() > 0 || g.sparse_initializer_size() > 0)
+    throw_error(ErrorKind::Unimplemented, "ONNX model ", what, " has initializers (first '",
+                g.initializer_size() ? g.initializer(0).name() : g.sparse_initializer(0).values().name(),
+                "'); kiln does not import weights yet");
+
+  Builder b(out.main);
+  std::unordered_map<std::string, Value> values;
+  for (const auto& in : g.input()) {
+    const std::string desc = "graph input '" + in.name() + "'";
+    if (!in.type().has_tensor_type())
+      throw_error(ErrorKind::Unimplemented, "ONNX ", desc, " is not a tensor");
+    const auto& tt = in.type().tensor_type();
+    const DataType dt = data_type(tt.elem_type(), desc);
+    std::vector<std::int64_t> dims;
+    if (!tt.has_shape())
+      throw_error(ErrorKind::Unimplemented, "ONNX ", desc, " has no shape (not even its rank)");
+    for (const auto& d : tt.shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    values[in.name()] = b.create<DataOp>(in.name(), dims, dt).result();
+    out.inputs.push_back(in.name());
+  }
+
+  const auto& table = detail::op_table();
+  for (const auto& node : g.node()) {
+    const std::string where = "node '" + node.name() + "' (" + node.op_type() + ")";
+    if (!node.domain().empty() && node.domain() != "ai.onnx")
+      throw_error(ErrorKind::Unimplemented, "ONNX ", where, " is in domain '", node.domain(),
+                  "'; kiln imports the default domain");
+    auto it = table.find(node.op_type());
+    if (it == table.end())
+      throw_error(ErrorKind::Unimplemented, "ONNX ", where, ": kiln has no importer for op '",
+                  node.op_type(), "'");
+    if (out.opset < it->second.since || out.opset > it->second.until)
+      throw_error(ErrorKind::Unimplemented, "ONNX ", where, ": kiln imports '", node.op_type(),
+                  "' for opsets ", it->second.since, " to ", it->second.until, ", the model uses ",
+                  out.opset);
+    detail::NodeContext ctx{b, node, out.opset, {}};
+    for (const auto& name : node.input()) {
+      if (name.empty()) {
+        ctx.inputs.emplace_back();
+        continue;
+      }
+      auto v = values.find(name);
+      if (v == values.end())
+        throw_error(ErrorKind::InvalidArgument, "ONNX ", where, ": input '", name,
+                    "' is made by no earlier node and is no graph input");
+      ctx.inputs.push_back(v->second);
+    }
+    std::vector<Value> results;
+    try {
+      results = it->second.build(ctx);
+    } catch (const Error& e) {
+      // kiln's own checks (InferMeta) name kiln's op; say which node it was.
+      if (e.message().find(where) != std::string::npos) throw;
+      throw Error(e.kind(), "ONNX " + where + ": " + e.message());
+    }
+    for (int k = 0; k < node.output_size(); ++k) {
+      if (node.output(k).empty()) continue;
+      if (k >= static_cast<int>(results.size()) || !results[static_cast<std::size_t>(k)])
+        throw_error(ErrorKind::Unimplemented, "ONNX ", where, ": kiln does not compute output #",
+                    k, " ('", node.output(k), "')");
+      values[node.output(k)] = results[static_cast<std::size_t>(k)];
+    }
+  }
+  for (const auto& o : g.output()) {
+    auto v = values.find(o.name());
+    if (v == values.end())
+      throw_error(ErrorKind::InvalidArgument, "ONNX model ", what, ": graph output '", o.name(),
+                  "' is made by no node");
+    b.create<FetchOp>(v->second, o.name());
+    out.outputs.push_back(o.name());
+  }
+  return out;
+}
+
+ImportedModel import_model(const std::string& path) {
+  return import_model_from_bytes(detail::read_file_bytes(path), "'" + path + "'");
+}
+
+// ---- TensorProto ----
+
+namespace {
+
+template <typename T, typename Field>
+void copy_field(const Field& f, Tensor& t) {
+  T* p = t.data<T>();
+  for (int i = 0; i < f.size(); ++i) p[i] = static_cast<T>(f.Get(i));
+}
+
+}  // namespace
+
+Tensor tensor_from_bytes(std::string_view bytes, std::string_view what) {
+  ::onnx::TensorProto tp;
+  if (bytes.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()) ||
+      !tp.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " is not a valid TensorProto");
+  if (tp.data_location() == ::onnx::TensorProto_DataLocation_EXTERNAL)
+    throw_error(ErrorKind::Unimplemented, "ONNX tensor ", what, " keeps its data in an external "
+                "file; kiln does not read external data yet");
+  const DataType dt = data_type(tp.data_type(), "tensor " + std::string(what));
+  std::vector<std::int64_t> dims(tp.dims().begin(), tp.dims().end());
+  for (auto d : dims)
+    if (d < 0) throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " has dim ", d);
+  Tensor t = Tensor::empty(Dims(dims), dt);
+  const auto n = static_cast<std::size_t>(t.numel());
+  if (!tp.raw_data().empty()) {
+    if (tp.raw_data().size() != t.bytes())
+      throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " has ", tp.raw_data().size(),
+                  " bytes of raw data for ", n, " elements of ", to_string(dt));
+    if (n) std::memcpy(t.raw_data(), tp.raw_data().data(), t.bytes());
+    return t;
+  }
+  std::size_t have = 0;
+  switch (dt) {
+    case DataType::Float32: have = static_cast<std::size_t>(tp.float_data_size()); break;
+    case DataType::Float64: have = static_cast<std::size_t>(tp.double_data_size()); break;
+    case DataType::Int64: have = static_cast<std::size_t>(tp.int64_data_size()); break;
+    default: have = static_cast<std::size_t>(tp.int32_data_size()); break;  // int32, bool
+  }
+  if (have != n)
+    throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " holds ", have,
+                " values for ", n, " elements");
+  if (!n) return t;
+  switch (dt) {
+    case DataType::Float32: copy_field<float>(tp.float_data(), t); break;
+    case DataType::Float64: copy_field<double>(tp.double_data(), t); break;
+    case DataType::Int64: copy_field<std::int64_t>(tp.int64_data(), t); break;
+    case DataType::Int32: copy_field<std::int32_t>(tp.int32_data(), t); break;
+    default: copy_field<bool>(tp.int32_data(), t); break;
+  }
+  return t;
+}
+
+Tensor read_tensor_proto(const std::string& path) {
+  try {
+    return tensor_from_bytes(detail::read_file_bytes(path), "'" + path + "'");
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::NotFound)
+      throw Error(ErrorKind::NotFound, "cannot open ONNX tensor file '" + path + "'");
+    throw;
+  }
+}
+
+}  // namespace kiln::onnx

@@ -1,0 +1,55 @@
+// Private to src/onnx: the table from ONNX op types to kiln op builders.
+// One entry per ONNX op type; each family file (ops_*.cc) adds its entries.
+// A builder gets the node's inputs as kiln values (null for an omitted
+// optional input) and returns one value per node output; it throws
+// kiln::Error (Unimplemented) for an attribute value or form it does not
+// cover, through the helpers below, which name the node.
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/ir/builder.h"
+
+namespace kiln::onnx::detail {
+
+struct NodeContext {
+  Builder& b;
+  const ::onnx::NodeProto& node;
+  std::int64_t opset;            // the model's ai.onnx opset
+  std::vector<Value> inputs;     // null where the node omits an optional input
+
+  // "node 'name' (OpType)"
+  std::string where() const;
+  [[noreturn]] void unsupported(const std::string& what) const;
+  // Input i, or kiln::Error naming the node when it is missing.
+  Value input(std::size_t i) const;
+  const ::onnx::AttributeProto* attribute(const std::string& name) const;
+  std::int64_t int_attr(const std::string& name, std::int64_t fallback) const;
+  float float_attr(const std::string& name, float fallback) const;
+  std::vector<std::int64_t> ints_attr(const std::string& name) const;
+  bool has_attr(const std::string& name) const { return attribute(name) != nullptr; }
+};
+
+using NodeBuilder = std::vector<Value> (*)(NodeContext& ctx);
+
+struct OpEntry {
+  NodeBuilder build;
+  std::int64_t since = 1;   // the first opset version the builder covers
+  std::int64_t until = 17;  // the last
+};
+
+using OpTable = std::map<std::string, OpEntry, std::less<>>;
+
+// The whole table (built once).
+const OpTable& op_table();
+
+// The family files' entries.
+void add_elementwise_ops(OpTable& t);
+void add_tensor_ops(OpTable& t);
+
+}  // namespace kiln::onnx::detail

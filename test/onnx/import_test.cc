@@ -1,0 +1,75 @@
+// kiln::onnx::import_model (kiln/onnx/import.h) on models of ONNX's backend
+// test suite: what the imported program looks like, its results against the
+// suite's expected outputs, and the errors for what kiln does not import.
+#include <filesystem>
+#include <string>
+
+#include "catch.hpp"
+#include "kiln/exec/executor.h"
+#include "kiln/onnx/import.h"
+#include "test_util.h"
+
+using namespace kiln;
+
+namespace {
+
+constexpr const char* kSuite = "/usr/share/libonnx-testdata/data";
+
+bool have_suite() {
+  if (std::filesystem::is_directory(kSuite)) return true;
+  WARN("libonnx-testdata is not installed: the ONNX import checks are skipped");
+  return false;
+}
+
+std::string suite(const std::string& test, const std::string& file = "model.onnx") {
+  return std::string(kSuite) + "/" + test + "/" + file;
+}
+
+}  // namespace
+
+TEST_CASE("an imported model feeds its graph inputs and fetches its outputs by their ONNX names",
+          "[onnx]") {
+  if (!have_suite()) return;
+  onnx::ImportedModel m = onnx::import_model(suite("node/test_gemm_all_attributes"));
+  CHECK(m.inputs == std::vector<std::string>{"a", "b", "c"});
+  CHECK(m.outputs == std::vector<std::string>{"y"});
+  CHECK(m.opset >= 11);
+  CHECK_NOTHROW(m.main.verify());
+  FeedMap feed;
+  for (std::size_t i = 0; i < m.inputs.size(); ++i)
+    feed[m.inputs[i]] = onnx::read_tensor_proto(
+        suite("node/test_gemm_all_attributes", "test_data_set_0/input_" + std::to_string(i) + ".pb"));
+  Executor exe;
+  Tensor got = exe.run(m.main, feed, {"y"})[0];
+  Tensor want = onnx::read_tensor_proto(
+      suite("node/test_gemm_all_attributes", "test_data_set_0/output_0.pb"));
+  REQUIRE(got.dims() == want.dims());
+  auto g = got.to_vector<float>(), w = want.to_vector<float>();
+  for (std::size_t k = 0; k < g.size(); ++k) CHECK(g[k] == Approx(w[k]).epsilon(1e-4));
+}
+
+TEST_CASE("importing what kiln lacks is a clear error naming the node and op, the dtype or the "
+          "weights",
+          "[onnx]") {
+  if (!have_suite()) return;
+  // An op without an importer.
+  KILN_CHECK_ERROR(onnx::import_model(suite("node/test_erf")), Unimplemented,
+                   {"(Erf)", "no importer for op 'Erf'"});
+  // A dtype kiln does not have.
+  KILN_CHECK_ERROR(onnx::import_model(suite("node/test_add_uint8")), Unimplemented,
+                   {"uint8", "float, double, int32, int64 and bool"});
+  // Weights (initializers) are not imported yet.
+  KILN_CHECK_ERROR(onnx::import_model(suite("pytorch-converted/test_Conv2d")), Unimplemented,
+                   {"initializers"});
+}
+
+TEST_CASE("a test-data tensor of a dtype kiln lacks, or not a TensorProto, is a clear error",
+          "[onnx]") {
+  if (!have_suite()) return;
+  KILN_CHECK_ERROR(onnx::read_tensor_proto(suite("node/test_add_uint8", "test_data_set_0/input_0.pb")),
+                   Unimplemented, {"input_0.pb", "uint8"});
+  KILN_CHECK_ERROR(onnx::read_tensor_proto("/nonexistent/input_0.pb"), NotFound,
+                   {"/nonexistent/input_0.pb"});
+  KILN_CHECK_ERROR(onnx::tensor_from_bytes("\xff\xff\xff", "junk"), InvalidArgument,
+                   {"junk", "TensorProto"});
+}
