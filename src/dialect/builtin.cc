@@ -1,7 +1,9 @@
 #include "kiln/dialect/builtin.h"
 
+#include "kiln/dialect/infer_meta_util.h"
 #include "kiln/ir/builtin_attributes.h"
 #include "kiln/ir/tensor_array_type.h"
+#include "kiln/ir/tensor_attribute.h"
 
 namespace kiln {
 
@@ -13,7 +15,7 @@ void register_builtin_dialect(IrContext* ctx) {
                     Int64Type, BoolType, TensorType, VTensorType, VectorType, TensorArrayType>();
   d->register_attributes<BoolAttribute, Int32Attribute, Int64Attribute, Float32Attribute,
                          Float64Attribute, StrAttribute, ArrayAttribute, DictionaryAttribute,
-                         TypeAttribute, DataTypeAttribute, PlaceAttribute>();
+                         TypeAttribute, DataTypeAttribute, PlaceAttribute, TensorAttribute>();
 }
 
 void ParameterOp::build(Builder&, OperationArgument& arg, const std::string& name, Type type) {
@@ -33,8 +35,16 @@ void ConstantOp::build(Builder&, OperationArgument& arg, Attribute value, Type t
 }
 
 void ConstantOp::verify() const {
-  if (!op_->attribute("value"))
-    throw_error(ErrorKind::InvalidArgument, "op 'builtin.constant' is missing attribute 'value'");
+  Attribute v = op_->attribute("value");
+  if (!v) throw_error(ErrorKind::InvalidArgument, "op 'builtin.constant' is missing attribute 'value'");
+  // A tensor value must have the result's dtype and dims.
+  if (auto t = v.dyn_cast<TensorAttribute>()) {
+    Type r = op_->result_type(0);
+    if (!is_shaped(r) || shaped_data_type(r) != t.dtype() || shaped_dims(r) != t.dims())
+      throw_error(ErrorKind::InvalidArgument, "op 'builtin.constant' holds a ", to_string(t.dtype()),
+                  " tensor of dims ", meta::dims_string(t.dims()), " but its result is ",
+                  r.to_string());
+  }
 }
 
 }  // namespace kiln

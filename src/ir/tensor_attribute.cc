@@ -1,0 +1,150 @@
+// TensorAttribute (kiln/ir/tensor_attribute.h): uniquing, printing, JSON.
+#include "kiln/ir/tensor_attribute.h"
+
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+#include "kiln/io/json.h"
+#include "kiln/support/error.h"
+#include "kiln/support/hash.h"
+
+namespace kiln {
+
+std::size_t TensorAttributeStorage::hash_key(const KeyTy& k) {
+  std::size_t h = static_cast<std::size_t>(xxh64(k.bytes));
+  h = hash_combine(h, static_cast<std::size_t>(k.dtype));
+  for (auto d : k.dims) h = hash_combine(h, std::hash<std::int64_t>()(d));
+  return h;
+}
+
+namespace {
+
+std::int64_t checked_numel(const std::vector<std::int64_t>& dims) {
+  std::int64_t n = 1;
+  for (auto d : dims) {
+    if (d < 0)
+      throw_error(ErrorKind::InvalidArgument, "tensor attribute dim ", d, " (expected >= 0)");
+    if (d && n > std::numeric_limits<std::int64_t>::max() / d)
+      throw_error(ErrorKind::OutOfRange, "tensor attribute has too many elements");
+    n *= d;
+  }
+  return n;
+}
+
+// Calls f(T{}) with T the C++ type of dtype's storage (f16 / bf16: their bits).
+template <typename F>
+decltype(auto) with_element_type(DataType dtype, F&& f) {
+  switch (dtype) {
+    case DataType::Float32: return f(float());
+    case DataType::Float64: return f(double());
+    case DataType::Int8: return f(std::int8_t());
+    case DataType::Int32: return f(std::int32_t());
+    case DataType::Int64: return f(std::int64_t());
+    case DataType::Bool: return f(bool());
+    case DataType::Float16:
+    case DataType::BFloat16: return f(std::uint16_t());
+    case DataType::Undefined: break;
+  }
+  throw_error(ErrorKind::InvalidArgument, "tensor attribute of an undefined dtype");
+}
+
+template <typename T>
+T element(std::string_view bytes, std::int64_t i) {
+  T v;
+  std::memcpy(&v, bytes.data() + static_cast<std::size_t>(i) * sizeof(T), sizeof(T));
+  return v;
+}
+
+}  // namespace
+
+TensorAttribute TensorAttribute::get(DataType dtype, std::vector<std::int64_t> dims,
+                                     std::string bytes) {
+  if (dtype == DataType::Undefined)
+    throw_error(ErrorKind::InvalidArgument, "tensor attribute of an undefined dtype");
+  const std::int64_t n = checked_numel(dims);
+  if (bytes.size() != static_cast<std::size_t>(n) * size_of(dtype))
+    throw_error(ErrorKind::InvalidArgument, "tensor attribute of ", n, " ", kiln::to_string(dtype),
+                " elements needs ", static_cast<std::size_t>(n) * size_of(dtype), " bytes, got ",
+                bytes.size());
+  return get_uniqued(TensorAttributeStorage::KeyTy{dtype, std::move(dims), std::move(bytes)});
+}
+
+std::int64_t TensorAttribute::numel() const {
+  std::int64_t n = 1;
+  for (auto d : dims()) n *= d;
+  return n;
+}
+
+void TensorAttribute::print(std::ostream& os) const {
+  os << "tensor<";
+  for (auto d : dims()) os << d << 'x';
+  os << kiln::to_string(dtype()) << "> [";
+  const std::int64_t n = numel(), shown = std::min<std::int64_t>(n, 8);
+  with_element_type(dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for (std::int64_t i = 0; i < shown; ++i) {
+      if (i) os << ", ";
+      const T v = element<T>(bytes(), i);
+      if constexpr (std::is_same_v<T, bool>) os << (v ? "true" : "false");
+      else if constexpr (sizeof(T) == 1) os << static_cast<int>(v);
+      else os << v;
+    }
+  });
+  if (shown < n) os << (shown ? ", ..." : "...");
+  os << ']';
+}
+
+void TensorAttribute::save(nlohmann::json& j) const {
+  j = nlohmann::json::object();
+  j["dtype"] = std::string(kiln::to_string(dtype()));
+  j["dims"] = dims();
+  nlohmann::json values = nlohmann::json::array();
+  with_element_type(dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for (std::int64_t i = 0; i < numel(); ++i) values.push_back(element<T>(bytes(), i));
+  });
+  j["values"] = std::move(values);
+}
+
+TensorAttribute TensorAttribute::load(const nlohmann::json& j) {
+  if (!j.is_object() || !j.contains("dtype") || !j["dtype"].is_string() || !j.contains("dims") ||
+      !j["dims"].is_array() || !j.contains("values") || !j["values"].is_array())
+    throw_error(ErrorKind::InvalidArgument, "tensor attribute needs {\"dtype\": string, \"dims\": "
+                "[int...], \"values\": [...]}, got ", json_brief(j));
+  const auto dtype = parse_data_type(j["dtype"].get<std::string>());
+  if (!dtype)
+    throw_error(ErrorKind::InvalidArgument, "tensor attribute has unknown dtype ",
+                json_brief(j["dtype"]));
+  std::vector<std::int64_t> dims;
+  for (const auto& d : j["dims"]) {
+    if (!d.is_number_integer())
+      throw_error(ErrorKind::InvalidArgument, "tensor attribute dim must be an integer, got ",
+                  json_brief(d));
+    dims.push_back(d.get<std::int64_t>());
+  }
+  const std::int64_t n = checked_numel(dims);
+  const auto& values = j["values"];
+  if (static_cast<std::int64_t>(values.size()) != n)
+    throw_error(ErrorKind::InvalidArgument, "tensor attribute with dims ", json_brief(j["dims"]),
+                " needs ", n, " values, got ", values.size());
+  std::string bytes(static_cast<std::size_t>(n) * size_of(*dtype), '\0');
+  with_element_type(*dtype, [&](auto tag) {
+    using T = decltype(tag);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto& v = values[static_cast<std::size_t>(i)];
+      const bool ok = std::is_same_v<T, bool> ? v.is_boolean()
+                      : std::is_floating_point_v<T> ? v.is_number()
+                                                    : v.is_number_integer();
+      if (!ok)
+        throw_error(ErrorKind::InvalidArgument, "tensor attribute value #", i, " ",
+                    json_brief(v), " is not a ", kiln::to_string(*dtype));
+      const T x = v.get<T>();
+      std::memcpy(bytes.data() + static_cast<std::size_t>(i) * sizeof(T), &x, sizeof(T));
+    }
+  });
+  return get(*dtype, std::move(dims), std::move(bytes));
+}
+
+}  // namespace kiln
