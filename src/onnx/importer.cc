@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/ir/tensor_attribute.h"
 #include "kiln/onnx/import.h"
 #include "kiln/support/error.h"
 #include "model_proto.h"
@@ -53,11 +54,34 @@ std::vector<std::int64_t> NodeContext::ints_attr(const std::string& name) const 
   return {a->ints().begin(), a->ints().end()};
 }
 
+std::vector<std::int64_t> NodeContext::constant_ints(std::size_t i, const std::string& what) const {
+  if (i >= constants.size() || !constants[i])
+    unsupported(what + " (input #" + std::to_string(i) +
+                ") is computed at run time; kiln imports it only as a constant");
+  const Tensor& t = *constants[i];
+  std::vector<std::int64_t> v;
+  if (t.dtype() == DataType::Int64) v = t.to_vector<std::int64_t>();
+  else if (t.dtype() == DataType::Int32)
+    for (auto x : t.to_vector<std::int32_t>()) v.push_back(x);
+  else
+    unsupported(what + " (input #" + std::to_string(i) + ") is " + std::string(to_string(t.dtype())) +
+                ", expected int32 or int64");
+  return v;
+}
+
+Value constant_value(Builder& b, const Tensor& t) {
+  std::string bytes(static_cast<const char*>(t.raw_data()), t.bytes());
+  TensorAttribute a = TensorAttribute::get(t.dtype(), t.dims().to_vector(), std::move(bytes));
+  return b.create<ConstantOp>(a, TensorType::get(t.dtype(), t.dims().to_vector())).result();
+}
+
 const OpTable& op_table() {
   static const OpTable table = [] {
     OpTable t;
     add_elementwise_ops(t);
     add_tensor_ops(t);
+    add_constant_ops(t);
+    add_reduce_ops(t);
     return t;
   }();
   return table;
@@ -95,14 +119,28 @@ ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view w
     throw_error(ErrorKind::Unimplemented, "ONNX model ", what, " uses opset ", out.opset,
                 " of the default domain; kiln imports opsets 1 to ", kMaxOpset);
   const auto& g = model.graph();
-  if (g.initializer_size() > 0 || g.sparse_initializer_size() > 0)
-    throw_error(ErrorKind::Unimplemented, "ONNX model ", what, " has initializers (first '",
-                g.initializer_size() ? g.initializer(0).name() : g.sparse_initializer(0).values().name(),
-                "'); kiln does not import weights yet");
+  if (g.sparse_initializer_size() > 0)
+    throw_error(ErrorKind::Unimplemented, "ONNX model ", what, " has sparse initializers (first '",
+                g.sparse_initializer(0).values().name(), "'); kiln does not import them");
 
   Builder b(out.main);
   std::unordered_map<std::string, Value> values;
+  // Values known at import: initializers and Constant nodes' outputs.
+  std::unordered_map<std::string, Tensor> constants;
+  // Initializers: parameters, set by the startup program from their values
+  // (so the imported model trains like one built by the frontend).
+  Builder sb(out.startup);
+  for (const auto& init : g.initializer()) {
+    Tensor t = detail::tensor_of(init, "initializer '" + init.name() + "'");
+    const Type type = TensorType::get(t.dtype(), t.dims().to_vector());
+    sb.create<SetParameterOp>(detail::constant_value(sb, t), init.name());
+    out.startup.set_parameter(init.name(), Parameter{type, true});
+    out.main.set_parameter(init.name(), Parameter{type, true});
+    values[init.name()] = b.create<ParameterOp>(init.name(), type).result();
+    constants.emplace(init.name(), std::move(t));
+  }
   for (const auto& in : g.input()) {
+    if (constants.count(in.name())) continue;  // an initializer listed as an input (IR < 4)
     const std::string desc = "graph input '" + in.name() + "'";
     if (!in.type().has_tensor_type())
       throw_error(ErrorKind::Unimplemented, "ONNX ", desc, " is not a tensor");
@@ -130,10 +168,11 @@ ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view w
       throw_error(ErrorKind::Unimplemented, "ONNX ", where, ": kiln imports '", node.op_type(),
                   "' for opsets ", it->second.since, " to ", it->second.until, ", the model uses ",
                   out.opset);
-    detail::NodeContext ctx{b, node, out.opset, {}};
+    detail::NodeContext ctx{b, node, out.opset, {}, {}};
     for (const auto& name : node.input()) {
       if (name.empty()) {
         ctx.inputs.emplace_back();
+        ctx.constants.push_back(nullptr);
         continue;
       }
       auto v = values.find(name);
@@ -141,6 +180,8 @@ ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view w
         throw_error(ErrorKind::InvalidArgument, "ONNX ", where, ": input '", name,
                     "' is made by no earlier node and is no graph input");
       ctx.inputs.push_back(v->second);
+      auto c = constants.find(name);
+      ctx.constants.push_back(c == constants.end() ? nullptr : &c->second);
     }
     std::vector<Value> results;
     try {
@@ -157,6 +198,9 @@ ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view w
                     k, " ('", node.output(k), "')");
       values[node.output(k)] = results[static_cast<std::size_t>(k)];
     }
+    // A Constant node's value is known at import too.
+    if (node.op_type() == "Constant" && node.output_size() == 1)
+      constants.emplace(node.output(0), detail::constant_tensor(ctx));
   }
   for (const auto& o : g.output()) {
     auto v = values.find(o.name());
@@ -190,6 +234,10 @@ Tensor tensor_from_bytes(std::string_view bytes, std::string_view what) {
   if (bytes.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()) ||
       !tp.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " is not a valid TensorProto");
+  return detail::tensor_of(tp, what);
+}
+
+Tensor detail::tensor_of(const ::onnx::TensorProto& tp, std::string_view what) {
   if (tp.data_location() == ::onnx::TensorProto_DataLocation_EXTERNAL)
     throw_error(ErrorKind::Unimplemented, "ONNX tensor ", what, " keeps its data in an external "
                 "file; kiln does not read external data yet");

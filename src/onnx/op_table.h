@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kiln/ir/builder.h"
+#include "kiln/runtime/tensor.h"
 
 namespace kiln::onnx::detail {
 
@@ -22,6 +23,10 @@ struct NodeContext {
   const ::onnx::NodeProto& node;
   std::int64_t opset;            // the model's ai.onnx opset
   std::vector<Value> inputs;     // null where the node omits an optional input
+  // The values of the inputs known at import (initializers, Constant
+  // nodes); null elsewhere. Ops whose ONNX inputs kiln takes as attributes
+  // (Reshape's shape, Unsqueeze's axes) read them here.
+  std::vector<const Tensor*> constants;
 
   // "node 'name' (OpType)"
   std::string where() const;
@@ -33,7 +38,17 @@ struct NodeContext {
   float float_attr(const std::string& name, float fallback) const;
   std::vector<std::int64_t> ints_attr(const std::string& name) const;
   bool has_attr(const std::string& name) const { return attribute(name) != nullptr; }
+  // Input i's value as integers, known at import; kiln::Error naming the
+  // node and `what` when the input is computed at run time.
+  std::vector<std::int64_t> constant_ints(std::size_t i, const std::string& what) const;
 };
+
+// An ONNX TensorProto as a kiln tensor (see kiln/onnx/import.h).
+Tensor tensor_of(const ::onnx::TensorProto& t, std::string_view what);
+// A tensor's bytes as a builtin.constant; its value.
+Value constant_value(Builder& b, const Tensor& t);
+// A Constant node's value.
+Tensor constant_tensor(const NodeContext& c);
 
 using NodeBuilder = std::vector<Value> (*)(NodeContext& ctx);
 
@@ -51,5 +66,7 @@ const OpTable& op_table();
 // The family files' entries.
 void add_elementwise_ops(OpTable& t);
 void add_tensor_ops(OpTable& t);
+void add_constant_ops(OpTable& t);
+void add_reduce_ops(OpTable& t);
 
 }  // namespace kiln::onnx::detail

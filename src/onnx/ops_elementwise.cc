@@ -116,7 +116,7 @@ void add_elementwise_ops(OpTable& t) {
   t["Or"] = {&binary<LogicalOrOp>, 7};
   t["Xor"] = {&binary<LogicalXorOp>, 7};
   t["Not"] = {&unary<LogicalNotOp>, 1};
-  t["Gemm"] = {&gemm, 11};
+  t["Gemm"] = {&gemm, 6};  // C broadcast one way (numpy-compatible) in every version
   t["MatMul"] = {&matmul, 9};
   t["Softmax"] = {&softmax, 1};
   t["Cast"] = {&cast, 13};

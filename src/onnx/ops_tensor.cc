@@ -1,4 +1,6 @@
-// ONNX's layout ops whose parameters are attributes: Transpose, Flatten.
+// ONNX's layout ops: Transpose, Flatten, Concat, and Reshape / Squeeze /
+// Unsqueeze, whose shape or axes (inputs in later opsets) must be known at
+// import (initializers or Constant nodes): kiln takes them as attributes.
 #include "kiln/dialect/kiln_dialect.h"
 #include "op_table.h"
 
@@ -33,11 +35,54 @@ std::vector<Value> flatten(NodeContext& c) {
   return {c.b.create<ReshapeOp>(x, std::vector<std::int64_t>{outer, inner}).result()};
 }
 
+// allowzero = 0 (the default): a 0 copies the input's dim and one -1 is
+// inferred, as kiln.reshape does.
+std::vector<Value> reshape(NodeContext& c) {
+  const std::vector<std::int64_t> shape = c.constant_ints(1, "Reshape's shape");
+  if (c.int_attr("allowzero", 0) != 0)
+    for (auto d : shape)
+      if (d == 0) c.unsupported("Reshape with allowzero = 1 and a 0 in the shape");
+  return {c.b.create<ReshapeOp>(c.input(0), shape).result()};
+}
+
+// Axes: an attribute before opset 13, an input (optional for Squeeze) since.
+std::vector<std::int64_t> axes_of(NodeContext& c, bool required) {
+  if (c.opset < 13) return c.ints_attr("axes");
+  if (c.inputs.size() < 2 || !c.inputs[1]) {
+    if (required) c.unsupported("no axes input");
+    return {};
+  }
+  return c.constant_ints(1, "the axes");
+}
+
+std::vector<Value> squeeze(NodeContext& c) {
+  const std::vector<std::int64_t> axes = axes_of(c, false);
+  if (axes.empty())  // every dim of extent 1: they must be known
+    for (auto d : shaped_dims(c.input(0).type()))
+      if (d < 0) c.unsupported("Squeeze without axes of an input with a dim known only at run time");
+  return {c.b.create<SqueezeOp>(c.input(0), axes).result()};
+}
+
+std::vector<Value> unsqueeze(NodeContext& c) {
+  return {c.b.create<UnsqueezeOp>(c.input(0), axes_of(c, true)).result()};
+}
+
+std::vector<Value> concat(NodeContext& c) {
+  if (!c.has_attr("axis")) c.unsupported("Concat without an axis");
+  std::vector<Value> xs;
+  for (std::size_t i = 0; i < c.inputs.size(); ++i) xs.push_back(c.input(i));
+  return {c.b.create<ConcatOp>(xs, c.int_attr("axis", 0)).result()};
+}
+
 }  // namespace
 
 void add_tensor_ops(OpTable& t) {
   t["Transpose"] = {&transpose, 1};
   t["Flatten"] = {&flatten, 9};
+  t["Reshape"] = {&reshape, 5};
+  t["Squeeze"] = {&squeeze, 1};
+  t["Unsqueeze"] = {&unsqueeze, 1};
+  t["Concat"] = {&concat, 4};
 }
 
 }  // namespace kiln::onnx::detail

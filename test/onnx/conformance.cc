@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
       bool ran_wrong = false;
       try {
         Executor exe;
+        exe.run(m.startup);  // the initializers
         for (const fs::path& set : sorted_entries(test, "test_data_set_")) {
           FeedMap feed;
           const auto ins = sorted_entries(set, "input_");

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "catch.hpp"
+#include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
 #include "kiln/onnx/import.h"
 #include "test_util.h"
@@ -49,7 +50,7 @@ TEST_CASE("an imported model feeds its graph inputs and fetches its outputs by t
 }
 
 TEST_CASE("importing what kiln lacks is a clear error naming the node and op, the dtype or the "
-          "weights",
+          "input that must be constant",
           "[onnx]") {
   if (!have_suite()) return;
   // An op without an importer.
@@ -58,9 +59,44 @@ TEST_CASE("importing what kiln lacks is a clear error naming the node and op, th
   // A dtype kiln does not have.
   KILN_CHECK_ERROR(onnx::import_model(suite("node/test_add_uint8")), Unimplemented,
                    {"uint8", "float, double, int32, int64 and bool"});
-  // Weights (initializers) are not imported yet.
-  KILN_CHECK_ERROR(onnx::import_model(suite("pytorch-converted/test_Conv2d")), Unimplemented,
-                   {"initializers"});
+  // An input kiln takes as an attribute must be known at import.
+  KILN_CHECK_ERROR(onnx::import_model(suite("node/test_reshape_reordered_all_dims")), Unimplemented,
+                   {"(Reshape)", "shape", "computed at run time"});
+}
+
+TEST_CASE("initializers become parameters that the startup program sets; the imported model "
+          "then gives the suite's outputs",
+          "[onnx]") {
+  if (!have_suite()) return;
+  const std::string test = "pytorch-converted/test_Linear";
+  onnx::ImportedModel m = onnx::import_model(suite(test));
+  REQUIRE(m.main.parameters().size() == 2);  // weight and bias
+  CHECK(m.startup.parameters() == m.main.parameters());
+  std::size_t sets = 0;
+  for (Operation* op : m.startup.block()) sets += op->isa<SetParameterOp>();
+  CHECK(sets == 2);
+  CHECK(m.inputs.size() == 1);  // the initializers listed as inputs (IR 3) are not fed
+  Executor exe;
+  exe.run(m.startup);
+  Tensor got = exe.run(m.main, {{m.inputs[0], onnx::read_tensor_proto(suite(test, "test_data_set_0/input_0.pb"))}},
+                       {m.outputs[0]})[0];
+  Tensor want = onnx::read_tensor_proto(suite(test, "test_data_set_0/output_0.pb"));
+  auto g = got.to_vector<float>(), w = want.to_vector<float>();
+  REQUIRE(g.size() == w.size());
+  for (std::size_t k = 0; k < g.size(); ++k) CHECK(g[k] == Approx(w[k]).epsilon(1e-4));
+}
+
+TEST_CASE("a Constant node becomes builtin.constant holding its value", "[onnx]") {
+  if (!have_suite()) return;
+  onnx::ImportedModel m = onnx::import_model(suite("node/test_constant"));
+  std::size_t constants = 0;
+  for (Operation* op : m.main.block()) constants += op->isa<ConstantOp>();
+  CHECK(constants == 1);
+  Executor exe;
+  Tensor got = exe.run(m.main, {}, {m.outputs[0]})[0];
+  Tensor want = onnx::read_tensor_proto(suite("node/test_constant", "test_data_set_0/output_0.pb"));
+  CHECK(got.dims() == want.dims());
+  CHECK(got.to_vector<float>() == want.to_vector<float>());
 }
 
 TEST_CASE("a test-data tensor of a dtype kiln lacks, or not a TensorProto, is a clear error",
