@@ -82,6 +82,7 @@ const OpTable& op_table() {
     add_tensor_ops(t);
     add_constant_ops(t);
     add_reduce_ops(t);
+    add_nn_ops(t);
     return t;
   }();
   return table;

@@ -68,5 +68,6 @@ void add_elementwise_ops(OpTable& t);
 void add_tensor_ops(OpTable& t);
 void add_constant_ops(OpTable& t);
 void add_reduce_ops(OpTable& t);
+void add_nn_ops(OpTable& t);
 
 }  // namespace kiln::onnx::detail
