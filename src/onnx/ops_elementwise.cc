@@ -1,6 +1,10 @@
 // ONNX's elementwise ops → kiln's unary, binary (numpy broadcasting, as ONNX
 // since opset 7), comparison and logic ops; the variadic Sum / Max / Min as
-// chains of binary ops; Gemm, MatMul, Softmax, Cast.
+// chains of binary ops; Gemm, MatMul, Softmax, Cast, Where, Clip, ArgMax /
+// ArgMin; activations composed of kiln ops (LeakyRelu, Elu, Selu,
+// HardSigmoid, Softplus, Softsign).
+#include <limits>
+
 #include "kiln/dialect/kiln_dialect.h"
 #include "op_table.h"
 
@@ -85,9 +89,104 @@ std::vector<Value> cast(NodeContext& c) {
   return {c.b.create<CastOp>(c.input(0), to).result()};
 }
 
+Value scalar_like(NodeContext& c, Value x, double v) {
+  return c.b.create<FullOp>(std::vector<std::int64_t>{}, v, shaped_data_type(x.type())).result();
+}
+
+std::vector<Value> where(NodeContext& c) {
+  return {c.b.create<WhereOp>(c.input(0), c.input(1), c.input(2)).result()};
+}
+
+// Bounds: attributes before opset 11, optional constant inputs since.
+std::vector<Value> clip(NodeContext& c) {
+  double lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
+  if (c.opset < 11) {
+    lo = c.float_attr("min", -std::numeric_limits<float>::infinity());
+    hi = c.float_attr("max", std::numeric_limits<float>::infinity());
+  } else {
+    for (std::size_t i : {1u, 2u}) {
+      if (i >= c.inputs.size() || !c.inputs[i]) continue;
+      if (!c.constants[i]) c.unsupported("Clip's bound (input #" + std::to_string(i) + ") computed at run time");
+      const Tensor& t = *c.constants[i];
+      double v;
+      switch (t.dtype()) {
+        case DataType::Float32: v = t.to_vector<float>().at(0); break;
+        case DataType::Float64: v = t.to_vector<double>().at(0); break;
+        case DataType::Int32: v = t.to_vector<std::int32_t>().at(0); break;
+        case DataType::Int64: v = static_cast<double>(t.to_vector<std::int64_t>().at(0)); break;
+        default: c.unsupported("Clip's bound of dtype " + std::string(to_string(t.dtype())));
+      }
+      (i == 1 ? lo : hi) = v;
+    }
+  }
+  return {c.b.create<ClipOp>(c.input(0), lo, hi).result()};
+}
+
+// ArgMax / ArgMin: the first index on ties (select_last_index = 0).
+template <typename OpT>
+std::vector<Value> arg_reduce(NodeContext& c) {
+  if (c.int_attr("select_last_index", 0) != 0) c.unsupported("select_last_index = 1");
+  return {c.b.create<OpT>(c.input(0), c.int_attr("axis", 0), c.int_attr("keepdims", 1) != 0)
+              .result()};
+}
+
+// max(x, 0) + alpha · min(x, 0)
+std::vector<Value> leaky_relu(NodeContext& c) {
+  Value x = c.input(0), zero = scalar_like(c, x, 0.0);
+  Value neg = c.b.create<ScaleOp>(c.b.create<MinimumOp>(x, zero).result(), c.float_attr("alpha", 0.01f), 0.0).result();
+  return {c.b.create<AddOp>(c.b.create<MaximumOp>(x, zero).result(), neg).result()};
+}
+
+// gamma · (max(x, 0) + min(alpha · (exp(x) - 1), 0)): Elu (gamma 1) and
+// Selu; exact for alpha >= 0.
+Value elu_like(NodeContext& c, double alpha, double gamma) {
+  if (alpha < 0) c.unsupported("a negative alpha");
+  Value x = c.input(0), zero = scalar_like(c, x, 0.0);
+  Value em1 = c.b.create<ScaleOp>(c.b.create<ExpOp>(x).result(), alpha, -alpha).result();
+  Value y = c.b.create<AddOp>(c.b.create<MaximumOp>(x, zero).result(),
+                              c.b.create<MinimumOp>(em1, zero).result())
+                .result();
+  return gamma == 1.0 ? y : c.b.create<ScaleOp>(y, gamma, 0.0).result();
+}
+std::vector<Value> elu(NodeContext& c) { return {elu_like(c, c.float_attr("alpha", 1.0f), 1.0)}; }
+std::vector<Value> selu(NodeContext& c) {
+  return {elu_like(c, c.float_attr("alpha", 1.67326319217681884765625f),
+                   c.float_attr("gamma", 1.05070102214813232421875f))};
+}
+
+// max(0, min(1, alpha · x + beta))
+std::vector<Value> hard_sigmoid(NodeContext& c) {
+  Value x = c.input(0);
+  Value lin = c.b.create<ScaleOp>(x, c.float_attr("alpha", 0.2f), c.float_attr("beta", 0.5f)).result();
+  return {c.b.create<ClipOp>(lin, 0.0, 1.0).result()};
+}
+
+// log(exp(x) + 1), as ONNX defines it
+std::vector<Value> softplus(NodeContext& c) {
+  Value e = c.b.create<ExpOp>(c.input(0)).result();
+  return {c.b.create<LogOp>(c.b.create<ScaleOp>(e, 1.0, 1.0).result()).result()};
+}
+
+// x / (1 + |x|)
+std::vector<Value> softsign(NodeContext& c) {
+  Value x = c.input(0);
+  Value d = c.b.create<ScaleOp>(c.b.create<AbsOp>(x).result(), 1.0, 1.0).result();
+  return {c.b.create<DivOp>(x, d).result()};
+}
+
 }  // namespace
 
 void add_elementwise_ops(OpTable& t) {
+  t["Where"] = {&where, 9};
+  t["Clip"] = {&clip, 6};
+  t["ArgMax"] = {&arg_reduce<ArgMaxOp>, 1};
+  t["ArgMin"] = {&arg_reduce<ArgMinOp>, 1};
+  t["LeakyRelu"] = {&leaky_relu, 6};
+  t["Elu"] = {&elu, 6};
+  t["Selu"] = {&selu, 6};
+  t["HardSigmoid"] = {&hard_sigmoid, 6};
+  t["Softplus"] = {&softplus, 1};
+  t["Softsign"] = {&softsign, 1};
   // Numpy broadcasting from opset 7 (before: a `broadcast` attribute).
   t["Add"] = {&binary<AddOp>, 7};
   t["Sub"] = {&binary<SubOp>, 7};
