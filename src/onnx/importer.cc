@@ -8,6 +8,8 @@
 #include <unordered_set>
 
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/exec/executor.h"
+#include "kiln/ir/ir_mapping.h"
 #include "kiln/ir/tensor_attribute.h"
 #include "kiln/onnx/import.h"
 #include "kiln/support/error.h"
@@ -109,6 +111,49 @@ DataType data_type(std::int32_t elem_type, const std::string& what) {
               "; kiln imports float, double, int32, int64 and bool");
 }
 
+constexpr std::int64_t kMaxFoldedElements = 1 << 16;
+
+// When every input of `node` is known at import, runs the kiln ops its
+// builder added (after `mark`) on those values in a scratch program and
+// records the node's outputs as known too: Reshape after Shape → Gather →
+// Concat (PyTorch's exported shape arithmetic) then has a constant shape.
+// Small tensors only; a failure only means nothing is folded (running the
+// model reports it).
+void fold_constants(const Program& main, Operation* mark, const ::onnx::NodeProto& node,
+                    const detail::NodeContext& ctx, const std::vector<Value>& results,
+                    std::unordered_map<std::string, Tensor>& constants) {
+  bool any = false;
+  for (std::size_t i = 0; i < ctx.inputs.size(); ++i) {
+    if (!ctx.inputs[i]) continue;
+    if (!ctx.constants[i] || ctx.constants[i]->numel() > kMaxFoldedElements) return;
+    any = true;
+  }
+  if (!any) return;
+  try {
+    Program scratch;
+    Builder sb(scratch);
+    IrMapping map;
+    for (std::size_t i = 0; i < ctx.inputs.size(); ++i)
+      if (ctx.inputs[i]) map.map(ctx.inputs[i], detail::constant_value(sb, *ctx.constants[i]));
+    for (Operation* op = mark ? mark->next_in_block() : main.block().front(); op;
+         op = op->next_in_block())
+      sb.insert(op->clone(map));
+    std::vector<FetchTarget> fetch;
+    std::vector<std::string> names;
+    for (int k = 0; k < node.output_size() && k < static_cast<int>(results.size()); ++k) {
+      if (node.output(k).empty() || !results[static_cast<std::size_t>(k)]) continue;
+      fetch.emplace_back(map.lookup_or_self(results[static_cast<std::size_t>(k)]));
+      names.push_back(node.output(k));
+    }
+    if (fetch.empty()) return;
+    Executor exe;
+    std::vector<Tensor> got = exe.run(scratch, {}, fetch);
+    for (std::size_t k = 0; k < got.size(); ++k)
+      if (got[k].numel() <= kMaxFoldedElements) constants.emplace(names[k], std::move(got[k]));
+  } catch (const Error&) {
+  }
+}
+
 }  // namespace
 
 ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what) {
@@ -169,7 +214,7 @@ ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view w
       throw_error(ErrorKind::Unimplemented, "ONNX ", where, ": kiln imports '", node.op_type(),
                   "' for opsets ", it->second.since, " to ", it->second.until, ", the model uses ",
                   out.opset);
-    detail::NodeContext ctx{b, node, out.opset, {}, {}};
+    detail::NodeContext ctx{b, node, out.opset, {}, {}, {}};
     for (const auto& name : node.input()) {
       if (name.empty()) {
         ctx.inputs.emplace_back();
@@ -185,6 +230,7 @@ ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view w
       ctx.constants.push_back(c == constants.end() ? nullptr : &c->second);
     }
     std::vector<Value> results;
+    Operation* mark = out.main.block().back();
     try {
       results = it->second.build(ctx);
     } catch (const Error& e) {
@@ -199,9 +245,17 @@ ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view w
                     k, " ('", node.output(k), "')");
       values[node.output(k)] = results[static_cast<std::size_t>(k)];
     }
-    // A Constant node's value is known at import too.
+    // A Constant node's value is known at import too, and so are the
+    // results of a node whose inputs all are (shape arithmetic).
     if (node.op_type() == "Constant" && node.output_size() == 1)
       constants.emplace(node.output(0), detail::constant_tensor(ctx));
+    else if (!ctx.known_outputs.empty())
+      for (std::size_t k = 0; k < ctx.known_outputs.size() && k < static_cast<std::size_t>(node.output_size()); ++k) {
+        if (ctx.known_outputs[k].is_initialized())
+          constants.emplace(node.output(static_cast<int>(k)), ctx.known_outputs[k]);
+      }
+    else
+      fold_constants(out.main, mark, node, ctx, results, constants);
   }
   for (const auto& o : g.output()) {
     auto v = values.find(o.name());

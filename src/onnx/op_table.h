@@ -27,6 +27,9 @@ struct NodeContext {
   // nodes); null elsewhere. Ops whose ONNX inputs kiln takes as attributes
   // (Reshape's shape, Unsqueeze's axes) read them here.
   std::vector<const Tensor*> constants;
+  // A builder that knows its outputs' values at import (Shape of static
+  // dims) puts them here, one per output (uninitialized: not known).
+  std::vector<Tensor> known_outputs;
 
   // "node 'name' (OpType)"
   std::string where() const;

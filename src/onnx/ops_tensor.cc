@@ -1,6 +1,9 @@
-// ONNX's layout ops: Transpose, Flatten, Concat, and Reshape / Squeeze /
+// ONNX's layout ops: Transpose, Flatten, Concat, Shape (of static dims), and
+// Reshape / Squeeze /
 // Unsqueeze, whose shape or axes (inputs in later opsets) must be known at
 // import (initializers or Constant nodes): kiln takes them as attributes.
+#include <algorithm>
+
 #include "kiln/dialect/kiln_dialect.h"
 #include "op_table.h"
 
@@ -74,9 +77,28 @@ std::vector<Value> concat(NodeContext& c) {
   return {c.b.create<ConcatOp>(xs, c.int_attr("axis", 0)).result()};
 }
 
+// The input's dims [start:end) (opset 15's attributes), as a constant: the
+// dims must be known at import (their values then fold onward).
+std::vector<Value> shape(NodeContext& c) {
+  const auto& d = shaped_dims(c.input(0).type());
+  const auto rank = static_cast<std::int64_t>(d.size());
+  auto clamp = [&](std::int64_t i) { return std::clamp<std::int64_t>(i < 0 ? i + rank : i, 0, rank); };
+  const std::int64_t start = clamp(c.int_attr("start", 0)), end = clamp(c.int_attr("end", rank));
+  std::vector<std::int64_t> dims;
+  for (std::int64_t i = start; i < end; ++i) {
+    if (d[static_cast<std::size_t>(i)] < 0)
+      c.unsupported("Shape of an input whose dim " + std::to_string(i) + " is known only at run time");
+    dims.push_back(d[static_cast<std::size_t>(i)]);
+  }
+  Tensor value = Tensor::from_vector<std::int64_t>(Dims{static_cast<std::int64_t>(dims.size())}, dims);
+  c.known_outputs = {value};
+  return {constant_value(c.b, value)};
+}
+
 }  // namespace
 
 void add_tensor_ops(OpTable& t) {
+  t["Shape"] = {&shape, 1};
   t["Transpose"] = {&transpose, 1};
   t["Flatten"] = {&flatten, 9};
   t["Reshape"] = {&reshape, 5};
