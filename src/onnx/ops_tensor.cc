@@ -95,9 +95,102 @@ std::vector<Value> shape(NodeContext& c) {
   return {constant_value(c.b, value)};
 }
 
+// Integers from input i (constant) or attribute `attr` (before `input_since`).
+std::vector<std::int64_t> ints_input_or_attr(NodeContext& c, std::size_t i, const std::string& attr,
+                                             std::int64_t input_since, const std::string& what) {
+  if (c.opset < input_since) return c.ints_attr(attr);
+  if (i >= c.inputs.size() || !c.inputs[i]) return {};
+  return c.constant_ints(i, what);
+}
+
+// numpy take along `axis`; negative indices count from the end (the dim
+// must be known then, unless the indices are constants).
+std::vector<Value> gather(NodeContext& c) {
+  Value x = c.input(0), idx = c.input(1);
+  const auto& d = shaped_dims(x.type());
+  std::int64_t axis = c.int_attr("axis", 0);
+  if (axis < 0) axis += static_cast<std::int64_t>(d.size());
+  if (axis < 0 || axis >= static_cast<std::int64_t>(d.size())) c.unsupported("axis out of range");
+  const std::int64_t dim = d[static_cast<std::size_t>(axis)];
+  if (c.constants[1]) {
+    std::vector<std::int64_t> v = c.constant_ints(1, "the indices");
+    for (auto& k : v)
+      if (k < 0) {
+        if (dim < 0) c.unsupported("negative indices into a dim known only at run time");
+        k += dim;
+      }
+    idx = constant_value(c.b, Tensor::from_vector<std::int64_t>(c.constants[1]->dims(), v));
+  } else {
+    if (dim < 0) c.unsupported("indices computed at run time into a dim known only at run time");
+    const DataType it = shaped_data_type(idx.type());
+    Value zero = c.b.create<FullOp>(std::vector<std::int64_t>{}, 0.0, it).result();
+    Value wrapped = c.b.create<AddOp>(idx, c.b.create<FullOp>(std::vector<std::int64_t>{},
+                                                               static_cast<double>(dim), it).result())
+                        .result();
+    idx = c.b.create<WhereOp>(c.b.create<LessThanOp>(idx, zero).result(), wrapped, idx).result();
+  }
+  return {c.b.create<GatherOp>(x, idx, axis).result()};
+}
+
+// Bidirectional broadcast of x and the (constant) shape: the result's dims
+// are computed here, so x's dims must be known.
+std::vector<Value> expand(NodeContext& c) {
+  Value x = c.input(0);
+  const std::vector<std::int64_t> shape = c.constant_ints(1, "Expand's shape");
+  const auto& d = shaped_dims(x.type());
+  const std::size_t rank = std::max(shape.size(), d.size());
+  std::vector<std::int64_t> out(rank);
+  for (std::size_t i = 0; i < rank; ++i) {
+    const std::int64_t a = i + d.size() >= rank ? d[i + d.size() - rank] : 1;
+    const std::int64_t b = i + shape.size() >= rank ? shape[i + shape.size() - rank] : 1;
+    if (a < 0) c.unsupported("Expand of an input with a dim known only at run time");
+    if (a != b && a != 1 && b != 1) c.unsupported("shapes that do not broadcast");
+    out[i] = a == 1 ? b : a;
+  }
+  return {c.b.create<ExpandOp>(x, out).result()};
+}
+
+// Parts along `axis`: sizes from the attribute (before opset 13) or the
+// constant input, else equal parts, one per output.
+std::vector<Value> split(NodeContext& c) {
+  const std::int64_t axis = c.int_attr("axis", 0);
+  std::vector<std::int64_t> sizes = ints_input_or_attr(c, 1, "split", 13, "the split sizes");
+  Operation* op = sizes.empty()
+                      ? c.b.create<SplitOp>(c.input(0), std::int64_t{c.node.output_size()}, axis)
+                      : c.b.create<SplitOp>(c.input(0), sizes, axis);
+  return op->results();
+}
+
+// x[starts:ends] along axes, step 1 (starts/ends/axes: attributes before
+// opset 10, constant inputs since).
+std::vector<Value> slice(NodeContext& c) {
+  std::vector<std::int64_t> starts, ends, axes, steps;
+  if (c.opset < 10) {
+    starts = c.ints_attr("starts");
+    ends = c.ints_attr("ends");
+    axes = c.ints_attr("axes");
+  } else {
+    starts = c.constant_ints(1, "Slice's starts");
+    ends = c.constant_ints(2, "Slice's ends");
+    if (c.inputs.size() > 3 && c.inputs[3]) axes = c.constant_ints(3, "Slice's axes");
+    if (c.inputs.size() > 4 && c.inputs[4]) steps = c.constant_ints(4, "Slice's steps");
+  }
+  for (auto s : steps)
+    if (s != 1) c.unsupported("Slice with a step other than 1");
+  if (axes.empty())
+    for (std::size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<std::int64_t>(i));
+  if (axes.size() != starts.size() || ends.size() != starts.size())
+    c.unsupported("starts, ends and axes of different lengths");
+  return {c.b.create<SliceOp>(c.input(0), axes, starts, ends).result()};
+}
+
 }  // namespace
 
 void add_tensor_ops(OpTable& t) {
+  t["Gather"] = {&gather, 1};
+  t["Expand"] = {&expand, 8};
+  t["Split"] = {&split, 2};
+  t["Slice"] = {&slice, 1};
   t["Shape"] = {&shape, 1};
   t["Transpose"] = {&transpose, 1};
   t["Flatten"] = {&flatten, 9};
