@@ -1,8 +1,8 @@
 // ONNX's elementwise ops → kiln's unary, binary (numpy broadcasting, as ONNX
 // since opset 7), comparison and logic ops; the variadic Sum / Max / Min as
 // chains of binary ops; Gemm, MatMul, Softmax, Cast, Where, Clip, ArgMax /
-// ArgMin; activations composed of kiln ops (LeakyRelu, Elu, Selu,
-// HardSigmoid, Softplus, Softsign).
+// ArgMin, Trilu; activations composed of kiln ops (LeakyRelu, PRelu, Elu,
+// Selu, HardSigmoid, Softplus, Softsign).
 #include <limits>
 
 #include "kiln/dialect/kiln_dialect.h"
@@ -174,9 +174,35 @@ std::vector<Value> softsign(NodeContext& c) {
   return {c.b.create<DivOp>(x, d).result()};
 }
 
+// Pow's exponent may have another dtype than its base: cast to the base's.
+std::vector<Value> pow(NodeContext& c) {
+  Value x = c.input(0), y = c.input(1);
+  const DataType dt = shaped_data_type(x.type());
+  if (shaped_data_type(y.type()) != dt) y = c.b.create<CastOp>(y, dt).result();
+  return {c.b.create<PowOp>(x, y).result()};
+}
+
+// Trilu: the upper (or lower) triangle of the last two dims from diagonal k
+// (a constant input, default 0).
+std::vector<Value> trilu(NodeContext& c) {
+  std::int64_t k = 0;
+  if (c.inputs.size() > 1 && c.inputs[1]) k = c.constant_ints(1, "Trilu's k").at(0);
+  if (c.int_attr("upper", 1) != 0) return {c.b.create<TriuOp>(c.input(0), k).result()};
+  return {c.b.create<TrilOp>(c.input(0), k).result()};
+}
+
+// max(x, 0) + slope · min(x, 0), slope broadcast to x
+std::vector<Value> prelu(NodeContext& c) {
+  Value x = c.input(0), zero = scalar_like(c, x, 0.0);
+  Value neg = c.b.create<MulOp>(c.b.create<MinimumOp>(x, zero).result(), c.input(1)).result();
+  return {c.b.create<AddOp>(c.b.create<MaximumOp>(x, zero).result(), neg).result()};
+}
+
 }  // namespace
 
 void add_elementwise_ops(OpTable& t) {
+  t["PRelu"] = {&prelu, 7};
+  t["Trilu"] = {&trilu, 14};
   t["Where"] = {&where, 9};
   t["Clip"] = {&clip, 6};
   t["ArgMax"] = {&arg_reduce<ArgMaxOp>, 1};
@@ -192,7 +218,7 @@ void add_elementwise_ops(OpTable& t) {
   t["Sub"] = {&binary<SubOp>, 7};
   t["Mul"] = {&binary<MulOp>, 7};
   t["Div"] = {&binary<DivOp>, 7};
-  t["Pow"] = {&binary<PowOp>, 7};
+  t["Pow"] = {&pow, 7};
   t["Sum"] = {&variadic<AddOp>, 8};
   t["Max"] = {&variadic<MaximumOp>, 8};
   t["Min"] = {&variadic<MinimumOp>, 8};

@@ -1,7 +1,8 @@
-// ONNX's layout ops: Transpose, Flatten, Concat, Shape (of static dims), and
-// Reshape / Squeeze /
-// Unsqueeze, whose shape or axes (inputs in later opsets) must be known at
-// import (initializers or Constant nodes): kiln takes them as attributes.
+// ONNX's layout ops: Transpose, Flatten, Concat, Gather, Shape and Size (of
+// static dims), and Reshape, Squeeze, Unsqueeze, Expand, Split and Slice,
+// whose shape, axes or bounds (inputs in later opsets) must be known at
+// import (initializers, Constant nodes, folded values): kiln takes them as
+// attributes.
 #include <algorithm>
 
 #include "kiln/dialect/kiln_dialect.h"
@@ -184,9 +185,23 @@ std::vector<Value> slice(NodeContext& c) {
   return {c.b.create<SliceOp>(c.input(0), axes, starts, ends).result()};
 }
 
+// The element count of an input whose dims are known at import: an i64
+// scalar constant.
+std::vector<Value> size(NodeContext& c) {
+  std::int64_t n = 1;
+  for (auto d : shaped_dims(c.input(0).type())) {
+    if (d < 0) c.unsupported("Size of an input with a dim known only at run time");
+    n *= d;
+  }
+  Tensor value = Tensor::from_vector<std::int64_t>(Dims(), {n});
+  c.known_outputs = {value};
+  return {constant_value(c.b, value)};
+}
+
 }  // namespace
 
 void add_tensor_ops(OpTable& t) {
+  t["Size"] = {&size, 1};
   t["Gather"] = {&gather, 1};
   t["Expand"] = {&expand, 8};
   t["Split"] = {&split, 2};
