@@ -198,9 +198,26 @@ std::vector<Value> prelu(NodeContext& c) {
   return {c.b.create<AddOp>(c.b.create<MaximumOp>(x, zero).result(), neg).result()};
 }
 
+// Mean of the inputs (broadcasting): their sum / n.
+std::vector<Value> mean(NodeContext& c) {
+  Value sum = variadic<AddOp>(c)[0];
+  const double n = static_cast<double>(c.inputs.size());
+  return {n == 1 ? sum : c.b.create<ScaleOp>(sum, 1.0 / n, 0.0).result()};
+}
+
+// Running sum along a constant axis (input #1), exclusive and reverse as kiln's.
+std::vector<Value> cumsum(NodeContext& c) {
+  const std::int64_t axis = c.constant_ints(1, "CumSum's axis").at(0);
+  return {c.b.create<CumsumOp>(c.input(0), axis, c.int_attr("exclusive", 0) != 0,
+                               c.int_attr("reverse", 0) != 0)
+              .result()};
+}
+
 }  // namespace
 
 void add_elementwise_ops(OpTable& t) {
+  t["Mean"] = {&mean, 8};
+  t["CumSum"] = {&cumsum, 11};
   t["PRelu"] = {&prelu, 7};
   t["Trilu"] = {&trilu, 14};
   t["Where"] = {&where, 9};

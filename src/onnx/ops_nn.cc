@@ -1,6 +1,7 @@
 // ONNX's 2-D convolution and pooling (NCHW) → kiln.conv2d (+ a broadcast bias
 // add), kiln.max_pool2d, kiln.avg_pool2d; the global pools as reductions over
-// the spatial dims; LogSoftmax; BatchNormalization and Dropout at inference.
+// the spatial dims; LogSoftmax; LayerNormalization (composed, with its Mean
+// and InvStdDev outputs); BatchNormalization and Dropout at inference.
 #include "kiln/dialect/kiln_dialect.h"
 #include "op_table.h"
 
@@ -126,9 +127,37 @@ std::vector<Value> batch_norm(NodeContext& c) {
   return {c.b.create<AddOp>(c.b.create<MulOp>(centered, gain).result(), channel(2)).result()};
 }
 
+// LayerNormalization (opset 17) over the dims from `axis` on, composed of
+// kiln ops so its optional Mean and InvStdDev outputs (kept dims) come too:
+// Y = (X - mean) · invstd · Scale + B, invstd = 1 / sqrt(var + epsilon).
+std::vector<Value> layer_norm(NodeContext& c) {
+  Value x = c.input(0);
+  const auto rank = static_cast<std::int64_t>(shaped_dims(x.type()).size());
+  std::int64_t axis = c.int_attr("axis", -1);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) c.unsupported("axis out of range");
+  std::vector<std::int64_t> axes;
+  for (std::int64_t a = axis; a < rank; ++a) axes.push_back(a);
+  Value mean = c.b.create<MeanOp>(x, axes, true).result();
+  Value centered = c.b.create<SubOp>(x, mean).result();
+  Value var = c.b.create<MeanOp>(c.b.create<SquareOp>(centered).result(), axes, true).result();
+  Value eps = c.b.create<FullOp>(std::vector<std::int64_t>{}, c.float_attr("epsilon", 1e-5f),
+                                 shaped_data_type(x.type()))
+                  .result();
+  Value inv_std = c.b.create<DivOp>(c.b.create<FullOp>(std::vector<std::int64_t>{}, 1.0,
+                                                       shaped_data_type(x.type()))
+                                        .result(),
+                                    c.b.create<SqrtOp>(c.b.create<AddOp>(var, eps).result()).result())
+                      .result();
+  Value y = c.b.create<MulOp>(c.b.create<MulOp>(centered, inv_std).result(), c.input(1)).result();
+  if (c.inputs.size() > 2 && c.inputs[2]) y = c.b.create<AddOp>(y, c.inputs[2]).result();
+  return {y, mean, inv_std};
+}
+
 }  // namespace
 
 void add_nn_ops(OpTable& t) {
+  t["LayerNormalization"] = {&layer_norm, 17};
   t["BatchNormalization"] = {&batch_norm, 1};
   t["Conv"] = {&conv, 1};
   t["MaxPool"] = {&max_pool, 1};
