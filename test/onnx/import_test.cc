@@ -1,6 +1,7 @@
 // kiln::onnx::import_model (kiln/onnx/import.h) on models of ONNX's backend
 // test suite: what the imported program looks like, its results against the
 // suite's expected outputs, and the errors for what kiln does not import.
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -97,6 +98,33 @@ TEST_CASE("a Constant node becomes builtin.constant holding its value", "[onnx]"
   Tensor want = onnx::read_tensor_proto(suite("node/test_constant", "test_data_set_0/output_0.pb"));
   CHECK(got.dims() == want.dims());
   CHECK(got.to_vector<float>() == want.to_vector<float>());
+}
+
+TEST_CASE("shape arithmetic on values known at import is folded into a reshape's shape",
+          "[onnx]") {
+  // test/onnx/models/shape_arithmetic.onnx, opset 13, made with onnx's
+  // protobuf classes: x [2, 3, 4] → Shape → Gather([0]) → Concat with [-1]
+  // → Reshape(x, ·) → y, the way PyTorch exports x.reshape(x.shape[0], -1).
+  const char* root = std::getenv("KILN_SOURCE_ROOT");
+  const std::filesystem::path model =
+      std::filesystem::path(root ? root : ".") / "test/onnx/models/shape_arithmetic.onnx";
+  if (!std::filesystem::exists(model)) {
+    WARN("KILN_SOURCE_ROOT is not set (meson test sets it): " << model << " not found, skipped");
+    return;
+  }
+  onnx::ImportedModel m = onnx::import_model(model.string());
+  Operation* reshape = nullptr;
+  for (Operation* op : m.main.block())
+    if (op->isa<ReshapeOp>()) reshape = op;
+  REQUIRE(reshape);
+  CHECK(ReshapeOp(reshape).attrs().shape == std::vector<std::int64_t>{2, -1});
+  CHECK(reshape->result_type(0) == TensorType::get(DataType::Float32, {2, 12}));
+  std::vector<float> x(24);
+  for (std::size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>(k);
+  Executor exe;
+  Tensor y = exe.run(m.main, {{"x", Tensor::from_vector<float>({2, 3, 4}, x)}}, {"y"})[0];
+  CHECK(y.dims() == Dims{2, 12});
+  CHECK(y.to_vector<float>() == x);
 }
 
 TEST_CASE("a test-data tensor of a dtype kiln lacks, or not a TensorProto, is a clear error",
