@@ -273,6 +273,45 @@ std::vector<Value> if_vjp(Builder& b, Operation* op, const std::vector<Value>& o
   return in_grads;
 }
 
+// The body of the saving forward loop: `body`'s ops cloned, with arguments
+// (carried..., counter, arrays..., captures...) typed by `types` then the
+// captures', and after each value of `values` is defined (an argument: as
+// the iteration starts) a write of it into its array at the counter; it
+// yields the old body's values, counter + 1 and the arrays.
+std::unique_ptr<Block> saving_body(const Block& body, std::uint32_t n, std::uint32_t ncap,
+                                   const std::vector<Type>& types,
+                                   const std::vector<Value>& values) {
+  auto nb = std::make_unique<Block>();
+  IrMapping map;
+  for (Type t : types) nb->add_argument(t);
+  for (std::uint32_t j = 0; j < n; ++j) map.map(body.argument(j), nb->argument(j));
+  for (std::uint32_t k = 0; k < ncap; ++k)
+    map.map(body.argument(n + k), nb->add_argument(body.argument(n + k).type()));
+  Value counter = nb->argument(n);
+  std::vector<Value> arrays;
+  for (std::uint32_t s = 0; s < values.size(); ++s) arrays.push_back(nb->argument(n + 1 + s));
+  Builder nbb(*nb);
+  auto save_defined_by = [&](Operation* def) {
+    for (std::size_t s = 0; s < values.size(); ++s)
+      if (values[s].defining_op() == def)
+        arrays[s] = nbb.create<ArrayWriteOp>(arrays[s], counter, map.lookup(values[s])).result();
+  };
+  save_defined_by(nullptr);  // the body's arguments, as the iteration starts
+  Operation* yield = body.back();
+  for (Operation* o : body) {
+    if (o == yield) break;
+    nb->push_back(o->clone(map));
+    save_defined_by(o);
+  }
+  std::vector<Value> next;
+  for (std::uint32_t i = 0; i < yield->num_operands(); ++i)
+    next.push_back(map.lookup_or_self(yield->operand_source(i)));
+  next.push_back(nbb.create<ScaleOp>(counter, 1.0, 1.0).result());
+  next.insert(next.end(), arrays.begin(), arrays.end());
+  nbb.create<YieldOp>(next);
+  return nb;
+}
+
 // Replaces kiln.while `op` by one that also carries a counter and, for
 // each of `values` (of its body), an array that gets the value's tensor of
 // every iteration at that iteration's index (Paddle's per-iteration stack).
@@ -281,11 +320,9 @@ std::vector<Value> if_vjp(Builder& b, Operation* op, const std::vector<Value>& o
 Operation* save_in_forward(Operation* op, const std::vector<Value>& values, BackwardContext& ctx) {
   WhileOp fwd(op);
   const std::uint32_t n = fwd.num_carried(), ncap = fwd.num_captures();
-  const Block& body = fwd.body_region().front();
   Block* block = op->parent_block();
   Builder pb(*block);
   pb.set_insertion_point(op);
-  const Type index_type = TensorType::get(DataType::Int64, {1});
   for (Value v : values)
     if (!is_shaped(v.type()))
       throw_error(ErrorKind::Unimplemented, "append_backward: the gradient of ", describe_op(op),
@@ -301,50 +338,18 @@ Operation* save_in_forward(Operation* op, const std::vector<Value>& values, Back
       types.push_back(op->result_type(j));
     }
     inits.push_back(pb.create<FullOp>(std::vector<std::int64_t>{1}, 0.0, DataType::Int64).result());
-    types.push_back(index_type);
-    added.push_back(inits.back().defining_op());
-    for (Value v : values) {
+    for (Value v : values)
       inits.push_back(
           pb.create<ArrayCreateOp>(shaped_data_type(v.type()), shaped_dims(v.type())).result());
-      types.push_back(inits.back().type());
-      added.push_back(inits.back().defining_op());
+    for (std::size_t i = n; i < inits.size(); ++i) {
+      types.push_back(inits[i].type());
+      added.push_back(inits[i].defining_op());
     }
     std::vector<Value> captures;
     for (std::uint32_t k = 0; k < ncap; ++k) captures.push_back(op->operand_source(1 + n + k));
-
-    // The new body: (carried..., counter, arrays..., captures...).
-    auto nb = std::make_unique<Block>();
-    IrMapping map;
-    for (Type t : types) nb->add_argument(t);
-    for (std::uint32_t j = 0; j < n; ++j) map.map(body.argument(j), nb->argument(j));
-    for (std::uint32_t k = 0; k < ncap; ++k)
-      map.map(body.argument(n + k), nb->add_argument(body.argument(n + k).type()));
-    Value counter = nb->argument(n);
-    std::vector<Value> arrays;
-    for (std::uint32_t s = 0; s < values.size(); ++s) arrays.push_back(nb->argument(n + 1 + s));
-    Builder nbb(*nb);
-    auto save_defined_by = [&](Operation* def) {
-      for (std::size_t s = 0; s < values.size(); ++s)
-        if (values[s].defining_op() == def)
-          arrays[s] = nbb.create<ArrayWriteOp>(arrays[s], counter, map.lookup(values[s])).result();
-    };
-    save_defined_by(nullptr);  // the body's arguments, as the iteration starts
-    Operation* yield = body.back();
-    for (Operation* o : body) {
-      if (o == yield) break;
-      nb->push_back(o->clone(map));
-      save_defined_by(o);
-    }
-    std::vector<Value> next;
-    for (std::uint32_t i = 0; i < yield->num_operands(); ++i)
-      next.push_back(map.lookup_or_self(yield->operand_source(i)));
-    next.push_back(nbb.create<ScaleOp>(counter, 1.0, 1.0).result());
-    next.insert(next.end(), arrays.begin(), arrays.end());
-    nbb.create<YieldOp>(next);
-
     nw = pb.create<WhileOp>(fwd.cond(), inits, captures, fwd.attrs().max_iterations, types);
     for (const auto& [k, v] : op->attributes()) nw->set_attribute(k, v);
-    nw->region(0).push_back(nb.release());
+    nw->region(0).push_back(saving_body(fwd.body_region().front(), n, ncap, types, values).release());
     nw->verify();
   } catch (...) {
     if (nw) block->erase(nw);
@@ -363,6 +368,176 @@ Operation* save_in_forward(Operation* op, const std::vector<Value>& values, Back
   return nw;
 }
 
+// Which carried values (indices) and captures (indices among them) of a
+// while carry gradients: a fixpoint, since a carried value may get its
+// gradient from another one (or a capture) through the body.
+struct WhileGradients {
+  std::vector<std::uint32_t> carried, captures;
+};
+WhileGradients while_gradients(WhileOp fwd, const std::unordered_set<Value>& requires_grad) {
+  const std::uint32_t n = fwd.num_carried(), ncap = fwd.num_captures();
+  const Block& f = fwd.body_region().front();
+  Operation* fwd_yield = f.back();
+  std::vector<Operation*> body_ops;
+  for (Operation* o : f)
+    if (o != fwd_yield) body_ops.push_back(o);
+  auto cut = [](Value v) { return !differentiable_type(v.type()); };
+  WhileGradients w;
+  std::vector<bool> carries(n, false);
+  for (std::uint32_t j = 0; j < n; ++j)
+    carries[j] = requires_grad.count(fwd.operation()->operand_source(1 + j)) && !cut(f.argument(j));
+  for (std::uint32_t k = 0; k < ncap; ++k)
+    if (requires_grad.count(fwd.operation()->operand_source(1 + n + k)) && !cut(f.argument(n + k)))
+      w.captures.push_back(k);
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::unordered_set<Value> req;
+    for (std::uint32_t j = 0; j < n; ++j)
+      if (carries[j]) req.insert(f.argument(j));
+    for (std::uint32_t k : w.captures) req.insert(f.argument(n + k));
+    propagate_requires_grad(body_ops, req, cut);
+    for (std::uint32_t j = 0; j < n; ++j)
+      if (!carries[j] && req.count(fwd_yield->operand_source(1 + j)) && !cut(f.argument(j)))
+        carries[j] = changed = true;
+  }
+  for (std::uint32_t j = 0; j < n; ++j)
+    if (carries[j]) w.carried.push_back(j);
+  return w;
+}
+
+// The gradient loop's body while it is built: arguments (k, dcarried...,
+// acc..., captures..., x...), x being the forward carried values (replaced
+// by saved copies, then erased); `feeds` = what the loop passes to each
+// (null for k, dcarried, acc and x); the clones of the forward body's ops,
+// and the forward value each clone's value (or x) stands for.
+struct GradBody {
+  std::unique_ptr<Block> block;
+  std::vector<Value> feeds;
+  std::unordered_set<Operation*> cloned;
+  std::unordered_map<Value, Value> forward_of;
+  std::uint32_t cap0 = 0, x0 = 0;
+};
+
+// The body of the gradient loop: the forward body cloned and walked
+// backward from the carried gradients; yields (k-1 >= 0, k-1, the carried
+// values' gradients, the accumulators plus this iteration's capture
+// gradients).
+GradBody grad_body(WhileOp fwd, const WhileGradients& w, BackwardContext& ctx) {
+  Operation* op = fwd.operation();
+  const std::uint32_t n = fwd.num_carried(), ncap = fwd.num_captures();
+  const Block& f = fwd.body_region().front();
+  Operation* fwd_yield = f.back();
+  GradBody gb;
+  gb.block = std::make_unique<Block>();
+  Block& g = *gb.block;
+  Value k = g.add_argument(TensorType::get(DataType::Int64, {1}));
+  for (std::uint32_t j : w.carried) g.add_argument(op->result_type(j));
+  for (std::uint32_t c : w.captures) g.add_argument(f.argument(n + c).type());
+  gb.feeds.resize(g.num_arguments());
+  gb.cap0 = g.num_arguments();
+  for (std::uint32_t c = 0; c < ncap; ++c) {
+    g.add_argument(f.argument(n + c).type());
+    gb.feeds.push_back(op->operand_source(1 + n + c));
+  }
+  gb.x0 = g.num_arguments();
+  IrMapping map;
+  for (std::uint32_t j = 0; j < n; ++j) {
+    Value x = g.add_argument(f.argument(j).type());
+    gb.feeds.emplace_back();
+    map.map(f.argument(j), x);
+    gb.forward_of[x] = f.argument(j);
+  }
+  for (std::uint32_t c = 0; c < ncap; ++c) map.map(f.argument(n + c), g.argument(gb.cap0 + c));
+  std::vector<Operation*> cloned_order;
+  for (Operation* o : f) {
+    if (o == fwd_yield) break;
+    Operation* c = o->clone(map);
+    g.push_back(c);
+    gb.cloned.insert(c);
+    cloned_order.push_back(c);
+    for (std::uint32_t r = 0; r < o->num_results(); ++r) gb.forward_of[c->result(r)] = o->result(r);
+  }
+  std::unordered_set<Value> req;
+  for (std::uint32_t j : w.carried) req.insert(g.argument(gb.x0 + j));
+  for (std::uint32_t c : w.captures) req.insert(g.argument(gb.cap0 + c));
+  propagate_requires_grad(cloned_order, req, [](Value v) { return !differentiable_type(v.type()); });
+  Contribs contribs;
+  std::unordered_set<Value> reaches;
+  for (std::size_t i = 0; i < w.carried.size(); ++i) {
+    Value y = map.lookup_or_self(fwd_yield->operand_source(1 + w.carried[i]));
+    if (!req.count(y)) continue;
+    contribs[y].push_back(g.argument(1 + static_cast<std::uint32_t>(i)));
+    reaches.insert(y);
+  }
+  Builder b(g);
+  emit_path(b, path_to(cloned_order, req, reaches), contribs, req, reaches, ctx);
+  std::vector<Value> next;
+  Value zero = b.create<FullOp>(std::vector<std::int64_t>{1}, 0.0, DataType::Int64).result();
+  Value k_next = b.create<ScaleOp>(k, 1.0, -1.0).result();
+  next.push_back(b.create<GreaterEqualOp>(k_next, zero).result());
+  next.push_back(k_next);
+  auto grad_of = [&](Value v) {
+    auto it = contribs.find(v);
+    return it == contribs.end() ? Value() : sum_grads(b, it->second);
+  };
+  for (std::uint32_t j : w.carried) {
+    Value x = g.argument(gb.x0 + j);
+    Value gx = grad_of(x);
+    next.push_back(gx ? gx : vjp::zeros(b, x));
+  }
+  for (std::size_t i = 0; i < w.captures.size(); ++i) {
+    Value acc = g.argument(1 + static_cast<std::uint32_t>(w.carried.size() + i));
+    Value part = grad_of(g.argument(gb.cap0 + w.captures[i]));
+    next.push_back(part ? accumulate(b, acc, part) : acc);
+  }
+  b.create<YieldOp>(next);
+  return gb;
+}
+
+// Makes the forward loop save what the gradient ops of `gb` read of the
+// clones (or of x), reads those back at k instead, and erases the clones,
+// the x arguments and the captures nothing reads. Returns the new forward op.
+Operation* read_saved_values(GradBody& gb, Operation* op, BackwardContext& ctx) {
+  Block& g = *gb.block;
+  const std::uint32_t n = WhileOp(op).num_carried(), ncap = WhileOp(op).num_captures();
+  std::vector<Value> saved;  // values of g
+  std::unordered_set<Value> seen;
+  for (Operation* o : g) {
+    if (gb.cloned.count(o)) continue;
+    for (std::uint32_t i = 0; i < o->num_operands(); ++i) {
+      Value v = o->operand_source(i);
+      if (gb.forward_of.count(v) && seen.insert(v).second) saved.push_back(v);
+    }
+  }
+  std::vector<Value> forward_values;
+  for (Value v : saved) forward_values.push_back(gb.forward_of.at(v));
+  Operation* nw = save_in_forward(op, forward_values, ctx);
+
+  Builder b(g);
+  b.set_insertion_point(g.front());
+  for (std::size_t s = 0; s < saved.size(); ++s) {
+    Value array = nw->result(n + 1 + static_cast<std::uint32_t>(s));
+    gb.feeds.push_back(array);
+    Value r = b.create<ArrayReadOp>(g.add_argument(array.type()), g.argument(0)).result();
+    saved[s].replace_uses_if(r, [&](OpOperand u) { return !gb.cloned.count(u.owner()); });
+  }
+  for (Operation* o = g.back(); o;) {
+    Operation* prev = o->prev_in_block();
+    if (gb.cloned.count(o)) g.erase(o);
+    o = prev;
+  }
+  for (std::uint32_t j = n; j-- > 0;) {
+    g.erase_argument(gb.x0 + j);
+    gb.feeds.erase(gb.feeds.begin() + gb.x0 + j);
+  }
+  for (std::uint32_t c = ncap; c-- > 0;)
+    if (g.argument(gb.cap0 + c).use_empty()) {
+      g.erase_argument(gb.cap0 + c);
+      gb.feeds.erase(gb.feeds.begin() + gb.cap0 + c);
+    }
+  return nw;
+}
+
 // The gradient of kiln.while (seed 001 §1: the backward of a sub-block is a
 // grad block of its own), Paddle's way: the forward loop saves, per
 // iteration, the body values the body's gradient reads (save_in_forward);
@@ -377,181 +552,41 @@ Operation* save_in_forward(Operation* op, const std::vector<Value>& values, Back
 std::vector<Value> while_vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads,
                              const std::unordered_set<Value>& requires_grad, BackwardContext& ctx) {
   WhileOp fwd(op);
-  const std::uint32_t n = fwd.num_carried(), ncap = fwd.num_captures();
-  const Block& f = fwd.body_region().front();
-  Operation* fwd_yield = f.back();
+  const std::uint32_t n = fwd.num_carried();
   std::vector<Value> in_grads(op->num_operands());
-  // (save_in_forward replaces op: read its operands before.)
-  std::vector<Value> fwd_captures;
-  for (std::uint32_t c = 0; c < ncap; ++c) fwd_captures.push_back(op->operand_source(1 + n + c));
-  std::vector<Operation*> body_ops;
-  for (Operation* o : f)
-    if (o != fwd_yield) body_ops.push_back(o);
-  auto cut = [](Value v) { return !differentiable_type(v.type()); };
+  const WhileGradients w = while_gradients(fwd, requires_grad);
+  if (std::none_of(w.carried.begin(), w.carried.end(),
+                   [&](std::uint32_t j) { return bool(out_grads[j]); }))
+    return in_grads;
+  // (save_in_forward replaces op: read what is needed of it before.)
+  std::vector<Value> captures_with_grad;
+  std::vector<Type> types{TensorType::get(DataType::Int64, {1})};
+  for (std::uint32_t j : w.carried) types.push_back(op->result_type(j));
+  for (std::uint32_t c : w.captures) {
+    captures_with_grad.push_back(op->operand_source(1 + n + c));
+    types.push_back(captures_with_grad.back().type());
+  }
+  GradBody gb = grad_body(fwd, w, ctx);
+  Operation* nw = read_saved_values(gb, op, ctx);
 
-  // 1. The carried values with a gradient: a fixpoint, since one may get
-  // it from another (or a capture) through the body.
-  std::vector<bool> carries(n, false);
-  for (std::uint32_t j = 0; j < n; ++j)
-    carries[j] = requires_grad.count(op->operand_source(1 + j)) && !cut(f.argument(j));
-  std::vector<std::uint32_t> diff_caps;
-  for (std::uint32_t k = 0; k < ncap; ++k)
-    if (requires_grad.count(op->operand_source(1 + n + k)) && !cut(f.argument(n + k)))
-      diff_caps.push_back(k);
-  for (bool changed = true; changed;) {
-    changed = false;
-    std::unordered_set<Value> req;
-    for (std::uint32_t j = 0; j < n; ++j)
-      if (carries[j]) req.insert(f.argument(j));
-    for (std::uint32_t k : diff_caps) req.insert(f.argument(n + k));
-    propagate_requires_grad(body_ops, req, cut);
-    for (std::uint32_t j = 0; j < n; ++j)
-      if (!carries[j] && req.count(fwd_yield->operand_source(1 + j)) && !cut(f.argument(j)))
-        carries[j] = changed = true;
-  }
-  std::vector<std::uint32_t> dc;  // carried with a gradient
-  bool seeded = false;
-  for (std::uint32_t j = 0; j < n; ++j)
-    if (carries[j]) {
-      dc.push_back(j);
-      seeded = seeded || out_grads[j];
-    }
-  if (!seeded) return in_grads;
-
-  // 2. The gradient body, first with one argument per forward carried
-  // value (x, replaced by saved copies below): (k, dcarried..., acc...,
-  // captures..., x...). `feeds` = what the gradient while passes to each.
-  auto g = std::make_unique<Block>();
-  const Type index_type = TensorType::get(DataType::Int64, {1});
-  std::vector<Value> feeds;  // null for k, dcarried and acc: set at the end
-  Value k = g->add_argument(index_type);
-  feeds.emplace_back();
-  for (std::uint32_t j : dc) {
-    g->add_argument(op->result_type(j));
-    feeds.emplace_back();
-  }
-  for (std::uint32_t c : diff_caps) {
-    g->add_argument(f.argument(n + c).type());
-    feeds.emplace_back();
-  }
-  const std::uint32_t cap0 = g->num_arguments();
-  for (std::uint32_t c = 0; c < ncap; ++c) {
-    g->add_argument(f.argument(n + c).type());
-    feeds.push_back(fwd_captures[c]);
-  }
-  const std::uint32_t x0 = g->num_arguments();
-  IrMapping map;
-  std::unordered_map<Value, Value> forward_of;  // a value of g → the body's
-  for (std::uint32_t j = 0; j < n; ++j) {
-    Value x = g->add_argument(f.argument(j).type());
-    feeds.emplace_back();
-    map.map(f.argument(j), x);
-    forward_of[x] = f.argument(j);
-  }
-  for (std::uint32_t c = 0; c < ncap; ++c) map.map(f.argument(n + c), g->argument(cap0 + c));
-  std::unordered_set<Operation*> cloned;
-  std::vector<Operation*> cloned_order;
-  for (Operation* o : body_ops) {
-    Operation* c = o->clone(map);
-    g->push_back(c);
-    cloned.insert(c);
-    cloned_order.push_back(c);
-    for (std::uint32_t r = 0; r < o->num_results(); ++r) forward_of[c->result(r)] = o->result(r);
-  }
-  std::unordered_set<Value> req;
-  for (std::uint32_t j : dc) req.insert(g->argument(x0 + j));
-  for (std::uint32_t c : diff_caps) req.insert(g->argument(cap0 + c));
-  propagate_requires_grad(cloned_order, req, cut);
-  Contribs contribs;
-  std::unordered_set<Value> reaches;
-  for (std::size_t i = 0; i < dc.size(); ++i) {
-    Value y = map.lookup_or_self(fwd_yield->operand_source(1 + dc[i]));
-    if (!req.count(y)) continue;
-    contribs[y].push_back(g->argument(1 + static_cast<std::uint32_t>(i)));
-    reaches.insert(y);
-  }
-  Builder gb(*g);
-  emit_path(gb, path_to(cloned_order, req, reaches), contribs, req, reaches, ctx);
-  std::vector<Value> next;
-  Value zero = gb.create<FullOp>(std::vector<std::int64_t>{1}, 0.0, DataType::Int64).result();
-  Value k_next = gb.create<ScaleOp>(k, 1.0, -1.0).result();
-  next.push_back(gb.create<GreaterEqualOp>(k_next, zero).result());
-  next.push_back(k_next);
-  for (std::uint32_t j : dc) {
-    Value x = g->argument(x0 + j);
-    auto it = contribs.find(x);
-    Value gx = it == contribs.end() ? Value() : sum_grads(gb, it->second);
-    next.push_back(gx ? gx : vjp::zeros(gb, x));
-  }
-  for (std::size_t i = 0; i < diff_caps.size(); ++i) {
-    Value acc = g->argument(1 + static_cast<std::uint32_t>(dc.size() + i));
-    auto it = contribs.find(g->argument(cap0 + diff_caps[i]));
-    Value part = it == contribs.end() ? Value() : sum_grads(gb, it->second);
-    next.push_back(part ? accumulate(gb, acc, part) : acc);
-  }
-  gb.create<YieldOp>(next);
-
-  // 3. The forward values the gradient ops read: saved by the forward loop.
-  std::vector<Value> saved;  // values of g
-  std::unordered_set<Value> seen;
-  for (Operation* o : *g) {
-    if (cloned.count(o)) continue;
-    for (std::uint32_t i = 0; i < o->num_operands(); ++i) {
-      Value v = o->operand_source(i);
-      if (forward_of.count(v) && seen.insert(v).second) saved.push_back(v);
-    }
-  }
-  std::vector<Value> forward_values;
-  for (Value v : saved) forward_values.push_back(forward_of.at(v));
-  Operation* nw = save_in_forward(op, forward_values, ctx);
-
-  // 4. In g: read them back at k, erase the clones and the x arguments.
-  gb.set_insertion_point(g->front());
-  for (std::size_t s = 0; s < saved.size(); ++s) {
-    Value arr = g->add_argument(nw->result(n + 1 + static_cast<std::uint32_t>(s)).type());
-    feeds.push_back(nw->result(n + 1 + static_cast<std::uint32_t>(s)));
-    Value r = gb.create<ArrayReadOp>(arr, k).result();
-    saved[s].replace_uses_if(r, [&](OpOperand u) { return !cloned.count(u.owner()); });
-  }
-  for (Operation* o = g->back(); o;) {
-    Operation* prev = o->prev_in_block();
-    if (cloned.count(o)) g->erase(o);
-    o = prev;
-  }
-  for (std::uint32_t j = n; j-- > 0;) {
-    g->erase_argument(x0 + j);
-    feeds.erase(feeds.begin() + x0 + j);
-  }
-  for (std::uint32_t c = ncap; c-- > 0;)  // captures the gradient does not read
-    if (g->argument(cap0 + c).use_empty()) {
-      g->erase_argument(cap0 + c);
-      feeds.erase(feeds.begin() + cap0 + c);
-    }
-
-  // 5. The gradient loop, after the forward one: k from n-1 down to 0.
-  Value count = nw->result(n);
-  Value k0 = b.create<ScaleOp>(count, 1.0, -1.0).result();
-  Value zero0 = b.create<FullOp>(std::vector<std::int64_t>{1}, 0.0, DataType::Int64).result();
-  Value cond0 = b.create<GreaterEqualOp>(k0, zero0).result();
+  // The gradient loop, after the forward one: k from n-1 down to 0.
+  Value k0 = b.create<ScaleOp>(nw->result(n), 1.0, -1.0).result();
+  Value zero = b.create<FullOp>(std::vector<std::int64_t>{1}, 0.0, DataType::Int64).result();
+  Value cond0 = b.create<GreaterEqualOp>(k0, zero).result();
   std::vector<Value> inits{k0};
-  std::vector<Type> types{index_type};
-  for (std::uint32_t j : dc) {
+  for (std::uint32_t j : w.carried)
     inits.push_back(out_grads[j] ? out_grads[j] : vjp::zeros(b, nw->result(j)));
-    types.push_back(op->result_type(j));
-  }
-  for (std::uint32_t c : diff_caps) {
-    inits.push_back(vjp::zeros(b, fwd_captures[c]));
-    types.push_back(f.argument(n + c).type());
-  }
-  const std::size_t num_carried = inits.size();
-  std::vector<Value> captures(feeds.begin() + static_cast<std::ptrdiff_t>(num_carried), feeds.end());
+  for (Value c : captures_with_grad) inits.push_back(vjp::zeros(b, c));
+  std::vector<Value> captures(gb.feeds.begin() + static_cast<std::ptrdiff_t>(inits.size()),
+                              gb.feeds.end());
   Operation* grad = b.create<WhileOp>(cond0, inits, captures, -1, types);
-  grad->region(0).push_back(g.release());
+  grad->region(0).push_back(gb.block.release());
   grad->verify();
-  for (std::size_t i = 0; i < dc.size(); ++i)
-    in_grads[1 + dc[i]] = grad->result(1 + static_cast<std::uint32_t>(i));
-  for (std::size_t i = 0; i < diff_caps.size(); ++i)
-    in_grads[1 + n + diff_caps[i]] = grad->result(1 + static_cast<std::uint32_t>(dc.size() + i));
+  for (std::size_t i = 0; i < w.carried.size(); ++i)
+    in_grads[1 + w.carried[i]] = grad->result(1 + static_cast<std::uint32_t>(i));
+  for (std::size_t i = 0; i < w.captures.size(); ++i)
+    in_grads[1 + n + w.captures[i]] =
+        grad->result(1 + static_cast<std::uint32_t>(w.carried.size() + i));
   return in_grads;
 }
 
