@@ -154,6 +154,131 @@ void fold_constants(const Program& main, Operation* mark, const ::onnx::NodeProt
   }
 }
 
+// One import, phase by phase: initializers, graph inputs, each node, graph
+// outputs. `values` maps ONNX names to kiln values; `constants` holds the
+// values known at import (initializers, Constant nodes, Shape of static
+// dims, folded nodes).
+class GraphImporter {
+ public:
+  GraphImporter(ImportedModel& out, std::string_view what)
+      : out_(out), what_(what), b_(out.main), sb_(out.startup) {}
+
+  // Initializers: parameters set by the startup program from their values
+  // (so the imported model trains like one built by the frontend).
+  void import_initializers(const ::onnx::GraphProto& g) {
+    if (g.sparse_initializer_size() > 0)
+      throw_error(ErrorKind::Unimplemented, "ONNX model ", what_, " has sparse initializers (first '",
+                  g.sparse_initializer(0).values().name(), "'); kiln does not import them");
+    for (const auto& init : g.initializer()) {
+      Tensor t = detail::tensor_of(init, "initializer '" + init.name() + "'");
+      const Type type = TensorType::get(t.dtype(), t.dims().to_vector());
+      sb_.create<SetParameterOp>(detail::constant_value(sb_, t), init.name());
+      out_.startup.set_parameter(init.name(), Parameter{type, true});
+      out_.main.set_parameter(init.name(), Parameter{type, true});
+      values_[init.name()] = b_.create<ParameterOp>(init.name(), type).result();
+      constants_.emplace(init.name(), std::move(t));
+    }
+  }
+
+  void import_inputs(const ::onnx::GraphProto& g) {
+    for (const auto& in : g.input()) {
+      if (constants_.count(in.name())) continue;  // an initializer listed as an input (IR < 4)
+      const std::string desc = "graph input '" + in.name() + "'";
+      if (!in.type().has_tensor_type())
+        throw_error(ErrorKind::Unimplemented, "ONNX ", desc, " is not a tensor");
+      const auto& tt = in.type().tensor_type();
+      const DataType dt = data_type(tt.elem_type(), desc);
+      if (!tt.has_shape())
+        throw_error(ErrorKind::Unimplemented, "ONNX ", desc, " has no shape (not even its rank)");
+      std::vector<std::int64_t> dims;
+      for (const auto& d : tt.shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+      values_[in.name()] = b_.create<DataOp>(in.name(), dims, dt).result();
+      out_.inputs.push_back(in.name());
+    }
+  }
+
+  void import_node(const ::onnx::NodeProto& node) {
+    const std::string where = "node '" + node.name() + "' (" + node.op_type() + ")";
+    const detail::OpEntry& entry = entry_for(node, where);
+    detail::NodeContext ctx{b_, node, out_.opset, {}, {}, {}};
+    for (const auto& name : node.input()) {
+      if (name.empty()) {
+        ctx.inputs.emplace_back();
+        ctx.constants.push_back(nullptr);
+        continue;
+      }
+      auto v = values_.find(name);
+      if (v == values_.end())
+        throw_error(ErrorKind::InvalidArgument, "ONNX ", where, ": input '", name,
+                    "' is made by no earlier node and is no graph input");
+      ctx.inputs.push_back(v->second);
+      auto c = constants_.find(name);
+      ctx.constants.push_back(c == constants_.end() ? nullptr : &c->second);
+    }
+    std::vector<Value> results;
+    Operation* mark = out_.main.block().back();
+    try {
+      results = entry.build(ctx);
+    } catch (const Error& e) {
+      // kiln's own checks (InferMeta) name kiln's op; say which node it was.
+      if (e.message().find(where) != std::string::npos) throw;
+      throw Error(e.kind(), "ONNX " + where + ": " + e.message());
+    }
+    for (int k = 0; k < node.output_size(); ++k) {
+      if (node.output(k).empty()) continue;
+      if (k >= static_cast<int>(results.size()) || !results[static_cast<std::size_t>(k)])
+        throw_error(ErrorKind::Unimplemented, "ONNX ", where, ": kiln does not compute output #",
+                    k, " ('", node.output(k), "')");
+      values_[node.output(k)] = results[static_cast<std::size_t>(k)];
+    }
+    // Outputs the builder knows (Constant, Shape), or else a node whose
+    // inputs are all known, folded: known at import too.
+    if (ctx.known_outputs.empty()) {
+      fold_constants(out_.main, mark, node, ctx, results, constants_);
+      return;
+    }
+    for (std::size_t k = 0; k < ctx.known_outputs.size(); ++k)
+      if (k < static_cast<std::size_t>(node.output_size()) && ctx.known_outputs[k].is_initialized())
+        constants_.emplace(node.output(static_cast<int>(k)), ctx.known_outputs[k]);
+  }
+
+  void import_outputs(const ::onnx::GraphProto& g) {
+    for (const auto& o : g.output()) {
+      auto v = values_.find(o.name());
+      if (v == values_.end())
+        throw_error(ErrorKind::InvalidArgument, "ONNX model ", what_, ": graph output '", o.name(),
+                    "' is made by no node");
+      b_.create<FetchOp>(v->second, o.name());
+      out_.outputs.push_back(o.name());
+    }
+  }
+
+ private:
+  // The node's table entry; kiln::Error when its domain, op or opset is
+  // not covered.
+  const detail::OpEntry& entry_for(const ::onnx::NodeProto& node, const std::string& where) const {
+    if (!node.domain().empty() && node.domain() != "ai.onnx")
+      throw_error(ErrorKind::Unimplemented, "ONNX ", where, " is in domain '", node.domain(),
+                  "'; kiln imports the default domain");
+    const auto& table = detail::op_table();
+    auto it = table.find(node.op_type());
+    if (it == table.end())
+      throw_error(ErrorKind::Unimplemented, "ONNX ", where, ": kiln has no importer for op '",
+                  node.op_type(), "'");
+    if (out_.opset < it->second.since || out_.opset > it->second.until)
+      throw_error(ErrorKind::Unimplemented, "ONNX ", where, ": kiln imports '", node.op_type(),
+                  "' for opsets ", it->second.since, " to ", it->second.until, ", the model uses ",
+                  out_.opset);
+    return it->second;
+  }
+
+  ImportedModel& out_;
+  std::string_view what_;
+  Builder b_, sb_;
+  std::unordered_map<std::string, Value> values_;
+  std::unordered_map<std::string, Tensor> constants_;
+};
+
 }  // namespace
 
 ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what) {
@@ -165,106 +290,11 @@ ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view w
     throw_error(ErrorKind::Unimplemented, "ONNX model ", what, " uses opset ", out.opset,
                 " of the default domain; kiln imports opsets 1 to ", kMaxOpset);
   const auto& g = model.graph();
-  if (g.sparse_initializer_size() > 0)
-    throw_error(ErrorKind::Unimplemented, "ONNX model ", what, " has sparse initializers (first '",
-                g.sparse_initializer(0).values().name(), "'); kiln does not import them");
-
-  Builder b(out.main);
-  std::unordered_map<std::string, Value> values;
-  // Values known at import: initializers and Constant nodes' outputs.
-  std::unordered_map<std::string, Tensor> constants;
-  // Initializers: parameters, set by the startup program from their values
-  // (so the imported model trains like one built by the frontend).
-  Builder sb(out.startup);
-  for (const auto& init : g.initializer()) {
-    Tensor t = detail::tensor_of(init, "initializer '" + init.name() + "'");
-    const Type type = TensorType::get(t.dtype(), t.dims().to_vector());
-    sb.create<SetParameterOp>(detail::constant_value(sb, t), init.name());
-    out.startup.set_parameter(init.name(), Parameter{type, true});
-    out.main.set_parameter(init.name(), Parameter{type, true});
-    values[init.name()] = b.create<ParameterOp>(init.name(), type).result();
-    constants.emplace(init.name(), std::move(t));
-  }
-  for (const auto& in : g.input()) {
-    if (constants.count(in.name())) continue;  // an initializer listed as an input (IR < 4)
-    const std::string desc = "graph input '" + in.name() + "'";
-    if (!in.type().has_tensor_type())
-      throw_error(ErrorKind::Unimplemented, "ONNX ", desc, " is not a tensor");
-    const auto& tt = in.type().tensor_type();
-    const DataType dt = data_type(tt.elem_type(), desc);
-    std::vector<std::int64_t> dims;
-    if (!tt.has_shape())
-      throw_error(ErrorKind::Unimplemented, "ONNX ", desc, " has no shape (not even its rank)");
-    for (const auto& d : tt.shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
-    values[in.name()] = b.create<DataOp>(in.name(), dims, dt).result();
-    out.inputs.push_back(in.name());
-  }
-
-  const auto& table = detail::op_table();
-  for (const auto& node : g.node()) {
-    const std::string where = "node '" + node.name() + "' (" + node.op_type() + ")";
-    if (!node.domain().empty() && node.domain() != "ai.onnx")
-      throw_error(ErrorKind::Unimplemented, "ONNX ", where, " is in domain '", node.domain(),
-                  "'; kiln imports the default domain");
-    auto it = table.find(node.op_type());
-    if (it == table.end())
-      throw_error(ErrorKind::Unimplemented, "ONNX ", where, ": kiln has no importer for op '",
-                  node.op_type(), "'");
-    if (out.opset < it->second.since || out.opset > it->second.until)
-      throw_error(ErrorKind::Unimplemented, "ONNX ", where, ": kiln imports '", node.op_type(),
-                  "' for opsets ", it->second.since, " to ", it->second.until, ", the model uses ",
-                  out.opset);
-    detail::NodeContext ctx{b, node, out.opset, {}, {}, {}};
-    for (const auto& name : node.input()) {
-      if (name.empty()) {
-        ctx.inputs.emplace_back();
-        ctx.constants.push_back(nullptr);
-        continue;
-      }
-      auto v = values.find(name);
-      if (v == values.end())
-        throw_error(ErrorKind::InvalidArgument, "ONNX ", where, ": input '", name,
-                    "' is made by no earlier node and is no graph input");
-      ctx.inputs.push_back(v->second);
-      auto c = constants.find(name);
-      ctx.constants.push_back(c == constants.end() ? nullptr : &c->second);
-    }
-    std::vector<Value> results;
-    Operation* mark = out.main.block().back();
-    try {
-      results = it->second.build(ctx);
-    } catch (const Error& e) {
-      // kiln's own checks (InferMeta) name kiln's op; say which node it was.
-      if (e.message().find(where) != std::string::npos) throw;
-      throw Error(e.kind(), "ONNX " + where + ": " + e.message());
-    }
-    for (int k = 0; k < node.output_size(); ++k) {
-      if (node.output(k).empty()) continue;
-      if (k >= static_cast<int>(results.size()) || !results[static_cast<std::size_t>(k)])
-        throw_error(ErrorKind::Unimplemented, "ONNX ", where, ": kiln does not compute output #",
-                    k, " ('", node.output(k), "')");
-      values[node.output(k)] = results[static_cast<std::size_t>(k)];
-    }
-    // A Constant node's value is known at import too, and so are the
-    // results of a node whose inputs all are (shape arithmetic).
-    if (node.op_type() == "Constant" && node.output_size() == 1)
-      constants.emplace(node.output(0), detail::constant_tensor(ctx));
-    else if (!ctx.known_outputs.empty())
-      for (std::size_t k = 0; k < ctx.known_outputs.size() && k < static_cast<std::size_t>(node.output_size()); ++k) {
-        if (ctx.known_outputs[k].is_initialized())
-          constants.emplace(node.output(static_cast<int>(k)), ctx.known_outputs[k]);
-      }
-    else
-      fold_constants(out.main, mark, node, ctx, results, constants);
-  }
-  for (const auto& o : g.output()) {
-    auto v = values.find(o.name());
-    if (v == values.end())
-      throw_error(ErrorKind::InvalidArgument, "ONNX model ", what, ": graph output '", o.name(),
-                  "' is made by no node");
-    b.create<FetchOp>(v->second, o.name());
-    out.outputs.push_back(o.name());
-  }
+  GraphImporter importer(out, what);
+  importer.import_initializers(g);
+  importer.import_inputs(g);
+  for (const auto& node : g.node()) importer.import_node(node);
+  importer.import_outputs(g);
   return out;
 }
 

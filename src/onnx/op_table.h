@@ -50,8 +50,6 @@ struct NodeContext {
 Tensor tensor_of(const ::onnx::TensorProto& t, std::string_view what);
 // A tensor's bytes as a builtin.constant; its value.
 Value constant_value(Builder& b, const Tensor& t);
-// A Constant node's value.
-Tensor constant_tensor(const NodeContext& c);
 
 using NodeBuilder = std::vector<Value> (*)(NodeContext& ctx);
 

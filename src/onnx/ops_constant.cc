@@ -5,6 +5,9 @@
 
 namespace kiln::onnx::detail {
 
+namespace {
+
+// The node's value attribute as a tensor.
 Tensor constant_tensor(const NodeContext& c) {
   if (const auto* a = c.attribute("value"))
     return tensor_of(a->t(), c.where() + " value");
@@ -22,9 +25,10 @@ Tensor constant_tensor(const NodeContext& c) {
   c.unsupported("Constant with " + kind + "; kiln imports value, value_float(s) and value_int(s)");
 }
 
-namespace {
-
-std::vector<Value> constant(NodeContext& c) { return {constant_value(c.b, constant_tensor(c))}; }
+std::vector<Value> constant(NodeContext& c) {
+  c.known_outputs = {constant_tensor(c)};
+  return {constant_value(c.b, c.known_outputs[0])};
+}
 
 }  // namespace
 
