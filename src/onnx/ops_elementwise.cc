@@ -1,8 +1,8 @@
 // ONNX's elementwise ops → kiln's unary, binary (numpy broadcasting, as ONNX
 // since opset 7), comparison and logic ops; the variadic Sum / Max / Min as
-// chains of binary ops; Gemm, MatMul, Softmax, Cast, Where, Clip, ArgMax /
-// ArgMin, Trilu; activations composed of kiln ops (LeakyRelu, PRelu, Elu,
-// Selu, HardSigmoid, Softplus, Softsign).
+// chains of binary ops; Gemm, MatMul, Softmax / LogSoftmax, Cast, Where,
+// Clip, ArgMax / ArgMin, Trilu; activations composed of kiln ops (LeakyRelu,
+// PRelu, Elu, Selu, HardSigmoid, Softplus, Softsign).
 #include <limits>
 
 #include "kiln/dialect/kiln_dialect.h"
@@ -61,17 +61,19 @@ std::vector<Value> matmul(NodeContext& c) {
   return {c.b.create<MatmulOp>(c.input(0), c.input(1)).result()};
 }
 
-// Opset 13 normalizes along `axis` alone; before, the input was coerced to
-// 2-D at `axis` (default 1), the same thing only when axis is the last dim.
+// Softmax / LogSoftmax: opset 13 normalizes along `axis` alone; before,
+// the input was coerced to 2-D at `axis` (default 1), the same thing only
+// when axis is the last dim.
+template <typename OpT>
 std::vector<Value> softmax(NodeContext& c) {
   Value x = c.input(0);
   const auto rank = static_cast<std::int64_t>(shaped_dims(x.type()).size());
   std::int64_t axis = c.int_attr("axis", c.opset >= 13 ? -1 : 1);
   if (axis < 0) axis += rank;
   if (c.opset < 13 && axis != rank - 1)
-    c.unsupported("Softmax before opset 13 with axis " + std::to_string(axis) +
+    c.unsupported(c.node.op_type() + " before opset 13 with axis " + std::to_string(axis) +
                   " (not the last dim) flattens its input; not imported yet");
-  return {c.b.create<SoftmaxOp>(x, axis).result()};
+  return {c.b.create<OpT>(x, axis).result()};
 }
 
 std::vector<Value> cast(NodeContext& c) {
@@ -260,7 +262,8 @@ void add_elementwise_ops(OpTable& t) {
   t["Not"] = {&unary<LogicalNotOp>, 1};
   t["Gemm"] = {&gemm, 6};  // C broadcast one way (numpy-compatible) in every version
   t["MatMul"] = {&matmul, 9};
-  t["Softmax"] = {&softmax, 1};
+  t["Softmax"] = {&softmax<SoftmaxOp>, 1};
+  t["LogSoftmax"] = {&softmax<LogSoftmaxOp>, 1};
   t["Cast"] = {&cast, 13};
 }
 

@@ -1,6 +1,6 @@
 // ONNX's 2-D convolution and pooling (NCHW) → kiln.conv2d (+ a broadcast bias
 // add), kiln.max_pool2d, kiln.avg_pool2d; the global pools as reductions over
-// the spatial dims; LogSoftmax; LayerNormalization (composed, with its Mean
+// the spatial dims; LayerNormalization (composed, with its Mean
 // and InvStdDev outputs); BatchNormalization and Dropout at inference.
 #include "kiln/dialect/kiln_dialect.h"
 #include "op_table.h"
@@ -81,17 +81,6 @@ std::vector<Value> global_pool(NodeContext& c) {
   return {c.b.create<OpT>(c.input(0), axes, true).result()};
 }
 
-std::vector<Value> log_softmax(NodeContext& c) {
-  Value x = c.input(0);
-  const auto rank = static_cast<std::int64_t>(shaped_dims(x.type()).size());
-  std::int64_t axis = c.int_attr("axis", c.opset >= 13 ? -1 : 1);
-  if (axis < 0) axis += rank;
-  if (c.opset < 13 && axis != rank - 1)
-    c.unsupported("LogSoftmax before opset 13 with axis " + std::to_string(axis) +
-                  " (not the last dim) flattens its input; not imported yet");
-  return {c.b.create<LogSoftmaxOp>(x, axis).result()};
-}
-
 // Inference: y = x (and no mask). Training mode (opset 12's input, or is_test
 // = 0 before opset 7) draws random numbers: not imported.
 std::vector<Value> dropout(NodeContext& c) {
@@ -164,7 +153,6 @@ void add_nn_ops(OpTable& t) {
   t["AveragePool"] = {&average_pool, 1};
   t["GlobalAveragePool"] = {&global_pool<MeanOp>, 1};
   t["GlobalMaxPool"] = {&global_pool<MaxOp>, 1};
-  t["LogSoftmax"] = {&log_softmax, 1};
   t["Dropout"] = {&dropout, 1};
 }
 
