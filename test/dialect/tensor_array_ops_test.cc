@@ -15,18 +15,12 @@ namespace F = kiln::nn::functional;
 
 namespace {
 
-struct Built {
-  Program main, startup;
-  UniqueNameGuard names;
-  ProgramGuard guard{main, startup};
-};
-
 Value i64(double v) { return full({1}, v, DataType::Int64); }
 
 }  // namespace
 
 TEST_CASE("array ops infer their types from the array's element type", "[dialect][array]") {
-  Built b;
+  GuardedPrograms b;
   Value a = create_array(DataType::Float32, {-1, 4});
   CHECK(a.type() == TensorArrayType::get(DataType::Float32, {-1, 4}));
   CHECK(a.type().to_string() == "tensor_array<-1x4xf32>");
@@ -44,7 +38,7 @@ TEST_CASE("array ops infer their types from the array's element type", "[dialect
 }
 
 TEST_CASE("array ops reject bad operands with errors naming the op or helper", "[dialect][array]") {
-  Built b;
+  GuardedPrograms b;
   Value a = create_array(DataType::Float32, {2});
   Value x = data("x", {3});
   Value f = data("f", {1});
@@ -65,7 +59,7 @@ TEST_CASE("array ops reject bad operands with errors naming the op or helper", "
 TEST_CASE("writing past the end grows the array; reading a gap, a negative or an out-of-range "
           "index is a clear error",
           "[dialect][array]") {
-  Built b;
+  GuardedPrograms b;
   Value x = data("x", {2});
   Value i = data("i", {1}, DataType::Int64);
   Value a = array_write(create_array(DataType::Float32, {2}), i64(3), x);
@@ -90,7 +84,7 @@ TEST_CASE("writing past the end grows the array; reading a gap, a negative or an
 TEST_CASE("stack and from_tensor are inverses along any axis; an empty array stacks only when "
           "its element dims are known",
           "[dialect][array]") {
-  Built b;
+  GuardedPrograms b;
   Value t = data("t", {2, 3, 2});
   Value back0 = array_stack(array_from_tensor(t, 0), 0);
   Value back1 = array_stack(array_from_tensor(t, 1), 1);
@@ -118,7 +112,7 @@ TEST_CASE("stack and from_tensor are inverses along any axis; an empty array sta
 
 TEST_CASE("stacking elements of different shapes is a clear error naming the element",
           "[dialect][array]") {
-  Built b;
+  GuardedPrograms b;
   Value x = data("x", {-1});
   Value y = data("y", {-1});
   Value a = array_write(array_write(create_array(DataType::Float32, {-1}), i64(0), x), i64(1), y);
@@ -129,7 +123,7 @@ TEST_CASE("stacking elements of different shapes is a clear error naming the ele
 }
 
 TEST_CASE("fetching an array is a clear error that says to stack it", "[dialect][array]") {
-  Built b;
+  GuardedPrograms b;
   Value a = array_write(create_array(DataType::Float32, {2}), i64(0), data("x", {2}));
   Executor exe;
   KILN_CHECK_ERROR(exe.run(b.main, {{"x", f32({2}, {1, 2})}}, {a}), InvalidArgument,
@@ -138,7 +132,7 @@ TEST_CASE("fetching an array is a clear error that says to stack it", "[dialect]
 
 TEST_CASE("an element keeps its value when an in-place op later writes the tensor it came from",
           "[dialect][array]") {
-  Built b;
+  GuardedPrograms b;
   Value x = F::tanh(data("x", {2}));
   Value a = array_write(create_array(DataType::Float32, {2}), i64(0), x);
   Value r = main_builder().create<Relu_Op>(x).result();  // x = relu(x), in place
@@ -152,7 +146,7 @@ TEST_CASE("an element keeps its value when an in-place op later writes the tenso
 TEST_CASE("a while_loop collects its steps in a carried array and reads its input from one, "
           "appending in place",
           "[dialect][array][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value xs = array_from_tensor(data("x", {-1, 2}));  // T rows of 2
   Value n = array_length(xs);
   Value out0 = create_array(DataType::Float32, {2});
@@ -188,7 +182,7 @@ TEST_CASE("a while_loop collects its steps in a carried array and reads its inpu
 }
 
 TEST_CASE("a program with arrays prints the same after a JSON round trip", "[dialect][array]") {
-  Built b;
+  GuardedPrograms b;
   Value a = array_write(create_array(DataType::Float64, {-1, 3}), i64(0), data("x", {2, 3},
                                                                                   DataType::Float64));
   array_stack(a, 1);

@@ -12,13 +12,6 @@ namespace F = kiln::nn::functional;
 
 namespace {
 
-// A (main, startup) pair under a ProgramGuard with fresh unique names.
-struct Built {
-  Program main, startup;
-  UniqueNameGuard names;
-  ProgramGuard guard{main, startup};
-};
-
 Operation* last_op(const Program& p) { return p.block().back(); }
 
 Value add(Value a, Value b) { return main_builder().create<AddOp>(a, b).result(); }
@@ -37,7 +30,7 @@ std::string defined_by(Value v) {
 TEST_CASE("comparison helpers build one bool op each, a number becoming a 0-d constant of the "
           "other operand's dtype",
           "[frontend][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value i = data("i", {1}, DataType::Int64);
   Value j = data("j", {1}, DataType::Int64);
   for (Value v : {equal(i, j), not_equal(i, j), less_than(i, j), less_equal(i, j),
@@ -62,7 +55,7 @@ TEST_CASE("comparison helpers build one bool op each, a number becoming a 0-d co
 
 TEST_CASE("comparison helpers reject bad operands with errors naming the helper",
           "[frontend][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value f = data("f", {1});
   Value i = data("i", {1}, DataType::Int64);
   KILN_CHECK_ERROR(less_than(Value(), f), InvalidArgument, {"less_than", "null"});
@@ -83,7 +76,7 @@ TEST_CASE("comparison helpers reject bad operands with errors naming the helper"
 TEST_CASE("a BlockGuard makes main_builder fill a detached block while data and parameters "
           "stay in the top block",
           "[frontend][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value x = data("x", {2});
   Block body;
   Value inner, p;
@@ -116,7 +109,7 @@ TEST_CASE("a BlockGuard needs a ProgramGuard and a detached block", "[frontend][
 TEST_CASE("captures are the outer values the blocks use, in first-use order, appended as "
           "arguments of every block",
           "[frontend][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value x = data("x", {2});
   Value y = data("y", {2});
   Block b0, b1;
@@ -149,7 +142,7 @@ TEST_CASE("captures are the outer values the blocks use, in first-use order, app
 TEST_CASE("cond builds a kiln.if whose captures are operands: a value defined before it and a "
           "parameter created inside a branch",
           "[frontend][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value x = data("x", {2, 3});
   Value flag = data("flag", {1}, DataType::Bool);
   auto outs = cond(
@@ -175,7 +168,7 @@ TEST_CASE("cond builds a kiln.if whose captures are operands: a value defined be
 }
 
 TEST_CASE("cond's results take the join of the branches' types", "[frontend][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value pred = data("p", {1}, DataType::Bool);
   Value a = data("a", {2, 3});
   Value c = data("c", {4, 3});
@@ -185,7 +178,7 @@ TEST_CASE("cond's results take the join of the branches' types", "[frontend][cf]
 }
 
 TEST_CASE("cond without false_fn builds an else branch that yields nothing", "[frontend][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value pred = data("p", {}, DataType::Bool);
   Value x = data("x", {2});
   auto outs = cond(pred, [&] {
@@ -202,7 +195,7 @@ TEST_CASE("cond without false_fn builds an else branch that yields nothing", "[f
 TEST_CASE("cond rejects bad predicates and mismatched branches, naming cond, and leaves the "
           "program as it was",
           "[frontend][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value x = data("x", {2});
   Value i = data("i", {2}, DataType::Int64);
   Value pred = data("p", {1}, DataType::Bool);
@@ -264,7 +257,7 @@ TEST_CASE("cond rejects bad predicates and mismatched branches, naming cond, and
 TEST_CASE("while_loop builds the condition before the loop and at the end of the body, and "
           "captures what cond_fn and body_fn read",
           "[frontend][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value limit = data("n", {1}, DataType::Int64);
   Value i0 = i64_scalar(0);
   Value acc0 = full({2}, 0.0);
@@ -301,7 +294,7 @@ TEST_CASE("while_loop builds the condition before the loop and at the end of the
 }
 
 TEST_CASE("a cond nested in a while_loop body captures through both ops", "[frontend][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value x = data("x", {2});
   Value i0 = i64_scalar(0);
   auto outs = while_loop(
@@ -331,7 +324,7 @@ TEST_CASE("a cond nested in a while_loop body captures through both ops", "[fron
 TEST_CASE("a while_loop whose body changes a loop variable's dims is rebuilt with -1 there, "
           "once",
           "[frontend][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value i0 = i64_scalar(0);
   Value x0 = full({2}, 0.0);
   int calls = 0;
@@ -369,7 +362,7 @@ TEST_CASE("a while_loop whose body changes a loop variable's dims is rebuilt wit
 TEST_CASE("while_loop rejects bad conditions, loop vars and bodies, naming while_loop, and "
           "leaves the program as it was",
           "[frontend][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value i0 = i64_scalar(0);
   Value x0 = full({2}, 0.0);
   auto lt = [](const std::vector<Value>& v) { return less_than(v[0], 10); };
@@ -423,7 +416,7 @@ TEST_CASE("while_loop rejects bad conditions, loop vars and bodies, naming while
 TEST_CASE("switch_case is a chain of conds in key order whose default is the largest key's "
           "branch when none is given",
           "[frontend][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value idx = data("idx", {1}, DataType::Int64);
   Value x = data("x", {2});
   std::vector<std::string> called;
@@ -462,7 +455,7 @@ TEST_CASE("switch_case is a chain of conds in key order whose default is the lar
 }
 
 TEST_CASE("switch_case rejects bad indexes and keys, naming switch_case", "[frontend][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value f = data("f", {1});
   Value idx = data("idx", {1}, DataType::Int32);
   Value x = data("x", {2});
@@ -485,7 +478,7 @@ TEST_CASE("switch_case rejects bad indexes and keys, naming switch_case", "[fron
 TEST_CASE("a program with cond, while_loop and switch_case prints the same after a JSON round "
           "trip",
           "[frontend][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value x = data("x", {2});
   Value idx = data("idx", {1}, DataType::Int64);
   auto outs = while_loop(
@@ -507,7 +500,7 @@ TEST_CASE("a program with cond, while_loop and switch_case prints the same after
 // ---- execution ----
 
 TEST_CASE("a counter while (i < 10) i = i + 1 gives 10", "[frontend][cf]") {
-  Built b;
+  GuardedPrograms b;
   Value i0 = full({1}, 0, DataType::Int64);
   auto outs = while_loop([](const std::vector<Value>& v) { return less_than(v[0], 10); },
                          [](const std::vector<Value>& v) {

@@ -1,5 +1,5 @@
-// Helpers for the frontend tests: the error check, tensors from vectors, op
-// counts, and gradients checked by central finite differences.
+// Helpers for the frontend tests: the error check, guarded programs, tensors
+// from vectors, op counts, and gradients checked by central finite differences.
 #pragma once
 
 #include <cmath>
@@ -16,6 +16,13 @@
 namespace kiln_frontend_test {
 
 using kiln_test::expect_error;  // test/test_util.h
+
+// A (main, startup) pair under a ProgramGuard, with fresh unique names.
+struct GuardedPrograms {
+  kiln::Program main, startup;
+  kiln::UniqueNameGuard names;
+  kiln::ProgramGuard guard{main, startup};
+};
 
 inline kiln::Tensor f32(const std::vector<std::int64_t>& dims, const std::vector<float>& v) {
   return kiln::Tensor::from_vector<float>(kiln::Dims(dims), v);
