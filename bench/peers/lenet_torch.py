@@ -16,10 +16,7 @@ Debian's torch calls OpenBLAS (pthreads build) for its GEMMs, whose thread
 count torch.set_num_threads does not set: it is set through ctypes (torch_threads.py).
 Usage: lenet_torch.py [filter]  (runs for "", "models", "model", "model.lenet")
 """
-import os
-import statistics
 import sys
-import time
 
 FILTER = sys.argv[1] if len(sys.argv) > 1 else ""
 if FILTER not in ("", "models", "model", "model.lenet"):
@@ -27,7 +24,7 @@ if FILTER not in ("", "models", "model", "model.lenet"):
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
-from torch_threads import set_threads, time_steps  # noqa: E402
+from torch_threads import report  # noqa: E402
 
 
 def build():
@@ -56,31 +53,7 @@ def build():
 
 
 def main():
-    step = build()
-    set_threads(1, 1)
-    losses = [float(step().detach()) for _ in range(20)]
-    print("# model.lenet.torch loss over 20 steps: " +
-          " ".join(f"{l:.4f}" for l in losses[::4] + [losses[-1]]))
-    settings = {"t1": (1, 1), "t2": (2, 2), "t2.intra2_blas1": (2, 1), "t2.intra1_blas2": (1, 2)}
-    samples = {k: [] for k in settings}
-    # Settings interleaved round by round: load changes hit them alike.
-    for _ in range(3):
-        for k, (intra, blas) in settings.items():
-            set_threads(intra, blas)
-            samples[k] += time_steps(step, 2, 15)
-            set_threads(1, 1)
-            time.sleep(0.25)  # OpenBLAS's threads spin a while after their last GEMM
-    med = {k: statistics.median(v) for k, v in samples.items()}
-    for k in settings:
-        print(f"# model.lenet.torch.{k} (intra-op {settings[k][0]}, OpenBLAS {settings[k][1]}): "
-              f"median {med[k]:.3f} ms, min {min(samples[k]):.3f} ms")
-    best2 = min((k for k in settings if k.startswith("t2")), key=lambda k: med[k])
-    print(f"BENCH model.lenet.torch.t1 {med['t1']:.3f} ms")
-    print(f"BENCH model.lenet.torch.t1.min {min(samples['t1']):.3f} ms")
-    print(f"BENCH model.lenet.torch.t2 {med[best2]:.3f} ms")
-    print(f"# model.lenet.torch.t2 is {best2} (torch {torch.__version__}, "
-          f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')})")
-    sys.stdout.flush()
+    report("model.lenet.torch", build(), 2, 15)
 
 
 if __name__ == "__main__":

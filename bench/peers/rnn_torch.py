@@ -20,10 +20,7 @@ step), medians of several repetitions after warm-up:
                                               threads (2, 2), (2, 1), (1, 2)
 Usage: rnn_torch.py [filter]  (runs for "", "models", "model", "model.rnn")
 """
-import os
-import statistics
 import sys
-import time
 
 FILTER = sys.argv[1] if len(sys.argv) > 1 else ""
 if FILTER not in ("", "models", "model", "model.rnn"):
@@ -31,7 +28,7 @@ if FILTER not in ("", "models", "model", "model.rnn"):
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
-from torch_threads import set_threads, time_steps  # noqa: E402
+from torch_threads import report  # noqa: E402
 
 T, B, I, H, O = 32, 32, 64, 128, 10
 
@@ -78,32 +75,8 @@ def build(fused):
 
 
 def main():
-    settings = {"t1": (1, 1), "t2": (2, 2), "t2.intra2_blas1": (2, 1), "t2.intra1_blas2": (1, 2)}
     for name, fused in (("torch_loop", False), ("torch", True)):
-        step = build(fused)
-        set_threads(1, 1)
-        losses = [float(step().detach()) for _ in range(20)]
-        print(f"# model.rnn.{name} loss over 20 steps: " +
-              " ".join(f"{l:.4f}" for l in losses[::4] + [losses[-1]]))
-        samples = {k: [] for k in settings}
-        # Settings interleaved round by round: load changes hit them alike.
-        for _ in range(3):
-            for k, (intra, blas) in settings.items():
-                set_threads(intra, blas)
-                samples[k] += time_steps(step, 5, 15)
-                set_threads(1, 1)
-                time.sleep(0.25)  # OpenBLAS's threads spin a while after their last GEMM
-        med = {k: statistics.median(v) for k, v in samples.items()}
-        for k in settings:
-            print(f"# model.rnn.{name}.{k} (intra-op {settings[k][0]}, OpenBLAS {settings[k][1]}): "
-                  f"median {med[k]:.3f} ms, min {min(samples[k]):.3f} ms")
-        best2 = min((k for k in settings if k.startswith("t2")), key=lambda k: med[k])
-        print(f"BENCH model.rnn.{name}.t1 {med['t1']:.3f} ms")
-        print(f"BENCH model.rnn.{name}.t1.min {min(samples['t1']):.3f} ms")
-        print(f"BENCH model.rnn.{name}.t2 {med[best2]:.3f} ms")
-        print(f"# model.rnn.{name}.t2 is {best2} (torch {torch.__version__}, "
-              f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')})")
-        sys.stdout.flush()
+        report(f"model.rnn.{name}", build(fused), 5, 15)
 
 
 if __name__ == "__main__":
