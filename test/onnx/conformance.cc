@@ -12,7 +12,8 @@
 //   ONNX conformance: P passed, U unsupported, W wrong, C crashed of N
 // Exit status 1 when W + C > 0.
 //
-//   onnx_conformance [SUITE_DIR]   (default /usr/share/libonnx-testdata/data)
+//   onnx_conformance [-v] [SUITE_DIR]   (default /usr/share/libonnx-testdata/data)
+// -v also prints one line per unsupported test with kiln's message.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -91,7 +92,12 @@ std::string op_of(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const fs::path suite = argc > 1 ? argv[1] : "/usr/share/libonnx-testdata/data";
+  bool verbose = false;
+  fs::path suite = "/usr/share/libonnx-testdata/data";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "-v") verbose = true;
+    else suite = argv[i];
+  }
   int passed = 0, unsupported = 0, wrong = 0, crashed = 0;
   std::map<std::string, int> unsupported_by_op;
   for (const char* folder : {"node", "pytorch-converted", "pytorch-operator", "simple"}) {
@@ -103,6 +109,7 @@ int main(int argc, char** argv) {
       } catch (const Error& e) {
         ++unsupported;
         ++unsupported_by_op[op_of(e.message())];
+        if (verbose) std::printf("unsupported %s: %s\n", name.c_str(), e.message().c_str());
         continue;
       } catch (const std::exception& e) {
         std::printf("crashed %s: import threw %s\n", name.c_str(), e.what());
@@ -136,6 +143,7 @@ int main(int argc, char** argv) {
         if (e.kind() == ErrorKind::Unimplemented && e.message().find("ONNX tensor") == 0) {
           ++unsupported;
           ++unsupported_by_op["(test data dtype)"];
+          if (verbose) std::printf("unsupported %s: %s\n", name.c_str(), e.message().c_str());
           continue;
         }
         failure = std::string("run: ") + e.what();
