@@ -18,12 +18,12 @@ step), medians of several repetitions after warm-up:
   BENCH model.rnn.torch.t1.min <ms> ms
   BENCH model.rnn.torch{,_loop}.t2 <ms> ms   the best of (intra-op, OpenBLAS)
                                               threads (2, 2), (2, 1), (1, 2)
-Usage: rnn_torch.py [filter]  (runs for "", "models", "model", "model.rnn")
+Usage: rnn_torch.py [filter]  (runs for "", "models", "model", "model.rnn", "cf")
 """
 import sys
 
 FILTER = sys.argv[1] if len(sys.argv) > 1 else ""
-if FILTER not in ("", "models", "model", "model.rnn"):
+if FILTER not in ("", "models", "model", "model.rnn", "cf"):
     sys.exit(0)
 
 import torch  # noqa: E402
