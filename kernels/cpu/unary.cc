@@ -1,5 +1,6 @@
 // CPU kernels of the unary ops of unary_ops.h: the family (relu, tanh,
-// sigmoid, exp, log, sqrt, square, abs, neg) and its gradient ops expanded
+// sigmoid, exp, log, sqrt, square, abs, neg, the trigonometric and hyperbolic
+// functions, erf, floor, ceil, round, sign) and its gradient ops expanded
 // from the Math structs, the in-place relu_ / sqrt_ (the output variable is
 // the input variable), gelu and gelu_grad, scale, assign and cast.
 // -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which

@@ -85,6 +85,9 @@ const OpTable& op_table() {
     add_constant_ops(t);
     add_reduce_ops(t);
     add_nn_ops(t);
+    add_math_ops(t);
+    add_layout_ops(t);
+    add_resize_ops(t);
     return t;
   }();
   return table;

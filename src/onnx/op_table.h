@@ -70,5 +70,8 @@ void add_tensor_ops(OpTable& t);
 void add_constant_ops(OpTable& t);
 void add_reduce_ops(OpTable& t);
 void add_nn_ops(OpTable& t);
+void add_math_ops(OpTable& t);
+void add_layout_ops(OpTable& t);
+void add_resize_ops(OpTable& t);
 
 }  // namespace kiln::onnx::detail

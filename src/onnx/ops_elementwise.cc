@@ -22,6 +22,30 @@ std::vector<Value> binary(NodeContext& c) {
   return {c.b.create<OpT>(c.input(0), c.input(1)).result()};
 }
 
+// Add / Sub / Mul / Div / Pow before opset 7: without `broadcast`, equal
+// shapes (numpy broadcasting agrees); with broadcast = 1, B's dims line up
+// with A's from `axis` on (default: A's trailing dims, numpy's rule), so B
+// gets trailing 1s to make numpy broadcasting do the same.
+Value legacy_broadcast_operand(NodeContext& c) {
+  Value b = c.input(1);
+  if (c.opset >= 7 || c.int_attr("broadcast", 0) == 0 || !c.has_attr("axis")) return b;
+  const auto rank_a = static_cast<std::int64_t>(shaped_dims(c.input(0).type()).size());
+  std::vector<std::int64_t> d = shaped_dims(b.type());
+  std::int64_t axis = c.int_attr("axis", 0);
+  if (axis < 0) axis += rank_a;
+  const auto rank_b = static_cast<std::int64_t>(d.size());
+  if (axis < 0 || axis + rank_b > rank_a) c.unsupported("broadcast axis out of range");
+  for (auto e : d)
+    if (e < 0) c.unsupported("a broadcast operand with a dim known only at run time");
+  d.resize(static_cast<std::size_t>(rank_a - axis), 1);
+  return c.b.create<ReshapeOp>(b, d).result();
+}
+
+template <typename OpT>
+std::vector<Value> broadcasting_binary(NodeContext& c) {
+  return {c.b.create<OpT>(c.input(0), legacy_broadcast_operand(c)).result()};
+}
+
 // Sum / Max / Min over any number of inputs, broadcasting.
 template <typename OpT>
 std::vector<Value> variadic(NodeContext& c) {
@@ -124,12 +148,26 @@ std::vector<Value> clip(NodeContext& c) {
   return {c.b.create<ClipOp>(c.input(0), lo, hi).result()};
 }
 
-// ArgMax / ArgMin: the first index on ties (select_last_index = 0).
+// ArgMax / ArgMin: the first index on ties; select_last_index = 1: the
+// last, as n - 1 - the first index in x reversed along the axis (a gather
+// of n - 1 … 0: the axis's extent must be known at import).
 template <typename OpT>
 std::vector<Value> arg_reduce(NodeContext& c) {
-  if (c.int_attr("select_last_index", 0) != 0) c.unsupported("select_last_index = 1");
-  return {c.b.create<OpT>(c.input(0), c.int_attr("axis", 0), c.int_attr("keepdims", 1) != 0)
-              .result()};
+  Value x = c.input(0);
+  const bool keep = c.int_attr("keepdims", 1) != 0;
+  std::int64_t axis = c.int_attr("axis", 0);
+  if (c.int_attr("select_last_index", 0) == 0) return {c.b.create<OpT>(x, axis, keep).result()};
+  const auto& d = shaped_dims(x.type());
+  const auto rank = static_cast<std::int64_t>(d.size());
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) c.unsupported("axis out of range");
+  const std::int64_t n = d[static_cast<std::size_t>(axis)];
+  if (n < 0) c.unsupported("select_last_index = 1 along a dim known only at run time");
+  std::vector<std::int64_t> reversed(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) reversed[static_cast<std::size_t>(i)] = n - 1 - i;
+  Value idx = constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{n}, reversed));
+  Value first = c.b.create<OpT>(c.b.create<GatherOp>(x, idx, axis).result(), axis, keep).result();
+  return {c.b.create<ScaleOp>(first, -1.0, static_cast<double>(n - 1)).result()};
 }
 
 // max(x, 0) + alpha · min(x, 0)
@@ -177,11 +215,22 @@ std::vector<Value> softsign(NodeContext& c) {
 }
 
 // Pow's exponent may have another dtype than its base: cast to the base's.
+// An integer base (kiln.pow is float-only) is raised in f64 and the result
+// cast back, exact while it fits in 2^53.
 std::vector<Value> pow(NodeContext& c) {
-  Value x = c.input(0), y = c.input(1);
+  Value x = c.input(0), y = legacy_broadcast_operand(c);
   const DataType dt = shaped_data_type(x.type());
+  if (dt == DataType::Int32 || dt == DataType::Int64) {
+    Value xf = c.b.create<CastOp>(x, DataType::Float64).result();
+    Value yf = c.b.create<CastOp>(y, DataType::Float64).result();
+    return {c.b.create<CastOp>(c.b.create<PowOp>(xf, yf).result(), dt).result()};
+  }
   if (shaped_data_type(y.type()) != dt) y = c.b.create<CastOp>(y, dt).result();
   return {c.b.create<PowOp>(x, y).result()};
+}
+
+std::vector<Value> cast_like(NodeContext& c) {
+  return {c.b.create<CastOp>(c.input(0), shaped_data_type(c.input(1).type())).result()};
 }
 
 // Trilu: the upper (or lower) triangle of the last two dims from diagonal k
@@ -218,38 +267,40 @@ std::vector<Value> cumsum(NodeContext& c) {
 }  // namespace
 
 void add_elementwise_ops(OpTable& t) {
-  t["Mean"] = {&mean, 8};
+  t["Mean"] = {&mean, 6};  // equal shapes before opset 8: numpy agrees
   t["CumSum"] = {&cumsum, 11};
-  t["PRelu"] = {&prelu, 7};
+  t["PRelu"] = {&prelu, 6};
   t["Trilu"] = {&trilu, 14};
   t["Where"] = {&where, 9};
   t["Clip"] = {&clip, 6};
   t["ArgMax"] = {&arg_reduce<ArgMaxOp>, 1};
   t["ArgMin"] = {&arg_reduce<ArgMinOp>, 1};
-  t["LeakyRelu"] = {&leaky_relu, 6};
-  t["Elu"] = {&elu, 6};
-  t["Selu"] = {&selu, 6};
-  t["HardSigmoid"] = {&hard_sigmoid, 6};
+  t["LeakyRelu"] = {&leaky_relu, 1};
+  t["Elu"] = {&elu, 1};
+  t["Selu"] = {&selu, 1};
+  t["HardSigmoid"] = {&hard_sigmoid, 1};
   t["Softplus"] = {&softplus, 1};
   t["Softsign"] = {&softsign, 1};
-  // Numpy broadcasting from opset 7 (before: a `broadcast` attribute).
-  t["Add"] = {&binary<AddOp>, 7};
-  t["Sub"] = {&binary<SubOp>, 7};
-  t["Mul"] = {&binary<MulOp>, 7};
-  t["Div"] = {&binary<DivOp>, 7};
-  t["Pow"] = {&pow, 7};
-  t["Sum"] = {&variadic<AddOp>, 8};
-  t["Max"] = {&variadic<MaximumOp>, 8};
-  t["Min"] = {&variadic<MinimumOp>, 8};
-  t["Relu"] = {&unary<ReluOp>, 6};
-  t["Tanh"] = {&unary<TanhOp>, 6};
-  t["Sigmoid"] = {&unary<SigmoidOp>, 6};
-  t["Exp"] = {&unary<ExpOp>, 6};
-  t["Log"] = {&unary<LogOp>, 6};
-  t["Sqrt"] = {&unary<SqrtOp>, 6};
-  t["Abs"] = {&unary<AbsOp>, 6};
-  t["Neg"] = {&unary<NegOp>, 6};
-  t["Reciprocal"] = {&reciprocal, 6};
+  // Numpy broadcasting from opset 7 (before: the `broadcast` and `axis`
+  // attributes, legacy_broadcast_operand).
+  t["Add"] = {&broadcasting_binary<AddOp>, 1};
+  t["Sub"] = {&broadcasting_binary<SubOp>, 1};
+  t["Mul"] = {&broadcasting_binary<MulOp>, 1};
+  t["Div"] = {&broadcasting_binary<DivOp>, 1};
+  t["Pow"] = {&pow, 1};
+  t["Sum"] = {&variadic<AddOp>, 6};
+  t["Max"] = {&variadic<MaximumOp>, 6};
+  t["Min"] = {&variadic<MinimumOp>, 6};
+  // Opsets 1 to 5 add only consumed_inputs (a legacy hint) to the unary ops.
+  t["Relu"] = {&unary<ReluOp>, 1};
+  t["Tanh"] = {&unary<TanhOp>, 1};
+  t["Sigmoid"] = {&unary<SigmoidOp>, 1};
+  t["Exp"] = {&unary<ExpOp>, 1};
+  t["Log"] = {&unary<LogOp>, 1};
+  t["Sqrt"] = {&unary<SqrtOp>, 1};
+  t["Abs"] = {&unary<AbsOp>, 1};
+  t["Neg"] = {&unary<NegOp>, 1};
+  t["Reciprocal"] = {&reciprocal, 1};
   t["Identity"] = {&identity, 1};
   t["Equal"] = {&binary<EqualOp>, 11};
   t["Less"] = {&binary<LessThanOp>, 9};
@@ -261,10 +312,11 @@ void add_elementwise_ops(OpTable& t) {
   t["Xor"] = {&binary<LogicalXorOp>, 7};
   t["Not"] = {&unary<LogicalNotOp>, 1};
   t["Gemm"] = {&gemm, 6};  // C broadcast one way (numpy-compatible) in every version
-  t["MatMul"] = {&matmul, 9};
+  t["MatMul"] = {&matmul, 1};
   t["Softmax"] = {&softmax<SoftmaxOp>, 1};
   t["LogSoftmax"] = {&softmax<LogSoftmaxOp>, 1};
-  t["Cast"] = {&cast, 13};
+  t["Cast"] = {&cast, 6};
+  t["CastLike"] = {&cast_like, 15};  // `to` an enum since opset 6
 }
 
 }  // namespace kiln::onnx::detail

@@ -1,5 +1,6 @@
-// ONNX's 2-D convolution and pooling (NCHW) → kiln.conv2d (+ a broadcast bias
-// add), kiln.max_pool2d, kiln.avg_pool2d; the global pools as reductions over
+// ONNX's 1-D and 2-D convolution, transposed convolution and pooling (NCW,
+// NCHW) → kiln.conv2d / kiln.conv2d_transpose (+ a broadcast bias add),
+// kiln.max_pool2d, kiln.avg_pool2d; the global pools as reductions over
 // the spatial dims; LayerNormalization (composed, with its Mean
 // and InvStdDev outputs); BatchNormalization and Dropout at inference.
 #include "kiln/dialect/kiln_dialect.h"
@@ -15,40 +16,127 @@ std::vector<std::int64_t> ints_or(const NodeContext& c, const std::string& name,
   return v.empty() ? fallback : v;
 }
 
-// The node's 2-D window attributes, checked: a rank-4 input, explicit pads
-// (auto_pad NOTSET or VALID), as kiln's [top, bottom, left, right].
+// The node's window attributes for a 2-D (NCHW) or 1-D (NCW) input,
+// checked: explicit pads (auto_pad NOTSET or VALID), as kiln's [top,
+// bottom, left, right]. A 1-D window is run as a 2-D one of height 1: its
+// input (and a conv's weight) gets a dim of extent 1 at axis 2, which the
+// result drops again.
 struct Window2d {
   std::vector<std::int64_t> kernel, strides, pads, dilations;
+  bool one_d = false;
 };
 Window2d window2d(NodeContext& c, bool has_kernel_attr) {
-  if (shaped_dims(c.input(0).type()).size() != 4)
-    c.unsupported("only 2-D (NCHW, rank-4) inputs are imported");
+  const auto rank = shaped_dims(c.input(0).type()).size();
+  if (rank != 4 && rank != 3)
+    c.unsupported("only 1-D and 2-D (NCW, NCHW) inputs are imported, got rank " + std::to_string(rank));
   const auto* auto_pad = c.attribute("auto_pad");
   if (auto_pad && auto_pad->s() != "NOTSET" && auto_pad->s() != "VALID")
     c.unsupported("auto_pad " + auto_pad->s());
   Window2d w;
+  w.one_d = rank == 3;
+  const std::size_t n = w.one_d ? 1 : 2;
   if (has_kernel_attr) {
     w.kernel = c.ints_attr("kernel_shape");
-    if (w.kernel.size() != 2) c.unsupported("kernel_shape must have 2 dims");
+    if (w.kernel.size() != n) c.unsupported("kernel_shape must have " + std::to_string(n) + " dims");
   }
-  w.strides = ints_or(c, "strides", {1, 1});
-  w.dilations = ints_or(c, "dilations", {1, 1});
-  const std::vector<std::int64_t> p = ints_or(c, "pads", {0, 0, 0, 0});  // [h0, w0, h1, w1]
-  if (p.size() != 4 || w.strides.size() != 2 || w.dilations.size() != 2)
-    c.unsupported("pads / strides / dilations of a 2-D window");
-  w.pads = {p[0], p[2], p[1], p[3]};
+  w.strides = ints_or(c, "strides", std::vector<std::int64_t>(n, 1));
+  w.dilations = ints_or(c, "dilations", std::vector<std::int64_t>(n, 1));
+  const std::vector<std::int64_t> p = ints_or(c, "pads", std::vector<std::int64_t>(2 * n, 0));
+  if (p.size() != 2 * n || w.strides.size() != n || w.dilations.size() != n)
+    c.unsupported("pads / strides / dilations of the window");
+  if (w.one_d) {  // [w0, w1] → height 1, no vertical padding
+    if (has_kernel_attr) w.kernel.insert(w.kernel.begin(), 1);
+    w.strides.insert(w.strides.begin(), 1);
+    w.dilations.insert(w.dilations.begin(), 1);
+    w.pads = {0, 0, p[0], p[1]};
+  } else {  // [h0, w0, h1, w1]
+    w.pads = {p[0], p[2], p[1], p[3]};
+  }
   return w;
+}
+
+// A 1-D window's operand with height 1 inserted; the result with it dropped.
+Value to_2d(NodeContext& c, const Window2d& w, Value v) {
+  return w.one_d ? c.b.create<UnsqueezeOp>(v, std::vector<std::int64_t>{2}).result() : v;
+}
+Value from_2d(NodeContext& c, const Window2d& w, Value v) {
+  return w.one_d ? c.b.create<SqueezeOp>(v, std::vector<std::int64_t>{2}).result() : v;
+}
+
+// A [C] bias as a broadcast add to an N, C, … result.
+Value add_channel_bias(NodeContext& c, Value y, Value bias) {
+  std::vector<std::int64_t> shape(shaped_dims(y.type()).size(), 1);
+  shape[1] = -1;
+  return c.b.create<AddOp>(y, c.b.create<ReshapeOp>(bias, shape).result()).result();
 }
 
 std::vector<Value> conv(NodeContext& c) {
   Window2d w = window2d(c, false);
-  Value y = c.b.create<Conv2dOp>(c.input(0), c.input(1), w.strides, w.pads, w.dilations,
-                                 c.int_attr("group", 1))
+  Value y = c.b.create<Conv2dOp>(to_2d(c, w, c.input(0)), to_2d(c, w, c.input(1)), w.strides,
+                                 w.pads, w.dilations, c.int_attr("group", 1))
                 .result();
-  if (c.inputs.size() > 2 && c.inputs[2]) {
-    Value bias = c.b.create<ReshapeOp>(c.inputs[2], std::vector<std::int64_t>{1, -1, 1, 1}).result();
-    y = c.b.create<AddOp>(y, bias).result();
+  y = from_2d(c, w, y);
+  if (c.inputs.size() > 2 && c.inputs[2]) y = add_channel_bias(c, y, c.inputs[2]);
+  return {y};
+}
+
+// ConvTranspose: kiln.conv2d_transpose with the pads given, or computed
+// from output_shape or auto_pad SAME_* (ONNX's rule: total padding =
+// stride·(in-1) + output_padding + (k-1)·dilation + 1 - out, its larger half
+// at the end for SAME_UPPER, at the start otherwise; a negative total grows
+// the output at the end).
+std::vector<Value> conv_transpose(NodeContext& c) {
+  Value x = c.input(0), wt = c.input(1);
+  const auto rank = shaped_dims(x.type()).size();
+  if (rank != 4 && rank != 3)
+    c.unsupported("only 1-D and 2-D (NCW, NCHW) inputs are imported, got rank " + std::to_string(rank));
+  const std::size_t n = rank - 2;
+  Window2d w;
+  w.one_d = rank == 3;
+  w.strides = ints_or(c, "strides", std::vector<std::int64_t>(n, 1));
+  w.dilations = ints_or(c, "dilations", std::vector<std::int64_t>(n, 1));
+  std::vector<std::int64_t> out_pad = ints_or(c, "output_padding", std::vector<std::int64_t>(n, 0));
+  std::vector<std::int64_t> pads = ints_or(c, "pads", std::vector<std::int64_t>(2 * n, 0));
+  if (w.strides.size() != n || w.dilations.size() != n || out_pad.size() != n || pads.size() != 2 * n)
+    c.unsupported("pads / strides / dilations / output_padding of the window");
+  const auto& xd = shaped_dims(x.type());
+  const auto& wd = shaped_dims(wt.type());
+  const auto* auto_pad = c.attribute("auto_pad");
+  const std::string mode = auto_pad ? auto_pad->s() : "NOTSET";
+  const std::vector<std::int64_t> out_shape = c.ints_attr("output_shape");
+  if (!out_shape.empty() || mode == "SAME_UPPER" || mode == "SAME_LOWER") {
+    if (!out_shape.empty() && out_shape.size() != n) c.unsupported("output_shape of the window");
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t in = xd[2 + i], k = wd[2 + i];
+      if (in < 0 || k < 0) c.unsupported("output_shape with a dim known only at run time");
+      const std::int64_t out = out_shape.empty() ? in * w.strides[i] : out_shape[i];
+      const std::int64_t total =
+          w.strides[i] * (in - 1) + out_pad[i] + (k - 1) * w.dilations[i] + 1 - out;
+      if (total < 0) {  // the output grows: extra output padding at the end
+        out_pad[i] -= total;
+        pads[i] = pads[i + n] = 0;
+        continue;
+      }
+      const std::int64_t half = total / 2;
+      pads[i] = mode == "SAME_UPPER" ? half : total - half;
+      pads[i + n] = total - pads[i];
+    }
+  } else if (mode != "NOTSET" && mode != "VALID") {
+    c.unsupported("auto_pad " + mode);
   }
+  if (w.one_d) {
+    w.strides.insert(w.strides.begin(), 1);
+    w.dilations.insert(w.dilations.begin(), 1);
+    out_pad.insert(out_pad.begin(), 0);
+    w.pads = {0, 0, pads[0], pads[1]};
+  } else {
+    w.pads = {pads[0], pads[2], pads[1], pads[3]};
+  }
+  Value y = c.b.create<Conv2dTransposeOp>(to_2d(c, w, x), to_2d(c, w, wt), w.strides, w.pads,
+                                          out_pad, w.dilations, c.int_attr("group", 1))
+                .result();
+  y = from_2d(c, w, y);
+  if (c.inputs.size() > 2 && c.inputs[2]) y = add_channel_bias(c, y, c.inputs[2]);
   return {y};
 }
 
@@ -57,18 +145,18 @@ std::vector<Value> max_pool(NodeContext& c) {
   if (w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("MaxPool with dilations");
   if (c.node.output_size() > 1 && !c.node.output(1).empty())
     c.unsupported("MaxPool's Indices output");
-  return {c.b.create<MaxPool2dOp>(c.input(0), w.kernel, w.strides, w.pads,
-                                  c.int_attr("ceil_mode", 0) != 0)
-              .result()};
+  return {from_2d(c, w, c.b.create<MaxPool2dOp>(to_2d(c, w, c.input(0)), w.kernel, w.strides,
+                                                w.pads, c.int_attr("ceil_mode", 0) != 0)
+                            .result())};
 }
 
 std::vector<Value> average_pool(NodeContext& c) {
   Window2d w = window2d(c, true);
   if (w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("AveragePool with dilations");
-  return {c.b.create<AvgPool2dOp>(c.input(0), w.kernel, w.strides, w.pads,
-                                  c.int_attr("ceil_mode", 0) != 0,
-                                  /*exclusive=*/c.int_attr("count_include_pad", 0) == 0)
-              .result()};
+  return {from_2d(c, w, c.b.create<AvgPool2dOp>(to_2d(c, w, c.input(0)), w.kernel, w.strides,
+                                                w.pads, c.int_attr("ceil_mode", 0) != 0,
+                                                /*exclusive=*/c.int_attr("count_include_pad", 0) == 0)
+                            .result())};
 }
 
 // Over every dim after the channels, kept as extent 1.
@@ -149,6 +237,7 @@ void add_nn_ops(OpTable& t) {
   t["LayerNormalization"] = {&layer_norm, 17};
   t["BatchNormalization"] = {&batch_norm, 1};
   t["Conv"] = {&conv, 1};
+  t["ConvTranspose"] = {&conv_transpose, 1};
   t["MaxPool"] = {&max_pool, 1};
   t["AveragePool"] = {&average_pool, 1};
   t["GlobalAveragePool"] = {&global_pool<MeanOp>, 1};

@@ -208,7 +208,7 @@ void add_tensor_ops(OpTable& t) {
   t["Slice"] = {&slice, 1};
   t["Shape"] = {&shape, 1};
   t["Transpose"] = {&transpose, 1};
-  t["Flatten"] = {&flatten, 9};
+  t["Flatten"] = {&flatten, 1};
   t["Reshape"] = {&reshape, 5};
   t["Squeeze"] = {&squeeze, 1};
   t["Unsqueeze"] = {&unsqueeze, 1};

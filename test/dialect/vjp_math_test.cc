@@ -257,3 +257,35 @@ TEST_CASE("a vjp given the wrong number of out_grads is an error naming the op",
     CHECK_THAT(e.message(), Catch::Contains("2"));
   }
 }
+
+// ---- unary math ----
+
+TEST_CASE("the trigonometric, hyperbolic and erf ops' vjps match finite differences",
+          "[dialect][vjp]") {
+  auto check = [](auto op, double lo, double hi) {
+    check_vjp({random_f64({3, 4}, lo, hi, 11)}, op);
+  };
+  check(make_op<SinOp>(), -3, 3);
+  check(make_op<CosOp>(), -3, 3);
+  check(make_op<TanOp>(), -1.2, 1.2);
+  check(make_op<AsinOp>(), -0.9, 0.9);
+  check(make_op<AcosOp>(), -0.9, 0.9);
+  check(make_op<AtanOp>(), -3, 3);
+  check(make_op<SinhOp>(), -2, 2);
+  check(make_op<CoshOp>(), -2, 2);
+  check(make_op<AsinhOp>(), -3, 3);
+  check(make_op<AcoshOp>(), 1.1, 4);
+  check(make_op<AtanhOp>(), -0.9, 0.9);
+  check(make_op<ErfOp>(), -2, 2);
+}
+
+TEST_CASE("floor, ceil, round and sign have a zero gradient away from their jumps",
+          "[dialect][vjp]") {
+  // Values in (k + 0.2, k + 0.4): no finite-difference step crosses a jump.
+  Tensor x = random_f64({2, 5}, 0.2, 0.4, 5);
+  for (std::int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] += static_cast<double>(i % 5) - 2;
+  check_vjp({x}, make_op<FloorOp>());
+  check_vjp({x}, make_op<CeilOp>());
+  check_vjp({x}, make_op<RoundOp>());
+  check_vjp({x}, make_op<SignOp>());
+}

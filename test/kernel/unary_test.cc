@@ -1,5 +1,6 @@
 // Reference tests of the unary ops (relu, gelu, tanh, sigmoid, exp, log,
-// sqrt, square, abs, neg, scale), the in-place relu_ / sqrt_, and assign,
+// sqrt, square, abs, neg, the trigonometric and hyperbolic functions, erf,
+// floor, ceil, round, sign, scale), the in-place relu_ / sqrt_, and assign,
 // cast and full: each kernel against plain loops over std:: math.
 #include <cmath>
 #include <cstdint>
@@ -69,6 +70,36 @@ TEST_CASE("square, abs and neg match plain loops for floats and integers", "[ker
   check_int_unary<AbsOp>([](auto v) { return v < 0 ? -v : v; });
   check_float_unary<NegOp>([](double v) { return -v; });
   check_int_unary<NegOp>([](auto v) { return -v; });
+}
+
+TEST_CASE("the trigonometric and hyperbolic ops and erf match std math in f32 and f64", "[kernel][unary]") {
+  check_float_unary<SinOp>([](double v) { return std::sin(v); });
+  check_float_unary<CosOp>([](double v) { return std::cos(v); });
+  check_float_unary<TanOp>([](double v) { return std::tan(v); }, -1.2, 1.2);
+  check_float_unary<AsinOp>([](double v) { return std::asin(v); }, -1, 1);
+  check_float_unary<AcosOp>([](double v) { return std::acos(v); }, -1, 1);
+  check_float_unary<AtanOp>([](double v) { return std::atan(v); });
+  check_float_unary<SinhOp>([](double v) { return std::sinh(v); });
+  check_float_unary<CoshOp>([](double v) { return std::cosh(v); });
+  check_float_unary<AsinhOp>([](double v) { return std::asinh(v); });
+  check_float_unary<AcoshOp>([](double v) { return std::acosh(v); }, 1, 10);
+  check_float_unary<AtanhOp>([](double v) { return std::atanh(v); }, -0.99, 0.99);
+  check_float_unary<ErfOp>([](double v) { return std::erf(v); });
+}
+
+TEST_CASE("floor, ceil and round (half to even) round floats; sign gives -1, 0 or 1", "[kernel][unary]") {
+  check_float_unary<FloorOp>([](double v) { return std::floor(v); });
+  check_float_unary<CeilOp>([](double v) { return std::ceil(v); });
+  auto r = run_op<RoundOp>({Tensor::from_vector<float>(Dims{6}, {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 2.6f})});
+  CHECK(r.out().to_vector<float>() == std::vector<float>{0, 2, 2, -0, -2, 3});
+  auto s = run_op<SignOp>({Tensor::from_vector<float>(
+      Dims{4}, {-2.5f, 0.0f, 3.0f, std::numeric_limits<float>::quiet_NaN()})});
+  const auto sv = s.out().to_vector<float>();
+  CHECK(sv[0] == -1);
+  CHECK(sv[1] == 0);
+  CHECK(sv[2] == 1);
+  CHECK(std::isnan(sv[3]));
+  check_int_unary<SignOp>([](auto v) { return decltype(v)(v > 0 ? 1 : v < 0 ? -1 : 0); });
 }
 
 TEST_CASE("gelu uses erf by default and the tanh form when approximate", "[kernel]") {

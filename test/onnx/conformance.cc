@@ -12,18 +12,28 @@
 //   ONNX conformance: P passed, U unsupported, W wrong, C crashed of N
 // Exit status 1 when W + C > 0.
 //
-//   onnx_conformance [-v] [SUITE_DIR]   (default /usr/share/libonnx-testdata/data)
+//   onnx_conformance [-v] [--table FILE] [SUITE_DIR]
+//                                   (default /usr/share/libonnx-testdata/data)
 // -v also prints one line per unsupported test with kiln's message.
+// --table FILE writes the per-op table (Markdown: each ONNX op type, the
+// tests whose model uses it, how many of those pass, and why the others are
+// unsupported) to FILE; when FILE held something else before (a stale
+// committed table), it says so and the exit status is 1.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "kiln/exec/executor.h"
 #include "kiln/onnx/import.h"
+#include "kiln/onnx/model_info.h"
 #include "kiln/support/error.h"
 
 namespace fs = std::filesystem;
@@ -89,26 +99,102 @@ std::string op_of(const std::string& message) {
   return message.substr(open + 1, close - open - 1);
 }
 
+// A message without the names of nodes and graph inputs, so that one reason
+// reads the same for every test it stops.
+std::string reason_of(const std::string& message) {
+  static const std::regex node(R"(ONNX node '[^']*' \([^)]*\): )"), input(R"(graph input '[^']*')"),
+      onnx(R"(^ONNX )");
+  std::string r = std::regex_replace(message, node, "");
+  r = std::regex_replace(r, input, "a graph input");
+  r = std::regex_replace(r, onnx, "");
+  for (char& ch : r)
+    if (ch == '|' || ch == '\n') ch = ' ';
+  return r;
+}
+
+// Per ONNX op type: the tests whose model uses it, how many pass, and the
+// reasons (distinct) that stopped the unsupported ones.
+struct OpRow {
+  int tests = 0, passed = 0;
+  std::set<std::string> reasons;
+  std::set<std::string> stopped_by;  // other ops that stopped tests using this one
+};
+
+std::string table_markdown(const std::map<std::string, OpRow>& rows, int passed, int unsupported,
+                           int wrong, int crashed) {
+  std::ostringstream o;
+  o << "# ONNX conformance, op by op\n\n"
+    << "Written by `onnx_conformance --table` (a test of `./run test`, which fails while this "
+       "file is stale): ONNX's backend test suite (Debian's libonnx-testdata, 4 folders) "
+       "imported and run by kiln, compared with rtol 1e-3, atol 1e-7.\n\n"
+    << "**" << passed << " passed, " << unsupported << " unsupported, " << wrong << " wrong, "
+    << crashed << " crashed of " << passed + unsupported + wrong + crashed << ".**\n\n"
+    << "A test counts for every op type its model uses; \"why not\" lists the distinct "
+       "reasons the import gave for that op (or for the whole model: its dtypes, its inputs).\n\n"
+    << "| op | tests | passed | why not |\n|---|---:|---:|---|\n";
+  for (const auto& [op, row] : rows) {
+    o << "| " << op << " | " << row.tests << " | " << row.passed << " | ";
+    int shown = 0;
+    for (const auto& r : row.reasons) {
+      if (shown == 3) {
+        o << "; … (" << row.reasons.size() - 3 << " more)";
+        break;
+      }
+      o << (shown++ ? "; " : "") << r;
+    }
+    if (!row.stopped_by.empty()) {
+      o << (shown ? "; " : "") << "tests stopped by";
+      for (const auto& other : row.stopped_by) o << " " << other;
+    }
+    o << " |\n";
+  }
+  return o.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool verbose = false;
-  fs::path suite = "/usr/share/libonnx-testdata/data";
+  fs::path suite = "/usr/share/libonnx-testdata/data", table;
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "-v") verbose = true;
-    else suite = argv[i];
+    const std::string arg = argv[i];
+    if (arg == "-v") verbose = true;
+    else if (arg == "--table" && i + 1 < argc) table = argv[++i];
+    else suite = arg;
   }
+  std::map<std::string, OpRow> rows;
   int passed = 0, unsupported = 0, wrong = 0, crashed = 0;
   std::map<std::string, int> unsupported_by_op;
   for (const char* folder : {"node", "pytorch-converted", "pytorch-operator", "simple"}) {
     for (const fs::path& test : sorted_entries(suite / folder, "test_")) {
       const std::string name = std::string(folder) + "/" + test.filename().string();
+      std::vector<std::string> test_ops;
+      try {
+        for (const auto& [op, n] : onnx::read_model_info((test / "model.onnx").string()).op_counts)
+          test_ops.push_back(op);
+      } catch (const Error&) {
+        test_ops.push_back("(unreadable model)");
+      }
+      for (const auto& op : test_ops) ++rows[op].tests;
+      // Counts an unsupported test's reason under the op it names, else
+      // (a model-wide reason) under every op of the test.
+      auto note_unsupported = [&](const std::string& message) {
+        const std::string op = op_of(message);
+        if (std::find(test_ops.begin(), test_ops.end(), op) != test_ops.end()) {
+          rows[op].reasons.insert(reason_of(message));
+          for (const auto& o : test_ops)
+            if (o != op) rows[o].stopped_by.insert(op);
+        }
+        else
+          for (const auto& o : test_ops) rows[o].reasons.insert(reason_of(message));
+      };
       onnx::ImportedModel m;
       try {
         m = onnx::import_model((test / "model.onnx").string());
       } catch (const Error& e) {
         ++unsupported;
         ++unsupported_by_op[op_of(e.message())];
+        note_unsupported(e.message());
         if (verbose) std::printf("unsupported %s: %s\n", name.c_str(), e.message().c_str());
         continue;
       } catch (const std::exception& e) {
@@ -143,6 +229,7 @@ int main(int argc, char** argv) {
         if (e.kind() == ErrorKind::Unimplemented && e.message().find("ONNX tensor") == 0) {
           ++unsupported;
           ++unsupported_by_op["(test data dtype)"];
+          note_unsupported(e.message());
           if (verbose) std::printf("unsupported %s: %s\n", name.c_str(), e.message().c_str());
           continue;
         }
@@ -152,6 +239,7 @@ int main(int argc, char** argv) {
       }
       if (failure.empty()) {
         ++passed;
+        for (const auto& op : test_ops) ++rows[op].passed;
       } else if (ran_wrong) {
         ++wrong;
         std::printf("wrong %s: %s\n", name.c_str(), failure.c_str());
@@ -167,5 +255,16 @@ int main(int argc, char** argv) {
   for (const auto& [op, n] : ops) std::printf(" %s %d,", op.c_str(), n);
   std::printf("\nONNX conformance: %d passed, %d unsupported, %d wrong, %d crashed of %d\n", passed,
               unsupported, wrong, crashed, passed + unsupported + wrong + crashed);
-  return wrong + crashed > 0 ? 1 : 0;
+  int rc = wrong + crashed > 0 ? 1 : 0;
+  if (!table.empty()) {
+    const std::string text = table_markdown(rows, passed, unsupported, wrong, crashed);
+    std::string before;
+    if (std::ifstream in{table}) before.assign(std::istreambuf_iterator<char>(in), {});
+    if (before != text) {
+      std::ofstream(table) << text;
+      std::printf("%s was stale: regenerated, commit it\n", table.string().c_str());
+      rc = 1;
+    }
+  }
+  return rc;
 }

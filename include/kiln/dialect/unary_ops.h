@@ -101,6 +101,132 @@ struct NegMath {
   template <typename T> static T backward(T, T d) { return -d; }
 };
 
+// Trigonometric and hyperbolic functions, erf (libm's; IEEE results outside
+// the domain, no error). Their gradients read the input.
+struct SinMath {
+  static constexpr std::string_view name = "kiln.sin";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) { return std::sin(x); }
+  template <typename T> static T backward(T x, T d) { return d * std::cos(x); }
+};
+struct CosMath {
+  static constexpr std::string_view name = "kiln.cos";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) { return std::cos(x); }
+  template <typename T> static T backward(T x, T d) { return -d * std::sin(x); }
+};
+struct TanMath {
+  static constexpr std::string_view name = "kiln.tan";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Output;
+  template <typename T> static T forward(T x) { return std::tan(x); }
+  template <typename T> static T backward(T y, T d) { return d * (T(1) + y * y); }
+};
+struct AsinMath {
+  static constexpr std::string_view name = "kiln.asin";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) { return std::asin(x); }
+  template <typename T> static T backward(T x, T d) { return d / std::sqrt(T(1) - x * x); }
+};
+struct AcosMath {
+  static constexpr std::string_view name = "kiln.acos";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) { return std::acos(x); }
+  template <typename T> static T backward(T x, T d) { return -d / std::sqrt(T(1) - x * x); }
+};
+struct AtanMath {
+  static constexpr std::string_view name = "kiln.atan";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) { return std::atan(x); }
+  template <typename T> static T backward(T x, T d) { return d / (T(1) + x * x); }
+};
+struct SinhMath {
+  static constexpr std::string_view name = "kiln.sinh";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) { return std::sinh(x); }
+  template <typename T> static T backward(T x, T d) { return d * std::cosh(x); }
+};
+struct CoshMath {
+  static constexpr std::string_view name = "kiln.cosh";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) { return std::cosh(x); }
+  template <typename T> static T backward(T x, T d) { return d * std::sinh(x); }
+};
+struct AsinhMath {
+  static constexpr std::string_view name = "kiln.asinh";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) { return std::asinh(x); }
+  template <typename T> static T backward(T x, T d) { return d / std::sqrt(x * x + T(1)); }
+};
+struct AcoshMath {
+  static constexpr std::string_view name = "kiln.acosh";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) { return std::acosh(x); }
+  template <typename T> static T backward(T x, T d) { return d / std::sqrt(x * x - T(1)); }
+};
+struct AtanhMath {
+  static constexpr std::string_view name = "kiln.atanh";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) { return std::atanh(x); }
+  template <typename T> static T backward(T x, T d) { return d / (T(1) - x * x); }
+};
+// The error function; d/dx erf(x) = 2/√π · exp(-x²).
+struct ErfMath {
+  static constexpr std::string_view name = "kiln.erf";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) { return std::erf(x); }
+  template <typename T> static T backward(T x, T d) {
+    return d * T(1.1283791670955126) * std::exp(-x * x);
+  }
+};
+// Rounding (floor, ceil, round half to even as ONNX and numpy) and sign:
+// piecewise constant, so their gradient is zero.
+struct FloorMath {
+  static constexpr std::string_view name = "kiln.floor";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) { return std::floor(x); }
+  template <typename T> static T backward(T, T) { return T(0); }
+};
+struct CeilMath {
+  static constexpr std::string_view name = "kiln.ceil";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) { return std::ceil(x); }
+  template <typename T> static T backward(T, T) { return T(0); }
+};
+struct RoundMath {
+  static constexpr std::string_view name = "kiln.round";
+  static constexpr bool floating_only = true;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  // nearbyint under the default rounding mode: half to even.
+  template <typename T> static T forward(T x) { return std::nearbyint(x); }
+  template <typename T> static T backward(T, T) { return T(0); }
+};
+// -1, 0 or 1 (NaN stays NaN).
+struct SignMath {
+  static constexpr std::string_view name = "kiln.sign";
+  static constexpr bool floating_only = false;
+  static constexpr GradReads grad_reads = GradReads::Input;
+  template <typename T> static T forward(T x) {
+    if constexpr (std::is_floating_point_v<T>)
+      if (x != x) return x;
+    return x > T(0) ? T(1) : x < T(0) ? T(-1) : T(0);
+  }
+  template <typename T> static T backward(T, T) { return T(0); }
+};
+
 namespace detail {
 std::vector<Type> infer_unary(std::string_view op, const std::vector<Type>& in,
                               bool floating_only);
@@ -166,14 +292,32 @@ using SqrtOp = UnaryOp<SqrtMath>;
 using SquareOp = UnaryOp<SquareMath>;
 using AbsOp = UnaryOp<AbsMath>;
 using NegOp = UnaryOp<NegMath>;
+using SinOp = UnaryOp<SinMath>;
+using CosOp = UnaryOp<CosMath>;
+using TanOp = UnaryOp<TanMath>;
+using AsinOp = UnaryOp<AsinMath>;
+using AcosOp = UnaryOp<AcosMath>;
+using AtanOp = UnaryOp<AtanMath>;
+using SinhOp = UnaryOp<SinhMath>;
+using CoshOp = UnaryOp<CoshMath>;
+using AsinhOp = UnaryOp<AsinhMath>;
+using AcoshOp = UnaryOp<AcoshMath>;
+using AtanhOp = UnaryOp<AtanhMath>;
+using ErfOp = UnaryOp<ErfMath>;
+using FloorOp = UnaryOp<FloorMath>;
+using CeilOp = UnaryOp<CeilMath>;
+using RoundOp = UnaryOp<RoundMath>;
+using SignOp = UnaryOp<SignMath>;
 using Relu_Op = InplaceUnaryOp<ReluMath>;
 using Sqrt_Op = InplaceUnaryOp<SqrtMath>;
 
 template <typename... Maths>
 struct MathList {};
 // The family: what kernels expand, per backend.
-using UnaryFamily = MathList<ReluMath, TanhMath, SigmoidMath, ExpMath, LogMath, SqrtMath,
-                             SquareMath, AbsMath, NegMath>;
+using UnaryFamily =
+    MathList<ReluMath, TanhMath, SigmoidMath, ExpMath, LogMath, SqrtMath, SquareMath, AbsMath,
+             NegMath, SinMath, CosMath, TanMath, AsinMath, AcosMath, AtanMath, SinhMath, CoshMath,
+             AsinhMath, AcoshMath, AtanhMath, ErfMath, FloorMath, CeilMath, RoundMath, SignMath>;
 using InplaceUnaryFamily = MathList<ReluMath, SqrtMath>;
 
 // gelu(x) = x · Φ(x). approximate = false: the exact erf form (PyTorch's

@@ -1,0 +1,256 @@
+// ONNX ops that move or pick elements, composed of kiln ops: Pad (constant
+// mode → kiln.pad; edge and reflect → one gather per padded axis, from
+// indices computed at import), DepthToSpace / SpaceToDepth (reshape,
+// transpose, reshape), TopK (kiln.topk), OneHot (a comparison with the
+// positions 0 … depth-1, so out-of-range indices give all off-values as
+// ONNX says), and the normalizations InstanceNormalization,
+// MeanVarianceNormalization and LRN.
+#include <algorithm>
+#include <cmath>
+
+#include "kiln/dialect/kiln_dialect.h"
+#include "op_table.h"
+
+namespace kiln::onnx::detail {
+
+namespace {
+
+DataType dtype_of(Value v) { return shaped_data_type(v.type()); }
+
+Value scalar(NodeContext& c, DataType dt, double v) {
+  return c.b.create<FullOp>(std::vector<std::int64_t>{}, v, dt).result();
+}
+
+std::vector<std::int64_t> known_dims(NodeContext& c, Value v, const std::string& what) {
+  std::vector<std::int64_t> d = shaped_dims(v.type());
+  for (auto e : d)
+    if (e < 0) c.unsupported(what + " of an input with a dim known only at run time");
+  return d;
+}
+
+Value i64_constant(NodeContext& c, const std::vector<std::int64_t>& dims,
+                   const std::vector<std::int64_t>& v) {
+  return constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims(dims), v));
+}
+
+// The scalar a constant input holds, as a double.
+double scalar_value(NodeContext& c, std::size_t i, const std::string& what) {
+  if (!c.constants[i]) c.unsupported(what + " (input #" + std::to_string(i) + ") computed at run time");
+  const Tensor& t = *c.constants[i];
+  if (t.numel() != 1) c.unsupported(what + " must hold one value");
+  switch (t.dtype()) {
+    case DataType::Float32: return t.to_vector<float>()[0];
+    case DataType::Float64: return t.to_vector<double>()[0];
+    case DataType::Int32: return t.to_vector<std::int32_t>()[0];
+    case DataType::Int64: return static_cast<double>(t.to_vector<std::int64_t>()[0]);
+    case DataType::Bool: return t.to_vector<bool>()[0] ? 1.0 : 0.0;
+    default: c.unsupported(what + " of dtype " + std::string(to_string(t.dtype())));
+  }
+}
+
+// Pads: [x1_begin, x2_begin, …, x1_end, x2_end, …] (an attribute before
+// opset 11, a constant input since); negative pads crop.
+std::vector<Value> pad(NodeContext& c) {
+  Value x = c.input(0);
+  const auto rank = static_cast<std::int64_t>(shaped_dims(x.type()).size());
+  std::vector<std::int64_t> pads;
+  double value = 0.0;
+  std::string mode = "constant";
+  if (const auto* m = c.attribute("mode")) mode = m->s();
+  if (c.opset < 11) {
+    pads = c.ints_attr(c.opset < 2 ? "paddings" : "pads");
+    value = c.float_attr("value", 0.0f);
+  } else {
+    pads = c.constant_ints(1, "Pad's pads");
+    if (c.inputs.size() > 2 && c.inputs[2]) value = scalar_value(c, 2, "Pad's constant_value");
+    if (c.inputs.size() > 3 && c.inputs[3]) c.unsupported("Pad's axes input");
+  }
+  if (static_cast<std::int64_t>(pads.size()) != 2 * rank)
+    c.unsupported("pads of length " + std::to_string(pads.size()) + " for an input of rank " +
+                  std::to_string(rank));
+  if (mode == "constant") {
+    std::vector<std::int64_t> torch_order;  // last dim first: (before, after) pairs
+    for (std::int64_t a = rank - 1; a >= 0; --a) {
+      torch_order.push_back(pads[static_cast<std::size_t>(a)]);
+      torch_order.push_back(pads[static_cast<std::size_t>(a + rank)]);
+    }
+    return {c.b.create<PadOp>(x, torch_order, value).result()};
+  }
+  if (mode != "edge" && mode != "reflect") c.unsupported("Pad mode '" + mode + "'");
+  const std::vector<std::int64_t> d = known_dims(c, x, "Pad in " + mode + " mode");
+  for (std::int64_t a = 0; a < rank; ++a) {
+    const std::int64_t before = pads[static_cast<std::size_t>(a)],
+                       after = pads[static_cast<std::size_t>(a + rank)],
+                       n = d[static_cast<std::size_t>(a)];
+    if (before == 0 && after == 0) continue;
+    const std::int64_t out = n + before + after;
+    if (out < 0) c.unsupported("pads that crop axis " + std::to_string(a) + " below zero");
+    if (n == 0) c.unsupported("Pad in " + mode + " mode of an empty axis");
+    if (mode == "reflect" && (before >= n || after >= n))
+      c.unsupported("reflect pads as large as the axis (" + std::to_string(n) + ")");
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(out));
+    for (std::int64_t i = 0; i < out; ++i) {
+      std::int64_t s = i - before;
+      if (mode == "edge") {
+        s = std::clamp<std::int64_t>(s, 0, n - 1);
+      } else if (n > 1) {  // reflect without repeating the border
+        const std::int64_t period = 2 * (n - 1);
+        s = ((s % period) + period) % period;
+        if (s >= n) s = period - s;
+      } else {
+        s = 0;
+      }
+      idx[static_cast<std::size_t>(i)] = s;
+    }
+    x = c.b.create<GatherOp>(x, i64_constant(c, {out}, idx), a).result();
+  }
+  return {x};
+}
+
+// [N, C, H, W] ↔ [N, C/b², H·b, W·b]: DCR (depth, column, row; the default)
+// or CRD order of the channels.
+std::vector<Value> depth_to_space(NodeContext& c) {
+  Value x = c.input(0);
+  const std::vector<std::int64_t> d = known_dims(c, x, "DepthToSpace");
+  if (d.size() != 4) c.unsupported("DepthToSpace of an input of rank " + std::to_string(d.size()));
+  const std::int64_t b = c.int_attr("blocksize", 0), n = d[0], ch = d[1], h = d[2], w = d[3];
+  if (b <= 0 || ch % (b * b) != 0) c.unsupported("blocksize " + std::to_string(b) + " for " + std::to_string(ch) + " channels");
+  std::string mode = "DCR";
+  if (const auto* m = c.attribute("mode")) mode = m->s();
+  Value r;
+  if (mode == "DCR") {
+    r = c.b.create<ReshapeOp>(x, std::vector<std::int64_t>{n, b, b, ch / (b * b), h, w}).result();
+    r = c.b.create<TransposeOp>(r, std::vector<std::int64_t>{0, 3, 4, 1, 5, 2}).result();
+  } else if (mode == "CRD") {
+    r = c.b.create<ReshapeOp>(x, std::vector<std::int64_t>{n, ch / (b * b), b, b, h, w}).result();
+    r = c.b.create<TransposeOp>(r, std::vector<std::int64_t>{0, 1, 4, 2, 5, 3}).result();
+  } else {
+    c.unsupported("mode '" + mode + "'");
+  }
+  return {c.b.create<ReshapeOp>(r, std::vector<std::int64_t>{n, ch / (b * b), h * b, w * b}).result()};
+}
+
+std::vector<Value> space_to_depth(NodeContext& c) {
+  Value x = c.input(0);
+  const std::vector<std::int64_t> d = known_dims(c, x, "SpaceToDepth");
+  if (d.size() != 4) c.unsupported("SpaceToDepth of an input of rank " + std::to_string(d.size()));
+  const std::int64_t b = c.int_attr("blocksize", 0), n = d[0], ch = d[1], h = d[2], w = d[3];
+  if (b <= 0 || h % b != 0 || w % b != 0) c.unsupported("blocksize " + std::to_string(b) + " for " + std::to_string(h) + "×" + std::to_string(w));
+  Value r = c.b.create<ReshapeOp>(x, std::vector<std::int64_t>{n, ch, h / b, b, w / b, b}).result();
+  r = c.b.create<TransposeOp>(r, std::vector<std::int64_t>{0, 3, 5, 1, 2, 4}).result();
+  return {c.b.create<ReshapeOp>(r, std::vector<std::int64_t>{n, ch * b * b, h / b, w / b}).result()};
+}
+
+// (values, indices): k from the attribute before opset 10, a constant
+// input since.
+std::vector<Value> top_k(NodeContext& c) {
+  const std::int64_t k = c.opset < 10 ? c.int_attr("k", -1) : c.constant_ints(1, "TopK's k").at(0);
+  Operation* op = c.b.create<TopKOp>(c.input(0), k, c.int_attr("axis", -1),
+                                     c.int_attr("largest", 1) != 0, c.int_attr("sorted", 1) != 0);
+  return op->results();
+}
+
+// values[1] where the index (negative: counting from depth) equals the
+// position along `axis`, values[0] elsewhere.
+std::vector<Value> one_hot(NodeContext& c) {
+  Value ids = c.input(0), values = c.input(2);
+  const double depth_v = scalar_value(c, 1, "OneHot's depth");
+  const auto depth = static_cast<std::int64_t>(depth_v);
+  if (depth < 1) c.unsupported("depth " + std::to_string(depth));
+  const auto in_rank = static_cast<std::int64_t>(shaped_dims(ids.type()).size());
+  std::int64_t axis = c.int_attr("axis", -1);
+  if (axis < 0) axis += in_rank + 1;
+  if (axis < 0 || axis > in_rank) c.unsupported("axis out of range");
+  if (dtype_of(ids) != DataType::Int64) ids = c.b.create<CastOp>(ids, DataType::Int64).result();
+  Value wrapped = c.b.create<AddOp>(ids, scalar(c, DataType::Int64, static_cast<double>(depth))).result();
+  ids = c.b.create<WhereOp>(c.b.create<LessThanOp>(ids, scalar(c, DataType::Int64, 0.0)).result(),
+                            wrapped, ids)
+            .result();
+  ids = c.b.create<UnsqueezeOp>(ids, std::vector<std::int64_t>{axis}).result();
+  std::vector<std::int64_t> pos_dims(static_cast<std::size_t>(in_rank + 1), 1), pos;
+  pos_dims[static_cast<std::size_t>(axis)] = depth;
+  for (std::int64_t i = 0; i < depth; ++i) pos.push_back(i);
+  Value hit = c.b.create<EqualOp>(ids, i64_constant(c, pos_dims, pos)).result();
+  Value off = c.b.create<GatherOp>(values, i64_constant(c, {1}, {0}), 0).result();
+  Value on = c.b.create<GatherOp>(values, i64_constant(c, {1}, {1}), 0).result();
+  return {c.b.create<WhereOp>(hit, on, off).result()};
+}
+
+// (x - mean) / sqrt(var + epsilon) over `axes` (kept as extent 1).
+Value normalize(NodeContext& c, Value x, const std::vector<std::int64_t>& axes, double epsilon) {
+  Value mean = c.b.create<MeanOp>(x, axes, true).result();
+  Value centered = c.b.create<SubOp>(x, mean).result();
+  Value var = c.b.create<MeanOp>(c.b.create<SquareOp>(centered).result(), axes, true).result();
+  Value std = c.b.create<SqrtOp>(c.b.create<AddOp>(var, scalar(c, dtype_of(x), epsilon)).result()).result();
+  return c.b.create<DivOp>(centered, std).result();
+}
+
+// Per image and channel over the spatial dims, then scale and B per channel.
+std::vector<Value> instance_norm(NodeContext& c) {
+  Value x = c.input(0);
+  const auto rank = static_cast<std::int64_t>(shaped_dims(x.type()).size());
+  if (rank < 3) c.unsupported("an input of rank below 3");
+  std::vector<std::int64_t> axes, per_channel(static_cast<std::size_t>(rank), 1);
+  for (std::int64_t a = 2; a < rank; ++a) axes.push_back(a);
+  per_channel[1] = -1;
+  Value y = normalize(c, x, axes, c.float_attr("epsilon", 1e-5f));
+  y = c.b.create<MulOp>(y, c.b.create<ReshapeOp>(c.input(1), per_channel).result()).result();
+  return {c.b.create<AddOp>(y, c.b.create<ReshapeOp>(c.input(2), per_channel).result()).result()};
+}
+
+// (x - E[x]) / (sqrt(E[(x - E[x])²]) + 1e-9) over `axes` (default 0, 2, 3),
+// as ONNX's function body.
+std::vector<Value> mean_variance_norm(NodeContext& c) {
+  Value x = c.input(0);
+  std::vector<std::int64_t> axes = c.ints_attr("axes");
+  if (!c.has_attr("axes")) axes = {0, 2, 3};
+  Value mean = c.b.create<MeanOp>(x, axes, true).result();
+  Value centered = c.b.create<SubOp>(x, mean).result();
+  Value var = c.b.create<MeanOp>(c.b.create<SquareOp>(centered).result(), axes, true).result();
+  Value std = c.b.create<AddOp>(c.b.create<SqrtOp>(var).result(), scalar(c, dtype_of(x), 1e-9)).result();
+  return {c.b.create<DivOp>(centered, std).result()};
+}
+
+// x / (bias + alpha / size · Σ x² over a window of `size` channels)^beta;
+// the window [c - ⌊(size-1)/2⌋, c + ⌈(size-1)/2⌉] clipped to the channels.
+std::vector<Value> lrn(NodeContext& c) {
+  Value x = c.input(0);
+  const std::vector<std::int64_t> d = known_dims(c, x, "LRN");
+  if (d.size() < 3) c.unsupported("an input of rank below 3");
+  const std::int64_t size = c.int_attr("size", 0);
+  if (size < 1) c.unsupported("size " + std::to_string(size));
+  const double alpha = c.float_attr("alpha", 1e-4f), beta = c.float_attr("beta", 0.75f),
+               bias = c.float_attr("bias", 1.0f);
+  const std::int64_t lo = (size - 1) / 2, hi = size - 1 - lo, ch = d[1];
+  const auto rank = static_cast<std::int64_t>(d.size());
+  std::vector<std::int64_t> torch_pads(static_cast<std::size_t>(2 * rank), 0);
+  // kiln.pad's order: last dim first; the channel dim (1) is pair rank - 2.
+  torch_pads[static_cast<std::size_t>(2 * (rank - 2))] = lo;
+  torch_pads[static_cast<std::size_t>(2 * (rank - 2) + 1)] = hi;
+  Value sq = c.b.create<PadOp>(c.b.create<SquareOp>(x).result(), torch_pads, 0.0).result();
+  Value sum;
+  for (std::int64_t j = 0; j < size; ++j) {
+    Value part = c.b.create<SliceOp>(sq, std::vector<std::int64_t>{1}, std::vector<std::int64_t>{j},
+                                     std::vector<std::int64_t>{j + ch})
+                     .result();
+    sum = sum ? c.b.create<AddOp>(sum, part).result() : part;
+  }
+  const DataType dt = dtype_of(x);
+  Value base = c.b.create<ScaleOp>(sum, alpha / static_cast<double>(size), bias).result();
+  return {c.b.create<DivOp>(x, c.b.create<PowOp>(base, scalar(c, dt, beta)).result()).result()};
+}
+
+}  // namespace
+
+void add_layout_ops(OpTable& t) {
+  t["Pad"] = {&pad, 1};
+  t["DepthToSpace"] = {&depth_to_space, 1};
+  t["SpaceToDepth"] = {&space_to_depth, 1};
+  t["TopK"] = {&top_k, 1};
+  t["OneHot"] = {&one_hot, 9};
+  t["InstanceNormalization"] = {&instance_norm, 1};
+  t["MeanVarianceNormalization"] = {&mean_variance_norm, 9};
+  t["LRN"] = {&lrn, 1};
+}
+
+}  // namespace kiln::onnx::detail

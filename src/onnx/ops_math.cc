@@ -1,0 +1,187 @@
+// ONNX's elementwise math beyond the basic family: the trigonometric and
+// hyperbolic functions, Erf, Floor / Ceil / Round / Sign (kiln's unary ops);
+// IsNaN / IsInf; activations composed of kiln ops (Celu, HardSwish, Shrink,
+// ThresholdedRelu); Hardmax (one-hot of the first maximum); EyeLike (a
+// constant: its input's dims must be known at import).
+#include <limits>
+
+#include "kiln/dialect/kiln_dialect.h"
+#include "op_table.h"
+
+namespace kiln::onnx::detail {
+
+namespace {
+
+template <typename OpT>
+std::vector<Value> unary(NodeContext& c) {
+  return {c.b.create<OpT>(c.input(0)).result()};
+}
+
+Value scalar(NodeContext& c, DataType dt, double v) {
+  return c.b.create<FullOp>(std::vector<std::int64_t>{}, v, dt).result();
+}
+
+DataType dtype_of(Value v) { return shaped_data_type(v.type()); }
+
+std::vector<Value> is_nan(NodeContext& c) { return {c.b.create<IsNanOp>(c.input(0)).result()}; }
+
+// ±inf: neither finite nor NaN; detect_positive / detect_negative pick the signs.
+std::vector<Value> is_inf(NodeContext& c) {
+  Value x = c.input(0);
+  Value inf = c.b.create<LogicalNotOp>(
+                     c.b.create<LogicalOrOp>(c.b.create<IsFiniteOp>(x).result(),
+                                             c.b.create<IsNanOp>(x).result())
+                         .result())
+                  .result();
+  const bool pos = c.int_attr("detect_positive", 1) != 0, neg = c.int_attr("detect_negative", 1) != 0;
+  if (pos && neg) return {inf};
+  Value zero = scalar(c, dtype_of(x), 0.0);
+  if (!pos && !neg)  // neither sign: all false (an infinity is never NaN)
+    return {c.b.create<LogicalAndOp>(inf, c.b.create<IsNanOp>(x).result()).result()};
+  Value sign = pos ? c.b.create<GreaterThanOp>(x, zero).result() : c.b.create<LessThanOp>(x, zero).result();
+  return {c.b.create<LogicalAndOp>(inf, sign).result()};
+}
+
+// max(0, x) + min(0, alpha · (exp(x / alpha) - 1))
+std::vector<Value> celu(NodeContext& c) {
+  Value x = c.input(0), zero = scalar(c, dtype_of(x), 0.0);
+  const double alpha = c.float_attr("alpha", 1.0f);
+  if (alpha == 0.0) c.unsupported("alpha = 0");
+  Value e = c.b.create<ExpOp>(c.b.create<ScaleOp>(x, 1.0 / alpha, 0.0).result()).result();
+  Value neg = c.b.create<MinimumOp>(c.b.create<ScaleOp>(e, alpha, -alpha).result(), zero).result();
+  return {c.b.create<AddOp>(c.b.create<MaximumOp>(x, zero).result(), neg).result()};
+}
+
+// x · max(0, min(1, x / 6 + 1/2))
+std::vector<Value> hard_swish(NodeContext& c) {
+  Value x = c.input(0);
+  Value gate = c.b.create<ClipOp>(c.b.create<ScaleOp>(x, 1.0 / 6.0, 0.5).result(), 0.0, 1.0).result();
+  return {c.b.create<MulOp>(x, gate).result()};
+}
+
+// x < -lambd: x + bias; x > lambd: x - bias; else 0.
+std::vector<Value> shrink(NodeContext& c) {
+  Value x = c.input(0);
+  const DataType dt = dtype_of(x);
+  const double lambd = c.float_attr("lambd", 0.5f), bias = c.float_attr("bias", 0.0f);
+  Value zero = scalar(c, dt, 0.0);
+  Value below = c.b.create<LessThanOp>(x, scalar(c, dt, -lambd)).result();
+  Value above = c.b.create<GreaterThanOp>(x, scalar(c, dt, lambd)).result();
+  Value up = c.b.create<AddOp>(x, scalar(c, dt, bias)).result();
+  Value down = c.b.create<SubOp>(x, scalar(c, dt, bias)).result();
+  Value y = c.b.create<WhereOp>(above, down, zero).result();
+  return {c.b.create<WhereOp>(below, up, y).result()};
+}
+
+// x > alpha: x; else 0.
+std::vector<Value> thresholded_relu(NodeContext& c) {
+  Value x = c.input(0);
+  const DataType dt = dtype_of(x);
+  Value above = c.b.create<GreaterThanOp>(x, scalar(c, dt, c.float_attr("alpha", 1.0f))).result();
+  return {c.b.create<WhereOp>(above, x, scalar(c, dt, 0.0)).result()};
+}
+
+// The dims of `v`, every one known at import; kiln::Error naming `what` else.
+std::vector<std::int64_t> known_dims(NodeContext& c, Value v, const std::string& what) {
+  std::vector<std::int64_t> d = shaped_dims(v.type());
+  for (auto e : d)
+    if (e < 0) c.unsupported(what + " of an input with a dim known only at run time");
+  return d;
+}
+
+// 1 at the first maximum along `axis`, 0 elsewhere (x's dtype). Opset 13
+// works along `axis` alone; before, the input was coerced to 2-D at `axis`.
+std::vector<Value> hardmax(NodeContext& c) {
+  Value x = c.input(0);
+  std::vector<std::int64_t> d = known_dims(c, x, "Hardmax");
+  const auto rank = static_cast<std::int64_t>(d.size());
+  std::int64_t axis = c.int_attr("axis", c.opset >= 13 ? -1 : 1);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) c.unsupported("axis out of range");
+  Value in = x;
+  std::int64_t along = axis;
+  if (c.opset < 13) {  // [d0 … d(axis-1)] × [d(axis) …]
+    std::int64_t outer = 1, inner = 1;
+    for (std::int64_t i = 0; i < rank; ++i) (i < axis ? outer : inner) *= d[static_cast<std::size_t>(i)];
+    in = c.b.create<ReshapeOp>(x, std::vector<std::int64_t>{outer, inner}).result();
+    along = 1;
+  }
+  const std::vector<std::int64_t> in_dims = shaped_dims(in.type());
+  const std::int64_t n = in_dims[static_cast<std::size_t>(along)];
+  Value arg = c.b.create<ArgMaxOp>(in, along, true).result();  // i64, extent 1 at `along`
+  std::vector<std::int64_t> iota_dims(in_dims.size(), 1), iota(static_cast<std::size_t>(n));
+  iota_dims[static_cast<std::size_t>(along)] = n;
+  for (std::int64_t i = 0; i < n; ++i) iota[static_cast<std::size_t>(i)] = i;
+  Value positions = constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims(iota_dims), iota));
+  Value y = c.b.create<CastOp>(c.b.create<EqualOp>(arg, positions).result(), dtype_of(x)).result();
+  if (c.opset < 13) y = c.b.create<ReshapeOp>(y, d).result();
+  return {y};
+}
+
+// A 2-D constant with ones on diagonal k, of the input's dims and of the
+// `dtype` attribute's type (default: the input's).
+std::vector<Value> eye_like(NodeContext& c) {
+  std::vector<std::int64_t> d = known_dims(c, c.input(0), "EyeLike");
+  if (d.size() != 2) c.unsupported("EyeLike of an input of rank " + std::to_string(d.size()));
+  DataType dt = dtype_of(c.input(0));
+  if (c.has_attr("dtype")) {
+    switch (c.int_attr("dtype", 0)) {
+      case ::onnx::TensorProto_DataType_FLOAT: dt = DataType::Float32; break;
+      case ::onnx::TensorProto_DataType_DOUBLE: dt = DataType::Float64; break;
+      case ::onnx::TensorProto_DataType_INT32: dt = DataType::Int32; break;
+      case ::onnx::TensorProto_DataType_INT64: dt = DataType::Int64; break;
+      case ::onnx::TensorProto_DataType_BOOL: dt = DataType::Bool; break;
+      default: c.unsupported("EyeLike dtype " + std::to_string(c.int_attr("dtype", 0)));
+    }
+  }
+  const std::int64_t k = c.int_attr("k", 0);
+  std::vector<double> v(static_cast<std::size_t>(d[0] * d[1]), 0.0);
+  for (std::int64_t i = 0; i < d[0]; ++i)
+    if (i + k >= 0 && i + k < d[1]) v[static_cast<std::size_t>(i * d[1] + i + k)] = 1.0;
+  Tensor t = Tensor::from_vector<double>(Dims(d), v);
+  if (dt != DataType::Float64) {
+    Tensor converted = Tensor::empty(Dims(d), dt);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      switch (dt) {
+        case DataType::Float32: converted.data<float>()[i] = static_cast<float>(v[i]); break;
+        case DataType::Int32: converted.data<std::int32_t>()[i] = static_cast<std::int32_t>(v[i]); break;
+        case DataType::Int64: converted.data<std::int64_t>()[i] = static_cast<std::int64_t>(v[i]); break;
+        default: converted.data<bool>()[i] = v[i] != 0.0; break;
+      }
+    }
+    t = converted;
+  }
+  c.known_outputs = {t};
+  return {constant_value(c.b, t)};
+}
+
+}  // namespace
+
+void add_math_ops(OpTable& t) {
+  t["Sin"] = {&unary<SinOp>, 7};
+  t["Cos"] = {&unary<CosOp>, 7};
+  t["Tan"] = {&unary<TanOp>, 7};
+  t["Asin"] = {&unary<AsinOp>, 7};
+  t["Acos"] = {&unary<AcosOp>, 7};
+  t["Atan"] = {&unary<AtanOp>, 7};
+  t["Sinh"] = {&unary<SinhOp>, 9};
+  t["Cosh"] = {&unary<CoshOp>, 9};
+  t["Asinh"] = {&unary<AsinhOp>, 9};
+  t["Acosh"] = {&unary<AcoshOp>, 9};
+  t["Atanh"] = {&unary<AtanhOp>, 9};
+  t["Erf"] = {&unary<ErfOp>, 9};
+  t["Floor"] = {&unary<FloorOp>, 1};
+  t["Ceil"] = {&unary<CeilOp>, 1};
+  t["Round"] = {&unary<RoundOp>, 11};
+  t["Sign"] = {&unary<SignOp>, 9};
+  t["IsNaN"] = {&is_nan, 9};
+  t["IsInf"] = {&is_inf, 10};
+  t["Celu"] = {&celu, 12};
+  t["HardSwish"] = {&hard_swish, 14};
+  t["Shrink"] = {&shrink, 9};
+  t["ThresholdedRelu"] = {&thresholded_relu, 10};
+  t["Hardmax"] = {&hardmax, 1};
+  t["EyeLike"] = {&eye_like, 9};
+}
+
+}  // namespace kiln::onnx::detail
