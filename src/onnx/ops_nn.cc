@@ -3,6 +3,9 @@
 // kiln.max_pool2d, kiln.avg_pool2d; the global pools as reductions over
 // the spatial dims; LayerNormalization (composed, with its Mean
 // and InvStdDev outputs); BatchNormalization and Dropout at inference.
+#include <algorithm>
+#include <limits>
+
 #include "kiln/dialect/kiln_dialect.h"
 #include "op_table.h"
 
@@ -17,7 +20,8 @@ std::vector<std::int64_t> ints_or(const NodeContext& c, const std::string& name,
 }
 
 // The node's window attributes for a 2-D (NCHW) or 1-D (NCW) input,
-// checked: explicit pads (auto_pad NOTSET or VALID), as kiln's [top,
+// checked: pads (explicit, or computed for auto_pad SAME_UPPER / SAME_LOWER /
+// VALID from the known dims), as kiln's [top,
 // bottom, left, right]. A 1-D window is run as a 2-D one of height 1: its
 // input (and a conv's weight) gets a dim of extent 1 at axis 2, which the
 // result drops again.
@@ -26,26 +30,46 @@ struct Window2d {
   bool one_d = false;
 };
 Window2d window2d(NodeContext& c, bool has_kernel_attr) {
-  const auto rank = shaped_dims(c.input(0).type()).size();
+  const std::vector<std::int64_t> xd = shaped_dims(c.input(0).type());
+  const auto rank = xd.size();
   if (rank != 4 && rank != 3)
     c.unsupported("only 1-D and 2-D (NCW, NCHW) inputs are imported, got rank " + std::to_string(rank));
   const auto* auto_pad = c.attribute("auto_pad");
-  if (auto_pad && auto_pad->s() != "NOTSET" && auto_pad->s() != "VALID")
-    c.unsupported("auto_pad " + auto_pad->s());
+  const std::string mode = auto_pad && !auto_pad->s().empty() ? auto_pad->s() : "NOTSET";
   Window2d w;
   w.one_d = rank == 3;
   const std::size_t n = w.one_d ? 1 : 2;
   if (has_kernel_attr) {
     w.kernel = c.ints_attr("kernel_shape");
-    if (w.kernel.size() != n) c.unsupported("kernel_shape must have " + std::to_string(n) + " dims");
+  } else {  // a conv's kernel: the weight's spatial dims
+    const std::vector<std::int64_t> wd = shaped_dims(c.input(1).type());
+    if (wd.size() == rank) w.kernel.assign(wd.begin() + 2, wd.end());
   }
+  if (w.kernel.size() != n) c.unsupported("kernel_shape must have " + std::to_string(n) + " dims");
   w.strides = ints_or(c, "strides", std::vector<std::int64_t>(n, 1));
   w.dilations = ints_or(c, "dilations", std::vector<std::int64_t>(n, 1));
-  const std::vector<std::int64_t> p = ints_or(c, "pads", std::vector<std::int64_t>(2 * n, 0));
+  std::vector<std::int64_t> p = ints_or(c, "pads", std::vector<std::int64_t>(2 * n, 0));
   if (p.size() != 2 * n || w.strides.size() != n || w.dilations.size() != n)
     c.unsupported("pads / strides / dilations of the window");
+  if (mode == "VALID") {
+    p.assign(2 * n, 0);
+  } else if (mode == "SAME_UPPER" || mode == "SAME_LOWER") {
+    // out = ceil(in / stride); the padding that needs, its odd half at the
+    // end (SAME_UPPER) or the start (SAME_LOWER).
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t in = xd[2 + i], s = w.strides[i];
+      if (in < 0) c.unsupported("auto_pad " + mode + " of a dim known only at run time");
+      const std::int64_t out = (in + s - 1) / s;
+      const std::int64_t total =
+          std::max<std::int64_t>(0, (out - 1) * s + (w.kernel[i] - 1) * w.dilations[i] + 1 - in);
+      p[i] = mode == "SAME_UPPER" ? total / 2 : total - total / 2;
+      p[i + n] = total - p[i];
+    }
+  } else if (mode != "NOTSET") {
+    c.unsupported("auto_pad " + mode);
+  }
   if (w.one_d) {  // [w0, w1] → height 1, no vertical padding
-    if (has_kernel_attr) w.kernel.insert(w.kernel.begin(), 1);
+    w.kernel.insert(w.kernel.begin(), 1);
     w.strides.insert(w.strides.begin(), 1);
     w.dilations.insert(w.dilations.begin(), 1);
     w.pads = {0, 0, p[0], p[1]};
@@ -53,6 +77,22 @@ Window2d window2d(NodeContext& c, bool has_kernel_attr) {
     w.pads = {p[0], p[2], p[1], p[3]};
   }
   return w;
+}
+
+// kiln's pools take pads up to half the kernel; larger ones (ONNX allows
+// any) are applied first by kiln.pad, with `value`, and the pool then runs
+// unpadded. Returns x, padded when that was needed.
+bool pads_exceed_half_kernel(const Window2d& w) {
+  return 2 * w.pads[0] > w.kernel[0] || 2 * w.pads[1] > w.kernel[0] ||
+         2 * w.pads[2] > w.kernel[1] || 2 * w.pads[3] > w.kernel[1];
+}
+Value pad_explicitly(NodeContext& c, Window2d& w, Value x2d, double value) {
+  // kiln.pad's order: last dim first.
+  Value y = c.b.create<PadOp>(x2d, std::vector<std::int64_t>{w.pads[2], w.pads[3], w.pads[0], w.pads[1]},
+                              value)
+                .result();
+  w.pads = {0, 0, 0, 0};
+  return y;
 }
 
 // A 1-D window's operand with height 1 inserted; the result with it dropped.
@@ -145,18 +185,46 @@ std::vector<Value> max_pool(NodeContext& c) {
   if (w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("MaxPool with dilations");
   if (c.node.output_size() > 1 && !c.node.output(1).empty())
     c.unsupported("MaxPool's Indices output");
-  return {from_2d(c, w, c.b.create<MaxPool2dOp>(to_2d(c, w, c.input(0)), w.kernel, w.strides,
-                                                w.pads, c.int_attr("ceil_mode", 0) != 0)
+  Value x = to_2d(c, w, c.input(0));
+  if (pads_exceed_half_kernel(w)) {
+    if (c.int_attr("ceil_mode", 0) != 0) c.unsupported("ceil_mode with pads beyond half the kernel");
+    x = pad_explicitly(c, w, x, -std::numeric_limits<double>::infinity());
+  }
+  return {from_2d(c, w, c.b.create<MaxPool2dOp>(x, w.kernel, w.strides, w.pads,
+                                                c.int_attr("ceil_mode", 0) != 0)
                             .result())};
 }
 
+// count_include_pad = 0 averages over the elements inside the input only;
+// with pads beyond half the kernel that is the zero-padded window's mean
+// divided by the mean of a zero-padded mask of ones.
 std::vector<Value> average_pool(NodeContext& c) {
   Window2d w = window2d(c, true);
   if (w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("AveragePool with dilations");
-  return {from_2d(c, w, c.b.create<AvgPool2dOp>(to_2d(c, w, c.input(0)), w.kernel, w.strides,
-                                                w.pads, c.int_attr("ceil_mode", 0) != 0,
-                                                /*exclusive=*/c.int_attr("count_include_pad", 0) == 0)
-                            .result())};
+  const bool include_pad = c.int_attr("count_include_pad", 0) != 0;
+  const bool ceil_mode = c.int_attr("ceil_mode", 0) != 0;
+  Value x = to_2d(c, w, c.input(0));
+  if (!pads_exceed_half_kernel(w))
+    return {from_2d(c, w, c.b.create<AvgPool2dOp>(x, w.kernel, w.strides, w.pads, ceil_mode,
+                                                  /*exclusive=*/!include_pad)
+                              .result())};
+  if (ceil_mode) c.unsupported("ceil_mode with pads beyond half the kernel");
+  Window2d padded = w;
+  Value y = c.b.create<AvgPool2dOp>(pad_explicitly(c, padded, x, 0.0), w.kernel, w.strides,
+                                    padded.pads, false, false)
+                .result();
+  if (!include_pad) {
+    std::vector<std::int64_t> d = shaped_dims(x.type());
+    for (auto e : d)
+      if (e < 0) c.unsupported("AveragePool of a dim known only at run time with pads beyond half the kernel");
+    Value ones = c.b.create<FullOp>(d, 1.0, shaped_data_type(x.type())).result();
+    Window2d mask = w;
+    Value share = c.b.create<AvgPool2dOp>(pad_explicitly(c, mask, ones, 0.0), w.kernel, w.strides,
+                                          mask.pads, false, false)
+                      .result();
+    y = c.b.create<DivOp>(y, share).result();
+  }
+  return {from_2d(c, w, y)};
 }
 
 // Over every dim after the channels, kept as extent 1.
