@@ -110,7 +110,57 @@ Value add_channel_bias(NodeContext& c, Value y, Value bias) {
   return c.b.create<AddOp>(y, c.b.create<ReshapeOp>(bias, shape).result()).result();
 }
 
+// A 3-D convolution as kd 2-D ones: for each depth tap j, the padded
+// input's depth slices o·sd + j·dd (a gather) are folded into the batch
+// ([N·OD, C, H, W]) and convolved with the weight's tap j; the sum over j is
+// unfolded back to [N, O, OD, OH, OW]. Dims must be known at import.
+Value conv3d(NodeContext& c) {
+  Value x = c.input(0), wt = c.input(1);
+  const std::vector<std::int64_t> xd = shaped_dims(x.type()), wd = shaped_dims(wt.type());
+  for (auto e : xd)
+    if (e < 0) c.unsupported("a 3-D Conv with a dim known only at run time");
+  if (wd.size() != 5) c.unsupported("a 3-D Conv whose weight has rank " + std::to_string(wd.size()));
+  std::vector<std::int64_t> strides = ints_or(c, "strides", {1, 1, 1});
+  std::vector<std::int64_t> dil = ints_or(c, "dilations", {1, 1, 1});
+  std::vector<std::int64_t> pads = ints_or(c, "pads", {0, 0, 0, 0, 0, 0});
+  if (strides.size() != 3 || dil.size() != 3 || pads.size() != 6)
+    c.unsupported("pads / strides / dilations of a 3-D window");
+  const auto* auto_pad = c.attribute("auto_pad");
+  const std::string mode = auto_pad && !auto_pad->s().empty() ? auto_pad->s() : "NOTSET";
+  if (mode == "VALID") pads.assign(6, 0);
+  else if (mode != "NOTSET") c.unsupported("auto_pad " + mode + " of a 3-D Conv");
+  const std::int64_t n = xd[0], ch = xd[1], depth = xd[2], h = xd[3], w = xd[4], o = wd[0], kd = wd[2];
+  const std::int64_t padded = depth + pads[0] + pads[3], span = (kd - 1) * dil[0] + 1;
+  if (padded < span) c.unsupported("a kernel deeper than the padded input");
+  const std::int64_t od = (padded - span) / strides[0] + 1;
+  Value xp = c.b.create<PadOp>(x, std::vector<std::int64_t>{0, 0, 0, 0, pads[0], pads[3]}, 0.0).result();
+  Value sum;
+  for (std::int64_t j = 0; j < kd; ++j) {
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(od));
+    for (std::int64_t k = 0; k < od; ++k) idx[static_cast<std::size_t>(k)] = k * strides[0] + j * dil[0];
+    Value xj = c.b.create<GatherOp>(xp, constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{od}, idx)), 2)
+                   .result();
+    xj = c.b.create<TransposeOp>(xj, std::vector<std::int64_t>{0, 2, 1, 3, 4}).result();
+    xj = c.b.create<ReshapeOp>(xj, std::vector<std::int64_t>{n * od, ch, h, w}).result();
+    Value wj = c.b.create<GatherOp>(wt, constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{}, {j})), 2)
+                   .result();
+    Value yj = c.b.create<Conv2dOp>(xj, wj, std::vector<std::int64_t>{strides[1], strides[2]},
+                                    std::vector<std::int64_t>{pads[1], pads[4], pads[2], pads[5]},
+                                    std::vector<std::int64_t>{dil[1], dil[2]}, c.int_attr("group", 1))
+                   .result();
+    sum = sum ? c.b.create<AddOp>(sum, yj).result() : yj;
+  }
+  const std::vector<std::int64_t> yd = shaped_dims(sum.type());  // [N·OD, O, OH, OW]
+  Value y = c.b.create<ReshapeOp>(sum, std::vector<std::int64_t>{n, od, o, yd[2], yd[3]}).result();
+  return c.b.create<TransposeOp>(y, std::vector<std::int64_t>{0, 2, 1, 3, 4}).result();
+}
+
 std::vector<Value> conv(NodeContext& c) {
+  if (shaped_dims(c.input(0).type()).size() == 5) {
+    Value y = conv3d(c);
+    if (c.inputs.size() > 2 && c.inputs[2]) y = add_channel_bias(c, y, c.inputs[2]);
+    return {y};
+  }
   Window2d w = window2d(c, false);
   Value y = c.b.create<Conv2dOp>(to_2d(c, w, c.input(0)), to_2d(c, w, c.input(1)), w.strides,
                                  w.pads, w.dilations, c.int_attr("group", 1))
@@ -180,7 +230,103 @@ std::vector<Value> conv_transpose(NodeContext& c) {
   return {y};
 }
 
+// Pools of any rank and dilation that kiln's 2-D pool kernels do not take
+// (3-D windows, MaxPool's dilations), composed separably: a max or a sum
+// over a box is one over each axis in turn, and along one axis output o
+// reads the padded input at o·stride + j·dilation (j < kernel): k gathers of
+// indices computed here, combined by maximum or add. An average divides by
+// the product of the per-axis counts of the positions it may count (inside
+// the input, or inside input and pads with count_include_pad). Dims must be
+// known at import.
+std::vector<Value> separable_pool(NodeContext& c, bool is_max) {
+  Value x = c.input(0);
+  const std::vector<std::int64_t> d = shaped_dims(x.type());
+  const std::size_t n = d.size() - 2;
+  for (auto e : d)
+    if (e < 0) c.unsupported("a pool of rank " + std::to_string(d.size()) + " with a dim known only at run time");
+  const auto* auto_pad = c.attribute("auto_pad");
+  const std::string mode = auto_pad && !auto_pad->s().empty() ? auto_pad->s() : "NOTSET";
+  std::vector<std::int64_t> kernel = c.ints_attr("kernel_shape");
+  std::vector<std::int64_t> strides = ints_or(c, "strides", std::vector<std::int64_t>(n, 1));
+  std::vector<std::int64_t> dil = ints_or(c, "dilations", std::vector<std::int64_t>(n, 1));
+  std::vector<std::int64_t> pads = ints_or(c, "pads", std::vector<std::int64_t>(2 * n, 0));
+  if (kernel.size() != n || strides.size() != n || dil.size() != n || pads.size() != 2 * n)
+    c.unsupported("kernel_shape / pads / strides / dilations of the window");
+  const bool ceil_mode = c.int_attr("ceil_mode", 0) != 0;
+  const bool include_pad = c.int_attr("count_include_pad", 0) != 0;
+  const DataType dt = shaped_data_type(x.type());
+  std::vector<std::int64_t> out(n), ext(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t span = (kernel[i] - 1) * dil[i] + 1;
+    if (mode == "SAME_UPPER" || mode == "SAME_LOWER") {
+      const std::int64_t o = (d[2 + i] + strides[i] - 1) / strides[i];
+      const std::int64_t total = std::max<std::int64_t>(0, (o - 1) * strides[i] + span - d[2 + i]);
+      pads[i] = mode == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pads[i + n] = total - pads[i];
+    } else if (mode == "VALID") {
+      pads[i] = pads[i + n] = 0;
+    } else if (mode != "NOTSET") {
+      c.unsupported("auto_pad " + mode);
+    }
+    const std::int64_t padded = d[2 + i] + pads[i] + pads[i + n];
+    if (padded < span) c.unsupported("a window larger than the padded input");
+    std::int64_t o = ceil_mode ? (padded - span + strides[i] - 1) / strides[i] + 1
+                               : (padded - span) / strides[i] + 1;
+    // ceil_mode: the last window must start inside the input or its left pad.
+    if (ceil_mode && (o - 1) * strides[i] >= d[2 + i] + pads[i]) --o;
+    out[i] = o;
+    ext[i] = std::max<std::int64_t>(0, (o - 1) * strides[i] + span - padded);  // beyond the end pad
+  }
+  std::vector<std::int64_t> torch_pads;  // kiln.pad: last dim first
+  for (std::size_t i = n; i-- > 0;) {
+    torch_pads.push_back(pads[i]);
+    torch_pads.push_back(pads[i + n] + ext[i]);
+  }
+  for (std::size_t i = 0; i < 2; ++i) torch_pads.push_back(0), torch_pads.push_back(0);
+  const double fill = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
+  Value y = c.b.create<PadOp>(x, torch_pads, fill).result();
+  Value divisor;
+  for (std::size_t i = n; i-- > 0;) {
+    const auto axis = static_cast<std::int64_t>(2 + i);
+    Value acc;
+    for (std::int64_t j = 0; j < kernel[i]; ++j) {
+      std::vector<std::int64_t> idx(static_cast<std::size_t>(out[i]));
+      for (std::int64_t o = 0; o < out[i]; ++o) idx[static_cast<std::size_t>(o)] = o * strides[i] + j * dil[i];
+      Value part = c.b.create<GatherOp>(
+                          y, constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{out[i]}, idx)), axis)
+                       .result();
+      acc = !acc ? part : is_max ? c.b.create<MaximumOp>(acc, part).result() : c.b.create<AddOp>(acc, part).result();
+    }
+    y = acc;
+    if (is_max) continue;
+    std::vector<double> count(static_cast<std::size_t>(out[i]), 0.0);
+    const std::int64_t lo = include_pad ? -pads[i] : 0, hi = d[2 + i] + (include_pad ? pads[i + n] : 0);
+    for (std::int64_t o = 0; o < out[i]; ++o)
+      for (std::int64_t j = 0; j < kernel[i]; ++j) {
+        const std::int64_t at = o * strides[i] + j * dil[i] - pads[i];
+        if (at >= lo && at < hi) count[static_cast<std::size_t>(o)] += 1;
+      }
+    std::vector<std::int64_t> shape(d.size(), 1);
+    shape[2 + i] = out[i];
+    Value cnt = constant_value(c.b, Tensor::from_vector<double>(Dims(shape), count));
+    if (dt != DataType::Float64) cnt = c.b.create<CastOp>(cnt, dt).result();
+    divisor = divisor ? c.b.create<MulOp>(divisor, cnt).result() : cnt;
+  }
+  if (!is_max) y = c.b.create<DivOp>(y, divisor).result();
+  return {y};
+}
+
+bool needs_separable_pool(NodeContext& c) {
+  if (shaped_dims(c.input(0).type()).size() == 5) return true;
+  for (auto v : c.ints_attr("dilations"))
+    if (v != 1) return true;
+  return false;
+}
+
 std::vector<Value> max_pool(NodeContext& c) {
+  if (c.node.output_size() > 1 && !c.node.output(1).empty())
+    c.unsupported("MaxPool's Indices output");
+  if (needs_separable_pool(c)) return separable_pool(c, true);
   Window2d w = window2d(c, true);
   if (w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("MaxPool with dilations");
   if (c.node.output_size() > 1 && !c.node.output(1).empty())
@@ -199,6 +345,7 @@ std::vector<Value> max_pool(NodeContext& c) {
 // with pads beyond half the kernel that is the zero-padded window's mean
 // divided by the mean of a zero-padded mask of ones.
 std::vector<Value> average_pool(NodeContext& c) {
+  if (needs_separable_pool(c)) return separable_pool(c, false);
   Window2d w = window2d(c, true);
   if (w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("AveragePool with dilations");
   const bool include_pad = c.int_attr("count_include_pad", 0) != 0;
