@@ -88,6 +88,7 @@ const OpTable& op_table() {
     add_math_ops(t);
     add_layout_ops(t);
     add_resize_ops(t);
+    add_control_flow_ops(t);
     return t;
   }();
   return table;
@@ -122,7 +123,7 @@ constexpr std::int64_t kMaxFoldedElements = 1 << 16;
 // Concat (PyTorch's exported shape arithmetic) then has a constant shape.
 // Small tensors only; a failure only means nothing is folded (running the
 // model reports it).
-void fold_constants(const Program& main, Operation* mark, const ::onnx::NodeProto& node,
+void fold_constants(Block& block, Operation* mark, const ::onnx::NodeProto& node,
                     const detail::NodeContext& ctx, const std::vector<Value>& results,
                     std::unordered_map<std::string, Tensor>& constants) {
   bool any = false;
@@ -138,7 +139,7 @@ void fold_constants(const Program& main, Operation* mark, const ::onnx::NodeProt
     IrMapping map;
     for (std::size_t i = 0; i < ctx.inputs.size(); ++i)
       if (ctx.inputs[i]) map.map(ctx.inputs[i], detail::constant_value(sb, *ctx.constants[i]));
-    for (Operation* op = mark ? mark->next_in_block() : main.block().front(); op;
+    for (Operation* op = mark ? mark->next_in_block() : block.front(); op;
          op = op->next_in_block())
       sb.insert(op->clone(map));
     std::vector<FetchTarget> fetch;
@@ -161,19 +162,46 @@ void fold_constants(const Program& main, Operation* mark, const ::onnx::NodeProt
 // outputs. `values` maps ONNX names to kiln values; `constants` holds the
 // values known at import (initializers, Constant nodes, Shape of static
 // dims, folded nodes).
+//
+// A subgraph (If's branches, Loop's and Scan's bodies) is imported by a
+// child importer into a detached block: names it does not define resolve
+// in its parent's scope, so its ops read outer values directly, and the
+// control-flow builder then turns those into captures
+// (capture_external_values).
 class GraphImporter {
  public:
   GraphImporter(ImportedModel& out, std::string_view what)
-      : out_(out), what_(what), b_(out.main), sb_(out.startup) {}
+      : out_(out), what_(what), block_(out.main.block()), b_(out.main), sb_(out.startup) {}
+  GraphImporter(ImportedModel& out, std::string_view what, Block& block, const GraphImporter& parent)
+      : out_(out), what_(what), block_(block), b_(block), sb_(out.startup), parent_(&parent) {}
+
+  // The value an ONNX name refers to here or in an enclosing graph; null if none.
+  Value lookup(const std::string& name) const {
+    auto v = values_.find(name);
+    if (v != values_.end()) return v->second;
+    return parent_ ? parent_->lookup(name) : Value{};
+  }
+  const Tensor* lookup_constant(const std::string& name) const {
+    auto c = constants_.find(name);
+    if (c != constants_.end()) return &c->second;
+    return parent_ ? parent_->lookup_constant(name) : nullptr;
+  }
+  void bind(const std::string& name, Value v) { values_[name] = v; }
 
   // Initializers: parameters set by the startup program from their values
-  // (so the imported model trains like one built by the frontend).
+  // (so the imported model trains like one built by the frontend); in a
+  // subgraph, constants of its block.
   void import_initializers(const ::onnx::GraphProto& g) {
     if (g.sparse_initializer_size() > 0)
       throw_error(ErrorKind::Unimplemented, "ONNX model ", what_, " has sparse initializers (first '",
                   g.sparse_initializer(0).values().name(), "'); kiln does not import them");
     for (const auto& init : g.initializer()) {
       Tensor t = detail::tensor_of(init, "initializer '" + init.name() + "'");
+      if (parent_) {
+        values_[init.name()] = detail::constant_value(b_, t);
+        constants_.emplace(init.name(), std::move(t));
+        continue;
+      }
       const Type type = TensorType::get(t.dtype(), t.dims().to_vector());
       sb_.create<SetParameterOp>(detail::constant_value(sb_, t), init.name());
       out_.startup.set_parameter(init.name(), Parameter{type, true});
@@ -203,23 +231,26 @@ class GraphImporter {
   void import_node(const ::onnx::NodeProto& node) {
     const std::string where = "node '" + node.name() + "' (" + node.op_type() + ")";
     const detail::OpEntry& entry = entry_for(node, where);
-    detail::NodeContext ctx{b_, node, out_.opset, {}, {}, {}};
+    detail::NodeContext ctx{b_, node, out_.opset, {}, {}, {}, {}};
     for (const auto& name : node.input()) {
       if (name.empty()) {
         ctx.inputs.emplace_back();
         ctx.constants.push_back(nullptr);
         continue;
       }
-      auto v = values_.find(name);
-      if (v == values_.end())
+      Value v = lookup(name);
+      if (!v)
         throw_error(ErrorKind::InvalidArgument, "ONNX ", where, ": input '", name,
                     "' is made by no earlier node and is no graph input");
-      ctx.inputs.push_back(v->second);
-      auto c = constants_.find(name);
-      ctx.constants.push_back(c == constants_.end() ? nullptr : &c->second);
+      ctx.inputs.push_back(v);
+      ctx.constants.push_back(lookup_constant(name));
     }
+    ctx.import_subgraph = [this](const ::onnx::GraphProto& g, Block& block,
+                                 const std::vector<Value>& inputs) {
+      return import_subgraph(g, block, inputs);
+    };
     std::vector<Value> results;
-    Operation* mark = out_.main.block().back();
+    Operation* mark = block_.back();
     try {
       results = entry.build(ctx);
     } catch (const Error& e) {
@@ -237,12 +268,34 @@ class GraphImporter {
     // Outputs the builder knows (Constant, Shape), or else a node whose
     // inputs are all known, folded: known at import too.
     if (ctx.known_outputs.empty()) {
-      fold_constants(out_.main, mark, node, ctx, results, constants_);
+      fold_constants(block_, mark, node, ctx, results, constants_);
       return;
     }
     for (std::size_t k = 0; k < ctx.known_outputs.size(); ++k)
       if (k < static_cast<std::size_t>(node.output_size()) && ctx.known_outputs[k].is_initialized())
         constants_.emplace(node.output(static_cast<int>(k)), ctx.known_outputs[k]);
+  }
+
+  // g's nodes into `block`, its inputs bound to `inputs` in order (fewer
+  // inputs than the graph declares: kiln::Error); returns its outputs.
+  std::vector<Value> import_subgraph(const ::onnx::GraphProto& g, Block& block,
+                                     const std::vector<Value>& inputs) const {
+    GraphImporter child(out_, what_, block, *this);
+    if (static_cast<std::size_t>(g.input_size()) != inputs.size())
+      throw_error(ErrorKind::InvalidArgument, "ONNX model ", what_, ": subgraph '", g.name(),
+                  "' declares ", g.input_size(), " inputs, its op gives it ", inputs.size());
+    for (int i = 0; i < g.input_size(); ++i) child.bind(g.input(i).name(), inputs[static_cast<std::size_t>(i)]);
+    child.import_initializers(g);
+    for (const auto& node : g.node()) child.import_node(node);
+    std::vector<Value> outs;
+    for (const auto& o : g.output()) {
+      Value v = child.lookup(o.name());
+      if (!v)
+        throw_error(ErrorKind::InvalidArgument, "ONNX model ", what_, ": subgraph '", g.name(),
+                    "' output '", o.name(), "' is made by no node");
+      outs.push_back(v);
+    }
+    return outs;
   }
 
   void import_outputs(const ::onnx::GraphProto& g) {
@@ -277,7 +330,9 @@ class GraphImporter {
 
   ImportedModel& out_;
   std::string_view what_;
+  Block& block_;
   Builder b_, sb_;
+  const GraphImporter* parent_ = nullptr;
   std::unordered_map<std::string, Value> values_;
   std::unordered_map<std::string, Tensor> constants_;
 };

@@ -9,6 +9,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,6 +31,11 @@ struct NodeContext {
   // A builder that knows its outputs' values at import (Shape of static
   // dims) puts them here, one per output (uninitialized: not known).
   std::vector<Tensor> known_outputs;
+  // Imports a subgraph attribute's graph into `block` (a detached block),
+  // binding its inputs to `inputs`; names it does not define resolve in the
+  // node's scope (outer values, used directly). Returns its outputs.
+  std::function<std::vector<Value>(const ::onnx::GraphProto&, Block&, const std::vector<Value>&)>
+      import_subgraph;
 
   // "node 'name' (OpType)"
   std::string where() const;
@@ -73,5 +79,6 @@ void add_nn_ops(OpTable& t);
 void add_math_ops(OpTable& t);
 void add_layout_ops(OpTable& t);
 void add_resize_ops(OpTable& t);
+void add_control_flow_ops(OpTable& t);
 
 }  // namespace kiln::onnx::detail

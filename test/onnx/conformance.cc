@@ -91,12 +91,14 @@ std::string compare(const Tensor& got, const Tensor& want) {
   }
 }
 
-// The op type a message names ("... (Softmax): ..."), for the tally.
+// The op type a message names ("... (Softmax): ..."), for the tally; the
+// innermost one when a subgraph's node is named inside its op's message.
 std::string op_of(const std::string& message) {
-  auto close = message.find("): ");
-  auto open = close == std::string::npos ? close : message.rfind('(', close);
-  if (open == std::string::npos) return "(model)";
-  return message.substr(open + 1, close - open - 1);
+  static const std::regex named(R"(\(([A-Za-z0-9_]+)\)(:| is in domain))");
+  std::string op = "(model)";
+  for (auto it = std::sregex_iterator(message.begin(), message.end(), named); it != std::sregex_iterator(); ++it)
+    op = (*it)[1].str();
+  return op;
 }
 
 // A message without the names of nodes and graph inputs, so that one reason
