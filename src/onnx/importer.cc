@@ -86,6 +86,7 @@ const OpTable& op_table() {
     add_reduce_ops(t);
     add_nn_ops(t);
     add_indexing_ops(t);
+    add_loss_ops(t);
     return t;
   }();
   return table;

@@ -71,5 +71,6 @@ void add_constant_ops(OpTable& t);
 void add_reduce_ops(OpTable& t);
 void add_nn_ops(OpTable& t);
 void add_indexing_ops(OpTable& t);
+void add_loss_ops(OpTable& t);
 
 }  // namespace kiln::onnx::detail
