@@ -203,4 +203,31 @@ std::vector<Type> ScatterNdOp::infer_meta(const std::vector<Type>& in, Dictionar
   return {meta::result_like(in, shaped_data_type(x), xs)};
 }
 
+std::vector<Value> GatherNdOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = vjp::single_grad(op, g);
+  Value x = op->operand_source(0), index = op->operand_source(1);
+  if (!d || !vjp::differentiable(x)) return {Value(), Value()};
+  if (GatherNdOp(op).attrs().batch_dims != 0)
+    throw_error(ErrorKind::Unimplemented, "op '", name, "' has no gradient with batch_dims > 0");
+  return {b.create<ScatterNdOp>(vjp::zeros(b, x), index, d, "add").result(), Value()};
+}
+
+std::vector<Value> ScatterNdOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = vjp::single_grad(op, g);
+  Value x = op->operand_source(0), index = op->operand_source(1), updates = op->operand_source(2);
+  std::vector<Value> out(3);
+  const bool need_x = vjp::differentiable(x), need_u = vjp::differentiable(updates);
+  if (!d || (!need_x && !need_u)) return out;
+  const std::string reduction = ScatterNdOp(op).attrs().reduction;
+  if (reduction != "none" && reduction != "add")
+    throw_error(ErrorKind::Unimplemented, "op '", name, "' has no gradient for reduction '",
+                reduction, "' (only none and add)");
+  if (need_x)
+    out[0] = reduction == "add"
+                 ? d
+                 : b.create<ScatterNdOp>(d, index, vjp::zeros(b, updates), "none").result();
+  if (need_u) out[2] = b.create<GatherNdOp>(d, index, std::int64_t{0}).result();
+  return out;
+}
+
 }  // namespace kiln

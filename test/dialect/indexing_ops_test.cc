@@ -1,7 +1,7 @@
 // InferMeta and Vjp tests of the ops of kiln/dialect/indexing_ops.h: result
 // shapes (unknown dims carried through), the build-time errors naming the
-// op, and the gradients of take_along_axis and put_along_axis against
-// central finite differences in f64.
+// op, and the gradients of take_along_axis / put_along_axis and gather_nd /
+// scatter_nd against central finite differences in f64.
 #include <vector>
 
 #include "catch.hpp"
@@ -81,4 +81,34 @@ TEST_CASE("put_along_axis's vjp: x gets the grad where no update landed, updates
             make_op<PutAlongAxisOp>(std::int64_t{0}, std::string("none")));
   check_vjp({random_f64({3, 3}, -1, 1, 8), i64({2, 2}, {1, 1, 0, 1}), random_f64({2, 2}, -1, 1, 9)},
             make_op<PutAlongAxisOp>(std::int64_t{1}, std::string("add")));
+}
+
+TEST_CASE("gather_nd's vjp adds the grad back into the gathered slices, and scatter_nd's splits "
+          "it between x and the updates",
+          "[dialect][vjp][indexing]") {
+  // A repeated tuple (its grads add up) and a negative entry.
+  check_vjp({random_f64({3, 4}, -1, 1, 10), i64({3, 1}, {2, 0, -1})}, make_op<GatherNdOp>(std::int64_t{0}));
+  check_vjp({random_f64({3, 4, 2}, -1, 1, 11), i64({2, 2, 2}, {0, 1, 2, 3, 0, 1, 1, -1})},
+            make_op<GatherNdOp>(std::int64_t{0}));
+  const Tensor rows = i64({2, 1}, {2, 0});  // distinct, as "none"'s gradient needs
+  check_vjp({random_f64({3, 4}, -1, 1, 12), rows, random_f64({2, 4}, -1, 1, 13)},
+            make_op<ScatterNdOp>(std::string("none")));
+  check_vjp({random_f64({3, 4}, -1, 1, 12), i64({3, 2}, {1, 1, 1, 1, 2, -1}), random_f64({3}, -1, 1, 14)},
+            make_op<ScatterNdOp>(std::string("add")));
+}
+
+TEST_CASE("gather_nd with batch_dims and scatter_nd's mul have no gradient: a clear error naming "
+          "the op",
+          "[dialect][vjp][indexing]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", V{2, 3}, DataType::Float64).result();
+  Value idx = b.create<DataOp>("i", V{2, 1}, DataType::Int64).result();
+  Value u = b.create<DataOp>("u", V{2, 3}, DataType::Float64).result();
+  Operation* g = b.create<GatherNdOp>(x, idx, std::int64_t{1}).operation();
+  Value dg = b.create<FullOp>(V{2}, 1.0, DataType::Float64).result();
+  KILN_CHECK_ERROR(call_vjp(b, g, {dg}), Unimplemented, {"kiln.gather_nd", "batch_dims"});
+  Operation* s = b.create<ScatterNdOp>(x, idx, u, "mul").operation();
+  Value ds = b.create<FullOp>(V{2, 3}, 1.0, DataType::Float64).result();
+  KILN_CHECK_ERROR(call_vjp(b, s, {ds}), Unimplemented, {"kiln.scatter_nd", "reduction 'mul'"});
 }

@@ -50,10 +50,12 @@ struct PutAlongAxisOp : Op<PutAlongAxisOp, ReadOnly, ValueSemantics, InferMetaIn
 // ONNX GatherND: index [b…, m…, k] (the first batch_dims dims equal x's)
 // picks, for each of its tuples, the slice x[b…, t0, …, t_{k-1}, :…];
 // out.dims = index.dims[:-1] + x.dims[batch_dims + k:]. k (index's last dim)
-// must be known at build time and batch_dims + k <= rank(x). No grad.
-struct GatherNdOp : Op<GatherNdOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+// must be known at build time and batch_dims + k <= rank(x). Vjp (batch_dims
+// 0): scatter_nd with reduction "add" of the grad into zeros like x.
+struct GatherNdOp : Op<GatherNdOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.gather_nd";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 2, num_results = 1;
   KILN_ATTRIBUTES((std::int64_t, batch_dims));
   static void build(Builder& b, OperationArgument& arg, Value x, Value index,
@@ -64,10 +66,12 @@ struct GatherNdOp : Op<GatherNdOp, ReadOnly, ValueSemantics, InferMetaInterface>
 // ONNX ScatterND: x with each slice updates[m…] combined into
 // x[index[m…, 0], …, index[m…, k-1], :…] (index [m…, k], updates.dims =
 // index.dims[:-1] + x.dims[k:]). reduction as put_along_axis's ("none": the
-// last of repeated tuples wins). No grad.
-struct ScatterNdOp : Op<ScatterNdOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+// last of repeated tuples wins). Vjp for "none" (exact for distinct tuples)
+// and "add", as put_along_axis's.
+struct ScatterNdOp : Op<ScatterNdOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.scatter_nd";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 3, num_results = 1;
   KILN_ATTRIBUTES((std::string, reduction));
   static void build(Builder& b, OperationArgument& arg, Value x, Value index, Value updates,
