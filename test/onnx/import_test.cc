@@ -8,6 +8,7 @@
 #include "catch.hpp"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
+#include "kiln/frontend/backward.h"
 #include "kiln/onnx/import.h"
 #include "test_util.h"
 
@@ -136,4 +137,63 @@ TEST_CASE("a test-data tensor of a dtype kiln lacks, or not a TensorProto, is a 
                    {"/nonexistent/input_0.pb"});
   KILN_CHECK_ERROR(onnx::tensor_from_bytes("\xff\xff\xff", "junk"), InvalidArgument,
                    {"junk", "TensorProto"});
+}
+
+TEST_CASE("an imported NegativeLogLikelihoodLoss trains: its gradient is -weight / Σ weights at "
+          "each target and 0 elsewhere and at ignored targets",
+          "[onnx]") {
+  if (!have_suite()) return;
+  // input [3, 5, 6], target [3, 6] with ignore_index -1 among them, weight
+  // [5], reduction mean.
+  const std::string test = "node/test_nllloss_NCd1_mean_weight_negative_ii";
+  onnx::ImportedModel m = onnx::import_model(suite(test));
+  Value input, loss;
+  for (Operation* op : m.main.block()) {
+    if (op->isa<DataOp>() && DataOp(op).attrs().name == "input") input = op->result(0);
+    if (op->isa<FetchOp>()) loss = op->operand_source(0);
+  }
+  REQUIRE(input);
+  REQUIRE(loss);
+  auto grads = append_backward(loss, {input});
+  REQUIRE(grads.size() == 1);
+  FeedMap feed;
+  for (std::size_t i = 0; i < m.inputs.size(); ++i)
+    feed[m.inputs[i]] = onnx::read_tensor_proto(suite(test, "test_data_set_0/input_" + std::to_string(i) + ".pb"));
+  Executor exe;
+  auto got = exe.run(m.main, feed, {loss, grads[0].second});
+  CHECK(got[0].to_vector<float>()[0] ==
+        Approx(onnx::read_tensor_proto(suite(test, "test_data_set_0/output_0.pb")).to_vector<float>()[0])
+            .epsilon(1e-5));
+  const auto target = feed["target"].to_vector<std::int64_t>();
+  const auto weight = feed["weight"].to_vector<float>();
+  double total = 0;
+  std::size_t ignored = 0;
+  for (auto t : target) {
+    if (t == -1) ++ignored;
+    else total += weight[static_cast<std::size_t>(t)];
+  }
+  REQUIRE(ignored > 0);  // the case this test is about
+  const auto g = got[1].to_vector<float>();
+  REQUIRE(g.size() == 3 * 5 * 6);
+  for (std::int64_t n = 0; n < 3; ++n)
+    for (std::int64_t c = 0; c < 5; ++c)
+      for (std::int64_t d = 0; d < 6; ++d) {
+        const std::int64_t t = target[static_cast<std::size_t>(n * 6 + d)];
+        const double want = t == c ? -weight[static_cast<std::size_t>(c)] / total : 0.0;
+        INFO("n " << n << " c " << c << " d " << d);
+        CHECK(g[static_cast<std::size_t>((n * 5 + c) * 6 + d)] == Approx(want).epsilon(1e-5).margin(1e-7));
+      }
+}
+
+TEST_CASE("an imported GatherElements with an index out of range fails when run, naming the kiln "
+          "op and the index",
+          "[onnx]") {
+  if (!have_suite()) return;
+  const std::string test = "node/test_gather_elements_0";  // data [2, 2], indices [2, 2], axis 1
+  onnx::ImportedModel m = onnx::import_model(suite(test));
+  Executor exe;
+  FeedMap feed{{m.inputs[0], onnx::read_tensor_proto(suite(test, "test_data_set_0/input_0.pb"))},
+               {m.inputs[1], Tensor::from_vector<std::int64_t>({2, 2}, {0, 2, 1, 0})}};
+  KILN_CHECK_ERROR(exe.run(m.main, feed, {m.outputs[0]}), OutOfRange,
+                   {"kiln.take_along_axis", "index 2", "[-2, 2)"});
 }

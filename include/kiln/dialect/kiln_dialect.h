@@ -11,6 +11,7 @@
 #include "kiln/dialect/conv_ops.h"
 #include "kiln/dialect/debug_ops.h"
 #include "kiln/dialect/grad_op.h"
+#include "kiln/dialect/indexing_ops.h"
 #include "kiln/dialect/io_ops.h"
 #include "kiln/dialect/linalg_ops.h"
 #include "kiln/dialect/manipulation_ops.h"
