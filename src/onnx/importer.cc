@@ -85,6 +85,7 @@ const OpTable& op_table() {
     add_constant_ops(t);
     add_reduce_ops(t);
     add_nn_ops(t);
+    add_shape_ops(t);
     return t;
   }();
   return table;

@@ -70,5 +70,6 @@ void add_tensor_ops(OpTable& t);
 void add_constant_ops(OpTable& t);
 void add_reduce_ops(OpTable& t);
 void add_nn_ops(OpTable& t);
+void add_shape_ops(OpTable& t);
 
 }  // namespace kiln::onnx::detail
