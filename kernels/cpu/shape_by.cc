@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "cpu_kernel_util.h"
+#include "kiln/dialect/infer_meta_util.h"
 #include "kiln/dialect/shape_ops.h"
 #include "kiln/kernel/kernel_registry.h"
 
@@ -52,6 +53,8 @@ std::int64_t axis_at_run(const KernelContext& ctx, std::int64_t axis, int rank, 
 }
 
 Dims dims_of(const std::int64_t* d, int r) { return Dims(std::span<const std::int64_t>(d, r)); }
+// "[2, -1]": integers read from an operand, for messages.
+std::string list(const std::int64_t* d, int n) { return meta::dims_string(std::vector<std::int64_t>(d, d + n)); }
 
 void strides_of(const Dims& d, std::int64_t* s) {
   std::int64_t acc = 1;
@@ -155,7 +158,7 @@ void reshape_by_kernel(KernelContext& ctx) {
     d[infer_at] = total / known;
   } else if (known != total) {
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' cannot reshape ", x.type_string(), " (",
-                total, " elements) into ", dims_of(d, r).to_string(), " (", known, " elements)");
+                total, " elements) into ", list(d, r), " (", known, " elements)");
   }
   ctx.output(0) = x.reshape(dims_of(d, r));
 }
@@ -217,11 +220,11 @@ void expand_by_kernel(KernelContext& ctx) {
     const int ix = i - (r - xr), is = i - (r - n);
     const std::int64_t a = ix >= 0 ? x.dims()[ix] : 1, b = is >= 0 ? s[is] : 1;
     if (b < 0)
-      throw_error(ErrorKind::InvalidArgument, "op '", op, "' shape ", dims_of(s, n).to_string(),
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' shape ", list(s, n),
                   " holds a negative dim");
     if (a != b && a != 1 && b != 1)
-      throw_error(ErrorKind::InvalidArgument, "op '", op, "' cannot expand ", x.type_string(), " to [",
-                  dims_of(s, n).to_string(), "]: dim ", i, " is ", a, " and ", b, " (expected equal or 1)");
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' cannot expand ", x.type_string(), " to ",
+                  list(s, n), ": dim ", i, " is ", a, " and ", b, " (expected equal or 1)");
     od[i] = a == 1 ? b : a;
     stride[i] = (ix >= 0 && a != 1) ? xs[ix] : 0;
   }
@@ -236,15 +239,15 @@ void tile_kernel(KernelContext& ctx) {
   const int n = read_ints(ctx, 1, "repeats", rep, kMaxRank);
   const int r = x.rank();
   if (n != r)
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' repeats [",
-                dims_of(rep, n).to_string(), "] must have one entry per dim of ", x.type_string());
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' repeats ",
+                list(rep, n), " must have one entry per dim of ", x.type_string());
   // out viewed as [rep0, d0, rep1, d1, …]: x broadcast along the rep dims.
   std::int64_t od[kMaxRank], wd[2 * kMaxRank], ws[2 * kMaxRank], xs[kMaxRank];
   strides_of(x.dims(), xs);
   for (int i = 0; i < r; ++i) {
     if (rep[i] < 0)
-      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' repeats [",
-                  dims_of(rep, n).to_string(), "] must be >= 0");
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' repeats ",
+                  list(rep, n), " must be >= 0");
     if (__builtin_mul_overflow(rep[i], x.dims()[i], &od[i]))
       throw_error(ErrorKind::OutOfRange, "op '", ctx.op()->name(), "' result dim ", i, " overflows int64");
     wd[2 * i] = rep[i];
@@ -466,8 +469,8 @@ void full_by_kernel(KernelContext& ctx) {
   const int r = read_ints(ctx, 0, "shape", d, kMaxRank);
   for (int i = 0; i < r; ++i)
     if (d[i] < 0)
-      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' shape [",
-                  dims_of(d, r).to_string(), "] holds a negative dim");
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' shape ",
+                  list(d, r), " holds a negative dim");
   if (a.dtype == DataType::Int32 || a.dtype == DataType::Int64) {
     const double lim = a.dtype == DataType::Int32 ? 2147483648.0 : 9223372036854775808.0;
     if (!(a.value >= -lim && a.value < lim))
