@@ -108,6 +108,17 @@ void walk_bytes(const KernelContext& ctx, DataType dt, const void* src, void* ds
   }
 }
 
+// kiln::Error unless the dims made at run time match the op's known_dims.
+void check_known(const KernelContext& ctx, const std::vector<std::int64_t>& known,
+                 const std::int64_t* d, int r) {
+  if (known.empty()) return;
+  bool ok = static_cast<int>(known.size()) == r;
+  for (int i = 0; ok && i < r; ++i) ok = known[static_cast<std::size_t>(i)] < 0 || known[static_cast<std::size_t>(i)] == d[i];
+  if (!ok)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' made dims ", list(d, r),
+                " at run time, the program expects ", meta::dims_string(known));
+}
+
 // ---- shape / numel ----
 
 void shape_kernel(KernelContext& ctx) {
@@ -126,7 +137,8 @@ void numel_kernel(KernelContext& ctx) {
 // ---- reshape_by: a view ----
 
 void reshape_by_kernel(KernelContext& ctx) {
-  const bool allowzero = ctx.attrs<ReshapeByOp>().allowzero;
+  const auto& attrs = ctx.attrs<ReshapeByOp>();
+  const bool allowzero = attrs.allowzero;
   const Tensor& x = ctx.input(0);
   const std::string_view op = ctx.op()->name();
   std::int64_t d[kMaxRank];
@@ -160,6 +172,7 @@ void reshape_by_kernel(KernelContext& ctx) {
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' cannot reshape ", x.type_string(), " (",
                 total, " elements) into ", list(d, r), " (", known, " elements)");
   }
+  check_known(ctx, attrs.known_dims, d, r);
   ctx.output(0) = x.reshape(dims_of(d, r));
 }
 
@@ -228,6 +241,7 @@ void expand_by_kernel(KernelContext& ctx) {
     od[i] = a == 1 ? b : a;
     stride[i] = (ix >= 0 && a != 1) ? xs[ix] : 0;
   }
+  check_known(ctx, ctx.attrs<ExpandByOp>().known_dims, od, r);
   Tensor& out = ctx.alloc_output(0, dims_of(od, r), x.dtype());
   if (out.numel() == 0) return;
   walk_bytes<false>(ctx, x.dtype(), x.raw_data(), out.raw_data(), r, od, stride, 0);
@@ -471,6 +485,7 @@ void full_by_kernel(KernelContext& ctx) {
     if (d[i] < 0)
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' shape ",
                   list(d, r), " holds a negative dim");
+  check_known(ctx, a.known_dims, d, r);
   if (a.dtype == DataType::Int32 || a.dtype == DataType::Int64) {
     const double lim = a.dtype == DataType::Int32 ? 2147483648.0 : 9223372036854775808.0;
     if (!(a.value >= -lim && a.value < lim))

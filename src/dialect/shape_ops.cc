@@ -60,6 +60,24 @@ std::vector<Value> view_back(Builder& b, Operation* op, const std::vector<Value>
 
 }  // namespace
 
+std::vector<std::int64_t> merge_known_dims(std::string_view op, std::vector<std::int64_t> dims,
+                                           const std::vector<std::int64_t>& known) {
+  if (known.empty()) return dims;
+  if (known.size() != dims.size())
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' known_dims ", meta::dims_string(known),
+                " must have one entry per result dim (rank ", dims.size(), ")");
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (known[i] < -1)
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' known_dims ", meta::dims_string(known),
+                  " must be >= -1 (-1: unknown)");
+    if (dims[i] >= 0 && known[i] >= 0 && dims[i] != known[i])
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' known_dims ", meta::dims_string(known),
+                  " disagree with the result dims ", meta::dims_string(dims), " in dim ", i);
+    if (dims[i] < 0) dims[i] = known[i];
+  }
+  return dims;
+}
+
 // ---- shape / numel ----
 
 void ShapeOp::build(Builder&, OperationArgument& arg, Value x) { arg.add_operand(x); }
@@ -81,19 +99,28 @@ std::vector<Type> NumelOp::infer_meta(const std::vector<Type>& in, DictionaryAtt
 
 // ---- reshape_by ----
 
-void ReshapeByOp::build(Builder&, OperationArgument& arg, Value x, Value shape, bool allowzero) {
+void ReshapeByOp::build(Builder&, OperationArgument& arg, Value x, Value shape, bool allowzero,
+                        const std::vector<std::int64_t>& known_dims) {
   arg.add_operand(x);
   arg.add_operand(shape);
-  arg.attributes = to_named_attributes(Attributes{allowzero});
+  arg.attributes = to_named_attributes(Attributes{allowzero, known_dims});
 }
 
 std::vector<Type> ReshapeByOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
-  from_attributes<Attributes>(attrs, name);
+  auto a = from_attributes<Attributes>(attrs, name);
   meta::require_count(name, in, 2);
   Type x = meta::tensor_operand(name, in, 0);
   const std::int64_t n = int_vector_operand(name, in, 1, "shape");
   check_rank(name, n);
-  return {meta::result_like({in[0]}, shaped_data_type(x), std::vector<std::int64_t>(n, -1))};
+  std::vector<std::int64_t> out = merge_known_dims(name, std::vector<std::int64_t>(n, -1), a.known_dims);
+  // Element counts that are both known must agree.
+  std::int64_t nx = 1, no = 1;
+  for (auto d : shaped_dims(x)) nx = nx < 0 || d < 0 || __builtin_mul_overflow(nx, d, &nx) ? -1 : nx;
+  for (auto d : out) no = no < 0 || d < 0 || __builtin_mul_overflow(no, d, &no) ? -1 : no;
+  if (nx >= 0 && no >= 0 && nx != no)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot reshape ",
+                meta::dims_string(shaped_dims(x)), " into ", meta::dims_string(out));
+  return {meta::result_like({in[0]}, shaped_data_type(x), std::move(out))};
 }
 
 std::vector<Value> ReshapeByOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
@@ -102,12 +129,15 @@ std::vector<Value> ReshapeByOp::vjp(Builder& b, Operation* op, const std::vector
 
 // ---- expand_by ----
 
-void ExpandByOp::build(Builder&, OperationArgument& arg, Value x, Value shape) {
+void ExpandByOp::build(Builder&, OperationArgument& arg, Value x, Value shape,
+                       const std::vector<std::int64_t>& known_dims) {
   arg.add_operand(x);
   arg.add_operand(shape);
+  arg.attributes = to_named_attributes(Attributes{known_dims});
 }
 
-std::vector<Type> ExpandByOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute) {
+std::vector<Type> ExpandByOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  auto a = from_attributes<Attributes>(attrs, name);
   meta::require_count(name, in, 2);
   Type x = meta::tensor_operand(name, in, 0);
   const auto& xs = shaped_dims(x);
@@ -122,6 +152,7 @@ std::vector<Type> ExpandByOp::infer_meta(const std::vector<Type>& in, Dictionary
     const std::int64_t d = xs[static_cast<std::size_t>(i)];
     if (d >= 0 && d != 1) out[static_cast<std::size_t>(r - xr + i)] = d;
   }
+  out = merge_known_dims(name, std::move(out), a.known_dims);
   return {meta::result_like({in[0]}, shaped_data_type(x), std::move(out))};
 }
 
@@ -374,9 +405,10 @@ std::vector<Type> TileOp::infer_meta(const std::vector<Type>& in, DictionaryAttr
 
 // ---- full_by ----
 
-void FullByOp::build(Builder&, OperationArgument& arg, Value shape, double value, DataType dtype) {
+void FullByOp::build(Builder&, OperationArgument& arg, Value shape, double value, DataType dtype,
+                     const std::vector<std::int64_t>& known_dims) {
   arg.add_operand(shape);
-  arg.attributes = to_named_attributes(Attributes{value, dtype});
+  arg.attributes = to_named_attributes(Attributes{value, dtype, known_dims});
 }
 
 std::vector<Type> FullByOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
@@ -391,7 +423,8 @@ std::vector<Type> FullByOp::infer_meta(const std::vector<Type>& in, DictionaryAt
       throw_error(ErrorKind::InvalidArgument, "op '", name, "' fills f32, f64, i32, i64 or bool, got ",
                   to_string(a.dtype));
   }
-  return {TensorType::get(a.dtype, std::vector<std::int64_t>(static_cast<std::size_t>(n), -1))};
+  return {TensorType::get(a.dtype, merge_known_dims(name, std::vector<std::int64_t>(static_cast<std::size_t>(n), -1),
+                                                    a.known_dims))};
 }
 
 // ---- range ----

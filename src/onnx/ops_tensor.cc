@@ -11,6 +11,7 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/dialect/shape_ops.h"
 #include "op_table.h"
+#include "shape_values.h"
 
 namespace kiln::onnx::detail {
 
@@ -49,12 +50,23 @@ std::vector<Value> flatten(NodeContext& c) {
   return {c.b.create<ReshapeOp>(x, std::vector<std::int64_t>{outer, inner}).result()};
 }
 
+// Dims known at import among `known` (-1 elsewhere); empty when none is.
+std::vector<std::int64_t> some_known(std::vector<std::int64_t> known) {
+  if (std::all_of(known.begin(), known.end(), [](std::int64_t d) { return d < 0; })) known.clear();
+  return known;
+}
+
 // allowzero = 0 (the default): a 0 copies the input's dim and one -1 is
 // inferred, as kiln.reshape does; allowzero = 1: a 0 is a 0 dim
-// (kiln.reshape_by's allowzero). A shape computed at run time: kiln.reshape_by.
+// (kiln.reshape_by's allowzero). A shape computed at run time: kiln.reshape_by,
+// the dims its entries known at import give (shape_values.h) kept static.
 std::vector<Value> reshape(NodeContext& c) {
   const bool allowzero = c.int_attr("allowzero", 0) != 0;
-  if (!c.constants[1]) return {c.b.create<ReshapeByOp>(c.input(0), c.input(1), allowzero).result()};
+  if (!c.constants[1]) {
+    Value x = c.input(0);
+    const auto known = reshape_known_dims(shaped_dims(x.type()), shape_values(c.input(1)), allowzero);
+    return {c.b.create<ReshapeByOp>(x, c.input(1), allowzero, some_known(known)).result()};
+  }
   const std::vector<std::int64_t> shape = c.constant_ints(1, "Reshape's shape");
   if (allowzero && std::find(shape.begin(), shape.end(), 0) != shape.end())
     return {c.b.create<ReshapeByOp>(c.input(0), c.input(1), true).result()};
@@ -90,10 +102,18 @@ std::vector<Value> unsqueeze(NodeContext& c) {
   return {c.b.create<UnsqueezeOp>(c.input(0), axes_of(c, true)).result()};
 }
 
+// Small integer inputs known at import (shape pieces, even initializers)
+// join as constants, so the entries of a shape vector computed at run time
+// that are known at import can be read back (shape_values.h).
 std::vector<Value> concat(NodeContext& c) {
   if (!c.has_attr("axis")) c.unsupported("Concat without an axis");
   std::vector<Value> xs;
-  for (std::size_t i = 0; i < c.inputs.size(); ++i) xs.push_back(c.input(i));
+  for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+    const Tensor* k = i < c.constants.size() ? c.constants[i] : nullptr;
+    const bool small_ints = k && k->numel() <= 64 &&
+                            (k->dtype() == DataType::Int64 || k->dtype() == DataType::Int32);
+    xs.push_back(small_ints ? constant_value(c.b, *k) : c.input(i));
+  }
   return {c.b.create<ConcatOp>(xs, c.int_attr("axis", 0)).result()};
 }
 
@@ -138,6 +158,24 @@ std::vector<Value> gather(NodeContext& c) {
   if (axis < 0) axis += static_cast<std::int64_t>(d.size());
   if (axis < 0 || axis >= static_cast<std::int64_t>(d.size())) c.unsupported("axis out of range");
   const std::int64_t dim = d[static_cast<std::size_t>(axis)];
+  // Entries of a shape vector known at import (a static dim of Shape's
+  // input) picked by constant indices: a constant, so the shape arithmetic
+  // after it folds.
+  if (c.constants[1] && !c.constants[0] && d.size() == 1) {
+    const auto from = shape_values(x);
+    std::vector<std::int64_t> picked;
+    for (auto k : c.constant_ints(1, "the indices")) {
+      if (k < 0) k += static_cast<std::int64_t>(from.size());
+      if (k < 0 || k >= static_cast<std::int64_t>(from.size()) || !from[static_cast<std::size_t>(k)]) break;
+      picked.push_back(*from[static_cast<std::size_t>(k)]);
+    }
+    if (!from.empty() && picked.size() == static_cast<std::size_t>(c.constants[1]->numel()) &&
+        shaped_data_type(x.type()) == DataType::Int64) {
+      Tensor value = Tensor::from_vector<std::int64_t>(c.constants[1]->dims(), picked);
+      c.known_outputs = {value};
+      return {constant_value(c.b, value)};
+    }
+  }
   if (c.constants[1]) {
     std::vector<std::int64_t> v = c.constant_ints(1, "the indices");
     for (auto& k : v)
@@ -163,8 +201,22 @@ std::vector<Value> gather(NodeContext& c) {
 std::vector<Value> expand(NodeContext& c) {
   Value x = c.input(0);
   const auto& d = shaped_dims(x.type());
-  if (!c.constants[1] || std::any_of(d.begin(), d.end(), [](std::int64_t v) { return v < 0; }))
-    return {c.b.create<ExpandByOp>(x, c.input(1)).result()};
+  if (!c.constants[1] || std::any_of(d.begin(), d.end(), [](std::int64_t v) { return v < 0; })) {
+    // Dims known at import: x's other than 1, else the shape's known entry
+    // unless it is 1 (then x's dim, which is not known).
+    const auto s = shape_values(c.input(1));
+    const std::size_t r = std::max(s.size(), d.size());
+    std::vector<std::int64_t> known(r, -1);
+    for (std::size_t i = 0; i < r && !s.empty(); ++i) {
+      const std::int64_t a = i + d.size() >= r ? d[i + d.size() - r] : 1;
+      const std::optional<std::int64_t> b =
+          i + s.size() >= r ? s[i + s.size() - r] : std::optional<std::int64_t>(1);
+      if (a >= 0 && a != 1) known[i] = a;
+      else if (b && *b != 1 && *b >= 0) known[i] = *b;
+      else if (a == 1 && b && *b >= 0) known[i] = *b;
+    }
+    return {c.b.create<ExpandByOp>(x, c.input(1), some_known(known)).result()};
+  }
   const std::vector<std::int64_t> shape = c.constant_ints(1, "Expand's shape");
   const std::size_t rank = std::max(shape.size(), d.size());
   std::vector<std::int64_t> out(rank);
@@ -257,7 +309,7 @@ void add_tensor_ops(OpTable& t) {
   t["Slice"] = {&slice, 1};
   t["Shape"] = {&shape, 1};
   t["Transpose"] = {&transpose, 1};
-  t["Flatten"] = {&flatten, 9};
+  t["Flatten"] = {&flatten, 1};
   t["Reshape"] = {&reshape, 5};
   t["Squeeze"] = {&squeeze, 1};
   t["Unsqueeze"] = {&unsqueeze, 1};

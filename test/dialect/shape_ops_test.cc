@@ -22,9 +22,13 @@ using V = std::vector<std::int64_t>;
 Type tf(V d, DataType dt = DataType::Float32) { return TensorType::get(dt, std::move(d)); }
 Type ti(V d) { return TensorType::get(DataType::Int64, std::move(d)); }
 
+// The result dims InferMeta gives, the op's attributes defaulted.
 template <typename OpT>
 V shape_of(const std::vector<Type>& in) {
-  return shaped_dims(OpT::infer_meta(in, DictionaryAttribute::get({})).at(0));
+  DictionaryAttribute attrs = DictionaryAttribute::get({});
+  if constexpr (requires { typename OpT::Attributes; })
+    attrs = DictionaryAttribute::get(to_named_attributes(typename OpT::Attributes{}));
+  return shaped_dims(OpT::infer_meta(in, attrs).at(0));
 }
 }  // namespace
 

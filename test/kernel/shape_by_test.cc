@@ -57,7 +57,18 @@ TEST_CASE("reshape by a shape computed at run time copies 0s, infers one -1 and 
                    {"kiln.reshape_by", "24 elements", "[5, 5]"});
   KILN_CHECK_ERROR(run_op<ReshapeByOp>({x, ints({-1, 5})}, false), InvalidArgument,
                    {"kiln.reshape_by", "-1"});
+  // Dims a builder knew at build time are checked at run time.
+  auto k = run_op<ReshapeByOp>({x, ints({0, -1})}, false, I64s{-1, 12});
+  CHECK(shaped_dims(k.op->result_type(0)) == I64s{-1, 12});
+  KILN_CHECK_ERROR(run_op<ReshapeByOp>({x, ints({0, -1})}, false, I64s{3, -1}), InvalidArgument,
+                   {"kiln.reshape_by", "made dims [2, 12] at run time", "expects [3, -1]"});
+  KILN_CHECK_ERROR(run_op<ExpandByOp>({iota_f({3, 1}), ints({2, 1, 2})}, I64s{2, 3, 3}), InvalidArgument,
+                   {"kiln.expand_by", "made dims [2, 3, 2]", "expects [2, 3, 3]"});
   Program p;
+  KILN_CHECK_ERROR(build_op<ReshapeByOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Int64, {2}}}, false, I64s{4, 1}),
+                   InvalidArgument, {"kiln.reshape_by", "cannot reshape [2, 3] into [4, 1]"});
+  KILN_CHECK_ERROR(build_op<ReshapeByOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Int64, {2}}}, false, I64s{6}),
+                   InvalidArgument, {"kiln.reshape_by", "known_dims [6]", "one entry per result dim"});
   KILN_CHECK_ERROR(build_op<ReshapeByOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Float32, {2}}}, false),
                    InvalidArgument, {"kiln.reshape_by", "shape", "1-D i32 or i64"});
   KILN_CHECK_ERROR(build_op<ReshapeByOp>(p, {{DataType::Float32, {2, 3}}, {DataType::Int64, {2, 1}}}, false),

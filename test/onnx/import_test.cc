@@ -135,6 +135,8 @@ TEST_CASE("a model exported with a symbolic batch dim runs at any batch: its sha
   // beside it), opset 13, x [batch, 3, 4]:
   //   y = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0), [0]), [12]))
   //   z = Expand([1, 2, 3, 4], Shape(x))
+  //   w = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0), [0]),
+  //                         Unsqueeze(Gather(Shape(x), 1), [0]), [-1]))
   const char* root = std::getenv("KILN_SOURCE_ROOT");
   const std::filesystem::path model =
       std::filesystem::path(root ? root : ".") / "test/onnx/models/dynamic_batch.onnx";
@@ -144,28 +146,37 @@ TEST_CASE("a model exported with a symbolic batch dim runs at any batch: its sha
   }
   onnx::ImportedModel m = onnx::import_model(model.string());
   CHECK_NOTHROW(m.main.verify());
-  std::size_t shapes = 0, reshapes = 0, expands = 0;
+  std::vector<Operation*> reshapes, expands;
+  std::size_t shapes = 0;
   for (Operation* op : m.main.block()) {
     shapes += op->isa<ShapeOp>();
-    reshapes += op->isa<ReshapeByOp>();
-    expands += op->isa<ExpandByOp>();
+    if (op->isa<ReshapeByOp>()) reshapes.push_back(op);
+    if (op->isa<ExpandByOp>()) expands.push_back(op);
   }
   CHECK(shapes == 1);  // the batch is not folded: it is read per run
-  CHECK(reshapes == 1);
-  CHECK(expands == 1);
+  REQUIRE(reshapes.size() == 2);
+  REQUIRE(expands.size() == 1);
+  // Dims known at import stay static: the 12, x's 3 and 4 (Gather(Shape(x), 1)
+  // is folded to 3), only the batch and what depends on it are left to run time.
+  using V = std::vector<std::int64_t>;
+  CHECK(shaped_dims(reshapes[0]->result_type(0)) == V{-1, 12});
+  CHECK(shaped_dims(expands[0]->result_type(0)) == V{-1, 3, 4});
+  CHECK(shaped_dims(reshapes[1]->result_type(0)) == V{-1, 3, -1});
   Executor exe;
   exe.run(m.startup);
   for (std::int64_t batch : {2, 5}) {
     INFO("batch " << batch);
     std::vector<float> x(static_cast<std::size_t>(batch * 12));
     for (std::size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>(k) * 0.5f;
-    auto got = exe.run(m.main, {{"x", Tensor::from_vector<float>({batch, 3, 4}, x)}}, {"y", "z"});
+    auto got = exe.run(m.main, {{"x", Tensor::from_vector<float>({batch, 3, 4}, x)}}, {"y", "z", "w"});
     CHECK(got[0].dims() == Dims{batch, 12});
     CHECK(got[0].to_vector<float>() == x);
     CHECK(got[1].dims() == Dims{batch, 3, 4});
     std::vector<float> z;
     for (std::int64_t k = 0; k < batch * 3; ++k) z.insert(z.end(), {1.f, 2.f, 3.f, 4.f});
     CHECK(got[1].to_vector<float>() == z);
+    CHECK(got[2].dims() == Dims{batch, 3, 4});
+    CHECK(got[2].to_vector<float>() == x);
   }
 }
 

@@ -6,6 +6,12 @@
 // host; kiln.range makes a sequence whose length is known only at run time.
 // Result dims not known at build time are -1. Also kiln.strided_slice:
 // slicing with steps (negative included) by attributes.
+//
+// reshape_by, expand_by and full_by take `known_dims`: result dims a
+// builder knows although the shape operand is computed at run time (an
+// importer that sees [shape(x)[0], 12] knows the 12), -1 where unknown,
+// empty for none. The result type takes them; the kernel checks them, so a
+// wrong one is a kiln::Error naming the op, never a silent mismatch.
 #pragma once
 
 #include "kiln/dialect/grad_op.h"
@@ -40,8 +46,9 @@ struct ReshapeByOp : Op<ReshapeByOp, ViewLike, InferMetaInterface, VjpInterface>
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 2, num_results = 1;
   static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 1> view_map{{{0, 0}}};
-  KILN_ATTRIBUTES((bool, allowzero));
-  static void build(Builder& b, OperationArgument& arg, Value x, Value shape, bool allowzero = false);
+  KILN_ATTRIBUTES((bool, allowzero), (std::vector<std::int64_t>, known_dims));
+  static void build(Builder& b, OperationArgument& arg, Value x, Value shape, bool allowzero = false,
+                    const std::vector<std::int64_t>& known_dims = {});
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
@@ -53,7 +60,9 @@ struct ExpandByOp : Op<ExpandByOp, ReadOnly, ValueSemantics, InferMetaInterface,
   static constexpr std::string_view name = "kiln.expand_by";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 2, num_results = 1;
-  static void build(Builder& b, OperationArgument& arg, Value x, Value shape);
+  KILN_ATTRIBUTES((std::vector<std::int64_t>, known_dims));
+  static void build(Builder& b, OperationArgument& arg, Value x, Value shape,
+                    const std::vector<std::int64_t>& known_dims = {});
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
@@ -62,6 +71,11 @@ struct ExpandByOp : Op<ExpandByOp, ReadOnly, ValueSemantics, InferMetaInterface,
 // positive step, start to [0, dim - 1] and end to [-1, dim - 1] for a
 // negative one. Returns (first index, count). kiln::Error naming `op` for a
 // zero step.
+// `dims` (a result's inferred dims) with the known_dims of a run-time shape
+// op merged in; kiln::Error naming `op` when their lengths or a dim disagree.
+std::vector<std::int64_t> merge_known_dims(std::string_view op, std::vector<std::int64_t> dims,
+                                           const std::vector<std::int64_t>& known_dims);
+
 std::pair<std::int64_t, std::int64_t> strided_slice_range(std::string_view op, std::int64_t start,
                                                           std::int64_t end, std::int64_t step,
                                                           std::int64_t dim);
@@ -163,9 +177,9 @@ struct FullByOp : Op<FullByOp, ReadOnly, InferMetaInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.full_by";
   static constexpr int num_operands = 1, num_results = 1;
-  KILN_ATTRIBUTES((double, value), (DataType, dtype));
+  KILN_ATTRIBUTES((double, value), (DataType, dtype), (std::vector<std::int64_t>, known_dims));
   static void build(Builder& b, OperationArgument& arg, Value shape, double value,
-                    DataType dtype = DataType::Float32);
+                    DataType dtype = DataType::Float32, const std::vector<std::int64_t>& known_dims = {});
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 

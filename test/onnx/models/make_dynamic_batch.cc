@@ -2,6 +2,8 @@
 // was made): opset 13, x float [batch, 3, 4] with a symbolic batch dim,
 //   y = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0), [0]), [12]))  -> [batch, 12]
 //   z = Expand(b, Shape(x)), b = [1, 2, 3, 4]                          -> [batch, 3, 4]
+//   w = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0), [0]),
+//                         Unsqueeze(Gather(Shape(x), 1), [0]), [-1]))  -> [batch, 3, 4]
 // the way PyTorch exports x.reshape(x.shape[0], 12) and b.expand(x.shape)
 // with dynamic_axes. Build:
 //   c++ -std=c++20 -DONNX_ML=1 -DONNX_NAMESPACE=onnx make_dynamic_batch.cc \
@@ -63,6 +65,8 @@ int main(int argc, char** argv) {
   add_ints(g, "zero", {0}, true);
   add_ints(g, "axes0", {0});
   add_ints(g, "twelve", {12});
+  add_ints(g, "one", {1}, true);
+  add_ints(g, "minus1", {-1});
   auto* b = g->add_initializer();
   b->set_name("b");
   b->set_data_type(onnx::TensorProto_DataType_FLOAT);
@@ -75,8 +79,13 @@ int main(int argc, char** argv) {
   set_axis(node(g, "Concat", "concat", {"n1", "twelve"}, {"shape"}), 0);
   node(g, "Reshape", "reshape", {"x", "shape"}, {"y"});
   node(g, "Expand", "expand", {"b", "s"}, {"z"});
+  set_axis(node(g, "Gather", "gather1", {"s", "one"}, {"m"}), 0);
+  node(g, "Unsqueeze", "unsqueeze1", {"m", "axes0"}, {"m1"});
+  set_axis(node(g, "Concat", "concat2", {"n1", "m1", "minus1"}, {"shape2"}), 0);
+  node(g, "Reshape", "reshape2", {"x", "shape2"}, {"w"});
   value_info(g->add_output(), "y", {"batch", "12"});
   value_info(g->add_output(), "z", {"batch", "3", "4"});
+  value_info(g->add_output(), "w", {"batch", "3", "4"});
   std::ofstream f(argc > 1 ? argv[1] : "dynamic_batch.onnx", std::ios::binary);
   return m.SerializeToOstream(&f) ? 0 : 1;
 }
