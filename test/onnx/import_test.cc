@@ -9,6 +9,7 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/dialect/shape_ops.h"
 #include "kiln/exec/executor.h"
+#include "kiln/frontend/backward.h"
 #include "kiln/onnx/import.h"
 #include "test_util.h"
 
@@ -177,6 +178,37 @@ TEST_CASE("a model exported with a symbolic batch dim runs at any batch: its sha
     CHECK(got[1].to_vector<float>() == z);
     CHECK(got[2].dims() == Dims{batch, 3, 4});
     CHECK(got[2].to_vector<float>() == x);
+  }
+}
+
+TEST_CASE("an imported model with a symbolic batch trains: the gradient flows through its "
+          "run-time expand at any batch",
+          "[onnx][shape]") {
+  const char* root = std::getenv("KILN_SOURCE_ROOT");
+  const std::filesystem::path model =
+      std::filesystem::path(root ? root : ".") / "test/onnx/models/dynamic_batch.onnx";
+  if (!std::filesystem::exists(model)) {
+    WARN("KILN_SOURCE_ROOT is not set (meson test sets it): " << model << " not found, skipped");
+    return;
+  }
+  onnx::ImportedModel m = onnx::import_model(model.string());
+  // loss = sum(z), z = Expand(b, Shape(x)): d loss / d b = batch · 3 per element.
+  Value z;
+  for (Operation* op : m.main.block())
+    if (op->isa<FetchOp>() && FetchOp(op).attrs().name == "z") z = op->operand_source(0);
+  REQUIRE(z);
+  Builder b(m.main);
+  Value loss = b.create<SumOp>(z).result();
+  auto grads = append_backward(loss);
+  REQUIRE(grads.size() == 1);  // b; the integer initializers get none
+  Executor exe;
+  exe.run(m.startup);
+  for (std::int64_t batch : {2, 5}) {
+    INFO("batch " << batch);
+    Tensor x = Tensor::zeros(Dims{batch, 3, 4}, DataType::Float32);
+    auto got = exe.run(m.main, {{"x", x}}, {loss, grads[0].second});
+    CHECK(got[0].to_vector<float>() == std::vector<float>{static_cast<float>(batch * 3 * 10)});
+    CHECK(got[1].to_vector<float>() == std::vector<float>(4, static_cast<float>(batch * 3)));
   }
 }
 
