@@ -11,6 +11,7 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/dialect/shape_ops.h"
 #include "kiln/exec/executor.h"
+#include "kiln/io/json.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -110,4 +111,24 @@ TEST_CASE("reshape, expand, slice, squeeze, unsqueeze and split by tensor operan
   SECTION("split_by") {
     check_vjp({random_f64({2, 5}), i64({3}, {1, 0, 4})}, make_op<SplitByOp>(std::int64_t{1}));
   }
+}
+
+TEST_CASE("a program of run-time shape ops survives JSON save and load and still runs", "[dialect][shape]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", V{-1, 4}, DataType::Float32).result();
+  Value s = b.create<ShapeOp>(x).result();
+  Value y = b.create<ReshapeByOp>(x, s, false, V{-1, 4}).result();
+  Value z = b.create<StridedSliceOp>(y, V{1}, V{-1}, V{INT64_MIN}, V{-2}).result();
+  Value ones = b.create<FullByOp>(s, 1.0, DataType::Int32, V{-1, 4}).result();
+  b.create<FetchOp>(z, "z");
+  b.create<FetchOp>(ones, "ones");
+  const std::string text = save_program_json(p);
+  Program q = load_program_json(text);
+  CHECK(save_program_json(q) == text);
+  Executor exe;
+  auto got = exe.run(q, {{"x", Tensor::from_vector<float>({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7})}}, {"z", "ones"});
+  CHECK(got[0].to_vector<float>() == std::vector<float>{3, 1, 7, 5});
+  CHECK(got[1].dims() == Dims{2, 4});
+  CHECK(got[1].to_vector<std::int32_t>() == std::vector<std::int32_t>(8, 1));
 }
