@@ -149,8 +149,8 @@ std::vector<std::int64_t> ints_input_or_attr(NodeContext& c, std::size_t i, cons
   return c.constant_ints(i, what);
 }
 
-// numpy take along `axis`; negative indices count from the end (the dim
-// must be known then, unless the indices are constants).
+// numpy take along `axis`; negative indices count from the end (of a dim
+// read at run time when it is not known at import).
 std::vector<Value> gather(NodeContext& c) {
   Value x = c.input(0), idx = c.input(1);
   const auto& d = shaped_dims(x.type());
@@ -178,21 +178,26 @@ std::vector<Value> gather(NodeContext& c) {
   }
   if (c.constants[1]) {
     std::vector<std::int64_t> v = c.constant_ints(1, "the indices");
+    const bool wrap_at_run_time =
+        dim < 0 && std::any_of(v.begin(), v.end(), [](std::int64_t k) { return k < 0; });
     for (auto& k : v)
-      if (k < 0) {
-        if (dim < 0) c.unsupported("negative indices into a dim known only at run time");
-        k += dim;
-      }
+      if (k < 0 && dim >= 0) k += dim;
     idx = constant_value(c.b, Tensor::from_vector<std::int64_t>(c.constants[1]->dims(), v));
-  } else {
-    if (dim < 0) c.unsupported("indices computed at run time into a dim known only at run time");
-    const DataType it = shaped_data_type(idx.type());
-    Value zero = c.b.create<FullOp>(std::vector<std::int64_t>{}, 0.0, it).result();
-    Value wrapped = c.b.create<AddOp>(idx, c.b.create<FullOp>(std::vector<std::int64_t>{},
-                                                               static_cast<double>(dim), it).result())
-                        .result();
-    idx = c.b.create<WhereOp>(c.b.create<LessThanOp>(idx, zero).result(), wrapped, idx).result();
+    if (!wrap_at_run_time) return {c.b.create<GatherOp>(x, idx, axis).result()};
   }
+  // idx < 0 ? idx + dim : idx, the dim read at run time when not known.
+  const DataType it = shaped_data_type(idx.type());
+  Value zero = c.b.create<FullOp>(std::vector<std::int64_t>{}, 0.0, it).result();
+  Value dim_value;
+  if (dim >= 0) {
+    dim_value = c.b.create<FullOp>(std::vector<std::int64_t>{}, static_cast<double>(dim), it).result();
+  } else {
+    Value at = constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims(), {axis}));
+    dim_value = c.b.create<GatherOp>(c.b.create<ShapeOp>(x).result(), at, 0).result();
+    if (it != DataType::Int64) dim_value = c.b.create<CastOp>(dim_value, it).result();
+  }
+  Value wrapped = c.b.create<AddOp>(idx, dim_value).result();
+  idx = c.b.create<WhereOp>(c.b.create<LessThanOp>(idx, zero).result(), wrapped, idx).result();
   return {c.b.create<GatherOp>(x, idx, axis).result()};
 }
 

@@ -138,6 +138,7 @@ TEST_CASE("a model exported with a symbolic batch dim runs at any batch: its sha
   //   z = Expand([1, 2, 3, 4], Shape(x))
   //   w = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0), [0]),
   //                         Unsqueeze(Gather(Shape(x), 1), [0]), [-1]))
+  //   last = Gather(x, -1): the last row along the batch
   const char* root = std::getenv("KILN_SOURCE_ROOT");
   const std::filesystem::path model =
       std::filesystem::path(root ? root : ".") / "test/onnx/models/dynamic_batch.onnx";
@@ -154,7 +155,7 @@ TEST_CASE("a model exported with a symbolic batch dim runs at any batch: its sha
     if (op->isa<ReshapeByOp>()) reshapes.push_back(op);
     if (op->isa<ExpandByOp>()) expands.push_back(op);
   }
-  CHECK(shapes == 1);  // the batch is not folded: it is read per run
+  CHECK(shapes == 2);  // the batch is not folded: it is read per run (Shape, and Gather's -1)
   REQUIRE(reshapes.size() == 2);
   REQUIRE(expands.size() == 1);
   // Dims known at import stay static: the 12, x's 3 and 4 (Gather(Shape(x), 1)
@@ -169,7 +170,7 @@ TEST_CASE("a model exported with a symbolic batch dim runs at any batch: its sha
     INFO("batch " << batch);
     std::vector<float> x(static_cast<std::size_t>(batch * 12));
     for (std::size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>(k) * 0.5f;
-    auto got = exe.run(m.main, {{"x", Tensor::from_vector<float>({batch, 3, 4}, x)}}, {"y", "z", "w"});
+    auto got = exe.run(m.main, {{"x", Tensor::from_vector<float>({batch, 3, 4}, x)}}, {"y", "z", "w", "last"});
     CHECK(got[0].dims() == Dims{batch, 12});
     CHECK(got[0].to_vector<float>() == x);
     CHECK(got[1].dims() == Dims{batch, 3, 4});
@@ -178,6 +179,8 @@ TEST_CASE("a model exported with a symbolic batch dim runs at any batch: its sha
     CHECK(got[1].to_vector<float>() == z);
     CHECK(got[2].dims() == Dims{batch, 3, 4});
     CHECK(got[2].to_vector<float>() == x);
+    CHECK(got[3].dims() == Dims{3, 4});
+    CHECK(got[3].to_vector<float>() == std::vector<float>(x.end() - 12, x.end()));
   }
 }
 
