@@ -4,6 +4,7 @@
 // constant repeats, else kiln.tile); and the reading of
 // shape vectors' entries known at import (shape_values.h).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kiln/dialect/kiln_dialect.h"
@@ -130,8 +131,30 @@ std::vector<Value> constant_of_shape(NodeContext& c) {
   return {c.b.create<FullByOp>(c.input(0), value, dt, known).result()};
 }
 
+// kiln.range; its length computed here when start, limit and delta are
+// known at import (a view with that static length: checked per run).
 std::vector<Value> range(NodeContext& c) {
-  return {c.b.create<RangeOp>(c.input(0), c.input(1), c.input(2)).result()};
+  Value r = c.b.create<RangeOp>(c.input(0), c.input(1), c.input(2)).result();
+  if (!c.constants[0] || !c.constants[1] || !c.constants[2]) return {r};
+  double v[3];
+  for (std::size_t i = 0; i < 3; ++i) {
+    const Tensor& t = *c.constants[i];
+    if (t.numel() != 1) return {r};
+    switch (t.dtype()) {
+      case DataType::Float32: v[i] = t.to_vector<float>()[0]; break;
+      case DataType::Float64: v[i] = t.to_vector<double>()[0]; break;
+      case DataType::Int32: v[i] = t.to_vector<std::int32_t>()[0]; break;
+      case DataType::Int64: v[i] = static_cast<double>(t.to_vector<std::int64_t>()[0]); break;
+      default: return {r};
+    }
+  }
+  // The kernel's formula (in double for floats; exact for integers below
+  // 2^52); the reshape's kernel checks the length again per run.
+  for (double x : v)
+    if (!(std::abs(x) < 4503599627370496.0)) return {r};
+  const double n = v[2] != 0 ? std::ceil((v[1] - v[0]) / v[2]) : -1;
+  if (!(n >= 0 && n < 1e9)) return {r};
+  return {c.b.create<ReshapeOp>(r, std::vector<std::int64_t>{static_cast<std::int64_t>(n)}).result()};
 }
 
 // Constant repeats of an input whose dims are known (rank <= 4): x viewed as

@@ -139,6 +139,7 @@ TEST_CASE("a model exported with a symbolic batch dim runs at any batch: its sha
   //   w = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0), [0]),
   //                         Unsqueeze(Gather(Shape(x), 1), [0]), [-1]))
   //   last = Gather(x, -1): the last row along the batch
+  //   steps = Range(0, 4, 1): its length known at import
   const char* root = std::getenv("KILN_SOURCE_ROOT");
   const std::filesystem::path model =
       std::filesystem::path(root ? root : ".") / "test/onnx/models/dynamic_batch.onnx";
@@ -164,13 +165,16 @@ TEST_CASE("a model exported with a symbolic batch dim runs at any batch: its sha
   CHECK(shaped_dims(reshapes[0]->result_type(0)) == V{-1, 12});
   CHECK(shaped_dims(expands[0]->result_type(0)) == V{-1, 3, 4});
   CHECK(shaped_dims(reshapes[1]->result_type(0)) == V{-1, 3, -1});
+  for (Operation* op : m.main.block())
+    if (op->isa<FetchOp>() && FetchOp(op).attrs().name == "steps")
+      CHECK(shaped_dims(op->operand_source(0).type()) == V{4});
   Executor exe;
   exe.run(m.startup);
   for (std::int64_t batch : {2, 5}) {
     INFO("batch " << batch);
     std::vector<float> x(static_cast<std::size_t>(batch * 12));
     for (std::size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>(k) * 0.5f;
-    auto got = exe.run(m.main, {{"x", Tensor::from_vector<float>({batch, 3, 4}, x)}}, {"y", "z", "w", "last"});
+    auto got = exe.run(m.main, {{"x", Tensor::from_vector<float>({batch, 3, 4}, x)}}, {"y", "z", "w", "last", "steps"});
     CHECK(got[0].dims() == Dims{batch, 12});
     CHECK(got[0].to_vector<float>() == x);
     CHECK(got[1].dims() == Dims{batch, 3, 4});
@@ -181,6 +185,7 @@ TEST_CASE("a model exported with a symbolic batch dim runs at any batch: its sha
     CHECK(got[2].to_vector<float>() == x);
     CHECK(got[3].dims() == Dims{3, 4});
     CHECK(got[3].to_vector<float>() == std::vector<float>(x.end() - 12, x.end()));
+    CHECK(got[4].to_vector<std::int64_t>() == V{0, 1, 2, 3});
   }
 }
 

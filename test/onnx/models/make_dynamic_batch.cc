@@ -5,6 +5,7 @@
 //   w = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0), [0]),
 //                         Unsqueeze(Gather(Shape(x), 1), [0]), [-1]))  -> [batch, 3, 4]
 //   last = Gather(x, -1) along the batch                                -> [3, 4]
+//   steps = Range(0, 4, 1), all known at import                         -> [4]
 // the way PyTorch exports x.reshape(x.shape[0], 12) and b.expand(x.shape)
 // with dynamic_axes. Build:
 //   c++ -std=c++20 -DONNX_ML=1 -DONNX_NAMESPACE=onnx make_dynamic_batch.cc \
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
   add_ints(g, "one", {1}, true);
   add_ints(g, "minus1", {-1});
   add_ints(g, "minus1_scalar", {-1}, true);
+  add_ints(g, "four", {4}, true);
   auto* b = g->add_initializer();
   b->set_name("b");
   b->set_data_type(onnx::TensorProto_DataType_FLOAT);
@@ -86,10 +88,14 @@ int main(int argc, char** argv) {
   set_axis(node(g, "Concat", "concat2", {"n1", "m1", "minus1"}, {"shape2"}), 0);
   node(g, "Reshape", "reshape2", {"x", "shape2"}, {"w"});
   set_axis(node(g, "Gather", "gather_last", {"x", "minus1_scalar"}, {"last"}), 0);
+  node(g, "Range", "range", {"zero", "four", "one"}, {"steps"});
   value_info(g->add_output(), "y", {"batch", "12"});
   value_info(g->add_output(), "z", {"batch", "3", "4"});
   value_info(g->add_output(), "w", {"batch", "3", "4"});
   value_info(g->add_output(), "last", {"3", "4"});
+  value_info(g->add_output(), "steps", {"4"});
+  g->mutable_output(g->output_size() - 1)->mutable_type()->mutable_tensor_type()->set_elem_type(
+      onnx::TensorProto_DataType_INT64);
   std::ofstream f(argc > 1 ? argv[1] : "dynamic_batch.onnx", std::ios::binary);
   return m.SerializeToOstream(&f) ? 0 : 1;
 }
