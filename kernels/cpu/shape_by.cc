@@ -108,6 +108,16 @@ void walk_bytes(const KernelContext& ctx, DataType dt, const void* src, void* ds
   }
 }
 
+// kiln::Error (OutOfRange) when dims read from an operand multiply beyond
+// int64: the output buffer could not hold them.
+void check_numel(const KernelContext& ctx, const std::int64_t* d, int r) {
+  std::int64_t n = 1;
+  for (int i = 0; i < r; ++i)
+    if (__builtin_mul_overflow(n, d[i], &n))
+      throw_error(ErrorKind::OutOfRange, "op '", ctx.op()->name(), "' result dims ", list(d, r),
+                  " multiply beyond int64");
+}
+
 // kiln::Error unless the dims made at run time match the op's known_dims.
 void check_known(const KernelContext& ctx, const std::vector<std::int64_t>& known,
                  const std::int64_t* d, int r) {
@@ -242,6 +252,7 @@ void expand_by_kernel(KernelContext& ctx) {
     stride[i] = (ix >= 0 && a != 1) ? xs[ix] : 0;
   }
   check_known(ctx, ctx.attrs<ExpandByOp>().known_dims, od, r);
+  check_numel(ctx, od, r);
   Tensor& out = ctx.alloc_output(0, dims_of(od, r), x.dtype());
   if (out.numel() == 0) return;
   walk_bytes<false>(ctx, x.dtype(), x.raw_data(), out.raw_data(), r, od, stride, 0);
@@ -269,6 +280,7 @@ void tile_kernel(KernelContext& ctx) {
     wd[2 * i + 1] = x.dims()[i];
     ws[2 * i + 1] = xs[i];
   }
+  check_numel(ctx, od, r);
   Tensor& out = ctx.alloc_output(0, dims_of(od, r), x.dtype());
   if (out.numel() == 0) return;
   walk_bytes<false>(ctx, x.dtype(), x.raw_data(), out.raw_data(), 2 * r, wd, ws, 0);
@@ -303,7 +315,7 @@ SlicePlan plan_slice(const KernelContext& ctx, const Dims& xd, int n, const std:
     auto [first, count] = strided_slice_range(ctx.op()->name(), starts[k], ends[k], steps[k],
                                               xd[static_cast<int>(a)]);
     p.od[a] = count;
-    p.stride[a] = xs[a] * steps[k];
+    p.stride[a] = count > 1 ? xs[a] * steps[k] : 0;  // |step| < dim then: no overflow
     if (count > 0) p.base += first * xs[a];
   }
   return p;
@@ -486,6 +498,7 @@ void full_by_kernel(KernelContext& ctx) {
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' shape ",
                   list(d, r), " holds a negative dim");
   check_known(ctx, a.known_dims, d, r);
+  check_numel(ctx, d, r);
   if (a.dtype == DataType::Int32 || a.dtype == DataType::Int64) {
     const double lim = a.dtype == DataType::Int32 ? 2147483648.0 : 9223372036854775808.0;
     if (!(a.value >= -lim && a.value < lim))

@@ -88,6 +88,14 @@ TEST_CASE("expand by a run-time shape broadcasts both ways, as ONNX Expand", "[o
   CHECK(k.out().to_vector<float>() == std::vector<float>{1, 2, 3});
   KILN_CHECK_ERROR(run_op<ExpandByOp>({x, ints({2, 2})}), InvalidArgument,
                    {"kiln.expand_by", "cannot expand", "3 and 2"});
+  // Dims read at run time whose product overflows are an error, not a short buffer.
+  const std::int64_t big = std::int64_t{1} << 40;
+  KILN_CHECK_ERROR(run_op<ExpandByOp>({x, ints({big, big, 3, 1})}), OutOfRange,
+                   {"kiln.expand_by", "multiply beyond int64"});
+  KILN_CHECK_ERROR(run_op<FullByOp>({ints({big, big})}, 0.0, DataType::Float32), OutOfRange,
+                   {"kiln.full_by", "multiply beyond int64"});
+  KILN_CHECK_ERROR(run_op<TileOp>({x, ints({big, big})}), OutOfRange,
+                   {"kiln.tile", "multiply beyond int64"});
 }
 
 TEST_CASE("a strided slice takes every step-th element, backwards for a negative step, bounds "
