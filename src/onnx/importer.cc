@@ -91,6 +91,7 @@ const OpTable& op_table() {
     add_control_flow_ops(t);
     add_indexing_ops(t);
     add_loss_ops(t);
+    add_shape_ops(t);
     return t;
   }();
   return table;

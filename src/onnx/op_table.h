@@ -82,5 +82,6 @@ void add_resize_ops(OpTable& t);
 void add_control_flow_ops(OpTable& t);
 void add_indexing_ops(OpTable& t);
 void add_loss_ops(OpTable& t);
+void add_shape_ops(OpTable& t);
 
 }  // namespace kiln::onnx::detail

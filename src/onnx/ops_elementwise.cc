@@ -123,8 +123,16 @@ std::vector<Value> where(NodeContext& c) {
   return {c.b.create<WhereOp>(c.input(0), c.input(1), c.input(2)).result()};
 }
 
-// Bounds: attributes before opset 11, optional constant inputs since.
+// Bounds: attributes before opset 11, optional inputs since: constants
+// become kiln.clip's, bounds computed at run time kiln.maximum / kiln.minimum.
 std::vector<Value> clip(NodeContext& c) {
+  if (c.opset >= 11 && ((c.inputs.size() > 1 && c.inputs[1] && !c.constants[1]) ||
+                        (c.inputs.size() > 2 && c.inputs[2] && !c.constants[2]))) {
+    Value y = c.input(0);
+    if (c.inputs.size() > 1 && c.inputs[1]) y = c.b.create<MaximumOp>(y, c.inputs[1]).result();
+    if (c.inputs.size() > 2 && c.inputs[2]) y = c.b.create<MinimumOp>(y, c.inputs[2]).result();
+    return {y};
+  }
   double lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
   if (c.opset < 11) {
     lo = c.float_attr("min", -std::numeric_limits<float>::infinity());
@@ -234,11 +242,30 @@ std::vector<Value> cast_like(NodeContext& c) {
 }
 
 // Trilu: the upper (or lower) triangle of the last two dims from diagonal k
-// (a constant input, default 0).
+// (an input, default 0). A k computed at run time: x where (col - row >= k)
+// (<= k for the lower), the col - row table a constant of the last two
+// dims, which must be known.
 std::vector<Value> trilu(NodeContext& c) {
+  const bool upper = c.int_attr("upper", 1) != 0;
+  if (c.inputs.size() > 1 && c.inputs[1] && !c.constants[1]) {
+    Value x = c.input(0), k = c.input(1);
+    const auto& d = shaped_dims(x.type());
+    if (d.size() < 2 || d[d.size() - 2] < 0 || d.back() < 0)
+      c.unsupported("Trilu with k computed at run time of an input whose last two dims are not known");
+    const std::int64_t rows = d[d.size() - 2], cols = d.back();
+    const DataType kt = shaped_data_type(k.type());
+    if (kt != DataType::Int64) c.unsupported("Trilu's k of dtype " + std::string(to_string(kt)));
+    std::vector<std::int64_t> diff;
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < cols; ++j) diff.push_back(j - i);
+    Value table = constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{rows, cols}, diff));
+    Value keep = upper ? c.b.create<GreaterEqualOp>(table, k).result()
+                       : c.b.create<LessEqualOp>(table, k).result();
+    return {c.b.create<WhereOp>(keep, x, scalar_like(c, x, 0.0)).result()};
+  }
   std::int64_t k = 0;
   if (c.inputs.size() > 1 && c.inputs[1]) k = c.constant_ints(1, "Trilu's k").at(0);
-  if (c.int_attr("upper", 1) != 0) return {c.b.create<TriuOp>(c.input(0), k).result()};
+  if (upper) return {c.b.create<TriuOp>(c.input(0), k).result()};
   return {c.b.create<TrilOp>(c.input(0), k).result()};
 }
 
@@ -256,12 +283,30 @@ std::vector<Value> mean(NodeContext& c) {
   return {n == 1 ? sum : c.b.create<ScaleOp>(sum, 1.0 / n, 0.0).result()};
 }
 
-// Running sum along a constant axis (input #1), exclusive and reverse as kiln's.
+// Running sum along the axis (input #1), exclusive and reverse as kiln's.
+// An axis computed at run time: the running sum along each dim, the one
+// the axis names selected (kiln.where on axis == i, a negative axis counted
+// from the end).
 std::vector<Value> cumsum(NodeContext& c) {
-  const std::int64_t axis = c.constant_ints(1, "CumSum's axis").at(0);
-  return {c.b.create<CumsumOp>(c.input(0), axis, c.int_attr("exclusive", 0) != 0,
-                               c.int_attr("reverse", 0) != 0)
-              .result()};
+  const bool exclusive = c.int_attr("exclusive", 0) != 0, reverse = c.int_attr("reverse", 0) != 0;
+  Value x = c.input(0);
+  if (c.constants[1]) {
+    const std::int64_t axis = c.constant_ints(1, "CumSum's axis").at(0);
+    return {c.b.create<CumsumOp>(x, axis, exclusive, reverse).result()};
+  }
+  Value axis = c.input(1);
+  const auto rank = static_cast<std::int64_t>(shaped_dims(x.type()).size());
+  if (rank == 0) c.unsupported("CumSum of a rank-0 input");
+  auto scalar = [&](std::int64_t v) { return scalar_like(c, axis, static_cast<double>(v)); };
+  // axis < 0 ? axis + rank : axis
+  Value wrapped = c.b.create<AddOp>(axis, scalar(rank)).result();
+  axis = c.b.create<WhereOp>(c.b.create<LessThanOp>(axis, scalar(0)).result(), wrapped, axis).result();
+  Value y = c.b.create<CumsumOp>(x, 0, exclusive, reverse).result();
+  for (std::int64_t i = 1; i < rank; ++i) {
+    Value yi = c.b.create<CumsumOp>(x, i, exclusive, reverse).result();
+    y = c.b.create<WhereOp>(c.b.create<EqualOp>(axis, scalar(i)).result(), yi, y).result();
+  }
+  return {y};
 }
 
 }  // namespace

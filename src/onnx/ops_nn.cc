@@ -384,7 +384,7 @@ std::vector<Value> global_pool(NodeContext& c) {
   return {c.b.create<OpT>(c.input(0), axes, true).result()};
 }
 
-// Inference: y = x (and no mask). Training mode (opset 12's input, or is_test
+// Inference: y = x, the mask all true. Training mode (opset 12's input, or is_test
 // = 0 before opset 7) draws random numbers: not imported.
 std::vector<Value> dropout(NodeContext& c) {
   if (c.opset < 7 && c.int_attr("is_test", 0) == 0) c.unsupported("Dropout in training (is_test = 0)");
@@ -392,8 +392,13 @@ std::vector<Value> dropout(NodeContext& c) {
     if (!c.constants[2]) c.unsupported("Dropout's training_mode computed at run time");
     if (c.constants[2]->to_vector<bool>().at(0)) c.unsupported("Dropout in training mode");
   }
-  if (c.node.output_size() > 1 && !c.node.output(1).empty()) c.unsupported("Dropout's mask output");
-  return {c.input(0)};
+  if (c.node.output_size() < 2 || c.node.output(1).empty()) return {c.input(0)};
+  // The mask: every element kept (true), x's dims.
+  Value x = c.input(0);
+  const auto& d = shaped_dims(x.type());
+  if (std::none_of(d.begin(), d.end(), [](std::int64_t v) { return v < 0; }))
+    return {x, c.b.create<FullOp>(d, 1.0, DataType::Bool).result()};
+  return {x, c.b.create<FullByOp>(c.b.create<ShapeOp>(x).result(), 1.0, DataType::Bool).result()};
 }
 
 // Inference: y = (x - mean) · scale / sqrt(var + epsilon) + B, per channel

@@ -1,9 +1,11 @@
 // ONNX's reductions: ReduceSum, ReduceMean, ReduceMax as kiln's; ReduceMin,
 // ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp composed.
 // Axes are an attribute until ReduceSum's opset 13 (the others' 18, past
-// kiln's range); as an input they must be known at import. No axes reduce
-// every dim, unless noop_with_empty_axes = 1 (then the input is the result).
+// kiln's range); as an input computed at run time they are kiln.sum_by's
+// operand (their count must be known at import). No axes reduce every dim,
+// unless noop_with_empty_axes = 1 (then the input is the result).
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/dialect/shape_ops.h"
 #include "op_table.h"
 
 namespace kiln::onnx::detail {
@@ -14,7 +16,14 @@ template <typename OpT, bool AxesInputFrom13>
 std::vector<Value> reduce(NodeContext& c) {
   std::vector<std::int64_t> axes;
   if (AxesInputFrom13 && c.opset >= 13) {
-    if (c.inputs.size() > 1 && c.inputs[1]) axes = c.constant_ints(1, "the axes");
+    if (c.inputs.size() > 1 && c.inputs[1] && !c.constants[1]) {
+      const auto& ad = shaped_dims(c.inputs[1].type());
+      if (ad.size() != 1 || ad[0] < 0) c.unsupported("axes computed at run time of a length not known at import");
+      if (ad[0] > 0)
+        return {c.b.create<SumByOp>(c.input(0), c.inputs[1], c.int_attr("keepdims", 1) != 0).result()};
+    } else if (c.inputs.size() > 1 && c.inputs[1]) {
+      axes = c.constant_ints(1, "the axes");
+    }
   } else {
     axes = c.ints_attr("axes");
   }

@@ -7,6 +7,7 @@
 
 #include "catch.hpp"
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/dialect/shape_ops.h"
 #include "kiln/exec/executor.h"
 #include "kiln/frontend/backward.h"
 #include "kiln/onnx/import.h"
@@ -61,9 +62,9 @@ TEST_CASE("importing what kiln lacks is a clear error naming the node and op, th
   // A dtype kiln does not have.
   KILN_CHECK_ERROR(onnx::import_model(suite("node/test_add_uint8")), Unimplemented,
                    {"uint8", "float, double, int32, int64 and bool"});
-  // An input kiln takes as an attribute must be known at import.
-  KILN_CHECK_ERROR(onnx::import_model(suite("node/test_reshape_reordered_all_dims")), Unimplemented,
-                   {"(Reshape)", "shape", "computed at run time"});
+  // A form kiln does not import: Dropout's training mode chosen at run time.
+  KILN_CHECK_ERROR(onnx::import_model(suite("node/test_training_dropout")), Unimplemented,
+                   {"(Dropout)", "training_mode", "computed at run time"});
 }
 
 TEST_CASE("initializers become parameters that the startup program sets; the imported model "
@@ -126,6 +127,116 @@ TEST_CASE("shape arithmetic on values known at import is folded into a reshape's
   Tensor y = exe.run(m.main, {{"x", Tensor::from_vector<float>({2, 3, 4}, x)}}, {"y"})[0];
   CHECK(y.dims() == Dims{2, 12});
   CHECK(y.to_vector<float>() == x);
+}
+
+TEST_CASE("a model exported with a symbolic batch dim runs at any batch: its shape arithmetic "
+          "is evaluated per run",
+          "[onnx][shape]") {
+  // test/onnx/models/dynamic_batch.onnx (made by make_dynamic_batch.cc
+  // beside it), opset 13, x [batch, 3, 4]:
+  //   y = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0), [0]), [12]))
+  //   z = Expand([1, 2, 3, 4], Shape(x))
+  //   w = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0), [0]),
+  //                         Unsqueeze(Gather(Shape(x), 1), [0]), [-1]))
+  //   last = Gather(x, -1): the last row along the batch
+  //   steps = Range(0, 4, 1): its length known at import
+  const char* root = std::getenv("KILN_SOURCE_ROOT");
+  const std::filesystem::path model =
+      std::filesystem::path(root ? root : ".") / "test/onnx/models/dynamic_batch.onnx";
+  if (!std::filesystem::exists(model)) {
+    WARN("KILN_SOURCE_ROOT is not set (meson test sets it): " << model << " not found, skipped");
+    return;
+  }
+  onnx::ImportedModel m = onnx::import_model(model.string());
+  CHECK_NOTHROW(m.main.verify());
+  std::vector<Operation*> reshapes, expands;
+  std::size_t shapes = 0;
+  for (Operation* op : m.main.block()) {
+    shapes += op->isa<ShapeOp>();
+    if (op->isa<ReshapeByOp>()) reshapes.push_back(op);
+    if (op->isa<ExpandByOp>()) expands.push_back(op);
+  }
+  CHECK(shapes == 2);  // the batch is not folded: it is read per run (Shape, and Gather's -1)
+  REQUIRE(reshapes.size() == 2);
+  REQUIRE(expands.size() == 1);
+  // Dims known at import stay static: the 12, x's 3 and 4 (Gather(Shape(x), 1)
+  // is folded to 3), only the batch and what depends on it are left to run time.
+  using V = std::vector<std::int64_t>;
+  CHECK(shaped_dims(reshapes[0]->result_type(0)) == V{-1, 12});
+  CHECK(shaped_dims(expands[0]->result_type(0)) == V{-1, 3, 4});
+  CHECK(shaped_dims(reshapes[1]->result_type(0)) == V{-1, 3, -1});
+  for (Operation* op : m.main.block())
+    if (op->isa<FetchOp>() && FetchOp(op).attrs().name == "steps")
+      CHECK(shaped_dims(op->operand_source(0).type()) == V{4});
+  Executor exe;
+  exe.run(m.startup);
+  for (std::int64_t batch : {2, 5}) {
+    INFO("batch " << batch);
+    std::vector<float> x(static_cast<std::size_t>(batch * 12));
+    for (std::size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>(k) * 0.5f;
+    auto got = exe.run(m.main, {{"x", Tensor::from_vector<float>({batch, 3, 4}, x)}}, {"y", "z", "w", "last", "steps"});
+    CHECK(got[0].dims() == Dims{batch, 12});
+    CHECK(got[0].to_vector<float>() == x);
+    CHECK(got[1].dims() == Dims{batch, 3, 4});
+    std::vector<float> z;
+    for (std::int64_t k = 0; k < batch * 3; ++k) z.insert(z.end(), {1.f, 2.f, 3.f, 4.f});
+    CHECK(got[1].to_vector<float>() == z);
+    CHECK(got[2].dims() == Dims{batch, 3, 4});
+    CHECK(got[2].to_vector<float>() == x);
+    CHECK(got[3].dims() == Dims{3, 4});
+    CHECK(got[3].to_vector<float>() == std::vector<float>(x.end() - 12, x.end()));
+    CHECK(got[4].to_vector<std::int64_t>() == V{0, 1, 2, 3});
+  }
+}
+
+TEST_CASE("an imported model with a symbolic batch trains: the gradient flows through its "
+          "run-time expand at any batch",
+          "[onnx][shape]") {
+  const char* root = std::getenv("KILN_SOURCE_ROOT");
+  const std::filesystem::path model =
+      std::filesystem::path(root ? root : ".") / "test/onnx/models/dynamic_batch.onnx";
+  if (!std::filesystem::exists(model)) {
+    WARN("KILN_SOURCE_ROOT is not set (meson test sets it): " << model << " not found, skipped");
+    return;
+  }
+  onnx::ImportedModel m = onnx::import_model(model.string());
+  // loss = sum(z), z = Expand(b, Shape(x)): d loss / d b = batch · 3 per element.
+  Value z;
+  for (Operation* op : m.main.block())
+    if (op->isa<FetchOp>() && FetchOp(op).attrs().name == "z") z = op->operand_source(0);
+  REQUIRE(z);
+  Builder b(m.main);
+  Value loss = b.create<SumOp>(z).result();
+  auto grads = append_backward(loss);
+  REQUIRE(grads.size() == 1);  // b; the integer initializers get none
+  Executor exe;
+  exe.run(m.startup);
+  for (std::int64_t batch : {2, 5}) {
+    INFO("batch " << batch);
+    Tensor x = Tensor::zeros(Dims{batch, 3, 4}, DataType::Float32);
+    auto got = exe.run(m.main, {{"x", x}}, {loss, grads[0].second});
+    CHECK(got[0].to_vector<float>() == std::vector<float>{static_cast<float>(batch * 3 * 10)});
+    CHECK(got[1].to_vector<float>() == std::vector<float>(4, static_cast<float>(batch * 3)));
+  }
+}
+
+TEST_CASE("ONNX Slice with steps other than 1, constant or computed at run time, takes numpy's "
+          "elements",
+          "[onnx][shape]") {
+  if (!have_suite()) return;
+  for (const char* test : {"node/test_slice_neg_steps", "node/test_slice"}) {
+    INFO(test);
+    onnx::ImportedModel m = onnx::import_model(suite(test));
+    FeedMap feed;
+    for (std::size_t i = 0; i < m.inputs.size(); ++i)
+      feed[m.inputs[i]] = onnx::read_tensor_proto(
+          suite(test, "test_data_set_0/input_" + std::to_string(i) + ".pb"));
+    Executor exe;
+    Tensor got = exe.run(m.main, feed, {m.outputs[0]})[0];
+    Tensor want = onnx::read_tensor_proto(suite(test, "test_data_set_0/output_0.pb"));
+    CHECK(got.dims() == want.dims());
+    CHECK(got.to_vector<float>() == want.to_vector<float>());
+  }
 }
 
 TEST_CASE("a test-data tensor of a dtype kiln lacks, or not a TensorProto, is a clear error",

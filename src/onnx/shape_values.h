@@ -1,0 +1,29 @@
+// Private to src/onnx: what the importer knows at import about an integer
+// shape vector computed at run time. PyTorch's exported shape arithmetic
+// (Shape → Gather → Unsqueeze → Concat) mixes dims known at import (a static
+// dim, a constant) with symbolic ones (the batch); reading the kiln ops that
+// made the vector gives the known entries, so Reshape / Expand /
+// ConstantOfShape keep those dims static (their ops' known_dims) and only the
+// symbolic ones are left to run time.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "kiln/ir/value.h"
+
+namespace kiln::onnx::detail {
+
+// One entry per element of the 1-D integer value `v`: its value, or nullopt
+// where it is known only at run time. Empty when v is not a 1-D integer
+// tensor of static length.
+std::vector<std::optional<std::int64_t>> shape_values(Value v);
+
+// The result dims of reshaping x (dims `x`) by a shape of these entries
+// (0 copies x's dim unless allowzero; one -1 is inferred): -1 where unknown.
+std::vector<std::int64_t> reshape_known_dims(const std::vector<std::int64_t>& x,
+                                             const std::vector<std::optional<std::int64_t>>& shape,
+                                             bool allowzero);
+
+}  // namespace kiln::onnx::detail
