@@ -89,6 +89,7 @@ const OpTable& op_table() {
     add_layout_ops(t);
     add_resize_ops(t);
     add_control_flow_ops(t);
+    add_random_ops(t);
     add_indexing_ops(t);
     add_loss_ops(t);
     add_shape_ops(t);

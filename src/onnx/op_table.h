@@ -80,6 +80,7 @@ void add_math_ops(OpTable& t);
 void add_layout_ops(OpTable& t);
 void add_resize_ops(OpTable& t);
 void add_control_flow_ops(OpTable& t);
+void add_random_ops(OpTable& t);
 void add_indexing_ops(OpTable& t);
 void add_loss_ops(OpTable& t);
 void add_shape_ops(OpTable& t);

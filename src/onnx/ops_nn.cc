@@ -384,21 +384,50 @@ std::vector<Value> global_pool(NodeContext& c) {
   return {c.b.create<OpT>(c.input(0), axes, true).result()};
 }
 
-// Inference: y = x, the mask all true. Training mode (opset 12's input, or is_test
-// = 0 before opset 7) draws random numbers: not imported.
+// Inference: y = x, the mask all true. Training (opset 12's training_mode
+// input, known at import or fed per run; is_test = 0 before opset 7): each
+// element is kept where a uniform draw in [0, 1) is >= ratio, and scaled by
+// 1 / (1 - ratio); the mask says which were kept. A training_mode fed per
+// run selects between the two with where. The ratio may be fed per run.
 std::vector<Value> dropout(NodeContext& c) {
-  if (c.opset < 7 && c.int_attr("is_test", 0) == 0) c.unsupported("Dropout in training (is_test = 0)");
-  if (c.inputs.size() > 2 && c.inputs[2]) {
-    if (!c.constants[2]) c.unsupported("Dropout's training_mode computed at run time");
-    if (c.constants[2]->to_vector<bool>().at(0)) c.unsupported("Dropout in training mode");
-  }
-  if (c.node.output_size() < 2 || c.node.output(1).empty()) return {c.input(0)};
-  // The mask: every element kept (true), x's dims.
   Value x = c.input(0);
-  const auto& d = shaped_dims(x.type());
-  if (std::none_of(d.begin(), d.end(), [](std::int64_t v) { return v < 0; }))
-    return {x, c.b.create<FullOp>(d, 1.0, DataType::Bool).result()};
-  return {x, c.b.create<FullByOp>(c.b.create<ShapeOp>(x).result(), 1.0, DataType::Bool).result()};
+  const bool with_mask = c.node.output_size() > 1 && !c.node.output(1).empty();
+  Value flag;  // a training_mode known only at run time
+  bool training = c.opset < 7 && c.int_attr("is_test", 0) == 0;
+  if (c.inputs.size() > 2 && c.inputs[2]) {
+    if (c.constants[2]) training = c.constants[2]->to_vector<bool>().at(0);
+    else flag = c.inputs[2];
+  }
+  if (!training && !flag) {
+    if (!with_mask) return {x};
+    const auto& d = shaped_dims(x.type());
+    if (std::none_of(d.begin(), d.end(), [](std::int64_t v) { return v < 0; }))
+      return {x, c.b.create<FullOp>(d, 1.0, DataType::Bool).result()};
+    return {x, c.b.create<FullByOp>(c.b.create<ShapeOp>(x).result(), 1.0, DataType::Bool).result()};
+  }
+  const DataType dt = shaped_data_type(x.type());
+  if (dt != DataType::Float32 && dt != DataType::Float64) c.unsupported("Dropout in training of a non-float input");
+  const std::vector<std::int64_t> d = shaped_dims(x.type());
+  for (auto e : d)
+    if (e < 0) c.unsupported("Dropout in training of an input with a dim known only at run time");
+  auto scalar = [&](double v) { return c.b.create<FullOp>(std::vector<std::int64_t>{}, v, dt).result(); };
+  Value ratio;
+  if (c.opset < 12) ratio = scalar(c.float_attr("ratio", 0.5f));
+  else if (c.inputs.size() > 1 && c.inputs[1]) ratio = c.inputs[1];
+  else ratio = scalar(0.5);
+  if (shaped_data_type(ratio.type()) != dt) ratio = c.b.create<CastOp>(ratio, dt).result();
+  Value u = c.b.create<UniformRandomOp>(d, 0.0, 1.0, c.int_attr("seed", 0), dt).result();
+  Value keep = c.b.create<GreaterEqualOp>(u, ratio).result();
+  Value scale = c.b.create<DivOp>(scalar(1.0), c.b.create<SubOp>(scalar(1.0), ratio).result()).result();
+  if (flag) {
+    Value t = flag;
+    if (shaped_data_type(t.type()) != DataType::Bool) t = c.b.create<CastOp>(t, DataType::Bool).result();
+    keep = c.b.create<LogicalOrOp>(keep, c.b.create<LogicalNotOp>(t).result()).result();
+    scale = c.b.create<WhereOp>(t, scale, scalar(1.0)).result();
+  }
+  Value y = c.b.create<WhereOp>(keep, c.b.create<MulOp>(x, scale).result(), scalar(0.0)).result();
+  if (!with_mask) return {y};
+  return {y, keep};
 }
 
 // Inference: y = (x - mean) · scale / sqrt(var + epsilon) + B, per channel

@@ -11,6 +11,7 @@
 #include "kiln/exec/executor.h"
 #include "kiln/frontend/backward.h"
 #include "kiln/onnx/import.h"
+#include "kernel/kernel_test_util.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -62,9 +63,10 @@ TEST_CASE("importing what kiln lacks is a clear error naming the node and op, th
   // A dtype kiln does not have.
   KILN_CHECK_ERROR(onnx::import_model(suite("node/test_add_uint8")), Unimplemented,
                    {"uint8", "float, double, int32, int64 and bool"});
-  // A form kiln does not import: Dropout's training mode chosen at run time.
-  KILN_CHECK_ERROR(onnx::import_model(suite("node/test_training_dropout")), Unimplemented,
-                   {"(Dropout)", "training_mode", "computed at run time"});
+  // An input kiln needs at import but the model computes at run time:
+  // Upsample's scales.
+  KILN_CHECK_ERROR(onnx::import_model(suite("node/test_upsample_nearest")), Unimplemented,
+                   {"(Upsample)", "scales", "computed at run time"});
 }
 
 TEST_CASE("initializers become parameters that the startup program sets; the imported model "
@@ -307,4 +309,34 @@ TEST_CASE("an imported GatherElements with an index out of range fails when run,
                {m.inputs[1], Tensor::from_vector<std::int64_t>({2, 2}, {0, 2, 1, 0})}};
   KILN_CHECK_ERROR(exe.run(m.main, feed, {m.outputs[0]}), OutOfRange,
                    {"kiln.take_along_axis", "index 2", "[-2, 2)"});
+}
+
+TEST_CASE("Dropout in training mode keeps elements scaled by 1 / (1 - ratio) where its mask is "
+          "true and zeros the rest; a training_mode fed false gives x and an all-true mask",
+          "[onnx]") {
+  if (!have_suite()) return;
+  onnx::ImportedModel m = onnx::import_model(suite("node/test_training_dropout_mask"));
+  Executor exe;
+  exe.run(m.startup);
+  Tensor x = kiln_test::filled<float>(Dims{3, 4, 5}, 0.5, 1.5, 3);  // no zeros
+  auto run = [&](float ratio, bool training) {
+    return exe.run(m.main,
+                   {{m.inputs[0], x},
+                    {m.inputs[1], Tensor::from_vector<float>(Dims{}, {ratio})},
+                    {m.inputs[2], Tensor::from_vector<bool>(Dims{}, {training})}},
+                   {m.outputs[0], m.outputs[1]});
+  };
+  auto got = run(0.75f, true);
+  auto xs = x.to_vector<float>(), y = got[0].to_vector<float>();
+  auto mask = got[1].to_vector<bool>();
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    CHECK(y[i] == (mask[i] ? Approx(xs[i] * 4.0f) : Approx(0.0f)));
+    kept += mask[i];
+  }
+  CHECK(kept > 0);
+  CHECK(kept < xs.size() / 2);  // about a quarter of 60 are kept
+  auto off = run(0.75f, false);
+  CHECK(off[0].to_vector<float>() == xs);
+  for (bool k : off[1].to_vector<bool>()) CHECK(k);
 }
