@@ -36,6 +36,51 @@ Value as_scalar(Builder& b, Value v) {
   return b.create<ReshapeOp>(v, std::vector<std::int64_t>{}).result();
 }
 
+// Widens types[offset + j] to fit outs[j] (j < n) where a body's output does
+// not fit its carried value; whether any changed. kiln::Error (via c) when
+// dtype or rank differ.
+bool join_carried_types(NodeContext& c, std::vector<Type>& types, std::size_t offset,
+                        const std::vector<Value>& outs, std::size_t first_out, std::size_t n,
+                        const std::string& what) {
+  bool changed = false;
+  for (std::size_t j = 0; j < n; ++j) {
+    Type& t = types[offset + j];
+    Type got = outs[first_out + j].type();
+    if (type_fits(got, t)) continue;
+    Type joined = join_types(t, got);
+    if (!joined)
+      c.unsupported(what + " #" + std::to_string(j) + " is " + t.to_string() + " but the body gives " +
+                    got.to_string());
+    t = joined;
+    changed = true;
+  }
+  return changed;
+}
+
+// One empty array (before the loop) and one body argument per scan output
+// outs[first .. first + k).
+void scan_output_arrays(NodeContext& c, Block& body, const std::vector<Value>& outs, std::size_t first,
+                        std::size_t k, std::vector<Value>& arrays, std::vector<Value>& array_args) {
+  for (std::size_t s = 0; s < k; ++s) {
+    Type et = outs[first + s].type();
+    Value a = c.b.create<ArrayCreateOp>(shaped_data_type(et), shaped_dims(et)).result();
+    arrays.push_back(a);
+    array_args.push_back(body.add_argument(a.type()));
+  }
+}
+
+// The while op over `carried` (types, then the arrays'), its body moved in.
+WhileOp build_while(NodeContext& c, Value c0, std::vector<Value> carried, const std::vector<Value>& arrays,
+                    std::vector<Type> types, std::unique_ptr<Block> body, const std::string& who) {
+  carried.insert(carried.end(), arrays.begin(), arrays.end());
+  for (Value a : arrays) types.push_back(a.type());
+  std::vector<Value> captures = capture_external_values({body.get()}, who, {"body"});
+  WhileOp op = c.b.create<WhileOp>(c0, carried, captures, -1, types);
+  op.body_region().push_back(body.release());
+  op.operation()->verify();
+  return op;
+}
+
 std::vector<Value> if_node(NodeContext& c) {
   Value pred = c.input(0);
   if (!is_condition_type(pred.type()))
@@ -98,28 +143,13 @@ std::vector<Value> loop_node(NodeContext& c) {
     std::vector<Value> args;
     for (Type t : types) args.push_back(body->add_argument(t));
     std::vector<Value> outs = c.import_subgraph(body_g, *body, args);
-    bool changed = false;
-    for (std::size_t j = 0; j < n; ++j) {
-      if (type_fits(outs[1 + j].type(), types[2 + j])) continue;
-      Type joined = join_types(types[2 + j], outs[1 + j].type());
-      if (!joined)
-        c.unsupported("loop-carried value #" + std::to_string(j) + " is " + types[2 + j].to_string() +
-                      " but the body gives " + outs[1 + j].type().to_string());
-      types[2 + j] = joined;
-      changed = true;
-    }
-    if (changed) {
+    if (join_carried_types(c, types, 2, outs, 1, n, "loop-carried value")) {
       if (attempt > 0) c.unsupported("a body whose outputs' types change again on a second import");
       continue;  // the detached body is dropped
     }
     Builder bb(*body);
     std::vector<Value> arrays, array_args;
-    for (std::size_t s = 0; s < k; ++s) {
-      Type et = outs[1 + n + s].type();
-      Value a = c.b.create<ArrayCreateOp>(shaped_data_type(et), shaped_dims(et)).result();
-      arrays.push_back(a);
-      array_args.push_back(body->add_argument(a.type()));
-    }
+    scan_output_arrays(c, *body, outs, 1 + n, k, arrays, array_args);
     Value i = args[0];
     Value next_i = bb.create<AddOp>(i, scalar(bb, DataType::Int64, 1.0)).result();
     Value cond_out = as_scalar(bb, outs[0]);
@@ -133,13 +163,7 @@ std::vector<Value> loop_node(NodeContext& c) {
     bb.create<YieldOp>(yielded);
     std::vector<Value> carried{i0, keep};
     carried.insert(carried.end(), inits.begin(), inits.end());
-    carried.insert(carried.end(), arrays.begin(), arrays.end());
-    std::vector<Type> all_types = types;
-    for (Value a : arrays) all_types.push_back(a.type());
-    std::vector<Value> captures = capture_external_values({body.get()}, "ONNX Loop", {"body"});
-    WhileOp op = c.b.create<WhileOp>(c0, carried, captures, -1, all_types);
-    op.body_region().push_back(body.release());
-    op.operation()->verify();
+    WhileOp op = build_while(c, c0, carried, arrays, types, std::move(body), "ONNX Loop");
     std::vector<Value> results;
     for (std::size_t j = 0; j < n; ++j) results.push_back(op.operation()->result(static_cast<std::uint32_t>(2 + j)));
     for (std::size_t s = 0; s < k; ++s)
@@ -198,27 +222,12 @@ std::vector<Value> scan_node(NodeContext& c) {
     for (std::size_t j = 0; j < m; ++j)
       inputs.push_back(bb.create<ArrayReadOp>(in_arrays[j], in_dirs[j] ? reversed : i).result());
     std::vector<Value> outs = c.import_subgraph(body_g, *body, inputs);
-    bool changed = false;
-    for (std::size_t j = 0; j < n; ++j) {
-      if (type_fits(outs[j].type(), types[1 + j])) continue;
-      Type joined = join_types(types[1 + j], outs[j].type());
-      if (!joined)
-        c.unsupported("state value #" + std::to_string(j) + " is " + types[1 + j].to_string() +
-                      " but the body gives " + outs[j].type().to_string());
-      types[1 + j] = joined;
-      changed = true;
-    }
-    if (changed) {
+    if (join_carried_types(c, types, 1, outs, 0, n, "state value")) {
       if (attempt > 0) c.unsupported("a body whose outputs' types change again on a second import");
       continue;
     }
     std::vector<Value> arrays, array_args;
-    for (std::size_t s = 0; s < k; ++s) {
-      Type et = outs[n + s].type();
-      Value a = c.b.create<ArrayCreateOp>(shaped_data_type(et), shaped_dims(et)).result();
-      arrays.push_back(a);
-      array_args.push_back(body->add_argument(a.type()));
-    }
+    scan_output_arrays(c, *body, outs, n, k, arrays, array_args);
     Value next_i = bb.create<AddOp>(i, scalar(bb, DataType::Int64, 1.0)).result();
     std::vector<Value> yielded{bb.create<LessThanOp>(next_i, length).result(), next_i};
     for (std::size_t j = 0; j < n; ++j) yielded.push_back(outs[j]);
@@ -228,13 +237,7 @@ std::vector<Value> scan_node(NodeContext& c) {
     bb.create<YieldOp>(yielded);
     std::vector<Value> carried{i0};
     carried.insert(carried.end(), states.begin(), states.end());
-    carried.insert(carried.end(), arrays.begin(), arrays.end());
-    std::vector<Type> all_types = types;
-    for (Value a : arrays) all_types.push_back(a.type());
-    std::vector<Value> captures = capture_external_values({body.get()}, "ONNX Scan", {"body"});
-    WhileOp op = c.b.create<WhileOp>(c0, carried, captures, -1, all_types);
-    op.body_region().push_back(body.release());
-    op.operation()->verify();
+    WhileOp op = build_while(c, c0, carried, arrays, types, std::move(body), "ONNX Scan");
     std::vector<Value> results;
     for (std::size_t j = 0; j < n; ++j) results.push_back(op.operation()->result(static_cast<std::uint32_t>(1 + j)));
     for (std::size_t s = 0; s < k; ++s) {
