@@ -16,9 +16,13 @@ namespace kiln::cpu {
 
 // Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2, a degree-7 polynomial in r
 // times 2^n built from its bits; within 2 ulp of std::exp. Inputs are
-// clamped to [-87, 88], so it never overflows; below -87 it gives exp(-87) ~
-// 1.6e-38 instead of a denormal or 0.
+// clamped to [-87, 88], so it never overflows; below -87 it gives 0 (exp(-87)
+// is ~1.6e-38, the smallest normal float is 1.2e-38): never a denormal, and
+// exp(-inf) is 0 as it must be — a softmax over a causal mask's -inf would
+// otherwise fill its output with denormals, which slow every multiply that
+// reads them by orders of magnitude.
 inline float fast_exp(float x) {
+  const float below = x < -87.0f ? 0.0f : 1.0f;  // a select: the loop stays vectorized
   x = std::min(std::max(x, -87.0f), 88.0f);
   const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(x / ln 2)
   const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;            // x - n ln 2
@@ -29,7 +33,7 @@ inline float fast_exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  return p * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
+  return below * p * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
 }
 inline double fast_exp(double x) { return std::exp(x); }
 

@@ -82,6 +82,26 @@ TEST_CASE("softmax and log_softmax stay finite for huge logits", "[kernel]") {
   CHECK(c[3] == Approx(0.f).margin(1e-30));
 }
 
+TEST_CASE("softmax gives exactly 0 where a logit is -inf or far below the row's max, never a denormal",
+          "[kernel]") {
+  // A causal mask adds -inf above the diagonal; a denormal there would make
+  // every later multiply by the probabilities crawl (microcode assists).
+  const float inf = std::numeric_limits<float>::infinity();
+  auto x = Tensor::from_vector<float>({3, 4}, {0.5f, -inf, -inf, -inf, 0.25f, 1.f, -inf, -inf,
+                                               0.f, -90.f, -200.f, -1e30f});
+  for (int axis : {1, 0}) {
+    auto s = run_op<SoftmaxOp>({x}, std::int64_t{axis}).out().to_vector<float>();
+    for (float v : s) CHECK((v == 0.f || std::fpclassify(v) == FP_NORMAL));
+  }
+  auto s = run_op<SoftmaxOp>({x}).out().to_vector<float>();
+  CHECK(s[0] == 1.f);
+  CHECK(s[1] == 0.f);
+  CHECK(s[7] == 0.f);
+  CHECK(s[9] == 0.f);
+  CHECK(s[11] == 0.f);
+  CHECK(s[8] == Approx(1.f));
+}
+
 TEST_CASE("softmax rejects integer operands, rank 0 and bad axes", "[kernel]") {
   using kiln_test::build_op;
   Program p;

@@ -1,21 +1,255 @@
 // kiln-onnx: ONNX models from the command line.
 //
 //   kiln-onnx info MODEL    opset, inputs and outputs (dtypes, dims with
-//                           their symbolic names), initializers, op counts
+//                           their symbolic names), initializers, op counts,
+//                           and everything kiln cannot import (exit 1 if any)
+//   kiln-onnx run MODEL --data DIR [--out DIR] [--threads T]
+//                           feeds DIR/input_N.pb (ONNX's data-set layout: one
+//                           TensorProto per graph input, in order), runs the
+//                           model; when DIR holds output_N.pb, compares with
+//                           ONNX's tolerances (rtol 1e-3, atol 1e-7), prints
+//                           each output's max abs and rel error, exit 1 on a
+//                           mismatch; --out writes the outputs as output_N.pb
+//   kiln-onnx bench MODEL [--dim NAME=N]... [--threads T] [--iters N]
+//                     [--int-max N] [--name BENCH_NAME]
+//                           random inputs of the declared shapes (symbolic
+//                           dims from --dim; integers in [0, int-max), 10 by
+//                           default), warm-up, then latency p50/p90/p99 and
+//                           throughput; --name also prints
+//                           "BENCH <name> <p50> ms" (./run bench's format);
+//                           --trace FILE writes the last run as a Chrome trace
 //
-// Exit status: 0, or 1 with the error on stderr (a file that cannot be read
-// or is not an ONNX model), 2 for a bad command line.
+// Exit status: 0; 1 with the error on stderr (a file that cannot be read, a
+// model kiln cannot import, data that does not fit the model) or on a
+// mismatch; 2 for a bad command line.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
 #include <string>
+#include <vector>
 
+#include "kiln/exec/executor.h"
+#include "kiln/exec/interpreter_core.h"
+#include "kiln/io/file.h"
+#include "kiln/onnx/import.h"
 #include "kiln/onnx/model_info.h"
+#include "kiln/onnx/test_data.h"
 #include "kiln/support/error.h"
+
+namespace fs = std::filesystem;
+using namespace kiln;
 
 namespace {
 
 int usage() {
-  std::fputs("usage: kiln-onnx info MODEL\n", stderr);
+  std::fputs(
+      "usage: kiln-onnx info MODEL\n"
+      "       kiln-onnx run MODEL --data DIR [--out DIR] [--threads T]\n"
+      "       kiln-onnx bench MODEL [--dim NAME=N]... [--threads T] [--iters N] [--int-max N]\n"
+      "                             [--name BENCH_NAME] [--trace FILE]\n",
+      stderr);
   return 2;
+}
+
+struct Args {
+  std::string model;
+  std::map<std::string, std::vector<std::string>> options;  // "--dim" → its values
+  std::string one(const std::string& key, const std::string& fallback = "") const {
+    auto it = options.find(key);
+    return it == options.end() ? fallback : it->second.back();
+  }
+};
+
+// MODEL then --key value pairs; false on anything else.
+bool parse_args(int argc, char** argv, const std::vector<std::string>& keys, Args& a) {
+  for (int i = 2; i < argc; ++i) {
+    const std::string s = argv[i];
+    if (s.rfind("--", 0) == 0) {
+      if (std::find(keys.begin(), keys.end(), s) == keys.end() || i + 1 >= argc) return false;
+      a.options[s].push_back(argv[++i]);
+    } else if (a.model.empty()) {
+      a.model = s;
+    } else {
+      return false;
+    }
+  }
+  return !a.model.empty();
+}
+
+unsigned positive(const std::string& text, const std::string& what) {
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || v < 1 || v > 1 << 20)
+    throw_error(ErrorKind::InvalidArgument, what, " '", text, "' is not a positive integer");
+  return static_cast<unsigned>(v);
+}
+
+Executor make_executor(const Args& a) {
+  ExecutionOptions opt;
+  opt.profile = !a.one("--trace").empty();
+  opt.num_threads = positive(a.one("--threads", "1"), "--threads");
+  return Executor(Place::cpu(), opt);
+}
+
+std::string dims_text(const onnx::TensorInfo& in) {
+  std::string s;
+  for (std::size_t k = 0; k < in.dims.size(); ++k) {
+    if (k) s += ", ";
+    s += in.dims[k] >= 0 ? std::to_string(in.dims[k])
+                         : (in.dim_params[k].empty() ? "?" : in.dim_params[k]);
+  }
+  return in.elem_type + " [" + s + "]";
+}
+
+// kiln::Error naming the file and the graph input when `t` cannot be fed as `in`.
+void check_fits(const Tensor& t, const onnx::TensorInfo& in, const fs::path& file) {
+  const std::map<std::string, DataType> kinds{{"float", DataType::Float32},
+                                              {"double", DataType::Float64},
+                                              {"int32", DataType::Int32},
+                                              {"int64", DataType::Int64},
+                                              {"bool", DataType::Bool}};
+  auto kind = kinds.find(in.elem_type);
+  bool fits = kind != kinds.end() && kind->second == t.dtype();
+  if (fits && in.has_shape) {
+    const auto dims = t.dims().to_vector();
+    fits = dims.size() == in.dims.size();
+    for (std::size_t k = 0; fits && k < dims.size(); ++k)
+      fits = in.dims[k] < 0 || in.dims[k] == dims[k];
+  }
+  if (!fits)
+    throw_error(ErrorKind::InvalidArgument, "data file '", file.string(), "' holds ",
+                to_string(t.dtype()), " [", t.dims().to_string(), "]; graph input '", in.name,
+                "' takes ", dims_text(in));
+}
+
+int run_model(const Args& a) {
+  if (a.one("--data").empty()) return usage();
+  const fs::path data = a.one("--data");
+  if (!fs::is_directory(data))
+    throw_error(ErrorKind::NotFound, "data folder '", data.string(), "' does not exist");
+  const onnx::ModelInfo info = onnx::read_model_info(a.model);
+  onnx::ImportedModel m = onnx::import_model(a.model);
+  const auto inputs = onnx::numbered_entries(data, "input_");
+  if (inputs.size() != m.inputs.size())
+    throw_error(ErrorKind::InvalidArgument, "data folder '", data.string(), "' holds ",
+                inputs.size(), " input_N.pb files; the model has ", m.inputs.size(),
+                " graph inputs");
+  FeedMap feed;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    Tensor t = onnx::read_tensor_proto(inputs[i].string());
+    check_fits(t, info.inputs[i], inputs[i]);
+    feed[m.inputs[i]] = std::move(t);
+  }
+  Executor exe = make_executor(a);
+  exe.run(m.startup);
+  const auto got = exe.run(m.main, feed, std::vector<FetchTarget>(m.outputs.begin(), m.outputs.end()));
+  const auto expected = onnx::numbered_entries(data, "output_");
+  int rc = 0;
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    std::printf("output %s: %s [%s]", m.outputs[k].c_str(), std::string(to_string(got[k].dtype())).c_str(),
+                got[k].dims().to_string().c_str());
+    if (k < expected.size()) {
+      const auto c = onnx::compare_tensors(got[k], onnx::read_tensor_proto(expected[k].string()));
+      std::printf("  max abs error %.3g, max rel error %.3g: %s", c.max_abs, c.max_rel,
+                  c.matches ? "matches" : ("MISMATCH (" + std::to_string(c.mismatched) +
+                                           " elements; " + c.first + ")").c_str());
+      if (!c.matches) rc = 1;
+    }
+    std::printf("\n");
+  }
+  if (!a.one("--out").empty()) {
+    const fs::path out = a.one("--out");
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    for (std::size_t k = 0; k < got.size(); ++k)
+      onnx::write_tensor_proto(got[k], m.outputs[k], (out / ("output_" + std::to_string(k) + ".pb")).string());
+  }
+  return rc;
+}
+
+Tensor random_input(const onnx::TensorInfo& in, const std::map<std::string, std::int64_t>& dims_by_name,
+                    std::int64_t int_max, std::mt19937_64& rng) {
+  if (!in.has_shape)
+    throw_error(ErrorKind::InvalidArgument, "graph input '", in.name, "' declares no shape");
+  std::vector<std::int64_t> dims;
+  for (std::size_t k = 0; k < in.dims.size(); ++k) {
+    if (in.dims[k] >= 0) { dims.push_back(in.dims[k]); continue; }
+    auto d = dims_by_name.find(in.dim_params[k]);
+    if (d == dims_by_name.end())
+      throw_error(ErrorKind::InvalidArgument, "graph input '", in.name, "' has the symbolic dim '",
+                  in.dim_params[k], "' (#", k, "): give it with --dim ",
+                  in.dim_params[k].empty() ? "NAME" : in.dim_params[k], "=N");
+    dims.push_back(d->second);
+  }
+  auto fill = [&](auto tag, auto draw) {
+    using T = decltype(tag);
+    Tensor t = Tensor::empty(Dims(dims), DataTypeOf<T>::value);
+    T* p = t.data<T>();
+    for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(draw());
+    return t;
+  };
+  std::uniform_real_distribution<double> real(-1.0, 1.0);
+  std::uniform_int_distribution<std::int64_t> integer(0, int_max - 1);
+  if (in.elem_type == "float") return fill(float(), [&] { return real(rng); });
+  if (in.elem_type == "double") return fill(double(), [&] { return real(rng); });
+  if (in.elem_type == "int32") return fill(std::int32_t(), [&] { return integer(rng); });
+  if (in.elem_type == "int64") return fill(std::int64_t(), [&] { return integer(rng); });
+  if (in.elem_type == "bool") return fill(bool(), [&] { return rng() & 1; });
+  throw_error(ErrorKind::Unimplemented, "graph input '", in.name, "' has element type ",
+              in.elem_type, "; kiln-onnx bench makes float, double, int32, int64 and bool inputs");
+}
+
+int bench_model(const Args& a) {
+  std::map<std::string, std::int64_t> dims_by_name;
+  if (auto d = a.options.find("--dim"); d != a.options.end())
+    for (const auto& s : d->second) {
+      const auto eq = s.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw_error(ErrorKind::InvalidArgument, "--dim '", s, "' is not NAME=N");
+      dims_by_name[s.substr(0, eq)] = positive(s.substr(eq + 1), "--dim " + s.substr(0, eq));
+    }
+  const unsigned iters = positive(a.one("--iters", "200"), "--iters");
+  const std::int64_t int_max = positive(a.one("--int-max", "10"), "--int-max");
+  const onnx::ModelInfo info = onnx::read_model_info(a.model);
+  const auto t0 = std::chrono::steady_clock::now();
+  onnx::ImportedModel m = onnx::import_model(a.model);
+  Executor exe = make_executor(a);
+  exe.run(m.startup);
+  std::mt19937_64 rng(7);
+  FeedMap feed;
+  for (std::size_t i = 0; i < m.inputs.size(); ++i)
+    feed[m.inputs[i]] = random_input(info.inputs[i], dims_by_name, int_max, rng);
+  const std::vector<FetchTarget> fetch(m.outputs.begin(), m.outputs.end());
+  exe.run(m.main, feed, fetch);  // the plan is built here
+  const double import_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  for (unsigned i = 0; i < std::max(5u, iters / 10); ++i) exe.run(m.main, feed, fetch);
+  std::vector<double> ms;
+  for (unsigned i = 0; i < iters; ++i) {
+    const auto s = std::chrono::steady_clock::now();
+    exe.run(m.main, feed, fetch);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  if (const std::string trace = a.one("--trace"); !trace.empty())
+    write_file_atomic(trace, exe.last_core()->chrome_trace(), "Chrome trace");
+  auto pct = [&](double p) { return ms[std::min(ms.size() - 1, static_cast<std::size_t>(p * ms.size()))]; };
+  std::int64_t batch = 1;
+  if (!m.inputs.empty() && feed.at(m.inputs[0]).rank() > 0) batch = feed.at(m.inputs[0]).dims()[0];
+  std::printf("%s: %u runs, threads %s\n", a.model.c_str(), iters, a.one("--threads", "1").c_str());
+  std::printf("import + first run: %.3f ms\n", import_ms);
+  std::printf("latency ms: p50 %.4f  p90 %.4f  p99 %.4f  min %.4f\n", pct(0.5), pct(0.9), pct(0.99), ms[0]);
+  std::printf("throughput: %.1f runs/s, %.1f samples/s (batch %lld)\n", 1e3 / pct(0.5),
+              1e3 * static_cast<double>(batch) / pct(0.5), static_cast<long long>(batch));
+  if (const std::string name = a.one("--name"); !name.empty()) {
+    std::printf("BENCH %s %.4f ms\n", name.c_str(), pct(0.5));
+    std::printf("BENCH %s.import_ms %.3f ms\n", name.c_str(), import_ms);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -28,6 +262,12 @@ int main(int argc, char** argv) {
       std::fputs(kiln::onnx::to_string(kiln::onnx::read_model_info(argv[2])).c_str(), stdout);
       return 0;
     }
+    Args a;
+    if (cmd == "run" && parse_args(argc, argv, {"--data", "--out", "--threads"}, a))
+      return run_model(a);
+    if (cmd == "bench" &&
+        parse_args(argc, argv, {"--dim", "--threads", "--iters", "--int-max", "--name", "--trace"}, a))
+      return bench_model(a);
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "kiln-onnx %s: %s\n", cmd.c_str(), e.what());
     return 1;
