@@ -23,7 +23,6 @@ import sys
 
 import torch
 import torch.nn as nn
-from onnx import numpy_helper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "test", "onnx", "models")
@@ -45,6 +44,7 @@ def lenet():
 
 
 def write(name, model, sample, input_name, output_name):
+    from onnx import numpy_helper  # Debian's python3-onnx; only needed here
     folder = os.path.join(OUT, name)
     data = os.path.join(folder, "test_data_set_0")
     os.makedirs(data, exist_ok=True)

@@ -200,7 +200,10 @@ class GraphImporter {
       throw_error(ErrorKind::Unimplemented, "ONNX model ", what_, " has sparse initializers (first '",
                   g.sparse_initializer(0).values().name(), "'); kiln does not import them");
     for (const auto& init : g.initializer()) {
-      Tensor t = detail::tensor_of(init, "initializer '" + init.name() + "'");
+      Tensor t;
+      if (!recorded([&] { t = detail::tensor_of(init, "initializer '" + init.name() + "'"); },
+                    {init.name()}))
+        continue;
       if (parent_) {
         values_[init.name()] = detail::constant_value(b_, t);
         constants_.emplace(init.name(), std::move(t));
@@ -217,18 +220,60 @@ class GraphImporter {
 
   void import_inputs(const ::onnx::GraphProto& g) {
     for (const auto& in : g.input()) {
-      if (constants_.count(in.name())) continue;  // an initializer listed as an input (IR < 4)
-      const std::string desc = "graph input '" + in.name() + "'";
-      if (!in.type().has_tensor_type())
-        throw_error(ErrorKind::Unimplemented, "ONNX ", desc, " is not a tensor");
-      const auto& tt = in.type().tensor_type();
-      const DataType dt = data_type(tt.elem_type(), desc);
-      if (!tt.has_shape())
-        throw_error(ErrorKind::Unimplemented, "ONNX ", desc, " has no shape (not even its rank)");
-      std::vector<std::int64_t> dims;
-      for (const auto& d : tt.shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
-      values_[in.name()] = b_.create<DataOp>(in.name(), dims, dt).result();
-      out_.inputs.push_back(in.name());
+      if (constants_.count(in.name()) || poisoned_.count(in.name()))
+        continue;  // an initializer listed as an input (IR < 4)
+      recorded([&] { import_input(in); }, {in.name()});
+    }
+  }
+
+  void import_input(const ::onnx::ValueInfoProto& in) {
+    const std::string desc = "graph input '" + in.name() + "'";
+    if (!in.type().has_tensor_type())
+      throw_error(ErrorKind::Unimplemented, "ONNX ", desc, " is not a tensor");
+    const auto& tt = in.type().tensor_type();
+    const DataType dt = data_type(tt.elem_type(), desc);
+    if (!tt.has_shape())
+      throw_error(ErrorKind::Unimplemented, "ONNX ", desc, " has no shape (not even its rank)");
+    std::vector<std::int64_t> dims;
+    for (const auto& d : tt.shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    values_[in.name()] = b_.create<DataOp>(in.name(), dims, dt).result();
+    out_.inputs.push_back(in.name());
+  }
+
+  // Collecting problems instead of stopping at the first (`problems` not
+  // null): a failing step's message is recorded and the names it would have
+  // defined are poisoned — nodes reading them are skipped, as their failure
+  // would only repeat it. Without a list, errors propagate.
+  void collect_problems(std::vector<std::string>* problems) { problems_ = problems; }
+  template <typename F>
+  bool recorded(F&& step, std::vector<std::string> defines) {
+    if (!problems_) {
+      step();
+      return true;
+    }
+    try {
+      step();
+      return true;
+    } catch (const Error& e) {
+      problems_->push_back(e.message());
+      for (auto& n : defines) poisoned_.insert(std::move(n));
+      return false;
+    }
+  }
+  bool reads_poisoned(const ::onnx::NodeProto& node) const {
+    for (const auto& name : node.input())
+      if (poisoned_.count(name)) return true;
+    return false;
+  }
+  // Each node, skipping those that read a poisoned name (collecting).
+  void import_nodes(const ::onnx::GraphProto& g) {
+    for (const auto& node : g.node()) {
+      std::vector<std::string> outs(node.output().begin(), node.output().end());
+      if (reads_poisoned(node)) {
+        poisoned_.insert(outs.begin(), outs.end());
+        continue;
+      }
+      recorded([&] { import_node(node); }, std::move(outs));
     }
   }
 
@@ -290,7 +335,7 @@ class GraphImporter {
                   "' declares ", g.input_size(), " inputs, its op gives it ", inputs.size());
     for (int i = 0; i < g.input_size(); ++i) child.bind(g.input(i).name(), inputs[static_cast<std::size_t>(i)]);
     child.import_initializers(g);
-    for (const auto& node : g.node()) child.import_node(node);
+    child.import_nodes(g);
     std::vector<Value> outs;
     for (const auto& o : g.output()) {
       Value v = child.lookup(o.name());
@@ -304,6 +349,7 @@ class GraphImporter {
 
   void import_outputs(const ::onnx::GraphProto& g) {
     for (const auto& o : g.output()) {
+      if (poisoned_.count(o.name())) continue;
       auto v = values_.find(o.name());
       if (v == values_.end())
         throw_error(ErrorKind::InvalidArgument, "ONNX model ", what_, ": graph output '", o.name(),
@@ -337,14 +383,20 @@ class GraphImporter {
   Block& block_;
   Builder b_, sb_;
   const GraphImporter* parent_ = nullptr;
+  std::vector<std::string>* problems_ = nullptr;
+  std::unordered_set<std::string> poisoned_;
   std::unordered_map<std::string, Value> values_;
   std::unordered_map<std::string, Tensor> constants_;
 };
 
 }  // namespace
 
-ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what) {
-  const ::onnx::ModelProto model = detail::parse_model(bytes, what);
+namespace {
+
+// The import, stopping at the first error (`problems` null) or recording
+// each one there and going on as far as the model allows.
+ImportedModel import_parsed(const ::onnx::ModelProto& model, std::string_view what,
+                            std::vector<std::string>* problems) {
   ImportedModel out;
   for (const auto& o : model.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") out.opset = o.version();
@@ -353,11 +405,33 @@ ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view w
                 " of the default domain; kiln imports opsets 1 to ", kMaxOpset);
   const auto& g = model.graph();
   GraphImporter importer(out, what);
+  importer.collect_problems(problems);
   importer.import_initializers(g);
   importer.import_inputs(g);
-  for (const auto& node : g.node()) importer.import_node(node);
+  importer.import_nodes(g);
   importer.import_outputs(g);
   return out;
+}
+
+}  // namespace
+
+ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what) {
+  return import_parsed(detail::parse_model(bytes, what), what, nullptr);
+}
+
+std::vector<std::string> import_problems_from_bytes(std::string_view bytes, std::string_view what) {
+  const ::onnx::ModelProto model = detail::parse_model(bytes, what);
+  std::vector<std::string> problems;
+  try {
+    import_parsed(model, what, &problems);
+  } catch (const Error& e) {  // the model as a whole (its opset)
+    problems.push_back(e.message());
+  }
+  return problems;
+}
+
+std::vector<std::string> import_problems(const std::string& path) {
+  return import_problems_from_bytes(detail::read_file_bytes(path), "'" + path + "'");
 }
 
 ImportedModel import_model(const std::string& path) {

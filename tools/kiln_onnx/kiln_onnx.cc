@@ -2,7 +2,8 @@
 //
 //   kiln-onnx info MODEL    opset, inputs and outputs (dtypes, dims with
 //                           their symbolic names), initializers, op counts,
-//                           and everything kiln cannot import (exit 1 if any)
+//                           and everything kiln cannot import, all at once
+//                           (exit 1 if anything)
 //   kiln-onnx run MODEL --data DIR [--out DIR] [--threads T]
 //                           feeds DIR/input_N.pb (ONNX's data-set layout: one
 //                           TensorProto per graph input, in order), runs the
@@ -260,7 +261,14 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "info" && argc == 3) {
       std::fputs(kiln::onnx::to_string(kiln::onnx::read_model_info(argv[2])).c_str(), stdout);
-      return 0;
+      const auto problems = kiln::onnx::import_problems(argv[2]);
+      if (problems.empty()) {
+        std::puts("kiln imports every node");
+        return 0;
+      }
+      std::printf("kiln cannot import (%zu):\n", problems.size());
+      for (const auto& p : problems) std::printf("  %s\n", p.c_str());
+      return 1;
     }
     Args a;
     if (cmd == "run" && parse_args(argc, argv, {"--data", "--out", "--threads"}, a))

@@ -2,15 +2,16 @@
 // ONNX is a format, not a runtime): kiln::onnx::import_model reads a
 // ModelProto and builds a main program whose data ops are the graph's
 // inputs (initializers excluded) and whose kiln.fetch ops, named like the
-// graph's outputs, return them. Each node becomes kiln ops through one
-// table entry per ONNX op type (src/onnx/op_table.h), covering a range of
-// opset versions.
+// graph's outputs, return them. Initializers become persistable parameters
+// that the startup program sets, so append_backward and the optimizers work
+// on an imported model as on one built by the frontend. Each node becomes
+// kiln ops through one table entry per ONNX op type (src/onnx/op_table.h),
+// covering a range of opset versions; If, Loop and Scan become kiln.if and
+// kiln.while with their subgraphs as regions; symbolic dims stay dynamic.
 //
-// Not yet imported: initializers and Constant nodes (they need a tensor-
-// valued attribute or parameters set by a startup program), subgraphs (If,
-// Loop, Scan), external data. Anything kiln cannot import is a kiln::Error
-// naming the node (its name and op type) and what is missing: the op, its
-// opset version, an attribute value or a dtype.
+// Anything kiln cannot import is a kiln::Error naming the node (its name and
+// op type) and what is missing: the op, its opset version, an attribute
+// value or a dtype. import_problems lists all of them at once.
 #pragma once
 
 #include <string>
@@ -24,7 +25,7 @@ namespace kiln::onnx {
 
 struct ImportedModel {
   Program main;
-  Program startup;                    // empty for now (no initializers yet)
+  Program startup;                    // sets the initializers' parameters
   std::vector<std::string> inputs;    // the data ops' names = feed names, in graph order
   std::vector<std::string> outputs;   // the kiln.fetch ops' names = fetch names, in graph order
   std::int64_t opset = 0;             // of the default (ai.onnx) domain
@@ -34,6 +35,15 @@ struct ImportedModel {
 // default domain outside 1…17, and each node kiln cannot import.
 ImportedModel import_model(const std::string& path);
 ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what = "model");
+
+// Everything in the model kiln cannot import, at once: the messages
+// import_model would raise, one per graph input, initializer or node that
+// fails (a node reading what failed is skipped: its error would repeat the
+// cause). Empty when import_model succeeds. kiln::Error only for a file
+// that cannot be read or is not ONNX.
+std::vector<std::string> import_problems(const std::string& path);
+std::vector<std::string> import_problems_from_bytes(std::string_view bytes,
+                                                    std::string_view what = "model");
 
 // A serialized onnx.TensorProto (the backend test suite's input_N.pb and
 // output_N.pb) as a kiln tensor: float, double, int32, int64 and bool.
