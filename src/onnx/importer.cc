@@ -13,6 +13,7 @@
 #include "kiln/ir/tensor_attribute.h"
 #include "kiln/onnx/import.h"
 #include "kiln/support/error.h"
+#include "fusion.h"
 #include "model_proto.h"
 #include "op_table.h"
 
@@ -265,12 +266,25 @@ class GraphImporter {
       if (poisoned_.count(name)) return true;
     return false;
   }
-  // Each node, skipping those that read a poisoned name (collecting).
+  // Each node, skipping those that read a poisoned name (collecting); a
+  // chain of nodes that kiln has one fused op for (fusion.h) is built as
+  // that op where it starts, and its other nodes are skipped.
   void import_nodes(const ::onnx::GraphProto& g) {
-    for (const auto& node : g.node()) {
+    const detail::GraphUses uses(g);
+    const detail::FusionScope scope{[this](const std::string& n) { return lookup(n); },
+                                    [this](const std::string& n) { return lookup_constant(n); }};
+    std::vector<bool> fused(static_cast<std::size_t>(g.node_size()), false);
+    for (int i = 0; i < g.node_size(); ++i) {
+      if (fused[static_cast<std::size_t>(i)]) continue;
+      const auto& node = g.node(i);
       std::vector<std::string> outs(node.output().begin(), node.output().end());
       if (reads_poisoned(node)) {
         poisoned_.insert(outs.begin(), outs.end());
+        continue;
+      }
+      if (auto f = detail::fuse_at(g, uses, i, b_, scope)) {
+        for (int k : f->nodes) fused[static_cast<std::size_t>(k)] = true;
+        values_[f->output] = f->value;
         continue;
       }
       recorded([&] { import_node(node); }, std::move(outs));

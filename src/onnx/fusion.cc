@@ -1,0 +1,328 @@
+// Import-time fusion (fusion.h): the chains PyTorch's exporter writes for a
+// layer norm, an exact GELU and a (masked) scaled dot-product attention,
+// each built as kiln's fused op.
+#include "fusion.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/ir/builtin_types.h"
+#include "op_table.h"
+
+namespace kiln::onnx::detail {
+
+GraphUses::GraphUses(const ::onnx::GraphProto& g) {
+  for (int i = 0; i < g.node_size(); ++i) {
+    for (const auto& in : g.node(i).input())
+      if (!in.empty()) consumers[in].push_back(i);
+    for (const auto& out : g.node(i).output())
+      if (!out.empty()) producer[out] = i;
+  }
+  for (const auto& o : g.output()) graph_outputs.insert(o.name());
+}
+
+namespace {
+
+// The matching state of one attempt: the graph, who reads what, and the
+// nodes covered so far.
+class Chain {
+ public:
+  Chain(const ::onnx::GraphProto& g, const GraphUses& uses, const FusionScope& scope)
+      : g_(g), uses_(uses), scope_(scope) {}
+
+  const ::onnx::NodeProto& node(int i) const { return g_.node(i); }
+  void cover(int i) { nodes_.push_back(i); }
+  const std::vector<int>& nodes() const { return nodes_; }
+
+  // The one node reading `name`, when `name` is read by exactly one node
+  // of type `op` and is no graph output (an intermediate value only the
+  // chain sees); -1 otherwise.
+  int sole_reader(const std::string& name, std::string_view op) const {
+    const auto* readers = readers_of(name);
+    if (!readers || readers->size() != 1) return -1;
+    const int r = readers->front();
+    return node(r).op_type() == op && node(r).domain().empty() ? r : -1;
+  }
+  // Every reader of `name` (null when none or when it is a graph output).
+  const std::vector<int>* readers_of(const std::string& name) const {
+    if (uses_.graph_outputs.count(name)) return nullptr;
+    auto it = uses_.consumers.find(name);
+    return it == uses_.consumers.end() ? nullptr : &it->second;
+  }
+
+  // `name`'s value when it is a one-element constant (an initializer, a
+  // Constant node's value, a folded value), as a double.
+  std::optional<double> scalar(const std::string& name) const {
+    const Tensor* t = scope_.constant(name);
+    Tensor from_node;
+    if (!t) {
+      auto p = uses_.producer.find(name);
+      if (p == uses_.producer.end()) return std::nullopt;
+      const auto& n = node(p->second);
+      if (n.op_type() != "Constant" || n.attribute_size() != 1 || n.attribute(0).name() != "value")
+        return std::nullopt;
+      try {
+        from_node = tensor_of(n.attribute(0).t(), "Constant");
+      } catch (const Error&) {
+        return std::nullopt;
+      }
+      t = &from_node;
+    }
+    if (t->numel() != 1) return std::nullopt;
+    switch (t->dtype()) {
+      case DataType::Float32: return static_cast<double>(t->data<float>()[0]);
+      case DataType::Float64: return t->data<double>()[0];
+      default: return std::nullopt;
+    }
+  }
+  bool scalar_is(const std::string& name, double want, double tol) const {
+    auto v = scalar(name);
+    return v && std::abs(*v - want) <= tol;
+  }
+
+  // The input of a binary node that is not `known` (null when `known` is
+  // neither or both).
+  const std::string* other_input(int i, const std::string& known) const {
+    const auto& n = node(i);
+    if (n.input_size() != 2) return nullptr;
+    if (n.input(0) == known && n.input(1) != known) return &n.input(1);
+    if (n.input(1) == known && n.input(0) != known) return &n.input(0);
+    return nullptr;
+  }
+
+  Value value(const std::string& name) const { return scope_.value(name); }
+  const Tensor* constant(const std::string& name) const { return scope_.constant(name); }
+
+ private:
+  const ::onnx::GraphProto& g_;
+  const GraphUses& uses_;
+  const FusionScope& scope_;
+  std::vector<int> nodes_;
+};
+
+std::int64_t int_attr(const ::onnx::NodeProto& n, const std::string& name, std::int64_t fallback) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return a.i();
+  return fallback;
+}
+
+// A ReduceMean over the last axis of a rank-`rank` input, keeping it.
+bool mean_over_last(const ::onnx::NodeProto& n, std::size_t rank) {
+  if (n.op_type() != "ReduceMean" || n.input_size() != 1 || int_attr(n, "keepdims", 1) != 1)
+    return false;
+  for (const auto& a : n.attribute())
+    if (a.name() == "axes")
+      return a.ints_size() == 1 &&
+             (a.ints(0) == -1 || a.ints(0) == static_cast<std::int64_t>(rank) - 1);
+  return false;  // no axes: every axis
+}
+
+bool is_float_tensor(Value v) {
+  if (!v || !is_shaped(v.type())) return false;
+  const DataType dt = shaped_data_type(v.type());
+  return dt == DataType::Float32 || dt == DataType::Float64;
+}
+
+// y = (x - mean) / sqrt(var + eps) [* gamma] [+ beta] over the last axis:
+//   m = ReduceMean(x), d = Sub(x, m), p = Pow(d, 2), v = ReduceMean(p),
+//   e = Add(v, eps), s = Sqrt(e), n = Div(d, s), Mul(n, gamma), Add(., beta)
+// -> kiln.layer_norm(x, gamma or ones, beta or zeros).
+std::optional<Fused> layer_norm(Chain& c, int first, Builder& b) {
+  const auto& mean = c.node(first);
+  if (mean.op_type() != "ReduceMean" || mean.input_size() != 1) return std::nullopt;
+  const std::string& x = mean.input(0);
+  Value xv = c.value(x);
+  if (!is_float_tensor(xv)) return std::nullopt;
+  const auto& dims = shaped_dims(xv.type());
+  if (dims.empty() || dims.back() <= 0 || !mean_over_last(mean, dims.size())) return std::nullopt;
+  c.cover(first);
+  const int sub = c.sole_reader(mean.output(0), "Sub");
+  if (sub < 0 || c.node(sub).input(0) != x || c.node(sub).input(1) != mean.output(0))
+    return std::nullopt;
+  c.cover(sub);
+  const std::string& d = c.node(sub).output(0);
+  const auto* d_readers = c.readers_of(d);
+  if (!d_readers || d_readers->size() != 2) return std::nullopt;
+  int square = -1, div = -1;
+  for (int r : *d_readers) {
+    const auto& n = c.node(r);
+    if (n.op_type() == "Pow" && n.input(0) == d && c.scalar_is(n.input(1), 2.0, 0)) square = r;
+    else if (n.op_type() == "Mul" && n.input_size() == 2 && n.input(0) == d && n.input(1) == d) square = r;
+    else if (n.op_type() == "Div" && n.input(0) == d) div = r;
+  }
+  if (square < 0 || div < 0) return std::nullopt;
+  c.cover(square);
+  const int var = c.sole_reader(c.node(square).output(0), "ReduceMean");
+  if (var < 0 || !mean_over_last(c.node(var), dims.size())) return std::nullopt;
+  c.cover(var);
+  const int add_eps = c.sole_reader(c.node(var).output(0), "Add");
+  if (add_eps < 0) return std::nullopt;
+  const std::string* eps_name = c.other_input(add_eps, c.node(var).output(0));
+  const auto eps = eps_name ? c.scalar(*eps_name) : std::nullopt;
+  if (!eps || !(*eps > 0)) return std::nullopt;
+  c.cover(add_eps);
+  const int sqrt = c.sole_reader(c.node(add_eps).output(0), "Sqrt");
+  if (sqrt < 0 || c.sole_reader(c.node(sqrt).output(0), "Div") != div ||
+      c.node(div).input(1) != c.node(sqrt).output(0))
+    return std::nullopt;
+  c.cover(sqrt);
+  c.cover(div);
+  // Optional affine part: a gamma and a beta of x's last dim, defined already.
+  const DataType dt = shaped_data_type(xv.type());
+  const std::vector<std::int64_t> last{dims.back()};
+  auto per_feature = [&](const std::string* name) -> Value {
+    if (!name) return {};
+    Value v = c.value(*name);
+    if (!v || !is_shaped(v.type()) || shaped_data_type(v.type()) != dt || shaped_dims(v.type()) != last)
+      return {};
+    return v;
+  };
+  std::string out = c.node(div).output(0);
+  Value gamma, beta;
+  if (int mul = c.sole_reader(out, "Mul"); mul >= 0) {
+    if ((gamma = per_feature(c.other_input(mul, out)))) {
+      c.cover(mul);
+      out = c.node(mul).output(0);
+      if (int add = c.sole_reader(out, "Add"); add >= 0) {
+        if ((beta = per_feature(c.other_input(add, out)))) {
+          c.cover(add);
+          out = c.node(add).output(0);
+        }
+      }
+    }
+  }
+  if (!gamma) gamma = b.create<FullOp>(last, 1.0, dt).result();
+  if (!beta) beta = b.create<FullOp>(last, 0.0, dt).result();
+  Value y = b.create<LayerNormOp>(xv, gamma, beta, -1, *eps).result(0);
+  return Fused{c.nodes(), out, y};
+}
+
+// y = x * 0.5 * (1 + erf(x / sqrt(2))):
+//   a = Div(x, sqrt 2) (or Mul(x, 1/sqrt 2)), e = Erf(a), p = Add(e, 1),
+//   m = Mul(x, p), y = Mul(m, 0.5)  -> kiln.gelu(x) (exact).
+std::optional<Fused> gelu(Chain& c, int first, Builder& b) {
+  const auto& scale = c.node(first);
+  if (scale.input_size() != 2) return std::nullopt;
+  const std::string& x = scale.input(0);
+  const bool div = scale.op_type() == "Div" && c.scalar_is(scale.input(1), std::sqrt(2.0), 1e-4);
+  const bool mul = scale.op_type() == "Mul" && c.scalar_is(scale.input(1), std::sqrt(0.5), 1e-5);
+  Value xv = c.value(x);
+  if ((!div && !mul) || !is_float_tensor(xv)) return std::nullopt;
+  c.cover(first);
+  const int erf = c.sole_reader(scale.output(0), "Erf");
+  if (erf < 0) return std::nullopt;
+  c.cover(erf);
+  const int plus = c.sole_reader(c.node(erf).output(0), "Add");
+  const std::string* one = plus < 0 ? nullptr : c.other_input(plus, c.node(erf).output(0));
+  if (!one || !c.scalar_is(*one, 1.0, 0)) return std::nullopt;
+  c.cover(plus);
+  const int times_x = c.sole_reader(c.node(plus).output(0), "Mul");
+  const std::string* other = times_x < 0 ? nullptr : c.other_input(times_x, c.node(plus).output(0));
+  if (!other || *other != x) return std::nullopt;
+  c.cover(times_x);
+  const int half = c.sole_reader(c.node(times_x).output(0), "Mul");
+  const std::string* h = half < 0 ? nullptr : c.other_input(half, c.node(times_x).output(0));
+  if (!h || !c.scalar_is(*h, 0.5, 0)) return std::nullopt;
+  c.cover(half);
+  return Fused{c.nodes(), c.node(half).output(0), b.create<GeluOp>(xv, false).result()};
+}
+
+// Whether `t` is a causal mask for an [L, L] score matrix: 0 on and below
+// the diagonal, -inf above it.
+bool is_causal_mask(const Tensor& t) {
+  if (t.dtype() != DataType::Float32 || t.dims().rank() != 2 || t.dims()[0] != t.dims()[1])
+    return false;
+  const std::int64_t l = t.dims()[0];
+  const float* p = t.data<float>();
+  for (std::int64_t i = 0; i < l; ++i)
+    for (std::int64_t j = 0; j < l; ++j) {
+      const float v = p[i * l + j];
+      if (j <= i ? v != 0.0f : !(std::isinf(v) && v < 0)) return false;
+    }
+  return true;
+}
+
+// out = softmax(q · kᵀ · s [+ causal mask]) · v, with kᵀ a Transpose of k
+// swapping its last two axes:
+//   t = Transpose(k), a = MatMul(q, t), m = Mul(a, s) (or Div(a, 1/s)),
+//   [c = Add(m, mask)], p = Softmax(c, axis -1), o = MatMul(p, v)
+// -> kiln.scaled_dot_product_attention(q, k, v) {causal, scale = s}
+// for rank-4 [B, H, L, D] operands.
+std::optional<Fused> attention(Chain& c, int first, Builder& b) {
+  const auto& tr = c.node(first);
+  if (tr.op_type() != "Transpose" || tr.input_size() != 1) return std::nullopt;
+  for (const auto& a : tr.attribute())
+    if (a.name() == "perm" &&
+        !(a.ints_size() == 4 && a.ints(0) == 0 && a.ints(1) == 1 && a.ints(2) == 3 && a.ints(3) == 2))
+      return std::nullopt;
+  if (tr.attribute_size() != 1) return std::nullopt;
+  Value k = c.value(tr.input(0));
+  if (!is_float_tensor(k) || shaped_dims(k.type()).size() != 4) return std::nullopt;
+  c.cover(first);
+  const int qk = c.sole_reader(tr.output(0), "MatMul");
+  if (qk < 0 || c.node(qk).input(1) != tr.output(0)) return std::nullopt;
+  Value q = c.value(c.node(qk).input(0));
+  if (!is_float_tensor(q) || shaped_dims(q.type()).size() != 4 ||
+      shaped_data_type(q.type()) != shaped_data_type(k.type()))
+    return std::nullopt;
+  c.cover(qk);
+  std::string s = c.node(qk).output(0);
+  double scale = 1.0;
+  const auto* readers = c.readers_of(s);
+  if (!readers || readers->size() != 1) return std::nullopt;
+  if (const auto& n = c.node(readers->front()); n.op_type() == "Mul" || n.op_type() == "Div") {
+    const std::string* f = c.other_input(readers->front(), s);
+    const auto v = f ? c.scalar(*f) : std::nullopt;
+    if (!v || *v == 0 || (n.op_type() == "Div" && n.input(0) != s)) return std::nullopt;
+    scale = n.op_type() == "Mul" ? *v : 1.0 / *v;
+    c.cover(readers->front());
+    s = n.output(0);
+  }
+  bool causal = false;
+  if (int add = c.sole_reader(s, "Add"); add >= 0) {
+    const std::string* mask = c.other_input(add, s);
+    const Tensor* m = mask ? c.constant(*mask) : nullptr;
+    if (!m || !is_causal_mask(*m)) return std::nullopt;
+    const auto& qd = shaped_dims(q.type());
+    if (qd[2] != m->dims()[0] || shaped_dims(k.type())[2] != m->dims()[0]) return std::nullopt;
+    causal = true;
+    c.cover(add);
+    s = c.node(add).output(0);
+  }
+  const int softmax = c.sole_reader(s, "Softmax");
+  if (softmax < 0) return std::nullopt;
+  const std::int64_t axis = int_attr(c.node(softmax), "axis", -1);
+  if (axis != -1 && axis != 3) return std::nullopt;
+  c.cover(softmax);
+  const int pv = c.sole_reader(c.node(softmax).output(0), "MatMul");
+  if (pv < 0 || c.node(pv).input(0) != c.node(softmax).output(0)) return std::nullopt;
+  Value v = c.value(c.node(pv).input(1));
+  if (!is_float_tensor(v) || shaped_dims(v.type()).size() != 4 ||
+      shaped_data_type(v.type()) != shaped_data_type(q.type()))
+    return std::nullopt;
+  c.cover(pv);
+  Value out = b.create<ScaledDotProductAttentionOp>(q, k, v, causal, scale).result(0);
+  return Fused{c.nodes(), c.node(pv).output(0), out};
+}
+
+}  // namespace
+
+std::optional<Fused> fuse_at(const ::onnx::GraphProto& g, const GraphUses& uses, int first,
+                             Builder& b, const FusionScope& scope) {
+  using Matcher = std::optional<Fused> (*)(Chain&, int, Builder&);
+  for (Matcher m : {&layer_norm, &gelu, &attention}) {
+    Chain chain(g, uses, scope);
+    std::optional<Fused> f;
+    try {
+      f = m(chain, first, b);
+    } catch (const Error&) {  // a fused op's own checks: import node by node instead
+      f.reset();
+    }
+    if (f) return f;
+  }
+  return std::nullopt;
+}
+
+}  // namespace kiln::onnx::detail
