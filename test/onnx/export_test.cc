@@ -1,0 +1,333 @@
+// kiln::onnx::export_model (kiln/onnx/export.h): inference programs built
+// with the frontend (an MLP, a small CNN like examples/digits_cnn, a
+// transformer block like examples/char_transformer) exported, checked by
+// ONNX's own checker and shape inference, imported back and run against the
+// original; dynamic batch; and the errors for what cannot be exported.
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "catch.hpp"
+#include "kiln/kiln.h"
+#include "kiln/onnx/export.h"
+#include "kiln/onnx/import.h"
+#include "test_util.h"
+
+namespace {
+
+// Deterministic values in [-1, 1).
+std::vector<float> values(std::size_t n, unsigned seed) {
+  std::vector<float> v(n);
+  std::uint32_t s = seed * 2654435761u + 1;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = static_cast<float>(s >> 8) / static_cast<float>(1 << 24) * 2.0f - 1.0f;
+  }
+  return v;
+}
+
+// ONNX's full check: the model checker, then shape inference in strict mode
+// with type checks (what onnx.checker.check_model(full_check=True) runs).
+void full_check(const std::string& bytes) {
+  ::onnx::ModelProto m;
+  REQUIRE(m.ParseFromString(bytes));
+  ::onnx::checker::check_model(m);
+  ::onnx::shape_inference::InferShapes(m, ::onnx::OpSchemaRegistry::Instance(),
+                                       ::onnx::ShapeInferenceOptions(true, 1, false));
+}
+
+::onnx::ModelProto parse(const std::string& bytes) {
+  ::onnx::ModelProto m;
+  REQUIRE(m.ParseFromString(bytes));
+  return m;
+}
+
+// Runs the exported bytes through kiln's importer with `feed`; the outputs.
+std::vector<kiln::Tensor> run_imported(const std::string& bytes, const kiln::FeedMap& feed) {
+  kiln::onnx::ImportedModel m = kiln::onnx::import_model_from_bytes(bytes, "exported");
+  kiln::Executor exe;
+  exe.run(m.startup);
+  std::vector<kiln::FetchTarget> fetch(m.outputs.begin(), m.outputs.end());
+  return exe.run(m.main, feed, fetch);
+}
+
+void check_close(const kiln::Tensor& got, const kiln::Tensor& want) {
+  REQUIRE(got.dims().to_vector() == want.dims().to_vector());
+  const auto g = got.to_vector<float>();
+  const auto w = want.to_vector<float>();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    INFO("element " << i);
+    CHECK(g[i] == Approx(w[i]).margin(1e-6).epsilon(1e-6));
+  }
+}
+
+// The inference form of a training program for `target`: its for-test
+// clone pruned to the target (as the examples sample); `*in_test` the
+// target's value there.
+kiln::Program inference(const kiln::Program& main, kiln::Value target, kiln::Value* in_test) {
+  kiln::IrMapping to_clone, to_pruned;
+  const kiln::Program clone = kiln::clone_for_test(main, &to_clone);
+  kiln::Program pruned = kiln::prune(clone, {to_clone.lookup(target)}, &to_pruned);
+  *in_test = to_pruned.lookup(to_clone.lookup(target));
+  return pruned;
+}
+
+// A trained-shaped MLP: x [-1, 6] → Linear → ReLU → Linear → softmax, with a
+// cross-entropy loss and an SGD step in the training program.
+struct Mlp {
+  kiln::Program main, startup, test;
+  kiln::Value probs, test_probs;
+  kiln::Executor exe;
+
+  Mlp() {
+    kiln::Value loss;
+    {
+      kiln::ProgramGuard guard(main, startup);
+      auto x = kiln::data("x", {-1, 6});
+      auto label = kiln::data("label", {-1}, kiln::DataType::Int64);
+      kiln::nn::Linear fc1(6, 8), fc2(8, 3);
+      auto logits = fc2(kiln::nn::ReLU()(fc1(x)));
+      probs = kiln::nn::Softmax()(logits);
+      loss = kiln::nn::functional::cross_entropy(logits, label);
+      kiln::optim::SGD(0.1).minimize(loss);
+    }
+    exe.run(startup);
+    exe.run(main,
+            {{"x", kiln::Tensor::from_vector<float>({4, 6}, values(24, 1))},
+             {"label", kiln::Tensor::from_vector<std::int64_t>({4}, {0, 1, 2, 1})}},
+            {loss});
+    test = inference(main, probs, &test_probs);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("an exported MLP passes ONNX's full check and imports back to the same outputs",
+          "[onnx][export]") {
+  Mlp m;
+  const std::string bytes =
+      kiln::onnx::export_model_to_bytes(m.test, m.exe.scope(), {"x"}, {m.test_probs});
+  full_check(bytes);
+  const ::onnx::ModelProto model = parse(bytes);
+  CHECK(model.opset_import(0).version() == 17);
+  CHECK(model.graph().initializer_size() == 4);  // two weights, two biases
+  REQUIRE(model.graph().input_size() == 1);
+  CHECK(model.graph().input(0).name() == "x");
+  CHECK(model.graph().output(0).name() == "fetch_0");
+
+  const kiln::Tensor x = kiln::Tensor::from_vector<float>({5, 6}, values(30, 2));
+  const auto want = m.exe.run(m.test, {{"x", x}}, {m.test_probs});
+  const auto got = run_imported(bytes, {{"x", x}});
+  check_close(got.at(0), want.at(0));
+}
+
+TEST_CASE("a data op with an unknown dim exports as a symbolic dim and runs at any batch size",
+          "[onnx][export]") {
+  Mlp m;
+  const std::string bytes =
+      kiln::onnx::export_model_to_bytes(m.test, m.exe.scope(), {"x"}, {m.test_probs});
+  const ::onnx::ModelProto model = parse(bytes);
+  const auto& dim0 = model.graph().input(0).type().tensor_type().shape().dim(0);
+  CHECK_FALSE(dim0.has_dim_value());
+  CHECK(dim0.dim_param() == "x_dim0");
+  CHECK(model.graph().input(0).type().tensor_type().shape().dim(1).dim_value() == 6);
+
+  kiln::onnx::ImportedModel back = kiln::onnx::import_model_from_bytes(bytes);
+  kiln::Executor exe;
+  exe.run(back.startup);
+  for (std::int64_t batch : {2, 7}) {
+    INFO("batch " << batch);
+    const kiln::Tensor x = kiln::Tensor::from_vector<float>(
+        {batch, 6}, values(static_cast<std::size_t>(batch) * 6, static_cast<unsigned>(batch)));
+    const auto want = m.exe.run(m.test, {{"x", x}}, {m.test_probs});
+    const auto got = exe.run(back.main, {{"x", x}}, {back.outputs[0]});
+    check_close(got.at(0), want.at(0));
+  }
+}
+
+TEST_CASE("an exported CNN like digits_cnn imports back to the same logits", "[onnx][export]") {
+  kiln::Program main, startup;
+  kiln::Value logits;
+  {
+    kiln::ProgramGuard guard(main, startup);
+    auto x = kiln::data("x", {-1, 1, 8, 8});
+    auto label = kiln::data("label", {-1}, kiln::DataType::Int64);
+    kiln::nn::Sequential net;
+    net.emplace<kiln::nn::Conv2D>(1, 4, 3, /*stride=*/1, /*padding=*/1);
+    net.emplace<kiln::nn::ReLU>();
+    net.emplace<kiln::nn::MaxPool2D>(2);
+    net.emplace<kiln::nn::Conv2D>(4, 6, 3, 1, 1);
+    net.emplace<kiln::nn::ReLU>();
+    net.emplace<kiln::nn::AvgPool2D>(2);
+    net.emplace<kiln::nn::Flatten>();
+    net.emplace<kiln::nn::Linear>(6 * 2 * 2, 5);
+    logits = net(x);
+    auto loss = kiln::nn::functional::cross_entropy(logits, label);
+    kiln::optim::Adam(1e-3).minimize(loss);
+  }
+  kiln::Executor exe;
+  exe.run(startup);
+  kiln::Value test_logits;
+  const kiln::Program test = inference(main, logits, &test_logits);
+  const std::string bytes =
+      kiln::onnx::export_model_to_bytes(test, exe.scope(), {"x"}, {test_logits});
+  full_check(bytes);
+
+  const kiln::Tensor x = kiln::Tensor::from_vector<float>({3, 1, 8, 8}, values(192, 3));
+  const auto want = exe.run(test, {{"x", x}}, {test_logits});
+  check_close(run_imported(bytes, {{"x", x}}).at(0), want.at(0));
+}
+
+TEST_CASE("an exported transformer block with causal attention imports back to the same outputs",
+          "[onnx][export]") {
+  constexpr std::int64_t kSeq = 6, kModel = 16, kVocab = 11;
+  kiln::Program main, startup;
+  kiln::Value probs;
+  {
+    kiln::ProgramGuard guard(main, startup);
+    auto ids = kiln::data("ids", {-1, kSeq}, kiln::DataType::Int64);
+    kiln::nn::Embedding tok(kVocab, kModel);
+    auto pos = kiln::create_parameter("pos_emb", {kSeq, kModel}, kiln::DataType::Float32,
+                                      kiln::init::Normal(0.0, 0.5));
+    auto b = kiln::main_builder();
+    kiln::Value h = b.create<kiln::AddOp>(tok(ids), pos).result();
+    kiln::nn::TransformerEncoderLayer block(kModel, 2, 2 * kModel, /*dropout=*/0.1, "gelu");
+    h = block(h, /*causal=*/true);
+    h = kiln::nn::LayerNorm({kModel})(h);
+    auto logits = kiln::nn::Linear(kModel, kVocab)(h);
+    probs = kiln::nn::Softmax()(logits);
+    b.create<kiln::FetchOp>(probs, "probs");
+  }
+  kiln::Executor exe;
+  exe.run(startup);
+  const kiln::Program test = kiln::clone_for_test(main);
+  const std::string bytes = kiln::onnx::export_model_to_bytes(test, exe.scope(), {"ids"}, {"probs"});
+  full_check(bytes);
+  const ::onnx::ModelProto model = parse(bytes);
+  std::set<std::string> types;
+  for (const auto& n : model.graph().node()) types.insert(n.op_type());
+  CHECK(types.count("LayerNormalization"));
+  CHECK(types.count("Erf"));  // gelu, composed
+  CHECK(model.graph().output(0).name() == "probs");
+
+  std::vector<std::int64_t> tokens(2 * kSeq);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int64_t>((i * 7 + 3) % kVocab);
+  const kiln::Tensor ids = kiln::Tensor::from_vector<std::int64_t>({2, kSeq}, tokens);
+  const auto want = exe.run(test, {{"ids", ids}}, {"probs"});
+  check_close(run_imported(bytes, {{"ids", ids}}).at(0), want.at(0));
+}
+
+TEST_CASE("a model exported to a file is written whole and imports like the bytes",
+          "[onnx][export]") {
+  Mlp m;
+  const auto dir = std::filesystem::temp_directory_path() / "kiln_export_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "mlp.onnx").string();
+  kiln::onnx::export_model(m.test, m.exe.scope(), {"x"}, {m.test_probs}, path);
+  CHECK(kiln::onnx::import_model(path).outputs == std::vector<std::string>{"fetch_0"});
+  ::onnx::checker::check_model(path);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("exporting to a path that cannot be written fails and leaves no file", "[onnx][export]") {
+  Mlp m;
+  const std::string path = "/nonexistent-kiln-dir/model.onnx";
+  KILN_CHECK_ERROR(kiln::onnx::export_model(m.test, m.exe.scope(), {"x"}, {m.test_probs}, path),
+                   Unavailable, {"/nonexistent-kiln-dir/model.onnx"});
+  CHECK_FALSE(std::filesystem::exists(path));
+}
+
+TEST_CASE("export names an unknown feed, a repeated feed and a feed the fetches need but lack",
+          "[onnx][export]") {
+  Mlp m;
+  KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(m.test, m.exe.scope(), {"y"}, {m.test_probs}),
+                   NotFound, {"feed 'y'", "no kiln.data op"});
+  KILN_CHECK_ERROR(
+      kiln::onnx::export_model_to_bytes(m.test, m.exe.scope(), {"x", "x"}, {m.test_probs}),
+      InvalidArgument, {"feed 'x'", "twice"});
+  KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(m.test, m.exe.scope(), {}, {m.test_probs}),
+                   InvalidArgument, {"kiln.data 'x'", "not among the feeds"});
+}
+
+TEST_CASE("export names an unknown fetch and a fetch the program does not compute",
+          "[onnx][export]") {
+  Mlp m;
+  KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(m.test, m.exe.scope(), {"x"}, {"nope"}),
+                   NotFound, {"fetch #0 'nope'", "no kiln.fetch op"});
+  // m.probs is a value of the training program, not of its for-test clone.
+  KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(m.test, m.exe.scope(), {"x"}, {m.probs}),
+                   InvalidArgument, {"fetch #0", "not computed by the program"});
+  KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(m.test, m.exe.scope(), {"x"}, {}),
+                   InvalidArgument, {"no fetches"});
+}
+
+TEST_CASE("an op with no ONNX equivalent is an error naming its kind and position",
+          "[onnx][export]") {
+  kiln::Program main, startup;
+  kiln::Value out;
+  {
+    kiln::ProgramGuard guard(main, startup);
+    auto x = kiln::data("x", {2, 3});
+    auto b = kiln::main_builder();
+    out = b.create<kiln::PrintOp>(b.create<kiln::ReluOp>(x).result()).result();
+  }
+  kiln::Scope scope;
+  KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(main, scope, {"x"}, {out}), Unimplemented,
+                   {"op #2 'kiln.print'", "no ONNX equivalent"});
+}
+
+TEST_CASE("a dtype ONNX export does not cover is an error naming the value", "[onnx][export]") {
+  kiln::Program main, startup;
+  kiln::Value out;
+  {
+    kiln::ProgramGuard guard(main, startup);
+    auto x = kiln::data("x", {2, 3}, kiln::DataType::Int8);
+    out = kiln::main_builder().create<kiln::CastOp>(x, kiln::DataType::Float32).result();
+  }
+  kiln::Scope scope;
+  KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(main, scope, {"x"}, {out}), Unimplemented,
+                   {"feed 'x'", "dtype i8"});
+}
+
+TEST_CASE("a training program's dropout and a parameter missing from the scope are errors",
+          "[onnx][export]") {
+  kiln::Program main, startup;
+  kiln::Value out;
+  {
+    kiln::ProgramGuard guard(main, startup);
+    auto x = kiln::data("x", {-1, 4});
+    out = kiln::nn::Dropout(0.5)(kiln::nn::Linear(4, 4)(x));
+  }
+  kiln::Executor exe;
+  KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(main, exe.scope(), {"x"}, {out}), NotFound,
+                   {"parameter 'linear_", "run the startup program"});
+  exe.run(startup);
+  KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(main, exe.scope(), {"x"}, {out}),
+                   Unimplemented, {"'kiln.dropout'", "training mode", "clone_for_test"});
+  kiln::IrMapping map;
+  const kiln::Program test = kiln::clone_for_test(main, &map);
+  full_check(kiln::onnx::export_model_to_bytes(test, exe.scope(), {"x"}, {map.lookup(out)}));
+}
+
+TEST_CASE("a fetch named like a feed is an error, and an opset other than 17 is refused",
+          "[onnx][export]") {
+  Mlp m;
+  kiln::Program p = m.test.clone();
+  KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(m.test, m.exe.scope(), {"x"}, {m.test_probs},
+                                                     kiln::onnx::ExportOptions{13, "g", "kiln"}),
+                   Unimplemented, {"opset 13"});
+  // The data op itself fetched under the feed's name: the name is taken.
+  kiln::Value x;
+  for (kiln::Operation* op = p.block().front(); op; op = op->next_in_block())
+    if (auto d = kiln::DataOp::dyn_cast(op); d && d.attrs().name == "x") x = op->result(0);
+  kiln::Builder b(p);
+  b.create<kiln::FetchOp>(x, "x");
+  KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(p, m.exe.scope(), {"x"}, {"x"}),
+                   InvalidArgument, {"'x'", "already a name of the graph"});
+}
