@@ -1,7 +1,7 @@
 // Export of kiln's tensor and shape ops (reshape, flatten, squeeze,
 // unsqueeze, transpose, concat, stack, split, slice, gather, expand, pad,
-// cumsum), constants (full, builtin.constant), the reductions and
-// argmax / argmin.
+// cumsum), constants (full, builtin.constant), the reductions,
+// argmax / argmin, shape and numel.
 #include <algorithm>
 
 #include "export_table.h"
@@ -241,7 +241,8 @@ void add_export_tensor(ExportTable& t) {
   t["kiln.max"] = &reduce<MaxOp>;
   t["kiln.argmax"] = &arg_reduce<ArgMaxOp>;
   t["kiln.argmin"] = &arg_reduce<ArgMinOp>;
-  t["kiln.shape"] = same_as("Shape");
+  t["kiln.shape"] = same_as("Shape");  // i64 [rank] in both
+  t["kiln.numel"] = same_as("Size");   // i64 scalar in both
 }
 
 }  // namespace kiln::onnx::detail

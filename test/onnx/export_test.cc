@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "kiln/ir/tensor_attribute.h"
 #include "kiln/kiln.h"
 #include "kiln/onnx/export.h"
 #include "kiln/onnx/import.h"
@@ -330,4 +331,233 @@ TEST_CASE("a fetch named like a feed is an error, and an opset other than 17 is 
   b.create<kiln::FetchOp>(x, "x");
   KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(p, m.exe.scope(), {"x"}, {"x"}),
                    InvalidArgument, {"'x'", "already a name of the graph"});
+}
+
+namespace {
+
+// Each fetched value of `program` (feeds `feed`) against the same value
+// computed by the exported, ONNX-checked and re-imported model; any dtype
+// kiln exports, to 1e-6.
+void check_round_trip(const kiln::Program& program, const kiln::Scope& scope,
+                      const kiln::FeedMap& feed, const std::vector<kiln::Value>& fetch) {
+  std::vector<std::string> feeds;
+  for (const auto& [name, t] : feed) feeds.push_back(name);
+  std::vector<kiln::FetchTarget> targets(fetch.begin(), fetch.end());
+  const std::string bytes = kiln::onnx::export_model_to_bytes(program, scope, feeds, targets);
+  full_check(bytes);
+  kiln::Executor exe;
+  const auto want = exe.run(program, feed, targets, const_cast<kiln::Scope&>(scope));
+  const auto got = run_imported(bytes, feed);
+  REQUIRE(got.size() == want.size());
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    INFO("fetch #" << k << " (" << fetch[k].defining_op()->name() << ")");
+    REQUIRE(got[k].dtype() == want[k].dtype());
+    REQUIRE(got[k].dims().to_vector() == want[k].dims().to_vector());
+    auto as_double = [](const kiln::Tensor& t) {
+      std::vector<double> v;
+      switch (t.dtype()) {
+        case kiln::DataType::Float32: for (float x : t.to_vector<float>()) v.push_back(x); break;
+        case kiln::DataType::Float64: v = t.to_vector<double>(); break;
+        case kiln::DataType::Int32: for (auto x : t.to_vector<std::int32_t>()) v.push_back(x); break;
+        case kiln::DataType::Int64: for (auto x : t.to_vector<std::int64_t>()) v.push_back(static_cast<double>(x)); break;
+        case kiln::DataType::Bool: for (bool x : t.to_vector<bool>()) v.push_back(x); break;
+        default: FAIL("unexpected dtype");
+      }
+      return v;
+    };
+    const auto g = as_double(got[k]), w = as_double(want[k]);
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      INFO("element " << i);
+      if (std::isnan(w[i])) CHECK(std::isnan(g[i]));
+      else CHECK(g[i] == Approx(w[i]).margin(1e-6).epsilon(1e-6));
+    }
+  }
+}
+
+kiln::Tensor floats(const std::vector<std::int64_t>& dims, unsigned seed) {
+  std::size_t n = 1;
+  for (auto d : dims) n *= static_cast<std::size_t>(d);
+  return kiln::Tensor::from_vector<float>(kiln::Dims(dims), values(n, seed));
+}
+
+}  // namespace
+
+TEST_CASE("the elementwise, unary and comparison families export op by op", "[onnx][export]") {
+  kiln::Program p, startup;
+  std::vector<kiln::Value> f;
+  {
+    kiln::ProgramGuard guard(p, startup);
+    auto x = kiln::data("x", {-1, 3, 4});
+    auto y = kiln::data("y", {3, 4});
+    auto b = kiln::main_builder();
+    auto pos = b.create<kiln::AddOp>(b.create<kiln::AbsOp>(x).result(),
+                                     b.create<kiln::FullOp>(std::vector<std::int64_t>{}, 1.5).result())
+                   .result();  // > 1 for log, sqrt, acosh
+    auto small = b.create<kiln::ScaleOp>(x, 0.5).result();  // in (-0.5, 0.5) for asin, atanh
+    f.push_back(b.create<kiln::AddOp>(x, y).result());
+    f.push_back(b.create<kiln::SubOp>(x, y).result());
+    f.push_back(b.create<kiln::MulOp>(x, y).result());
+    f.push_back(b.create<kiln::DivOp>(x, pos).result());
+    f.push_back(b.create<kiln::MaximumOp>(x, y).result());
+    f.push_back(b.create<kiln::MinimumOp>(x, y).result());
+    f.push_back(b.create<kiln::PowOp>(pos, y).result());
+    f.push_back(b.create<kiln::AddNOp>(std::vector<kiln::Value>{x, x, x}).result());
+    for (kiln::Value v : {b.create<kiln::ReluOp>(x).result(), b.create<kiln::TanhOp>(x).result(),
+                          b.create<kiln::SigmoidOp>(x).result(), b.create<kiln::ExpOp>(x).result(),
+                          b.create<kiln::LogOp>(pos).result(), b.create<kiln::SqrtOp>(pos).result(),
+                          b.create<kiln::SquareOp>(x).result(), b.create<kiln::NegOp>(x).result(),
+                          b.create<kiln::SinOp>(x).result(), b.create<kiln::CosOp>(x).result(),
+                          b.create<kiln::TanOp>(x).result(), b.create<kiln::AsinOp>(small).result(),
+                          b.create<kiln::AcosOp>(small).result(), b.create<kiln::AtanOp>(x).result(),
+                          b.create<kiln::SinhOp>(x).result(), b.create<kiln::CoshOp>(x).result(),
+                          b.create<kiln::AsinhOp>(x).result(), b.create<kiln::AcoshOp>(pos).result(),
+                          b.create<kiln::AtanhOp>(small).result(), b.create<kiln::ErfOp>(x).result(),
+                          b.create<kiln::FloorOp>(x).result(), b.create<kiln::CeilOp>(x).result(),
+                          b.create<kiln::RoundOp>(b.create<kiln::ScaleOp>(x, 3.0).result()).result(),
+                          b.create<kiln::SignOp>(x).result(),
+                          b.create<kiln::GeluOp>(x, false).result(),
+                          b.create<kiln::GeluOp>(x, true).result(),
+                          b.create<kiln::ScaleOp>(x, 2.0, 0.5, false).result(),
+                          b.create<kiln::AssignOp>(x).result(),
+                          b.create<kiln::CastOp>(b.create<kiln::ScaleOp>(x, 4.0).result(),
+                                                 kiln::DataType::Int64).result(),
+                          b.create<kiln::ClipOp>(x, -0.3, 0.4).result(),
+                          b.create<kiln::TriuOp>(x, 1).result(), b.create<kiln::TrilOp>(x, 0).result()})
+      f.push_back(v);
+    auto lt = b.create<kiln::LessThanOp>(x, y).result();
+    auto ge = b.create<kiln::GreaterEqualOp>(x, y).result();
+    for (kiln::Value v : {b.create<kiln::EqualOp>(x, x).result(), b.create<kiln::NotEqualOp>(x, y).result(),
+                          lt, b.create<kiln::LessEqualOp>(x, y).result(),
+                          b.create<kiln::GreaterThanOp>(x, y).result(), ge,
+                          b.create<kiln::LogicalAndOp>(lt, ge).result(),
+                          b.create<kiln::LogicalOrOp>(lt, ge).result(),
+                          b.create<kiln::LogicalXorOp>(lt, ge).result(),
+                          b.create<kiln::LogicalNotOp>(lt).result(),
+                          b.create<kiln::IsNanOp>(b.create<kiln::LogOp>(x).result()).result(),
+                          b.create<kiln::IsFiniteOp>(b.create<kiln::LogOp>(x).result()).result(),
+                          b.create<kiln::WhereOp>(lt, x, y).result(),
+                          b.create<kiln::MaskedFillOp>(x, lt, -2.0).result()})
+      f.push_back(v);
+  }
+  kiln::Scope scope;
+  check_round_trip(p, scope, {{"x", floats({2, 3, 4}, 5)}, {"y", floats({3, 4}, 6)}}, f);
+}
+
+TEST_CASE("the shape, indexing, constant and reduction ops export op by op", "[onnx][export]") {
+  kiln::Program p, startup;
+  std::vector<kiln::Value> f;
+  {
+    kiln::ProgramGuard guard(p, startup);
+    auto x = kiln::data("x", {-1, 3, 4});
+    auto idx = kiln::data("idx", {2}, kiln::DataType::Int64);
+    auto b = kiln::main_builder();
+    auto parts = b.create<kiln::SplitOp>(x, std::vector<std::int64_t>{1, -1}, 1);
+    f.push_back(parts->result(0));
+    f.push_back(parts->result(1));
+    auto thirds = b.create<kiln::SplitOp>(x, std::int64_t{2}, 2);
+    f.push_back(thirds->result(1));
+    for (kiln::Value v :
+         {b.create<kiln::ReshapeOp>(x, std::vector<std::int64_t>{0, 12}).result(),
+          b.create<kiln::FlattenOp>(x, 1, 2).result(), b.create<kiln::FlattenOp>(x, 0, 1).result(),
+          b.create<kiln::SqueezeOp>(b.create<kiln::UnsqueezeOp>(x, std::vector<std::int64_t>{1, -1}).result(),
+                                    std::vector<std::int64_t>{1}).result(),
+          b.create<kiln::UnsqueezeOp>(x, std::vector<std::int64_t>{0}).result(),
+          b.create<kiln::TransposeOp>(x, std::vector<std::int64_t>{2, 0, 1}).result(),
+          b.create<kiln::ConcatOp>(std::vector<kiln::Value>{x, x}, -1).result(),
+          b.create<kiln::StackOp>(std::vector<kiln::Value>{x, x}, 1).result(),
+          b.create<kiln::SliceOp>(x, std::vector<std::int64_t>{1, 2}, std::vector<std::int64_t>{1, -3},
+                                  std::vector<std::int64_t>{3, 100}).result(),
+          b.create<kiln::GatherOp>(x, idx, 2).result(),
+          b.create<kiln::ExpandOp>(b.create<kiln::SliceOp>(x, std::vector<std::int64_t>{1},
+                                                           std::vector<std::int64_t>{0},
+                                                           std::vector<std::int64_t>{1}).result(),
+                                   std::vector<std::int64_t>{2, -1, 3, 4}).result(),
+          b.create<kiln::PadOp>(x, std::vector<std::int64_t>{1, 2, 0, 1}, 0.25).result(),
+          b.create<kiln::CumsumOp>(x, 2).result(), b.create<kiln::CumsumOp>(x, 1, true, true).result(),
+          b.create<kiln::FullOp>(std::vector<std::int64_t>{2, 2}, 3.5).result(),
+          b.create<kiln::FullOp>(std::vector<std::int64_t>{3}, 7.0, kiln::DataType::Int32).result(),
+          b.create<kiln::SumOp>(x, std::vector<std::int64_t>{1}, true).result(),
+          b.create<kiln::SumOp>(x).result(),
+          b.create<kiln::MeanOp>(x, std::vector<std::int64_t>{-1}).result(),
+          b.create<kiln::MaxOp>(x, std::vector<std::int64_t>{0, 2}).result(),
+          b.create<kiln::ArgMaxOp>(x, 2).result(), b.create<kiln::ArgMinOp>(x, 1, true).result(),
+          b.create<kiln::ShapeOp>(x).result(), b.create<kiln::NumelOp>(x).result()})
+      f.push_back(v);
+    const std::vector<double> c{1.5, -2.0, 0.25};
+    f.push_back(b.create<kiln::ConstantOp>(
+                     kiln::TensorAttribute::get(kiln::DataType::Float64, {3},
+                                                std::string(reinterpret_cast<const char*>(c.data()),
+                                                            c.size() * sizeof(double))),
+                     kiln::TensorType::get(kiln::DataType::Float64, {3}))
+                    .result());
+  }
+  kiln::Scope scope;
+  check_round_trip(p, scope,
+                   {{"x", floats({2, 3, 4}, 7)},
+                    {"idx", kiln::Tensor::from_vector<std::int64_t>({2}, {3, 1})}},
+                   f);
+}
+
+TEST_CASE("conv2d_transpose, batch_norm, rms_norm, pools and attention export op by op",
+          "[onnx][export]") {
+  kiln::Program p, startup;
+  std::vector<kiln::Value> f;
+  {
+    kiln::ProgramGuard guard(p, startup);
+    auto x = kiln::data("x", {-1, 2, 6, 6});
+    auto q = kiln::data("q", {2, 2, -1, 4});
+    auto b = kiln::main_builder();
+    auto param = [](const std::string& name, std::vector<std::int64_t> dims) {
+      return kiln::create_parameter(name, std::move(dims), kiln::DataType::Float32,
+                                    kiln::init::Normal(0.5, 0.2));
+    };
+    auto w = param("w", {2, 3, 3, 3});
+    f.push_back(b.create<kiln::Conv2dTransposeOp>(x, w, std::vector<std::int64_t>{2, 2},
+                                                  std::vector<std::int64_t>{1, 1},
+                                                  std::vector<std::int64_t>{1, 1})
+                    .result());
+    f.push_back(b.create<kiln::Conv2dOp>(x, param("cw", {4, 1, 3, 3}), std::vector<std::int64_t>{2, 1},
+                                         std::vector<std::int64_t>{1, 0, 2, 1},
+                                         std::vector<std::int64_t>{1, 2}, 2)
+                    .result());
+    auto bn = b.create<kiln::BatchNormOp>(x, param("s", {2}), param("bb", {2}), param("m", {2}),
+                                          param("v", {2}), 0.9, 1e-5, true);
+    f.push_back(bn->result(0));
+    auto rms = b.create<kiln::RmsNormOp>(x, param("g", {6, 6}), 2, 1e-6);
+    f.push_back(rms->result(0));
+    f.push_back(rms->result(1));
+    auto ln = b.create<kiln::LayerNormOp>(x, param("lw", {36}), param("lb", {36}), -2, 1e-5);
+    f.push_back(ln->result(0));
+    f.push_back(ln->result(1));
+    f.push_back(ln->result(2));
+    f.push_back(b.create<kiln::MaxPool2dOp>(x, std::vector<std::int64_t>{3, 3},
+                                            std::vector<std::int64_t>{2, 2},
+                                            std::vector<std::int64_t>{1, 1}, true)
+                    .result());
+    f.push_back(b.create<kiln::AvgPool2dOp>(x, std::vector<std::int64_t>{3, 3},
+                                            std::vector<std::int64_t>{2, 2},
+                                            std::vector<std::int64_t>{1, 1}, false, false)
+                    .result());
+    f.push_back(b.create<kiln::AdaptiveAvgPool2dOp>(x, std::vector<std::int64_t>{3, 2}).result());
+    f.push_back(b.create<kiln::AdaptiveAvgPool2dOp>(x, std::vector<std::int64_t>{1, 1}).result());
+    f.push_back(b.create<kiln::LogSoftmaxOp>(x, 1).result());
+    f.push_back(b.create<kiln::MatmulOp>(x, x, true, false).result());
+    f.push_back(b.create<kiln::EmbeddingOp>(param("e", {5, 3}), b.create<kiln::CastOp>(
+        b.create<kiln::ReshapeOp>(b.create<kiln::SliceOp>(x, std::vector<std::int64_t>{1, 2, 3},
+            std::vector<std::int64_t>{0, 0, 0}, std::vector<std::int64_t>{1, 1, 4}).result(),
+            std::vector<std::int64_t>{-1}).result(), kiln::DataType::Int64).result(), 0).result());
+    // Attention with a sequence length known only at run time (the causal
+    // mask is computed from the scores' shape).
+    auto att = b.create<kiln::ScaledDotProductAttentionOp>(q, q, q, true, 0.0);
+    f.push_back(att->result(0));
+    f.push_back(att->result(1));
+    f.push_back(b.create<kiln::ScaledDotProductAttentionOp>(q, q, q, false, 0.3)->result(0));
+  }
+  kiln::Executor exe;
+  exe.run(startup);
+  // Embedding ids in [0, 5) from the first row of x, scaled.
+  kiln::Tensor x = floats({2, 2, 6, 6}, 8);
+  float* px = x.data<float>();
+  for (int i = 0; i < 4; ++i) px[i] = static_cast<float>(i);
+  check_round_trip(p, exe.scope(), {{"x", x}, {"q", floats({2, 2, 5, 4}, 9)}}, f);
 }
