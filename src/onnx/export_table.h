@@ -31,6 +31,7 @@ struct ExportState {
   std::int64_t next = 0;
   std::unordered_set<Operation*> exported;       // the ops the fetches need
   std::unordered_set<Value> fetched;
+  std::unordered_map<const Operation*, std::size_t> position;  // in the program's block
 
   // A name nobody uses yet: "<hint>_<n>".
   std::string fresh(std::string_view hint);
@@ -51,6 +52,9 @@ class EmitContext {
   std::string out(std::size_t i);
   // Whether anything exported reads result i.
   bool used(std::size_t i) const;
+  // Whether an exported op after this one reads operand i (which an
+  // in-place op overwrites in kiln; ONNX has no in-place nodes).
+  bool read_later(std::size_t i) const;
   DataType in_dtype(std::size_t i) const;
   const std::vector<std::int64_t>& in_dims(std::size_t i) const;
   const std::vector<std::int64_t>& out_dims(std::size_t i) const;

@@ -57,6 +57,18 @@ bool EmitContext::used(std::size_t i) const {
   return false;
 }
 
+bool EmitContext::read_later(std::size_t i) const {
+  const Value v = op_->operand_source(static_cast<std::uint32_t>(i));
+  if (s_.fetched.count(v)) return true;  // a fetch sees the variable after the run
+  for (OpOperand use : v.uses()) {
+    Operation* user = use.owner();
+    if (user == op_ || !s_.exported.count(user)) continue;
+    auto p = s_.position.find(user);
+    if (p != s_.position.end() && p->second > index_) return true;
+  }
+  return false;
+}
+
 DataType EmitContext::in_dtype(std::size_t i) const {
   return shaped_data_type(op_->operand_source(static_cast<std::uint32_t>(i)).type());
 }
@@ -295,6 +307,7 @@ class GraphExporter {
                     "' is no kiln.data op of the program");
       Value v = it->second->result(0);
       claim(name, "feed");
+      feed_names_.insert(name);
       state_.names.emplace(v, name);
       add_value_info(*state_.graph.add_input(), name, v.type(), "feed '" + name + "'", true);
     }
@@ -327,6 +340,9 @@ class GraphExporter {
   void emit_ops() {
     const auto& table = detail::export_table();
     std::size_t index = 0;
+    for (Operation* op = program_.block().front(); op; op = op->next_in_block())
+      state_.position.emplace(op, index++);
+    index = 0;
     for (Operation* op = program_.block().front(); op; op = op->next_in_block(), ++index) {
       if (!state_.exported.count(op) || DataOp::dyn_cast(op)) continue;
       if (auto p = ParameterOp::dyn_cast(op)) {
@@ -350,12 +366,22 @@ class GraphExporter {
         detail::onnx_elem_type(shaped_data_type(op->result_type(i)),
                                "kiln " + ctx.where() + " result #" + std::to_string(i));
       }
+      // An in-place op overwrites its operand's variable: later readers of
+      // the operand would see the result in kiln but the input in ONNX.
+      if (op->has_trait<Inplace>() && !BatchNormOp::dyn_cast(op))
+        for (std::uint32_t i = 0; i < op->num_operands(); ++i)
+          if (ctx.read_later(i))
+            ctx.unsupported("it overwrites operand #" + std::to_string(i) +
+                            " in place and a later op (or a fetch) reads that operand");
       it->second(ctx);
     }
   }
 
   void add_initializer(const std::string& name, Type type) {
     if (!initialized_.insert(name).second) return;
+    if (feed_names_.count(name))
+      throw_error(ErrorKind::InvalidArgument, "ONNX export: feed '", name,
+                  "' is named like a parameter the fetches read (a graph name used twice)");
     const Variable* var = scope_.find_var(name);
     if (!var || !var->is<Tensor>() || !var->get<Tensor>().is_initialized())
       throw_error(ErrorKind::NotFound, "ONNX export: parameter '", name,
@@ -405,7 +431,7 @@ class GraphExporter {
   const Scope& scope_;
   detail::ExportState state_;
   std::vector<Output> outputs_;
-  std::set<std::string> param_names_, initialized_;
+  std::set<std::string> param_names_, initialized_, feed_names_;
 };
 
 }  // namespace

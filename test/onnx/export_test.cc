@@ -561,3 +561,37 @@ TEST_CASE("conv2d_transpose, batch_norm, rms_norm, pools and attention export op
   for (int i = 0; i < 4; ++i) px[i] = static_cast<float>(i);
   check_round_trip(p, exe.scope(), {{"x", x}, {"q", floats({2, 2, 5, 4}, 9)}}, f);
 }
+
+TEST_CASE("an in-place op exports unless a later op reads the operand it overwrites",
+          "[onnx][export]") {
+  kiln::Program p, startup;
+  kiln::Value alone, overwritten, later;
+  {
+    kiln::ProgramGuard guard(p, startup);
+    auto x = kiln::data("x", {2, 3});
+    auto y = kiln::data("y", {2, 3});
+    auto b = kiln::main_builder();
+    alone = b.create<kiln::Relu_Op>(b.create<kiln::ScaleOp>(x, 2.0).result()).result();
+    overwritten = b.create<kiln::Sqrt_Op>(y).result();
+    later = b.create<kiln::AddOp>(y, overwritten).result();
+  }
+  kiln::Scope scope;
+  check_round_trip(p, scope, {{"x", floats({2, 3}, 10)}, {"y", floats({2, 3}, 11)}}, {alone});
+  KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(p, scope, {"x", "y"}, {later}), Unimplemented,
+                   {"'kiln.sqrt_'", "in place", "later op"});
+}
+
+TEST_CASE("a feed named like a parameter the fetches read is an error", "[onnx][export]") {
+  kiln::Program p, startup;
+  kiln::Value out;
+  {
+    kiln::ProgramGuard guard(p, startup);
+    auto w = kiln::create_parameter("w", {3}, kiln::DataType::Float32, kiln::init::Constant(1.0));
+    auto x = kiln::data("w", {3});
+    out = kiln::main_builder().create<kiln::AddOp>(x, w).result();
+  }
+  kiln::Executor exe;
+  exe.run(startup);
+  KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(p, exe.scope(), {"w"}, {out}),
+                   InvalidArgument, {"feed 'w'", "named like a parameter"});
+}
