@@ -6,11 +6,12 @@
 // table entry per ONNX op type (src/onnx/op_table.h), covering a range of
 // opset versions.
 //
-// Not yet imported: initializers and Constant nodes (they need a tensor-
-// valued attribute or parameters set by a startup program), subgraphs (If,
-// Loop, Scan), external data. Anything kiln cannot import is a kiln::Error
-// naming the node (its name and op type) and what is missing: the op, its
-// opset version, an attribute value or a dtype.
+// Initializers become parameters that the startup program sets; If, Loop
+// and Scan become kiln.if / kiln.while with their subgraphs in the ops'
+// regions. Not yet imported: external data, sparse initializers. Anything
+// kiln cannot import is a kiln::Error naming the node (its name and op type)
+// and what is missing: the op, its opset version, an attribute value or a
+// dtype. The reverse direction is kiln/onnx/export.h.
 #pragma once
 
 #include <string>
@@ -24,7 +25,7 @@ namespace kiln::onnx {
 
 struct ImportedModel {
   Program main;
-  Program startup;                    // empty for now (no initializers yet)
+  Program startup;                    // sets the initializers' parameters
   std::vector<std::string> inputs;    // the data ops' names = feed names, in graph order
   std::vector<std::string> outputs;   // the kiln.fetch ops' names = fetch names, in graph order
   std::int64_t opset = 0;             // of the default (ai.onnx) domain
