@@ -103,5 +103,7 @@ const ExportTable& export_table();
 void add_export_elementwise(ExportTable& t);
 void add_export_nn(ExportTable& t);
 void add_export_tensor(ExportTable& t);
+void add_export_shape(ExportTable& t);
+void add_export_indexing(ExportTable& t);
 
 }  // namespace kiln::onnx::detail

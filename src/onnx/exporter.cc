@@ -186,6 +186,8 @@ const ExportTable& export_table() {
     add_export_elementwise(t);
     add_export_nn(t);
     add_export_tensor(t);
+    add_export_shape(t);
+    add_export_indexing(t);
     return t;
   }();
   return table;
@@ -217,7 +219,7 @@ void add_value_info(::onnx::ValueInfoProto& vi, const std::string& name, Type ty
 class GraphExporter {
  public:
   GraphExporter(const Program& program, const Scope& scope, ::onnx::GraphProto& graph)
-      : program_(program), scope_(scope), state_{graph, kExportOpset, {}, {}, 0, {}, {}} {}
+      : program_(program), scope_(scope), state_{graph, kExportOpset, {}, {}, 0, {}, {}, {}} {}
 
   void run(const std::vector<std::string>& feeds, const std::vector<FetchTarget>& fetches) {
     resolve_fetches(fetches);

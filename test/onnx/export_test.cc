@@ -595,3 +595,79 @@ TEST_CASE("a feed named like a parameter the fetches read is an error", "[onnx][
   KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(p, exe.scope(), {"w"}, {out}),
                    InvalidArgument, {"feed 'w'", "named like a parameter"});
 }
+
+namespace {
+
+// A builtin.constant holding `v` (i64 [v.size()], or i32 when `i32`).
+kiln::Value int_constant(kiln::Builder& b, const std::vector<std::int64_t>& v, bool i32 = false) {
+  std::string bytes;
+  if (i32) {
+    std::vector<std::int32_t> w(v.begin(), v.end());
+    bytes.assign(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(std::int32_t));
+  } else {
+    bytes.assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(std::int64_t));
+  }
+  const auto dt = i32 ? kiln::DataType::Int32 : kiln::DataType::Int64;
+  const std::vector<std::int64_t> dims{static_cast<std::int64_t>(v.size())};
+  return b.create<kiln::ConstantOp>(kiln::TensorAttribute::get(dt, dims, bytes),
+                                    kiln::TensorType::get(dt, dims))
+      .result();
+}
+
+}  // namespace
+
+TEST_CASE("the run-time shape ops and the indexing and search ops export op by op",
+          "[onnx][export]") {
+  kiln::Program p, startup;
+  std::vector<kiln::Value> f;
+  {
+    kiln::ProgramGuard guard(p, startup);
+    auto x = kiln::data("x", {2, 3, 4});
+    auto shape = kiln::data("shape", {2}, kiln::DataType::Int32);  // fed: a run-time shape
+    auto ids = kiln::data("ids", {2, 3}, kiln::DataType::Int64);
+    auto b = kiln::main_builder();
+    auto c = [&b](const std::vector<std::int64_t>& v, bool i32 = false) { return int_constant(b, v, i32); };
+    f.push_back(b.create<kiln::ReshapeByOp>(x, shape).result());
+    f.push_back(b.create<kiln::ExpandByOp>(
+        b.create<kiln::SliceOp>(x, std::vector<std::int64_t>{0, 2}, std::vector<std::int64_t>{0, 0},
+                                std::vector<std::int64_t>{1, 1}).result(), c({3, 3, 4})).result());
+    f.push_back(b.create<kiln::StridedSliceOp>(x, std::vector<std::int64_t>{2, 1},
+                                               std::vector<std::int64_t>{3, 0},
+                                               std::vector<std::int64_t>{0, 3},
+                                               std::vector<std::int64_t>{-1, 2}).result());
+    f.push_back(b.create<kiln::SliceByOp>(x, c({1}, true), c({-1}), c({2}), c({1})).result());
+    auto one = b.create<kiln::UnsqueezeByOp>(x, c({1})).result();
+    f.push_back(one);
+    f.push_back(b.create<kiln::SqueezeByOp>(one, c({1}, true)).result());
+    auto parts = b.create<kiln::SplitByOp>(x, c({1, 3}), 2);
+    f.push_back(parts->result(0));
+    f.push_back(parts->result(1));
+    f.push_back(b.create<kiln::SumByOp>(x, c({0, 2}), true).result());
+    f.push_back(b.create<kiln::TileOp>(x, c({1, 2, 1}, true)).result());
+    f.push_back(b.create<kiln::FullByOp>(shape, 2.5).result());
+    auto s = [&b](double v) {
+      return b.create<kiln::FullOp>(std::vector<std::int64_t>{}, v, kiln::DataType::Float32).result();
+    };
+    f.push_back(b.create<kiln::RangeOp>(s(0.5), s(3.0), s(0.75)).result());
+    // indexing and search
+    auto index = b.create<kiln::ArgMaxOp>(x, 2, true).result();  // i64 [2, 3, 1]
+    f.push_back(b.create<kiln::TakeAlongAxisOp>(x, index, 2).result());
+    f.push_back(b.create<kiln::PutAlongAxisOp>(x, index, b.create<kiln::TakeAlongAxisOp>(x, index, 2).result(),
+                                               2, "add").result());
+    auto tuples = b.create<kiln::ReshapeOp>(c({1, 2, 0, 1}), std::vector<std::int64_t>{2, 2}).result();
+    f.push_back(b.create<kiln::GatherNdOp>(x, tuples).result());
+    f.push_back(b.create<kiln::ScatterNdOp>(x, tuples, b.create<kiln::GatherNdOp>(x, tuples).result(),
+                                            "mul").result());
+    auto top = b.create<kiln::TopKOp>(x, 2, 1, true, true);
+    f.push_back(top->result(0));
+    f.push_back(top->result(1));
+    f.push_back(b.create<kiln::TopKOp>(x, 3, -1, false, true)->result(0));
+    f.push_back(b.create<kiln::OneHotOp>(ids, 5).result());
+  }
+  kiln::Scope scope;
+  check_round_trip(p, scope,
+                   {{"x", floats({2, 3, 4}, 12)},
+                    {"shape", kiln::Tensor::from_vector<std::int32_t>({2}, {4, 6})},
+                    {"ids", kiln::Tensor::from_vector<std::int64_t>({2, 3}, {0, 4, 2, 1, 1, 3})}},
+                   f);
+}
