@@ -217,11 +217,18 @@ TEST_CASE("an exported transformer block with causal attention imports back to t
   CHECK(types.count("Erf"));  // gelu, composed
   CHECK(model.graph().output(0).name() == "probs");
 
-  std::vector<std::int64_t> tokens(2 * kSeq);
-  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int64_t>((i * 7 + 3) % kVocab);
-  const kiln::Tensor ids = kiln::Tensor::from_vector<std::int64_t>({2, kSeq}, tokens);
-  const auto want = exe.run(test, {{"ids", ids}}, {"probs"});
-  check_close(run_imported(bytes, {{"ids", ids}}).at(0), want.at(0));
+  kiln::onnx::ImportedModel back = kiln::onnx::import_model_from_bytes(bytes);
+  kiln::Executor back_exe;
+  back_exe.run(back.startup);
+  for (std::int64_t batch : {2, 3}) {  // the batch dim is symbolic
+    INFO("batch " << batch);
+    std::vector<std::int64_t> tokens(static_cast<std::size_t>(batch * kSeq));
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      tokens[i] = static_cast<std::int64_t>((i * 7 + 3) % kVocab);
+    const kiln::Tensor ids = kiln::Tensor::from_vector<std::int64_t>({batch, kSeq}, tokens);
+    const auto want = exe.run(test, {{"ids", ids}}, {"probs"});
+    check_close(back_exe.run(back.main, {{"ids", ids}}, {back.outputs[0]}).at(0), want.at(0));
+  }
 }
 
 TEST_CASE("a model exported to a file is written whole and imports like the bytes",
@@ -294,6 +301,17 @@ TEST_CASE("a dtype ONNX export does not cover is an error naming the value", "[o
   kiln::Scope scope;
   KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(main, scope, {"x"}, {out}), Unimplemented,
                    {"feed 'x'", "dtype i8"});
+
+  kiln::Program inner, inner_startup;
+  {
+    kiln::ProgramGuard guard(inner, inner_startup);
+    auto x = kiln::data("x", {2, 3});
+    auto b = kiln::main_builder();
+    auto narrow = b.create<kiln::CastOp>(x, kiln::DataType::Int8).result();
+    out = b.create<kiln::CastOp>(narrow, kiln::DataType::Float32).result();
+  }
+  KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(inner, scope, {"x"}, {out}), Unimplemented,
+                   {"op #1 'kiln.cast' result #0", "dtype i8"});
 }
 
 TEST_CASE("a training program's dropout and a parameter missing from the scope are errors",
