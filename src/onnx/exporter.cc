@@ -2,6 +2,8 @@
 // they need are found first, the graph's inputs, initializers and output
 // names fixed, then each needed op goes through its export-table entry
 // (export_table.h) in program order.
+#include <onnx/checker.h>
+
 #include <cstring>
 #include <deque>
 #include <map>
@@ -454,6 +456,14 @@ std::string export_model_to_bytes(const Program& program, const Scope& scope,
   ::onnx::GraphProto& graph = *model.mutable_graph();
   graph.set_name(options.graph_name);
   GraphExporter(program, scope, graph).run(feeds, fetches);
+  // ONNX's own checker on what the emitters wrote: a model it rejects is a
+  // bug of kiln's exporter, reported before anything is written.
+  try {
+    ::onnx::checker::check_model(model);
+  } catch (const std::exception& e) {
+    throw_error(ErrorKind::Internal, "ONNX export: the model fails ONNX's checker (a bug of kiln's "
+                "exporter): ", e.what());
+  }
   std::string bytes;
   if (!model.SerializeToString(&bytes))
     throw_error(ErrorKind::Internal, "ONNX export: the model could not be serialized (over 2 GiB?)");

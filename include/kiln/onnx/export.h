@@ -45,7 +45,9 @@ struct ExportOptions {
 // parameter); a dtype ONNX export does not cover (f32, f64, i32, i64 and
 // bool are); a parameter the scope lacks or holds with another dtype or
 // shape; an opset other than 17; and each op without an ONNX equivalent
-// (Unimplemented), naming its kind and its position in the program.
+// (Unimplemented), naming its kind and its position in the program. The
+// model is run through ONNX's checker before it is returned (a model it
+// rejects would be kiln's bug: kiln::Error, Internal).
 std::string export_model_to_bytes(const Program& program, const Scope& scope,
                                   const std::vector<std::string>& feeds,
                                   const std::vector<FetchTarget>& fetches,
