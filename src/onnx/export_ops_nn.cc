@@ -31,6 +31,8 @@ std::string swap_last_two(EmitContext& c, const std::string& x, std::size_t rank
 void matmul(EmitContext& c) {
   const auto a = MatmulOp::dyn_cast(c.op()).attrs();
   std::string x = c.in(0), y = c.in(1);
+  if (c.in_dims(0).size() < 2 || c.in_dims(1).size() < 2)
+    c.unsupported("an operand of rank below 2");
   if (a.transpose_x) x = swap_last_two(c, x, c.in_dims(0).size());
   if (a.transpose_y) y = swap_last_two(c, y, c.in_dims(1).size());
   c.node("MatMul", {x, y}, {c.out(0)});
