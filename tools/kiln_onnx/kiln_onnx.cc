@@ -19,10 +19,18 @@
 //                           throughput; --name also prints
 //                           "BENCH <name> <p50> ms" (./run bench's format);
 //                           --trace FILE writes the last run as a Chrome trace
+//   kiln-onnx export PROGRAM WEIGHTS OUT.onnx [--feed NAME]... [--fetch NAME]...
+//                           a kiln program (JSON, kiln/io/json.h) and its
+//                           weights file (kiln/io/weights.h) — e.g. what
+//                           save_inference_model writes — as an ONNX model
+//                           (kiln/onnx/export.h). --feed names kiln.data ops
+//                           (default: every one, in program order), --fetch
+//                           kiln.fetch ops (default: every one); both repeat.
 //
 // Exit status: 0; 1 with the error on stderr (a file that cannot be read, a
-// model kiln cannot import, data that does not fit the model) or on a
-// mismatch; 2 for a bad command line.
+// model kiln cannot import, data that does not fit the model, an unknown
+// feed or fetch, an op with no ONNX equivalent, an output that cannot be
+// written) or on a mismatch; 2 for a bad command line.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -33,9 +41,13 @@
 #include <string>
 #include <vector>
 
+#include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
 #include "kiln/exec/interpreter_core.h"
 #include "kiln/io/file.h"
+#include "kiln/io/json.h"
+#include "kiln/io/weights.h"
+#include "kiln/onnx/export.h"
 #include "kiln/onnx/import.h"
 #include "kiln/onnx/model_info.h"
 #include "kiln/onnx/test_data.h"
@@ -51,7 +63,8 @@ int usage() {
       "usage: kiln-onnx info MODEL\n"
       "       kiln-onnx run MODEL --data DIR [--out DIR] [--threads T]\n"
       "       kiln-onnx bench MODEL [--dim NAME=N]... [--threads T] [--iters N] [--int-max N]\n"
-      "                             [--name BENCH_NAME] [--trace FILE]\n",
+      "                             [--name BENCH_NAME] [--trace FILE]\n"
+      "       kiln-onnx export PROGRAM WEIGHTS OUT.onnx [--feed NAME]... [--fetch NAME]...\n",
       stderr);
   return 2;
 }
@@ -253,6 +266,36 @@ int bench_model(const Args& a) {
   return 0;
 }
 
+int export_command(int argc, char** argv) {
+  std::vector<std::string> positional, feeds;
+  std::vector<FetchTarget> fetches;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--feed" || a == "--fetch") {
+      if (i + 1 >= argc) return usage();
+      if (a == "--feed") feeds.emplace_back(argv[++i]);
+      else fetches.emplace_back(std::string(argv[++i]));
+    } else if (a.rfind("--", 0) == 0) {
+      return usage();
+    } else {
+      positional.push_back(a);
+    }
+  }
+  if (positional.size() != 3) return usage();
+  const Program program = load_program_file(positional[0]);
+  Scope scope;
+  load_weights(positional[1], scope, program);
+  const bool all_feeds = feeds.empty(), all_fetches = fetches.empty();
+  for (Operation* op = program.block().front(); op; op = op->next_in_block()) {
+    if (auto d = DataOp::dyn_cast(op); d && all_feeds) feeds.push_back(d.attrs().name);
+    if (auto f = FetchOp::dyn_cast(op); f && all_fetches) fetches.emplace_back(f.attrs().name);
+  }
+  onnx::export_model(program, scope, feeds, fetches, positional[2]);
+  std::printf("wrote %s (%zu inputs, %zu outputs)\n", positional[2].c_str(), feeds.size(),
+              fetches.size());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -276,6 +319,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench" &&
         parse_args(argc, argv, {"--dim", "--threads", "--iters", "--int-max", "--name", "--trace"}, a))
       return bench_model(a);
+    if (cmd == "export") return export_command(argc, argv);
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "kiln-onnx %s: %s\n", cmd.c_str(), e.what());
     return 1;

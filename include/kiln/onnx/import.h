@@ -11,7 +11,9 @@
 //
 // Anything kiln cannot import is a kiln::Error naming the node (its name and
 // op type) and what is missing: the op, its opset version, an attribute
-// value or a dtype. import_problems lists all of them at once.
+// value or a dtype; import_problems lists all of them at once. Not yet
+// imported: external data, sparse initializers. The reverse direction is
+// kiln/onnx/export.h.
 #pragma once
 
 #include <string>

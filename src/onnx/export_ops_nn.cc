@@ -1,0 +1,284 @@
+// Export of kiln's nn ops: matmul (transposes as Transpose nodes), conv2d
+// and conv2d_transpose, the pools, softmax / log_softmax, layer_norm
+// (LayerNormalization, opset 17), rms_norm and scaled dot-product attention
+// (composed), batch_norm and dropout at inference, embedding (Gather).
+#include <cmath>
+#include <limits>
+
+#include "export_table.h"
+#include "kiln/dialect/attention_ops.h"
+#include "kiln/dialect/kiln_dialect.h"
+
+namespace kiln::onnx::detail {
+
+namespace {
+
+std::int64_t norm_axis(std::int64_t axis, std::size_t rank) {
+  return axis < 0 ? axis + static_cast<std::int64_t>(rank) : axis;
+}
+
+// x with its last two dims swapped.
+std::string swap_last_two(EmitContext& c, const std::string& x, std::size_t rank) {
+  std::vector<std::int64_t> perm;
+  for (std::size_t i = 0; i < rank; ++i) perm.push_back(static_cast<std::int64_t>(i));
+  std::swap(perm[rank - 1], perm[rank - 2]);
+  ::onnx::NodeProto* n = nullptr;
+  std::string o = c.node1("Transpose", {x}, &n);
+  set_attr(*n, "perm", perm);
+  return o;
+}
+
+void matmul(EmitContext& c) {
+  const auto a = MatmulOp::dyn_cast(c.op()).attrs();
+  std::string x = c.in(0), y = c.in(1);
+  if (c.in_dims(0).size() < 2 || c.in_dims(1).size() < 2)
+    c.unsupported("an operand of rank below 2");
+  if (a.transpose_x) x = swap_last_two(c, x, c.in_dims(0).size());
+  if (a.transpose_y) y = swap_last_two(c, y, c.in_dims(1).size());
+  c.node("MatMul", {x, y}, {c.out(0)});
+}
+
+// kiln's [top, bottom, left, right] as ONNX's [top, left, bottom, right].
+std::vector<std::int64_t> onnx_pads(EmitContext& c, const std::vector<std::int64_t>& p) {
+  const auto p4 = conv::paddings4(c.op()->name(), p);
+  return {p4[0], p4[2], p4[1], p4[3]};
+}
+
+std::vector<std::int64_t> kernel_shape(EmitContext& c) {
+  const auto& w = c.in_dims(1);
+  if (w.size() != 4 || w[2] < 0 || w[3] < 0) c.unsupported("a weight whose kernel dims are not known");
+  return {w[2], w[3]};
+}
+
+void conv2d(EmitContext& c) {
+  const auto a = Conv2dOp::dyn_cast(c.op()).attrs();
+  auto& n = c.node("Conv", {c.in(0), c.in(1)}, {c.out(0)});
+  set_attr(n, "kernel_shape", kernel_shape(c));
+  set_attr(n, "strides", a.strides);
+  set_attr(n, "pads", onnx_pads(c, a.paddings));
+  set_attr(n, "dilations", a.dilations);
+  set_attr(n, "group", a.groups);
+}
+
+void conv2d_transpose(EmitContext& c) {
+  const auto a = Conv2dTransposeOp::dyn_cast(c.op()).attrs();
+  auto& n = c.node("ConvTranspose", {c.in(0), c.in(1)}, {c.out(0)});
+  set_attr(n, "kernel_shape", kernel_shape(c));
+  set_attr(n, "strides", a.strides);
+  set_attr(n, "pads", onnx_pads(c, a.paddings));
+  set_attr(n, "output_padding", a.output_padding);
+  set_attr(n, "dilations", a.dilations);
+  set_attr(n, "group", a.groups);
+}
+
+void max_pool2d(EmitContext& c) {
+  const auto a = MaxPool2dOp::dyn_cast(c.op()).attrs();
+  auto& n = c.node("MaxPool", {c.in(0)}, {c.out(0)});
+  set_attr(n, "kernel_shape", a.kernel_size);
+  set_attr(n, "strides", a.strides.empty() ? a.kernel_size : a.strides);
+  set_attr(n, "pads", onnx_pads(c, a.paddings));
+  set_attr(n, "ceil_mode", static_cast<std::int64_t>(a.ceil_mode));
+}
+
+void avg_pool2d(EmitContext& c) {
+  const auto a = AvgPool2dOp::dyn_cast(c.op()).attrs();
+  auto& n = c.node("AveragePool", {c.in(0)}, {c.out(0)});
+  set_attr(n, "kernel_shape", a.kernel_size);
+  set_attr(n, "strides", a.strides.empty() ? a.kernel_size : a.strides);
+  set_attr(n, "pads", onnx_pads(c, a.paddings));
+  set_attr(n, "ceil_mode", static_cast<std::int64_t>(a.ceil_mode));
+  set_attr(n, "count_include_pad", static_cast<std::int64_t>(!a.exclusive));
+}
+
+// GlobalAveragePool for a 1×1 output; an AveragePool when the output
+// divides the known input extents (the windows are then equal and
+// disjoint); anything else has no ONNX form.
+void adaptive_avg_pool2d(EmitContext& c) {
+  const auto out = AdaptiveAvgPool2dOp::dyn_cast(c.op()).attrs().output_size;
+  if (out == std::vector<std::int64_t>{1, 1}) {
+    c.node("GlobalAveragePool", {c.in(0)}, {c.out(0)});
+    return;
+  }
+  const auto& x = c.in_dims(0);
+  if (x.size() != 4 || x[2] < 0 || x[3] < 0 || x[2] % out[0] != 0 || x[3] % out[1] != 0)
+    c.unsupported("adaptive windows of unequal sizes (the input's height and width must be known "
+                  "multiples of the output size)");
+  const std::vector<std::int64_t> k{x[2] / out[0], x[3] / out[1]};
+  auto& n = c.node("AveragePool", {c.in(0)}, {c.out(0)});
+  set_attr(n, "kernel_shape", k);
+  set_attr(n, "strides", k);
+}
+
+template <typename SoftmaxT>
+void softmax(EmitContext& c) {
+  auto& n = c.node(std::is_same_v<SoftmaxT, SoftmaxOp> ? "Softmax" : "LogSoftmax", {c.in(0)},
+                   {c.out(0)});
+  set_attr(n, "axis", SoftmaxT::dyn_cast(c.op()).attrs().axis);
+}
+
+// A norm's weight (operand i) shaped like the normalized dims of x.
+std::string norm_weight(EmitContext& c, std::size_t i, std::int64_t axis) {
+  const auto& x = c.in_dims(0);
+  const std::vector<std::int64_t> want(x.begin() + axis, x.end());
+  if (c.in_dims(i) == want) return c.in(i);
+  for (auto d : want)
+    if (d < 0) c.unsupported("a flattened weight over normalized dims that are not known");
+  return c.node1("Reshape", {c.in(i), c.const_i64(want)});
+}
+
+// A per-row statistic kept as [..., 1, …] by ONNX, as kiln's flat [M].
+void flat_stat(EmitContext& c, const std::string& kept, std::size_t result) {
+  c.node("Reshape", {kept, c.const_i64({-1})}, {c.out(result)});
+}
+
+void layer_norm(EmitContext& c) {
+  const auto a = LayerNormOp::dyn_cast(c.op()).attrs();
+  const std::int64_t axis = norm_axis(a.begin_norm_axis, c.in_dims(0).size());
+  const bool stats = c.used(1) || c.used(2);
+  if (stats && c.in_dtype(0) != DataType::Float32)
+    c.unsupported("mean / rstd of a non-f32 layer_norm (ONNX keeps them in f32)");
+  std::vector<std::string> outs{c.out(0)};
+  if (stats) {
+    outs.push_back(c.fresh("mean"));
+    outs.push_back(c.fresh("rstd"));
+  }
+  auto& n = c.node("LayerNormalization",
+                   {c.in(0), norm_weight(c, 1, axis), norm_weight(c, 2, axis)}, outs);
+  set_attr(n, "axis", axis);
+  set_attr(n, "epsilon", static_cast<float>(a.epsilon));
+  if (stats) {
+    flat_stat(c, outs[1], 1);
+    flat_stat(c, outs[2], 2);
+  }
+}
+
+// y = x · 1/sqrt(mean(x²) + eps) · weight over the normalized dims.
+void rms_norm(EmitContext& c) {
+  const auto a = RmsNormOp::dyn_cast(c.op()).attrs();
+  const std::size_t rank = c.in_dims(0).size();
+  const std::int64_t axis = norm_axis(a.begin_norm_axis, rank);
+  const DataType dt = c.in_dtype(0);
+  std::vector<std::int64_t> axes;
+  for (auto i = axis; i < static_cast<std::int64_t>(rank); ++i) axes.push_back(i);
+  ::onnx::NodeProto* mean = nullptr;
+  const std::string ms = c.node1("ReduceMean", {c.node1("Mul", {c.in(0), c.in(0)})}, &mean);
+  set_attr(*mean, "axes", axes);
+  set_attr(*mean, "keepdims", std::int64_t{1});
+  const std::string rstd =
+      c.node1("Reciprocal", {c.node1("Sqrt", {c.node1("Add", {ms, c.scalar(dt, a.epsilon)})})});
+  c.node("Mul", {c.node1("Mul", {c.in(0), rstd}), norm_weight(c, 1, axis)}, {c.out(0)});
+  if (c.used(1)) flat_stat(c, rstd, 1);
+}
+
+// Inference only: the running statistics normalize x.
+void batch_norm(EmitContext& c) {
+  const auto a = BatchNormOp::dyn_cast(c.op()).attrs();
+  if (!a.is_test)
+    c.unsupported("batch_norm in training mode (is_test false); export the for-test clone "
+                  "(kiln::clone_for_test)");
+  auto& n = c.node("BatchNormalization", {c.in(0), c.in(1), c.in(2), c.in(3), c.in(4)}, {c.out(0)});
+  set_attr(n, "epsilon", static_cast<float>(a.epsilon));
+  set_attr(n, "momentum", static_cast<float>(a.momentum));
+  // The running statistics pass through; the saved ones are what normalized.
+  if (c.used(1)) c.node("Identity", {c.in(3)}, {c.out(1)});
+  if (c.used(2)) c.node("Identity", {c.in(4)}, {c.out(2)});
+  if (c.used(3)) c.node("Identity", {c.in(3)}, {c.out(3)});
+  if (c.used(4))
+    c.node("Reciprocal",
+           {c.node1("Sqrt", {c.node1("Add", {c.in(4), c.scalar(c.in_dtype(4), a.epsilon)})})},
+           {c.out(4)});
+}
+
+// Inference (is_test, or p = 0): the identity; the mask, if read, all true.
+void dropout(EmitContext& c) {
+  const auto a = DropoutOp::dyn_cast(c.op()).attrs();
+  if (!a.is_test && a.p != 0)
+    c.unsupported("dropout in training mode (is_test false); export the for-test clone "
+                  "(kiln::clone_for_test)");
+  c.node("Identity", {c.in(0)}, {c.out(0)});
+  if (c.used(1)) {
+    ::onnx::TensorProto one = tensor_proto(DataType::Bool, {1}, std::string(1, '\1'), c.where());
+    auto& n = c.node("ConstantOfShape", {c.node1("Shape", {c.in(0)})}, {c.out(1)});
+    set_attr(n, "value", one);
+  }
+}
+
+// softmax(scale · q·kᵀ [causal: -inf above the diagonal]) · v
+void attention(EmitContext& c) {
+  const auto a = ScaledDotProductAttentionOp::dyn_cast(c.op()).attrs();
+  const auto& q = c.in_dims(0);
+  const auto& k = c.in_dims(1);
+  const DataType dt = c.in_dtype(0);
+  if (q.size() != 4 || k.size() != 4) c.unsupported("q or k of a rank other than 4");
+  if (a.scale == 0 && q[3] < 0) c.unsupported("a head size that is not known (for the default scale)");
+  const double scale = attention_scale(a.scale, q[3]);
+  std::string s = c.node1("Mul", {c.node1("MatMul", {c.in(0), swap_last_two(c, c.in(1), 4)}),
+                                  c.scalar(dt, scale)});
+  if (a.causal) {
+    std::string mask;
+    if (q[2] >= 0 && k[2] >= 0) {  // row i sees keys 0..i (top-left aligned)
+      std::string bytes(static_cast<std::size_t>(q[2] * k[2]), '\0');
+      for (std::int64_t i = 0; i < q[2]; ++i)
+        for (std::int64_t j = 0; j <= i && j < k[2]; ++j) bytes[static_cast<std::size_t>(i * k[2] + j)] = 1;
+      mask = c.constant(DataType::Bool, {q[2], k[2]}, bytes);
+    } else {
+      ::onnx::NodeProto* shape = nullptr;
+      const std::string lq_lk = c.node1("Shape", {s}, &shape);
+      set_attr(*shape, "start", std::int64_t{-2});
+      ::onnx::NodeProto* ones = nullptr;
+      const std::string all = c.node1("ConstantOfShape", {lq_lk}, &ones);
+      set_attr(*ones, "value", tensor_proto(DataType::Bool, {1}, std::string(1, '\1'), c.where()));
+      ::onnx::NodeProto* tri = nullptr;
+      mask = c.node1("Trilu", {all}, &tri);
+      set_attr(*tri, "upper", std::int64_t{0});
+    }
+    s = c.node1("Where", {mask, s, c.scalar(dt, -std::numeric_limits<double>::infinity())});
+  }
+  ::onnx::NodeProto* sm = nullptr;
+  const std::string p = c.node1("Softmax", {s}, &sm);
+  set_attr(*sm, "axis", std::int64_t{-1});
+  c.node("MatMul", {p, c.in(2)}, {c.out(0)});
+  if (c.used(1)) {
+    auto& n = c.node("ReduceLogSumExp", {s}, {c.out(1)});
+    set_attr(n, "axes", std::vector<std::int64_t>{-1});
+    set_attr(n, "keepdims", std::int64_t{0});
+  }
+}
+
+// Gather of the weight's rows; padding_idx rows are zeros.
+void embedding(EmitContext& c) {
+  const std::int64_t pad = EmbeddingOp::dyn_cast(c.op()).attrs().padding_idx;
+  if (pad < 0) {
+    auto& n = c.node("Gather", {c.in(0), c.in(1)}, {c.out(0)});
+    set_attr(n, "axis", std::int64_t{0});
+    return;
+  }
+  ::onnx::NodeProto* g = nullptr;
+  const std::string rows = c.node1("Gather", {c.in(0), c.in(1)}, &g);
+  set_attr(*g, "axis", std::int64_t{0});
+  const std::string is_pad = c.node1(
+      "Unsqueeze", {c.node1("Equal", {c.in(1), c.scalar(c.in_dtype(1), static_cast<double>(pad))}),
+                    c.const_i64({-1})});
+  c.node("Where", {is_pad, c.scalar(c.in_dtype(0), 0.0), rows}, {c.out(0)});
+}
+
+}  // namespace
+
+void add_export_nn(ExportTable& t) {
+  t["kiln.matmul"] = &matmul;
+  t["kiln.conv2d"] = &conv2d;
+  t["kiln.conv2d_transpose"] = &conv2d_transpose;
+  t["kiln.max_pool2d"] = &max_pool2d;
+  t["kiln.avg_pool2d"] = &avg_pool2d;
+  t["kiln.adaptive_avg_pool2d"] = &adaptive_avg_pool2d;
+  t["kiln.softmax"] = &softmax<SoftmaxOp>;
+  t["kiln.log_softmax"] = &softmax<LogSoftmaxOp>;
+  t["kiln.layer_norm"] = &layer_norm;
+  t["kiln.rms_norm"] = &rms_norm;
+  t["kiln.batch_norm"] = &batch_norm;
+  t["kiln.dropout"] = &dropout;
+  t["kiln.scaled_dot_product_attention"] = &attention;
+  t["kiln.embedding"] = &embedding;
+}
+
+}  // namespace kiln::onnx::detail
