@@ -1,0 +1,215 @@
+// kiln's trained models, exported to ONNX (kiln/onnx/export.h), run in ONNX
+// Runtime — the runtime a kiln user deploys with — and give kiln's outputs.
+// ONNX Runtime is npm's onnxruntime-node, run by test/onnx/onnxruntime_run.js;
+// ./run test installs it and names its node_modules folder in
+// KILN_ORT_NODE_PATH (without it these tests are skipped with a warning).
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "catch.hpp"
+#include "kiln/kiln.h"
+#include "kiln/onnx/export.h"
+#include "kiln/onnx/test_data.h"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool have_onnxruntime() {
+  if (std::getenv("KILN_ORT_NODE_PATH") && std::getenv("KILN_SOURCE_ROOT")) return true;
+  WARN("KILN_ORT_NODE_PATH / KILN_SOURCE_ROOT not set (./run test sets them): ONNX Runtime "
+       "tests skipped");
+  return false;
+}
+
+std::string ort_dtype(DataType t) {
+  switch (t) {
+    case DataType::Float32: return "float32";
+    case DataType::Float64: return "float64";
+    case DataType::Int32: return "int32";
+    case DataType::Int64: return "int64";
+    case DataType::Bool: return "bool";
+    default: FAIL("dtype " << to_string(t) << " not handled"); return "";
+  }
+}
+
+DataType kiln_dtype(const std::string& t) {
+  if (t == "float32") return DataType::Float32;
+  if (t == "float64") return DataType::Float64;
+  if (t == "int32") return DataType::Int32;
+  if (t == "int64") return DataType::Int64;
+  if (t == "bool") return DataType::Bool;
+  FAIL("ONNX Runtime output dtype " << t);
+  return DataType::Undefined;
+}
+
+// The model's outputs for `inputs`, computed by ONNX Runtime.
+std::vector<Tensor> run_in_onnxruntime(const std::string& model,
+                                       const std::vector<std::pair<std::string, Tensor>>& inputs) {
+  const fs::path dir = fs::temp_directory_path() / ("kiln_ort_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "model.onnx", std::ios::binary) << model;
+  nlohmann::json desc = nlohmann::json::array();
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i].second;
+    const std::string file = "input_" + std::to_string(i) + ".bin";
+    std::ofstream(dir / file, std::ios::binary)
+        .write(static_cast<const char*>(t.raw_data()), static_cast<std::streamsize>(t.bytes()));
+    desc.push_back({{"name", inputs[i].first}, {"dtype", ort_dtype(t.dtype())},
+                    {"dims", t.dims().to_vector()}, {"file", file}});
+  }
+  std::ofstream(dir / "inputs.json") << desc.dump();
+  const std::string script =
+      std::string(std::getenv("KILN_SOURCE_ROOT")) + "/test/onnx/onnxruntime_run.js";
+  const std::string cmd = "NODE_PATH='" + std::string(std::getenv("KILN_ORT_NODE_PATH")) +
+                          "' node '" + script + "' '" + (dir / "model.onnx").string() + "' '" +
+                          dir.string() + "' 2>&1";
+  std::string log;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) log.append(buf, n);
+  const int st = pclose(p);
+  INFO(log);
+  REQUIRE((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+  std::vector<Tensor> outs;
+  for (const auto& o : nlohmann::json::parse(std::ifstream(dir / "outputs.json"))) {
+    Tensor t = Tensor::empty(Dims(o["dims"].get<std::vector<std::int64_t>>()),
+                             kiln_dtype(o["dtype"].get<std::string>()));
+    std::ifstream(dir / o["file"].get<std::string>(), std::ios::binary)
+        .read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(t.bytes()));
+    outs.push_back(std::move(t));
+  }
+  fs::remove_all(dir);
+  return outs;
+}
+
+// The for-test clone of `main` pruned to `target`; `*in_test` its value there.
+Program inference(const Program& main, Value target, Value* in_test) {
+  IrMapping to_clone, to_pruned;
+  const Program clone = clone_for_test(main, &to_clone);
+  Program pruned = prune(clone, {to_clone.lookup(target)}, &to_pruned);
+  *in_test = to_pruned.lookup(to_clone.lookup(target));
+  return pruned;
+}
+
+Tensor uniform(const Dims& dims, unsigned seed) {
+  Tensor t = Tensor::empty(dims, DataType::Float32);
+  std::uint32_t s = seed * 2654435761u + 1;
+  float* p = t.data<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    s = s * 1664525u + 1013904223u;
+    p[i] = static_cast<float>(s >> 8) / static_cast<float>(1 << 24) * 2.0f - 1.0f;
+  }
+  return t;
+}
+
+Tensor tokens(const Dims& dims, std::int64_t vocab, unsigned seed) {
+  Tensor t = Tensor::empty(dims, DataType::Int64);
+  std::int64_t* p = t.data<std::int64_t>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = (i * 7 + seed * 13 + i / 5) % vocab;
+  return t;
+}
+
+void check_matches(const Tensor& ort, const Tensor& kiln_out) {
+  const auto c = onnx::compare_tensors(ort, kiln_out, 1e-4, 1e-4);
+  INFO(c.first << " (max abs " << c.max_abs << ", max rel " << c.max_rel << ")");
+  CHECK(c.matches);
+}
+
+}  // namespace
+
+TEST_CASE("kiln's trained digits CNN, exported, gives kiln's logits in ONNX Runtime",
+          "[onnx][onnxruntime]") {
+  if (!have_onnxruntime()) return;
+  // examples/digits_cnn's network, a few Adam steps on random digits.
+  Program main, startup;
+  Value logits, loss;
+  {
+    ProgramGuard guard(main, startup);
+    auto x = data("x", {-1, 1, 8, 8});
+    auto label = data("label", {-1}, DataType::Int64);
+    nn::Sequential net;
+    net.emplace<nn::Conv2D>(1, 16, 3, /*stride=*/1, /*padding=*/1);
+    net.emplace<nn::ReLU>();
+    net.emplace<nn::MaxPool2D>(2);
+    net.emplace<nn::Conv2D>(16, 32, 3, 1, 1);
+    net.emplace<nn::ReLU>();
+    net.emplace<nn::MaxPool2D>(2);
+    net.emplace<nn::Flatten>();
+    net.emplace<nn::Linear>(32 * 2 * 2, 10);
+    logits = net(x);
+    loss = nn::functional::cross_entropy(logits, label);
+    optim::Adam(5e-3).minimize(loss);
+  }
+  Executor exe;
+  exe.run(startup);
+  const Tensor labels = tokens(Dims{32}, 10, 1);
+  for (int step = 0; step < 5; ++step)
+    exe.run(main, {{"x", uniform(Dims{32, 1, 8, 8}, 1)}, {"label", labels}}, {loss});
+  Value test_logits;
+  const Program test = inference(main, logits, &test_logits);
+  const std::string model = onnx::export_model_to_bytes(test, exe.scope(), {"x"}, {test_logits});
+
+  const Tensor x = uniform(Dims{5, 1, 8, 8}, 2);
+  const Tensor want = exe.run(test, {{"x", x}}, {test_logits})[0];
+  const auto got = run_in_onnxruntime(model, {{"x", x}});
+  REQUIRE(got.size() == 1);
+  check_matches(got[0], want);
+}
+
+TEST_CASE("kiln's trained char transformer, exported, gives kiln's logits in ONNX Runtime",
+          "[onnx][onnxruntime]") {
+  if (!have_onnxruntime()) return;
+  // examples/char_transformer's network (causal, GELU, pre-LN blocks), a few
+  // AdamW steps on random text.
+  constexpr std::int64_t kSeq = 64, kModel = 64, kHeads = 4, kLayers = 2, kVocab = 65;
+  Program main, startup;
+  Value logits, loss;
+  {
+    ProgramGuard guard(main, startup);
+    auto ids = data("ids", {-1, kSeq}, DataType::Int64);
+    auto targets = data("targets", {-1, kSeq}, DataType::Int64);
+    nn::Embedding tok(kVocab, kModel, -1, std::make_shared<init::Normal>(0.0, 0.02));
+    auto pos = create_parameter("pos_emb", {kSeq, kModel}, DataType::Float32, init::Normal(0.0, 0.02));
+    auto b = main_builder();
+    Value h = b.create<AddOp>(tok(ids), pos).result();
+    std::vector<std::unique_ptr<nn::TransformerEncoderLayer>> blocks;
+    for (int l = 0; l < kLayers; ++l) {
+      blocks.push_back(std::make_unique<nn::TransformerEncoderLayer>(kModel, kHeads, 4 * kModel,
+                                                                     /*dropout=*/0.0, "gelu"));
+      h = (*blocks.back())(h, /*causal=*/true);
+    }
+    h = nn::LayerNorm({kModel})(h);
+    logits = nn::Linear(kModel, kVocab)(h);
+    auto flat = b.create<ReshapeOp>(logits, std::vector<std::int64_t>{-1, kVocab}).result();
+    auto flat_targets = b.create<ReshapeOp>(targets, std::vector<std::int64_t>{-1}).result();
+    loss = nn::functional::cross_entropy(flat, flat_targets);
+    optim::AdamW(3e-3, 0.9, 0.99, 1e-8, 0.01).minimize(loss);
+  }
+  Executor exe;
+  exe.run(startup);
+  for (int step = 0; step < 3; ++step)
+    exe.run(main, {{"ids", tokens(Dims{4, kSeq}, kVocab, 3)}, {"targets", tokens(Dims{4, kSeq}, kVocab, 4)}},
+            {loss});
+  Value test_logits;
+  const Program test = inference(main, logits, &test_logits);
+  const std::string model = onnx::export_model_to_bytes(test, exe.scope(), {"ids"}, {test_logits});
+
+  const Tensor ids = tokens(Dims{3, kSeq}, kVocab, 5);
+  const Tensor want = exe.run(test, {{"ids", ids}}, {test_logits})[0];
+  const auto got = run_in_onnxruntime(model, {{"ids", ids}});
+  REQUIRE(got.size() == 1);
+  check_matches(got[0], want);
+}
