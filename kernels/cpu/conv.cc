@@ -216,8 +216,10 @@ inline bool direct(const Conv2dGeometry& g) {  // col == x
 }
 
 // out [n, o, ho, wo] = conv2d(x [n, c, h, w], w [o, c/groups, kh, kw]).
-template <typename T>
-void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g) {
+// `epilogue(block, first_channel, channels, p)` runs on each image's and
+// group's output block right after its GEMM wrote it (still in cache).
+template <typename T, typename Epilogue>
+void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g, Epilogue epilogue) {
   const std::int64_t cg = g.c / g.groups, og = g.o / g.groups, k = cg * g.kh * g.kw;
   const std::int64_t p = g.ho * g.wo;
   const bool dir = direct(g);
@@ -226,9 +228,29 @@ void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g) {
     for (std::int64_t gi = 0; gi < g.groups; ++gi) {
       const T* xg = x + (n * g.c + gi * cg) * g.h * g.w;
       if (!dir) im2col(xg, col, g, cg);
-      gemm(false, false, og, p, k, w + gi * og * k, k, dir ? xg : col, p, T(0),
-           out + (n * g.o + gi * og) * p, p);
+      T* block = out + (n * g.o + gi * og) * p;
+      gemm(false, false, og, p, k, w + gi * og * k, k, dir ? xg : col, p, T(0), block, p);
+      epilogue(block, gi * og, og, p);
     }
+}
+template <typename T>
+void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g) {
+  conv_forward(x, w, out, g, [](T*, std::int64_t, std::int64_t, std::int64_t) {});
+}
+
+// block [channels, p] += bias[first + c] per channel, then max(·, 0) when
+// `relu`: one pass over a block the GEMM has just written.
+template <typename T>
+void bias_activation(T* __restrict block, const T* __restrict bias, std::int64_t first,
+                     std::int64_t channels, std::int64_t p, bool relu) {
+  for (std::int64_t c = 0; c < channels; ++c) {
+    T* __restrict row = block + c * p;
+    const T b = bias[first + c];
+    if (relu)
+      for (std::int64_t i = 0; i < p; ++i) row[i] = std::max(row[i] + b, T(0));
+    else
+      for (std::int64_t i = 0; i < p; ++i) row[i] += b;
+  }
 }
 
 // dx [n, c, h, w] = conv2d's input grad from dout [n, o, ho, wo].
@@ -332,6 +354,27 @@ struct Conv2dK {
 };
 
 template <typename T>
+struct FusedConv2dK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1),
+                 bias = typed_input<T>(ctx, 2);
+    const auto& a = ctx.attrs<FusedConv2dOp>();
+    const Conv2dGeometry g = conv2d_geometry(ctx, x, w, a);
+    if (bias.dims() != Dims{g.o})
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' bias is [",
+                  bias.dims().to_string(), "], the convolution has ", g.o, " output channels");
+    Tensor& out = ctx.alloc_output(0, Dims{g.n, g.o, g.ho, g.wo}, x.dtype());
+    if (out.numel() == 0) return;
+    const T* b = bias.data<T>();
+    const bool relu = a.activation == "relu";
+    conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g,
+                 [&](T* block, std::int64_t first, std::int64_t channels, std::int64_t p) {
+                   bias_activation(block, b, first, channels, p, relu);
+                 });
+  }
+};
+
+template <typename T>
 struct Conv2dGradK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1),
@@ -379,6 +422,7 @@ struct Conv2dTransposeGradK {
 }  // namespace
 
 KILN_REGISTER_KERNELS(Conv2dOp, Cpu, Conv2dK, float, double);
+KILN_REGISTER_KERNELS(FusedConv2dOp, Cpu, FusedConv2dK, float, double);
 KILN_REGISTER_KERNELS(GradOf<Conv2dOp>, Cpu, Conv2dGradK, float, double);
 KILN_REGISTER_KERNELS(Conv2dTransposeOp, Cpu, Conv2dTransposeK, float, double);
 KILN_REGISTER_KERNELS(GradOf<Conv2dTransposeOp>, Cpu, Conv2dTransposeGradK, float, double);

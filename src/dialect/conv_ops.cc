@@ -2,9 +2,13 @@
 // registration.
 #include "kiln/dialect/conv_ops.h"
 
+#include "kiln/dialect/reduce_ops.h"
+#include "kiln/dialect/unary_ops.h"
+
 namespace kiln {
 
-KILN_REGISTER_OP(Conv2dOp, GradOf<Conv2dOp>, Conv2dTransposeOp, GradOf<Conv2dTransposeOp>);
+KILN_REGISTER_OP(Conv2dOp, GradOf<Conv2dOp>, Conv2dTransposeOp, GradOf<Conv2dTransposeOp>,
+                 FusedConv2dOp);
 
 namespace conv {
 
@@ -182,6 +186,50 @@ std::vector<Value> Conv2dOp::vjp(Builder& b, Operation* op, const std::vector<Va
   if (!d) return {Value(), Value()};
   auto grad = b.create<GradOf<Conv2dOp>>(op, op->operand_source(0), op->operand_source(1), d);
   return {grad.operation()->result(0), grad.operation()->result(1)};
+}
+
+void FusedConv2dOp::build(Builder&, OperationArgument& arg, Value x, Value w, Value bias,
+                          std::vector<std::int64_t> strides, std::vector<std::int64_t> paddings,
+                          std::vector<std::int64_t> dilations, std::int64_t groups,
+                          std::string activation) {
+  arg.add_operand(x);
+  arg.add_operand(w);
+  arg.add_operand(bias);
+  arg.attributes = to_named_attributes(Attributes{std::move(strides), std::move(paddings),
+                                                  std::move(dilations), groups,
+                                                  std::move(activation)});
+}
+
+std::vector<Type> FusedConv2dOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  meta::require_count(name, in, 3);
+  const auto a = from_attributes<Attributes>(attrs, name);
+  if (a.activation != "none" && a.activation != "relu")
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' activation '", a.activation,
+                "' is not one of none, relu");
+  DataType dt;
+  auto dims = conv2d_shape(name, {in[0], in[1]},
+                           Conv2dOp::Attributes{a.strides, a.paddings, a.dilations, a.groups}, &dt);
+  const Type bias_type = meta::tensor_operand(name, in, 2);
+  const auto& bias = shaped_dims(bias_type);
+  if (shaped_data_type(bias_type) != dt || bias.size() != 1 ||
+      (bias[0] >= 0 && dims[1] >= 0 && bias[0] != dims[1]))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' bias must be [", dims[1], "] of ",
+                to_string(dt), " (one per output channel), got ", meta::dims_string(bias), " of ",
+                to_string(shaped_data_type(bias_type)));
+  return {meta::result_like(in, dt, dims)};
+}
+
+std::vector<Value> FusedConv2dOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = vjp::single_grad(op, g);
+  if (!d) return {Value(), Value(), Value()};
+  const auto a = FusedConv2dOp(op).attrs();
+  if (a.activation == "relu")  // y > 0 exactly where the pre-activation is
+    d = b.create<GradOf<ReluOp>>(op->result(0), d).operation()->result(0);
+  Value dbias = b.create<SumOp>(d, std::vector<std::int64_t>{0, 2, 3}, false).result();
+  auto grad = b.create<GradOf<Conv2dOp>>(
+      Conv2dOp::Attributes{a.strides, a.paddings, a.dilations, a.groups}, op->operand_source(0),
+      op->operand_source(1), d);
+  return {grad.operation()->result(0), grad.operation()->result(1), dbias};
 }
 
 void Conv2dTransposeOp::build(Builder&, OperationArgument& arg, Value x, Value w,

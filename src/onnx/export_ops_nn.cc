@@ -60,6 +60,20 @@ void conv2d(EmitContext& c) {
   set_attr(n, "group", a.groups);
 }
 
+// Conv with its bias input, then Relu when the activation is relu.
+void fused_conv2d(EmitContext& c) {
+  const auto a = FusedConv2dOp::dyn_cast(c.op()).attrs();
+  const bool relu = a.activation == "relu";
+  const std::string conv_out = relu ? c.fresh("conv") : c.out(0);
+  auto& n = c.node("Conv", {c.in(0), c.in(1), c.in(2)}, {conv_out});
+  set_attr(n, "kernel_shape", kernel_shape(c));
+  set_attr(n, "strides", a.strides);
+  set_attr(n, "pads", onnx_pads(c, a.paddings));
+  set_attr(n, "dilations", a.dilations);
+  set_attr(n, "group", a.groups);
+  if (relu) c.node("Relu", {conv_out}, {c.out(0)});
+}
+
 void conv2d_transpose(EmitContext& c) {
   const auto a = Conv2dTransposeOp::dyn_cast(c.op()).attrs();
   auto& n = c.node("ConvTranspose", {c.in(0), c.in(1)}, {c.out(0)});
@@ -267,6 +281,7 @@ void embedding(EmitContext& c) {
 void add_export_nn(ExportTable& t) {
   t["kiln.matmul"] = &matmul;
   t["kiln.conv2d"] = &conv2d;
+  t["kiln.fused_conv2d"] = &fused_conv2d;
   t["kiln.conv2d_transpose"] = &conv2d_transpose;
   t["kiln.max_pool2d"] = &max_pool2d;
   t["kiln.avg_pool2d"] = &avg_pool2d;

@@ -424,6 +424,7 @@ ImportedModel import_parsed(const ::onnx::ModelProto& model, std::string_view wh
   importer.import_inputs(g);
   importer.import_nodes(g);
   importer.import_outputs(g);
+  if (!problems) detail::fuse_conv_epilogues(out.main.block());
   return out;
 }
 

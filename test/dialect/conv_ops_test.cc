@@ -127,3 +127,30 @@ TEST_CASE("conv2d_transpose's vjp matches finite differences for x and w",
   check_vjp({random_f64({1, 4, 3, 2}), random_f64({4, 1, 2, 3}, -1, 1, 3)},
             make_op<Conv2dTransposeOp>(V{1, 2}, V{0, 1}, V{0, 1}, V{2, 1}, std::int64_t{2}));
 }
+
+TEST_CASE("fused_conv2d's vjp matches finite differences for x, w and the bias, with and "
+          "without relu",
+          "[dialect][vjp][conv]") {
+  for (const char* act : {"none", "relu"}) {
+    INFO(act);
+    check_vjp({random_f64({2, 2, 5, 4}, -1, 1, 1), random_f64({3, 2, 3, 2}, -1, 1, 2),
+               random_f64({3}, -1, 1, 3)},
+              make_op<FusedConv2dOp>(V{1, 1}, V{1, 0}, V{1, 1}, std::int64_t{1}, std::string(act)));
+    check_vjp({random_f64({1, 4, 6, 6}, -1, 1, 4), random_f64({4, 2, 2, 3}, -1, 1, 5),
+               random_f64({4}, -1, 1, 6)},
+              make_op<FusedConv2dOp>(V{1, 2}, V{1, 0, 2, 1}, V{2, 1}, std::int64_t{2}, std::string(act)));
+  }
+}
+
+TEST_CASE("fused_conv2d rejects a bias of the wrong length or dtype and an unknown activation",
+          "[dialect][conv]") {
+  Program p;
+  KILN_CHECK_ERROR(build_op<FusedConv2dOp>(p, {{F32, {1, 2, 5, 5}}, {F32, {3, 2, 3, 3}}, {F32, {4}}}),
+                   InvalidArgument, {"kiln.fused_conv2d", "bias must be [3]"});
+  KILN_CHECK_ERROR(build_op<FusedConv2dOp>(p, {{F32, {1, 2, 5, 5}}, {F32, {3, 2, 3, 3}}, {F64, {3}}}),
+                   InvalidArgument, {"kiln.fused_conv2d", "bias must be [3] of f32"});
+  KILN_CHECK_ERROR(build_op<FusedConv2dOp>(p, {{F32, {1, 2, 5, 5}}, {F32, {3, 2, 3, 3}}, {F32, {3}}},
+                                           V{1, 1}, V{0, 0}, V{1, 1}, std::int64_t{1},
+                                           std::string("tanh")),
+                   InvalidArgument, {"kiln.fused_conv2d", "activation 'tanh'"});
+}

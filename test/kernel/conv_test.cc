@@ -3,6 +3,7 @@
 // direct six-loop reference.
 #include <algorithm>
 #include <array>
+#include <string>
 #include <vector>
 
 #include "kernel/kernel_test_util.h"
@@ -180,4 +181,58 @@ TEST_CASE("conv2d, its grad and conv2d_transpose match a direct reference in f32
 TEST_CASE("conv2d, its grad and conv2d_transpose match a direct reference in f64",
           "[kernel][conv]") {
   check_against_reference<double>();
+}
+
+TEST_CASE("fused_conv2d gives conv2d plus the channel's bias, through relu when asked",
+          "[kernel][conv]") {
+  // Two output channels: the identity-like kernel and its negation.
+  Tensor x = Tensor::from_vector<float>({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  Tensor w = Tensor::from_vector<float>({2, 1, 2, 2}, {1, 0, 0, 1, -1, 0, 0, -1});
+  Tensor bias = Tensor::from_vector<float>({2}, {0.5f, 10.f});
+  auto plain = run_op<FusedConv2dOp>({x, w, bias}, V{1, 1}, V{0, 0}, V{1, 1}, std::int64_t{1},
+                                     std::string("none"));
+  check_close<float>(plain.out(), {6.5f, 8.5f, 12.5f, 14.5f, 4, 2, -2, -4});
+  auto relu = run_op<FusedConv2dOp>({x, w, bias}, V{1, 1}, V{0, 0}, V{1, 1}, std::int64_t{1},
+                                    std::string("relu"));
+  check_close<float>(relu.out(), {6.5f, 8.5f, 12.5f, 14.5f, 4, 2, 0, 0});
+}
+
+TEST_CASE("fused_conv2d matches conv2d, add and relu run apart for every geometry, f32 and f64",
+          "[kernel][conv]") {
+  const std::vector<Cfg> cfgs{{{2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+                              {{1, 4, 9, 8}, {6, 2, 3, 2}, {2, 1}, {0, 1, 2, 0}, {1, 2}, 2},
+                              {{3, 2, 5, 5}, {5, 2, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1}};
+  for (const auto& c : cfgs)
+    for (const char* act : {"none", "relu"}) {
+      INFO("x " << Dims(c.x).to_string() << " w " << Dims(c.w).to_string() << " " << act);
+      Tensor x = filled<double>(Dims(c.x), -2, 2, 1), w = filled<double>(Dims(c.w), -1, 1, 2);
+      Tensor bias = filled<double>(Dims{c.w[0]}, -1, 1, 3);
+      auto conv = run_op<Conv2dOp>({x, w}, c.strides, c.paddings, c.dilations, c.groups).out();
+      auto want = conv.to_vector<double>();
+      const std::int64_t per_channel = conv.numel() / (conv.dims()[0] * c.w[0]);
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        want[i] += bias.to_vector<double>()[(i / per_channel) % c.w[0]];
+        if (std::string(act) == "relu") want[i] = std::max(want[i], 0.0);
+      }
+      auto got = run_op<FusedConv2dOp>({x, w, bias}, c.strides, c.paddings, c.dilations, c.groups,
+                                       std::string(act));
+      check_close<double>(got.out(), want, 1e-12, 1e-12);
+      auto got32 = run_op<FusedConv2dOp>({filled<float>(Dims(c.x), -2, 2, 1), filled<float>(Dims(c.w), -1, 1, 2),
+                                          filled<float>(Dims{c.w[0]}, -1, 1, 3)},
+                                         c.strides, c.paddings, c.dilations, c.groups, std::string(act));
+      check_close<float>(got32.out(), std::vector<float>(want.begin(), want.end()), 1e-4, 1e-4);
+    }
+}
+
+TEST_CASE("fused_conv2d names a bias that is not one value per output channel and an unknown "
+          "activation",
+          "[kernel][conv]") {
+  Tensor x = Tensor::zeros(Dims{1, 1, 3, 3}, DataType::Float32);
+  Tensor w = Tensor::zeros(Dims{2, 1, 2, 2}, DataType::Float32);
+  CHECK_THROWS_WITH(run_op<FusedConv2dOp>({x, w, Tensor::zeros(Dims{3}, DataType::Float32)}, V{1, 1},
+                                          V{0, 0}, V{1, 1}, std::int64_t{1}, std::string("relu")),
+                    Catch::Contains("kiln.fused_conv2d") && Catch::Contains("bias must be [2]"));
+  CHECK_THROWS_WITH(run_op<FusedConv2dOp>({x, w, Tensor::zeros(Dims{2}, DataType::Float32)}, V{1, 1},
+                                          V{0, 0}, V{1, 1}, std::int64_t{1}, std::string("gelu")),
+                    Catch::Contains("activation 'gelu'"));
 }

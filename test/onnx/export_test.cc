@@ -516,7 +516,8 @@ TEST_CASE("the shape, indexing, constant and reduction ops export op by op", "[o
                    f);
 }
 
-TEST_CASE("conv2d_transpose, batch_norm, rms_norm, pools and attention export op by op",
+TEST_CASE("conv2d_transpose, fused_conv2d, batch_norm, rms_norm, pools and attention export op by "
+          "op",
           "[onnx][export]") {
   kiln::Program p, startup;
   std::vector<kiln::Value> f;
@@ -538,6 +539,13 @@ TEST_CASE("conv2d_transpose, batch_norm, rms_norm, pools and attention export op
                                          std::vector<std::int64_t>{1, 0, 2, 1},
                                          std::vector<std::int64_t>{1, 2}, 2)
                     .result());
+    for (const char* act : {"none", "relu"})
+      f.push_back(b.create<kiln::FusedConv2dOp>(x, param(std::string("fw_") + act, {3, 2, 3, 3}),
+                                                param(std::string("fb_") + act, {3}),
+                                                std::vector<std::int64_t>{1, 1},
+                                                std::vector<std::int64_t>{1, 1},
+                                                std::vector<std::int64_t>{1, 1}, 1, act)
+                      .result());
     auto bn = b.create<kiln::BatchNormOp>(x, param("s", {2}), param("bb", {2}), param("m", {2}),
                                           param("v", {2}), 0.9, 1e-5, true);
     f.push_back(bn->result(0));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
 #include "kiln/onnx/import.h"
 
@@ -149,4 +150,22 @@ TEST_CASE("PyTorch's GPT imports its layer norms, GELUs and causal attentions as
   CHECK(ops["kiln.erf"] == 0);
   CHECK(ops["kiln.pow"] == 0);
   CHECK(ops["kiln.matmul"] == 9);  // qkv, out, two feed-forward per block; the head
+}
+
+TEST_CASE("PyTorch's LeNet imports each Conv with its bias and Relu as one kiln.fused_conv2d",
+          "[onnx][fusion]") {
+  const char* root = std::getenv("KILN_SOURCE_ROOT");
+  const std::filesystem::path model =
+      std::filesystem::path(root ? root : ".") / "test/onnx/models/lenet/model.onnx";
+  if (!std::filesystem::exists(model)) {
+    WARN("KILN_SOURCE_ROOT is not set (meson test sets it): " << model << " not found, skipped");
+    return;
+  }
+  kiln::onnx::ImportedModel m = kiln::onnx::import_model(model.string());
+  auto ops = op_counts(m.main);
+  CHECK(ops["kiln.fused_conv2d"] == 2);
+  CHECK(ops["kiln.conv2d"] == 0);
+  CHECK(ops["kiln.relu"] == 2);  // after the two hidden Linear layers
+  for (Operation* op : m.main.block())
+    if (op->isa<FusedConv2dOp>()) CHECK(FusedConv2dOp(op).attrs().activation == "relu");
 }
