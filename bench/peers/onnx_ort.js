@@ -7,8 +7,10 @@
 // sequential execution, intra-op threads 1 (.t1) or 2 (.t2).
 //
 // Prints per model and thread count, the median over 5 repetitions of the
-// median run of each (after warm-up):
+// median run of each (after warm-up), and the fastest run (noise only adds
+// time: on a shared machine the minimums compare more steadily):
 //   BENCH onnx.<name>.infer.ort.t<T> <ms> ms
+//   BENCH onnx.<name>.infer.ort.t<T>.min <ms> ms
 // Usage: node onnx_ort.js MODELS_DIR [filter]   (runs for "", "onnx", "onnx.<name>")
 // onnxruntime-node comes from NODE_PATH (./run installs it with
 // `npm install --ignore-scripts` into .cache/onnxruntime-node).
@@ -71,6 +73,7 @@ async function main() {
       });
       for (let i = 0; i < Math.max(5, m.runs / 5); ++i) await session.run(feeds);
       const reps = [];
+      let fastest = Infinity;
       for (let rep = 0; rep < 5; ++rep) {
         const t = [];
         for (let i = 0; i < m.runs; ++i) {
@@ -79,8 +82,10 @@ async function main() {
           t.push(Number(process.hrtime.bigint() - t0) / 1e6);
         }
         reps.push(median(t));
+        fastest = Math.min(fastest, ...t);
       }
       console.log(`BENCH onnx.${m.name}.infer.ort.t${threads} ${median(reps).toFixed(4)} ms`);
+      console.log(`BENCH onnx.${m.name}.infer.ort.t${threads}.min ${fastest.toFixed(4)} ms`);
       await session.release();
     }
   }
