@@ -27,15 +27,20 @@ import torch.nn as nn  # noqa: E402
 from torch_threads import report  # noqa: E402
 
 
-def build():
+def lenet():
+    """The network, PyTorch's default initialization under seed 0."""
     torch.manual_seed(0)
-    net = nn.Sequential(
+    return nn.Sequential(
         nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
         nn.Flatten(),
         nn.Linear(400, 120), nn.ReLU(),
         nn.Linear(120, 84), nn.ReLU(),
         nn.Linear(84, 10))
+
+
+def build():
+    net = lenet()
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(11)
     x = torch.randn(64, 1, 28, 28, generator=g)

@@ -50,9 +50,9 @@ std::vector<std::int64_t> kernel_shape(EmitContext& c) {
   return {w[2], w[3]};
 }
 
-void conv2d(EmitContext& c) {
-  const auto a = Conv2dOp::dyn_cast(c.op()).attrs();
-  auto& n = c.node("Conv", {c.in(0), c.in(1)}, {c.out(0)});
+// A Conv node's attributes from a kiln conv's.
+template <typename A>
+void set_conv_attrs(EmitContext& c, ::onnx::NodeProto& n, const A& a) {
   set_attr(n, "kernel_shape", kernel_shape(c));
   set_attr(n, "strides", a.strides);
   set_attr(n, "pads", onnx_pads(c, a.paddings));
@@ -60,17 +60,17 @@ void conv2d(EmitContext& c) {
   set_attr(n, "group", a.groups);
 }
 
+void conv2d(EmitContext& c) {
+  set_conv_attrs(c, c.node("Conv", {c.in(0), c.in(1)}, {c.out(0)}),
+                 Conv2dOp::dyn_cast(c.op()).attrs());
+}
+
 // Conv with its bias input, then Relu when the activation is relu.
 void fused_conv2d(EmitContext& c) {
   const auto a = FusedConv2dOp::dyn_cast(c.op()).attrs();
   const bool relu = a.activation == "relu";
   const std::string conv_out = relu ? c.fresh("conv") : c.out(0);
-  auto& n = c.node("Conv", {c.in(0), c.in(1), c.in(2)}, {conv_out});
-  set_attr(n, "kernel_shape", kernel_shape(c));
-  set_attr(n, "strides", a.strides);
-  set_attr(n, "pads", onnx_pads(c, a.paddings));
-  set_attr(n, "dilations", a.dilations);
-  set_attr(n, "group", a.groups);
+  set_conv_attrs(c, c.node("Conv", {c.in(0), c.in(1), c.in(2)}, {conv_out}), a);
   if (relu) c.node("Relu", {conv_out}, {c.out(0)});
 }
 

@@ -60,16 +60,7 @@ Emitter with_i64_operand(std::string onnx_type) {
 
 void full_by(EmitContext& c) {
   const auto a = FullByOp::dyn_cast(c.op()).attrs();
-  std::string bytes;
-  auto put = [&bytes](const auto& x) { bytes.assign(reinterpret_cast<const char*>(&x), sizeof(x)); };
-  switch (a.dtype) {
-    case DataType::Float32: put(static_cast<float>(a.value)); break;
-    case DataType::Float64: put(a.value); break;
-    case DataType::Int32: put(static_cast<std::int32_t>(a.value)); break;
-    case DataType::Int64: put(static_cast<std::int64_t>(a.value)); break;
-    case DataType::Bool: put(static_cast<bool>(a.value != 0)); break;
-    default: c.unsupported("a fill of dtype " + std::string(to_string(a.dtype)));
-  }
+  const std::string bytes = c.value_bytes(a.dtype, a.value);
   auto& n = c.node("ConstantOfShape", {as_i64(c, 0)}, {c.out(0)});
   set_attr(n, "value", tensor_proto(a.dtype, {1}, bytes, c.where()));
 }

@@ -162,16 +162,7 @@ void full(EmitContext& c) {
   for (auto d : a.shape)
     if (d < 0) c.unsupported("a shape with unknown dims");
   // ConstantOfShape's value attribute holds the fill value.
-  std::string bytes;
-  auto put = [&bytes](const auto& x) { bytes.assign(reinterpret_cast<const char*>(&x), sizeof(x)); };
-  switch (a.dtype) {
-    case DataType::Float32: put(static_cast<float>(a.value)); break;
-    case DataType::Float64: put(a.value); break;
-    case DataType::Int32: put(static_cast<std::int32_t>(a.value)); break;
-    case DataType::Int64: put(static_cast<std::int64_t>(a.value)); break;
-    case DataType::Bool: put(static_cast<bool>(a.value != 0)); break;
-    default: c.unsupported("a fill of dtype " + std::string(to_string(a.dtype)));
-  }
+  const std::string bytes = c.value_bytes(a.dtype, a.value);
   const ::onnx::TensorProto one = tensor_proto(a.dtype, {1}, bytes, c.where());
   auto& n = c.node("ConstantOfShape", {c.const_i64(a.shape)}, {c.out(0)});
   set_attr(n, "value", one);

@@ -115,22 +115,21 @@ std::string EmitContext::const_i64(const std::vector<std::int64_t>& v) {
                   {reinterpret_cast<const char*>(v.data()), v.size() * sizeof(std::int64_t)});
 }
 
-std::string EmitContext::scalar(DataType dt, double v) {
+std::string EmitContext::value_bytes(DataType dt, double v) const {
   auto bytes_of = [](const auto& x) {
     return std::string(reinterpret_cast<const char*>(&x), sizeof(x));
   };
-  std::string b;
   switch (dt) {
-    case DataType::Float32: b = bytes_of(static_cast<float>(v)); break;
-    case DataType::Float64: b = bytes_of(v); break;
-    case DataType::Int32: b = bytes_of(static_cast<std::int32_t>(v)); break;
-    case DataType::Int64: b = bytes_of(static_cast<std::int64_t>(v)); break;
-    case DataType::Bool: b = bytes_of(static_cast<bool>(v != 0)); break;
-    default:
-      unsupported("a constant of dtype " + std::string(to_string(dt)));
+    case DataType::Float32: return bytes_of(static_cast<float>(v));
+    case DataType::Float64: return bytes_of(v);
+    case DataType::Int32: return bytes_of(static_cast<std::int32_t>(v));
+    case DataType::Int64: return bytes_of(static_cast<std::int64_t>(v));
+    case DataType::Bool: return bytes_of(static_cast<bool>(v != 0));
+    default: unsupported("a constant of dtype " + std::string(to_string(dt)));
   }
-  return constant(dt, {}, b);
 }
+
+std::string EmitContext::scalar(DataType dt, double v) { return constant(dt, {}, value_bytes(dt, v)); }
 
 void set_attr(::onnx::NodeProto& n, const std::string& name, std::int64_t v) {
   auto* a = n.add_attribute();
