@@ -1,8 +1,10 @@
 // ONNX's 1-D and 2-D convolution, transposed convolution and pooling (NCW,
 // NCHW) → kiln.conv2d / kiln.conv2d_transpose (+ a broadcast bias add),
 // kiln.max_pool2d, kiln.avg_pool2d; the global pools as reductions over
-// the spatial dims; LayerNormalization (composed, with its Mean
-// and InvStdDev outputs); BatchNormalization and Dropout at inference.
+// the spatial dims; MaxPool's Indices output (composed); LayerNormalization
+// (composed, with its Mean and InvStdDev outputs); BatchNormalization (at
+// inference, or in training mode with its running statistics outputs) and
+// Dropout at inference.
 #include <algorithm>
 #include <limits>
 
@@ -323,22 +325,65 @@ bool needs_separable_pool(NodeContext& c) {
   return false;
 }
 
+// MaxPool's Indices: the input padded with -inf; per kernel tap (kh, kw)
+// the strided slice of what each window sees there, stacked on a last axis;
+// the first maximum's tap (argmax) → its index into the unpadded
+// [N, C, H, W] input: (n·C + c)·H·W + h·W + w (row-major) or + w·H + h
+// (storage_order 1), h = oh·sh - top + kh, w = ow·sw - left + kw.
+Value max_pool_indices(NodeContext& c, const Window2d& w, Value x2d) {
+  if (c.int_attr("ceil_mode", 0) != 0) c.unsupported("MaxPool's Indices output with ceil_mode");
+  const std::vector<std::int64_t> d = shaped_dims(x2d.type());
+  for (auto e : d)
+    if (e < 0) c.unsupported("MaxPool's Indices output of an input with a dim known only at run time");
+  const std::int64_t n = d[0], ch = d[1], h = d[2], wd = d[3], kh = w.kernel[0], kw = w.kernel[1],
+                     sh = w.strides[0], sw = w.strides[1];
+  const std::int64_t oh = (h + w.pads[0] + w.pads[1] - kh) / sh + 1, ow = (wd + w.pads[2] + w.pads[3] - kw) / sw + 1;
+  Value xp = c.b.create<PadOp>(x2d, std::vector<std::int64_t>{w.pads[2], w.pads[3], w.pads[0], w.pads[1]},
+                               -std::numeric_limits<double>::infinity())
+                 .result();
+  std::vector<Value> taps;
+  for (std::int64_t i = 0; i < kh; ++i)
+    for (std::int64_t j = 0; j < kw; ++j) {
+      Value t = c.b.create<StridedSliceOp>(xp, std::vector<std::int64_t>{2, 3}, std::vector<std::int64_t>{i, j},
+                                           std::vector<std::int64_t>{i + (oh - 1) * sh + 1, j + (ow - 1) * sw + 1},
+                                           std::vector<std::int64_t>{sh, sw})
+                    .result();
+      taps.push_back(c.b.create<UnsqueezeOp>(t, std::vector<std::int64_t>{4}).result());
+    }
+  Value tap = c.b.create<ArgMaxOp>(c.b.create<ConcatOp>(taps, 4).result(), 4, false).result();
+  auto i64 = [&](const std::vector<std::int64_t>& dims, const std::vector<std::int64_t>& v) {
+    return constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims(dims), v));
+  };
+  std::vector<std::int64_t> plane, rows, cols;
+  for (std::int64_t k = 0; k < n * ch; ++k) plane.push_back(k * h * wd);
+  for (std::int64_t k = 0; k < oh; ++k) rows.push_back(k * sh - w.pads[0]);
+  for (std::int64_t k = 0; k < ow; ++k) cols.push_back(k * sw - w.pads[2]);
+  Value row = c.b.create<AddOp>(i64({1, 1, oh, 1}, rows), c.b.create<DivOp>(tap, i64({}, {kw})).result()).result();
+  Value col = c.b.create<AddOp>(i64({1, 1, 1, ow}, cols), c.b.create<ModOp>(tap, i64({}, {kw})).result()).result();
+  // storage_order 1: column-major within each plane
+  const bool column_major = c.int_attr("storage_order", 0) != 0;
+  Value flat = column_major ? c.b.create<AddOp>(c.b.create<MulOp>(col, i64({}, {h})).result(), row).result()
+                            : c.b.create<AddOp>(c.b.create<MulOp>(row, i64({}, {wd})).result(), col).result();
+  return c.b.create<AddOp>(flat, i64({n, ch, 1, 1}, plane)).result();
+}
+
 std::vector<Value> max_pool(NodeContext& c) {
-  if (c.node.output_size() > 1 && !c.node.output(1).empty())
-    c.unsupported("MaxPool's Indices output");
+  const bool indices = c.node.output_size() > 1 && !c.node.output(1).empty();
+  if (indices && needs_separable_pool(c)) c.unsupported("MaxPool's Indices output of a 3-D or dilated pool");
   if (needs_separable_pool(c)) return separable_pool(c, true);
   Window2d w = window2d(c, true);
   if (w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("MaxPool with dilations");
-  if (c.node.output_size() > 1 && !c.node.output(1).empty())
-    c.unsupported("MaxPool's Indices output");
   Value x = to_2d(c, w, c.input(0));
+  Value idx = indices ? from_2d(c, w, max_pool_indices(c, w, x)) : Value();
   if (pads_exceed_half_kernel(w)) {
     if (c.int_attr("ceil_mode", 0) != 0) c.unsupported("ceil_mode with pads beyond half the kernel");
     x = pad_explicitly(c, w, x, -std::numeric_limits<double>::infinity());
   }
-  return {from_2d(c, w, c.b.create<MaxPool2dOp>(x, w.kernel, w.strides, w.pads,
-                                                c.int_attr("ceil_mode", 0) != 0)
-                            .result())};
+  Value y = from_2d(c, w, c.b.create<MaxPool2dOp>(x, w.kernel, w.strides, w.pads,
+                                                  c.int_attr("ceil_mode", 0) != 0)
+                              .result());
+  if (idx) return {y, idx};
+  return {y};
 }
 
 // count_include_pad = 0 averages over the elements inside the input only;
@@ -432,8 +477,41 @@ std::vector<Value> dropout(NodeContext& c) {
 
 // Inference: y = (x - mean) · scale / sqrt(var + epsilon) + B, per channel
 // (dim 1), composed from broadcasting kiln ops; training mode is not imported.
+// Training mode (opset 14 on): normalized by the batch's own mean and
+// (population) variance per channel; the running statistics outputs are
+// input · momentum + batch statistic · (1 - momentum).
+std::vector<Value> batch_norm_training(NodeContext& c) {
+  Value x = c.input(0);
+  const auto rank = static_cast<std::int64_t>(shaped_dims(x.type()).size());
+  if (rank < 2) c.unsupported("an input of rank below 2");
+  std::vector<std::int64_t> axes{0}, per_channel(static_cast<std::size_t>(rank), 1);
+  for (std::int64_t a = 2; a < rank; ++a) axes.push_back(a);
+  per_channel[1] = -1;
+  const DataType dt = shaped_data_type(x.type());
+  auto scalar = [&](double v) { return c.b.create<FullOp>(std::vector<std::int64_t>{}, v, dt).result(); };
+  auto channel = [&](std::size_t i) { return c.b.create<ReshapeOp>(c.input(i), per_channel).result(); };
+  Value mean = c.b.create<MeanOp>(x, axes, true).result();
+  Value centered = c.b.create<SubOp>(x, mean).result();
+  Value var = c.b.create<MeanOp>(c.b.create<SquareOp>(centered).result(), axes, true).result();
+  Value std = c.b.create<SqrtOp>(c.b.create<AddOp>(var, scalar(c.float_attr("epsilon", 1e-5f))).result()).result();
+  Value y = c.b.create<AddOp>(c.b.create<MulOp>(c.b.create<DivOp>(centered, std).result(), channel(1)).result(),
+                              channel(2))
+                .result();
+  const double momentum = c.float_attr("momentum", 0.9f);
+  auto running = [&](std::size_t i, Value batch) {
+    Value flat = c.b.create<ReshapeOp>(batch, std::vector<std::int64_t>{-1}).result();
+    return c.b.create<AddOp>(c.b.create<MulOp>(c.input(i), scalar(momentum)).result(),
+                             c.b.create<MulOp>(flat, scalar(1 - momentum)).result())
+        .result();
+  };
+  std::vector<Value> out{y};
+  if (c.node.output_size() > 1) out.push_back(running(3, mean));
+  if (c.node.output_size() > 2) out.push_back(running(4, var));
+  return out;
+}
+
 std::vector<Value> batch_norm(NodeContext& c) {
-  if (c.int_attr("training_mode", 0) != 0) c.unsupported("BatchNormalization in training mode");
+  if (c.int_attr("training_mode", 0) != 0) return batch_norm_training(c);
   if (c.opset < 7 && c.int_attr("is_test", 0) == 0)
     c.unsupported("BatchNormalization with is_test = 0");
   if (c.opset < 9 && c.int_attr("spatial", 1) == 0) c.unsupported("BatchNormalization with spatial = 0");

@@ -2,14 +2,17 @@
 // axis by axis, the way ONNX's reference resizes (separably, the last axis
 // first): every output position along an axis reads n input positions
 // (nearest 1, linear 2, cubic 4) with weights that depend only on the
-// position, so both are computed here, at import, and the axis becomes n
+// position (kiln/dialect/resize_sampling.h, kiln.resize's own table), so
+// both are computed here, at import, and the axis becomes n
 // gathers of constant indices, each scaled by a constant weight vector, and
-// their sum. The input's dims, the scales or sizes and the roi must be
-// known at import.
+// their sum, when the input's dims, the scales or sizes and the roi are
+// known at import; otherwise the node is kiln.resize, which reads them at
+// run time.
 #include <algorithm>
 #include <cmath>
 
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/dialect/resize_sampling.h"
 #include "op_table.h"
 
 namespace kiln::onnx::detail {
@@ -43,70 +46,22 @@ std::vector<double> doubles_of(NodeContext& c, std::size_t i, const std::string&
   return v;
 }
 
-// The input position output position x maps to (ONNX's coordinate
-// transformations); `scale` = out / in or the given scale, `length` the
-// output length as the reference computes it (scale · in).
-double source_position(const ResizeMode& m, double x, double scale, double in, double length,
-                       double roi_start, double roi_end) {
-  const std::string& t = m.coordinates;
-  if (t == "align_corners") return length == 1 ? 0.0 : x * (in - 1) / (length - 1);
-  if (t == "asymmetric") return x / scale;
-  if (t == "tf_half_pixel_for_nn") return (x + 0.5) / scale;
-  if (t == "pytorch_half_pixel") return length == 1 ? -0.5 : (x + 0.5) / scale - 0.5;
-  if (t == "tf_crop_and_resize") {
-    const double s = length == 1 ? (roi_end - roi_start) * (in - 1) / 2
-                                 : x * (roi_end - roi_start) * (in - 1) / (length - 1);
-    return s + roi_start * (in - 1);
-  }
-  return (x + 0.5) / scale - 0.5;  // half_pixel
-}
-
-// The weights of the n points floor(s) - n/2 + 1 … floor(s) + n/2 at
-// fraction r = s - floor(s).
-std::vector<double> coefficients(const ResizeMode& m, double r, bool integral) {
-  if (m.mode == "linear") return {1 - r, r};
-  if (m.mode == "cubic") {
-    const double a = m.cubic_a, p = r + 1, q = 1 - r, u = 2 - r;
-    return {((a * p - 5 * a) * p + 8 * a) * p - 4 * a, ((a + 2) * r - (a + 3)) * r * r + 1,
-            ((a + 2) * q - (a + 3)) * q * q + 1, ((a * u - 5 * a) * u + 8 * a) * u - 4 * a};
-  }
-  // nearest: of floor(s) and floor(s) + 1
-  if (integral) return {1, 0};
-  const std::string& n = m.nearest;
-  bool up;
-  if (n == "round_prefer_ceil") up = r >= 0.5;
-  else if (n == "floor") up = false;
-  else if (n == "ceil") up = true;
-  else up = r > 0.5;  // round_prefer_floor
-  return {up ? 0.0 : 1.0, up ? 1.0 : 0.0};
-}
-
 // x resized along `axis` from `in` to `out` positions.
 Value resize_axis(NodeContext& c, const ResizeMode& m, Value x, std::int64_t axis, std::int64_t rank,
                   std::int64_t in, std::int64_t out, double scale, double roi_start, double roi_end) {
-  const std::size_t n = m.mode == "cubic" ? 4 : 2;
-  const std::int64_t first = m.mode == "cubic" ? -1 : 0;  // offset of point 0 from floor(s)
+  const ResizeAxisTable t = resize_axis_table(ResizeSampling{m.mode, m.coordinates, m.nearest, m.cubic_a, m.exclude_outside},
+                                              in, out, scale, roi_start, roi_end);
+  const auto n = static_cast<std::size_t>(t.points);
+  // per point k: its index and weight at every output position
   std::vector<std::vector<std::int64_t>> idx(n, std::vector<std::int64_t>(static_cast<std::size_t>(out)));
   std::vector<std::vector<double>> w(n, std::vector<double>(static_cast<std::size_t>(out)));
   std::vector<std::int64_t> outside;  // tf_crop_and_resize: positions that take the extrapolation value
-  const double length = scale * static_cast<double>(in);
-  for (std::int64_t j = 0; j < out; ++j) {
-    const double s = source_position(m, static_cast<double>(j), scale, static_cast<double>(in), length,
-                                     roi_start, roi_end);
-    if (m.coordinates == "tf_crop_and_resize" && (s < 0 || s > static_cast<double>(in - 1))) {
-      outside.push_back(j);
-    }
-    const double fl = std::floor(s);
-    std::vector<double> coef = coefficients(m, s - fl, s == fl);
-    double total = 0;
+  for (std::size_t j = 0; j < static_cast<std::size_t>(out); ++j) {
+    if (t.outside[j]) outside.push_back(static_cast<std::int64_t>(j));
     for (std::size_t k = 0; k < n; ++k) {
-      const auto p = static_cast<std::int64_t>(fl) + first + static_cast<std::int64_t>(k);
-      if (m.exclude_outside && (p < 0 || p >= in)) coef[k] = 0;
-      total += coef[k];
-      idx[k][static_cast<std::size_t>(j)] = std::clamp<std::int64_t>(p, 0, in - 1);
+      idx[k][j] = t.index[j * n + k];
+      w[k][j] = t.weight[j * n + k];
     }
-    for (std::size_t k = 0; k < n; ++k)
-      w[k][static_cast<std::size_t>(j)] = m.exclude_outside && total != 0 ? coef[k] / total : coef[k];
   }
   const DataType dt = shaped_data_type(x.type());
   std::vector<std::int64_t> along(static_cast<std::size_t>(rank), 1);
@@ -172,12 +127,46 @@ std::vector<Value> resize_with(NodeContext& c, const ResizeMode& m, const std::v
     }
     if (out < 0) c.unsupported("a negative output size");
     const double roi_start = roi.empty() ? 0.0 : roi[i], roi_end = roi.empty() ? 1.0 : roi[i + d.size()];
-    if (out == in && scale == 1.0 && m.coordinates != "tf_crop_and_resize") continue;
+    // an identity axis, except where the coordinates shift even at scale 1
+    if (out == in && scale == 1.0 && m.coordinates != "tf_crop_and_resize" &&
+        m.coordinates != "tf_half_pixel_for_nn")
+      continue;
     if (in == 0) c.unsupported("Resize of an empty axis");
     x = resize_axis(c, m, x, a, rank, in, out, scale, roi_start, roi_end);
   }
   return {x};
 }
+
+// Whether input i is omitted or known at import.
+bool known_at_import(const NodeContext& c, std::size_t i) {
+  return i >= c.inputs.size() || !c.inputs[i] || c.constants[i];
+}
+
+bool dims_known(Value x) {
+  const auto d = shaped_dims(x.type());
+  return std::all_of(d.begin(), d.end(), [](std::int64_t e) { return e >= 0; });
+}
+
+// Input i, or an empty 1-D tensor of `dt` where the node omits it.
+Value given_or_empty(NodeContext& c, std::size_t i, DataType dt) {
+  if (i < c.inputs.size() && c.inputs[i]) return c.inputs[i];
+  if (dt == DataType::Int64) return constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{0}, {}));
+  return constant_value(c.b, Tensor::from_vector<float>(Dims{0}, {}));
+}
+
+// kiln.resize: roi, scales and sizes (inputs #roi, #scales, #sizes; an
+// index past the node's inputs = omitted) read at run time.
+std::vector<Value> resize_at_run_time(NodeContext& c, const ResizeMode& m, std::size_t roi,
+                                      std::size_t scales, std::size_t sizes) {
+  if (m.mode != "nearest" && m.mode != "linear" && m.mode != "cubic") c.unsupported("mode '" + m.mode + "'");
+  const ResizeOp::Attributes a{m.mode, m.coordinates, m.nearest, m.cubic_a, m.exclude_outside, m.extrapolation};
+  return {c.b.create<ResizeOp>(c.input(0), given_or_empty(c, roi, DataType::Float32),
+                               given_or_empty(c, scales, DataType::Float32),
+                               given_or_empty(c, sizes, DataType::Int64), a)
+              .result()};
+}
+
+constexpr std::size_t kOmitted = 99;
 
 // Opset 11 on: X, roi, scales, sizes (roi optional from 13); opset 10: X,
 // scales, asymmetric coordinates, nearest rounding down.
@@ -187,6 +176,7 @@ std::vector<Value> resize(NodeContext& c) {
   if (c.opset < 11) {
     m.coordinates = "asymmetric";
     m.nearest = "floor";
+    if (!known_at_import(c, 1) || !dims_known(c.input(0))) return resize_at_run_time(c, m, kOmitted, 1, kOmitted);
     return resize_with(c, m, doubles_of(c, 1, "Resize's scales"), {}, {});
   }
   m.coordinates = string_attr(c, "coordinate_transformation_mode", "half_pixel");
@@ -194,14 +184,18 @@ std::vector<Value> resize(NodeContext& c) {
   m.cubic_a = c.float_attr("cubic_coeff_a", -0.75f);
   m.exclude_outside = c.int_attr("exclude_outside", 0) != 0;
   m.extrapolation = c.float_attr("extrapolation_value", 0.0f);
+  if (c.has_attr("axes")) c.unsupported("Resize's axes attribute");
+  const bool crop = m.coordinates == "tf_crop_and_resize";
+  if ((crop && !known_at_import(c, 1)) || !known_at_import(c, 2) || !known_at_import(c, 3) ||
+      !dims_known(c.input(0)))
+    return resize_at_run_time(c, m, crop ? 1 : kOmitted, 2, 3);
   std::vector<double> roi, scales;
   std::vector<std::int64_t> sizes;
-  if (m.coordinates == "tf_crop_and_resize" && c.inputs.size() > 1 && c.inputs[1])
+  if (crop && c.inputs.size() > 1 && c.inputs[1])
     roi = doubles_of(c, 1, "Resize's roi");
   if (c.inputs.size() > 2 && c.inputs[2] && (!c.constants[2] || c.constants[2]->numel() > 0))
     scales = doubles_of(c, 2, "Resize's scales");
   if (c.inputs.size() > 3 && c.inputs[3]) sizes = c.constant_ints(3, "Resize's sizes");
-  if (c.has_attr("axes")) c.unsupported("Resize's axes attribute");
   return resize_with(c, m, scales, sizes, roi);
 }
 
@@ -218,6 +212,7 @@ std::vector<Value> upsample(NodeContext& c) {
     if (!a) c.unsupported("no scales");
     scales.assign(a->floats().begin(), a->floats().end());
   } else {
+    if (!known_at_import(c, 1) || !dims_known(c.input(0))) return resize_at_run_time(c, m, kOmitted, 1, kOmitted);
     scales = doubles_of(c, 1, "Upsample's scales");
   }
   return resize_with(c, m, scales, {}, {});

@@ -1,8 +1,11 @@
 // Suite tests whose attribute-like inputs (Resize's scales and sizes, TopK's
-// k, OneHot's depth, Pad's pads) are graph inputs fed at run time: kiln
-// computes these ops' gathers and weights at import, so here the same
-// models get those inputs as initializers holding the test data's values,
-// and must then give ONNX's expected outputs (rtol 1e-3, atol 1e-5).
+// k, OneHot's depth, Pad's pads) are graph inputs fed at run time (the
+// conformance run checks that form): kiln computes these ops' gathers and
+// weights at import when those inputs are constant, so here the same
+// models get them as initializers holding the test data's values, and must
+// then give ONNX's expected outputs (rtol 1e-3, atol 1e-5). Also: ops
+// composed at import from their input's dims name the node when a dim is
+// known only at run time.
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
@@ -118,4 +121,27 @@ TEST_CASE("TopK with a constant k, OneHot with a constant depth and Pad with con
     check_with_constant_inputs(t, {"depth"});
   for (const char* t : {"test_constant_pad", "test_edge_pad", "test_reflect_pad"})
     check_with_constant_inputs(t, {"pads", "value"});
+}
+
+TEST_CASE("an op composed at import from its input's dims is a clear error when a dim is known "
+          "only at run time",
+          "[onnx]") {
+  if (!have_suite()) return;
+  for (const char* test : {"test_einsum_transpose", "test_reversesequence_time", "test_edge_pad"}) {
+    INFO(test);
+    ::onnx::ModelProto model;
+    REQUIRE(model.ParseFromString(read_bytes(kNode / test / "model.onnx")));
+    auto* dim = model.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0);
+    dim->set_dim_param("n");
+    std::string bytes;
+    REQUIRE(model.SerializeToString(&bytes));
+    try {
+      kiln::onnx::import_model_from_bytes(bytes, test);
+      FAIL("no kiln::Error");
+    } catch (const kiln::Error& e) {
+      CHECK(e.kind() == ErrorKind::Unimplemented);
+      CHECK_THAT(e.message(), Catch::Contains("known only at run time"));
+      CHECK_THAT(e.message(), Catch::Contains("ONNX node"));
+    }
+  }
 }
