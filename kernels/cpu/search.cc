@@ -6,8 +6,10 @@
 // by the data). Apart from unique's tables, the run path allocates nothing
 // but output buffers.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -267,6 +269,19 @@ struct NonzeroK {
 
 // ---- unique ----
 
+// Orders slices element by element, NaN after every number and equal to
+// NaN (a strict weak order, so NaNs are one distinct value, sorted last).
+template <typename T>
+struct NanLast {
+  static bool less(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) return !std::isnan(a) && (std::isnan(b) || a < b);
+    else return a < b;
+  }
+  bool operator()(const std::vector<T>& a, const std::vector<T>& b) const {
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), &NanLast::less);
+  }
+};
+
 // The distinct slices of x along an axis (outer × len × inner; flattened:
 // outer = inner = 1), compared element by element.
 template <typename T>
@@ -288,7 +303,7 @@ struct UniqueK {
         for (std::int64_t i = 0; i < s.inner; ++i) v.push_back(px[(o * s.len + j) * s.inner + i]);
       return v;
     };
-    std::map<std::vector<T>, std::int64_t> first;  // slice -> its first position
+    std::map<std::vector<T>, std::int64_t, NanLast<T>> first;  // slice -> its first position
     std::vector<std::int64_t> order;                // first positions, in occurrence order
     std::vector<std::int64_t> of(static_cast<std::size_t>(s.len));  // each slice's first position
     for (std::int64_t j = 0; j < s.len; ++j) {

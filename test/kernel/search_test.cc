@@ -129,6 +129,18 @@ TEST_CASE("unique gives the distinct elements or slices, their first places, the
   CHECK(cols.out(3).to_vector<std::int64_t>() == V{1, 1});
 }
 
+TEST_CASE("unique counts NaNs as one value, sorted after the numbers", "[kernel][search]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto s = run_op<UniqueOp>({f32({5}, {nan, 2, nan, -1, 2})}, true, std::int64_t{0}, true);
+  auto y = s.out(0).to_vector<float>();
+  REQUIRE(y.size() == 3);
+  CHECK(y[0] == -1.0f);
+  CHECK(y[1] == 2.0f);
+  CHECK(std::isnan(y[2]));
+  CHECK(s.out(3).to_vector<std::int64_t>() == V{1, 2, 2});
+  CHECK(s.out(2).to_vector<std::int64_t>() == V{2, 1, 2, 0, 1});
+}
+
 TEST_CASE("nonzero and unique reject unsupported dtypes and axes", "[kernel][search]") {
   Program p;
   using kiln_test::build_op;
