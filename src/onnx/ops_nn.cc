@@ -1,6 +1,7 @@
 // ONNX's 1-D and 2-D convolution, transposed convolution and pooling (NCW,
-// NCHW) → kiln.conv2d / kiln.conv2d_transpose (+ a broadcast bias add),
-// kiln.max_pool2d, kiln.avg_pool2d; the global pools as reductions over
+// NCHW) → kiln.conv2d / kiln.conv2d_transpose (+ a broadcast bias add; 3-D
+// convolutions, transposed too, composed of those), kiln.max_pool2d,
+// kiln.avg_pool2d; the global pools as reductions over
 // the spatial dims; MaxPool's Indices output (composed); LayerNormalization
 // (composed, with its Mean and InvStdDev outputs); BatchNormalization (at
 // inference, or in training mode with its running statistics outputs) and
@@ -172,6 +173,63 @@ std::vector<Value> conv(NodeContext& c) {
   return {y};
 }
 
+// A 3-D ConvTranspose as kd 2-D ones: the input's depth folded into the
+// batch ([N·D, C, H, W]) is transposed-convolved with the weight's depth tap
+// j; output depth q takes from tap j the input depth i with
+// i·sd + j·dd = q + pad_front (a gather of those i, masked to 0 where no i
+// fits); the taps are summed. Pads, strides, dilations and output_padding
+// as attributes; dims known at import.
+Value conv_transpose3d(NodeContext& c) {
+  Value x = c.input(0), wt = c.input(1);
+  const std::vector<std::int64_t> xd = shaped_dims(x.type()), wd = shaped_dims(wt.type());
+  for (auto e : xd)
+    if (e < 0) c.unsupported("a 3-D ConvTranspose with a dim known only at run time");
+  if (wd.size() != 5) c.unsupported("a 3-D ConvTranspose whose weight has rank " + std::to_string(wd.size()));
+  const auto* auto_pad = c.attribute("auto_pad");
+  if ((auto_pad && !auto_pad->s().empty() && auto_pad->s() != "NOTSET" && auto_pad->s() != "VALID") ||
+      c.has_attr("output_shape"))
+    c.unsupported("a 3-D ConvTranspose with auto_pad SAME_* or output_shape");
+  const std::vector<std::int64_t> strides = ints_or(c, "strides", {1, 1, 1}), dil = ints_or(c, "dilations", {1, 1, 1}),
+                                  out_pad = ints_or(c, "output_padding", {0, 0, 0});
+  const std::vector<std::int64_t> pads = ints_or(c, "pads", {0, 0, 0, 0, 0, 0});
+  if (strides.size() != 3 || dil.size() != 3 || out_pad.size() != 3 || pads.size() != 6)
+    c.unsupported("pads / strides / dilations / output_padding of a 3-D window");
+  const std::int64_t n = xd[0], ch = xd[1], depth = xd[2], h = xd[3], w = xd[4], kd = wd[2];
+  const std::int64_t od = (depth - 1) * strides[0] + (kd - 1) * dil[0] + 1 + out_pad[0] - pads[0] - pads[3];
+  if (od < 1) c.unsupported("a 3-D ConvTranspose with an output depth below 1");
+  Value folded = c.b.create<ReshapeOp>(c.b.create<TransposeOp>(x, std::vector<std::int64_t>{0, 2, 1, 3, 4}).result(),
+                                       std::vector<std::int64_t>{n * depth, ch, h, w})
+                     .result();
+  Value sum;
+  for (std::int64_t j = 0; j < kd; ++j) {
+    Value wj = c.b.create<GatherOp>(wt, constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{}, {j})), 2)
+                   .result();
+    Value yj = c.b.create<Conv2dTransposeOp>(folded, wj, std::vector<std::int64_t>{strides[1], strides[2]},
+                                             std::vector<std::int64_t>{pads[1], pads[4], pads[2], pads[5]},
+                                             std::vector<std::int64_t>{out_pad[1], out_pad[2]},
+                                             std::vector<std::int64_t>{dil[1], dil[2]}, c.int_attr("group", 1))
+                   .result();
+    const std::vector<std::int64_t> yd = shaped_dims(yj.type());  // [N·D, O, OH, OW]
+    yj = c.b.create<ReshapeOp>(yj, std::vector<std::int64_t>{n, depth, yd[1], yd[2], yd[3]}).result();
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(od), 0);
+    std::vector<double> mask(static_cast<std::size_t>(od), 0.0);
+    for (std::int64_t q = 0; q < od; ++q) {
+      const std::int64_t p = q + pads[0] - j * dil[0];
+      if (p < 0 || p % strides[0] != 0 || p / strides[0] >= depth) continue;
+      idx[static_cast<std::size_t>(q)] = p / strides[0];
+      mask[static_cast<std::size_t>(q)] = 1.0;
+    }
+    Value picked = c.b.create<GatherOp>(yj, constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{od}, idx)), 1)
+                       .result();
+    Value m = constant_value(c.b, Tensor::from_vector<double>(Dims{1, od, 1, 1, 1}, mask));
+    const DataType dt = shaped_data_type(x.type());
+    if (dt != DataType::Float64) m = c.b.create<CastOp>(m, dt).result();
+    Value term = c.b.create<MulOp>(picked, m).result();
+    sum = sum ? c.b.create<AddOp>(sum, term).result() : term;
+  }
+  return c.b.create<TransposeOp>(sum, std::vector<std::int64_t>{0, 2, 1, 3, 4}).result();
+}
+
 // ConvTranspose: kiln.conv2d_transpose with the pads given, or computed
 // from output_shape or auto_pad SAME_* (ONNX's rule: total padding =
 // stride·(in-1) + output_padding + (k-1)·dilation + 1 - out, its larger half
@@ -180,8 +238,13 @@ std::vector<Value> conv(NodeContext& c) {
 std::vector<Value> conv_transpose(NodeContext& c) {
   Value x = c.input(0), wt = c.input(1);
   const auto rank = shaped_dims(x.type()).size();
+  if (rank == 5) {
+    Value y = conv_transpose3d(c);
+    if (c.inputs.size() > 2 && c.inputs[2]) y = add_channel_bias(c, y, c.inputs[2]);
+    return {y};
+  }
   if (rank != 4 && rank != 3)
-    c.unsupported("only 1-D and 2-D (NCW, NCHW) inputs are imported, got rank " + std::to_string(rank));
+    c.unsupported("only 1-D, 2-D and 3-D (NCW, NCHW, NCDHW) inputs are imported, got rank " + std::to_string(rank));
   const std::size_t n = rank - 2;
   Window2d w;
   w.one_d = rank == 3;
