@@ -57,6 +57,11 @@ Tensor tensor_of(const ::onnx::TensorProto& t, std::string_view what);
 // A tensor's bytes as a builtin.constant; its value.
 Value constant_value(Builder& b, const Tensor& t);
 
+// x padded by `pads` (1-D i32/i64 [2·rank]: begins, then ends; negative
+// crops) computed at run time, in ONNX Pad's mode constant (with the scalar
+// `fill`), edge or reflect. x's dims must be known at import.
+Value pad_at_run_time(NodeContext& c, Value x, Value pads, Value fill, const std::string& mode);
+
 using NodeBuilder = std::vector<Value> (*)(NodeContext& ctx);
 
 struct OpEntry {

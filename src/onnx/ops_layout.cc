@@ -48,23 +48,20 @@ double scalar_value(NodeContext& c, std::size_t i, const std::string& what) {
   }
 }
 
+}  // namespace
+
 // Pad with its pads (or constant_value) computed at run time: along each
 // axis a gather of the source positions range(n + before + after) - before,
 // clamped to the axis (edge), reflected at its ends (reflect), or clamped
 // and then replaced by the value where they fall outside (constant).
-Value pad_at_run_time(NodeContext& c, const std::string& mode) {
+Value pad_at_run_time(NodeContext& c, Value x, Value pads, Value fill, const std::string& mode) {
   if (mode != "constant" && mode != "edge" && mode != "reflect") c.unsupported("Pad mode '" + mode + "'");
-  Value x = c.input(0);
   const std::vector<std::int64_t> d = known_dims(c, x, "Pad with pads computed at run time");
   const auto rank = static_cast<std::int64_t>(d.size());
-  const auto pad_len = shaped_dims(c.input(1).type());
+  const auto pad_len = shaped_dims(pads.type());
   if (pad_len.size() != 1 || (pad_len[0] >= 0 && pad_len[0] != 2 * rank))
     c.unsupported("pads of shape " + meta::dims_string(pad_len) + " for an input of rank " + std::to_string(rank));
-  Value pads = c.input(1);
   if (dtype_of(pads) != DataType::Int64) pads = c.b.create<CastOp>(pads, DataType::Int64).result();
-  Value fill = c.inputs.size() > 2 && c.inputs[2]
-                   ? c.b.create<ReshapeOp>(c.inputs[2], std::vector<std::int64_t>{}).result()
-                   : scalar(c, dtype_of(x), 0.0);
   auto i64 = [&](std::int64_t v) { return scalar(c, DataType::Int64, static_cast<double>(v)); };
   auto pad_at = [&](std::int64_t k) { return c.b.create<GatherOp>(pads, i64_constant(c, {}, {k}), 0).result(); };
   for (std::int64_t a = 0; a < rank; ++a) {
@@ -96,6 +93,8 @@ Value pad_at_run_time(NodeContext& c, const std::string& mode) {
   return x;
 }
 
+namespace {
+
 // Pads: [x1_begin, x2_begin, …, x1_end, x2_end, …] (an attribute before
 // opset 11, a constant input since, or computed at run time); negative
 // pads crop.
@@ -112,7 +111,11 @@ std::vector<Value> pad(NodeContext& c) {
   } else {
     if (c.inputs.size() > 3 && c.inputs[3]) c.unsupported("Pad's axes input");
     if (!c.constants[1] || (c.inputs.size() > 2 && c.inputs[2] && !c.constants[2]))
-      return {pad_at_run_time(c, mode)};
+      return {pad_at_run_time(c, c.input(0), c.input(1),
+                              c.inputs.size() > 2 && c.inputs[2]
+                                  ? c.b.create<ReshapeOp>(c.inputs[2], std::vector<std::int64_t>{}).result()
+                                  : scalar(c, dtype_of(c.input(0)), 0.0),
+                              mode)};
     pads = c.constant_ints(1, "Pad's pads");
     if (c.inputs.size() > 2 && c.inputs[2]) value = scalar_value(c, 2, "Pad's constant_value");
   }

@@ -3,8 +3,10 @@
 // IsNaN / IsInf; activations composed of kiln ops (Celu, HardSwish, Shrink,
 // ThresholdedRelu); Hardmax (one-hot of the first maximum); EyeLike (a
 // constant: its input's dims must be known at import); Det (kiln.det);
-// Einsum (composed: see einsum below).
+// Einsum (composed: see einsum below); the Hann, Hamming and Blackman
+// windows (cosines of a kiln.range).
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <string>
@@ -285,9 +287,42 @@ std::vector<Value> einsum(NodeContext& c) {
   return {product};
 }
 
+// HannWindow, HammingWindow, BlackmanWindow (opset 17): a0 - a1·cos(2πn/N)
+// + a2·cos(4πn/N) for n < size, N = size (periodic, the default) or
+// size - 1 (symmetric); the size may be computed at run time (kiln.range).
+struct WindowCoefficients {
+  double a0, a1, a2;
+};
+template <const WindowCoefficients& W>
+std::vector<Value> window(NodeContext& c) {
+  DataType dt = DataType::Float32;
+  switch (c.int_attr("output_datatype", ::onnx::TensorProto_DataType_FLOAT)) {
+    case ::onnx::TensorProto_DataType_FLOAT: break;
+    case ::onnx::TensorProto_DataType_DOUBLE: dt = DataType::Float64; break;
+    default: c.unsupported("output_datatype " + std::to_string(c.int_attr("output_datatype", 0)));
+  }
+  Value size = c.b.create<CastOp>(c.b.create<ReshapeOp>(c.input(0), std::vector<std::int64_t>{}).result(),
+                                  DataType::Float64)
+                   .result();
+  Value n = c.b.create<RangeOp>(scalar(c, DataType::Float64, 0.0), size, scalar(c, DataType::Float64, 1.0)).result();
+  Value period = c.int_attr("periodic", 1) != 0 ? size : c.b.create<ScaleOp>(size, 1.0, -1.0).result();
+  Value phase = c.b.create<MulOp>(n, c.b.create<DivOp>(scalar(c, DataType::Float64, 2 * M_PI), period).result()).result();
+  Value w = c.b.create<ScaleOp>(c.b.create<CosOp>(phase).result(), -W.a1, W.a0).result();
+  if (W.a2 != 0) {
+    Value second = c.b.create<CosOp>(c.b.create<ScaleOp>(phase, 2.0, 0.0).result()).result();
+    w = c.b.create<AddOp>(w, c.b.create<ScaleOp>(second, W.a2, 0.0).result()).result();
+  }
+  return {dt == DataType::Float64 ? w : c.b.create<CastOp>(w, dt).result()};
+}
+constexpr WindowCoefficients kHann{0.5, 0.5, 0.0}, kHamming{25.0 / 46, 21.0 / 46, 0.0},
+    kBlackman{0.42, 0.5, 0.08};
+
 }  // namespace
 
 void add_math_ops(OpTable& t) {
+  t["HannWindow"] = {&window<kHann>, 17};
+  t["HammingWindow"] = {&window<kHamming>, 17};
+  t["BlackmanWindow"] = {&window<kBlackman>, 17};
   t["Det"] = {&det, 11};
   t["Einsum"] = {&einsum, 12};
   t["Sin"] = {&unary<SinOp>, 7};

@@ -1,8 +1,8 @@
 // ONNX's 1-D and 2-D convolution, transposed convolution and pooling (NCW,
 // NCHW) → kiln.conv2d / kiln.conv2d_transpose (+ a broadcast bias add; 3-D
 // convolutions, transposed too, composed of those), kiln.max_pool2d,
-// kiln.avg_pool2d; the global pools as reductions over
-// the spatial dims; MaxPool's Indices output (composed); LayerNormalization
+// kiln.avg_pool2d; the global pools as reductions over the spatial dims;
+// MaxPool's Indices output and MaxUnpool (composed); LayerNormalization
 // (composed, with its Mean and InvStdDev outputs); BatchNormalization (at
 // inference, or in training mode with its running statistics outputs) and
 // Dropout at inference.
@@ -449,6 +449,47 @@ std::vector<Value> max_pool(NodeContext& c) {
   return {y};
 }
 
+// MaxUnpool: zeros of the unpooled shape ((in - 1)·stride - pads + kernel
+// per spatial dim) with X written at the flat indices I (put_along_axis on
+// the flattened tensors); with output_shape (known at import or computed at
+// run time) that result is padded with zeros at the end of each dim, as
+// ONNX's reference outputs are.
+std::vector<Value> max_unpool(NodeContext& c) {
+  Value x = c.input(0);
+  const DataType dt = shaped_data_type(x.type());
+  auto flat = [&](Value v) { return c.b.create<ReshapeOp>(v, std::vector<std::int64_t>{-1}).result(); };
+  Value idx = flat(c.input(1));
+  if (shaped_data_type(idx.type()) != DataType::Int64) idx = c.b.create<CastOp>(idx, DataType::Int64).result();
+  const std::vector<std::int64_t> xd = shaped_dims(x.type());
+  const std::size_t n = xd.size() < 2 ? 0 : xd.size() - 2;
+  const std::vector<std::int64_t> kernel = c.ints_attr("kernel_shape"),
+                                  strides = ints_or(c, "strides", std::vector<std::int64_t>(n, 1)),
+                                  pads = ints_or(c, "pads", std::vector<std::int64_t>(2 * n, 0));
+  if (n == 0 || kernel.size() != n || strides.size() != n || pads.size() != 2 * n)
+    c.unsupported("kernel_shape / strides / pads of the window");
+  std::vector<std::int64_t> od{xd[0], xd[1]};
+  for (std::size_t i = 0; i < n; ++i) od.push_back((xd[2 + i] - 1) * strides[i] - pads[i] - pads[i + n] + kernel[i]);
+  std::int64_t total = 1;
+  for (auto e : od) {
+    if (e < 0) c.unsupported("MaxUnpool of an input with a dim known only at run time");
+    total *= e;
+  }
+  Value zeros = c.b.create<FullOp>(std::vector<std::int64_t>{total}, 0.0, dt).result();
+  Value y = c.b.create<ReshapeOp>(c.b.create<PutAlongAxisOp>(zeros, idx, flat(x), 0, "none").result(), od).result();
+  if (c.inputs.size() < 3 || !c.inputs[2]) return {y};
+  // output_shape: the unpooled tensor padded with zeros at the end of each dim
+  Value shape = c.inputs[2];
+  if (shaped_data_type(shape.type()) != DataType::Int64) shape = c.b.create<CastOp>(shape, DataType::Int64).result();
+  Value extra = c.b.create<SubOp>(shape, constant_value(c.b, Tensor::from_vector<std::int64_t>(
+                                                                 Dims{static_cast<std::int64_t>(od.size())}, od)))
+                    .result();
+  Value begins = c.b.create<FullOp>(std::vector<std::int64_t>{static_cast<std::int64_t>(od.size())}, 0.0,
+                                    DataType::Int64)
+                     .result();
+  Value grow = c.b.create<ConcatOp>(std::vector<Value>{begins, extra}, 0).result();
+  return {pad_at_run_time(c, y, grow, c.b.create<FullOp>(std::vector<std::int64_t>{}, 0.0, dt).result(), "constant")};
+}
+
 // count_include_pad = 0 averages over the elements inside the input only;
 // with pads beyond half the kernel that is the zero-padded window's mean
 // divided by the mean of a zero-padded mask of ones.
@@ -629,6 +670,7 @@ void add_nn_ops(OpTable& t) {
   t["Conv"] = {&conv, 1};
   t["ConvTranspose"] = {&conv_transpose, 1};
   t["MaxPool"] = {&max_pool, 1};
+  t["MaxUnpool"] = {&max_unpool, 9};
   t["AveragePool"] = {&average_pool, 1};
   t["GlobalAveragePool"] = {&global_pool<MeanOp>, 1};
   t["GlobalMaxPool"] = {&global_pool<MaxOp>, 1};
