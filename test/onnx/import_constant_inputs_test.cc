@@ -3,9 +3,10 @@
 // conformance run checks that form): kiln computes these ops' gathers and
 // weights at import when those inputs are constant, so here the same
 // models get them as initializers holding the test data's values, and must
-// then give ONNX's expected outputs (rtol 1e-3, atol 1e-5). Also: ops
-// composed at import from their input's dims name the node when a dim is
-// known only at run time.
+// then give ONNX's expected outputs (rtol 1e-3, atol 1e-5). Also, on
+// suite models edited here: ops composed at import from their input's dims
+// name the node when a dim is known only at run time; a sequence (kept by
+// the importer as a list) cannot be a graph output.
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
@@ -143,5 +144,29 @@ TEST_CASE("an op composed at import from its input's dims is a clear error when 
       CHECK_THAT(e.message(), Catch::Contains("known only at run time"));
       CHECK_THAT(e.message(), Catch::Contains("ONNX node"));
     }
+  }
+}
+
+TEST_CASE("a sequence as a graph output is a clear error; read through SequenceAt it imports",
+          "[onnx]") {
+  if (!have_suite()) return;
+  const fs::path model_file = fs::path("/usr/share/libonnx-testdata/data/simple/test_sequence_model2/model.onnx");
+  ::onnx::ModelProto model;
+  REQUIRE(model.ParseFromString(read_bytes(model_file)));
+  std::string erased;
+  for (const auto& node : model.graph().node())
+    if (node.op_type() == "SequenceErase") erased = node.output(0);
+  REQUIRE(!erased.empty());
+  std::string bytes;
+  REQUIRE(model.SerializeToString(&bytes));
+  CHECK_NOTHROW(kiln::onnx::import_model_from_bytes(bytes, "test_sequence_model2"));
+  model.mutable_graph()->mutable_output(0)->set_name(erased);
+  REQUIRE(model.SerializeToString(&bytes));
+  try {
+    kiln::onnx::import_model_from_bytes(bytes, "test_sequence_model2");
+    FAIL("no kiln::Error");
+  } catch (const kiln::Error& e) {
+    CHECK(e.kind() == ErrorKind::Unimplemented);
+    CHECK_THAT(e.message(), Catch::Contains("'" + erased + "' is a sequence"));
   }
 }
