@@ -102,6 +102,7 @@ const OpTable& op_table() {
     add_loss_ops(t);
     add_shape_ops(t);
     add_sequence_ops(t);
+    add_rnn_ops(t);
     return t;
   }();
   return table;
