@@ -7,7 +7,8 @@
 // gathers of constant indices, each scaled by a constant weight vector, and
 // their sum, when the input's dims, the scales or sizes and the roi are
 // known at import; otherwise the node is kiln.resize, which reads them at
-// run time.
+// run time. Also GridSample: sampling at positions a grid gives at run time
+// (see grid_sample below).
 #include <algorithm>
 #include <cmath>
 
@@ -218,9 +219,143 @@ std::vector<Value> upsample(NodeContext& c) {
   return resize_with(c, m, scales, {}, {});
 }
 
+// GridSample (opset 16): output position (i, j) samples X at the grid's
+// (x, y) there, mapped from [-1, 1] to pixel coordinates; border padding
+// clamps them into the image, reflection folds them back into it. The
+// samples read (nearest: 1, bilinear: 2 × 2, bicubic: 4 × 4 points with
+// cubic_coeff -0.75 weights) are gathers of X flattened per channel at
+// indices computed at run time; points outside X read 0 (zeros), the
+// nearest edge (border) or their reflection (reflection). X's dims must be
+// known at import.
+struct GridSampler {
+  NodeContext& c;
+  DataType dt;
+  std::int64_t n, ch, h, w, ho, wo;
+  std::string padding;
+  bool align;
+  Value xr;  // X as [N, C, H·W]
+
+  Value scalar(double v) const { return c.b.create<FullOp>(std::vector<std::int64_t>{}, v, dt).result(); }
+  Value add(Value a, Value b) const { return c.b.create<AddOp>(a, b).result(); }
+  Value sub(Value a, Value b) const { return c.b.create<SubOp>(a, b).result(); }
+  Value mul(Value a, Value b) const { return c.b.create<MulOp>(a, b).result(); }
+  Value where(Value m, Value a, Value b) const { return c.b.create<WhereOp>(m, a, b).result(); }
+
+  // x folded into [lo, hi] by reflecting at both ends (as ONNX's reference).
+  Value reflect(Value x, double lo, double hi) const {
+    const double range = hi - lo;
+    if (range <= 0) return add(mul(x, scalar(0.0)), scalar(lo));
+    Value below = c.b.create<LessThanOp>(x, scalar(lo)).result();
+    Value above = c.b.create<GreaterThanOp>(x, scalar(hi)).result();
+    Value dist = where(below, sub(scalar(lo), x), sub(x, scalar(hi)));
+    Value flips = c.b.create<FloorOp>(c.b.create<ScaleOp>(dist, 1.0 / range, 0.0).result()).result();
+    Value rest = sub(dist, c.b.create<ScaleOp>(flips, range, 0.0).result());
+    Value even = c.b.create<EqualOp>(c.b.create<FmodOp>(flips, scalar(2.0)).result(), scalar(0.0)).result();
+    Value up = add(scalar(lo), rest), down = sub(scalar(hi), rest);
+    Value folded = where(below, where(even, up, down), where(even, down, up));
+    return where(c.b.create<LogicalOrOp>(below, above).result(), folded, x);
+  }
+
+  // X at whole-number positions (iy, ix) ([N, Ho, Wo]) → [N, C, Ho, Wo].
+  Value fetch(Value iy, Value ix) const {
+    Value valid;
+    if (padding == "zeros") {
+      auto inside = [&](Value v, std::int64_t extent) {
+        return c.b.create<LogicalAndOp>(c.b.create<GreaterEqualOp>(v, scalar(0.0)).result(),
+                                        c.b.create<LessEqualOp>(v, scalar(static_cast<double>(extent - 1))).result())
+            .result();
+      };
+      valid = c.b.create<LogicalAndOp>(inside(iy, h), inside(ix, w)).result();
+    } else if (padding == "reflection") {
+      ix = reflect(ix, align ? 0.0 : -0.5, align ? static_cast<double>(w - 1) : static_cast<double>(w) - 0.5);
+      iy = reflect(iy, align ? 0.0 : -0.5, align ? static_cast<double>(h - 1) : static_cast<double>(h) - 0.5);
+    }
+    ix = c.b.create<ClipOp>(ix, 0.0, static_cast<double>(w - 1)).result();
+    iy = c.b.create<ClipOp>(iy, 0.0, static_cast<double>(h - 1)).result();
+    Value flat = c.b.create<CastOp>(add(c.b.create<ScaleOp>(iy, static_cast<double>(w), 0.0).result(), ix),
+                                    DataType::Int64)
+                     .result();
+    flat = c.b.create<ReshapeOp>(flat, std::vector<std::int64_t>{n, 1, ho * wo}).result();
+    flat = c.b.create<AddOp>(flat, c.b.create<FullOp>(std::vector<std::int64_t>{1, ch, 1}, 0.0, DataType::Int64).result())
+               .result();
+    Value v = c.b.create<TakeAlongAxisOp>(xr, flat, 2).result();
+    v = c.b.create<ReshapeOp>(v, std::vector<std::int64_t>{n, ch, ho, wo}).result();
+    if (valid)
+      v = mul(v, c.b.create<UnsqueezeOp>(c.b.create<CastOp>(valid, dt).result(), std::vector<std::int64_t>{1}).result());
+    return v;
+  }
+  Value weighted(Value v, Value weight) const {  // weight [N, Ho, Wo] over the channels
+    return mul(v, c.b.create<UnsqueezeOp>(weight, std::vector<std::int64_t>{1}).result());
+  }
+};
+
+// The four cubic weights (a = -0.75) of points floor(t)-1 … floor(t)+2 at
+// fraction t.
+std::vector<Value> cubic_weights(const GridSampler& g, Value t) {
+  const double a = -0.75;
+  auto poly = [&](Value x, double c3, double c2, double c1, double c0) {  // ((c3·x + c2)·x + c1)·x + c0
+    Value r = g.c.b.create<ScaleOp>(x, c3, c2).result();
+    r = g.c.b.create<ScaleOp>(g.mul(r, x), 1.0, c1).result();
+    return g.c.b.create<ScaleOp>(g.mul(r, x), 1.0, c0).result();
+  };
+  Value one = g.scalar(1.0);
+  Value p = g.add(t, one), q = g.sub(one, t), u = g.sub(g.scalar(2.0), t);
+  // |x| in [1, 2): a·x³ - 5a·x² + 8a·x - 4a; |x| < 1: (a+2)·x³ - (a+3)·x² + 1
+  return {poly(p, a, -5 * a, 8 * a, -4 * a), poly(t, a + 2, -(a + 3), 0.0, 1.0), poly(q, a + 2, -(a + 3), 0.0, 1.0),
+          poly(u, a, -5 * a, 8 * a, -4 * a)};
+}
+
+std::vector<Value> grid_sample(NodeContext& c) {
+  Value x = c.input(0), grid = c.input(1);
+  const std::vector<std::int64_t> xd = shaped_dims(x.type()), gd = shaped_dims(grid.type());
+  if (xd.size() != 4 || gd.size() != 4 || gd[3] != 2) c.unsupported("GridSample other than 2-D (X [N, C, H, W], grid [N, H, W, 2])");
+  for (auto e : xd)
+    if (e < 0) c.unsupported("GridSample of an input with a dim known only at run time");
+  if (gd[1] < 0 || gd[2] < 0) c.unsupported("GridSample with a grid whose size is known only at run time");
+  const std::string mode = string_attr(c, "mode", "bilinear"), padding = string_attr(c, "padding_mode", "zeros");
+  if (mode != "bilinear" && mode != "nearest" && mode != "bicubic") c.unsupported("mode '" + mode + "'");
+  if (padding != "zeros" && padding != "border" && padding != "reflection") c.unsupported("padding_mode '" + padding + "'");
+  GridSampler g{c, shaped_data_type(x.type()), xd[0], xd[1], xd[2], xd[3], gd[1], gd[2], padding,
+                c.int_attr("align_corners", 0) != 0,
+                c.b.create<ReshapeOp>(x, std::vector<std::int64_t>{xd[0], xd[1], xd[2] * xd[3]}).result()};
+  // pixel coordinates: align_corners maps ±1 to the corner pixels' centres, else to their outer edges
+  auto pixel = [&](std::int64_t k, std::int64_t extent) -> Value {
+    Value v = c.b.create<GatherOp>(grid, constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{}, {k})), 3).result();
+    const double e = static_cast<double>(extent);
+    v = g.align ? c.b.create<ScaleOp>(v, (e - 1) / 2, (e - 1) / 2).result() : c.b.create<ScaleOp>(v, e / 2, (e - 1) / 2).result();
+    if (padding == "border") return c.b.create<ClipOp>(v, 0.0, e - 1).result();
+    if (padding == "reflection") return g.reflect(v, g.align ? 0.0 : -0.5, g.align ? e - 1 : e - 0.5);
+    return v;
+  };
+  Value px = pixel(0, g.w), py = pixel(1, g.h);
+  if (mode == "nearest") return {g.fetch(c.b.create<RoundOp>(py).result(), c.b.create<RoundOp>(px).result())};
+  Value fx = c.b.create<FloorOp>(px).result(), fy = c.b.create<FloorOp>(py).result();
+  Value tx = g.sub(px, fx), ty = g.sub(py, fy);
+  std::vector<Value> wx, wy;
+  std::int64_t first = 0;
+  if (mode == "bilinear") {
+    wx = {g.sub(g.scalar(1.0), tx), tx};
+    wy = {g.sub(g.scalar(1.0), ty), ty};
+  } else {
+    wx = cubic_weights(g, tx);
+    wy = cubic_weights(g, ty);
+    first = -1;
+  }
+  Value y;
+  for (std::size_t i = 0; i < wy.size(); ++i)
+    for (std::size_t j = 0; j < wx.size(); ++j) {
+      Value iy = g.add(fy, g.scalar(static_cast<double>(first + static_cast<std::int64_t>(i))));
+      Value ix = g.add(fx, g.scalar(static_cast<double>(first + static_cast<std::int64_t>(j))));
+      Value term = g.weighted(g.fetch(iy, ix), g.mul(wy[i], wx[j]));
+      y = y ? g.add(y, term) : term;
+    }
+  return {y};
+}
+
 }  // namespace
 
 void add_resize_ops(OpTable& t) {
+  t["GridSample"] = {&grid_sample, 16};
   t["Resize"] = {&resize, 10};
   t["Upsample"] = {&upsample, 7, 9};
 }
