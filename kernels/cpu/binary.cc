@@ -1,6 +1,6 @@
 // CPU kernels of the broadcasting binary ops — one kernel template expanded
 // over BinaryFamily (kiln/dialect/binary_ops.h: add, sub, mul, div, maximum,
-// minimum, pow), each computing its Math::forward — plus maximum_grad /
+// minimum, pow, mod, fmod), each computing its Math::forward — plus maximum_grad /
 // minimum_grad and add_n. Same-shape and scalar operands take flat loops;
 // everything else runs the collapsed broadcast plan (cpu_kernel_util.h).
 // -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
@@ -37,7 +37,9 @@ struct Binary {
     static void run(KernelContext& ctx) {
       const Tensor& x = typed_input<T>(ctx, 0);
       const Tensor& y = typed_input<T>(ctx, 1);
-      if constexpr (std::is_same_v<Math, DivMath> && std::is_integral_v<T>)
+      if constexpr ((std::is_same_v<Math, DivMath> || std::is_same_v<Math, ModMath> ||
+                     std::is_same_v<Math, FmodMath>) &&
+                    std::is_integral_v<T>)
         check_no_zero_divisor(ctx, y.data<T>(), y.numel());
       run_binary<MathForward<Math>, T, T>(ctx, x, y, x.dtype());
     }

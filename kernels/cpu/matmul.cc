@@ -2,13 +2,16 @@
 // [..., K, M] with transpose_x) times y [..., K, N] (or [..., N, K] with
 // transpose_y), batch dims broadcast numpy-style. One GEMM call when y has no
 // batch (x's batch rows fold into M), otherwise one call per output matrix.
-// The OpenBLAS thread count is left alone (kiln/kernel/blas.h).
+// The OpenBLAS thread count is left alone (kiln/kernel/blas.h). Also
+// kiln.det.
 #include <cblas.h>
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/kernel/kernel_registry.h"
@@ -154,9 +157,55 @@ void matmul_kernel(KernelContext& ctx) {
   }
 }
 
+// kiln.det: per matrix, LU with partial pivoting in double.
+template <typename T>
+void det_kernel(KernelContext& ctx) {
+  const Tensor x = ctx.input(0);
+  const Dims& d = x.dims();
+  const std::string_view op = ctx.op()->name();
+  if (d.rank() < 2 || d[d.rank() - 1] != d[d.rank() - 2])
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' needs square matrices [..., n, n], got [",
+                d.to_string(), "]");
+  const std::int64_t n = d[d.rank() - 1];
+  std::vector<std::int64_t> od(d.begin(), d.end() - 2);
+  Tensor& out = ctx.alloc_output(0, Dims(std::span<const std::int64_t>(od.data(), od.size())), x.dtype());
+  const std::int64_t batch = out.numel();
+  const T* px = x.data<T>();
+  T* po = out.data<T>();
+  std::vector<double> a(static_cast<std::size_t>(n * n));
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t i = 0; i < n * n; ++i) a[static_cast<std::size_t>(i)] = px[b * n * n + i];
+    double det = 1;
+    for (std::int64_t c = 0; c < n && det != 0; ++c) {
+      std::int64_t p = c;
+      for (std::int64_t r = c + 1; r < n; ++r)
+        if (std::abs(a[static_cast<std::size_t>(r * n + c)]) > std::abs(a[static_cast<std::size_t>(p * n + c)])) p = r;
+      if (a[static_cast<std::size_t>(p * n + c)] == 0) {
+        det = 0;
+        break;
+      }
+      if (p != c) {
+        for (std::int64_t k = 0; k < n; ++k)
+          std::swap(a[static_cast<std::size_t>(p * n + k)], a[static_cast<std::size_t>(c * n + k)]);
+        det = -det;
+      }
+      const double piv = a[static_cast<std::size_t>(c * n + c)];
+      det *= piv;
+      for (std::int64_t r = c + 1; r < n; ++r) {
+        const double f = a[static_cast<std::size_t>(r * n + c)] / piv;
+        for (std::int64_t k = c; k < n; ++k)
+          a[static_cast<std::size_t>(r * n + k)] -= f * a[static_cast<std::size_t>(c * n + k)];
+      }
+    }
+    po[b] = static_cast<T>(det);
+  }
+}
+
 }  // namespace
 
 KILN_REGISTER_KERNEL(MatmulOp, Cpu, Float32, matmul_kernel<float>);
 KILN_REGISTER_KERNEL(MatmulOp, Cpu, Float64, matmul_kernel<double>);
+KILN_REGISTER_KERNEL(DetOp, Cpu, Float32, det_kernel<float>);
+KILN_REGISTER_KERNEL(DetOp, Cpu, Float64, det_kernel<double>);
 
 }  // namespace kiln

@@ -1,4 +1,4 @@
-// CPU kernels of sum / mean / max over axes. The input's dims are collapsed
+// CPU kernels of sum / mean / max / prod over axes. The input's dims are collapsed
 // into alternating kept / reduced groups (size-1 dims dropped, neighbours
 // with the same role merged), then walked recursively: a reduced innermost
 // group is a contiguous reduction (8 independent accumulators; f32 sums
@@ -40,6 +40,13 @@ struct MaxR {  // NaN wins
     else return std::numeric_limits<T>::lowest();
   }
   static Acc combine(Acc a, Acc b) { return (b > a || b != b) ? b : a; }
+};
+
+template <typename T>
+struct ProdR {
+  using Acc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+  static constexpr T init() { return T(1); }
+  static Acc combine(Acc a, Acc b) { return a * b; }
 };
 
 struct Group {
@@ -101,11 +108,12 @@ int collapse(const Dims& dims, const std::vector<int>& axes, Group* g) {
   return m;
 }
 
-enum class Kind { Sum, Mean, Max };
+enum class Kind { Sum, Mean, Max, Prod };
 
 template <Kind kind, typename OpT, typename T>
 void reduce_kernel(KernelContext& ctx) {
-  using R = std::conditional_t<kind == Kind::Max, MaxR<T>, SumR<T>>;
+  using R = std::conditional_t<kind == Kind::Max, MaxR<T>,
+                               std::conditional_t<kind == Kind::Prod, ProdR<T>, SumR<T>>>;
   const auto& a = ctx.attrs<OpT>();
   const Tensor& x = typed_input<T>(ctx, 0);
   const std::string_view op = ctx.op()->name();
@@ -134,7 +142,9 @@ void reduce_kernel(KernelContext& ctx) {
     if constexpr (kind == Kind::Max)
       throw_error(ErrorKind::InvalidArgument, "op '", op,
                   "' reduces over an empty axis (input [", xd.to_string(), "])");
-    const T fill = kind == Kind::Mean ? std::numeric_limits<T>::quiet_NaN() : T(0);
+    const T fill = kind == Kind::Mean   ? std::numeric_limits<T>::quiet_NaN()
+                   : kind == Kind::Prod ? T(1)
+                                        : T(0);
     std::fill(po, po + on, fill);
     return;
   }
@@ -165,12 +175,17 @@ template <typename T>
 struct MaxK {
   static void run(KernelContext& ctx) { reduce_kernel<Kind::Max, MaxOp, T>(ctx); }
 };
+template <typename T>
+struct ProdK {
+  static void run(KernelContext& ctx) { reduce_kernel<Kind::Prod, ProdOp, T>(ctx); }
+};
 
 }  // namespace
 
 KILN_REGISTER_KERNELS(SumOp, Cpu, SumK, float, double, std::int32_t, std::int64_t);
 KILN_REGISTER_KERNELS(MeanOp, Cpu, MeanK, float, double);
 KILN_REGISTER_KERNELS(MaxOp, Cpu, MaxK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNELS(ProdOp, Cpu, ProdK, float, double, std::int32_t, std::int64_t);
 
 }  // namespace kiln::cpu
 
@@ -242,6 +257,31 @@ void reduce_grad(KernelContext& ctx) {
   } else if constexpr (kind == Kind::Mean) {
     const T inv = T(1) / static_cast<T>(count);
     for_each_reduced(xd, axes, [&](std::int64_t i, std::int64_t o) { pdx[i] = pd[o] * inv; });
+  } else if constexpr (kind == Kind::Prod) {
+    // Per group: the product of its non-zero elements and its zero count;
+    // an element's gradient is the product of the others.
+    const T* px = x.data<T>();
+    thread_local std::vector<T> nonzero;  // grown once per thread, then reused
+    thread_local std::vector<std::int64_t> zeros;
+    if (static_cast<std::int64_t>(nonzero.size()) < on) {
+      nonzero.resize(static_cast<std::size_t>(on));
+      zeros.resize(static_cast<std::size_t>(on));
+    }
+    std::fill(nonzero.begin(), nonzero.begin() + on, T(1));
+    std::fill(zeros.begin(), zeros.begin() + on, 0);
+    for_each_reduced(xd, axes, [&](std::int64_t i, std::int64_t o) {
+      const auto k = static_cast<std::size_t>(o);
+      if (px[i] == T(0)) ++zeros[k];
+      else nonzero[k] *= px[i];
+    });
+    for_each_reduced(xd, axes, [&](std::int64_t i, std::int64_t o) {
+      const auto k = static_cast<std::size_t>(o);
+      T others;
+      if (zeros[k] == 0) others = nonzero[k] / px[i];
+      else if (zeros[k] == 1 && px[i] == T(0)) others = nonzero[k];
+      else others = T(0);
+      pdx[i] = pd[o] * others;
+    });
   } else {
     const Tensor out = typed_input<T>(ctx, 1);
     const T* px = x.data<T>();
@@ -270,11 +310,16 @@ template <typename T>
 struct MaxGradK {
   static void run(KernelContext& ctx) { reduce_grad<Kind::Max, GradOf<MaxOp>, T>(ctx); }
 };
+template <typename T>
+struct ProdGradK {
+  static void run(KernelContext& ctx) { reduce_grad<Kind::Prod, GradOf<ProdOp>, T>(ctx); }
+};
 
 }  // namespace
 
 KILN_REGISTER_KERNELS(GradOf<SumOp>, Cpu, SumGradK, float, double);
 KILN_REGISTER_KERNELS(GradOf<MeanOp>, Cpu, MeanGradK, float, double);
 KILN_REGISTER_KERNELS(GradOf<MaxOp>, Cpu, MaxGradK, float, double);
+KILN_REGISTER_KERNELS(GradOf<ProdOp>, Cpu, ProdGradK, float, double);
 
 }  // namespace kiln::cpu

@@ -2,11 +2,16 @@
 // math structs; with dims after the axis the comparison runs across them,
 // contiguous), topk (per row: the candidates gathered into a per-thread
 // scratch buffer, partially sorted) with its gradient (a scatter of the
-// grad to the indices), and one_hot. The run path allocates nothing but
-// output buffers.
+// grad to the indices), one_hot, and nonzero / unique (their results sized
+// by the data). Apart from unique's tables, the run path allocates nothing
+// but output buffers.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <map>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "cpu_kernel_util.h"
 #include "kiln/dialect/search_ops.h"
@@ -236,8 +241,111 @@ struct OneHotK {
   }
 };
 
+// ---- nonzero ----
+
+template <typename T>
+struct NonzeroK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0);
+    const Dims& d = x.dims();
+    const T* px = x.data<T>();
+    const std::int64_t n = x.numel();
+    std::int64_t count = 0;
+    for (std::int64_t i = 0; i < n; ++i) count += px[i] != T(0);
+    Tensor& out = ctx.alloc_output(0, Dims{d.rank(), count}, DataType::Int64);
+    std::int64_t* po = out.data<std::int64_t>();
+    std::int64_t col = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (px[i] == T(0)) continue;
+      std::int64_t rest = i;
+      for (int k = d.rank() - 1; k >= 0; --k) {
+        po[k * count + col] = rest % d[k];
+        rest /= d[k];
+      }
+      ++col;
+    }
+  }
+};
+
+// ---- unique ----
+
+// Orders slices element by element, NaN after every number and equal to
+// NaN (a strict weak order, so NaNs are one distinct value, sorted last).
+template <typename T>
+struct NanLast {
+  static bool less(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) return !std::isnan(a) && (std::isnan(b) || a < b);
+    else return a < b;
+  }
+  bool operator()(const std::vector<T>& a, const std::vector<T>& b) const {
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), &NanLast::less);
+  }
+};
+
+// The distinct slices of x along an axis (outer × len × inner; flattened:
+// outer = inner = 1), compared element by element.
+template <typename T>
+struct UniqueK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<UniqueOp>();
+    const Tensor x = typed_input<T>(ctx, 0);
+    const Dims& d = x.dims();
+    const std::int64_t axis = a.flatten ? 0 : axis_at_run(ctx, a.axis, d.rank());
+    Split3 s;
+    if (a.flatten) s.len = x.numel();
+    else s = split_at(d, axis);
+    const T* px = x.data<T>();
+    // slice j as a vector (outer · inner elements), for ordering and look-up
+    auto slice = [&](std::int64_t j) {
+      std::vector<T> v;
+      v.reserve(static_cast<std::size_t>(s.outer * s.inner));
+      for (std::int64_t o = 0; o < s.outer; ++o)
+        for (std::int64_t i = 0; i < s.inner; ++i) v.push_back(px[(o * s.len + j) * s.inner + i]);
+      return v;
+    };
+    std::map<std::vector<T>, std::int64_t, NanLast<T>> first;  // slice -> its first position
+    std::vector<std::int64_t> order;                // first positions, in occurrence order
+    std::vector<std::int64_t> of(static_cast<std::size_t>(s.len));  // each slice's first position
+    for (std::int64_t j = 0; j < s.len; ++j) {
+      auto [it, fresh] = first.emplace(slice(j), j);
+      if (fresh) order.push_back(j);
+      of[static_cast<std::size_t>(j)] = it->second;
+    }
+    if (a.sorted) {
+      order.clear();
+      for (const auto& [v, j] : first) order.push_back(j);
+    }
+    const auto u = static_cast<std::int64_t>(order.size());
+    std::map<std::int64_t, std::int64_t> place;  // first position -> index in y
+    for (std::int64_t k = 0; k < u; ++k) place[order[static_cast<std::size_t>(k)]] = k;
+    std::vector<std::int64_t> yd;
+    if (a.flatten) yd = {u};
+    else {
+      yd = d.to_vector();
+      yd[static_cast<std::size_t>(axis)] = u;
+    }
+    Tensor& y = ctx.alloc_output(0, Dims(std::span<const std::int64_t>(yd.data(), yd.size())), x.dtype());
+    T* py = y.data<T>();
+    for (std::int64_t o = 0; o < s.outer; ++o)
+      for (std::int64_t k = 0; k < u; ++k)
+        for (std::int64_t i = 0; i < s.inner; ++i)
+          py[(o * u + k) * s.inner + i] = px[(o * s.len + order[static_cast<std::size_t>(k)]) * s.inner + i];
+    std::int64_t* pidx = ctx.alloc_output(1, Dims{u}, DataType::Int64).data<std::int64_t>();
+    for (std::int64_t k = 0; k < u; ++k) pidx[k] = order[static_cast<std::size_t>(k)];
+    std::int64_t* pinv = ctx.alloc_output(2, Dims{s.len}, DataType::Int64).data<std::int64_t>();
+    std::int64_t* pcnt = ctx.alloc_output(3, Dims{u}, DataType::Int64).data<std::int64_t>();
+    std::fill(pcnt, pcnt + u, 0);
+    for (std::int64_t j = 0; j < s.len; ++j) {
+      pinv[j] = place[of[static_cast<std::size_t>(j)]];
+      ++pcnt[pinv[j]];
+    }
+  }
+};
+
 }  // namespace
 
+KILN_REGISTER_KERNELS(NonzeroOp, Cpu, NonzeroK, float, double, std::int32_t, std::int64_t, bool);
+KILN_REGISTER_KERNELS(UniqueOp, Cpu, UniqueK, float, double, std::int32_t, std::int64_t);
 KILN_REGISTER_KERNELS(ArgMaxOp, Cpu, ArgMaxK, float, double, std::int32_t, std::int64_t);
 KILN_REGISTER_KERNELS(ArgMinOp, Cpu, ArgMinK, float, double, std::int32_t, std::int64_t);
 KILN_REGISTER_KERNELS(TopKOp, Cpu, TopKK, float, double, std::int32_t, std::int64_t);

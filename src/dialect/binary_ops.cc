@@ -104,6 +104,19 @@ BinaryGrads PowMath::grads(Builder& b, Operation* op, Value d) {
   return {dx, dy};
 }
 
+// out = x - q·y with q = trunc(x / y) or floor(x / y), constant almost
+// everywhere: dx = dout, dy = -dout·q = -dout·(x - out) / y.
+namespace {
+BinaryGrads remainder_grads(Builder& b, Operation* op, Value d) {
+  Value x = op->operand_source(0), y = op->operand_source(1), out = op->result(0);
+  Value q = b.create<DivOp>(b.create<SubOp>(x, out).result(), y).result();
+  return {d, b.create<NegOp>(b.create<MulOp>(d, q).result()).result()};
+}
+}  // namespace
+
+BinaryGrads ModMath::grads(Builder& b, Operation* op, Value d) { return remainder_grads(b, op, d); }
+BinaryGrads FmodMath::grads(Builder& b, Operation* op, Value d) { return remainder_grads(b, op, d); }
+
 // ---- add_n ----
 
 void AddNOp::build(Builder&, OperationArgument& arg, const std::vector<Value>& xs) {

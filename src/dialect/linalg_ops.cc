@@ -1,4 +1,5 @@
-// kiln.matmul (kiln/dialect/linalg_ops.h): InferMeta, Vjp, registration.
+// kiln.matmul and kiln.det (kiln/dialect/linalg_ops.h): InferMeta, Vjp,
+// registration.
 #include "kiln/dialect/linalg_ops.h"
 #include "kiln/dialect/tensor_ops.h"
 
@@ -6,7 +7,7 @@
 
 namespace kiln {
 
-KILN_REGISTER_OP(MatmulOp);
+KILN_REGISTER_OP(MatmulOp, DetOp);
 
 void MatmulOp::build(Builder&, OperationArgument& arg, Value x, Value y, bool tx, bool ty) {
   arg.add_operand(x);
@@ -85,6 +86,26 @@ std::vector<Value> MatmulOp::vjp(Builder& b, Operation* op, const std::vector<Va
     grads[1] = fit(dy, y);
   }
   return grads;
+}
+
+void DetOp::build(Builder&, OperationArgument& arg, Value x) { arg.add_operand(x); }
+
+std::vector<Type> DetOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute) {
+  meta::require_count(name, in, 1);
+  Type x = meta::tensor_operand(name, in, 0);
+  const DataType dt = shaped_data_type(x);
+  if (dt != DataType::Float32 && dt != DataType::Float64)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' takes f32 or f64, got ", to_string(dt));
+  std::vector<std::int64_t> d = shaped_dims(x);
+  if (d.size() < 2)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs square matrices [..., n, n], got ",
+                meta::dims_string(d));
+  const std::int64_t m = d[d.size() - 2], n = d[d.size() - 1];
+  if (m >= 0 && n >= 0 && m != n)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs square matrices [..., n, n], got ",
+                meta::dims_string(d));
+  d.resize(d.size() - 2);
+  return {meta::result_like(in, dt, std::move(d))};
 }
 
 }  // namespace kiln

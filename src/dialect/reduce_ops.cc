@@ -4,7 +4,8 @@
 
 namespace kiln {
 
-KILN_REGISTER_OP(SumOp, GradOf<SumOp>, MeanOp, GradOf<MeanOp>, MaxOp, GradOf<MaxOp>);
+KILN_REGISTER_OP(SumOp, GradOf<SumOp>, MeanOp, GradOf<MeanOp>, MaxOp, GradOf<MaxOp>, ProdOp,
+                 GradOf<ProdOp>);
 
 std::vector<int> normalize_reduce_axes(std::string_view op, const std::vector<std::int64_t>& axes,
                                        int rank) {
@@ -62,6 +63,12 @@ std::vector<Value> MaxOp::vjp(Builder& b, Operation* op, const std::vector<Value
   Value d = vjp::single_grad(op, g);
   if (!d || !vjp::differentiable(op->operand_source(0))) return {Value()};
   return {b.create<GradOf<MaxOp>>(op, op->operand_source(0), op->result(0), d).result()};
+}
+
+std::vector<Value> ProdOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = vjp::single_grad(op, g);
+  if (!d || !vjp::differentiable(op->operand_source(0))) return {Value()};
+  return {b.create<GradOf<ProdOp>>(op, op->operand_source(0), d).result()};
 }
 
 namespace detail {

@@ -8,7 +8,7 @@
 
 namespace kiln {
 
-KILN_REGISTER_OP(ArgMaxOp, ArgMinOp, TopKOp, GradOf<TopKOp>, OneHotOp);
+KILN_REGISTER_OP(ArgMaxOp, ArgMinOp, TopKOp, GradOf<TopKOp>, OneHotOp, NonzeroOp, UniqueOp);
 
 
 namespace {
@@ -115,6 +115,42 @@ std::vector<Type> OneHotOp::infer_meta(const std::vector<Type>& in, DictionaryAt
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' result rank ", out.size(),
                 " exceeds the maximum rank 9");
   return {meta::result_like(in, DataType::Float32, std::move(out))};
+}
+
+// ---- nonzero / unique ----
+
+void NonzeroOp::build(Builder&, OperationArgument& arg, Value x) { arg.add_operand(x); }
+
+std::vector<Type> NonzeroOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute) {
+  meta::require_count(name, in, 1);
+  Type x = meta::tensor_operand(name, in, 0);
+  const DataType dt = shaped_data_type(x);
+  if (dt != DataType::Bool) require_searchable(name, dt);
+  const auto rank = static_cast<std::int64_t>(shaped_dims(x).size());
+  return {meta::result_like(in, DataType::Int64, {rank, -1})};
+}
+
+void UniqueOp::build(Builder&, OperationArgument& arg, Value x, bool flatten, std::int64_t axis,
+                     bool sorted) {
+  arg.add_operand(x);
+  arg.attributes = to_named_attributes(Attributes{flatten, axis, sorted});
+}
+
+std::vector<Type> UniqueOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  auto a = from_attributes<Attributes>(attrs, name);
+  meta::require_count(name, in, 1);
+  Type x = meta::tensor_operand(name, in, 0);
+  const DataType dt = shaped_data_type(x);
+  require_searchable(name, dt);
+  std::vector<std::int64_t> y{-1};
+  if (!a.flatten) {
+    y = shaped_dims(x);
+    if (y.empty())
+      throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs an input of rank >= 1 along an axis");
+    y[static_cast<std::size_t>(meta::normalize_axis(name, a.axis, static_cast<std::int64_t>(y.size())))] = -1;
+  }
+  Type ids = meta::result_like(in, DataType::Int64, {-1});
+  return {meta::result_like(in, dt, std::move(y)), ids, ids, ids};
 }
 
 }  // namespace kiln

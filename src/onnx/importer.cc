@@ -30,9 +30,17 @@ void NodeContext::unsupported(const std::string& what) const {
 }
 
 Value NodeContext::input(std::size_t i) const {
+  if (i < sequences.size() && sequences[i])
+    unsupported("input #" + std::to_string(i) + " is a sequence; kiln takes a tensor there");
   if (i >= inputs.size() || !inputs[i])
     throw_error(ErrorKind::InvalidArgument, "ONNX ", where(), " needs input #", i);
   return inputs[i];
+}
+
+const std::vector<Value>& NodeContext::sequence(std::size_t i) const {
+  if (i >= sequences.size() || !sequences[i])
+    throw_error(ErrorKind::InvalidArgument, "ONNX ", where(), " needs a sequence as input #", i);
+  return *sequences[i];
 }
 
 const ::onnx::AttributeProto* NodeContext::attribute(const std::string& name) const {
@@ -94,6 +102,8 @@ const OpTable& op_table() {
     add_indexing_ops(t);
     add_loss_ops(t);
     add_shape_ops(t);
+    add_sequence_ops(t);
+    add_rnn_ops(t);
     return t;
   }();
   return table;
@@ -190,6 +200,11 @@ class GraphImporter {
     auto c = constants_.find(name);
     if (c != constants_.end()) return &c->second;
     return parent_ ? parent_->lookup_constant(name) : nullptr;
+  }
+  const std::vector<Value>* lookup_sequence(const std::string& name) const {
+    auto q = sequences_.find(name);
+    if (q != sequences_.end()) return &q->second;
+    return parent_ ? parent_->lookup_sequence(name) : nullptr;
   }
   void bind(const std::string& name, Value v) { values_[name] = v; }
 
@@ -294,9 +309,13 @@ class GraphImporter {
   void import_node(const ::onnx::NodeProto& node) {
     const std::string where = "node '" + node.name() + "' (" + node.op_type() + ")";
     const detail::OpEntry& entry = entry_for(node, where);
-    detail::NodeContext ctx{b_, node, out_.opset, {}, {}, {}, {}};
+    detail::NodeContext ctx{b_, node, out_.opset, {}, {}, {}, {}, {}, {}};
+    bool sequences = false;
     for (const auto& name : node.input()) {
-      if (name.empty()) {
+      const std::vector<Value>* seq = name.empty() ? nullptr : lookup_sequence(name);
+      ctx.sequences.push_back(seq);
+      sequences |= seq != nullptr;
+      if (name.empty() || seq) {
         ctx.inputs.emplace_back();
         ctx.constants.push_back(nullptr);
         continue;
@@ -321,8 +340,13 @@ class GraphImporter {
       if (e.message().find(where) != std::string::npos) throw;
       throw Error(e.kind(), "ONNX " + where + ": " + e.message());
     }
+    for (auto& [k, elements] : ctx.sequence_outputs) {
+      if (k < static_cast<std::size_t>(node.output_size()) && !node.output(static_cast<int>(k)).empty())
+        sequences_[node.output(static_cast<int>(k))] = std::move(elements);
+      sequences = true;
+    }
     for (int k = 0; k < node.output_size(); ++k) {
-      if (node.output(k).empty()) continue;
+      if (node.output(k).empty() || ctx.sequence_outputs.count(static_cast<std::size_t>(k))) continue;
       if (k >= static_cast<int>(results.size()) || !results[static_cast<std::size_t>(k)])
         throw_error(ErrorKind::Unimplemented, "ONNX ", where, ": kiln does not compute output #",
                     k, " ('", node.output(k), "')");
@@ -331,7 +355,7 @@ class GraphImporter {
     // Outputs the builder knows (Constant, Shape), or else a node whose
     // inputs are all known, folded: known at import too.
     if (ctx.known_outputs.empty()) {
-      fold_constants(block_, mark, node, ctx, results, constants_);
+      if (!sequences) fold_constants(block_, mark, node, ctx, results, constants_);
       return;
     }
     for (std::size_t k = 0; k < ctx.known_outputs.size(); ++k)
@@ -365,6 +389,9 @@ class GraphImporter {
     for (const auto& o : g.output()) {
       if (poisoned_.count(o.name())) continue;
       auto v = values_.find(o.name());
+      if (v == values_.end() && sequences_.count(o.name()))
+        throw_error(ErrorKind::Unimplemented, "ONNX model ", what_, ": graph output '", o.name(),
+                    "' is a sequence; kiln's outputs are tensors");
       if (v == values_.end())
         throw_error(ErrorKind::InvalidArgument, "ONNX model ", what_, ": graph output '", o.name(),
                     "' is made by no node");
@@ -401,6 +428,7 @@ class GraphImporter {
   std::unordered_set<std::string> poisoned_;
   std::unordered_map<std::string, Value> values_;
   std::unordered_map<std::string, Tensor> constants_;
+  std::unordered_map<std::string, std::vector<Value>> sequences_;
 };
 
 }  // namespace

@@ -31,6 +31,12 @@ struct NodeContext {
   // A builder that knows its outputs' values at import (Shape of static
   // dims) puts them here, one per output (uninitialized: not known).
   std::vector<Tensor> known_outputs;
+  // ONNX sequences are imported as lists of values whose length is known
+  // at import: input i's elements where it is a sequence (its `inputs`
+  // entry is then null), else null. A builder whose output k is a sequence
+  // puts its elements in sequence_outputs[k] and returns a null value there.
+  std::vector<const std::vector<Value>*> sequences;
+  std::map<std::size_t, std::vector<Value>> sequence_outputs;
   // Imports a subgraph attribute's graph into `block` (a detached block),
   // binding its inputs to `inputs`; names it does not define resolve in the
   // node's scope (outer values, used directly). Returns its outputs.
@@ -50,12 +56,19 @@ struct NodeContext {
   // Input i's value as integers, known at import; kiln::Error naming the
   // node and `what` when the input is computed at run time.
   std::vector<std::int64_t> constant_ints(std::size_t i, const std::string& what) const;
+  // Input i's elements; kiln::Error naming the node when it is no sequence.
+  const std::vector<Value>& sequence(std::size_t i) const;
 };
 
 // An ONNX TensorProto as a kiln tensor (see kiln/onnx/import.h).
 Tensor tensor_of(const ::onnx::TensorProto& t, std::string_view what);
 // A tensor's bytes as a builtin.constant; its value.
 Value constant_value(Builder& b, const Tensor& t);
+
+// x padded by `pads` (1-D i32/i64 [2·rank]: begins, then ends; negative
+// crops) computed at run time, in ONNX Pad's mode constant (with the scalar
+// `fill`), edge or reflect. x's dims must be known at import.
+Value pad_at_run_time(NodeContext& c, Value x, Value pads, Value fill, const std::string& mode);
 
 using NodeBuilder = std::vector<Value> (*)(NodeContext& ctx);
 
@@ -84,5 +97,7 @@ void add_random_ops(OpTable& t);
 void add_indexing_ops(OpTable& t);
 void add_loss_ops(OpTable& t);
 void add_shape_ops(OpTable& t);
+void add_sequence_ops(OpTable& t);
+void add_rnn_ops(OpTable& t);
 
 }  // namespace kiln::onnx::detail

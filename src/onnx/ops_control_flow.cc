@@ -5,7 +5,8 @@
 //          condition; scan outputs are written to tensor arrays at the
 //          iteration number and stacked after the loop;
 //   Scan → kiln.while over the scan inputs' slices (array_from_tensor, read
-//          at i or, reversed, at n-1-i), scan outputs stacked likewise.
+//          at i or, reversed, at n-1-i), scan outputs stacked likewise;
+//          opset 8's batch form for a batch of one.
 // Subgraphs read outer values directly; capture_external_values turns those
 // into the ops' captures. A loop-carried value whose dims change across
 // iterations is imported again with -1 there.
@@ -173,10 +174,12 @@ std::vector<Value> loop_node(NodeContext& c) {
   }
 }
 
-// Opset 9 on (opset 8's batch form is not imported). Carried: [i, state…,
+std::vector<Value> scan8_node(NodeContext& c);
+
+// Opset 9 on (opset 8's batch form: scan8_node). Carried: [i, state…,
 // scan output arrays…]; the scan inputs' arrays are captures.
 std::vector<Value> scan_node(NodeContext& c) {
-  if (c.opset < 9) c.unsupported("Scan before opset 9 (with a batch axis and sequence_lens)");
+  if (c.opset < 9) return scan8_node(c);
   const ::onnx::GraphProto& body_g = graph_attr(c, "body");
   const auto m = static_cast<std::size_t>(c.int_attr("num_scan_inputs", 0));
   if (m == 0 || m > c.inputs.size()) c.unsupported("num_scan_inputs " + std::to_string(m));
@@ -251,12 +254,36 @@ std::vector<Value> scan_node(NodeContext& c) {
   }
 }
 
+// Opset 8: sequence_lens first, then the states and scan inputs with a
+// batch axis 0 (the scan axis is 1). A batch of one without sequence_lens
+// is opset 9's Scan on the inputs with the batch axis squeezed out, its
+// outputs given it back.
+std::vector<Value> scan8_node(NodeContext& c) {
+  if (c.inputs.empty()) c.unsupported("Scan without inputs");
+  if (c.inputs[0]) c.unsupported("Scan (opset 8) with sequence_lens");
+  for (std::int64_t d : c.ints_attr("directions"))
+    if (d != 0) c.unsupported("Scan (opset 8) with reversed directions");
+  NodeContext c9 = c;
+  c9.opset = 9;
+  c9.inputs.erase(c9.inputs.begin());
+  c9.constants.erase(c9.constants.begin());
+  for (Value& v : c9.inputs) {
+    const auto d = shaped_dims(v.type());
+    if (d.empty() || d[0] != 1) c.unsupported("Scan (opset 8) with a batch other than 1, input " + meta::dims_string(d));
+    v = c.b.create<SqueezeOp>(v, std::vector<std::int64_t>{0}).result();
+  }
+  std::fill(c9.constants.begin(), c9.constants.end(), nullptr);
+  std::vector<Value> outs = scan_node(c9);
+  for (Value& v : outs) v = c.b.create<UnsqueezeOp>(v, std::vector<std::int64_t>{0}).result();
+  return outs;
+}
+
 }  // namespace
 
 void add_control_flow_ops(OpTable& t) {
   t["If"] = {&if_node, 1};
   t["Loop"] = {&loop_node, 1};
-  t["Scan"] = {&scan_node, 9};
+  t["Scan"] = {&scan_node, 8};
 }
 
 }  // namespace kiln::onnx::detail

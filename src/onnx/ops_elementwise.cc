@@ -1,7 +1,7 @@
 // ONNX's elementwise ops → kiln's unary, binary (numpy broadcasting, as ONNX
 // since opset 7), comparison and logic ops; the variadic Sum / Max / Min as
 // chains of binary ops; Gemm, MatMul, Softmax / LogSoftmax, Cast, Where,
-// Clip, ArgMax / ArgMin, Trilu; activations composed of kiln ops (LeakyRelu,
+// Clip, ArgMax / ArgMin, Trilu, Mod (kiln.mod / kiln.fmod); activations composed of kiln ops (LeakyRelu,
 // PRelu, Elu, Selu, HardSigmoid, Softplus, Softsign).
 #include <limits>
 
@@ -269,11 +269,24 @@ std::vector<Value> trilu(NodeContext& c) {
   return {c.b.create<TrilOp>(c.input(0), k).result()};
 }
 
-// max(x, 0) + slope · min(x, 0), slope broadcast to x
+// max(x, 0) + slope · min(x, 0), slope broadcast to x. Before opset 7 a
+// slope of one dim [C] is per channel (x's dim 1): it gets trailing 1s.
 std::vector<Value> prelu(NodeContext& c) {
-  Value x = c.input(0), zero = scalar_like(c, x, 0.0);
-  Value neg = c.b.create<MulOp>(c.b.create<MinimumOp>(x, zero).result(), c.input(1)).result();
+  Value x = c.input(0), zero = scalar_like(c, x, 0.0), slope = c.input(1);
+  const std::vector<std::int64_t> xd = shaped_dims(x.type()), sd = shaped_dims(slope.type());
+  if (c.opset < 7 && sd.size() == 1 && sd[0] > 1 && xd.size() > 2 && xd[1] == sd[0]) {
+    std::vector<std::int64_t> per_channel(xd.size() - 1, 1);
+    per_channel[0] = sd[0];
+    slope = c.b.create<ReshapeOp>(slope, per_channel).result();
+  }
+  Value neg = c.b.create<MulOp>(c.b.create<MinimumOp>(x, zero).result(), slope).result();
   return {c.b.create<AddOp>(c.b.create<MaximumOp>(x, zero).result(), neg).result()};
+}
+
+// The remainder with the divisor's sign (fmod = 0) or the dividend's
+// (fmod = 1).
+std::vector<Value> mod(NodeContext& c) {
+  return c.int_attr("fmod", 0) != 0 ? binary<FmodOp>(c) : binary<ModOp>(c);
 }
 
 // Mean of the inputs (broadcasting): their sum / n.
@@ -333,6 +346,7 @@ void add_elementwise_ops(OpTable& t) {
   t["Mul"] = {&broadcasting_binary<MulOp>, 1};
   t["Div"] = {&broadcasting_binary<DivOp>, 1};
   t["Pow"] = {&pow, 1};
+  t["Mod"] = {&mod, 10};
   t["Sum"] = {&variadic<AddOp>, 6};
   t["Max"] = {&variadic<MaximumOp>, 6};
   t["Min"] = {&variadic<MinimumOp>, 6};

@@ -1,8 +1,8 @@
 // ONNX ops that move or pick elements, composed of kiln ops: Pad (constant
 // mode → kiln.pad; edge and reflect → one gather per padded axis, from
-// indices computed at import), DepthToSpace / SpaceToDepth (reshape,
-// transpose, reshape), TopK (kiln.topk), OneHot (a comparison with the
-// positions 0 … depth-1, so out-of-range indices give all off-values as
+// indices computed at import, or at run time for pads computed then), DepthToSpace / SpaceToDepth (reshape,
+// transpose, reshape), TopK (kiln.topk; a k computed at run time slices a
+// full sort), OneHot (a comparison with the positions 0 … depth-1, so out-of-range indices give all off-values as
 // ONNX says), and the normalizations InstanceNormalization,
 // MeanVarianceNormalization and LRN.
 #include <algorithm>
@@ -48,8 +48,56 @@ double scalar_value(NodeContext& c, std::size_t i, const std::string& what) {
   }
 }
 
+}  // namespace
+
+// Pad with its pads (or constant_value) computed at run time: along each
+// axis a gather of the source positions range(n + before + after) - before,
+// clamped to the axis (edge), reflected at its ends (reflect), or clamped
+// and then replaced by the value where they fall outside (constant).
+Value pad_at_run_time(NodeContext& c, Value x, Value pads, Value fill, const std::string& mode) {
+  if (mode != "constant" && mode != "edge" && mode != "reflect") c.unsupported("Pad mode '" + mode + "'");
+  const std::vector<std::int64_t> d = known_dims(c, x, "Pad with pads computed at run time");
+  const auto rank = static_cast<std::int64_t>(d.size());
+  const auto pad_len = shaped_dims(pads.type());
+  if (pad_len.size() != 1 || (pad_len[0] >= 0 && pad_len[0] != 2 * rank))
+    c.unsupported("pads of shape " + meta::dims_string(pad_len) + " for an input of rank " + std::to_string(rank));
+  if (dtype_of(pads) != DataType::Int64) pads = c.b.create<CastOp>(pads, DataType::Int64).result();
+  auto i64 = [&](std::int64_t v) { return scalar(c, DataType::Int64, static_cast<double>(v)); };
+  auto pad_at = [&](std::int64_t k) { return c.b.create<GatherOp>(pads, i64_constant(c, {}, {k}), 0).result(); };
+  for (std::int64_t a = 0; a < rank; ++a) {
+    const std::int64_t n = d[static_cast<std::size_t>(a)];
+    if (n == 0) c.unsupported("Pad of an empty axis with pads computed at run time");
+    Value before = pad_at(a), after = pad_at(a + rank);
+    Value length = c.b.create<AddOp>(c.b.create<AddOp>(before, after).result(), i64(n)).result();
+    Value src = c.b.create<SubOp>(c.b.create<RangeOp>(i64(0), length, i64(1)).result(), before).result();
+    Value inside;
+    if (mode == "constant")
+      inside = c.b.create<LogicalAndOp>(c.b.create<GreaterEqualOp>(src, i64(0)).result(),
+                                        c.b.create<LessThanOp>(src, i64(n)).result())
+                   .result();
+    if (mode == "reflect" && n > 1) {  // without repeating the border
+      const std::int64_t period = 2 * (n - 1);
+      src = c.b.create<ModOp>(src, i64(period)).result();
+      src = c.b.create<WhereOp>(c.b.create<GreaterEqualOp>(src, i64(n)).result(),
+                                c.b.create<SubOp>(i64(period), src).result(), src)
+                .result();
+    }
+    src = c.b.create<MinimumOp>(c.b.create<MaximumOp>(src, i64(0)).result(), i64(n - 1)).result();
+    x = c.b.create<GatherOp>(x, src, a).result();
+    if (mode == "constant") {  // the mask along the axis: [length, 1, …]
+      std::vector<std::int64_t> along(static_cast<std::size_t>(rank - a), 1);
+      along[0] = -1;
+      x = c.b.create<WhereOp>(c.b.create<ReshapeOp>(inside, along).result(), x, fill).result();
+    }
+  }
+  return x;
+}
+
+namespace {
+
 // Pads: [x1_begin, x2_begin, …, x1_end, x2_end, …] (an attribute before
-// opset 11, a constant input since); negative pads crop.
+// opset 11, a constant input since, or computed at run time); negative
+// pads crop.
 std::vector<Value> pad(NodeContext& c) {
   Value x = c.input(0);
   const auto rank = static_cast<std::int64_t>(shaped_dims(x.type()).size());
@@ -61,9 +109,15 @@ std::vector<Value> pad(NodeContext& c) {
     pads = c.ints_attr(c.opset < 2 ? "paddings" : "pads");
     value = c.float_attr("value", 0.0f);
   } else {
+    if (c.inputs.size() > 3 && c.inputs[3]) c.unsupported("Pad's axes input");
+    if (!c.constants[1] || (c.inputs.size() > 2 && c.inputs[2] && !c.constants[2]))
+      return {pad_at_run_time(c, c.input(0), c.input(1),
+                              c.inputs.size() > 2 && c.inputs[2]
+                                  ? c.b.create<ReshapeOp>(c.inputs[2], std::vector<std::int64_t>{}).result()
+                                  : scalar(c, dtype_of(c.input(0)), 0.0),
+                              mode)};
     pads = c.constant_ints(1, "Pad's pads");
     if (c.inputs.size() > 2 && c.inputs[2]) value = scalar_value(c, 2, "Pad's constant_value");
-    if (c.inputs.size() > 3 && c.inputs[3]) c.unsupported("Pad's axes input");
   }
   if (static_cast<std::int64_t>(pads.size()) != 2 * rank)
     c.unsupported("pads of length " + std::to_string(pads.size()) + " for an input of rank " +
@@ -144,9 +198,24 @@ std::vector<Value> space_to_depth(NodeContext& c) {
 // (values, indices): k from the attribute before opset 10, a constant
 // input since.
 std::vector<Value> top_k(NodeContext& c) {
+  const std::int64_t axis = c.int_attr("axis", -1);
+  const bool largest = c.int_attr("largest", 1) != 0, sorted = c.int_attr("sorted", 1) != 0;
+  if (c.opset >= 10 && !c.constants[1]) {
+    // k computed at run time: the whole axis sorted, then its first k kept
+    const std::vector<std::int64_t> d = shaped_dims(c.input(0).type());
+    const auto rank = static_cast<std::int64_t>(d.size());
+    const std::int64_t a = axis < 0 ? axis + rank : axis;
+    if (a < 0 || a >= rank) c.unsupported("axis " + std::to_string(axis) + " out of range");
+    if (d[static_cast<std::size_t>(a)] < 0)
+      c.unsupported("k computed at run time along an axis whose extent is known only at run time");
+    Operation* all = c.b.create<TopKOp>(c.input(0), d[static_cast<std::size_t>(a)], a, largest, true);
+    Value k = c.b.create<ReshapeOp>(c.input(1), std::vector<std::int64_t>{1}).result();
+    Value zero = i64_constant(c, {1}, {0}), axes = i64_constant(c, {1}, {a}), one = i64_constant(c, {1}, {1});
+    auto first_k = [&](Value v) { return c.b.create<SliceByOp>(v, zero, k, axes, one).result(); };
+    return {first_k(all->result(0)), first_k(all->result(1))};
+  }
   const std::int64_t k = c.opset < 10 ? c.int_attr("k", -1) : c.constant_ints(1, "TopK's k").at(0);
-  Operation* op = c.b.create<TopKOp>(c.input(0), k, c.int_attr("axis", -1),
-                                     c.int_attr("largest", 1) != 0, c.int_attr("sorted", 1) != 0);
+  Operation* op = c.b.create<TopKOp>(c.input(0), k, axis, largest, sorted);
   return op->results();
 }
 
@@ -154,23 +223,36 @@ std::vector<Value> top_k(NodeContext& c) {
 // position along `axis`, values[0] elsewhere.
 std::vector<Value> one_hot(NodeContext& c) {
   Value ids = c.input(0), values = c.input(2);
-  const double depth_v = scalar_value(c, 1, "OneHot's depth");
-  const auto depth = static_cast<std::int64_t>(depth_v);
-  if (depth < 1) c.unsupported("depth " + std::to_string(depth));
   const auto in_rank = static_cast<std::int64_t>(shaped_dims(ids.type()).size());
   std::int64_t axis = c.int_attr("axis", -1);
   if (axis < 0) axis += in_rank + 1;
   if (axis < 0 || axis > in_rank) c.unsupported("axis out of range");
+  // depth (an i64 scalar) and the positions 0 … depth-1 along `axis`: known
+  // at import, or computed at run time (kiln.range).
+  Value depth, positions;
+  std::vector<std::int64_t> pos_dims(static_cast<std::size_t>(in_rank + 1), 1);
+  if (c.constants[1]) {
+    const auto n = static_cast<std::int64_t>(scalar_value(c, 1, "OneHot's depth"));
+    if (n < 1) c.unsupported("depth " + std::to_string(n));
+    std::vector<std::int64_t> pos;
+    for (std::int64_t i = 0; i < n; ++i) pos.push_back(i);
+    pos_dims[static_cast<std::size_t>(axis)] = n;
+    depth = scalar(c, DataType::Int64, static_cast<double>(n));
+    positions = i64_constant(c, pos_dims, pos);
+  } else {
+    depth = c.b.create<ReshapeOp>(c.input(1), std::vector<std::int64_t>{}).result();
+    if (dtype_of(depth) != DataType::Int64) depth = c.b.create<CastOp>(depth, DataType::Int64).result();
+    pos_dims[static_cast<std::size_t>(axis)] = -1;
+    Value range = c.b.create<RangeOp>(scalar(c, DataType::Int64, 0.0), depth, scalar(c, DataType::Int64, 1.0)).result();
+    positions = c.b.create<ReshapeOp>(range, pos_dims).result();
+  }
   if (dtype_of(ids) != DataType::Int64) ids = c.b.create<CastOp>(ids, DataType::Int64).result();
-  Value wrapped = c.b.create<AddOp>(ids, scalar(c, DataType::Int64, static_cast<double>(depth))).result();
+  Value wrapped = c.b.create<AddOp>(ids, depth).result();
   ids = c.b.create<WhereOp>(c.b.create<LessThanOp>(ids, scalar(c, DataType::Int64, 0.0)).result(),
                             wrapped, ids)
             .result();
   ids = c.b.create<UnsqueezeOp>(ids, std::vector<std::int64_t>{axis}).result();
-  std::vector<std::int64_t> pos_dims(static_cast<std::size_t>(in_rank + 1), 1), pos;
-  pos_dims[static_cast<std::size_t>(axis)] = depth;
-  for (std::int64_t i = 0; i < depth; ++i) pos.push_back(i);
-  Value hit = c.b.create<EqualOp>(ids, i64_constant(c, pos_dims, pos)).result();
+  Value hit = c.b.create<EqualOp>(ids, positions).result();
   Value off = c.b.create<GatherOp>(values, i64_constant(c, {1}, {0}), 0).result();
   Value on = c.b.create<GatherOp>(values, i64_constant(c, {1}, {1}), 0).result();
   return {c.b.create<WhereOp>(hit, on, off).result()};

@@ -2,8 +2,14 @@
 // hyperbolic functions, Erf, Floor / Ceil / Round / Sign (kiln's unary ops);
 // IsNaN / IsInf; activations composed of kiln ops (Celu, HardSwish, Shrink,
 // ThresholdedRelu); Hardmax (one-hot of the first maximum); EyeLike (a
-// constant: its input's dims must be known at import).
+// constant: its input's dims must be known at import); Det (kiln.det);
+// Einsum (composed: see einsum below); the Hann, Hamming and Blackman
+// windows (cosines of a kiln.range).
+#include <algorithm>
+#include <cmath>
 #include <limits>
+#include <map>
+#include <string>
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "op_table.h"
@@ -155,9 +161,170 @@ std::vector<Value> eye_like(NodeContext& c) {
   return {constant_value(c.b, t)};
 }
 
+std::vector<Value> det(NodeContext& c) { return {c.b.create<DetOp>(c.input(0)).result()}; }
+
+// Einsum composed at import (the inputs' dims must be known then). Every
+// operand's subscripts become one label per dim ("..." expands to labels
+// of its own); a label repeated within an operand takes the diagonal (the
+// operand times an identity mask over the two dims, summed over the
+// second); each operand is transposed to the labels' order of first
+// appearance and given 1s for the labels it lacks; the operands are
+// multiplied (broadcasting), summed over the labels not in the output and
+// transposed to the output's order.
+std::vector<Value> einsum(NodeContext& c) {
+  const auto* eq_attr = c.attribute("equation");
+  if (!eq_attr) c.unsupported("Einsum without an equation");
+  std::string eq;
+  for (char ch : eq_attr->s())
+    if (ch != ' ') eq += ch;
+  const auto arrow = eq.find("->");
+  const std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms;
+  for (std::size_t start = 0;;) {
+    const auto comma = lhs.find(',', start);
+    terms.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (terms.size() != c.inputs.size())
+    c.unsupported("an equation with " + std::to_string(terms.size()) + " operands for " +
+                  std::to_string(c.inputs.size()) + " inputs");
+  // "..." of an operand of rank r with m labels covers its last r - m
+  // ellipsis labels ('0' … '9'), aligned to the right as numpy broadcasts.
+  std::size_t ellipsis = 0;
+  std::vector<std::vector<std::int64_t>> dims;
+  for (std::size_t k = 0; k < terms.size(); ++k) {
+    dims.push_back(shaped_dims(c.input(k).type()));
+    for (auto e : dims.back())
+      if (e < 0) c.unsupported("Einsum of an input with a dim known only at run time");
+    const auto dots = terms[k].find("...");
+    const std::size_t named = terms[k].size() - (dots == std::string::npos ? 0 : 3);
+    if (dots != std::string::npos) {
+      if (dims[k].size() < named) c.unsupported("subscripts '" + terms[k] + "' for an input of rank " + std::to_string(dims[k].size()));
+      ellipsis = std::max(ellipsis, dims[k].size() - named);
+    }
+  }
+  if (ellipsis > 10) c.unsupported("an ellipsis of more than 10 dims");
+  std::string ell_labels;
+  for (std::size_t i = 0; i < ellipsis; ++i) ell_labels += static_cast<char>('0' + i);
+  auto expand = [&](const std::string& term, std::size_t rank) {
+    const auto dots = term.find("...");
+    if (dots == std::string::npos) return term;
+    const std::size_t covered = rank - (term.size() - 3);
+    return term.substr(0, dots) + ell_labels.substr(ellipsis - covered) + term.substr(dots + 3);
+  };
+  std::string order;  // every label, in order of first appearance
+  std::map<char, int> uses;
+  for (std::size_t k = 0; k < terms.size(); ++k) {
+    terms[k] = expand(terms[k], dims[k].size());
+    if (terms[k].size() != dims[k].size())
+      c.unsupported("subscripts '" + terms[k] + "' for an input of rank " + std::to_string(dims[k].size()));
+    for (char ch : terms[k]) {
+      if (order.find(ch) == std::string::npos) order += ch;
+      ++uses[ch];
+    }
+  }
+  std::string out;
+  if (arrow != std::string::npos) {
+    out = eq.substr(arrow + 2);
+    const auto dots = out.find("...");
+    if (dots != std::string::npos) out = out.substr(0, dots) + ell_labels + out.substr(dots + 3);
+  } else {  // implicit: the ellipsis, then the labels used once, sorted
+    std::string once;
+    for (char ch : order)
+      if (uses[ch] == 1 && (ch < '0' || ch > '9')) once += ch;
+    std::sort(once.begin(), once.end());
+    out = ell_labels + once;
+  }
+  for (char ch : out)
+    if (order.find(ch) == std::string::npos) c.unsupported("output label '" + std::string(1, ch) + "' not in any input");
+  Value product;
+  for (std::size_t k = 0; k < terms.size(); ++k) {
+    Value x = c.input(k);
+    std::string labels = terms[k];
+    std::vector<std::int64_t> d = dims[k];
+    // diagonals: a label twice in this operand
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      for (std::size_t j = labels.size() - 1; j > i; --j) {
+        if (labels[j] != labels[i]) continue;
+        if (d[i] != d[j]) c.unsupported("a diagonal over dims of extents " + std::to_string(d[i]) + " and " + std::to_string(d[j]));
+        std::vector<std::int64_t> mask_dims(labels.size(), 1);
+        mask_dims[i] = mask_dims[j] = d[i];
+        std::vector<double> eye(static_cast<std::size_t>(d[i] * d[i]), 0.0);
+        for (std::int64_t p = 0; p < d[i]; ++p) eye[static_cast<std::size_t>(p * d[i] + p)] = 1.0;
+        Value mask = constant_value(c.b, Tensor::from_vector<double>(Dims(mask_dims), eye));
+        if (dtype_of(x) != DataType::Float64) mask = c.b.create<CastOp>(mask, dtype_of(x)).result();
+        x = c.b.create<SumOp>(c.b.create<MulOp>(x, mask).result(), std::vector<std::int64_t>{static_cast<std::int64_t>(j)}, false).result();
+        labels.erase(j, 1);
+        d.erase(d.begin() + static_cast<std::ptrdiff_t>(j));
+      }
+    }
+    // to the order of `order`, with 1s for the labels it lacks
+    std::vector<std::int64_t> perm, full;
+    for (char ch : order) {
+      const auto at = labels.find(ch);
+      if (at != std::string::npos) perm.push_back(static_cast<std::int64_t>(at));
+      full.push_back(at == std::string::npos ? 1 : d[at]);
+    }
+    bool identity = true;
+    for (std::size_t i = 0; i < perm.size(); ++i) identity &= perm[i] == static_cast<std::int64_t>(i);
+    if (!identity) x = c.b.create<TransposeOp>(x, perm).result();
+    if (full.size() != labels.size()) x = c.b.create<ReshapeOp>(x, full).result();
+    product = product ? c.b.create<MulOp>(product, x).result() : x;
+  }
+  std::vector<std::int64_t> summed;
+  std::string kept;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (out.find(order[i]) == std::string::npos) summed.push_back(static_cast<std::int64_t>(i));
+    else kept += order[i];
+  }
+  if (!summed.empty()) product = c.b.create<SumOp>(product, summed, false).result();
+  std::vector<std::int64_t> perm;  // the kept labels to the output's order
+  for (char ch : out) perm.push_back(static_cast<std::int64_t>(kept.find(ch)));
+  bool identity = true;
+  for (std::size_t i = 0; i < perm.size(); ++i) identity &= perm[i] == static_cast<std::int64_t>(i);
+  if (!identity) product = c.b.create<TransposeOp>(product, perm).result();
+  return {product};
+}
+
+// HannWindow, HammingWindow, BlackmanWindow (opset 17): a0 - a1·cos(2πn/N)
+// + a2·cos(4πn/N) for n < size, N = size (periodic, the default) or
+// size - 1 (symmetric); the size may be computed at run time (kiln.range).
+struct WindowCoefficients {
+  double a0, a1, a2;
+};
+template <const WindowCoefficients& W>
+std::vector<Value> window(NodeContext& c) {
+  DataType dt = DataType::Float32;
+  switch (c.int_attr("output_datatype", ::onnx::TensorProto_DataType_FLOAT)) {
+    case ::onnx::TensorProto_DataType_FLOAT: break;
+    case ::onnx::TensorProto_DataType_DOUBLE: dt = DataType::Float64; break;
+    default: c.unsupported("output_datatype " + std::to_string(c.int_attr("output_datatype", 0)));
+  }
+  Value size = c.b.create<CastOp>(c.b.create<ReshapeOp>(c.input(0), std::vector<std::int64_t>{}).result(),
+                                  DataType::Float64)
+                   .result();
+  Value n = c.b.create<RangeOp>(scalar(c, DataType::Float64, 0.0), size, scalar(c, DataType::Float64, 1.0)).result();
+  Value period = c.int_attr("periodic", 1) != 0 ? size : c.b.create<ScaleOp>(size, 1.0, -1.0).result();
+  Value phase = c.b.create<MulOp>(n, c.b.create<DivOp>(scalar(c, DataType::Float64, 2 * M_PI), period).result()).result();
+  Value w = c.b.create<ScaleOp>(c.b.create<CosOp>(phase).result(), -W.a1, W.a0).result();
+  if (W.a2 != 0) {
+    Value second = c.b.create<CosOp>(c.b.create<ScaleOp>(phase, 2.0, 0.0).result()).result();
+    w = c.b.create<AddOp>(w, c.b.create<ScaleOp>(second, W.a2, 0.0).result()).result();
+  }
+  return {dt == DataType::Float64 ? w : c.b.create<CastOp>(w, dt).result()};
+}
+constexpr WindowCoefficients kHann{0.5, 0.5, 0.0}, kHamming{25.0 / 46, 21.0 / 46, 0.0},
+    kBlackman{0.42, 0.5, 0.08};
+
 }  // namespace
 
 void add_math_ops(OpTable& t) {
+  t["HannWindow"] = {&window<kHann>, 17};
+  t["HammingWindow"] = {&window<kHamming>, 17};
+  t["BlackmanWindow"] = {&window<kBlackman>, 17};
+  t["Det"] = {&det, 11};
+  t["Einsum"] = {&einsum, 12};
   t["Sin"] = {&unary<SinOp>, 7};
   t["Cos"] = {&unary<CosOp>, 7};
   t["Tan"] = {&unary<TanOp>, 7};

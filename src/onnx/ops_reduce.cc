@@ -1,4 +1,4 @@
-// ONNX's reductions: ReduceSum, ReduceMean, ReduceMax as kiln's; ReduceMin,
+// ONNX's reductions: ReduceSum, ReduceMean, ReduceMax, ReduceProd as kiln's; ReduceMin,
 // ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp composed.
 // Axes are an attribute until ReduceSum's opset 13 (the others' 18, past
 // kiln's range); as an input computed at run time they are kiln.sum_by's
@@ -77,6 +77,7 @@ void add_reduce_ops(OpTable& t) {
   t["ReduceSum"] = {&reduce<SumOp, true>, 1};
   t["ReduceMean"] = {&reduce<MeanOp, false>, 1};
   t["ReduceMax"] = {&reduce<MaxOp, false>, 1};
+  t["ReduceProd"] = {&reduce<ProdOp, false>, 1};
   t["ReduceMin"] = {&reduce_min, 1};
   t["ReduceSumSquare"] = {&reduce_sum_square, 1};
   t["ReduceL1"] = {&reduce_l1, 1};

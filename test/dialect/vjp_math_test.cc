@@ -64,6 +64,15 @@ TEST_CASE("pow's vjp matches finite differences for base and exponent", "[dialec
   check_binary<PowOp>(0.5, 2.0, -1.5, 1.5);  // positive bases: ln x exists
 }
 
+TEST_CASE("mod's and fmod's vjps pass the grad to x and -quotient times it to y",
+          "[dialect][vjp]") {
+  // Quotients away from integers: the remainder is smooth there.
+  check_binary<ModOp>(2.3, 2.5, 1.3, 1.4);
+  check_binary<FmodOp>(2.3, 2.5, 1.3, 1.4);
+  check_binary<ModOp>(-2.5, -2.3, 1.3, 1.4);
+  check_binary<FmodOp>(-2.5, -2.3, 1.3, 1.4);
+}
+
 TEST_CASE("maximum's vjp splits the grad evenly where x equals y", "[dialect][vjp]") {
   Program p;
   Builder b(p);

@@ -43,6 +43,15 @@ TEST_CASE("mean's vjp matches finite differences over any axes, keepdim or not",
   check_vjp({random_f64({5, 2})}, make_op<MeanOp>(Axes{0}, true), o);
 }
 
+TEST_CASE("prod's vjp matches finite differences over any axes, keepdim or not",
+          "[dialect][vjp]") {
+  for (const Axes& axes : {Axes{}, Axes{1}, Axes{-1}, Axes{0, 2}})
+    for (bool keep : {false, true}) {
+      INFO("axes " << meta::dims_string(axes) << " keepdim " << keep);
+      check_vjp({random_away_from_zero({2, 3, 4}, 0.5, 1.5)}, make_op<ProdOp>(axes, keep));
+    }
+}
+
 TEST_CASE("max's vjp routes the grad to the maxima", "[dialect][vjp]") {
   // Distinct values: no ties, so max is differentiable there.
   for (const Axes& axes : {Axes{}, Axes{1}, Axes{-1}, Axes{0, 2}})

@@ -1,8 +1,10 @@
 // Reference tests of the broadcasting binary ops and add_n: each kernel
 // against plain loops written here, over same-shape, scalar, row, column and
-// general broadcasts, in f32 / f64 / i32 / i64; plus bad-input errors.
+// general broadcasts, in f32 / f64 / i32 / i64; mod and fmod by sign;
+// plus bad-input errors.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "kernel/kernel_test_util.h"
@@ -225,4 +227,30 @@ TEST_CASE("binary kernels reuse their output buffer across runs of one context",
   KernelContext ctx(run.op, in.data(), 2, out.data(), 1, nullptr, Place::cpu(), &cpu_allocator());
   k.fn(ctx);
   CHECK(run.outputs[0]->get<Tensor>().raw_data() == first);
+}
+
+TEST_CASE("mod takes the divisor's sign and fmod the dividend's, for integers and floats",
+          "[kernel]") {
+  using I = std::vector<std::int32_t>;
+  auto xi = Tensor::from_vector<std::int32_t>({6}, {-4, 7, 5, 4, -7, 8});
+  auto yi = Tensor::from_vector<std::int32_t>({6}, {2, -3, 8, -2, 3, 5});
+  CHECK(run_op<ModOp>({xi, yi}).out().to_vector<std::int32_t>() == I{0, -2, 5, 0, 2, 3});
+  CHECK(run_op<FmodOp>({xi, yi}).out().to_vector<std::int32_t>() == I{0, 1, 5, 0, -1, 3});
+  auto xl = Tensor::from_vector<std::int64_t>({3}, {std::numeric_limits<std::int64_t>::min(), -1, 9});
+  auto yl = Tensor::from_vector<std::int64_t>({}, {-1});
+  CHECK(run_op<ModOp>({xl, yl}).out().to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 0, 0});
+  auto xf = Tensor::from_vector<double>({4}, {-4.5, 7.25, 5.0, -7.25});
+  auto yf = Tensor::from_vector<double>({4}, {2.0, -3.0, 8.0, 3.0});
+  kiln_test::check_close<double>(run_op<ModOp>({xf, yf}).out(), {1.5, -1.75, 5.0, 1.75});
+  kiln_test::check_close<double>(run_op<FmodOp>({xf, yf}).out(), {-0.5, 1.25, 5.0, -1.25});
+}
+
+TEST_CASE("mod and fmod of integers by zero are an error naming the op", "[kernel]") {
+  auto x = Tensor::from_vector<std::int64_t>({2}, {3, 4});
+  auto y = Tensor::from_vector<std::int64_t>({2}, {1, 0});
+  KILN_CHECK_ERROR(run_op<ModOp>({x, y}), InvalidArgument, {"kiln.mod", "by zero"});
+  KILN_CHECK_ERROR(run_op<FmodOp>({x, y}), InvalidArgument, {"kiln.fmod", "by zero"});
+  Program p;
+  KILN_CHECK_ERROR((kiln_test::build_op<ModOp>(p, {{DataType::Int32, {2}}, {DataType::Int64, {2}}})),
+                   InvalidArgument, {"kiln.mod", "i32", "i64"});
 }

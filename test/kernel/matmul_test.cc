@@ -1,7 +1,8 @@
 // Reference tests of kiln.matmul's CPU kernel (OpenBLAS): every transpose
 // combination, unbatched and batched with broadcast batch dims, f32 and f64,
-// against a triple loop written here; plus bad-input errors at build time
-// (InferMeta) and at run time (dims unknown when the program was built).
+// against a triple loop written here, and det (pivoting, batches); plus
+// bad-input errors at build time (InferMeta) and at run time (dims unknown
+// when the program was built).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -180,4 +181,25 @@ TEST_CASE("blas_set_num_threads sets OpenBLAS's thread count", "[kernel]") {
   CHECK(blas_num_threads() == 1);
   blas_set_num_threads(before);
   CHECK(blas_num_threads() == before);
+}
+
+TEST_CASE("det gives the determinant of each square matrix, pivoting where needed", "[kernel]") {
+  // [[0, 2], [3, 4]] needs a row swap: det = -6; a singular 3x3: 0; a
+  // batch of two 3x3 matrices.
+  auto two = run_op<DetOp>({Tensor::from_vector<double>({2, 2}, {0, 2, 3, 4})});
+  CHECK(two.out().dims().to_vector() == std::vector<std::int64_t>{});
+  kiln_test::check_close<double>(two.out(), {-6});
+  auto batch = run_op<DetOp>({Tensor::from_vector<float>(
+      {2, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 2, 0, 1, 1, 3, 2, 1, 1, 2})});
+  CHECK(batch.out().dims().to_vector() == std::vector<std::int64_t>{2});
+  kiln_test::check_close<float>(batch.out(), {0, 6}, 1e-5, 1e-5);
+}
+
+TEST_CASE("det rejects non-square matrices and integer dtypes", "[kernel]") {
+  Program p;
+  using kiln_test::build_op;
+  KILN_CHECK_ERROR((build_op<DetOp>(p, {{DataType::Float32, {2, 3}}})), InvalidArgument,
+                   {"kiln.det", "square", "[2, 3]"});
+  KILN_CHECK_ERROR((build_op<DetOp>(p, {{DataType::Float32, {3}}})), InvalidArgument, {"kiln.det", "square"});
+  KILN_CHECK_ERROR((build_op<DetOp>(p, {{DataType::Int32, {2, 2}}})), InvalidArgument, {"kiln.det", "i32"});
 }

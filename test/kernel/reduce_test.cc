@@ -1,4 +1,4 @@
-// Reference tests of sum / mean / max over axes (keepdim or not, negative
+// Reference tests of sum / mean / max / prod over axes (keepdim or not, negative
 // axes, all axes, non-adjacent axes, size-1 and empty dims) against plain
 // loops, and their InferMeta errors.
 #include <cmath>
@@ -13,7 +13,7 @@ using kiln_test::run_op;
 
 namespace {
 
-enum class R { Sum, Mean, Max };
+enum class R { Sum, Mean, Max, Prod };
 
 // The reduction, the slow way: every input element adds into the output
 // element whose coordinates are its own with the reduced ones dropped.
@@ -33,7 +33,9 @@ std::vector<double> ref_reduce(const Tensor& x, std::vector<std::int64_t> axes, 
   std::int64_t on = 1, count = 1;
   for (int i = 0; i < rank; ++i) (red[i] ? count : on) *= d[i];
   std::vector<double> acc(static_cast<std::size_t>(on),
-                          kind == R::Max ? -std::numeric_limits<double>::infinity() : 0.0);
+                          kind == R::Max    ? -std::numeric_limits<double>::infinity()
+                          : kind == R::Prod ? 1.0
+                                            : 0.0);
   auto xv = x.to_vector<T>();
   for (std::size_t f = 0; f < xv.size(); ++f) {
     std::int64_t rem = static_cast<std::int64_t>(f), o = 0, os = 1;
@@ -47,6 +49,7 @@ std::vector<double> ref_reduce(const Tensor& x, std::vector<std::int64_t> axes, 
     }
     double v = static_cast<double>(xv[f]);
     if (kind == R::Max) acc[o] = std::max(acc[o], v);
+    else if (kind == R::Prod) acc[o] *= v;
     else acc[o] += v;
   }
   if (kind == R::Mean)
@@ -120,6 +123,24 @@ TEST_CASE("max reduces any set of axes and lets NaN win", "[kernel]") {
   CHECK(r[1] == -1.f);
   auto n = Tensor::from_vector<double>({2}, {-std::numeric_limits<double>::infinity(), -1e308});
   CHECK(run_op<MaxOp>({n}).out().to_vector<double>()[0] == -1e308);
+}
+
+TEST_CASE("prod multiplies over any set of axes; integers exactly, empty axes give 1", "[kernel]") {
+  check_reduce<ProdOp, float>(R::Prod, 1e-4);
+  check_reduce<ProdOp, double>(R::Prod, 1e-12);
+  auto i = Tensor::from_vector<std::int64_t>({2, 3}, {1, -2, 3, 4, 5, 0});
+  CHECK(run_op<ProdOp>({i}, std::vector<std::int64_t>{1}, false).out().to_vector<std::int64_t>() ==
+        std::vector<std::int64_t>{-6, 0});
+  auto e = run_op<ProdOp>({Tensor::from_vector<float>({2, 0}, {})}, std::vector<std::int64_t>{1}, true);
+  CHECK(e.out().dims().to_vector() == std::vector<std::int64_t>{2, 1});
+  CHECK(e.out().to_vector<float>() == std::vector<float>{1, 1});
+}
+
+TEST_CASE("prod_grad is the product of the other elements, exact where x holds zeros", "[kernel]") {
+  auto x = Tensor::from_vector<double>({3, 3}, {2, 3, 4, 0, 5, 6, 0, 7, 0});
+  auto dout = Tensor::from_vector<double>({3}, {1, 2, 3});
+  auto r = run_op<GradOf<ProdOp>>({x, dout}, std::vector<std::int64_t>{1}, false);
+  kiln_test::check_close<double>(r.out(), {12, 8, 6, 60, 0, 0, 0, 0, 0});
 }
 
 TEST_CASE("a large f32 sum stays accurate", "[kernel]") {

@@ -2,7 +2,7 @@
 // argmax / argmin (any axis, keepdim, first index on ties, NaN wins, int
 // dtypes), topk (largest / smallest, sorted, ties by index, NaN as the
 // largest, inner axes), topk_grad (the grad written at the indices) and
-// one_hot (i32 / i64 ids, out-of-range ids).
+// one_hot (i32 / i64 ids, out-of-range ids), nonzero and unique.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -96,4 +96,58 @@ TEST_CASE("one_hot rejects an id outside the classes at run time, naming the op 
                    OutOfRange, {"kiln.one_hot", "id 5"});
   KILN_CHECK_ERROR(run_op<OneHotOp>({Tensor::from_vector<std::int32_t>({1}, {-1})}, std::int64_t{3}),
                    OutOfRange, {"kiln.one_hot", "id -1"});
+}
+
+TEST_CASE("nonzero lists the coordinates of the non-zero elements, one column each",
+          "[kernel][search]") {
+  auto r = run_op<NonzeroOp>({f32({2, 3}, {0, 1, 0, 2, 0, 3})});
+  CHECK(r.out().dims().to_vector() == V{2, 3});
+  CHECK(r.out().to_vector<std::int64_t>() == V{0, 1, 1, 1, 0, 2});
+  auto b = run_op<NonzeroOp>({Tensor::from_vector<bool>({3}, {false, false, false})});
+  CHECK(b.out().dims().to_vector() == V{1, 0});
+}
+
+TEST_CASE("unique gives the distinct elements or slices, their first places, the inverse and counts",
+          "[kernel][search]") {
+  auto x = f32({6}, {2, 1, 1, 3, 4, 3});
+  auto s = run_op<UniqueOp>({x}, true, std::int64_t{0}, true);
+  check_close<float>(s.out(0), {1, 2, 3, 4});
+  CHECK(s.out(1).to_vector<std::int64_t>() == V{1, 0, 3, 4});
+  CHECK(s.out(2).to_vector<std::int64_t>() == V{1, 0, 0, 2, 3, 2});
+  CHECK(s.out(3).to_vector<std::int64_t>() == V{2, 1, 2, 1});
+  auto u = run_op<UniqueOp>({x}, true, std::int64_t{0}, false);
+  check_close<float>(u.out(0), {2, 1, 3, 4});
+  CHECK(u.out(2).to_vector<std::int64_t>() == V{0, 1, 1, 2, 3, 2});
+  // rows of a matrix (axis 0) and columns (axis -1)
+  auto m = f32({3, 2}, {1, 0, 1, 0, 0, 5});
+  auto rows = run_op<UniqueOp>({m}, false, std::int64_t{0}, true);
+  CHECK(rows.out(0).dims().to_vector() == V{2, 2});
+  check_close<float>(rows.out(0), {0, 5, 1, 0});
+  CHECK(rows.out(2).to_vector<std::int64_t>() == V{1, 1, 0});
+  auto cols = run_op<UniqueOp>({m}, false, std::int64_t{-1}, true);
+  CHECK(cols.out(0).dims().to_vector() == V{3, 2});
+  CHECK(cols.out(3).to_vector<std::int64_t>() == V{1, 1});
+}
+
+TEST_CASE("unique counts NaNs as one value, sorted after the numbers", "[kernel][search]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto s = run_op<UniqueOp>({f32({5}, {nan, 2, nan, -1, 2})}, true, std::int64_t{0}, true);
+  auto y = s.out(0).to_vector<float>();
+  REQUIRE(y.size() == 3);
+  CHECK(y[0] == -1.0f);
+  CHECK(y[1] == 2.0f);
+  CHECK(std::isnan(y[2]));
+  CHECK(s.out(3).to_vector<std::int64_t>() == V{1, 2, 2});
+  CHECK(s.out(2).to_vector<std::int64_t>() == V{2, 1, 2, 0, 1});
+}
+
+TEST_CASE("nonzero and unique reject unsupported dtypes and axes", "[kernel][search]") {
+  Program p;
+  using kiln_test::build_op;
+  KILN_CHECK_ERROR((build_op<UniqueOp>(p, {{DataType::Bool, {3}}}, true, std::int64_t{0}, true)),
+                   InvalidArgument, {"kiln.unique", "bool"});
+  KILN_CHECK_ERROR((build_op<UniqueOp>(p, {{DataType::Float32, {3, 2}}}, false, std::int64_t{2}, true)),
+                   InvalidArgument, {"kiln.unique", "axis"});
+  KILN_CHECK_ERROR((build_op<NonzeroOp>(p, {{DataType::Int8, {3}}})), InvalidArgument,
+                   {"kiln.nonzero", "i8"});
 }

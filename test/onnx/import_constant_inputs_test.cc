@@ -1,8 +1,12 @@
 // Suite tests whose attribute-like inputs (Resize's scales and sizes, TopK's
-// k, OneHot's depth, Pad's pads) are graph inputs fed at run time: kiln
-// computes these ops' gathers and weights at import, so here the same
-// models get those inputs as initializers holding the test data's values,
-// and must then give ONNX's expected outputs (rtol 1e-3, atol 1e-5).
+// k, OneHot's depth, Pad's pads) are graph inputs fed at run time (the
+// conformance run checks that form): kiln computes these ops' gathers and
+// weights at import when those inputs are constant, so here the same
+// models get them as initializers holding the test data's values, and must
+// then give ONNX's expected outputs (rtol 1e-3, atol 1e-5). Also, on
+// suite models edited here: ops composed at import from their input's dims
+// name the node when a dim is known only at run time; a sequence (kept by
+// the importer as a list) cannot be a graph output.
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
@@ -118,4 +122,51 @@ TEST_CASE("TopK with a constant k, OneHot with a constant depth and Pad with con
     check_with_constant_inputs(t, {"depth"});
   for (const char* t : {"test_constant_pad", "test_edge_pad", "test_reflect_pad"})
     check_with_constant_inputs(t, {"pads", "value"});
+}
+
+TEST_CASE("an op composed at import from its input's dims is a clear error when a dim is known "
+          "only at run time",
+          "[onnx]") {
+  if (!have_suite()) return;
+  for (const char* test : {"test_einsum_transpose", "test_reversesequence_time", "test_edge_pad"}) {
+    INFO(test);
+    ::onnx::ModelProto model;
+    REQUIRE(model.ParseFromString(read_bytes(kNode / test / "model.onnx")));
+    auto* dim = model.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0);
+    dim->set_dim_param("n");
+    std::string bytes;
+    REQUIRE(model.SerializeToString(&bytes));
+    try {
+      kiln::onnx::import_model_from_bytes(bytes, test);
+      FAIL("no kiln::Error");
+    } catch (const kiln::Error& e) {
+      CHECK(e.kind() == ErrorKind::Unimplemented);
+      CHECK_THAT(e.message(), Catch::Contains("known only at run time"));
+      CHECK_THAT(e.message(), Catch::Contains("ONNX node"));
+    }
+  }
+}
+
+TEST_CASE("a sequence as a graph output is a clear error; read through SequenceAt it imports",
+          "[onnx]") {
+  if (!have_suite()) return;
+  const fs::path model_file = fs::path("/usr/share/libonnx-testdata/data/simple/test_sequence_model2/model.onnx");
+  ::onnx::ModelProto model;
+  REQUIRE(model.ParseFromString(read_bytes(model_file)));
+  std::string erased;
+  for (const auto& node : model.graph().node())
+    if (node.op_type() == "SequenceErase") erased = node.output(0);
+  REQUIRE(!erased.empty());
+  std::string bytes;
+  REQUIRE(model.SerializeToString(&bytes));
+  CHECK_NOTHROW(kiln::onnx::import_model_from_bytes(bytes, "test_sequence_model2"));
+  model.mutable_graph()->mutable_output(0)->set_name(erased);
+  REQUIRE(model.SerializeToString(&bytes));
+  try {
+    kiln::onnx::import_model_from_bytes(bytes, "test_sequence_model2");
+    FAIL("no kiln::Error");
+  } catch (const kiln::Error& e) {
+    CHECK(e.kind() == ErrorKind::Unimplemented);
+    CHECK_THAT(e.message(), Catch::Contains("'" + erased + "' is a sequence"));
+  }
 }

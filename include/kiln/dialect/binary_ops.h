@@ -1,7 +1,8 @@
 // Broadcasting binary elementwise ops (numpy rules), one family declared once
 // as a list of math structs — name, dtypes, forward(a, b) shared by every
 // backend's kernels (kernels/cpu/binary.cc), and the gradient of each
-// operand in the broadcast shape — plus add_n.
+// operand in the broadcast shape — plus add_n. The remainders mod (the
+// divisor's sign) and fmod (the dividend's sign) are members too.
 #pragma once
 
 #include <cmath>
@@ -73,6 +74,36 @@ struct PowMath {
 };
 
 namespace detail {
+// The remainder of a / b truncated toward zero (C's % and fmod); b == -1
+// gives 0 so that MIN % -1 does not trap. Integer b must not be 0.
+template <typename T> T truncated_remainder(T a, T b) {
+  if constexpr (std::is_integral_v<T>) return b == -1 ? T(0) : static_cast<T>(a % b);
+  else return std::fmod(a, b);
+}
+}  // namespace detail
+
+// x mod y with the sign of y (Python's %, numpy.mod; ONNX Mod with fmod = 0);
+// exact for integers. An integer mod by zero is a kiln::Error naming the op
+// (as div). Gradients: dx = dout, dy = -dout·(x - out) / y.
+struct ModMath {
+  static constexpr std::string_view name = "kiln.mod";
+  static constexpr bool floating_only = false;
+  template <typename T> static T forward(T a, T b) {
+    const T r = detail::truncated_remainder(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
+  }
+  static BinaryGrads grads(Builder& b, Operation* op, Value dout);
+};
+// x mod y with the sign of x (C's fmod and %; ONNX Mod with fmod = 1).
+// Integer mod by zero: a kiln::Error naming the op. Gradients as mod's.
+struct FmodMath {
+  static constexpr std::string_view name = "kiln.fmod";
+  static constexpr bool floating_only = false;
+  template <typename T> static T forward(T a, T b) { return detail::truncated_remainder(a, b); }
+  static BinaryGrads grads(Builder& b, Operation* op, Value dout);
+};
+
+namespace detail {
 std::vector<Type> infer_binary(std::string_view op, const std::vector<Type>& in,
                                bool floating_only);
 std::vector<Value> binary_vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads,
@@ -111,11 +142,14 @@ using DivOp = BinaryOp<DivMath>;
 using MaximumOp = BinaryOp<MaximumMath>;
 using MinimumOp = BinaryOp<MinimumMath>;
 using PowOp = BinaryOp<PowMath>;
+using ModOp = BinaryOp<ModMath>;
+using FmodOp = BinaryOp<FmodMath>;
 
 template <typename... Maths>
 struct BinaryMathList {};
 using BinaryFamily =
-    BinaryMathList<AddMath, SubMath, MulMath, DivMath, MaximumMath, MinimumMath, PowMath>;
+    BinaryMathList<AddMath, SubMath, MulMath, DivMath, MaximumMath, MinimumMath, PowMath, ModMath,
+                   FmodMath>;
 
 // x0 + x1 + … (one or more operands of one dtype and one shape; no
 // broadcasting). Variadic: num_operands = -1. Every operand gets dout.

@@ -1,5 +1,6 @@
 // Linear algebra: matmul (numpy matmul for rank >= 2 with transpose flags on
-// the last two dims; batch dims broadcast, so it is also the batched matmul).
+// the last two dims; batch dims broadcast, so it is also the batched matmul)
+// and det.
 #pragma once
 
 #include "kiln/dialect/grad_op.h"
@@ -17,6 +18,16 @@ struct MatmulOp : Op<MatmulOp, ReadOnly, ValueSemantics, InferMetaInterface, Vjp
                     bool transpose_y = false);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
+};
+
+// kiln.det(x [..., n, n]) -> [...]: the determinants of square matrices
+// (LU with partial pivoting, in double). f32, f64. No grad.
+struct DetOp : Op<DetOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.det";
+  static constexpr int num_operands = 1, num_results = 1;
+  static void build(Builder& b, OperationArgument& arg, Value x);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
 }  // namespace kiln

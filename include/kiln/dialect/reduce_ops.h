@@ -1,5 +1,5 @@
-// Reductions over axes: sum, mean, max (seed 001's reduce_sum / reduce_mean /
-// reduce_max). Attributes: `axis` — the axes to reduce (negative ones count
+// Reductions over axes: sum, mean, max, prod (seed 001's reduce_sum /
+// reduce_mean / reduce_max / reduce_prod). Attributes: `axis` — the axes to reduce (negative ones count
 // from the end; empty = every axis) — and `keepdim` (reduced axes stay as 1).
 #pragma once
 
@@ -78,6 +78,22 @@ struct MaxOp : Op<MaxOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterf
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   using Reduction::Attributes;
   struct Grad : GradSpec<3, 0> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute a) {
+      detail::check_reduction_grad(op, in, a);
+    }
+  };
+};
+
+// Π over the axes (f32, f64, i32, i64; result in the input dtype). Empty
+// axes multiply to 1. prod_grad(x, dout): dout times the product of the
+// other elements of x's group (exact where x holds zeros).
+struct ProdOp : Op<ProdOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface>,
+                Reduction<ProdOp> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.prod";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
+  using Reduction::Attributes;
+  struct Grad : GradSpec<2, 0> {
     static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute a) {
       detail::check_reduction_grad(op, in, a);
     }

@@ -1,6 +1,7 @@
 // Search ops: argmax / argmin along an axis (one family, declared once as a
 // list of math structs), topk (values and their indices, with a gradient
-// through the values) and one_hot. Pure (ReadOnly, ValueSemantics).
+// through the values), one_hot, and nonzero / unique, whose result lengths
+// depend on the data (-1 until run time). Pure (ReadOnly, ValueSemantics).
 #pragma once
 
 #include <cmath>
@@ -81,6 +82,33 @@ struct OneHotOp : Op<OneHotOp, ReadOnly, ValueSemantics, InferMetaInterface> {
   static constexpr int num_operands = 1, num_results = 1;
   KILN_ATTRIBUTES((std::int64_t, num_classes));
   static void build(Builder& b, OperationArgument& arg, Value ids, std::int64_t num_classes);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+// kiln.nonzero(x) -> i64 [rank(x), count]: the indices of x's non-zero
+// (true) elements, one column per element in row-major order (ONNX
+// NonZero). f32, f64, i32, i64, bool. No grad.
+struct NonzeroOp : Op<NonzeroOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.nonzero";
+  static constexpr int num_operands = 1, num_results = 1;
+  static void build(Builder& b, OperationArgument& arg, Value x);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+// kiln.unique(x) -> (y, indices, inverse, counts) (ONNX Unique): the
+// distinct elements of x flattened (flatten) or its distinct slices along
+// `axis`; sorted ascending (sorted) or in the order they first occur.
+// indices (i64): where each first occurs in x; inverse (i64): for every
+// element (slice) of x, its place in y; counts (i64): occurrences. f32,
+// f64, i32, i64. No grad.
+struct UniqueOp : Op<UniqueOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.unique";
+  static constexpr int num_operands = 1, num_results = 4;
+  KILN_ATTRIBUTES((bool, flatten), (std::int64_t, axis), (bool, sorted));
+  static void build(Builder& b, OperationArgument& arg, Value x, bool flatten, std::int64_t axis,
+                    bool sorted);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
