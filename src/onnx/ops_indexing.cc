@@ -4,8 +4,11 @@
 // count from the end of their dim, as ONNX says; reduction none / add / mul
 // (opset 16). Also the ops whose results are sized by the data: NonZero
 // (kiln.nonzero), Compress (a gather of the condition's non-zero
-// positions), Unique (kiln.unique); and ReverseSequence (take_along_axis of
+// positions), Unique (kiln.unique), NonMaxSuppression
+// (kiln.non_max_suppression); and ReverseSequence (take_along_axis of
 // positions reversed below each sequence's length).
+#include <limits>
+
 #include "kiln/dialect/kiln_dialect.h"
 #include "op_table.h"
 
@@ -91,9 +94,27 @@ std::vector<Value> reverse_sequence(NodeContext& c) {
   return {c.b.create<TakeAlongAxisOp>(x, src, time).result()};
 }
 
+// Omitted inputs: no boxes per class, IoU threshold 0, no score threshold.
+std::vector<Value> non_max_suppression(NodeContext& c) {
+  Value boxes = c.input(0);
+  const DataType dt = shaped_data_type(boxes.type());
+  auto given_or = [&](std::size_t i, double fallback, DataType want) {
+    Value v = i < c.inputs.size() && c.inputs[i]
+                  ? c.inputs[i]
+                  : c.b.create<FullOp>(std::vector<std::int64_t>{}, fallback, want).result();
+    return shaped_data_type(v.type()) == want ? v : c.b.create<CastOp>(v, want).result();
+  };
+  return {c.b.create<NonMaxSuppressionOp>(boxes, c.input(1), given_or(2, 0.0, DataType::Int64),
+                                          given_or(3, 0.0, dt),
+                                          given_or(4, -std::numeric_limits<double>::infinity(), dt),
+                                          c.int_attr("center_point_box", 0) != 0)
+              .result()};
+}
+
 }  // namespace
 
 void add_indexing_ops(OpTable& t) {
+  t["NonMaxSuppression"] = {&non_max_suppression, 10};
   t["NonZero"] = {&non_zero, 9};
   t["Compress"] = {&compress, 9};
   t["Unique"] = {&unique, 11};
