@@ -53,9 +53,10 @@ TEST_CASE("an imported model feeds its graph inputs and fetches its outputs by t
   for (std::size_t k = 0; k < g.size(); ++k) CHECK(g[k] == Approx(w[k]).epsilon(1e-4));
 }
 
-TEST_CASE("importing what kiln lacks is a clear error naming the node and op, the dtype or the "
-          "opset",
-          "[onnx]") {
+TEST_CASE(
+    "importing what kiln lacks is a clear error naming the node and op, the dtype or the "
+    "opset",
+    "[onnx]") {
   if (!have_suite()) return;
   // An op without an importer.
   KILN_CHECK_ERROR(onnx::import_model(suite("node/test_stft")), Unimplemented,
