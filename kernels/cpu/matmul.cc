@@ -164,11 +164,12 @@ void det_kernel(KernelContext& ctx) {
   const Dims& d = x.dims();
   const std::string_view op = ctx.op()->name();
   if (d.rank() < 2 || d[d.rank() - 1] != d[d.rank() - 2])
-    throw_error(ErrorKind::InvalidArgument, "op '", op, "' needs square matrices [..., n, n], got [",
-                d.to_string(), "]");
+    throw_error(ErrorKind::InvalidArgument, "op '", op,
+                "' needs square matrices [..., n, n], got [", d.to_string(), "]");
   const std::int64_t n = d[d.rank() - 1];
   std::vector<std::int64_t> od(d.begin(), d.end() - 2);
-  Tensor& out = ctx.alloc_output(0, Dims(std::span<const std::int64_t>(od.data(), od.size())), x.dtype());
+  Tensor& out =
+      ctx.alloc_output(0, Dims(std::span<const std::int64_t>(od.data(), od.size())), x.dtype());
   const std::int64_t batch = out.numel();
   const T* px = x.data<T>();
   T* po = out.data<T>();
@@ -179,7 +180,9 @@ void det_kernel(KernelContext& ctx) {
     for (std::int64_t c = 0; c < n && det != 0; ++c) {
       std::int64_t p = c;
       for (std::int64_t r = c + 1; r < n; ++r)
-        if (std::abs(a[static_cast<std::size_t>(r * n + c)]) > std::abs(a[static_cast<std::size_t>(p * n + c)])) p = r;
+        if (std::abs(a[static_cast<std::size_t>(r * n + c)]) >
+            std::abs(a[static_cast<std::size_t>(p * n + c)]))
+          p = r;
       if (a[static_cast<std::size_t>(p * n + c)] == 0) {
         det = 0;
         break;

@@ -271,15 +271,20 @@ void reduce_grad(KernelContext& ctx) {
     std::fill(zeros.begin(), zeros.begin() + on, 0);
     for_each_reduced(xd, axes, [&](std::int64_t i, std::int64_t o) {
       const auto k = static_cast<std::size_t>(o);
-      if (px[i] == T(0)) ++zeros[k];
-      else nonzero[k] *= px[i];
+      if (px[i] == T(0))
+        ++zeros[k];
+      else
+        nonzero[k] *= px[i];
     });
     for_each_reduced(xd, axes, [&](std::int64_t i, std::int64_t o) {
       const auto k = static_cast<std::size_t>(o);
       T others;
-      if (zeros[k] == 0) others = nonzero[k] / px[i];
-      else if (zeros[k] == 1 && px[i] == T(0)) others = nonzero[k];
-      else others = T(0);
+      if (zeros[k] == 0)
+        others = nonzero[k] / px[i];
+      else if (zeros[k] == 1 && px[i] == T(0))
+        others = nonzero[k];
+      else
+        others = T(0);
       pdx[i] = pd[o] * others;
     });
   } else {

@@ -25,10 +25,18 @@ std::vector<double> read_doubles(const KernelContext& ctx, std::uint32_t i) {
   for (std::size_t k = 0; k < v.size(); ++k) {
     const auto j = static_cast<std::int64_t>(k);
     switch (t.dtype()) {
-      case DataType::Float32: v[k] = t.data<float>()[j]; break;
-      case DataType::Float64: v[k] = t.data<double>()[j]; break;
-      case DataType::Int32: v[k] = t.data<std::int32_t>()[j]; break;
-      case DataType::Int64: v[k] = static_cast<double>(t.data<std::int64_t>()[j]); break;
+      case DataType::Float32:
+        v[k] = t.data<float>()[j];
+        break;
+      case DataType::Float64:
+        v[k] = t.data<double>()[j];
+        break;
+      case DataType::Int32:
+        v[k] = t.data<std::int32_t>()[j];
+        break;
+      case DataType::Int64:
+        v[k] = static_cast<double>(t.data<std::int64_t>()[j]);
+        break;
       default:
         throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' input #", i,
                     " has dtype ", to_string(t.dtype()));
@@ -119,15 +127,17 @@ struct ResizeK {
         for (int i = 0; i < ax; ++i) outer *= cd[static_cast<std::size_t>(i)];
         for (int i = ax + 1; i < rank; ++i) inner *= cd[static_cast<std::size_t>(i)];
         next.assign(static_cast<std::size_t>(outer * od[u] * inner), 0.0);
-        resize_axis(m, a.extrapolation_value, cur.data(), next.data(), outer, cd[u], od[u], inner, scale[u],
-                    crop ? roi[u] : 0.0, crop ? roi[u + static_cast<std::size_t>(rank)] : 1.0);
+        resize_axis(m, a.extrapolation_value, cur.data(), next.data(), outer, cd[u], od[u], inner,
+                    scale[u], crop ? roi[u] : 0.0,
+                    crop ? roi[u + static_cast<std::size_t>(rank)] : 1.0);
         cur.swap(next);
         cd[u] = od[u];
       }
     }
     Tensor& y = ctx.alloc_output(0, out_dims, x.dtype());
     T* py = y.data<T>();
-    for (std::int64_t i = 0; i < out_dims.numel(); ++i) py[i] = static_cast<T>(cur[static_cast<std::size_t>(i)]);
+    for (std::int64_t i = 0; i < out_dims.numel(); ++i)
+      py[i] = static_cast<T>(cur[static_cast<std::size_t>(i)]);
   }
 };
 

@@ -2,8 +2,8 @@
 // math structs; with dims after the axis the comparison runs across them,
 // contiguous), topk (per row: the candidates gathered into a per-thread
 // scratch buffer, partially sorted) with its gradient (a scatter of the
-// grad to the indices), one_hot, and nonzero / unique (their results sized
-// by the data). Apart from unique's tables, the run path allocates nothing
+// grad to the indices), one_hot, and nonzero / unique / non_max_suppression
+// (their results sized by the data). Apart from unique's tables, the run path allocates nothing
 // but output buffers.
 #include <algorithm>
 #include <cmath>
@@ -274,8 +274,10 @@ struct NonzeroK {
 template <typename T>
 struct NanLast {
   static bool less(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) return !std::isnan(a) && (std::isnan(b) || a < b);
-    else return a < b;
+    if constexpr (std::is_floating_point_v<T>)
+      return !std::isnan(a) && (std::isnan(b) || a < b);
+    else
+      return a < b;
   }
   bool operator()(const std::vector<T>& a, const std::vector<T>& b) const {
     return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), &NanLast::less);
@@ -292,8 +294,10 @@ struct UniqueK {
     const Dims& d = x.dims();
     const std::int64_t axis = a.flatten ? 0 : axis_at_run(ctx, a.axis, d.rank());
     Split3 s;
-    if (a.flatten) s.len = x.numel();
-    else s = split_at(d, axis);
+    if (a.flatten)
+      s.len = x.numel();
+    else
+      s = split_at(d, axis);
     const T* px = x.data<T>();
     // slice j as a vector (outer · inner elements), for ordering and look-up
     auto slice = [&](std::int64_t j) {
@@ -304,7 +308,7 @@ struct UniqueK {
       return v;
     };
     std::map<std::vector<T>, std::int64_t, NanLast<T>> first;  // slice -> its first position
-    std::vector<std::int64_t> order;                // first positions, in occurrence order
+    std::vector<std::int64_t> order;  // first positions, in occurrence order
     std::vector<std::int64_t> of(static_cast<std::size_t>(s.len));  // each slice's first position
     for (std::int64_t j = 0; j < s.len; ++j) {
       auto [it, fresh] = first.emplace(slice(j), j);
@@ -319,17 +323,20 @@ struct UniqueK {
     std::map<std::int64_t, std::int64_t> place;  // first position -> index in y
     for (std::int64_t k = 0; k < u; ++k) place[order[static_cast<std::size_t>(k)]] = k;
     std::vector<std::int64_t> yd;
-    if (a.flatten) yd = {u};
+    if (a.flatten)
+      yd = {u};
     else {
       yd = d.to_vector();
       yd[static_cast<std::size_t>(axis)] = u;
     }
-    Tensor& y = ctx.alloc_output(0, Dims(std::span<const std::int64_t>(yd.data(), yd.size())), x.dtype());
+    Tensor& y =
+        ctx.alloc_output(0, Dims(std::span<const std::int64_t>(yd.data(), yd.size())), x.dtype());
     T* py = y.data<T>();
     for (std::int64_t o = 0; o < s.outer; ++o)
       for (std::int64_t k = 0; k < u; ++k)
         for (std::int64_t i = 0; i < s.inner; ++i)
-          py[(o * u + k) * s.inner + i] = px[(o * s.len + order[static_cast<std::size_t>(k)]) * s.inner + i];
+          py[(o * u + k) * s.inner + i] =
+              px[(o * s.len + order[static_cast<std::size_t>(k)]) * s.inner + i];
     std::int64_t* pidx = ctx.alloc_output(1, Dims{u}, DataType::Int64).data<std::int64_t>();
     for (std::int64_t k = 0; k < u; ++k) pidx[k] = order[static_cast<std::size_t>(k)];
     std::int64_t* pinv = ctx.alloc_output(2, Dims{s.len}, DataType::Int64).data<std::int64_t>();
@@ -342,8 +349,106 @@ struct UniqueK {
   }
 };
 
+// ---- non_max_suppression ----
+
+// Input i, one number read on the host, as a double.
+double host_scalar(const KernelContext& ctx, std::uint32_t i, const char* what) {
+  const Tensor& t = ctx.input(i);
+  if (t.numel() != 1)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' ", what, " (input #", i,
+                ") must hold one value, got [", t.dims().to_string(), "]");
+  switch (t.dtype()) {
+    case DataType::Float32:
+      return t.data<float>()[0];
+    case DataType::Float64:
+      return t.data<double>()[0];
+    case DataType::Int32:
+      return t.data<std::int32_t>()[0];
+    case DataType::Int64:
+      return static_cast<double>(t.data<std::int64_t>()[0]);
+    default:
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' ", what, " has dtype ",
+                  to_string(t.dtype()));
+  }
+}
+
+template <typename T>
+struct NonMaxSuppressionK {
+  struct Box {
+    double y0, x0, y1, x1;  // min and max corners
+  };
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<NonMaxSuppressionOp>();
+    const std::string_view op = ctx.op()->name();
+    const Tensor boxes = typed_input<T>(ctx, 0), scores = typed_input<T>(ctx, 1);
+    const Dims& bd = boxes.dims();
+    const Dims& sd = scores.dims();
+    if (bd.rank() != 3 || bd[2] != 4 || sd.rank() != 3 || sd[0] != bd[0] || sd[2] != bd[1])
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' boxes [", bd.to_string(),
+                  "] and scores [", sd.to_string(),
+                  "] must be [batches, boxes, 4] and [batches, classes, boxes]");
+    const auto max_per_class = static_cast<std::int64_t>(host_scalar(ctx, 2, "max_per_class"));
+    const double iou_threshold = host_scalar(ctx, 3, "iou_threshold");
+    const double score_threshold = host_scalar(ctx, 4, "score_threshold");
+    const std::int64_t batches = bd[0], n = bd[1], classes = sd[1];
+    const T* pb = boxes.data<T>();
+    const T* ps = scores.data<T>();
+    std::vector<std::int64_t> rows;  // (batch, class, box) triples
+    std::vector<Box> box(static_cast<std::size_t>(n));
+    std::vector<std::int64_t> order, kept;
+    for (std::int64_t b = 0; b < batches; ++b) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        const T* p = pb + (b * n + i) * 4;
+        Box& q = box[static_cast<std::size_t>(i)];
+        if (a.center_point_box) {
+          q = {p[1] - p[3] / 2.0, p[0] - p[2] / 2.0, p[1] + p[3] / 2.0, p[0] + p[2] / 2.0};
+        } else {
+          q = {std::min<double>(p[0], p[2]), std::min<double>(p[1], p[3]),
+               std::max<double>(p[0], p[2]), std::max<double>(p[1], p[3])};
+        }
+      }
+      for (std::int64_t c = 0; c < classes; ++c) {
+        const T* s = ps + (b * classes + c) * n;
+        order.clear();
+        for (std::int64_t i = 0; i < n; ++i)
+          if (static_cast<double>(s[i]) > score_threshold) order.push_back(i);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](std::int64_t i, std::int64_t j) { return s[i] > s[j]; });
+        kept.clear();
+        for (std::int64_t i : order) {
+          if (static_cast<std::int64_t>(kept.size()) >= max_per_class) break;
+          bool suppressed = false;
+          for (std::int64_t k : kept)
+            if (iou(box[static_cast<std::size_t>(i)], box[static_cast<std::size_t>(k)]) >
+                iou_threshold) {
+              suppressed = true;
+              break;
+            }
+          if (suppressed) continue;
+          kept.push_back(i);
+          rows.insert(rows.end(), {b, c, i});
+        }
+      }
+    }
+    const auto count = static_cast<std::int64_t>(rows.size() / 3);
+    std::int64_t* po = ctx.alloc_output(0, Dims{count, 3}, DataType::Int64).data<std::int64_t>();
+    std::copy(rows.begin(), rows.end(), po);
+  }
+  // Intersection over union; 0 for boxes of no area.
+  static double iou(const Box& p, const Box& q) {
+    const double ih = std::min(p.y1, q.y1) - std::max(p.y0, q.y0),
+                 iw = std::min(p.x1, q.x1) - std::max(p.x0, q.x0);
+    if (ih <= 0 || iw <= 0) return 0;
+    const double ap = (p.y1 - p.y0) * (p.x1 - p.x0), aq = (q.y1 - q.y0) * (q.x1 - q.x0);
+    if (ap <= 0 || aq <= 0) return 0;
+    const double inter = ih * iw, uni = ap + aq - inter;
+    return uni <= 0 ? 0 : inter / uni;
+  }
+};
+
 }  // namespace
 
+KILN_REGISTER_KERNELS(NonMaxSuppressionOp, Cpu, NonMaxSuppressionK, float, double);
 KILN_REGISTER_KERNELS(NonzeroOp, Cpu, NonzeroK, float, double, std::int32_t, std::int64_t, bool);
 KILN_REGISTER_KERNELS(UniqueOp, Cpu, UniqueK, float, double, std::int32_t, std::int64_t);
 KILN_REGISTER_KERNELS(ArgMaxOp, Cpu, ArgMaxK, float, double, std::int32_t, std::int64_t);

@@ -115,7 +115,9 @@ BinaryGrads remainder_grads(Builder& b, Operation* op, Value d) {
 }  // namespace
 
 BinaryGrads ModMath::grads(Builder& b, Operation* op, Value d) { return remainder_grads(b, op, d); }
-BinaryGrads FmodMath::grads(Builder& b, Operation* op, Value d) { return remainder_grads(b, op, d); }
+BinaryGrads FmodMath::grads(Builder& b, Operation* op, Value d) {
+  return remainder_grads(b, op, d);
+}
 
 // ---- add_n ----
 

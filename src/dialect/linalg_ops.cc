@@ -95,15 +95,16 @@ std::vector<Type> DetOp::infer_meta(const std::vector<Type>& in, DictionaryAttri
   Type x = meta::tensor_operand(name, in, 0);
   const DataType dt = shaped_data_type(x);
   if (dt != DataType::Float32 && dt != DataType::Float64)
-    throw_error(ErrorKind::InvalidArgument, "op '", name, "' takes f32 or f64, got ", to_string(dt));
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' takes f32 or f64, got ",
+                to_string(dt));
   std::vector<std::int64_t> d = shaped_dims(x);
   if (d.size() < 2)
-    throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs square matrices [..., n, n], got ",
-                meta::dims_string(d));
+    throw_error(ErrorKind::InvalidArgument, "op '", name,
+                "' needs square matrices [..., n, n], got ", meta::dims_string(d));
   const std::int64_t m = d[d.size() - 2], n = d[d.size() - 1];
   if (m >= 0 && n >= 0 && m != n)
-    throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs square matrices [..., n, n], got ",
-                meta::dims_string(d));
+    throw_error(ErrorKind::InvalidArgument, "op '", name,
+                "' needs square matrices [..., n, n], got ", meta::dims_string(d));
   d.resize(d.size() - 2);
   return {meta::result_like(in, dt, std::move(d))};
 }

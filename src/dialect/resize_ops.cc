@@ -25,8 +25,8 @@ void require_one_of(std::string_view attr, const std::string& value,
 }
 
 // Operand i: a 1-D tensor whose dtype passes `ok`.
-void require_vector(const std::vector<Type>& in, std::size_t i, const char* what, bool (*ok)(DataType),
-                    const char* dtypes) {
+void require_vector(const std::vector<Type>& in, std::size_t i, const char* what,
+                    bool (*ok)(DataType), const char* dtypes) {
   Type t = meta::tensor_operand(ResizeOp::name, in, i);
   if (shaped_dims(t).size() != 1 || !ok(shaped_data_type(t)))
     throw_error(ErrorKind::InvalidArgument, "op '", ResizeOp::name, "' ", what, " (operand #", i,
@@ -38,8 +38,8 @@ bool is_float(DataType t) { return t == DataType::Float32 || t == DataType::Floa
 
 }  // namespace
 
-void ResizeOp::build(Builder&, OperationArgument& arg, Value x, Value roi, Value scales, Value sizes,
-                     const Attributes& attrs) {
+void ResizeOp::build(Builder&, OperationArgument& arg, Value x, Value roi, Value scales,
+                     Value sizes, const Attributes& attrs) {
   arg.add_operand(x);
   arg.add_operand(roi);
   arg.add_operand(scales);
@@ -59,13 +59,13 @@ std::vector<Type> ResizeOp::infer_meta(const std::vector<Type>& in, DictionaryAt
   require_vector(in, 2, "scales", &is_float, "f32 or f64");
   require_vector(in, 3, "sizes", &meta::is_index_dtype, "i32 or i64");
   require_one_of("mode", a.mode, std::array<std::string_view, 3>{"nearest", "linear", "cubic"});
-  require_one_of("coordinate_transformation_mode", a.coordinate_transformation_mode,
-                 std::array<std::string_view, 6>{"half_pixel", "pytorch_half_pixel", "align_corners",
-                                                 "asymmetric", "tf_half_pixel_for_nn",
-                                                 "tf_crop_and_resize"});
-  require_one_of("nearest_mode", a.nearest_mode,
-                 std::array<std::string_view, 4>{"round_prefer_floor", "round_prefer_ceil", "floor",
-                                                 "ceil"});
+  require_one_of(
+      "coordinate_transformation_mode", a.coordinate_transformation_mode,
+      std::array<std::string_view, 6>{"half_pixel", "pytorch_half_pixel", "align_corners",
+                                      "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize"});
+  require_one_of(
+      "nearest_mode", a.nearest_mode,
+      std::array<std::string_view, 4>{"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"});
   const auto rank = static_cast<std::int64_t>(shaped_dims(x).size());
   for (std::size_t i = 2; i <= 3; ++i) {
     const std::int64_t n = shaped_dims(in[i])[0];
@@ -114,10 +114,14 @@ void coefficients(const ResizeSampling& m, double r, bool integral, double* w) {
   }
   bool up = false;  // nearest: floor(s) or floor(s) + 1
   if (!integral) {
-    if (m.nearest == "round_prefer_ceil") up = r >= 0.5;
-    else if (m.nearest == "floor") up = false;
-    else if (m.nearest == "ceil") up = true;
-    else up = r > 0.5;  // round_prefer_floor
+    if (m.nearest == "round_prefer_ceil")
+      up = r >= 0.5;
+    else if (m.nearest == "floor")
+      up = false;
+    else if (m.nearest == "ceil")
+      up = true;
+    else
+      up = r > 0.5;  // round_prefer_floor
   }
   w[0] = up ? 0.0 : 1.0;
   w[1] = up ? 1.0 : 0.0;

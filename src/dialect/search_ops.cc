@@ -8,8 +8,8 @@
 
 namespace kiln {
 
-KILN_REGISTER_OP(ArgMaxOp, ArgMinOp, TopKOp, GradOf<TopKOp>, OneHotOp, NonzeroOp, UniqueOp);
-
+KILN_REGISTER_OP(ArgMaxOp, ArgMinOp, TopKOp, GradOf<TopKOp>, OneHotOp, NonzeroOp, UniqueOp,
+                 NonMaxSuppressionOp);
 
 namespace {
 void require_searchable(std::string_view op, DataType dt) {
@@ -146,11 +146,47 @@ std::vector<Type> UniqueOp::infer_meta(const std::vector<Type>& in, DictionaryAt
   if (!a.flatten) {
     y = shaped_dims(x);
     if (y.empty())
-      throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs an input of rank >= 1 along an axis");
-    y[static_cast<std::size_t>(meta::normalize_axis(name, a.axis, static_cast<std::int64_t>(y.size())))] = -1;
+      throw_error(ErrorKind::InvalidArgument, "op '", name,
+                  "' needs an input of rank >= 1 along an axis");
+    y[static_cast<std::size_t>(
+        meta::normalize_axis(name, a.axis, static_cast<std::int64_t>(y.size())))] = -1;
   }
   Type ids = meta::result_like(in, DataType::Int64, {-1});
   return {meta::result_like(in, dt, std::move(y)), ids, ids, ids};
+}
+
+// ---- non_max_suppression ----
+
+void NonMaxSuppressionOp::build(Builder&, OperationArgument& arg, Value boxes, Value scores,
+                                Value max_per_class, Value iou_threshold, Value score_threshold,
+                                bool center_point_box) {
+  arg.add_operands({boxes, scores, max_per_class, iou_threshold, score_threshold});
+  arg.attributes = to_named_attributes(Attributes{center_point_box});
+}
+
+std::vector<Type> NonMaxSuppressionOp::infer_meta(const std::vector<Type>& in,
+                                                  DictionaryAttribute) {
+  meta::require_count(name, in, 5);
+  Type boxes = meta::float_operand(name, in, 0), scores = meta::tensor_operand(name, in, 1);
+  const DataType dt = shaped_data_type(boxes);
+  meta::require_same_dtype(name, dt, shaped_data_type(scores), 0, 1);
+  const auto& bd = shaped_dims(boxes);
+  const auto& sd = shaped_dims(scores);
+  if (bd.size() != 3 || (bd[2] >= 0 && bd[2] != 4))
+    throw_error(ErrorKind::InvalidArgument, "op '", name,
+                "' boxes must be [batches, boxes, 4], got ", meta::dims_string(bd));
+  if (sd.size() != 3)
+    throw_error(ErrorKind::InvalidArgument, "op '", name,
+                "' scores must be [batches, classes, boxes], got ", meta::dims_string(sd));
+  if (!meta::compatible_dims({bd[0], bd[1]}, {sd[0], sd[2]}))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' boxes ", meta::dims_string(bd),
+                " and scores ", meta::dims_string(sd), " disagree on the batches or the boxes");
+  if (!meta::is_index_dtype(shaped_data_type(meta::tensor_operand(name, in, 2))))
+    throw_error(ErrorKind::InvalidArgument, "op '", name,
+                "' max_per_class (operand #2) must be i32 or i64");
+  for (std::size_t i = 3; i <= 4; ++i)
+    meta::require_same_dtype(name, dt, shaped_data_type(meta::tensor_operand(name, in, i)), 0, i);
+  return {meta::result_like(in, DataType::Int64, {-1, 3})};
 }
 
 }  // namespace kiln

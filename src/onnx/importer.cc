@@ -341,12 +341,14 @@ class GraphImporter {
       throw Error(e.kind(), "ONNX " + where + ": " + e.message());
     }
     for (auto& [k, elements] : ctx.sequence_outputs) {
-      if (k < static_cast<std::size_t>(node.output_size()) && !node.output(static_cast<int>(k)).empty())
+      if (k < static_cast<std::size_t>(node.output_size()) &&
+          !node.output(static_cast<int>(k)).empty())
         sequences_[node.output(static_cast<int>(k))] = std::move(elements);
       sequences = true;
     }
     for (int k = 0; k < node.output_size(); ++k) {
-      if (node.output(k).empty() || ctx.sequence_outputs.count(static_cast<std::size_t>(k))) continue;
+      if (node.output(k).empty() || ctx.sequence_outputs.count(static_cast<std::size_t>(k)))
+        continue;
       if (k >= static_cast<int>(results.size()) || !results[static_cast<std::size_t>(k)])
         throw_error(ErrorKind::Unimplemented, "ONNX ", where, ": kiln does not compute output #",
                     k, " ('", node.output(k), "')");

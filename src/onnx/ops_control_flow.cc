@@ -269,7 +269,8 @@ std::vector<Value> scan8_node(NodeContext& c) {
   c9.constants.erase(c9.constants.begin());
   for (Value& v : c9.inputs) {
     const auto d = shaped_dims(v.type());
-    if (d.empty() || d[0] != 1) c.unsupported("Scan (opset 8) with a batch other than 1, input " + meta::dims_string(d));
+    if (d.empty() || d[0] != 1)
+      c.unsupported("Scan (opset 8) with a batch other than 1, input " + meta::dims_string(d));
     v = c.b.create<SqueezeOp>(v, std::vector<std::int64_t>{0}).result();
   }
   std::fill(c9.constants.begin(), c9.constants.end(), nullptr);

@@ -1,8 +1,8 @@
 // ONNX's elementwise ops → kiln's unary, binary (numpy broadcasting, as ONNX
 // since opset 7), comparison and logic ops; the variadic Sum / Max / Min as
 // chains of binary ops; Gemm, MatMul, Softmax / LogSoftmax, Cast, Where,
-// Clip, ArgMax / ArgMin, Trilu, Mod (kiln.mod / kiln.fmod); activations composed of kiln ops (LeakyRelu,
-// PRelu, Elu, Selu, HardSigmoid, Softplus, Softsign).
+// Clip, ArgMax / ArgMin, Trilu, Mod (kiln.mod / kiln.fmod); activations composed of kiln ops
+// (LeakyRelu, PRelu, Elu, Selu, HardSigmoid, Softplus, Softsign).
 #include <limits>
 
 #include "kiln/dialect/kiln_dialect.h"

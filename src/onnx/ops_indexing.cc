@@ -4,8 +4,11 @@
 // count from the end of their dim, as ONNX says; reduction none / add / mul
 // (opset 16). Also the ops whose results are sized by the data: NonZero
 // (kiln.nonzero), Compress (a gather of the condition's non-zero
-// positions), Unique (kiln.unique); and ReverseSequence (take_along_axis of
+// positions), Unique (kiln.unique), NonMaxSuppression
+// (kiln.non_max_suppression); and ReverseSequence (take_along_axis of
 // positions reversed below each sequence's length).
+#include <limits>
+
 #include "kiln/dialect/kiln_dialect.h"
 #include "op_table.h"
 
@@ -45,7 +48,9 @@ std::vector<Value> non_zero(NodeContext& c) { return {c.b.create<NonzeroOp>(c.in
 std::vector<Value> compress(NodeContext& c) {
   Value x = c.input(0), cond = c.input(1);
   if (shaped_dims(cond.type()).size() != 1) c.unsupported("a condition of rank other than 1");
-  Value picked = c.b.create<ReshapeOp>(c.b.create<NonzeroOp>(cond).result(), std::vector<std::int64_t>{-1}).result();
+  Value picked =
+      c.b.create<ReshapeOp>(c.b.create<NonzeroOp>(cond).result(), std::vector<std::int64_t>{-1})
+          .result();
   if (!c.has_attr("axis")) {
     x = c.b.create<ReshapeOp>(x, std::vector<std::int64_t>{-1}).result();
     return {c.b.create<GatherOp>(x, picked, 0).result()};
@@ -74,26 +79,47 @@ std::vector<Value> reverse_sequence(NodeContext& c) {
                   " for an input of rank " + std::to_string(rank));
   for (auto e : d)
     if (e < 0) c.unsupported("ReverseSequence of an input with a dim known only at run time");
-  std::vector<std::int64_t> along_time(static_cast<std::size_t>(rank), 1), along_batch = along_time, t;
+  std::vector<std::int64_t> along_time(static_cast<std::size_t>(rank), 1), along_batch = along_time,
+                                                                           t;
   along_time[static_cast<std::size_t>(time)] = d[static_cast<std::size_t>(time)];
   along_batch[static_cast<std::size_t>(batch)] = -1;
   for (std::int64_t i = 0; i < d[static_cast<std::size_t>(time)]; ++i) t.push_back(i);
   Value pos = constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims(along_time), t));
   Value lens = c.input(1);
-  if (shaped_data_type(lens.type()) != DataType::Int64) lens = c.b.create<CastOp>(lens, DataType::Int64).result();
+  if (shaped_data_type(lens.type()) != DataType::Int64)
+    lens = c.b.create<CastOp>(lens, DataType::Int64).result();
   lens = c.b.create<ReshapeOp>(lens, along_batch).result();
   auto full = [&](const std::vector<std::int64_t>& dims, double v) {
     return c.b.create<FullOp>(dims, v, DataType::Int64).result();
   };
   Value reversed = c.b.create<SubOp>(c.b.create<SubOp>(lens, full({}, 1)).result(), pos).result();
-  Value src = c.b.create<WhereOp>(c.b.create<LessThanOp>(pos, lens).result(), reversed, pos).result();
+  Value src =
+      c.b.create<WhereOp>(c.b.create<LessThanOp>(pos, lens).result(), reversed, pos).result();
   src = c.b.create<AddOp>(src, full(d, 0)).result();  // every element's own index
   return {c.b.create<TakeAlongAxisOp>(x, src, time).result()};
+}
+
+// Omitted inputs: no boxes per class, IoU threshold 0, no score threshold.
+std::vector<Value> non_max_suppression(NodeContext& c) {
+  Value boxes = c.input(0);
+  const DataType dt = shaped_data_type(boxes.type());
+  auto given_or = [&](std::size_t i, double fallback, DataType want) {
+    Value v = i < c.inputs.size() && c.inputs[i]
+                  ? c.inputs[i]
+                  : c.b.create<FullOp>(std::vector<std::int64_t>{}, fallback, want).result();
+    return shaped_data_type(v.type()) == want ? v : c.b.create<CastOp>(v, want).result();
+  };
+  return {c.b.create<NonMaxSuppressionOp>(boxes, c.input(1), given_or(2, 0.0, DataType::Int64),
+                                          given_or(3, 0.0, dt),
+                                          given_or(4, -std::numeric_limits<double>::infinity(), dt),
+                                          c.int_attr("center_point_box", 0) != 0)
+              .result()};
 }
 
 }  // namespace
 
 void add_indexing_ops(OpTable& t) {
+  t["NonMaxSuppression"] = {&non_max_suppression, 10};
   t["NonZero"] = {&non_zero, 9};
   t["Compress"] = {&compress, 9};
   t["Unique"] = {&unique, 11};

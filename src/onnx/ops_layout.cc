@@ -1,10 +1,9 @@
 // ONNX ops that move or pick elements, composed of kiln ops: Pad (constant
 // mode → kiln.pad; edge and reflect → one gather per padded axis, from
-// indices computed at import, or at run time for pads computed then), DepthToSpace / SpaceToDepth (reshape,
-// transpose, reshape), TopK (kiln.topk; a k computed at run time slices a
-// full sort), OneHot (a comparison with the positions 0 … depth-1, so out-of-range indices give all off-values as
-// ONNX says), and the normalizations InstanceNormalization,
-// MeanVarianceNormalization and LRN.
+// indices computed at import, or at run time for pads computed then), DepthToSpace / SpaceToDepth
+// (reshape, transpose, reshape), TopK (kiln.topk; a k computed at run time slices a full sort),
+// OneHot (a comparison with the positions 0 … depth-1, so out-of-range indices give all off-values
+// as ONNX says), and the normalizations InstanceNormalization, MeanVarianceNormalization and LRN.
 #include <algorithm>
 #include <cmath>
 
@@ -55,21 +54,26 @@ double scalar_value(NodeContext& c, std::size_t i, const std::string& what) {
 // clamped to the axis (edge), reflected at its ends (reflect), or clamped
 // and then replaced by the value where they fall outside (constant).
 Value pad_at_run_time(NodeContext& c, Value x, Value pads, Value fill, const std::string& mode) {
-  if (mode != "constant" && mode != "edge" && mode != "reflect") c.unsupported("Pad mode '" + mode + "'");
+  if (mode != "constant" && mode != "edge" && mode != "reflect")
+    c.unsupported("Pad mode '" + mode + "'");
   const std::vector<std::int64_t> d = known_dims(c, x, "Pad with pads computed at run time");
   const auto rank = static_cast<std::int64_t>(d.size());
   const auto pad_len = shaped_dims(pads.type());
   if (pad_len.size() != 1 || (pad_len[0] >= 0 && pad_len[0] != 2 * rank))
-    c.unsupported("pads of shape " + meta::dims_string(pad_len) + " for an input of rank " + std::to_string(rank));
+    c.unsupported("pads of shape " + meta::dims_string(pad_len) + " for an input of rank " +
+                  std::to_string(rank));
   if (dtype_of(pads) != DataType::Int64) pads = c.b.create<CastOp>(pads, DataType::Int64).result();
   auto i64 = [&](std::int64_t v) { return scalar(c, DataType::Int64, static_cast<double>(v)); };
-  auto pad_at = [&](std::int64_t k) { return c.b.create<GatherOp>(pads, i64_constant(c, {}, {k}), 0).result(); };
+  auto pad_at = [&](std::int64_t k) {
+    return c.b.create<GatherOp>(pads, i64_constant(c, {}, {k}), 0).result();
+  };
   for (std::int64_t a = 0; a < rank; ++a) {
     const std::int64_t n = d[static_cast<std::size_t>(a)];
     if (n == 0) c.unsupported("Pad of an empty axis with pads computed at run time");
     Value before = pad_at(a), after = pad_at(a + rank);
     Value length = c.b.create<AddOp>(c.b.create<AddOp>(before, after).result(), i64(n)).result();
-    Value src = c.b.create<SubOp>(c.b.create<RangeOp>(i64(0), length, i64(1)).result(), before).result();
+    Value src =
+        c.b.create<SubOp>(c.b.create<RangeOp>(i64(0), length, i64(1)).result(), before).result();
     Value inside;
     if (mode == "constant")
       inside = c.b.create<LogicalAndOp>(c.b.create<GreaterEqualOp>(src, i64(0)).result(),
@@ -111,11 +115,12 @@ std::vector<Value> pad(NodeContext& c) {
   } else {
     if (c.inputs.size() > 3 && c.inputs[3]) c.unsupported("Pad's axes input");
     if (!c.constants[1] || (c.inputs.size() > 2 && c.inputs[2] && !c.constants[2]))
-      return {pad_at_run_time(c, c.input(0), c.input(1),
-                              c.inputs.size() > 2 && c.inputs[2]
-                                  ? c.b.create<ReshapeOp>(c.inputs[2], std::vector<std::int64_t>{}).result()
-                                  : scalar(c, dtype_of(c.input(0)), 0.0),
-                              mode)};
+      return {pad_at_run_time(
+          c, c.input(0), c.input(1),
+          c.inputs.size() > 2 && c.inputs[2]
+              ? c.b.create<ReshapeOp>(c.inputs[2], std::vector<std::int64_t>{}).result()
+              : scalar(c, dtype_of(c.input(0)), 0.0),
+          mode)};
     pads = c.constant_ints(1, "Pad's pads");
     if (c.inputs.size() > 2 && c.inputs[2]) value = scalar_value(c, 2, "Pad's constant_value");
   }
@@ -208,9 +213,11 @@ std::vector<Value> top_k(NodeContext& c) {
     if (a < 0 || a >= rank) c.unsupported("axis " + std::to_string(axis) + " out of range");
     if (d[static_cast<std::size_t>(a)] < 0)
       c.unsupported("k computed at run time along an axis whose extent is known only at run time");
-    Operation* all = c.b.create<TopKOp>(c.input(0), d[static_cast<std::size_t>(a)], a, largest, true);
+    Operation* all =
+        c.b.create<TopKOp>(c.input(0), d[static_cast<std::size_t>(a)], a, largest, true);
     Value k = c.b.create<ReshapeOp>(c.input(1), std::vector<std::int64_t>{1}).result();
-    Value zero = i64_constant(c, {1}, {0}), axes = i64_constant(c, {1}, {a}), one = i64_constant(c, {1}, {1});
+    Value zero = i64_constant(c, {1}, {0}), axes = i64_constant(c, {1}, {a}),
+          one = i64_constant(c, {1}, {1});
     auto first_k = [&](Value v) { return c.b.create<SliceByOp>(v, zero, k, axes, one).result(); };
     return {first_k(all->result(0)), first_k(all->result(1))};
   }
@@ -241,9 +248,12 @@ std::vector<Value> one_hot(NodeContext& c) {
     positions = i64_constant(c, pos_dims, pos);
   } else {
     depth = c.b.create<ReshapeOp>(c.input(1), std::vector<std::int64_t>{}).result();
-    if (dtype_of(depth) != DataType::Int64) depth = c.b.create<CastOp>(depth, DataType::Int64).result();
+    if (dtype_of(depth) != DataType::Int64)
+      depth = c.b.create<CastOp>(depth, DataType::Int64).result();
     pos_dims[static_cast<std::size_t>(axis)] = -1;
-    Value range = c.b.create<RangeOp>(scalar(c, DataType::Int64, 0.0), depth, scalar(c, DataType::Int64, 1.0)).result();
+    Value range =
+        c.b.create<RangeOp>(scalar(c, DataType::Int64, 0.0), depth, scalar(c, DataType::Int64, 1.0))
+            .result();
     positions = c.b.create<ReshapeOp>(range, pos_dims).result();
   }
   if (dtype_of(ids) != DataType::Int64) ids = c.b.create<CastOp>(ids, DataType::Int64).result();

@@ -4,7 +4,8 @@
 // ThresholdedRelu); Hardmax (one-hot of the first maximum); EyeLike (a
 // constant: its input's dims must be known at import); Det (kiln.det);
 // Einsum (composed: see einsum below); the Hann, Hamming and Blackman
-// windows (cosines of a kiln.range).
+// windows (cosines of a kiln.range); DFT (products with constant cosine and
+// sine tables).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -182,7 +183,8 @@ std::vector<Value> einsum(NodeContext& c) {
   std::vector<std::string> terms;
   for (std::size_t start = 0;;) {
     const auto comma = lhs.find(',', start);
-    terms.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    terms.push_back(
+        lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -200,7 +202,9 @@ std::vector<Value> einsum(NodeContext& c) {
     const auto dots = terms[k].find("...");
     const std::size_t named = terms[k].size() - (dots == std::string::npos ? 0 : 3);
     if (dots != std::string::npos) {
-      if (dims[k].size() < named) c.unsupported("subscripts '" + terms[k] + "' for an input of rank " + std::to_string(dims[k].size()));
+      if (dims[k].size() < named)
+        c.unsupported("subscripts '" + terms[k] + "' for an input of rank " +
+                      std::to_string(dims[k].size()));
       ellipsis = std::max(ellipsis, dims[k].size() - named);
     }
   }
@@ -218,7 +222,8 @@ std::vector<Value> einsum(NodeContext& c) {
   for (std::size_t k = 0; k < terms.size(); ++k) {
     terms[k] = expand(terms[k], dims[k].size());
     if (terms[k].size() != dims[k].size())
-      c.unsupported("subscripts '" + terms[k] + "' for an input of rank " + std::to_string(dims[k].size()));
+      c.unsupported("subscripts '" + terms[k] + "' for an input of rank " +
+                    std::to_string(dims[k].size()));
     for (char ch : terms[k]) {
       if (order.find(ch) == std::string::npos) order += ch;
       ++uses[ch];
@@ -237,7 +242,8 @@ std::vector<Value> einsum(NodeContext& c) {
     out = ell_labels + once;
   }
   for (char ch : out)
-    if (order.find(ch) == std::string::npos) c.unsupported("output label '" + std::string(1, ch) + "' not in any input");
+    if (order.find(ch) == std::string::npos)
+      c.unsupported("output label '" + std::string(1, ch) + "' not in any input");
   Value product;
   for (std::size_t k = 0; k < terms.size(); ++k) {
     Value x = c.input(k);
@@ -247,14 +253,18 @@ std::vector<Value> einsum(NodeContext& c) {
     for (std::size_t i = 0; i < labels.size(); ++i) {
       for (std::size_t j = labels.size() - 1; j > i; --j) {
         if (labels[j] != labels[i]) continue;
-        if (d[i] != d[j]) c.unsupported("a diagonal over dims of extents " + std::to_string(d[i]) + " and " + std::to_string(d[j]));
+        if (d[i] != d[j])
+          c.unsupported("a diagonal over dims of extents " + std::to_string(d[i]) + " and " +
+                        std::to_string(d[j]));
         std::vector<std::int64_t> mask_dims(labels.size(), 1);
         mask_dims[i] = mask_dims[j] = d[i];
         std::vector<double> eye(static_cast<std::size_t>(d[i] * d[i]), 0.0);
         for (std::int64_t p = 0; p < d[i]; ++p) eye[static_cast<std::size_t>(p * d[i] + p)] = 1.0;
         Value mask = constant_value(c.b, Tensor::from_vector<double>(Dims(mask_dims), eye));
         if (dtype_of(x) != DataType::Float64) mask = c.b.create<CastOp>(mask, dtype_of(x)).result();
-        x = c.b.create<SumOp>(c.b.create<MulOp>(x, mask).result(), std::vector<std::int64_t>{static_cast<std::int64_t>(j)}, false).result();
+        x = c.b.create<SumOp>(c.b.create<MulOp>(x, mask).result(),
+                              std::vector<std::int64_t>{static_cast<std::int64_t>(j)}, false)
+                .result();
         labels.erase(j, 1);
         d.erase(d.begin() + static_cast<std::ptrdiff_t>(j));
       }
@@ -267,7 +277,8 @@ std::vector<Value> einsum(NodeContext& c) {
       full.push_back(at == std::string::npos ? 1 : d[at]);
     }
     bool identity = true;
-    for (std::size_t i = 0; i < perm.size(); ++i) identity &= perm[i] == static_cast<std::int64_t>(i);
+    for (std::size_t i = 0; i < perm.size(); ++i)
+      identity &= perm[i] == static_cast<std::int64_t>(i);
     if (!identity) x = c.b.create<TransposeOp>(x, perm).result();
     if (full.size() != labels.size()) x = c.b.create<ReshapeOp>(x, full).result();
     product = product ? c.b.create<MulOp>(product, x).result() : x;
@@ -275,8 +286,10 @@ std::vector<Value> einsum(NodeContext& c) {
   std::vector<std::int64_t> summed;
   std::string kept;
   for (std::size_t i = 0; i < order.size(); ++i) {
-    if (out.find(order[i]) == std::string::npos) summed.push_back(static_cast<std::int64_t>(i));
-    else kept += order[i];
+    if (out.find(order[i]) == std::string::npos)
+      summed.push_back(static_cast<std::int64_t>(i));
+    else
+      kept += order[i];
   }
   if (!summed.empty()) product = c.b.create<SumOp>(product, summed, false).result();
   std::vector<std::int64_t> perm;  // the kept labels to the output's order
@@ -297,16 +310,27 @@ template <const WindowCoefficients& W>
 std::vector<Value> window(NodeContext& c) {
   DataType dt = DataType::Float32;
   switch (c.int_attr("output_datatype", ::onnx::TensorProto_DataType_FLOAT)) {
-    case ::onnx::TensorProto_DataType_FLOAT: break;
-    case ::onnx::TensorProto_DataType_DOUBLE: dt = DataType::Float64; break;
-    default: c.unsupported("output_datatype " + std::to_string(c.int_attr("output_datatype", 0)));
+    case ::onnx::TensorProto_DataType_FLOAT:
+      break;
+    case ::onnx::TensorProto_DataType_DOUBLE:
+      dt = DataType::Float64;
+      break;
+    default:
+      c.unsupported("output_datatype " + std::to_string(c.int_attr("output_datatype", 0)));
   }
-  Value size = c.b.create<CastOp>(c.b.create<ReshapeOp>(c.input(0), std::vector<std::int64_t>{}).result(),
-                                  DataType::Float64)
-                   .result();
-  Value n = c.b.create<RangeOp>(scalar(c, DataType::Float64, 0.0), size, scalar(c, DataType::Float64, 1.0)).result();
-  Value period = c.int_attr("periodic", 1) != 0 ? size : c.b.create<ScaleOp>(size, 1.0, -1.0).result();
-  Value phase = c.b.create<MulOp>(n, c.b.create<DivOp>(scalar(c, DataType::Float64, 2 * M_PI), period).result()).result();
+  Value size =
+      c.b.create<CastOp>(c.b.create<ReshapeOp>(c.input(0), std::vector<std::int64_t>{}).result(),
+                         DataType::Float64)
+          .result();
+  Value n = c.b.create<RangeOp>(scalar(c, DataType::Float64, 0.0), size,
+                                scalar(c, DataType::Float64, 1.0))
+                .result();
+  Value period =
+      c.int_attr("periodic", 1) != 0 ? size : c.b.create<ScaleOp>(size, 1.0, -1.0).result();
+  Value phase =
+      c.b.create<MulOp>(n,
+                        c.b.create<DivOp>(scalar(c, DataType::Float64, 2 * M_PI), period).result())
+          .result();
   Value w = c.b.create<ScaleOp>(c.b.create<CosOp>(phase).result(), -W.a1, W.a0).result();
   if (W.a2 != 0) {
     Value second = c.b.create<CosOp>(c.b.create<ScaleOp>(phase, 2.0, 0.0).result()).result();
@@ -317,9 +341,82 @@ std::vector<Value> window(NodeContext& c) {
 constexpr WindowCoefficients kHann{0.5, 0.5, 0.0}, kHamming{25.0 / 46, 21.0 / 46, 0.0},
     kBlackman{0.42, 0.5, 0.08};
 
+// DFT (opset 17) along `axis` of x [..., n, ..., 1 or 2] (real or
+// complex), as matrix products with constant cosine and sine tables: the
+// axis moved last, Re' = re·C + im·S and Im' = im·C - re·S (inverse: the
+// signs of the S terms flipped and the result / N), with C[j][k] = cos(2πjk/N),
+// S[j][k] = sin(2πjk/N) for the N = dft_length points (the input cut or
+// padded with zeros to it) and the k < N (onesided: N/2 + 1) outputs.
+std::vector<Value> dft(NodeContext& c) {
+  Value x = c.input(0);
+  const std::vector<std::int64_t> d = shaped_dims(x.type());
+  const auto rank = static_cast<std::int64_t>(d.size());
+  std::int64_t axis = c.int_attr("axis", 1);
+  if (axis < 0) axis += rank;
+  if (rank < 3 || axis < 1 || axis > rank - 2)
+    c.unsupported("axis " + std::to_string(c.int_attr("axis", 1)) + " for an input of rank " +
+                  std::to_string(rank));
+  const std::int64_t n = d[static_cast<std::size_t>(axis)], parts = d.back();
+  if (n < 1 || (parts != 1 && parts != 2)) c.unsupported("DFT of an input " + meta::dims_string(d));
+  std::int64_t len = n;
+  if (c.inputs.size() > 1 && c.inputs[1]) len = c.constant_ints(1, "DFT's dft_length").at(0);
+  if (len < 1) c.unsupported("dft_length " + std::to_string(len));
+  const bool inverse = c.int_attr("inverse", 0) != 0, onesided = c.int_attr("onesided", 0) != 0;
+  if (inverse && onesided) c.unsupported("an inverse onesided DFT");
+  const std::int64_t outs = onesided ? len / 2 + 1 : len;
+  const DataType dt = dtype_of(x);
+  std::vector<double> cs(static_cast<std::size_t>(n * outs), 0.0), sn(cs.size(), 0.0);
+  for (std::int64_t j = 0; j < std::min(n, len); ++j)
+    for (std::int64_t k = 0; k < outs; ++k) {
+      const double theta = 2 * M_PI * static_cast<double>((j * k) % len) / static_cast<double>(len);
+      cs[static_cast<std::size_t>(j * outs + k)] = std::cos(theta);
+      sn[static_cast<std::size_t>(j * outs + k)] = std::sin(theta);
+    }
+  auto table = [&](const std::vector<double>& v) {
+    Value t = constant_value(c.b, Tensor::from_vector<double>(Dims{n, outs}, v));
+    return dt == DataType::Float64 ? t : c.b.create<CastOp>(t, dt).result();
+  };
+  Value cos_t = table(cs), sin_t = table(sn);
+  // the complex parts [..., n, ...] with the axis moved last
+  std::vector<std::int64_t> perm;
+  for (std::int64_t i = 0; i < rank - 1; ++i)
+    if (i != axis) perm.push_back(i);
+  perm.push_back(axis);
+  auto part = [&](std::int64_t k) {
+    Value v =
+        c.b.create<GatherOp>(x, constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{}, {k})),
+                             rank - 1)
+            .result();
+    return c.b.create<TransposeOp>(v, perm).result();
+  };
+  auto mm = [&](Value a, Value t) { return c.b.create<MatmulOp>(a, t).result(); };
+  auto scaled = [&](Value v, double f) { return c.b.create<ScaleOp>(v, f, 0.0).result(); };
+  // (re + i·im)(cos θ + σ·i·sin θ), σ = -1 forward, +1 inverse
+  const double sigma = inverse ? 1.0 : -1.0;
+  Value re = part(0);
+  Value out_re = mm(re, cos_t), out_im = scaled(mm(re, sin_t), sigma);
+  if (parts == 2) {
+    Value im = part(1);
+    out_re = c.b.create<AddOp>(out_re, scaled(mm(im, sin_t), -sigma)).result();
+    out_im = c.b.create<AddOp>(out_im, mm(im, cos_t)).result();
+  }
+  if (inverse) {
+    out_re = scaled(out_re, 1.0 / static_cast<double>(len));
+    out_im = scaled(out_im, 1.0 / static_cast<double>(len));
+  }
+  // back: the axis to its place, the parts stacked last
+  std::vector<std::int64_t> back(static_cast<std::size_t>(rank - 1));
+  for (std::size_t i = 0; i < perm.size(); ++i)
+    back[static_cast<std::size_t>(perm[i])] = static_cast<std::int64_t>(i);
+  out_re = c.b.create<TransposeOp>(out_re, back).result();
+  out_im = c.b.create<TransposeOp>(out_im, back).result();
+  return {c.b.create<StackOp>(std::vector<Value>{out_re, out_im}, rank - 1).result()};
+}
+
 }  // namespace
 
 void add_math_ops(OpTable& t) {
+  t["DFT"] = {&dft, 17};
   t["HannWindow"] = {&window<kHann>, 17};
   t["HammingWindow"] = {&window<kHamming>, 17};
   t["BlackmanWindow"] = {&window<kBlackman>, 17};

@@ -184,33 +184,42 @@ Value conv_transpose3d(NodeContext& c) {
   const std::vector<std::int64_t> xd = shaped_dims(x.type()), wd = shaped_dims(wt.type());
   for (auto e : xd)
     if (e < 0) c.unsupported("a 3-D ConvTranspose with a dim known only at run time");
-  if (wd.size() != 5) c.unsupported("a 3-D ConvTranspose whose weight has rank " + std::to_string(wd.size()));
+  if (wd.size() != 5)
+    c.unsupported("a 3-D ConvTranspose whose weight has rank " + std::to_string(wd.size()));
   const auto* auto_pad = c.attribute("auto_pad");
-  if ((auto_pad && !auto_pad->s().empty() && auto_pad->s() != "NOTSET" && auto_pad->s() != "VALID") ||
+  if ((auto_pad && !auto_pad->s().empty() && auto_pad->s() != "NOTSET" &&
+       auto_pad->s() != "VALID") ||
       c.has_attr("output_shape"))
     c.unsupported("a 3-D ConvTranspose with auto_pad SAME_* or output_shape");
-  const std::vector<std::int64_t> strides = ints_or(c, "strides", {1, 1, 1}), dil = ints_or(c, "dilations", {1, 1, 1}),
+  const std::vector<std::int64_t> strides = ints_or(c, "strides", {1, 1, 1}),
+                                  dil = ints_or(c, "dilations", {1, 1, 1}),
                                   out_pad = ints_or(c, "output_padding", {0, 0, 0});
   const std::vector<std::int64_t> pads = ints_or(c, "pads", {0, 0, 0, 0, 0, 0});
   if (strides.size() != 3 || dil.size() != 3 || out_pad.size() != 3 || pads.size() != 6)
     c.unsupported("pads / strides / dilations / output_padding of a 3-D window");
   const std::int64_t n = xd[0], ch = xd[1], depth = xd[2], h = xd[3], w = xd[4], kd = wd[2];
-  const std::int64_t od = (depth - 1) * strides[0] + (kd - 1) * dil[0] + 1 + out_pad[0] - pads[0] - pads[3];
+  const std::int64_t od =
+      (depth - 1) * strides[0] + (kd - 1) * dil[0] + 1 + out_pad[0] - pads[0] - pads[3];
   if (od < 1) c.unsupported("a 3-D ConvTranspose with an output depth below 1");
-  Value folded = c.b.create<ReshapeOp>(c.b.create<TransposeOp>(x, std::vector<std::int64_t>{0, 2, 1, 3, 4}).result(),
-                                       std::vector<std::int64_t>{n * depth, ch, h, w})
-                     .result();
+  Value folded =
+      c.b.create<ReshapeOp>(
+             c.b.create<TransposeOp>(x, std::vector<std::int64_t>{0, 2, 1, 3, 4}).result(),
+             std::vector<std::int64_t>{n * depth, ch, h, w})
+          .result();
   Value sum;
   for (std::int64_t j = 0; j < kd; ++j) {
-    Value wj = c.b.create<GatherOp>(wt, constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{}, {j})), 2)
+    Value wj = c.b.create<GatherOp>(
+                      wt, constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{}, {j})), 2)
                    .result();
-    Value yj = c.b.create<Conv2dTransposeOp>(folded, wj, std::vector<std::int64_t>{strides[1], strides[2]},
-                                             std::vector<std::int64_t>{pads[1], pads[4], pads[2], pads[5]},
-                                             std::vector<std::int64_t>{out_pad[1], out_pad[2]},
-                                             std::vector<std::int64_t>{dil[1], dil[2]}, c.int_attr("group", 1))
+    Value yj = c.b.create<Conv2dTransposeOp>(
+                      folded, wj, std::vector<std::int64_t>{strides[1], strides[2]},
+                      std::vector<std::int64_t>{pads[1], pads[4], pads[2], pads[5]},
+                      std::vector<std::int64_t>{out_pad[1], out_pad[2]},
+                      std::vector<std::int64_t>{dil[1], dil[2]}, c.int_attr("group", 1))
                    .result();
     const std::vector<std::int64_t> yd = shaped_dims(yj.type());  // [N·D, O, OH, OW]
-    yj = c.b.create<ReshapeOp>(yj, std::vector<std::int64_t>{n, depth, yd[1], yd[2], yd[3]}).result();
+    yj = c.b.create<ReshapeOp>(yj, std::vector<std::int64_t>{n, depth, yd[1], yd[2], yd[3]})
+             .result();
     std::vector<std::int64_t> idx(static_cast<std::size_t>(od), 0);
     std::vector<double> mask(static_cast<std::size_t>(od), 0.0);
     for (std::int64_t q = 0; q < od; ++q) {
@@ -219,8 +228,10 @@ Value conv_transpose3d(NodeContext& c) {
       idx[static_cast<std::size_t>(q)] = p / strides[0];
       mask[static_cast<std::size_t>(q)] = 1.0;
     }
-    Value picked = c.b.create<GatherOp>(yj, constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{od}, idx)), 1)
-                       .result();
+    Value picked =
+        c.b.create<GatherOp>(
+               yj, constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{od}, idx)), 1)
+            .result();
     Value m = constant_value(c.b, Tensor::from_vector<double>(Dims{1, od, 1, 1, 1}, mask));
     const DataType dt = shaped_data_type(x.type());
     if (dt != DataType::Float64) m = c.b.create<CastOp>(m, dt).result();
@@ -244,7 +255,8 @@ std::vector<Value> conv_transpose(NodeContext& c) {
     return {y};
   }
   if (rank != 4 && rank != 3)
-    c.unsupported("only 1-D, 2-D and 3-D (NCW, NCHW, NCDHW) inputs are imported, got rank " + std::to_string(rank));
+    c.unsupported("only 1-D, 2-D and 3-D (NCW, NCHW, NCDHW) inputs are imported, got rank " +
+                  std::to_string(rank));
   const std::size_t n = rank - 2;
   Window2d w;
   w.one_d = rank == 3;
@@ -397,19 +409,23 @@ Value max_pool_indices(NodeContext& c, const Window2d& w, Value x2d) {
   if (c.int_attr("ceil_mode", 0) != 0) c.unsupported("MaxPool's Indices output with ceil_mode");
   const std::vector<std::int64_t> d = shaped_dims(x2d.type());
   for (auto e : d)
-    if (e < 0) c.unsupported("MaxPool's Indices output of an input with a dim known only at run time");
+    if (e < 0)
+      c.unsupported("MaxPool's Indices output of an input with a dim known only at run time");
   const std::int64_t n = d[0], ch = d[1], h = d[2], wd = d[3], kh = w.kernel[0], kw = w.kernel[1],
                      sh = w.strides[0], sw = w.strides[1];
-  const std::int64_t oh = (h + w.pads[0] + w.pads[1] - kh) / sh + 1, ow = (wd + w.pads[2] + w.pads[3] - kw) / sw + 1;
-  Value xp = c.b.create<PadOp>(x2d, std::vector<std::int64_t>{w.pads[2], w.pads[3], w.pads[0], w.pads[1]},
-                               -std::numeric_limits<double>::infinity())
-                 .result();
+  const std::int64_t oh = (h + w.pads[0] + w.pads[1] - kh) / sh + 1,
+                     ow = (wd + w.pads[2] + w.pads[3] - kw) / sw + 1;
+  Value xp =
+      c.b.create<PadOp>(x2d, std::vector<std::int64_t>{w.pads[2], w.pads[3], w.pads[0], w.pads[1]},
+                        -std::numeric_limits<double>::infinity())
+          .result();
   std::vector<Value> taps;
   for (std::int64_t i = 0; i < kh; ++i)
     for (std::int64_t j = 0; j < kw; ++j) {
-      Value t = c.b.create<StridedSliceOp>(xp, std::vector<std::int64_t>{2, 3}, std::vector<std::int64_t>{i, j},
-                                           std::vector<std::int64_t>{i + (oh - 1) * sh + 1, j + (ow - 1) * sw + 1},
-                                           std::vector<std::int64_t>{sh, sw})
+      Value t = c.b.create<StridedSliceOp>(
+                       xp, std::vector<std::int64_t>{2, 3}, std::vector<std::int64_t>{i, j},
+                       std::vector<std::int64_t>{i + (oh - 1) * sh + 1, j + (ow - 1) * sw + 1},
+                       std::vector<std::int64_t>{sh, sw})
                     .result();
       taps.push_back(c.b.create<UnsqueezeOp>(t, std::vector<std::int64_t>{4}).result());
     }
@@ -421,18 +437,25 @@ Value max_pool_indices(NodeContext& c, const Window2d& w, Value x2d) {
   for (std::int64_t k = 0; k < n * ch; ++k) plane.push_back(k * h * wd);
   for (std::int64_t k = 0; k < oh; ++k) rows.push_back(k * sh - w.pads[0]);
   for (std::int64_t k = 0; k < ow; ++k) cols.push_back(k * sw - w.pads[2]);
-  Value row = c.b.create<AddOp>(i64({1, 1, oh, 1}, rows), c.b.create<DivOp>(tap, i64({}, {kw})).result()).result();
-  Value col = c.b.create<AddOp>(i64({1, 1, 1, ow}, cols), c.b.create<ModOp>(tap, i64({}, {kw})).result()).result();
+  Value row =
+      c.b.create<AddOp>(i64({1, 1, oh, 1}, rows), c.b.create<DivOp>(tap, i64({}, {kw})).result())
+          .result();
+  Value col =
+      c.b.create<AddOp>(i64({1, 1, 1, ow}, cols), c.b.create<ModOp>(tap, i64({}, {kw})).result())
+          .result();
   // storage_order 1: column-major within each plane
   const bool column_major = c.int_attr("storage_order", 0) != 0;
-  Value flat = column_major ? c.b.create<AddOp>(c.b.create<MulOp>(col, i64({}, {h})).result(), row).result()
-                            : c.b.create<AddOp>(c.b.create<MulOp>(row, i64({}, {wd})).result(), col).result();
+  Value flat =
+      column_major
+          ? c.b.create<AddOp>(c.b.create<MulOp>(col, i64({}, {h})).result(), row).result()
+          : c.b.create<AddOp>(c.b.create<MulOp>(row, i64({}, {wd})).result(), col).result();
   return c.b.create<AddOp>(flat, i64({n, ch, 1, 1}, plane)).result();
 }
 
 std::vector<Value> max_pool(NodeContext& c) {
   const bool indices = c.node.output_size() > 1 && !c.node.output(1).empty();
-  if (indices && needs_separable_pool(c)) c.unsupported("MaxPool's Indices output of a 3-D or dilated pool");
+  if (indices && needs_separable_pool(c))
+    c.unsupported("MaxPool's Indices output of a 3-D or dilated pool");
   if (needs_separable_pool(c)) return separable_pool(c, true);
   Window2d w = window2d(c, true);
   if (w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("MaxPool with dilations");
@@ -442,9 +465,10 @@ std::vector<Value> max_pool(NodeContext& c) {
     if (c.int_attr("ceil_mode", 0) != 0) c.unsupported("ceil_mode with pads beyond half the kernel");
     x = pad_explicitly(c, w, x, -std::numeric_limits<double>::infinity());
   }
-  Value y = from_2d(c, w, c.b.create<MaxPool2dOp>(x, w.kernel, w.strides, w.pads,
-                                                  c.int_attr("ceil_mode", 0) != 0)
-                              .result());
+  Value y = from_2d(
+      c, w,
+      c.b.create<MaxPool2dOp>(x, w.kernel, w.strides, w.pads, c.int_attr("ceil_mode", 0) != 0)
+          .result());
   if (idx) return {y, idx};
   return {y};
 }
@@ -457,9 +481,12 @@ std::vector<Value> max_pool(NodeContext& c) {
 std::vector<Value> max_unpool(NodeContext& c) {
   Value x = c.input(0);
   const DataType dt = shaped_data_type(x.type());
-  auto flat = [&](Value v) { return c.b.create<ReshapeOp>(v, std::vector<std::int64_t>{-1}).result(); };
+  auto flat = [&](Value v) {
+    return c.b.create<ReshapeOp>(v, std::vector<std::int64_t>{-1}).result();
+  };
   Value idx = flat(c.input(1));
-  if (shaped_data_type(idx.type()) != DataType::Int64) idx = c.b.create<CastOp>(idx, DataType::Int64).result();
+  if (shaped_data_type(idx.type()) != DataType::Int64)
+    idx = c.b.create<CastOp>(idx, DataType::Int64).result();
   const std::vector<std::int64_t> xd = shaped_dims(x.type());
   const std::size_t n = xd.size() < 2 ? 0 : xd.size() - 2;
   const std::vector<std::int64_t> kernel = c.ints_attr("kernel_shape"),
@@ -468,26 +495,33 @@ std::vector<Value> max_unpool(NodeContext& c) {
   if (n == 0 || kernel.size() != n || strides.size() != n || pads.size() != 2 * n)
     c.unsupported("kernel_shape / strides / pads of the window");
   std::vector<std::int64_t> od{xd[0], xd[1]};
-  for (std::size_t i = 0; i < n; ++i) od.push_back((xd[2 + i] - 1) * strides[i] - pads[i] - pads[i + n] + kernel[i]);
+  for (std::size_t i = 0; i < n; ++i)
+    od.push_back((xd[2 + i] - 1) * strides[i] - pads[i] - pads[i + n] + kernel[i]);
   std::int64_t total = 1;
   for (auto e : od) {
     if (e < 0) c.unsupported("MaxUnpool of an input with a dim known only at run time");
     total *= e;
   }
   Value zeros = c.b.create<FullOp>(std::vector<std::int64_t>{total}, 0.0, dt).result();
-  Value y = c.b.create<ReshapeOp>(c.b.create<PutAlongAxisOp>(zeros, idx, flat(x), 0, "none").result(), od).result();
+  Value y =
+      c.b.create<ReshapeOp>(c.b.create<PutAlongAxisOp>(zeros, idx, flat(x), 0, "none").result(), od)
+          .result();
   if (c.inputs.size() < 3 || !c.inputs[2]) return {y};
   // output_shape: the unpooled tensor padded with zeros at the end of each dim
   Value shape = c.inputs[2];
-  if (shaped_data_type(shape.type()) != DataType::Int64) shape = c.b.create<CastOp>(shape, DataType::Int64).result();
-  Value extra = c.b.create<SubOp>(shape, constant_value(c.b, Tensor::from_vector<std::int64_t>(
-                                                                 Dims{static_cast<std::int64_t>(od.size())}, od)))
-                    .result();
-  Value begins = c.b.create<FullOp>(std::vector<std::int64_t>{static_cast<std::int64_t>(od.size())}, 0.0,
-                                    DataType::Int64)
+  if (shaped_data_type(shape.type()) != DataType::Int64)
+    shape = c.b.create<CastOp>(shape, DataType::Int64).result();
+  Value extra =
+      c.b.create<SubOp>(shape,
+                        constant_value(c.b, Tensor::from_vector<std::int64_t>(
+                                                Dims{static_cast<std::int64_t>(od.size())}, od)))
+          .result();
+  Value begins = c.b.create<FullOp>(std::vector<std::int64_t>{static_cast<std::int64_t>(od.size())},
+                                    0.0, DataType::Int64)
                      .result();
   Value grow = c.b.create<ConcatOp>(std::vector<Value>{begins, extra}, 0).result();
-  return {pad_at_run_time(c, y, grow, c.b.create<FullOp>(std::vector<std::int64_t>{}, 0.0, dt).result(), "constant")};
+  return {pad_at_run_time(
+      c, y, grow, c.b.create<FullOp>(std::vector<std::int64_t>{}, 0.0, dt).result(), "constant")};
 }
 
 // count_include_pad = 0 averages over the elements inside the input only;
@@ -592,20 +626,29 @@ std::vector<Value> batch_norm_training(NodeContext& c) {
   for (std::int64_t a = 2; a < rank; ++a) axes.push_back(a);
   per_channel[1] = -1;
   const DataType dt = shaped_data_type(x.type());
-  auto scalar = [&](double v) { return c.b.create<FullOp>(std::vector<std::int64_t>{}, v, dt).result(); };
-  auto channel = [&](std::size_t i) { return c.b.create<ReshapeOp>(c.input(i), per_channel).result(); };
+  auto scalar = [&](double v) {
+    return c.b.create<FullOp>(std::vector<std::int64_t>{}, v, dt).result();
+  };
+  auto channel = [&](std::size_t i) {
+    return c.b.create<ReshapeOp>(c.input(i), per_channel).result();
+  };
   Value mean = c.b.create<MeanOp>(x, axes, true).result();
   Value centered = c.b.create<SubOp>(x, mean).result();
   Value var = c.b.create<MeanOp>(c.b.create<SquareOp>(centered).result(), axes, true).result();
-  Value std = c.b.create<SqrtOp>(c.b.create<AddOp>(var, scalar(c.float_attr("epsilon", 1e-5f))).result()).result();
-  Value y = c.b.create<AddOp>(c.b.create<MulOp>(c.b.create<DivOp>(centered, std).result(), channel(1)).result(),
-                              channel(2))
-                .result();
+  Value std =
+      c.b.create<SqrtOp>(c.b.create<AddOp>(var, scalar(c.float_attr("epsilon", 1e-5f))).result())
+          .result();
+  Value y =
+      c.b.create<AddOp>(
+             c.b.create<MulOp>(c.b.create<DivOp>(centered, std).result(), channel(1)).result(),
+             channel(2))
+          .result();
   const double momentum = c.float_attr("momentum", 0.9f);
   auto running = [&](std::size_t i, Value batch) {
     Value flat = c.b.create<ReshapeOp>(batch, std::vector<std::int64_t>{-1}).result();
-    return c.b.create<AddOp>(c.b.create<MulOp>(c.input(i), scalar(momentum)).result(),
-                             c.b.create<MulOp>(flat, scalar(1 - momentum)).result())
+    return c.b
+        .create<AddOp>(c.b.create<MulOp>(c.input(i), scalar(momentum)).result(),
+                       c.b.create<MulOp>(flat, scalar(1 - momentum)).result())
         .result();
   };
   std::vector<Value> out{y};

@@ -50,8 +50,9 @@ std::vector<double> doubles_of(NodeContext& c, std::size_t i, const std::string&
 // x resized along `axis` from `in` to `out` positions.
 Value resize_axis(NodeContext& c, const ResizeMode& m, Value x, std::int64_t axis, std::int64_t rank,
                   std::int64_t in, std::int64_t out, double scale, double roi_start, double roi_end) {
-  const ResizeAxisTable t = resize_axis_table(ResizeSampling{m.mode, m.coordinates, m.nearest, m.cubic_a, m.exclude_outside},
-                                              in, out, scale, roi_start, roi_end);
+  const ResizeAxisTable t = resize_axis_table(
+      ResizeSampling{m.mode, m.coordinates, m.nearest, m.cubic_a, m.exclude_outside}, in, out,
+      scale, roi_start, roi_end);
   const auto n = static_cast<std::size_t>(t.points);
   // per point k: its index and weight at every output position
   std::vector<std::vector<std::int64_t>> idx(n, std::vector<std::int64_t>(static_cast<std::size_t>(out)));
@@ -151,7 +152,8 @@ bool dims_known(Value x) {
 // Input i, or an empty 1-D tensor of `dt` where the node omits it.
 Value given_or_empty(NodeContext& c, std::size_t i, DataType dt) {
   if (i < c.inputs.size() && c.inputs[i]) return c.inputs[i];
-  if (dt == DataType::Int64) return constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{0}, {}));
+  if (dt == DataType::Int64)
+    return constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{0}, {}));
   return constant_value(c.b, Tensor::from_vector<float>(Dims{0}, {}));
 }
 
@@ -159,8 +161,10 @@ Value given_or_empty(NodeContext& c, std::size_t i, DataType dt) {
 // index past the node's inputs = omitted) read at run time.
 std::vector<Value> resize_at_run_time(NodeContext& c, const ResizeMode& m, std::size_t roi,
                                       std::size_t scales, std::size_t sizes) {
-  if (m.mode != "nearest" && m.mode != "linear" && m.mode != "cubic") c.unsupported("mode '" + m.mode + "'");
-  const ResizeOp::Attributes a{m.mode, m.coordinates, m.nearest, m.cubic_a, m.exclude_outside, m.extrapolation};
+  if (m.mode != "nearest" && m.mode != "linear" && m.mode != "cubic")
+    c.unsupported("mode '" + m.mode + "'");
+  const ResizeOp::Attributes a{m.mode,    m.coordinates,     m.nearest,
+                               m.cubic_a, m.exclude_outside, m.extrapolation};
   return {c.b.create<ResizeOp>(c.input(0), given_or_empty(c, roi, DataType::Float32),
                                given_or_empty(c, scales, DataType::Float32),
                                given_or_empty(c, sizes, DataType::Int64), a)
@@ -177,7 +181,8 @@ std::vector<Value> resize(NodeContext& c) {
   if (c.opset < 11) {
     m.coordinates = "asymmetric";
     m.nearest = "floor";
-    if (!known_at_import(c, 1) || !dims_known(c.input(0))) return resize_at_run_time(c, m, kOmitted, 1, kOmitted);
+    if (!known_at_import(c, 1) || !dims_known(c.input(0)))
+      return resize_at_run_time(c, m, kOmitted, 1, kOmitted);
     return resize_with(c, m, doubles_of(c, 1, "Resize's scales"), {}, {});
   }
   m.coordinates = string_attr(c, "coordinate_transformation_mode", "half_pixel");
@@ -192,8 +197,7 @@ std::vector<Value> resize(NodeContext& c) {
     return resize_at_run_time(c, m, crop ? 1 : kOmitted, 2, 3);
   std::vector<double> roi, scales;
   std::vector<std::int64_t> sizes;
-  if (crop && c.inputs.size() > 1 && c.inputs[1])
-    roi = doubles_of(c, 1, "Resize's roi");
+  if (crop && c.inputs.size() > 1 && c.inputs[1]) roi = doubles_of(c, 1, "Resize's roi");
   if (c.inputs.size() > 2 && c.inputs[2] && (!c.constants[2] || c.constants[2]->numel() > 0))
     scales = doubles_of(c, 2, "Resize's scales");
   if (c.inputs.size() > 3 && c.inputs[3]) sizes = c.constant_ints(3, "Resize's sizes");
@@ -213,7 +217,8 @@ std::vector<Value> upsample(NodeContext& c) {
     if (!a) c.unsupported("no scales");
     scales.assign(a->floats().begin(), a->floats().end());
   } else {
-    if (!known_at_import(c, 1) || !dims_known(c.input(0))) return resize_at_run_time(c, m, kOmitted, 1, kOmitted);
+    if (!known_at_import(c, 1) || !dims_known(c.input(0)))
+      return resize_at_run_time(c, m, kOmitted, 1, kOmitted);
     scales = doubles_of(c, 1, "Upsample's scales");
   }
   return resize_with(c, m, scales, {}, {});
@@ -235,7 +240,9 @@ struct GridSampler {
   bool align;
   Value xr;  // X as [N, C, H·W]
 
-  Value scalar(double v) const { return c.b.create<FullOp>(std::vector<std::int64_t>{}, v, dt).result(); }
+  Value scalar(double v) const {
+    return c.b.create<FullOp>(std::vector<std::int64_t>{}, v, dt).result();
+  }
   Value add(Value a, Value b) const { return c.b.create<AddOp>(a, b).result(); }
   Value sub(Value a, Value b) const { return c.b.create<SubOp>(a, b).result(); }
   Value mul(Value a, Value b) const { return c.b.create<MulOp>(a, b).result(); }
@@ -248,9 +255,11 @@ struct GridSampler {
     Value below = c.b.create<LessThanOp>(x, scalar(lo)).result();
     Value above = c.b.create<GreaterThanOp>(x, scalar(hi)).result();
     Value dist = where(below, sub(scalar(lo), x), sub(x, scalar(hi)));
-    Value flips = c.b.create<FloorOp>(c.b.create<ScaleOp>(dist, 1.0 / range, 0.0).result()).result();
+    Value flips =
+        c.b.create<FloorOp>(c.b.create<ScaleOp>(dist, 1.0 / range, 0.0).result()).result();
     Value rest = sub(dist, c.b.create<ScaleOp>(flips, range, 0.0).result());
-    Value even = c.b.create<EqualOp>(c.b.create<FmodOp>(flips, scalar(2.0)).result(), scalar(0.0)).result();
+    Value even =
+        c.b.create<EqualOp>(c.b.create<FmodOp>(flips, scalar(2.0)).result(), scalar(0.0)).result();
     Value up = add(scalar(lo), rest), down = sub(scalar(hi), rest);
     Value folded = where(below, where(even, up, down), where(even, down, up));
     return where(c.b.create<LogicalOrOp>(below, above).result(), folded, x);
@@ -261,27 +270,36 @@ struct GridSampler {
     Value valid;
     if (padding == "zeros") {
       auto inside = [&](Value v, std::int64_t extent) {
-        return c.b.create<LogicalAndOp>(c.b.create<GreaterEqualOp>(v, scalar(0.0)).result(),
-                                        c.b.create<LessEqualOp>(v, scalar(static_cast<double>(extent - 1))).result())
+        return c.b
+            .create<LogicalAndOp>(
+                c.b.create<GreaterEqualOp>(v, scalar(0.0)).result(),
+                c.b.create<LessEqualOp>(v, scalar(static_cast<double>(extent - 1))).result())
             .result();
       };
       valid = c.b.create<LogicalAndOp>(inside(iy, h), inside(ix, w)).result();
     } else if (padding == "reflection") {
-      ix = reflect(ix, align ? 0.0 : -0.5, align ? static_cast<double>(w - 1) : static_cast<double>(w) - 0.5);
-      iy = reflect(iy, align ? 0.0 : -0.5, align ? static_cast<double>(h - 1) : static_cast<double>(h) - 0.5);
+      ix = reflect(ix, align ? 0.0 : -0.5,
+                   align ? static_cast<double>(w - 1) : static_cast<double>(w) - 0.5);
+      iy = reflect(iy, align ? 0.0 : -0.5,
+                   align ? static_cast<double>(h - 1) : static_cast<double>(h) - 0.5);
     }
     ix = c.b.create<ClipOp>(ix, 0.0, static_cast<double>(w - 1)).result();
     iy = c.b.create<ClipOp>(iy, 0.0, static_cast<double>(h - 1)).result();
-    Value flat = c.b.create<CastOp>(add(c.b.create<ScaleOp>(iy, static_cast<double>(w), 0.0).result(), ix),
-                                    DataType::Int64)
-                     .result();
+    Value flat =
+        c.b.create<CastOp>(add(c.b.create<ScaleOp>(iy, static_cast<double>(w), 0.0).result(), ix),
+                           DataType::Int64)
+            .result();
     flat = c.b.create<ReshapeOp>(flat, std::vector<std::int64_t>{n, 1, ho * wo}).result();
-    flat = c.b.create<AddOp>(flat, c.b.create<FullOp>(std::vector<std::int64_t>{1, ch, 1}, 0.0, DataType::Int64).result())
+    flat = c.b.create<AddOp>(flat, c.b.create<FullOp>(std::vector<std::int64_t>{1, ch, 1}, 0.0,
+                                                      DataType::Int64)
+                                       .result())
                .result();
     Value v = c.b.create<TakeAlongAxisOp>(xr, flat, 2).result();
     v = c.b.create<ReshapeOp>(v, std::vector<std::int64_t>{n, ch, ho, wo}).result();
     if (valid)
-      v = mul(v, c.b.create<UnsqueezeOp>(c.b.create<CastOp>(valid, dt).result(), std::vector<std::int64_t>{1}).result());
+      v = mul(v, c.b.create<UnsqueezeOp>(c.b.create<CastOp>(valid, dt).result(),
+                                         std::vector<std::int64_t>{1})
+                     .result());
     return v;
   }
   Value weighted(Value v, Value weight) const {  // weight [N, Ho, Wo] over the channels
@@ -293,7 +311,8 @@ struct GridSampler {
 // fraction t.
 std::vector<Value> cubic_weights(const GridSampler& g, Value t) {
   const double a = -0.75;
-  auto poly = [&](Value x, double c3, double c2, double c1, double c0) {  // ((c3·x + c2)·x + c1)·x + c0
+  auto poly = [&](Value x, double c3, double c2, double c1,
+                  double c0) {  // ((c3·x + c2)·x + c1)·x + c0
     Value r = g.c.b.create<ScaleOp>(x, c3, c2).result();
     r = g.c.b.create<ScaleOp>(g.mul(r, x), 1.0, c1).result();
     return g.c.b.create<ScaleOp>(g.mul(r, x), 1.0, c0).result();
@@ -301,34 +320,54 @@ std::vector<Value> cubic_weights(const GridSampler& g, Value t) {
   Value one = g.scalar(1.0);
   Value p = g.add(t, one), q = g.sub(one, t), u = g.sub(g.scalar(2.0), t);
   // |x| in [1, 2): a·x³ - 5a·x² + 8a·x - 4a; |x| < 1: (a+2)·x³ - (a+3)·x² + 1
-  return {poly(p, a, -5 * a, 8 * a, -4 * a), poly(t, a + 2, -(a + 3), 0.0, 1.0), poly(q, a + 2, -(a + 3), 0.0, 1.0),
-          poly(u, a, -5 * a, 8 * a, -4 * a)};
+  return {poly(p, a, -5 * a, 8 * a, -4 * a), poly(t, a + 2, -(a + 3), 0.0, 1.0),
+          poly(q, a + 2, -(a + 3), 0.0, 1.0), poly(u, a, -5 * a, 8 * a, -4 * a)};
 }
 
 std::vector<Value> grid_sample(NodeContext& c) {
   Value x = c.input(0), grid = c.input(1);
   const std::vector<std::int64_t> xd = shaped_dims(x.type()), gd = shaped_dims(grid.type());
-  if (xd.size() != 4 || gd.size() != 4 || gd[3] != 2) c.unsupported("GridSample other than 2-D (X [N, C, H, W], grid [N, H, W, 2])");
+  if (xd.size() != 4 || gd.size() != 4 || gd[3] != 2)
+    c.unsupported("GridSample other than 2-D (X [N, C, H, W], grid [N, H, W, 2])");
   for (auto e : xd)
     if (e < 0) c.unsupported("GridSample of an input with a dim known only at run time");
-  if (gd[1] < 0 || gd[2] < 0) c.unsupported("GridSample with a grid whose size is known only at run time");
-  const std::string mode = string_attr(c, "mode", "bilinear"), padding = string_attr(c, "padding_mode", "zeros");
-  if (mode != "bilinear" && mode != "nearest" && mode != "bicubic") c.unsupported("mode '" + mode + "'");
-  if (padding != "zeros" && padding != "border" && padding != "reflection") c.unsupported("padding_mode '" + padding + "'");
-  GridSampler g{c, shaped_data_type(x.type()), xd[0], xd[1], xd[2], xd[3], gd[1], gd[2], padding,
-                c.int_attr("align_corners", 0) != 0,
-                c.b.create<ReshapeOp>(x, std::vector<std::int64_t>{xd[0], xd[1], xd[2] * xd[3]}).result()};
-  // pixel coordinates: align_corners maps ±1 to the corner pixels' centres, else to their outer edges
+  if (gd[1] < 0 || gd[2] < 0)
+    c.unsupported("GridSample with a grid whose size is known only at run time");
+  const std::string mode = string_attr(c, "mode", "bilinear"),
+                    padding = string_attr(c, "padding_mode", "zeros");
+  if (mode != "bilinear" && mode != "nearest" && mode != "bicubic")
+    c.unsupported("mode '" + mode + "'");
+  if (padding != "zeros" && padding != "border" && padding != "reflection")
+    c.unsupported("padding_mode '" + padding + "'");
+  GridSampler g{
+      c,
+      shaped_data_type(x.type()),
+      xd[0],
+      xd[1],
+      xd[2],
+      xd[3],
+      gd[1],
+      gd[2],
+      padding,
+      c.int_attr("align_corners", 0) != 0,
+      c.b.create<ReshapeOp>(x, std::vector<std::int64_t>{xd[0], xd[1], xd[2] * xd[3]}).result()};
+  // pixel coordinates: align_corners maps ±1 to the corner pixels' centres, else to their outer
+  // edges
   auto pixel = [&](std::int64_t k, std::int64_t extent) -> Value {
-    Value v = c.b.create<GatherOp>(grid, constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{}, {k})), 3).result();
+    Value v = c.b.create<GatherOp>(
+                     grid, constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{}, {k})), 3)
+                  .result();
     const double e = static_cast<double>(extent);
-    v = g.align ? c.b.create<ScaleOp>(v, (e - 1) / 2, (e - 1) / 2).result() : c.b.create<ScaleOp>(v, e / 2, (e - 1) / 2).result();
+    v = g.align ? c.b.create<ScaleOp>(v, (e - 1) / 2, (e - 1) / 2).result()
+                : c.b.create<ScaleOp>(v, e / 2, (e - 1) / 2).result();
     if (padding == "border") return c.b.create<ClipOp>(v, 0.0, e - 1).result();
-    if (padding == "reflection") return g.reflect(v, g.align ? 0.0 : -0.5, g.align ? e - 1 : e - 0.5);
+    if (padding == "reflection")
+      return g.reflect(v, g.align ? 0.0 : -0.5, g.align ? e - 1 : e - 0.5);
     return v;
   };
   Value px = pixel(0, g.w), py = pixel(1, g.h);
-  if (mode == "nearest") return {g.fetch(c.b.create<RoundOp>(py).result(), c.b.create<RoundOp>(px).result())};
+  if (mode == "nearest")
+    return {g.fetch(c.b.create<RoundOp>(py).result(), c.b.create<RoundOp>(px).result())};
   Value fx = c.b.create<FloorOp>(px).result(), fy = c.b.create<FloorOp>(py).result();
   Value tx = g.sub(px, fx), ty = g.sub(py, fy);
   std::vector<Value> wx, wy;

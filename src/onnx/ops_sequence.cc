@@ -23,11 +23,14 @@ std::size_t position(NodeContext& c, std::size_t i, std::size_t n, bool end_ok) 
   const auto len = static_cast<std::int64_t>(n);
   const std::int64_t p = v[0] < 0 ? v[0] + len : v[0];
   if (p < 0 || p > len || (p == len && !end_ok))
-    c.unsupported("position " + std::to_string(v[0]) + " for a sequence of " + std::to_string(n) + " elements");
+    c.unsupported("position " + std::to_string(v[0]) + " for a sequence of " + std::to_string(n) +
+                  " elements");
   return static_cast<std::size_t>(p);
 }
 
-bool given(const NodeContext& c, std::size_t i) { return i < c.inputs.size() && (c.inputs[i] || c.sequences[i]); }
+bool given(const NodeContext& c, std::size_t i) {
+  return i < c.inputs.size() && (c.inputs[i] || c.sequences[i]);
+}
 
 std::vector<Value> as_sequence(NodeContext& c, std::vector<Value> elements) {
   c.sequence_outputs[0] = std::move(elements);
@@ -78,11 +81,14 @@ std::vector<Value> split_to_sequence(NodeContext& c) {
   const auto rank = static_cast<std::int64_t>(d.size());
   std::int64_t axis = c.int_attr("axis", 0);
   if (axis < 0) axis += rank;
-  if (axis < 0 || axis >= rank) c.unsupported("axis " + std::to_string(c.int_attr("axis", 0)) + " out of range");
+  if (axis < 0 || axis >= rank)
+    c.unsupported("axis " + std::to_string(c.int_attr("axis", 0)) + " out of range");
   const bool has_split = given(c, 1);
   if (has_split && !c.constants[1]) {
     const std::vector<std::int64_t> sd = shaped_dims(c.input(1).type());
-    if (sd.size() != 1 || sd[0] < 0) c.unsupported("split computed at run time that is not a 1-D tensor of a length known at import");
+    if (sd.size() != 1 || sd[0] < 0)
+      c.unsupported(
+          "split computed at run time that is not a 1-D tensor of a length known at import");
     Operation* op = c.b.create<SplitByOp>(x, c.input(1), axis).operation();
     return as_sequence(c, op->results());
   }
@@ -104,14 +110,19 @@ std::vector<Value> split_to_sequence(NodeContext& c) {
   std::vector<Value> pieces;
   std::int64_t at = 0;
   for (std::int64_t size : sizes) {
-    if (size < 0 || at + size > dim) c.unsupported("split sizes that do not fit the dim " + std::to_string(dim));
-    Value p = c.b.create<StridedSliceOp>(x, std::vector<std::int64_t>{axis}, std::vector<std::int64_t>{at},
-                                         std::vector<std::int64_t>{at + size}, std::vector<std::int64_t>{1})
+    if (size < 0 || at + size > dim)
+      c.unsupported("split sizes that do not fit the dim " + std::to_string(dim));
+    Value p = c.b.create<StridedSliceOp>(
+                     x, std::vector<std::int64_t>{axis}, std::vector<std::int64_t>{at},
+                     std::vector<std::int64_t>{at + size}, std::vector<std::int64_t>{1})
                   .result();
-    pieces.push_back(squeeze ? c.b.create<SqueezeOp>(p, std::vector<std::int64_t>{axis}).result() : p);
+    pieces.push_back(squeeze ? c.b.create<SqueezeOp>(p, std::vector<std::int64_t>{axis}).result()
+                             : p);
     at += size;
   }
-  if (at != dim) c.unsupported("split sizes adding up to " + std::to_string(at) + ", not the dim " + std::to_string(dim));
+  if (at != dim)
+    c.unsupported("split sizes adding up to " + std::to_string(at) + ", not the dim " +
+                  std::to_string(dim));
   return as_sequence(c, std::move(pieces));
 }
 

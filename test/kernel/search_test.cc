@@ -2,7 +2,8 @@
 // argmax / argmin (any axis, keepdim, first index on ties, NaN wins, int
 // dtypes), topk (largest / smallest, sorted, ties by index, NaN as the
 // largest, inner axes), topk_grad (the grad written at the indices) and
-// one_hot (i32 / i64 ids, out-of-range ids), nonzero and unique.
+// one_hot (i32 / i64 ids, out-of-range ids), nonzero, unique and
+// non_max_suppression.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -107,8 +108,9 @@ TEST_CASE("nonzero lists the coordinates of the non-zero elements, one column ea
   CHECK(b.out().dims().to_vector() == V{1, 0});
 }
 
-TEST_CASE("unique gives the distinct elements or slices, their first places, the inverse and counts",
-          "[kernel][search]") {
+TEST_CASE(
+    "unique gives the distinct elements or slices, their first places, the inverse and counts",
+    "[kernel][search]") {
   auto x = f32({6}, {2, 1, 1, 3, 4, 3});
   auto s = run_op<UniqueOp>({x}, true, std::int64_t{0}, true);
   check_close<float>(s.out(0), {1, 2, 3, 4});
@@ -146,8 +148,60 @@ TEST_CASE("nonzero and unique reject unsupported dtypes and axes", "[kernel][sea
   using kiln_test::build_op;
   KILN_CHECK_ERROR((build_op<UniqueOp>(p, {{DataType::Bool, {3}}}, true, std::int64_t{0}, true)),
                    InvalidArgument, {"kiln.unique", "bool"});
-  KILN_CHECK_ERROR((build_op<UniqueOp>(p, {{DataType::Float32, {3, 2}}}, false, std::int64_t{2}, true)),
-                   InvalidArgument, {"kiln.unique", "axis"});
+  KILN_CHECK_ERROR(
+      (build_op<UniqueOp>(p, {{DataType::Float32, {3, 2}}}, false, std::int64_t{2}, true)),
+      InvalidArgument, {"kiln.unique", "axis"});
   KILN_CHECK_ERROR((build_op<NonzeroOp>(p, {{DataType::Int8, {3}}})), InvalidArgument,
                    {"kiln.nonzero", "i8"});
+}
+
+TEST_CASE(
+    "non_max_suppression keeps boxes by falling score, dropping those that overlap a kept one",
+    "[kernel][search]") {
+  // Box 1 overlaps box 0 (IoU 0.9 / 1.1); box 2 is far away.
+  auto boxes = f32({1, 3, 4}, {0, 0, 1, 1, 0, 0.1f, 1, 1.1f, 0, 10, 1, 11});
+  auto scores = f32({1, 1, 3}, {0.9f, 0.8f, 0.7f});
+  auto i64 = [](std::int64_t v) { return Tensor::from_vector<std::int64_t>(Dims{}, {v}); };
+  auto f = [](float v) { return Tensor::from_vector<float>(Dims{}, {v}); };
+  auto all = run_op<NonMaxSuppressionOp>({boxes, scores, i64(10), f(0.5f), f(0.0f)}, false);
+  CHECK(all.out().dims().to_vector() == V{2, 3});
+  CHECK(all.out().to_vector<std::int64_t>() == V{0, 0, 0, 0, 0, 2});
+  // a looser IoU threshold keeps the overlapping box too, in score order
+  CHECK(run_op<NonMaxSuppressionOp>({boxes, scores, i64(10), f(0.9f), f(0.0f)}, false)
+            .out()
+            .to_vector<std::int64_t>() == V{0, 0, 0, 0, 0, 1, 0, 0, 2});
+  CHECK(run_op<NonMaxSuppressionOp>({boxes, scores, i64(1), f(0.5f), f(0.0f)}, false)
+            .out()
+            .to_vector<std::int64_t>() == V{0, 0, 0});
+  CHECK(run_op<NonMaxSuppressionOp>({boxes, scores, i64(10), f(0.5f), f(0.75f)}, false)
+            .out()
+            .to_vector<std::int64_t>() == V{0, 0, 0});
+  CHECK(run_op<NonMaxSuppressionOp>({boxes, scores, i64(0), f(0.5f), f(0.0f)}, false)
+            .out()
+            .dims()
+            .to_vector() == V{0, 3});
+  // the same boxes as [x_center, y_center, width, height]
+  auto centers = f32({1, 3, 4}, {0.5f, 0.5f, 1, 1, 0.6f, 0.5f, 1, 1, 10.5f, 0.5f, 1, 1});
+  CHECK(run_op<NonMaxSuppressionOp>({centers, scores, i64(10), f(0.5f), f(0.0f)}, true)
+            .out()
+            .to_vector<std::int64_t>() == V{0, 0, 0, 0, 0, 2});
+}
+
+TEST_CASE("non_max_suppression rejects boxes not of 4 coordinates and mismatched scores",
+          "[kernel][search]") {
+  Program p;
+  using kiln_test::build_op;
+  const kiln_test::TypeSpec i64{DataType::Int64, {}}, f{DataType::Float32, {}};
+  KILN_CHECK_ERROR(
+      (build_op<NonMaxSuppressionOp>(
+          p, {{DataType::Float32, {1, 3, 3}}, {DataType::Float32, {1, 1, 3}}, i64, f, f})),
+      InvalidArgument, {"kiln.non_max_suppression", "boxes", "[1, 3, 3]"});
+  KILN_CHECK_ERROR(
+      (build_op<NonMaxSuppressionOp>(
+          p, {{DataType::Float32, {1, 3, 4}}, {DataType::Float32, {1, 1, 5}}, i64, f, f})),
+      InvalidArgument, {"kiln.non_max_suppression", "disagree"});
+  KILN_CHECK_ERROR(
+      (build_op<NonMaxSuppressionOp>(
+          p, {{DataType::Float32, {1, 3, 4}}, {DataType::Float32, {1, 1, 3}}, f, f, f})),
+      InvalidArgument, {"kiln.non_max_suppression", "max_per_class"});
 }

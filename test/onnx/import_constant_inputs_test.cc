@@ -124,15 +124,21 @@ TEST_CASE("TopK with a constant k, OneHot with a constant depth and Pad with con
     check_with_constant_inputs(t, {"pads", "value"});
 }
 
-TEST_CASE("an op composed at import from its input's dims is a clear error when a dim is known "
-          "only at run time",
-          "[onnx]") {
+TEST_CASE(
+    "an op composed at import from its input's dims is a clear error when a dim is known "
+    "only at run time",
+    "[onnx]") {
   if (!have_suite()) return;
   for (const char* test : {"test_einsum_transpose", "test_reversesequence_time", "test_edge_pad"}) {
     INFO(test);
     ::onnx::ModelProto model;
     REQUIRE(model.ParseFromString(read_bytes(kNode / test / "model.onnx")));
-    auto* dim = model.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0);
+    auto* dim = model.mutable_graph()
+                    ->mutable_input(0)
+                    ->mutable_type()
+                    ->mutable_tensor_type()
+                    ->mutable_shape()
+                    ->mutable_dim(0);
     dim->set_dim_param("n");
     std::string bytes;
     REQUIRE(model.SerializeToString(&bytes));
@@ -150,7 +156,8 @@ TEST_CASE("an op composed at import from its input's dims is a clear error when 
 TEST_CASE("a sequence as a graph output is a clear error; read through SequenceAt it imports",
           "[onnx]") {
   if (!have_suite()) return;
-  const fs::path model_file = fs::path("/usr/share/libonnx-testdata/data/simple/test_sequence_model2/model.onnx");
+  const fs::path model_file =
+      fs::path("/usr/share/libonnx-testdata/data/simple/test_sequence_model2/model.onnx");
   ::onnx::ModelProto model;
   REQUIRE(model.ParseFromString(read_bytes(model_file)));
   std::string erased;

@@ -76,13 +76,16 @@ std::vector<float> ramp(std::size_t n, float from, float step) {
 
 }  // namespace
 
-TEST_CASE("a bidirectional ONNX RNN with sequences of different lengths matches the recurrence "
-          "written out: each direction stops at its sequence's end, Y is zero past it",
-          "[onnx]") {
+TEST_CASE(
+    "a bidirectional ONNX RNN with sequences of different lengths matches the recurrence "
+    "written out: each direction stops at its sequence's end, Y is zero past it",
+    "[onnx]") {
   const std::vector<std::int32_t> lens{3, 1};
-  const auto x = ramp(kSteps * kBatch * kIn, -0.5f, 0.1f), w = ramp(2 * kHidden * kIn, 0.3f, -0.07f),
+  const auto x = ramp(kSteps * kBatch * kIn, -0.5f, 0.1f),
+             w = ramp(2 * kHidden * kIn, 0.3f, -0.07f),
              r = ramp(2 * kHidden * kHidden, -0.2f, 0.09f), b = ramp(2 * 2 * kHidden, 0.05f, 0.02f);
-  kiln::onnx::ImportedModel m = kiln::onnx::import_model_from_bytes(rnn_model("bidirectional", "Tanh"), "rnn");
+  kiln::onnx::ImportedModel m =
+      kiln::onnx::import_model_from_bytes(rnn_model("bidirectional", "Tanh"), "rnn");
   Executor exe;
   exe.run(m.startup);
   FeedMap feed{{"X", Tensor::from_vector<float>(Dims{kSteps, kBatch, kIn}, x)},
@@ -105,19 +108,24 @@ TEST_CASE("a bidirectional ONNX RNN with sequences of different lengths matches 
         const std::int64_t t = d == 0 ? k : len - 1 - k;
         std::vector<double> next(kHidden);
         for (std::int64_t j = 0; j < kHidden; ++j) {
-          double s = b[static_cast<std::size_t>(d * 2 * kHidden + j)] + b[static_cast<std::size_t>(d * 2 * kHidden + kHidden + j)];
+          double s = b[static_cast<std::size_t>(d * 2 * kHidden + j)] +
+                     b[static_cast<std::size_t>(d * 2 * kHidden + kHidden + j)];
           for (std::int64_t i = 0; i < kIn; ++i)
-            s += x[static_cast<std::size_t>((t * kBatch + n) * kIn + i)] * w[static_cast<std::size_t>((d * kHidden + j) * kIn + i)];
+            s += x[static_cast<std::size_t>((t * kBatch + n) * kIn + i)] *
+                 w[static_cast<std::size_t>((d * kHidden + j) * kIn + i)];
           for (std::int64_t i = 0; i < kHidden; ++i)
-            s += h[static_cast<std::size_t>(i)] * r[static_cast<std::size_t>((d * kHidden + j) * kHidden + i)];
+            s += h[static_cast<std::size_t>(i)] *
+                 r[static_cast<std::size_t>((d * kHidden + j) * kHidden + i)];
           next[static_cast<std::size_t>(j)] = std::tanh(s);
         }
         h = next;
         for (std::int64_t j = 0; j < kHidden; ++j)
-          y[static_cast<std::size_t>(((t * 2 + d) * kBatch + n) * kHidden + j)] = static_cast<float>(h[static_cast<std::size_t>(j)]);
+          y[static_cast<std::size_t>(((t * 2 + d) * kBatch + n) * kHidden + j)] =
+              static_cast<float>(h[static_cast<std::size_t>(j)]);
       }
       for (std::int64_t j = 0; j < kHidden; ++j)
-        yh[static_cast<std::size_t>((d * kBatch + n) * kHidden + j)] = static_cast<float>(h[static_cast<std::size_t>(j)]);
+        yh[static_cast<std::size_t>((d * kBatch + n) * kHidden + j)] =
+            static_cast<float>(h[static_cast<std::size_t>(j)]);
     }
   const auto gy = got[0].to_vector<float>(), gh = got[1].to_vector<float>();
   for (std::size_t i = 0; i < y.size(); ++i) {

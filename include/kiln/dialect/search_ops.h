@@ -1,7 +1,8 @@
 // Search ops: argmax / argmin along an axis (one family, declared once as a
 // list of math structs), topk (values and their indices, with a gradient
-// through the values), one_hot, and nonzero / unique, whose result lengths
-// depend on the data (-1 until run time). Pure (ReadOnly, ValueSemantics).
+// through the values), one_hot, and nonzero / unique / non_max_suppression,
+// whose result lengths depend on the data (-1 until run time). Pure
+// (ReadOnly, ValueSemantics).
 #pragma once
 
 #include <cmath>
@@ -109,6 +110,25 @@ struct UniqueOp : Op<UniqueOp, ReadOnly, ValueSemantics, InferMetaInterface> {
   KILN_ATTRIBUTES((bool, flatten), (std::int64_t, axis), (bool, sorted));
   static void build(Builder& b, OperationArgument& arg, Value x, bool flatten, std::int64_t axis,
                     bool sorted);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+// kiln.non_max_suppression(boxes, scores, max_per_class, iou_threshold,
+// score_threshold) -> i64 [selected, 3] (ONNX NonMaxSuppression): per batch
+// and class, the boxes by falling score (ties: the lower index first) whose
+// score is above score_threshold, each kept unless its IoU with a box kept
+// before is above iou_threshold, at most max_per_class of them; a row
+// (batch, class, box) per kept box. boxes [B, N, 4] as [y1, x1, y2, x2]
+// corners (either order) or, with center_point_box, [x, y, w, h]; scores
+// [B, C, N] (f32 or f64, boxes' dtype); the three scalars read at run time
+// (max_per_class i32/i64, the thresholds the boxes' dtype). No grad.
+struct NonMaxSuppressionOp : Op<NonMaxSuppressionOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.non_max_suppression";
+  static constexpr int num_operands = 5, num_results = 1;
+  KILN_ATTRIBUTES((bool, center_point_box));
+  static void build(Builder& b, OperationArgument& arg, Value boxes, Value scores, Value max_per_class,
+                    Value iou_threshold, Value score_threshold, bool center_point_box = false);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
