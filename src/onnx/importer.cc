@@ -94,6 +94,7 @@ const OpTable& op_table() {
     add_indexing_ops(t);
     add_loss_ops(t);
     add_shape_ops(t);
+    add_rnn_ops(t);
     return t;
   }();
   return table;

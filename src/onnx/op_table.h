@@ -84,5 +84,6 @@ void add_random_ops(OpTable& t);
 void add_indexing_ops(OpTable& t);
 void add_loss_ops(OpTable& t);
 void add_shape_ops(OpTable& t);
+void add_rnn_ops(OpTable& t);
 
 }  // namespace kiln::onnx::detail
