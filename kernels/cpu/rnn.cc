@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "cpu_kernel_util.h"
+#include "vector_math.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/dialect/rnn_ops.h"
 
@@ -50,6 +51,22 @@ void matmul_bt(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::
        static_cast<int>(lda), b, static_cast<int>(ldb), T(0), c, static_cast<int>(ldc));
 }
 
+// Sigmoid and tanh, the activations of nearly every cell, in f32 through
+// vector_math.h's polynomial forms so that their loops vectorize (libm's
+// calls were ~40 % of an LSTM's time); f64 stays libm's.
+template <typename T>
+struct SigmoidLoop {
+  KILN_SIMD_INLINE static void run(T* __restrict v, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) v[i] = T(1) / (T(1) + fast_exp(-v[i]));
+  }
+};
+template <typename T>
+struct TanhLoop {
+  KILN_SIMD_INLINE static void run(T* __restrict v, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) v[i] = fast_tanh(v[i]);
+  }
+};
+
 // v[0..n) = act(clip(v)), in place.
 template <typename T>
 void activate(const Activation& a, double clip, T* __restrict v, std::int64_t n) {
@@ -61,10 +78,10 @@ void activate(const Activation& a, double clip, T* __restrict v, std::int64_t n)
   using K = Activation::Kind;
   switch (a.kind) {
     case K::Sigmoid:
-      for (std::int64_t i = 0; i < n; ++i) v[i] = T(1) / (T(1) + std::exp(-v[i]));
+      simd_dispatch<SigmoidLoop<T>>(v, n);
       break;
     case K::Tanh:
-      for (std::int64_t i = 0; i < n; ++i) v[i] = std::tanh(v[i]);
+      simd_dispatch<TanhLoop<T>>(v, n);
       break;
     case K::Relu:
       for (std::int64_t i = 0; i < n; ++i) v[i] = std::max(v[i], T(0));
