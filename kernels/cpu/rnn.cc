@@ -316,8 +316,8 @@ void recurrent(KernelContext& ctx, const rnn::Config& c) {
             if (pd)
               for (std::int64_t j = 0; j < H; ++j) go[j] += pd[H + j] * cb[j];
             activate(act[0], c.clip, go, H);
-            std::memcpy(gc, cb, sizeof(T) * H);  // h(Ct), in gc's slice
-            activate(act[2], 0.0, gc, H);
+            std::memcpy(gc, cb, sizeof(T) * H);  // h(clip(Ct)), in gc's slice: the state stays unclipped
+            activate(act[2], c.clip, gc, H);
             for (std::int64_t j = 0; j < H; ++j) hb[j] = go[j] * gc[j];
             break;
           }

@@ -138,7 +138,7 @@ Result reference(const Case& c, const Data& in) {
             const double ct = g(clip(xw(3 * H + j) + hr(3 * H + j, h) + Rb(3 * H + j)));
             nc[j] = ft * cs[j] + it * ct;
             const double ot = f(clip(xw(H + j) + hr(H + j, h) + Rb(H + j) + P(H + j) * nc[j]));
-            nh[j] = ot * hf(nc[j]);
+            nh[j] = ot * hf(clip(nc[j]));  // h's input is clipped too; Ct is not
           }
           cs = nc;
         }
@@ -322,7 +322,7 @@ TEST_CASE("sequence_lens freeze each batch entry's state and zero Y past its len
     for (std::int64_t j = 0; j < 4; ++j) CHECK(y[(t * 2 + 1) * 4 + j] == 0.0);
 }
 
-TEST_CASE("clip bounds every gate's pre-activation", "[kernel][rnn]") {
+TEST_CASE("clip bounds the input of every activation", "[kernel][rnn]") {
   for (auto cell : {rnn::Cell::Rnn, rnn::Cell::Gru, rnn::Cell::Lstm}) {
     Case c = with(cell);
     c.clip = 0.3;

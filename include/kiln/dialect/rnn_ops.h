@@ -42,12 +42,14 @@ namespace kiln {
 //   Affine(alpha,beta), ScaledTanh(alpha,beta), Elu(alpha),
 //   ThresholdedRelu(alpha), Softsign, Softplus; the parameters in
 //   parentheses are optional (ONNX's defaults otherwise);
-//   clip: when > 0, every gate's pre-activation is clamped to [-clip, clip]
-//   before its activation; 0: no clipping.
+//   clip: when > 0, the input of every activation is clamped to [-clip,
+//   clip] (each gate's pre-activation, and for kiln.lstm Ct before h; the
+//   cell state carried to the next step is not clipped); 0: no clipping.
 //
 // Results: Y [seq, dirs, batch, hidden] (every step's hidden state; 0 at
 // steps at or past a batch entry's sequence length), Y_h [dirs, batch,
-// hidden] (the last hidden state: for a batch entry of length 0, initial_h),
+// hidden] (the last hidden state: for a batch entry of length 0, initial_h,
+// the state after no step — ONNX leaves this case open, ONNX Runtime gives 0),
 // and for kiln.lstm Y_c [dirs, batch, hidden] (the last cell state).
 //
 // Gradients: none yet. The ops declare a Vjp so that autodiff reaching one
