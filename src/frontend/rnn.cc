@@ -1,4 +1,4 @@
-// SimpleRNN (kiln/frontend/rnn.h).
+// SimpleRNN, LSTM and GRU (kiln/frontend/rnn.h).
 #include "kiln/frontend/rnn.h"
 
 #include <cmath>
@@ -60,5 +60,60 @@ std::pair<Value, Value> SimpleRNN::operator()(Value x, Value h0) const {
   Value outs = b.create<ArrayStackLikeOp>(r[2], projected).result();
   return {outs, r[1]};
 }
+
+FusedRecurrent::FusedRecurrent(std::string_view name, int gates, std::int64_t input_size,
+                               std::int64_t hidden_size, bool bidirectional, DataType dtype)
+    : Layer(name == "LSTM" ? "lstm" : "gru"),
+      layer_name_(name),
+      gates_(gates),
+      input_size_(input_size),
+      hidden_size_(hidden_size),
+      bidirectional_(bidirectional),
+      dtype_(dtype) {
+  if (input_size <= 0 || hidden_size <= 0)
+    throw_error(ErrorKind::InvalidArgument, name, ": input_size and hidden_size must be > 0, got ",
+                input_size, " and ", hidden_size);
+  const std::int64_t dirs = bidirectional ? 2 : 1, gh = gates * hidden_size;
+  // PyTorch's initialization: U(-1/sqrt(H), 1/sqrt(H)) for every weight and bias.
+  const double k = 1.0 / std::sqrt(static_cast<double>(hidden_size));
+  const init::Uniform u(-k, k);
+  weight_ih_ = add_parameter("w_ih", {dirs, gh, input_size}, dtype, u);
+  weight_hh_ = add_parameter("w_hh", {dirs, gh, hidden_size}, dtype, u);
+  bias_ = add_parameter("b", {dirs, 2 * gh}, dtype, u);
+}
+
+Value FusedRecurrent::forward(Value x) const { return call(x, {}, {}).y; }
+
+RecurrentOutput FusedRecurrent::call(Value x, Value h0, Value c0) const {
+  if (!x) throw_error(ErrorKind::InvalidArgument, layer_name_, ": x is a null value");
+  if (!is_shaped(x.type()) || shaped_dims(x.type()).size() != 3 ||
+      shaped_data_type(x.type()) != dtype_ ||
+      (shaped_dims(x.type())[2] != input_size_ && shaped_dims(x.type())[2] != -1))
+    throw_error(ErrorKind::InvalidArgument, layer_name_, ": x must be a ", to_string(dtype_),
+                " tensor [T, B, ", input_size_, "], got ", x.type().to_string());
+  Builder b = main_builder();
+  RecurrentInputs in{x, use(weight_ih_), use(weight_hh_), use(bias_), {}, h0, c0, {}};
+  const std::string direction = bidirectional_ ? "bidirectional" : "forward";
+  Operation* op = nullptr;
+  if (gates_ == 4) {
+    LstmOp::Attributes a{};
+    a.hidden_size = hidden_size_, a.direction = direction;
+    op = b.create<LstmOp>(in, a).operation();
+  } else {
+    GruOp::Attributes a{};
+    a.hidden_size = hidden_size_, a.direction = direction, a.linear_before_reset = true;
+    op = b.create<GruOp>(in, a).operation();
+  }
+  // [T, dirs, B, H] → [T, B, dirs, H] → [T, B, dirs·H]
+  Value y = b.create<TransposeOp>(op->result(0), std::vector<std::int64_t>{0, 2, 1, 3}).result();
+  y = b.create<FlattenOp>(y, std::int64_t{2}, std::int64_t{3}).result();
+  return {y, op->result(1), gates_ == 4 ? op->result(2) : Value()};
+}
+
+LSTM::LSTM(std::int64_t input_size, std::int64_t hidden_size, bool bidirectional, DataType dtype)
+    : FusedRecurrent("LSTM", 4, input_size, hidden_size, bidirectional, dtype) {}
+
+GRU::GRU(std::int64_t input_size, std::int64_t hidden_size, bool bidirectional, DataType dtype)
+    : FusedRecurrent("GRU", 3, input_size, hidden_size, bidirectional, dtype) {}
 
 }  // namespace kiln::nn

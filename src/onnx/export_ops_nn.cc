@@ -1,7 +1,9 @@
 // Export of kiln's nn ops: matmul (transposes as Transpose nodes), conv2d
 // and conv2d_transpose, the pools, softmax / log_softmax, layer_norm
 // (LayerNormalization, opset 17), rms_norm and scaled dot-product attention
-// (composed), batch_norm and dropout at inference, embedding (Gather).
+// (composed), batch_norm and dropout at inference, embedding (Gather),
+// kiln.rnn / kiln.gru / kiln.lstm (RNN, GRU, LSTM: the same operands and
+// attributes; an int64 sequence_lens goes through a Cast to int32).
 #include <cmath>
 #include <limits>
 
@@ -278,7 +280,67 @@ void embedding(EmitContext& c) {
 
 }  // namespace
 
+// RNN / GRU / LSTM: absent operands and unused results as empty names.
+template <typename OpT>
+void recurrent(EmitContext& c, const char* onnx_type) {
+  const auto a = OpT::dyn_cast(c.op()).attrs();
+  const rnn::Config cfg = rnn::config_of(OpT::name, a);
+  auto opt = [&](int i) -> std::string {
+    if (i < 0) return "";
+    const std::size_t k = static_cast<std::size_t>(i);
+    if (i == cfg.sequence_lens && c.in_dtype(k) != DataType::Int32) {
+      ::onnx::NodeProto* n = nullptr;
+      std::string o = c.node1("Cast", {c.in(k)}, &n);
+      set_attr(*n, "to", static_cast<std::int64_t>(::onnx::TensorProto_DataType_INT32));
+      return o;
+    }
+    return c.in(k);
+  };
+  std::vector<std::string> ins{c.in(0), c.in(1), c.in(2), opt(cfg.b), opt(cfg.sequence_lens),
+                               opt(cfg.initial_h)};
+  if (cfg.cell == rnn::Cell::Lstm) {
+    ins.push_back(opt(cfg.initial_c));
+    ins.push_back(opt(cfg.p));
+  }
+  while (ins.back().empty()) ins.pop_back();
+  std::vector<std::string> outs;
+  for (std::size_t i = 0; i < c.op()->num_results(); ++i) outs.push_back(c.used(i) ? c.out(i) : "");
+  while (!outs.empty() && outs.back().empty()) outs.pop_back();
+  auto& n = c.node(onnx_type, ins, outs);
+  set_attr(n, "hidden_size", cfg.hidden_size);
+  auto* dir = n.add_attribute();
+  dir->set_name("direction");
+  dir->set_type(::onnx::AttributeProto::STRING);
+  dir->set_s(a.direction);
+  if (!a.activations.empty()) {
+    auto* acts = n.add_attribute();
+    acts->set_name("activations");
+    acts->set_type(::onnx::AttributeProto::STRINGS);
+    std::vector<float> alphas, betas;
+    for (const auto& f : cfg.activations) {
+      const std::string s = rnn::activation_string(f);
+      acts->add_strings(s.substr(0, s.find('(')));
+      if (rnn::uses_alpha(f.kind)) alphas.push_back(static_cast<float>(f.alpha));
+      if (rnn::uses_beta(f.kind)) betas.push_back(static_cast<float>(f.beta));
+    }
+    for (auto [name, v] : {std::pair{"activation_alpha", &alphas}, std::pair{"activation_beta", &betas}}) {
+      if (v->empty()) continue;
+      auto* at = n.add_attribute();
+      at->set_name(name);
+      at->set_type(::onnx::AttributeProto::FLOATS);
+      for (float f : *v) at->add_floats(f);
+    }
+  }
+  if (cfg.clip > 0) set_attr(n, "clip", static_cast<float>(cfg.clip));
+  if (cfg.cell == rnn::Cell::Lstm && cfg.input_forget) set_attr(n, "input_forget", std::int64_t{1});
+  if (cfg.cell == rnn::Cell::Gru && cfg.linear_before_reset)
+    set_attr(n, "linear_before_reset", std::int64_t{1});
+}
+
 void add_export_nn(ExportTable& t) {
+  t["kiln.rnn"] = [](EmitContext& c) { recurrent<RnnOp>(c, "RNN"); };
+  t["kiln.gru"] = [](EmitContext& c) { recurrent<GruOp>(c, "GRU"); };
+  t["kiln.lstm"] = [](EmitContext& c) { recurrent<LstmOp>(c, "LSTM"); };
   t["kiln.matmul"] = &matmul;
   t["kiln.conv2d"] = &conv2d;
   t["kiln.fused_conv2d"] = &fused_conv2d;

@@ -84,3 +84,113 @@ TEST_CASE("SimpleRNN rejects bad sizes and inputs, naming itself", "[frontend][r
                    {"SimpleRNN", "f32"});
   KILN_CHECK_ERROR(rnn(Value()), InvalidArgument, {"SimpleRNN", "null"});
 }
+
+namespace {
+
+double sigmoid(double v) { return 1 / (1 + std::exp(-v)); }
+
+// One direction of a one-layer LSTM in f64 on f32 parameters laid out as
+// ONNX's (gates i, o, f, c; bias: ih's then hh's), x [T, B, I]; returns
+// every step's h [T, B, H] and the last h and c [B, H].
+struct LstmRef {
+  std::vector<double> y, h, c;
+};
+LstmRef lstm_reference(const std::vector<float>& x, std::int64_t T, std::int64_t B,
+                       std::int64_t I, std::int64_t H, const float* w, const float* r,
+                       const float* bias, bool reverse) {
+  LstmRef out;
+  out.y.assign(static_cast<std::size_t>(T * B * H), 0.0);
+  out.h.assign(static_cast<std::size_t>(B * H), 0.0);
+  out.c.assign(static_cast<std::size_t>(B * H), 0.0);
+  for (std::int64_t s = 0; s < T; ++s) {
+    const std::int64_t t = reverse ? T - 1 - s : s;
+    std::vector<double> nh(out.h.size()), nc(out.c.size());
+    for (std::int64_t b = 0; b < B; ++b) {
+      auto pre = [&](std::int64_t gate, std::int64_t j) {
+        const std::int64_t row = gate * H + j;
+        double a = bias[row] + bias[4 * H + row];
+        for (std::int64_t i = 0; i < I; ++i) a += x[(t * B + b) * I + i] * double(w[row * I + i]);
+        for (std::int64_t k = 0; k < H; ++k) a += out.h[b * H + k] * double(r[row * H + k]);
+        return a;
+      };
+      for (std::int64_t j = 0; j < H; ++j) {
+        const double i_ = sigmoid(pre(0, j)), o = sigmoid(pre(1, j)), f = sigmoid(pre(2, j));
+        const double g = std::tanh(pre(3, j));
+        nc[b * H + j] = f * out.c[b * H + j] + i_ * g;
+        nh[b * H + j] = o * std::tanh(nc[b * H + j]);
+      }
+    }
+    out.h = nh;
+    out.c = nc;
+    std::copy(nh.begin(), nh.end(), out.y.begin() + t * B * H);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a bidirectional LSTM layer gives PyTorch's outputs: y [T, B, 2·hidden], h and c "
+          "[2, B, hidden]",
+          "[frontend][rnn]") {
+  constexpr std::int64_t I = 3, H = 4, T = 5, B = 2;
+  Program main_prog, startup;
+  UniqueNameGuard names;
+  std::unique_ptr<nn::LSTM> lstm;
+  nn::RecurrentOutput out;
+  {
+    ProgramGuard guard(main_prog, startup);
+    lstm = std::make_unique<nn::LSTM>(I, H, /*bidirectional=*/true);
+    Value x = data("x", {-1, -1, I});
+    out = (*lstm)(x);
+  }
+  CHECK(out.y.type() == TensorType::get(DataType::Float32, {-1, -1, 2 * H}));
+  CHECK(out.c.type() == TensorType::get(DataType::Float32, {2, -1, H}));
+  CHECK(lstm->parameters().size() == 3);
+  Executor exe;
+  exe.run(startup);
+  auto param = [&](Value p) {
+    return exe.scope().find_var(parameter_name(p))->get<Tensor>().to_vector<float>();
+  };
+  const auto w = param(lstm->weight_ih()), r = param(lstm->weight_hh()), b = param(lstm->bias());
+  std::vector<float> x(static_cast<std::size_t>(T * B * I));
+  for (std::size_t k = 0; k < x.size(); ++k) x[k] = std::sin(0.7f * static_cast<float>(k));
+  auto got = exe.run(main_prog, {{"x", f32({T, B, I}, x)}}, {out.y, out.h, out.c});
+  REQUIRE(got[0].dims() == Dims{T, B, 2 * H});
+  const auto y = got[0].to_vector<float>(), h = got[1].to_vector<float>(),
+             c = got[2].to_vector<float>();
+  for (int d = 0; d < 2; ++d) {
+    INFO("direction " << d);
+    const std::int64_t gh = 4 * H;
+    auto want = lstm_reference(x, T, B, I, H, w.data() + d * gh * I, r.data() + d * gh * H,
+                               b.data() + d * 2 * gh, d == 1);
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t bb = 0; bb < B; ++bb)
+        for (std::int64_t j = 0; j < H; ++j)
+          CHECK(y[(t * B + bb) * 2 * H + d * H + j] ==
+                Approx(want.y[(t * B + bb) * H + j]).margin(1e-5));
+    for (std::int64_t k = 0; k < B * H; ++k) {
+      CHECK(h[d * B * H + k] == Approx(want.h[k]).margin(1e-5));
+      CHECK(c[d * B * H + k] == Approx(want.c[k]).margin(1e-5));
+    }
+  }
+}
+
+TEST_CASE("a GRU layer runs as one kiln.gru op and says it cannot be trained yet",
+          "[frontend][rnn]") {
+  Program main_prog, startup;
+  UniqueNameGuard names;
+  ProgramGuard guard(main_prog, startup);
+  nn::GRU gru(3, 5);
+  Value x = data("x", {7, 2, 3});
+  nn::RecurrentOutput out = gru(x);
+  CHECK(out.y.type() == TensorType::get(DataType::Float32, {7, 2, 5}));
+  CHECK(out.h.type() == TensorType::get(DataType::Float32, {1, 2, 5}));
+  CHECK_FALSE(out.c);
+  int grus = 0;
+  for (Operation* op : main_prog.block()) grus += op->name() == "kiln.gru";
+  CHECK(grus == 1);
+  Value loss = main_builder().create<MeanOp>(out.y).result();
+  KILN_CHECK_ERROR(append_backward(loss), Unimplemented, {"'kiln.gru' has no gradient yet"});
+  KILN_CHECK_ERROR(nn::LSTM(3, 0), InvalidArgument, {"LSTM", "> 0"});
+  KILN_CHECK_ERROR(gru(data("bad", {7, 2, 4})), InvalidArgument, {"GRU: x must be"});
+}

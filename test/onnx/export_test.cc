@@ -697,3 +697,49 @@ TEST_CASE("the run-time shape ops and the indexing and search ops export op by o
                     {"ids", kiln::Tensor::from_vector<std::int64_t>({2, 3}, {0, 4, 2, 1, 1, 3})}},
                    f);
 }
+
+TEST_CASE("kiln.lstm, kiln.gru and kiln.rnn export as ONNX's LSTM, GRU and RNN and import back",
+          "[onnx][export][rnn]") {
+  kiln::Program p, startup;
+  std::vector<kiln::Value> f;
+  {
+    kiln::ProgramGuard guard(p, startup);
+    constexpr std::int64_t I = 3, H = 4;
+    auto x = kiln::data("x", {5, -1, I});
+    auto lens = kiln::data("lens", {-1}, kiln::DataType::Int64);
+    auto h0 = kiln::data("h0", {2, -1, H});
+    auto b = kiln::main_builder();
+    auto param = [](const std::string& name, std::vector<std::int64_t> dims) {
+      return kiln::create_parameter(name, std::move(dims), kiln::DataType::Float32,
+                                    kiln::init::Normal(0.0, 0.5));
+    };
+    kiln::LstmOp::Attributes la{};
+    la.hidden_size = H, la.direction = "bidirectional", la.clip = 2.5;
+    la.activations = "HardSigmoid(0.3,0.4),Tanh,LeakyRelu(0.2)";
+    auto lstm = b.create<kiln::LstmOp>(
+        kiln::RecurrentInputs{x, param("lw", {2, 4 * H, I}), param("lr", {2, 4 * H, H}),
+                              param("lb", {2, 8 * H}), lens, h0, h0, param("lp", {2, 3 * H})},
+        la);
+    for (int i = 0; i < 3; ++i) f.push_back(lstm->result(i));
+    kiln::GruOp::Attributes ga{};
+    ga.hidden_size = H, ga.direction = "forward", ga.linear_before_reset = true;
+    auto gru = b.create<kiln::GruOp>(
+        kiln::RecurrentInputs{x, param("gw", {1, 3 * H, I}), param("gr", {1, 3 * H, H}),
+                              param("gb", {1, 6 * H}), {}, {}, {}, {}},
+        ga);
+    f.push_back(gru->result(1));  // Y unused: only Y_h is exported
+    kiln::RnnOp::Attributes ra{};
+    ra.hidden_size = H, ra.direction = "reverse", ra.activations = "Relu";
+    auto rnn = b.create<kiln::RnnOp>(
+        kiln::RecurrentInputs{x, param("rw", {1, H, I}), param("rr", {1, H, H}), {}, {}, {}, {}, {}},
+        ra);
+    f.push_back(rnn->result(0));
+  }
+  kiln::Executor exe;
+  exe.run(startup);
+  check_round_trip(p, exe.scope(),
+                   {{"x", floats({5, 3, 3}, 11)},
+                    {"lens", kiln::Tensor::from_vector<std::int64_t>({3}, {5, 2, 0})},
+                    {"h0", floats({2, 3, 4}, 12)}},
+                   f);
+}

@@ -22,6 +22,7 @@
 #include "kiln/dialect/random_ops.h"
 #include "kiln/dialect/reduce_ops.h"
 #include "kiln/dialect/resize_ops.h"
+#include "kiln/dialect/rnn_ops.h"
 #include "kiln/dialect/search_ops.h"
 #include "kiln/dialect/shape_ops.h"
 #include "kiln/dialect/tensor_array_ops.h"

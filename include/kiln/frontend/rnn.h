@@ -9,9 +9,16 @@
 // add and a tanh, reading the projected inputs from an array and appending
 // each h_t to another. append_backward differentiates it like any loop
 // (the forward saves h per step; the gradient loop runs backward in time).
+//
+// LSTM and GRU are PyTorch's nn.LSTM / nn.GRU (one layer, time-major,
+// optionally bidirectional) as one fused op each (kiln.lstm, kiln.gru of
+// kiln/dialect/rnn_ops.h), their weights in ONNX's layout. Those ops have
+// no gradient yet: these two layers are for inference (weights loaded or
+// imported); append_backward through them is a kiln::Error.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <utility>
 
 #include "kiln/frontend/layers.h"
@@ -36,6 +43,54 @@ class SimpleRNN : public Layer {
   std::int64_t input_size_, hidden_size_;
   DataType dtype_;
   Value weight_ih_, weight_hh_, bias_;
+};
+
+// What LSTM and GRU return: y [T, B, dirs·hidden] (every step's hidden
+// state, the directions side by side, as PyTorch), h [dirs, B, hidden] (the
+// last hidden state) and, for LSTM, c [dirs, B, hidden] (the last cell state).
+struct RecurrentOutput {
+  Value y, h, c;
+};
+
+// The parameters and call shared by LSTM and GRU.
+class FusedRecurrent : public Layer {
+ public:
+  Value weight_ih() const { return weight_ih_; }  // [dirs, gates·hidden, input_size]
+  Value weight_hh() const { return weight_hh_; }  // [dirs, gates·hidden, hidden_size]
+  Value bias() const { return bias_; }            // [dirs, 2·gates·hidden]: ih's then hh's
+  Value forward(Value x) const override;          // operator()(x).y
+
+ protected:
+  FusedRecurrent(std::string_view name, int gates, std::int64_t input_size,
+                 std::int64_t hidden_size, bool bidirectional, DataType dtype);
+  // x [T, B, input_size] checked; h0 / c0 [dirs, B, hidden] or null (zeros).
+  RecurrentOutput call(Value x, Value h0, Value c0) const;
+
+  std::string_view layer_name_;
+  int gates_;
+  std::int64_t input_size_, hidden_size_;
+  bool bidirectional_;
+  DataType dtype_;
+  Value weight_ih_, weight_hh_, bias_;
+};
+
+// Gates i, o, f, c (ONNX's order; PyTorch's weight_ih_l0 is i, f, g, o).
+class LSTM : public FusedRecurrent {
+ public:
+  LSTM(std::int64_t input_size, std::int64_t hidden_size, bool bidirectional = false,
+       DataType dtype = DataType::Float32);
+  RecurrentOutput operator()(Value x, Value h0 = {}, Value c0 = {}) const {
+    return call(x, h0, c0);
+  }
+};
+
+// Gates z, r, h (ONNX's order; PyTorch's is r, z, n), linear_before_reset
+// as PyTorch's GRU computes n = tanh(W_in x + b_in + r ∘ (W_hn h + b_hn)).
+class GRU : public FusedRecurrent {
+ public:
+  GRU(std::int64_t input_size, std::int64_t hidden_size, bool bidirectional = false,
+      DataType dtype = DataType::Float32);
+  RecurrentOutput operator()(Value x, Value h0 = {}) const { return call(x, h0, {}); }
 };
 
 }  // namespace kiln::nn
