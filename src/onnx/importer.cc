@@ -2,6 +2,7 @@
 // kiln.data ops, each node goes through its op-table entry (op_table.h),
 // the graph's outputs become kiln.fetch ops named like them.
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <sstream>
 #include <unordered_map>
@@ -13,6 +14,7 @@
 #include "kiln/ir/tensor_attribute.h"
 #include "kiln/onnx/import.h"
 #include "kiln/support/error.h"
+#include "external_data.h"
 #include "fusion.h"
 #include "model_proto.h"
 #include "op_table.h"
@@ -201,6 +203,7 @@ class GraphImporter {
       throw_error(ErrorKind::Unimplemented, "ONNX model ", what_, " has sparse initializers (first '",
                   g.sparse_initializer(0).values().name(), "'); kiln does not import them");
     for (const auto& init : g.initializer()) {
+      if (poisoned_.count(init.name())) continue;  // its external data failed
       Tensor t;
       if (!recorded([&] { t = detail::tensor_of(init, "initializer '" + init.name() + "'"); },
                     {init.name()}))
@@ -246,6 +249,7 @@ class GraphImporter {
   // defined are poisoned — nodes reading them are skipped, as their failure
   // would only repeat it. Without a list, errors propagate.
   void collect_problems(std::vector<std::string>* problems) { problems_ = problems; }
+  void poison(const std::unordered_set<std::string>& names) { poisoned_.insert(names.begin(), names.end()); }
   template <typename F>
   bool recorded(F&& step, std::vector<std::string> defines) {
     if (!problems_) {
@@ -410,7 +414,8 @@ namespace {
 // The import, stopping at the first error (`problems` null) or recording
 // each one there and going on as far as the model allows.
 ImportedModel import_parsed(const ::onnx::ModelProto& model, std::string_view what,
-                            std::vector<std::string>* problems) {
+                            std::vector<std::string>* problems,
+                            const std::unordered_set<std::string>& failed = {}) {
   ImportedModel out;
   for (const auto& o : model.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") out.opset = o.version();
@@ -420,6 +425,7 @@ ImportedModel import_parsed(const ::onnx::ModelProto& model, std::string_view wh
   const auto& g = model.graph();
   GraphImporter importer(out, what);
   importer.collect_problems(problems);
+  importer.poison(failed);
   importer.import_initializers(g);
   importer.import_inputs(g);
   importer.import_nodes(g);
@@ -429,27 +435,43 @@ ImportedModel import_parsed(const ::onnx::ModelProto& model, std::string_view wh
 
 }  // namespace
 
-ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what) {
-  return import_parsed(detail::parse_model(bytes, what), what, nullptr);
+ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what,
+                                     const std::string& base_dir) {
+  ::onnx::ModelProto model = detail::parse_model(bytes, what);
+  detail::load_external_data(model, base_dir, what);
+  return import_parsed(model, what, nullptr);
 }
 
-std::vector<std::string> import_problems_from_bytes(std::string_view bytes, std::string_view what) {
-  const ::onnx::ModelProto model = detail::parse_model(bytes, what);
+std::vector<std::string> import_problems_from_bytes(std::string_view bytes, std::string_view what,
+                                                    const std::string& base_dir) {
+  ::onnx::ModelProto model = detail::parse_model(bytes, what);
   std::vector<std::string> problems;
+  std::unordered_set<std::string> failed;
+  detail::load_external_data(model, base_dir, what, &problems, &failed);
   try {
-    import_parsed(model, what, &problems);
+    import_parsed(model, what, &problems, failed);
   } catch (const Error& e) {  // the model as a whole (its opset)
     problems.push_back(e.message());
   }
   return problems;
 }
 
+namespace {
+
+// The folder a model file's external data locations are relative to.
+std::string folder_of(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return dir.empty() ? "." : dir;
+}
+
+}  // namespace
+
 std::vector<std::string> import_problems(const std::string& path) {
-  return import_problems_from_bytes(detail::read_file_bytes(path), "'" + path + "'");
+  return import_problems_from_bytes(detail::read_file_bytes(path), "'" + path + "'", folder_of(path));
 }
 
 ImportedModel import_model(const std::string& path) {
-  return import_model_from_bytes(detail::read_file_bytes(path), "'" + path + "'");
+  return import_model_from_bytes(detail::read_file_bytes(path), "'" + path + "'", folder_of(path));
 }
 
 // ---- TensorProto ----
@@ -474,8 +496,9 @@ Tensor tensor_from_bytes(std::string_view bytes, std::string_view what) {
 
 Tensor detail::tensor_of(const ::onnx::TensorProto& tp, std::string_view what) {
   if (tp.data_location() == ::onnx::TensorProto_DataLocation_EXTERNAL)
-    throw_error(ErrorKind::Unimplemented, "ONNX tensor ", what, " keeps its data in an external "
-                "file; kiln does not read external data yet");
+    throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " keeps its data in an external "
+                "file that was not read (kiln reads external data when it imports a model file, "
+                "or model bytes with the model's folder)");
   const DataType dt = data_type(tp.data_type(), "tensor " + std::string(what));
   std::vector<std::int64_t> dims(tp.dims().begin(), tp.dims().end());
   for (auto d : dims)

@@ -12,7 +12,7 @@
 // Anything kiln cannot import is a kiln::Error naming the node (its name and
 // op type) and what is missing: the op, its opset version, an attribute
 // value or a dtype; import_problems lists all of them at once. Not yet
-// imported: external data, sparse initializers. The reverse direction is
+// imported: sparse initializers. The reverse direction is
 // kiln/onnx/export.h.
 #pragma once
 
@@ -35,8 +35,17 @@ struct ImportedModel {
 
 // kiln::Error: the file's errors (kiln/onnx/model_info.h), an opset of the
 // default domain outside 1…17, and each node kiln cannot import.
+//
+// External data (weights kept in side files beside the model): import_model
+// reads them relative to the model file's folder; import_model_from_bytes
+// relative to `base_dir` (empty: no folder, and a tensor with external data
+// is an error). A location outside that folder (an absolute path, a ".."
+// part, a link leading out), a missing side file, an offset or length past
+// its end or a length other than the tensor's byte size: kiln::Error naming
+// the tensor and the side file.
 ImportedModel import_model(const std::string& path);
-ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what = "model");
+ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what = "model",
+                                     const std::string& base_dir = {});
 
 // Everything in the model kiln cannot import, at once: the messages
 // import_model would raise, one per graph input, initializer or node that
@@ -45,7 +54,8 @@ ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view w
 // that cannot be read or is not ONNX.
 std::vector<std::string> import_problems(const std::string& path);
 std::vector<std::string> import_problems_from_bytes(std::string_view bytes,
-                                                    std::string_view what = "model");
+                                                    std::string_view what = "model",
+                                                    const std::string& base_dir = {});
 
 // A serialized onnx.TensorProto (the backend test suite's input_N.pb and
 // output_N.pb) as a kiln tensor: float, double, int32, int64 and bool.
