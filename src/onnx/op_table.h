@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/ir/builder.h"
@@ -36,6 +37,9 @@ struct NodeContext {
   // node's scope (outer values, used directly). Returns its outputs.
   std::function<std::vector<Value>(const ::onnx::GraphProto&, Block&, const std::vector<Value>&)>
       import_subgraph;
+  // The value an ONNX name refers to in the node's scope (null if none):
+  // for ops that name values in attributes (Gradient's xs and y).
+  std::function<Value(const std::string&)> lookup;
 
   // "node 'name' (OpType)"
   std::string where() const;
@@ -84,5 +88,10 @@ void add_random_ops(OpTable& t);
 void add_indexing_ops(OpTable& t);
 void add_loss_ops(OpTable& t);
 void add_shape_ops(OpTable& t);
+
+// ONNX's training domain (ops_training.cc): its own table, its own opset.
+inline constexpr std::string_view kTrainingDomain = "ai.onnx.preview.training";
+const OpTable& training_op_table();
+void add_training_ops(OpTable& t);
 
 }  // namespace kiln::onnx::detail

@@ -31,6 +31,7 @@ struct ImportedModel {
   std::vector<std::string> inputs;    // the data ops' names = feed names, in graph order
   std::vector<std::string> outputs;   // the kiln.fetch ops' names = fetch names, in graph order
   std::int64_t opset = 0;             // of the default (ai.onnx) domain
+  std::int64_t training_opset = 0;    // of ai.onnx.preview.training; 0: not imported
 };
 
 // kiln::Error: the file's errors (kiln/onnx/model_info.h), an opset of the
