@@ -526,14 +526,22 @@ Tensor detail::tensor_of(const ::onnx::TensorProto& tp, std::string_view what) {
                 "or model bytes with the model's folder)");
   const DataType dt = data_type(tp.data_type(), "tensor " + std::string(what));
   std::vector<std::int64_t> dims(tp.dims().begin(), tp.dims().end());
-  for (auto d : dims)
+  // The element count, checked against the data held before anything is
+  // allocated: dims may promise far more than the model holds.
+  std::uint64_t n = 1;
+  for (auto d : dims) {
     if (d < 0) throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " has dim ", d);
-  Tensor t = Tensor::empty(Dims(dims), dt);
-  const auto n = static_cast<std::size_t>(t.numel());
+    const auto u = static_cast<std::uint64_t>(d);
+    if (u != 0 && n > std::numeric_limits<std::uint64_t>::max() / 16 / u)
+      throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " has dims too large to hold");
+    n *= u;
+  }
+  const std::uint64_t bytes = n * static_cast<std::uint64_t>(size_of(dt));
   if (!tp.raw_data().empty()) {
-    if (tp.raw_data().size() != t.bytes())
+    if (tp.raw_data().size() != bytes)
       throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " has ", tp.raw_data().size(),
                   " bytes of raw data for ", n, " elements of ", to_string(dt));
+    Tensor t = Tensor::empty(Dims(dims), dt);
     if (n) std::memcpy(t.raw_data(), tp.raw_data().data(), t.bytes());
     return t;
   }
@@ -547,6 +555,7 @@ Tensor detail::tensor_of(const ::onnx::TensorProto& tp, std::string_view what) {
   if (have != n)
     throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " holds ", have,
                 " values for ", n, " elements");
+  Tensor t = Tensor::empty(Dims(dims), dt);
   if (!n) return t;
   switch (dt) {
     case DataType::Float32: copy_field<float>(tp.float_data(), t); break;

@@ -1,0 +1,58 @@
+// Bad ONNX models are kiln::Errors, never crashes or other exceptions (what
+// tools/fuzz/onnx_import_fuzz checks): the cases here are those the fuzzer
+// found or that guard the same paths.
+#include <onnx/onnx_pb.h>
+
+#include <string>
+#include <vector>
+
+#include "catch.hpp"
+#include "kiln/onnx/import.h"
+#include "kiln/support/error.h"
+#include "test_util.h"
+
+namespace {
+
+// y = Identity(w), w an initializer of `dims` holding `values` floats.
+std::string initializer_model(const std::vector<std::int64_t>& dims, int values) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  auto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(::onnx::TensorProto_DataType_FLOAT);
+  for (auto d : dims) w->add_dims(d);
+  for (int i = 0; i < values; ++i) w->add_float_data(1.0f);
+  auto* n = g->add_node();
+  n->set_op_type("Identity");
+  n->set_name("id");
+  n->add_input("w");
+  n->add_output("y");
+  g->add_output()->set_name("y");
+  std::string bytes;
+  REQUIRE(m.SerializeToString(&bytes));
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("ONNX tensors whose dims promise more data than they hold are errors before anything "
+          "is allocated",
+          "[onnx]") {
+  // 2^40 floats (4 TiB) declared, one value held.
+  KILN_CHECK_ERROR(kiln::onnx::import_model_from_bytes(initializer_model({1 << 20, 1 << 20}, 1)),
+                   InvalidArgument, {"initializer 'w'", "1 values"});
+  // Dims whose product overflows 64 bits.
+  KILN_CHECK_ERROR(kiln::onnx::import_model_from_bytes(
+                       initializer_model({std::int64_t{1} << 40, std::int64_t{1} << 40}, 0)),
+                   InvalidArgument, {"initializer 'w'"});
+  // The same, as a serialized TensorProto.
+  ::onnx::TensorProto t;
+  t.set_data_type(::onnx::TensorProto_DataType_FLOAT);
+  t.add_dims(std::int64_t{1} << 42);
+  t.set_raw_data(std::string(8, '\0'));
+  std::string bytes;
+  REQUIRE(t.SerializeToString(&bytes));
+  KILN_CHECK_ERROR(kiln::onnx::tensor_from_bytes(bytes, "big"), InvalidArgument, {"big", "8 bytes"});
+}
