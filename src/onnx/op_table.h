@@ -20,6 +20,16 @@
 
 namespace kiln::onnx::detail {
 
+// The values of a node's inputs known at import, one per input (null where
+// not known). Indexing past the node's inputs gives null too: a builder may
+// look at input i's value before c.input(i) reports that the node lacks it.
+class KnownInputs : public std::vector<const Tensor*> {
+ public:
+  const Tensor* operator[](std::size_t i) const {
+    return i < size() ? std::vector<const Tensor*>::operator[](i) : nullptr;
+  }
+};
+
 struct NodeContext {
   Builder& b;
   const ::onnx::NodeProto& node;
@@ -28,7 +38,7 @@ struct NodeContext {
   // The values of the inputs known at import (initializers, Constant
   // nodes); null elsewhere. Ops whose ONNX inputs kiln takes as attributes
   // (Reshape's shape, Unsqueeze's axes) read them here.
-  std::vector<const Tensor*> constants;
+  KnownInputs constants;
   // A builder that knows its outputs' values at import (Shape of static
   // dims) puts them here, one per output (uninitialized: not known).
   std::vector<Tensor> known_outputs;

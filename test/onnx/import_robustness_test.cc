@@ -56,3 +56,56 @@ TEST_CASE("ONNX tensors whose dims promise more data than they hold are errors b
   REQUIRE(t.SerializeToString(&bytes));
   KILN_CHECK_ERROR(kiln::onnx::tensor_from_bytes(bytes, "big"), InvalidArgument, {"big", "8 bytes"});
 }
+
+namespace {
+
+// One node of `op` reading `inputs` float [2] graph inputs (named x0, x1, …).
+std::string one_node(const std::string& op, int inputs, std::int64_t opset) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(opset);
+  auto* g = m.mutable_graph();
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name("n");
+  for (int i = 0; i < inputs; ++i) {
+    auto* in = g->add_input();
+    in->set_name("x" + std::to_string(i));
+    auto* t = in->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(::onnx::TensorProto_DataType_FLOAT);
+    t->mutable_shape()->add_dim()->set_dim_value(2);
+    n->add_input("x" + std::to_string(i));
+  }
+  n->add_output("y");
+  g->add_output()->set_name("y");
+  std::string bytes;
+  REQUIRE(m.SerializeToString(&bytes));
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("ONNX nodes with fewer inputs than their op takes are errors naming the node, for "
+          "every op kiln imports",
+          "[onnx]") {
+  KILN_CHECK_ERROR(kiln::onnx::import_model_from_bytes(one_node("Reshape", 1, 13)), InvalidArgument,
+                   {"node 'n' (Reshape)", "needs input #1"});
+  // Each op that reads an input's value at import, with too few inputs.
+  for (const char* op :
+       {"Reshape", "Expand", "Tile", "Slice", "Pad", "Resize", "Upsample", "Clip", "Dropout",
+        "ConstantOfShape", "Range", "OneHot", "TopK", "Split", "Squeeze", "Unsqueeze", "ReduceSum",
+        "Gather", "GatherElements", "ScatterElements", "CumSum", "Trilu", "Where", "Concat", "Gemm",
+        "MatMul", "Conv", "BatchNormalization", "LayerNormalization", "Einsum", "Mod", "Pow",
+        "CastLike", "Shape", "Size", "NonZero", "ReduceMean", "ArgMax", "Softmax", "If", "Loop", "Scan",
+        "GridSample", "RoiAlign", "MaxPool", "AveragePool", "Flatten", "Transpose", "DepthToSpace",
+        "SpaceToDepth", "EyeLike", "Hardmax", "LpNormalization", "MeanVarianceNormalization",
+        "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "RandomNormalLike", "Bernoulli"})
+    for (int inputs : {0, 1})
+      for (std::int64_t opset : {7, 11, 13, 17}) {
+        INFO(op << " with " << inputs << " inputs at opset " << opset);
+        try {
+          (void)kiln::onnx::import_model_from_bytes(one_node(op, inputs, opset));
+        } catch (const kiln::Error&) {
+        }
+      }
+}
