@@ -6,7 +6,9 @@
 // that the startup program sets, so append_backward and the optimizers work
 // on an imported model as on one built by the frontend. Each node becomes
 // kiln ops through one table entry per ONNX op type (src/onnx/op_table.h),
-// covering a range of opset versions; If, Loop and Scan become kiln.if and
+// covering a range of opset versions (the default domain, and
+// ai.onnx.preview.training's optimizers and Gradient in a table of their
+// own); If, Loop and Scan become kiln.if and
 // kiln.while with their subgraphs as regions; symbolic dims stay dynamic.
 //
 // Anything kiln cannot import is a kiln::Error naming the node (its name and
