@@ -74,6 +74,14 @@ std::vector<std::int64_t> NodeContext::constant_ints(std::size_t i, const std::s
   return v;
 }
 
+std::int64_t NodeContext::constant_int(std::size_t i, const std::string& what) const {
+  const std::vector<std::int64_t> v = constant_ints(i, what);
+  if (v.size() != 1)
+    throw_error(ErrorKind::InvalidArgument, "ONNX ", where(), ": ", what, " (input #", i, ") holds ",
+                v.size(), " values, expected one");
+  return v[0];
+}
+
 Value constant_value(Builder& b, const Tensor& t) {
   std::string bytes(static_cast<const char*>(t.raw_data()), t.bytes());
   TensorAttribute a = TensorAttribute::get(t.dtype(), t.dims().to_vector(), std::move(bytes));

@@ -64,6 +64,9 @@ struct NodeContext {
   // Input i's value as integers, known at import; kiln::Error naming the
   // node and `what` when the input is computed at run time.
   std::vector<std::int64_t> constant_ints(std::size_t i, const std::string& what) const;
+  // The one integer input i holds, known at import; kiln::Error naming the
+  // node and `what` when it is computed at run time or holds another count.
+  std::int64_t constant_int(std::size_t i, const std::string& what) const;
 };
 
 // An ONNX TensorProto as a kiln tensor (see kiln/onnx/import.h).

@@ -144,7 +144,7 @@ std::vector<Value> space_to_depth(NodeContext& c) {
 // (values, indices): k from the attribute before opset 10, a constant
 // input since.
 std::vector<Value> top_k(NodeContext& c) {
-  const std::int64_t k = c.opset < 10 ? c.int_attr("k", -1) : c.constant_ints(1, "TopK's k").at(0);
+  const std::int64_t k = c.opset < 10 ? c.int_attr("k", -1) : c.constant_int(1, "TopK's k");
   Operation* op = c.b.create<TopKOp>(c.input(0), k, c.int_attr("axis", -1),
                                      c.int_attr("largest", 1) != 0, c.int_attr("sorted", 1) != 0);
   return op->results();

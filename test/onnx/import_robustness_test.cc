@@ -109,3 +109,57 @@ TEST_CASE("ONNX nodes with fewer inputs than their op takes are errors naming th
         }
       }
 }
+
+namespace {
+
+// y = op(x, <inputs after x>), x a float graph input of `dims`; `empty`
+// names an input (at its position) that is an initializer holding no value
+// of `elem_type`; "" an omitted input.
+std::string with_empty_operand(const std::string& op, std::int64_t opset,
+                               const std::vector<std::int64_t>& dims,
+                               const std::vector<std::string>& rest, int elem_type) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(opset);
+  auto* g = m.mutable_graph();
+  auto* in = g->add_input();
+  in->set_name("x");
+  auto* t = in->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(::onnx::TensorProto_DataType_FLOAT);
+  for (auto d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name("n");
+  n->add_input("x");
+  for (const auto& r : rest) {
+    n->add_input(r);
+    if (r.empty()) continue;
+    auto* init = g->add_initializer();
+    init->set_name(r);
+    init->set_data_type(elem_type);
+    init->add_dims(0);
+  }
+  n->add_output("y");
+  g->add_output()->set_name("y");
+  std::string bytes;
+  REQUIRE(m.SerializeToString(&bytes));
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("ONNX scalar operands known at import that hold no value are errors naming the node",
+          "[onnx]") {
+  const int i64 = ::onnx::TensorProto_DataType_INT64, f32 = ::onnx::TensorProto_DataType_FLOAT;
+  CHECK_THROWS_AS(kiln::onnx::import_model_from_bytes(with_empty_operand("Trilu", 14, {2, 2}, {"k"}, i64)),
+                  kiln::Error);
+  CHECK_THROWS_AS(kiln::onnx::import_model_from_bytes(with_empty_operand("TopK", 11, {4}, {"k"}, i64)),
+                  kiln::Error);
+  CHECK_THROWS_AS(kiln::onnx::import_model_from_bytes(with_empty_operand("CumSum", 11, {2}, {"axis"}, i64)),
+                  kiln::Error);
+  CHECK_THROWS_AS(kiln::onnx::import_model_from_bytes(with_empty_operand("Clip", 11, {2}, {"lo"}, f32)),
+                  kiln::Error);
+  CHECK_THROWS_AS(kiln::onnx::import_model_from_bytes(
+                      with_empty_operand("Dropout", 12, {2}, {"", "mode"}, ::onnx::TensorProto_DataType_BOOL)),
+                  kiln::Error);
+}
