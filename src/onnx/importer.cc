@@ -2,6 +2,7 @@
 // kiln.data ops, each node goes through its op-table entry (op_table.h),
 // the graph's outputs become kiln.fetch ops named like them.
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <sstream>
 #include <unordered_map>
@@ -13,6 +14,7 @@
 #include "kiln/ir/tensor_attribute.h"
 #include "kiln/onnx/import.h"
 #include "kiln/support/error.h"
+#include "external_data.h"
 #include "fusion.h"
 #include "model_proto.h"
 #include "op_table.h"
@@ -78,6 +80,14 @@ std::vector<std::int64_t> NodeContext::constant_ints(std::size_t i, const std::s
     unsupported(what + " (input #" + std::to_string(i) + ") is " + std::string(to_string(t.dtype())) +
                 ", expected int32 or int64");
   return v;
+}
+
+std::int64_t NodeContext::constant_int(std::size_t i, const std::string& what) const {
+  const std::vector<std::int64_t> v = constant_ints(i, what);
+  if (v.size() != 1)
+    throw_error(ErrorKind::InvalidArgument, "ONNX ", where(), ": ", what, " (input #", i, ") holds ",
+                v.size(), " values, expected one");
+  return v[0];
 }
 
 Value constant_value(Builder& b, const Tensor& t) {
@@ -216,6 +226,7 @@ class GraphImporter {
       throw_error(ErrorKind::Unimplemented, "ONNX model ", what_, " has sparse initializers (first '",
                   g.sparse_initializer(0).values().name(), "'); kiln does not import them");
     for (const auto& init : g.initializer()) {
+      if (poisoned_.count(init.name())) continue;  // its external data failed
       Tensor t;
       if (!recorded([&] { t = detail::tensor_of(init, "initializer '" + init.name() + "'"); },
                     {init.name()}))
@@ -261,6 +272,7 @@ class GraphImporter {
   // defined are poisoned — nodes reading them are skipped, as their failure
   // would only repeat it. Without a list, errors propagate.
   void collect_problems(std::vector<std::string>* problems) { problems_ = problems; }
+  void poison(const std::unordered_set<std::string>& names) { poisoned_.insert(names.begin(), names.end()); }
   template <typename F>
   bool recorded(F&& step, std::vector<std::string> defines) {
     if (!problems_) {
@@ -331,6 +343,7 @@ class GraphImporter {
                                  const std::vector<Value>& inputs) {
       return import_subgraph(g, block, inputs);
     };
+    ctx.lookup = [this](const std::string& name) { return lookup(name); };
     std::vector<Value> results;
     Operation* mark = block_.back();
     try {
@@ -406,18 +419,24 @@ class GraphImporter {
   // The node's table entry; kiln::Error when its domain, op or opset is
   // not covered.
   const detail::OpEntry& entry_for(const ::onnx::NodeProto& node, const std::string& where) const {
-    if (!node.domain().empty() && node.domain() != "ai.onnx")
+    const bool training = node.domain() == detail::kTrainingDomain;
+    if (!training && !node.domain().empty() && node.domain() != "ai.onnx")
       throw_error(ErrorKind::Unimplemented, "ONNX ", where, " is in domain '", node.domain(),
-                  "'; kiln imports the default domain");
-    const auto& table = detail::op_table();
+                  "'; kiln imports the default domain and ", detail::kTrainingDomain);
+    const auto& table = training ? detail::training_op_table() : detail::op_table();
+    const std::int64_t opset = training ? out_.training_opset : out_.opset;
+    const std::string domain = training ? std::string(detail::kTrainingDomain) : "ai.onnx";
+    if (opset == 0)
+      throw_error(ErrorKind::InvalidArgument, "ONNX ", where, ": the model imports no opset of "
+                  "domain '", domain, "'");
     auto it = table.find(node.op_type());
     if (it == table.end())
       throw_error(ErrorKind::Unimplemented, "ONNX ", where, ": kiln has no importer for op '",
-                  node.op_type(), "'");
-    if (out_.opset < it->second.since || out_.opset > it->second.until)
+                  node.op_type(), "'", training ? " of domain " + domain : std::string());
+    if (opset < it->second.since || opset > it->second.until)
       throw_error(ErrorKind::Unimplemented, "ONNX ", where, ": kiln imports '", node.op_type(),
                   "' for opsets ", it->second.since, " to ", it->second.until, ", the model uses ",
-                  out_.opset);
+                  opset);
     return it->second;
   }
 
@@ -437,19 +456,39 @@ class GraphImporter {
 
 namespace {
 
+// Whether `g` or one of its subgraphs has a node of the default domain.
+bool uses_default_domain(const ::onnx::GraphProto& g) {
+  for (const auto& n : g.node()) {
+    if (n.domain().empty() || n.domain() == "ai.onnx") return true;
+    for (const auto& a : n.attribute()) {
+      if (a.has_g() && uses_default_domain(a.g())) return true;
+      for (const auto& sub : a.graphs())
+        if (uses_default_domain(sub)) return true;
+    }
+  }
+  return false;
+}
+
 // The import, stopping at the first error (`problems` null) or recording
 // each one there and going on as far as the model allows.
 ImportedModel import_parsed(const ::onnx::ModelProto& model, std::string_view what,
-                            std::vector<std::string>* problems) {
+                            std::vector<std::string>* problems,
+                            const std::unordered_set<std::string>& failed = {}) {
   ImportedModel out;
-  for (const auto& o : model.opset_import())
+  for (const auto& o : model.opset_import()) {
     if (o.domain().empty() || o.domain() == "ai.onnx") out.opset = o.version();
-  if (out.opset < 1 || out.opset > kMaxOpset)
+    if (o.domain() == detail::kTrainingDomain) out.training_opset = o.version();
+  }
+  // A model of the training domain alone (ONNX's optimizer tests) imports
+  // no default opset; its nodes of the default domain, if any, are errors.
+  const bool only_training = out.opset == 0 && out.training_opset != 0 && !uses_default_domain(model.graph());
+  if (!only_training && (out.opset < 1 || out.opset > kMaxOpset))
     throw_error(ErrorKind::Unimplemented, "ONNX model ", what, " uses opset ", out.opset,
                 " of the default domain; kiln imports opsets 1 to ", kMaxOpset);
   const auto& g = model.graph();
   GraphImporter importer(out, what);
   importer.collect_problems(problems);
+  importer.poison(failed);
   importer.import_initializers(g);
   importer.import_inputs(g);
   importer.import_nodes(g);
@@ -460,27 +499,43 @@ ImportedModel import_parsed(const ::onnx::ModelProto& model, std::string_view wh
 
 }  // namespace
 
-ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what) {
-  return import_parsed(detail::parse_model(bytes, what), what, nullptr);
+ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what,
+                                     const std::string& base_dir) {
+  ::onnx::ModelProto model = detail::parse_model(bytes, what);
+  detail::load_external_data(model, base_dir, what);
+  return import_parsed(model, what, nullptr);
 }
 
-std::vector<std::string> import_problems_from_bytes(std::string_view bytes, std::string_view what) {
-  const ::onnx::ModelProto model = detail::parse_model(bytes, what);
+std::vector<std::string> import_problems_from_bytes(std::string_view bytes, std::string_view what,
+                                                    const std::string& base_dir) {
+  ::onnx::ModelProto model = detail::parse_model(bytes, what);
   std::vector<std::string> problems;
+  std::unordered_set<std::string> failed;
+  detail::load_external_data(model, base_dir, what, &problems, &failed);
   try {
-    import_parsed(model, what, &problems);
+    import_parsed(model, what, &problems, failed);
   } catch (const Error& e) {  // the model as a whole (its opset)
     problems.push_back(e.message());
   }
   return problems;
 }
 
+namespace {
+
+// The folder a model file's external data locations are relative to.
+std::string folder_of(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return dir.empty() ? "." : dir;
+}
+
+}  // namespace
+
 std::vector<std::string> import_problems(const std::string& path) {
-  return import_problems_from_bytes(detail::read_file_bytes(path), "'" + path + "'");
+  return import_problems_from_bytes(detail::read_file_bytes(path), "'" + path + "'", folder_of(path));
 }
 
 ImportedModel import_model(const std::string& path) {
-  return import_model_from_bytes(detail::read_file_bytes(path), "'" + path + "'");
+  return import_model_from_bytes(detail::read_file_bytes(path), "'" + path + "'", folder_of(path));
 }
 
 // ---- TensorProto ----
@@ -505,18 +560,27 @@ Tensor tensor_from_bytes(std::string_view bytes, std::string_view what) {
 
 Tensor detail::tensor_of(const ::onnx::TensorProto& tp, std::string_view what) {
   if (tp.data_location() == ::onnx::TensorProto_DataLocation_EXTERNAL)
-    throw_error(ErrorKind::Unimplemented, "ONNX tensor ", what, " keeps its data in an external "
-                "file; kiln does not read external data yet");
+    throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " keeps its data in an external "
+                "file that was not read (kiln reads external data when it imports a model file, "
+                "or model bytes with the model's folder)");
   const DataType dt = data_type(tp.data_type(), "tensor " + std::string(what));
   std::vector<std::int64_t> dims(tp.dims().begin(), tp.dims().end());
-  for (auto d : dims)
+  // The element count, checked against the data held before anything is
+  // allocated: dims may promise far more than the model holds.
+  std::uint64_t n = 1;
+  for (auto d : dims) {
     if (d < 0) throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " has dim ", d);
-  Tensor t = Tensor::empty(Dims(dims), dt);
-  const auto n = static_cast<std::size_t>(t.numel());
+    const auto u = static_cast<std::uint64_t>(d);
+    if (u != 0 && n > std::numeric_limits<std::uint64_t>::max() / 16 / u)
+      throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " has dims too large to hold");
+    n *= u;
+  }
+  const std::uint64_t bytes = n * static_cast<std::uint64_t>(size_of(dt));
   if (!tp.raw_data().empty()) {
-    if (tp.raw_data().size() != t.bytes())
+    if (tp.raw_data().size() != bytes)
       throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " has ", tp.raw_data().size(),
                   " bytes of raw data for ", n, " elements of ", to_string(dt));
+    Tensor t = Tensor::empty(Dims(dims), dt);
     if (n) std::memcpy(t.raw_data(), tp.raw_data().data(), t.bytes());
     return t;
   }
@@ -530,6 +594,7 @@ Tensor detail::tensor_of(const ::onnx::TensorProto& tp, std::string_view what) {
   if (have != n)
     throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " holds ", have,
                 " values for ", n, " elements");
+  Tensor t = Tensor::empty(Dims(dims), dt);
   if (!n) return t;
   switch (dt) {
     case DataType::Float32: copy_field<float>(tp.float_data(), t); break;

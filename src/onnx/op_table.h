@@ -12,12 +12,23 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/ir/builder.h"
 #include "kiln/runtime/tensor.h"
 
 namespace kiln::onnx::detail {
+
+// The values of a node's inputs known at import, one per input (null where
+// not known). Indexing past the node's inputs gives null too: a builder may
+// look at input i's value before c.input(i) reports that the node lacks it.
+class KnownInputs : public std::vector<const Tensor*> {
+ public:
+  const Tensor* operator[](std::size_t i) const {
+    return i < size() ? std::vector<const Tensor*>::operator[](i) : nullptr;
+  }
+};
 
 struct NodeContext {
   Builder& b;
@@ -27,7 +38,7 @@ struct NodeContext {
   // The values of the inputs known at import (initializers, Constant
   // nodes); null elsewhere. Ops whose ONNX inputs kiln takes as attributes
   // (Reshape's shape, Unsqueeze's axes) read them here.
-  std::vector<const Tensor*> constants;
+  KnownInputs constants;
   // A builder that knows its outputs' values at import (Shape of static
   // dims) puts them here, one per output (uninitialized: not known).
   std::vector<Tensor> known_outputs;
@@ -42,6 +53,9 @@ struct NodeContext {
   // node's scope (outer values, used directly). Returns its outputs.
   std::function<std::vector<Value>(const ::onnx::GraphProto&, Block&, const std::vector<Value>&)>
       import_subgraph;
+  // The value an ONNX name refers to in the node's scope (null if none):
+  // for ops that name values in attributes (Gradient's xs and y).
+  std::function<Value(const std::string&)> lookup;
 
   // "node 'name' (OpType)"
   std::string where() const;
@@ -58,6 +72,9 @@ struct NodeContext {
   std::vector<std::int64_t> constant_ints(std::size_t i, const std::string& what) const;
   // Input i's elements; kiln::Error naming the node when it is no sequence.
   const std::vector<Value>& sequence(std::size_t i) const;
+  // The one integer input i holds, known at import; kiln::Error naming the
+  // node and `what` when it is computed at run time or holds another count.
+  std::int64_t constant_int(std::size_t i, const std::string& what) const;
 };
 
 // An ONNX TensorProto as a kiln tensor (see kiln/onnx/import.h).
@@ -99,5 +116,10 @@ void add_loss_ops(OpTable& t);
 void add_shape_ops(OpTable& t);
 void add_sequence_ops(OpTable& t);
 void add_rnn_ops(OpTable& t);
+
+// ONNX's training domain (ops_training.cc): its own table, its own opset.
+inline constexpr std::string_view kTrainingDomain = "ai.onnx.preview.training";
+const OpTable& training_op_table();
+void add_training_ops(OpTable& t);
 
 }  // namespace kiln::onnx::detail

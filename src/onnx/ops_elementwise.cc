@@ -142,6 +142,9 @@ std::vector<Value> clip(NodeContext& c) {
       if (i >= c.inputs.size() || !c.inputs[i]) continue;
       if (!c.constants[i]) c.unsupported("Clip's bound (input #" + std::to_string(i) + ") computed at run time");
       const Tensor& t = *c.constants[i];
+      if (t.numel() != 1)
+        throw_error(ErrorKind::InvalidArgument, "ONNX ", c.where(), ": Clip's bound (input #", i,
+                    ") holds ", t.numel(), " values, expected one");
       double v;
       switch (t.dtype()) {
         case DataType::Float32: v = t.to_vector<float>().at(0); break;
@@ -264,7 +267,7 @@ std::vector<Value> trilu(NodeContext& c) {
     return {c.b.create<WhereOp>(keep, x, scalar_like(c, x, 0.0)).result()};
   }
   std::int64_t k = 0;
-  if (c.inputs.size() > 1 && c.inputs[1]) k = c.constant_ints(1, "Trilu's k").at(0);
+  if (c.inputs.size() > 1 && c.inputs[1]) k = c.constant_int(1, "Trilu's k");
   if (upper) return {c.b.create<TriuOp>(c.input(0), k).result()};
   return {c.b.create<TrilOp>(c.input(0), k).result()};
 }
@@ -304,7 +307,7 @@ std::vector<Value> cumsum(NodeContext& c) {
   const bool exclusive = c.int_attr("exclusive", 0) != 0, reverse = c.int_attr("reverse", 0) != 0;
   Value x = c.input(0);
   if (c.constants[1]) {
-    const std::int64_t axis = c.constant_ints(1, "CumSum's axis").at(0);
+    const std::int64_t axis = c.constant_int(1, "CumSum's axis");
     return {c.b.create<CumsumOp>(x, axis, exclusive, reverse).result()};
   }
   Value axis = c.input(1);

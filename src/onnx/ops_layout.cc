@@ -221,7 +221,7 @@ std::vector<Value> top_k(NodeContext& c) {
     auto first_k = [&](Value v) { return c.b.create<SliceByOp>(v, zero, k, axes, one).result(); };
     return {first_k(all->result(0)), first_k(all->result(1))};
   }
-  const std::int64_t k = c.opset < 10 ? c.int_attr("k", -1) : c.constant_ints(1, "TopK's k").at(0);
+  const std::int64_t k = c.opset < 10 ? c.int_attr("k", -1) : c.constant_int(1, "TopK's k");
   Operation* op = c.b.create<TopKOp>(c.input(0), k, axis, largest, sorted);
   return op->results();
 }

@@ -578,7 +578,10 @@ std::vector<Value> dropout(NodeContext& c) {
   Value flag;  // a training_mode known only at run time
   bool training = c.opset < 7 && c.int_attr("is_test", 0) == 0;
   if (c.inputs.size() > 2 && c.inputs[2]) {
-    if (c.constants[2]) training = c.constants[2]->to_vector<bool>().at(0);
+    if (c.constants[2] && c.constants[2]->numel() != 1)
+      throw_error(ErrorKind::InvalidArgument, "ONNX ", c.where(), ": training_mode (input #2) holds ",
+                  c.constants[2]->numel(), " values, expected one");
+    if (c.constants[2]) training = c.constants[2]->to_vector<bool>()[0];
     else flag = c.inputs[2];
   }
   if (!training && !flag) {

@@ -160,6 +160,18 @@ std::string op_of(const std::string& message) {
   return op;
 }
 
+// Tests whose expected outputs contradict their own model (ONNX's generator
+// computed them with an attribute value the node does not carry). kiln
+// follows the model, so they are not run: each counts as unsupported, with
+// this reason.
+const std::map<std::string, std::string>& suite_defects() {
+  static const std::map<std::string, std::string> defects{
+      {"node/test_adam_multiple",
+       "ONNX suite defect: its expected outputs use epsilon 1e-2, its Adam node sets none "
+       "(the default is 1e-6)"}};
+  return defects;
+}
+
 // A message without the names of nodes and graph inputs, so that one reason
 // reads the same for every test it stops.
 std::string reason_of(const std::string& message) {
@@ -249,6 +261,13 @@ int main(int argc, char** argv) {
         else
           for (const auto& o : test_ops) rows[o].reasons.insert(reason_of(message));
       };
+      if (auto d = suite_defects().find(name); d != suite_defects().end()) {
+        ++unsupported;
+        ++unsupported_by_op["(suite defect)"];
+        note_unsupported(d->second);
+        if (verbose) std::printf("unsupported %s: %s\n", name.c_str(), d->second.c_str());
+        continue;
+      }
       kiln::onnx::ImportedModel m;
       try {
         m = kiln::onnx::import_model((test / "model.onnx").string());

@@ -6,13 +6,15 @@
 // that the startup program sets, so append_backward and the optimizers work
 // on an imported model as on one built by the frontend. Each node becomes
 // kiln ops through one table entry per ONNX op type (src/onnx/op_table.h),
-// covering a range of opset versions; If, Loop and Scan become kiln.if and
+// covering a range of opset versions (the default domain, and
+// ai.onnx.preview.training's optimizers and Gradient in a table of their
+// own); If, Loop and Scan become kiln.if and
 // kiln.while with their subgraphs as regions; symbolic dims stay dynamic.
 //
 // Anything kiln cannot import is a kiln::Error naming the node (its name and
 // op type) and what is missing: the op, its opset version, an attribute
 // value or a dtype; import_problems lists all of them at once. Not yet
-// imported: external data, sparse initializers. The reverse direction is
+// imported: sparse initializers. The reverse direction is
 // kiln/onnx/export.h.
 #pragma once
 
@@ -31,12 +33,22 @@ struct ImportedModel {
   std::vector<std::string> inputs;    // the data ops' names = feed names, in graph order
   std::vector<std::string> outputs;   // the kiln.fetch ops' names = fetch names, in graph order
   std::int64_t opset = 0;             // of the default (ai.onnx) domain
+  std::int64_t training_opset = 0;    // of ai.onnx.preview.training; 0: not imported
 };
 
 // kiln::Error: the file's errors (kiln/onnx/model_info.h), an opset of the
 // default domain outside 1…17, and each node kiln cannot import.
+//
+// External data (weights kept in side files beside the model): import_model
+// reads them relative to the model file's folder; import_model_from_bytes
+// relative to `base_dir` (empty: no folder, and a tensor with external data
+// is an error). A location outside that folder (an absolute path, a ".."
+// part, a link leading out), a missing side file, an offset or length past
+// its end or a length other than the tensor's byte size: kiln::Error naming
+// the tensor and the side file.
 ImportedModel import_model(const std::string& path);
-ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what = "model");
+ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what = "model",
+                                     const std::string& base_dir = {});
 
 // Everything in the model kiln cannot import, at once: the messages
 // import_model would raise, one per graph input, initializer or node that
@@ -45,7 +57,8 @@ ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view w
 // that cannot be read or is not ONNX.
 std::vector<std::string> import_problems(const std::string& path);
 std::vector<std::string> import_problems_from_bytes(std::string_view bytes,
-                                                    std::string_view what = "model");
+                                                    std::string_view what = "model",
+                                                    const std::string& base_dir = {});
 
 // A serialized onnx.TensorProto (the backend test suite's input_N.pb and
 // output_N.pb) as a kiln tensor: float, double, int32, int64 and bool.
