@@ -215,11 +215,109 @@ inline bool direct(const Conv2dGeometry& g) {  // col == x
          g.ho == g.h && g.wo == g.w;
 }
 
-// out [n, o, ho, wo] = conv2d(x [n, c, h, w], w [o, c/groups, kh, kw]).
-// `epilogue(block, first_channel, channels, p)` runs on each image's and
-// group's output block right after its GEMM wrote it (still in cache).
-template <typename T, typename Epilogue>
-void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g, Epilogue epilogue) {
+// block [channels, p] += bias[first + c] per channel, then max(·, 0) when
+// `relu`: one pass over a block the GEMM has just written.
+template <typename T>
+void bias_activation(T* __restrict block, const T* __restrict bias, std::int64_t first,
+                     std::int64_t channels, std::int64_t p, bool relu) {
+  for (std::int64_t c = 0; c < channels; ++c) {
+    T* __restrict row = block + c * p;
+    const T b = bias ? bias[first + c] : T(0);
+    if (relu)
+      for (std::int64_t i = 0; i < p; ++i) row[i] = std::max(row[i] + b, T(0));
+    else
+      for (std::int64_t i = 0; i < p; ++i) row[i] += b;
+  }
+}
+
+#ifdef KILN_HAS_SIMD_CLONES
+// Direct convolution for few output channels (stride 1, no dilation, one
+// group, output rows of at most 32): each output row of all O channels is
+// held in 2·O AVX-512 accumulators, and every load of an input row segment
+// feeds O fused multiply-adds. im2col + GEMM does worse there: a GEMM with
+// M = O < 16 fills OpenBLAS's 16-row tile poorly, and the column buffer
+// costs a pass of its own (LeNet's first conv: O = 6, C·kh·kw = 25).
+// xp is one image zero-padded to [c, hp, wp]; out one image's [O, ho, wo];
+// the bias and relu are applied as each row is stored.
+template <int O>
+KILN_TARGET_AVX512 void direct_conv_image_avx512(const float* xp, std::int64_t hp, std::int64_t wp,
+                                                 const float* w, float* out,
+                                                 const Conv2dGeometry& g, const float* bias,
+                                                 bool relu) {
+  const __mmask16 m0 = g.wo >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << g.wo) - 1);
+  const __mmask16 m1 = g.wo > 16 ? __mmask16((1u << (g.wo - 16)) - 1) : __mmask16(0);
+  const std::int64_t per_o = g.c * g.kh * g.kw;  // w[o] is w + o · per_o
+  for (std::int64_t oh = 0; oh < g.ho; ++oh) {
+    __m512 a0[O], a1[O];
+    for (int o = 0; o < O; ++o) a0[o] = a1[o] = _mm512_setzero_ps();
+    for (std::int64_t c = 0; c < g.c; ++c)
+      for (std::int64_t i = 0; i < g.kh; ++i) {
+        const float* xr = xp + (c * hp + oh + i) * wp;
+        const float* wr = w + (c * g.kh + i) * g.kw;
+        for (std::int64_t j = 0; j < g.kw; ++j) {
+          const __m512 v0 = _mm512_maskz_loadu_ps(m0, xr + j);
+          const __m512 v1 = _mm512_maskz_loadu_ps(m1, xr + j + 16);
+          for (int o = 0; o < O; ++o) {
+            const __m512 s = _mm512_set1_ps(wr[o * per_o + j]);
+            a0[o] = _mm512_fmadd_ps(s, v0, a0[o]);
+            a1[o] = _mm512_fmadd_ps(s, v1, a1[o]);
+          }
+        }
+      }
+    for (int o = 0; o < O; ++o) {
+      const __m512 b = _mm512_set1_ps(bias ? bias[o] : 0.0f);
+      __m512 r0 = _mm512_add_ps(a0[o], b), r1 = _mm512_add_ps(a1[o], b);
+      if (relu) {
+        r0 = _mm512_max_ps(r0, _mm512_setzero_ps());
+        r1 = _mm512_max_ps(r1, _mm512_setzero_ps());
+      }
+      float* orow = out + (o * g.ho + oh) * g.wo;
+      _mm512_mask_storeu_ps(orow, m0, r0);
+      _mm512_mask_storeu_ps(orow + 16, m1, r1);
+    }
+  }
+}
+
+// Whether direct_conv_image_avx512 covers g (and the CPU has AVX-512).
+inline bool direct_conv_fits(const Conv2dGeometry& g) {
+  return g.groups == 1 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.o >= 1 &&
+         g.o <= 8 && g.wo >= 1 && g.wo <= 32 && cpu_simd_level() == SimdLevel::Avx512;
+}
+
+void direct_conv_avx512(const float* x, const float* w, float* out, const Conv2dGeometry& g,
+                        const float* bias, bool relu) {
+  const std::int64_t hp = g.h + g.pt + g.pb, wp = g.w + g.pl + g.pr;
+  float* xp = scratch<float>(g.c * hp * wp);
+  std::fill(xp, xp + g.c * hp * wp, 0.0f);  // the padding stays 0 image after image
+  using Fn = void (*)(const float*, std::int64_t, std::int64_t, const float*, float*,
+                      const Conv2dGeometry&, const float*, bool);
+  static constexpr Fn by_o[] = {direct_conv_image_avx512<1>, direct_conv_image_avx512<2>,
+                                direct_conv_image_avx512<3>, direct_conv_image_avx512<4>,
+                                direct_conv_image_avx512<5>, direct_conv_image_avx512<6>,
+                                direct_conv_image_avx512<7>, direct_conv_image_avx512<8>};
+  const Fn fn = by_o[g.o - 1];
+  for (std::int64_t n = 0; n < g.n; ++n) {
+    const float* xi = x + n * g.c * g.h * g.w;
+    for (std::int64_t c = 0; c < g.c; ++c)
+      for (std::int64_t r = 0; r < g.h; ++r)
+        std::memcpy(xp + (c * hp + g.pt + r) * wp + g.pl, xi + (c * g.h + r) * g.w,
+                    sizeof(float) * static_cast<std::size_t>(g.w));
+    fn(xp, hp, wp, w, out + n * g.o * g.ho * g.wo, g, bias, relu);
+  }
+}
+#endif
+
+// out [n, o, ho, wo] = conv2d(x [n, c, h, w], w [o, c/groups, kh, kw]),
+// plus bias[o] (when given) and through relu (when asked) — applied to each
+// image's and group's output block right after its GEMM wrote it (still in
+// cache), or as a direct convolution stores each row.
+template <typename T>
+void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g,
+                  const T* bias = nullptr, bool relu = false) {
+#ifdef KILN_HAS_SIMD_CLONES
+  if constexpr (std::is_same_v<T, float>)
+    if (direct_conv_fits(g)) return direct_conv_avx512(x, w, out, g, bias, relu);
+#endif
   const std::int64_t cg = g.c / g.groups, og = g.o / g.groups, k = cg * g.kh * g.kw;
   const std::int64_t p = g.ho * g.wo;
   const bool dir = direct(g);
@@ -230,27 +328,8 @@ void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g, Epilo
       if (!dir) im2col(xg, col, g, cg);
       T* block = out + (n * g.o + gi * og) * p;
       gemm(false, false, og, p, k, w + gi * og * k, k, dir ? xg : col, p, T(0), block, p);
-      epilogue(block, gi * og, og, p);
+      if (bias || relu) bias_activation(block, bias, gi * og, og, p, relu);
     }
-}
-template <typename T>
-void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g) {
-  conv_forward(x, w, out, g, [](T*, std::int64_t, std::int64_t, std::int64_t) {});
-}
-
-// block [channels, p] += bias[first + c] per channel, then max(·, 0) when
-// `relu`: one pass over a block the GEMM has just written.
-template <typename T>
-void bias_activation(T* __restrict block, const T* __restrict bias, std::int64_t first,
-                     std::int64_t channels, std::int64_t p, bool relu) {
-  for (std::int64_t c = 0; c < channels; ++c) {
-    T* __restrict row = block + c * p;
-    const T b = bias[first + c];
-    if (relu)
-      for (std::int64_t i = 0; i < p; ++i) row[i] = std::max(row[i] + b, T(0));
-    else
-      for (std::int64_t i = 0; i < p; ++i) row[i] += b;
-  }
 }
 
 // dx [n, c, h, w] = conv2d's input grad from dout [n, o, ho, wo].
@@ -365,12 +444,8 @@ struct FusedConv2dK {
                   bias.dims().to_string(), "], the convolution has ", g.o, " output channels");
     Tensor& out = ctx.alloc_output(0, Dims{g.n, g.o, g.ho, g.wo}, x.dtype());
     if (out.numel() == 0) return;
-    const T* b = bias.data<T>();
-    const bool relu = a.activation == "relu";
-    conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g,
-                 [&](T* block, std::int64_t first, std::int64_t channels, std::int64_t p) {
-                   bias_activation(block, b, first, channels, p, relu);
-                 });
+    conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(),
+                 a.activation == "relu");
   }
 };
 

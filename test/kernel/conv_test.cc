@@ -79,6 +79,11 @@ std::vector<Cfg> configs() {
       {{1, 2, 9, 37}, {3, 2, 3, 5}, {1, 1}, {1, 3}, {2, 1}, 1},
       {{2, 1, 20, 20}, {2, 1, 5, 5}, {1, 1}, {2, 2}, {1, 1}, 1},
       {{1, 4, 9, 33}, {2, 2, 3, 3}, {2, 1}, {1, 0, 2, 1}, {1, 3}, 2},
+      // few output channels, stride 1: the direct AVX-512 convolution
+      // (rows of 28, 32 and 19 outputs: one full and one partial vector)
+      {{2, 1, 28, 28}, {6, 1, 5, 5}, {1, 1}, {2, 2}, {1, 1}, 1},  // LeNet's first conv, full size
+      {{1, 3, 6, 34}, {8, 3, 3, 3}, {1, 1}, {1, 0, 0, 0}, {1, 1}, 1},
+      {{2, 2, 5, 19}, {3, 2, 2, 4}, {1, 1}, {0, 1, 1, 2}, {1, 1}, 1},
   };
 }
 
@@ -200,6 +205,8 @@ TEST_CASE("fused_conv2d gives conv2d plus the channel's bias, through relu when 
 TEST_CASE("fused_conv2d matches conv2d, add and relu run apart for every geometry, f32 and f64",
           "[kernel][conv]") {
   const std::vector<Cfg> cfgs{{{2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+                              {{2, 1, 28, 28}, {6, 1, 5, 5}, {1, 1}, {2, 2}, {1, 1}, 1},
+                              {{1, 2, 6, 20}, {9, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
                               {{1, 4, 9, 8}, {6, 2, 3, 2}, {2, 1}, {0, 1, 2, 0}, {1, 2}, 2},
                               {{3, 2, 5, 5}, {5, 2, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1}};
   for (const auto& c : cfgs)
