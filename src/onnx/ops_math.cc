@@ -172,7 +172,16 @@ std::vector<Value> det(NodeContext& c) { return {c.b.create<DetOp>(c.input(0)).r
 // appearance and given 1s for the labels it lacks; the operands are
 // multiplied (broadcasting), summed over the labels not in the output and
 // transposed to the output's order.
-std::vector<Value> einsum(NodeContext& c) {
+// An Einsum equation read against its inputs' dims: each operand's labels
+// with "..." expanded to ellipsis labels ('0' … '9'), every label in order
+// of first appearance, and the output's labels.
+struct EinsumSpec {
+  std::vector<std::string> terms;
+  std::vector<std::vector<std::int64_t>> dims;
+  std::string order, out;
+};
+
+EinsumSpec parse_einsum(NodeContext& c) {
   const auto* eq_attr = c.attribute("equation");
   if (!eq_attr) c.unsupported("Einsum without an equation");
   std::string eq;
@@ -180,32 +189,31 @@ std::vector<Value> einsum(NodeContext& c) {
     if (ch != ' ') eq += ch;
   const auto arrow = eq.find("->");
   const std::string lhs = eq.substr(0, arrow);
-  std::vector<std::string> terms;
+  EinsumSpec e;
   for (std::size_t start = 0;;) {
     const auto comma = lhs.find(',', start);
-    terms.push_back(
+    e.terms.push_back(
         lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  if (terms.size() != c.inputs.size())
-    c.unsupported("an equation with " + std::to_string(terms.size()) + " operands for " +
+  if (e.terms.size() != c.inputs.size())
+    c.unsupported("an equation with " + std::to_string(e.terms.size()) + " operands for " +
                   std::to_string(c.inputs.size()) + " inputs");
   // "..." of an operand of rank r with m labels covers its last r - m
-  // ellipsis labels ('0' … '9'), aligned to the right as numpy broadcasts.
+  // ellipsis labels, aligned to the right as numpy broadcasts.
   std::size_t ellipsis = 0;
-  std::vector<std::vector<std::int64_t>> dims;
-  for (std::size_t k = 0; k < terms.size(); ++k) {
-    dims.push_back(shaped_dims(c.input(k).type()));
-    for (auto e : dims.back())
-      if (e < 0) c.unsupported("Einsum of an input with a dim known only at run time");
-    const auto dots = terms[k].find("...");
-    const std::size_t named = terms[k].size() - (dots == std::string::npos ? 0 : 3);
+  for (std::size_t k = 0; k < e.terms.size(); ++k) {
+    e.dims.push_back(shaped_dims(c.input(k).type()));
+    for (auto d : e.dims.back())
+      if (d < 0) c.unsupported("Einsum of an input with a dim known only at run time");
+    const auto dots = e.terms[k].find("...");
+    const std::size_t named = e.terms[k].size() - (dots == std::string::npos ? 0 : 3);
     if (dots != std::string::npos) {
-      if (dims[k].size() < named)
-        c.unsupported("subscripts '" + terms[k] + "' for an input of rank " +
-                      std::to_string(dims[k].size()));
-      ellipsis = std::max(ellipsis, dims[k].size() - named);
+      if (e.dims[k].size() < named)
+        c.unsupported("subscripts '" + e.terms[k] + "' for an input of rank " +
+                      std::to_string(e.dims[k].size()));
+      ellipsis = std::max(ellipsis, e.dims[k].size() - named);
     }
   }
   if (ellipsis > 10) c.unsupported("an ellipsis of more than 10 dims");
@@ -217,87 +225,94 @@ std::vector<Value> einsum(NodeContext& c) {
     const std::size_t covered = rank - (term.size() - 3);
     return term.substr(0, dots) + ell_labels.substr(ellipsis - covered) + term.substr(dots + 3);
   };
-  std::string order;  // every label, in order of first appearance
   std::map<char, int> uses;
-  for (std::size_t k = 0; k < terms.size(); ++k) {
-    terms[k] = expand(terms[k], dims[k].size());
-    if (terms[k].size() != dims[k].size())
-      c.unsupported("subscripts '" + terms[k] + "' for an input of rank " +
-                    std::to_string(dims[k].size()));
-    for (char ch : terms[k]) {
-      if (order.find(ch) == std::string::npos) order += ch;
+  for (std::size_t k = 0; k < e.terms.size(); ++k) {
+    e.terms[k] = expand(e.terms[k], e.dims[k].size());
+    if (e.terms[k].size() != e.dims[k].size())
+      c.unsupported("subscripts '" + e.terms[k] + "' for an input of rank " +
+                    std::to_string(e.dims[k].size()));
+    for (char ch : e.terms[k]) {
+      if (e.order.find(ch) == std::string::npos) e.order += ch;
       ++uses[ch];
     }
   }
-  std::string out;
   if (arrow != std::string::npos) {
-    out = eq.substr(arrow + 2);
-    const auto dots = out.find("...");
-    if (dots != std::string::npos) out = out.substr(0, dots) + ell_labels + out.substr(dots + 3);
+    e.out = eq.substr(arrow + 2);
+    const auto dots = e.out.find("...");
+    if (dots != std::string::npos) e.out = e.out.substr(0, dots) + ell_labels + e.out.substr(dots + 3);
   } else {  // implicit: the ellipsis, then the labels used once, sorted
     std::string once;
-    for (char ch : order)
+    for (char ch : e.order)
       if (uses[ch] == 1 && (ch < '0' || ch > '9')) once += ch;
     std::sort(once.begin(), once.end());
-    out = ell_labels + once;
+    e.out = ell_labels + once;
   }
-  for (char ch : out)
-    if (order.find(ch) == std::string::npos)
+  for (char ch : e.out)
+    if (e.order.find(ch) == std::string::npos)
       c.unsupported("output label '" + std::string(1, ch) + "' not in any input");
+  return e;
+}
+
+Value transpose_unless_identity(NodeContext& c, Value x, const std::vector<std::int64_t>& perm) {
+  for (std::size_t i = 0; i < perm.size(); ++i)
+    if (perm[i] != static_cast<std::int64_t>(i)) return c.b.create<TransposeOp>(x, perm).result();
+  return x;
+}
+
+// Operand x with `labels` (dims d) as a tensor over every label of `order`:
+// its diagonals taken (a label twice: times an identity mask, summed over
+// the second), transposed to `order`, 1s for the labels it lacks.
+Value einsum_operand(NodeContext& c, Value x, std::string labels, std::vector<std::int64_t> d,
+                     const std::string& order) {
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    for (std::size_t j = labels.size() - 1; j > i; --j) {
+      if (labels[j] != labels[i]) continue;
+      if (d[i] != d[j])
+        c.unsupported("a diagonal over dims of extents " + std::to_string(d[i]) + " and " +
+                      std::to_string(d[j]));
+      std::vector<std::int64_t> mask_dims(labels.size(), 1);
+      mask_dims[i] = mask_dims[j] = d[i];
+      std::vector<double> eye(static_cast<std::size_t>(d[i] * d[i]), 0.0);
+      for (std::int64_t p = 0; p < d[i]; ++p) eye[static_cast<std::size_t>(p * d[i] + p)] = 1.0;
+      Value mask = constant_value(c.b, Tensor::from_vector<double>(Dims(mask_dims), eye));
+      if (dtype_of(x) != DataType::Float64) mask = c.b.create<CastOp>(mask, dtype_of(x)).result();
+      x = c.b.create<SumOp>(c.b.create<MulOp>(x, mask).result(),
+                            std::vector<std::int64_t>{static_cast<std::int64_t>(j)}, false)
+              .result();
+      labels.erase(j, 1);
+      d.erase(d.begin() + static_cast<std::ptrdiff_t>(j));
+    }
+  }
+  std::vector<std::int64_t> perm, full;
+  for (char ch : order) {
+    const auto at = labels.find(ch);
+    if (at != std::string::npos) perm.push_back(static_cast<std::int64_t>(at));
+    full.push_back(at == std::string::npos ? 1 : d[at]);
+  }
+  x = transpose_unless_identity(c, x, perm);
+  if (full.size() != labels.size()) x = c.b.create<ReshapeOp>(x, full).result();
+  return x;
+}
+
+std::vector<Value> einsum(NodeContext& c) {
+  const EinsumSpec e = parse_einsum(c);
   Value product;
-  for (std::size_t k = 0; k < terms.size(); ++k) {
-    Value x = c.input(k);
-    std::string labels = terms[k];
-    std::vector<std::int64_t> d = dims[k];
-    // diagonals: a label twice in this operand
-    for (std::size_t i = 0; i < labels.size(); ++i) {
-      for (std::size_t j = labels.size() - 1; j > i; --j) {
-        if (labels[j] != labels[i]) continue;
-        if (d[i] != d[j])
-          c.unsupported("a diagonal over dims of extents " + std::to_string(d[i]) + " and " +
-                        std::to_string(d[j]));
-        std::vector<std::int64_t> mask_dims(labels.size(), 1);
-        mask_dims[i] = mask_dims[j] = d[i];
-        std::vector<double> eye(static_cast<std::size_t>(d[i] * d[i]), 0.0);
-        for (std::int64_t p = 0; p < d[i]; ++p) eye[static_cast<std::size_t>(p * d[i] + p)] = 1.0;
-        Value mask = constant_value(c.b, Tensor::from_vector<double>(Dims(mask_dims), eye));
-        if (dtype_of(x) != DataType::Float64) mask = c.b.create<CastOp>(mask, dtype_of(x)).result();
-        x = c.b.create<SumOp>(c.b.create<MulOp>(x, mask).result(),
-                              std::vector<std::int64_t>{static_cast<std::int64_t>(j)}, false)
-                .result();
-        labels.erase(j, 1);
-        d.erase(d.begin() + static_cast<std::ptrdiff_t>(j));
-      }
-    }
-    // to the order of `order`, with 1s for the labels it lacks
-    std::vector<std::int64_t> perm, full;
-    for (char ch : order) {
-      const auto at = labels.find(ch);
-      if (at != std::string::npos) perm.push_back(static_cast<std::int64_t>(at));
-      full.push_back(at == std::string::npos ? 1 : d[at]);
-    }
-    bool identity = true;
-    for (std::size_t i = 0; i < perm.size(); ++i)
-      identity &= perm[i] == static_cast<std::int64_t>(i);
-    if (!identity) x = c.b.create<TransposeOp>(x, perm).result();
-    if (full.size() != labels.size()) x = c.b.create<ReshapeOp>(x, full).result();
+  for (std::size_t k = 0; k < e.terms.size(); ++k) {
+    Value x = einsum_operand(c, c.input(k), e.terms[k], e.dims[k], e.order);
     product = product ? c.b.create<MulOp>(product, x).result() : x;
   }
   std::vector<std::int64_t> summed;
   std::string kept;
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    if (out.find(order[i]) == std::string::npos)
+  for (std::size_t i = 0; i < e.order.size(); ++i) {
+    if (e.out.find(e.order[i]) == std::string::npos)
       summed.push_back(static_cast<std::int64_t>(i));
     else
-      kept += order[i];
+      kept += e.order[i];
   }
   if (!summed.empty()) product = c.b.create<SumOp>(product, summed, false).result();
   std::vector<std::int64_t> perm;  // the kept labels to the output's order
-  for (char ch : out) perm.push_back(static_cast<std::int64_t>(kept.find(ch)));
-  bool identity = true;
-  for (std::size_t i = 0; i < perm.size(); ++i) identity &= perm[i] == static_cast<std::int64_t>(i);
-  if (!identity) product = c.b.create<TransposeOp>(product, perm).result();
-  return {product};
+  for (char ch : e.out) perm.push_back(static_cast<std::int64_t>(kept.find(ch)));
+  return {transpose_unless_identity(c, product, perm)};
 }
 
 // HannWindow, HammingWindow, BlackmanWindow (opset 17): a0 - a1·cos(2πn/N)
