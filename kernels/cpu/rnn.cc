@@ -187,6 +187,122 @@ void read_lengths(const KernelContext& ctx, const rnn::Config& c, const RunDims&
   }
 }
 
+// What one direction's gate math reads besides the row's own state: the
+// config, its activations, R's bias and the peepholes (null when absent).
+template <typename T>
+struct Direction {
+  const rnn::Config& c;
+  const Activation* act;
+  const T* rb;
+  const T* pd;
+  std::int64_t H, GH;
+};
+
+// A state's start: the given initial values, or zeros when none were given.
+template <typename T>
+void initial_state(const T* given, T* state, std::int64_t n) {
+  if (given) std::memcpy(state, given, sizeof(T) * static_cast<std::size_t>(n));
+  else std::fill(state, state + n, T(0));
+}
+
+// Every step's input projection X·Wᵀ plus W's bias (and R's, except GRU's h
+// block, which linear_before_reset may put inside r ∘ (...)), into xw [S·N, GH].
+template <typename T>
+void project_inputs(const rnn::Config& c, std::int64_t rows, std::int64_t I, std::int64_t H,
+                    std::int64_t GH, const T* px, const T* wd, const T* wb, const T* rb, T* xw) {
+  matmul_bt<T>(rows, GH, I, px, I, wd, I, xw, GH);
+  if (!wb) return;
+  const std::int64_t rb_end = c.cell == Cell::Gru ? 2 * H : GH;
+  for (std::int64_t row = 0; row < rows; ++row) {
+    T* xr = xw + row * GH;
+    for (std::int64_t j = 0; j < GH; ++j) xr[j] += wb[j];
+    for (std::int64_t j = 0; j < rb_end; ++j) xr[j] += rb[j];
+  }
+}
+
+// One Elman row: Ht = f(Xt·Wᵀ + Ht-1·Rᵀ + biases).
+template <typename T>
+void rnn_row(const Direction<T>& a, T* g, const T* xg, T* hb) {
+  for (std::int64_t j = 0; j < a.H; ++j) g[j] += xg[j];
+  activate(a.act[0], a.c.clip, g, a.H);
+  std::memcpy(hb, g, sizeof(T) * static_cast<std::size_t>(a.H));
+}
+
+// One GRU row's z and r gates; with linear_before_reset its new state too
+// (into hb and yb), otherwise rt ∘ Ht-1 into rhb for gru_late_h.
+template <typename T>
+void gru_row(const Direction<T>& a, T* g, const T* xg, T* hb, T* yb, T* rhb) {
+  const std::int64_t H = a.H;
+  T* z = g;
+  T* rg = g + H;
+  for (std::int64_t j = 0; j < 2 * H; ++j) g[j] += xg[j];
+  activate(a.act[0], a.c.clip, z, 2 * H);  // z and r share f
+  if (a.c.linear_before_reset) {
+    T* hh = g + 2 * H;
+    for (std::int64_t j = 0; j < H; ++j) {
+      const T rec = hh[j] + (a.rb ? a.rb[2 * H + j] : T(0));
+      hh[j] = xg[2 * H + j] + rg[j] * rec;
+    }
+    activate(a.act[1], a.c.clip, hh, H);
+    for (std::int64_t j = 0; j < H; ++j) hb[j] = (1 - z[j]) * hh[j] + z[j] * hb[j];
+    std::memcpy(yb, hb, sizeof(T) * H);
+  } else {
+    for (std::int64_t j = 0; j < H; ++j) rhb[j] = rg[j] * hb[j];
+  }
+}
+
+// One LSTM row: gates (with peepholes), the cell state cb and the new hb.
+template <typename T>
+void lstm_row(const Direction<T>& a, T* g, const T* xg, T* hb, T* cb) {
+  const std::int64_t H = a.H;
+  const rnn::Config& c = a.c;
+  T* gi = g;
+  T* go = g + H;
+  T* gf = g + 2 * H;
+  T* gc = g + 3 * H;
+  for (std::int64_t j = 0; j < a.GH; ++j) g[j] += xg[j];
+  if (a.pd)
+    for (std::int64_t j = 0; j < H; ++j) {
+      gi[j] += a.pd[j] * cb[j];
+      gf[j] += a.pd[2 * H + j] * cb[j];
+    }
+  activate(a.act[0], c.clip, gi, H);
+  if (c.input_forget)
+    for (std::int64_t j = 0; j < H; ++j) gf[j] = 1 - gi[j];
+  else
+    activate(a.act[0], c.clip, gf, H);
+  activate(a.act[1], c.clip, gc, H);
+  for (std::int64_t j = 0; j < H; ++j) cb[j] = gf[j] * cb[j] + gi[j] * gc[j];
+  if (a.pd)
+    for (std::int64_t j = 0; j < H; ++j) go[j] += a.pd[H + j] * cb[j];
+  activate(a.act[0], c.clip, go, H);
+  std::memcpy(gc, cb, sizeof(T) * H);  // h(clip(Ct)), in gc's slice: the state stays unclipped
+  activate(a.act[2], c.clip, gc, H);
+  for (std::int64_t j = 0; j < H; ++j) hb[j] = go[j] * gc[j];
+}
+
+// GRU without linear_before_reset, after every row's gates: (rt ∘ Ht-1) ·
+// Rhᵀ for every row, then the h block and new state of the active rows.
+template <typename T>
+void gru_late_h(const Direction<T>& a, std::int64_t N, std::int64_t t, const std::int64_t* len,
+                const T* rd, const T* xt, const T* rh, T* hr, T* h, T* yt) {
+  const std::int64_t H = a.H, GH = a.GH;
+  T* hhr = hr + 2 * H;  // [N, H] at stride GH
+  matmul_bt<T>(N, H, H, rh, H, rd + 2 * H * H, H, hhr, GH);
+  for (std::int64_t b = 0; b < N; ++b) {
+    if (t >= len[b]) continue;
+    T* g = hr + b * GH;
+    const T* xg = xt + b * GH;
+    T* hh = g + 2 * H;
+    for (std::int64_t j = 0; j < H; ++j) hh[j] += xg[2 * H + j] + (a.rb ? a.rb[2 * H + j] : T(0));
+    activate(a.act[1], a.c.clip, hh, H);
+    T* hb = h + b * H;
+    const T* z = g;
+    for (std::int64_t j = 0; j < H; ++j) hb[j] = (1 - z[j]) * hh[j] + z[j] * hb[j];
+    std::memcpy(yt + b * H, hb, sizeof(T) * H);
+  }
+}
+
 template <typename T>
 void recurrent(KernelContext& ctx, const rnn::Config& c) {
   const RunDims d = run_dims(ctx, c);
@@ -195,14 +311,11 @@ void recurrent(KernelContext& ctx, const rnn::Config& c) {
   const Tensor& x = typed_input<T>(ctx, 0);
   const Tensor& w = typed_input<T>(ctx, 1);
   const Tensor& r = typed_input<T>(ctx, 2);
-  const T* pb = c.b >= 0 ? typed_input<T>(ctx, static_cast<std::uint32_t>(c.b)).template data<T>() : nullptr;
-  const T* ph0 = c.initial_h >= 0
-                     ? typed_input<T>(ctx, static_cast<std::uint32_t>(c.initial_h)).template data<T>()
-                     : nullptr;
-  const T* pc0 = c.initial_c >= 0
-                     ? typed_input<T>(ctx, static_cast<std::uint32_t>(c.initial_c)).template data<T>()
-                     : nullptr;
-  const T* pp = c.p >= 0 ? typed_input<T>(ctx, static_cast<std::uint32_t>(c.p)).template data<T>() : nullptr;
+  auto optional = [&](int i) -> const T* {  // an operand left out is -1
+    return i >= 0 ? typed_input<T>(ctx, static_cast<std::uint32_t>(i)).template data<T>() : nullptr;
+  };
+  const T *pb = optional(c.b), *ph0 = optional(c.initial_h), *pc0 = optional(c.initial_c),
+          *pp = optional(c.p);
 
   const std::int64_t y_dims[] = {S, d.dirs, N, H};
   Tensor& y = ctx.alloc_output(0, Dims(std::span<const std::int64_t>(y_dims, 4)), x.dtype());
@@ -234,30 +347,18 @@ void recurrent(KernelContext& ctx, const rnn::Config& c) {
     const T* wb = pb ? pb + dir * 2 * GH : nullptr;
     const T* rb = pb ? wb + GH : nullptr;
     const T* pd = pp ? pp + dir * 3 * H : nullptr;
-    // Every step's input projection plus W's bias (and R's, except GRU's h
-    // block, which linear_before_reset may put inside r ∘ (...)).
-    matmul_bt<T>(S * N, GH, I, px, I, wd, I, xw, GH);
-    if (wb)
-      for (std::int64_t row = 0; row < S * N; ++row) {
-        T* xr = xw + row * GH;
-        const std::int64_t rb_end = c.cell == Cell::Gru ? 2 * H : GH;
-        for (std::int64_t j = 0; j < GH; ++j) xr[j] += wb[j];
-        for (std::int64_t j = 0; j < rb_end; ++j) xr[j] += rb[j];
-      }
-    if (ph0) std::memcpy(h, ph0 + dir * N * H, sizeof(T) * N * H);
-    else std::fill(h, h + N * H, T(0));
-    if (c.cell == Cell::Lstm) {
-      if (pc0) std::memcpy(cs, pc0 + dir * N * H, sizeof(T) * N * H);
-      else std::fill(cs, cs + N * H, T(0));
-    }
+    project_inputs<T>(c, S * N, I, H, GH, px, wd, wb, rb, xw);
+    const Direction<T> dirn{c, act, rb, pd, H, GH};
+    initial_state(ph0 ? ph0 + dir * N * H : nullptr, h, N * H);
+    if (c.cell == Cell::Lstm) initial_state(pc0 ? pc0 + dir * N * H : nullptr, cs, N * H);
 
     for (std::int64_t s = 0; s < S; ++s) {
       const std::int64_t t = reverse ? S - 1 - s : s;
       const T* xt = xw + t * N * GH;
       T* yt = py + (t * d.dirs + dir) * N * H;
       // Ht-1 · Rᵀ (for GRU without linear_before_reset, the z and r blocks only).
-      const bool gru_late_h = c.cell == Cell::Gru && !c.linear_before_reset;
-      matmul_bt<T>(N, gru_late_h ? 2 * H : GH, H, h, H, rd, H, hr, GH);
+      const bool late_h = c.cell == Cell::Gru && !c.linear_before_reset;
+      matmul_bt<T>(N, late_h ? 2 * H : GH, H, h, H, rd, H, hr, GH);
       for (std::int64_t b = 0; b < N; ++b) {
         T* hb = h + b * H;
         T* yb = yt + b * H;
@@ -268,79 +369,13 @@ void recurrent(KernelContext& ctx, const rnn::Config& c) {
         T* g = hr + b * GH;  // the gate pre-activations, in place
         const T* xg = xt + b * GH;
         switch (c.cell) {
-          case Cell::Rnn: {
-            for (std::int64_t j = 0; j < H; ++j) g[j] += xg[j];
-            activate(act[0], c.clip, g, H);
-            std::memcpy(hb, g, sizeof(T) * H);
-            break;
-          }
-          case Cell::Gru: {
-            T* z = g;
-            T* rg = g + H;
-            for (std::int64_t j = 0; j < 2 * H; ++j) g[j] += xg[j];
-            activate(act[0], c.clip, z, 2 * H);  // z and r share f
-            if (c.linear_before_reset) {
-              T* hh = g + 2 * H;
-              for (std::int64_t j = 0; j < H; ++j) {
-                const T rec = hh[j] + (rb ? rb[2 * H + j] : T(0));
-                hh[j] = xg[2 * H + j] + rg[j] * rec;
-              }
-              activate(act[1], c.clip, hh, H);
-              for (std::int64_t j = 0; j < H; ++j) hb[j] = (1 - z[j]) * hh[j] + z[j] * hb[j];
-              std::memcpy(yb, hb, sizeof(T) * H);
-            } else {
-              T* rhb = rh + b * H;
-              for (std::int64_t j = 0; j < H; ++j) rhb[j] = rg[j] * hb[j];
-            }
-            break;
-          }
-          case Cell::Lstm: {
-            T* gi = g;
-            T* go = g + H;
-            T* gf = g + 2 * H;
-            T* gc = g + 3 * H;
-            T* cb = cs + b * H;
-            for (std::int64_t j = 0; j < GH; ++j) g[j] += xg[j];
-            if (pd)
-              for (std::int64_t j = 0; j < H; ++j) {
-                gi[j] += pd[j] * cb[j];
-                gf[j] += pd[2 * H + j] * cb[j];
-              }
-            activate(act[0], c.clip, gi, H);
-            if (c.input_forget)
-              for (std::int64_t j = 0; j < H; ++j) gf[j] = 1 - gi[j];
-            else
-              activate(act[0], c.clip, gf, H);
-            activate(act[1], c.clip, gc, H);
-            for (std::int64_t j = 0; j < H; ++j) cb[j] = gf[j] * cb[j] + gi[j] * gc[j];
-            if (pd)
-              for (std::int64_t j = 0; j < H; ++j) go[j] += pd[H + j] * cb[j];
-            activate(act[0], c.clip, go, H);
-            std::memcpy(gc, cb, sizeof(T) * H);  // h(clip(Ct)), in gc's slice: the state stays unclipped
-            activate(act[2], c.clip, gc, H);
-            for (std::int64_t j = 0; j < H; ++j) hb[j] = go[j] * gc[j];
-            break;
-          }
+          case Cell::Rnn: rnn_row(dirn, g, xg, hb); break;
+          case Cell::Gru: gru_row(dirn, g, xg, hb, yb, rh + b * H); break;
+          case Cell::Lstm: lstm_row(dirn, g, xg, hb, cs + b * H); break;
         }
         if (c.cell != Cell::Gru) std::memcpy(yb, hb, sizeof(T) * H);
       }
-      if (c.cell == Cell::Gru && !c.linear_before_reset) {
-        // (rt ∘ Ht-1) · Rhᵀ for every row, then the h block of the active rows.
-        T* hhr = hr + 2 * H;  // [N, H] at stride GH
-        matmul_bt<T>(N, H, H, rh, H, rd + 2 * H * H, H, hhr, GH);
-        for (std::int64_t b = 0; b < N; ++b) {
-          if (t >= len[b]) continue;
-          T* g = hr + b * GH;
-          const T* xg = xt + b * GH;
-          T* hh = g + 2 * H;
-          for (std::int64_t j = 0; j < H; ++j) hh[j] += xg[2 * H + j] + (rb ? rb[2 * H + j] : T(0));
-          activate(act[1], c.clip, hh, H);
-          T* hb = h + b * H;
-          const T* z = g;
-          for (std::int64_t j = 0; j < H; ++j) hb[j] = (1 - z[j]) * hh[j] + z[j] * hb[j];
-          std::memcpy(yt + b * H, hb, sizeof(T) * H);
-        }
-      }
+      if (late_h) gru_late_h(dirn, N, t, len, rd, xt, rh, hr, h, yt);
     }
     std::memcpy(pyh + dir * N * H, h, sizeof(T) * N * H);
     if (pyc) std::memcpy(pyc + dir * N * H, cs, sizeof(T) * N * H);
