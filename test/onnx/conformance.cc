@@ -41,6 +41,7 @@
 #include "kiln/exec/executor.h"
 #include "kiln/onnx/import.h"
 #include "kiln/onnx/model_info.h"
+#include "kiln/onnx/test_data.h"
 #include "kiln/support/error.h"
 
 namespace fs = std::filesystem;
@@ -48,54 +49,9 @@ using namespace kiln;
 
 namespace {
 
-std::vector<fs::path> sorted_entries(const fs::path& dir, const std::string& prefix) {
-  std::vector<fs::path> v;
-  if (!fs::is_directory(dir)) return v;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().filename().string().rfind(prefix, 0) == 0) v.push_back(e.path());
-  // input_10 after input_9: by the number after the prefix when there is one.
-  std::sort(v.begin(), v.end(), [&](const fs::path& a, const fs::path& b) {
-    auto num = [&](const fs::path& p) {
-      const std::string s = p.stem().string().substr(prefix.size());
-      return s.empty() || !std::isdigit(static_cast<unsigned char>(s[0])) ? -1L : std::stol(s);
-    };
-    return num(a) != num(b) ? num(a) < num(b) : a < b;
-  });
-  return v;
-}
-
-// "" when they match, else what differs.
+// "" when they match (ONNX's tolerances, kiln/onnx/test_data.h), else what differs.
 std::string compare(const Tensor& got, const Tensor& want) {
-  if (got.dtype() != want.dtype())
-    return "dtype " + std::string(to_string(got.dtype())) + ", expected " +
-           std::string(to_string(want.dtype()));
-  if (got.dims() != want.dims())
-    return "dims [" + got.dims().to_string() + "], expected [" + want.dims().to_string() + "]";
-  auto check = [&](auto tag) -> std::string {
-    using T = decltype(tag);
-    const T* a = got.data<T>();
-    const T* b = want.data<T>();
-    for (std::int64_t i = 0; i < got.numel(); ++i) {
-      const double x = static_cast<double>(a[i]), y = static_cast<double>(b[i]);
-      bool ok;
-      if constexpr (std::is_floating_point_v<T>)
-        ok = (std::isnan(x) && std::isnan(y)) || x == y || std::abs(x - y) <= 1e-7 + 1e-3 * std::abs(y);
-      else
-        ok = x == y;
-      if (!ok)
-        return "element " + std::to_string(i) + ": " + std::to_string(x) + ", expected " +
-               std::to_string(y);
-    }
-    return "";
-  };
-  switch (got.dtype()) {
-    case DataType::Float32: return check(float());
-    case DataType::Float64: return check(double());
-    case DataType::Int32: return check(std::int32_t());
-    case DataType::Int64: return check(std::int64_t());
-    case DataType::Bool: return check(bool());
-    default: return "dtype " + std::string(to_string(got.dtype())) + " not compared";
-  }
+  return kiln::onnx::compare_tensors(got, want).first;
 }
 
 // What a random test's output may be, given ONNX's (want); "" when it is.
@@ -239,7 +195,7 @@ int main(int argc, char** argv) {
   int passed = 0, unsupported = 0, wrong = 0, crashed = 0;
   std::map<std::string, int> unsupported_by_op;
   for (const char* folder : {"node", "pytorch-converted", "pytorch-operator", "simple"}) {
-    for (const fs::path& test : sorted_entries(suite / folder, "test_")) {
+    for (const fs::path& test : kiln::onnx::numbered_entries(suite / folder, "test_")) {
       const std::string name = std::string(folder) + "/" + test.filename().string();
       std::vector<std::string> test_ops;
       try {
@@ -288,14 +244,14 @@ int main(int argc, char** argv) {
       try {
         Executor exe;
         exe.run(m.startup);  // the initializers
-        for (const fs::path& set : sorted_entries(test, "test_data_set_")) {
+        for (const fs::path& set : kiln::onnx::numbered_entries(test, "test_data_set_")) {
           FeedMap feed;
-          const auto ins = sorted_entries(set, "input_");
+          const auto ins = kiln::onnx::numbered_entries(set, "input_");
           for (std::size_t i = 0; i < ins.size() && i < m.inputs.size(); ++i)
             feed[m.inputs[i]] = kiln::onnx::read_tensor_proto(ins[i].string());
           std::vector<FetchTarget> fetch(m.outputs.begin(), m.outputs.end());
           auto got = exe.run(m.main, feed, fetch);
-          const auto outs = sorted_entries(set, "output_");
+          const auto outs = kiln::onnx::numbered_entries(set, "output_");
           for (std::size_t k = 0; k < outs.size() && k < got.size() && failure.empty(); ++k) {
             const Tensor want = kiln::onnx::read_tensor_proto(outs[k].string());
             const bool mask = k == 1 && got[k].dtype() == DataType::Bool;
