@@ -1,6 +1,7 @@
 // CPU kernels of the broadcasting binary ops — one kernel template expanded
 // over BinaryFamily (kiln/dialect/binary_ops.h: add, sub, mul, div, maximum,
-// minimum, pow, mod, fmod), each computing its Math::forward — plus maximum_grad /
+// minimum, pow, mod, fmod, shift_left, shift_right), each computing its
+// Math::forward — plus maximum_grad /
 // minimum_grad and add_n. Same-shape and scalar operands take flat loops;
 // everything else runs the collapsed broadcast plan (cpu_kernel_util.h).
 // -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
@@ -16,6 +17,7 @@
 #include "cpu_kernel_util.h"
 #include "kiln/dialect/binary_ops.h"
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/support/half.h"
 
 namespace kiln::cpu {
 namespace {
@@ -46,17 +48,51 @@ struct Binary {
   };
 };
 
-// One registration per member of BinaryFamily (binary_ops.h): f32 and f64,
-// and i32 / i64 unless the op is floating-only.
+// The 16-bit floats: both operands widened to f32, Math::forward in f32,
+// the result rounded back to nearest even (one rounding, as PyTorch's CPU
+// half kernels).
+template <typename Math, DataType D>
+void binary_half_kernel(KernelContext& ctx) {
+  auto widen = [&](const Tensor& t) {
+    if (t.dtype() != D)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' operands must both be ",
+                  to_string(D), ", got ", to_string(t.dtype()));
+    Tensor f = Tensor::empty(t.dims(), DataType::Float32);
+    const auto* p = static_cast<const std::uint16_t*>(t.raw_data());
+    float* q = f.data<float>();
+    for (std::int64_t i = 0, n = t.numel(); i < n; ++i)
+      q[i] = D == DataType::Float16 ? half_to_float(p[i]) : bfloat16_to_float(p[i]);
+    return f;
+  };
+  const Tensor x = widen(ctx.input(0)), y = widen(ctx.input(1));
+  const Dims od = broadcast_dims(ctx.op()->name(), x.dims(), y.dims());
+  Tensor r = Tensor::empty(od, DataType::Float32);
+  if (od.numel())
+    run_broadcast<MathForward<Math>>(make_broadcast_plan(x.dims(), y.dims(), od), x.data<float>(),
+                                     y.data<float>(), r.data<float>());
+  Tensor& out = ctx.alloc_output(0, od, D);
+  auto* po = static_cast<std::uint16_t*>(out.raw_data());
+  const float* pr = r.data<float>();
+  for (std::int64_t i = 0, n = od.numel(); i < n; ++i)
+    po[i] = D == DataType::Float16 ? float_to_half(pr[i]) : float_to_bfloat16(pr[i]);
+}
+
+// One registration per member of BinaryFamily (binary_ops.h): the floats
+// unless the op is integer-only, the integers unless it is floating-only.
 template <typename Math>
 void register_binary() {
   using Registrar = KernelRegistrar<BinaryOp<Math>>;
-  if constexpr (Math::floating_only)
-    Registrar::template for_dtypes<Binary<Math>::template K, float, double>(PlaceKind::Cpu,
-                                                                            Math::name.data());
-  else
-    Registrar::template for_dtypes<Binary<Math>::template K, float, double, std::int32_t,
-                                   std::int64_t>(PlaceKind::Cpu, Math::name.data());
+  const char* name = Math::name.data();
+  if constexpr (!integer_only_math<Math>) {
+    Registrar::template for_dtypes<Binary<Math>::template K, float, double>(PlaceKind::Cpu, name);
+    Registrar(PlaceKind::Cpu, DataType::Float16, &binary_half_kernel<Math, DataType::Float16>, name);
+    Registrar(PlaceKind::Cpu, DataType::BFloat16, &binary_half_kernel<Math, DataType::BFloat16>,
+              name);
+  }
+  if constexpr (!Math::floating_only)
+    Registrar::template for_dtypes<Binary<Math>::template K, std::int8_t, std::int16_t,
+                                   std::int32_t, std::int64_t, std::uint8_t, std::uint16_t,
+                                   std::uint32_t, std::uint64_t>(PlaceKind::Cpu, name);
 }
 template <typename... Maths>
 bool register_family(BinaryMathList<Maths...>) {

@@ -362,7 +362,8 @@ void where_kernel(KernelContext& ctx) {
 }
 }  // namespace
 KILN_REGISTER_KERNEL(WhereOp, Cpu, Bool, where_kernel);
-KILN_REGISTER_KERNELS(ClipOp, Cpu, ClipK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNELS(ClipOp, Cpu, ClipK, float, double, std::int8_t, std::int16_t, std::int32_t,
+                      std::int64_t, std::uint8_t, std::uint16_t, std::uint32_t, std::uint64_t);
 KILN_REGISTER_KERNELS(GradOf<ClipOp>, Cpu, ClipGradK, float, double);
 KILN_REGISTER_KERNELS(MaskedFillOp, Cpu, MaskedFillK, float, double, std::int32_t, std::int64_t);
 KILN_REGISTER_KERNELS(TriuOp, Cpu, TriuK, float, double, std::int32_t, std::int64_t, bool);

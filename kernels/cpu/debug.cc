@@ -38,6 +38,11 @@ std::string summarized(const Tensor& x, std::int64_t k) {
     case DataType::Int64: append_values<std::int64_t>(os, x, k); break;
     case DataType::Int8: append_values<std::int8_t>(os, x, k); break;
     case DataType::Bool: append_values<bool>(os, x, k); break;
+    case DataType::UInt8: append_values<std::uint8_t>(os, x, k); break;
+    case DataType::Int16: append_values<std::int16_t>(os, x, k); break;
+    case DataType::UInt16: append_values<std::uint16_t>(os, x, k); break;
+    case DataType::UInt32: append_values<std::uint32_t>(os, x, k); break;
+    case DataType::UInt64: append_values<std::uint64_t>(os, x, k); break;
     default:  // f16 / bf16: the full form knows their formats
       return x.to_string();
   }

@@ -315,7 +315,9 @@ struct AdaptiveAvgPoolGradK {
 
 }  // namespace
 
-KILN_REGISTER_KERNELS(MaxPool2dOp, Cpu, MaxPoolK, float, double);
+KILN_REGISTER_KERNELS(MaxPool2dOp, Cpu, MaxPoolK, float, double, std::int8_t, std::int16_t,
+                      std::int32_t, std::int64_t, std::uint8_t, std::uint16_t, std::uint32_t,
+                      std::uint64_t);
 KILN_REGISTER_KERNELS(GradOf<MaxPool2dOp>, Cpu, MaxPoolGradK, float, double);
 KILN_REGISTER_KERNELS(AvgPool2dOp, Cpu, AvgPoolK, float, double);
 KILN_REGISTER_KERNELS(GradOf<AvgPool2dOp>, Cpu, AvgPoolGradK, float, double);

@@ -11,6 +11,7 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 #endif
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -20,6 +21,7 @@
 #include "vector_math.h"
 #include "kiln/dialect/unary_ops.h"
 #include "kiln/dialect/tensor_ops.h"
+#include "kiln/support/half.h"
 
 namespace kiln::cpu {
 namespace {
@@ -188,15 +190,32 @@ void assign_kernel(KernelContext& ctx) {
   if (x.bytes()) std::memcpy(out.raw_data(), x.raw_data(), x.bytes());
 }
 
-// One element From → To, well defined for every value (see CastOp).
+// The 16-bit floats as element types of their own (both store 16 bits).
+struct Half { std::uint16_t bits; };
+struct BHalf { std::uint16_t bits; };
+
+// One element From → To, well defined for every value (see CastOp). The
+// 16-bit floats convert through float (f64 → f16 rounds once, directly).
 template <typename To, typename From>
 inline To convert(From v) {
-  if constexpr (std::is_same_v<To, bool>) {
+  if constexpr (std::is_same_v<From, Half>) {
+    return convert<To>(half_to_float(v.bits));
+  } else if constexpr (std::is_same_v<From, BHalf>) {
+    return convert<To>(bfloat16_to_float(v.bits));
+  } else if constexpr (std::is_same_v<To, Half>) {
+    if constexpr (std::is_same_v<From, double>)
+      return Half{std::bit_cast<std::uint16_t>(static_cast<_Float16>(v))};
+    else
+      return Half{float_to_half(convert<float>(v))};
+  } else if constexpr (std::is_same_v<To, BHalf>) {
+    return BHalf{float_to_bfloat16(convert<float>(v))};
+  } else if constexpr (std::is_same_v<To, bool>) {
     return v != From(0);
   } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    // The range [lo, hi): lo is 0 or -2^(bits-1), hi 2^bits or 2^(bits-1),
+    // both exact in floating point; anything outside saturates.
     constexpr From lo = static_cast<From>(std::numeric_limits<To>::min());
-    // 2^(bits-1) is exact in floating point; anything >= it saturates.
-    constexpr From hi = -lo;
+    constexpr From hi = static_cast<From>(std::numeric_limits<To>::max() / 2 + 1) * From(2);
     if (!(v == v)) return To(0);
     if (v <= lo) return std::numeric_limits<To>::min();
     if (v >= hi) return std::numeric_limits<To>::max();
@@ -213,23 +232,28 @@ void cast_loop(const void* in, void* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) po[i] = convert<To>(pi[i]);
 }
 
-template <typename From>
-void cast_from(DataType to, const void* in, void* out, std::int64_t n) {
-  switch (to) {
-    case DataType::Float32: return cast_loop<float, From>(in, out, n);
-    case DataType::Float64: return cast_loop<double, From>(in, out, n);
-    case DataType::Int8: return cast_loop<std::int8_t, From>(in, out, n);
-    case DataType::Int32: return cast_loop<std::int32_t, From>(in, out, n);
-    case DataType::Int64: return cast_loop<std::int64_t, From>(in, out, n);
-    case DataType::Bool: return cast_loop<bool, From>(in, out, n);
-    default: break;
+// Calls f(T{}) with T the element type cast_loop uses for `t`.
+template <typename F>
+void with_cast_type(DataType t, F&& f) {
+  switch (t) {
+    case DataType::Float16: return f(Half{});
+    case DataType::BFloat16: return f(BHalf{});
+    case DataType::Float32: return f(float{});
+    case DataType::Float64: return f(double{});
+    case DataType::Int8: return f(std::int8_t{});
+    case DataType::Int16: return f(std::int16_t{});
+    case DataType::Int32: return f(std::int32_t{});
+    case DataType::Int64: return f(std::int64_t{});
+    case DataType::UInt8: return f(std::uint8_t{});
+    case DataType::UInt16: return f(std::uint16_t{});
+    case DataType::UInt32: return f(std::uint32_t{});
+    case DataType::UInt64: return f(std::uint64_t{});
+    case DataType::Bool: return f(bool{});
+    case DataType::Undefined: break;
   }
 }
 
-bool castable(DataType t) {
-  return t == DataType::Float32 || t == DataType::Float64 || t == DataType::Int8 ||
-         t == DataType::Int32 || t == DataType::Int64 || t == DataType::Bool;
-}
+bool castable(DataType t) { return t != DataType::Undefined; }
 
 // Serves every input dtype; dispatches on (input dtype, attribute dtype).
 void cast_kernel(KernelContext& ctx) {
@@ -251,15 +275,9 @@ void cast_kernel(KernelContext& ctx) {
     if (n) std::memcpy(o, in, src.bytes());
     return;
   }
-  switch (from) {
-    case DataType::Float32: return cast_from<float>(to, in, o, n);
-    case DataType::Float64: return cast_from<double>(to, in, o, n);
-    case DataType::Int8: return cast_from<std::int8_t>(to, in, o, n);
-    case DataType::Int32: return cast_from<std::int32_t>(to, in, o, n);
-    case DataType::Int64: return cast_from<std::int64_t>(to, in, o, n);
-    case DataType::Bool: return cast_from<bool>(to, in, o, n);
-    default: break;
-  }
+  with_cast_type(from, [&](auto f) {
+    with_cast_type(to, [&](auto t) { cast_loop<decltype(t), decltype(f)>(in, o, n); });
+  });
 }
 
 }  // namespace

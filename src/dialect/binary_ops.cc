@@ -21,12 +21,14 @@ KILN_REGISTER_OP(GradOf<MaximumOp>, GradOf<MinimumOp>, AddNOp);
 namespace detail {
 
 std::vector<Type> infer_binary(std::string_view op, const std::vector<Type>& in,
-                               bool floating_only) {
+                               bool floating_only, bool integer_only) {
   meta::require_count(op, in, 2);
   Type x = meta::tensor_operand(op, in, 0), y = meta::tensor_operand(op, in, 1);
   DataType dx = shaped_data_type(x), dy = shaped_data_type(y);
   meta::require_same_dtype(op, dx, dy);
   if (floating_only) meta::require_floating(op, dx);
+  if (integer_only && !is_integer(dx))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' shifts integers, got ", to_string(dx));
   return {meta::result_like(in, dx, broadcast_shapes(op, shaped_dims(x), shaped_dims(y)))};
 }
 

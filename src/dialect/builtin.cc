@@ -12,7 +12,8 @@ KILN_REGISTER_OP(ParameterOp, SetParameterOp, ConstantOp);
 void register_builtin_dialect(IrContext* ctx) {
   auto* d = ctx->get_or_register_dialect<BuiltinDialect>();
   d->register_types<Float16Type, BFloat16Type, Float32Type, Float64Type, Int8Type, Int32Type,
-                    Int64Type, BoolType, TensorType, VTensorType, VectorType, TensorArrayType>();
+                    Int64Type, BoolType, UInt8Type, Int16Type, UInt16Type, UInt32Type,
+                    UInt64Type, TensorType, VTensorType, VectorType, TensorArrayType>();
   d->register_attributes<BoolAttribute, Int32Attribute, Int64Attribute, Float32Attribute,
                          Float64Attribute, StrAttribute, ArrayAttribute, DictionaryAttribute,
                          TypeAttribute, DataTypeAttribute, PlaceAttribute, TensorAttribute>();

@@ -149,7 +149,10 @@ std::vector<Type> ClipOp::infer_meta(const std::vector<Type>& in, DictionaryAttr
   check_clip_bounds(name, from_attributes<Attributes>(attrs, name));
   meta::require_count(name, in, 1);
   Type x = meta::tensor_operand(name, in, 0);
-  require_dtype(name, shaped_data_type(x), 0, false, "f32, f64, i32 or i64");
+  const DataType dt = shaped_data_type(x);
+  if (dt != DataType::Float32 && dt != DataType::Float64 && !is_integer(dt))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' operand #0 is ", to_string(dt),
+                ", expected f32, f64 or an integer type");
   return {x};
 }
 

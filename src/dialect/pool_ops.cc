@@ -69,8 +69,11 @@ namespace {
 std::vector<std::int64_t> pool_dims(std::string_view op, const std::vector<Type>& in,
                                     const std::vector<std::int64_t>& kernel_size,
                                     const std::vector<std::int64_t>& strides,
-                                    const std::vector<std::int64_t>& paddings, bool ceil_mode) {
-  Type x = meta::float_operand(op, in, 0);
+                                    const std::vector<std::int64_t>& paddings, bool ceil_mode,
+                                    bool floating_only = true) {
+  Type x = floating_only ? meta::float_operand(op, in, 0) : meta::tensor_operand(op, in, 0);
+  if (!floating_only && shaped_data_type(x) == DataType::Bool)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' pools numbers, got bool");
   Pool2dGeometry g = pool::geometry(op, shaped_dims(x), kernel_size, strides, paddings, ceil_mode);
   return {g.n, g.c, g.ho, g.wo};
 }
@@ -120,7 +123,8 @@ void MaxPool2dOp::build(Builder&, OperationArgument& arg, Value x,
 std::vector<Type> MaxPool2dOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   meta::require_count(name, in, 1);
   auto a = from_attributes<Attributes>(attrs, name);
-  auto dims = pool_dims(name, in, a.kernel_size, a.strides, a.paddings, a.ceil_mode);
+  // The max of integers is exact: max pooling takes them too (ONNX's u8 / i8).
+  auto dims = pool_dims(name, in, a.kernel_size, a.strides, a.paddings, a.ceil_mode, false);
   return {meta::result_like(in, shaped_data_type(in[0]), dims)};
 }
 void MaxPool2dOp::Grad::check(std::string_view op, const std::vector<Type>& in,

@@ -90,17 +90,7 @@ std::vector<Value> AssignOp::vjp(Builder&, Operation* op, const std::vector<Valu
 // ---- cast ----
 
 namespace {
-bool castable(DataType t) {
-  switch (t) {
-    case DataType::Float32:
-    case DataType::Float64:
-    case DataType::Int8:
-    case DataType::Int32:
-    case DataType::Int64:
-    case DataType::Bool: return true;
-    default: return false;
-  }
-}
+bool castable(DataType t) { return t != DataType::Undefined && size_of(t) != 0; }
 }  // namespace
 
 void CastOp::build(Builder&, OperationArgument& arg, Value x, DataType dtype) {
@@ -112,8 +102,7 @@ std::vector<Type> CastOp::infer_meta(const std::vector<Type>& in, DictionaryAttr
   Type x = meta::tensor_operand(name, in, 0);
   DataType from = shaped_data_type(x);
   if (!castable(from) || !castable(a.dtype))
-    throw_error(ErrorKind::InvalidArgument, "op '", name, "' casts between f32, f64, i8, i32, i64 "
-                "and bool, got ", to_string(from), " -> ", to_string(a.dtype));
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' casts between defined dtypes, got ", to_string(from), " -> ", to_string(a.dtype));
   return {meta::result_like(in, a.dtype, shaped_dims(x))};
 }
 // Float → float: the grad cast back to x's dtype; no grad through integers.

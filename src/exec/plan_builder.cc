@@ -330,11 +330,7 @@ void PlanBuilder::add_fetch_op(Operation* op, std::uint32_t index, Lane lane) {
 }
 
 const KernelInfo& PlanBuilder::choose_kernel(Operation* op, std::uint32_t index) const {
-  DataType dtype = DataType::Float32;
-  if (op->num_operands() && is_shaped(op->operand_source(0).type()))
-    dtype = shaped_data_type(op->operand_source(0).type());
-  else if (op->num_results() && is_shaped(op->result_type(0)))
-    dtype = shaped_data_type(op->result_type(0));
+  const DataType dtype = kernel_dtype(*op);
   const Place place = plan_->options.place;
   // Host streams run the CPU kernels; any other place has kernels of its own.
   const PlaceKind backend = place.kind == PlaceKind::HostStream ? PlaceKind::Cpu : place.kind;

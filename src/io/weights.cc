@@ -46,7 +46,7 @@ bool dims_match(const std::vector<std::int64_t>& program, const std::vector<std:
 
 bool valid_dtype(std::uint8_t code) {
   return code >= static_cast<std::uint8_t>(DataType::Float16) &&
-         code <= static_cast<std::uint8_t>(DataType::Bool);
+         code <= static_cast<std::uint8_t>(DataType::UInt64);
 }
 
 // The program's parameter type as a tensor type; kiln::Error otherwise.

@@ -43,6 +43,11 @@ decltype(auto) with_element_type(DataType dtype, F&& f) {
     case DataType::Int32: return f(std::int32_t());
     case DataType::Int64: return f(std::int64_t());
     case DataType::Bool: return f(bool());
+    case DataType::UInt8: return f(std::uint8_t());
+    case DataType::Int16: return f(std::int16_t());
+    case DataType::UInt16: return f(std::uint16_t());
+    case DataType::UInt32: return f(std::uint32_t());
+    case DataType::UInt64: return f(std::uint64_t());
     case DataType::Float16:
     case DataType::BFloat16: return f(std::uint16_t());
     case DataType::Undefined: break;

@@ -40,6 +40,11 @@ Type scalar_type(DataType dtype) {
     case DataType::Int32: return Int32Type::get();
     case DataType::Int64: return Int64Type::get();
     case DataType::Bool: return BoolType::get();
+    case DataType::UInt8: return UInt8Type::get();
+    case DataType::Int16: return Int16Type::get();
+    case DataType::UInt16: return UInt16Type::get();
+    case DataType::UInt32: return UInt32Type::get();
+    case DataType::UInt64: return UInt64Type::get();
     case DataType::Undefined: break;
   }
   throw_error(ErrorKind::InvalidArgument, "no scalar type for data type '", to_string(dtype), "'");
@@ -55,6 +60,11 @@ std::optional<DataType> to_data_type(Type t) {
   if (t.isa<Float16Type>()) return DataType::Float16;
   if (t.isa<BFloat16Type>()) return DataType::BFloat16;
   if (t.isa<Int8Type>()) return DataType::Int8;
+  if (t.isa<UInt8Type>()) return DataType::UInt8;
+  if (t.isa<Int16Type>()) return DataType::Int16;
+  if (t.isa<UInt16Type>()) return DataType::UInt16;
+  if (t.isa<UInt32Type>()) return DataType::UInt32;
+  if (t.isa<UInt64Type>()) return DataType::UInt64;
   return std::nullopt;
 }
 

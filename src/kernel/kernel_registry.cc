@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "kiln/ir/builtin_types.h"
+
 namespace kiln {
 
 KernelRegistry& KernelRegistry::instance() {
@@ -52,6 +54,13 @@ const KernelInfo& KernelRegistry::get(const Operation& op, PlaceKind backend, Da
   for (std::size_t i = 0; i < have.size(); ++i) list << (i ? ", " : "") << to_string(have[i]);
   throw_error(ErrorKind::Unimplemented, "op '", op.name(), "' has no ", to_string(dtype),
               " kernel on ", where, " (kernels exist for: ", list.str(), ")");
+}
+
+DataType kernel_dtype(const Operation& op) {
+  if (op.num_operands() && is_shaped(op.operand_source(0).type()))
+    return shaped_data_type(op.operand_source(0).type());
+  if (op.num_results() && is_shaped(op.result_type(0))) return shaped_data_type(op.result_type(0));
+  return DataType::Float32;
 }
 
 const Tensor& KernelContext::input(std::uint32_t i) const {

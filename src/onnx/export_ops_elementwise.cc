@@ -106,6 +106,27 @@ void triangle(EmitContext& c) {
   set_attr(n, "upper", static_cast<std::int64_t>(upper));
 }
 
+// ONNX Mod: the divisor's sign (fmod = 0; integers only) or the
+// dividend's (fmod = 1).
+template <bool fmod>
+void remainder(EmitContext& c) {
+  if (!fmod && !is_integer(c.in_dtype(0)))
+    c.unsupported("kiln.mod of " + std::string(to_string(c.in_dtype(0))) +
+                  " (ONNX Mod takes floats only as fmod, the dividend's sign)");
+  auto& n = c.node("Mod", {c.in(0), c.in(1)}, {c.out(0)});
+  set_attr(n, "fmod", static_cast<std::int64_t>(fmod));
+}
+
+// ONNX BitShift shifts unsigned integers only.
+template <bool left>
+void bit_shift(EmitContext& c) {
+  if (!is_unsigned(c.in_dtype(0)))
+    c.unsupported("a shift of " + std::string(to_string(c.in_dtype(0))) +
+                  " (ONNX BitShift takes u8, u16, u32 and u64)");
+  auto& n = c.node("BitShift", {c.in(0), c.in(1)}, {c.out(0)});
+  set_attr(n, "direction", std::string(left ? "LEFT" : "RIGHT"));
+}
+
 }  // namespace
 
 void add_export_elementwise(ExportTable& t) {
@@ -117,6 +138,10 @@ void add_export_elementwise(ExportTable& t) {
   t["kiln.maximum"] = same_as("Max");
   t["kiln.minimum"] = same_as("Min");
   t["kiln.pow"] = same_as("Pow");
+  t["kiln.mod"] = &remainder<false>;
+  t["kiln.fmod"] = &remainder<true>;
+  t["kiln.shift_left"] = &bit_shift<true>;
+  t["kiln.shift_right"] = &bit_shift<false>;
   t["kiln.add_n"] = same_as("Sum");
   // The unary family, the in-place twins as their out-of-place ops.
   for (const auto& [kiln_name, onnx_name] : std::vector<std::pair<std::string, std::string>>{

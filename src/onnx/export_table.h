@@ -70,7 +70,7 @@ class EmitContext {
   // Constant nodes: a 1-D int64 tensor, a rank-0 scalar of `dt`, any tensor.
   std::string const_i64(const std::vector<std::int64_t>& v);
   std::string scalar(DataType dt, double v);
-  // One value of `dt` as its bytes (f32, f64, i32, i64, bool; kiln::Error else).
+  // One value of `dt` as its bytes (any dtype but undefined: kiln::Error).
   std::string value_bytes(DataType dt, double v) const;
   std::string constant(DataType dt, const std::vector<std::int64_t>& dims, std::string_view bytes);
 
@@ -83,6 +83,7 @@ class EmitContext {
 // Attributes of a node.
 void set_attr(::onnx::NodeProto& n, const std::string& name, std::int64_t v);
 void set_attr(::onnx::NodeProto& n, const std::string& name, float v);
+void set_attr(::onnx::NodeProto& n, const std::string& name, const std::string& v);
 void set_attr(::onnx::NodeProto& n, const std::string& name, const std::vector<std::int64_t>& v);
 void set_attr(::onnx::NodeProto& n, const std::string& name, const ::onnx::TensorProto& v);
 

@@ -14,6 +14,8 @@
 #include "kiln/io/file.h"
 #include "kiln/onnx/export.h"
 #include "kiln/support/error.h"
+#include "kiln/support/half.h"
+#include "model_proto.h"
 
 namespace kiln::onnx {
 
@@ -125,8 +127,17 @@ std::string EmitContext::value_bytes(DataType dt, double v) const {
     case DataType::Int32: return bytes_of(static_cast<std::int32_t>(v));
     case DataType::Int64: return bytes_of(static_cast<std::int64_t>(v));
     case DataType::Bool: return bytes_of(static_cast<bool>(v != 0));
-    default: unsupported("a constant of dtype " + std::string(to_string(dt)));
+    case DataType::Float16: return bytes_of(float_to_half(static_cast<float>(v)));
+    case DataType::BFloat16: return bytes_of(float_to_bfloat16(static_cast<float>(v)));
+    case DataType::Int8: return bytes_of(static_cast<std::int8_t>(v));
+    case DataType::Int16: return bytes_of(static_cast<std::int16_t>(v));
+    case DataType::UInt8: return bytes_of(static_cast<std::uint8_t>(v));
+    case DataType::UInt16: return bytes_of(static_cast<std::uint16_t>(v));
+    case DataType::UInt32: return bytes_of(static_cast<std::uint32_t>(v));
+    case DataType::UInt64: return bytes_of(static_cast<std::uint64_t>(v));
+    case DataType::Undefined: break;
   }
+  unsupported("a constant of dtype undefined");
 }
 
 std::string EmitContext::scalar(DataType dt, double v) { return constant(dt, {}, value_bytes(dt, v)); }
@@ -145,6 +156,13 @@ void set_attr(::onnx::NodeProto& n, const std::string& name, float v) {
   a->set_f(v);
 }
 
+void set_attr(::onnx::NodeProto& n, const std::string& name, const std::string& v) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(::onnx::AttributeProto_AttributeType_STRING);
+  a->set_s(v);
+}
+
 void set_attr(::onnx::NodeProto& n, const std::string& name, const std::vector<std::int64_t>& v) {
   auto* a = n.add_attribute();
   a->set_name(name);
@@ -160,16 +178,9 @@ void set_attr(::onnx::NodeProto& n, const std::string& name, const ::onnx::Tenso
 }
 
 std::int32_t onnx_elem_type(DataType dt, const std::string& what) {
-  switch (dt) {
-    case DataType::Float32: return ::onnx::TensorProto_DataType_FLOAT;
-    case DataType::Float64: return ::onnx::TensorProto_DataType_DOUBLE;
-    case DataType::Int32: return ::onnx::TensorProto_DataType_INT32;
-    case DataType::Int64: return ::onnx::TensorProto_DataType_INT64;
-    case DataType::Bool: return ::onnx::TensorProto_DataType_BOOL;
-    default: break;
-  }
+  if (auto t = detail::onnx_elem_type(dt)) return *t;
   throw_error(ErrorKind::Unimplemented, "ONNX export: ", what, " has dtype ", to_string(dt),
-              "; kiln exports f32, f64, i32, i64 and bool");
+              ", which ONNX has no element type for");
 }
 
 ::onnx::TensorProto tensor_proto(DataType dt, const std::vector<std::int64_t>& dims,

@@ -12,6 +12,7 @@
 #include "kiln/exec/executor.h"
 #include "kiln/ir/ir_mapping.h"
 #include "kiln/ir/tensor_attribute.h"
+#include "kiln/kernel/kernel_registry.h"
 #include "kiln/onnx/import.h"
 #include "kiln/support/error.h"
 #include "external_data.h"
@@ -114,6 +115,7 @@ const OpTable& op_table() {
     add_shape_ops(t);
     add_sequence_ops(t);
     add_rnn_ops(t);
+    add_quantize_ops(t);
     return t;
   }();
   return table;
@@ -127,17 +129,9 @@ constexpr std::int64_t kMaxOpset = 17;
 
 // The kiln dtype of an ONNX element type; kiln::Error naming `what` otherwise.
 DataType data_type(std::int32_t elem_type, const std::string& what) {
-  switch (elem_type) {
-    case ::onnx::TensorProto_DataType_FLOAT: return DataType::Float32;
-    case ::onnx::TensorProto_DataType_DOUBLE: return DataType::Float64;
-    case ::onnx::TensorProto_DataType_INT32: return DataType::Int32;
-    case ::onnx::TensorProto_DataType_INT64: return DataType::Int64;
-    case ::onnx::TensorProto_DataType_BOOL: return DataType::Bool;
-    default: break;
-  }
+  if (auto dt = detail::kiln_data_type(elem_type)) return *dt;
   throw_error(ErrorKind::Unimplemented, "ONNX ", what, " has element type ",
-              detail::elem_type_name(elem_type),
-              "; kiln imports float, double, int32, int64 and bool");
+              detail::elem_type_name(elem_type), "; kiln imports ", detail::kImportedElemTypes);
 }
 
 constexpr std::int64_t kMaxFoldedElements = 1 << 16;
@@ -348,6 +342,7 @@ class GraphImporter {
     Operation* mark = block_.back();
     try {
       results = entry.build(ctx);
+      require_cpu_kernels(mark);
     } catch (const Error& e) {
       // kiln's own checks (InferMeta) name kiln's op; say which node it was.
       if (e.message().find(where) != std::string::npos) throw;
@@ -376,6 +371,18 @@ class GraphImporter {
     for (std::size_t k = 0; k < ctx.known_outputs.size(); ++k)
       if (k < static_cast<std::size_t>(node.output_size()) && ctx.known_outputs[k].is_initialized())
         constants_.emplace(node.output(static_cast<int>(k)), ctx.known_outputs[k]);
+  }
+
+  // Every op the node's builder added after `mark` that runs through a
+  // kernel has a CPU kernel for its dtype (ops without any kernel, such as
+  // control flow, are the executor's own): a model of u16 tensors is then
+  // unsupported at import, not an error in its first run.
+  void require_cpu_kernels(Operation* mark) const {
+    const KernelRegistry& registry = KernelRegistry::instance();
+    for (Operation* op = mark ? mark->next_in_block() : block_.front(); op;
+         op = op->next_in_block())
+      if (!registry.dtypes_for(op->info().id(), PlaceKind::Cpu).empty())
+        registry.get(*op, PlaceKind::Cpu, kernel_dtype(*op));
   }
 
   // g's nodes into `block`, its inputs bound to `inputs` in order (fewer
@@ -584,12 +591,17 @@ Tensor detail::tensor_of(const ::onnx::TensorProto& tp, std::string_view what) {
     if (n) std::memcpy(t.raw_data(), tp.raw_data().data(), t.bytes());
     return t;
   }
+  // Without raw data the values sit in the field ONNX keeps for the type:
+  // float_data, double_data, int64_data, uint64_data (uint32, uint64), or
+  // int32_data (the rest; f16 / bf16 as their bits).
   std::size_t have = 0;
   switch (dt) {
     case DataType::Float32: have = static_cast<std::size_t>(tp.float_data_size()); break;
     case DataType::Float64: have = static_cast<std::size_t>(tp.double_data_size()); break;
     case DataType::Int64: have = static_cast<std::size_t>(tp.int64_data_size()); break;
-    default: have = static_cast<std::size_t>(tp.int32_data_size()); break;  // int32, bool
+    case DataType::UInt32:
+    case DataType::UInt64: have = static_cast<std::size_t>(tp.uint64_data_size()); break;
+    default: have = static_cast<std::size_t>(tp.int32_data_size()); break;
   }
   if (have != n)
     throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " holds ", have,
@@ -600,7 +612,19 @@ Tensor detail::tensor_of(const ::onnx::TensorProto& tp, std::string_view what) {
     case DataType::Float32: copy_field<float>(tp.float_data(), t); break;
     case DataType::Float64: copy_field<double>(tp.double_data(), t); break;
     case DataType::Int64: copy_field<std::int64_t>(tp.int64_data(), t); break;
+    case DataType::UInt32: copy_field<std::uint32_t>(tp.uint64_data(), t); break;
+    case DataType::UInt64: copy_field<std::uint64_t>(tp.uint64_data(), t); break;
     case DataType::Int32: copy_field<std::int32_t>(tp.int32_data(), t); break;
+    case DataType::Int8: copy_field<std::int8_t>(tp.int32_data(), t); break;
+    case DataType::Int16: copy_field<std::int16_t>(tp.int32_data(), t); break;
+    case DataType::UInt8: copy_field<std::uint8_t>(tp.int32_data(), t); break;
+    case DataType::UInt16: copy_field<std::uint16_t>(tp.int32_data(), t); break;
+    case DataType::Float16:
+    case DataType::BFloat16: {
+      auto* p = static_cast<std::uint16_t*>(t.raw_data());
+      for (int i = 0; i < tp.int32_data_size(); ++i) p[i] = static_cast<std::uint16_t>(tp.int32_data(i));
+      break;
+    }
     default: copy_field<bool>(tp.int32_data(), t); break;
   }
   return t;

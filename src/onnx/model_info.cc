@@ -49,7 +49,41 @@ std::string elem_type_name(std::int32_t elem_type) {
   return s;
 }
 
+constexpr std::pair<DataType, ::onnx::TensorProto_DataType> kElemTypes[] = {
+    {DataType::Float32, ::onnx::TensorProto_DataType_FLOAT},
+    {DataType::Float64, ::onnx::TensorProto_DataType_DOUBLE},
+    {DataType::Float16, ::onnx::TensorProto_DataType_FLOAT16},
+    {DataType::BFloat16, ::onnx::TensorProto_DataType_BFLOAT16},
+    {DataType::Int8, ::onnx::TensorProto_DataType_INT8},
+    {DataType::Int16, ::onnx::TensorProto_DataType_INT16},
+    {DataType::Int32, ::onnx::TensorProto_DataType_INT32},
+    {DataType::Int64, ::onnx::TensorProto_DataType_INT64},
+    {DataType::UInt8, ::onnx::TensorProto_DataType_UINT8},
+    {DataType::UInt16, ::onnx::TensorProto_DataType_UINT16},
+    {DataType::UInt32, ::onnx::TensorProto_DataType_UINT32},
+    {DataType::UInt64, ::onnx::TensorProto_DataType_UINT64},
+    {DataType::Bool, ::onnx::TensorProto_DataType_BOOL},
+};
+
+std::optional<DataType> kiln_data_type(std::int32_t elem_type) {
+  for (auto [k, o] : kElemTypes)
+    if (o == elem_type) return k;
+  return std::nullopt;
+}
+
+std::optional<std::int32_t> onnx_elem_type(DataType dtype) {
+  for (auto [k, o] : kElemTypes)
+    if (k == dtype) return o;
+  return std::nullopt;
+}
+
 }  // namespace detail
+
+std::optional<DataType> data_type_of(const TensorInfo& t) {
+  for (auto [k, o] : detail::kElemTypes)
+    if (detail::elem_type_name(o) == t.elem_type) return k;
+  return std::nullopt;
+}
 
 namespace {
 

@@ -4,8 +4,11 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include "kiln/support/data_type.h"
 
 namespace kiln::onnx::detail {
 
@@ -14,5 +17,13 @@ namespace kiln::onnx::detail {
 std::string read_file_bytes(const std::string& path);
 // ONNX's element type name, lower case ("float", "int64", "bfloat16").
 std::string elem_type_name(std::int32_t elem_type);
+// ONNX's element type of a kiln dtype and back: one table for import, export
+// and the test data; nullopt where the other side has none (ONNX's string,
+// complex and float8 types).
+std::optional<DataType> kiln_data_type(std::int32_t elem_type);
+std::optional<std::int32_t> onnx_elem_type(DataType dtype);
+// The ONNX names of the element types kiln imports, for error messages.
+inline constexpr std::string_view kImportedElemTypes =
+    "float, double, float16, bfloat16, int8 to int64, uint8 to uint64 and bool";
 
 }  // namespace kiln::onnx::detail

@@ -116,6 +116,7 @@ void add_loss_ops(OpTable& t);
 void add_shape_ops(OpTable& t);
 void add_sequence_ops(OpTable& t);
 void add_rnn_ops(OpTable& t);
+void add_quantize_ops(OpTable& t);
 
 // ONNX's training domain (ops_training.cc): its own table, its own opset.
 inline constexpr std::string_view kTrainingDomain = "ai.onnx.preview.training";

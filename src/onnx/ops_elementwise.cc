@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kiln/dialect/kiln_dialect.h"
+#include "model_proto.h"
 #include "op_table.h"
 
 namespace kiln::onnx::detail {
@@ -101,18 +102,12 @@ std::vector<Value> softmax(NodeContext& c) {
 }
 
 std::vector<Value> cast(NodeContext& c) {
-  DataType to;
-  switch (c.int_attr("to", 0)) {
-    case ::onnx::TensorProto_DataType_FLOAT: to = DataType::Float32; break;
-    case ::onnx::TensorProto_DataType_DOUBLE: to = DataType::Float64; break;
-    case ::onnx::TensorProto_DataType_INT32: to = DataType::Int32; break;
-    case ::onnx::TensorProto_DataType_INT64: to = DataType::Int64; break;
-    case ::onnx::TensorProto_DataType_BOOL: to = DataType::Bool; break;
-    default:
-      c.unsupported("Cast to element type " + std::to_string(c.int_attr("to", 0)) +
-                    "; kiln has float, double, int32, int64 and bool");
-  }
-  return {c.b.create<CastOp>(c.input(0), to).result()};
+  const std::int64_t to = c.int_attr("to", 0);
+  const auto dt = detail::kiln_data_type(static_cast<std::int32_t>(to));
+  if (!dt)
+    c.unsupported("Cast to element type " + detail::elem_type_name(static_cast<std::int32_t>(to)) +
+                  "; kiln has " + std::string(detail::kImportedElemTypes));
+  return {c.b.create<CastOp>(c.input(0), *dt).result()};
 }
 
 Value scalar_like(NodeContext& c, Value x, double v) {
@@ -231,7 +226,7 @@ std::vector<Value> softsign(NodeContext& c) {
 std::vector<Value> pow(NodeContext& c) {
   Value x = c.input(0), y = legacy_broadcast_operand(c);
   const DataType dt = shaped_data_type(x.type());
-  if (dt == DataType::Int32 || dt == DataType::Int64) {
+  if (is_integer(dt)) {
     Value xf = c.b.create<CastOp>(x, DataType::Float64).result();
     Value yf = c.b.create<CastOp>(y, DataType::Float64).result();
     return {c.b.create<CastOp>(c.b.create<PowOp>(xf, yf).result(), dt).result()};
@@ -292,6 +287,17 @@ std::vector<Value> mod(NodeContext& c) {
   return c.int_attr("fmod", 0) != 0 ? binary<FmodOp>(c) : binary<ModOp>(c);
 }
 
+// x << y or x >> y (the `direction` attribute, LEFT or RIGHT) on unsigned
+// integers.
+std::vector<Value> bit_shift(NodeContext& c) {
+  const ::onnx::AttributeProto* a = c.attribute("direction");
+  const std::string direction = a ? a->s() : "";
+  if (direction == "LEFT") return binary<ShiftLeftOp>(c);
+  if (direction == "RIGHT") return binary<ShiftRightOp>(c);
+  throw_error(ErrorKind::InvalidArgument, "ONNX ", c.where(), " has direction '", direction,
+              "', expected LEFT or RIGHT");
+}
+
 // Mean of the inputs (broadcasting): their sum / n.
 std::vector<Value> mean(NodeContext& c) {
   Value sum = variadic<AddOp>(c)[0];
@@ -350,6 +356,7 @@ void add_elementwise_ops(OpTable& t) {
   t["Div"] = {&broadcasting_binary<DivOp>, 1};
   t["Pow"] = {&pow, 1};
   t["Mod"] = {&mod, 10};
+  t["BitShift"] = {&bit_shift, 11};
   t["Sum"] = {&variadic<AddOp>, 6};
   t["Max"] = {&variadic<MaximumOp>, 6};
   t["Min"] = {&variadic<MinimumOp>, 6};

@@ -12,6 +12,8 @@
 
 #include "kiln/io/file.h"
 #include "kiln/support/error.h"
+#include "kiln/support/half.h"
+#include "model_proto.h"
 
 namespace kiln::onnx {
 
@@ -74,6 +76,13 @@ void compare_elements(const Tensor& got, const Tensor& want, double rtol, double
 
 }  // namespace
 
+Tensor as_declared(const Tensor& t, DataType declared) {
+  if (!(t.dtype() == DataType::UInt16 && declared == DataType::BFloat16)) return t;
+  Tensor bits = Tensor::empty(t.dims(), DataType::BFloat16);
+  if (t.bytes()) std::memcpy(bits.raw_data(), t.raw_data(), t.bytes());
+  return bits;
+}
+
 Comparison compare_tensors(const Tensor& got, const Tensor& want, double rtol, double atol) {
   Comparison c;
   auto differ = [&](std::string what) {
@@ -89,11 +98,30 @@ Comparison compare_tensors(const Tensor& got, const Tensor& want, double rtol, d
   switch (got.dtype()) {
     case DataType::Float32: compare_elements<float>(got, want, rtol, atol, c); break;
     case DataType::Float64: compare_elements<double>(got, want, rtol, atol, c); break;
+    case DataType::Float16:
+    case DataType::BFloat16: {
+      // Compared as floats: ONNX's runner compares float16 outputs by value.
+      const auto widen = [](const Tensor& t) {
+        Tensor f = Tensor::empty(t.dims(), DataType::Float32);
+        const auto* p = static_cast<const std::uint16_t*>(t.raw_data());
+        for (std::int64_t i = 0; i < t.numel(); ++i)
+          f.data<float>()[i] = t.dtype() == DataType::Float16 ? half_to_float(p[i])
+                                                               : bfloat16_to_float(p[i]);
+        return f;
+      };
+      compare_elements<float>(widen(got), widen(want), rtol, atol, c);
+      break;
+    }
     case DataType::Int8: compare_elements<std::int8_t>(got, want, rtol, atol, c); break;
+    case DataType::Int16: compare_elements<std::int16_t>(got, want, rtol, atol, c); break;
     case DataType::Int32: compare_elements<std::int32_t>(got, want, rtol, atol, c); break;
     case DataType::Int64: compare_elements<std::int64_t>(got, want, rtol, atol, c); break;
+    case DataType::UInt8: compare_elements<std::uint8_t>(got, want, rtol, atol, c); break;
+    case DataType::UInt16: compare_elements<std::uint16_t>(got, want, rtol, atol, c); break;
+    case DataType::UInt32: compare_elements<std::uint32_t>(got, want, rtol, atol, c); break;
+    case DataType::UInt64: compare_elements<std::uint64_t>(got, want, rtol, atol, c); break;
     case DataType::Bool: compare_elements<bool>(got, want, rtol, atol, c); break;
-    default: return differ("dtype " + std::string(to_string(got.dtype())) + " is not compared");
+    case DataType::Undefined: return differ("dtype undefined is not compared");
   }
   return c;
 }
@@ -101,17 +129,11 @@ Comparison compare_tensors(const Tensor& got, const Tensor& want, double rtol, d
 std::string tensor_proto_bytes(const Tensor& t, std::string_view name) {
   ::onnx::TensorProto tp;
   tp.set_name(std::string(name));
-  switch (t.dtype()) {
-    case DataType::Float32: tp.set_data_type(::onnx::TensorProto_DataType_FLOAT); break;
-    case DataType::Float64: tp.set_data_type(::onnx::TensorProto_DataType_DOUBLE); break;
-    case DataType::Int8: tp.set_data_type(::onnx::TensorProto_DataType_INT8); break;
-    case DataType::Int32: tp.set_data_type(::onnx::TensorProto_DataType_INT32); break;
-    case DataType::Int64: tp.set_data_type(::onnx::TensorProto_DataType_INT64); break;
-    case DataType::Bool: tp.set_data_type(::onnx::TensorProto_DataType_BOOL); break;
-    default:
-      throw_error(ErrorKind::Unimplemented, "tensor '", name, "' is ", to_string(t.dtype()),
-                  "; kiln writes ONNX tensors of f32, f64, i8, i32, i64 and bool");
-  }
+  const auto elem_type = detail::onnx_elem_type(t.dtype());
+  if (!elem_type)
+    throw_error(ErrorKind::Unimplemented, "tensor '", name, "' is ", to_string(t.dtype()),
+                ", which ONNX has no element type for");
+  tp.set_data_type(*elem_type);
   for (std::int64_t d : t.dims().to_vector()) tp.add_dims(d);
   if (t.bytes()) tp.set_raw_data(t.raw_data(), t.bytes());
   return tp.SerializeAsString();

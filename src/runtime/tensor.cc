@@ -1,6 +1,8 @@
 // Tensor: allocation, views and copies.
 #include "kiln/runtime/tensor.h"
 
+#include "kiln/support/half.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -171,25 +173,6 @@ constexpr std::int64_t kPrintThreshold = 1000;  // numpy's threshold
 constexpr std::int64_t kEdgeItems = 3;          // numpy's edgeitems
 constexpr std::size_t kLineWidth = 80;
 
-float half_to_float(std::uint16_t h) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const int exponent = (h >> 10) & 0x1f;
-  const std::uint32_t mantissa = h & 0x3ffu;
-  float magnitude;
-  if (exponent == 0) magnitude = std::ldexp(static_cast<float>(mantissa), -24);  // subnormal
-  else if (exponent == 31) magnitude = mantissa ? std::numeric_limits<float>::quiet_NaN()
-                                                : std::numeric_limits<float>::infinity();
-  else magnitude = std::ldexp(static_cast<float>(mantissa | 0x400u), exponent - 25);
-  return sign ? -magnitude : magnitude;
-}
-
-float bfloat16_to_float(std::uint16_t b) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
 // Up to 6 significant digits (%g); a '.' marks a whole number as a float.
 std::string format_float(double v) {
   if (std::isnan(v)) return "nan";
@@ -216,6 +199,11 @@ std::string format_element(const char* base, std::int64_t i, DataType dtype) {
     case DataType::Int32: return std::to_string(load(std::int32_t{}));
     case DataType::Int64: return std::to_string(load(std::int64_t{}));
     case DataType::Bool: return load(std::uint8_t{}) ? "true" : "false";
+    case DataType::UInt8: return std::to_string(load(std::uint8_t{}));
+    case DataType::Int16: return std::to_string(load(std::int16_t{}));
+    case DataType::UInt16: return std::to_string(load(std::uint16_t{}));
+    case DataType::UInt32: return std::to_string(load(std::uint32_t{}));
+    case DataType::UInt64: return std::to_string(load(std::uint64_t{}));
     case DataType::Undefined: break;
   }
   return "?";

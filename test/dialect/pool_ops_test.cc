@@ -44,8 +44,10 @@ TEST_CASE("pools reject bad shapes and attributes at build time, naming the op",
                    InvalidArgument, {"kiln.max_pool2d", "paddings"});
   KILN_CHECK_ERROR(build_op<AvgPool2dOp>(p, {{F32, {1, 6, 6}}}, V{2, 2}), InvalidArgument,
                    {"kiln.avg_pool2d", "[N, C, H, W]"});
-  KILN_CHECK_ERROR(build_op<MaxPool2dOp>(p, {{DataType::Int64, {1, 1, 6, 6}}}, V{2, 2}),
-                   InvalidArgument, {"kiln.max_pool2d"});
+  KILN_CHECK_ERROR(build_op<MaxPool2dOp>(p, {{DataType::Bool, {1, 1, 6, 6}}}, V{2, 2}),
+                   InvalidArgument, {"kiln.max_pool2d", "bool"});
+  KILN_CHECK_ERROR(build_op<AvgPool2dOp>(p, {{DataType::Int64, {1, 1, 6, 6}}}, V{2, 2}),
+                   InvalidArgument, {"kiln.avg_pool2d", "i64"});
   KILN_CHECK_ERROR(build_op<AdaptiveAvgPool2dOp>(p, {{F32, {1, 1, 6, 6}}}, V{0, 2}),
                    InvalidArgument, {"kiln.adaptive_avg_pool2d", "output_size"});
   KILN_CHECK_ERROR(build_op<AdaptiveAvgPool2dOp>(p, {{F32, {6, 6}}}, V{2, 2}), InvalidArgument,

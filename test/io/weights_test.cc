@@ -129,6 +129,26 @@ TEST_CASE("weights saved from a scope load back bit-exact (f32, f64, i64, rank 0
   CHECK(snapshot(dst) == snapshot(src));
 }
 
+TEST_CASE("weights of the storage dtypes (u8, i16, u16, u32, u64) load back bit-exact",
+          "[io][weights]") {
+  Program p = program_with({{"q", tt(DataType::UInt8, {4})},
+                            {"s", tt(DataType::Int16, {2})},
+                            {"h", tt(DataType::UInt16, {2})},
+                            {"c", tt(DataType::UInt32, {1})},
+                            {"big", tt(DataType::UInt64, {2})}});
+  Scope src;
+  src.var("q").set(Tensor::from_vector<std::uint8_t>(Dims{4}, {0, 1, 128, 255}));
+  src.var("s").set(Tensor::from_vector<std::int16_t>(Dims{2}, {-32768, 32767}));
+  src.var("h").set(Tensor::from_vector<std::uint16_t>(Dims{2}, {0, 65535}));
+  src.var("c").set(Tensor::from_vector<std::uint32_t>(Dims{1}, {4000000000u}));
+  src.var("big").set(Tensor::from_vector<std::uint64_t>(Dims{2}, {UINT64_MAX, 1}));
+  Scope dst;
+  load_weights_bytes(save_weights_bytes(src, p), dst, p);
+  CHECK(snapshot(dst) == snapshot(src));
+  CHECK(dst.find_var("big")->get<Tensor>().to_vector<std::uint64_t>()[0] == UINT64_MAX);
+  CHECK(dst.find_var("q")->get<Tensor>().dtype() == DataType::UInt8);
+}
+
 TEST_CASE("weights load into a parameter whose program shape has unknown dims, and empty "
           "tensors round-trip", "[io][weights]") {
   Program saved = program_with({{"emb", tt(DataType::Float32, {0, 3})},

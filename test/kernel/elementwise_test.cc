@@ -1,6 +1,7 @@
 // Reference tests of the broadcasting binary ops and add_n: each kernel
 // against plain loops written here, over same-shape, scalar, row, column and
-// general broadcasts, in f32 / f64 / i32 / i64; mod and fmod by sign;
+// general broadcasts, in f32 / f64 / i32 / i64 (and the other integer
+// widths, f16 and bf16); mod and fmod by sign; the shifts;
 // plus bad-input errors.
 #include <cmath>
 #include <cstdint>
@@ -253,4 +254,92 @@ TEST_CASE("mod and fmod of integers by zero are an error naming the op", "[kerne
   Program p;
   KILN_CHECK_ERROR((kiln_test::build_op<ModOp>(p, {{DataType::Int32, {2}}, {DataType::Int64, {2}}})),
                    InvalidArgument, {"kiln.mod", "i32", "i64"});
+}
+
+TEST_CASE("add, sub, mul, maximum and minimum work on every integer width, wrapping as C does",
+          "[kernel]") {
+  auto run_all = [](auto f) {
+    check_binary<AddOp, std::int8_t>(f, -100, 100);
+    check_binary<AddOp, std::int16_t>(f);
+    check_binary<AddOp, std::uint8_t>(f, 0, 200);
+    check_binary<AddOp, std::uint16_t>(f, 0, 60000);
+    check_binary<AddOp, std::uint32_t>(f, 0, 4e9);
+    check_binary<AddOp, std::uint64_t>(f, 0, 1e18);
+  };
+  run_all([](auto a, auto b) { return static_cast<decltype(a)>(a + b); });
+  check_binary<SubOp, std::uint8_t>([](auto a, auto b) { return static_cast<std::uint8_t>(a - b); }, 0, 255);
+  check_binary<MulOp, std::int8_t>([](auto a, auto b) { return static_cast<std::int8_t>(a * b); }, -100, 100);
+  check_binary<MaximumOp, std::uint32_t>([](auto a, auto b) { return a > b ? a : b; }, 0, 4e9);
+  check_binary<MinimumOp, std::uint64_t>([](auto a, auto b) { return a < b ? a : b; }, 0, 1e19);
+  auto r = run_op<AddOp>({Tensor::from_vector<std::uint8_t>({2}, {250, 1}),
+                          Tensor::from_vector<std::uint8_t>({2}, {10, 2})});
+  CHECK(r.out().to_vector<std::uint8_t>() == std::vector<std::uint8_t>{4, 3});
+}
+
+TEST_CASE("unsigned division and remainders divide by the largest value as a number", "[kernel]") {
+  // A signed -1 divisor negates; the same bits as an unsigned divisor are
+  // the type's largest value.
+  const std::uint32_t max = UINT32_MAX;
+  auto x = Tensor::from_vector<std::uint32_t>({3}, {5, max, max - 1});
+  auto y = Tensor::from_vector<std::uint32_t>({3}, {max, max, max});
+  CHECK(run_op<DivOp>({x, y}).out().to_vector<std::uint32_t>() == std::vector<std::uint32_t>{0, 1, 0});
+  CHECK(run_op<ModOp>({x, y}).out().to_vector<std::uint32_t>() ==
+        std::vector<std::uint32_t>{5, 0, max - 1});
+  CHECK(run_op<FmodOp>({x, y}).out().to_vector<std::uint32_t>() ==
+        std::vector<std::uint32_t>{5, 0, max - 1});
+  auto a = Tensor::from_vector<std::uint8_t>({3}, {200, 7, 9});
+  auto b = Tensor::from_vector<std::uint8_t>({3}, {7, 200, 0});
+  KILN_CHECK_ERROR(run_op<ModOp>({a, b}), InvalidArgument, {"kiln.mod", "zero"});
+  auto c = Tensor::from_vector<std::uint8_t>({2}, {200, 7});
+  auto d = Tensor::from_vector<std::uint8_t>({2}, {7, 200});
+  CHECK(run_op<DivOp>({c, d}).out().to_vector<std::uint8_t>() == std::vector<std::uint8_t>{28, 0});
+  CHECK(run_op<ModOp>({c, d}).out().to_vector<std::uint8_t>() == std::vector<std::uint8_t>{4, 7});
+}
+
+TEST_CASE("binary ops on f16 and bf16 compute in f32 and round the result once", "[kernel]") {
+  auto to16 = [](std::vector<float> v, DataType dt) {
+    return run_op<CastOp>({Tensor::from_vector<float>({static_cast<std::int64_t>(v.size())}, v)}, dt)
+        .out();
+  };
+  for (DataType dt : {DataType::Float16, DataType::BFloat16}) {
+    INFO(to_string(dt));
+    Tensor x = to16({1.5f, -2.f, 3.f, 0.25f}, dt), y = to16({0.5f}, dt);
+    auto back = [](const Tensor& t) { return run_op<CastOp>({t}, DataType::Float32).out().to_vector<float>(); };
+    Tensor sum = run_op<AddOp>({x, y}).out();
+    CHECK(sum.dtype() == dt);
+    CHECK(back(sum) == std::vector<float>{2.f, -1.5f, 3.5f, 0.75f});
+    CHECK(back(run_op<MaximumOp>({x, y}).out()) == std::vector<float>{1.5f, 0.5f, 3.f, 0.5f});
+    CHECK(back(run_op<DivOp>({x, y}).out()) == std::vector<float>{3.f, -4.f, 6.f, 0.5f});
+    CHECK(back(run_op<ModOp>({x, y}).out()) == std::vector<float>{0.f, 0.f, 0.f, 0.25f});
+    KILN_CHECK_ERROR(run_op<AddOp>({x, Tensor::from_vector<float>({1}, {1.f})}), InvalidArgument,
+                     {"kiln.add"});
+  }
+  // 2049 is not an f16: 2048 + 1 rounds to even, 2048.
+  Tensor a = to16({2048.f}, DataType::Float16), one = to16({1.f}, DataType::Float16);
+  CHECK(run_op<CastOp>({run_op<AddOp>({a, one}).out()}, DataType::Float32).out().to_vector<float>() ==
+        std::vector<float>{2048.f});
+}
+
+TEST_CASE("shift_left and shift_right shift integers and shift every bit out past the width",
+          "[kernel]") {
+  auto x = Tensor::from_vector<std::uint8_t>({5}, {1, 0x81, 16, 255, 3});
+  auto n = Tensor::from_vector<std::uint8_t>({5}, {1, 1, 4, 8, 0});
+  CHECK(run_op<ShiftLeftOp>({x, n}).out().to_vector<std::uint8_t>() ==
+        std::vector<std::uint8_t>{2, 2, 0, 0, 3});
+  CHECK(run_op<ShiftRightOp>({x, n}).out().to_vector<std::uint8_t>() ==
+        std::vector<std::uint8_t>{0, 0x40, 1, 0, 3});
+  auto big = Tensor::from_vector<std::uint64_t>({2}, {1, 1ull << 63});
+  auto k = Tensor::from_vector<std::uint64_t>({1}, {63});
+  CHECK(run_op<ShiftLeftOp>({big, k}).out().to_vector<std::uint64_t>() ==
+        std::vector<std::uint64_t>{1ull << 63, 0});
+  CHECK(run_op<ShiftRightOp>({big, k}).out().to_vector<std::uint64_t>() ==
+        std::vector<std::uint64_t>{0, 1});
+  auto s = Tensor::from_vector<std::int32_t>({3}, {-8, -8, 8});
+  auto c = Tensor::from_vector<std::int32_t>({3}, {1, 40, 40});
+  CHECK(run_op<ShiftRightOp>({s, c}).out().to_vector<std::int32_t>() ==
+        std::vector<std::int32_t>{-4, -1, 0});
+  using kiln_test::build_op;
+  Program p;
+  KILN_CHECK_ERROR((build_op<ShiftLeftOp>(p, {{DataType::Float32, {2}}, {DataType::Float32, {2}}})),
+                   InvalidArgument, {"kiln.shift_left", "integers", "f32"});
 }

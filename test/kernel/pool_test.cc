@@ -130,3 +130,16 @@ TEST_CASE("adaptive_avg_pool2d's grad gives each input its windows' shares", "[k
   auto r = run_op<GradOf<AdaptiveAvgPool2dOp>>({x, dout}, V{2, 2});
   check_close<double>(r.out(), {0.25, 0.5, 0.25, 0.5, 1, 0.5, 0.25, 0.5, 0.25});
 }
+
+TEST_CASE("max pooling takes the max of integer windows, padding never winning", "[kernel]") {
+  auto x = Tensor::from_vector<std::uint8_t>({1, 1, 2, 3}, {0, 255, 7, 3, 4, 9});
+  auto r = run_op<MaxPool2dOp>({x}, std::vector<std::int64_t>{2, 2}, std::vector<std::int64_t>{1, 1},
+                               std::vector<std::int64_t>{0, 0});
+  CHECK(r.out().dtype() == DataType::UInt8);
+  CHECK(r.out().to_vector<std::uint8_t>() == std::vector<std::uint8_t>{255, 255});
+  auto s = Tensor::from_vector<std::int64_t>({1, 1, 2, 2}, {-9, -5, -7, -6});
+  auto p = run_op<MaxPool2dOp>({s}, std::vector<std::int64_t>{2, 2}, std::vector<std::int64_t>{2, 2},
+                               std::vector<std::int64_t>{1, 1});
+  // Every window holds one real element; the padding around it never wins.
+  CHECK(p.out().to_vector<std::int64_t>() == std::vector<std::int64_t>{-9, -5, -7, -6});
+}

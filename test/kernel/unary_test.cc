@@ -246,10 +246,61 @@ TEST_CASE("cast converts between f32, f64, i8, i32, i64 and bool", "[kernel]") {
   CHECK(same.out().to_vector<float>()[0] == 1.9f);
   using kiln_test::build_op;
   Program p;
-  KILN_CHECK_ERROR((build_op<CastOp>(p, {{DataType::Float32, {2}}}, DataType::Float16)),
-                     InvalidArgument, {"kiln.cast", "f16"});
+  KILN_CHECK_ERROR((build_op<CastOp>(p, {{DataType::Float32, {2}}}, DataType::Undefined)),
+                     InvalidArgument, {"kiln.cast", "undefined"});
   Operation* op = build_op<CastOp>(p, {{DataType::Int32, {-1, 2}}}, DataType::Float64);
   CHECK(op->result_type(0) == Type(TensorType::get(DataType::Float64, {-1, 2})));
+}
+
+TEST_CASE("cast saturates floats into unsigned integers and wraps integers into narrower ones",
+          "[kernel]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto f = Tensor::from_vector<float>({6}, {1.9f, -1.9f, 300.f, nan, 65535.5f, 255.f});
+  CHECK(run_op<CastOp>({f}, DataType::UInt8).out().to_vector<std::uint8_t>() ==
+        std::vector<std::uint8_t>{1, 0, 255, 0, 255, 255});
+  CHECK(run_op<CastOp>({f}, DataType::UInt16).out().to_vector<std::uint16_t>() ==
+        std::vector<std::uint16_t>{1, 0, 300, 0, 65535, 255});
+  auto big = Tensor::from_vector<double>({3}, {4294967295.0, 4294967296.0, 1.8446744073709552e19});
+  CHECK(run_op<CastOp>({big}, DataType::UInt32).out().to_vector<std::uint32_t>() ==
+        std::vector<std::uint32_t>{4294967295u, 4294967295u, 4294967295u});
+  CHECK(run_op<CastOp>({big}, DataType::UInt64).out().to_vector<std::uint64_t>() ==
+        std::vector<std::uint64_t>{4294967295u, 4294967296u, UINT64_MAX});
+  auto i = Tensor::from_vector<std::int32_t>({4}, {257, -1, 40000, -32769});
+  CHECK(run_op<CastOp>({i}, DataType::UInt8).out().to_vector<std::uint8_t>() ==
+        std::vector<std::uint8_t>{1, 255, 64, 255});
+  CHECK(run_op<CastOp>({i}, DataType::Int16).out().to_vector<std::int16_t>() ==
+        std::vector<std::int16_t>{257, -1, -25536, 32767});
+  auto u = Tensor::from_vector<std::uint64_t>({2}, {UINT64_MAX, 7});
+  CHECK(run_op<CastOp>({u}, DataType::Float64).out().to_vector<double>() ==
+        std::vector<double>{1.8446744073709552e19, 7.0});
+  CHECK(run_op<CastOp>({u}, DataType::Bool).out().to_vector<bool>() == std::vector<bool>{true, true});
+}
+
+TEST_CASE("cast rounds to f16 and bf16 to nearest even and reads them back exactly", "[kernel]") {
+  auto f = Tensor::from_vector<float>({5}, {1.0f, 0.1f, -65504.f, 1e6f, 3.14159f});
+  Tensor h = run_op<CastOp>({f}, DataType::Float16).out();
+  CHECK(h.dtype() == DataType::Float16);
+  const auto* bits = static_cast<const std::uint16_t*>(h.raw_data());
+  CHECK(std::vector<std::uint16_t>(bits, bits + 5) ==
+        std::vector<std::uint16_t>{0x3c00, 0x2e66, 0xfbff, 0x7c00, 0x4248});
+  auto back = run_op<CastOp>({h}, DataType::Float32).out().to_vector<float>();
+  CHECK(back[0] == 1.0f);
+  CHECK(back[1] == Approx(0.1f).epsilon(1e-3));
+  CHECK(back[2] == -65504.f);
+  CHECK(std::isinf(back[3]));
+  CHECK(run_op<CastOp>({h}, DataType::Int32).out().to_vector<std::int32_t>() ==
+        std::vector<std::int32_t>{1, 0, -65504, INT32_MAX, 3});
+  auto d = Tensor::from_vector<double>({1}, {1.0 + 0x1p-11 + 0x1p-40});  // just above a tie
+  const Tensor hd = run_op<CastOp>({d}, DataType::Float16).out();
+  CHECK(*static_cast<const std::uint16_t*>(hd.raw_data()) == 0x3c01);  // rounded once, from f64
+  Tensor b = run_op<CastOp>({f}, DataType::BFloat16).out();
+  const auto* bb = static_cast<const std::uint16_t*>(b.raw_data());
+  CHECK(bb[0] == 0x3f80);
+  CHECK(run_op<CastOp>({b}, DataType::Float64).out().to_vector<double>()[4] == 3.140625);
+  auto u8 = Tensor::from_vector<std::uint8_t>({2}, {200, 3});
+  Tensor hu = run_op<CastOp>({u8}, DataType::Float16).out();
+  CHECK(run_op<CastOp>({hu}, DataType::UInt8).out().to_vector<std::uint8_t>() ==
+        std::vector<std::uint8_t>{200, 3});
 }
 
 TEST_CASE("full fills every supported dtype and rejects values the dtype cannot hold", "[kernel]") {

@@ -124,7 +124,20 @@ const std::map<std::string, std::string>& suite_defects() {
   static const std::map<std::string, std::string> defects{
       {"node/test_adam_multiple",
        "ONNX suite defect: its expected outputs use epsilon 1e-2, its Adam node sets none "
-       "(the default is 1e-6)"}};
+       "(the default is 1e-6)"},
+      // ONNX 1.12 made bfloat16 by dropping a float's low half; later ONNX
+      // releases, PyTorch, ONNX Runtime and kiln round to nearest even.
+      {"node/test_cast_FLOAT_to_BFLOAT16",
+       "ONNX suite defect: its expected bfloat16 values truncate the float (kiln, like later "
+       "ONNX releases, rounds to nearest even)"},
+      {"node/test_castlike_FLOAT_to_BFLOAT16",
+       "ONNX suite defect: its data feeds 'like' as [1], the model declares [3, 4]"},
+      {"node/test_castlike_FLOAT_to_BFLOAT16_expanded",
+       "ONNX suite defect: its data feeds 'like' as [1], the model declares [3, 4]"},
+      {"node/test_castlike_BFLOAT16_to_FLOAT",
+       "ONNX suite defect: its data feeds 'like' as [1], the model declares [3, 4]"},
+      {"node/test_castlike_BFLOAT16_to_FLOAT_expanded",
+       "ONNX suite defect: its data feeds 'like' as [1], the model declares [3, 4]"}};
   return defects;
 }
 
@@ -198,9 +211,12 @@ int main(int argc, char** argv) {
     for (const fs::path& test : kiln::onnx::numbered_entries(suite / folder, "test_")) {
       const std::string name = std::string(folder) + "/" + test.filename().string();
       std::vector<std::string> test_ops;
+      std::vector<DataType> declared;  // the graph inputs' dtypes
       try {
-        for (const auto& [op, n] : kiln::onnx::read_model_info((test / "model.onnx").string()).op_counts)
-          test_ops.push_back(op);
+        const auto info = kiln::onnx::read_model_info((test / "model.onnx").string());
+        for (const auto& [op, n] : info.op_counts) test_ops.push_back(op);
+        for (const auto& in : info.inputs)
+          declared.push_back(kiln::onnx::data_type_of(in).value_or(DataType::Undefined));
       } catch (const Error&) {
         test_ops.push_back("(unreadable model)");
       }
@@ -248,12 +264,15 @@ int main(int argc, char** argv) {
           FeedMap feed;
           const auto ins = kiln::onnx::numbered_entries(set, "input_");
           for (std::size_t i = 0; i < ins.size() && i < m.inputs.size(); ++i)
-            feed[m.inputs[i]] = kiln::onnx::read_tensor_proto(ins[i].string());
+            feed[m.inputs[i]] = kiln::onnx::as_declared(
+                kiln::onnx::read_tensor_proto(ins[i].string()),
+                i < declared.size() ? declared[i] : DataType::Undefined);
           std::vector<FetchTarget> fetch(m.outputs.begin(), m.outputs.end());
           auto got = exe.run(m.main, feed, fetch);
           const auto outs = kiln::onnx::numbered_entries(set, "output_");
           for (std::size_t k = 0; k < outs.size() && k < got.size() && failure.empty(); ++k) {
-            const Tensor want = kiln::onnx::read_tensor_proto(outs[k].string());
+            const Tensor want =
+                kiln::onnx::as_declared(kiln::onnx::read_tensor_proto(outs[k].string()), got[k].dtype());
             const bool mask = k == 1 && got[k].dtype() == DataType::Bool;
             const std::string d = random ? compare_random(got[k], want, mask ? &got[0] : nullptr)
                                          : compare(got[k], want);

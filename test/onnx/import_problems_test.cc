@@ -31,14 +31,14 @@ void add_input(::onnx::GraphProto* g, const std::string& name, int elem_type) {
   return n;
 }
 
-// x: uint8 (kiln lacks it), y: float; a = Frobnicate(y) (no such op),
+// x: complex64 (kiln lacks it), y: float; a = Frobnicate(y) (no such op),
 // b = Cast(y, to string), c = Relu(a) (only a's failure again), d = Relu(y).
 std::string model_with_three_problems(std::int64_t opset = 13) {
   ::onnx::ModelProto m;
   m.set_ir_version(7);
   m.add_opset_import()->set_version(opset);
   auto* g = m.mutable_graph();
-  add_input(g, "x", ::onnx::TensorProto_DataType_UINT8);
+  add_input(g, "x", ::onnx::TensorProto_DataType_COMPLEX64);
   add_input(g, "y", ::onnx::TensorProto_DataType_FLOAT);
   add_node(g, "Frobnicate", "frob", {"y"}, "a");
   auto* cast = add_node(g, "Cast", "to_string", {"y"}, "b");
@@ -62,14 +62,36 @@ TEST_CASE("import problems lists each unsupported input, op and attribute value 
           "[onnx]") {
   const auto problems = kiln::onnx::import_problems_from_bytes(model_with_three_problems());
   REQUIRE(problems.size() == 3);
-  CHECK_THAT(problems[0], Catch::Contains("graph input 'x'") && Catch::Contains("uint8"));
+  CHECK_THAT(problems[0], Catch::Contains("graph input 'x'") && Catch::Contains("complex64"));
   CHECK_THAT(problems[1], Catch::Contains("node 'frob' (Frobnicate)") &&
                               Catch::Contains("no importer for op 'Frobnicate'"));
   CHECK_THAT(problems[2], Catch::Contains("node 'to_string' (Cast)") &&
-                              Catch::Contains("element type 8"));
+                              Catch::Contains("element type string"));
   // import_model stops at the first of them.
   CHECK_THROWS_WITH(kiln::onnx::import_model_from_bytes(model_with_three_problems()),
                     Catch::Contains("graph input 'x'"));
+}
+
+TEST_CASE("an op whose kiln kernels lack the model's dtype is unsupported at import, naming the "
+          "node, the kiln op, the dtype and the dtypes it has",
+          "[onnx]") {
+  // u16 tensors import, and Max has u16 kernels; Relu has none.
+  ::onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  add_input(g, "x", ::onnx::TensorProto_DataType_UINT16);
+  add_node(g, "Max", "widest", {"x", "x"}, "y");
+  add_node(g, "Relu", "rectify", {"y"}, "z");
+  g->add_output()->set_name("z");
+  std::string bytes;
+  REQUIRE(m.SerializeToString(&bytes));
+  const auto problems = kiln::onnx::import_problems_from_bytes(bytes);
+  REQUIRE(problems.size() == 1);
+  CHECK_THAT(problems[0], Catch::Contains("node 'rectify' (Relu)") &&
+                              Catch::Contains("kiln.relu") && Catch::Contains("u16") &&
+                              Catch::Contains("kernels exist for: f32, f64"));
+  CHECK_THROWS_WITH(kiln::onnx::import_model_from_bytes(bytes), Catch::Contains("kiln.relu"));
 }
 
 TEST_CASE("import problems is empty for a model kiln imports, and names an opset it lacks",

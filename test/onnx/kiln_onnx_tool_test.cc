@@ -104,7 +104,7 @@ TEST_CASE("kiln-onnx info lists every part of a model kiln cannot import and exi
   if (fs::exists(cast)) {
     auto bad = tool("info " + cast);
     CHECK(bad.status == 1);
-    CHECK_THAT(bad.out, Catch::Contains("kiln cannot import (1)") && Catch::Contains("Cast to element type 8"));
+    CHECK_THAT(bad.out, Catch::Contains("kiln cannot import (1)") && Catch::Contains("Cast to element type string"));
   }
 }
 

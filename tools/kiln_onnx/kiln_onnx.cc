@@ -122,13 +122,8 @@ std::string dims_text(const onnx::TensorInfo& in) {
 
 // kiln::Error naming the file and the graph input when `t` cannot be fed as `in`.
 void check_fits(const Tensor& t, const onnx::TensorInfo& in, const fs::path& file) {
-  const std::map<std::string, DataType> kinds{{"float", DataType::Float32},
-                                              {"double", DataType::Float64},
-                                              {"int32", DataType::Int32},
-                                              {"int64", DataType::Int64},
-                                              {"bool", DataType::Bool}};
-  auto kind = kinds.find(in.elem_type);
-  bool fits = kind != kinds.end() && kind->second == t.dtype();
+  const auto kind = onnx::data_type_of(in);
+  bool fits = kind && *kind == t.dtype();
   if (fits && in.has_shape) {
     const auto dims = t.dims().to_vector();
     fits = dims.size() == in.dims.size();
@@ -155,7 +150,8 @@ int run_model(const Args& a) {
                 " graph inputs");
   FeedMap feed;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    Tensor t = onnx::read_tensor_proto(inputs[i].string());
+    Tensor t = onnx::as_declared(onnx::read_tensor_proto(inputs[i].string()),
+                                 onnx::data_type_of(info.inputs[i]).value_or(DataType::Undefined));
     check_fits(t, info.inputs[i], inputs[i]);
     feed[m.inputs[i]] = std::move(t);
   }
@@ -168,7 +164,8 @@ int run_model(const Args& a) {
     std::printf("output %s: %s [%s]", m.outputs[k].c_str(), std::string(to_string(got[k].dtype())).c_str(),
                 got[k].dims().to_string().c_str());
     if (k < expected.size()) {
-      const auto c = onnx::compare_tensors(got[k], onnx::read_tensor_proto(expected[k].string()));
+      const auto c = onnx::compare_tensors(
+          got[k], onnx::as_declared(onnx::read_tensor_proto(expected[k].string()), got[k].dtype()));
       std::printf("  max abs error %.3g, max rel error %.3g: %s", c.max_abs, c.max_rel,
                   c.matches ? "matches" : ("MISMATCH (" + std::to_string(c.mismatched) +
                                            " elements; " + c.first + ")").c_str());
@@ -213,9 +210,12 @@ Tensor random_input(const onnx::TensorInfo& in, const std::map<std::string, std:
   if (in.elem_type == "double") return fill(double(), [&] { return real(rng); });
   if (in.elem_type == "int32") return fill(std::int32_t(), [&] { return integer(rng); });
   if (in.elem_type == "int64") return fill(std::int64_t(), [&] { return integer(rng); });
+  if (in.elem_type == "uint8") return fill(std::uint8_t(), [&] { return integer(rng) & 0xff; });
+  if (in.elem_type == "int8") return fill(std::int8_t(), [&] { return integer(rng) & 0x7f; });
   if (in.elem_type == "bool") return fill(bool(), [&] { return rng() & 1; });
   throw_error(ErrorKind::Unimplemented, "graph input '", in.name, "' has element type ",
-              in.elem_type, "; kiln-onnx bench makes float, double, int32, int64 and bool inputs");
+              in.elem_type,
+              "; kiln-onnx bench makes float, double, int32, int64, uint8, int8 and bool inputs");
 }
 
 int bench_model(const Args& a) {

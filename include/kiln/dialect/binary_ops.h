@@ -44,7 +44,9 @@ struct DivMath {
     if constexpr (std::is_integral_v<T>) {
       // b == -1 negates (wrapping) so that MIN / -1 does not trap.
       using U = std::make_unsigned_t<T>;
-      return b == -1 ? static_cast<T>(U(0) - static_cast<U>(a)) : static_cast<T>(a / b);
+      if constexpr (std::is_signed_v<T>)
+        if (b == -1) return static_cast<T>(U(0) - static_cast<U>(a));
+      return static_cast<T>(a / b);
     } else {
       return a / b;
     }
@@ -77,7 +79,8 @@ namespace detail {
 // The remainder of a / b truncated toward zero (C's % and fmod); b == -1
 // gives 0 so that MIN % -1 does not trap. Integer b must not be 0.
 template <typename T> T truncated_remainder(T a, T b) {
-  if constexpr (std::is_integral_v<T>) return b == -1 ? T(0) : static_cast<T>(a % b);
+  if constexpr (std::is_signed_v<T> && std::is_integral_v<T>) return b == -1 ? T(0) : static_cast<T>(a % b);
+  else if constexpr (std::is_integral_v<T>) return static_cast<T>(a % b);
   else return std::fmod(a, b);
 }
 }  // namespace detail
@@ -90,7 +93,8 @@ struct ModMath {
   static constexpr bool floating_only = false;
   template <typename T> static T forward(T a, T b) {
     const T r = detail::truncated_remainder(a, b);
-    return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
+    if constexpr (std::is_unsigned_v<T>) return r;
+    else return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
   }
   static BinaryGrads grads(Builder& b, Operation* op, Value dout);
 };
@@ -103,9 +107,43 @@ struct FmodMath {
   static BinaryGrads grads(Builder& b, Operation* op, Value dout);
 };
 
+// x << y and x >> y, elementwise on integers (ONNX BitShift; numpy's
+// left_shift / right_shift). A count outside [0, width) shifts every bit
+// out: 0, or -1 for a negative x shifted right. No gradient.
+struct ShiftLeftMath {
+  static constexpr std::string_view name = "kiln.shift_left";
+  static constexpr bool floating_only = false;
+  static constexpr bool integer_only = true;
+  template <typename T> static T forward(T a, T b) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<U>(b) >= sizeof(T) * 8 ? T(0) : static_cast<T>(static_cast<U>(a) << b);
+  }
+  static BinaryGrads grads(Builder&, Operation*, Value) { return {}; }
+};
+struct ShiftRightMath {
+  static constexpr std::string_view name = "kiln.shift_right";
+  static constexpr bool floating_only = false;
+  static constexpr bool integer_only = true;
+  template <typename T> static T forward(T a, T b) {
+    using U = std::make_unsigned_t<T>;
+    if (static_cast<U>(b) >= sizeof(T) * 8) return a < T(0) ? T(-1) : T(0);
+    return static_cast<T>(a >> b);
+  }
+  static BinaryGrads grads(Builder&, Operation*, Value) { return {}; }
+};
+
+// Whether a Math computes on integers only (the shifts).
+template <typename Math>
+consteval bool integer_only_of() {
+  if constexpr (requires { Math::integer_only; }) return Math::integer_only;
+  else return false;
+}
+template <typename Math>
+inline constexpr bool integer_only_math = integer_only_of<Math>();
+
 namespace detail {
 std::vector<Type> infer_binary(std::string_view op, const std::vector<Type>& in,
-                               bool floating_only);
+                               bool floating_only, bool integer_only = false);
 std::vector<Value> binary_vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads,
                               BinaryGrads (*grads)(Builder&, Operation*, Value));
 // (dx, dy) = <op>_grad(x, y, dout): both in dout's (broadcast) shape.
@@ -114,8 +152,9 @@ struct MinMaxGradSpec : GradSpec<3, 2, 2> {
 };
 }  // namespace detail
 
-// out = Math::forward(x, y), broadcast; f32, f64 (and i32, i64 unless
-// floating_only); both operands of one dtype.
+// out = Math::forward(x, y), broadcast; both operands of one dtype: floats
+// (f32, f64; f16 and bf16 computed in f32) and integers (i8 to u64) unless
+// floating_only; integers only where integer_only.
 template <typename Math>
 struct BinaryOp
     : Op<BinaryOp<Math>, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
@@ -128,7 +167,7 @@ struct BinaryOp
     arg.add_operand(y);
   }
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute) {
-    return detail::infer_binary(name, in, Math::floating_only);
+    return detail::infer_binary(name, in, Math::floating_only, integer_only_math<Math>);
   }
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
     return detail::binary_vjp(b, op, g, &Math::grads);
@@ -144,12 +183,14 @@ using MinimumOp = BinaryOp<MinimumMath>;
 using PowOp = BinaryOp<PowMath>;
 using ModOp = BinaryOp<ModMath>;
 using FmodOp = BinaryOp<FmodMath>;
+using ShiftLeftOp = BinaryOp<ShiftLeftMath>;
+using ShiftRightOp = BinaryOp<ShiftRightMath>;
 
 template <typename... Maths>
 struct BinaryMathList {};
 using BinaryFamily =
     BinaryMathList<AddMath, SubMath, MulMath, DivMath, MaximumMath, MinimumMath, PowMath, ModMath,
-                   FmodMath>;
+                   FmodMath, ShiftLeftMath, ShiftRightMath>;
 
 // x0 + x1 + … (one or more operands of one dtype and one shape; no
 // broadcasting). Variadic: num_operands = -1. Every operand gets dout.

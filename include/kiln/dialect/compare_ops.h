@@ -160,7 +160,7 @@ struct WhereOp : Op<WhereOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpIn
 };
 
 // min(max(x, min), max) elementwise (torch.clamp: when min > max every
-// element becomes max; NaN stays NaN). f32, f64, i32, i64 (the bounds are
+// element becomes max; NaN stays NaN). f32, f64 and the integers (the bounds are
 // converted to the element type). clip_grad(x, dout) -> dx = dout where
 // min <= x <= max, else 0.
 struct ClipOp : Op<ClipOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {

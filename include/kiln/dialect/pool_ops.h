@@ -16,7 +16,7 @@
 
 namespace kiln {
 
-// The max over each window (padding never wins). Its grad routes each
+// The max over each window (padding never wins); floats and integers. Its grad routes each
 // dout to the window's first maximum (row-major), recomputed from x.
 struct MaxPool2dOp : Op<MaxPool2dOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;

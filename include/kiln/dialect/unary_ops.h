@@ -360,9 +360,11 @@ struct AssignOp : Op<AssignOp, ReadOnly, ValueSemantics, InferMetaInterface, Vjp
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
 };
 
-// x converted to `dtype` (f32, f64, i8, i32, i64, bool, either way). Float →
-// integer truncates toward zero, saturates at the integer's range, NaN → 0;
-// → bool is x != 0. The gradient (float → float) is cast back.
+// x converted to `dtype` (any two dtypes, either way). Float → integer
+// truncates toward zero, saturates at the integer's range, NaN → 0; integer
+// → narrower integer wraps (keeps the low bits, as C and numpy); → f16 /
+// bf16 rounds to nearest even; → bool is x != 0. The gradient (float →
+// float) is cast back.
 struct CastOp : Op<CastOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.cast";

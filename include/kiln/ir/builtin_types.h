@@ -1,6 +1,6 @@
-// The builtin types (seed 002 §2.1 / §2.5): scalar element types f16, bf16,
-// f32, f64, i8, i32, i64, bool; `tensor<dims x dtype>` (may alias other
-// tensors), `vtensor<…>` (value semantics, never aliased) and `vector<T…>`.
+// The builtin types (seed 002 §2.1 / §2.5): scalar element types f16, bf16, f32, f64, i8,
+// i32, i64, bool, storage types u8, i16, u16, u32, u64; `tensor<dims x dtype>` (may alias
+// other tensors), `vtensor<…>` (value semantics, never aliased) and `vector<T…>`.
 // A dim of -1 is unknown (e.g. the batch dimension of a data op).
 #pragma once
 
@@ -29,6 +29,11 @@ KILN_SCALAR_TYPE(Int8Type, "i8")
 KILN_SCALAR_TYPE(Int32Type, "i32")
 KILN_SCALAR_TYPE(Int64Type, "i64")
 KILN_SCALAR_TYPE(BoolType, "bool")
+KILN_SCALAR_TYPE(UInt8Type, "u8")
+KILN_SCALAR_TYPE(Int16Type, "i16")
+KILN_SCALAR_TYPE(UInt16Type, "u16")
+KILN_SCALAR_TYPE(UInt32Type, "u32")
+KILN_SCALAR_TYPE(UInt64Type, "u64")
 #undef KILN_SCALAR_TYPE
 
 // The scalar type of a DataType, and back (nullopt for non-scalar types).

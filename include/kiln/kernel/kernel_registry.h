@@ -53,6 +53,10 @@ class KernelRegistry {
   std::vector<Entry> entries_;  // registration happens at load time; lookups at pre-analysis
 };
 
+// The dtype an op's kernel is chosen by: its first operand's element type,
+// else its first result's, else f32.
+DataType kernel_dtype(const Operation& op);
+
 template <typename OpT>
 std::shared_ptr<const void> decode_op_attributes(Operation* op) {
   if constexpr (requires { typename OpT::Attributes; })

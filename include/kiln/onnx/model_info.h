@@ -12,9 +12,12 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "kiln/support/data_type.h"
 
 namespace kiln::onnx {
 
@@ -43,6 +46,10 @@ struct ModelInfo {
   // nodes of subgraphs (If, Loop, Scan bodies) included.
   std::map<std::string, std::size_t> op_counts;
 };
+
+// The kiln dtype of an input's or output's element type; nullopt where kiln
+// has none (string, complex, undefined).
+std::optional<DataType> data_type_of(const TensorInfo& t);
 
 // From a file; `what` in errors is its path.
 ModelInfo read_model_info(const std::string& path);

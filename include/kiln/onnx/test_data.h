@@ -22,6 +22,12 @@ namespace kiln::onnx {
 std::vector<std::filesystem::path> numbered_entries(const std::filesystem::path& dir,
                                                     std::string_view prefix);
 
+// A data-set tensor as the model declares it: ONNX 1.12's suite writes
+// bfloat16 tensors as uint16 (numpy has no bfloat16), so a u16 tensor where
+// the model declares bf16 is read as the bf16 bits it holds. Anything else
+// is returned as it is.
+Tensor as_declared(const Tensor& t, DataType declared);
+
 // How far `got` is from `want`. Floats match when |got - want| <= atol +
 // rtol·|want| (NaN matches NaN), everything else exactly; dtypes and dims
 // must be equal. max_abs / max_rel are over all elements (max_rel relative
@@ -37,8 +43,8 @@ inline constexpr double kOnnxRtol = 1e-3, kOnnxAtol = 1e-7;
 Comparison compare_tensors(const Tensor& got, const Tensor& want, double rtol = kOnnxRtol,
                            double atol = kOnnxAtol);
 
-// `t` as a serialized onnx.TensorProto named `name` (raw data): float,
-// double, int8, int32, int64 and bool; kiln::Error for other dtypes.
+// `t` as a serialized onnx.TensorProto named `name` (raw data), any dtype
+// but undefined (kiln::Error).
 std::string tensor_proto_bytes(const Tensor& t, std::string_view name);
 // The same, written to `path` atomically (a failed write leaves the old file).
 void write_tensor_proto(const Tensor& t, std::string_view name, const std::string& path);
