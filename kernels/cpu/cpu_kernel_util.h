@@ -11,24 +11,14 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/kernel/broadcast.h"
 #include "kiln/kernel/kernel_registry.h"
 
 namespace kiln::cpu {
 
-// Input i as T; kiln::Error naming the op when its dtype is another.
-template <typename T>
-inline const Tensor& typed_input(const KernelContext& ctx, std::uint32_t i) {
-  const Tensor& t = ctx.input(i);
-  if (t.dtype() != data_type_of<T>)
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' input #", i, " is ",
-                to_string(t.dtype()), ", the kernel expects ", to_string(data_type_of<T>));
-  return t;
-}
-
-// Whether output i is input `in`'s variable (an in-place op run in place).
-inline bool output_is_input(const KernelContext& ctx, std::uint32_t out, std::uint32_t in) {
-  return &ctx.output_var(out) == &ctx.input_var(in);
-}
+// typed_input and output_is_input: kiln/kernel/kernel_context.h.
+using kiln::output_is_input;
+using kiln::typed_input;
 
 // Both inputs must have one shape (the activation grads' operands).
 // Output o, which aliases input i: in place, the input's buffer; otherwise
@@ -59,21 +49,10 @@ T* scratch(std::int64_t n) {
 
 // ---- broadcasting ----
 
-// How to walk the output of a broadcasting binary op: `rank` collapsed dims
-// (rank 0 = one element) and, per dim, the element strides of x and y (0
-// where that operand is broadcast).
-struct BroadcastPlan {
-  int rank = 0;
-  std::int64_t dims[Dims::kMaxRank] = {};
-  std::int64_t sx[Dims::kMaxRank] = {};
-  std::int64_t sy[Dims::kMaxRank] = {};
-};
-
-// The broadcast output dims of x and y (numpy rules); kiln::Error naming the
-// op when they cannot broadcast.
-Dims broadcast_dims(std::string_view op, const Dims& x, const Dims& y);
-// The plan for x ⊕ y → out (out = broadcast_dims(x, y)).
-BroadcastPlan make_broadcast_plan(const Dims& x, const Dims& y, const Dims& out);
+// broadcast_dims, BroadcastPlan and make_broadcast_plan: kiln/kernel/broadcast.h.
+using kiln::broadcast_dims;
+using kiln::BroadcastPlan;
+using kiln::make_broadcast_plan;
 
 // Runs out[i] = F::apply(x[·], y[·]) along `plan`; the innermost loop is
 // specialised for (contiguous, contiguous), (contiguous, scalar) and

@@ -15,6 +15,7 @@
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/kernel/kernel_registry.h"
+#include "kiln/kernel/matmul_shape.h"
 
 namespace kiln {
 namespace {
@@ -62,14 +63,6 @@ void gemm(bool ta, bool tb, int m, int n, int k, const double* a, int lda, const
               k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
 }
 
-[[noreturn]] void shape_error(const KernelContext& ctx, const Tensor& x, const Tensor& y,
-                              const char* why) {
-  const auto& a = ctx.attrs<MatmulOp>();
-  throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' ", why, ": x is [",
-              x.dims().to_string(), "], y is [", y.dims().to_string(),
-              "], transpose_x = ", a.transpose_x, ", transpose_y = ", a.transpose_y);
-}
-
 int to_blas_int(const KernelContext& ctx, std::int64_t v) {
   if (v > INT_MAX)
     throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has a matrix dim of ", v,
@@ -86,42 +79,14 @@ void matmul_kernel(KernelContext& ctx) {
     throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
                 "' operands must have one dtype, got ", to_string(x.dtype()), " and ",
                 to_string(y.dtype()));
-  const int xr = x.rank(), yr = y.rank();
-  if (xr < 2 || yr < 2) shape_error(ctx, x, y, "needs operands of rank >= 2");
-  const Dims& xs = x.dims();
-  const Dims& ys = y.dims();
-  std::int64_t m = xs[xr - 2], k = xs[xr - 1];
-  if (a.transpose_x) std::swap(m, k);
-  std::int64_t ky = ys[yr - 2], n = ys[yr - 1];
-  if (a.transpose_y) std::swap(ky, n);
-  if (k != ky) shape_error(ctx, x, y, "has contraction dims that differ");
-
-  // Broadcast the batch dims (right-aligned) and record, per output batch
-  // dim, the step of x's and y's matrix index (0 where that side broadcasts).
-  const int xb = xr - 2, yb = yr - 2, br = std::max(xb, yb);
-  Dims out_dims;
-  std::int64_t out_d[Dims::kMaxRank], x_step[Dims::kMaxRank], y_step[Dims::kMaxRank];
-  std::int64_t x_count = 1, y_count = 1;
-  for (int i = br - 1; i >= 0; --i) {
-    int ix = i - (br - xb), iy = i - (br - yb);
-    std::int64_t dx = ix >= 0 ? xs[ix] : 1, dy = iy >= 0 ? ys[iy] : 1;
-    if (dx != dy && dx != 1 && dy != 1) shape_error(ctx, x, y, "has batch dims that do not broadcast");
-    out_d[i] = dx == 1 ? dy : dx;
-    x_step[i] = dx == 1 ? 0 : x_count;
-    y_step[i] = dy == 1 ? 0 : y_count;
-    x_count *= dx;
-    y_count *= dy;
-  }
-  std::int64_t shape[Dims::kMaxRank + 2];
-  std::int64_t batch = 1;
-  for (int i = 0; i < br; ++i) {
-    shape[i] = out_d[i];
-    batch *= out_d[i];
-  }
-  shape[br] = m;
-  shape[br + 1] = n;
-  out_dims = Dims(std::span<const std::int64_t>(shape, br + 2));
-  Tensor& out = ctx.alloc_output(0, out_dims, x.dtype());
+  const MatmulShape s =
+      matmul_shape(ctx.op()->name(), x.dims(), y.dims(), a.transpose_x, a.transpose_y);
+  const std::int64_t m = s.m, n = s.n, k = s.k, batch = s.batch, y_count = s.y_count;
+  const int br = s.batch_rank;
+  const std::int64_t* out_d = s.out_batch;
+  const std::int64_t* x_step = s.x_step;
+  const std::int64_t* y_step = s.y_step;
+  Tensor& out = ctx.alloc_output(0, s.out_dims, x.dtype());
   T* o = out.data<T>();
   const T* xp = x.data<T>();
   const T* yp = y.data<T>();

@@ -117,6 +117,9 @@ BinaryGrads remainder_grads(Builder& b, Operation* op, Value d) {
 }  // namespace
 
 BinaryGrads ModMath::grads(Builder& b, Operation* op, Value d) { return remainder_grads(b, op, d); }
+// Integers only: nothing to differentiate.
+BinaryGrads ShiftLeftMath::grads(Builder&, Operation*, Value) { return {}; }
+BinaryGrads ShiftRightMath::grads(Builder&, Operation*, Value) { return {}; }
 BinaryGrads FmodMath::grads(Builder& b, Operation* op, Value d) {
   return remainder_grads(b, op, d);
 }

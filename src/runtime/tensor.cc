@@ -1,6 +1,7 @@
 // Tensor: allocation, views and copies.
 #include "kiln/runtime/tensor.h"
 
+#include "kiln/runtime/cuda_context.h"
 #include "kiln/support/half.h"
 
 #include <algorithm>
@@ -19,9 +20,8 @@ Allocator* default_allocator(Place place) {
   switch (place.kind) {
     case PlaceKind::Cpu:
     case PlaceKind::HostStream: return &cpu_allocator();
-    case PlaceKind::Cuda:
-      throw_error(ErrorKind::Unimplemented, "Tensor: no allocator for place ", place.to_string(),
-                  " (CUDA is not built)");
+    // kiln::Error without a device (InvalidArgument) or without CUDA (Unimplemented).
+    case PlaceKind::Cuda: return &cuda_context(place.device).allocator();
     case PlaceKind::Undefined: break;
   }
   throw_error(ErrorKind::InvalidArgument, "Tensor: undefined place");

@@ -1,6 +1,7 @@
 // PlanBuilder: what pre-analysis refuses, and that a refused program leaves
 // the caller's scope tree as it found it.
 #include "exec/exec_test_util.h"
+#include "kiln/runtime/cuda_context.h"
 
 using namespace kiln;
 using namespace kiln_exec_test;
@@ -34,8 +35,12 @@ TEST_CASE("a program reading a parameter the scope lacks leaves the scope tree a
   CHECK(scope.local_var_count() == 0);
 }
 
-TEST_CASE("a place without kernels is an error, not a silent run on the CPU", "[exec][plan]") {
-  KILN_CHECK_ERROR(Executor(Place::cuda()), Unimplemented, {"place cuda:0 has no kernels"});
+TEST_CASE("a place without kernels or without a device is an error, not a silent run on the CPU",
+          "[exec][plan]") {
+  if (!built_with_cuda())
+    KILN_CHECK_ERROR(Executor(Place::cuda()), Unimplemented, {"place cuda:0 has no kernels"});
+  else
+    KILN_CHECK_ERROR(Executor(Place::cuda(63)), InvalidArgument, {"cuda:63", "no such CUDA device"});
   Program p;
   Builder b(p);
   auto x = b.create<FullOp>(std::vector<std::int64_t>{2}, 1.0);

@@ -14,6 +14,8 @@
 
 namespace kiln {
 
+class Stream;
+
 class KernelContext {
  public:
   KernelContext() = default;
@@ -53,6 +55,11 @@ class KernelContext {
   const void* attrs_ptr() const { return attrs_; }
   Place place() const { return place_; }
   Allocator& allocator() const { return *allocator_; }
+  // The stream a device kernel launches its work on (a CudaStream on
+  // Place::cuda); null on the CPU, where a kernel's work is done when it
+  // returns.
+  Stream* stream() const { return stream_; }
+  void set_stream(Stream* stream) { stream_ = stream; }
 
   // Whether output i is read by nothing after this kernel (no op uses it, no
   // fetch takes it): a kernel with several outputs may then skip computing
@@ -69,7 +76,23 @@ class KernelContext {
   const void* attrs_ = nullptr;
   Place place_ = Place::cpu();
   Allocator* allocator_ = nullptr;
+  Stream* stream_ = nullptr;
   std::uint64_t unused_outputs_ = 0;
 };
+
+// Input i as T; kiln::Error naming the op when its dtype is another.
+template <typename T>
+inline const Tensor& typed_input(const KernelContext& ctx, std::uint32_t i) {
+  const Tensor& t = ctx.input(i);
+  if (t.dtype() != data_type_of<T>)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' input #", i, " is ",
+                to_string(t.dtype()), ", the kernel expects ", to_string(data_type_of<T>));
+  return t;
+}
+
+// Whether output i is input `in`'s variable (an in-place op run in place).
+inline bool output_is_input(const KernelContext& ctx, std::uint32_t out, std::uint32_t in) {
+  return &ctx.output_var(out) == &ctx.input_var(in);
+}
 
 }  // namespace kiln

@@ -1,6 +1,11 @@
-#include "cpu_kernel_util.h"
+// Numpy broadcasting shared by the backends' kernels (kiln/kernel/broadcast.h).
+#include "kiln/kernel/broadcast.h"
 
-namespace kiln::cpu {
+#include <algorithm>
+
+#include "kiln/support/error.h"
+
+namespace kiln {
 
 Dims broadcast_dims(std::string_view op, const Dims& x, const Dims& y) {
   const int n = std::max(x.rank(), y.rank());
@@ -51,4 +56,4 @@ BroadcastPlan make_broadcast_plan(const Dims& x, const Dims& y, const Dims& out)
   return p;
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln

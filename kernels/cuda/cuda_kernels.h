@@ -1,0 +1,22 @@
+// The CUDA kernels compiled by nvcc (elementwise.cu), declared for the
+// registration file (register.cc, compiled by the host compiler: the
+// registry's headers use Boost.Hana, which nvcc cannot compile). Each is
+// KernelFn-shaped: reads the context, allocates outputs, launches on the
+// instruction's stream.
+#pragma once
+
+#include "kiln/kernel/kernel_context.h"
+
+namespace kiln::cuda {
+
+// BinaryOp<Math>: Math::forward broadcast, for element type T.
+template <typename Math, typename T>
+void binary_kernel(KernelContext& ctx);
+// UnaryOp<Math> (and InplaceUnaryOp<Math>, in place): Math::forward.
+template <typename Math, typename T>
+void unary_kernel(KernelContext& ctx);
+// GradOf<UnaryOp<Math>>: dx = Math::backward(x or y, dout).
+template <typename Math, typename T>
+void unary_grad_kernel(KernelContext& ctx);
+
+}  // namespace kiln::cuda

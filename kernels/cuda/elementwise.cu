@@ -1,0 +1,175 @@
+// CUDA kernels of the elementwise families, expanded from the same math
+// structs as the CPU's (kiln/dialect/unary_math.h, binary_math.h): the
+// broadcasting binaries (numpy broadcasting through kiln/kernel/broadcast.h's
+// plan, one thread per output element) and the unary family with its
+// gradient ops. Registered by register.cc.
+//
+// Differences from the CPU kernels: an integer division or remainder by
+// zero gives 0 instead of an error (checking would cost a device-to-host
+// sync per op); f16 / bf16 are not served yet.
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda_kernel_util.cuh"
+#include "cuda_kernels.h"
+#include "kiln/dialect/binary_math.h"
+#include "kiln/dialect/unary_math.h"
+#include "kiln/kernel/broadcast.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+// Math::forward, with an integer divisor of 0 giving 0 (no trap on a GPU,
+// but an undefined result).
+template <typename Math, typename T>
+__device__ T apply_binary(T a, T b) {
+  if constexpr (std::is_integral_v<T> && (std::is_same_v<Math, DivMath> ||
+                                          std::is_same_v<Math, ModMath> ||
+                                          std::is_same_v<Math, FmodMath>))
+    if (b == T(0)) return T(0);
+  return Math::forward(a, b);
+}
+
+template <typename Math, typename T>
+__global__ void binary_same_shape(const T* __restrict__ x, const T* __restrict__ y,
+                                  T* __restrict__ out, std::int64_t n) {
+  KILN_GRID_STRIDE(i, n) out[i] = apply_binary<Math>(x[i], y[i]);
+}
+
+// out[i] for the output index i decomposed along the plan's collapsed dims.
+template <typename Math, typename T>
+__global__ void binary_broadcast(const T* __restrict__ x, const T* __restrict__ y,
+                                 T* __restrict__ out, std::int64_t n, BroadcastPlan p) {
+  KILN_GRID_STRIDE(i, n) {
+    std::int64_t rem = i, xo = 0, yo = 0;
+    for (int d = p.rank - 1; d >= 0; --d) {
+      const std::int64_t idx = rem % p.dims[d];
+      rem /= p.dims[d];
+      xo += idx * p.sx[d];
+      yo += idx * p.sy[d];
+    }
+    out[i] = apply_binary<Math>(x[xo], y[yo]);
+  }
+}
+
+template <typename Math, typename T>
+__global__ void unary_forward(const T* __restrict__ x, T* __restrict__ out, std::int64_t n) {
+  KILN_GRID_STRIDE(i, n) out[i] = Math::forward(x[i]);
+}
+
+template <typename Math, typename T>
+__global__ void unary_in_place(T* __restrict__ x, std::int64_t n) {
+  KILN_GRID_STRIDE(i, n) x[i] = Math::forward(x[i]);
+}
+
+template <typename Math, typename T>
+__global__ void unary_backward(const T* __restrict__ a, const T* __restrict__ d,
+                               T* __restrict__ out, std::int64_t n) {
+  KILN_GRID_STRIDE(i, n) out[i] = Math::backward(a[i], d[i]);
+}
+
+}  // namespace
+
+template <typename Math, typename T>
+void binary_kernel(KernelContext& ctx) {
+  // Copies keep x's and y's buffers alive while the output is allocated.
+  const Tensor x = typed_input<T>(ctx, 0), y = typed_input<T>(ctx, 1);
+  const Dims od = broadcast_dims(ctx.op()->name(), x.dims(), y.dims());
+  Tensor& out = ctx.alloc_output(0, od, x.dtype());
+  const std::int64_t n = od.numel();
+  if (n == 0) return;
+  const cudaStream_t s = stream_of(ctx);
+  if (x.dims() == y.dims())
+    binary_same_shape<Math><<<blocks_for(n), kThreads, 0, s>>>(x.data<T>(), y.data<T>(),
+                                                                out.data<T>(), n);
+  else
+    binary_broadcast<Math><<<blocks_for(n), kThreads, 0, s>>>(
+        x.data<T>(), y.data<T>(), out.data<T>(), n, make_broadcast_plan(x.dims(), y.dims(), od));
+  check_launch(ctx);
+}
+
+template <typename Math, typename T>
+void unary_kernel(KernelContext& ctx) {
+  const Tensor x = typed_input<T>(ctx, 0);
+  const std::int64_t n = x.numel();
+  const cudaStream_t s = stream_of(ctx);
+  if (output_is_input(ctx, 0, 0)) {  // in place (relu_, sqrt_)
+    if (n) unary_in_place<Math><<<blocks_for(n), kThreads, 0, s>>>(ctx.output(0).data<T>(), n);
+  } else {
+    Tensor& out = ctx.alloc_output(0, x.dims(), x.dtype());
+    if (n) unary_forward<Math><<<blocks_for(n), kThreads, 0, s>>>(x.data<T>(), out.data<T>(), n);
+  }
+  check_launch(ctx);
+}
+
+template <typename Math, typename T>
+void unary_grad_kernel(KernelContext& ctx) {
+  const Tensor a = typed_input<T>(ctx, 0), d = typed_input<T>(ctx, 1);
+  if (a.dims() != d.dims())
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                "' inputs must have one shape, got [", a.dims().to_string(), "] and [",
+                d.dims().to_string(), "]");
+  Tensor& out = ctx.alloc_output(0, a.dims(), a.dtype());
+  const std::int64_t n = a.numel();
+  if (n)
+    unary_backward<Math><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(
+        a.data<T>(), d.data<T>(), out.data<T>(), n);
+  check_launch(ctx);
+}
+
+// ---- explicit instantiations: the dtypes register.cc registers ----
+
+#define KILN_FLOATS(F, M) F(M, float) F(M, double)
+#define KILN_INTS(F, M)                                                                        \
+  F(M, std::int8_t) F(M, std::int16_t) F(M, std::int32_t) F(M, std::int64_t) F(M, std::uint8_t) \
+      F(M, std::uint16_t) F(M, std::uint32_t) F(M, std::uint64_t)
+#define KILN_BINARY(M, T) template void binary_kernel<M, T>(KernelContext&);
+#define KILN_UNARY(M, T) template void unary_kernel<M, T>(KernelContext&);
+#define KILN_UNARY_GRAD(M, T) template void unary_grad_kernel<M, T>(KernelContext&);
+
+// Every member of BinaryFamily: floats unless integer-only, integers unless
+// floating-only.
+KILN_FLOATS(KILN_BINARY, AddMath) KILN_INTS(KILN_BINARY, AddMath)
+KILN_FLOATS(KILN_BINARY, SubMath) KILN_INTS(KILN_BINARY, SubMath)
+KILN_FLOATS(KILN_BINARY, MulMath) KILN_INTS(KILN_BINARY, MulMath)
+KILN_FLOATS(KILN_BINARY, DivMath) KILN_INTS(KILN_BINARY, DivMath)
+KILN_FLOATS(KILN_BINARY, MaximumMath) KILN_INTS(KILN_BINARY, MaximumMath)
+KILN_FLOATS(KILN_BINARY, MinimumMath) KILN_INTS(KILN_BINARY, MinimumMath)
+KILN_FLOATS(KILN_BINARY, PowMath)
+KILN_FLOATS(KILN_BINARY, ModMath) KILN_INTS(KILN_BINARY, ModMath)
+KILN_FLOATS(KILN_BINARY, FmodMath) KILN_INTS(KILN_BINARY, FmodMath)
+KILN_INTS(KILN_BINARY, ShiftLeftMath)
+KILN_INTS(KILN_BINARY, ShiftRightMath)
+
+// Every member of UnaryFamily: f32 / f64, and i32 / i64 unless
+// floating-only; their gradients in f32 / f64.
+#define KILN_UNARY_ALL(M) KILN_FLOATS(KILN_UNARY, M) KILN_FLOATS(KILN_UNARY_GRAD, M)
+#define KILN_UNARY_WITH_INTS(M) KILN_UNARY_ALL(M) KILN_UNARY(M, std::int32_t) KILN_UNARY(M, std::int64_t)
+KILN_UNARY_WITH_INTS(ReluMath)
+KILN_UNARY_ALL(TanhMath)
+KILN_UNARY_ALL(SigmoidMath)
+KILN_UNARY_ALL(ExpMath)
+KILN_UNARY_ALL(LogMath)
+KILN_UNARY_ALL(SqrtMath)
+KILN_UNARY_WITH_INTS(SquareMath)
+KILN_UNARY_WITH_INTS(AbsMath)
+KILN_UNARY_WITH_INTS(NegMath)
+KILN_UNARY_ALL(SinMath)
+KILN_UNARY_ALL(CosMath)
+KILN_UNARY_ALL(TanMath)
+KILN_UNARY_ALL(AsinMath)
+KILN_UNARY_ALL(AcosMath)
+KILN_UNARY_ALL(AtanMath)
+KILN_UNARY_ALL(SinhMath)
+KILN_UNARY_ALL(CoshMath)
+KILN_UNARY_ALL(AsinhMath)
+KILN_UNARY_ALL(AcoshMath)
+KILN_UNARY_ALL(AtanhMath)
+KILN_UNARY_ALL(ErfMath)
+KILN_UNARY_ALL(FloorMath)
+KILN_UNARY_ALL(CeilMath)
+KILN_UNARY_ALL(RoundMath)
+KILN_UNARY_WITH_INTS(SignMath)
+
+}  // namespace kiln::cuda

@@ -1,0 +1,117 @@
+// CudaAllocator: size classes, per-stream reuse, stream-safe freeing through
+// Buffer::record_stream and the deferred-free queue, statistics, and the
+// out-of-memory error ([cuda]: skipped without a device).
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "catch.hpp"
+#include "kernel/cuda_test_util.h"
+#include "kiln/runtime/buffer.h"
+#include "kiln/runtime/cuda_context.h"
+#include "kiln/runtime/deferred_free.h"
+#include "test_util.h"
+
+using namespace kiln;
+using kiln_test::have_cuda;
+
+TEST_CASE("CUDA blocks come in 512-byte granules and four classes per power of two",
+          "[cuda][runtime]") {
+  CHECK(CudaAllocator::size_class_bytes(0) == 0);
+  CHECK(CudaAllocator::size_class_bytes(1) == 512);
+  CHECK(CudaAllocator::size_class_bytes(513) == 1024);
+  CHECK(CudaAllocator::size_class_bytes(4096) == 4096);
+  CHECK(CudaAllocator::size_class_bytes(4097) == 5120);
+  CHECK(CudaAllocator::size_class_bytes((1 << 20) + 1) == (1 << 20) + (1 << 18));
+}
+
+TEST_CASE("a freed CUDA block is reused by its own stream at once and by no other stream",
+          "[cuda][runtime]") {
+  if (!have_cuda()) return;
+  CudaStream s1(0), s2(0);
+  CudaAllocator alloc(0, s1);
+  Allocation a = alloc.allocate(1000, s1);
+  CHECK(a.size == 1024);
+  CHECK(a.place == Place::cuda(0));
+  void* p = a.ptr;
+  alloc.deallocate(a);
+  AllocatorStats st = alloc.stats();
+  CHECK(st.bytes_in_use == 0);
+  CHECK(st.cached_bytes == 1024);
+  Allocation other = alloc.allocate(1000, s2);
+  CHECK(other.ptr != p);  // s1's block is not s2's to take
+  Allocation again = alloc.allocate(900, s1);
+  CHECK(again.ptr == p);  // stream order makes s1's own reuse safe
+  st = alloc.stats();
+  CHECK(st.cache_hits == 1);
+  CHECK(st.peak_bytes_in_use == 2048);
+  CHECK(alloc.reserved_bytes() == 2048);
+  alloc.deallocate(other);
+  alloc.deallocate(again);
+  CHECK(alloc.release_cache() == 2048);
+  CHECK(alloc.stats().cached_bytes == 0);
+}
+
+TEST_CASE("a block another stream still uses is not handed out again until that stream's work "
+          "completes (stress)",
+          "[cuda][runtime]") {
+  if (!have_cuda()) return;
+  CudaStream owner(0), user(0);
+  CudaAllocator alloc(0, owner);
+  DeferredFreeQueue queue;
+  const std::size_t bytes = 32 << 20;
+  std::vector<std::uint8_t> host(bytes, 3);
+  for (int round = 0; round < 20; ++round) {
+    INFO("round " << round);
+    BufferRef buf = BufferRef::adopt(Buffer::create(alloc.allocate(bytes, owner), &alloc));
+    void* p = buf->data();
+    // The user stream copies into the block (slow: pageable host memory),
+    // and the buffer records it; the host drops its last reference at once.
+    user.enqueue([&] { copy_host_to_device(p, host.data(), bytes, user); });
+    buf->record_stream(user, &queue);
+    buf.reset();
+    if (!user.query()) {
+      // Still in use: parked, and the owner gets another block.
+      CHECK(queue.pending() == 1);
+      Allocation other = alloc.allocate(bytes, owner);
+      CHECK(other.ptr != p);
+      alloc.deallocate(other);
+    }
+    user.synchronize();
+    queue.collect();
+    CHECK(queue.pending() == 0);
+    Allocation back = alloc.allocate(bytes, owner);
+    CHECK(back.ptr == p);  // freed into the owner's list once the user finished
+    alloc.deallocate(back);
+  }
+}
+
+TEST_CASE("a CUDA allocation beyond the device's memory is an error naming the sizes, after the "
+          "cache was given back",
+          "[cuda][runtime]") {
+  if (!have_cuda()) return;
+  CudaStream s(0);
+  CudaAllocator alloc(0, s);
+  alloc.deallocate(alloc.allocate(1 << 20, s));
+  CHECK(alloc.stats().cached_bytes > 0);
+  const std::size_t huge = std::size_t{1} << 46;  // 64 TiB
+  KILN_CHECK_ERROR(alloc.allocate(huge, s), Unavailable,
+                   {"cuda:0", "out of memory", std::to_string(huge), "bytes free"});
+  CHECK(alloc.stats().cached_bytes == 0);  // released before the retry
+  Allocation ok = alloc.allocate(1 << 20, s);  // still usable
+  CHECK(ok.ptr != nullptr);
+  alloc.deallocate(ok);
+}
+
+TEST_CASE("pinned host blocks are host memory, cached by size class", "[cuda][runtime]") {
+  if (!have_cuda()) return;
+  PinnedHostAllocator& pinned = pinned_host_allocator();
+  Allocation a = pinned.allocate(100);
+  CHECK(a.place == Place::cpu());
+  static_cast<char*>(a.ptr)[99] = 1;  // host-writable
+  void* p = a.ptr;
+  pinned.deallocate(a);
+  Allocation b = pinned.allocate(120);  // the same size class (128)
+  CHECK(b.ptr == p);
+  pinned.deallocate(b);
+}
