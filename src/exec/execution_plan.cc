@@ -22,6 +22,13 @@ void ExecutionPlan::check_feeds(std::span<Tensor* const> given) const {
     if (!shape_matches(feeds[k], t))
       throw_error(ErrorKind::InvalidArgument, "feed '", feeds[k].name, "': expected ",
                   feeds[k].type.to_string(), ", got ", t.type_string());
+    // Host places share memory; a device's tensors are its own.
+    const Place want = slots[feeds[k].slot].place;
+    const bool host_want = want.kind != PlaceKind::Cuda, host_got = t.place().kind != PlaceKind::Cuda;
+    if (host_want != host_got || (!host_want && want != t.place()))
+      throw_error(ErrorKind::InvalidArgument, "feed '", feeds[k].name, "' is a tensor on ",
+                  t.place().to_string(), "; the program's data op takes it on ", want.to_string(),
+                  " (copy it with copy_to_place, or give the data op that place)");
   }
 }
 

@@ -4,19 +4,12 @@
 
 #include "kiln/ir/structural_hash.h"
 #include "kiln/kernel/kernel_registry.h"
-#include "kiln/runtime/cuda_context.h"
 
 namespace kiln {
 
 Executor::Executor(Place place, ExecutionOptions options) : options_(std::move(options)) {
   options_.place = place;
-  if (place.kind != PlaceKind::Cpu && place.kind != PlaceKind::HostStream &&
-      !KernelRegistry::instance().has_backend(place.kind))
-    throw_error(ErrorKind::Unimplemented, "place ", place.to_string(),
-                " has no kernels: kiln was built without a backend for it (CPU and host_stream places run)");
-  if (place.kind == PlaceKind::Cuda && place.device >= cuda_device_count())
-    throw_error(ErrorKind::InvalidArgument, "place ", place.to_string(), ": no such CUDA device (",
-                cuda_device_count(), " present)");
+  require_place_runs(place);
   unsigned threads = options_.num_threads ? options_.num_threads : std::thread::hardware_concurrency();
   if (threads == 0) threads = 1;
   options_.num_threads = threads;

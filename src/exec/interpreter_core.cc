@@ -5,6 +5,8 @@
 
 #include "kiln/exec/control_flow.h"
 #include "kiln/exec/plan_builder.h"
+#include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/cuda_context.h"
 
 namespace kiln {
 
@@ -28,13 +30,28 @@ unsigned thread_count(const ExecutionOptions& o, const std::shared_ptr<WorkQueue
   return q ? q->num_threads() + 1 : 1;
 }
 
+ExecutionOptions with_place_checked(ExecutionOptions o) {
+  require_place_runs(o.place);
+  return o;
+}
+
 }  // namespace
+
+void require_place_runs(Place place) {
+  if (place.kind != PlaceKind::Cpu && place.kind != PlaceKind::HostStream &&
+      !KernelRegistry::instance().has_backend(place.kind))
+    throw_error(ErrorKind::Unimplemented, "place ", place.to_string(),
+                " has no kernels: kiln was built without a backend for it (CPU and host_stream places run)");
+  if (place.kind == PlaceKind::Cuda && place.device >= cuda_device_count())
+    throw_error(ErrorKind::InvalidArgument, "place ", place.to_string(), ": no such CUDA device (",
+                cuda_device_count(), " present)");
+}
 
 InterpreterCore::InterpreterCore(const Program& program, Scope& scope, std::vector<std::string> feed_names,
                                  const std::vector<FetchTarget>& fetch, ExecutionOptions options,
                                  std::shared_ptr<WorkQueue> queue)
     : feed_names_(std::move(feed_names)),
-      plan_(PlanBuilder(program, feed_names_, fetch, std::move(options)).build()),
+      plan_(PlanBuilder(program, feed_names_, fetch, with_place_checked(std::move(options))).build()),
       scope_(&scope),
       queue_(usable_queue(plan_->options, std::move(queue))),
       num_threads_(thread_count(plan_->options, queue_)),

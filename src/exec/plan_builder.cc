@@ -6,6 +6,8 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/control_flow.h"
 #include "kiln/exec/dependency_builder.h"
+#include "kiln/runtime/cuda_context.h"
+#include "kiln/support/warning.h"
 
 namespace kiln {
 
@@ -29,20 +31,37 @@ struct CopyFlags {
   bool deep = false;
 };
 
-// Output 0 takes input 0's tensor: shared, or copied when `deep`.
-void share_or_copy_kernel(KernelContext& ctx) {
-  const Tensor& in = ctx.input(0);
-  const auto* flags = static_cast<const CopyFlags*>(ctx.attrs_ptr());
-  Tensor& out = ctx.output(0);
-  out = flags && flags->deep ? in.clone() : in;
-}
-
-// Output 0 = input 0 copied to the context's place (host places share memory).
+// Output 0 = input 0 copied to the context's place, on its stream (host
+// places share memory: a memcpy; a device copy is ordered on the stream).
 void transfer_kernel(KernelContext& ctx) {
   const Tensor& in = ctx.input(0);
   Tensor& out = ctx.alloc_output(0, in.dims(), in.dtype());
-  if (in.bytes()) std::memcpy(out.raw_data(), in.raw_data(), in.bytes());
+  if (in.place().kind != PlaceKind::Cuda && out.place().kind != PlaceKind::Cuda) {
+    if (in.bytes()) std::memcpy(out.raw_data(), in.raw_data(), in.bytes());
+    return;
+  }
+  copy_between_places(out.raw_data(), out.place(), in.raw_data(), in.place(), in.bytes(),
+                      ctx.stream());
 }
+
+// Output 0 takes input 0's tensor: shared, or copied when `deep` (a device
+// tensor on the instruction's stream).
+void share_or_copy_kernel(KernelContext& ctx) {
+  const Tensor& in = ctx.input(0);
+  const auto* flags = static_cast<const CopyFlags*>(ctx.attrs_ptr());
+  if (!flags || !flags->deep) {
+    ctx.output(0) = in;
+  } else if (in.place().kind == PlaceKind::Cuda) {
+    Tensor copy = Tensor::empty(in.dims(), in.dtype(), ctx.place(), &ctx.allocator());
+    copy_between_places(copy.raw_data(), copy.place(), in.raw_data(), in.place(), in.bytes(),
+                        ctx.stream());
+    ctx.output(0) = std::move(copy);
+  } else {
+    ctx.output(0) = in.clone();
+  }
+}
+
+bool is_device(Place p) { return p.kind == PlaceKind::Cuda; }
 
 std::shared_ptr<const void> deep_copy_flag() {
   static const auto flag = std::make_shared<const CopyFlags>(CopyFlags{true});
@@ -178,14 +197,20 @@ void PlanBuilder::add_instructions() {
       if (!op->has_trait<IsolatedFromAbove>())
         throw_error(ErrorKind::Unimplemented, "op #", i, " '", op->name(),
                     "' has regions but is not a control-flow op the executor runs");
-      add_control_flow_op(op, i, op_lane(op, i));
+      add_control_flow_op(op, i, op_lane(op, i, plan().options.place));
       continue;
     }
     if (op->isa<ParameterOp>()) add_parameter_op(op);
     else if (op->isa<DataOp>()) add_data_op(op);
-    else if (op->isa<SetParameterOp>()) add_set_parameter_op(op, i, op_lane(op, i));
-    else if (op->isa<FetchOp>()) add_fetch_op(op, i, op_lane(op, i));
-    else add_kernel_op(op, i, op_lane(op, i));
+    else if (op->isa<SetParameterOp>()) add_set_parameter_op(op, i);
+    else if (op->isa<FetchOp>()) add_fetch_op(op, i);
+    else add_kernel_op(op, i);
+  }
+  if (!cpu_fallback_.empty()) {
+    std::string names;
+    for (const std::string& n : cpu_fallback_) names += (names.empty() ? "" : ", ") + n;
+    warn("a program on " + plan().options.place.to_string() + " runs " + names +
+         " on the CPU (no kernel for them on the device), with copies between the places");
   }
   for (const auto& f : plan().feeds)
     if (f.slot == kNoIndex)
@@ -212,13 +237,17 @@ void PlanBuilder::plan_yield() {
   if (!y || !y->isa<YieldOp>())
     throw_error(ErrorKind::InvalidArgument, "a region of a control-flow op must end in kiln.yield");
   for (std::uint32_t k = 0; k < y->num_operands(); ++k) {
-    const std::uint32_t s = operand_slot(y, k, Lane::host());
+    const std::uint32_t s = operand_slot(y, k, plan().options.place, Lane::host());
     plan().slots[s].fetch_reads++;
     plan().fetches.push_back({s, false});
   }
 }
 
 void PlanBuilder::add_control_flow_op(Operation* op, std::uint32_t index, Lane lane) {
+  if (is_device(plan().options.place))
+    throw_error(ErrorKind::Unimplemented, "op #", index, " '", op->name(), "' in a program on ",
+                plan().options.place.to_string(),
+                ": control flow runs on the CPU only for now; run the program on Place::cpu()");
   if (lane.is_stream)
     throw_error(ErrorKind::Unimplemented, "op #", index, " '", op->name(),
                 "' on a stream: control flow runs on the host");
@@ -254,7 +283,8 @@ void PlanBuilder::add_control_flow_op(Operation* op, std::uint32_t index, Lane l
     }
     cf->regions.push_back(std::move(rp));
   }
-  for (std::uint32_t i = 0; i < op->num_operands(); ++i) in.reads.push_back(operand_slot(op, i, lane));
+  for (std::uint32_t i = 0; i < op->num_operands(); ++i)
+    in.reads.push_back(operand_slot(op, i, plan().options.place, lane));
   for (std::uint32_t o = 0; o < op->num_results(); ++o) {
     const std::uint32_t s = new_slot(SlotKind::Temporary, plan().options.place, false);
     plan().slots[s].type = op->result_type(o);
@@ -302,54 +332,80 @@ void PlanBuilder::add_data_op(Operation* op) {
   value_slot_[op->result(0).impl()] = feed.slot;
 }
 
-void PlanBuilder::add_set_parameter_op(Operation* op, std::uint32_t index, Lane lane) {
-  const std::uint32_t in = operand_slot(op, 0, lane);
+void PlanBuilder::add_set_parameter_op(Operation* op, std::uint32_t index) {
   const std::uint32_t out = parameter_slot(op->dyn_cast<SetParameterOp>().attrs().parameter_name);
+  const Place place = plan().slots[out].place;
+  const Lane lane = op_lane(op, index, place);
+  const std::uint32_t in = operand_slot(op, 0, place, lane);
   // Copy values the caller or another parameter owns; share temporaries.
   PlanInstruction ins = copy_instruction(std::string(op->name()), op, in, out,
                                          plan().slots[in].persistent, lane);
   ins.op_index = index;
   ins.order = kOrderSideEffect;
+  ins.place = place;
   add_instruction(std::move(ins));
 }
 
-void PlanBuilder::add_fetch_op(Operation* op, std::uint32_t index, Lane lane) {
-  const std::uint32_t in = operand_slot(op, 0, lane);
+// A kiln.fetch op takes its value on the host (a device value is copied).
+void PlanBuilder::add_fetch_op(Operation* op, std::uint32_t index) {
+  const Place place = host_place();
+  const Lane lane = op_lane(op, index, place);
+  const std::uint32_t in = operand_slot(op, 0, place, lane);
   // A kiln.fetch op is a side effect kept in order: it sees the value as of
   // its place in the program, so a later in-place op works on a copy
   // (add_kernel_op); a fetch target naming it gets the value.
   plan().slots[in].fetch_reads++;
-  const std::uint32_t out = new_slot(SlotKind::FetchOp, plan().options.place, true,
+  const std::uint32_t out = new_slot(SlotKind::FetchOp, place, true,
                                      "@fetch." + op->dyn_cast<FetchOp>().attrs().name);
   fetch_op_slot_[op] = out;
   PlanInstruction ins = copy_instruction(std::string(op->name()), op, in, out,
                                          plan().slots[in].persistent, lane);
   ins.op_index = index;
   ins.order = kOrderSideEffect;
+  ins.place = place;
   add_instruction(std::move(ins));
 }
 
-const KernelInfo& PlanBuilder::choose_kernel(Operation* op, std::uint32_t index) const {
+// The op's kernel at the plan's place; in a device program, an op the
+// device has no kernel for runs on the CPU (as Paddle's and TensorFlow's
+// soft placement do), with copies inserted around it and one warning per
+// plan naming such ops.
+PlanBuilder::KernelChoice PlanBuilder::choose_kernel(Operation* op, std::uint32_t index) {
   const DataType dtype = kernel_dtype(*op);
   const Place place = plan_->options.place;
   // Host streams run the CPU kernels; any other place has kernels of its own.
   const PlaceKind backend = place.kind == PlaceKind::HostStream ? PlaceKind::Cpu : place.kind;
-  if (const KernelInfo* k = KernelRegistry::instance().find(op->info().id(), backend, dtype)) return *k;
+  const KernelRegistry& registry = KernelRegistry::instance();
+  if (const KernelInfo* k = registry.find(op->info().id(), backend, dtype)) return {k, place};
+  if (is_device(place))
+    if (const KernelInfo* k = registry.find(op->info().id(), PlaceKind::Cpu, dtype)) {
+      cpu_fallback_.insert(std::string(op->name()));
+      return {k, Place::cpu()};
+    }
   try {
-    KernelRegistry::instance().get(*op, backend, dtype);
+    registry.get(*op, backend, dtype);
   } catch (const Error& e) {
     throw Error(e.kind(), "op #" + std::to_string(index) + ": " + e.message());
   }
   throw_error(ErrorKind::Internal, "kernel registry lookup disagrees with itself");
 }
 
-void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index, Lane lane) {
-  const KernelInfo& kernel = choose_kernel(op, index);
+void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index) {
+  const auto [kernel, place] = choose_kernel(op, index);
+  const Lane lane = op_lane(op, index, place);
   std::vector<std::uint32_t> ins;
-  for (std::uint32_t i = 0; i < op->num_operands(); ++i) ins.push_back(operand_slot(op, i, lane));
+  for (std::uint32_t i = 0; i < op->num_operands(); ++i) ins.push_back(operand_slot(op, i, place, lane));
   std::vector<std::uint32_t> outs(op->num_results(), kNoIndex);
+  // In-place outputs whose input lives at another place: the op updates a
+  // copy, written back to the input's variable after it (write_back).
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> write_back;  // (out slot, home slot)
   for (auto [o, i] : op->info().impl()->inplace_map) {
     std::uint32_t s = ins[i];
+    // Only a parameter needs it: a temporary's later readers read the
+    // result's slot, and a feed must not change under the caller.
+    if (const std::uint32_t home = value_slot_.at(op->operand_source(i).impl());
+        home != s && plan().slots[plan().slots[home].alias].kind == SlotKind::Parameter)
+      write_back.emplace_back(o, home);
     const PlanSlot& slot = plan().slots[s];
     const PlanSlot& root = plan().slots[slot.alias];  // a view writes its source's buffer
     // A while's carried array is the runner's own variable, which holds its
@@ -364,15 +420,17 @@ void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index, Lane lane) {
       // already took (a parameter's fetch op took a deep copy, and an
       // optimizer must update the parameter itself), nor an array's element:
       // the op works on a copy (seed 004 "SetFeedVarsInplaceSkip").
-      const std::uint32_t copy = new_slot(SlotKind::Temporary, plan().options.place, false);
-      add_instruction(copy_instruction("copy", op, s, copy, /*deep=*/true, lane));
+      const std::uint32_t copy = new_slot(SlotKind::Temporary, place, false);
+      PlanInstruction c = copy_instruction("copy", op, s, copy, /*deep=*/true, lane);
+      c.place = place;
+      add_instruction(std::move(c));
       ins[i] = s = copy;
     }
     outs[o] = s;
   }
   for (std::uint32_t o = 0; o < outs.size(); ++o)
     if (outs[o] == kNoIndex) {
-      outs[o] = new_slot(SlotKind::Temporary, plan().options.place, false);
+      outs[o] = new_slot(SlotKind::Temporary, place, false);
       plan().slots[outs[o]].type = op->result_type(o);
     }
   for (auto [o, i] : op->info().impl()->view_map) plan().slots[outs[o]].alias = plan().slots[ins[i]].alias;
@@ -384,17 +442,22 @@ void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index, Lane lane) {
   in.name = std::string(op->name());
   in.op_index = index;
   in.op = op;
-  in.fn = kernel.fn;
-  in.attrs = kernel.decode_attrs ? kernel.decode_attrs(op) : nullptr;
+  in.fn = kernel->fn;
+  in.attrs = kernel->decode_attrs ? kernel->decode_attrs(op) : nullptr;
   if (op->has_trait<Random>()) in.order |= kOrderRandom;
   if (op->has_trait<Communication>()) in.order |= kOrderCommunication;
   if (op->has_trait<SideEffect>()) in.order |= kOrderSideEffect;
   in.lane = lane;
-  in.calls_blas = op->isa<MatmulOp>();
+  in.place = place;
+  in.calls_blas = op->isa<MatmulOp>() && !is_device(place);
   in.reads = std::move(ins);
   in.writes = outs;
   add_instruction(std::move(in));
   for (std::uint32_t o = 0; o < op->num_results(); ++o) value_slot_[op->result(o).impl()] = outs[o];
+  for (auto [o, home] : write_back) {
+    add_transfer(outs[o], home, op, lane);
+    value_slot_[op->result(o).impl()] = home;
+  }
 }
 
 // ---- phase: fetches, after every op ----
@@ -427,8 +490,14 @@ void PlanBuilder::plan_fetches() {
       throw_error(ErrorKind::InvalidArgument, "fetch #", k, " names a ",
                   plan().slots[from].type.to_string(),
                   ": a fetch returns tensors (stack the array with kiln.array_stack)");
+    // A device value is fetched as a host copy (a sync successor's work).
+    bool deep = plan().slots[from].kind == SlotKind::Parameter;
+    if (is_device(plan().slots[from].place)) {
+      from = slot_at(from, host_place(), nullptr, Lane::host());
+      deep = false;
+    }
     plan().slots[from].fetch_reads++;
-    plan().fetches.push_back({from, plan().slots[from].kind == SlotKind::Parameter});
+    plan().fetches.push_back({from, deep});
   }
 }
 
@@ -543,6 +612,38 @@ void PlanBuilder::plan_gc() {
     p.gc_off[i + 1] = static_cast<std::uint32_t>(p.gc.size());
   }
   deps_.reset();  // its memory goes now
+  plan_stream_records();
+}
+
+// A device buffer comes from its device's compute-stream cache and goes
+// back to it when freed: work on the compute stream is ordered before any
+// later user, but work on another stream of the device (a copy stream, a
+// named stream) is not, so GC records those streams on the buffer first.
+void PlanBuilder::plan_stream_records() {
+  ExecutionPlan& p = plan();
+  const auto num_slots = static_cast<std::uint32_t>(p.slots.size());
+  std::vector<std::uint8_t> records(p.stream_names.size(), 0);
+  bool any = false;
+  for (std::size_t k = 0; k < p.stream_names.size(); ++k) {
+    records[k] = is_device(p.stream_places[k]) && p.stream_names[k] != p.stream_places[k].to_string();
+    any = any || records[k];
+  }
+  if (!any) return;
+  std::vector<std::vector<std::uint32_t>> lanes(num_slots);
+  for (const PlanInstruction& in : p.instructions) {
+    if (!in.lane.is_stream || !records[static_cast<std::size_t>(in.lane.stream)]) continue;
+    const auto k = static_cast<std::uint32_t>(in.lane.stream);
+    for (const auto* list : {&in.reads, &in.writes})
+      for (std::uint32_t s : *list)
+        if (p.ref_count[s] > 0 && is_device(p.slots[s].place) &&
+            std::find(lanes[s].begin(), lanes[s].end(), k) == lanes[s].end())
+          lanes[s].push_back(k);
+  }
+  p.record_off.assign(num_slots + 1, 0);
+  for (std::uint32_t s = 0; s < num_slots; ++s) {
+    p.record.insert(p.record.end(), lanes[s].begin(), lanes[s].end());
+    p.record_off[s + 1] = static_cast<std::uint32_t>(p.record.size());
+  }
 }
 
 // ---- phase: the buffer plan ----
@@ -636,36 +737,66 @@ void PlanBuilder::add_instruction(PlanInstruction in) {
   plan().instructions.push_back(std::move(in));
 }
 
-// The slot holding operand `i` of `op` at the plan's place, with a transfer
-// inserted (once per slot) where the value lives elsewhere.
-std::uint32_t PlanBuilder::operand_slot(Operation* op, std::uint32_t i, Lane lane) {
+// The slot holding operand `i` of `op` at `place`, with a transfer
+// inserted (once per slot and place) where the value lives elsewhere.
+std::uint32_t PlanBuilder::operand_slot(Operation* op, std::uint32_t i, Place place, Lane lane) {
   Value v = op->operand_source(i);
   auto it = value_slot_.find(v.impl());
   if (it == value_slot_.end())
     throw_error(ErrorKind::Unimplemented, "op '", op->name(), "' operand #", i,
                 " is defined inside a region or by an unfed data op");
-  const std::uint32_t s = it->second;
-  const Place place = plan().options.place;
+  return slot_at(it->second, place, op, lane);
+}
+
+// Slot `s`'s value at `place`: s itself, or a copy made by a transfer
+// instruction (seed 001's data-transfer step). Between host places the copy
+// runs on the consumer's lane; host → device on the device's h2d copy
+// stream, device → host on its d2h stream into pinned memory.
+std::uint32_t PlanBuilder::slot_at(std::uint32_t s, Place place, Operation* op, Lane lane) {
   if (plan().slots[s].place == place) return s;
-  const std::uint64_t key = std::uint64_t(s) << 32 | static_cast<std::uint32_t>(place.kind);
+  const std::uint64_t key = std::uint64_t(s) << 32 |
+                            std::uint64_t(static_cast<std::uint8_t>(place.kind)) << 16 |
+                            static_cast<std::uint16_t>(place.device);
   if (auto t = transfers_.find(key); t != transfers_.end()) return t->second;
   const std::uint32_t out = new_slot(SlotKind::Temporary, place, false);
-  // On the consumer's lane (seed: memcpy_h2d runs on the stream).
-  PlanInstruction in;
-  in.name = "memcpy " + plan().slots[s].place.to_string() + "->" + place.to_string();
-  in.op = op;
-  in.fn = &transfer_kernel;
-  in.reads = {s};
-  in.writes = {out};
-  in.lane = lane;
-  add_instruction(std::move(in));
+  plan().slots[out].type = plan().slots[s].type;
+  add_transfer(s, out, op, lane);
   transfers_.emplace(key, out);
   return out;
 }
 
-// The lane of an op's instructions: its execution_stream attribute, else
-// the place's default stream for a host_stream place, else the host.
-Lane PlanBuilder::op_lane(Operation* op, std::uint32_t index) {
+// A copy of slot `from` into slot `to` at to's place.
+void PlanBuilder::add_transfer(std::uint32_t from, std::uint32_t to, Operation* op, Lane lane) {
+  const Place src = plan().slots[from].place, dst = plan().slots[to].place;
+  PlanInstruction in;
+  in.name = "memcpy " + src.to_string() + "->" + dst.to_string();
+  in.op = op;
+  in.fn = &transfer_kernel;
+  in.reads = {from};
+  in.writes = {to};
+  in.place = dst;
+  if (is_device(dst)) {
+    in.lane = is_device(src) ? stream_lane(dst.to_string(), dst)
+                             : stream_lane(dst.to_string() + "/h2d", dst);
+  } else if (is_device(src)) {
+    in.lane = stream_lane(src.to_string() + "/d2h", src);
+    in.pinned = true;
+  } else {
+    in.lane = lane;
+  }
+  add_instruction(std::move(in));
+}
+
+// Where values a device program hands to the host live.
+Place PlanBuilder::host_place() const {
+  return is_device(plan_->options.place) ? Place::cpu() : plan_->options.place;
+}
+
+// The lane of an op's instructions, for an op whose kernel runs at
+// `place`: its execution_stream attribute, else the place's default stream
+// (host_stream:N, or cuda:N's compute stream), else the host. An op a
+// device program runs on the CPU runs on the host.
+Lane PlanBuilder::op_lane(Operation* op, std::uint32_t index, Place place) {
   if (plan().is_region()) {
     if (op->attribute(kExecutionStreamAttr))
       throw_error(ErrorKind::Unimplemented, "op #", index, " '", op->name(),
@@ -673,27 +804,34 @@ Lane PlanBuilder::op_lane(Operation* op, std::uint32_t index) {
                   "run on the host");
     return Lane::host();
   }
+  if (is_device(plan().options.place) && !is_device(place)) return Lane::host();
+  const Place stream_place = is_device(place) ? place : Place::host_stream(0);
   if (Attribute a = op->attribute(kExecutionStreamAttr)) {
     auto name = a.dyn_cast<StrAttribute>();
     if (!name || name.value().empty())
       throw_error(ErrorKind::InvalidArgument, "op #", index, " '", op->name(), "': attribute '",
                   kExecutionStreamAttr, "' must name a stream (a non-empty string), got ",
                   a.to_string());
-    return stream_lane(std::string(name.value()), op, index);
+    return stream_lane(std::string(name.value()), stream_place, op, index);
   }
-  if (plan().options.place.kind == PlaceKind::HostStream)
-    return stream_lane(plan().options.place.to_string(), op, index);
+  if (place.kind == PlaceKind::HostStream || is_device(place))
+    return stream_lane(place.to_string(), place, op, index);
   return Lane::host();
 }
 
-Lane PlanBuilder::stream_lane(const std::string& name, Operation* op, std::uint32_t index) {
+Lane PlanBuilder::stream_lane(const std::string& name, Place place, Operation* op,
+                              std::uint32_t index) {
   auto it = stream_index_.find(name);
   if (it == stream_index_.end()) {
-    if (plan().stream_names.size() >= 1024)
-      throw_error(ErrorKind::OutOfRange, "op #", index, " '", op->name(),
-                  "': more than 1024 execution streams in one program");
+    if (plan().stream_names.size() >= 1024) {
+      if (op)
+        throw_error(ErrorKind::OutOfRange, "op #", index, " '", op->name(),
+                    "': more than 1024 execution streams in one program");
+      throw_error(ErrorKind::OutOfRange, "more than 1024 execution streams in one program");
+    }
     it = stream_index_.emplace(name, static_cast<std::int16_t>(plan().stream_names.size())).first;
     plan().stream_names.push_back(name);
+    plan().stream_places.push_back(place);
   }
   return Lane::on_stream(it->second);
 }

@@ -1,7 +1,10 @@
 #include "kiln/exec/run_state.h"
 
+#include <chrono>
 #include <limits>
 #include <sstream>
+
+#include "kiln/runtime/cuda_context.h"
 
 namespace kiln {
 
@@ -14,6 +17,10 @@ RunState::RunState(std::shared_ptr<const ExecutionPlan> plan, Scope& scope)
     bind_variables(root);
     build_contexts(root);
     create_streams();
+    if (plan_->options.cuda_graph) {
+      if (std::string why = graph_blocker(); !why.empty()) graph_off(why);
+      else graph_ = std::make_unique<GraphMode>();
+    }
   } catch (...) {
     scope.drop_kid(*local_scope_);
     throw;
@@ -48,6 +55,7 @@ RunState::~RunState() {
   // Every run ends with its streams synchronized; stopping them here first
   // still guarantees no stream task touches the state after this point.
   streams_.clear();
+  owned_streams_.clear();
   runners_.clear();
   if (local_scope_) scope_->drop_kid(*local_scope_);
 }
@@ -106,9 +114,10 @@ void RunState::build_contexts(Scope& root) {
       runners_.push_back(make_control_flow_runner(in, {inputs, in.reads.size()}, root));
       attrs = runners_.back().get();
     }
+    Allocator* allocator = in.pinned ? &pinned_allocator() : &allocator_for(in.place);
     instrs_[i].ctx = KernelContext(in.op, inputs, static_cast<std::uint32_t>(in.reads.size()), outputs,
-                                   static_cast<std::uint32_t>(in.writes.size()), attrs,
-                                   plan_->options.place, &cpu_allocator());
+                                   static_cast<std::uint32_t>(in.writes.size()), attrs, in.place,
+                                   allocator);
     instrs_[i].ctx.set_unused_outputs(in.unused_outputs);
   }
 }
@@ -116,8 +125,28 @@ void RunState::build_contexts(Scope& root) {
 void RunState::create_streams() {
   const ExecutionPlan& p = *plan_;
   if (!p.has_streams()) return;
-  for (std::size_t k = 0; k < p.stream_names.size(); ++k)
-    streams_.push_back(std::make_unique<HostStream>(static_cast<std::int16_t>(k)));
+  for (std::size_t k = 0; k < p.stream_names.size(); ++k) {
+    const Place place = p.stream_places[k];
+    const std::string& name = p.stream_names[k];
+    if (place.kind == PlaceKind::Cuda) {
+      CudaContext& cuda = cuda_context(place.device);
+      const std::string device = place.to_string();
+      if (name == device) streams_.push_back(&cuda.compute_stream());
+      else if (name == device + "/h2d") streams_.push_back(&cuda.h2d_stream());
+      else if (name == device + "/d2h") streams_.push_back(&cuda.d2h_stream());
+      else {
+        owned_streams_.push_back(new_cuda_stream(place.device));
+        streams_.push_back(owned_streams_.back().get());
+      }
+    } else {
+      owned_streams_.push_back(std::make_unique<HostStream>(static_cast<std::int16_t>(k)));
+      streams_.push_back(owned_streams_.back().get());
+    }
+  }
+  if (p.options.profile) create_device_timers();
+  // A stream instruction's kernel launches on its stream.
+  for (std::uint32_t i = 0; i < p.size(); ++i)
+    if (p.lane[i] >= 0) instrs_[i].ctx.set_stream(streams_[static_cast<std::size_t>(p.lane[i])]);
   out_event_.resize(p.size());
   for (std::uint32_t i = 0; i < p.size(); ++i)
     if (p.records_event[i]) out_event_[i] = streams_[static_cast<std::size_t>(p.lane[i])]->create_event();
@@ -133,23 +162,73 @@ void RunState::reset_counters() {
 
 void RunState::run(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
                    std::span<Tensor> results) {
+  if (graph_) run_graph(feeds, take, config, results);
+  else run_launches(feeds, take, config, results);
+}
+
+// A run that launches every kernel.
+void RunState::run_launches(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
+                            std::span<Tensor> results) {
   const ExecutionPlan& p = *plan_;
   for (std::size_t k = 0; k < feeds.size(); ++k) {
     Tensor& dst = vars_[p.feeds[k].slot]->get_mutable<Tensor>();
     if (take) dst = std::move(*feeds[k]);
     else dst = *feeds[k];
   }
-  if (dirty_) reset_counters();
-  abort_.store(false, std::memory_order_relaxed);
-  error_ = nullptr;
-  config_ = config;
-  timed_ = config.measure || p.options.profile;
-  ++runs_;
+  begin_run(config);
   schedule();
   // Kernels still queued on streams finish (and free) before the run
   // returns, error or not; their errors were recorded by run_on_stream().
   if (p.has_streams()) synchronize_streams();
+  if (dev_base_ && !error_) read_device_times();
   finish_run(feeds.size(), results);
+}
+
+void RunState::begin_run(const RunConfig& config) {
+  if (dirty_) reset_counters();
+  abort_.store(false, std::memory_order_relaxed);
+  error_ = nullptr;
+  config_ = config;
+  timed_ = config.measure || plan_->options.profile;
+  ++runs_;
+  if (dev_base_) {
+    dev_base_->record(*streams_[dev_base_stream_]);
+    dev_base_host_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+  }
+}
+
+// A timing event before and after each kernel on a CUDA stream.
+void RunState::create_device_timers() {
+  const ExecutionPlan& p = *plan_;
+  for (std::uint32_t i = 0; i < p.size(); ++i) {
+    if (p.lane[i] < 0) continue;
+    const Place place = p.stream_places[static_cast<std::size_t>(p.lane[i])];
+    if (place.kind != PlaceKind::Cuda) continue;
+    if (dev_start_.empty()) {
+      dev_start_.resize(p.size());
+      dev_end_.resize(p.size());
+      dev_base_ = new_cuda_timing_event(place.device);
+      dev_base_stream_ = static_cast<std::size_t>(p.lane[i]);
+    }
+    dev_start_[i] = new_cuda_timing_event(place.device);
+    dev_end_[i] = new_cuda_timing_event(place.device);
+  }
+}
+
+// Device kernels' times, placed on the host clock by the run's base event;
+// each stream gets its own trace row (tid 1000000 + its index).
+void RunState::read_device_times() {
+  const ExecutionPlan& p = *plan_;
+  for (std::uint32_t i = 0; i < p.size(); ++i) {
+    if (!dev_start_[i]) continue;
+    const double start = cuda_elapsed_ms(*dev_base_, *dev_start_[i]);
+    const double end = cuda_elapsed_ms(*dev_base_, *dev_end_[i]);
+    t_start_[i] = dev_base_host_ns_ + static_cast<std::int64_t>(start * 1e6);
+    t_end_[i] = dev_base_host_ns_ + static_cast<std::int64_t>(end * 1e6);
+    t_thread_[i] = 1000000u + static_cast<std::uint32_t>(p.lane[i]);
+  }
 }
 
 // Feeds are dropped (the caller's tensors are not kept alive); the fetch
@@ -240,6 +319,11 @@ std::string RunState::chrome_trace() const {
     if (t) t0 = std::min(t0, t);
   bool first = true;
   append_trace_events(os, t0, "", first);
+  // Rows of device streams are named after them.
+  if (!dev_start_.empty())
+    for (std::size_t k = 0; k < plan_->stream_names.size(); ++k)
+      os << ",{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":" << 1000000 + k
+         << ",\"args\":{\"name\":\"stream " << plan_->stream_names[k] << "\"}}";
   os << "],\"displayTimeUnit\":\"ns\"}";
   return os.str();
 }

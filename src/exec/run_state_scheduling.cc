@@ -109,6 +109,7 @@ void RunState::record_error(std::uint32_t i) noexcept {
 // attribute GCC stopped inlining it into the host hot loop (a PLT call per
 // instruction, ~1 ns on the chain benchmark).
 [[gnu::always_inline]] inline void RunState::collect_garbage(std::uint32_t i) {
+  if (__builtin_expect(keep_temporaries_, 0)) return;
   const ExecutionPlan& p = *plan_;
   for (std::uint32_t k = p.gc_off[i], e = p.gc_off[i + 1]; k < e; ++k) {
     const std::uint32_t s = p.gc[k];
@@ -119,10 +120,23 @@ void RunState::record_error(std::uint32_t i) noexcept {
       if (count != 1) ref_[s].store(count, std::memory_order_relaxed);  // ready for the next run
       Variable* v = vars_[s];
       if (!v->is_initialized()) continue;
+      if (!p.record_off.empty() && p.record_off[s] != p.record_off[s + 1]) record_streams(s);
       if (const std::uint32_t r = p.recycle_max[s]) v->recycle(r);
       else v->clear();
     }
   }
+}
+
+// Marks slot s's buffer as used by the device streams (other than its
+// allocating one) whose work touched it, before GC lets it go.
+void RunState::record_streams(std::uint32_t s) {
+  const ExecutionPlan& p = *plan_;
+  Variable* v = vars_[s];
+  if (!v->is<Tensor>()) return;
+  const BufferRef& buffer = v->get<Tensor>().buffer();
+  if (!buffer) return;
+  for (std::uint32_t k = p.record_off[s], e = p.record_off[s + 1]; k < e; ++k)
+    buffer->record_stream(*streams_[p.record[k]]);
 }
 
 template <bool kStreams>
@@ -157,7 +171,7 @@ bool RunState::launch(std::uint32_t i) {
   // Relaxed: as in execute().
   if (abort_.load(std::memory_order_relaxed)) return false;
   const ExecutionPlan& p = *plan_;
-  HostStream& stream = *streams_[static_cast<std::size_t>(p.lane[i])];
+  Stream& stream = *streams_[static_cast<std::size_t>(p.lane[i])];
   try {
     for (std::uint32_t k = p.wait_off[i], e = p.wait_off[i + 1]; k < e; ++k)
       stream.wait(*out_event_[p.wait[k]]);
@@ -179,8 +193,11 @@ void RunState::run_on_stream(std::uint32_t i) {
   // one on another stream or the host that i depends on stored abort_ before
   // the event i's stream waited on completed (that wait acquires).
   if (abort_.load(std::memory_order_relaxed)) return;
+  Event* t0 = dev_start_.empty() ? nullptr : dev_start_[i].get();
   try {
+    if (t0) t0->record(*streams_[static_cast<std::size_t>(plan_->lane[i])]);
     run_kernel(i);
+    if (t0) dev_end_[i]->record(*streams_[static_cast<std::size_t>(plan_->lane[i])]);
   } catch (...) {
     record_error(i);
     return;

@@ -75,6 +75,25 @@ CudaContext& cuda_context(int device) {
   return *c;
 }
 
+std::unique_ptr<Stream> new_cuda_stream(int device) {
+  cuda_context(device);  // the device check
+  return std::make_unique<CudaStream>(device);
+}
+
+Allocator& pinned_allocator() { return pinned_host_allocator(); }
+
+std::unique_ptr<Event> new_cuda_timing_event(int device) {
+  cuda_context(device);  // the device check
+  return std::make_unique<CudaEvent>(device, /*timing=*/true);
+}
+
+double cuda_elapsed_ms(const Event& start, const Event& end) {
+  const auto* s = dynamic_cast<const CudaEvent*>(&start);
+  const auto* e = dynamic_cast<const CudaEvent*>(&end);
+  if (!s || !e) throw_error(ErrorKind::InvalidArgument, "timing between events that are not CUDA events");
+  return e->elapsed_ms(*s);
+}
+
 void copy_host_to_device(void* dst, const void* src, std::size_t bytes, CudaStream& stream) {
   if (!bytes) return;
   check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream.handle()),
@@ -93,26 +112,44 @@ void copy_device_to_device(void* dst, const void* src, std::size_t bytes, CudaSt
              "copying device to device");
 }
 
+namespace {
+bool host_place(Place p) { return p.kind == PlaceKind::Cpu || p.kind == PlaceKind::HostStream; }
+}  // namespace
+
+void copy_between_places(void* dst, Place dst_place, const void* src, Place src_place,
+                         std::size_t bytes, Stream* stream) {
+  const bool dst_host = host_place(dst_place), src_host = host_place(src_place);
+  if (!(dst_host || dst_place.kind == PlaceKind::Cuda) ||
+      !(src_host || src_place.kind == PlaceKind::Cuda))
+    throw_error(ErrorKind::InvalidArgument, "cannot copy from ", src_place.to_string(), " to ",
+                dst_place.to_string());
+  if (!bytes) return;
+  if (dst_host && src_host) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  const int device = dst_host ? src_place.device : dst_place.device;
+  auto* cuda_stream = dynamic_cast<CudaStream*>(stream);
+  CudaStream& on = cuda_stream ? *cuda_stream : cuda_context(device).compute_stream();
+  select(on.device());
+  const auto kind = src_host   ? cudaMemcpyHostToDevice
+                    : dst_host ? cudaMemcpyDeviceToHost
+                               : cudaMemcpyDeviceToDevice;
+  check_cuda(cudaMemcpyAsync(dst, src, bytes, kind, on.handle()),
+             ("copying " + std::to_string(bytes) + " bytes from " + src_place.to_string() +
+              " to " + dst_place.to_string())
+                 .c_str());
+  if (!cuda_stream) on.synchronize();
+}
+
 Tensor copy_to_place(const Tensor& t, Place place) {
   const Place from = t.place();
-  auto host = [](Place p) { return p.kind == PlaceKind::Cpu || p.kind == PlaceKind::HostStream; };
-  if (!(host(from) || from.kind == PlaceKind::Cuda) || !(host(place) || place.kind == PlaceKind::Cuda))
+  if (!(host_place(from) || from.kind == PlaceKind::Cuda) ||
+      !(host_place(place) || place.kind == PlaceKind::Cuda))
     throw_error(ErrorKind::InvalidArgument, "cannot copy a tensor from ", from.to_string(), " to ",
                 place.to_string());
-  Tensor out = Tensor::empty(t.dims(), t.dtype(), host(place) ? Place::cpu() : place);
-  if (!t.bytes()) return out;
-  const int device = place.kind == PlaceKind::Cuda ? place.device : from.device;
-  if (host(from) && host(place)) {
-    std::memcpy(out.raw_data(), t.raw_data(), t.bytes());
-    return out;
-  }
-  CudaStream& stream = cuda_context(device).compute_stream();
-  const auto kind = host(from) ? cudaMemcpyHostToDevice
-                    : host(place) ? cudaMemcpyDeviceToHost
-                                  : cudaMemcpyDeviceToDevice;
-  check_cuda(cudaMemcpyAsync(out.raw_data(), t.raw_data(), t.bytes(), kind, stream.handle()),
-             "copying a tensor between places");
-  stream.synchronize();
+  Tensor out = Tensor::empty(t.dims(), t.dtype(), host_place(place) ? Place::cpu() : place);
+  copy_between_places(out.raw_data(), out.place(), t.raw_data(), from, t.bytes(), nullptr);
   return out;
 }
 

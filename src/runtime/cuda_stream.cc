@@ -94,9 +94,16 @@ bool CudaStream::query() const {
 
 std::unique_ptr<Event> CudaStream::create_event() const { return std::make_unique<CudaEvent>(device_); }
 
-CudaEvent::CudaEvent(int device) : device_(device) {
+CudaEvent::CudaEvent(int device, bool timing) : device_(device) {
   use_device(device);
-  check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "creating a CUDA event");
+  check_cuda(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming),
+             "creating a CUDA event");
+}
+
+double CudaEvent::elapsed_ms(const CudaEvent& start) const {
+  float ms = 0;
+  check_cuda(cudaEventElapsedTime(&ms, start.event_, event_), "timing between CUDA events");
+  return ms;
 }
 
 CudaEvent::~CudaEvent() {

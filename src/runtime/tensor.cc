@@ -55,6 +55,8 @@ std::size_t checked_bytes(const Dims& dims, DataType dtype, const char* who) {
 
 }  // namespace
 
+Allocator& allocator_for(Place place) { return *default_allocator(place); }
+
 Tensor Tensor::empty(const Dims& dims, DataType dtype, Place place, Allocator* allocator) {
   const std::size_t bytes = checked_bytes(dims, dtype, "Tensor::empty");
   if (!allocator) allocator = default_allocator(place);
@@ -150,7 +152,8 @@ Tensor Tensor::clone() const {
   require_initialized("clone()");
   Allocator* allocator = buffer_->allocator();
   Tensor t = empty(dims_, dtype_, place_, allocator ? allocator : nullptr);
-  if (bytes()) std::memcpy(t.raw_data(), raw_data(), bytes());
+  if (place_.kind == PlaceKind::Cuda) copy_between_places(t.raw_data(), place_, raw_data(), place_, bytes());
+  else if (bytes()) std::memcpy(t.raw_data(), raw_data(), bytes());
   return t;
 }
 

@@ -8,9 +8,11 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "exec/exec_test_util.h"
+#include "kiln/runtime/cuda_context.h"
 
 using namespace kiln;
 using namespace kiln_exec_test;
@@ -93,4 +95,51 @@ TEST_CASE("to_dot lists every instruction and every edge once", "[exec]") {
   }
   CHECK(listed == want);
   CHECK(!want.empty());
+}
+
+TEST_CASE("profile on a CUDA device: copies on the h2d stream overlap compute in the trace, one "
+          "row per stream",
+          "[cuda][trace]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: the [cuda] trace check is skipped");
+    return;
+  }
+  // b is copied first; the relu chain on it runs while a's copy goes on.
+  constexpr std::int64_t n = 1 << 22;
+  Program p;
+  Builder b(p);
+  Value a = b.create<DataOp>("a", std::vector<std::int64_t>{n}).result();
+  Value v = b.create<DataOp>("b", std::vector<std::int64_t>{n}).result();
+  for (int i = 0; i < 20; ++i) v = b.create<ReluOp>(b.create<ExpOp>(v).result()).result();
+  Value out = b.create<AddOp>(v, a).result();
+  ExecutionOptions o;
+  o.num_threads = 1;
+  o.profile = true;
+  Scope scope;
+  InterpreterCore core(p, scope, {"a", "b"}, {out}, o);
+  std::vector<Tensor> feeds{Tensor::zeros(Dims({n}), DataType::Float32),
+                            Tensor::zeros(Dims({n}), DataType::Float32)};
+  core.run(feeds);
+  core.run(feeds);
+  const auto trace = nlohmann::json::parse(core.chrome_trace());
+  std::map<std::int64_t, std::string> rows;  // tid → "stream cuda:0/h2d"
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "M") rows[e["tid"].get<std::int64_t>()] = e["args"]["name"];
+  double copy_begin = -1, copy_end = -1;
+  std::vector<std::pair<double, double>> compute;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const std::string row = rows[e["tid"].get<std::int64_t>()];
+    const double t0 = e["ts"], t1 = t0 + e["dur"].get<double>();
+    if (row == "stream cuda:0/h2d" && e["args"]["instruction"] != 0) {
+      copy_begin = t0;
+      copy_end = t1;
+    }
+    if (row == "stream cuda:0") compute.emplace_back(t0, t1);
+  }
+  REQUIRE(copy_end > copy_begin);
+  REQUIRE(!compute.empty());
+  bool overlap = false;
+  for (auto [t0, t1] : compute) overlap = overlap || (t0 < copy_end && t1 > copy_begin);
+  CHECK(overlap);
 }

@@ -74,6 +74,14 @@ struct ExecutionOptions {
   // (counted at recycle_bytes per eligible temporary); 0 frees everything.
   std::size_t recycle_bytes = 4096;
   std::size_t recycle_budget = std::size_t{1} << 20;
+  // A cuda place: capture the program's device work as a CUDA graph on its
+  // second run and replay it from then on (a launch per run instead of one
+  // per kernel). A program with work on the host (ops without a device
+  // kernel, kiln.fetch ops) or random ops is not captured, nor is one whose
+  // capture fails (a kernel that waits on the host): it runs with a launch
+  // per kernel, and says why once (kiln/support/warning.h). Feeds of a new
+  // shape capture again; after 3 captures the plan stops capturing.
+  bool cuda_graph = false;
   // Record per-instruction times (chrome_trace()).
   bool profile = false;
   // Values (of the program given to the core) never freed.

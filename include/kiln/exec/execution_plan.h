@@ -60,6 +60,11 @@ struct PlanInstruction {
   std::vector<std::uint32_t> reads, writes;  // slots, in kernel input/output order
   std::uint8_t order = 0;         // OrderFlags (dependency_builder.h)
   Lane lane = Lane::host();
+  // Where its kernel runs: its context's place and allocator. A copy between
+  // places runs at its destination; `pinned`: its output goes to page-locked
+  // host memory (a device-to-host copy, so the copy is truly asynchronous).
+  Place place = Place::cpu();
+  bool pinned = false;
   bool calls_blas = false;        // its kernel runs GEMMs (the thread plan's concern)
   // Bit k: output k is read by no instruction and fetched by no target, so
   // its kernel may leave it uncomputed (KernelContext::output_unused).
@@ -110,11 +115,22 @@ struct ExecutionPlan {
   // keeps a buffer of at most recycle_max[s] bytes as the variable's spare
   // for the next run (0: frees it).
   std::vector<std::uint32_t> recycle_max;
+  // Stream-safe GC (seed 001 §4.2): before GC frees slot s, its buffer is
+  // recorded on the streams record[record_off[s] .. record_off[s+1]) — every
+  // stream but its allocating one (a cuda place's compute stream) whose work
+  // touched it — so a device block goes back to the cache only once that
+  // work is done. Empty unless the plan has device streams.
+  std::vector<std::uint32_t> record_off, record;
 
   // Streams (all empty for a host-only program). lane[i]: -1 host, else the
   // stream index; records_event[i]: an event is recorded after i's launch;
   // i waits on the events of wait[wait_off[i] .. wait_off[i+1]).
+  // stream_places[k]: the place of stream k (host_stream:k, or cuda:N for
+  // the device's compute stream "cuda:N", its copy streams "cuda:N/h2d" and
+  // "cuda:N/d2h", and any stream an execution_stream attribute names in a
+  // cuda program).
   std::vector<std::string> stream_names;
+  std::vector<Place> stream_places;
   std::vector<std::int16_t> lane;
   std::vector<std::uint8_t> records_event;
   std::vector<std::uint32_t> wait_off, wait;

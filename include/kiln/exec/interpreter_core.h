@@ -51,6 +51,11 @@ class FeedPointers {
   std::size_t n_;
 };
 
+// kiln::Error when kernels cannot run at `place` in this process: a place
+// kiln has no backend for (Unimplemented: cuda in a build without CUDA), or
+// a cuda place whose device is absent (InvalidArgument naming it).
+void require_place_runs(Place place);
+
 class InterpreterCore {
  public:
   // Pre-analyses `program` for these feed names (data ops) and fetch

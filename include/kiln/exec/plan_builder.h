@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -39,28 +40,37 @@ class PlanBuilder {
   void build_dependencies();
   void analyze_streams();
   void plan_gc();
+  void plan_stream_records();
   void plan_buffers();
   void summarize_for_thread_plan();
 
   // add_instructions(), per op kind.
   void add_parameter_op(Operation* op);
   void add_data_op(Operation* op);
-  void add_set_parameter_op(Operation* op, std::uint32_t index, Lane lane);
-  void add_fetch_op(Operation* op, std::uint32_t index, Lane lane);
-  void add_kernel_op(Operation* op, std::uint32_t index, Lane lane);
+  void add_set_parameter_op(Operation* op, std::uint32_t index);
+  void add_fetch_op(Operation* op, std::uint32_t index);
+  void add_kernel_op(Operation* op, std::uint32_t index);
   void add_control_flow_op(Operation* op, std::uint32_t index, Lane lane);
   // Region plans: block arguments → Argument slots; kiln.yield → fetches.
   void bind_block_arguments();
   void plan_yield();
-  const KernelInfo& choose_kernel(Operation* op, std::uint32_t index) const;
+  struct KernelChoice {
+    const KernelInfo* kernel;
+    Place place;  // where it runs: the plan's place, or the CPU in a device program
+  };
+  KernelChoice choose_kernel(Operation* op, std::uint32_t index);
 
   // Helpers.
   std::uint32_t new_slot(SlotKind kind, Place place, bool persistent, std::string name = {});
   std::uint32_t parameter_slot(const std::string& name);
-  std::uint32_t operand_slot(Operation* op, std::uint32_t operand, Lane lane);
+  std::uint32_t operand_slot(Operation* op, std::uint32_t operand, Place place, Lane lane);
+  std::uint32_t slot_at(std::uint32_t slot, Place place, Operation* op, Lane lane);
+  void add_transfer(std::uint32_t from, std::uint32_t to, Operation* op, Lane lane);
   void add_instruction(PlanInstruction in);
-  Lane op_lane(Operation* op, std::uint32_t index);
-  Lane stream_lane(const std::string& name, Operation* op, std::uint32_t index);
+  Place host_place() const;
+  Lane op_lane(Operation* op, std::uint32_t index, Place place);
+  Lane stream_lane(const std::string& name, Place place, Operation* op = nullptr,
+                   std::uint32_t index = kNoIndex);
   Value clone_of(Value source) const;
 
   ExecutionPlan& plan() { return *plan_; }
@@ -80,6 +90,7 @@ class PlanBuilder {
   std::unordered_map<Operation*, std::uint32_t> fetch_op_slot_;             // kiln.fetch op → its result
   std::unordered_map<std::string, std::uint32_t> parameter_slots_;
   std::unordered_map<std::uint64_t, std::uint32_t> transfers_;  // (slot, place) → copy's slot
+  std::set<std::string> cpu_fallback_;  // ops a device program runs on the CPU
   std::unordered_map<std::string, std::int16_t> stream_index_;
   // Region plans of kiln.while bodies: the Argument slots of carried values
   // (the runner's own variables, not the parent's).

@@ -28,6 +28,7 @@
 #include "kiln/exec/cost_model.h"
 #include "kiln/exec/execution_plan.h"
 #include "kiln/exec/work_queue.h"
+#include "kiln/runtime/cuda_graph.h"
 #include "kiln/runtime/host_stream.h"
 #include "kiln/runtime/scope.h"
 
@@ -92,7 +93,17 @@ class RunState {
   void allocate_counters();
   void create_streams();
   void reset_counters();
+  void begin_run(const RunConfig& config);
+  void run_launches(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
+                    std::span<Tensor> results);
   void finish_run(std::size_t num_feeds, std::span<Tensor> results);
+  // CUDA graph mode (run_state_graph.cc).
+  struct GraphMode;
+  std::string graph_blocker() const;
+  void run_graph(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
+                 std::span<Tensor> results);
+  bool capture(std::span<Tensor* const> feeds, const RunConfig& config);
+  void graph_off(const std::string& why);
   [[noreturn]] void rethrow_error();
   [[noreturn]] void rethrow_region_error();
   void append_trace_events(std::ostream& os, std::int64_t t0, const std::string& path,
@@ -115,6 +126,7 @@ class RunState {
   void record_error(std::uint32_t i) noexcept;
   void synchronize_streams();
   void collect_garbage(std::uint32_t i);
+  void record_streams(std::uint32_t slot);
   void hand_out(std::uint32_t i);
   void finish_task();
   static void task_entry(void* state, std::uint32_t i);
@@ -141,8 +153,17 @@ class RunState {
 
   // Streams of this state (the plan's stream names) and the events recorded
   // after the instructions that have event or sync successors.
-  std::vector<std::unique_ptr<HostStream>> streams_;
+  // streams_[k] is stream k of the plan: a host stream of this state's own,
+  // or a CUDA stream (the device context's compute and copy streams, or one
+  // of this state's own for a named stream).
+  std::vector<Stream*> streams_;
+  std::vector<std::unique_ptr<Stream>> owned_streams_;
   std::vector<std::unique_ptr<Event>> out_event_;
+
+  // CUDA graph mode: null unless the plan asks for it and can be captured.
+  std::unique_ptr<GraphMode> graph_;
+  // Set while a captured graph holds the temporaries' buffers: GC frees nothing.
+  bool keep_temporaries_ = false;
 
   // This run.
   RunConfig config_;
@@ -163,6 +184,29 @@ class RunState {
   // Profiling (one entry per instruction, last profiled run).
   std::vector<std::int64_t> t_start_, t_end_;
   std::vector<std::uint32_t> t_thread_;
+  // Profiling on CUDA streams: timing events around each kernel, read after
+  // the run against one recorded at its start (so the trace shows device
+  // time, one row per stream, and copies overlapping compute).
+  std::vector<std::unique_ptr<Event>> dev_start_, dev_end_;
+  std::unique_ptr<Event> dev_base_;
+  std::size_t dev_base_stream_ = 0;
+  std::int64_t dev_base_host_ns_ = 0;
+  void create_device_timers();
+  void read_device_times();
+};
+
+// CUDA graph mode's state: the first run launches kernels (lazy set-up such
+// as cuBLAS handles and the allocator's first blocks happens outside any
+// capture), the second captures, later ones replay. The captured copies
+// read the feeds from page-locked buffers of this state's (each run's feeds
+// are copied in) and the fetches land in page-locked buffers, copied out.
+struct RunState::GraphMode {
+  enum class Stage : std::uint8_t { Warmup, Capture, Replay };
+  Stage stage = Stage::Warmup;
+  CudaGraph graph;
+  std::vector<Tensor> staged;  // per feed
+  int captures = 0;
+  static constexpr int kMaxCaptures = 3;
 };
 
 }  // namespace kiln

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 #include "kiln/runtime/cuda_allocator.h"
 #include "kiln/runtime/cuda_stream.h"
@@ -53,6 +54,30 @@ void copy_host_to_device(void* device_dst, const void* host_src, std::size_t byt
 void copy_device_to_host(void* host_dst, const void* device_src, std::size_t bytes,
                          CudaStream& stream);
 void copy_device_to_device(void* dst, const void* src, std::size_t bytes, CudaStream& stream);
+
+// A new stream on cuda:`device` (a CudaStream, for streams an executor
+// creates beside the context's own). Errors as cuda_context's.
+std::unique_ptr<Stream> new_cuda_stream(int device);
+
+// A CUDA event that keeps a device timestamp, for profiling; and the
+// milliseconds from `start` to `end` (two such events that completed).
+// Errors as cuda_context's.
+std::unique_ptr<Event> new_cuda_timing_event(int device);
+double cuda_elapsed_ms(const Event& start, const Event& end);
+
+// Page-locked host memory (pinned_host_allocator()) for device-to-host
+// copies; cpu_allocator() in a build without CUDA.
+Allocator& pinned_allocator();
+
+// Copies `bytes` from `src` on `src_place` to `dst` on `dst_place`. Between
+// host places (cpu, host_stream) a memcpy, done when it returns. With a
+// cuda place on either side, an asynchronous copy ordered on `stream` when
+// it is a CudaStream (the executor's copy and compute streams), or on the
+// device's compute stream and waited for when `stream` is null. kiln::Error
+// naming both places for any other pair, or for a cuda place in a build
+// without CUDA (Unimplemented).
+void copy_between_places(void* dst, Place dst_place, const void* src, Place src_place,
+                         std::size_t bytes, Stream* stream = nullptr);
 
 // t's values in a new tensor on `place` (the CPU or a CUDA device), copied
 // on the device's compute stream and waited for. kiln::Error naming the

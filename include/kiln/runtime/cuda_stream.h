@@ -66,7 +66,9 @@ class CudaStream final : public Stream {
 
 class CudaEvent final : public Event {
  public:
-  explicit CudaEvent(int device = 0);
+  // `timing`: the event keeps a device timestamp (elapsed_ms); events for
+  // ordering alone skip it, which makes recording them cheaper.
+  explicit CudaEvent(int device = 0, bool timing = false);
   ~CudaEvent() override;
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
@@ -77,6 +79,9 @@ class CudaEvent final : public Event {
   void synchronize() const override;
 
   CudaEventHandle handle() const noexcept { return event_; }
+  // Milliseconds of device time from `start` to this event, both timing
+  // events of one device that completed (synchronize() first).
+  double elapsed_ms(const CudaEvent& start) const;
 
  private:
   int device_;

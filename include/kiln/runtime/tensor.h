@@ -21,15 +21,21 @@
 
 namespace kiln {
 
+// The allocator a tensor on `place` gets by default: cpu_allocator() for cpu
+// and host_stream places, the device's caching allocator for cuda:N (errors
+// as Tensor::empty's).
+Allocator& allocator_for(Place place);
+
 class Tensor {
  public:
   // Uninitialized: no buffer, rank 0, DataType::Undefined.
   Tensor() = default;
 
-  // Uninitialized contents. `allocator` defaults to the place's: cpu_allocator()
-  // for cpu and host_stream places. kiln::Error (InvalidArgument) for negative
-  // dims, an undefined dtype, or a size beyond the allocator's maximum;
-  // (Unimplemented) for a cuda place.
+  // Uninitialized contents. `allocator` defaults to the place's
+  // (allocator_for). kiln::Error (InvalidArgument) for negative dims, an
+  // undefined dtype, a size beyond the allocator's maximum, or a cuda place
+  // without such a device; (Unimplemented) for a cuda place in a build
+  // without CUDA.
   static Tensor empty(const Dims& dims, DataType dtype, Place place = Place::cpu(),
                       Allocator* allocator = nullptr);
   // Like empty(), every byte zero.

@@ -1,0 +1,104 @@
+// CUDA graph mode (ExecutionOptions::cuda_graph): what it refuses and how it
+// says so, and that replays give what launches give. The refusals that need
+// no device run everywhere; the rest are [cuda] and skip without one.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "exec/exec_test_util.h"
+#include "kiln/runtime/cuda_context.h"
+#include "kiln/support/warning.h"
+
+using namespace kiln;
+using namespace kiln_exec_test;
+
+namespace {
+
+struct Warnings {
+  Warnings() {
+    previous = set_warning_handler([this](std::string_view m) { seen.emplace_back(m); });
+  }
+  ~Warnings() { set_warning_handler(previous); }
+  std::vector<std::string> seen;
+  WarningHandler previous;
+};
+
+}  // namespace
+
+TEST_CASE("asking for CUDA graph mode on the CPU runs the program as usual and says why once",
+          "[exec][graph]") {
+  Program p;
+  Builder b(p);
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{3});
+  auto r = b.create<ReluOp>(x.result());
+  ExecutionOptions o;
+  o.num_threads = 1;
+  o.cuda_graph = true;
+  Warnings warnings;
+  Executor exe(Place::cpu(), o);
+  for (int run = 0; run < 4; ++run) {
+    FeedMap feed{{"x", Tensor::from_vector<float>(Dims({3}), {-1.f, 2.f, float(run)})}};
+    CHECK(exe.run(p, feed, {r.result()})[0].to_vector<float>() ==
+          std::vector<float>{0.f, 2.f, float(run)});
+  }
+  REQUIRE(warnings.seen.size() == 1);
+  CHECK_THAT(warnings.seen[0], Catch::Contains("CUDA graph mode is off") &&
+                                   Catch::Contains("runs on cpu, not on a CUDA device"));
+}
+
+TEST_CASE("a device program with an op on the host is not captured, and the warning names the op",
+          "[cuda][graph]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: the [cuda] graph checks are skipped");
+    return;
+  }
+  Program p;
+  Builder b(p);
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{3});
+  auto r = b.create<ReluOp>(x.result());
+  auto id = b.create<IdentityOp>(r.result());  // CPU kernel alone
+  ExecutionOptions o;
+  o.num_threads = 1;
+  o.cuda_graph = true;
+  Warnings warnings;
+  Executor exe(Place::cuda(0), o);
+  for (int run = 0; run < 3; ++run) {
+    FeedMap feed{{"x", Tensor::from_vector<float>(Dims({3}), {-1.f, 2.f, float(run)})}};
+    CHECK(exe.run(p, feed, {id.result()})[0].to_vector<float>() ==
+          std::vector<float>{0.f, 2.f, float(run)});
+  }
+  bool named = false;
+  for (const std::string& w : warnings.seen)
+    named = named || (w.find("CUDA graph mode is off") != std::string::npos &&
+                      w.find("runs on the host") != std::string::npos);
+  CHECK(named);
+}
+
+TEST_CASE("a captured program replays with each run's feeds and recaptures for a new shape",
+          "[cuda][graph]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: the [cuda] graph checks are skipped");
+    return;
+  }
+  Program p;
+  Builder b(p);
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{-1});
+  auto r = b.create<ReluOp>(x.result());
+  auto e = b.create<ExpOp>(r.result());
+  ExecutionOptions o;
+  o.num_threads = 1;
+  o.cuda_graph = true;
+  Warnings warnings;
+  Executor exe(Place::cuda(0), o);
+  for (int run = 0; run < 6; ++run) {
+    const std::int64_t n = run < 4 ? 3 : 5;
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) v[std::size_t(i)] = float(run) - float(i);
+    FeedMap feed{{"x", Tensor::from_vector<float>(Dims({n}), v)}};
+    auto got = exe.run(p, feed, {e.result()})[0].to_vector<float>();
+    REQUIRE(got.size() == v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) CHECK(got[i] == Approx(std::exp(std::max(0.f, v[i]))));
+  }
+  CHECK(warnings.seen.empty());
+}
