@@ -40,6 +40,7 @@
 
 #include <cblas.h>
 
+#include "bench_models.h"
 #include "bench_util.h"
 
 #include "kiln/dialect/kiln_dialect.h"
@@ -49,62 +50,6 @@
 #include "kiln/kernel/blas.h"
 
 namespace bench {
-
-// ---- models, built as a user builds them ----
-
-struct Model {
-  kiln::Program main, startup;
-  kiln::Value loss;
-  kiln::FeedMap feeds;  // made once, outside the timed loops
-};
-
-// The seed's program: x[16,16] → Linear(16,1) → MSE vs label[16,1], Adam.
-std::unique_ptr<Model> seed_model() {
-  auto m = std::make_unique<Model>();
-  {
-    kiln::ProgramGuard guard(m->main, m->startup);
-    auto x = kiln::data("x", {16, 16});
-    auto label = kiln::data("label", {16, 1});
-    auto out = kiln::nn::Linear(16, 1)(x);
-    m->loss = kiln::nn::MSELoss()(out, label);
-    kiln::optim::Adam(/*learning_rate=*/1e-3).minimize(m->loss);
-  }
-  std::mt19937 rng(1);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> xs(16 * 16), ys(16);
-  for (auto& v : xs) v = normal(rng);
-  for (auto& v : ys) v = normal(rng);
-  m->feeds = {{"x", kiln::Tensor::from_vector<float>({16, 16}, xs)},
-              {"label", kiln::Tensor::from_vector<float>({16, 1}, ys)}};
-  return m;
-}
-
-constexpr std::int64_t kFeatures = 784, kHidden = 512, kClasses = 10;
-
-// 784-512-512-10, ReLU, CrossEntropyLoss (int64 labels), Adam.
-std::unique_ptr<Model> mlp_model(std::int64_t batch) {
-  auto m = std::make_unique<Model>();
-  {
-    kiln::ProgramGuard guard(m->main, m->startup);
-    auto x = kiln::data("x", {-1, kFeatures});
-    kiln::nn::Linear fc1(kFeatures, kHidden), fc2(kHidden, kHidden), fc3(kHidden, kClasses);
-    kiln::nn::ReLU relu;
-    auto logits = fc3(relu(fc2(relu(fc1(x)))));
-    auto label = kiln::data("label", {-1}, kiln::DataType::Int64);
-    m->loss = kiln::nn::CrossEntropyLoss()(logits, label);
-    kiln::optim::Adam(/*learning_rate=*/1e-3).minimize(m->loss);
-  }
-  std::mt19937 rng(2);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<std::int64_t> pick(0, kClasses - 1);
-  std::vector<float> xs(static_cast<std::size_t>(batch * kFeatures));
-  std::vector<std::int64_t> ys(static_cast<std::size_t>(batch));
-  for (auto& v : xs) v = normal(rng);
-  for (auto& v : ys) v = pick(rng);
-  m->feeds = {{"x", kiln::Tensor::from_vector<float>({batch, kFeatures}, xs)},
-              {"label", kiln::Tensor::from_vector<std::int64_t>({batch}, ys)}};
-  return m;
-}
 
 // ---- step time ----
 

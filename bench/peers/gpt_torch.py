@@ -32,7 +32,7 @@ import sys
 import time
 
 FILTER = sys.argv[1] if len(sys.argv) > 1 else ""
-if FILTER not in ("", "models", "model", "model.gpt"):
+if __name__ == "__main__" and FILTER not in ("", "models", "model", "model.gpt"):
     sys.exit(0)
 
 import torch  # noqa: E402

@@ -1,0 +1,141 @@
+// CUDA benchmarks (`./run bench cuda`, on a machine with a CUDA device; on
+// one without, a # line says so and nothing is measured):
+//   BENCH cuda.op_overhead         µs per op: a chain of 1000 relu on 256
+//                                  floats run by the Executor, minus the same
+//                                  kernels launched back to back in a loop
+//   BENCH cuda.seed.step           µs: the seed model's training step, a
+//                                  launch per kernel
+//   BENCH cuda.seed.graph.step     µs: the same step replayed as a CUDA graph
+//   BENCH cuda.graph.speedup       ratio step ÷ graph.step
+//   BENCH cuda.mlp256.step         ms: the 784-512-512-10 MLP at batch 256
+//   BENCH cuda.gpt.step            ms: the small GPT, batch 16, seq 64
+// Each is the median of several repetitions after warm-up; the PyTorch peer
+// (bench/peers/cuda_torch.py) prints cuda.*.torch.step in the same run and
+// ./run prints the ratios. A # line lists the ops each model runs on the
+// CPU (no CUDA kernel yet), which its step time includes.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench_models.h"
+#include "bench_util.h"
+#include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/cuda_context.h"
+#include "kiln/support/warning.h"
+
+namespace bench {
+namespace {
+
+constexpr int kChain = 1000;
+constexpr std::int64_t kChainWidth = 256;
+
+// The Executor's run of `chain` relus, µs per op.
+double executor_chain_us(int reps) {
+  kiln::Program p;
+  kiln::Value v;
+  {
+    kiln::Builder b(p);
+    v = b.create<kiln::DataOp>("x", std::vector<std::int64_t>{kChainWidth}).result();
+    for (int i = 0; i < kChain; ++i) v = b.create<kiln::ReluOp>(v).result();
+  }
+  kiln::Executor exe(kiln::Place::cuda(0), {.num_threads = 1});
+  kiln::FeedMap feed{{"x", kiln::Tensor::zeros({kChainWidth}, kiln::DataType::Float32)}};
+  const std::vector<kiln::FetchTarget> fetch{v};
+  std::vector<kiln::Tensor> out(1);
+  for (int i = 0; i < 20; ++i) exe.run(p, feed, fetch, out);
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) t.push_back(time_ns([&] { exe.run(p, feed, fetch, out); }));
+  return median(t) / 1e3 / kChain;
+}
+
+// The same relu kernel launched kChain times on the compute stream (two
+// buffers, ping-pong), then one synchronisation: µs per launch.
+double plain_loop_us(int reps) {
+  kiln::Program p;
+  kiln::Builder b(p);
+  auto x = b.create<kiln::DataOp>("x", std::vector<std::int64_t>{kChainWidth});
+  auto relu = b.create<kiln::ReluOp>(x.result());
+  kiln::CudaContext& cuda = kiln::cuda_context(0);
+  const kiln::KernelInfo& k = kiln::KernelRegistry::instance().get(
+      *relu.operation(), kiln::PlaceKind::Cuda, kiln::DataType::Float32);
+  kiln::Variable a, c;
+  a.get_mutable<kiln::Tensor>() =
+      kiln::copy_to_place(kiln::Tensor::zeros({kChainWidth}, kiln::DataType::Float32),
+                          kiln::Place::cuda(0));
+  kiln::Variable* ab[] = {&a, &c};
+  kiln::Variable* ba[] = {&c, &a};
+  kiln::KernelContext fwd(relu.operation(), ab, 1, ab + 1, 1, nullptr, kiln::Place::cuda(0),
+                          &cuda.allocator());
+  kiln::KernelContext back(relu.operation(), ba, 1, ba + 1, 1, nullptr, kiln::Place::cuda(0),
+                           &cuda.allocator());
+  fwd.set_stream(&cuda.compute_stream());
+  back.set_stream(&cuda.compute_stream());
+  auto loop = [&] {
+    for (int i = 0; i < kChain; i += 2) {
+      k.fn(fwd);
+      k.fn(back);
+    }
+    cuda.compute_stream().synchronize();
+  };
+  for (int i = 0; i < 20; ++i) loop();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) t.push_back(time_ns(loop));
+  return median(t) / 1e3 / kChain;
+}
+
+// µs per training step of `m` on cuda:0, launches or a CUDA graph.
+double step_us(Model& m, bool graph, int steps, int reps) {
+  kiln::ExecutionOptions o;
+  o.num_threads = 1;
+  o.cuda_graph = graph;
+  kiln::Executor exe(kiln::Place::cuda(0), o);
+  exe.run(m.startup);
+  const std::vector<kiln::FetchTarget> fetch{m.loss};
+  std::vector<kiln::Tensor> out(1);
+  for (int i = 0; i < 10; ++i) exe.run(m.main, m.feeds, fetch, out);
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r)
+    t.push_back(time_ns([&] {
+                  for (int i = 0; i < steps; ++i) exe.run(m.main, m.feeds, fetch, out);
+                }) /
+                steps);
+  return median(t) / 1e3;
+}
+
+}  // namespace
+}  // namespace bench
+
+int main(int argc, char** argv) {
+  using namespace bench;
+  const std::string filter = argc > 1 ? argv[1] : "";
+  if (!filter.empty() && filter.rfind("cuda", 0) != 0) return 0;
+  if (kiln::cuda_device_count() == 0) {
+    std::printf("# cuda benchmarks skipped: %s\n",
+                kiln::built_with_cuda() ? "no CUDA device" : "kiln was built without CUDA");
+    return 0;
+  }
+  // The ops each model runs on the CPU, as the plan's warning names them.
+  kiln::set_warning_handler([](std::string_view m) {
+    std::printf("# %.*s\n", static_cast<int>(m.size()), m.data());
+  });
+  const double chain = executor_chain_us(15), loop = plain_loop_us(15);
+  emit("cuda.op_overhead", chain - loop, "us");
+  emit("cuda.op_overhead.executor", chain, "us");
+  emit("cuda.op_overhead.loop", loop, "us");
+  {
+    auto m = seed_model();
+    const double launches = step_us(*m, false, 200, 9), graph = step_us(*m, true, 200, 9);
+    emit("cuda.seed.step", launches, "us");
+    emit("cuda.seed.graph.step", graph, "us");
+    emit("cuda.graph.speedup", launches / graph, "ratio");
+  }
+  {
+    auto m = mlp_model(256);
+    emit("cuda.mlp256.step", step_us(*m, false, 50, 9) / 1e3, "ms");
+  }
+  {
+    auto m = gpt_model();
+    emit("cuda.gpt.step", step_us(*m, false, 20, 9) / 1e3, "ms");
+  }
+  return 0;
+}

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""PyTorch-eager peer of bench/cuda_bench.cc (`./run bench cuda`), on CUDA.
+
+The same models, shapes, losses and optimizers as kiln's cuda.* figures:
+  seed    x[16,16] -> Linear(16,1) -> MSE vs label[16,1], Adam(1e-3)
+  mlp256  784-512-512-10 ReLU MLP, batch 256, cross-entropy, Adam(1e-3)
+  gpt     the GPT of gpt_torch.py (its GPT class, the fastest of its
+          variants), batch 16, seq 64, AdamW(3e-4, weight decay 0.01)
+each fed one fixed batch (on the device) every step. A step ends with
+torch.cuda.synchronize() (kiln's step ends with the loss on the host). Prints
+  BENCH cuda.<model>.torch.step <value> us|ms   median of 9 repetitions
+Nothing without a CUDA device (a # line says so).
+Usage: cuda_torch.py [filter]  (runs for "" and names starting with "cuda")
+"""
+import statistics
+import sys
+import time
+
+FILTER = sys.argv[1] if len(sys.argv) > 1 else ""
+if FILTER and not FILTER.startswith("cuda"):
+    sys.exit(0)
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+if not torch.cuda.is_available():
+    print("# cuda_torch.py: no CUDA device, nothing measured")
+    sys.exit(0)
+
+import gpt_torch  # noqa: E402  (its filter applies only when run as a script)
+
+DEV = torch.device("cuda")
+
+
+def timed(step, steps, reps=9, warm=10):
+    """Per-step time (s) of each repetition of `steps` steps."""
+    for _ in range(warm):
+        step()
+    torch.cuda.synchronize()
+    t = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        t.append((time.perf_counter() - t0) / steps)
+    return statistics.median(t)
+
+
+def trainer(model, opt, loss_fn, x, y):
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def seed_step():
+    torch.manual_seed(1)
+    model = nn.Linear(16, 1).to(DEV)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(16, 16, device=DEV), torch.randn(16, 1, device=DEV)
+    return trainer(model, opt, F.mse_loss, x, y)
+
+
+def mlp_step(batch):
+    torch.manual_seed(2)
+    model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                          nn.Linear(512, 10)).to(DEV)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(batch, 784, device=DEV)
+    y = torch.randint(0, 10, (batch,), device=DEV)
+    return trainer(model, opt, F.cross_entropy, x, y)
+
+
+def gpt_step(variant):
+    torch.manual_seed(0)
+    model = gpt_torch.GPT(variant).to(DEV).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
+    g = torch.Generator().manual_seed(12)
+    seq = torch.randint(0, gpt_torch.VOCAB, (gpt_torch.BATCH, gpt_torch.SEQ + 1), generator=g)
+    ids = seq[:, :-1].contiguous().to(DEV)
+    label = seq[:, 1:].reshape(-1).contiguous().to(DEV)
+    return trainer(model, opt,
+                   lambda logits, y: F.cross_entropy(logits.reshape(-1, gpt_torch.VOCAB), y),
+                   ids, label)
+
+
+def main():
+    print(f"BENCH cuda.seed.torch.step {timed(seed_step(), 200) * 1e6:.3f} us")
+    print(f"BENCH cuda.mlp256.torch.step {timed(mlp_step(256), 50) * 1e3:.4f} ms")
+    best = None
+    for variant in ("layer", "manual", "sdpa"):
+        try:
+            t = timed(gpt_step(variant), 20)
+        except Exception as e:  # a variant this torch cannot run is left out, said so
+            print(f"# cuda.gpt.torch[{variant}] unavailable: {type(e).__name__}: {e}")
+            continue
+        print(f"# cuda.gpt.torch[{variant}] {t * 1e3:.4f} ms")
+        best = t if best is None else min(best, t)
+    if best is not None:
+        print(f"BENCH cuda.gpt.torch.step {best * 1e3:.4f} ms")
+    print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
