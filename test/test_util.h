@@ -8,8 +8,22 @@
 
 #include "catch.hpp"
 #include "kiln/support/error.h"
+#include "kiln/support/warning.h"
 
 namespace kiln_test {
+
+// The warnings kiln reports while one of these lives (the previous handler
+// is put back after).
+struct CapturedWarnings {
+  CapturedWarnings() {
+    previous = kiln::set_warning_handler([this](std::string_view m) { seen.emplace_back(m); });
+  }
+  ~CapturedWarnings() { kiln::set_warning_handler(previous); }
+  CapturedWarnings(const CapturedWarnings&) = delete;
+  CapturedWarnings& operator=(const CapturedWarnings&) = delete;
+  std::vector<std::string> seen;
+  kiln::WarningHandler previous;
+};
 
 // Runs `f`; it must throw kiln::Error of `kind` whose message contains each of
 // `parts`. Returns the message (empty when the check failed). `where` (the

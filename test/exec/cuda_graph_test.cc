@@ -8,23 +8,9 @@
 
 #include "exec/exec_test_util.h"
 #include "kiln/runtime/cuda_context.h"
-#include "kiln/support/warning.h"
 
 using namespace kiln;
 using namespace kiln_exec_test;
-
-namespace {
-
-struct Warnings {
-  Warnings() {
-    previous = set_warning_handler([this](std::string_view m) { seen.emplace_back(m); });
-  }
-  ~Warnings() { set_warning_handler(previous); }
-  std::vector<std::string> seen;
-  WarningHandler previous;
-};
-
-}  // namespace
 
 TEST_CASE("asking for CUDA graph mode on the CPU runs the program as usual and says why once",
           "[exec][graph]") {
@@ -35,7 +21,7 @@ TEST_CASE("asking for CUDA graph mode on the CPU runs the program as usual and s
   ExecutionOptions o;
   o.num_threads = 1;
   o.cuda_graph = true;
-  Warnings warnings;
+  kiln_test::CapturedWarnings warnings;
   Executor exe(Place::cpu(), o);
   for (int run = 0; run < 4; ++run) {
     FeedMap feed{{"x", Tensor::from_vector<float>(Dims({3}), {-1.f, 2.f, float(run)})}};
@@ -61,7 +47,7 @@ TEST_CASE("a device program with an op on the host is not captured, and the warn
   ExecutionOptions o;
   o.num_threads = 1;
   o.cuda_graph = true;
-  Warnings warnings;
+  kiln_test::CapturedWarnings warnings;
   Executor exe(Place::cuda(0), o);
   for (int run = 0; run < 3; ++run) {
     FeedMap feed{{"x", Tensor::from_vector<float>(Dims({3}), {-1.f, 2.f, float(run)})}};
@@ -89,7 +75,7 @@ TEST_CASE("a captured program replays with each run's feeds and recaptures for a
   ExecutionOptions o;
   o.num_threads = 1;
   o.cuda_graph = true;
-  Warnings warnings;
+  kiln_test::CapturedWarnings warnings;
   Executor exe(Place::cuda(0), o);
   for (int run = 0; run < 6; ++run) {
     const std::int64_t n = run < 4 ? 3 : 5;

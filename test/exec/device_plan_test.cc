@@ -10,7 +10,6 @@
 #include "exec/exec_test_util.h"
 #include "kiln/exec/plan_builder.h"
 #include "kiln/runtime/cuda_context.h"
-#include "kiln/support/warning.h"
 
 using namespace kiln;
 using namespace kiln_exec_test;
@@ -54,16 +53,6 @@ SuccessorKind edge(const ExecutionPlan& plan, std::uint32_t from, std::uint32_t 
   return successor_kind(plan.instructions[from].lane, plan.instructions[to].lane);
 }
 
-// Captures warnings for the scope of one test.
-struct Warnings {
-  Warnings() {
-    previous = set_warning_handler([this](std::string_view m) { seen.emplace_back(m); });
-  }
-  ~Warnings() { set_warning_handler(previous); }
-  std::vector<std::string> seen;
-  WarningHandler previous;
-};
-
 }  // namespace
 
 TEST_CASE("a device program copies its feed in on the h2d stream, runs on the compute stream and "
@@ -106,7 +95,7 @@ TEST_CASE("an op the device has no kernel for runs on the CPU between copies, an
   auto id = b.create<IdentityOp>(r.result());   // test-only: CPU kernel alone
   auto id2 = b.create<IdentityOp>(id.result());
   auto e = b.create<ExpOp>(id2.result());
-  Warnings warnings;
+  kiln_test::CapturedWarnings warnings;
   auto plan = device_plan(p, {"x"}, {e.result()});
   CHECK(placed(*plan) == std::vector<std::string>{
                              "memcpy cpu->cuda:0@cuda:0 on cuda:0/h2d",
