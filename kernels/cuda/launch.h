@@ -77,6 +77,20 @@ template <typename T>
 void launch_norm_grad(bool rms, const T* x, const T* dy, const T* w, const T* mean, const T* rstd,
                       T* dx, T* dw, T* db, std::int64_t m, std::int64_t n, T inv_n, cudaStream_t s);
 
+// ---- batch_norm (reduce.cu): x as [n, c, s] ----
+
+// Training: the batch's mean (smean), inverse std (sinv) and the running
+// statistics updated in place (scratch: c elements); is_test: smean and
+// sinv from the running statistics. Then y.
+template <typename T>
+void launch_batch_norm(const T* x, const T* scale, const T* bias, T* run_mean, T* run_var, T* smean,
+                       T* sinv, T* y, T* scratch, std::int64_t n, std::int64_t c, std::int64_t s,
+                       T eps, T momentum, bool is_test, cudaStream_t st);
+template <typename T>
+void launch_batch_norm_grad(const T* x, const T* scale, const T* mean, const T* invstd, const T* dy,
+                            T* dx, T* dscale, T* dbias, std::int64_t n, std::int64_t c,
+                            std::int64_t s, bool is_test, cudaStream_t st);
+
 // ---- indices: gather, embedding, their gradients (train.cu) ----
 
 // *pos = the first k in [0, count) with ids[k] outside [0, n) and not

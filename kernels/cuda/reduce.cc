@@ -1,5 +1,5 @@
 // Host halves of the CUDA kernels in reduce.cu (reductions and reduce_as, softmax,
-// cross-entropy, layer_norm / rms_norm, with their gradients): each reads
+// cross-entropy, layer_norm / rms_norm, batch_norm, with their gradients): each reads
 // its op's attributes, checks shapes and labels with the CPU kernels'
 // messages, allocates outputs and launches (launch.h); registered for
 // PlaceKind::Cuda with the dtypes the CPU registers.
@@ -444,6 +444,77 @@ struct RmsNormGradK {
   }
 };
 
+// ---- batch_norm ----
+
+struct Nchw {
+  std::int64_t n = 1, c = 1, s = 1;
+};
+Nchw nchw_of(std::string_view op, const Dims& d) {
+  if (d.rank() < 2)
+    throw_error(ErrorKind::InvalidArgument, "op '", op,
+                "' x must have rank >= 2 ([N, C, ...]), got [", d.to_string(), "]");
+  Nchw r;
+  r.n = d[0];
+  r.c = d[1];
+  for (int i = 2; i < d.rank(); ++i) r.s *= d[i];
+  return r;
+}
+
+template <typename T>
+struct BatchNormK {
+  static void run(KernelContext& ctx) {
+    const std::string_view op = ctx.op()->name();
+    const auto& a = ctx.attrs<BatchNormOp>();
+    const Tensor x = typed_input<T>(ctx, 0);
+    const Nchw g = nchw_of(op, x.dims());
+    const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c);
+    const Tensor bias = sized_input<T>(ctx, 2, "bias", g.c);
+    const Tensor rm = sized_input<T>(ctx, 3, "running_mean", g.c);
+    const Tensor rv = sized_input<T>(ctx, 4, "running_var", g.c);
+    T* run_mean = updated<T>(ctx, 1, 3, rm);
+    T* run_var = updated<T>(ctx, 2, 4, rv);
+    const Dims cd({g.c});
+    T* smean = ctx.alloc_output(3, cd, x.dtype()).template data<T>();
+    T* sinv = ctx.alloc_output(4, cd, x.dtype()).template data<T>();
+    Tensor& y = ctx.alloc_output(0, x.dims(), x.dtype());
+    if (!a.is_test && g.n * g.s == 0)
+      throw_error(ErrorKind::InvalidArgument, "op '", op,
+                  "' cannot compute batch statistics of an empty batch (x [", x.dims().to_string(),
+                  "])");
+    BufferRef scratch;
+    if (!a.is_test) scratch = scratch_buffer(ctx, static_cast<std::size_t>(g.c) * sizeof(T));
+    launch_batch_norm<T>(x.data<T>(), scale.data<T>(), bias.data<T>(), run_mean, run_var, smean,
+                         sinv, y.data<T>(), scratch ? static_cast<T*>(scratch->data()) : nullptr,
+                         g.n, g.c, g.s, static_cast<T>(a.epsilon), static_cast<T>(a.momentum),
+                         a.is_test, stream_of(ctx));
+    check_launch(ctx);
+  }
+};
+
+template <typename T>
+struct BatchNormGradK {
+  static void run(KernelContext& ctx) {
+    const std::string_view op = ctx.op()->name();
+    const bool is_test = ctx.attrs<GradOf<BatchNormOp>>().is_test;
+    const Tensor x = typed_input<T>(ctx, 0);
+    const Nchw g = nchw_of(op, x.dims());
+    const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c);
+    const Tensor mean = sized_input<T>(ctx, 2, "saved_mean", g.c);
+    const Tensor invstd = sized_input<T>(ctx, 3, "saved_invstd", g.c);
+    const Tensor dy = typed_input<T>(ctx, 4);
+    if (x.dims() != dy.dims())
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' inputs #0 [", x.dims().to_string(),
+                  "] and #4 [", dy.dims().to_string(), "] must have one shape");
+    T* dx = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
+    T* dscale = ctx.alloc_output(1, scale.dims(), x.dtype()).template data<T>();
+    T* dbias = ctx.alloc_output(2, scale.dims(), x.dtype()).template data<T>();
+    launch_batch_norm_grad<T>(x.data<T>(), scale.data<T>(), mean.data<T>(), invstd.data<T>(),
+                              dy.data<T>(), dx, dscale, dbias, g.n, g.c, g.s, is_test,
+                              stream_of(ctx));
+    check_launch(ctx);
+  }
+};
+
 }  // namespace
 
 KILN_REGISTER_KERNELS(SumOp, Cuda, SumK, float, double, std::int32_t, std::int64_t);
@@ -466,5 +537,7 @@ KILN_REGISTER_KERNELS(LayerNormOp, Cuda, LayerNormK, float, double);
 KILN_REGISTER_KERNELS(GradOf<LayerNormOp>, Cuda, LayerNormGradK, float, double);
 KILN_REGISTER_KERNELS(RmsNormOp, Cuda, RmsNormK, float, double);
 KILN_REGISTER_KERNELS(GradOf<RmsNormOp>, Cuda, RmsNormGradK, float, double);
+KILN_REGISTER_KERNELS(BatchNormOp, Cuda, BatchNormK, float, double);
+KILN_REGISTER_KERNELS(GradOf<BatchNormOp>, Cuda, BatchNormGradK, float, double);
 
 }  // namespace kiln::cuda

@@ -1,12 +1,11 @@
 // CUDA kernels that reduce rows: sum / mean / max / prod over axes and their
 // gradients, softmax / log_softmax along any axis, softmax_with_cross_entropy,
-// layer_norm / rms_norm, each with its gradient. A row (an output element of
-// a reduction, a softmax or norm row) gets `Lanes` threads — one, a warp, or
-// the whole block when the row is long — that each accumulate a strided part
-// and combine through warp shuffles (and shared memory across the block's
-// warps); softmax along an inner axis gives each column one thread, so
-// neighbouring threads read neighbouring addresses. Launched by reduce.cc
-// (launch.h).
+// layer_norm / rms_norm and batch_norm, each with its gradient. A row (an
+// output element of a reduction, a channel, a softmax or norm row) gets `Lanes` threads — one, a
+// warp, or the whole block when the row is long — that each accumulate a strided part and combine
+// through warp shuffles (and shared memory across the block's warps); softmax along an inner axis
+// gives each column one thread, so neighbouring threads read neighbouring addresses. Launched by
+// reduce.cc (launch.h).
 //
 // They compute what the CPU kernels compute (f32 sums of a reduction in
 // f64, as there), in another summation order: equal to the CPU's up to
@@ -385,6 +384,99 @@ __global__ void norm_grad_columns(const T* x, const T* dy, const T* mean, const 
   }
 }
 
+// ---- batch_norm: x as [N, C, S], per-channel sums over N and S ----
+
+template <typename T>
+struct LoadSqDev {  // (x - mean[c])²
+  const T* x;
+  const T* mean;
+  __device__ T operator()(std::int64_t off, std::int64_t c) const {
+    const T d = x[off] - mean[c];
+    return d * d;
+  }
+};
+template <typename T>
+struct LoadDyDev {  // dy · (x - mean[c])
+  const T* x;
+  const T* dy;
+  const T* mean;
+  __device__ T operator()(std::int64_t off, std::int64_t c) const {
+    return dy[off] * (x[off] - mean[c]);
+  }
+};
+template <typename T>
+struct StoreTimes {  // out[c] = v · k[c] (k null: v · k0)
+  T* out;
+  const T* k;
+  T k0;
+  __device__ void operator()(std::int64_t c, T v) const { out[c] = v * (k ? k[c] : k0); }
+};
+
+ReduceWalk channel_walk(std::int64_t n, std::int64_t c, std::int64_t s) {
+  ReduceWalk w;
+  w.kept_rank = 1;
+  w.kept_dims[0] = c;
+  w.kept_strides[0] = s;
+  w.red_rank = 2;
+  w.red_dims[0] = n;
+  w.red_strides[0] = c * s;
+  w.red_dims[1] = s;
+  w.red_strides[1] = 1;
+  w.outputs = c;
+  w.count = n * s;
+  return w;
+}
+
+// The channels' inverse std and running statistics from the batch's mean
+// and Σ (x - mean)² (training), or from the running statistics (is_test).
+template <typename T>
+__global__ void batch_norm_stats(const T* sq, T* smean, T* sinv, T* run_mean, T* run_var,
+                                 std::int64_t c, T inv_count, T unbias, T eps, T mom,
+                                 bool is_test) {
+  KILN_GRID_STRIDE(k, c) {
+    if (is_test) {
+      smean[k] = run_mean[k];
+      sinv[k] = T(1) / std::sqrt(run_var[k] + eps);
+    } else {
+      const T v = sq[k] * inv_count;
+      sinv[k] = T(1) / std::sqrt(v + eps);
+      run_mean[k] = mom * run_mean[k] + (T(1) - mom) * smean[k];
+      run_var[k] = mom * run_var[k] + (T(1) - mom) * v * unbias;
+    }
+  }
+}
+
+template <typename T>
+__global__ void batch_norm_apply(const T* x, const T* scale, const T* bias, const T* smean,
+                                 const T* sinv, T* y, std::int64_t total, std::int64_t c,
+                                 std::int64_t s) {
+  KILN_GRID_STRIDE(i, total) {
+    const std::int64_t k = (i / s) % c;
+    const T m = sinv[k] * scale[k], off = bias[k] - smean[k] * m;
+    y[i] = x[i] * m + off;
+  }
+}
+
+// dx = k · dy (is_test) or k · (dy - mean(dy) - (x - mean) · q), k = scale · invstd,
+// q = mean(dy · x̂) · invstd.
+template <typename T>
+__global__ void batch_norm_dx(const T* x, const T* dy, const T* scale, const T* mean,
+                              const T* invstd, const T* dscale, const T* dbias, T* dx,
+                              std::int64_t total, std::int64_t c, std::int64_t s, T inv_count,
+                              bool is_test) {
+  KILN_GRID_STRIDE(i, total) {
+    const std::int64_t k = (i / s) % c;
+    const T m = scale[k] * invstd[k];
+    if (is_test) {
+      dx[i] = m * dy[i];
+    } else {
+      const T mdy = dbias[k] * inv_count;
+      const T q = dscale[k] * inv_count * invstd[k];
+      dx[i] = m * (dy[i] - mdy - (x[i] - mean[k]) * q);
+    }
+  }
+}
+
 }  // namespace
 
 // ---- launchers ----
@@ -555,6 +647,42 @@ void launch_norm_grad(bool rms, const T* x, const T* dy, const T* w, const T* me
     norm_grad_columns<T, false><<<blocks_for(n), kThreads, 0, s>>>(x, dy, mean, rstd, dw, db, m, n);
 }
 
+template <typename T>
+void launch_batch_norm(const T* x, const T* scale, const T* bias, T* run_mean, T* run_var, T* smean,
+                       T* sinv, T* y, T* scratch, std::int64_t n, std::int64_t c, std::int64_t s,
+                       T eps, T momentum, bool is_test, cudaStream_t st) {
+  if (c == 0) return;
+  const std::int64_t count = n * s;
+  const T inv_count = count ? T(1) / static_cast<T>(count) : T(0);
+  if (!is_test) {
+    const ReduceWalk w = channel_walk(n, c, s);
+    reduce_with<Plus<T>>(w, LoadX<T, T>{x}, StoreTimes<T>{smean, nullptr, inv_count}, st);
+    reduce_with<Plus<T>>(w, LoadSqDev<T>{x, smean}, StoreTimes<T>{scratch, nullptr, T(1)}, st);
+  }
+  const T unbias = count > 1 ? static_cast<T>(count) / static_cast<T>(count - 1) : T(1);
+  batch_norm_stats<<<blocks_for(c), kThreads, 0, st>>>(scratch, smean, sinv, run_mean, run_var, c,
+                                                       inv_count, unbias, eps, momentum, is_test);
+  const std::int64_t total = n * c * s;
+  if (total)
+    batch_norm_apply<<<blocks_for(total), kThreads, 0, st>>>(x, scale, bias, smean, sinv, y, total,
+                                                             c, s);
+}
+
+template <typename T>
+void launch_batch_norm_grad(const T* x, const T* scale, const T* mean, const T* invstd, const T* dy,
+                            T* dx, T* dscale, T* dbias, std::int64_t n, std::int64_t c,
+                            std::int64_t s, bool is_test, cudaStream_t st) {
+  if (c == 0) return;
+  const ReduceWalk w = channel_walk(n, c, s);
+  reduce_with<Plus<T>>(w, LoadX<T, T>{dy}, StoreTimes<T>{dbias, nullptr, T(1)}, st);
+  reduce_with<Plus<T>>(w, LoadDyDev<T>{x, dy, mean}, StoreTimes<T>{dscale, invstd, T(1)}, st);
+  const std::int64_t count = n * s, total = n * c * s;
+  const T inv_count = count ? T(1) / static_cast<T>(count) : T(0);
+  if (total)
+    batch_norm_dx<<<blocks_for(total), kThreads, 0, st>>>(x, dy, scale, mean, invstd, dscale, dbias,
+                                                          dx, total, c, s, inv_count, is_test);
+}
+
 // ---- explicit instantiations: the dtypes reduce.cc registers ----
 
 #define KILN_REDUCE(T) \
@@ -586,7 +714,13 @@ KILN_REDUCE(std::int64_t)
   template void launch_norm<T>(bool, const T*, const T*, const T*, T*, T*, T*, std::int64_t,      \
                                std::int64_t, T, T, cudaStream_t);                                 \
   template void launch_norm_grad<T>(bool, const T*, const T*, const T*, const T*, const T*, T*,   \
-                                    T*, T*, std::int64_t, std::int64_t, T, cudaStream_t);
+                                    T*, T*, std::int64_t, std::int64_t, T, cudaStream_t);         \
+  template void launch_batch_norm<T>(const T*, const T*, const T*, T*, T*, T*, T*, T*, T*,        \
+                                     std::int64_t, std::int64_t, std::int64_t, T, T, bool,        \
+                                     cudaStream_t);                                               \
+  template void launch_batch_norm_grad<T>(const T*, const T*, const T*, const T*, const T*, T*,   \
+                                          T*, T*, std::int64_t, std::int64_t, std::int64_t, bool, \
+                                          cudaStream_t);
 KILN_FLOAT_FAMILIES(float)
 KILN_FLOAT_FAMILIES(double)
 

@@ -275,3 +275,33 @@ TEST_CASE("CUDA layer_norm and rms_norm, forward and backward, match the CPU's",
                                std::int64_t{1}, 1e-5),
       InvalidArgument, {"kiln.layer_norm"});
 }
+
+TEST_CASE("CUDA batch_norm, training and test, and its gradient match the CPU's",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  for (const Dims& d : {Dims{8, 3, 5, 5}, Dims{4, 6}, Dims{2, 4, 3000}}) {
+    INFO("x [" << d.to_string() << "]");
+    const std::int64_t c = d[1];
+    const Tensor x = filled<double>(d, -2, 2, 1), scale = filled<double>({c}, 0.5, 1.5, 2);
+    const Tensor bias = filled<double>({c}, -1, 1, 3), rm = filled<double>({c}, -0.1, 0.1, 4);
+    const Tensor rv = filled<double>({c}, 0.5, 1.5, 5), dy = filled<double>(d, -1, 1, 6);
+    for (bool is_test : {false, true}) {
+      INFO("is_test " << is_test);
+      // Copies: the op updates the running statistics in place.
+      auto got =
+          run_cuda_op<BatchNormOp>({x, scale, bias, rm.clone(), rv.clone()}, 0.9, 1e-5, is_test);
+      auto want = run_op<BatchNormOp>({x, scale, bias, rm.clone(), rv.clone()}, 0.9, 1e-5, is_test);
+      for (int k = 0; k < 5; ++k) check_near<double>(got.out(k), want.out(k));
+      auto gg = run_cuda_op<GradOf<BatchNormOp>>({x, scale, want.out(3), want.out(4), dy}, 0.9,
+                                                 1e-5, is_test);
+      auto gw =
+          run_op<GradOf<BatchNormOp>>({x, scale, want.out(3), want.out(4), dy}, 0.9, 1e-5, is_test);
+      for (int k = 0; k < 3; ++k) check_near<double>(gg.out(k), gw.out(k));
+    }
+  }
+  const Tensor e = Tensor::zeros({0, 2}, DataType::Float32),
+               one = Tensor::zeros({2}, DataType::Float32);
+  KILN_CHECK_ERROR(
+      run_cuda_op<BatchNormOp>({e, one, one, one.clone(), one.clone()}, 0.9, 1e-5, false),
+      InvalidArgument, {"kiln.batch_norm", "empty batch"});
+}
