@@ -1,5 +1,6 @@
 // CPU kernels of the optimizer update ops (sgd_, momentum_, adam_, adamw_;
-// f32 and f64). Run in place, each output is its input's variable and the
+// f32 and f64; the element math is kiln/kernel/optimizer_math.h's, which the
+// CUDA kernels share). Run in place, each output is its input's variable and the
 // kernel updates that buffer; run out of place (an output with its own
 // variable), the output is first a copy of the input, then updated.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -14,6 +15,7 @@
 
 #include "cpu_kernel_util.h"
 #include "kiln/dialect/optimizer_ops.h"
+#include "kiln/kernel/optimizer_math.h"
 
 namespace kiln::cpu {
 namespace {
@@ -43,7 +45,7 @@ struct SgdK {
     const T* g = checked_input<Sgd_Op, T>(ctx, 1, n).template data<T>();
     const T lr = *checked_input<Sgd_Op, T>(ctx, 2, 1).template data<T>();
     T* po = updated<T>(ctx, 0, 0, p);
-    for (std::int64_t i = 0; i < n; ++i) po[i] -= lr * g[i];
+    for (std::int64_t i = 0; i < n; ++i) po[i] = sgd_step(po[i], g[i], lr);
   }
 };
 
@@ -60,15 +62,9 @@ struct MomentumK {
     T* po = updated<T>(ctx, 0, 0, p);
     T* vo = updated<T>(ctx, 1, 2, v);
     if (a.use_nesterov) {
-      for (std::int64_t i = 0; i < n; ++i) {
-        vo[i] = mu * vo[i] + g[i];
-        po[i] -= lr * (g[i] + mu * vo[i]);
-      }
+      for (std::int64_t i = 0; i < n; ++i) momentum_step(po[i], vo[i], g[i], lr, mu, true);
     } else {
-      for (std::int64_t i = 0; i < n; ++i) {
-        vo[i] = mu * vo[i] + g[i];
-        po[i] -= lr * vo[i];
-      }
+      for (std::int64_t i = 0; i < n; ++i) momentum_step(po[i], vo[i], g[i], lr, mu, false);
     }
   }
 };
@@ -135,12 +131,8 @@ void adam_elements(T* p, T* m1, T* m2, const T* g, std::int64_t n, T beta1, T be
     }
   }
 #endif
-  for (; i < n; ++i) {
-    const T gi = g[i];
-    m1[i] = beta1 * m1[i] + (T(1) - beta1) * gi;
-    m2[i] = beta2 * m2[i] + (T(1) - beta2) * gi * gi;
-    p[i] -= lr_t * (m1[i] / (std::sqrt(m2[i]) + eps_t));
-  }
+  const AdamStep<T> step{beta1, beta2, lr_t, eps_t};
+  for (; i < n; ++i) adam_element(p[i], m1[i], m2[i], g[i], step);
 }
 
 // adam_ (coeff = 0, decay off) and adamw_.
@@ -158,8 +150,7 @@ void adam_update(KernelContext& ctx, double beta1_d, double beta2_d, double eps_
   const T beta1 = static_cast<T>(beta1_d), beta2 = static_cast<T>(beta2_d);
   const T eps = static_cast<T>(eps_d);
   const T b1p = *b1p_in.data<T>(), b2p = *b2p_in.data<T>();
-  const T lr_t = lr * std::sqrt(T(1) - b2p) / (T(1) - b1p);
-  const T eps_t = eps * std::sqrt(T(1) - b2p);
+  const AdamStep<T> step = adam_step_of(lr, b1p, b2p, beta1, beta2, eps);
 
   T* po = updated<T>(ctx, 0, 0, p);
   T* m1o = updated<T>(ctx, 1, 3, m1);
@@ -170,7 +161,7 @@ void adam_update(KernelContext& ctx, double beta1_d, double beta2_d, double eps_
     const T keep = T(1) - lr * static_cast<T>(coeff_d);  // param -= lr * coeff * param
     for (std::int64_t i = 0; i < n; ++i) po[i] *= keep;
   }
-  adam_elements(po, m1o, m2o, g, n, beta1, beta2, lr_t, eps_t);
+  adam_elements(po, m1o, m2o, g, n, beta1, beta2, step.lr_t, step.eps_t);
   *b1po = b1p * beta1;
   *b2po = b2p * beta2;
 }

@@ -60,7 +60,8 @@ void uniform_random_kernel(KernelContext& ctx) {
   const T hi = static_cast<T>(a.max), below_hi = std::nextafter(hi, static_cast<T>(a.min));
   const std::int64_t n = out.numel();
   for (std::int64_t i = 0; i < n; ++i) {
-    T v = static_cast<T>(lo + span * random_uniform01(key, static_cast<std::uint64_t>(i)));
+    const double u = random_uniform01(key, static_cast<std::uint64_t>(i));
+    T v = static_cast<T>(uniform_value(lo, span, u));
     o[i] = (v >= hi && span > 0) ? below_hi : v;  // keep [min, max) after rounding to T
   }
 }
@@ -76,12 +77,12 @@ void gaussian_random_kernel(KernelContext& ctx) {
   std::int64_t i = 0;
   for (; i + 1 < n; i += 2) {
     random_normal_pair(key, static_cast<std::uint64_t>(i / 2), z0, z1);
-    o[i] = static_cast<T>(a.mean + a.std * z0);
-    o[i + 1] = static_cast<T>(a.mean + a.std * z1);
+    o[i] = static_cast<T>(gaussian_value(a.mean, a.std, z0));
+    o[i + 1] = static_cast<T>(gaussian_value(a.mean, a.std, z1));
   }
   if (i < n) {
     random_normal_pair(key, static_cast<std::uint64_t>(i / 2), z0, z1);
-    o[i] = static_cast<T>(a.mean + a.std * z0);
+    o[i] = static_cast<T>(gaussian_value(a.mean, a.std, z0));
   }
 }
 

@@ -1,6 +1,6 @@
 // CPU kernels of sum / mean / max / prod over axes. The input's dims are collapsed
-// into alternating kept / reduced groups (size-1 dims dropped, neighbours
-// with the same role merged), then walked recursively: a reduced innermost
+// into alternating kept / reduced groups (kiln/kernel/reduce_plan.h, shared
+// with the CUDA kernels), then walked recursively: a reduced innermost
 // group is a contiguous reduction (8 independent accumulators; f32 sums
 // accumulate in f64), a kept innermost group is a vectorizable
 // out[i] ⊕= in[i] row update.
@@ -19,6 +19,7 @@
 
 #include "cpu_kernel_util.h"
 #include "kiln/dialect/reduce_ops.h"
+#include "kiln/kernel/reduce_plan.h"
 #include <vector>
 #include "kiln/dialect/kiln_dialect.h"
 
@@ -49,12 +50,7 @@ struct ProdR {
   static Acc combine(Acc a, Acc b) { return a * b; }
 };
 
-struct Group {
-  std::int64_t extent;
-  bool reduced;
-  std::int64_t in_stride;   // elements of the input per step
-  std::int64_t out_stride;  // elements of the output per step (kept groups)
-};
+using Group = ReduceGroup;
 
 template <typename T, typename R>
 void reduce_contiguous(const T* in, std::int64_t n, T* out) {
@@ -87,25 +83,6 @@ void reduce_rec(const Group* g, int m, const T* in, T* out) {
   for (std::int64_t i = 0; i < cur.extent; ++i)
     reduce_rec<T, R>(g + 1, m - 1, in + i * cur.in_stride,
                      cur.reduced ? out : out + i * cur.out_stride);
-}
-
-// Collapses x's dims against the reduced axes into groups; returns their number.
-int collapse(const Dims& dims, const std::vector<int>& axes, Group* g) {
-  int m = 0;
-  for (int i = 0; i < dims.rank(); ++i) {
-    if (dims[i] == 1) continue;
-    bool red = std::binary_search(axes.begin(), axes.end(), i);
-    if (m > 0 && g[m - 1].reduced == red) g[m - 1].extent *= dims[i];
-    else g[m++] = Group{dims[i], red, 0, 0};
-  }
-  std::int64_t is = 1, os = 1;
-  for (int k = m - 1; k >= 0; --k) {
-    g[k].in_stride = is;
-    is *= g[k].extent;
-    g[k].out_stride = os;
-    if (!g[k].reduced) os *= g[k].extent;
-  }
-  return m;
 }
 
 enum class Kind { Sum, Mean, Max, Prod };
@@ -150,7 +127,7 @@ void reduce_kernel(KernelContext& ctx) {
   }
   std::fill(po, po + on, R::init());
   Group g[Dims::kMaxRank];
-  const int m = collapse(xd, axes, g);
+  const int m = collapse_reduce_groups(xd, axes, g);
   const T* pi = src.data<T>();
   if (m == 0) {
     po[0] = static_cast<T>(R::combine(po[0], pi[0]));

@@ -220,3 +220,29 @@ TEST_CASE("random ops and dropout carry the Random trait; dropout is also ReadOn
   CHECK(d->num_results() == 2);
   CHECK(d->result_type(1) == Type(TensorType::get(DataType::Bool, {4})));
 }
+
+TEST_CASE("the generator's log and sincos stay within a few ulp of libm's", "[kernel]") {
+  // random_normal_pair uses portable_log / portable_sincos_2pi (the same bits
+  // on a CUDA device): check them against glibc over the generator's own u.
+  double worst_log = 0, worst_trig = 0;
+  for (std::uint64_t i = 0; i < 200000; ++i) {
+    const double u = static_cast<double>((random_bits(42, i) >> 11) + 1) * 0x1.0p-53;  // (0, 1]
+    const double want = std::log(u);
+    if (want != 0) worst_log = std::max(worst_log, std::abs(portable_log(u) - want) / -want);
+    const double v = u - 0x1.0p-53;  // [0, 1)
+    double s, c;
+    portable_sincos_2pi(v, s, c);
+    const long double a = 2 * 3.141592653589793238462643383279503L * v;
+    worst_trig = std::max({worst_trig, static_cast<double>(std::abs(s - std::sin(a))),
+                           static_cast<double>(std::abs(c - std::cos(a)))});
+  }
+  CHECK(worst_log < 4e-16);   // under 2 ulp
+  CHECK(worst_trig < 4e-16);  // |sin|, |cos| <= 1: under 2 ulp of 1
+  CHECK(portable_log(1.0) == 0);
+  CHECK(portable_log(0x1.0p-53) == Approx(-53 * std::log(2.0)).epsilon(1e-15));
+  double s, c;
+  portable_sincos_2pi(0.0, s, c);
+  CHECK((s == 0 && c == 1));
+  portable_sincos_2pi(0.25, s, c);
+  CHECK((s == 1 && c == 0));
+}

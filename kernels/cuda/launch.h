@@ -1,0 +1,145 @@
+// The device halves of kiln's CUDA kernels beyond the elementwise ones:
+// launchers compiled by nvcc (reduce.cu, train.cu) that take raw device
+// pointers and sizes, called by the host halves (reduce.cc, train.cc), which
+// read the op's attributes, check shapes with the CPU kernels' messages and
+// allocate outputs (those need the IR headers, which nvcc cannot compile).
+// Each launcher enqueues its work on `s` and returns; explicit
+// instantiations for f32 / f64 (and the integer dtypes where noted).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kiln/runtime/dims.h"
+
+namespace kiln::cuda {
+
+// ---- reductions (reduce.cu) ----
+
+enum class ReduceKind { Sum, Mean, Max, Prod };
+
+// A reduction's input as two index spaces: `outputs` kept positions (the
+// output's elements, row-major over kept_dims) times `count` reduced ones
+// (row-major over red_dims), each dim with its element stride in the input.
+struct ReduceWalk {
+  int kept_rank = 0, red_rank = 0;
+  std::int64_t kept_dims[Dims::kMaxRank] = {}, kept_strides[Dims::kMaxRank] = {};
+  std::int64_t red_dims[Dims::kMaxRank] = {}, red_strides[Dims::kMaxRank] = {};
+  std::int64_t outputs = 1, count = 1;
+};
+// The other way round, for the gradients: x's flat index, row-major over
+// dims, to its output element (out_strides 0 on reduced dims).
+struct ReduceMap {
+  int rank = 0;
+  std::int64_t dims[Dims::kMaxRank] = {}, out_strides[Dims::kMaxRank] = {};
+};
+
+// out[o] = ⊕ of x over walk; Mean divides by walk.count. T: f32, f64, i32, i64.
+template <typename T>
+void launch_reduce(ReduceKind kind, const T* x, T* out, const ReduceWalk& walk, cudaStream_t s);
+// dx of sum / mean / max / prod (out: max's result, else null); scratch:
+// walk.outputs · 16 bytes of device memory (max's tie counts, prod's
+// non-zero products and zero counts). T: f32, f64.
+template <typename T>
+void launch_reduce_grad(ReduceKind kind, const T* x, const T* out, const T* dout, T* dx,
+                        std::int64_t n, const ReduceWalk& walk, const ReduceMap& map, void* scratch,
+                        cudaStream_t s);
+
+// ---- softmax, cross-entropy (reduce.cu) ----
+
+// x seen as [outer, c, inner], along c: softmax or (log) log_softmax.
+template <typename T>
+void launch_softmax(bool log, const T* x, T* y, std::int64_t outer, std::int64_t c,
+                    std::int64_t inner, cudaStream_t s);
+// softmax_grad (out · (dout - Σ dout · out)) or log_softmax_grad (dout -
+// exp(out) · Σ dout), same view.
+template <typename T>
+void launch_softmax_grad(bool log, const T* y, const T* dy, T* dx, std::int64_t outer,
+                         std::int64_t c, std::int64_t inner, cudaStream_t s);
+// softmax_with_cross_entropy over n rows of c classes (labels already
+// checked). L: i32, i64.
+template <typename T, typename L>
+void launch_cross_entropy(const T* x, const L* label, T* sm, T* loss, std::int64_t n,
+                          std::int64_t c, std::int64_t ignore, cudaStream_t s);
+template <typename T, typename L>
+void launch_cross_entropy_grad(const T* sm, const L* label, const T* dloss, T* dx, std::int64_t n,
+                               std::int64_t c, std::int64_t ignore, cudaStream_t s);
+
+// ---- layer_norm / rms_norm (reduce.cu) ----
+
+// x as [m, n] rows; b and mean null for rms_norm.
+template <typename T>
+void launch_norm(bool rms, const T* x, const T* w, const T* b, T* y, T* mean, T* rstd,
+                 std::int64_t m, std::int64_t n, T eps, T inv_n, cudaStream_t s);
+// dx, dw and db (db and mean null for rms_norm).
+template <typename T>
+void launch_norm_grad(bool rms, const T* x, const T* dy, const T* w, const T* mean, const T* rstd,
+                      T* dx, T* dw, T* db, std::int64_t m, std::int64_t n, T inv_n, cudaStream_t s);
+
+// ---- batch_norm (reduce.cu): x as [n, c, s] ----
+
+// Training: the batch's mean (smean), inverse std (sinv) and the running
+// statistics updated in place (scratch: c elements); is_test: smean and
+// sinv from the running statistics. Then y.
+template <typename T>
+void launch_batch_norm(const T* x, const T* scale, const T* bias, T* run_mean, T* run_var, T* smean,
+                       T* sinv, T* y, T* scratch, std::int64_t n, std::int64_t c, std::int64_t s,
+                       T eps, T momentum, bool is_test, cudaStream_t st);
+template <typename T>
+void launch_batch_norm_grad(const T* x, const T* scale, const T* mean, const T* invstd, const T* dy,
+                            T* dx, T* dscale, T* dbias, std::int64_t n, std::int64_t c,
+                            std::int64_t s, bool is_test, cudaStream_t st);
+
+// ---- indices: gather, embedding, their gradients (train.cu) ----
+
+// *pos = the first k in [0, count) with ids[k] outside [0, n) and not
+// `skip` (pos untouched when none: set it to ~0 first). I: i32, i64.
+template <typename I>
+void launch_find_bad_index(const I* ids, std::int64_t count, std::int64_t n, std::int64_t skip,
+                           unsigned long long* pos, cudaStream_t s);
+// dst[o, k, :] = src[o, ids[k], :] for o < outer, k < count, rows of
+// row_bytes, n rows per outer index of src; zero rows where ids[k] ==
+// zero_id. I: i32, i64.
+template <typename I>
+void launch_take_rows(const I* ids, std::int64_t count, const void* src, void* dst,
+                      std::int64_t outer, std::int64_t n, std::int64_t row_bytes,
+                      std::int64_t zero_id, cudaStream_t s);
+// dst[o, ids[k], :] += src[o, k, :] (atomics; ids[k] == skip adds nothing).
+template <typename T, typename I>
+void launch_scatter_add(const I* ids, std::int64_t count, const T* src, T* dst, std::int64_t outer,
+                        std::int64_t n, std::int64_t row, std::int64_t skip, cudaStream_t s);
+
+// ---- optimizers (train.cu); the learning rate and beta powers stay on the device ----
+
+template <typename T>
+void launch_sgd(T* p, const T* g, const T* lr, std::int64_t n, cudaStream_t s);
+template <typename T>
+void launch_momentum(T* p, T* v, const T* g, const T* lr, T mu, bool nesterov, std::int64_t n,
+                     cudaStream_t s);
+// adam_ (decay false) or adamw_ (p *= 1 - lr · coeff first); reads the
+// beta powers from b1p / b2p and then writes b1p · beta1, b2p · beta2 to
+// b1p_out / b2p_out (which may be the same buffers).
+template <typename T>
+void launch_adam(T* p, T* m1, T* m2, const T* g, const T* lr, const T* b1p, const T* b2p,
+                 T* b1p_out, T* b2p_out, T beta1, T beta2, T eps, T coeff, bool decay,
+                 std::int64_t n, cudaStream_t s);
+
+// ---- random (train.cu): kiln/kernel/random.h's generator, element by element ----
+
+// uniform_value(lo, span, u) rounded to T, values >= hi (when span > 0) as below_hi.
+template <typename T>
+void launch_uniform(T* out, std::int64_t n, std::uint64_t key, double lo, double span, T hi,
+                    T below_hi, cudaStream_t s);
+template <typename T>
+void launch_gaussian(T* out, std::int64_t n, std::uint64_t key, double mean, double std,
+                     cudaStream_t s);
+// mask[i] = uniform01(key, i) >= p; out[i] = mask ? x[i] · scale : 0.
+template <typename T>
+void launch_dropout(const T* x, T* out, bool* mask, std::int64_t n, std::uint64_t key, double p,
+                    T scale, cudaStream_t s);
+template <typename T>
+void launch_dropout_grad(const T* d, const bool* mask, T* out, std::int64_t n, T scale,
+                         cudaStream_t s);
+
+}  // namespace kiln::cuda

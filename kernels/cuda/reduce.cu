@@ -1,0 +1,727 @@
+// CUDA kernels that reduce rows: sum / mean / max / prod over axes and their
+// gradients, softmax / log_softmax along any axis, softmax_with_cross_entropy,
+// layer_norm / rms_norm and batch_norm, each with its gradient. A row (an
+// output element of a reduction, a channel, a softmax or norm row) gets `Lanes` threads — one, a
+// warp, or the whole block when the row is long — that each accumulate a strided part and combine
+// through warp shuffles (and shared memory across the block's warps); softmax along an inner axis
+// gives each column one thread, so neighbouring threads read neighbouring addresses. Launched by
+// reduce.cc (launch.h).
+//
+// They compute what the CPU kernels compute (f32 sums of a reduction in
+// f64, as there), in another summation order: equal to the CPU's up to
+// rounding for sums, means, products and the norms, exactly for max and for
+// integers; exp / log are CUDA's (the CPU's f32 softmax uses its own
+// fast_exp, within 2 ulp of exp).
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "cuda_kernel_util.cuh"
+#include "launch.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr std::int64_t kLongRow = 2048;  // rows at least this long get a whole block
+
+template <typename T>
+struct Plus {
+  using Acc = T;
+  __device__ static constexpr T init() { return T(0); }
+  __device__ static T combine(T a, T b) { return a + b; }
+};
+template <typename T>
+struct SumR : Plus<std::conditional_t<std::is_floating_point_v<T>, double, T>> {};
+template <typename T>
+struct MaxR {  // NaN wins
+  using Acc = T;
+  __device__ static constexpr T init() {
+    if constexpr (std::is_floating_point_v<T>)
+      return -std::numeric_limits<T>::infinity();
+    else
+      return std::numeric_limits<T>::lowest();
+  }
+  __device__ static T combine(T a, T b) { return (b > a || b != b) ? b : a; }
+};
+template <typename T>
+struct ProdR {
+  using Acc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+  __device__ static constexpr Acc init() { return Acc(1); }
+  __device__ static Acc combine(Acc a, Acc b) { return a * b; }
+};
+template <typename T>
+struct TimesR {  // prod_grad's product of non-zero elements: in T, as the CPU's
+  using Acc = T;
+  __device__ static constexpr T init() { return T(1); }
+  __device__ static T combine(T a, T b) { return a * b; }
+};
+template <typename T>
+struct Greater {  // softmax's row max (NaN is left to the exp)
+  using Acc = T;
+  __device__ static T combine(T a, T b) { return b > a ? b : a; }
+};
+
+// R::combine over the Lanes consecutive threads of a row; every lane gets
+// the result. Lanes == kThreads: all threads of the block must call it.
+template <int Lanes, typename R>
+__device__ typename R::Acc lanes_combine(typename R::Acc v) {
+  using Acc = typename R::Acc;
+  if constexpr (Lanes == 1) {
+    return v;
+  } else {
+    for (int o = 16; o > 0; o >>= 1) v = R::combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if constexpr (Lanes == 32) {
+      return v;
+    } else {
+      static_assert(Lanes == kThreads);
+      __shared__ Acc part[kThreads / 32];
+      if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+      __syncthreads();
+      Acc r = part[0];
+      for (int w = 1; w < kThreads / 32; ++w) r = R::combine(r, part[w]);
+      __syncthreads();  // part is reused by the next call
+      return r;
+    }
+  }
+}
+
+// The rows of this thread: Lanes threads per row, rows strided over the grid.
+template <int Lanes>
+__device__ std::int64_t first_row() {
+  return blockIdx.x * static_cast<std::int64_t>(blockDim.x / Lanes) + threadIdx.x / Lanes;
+}
+template <int Lanes>
+__device__ std::int64_t row_step() {
+  return static_cast<std::int64_t>(gridDim.x) * (blockDim.x / Lanes);
+}
+template <int Lanes>
+__device__ int lane() {
+  return static_cast<int>(threadIdx.x % Lanes);
+}
+
+unsigned row_blocks(std::int64_t rows, int lanes) {
+  const std::int64_t per_block = kThreads / lanes;
+  return blocks_for(((rows + per_block - 1) / per_block) * kThreads);
+}
+
+// Threads per row for rows of `len` elements.
+int lanes_for(std::int64_t len) { return len >= kLongRow ? kThreads : len < 8 ? 1 : 32; }
+
+// ---- reductions ----
+
+__device__ std::int64_t kept_offset(const ReduceWalk& w, std::int64_t o) {
+  std::int64_t off = 0;
+  for (int d = w.kept_rank - 1; d >= 0; --d) {
+    off += (o % w.kept_dims[d]) * w.kept_strides[d];
+    o /= w.kept_dims[d];
+  }
+  return off;
+}
+__device__ std::int64_t red_offset(const ReduceWalk& w, std::int64_t k) {
+  std::int64_t off = 0;
+  for (int d = w.red_rank - 1; d >= 0; --d) {
+    off += (k % w.red_dims[d]) * w.red_strides[d];
+    k /= w.red_dims[d];
+  }
+  return off;
+}
+__device__ std::int64_t out_index(const ReduceMap& m, std::int64_t i) {
+  std::int64_t o = 0;
+  for (int d = m.rank - 1; d >= 0; --d) {
+    o += (i % m.dims[d]) * m.out_strides[d];
+    i /= m.dims[d];
+  }
+  return o;
+}
+
+// Loads: the value a reduction combines for input offset `off` of output o.
+template <typename T, typename Acc>
+struct LoadX {
+  const T* x;
+  __device__ Acc operator()(std::int64_t off, std::int64_t) const {
+    return static_cast<Acc>(x[off]);
+  }
+};
+template <typename T>
+struct LoadTie {  // max_grad: 1 where x equals its group's max
+  const T* x;
+  const T* m;
+  __device__ std::int64_t operator()(std::int64_t off, std::int64_t o) const {
+    return x[off] == m[o] ? 1 : 0;
+  }
+};
+template <typename T>
+struct LoadNonzero {  // prod_grad: x, with 1 for zeros
+  const T* x;
+  __device__ T operator()(std::int64_t off, std::int64_t) const {
+    return x[off] == T(0) ? T(1) : x[off];
+  }
+};
+template <typename T>
+struct LoadZero {  // prod_grad: 1 where x is 0
+  const T* x;
+  __device__ std::int64_t operator()(std::int64_t off, std::int64_t) const {
+    return x[off] == T(0);
+  }
+};
+// Stores: out[o] = the combined value (mean: divided by the count, in T).
+template <typename T, typename Acc>
+struct Store {
+  T* out;
+  std::int64_t divisor;  // -1: none; mean over no elements: 0 / 0, NaN as on the CPU
+  __device__ void operator()(std::int64_t o, Acc v) const {
+    out[o] = divisor >= 0 ? static_cast<T>(v) / static_cast<T>(divisor) : static_cast<T>(v);
+  }
+};
+
+template <typename R, int Lanes, typename Load, typename St>
+__global__ void reduce_rows(ReduceWalk w, Load load, St store) {
+  for (std::int64_t o = first_row<Lanes>(); o < w.outputs; o += row_step<Lanes>()) {
+    const std::int64_t base = kept_offset(w, o);
+    typename R::Acc acc = R::init();
+    for (std::int64_t k = lane<Lanes>(); k < w.count; k += Lanes)
+      acc = R::combine(acc, load(base + red_offset(w, k), o));
+    acc = lanes_combine<Lanes, R>(acc);
+    if (lane<Lanes>() == 0) store(o, acc);
+  }
+}
+
+template <typename R, typename Load, typename St>
+void reduce_with(const ReduceWalk& w, Load load, St store, cudaStream_t s) {
+  const int lanes = lanes_for(w.count);
+  const unsigned blocks = row_blocks(w.outputs, lanes);
+  if (lanes == 1)
+    reduce_rows<R, 1><<<blocks, kThreads, 0, s>>>(w, load, store);
+  else if (lanes == 32)
+    reduce_rows<R, 32><<<blocks, kThreads, 0, s>>>(w, load, store);
+  else
+    reduce_rows<R, kThreads><<<blocks, kThreads, 0, s>>>(w, load, store);
+}
+
+template <typename T>
+__global__ void sum_grad(const T* d, T* dx, std::int64_t n, ReduceMap m, T scale, bool scaled) {
+  KILN_GRID_STRIDE(i, n) {
+    const T v = d[out_index(m, i)];
+    dx[i] = scaled ? v * scale : v;
+  }
+}
+
+template <typename T>
+__global__ void max_grad(const T* x, const T* mx, const T* d, const std::int64_t* ties, T* dx,
+                         std::int64_t n, ReduceMap m) {
+  KILN_GRID_STRIDE(i, n) {
+    const std::int64_t o = out_index(m, i);
+    dx[i] = x[i] == mx[o] ? d[o] / static_cast<T>(ties[o]) : T(0);
+  }
+}
+
+template <typename T>
+__global__ void prod_grad(const T* x, const T* d, const T* nonzero, const std::int64_t* zeros,
+                          T* dx, std::int64_t n, ReduceMap m) {
+  KILN_GRID_STRIDE(i, n) {
+    const std::int64_t o = out_index(m, i);
+    T others;
+    if (zeros[o] == 0)
+      others = nonzero[o] / x[i];
+    else if (zeros[o] == 1 && x[i] == T(0))
+      others = nonzero[o];
+    else
+      others = T(0);
+    dx[i] = d[o] * others;
+  }
+}
+
+// ---- softmax, cross-entropy ----
+
+template <typename T, bool Log, int Lanes>
+__global__ void softmax_rows(const T* x, T* y, std::int64_t rows, std::int64_t c,
+                             std::int64_t inner) {
+  for (std::int64_t r = first_row<Lanes>(); r < rows; r += row_step<Lanes>()) {
+    const std::int64_t base = (r / inner) * c * inner + r % inner;
+    const T* xr = x + base;
+    T* yr = y + base;
+    T m = -std::numeric_limits<T>::infinity();
+    for (std::int64_t j = lane<Lanes>(); j < c; j += Lanes)
+      m = Greater<T>::combine(m, xr[j * inner]);
+    m = lanes_combine<Lanes, Greater<T>>(m);
+    if (m == -std::numeric_limits<T>::infinity()) m = 0;  // a row of -inf: avoid (-inf) - (-inf)
+    T s = 0;
+    for (std::int64_t j = lane<Lanes>(); j < c; j += Lanes) s += std::exp(xr[j * inner] - m);
+    s = lanes_combine<Lanes, Plus<T>>(s);
+    if constexpr (Log) {
+      const T lse = m + std::log(s);
+      for (std::int64_t j = lane<Lanes>(); j < c; j += Lanes) yr[j * inner] = xr[j * inner] - lse;
+    } else {
+      const T inv = T(1) / s;
+      for (std::int64_t j = lane<Lanes>(); j < c; j += Lanes)
+        yr[j * inner] = std::exp(xr[j * inner] - m) * inv;
+    }
+  }
+}
+
+template <typename T, bool Log, int Lanes>
+__global__ void softmax_grad_rows(const T* y, const T* dy, T* dx, std::int64_t rows, std::int64_t c,
+                                  std::int64_t inner) {
+  for (std::int64_t r = first_row<Lanes>(); r < rows; r += row_step<Lanes>()) {
+    const std::int64_t base = (r / inner) * c * inner + r % inner;
+    T acc = 0;
+    for (std::int64_t j = lane<Lanes>(); j < c; j += Lanes) {
+      const std::int64_t i = base + j * inner;
+      acc += Log ? dy[i] : dy[i] * y[i];  // Σ dout or Σ dout · out
+    }
+    acc = lanes_combine<Lanes, Plus<T>>(acc);
+    for (std::int64_t j = lane<Lanes>(); j < c; j += Lanes) {
+      const std::int64_t i = base + j * inner;
+      dx[i] = Log ? dy[i] - std::exp(y[i]) * acc : y[i] * (dy[i] - acc);
+    }
+  }
+}
+
+template <typename T, typename L, int Lanes>
+__global__ void cross_entropy_rows(const T* x, const L* label, T* sm, T* loss, std::int64_t n,
+                                   std::int64_t c, std::int64_t ignore) {
+  for (std::int64_t r = first_row<Lanes>(); r < n; r += row_step<Lanes>()) {
+    const T* xr = x + r * c;
+    T* sr = sm + r * c;
+    T m = -std::numeric_limits<T>::infinity();
+    for (std::int64_t j = lane<Lanes>(); j < c; j += Lanes) m = Greater<T>::combine(m, xr[j]);
+    m = lanes_combine<Lanes, Greater<T>>(m);
+    if (m == -std::numeric_limits<T>::infinity()) m = 0;
+    T s = 0;
+    for (std::int64_t j = lane<Lanes>(); j < c; j += Lanes) s += std::exp(xr[j] - m);
+    s = lanes_combine<Lanes, Plus<T>>(s);
+    const T inv = T(1) / s;
+    for (std::int64_t j = lane<Lanes>(); j < c; j += Lanes) sr[j] = std::exp(xr[j] - m) * inv;
+    if (lane<Lanes>() == 0) {
+      const std::int64_t l = static_cast<std::int64_t>(label[r]);
+      // -log softmax[l] = log Σ exp(x - m) - (x[l] - m)
+      loss[r] = l == ignore ? T(0) : std::log(s) - (xr[l] - m);
+    }
+  }
+}
+
+template <typename T, typename L>
+__global__ void cross_entropy_grad(const T* sm, const L* label, const T* dloss, T* dx,
+                                   std::int64_t n, std::int64_t c, std::int64_t ignore) {
+  KILN_GRID_STRIDE(i, n * c) {
+    const std::int64_t r = i / c, j = i % c;
+    const std::int64_t l = static_cast<std::int64_t>(label[r]);
+    if (l == ignore) {
+      dx[i] = T(0);
+    } else {
+      const T g = dloss[r];
+      T v = g * sm[i];
+      if (j == l) v -= g;
+      dx[i] = v;
+    }
+  }
+}
+
+// ---- layer_norm / rms_norm ----
+
+template <typename T, bool Rms, int Lanes>
+__global__ void norm_rows(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd,
+                          std::int64_t m, std::int64_t n, T eps, T inv_n) {
+  for (std::int64_t r = first_row<Lanes>(); r < m; r += row_step<Lanes>()) {
+    const T* xr = x + r * n;
+    T* yr = y + r * n;
+    T mu = 0;
+    if constexpr (!Rms) {
+      T s = 0;
+      for (std::int64_t j = lane<Lanes>(); j < n; j += Lanes) s += xr[j];
+      mu = lanes_combine<Lanes, Plus<T>>(s) * inv_n;
+    }
+    T ss = 0;
+    for (std::int64_t j = lane<Lanes>(); j < n; j += Lanes) ss += (xr[j] - mu) * (xr[j] - mu);
+    const T rs = T(1) / std::sqrt(lanes_combine<Lanes, Plus<T>>(ss) * inv_n + eps);
+    for (std::int64_t j = lane<Lanes>(); j < n; j += Lanes)
+      yr[j] = Rms ? xr[j] * rs * w[j] : (xr[j] - mu) * rs * w[j] + b[j];
+    if (lane<Lanes>() == 0) {
+      if constexpr (!Rms) mean[r] = mu;
+      rstd[r] = rs;
+    }
+  }
+}
+
+// dx = rstd · (g - mean(g) - x̂ · mean(g · x̂)), g = dy · w (rms_norm: no mean(g)).
+template <typename T, bool Rms, int Lanes>
+__global__ void norm_grad_rows(const T* x, const T* dy, const T* w, const T* mean, const T* rstd,
+                               T* dx, std::int64_t m, std::int64_t n, T inv_n) {
+  for (std::int64_t r = first_row<Lanes>(); r < m; r += row_step<Lanes>()) {
+    const T* xr = x + r * n;
+    const T* dyr = dy + r * n;
+    const T mu = Rms ? T(0) : mean[r], rs = rstd[r];
+    T sg = 0, sgx = 0;
+    for (std::int64_t j = lane<Lanes>(); j < n; j += Lanes) {
+      const T g = dyr[j] * w[j];
+      sg += g;
+      sgx += g * (xr[j] - mu);
+    }
+    sg = lanes_combine<Lanes, Plus<T>>(sg);
+    sgx = lanes_combine<Lanes, Plus<T>>(sgx);
+    const T a = Rms ? T(0) : sg * inv_n;
+    const T c = sgx * rs * inv_n;
+    for (std::int64_t j = lane<Lanes>(); j < n; j += Lanes)
+      dx[r * n + j] = rs * (dyr[j] * w[j] - a - (xr[j] - mu) * rs * c);
+  }
+}
+
+// dw[j] = Σ_rows dy · x̂, db[j] = Σ_rows dy: one thread per column, rows in order.
+template <typename T, bool Rms>
+__global__ void norm_grad_columns(const T* x, const T* dy, const T* mean, const T* rstd, T* dw,
+                                  T* db, std::int64_t m, std::int64_t n) {
+  KILN_GRID_STRIDE(j, n) {
+    T sw = 0, sb = 0;
+    for (std::int64_t r = 0; r < m; ++r) {
+      const std::int64_t i = r * n + j;
+      const T xh = (x[i] - (Rms ? T(0) : mean[r])) * rstd[r];
+      sw += dy[i] * xh;
+      if constexpr (!Rms) sb += dy[i];
+    }
+    dw[j] = sw;
+    if constexpr (!Rms) db[j] = sb;
+  }
+}
+
+// ---- batch_norm: x as [N, C, S], per-channel sums over N and S ----
+
+template <typename T>
+struct LoadSqDev {  // (x - mean[c])²
+  const T* x;
+  const T* mean;
+  __device__ T operator()(std::int64_t off, std::int64_t c) const {
+    const T d = x[off] - mean[c];
+    return d * d;
+  }
+};
+template <typename T>
+struct LoadDyDev {  // dy · (x - mean[c])
+  const T* x;
+  const T* dy;
+  const T* mean;
+  __device__ T operator()(std::int64_t off, std::int64_t c) const {
+    return dy[off] * (x[off] - mean[c]);
+  }
+};
+template <typename T>
+struct StoreTimes {  // out[c] = v · k[c] (k null: v · k0)
+  T* out;
+  const T* k;
+  T k0;
+  __device__ void operator()(std::int64_t c, T v) const { out[c] = v * (k ? k[c] : k0); }
+};
+
+ReduceWalk channel_walk(std::int64_t n, std::int64_t c, std::int64_t s) {
+  ReduceWalk w;
+  w.kept_rank = 1;
+  w.kept_dims[0] = c;
+  w.kept_strides[0] = s;
+  w.red_rank = 2;
+  w.red_dims[0] = n;
+  w.red_strides[0] = c * s;
+  w.red_dims[1] = s;
+  w.red_strides[1] = 1;
+  w.outputs = c;
+  w.count = n * s;
+  return w;
+}
+
+// The channels' inverse std and running statistics from the batch's mean
+// and Σ (x - mean)² (training), or from the running statistics (is_test).
+template <typename T>
+__global__ void batch_norm_stats(const T* sq, T* smean, T* sinv, T* run_mean, T* run_var,
+                                 std::int64_t c, T inv_count, T unbias, T eps, T mom,
+                                 bool is_test) {
+  KILN_GRID_STRIDE(k, c) {
+    if (is_test) {
+      smean[k] = run_mean[k];
+      sinv[k] = T(1) / std::sqrt(run_var[k] + eps);
+    } else {
+      const T v = sq[k] * inv_count;
+      sinv[k] = T(1) / std::sqrt(v + eps);
+      run_mean[k] = mom * run_mean[k] + (T(1) - mom) * smean[k];
+      run_var[k] = mom * run_var[k] + (T(1) - mom) * v * unbias;
+    }
+  }
+}
+
+template <typename T>
+__global__ void batch_norm_apply(const T* x, const T* scale, const T* bias, const T* smean,
+                                 const T* sinv, T* y, std::int64_t total, std::int64_t c,
+                                 std::int64_t s) {
+  KILN_GRID_STRIDE(i, total) {
+    const std::int64_t k = (i / s) % c;
+    const T m = sinv[k] * scale[k], off = bias[k] - smean[k] * m;
+    y[i] = x[i] * m + off;
+  }
+}
+
+// dx = k · dy (is_test) or k · (dy - mean(dy) - (x - mean) · q), k = scale · invstd,
+// q = mean(dy · x̂) · invstd.
+template <typename T>
+__global__ void batch_norm_dx(const T* x, const T* dy, const T* scale, const T* mean,
+                              const T* invstd, const T* dscale, const T* dbias, T* dx,
+                              std::int64_t total, std::int64_t c, std::int64_t s, T inv_count,
+                              bool is_test) {
+  KILN_GRID_STRIDE(i, total) {
+    const std::int64_t k = (i / s) % c;
+    const T m = scale[k] * invstd[k];
+    if (is_test) {
+      dx[i] = m * dy[i];
+    } else {
+      const T mdy = dbias[k] * inv_count;
+      const T q = dscale[k] * inv_count * invstd[k];
+      dx[i] = m * (dy[i] - mdy - (x[i] - mean[k]) * q);
+    }
+  }
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+template <typename T>
+void launch_reduce(ReduceKind kind, const T* x, T* out, const ReduceWalk& w, cudaStream_t s) {
+  if (w.outputs == 0) return;
+  switch (kind) {
+    case ReduceKind::Sum:
+    case ReduceKind::Mean: {
+      using Acc = typename SumR<T>::Acc;
+      const std::int64_t div = kind == ReduceKind::Mean ? w.count : -1;  // mean: f32 / f64 only
+      reduce_with<SumR<T>>(w, LoadX<T, Acc>{x}, Store<T, Acc>{out, div}, s);
+      break;
+    }
+    case ReduceKind::Max:
+      reduce_with<MaxR<T>>(w, LoadX<T, T>{x}, Store<T, T>{out, -1}, s);
+      break;
+    case ReduceKind::Prod: {
+      using Acc = typename ProdR<T>::Acc;
+      reduce_with<ProdR<T>>(w, LoadX<T, Acc>{x}, Store<T, Acc>{out, -1}, s);
+      break;
+    }
+  }
+}
+
+template <typename T>
+void launch_reduce_grad(ReduceKind kind, const T* x, const T* out, const T* dout, T* dx,
+                        std::int64_t n, const ReduceWalk& w, const ReduceMap& map, void* scratch,
+                        cudaStream_t s) {
+  if (n == 0) return;
+  auto* counts = static_cast<std::int64_t*>(scratch);
+  switch (kind) {
+    case ReduceKind::Sum:
+      sum_grad<<<blocks_for(n), kThreads, 0, s>>>(dout, dx, n, map, T(1), false);
+      break;
+    case ReduceKind::Mean:
+      sum_grad<<<blocks_for(n), kThreads, 0, s>>>(dout, dx, n, map, T(1) / static_cast<T>(w.count),
+                                                  true);
+      break;
+    case ReduceKind::Max:
+      reduce_with<Plus<std::int64_t>>(w, LoadTie<T>{x, out},
+                                      Store<std::int64_t, std::int64_t>{counts, -1}, s);
+      max_grad<<<blocks_for(n), kThreads, 0, s>>>(x, out, dout, counts, dx, n, map);
+      break;
+    case ReduceKind::Prod: {
+      T* nonzero = reinterpret_cast<T*>(counts + w.outputs);
+      reduce_with<Plus<std::int64_t>>(w, LoadZero<T>{x},
+                                      Store<std::int64_t, std::int64_t>{counts, -1}, s);
+      reduce_with<TimesR<T>>(w, LoadNonzero<T>{x}, Store<T, T>{nonzero, -1}, s);
+      prod_grad<<<blocks_for(n), kThreads, 0, s>>>(x, dout, nonzero, counts, dx, n, map);
+      break;
+    }
+  }
+}
+
+template <typename T>
+void launch_softmax(bool log, const T* x, T* y, std::int64_t outer, std::int64_t c,
+                    std::int64_t inner, cudaStream_t s) {
+  const std::int64_t rows = outer * inner;
+  if (rows == 0 || c == 0) return;
+  const int lanes = inner > 1 ? 1 : lanes_for(c);
+  const unsigned b = row_blocks(rows, lanes);
+  if (log) {
+    if (lanes == 1)
+      softmax_rows<T, true, 1><<<b, kThreads, 0, s>>>(x, y, rows, c, inner);
+    else if (lanes == 32)
+      softmax_rows<T, true, 32><<<b, kThreads, 0, s>>>(x, y, rows, c, inner);
+    else
+      softmax_rows<T, true, kThreads><<<b, kThreads, 0, s>>>(x, y, rows, c, inner);
+  } else {
+    if (lanes == 1)
+      softmax_rows<T, false, 1><<<b, kThreads, 0, s>>>(x, y, rows, c, inner);
+    else if (lanes == 32)
+      softmax_rows<T, false, 32><<<b, kThreads, 0, s>>>(x, y, rows, c, inner);
+    else
+      softmax_rows<T, false, kThreads><<<b, kThreads, 0, s>>>(x, y, rows, c, inner);
+  }
+}
+
+template <typename T>
+void launch_softmax_grad(bool log, const T* y, const T* dy, T* dx, std::int64_t outer,
+                         std::int64_t c, std::int64_t inner, cudaStream_t s) {
+  const std::int64_t rows = outer * inner;
+  if (rows == 0 || c == 0) return;
+  const int lanes = inner > 1 ? 1 : lanes_for(c);
+  const unsigned b = row_blocks(rows, lanes);
+  if (log) {
+    if (lanes == 1)
+      softmax_grad_rows<T, true, 1><<<b, kThreads, 0, s>>>(y, dy, dx, rows, c, inner);
+    else if (lanes == 32)
+      softmax_grad_rows<T, true, 32><<<b, kThreads, 0, s>>>(y, dy, dx, rows, c, inner);
+    else
+      softmax_grad_rows<T, true, kThreads><<<b, kThreads, 0, s>>>(y, dy, dx, rows, c, inner);
+  } else {
+    if (lanes == 1)
+      softmax_grad_rows<T, false, 1><<<b, kThreads, 0, s>>>(y, dy, dx, rows, c, inner);
+    else if (lanes == 32)
+      softmax_grad_rows<T, false, 32><<<b, kThreads, 0, s>>>(y, dy, dx, rows, c, inner);
+    else
+      softmax_grad_rows<T, false, kThreads><<<b, kThreads, 0, s>>>(y, dy, dx, rows, c, inner);
+  }
+}
+
+template <typename T, typename L>
+void launch_cross_entropy(const T* x, const L* label, T* sm, T* loss, std::int64_t n,
+                          std::int64_t c, std::int64_t ignore, cudaStream_t s) {
+  if (n == 0 || c == 0) return;
+  const unsigned b = row_blocks(n, c >= kLongRow ? kThreads : 32);
+  if (c >= kLongRow)
+    cross_entropy_rows<T, L, kThreads><<<b, kThreads, 0, s>>>(x, label, sm, loss, n, c, ignore);
+  else
+    cross_entropy_rows<T, L, 32><<<b, kThreads, 0, s>>>(x, label, sm, loss, n, c, ignore);
+}
+
+template <typename T, typename L>
+void launch_cross_entropy_grad(const T* sm, const L* label, const T* dloss, T* dx, std::int64_t n,
+                               std::int64_t c, std::int64_t ignore, cudaStream_t s) {
+  if (n == 0 || c == 0) return;
+  cross_entropy_grad<<<blocks_for(n * c), kThreads, 0, s>>>(sm, label, dloss, dx, n, c, ignore);
+}
+
+template <typename T>
+void launch_norm(bool rms, const T* x, const T* w, const T* b, T* y, T* mean, T* rstd,
+                 std::int64_t m, std::int64_t n, T eps, T inv_n, cudaStream_t s) {
+  if (m == 0) return;
+  const bool wide = n >= kLongRow;
+  const unsigned g = row_blocks(m, wide ? kThreads : 32);
+  if (rms) {
+    if (wide)
+      norm_rows<T, true, kThreads><<<g, kThreads, 0, s>>>(x, w, b, y, mean, rstd, m, n, eps, inv_n);
+    else
+      norm_rows<T, true, 32><<<g, kThreads, 0, s>>>(x, w, b, y, mean, rstd, m, n, eps, inv_n);
+  } else {
+    if (wide)
+      norm_rows<T, false, kThreads>
+          <<<g, kThreads, 0, s>>>(x, w, b, y, mean, rstd, m, n, eps, inv_n);
+    else
+      norm_rows<T, false, 32><<<g, kThreads, 0, s>>>(x, w, b, y, mean, rstd, m, n, eps, inv_n);
+  }
+}
+
+template <typename T>
+void launch_norm_grad(bool rms, const T* x, const T* dy, const T* w, const T* mean, const T* rstd,
+                      T* dx, T* dw, T* db, std::int64_t m, std::int64_t n, T inv_n,
+                      cudaStream_t s) {
+  if (n == 0) return;
+  if (m > 0) {
+    const bool wide = n >= kLongRow;
+    const unsigned g = row_blocks(m, wide ? kThreads : 32);
+    if (rms) {
+      if (wide)
+        norm_grad_rows<T, true, kThreads>
+            <<<g, kThreads, 0, s>>>(x, dy, w, mean, rstd, dx, m, n, inv_n);
+      else
+        norm_grad_rows<T, true, 32><<<g, kThreads, 0, s>>>(x, dy, w, mean, rstd, dx, m, n, inv_n);
+    } else {
+      if (wide)
+        norm_grad_rows<T, false, kThreads>
+            <<<g, kThreads, 0, s>>>(x, dy, w, mean, rstd, dx, m, n, inv_n);
+      else
+        norm_grad_rows<T, false, 32><<<g, kThreads, 0, s>>>(x, dy, w, mean, rstd, dx, m, n, inv_n);
+    }
+  }
+  if (rms)
+    norm_grad_columns<T, true><<<blocks_for(n), kThreads, 0, s>>>(x, dy, mean, rstd, dw, db, m, n);
+  else
+    norm_grad_columns<T, false><<<blocks_for(n), kThreads, 0, s>>>(x, dy, mean, rstd, dw, db, m, n);
+}
+
+template <typename T>
+void launch_batch_norm(const T* x, const T* scale, const T* bias, T* run_mean, T* run_var, T* smean,
+                       T* sinv, T* y, T* scratch, std::int64_t n, std::int64_t c, std::int64_t s,
+                       T eps, T momentum, bool is_test, cudaStream_t st) {
+  if (c == 0) return;
+  const std::int64_t count = n * s;
+  const T inv_count = count ? T(1) / static_cast<T>(count) : T(0);
+  if (!is_test) {
+    const ReduceWalk w = channel_walk(n, c, s);
+    reduce_with<Plus<T>>(w, LoadX<T, T>{x}, StoreTimes<T>{smean, nullptr, inv_count}, st);
+    reduce_with<Plus<T>>(w, LoadSqDev<T>{x, smean}, StoreTimes<T>{scratch, nullptr, T(1)}, st);
+  }
+  const T unbias = count > 1 ? static_cast<T>(count) / static_cast<T>(count - 1) : T(1);
+  batch_norm_stats<<<blocks_for(c), kThreads, 0, st>>>(scratch, smean, sinv, run_mean, run_var, c,
+                                                       inv_count, unbias, eps, momentum, is_test);
+  const std::int64_t total = n * c * s;
+  if (total)
+    batch_norm_apply<<<blocks_for(total), kThreads, 0, st>>>(x, scale, bias, smean, sinv, y, total,
+                                                             c, s);
+}
+
+template <typename T>
+void launch_batch_norm_grad(const T* x, const T* scale, const T* mean, const T* invstd, const T* dy,
+                            T* dx, T* dscale, T* dbias, std::int64_t n, std::int64_t c,
+                            std::int64_t s, bool is_test, cudaStream_t st) {
+  if (c == 0) return;
+  const ReduceWalk w = channel_walk(n, c, s);
+  reduce_with<Plus<T>>(w, LoadX<T, T>{dy}, StoreTimes<T>{dbias, nullptr, T(1)}, st);
+  reduce_with<Plus<T>>(w, LoadDyDev<T>{x, dy, mean}, StoreTimes<T>{dscale, invstd, T(1)}, st);
+  const std::int64_t count = n * s, total = n * c * s;
+  const T inv_count = count ? T(1) / static_cast<T>(count) : T(0);
+  if (total)
+    batch_norm_dx<<<blocks_for(total), kThreads, 0, st>>>(x, dy, scale, mean, invstd, dscale, dbias,
+                                                          dx, total, c, s, inv_count, is_test);
+}
+
+// ---- explicit instantiations: the dtypes reduce.cc registers ----
+
+#define KILN_REDUCE(T) \
+  template void launch_reduce<T>(ReduceKind, const T*, T*, const ReduceWalk&, cudaStream_t);
+KILN_REDUCE(float)
+KILN_REDUCE(double)
+KILN_REDUCE(std::int32_t)
+KILN_REDUCE(std::int64_t)
+
+#define KILN_FLOAT_FAMILIES(T)                                                                    \
+  template void launch_reduce_grad<T>(ReduceKind, const T*, const T*, const T*, T*, std::int64_t, \
+                                      const ReduceWalk&, const ReduceMap&, void*, cudaStream_t);  \
+  template void launch_softmax<T>(bool, const T*, T*, std::int64_t, std::int64_t, std::int64_t,   \
+                                  cudaStream_t);                                                  \
+  template void launch_softmax_grad<T>(bool, const T*, const T*, T*, std::int64_t, std::int64_t,  \
+                                       std::int64_t, cudaStream_t);                               \
+  template void launch_cross_entropy<T, std::int32_t>(const T*, const std::int32_t*, T*, T*,      \
+                                                      std::int64_t, std::int64_t, std::int64_t,   \
+                                                      cudaStream_t);                              \
+  template void launch_cross_entropy<T, std::int64_t>(const T*, const std::int64_t*, T*, T*,      \
+                                                      std::int64_t, std::int64_t, std::int64_t,   \
+                                                      cudaStream_t);                              \
+  template void launch_cross_entropy_grad<T, std::int32_t>(                                       \
+      const T*, const std::int32_t*, const T*, T*, std::int64_t, std::int64_t, std::int64_t,      \
+      cudaStream_t);                                                                              \
+  template void launch_cross_entropy_grad<T, std::int64_t>(                                       \
+      const T*, const std::int64_t*, const T*, T*, std::int64_t, std::int64_t, std::int64_t,      \
+      cudaStream_t);                                                                              \
+  template void launch_norm<T>(bool, const T*, const T*, const T*, T*, T*, T*, std::int64_t,      \
+                               std::int64_t, T, T, cudaStream_t);                                 \
+  template void launch_norm_grad<T>(bool, const T*, const T*, const T*, const T*, const T*, T*,   \
+                                    T*, T*, std::int64_t, std::int64_t, T, cudaStream_t);         \
+  template void launch_batch_norm<T>(const T*, const T*, const T*, T*, T*, T*, T*, T*, T*,        \
+                                     std::int64_t, std::int64_t, std::int64_t, T, T, bool,        \
+                                     cudaStream_t);                                               \
+  template void launch_batch_norm_grad<T>(const T*, const T*, const T*, const T*, const T*, T*,   \
+                                          T*, T*, std::int64_t, std::int64_t, std::int64_t, bool, \
+                                          cudaStream_t);
+KILN_FLOAT_FAMILIES(float)
+KILN_FLOAT_FAMILIES(double)
+
+}  // namespace kiln::cuda

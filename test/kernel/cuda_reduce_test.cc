@@ -1,0 +1,307 @@
+// The CUDA kernels of reduce.cu — sum / mean / max / prod and reduce_as,
+// softmax / log_softmax, softmax_with_cross_entropy, layer_norm / rms_norm,
+// each with its gradient — against the CPU kernels on the same inputs
+// ([cuda]: skipped without a device). Tolerances: exact for max, for
+// integer reductions and for the gradients that only copy, scale or pick
+// (sum / mean / max / cross-entropy grads); otherwise the results differ in
+// summation order (and CUDA's exp / log against glibc's and the CPU's f32
+// fast_exp), so f32 is compared to 1e-5 relative and 1e-6 absolute, f64 to
+// 1e-12 relative and 1e-13 absolute.
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kernel/cuda_test_util.h"
+
+using namespace kiln;
+using kiln_test::filled;
+using kiln_test::have_cuda;
+using kiln_test::run_cuda_op;
+using kiln_test::run_op;
+
+namespace {
+
+using Axes = std::vector<std::int64_t>;
+
+template <typename T>
+double rtol_of() {
+  return std::is_same_v<T, float> ? 1e-5 : 1e-12;
+}
+template <typename T>
+double atol_of() {
+  return std::is_same_v<T, float> ? 1e-6 : 1e-13;
+}
+
+// got (CUDA) against want (CPU): same dims and dtype, values within rtol /
+// atol (0 / 0: bit-equal values, NaN equal to NaN).
+template <typename T>
+void check_same(const Tensor& got, const Tensor& want, double rtol, double atol) {
+  REQUIRE(got.dims() == want.dims());
+  REQUIRE(got.dtype() == want.dtype());
+  kiln_test::check_close<T>(got, want.to_vector<T>(), rtol, atol);
+}
+template <typename T>
+void check_near(const Tensor& got, const Tensor& want) {
+  check_same<T>(got, want, rtol_of<T>(), atol_of<T>());
+}
+
+template <typename T>
+Tensor integers(const Dims& dims, std::uint32_t seed, double lo, double hi) {
+  auto f = filled<double>(dims, lo, hi, seed).to_vector<double>();
+  std::vector<T> v;
+  for (double d : f) v.push_back(static_cast<T>(std::floor(d)));
+  return Tensor::from_vector<T>(dims, v);
+}
+
+struct ReduceCase {
+  Dims x;
+  Axes axes;
+  bool keepdim;
+};
+// Inner, outer, middle and all axes; long rows (a block per output), short
+// ones (a thread per output), empty ones and a scalar.
+const std::vector<ReduceCase> kReduceCases = {
+    {{4, 5}, {1}, false},           {{4, 5}, {0}, true},
+    {{3, 4, 5}, {1}, false},        {{3, 4, 5}, {0, 2}, true},
+    {{3, 4, 5}, {}, false},         {{2, 3000}, {1}, false},
+    {{3000, 3}, {0}, false},        {{64, 3}, {1}, true},
+    {{2, 1, 7}, {1}, false},        {{}, {}, false},
+    {{0, 4}, {1}, false},           {{4, 0}, {1}, true},
+    {{5, 2, 3, 2}, {-1, 1}, false},
+};
+
+template <typename OpT, typename T>
+void compare_reduction(double lo, double hi, double rtol, double atol) {
+  std::uint32_t seed = 3;
+  for (const auto& c : kReduceCases) {
+    if (std::is_same_v<OpT, MaxOp> && c.x.numel() == 0) continue;
+    INFO(OpT::name << " " << to_string(data_type_of<T>) << " [" << c.x.to_string() << "] keepdim "
+                   << c.keepdim);
+    Tensor x;
+    if constexpr (std::is_integral_v<T>)
+      x = integers<T>(c.x, seed++, lo, hi);
+    else
+      x = filled<T>(c.x, lo, hi, seed++);
+    check_same<T>(run_cuda_op<OpT>({x}, c.axes, c.keepdim).out(),
+                  run_op<OpT>({x}, c.axes, c.keepdim).out(), rtol, atol);
+  }
+}
+
+template <typename OpT, typename T>
+void compare_reduction_grad(bool with_out, double rtol, double atol) {
+  std::uint32_t seed = 30;
+  for (const auto& c : kReduceCases) {
+    if (c.x.numel() == 0) continue;
+    INFO("grad of " << OpT::name << " [" << c.x.to_string() << "]");
+    // Few distinct values, so max has ties and prod has zeros.
+    Tensor x = integers<T>(c.x, seed++, -2, 3);
+    if (!std::is_same_v<OpT, MaxOp> && !std::is_same_v<OpT, ProdOp>)
+      x = filled<T>(c.x, -1, 1, seed++);
+    const Tensor out = run_op<OpT>({x}, c.axes, c.keepdim).out();
+    const Tensor d = filled<T>(out.dims(), -1, 1, seed++);
+    std::vector<Tensor> in = with_out ? std::vector<Tensor>{x, out, d} : std::vector<Tensor>{x, d};
+    check_same<T>(run_cuda_op<GradOf<OpT>>(in, c.axes, c.keepdim).out(),
+                  run_op<GradOf<OpT>>(in, c.axes, c.keepdim).out(), rtol, atol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("CUDA sum, mean, max and prod over axes match the CPU's", "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  compare_reduction<SumOp, float>(-1, 1, 1e-6, 1e-6);  // f32 sums in f64 on both
+  compare_reduction<SumOp, double>(-1, 1, 1e-12, 1e-12);
+  compare_reduction<SumOp, std::int32_t>(-100, 100, 0, 0);
+  compare_reduction<SumOp, std::int64_t>(-100, 100, 0, 0);
+  compare_reduction<MeanOp, float>(-1, 1, 1e-6, 1e-7);
+  compare_reduction<MeanOp, double>(-1, 1, 1e-12, 1e-14);
+  compare_reduction<MaxOp, float>(-1, 1, 0, 0);
+  compare_reduction<MaxOp, std::int64_t>(-100, 100, 0, 0);
+  compare_reduction<ProdOp, double>(0.9, 1.1, 1e-12, 1e-14);
+  compare_reduction<ProdOp, std::int32_t>(-3, 3, 0, 0);
+  // An empty axis: max fails as on the CPU; mean is NaN, prod 1.
+  const Tensor e = Tensor::from_vector<float>({2, 0}, {});
+  KILN_CHECK_ERROR(run_cuda_op<MaxOp>({e}, Axes{1}, false), InvalidArgument,
+                   {"kiln.max", "empty axis"});
+  CHECK(std::isnan(run_cuda_op<MeanOp>({e}, Axes{1}, false).out().to_vector<float>()[0]));
+  CHECK(run_cuda_op<ProdOp>({e}, Axes{1}, true).out().to_vector<float>() ==
+        std::vector<float>{1, 1});
+  KILN_CHECK_ERROR(run_cuda_op<SumOp>({filled<float>({2, 3})}, Axes{2}, false), InvalidArgument,
+                   {"kiln.sum"});
+}
+
+TEST_CASE("CUDA reduction gradients match the CPU's", "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  compare_reduction_grad<SumOp, float>(false, 0, 0);
+  compare_reduction_grad<MeanOp, double>(false, 0, 0);
+  compare_reduction_grad<MaxOp, float>(true, 0, 0);
+  compare_reduction_grad<ProdOp, double>(false, 1e-12, 1e-13);
+  compare_reduction_grad<ProdOp, float>(false, 1e-5, 1e-6);
+  KILN_CHECK_ERROR(
+      run_cuda_op<GradOf<SumOp>>({filled<float>({2, 3}), filled<float>({3})}, Axes{0}, true),
+      InvalidArgument, {"kiln.sum_grad", "[1, 3]"});
+}
+
+TEST_CASE("CUDA reduce_as sums down to a target's dims like the CPU", "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  const std::vector<std::pair<Dims, Dims>> cases = {
+      {{4, 3}, {3}},    {{4, 3}, {1, 3}}, {{2, 3, 5}, {3, 1}}, {{8, 6, 7, 7}, {6, 1, 1}},
+      {{2, 3}, {2, 3}}, {{5, 4}, {}},     {{0, 3}, {3}}};
+  for (const auto& [xd, td] : cases) {
+    INFO("[" << xd.to_string() << "] down to [" << td.to_string() << "]");
+    const Tensor x = filled<float>(xd, -1, 1, 5), t = Tensor::zeros(td, DataType::Float32);
+    check_same<float>(run_cuda_op<ReduceAsOp>({x, t}).out(), run_op<ReduceAsOp>({x, t}).out(), 1e-6,
+                      1e-6);
+    const Tensor xd64 = filled<double>(xd, -1, 1, 6), t64 = Tensor::zeros(td, DataType::Float64);
+    check_near<double>(run_cuda_op<ReduceAsOp>({xd64, t64}).out(),
+                       run_op<ReduceAsOp>({xd64, t64}).out());
+  }
+}
+
+TEST_CASE("CUDA softmax and log_softmax along any axis match the CPU's", "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  struct Case {
+    Dims x;
+    std::int64_t axis;
+  };
+  for (const Case& c : std::vector<Case>{{{4, 10}, -1},
+                                         {{4, 10}, 0},
+                                         {{3, 5, 7}, 1},
+                                         {{2, 5000}, 1},
+                                         {{6, 3}, 1},
+                                         {{2, 3, 4}, -3},
+                                         {{0, 5}, 1}}) {
+    INFO("[" << c.x.to_string() << "] axis " << c.axis);
+    for (int log = 0; log < 2; ++log) {
+      const Tensor x = filled<float>(c.x, -5, 5, 7), d = filled<float>(c.x, -1, 1, 8);
+      const Tensor xd = filled<double>(c.x, -5, 5, 7), dd = filled<double>(c.x, -1, 1, 8);
+      if (log) {
+        check_near<float>(run_cuda_op<LogSoftmaxOp>({x}, c.axis).out(),
+                          run_op<LogSoftmaxOp>({x}, c.axis).out());
+        check_near<double>(run_cuda_op<LogSoftmaxOp>({xd}, c.axis).out(),
+                           run_op<LogSoftmaxOp>({xd}, c.axis).out());
+        const Tensor y = run_op<LogSoftmaxOp>({x}, c.axis).out();
+        check_near<float>(run_cuda_op<GradOf<LogSoftmaxOp>>({y, d}, c.axis).out(),
+                          run_op<GradOf<LogSoftmaxOp>>({y, d}, c.axis).out());
+      } else {
+        check_near<float>(run_cuda_op<SoftmaxOp>({x}, c.axis).out(),
+                          run_op<SoftmaxOp>({x}, c.axis).out());
+        check_near<double>(run_cuda_op<SoftmaxOp>({xd}, c.axis).out(),
+                           run_op<SoftmaxOp>({xd}, c.axis).out());
+        const Tensor y = run_op<SoftmaxOp>({xd}, c.axis).out();
+        check_near<double>(run_cuda_op<GradOf<SoftmaxOp>>({y, dd}, c.axis).out(),
+                           run_op<GradOf<SoftmaxOp>>({y, dd}, c.axis).out());
+      }
+    }
+  }
+  // A row of -inf: softmax is NaN-free where the CPU's is.
+  const float inf = std::numeric_limits<float>::infinity();
+  const Tensor m = Tensor::from_vector<float>({2, 3}, {-inf, -inf, -inf, 0, -inf, 1});
+  check_near<float>(run_cuda_op<SoftmaxOp>({m}, std::int64_t{-1}).out(),
+                    run_op<SoftmaxOp>({m}, std::int64_t{-1}).out());
+  KILN_CHECK_ERROR(run_cuda_op<SoftmaxOp>({filled<float>({2, 3})}, std::int64_t{2}),
+                   InvalidArgument, {"kiln.softmax", "axis 2"});
+}
+
+TEST_CASE("CUDA softmax_with_cross_entropy and its gradient match the CPU's", "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  const Tensor x = filled<float>({6, 5}, -3, 3, 1);
+  const Tensor label = Tensor::from_vector<std::int64_t>({6}, {0, 4, -100, 2, 1, 3});
+  const Tensor label32 = Tensor::from_vector<std::int32_t>({6, 1}, {0, 4, 1, 2, 1, -100});
+  for (const Tensor& y : {label, label32}) {
+    auto got = run_cuda_op<SoftmaxWithCrossEntropyOp>({x, y});
+    auto want = run_op<SoftmaxWithCrossEntropyOp>({x, y});
+    check_near<float>(got.out(0), want.out(0));
+    check_near<float>(got.out(1), want.out(1));
+    const Tensor dl = filled<float>({6, 1}, -1, 1, 2);
+    check_same<float>(
+        run_cuda_op<GradOf<SoftmaxWithCrossEntropyOp>>({want.out(0), y, dl}, std::int64_t{-100})
+            .out(),
+        run_op<GradOf<SoftmaxWithCrossEntropyOp>>({want.out(0), y, dl}, std::int64_t{-100}).out(),
+        0, 0);
+  }
+  const Tensor wide = filled<double>({3, 4000}, -3, 3, 3);  // a block per row
+  const Tensor wl = Tensor::from_vector<std::int64_t>({3}, {17, 3999, 0});
+  auto got = run_cuda_op<SoftmaxWithCrossEntropyOp>({wide, wl});
+  auto want = run_op<SoftmaxWithCrossEntropyOp>({wide, wl});
+  check_near<double>(got.out(0), want.out(0));
+  check_near<double>(got.out(1), want.out(1));
+  // A label outside [0, C): the CPU's error, naming the row and the label.
+  const Tensor bad = Tensor::from_vector<std::int64_t>({6}, {0, 1, 2, 5, 1, 7});
+  KILN_CHECK_ERROR(run_cuda_op<SoftmaxWithCrossEntropyOp>({x, bad}), InvalidArgument,
+                   {"kiln.softmax_with_cross_entropy", "row 3 has label 5", "outside [0, 5)"});
+  KILN_CHECK_ERROR(run_cuda_op<GradOf<SoftmaxWithCrossEntropyOp>>({x, bad, filled<float>({6, 1})},
+                                                                  std::int64_t{-100}),
+                   InvalidArgument, {"row 3 has label 5"});
+}
+
+TEST_CASE("CUDA layer_norm and rms_norm, forward and backward, match the CPU's", "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  struct Case {
+    Dims x;
+    std::int64_t axis;
+  };
+  for (const Case& c : std::vector<Case>{{{4, 16}, 1},
+                                         {{2, 3, 8}, -1},
+                                         {{2, 3, 8}, 1},
+                                         {{3, 3000}, 1},
+                                         {{5, 1}, 1},
+                                         {{0, 4}, 1}}) {
+    INFO("[" << c.x.to_string() << "] begin_norm_axis " << c.axis);
+    std::int64_t n = 1;
+    const int a = static_cast<int>(c.axis < 0 ? c.axis + c.x.rank() : c.axis);
+    for (int i = a; i < c.x.rank(); ++i) n *= c.x[i];
+    const Tensor x = filled<double>(c.x, -2, 2, 1), w = filled<double>({n}, 0.5, 1.5, 2);
+    const Tensor b = filled<double>({n}, -1, 1, 3), dy = filled<double>(c.x, -1, 1, 4);
+    auto got = run_cuda_op<LayerNormOp>({x, w, b}, c.axis, 1e-5);
+    auto want = run_op<LayerNormOp>({x, w, b}, c.axis, 1e-5);
+    for (int k = 0; k < 3; ++k) check_near<double>(got.out(k), want.out(k));
+    auto gg = run_cuda_op<GradOf<LayerNormOp>>({x, w, want.out(1), want.out(2), dy}, c.axis, 1e-5);
+    auto gw = run_op<GradOf<LayerNormOp>>({x, w, want.out(1), want.out(2), dy}, c.axis, 1e-5);
+    for (int k = 0; k < 3; ++k) check_near<double>(gg.out(k), gw.out(k));
+
+    const Tensor xf = filled<float>(c.x, -2, 2, 5), wf = filled<float>({n}, 0.5, 1.5, 6);
+    const Tensor dyf = filled<float>(c.x, -1, 1, 7);
+    auto rg = run_cuda_op<RmsNormOp>({xf, wf}, c.axis, 1e-6);
+    auto rw = run_op<RmsNormOp>({xf, wf}, c.axis, 1e-6);
+    for (int k = 0; k < 2; ++k) check_near<float>(rg.out(k), rw.out(k));
+    auto rgg = run_cuda_op<GradOf<RmsNormOp>>({xf, wf, rw.out(1), dyf}, c.axis, 1e-6);
+    auto rgw = run_op<GradOf<RmsNormOp>>({xf, wf, rw.out(1), dyf}, c.axis, 1e-6);
+    // dw sums over up to 5 rows of [-2, 2) · [-1, 1) products.
+    for (int k = 0; k < 2; ++k) check_same<float>(rgg.out(k), rgw.out(k), 1e-5, 1e-5);
+  }
+  KILN_CHECK_ERROR(
+      run_cuda_op<LayerNormOp>({filled<float>({2, 4}), filled<float>({3}), filled<float>({4})},
+                               std::int64_t{1}, 1e-5),
+      InvalidArgument, {"kiln.layer_norm"});
+}
+
+TEST_CASE("CUDA batch_norm, training and test, and its gradient match the CPU's",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  for (const Dims& d : {Dims{8, 3, 5, 5}, Dims{4, 6}, Dims{2, 4, 3000}}) {
+    INFO("x [" << d.to_string() << "]");
+    const std::int64_t c = d[1];
+    const Tensor x = filled<double>(d, -2, 2, 1), scale = filled<double>({c}, 0.5, 1.5, 2);
+    const Tensor bias = filled<double>({c}, -1, 1, 3), rm = filled<double>({c}, -0.1, 0.1, 4);
+    const Tensor rv = filled<double>({c}, 0.5, 1.5, 5), dy = filled<double>(d, -1, 1, 6);
+    for (bool is_test : {false, true}) {
+      INFO("is_test " << is_test);
+      // Copies: the op updates the running statistics in place.
+      auto got =
+          run_cuda_op<BatchNormOp>({x, scale, bias, rm.clone(), rv.clone()}, 0.9, 1e-5, is_test);
+      auto want = run_op<BatchNormOp>({x, scale, bias, rm.clone(), rv.clone()}, 0.9, 1e-5, is_test);
+      for (int k = 0; k < 5; ++k) check_near<double>(got.out(k), want.out(k));
+      auto gg = run_cuda_op<GradOf<BatchNormOp>>({x, scale, want.out(3), want.out(4), dy}, 0.9,
+                                                 1e-5, is_test);
+      auto gw =
+          run_op<GradOf<BatchNormOp>>({x, scale, want.out(3), want.out(4), dy}, 0.9, 1e-5, is_test);
+      for (int k = 0; k < 3; ++k) check_near<double>(gg.out(k), gw.out(k));
+    }
+  }
+  const Tensor e = Tensor::zeros({0, 2}, DataType::Float32),
+               one = Tensor::zeros({2}, DataType::Float32);
+  KILN_CHECK_ERROR(
+      run_cuda_op<BatchNormOp>({e, one, one, one.clone(), one.clone()}, 0.9, 1e-5, false),
+      InvalidArgument, {"kiln.batch_norm", "empty batch"});
+}
