@@ -319,6 +319,10 @@ KILN_REGISTER_KERNEL(StackOp, Cpu, Undefined, stack_kernel);
 KILN_REGISTER_KERNEL(FlattenOp, Cpu, Undefined, flatten_kernel);
 KILN_REGISTER_KERNEL(SqueezeOp, Cpu, Undefined, squeeze_kernel);
 KILN_REGISTER_KERNEL(UnsqueezeOp, Cpu, Undefined, unsqueeze_kernel);
+// Views change dims only, never data: the same kernels serve device tensors.
+KILN_REGISTER_KERNEL(FlattenOp, Cuda, Undefined, flatten_kernel);
+KILN_REGISTER_KERNEL(SqueezeOp, Cuda, Undefined, squeeze_kernel);
+KILN_REGISTER_KERNEL(UnsqueezeOp, Cuda, Undefined, unsqueeze_kernel);
 KILN_REGISTER_KERNELS(PadOp, Cpu, PadK, float, double, std::int32_t, std::int64_t);
 KILN_REGISTER_KERNELS(CumsumOp, Cpu, CumsumK, float, double, std::int32_t, std::int64_t);
 

@@ -305,6 +305,8 @@ void slice_kernel(KernelContext& ctx) {
 }  // namespace
 
 KILN_REGISTER_KERNEL(ReshapeOp, Cpu, Undefined, reshape_kernel);
+// Views change dims only, never data: the same kernels serve device tensors.
+KILN_REGISTER_KERNEL(ReshapeOp, Cuda, Undefined, reshape_kernel);
 KILN_REGISTER_KERNEL(TransposeOp, Cpu, Undefined, transpose_kernel);
 KILN_REGISTER_KERNEL(ConcatOp, Cpu, Undefined, concat_kernel);
 KILN_REGISTER_KERNEL(SplitOp, Cpu, Undefined, split_kernel);
@@ -575,6 +577,7 @@ struct SliceGradK {
 KILN_REGISTER_KERNELS(FullOp, Cpu, FullK, float, double, std::int8_t, std::int32_t, std::int64_t, bool);
 KILN_REGISTER_KERNELS(ReduceAsOp, Cpu, ReduceAsK, float, double);
 KILN_REGISTER_KERNEL(ReshapeAsOp, Cpu, Undefined, reshape_as_kernel);
+KILN_REGISTER_KERNEL(ReshapeAsOp, Cuda, Undefined, reshape_as_kernel);  // a view, as reshape
 KILN_REGISTER_KERNEL(ZerosLikeOp, Cpu, Undefined, zeros_like_kernel);
 KILN_REGISTER_KERNELS(SplitAsOp, Cpu, SplitAsK, float, double);
 KILN_REGISTER_KERNELS(GradOf<SliceOp>, Cpu, SliceGradK, float, double);

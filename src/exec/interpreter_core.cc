@@ -38,6 +38,9 @@ ExecutionOptions with_place_checked(ExecutionOptions o) {
 }  // namespace
 
 void require_place_runs(Place place) {
+  if (place.kind == PlaceKind::Cuda && !built_with_cuda())
+    throw_error(ErrorKind::Unimplemented, "place ", place.to_string(),
+                " has no kernels: kiln was built without CUDA (meson option cuda, needs nvcc on PATH)");
   if (place.kind != PlaceKind::Cpu && place.kind != PlaceKind::HostStream &&
       !KernelRegistry::instance().has_backend(place.kind))
     throw_error(ErrorKind::Unimplemented, "place ", place.to_string(),

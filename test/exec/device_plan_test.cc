@@ -234,3 +234,29 @@ TEST_CASE("an interpreter core on a cuda place this process lacks is an error na
     KILN_CHECK_ERROR(InterpreterCore(p, scope, {}, {}, o), Unimplemented, {"cuda:61", "no kernels"});
   CHECK(scope.kid_count() == 0);
 }
+
+TEST_CASE("view ops (reshape, flatten, squeeze, unsqueeze) stay on the device: they change dims "
+          "only",
+          "[exec][device]") {
+  if (!have_cuda_build()) return;
+  Program p;
+  Builder b(p);
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{2, 3});
+  auto r = b.create<ReluOp>(x.result());
+  auto v = b.create<ReshapeOp>(r.result(), std::vector<std::int64_t>{3, 2});
+  auto u = b.create<UnsqueezeOp>(v.result(), std::vector<std::int64_t>{0});
+  auto s = b.create<SqueezeOp>(u.result(), std::vector<std::int64_t>{0});
+  auto f = b.create<FlattenOp>(s.result());
+  auto e = b.create<ExpOp>(f.result());
+  auto plan = device_plan(p, {"x"}, {e.result()});
+  CHECK(placed(*plan) == std::vector<std::string>{
+                             "memcpy cpu->cuda:0@cuda:0 on cuda:0/h2d",
+                             "kiln.relu@cuda:0 on cuda:0",
+                             "kiln.reshape@cuda:0 on cuda:0",
+                             "kiln.unsqueeze@cuda:0 on cuda:0",
+                             "kiln.squeeze@cuda:0 on cuda:0",
+                             "kiln.flatten@cuda:0 on cuda:0",
+                             "kiln.exp@cuda:0 on cuda:0",
+                             "memcpy cuda:0->cpu@cpu on cuda:0/d2h",
+                         });
+}
