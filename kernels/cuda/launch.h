@@ -1,6 +1,7 @@
 // The device halves of kiln's CUDA kernels beyond the elementwise ones:
-// launchers compiled by nvcc (reduce.cu, train.cu) that take raw device
-// pointers and sizes, called by the host halves (reduce.cc, train.cc), which
+// launchers compiled by nvcc (reduce.cu, train.cu, shape.cu) that take raw
+// device pointers and sizes, called by the host halves (reduce.cc,
+// train.cc, shape.cc), which
 // read the op's attributes, check shapes with the CPU kernels' messages and
 // allocate outputs (those need the IR headers, which nvcc cannot compile).
 // Each launcher enqueues its work on `s` and returns; explicit
@@ -12,6 +13,7 @@
 #include <cstdint>
 
 #include "kiln/runtime/dims.h"
+#include "kiln/support/data_type.h"
 
 namespace kiln::cuda {
 
@@ -141,5 +143,36 @@ void launch_dropout(const T* x, T* out, bool* mask, std::int64_t n, std::uint64_
 template <typename T>
 void launch_dropout_grad(const T* d, const bool* mask, T* out, std::int64_t n, T scale,
                          cudaStream_t s);
+
+// ---- data movement (shape.cu) ----
+
+// out[0, n) = the `width`-byte word `bits` (width 1, 2, 4 or 8).
+void launch_fill(void* out, std::int64_t n, int width, std::uint64_t bits, cudaStream_t s);
+
+// A copy of `n` words as a walk over dims (row-major): the word at index
+// (i_0, …) goes from src[Σ i_k · src[k]] to dst[Σ i_k · dst[k]] (strides in
+// words; one dim more than a tensor's: the words of an element).
+struct CopyWalk {
+  static constexpr int kMaxRank = Dims::kMaxRank + 1;
+  int rank = 0;
+  std::int64_t dims[kMaxRank] = {}, src[kMaxRank] = {}, dst[kMaxRank] = {};
+  std::int64_t n = 1;
+};
+// Words of `width` bytes (1, 2, 4 or 8).
+void launch_strided_copy(const void* src, void* dst, int width, const CopyWalk& walk,
+                         cudaStream_t s);
+
+// n elements from → to with the CPU cast's rules; false (nothing launched)
+// unless both are among f32, f64, i32, i64, bool, u8, i8.
+bool launch_cast(DataType from, DataType to, const void* in, void* out, std::int64_t n,
+                 cudaStream_t s);
+
+// out = min(max(x, lo), hi) as the CPU orders it. T: f32, f64, the integers.
+template <typename T>
+void launch_clip(const T* x, T* out, std::int64_t n, T lo, T hi, cudaStream_t s);
+// out = scale · x + bias (floats: in T, the product rounded first; integers:
+// in f64, then converted). T: f32, f64, i32, i64.
+template <typename T>
+void launch_scale(const T* x, T* out, std::int64_t n, double scale, double bias, cudaStream_t s);
 
 }  // namespace kiln::cuda

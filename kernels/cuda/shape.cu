@@ -1,0 +1,180 @@
+// CUDA kernels of the data-movement ops (launched by shape.cc, launch.h):
+// a fill of 1-, 2-, 4- or 8-byte words (full, zeros_like), one strided copy
+// of such words that serves transpose, slice and its gradient, concat, split
+// and split_as (each op's layout becomes a walk over at most kMaxRank dims
+// with a source and a destination stride per dim), cast between f32, f64,
+// i32, i64, bool, u8 and i8 with the CPU's conversion rules, and clip and
+// scale element by element.
+//
+// The copies move bytes only, so they are exact; casts follow the CPU's
+// rules (float → integer saturates, NaN → 0); scale's products are rounded
+// before the add (no FMA), as the CPU computes them.
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "cuda_kernel_util.cuh"
+#include "launch.h"
+
+namespace kiln::cuda {
+namespace {
+
+// ---- fill, strided copy ----
+
+template <typename W>
+__global__ void fill(W* out, std::int64_t n, W v) {
+  KILN_GRID_STRIDE(i, n) out[i] = v;
+}
+
+template <typename W>
+__global__ void strided_copy(const W* __restrict__ src, W* __restrict__ dst, CopyWalk w) {
+  KILN_GRID_STRIDE(i, w.n) {
+    std::int64_t rem = i, so = 0, d = 0;
+    for (int k = w.rank - 1; k >= 0; --k) {
+      const std::int64_t idx = rem % w.dims[k];
+      rem /= w.dims[k];
+      so += idx * w.src[k];
+      d += idx * w.dst[k];
+    }
+    dst[d] = src[so];
+  }
+}
+
+template <typename W>
+void fill_words(void* out, std::int64_t n, std::uint64_t bits, cudaStream_t s) {
+  fill<W><<<blocks_for(n), kThreads, 0, s>>>(static_cast<W*>(out), n, static_cast<W>(bits));
+}
+
+template <typename W>
+void copy_words(const void* src, void* dst, const CopyWalk& w, cudaStream_t s) {
+  strided_copy<W><<<blocks_for(w.n), kThreads, 0, s>>>(static_cast<const W*>(src),
+                                                         static_cast<W*>(dst), w);
+}
+
+// ---- cast: the CPU's convert (kernels/cpu/unary.cc) for these dtypes ----
+
+template <typename To, typename From>
+__device__ To convert(From v) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return v != From(0);
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    // [lo, hi) as on the CPU: lo is 0 or -2^(bits-1), hi 2^bits or 2^(bits-1).
+    constexpr From lo = static_cast<From>(std::numeric_limits<To>::min());
+    constexpr From hi = static_cast<From>(std::numeric_limits<To>::max() / 2 + 1) * From(2);
+    if (!(v == v)) return To(0);
+    if (v <= lo) return std::numeric_limits<To>::min();
+    if (v >= hi) return std::numeric_limits<To>::max();
+    return static_cast<To>(v);
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+template <typename To, typename From>
+__global__ void cast(const From* __restrict__ in, To* __restrict__ out, std::int64_t n) {
+  KILN_GRID_STRIDE(i, n) out[i] = convert<To>(in[i]);
+}
+
+// f(T{}) for the element type of t; false when t is not one of the seven.
+template <typename F>
+bool with_type(DataType t, F&& f) {
+  switch (t) {
+    case DataType::Float32: f(float{}); return true;
+    case DataType::Float64: f(double{}); return true;
+    case DataType::Int32: f(std::int32_t{}); return true;
+    case DataType::Int64: f(std::int64_t{}); return true;
+    case DataType::Bool: f(bool{}); return true;
+    case DataType::UInt8: f(std::uint8_t{}); return true;
+    case DataType::Int8: f(std::int8_t{}); return true;
+    default: return false;
+  }
+}
+
+// ---- clip, scale ----
+
+template <typename T>
+__global__ void clip(const T* __restrict__ x, T* __restrict__ out, std::int64_t n, T lo, T hi) {
+  KILN_GRID_STRIDE(i, n) {  // max first, then min, as on the CPU
+    const T v = x[i] < lo ? lo : x[i];
+    out[i] = v > hi ? hi : v;
+  }
+}
+
+__device__ inline float mul_round(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double mul_round(double a, double b) { return __dmul_rn(a, b); }
+
+template <typename T>
+__global__ void scale(const T* __restrict__ x, T* __restrict__ out, std::int64_t n, double s,
+                      double b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    const T ts = static_cast<T>(s), tb = static_cast<T>(b);
+    KILN_GRID_STRIDE(i, n) out[i] = mul_round(ts, x[i]) + tb;
+  } else {
+    KILN_GRID_STRIDE(i, n) out[i] = static_cast<T>(mul_round(s, static_cast<double>(x[i])) + b);
+  }
+}
+
+}  // namespace
+
+void launch_fill(void* out, std::int64_t n, int width, std::uint64_t bits, cudaStream_t s) {
+  switch (width) {
+    case 1: return fill_words<std::uint8_t>(out, n, bits, s);
+    case 2: return fill_words<std::uint16_t>(out, n, bits, s);
+    case 4: return fill_words<std::uint32_t>(out, n, bits, s);
+    default: return fill_words<std::uint64_t>(out, n, bits, s);
+  }
+}
+
+void launch_strided_copy(const void* src, void* dst, int width, const CopyWalk& walk,
+                         cudaStream_t s) {
+  switch (width) {
+    case 1: return copy_words<std::uint8_t>(src, dst, walk, s);
+    case 2: return copy_words<std::uint16_t>(src, dst, walk, s);
+    case 4: return copy_words<std::uint32_t>(src, dst, walk, s);
+    default: return copy_words<std::uint64_t>(src, dst, walk, s);
+  }
+}
+
+bool launch_cast(DataType from, DataType to, const void* in, void* out, std::int64_t n,
+                 cudaStream_t s) {
+  bool to_ok = false;
+  const bool from_ok = with_type(from, [&](auto f) {
+    to_ok = with_type(to, [&](auto t) {
+      using From = decltype(f);
+      using To = decltype(t);
+      cast<To, From><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const From*>(in),
+                                                         static_cast<To*>(out), n);
+    });
+  });
+  return from_ok && to_ok;
+}
+
+template <typename T>
+void launch_clip(const T* x, T* out, std::int64_t n, T lo, T hi, cudaStream_t s) {
+  clip<<<blocks_for(n), kThreads, 0, s>>>(x, out, n, lo, hi);
+}
+
+template <typename T>
+void launch_scale(const T* x, T* out, std::int64_t n, double scale_, double bias, cudaStream_t s) {
+  scale<<<blocks_for(n), kThreads, 0, s>>>(x, out, n, scale_, bias);
+}
+
+#define KILN_CLIP(T) template void launch_clip<T>(const T*, T*, std::int64_t, T, T, cudaStream_t);
+KILN_CLIP(float)
+KILN_CLIP(double)
+KILN_CLIP(std::int8_t)
+KILN_CLIP(std::int16_t)
+KILN_CLIP(std::int32_t)
+KILN_CLIP(std::int64_t)
+KILN_CLIP(std::uint8_t)
+KILN_CLIP(std::uint16_t)
+KILN_CLIP(std::uint32_t)
+KILN_CLIP(std::uint64_t)
+#define KILN_SCALE(T) \
+  template void launch_scale<T>(const T*, T*, std::int64_t, double, double, cudaStream_t);
+KILN_SCALE(float)
+KILN_SCALE(double)
+KILN_SCALE(std::int32_t)
+KILN_SCALE(std::int64_t)
+
+}  // namespace kiln::cuda
