@@ -85,7 +85,8 @@ void RunState::run_graph(std::span<Tensor* const> feeds, bool take, const RunCon
       if (feeds[k]->bytes()) std::memcpy(g.staged[k].raw_data(), feeds[k]->raw_data(), feeds[k]->bytes());
     ++runs_;
   }
-  CudaStream& main = cuda_context(plan_->options.place.device).compute_stream();
+  // As a Stream: the calls dispatch virtually, so a build without CUDA links.
+  Stream& main = cuda_context(plan_->options.place.device).compute_stream();
   g.graph.replay(main);
   main.synchronize();
   for (std::size_t k = 0; k < plan_->fetches.size(); ++k) {
@@ -111,7 +112,7 @@ bool RunState::capture(std::span<Tensor* const> feeds, const RunConfig& config) 
   // Freed buffers would go back to the cache while the graph still uses them.
   release_temporaries();
   keep_temporaries_ = true;
-  CudaStream& main = cuda_context(p.options.place.device).compute_stream();
+  Stream& main = cuda_context(p.options.place.device).compute_stream();
   std::vector<std::unique_ptr<Event>> joins;
   std::string why;
   begin_run(config);

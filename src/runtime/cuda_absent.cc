@@ -53,9 +53,9 @@ namespace {
 }  // namespace
 
 CudaGraph::~CudaGraph() = default;
-void CudaGraph::begin_capture(CudaStream&) { no_graphs(); }
-std::string CudaGraph::end_capture(CudaStream&) { no_graphs(); }
-void CudaGraph::replay(CudaStream&) { no_graphs(); }
+void CudaGraph::begin_capture(Stream&) { no_graphs(); }
+std::string CudaGraph::end_capture(Stream&) { no_graphs(); }
+void CudaGraph::replay(Stream&) { no_graphs(); }
 void CudaGraph::reset() noexcept {}
 
 }  // namespace kiln

@@ -5,17 +5,25 @@
 
 namespace kiln {
 
+namespace {
+cudaStream_t handle_of(Stream& stream) {
+  auto* s = dynamic_cast<CudaStream*>(&stream);
+  if (!s) throw_error(ErrorKind::InvalidArgument, "a CUDA graph captures CUDA streams only");
+  return s->handle();
+}
+}  // namespace
+
 CudaGraph::~CudaGraph() { reset(); }
 
-void CudaGraph::begin_capture(CudaStream& stream) {
+void CudaGraph::begin_capture(Stream& stream) {
   reset();
-  check_cuda(cudaStreamBeginCapture(stream.handle(), cudaStreamCaptureModeRelaxed),
+  check_cuda(cudaStreamBeginCapture(handle_of(stream), cudaStreamCaptureModeRelaxed),
              "beginning a CUDA graph capture");
 }
 
-std::string CudaGraph::end_capture(CudaStream& stream) {
+std::string CudaGraph::end_capture(Stream& stream) {
   cudaGraph_t graph = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(stream.handle(), &graph);
+  const cudaError_t ended = cudaStreamEndCapture(handle_of(stream), &graph);
   if (ended != cudaSuccess) {
     cudaGetLastError();  // the capture's failure is reported here, not later
     if (graph) cudaGraphDestroy(graph);
@@ -35,10 +43,10 @@ std::string CudaGraph::end_capture(CudaStream& stream) {
   return {};
 }
 
-void CudaGraph::replay(CudaStream& stream) {
+void CudaGraph::replay(Stream& stream) {
   if (!exec_)
     throw_error(ErrorKind::PreconditionNotMet, "replaying a CUDA graph that was never captured");
-  check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream.handle()),
+  check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), handle_of(stream)),
              "launching a CUDA graph");
 }
 

@@ -20,10 +20,21 @@ class Callback<void(Args...)> {
   static constexpr std::size_t kInlineBytes = 48;
 
   Callback() noexcept = default;
+  // Defined here, not out of class: clang 14 matches no out-of-class
+  // definition of a constructor template with a requires-clause.
   template <typename F>
     requires(!std::is_same_v<std::remove_cvref_t<F>, Callback> &&
              std::is_invocable_v<std::decay_t<F>&, Args...>)
-  Callback(F&& f);  // NOLINT(google-explicit-constructor): lambdas convert implicitly
+  Callback(F&& f) {  // NOLINT(google-explicit-constructor): lambdas convert implicitly
+    using Fn = std::decay_t<F>;
+    if constexpr (fits_inline<Fn>) {
+      ::new (static_cast<void*>(storage_)) Fn(std::forward<F>(f));
+      vtable_ = inline_vtable<Fn>();
+    } else {
+      *reinterpret_cast<Fn**>(storage_) = new Fn(std::forward<F>(f));
+      vtable_ = heap_vtable<Fn>();
+    }
+  }
 
   Callback(Callback&& other) noexcept;
   Callback& operator=(Callback&& other) noexcept;
@@ -87,20 +98,6 @@ inline auto Callback<void(Args...)>::heap_vtable() -> const VTable* {
   return &table;
 }
 
-template <typename... Args>
-template <typename F>
-  requires(!std::is_same_v<std::remove_cvref_t<F>, Callback<void(Args...)>> &&
-           std::is_invocable_v<std::decay_t<F>&, Args...>)
-inline Callback<void(Args...)>::Callback(F&& f) {
-  using Fn = std::decay_t<F>;
-  if constexpr (fits_inline<Fn>) {
-    ::new (static_cast<void*>(storage_)) Fn(std::forward<F>(f));
-    vtable_ = inline_vtable<Fn>();
-  } else {
-    *reinterpret_cast<Fn**>(storage_) = new Fn(std::forward<F>(f));
-    vtable_ = heap_vtable<Fn>();
-  }
-}
 
 template <typename... Args>
 inline Callback<void(Args...)>::Callback(Callback&& other) noexcept : vtable_(other.vtable_) {

@@ -24,18 +24,20 @@ class CudaGraph {
   CudaGraph& operator=(const CudaGraph&) = delete;
 
   // Starts capturing the work launched on `stream` (and on the streams that
-  // join it) instead of running it.
-  void begin_capture(CudaStream& stream);
+  // join it) instead of running it. The streams are CudaStreams (taken as
+  // Streams so that callers need no CUDA symbol); kiln::Error
+  // (InvalidArgument) for another kind.
+  void begin_capture(Stream& stream);
   // Ends the capture begun on `stream` and instantiates the graph. Returns
   // "" on success; otherwise why the work could not be captured (the CUDA
   // error of the call that broke the capture, e.g. a host synchronisation),
   // and the graph stays empty.
-  std::string end_capture(CudaStream& stream);
+  std::string end_capture(Stream& stream);
   // An instantiated graph is held.
   bool ready() const noexcept { return exec_ != nullptr; }
   // Launches the captured work on `stream` (asynchronous to the host).
   // kiln::Error (PreconditionNotMet) when no graph is ready.
-  void replay(CudaStream& stream);
+  void replay(Stream& stream);
   // Drops the graph (a later capture makes a new one).
   void reset() noexcept;
 
