@@ -204,7 +204,7 @@ inline To convert(From v) {
     return convert<To>(bfloat16_to_float(v.bits));
   } else if constexpr (std::is_same_v<To, Half>) {
     if constexpr (std::is_same_v<From, double>)
-      return Half{std::bit_cast<std::uint16_t>(static_cast<_Float16>(v))};
+      return Half{double_to_half(v)};
     else
       return Half{float_to_half(convert<float>(v))};
   } else if constexpr (std::is_same_v<To, BHalf>) {
