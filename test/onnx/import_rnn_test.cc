@@ -15,6 +15,7 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
 #include "kiln/frontend/frontend.h"
+#include "kiln/io/json.h"
 #include "kiln/onnx/import.h"
 #include "test_util.h"
 
@@ -240,6 +241,9 @@ TEST_CASE("an imported ONNX LSTM fine-tunes: append_backward and Adam through ki
       params.push_back(ParameterOp(param.defining_op()).parameter_name());
     optim::Adam(3e-2).apply_gradients(grads);
   }
+  // The training program, kiln.lstm_grad included, round-trips through JSON.
+  const std::string json = save_program_json(m.main);
+  CHECK(save_program_json(load_program_json(json)) == json);
   std::vector<float> xs(24), ts(48), hs(12);
   for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = std::cos(0.7f * static_cast<float>(i));
   for (std::size_t i = 0; i < ts.size(); ++i) ts[i] = 0.5f * std::sin(0.3f * static_cast<float>(i));

@@ -126,12 +126,12 @@ struct LstmOp : Op<LstmOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInte
 // floating operand, typed like it, in operand order (sequence_lens has
 // none). One template for the three cells: GradOf does not fit their
 // optional operands and results.
-// The kernel recomputes the forward (recording each step's gate
-// pre-activations and the states it started from) instead of the forward
-// saving them as extra results: the recompute is one input-projection GEMM
-// and one h·Rᵀ GEMM per step, next to the backward's five GEMMs (dh·R per
-// step; dX, dW, dR and the bias sums once over all steps), and it keeps the
-// forward's results ONNX's (measured in bench/rnn_bench.cc: rnn.*.*.grad_ms).
+// The kernel recomputes the forward (recording each step's gate inputs and
+// the states it started from) rather than the forward saving them as extra
+// results: the forward's results stay ONNX's and nothing is held until the
+// backward, for one forward's FLOPs more in a backward of about two (dh·R per
+// step, then dX, dW, dR as one GEMM each): about a quarter of a training
+// step (bench/rnn_bench.cc: rnn.<size>.<cell>.train_ms next to fused_ms).
 template <typename Fwd>
 struct RecurrentGradOp : Op<RecurrentGradOp<Fwd>, ReadOnly, ValueSemantics, InferMetaInterface> {
   using Op<RecurrentGradOp<Fwd>, ReadOnly, ValueSemantics, InferMetaInterface>::Op;
