@@ -9,6 +9,9 @@
 //         projection, then per step a matmul, slices, adds, sigmoids, tanhs
 //         and multiplies): what an importer without the fused op would build
 //   BENCH rnn.<size>.gru.fused_ms, rnn.<size>.rnn.fused_ms  ms
+//   BENCH rnn.<size>.<cell>.train_ms  ms: the fused op and its grad op
+//         (Y_h's gradient given), fetching Y_h and dW: a training step's
+//         recurrent layer, whose backward recomputes the forward
 // Medians of 15 runs after a warm-up; the fused and unrolled LSTMs run in the
 // same process on the same inputs and agree to 1e-4 (checked).
 #include <cmath>
@@ -42,7 +45,8 @@ kiln::Tensor filled(std::vector<std::int64_t> dims, float scale, int seed) {
 
 struct Layer {
   kiln::Program p;
-  Value out;  // Y_h [1, N, H] (fused) or h [N, H] (unrolled)
+  Value out;    // Y_h [1, N, H] (fused) or h [N, H] (unrolled)
+  Value extra;  // also fetched when set (a training step's dW)
   kiln::FeedMap feed;
 };
 
@@ -57,7 +61,7 @@ void make_feed(Layer& l, std::int64_t gates) {
             {"b", filled({1, 2 * gates * H}, 0.1f, 4)}};
 }
 
-Layer fused(const char* cell) {
+Layer fused(const char* cell, bool train = false) {
   Layer l;
   Builder b(l.p);
   const std::int64_t g = cell[0] == 'l' ? 4 : cell[0] == 'g' ? 3 : 1;
@@ -77,6 +81,14 @@ Layer fused(const char* cell) {
     l.out = b.create<kiln::RnnOp>(in, a)->result(1);
   }
   make_feed(l, g);
+  if (train) {
+    kiln::Operation* op = l.out.defining_op();
+    std::vector<Value> dout(op->num_results());
+    dout[1] = data(b, "dyh", {1, N, H});
+    l.feed.emplace("dyh", filled({1, N, H}, 1.0f, 5));
+    auto grads = op->dyn_cast<kiln::VjpInterface>().vjp(b, dout);
+    l.extra = grads[1];  // dW
+  }
   return l;
 }
 
@@ -114,10 +126,12 @@ Layer unrolled_lstm() {
 }
 
 void run(kiln::Executor& exe, Layer& l, const std::string& name, kiln::Tensor* last = nullptr) {
-  auto got = exe.run(l.p, l.feed, {l.out});  // warm-up: plan, buffers
+  std::vector<kiln::FetchTarget> fetch{l.out};
+  if (l.extra) fetch.emplace_back(l.extra);
+  auto got = exe.run(l.p, l.feed, fetch);  // warm-up: plan, buffers
   if (last) *last = got[0];
   std::vector<Sample> t;
-  for (int k = 0; k < 15; ++k) t.push_back(time_both([&] { exe.run(l.p, l.feed, {l.out}); }));
+  for (int k = 0; k < 15; ++k) t.push_back(time_both([&] { exe.run(l.p, l.feed, fetch); }));
   const Sample m = median(t);
   emit(name, m.cpu / 1e6, "ms");
   std::printf("  (wall %.3f ms)\n", m.wall / 1e6);
@@ -157,6 +171,10 @@ int main(int argc, char** argv) {
     Layer gru = fused("gru"), rnn = fused("rnn");
     run(exe, gru, pre + "gru.fused_ms");
     run(exe, rnn, pre + "rnn.fused_ms");
+    for (const char* cell : {"lstm", "gru", "rnn"}) {
+      Layer step = fused(cell, /*train=*/true);
+      run(exe, step, pre + cell + ".train_ms");
+    }
   }
   return 0;
 }

@@ -220,10 +220,21 @@ void project_inputs(const rnn::Config& c, std::int64_t rows, std::int64_t I, std
   }
 }
 
+// n values copied to `pre` unless it is null: the grad kernel's record of
+// an activation's input.
+template <typename T>
+void record(T* pre, const T* v, std::int64_t n) {
+  if (pre) std::memcpy(pre, v, sizeof(T) * static_cast<std::size_t>(n));
+}
+
+// The row functions below take `pre`: null, or where the grad kernel's
+// recompute records the row's activation inputs (Tape's layout).
+
 // One Elman row: Ht = f(Xt·Wᵀ + Ht-1·Rᵀ + biases).
 template <typename T>
-void rnn_row(const Direction<T>& a, T* g, const T* xg, T* hb) {
+void rnn_row(const Direction<T>& a, T* g, const T* xg, T* hb, T* pre) {
   for (std::int64_t j = 0; j < a.H; ++j) g[j] += xg[j];
+  record(pre, g, a.H);
   activate(a.act[0], a.c.clip, g, a.H);
   std::memcpy(hb, g, sizeof(T) * static_cast<std::size_t>(a.H));
 }
@@ -231,18 +242,21 @@ void rnn_row(const Direction<T>& a, T* g, const T* xg, T* hb) {
 // One GRU row's z and r gates; with linear_before_reset its new state too
 // (into hb and yb), otherwise rt ∘ Ht-1 into rhb for gru_late_h.
 template <typename T>
-void gru_row(const Direction<T>& a, T* g, const T* xg, T* hb, T* yb, T* rhb) {
+void gru_row(const Direction<T>& a, T* g, const T* xg, T* hb, T* yb, T* rhb, T* pre) {
   const std::int64_t H = a.H;
   T* z = g;
   T* rg = g + H;
   for (std::int64_t j = 0; j < 2 * H; ++j) g[j] += xg[j];
+  record(pre, g, 2 * H);
   activate(a.act[0], a.c.clip, z, 2 * H);  // z and r share f
   if (a.c.linear_before_reset) {
     T* hh = g + 2 * H;
     for (std::int64_t j = 0; j < H; ++j) {
       const T rec = hh[j] + (a.rb ? a.rb[2 * H + j] : T(0));
+      if (pre) pre[3 * H + j] = rec;
       hh[j] = xg[2 * H + j] + rg[j] * rec;
     }
+    record(pre ? pre + 2 * H : nullptr, hh, H);
     activate(a.act[1], a.c.clip, hh, H);
     for (std::int64_t j = 0; j < H; ++j) hb[j] = (1 - z[j]) * hh[j] + z[j] * hb[j];
     std::memcpy(yb, hb, sizeof(T) * H);
@@ -253,7 +267,7 @@ void gru_row(const Direction<T>& a, T* g, const T* xg, T* hb, T* yb, T* rhb) {
 
 // One LSTM row: gates (with peepholes), the cell state cb and the new hb.
 template <typename T>
-void lstm_row(const Direction<T>& a, T* g, const T* xg, T* hb, T* cb) {
+void lstm_row(const Direction<T>& a, T* g, const T* xg, T* hb, T* cb, T* pre) {
   const std::int64_t H = a.H;
   const rnn::Config& c = a.c;
   T* gi = g;
@@ -266,6 +280,8 @@ void lstm_row(const Direction<T>& a, T* g, const T* xg, T* hb, T* cb) {
       gi[j] += a.pd[j] * cb[j];
       gf[j] += a.pd[2 * H + j] * cb[j];
     }
+  record(pre, gi, H);
+  record(pre ? pre + 2 * H : nullptr, gf, 2 * H);  // f and c
   activate(a.act[0], c.clip, gi, H);
   if (c.input_forget)
     for (std::int64_t j = 0; j < H; ++j) gf[j] = 1 - gi[j];
@@ -275,6 +291,8 @@ void lstm_row(const Direction<T>& a, T* g, const T* xg, T* hb, T* cb) {
   for (std::int64_t j = 0; j < H; ++j) cb[j] = gf[j] * cb[j] + gi[j] * gc[j];
   if (a.pd)
     for (std::int64_t j = 0; j < H; ++j) go[j] += a.pd[H + j] * cb[j];
+  record(pre ? pre + H : nullptr, go, H);
+  record(pre ? pre + 4 * H : nullptr, cb, H);
   activate(a.act[0], c.clip, go, H);
   std::memcpy(gc, cb, sizeof(T) * H);  // h(clip(Ct)), in gc's slice: the state stays unclipped
   activate(a.act[2], c.clip, gc, H);
@@ -285,7 +303,8 @@ void lstm_row(const Direction<T>& a, T* g, const T* xg, T* hb, T* cb) {
 // Rhᵀ for every row, then the h block and new state of the active rows.
 template <typename T>
 void gru_late_h(const Direction<T>& a, std::int64_t N, std::int64_t t, const std::int64_t* len,
-                const T* rd, const T* xt, const T* rh, T* hr, T* h, T* yt) {
+                const T* rd, const T* xt, const T* rh, T* hr, T* h, T* yt, T* pre,
+                std::int64_t pre_width) {
   const std::int64_t H = a.H, GH = a.GH;
   T* hhr = hr + 2 * H;  // [N, H] at stride GH
   matmul_bt<T>(N, H, H, rh, H, rd + 2 * H * H, H, hhr, GH);
@@ -295,11 +314,73 @@ void gru_late_h(const Direction<T>& a, std::int64_t N, std::int64_t t, const std
     const T* xg = xt + b * GH;
     T* hh = g + 2 * H;
     for (std::int64_t j = 0; j < H; ++j) hh[j] += xg[2 * H + j] + (a.rb ? a.rb[2 * H + j] : T(0));
+    record(pre ? pre + b * pre_width + 2 * H : nullptr, hh, H);
     activate(a.act[1], a.c.clip, hh, H);
     T* hb = h + b * H;
     const T* z = g;
     for (std::int64_t j = 0; j < H; ++j) hb[j] = (1 - z[j]) * hh[j] + z[j] * hb[j];
     std::memcpy(yt + b * H, hb, sizeof(T) * H);
+  }
+}
+
+// Where the grad kernel's recompute records one direction's forward (null
+// pre: nothing is recorded). Per time index t and batch row b, at row t·N
+// + b: the activation inputs (before clipping) in pre [S·N, width] — rnn:
+// a; gru: z, r, h, then Ht-1·Rhᵀ + Rbh (linear_before_reset); lstm: i, o,
+// f, c, then Ct (h's input) — and the states the step started from in h,
+// c [S·N, H].
+template <typename T>
+struct Tape {
+  T* pre = nullptr;
+  T* h = nullptr;
+  T* c = nullptr;
+  std::int64_t width = 0;
+};
+
+// The tape's row width of a cell.
+inline std::int64_t tape_width(const rnn::Config& c, std::int64_t H) {
+  return c.gates() * H + (c.cell == Cell::Rnn ? 0 : H);
+}
+
+// One direction's steps, from the states in h (and cs) and the projected
+// inputs xw; step t's Y goes to y + t·y_stride (a stride of 0 reuses one
+// [N, H] block). hr [N, GH] and rh [N, H] are scratch.
+template <typename T>
+void run_direction(const Direction<T>& a, bool reverse, std::int64_t S, std::int64_t N,
+                   const std::int64_t* len, const T* xw, const T* rd, T* h, T* cs, T* hr, T* rh,
+                   T* y, std::int64_t y_stride, const Tape<T>& tape) {
+  const std::int64_t H = a.H, GH = a.GH;
+  const rnn::Config& c = a.c;
+  for (std::int64_t s = 0; s < S; ++s) {
+    const std::int64_t t = reverse ? S - 1 - s : s;
+    const T* xt = xw + t * N * GH;
+    T* yt = y + t * y_stride;
+    T* pre_t = tape.pre ? tape.pre + t * N * tape.width : nullptr;
+    if (tape.pre) {
+      std::memcpy(tape.h + t * N * H, h, sizeof(T) * N * H);
+      if (c.cell == Cell::Lstm) std::memcpy(tape.c + t * N * H, cs, sizeof(T) * N * H);
+    }
+    // Ht-1 · Rᵀ (for GRU without linear_before_reset, the z and r blocks only).
+    const bool late_h = c.cell == Cell::Gru && !c.linear_before_reset;
+    matmul_bt<T>(N, late_h ? 2 * H : GH, H, h, H, rd, H, hr, GH);
+    for (std::int64_t b = 0; b < N; ++b) {
+      T* hb = h + b * H;
+      T* yb = yt + b * H;
+      if (t >= len[b]) {
+        std::fill(yb, yb + H, T(0));
+        continue;
+      }
+      T* g = hr + b * GH;  // the gate pre-activations, in place
+      const T* xg = xt + b * GH;
+      T* pre = pre_t ? pre_t + b * tape.width : nullptr;
+      switch (c.cell) {
+        case Cell::Rnn: rnn_row(a, g, xg, hb, pre); break;
+        case Cell::Gru: gru_row(a, g, xg, hb, yb, rh + b * H, pre); break;
+        case Cell::Lstm: lstm_row(a, g, xg, hb, cs + b * H, pre); break;
+      }
+      if (c.cell != Cell::Gru) std::memcpy(yb, hb, sizeof(T) * H);
+    }
+    if (late_h) gru_late_h(a, N, t, len, rd, xt, rh, hr, h, yt, pre_t, tape.width);
   }
 }
 
@@ -351,36 +432,333 @@ void recurrent(KernelContext& ctx, const rnn::Config& c) {
     const Direction<T> dirn{c, act, rb, pd, H, GH};
     initial_state(ph0 ? ph0 + dir * N * H : nullptr, h, N * H);
     if (c.cell == Cell::Lstm) initial_state(pc0 ? pc0 + dir * N * H : nullptr, cs, N * H);
-
-    for (std::int64_t s = 0; s < S; ++s) {
-      const std::int64_t t = reverse ? S - 1 - s : s;
-      const T* xt = xw + t * N * GH;
-      T* yt = py + (t * d.dirs + dir) * N * H;
-      // Ht-1 · Rᵀ (for GRU without linear_before_reset, the z and r blocks only).
-      const bool late_h = c.cell == Cell::Gru && !c.linear_before_reset;
-      matmul_bt<T>(N, late_h ? 2 * H : GH, H, h, H, rd, H, hr, GH);
-      for (std::int64_t b = 0; b < N; ++b) {
-        T* hb = h + b * H;
-        T* yb = yt + b * H;
-        if (t >= len[b]) {
-          std::fill(yb, yb + H, T(0));
-          continue;
-        }
-        T* g = hr + b * GH;  // the gate pre-activations, in place
-        const T* xg = xt + b * GH;
-        switch (c.cell) {
-          case Cell::Rnn: rnn_row(dirn, g, xg, hb); break;
-          case Cell::Gru: gru_row(dirn, g, xg, hb, yb, rh + b * H); break;
-          case Cell::Lstm: lstm_row(dirn, g, xg, hb, cs + b * H); break;
-        }
-        if (c.cell != Cell::Gru) std::memcpy(yb, hb, sizeof(T) * H);
-      }
-      if (late_h) gru_late_h(dirn, N, t, len, rd, xt, rh, hr, h, yt);
-    }
+    run_direction(dirn, reverse, S, N, len, xw, rd, h, cs, hr, rh, py + dir * N * H,
+                  d.dirs * N * H, Tape<T>{});
     std::memcpy(pyh + dir * N * H, h, sizeof(T) * N * H);
     if (pyc) std::memcpy(pyc + dir * N * H, cs, sizeof(T) * N * H);
   }
 }
+
+// ---- backpropagation through time ----
+
+// c = op(a) · op(b) + beta · c over row-major matrices; with k = 0, c = beta · c.
+template <typename T>
+void gemm_acc(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
+              std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j)
+        c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+    return;
+  }
+  gemm(ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), a,
+       static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+// post = act(clip(pre)) (as the forward computes it) and slope = d post /
+// d pre: the activation's derivative at clip(pre), 0 where clip clamped it.
+template <typename T>
+void activate_with_slope(const Activation& a, double clip, const T* pre, T* post, T* slope,
+                         std::int64_t n) {
+  std::memcpy(post, pre, sizeof(T) * static_cast<std::size_t>(n));
+  activate(a, clip, post, n);
+  const T alpha = static_cast<T>(a.alpha), beta = static_cast<T>(a.beta);
+  const T lo = static_cast<T>(-clip), hi = static_cast<T>(clip);
+  using K = Activation::Kind;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T v = clip > 0 ? std::min(std::max(pre[i], lo), hi) : pre[i];
+    const T y = post[i];
+    T d = 0;
+    switch (a.kind) {
+      case K::Sigmoid: d = y * (1 - y); break;
+      case K::Tanh: d = 1 - y * y; break;
+      case K::Relu: d = v > 0 ? T(1) : T(0); break;
+      case K::HardSigmoid: {
+        const T u = alpha * v + beta;
+        d = u > 0 && u < 1 ? alpha : T(0);
+        break;
+      }
+      case K::LeakyRelu: d = v >= 0 ? T(1) : alpha; break;
+      case K::Affine: d = alpha; break;
+      case K::ScaledTanh: {
+        const T th = std::tanh(beta * v);
+        d = alpha * beta * (1 - th * th);
+        break;
+      }
+      case K::Elu: d = v >= 0 ? T(1) : alpha * std::exp(v); break;
+      case K::ThresholdedRelu: d = v > alpha ? T(1) : T(0); break;
+      case K::Softsign: {
+        const T q = 1 + std::abs(v);
+        d = 1 / (q * q);
+        break;
+      }
+      case K::Softplus: d = 1 / (1 + std::exp(-v)); break;
+    }
+    slope[i] = clip > 0 && (pre[i] < lo || pre[i] > hi) ? T(0) : d;
+  }
+}
+
+// What one direction's backward reads and writes, besides the tape.
+template <typename T>
+struct GradDirection {
+  const Direction<T>& a;
+  const T* rd;   // R of the direction [GH, H]
+  T* dpd;        // dP of the direction [3H], accumulated (null without peepholes)
+};
+
+// LSTM row t, b: from dh (dY included) and dc (in: d Ct; out: d Ct-1), the
+// gate gradients dg [GH] (i, o, f, c) and the peepholes' dP.
+template <typename T>
+void lstm_row_grad(const GradDirection<T>& gd, const T* pre, const T* cprev, T* post, T* sl,
+                   const T* dh, T* dc, T* dg) {
+  const Direction<T>& a = gd.a;
+  const std::int64_t H = a.H;
+  const rnn::Config& c = a.c;
+  activate_with_slope(a.act[0], c.clip, pre, post, sl, H);              // i
+  activate_with_slope(a.act[0], c.clip, pre + H, post + H, sl + H, H);  // o
+  if (!c.input_forget)  // f
+    activate_with_slope(a.act[0], c.clip, pre + 2 * H, post + 2 * H, sl + 2 * H, H);
+  activate_with_slope(a.act[1], c.clip, pre + 3 * H, post + 3 * H, sl + 3 * H, H);  // c
+  activate_with_slope(a.act[2], c.clip, pre + 4 * H, post + 4 * H, sl + 4 * H, H);  // h(Ct)
+  const T* pd = a.pd;
+  for (std::int64_t j = 0; j < H; ++j) {
+    const T i = post[j], o = post[H + j], f = c.input_forget ? 1 - i : post[2 * H + j];
+    const T g = post[3 * H + j], hc = post[4 * H + j], ct = pre[4 * H + j], cp = cprev[j];
+    const T dao = dh[j] * hc * sl[H + j];
+    T dct = dc[j] + dh[j] * o * sl[4 * H + j];
+    if (pd) dct += dao * pd[H + j];
+    T di = dct * g;
+    const T df = dct * cp;
+    T dcp = dct * f;
+    T daf = 0;
+    if (c.input_forget) di -= df;
+    else daf = df * sl[2 * H + j];
+    const T dai = di * sl[j];
+    if (pd) {
+      dcp += dai * pd[j] + daf * pd[2 * H + j];
+      gd.dpd[j] += dai * cp;
+      gd.dpd[H + j] += dao * ct;
+      gd.dpd[2 * H + j] += daf * cp;
+    }
+    dg[j] = dai;
+    dg[H + j] = dao;
+    dg[2 * H + j] = daf;
+    dg[3 * H + j] = dct * i * sl[3 * H + j];
+    dc[j] = dcp;
+  }
+}
+
+template <typename T>
+void recurrent_grad(KernelContext& ctx, const rnn::Config& c) {
+  const RunDims d = run_dims(ctx, c);
+  const std::int64_t S = d.seq, N = d.batch, I = d.input, H = d.hidden, GH = d.gh;
+  const std::int64_t D = d.dirs, TW = tape_width(c, H);
+  const int per_cell = c.cell == Cell::Rnn ? 1 : c.cell == Cell::Gru ? 2 : 3;
+  const bool lstm = c.cell == Cell::Lstm, gru = c.cell == Cell::Gru;
+  const Tensor& x = typed_input<T>(ctx, 0);
+  const Tensor& w = typed_input<T>(ctx, 1);
+  const Tensor& r = typed_input<T>(ctx, 2);
+  auto optional = [&](int i) -> const T* {
+    return i >= 0 ? typed_input<T>(ctx, static_cast<std::uint32_t>(i)).template data<T>() : nullptr;
+  };
+  const T *pb = optional(c.b), *ph0 = optional(c.initial_h), *pc0 = optional(c.initial_c),
+          *pp = optional(c.p);
+  // The results' gradients follow the forward's operands.
+  const int idy = c.num_operands;
+  require_shape(ctx, "dY", idy, {S, D, N, H});
+  require_shape(ctx, "dY_h", idy + 1, {D, N, H});
+  if (lstm) require_shape(ctx, "dY_c", idy + 2, {D, N, H});
+  const T* dy = typed_input<T>(ctx, static_cast<std::uint32_t>(idy)).template data<T>();
+  const T* dyh = typed_input<T>(ctx, static_cast<std::uint32_t>(idy + 1)).template data<T>();
+  const T* dyc = lstm ? typed_input<T>(ctx, static_cast<std::uint32_t>(idy + 2)).template data<T>()
+                      : nullptr;
+
+  // One result per operand but sequence_lens, shaped like it.
+  T* out[8] = {};
+  std::uint32_t k = 0;
+  for (int i = 0; i < c.num_operands; ++i) {
+    if (i == c.sequence_lens) continue;
+    const Tensor& in = ctx.input(static_cast<std::uint32_t>(i));
+    out[i] = ctx.alloc_output(k++, in.dims(), in.dtype()).template data<T>();
+    std::fill(out[i], out[i] + in.numel(), T(0));
+  }
+  T *dx = out[0], *dw = out[1], *dr = out[2];
+  T* db = c.b >= 0 ? out[c.b] : nullptr;
+  T* dh0 = c.initial_h >= 0 ? out[c.initial_h] : nullptr;
+  T* dc0 = c.initial_c >= 0 ? out[c.initial_c] : nullptr;
+  T* dp = c.p >= 0 ? out[c.p] : nullptr;
+  if (N == 0 || H == 0) return;
+
+  std::int64_t* len = scratch<std::int64_t>(N);
+  read_lengths(ctx, c, d, len);
+  // One scratch: xw [S·N, GH] (then the gate gradients dG) | pre [S·N, TW] |
+  // hp, cp [S·N, H] (states before each step) | dgh, hrec [S·N, H] (GRU's h
+  // block of R: its gradient rows and inputs) | hr [N, GH] | h, cs, rh, ys,
+  // dh, dc, dhn, drh [N, H] | post, slope [N, TW]
+  const std::int64_t SN = S * N;
+  T* buf = scratch<T>(SN * (GH + TW + 4 * H) + N * (GH + 8 * H + 2 * TW));
+  T* xw = buf;
+  T* pre = xw + SN * GH;
+  T* hp = pre + SN * TW;
+  T* cp = hp + SN * H;
+  T* dgh = cp + SN * H;
+  T* hrec = dgh + SN * H;
+  T* hr = hrec + SN * H;
+  T* h = hr + N * GH;
+  T* cs = h + N * H;
+  T* rh = cs + N * H;
+  T* ys = rh + N * H;
+  T* dh = ys + N * H;
+  T* dc = dh + N * H;
+  T* dhn = dc + N * H;
+  T* drh = dhn + N * H;
+  T* post = drh + N * H;
+  T* slope = post + N * TW;
+  const T* px = x.data<T>();
+
+  for (std::int64_t dir = 0; dir < D; ++dir) {
+    const bool reverse = c.reverse_only || dir == 1;
+    const Activation* act = c.activations.data() + dir * per_cell;
+    const T* wd = w.data<T>() + dir * GH * I;
+    const T* rd = r.data<T>() + dir * GH * H;
+    const T* wb = pb ? pb + dir * 2 * GH : nullptr;
+    const T* rb = pb ? wb + GH : nullptr;
+    const T* pd = pp ? pp + dir * 3 * H : nullptr;
+    const Direction<T> dirn{c, act, rb, pd, H, GH};
+    const GradDirection<T> gd{dirn, rd, dp ? dp + dir * 3 * H : nullptr};
+
+    // The forward again, recording the tape.
+    project_inputs<T>(c, SN, I, H, GH, px, wd, wb, rb, xw);
+    initial_state(ph0 ? ph0 + dir * N * H : nullptr, h, N * H);
+    if (lstm) initial_state(pc0 ? pc0 + dir * N * H : nullptr, cs, N * H);
+    run_direction(dirn, reverse, S, N, len, xw, rd, h, cs, hr, rh, ys, 0,
+                  Tape<T>{pre, hp, cp, TW});
+
+    // Backward in time. dh / dc: the gradient reaching each row's state.
+    T* dg = xw;
+    std::memcpy(dh, dyh + dir * N * H, sizeof(T) * N * H);
+    if (lstm) initial_state(dyc + dir * N * H, dc, N * H);
+    for (std::int64_t s = S - 1; s >= 0; --s) {
+      const std::int64_t t = reverse ? S - 1 - s : s;
+      const T* dyt = dy + (t * D + dir) * N * H;
+      T* dgt = dg + t * N * GH;
+      for (std::int64_t b = 0; b < N; ++b) {
+        T* dgb = dgt + b * GH;
+        T* dhb = dh + b * H;
+        T* dhnb = dhn + b * H;
+        const std::int64_t row = t * N + b;
+        if (t >= len[b]) {  // padding: no gradient in, the state's passes through
+          std::fill(dgb, dgb + GH, T(0));
+          if (gru) {
+            std::fill(dgh + row * H, dgh + (row + 1) * H, T(0));
+            std::fill(hrec + row * H, hrec + (row + 1) * H, T(0));
+          }
+          std::memcpy(dhnb, dhb, sizeof(T) * H);
+          continue;
+        }
+        for (std::int64_t j = 0; j < H; ++j) dhb[j] += dyt[b * H + j];
+        const T* pr = pre + row * TW;
+        T* po = post + b * TW;
+        T* sl = slope + b * TW;
+        switch (c.cell) {
+          case Cell::Rnn:
+            activate_with_slope(act[0], c.clip, pr, po, sl, H);
+            for (std::int64_t j = 0; j < H; ++j) dgb[j] = dhb[j] * sl[j];
+            std::fill(dhnb, dhnb + H, T(0));
+            break;
+          case Cell::Lstm:
+            lstm_row_grad(gd, pr, cp + row * H, po, sl, dhb, dc + b * H, dgb);
+            std::fill(dhnb, dhnb + H, T(0));
+            break;
+          case Cell::Gru: {
+            activate_with_slope(act[0], c.clip, pr, po, sl, 2 * H);  // z, r
+            activate_with_slope(act[1], c.clip, pr + 2 * H, po + 2 * H, sl + 2 * H, H);
+            const T* hpb = hp + row * H;
+            T* dghb = dgh + row * H;
+            T* hrecb = hrec + row * H;
+            for (std::int64_t j = 0; j < H; ++j) {
+              const T z = po[j], hh = po[2 * H + j];
+              const T dah = dhb[j] * (1 - z) * sl[2 * H + j];
+              dgb[j] = dhb[j] * (hpb[j] - hh) * sl[j];
+              dgb[2 * H + j] = dah;
+              dhnb[j] = z * dhb[j];
+              if (c.linear_before_reset) {
+                const T rr = po[H + j];
+                dgb[H + j] = dah * pr[3 * H + j] * sl[H + j];
+                dghb[j] = dah * rr;
+                hrecb[j] = hpb[j];
+              } else {
+                dghb[j] = dah;  // r's gradient waits for (dG_h · Rh)
+              }
+            }
+            break;
+          }
+        }
+      }
+      const std::int64_t H2 = 2 * H;
+      if (gru && !c.linear_before_reset) {
+        // d(rt ∘ Ht-1) = dG_h · Rh, then r's gradient and the state's share.
+        gemm_acc<T>(false, false, N, H, H, dgt + H2, GH, rd + H2 * H, H, T(0), drh, H);
+        for (std::int64_t b = 0; b < N; ++b) {
+          if (t >= len[b]) continue;
+          const std::int64_t row = t * N + b;
+          const T* hpb = hp + row * H;
+          const T* po = post + b * TW;
+          const T* sl = slope + b * TW;
+          for (std::int64_t j = 0; j < H; ++j) {
+            const T rr = po[H + j], g = drh[b * H + j];
+            dgt[b * GH + H + j] = g * hpb[j] * sl[H + j];
+            dhn[b * H + j] += g * rr;
+            hrec[row * H + j] = rr * hpb[j];
+          }
+        }
+      }
+      if (gru) {
+        gemm_acc<T>(false, false, N, H, H2, dgt, GH, rd, H, T(1), dhn, H);
+        if (c.linear_before_reset)
+          gemm_acc<T>(false, false, N, H, H, dgh + t * N * H, H, rd + H2 * H, H, T(1), dhn, H);
+      } else {
+        gemm_acc<T>(false, false, N, H, GH, dgt, GH, rd, H, T(1), dhn, H);
+      }
+      std::swap(dh, dhn);
+    }
+    if (dh0) std::memcpy(dh0 + dir * N * H, dh, sizeof(T) * N * H);
+    if (dc0) std::memcpy(dc0 + dir * N * H, dc, sizeof(T) * N * H);
+
+    // The weights' gradients over all steps at once.
+    gemm_acc<T>(false, false, SN, I, GH, dg, GH, wd, I, dir ? T(1) : T(0), dx, I);
+    gemm_acc<T>(true, false, GH, I, SN, dg, GH, px, I, T(0), dw + dir * GH * I, I);
+    T* drd = dr + dir * GH * H;
+    if (gru) {
+      gemm_acc<T>(true, false, 2 * H, H, SN, dg, GH, hp, H, T(0), drd, H);
+      gemm_acc<T>(true, false, H, H, SN, dgh, H, hrec, H, T(0), drd + 2 * H * H, H);
+    } else {
+      gemm_acc<T>(true, false, GH, H, SN, dg, GH, hp, H, T(0), drd, H);
+    }
+    if (db) {
+      T* dwb = db + dir * 2 * GH;
+      T* drb = dwb + GH;
+      for (std::int64_t row = 0; row < SN; ++row)
+        for (std::int64_t j = 0; j < GH; ++j) dwb[j] += dg[row * GH + j];
+      const std::int64_t shared = gru ? 2 * H : GH;
+      std::memcpy(drb, dwb, sizeof(T) * static_cast<std::size_t>(shared));
+      if (gru)
+        for (std::int64_t row = 0; row < SN; ++row)
+          for (std::int64_t j = 0; j < H; ++j) drb[2 * H + j] += dgh[row * H + j];
+    }
+  }
+}
+
+template <typename OpT>
+struct RecurrentGradKernels {
+  template <typename T>
+  struct K {
+    static void run(KernelContext& ctx) {
+      recurrent_grad<T>(ctx, rnn::config_of(OpT::name, ctx.attrs<OpT>()));
+    }
+  };
+};
 
 template <typename OpT>
 struct RecurrentKernels {
@@ -397,5 +775,9 @@ struct RecurrentKernels {
 KILN_REGISTER_KERNELS(RnnOp, Cpu, RecurrentKernels<RnnOp>::K, float, double);
 KILN_REGISTER_KERNELS(GruOp, Cpu, RecurrentKernels<GruOp>::K, float, double);
 KILN_REGISTER_KERNELS(LstmOp, Cpu, RecurrentKernels<LstmOp>::K, float, double);
+KILN_REGISTER_KERNELS(RecurrentGradOp<RnnOp>, Cpu, RecurrentGradKernels<RnnOp>::K, float, double);
+KILN_REGISTER_KERNELS(RecurrentGradOp<GruOp>, Cpu, RecurrentGradKernels<GruOp>::K, float, double);
+KILN_REGISTER_KERNELS(RecurrentGradOp<LstmOp>, Cpu, RecurrentGradKernels<LstmOp>::K, float,
+                      double);
 
 }  // namespace kiln::cpu

@@ -1,6 +1,6 @@
 // The ops of kiln/dialect/rnn_ops.h: the shared config (direction,
 // activations, which optional operands are there), InferMeta, the Vjps
-// that say there is no gradient yet, and registration.
+// building each op's RecurrentGradOp, that op's InferMeta, and registration.
 #include "kiln/dialect/rnn_ops.h"
 
 #include <cmath>
@@ -8,9 +8,9 @@
 
 namespace kiln {
 
-KILN_REGISTER_OP(RnnOp);
-KILN_REGISTER_OP(GruOp);
-KILN_REGISTER_OP(LstmOp);
+KILN_REGISTER_OP(RnnOp, RecurrentGradOp<RnnOp>);
+KILN_REGISTER_OP(GruOp, RecurrentGradOp<GruOp>);
+KILN_REGISTER_OP(LstmOp, RecurrentGradOp<LstmOp>);
 
 namespace rnn {
 
@@ -296,16 +296,28 @@ void add_recurrent_operands(OperationArgument& arg, const RecurrentInputs& in, A
     if (v) arg.add_operand(v);
 }
 
-[[noreturn]] void no_gradient(std::string_view op) {
-  throw_error(ErrorKind::Unimplemented, "op '", op,
-              "' has no gradient yet (kiln's recurrent ops are inference-only for now)");
+// The config of a recurrent op named `op` (kiln.rnn, kiln.gru or kiln.lstm)
+// from its attributes.
+rnn::Config grad_config(std::string_view op, DictionaryAttribute attrs) {
+  if (op == RnnOp::name) return rnn::config_of(op, from_attributes<RnnOp::Attributes>(attrs, op));
+  if (op == GruOp::name) return rnn::config_of(op, from_attributes<GruOp::Attributes>(attrs, op));
+  return rnn::config_of(op, from_attributes<LstmOp::Attributes>(attrs, op));
 }
 
-std::vector<Value> recurrent_vjp(std::string_view op_name, Operation* op,
-                                 const std::vector<Value>& g) {
+std::vector<Value> recurrent_vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
   vjp::check_out_grads(op, g);
-  if (!vjp::all_null(g)) no_gradient(op_name);
-  return std::vector<Value>(op->num_operands());
+  std::vector<Value> grads(op->num_operands());
+  if (vjp::all_null(g)) return grads;
+  Operation* gop = nullptr;
+  if (op->name() == RnnOp::name) gop = b.create<RecurrentGradOp<RnnOp>>(op, g).operation();
+  else if (op->name() == GruOp::name) gop = b.create<RecurrentGradOp<GruOp>>(op, g).operation();
+  else gop = b.create<RecurrentGradOp<LstmOp>>(op, g).operation();
+  // The grad op's results follow the floating operands: all but sequence_lens.
+  const rnn::Config c = grad_config(op->name(), op->attributes());
+  std::uint32_t k = 0;
+  for (std::uint32_t i = 0; i < op->num_operands(); ++i)
+    if (static_cast<int>(i) != c.sequence_lens) grads[i] = gop->result(k++);
+  return grads;
 }
 
 }  // namespace
@@ -343,14 +355,64 @@ std::vector<Type> LstmOp::infer_meta(const std::vector<Type>& in, DictionaryAttr
   return infer(name, rnn::config_of(name, from_attributes<Attributes>(attrs, name)), in);
 }
 
-std::vector<Value> RnnOp::vjp(Builder&, Operation* op, const std::vector<Value>& g) {
-  return recurrent_vjp(name, op, g);
+std::vector<Value> RnnOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  return recurrent_vjp(b, op, g);
 }
-std::vector<Value> GruOp::vjp(Builder&, Operation* op, const std::vector<Value>& g) {
-  return recurrent_vjp(name, op, g);
+std::vector<Value> GruOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  return recurrent_vjp(b, op, g);
 }
-std::vector<Value> LstmOp::vjp(Builder&, Operation* op, const std::vector<Value>& g) {
-  return recurrent_vjp(name, op, g);
+std::vector<Value> LstmOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  return recurrent_vjp(b, op, g);
 }
+
+template <typename Fwd>
+void RecurrentGradOp<Fwd>::build(Builder& b, OperationArgument& arg, Operation* fwd,
+                                 const std::vector<Value>& out_grads) {
+  if (!fwd || fwd->name() != Fwd::name)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' is built from a '", Fwd::name,
+                "' op, got ", fwd ? "'" + std::string(fwd->name()) + "'" : std::string("none"));
+  vjp::check_out_grads(fwd, out_grads);
+  for (std::uint32_t i = 0; i < fwd->num_operands(); ++i) arg.add_operand(fwd->operand_source(i));
+  for (std::uint32_t k = 0; k < fwd->num_results(); ++k)
+    arg.add_operand(out_grads[k] ? out_grads[k] : vjp::zeros(b, fwd->result(k)));
+  for (const auto& [key, v] : fwd->attributes()) arg.add_attribute(key, v);
+}
+
+template <typename Fwd>
+std::vector<Type> RecurrentGradOp<Fwd>::infer_meta(const std::vector<Type>& in,
+                                                   DictionaryAttribute attrs) {
+  const rnn::Config c = rnn::config_of(name, from_attributes<Attributes>(attrs, name));
+  const std::size_t fwd_operands = static_cast<std::size_t>(c.num_operands);
+  const std::size_t results = c.cell == rnn::Cell::Lstm ? 3 : 2;
+  if (in.size() != fwd_operands + results)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' needs ", fwd_operands + results,
+                " operands (the forward's ", fwd_operands, ", then the gradients of its ",
+                results, " results), got ", in.size());
+  const std::vector<Type> fwd_in(in.begin(),
+                                 in.begin() + static_cast<std::ptrdiff_t>(fwd_operands));
+  const std::vector<Type> fwd_out = infer(name, c, fwd_in);
+  static constexpr const char* kResults[] = {"dY", "dY_h", "dY_c"};
+  for (std::size_t k = 0; k < results; ++k) {
+    const std::size_t i = fwd_operands + k;
+    Type t = meta::tensor_operand(name, in, i);
+    meta::require_same_dtype(name, shaped_data_type(fwd_out[k]), shaped_data_type(t), 0, i);
+    const auto& want = shaped_dims(fwd_out[k]);
+    const auto& got = shaped_dims(t);
+    bool ok = got.size() == want.size();
+    for (std::size_t j = 0; ok && j < got.size(); ++j) ok = dim_fits(got[j], want[j]);
+    if (!ok)
+      throw_error(ErrorKind::InvalidArgument, "op '", name, "' ", kResults[k], " (operand #", i,
+                  ") must be shaped like the forward's result #", k, " ",
+                  meta::dims_string(want), ", got ", meta::dims_string(got));
+  }
+  std::vector<Type> out;
+  for (std::size_t i = 0; i < fwd_operands; ++i)
+    if (static_cast<int>(i) != c.sequence_lens) out.push_back(in[i]);
+  return out;
+}
+
+template struct RecurrentGradOp<RnnOp>;
+template struct RecurrentGradOp<GruOp>;
+template struct RecurrentGradOp<LstmOp>;
 
 }  // namespace kiln

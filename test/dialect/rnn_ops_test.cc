@@ -2,7 +2,7 @@
 // types (one and two directions, -1 dims, vtensors), the build-time errors
 // that name the op and what it expected (ranks, dims, dtypes, operand
 // counts, direction, activations, hidden_size, clip), the builders setting
-// has_* from the operands given, and the Vjp's "no gradient yet" error.
+// has_* from the operands given. Their gradients: rnn_grad_test.cc.
 #include <vector>
 
 #include "catch.hpp"
@@ -174,22 +174,4 @@ TEST_CASE("recurrent op builders record which optional operands they were given"
   Value w1 = data("w1", {1, 4, 3}), r1 = data("r1", {1, 4, 4});
   KILN_CHECK_ERROR(b.create<RnnOp>(RecurrentInputs{x, w1, r1, {}, {}, {}, h0, {}}, ra),
                    InvalidArgument, {"'kiln.rnn' takes no initial_c or P"});
-}
-
-TEST_CASE("a gradient flowing into a recurrent op is an error saying it has none yet",
-          "[dialect][rnn]") {
-  Program p;
-  Builder b(p);
-  Value x = b.create<DataOp>("x", Shape{5, 2, 3}, DataType::Float32).result();
-  GruOp::Attributes a{};
-  a.hidden_size = 4, a.direction = "forward";
-  Value w3 = b.create<DataOp>("w3", Shape{1, 12, 3}, DataType::Float32).result();
-  Value r3 = b.create<DataOp>("r3", Shape{1, 12, 4}, DataType::Float32).result();
-  auto op = b.create<GruOp>(RecurrentInputs{x, w3, r3, {}, {}, {}, {}, {}}, a);
-  Operation* o = op.operation();
-  // No gradient flowing: nothing to do.
-  auto none = GruOp::vjp(b, o, {Value(), Value()});
-  CHECK(none.size() == 3);
-  KILN_CHECK_ERROR(GruOp::vjp(b, o, {o->result(0), Value()}), Unimplemented,
-                   {"'kiln.gru' has no gradient yet"});
 }

@@ -52,9 +52,11 @@ namespace kiln {
 // the state after no step — ONNX leaves this case open, ONNX Runtime gives 0),
 // and for kiln.lstm Y_c [dirs, batch, hidden] (the last cell state).
 //
-// Gradients: none yet. The ops declare a Vjp so that autodiff reaching one
-// says so: a gradient flowing into any result is a kiln::Error
-// (Unimplemented) naming the op.
+// Gradients: every result's gradient flows back (one that none reaches is
+// taken as zeros) into X, W, R, B, initial_h, initial_c and P through the
+// op's RecurrentGradOp below; sequence_lens gets none. Padding steps (t >=
+// len_b) get and pass on no gradient: Y is a constant 0 there and the state
+// passes through unchanged.
 
 // The operands of a recurrent op as Values (a null Value: absent). The
 // ops' builders take them with the op's Attributes, whose has_* flags they
@@ -112,6 +114,34 @@ struct LstmOp : Op<LstmOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInte
                   (bool, has_sequence_lens), (bool, has_initial_h), (bool, has_initial_c),
                   (bool, has_peepholes), (bool, input_forget));
   static void build(Builder& b, OperationArgument& arg, const RecurrentInputs& in, Attributes attrs);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+// (dX, dW, dR[, dB][, d_initial_h][, d_initial_c][, dP]) =
+//   kiln.<cell>_grad(X, W, R[, B][, sequence_lens][, initial_h][, initial_c][, P],
+//                    dY, dY_h[, dY_c])
+// Backpropagation through time for the recurrent op Fwd (kiln.rnn_grad,
+// kiln.gru_grad, kiln.lstm_grad): Fwd's attributes and operands as they
+// are, then the gradients of its results, shaped like them; one result per
+// floating operand, typed like it, in operand order (sequence_lens has
+// none). One template for the three cells: GradOf does not fit their
+// optional operands and results.
+// The kernel recomputes the forward (recording each step's gate inputs and
+// the states it started from) rather than the forward saving them as extra
+// results: the forward's results stay ONNX's and nothing is held until the
+// backward, for one forward's FLOPs more in a backward of about two (dh·R per
+// step, then dX, dW, dR as one GEMM each): about a quarter of a training
+// step (bench/rnn_bench.cc: rnn.<size>.<cell>.train_ms next to fused_ms).
+template <typename Fwd>
+struct RecurrentGradOp : Op<RecurrentGradOp<Fwd>, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op<RecurrentGradOp<Fwd>, ReadOnly, ValueSemantics, InferMetaInterface>::Op;
+  using Attributes = typename Fwd::Attributes;
+  static constexpr std::string_view name = detail::GradName<Fwd>::value;
+  static constexpr int num_operands = -1, num_results = -1;
+  // From Fwd's Vjp: the forward op (its operands and attributes are copied)
+  // and one gradient per result (null: zeros shaped like that result).
+  static void build(Builder& b, OperationArgument& arg, Operation* fwd,
+                    const std::vector<Value>& out_grads);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 

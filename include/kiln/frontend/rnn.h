@@ -12,9 +12,9 @@
 //
 // LSTM and GRU are PyTorch's nn.LSTM / nn.GRU (one layer, time-major,
 // optionally bidirectional) as one fused op each (kiln.lstm, kiln.gru of
-// kiln/dialect/rnn_ops.h), their weights in ONNX's layout. Those ops have
-// no gradient yet: these two layers are for inference (weights loaded or
-// imported); append_backward through them is a kiln::Error.
+// kiln/dialect/rnn_ops.h), their weights in ONNX's layout; they train like
+// any layer (append_backward reaches the weights through the ops' grad op,
+// backpropagation through time in one kernel).
 #pragma once
 
 #include <cstdint>
