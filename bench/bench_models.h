@@ -2,7 +2,8 @@
 // builds them: the seed's linear model, the 784-512-512-10 MLP, LeNet-5 and
 // the small GPT (each with its feeds, made once, outside timed loops).
 // Shared by train_bench, model_bench and cuda_bench, so every figure of one
-// model measures the same program.
+// model measures the same program. `feed_place`: where the data ops take
+// their batch (cuda_bench keeps it on the device, as PyTorch's peer does).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include "kiln/exec/executor.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/frontend/optimizer.h"
+#include "kiln/runtime/cuda_context.h"
 
 namespace bench {
 
@@ -23,13 +25,19 @@ struct Model {
   kiln::FeedMap feeds;  // made once, outside the timed loops
 };
 
+// The feeds moved to `place` (once, outside the timed loops).
+inline void place_feeds(Model& m, kiln::Place place) {
+  if (place == kiln::Place::cpu()) return;
+  for (auto& [name, t] : m.feeds) t = kiln::copy_to_place(t, place);
+}
+
 // The seed's program: x[16,16] → Linear(16,1) → MSE vs label[16,1], Adam.
-inline std::unique_ptr<Model> seed_model() {
+inline std::unique_ptr<Model> seed_model(kiln::Place feed_place = kiln::Place::cpu()) {
   auto m = std::make_unique<Model>();
   {
     kiln::ProgramGuard guard(m->main, m->startup);
-    auto x = kiln::data("x", {16, 16});
-    auto label = kiln::data("label", {16, 1});
+    auto x = kiln::data("x", {16, 16}, kiln::DataType::Float32, feed_place);
+    auto label = kiln::data("label", {16, 1}, kiln::DataType::Float32, feed_place);
     auto out = kiln::nn::Linear(16, 1)(x);
     m->loss = kiln::nn::MSELoss()(out, label);
     kiln::optim::Adam(/*learning_rate=*/1e-3).minimize(m->loss);
@@ -41,21 +49,23 @@ inline std::unique_ptr<Model> seed_model() {
   for (auto& v : ys) v = normal(rng);
   m->feeds = {{"x", kiln::Tensor::from_vector<float>({16, 16}, xs)},
               {"label", kiln::Tensor::from_vector<float>({16, 1}, ys)}};
+  place_feeds(*m, feed_place);
   return m;
 }
 
 inline constexpr std::int64_t kFeatures = 784, kHidden = 512, kClasses = 10;
 
 // 784-512-512-10, ReLU, CrossEntropyLoss (int64 labels), Adam.
-inline std::unique_ptr<Model> mlp_model(std::int64_t batch) {
+inline std::unique_ptr<Model> mlp_model(std::int64_t batch,
+                                         kiln::Place feed_place = kiln::Place::cpu()) {
   auto m = std::make_unique<Model>();
   {
     kiln::ProgramGuard guard(m->main, m->startup);
-    auto x = kiln::data("x", {-1, kFeatures});
+    auto x = kiln::data("x", {-1, kFeatures}, kiln::DataType::Float32, feed_place);
     kiln::nn::Linear fc1(kFeatures, kHidden), fc2(kHidden, kHidden), fc3(kHidden, kClasses);
     kiln::nn::ReLU relu;
     auto logits = fc3(relu(fc2(relu(fc1(x)))));
-    auto label = kiln::data("label", {-1}, kiln::DataType::Int64);
+    auto label = kiln::data("label", {-1}, kiln::DataType::Int64, feed_place);
     m->loss = kiln::nn::CrossEntropyLoss()(logits, label);
     kiln::optim::Adam(/*learning_rate=*/1e-3).minimize(m->loss);
   }
@@ -68,6 +78,7 @@ inline std::unique_ptr<Model> mlp_model(std::int64_t batch) {
   for (auto& v : ys) v = pick(rng);
   m->feeds = {{"x", kiln::Tensor::from_vector<float>({batch, kFeatures}, xs)},
               {"label", kiln::Tensor::from_vector<std::int64_t>({batch}, ys)}};
+  place_feeds(*m, feed_place);
   return m;
 }
 
@@ -111,13 +122,13 @@ inline std::unique_ptr<Model> lenet_model() {
 inline constexpr std::int64_t kVocab = 96, kModel = 128, kHeads = 4, kFF = 512, kLayers = 2,
                        kSeq = 64, kBatch = 16;
 
-inline std::unique_ptr<Model> gpt_model() {
+inline std::unique_ptr<Model> gpt_model(kiln::Place feed_place = kiln::Place::cpu()) {
   auto m = std::make_unique<Model>();
   {
     kiln::ProgramGuard guard(m->main, m->startup);
-    auto ids = kiln::data("ids", {kBatch, kSeq}, kiln::DataType::Int64);
-    auto pos = kiln::data("pos", {kSeq}, kiln::DataType::Int64);
-    auto label = kiln::data("label", {kBatch * kSeq}, kiln::DataType::Int64);
+    auto ids = kiln::data("ids", {kBatch, kSeq}, kiln::DataType::Int64, feed_place);
+    auto pos = kiln::data("pos", {kSeq}, kiln::DataType::Int64, feed_place);
+    auto label = kiln::data("label", {kBatch * kSeq}, kiln::DataType::Int64, feed_place);
     kiln::nn::Embedding tok_emb(kVocab, kModel), pos_emb(kSeq, kModel);
     std::vector<std::unique_ptr<kiln::nn::TransformerEncoderLayer>> blocks;
     for (int i = 0; i < kLayers; ++i)
@@ -151,6 +162,7 @@ inline std::unique_ptr<Model> gpt_model() {
   m->feeds = {{"ids", kiln::Tensor::from_vector<std::int64_t>({kBatch, kSeq}, ids)},
               {"pos", kiln::Tensor::from_vector<std::int64_t>({kSeq}, pos)},
               {"label", kiln::Tensor::from_vector<std::int64_t>({kBatch * kSeq}, label)}};
+  place_feeds(*m, feed_place);
   return m;
 }
 

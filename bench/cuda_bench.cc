@@ -9,7 +9,11 @@
 //   BENCH cuda.graph.speedup       ratio step ÷ graph.step
 //   BENCH cuda.mlp256.step         ms: the 784-512-512-10 MLP at batch 256
 //   BENCH cuda.gpt.step            ms: the small GPT, batch 16, seq 64
-// Each is the median of several repetitions after warm-up; the PyTorch peer
+//   BENCH cuda.gpt.graph.step      ms: the same, replayed as a CUDA graph
+//   BENCH cuda.seed.step.host_feeds µs: the seed step fed host tensors (two
+//                                  copies to the device per step)
+// The models' batches stay on the device (data ops placed there), as the
+// peer's do. Each is the median of several repetitions after warm-up; the PyTorch peer
 // (bench/peers/cuda_torch.py) prints cuda.*.torch.step in the same run and
 // ./run prints the ratios. A # line lists the ops each model runs on the
 // CPU (no CUDA kernel yet), which its step time includes.
@@ -122,20 +126,26 @@ int main(int argc, char** argv) {
   emit("cuda.op_overhead", chain - loop, "us");
   emit("cuda.op_overhead.executor", chain, "us");
   emit("cuda.op_overhead.loop", loop, "us");
+  // The batch stays on the device, as in PyTorch's peer (fed once, not
+  // copied every step); the loss comes back to the host each step.
+  const kiln::Place dev = kiln::Place::cuda(0);
   {
-    auto m = seed_model();
+    auto m = seed_model(dev);
     const double launches = step_us(*m, false, 200, 9), graph = step_us(*m, true, 200, 9);
     emit("cuda.seed.step", launches, "us");
     emit("cuda.seed.graph.step", graph, "us");
     emit("cuda.graph.speedup", launches / graph, "ratio");
+    auto host = seed_model();
+    emit("cuda.seed.step.host_feeds", step_us(*host, false, 200, 9), "us");
   }
   {
-    auto m = mlp_model(256);
+    auto m = mlp_model(256, dev);
     emit("cuda.mlp256.step", step_us(*m, false, 50, 9) / 1e3, "ms");
   }
   {
-    auto m = gpt_model();
+    auto m = gpt_model(dev);
     emit("cuda.gpt.step", step_us(*m, false, 20, 9) / 1e3, "ms");
+    emit("cuda.gpt.graph.step", step_us(*m, true, 20, 9) / 1e3, "ms");
   }
   return 0;
 }

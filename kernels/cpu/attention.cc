@@ -44,29 +44,12 @@ void gemm(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, 
               k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// The dims of one attention call, checked at run time (InferMeta may have
-// seen -1 dims).
-struct AttnDims {
-  std::int64_t bh = 0, lq = 0, lk = 0, d = 0, dv = 0;
-};
-
-AttnDims attn_dims(const KernelContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
-  const std::string_view op = ctx.op()->name();
-  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4 || q.dims()[0] != k.dims()[0] ||
-      q.dims()[0] != v.dims()[0] || q.dims()[1] != k.dims()[1] || q.dims()[1] != v.dims()[1] ||
-      q.dims()[3] != k.dims()[3] || k.dims()[2] != v.dims()[2])
-    throw_error(ErrorKind::InvalidArgument, "op '", op, "' q [", q.dims().to_string(), "], k [",
-                k.dims().to_string(), "], v [", v.dims().to_string(),
-                "] do not fit q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv]");
-  AttnDims a;
-  a.bh = q.dims()[0] * q.dims()[1];
-  a.lq = q.dims()[2];
-  a.lk = k.dims()[2];
-  a.d = q.dims()[3];
-  a.dv = v.dims()[3];
+// attention_dims (attention_ops.h), and every dim small enough for the BLAS's ints.
+AttentionDims attn_dims(const KernelContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const AttentionDims a = attention_dims(ctx.op()->name(), q.dims(), k.dims(), v.dims());
   for (std::int64_t x : {a.lq, a.lk, a.d, a.dv})
     if (x * kTileRows > INT_MAX)
-      throw_error(ErrorKind::InvalidArgument, "op '", op, "' has a dim of ", x,
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has a dim of ", x,
                   ", beyond what the BLAS takes");
   return a;
 }
@@ -169,7 +152,7 @@ struct AttentionK {
   static void run(KernelContext& ctx) {
     const auto& attrs = ctx.attrs<ScaledDotProductAttentionOp>();
     const Tensor q = typed_input<T>(ctx, 0), k = typed_input<T>(ctx, 1), v = typed_input<T>(ctx, 2);
-    const AttnDims a = attn_dims(ctx, q, k, v);
+    const AttentionDims a = attn_dims(ctx, q, k, v);
     const Dims& qd = q.dims();
     const std::int64_t out_shape[] = {qd[0], qd[1], a.lq, a.dv};
     Tensor& out = ctx.alloc_output(0, Dims(std::span<const std::int64_t>(out_shape, 4)), q.dtype());
@@ -220,16 +203,8 @@ struct AttentionGradK {
     const Tensor q = typed_input<T>(ctx, 0), k = typed_input<T>(ctx, 1), v = typed_input<T>(ctx, 2);
     const Tensor o = typed_input<T>(ctx, 3), lse = typed_input<T>(ctx, 4),
                  dout = typed_input<T>(ctx, 5);
-    const AttnDims a = attn_dims(ctx, q, k, v);
-    const Dims& qd = q.dims();
-    const std::int64_t out_shape[] = {qd[0], qd[1], a.lq, a.dv};
-    const Dims od(std::span<const std::int64_t>(out_shape, 4));
-    const Dims ld(std::span<const std::int64_t>(out_shape, 3));
-    if (o.dims() != od || dout.dims() != od || lse.dims() != ld)
-      throw_error(ErrorKind::InvalidArgument, "op '", op, "' out [", o.dims().to_string(),
-                  "], lse [", lse.dims().to_string(), "], dout [", dout.dims().to_string(),
-                  "] must be [", od.to_string(), "], [", ld.to_string(), "], [", od.to_string(),
-                  "]");
+    const AttentionDims a = attn_dims(ctx, q, k, v);
+    check_attention_grad_operands(op, q.dims(), a, o.dims(), lse.dims(), dout.dims());
     Tensor& dq = ctx.alloc_output(0, q.dims(), q.dtype());
     Tensor& dk = ctx.alloc_output(1, k.dims(), k.dtype());
     Tensor& dvt = ctx.alloc_output(2, v.dims(), v.dtype());

@@ -378,20 +378,8 @@ void conv_weight_grad(const T* x, const T* dout, T* dw, const Conv2dGeometry& g)
 template <typename A>
 Conv2dGeometry conv2d_geometry(const KernelContext& ctx, const Tensor& x, const Tensor& w,
                                const A& a) {
-  const std::string_view op = ctx.op()->name();
-  if (x.rank() != 4 || w.rank() != 4) bad_shapes(ctx, x, w, "needs rank-4 x and w");
-  Conv2dGeometry g;
-  g.n = x.dims()[0], g.c = x.dims()[1], g.h = x.dims()[2], g.w = x.dims()[3];
-  g.o = w.dims()[0], g.kh = w.dims()[2], g.kw = w.dims()[3];
-  g.groups = a.groups;
-  if (g.groups < 1 || w.dims()[1] * g.groups != g.c || g.o % g.groups != 0)
-    bad_shapes(ctx, x, w, "has channels that do not fit the groups");
-  auto p = conv::paddings4(op, a.paddings);
-  g.pt = p[0], g.pb = p[1], g.pl = p[2], g.pr = p[3];
-  g.sh = a.strides.at(0), g.sw = a.strides.at(1), g.dh = a.dilations.at(0), g.dw = a.dilations.at(1);
-  g.ho = conv::conv_out(op, "H", g.h, g.kh, g.sh, g.pt, g.pb, g.dh);
-  g.wo = conv::conv_out(op, "W", g.w, g.kw, g.sw, g.pl, g.pr, g.dw);
-  return g;
+  return conv::geometry(ctx.op()->name(), x.dims(), w.dims(), a.strides, a.paddings, a.dilations,
+                        a.groups);
 }
 
 // The geometry of the conv2d whose input grad conv2d_transpose(x, w) is.
@@ -413,12 +401,6 @@ Conv2dGeometry transpose_geometry(const KernelContext& ctx, const Tensor& x, con
   g.w = (g.wo - 1) * g.sw - g.pl - g.pr + g.dw * (g.kw - 1) + a.output_padding.at(1) + 1;
   if (g.h < 1 || g.w < 1) bad_shapes(ctx, x, w, "would have an empty output");
   return g;
-}
-
-void check_dout(const KernelContext& ctx, const Tensor& dout, const Dims& want) {
-  if (dout.dims() != want)
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' dout is [",
-                dout.dims().to_string(), "], the forward result is [", want.to_string(), "]");
 }
 
 template <typename T>
@@ -455,7 +437,7 @@ struct Conv2dGradK {
     const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1),
                  dout = typed_input<T>(ctx, 2);
     const Conv2dGeometry g = conv2d_geometry(ctx, x, w, ctx.attrs<GradOf<Conv2dOp>>());
-    check_dout(ctx, dout, Dims{g.n, g.o, g.ho, g.wo});
+    conv::check_dout(ctx.op()->name(), dout.dims(), Dims{g.n, g.o, g.ho, g.wo});
     // dx goes unread when x is a data op (a network's first layer): skip it.
     if (!ctx.output_unused(1)) {
       Tensor& dw = ctx.alloc_output(1, w.dims(), w.dtype());
@@ -486,7 +468,7 @@ struct Conv2dTransposeGradK {
                  dout = typed_input<T>(ctx, 2);
     const Conv2dGeometry g =
         transpose_geometry(ctx, x, w, ctx.attrs<GradOf<Conv2dTransposeOp>>());
-    check_dout(ctx, dout, Dims{g.n, g.c, g.h, g.w});
+    conv::check_dout(ctx.op()->name(), dout.dims(), Dims{g.n, g.c, g.h, g.w});
     Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
     Tensor& dw = ctx.alloc_output(1, w.dims(), w.dtype());
     if (dx.numel() > 0) conv_forward(dout.data<T>(), w.data<T>(), dx.data<T>(), g);

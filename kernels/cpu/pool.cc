@@ -22,43 +22,6 @@ Pool2dGeometry pool_geometry(const KernelContext& ctx, const Tensor& x, const A&
                         a.paddings, a.ceil_mode);
 }
 
-void check_dout(const KernelContext& ctx, const Tensor& dout, const Dims& want) {
-  if (dout.dims() != want)
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' dout is [",
-                dout.dims().to_string(), "], the forward result is [", want.to_string(), "]");
-}
-
-// Window [hs, he) x [ws, we) of output (oh, ow), clipped to the input.
-struct Window {
-  std::int64_t hs, he, ws, we;
-};
-inline Window window(const Pool2dGeometry& g, std::int64_t oh, std::int64_t ow) {
-  Window r;
-  r.hs = oh * g.sh - g.pt;
-  r.ws = ow * g.sw - g.pl;
-  r.he = std::min(r.hs + g.kh, g.h);
-  r.we = std::min(r.ws + g.kw, g.w);
-  r.hs = std::max<std::int64_t>(r.hs, 0);
-  r.ws = std::max<std::int64_t>(r.ws, 0);
-  return r;
-}
-
-// Index (in the plane) of the window's first maximum; NaN wins.
-template <typename T>
-inline std::int64_t argmax(const T* x, const Pool2dGeometry& g, const Window& r) {
-  std::int64_t best = r.hs * g.w + r.ws;
-  T m = x[best];
-  for (std::int64_t ih = r.hs; ih < r.he; ++ih)
-    for (std::int64_t iw = r.ws; iw < r.we; ++iw) {
-      const T v = x[ih * g.w + iw];
-      if (v > m || (v != v && m == m)) {
-        m = v;
-        best = ih * g.w + iw;
-      }
-    }
-  return best;
-}
-
 // 1 when q takes over the running maximum m in argmax's order (larger, or
 // NaN while m is not), else 0.
 template <typename T>
@@ -109,7 +72,7 @@ struct MaxPoolK {
       T* o = po + pl * g.ho * g.wo;
       for (std::int64_t oh = 0; oh < g.ho; ++oh)
         for (std::int64_t ow = 0; ow < g.wo; ++ow)
-          o[oh * g.wo + ow] = xp[argmax(xp, g, window(g, oh, ow))];
+          o[oh * g.wo + ow] = xp[pool_argmax(xp, g, pool_window(g, oh, ow))];
     }
   }
 };
@@ -119,7 +82,7 @@ struct MaxPoolGradK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0), dout = typed_input<T>(ctx, 1);
     const Pool2dGeometry g = pool_geometry(ctx, x, ctx.attrs<GradOf<MaxPool2dOp>>());
-    check_dout(ctx, dout, Dims{g.n, g.c, g.ho, g.wo});
+    pool::check_dout(ctx.op()->name(), dout.dims(), g);
     Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
     if (dx.numel() == 0) return;
     T* pdx = dx.data<T>();
@@ -164,20 +127,10 @@ struct MaxPoolGradK {
       const T* d = pd + pl * g.ho * g.wo;
       for (std::int64_t oh = 0; oh < g.ho; ++oh)
         for (std::int64_t ow = 0; ow < g.wo; ++ow)
-          dp[argmax(xp, g, window(g, oh, ow))] += d[oh * g.wo + ow];
+          dp[pool_argmax(xp, g, pool_window(g, oh, ow))] += d[oh * g.wo + ow];
     }
   }
 };
-
-// The divisor of avg_pool2d's window at (oh, ow).
-inline std::int64_t avg_count(const Pool2dGeometry& g, std::int64_t oh, std::int64_t ow,
-                              bool exclusive) {
-  const Window r = window(g, oh, ow);
-  if (exclusive) return (r.he - r.hs) * (r.we - r.ws);
-  const std::int64_t hs = oh * g.sh - g.pt, ws = ow * g.sw - g.pl;
-  const std::int64_t he = std::min(hs + g.kh, g.h + g.pb), we = std::min(ws + g.kw, g.w + g.pr);
-  return (he - hs) * (we - ws);
-}
 
 template <typename T>
 struct AvgPoolK {
@@ -195,11 +148,11 @@ struct AvgPoolK {
       T* o = po + pl * g.ho * g.wo;
       for (std::int64_t oh = 0; oh < g.ho; ++oh)
         for (std::int64_t ow = 0; ow < g.wo; ++ow) {
-          const Window r = window(g, oh, ow);
+          const PoolWindow r = pool_window(g, oh, ow);
           T s = 0;
           for (std::int64_t ih = r.hs; ih < r.he; ++ih)
             for (std::int64_t iw = r.ws; iw < r.we; ++iw) s += xp[ih * g.w + iw];
-          const std::int64_t cnt = avg_count(g, oh, ow, a.exclusive);
+          const std::int64_t cnt = avg_pool_count(g, oh, ow, a.exclusive);
           o[oh * g.wo + ow] = cnt > 0 ? s / T(cnt) : T(0);
         }
     }
@@ -212,7 +165,7 @@ struct AvgPoolGradK {
     const Tensor x = typed_input<T>(ctx, 0), dout = typed_input<T>(ctx, 1);
     const auto& a = ctx.attrs<GradOf<AvgPool2dOp>>();
     const Pool2dGeometry g = pool_geometry(ctx, x, a);
-    check_dout(ctx, dout, Dims{g.n, g.c, g.ho, g.wo});
+    pool::check_dout(ctx.op()->name(), dout.dims(), g);
     Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
     if (dx.numel() == 0) return;
     T* pdx = dx.data<T>();
@@ -224,8 +177,8 @@ struct AvgPoolGradK {
       const T* d = pd + pl * g.ho * g.wo;
       for (std::int64_t oh = 0; oh < g.ho; ++oh)
         for (std::int64_t ow = 0; ow < g.wo; ++ow) {
-          const Window r = window(g, oh, ow);
-          const std::int64_t cnt = avg_count(g, oh, ow, a.exclusive);
+          const PoolWindow r = pool_window(g, oh, ow);
+          const std::int64_t cnt = avg_pool_count(g, oh, ow, a.exclusive);
           if (cnt == 0) continue;
           const T v = d[oh * g.wo + ow] / T(cnt);
           for (std::int64_t ih = r.hs; ih < r.he; ++ih)
@@ -289,7 +242,7 @@ struct AdaptiveAvgPoolGradK {
     adaptive_check(ctx, x, a);
     const std::int64_t n = x.dims()[0], c = x.dims()[1], h = x.dims()[2], w = x.dims()[3];
     const std::int64_t ho = a.output_size[0], wo = a.output_size[1];
-    check_dout(ctx, dout, Dims{n, c, ho, wo});
+    pool::check_dout(ctx.op()->name(), dout.dims(), Pool2dGeometry{.n = n, .c = c, .ho = ho, .wo = wo});
     Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
     if (dx.numel() == 0) return;
     T* pdx = dx.data<T>();

@@ -116,17 +116,10 @@ bool register_inplace_family(MathList<Maths...>) {
 struct GeluErfF {  // x · Φ(x) = 0.5·x·(1 + erf(x/√2)); Φ from vector_math.h
   template <typename T> static T forward(T x) { return x * normal_cdf(x); }
 };
-struct GeluTanhF {  // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
-  template <typename T> static T forward(T x) {
-    const T k = T(0.79788456080286535588);  // √(2/π)
-    return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
-  }
-};
-
 template <typename T>
 struct GeluK {
   static void run(KernelContext& ctx) {
-    if (ctx.attrs<GeluOp>().approximate) unary_apply<GeluTanhF, T>(ctx);
+    if (ctx.attrs<GeluOp>().approximate) unary_apply<GeluTanhMath, T>(ctx);
     else unary_apply<GeluErfF, T>(ctx);
   }
 };
@@ -136,23 +129,12 @@ struct GeluErfG {  // Φ(x) + x·φ(x); both from one exp in f32 (vector_math.h)
     const NormalCdfPdf n = normal_cdf_pdf(x);
     return d * (n.cdf + x * n.pdf);
   }
-  static double backward(double x, double d) {
-    const double pdf = 0.39894228040143267794 * std::exp(-0.5 * x * x);  // 1/√(2π)
-    return d * (normal_cdf(x) + x * pdf);
-  }
+  static double backward(double x, double d) { return GeluErfMath::backward(x, d); }
 };
-struct GeluTanhG {  // d/dx 0.5·x·(1 + tanh(k·(x + c·x³)))
-  template <typename T> static T backward(T x, T d) {
-    const T k = T(0.79788456080286535588), c = T(0.044715);
-    const T t = std::tanh(k * (x + c * x * x * x));
-    return d * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x));
-  }
-};
-
 template <typename T>
 struct GeluGradK {
   static void run(KernelContext& ctx) {
-    if (ctx.attrs<GradOf<GeluOp>>().approximate) unary_grad<GeluTanhG, T>(ctx);
+    if (ctx.attrs<GradOf<GeluOp>>().approximate) unary_grad<GeluTanhMath, T>(ctx);
     else unary_grad<GeluErfG, T>(ctx);
   }
 };

@@ -19,4 +19,13 @@ void unary_kernel(KernelContext& ctx);
 template <typename Math, typename T>
 void unary_grad_kernel(KernelContext& ctx);
 
+// CompareOp<Math> / LogicalOp<Math>: Math::forward broadcast, bool result.
+template <typename Math, typename T>
+void compare_kernel(KernelContext& ctx);
+// PredicateOp<Math>: Math::forward elementwise, bool result.
+template <typename Math, typename T>
+void predicate_kernel(KernelContext& ctx);
+// LogicalNotOp.
+void logical_not_kernel(KernelContext& ctx);
+
 }  // namespace kiln::cuda

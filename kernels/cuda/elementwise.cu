@@ -2,17 +2,22 @@
 // structs as the CPU's (kiln/dialect/unary_math.h, binary_math.h): the
 // broadcasting binaries (numpy broadcasting through kiln/kernel/broadcast.h's
 // plan, one thread per output element) and the unary family with its
-// gradient ops. Registered by register.cc.
+// gradient ops; the comparison, logical and predicate families
+// (compare_math.h, bool results); launchers for gelu and add_n, whose host
+// halves (elementwise.cc) read attributes. Registered by register.cc.
 //
 // Differences from the CPU kernels: an integer division or remainder by
 // zero gives 0 instead of an error (checking would cost a device-to-host
 // sync per op); f16 / bf16 are not served yet.
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
 #include "cuda_kernel_util.cuh"
 #include "cuda_kernels.h"
 #include "kiln/dialect/binary_math.h"
+#include "kiln/dialect/compare_math.h"
+#include "launch.h"
 #include "kiln/dialect/unary_math.h"
 #include "kiln/kernel/broadcast.h"
 
@@ -23,24 +28,24 @@ namespace {
 // Math::forward, with an integer divisor of 0 giving 0 (no trap on a GPU,
 // but an undefined result).
 template <typename Math, typename T>
-__device__ T apply_binary(T a, T b) {
+__device__ auto apply_binary(T a, T b) {
   if constexpr (std::is_integral_v<T> && (std::is_same_v<Math, DivMath> ||
                                           std::is_same_v<Math, ModMath> ||
                                           std::is_same_v<Math, FmodMath>))
-    if (b == T(0)) return T(0);
+    if (b == T(0)) return decltype(Math::forward(a, b))(0);
   return Math::forward(a, b);
 }
 
-template <typename Math, typename T>
+template <typename Math, typename T, typename U>
 __global__ void binary_same_shape(const T* __restrict__ x, const T* __restrict__ y,
-                                  T* __restrict__ out, std::int64_t n) {
+                                  U* __restrict__ out, std::int64_t n) {
   KILN_GRID_STRIDE(i, n) out[i] = apply_binary<Math>(x[i], y[i]);
 }
 
 // out[i] for the output index i decomposed along the plan's collapsed dims.
-template <typename Math, typename T>
+template <typename Math, typename T, typename U>
 __global__ void binary_broadcast(const T* __restrict__ x, const T* __restrict__ y,
-                                 T* __restrict__ out, std::int64_t n, BroadcastPlan p) {
+                                 U* __restrict__ out, std::int64_t n, BroadcastPlan p) {
   KILN_GRID_STRIDE(i, n) {
     std::int64_t rem = i, xo = 0, yo = 0;
     for (int d = p.rank - 1; d >= 0; --d) {
@@ -69,23 +74,81 @@ __global__ void unary_backward(const T* __restrict__ a, const T* __restrict__ d,
   KILN_GRID_STRIDE(i, n) out[i] = Math::backward(a[i], d[i]);
 }
 
-}  // namespace
-
 template <typename Math, typename T>
-void binary_kernel(KernelContext& ctx) {
+__global__ void predicate_map(const T* __restrict__ x, bool* __restrict__ out, std::int64_t n) {
+  KILN_GRID_STRIDE(i, n) out[i] = Math::forward(x[i]);
+}
+
+__global__ void logical_not_map(const bool* __restrict__ x, bool* __restrict__ out,
+                                std::int64_t n) {
+  KILN_GRID_STRIDE(i, n) out[i] = !x[i];
+}
+
+// Up to kAddNInputs operands of add_n per launch, passed by value.
+constexpr int kAddNInputs = 8;
+template <typename T>
+struct AddNOperands {
+  const T* in[kAddNInputs];
+  int count;
+  bool accumulate;  // out += Σ in (a later group) rather than out = Σ in
+};
+
+template <typename T>
+__global__ void add_n_group(AddNOperands<T> ops, T* __restrict__ out, std::int64_t n) {
+  KILN_GRID_STRIDE(i, n) {
+    T acc = ops.accumulate ? out[i] : ops.in[0][i];
+    for (int k = ops.accumulate ? 0 : 1; k < ops.count; ++k) acc += ops.in[k][i];
+    out[i] = acc;
+  }
+}
+
+// out = Math::forward(x, y) broadcast, out's dtype `dt` (element type U).
+template <typename Math, typename T, typename U>
+void broadcast_binary(KernelContext& ctx, DataType dt) {
   // Copies keep x's and y's buffers alive while the output is allocated.
   const Tensor x = typed_input<T>(ctx, 0), y = typed_input<T>(ctx, 1);
   const Dims od = broadcast_dims(ctx.op()->name(), x.dims(), y.dims());
-  Tensor& out = ctx.alloc_output(0, od, x.dtype());
+  Tensor& out = ctx.alloc_output(0, od, dt);
   const std::int64_t n = od.numel();
   if (n == 0) return;
   const cudaStream_t s = stream_of(ctx);
   if (x.dims() == y.dims())
     binary_same_shape<Math><<<blocks_for(n), kThreads, 0, s>>>(x.data<T>(), y.data<T>(),
-                                                                out.data<T>(), n);
+                                                                out.data<U>(), n);
   else
     binary_broadcast<Math><<<blocks_for(n), kThreads, 0, s>>>(
-        x.data<T>(), y.data<T>(), out.data<T>(), n, make_broadcast_plan(x.dims(), y.dims(), od));
+        x.data<T>(), y.data<T>(), out.data<U>(), n, make_broadcast_plan(x.dims(), y.dims(), od));
+  check_launch(ctx);
+}
+
+}  // namespace
+
+template <typename Math, typename T>
+void binary_kernel(KernelContext& ctx) {
+  broadcast_binary<Math, T, T>(ctx, data_type_of<T>);
+}
+
+template <typename Math, typename T>
+void compare_kernel(KernelContext& ctx) {
+  broadcast_binary<Math, T, bool>(ctx, DataType::Bool);
+}
+
+template <typename Math, typename T>
+void predicate_kernel(KernelContext& ctx) {
+  const Tensor x = typed_input<T>(ctx, 0);
+  Tensor& out = ctx.alloc_output(0, x.dims(), DataType::Bool);
+  const std::int64_t n = x.numel();
+  if (n) predicate_map<Math><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(x.data<T>(),
+                                                                             out.data<bool>(), n);
+  check_launch(ctx);
+}
+
+void logical_not_kernel(KernelContext& ctx) {
+  const Tensor x = typed_input<bool>(ctx, 0);
+  Tensor& out = ctx.alloc_output(0, x.dims(), DataType::Bool);
+  const std::int64_t n = x.numel();
+  if (n) logical_not_map<<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(x.data<bool>(),
+                                                                          out.data<bool>(), n);
   check_launch(ctx);
 }
 
@@ -116,6 +179,28 @@ void unary_grad_kernel(KernelContext& ctx) {
     unary_backward<Math><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(
         a.data<T>(), d.data<T>(), out.data<T>(), n);
   check_launch(ctx);
+}
+
+template <typename Math, typename T>
+void launch_unary_forward(const T* x, T* out, std::int64_t n, cudaStream_t s) {
+  if (n) unary_forward<Math><<<blocks_for(n), kThreads, 0, s>>>(x, out, n);
+}
+
+template <typename Math, typename T>
+void launch_unary_backward(const T* x, const T* d, T* out, std::int64_t n, cudaStream_t s) {
+  if (n) unary_backward<Math><<<blocks_for(n), kThreads, 0, s>>>(x, d, out, n);
+}
+
+template <typename T>
+void launch_add_n(const T* const* in, int k, T* out, std::int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  for (int first = 0; first < k; first += kAddNInputs) {
+    AddNOperands<T> ops{};
+    ops.count = std::min(kAddNInputs, k - first);
+    ops.accumulate = first > 0;
+    for (int j = 0; j < ops.count; ++j) ops.in[j] = in[first + j];
+    add_n_group<<<blocks_for(n), kThreads, 0, s>>>(ops, out, n);
+  }
 }
 
 // ---- explicit instantiations: the dtypes register.cc registers ----
@@ -171,5 +256,33 @@ KILN_UNARY_ALL(FloorMath)
 KILN_UNARY_ALL(CeilMath)
 KILN_UNARY_ALL(RoundMath)
 KILN_UNARY_WITH_INTS(SignMath)
+
+// The comparison, logical and predicate families (compare_math.h): the
+// CPU's dtypes.
+#define KILN_COMPARE(M, T) template void compare_kernel<M, T>(KernelContext&);
+#define KILN_COMPARE_NUMERIC(M) \
+  KILN_COMPARE(M, float) KILN_COMPARE(M, double) KILN_COMPARE(M, std::int32_t) KILN_COMPARE(M, std::int64_t)
+KILN_COMPARE_NUMERIC(EqualMath) KILN_COMPARE(EqualMath, bool)
+KILN_COMPARE_NUMERIC(NotEqualMath) KILN_COMPARE(NotEqualMath, bool)
+KILN_COMPARE_NUMERIC(LessThanMath)
+KILN_COMPARE_NUMERIC(LessEqualMath)
+KILN_COMPARE_NUMERIC(GreaterThanMath)
+KILN_COMPARE_NUMERIC(GreaterEqualMath)
+KILN_COMPARE(LogicalAndMath, bool)
+KILN_COMPARE(LogicalOrMath, bool)
+KILN_COMPARE(LogicalXorMath, bool)
+template void predicate_kernel<IsNanMath, float>(KernelContext&);
+template void predicate_kernel<IsNanMath, double>(KernelContext&);
+template void predicate_kernel<IsFiniteMath, float>(KernelContext&);
+template void predicate_kernel<IsFiniteMath, double>(KernelContext&);
+
+// gelu's two forms and add_n (their host halves read attributes: elementwise.cc).
+#define KILN_GELU(M, T)                                                                   \
+  template void launch_unary_forward<M, T>(const T*, T*, std::int64_t, cudaStream_t);   \
+  template void launch_unary_backward<M, T>(const T*, const T*, T*, std::int64_t, cudaStream_t);
+KILN_FLOATS(KILN_GELU, GeluErfMath)
+KILN_FLOATS(KILN_GELU, GeluTanhMath)
+#define KILN_ADD_N(T) template void launch_add_n<T>(const T* const*, int, T*, std::int64_t, cudaStream_t);
+KILN_ADD_N(float) KILN_ADD_N(double) KILN_ADD_N(std::int32_t) KILN_ADD_N(std::int64_t)
 
 }  // namespace kiln::cuda

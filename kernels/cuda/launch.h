@@ -12,10 +12,24 @@
 
 #include <cstdint>
 
+#include "kiln/kernel/pool_window.h"
 #include "kiln/runtime/dims.h"
 #include "kiln/support/data_type.h"
 
 namespace kiln::cuda {
+
+// ---- elementwise (elementwise.cu) ----
+
+// out = Math::forward(x), dx = Math::backward(x, d): the unary math structs
+// of ops with attributes (gelu: GeluErfMath, GeluTanhMath). T: f32, f64.
+template <typename Math, typename T>
+void launch_unary_forward(const T* x, T* out, std::int64_t n, cudaStream_t s);
+template <typename Math, typename T>
+void launch_unary_backward(const T* x, const T* d, T* out, std::int64_t n, cudaStream_t s);
+// out = Σ in[0..k) (k >= 1; `in` is a host array of device pointers, read
+// before return). T: f32, f64, i32, i64.
+template <typename T>
+void launch_add_n(const T* const* in, int k, T* out, std::int64_t n, cudaStream_t s);
 
 // ---- reductions (reduce.cu) ----
 
@@ -67,6 +81,37 @@ void launch_cross_entropy(const T* x, const L* label, T* sm, T* loss, std::int64
 template <typename T, typename L>
 void launch_cross_entropy_grad(const T* sm, const L* label, const T* dloss, T* dx, std::int64_t n,
                                std::int64_t c, std::int64_t ignore, cudaStream_t s);
+
+// ---- scaled-dot-product attention (attention.cu), rows of all heads' scores ----
+
+// Each of `rows` rows of s ([rows, lk]; query row index = row % lq) → its
+// softmax over the keys it sees (0 beyond them when causal); lse[row] = the
+// row's log-sum-exp.
+template <typename T>
+void launch_attention_softmax(T* s, T* lse, std::int64_t rows, std::int64_t lq, std::int64_t lk,
+                              bool causal, cudaStream_t st);
+// Gradient: scores → probabilities exp(s - lse) (0 where masked) in place;
+// delta[row] = Σ dout[row] ∘ out[row] over dv.
+template <typename T>
+void launch_attention_probabilities(T* p, const T* lse, const T* dout, const T* out, T* delta,
+                                    std::int64_t rows, std::int64_t lq, std::int64_t lk,
+                                    std::int64_t dv, bool causal, cudaStream_t st);
+// dS = P ∘ (dP - delta[row]), in place of P.
+template <typename T>
+void launch_attention_score_grad(T* p, const T* dp, const T* delta, std::int64_t rows,
+                                 std::int64_t lk, cudaStream_t st);
+
+// ---- max_pool2d / avg_pool2d (pool.cu), NCHW ----
+
+// max (else avg, dividing by avg_pool_count(exclusive)) over each window.
+// T: f32, f64, i32, i64 (the integers: max only).
+template <typename T>
+void launch_pool(bool max, const T* x, T* out, const Pool2dGeometry& g, bool exclusive,
+                 cudaStream_t s);
+// dx (every element written) from dout; max reads x for the windows' maxima.
+template <typename T>
+void launch_pool_grad(bool max, const T* x, const T* dout, T* dx, const Pool2dGeometry& g,
+                      bool exclusive, cudaStream_t s);
 
 // ---- layer_norm / rms_norm (reduce.cu) ----
 

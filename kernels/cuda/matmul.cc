@@ -4,47 +4,17 @@
 // broadcast as on the CPU (kiln/kernel/matmul_shape.h): one strided-batched
 // call when each operand is either one matrix or one per output matrix,
 // otherwise one call per output matrix.
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include <climits>
 #include <cstdint>
 
+#include "cublas_util.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/kernel/matmul_shape.h"
-#include "kiln/runtime/cuda_context.h"
 
 namespace kiln::cuda {
 namespace {
-
-void check_cublas(const KernelContext& ctx, cublasStatus_t status) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    throw_error(ErrorKind::Internal, "op '", ctx.op()->name(), "': cuBLAS error ",
-                cublasGetStatusName(status));
-}
-
-int to_int(const KernelContext& ctx, std::int64_t v) {
-  if (v > INT_MAX)
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has a matrix dim of ", v,
-                ", beyond what cuBLAS takes (", INT_MAX, ")");
-  return static_cast<int>(v);
-}
-
-cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                    int k, const float* a, int lda, long long sa, const float* b, int ldb,
-                    long long sb, float* c, int ldc, long long sc, int batch) {
-  const float one = 1, zero = 0;
-  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero, c, ldc,
-                                   sc, batch);
-}
-cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                    int k, const double* a, int lda, long long sa, const double* b, int ldb,
-                    long long sb, double* c, int ldc, long long sc, int batch) {
-  const double one = 1, zero = 0;
-  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero, c, ldc,
-                                   sc, batch);
-}
 
 template <typename T>
 void matmul_kernel(KernelContext& ctx) {
@@ -53,17 +23,14 @@ void matmul_kernel(KernelContext& ctx) {
   const MatmulShape s =
       matmul_shape(ctx.op()->name(), x.dims(), y.dims(), a.transpose_x, a.transpose_y);
   Tensor& out = ctx.alloc_output(0, s.out_dims, x.dtype());
-  auto* stream = dynamic_cast<CudaStream*>(ctx.stream());
-  if (!stream)
-    throw_error(ErrorKind::PreconditionNotMet, "op '", ctx.op()->name(),
-                "' runs a CUDA kernel but was given no CUDA stream");
+  const cudaStream_t stream = stream_of(ctx);
   if (s.batch == 0 || s.m == 0 || s.n == 0) return;
   T* o = out.data<T>();
   if (s.k == 0) {  // an empty sum: zeros
-    check_cuda(cudaMemsetAsync(o, 0, out.bytes(), stream->handle()), "zeroing a matmul result");
+    check_cuda(cudaMemsetAsync(o, 0, out.bytes(), stream), "zeroing a matmul result");
     return;
   }
-  auto h = static_cast<cublasHandle_t>(cuda_context(stream->device()).cublas(*stream));
+  const cublasHandle_t h = cublas_of(ctx);
   const int m = to_int(ctx, s.m), n = to_int(ctx, s.n), k = to_int(ctx, s.k);
   const cublasOperation_t op_x = a.transpose_x ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_y = a.transpose_y ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -74,8 +41,9 @@ void matmul_kernel(KernelContext& ctx) {
   const bool x_flat = s.x_count == 1 || s.x_count == s.batch;
   const bool y_flat = s.y_count == 1 || s.y_count == s.batch;
   if (x_flat && y_flat) {
-    check_cublas(ctx, gemm(h, op_y, op_x, n, m, k, yp, ldy, s.y_count == 1 ? 0 : y_mat, xp, ldx,
-                           s.x_count == 1 ? 0 : x_mat, o, n, o_mat, to_int(ctx, s.batch)));
+    check_cublas(ctx, gemm_batched(h, op_y, op_x, n, m, k, T(1), yp, ldy,
+                                   s.y_count == 1 ? 0 : y_mat, xp, ldx, s.x_count == 1 ? 0 : x_mat,
+                                   T(0), o, n, o_mat, to_int(ctx, s.batch)));
     return;
   }
   // Both operands broadcast along different batch dims: walk the output
@@ -83,8 +51,8 @@ void matmul_kernel(KernelContext& ctx) {
   std::int64_t idx[Dims::kMaxRank] = {};
   std::int64_t xo = 0, yo = 0;
   for (std::int64_t b = 0; b < s.batch; ++b) {
-    check_cublas(ctx, gemm(h, op_y, op_x, n, m, k, yp + yo * y_mat, ldy, 0, xp + xo * x_mat, ldx,
-                           0, o + b * o_mat, n, 0, 1));
+    check_cublas(ctx, gemm_batched(h, op_y, op_x, n, m, k, T(1), yp + yo * y_mat, ldy, 0,
+                                   xp + xo * x_mat, ldx, 0, T(0), o + b * o_mat, n, 0, 1));
     for (int i = s.batch_rank - 1; i >= 0; --i) {
       xo += s.x_step[i];
       yo += s.y_step[i];

@@ -74,9 +74,40 @@ bool register_inplace(MathList<Maths...>) {
   return true;
 }
 
+template <typename OpT, typename Math, typename... Ts>
+void add_compare(Types<Ts...>) {
+  (add<OpT, Math, &compare_kernel<Math, Ts>, Ts>(Math::name.data()), ...);
+}
+template <typename... Maths>
+bool register_compare(CompareMathList<Maths...>) {
+  using Numeric = Types<float, double, std::int32_t, std::int64_t>;
+  auto one = []<typename Math>(Math*) {
+    add_compare<CompareOp<Math>, Math>(Numeric{});
+    if constexpr (Math::allows_bool) add_compare<CompareOp<Math>, Math>(Types<bool>{});
+  };
+  (one(static_cast<Maths*>(nullptr)), ...);
+  return true;
+}
+template <typename... Maths>
+bool register_logical(CompareMathList<Maths...>) {
+  (add_compare<LogicalOp<Maths>, Maths>(Types<bool>{}), ...);
+  return true;
+}
+template <typename... Maths>
+bool register_predicates(CompareMathList<Maths...>) {
+  (add<PredicateOp<Maths>, Maths, &predicate_kernel<Maths, float>, float>(Maths::name.data()), ...);
+  (add<PredicateOp<Maths>, Maths, &predicate_kernel<Maths, double>, double>(Maths::name.data()),
+   ...);
+  return true;
+}
+
 [[maybe_unused]] const bool binaries = register_all(BinaryFamily{});
 [[maybe_unused]] const bool unaries = register_unaries(UnaryFamily{});
 [[maybe_unused]] const bool inplace = register_inplace(InplaceUnaryFamily{});
+[[maybe_unused]] const bool compares = register_compare(CompareFamily{});
+[[maybe_unused]] const bool logicals = register_logical(LogicalFamily{});
+[[maybe_unused]] const bool predicates = register_predicates(PredicateFamily{});
+KILN_REGISTER_KERNEL(LogicalNotOp, Cuda, Bool, logical_not_kernel);
 
 }  // namespace
 }  // namespace kiln::cuda

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cmath>
+#include <span>
 
 namespace kiln {
 
@@ -12,6 +13,26 @@ KILN_REGISTER_OP(ScaledDotProductAttentionOp, GradOf<ScaledDotProductAttentionOp
 double attention_scale(double scale, std::int64_t head_dim) {
   if (scale != 0) return scale;
   return head_dim > 0 ? 1.0 / std::sqrt(static_cast<double>(head_dim)) : 1.0;
+}
+
+AttentionDims attention_dims(std::string_view op, const Dims& q, const Dims& k, const Dims& v) {
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4 || q[0] != k[0] || q[0] != v[0] ||
+      q[1] != k[1] || q[1] != v[1] || q[3] != k[3] || k[2] != v[2])
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' q [", q.to_string(), "], k [",
+                k.to_string(), "], v [", v.to_string(),
+                "] do not fit q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv]");
+  return {.bh = q[0] * q[1], .lq = q[2], .lk = k[2], .d = q[3], .dv = v[3]};
+}
+
+void check_attention_grad_operands(std::string_view op, const Dims& q, const AttentionDims& a,
+                                   const Dims& out, const Dims& lse, const Dims& dout) {
+  const std::int64_t shape[] = {q[0], q[1], a.lq, a.dv};
+  const Dims od(std::span<const std::int64_t>(shape, 4));
+  const Dims ld(std::span<const std::int64_t>(shape, 3));
+  if (out != od || dout != od || lse != ld)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' out [", out.to_string(), "], lse [",
+                lse.to_string(), "], dout [", dout.to_string(), "] must be [", od.to_string(),
+                "], [", ld.to_string(), "], [", od.to_string(), "]");
 }
 
 namespace {

@@ -34,6 +34,35 @@ void require_pair(std::string_view op, std::string_view what, const std::vector<
                 " must be two entries, each >= ", min, ", got ", meta::dims_string(v));
 }
 
+Conv2dGeometry geometry(std::string_view op, const Dims& x, const Dims& w,
+                        const std::vector<std::int64_t>& strides,
+                        const std::vector<std::int64_t>& paddings,
+                        const std::vector<std::int64_t>& dilations, std::int64_t groups) {
+  auto bad = [&](const char* why) {
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", why, ": x is [", x.to_string(),
+                "], w is [", w.to_string(), "]");
+  };
+  if (x.rank() != 4 || w.rank() != 4) bad("needs rank-4 x and w");
+  Conv2dGeometry g;
+  g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
+  g.o = w[0], g.kh = w[2], g.kw = w[3];
+  g.groups = groups;
+  if (g.groups < 1 || w[1] * g.groups != g.c || g.o % g.groups != 0)
+    bad("has channels that do not fit the groups");
+  const auto p = paddings4(op, paddings);
+  g.pt = p[0], g.pb = p[1], g.pl = p[2], g.pr = p[3];
+  g.sh = strides.at(0), g.sw = strides.at(1), g.dh = dilations.at(0), g.dw = dilations.at(1);
+  g.ho = conv_out(op, "H", g.h, g.kh, g.sh, g.pt, g.pb, g.dh);
+  g.wo = conv_out(op, "W", g.w, g.kw, g.sw, g.pl, g.pr, g.dw);
+  return g;
+}
+
+void check_dout(std::string_view op, const Dims& dout, const Dims& want) {
+  if (dout != want)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' dout is [", dout.to_string(),
+                "], the forward result is [", want.to_string(), "]");
+}
+
 std::int64_t conv_out(std::string_view op, std::string_view axis, std::int64_t in, std::int64_t k,
                       std::int64_t s, std::int64_t p0, std::int64_t p1, std::int64_t d) {
   if (in < 0) return -1;

@@ -2,6 +2,8 @@
 // registration.
 #include "kiln/dialect/pool_ops.h"
 
+#include "kiln/dialect/conv_ops.h"
+
 #include <algorithm>
 
 namespace kiln {
@@ -60,6 +62,10 @@ Pool2dGeometry geometry(std::string_view op, const std::vector<std::int64_t>& x,
   g.ho = pool_out(op, "H", g.h, g.kh, g.sh, g.pt, g.pb, ceil_mode);
   g.wo = pool_out(op, "W", g.w, g.kw, g.sw, g.pl, g.pr, ceil_mode);
   return g;
+}
+
+void check_dout(std::string_view op, const Dims& dout, const Pool2dGeometry& g) {
+  conv::check_dout(op, dout, Dims{g.n, g.c, g.ho, g.wo});
 }
 
 }  // namespace pool

@@ -157,7 +157,8 @@ bool stop_gradient(Value v) {
 
 // ---- data ----
 
-Value data(const std::string& name, const std::vector<std::int64_t>& shape, DataType dtype) {
+Value data(const std::string& name, const std::vector<std::int64_t>& shape, DataType dtype,
+           Place place) {
   if (name.empty()) throw_error(ErrorKind::InvalidArgument, "data: the name is empty");
   for (auto d : shape)
     if (d < -1)
@@ -169,7 +170,7 @@ Value data(const std::string& name, const std::vector<std::int64_t>& shape, Data
       throw_error(ErrorKind::AlreadyExists, "data '", name,
                   "': the main program already has a data op of that name");
   Builder b(main);
-  Value v = b.create<DataOp>(name, shape, dtype).result();
+  Value v = b.create<DataOp>(name, shape, dtype, place).result();
   set_stop_gradient(v, true);
   return v;
 }

@@ -9,10 +9,10 @@
 using namespace kiln;
 
 namespace {
-using Dims = std::vector<std::int64_t>;
+using Shape = std::vector<std::int64_t>;
 
-Type tf(Dims d) { return TensorType::get(DataType::Float32, std::move(d)); }
-Type vf(Dims d) { return VTensorType::get(DataType::Float32, std::move(d)); }
+Type tf(Shape d) { return TensorType::get(DataType::Float32, std::move(d)); }
+Type vf(Shape d) { return VTensorType::get(DataType::Float32, std::move(d)); }
 
 Type add(Type a, Type b) {
   auto out = AddOp::infer_meta({a, b}, DictionaryAttribute::get());
@@ -27,7 +27,7 @@ Type matmul(Type a, Type b, bool tx = false, bool ty = false) {
   return out[0];
 }
 
-Type reshape(Type x, Dims shape) {
+Type reshape(Type x, Shape shape) {
   auto attrs = DictionaryAttribute::get(to_named_attributes(ReshapeOp::Attributes{std::move(shape)}));
   auto out = ReshapeOp::infer_meta({x}, attrs);
   REQUIRE(out.size() == 1);
@@ -61,7 +61,7 @@ TEST_CASE("add broadcasting treats -1 as unknown: it yields to a known dim but n
   CHECK(add(tf({1, 3}), tf({-1, 3})) == tf({-1, 3}));
   CHECK(add(tf({-1, 3}), tf({-1, 3})) == tf({-1, 3}));
   CHECK(add(tf({-1, 3}), tf({3})) == tf({-1, 3}));
-  CHECK(broadcast_shapes("t", {-1}, {5, 1}) == Dims{5, -1});
+  CHECK(broadcast_shapes("t", {-1}, {5, 1}) == Shape{5, -1});
 }
 
 TEST_CASE("add of shapes that cannot broadcast names the op and both shapes",
@@ -79,8 +79,8 @@ TEST_CASE("add of f32 and f64 is an InvalidArgument error naming 'kiln.add'",
   // Through the builder: nothing is inserted.
   Program p;
   Builder b(p);
-  auto x = b.create<DataOp>("x", Dims{2}, DataType::Float32);
-  auto y = b.create<DataOp>("y", Dims{2}, DataType::Float64);
+  auto x = b.create<DataOp>("x", Shape{2}, DataType::Float32);
+  auto y = b.create<DataOp>("y", Shape{2}, DataType::Float64);
   KILN_CHECK_ERROR(b.create<AddOp>(x.result(), y.result()), InvalidArgument, {"'kiln.add'"});
   CHECK(p.block().size() == 2);
 }
@@ -165,7 +165,7 @@ TEST_CASE("relu_ writes in place, so it takes a tensor but not a vtensor",
                    {"'kiln.relu_'", "vtensor"});
   Program p;
   Builder b(p);
-  auto x = b.create<DataOp>("x", Dims{2});
+  auto x = b.create<DataOp>("x", Shape{2});
   auto r = b.create<Relu_Op>(x.result());
   CHECK(r->has_trait<Inplace>());
   CHECK_FALSE(r->has_trait<ValueSemantics>());
@@ -215,11 +215,11 @@ TEST_CASE("reshape rejects two -1s, a 0 past the input's rank and dims below -1"
 TEST_CASE("reshape is a view of its input", "[dialect][kiln][reshape]") {
   Program p;
   Builder b(p);
-  auto x = b.create<DataOp>("x", Dims{4, 4});
-  auto r = b.create<ReshapeOp>(x.result(), Dims{2, -1});
+  auto x = b.create<DataOp>("x", Shape{4, 4});
+  auto r = b.create<ReshapeOp>(x.result(), Shape{2, -1});
   CHECK(r.result().type() == tf({2, 8}));
   CHECK(r->has_trait<ViewLike>());
-  CHECK(r.attrs().shape == Dims{2, -1});
+  CHECK(r.attrs().shape == Shape{2, -1});
   CHECK_NOTHROW(p.verify());
 }
 
@@ -228,24 +228,24 @@ TEST_CASE("reshape is a view of its input", "[dialect][kiln][reshape]") {
 TEST_CASE("data gives a tensor of its declared shape and dtype", "[dialect][kiln][data]") {
   Program p;
   Builder b(p);
-  auto x = b.create<DataOp>("x", Dims{-1, 16}, DataType::Int32, Place::host_stream(1));
+  auto x = b.create<DataOp>("x", Shape{-1, 16}, DataType::Int32, Place::host_stream(1));
   CHECK(x.result().type() == TensorType::get(DataType::Int32, {-1, 16}));
   CHECK(x->num_operands() == 0);
   CHECK(x->attribute<StrAttribute>("name").value() == "x");
   CHECK(x->attribute<PlaceAttribute>("place").value() == Place::host_stream(1));
-  KILN_CHECK_ERROR(b.create<DataOp>("", Dims{1}), InvalidArgument, {"'kiln.data'", "name"});
-  KILN_CHECK_ERROR(b.create<DataOp>("y", Dims{2, -3}), InvalidArgument, {"'kiln.data'", "-3"});
+  KILN_CHECK_ERROR(b.create<DataOp>("", Shape{1}), InvalidArgument, {"'kiln.data'", "name"});
+  KILN_CHECK_ERROR(b.create<DataOp>("y", Shape{2, -3}), InvalidArgument, {"'kiln.data'", "-3"});
   CHECK(p.block().size() == 1);
 }
 
 TEST_CASE("full gives a tensor of its shape attribute", "[dialect][kiln][full]") {
   Program p;
   Builder b(p);
-  auto f = b.create<FullOp>(Dims{3, 1}, 2.5, DataType::Float64);
+  auto f = b.create<FullOp>(Shape{3, 1}, 2.5, DataType::Float64);
   CHECK(f.result().type() == TensorType::get(DataType::Float64, {3, 1}));
   CHECK(f.attrs().value == 2.5);
   CHECK(f->has_trait<ReadOnly>());
-  KILN_CHECK_ERROR(b.create<FullOp>(Dims{-4}, 0.0), InvalidArgument, {"'kiln.full'"});
+  KILN_CHECK_ERROR(b.create<FullOp>(Shape{-4}, 0.0), InvalidArgument, {"'kiln.full'"});
   KILN_CHECK_ERROR(FullOp::infer_meta({}, DictionaryAttribute::get()), InvalidArgument,
                    {"'kiln.full'", "missing"});
 }
@@ -253,13 +253,13 @@ TEST_CASE("full gives a tensor of its shape attribute", "[dialect][kiln][full]")
 TEST_CASE("uniform_random needs a floating dtype and min <= max", "[dialect][kiln][random]") {
   Program p;
   Builder b(p);
-  auto r = b.create<UniformRandomOp>(Dims{4, 4}, -0.5, 0.5, 7);
+  auto r = b.create<UniformRandomOp>(Shape{4, 4}, -0.5, 0.5, 7);
   CHECK(r.result().type() == tf({4, 4}));
   CHECK(r->has_trait<Random>());
   CHECK(r.attrs().seed == 7);
-  KILN_CHECK_ERROR(b.create<UniformRandomOp>(Dims{2}, 0.0, 1.0, 0, DataType::Int64),
+  KILN_CHECK_ERROR(b.create<UniformRandomOp>(Shape{2}, 0.0, 1.0, 0, DataType::Int64),
                    InvalidArgument, {"'kiln.uniform_random'", "i64"});
-  KILN_CHECK_ERROR(b.create<UniformRandomOp>(Dims{2}, 1.0, 0.0), InvalidArgument,
+  KILN_CHECK_ERROR(b.create<UniformRandomOp>(Shape{2}, 1.0, 0.0), InvalidArgument,
                    {"'kiln.uniform_random'", "min <= max"});
   CHECK(p.block().size() == 1);
   // Changing the attributes after building is caught by verify.
@@ -270,7 +270,7 @@ TEST_CASE("uniform_random needs a floating dtype and min <= max", "[dialect][kil
 TEST_CASE("fetch has no results and keeps program order", "[dialect][kiln][fetch]") {
   Program p;
   Builder b(p);
-  auto x = b.create<DataOp>("x", Dims{2});
+  auto x = b.create<DataOp>("x", Shape{2});
   auto f = b.create<FetchOp>(x.result(), "x", 3);
   CHECK(f->num_results() == 0);
   CHECK(f->has_trait<SideEffect>());
@@ -314,14 +314,14 @@ TEST_CASE("the demo's program builds and verifies", "[dialect][kiln]") {
   prog.set_parameter("linear_0.w_0", {TensorType::get(DataType::Float32, {16, 1})});
   prog.set_parameter("linear_0.b_0", {TensorType::get(DataType::Float32, {1})});
   Builder b(prog);
-  auto x = b.create<DataOp>("x", Dims{-1, 16});
+  auto x = b.create<DataOp>("x", Shape{-1, 16});
   auto w = b.create<ParameterOp>("linear_0.w_0", prog.parameter("linear_0.w_0").type);
   auto bias = b.create<ParameterOp>("linear_0.b_0", prog.parameter("linear_0.b_0").type);
   auto out = b.create<AddOp>(b.create<MatmulOp>(x.result(), w.result()).result(), bias.result());
   auto act = b.create<ReluOp>(out.result());
-  auto noise = b.create<UniformRandomOp>(Dims{16, 1}, -0.01, 0.01, 42);
+  auto noise = b.create<UniformRandomOp>(Shape{16, 1}, -0.01, 0.01, 42);
   auto sum = b.create<AddOp>(act.result(), noise.result());
-  auto flat = b.create<ReshapeOp>(sum.result(), Dims{-1});
+  auto flat = b.create<ReshapeOp>(sum.result(), Shape{-1});
   b.create<FetchOp>(flat.result(), "out");
   CHECK(out.result().type() == tf({-1, 1}));
   CHECK(sum.result().type() == tf({16, 1}));

@@ -18,6 +18,7 @@
 #include "kiln/exec/executor.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/frontend/optimizer.h"
+#include "kiln/kernel/random.h"
 #include "kiln/runtime/cuda_context.h"
 #include "test_util.h"
 
@@ -110,6 +111,8 @@ void transformer(Model& m) {
 // Startup then 20 steps at `place`: (the parameters after startup, the losses).
 std::pair<std::vector<std::pair<std::string, Tensor>>, std::vector<double>> train(
     const BuildFn& build, Place place) {
+  UniqueNameGuard names;     // the same parameter names on both places
+  set_random_seed(0x5eed);   // and the same draws from the process generator
   Model m;
   build(m);
   Executor exe(place, {.num_threads = 1});
@@ -168,6 +171,8 @@ TEST_CASE("a causal transformer block trains on CUDA with the CPU's parameters a
 TEST_CASE("a CUDA graph replays the seed model's step with the launches' losses", "[cuda][train]") {
   if (!have_device()) return;
   auto losses = [](bool graph) {
+    UniqueNameGuard names;
+    set_random_seed(0x5eed);
     Model m;
     {
       ProgramGuard guard(m.main, m.startup);
@@ -193,4 +198,37 @@ TEST_CASE("a CUDA graph replays the seed model's step with the launches' losses"
     INFO("step " << s);
     CHECK(replays[s] == launches[s]);  // the same kernels in the same order
   }
+}
+
+TEST_CASE("a batch kept on the device (data ops placed there) trains as the host-fed one does",
+          "[cuda][train]") {
+  if (!have_device()) return;
+  auto losses = [](Place feed_place) {
+    UniqueNameGuard names;
+    set_random_seed(0x5eed);
+    Model m;
+    {
+      ProgramGuard guard(m.main, m.startup);
+      auto x = data("x", {16, 32}, DataType::Float32, feed_place);
+      auto label = data("label", {16}, DataType::Int64, feed_place);
+      m.loss = nn::CrossEntropyLoss()(nn::Linear(32, 10)(x), label);
+      optim::Adam(1e-2).minimize(m.loss);
+    }
+    m.feeds = {{"x", copy_to_place(Tensor::from_vector<float>({16, 32}, normal(16 * 32, 9)),
+                                   feed_place)},
+               {"label", copy_to_place(Tensor::from_vector<std::int64_t>({16}, labels(16, 10, 10)),
+                                       feed_place)}};
+    Executor exe(Place::cuda(0), {.num_threads = 1});
+    exe.run(m.startup);
+    std::vector<double> out;
+    for (int step = 0; step < 5; ++step)
+      out.push_back(exe.run(m.main, m.feeds, {m.loss})[0].to_vector<float>()[0]);
+    // A host tensor fed to a data op on the device is refused, naming it.
+    if (feed_place != Place::cpu()) {
+      FeedMap host{{"x", Tensor::zeros({16, 32}, DataType::Float32)}, {"label", m.feeds.at("label")}};
+      KILN_CHECK_ERROR(exe.run(m.main, host, {m.loss}), InvalidArgument, {"'x'", "cuda:0"});
+    }
+    return out;
+  };
+  CHECK(losses(Place::cuda(0)) == losses(Place::cpu()));
 }

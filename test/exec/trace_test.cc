@@ -115,6 +115,7 @@ TEST_CASE("profile on a CUDA device: copies on the h2d stream overlap compute in
   ExecutionOptions o;
   o.num_threads = 1;
   o.profile = true;
+  o.place = Place::cuda(0);
   Scope scope;
   InterpreterCore core(p, scope, {"a", "b"}, {out}, o);
   std::vector<Tensor> feeds{Tensor::zeros(Dims({n}), DataType::Float32),

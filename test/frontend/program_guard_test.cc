@@ -104,6 +104,18 @@ TEST_CASE("data keeps -1 for the batch dim and is fed by name", "[frontend]") {
   }
 }
 
+TEST_CASE("data takes its batch on the host unless given another place", "[frontend]") {
+  Program main_prog, startup;
+  Value x, y;
+  {
+    ProgramGuard guard(main_prog, startup);
+    x = data("x", {-1, 3});
+    y = data("y", {2}, DataType::Int64, Place::cuda(0));
+  }
+  CHECK(x.defining_op()->dyn_cast<DataOp>().attrs().place == Place::cpu());
+  CHECK(y.defining_op()->dyn_cast<DataOp>().attrs().place == Place::cuda(0));
+}
+
 TEST_CASE("data: other dtypes, and bad names and shapes are errors naming the data", "[frontend]") {
   Program main_prog, startup;
   ProgramGuard guard(main_prog, startup);

@@ -1,4 +1,5 @@
-// The CUDA kernels of the elementwise families and matmul against their
+// The CUDA kernels of the elementwise, comparison and logical families,
+// gelu, add_n and matmul against their
 // CPU kernels on the same inputs ([cuda]: skipped without a device). The
 // tolerance is stated per check: exact for integers and for +, -, ·, max,
 // min (one IEEE operation each); 1e-6 relative for the transcendental
@@ -164,4 +165,103 @@ TEST_CASE("CUDA matmul (cuBLAS) matches the CPU's for transposes and broadcast b
   }
   KILN_CHECK_ERROR(run_cuda_op<MatmulOp>({filled<float>({2, 3}), filled<float>({2, 3})}),
                    InvalidArgument, {"kiln.matmul"});
+}
+
+namespace {
+
+template <typename OpT, typename T>
+void compare_bool_result(double lo, double hi) {
+  std::uint32_t seed = 21;
+  for (const auto& [xd, yd] : kShapes) {
+    INFO(OpT::name << " " << to_string(data_type_of<T>) << " [" << xd.to_string() << "] with ["
+                   << yd.to_string() << "]");
+    // Integers in a small range, so that equal elements occur.
+    const Tensor x = integers<T>(xd, seed++, lo, hi), y = integers<T>(yd, seed++, lo, hi);
+    const Tensor got = run_cuda_op<OpT>({x, y}).out(), want = run_op<OpT>({x, y}).out();
+    REQUIRE(got.dims() == want.dims());
+    REQUIRE(got.dtype() == DataType::Bool);
+    CHECK(got.to_vector<bool>() == want.to_vector<bool>());
+  }
+}
+
+Tensor bools(const Dims& d, std::uint32_t seed) {
+  auto f = filled<double>(d, 0, 1, seed).to_vector<double>();
+  std::vector<bool> v;
+  for (double x : f) v.push_back(x < 0.5);
+  return Tensor::from_vector<bool>(d, v);
+}
+
+}  // namespace
+
+TEST_CASE("CUDA comparisons, logical ops and predicates give the CPU's bools, broadcast",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  compare_bool_result<EqualOp, float>(-2, 2);
+  compare_bool_result<NotEqualOp, std::int64_t>(-2, 2);
+  compare_bool_result<LessThanOp, double>(-2, 2);
+  compare_bool_result<LessEqualOp, std::int32_t>(-2, 2);
+  compare_bool_result<GreaterThanOp, float>(-2, 2);
+  compare_bool_result<GreaterEqualOp, std::int64_t>(-2, 2);
+  const Tensor a = bools({3, 1, 5}, 1), b = bools({1, 4, 1}, 2);
+  CHECK(run_cuda_op<NotEqualOp>({a, b}).out().to_vector<bool>() ==
+        run_op<NotEqualOp>({a, b}).out().to_vector<bool>());
+  CHECK(run_cuda_op<LogicalAndOp>({a, b}).out().to_vector<bool>() ==
+        run_op<LogicalAndOp>({a, b}).out().to_vector<bool>());
+  CHECK(run_cuda_op<LogicalOrOp>({a, b}).out().to_vector<bool>() ==
+        run_op<LogicalOrOp>({a, b}).out().to_vector<bool>());
+  CHECK(run_cuda_op<LogicalXorOp>({a, b}).out().to_vector<bool>() ==
+        run_op<LogicalXorOp>({a, b}).out().to_vector<bool>());
+  CHECK(run_cuda_op<LogicalNotOp>({a}).out().to_vector<bool>() ==
+        run_op<LogicalNotOp>({a}).out().to_vector<bool>());
+  const Tensor special = Tensor::from_vector<float>(
+      {5}, {1.f, NAN, INFINITY, -INFINITY, -0.f});
+  CHECK(run_cuda_op<IsNanOp>({special}).out().to_vector<bool>() ==
+        std::vector<bool>{false, true, false, false, false});
+  CHECK(run_cuda_op<IsFiniteOp>({special}).out().to_vector<bool>() ==
+        std::vector<bool>{true, false, false, false, true});
+  KILN_CHECK_ERROR(run_cuda_op<LessThanOp>({filled<float>({2, 3}), filled<float>({4})}),
+                   InvalidArgument, {"kiln.less_than"});
+}
+
+// The CPU's f32 gelu takes Φ from a vectorized polynomial exp; the device's
+// from erfc: 1e-5 apart. f64 is libm's on both.
+TEST_CASE("CUDA gelu, both forms, and its gradient match the CPU's to 1e-5 (f32) and 1e-13 (f64)",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  for (bool approximate : {false, true}) {
+    INFO("approximate " << approximate);
+    for (const Dims& d : {Dims{}, Dims{7}, Dims{33, 65}, Dims{0, 4}}) {
+      const Tensor x = filled<float>(d, -5, 5, 3), dout = filled<float>(d, -1, 1, 4);
+      check_same<float>(run_cuda_op<GeluOp>({x}, approximate).out(),
+                        run_op<GeluOp>({x}, approximate).out(), 1e-5, 1e-6);
+      check_same<float>(run_cuda_op<GradOf<GeluOp>>({x, dout}, approximate).out(),
+                        run_op<GradOf<GeluOp>>({x, dout}, approximate).out(), 1e-5, 1e-6);
+      const Tensor xd = filled<double>(d, -5, 5, 5), dd = filled<double>(d, -1, 1, 6);
+      check_same<double>(run_cuda_op<GeluOp>({xd}, approximate).out(),
+                         run_op<GeluOp>({xd}, approximate).out(), 1e-13, 1e-15);
+      check_same<double>(run_cuda_op<GradOf<GeluOp>>({xd, dd}, approximate).out(),
+                         run_op<GradOf<GeluOp>>({xd, dd}, approximate).out(), 1e-13, 1e-15);
+    }
+  }
+  KILN_CHECK_ERROR(
+      run_cuda_op<GradOf<GeluOp>>({filled<float>({3}), filled<float>({4})}, false),
+      InvalidArgument, {"gelu_grad"});
+}
+
+TEST_CASE("CUDA add_n sums any number of operands like the CPU", "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  for (int k : {1, 2, 3, 8, 9, 20}) {
+    INFO(k << " operands");
+    std::vector<Tensor> in, ind;
+    for (int i = 0; i < k; ++i) {
+      in.push_back(filled<float>({17, 33}, -1, 1, 100 + i));
+      ind.push_back(integers<std::int64_t>({5}, 200 + i, -50, 50));
+    }
+    // The CPU adds left to right; so does each device thread.
+    check_same<float>(run_cuda_op<AddNOp>(in).out(), run_op<AddNOp>(in).out(), 0);
+    CHECK(run_cuda_op<AddNOp>(ind).out().to_vector<std::int64_t>() ==
+          run_op<AddNOp>(ind).out().to_vector<std::int64_t>());
+  }
+  KILN_CHECK_ERROR(run_cuda_op<AddNOp>(std::vector<Tensor>{filled<float>({3}), filled<float>({4})}),
+                   InvalidArgument, {"kiln.add_n"});
 }

@@ -111,7 +111,8 @@ TEST_CASE("CUDA transpose copies the CPU's bytes for every permutation and eleme
   const Tensor x = random_bytes(Dims({2, 3}), DataType::Float32);
   KILN_CHECK_ERROR(run_cuda_op<TransposeOp>({x}, I64s{0, 0}), InvalidArgument,
                    {"kiln.transpose", "not a permutation"});
-  KILN_CHECK_ERROR(run_cuda_op<TransposeOp>({x}, I64s{0}), InvalidArgument, {"perm has 1"});
+  KILN_CHECK_ERROR(run_cuda_op<TransposeOp>({x}, I64s{0}), InvalidArgument,
+                   {"kiln.transpose", "one entry per dim of the input (rank 2)"});
 }
 
 TEST_CASE("CUDA concat, split and split_as copy the CPU's parts", "[cuda][kernel]") {
@@ -135,7 +136,7 @@ TEST_CASE("CUDA concat, split and split_as copy the CPU's parts", "[cuda][kernel
   const Tensor x = random_bytes(Dims({4, 6}), DataType::Float32);
   KILN_CHECK_ERROR(run_cuda_op<ConcatOp>({x, random_bytes(Dims({3, 6}), DataType::Float32)},
                                          std::int64_t{1}),
-                   InvalidArgument, {"input #1", "only dim 1 may differ"});
+                   InvalidArgument, {"kiln.concat", "operand #1", "only the concat axis 1 may differ"});
   KILN_CHECK_ERROR(run_cuda_op<SplitOp>({x}, std::int64_t{4}, std::int64_t{1}), InvalidArgument,
                    {"cannot split dim 1", "4 equal parts"});
   for (DataType dt : {DataType::Float32, DataType::Float64}) {

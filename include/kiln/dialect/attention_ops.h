@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kiln/dialect/grad_op.h"
+#include "kiln/runtime/dims.h"
 
 namespace kiln {
 
@@ -38,5 +39,16 @@ struct ScaledDotProductAttentionOp
 
 // The scale an attention op applies: `scale`, or 1 / sqrt(head_dim) when it is 0.
 double attention_scale(double scale, std::int64_t head_dim);
+
+// The dims of one attention call at run time (InferMeta may have seen -1
+// dims), every kernel's check: kiln::Error naming `op` and the three shapes
+// unless q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv].
+struct AttentionDims {
+  std::int64_t bh = 0, lq = 0, lk = 0, d = 0, dv = 0;
+};
+AttentionDims attention_dims(std::string_view op, const Dims& q, const Dims& k, const Dims& v);
+// The gradient's out, lse and dout checked against q and v's dims.
+void check_attention_grad_operands(std::string_view op, const Dims& q, const AttentionDims& a,
+                                   const Dims& out, const Dims& lse, const Dims& dout);
 
 }  // namespace kiln

@@ -8,70 +8,10 @@
 
 #include <cmath>
 
+#include "kiln/dialect/compare_math.h"
 #include "kiln/dialect/grad_op.h"
 
 namespace kiln {
-
-// ---- comparisons: out = forward(x, y) as bool, broadcast ----
-// f32, f64, i32, i64; equal / not_equal take bool too.
-
-struct EqualMath {
-  static constexpr std::string_view name = "kiln.equal";
-  static constexpr bool allows_bool = true;
-  template <typename T> static bool forward(T a, T b) { return a == b; }
-};
-struct NotEqualMath {
-  static constexpr std::string_view name = "kiln.not_equal";
-  static constexpr bool allows_bool = true;
-  template <typename T> static bool forward(T a, T b) { return a != b; }
-};
-struct LessThanMath {
-  static constexpr std::string_view name = "kiln.less_than";
-  static constexpr bool allows_bool = false;
-  template <typename T> static bool forward(T a, T b) { return a < b; }
-};
-struct LessEqualMath {
-  static constexpr std::string_view name = "kiln.less_equal";
-  static constexpr bool allows_bool = false;
-  template <typename T> static bool forward(T a, T b) { return a <= b; }
-};
-struct GreaterThanMath {
-  static constexpr std::string_view name = "kiln.greater_than";
-  static constexpr bool allows_bool = false;
-  template <typename T> static bool forward(T a, T b) { return a > b; }
-};
-struct GreaterEqualMath {
-  static constexpr std::string_view name = "kiln.greater_equal";
-  static constexpr bool allows_bool = false;
-  template <typename T> static bool forward(T a, T b) { return a >= b; }
-};
-
-// ---- logical binaries: bool × bool → bool, broadcast ----
-
-struct LogicalAndMath {
-  static constexpr std::string_view name = "kiln.logical_and";
-  static bool forward(bool a, bool b) { return a & b; }
-};
-struct LogicalOrMath {
-  static constexpr std::string_view name = "kiln.logical_or";
-  static bool forward(bool a, bool b) { return a | b; }
-};
-struct LogicalXorMath {
-  static constexpr std::string_view name = "kiln.logical_xor";
-  static bool forward(bool a, bool b) { return a ^ b; }
-};
-
-// ---- float predicates: float → bool, elementwise ----
-
-struct IsNanMath {
-  static constexpr std::string_view name = "kiln.isnan";
-  template <typename T> static bool forward(T x) { return x != x; }
-};
-struct IsFiniteMath {
-  static constexpr std::string_view name = "kiln.isfinite";
-  // x - x is 0 for finite x, NaN for ±inf and NaN (vectorizes; no libm call).
-  template <typename T> static bool forward(T x) { return (x - x) == T(0); }
-};
 
 namespace detail {
 std::vector<Type> infer_compare(std::string_view op, const std::vector<Type>& in, bool allows_bool);
@@ -131,12 +71,6 @@ using LogicalXorOp = LogicalOp<LogicalXorMath>;
 using IsNanOp = PredicateOp<IsNanMath>;
 using IsFiniteOp = PredicateOp<IsFiniteMath>;
 
-template <typename... Maths>
-struct CompareMathList {};
-using CompareFamily = CompareMathList<EqualMath, NotEqualMath, LessThanMath, LessEqualMath,
-                                      GreaterThanMath, GreaterEqualMath>;
-using LogicalFamily = CompareMathList<LogicalAndMath, LogicalOrMath, LogicalXorMath>;
-using PredicateFamily = CompareMathList<IsNanMath, IsFiniteMath>;
 
 // not x (bool → bool).
 struct LogicalNotOp : Op<LogicalNotOp, ReadOnly, ValueSemantics, InferMetaInterface> {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kiln/dialect/grad_op.h"
+#include "kiln/runtime/dims.h"
 
 namespace kiln {
 
@@ -108,6 +109,16 @@ void require_pair(std::string_view op, std::string_view what, const std::vector<
 // naming `op` when the dilated kernel is larger than the padded input.
 std::int64_t conv_out(std::string_view op, std::string_view axis, std::int64_t in, std::int64_t k,
                       std::int64_t s, std::int64_t p0, std::int64_t p1, std::int64_t d);
+// The geometry of conv2d(x, w) at run time, every kernel's check:
+// kiln::Error naming `op` and both shapes unless x and w have rank 4 and
+// channels that fit `groups`.
+Conv2dGeometry geometry(std::string_view op, const Dims& x, const Dims& w,
+                        const std::vector<std::int64_t>& strides,
+                        const std::vector<std::int64_t>& paddings,
+                        const std::vector<std::int64_t>& dilations, std::int64_t groups);
+// kiln::Error naming `op` unless a gradient's dout has the forward result's
+// dims `want`.
+void check_dout(std::string_view op, const Dims& dout, const Dims& want);
 }  // namespace conv
 
 }  // namespace kiln

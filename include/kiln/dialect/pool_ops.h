@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "kiln/dialect/grad_op.h"
+#include "kiln/kernel/pool_window.h"
+#include "kiln/runtime/dims.h"
 
 namespace kiln {
 
@@ -75,12 +77,6 @@ struct AdaptiveAvgPool2dOp
   };
 };
 
-// The windows of one max / avg pool, shared by InferMeta and the kernels.
-struct Pool2dGeometry {
-  std::int64_t n = 0, c = 0, h = 0, w = 0, ho = 0, wo = 0;
-  std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, pt = 0, pb = 0, pl = 0, pr = 0;
-};
-
 namespace pool {
 // The geometry of a pool over x dims [N, C, H, W] (-1 entries give -1
 // extents); kiln::Error naming `op` for bad attributes or a window larger
@@ -89,6 +85,9 @@ Pool2dGeometry geometry(std::string_view op, const std::vector<std::int64_t>& x,
                         const std::vector<std::int64_t>& kernel_size,
                         const std::vector<std::int64_t>& strides,
                         const std::vector<std::int64_t>& paddings, bool ceil_mode);
+// kiln::Error naming `op` unless a gradient's dout is the forward's result
+// shape [N, C, Ho, Wo].
+void check_dout(std::string_view op, const Dims& dout, const Pool2dGeometry& g);
 }  // namespace pool
 
 }  // namespace kiln

@@ -224,6 +224,33 @@ struct SignMath {
   template <typename T> KILN_HOST_DEVICE static T backward(T, T) { return T(0); }
 };
 
+// gelu (unary_ops.h's GeluOp, an op of its own: its `approximate` attribute
+// picks the form). forward(x) and backward(x, dout) from the input.
+// Exact: x·Φ(x), dx = dout·(Φ(x) + x·φ(x)). The CPU's f32 kernels compute Φ
+// and φ from one vectorized exp instead (their own kernels, same math).
+struct GeluErfMath {
+  template <typename T> KILN_HOST_DEVICE static T cdf(T x) {
+    return T(0.5) * std::erfc(-x * T(0.70710678118654752440));  // Φ(x), 1/√2
+  }
+  template <typename T> KILN_HOST_DEVICE static T forward(T x) { return x * cdf(x); }
+  template <typename T> KILN_HOST_DEVICE static T backward(T x, T d) {
+    const T pdf = T(0.39894228040143267794) * std::exp(T(-0.5) * x * x);  // φ(x), 1/√(2π)
+    return d * (cdf(x) + x * pdf);
+  }
+};
+// The tanh form: 0.5·x·(1 + tanh(k·(x + c·x³))), k = √(2/π), c = 0.044715.
+struct GeluTanhMath {
+  template <typename T> KILN_HOST_DEVICE static T forward(T x) {
+    const T k = T(0.79788456080286535588);
+    return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+  }
+  template <typename T> KILN_HOST_DEVICE static T backward(T x, T d) {
+    const T k = T(0.79788456080286535588), c = T(0.044715);
+    const T t = std::tanh(k * (x + c * x * x * x));
+    return d * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x));
+  }
+};
+
 template <typename... Maths>
 struct MathList {};
 // The family: what kernels expand, per backend.

@@ -9,12 +9,16 @@
 
 #include "kiln/ir/value.h"
 #include "kiln/support/data_type.h"
+#include "kiln/support/place.h"
 
 namespace kiln {
 
+// `place`: where the fed tensor lives. The host (default) is copied to a
+// device program's place every run; a batch kept on the device (fed as a
+// tensor on that place, PyTorch's `x = x.to("cuda")` once) is not.
 // kiln::Error: an empty name, a dim < -1, or a second data op of that name
 // in the current main program (AlreadyExists).
 Value data(const std::string& name, const std::vector<std::int64_t>& shape,
-           DataType dtype = DataType::Float32);
+           DataType dtype = DataType::Float32, Place place = Place::cpu());
 
 }  // namespace kiln

@@ -1,0 +1,78 @@
+// The windows of max_pool2d / avg_pool2d over one [H, W] plane: the
+// geometry (pool_ops.h's InferMeta fills it), each output's window clipped
+// to the input, the window's first maximum and avg_pool2d's divisor. Free of
+// the IR, so the CPU and CUDA kernels expand the same functions
+// (KILN_HOST_DEVICE) and agree element for element.
+#pragma once
+
+#include <cstdint>
+
+#include "kiln/support/host_device.h"
+
+namespace kiln {
+
+struct Pool2dGeometry {
+  std::int64_t n = 0, c = 0, h = 0, w = 0, ho = 0, wo = 0;
+  std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, pt = 0, pb = 0, pl = 0, pr = 0;
+};
+
+// Window [hs, he) × [ws, we) of output (oh, ow), clipped to the input.
+struct PoolWindow {
+  std::int64_t hs, he, ws, we;
+};
+
+KILN_HOST_DEVICE inline PoolWindow pool_window(const Pool2dGeometry& g, std::int64_t oh,
+                                               std::int64_t ow) {
+  PoolWindow r;
+  r.hs = oh * g.sh - g.pt;
+  r.ws = ow * g.sw - g.pl;
+  r.he = r.hs + g.kh < g.h ? r.hs + g.kh : g.h;
+  r.we = r.ws + g.kw < g.w ? r.ws + g.kw : g.w;
+  r.hs = r.hs > 0 ? r.hs : 0;
+  r.ws = r.ws > 0 ? r.ws : 0;
+  return r;
+}
+
+// Index (in the plane x) of the window's first maximum, row-major; NaN wins.
+template <typename T>
+KILN_HOST_DEVICE inline std::int64_t pool_argmax(const T* x, const Pool2dGeometry& g,
+                                                 const PoolWindow& r) {
+  std::int64_t best = r.hs * g.w + r.ws;
+  T m = x[best];
+  for (std::int64_t ih = r.hs; ih < r.he; ++ih)
+    for (std::int64_t iw = r.ws; iw < r.we; ++iw) {
+      const T v = x[ih * g.w + iw];
+      if (v > m || (v != v && m == m)) {
+        m = v;
+        best = ih * g.w + iw;
+      }
+    }
+  return best;
+}
+
+// The divisor of avg_pool2d's window at (oh, ow): its input elements
+// (exclusive) or its extent clipped to the padded input.
+KILN_HOST_DEVICE inline std::int64_t avg_pool_count(const Pool2dGeometry& g, std::int64_t oh,
+                                                    std::int64_t ow, bool exclusive) {
+  const PoolWindow r = pool_window(g, oh, ow);
+  if (exclusive) return (r.he - r.hs) * (r.we - r.ws);
+  const std::int64_t hs = oh * g.sh - g.pt, ws = ow * g.sw - g.pl;
+  const std::int64_t he = hs + g.kh < g.h + g.pb ? hs + g.kh : g.h + g.pb;
+  const std::int64_t we = ws + g.kw < g.w + g.pr ? ws + g.kw : g.w + g.pr;
+  return (he - hs) * (we - ws);
+}
+
+// The outputs whose windows hold input row (or column) i: [first, last],
+// empty when first > last. k, s, p0: the window, stride and leading padding
+// along that axis; out: the output extent.
+KILN_HOST_DEVICE inline void pool_outputs_covering(std::int64_t i, std::int64_t k, std::int64_t s,
+                                                   std::int64_t p0, std::int64_t out,
+                                                   std::int64_t& first, std::int64_t& last) {
+  const std::int64_t hi = i + p0;            // o·s <= hi
+  const std::int64_t lo = hi - k + 1;        // o·s >= lo
+  first = lo <= 0 ? 0 : (lo + s - 1) / s;
+  last = hi / s;
+  if (last > out - 1) last = out - 1;
+}
+
+}  // namespace kiln

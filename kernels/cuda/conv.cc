@@ -1,0 +1,284 @@
+// CUDA kernels of kiln.conv2d and its gradient through cuDNN (NCHW, f32 /
+// f64, full precision: CUDNN_FMA_MATH, no TF32, as cuBLAS here). The CPU's
+// geometry and checks (conv_ops.h); cuDNN's heuristics pick the algorithm
+// per shape (cached per thread) and its workspace comes from the stream's
+// cache. cuDNN pads symmetrically: a conv with other paddings runs on a
+// zero-padded copy of x (its dx cropped back out of the padded one).
+// conv2d_transpose and fused_conv2d have no CUDA kernel (CPU between copies).
+#include <cudnn.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "cuda_host.h"
+#include "launch.h"
+#include "kiln/dialect/conv_ops.h"
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/cuda_context.h"
+
+namespace kiln::cuda {
+namespace {
+
+void check_cudnn(const KernelContext& ctx, cudnnStatus_t status, const char* what) {
+  if (status != CUDNN_STATUS_SUCCESS)
+    throw_error(ErrorKind::Internal, "op '", ctx.op()->name(), "': cuDNN ", what, " failed: ",
+                cudnnGetErrorString(status));
+}
+
+// This thread's cuDNN handle for ctx's device, bound to ctx's stream.
+cudnnHandle_t cudnn_of(const KernelContext& ctx) {
+  struct Handles {
+    std::map<int, cudnnHandle_t> by_device;
+    ~Handles() {
+      for (auto& [d, h] : by_device) cudnnDestroy(h);
+    }
+  };
+  thread_local Handles handles;
+  auto* stream = dynamic_cast<CudaStream*>(ctx.stream());
+  if (!stream)
+    throw_error(ErrorKind::PreconditionNotMet, "op '", ctx.op()->name(),
+                "' runs a CUDA kernel but was given no CUDA stream");
+  cudnnHandle_t& h = handles.by_device[stream->device()];
+  if (!h) {
+    check_cuda(cudaSetDevice(stream->device()), "selecting the device for cuDNN");
+    check_cudnn(ctx, cudnnCreate(&h), "handle creation");
+  }
+  check_cudnn(ctx, cudnnSetStream(h, stream->handle()), "binding the stream");
+  return h;
+}
+
+int to_int(const KernelContext& ctx, std::int64_t v) {
+  if (v > INT32_MAX)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has a dim of ", v,
+                ", beyond what cuDNN takes");
+  return static_cast<int>(v);
+}
+
+template <typename T>
+constexpr cudnnDataType_t cudnn_type = sizeof(T) == 4 ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
+
+// The descriptors of one conv2d (x possibly the zero-padded copy): RAII.
+template <typename T>
+struct ConvDescriptors {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+
+  ConvDescriptors(const KernelContext& ctx, const Conv2dGeometry& g, std::int64_t xh,
+                  std::int64_t xw, int ph, int pw) {
+    check_cudnn(ctx, cudnnCreateTensorDescriptor(&x), "descriptor creation");
+    check_cudnn(ctx, cudnnCreateTensorDescriptor(&y), "descriptor creation");
+    check_cudnn(ctx, cudnnCreateFilterDescriptor(&w), "descriptor creation");
+    check_cudnn(ctx, cudnnCreateConvolutionDescriptor(&conv), "descriptor creation");
+    const cudnnDataType_t dt = cudnn_type<T>;
+    check_cudnn(ctx,
+                cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, to_int(ctx, g.n),
+                                           to_int(ctx, g.c), to_int(ctx, xh), to_int(ctx, xw)),
+                "describing x");
+    check_cudnn(ctx,
+                cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, dt, to_int(ctx, g.n),
+                                           to_int(ctx, g.o), to_int(ctx, g.ho), to_int(ctx, g.wo)),
+                "describing the output");
+    check_cudnn(ctx,
+                cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NCHW, to_int(ctx, g.o),
+                                           to_int(ctx, g.c / g.groups), to_int(ctx, g.kh),
+                                           to_int(ctx, g.kw)),
+                "describing w");
+    check_cudnn(ctx,
+                cudnnSetConvolution2dDescriptor(conv, ph, pw, to_int(ctx, g.sh), to_int(ctx, g.sw),
+                                                to_int(ctx, g.dh), to_int(ctx, g.dw),
+                                                CUDNN_CROSS_CORRELATION, dt),
+                "describing the convolution");
+    check_cudnn(ctx, cudnnSetConvolutionGroupCount(conv, to_int(ctx, g.groups)), "setting groups");
+    check_cudnn(ctx, cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH), "setting the math type");
+  }
+  ~ConvDescriptors() {
+    cudnnDestroyConvolutionDescriptor(conv);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyTensorDescriptor(x);
+  }
+  ConvDescriptors(const ConvDescriptors&) = delete;
+  ConvDescriptors& operator=(const ConvDescriptors&) = delete;
+};
+
+// The algorithm cuDNN's heuristics rank first for a conv, per thread and
+// shape (the query costs more than a small conv).
+using ConvKey = std::tuple<int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                           std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                           std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
+ConvKey conv_key(int pass, int dtype_size, const Conv2dGeometry& g, std::int64_t xh,
+                 std::int64_t xw) {
+  return {pass, dtype_size, g.n, g.c, xh, xw, g.o, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.groups,
+          g.ho, g.wo};
+}
+
+template <typename Perf, typename Query>
+decltype(Perf{}.algo) pick(const KernelContext& ctx, const ConvKey& key, Query query) {
+  thread_local std::map<ConvKey, decltype(Perf{}.algo)> chosen;
+  if (auto it = chosen.find(key); it != chosen.end()) return it->second;
+  Perf perf[8];
+  int count = 0;
+  check_cudnn(ctx, query(perf, 8, &count), "algorithm choice");
+  for (int i = 0; i < count; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS) return chosen[key] = perf[i].algo;
+  throw_error(ErrorKind::Unimplemented, "op '", ctx.op()->name(),
+              "': cuDNN offers no algorithm for this convolution");
+}
+
+// x as cuDNN sees it: x itself (symmetric padding) or a zero-padded copy.
+template <typename T>
+struct ConvInput {
+  const T* data;
+  std::int64_t h, w;
+  int ph, pw;
+  BufferRef padded;  // owns the copy
+};
+
+bool symmetric(const Conv2dGeometry& g) { return g.pt == g.pb && g.pl == g.pr; }
+
+// The [N·C, H, W] planes of `from` (row stride fw, plane stride fh·fw) to
+// `to` (tw, th·tw).
+void copy_planes(const void* from, void* to, int width, std::int64_t planes, std::int64_t h,
+                 std::int64_t w, std::int64_t fh, std::int64_t fw, std::int64_t th,
+                 std::int64_t tw, cudaStream_t s) {
+  CopyWalk walk;
+  walk.rank = 3;
+  walk.dims[0] = planes, walk.dims[1] = h, walk.dims[2] = w;
+  walk.src[0] = fh * fw, walk.src[1] = fw, walk.src[2] = 1;
+  walk.dst[0] = th * tw, walk.dst[1] = tw, walk.dst[2] = 1;
+  walk.n = planes * h * w;
+  if (walk.n) launch_strided_copy(from, to, width, walk, s);
+}
+
+template <typename T>
+ConvInput<T> conv_input(const KernelContext& ctx, const Tensor& x, const Conv2dGeometry& g) {
+  if (symmetric(g))
+    return {x.data<T>(), g.h, g.w, to_int(ctx, g.pt), to_int(ctx, g.pl), {}};
+  const std::int64_t hp = g.h + g.pt + g.pb, wp = g.w + g.pl + g.pr;
+  const std::int64_t count = g.n * g.c * hp * wp;
+  BufferRef buf = scratch_buffer(ctx, sizeof(T) * count);
+  T* p = static_cast<T*>(buf->data());
+  const cudaStream_t s = stream_of(ctx);
+  if (count) launch_fill(p, count, sizeof(T), 0, s);
+  copy_planes(x.data<T>(), p + g.pt * wp + g.pl, sizeof(T), g.n * g.c, g.h, g.w, g.h, g.w, hp, wp,
+              s);
+  check_launch(ctx);
+  return {p, hp, wp, 0, 0, std::move(buf)};
+}
+
+template <typename T>
+struct Conv2dK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<Conv2dOp>();
+    const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1);
+    const Conv2dGeometry g = conv::geometry(ctx.op()->name(), x.dims(), w.dims(), a.strides,
+                                            a.paddings, a.dilations, a.groups);
+    Tensor& out = ctx.alloc_output(0, Dims{g.n, g.o, g.ho, g.wo}, x.dtype());
+    if (out.numel() == 0) return;
+    if (x.numel() == 0 || w.numel() == 0) {
+      check_cuda(cudaMemsetAsync(out.raw_data(), 0, out.bytes(), stream_of(ctx)), "zeroing");
+      return;
+    }
+    const ConvInput<T> in = conv_input<T>(ctx, x, g);
+    ConvDescriptors<T> d(ctx, g, in.h, in.w, in.ph, in.pw);
+    cudnnHandle_t h = cudnn_of(ctx);
+    const auto algo = pick<cudnnConvolutionFwdAlgoPerf_t>(
+        ctx, conv_key(0, sizeof(T), g, in.h, in.w), [&](auto* perf, int n, int* count) {
+          return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, count, perf);
+        });
+    std::size_t bytes = 0;
+    check_cudnn(ctx, cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, algo, &bytes),
+                "workspace query");
+    BufferRef ws = bytes ? scratch_buffer(ctx, bytes) : BufferRef{};
+    const T one = 1, zero = 0;
+    check_cudnn(ctx,
+                cudnnConvolutionForward(h, &one, d.x, in.data, d.w, w.data<T>(), d.conv, algo,
+                                        ws ? ws->data() : nullptr, bytes, &zero, d.y,
+                                        out.data<T>()),
+                "convolution");
+  }
+};
+
+template <typename T>
+struct Conv2dGradK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<GradOf<Conv2dOp>>();
+    const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1),
+                 dout = typed_input<T>(ctx, 2);
+    const Conv2dGeometry g = conv::geometry(ctx.op()->name(), x.dims(), w.dims(), a.strides,
+                                            a.paddings, a.dilations, a.groups);
+    conv::check_dout(ctx.op()->name(), dout.dims(), Dims{g.n, g.o, g.ho, g.wo});
+    const cudaStream_t s = stream_of(ctx);
+    const bool want_dw = !ctx.output_unused(1), want_dx = !ctx.output_unused(0);
+    Tensor* dw = want_dw ? &ctx.alloc_output(1, w.dims(), w.dtype()) : nullptr;
+    Tensor* dx = want_dx ? &ctx.alloc_output(0, x.dims(), x.dtype()) : nullptr;
+    if (dout.numel() == 0 || x.numel() == 0 || w.numel() == 0) {
+      // An empty sum: zeros.
+      for (Tensor* t : {dw, dx})
+        if (t && t->bytes()) check_cuda(cudaMemsetAsync(t->raw_data(), 0, t->bytes(), s), "zeroing");
+      return;
+    }
+    const ConvInput<T> in = want_dw || !symmetric(g) ? conv_input<T>(ctx, x, g)
+                                                     : ConvInput<T>{x.data<T>(), g.h, g.w,
+                                                                    to_int(ctx, g.pt),
+                                                                    to_int(ctx, g.pl), {}};
+    ConvDescriptors<T> d(ctx, g, in.h, in.w, in.ph, in.pw);
+    cudnnHandle_t h = cudnn_of(ctx);
+    const T one = 1, zero = 0;
+    if (dw) {
+      const auto algo = pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          ctx, conv_key(1, sizeof(T), g, in.h, in.w), [&](auto* perf, int n, int* count) {
+            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, count,
+                                                                 perf);
+          });
+      std::size_t bytes = 0;
+      check_cudnn(ctx,
+                  cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, algo,
+                                                                 &bytes),
+                  "workspace query");
+      BufferRef ws = bytes ? scratch_buffer(ctx, bytes) : BufferRef{};
+      check_cudnn(ctx,
+                  cudnnConvolutionBackwardFilter(h, &one, d.x, in.data, d.y, dout.data<T>(), d.conv,
+                                                 algo, ws ? ws->data() : nullptr, bytes, &zero, d.w,
+                                                 dw->data<T>()),
+                  "filter gradient");
+    }
+    if (dx) {
+      const auto algo = pick<cudnnConvolutionBwdDataAlgoPerf_t>(
+          ctx, conv_key(2, sizeof(T), g, in.h, in.w), [&](auto* perf, int n, int* count) {
+            return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, count,
+                                                               perf);
+          });
+      std::size_t bytes = 0;
+      check_cudnn(ctx,
+                  cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, algo,
+                                                               &bytes),
+                  "workspace query");
+      BufferRef ws = bytes ? scratch_buffer(ctx, bytes) : BufferRef{};
+      // dx of the padded copy when cuDNN sees one, then its interior.
+      BufferRef padded_dx =
+          symmetric(g) ? BufferRef{} : scratch_buffer(ctx, sizeof(T) * g.n * g.c * in.h * in.w);
+      T* target = padded_dx ? static_cast<T*>(padded_dx->data()) : dx->data<T>();
+      check_cudnn(ctx,
+                  cudnnConvolutionBackwardData(h, &one, d.w, w.data<T>(), d.y, dout.data<T>(),
+                                               d.conv, algo, ws ? ws->data() : nullptr, bytes,
+                                               &zero, d.x, target),
+                  "input gradient");
+      if (padded_dx) {
+        copy_planes(target + g.pt * in.w + g.pl, dx->data<T>(), sizeof(T), g.n * g.c, g.h, g.w,
+                    in.h, in.w, g.h, g.w, s);
+        check_launch(ctx);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+KILN_REGISTER_KERNELS(Conv2dOp, Cuda, Conv2dK, float, double);
+KILN_REGISTER_KERNELS(GradOf<Conv2dOp>, Cuda, Conv2dGradK, float, double);
+
+}  // namespace kiln::cuda

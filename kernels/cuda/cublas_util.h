@@ -1,0 +1,71 @@
+// cuBLAS pieces shared by the host halves that multiply matrices (matmul.cc,
+// attention.cc; host compiler): status checks naming the op, the int range
+// cuBLAS takes, and a row-major strided-batched GEMM for f32 / f64 (full
+// precision, no TF32, as PyTorch's default).
+#pragma once
+
+#include <cublas_v2.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "cuda_kernel_util.cuh"
+#include "kiln/runtime/cuda_context.h"
+
+namespace kiln::cuda {
+
+inline void check_cublas(const KernelContext& ctx, cublasStatus_t status) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw_error(ErrorKind::Internal, "op '", ctx.op()->name(), "': cuBLAS error ",
+                cublasGetStatusName(status));
+}
+
+// v as cuBLAS's int; kiln::Error naming the op beyond INT_MAX.
+inline int to_int(const KernelContext& ctx, std::int64_t v) {
+  if (v > INT_MAX)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has a matrix dim of ", v,
+                ", beyond what cuBLAS takes (", INT_MAX, ")");
+  return static_cast<int>(v);
+}
+
+// The cuBLAS handle of ctx's device, bound to ctx's stream.
+inline cublasHandle_t cublas_of(const KernelContext& ctx) {
+  auto* stream = dynamic_cast<CudaStream*>(ctx.stream());
+  if (!stream)
+    throw_error(ErrorKind::PreconditionNotMet, "op '", ctx.op()->name(),
+                "' runs a CUDA kernel but was given no CUDA stream");
+  return static_cast<cublasHandle_t>(cuda_context(stream->device()).cublas(*stream));
+}
+
+// Column-major C = alpha · op(A) · op(B) + beta · C, `batch` times with the
+// given element strides between matrices.
+inline cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                   int m, int n, int k, float alpha, const float* a, int lda,
+                                   long long sa, const float* b, int ldb, long long sb, float beta,
+                                   float* c, int ldc, long long sc, int batch) {
+  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, &alpha, a, lda, sa, b, ldb, sb, &beta, c,
+                                   ldc, sc, batch);
+}
+inline cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                   int m, int n, int k, double alpha, const double* a, int lda,
+                                   long long sa, const double* b, int ldb, long long sb,
+                                   double beta, double* c, int ldc, long long sc, int batch) {
+  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, &alpha, a, lda, sa, b, ldb, sb, &beta, c,
+                                   ldc, sc, batch);
+}
+
+// Row-major C = alpha · op(A) · op(B) + beta · C (C is m × n), batched: the
+// column-major Cᵀ = op(B)ᵀ · op(A)ᵀ, so cuBLAS gets the operands swapped.
+template <typename T>
+void row_major_gemm(const KernelContext& ctx, bool ta, bool tb, std::int64_t m, std::int64_t n,
+                    std::int64_t k, T alpha, const T* a, std::int64_t lda, long long sa,
+                    const T* b, std::int64_t ldb, long long sb, T beta, T* c, std::int64_t ldc,
+                    long long sc, std::int64_t batch) {
+  check_cublas(ctx, gemm_batched(cublas_of(ctx), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 ta ? CUBLAS_OP_T : CUBLAS_OP_N, to_int(ctx, n), to_int(ctx, m),
+                                 to_int(ctx, k), alpha, b, to_int(ctx, ldb), sb, a,
+                                 to_int(ctx, lda), sa, beta, c, to_int(ctx, ldc), sc,
+                                 to_int(ctx, batch)));
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,75 @@
+// Host halves of the CUDA max_pool2d / avg_pool2d kernels and their
+// gradients (pool.cu): the CPU's geometry and checks (pool_ops.h), then one
+// launch. adaptive_avg_pool2d has no CUDA kernel (it runs on the CPU between
+// copies).
+#include <cstdint>
+
+#include "cuda_host.h"
+#include "launch.h"
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/dialect/pool_ops.h"
+#include "kiln/kernel/kernel_registry.h"
+
+namespace kiln::cuda {
+namespace {
+
+template <typename A>
+Pool2dGeometry geometry(const KernelContext& ctx, const Tensor& x, const A& a) {
+  return pool::geometry(ctx.op()->name(), x.dims().to_vector(), a.kernel_size, a.strides,
+                        a.paddings, a.ceil_mode);
+}
+
+template <typename T>
+struct MaxPoolK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0);
+    const Pool2dGeometry g = geometry(ctx, x, ctx.attrs<MaxPool2dOp>());
+    Tensor& out = ctx.alloc_output(0, Dims{g.n, g.c, g.ho, g.wo}, x.dtype());
+    launch_pool(true, x.data<T>(), out.data<T>(), g, false, stream_of(ctx));
+    check_launch(ctx);
+  }
+};
+
+template <typename T>
+struct AvgPoolK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0);
+    const auto& a = ctx.attrs<AvgPool2dOp>();
+    const Pool2dGeometry g = geometry(ctx, x, a);
+    Tensor& out = ctx.alloc_output(0, Dims{g.n, g.c, g.ho, g.wo}, x.dtype());
+    launch_pool(false, x.data<T>(), out.data<T>(), g, a.exclusive, stream_of(ctx));
+    check_launch(ctx);
+  }
+};
+
+template <typename OpT, bool is_max, typename T>
+void pool_grad(KernelContext& ctx) {
+  const Tensor x = typed_input<T>(ctx, 0), dout = typed_input<T>(ctx, 1);
+  const auto& a = ctx.attrs<GradOf<OpT>>();
+  const Pool2dGeometry g = geometry(ctx, x, a);
+  pool::check_dout(ctx.op()->name(), dout.dims(), g);
+  bool exclusive = false;
+  if constexpr (!is_max) exclusive = a.exclusive;
+  Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
+  launch_pool_grad(is_max, x.data<T>(), dout.data<T>(), dx.data<T>(), g, exclusive,
+                   stream_of(ctx));
+  check_launch(ctx);
+}
+
+template <typename T>
+struct MaxPoolGradK {
+  static void run(KernelContext& ctx) { pool_grad<MaxPool2dOp, true, T>(ctx); }
+};
+template <typename T>
+struct AvgPoolGradK {
+  static void run(KernelContext& ctx) { pool_grad<AvgPool2dOp, false, T>(ctx); }
+};
+
+}  // namespace
+
+KILN_REGISTER_KERNELS(MaxPool2dOp, Cuda, MaxPoolK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNELS(GradOf<MaxPool2dOp>, Cuda, MaxPoolGradK, float, double);
+KILN_REGISTER_KERNELS(AvgPool2dOp, Cuda, AvgPoolK, float, double);
+KILN_REGISTER_KERNELS(GradOf<AvgPool2dOp>, Cuda, AvgPoolGradK, float, double);
+
+}  // namespace kiln::cuda

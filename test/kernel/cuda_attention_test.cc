@@ -1,0 +1,85 @@
+// The CUDA scaled-dot-product attention and its gradient against the CPU's
+// kernels on the same inputs ([cuda]: skipped without a device): causal and
+// not, Lq != Lk, a given scale, f32 to 1e-5 and f64 to 1e-12 (cuBLAS and
+// OpenBLAS sum in other orders; the CPU's f32 exp is a polynomial).
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernel/cuda_test_util.h"
+#include "kiln/dialect/attention_ops.h"
+
+using namespace kiln;
+using kiln_test::filled;
+using kiln_test::have_cuda;
+using kiln_test::run_cuda_op;
+using kiln_test::run_op;
+
+namespace {
+
+template <typename T>
+void check_same(const Tensor& got, const Tensor& want, double tol) {
+  REQUIRE(got.dims() == want.dims());
+  REQUIRE(got.dtype() == want.dtype());
+  kiln_test::check_close<T>(got, want.to_vector<T>(), tol, tol);
+}
+
+struct Shape {
+  std::int64_t b, h, lq, lk, d, dv;
+};
+
+template <typename T>
+void compare_attention(const Shape& s, bool causal, double scale, double tol) {
+  INFO("B " << s.b << " H " << s.h << " Lq " << s.lq << " Lk " << s.lk << " D " << s.d << " Dv "
+            << s.dv << " causal " << causal << " scale " << scale << " "
+            << to_string(data_type_of<T>));
+  const Tensor q = filled<T>({s.b, s.h, s.lq, s.d}, -1, 1, 1),
+               k = filled<T>({s.b, s.h, s.lk, s.d}, -1, 1, 2),
+               v = filled<T>({s.b, s.h, s.lk, s.dv}, -1, 1, 3);
+  auto cpu = run_op<ScaledDotProductAttentionOp>({q, k, v}, causal, scale);
+  auto dev = run_cuda_op<ScaledDotProductAttentionOp>({q, k, v}, causal, scale);
+  check_same<T>(dev.results[0], cpu.results[0], tol);
+  if (s.lk > 0) check_same<T>(dev.results[1], cpu.results[1], tol);
+  const Tensor dout = filled<T>(cpu.results[0].dims(), -1, 1, 4);
+  const std::vector<Tensor> in{q, k, v, cpu.results[0], cpu.results[1], dout};
+  auto gcpu = run_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, scale);
+  auto gdev = run_cuda_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, scale);
+  for (int i = 0; i < 3; ++i) {
+    INFO("gradient #" << i);
+    check_same<T>(gdev.results[i], gcpu.results[i], tol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("CUDA attention and its gradient match the CPU's, causal or not", "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  const std::vector<Shape> shapes = {{2, 4, 16, 16, 8, 8},  {1, 2, 65, 65, 32, 32},
+                                     {2, 1, 7, 19, 5, 3},   {1, 1, 19, 7, 4, 6},
+                                     {1, 3, 1, 1, 2, 2},    {1, 1, 200, 200, 16, 16}};
+  for (const Shape& s : shapes)
+    for (bool causal : {false, true}) {
+      compare_attention<float>(s, causal, 0, 1e-5);
+      compare_attention<double>(s, causal, 0, 1e-12);
+    }
+  compare_attention<float>({2, 2, 9, 9, 4, 4}, true, 0.7, 1e-5);
+}
+
+TEST_CASE("CUDA attention with no keys, no queries or no head dims gives the CPU's results",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  compare_attention<float>({1, 2, 5, 0, 4, 4}, false, 0, 0);
+  compare_attention<float>({1, 2, 0, 5, 4, 4}, true, 0, 0);
+  compare_attention<float>({1, 2, 5, 5, 0, 4}, false, 0, 1e-6);
+  compare_attention<double>({2, 1, 5, 5, 4, 0}, true, 0, 1e-12);  // lse from a GEMM
+}
+
+TEST_CASE("CUDA attention refuses operands that do not fit, naming the op and shapes",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  KILN_CHECK_ERROR(run_cuda_op<ScaledDotProductAttentionOp>(
+                       {filled<float>({1, 2, 4, 8}), filled<float>({1, 2, 4, 7}),
+                        filled<float>({1, 2, 4, 8})},
+                       false, 0.0),
+                   InvalidArgument, {"kiln.scaled_dot_product_attention"});
+}
