@@ -1,8 +1,9 @@
 // RunState's CUDA graph mode (ExecutionOptions::cuda_graph): which plans
 // can be captured, the capture run (every stream forked from and joined back
 // to the device's compute stream, GC held off so the graph's buffers stay
-// its own), and replays (feeds copied into the captured page-locked buffers,
-// one graph launch, fetches copied out).
+// its own), and replays (feeds copied into the captured buffers — page-locked
+// host memory, or device memory for a batch kept on the device — one graph
+// launch, fetches copied out).
 #include <cstring>
 
 #include "kiln/exec/dependency_builder.h"
@@ -81,8 +82,14 @@ void RunState::run_graph(std::span<Tensor* const> feeds, bool take, const RunCon
     }
     g.stage = Stage::Replay;
   } else {
+    // This run's feeds into the buffers the graph reads: host feeds by a
+    // memcpy into the page-locked copies, device feeds by a copy on the
+    // compute stream, ordered before the replay.
+    Stream& main = cuda_context(plan_->options.place.device).compute_stream();
     for (std::size_t k = 0; k < feeds.size(); ++k)
-      if (feeds[k]->bytes()) std::memcpy(g.staged[k].raw_data(), feeds[k]->raw_data(), feeds[k]->bytes());
+      if (feeds[k]->bytes())
+        copy_between_places(g.staged[k].raw_data(), g.staged[k].place(), feeds[k]->raw_data(),
+                            feeds[k]->place(), feeds[k]->bytes(), &main);
     ++runs_;
   }
   // As a Stream: the calls dispatch virtually, so a build without CUDA links.
@@ -103,9 +110,14 @@ bool RunState::capture(std::span<Tensor* const> feeds, const RunConfig& config) 
   const ExecutionPlan& p = *plan_;
   // The captured h2d copies read these buffers on every replay.
   g.staged.clear();
+  // A feed on the device (a data op placed there) is staged in a device
+  // buffer of its own, a host feed in page-locked memory.
   for (std::size_t k = 0; k < feeds.size(); ++k) {
-    Tensor t = Tensor::empty(feeds[k]->dims(), feeds[k]->dtype(), Place::cpu(), &pinned_allocator());
-    if (t.bytes()) std::memcpy(t.raw_data(), feeds[k]->raw_data(), t.bytes());
+    const Place at = feeds[k]->place();
+    const bool device = at.kind == PlaceKind::Cuda;
+    Tensor t = Tensor::empty(feeds[k]->dims(), feeds[k]->dtype(), device ? at : Place::cpu(),
+                             device ? &allocator_for(at) : &pinned_allocator());
+    if (t.bytes()) copy_between_places(t.raw_data(), t.place(), feeds[k]->raw_data(), at, t.bytes());
     vars_[p.feeds[k].slot]->get_mutable<Tensor>() = t;
     g.staged.push_back(std::move(t));
   }
@@ -134,9 +146,22 @@ bool RunState::capture(std::span<Tensor* const> feeds, const RunConfig& config) 
     why = std::string("capturing failed: ") + e.what();
   }
   const std::string ended = g.graph.end_capture(main);
+  if (error_) {
+    // The kernel that broke the capture (one that waits for the host, say)
+    // says more than the stream calls that failed after it.
+    try {
+      std::rethrow_exception(error_);
+    } catch (const std::exception& e) {
+      why = (error_instr_ == kNoIndex ? std::string("a stream") : plan_->describe(error_instr_)) +
+            " failed while it was captured: " + e.what();
+    }
+  }
   if (why.empty()) why = ended;
-  if (why.empty() && error_) why = "a kernel failed while it was captured";
   if (why.empty()) return true;
+  // A stream whose queued work failed with the capture holds that error until
+  // it is synchronized, and would skip the fallback run's kernels.
+  synchronize_streams();
+  error_ = nullptr;
   graph_off(why);
   return false;
 }

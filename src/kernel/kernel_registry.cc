@@ -66,8 +66,8 @@ DataType kernel_dtype(const Operation& op) {
 const Tensor& KernelContext::input(std::uint32_t i) const {
   const Variable& v = *inputs_[i];
   if (!v.is<Tensor>() || !v.get<Tensor>().is_initialized())
-    throw_error(ErrorKind::PreconditionNotMet, "op '", op_->name(), "' input #", i,
-                " holds no tensor");
+    throw_error(ErrorKind::PreconditionNotMet, "op '", op_ ? op_->name() : "(a copy between places)",
+                "' input #", i, " holds no tensor");
   return v.get<Tensor>();
 }
 

@@ -170,19 +170,19 @@ TEST_CASE("a causal transformer block trains on CUDA with the CPU's parameters a
 
 TEST_CASE("a CUDA graph replays the seed model's step with the launches' losses", "[cuda][train]") {
   if (!have_device()) return;
-  auto losses = [](bool graph) {
+  auto losses = [](bool graph, Place feed_place) {
     UniqueNameGuard names;
     set_random_seed(0x5eed);
     Model m;
     {
       ProgramGuard guard(m.main, m.startup);
-      auto x = data("x", {16, 16});
-      auto label = data("label", {16, 1});
+      auto x = data("x", {16, 16}, DataType::Float32, feed_place);
+      auto label = data("label", {16, 1}, DataType::Float32, feed_place);
       m.loss = nn::MSELoss()(nn::Linear(16, 1)(x), label);
       optim::Adam(1e-2).minimize(m.loss);
     }
-    m.feeds = {{"x", Tensor::from_vector<float>({16, 16}, normal(256, 7))},
-               {"label", Tensor::from_vector<float>({16, 1}, normal(16, 8))}};
+    m.feeds = {{"x", copy_to_place(Tensor::from_vector<float>({16, 16}, normal(256, 7)), feed_place)},
+               {"label", copy_to_place(Tensor::from_vector<float>({16, 1}, normal(16, 8)), feed_place)}};
     ExecutionOptions o;
     o.num_threads = 1;
     o.cuda_graph = graph;
@@ -193,10 +193,16 @@ TEST_CASE("a CUDA graph replays the seed model's step with the launches' losses"
       out.push_back(exe.run(m.main, m.feeds, {m.loss})[0].to_vector<float>()[0]);
     return out;
   };
-  const auto launches = losses(false), replays = losses(true);
-  for (std::size_t s = 0; s < launches.size(); ++s) {
-    INFO("step " << s);
-    CHECK(replays[s] == launches[s]);  // the same kernels in the same order
+  const auto launches = losses(false, Place::cpu());
+  // Host feeds (staged in page-locked memory) and a batch kept on the device
+  // (staged in device memory) replay alike.
+  for (Place feed_place : {Place::cpu(), Place::cuda(0)}) {
+    INFO("feeds on " << feed_place.to_string());
+    const auto replays = losses(true, feed_place);
+    for (std::size_t s = 0; s < launches.size(); ++s) {
+      INFO("step " << s);
+      CHECK(replays[s] == launches[s]);  // the same kernels in the same order
+    }
   }
 }
 
