@@ -16,11 +16,6 @@
 namespace kiln::cpu {
 namespace {
 
-template <typename A>
-Pool2dGeometry pool_geometry(const KernelContext& ctx, const Tensor& x, const A& a) {
-  return pool::geometry(ctx.op()->name(), x.dims().to_vector(), a.kernel_size, a.strides,
-                        a.paddings, a.ceil_mode);
-}
 
 // 1 when q takes over the running maximum m in argmax's order (larger, or
 // NaN while m is not), else 0.
@@ -47,7 +42,8 @@ template <typename T>
 struct MaxPoolK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0);
-    const Pool2dGeometry g = pool_geometry(ctx, x, ctx.attrs<MaxPool2dOp>());
+    const Pool2dGeometry g =
+        pool::geometry(ctx.op()->name(), x.dims(), ctx.attrs<MaxPool2dOp>());
     Tensor& out = ctx.alloc_output(0, Dims{g.n, g.c, g.ho, g.wo}, x.dtype());
     if (out.numel() == 0) return;
     const std::int64_t planes = g.n * g.c;
@@ -81,7 +77,8 @@ template <typename T>
 struct MaxPoolGradK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0), dout = typed_input<T>(ctx, 1);
-    const Pool2dGeometry g = pool_geometry(ctx, x, ctx.attrs<GradOf<MaxPool2dOp>>());
+    const Pool2dGeometry g =
+        pool::geometry(ctx.op()->name(), x.dims(), ctx.attrs<GradOf<MaxPool2dOp>>());
     pool::check_dout(ctx.op()->name(), dout.dims(), g);
     Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
     if (dx.numel() == 0) return;
@@ -137,7 +134,7 @@ struct AvgPoolK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0);
     const auto& a = ctx.attrs<AvgPool2dOp>();
-    const Pool2dGeometry g = pool_geometry(ctx, x, a);
+    const Pool2dGeometry g = pool::geometry(ctx.op()->name(), x.dims(), a);
     Tensor& out = ctx.alloc_output(0, Dims{g.n, g.c, g.ho, g.wo}, x.dtype());
     if (out.numel() == 0) return;
     const T* px = x.data<T>();
@@ -164,7 +161,7 @@ struct AvgPoolGradK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0), dout = typed_input<T>(ctx, 1);
     const auto& a = ctx.attrs<GradOf<AvgPool2dOp>>();
-    const Pool2dGeometry g = pool_geometry(ctx, x, a);
+    const Pool2dGeometry g = pool::geometry(ctx.op()->name(), x.dims(), a);
     pool::check_dout(ctx.op()->name(), dout.dims(), g);
     Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
     if (dx.numel() == 0) return;

@@ -13,17 +13,13 @@
 namespace kiln::cuda {
 namespace {
 
-template <typename A>
-Pool2dGeometry geometry(const KernelContext& ctx, const Tensor& x, const A& a) {
-  return pool::geometry(ctx.op()->name(), x.dims().to_vector(), a.kernel_size, a.strides,
-                        a.paddings, a.ceil_mode);
-}
 
 template <typename T>
 struct MaxPoolK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0);
-    const Pool2dGeometry g = geometry(ctx, x, ctx.attrs<MaxPool2dOp>());
+    const Pool2dGeometry g =
+        pool::geometry(ctx.op()->name(), x.dims(), ctx.attrs<MaxPool2dOp>());
     Tensor& out = ctx.alloc_output(0, Dims{g.n, g.c, g.ho, g.wo}, x.dtype());
     launch_pool(true, x.data<T>(), out.data<T>(), g, false, stream_of(ctx));
     check_launch(ctx);
@@ -35,7 +31,7 @@ struct AvgPoolK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0);
     const auto& a = ctx.attrs<AvgPool2dOp>();
-    const Pool2dGeometry g = geometry(ctx, x, a);
+    const Pool2dGeometry g = pool::geometry(ctx.op()->name(), x.dims(), a);
     Tensor& out = ctx.alloc_output(0, Dims{g.n, g.c, g.ho, g.wo}, x.dtype());
     launch_pool(false, x.data<T>(), out.data<T>(), g, a.exclusive, stream_of(ctx));
     check_launch(ctx);
@@ -46,7 +42,7 @@ template <typename OpT, bool is_max, typename T>
 void pool_grad(KernelContext& ctx) {
   const Tensor x = typed_input<T>(ctx, 0), dout = typed_input<T>(ctx, 1);
   const auto& a = ctx.attrs<GradOf<OpT>>();
-  const Pool2dGeometry g = geometry(ctx, x, a);
+  const Pool2dGeometry g = pool::geometry(ctx.op()->name(), x.dims(), a);
   pool::check_dout(ctx.op()->name(), dout.dims(), g);
   bool exclusive = false;
   if constexpr (!is_max) exclusive = a.exclusive;

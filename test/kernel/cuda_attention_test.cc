@@ -19,9 +19,7 @@ namespace {
 
 template <typename T>
 void check_same(const Tensor& got, const Tensor& want, double tol) {
-  REQUIRE(got.dims() == want.dims());
-  REQUIRE(got.dtype() == want.dtype());
-  kiln_test::check_close<T>(got, want.to_vector<T>(), tol, tol);
+  kiln_test::check_same<T>(got, want, tol, tol);
 }
 
 struct Shape {

@@ -28,11 +28,10 @@ Tensor integers(const Dims& dims, std::uint32_t seed, double lo, double hi) {
   return Tensor::from_vector<T>(dims, v);
 }
 
+// atol by default: 0 for exact checks, else 1e-12.
 template <typename T>
 void check_same(const Tensor& got, const Tensor& want, double rtol, double atol = -1) {
-  REQUIRE(got.dims() == want.dims());
-  REQUIRE(got.dtype() == want.dtype());
-  kiln_test::check_close<T>(got, want.to_vector<T>(), rtol, atol >= 0 ? atol : rtol == 0 ? 0 : 1e-12);
+  kiln_test::check_same<T>(got, want, rtol, atol >= 0 ? atol : rtol == 0 ? 0 : 1e-12);
 }
 
 const std::vector<std::pair<Dims, Dims>> kShapes = {

@@ -81,4 +81,13 @@ KernelRun run_cuda_op(const std::vector<kiln::Tensor>& inputs, Args&&... args) {
   });
 }
 
+// got (a CUDA kernel's result) against want (the CPU's): same dims and
+// dtype, every element within atol + rtol · |want|.
+template <typename T>
+void check_same(const kiln::Tensor& got, const kiln::Tensor& want, double rtol, double atol) {
+  REQUIRE(got.dims() == want.dims());
+  REQUIRE(got.dtype() == want.dtype());
+  check_close<T>(got, want.to_vector<T>(), rtol, atol);
+}
+
 }  // namespace kiln_test

@@ -85,6 +85,11 @@ Pool2dGeometry geometry(std::string_view op, const std::vector<std::int64_t>& x,
                         const std::vector<std::int64_t>& kernel_size,
                         const std::vector<std::int64_t>& strides,
                         const std::vector<std::int64_t>& paddings, bool ceil_mode);
+// The geometry from a max / avg pool op's (or its gradient's) attributes.
+template <typename Attrs>
+Pool2dGeometry geometry(std::string_view op, const Dims& x, const Attrs& a) {
+  return geometry(op, x.to_vector(), a.kernel_size, a.strides, a.paddings, a.ceil_mode);
+}
 // kiln::Error naming `op` unless a gradient's dout is the forward's result
 // shape [N, C, Ho, Wo].
 void check_dout(std::string_view op, const Dims& dout, const Pool2dGeometry& g);
