@@ -22,6 +22,14 @@ bool same_shapes(const std::vector<Tensor>& staged, std::span<Tensor* const> fee
   return true;
 }
 
+// Whether a feed on the device is another buffer than the one captured.
+bool moved_device_feed(const std::vector<Tensor>& staged, std::span<Tensor* const> feeds) {
+  for (std::size_t k = 0; k < feeds.size(); ++k)
+    if (feeds[k]->place().kind == PlaceKind::Cuda && feeds[k]->raw_data() != staged[k].raw_data())
+      return true;
+  return false;
+}
+
 // A host copy of `t` in ordinary (pageable) memory.
 Tensor host_copy(const Tensor& t) {
   Tensor out = Tensor::empty(t.dims(), t.dtype(), Place::cpu());
@@ -65,6 +73,10 @@ void RunState::run_graph(std::span<Tensor* const> feeds, bool take, const RunCon
   if (g.stage == Stage::Replay && !same_shapes(g.staged, feeds)) {
     g.graph.reset();
     g.stage = Stage::Capture;
+  } else if (g.stage == Stage::Replay && !g.own_device_feeds && moved_device_feed(g.staged, feeds)) {
+    g.own_device_feeds = true;
+    g.graph.reset();
+    g.stage = Stage::Capture;
   }
   if (g.stage == Stage::Capture) {
     if (++g.captures > GraphMode::kMaxCaptures) {
@@ -87,7 +99,7 @@ void RunState::run_graph(std::span<Tensor* const> feeds, bool take, const RunCon
     // compute stream, ordered before the replay.
     Stream& main = cuda_context(plan_->options.place.device).compute_stream();
     for (std::size_t k = 0; k < feeds.size(); ++k)
-      if (feeds[k]->bytes())
+      if (feeds[k]->bytes() && feeds[k]->raw_data() != g.staged[k].raw_data())
         copy_between_places(g.staged[k].raw_data(), g.staged[k].place(), feeds[k]->raw_data(),
                             feeds[k]->place(), feeds[k]->bytes(), &main);
     ++runs_;
@@ -110,11 +122,17 @@ bool RunState::capture(std::span<Tensor* const> feeds, const RunConfig& config) 
   const ExecutionPlan& p = *plan_;
   // The captured h2d copies read these buffers on every replay.
   g.staged.clear();
-  // A feed on the device (a data op placed there) is staged in a device
-  // buffer of its own, a host feed in page-locked memory.
+  // A feed on the device (a data op placed there) is read where it is, or
+  // staged in a device buffer of the graph's own (own_device_feeds); a host
+  // feed is staged in page-locked memory.
   for (std::size_t k = 0; k < feeds.size(); ++k) {
     const Place at = feeds[k]->place();
     const bool device = at.kind == PlaceKind::Cuda;
+    if (device && !g.own_device_feeds) {
+      vars_[p.feeds[k].slot]->get_mutable<Tensor>() = *feeds[k];
+      g.staged.push_back(*feeds[k]);
+      continue;
+    }
     Tensor t = Tensor::empty(feeds[k]->dims(), feeds[k]->dtype(), device ? at : Place::cpu(),
                              device ? &allocator_for(at) : &pinned_allocator());
     if (t.bytes()) copy_between_places(t.raw_data(), t.place(), feeds[k]->raw_data(), at, t.bytes());

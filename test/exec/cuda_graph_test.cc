@@ -129,3 +129,37 @@ TEST_CASE("a kernel that waits for the host fails the capture, and the run falls
                     m.find("kiln.embedding") != std::string::npos);
   CHECK(said);
 }
+
+TEST_CASE("a replay reads a device feed fed again in place, with the values it holds now",
+          "[cuda][graph]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: the [cuda] graph checks are skipped");
+    return;
+  }
+  Program p;
+  Builder b(p);
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{3}, DataType::Float32, Place::cuda(0));
+  auto r = b.create<ReluOp>(x.result());
+  ExecutionOptions o;
+  o.num_threads = 1;
+  o.cuda_graph = true;
+  kiln_test::CapturedWarnings warnings;
+  Executor exe(Place::cuda(0), o);
+  // One device tensor, fed every run; the caller writes new values into it
+  // between runs (as a data loader filling a fixed device buffer does).
+  Tensor dev = copy_to_place(Tensor::zeros(Dims({3}), DataType::Float32), Place::cuda(0));
+  for (int run = 0; run < 6; ++run) {
+    const Tensor host = Tensor::from_vector<float>(Dims({3}), {-1.f, float(run), 2.f - float(run)});
+    copy_between_places(dev.raw_data(), dev.place(), host.raw_data(), host.place(), host.bytes());
+    const auto got = exe.run(p, {{"x", dev}}, {r.result()})[0].to_vector<float>();
+    CHECK(got == std::vector<float>{0.f, float(run), std::max(0.f, 2.f - float(run))});
+  }
+  // Another buffer: one recapture, with the graph's own copy of the feed.
+  for (int run = 0; run < 3; ++run) {
+    const Tensor other = copy_to_place(
+        Tensor::from_vector<float>(Dims({3}), {float(run), -2.f, 5.f}), Place::cuda(0));
+    CHECK(exe.run(p, {{"x", other}}, {r.result()})[0].to_vector<float>() ==
+          std::vector<float>{float(run), 0.f, 5.f});
+  }
+  CHECK(warnings.seen.empty());
+}

@@ -204,7 +204,12 @@ struct RunState::GraphMode {
   enum class Stage : std::uint8_t { Warmup, Capture, Replay };
   Stage stage = Stage::Warmup;
   CudaGraph graph;
-  std::vector<Tensor> staged;  // per feed
+  std::vector<Tensor> staged;  // per feed: the buffer the graph reads
+  // A feed on the device is read in place from the tensor fed at capture
+  // (no copy per replay) while that buffer is fed again; another buffer
+  // makes a recapture that stages device feeds in the graph's own buffers,
+  // copied into before every replay.
+  bool own_device_feeds = false;
   int captures = 0;
   static constexpr int kMaxCaptures = 3;
 };
