@@ -65,10 +65,11 @@ inline void RunState::run_kernel(std::uint32_t i) {
   in.fn(in.ctx);
   const std::int64_t t1 = now_ns();
   if (config_.measure) config_.costs->record(i, t1 - t0);
-  if (plan_->options.profile) {
+  if (record_) {
     t_start_[i] = t0;
     t_end_[i] = t1;
     t_thread_[i] = thread_tag();
+    if (config_.stats) t_bytes_[i] = output_bytes(i);
   }
 }
 
@@ -193,7 +194,7 @@ void RunState::run_on_stream(std::uint32_t i) {
   // one on another stream or the host that i depends on stored abort_ before
   // the event i's stream waited on completed (that wait acquires).
   if (abort_.load(std::memory_order_relaxed)) return;
-  Event* t0 = dev_start_.empty() ? nullptr : dev_start_[i].get();
+  Event* t0 = dev_start_.empty() || !record_ ? nullptr : dev_start_[i].get();
   try {
     if (t0) t0->record(*streams_[static_cast<std::size_t>(plan_->lane[i])]);
     run_kernel(i);

@@ -27,6 +27,7 @@
 #include "kiln/exec/control_flow.h"
 #include "kiln/exec/cost_model.h"
 #include "kiln/exec/execution_plan.h"
+#include "kiln/exec/step_stats.h"
 #include "kiln/exec/work_queue.h"
 #include "kiln/runtime/cuda_graph.h"
 #include "kiln/runtime/host_stream.h"
@@ -39,6 +40,7 @@ struct RunConfig {
   ThreadPlan plan = ThreadPlan::Sequential;  // Sequential, Graph or Blas
   WorkQueue* pool = nullptr;                 // Graph: the workers
   CostModel* costs = nullptr;
+  StepStats* stats = nullptr;                // collect this run's step stats here
   bool measure = false;                      // time every kernel into `costs`
 };
 
@@ -61,6 +63,8 @@ class RunState {
   // One run. `feeds` (already checked against the plan) are moved in when
   // `take`, else shared (never written then); the fetched tensors are moved into `results` (one
   // per fetch target). kiln::Error names a failing op; the state stays usable.
+  // With config.stats the run's StepStats are collected there (a failed
+  // run's too: the instructions that finished, `failed` and its error).
   void run(std::span<Tensor* const> feeds, bool take, const RunConfig& config, std::span<Tensor> results);
 
   // One run of a region's plan, in program order on this thread. A failing
@@ -96,6 +100,12 @@ class RunState {
   void begin_run(const RunConfig& config);
   void run_launches(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
                     std::span<Tensor> results);
+  // Step stats (run_state.cc).
+  void run_with_stats(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
+                      std::span<Tensor> results);
+  void prepare_stats();
+  void collect_stats(StepStats& stats, std::int64_t t0) const;
+  std::int64_t output_bytes(std::uint32_t i) const;
   void finish_run(std::size_t num_feeds, std::span<Tensor> results);
   // CUDA graph mode (run_state_graph.cc).
   struct GraphMode;
@@ -169,6 +179,7 @@ class RunState {
   RunConfig config_;
   bool solo_ = false;  // one thread touches every counter
   bool timed_ = false; // profile or measure: read the clock around kernels
+  bool record_ = false; // profile or step stats: keep each kernel's times
   std::uint64_t runs_ = 0;
 
   // Tasks queued or running (pool runs); see finish_task() for completion.
@@ -181,9 +192,10 @@ class RunState {
   std::exception_ptr error_;
   std::uint32_t error_instr_ = 0;
 
-  // Profiling (one entry per instruction, last profiled run).
+  // Profiling and step stats (one entry per instruction, last recorded run).
   std::vector<std::int64_t> t_start_, t_end_;
   std::vector<std::uint32_t> t_thread_;
+  std::vector<std::int64_t> t_bytes_;  // step stats: bytes each output allocated
   // Profiling on CUDA streams: timing events around each kernel, read after
   // the run against one recorded at its start (so the trace shows device
   // time, one row per stream, and copies overlapping compute).
