@@ -13,6 +13,7 @@
 #include "exec/exec_test_util.h"
 #include "kiln/dialect/control_flow_ops.h"
 #include "kiln/exec/step_stats.h"
+#include "kiln/runtime/cuda_context.h"
 
 using namespace kiln;
 using namespace kiln_exec_test;
@@ -353,4 +354,71 @@ TEST_CASE("a run that asks for step stats with a bad feed fails before it starts
   CHECK_THROWS_AS(exe.run(p, {}, {out}, stats), Error);  // missing feed
   CHECK(stats.failed);
   CHECK(stats.nodes.empty());
+}
+
+TEST_CASE("step stats on a CUDA device have each kernel's device times and stream", "[cuda][stats]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: the [cuda] step stats check is skipped");
+    return;
+  }
+  constexpr std::int64_t n = 1 << 20;
+  Program p;
+  Builder b(p);
+  Value a = b.create<DataOp>("a", Dims0{n}).result();
+  Value v = a;
+  for (int i = 0; i < 8; ++i) v = b.create<ReluOp>(b.create<ExpOp>(v).result()).result();
+  Value out = b.create<AddOp>(v, a).result();
+  ExecutionOptions o;
+  o.num_threads = 1;
+  o.place = Place::cuda(0);
+  Scope scope;
+  InterpreterCore core(p, scope, {"a"}, {out}, o);
+  std::vector<Tensor> feeds{Tensor::zeros(Dims({n}), DataType::Float32)};
+  core.run(feeds);  // a plain run first: no timing events are made for it
+  StepStats stats;
+  for (int run = 0; run < 2; ++run) {
+    auto got = core.run(feeds, stats);
+    REQUIRE(got.size() == 1);
+    CHECK(stats.nodes.size() == core.num_instructions());
+    std::size_t on_compute = 0;
+    for (const NodeStats& node : stats.nodes) {
+      CHECK(node.end_ns >= node.start_ns);
+      if (node.stream == "cuda:0") {
+        ++on_compute;
+        CHECK(node.thread >= 1000000u);  // a device row
+      }
+      if (node.op_name == "kiln.exp") CHECK(node.bytes_allocated == n * 4);
+    }
+    CHECK(on_compute >= 17);
+    CHECK_THAT(to_chrome_trace(stats), Catch::Contains("stream cuda:0"));
+    core.run(feeds);  // plain runs between asked ones
+  }
+}
+
+TEST_CASE("a CUDA graph replay's step stats have its wall time and no nodes", "[cuda][stats]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: the [cuda] step stats check is skipped");
+    return;
+  }
+  Program p;
+  Builder b(p);
+  Value a = b.create<DataOp>("a", Dims0{1024}).result();
+  Value out = b.create<ReluOp>(b.create<ExpOp>(a).result()).result();
+  ExecutionOptions o;
+  o.num_threads = 1;
+  o.place = Place::cuda(0);
+  o.cuda_graph = true;
+  Scope scope;
+  InterpreterCore core(p, scope, {"a"}, {out}, o);
+  std::vector<Tensor> feeds{Tensor::zeros(Dims({1024}), DataType::Float32)};
+  StepStats stats;
+  core.run(feeds, stats);  // the first run launches every kernel
+  CHECK(stats.nodes.size() == core.num_instructions());
+  core.run(feeds);          // captured
+  auto got = core.run(feeds, stats);  // replayed
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].data<float>()[0] == Approx(1.0f));
+  CHECK(stats.nodes.empty());
+  CHECK(stats.wall_ns > 0);
+  CHECK_FALSE(stats.failed);
 }
