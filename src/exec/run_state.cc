@@ -1,9 +1,11 @@
 #include "kiln/exec/run_state.h"
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <sstream>
 
+#include "kiln/exec/step_stats.h"
 #include "kiln/runtime/cuda_context.h"
 
 namespace kiln {
@@ -191,7 +193,7 @@ void RunState::run_launches(std::span<Tensor* const> feeds, bool take, const Run
   // Kernels still queued on streams finish (and free) before the run
   // returns, error or not; their errors were recorded by run_on_stream().
   if (p.has_streams()) synchronize_streams();
-  if (dev_base_ && record_ && !error_) read_device_times();
+  if (dev_base_ && !error_) read_device_times();
   finish_run(feeds.size(), results);
 }
 
@@ -233,6 +235,7 @@ void RunState::create_device_timers() {
 // Device kernels' times, placed on the host clock by the run's base event;
 // each stream gets its own trace row (tid 1000000 + its index).
 void RunState::read_device_times() {
+  if (!record_) return;  // timers made for an earlier run's step stats
   const ExecutionPlan& p = *plan_;
   for (std::uint32_t i = 0; i < p.size(); ++i) {
     if (!dev_start_[i]) continue;

@@ -24,6 +24,7 @@
 #include "kiln/exec/cost_model.h"
 #include "kiln/exec/execution_plan.h"
 #include "kiln/exec/run_state.h"
+#include "kiln/exec/step_stats.h"
 #include "kiln/exec/thread_plan.h"
 #include "kiln/exec/work_queue.h"
 

@@ -27,7 +27,6 @@
 #include "kiln/exec/control_flow.h"
 #include "kiln/exec/cost_model.h"
 #include "kiln/exec/execution_plan.h"
-#include "kiln/exec/step_stats.h"
 #include "kiln/exec/work_queue.h"
 #include "kiln/runtime/cuda_graph.h"
 #include "kiln/runtime/host_stream.h"
@@ -35,12 +34,16 @@
 
 namespace kiln {
 
+struct StepStats;
+
 // How one run goes (decided by the core for each run).
 struct RunConfig {
   ThreadPlan plan = ThreadPlan::Sequential;  // Sequential, Graph or Blas
   WorkQueue* pool = nullptr;                 // Graph: the workers
   CostModel* costs = nullptr;
-  StepStats* stats = nullptr;                // collect this run's step stats here
+  // Not null: the run's StepStats are collected there (kiln/exec/step_stats.h;
+  // a failed run's too: the instructions that finished, `failed`, its error).
+  StepStats* stats = nullptr;
   bool measure = false;                      // time every kernel into `costs`
 };
 
@@ -63,8 +66,6 @@ class RunState {
   // One run. `feeds` (already checked against the plan) are moved in when
   // `take`, else shared (never written then); the fetched tensors are moved into `results` (one
   // per fetch target). kiln::Error names a failing op; the state stays usable.
-  // With config.stats the run's StepStats are collected there (a failed
-  // run's too: the instructions that finished, `failed` and its error).
   void run(std::span<Tensor* const> feeds, bool take, const RunConfig& config, std::span<Tensor> results);
 
   // One run of a region's plan, in program order on this thread. A failing
@@ -100,13 +101,13 @@ class RunState {
   void begin_run(const RunConfig& config);
   void run_launches(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
                     std::span<Tensor> results);
+  void finish_run(std::size_t num_feeds, std::span<Tensor> results);
   // Step stats (run_state.cc).
   void run_with_stats(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
                       std::span<Tensor> results);
   void prepare_stats();
   void collect_stats(StepStats& stats, std::int64_t t0) const;
   std::int64_t output_bytes(std::uint32_t i) const;
-  void finish_run(std::size_t num_feeds, std::span<Tensor> results);
   // CUDA graph mode (run_state_graph.cc).
   struct GraphMode;
   std::string graph_blocker() const;
