@@ -96,17 +96,18 @@ std::vector<Tensor> InterpreterCore::run(std::span<const Tensor> feeds, StepStat
 
 void InterpreterCore::run(std::span<Tensor* const> feeds, bool take, std::span<Tensor> results,
                           StepStats* stats) {
-  if (__builtin_expect(stats != nullptr, 0)) {
-    stats->clear();
-    try {
-      check_run(feeds, results);
-    } catch (const std::exception& e) {
+  if (__builtin_expect(stats != nullptr, 0)) stats->clear();
+  try {
+    plan_->check_feeds(feeds);
+    if (results.size() != num_fetches())
+      throw_error(ErrorKind::InvalidArgument, "expected room for ", num_fetches(),
+                  " fetched tensors, got ", results.size());
+  } catch (const std::exception& e) {
+    if (stats) {
       stats->failed = true;
       stats->error = e.what();
-      throw;
     }
-  } else {
-    check_run(feeds, results);
+    throw;
   }
   // The caller's previous results go first: a result still holding last
   // run's buffer would keep its kernel from reusing it (an allocation per run).
@@ -127,13 +128,6 @@ void InterpreterCore::run(std::span<Tensor* const> feeds, bool take, std::span<T
   }
   if (config.measure) costs_.run_measured();
   if (choice.trial) tuner_.report(choice, now_ns() - t0);
-}
-
-void InterpreterCore::check_run(std::span<Tensor* const> feeds, std::span<Tensor> results) const {
-  plan_->check_feeds(feeds);
-  if (results.size() != num_fetches())
-    throw_error(ErrorKind::InvalidArgument, "expected room for ", num_fetches(),
-                " fetched tensors, got ", results.size());
 }
 
 // The run's thread plan, pool and measuring. Costs matter only to runs over

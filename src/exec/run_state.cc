@@ -202,9 +202,12 @@ void RunState::begin_run(const RunConfig& config) {
   abort_.store(false, std::memory_order_relaxed);
   error_ = nullptr;
   config_ = config;
-  record_ = plan_->options.profile || config.stats;
+  record_ = plan_->options.profile;
   timed_ = config.measure || record_;
-  if (config.stats) prepare_stats();
+  if (__builtin_expect(config.stats != nullptr, 0)) {
+    record_ = timed_ = true;
+    prepare_stats();
+  }
   ++runs_;
   if (dev_base_ && record_) {
     dev_base_->record(*streams_[dev_base_stream_]);

@@ -133,7 +133,6 @@ class InterpreterCore {
   const std::string& stream_name(std::size_t k) const;
 
  private:
-  void check_run(std::span<Tensor* const> feeds, std::span<Tensor> results) const;
   RunState* acquire_state();
   void release_state(RunState* state) noexcept;
   RunConfig configure_run(RunState& state, ThreadPlanTuner::Choice& choice);

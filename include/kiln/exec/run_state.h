@@ -134,6 +134,7 @@ class RunState {
   bool wait_on_host(std::uint32_t i);
   void run_on_stream(std::uint32_t i);
   void run_kernel(std::uint32_t i);
+  void run_kernel_timed(std::uint32_t i);
   void record_error(std::uint32_t i) noexcept;
   void synchronize_streams();
   void collect_garbage(std::uint32_t i);
