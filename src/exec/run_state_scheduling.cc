@@ -54,16 +54,6 @@ void RunState::schedule() {
   }
 }
 
-// Runs i's kernel on this thread, timed when the run is profiled or measured.
-inline void RunState::run_kernel(std::uint32_t i) {
-  Instruction& in = instrs_[i];
-  if (__builtin_expect(!timed_, 1)) {
-    in.fn(in.ctx);
-    return;
-  }
-  run_kernel_timed(i);
-}
-
 // Out of line and cold: the loops that run kernels keep their registers for
 // the untimed path.
 [[gnu::noinline, gnu::cold]] void RunState::run_kernel_timed(std::uint32_t i) {
@@ -80,6 +70,15 @@ inline void RunState::run_kernel(std::uint32_t i) {
   }
 }
 
+// Runs i's kernel on this thread, timed when the run is profiled or measured.
+inline void RunState::run_kernel(std::uint32_t i) {
+  Instruction& in = instrs_[i];
+  if (__builtin_expect(!timed_, 1)) {
+    in.fn(in.ctx);
+    return;
+  }
+  run_kernel_timed(i);
+}
 
 template <bool kStreams>
 inline bool RunState::execute(std::uint32_t i) {
