@@ -28,6 +28,25 @@ std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
 }
 
 std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
+                                  const std::vector<FetchTarget>& fetch, StepStats& stats) {
+  stats.clear();
+  std::shared_ptr<InterpreterCore> core;
+  try {
+    core = core_for(program, feed, fetch, scope_);
+  } catch (const std::exception& e) {
+    stats.failed = true;
+    stats.error = e.what();
+    throw;
+  }
+  FeedPointers ptrs(feed.size());
+  std::size_t k = 0;
+  for (const auto& [name, t] : feed) ptrs[k++] = const_cast<Tensor*>(&t);
+  std::vector<Tensor> out(fetch.size());
+  core->run(ptrs.span(), /*take=*/false, out, &stats);
+  return out;
+}
+
+std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
                                   const std::vector<FetchTarget>& fetch, Scope& scope) {
   std::vector<Tensor> out(fetch.size());
   run(program, feed, fetch, scope, out);

@@ -86,11 +86,29 @@ void InterpreterCore::run(std::span<Tensor> feeds, bool take, std::span<Tensor> 
   run(ptrs.span(), take, results);
 }
 
-void InterpreterCore::run(std::span<Tensor* const> feeds, bool take, std::span<Tensor> results) {
-  plan_->check_feeds(feeds);
-  if (results.size() != num_fetches())
-    throw_error(ErrorKind::InvalidArgument, "expected room for ", num_fetches(),
-                " fetched tensors, got ", results.size());
+std::vector<Tensor> InterpreterCore::run(std::span<const Tensor> feeds, StepStats& stats) {
+  std::vector<Tensor> out(num_fetches());
+  FeedPointers ptrs(feeds.size());
+  for (std::size_t k = 0; k < feeds.size(); ++k) ptrs[k] = const_cast<Tensor*>(&feeds[k]);
+  run(ptrs.span(), /*take=*/false, out, &stats);
+  return out;
+}
+
+void InterpreterCore::run(std::span<Tensor* const> feeds, bool take, std::span<Tensor> results,
+                          StepStats* stats) {
+  if (__builtin_expect(stats != nullptr, 0)) stats->clear();
+  try {
+    plan_->check_feeds(feeds);
+    if (results.size() != num_fetches())
+      throw_error(ErrorKind::InvalidArgument, "expected room for ", num_fetches(),
+                  " fetched tensors, got ", results.size());
+  } catch (const std::exception& e) {
+    if (stats) {
+      stats->failed = true;
+      stats->error = e.what();
+    }
+    throw;
+  }
   // The caller's previous results go first: a result still holding last
   // run's buffer would keep its kernel from reusing it (an allocation per run).
   for (Tensor& r : results) r = Tensor();
@@ -101,7 +119,8 @@ void InterpreterCore::run(std::span<Tensor* const> feeds, bool take, std::span<T
     ~GiveBack() { core->release_state(state); }
   } give_back{this, state};
   ThreadPlanTuner::Choice choice;
-  const RunConfig config = configure_run(*state, choice);
+  RunConfig config = configure_run(*state, choice);
+  config.stats = stats;
   const std::int64_t t0 = choice.trial ? now_ns() : 0;
   {
     BlasThreadsGuard blas(plan_->has_blas, config.plan, num_threads_);

@@ -1,12 +1,24 @@
 #include "kiln/exec/run_state.h"
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <sstream>
 
+#include "kiln/exec/step_stats.h"
 #include "kiln/runtime/cuda_context.h"
 
 namespace kiln {
+
+namespace {
+
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
 
 RunState::RunState(std::shared_ptr<const ExecutionPlan> plan, Scope& scope)
     : plan_(std::move(plan)), scope_(&scope) {
@@ -162,7 +174,8 @@ void RunState::reset_counters() {
 
 void RunState::run(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
                    std::span<Tensor> results) {
-  if (graph_) run_graph(feeds, take, config, results);
+  if (__builtin_expect(config.stats != nullptr, 0)) run_with_stats(feeds, take, config, results);
+  else if (graph_) run_graph(feeds, take, config, results);
   else run_launches(feeds, take, config, results);
 }
 
@@ -189,9 +202,14 @@ void RunState::begin_run(const RunConfig& config) {
   abort_.store(false, std::memory_order_relaxed);
   error_ = nullptr;
   config_ = config;
-  timed_ = config.measure || plan_->options.profile;
+  record_ = plan_->options.profile;
+  timed_ = config.measure || record_;
+  if (__builtin_expect(config.stats != nullptr, 0)) {
+    record_ = timed_ = true;
+    prepare_stats();
+  }
   ++runs_;
-  if (dev_base_) {
+  if (dev_base_ && record_) {
     dev_base_->record(*streams_[dev_base_stream_]);
     dev_base_host_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
                             std::chrono::steady_clock::now().time_since_epoch())
@@ -220,6 +238,7 @@ void RunState::create_device_timers() {
 // Device kernels' times, placed on the host clock by the run's base event;
 // each stream gets its own trace row (tid 1000000 + its index).
 void RunState::read_device_times() {
+  if (!record_) return;  // timers made for an earlier run's step stats
   const ExecutionPlan& p = *plan_;
   for (std::uint32_t i = 0; i < p.size(); ++i) {
     if (!dev_start_[i]) continue;
@@ -262,7 +281,8 @@ void RunState::run_region() {
   error_ = nullptr;
   config_ = RunConfig{};
   solo_ = true;
-  timed_ = plan_->options.profile;
+  record_ = plan_->options.profile;
+  timed_ = record_;
   ++runs_;
   run_in_order<false>();
   if (error_) {
@@ -348,6 +368,91 @@ void RunState::append_trace_events(std::ostream& os, std::int64_t t0, const std:
     for (const auto& [name, child] : r.children())
       child->append_trace_events(os, t0, path + plan_->label(i) + " > " + name + " > ", first);
   }
+}
+
+// ---- step stats ----
+
+// A run that collects its StepStats: the usual run, then every instruction
+// it ran, also when it failed (the error is rethrown after).
+void RunState::run_with_stats(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
+                              std::span<Tensor> results) {
+  StepStats& stats = *config.stats;
+  stats.clear();
+  const std::int64_t t0 = steady_ns();
+  try {
+    if (graph_) run_graph(feeds, take, config, results);
+    else run_launches(feeds, take, config, results);
+  } catch (const std::exception& e) {
+    stats.failed = true;
+    stats.error = e.what();
+    collect_stats(stats, t0);
+    throw;
+  }
+  collect_stats(stats, t0);
+}
+
+// Per-instruction records sized for the plan and zeroed (0: not run), and
+// CUDA timing events for the device's streams, made on the first run that
+// asks (runs that do not ask never record them).
+void RunState::prepare_stats() {
+  const std::uint32_t n = plan_->size();
+  if (t_bytes_.size() != n) {
+    t_start_.assign(n, 0);
+    t_end_.assign(n, 0);
+    t_thread_.assign(n, 0);
+    t_bytes_.assign(n, 0);
+    if (dev_start_.empty() && plan_->has_streams()) create_device_timers();
+  } else {
+    std::fill(t_start_.begin(), t_start_.end(), 0);
+    std::fill(t_bytes_.begin(), t_bytes_.end(), 0);
+  }
+}
+
+void RunState::collect_stats(StepStats& stats, std::int64_t t0) const {
+  const ExecutionPlan& p = *plan_;
+  stats.step_id = runs_;
+  stats.start_ns = t0;
+  stats.wall_ns = steady_ns() - t0;
+  // A replayed CUDA graph launched no kernel of its own: its records (none,
+  // or the capture's launches) say nothing of this run.
+  if (graph_ && graph_->stage == GraphMode::Stage::Replay) return;
+  stats.nodes.reserve(p.size());
+  for (std::uint32_t i = 0; i < p.size(); ++i) {
+    if (!t_start_[i]) continue;
+    const PlanInstruction& in = p.instructions[i];
+    NodeStats& node = stats.nodes.emplace_back();
+    node.instruction = i;
+    node.op_name = in.name;
+    node.label = p.label(i);
+    node.start_ns = t_start_[i] - t0;
+    node.end_ns = t_end_[i] - t0;
+    node.thread = t_thread_[i];
+    if (in.lane.is_stream) node.stream = p.stream_names[static_cast<std::size_t>(in.lane.stream)];
+    node.bytes_allocated = t_bytes_[i];
+  }
+}
+
+// Bytes of i's output tensors whose buffers it did not share from an input
+// (nor from an earlier output of its own).
+std::int64_t RunState::output_bytes(std::uint32_t i) const {
+  const KernelContext& ctx = instrs_[i].ctx;
+  auto tensor_of = [](const Variable& v) -> const Tensor* {
+    if (!v.is<Tensor>()) return nullptr;
+    const Tensor& t = v.get<Tensor>();
+    return t.is_initialized() ? &t : nullptr;
+  };
+  std::int64_t total = 0;
+  for (std::uint32_t o = 0; o < ctx.num_outputs(); ++o) {
+    const Tensor* t = tensor_of(ctx.output_var(o));
+    if (!t || !t->buffer()) continue;
+    bool shared = false;
+    for (std::uint32_t k = 0; k < ctx.num_inputs() && !shared; ++k)
+      if (const Tensor* in = tensor_of(ctx.input_var(k))) shared = t->shares_buffer_with(*in);
+    for (std::uint32_t k = 0; k < o && !shared; ++k)
+      if (const Tensor* out = tensor_of(ctx.output_var(k))) shared = t->shares_buffer_with(*out);
+    if (!shared) total += static_cast<std::int64_t>(t->bytes());
+  }
+  return total;
 }
 
 }  // namespace kiln

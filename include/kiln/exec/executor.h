@@ -37,6 +37,13 @@ class Executor {
   // one compiled program included (each gets its own run state).
   std::vector<Tensor> run(const Program& program, const FeedMap& feed = {},
                           const std::vector<FetchTarget>& fetch = {});
+  // The same, collecting the run's step stats into `stats`: per instruction
+  // its start and end, thread, stream and bytes allocated
+  // (kiln/exec/step_stats.h; TensorFlow's RunOptions.trace_level with
+  // RunMetadata.step_stats). Runs that do not ask record nothing. A run that
+  // fails collects what it ran, sets stats.failed and its error, and throws.
+  std::vector<Tensor> run(const Program& program, const FeedMap& feed,
+                          const std::vector<FetchTarget>& fetch, StepStats& stats);
   std::vector<Tensor> run(const Program& program, const FeedMap& feed,
                           const std::vector<FetchTarget>& fetch, Scope& scope);
   // The same into the caller's `results` (one per fetch target, reused step

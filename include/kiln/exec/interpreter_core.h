@@ -24,6 +24,7 @@
 #include "kiln/exec/cost_model.h"
 #include "kiln/exec/execution_plan.h"
 #include "kiln/exec/run_state.h"
+#include "kiln/exec/step_stats.h"
 #include "kiln/exec/thread_plan.h"
 #include "kiln/exec/work_queue.h"
 
@@ -80,7 +81,14 @@ class InterpreterCore {
   // allocation on the run path. `take`: the feeds are moved from.
   void run(std::span<Tensor> feeds, bool take, std::span<Tensor> results);
   // The same over pointers to the feeds (the Executor's feed map, uncopied).
-  void run(std::span<Tensor* const> feeds, bool take, std::span<Tensor> results);
+  // With `stats`, the run's step stats are collected there (cleared first;
+  // kiln/exec/step_stats.h); a run that fails collects what it ran, sets
+  // stats->failed and its error, and throws as usual.
+  void run(std::span<Tensor* const> feeds, bool take, std::span<Tensor> results,
+           StepStats* stats = nullptr);
+  // Feeds as in run(feeds), collecting the run's step stats into `stats`
+  // (TensorFlow's RunOptions.trace_level with RunMetadata.step_stats).
+  std::vector<Tensor> run(std::span<const Tensor> feeds, StepStats& stats);
 
   const ExecutionPlan& plan() const { return *plan_; }
   const std::vector<std::string>& feed_names() const { return feed_names_; }
@@ -110,7 +118,8 @@ class InterpreterCore {
   Scope& local_scope() const { return primary_->local_scope(); }
   // Graphviz DOT of the instruction DAG (solid: direct, dashed: event, bold: sync).
   std::string to_dot() const;
-  // Chrome trace JSON (chrome://tracing, Perfetto) of the last profiled run.
+  // Chrome trace JSON (chrome://tracing, Perfetto) of the last profiled run
+  // (ExecutionOptions::profile; a run's own: to_chrome_trace(StepStats)).
   std::string chrome_trace() const;
   // The plan runs use: the decided one, or while Auto still measures, the
   // plan of its first trial.

@@ -34,11 +34,16 @@
 
 namespace kiln {
 
+struct StepStats;
+
 // How one run goes (decided by the core for each run).
 struct RunConfig {
   ThreadPlan plan = ThreadPlan::Sequential;  // Sequential, Graph or Blas
   WorkQueue* pool = nullptr;                 // Graph: the workers
   CostModel* costs = nullptr;
+  // Not null: the run's StepStats are collected there (kiln/exec/step_stats.h;
+  // a failed run's too: the instructions that finished, `failed`, its error).
+  StepStats* stats = nullptr;
   bool measure = false;                      // time every kernel into `costs`
 };
 
@@ -97,6 +102,12 @@ class RunState {
   void run_launches(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
                     std::span<Tensor> results);
   void finish_run(std::size_t num_feeds, std::span<Tensor> results);
+  // Step stats (run_state.cc).
+  void run_with_stats(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
+                      std::span<Tensor> results);
+  void prepare_stats();
+  void collect_stats(StepStats& stats, std::int64_t t0) const;
+  std::int64_t output_bytes(std::uint32_t i) const;
   // CUDA graph mode (run_state_graph.cc).
   struct GraphMode;
   std::string graph_blocker() const;
@@ -123,6 +134,7 @@ class RunState {
   bool wait_on_host(std::uint32_t i);
   void run_on_stream(std::uint32_t i);
   void run_kernel(std::uint32_t i);
+  void run_kernel_timed(std::uint32_t i);
   void record_error(std::uint32_t i) noexcept;
   void synchronize_streams();
   void collect_garbage(std::uint32_t i);
@@ -169,6 +181,7 @@ class RunState {
   RunConfig config_;
   bool solo_ = false;  // one thread touches every counter
   bool timed_ = false; // profile or measure: read the clock around kernels
+  bool record_ = false; // profile or step stats: keep each kernel's times
   std::uint64_t runs_ = 0;
 
   // Tasks queued or running (pool runs); see finish_task() for completion.
@@ -181,9 +194,10 @@ class RunState {
   std::exception_ptr error_;
   std::uint32_t error_instr_ = 0;
 
-  // Profiling (one entry per instruction, last profiled run).
+  // Profiling and step stats (one entry per instruction, last recorded run).
   std::vector<std::int64_t> t_start_, t_end_;
   std::vector<std::uint32_t> t_thread_;
+  std::vector<std::int64_t> t_bytes_;  // step stats: bytes each output allocated
   // Profiling on CUDA streams: timing events around each kernel, read after
   // the run against one recorded at its start (so the trace shows device
   // time, one row per stream, and copies overlapping compute).
