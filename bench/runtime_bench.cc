@@ -8,10 +8,18 @@
 //         register_callback + deregister_callback of a small callback
 // Each: the median over 15 repetitions of 200k operations, after a warm-up;
 // each also as `<name>.cpu`, the median CPU time per operation.
+//   BENCH runtime.run_async.overhead        ns: a training step of the seed
+//         program (bench_models.h) by Executor::run_async, the caller
+//         spinning until `done`, less the same step by Executor::run; the
+//         median over 15 repetitions of 2000 steps of each, interleaved,
+//         after the thread plan has settled (Executor at its default
+//         threads). Also .run and .async: the two step times, ns.
+#include <atomic>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "bench_models.h"
 #include "bench_util.h"
 
 #include "kiln/runtime/cancellation.h"
@@ -77,6 +85,46 @@ void cancellation_register() {
   if (runs != 0) std::puts("a deregistered callback ran");
 }
 
+void run_async_overhead() {
+  auto m = seed_model();
+  kiln::Executor exe;
+  exe.run(m->startup);
+  const std::vector<kiln::FetchTarget> fetch{m->loss};
+  std::vector<kiln::Tensor> out(1);
+  constexpr int kSteps = 2000;
+  // Warm-up: the cost model calibrates and the thread plan is chosen.
+  for (int i = 0; i < 3000; ++i) exe.run(m->main, m->feeds, fetch, out);
+  std::atomic<bool> done{false};
+  double sink = 0;
+  auto async_step = [&] {
+    // Relaxed: the flag is reset before the run that sets it is started.
+    done.store(false, std::memory_order_relaxed);
+    exe.run_async(m->main, m->feeds, fetch, {}, [&](const kiln::Error*, std::vector<kiln::Tensor>&& t) {
+      if (!t.empty()) sink += static_cast<double>(t[0].numel());
+      done.store(true, std::memory_order_release);  // the caller's acquire sees `sink`
+    });
+    while (!done.load(std::memory_order_acquire)) {
+    }
+  };
+  for (int i = 0; i < 1000; ++i) async_step();
+  std::vector<double> run_ns, async_ns, diff_ns;
+  for (int r = 0; r < kReps; ++r) {
+    const double a = time_ns([&] {
+      for (int i = 0; i < kSteps; ++i) exe.run(m->main, m->feeds, fetch, out);
+    }) / kSteps;
+    const double b = time_ns([&] {
+      for (int i = 0; i < kSteps; ++i) async_step();
+    }) / kSteps;
+    run_ns.push_back(a);
+    async_ns.push_back(b);
+    diff_ns.push_back(b - a);
+  }
+  emit("runtime.run_async.run", median(run_ns), "ns");
+  emit("runtime.run_async.async", median(async_ns), "ns");
+  emit("runtime.run_async.overhead", median(diff_ns), "ns");
+  if (sink < 0) std::puts("");
+}
+
 }  // namespace
 }  // namespace bench
 
@@ -89,5 +137,6 @@ int main(int argc, char** argv) {
   if (wants("runtime.rendezvous.pair")) bench::rendezvous_pair();
   if (wants("runtime.rendezvous.async_pair")) bench::rendezvous_async_pair();
   if (wants("runtime.cancellation.register")) bench::cancellation_register();
+  if (wants("runtime.run_async.overhead")) bench::run_async_overhead();
   return 0;
 }

@@ -75,4 +75,9 @@ void WorkQueue::worker_loop() {
   }
 }
 
+WorkQueue& shared_async_queue() {
+  static WorkQueue queue(1);
+  return queue;
+}
+
 }  // namespace kiln
