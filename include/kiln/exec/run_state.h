@@ -80,7 +80,7 @@ class RunState {
            const RunOptions* options = nullptr);
 
   // An asynchronous run's end, called once on the thread that finishes the
-  // run's last work (never the caller of start()).
+  // run's last work — a pool thread, possibly still inside start().
   struct Completion {
     void (*fn)(void* arg, RunState& state) noexcept = nullptr;
     void* arg = nullptr;
