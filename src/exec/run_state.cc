@@ -270,7 +270,8 @@ void RunState::run_region() {
   solo_ = true;
   timed_ = plan_->options.profile;
   ++runs_;
-  run_in_order<false>();
+  if (plan_->has_async) run_in_order<false, true>();
+  else run_in_order<false>();
   if (error_) {
     dirty_ = true;
     rethrow_region_error();

@@ -77,7 +77,7 @@ inline void RunState::run_kernel(std::uint32_t i) {
   }
 }
 
-template <bool kStreams>
+template <bool kStreams, bool kAsync>
 inline RunState::Step RunState::execute(std::uint32_t i) {
   if constexpr (kStreams) {
     if (plan_->lane[i] >= 0) return launch(i) ? Step::Ran : Step::Failed;
@@ -87,7 +87,8 @@ inline RunState::Step RunState::execute(std::uint32_t i) {
   }
   // Relaxed: a stale "false" only runs one more op before the abort is seen.
   if (abort_.load(std::memory_order_relaxed)) return Step::Failed;
-  if (__builtin_expect(instrs_[i].fn == nullptr, 0)) return start_async_kernel(i);
+  if constexpr (kAsync)
+    if (instrs_[i].fn == nullptr) return start_async_kernel(i);
   try {
     run_kernel(i);
   } catch (...) {
@@ -155,14 +156,14 @@ void RunState::record_streams(std::uint32_t s) {
     buffer->record_stream(*streams_[p.record[k]]);
 }
 
-template <bool kStreams>
-void RunState::run_in_order(std::uint32_t from) {
+template <bool kStreams, bool kAsync>
+void RunState::run_in_order() {
   const std::uint32_t n = plan_->size();
   const bool gc = plan_->options.gc;
-  for (std::uint32_t i = from; i < n; ++i) {
-    // Never Suspended: counted runs go from the roots, and a region's run
-    // waits for its asynchronous kernels (blocking_).
-    if (execute<kStreams>(i) != Step::Ran) return;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    // Never Suspended: a plan with asynchronous kernels runs from the roots,
+    // except a region's, which waits for them (blocking_).
+    if (execute<kStreams, kAsync>(i) != Step::Ran) return;
     // A stream instruction collects its garbage on its stream.
     if (gc && (!kStreams || plan_->lane[i] < 0)) collect_garbage(i);
   }
@@ -249,8 +250,13 @@ void RunState::hand_out(std::uint32_t i) {
 
 void RunState::task_entry(void* state, std::uint32_t i) {
   auto* self = static_cast<RunState*>(state);
-  if (self->plan_->has_streams()) self->run_chain<true>(i);
-  else self->run_chain<false>(i);
+  if (self->plan_->has_async) {
+    if (self->plan_->has_streams()) self->run_chain<true, true>(i);
+    else self->run_chain<false, true>(i);
+  } else {
+    if (self->plan_->has_streams()) self->run_chain<true>(i);
+    else self->run_chain<false>(i);
+  }
   self->finish_task();  // the last access to the state
 }
 
@@ -284,7 +290,7 @@ void RunState::finish_task() {
 //
 // `resumed`: i already ran (an asynchronous kernel whose callback came
 // after its starter had moved on): go on with its successors.
-template <bool kStreams>
+template <bool kStreams, bool kAsync>
 void RunState::run_chain(std::uint32_t i, bool resumed) {
   std::vector<std::uint32_t>& inline_ready = config_.pool ? tls_inline : local_ready_;
   const ExecutionPlan& p = *plan_;
@@ -292,13 +298,13 @@ void RunState::run_chain(std::uint32_t i, bool resumed) {
   const bool solo = solo_;
   const std::size_t base = inline_ready.size();
   for (;;) {
-    if (!resumed) {
-      const Step step = execute<kStreams>(i);
+    if (!kAsync || !resumed) {
+      const Step step = execute<kStreams, kAsync>(i);
       if (step == Step::Failed) {
         inline_ready.resize(base);  // the run is aborting: drop this chain's leftovers
         return;
       }
-      if (step == Step::Suspended) {
+      if (kAsync && step == Step::Suspended) {
         // Its callback goes on with its successors; this thread with what
         // else it holds.
         if (inline_ready.size() == base) return;
@@ -307,7 +313,7 @@ void RunState::run_chain(std::uint32_t i, bool resumed) {
         continue;
       }
     }
-    resumed = false;
+    if constexpr (kAsync) resumed = false;
     // A stream instruction collects its garbage on its stream, after its kernel.
     if (!kStreams || p.lane[i] < 0) collect_garbage(i);
     std::uint32_t next = kNoIndex, expensive = kNoIndex;
@@ -436,8 +442,13 @@ void RunState::schedule_counted() {
     const auto& roots = plan_->roots;
     if (!roots.empty()) {
       for (std::size_t k = 1; k < roots.size(); ++k) hand_out(roots[k]);
-      if (streams) run_chain<true>(roots[0]);
-      else run_chain<false>(roots[0]);
+      if (plan_->has_async) {
+        if (streams) run_chain<true, true>(roots[0]);
+        else run_chain<false, true>(roots[0]);
+      } else {
+        if (streams) run_chain<true>(roots[0]);
+        else run_chain<false>(roots[0]);
+      }
     }
   }
   finish_task();  // start(): may end the run, the last access to the state
@@ -461,8 +472,8 @@ void RunState::resume_after(std::uint32_t i) {
     record_error(i, std::move(e));
     return;
   }
-  if (plan_->has_streams()) run_chain<true>(i, /*resumed=*/true);
-  else run_chain<false>(i, /*resumed=*/true);
+  if (plan_->has_streams()) run_chain<true, true>(i, /*resumed=*/true);
+  else run_chain<false, true>(i, /*resumed=*/true);
 }
 
 void RunState::resume_entry(void* state, std::uint32_t i) {
@@ -470,5 +481,9 @@ void RunState::resume_entry(void* state, std::uint32_t i) {
   self->resume_after(i);
   self->finish_task();  // the count the kernel held; may end the run
 }
+
+// run_region() (run_state.cc) walks a region's plan in program order.
+template void RunState::run_in_order<false, false>();
+template void RunState::run_in_order<false, true>();
 
 }  // namespace kiln

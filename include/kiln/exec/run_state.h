@@ -153,9 +153,11 @@ class RunState {
   // lanes; host-only plans run the <false> instantiations, which contain no
   // lane, event or wait code at all.
   void schedule();
-  template <bool kStreams> void run_in_order(std::uint32_t from = 0);
-  template <bool kStreams> void run_chain(std::uint32_t i, bool resumed = false);
-  template <bool kStreams> Step execute(std::uint32_t i);
+  // kAsync: the plan has asynchronous kernels. Instantiated apart, so a
+  // plan without them runs the very loops it ran before they existed.
+  template <bool kStreams, bool kAsync = false> void run_in_order();
+  template <bool kStreams, bool kAsync = false> void run_chain(std::uint32_t i, bool resumed = false);
+  template <bool kStreams, bool kAsync = false> Step execute(std::uint32_t i);
   void run_from_roots();
   void run_ready_on_caller();
   void run_with_pool();
