@@ -117,10 +117,11 @@ void InterpreterCore::run(std::span<Tensor* const> feeds, bool take, std::span<T
 // One run_async call, from the call to `done`: what the run reads and
 // writes lives here, on the heap, as the caller's frame is gone.
 struct InterpreterCore::AsyncRun {
+  explicit AsyncRun(std::size_t num_feeds) : feed_ptrs(num_feeds) {}
   InterpreterCore* core = nullptr;
   std::shared_ptr<InterpreterCore> keep_alive;
   std::vector<Tensor> feeds;
-  std::vector<Tensor*> feed_ptrs;
+  FeedPointers feed_ptrs;  // inline for the usual few: no allocation
   std::vector<Tensor> results;
   RunOptions options;
   RunDone done;
@@ -133,11 +134,10 @@ struct InterpreterCore::AsyncRun {
 void InterpreterCore::run_async(std::vector<Tensor> feeds, const RunOptions& options, RunDone done,
                                 std::shared_ptr<InterpreterCore> keep_alive,
                                 std::atomic<std::int64_t>* in_flight) {
-  auto* r = new AsyncRun;
+  auto* r = new AsyncRun(feeds.size());
   r->core = this;
   r->keep_alive = std::move(keep_alive);
   r->feeds = std::move(feeds);
-  r->feed_ptrs.resize(r->feeds.size());
   for (std::size_t k = 0; k < r->feeds.size(); ++k) r->feed_ptrs[k] = &r->feeds[k];
   r->results.resize(num_fetches());
   r->options = options;
@@ -156,7 +156,7 @@ void InterpreterCore::start_async_entry(void* run, std::uint32_t) {
 void InterpreterCore::start_async(AsyncRun* r) noexcept {
   RunState* state = nullptr;
   try {
-    plan_->check_feeds(r->feed_ptrs);
+    plan_->check_feeds(r->feed_ptrs.span());
     state = acquire_state();
   } catch (...) {
     deliver(r, std::current_exception());
@@ -167,7 +167,7 @@ void InterpreterCore::start_async(AsyncRun* r) noexcept {
   // thread; BLAS keeps the thread count it has.
   r->measure = config.measure;
   r->t0 = r->choice.trial ? now_ns() : 0;
-  state->start(r->feed_ptrs, /*take=*/true, config, r->results, r->options,
+  state->start(r->feed_ptrs.span(), /*take=*/true, config, r->results, r->options,
                RunState::Completion{&InterpreterCore::async_run_completed, r});
 }
 
@@ -214,7 +214,7 @@ void InterpreterCore::fail_async(WorkQueue& queue, RunDone done, std::exception_
   auto* f = new Failed{std::move(done), std::move(error), in_flight};
   queue.push(WorkTask{[](void* p, std::uint32_t) {
                         auto* f = static_cast<Failed*>(p);
-                        auto* r = new AsyncRun;
+                        auto* r = new AsyncRun(0);
                         r->done = std::move(f->done);
                         r->in_flight = f->in_flight;
                         std::exception_ptr e = std::move(f->error);
