@@ -455,14 +455,21 @@ void RunState::schedule_counted() {
 }
 
 // The caller of a synchronous counted run helps with queued work, then
-// sleeps until the last task has finished (finish_task()).
+// sleeps until the last task has finished (finish_task()) — waking now and
+// then to help again: the caller may itself be a pool thread (a run called
+// from a done callback or a kernel), and the continuation of a receive that
+// completes later is queued on the pool, which may have no other thread free.
 void RunState::wait_counted() {
-  // Relaxed: as in run_with_pool().
-  while (pending_.load(std::memory_order_relaxed) != 0 && config_.pool->try_run_one()) {
+  for (;;) {
+    // Relaxed: as in run_with_pool().
+    while (pending_.load(std::memory_order_relaxed) != 0 && config_.pool->try_run_one()) {
+    }
+    std::unique_lock lock(done_mutex_);
+    if (done_cv_.wait_for(lock, std::chrono::microseconds(200), [this] { return done_; })) {
+      done_ = false;
+      return;
+    }
   }
-  std::unique_lock lock(done_mutex_);
-  done_cv_.wait(lock, [this] { return done_; });
-  done_ = false;
 }
 
 // On a pool thread: asynchronous kernel i completed after its starter moved

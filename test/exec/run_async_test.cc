@@ -362,3 +362,29 @@ TEST_CASE("asynchronous kernels completing inline or later on another thread: th
     }
   }
 }
+
+TEST_CASE("a synchronous run of a program with a receive, called from a done callback on a "
+          "one-thread executor, completes once the value comes",
+          "[exec][run_async]") {
+  // The callback runs on the only thread that takes the executor's
+  // continuations; the run it starts waits on a receive and must run the
+  // receive's continuation itself.
+  RecvProgram prog;
+  AddProgram other;
+  Executor exe(Place::cpu(), threads(1));
+  LocalRendezvous rendezvous;
+  std::atomic<float> inner{0.f};
+  DoneRecord rec;
+  RunDone record = rec.callback();
+  exe.run_async(other.p, {{"a", scalar_f32(1.f)}, {"b", scalar_f32(1.f)}}, {other.out}, {},
+                [&](const Error*, std::vector<Tensor>&&) {
+                  RunOptions options;
+                  options.rendezvous = &rendezvous;
+                  inner.store(value_f32(exe.run(prog.p, {}, {prog.out}, options)[0]));
+                  record(nullptr, {});
+                });
+  CHECK_FALSE(rec.wait(20ms));
+  rendezvous.send(key_of("x"), scalar_f32(6.f));
+  REQUIRE(rec.wait());
+  CHECK(inner.load() == 7.f);
+}
