@@ -13,6 +13,7 @@
 #include "exec/exec_test_util.h"
 #include "exec/run_test_util.h"
 #include "kiln/dialect/send_recv_ops.h"
+#include "kiln/io/json.h"
 #include "kiln/runtime/rendezvous.h"
 
 using namespace kiln;
@@ -246,4 +247,20 @@ TEST_CASE("send / recv programs round-trip through the printer's text", "[exec][
   CHECK_THAT(text, Catch::Contains("kiln.recv"));
   CHECK_THAT(text, Catch::Contains("kiln.send"));
   CHECK_THAT(text, Catch::Contains("host_stream:1"));
+}
+
+TEST_CASE("a send / recv program saved as JSON loads and runs the same", "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  Value a = b.create<RecvOp>("a", DataType::Float32, std::vector<std::int64_t>{-1}, Place::cpu(),
+                             Place::host_stream(1))
+                .result();
+  b.create<SendOp>(b.create<AddOp>(a, a).result(), "b", Place::host_stream(1), Place::cpu());
+  Program loaded = load_program_json(save_program_json(p));
+  Executor exe(Place::cpu(), threads(2));
+  LocalRendezvous r;
+  r.send(RendezvousKey(Place::cpu(), Place::host_stream(1), "a"), Tensor::from_vector<float>(Dims({2}), {1, 2}));
+  exe.run(loaded, {}, {}, through(r));
+  CHECK(r.recv(RendezvousKey(Place::host_stream(1), Place::cpu(), "b")).tensor.to_vector<float>() ==
+        std::vector<float>{2, 4});
 }
