@@ -17,8 +17,15 @@
 //         .overhead.cpu: the same difference in process CPU time (both
 //         threads); .pipelined: ns per run_async when 64 are started back to
 //         back and then waited for (hand-offs overlap).
+//   BENCH runtime.partitioned.ratio         a step of a wide program (two
+//         independent chains of 12 tanh(v·x) on 96×96 f32, joined by an add)
+//         split over two places — one executor of one thread each, a recv
+//         for the join — over the same program on one executor of 2
+//         threads (goal <= 1.1); also .step and .whole.step, µs (medians of
+//         15 repetitions of 200 steps).
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <thread>
 #include <string>
 #include <vector>
@@ -26,6 +33,7 @@
 #include "bench_models.h"
 #include "bench_util.h"
 
+#include "kiln/exec/partitioner.h"
 #include "kiln/runtime/cancellation.h"
 #include "kiln/runtime/rendezvous.h"
 
@@ -151,6 +159,58 @@ void run_async_overhead() {
   if (sink < 0) std::puts("");
 }
 
+
+void partitioned_ratio() {
+  constexpr std::int64_t kN = 96;
+  constexpr int kDepth = 12, kSteps = 200, kReps = 15;
+  const kiln::Place a = kiln::Place::host_stream(0), b = kiln::Place::host_stream(1);
+  kiln::Program p;
+  kiln::Builder bl(p);
+  kiln::Value x = bl.create<kiln::DataOp>("x", std::vector<std::int64_t>{kN, kN}).result();
+  kiln::Value chain[2];
+  for (int w = 0; w < 2; ++w) {
+    kiln::Value v = x;
+    for (int d = 0; d < kDepth; ++d) {
+      auto mm = bl.create<kiln::MatmulOp>(v, x);
+      auto t = bl.create<kiln::TanhOp>(mm.result());
+      kiln::set_op_place(mm.operation(), w == 0 ? a : b);
+      kiln::set_op_place(t.operation(), w == 0 ? a : b);
+      v = t.result();
+    }
+    chain[w] = v;
+  }
+  kiln::Value out = bl.create<kiln::AddOp>(chain[0], chain[1]).result();
+  std::vector<float> xs(static_cast<std::size_t>(kN * kN));
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
+  const kiln::FeedMap feed{{"x", kiln::Tensor::from_vector<float>({kN, kN}, xs)}};
+
+  kiln::Executor whole(kiln::Place::cpu(), {.num_threads = 2});
+  const std::vector<kiln::FetchTarget> fetch{out};
+  std::vector<kiln::Tensor> res(1);
+  const kiln::PartitionedProgram pp = kiln::partition(p, {out}, a);
+  kiln::Executor ea(kiln::Place::cpu(), {.num_threads = 1}), eb(kiln::Place::cpu(), {.num_threads = 1});
+  kiln::Executor* exes[] = {&ea, &eb};
+  for (int i = 0; i < 50; ++i) {
+    whole.run(p, feed, fetch, res);
+    kiln::run_partitioned(pp, exes, feed);
+  }
+  std::vector<double> w_us, p_us, ratio;
+  for (int r = 0; r < kReps; ++r) {
+    const double tw = time_ns([&] {
+      for (int i = 0; i < kSteps; ++i) whole.run(p, feed, fetch, res);
+    });
+    const double tp = time_ns([&] {
+      for (int i = 0; i < kSteps; ++i) kiln::run_partitioned(pp, exes, feed);
+    });
+    w_us.push_back(tw / kSteps / 1e3);
+    p_us.push_back(tp / kSteps / 1e3);
+    ratio.push_back(tp / tw);
+  }
+  emit("runtime.partitioned.step", median(p_us), "us");
+  emit("runtime.partitioned.whole.step", median(w_us), "us");
+  emit("runtime.partitioned.ratio", median(ratio), "ratio");
+}
+
 }  // namespace
 }  // namespace bench
 
@@ -164,5 +224,6 @@ int main(int argc, char** argv) {
   if (wants("runtime.rendezvous.async_pair")) bench::rendezvous_async_pair();
   if (wants("runtime.cancellation.register")) bench::cancellation_register();
   if (wants("runtime.run_async.overhead")) bench::run_async_overhead();
+  if (wants("runtime.partitioned.ratio")) bench::partitioned_ratio();
   return 0;
 }
