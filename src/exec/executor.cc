@@ -1,5 +1,6 @@
 #include "kiln/exec/executor.h"
 
+#include <chrono>
 #include <thread>
 
 #include "kiln/ir/structural_hash.h"
@@ -18,6 +19,9 @@ Executor::Executor(Place place, ExecutionOptions options) : options_(std::move(o
 }
 
 Executor::~Executor() {
+  // acquire: pairs with the release of each run's last access (deliver()).
+  while (in_flight_.load(std::memory_order_acquire) != 0)
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
   last_run_.core.reset();
   lru_.clear();  // cores drop their kid scopes before the scope goes
 }
@@ -42,7 +46,7 @@ std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
   std::size_t k = 0;
   for (const auto& [name, t] : feed) ptrs[k++] = const_cast<Tensor*>(&t);
   std::vector<Tensor> out(fetch.size());
-  core->run(ptrs.span(), /*take=*/false, out, &stats);
+  core->run(ptrs.span(), /*take=*/false, out, nullptr, &stats);
   return out;
 }
 
@@ -67,6 +71,39 @@ void Executor::run(const Program& program, const FeedMap& feed, const std::vecto
   std::size_t k = 0;
   for (const auto& [name, t] : feed) ptrs[k++] = const_cast<Tensor*>(&t);
   core->run(ptrs.span(), /*take=*/false, results);
+}
+
+std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
+                                  const std::vector<FetchTarget>& fetch, const RunOptions& options) {
+  std::shared_ptr<InterpreterCore> core = core_for(program, feed, fetch, scope_);
+  FeedPointers ptrs(feed.size());
+  std::size_t k = 0;
+  for (const auto& [name, t] : feed) ptrs[k++] = const_cast<Tensor*>(&t);
+  std::vector<Tensor> out(fetch.size());
+  core->run(ptrs.span(), /*take=*/false, out, &options);
+  return out;
+}
+
+void Executor::run_async(const Program& program, const FeedMap& feed,
+                         const std::vector<FetchTarget>& fetch, const RunOptions& options,
+                         RunDone done) {
+  // Relaxed: the run's own hand-offs order it; the destructor's acquire
+  // pairs with the release of the decrement.
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
+  std::shared_ptr<InterpreterCore> core;
+  try {
+    core = core_for(program, feed, fetch, scope_);
+  } catch (...) {
+    InterpreterCore::fail_async(queue_ ? *queue_ : shared_async_queue(), std::move(done),
+                                std::current_exception(), &in_flight_);
+    return;
+  }
+  // Shared into the run (names in map order, as the core was built with).
+  std::vector<Tensor> feeds;
+  feeds.reserve(feed.size());
+  for (const auto& [name, t] : feed) feeds.push_back(t);
+  InterpreterCore* c = core.get();
+  c->run_async(std::move(feeds), options, std::move(done), std::move(core), &in_flight_);
 }
 
 std::shared_ptr<InterpreterCore> Executor::core_for(const Program& program, const FeedMap& feed,

@@ -90,12 +90,12 @@ std::vector<Tensor> InterpreterCore::run(std::span<const Tensor> feeds, StepStat
   std::vector<Tensor> out(num_fetches());
   FeedPointers ptrs(feeds.size());
   for (std::size_t k = 0; k < feeds.size(); ++k) ptrs[k] = const_cast<Tensor*>(&feeds[k]);
-  run(ptrs.span(), /*take=*/false, out, &stats);
+  run(ptrs.span(), /*take=*/false, out, nullptr, &stats);
   return out;
 }
 
 void InterpreterCore::run(std::span<Tensor* const> feeds, bool take, std::span<Tensor> results,
-                          StepStats* stats) {
+                          const RunOptions* options, StepStats* stats) {
   if (__builtin_expect(stats != nullptr, 0)) stats->clear();
   try {
     plan_->check_feeds(feeds);
@@ -124,10 +124,122 @@ void InterpreterCore::run(std::span<Tensor* const> feeds, bool take, std::span<T
   const std::int64_t t0 = choice.trial ? now_ns() : 0;
   {
     BlasThreadsGuard blas(plan_->has_blas, config.plan, num_threads_);
-    state->run(feeds, take, config, results);
+    state->run(feeds, take, config, results, options);
   }
   if (config.measure) costs_.run_measured();
   if (choice.trial) tuner_.report(choice, now_ns() - t0);
+}
+
+// ---- asynchronous runs ----
+
+// One run_async call, from the call to `done`: what the run reads and
+// writes lives here, on the heap, as the caller's frame is gone.
+struct InterpreterCore::AsyncRun {
+  explicit AsyncRun(std::size_t num_feeds) : feed_ptrs(num_feeds) {}
+  InterpreterCore* core = nullptr;
+  std::shared_ptr<InterpreterCore> keep_alive;
+  std::vector<Tensor> feeds;
+  FeedPointers feed_ptrs;  // inline for the usual few: no allocation
+  std::vector<Tensor> results;
+  RunOptions options;
+  RunDone done;
+  std::atomic<std::int64_t>* in_flight = nullptr;
+  ThreadPlanTuner::Choice choice;
+  bool measure = false;
+  std::int64_t t0 = 0;
+};
+
+void InterpreterCore::run_async(std::vector<Tensor> feeds, const RunOptions& options, RunDone done,
+                                std::shared_ptr<InterpreterCore> keep_alive,
+                                std::atomic<std::int64_t>* in_flight) {
+  auto* r = new AsyncRun(feeds.size());
+  r->core = this;
+  r->keep_alive = std::move(keep_alive);
+  r->feeds = std::move(feeds);
+  for (std::size_t k = 0; k < r->feeds.size(); ++k) r->feed_ptrs[k] = &r->feeds[k];
+  r->results.resize(num_fetches());
+  r->options = options;
+  r->done = std::move(done);
+  r->in_flight = in_flight;
+  (queue_ ? *queue_ : shared_async_queue()).push(WorkTask{&InterpreterCore::start_async_entry, r, 0});
+}
+
+void InterpreterCore::start_async_entry(void* run, std::uint32_t) {
+  auto* r = static_cast<AsyncRun*>(run);
+  r->core->start_async(r);
+}
+
+// On a pool thread: what run() does before the scheduler, then the state's
+// start(); the state calls async_run_completed once the run is done.
+void InterpreterCore::start_async(AsyncRun* r) noexcept {
+  RunState* state = nullptr;
+  try {
+    plan_->check_feeds(r->feed_ptrs.span());
+    state = acquire_state();
+  } catch (...) {
+    deliver(r, std::current_exception());
+    return;
+  }
+  RunConfig config = configure_run(*state, r->choice);
+  // No BlasThreadsGuard: its lock cannot follow the run from thread to
+  // thread; BLAS keeps the thread count it has.
+  r->measure = config.measure;
+  r->t0 = r->choice.trial ? now_ns() : 0;
+  state->start(r->feed_ptrs.span(), /*take=*/true, config, r->results, r->options,
+               RunState::Completion{&InterpreterCore::async_run_completed, r});
+}
+
+void InterpreterCore::async_run_completed(void* run, RunState& state) noexcept {
+  auto* r = static_cast<AsyncRun*>(run);
+  InterpreterCore* core = r->core;
+  std::exception_ptr error = state.finish_async();
+  core->release_state(&state);  // the state may serve another run from here on
+  if (r->measure) core->costs_.run_measured();
+  if (r->choice.trial && !error) core->tuner_.report(r->choice, now_ns() - r->t0);
+  deliver(r, std::move(error));
+}
+
+void InterpreterCore::deliver(AsyncRun* r, std::exception_ptr error) noexcept {
+  if (!error) {
+    r->done(nullptr, std::move(r->results));
+  } else {
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      r->done(&e, std::vector<Tensor>{});
+    } catch (const std::exception& e) {
+      const Error wrapped(ErrorKind::Internal, e.what());
+      r->done(&wrapped, std::vector<Tensor>{});
+    } catch (...) {
+      const Error wrapped(ErrorKind::Internal, "a run failed with an unknown exception");
+      r->done(&wrapped, std::vector<Tensor>{});
+    }
+  }
+  std::atomic<std::int64_t>* in_flight = r->in_flight;
+  delete r;  // may drop the last reference to the core
+  // release: whoever sees the count fall (acquire) sees every access of
+  // this run done.
+  if (in_flight) in_flight->fetch_sub(1, std::memory_order_release);
+}
+
+void InterpreterCore::fail_async(WorkQueue& queue, RunDone done, std::exception_ptr error,
+                                 std::atomic<std::int64_t>* in_flight) {
+  struct Failed {
+    RunDone done;
+    std::exception_ptr error;
+    std::atomic<std::int64_t>* in_flight;
+  };
+  auto* f = new Failed{std::move(done), std::move(error), in_flight};
+  queue.push(WorkTask{[](void* p, std::uint32_t) {
+                        auto* f = static_cast<Failed*>(p);
+                        auto* r = new AsyncRun(0);
+                        r->done = std::move(f->done);
+                        r->in_flight = f->in_flight;
+                        std::exception_ptr e = std::move(f->error);
+                        delete f;
+                        deliver(r, std::move(e));
+                      },
+                      f, 0});
 }
 
 // The run's thread plan, pool and measuring. Costs matter only to runs over
@@ -147,6 +259,7 @@ RunConfig InterpreterCore::configure_run(RunState& state, ThreadPlanTuner::Choic
   }
   c.plan = choice.plan;
   c.pool = choice.plan == ThreadPlan::Graph ? queue_.get() : nullptr;
+  c.resume = queue_.get();  // null: the state takes shared_async_queue()
   return c;
 }
 

@@ -392,7 +392,9 @@ PlanBuilder::KernelChoice PlanBuilder::choose_kernel(Operation* op, std::uint32_
 
 void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index) {
   const auto [kernel, place] = choose_kernel(op, index);
-  const Lane lane = op_lane(op, index, place);
+  // An asynchronous kernel (a receive) is started by a host worker and
+  // completes through its callback; it never occupies a stream.
+  const Lane lane = kernel->async_fn ? Lane::host() : op_lane(op, index, place);
   std::vector<std::uint32_t> ins;
   for (std::uint32_t i = 0; i < op->num_operands(); ++i) ins.push_back(operand_slot(op, i, place, lane));
   std::vector<std::uint32_t> outs(op->num_results(), kNoIndex);
@@ -443,6 +445,7 @@ void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index) {
   in.op_index = index;
   in.op = op;
   in.fn = kernel->fn;
+  in.async_fn = kernel->async_fn;
   in.attrs = kernel->decode_attrs ? kernel->decode_attrs(op) : nullptr;
   if (op->has_trait<Random>()) in.order |= kOrderRandom;
   if (op->has_trait<Communication>()) in.order |= kOrderCommunication;
@@ -703,6 +706,8 @@ void PlanBuilder::summarize_for_thread_plan() {
   ExecutionPlan& p = plan();
   p.has_blas = std::any_of(p.instructions.begin(), p.instructions.end(),
                            [](const PlanInstruction& in) { return in.calls_blas; });
+  p.has_async = std::any_of(p.instructions.begin(), p.instructions.end(),
+                            [](const PlanInstruction& in) { return in.async_fn != nullptr; });
   p.has_parallelism = p.roots.size() > 1;
   for (std::uint32_t i = 0; i < p.size() && !p.has_parallelism; ++i)
     p.has_parallelism = p.succ_off[i + 1] - p.succ_off[i] > 1;

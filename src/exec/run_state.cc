@@ -42,7 +42,7 @@ RunState::RunState(std::shared_ptr<const ExecutionPlan> plan, Scope& scope)
 
 RunState::RunState(std::shared_ptr<const ExecutionPlan> region_plan, Scope& root,
                    std::span<Variable* const> arguments)
-    : plan_(std::move(region_plan)), scope_(&root) {
+    : plan_(std::move(region_plan)), scope_(&root), blocking_(true) {
   check_parameters(root);
   bind_variables(root, arguments);
   build_contexts(root);
@@ -56,6 +56,7 @@ void RunState::allocate_counters() {
   reset_counters();
   local_ready_.reserve(n);
   if (plan_->has_streams()) sync_ready_.reserve(n);
+  if (plan_->has_async) async_ = std::make_unique<AsyncSlot[]>(n);
   if (plan_->options.profile) {
     t_start_.assign(n, 0);
     t_end_.assign(n, 0);
@@ -131,6 +132,7 @@ void RunState::build_contexts(Scope& root) {
                                    static_cast<std::uint32_t>(in.writes.size()), attrs, in.place,
                                    allocator);
     instrs_[i].ctx.set_unused_outputs(in.unused_outputs);
+    instrs_[i].ctx.set_step(&step_);
   }
 }
 
@@ -173,15 +175,16 @@ void RunState::reset_counters() {
 }
 
 void RunState::run(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
-                   std::span<Tensor> results) {
-  if (__builtin_expect(config.stats != nullptr, 0)) run_with_stats(feeds, take, config, results);
-  else if (graph_) run_graph(feeds, take, config, results);
-  else run_launches(feeds, take, config, results);
+                   std::span<Tensor> results, const RunOptions* options) {
+  if (__builtin_expect(config.stats != nullptr, 0))
+    run_with_stats(feeds, take, config, results, options);
+  else if (graph_) run_graph(feeds, take, config, results);  // device work only: no receives
+  else run_launches(feeds, take, config, results, options);
 }
 
 // A run that launches every kernel.
 void RunState::run_launches(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
-                            std::span<Tensor> results) {
+                            std::span<Tensor> results, const RunOptions* options) {
   const ExecutionPlan& p = *plan_;
   for (std::size_t k = 0; k < feeds.size(); ++k) {
     Tensor& dst = vars_[p.feeds[k].slot]->get_mutable<Tensor>();
@@ -189,10 +192,13 @@ void RunState::run_launches(std::span<Tensor* const> feeds, bool take, const Run
     else dst = *feeds[k];
   }
   begin_run(config);
+  const bool stepped = options || p.has_async;
+  if (stepped) begin_step(options);
   schedule();
   // Kernels still queued on streams finish (and free) before the run
   // returns, error or not; their errors were recorded by run_on_stream().
   if (p.has_streams()) synchronize_streams();
+  if (stepped) end_step();
   if (dev_base_ && !error_) read_device_times();
   finish_run(feeds.size(), results);
 }
@@ -276,6 +282,7 @@ void RunState::finish_run(std::size_t num_feeds, std::span<Tensor> results) {
 }
 
 void RunState::run_region() {
+  // blocking_: an asynchronous kernel here is waited for on this thread.
   if (dirty_) reset_counters();
   abort_.store(false, std::memory_order_relaxed);
   error_ = nullptr;
@@ -284,7 +291,8 @@ void RunState::run_region() {
   record_ = plan_->options.profile;
   timed_ = record_;
   ++runs_;
-  run_in_order<false>();
+  if (plan_->has_async) run_in_order<false, true>();
+  else run_in_order<false>();
   if (error_) {
     dirty_ = true;
     rethrow_region_error();
@@ -317,6 +325,24 @@ void RunState::rethrow_region_error() {
 // with the path of ops into the region where it happened).
 void RunState::rethrow_error() {
   std::exception_ptr e = std::exchange(error_, nullptr);
+  if (error_instr_ == kRunIndex) {
+    // Cancelled or past its deadline: say which asynchronous kernel waited.
+    std::string waiting;
+    if (waiting_instr_ != kNoIndex) {
+      waiting = "; " + plan_->describe(waiting_instr_) + " was waiting";
+      try {
+        std::rethrow_exception(std::exchange(waiting_error_, nullptr));
+      } catch (const Error& err) {
+        waiting += " (" + err.message() + ")";
+      } catch (...) {
+      }
+    }
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& err) {
+      throw Error(err.kind(), err.message() + waiting);
+    }
+  }
   const std::string where = error_instr_ == kNoIndex ? std::string("a stream") : plan_->describe(error_instr_);
   try {
     std::rethrow_exception(e);
@@ -375,13 +401,13 @@ void RunState::append_trace_events(std::ostream& os, std::int64_t t0, const std:
 // A run that collects its StepStats: the usual run, then every instruction
 // it ran, also when it failed (the error is rethrown after).
 void RunState::run_with_stats(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
-                              std::span<Tensor> results) {
+                              std::span<Tensor> results, const RunOptions* options) {
   StepStats& stats = *config.stats;
   stats.clear();
   const std::int64_t t0 = steady_ns();
   try {
     if (graph_) run_graph(feeds, take, config, results);
-    else run_launches(feeds, take, config, results);
+    else run_launches(feeds, take, config, results, options);
   } catch (const std::exception& e) {
     stats.failed = true;
     stats.error = e.what();

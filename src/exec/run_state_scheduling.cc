@@ -44,6 +44,11 @@ thread_local std::vector<std::uint32_t> tls_inline;
 // streams to overlap, or when the plan asks for it; otherwise from the
 // DAG's roots, with the pool or on the caller alone.
 void RunState::schedule() {
+  if (__builtin_expect(plan_->has_async, 0)) {
+    schedule_counted();
+    wait_counted();
+    return;
+  }
   const bool streams = plan_->has_streams();
   solo_ = config_.pool == nullptr && !streams;
   if (config_.plan == ThreadPlan::Sequential || solo_) {
@@ -80,37 +85,49 @@ inline void RunState::run_kernel(std::uint32_t i) {
   run_kernel_timed(i);
 }
 
-template <bool kStreams>
-inline bool RunState::execute(std::uint32_t i) {
+template <bool kStreams, bool kAsync>
+inline RunState::Step RunState::execute(std::uint32_t i) {
   if constexpr (kStreams) {
-    if (plan_->lane[i] >= 0) return launch(i);
+    if (plan_->lane[i] >= 0) return launch(i) ? Step::Ran : Step::Failed;
     // Sync successor of stream work: block until its events complete, then
     // check abort_ (a failed stream kernel set it before its event completed).
-    if (plan_->wait_off[i] != plan_->wait_off[i + 1] && !wait_on_host(i)) return false;
+    if (plan_->wait_off[i] != plan_->wait_off[i + 1] && !wait_on_host(i)) return Step::Failed;
   }
   // Relaxed: a stale "false" only runs one more op before the abort is seen.
-  if (abort_.load(std::memory_order_relaxed)) return false;
+  if (abort_.load(std::memory_order_relaxed)) return Step::Failed;
+  if constexpr (kAsync)
+    if (instrs_[i].fn == nullptr) return start_async_kernel(i);
   try {
     run_kernel(i);
   } catch (...) {
     record_error(i);
-    return false;
+    return Step::Failed;
   }
-  return true;
+  return Step::Ran;
 }
 
-void RunState::record_error(std::uint32_t i) noexcept {
+void RunState::record_error(std::uint32_t i) noexcept { record_error(i, std::current_exception()); }
+
+void RunState::record_error(std::uint32_t i, std::exception_ptr error) noexcept {
   {
     std::lock_guard lock(error_mutex_);
     if (!error_) {
-      error_ = std::current_exception();
+      error_ = std::move(error);
       error_instr_ = i;
+    } else if (error_instr_ == kRunIndex && i < kRunIndex && waiting_instr_ == kNoIndex) {
+      waiting_instr_ = i;  // woken by the run's cancellation
+      waiting_error_ = std::move(error);
     }
   }
   // release: a thread that sees the flag through an acquire (an event wait,
   // a queue hand-off) also sees the stored error. Readers that only load it
   // relaxed may run one more kernel before they see it.
   abort_.store(true, std::memory_order_release);
+  // Asynchronous kernels still waiting (receives) are woken: the run is
+  // failing. Every caller holds one of the run's counted tasks, or is a
+  // cancellation callback the run's end waits for (end_step), so the
+  // manager outlives this call.
+  if (cancel_) cancel_->start_cancel();
 }
 
 // always_inline: it is also called from run_on_stream(); without the
@@ -147,12 +164,14 @@ void RunState::record_streams(std::uint32_t s) {
     buffer->record_stream(*streams_[p.record[k]]);
 }
 
-template <bool kStreams>
+template <bool kStreams, bool kAsync>
 void RunState::run_in_order() {
   const std::uint32_t n = plan_->size();
   const bool gc = plan_->options.gc;
   for (std::uint32_t i = 0; i < n; ++i) {
-    if (!execute<kStreams>(i)) return;
+    // Never Suspended: a plan with asynchronous kernels runs from the roots,
+    // except a region's, which waits for them (blocking_).
+    if (execute<kStreams, kAsync>(i) != Step::Ran) return;
     // A stream instruction collects its garbage on its stream.
     if (gc && (!kStreams || plan_->lane[i] < 0)) collect_garbage(i);
   }
@@ -239,8 +258,13 @@ void RunState::hand_out(std::uint32_t i) {
 
 void RunState::task_entry(void* state, std::uint32_t i) {
   auto* self = static_cast<RunState*>(state);
-  if (self->plan_->has_streams()) self->run_chain<true>(i);
-  else self->run_chain<false>(i);
+  if (self->plan_->has_async) {
+    if (self->plan_->has_streams()) self->run_chain<true, true>(i);
+    else self->run_chain<false, true>(i);
+  } else {
+    if (self->plan_->has_streams()) self->run_chain<true>(i);
+    else self->run_chain<false>(i);
+  }
   self->finish_task();  // the last access to the state
 }
 
@@ -249,6 +273,12 @@ void RunState::finish_task() {
   // 0 acquires every other task's (the RMWs on pending_ form one release
   // sequence), so the final thread has seen all work of the run.
   if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // An asynchronous run ends on this thread (completion_ was set before the
+  // run's first task, which the decrements above are ordered after).
+  if (completion_.fn) {
+    complete();
+    return;
+  }
   // The caller may see pending_ == 0 before we get here (it polls while it
   // helps), so 0 alone must not let it return: the state could be destroyed
   // under a later notify. It returns only after it has read done_ == true
@@ -265,18 +295,33 @@ void RunState::finish_task() {
 // (by the cost model) stay on this thread — one next, the rest in its inline
 // queue, as a hand-off costs more than a cheap op — and expensive ones go to
 // the pool, except the last when this thread has nothing else to do.
-template <bool kStreams>
-void RunState::run_chain(std::uint32_t i) {
+//
+// `resumed`: i already ran (an asynchronous kernel whose callback came
+// after its starter had moved on): go on with its successors.
+template <bool kStreams, bool kAsync>
+void RunState::run_chain(std::uint32_t i, bool resumed) {
   std::vector<std::uint32_t>& inline_ready = config_.pool ? tls_inline : local_ready_;
   const ExecutionPlan& p = *plan_;
   const CostModel& costs = *config_.costs;
   const bool solo = solo_;
   const std::size_t base = inline_ready.size();
   for (;;) {
-    if (!execute<kStreams>(i)) {
-      inline_ready.resize(base);  // the run is aborting: drop this chain's leftovers
-      return;
+    if (!kAsync || !resumed) {
+      const Step step = execute<kStreams, kAsync>(i);
+      if (step == Step::Failed) {
+        inline_ready.resize(base);  // the run is aborting: drop this chain's leftovers
+        return;
+      }
+      if (kAsync && step == Step::Suspended) {
+        // Its callback goes on with its successors; this thread with what
+        // else it holds.
+        if (inline_ready.size() == base) return;
+        i = inline_ready.back();
+        inline_ready.pop_back();
+        continue;
+      }
     }
+    if constexpr (kAsync) resumed = false;
     // A stream instruction collects its garbage on its stream, after its kernel.
     if (!kStreams || p.lane[i] < 0) collect_garbage(i);
     std::uint32_t next = kNoIndex, expensive = kNoIndex;
@@ -374,5 +419,86 @@ void RunState::run_with_pool() {
   done_cv_.wait(lock, [this] { return done_; });
   done_ = false;
 }
+
+// ---- counted runs (a plan with asynchronous kernels; start()) ----
+
+// A plan with asynchronous kernels runs from the DAG's roots over a pool — the core's, or without one the queue
+// that takes continuations (config_.resume) — never in program order: an
+// instruction after a pending receive in program order may be what sends
+// its value. pending_ counts this thread's task, every task handed out and
+// every asynchronous kernel still outstanding.
+//
+// start()'s runs of a plan without asynchronous kernels keep the thread
+// plan's choice: in program order on this thread, as run() would.
+void RunState::schedule_counted() {
+  counted_ = true;
+  if (!config_.resume) config_.resume = &shared_async_queue();
+  const bool streams = plan_->has_streams();
+  // Relaxed: the run's tasks are published by the queue's lock.
+  pending_.store(1, std::memory_order_relaxed);
+  if (!plan_->has_async && (config_.plan == ThreadPlan::Sequential || !config_.pool)) {
+    solo_ = !streams;
+    if (streams) run_in_order<true>();
+    else run_in_order<false>();
+  } else {
+    if (!config_.pool) config_.pool = config_.resume;
+    if (!config_.costs) {
+      if (!own_costs_) own_costs_ = std::make_unique<CostModel>(plan_->size());
+      config_.costs = own_costs_.get();
+    }
+    solo_ = false;
+    const auto& roots = plan_->roots;
+    if (!roots.empty()) {
+      for (std::size_t k = 1; k < roots.size(); ++k) hand_out(roots[k]);
+      if (plan_->has_async) {
+        if (streams) run_chain<true, true>(roots[0]);
+        else run_chain<false, true>(roots[0]);
+      } else {
+        if (streams) run_chain<true>(roots[0]);
+        else run_chain<false>(roots[0]);
+      }
+    }
+  }
+  finish_task();  // start(): may end the run, the last access to the state
+}
+
+// The caller of a synchronous counted run helps with queued work, then
+// sleeps until the last task has finished (finish_task()) — waking now and
+// then to help again: the caller may itself be a pool thread (a run called
+// from a done callback or a kernel), and the continuation of a receive that
+// completes later is queued on the pool, which may have no other thread free.
+void RunState::wait_counted() {
+  for (;;) {
+    // Relaxed: as in run_with_pool().
+    while (pending_.load(std::memory_order_relaxed) != 0 && config_.pool->try_run_one()) {
+    }
+    std::unique_lock lock(done_mutex_);
+    if (done_cv_.wait_for(lock, std::chrono::microseconds(200), [this] { return done_; })) {
+      done_ = false;
+      return;
+    }
+  }
+}
+
+// On a pool thread: asynchronous kernel i completed after its starter moved
+// on. Its error fails the run; otherwise its garbage and successors follow.
+void RunState::resume_after(std::uint32_t i) {
+  if (std::exception_ptr e = async_[i].error) {
+    record_error(i, std::move(e));
+    return;
+  }
+  if (plan_->has_streams()) run_chain<true, true>(i, /*resumed=*/true);
+  else run_chain<false, true>(i, /*resumed=*/true);
+}
+
+void RunState::resume_entry(void* state, std::uint32_t i) {
+  auto* self = static_cast<RunState*>(state);
+  self->resume_after(i);
+  self->finish_task();  // the count the kernel held; may end the run
+}
+
+// run_region() (run_state.cc) walks a region's plan in program order.
+template void RunState::run_in_order<false, false>();
+template void RunState::run_in_order<false, true>();
 
 }  // namespace kiln

@@ -21,15 +21,16 @@ WorkQueue::~WorkQueue() {
 }
 
 void WorkQueue::push(WorkTask task) {
-  {
-    std::lock_guard lock(mutex_);
-    tasks_.push_back(task);
-    // Release pairs with the acquire in the spinning check of worker_loop.
-    size_.fetch_add(1, std::memory_order_release);
-  }
-  // seq_cst load: pairs with the sleeper's seq_cst increment, so a worker
-  // that is about to sleep either sees the task or is counted here.
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) cv_.notify_one();
+  std::lock_guard lock(mutex_);
+  tasks_.push_back(task);
+  // Release pairs with the acquire in the spinning check of worker_loop.
+  size_.fetch_add(1, std::memory_order_release);
+  // Under the lock (a sleeper counts itself under it too, so it either sees
+  // the task or is counted here), and nothing of the queue is touched after
+  // the unlock: a task pushed from outside the pool (an asynchronous
+  // kernel's callback) may finish a run whose caller then destroys the
+  // queue's owner before this call returns.
+  if (sleepers_.load(std::memory_order_relaxed) > 0) cv_.notify_one();
 }
 
 bool WorkQueue::pop(WorkTask& out) {
@@ -73,6 +74,11 @@ void WorkQueue::worker_loop() {
     }
     t.fn(t.ctx, t.arg);
   }
+}
+
+WorkQueue& shared_async_queue() {
+  static WorkQueue queue(1);
+  return queue;
 }
 
 }  // namespace kiln

@@ -7,6 +7,7 @@
 
 #include "exec/exec_test_util.h"
 #include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/deadline_timer.h"
 
 namespace kiln_exec_test {
 namespace {
@@ -97,8 +98,38 @@ void thread_kernel(KernelContext& ctx) {
   copy_input(ctx);
 }
 
+std::atomic<std::int64_t> g_last_step{-1};
+
+void step_id_kernel(KernelContext& ctx) {
+  g_last_step.store(ctx.step() ? ctx.step()->step_id : 0);
+  copy_input(ctx);
+}
+
+void async_identity_kernel(KernelContext& ctx, AsyncKernelDone done) {
+  const std::int64_t delay = ctx.attrs<AsyncIdentityOp>().delay_us;
+  auto finish = [&ctx, done] {
+    try {
+      copy_input(ctx);
+    } catch (const Error& e) {
+      done(&e);
+      return;
+    }
+    done(nullptr);
+  };
+  if (delay == 0) {
+    finish();
+    return;
+  }
+  DeadlineTimer::shared().schedule(std::chrono::steady_clock::now() + std::chrono::microseconds(delay),
+                                   finish);
+}
+
 }  // namespace
 
+std::int64_t last_step_id() { return g_last_step.load(); }
+
+KILN_REGISTER_KERNEL(StepIdOp, Cpu, Undefined, step_id_kernel);
+KILN_REGISTER_ASYNC_KERNEL(AsyncIdentityOp, Cpu, Undefined, async_identity_kernel);
 KILN_REGISTER_KERNEL(WaitSlowOp, Cpu, Undefined, wait_slow_kernel);
 KILN_REGISTER_KERNEL(ThreadOp, Cpu, Undefined, thread_kernel);
 KILN_REGISTER_KERNEL(IdentityOp, Cpu, Undefined, identity_kernel);

@@ -128,6 +128,37 @@ struct ThreadOp : kiln::Op<ThreadOp, kiln::ReadOnly, kiln::ValueSemantics, kiln:
   }
 };
 
+// Identity that records the step id its kernel saw (last_step_id(); 0 when
+// the run had no StepContext).
+struct StepIdOp : kiln::Op<StepIdOp, kiln::ReadOnly, kiln::ValueSemantics, kiln::InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "exec_test.step_id";
+  static constexpr int num_operands = 1, num_results = 1;
+  static void build(kiln::Builder&, kiln::OperationArgument& arg, kiln::Value x) { arg.add_operand(x); }
+  static std::vector<kiln::Type> infer_meta(const std::vector<kiln::Type>& in, kiln::DictionaryAttribute) {
+    return {in.at(0)};
+  }
+};
+std::int64_t last_step_id();
+
+// Identity with an asynchronous kernel: it completes inline (before
+// compute_async returns) when delay_us is 0, else from the deadline
+// timer's thread delay_us later.
+struct AsyncIdentityOp
+    : kiln::Op<AsyncIdentityOp, kiln::ReadOnly, kiln::ValueSemantics, kiln::InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "exec_test.async_identity";
+  static constexpr int num_operands = 1, num_results = 1;
+  KILN_ATTRIBUTES((std::int64_t, delay_us));
+  static void build(kiln::Builder&, kiln::OperationArgument& arg, kiln::Value x, std::int64_t delay_us) {
+    arg.add_operand(x);
+    arg.attributes = kiln::to_named_attributes(Attributes{delay_us});
+  }
+  static std::vector<kiln::Type> infer_meta(const std::vector<kiln::Type>& in, kiln::DictionaryAttribute) {
+    return {in.at(0)};
+  }
+};
+
 // SlowOp kernels running right now.
 int slow_in_flight();
 // WaitSlowOp's record: -1 not run since the last reset, 0 timed out, 1 saw one.

@@ -50,7 +50,8 @@ TEST_CASE("every error kind has its own name", "[support][error]") {
                              ErrorKind::AlreadyExists,      ErrorKind::OutOfRange,
                              ErrorKind::Unimplemented,      ErrorKind::Internal,
                              ErrorKind::PreconditionNotMet, ErrorKind::DataLoss,
-                             ErrorKind::Unavailable,        ErrorKind::Cancelled};
+                             ErrorKind::Unavailable,        ErrorKind::Cancelled,
+                             ErrorKind::DeadlineExceeded};
   std::set<std::string> names;
   for (ErrorKind k : kinds) {
     auto name = std::string(kiln::to_string(k));

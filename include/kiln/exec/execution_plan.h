@@ -56,6 +56,7 @@ struct PlanInstruction {
   std::uint32_t op_index = kNoIndex;  // its op's position in the program
   Operation* op = nullptr;        // in the plan's own copy of the program
   KernelFn fn = nullptr;
+  AsyncKernelFn async_fn = nullptr;  // an asynchronous kernel (then fn is null)
   std::shared_ptr<const void> attrs;  // decoded once; shared by every run state
   std::vector<std::uint32_t> reads, writes;  // slots, in kernel input/output order
   std::uint8_t order = 0;         // OrderFlags (dependency_builder.h)
@@ -139,6 +140,9 @@ struct ExecutionPlan {
   // (some instruction has two successors, or several roots).
   bool has_blas = false;
   bool has_parallelism = false;
+  // Some instruction's kernel is asynchronous (kiln/kernel/async_kernel.h):
+  // runs count their outstanding work and resume after its callbacks.
+  bool has_async = false;
 
   // Introspection: the caller's values → the plan's slots.
   std::unordered_map<const detail::ValueImpl*, std::uint32_t> source_slot;

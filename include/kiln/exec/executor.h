@@ -3,8 +3,12 @@
 // fetched values as Tensors. Compiled programs (InterpreterCores) are cached
 // (LRU) by (the program's structural hash, feed names, fetch targets,
 // scope); the hash is recomputed only when the IR changed (ir_epoch()).
+// `exe.run_async(program, feed, fetch, options, done)` (seed 003's
+// RunAsync) returns at once and calls `done` from a worker; `run` is its
+// synchronous form over the same run states, on the caller's thread.
 #pragma once
 
+#include <atomic>
 #include <list>
 #include <map>
 #include <memory>
@@ -15,6 +19,7 @@
 #include <vector>
 
 #include "kiln/exec/interpreter_core.h"
+#include "kiln/exec/run_options.h"
 #include "kiln/runtime/spin_lock.h"
 
 namespace kiln {
@@ -26,6 +31,7 @@ class Executor {
   // kiln::Error (Unimplemented) for a place that has no kernels (cuda, until
   // kiln has a CUDA backend). options.place is set to `place`.
   explicit Executor(Place place = Place::cpu(), ExecutionOptions options = {});
+  // Waits for the asynchronous runs still in flight (their `done` included).
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -52,6 +58,22 @@ class Executor {
            std::span<Tensor> results);
   void run(const Program& program, const FeedMap& feed, const std::vector<FetchTarget>& fetch,
            Scope& scope, std::span<Tensor> results);
+  // With a step id, deadline, cancellation token and rendezvous: kiln::Error
+  // (Cancelled, DeadlineExceeded) when the run is cancelled or passes its
+  // deadline, naming the receive that was waiting, if one was.
+  std::vector<Tensor> run(const Program& program, const FeedMap& feed,
+                          const std::vector<FetchTarget>& fetch, const RunOptions& options);
+
+  // Starts a run of `program` in the executor's scope and returns at once
+  // (the program may change or go as soon as it returns; the feeds are
+  // shared, not copied). `done` is called exactly once, on a worker thread,
+  // with the fetched tensors or the run's first error — a bad feed or fetch,
+  // a failing op, Cancelled, DeadlineExceeded. Runs of one program overlap,
+  // each on its own run state; a run waiting on a receive holds no thread.
+  void run_async(const Program& program, const FeedMap& feed, const std::vector<FetchTarget>& fetch,
+                 const RunOptions& options, RunDone done);
+  // Asynchronous runs started and not yet done.
+  std::int64_t runs_in_flight() const { return in_flight_.load(std::memory_order_acquire); }
 
   // The root scope holding parameters.
   Scope& scope() { return scope_; }
@@ -106,6 +128,7 @@ class Executor {
   };
   LastRun last_run_;
   std::size_t cores_built_ = 0;
+  std::atomic<std::int64_t> in_flight_{0};  // asynchronous runs not yet done
   std::mutex mutex_;     // guards memos_, lru_, index_, cores_built_
   SpinLock last_lock_;   // guards last_run_, last_core_
 };

@@ -10,7 +10,8 @@
 //                    BLAS), measured, with BlasThreadsGuard per run
 // A run: check the feeds against the plan, take an idle run state (or make
 // one), pick the run's thread plan, hold BLAS's thread count, let the state
-// run its scheduler, hand the state back.
+// run its scheduler, hand the state back. run_async does the same from a
+// pool task and hands the state back on the thread that finishes the run.
 #pragma once
 
 #include <atomic>
@@ -23,6 +24,7 @@
 
 #include "kiln/exec/cost_model.h"
 #include "kiln/exec/execution_plan.h"
+#include "kiln/exec/run_options.h"
 #include "kiln/exec/run_state.h"
 #include "kiln/exec/step_stats.h"
 #include "kiln/exec/thread_plan.h"
@@ -80,15 +82,33 @@ class InterpreterCore {
   // The same into the caller's `results` (one per fetch target): no
   // allocation on the run path. `take`: the feeds are moved from.
   void run(std::span<Tensor> feeds, bool take, std::span<Tensor> results);
-  // The same over pointers to the feeds (the Executor's feed map, uncopied).
-  // With `stats`, the run's step stats are collected there (cleared first;
-  // kiln/exec/step_stats.h); a run that fails collects what it ran, sets
-  // stats->failed and its error, and throws as usual.
+  // The same over pointers to the feeds (the Executor's feed map, uncopied),
+  // with the run's `options` when given. With `stats`, the run's step stats
+  // are collected there (cleared first; kiln/exec/step_stats.h); a run that
+  // fails collects what it ran, sets stats->failed and its error, and throws
+  // as usual.
   void run(std::span<Tensor* const> feeds, bool take, std::span<Tensor> results,
-           StepStats* stats = nullptr);
+           const RunOptions* options = nullptr, StepStats* stats = nullptr);
   // Feeds as in run(feeds), collecting the run's step stats into `stats`
   // (TensorFlow's RunOptions.trace_level with RunMetadata.step_stats).
   std::vector<Tensor> run(std::span<const Tensor> feeds, StepStats& stats);
+
+  // Starts a run and returns at once: a task of the core's pool (or, without
+  // one, shared_async_queue()) checks the feeds (taken, in feed_names()
+  // order), takes a run state and starts it; `done` gets the fetched
+  // tensors or the first error — a bad feed's included — exactly once, on
+  // a worker thread. The run holds no thread while it waits on an
+  // asynchronous kernel. The core must outlive the run: `keep_alive` (may
+  // be null) is held until `done` has returned; `in_flight` (may be null)
+  // is decremented, with release order, as the run's very last access.
+  void run_async(std::vector<Tensor> feeds, const RunOptions& options, RunDone done,
+                 std::shared_ptr<InterpreterCore> keep_alive = nullptr,
+                 std::atomic<std::int64_t>* in_flight = nullptr);
+  // Calls `done` with `error` from a task of `queue`, then decrements
+  // `in_flight` (may be null) as run_async does: a run that failed before
+  // it had a core.
+  static void fail_async(WorkQueue& queue, RunDone done, std::exception_ptr error,
+                         std::atomic<std::int64_t>* in_flight = nullptr);
 
   const ExecutionPlan& plan() const { return *plan_; }
   const std::vector<std::string>& feed_names() const { return feed_names_; }
@@ -133,6 +153,11 @@ class InterpreterCore {
   const std::string& stream_name(std::size_t k) const;
 
  private:
+  struct AsyncRun;
+  static void start_async_entry(void* run, std::uint32_t);
+  static void async_run_completed(void* run, RunState& state) noexcept;
+  static void deliver(AsyncRun* run, std::exception_ptr error) noexcept;
+  void start_async(AsyncRun* run) noexcept;
   RunState* acquire_state();
   void release_state(RunState* state) noexcept;
   RunConfig configure_run(RunState& state, ThreadPlanTuner::Choice& choice);

@@ -11,7 +11,9 @@
 // program order on one thread, or from the DAG's roots with ready
 // successors run inline when cheap and handed to the pool when expensive
 // (seed 001 §4.1, seed 003's inline ready queue), stream instructions
-// launched with their events.
+// launched with their events. A plan with asynchronous kernels, and an
+// asynchronous run, count their outstanding work instead and end on
+// whichever thread finishes it last (run_state_async.cc).
 #pragma once
 
 #include <atomic>
@@ -27,7 +29,10 @@
 #include "kiln/exec/control_flow.h"
 #include "kiln/exec/cost_model.h"
 #include "kiln/exec/execution_plan.h"
+#include "kiln/exec/run_options.h"
 #include "kiln/exec/work_queue.h"
+#include "kiln/runtime/cancellation.h"
+#include "kiln/runtime/deadline_timer.h"
 #include "kiln/runtime/cuda_graph.h"
 #include "kiln/runtime/host_stream.h"
 #include "kiln/runtime/scope.h"
@@ -45,7 +50,15 @@ struct RunConfig {
   // a failed run's too: the instructions that finished, `failed`, its error).
   StepStats* stats = nullptr;
   bool measure = false;                      // time every kernel into `costs`
+  // Where the continuation of an asynchronous kernel that completed on
+  // another thread runs, and an asynchronous run's first task: the pool, or
+  // a one-thread queue when the core has none.
+  WorkQueue* resume = nullptr;
 };
+
+// Marks the run itself (not an instruction) as the source of its error: a
+// cancellation or a deadline.
+inline constexpr std::uint32_t kRunIndex = kNoIndex - 1;
 
 class RunState {
  public:
@@ -66,7 +79,27 @@ class RunState {
   // One run. `feeds` (already checked against the plan) are moved in when
   // `take`, else shared (never written then); the fetched tensors are moved into `results` (one
   // per fetch target). kiln::Error names a failing op; the state stays usable.
-  void run(std::span<Tensor* const> feeds, bool take, const RunConfig& config, std::span<Tensor> results);
+  // `options` (may be null): the step id, deadline, cancellation token and
+  // rendezvous of this run.
+  void run(std::span<Tensor* const> feeds, bool take, const RunConfig& config, std::span<Tensor> results,
+           const RunOptions* options = nullptr);
+
+  // An asynchronous run's end, called once on the thread that finishes the
+  // run's last work — a pool thread, possibly still inside start().
+  struct Completion {
+    void (*fn)(void* arg, RunState& state) noexcept = nullptr;
+    void* arg = nullptr;
+  };
+  // Starts one run on this thread (a pool worker) and returns when no work
+  // of it is left for this thread: the rest runs on config.pool /
+  // config.resume and after asynchronous kernels' callbacks; `completion`
+  // is called when all of it is done. `feeds` and `results` must stay valid
+  // until then; config.resume must be set.
+  void start(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
+             std::span<Tensor> results, const RunOptions& options, Completion completion);
+  // After the completion: the run's results into the `results` given to
+  // start(), or its first error (null when it succeeded). Feeds are dropped.
+  std::exception_ptr finish_async() noexcept;
 
   // One run of a region's plan, in program order on this thread. A failing
   // op's error is rethrown as a RegionError whose path starts at that op.
@@ -86,9 +119,16 @@ class RunState {
 
  private:
   // The hot part of an instruction: its kernel and cached context.
+  // fn is null for an asynchronous kernel (the plan instruction's async_fn).
   struct Instruction {
     KernelFn fn = nullptr;
     KernelContext ctx;
+  };
+  // What execute() did with an instruction.
+  enum class Step : std::uint8_t {
+    Ran,        // done: its successors may run
+    Failed,     // not run, or failed: the run is aborting
+    Suspended,  // an asynchronous kernel still running: its callback resumes
   };
 
   // Binding (run_state.cc).
@@ -100,11 +140,12 @@ class RunState {
   void reset_counters();
   void begin_run(const RunConfig& config);
   void run_launches(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
-                    std::span<Tensor> results);
+                    std::span<Tensor> results, const RunOptions* options = nullptr);
   void finish_run(std::size_t num_feeds, std::span<Tensor> results);
   // Step stats (run_state.cc).
   void run_with_stats(std::span<Tensor* const> feeds, bool take, const RunConfig& config,
-                      std::span<Tensor> results);
+                      std::span<Tensor> results,
+                      const RunOptions* options);
   void prepare_stats();
   void collect_stats(StepStats& stats, std::int64_t t0) const;
   std::int64_t output_bytes(std::uint32_t i) const;
@@ -124,9 +165,11 @@ class RunState {
   // lanes; host-only plans run the <false> instantiations, which contain no
   // lane, event or wait code at all.
   void schedule();
-  template <bool kStreams> void run_in_order();
-  template <bool kStreams> void run_chain(std::uint32_t i);
-  template <bool kStreams> bool execute(std::uint32_t i);
+  // kAsync: the plan has asynchronous kernels. Instantiated apart, so a
+  // plan without them runs the very loops it ran before they existed.
+  template <bool kStreams, bool kAsync = false> void run_in_order();
+  template <bool kStreams, bool kAsync = false> void run_chain(std::uint32_t i, bool resumed = false);
+  template <bool kStreams, bool kAsync = false> Step execute(std::uint32_t i);
   void run_from_roots();
   void run_ready_on_caller();
   void run_with_pool();
@@ -136,12 +179,32 @@ class RunState {
   void run_kernel(std::uint32_t i);
   void run_kernel_timed(std::uint32_t i);
   void record_error(std::uint32_t i) noexcept;
+  void record_error(std::uint32_t i, std::exception_ptr error) noexcept;
   void synchronize_streams();
   void collect_garbage(std::uint32_t i);
   void record_streams(std::uint32_t slot);
   void hand_out(std::uint32_t i);
   void finish_task();
   static void task_entry(void* state, std::uint32_t i);
+
+  // Asynchronous kernels, counted runs, run options (run_state_async.cc).
+  struct AsyncSlot {
+    // 0: the starter is inside compute_async; kAsyncLeft: it returned
+    // first; kAsyncDone: done was called first.
+    std::atomic<std::uint8_t> state{0};
+    std::exception_ptr error;  // written by done before its exchange
+  };
+  static constexpr std::uint8_t kAsyncLeft = 1, kAsyncDone = 2;
+  Step start_async_kernel(std::uint32_t i);
+  static void async_kernel_done(void* state, std::uint32_t i, const Error* error) noexcept;
+  static void resume_entry(void* state, std::uint32_t i);
+  void resume_after(std::uint32_t i);
+  void schedule_counted();
+  void wait_counted();
+  void complete() noexcept;
+  void begin_step(const RunOptions* options);
+  void end_step() noexcept;
+  void cancel_run(ErrorKind kind) noexcept;
 
   std::shared_ptr<const ExecutionPlan> plan_;
   Scope* scope_;
@@ -193,6 +256,31 @@ class RunState {
   std::mutex error_mutex_;
   std::exception_ptr error_;
   std::uint32_t error_instr_ = 0;
+  // After a cancellation or deadline (error_instr_ == kRunIndex): the first
+  // asynchronous kernel that was waiting, and its own error. Guarded by
+  // error_mutex_.
+  std::uint32_t waiting_instr_ = kNoIndex;
+  std::exception_ptr waiting_error_;
+
+  // Counted runs: a plan with asynchronous kernels, or start(). pending_
+  // then counts the run's tasks and outstanding asynchronous kernels; the
+  // thread that takes it to 0 finishes the run.
+  bool counted_ = false;
+  bool blocking_ = false;   // a region's run: wait for asynchronous kernels here
+  std::unique_ptr<AsyncSlot[]> async_;  // per instruction, when the plan has async kernels
+  Completion completion_;               // set for start()'s runs
+  std::span<Tensor> async_results_;
+  std::size_t async_num_feeds_ = 0;
+  std::exception_ptr async_error_;      // a failure of start() itself
+  std::unique_ptr<CostModel> own_costs_;  // counted runs given no cost model
+  // The run's step (kernels' StepContext), its own cancellation manager
+  // (cancelled when the run is cancelled, passes its deadline or fails: it
+  // wakes asynchronous kernels), the caller's token and the deadline.
+  StepContext step_;
+  std::unique_ptr<CancellationManager> cancel_;
+  CancellationManager* user_cancel_ = nullptr;
+  CancellationToken user_token_ = kNoCancellationToken;
+  DeadlineTimer::Handle timer_;
 
   // Profiling and step stats (one entry per instruction, last recorded run).
   std::vector<std::int64_t> t_start_, t_end_;

@@ -49,4 +49,9 @@ class WorkQueue {
   std::vector<std::thread> threads_;
 };
 
+// A process-wide queue of one thread, for the asynchronous work of runs
+// whose core has no pool (an asynchronous run's tasks, the continuations of
+// asynchronous kernels). Its tasks never block.
+WorkQueue& shared_async_queue();
+
 }  // namespace kiln

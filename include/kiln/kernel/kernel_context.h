@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kiln/ir/operation.h"
+#include "kiln/kernel/step_context.h"
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/runtime/variable.h"
@@ -61,6 +62,12 @@ class KernelContext {
   Stream* stream() const { return stream_; }
   void set_stream(Stream* stream) { stream_ = stream; }
 
+  // The run this kernel is part of (step id, rendezvous, cancellation);
+  // null outside an executor's run or for a run given no RunOptions and
+  // holding no asynchronous kernel.
+  const StepContext* step() const { return step_; }
+  void set_step(const StepContext* step) { step_ = step; }
+
   // Whether output i is read by nothing after this kernel (no op uses it, no
   // fetch takes it): a kernel with several outputs may then skip computing
   // it and leave its variable as it is. Set by the executor's plan.
@@ -78,6 +85,7 @@ class KernelContext {
   Allocator* allocator_ = nullptr;
   Stream* stream_ = nullptr;
   std::uint64_t unused_outputs_ = 0;
+  const StepContext* step_ = nullptr;
 };
 
 // Input i as T; kiln::Error naming the op when its dtype is another.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kiln/ir/op.h"
+#include "kiln/kernel/async_kernel.h"
 #include "kiln/kernel/kernel_context.h"
 
 namespace kiln {
@@ -19,11 +20,13 @@ namespace kiln {
 using KernelFn = void (*)(KernelContext&);
 
 struct KernelInfo {
-  KernelFn fn = nullptr;
+  KernelFn fn = nullptr;  // null for an asynchronous kernel
   std::string name;  // the kernel's name as registered, for traces and errors
   // Decodes the op's attributes into its Attributes struct (null when the
   // op declares none); called once per instruction at pre-analysis.
   std::shared_ptr<const void> (*decode_attrs)(Operation*) = nullptr;
+  // An asynchronous kernel (kiln/kernel/async_kernel.h), with fn null.
+  AsyncKernelFn async_fn = nullptr;
 };
 
 class KernelRegistry {
@@ -75,6 +78,10 @@ struct KernelRegistrar {
     KernelRegistry::instance().add(TypeId::get<OpT>(), OpT::name, backend, dtype,
                                    KernelInfo{fn, name, &decode_op_attributes<OpT>});
   }
+  KernelRegistrar(PlaceKind backend, DataType dtype, AsyncKernelFn fn, const char* name) {
+    KernelRegistry::instance().add(TypeId::get<OpT>(), OpT::name, backend, dtype,
+                                   KernelInfo{nullptr, name, &decode_op_attributes<OpT>, fn});
+  }
   template <template <typename> class Kernel, typename... Ts>
   static KernelRegistrar for_dtypes(PlaceKind backend, const char* name) {
     (KernelRegistrar(backend, data_type_of<Ts>, &Kernel<Ts>::run, name), ...);
@@ -91,6 +98,12 @@ struct KernelRegistrar {
 #define KILN_REGISTER_KERNEL(OpClass, backend, dtype, ...)                                    \
   static const ::kiln::KernelRegistrar<OpClass> KILN_KERNEL_CAT(kiln_kernel_, __COUNTER__)( \
       ::kiln::PlaceKind::backend, ::kiln::DataType::dtype, __VA_ARGS__, #__VA_ARGS__)
+// KILN_REGISTER_ASYNC_KERNEL(OpClass, Cpu|HostStream|Cuda, dtype, compute_async):
+// an asynchronous kernel (kiln/kernel/async_kernel.h).
+#define KILN_REGISTER_ASYNC_KERNEL(OpClass, backend, dtype, ...)                             \
+  static const ::kiln::KernelRegistrar<OpClass> KILN_KERNEL_CAT(kiln_kernel_, __COUNTER__)( \
+      ::kiln::PlaceKind::backend, ::kiln::DataType::dtype,                                   \
+      static_cast<::kiln::AsyncKernelFn>(__VA_ARGS__), #__VA_ARGS__)
 // KILN_REGISTER_KERNELS(OpClass, backend, KernelTemplate, float, double, …):
 // KernelTemplate<T>::run for each listed element type.
 #define KILN_REGISTER_KERNELS(OpClass, backend, KernelTemplate, ...)                        \

@@ -21,6 +21,7 @@ enum class ErrorKind {
   DataLoss,
   Unavailable,
   Cancelled,
+  DeadlineExceeded,
 };
 
 std::string_view to_string(ErrorKind kind);
@@ -69,6 +70,7 @@ inline std::string_view to_string(ErrorKind kind) {
     case ErrorKind::DataLoss: return "DataLoss";
     case ErrorKind::Unavailable: return "Unavailable";
     case ErrorKind::Cancelled: return "Cancelled";
+    case ErrorKind::DeadlineExceeded: return "DeadlineExceeded";
   }
   return "Unknown";
 }

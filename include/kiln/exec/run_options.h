@@ -1,0 +1,52 @@
+// RunOptions: what one run is given besides its feeds (seed 003's
+// Executor::Args) — its step id, a deadline, a cancellation token and the
+// rendezvous its kiln.send / kiln.recv ops use — and RunDone, the callback
+// an asynchronous run (Executor::run_async) ends with.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "kiln/runtime/callback.h"
+#include "kiln/runtime/tensor.h"
+#include "kiln/support/error.h"
+
+namespace kiln {
+
+class CancellationManager;
+class LocalRendezvous;
+
+struct RunOptions {
+  using Clock = std::chrono::steady_clock;
+
+  // The step this run belongs to: every executor running one step shares
+  // it (kernels see it as StepContext::step_id). 0: the run takes a fresh
+  // one from new_step_id().
+  std::int64_t step_id = 0;
+  // The run fails with ErrorKind::DeadlineExceeded when it has not finished
+  // by `deadline`, or `timeout` after it started (the earlier counts; 0 and
+  // time_point::max() are none): instructions not yet started never start,
+  // pending asynchronous kernels (receives) are woken and cancelled.
+  Clock::time_point deadline = Clock::time_point::max();
+  std::chrono::nanoseconds timeout{0};
+  // Cancelling it, from any thread, fails the run with ErrorKind::Cancelled
+  // the same way. A token already cancelled fails the run before any
+  // instruction starts. The run registers one callback for its length.
+  CancellationManager* cancellation = nullptr;
+  // Where kiln.send delivers and kiln.recv waits (one per step: keys do not
+  // carry the step). Must outlive the run.
+  LocalRendezvous* rendezvous = nullptr;
+};
+
+// A fresh process-unique step id (> 0). Thread-safe.
+std::int64_t new_step_id() noexcept;
+
+// An asynchronous run's end: `error` is null and `fetched` holds the
+// fetched tensors in fetch-target order, or `error` is the run's first
+// error (naming the op) and `fetched` is empty. Called exactly once, on a
+// worker thread (never on the thread that started the run); it may start
+// other runs. It must not throw.
+using RunDone = Callback<void(const Error* error, std::vector<Tensor>&& fetched)>;
+
+}  // namespace kiln

@@ -1,0 +1,266 @@
+// kiln.send and kiln.recv through a LocalRendezvous (TensorFlow's executor
+// tests, in kiln): an add fed and fetched through the rendezvous, an op
+// reading one received value twice, a random tree of adds, an abort while a
+// recv waits, a dtype or shape that does not match, a program that sends
+// to itself; and the errors of bad attributes and of a run without a
+// rendezvous. Tagged [exec]: they run under ThreadSanitizer too.
+#include <algorithm>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "exec/exec_test_util.h"
+#include "exec/run_test_util.h"
+#include "kiln/dialect/send_recv_ops.h"
+#include "kiln/io/json.h"
+#include "kiln/runtime/rendezvous.h"
+
+using namespace kiln;
+using namespace kiln_exec_test;
+using namespace std::chrono_literals;
+
+namespace {
+
+ExecutionOptions threads(unsigned n) {
+  ExecutionOptions o;
+  o.num_threads = n;
+  return o;
+}
+
+RendezvousKey key_of(const std::string& name) { return RendezvousKey(Place::cpu(), Place::cpu(), name); }
+
+Value recv_f32(Builder& b, const std::string& name, std::vector<std::int64_t> shape = {1}) {
+  return b.create<RecvOp>(name, DataType::Float32, shape).result();
+}
+
+RunOptions through(LocalRendezvous& r) {
+  RunOptions o;
+  o.rendezvous = &r;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a simple add fed and fetched through the rendezvous", "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  Value a = recv_f32(b, "a");
+  Value c = recv_f32(b, "b");
+  b.create<SendOp>(b.create<AddOp>(a, c).result(), "sum");
+  for (unsigned n : {1u, 2u}) {
+    INFO("threads " << n);
+    Executor exe(Place::cpu(), threads(n));
+    for (int step = 0; step < 3; ++step) {
+      LocalRendezvous r;
+      r.send(key_of("a"), scalar_f32(1.f + float(step)));
+      r.send(key_of("b"), scalar_f32(2.f));
+      exe.run(p, {}, {}, through(r));
+      CHECK(value_f32(r.recv(key_of("sum"), DataType::Float32).tensor) == 3.f + float(step));
+    }
+    // Asynchronously, the values sent after the run started.
+    LocalRendezvous r;
+    DoneRecord rec;
+    exe.run_async(p, {}, {}, through(r), rec.callback());
+    r.send(key_of("b"), scalar_f32(20.f));
+    r.send(key_of("a"), scalar_f32(10.f));
+    CHECK(value_f32(r.recv(key_of("sum")).tensor) == 30.f);
+    REQUIRE(rec.wait());
+    CHECK_FALSE(rec.error());
+  }
+}
+
+TEST_CASE("an op reading the same received value twice", "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  Value a = recv_f32(b, "a", {2});
+  Value twice = b.create<AddOp>(a, a).result();
+  b.create<SendOp>(twice, "twice");
+  Executor exe(Place::cpu(), threads(2));
+  LocalRendezvous r;
+  const Tensor sent = Tensor::from_vector<float>(Dims({2}), {1.5f, -4.f});
+  r.send(key_of("a"), sent);
+  auto out = exe.run(p, {}, {twice}, through(r));
+  CHECK(out[0].to_vector<float>() == std::vector<float>{3.f, -8.f});
+  CHECK(r.recv(key_of("twice")).tensor.to_vector<float>() == std::vector<float>{3.f, -8.f});
+  // The receiver got the sender's buffer, unchanged.
+  CHECK(sent.to_vector<float>() == std::vector<float>{1.5f, -4.f});
+}
+
+TEST_CASE("a random tree of adds over 200 received values gives their sum", "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  std::vector<Value> pool;
+  constexpr int kValues = 200;
+  for (int k = 0; k < kValues; ++k) pool.push_back(recv_f32(b, "v" + std::to_string(k)));
+  std::mt19937 rng(2024);
+  while (pool.size() > 1) {
+    std::size_t i = std::uniform_int_distribution<std::size_t>(0, pool.size() - 1)(rng);
+    std::swap(pool[i], pool.back());
+    Value l = pool.back();
+    pool.pop_back();
+    std::size_t j = std::uniform_int_distribution<std::size_t>(0, pool.size() - 1)(rng);
+    std::swap(pool[j], pool.back());
+    Value r = pool.back();
+    pool.pop_back();
+    pool.push_back(b.create<AddOp>(l, r).result());
+  }
+  b.create<SendOp>(pool[0], "total");
+  for (unsigned n : {1u, 2u, 4u}) {
+    INFO("threads " << n);
+    Executor exe(Place::cpu(), threads(n));
+    for (int step = 0; step < 2; ++step) {
+      LocalRendezvous r;
+      DoneRecord rec;
+      exe.run_async(p, {}, {}, through(r), rec.callback());
+      // Sent from another thread, in a shuffled order, while the run waits.
+      std::vector<int> order(kValues);
+      for (int k = 0; k < kValues; ++k) order[k] = k;
+      std::shuffle(order.begin(), order.end(), rng);
+      std::thread sender([&] {
+        for (int k : order) r.send(key_of("v" + std::to_string(k)), scalar_f32(float(k)));
+      });
+      CHECK(value_f32(r.recv(key_of("total")).tensor) == float(kValues * (kValues - 1) / 2));
+      sender.join();
+      REQUIRE(rec.wait());
+      CHECK_FALSE(rec.error());
+    }
+  }
+}
+
+TEST_CASE("a recv waiting while the rendezvous is aborted fails with the abort's error",
+          "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  Value a = recv_f32(b, "a");
+  Value one = b.create<FullOp>(std::vector<std::int64_t>{1}, 1.0).result();
+  Value s = b.create<AddOp>(a, one).result();
+  for (unsigned n : {1u, 2u}) {
+    INFO("threads " << n);
+    Executor exe(Place::cpu(), threads(n));
+    LocalRendezvous r;
+    DoneRecord rec;
+    exe.run_async(p, {}, {s}, through(r), rec.callback());
+    CHECK_FALSE(rec.wait(20ms));
+    r.abort(Error(ErrorKind::Unavailable, "the peer executor failed"));
+    REQUIRE(rec.wait());
+    REQUIRE(rec.error());
+    CHECK(rec.error()->kind() == ErrorKind::Unavailable);
+    CHECK_THAT(rec.error()->message(), Catch::Contains("the peer executor failed"));
+    CHECK_THAT(rec.error()->message(), Catch::Contains("kiln.recv"));
+    // Later runs over the aborted rendezvous fail at once with the same error.
+    KILN_CHECK_ERROR(exe.run(p, {}, {s}, through(r)), Unavailable, {"the peer executor failed"});
+    // The executor itself is fine.
+    LocalRendezvous fresh;
+    fresh.send(key_of("a"), scalar_f32(2.f));
+    CHECK(value_f32(exe.run(p, {}, {s}, through(fresh))[0]) == 3.f);
+  }
+}
+
+TEST_CASE("a send into an aborted rendezvous fails naming kiln.send and the abort", "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  Value one = b.create<FullOp>(std::vector<std::int64_t>{1}, 1.0).result();
+  b.create<SendOp>(one, "out");
+  Executor exe(Place::cpu(), threads(1));
+  LocalRendezvous r;
+  r.abort(Error(ErrorKind::Cancelled, "step aborted by the group"));
+  KILN_CHECK_ERROR(exe.run(p, {}, {}, through(r)), Cancelled, {"kiln.send", "step aborted by the group"});
+}
+
+TEST_CASE("a recv expecting f32 that receives i32 is an InvalidArgument naming the op, key and dtypes",
+          "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  Value a = recv_f32(b, "a", {2});
+  Executor exe(Place::cpu(), threads(2));
+  LocalRendezvous r;
+  r.send(key_of("a"), Tensor::from_vector<std::int32_t>(Dims({2}), {1, 2}));
+  auto msg = KILN_CHECK_ERROR(exe.run(p, {}, {a}, through(r)), InvalidArgument,
+                              {"kiln.recv", "cpu;cpu;a;0:0", "expected dtype f32", "received i32"});
+  // And a shape that does not fit [2]: both named.
+  r.send(key_of("a"), Tensor::from_vector<float>(Dims({3}), {1, 2, 3}));
+  KILN_CHECK_ERROR(exe.run(p, {}, {a}, through(r)), InvalidArgument, {"kiln.recv", "[2]", "3xf32"});
+  // -1 matches any extent.
+  Program any;
+  Builder ba(any);
+  Value v = recv_f32(ba, "v", {-1, 2});
+  r.send(key_of("v"), Tensor::from_vector<float>(Dims({3, 2}), {1, 2, 3, 4, 5, 6}));
+  CHECK(exe.run(any, {}, {v}, through(r))[0].dims().to_vector() == std::vector<std::int64_t>{3, 2});
+}
+
+TEST_CASE("send and recv run without a rendezvous are errors naming the op and saying what to pass",
+          "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  Value a = recv_f32(b, "a");
+  Executor exe(Place::cpu(), threads(2));
+  KILN_CHECK_ERROR(exe.run(p, {}, {a}), InvalidArgument, {"kiln.recv", "RunOptions::rendezvous"});
+  DoneRecord rec;
+  exe.run_async(p, {}, {a}, {}, rec.callback());
+  REQUIRE(rec.wait());
+  REQUIRE(rec.error());
+  CHECK_THAT(rec.error()->message(), Catch::Contains("RunOptions::rendezvous"));
+  Program q;
+  Builder bq(q);
+  bq.create<SendOp>(bq.create<FullOp>(std::vector<std::int64_t>{1}, 1.0).result(), "x");
+  KILN_CHECK_ERROR(exe.run(q), InvalidArgument, {"kiln.send", "RunOptions::rendezvous"});
+}
+
+TEST_CASE("bad send / recv attributes are errors naming the op when it is built", "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  Value one = b.create<FullOp>(std::vector<std::int64_t>{1}, 1.0).result();
+  KILN_CHECK_ERROR(b.create<SendOp>(one, ""), InvalidArgument, {"kiln.send"});
+  KILN_CHECK_ERROR(b.create<SendOp>(one, "a;b"), InvalidArgument, {"kiln.send", "a;b"});
+  KILN_CHECK_ERROR(b.create<RecvOp>("", DataType::Float32, std::vector<std::int64_t>{1}), InvalidArgument,
+                   {"kiln.recv"});
+  KILN_CHECK_ERROR(b.create<RecvOp>("x", DataType::Undefined, std::vector<std::int64_t>{1}),
+                   InvalidArgument, {"kiln.recv", "dtype"});
+  KILN_CHECK_ERROR(b.create<RecvOp>("x", DataType::Float32, std::vector<std::int64_t>{-2}),
+                   InvalidArgument, {"kiln.recv"});
+}
+
+TEST_CASE("a program that receives what it sends later in program order runs at 1 and 2 threads",
+          "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  Value got = recv_f32(b, "loop");
+  Value doubled = b.create<AddOp>(got, got).result();
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{1}).result();
+  b.create<SendOp>(x, "loop");
+  for (unsigned n : {1u, 2u}) {
+    Executor exe(Place::cpu(), threads(n));
+    LocalRendezvous r;
+    CHECK(value_f32(exe.run(p, {{"x", scalar_f32(5.f)}}, {doubled}, through(r))[0]) == 10.f);
+  }
+}
+
+TEST_CASE("send / recv programs round-trip through the printer's text", "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  Value a = b.create<RecvOp>("a", DataType::Int64, std::vector<std::int64_t>{-1}, Place::cpu(),
+                             Place::host_stream(1))
+                .result();
+  b.create<SendOp>(a, "b", Place::host_stream(1), Place::cpu());
+  const std::string text = p.to_string();
+  CHECK_THAT(text, Catch::Contains("kiln.recv"));
+  CHECK_THAT(text, Catch::Contains("kiln.send"));
+  CHECK_THAT(text, Catch::Contains("host_stream:1"));
+}
+
+TEST_CASE("a send / recv program saved as JSON loads and runs the same", "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  Value a = b.create<RecvOp>("a", DataType::Float32, std::vector<std::int64_t>{-1}, Place::cpu(),
+                             Place::host_stream(1))
+                .result();
+  b.create<SendOp>(b.create<AddOp>(a, a).result(), "b", Place::host_stream(1), Place::cpu());
+  Program loaded = load_program_json(save_program_json(p));
+  Executor exe(Place::cpu(), threads(2));
+  LocalRendezvous r;
+  r.send(RendezvousKey(Place::cpu(), Place::host_stream(1), "a"), Tensor::from_vector<float>(Dims({2}), {1, 2}));
+  exe.run(loaded, {}, {}, through(r));
+  CHECK(r.recv(RendezvousKey(Place::host_stream(1), Place::cpu(), "b")).tensor.to_vector<float>() ==
+        std::vector<float>{2, 4});
+}
