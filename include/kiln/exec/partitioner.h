@@ -57,7 +57,10 @@ PartitionedProgram partition(const Program& program, const std::vector<Value>& f
 // One step: part k on executors[k] (one per part, in the parts' order;
 // each usually on that part's place), `feed` handed to the part holding
 // each data op, the fetched tensors in the whole program's fetch order.
-// options.rendezvous, when null, is a fresh one for the step. kiln::Error
+// options.rendezvous, when null, is a fresh one for the step. The parts run
+// concurrently on their executors' own workers: an executor of one thread
+// has none, and its part queues on the one shared asynchronous thread
+// (parts then run one after another). kiln::Error
 // for a count of executors other than the parts', a feed no part takes,
 // and the first part's error.
 std::vector<Tensor> run_partitioned(const PartitionedProgram& pp,
