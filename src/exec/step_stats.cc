@@ -1,5 +1,7 @@
 #include "kiln/exec/step_stats.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -10,26 +12,8 @@ namespace kiln {
 
 namespace {
 
-void write_json_string(std::ostream& os, const std::string& s) {
-  os << '"';
-  for (char c : s) {
-    switch (c) {
-      case '"': os << "\\\""; break;
-      case '\\': os << "\\\\"; break;
-      case '\n': os << "\\n"; break;
-      case '\t': os << "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-          os << buf;
-        } else {
-          os << c;
-        }
-    }
-  }
-  os << '"';
-}
+// s as a JSON string literal (nlohmann_json's escaping).
+void write_json_string(std::ostream& os, const std::string& s) { os << nlohmann::json(s).dump(); }
 
 // "1.234 ms", "56.7 us", "890 ns".
 std::string format_ns(double ns) {
