@@ -549,6 +549,34 @@ void lstm_row_grad(const GradDirection<T>& gd, const T* pre, const T* cprev, T* 
   }
 }
 
+// One direction's gradients of x (accumulated over directions), W, R and B
+// from its gate gradients dg [S·N, GH] (GRU: dgh / hrec, its h block of R),
+// over all steps at once.
+template <typename T>
+void weight_grads(bool gru, std::int64_t dir, std::int64_t SN, std::int64_t I, std::int64_t H,
+                  std::int64_t GH, const T* dg, const T* dgh, const T* hp, const T* hrec,
+                  const T* px, const T* wd, T* dx, T* dw, T* dr, T* db) {
+  gemm_acc<T>(false, false, SN, I, GH, dg, GH, wd, I, dir ? T(1) : T(0), dx, I);
+  gemm_acc<T>(true, false, GH, I, SN, dg, GH, px, I, T(0), dw + dir * GH * I, I);
+  T* drd = dr + dir * GH * H;
+  if (gru) {
+    gemm_acc<T>(true, false, 2 * H, H, SN, dg, GH, hp, H, T(0), drd, H);
+    gemm_acc<T>(true, false, H, H, SN, dgh, H, hrec, H, T(0), drd + 2 * H * H, H);
+  } else {
+    gemm_acc<T>(true, false, GH, H, SN, dg, GH, hp, H, T(0), drd, H);
+  }
+  if (!db) return;
+  T* dwb = db + dir * 2 * GH;
+  T* drb = dwb + GH;
+  for (std::int64_t row = 0; row < SN; ++row)
+    for (std::int64_t j = 0; j < GH; ++j) dwb[j] += dg[row * GH + j];
+  const std::int64_t shared = gru ? 2 * H : GH;
+  std::memcpy(drb, dwb, sizeof(T) * static_cast<std::size_t>(shared));
+  if (gru)
+    for (std::int64_t row = 0; row < SN; ++row)
+      for (std::int64_t j = 0; j < H; ++j) drb[2 * H + j] += dgh[row * H + j];
+}
+
 template <typename T>
 void recurrent_grad(KernelContext& ctx, const rnn::Config& c) {
   const RunDims d = run_dims(ctx, c);
@@ -726,27 +754,7 @@ void recurrent_grad(KernelContext& ctx, const rnn::Config& c) {
     if (dh0) std::memcpy(dh0 + dir * N * H, dh, sizeof(T) * N * H);
     if (dc0) std::memcpy(dc0 + dir * N * H, dc, sizeof(T) * N * H);
 
-    // The weights' gradients over all steps at once.
-    gemm_acc<T>(false, false, SN, I, GH, dg, GH, wd, I, dir ? T(1) : T(0), dx, I);
-    gemm_acc<T>(true, false, GH, I, SN, dg, GH, px, I, T(0), dw + dir * GH * I, I);
-    T* drd = dr + dir * GH * H;
-    if (gru) {
-      gemm_acc<T>(true, false, 2 * H, H, SN, dg, GH, hp, H, T(0), drd, H);
-      gemm_acc<T>(true, false, H, H, SN, dgh, H, hrec, H, T(0), drd + 2 * H * H, H);
-    } else {
-      gemm_acc<T>(true, false, GH, H, SN, dg, GH, hp, H, T(0), drd, H);
-    }
-    if (db) {
-      T* dwb = db + dir * 2 * GH;
-      T* drb = dwb + GH;
-      for (std::int64_t row = 0; row < SN; ++row)
-        for (std::int64_t j = 0; j < GH; ++j) dwb[j] += dg[row * GH + j];
-      const std::int64_t shared = gru ? 2 * H : GH;
-      std::memcpy(drb, dwb, sizeof(T) * static_cast<std::size_t>(shared));
-      if (gru)
-        for (std::int64_t row = 0; row < SN; ++row)
-          for (std::int64_t j = 0; j < H; ++j) drb[2 * H + j] += dgh[row * H + j];
-    }
+    weight_grads<T>(gru, dir, SN, I, H, GH, dg, dgh, hp, hrec, px, wd, dx, dw, dr, db);
   }
 }
 
