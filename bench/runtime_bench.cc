@@ -16,7 +16,9 @@
 //         threads). Also .run and .async: the two step times, ns;
 //         .overhead.cpu: the same difference in process CPU time (both
 //         threads); .pipelined: ns per run_async when 64 are started back to
-//         back and then waited for (hand-offs overlap).
+//         back and then waited for (hand-offs overlap); .caller_thread.overhead:
+//         the same difference for runs started with
+//         RunOptions::run_in_caller_thread (no hand-off to a worker and back).
 //   BENCH runtime.partitioned.ratio         a step of a wide program (two
 //         independent chains of 12 tanh(v·x) on 96×96 f32, joined by an add)
 //         split over two places — one executor each (a worker of its own),
@@ -36,12 +38,16 @@
 #include "kiln/exec/partitioner.h"
 #include "kiln/runtime/cancellation.h"
 #include "kiln/runtime/rendezvous.h"
+#include "kiln/runtime/spin_lock.h"
 
 namespace bench {
 namespace {
 
 constexpr int kReps = 15;
 constexpr int kOps = 200'000;
+// A waiter for a step of about a microsecond spins (pause) this many times
+// before it yields its core: a yield is a system call, slower than the step.
+constexpr int kSpinsBeforeYield = 1 << 16;
 
 // Emits `name` (median wall ns per op) and `name.cpu` (median CPU ns per op:
 // on a loaded machine the wall time counts the time this thread waited for a
@@ -117,10 +123,25 @@ void run_async_overhead() {
     });
     // Spin briefly, then yield: on a loaded machine a waiter that only spins
     // can hold the core the worker needs.
-    for (int spins = 0; !done.load(std::memory_order_acquire); ++spins)
-      if (spins > 64) std::this_thread::yield();
+    for (int spins = 0; !done.load(std::memory_order_acquire); ++spins) {
+      if (spins < kSpinsBeforeYield) continue;
+      else std::this_thread::yield();
+    }
   };
   for (int i = 0; i < 1000; ++i) async_step();
+  // The same started in the caller's thread: no hand-off to a worker.
+  kiln::RunOptions inline_options;
+  inline_options.run_in_caller_thread = true;
+  auto inline_step = [&] {
+    done.store(false, std::memory_order_relaxed);
+    exe.run_async(m->main, m->feeds, fetch, inline_options,
+                  [&](const kiln::Error*, std::vector<kiln::Tensor>&& t) {
+                    if (!t.empty()) sink += static_cast<double>(t[0].numel());
+                    done.store(true, std::memory_order_release);
+                  });
+    while (!done.load(std::memory_order_acquire)) std::this_thread::yield();  // done already
+  };
+  for (int i = 0; i < 1000; ++i) inline_step();
   // kInFlight runs started back to back, then waited for: the cost per run
   // when hand-offs overlap (throughput rather than latency).
   constexpr int kInFlight = 64;
@@ -131,10 +152,12 @@ void run_async_overhead() {
       exe.run_async(m->main, m->feeds, fetch, {}, [&](const kiln::Error*, std::vector<kiln::Tensor>&&) {
         finished.fetch_add(1, std::memory_order_release);
       });
-    for (int spins = 0; finished.load(std::memory_order_acquire) != kInFlight; ++spins)
-      if (spins > 64) std::this_thread::yield();
+    for (int spins = 0; finished.load(std::memory_order_acquire) != kInFlight; ++spins) {
+      if (spins < kSpinsBeforeYield) continue;
+      else std::this_thread::yield();
+    }
   };
-  std::vector<double> run_ns, async_ns, diff_ns, diff_cpu, piped_ns;
+  std::vector<double> run_ns, async_ns, diff_ns, diff_cpu, piped_ns, inline_diff_ns;
   for (int r = 0; r < kReps; ++r) {
     const Sample a = time_both([&] {
       for (int i = 0; i < kSteps; ++i) exe.run(m->main, m->feeds, fetch, out);
@@ -142,6 +165,10 @@ void run_async_overhead() {
     const Sample b = time_both([&] {
       for (int i = 0; i < kSteps; ++i) async_step();
     });
+    const double c = time_ns([&] {
+      for (int i = 0; i < kSteps; ++i) inline_step();
+    });
+    inline_diff_ns.push_back((c - a.wall) / kSteps);
     run_ns.push_back(a.wall / kSteps);
     async_ns.push_back(b.wall / kSteps);
     diff_ns.push_back((b.wall - a.wall) / kSteps);
@@ -156,6 +183,7 @@ void run_async_overhead() {
   emit("runtime.run_async.overhead", median(diff_ns), "ns");
   emit("runtime.run_async.overhead.cpu", median(diff_cpu), "ns");
   emit("runtime.run_async.pipelined", median(piped_ns), "ns");
+  emit("runtime.run_async.caller_thread.overhead", median(inline_diff_ns), "ns");
   if (sink < 0) std::puts("");
 }
 

@@ -99,11 +99,11 @@ void Executor::run_async(const Program& program, const FeedMap& feed,
     return;
   }
   // Shared into the run (names in map order, as the core was built with).
-  std::vector<Tensor> feeds;
-  feeds.reserve(feed.size());
-  for (const auto& [name, t] : feed) feeds.push_back(t);
+  FeedPointers feeds(feed.size());
+  std::size_t k = 0;
+  for (const auto& [name, t] : feed) feeds[k++] = const_cast<Tensor*>(&t);
   InterpreterCore* c = core.get();
-  c->run_async(std::move(feeds), options, std::move(done), std::move(core), &in_flight_);
+  c->run_async(feeds.span(), options, std::move(done), std::move(core), &in_flight_);
 }
 
 std::shared_ptr<InterpreterCore> Executor::core_for(const Program& program, const FeedMap& feed,

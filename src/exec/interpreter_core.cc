@@ -65,8 +65,6 @@ InterpreterCore::InterpreterCore(const Program& program, Scope& scope, std::vect
   idle_.store(primary_.get(), std::memory_order_relaxed);
 }
 
-InterpreterCore::~InterpreterCore() = default;
-
 std::vector<Tensor> InterpreterCore::run(std::span<const Tensor> feeds) {
   std::vector<Tensor> out(num_fetches());
   // Not taken: the feeds are only read (shared into their variables).
@@ -133,13 +131,13 @@ void InterpreterCore::run(std::span<Tensor* const> feeds, bool take, std::span<T
 // ---- asynchronous runs ----
 
 // One run_async call, from the call to `done`: what the run reads and
-// writes lives here, on the heap, as the caller's frame is gone.
+// writes lives here, on the heap, as the caller's frame is gone. Kept by
+// the core for its next asynchronous run (idle_async_), vectors and all.
 struct InterpreterCore::AsyncRun {
-  explicit AsyncRun(std::size_t num_feeds) : feed_ptrs(num_feeds) {}
   InterpreterCore* core = nullptr;
   std::shared_ptr<InterpreterCore> keep_alive;
   std::vector<Tensor> feeds;
-  FeedPointers feed_ptrs;  // inline for the usual few: no allocation
+  std::vector<Tensor*> feed_ptrs;
   std::vector<Tensor> results;
   RunOptions options;
   RunDone done;
@@ -149,19 +147,44 @@ struct InterpreterCore::AsyncRun {
   std::int64_t t0 = 0;
 };
 
+InterpreterCore::~InterpreterCore() { delete idle_async_.load(std::memory_order_acquire); }
+
+InterpreterCore::AsyncRun* InterpreterCore::take_async_run() {
+  // acquire: pairs with the release that handed a finished run's record back.
+  if (AsyncRun* r = idle_async_.exchange(nullptr, std::memory_order_acquire)) return r;
+  return new AsyncRun;
+}
+
 void InterpreterCore::run_async(std::vector<Tensor> feeds, const RunOptions& options, RunDone done,
                                 std::shared_ptr<InterpreterCore> keep_alive,
                                 std::atomic<std::int64_t>* in_flight) {
-  auto* r = new AsyncRun(feeds.size());
+  AsyncRun* r = take_async_run();
+  r->feeds = std::move(feeds);
+  launch_async(r, options, std::move(done), std::move(keep_alive), in_flight);
+}
+
+void InterpreterCore::run_async(std::span<Tensor* const> feeds, const RunOptions& options,
+                                RunDone done, std::shared_ptr<InterpreterCore> keep_alive,
+                                std::atomic<std::int64_t>* in_flight) {
+  AsyncRun* r = take_async_run();
+  r->feeds.resize(feeds.size());  // keeps the capacity of the record's last run
+  for (std::size_t k = 0; k < feeds.size(); ++k) r->feeds[k] = *feeds[k];
+  launch_async(r, options, std::move(done), std::move(keep_alive), in_flight);
+}
+
+void InterpreterCore::launch_async(AsyncRun* r, const RunOptions& options, RunDone done,
+                                   std::shared_ptr<InterpreterCore> keep_alive,
+                                   std::atomic<std::int64_t>* in_flight) {
   r->core = this;
   r->keep_alive = std::move(keep_alive);
-  r->feeds = std::move(feeds);
+  r->feed_ptrs.resize(r->feeds.size());
   for (std::size_t k = 0; k < r->feeds.size(); ++k) r->feed_ptrs[k] = &r->feeds[k];
   r->results.resize(num_fetches());
   r->options = options;
   r->done = std::move(done);
   r->in_flight = in_flight;
-  (queue_ ? *queue_ : shared_async_queue()).push(WorkTask{&InterpreterCore::start_async_entry, r, 0});
+  if (options.run_in_caller_thread) start_async(r);
+  else (queue_ ? *queue_ : shared_async_queue()).push(WorkTask{&InterpreterCore::start_async_entry, r, 0});
 }
 
 void InterpreterCore::start_async_entry(void* run, std::uint32_t) {
@@ -169,12 +192,13 @@ void InterpreterCore::start_async_entry(void* run, std::uint32_t) {
   r->core->start_async(r);
 }
 
-// On a pool thread: what run() does before the scheduler, then the state's
-// start(); the state calls async_run_completed once the run is done.
+// On a pool thread (the caller's with RunOptions::run_in_caller_thread):
+// what run() does before the scheduler, then the state's start(); the
+// state calls async_run_completed once the run is done.
 void InterpreterCore::start_async(AsyncRun* r) noexcept {
   RunState* state = nullptr;
   try {
-    plan_->check_feeds(r->feed_ptrs.span());
+    plan_->check_feeds(r->feed_ptrs);
     state = acquire_state();
   } catch (...) {
     deliver(r, std::current_exception());
@@ -185,7 +209,7 @@ void InterpreterCore::start_async(AsyncRun* r) noexcept {
   // thread; BLAS keeps the thread count it has.
   r->measure = config.measure;
   r->t0 = r->choice.trial ? now_ns() : 0;
-  state->start(r->feed_ptrs.span(), /*take=*/true, config, r->results, r->options,
+  state->start(r->feed_ptrs, /*take=*/true, config, r->results, r->options,
                RunState::Completion{&InterpreterCore::async_run_completed, r});
 }
 
@@ -216,7 +240,22 @@ void InterpreterCore::deliver(AsyncRun* r, std::exception_ptr error) noexcept {
     }
   }
   std::atomic<std::int64_t>* in_flight = r->in_flight;
-  delete r;  // may drop the last reference to the core
+  if (InterpreterCore* core = r->core) {
+    // Hand the record back to its core, emptied but for its vectors'
+    // capacity, then drop the run's reference (it may be the core's last).
+    std::shared_ptr<InterpreterCore> keep_alive = std::move(r->keep_alive);
+    r->done.reset();
+    r->feeds.clear();
+    for (Tensor& t : r->results) t = Tensor{};
+    r->options = RunOptions{};
+    AsyncRun* none = nullptr;
+    // release: the next taker (acquire) sees the record emptied.
+    if (!core->idle_async_.compare_exchange_strong(none, r, std::memory_order_release,
+                                                   std::memory_order_relaxed))
+      delete r;
+  } else {
+    delete r;
+  }
   // release: whoever sees the count fall (acquire) sees every access of
   // this run done.
   if (in_flight) in_flight->fetch_sub(1, std::memory_order_release);
@@ -232,7 +271,7 @@ void InterpreterCore::fail_async(WorkQueue& queue, RunDone done, std::exception_
   auto* f = new Failed{std::move(done), std::move(error), in_flight};
   queue.push(WorkTask{[](void* p, std::uint32_t) {
                         auto* f = static_cast<Failed*>(p);
-                        auto* r = new AsyncRun(0);
+                        auto* r = new AsyncRun;
                         r->done = std::move(f->done);
                         r->in_flight = f->in_flight;
                         std::exception_ptr e = std::move(f->error);

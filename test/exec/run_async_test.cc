@@ -76,6 +76,55 @@ TEST_CASE("run_async returns at once; done gets the fetched tensors once, on a w
   }
 }
 
+TEST_CASE("a run started in the caller's thread is done, on that thread, before run_async returns",
+          "[exec][run_async]") {
+  AddProgram prog;
+  for (unsigned n : {1u, 2u}) {
+    INFO("threads " << n);
+    Executor exe(Place::cpu(), threads(n));
+    RunOptions options;
+    options.run_in_caller_thread = true;
+    DoneRecord rec;
+    exe.run_async(prog.p, {{"a", scalar_f32(1.5f)}, {"b", scalar_f32(2.f)}}, {prog.out}, options,
+                  rec.callback());
+    CHECK(rec.calls() == 1);  // no wait: done already came
+    CHECK(rec.thread() == std::this_thread::get_id());
+    REQUIRE_FALSE(rec.error());
+    REQUIRE(rec.fetched().size() == 1);
+    CHECK(value_f32(rec.fetched()[0]) == 3.5f);
+    // A bad feed, the same way: through done, not thrown.
+    DoneRecord bad;
+    exe.run_async(prog.p, {{"a", scalar_f32(1.f)}, {"b", Tensor::from_vector<float>({2}, {1.f, 2.f})}},
+                  {prog.out}, options, bad.callback());
+    REQUIRE(bad.wait());
+    REQUIRE(bad.error());
+    CHECK_THAT(bad.error()->message(), Catch::Contains("'b'"));
+  }
+}
+
+TEST_CASE("a run started in the caller's thread that waits on a receive returns at once; a worker "
+          "finishes it when the value is sent",
+          "[exec][run_async]") {
+  RecvProgram prog;
+  for (unsigned n : {1u, 2u}) {
+    INFO("threads " << n);
+    Executor exe(Place::cpu(), threads(n));
+    LocalRendezvous rendezvous;
+    RunOptions options;
+    options.rendezvous = &rendezvous;
+    options.run_in_caller_thread = true;
+    DoneRecord rec;
+    exe.run_async(prog.p, {}, {prog.out}, options, rec.callback());
+    CHECK(rec.calls() == 0);  // suspended in the receive, holding no thread
+    rendezvous.send(key_of("x"), scalar_f32(41.f));
+    REQUIRE(rec.wait());
+    CHECK(rec.calls() == 1);
+    REQUIRE_FALSE(rec.error());
+    CHECK(value_f32(rec.fetched()[0]) == 42.f);
+    CHECK(rec.thread() != std::this_thread::get_id());
+  }
+}
+
 TEST_CASE("run_async reports a bad feed or fetch through done, naming it, not by throwing",
           "[exec][run_async]") {
   AddProgram prog;

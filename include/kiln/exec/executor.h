@@ -66,10 +66,12 @@ class Executor {
 
   // Starts a run of `program` in the executor's scope and returns at once
   // (the program may change or go as soon as it returns; the feeds are
-  // shared, not copied). `done` is called exactly once, on a worker thread,
-  // with the fetched tensors or the run's first error — a bad feed or fetch,
-  // a failing op, Cancelled, DeadlineExceeded. Runs of one program overlap,
-  // each on its own run state; a run waiting on a receive holds no thread.
+  // shared, not copied). `done` is called exactly once, on a worker thread
+  // (with options.run_in_caller_thread, maybe on this one before the call
+  // returns), with the fetched tensors or the run's first error — a bad
+  // feed or fetch, a failing op, Cancelled, DeadlineExceeded. Runs of one
+  // program overlap, each on its own run state; a run waiting on a receive
+  // holds no thread.
   void run_async(const Program& program, const FeedMap& feed, const std::vector<FetchTarget>& fetch,
                  const RunOptions& options, RunDone done);
   // Asynchronous runs started and not yet done.

@@ -97,11 +97,18 @@ class InterpreterCore {
   // one, shared_async_queue()) checks the feeds (taken, in feed_names()
   // order), takes a run state and starts it; `done` gets the fetched
   // tensors or the first error — a bad feed's included — exactly once, on
-  // a worker thread. The run holds no thread while it waits on an
+  // a worker thread (options.run_in_caller_thread: the calling thread does
+  // all that, and may call `done`, before run_async returns). The run holds no thread while it waits on an
   // asynchronous kernel. The core must outlive the run: `keep_alive` (may
   // be null) is held until `done` has returned; `in_flight` (may be null)
   // is decremented, with release order, as the run's very last access.
   void run_async(std::vector<Tensor> feeds, const RunOptions& options, RunDone done,
+                 std::shared_ptr<InterpreterCore> keep_alive = nullptr,
+                 std::atomic<std::int64_t>* in_flight = nullptr);
+  // The same over pointers to the feeds (shared into the run, not taken):
+  // the Executor's path, which allocates nothing per run once the core has
+  // run asynchronously before.
+  void run_async(std::span<Tensor* const> feeds, const RunOptions& options, RunDone done,
                  std::shared_ptr<InterpreterCore> keep_alive = nullptr,
                  std::atomic<std::int64_t>* in_flight = nullptr);
   // Calls `done` with `error` from a task of `queue`, then decrements
@@ -157,6 +164,9 @@ class InterpreterCore {
   static void start_async_entry(void* run, std::uint32_t);
   static void async_run_completed(void* run, RunState& state) noexcept;
   static void deliver(AsyncRun* run, std::exception_ptr error) noexcept;
+  AsyncRun* take_async_run();
+  void launch_async(AsyncRun* run, const RunOptions& options, RunDone done,
+                    std::shared_ptr<InterpreterCore> keep_alive, std::atomic<std::int64_t>* in_flight);
   void start_async(AsyncRun* run) noexcept;
   RunState* acquire_state();
   void release_state(RunState* state) noexcept;
@@ -174,6 +184,9 @@ class InterpreterCore {
   // usual case: runs do not overlap); more live in spare_ under mutex_.
   std::atomic<RunState*> idle_{nullptr};
   std::atomic<RunState*> last_{nullptr};  // the last run's state (chrome_trace)
+  // An asynchronous run's record, kept with its vectors' capacity for the
+  // next run_async (one exchange each way; overlapping runs allocate).
+  std::atomic<AsyncRun*> idle_async_{nullptr};
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<RunState>> extra_;
   std::vector<RunState*> spare_;

@@ -13,6 +13,17 @@
 
 namespace kiln {
 
+// One step of a busy wait: tells the core this thread spins (x86 pause,
+// ARM yield), which frees execution resources for its sibling hyperthread
+// and avoids the memory-order flush when the awaited line changes.
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
 class SpinLock {
  public:
   SpinLock() = default;
@@ -24,18 +35,8 @@ class SpinLock {
   void unlock() noexcept;
 
  private:
-  static void cpu_relax() noexcept;
-
   std::atomic<bool> locked_{false};
 };
-
-inline void SpinLock::cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 
 inline void SpinLock::lock() noexcept {
   for (int spins = 0;;) {
