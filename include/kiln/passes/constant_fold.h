@@ -1,0 +1,35 @@
+// Constant folding ("fold"): an op whose operands are all constants —
+// builtin.constant holding a tensor, or kiln.full (on the CPU) — is run
+// once, at compile time, with its own CPU kernel (the kernel registry: no
+// second implementation of any op's math), and replaced by a
+// builtin.constant holding the result tensor (whose kernel copies it out
+// each run). Never folded: Random, SideEffect, Communication and Inplace
+// ops, ops with regions, ops without a synchronous CPU kernel, results of
+// unknown (-1) dims, and tensors above the size cap.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+
+#include "kiln/passes/pass.h"
+#include "kiln/runtime/tensor.h"
+
+namespace kiln {
+
+struct ConstantFoldOptions {
+  // Largest tensor (operand or result) folding materialises, in bytes.
+  std::size_t max_bytes = 64 * 1024;
+};
+
+std::unique_ptr<Pass> create_constant_fold_pass(ConstantFoldOptions options = {});
+
+// Whether `v` is a compile-time constant folding can read: a result of
+// builtin.constant holding a tensor, or of kiln.full on the CPU, that no op
+// updates in place.
+bool is_constant_value(Value v, const PassContext* ctx = nullptr);
+// When every element of constant `v` is one number: that number (read as
+// double). Empty for non-constants and for constants of mixed elements.
+std::optional<double> constant_splat_value(Value v, const PassContext* ctx = nullptr);
+
+}  // namespace kiln
