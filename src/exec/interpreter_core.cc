@@ -2,10 +2,12 @@
 
 #include <chrono>
 #include <sstream>
+#include <unordered_map>
 
 #include "kiln/exec/control_flow.h"
 #include "kiln/exec/plan_builder.h"
 #include "kiln/kernel/kernel_registry.h"
+#include "kiln/passes/pass_manager.h"
 #include "kiln/runtime/cuda_context.h"
 
 namespace kiln {
@@ -37,6 +39,86 @@ ExecutionOptions with_place_checked(ExecutionOptions o) {
 
 }  // namespace
 
+struct InterpreterCore::Optimized {
+  Program program;
+  std::vector<FetchTarget> fetch;
+  ExecutionOptions options;
+  // The caller's values → the optimised program's (those a pass erased
+  // without a replacement are absent).
+  std::unordered_map<const detail::ValueImpl*, Value> values;
+
+  // Runs options.passes on a copy of `source`. Fetch targets and skip_gc
+  // values are live-out: kept, and followed through the passes'
+  // replacements.
+  static std::shared_ptr<const Optimized> make(const Program& source,
+                                               const std::vector<FetchTarget>& fetch,
+                                               const ExecutionOptions& options);
+};
+
+std::shared_ptr<const InterpreterCore::Optimized> InterpreterCore::Optimized::make(
+    const Program& source, const std::vector<FetchTarget>& fetch, const ExecutionOptions& options) {
+  if (options.passes.empty()) return nullptr;
+  PassManager pm = PassManager::parse(options.passes);  // a bad pipeline fails before any copy
+  auto out = std::make_shared<Optimized>();
+  IrMapping map;
+  for (const auto& [name, param] : source.parameters()) out->program.set_parameter(name, param);
+  for (Operation* op : source.block()) out->program.block().push_back(op->clone(map));
+  // Every caller value → its copy, and back, so that erased ones drop out.
+  std::unordered_map<const detail::ValueImpl*, const detail::ValueImpl*> back;
+  auto record = [&](Value v) {
+    Value c = map.lookup(v);
+    if (!c) return;
+    out->values[v.impl()] = c;
+    back[c.impl()] = v.impl();
+  };
+  auto walk = [&](auto& self, const Block& b) -> void {
+    for (Value a : b.arguments()) record(a);
+    for (Operation* op : b) {
+      for (Value r : op->results()) record(r);
+      for (std::uint32_t r = 0; r < op->num_regions(); ++r)
+        for (Block* inner : op->region(r)) self(self, *inner);
+    }
+  };
+  walk(walk, source.block());
+
+  PassContext ctx;
+  std::vector<std::size_t> fetch_slot(fetch.size(), ~std::size_t{0}), gc_slot;
+  auto mapped = [&](Value v, const char* what) {
+    auto it = out->values.find(v.impl());
+    if (it == out->values.end())
+      throw_error(ErrorKind::InvalidArgument, what, " value is not a value of the program");
+    return it->second;
+  };
+  for (std::size_t k = 0; k < fetch.size(); ++k)
+    if (fetch[k].value) fetch_slot[k] = ctx.add_live_out(mapped(fetch[k].value, "a fetch target's"));
+  for (Value v : options.skip_gc) gc_slot.push_back(ctx.add_live_out(mapped(v, "a skip_gc")));
+  auto drop = [&](auto& self, Operation* op) -> void {
+    for (Value r : op->results())
+      if (auto it = back.find(r.impl()); it != back.end()) {
+        out->values.erase(it->second);
+        back.erase(it);
+      }
+    for (std::uint32_t r = 0; r < op->num_regions(); ++r)
+      for (Block* inner : op->region(r))
+        for (Operation* o : *inner) self(self, o);
+  };
+  ctx.set_erase_listener([&](Operation* op) { drop(drop, op); });
+  pm.run(out->program, ctx);
+  ctx.set_erase_listener(nullptr);
+
+  out->fetch = fetch;
+  for (std::size_t k = 0; k < fetch.size(); ++k)
+    if (fetch[k].value) out->fetch[k].value = ctx.live_out()[fetch_slot[k]];
+  out->options = options;
+  for (std::size_t k = 0; k < gc_slot.size(); ++k) out->options.skip_gc[k] = ctx.live_out()[gc_slot[k]];
+  // Live-out values a pass replaced: the caller's value now stands for the replacement.
+  for (std::size_t k = 0; k < fetch.size(); ++k)
+    if (fetch[k].value) out->values[fetch[k].value.impl()] = out->fetch[k].value;
+  for (std::size_t k = 0; k < gc_slot.size(); ++k)
+    out->values[options.skip_gc[k].impl()] = out->options.skip_gc[k];
+  return out;
+}
+
 void require_place_runs(Place place) {
   if (place.kind == PlaceKind::Cuda && !built_with_cuda())
     throw_error(ErrorKind::Unimplemented, "place ", place.to_string(),
@@ -54,7 +136,12 @@ InterpreterCore::InterpreterCore(const Program& program, Scope& scope, std::vect
                                  const std::vector<FetchTarget>& fetch, ExecutionOptions options,
                                  std::shared_ptr<WorkQueue> queue)
     : feed_names_(std::move(feed_names)),
-      plan_(PlanBuilder(program, feed_names_, fetch, with_place_checked(std::move(options))).build()),
+      optimized_(Optimized::make(program, fetch, options)),
+      plan_(optimized_ ? PlanBuilder(optimized_->program, feed_names_, optimized_->fetch,
+                                     with_place_checked(optimized_->options))
+                             .build()
+                       : PlanBuilder(program, feed_names_, fetch, with_place_checked(std::move(options)))
+                             .build()),
       scope_(&scope),
       queue_(usable_queue(plan_->options, std::move(queue))),
       num_threads_(thread_count(plan_->options, queue_)),
@@ -362,6 +449,11 @@ const std::string& InterpreterCore::stream_name(std::size_t k) const {
 }
 
 std::uint32_t InterpreterCore::slot_of(Value v) const {
+  if (optimized_) {
+    auto m = optimized_->values.find(v.impl());
+    if (m == optimized_->values.end()) return kNoIndex;
+    v = m->second;
+  }
   auto it = plan_->source_slot.find(v.impl());
   return it == plan_->source_slot.end() ? kNoIndex : it->second;
 }

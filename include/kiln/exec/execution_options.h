@@ -86,6 +86,11 @@ struct ExecutionOptions {
   bool profile = false;
   // Values (of the program given to the core) never freed.
   std::vector<Value> skip_gc{};
+  // A pass pipeline (kiln/passes/pass_manager.h), e.g. "dce,cse,fold,simplify",
+  // run when a plan is built on a copy of the program: the caller's program
+  // never changes, and feeds, fetch targets and skip_gc values map through
+  // the copy and every replacement a pass makes. Empty: no passes.
+  std::string passes{};
   // Executor only: compiled programs kept (LRU).
   std::size_t cache_capacity = 32;
 };

@@ -137,7 +137,10 @@ class InterpreterCore {
     std::vector<std::uint32_t> waits;  // predecessors whose event it waits on
   };
   InstructionInfo instruction(std::uint32_t i) const;
-  // The slot of a value of the program given to the constructor (~0u if none).
+  // The slot of a value of the program given to the constructor (~0u if
+  // none). With ExecutionOptions::passes, a value a pass removed has none,
+  // unless it was a fetch target or a skip_gc value: those follow their
+  // replacements.
   std::uint32_t slot_of(Value v) const;
   // The variable of a slot in the core's first run state (the one a run
   // uses unless another run is in progress).
@@ -173,6 +176,12 @@ class InterpreterCore {
   RunConfig configure_run(RunState& state, ThreadPlanTuner::Choice& choice);
 
   std::vector<std::string> feed_names_;
+  // With ExecutionOptions::passes: the optimised copy of the caller's
+  // program the plan was built from (its instructions point into it), the
+  // fetch targets and options mapped onto it, and the caller's values
+  // mapped to the copy's; null without passes.
+  struct Optimized;
+  std::shared_ptr<const Optimized> optimized_;
   std::shared_ptr<const ExecutionPlan> plan_;
   Scope* scope_;
   std::shared_ptr<WorkQueue> queue_;
