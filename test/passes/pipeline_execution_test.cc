@@ -198,3 +198,36 @@ TEST_CASE("a bad pipeline in ExecutionOptions is an error at the run naming the 
   FeedMap feed{{"x", Tensor::from_vector<float>(Dims({3}), {0.f, 1.f, 2.f})}};
   KILN_CHECK_ERROR(exe.run(p, feed, {e}), NotFound, {"'nonsense'", "known passes"});
 }
+
+TEST_CASE("the executor runs no passes by default", "[passes][pipeline]") {
+  CHECK(ExecutionOptions{}.passes.empty());
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{3}).result();
+  Value e1 = b.create<ExpOp>(x).result();
+  Value e2 = b.create<ExpOp>(x).result();
+  Executor exe;
+  FeedMap feed{{"x", Tensor::from_vector<float>(Dims({3}), {0.f, 1.f, 2.f})}};
+  exe.run(p, feed, {e1, e2});
+  CHECK(exe.last_core()->slot_of(e1) != exe.last_core()->slot_of(e2));
+}
+
+TEST_CASE("values fetched by kiln.fetch name and fed data survive the pipeline",
+          "[passes][pipeline]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{3}).result();
+  Value one = b.create<FullOp>(std::vector<std::int64_t>{3}, 1.0).result();
+  Value y = b.create<MulOp>(x, one).result();  // simplified to x
+  Value t1 = b.create<TanhOp>(y).result();
+  Value t2 = b.create<TanhOp>(x).result();  // fetched: kept apart from t1
+  b.create<FetchOp>(t1, "t1");
+  b.create<FetchOp>(t2, "t2", 1);
+  b.create<ExpOp>(x);  // dead
+  FeedMap feed{{"x", Tensor::from_vector<float>(Dims({3}), {0.5f, -1.f, 2.f})}};
+  Executor plain(Place::cpu(), options("")), passed(Place::cpu(), options(kPipeline));
+  auto want = plain.run(p, feed, {"t1", "t2", "x"});
+  auto got = passed.run(p, feed, {"t1", "t2", "x"});
+  check_same(want, got);
+  CHECK(passed.last_core()->num_instructions() < plain.last_core()->num_instructions());
+}
