@@ -82,6 +82,7 @@ std::shared_ptr<const InterpreterCore::Optimized> InterpreterCore::Optimized::ma
   walk(walk, source.block());
 
   PassContext ctx;
+  ctx.target_place = options.place;
   std::vector<std::size_t> fetch_slot(fetch.size(), ~std::size_t{0}), gc_slot;
   auto mapped = [&](Value v, const char* what) {
     auto it = out->values.find(v.impl());

@@ -105,6 +105,10 @@ class ConstantFoldPass : public Pass {
   explicit ConstantFoldPass(ConstantFoldOptions options) : Pass("fold"), options_(options) {}
 
   void run_on_block(Block& block, PassContext& ctx) override {
+    // builtin.constant has a CPU kernel only: on a device, folded constants
+    // would run on the host and be copied over each run.
+    if (ctx.target_place.kind != PlaceKind::Cpu && ctx.target_place.kind != PlaceKind::HostStream)
+      return;
     std::unordered_map<const detail::ValueImpl*, Tensor> known;  // constants evaluated so far
     auto value_of = [&](Value v) -> const Tensor* {
       if (auto it = known.find(v.impl()); it != known.end()) return &it->second;

@@ -146,3 +146,14 @@ TEST_CASE("fold does not take a constant updated in place for a constant", "[pas
   Executor exe;
   CHECK(exe.run(p, {}, {live[0]})[0].to_vector<float>() == want);
 }
+
+TEST_CASE("fold folds nothing for a program that will run on a device", "[passes][fold]") {
+  Program p;
+  Builder b(p);
+  Value e = b.create<ExpOp>(b.create<FullOp>(std::vector<std::int64_t>{2}, 3.0).result()).result();
+  PassContext ctx({e});
+  ctx.target_place = Place::cuda(0);
+  PassManager::parse("fold").run(p, ctx);
+  CHECK(count_ops(p, "kiln.exp") == 1);
+  CHECK(count_ops(p, "builtin.constant") == 0);
+}

@@ -5,7 +5,9 @@
 // builtin.constant holding the result tensor (whose kernel copies it out
 // each run). Never folded: Random, SideEffect, Communication and Inplace
 // ops, ops with regions, ops without a synchronous CPU kernel, results of
-// unknown (-1) dims, and tensors above the size cap.
+// unknown (-1) dims, and tensors above the size cap. It folds nothing when
+// the PassContext's target place is a device (builtin.constant has no
+// device kernel yet).
 #pragma once
 
 #include <cstddef>

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kiln/ir/program.h"
+#include "kiln/support/place.h"
 
 namespace kiln {
 
@@ -63,6 +64,11 @@ class PassContext {
     program_ = p;
     aliases_.reset();
   }
+
+  // Where the program will run (the executor sets its place). Passes that
+  // add ops choose by it: fold makes builtin.constant ops, which have only
+  // a CPU kernel, so it folds nothing for a device.
+  Place target_place = Place::cpu();
 
   // Counters a pass may bump (ops erased, merged, folded, rewritten), shown
   // in the PassManager's timing report.
