@@ -217,6 +217,7 @@ void PassManager::run(Program& program, PassContext& ctx) {
     const std::size_t erased0 = ctx.ops_erased, replaced0 = ctx.values_replaced;
     const auto t0 = options_.timing ? Clock::now() : Clock::time_point();
     ctx.invalidate_analyses();
+    const std::uint64_t epoch = ir_epoch();
     try {
       pass.run(program, ctx);
     } catch (const Error& e) {
@@ -230,7 +231,9 @@ void PassManager::run(Program& program, PassContext& ctx) {
     ++entry.runs;
     entry.ops_erased += ctx.ops_erased - erased0;
     entry.values_replaced += ctx.values_replaced - replaced0;
-    if (options_.verify_each) {
+    // An unchanged IR epoch (kiln/ir/epoch.h: bumped by every change to any
+    // IR) means the pass changed nothing: the program is as verified.
+    if (options_.verify_each && ir_epoch() != epoch) {
       try {
         program.verify();
       } catch (const Error& e) {

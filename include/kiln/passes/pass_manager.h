@@ -19,7 +19,8 @@ namespace kiln {
 
 struct PassManagerOptions {
   // Program::verify after each pass (and once before the first): a pass
-  // leaving the IR invalid is a kiln::Error naming it.
+  // leaving the IR invalid is a kiln::Error naming it. A pass that changed
+  // nothing (the IR epoch did not move) is not verified again.
   bool verify_each = true;
   // Time each pass (timing_report()).
   bool timing = false;
