@@ -2,7 +2,8 @@
 // defining one's own op takes: Op<>, traits, interfaces, GradOf,
 // KILN_REGISTER_OP), the kernel registry, the executor, the frontend
 // (ProgramGuard, data, layers, losses, optimizers, schedules, metrics), the
-// data loader, and the io: JSON programs, weights, inference models, CSV.
+// data loader, the io: JSON programs, weights, inference models, CSV, and
+// the passes (PassManager, rewrite patterns, dce / cse / fold / simplify).
 #pragma once
 
 #include "kiln/dialect/kiln_dialect.h"
@@ -14,3 +15,9 @@
 #include "kiln/io/json.h"
 #include "kiln/io/weights.h"
 #include "kiln/kernel/kernel_registry.h"
+#include "kiln/passes/constant_fold.h"
+#include "kiln/passes/cse.h"
+#include "kiln/passes/dce.h"
+#include "kiln/passes/pass_manager.h"
+#include "kiln/passes/pattern.h"
+#include "kiln/passes/simplify.h"

@@ -1,8 +1,9 @@
-// Dead-code elimination ("dce"): erases ops whose results nothing uses and
-// that have no effect (kiln/passes/op_effects.h), in every block, innermost
-// first; a control-flow op goes when nothing inside it has an effect and
-// its results are unused. Live-out values of the PassContext (fetch
-// targets) and their producers stay.
+// Dead-code elimination ("dce"): erases ops whose results nothing uses (an
+// op without results counts as unused, as in MLIR) and that have no effect
+// (kiln/passes/op_effects.h), in every block, innermost first; a
+// control-flow op goes when nothing inside it has an effect and its results
+// are unused. Live-out values of the PassContext (fetch targets) and their
+// producers stay.
 #pragma once
 
 #include <memory>
