@@ -7,6 +7,7 @@
 #include <ostream>
 
 #include "kiln/io/json.h"
+#include "kiln/ir/text_form.h"
 #include "kiln/support/error.h"
 #include "kiln/support/hash.h"
 
@@ -86,18 +87,19 @@ void TensorAttribute::print(std::ostream& os) const {
   os << "tensor<";
   for (auto d : dims()) os << d << 'x';
   os << kiln::to_string(dtype()) << "> [";
-  const std::int64_t n = numel(), shown = std::min<std::int64_t>(n, 8);
+  // Every value, floats in their shortest round-trip form: the text form of
+  // a program must read back to the same constant (kiln/ir/parser.h).
   with_element_type(dtype(), [&](auto tag) {
     using T = decltype(tag);
-    for (std::int64_t i = 0; i < shown; ++i) {
+    for (std::int64_t i = 0; i < numel(); ++i) {
       if (i) os << ", ";
       const T v = element<T>(bytes(), i);
       if constexpr (std::is_same_v<T, bool>) os << (v ? "true" : "false");
+      else if constexpr (std::is_floating_point_v<T>) print_shortest_float(os, v);
       else if constexpr (sizeof(T) == 1) os << static_cast<int>(v);
       else os << v;
     }
   });
-  if (shown < n) os << (shown ? ", ..." : "...");
   os << ']';
 }
 

@@ -40,11 +40,16 @@ TEST_CASE("tensor attributes with equal contents are one attribute", "[ir][attri
   CHECK(a.numel() == 4);
 }
 
-TEST_CASE("a tensor attribute prints its type and its first values", "[ir][attribute]") {
+TEST_CASE("a tensor attribute prints its type and every value, floats in their shortest "
+          "round-trip form",
+          "[ir][attribute]") {
   CHECK(f32s({2, 3}, {1, 2, 3, 4, 5, 6}).to_string() == "tensor<2x3xf32> [1, 2, 3, 4, 5, 6]");
   std::vector<std::int64_t> ten{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
   CHECK(TensorAttribute::get(DataType::Int64, {10}, bytes_of(ten)).to_string() ==
-        "tensor<10xi64> [0, 1, 2, 3, 4, 5, 6, 7, ...]");
+        "tensor<10xi64> [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]");
+  // %g-style output (6 significant digits) would print 0.1f + 1e-7 as 0.1.
+  CHECK(f32s({3}, {0.1f, 0.1f + 1e-7f, 1e-8f}).to_string() ==
+        "tensor<3xf32> [0.1, 0.1000001, 1e-08]");
   std::vector<bool> flags{true, false};
   std::string fb{char(1), char(0)};
   CHECK(TensorAttribute::get(DataType::Bool, {2}, fb).to_string() == "tensor<2xbool> [true, false]");
