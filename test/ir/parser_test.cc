@@ -492,3 +492,43 @@ TEST_CASE("nesting deeper than the limit is rejected, not a stack overflow", "[i
   parse_error(program_with(regions), ErrorKind::InvalidArgument,
               {"region nesting is deeper than 64"});
 }
+
+// Not a test: regenerates the text parser's fuzz seed corpus from printed
+// programs (a few small ones: ./run fuzz uses -max_len=8192 for it).
+//   KILN_CORPUS_DIR=tools/fuzz/ir_corpus ./build/test/kiln_tests "[.ir_corpus]"
+TEST_CASE("write printed programs as fuzz corpus seeds for the text parser", "[.ir_corpus]") {
+  const char* dir = std::getenv("KILN_CORPUS_DIR");
+  REQUIRE(dir != nullptr);
+  auto write = [&](const std::string& name, const Program& p) {
+    const std::string text = p.to_string();
+    REQUIRE(text.size() <= 8192);
+    std::ofstream(std::string(dir) + "/" + name + ".kir") << text;
+  };
+  {
+    GuardedPrograms b;
+    auto x = data("x", {16, 16});
+    auto loss = nn::MSELoss()(nn::Linear(16, 1)(x), data("label", {16, 1}));
+    optim::Adam(1e-3).minimize(loss);
+    write("seed_startup", b.startup);
+    write("seed_main", b.main);
+  }
+  {
+    GuardedPrograms b;
+    Value x = data("x", {2});
+    auto outs = while_loop(
+        [&](const std::vector<Value>& v) { return less_than(v[0], 10); },
+        [&](const std::vector<Value>& v) {
+          Value y = cond(equal(v[0], 1), [&] { return add(v[1], x); },
+                         [&] { return F::relu(v[1]); });
+          return std::vector<Value>{increment(v[0]), y};
+        },
+        {full({1}, 0.0, DataType::Int64), full({2}, 0.0)});
+    write("while_if", b.main);
+  }
+  test::RandomProgramOptions small;
+  small.max_ops = 6;
+  small.max_region_depth = 0;  // iotest.scope is not registered in the fuzz target
+  small.max_attribute_depth = 2;
+  for (std::uint64_t seed : {1, 2, 3, 5, 8})
+    write("random_" + std::to_string(seed), test::random_program(seed, small));
+}
