@@ -22,6 +22,7 @@
 #include "kiln/ir/tensor_array_type.h"
 #include "kiln/ir/tensor_attribute.h"
 #include "kiln/ir/text_form.h"
+#include "kiln/ir/traits.h"
 #include "kiln/support/nesting_guard.h"
 
 namespace kiln {
@@ -86,7 +87,8 @@ class Parser {
   // ---- grammar ----
   void parameter(Program& p);
   void operation(Block& block);
-  std::vector<std::unique_ptr<Block>> region(const std::string& op_name, std::uint32_t index);
+  std::vector<std::unique_ptr<Block>> region(const std::string& op_name, OpInfo info,
+                                             std::size_t op_at, std::uint32_t index);
   void block_arguments(Block& b);
   Type type();
   template <typename C>
@@ -104,7 +106,8 @@ class Parser {
   struct Definition {
     Value value;
     std::size_t at;                // where its name is defined
-    std::size_t closed_at = 0;     // where the region that held it ends
+    std::size_t scope;             // index in scopes_ of the region that holds it
+    std::size_t closed_at = 0;     // where that region ends
     bool visible = true;
   };
   Value use(const std::string& name, std::size_t at);
@@ -119,6 +122,11 @@ class Parser {
   std::size_t where_ = 0;
   std::unordered_map<std::string, Definition> values_;
   std::vector<std::vector<std::string>> scopes_;  // names defined in each open region
+  // Values of scopes below this index are out of reach: the innermost open
+  // region belongs to an IsolatedFromAbove op (kiln.if, kiln.while).
+  std::size_t isolated_floor_ = 0;
+  std::string isolated_op_;
+  std::size_t isolated_at_ = 0;
   // Every op with where its name is, verified once the whole program is read
   // (an op such as kiln.yield checks the op its block belongs to).
   std::vector<std::pair<Operation*, std::size_t>> created_;
@@ -279,11 +287,15 @@ Value Parser::use(const std::string& name, std::size_t at) {
   if (!it->second.visible)
     fail(at, ErrorKind::InvalidArgument, "value %", name, " is not visible here: it is defined at ",
          location(it->second.at), " inside a region that ends at ", location(it->second.closed_at));
+  if (it->second.scope < isolated_floor_)
+    fail(at, ErrorKind::InvalidArgument, "value %", name, " (defined at ", location(it->second.at),
+         ") is used inside ", isolated_op_, " at ", location(isolated_at_),
+         ", whose regions are isolated from above: pass it to ", isolated_op_, " as an operand");
   return it->second.value;
 }
 
 void Parser::define(const std::string& name, Value v, std::size_t at) {
-  auto [it, fresh] = values_.try_emplace(name, Definition{v, at});
+  auto [it, fresh] = values_.try_emplace(name, Definition{v, at, scopes_.size() - 1});
   if (!fresh)
     fail(at, ErrorKind::AlreadyExists, "value %", name, " is defined twice (first at ",
          location(it->second.at), ")");
@@ -461,7 +473,7 @@ void Parser::operation(Block& block) {
   // { ^bb0(...): ... } per region
   std::vector<std::vector<std::unique_ptr<Block>>> regions;
   while (peek() == '{')
-    regions.push_back(region(op_name, static_cast<std::uint32_t>(regions.size())));
+    regions.push_back(region(op_name, info, name_at, static_cast<std::uint32_t>(regions.size())));
 
   where_ = name_at;
   Operation* op = Operation::create(operands, result_types, attrs, info,
@@ -474,14 +486,22 @@ void Parser::operation(Block& block) {
   created_.emplace_back(op, name_at);
 }
 
-std::vector<std::unique_ptr<Block>> Parser::region(const std::string& op_name,
-                                                   std::uint32_t index) {
+std::vector<std::unique_ptr<Block>> Parser::region(const std::string& op_name, OpInfo info,
+                                                   std::size_t op_at, std::uint32_t index) {
   skip_space();
   const std::size_t open = pos_;
   where_ = open;
   NestingGuard guard(depth_, "region");
   ++pos_;  // '{'
   scopes_.emplace_back();
+  const auto saved_floor = isolated_floor_;
+  const auto saved_op = isolated_op_;
+  const auto saved_at = isolated_at_;
+  if (info.has_trait<IsolatedFromAbove>()) {
+    isolated_floor_ = scopes_.size() - 1;
+    isolated_op_ = op_name;
+    isolated_at_ = op_at;
+  }
   std::vector<std::unique_ptr<Block>> blocks;
   for (;;) {
     const char c = peek();
@@ -510,6 +530,9 @@ std::vector<std::unique_ptr<Block>> Parser::region(const std::string& op_name,
     d.closed_at = pos_ - 1;
   }
   scopes_.pop_back();
+  isolated_floor_ = saved_floor;
+  isolated_op_ = saved_op;
+  isolated_at_ = saved_at;
   return blocks;
 }
 

@@ -387,6 +387,27 @@ TEST_CASE("an undefined value, a value defined twice and a value used outside it
                "region that ends at <text>:7:3"});
 }
 
+TEST_CASE("a value used inside a kiln.if or kiln.while that it was not passed to is an error "
+          "at the use",
+          "[ir][parser]") {
+  parse_error(program_with(
+                  "  %0 = kiln.full() {dtype = dtype<bool>, place = place<cpu>, shape = [1], "
+                  "value = 1.0} : () -> tensor<1xbool>\n"
+                  "  %1 = kiln.full() {dtype = dtype<f32>, place = place<cpu>, shape = [1], "
+                  "value = 1.0} : () -> tensor<1xf32>\n"
+                  "  kiln.if(%0) : (tensor<1xbool>) -> () {\n"
+                  "    ^bb0:\n"
+                  "      %2 = kiln.relu(%1) : (tensor<1xf32>) -> tensor<1xf32>\n"
+                  "      kiln.yield() : () -> ()\n"
+                  "  } {\n"
+                  "    ^bb1:\n"
+                  "      kiln.yield() : () -> ()\n"
+                  "  }\n"),
+              ErrorKind::InvalidArgument,
+              {"<text>:6:22: value %1 (defined at <text>:3:3) is used inside kiln.if at <text>:4:3, "
+               "whose regions are isolated from above: pass it to kiln.if as an operand"});
+}
+
 TEST_CASE("a wrong operand or result count and a signature type that is not the operand's "
           "are errors",
           "[ir][parser]") {
