@@ -5,9 +5,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -759,12 +756,10 @@ T Parser::convert_number(std::string_view s, std::size_t at, std::string_view wh
     T v{};
     auto r = std::from_chars(s.data(), s.data() + s.size(), v);
     if (r.ec == std::errc::result_out_of_range) {
-      // Overflow, or underflow below the smallest subnormal: strtod says which.
-      const std::string copy(s);
-      const double d = std::strtod(copy.c_str(), nullptr);
-      if (std::isinf(d) || std::fabs(d) > std::numeric_limits<T>::max())
-        fail(at, ErrorKind::OutOfRange, "'", s, "' is out of range for ", what);
-      v = static_cast<T>(d);
+      // Past the largest finite value, or so small it rounds to zero (the
+      // printer writes neither: an infinity is "inf", a zero "0").
+      fail(at, ErrorKind::OutOfRange, "'", s, "' is out of range for ", what,
+           " (it rounds to an infinity or to zero)");
     } else if (r.ec != std::errc() || r.ptr != s.data() + s.size()) {
       fail(at, ErrorKind::InvalidArgument, "'", s, "' is not a number (", what, ")");
     }

@@ -479,6 +479,8 @@ TEST_CASE("bad attributes and types are errors at the attribute or type", "[ir][
   parse_error(full_with("a = 99999999999 : i32"), ErrorKind::OutOfRange,
               {"<text>:2:25: '99999999999' is out of range for i32"});
   parse_error(full_with("a = 1e999"), ErrorKind::OutOfRange, {"'1e999' is out of range for f64"});
+  parse_error(full_with("a = 1e-50 : f32"), ErrorKind::OutOfRange,
+              {"'1e-50' is out of range for f32 (it rounds to an infinity or to zero)"});
   parse_error(full_with("a = 1.5 : i32"), ErrorKind::InvalidArgument,
               {"'1.5' is not an integer, but its type is i32"});
   parse_error(full_with("a = dtype<f99>"), ErrorKind::InvalidArgument,
