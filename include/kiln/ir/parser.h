@@ -20,8 +20,9 @@ namespace kiln {
 // not the one the signature gives, a wrong operand or result count, an op or
 // a program that does not verify, text after the program, nesting deeper
 // than kMaxInputNesting. Between values, whitespace is free and `//` starts
-// a comment to the end of the line. Types and attributes of user kinds that
-// have no text reader (only the builtin ones have one) are rejected.
+// a comment to the end of the line. A user-defined type without parameters
+// is read by its name; user-defined parametric types and attribute kinds have
+// no text reader and are rejected (the JSON format keeps them).
 Program parse_program(std::string_view text, std::string_view source = "<text>");
 
 }  // namespace kiln
