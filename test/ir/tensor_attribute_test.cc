@@ -4,7 +4,9 @@
 // kernel.
 #include "kiln/ir/tensor_attribute.h"
 
+#include <bit>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "catch.hpp"
@@ -67,7 +69,13 @@ TEST_CASE("a tensor attribute survives a JSON round trip exactly, for every dtyp
       TensorAttribute::get(DataType::Int8, {2}, bytes_of(std::vector<std::int8_t>{-128, 127})),
       TensorAttribute::get(DataType::Bool, {3}, std::string{char(1), char(0), char(1)}),
       TensorAttribute::get(DataType::Float16, {1}, bytes_of(std::vector<std::uint16_t>{0x3c00})),
-      TensorAttribute::get(DataType::Float32, {0}, "")};
+      TensorAttribute::get(DataType::Float32, {0}, ""),
+      // JSON has no NaN or infinity: they were written as null and not read back.
+      f32s({4}, {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                 -std::numeric_limits<float>::infinity(),
+                 std::bit_cast<float>(std::uint32_t{0xffc00123})}),
+      TensorAttribute::get(DataType::Float64, {1},
+                           bytes_of(std::vector<double>{-std::numeric_limits<double>::quiet_NaN()}))};
   for (TensorAttribute a : all) {
     INFO(a.to_string());
     CHECK(attribute_from_json(attribute_to_json(a)) == Attribute(a));

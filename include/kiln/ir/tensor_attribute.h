@@ -46,7 +46,8 @@ class TensorAttribute : public AttrBase<TensorAttribute, TensorAttributeStorage>
   // "tensor<2x3xf32> [1, 2, 3, 4, 5, 6]": every value (f16 / bf16 as their
   // bit patterns), floats in their shortest round-trip form.
   void print(std::ostream& os) const;
-  // {"dtype": "f32", "dims": [2, 3], "values": [1, 2, 3, 4, 5, 6]}
+  // {"dtype": "f32", "dims": [2, 3], "values": [1, 2, 3, 4, 5, 6]}; NaN and
+  // infinities as the strings "nan", "-inf", "nan(0x7fc00001)", ….
   void save(nlohmann::json& j) const;
   static TensorAttribute load(const nlohmann::json& j);
 };
