@@ -16,25 +16,16 @@
 #include "kiln/ir/ir_context.h"
 #include "kiln/ir/region.h"
 #include "kiln/support/hash.h"
+#include "kiln/support/nesting_guard.h"
 
 namespace kiln {
 
 using nlohmann::json;
 
 namespace {
-constexpr int kMaxNesting = 64;  // types, attributes and regions nested deeper are rejected
-
-struct DepthGuard {
-  explicit DepthGuard(const char* what) {
-    if (++depth > kMaxNesting) {
-      --depth;
-      throw_error(ErrorKind::InvalidArgument, what, " nesting is deeper than ", kMaxNesting);
-    }
-  }
-  ~DepthGuard() { --depth; }
-  static thread_local int depth;
-};
-thread_local int DepthGuard::depth = 0;
+// The nesting depth of the type, attribute or region being loaded on this
+// thread (kiln/support/nesting_guard.h bounds it).
+thread_local int load_depth = 0;
 }  // namespace
 
 std::string json_brief(const json& j) {
@@ -62,7 +53,7 @@ json type_to_json(Type t) {
 }
 
 Type type_from_json(const json& j) {
-  DepthGuard guard("type");
+  NestingGuard guard(load_depth, "type");
   std::string name;
   const json* params = nullptr;
   if (j.is_string()) {
@@ -91,7 +82,7 @@ json attribute_to_json(Attribute a) {
 }
 
 Attribute attribute_from_json(const json& j) {
-  DepthGuard guard("attribute");
+  NestingGuard guard(load_depth, "attribute");
   if (!j.is_object() || j.size() != 1)
     throw_error(ErrorKind::InvalidArgument, "an attribute is {\"kind\": value}, got ",
                 json_brief(j));
@@ -179,7 +170,7 @@ struct Loader {
   std::size_t op_count = 0;
 
   void block(const json& j, Block& b) {
-    DepthGuard guard("region");
+    NestingGuard guard(load_depth, "region");
     if (!j.is_object())
       throw_error(ErrorKind::InvalidArgument, "a block must be an object, got ", json_brief(j));
     for (const json& t : array_field(j, "args", "block")) values.push_back(b.add_argument(type_from_json(t)));

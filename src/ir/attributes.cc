@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <bit>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -10,6 +12,7 @@
 #include "kiln/ir/attribute_struct.h"
 #include "kiln/ir/builtin_attributes.h"
 #include "kiln/ir/builtin_types.h"
+#include "kiln/ir/text_form.h"
 
 namespace kiln {
 
@@ -33,12 +36,53 @@ std::ostream& operator<<(std::ostream& os, Attribute a) {
   return os;
 }
 
+// ---- text-form helpers (shared with the printer and the parser) ----
+
+void print_quoted_string(std::ostream& os, std::string_view s) {
+  os << '"';
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': os << "\\\""; break;
+      case '\\': os << "\\\\"; break;
+      case '\n': os << "\\n"; break;
+      case '\t': os << "\\t"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          const char* hex = "0123456789abcdef";
+          os << "\\x" << hex[c >> 4] << hex[c & 15];
+        } else {
+          os << c;
+        }
+    }
+  }
+  os << '"';
+}
+
+bool is_bare_name(std::string_view s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (unsigned char c : s)
+    if (!(std::isalnum(c) || c == '_' || c == '.')) return false;
+  return true;
+}
+
 namespace {
+template <typename F>
+using FloatBits = std::conditional_t<sizeof(F) == 4, std::uint32_t, std::uint64_t>;
+}  // namespace
 
 template <typename F>
-void print_float(std::ostream& os, F v) {
+void print_shortest_float(std::ostream& os, F v) {
   if (std::isnan(v)) {
-    os << "nan";
+    using Bits = FloatBits<F>;
+    const Bits bits = std::bit_cast<Bits>(v);
+    const Bits sign = Bits(1) << (8 * sizeof(Bits) - 1);
+    if ((bits & ~sign) == std::bit_cast<Bits>(std::numeric_limits<F>::quiet_NaN())) {
+      os << (bits & sign ? "-nan" : "nan");
+    } else {
+      char buf[32];
+      auto r = std::to_chars(buf, buf + sizeof buf, bits, 16);
+      os << "nan(0x" << std::string_view(buf, static_cast<std::size_t>(r.ptr - buf)) << ')';
+    }
     return;
   }
   if (std::isinf(v)) {
@@ -47,25 +91,58 @@ void print_float(std::ostream& os, F v) {
   }
   char buf[64];
   auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip form
-  std::string_view s(buf, r.ptr - buf);
-  os << s;
-  if (s.find_first_of(".e") == std::string_view::npos) os << ".0";
+  os << std::string_view(buf, static_cast<std::size_t>(r.ptr - buf));
+}
+template void print_shortest_float<float>(std::ostream&, float);
+template void print_shortest_float<double>(std::ostream&, double);
+
+template <typename F>
+std::optional<F> parse_special_float(std::string_view s) {
+  if (s == "inf") return std::numeric_limits<F>::infinity();
+  if (s == "-inf") return -std::numeric_limits<F>::infinity();
+  if (s == "nan") return std::numeric_limits<F>::quiet_NaN();
+  if (s == "-nan") return -std::numeric_limits<F>::quiet_NaN();
+  if (s.starts_with("nan(0x") && s.ends_with(')')) {
+    using Bits = FloatBits<F>;
+    const std::string_view hex = s.substr(6, s.size() - 7);
+    Bits bits = 0;
+    auto r = std::from_chars(hex.data(), hex.data() + hex.size(), bits, 16);
+    if (r.ec != std::errc() || r.ptr != hex.data() + hex.size() || hex.empty()) return std::nullopt;
+    const F v = std::bit_cast<F>(bits);
+    if (!std::isnan(v)) return std::nullopt;  // nan(0x3f800000) would be 1.0
+    return v;
+  }
+  return std::nullopt;
+}
+template std::optional<float> parse_special_float<float>(std::string_view);
+template std::optional<double> parse_special_float<double>(std::string_view);
+
+namespace {
+
+// A float attribute's value: shortest round-trip digits, with ".0" on whole
+// numbers so that the text reads as a float, not an i64.
+template <typename F>
+void print_float(std::ostream& os, F v) {
+  std::ostringstream s;
+  print_shortest_float(s, v);
+  const std::string t = s.str();
+  os << t;
+  if (std::isfinite(v) && t.find_first_of(".e") == std::string::npos) os << ".0";
 }
 
 template <typename F>
 nlohmann::json float_to_json(F v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
-  return static_cast<double>(v);
+  if (std::isfinite(v)) return static_cast<double>(v);
+  // The text form's spelling: keeps a NaN's sign and payload.
+  std::ostringstream os;
+  print_shortest_float(os, v);
+  return os.str();
 }
 
 template <typename F>
 F float_from_json(const nlohmann::json& j, std::string_view kind) {
   if (j.is_string()) {
-    auto s = j.get<std::string>();
-    if (s == "nan") return std::numeric_limits<F>::quiet_NaN();
-    if (s == "inf") return std::numeric_limits<F>::infinity();
-    if (s == "-inf") return -std::numeric_limits<F>::infinity();
+    if (auto v = parse_special_float<F>(j.get_ref<const std::string&>())) return *v;
   }
   if (!j.is_number())
     throw_error(ErrorKind::InvalidArgument, kind, " attribute needs a number, got ", json_brief(j));
@@ -92,26 +169,6 @@ I int_from_json(const nlohmann::json& j, std::string_view kind) {
   if (v < std::numeric_limits<I>::min() || v > std::numeric_limits<I>::max())
     throw_error(ErrorKind::OutOfRange, kind, " attribute value ", v, " is out of range");
   return static_cast<I>(v);
-}
-
-void print_escaped(std::ostream& os, std::string_view s) {
-  os << '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': os << "\\\""; break;
-      case '\\': os << "\\\\"; break;
-      case '\n': os << "\\n"; break;
-      case '\t': os << "\\t"; break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          const char* hex = "0123456789abcdef";
-          os << "\\x" << hex[c >> 4] << hex[c & 15];
-        } else {
-          os << c;
-        }
-    }
-  }
-  os << '"';
 }
 
 }  // namespace
@@ -153,7 +210,7 @@ Float64Attribute Float64Attribute::load(const nlohmann::json& j) {
   return get(float_from_json<double>(j, "f64"));
 }
 
-void StrAttribute::print(std::ostream& os) const { print_escaped(os, value()); }
+void StrAttribute::print(std::ostream& os) const { print_quoted_string(os, value()); }
 void StrAttribute::save(nlohmann::json& j) const { j = value(); }
 StrAttribute StrAttribute::load(const nlohmann::json& j) {
   if (!j.is_string())
@@ -291,7 +348,10 @@ void DictionaryAttribute::print(std::ostream& os) const {
   for (const auto& [name, a] : value()) {
     if (!first) os << ", ";
     first = false;
-    os << name << " = ";
+    // A key that is not a plain name (spaces, '=', quotes, empty) is quoted.
+    if (is_bare_name(name)) os << name;
+    else print_quoted_string(os, name);
+    os << " = ";
     a.print(os);
   }
   os << '}';

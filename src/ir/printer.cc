@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "kiln/ir/region.h"
+#include "kiln/ir/text_form.h"
 
 namespace kiln {
 
@@ -18,10 +19,25 @@ void IrPrinter::print_value(Value v) {
 }
 
 void IrPrinter::print(const Program& program) {
-  os_ << "program {\n";
+  os_ << "program";
+  // Arguments of the top block are rare (a program loaded from JSON may have
+  // them), but the text must not lose them.
+  const Block& body = program.block();
+  if (body.num_arguments()) {
+    os_ << '(';
+    for (std::uint32_t a = 0; a < body.num_arguments(); ++a) {
+      if (a) os_ << ", ";
+      print_value(body.argument(a));
+      os_ << ": " << body.argument(a).type();
+    }
+    os_ << ')';
+  }
+  os_ << " {\n";
   for (const auto& [name, p] : program.parameters()) {
     indent(1);
-    os_ << "parameter \"" << name << "\" : " << p.type;
+    os_ << "parameter ";
+    print_quoted_string(os_, name);
+    os_ << " : " << p.type;
     if (!p.is_mutable) os_ << " {mutable = false}";
     os_ << '\n';
   }

@@ -1,12 +1,15 @@
 // TensorAttribute (kiln/ir/tensor_attribute.h): uniquing, printing, JSON.
 #include "kiln/ir/tensor_attribute.h"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <sstream>
 
 #include "kiln/io/json.h"
+#include "kiln/ir/text_form.h"
 #include "kiln/support/error.h"
 #include "kiln/support/hash.h"
 
@@ -86,18 +89,19 @@ void TensorAttribute::print(std::ostream& os) const {
   os << "tensor<";
   for (auto d : dims()) os << d << 'x';
   os << kiln::to_string(dtype()) << "> [";
-  const std::int64_t n = numel(), shown = std::min<std::int64_t>(n, 8);
+  // Every value, floats in their shortest round-trip form: the text form of
+  // a program must read back to the same constant (kiln/ir/parser.h).
   with_element_type(dtype(), [&](auto tag) {
     using T = decltype(tag);
-    for (std::int64_t i = 0; i < shown; ++i) {
+    for (std::int64_t i = 0; i < numel(); ++i) {
       if (i) os << ", ";
       const T v = element<T>(bytes(), i);
       if constexpr (std::is_same_v<T, bool>) os << (v ? "true" : "false");
+      else if constexpr (std::is_floating_point_v<T>) print_shortest_float(os, v);
       else if constexpr (sizeof(T) == 1) os << static_cast<int>(v);
       else os << v;
     }
   });
-  if (shown < n) os << (shown ? ", ..." : "...");
   os << ']';
 }
 
@@ -108,7 +112,20 @@ void TensorAttribute::save(nlohmann::json& j) const {
   nlohmann::json values = nlohmann::json::array();
   with_element_type(dtype(), [&](auto tag) {
     using T = decltype(tag);
-    for (std::int64_t i = 0; i < numel(); ++i) values.push_back(element<T>(bytes(), i));
+    for (std::int64_t i = 0; i < numel(); ++i) {
+      const T v = element<T>(bytes(), i);
+      if constexpr (std::is_floating_point_v<T>) {
+        // JSON has no NaN or infinity (nlohmann writes them as null): the
+        // text form's spelling, as a string, as float attributes do.
+        if (!std::isfinite(v)) {
+          std::ostringstream os;
+          print_shortest_float(os, v);
+          values.push_back(os.str());
+          continue;
+        }
+      }
+      values.push_back(v);
+    }
   });
   j["values"] = std::move(values);
 }
@@ -139,6 +156,16 @@ TensorAttribute TensorAttribute::load(const nlohmann::json& j) {
     using T = decltype(tag);
     for (std::int64_t i = 0; i < n; ++i) {
       const auto& v = values[static_cast<std::size_t>(i)];
+      if constexpr (std::is_floating_point_v<T>) {
+        if (v.is_string()) {
+          auto special = parse_special_float<T>(v.template get_ref<const std::string&>());
+          if (!special)
+            throw_error(ErrorKind::InvalidArgument, "tensor attribute value #", i, " ",
+                        json_brief(v), " is not a ", kiln::to_string(*dtype));
+          std::memcpy(bytes.data() + static_cast<std::size_t>(i) * sizeof(T), &*special, sizeof(T));
+          continue;
+        }
+      }
       const bool ok = std::is_same_v<T, bool> ? v.is_boolean()
                       : std::is_floating_point_v<T> ? v.is_number()
                                                     : v.is_number_integer();

@@ -45,6 +45,22 @@ TEST_CASE("a small program prints exactly in the text form", "[ir][printer]") {
   CHECK(os.str() == expected);
 }
 
+TEST_CASE("a program whose top block has arguments prints them after 'program', and odd "
+          "parameter names and dictionary keys are quoted",
+          "[ir][printer]") {
+  Program p;
+  p.set_parameter("a \"b\"", {Float32Type::get()});
+  BlockArgument arg = p.block().add_argument(Int64Type::get());
+  kiln_test::add_any(p.block(), {arg}, {},
+                     DictionaryAttribute::get({{"plain_key.1", Int64Attribute::get(1)},
+                                               {"odd key", Int64Attribute::get(2)}}));
+  CHECK(p.to_string() ==
+        "program(%0: i64) {\n"
+        "  parameter \"a \\\"b\\\"\" : f32\n"
+        "  test.any(%0) {\"odd key\" = 2, plain_key.1 = 1} : (i64) -> ()\n"
+        "}\n");
+}
+
 TEST_CASE("ops with regions print their blocks, arguments and results nested",
           "[ir][printer]") {
   Program p;

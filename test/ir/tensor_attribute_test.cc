@@ -4,7 +4,9 @@
 // kernel.
 #include "kiln/ir/tensor_attribute.h"
 
+#include <bit>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "catch.hpp"
@@ -40,11 +42,16 @@ TEST_CASE("tensor attributes with equal contents are one attribute", "[ir][attri
   CHECK(a.numel() == 4);
 }
 
-TEST_CASE("a tensor attribute prints its type and its first values", "[ir][attribute]") {
+TEST_CASE("a tensor attribute prints its type and every value, floats in their shortest "
+          "round-trip form",
+          "[ir][attribute]") {
   CHECK(f32s({2, 3}, {1, 2, 3, 4, 5, 6}).to_string() == "tensor<2x3xf32> [1, 2, 3, 4, 5, 6]");
   std::vector<std::int64_t> ten{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
   CHECK(TensorAttribute::get(DataType::Int64, {10}, bytes_of(ten)).to_string() ==
-        "tensor<10xi64> [0, 1, 2, 3, 4, 5, 6, 7, ...]");
+        "tensor<10xi64> [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]");
+  // %g-style output (6 significant digits) would print 0.1f + 1e-7 as 0.1.
+  CHECK(f32s({3}, {0.1f, 0.1f + 1e-7f, 1e-8f}).to_string() ==
+        "tensor<3xf32> [0.1, 0.1000001, 1e-08]");
   std::vector<bool> flags{true, false};
   std::string fb{char(1), char(0)};
   CHECK(TensorAttribute::get(DataType::Bool, {2}, fb).to_string() == "tensor<2xbool> [true, false]");
@@ -62,7 +69,13 @@ TEST_CASE("a tensor attribute survives a JSON round trip exactly, for every dtyp
       TensorAttribute::get(DataType::Int8, {2}, bytes_of(std::vector<std::int8_t>{-128, 127})),
       TensorAttribute::get(DataType::Bool, {3}, std::string{char(1), char(0), char(1)}),
       TensorAttribute::get(DataType::Float16, {1}, bytes_of(std::vector<std::uint16_t>{0x3c00})),
-      TensorAttribute::get(DataType::Float32, {0}, "")};
+      TensorAttribute::get(DataType::Float32, {0}, ""),
+      // JSON has no NaN or infinity: they were written as null and not read back.
+      f32s({4}, {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                 -std::numeric_limits<float>::infinity(),
+                 std::bit_cast<float>(std::uint32_t{0xffc00123})}),
+      TensorAttribute::get(DataType::Float64, {1},
+                           bytes_of(std::vector<double>{-std::numeric_limits<double>::quiet_NaN()}))};
   for (TensorAttribute a : all) {
     INFO(a.to_string());
     CHECK(attribute_from_json(attribute_to_json(a)) == Attribute(a));

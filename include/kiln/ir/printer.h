@@ -2,7 +2,12 @@
 //   %3 = kiln.matmul(%0, %1) {transpose_x = false, transpose_y = false} :
 //        (tensor<16x16xf32>, tensor<16x1xf32>) -> tensor<16x1xf32>
 // Values are numbered %0, %1, … in the order they are defined; regions are
-// printed nested, each block as ^bbN(args) followed by its ops.
+// printed nested, each block as ^bbN(args) followed by its ops. A program
+// prints as `program {` (or `program(%0: type) {` when its top block has
+// arguments), its parameters, its ops, `}`. The text is lossless: attributes
+// print every value, floats in their shortest round-trip form, strings and
+// odd names quoted with escapes (kiln/ir/text_form.h), and parse_program
+// (kiln/ir/parser.h) reads it back to a structurally equal program.
 #pragma once
 
 #include <ostream>

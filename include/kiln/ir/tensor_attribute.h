@@ -43,9 +43,11 @@ class TensorAttribute : public AttrBase<TensorAttribute, TensorAttributeStorage>
   std::string_view bytes() const { return storage()->key.bytes; }
   std::int64_t numel() const;
 
-  // "tensor<2x3xf32> [1, 2, 3, 4, 5, 6]", at most 8 values then "...".
+  // "tensor<2x3xf32> [1, 2, 3, 4, 5, 6]": every value (f16 / bf16 as their
+  // bit patterns), floats in their shortest round-trip form.
   void print(std::ostream& os) const;
-  // {"dtype": "f32", "dims": [2, 3], "values": [1, 2, 3, 4, 5, 6]}
+  // {"dtype": "f32", "dims": [2, 3], "values": [1, 2, 3, 4, 5, 6]}; NaN and
+  // infinities as the strings "nan", "-inf", "nan(0x7fc00001)", ….
   void save(nlohmann::json& j) const;
   static TensorAttribute load(const nlohmann::json& j);
 };
