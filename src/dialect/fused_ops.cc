@@ -8,12 +8,13 @@
 
 #include "kiln/dialect/binary_math.h"
 #include "kiln/dialect/infer_meta_util.h"
+#include "kiln/dialect/linalg_ops.h"
 #include "kiln/dialect/unary_math.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
 
-KILN_REGISTER_OP(FusedElementwiseOp);
+KILN_REGISTER_OP(FusedElementwiseOp, FusedMatmulOp);
 
 namespace {
 
@@ -252,6 +253,49 @@ void FusedElementwiseOp::verify() const {
     if (o < n || o >= total)
       throw_error(ErrorKind::InvalidArgument, "op '", name, "' output $", o,
                   " is not a register its body defines ($", n, " … $", total - 1, ")");
+}
+
+UnaryActivation::UnaryActivation(const std::string& n) : name(n) {
+  if (n.empty()) return;
+  FusedStep s;
+  if (!fused_step_for(n, s) || s.kind != FusedStep::Kind::Unary)
+    throw_error(ErrorKind::InvalidArgument, "op 'kiln.fused_matmul' activation '", n,
+                "' is not an op of the unary family");
+  index = s.fn;
+}
+
+void FusedMatmulOp::build(Builder&, OperationArgument& arg, Value x, Value y, Value bias,
+                          bool transpose_x, bool transpose_y, const std::string& activation) {
+  arg.add_operand(x);
+  arg.add_operand(y);
+  if (bias) arg.add_operand(bias);
+  arg.attributes = to_named_attributes(Attributes{transpose_x, transpose_y, activation});
+}
+
+std::vector<Type> FusedMatmulOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  const Attributes a = from_attributes<Attributes>(attrs, name);
+  if (in.size() != 2 && in.size() != 3)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' takes x, y and an optional bias, got ",
+                in.size(), " operands");
+  DictionaryAttribute mm = DictionaryAttribute::get(
+      to_named_attributes(MatmulOp::Attributes{a.transpose_x, a.transpose_y}));
+  std::vector<Type> out = MatmulOp::infer_meta({in[0], in[1]}, mm);
+  if (in.size() == 3) {
+    Type b = meta::tensor_operand(name, in, 2);
+    meta::require_same_dtype(name, shaped_data_type(out[0]), shaped_data_type(b), 0, 2);
+    const auto& od = shaped_dims(out[0]);
+    std::int64_t bn = 1;
+    bool known = true;
+    for (std::int64_t d : shaped_dims(b)) {
+      if (d < 0) known = false;
+      else bn *= d;
+    }
+    const std::int64_t last = od.empty() ? 1 : od.back();
+    if (known && bn != 1 && last >= 0 && bn != last)
+      throw_error(ErrorKind::InvalidArgument, "op '", name, "' bias has ", bn,
+                  " elements: it must have the product's last dim (", last, ") or one");
+  }
+  return out;
 }
 
 }  // namespace kiln

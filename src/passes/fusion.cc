@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "kiln/dialect/fused_ops.h"
+#include "kiln/dialect/binary_ops.h"
+#include "kiln/dialect/linalg_ops.h"
 #include "kiln/dialect/reduce_ops.h"
 #include "kiln/dialect/tensor_ops.h"
 #include "kiln/dialect/unary_ops.h"
@@ -201,9 +204,12 @@ class BlockFuser {
   // op would take.
   bool legal(const Group& g, Operation* op, const Candidate& c) const {
     const std::ptrdiff_t p = pos_.at(op);
-    const std::ptrdiff_t before_first = g.first > 0 ? barriers_[g.first - 1] : 0;
-    if (barriers_[p] - before_first != 0) return false;
     const std::ptrdiff_t after = external_after(g, c);
+    // Members move to just after `after`: from there to op, no barrier (an
+    // in-place update before the first member changes what it reads too).
+    const std::ptrdiff_t from = std::min(after + 1, g.first);
+    const std::ptrdiff_t before_from = from > 0 ? barriers_[from - 1] : 0;
+    if (barriers_[p] - before_from != 0) return false;
     for (Operation* m : g.members)
       for (auto use : m->result(0).uses()) {
         Operation* u = use.owner();
@@ -340,7 +346,83 @@ class BlockFuser {
   std::unordered_map<const void*, Value> replaced_;
 };
 
+// The only op reading v, or null.
+Operation* sole_user(Value v) {
+  Operation* user = nullptr;
+  for (auto use : v.uses()) {
+    if (user && use.owner() != user) return nullptr;
+    user = use.owner();
+  }
+  return user;
+}
+
+// Whether an op between `from` and `to` (exclusive; same block) is one
+// nothing may move across.
+bool barrier_between(Operation* from, Operation* to) {
+  for (Operation* o = from->next_in_block(); o && o != to; o = o->next_in_block())
+    if (barrier(o)) return true;
+  return false;
+}
+
 }  // namespace
+
+std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep) {
+  std::size_t made = 0;
+  std::vector<Operation*> matmuls;
+  for (Operation* op : block) {
+    for (std::uint32_t r = 0; r < op->num_regions(); ++r)
+      for (Block* inner : op->region(r)) made += fuse_matmul_epilogue(*inner, keep);
+    if (op->isa<MatmulOp>()) matmuls.push_back(op);
+  }
+  for (Operation* mm : matmuls) {
+    Value prod = mm->result(0);
+    Type t = prod.type();
+    if (!floating_tensor(t) || keep.count(key(prod))) continue;
+    Operation* add = sole_user(prod);
+    if (!add || !add->isa<AddOp>() || add->parent_block() != &block || add->result(0).type() != t) continue;
+    const std::uint32_t pi = add->operand_source(0) == prod ? 0 : 1;
+    Value bias = add->operand_source(1 - pi);
+    if (bias == prod || !is_shaped(bias.type()) || shaped_data_type(bias.type()) != shaped_data_type(t))
+      continue;
+    // The bias: one element, or the product's (known) last dim, as a row.
+    const auto& od = shaped_dims(t);
+    const auto& bd = shaped_dims(bias.type());
+    std::int64_t bn = 1;
+    bool known = true;
+    for (std::int64_t d : bd) {
+      if (d < 0) known = false;
+      else bn *= d;
+    }
+    const std::int64_t last = od.empty() ? 1 : od.back();
+    bool row_shaped = !bd.empty() && bd.back() == last;
+    for (std::size_t k = 0; k + 1 < bd.size(); ++k) row_shaped = row_shaped && bd[k] == 1;
+    if (!known || last < 0 || bd.size() > od.size() || (bn != 1 && !(bn == last && row_shaped))) continue;
+    Operation* last_op = add;
+    std::string activation;
+    Value sum = add->result(0);
+    if (!keep.count(key(sum))) {
+      Operation* act = sole_user(sum);
+      FusedStep s;
+      if (act && act->parent_block() == &block && act->num_results() == 1 && act->num_operands() == 1 &&
+          fused_step_for(act->name(), s) && s.kind == FusedStep::Kind::Unary && act->result(0).type() == t) {
+        activation = std::string(act->name());
+        last_op = act;
+      }
+    }
+    if (barrier_between(mm, last_op)) continue;
+    const auto ma = from_attributes<MatmulOp::Attributes>(mm->attributes(), MatmulOp::name);
+    Builder b(block);
+    b.set_insertion_point(last_op);
+    auto fused = b.create<FusedMatmulOp>(mm->operand_source(0), mm->operand_source(1), bias,
+                                         ma.transpose_x, ma.transpose_y, activation);
+    last_op->result(0).replace_all_uses_with(fused.operation()->result(0));
+    if (last_op != add) last_op->erase();
+    add->erase();
+    mm->erase();
+    ++made;
+  }
+  return made;
+}
 
 std::size_t fuse_elementwise(Block& block, const ValueSet& keep) {
   std::size_t made = 0;

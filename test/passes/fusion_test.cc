@@ -127,6 +127,26 @@ TEST_CASE("fusion never moves an op across an in-place update of what it reads",
   (void)b;
 }
 
+TEST_CASE("fusion never moves a read to before an in-place update that came before it", "[passes][fusion]") {
+  // relu_(w) updates w's buffer; tanh(w) after it reads the update; the
+  // group {tanh, exp} must not go up to where w was defined.
+  auto build = [](Program& p, Value& out) {
+    Builder bl(p);
+    Value w = bl.create<DataOp>("w", std::vector<std::int64_t>{6}).result();
+    bl.create<InplaceUnaryOp<ReluMath>>(w);
+    Value t = bl.create<TanhOp>(w).result();
+    out = bl.create<ExpOp>(t).result();
+  };
+  Program p, q;
+  Value out_p, out_q;
+  build(p, out_p);
+  build(q, out_q);
+  REQUIRE(fuse_elementwise(q) == 0);
+  Executor exe;
+  const FeedMap feed{{"w", Tensor::from_vector<float>({6}, {-1.f, 2.f, -3.f, 4.f, -5.f, 6.f})}};
+  CHECK(bits_equal(exe.run(p, feed, {out_p})[0], exe.run(q, feed, {out_q})[0]));
+}
+
 TEST_CASE("a value the caller keeps (fetches) is never fused away", "[passes][fusion]") {
   Program p;
   Builder bl(p);
@@ -208,4 +228,114 @@ TEST_CASE("a fused_elementwise body prints back the text it was parsed from; a b
   Value x = bl.create<DataOp>("x", std::vector<std::int64_t>{2}).result();
   bl.create<FusedElementwiseOp>(std::vector<Value>{x}, FusedBody("$3 = kiln.exp($0)"), std::vector<std::int64_t>{3});
   CHECK_THROWS_WITH(p.verify(), Catch::Contains("must define $1"));
+}
+
+namespace {
+
+// A small MLP: 32-64-64-10, ReLU, cross entropy, Adam; batch 24.
+struct MlpModel {
+  Program main, startup;
+  Value loss;
+  FeedMap feeds;
+  MlpModel() {
+    UniqueNameGuard names;
+    {
+      ProgramGuard guard(main, startup);
+      Value x = data("x", {-1, 32});
+      nn::Linear fc1(32, 64), fc2(64, 64), fc3(64, 10);
+      nn::ReLU relu;
+      Value logits = fc3(relu(fc2(relu(fc1(x)))));
+      Value label = data("label", {-1}, DataType::Int64);
+      loss = nn::CrossEntropyLoss()(logits, label);
+      optim::Adam(1e-2).minimize(loss);
+    }
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    std::vector<float> xs(24 * 32);
+    std::vector<std::int64_t> ys(24);
+    for (float& v : xs) v = normal(rng);
+    for (std::size_t i = 0; i < ys.size(); ++i) ys[i] = static_cast<std::int64_t>(i % 10);
+    feeds = {{"x", Tensor::from_vector<float>({24, 32}, xs)}, {"label", Tensor::from_vector<std::int64_t>({24}, ys)}};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("an MLP's matmul, bias add and relu become one fused_matmul per layer, and it trains bit for bit",
+          "[passes][fusion]") {
+  MlpModel plain, fused;
+  CHECK(fuse_matmul_epilogue(fused.main) == 3);  // two with relu, the logits' without
+  fuse_elementwise(fused.main);
+  fused.main.verify();
+  std::size_t with_relu = 0;
+  for (Operation* op : fused.main.block())
+    if (op->name() == "kiln.fused_matmul")
+      with_relu += from_attributes<FusedMatmulOp::Attributes>(op->attributes(), "").activation.name == "kiln.relu";
+  CHECK(with_relu == 2);
+  CHECK(count_ops(fused.main, "kiln.relu") == 0);
+  Executor a, b;
+  set_random_seed(5);
+  a.run(plain.startup);
+  set_random_seed(5);
+  b.run(fused.startup);
+  for (int step = 0; step < 15; ++step) {
+    const Tensor la = a.run(plain.main, plain.feeds, {plain.loss})[0];
+    const Tensor lb = b.run(fused.main, fused.feeds, {fused.loss})[0];
+    INFO("step " << step);
+    REQUIRE(bits_equal(la, lb));
+  }
+  for (const auto& [name, p] : plain.main.parameters()) {
+    INFO(name);
+    CHECK(bits_equal(a.scope().find_var(name)->get<Tensor>(), b.scope().find_var(name)->get<Tensor>()));
+  }
+}
+
+TEST_CASE("a product or sum the caller keeps is not fused into a fused_matmul", "[passes][fusion]") {
+  Program p;
+  Builder bl(p);
+  Value x = bl.create<DataOp>("x", std::vector<std::int64_t>{4, 8}).result();
+  Value w = bl.create<DataOp>("w", std::vector<std::int64_t>{8, 3}).result();
+  Value bias = bl.create<DataOp>("b", std::vector<std::int64_t>{3}).result();
+  Value mm = bl.create<MatmulOp>(x, w).result();
+  Value sum = bl.create<AddOp>(mm, bias).result();
+  Value act = bl.create<TanhOp>(sum).result();
+  (void)act;
+  Program q = p.clone();
+  CHECK(fuse_matmul_epilogue(p, {mm.impl()}) == 0);
+  // Keeping the sum fuses matmul + add but leaves tanh on its own.
+  CHECK(fuse_matmul_epilogue(q) == 1);
+  CHECK(count_ops(q, "kiln.tanh") == 0);
+  Program r;
+  Builder br(r);
+  Value rx = br.create<DataOp>("x", std::vector<std::int64_t>{4, 8}).result();
+  Value rw = br.create<DataOp>("w", std::vector<std::int64_t>{8, 3}).result();
+  Value rb = br.create<DataOp>("b", std::vector<std::int64_t>{3}).result();
+  Value rs = br.create<AddOp>(br.create<MatmulOp>(rx, rw).result(), rb).result();
+  br.create<TanhOp>(rs);
+  CHECK(fuse_matmul_epilogue(r, {rs.impl()}) == 1);
+  CHECK(count_ops(r, "kiln.tanh") == 1);
+}
+
+TEST_CASE("a fused_matmul with a bias of the wrong size or an unknown activation is refused, naming it",
+          "[passes][fusion]") {
+  Program p;
+  Builder bl(p);
+  Value x = bl.create<DataOp>("x", std::vector<std::int64_t>{4, 8}).result();
+  Value w = bl.create<DataOp>("w", std::vector<std::int64_t>{8, 3}).result();
+  Value b5 = bl.create<DataOp>("b", std::vector<std::int64_t>{5}).result();
+  Value b3 = bl.create<DataOp>("c", std::vector<std::int64_t>{3}).result();
+  CHECK_THROWS_WITH(bl.create<FusedMatmulOp>(x, w, b5, false, false, ""),
+                    Catch::Contains("kiln.fused_matmul") && Catch::Contains("bias has 5 elements"));
+  CHECK_THROWS_WITH(bl.create<FusedMatmulOp>(x, w, b3, false, false, "kiln.softmax"),
+                    Catch::Contains("activation 'kiln.softmax' is not an op of the unary family"));
+  // A dynamic bias whose size is wrong only at run time.
+  Value bd = bl.create<DataOp>("d", std::vector<std::int64_t>{-1}).result();
+  Value r = bl.create<FusedMatmulOp>(x, w, bd, false, false, "kiln.relu").operation()->result(0);
+  Executor exe;
+  FeedMap feed{{"x", Tensor::from_vector<float>({4, 8}, std::vector<float>(32, 1.f))},
+               {"w", Tensor::from_vector<float>({8, 3}, std::vector<float>(24, 1.f))},
+               {"b", Tensor::from_vector<float>({5}, std::vector<float>(5, 0.f))},
+               {"c", Tensor::from_vector<float>({3}, std::vector<float>(3, 0.f))},
+               {"d", Tensor::from_vector<float>({2}, {1.f, 2.f})}};
+  CHECK_THROWS_WITH(exe.run(p, feed, {r}), Catch::Contains("bias has 2 elements"));
 }

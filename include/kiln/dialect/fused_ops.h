@@ -86,4 +86,35 @@ struct FusedElementwiseOp : Op<FusedElementwiseOp, ReadOnly, ValueSemantics, Inf
   void verify() const;
 };
 
+// kiln.fused_matmul(x, y[, bias]) {transpose_x, transpose_y, activation}:
+// matmul's product, then bias added along the last dim (bias has that
+// dim's size, or one element), then `activation` — "" or an op of the
+// unary family ("kiln.relu", "kiln.tanh", …) — in one kernel: the epilogue
+// runs on the product while it is in cache. Bit-identical to matmul, add
+// and the activation run one after another.
+// An activation by name ("" for none), its index in fused_unary_names()
+// resolved once, when the op's attributes are decoded (-1: none). Kept as
+// an attribute of type str; an unknown name is a kiln::Error.
+struct UnaryActivation {
+  std::string name;
+  int index = -1;
+  UnaryActivation() = default;
+  UnaryActivation(const std::string& n);  // NOLINT(google-explicit-constructor): decoded from str
+  operator std::string() const { return name; }  // NOLINT: encoded as str
+};
+template <>
+struct AttributeFor<UnaryActivation> {
+  using type = StrAttribute;
+};
+
+struct FusedMatmulOp : Op<FusedMatmulOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.fused_matmul";
+  static constexpr int num_operands = -1, num_results = 1;
+  KILN_ATTRIBUTES((bool, transpose_x), (bool, transpose_y), (UnaryActivation, activation));
+  static void build(Builder& b, OperationArgument& arg, Value x, Value y, Value bias, bool transpose_x,
+                    bool transpose_y, const std::string& activation);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
 }  // namespace kiln

@@ -1,4 +1,6 @@
-// Fusion rewrites: several ops become one that runs as one kernel.
+// Fusion rewrites: several ops become one that runs as one kernel. Run
+// fuse_matmul_epilogue before fuse_elementwise (else the bias add may go
+// into an elementwise group).
 //
 // fuse_elementwise: chains of elementwise ops (the unary family and its
 // gradients, add/sub/mul/div/maximum/minimum/pow, scale, a mean's gradient
@@ -26,6 +28,16 @@ using ValueSet = std::unordered_set<const void*>;
 std::size_t fuse_elementwise(Block& block, const ValueSet& keep = {});
 inline std::size_t fuse_elementwise(Program& program, const ValueSet& keep = {}) {
   return fuse_elementwise(program.block(), keep);
+}
+
+// fuse_matmul_epilogue: kiln.matmul whose product only an add of a bias
+// (the product's last dim, or one element) reads, and optionally an op of
+// the unary family that only reads that sum, become one kiln.fused_matmul
+// (bias and activation applied while the product is in cache). Values in
+// `keep` are never fused away. Returns the number of fused ops created.
+std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep = {});
+inline std::size_t fuse_matmul_epilogue(Program& program, const ValueSet& keep = {}) {
+  return fuse_matmul_epilogue(program.block(), keep);
 }
 
 }  // namespace kiln
