@@ -16,6 +16,8 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/kernel/matmul_shape.h"
+#include "unary_kernel_math.h"
+#include "vector_math.h"
 
 namespace kiln {
 namespace {
@@ -70,9 +72,9 @@ int to_blas_int(const KernelContext& ctx, std::int64_t v) {
   return static_cast<int>(v);
 }
 
+// Output 0 = x · y (inputs 0 and 1) with these transposes.
 template <typename T>
-void matmul_kernel(KernelContext& ctx) {
-  const auto& a = ctx.attrs<MatmulOp>();
+void matmul_product(KernelContext& ctx, const MatmulOp::Attributes& a) {
   const Tensor& x = ctx.input(0);
   const Tensor& y = ctx.input(1);
   if (x.dtype() != y.dtype())
@@ -118,6 +120,67 @@ void matmul_kernel(KernelContext& ctx) {
       xo -= x_step[i] * out_d[i];
       yo -= y_step[i] * out_d[i];
       idx[i] = 0;
+    }
+  }
+}
+
+template <typename T>
+void matmul_kernel(KernelContext& ctx) {
+  matmul_product<T>(ctx, ctx.attrs<MatmulOp>());
+}
+
+template <typename T>
+using ActivationFn = void (*)(const T* x, T* out, std::int64_t n);
+template <typename T, typename... Maths>
+std::vector<ActivationFn<T>> activation_table(MathList<Maths...>) {
+  return {&cpu::map_elementwise<cpu::KernelMath<Maths>, T>...};
+}
+
+// kiln.fused_matmul: the product, then out[…, j] = out[…, j] + bias[j] (as
+// kiln.add's broadcast loop computes it), then the activation through the
+// unary kernels' loop, a tile at a time from a copy (the loop reads and
+// writes distinct memory).
+template <typename T>
+void fused_matmul_kernel(KernelContext& ctx) {
+  static const std::vector<ActivationFn<T>> activations = activation_table<T>(UnaryFamily{});
+  const auto& a = ctx.attrs<FusedMatmulOp>();
+  // Read the bias before the product's output is allocated (it may reuse
+  // a buffer only the inputs held).
+  const Tensor* bias = ctx.num_inputs() > 2 ? &ctx.input(2) : nullptr;
+  const Tensor bias_ref = bias ? *bias : Tensor();
+  matmul_product<T>(ctx, MatmulOp::Attributes{a.transpose_x, a.transpose_y});
+  Tensor& out = ctx.output(0);
+  const std::int64_t total = out.numel();
+  if (total == 0) return;
+  T* o = out.data<T>();
+  if (bias) {
+    if (bias_ref.dtype() != out.dtype())
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' bias is ",
+                  to_string(bias_ref.dtype()), ", the product ", to_string(out.dtype()));
+    const std::int64_t n = out.dims().rank() ? out.dims()[out.dims().rank() - 1] : 1;
+    const std::int64_t bn = bias_ref.numel();
+    if (bn != n && bn != 1)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' bias has ", bn,
+                  " elements: it must have the product's last dim (", n, ") or one");
+    const T* b = bias_ref.data<T>();
+    if (bn == 1) {
+      const T b0 = b[0];
+      for (std::int64_t i = 0; i < total; ++i) o[i] = AddMath::forward(o[i], b0);
+    } else {
+      for (std::int64_t r = 0; r < total; r += n) {
+        T* __restrict row = o + r;
+        for (std::int64_t j = 0; j < n; ++j) row[j] = AddMath::forward(row[j], b[j]);
+      }
+    }
+  }
+  if (a.activation.index >= 0) {
+    const ActivationFn<T> act = activations[static_cast<std::size_t>(a.activation.index)];
+    constexpr std::int64_t kTile = 512;
+    T tile[kTile];
+    for (std::int64_t t0 = 0; t0 < total; t0 += kTile) {
+      const std::int64_t len = std::min(kTile, total - t0);
+      std::copy(o + t0, o + t0 + len, tile);
+      act(tile, o + t0, len);
     }
   }
 }
@@ -173,6 +236,8 @@ void det_kernel(KernelContext& ctx) {
 
 KILN_REGISTER_KERNEL(MatmulOp, Cpu, Float32, matmul_kernel<float>);
 KILN_REGISTER_KERNEL(MatmulOp, Cpu, Float64, matmul_kernel<double>);
+KILN_REGISTER_KERNEL(FusedMatmulOp, Cpu, Float32, fused_matmul_kernel<float>);
+KILN_REGISTER_KERNEL(FusedMatmulOp, Cpu, Float64, fused_matmul_kernel<double>);
 KILN_REGISTER_KERNEL(DetOp, Cpu, Float32, det_kernel<float>);
 KILN_REGISTER_KERNEL(DetOp, Cpu, Float64, det_kernel<double>);
 

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "cpu_kernel_util.h"
+#include "unary_kernel_math.h"
 #include "vector_math.h"
 #include "kiln/dialect/unary_ops.h"
 #include "kiln/dialect/tensor_ops.h"
@@ -49,20 +50,6 @@ void unary_grad(KernelContext& ctx) {
   Tensor& out = ctx.alloc_output(0, a.dims(), a.dtype());
   map_elementwise<F, T>(a.data<T>(), d.data<T>(), out.data<T>(), a.numel());
 }
-
-// The forward function the kernels run: the Math struct's, except where
-// libm's call would keep the loop scalar (f32 tanh and sigmoid take the
-// polynomial forms of vector_math.h; f64 stays libm's).
-template <typename Math>
-struct KernelMath : Math {};
-template <>
-struct KernelMath<TanhMath> : TanhMath {
-  template <typename T> static T forward(T x) { return fast_tanh(x); }
-};
-template <>
-struct KernelMath<SigmoidMath> : SigmoidMath {
-  template <typename T> static T forward(T x) { return T(1) / (T(1) + fast_exp(-x)); }
-};
 
 // The family's kernels, from each Math struct of unary_ops.h.
 template <typename Math>

@@ -10,6 +10,7 @@
 #include "kiln/dialect/control_flow_ops.h"
 #include "kiln/dialect/conv_ops.h"
 #include "kiln/dialect/debug_ops.h"
+#include "kiln/dialect/fused_ops.h"
 #include "kiln/dialect/grad_op.h"
 #include "kiln/dialect/indexing_ops.h"
 #include "kiln/dialect/io_ops.h"

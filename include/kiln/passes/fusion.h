@@ -1,0 +1,43 @@
+// Fusion rewrites: several ops become one that runs as one kernel. Run
+// fuse_matmul_epilogue before fuse_elementwise (else the bias add may go
+// into an elementwise group).
+//
+// fuse_elementwise: chains of elementwise ops (the unary family and its
+// gradients, add/sub/mul/div/maximum/minimum/pow, scale, a mean's gradient
+// over all elements, kiln.full constants) over one shape, f32 or f64, become
+// kiln.fused_elementwise ops (kiln/dialect/fused_ops.h), each placed where
+// all its inputs exist and before every op that reads one of its results.
+// A value stays a result when an op outside the group reads it or when it
+// is in `keep` (the values a caller fetches). Groups never move an op
+// across an in-place op, a side effect or an op with regions. Results are
+// bit-identical (each step computes what its op's kernel computes).
+#pragma once
+
+#include <cstddef>
+#include <unordered_set>
+
+#include "kiln/ir/program.h"
+
+namespace kiln {
+
+// The values (by impl) a rewrite must keep as they are: fetched, fed.
+using ValueSet = std::unordered_set<const void*>;
+
+// Fuses in `block` and in every region nested in it; returns the number of
+// fused ops created.
+std::size_t fuse_elementwise(Block& block, const ValueSet& keep = {});
+inline std::size_t fuse_elementwise(Program& program, const ValueSet& keep = {}) {
+  return fuse_elementwise(program.block(), keep);
+}
+
+// fuse_matmul_epilogue: kiln.matmul whose product only an add of a bias
+// (the product's last dim, or one element) reads, and optionally an op of
+// the unary family that only reads that sum, become one kiln.fused_matmul
+// (bias and activation applied while the product is in cache). Values in
+// `keep` are never fused away. Returns the number of fused ops created.
+std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep = {});
+inline std::size_t fuse_matmul_epilogue(Program& program, const ValueSet& keep = {}) {
+  return fuse_matmul_epilogue(program.block(), keep);
+}
+
+}  // namespace kiln

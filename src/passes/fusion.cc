@@ -1,0 +1,436 @@
+// fuse_elementwise (kiln/passes/fusion.h): one walk over a block in program
+// order grows groups of fusable ops; each group of two or more becomes one
+// kiln.fused_elementwise.
+#include "kiln/passes/fusion.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/dialect/fused_ops.h"
+#include "kiln/dialect/binary_ops.h"
+#include "kiln/dialect/linalg_ops.h"
+#include "kiln/dialect/reduce_ops.h"
+#include "kiln/dialect/tensor_ops.h"
+#include "kiln/dialect/unary_ops.h"
+#include "kiln/ir/builder.h"
+#include "kiln/ir/builtin_types.h"
+#include "kiln/ir/region.h"
+
+namespace kiln {
+
+namespace {
+
+const void* key(Value v) { return v.impl(); }
+
+bool floating_tensor(Type t) {
+  if (!is_shaped(t)) return false;
+  const DataType dt = shaped_data_type(t);
+  return dt == DataType::Float32 || dt == DataType::Float64;
+}
+
+// A static element count of 1 (every dim known).
+bool one_element(Type t) {
+  if (!is_shaped(t)) return false;
+  std::int64_t n = 1;
+  for (std::int64_t d : shaped_dims(t)) {
+    if (d < 0) return false;
+    n *= d;
+  }
+  return n == 1;
+}
+
+// An op that may be moved across no other: it writes memory another op may
+// read, or orders itself with others.
+bool barrier(Operation* op) {
+  return op->has_trait<Inplace>() || op->has_trait<SideEffect>() || op->has_trait<Communication>() ||
+         op->num_regions() > 0;
+}
+
+// A kiln.full whose value may stand in for a register of type `t`.
+std::optional<double> constant_of(Value v, Type t) {
+  Operation* def = v.defining_op();
+  if (!def || !def->isa<FullOp>()) return std::nullopt;
+  Type ft = v.type();
+  if (!is_shaped(ft) || shaped_data_type(ft) != shaped_data_type(t)) return std::nullopt;
+  if (!one_element(ft) && ft != t) return std::nullopt;
+  return from_attributes<FullOp::Attributes>(def->attributes(), FullOp::name).value;
+}
+
+// The step op is, with the operands it reads (the mean gradient reads only
+// dout), or nullopt when it is not fusable as it stands.
+struct Candidate {
+  FusedStep step;
+  std::vector<Value> reads;
+};
+std::optional<Candidate> candidate(Operation* op, const ValueSet& keep) {
+  if (op->num_results() != 1 || op->num_regions() > 0) return std::nullopt;
+  Value r = op->result(0);
+  Type t = r.type();
+  if (!floating_tensor(t) || keep.count(key(r))) return std::nullopt;
+  Candidate c;
+  if (!fused_step_for(op->name(), c.step)) return std::nullopt;
+  switch (c.step.kind) {
+    case FusedStep::Kind::MeanAllGrad: {
+      const auto a = from_attributes<GradOf<MeanOp>::Attributes>(op->attributes(), op->name());
+      if (!a.axis.empty() || op->num_operands() != 2 || op->operand_source(0).type() != t ||
+          !one_element(op->operand_source(1).type()))
+        return std::nullopt;
+      c.reads = {op->operand_source(1)};
+      return c;
+    }
+    case FusedStep::Kind::Scale: {
+      const auto a = from_attributes<ScaleOp::Attributes>(op->attributes(), ScaleOp::name);
+      c.step.c0 = a.scale;
+      c.step.c1 = a.bias_after_scale ? a.bias : a.scale * a.bias;
+      break;
+    }
+    default: break;
+  }
+  const std::uint32_t want = c.step.kind == FusedStep::Kind::UnaryGrad || c.step.kind == FusedStep::Kind::Binary ? 2 : 1;
+  if (op->num_operands() != want) return std::nullopt;
+  for (std::uint32_t i = 0; i < want; ++i) {
+    Value v = op->operand_source(i);
+    // Same shape as the result, or one element (broadcast); the dtype too.
+    if (!v || !is_shaped(v.type()) || shaped_data_type(v.type()) != shaped_data_type(t)) return std::nullopt;
+    if (v.type() != t && !one_element(v.type())) return std::nullopt;
+    c.reads.push_back(v);
+  }
+  return c;
+}
+
+struct Group {
+  Type type;
+  std::vector<Operation*> members;  // program order
+  std::vector<Candidate> steps;     // per member
+  std::ptrdiff_t first = 0;         // position of the first member
+  std::ptrdiff_t after = -1;        // the fused op goes after this position
+};
+
+class BlockFuser {
+ public:
+  BlockFuser(Block& block, const ValueSet& keep) : block_(block), keep_(keep) {
+    for (Operation* op : block) {
+      pos_[op] = static_cast<std::ptrdiff_t>(ops_.size());
+      order_[op] = static_cast<double>(ops_.size());
+      ops_.push_back(op);
+      barriers_.push_back((barriers_.empty() ? 0 : barriers_.back()) + (barrier(op) ? 1 : 0));
+    }
+  }
+
+  std::size_t run() {
+    for (Operation* op : ops_) {
+      std::optional<Candidate> c = candidate(op, keep_);
+      if (!c) continue;
+      if (!join_existing(op, *c)) {
+        Group g;
+        g.type = op->result(0).type();
+        g.first = pos_[op];
+        g.after = external_after(g, *c);
+        g.members.push_back(op);
+        g.steps.push_back(std::move(*c));
+        group_of_[op] = groups_.size();
+        groups_.push_back(std::move(g));
+      }
+    }
+    std::size_t made = 0;
+    for (Group& g : groups_)
+      if (g.members.size() >= 2 && build(g)) ++made;
+    return made;
+  }
+
+ private:
+  // Position of v's definition in this block (-1: a block argument, or
+  // defined outside: available everywhere here).
+  std::ptrdiff_t def_pos(Value v) const {
+    Operation* def = v.defining_op();
+    if (!def) return -1;
+    auto it = pos_.find(def);
+    return it == pos_.end() ? -1 : it->second;
+  }
+  // Position in this block of the op that holds `user` (itself or an
+  // ancestor), or the block's end when it is outside.
+  std::ptrdiff_t user_pos(Operation* user) const {
+    for (Operation* o = user; o; ) {
+      auto it = pos_.find(o);
+      if (it != pos_.end()) return it->second;
+      Block* b = o->parent_block();
+      Region* r = b ? b->parent_region() : nullptr;
+      o = r ? r->parent_op() : nullptr;
+    }
+    return static_cast<std::ptrdiff_t>(ops_.size());
+  }
+  bool member(const Group& g, Operation* op) const {
+    auto it = group_of_.find(op);
+    return it != group_of_.end() && &groups_[it->second] == &g;
+  }
+  // Where c's operands from outside the group exist (constants need none).
+  std::ptrdiff_t external_after(const Group& g, const Candidate& c) const {
+    std::ptrdiff_t after = g.after;
+    for (Value v : c.reads) {
+      Operation* def = v.defining_op();
+      if ((def && member(g, def)) || constant_of(v, g.type)) continue;
+      after = std::max(after, def_pos(v));
+    }
+    return after;
+  }
+
+  bool join_existing(Operation* op, Candidate& c) {
+    Type t = op->result(0).type();
+    // A mean's gradient reads x only for its shape: x's group suits it too.
+    std::vector<Value> links = c.reads;
+    if (c.step.kind == FusedStep::Kind::MeanAllGrad) links.push_back(op->operand_source(0));
+    for (Value v : links) {
+      Operation* def = v.defining_op();
+      if (!def) continue;
+      auto it = group_of_.find(def);
+      if (it == group_of_.end()) continue;
+      Group& g = groups_[it->second];
+      if (g.type != t || !legal(g, op, c)) continue;
+      g.after = external_after(g, c);
+      g.members.push_back(op);
+      g.steps.push_back(std::move(c));
+      group_of_[op] = it->second;
+      return true;
+    }
+    return false;
+  }
+
+  // op may join g: no barrier between g's first member and op, and every
+  // op outside g reading a member's result comes after the place the fused
+  // op would take.
+  bool legal(const Group& g, Operation* op, const Candidate& c) const {
+    const std::ptrdiff_t p = pos_.at(op);
+    const std::ptrdiff_t after = external_after(g, c);
+    // Members move to just after `after`: from there to op, no barrier (an
+    // in-place update before the first member changes what it reads too).
+    const std::ptrdiff_t from = std::min(after + 1, g.first);
+    const std::ptrdiff_t before_from = from > 0 ? barriers_[from - 1] : 0;
+    if (barriers_[p] - before_from != 0) return false;
+    for (Operation* m : g.members)
+      for (auto use : m->result(0).uses()) {
+        Operation* u = use.owner();
+        if (u == op || member(g, u)) continue;
+        if (user_pos(u) <= after) return false;
+      }
+    return true;
+  }
+
+  bool build(Group& g) {
+    // Reads of a value an earlier group replaced now read its fused result.
+    for (Candidate& c : g.steps)
+      for (Value& v : c.reads)
+        if (auto it = replaced_.find(key(v)); it != replaced_.end()) v = it->second;
+    std::unordered_map<const void*, std::int64_t> reg;
+    std::vector<Value> inputs;
+    // Operand 0 gives the shape: the first outside operand of the group's
+    // type, else a mean gradient's x (read for its shape only).
+    auto external = [&](Value v) {
+      Operation* def = v.defining_op();
+      return !(def && member(g, def)) && !constant_of(v, g.type);
+    };
+    Value shape;
+    for (const Candidate& c : g.steps)
+      for (Value v : c.reads)
+        if (!shape && external(v) && v.type() == g.type) shape = v;
+    if (!shape)
+      for (Operation* m : g.members)
+        if (m->isa<GradOf<MeanOp>>()) {
+          shape = m->operand_source(0);
+          break;
+        }
+    if (!shape) return false;
+    inputs.push_back(shape);
+    reg[key(shape)] = 0;
+    for (const Candidate& c : g.steps)
+      for (Value v : c.reads)
+        if (external(v) && !reg.count(key(v))) {
+          reg[key(v)] = static_cast<std::int64_t>(inputs.size());
+          inputs.push_back(v);
+        }
+    // Steps: constants first where read, then each member.
+    FusedBody body;
+    body.set_first_register(static_cast<std::int32_t>(inputs.size()));
+    std::int64_t next = static_cast<std::int64_t>(inputs.size());
+    std::vector<Operation*> constants;
+    for (std::size_t k = 0; k < g.members.size(); ++k) {
+      Candidate& c = g.steps[k];
+      std::int32_t r[2] = {-1, -1};
+      for (std::size_t i = 0; i < c.reads.size(); ++i) {
+        Value v = c.reads[i];
+        auto it = reg.find(key(v));
+        if (it == reg.end()) {  // a constant, read here first
+          FusedStep cs;
+          cs.kind = FusedStep::Kind::Const;
+          cs.c0 = *constant_of(v, g.type);
+          body.add(cs);
+          it = reg.emplace(key(v), next++).first;
+          constants.push_back(v.defining_op());
+        }
+        r[i] = static_cast<std::int32_t>(it->second);
+      }
+      FusedStep s = c.step;
+      s.a = r[0];
+      s.b = r[1];
+      body.add(s);
+      reg[key(g.members[k]->result(0))] = next++;
+    }
+    // Results: members read outside the group.
+    std::vector<std::int64_t> outputs;
+    std::vector<Value> replaced;
+    for (Operation* m : g.members) {
+      Value v = m->result(0);
+      bool outside = v.use_empty();  // read by nobody: kept for DCE to decide
+      for (auto use : v.uses())
+        if (!member(g, use.owner())) outside = true;
+      if (outside) {
+        outputs.push_back(reg.at(key(v)));
+        replaced.push_back(v);
+      }
+    }
+    if (outputs.empty()) return false;  // nothing reads it: DCE's to remove
+
+    // After the latest op that now defines an input (an earlier group's
+    // fused op may define one), and after the fused ops placed there before.
+    Operation* anchor = nullptr;
+    double at = -1;
+    for (Value v : inputs)
+      if (Operation* def = v.defining_op(); def) {
+        auto it = order_.find(def);
+        if (it != order_.end() && it->second > at) {
+          at = it->second;
+          anchor = def;
+        }
+      }
+    Operation*& last = placed_after_[anchor];
+    Operation* after = last ? last : anchor;
+    Builder b(block_);
+    if (after) b.set_insertion_point_after(after);
+    else b.set_insertion_point(block_.front());
+    auto fused = b.create<FusedElementwiseOp>(inputs, body, outputs);
+    last = fused.operation();
+    order_[last] = (after ? order_.at(after) : -1.0) + std::ldexp(1.0, -20);
+    for (std::size_t k = 0; k < replaced.size(); ++k) {
+      Value r = fused.operation()->result(static_cast<std::uint32_t>(k));
+      replaced[k].replace_all_uses_with(r);
+      replaced_[key(replaced[k])] = r;
+    }
+    auto erase = [&](Operation* op) {
+      order_.erase(op);  // its address may come back as a new op's
+      placed_after_.erase(op);
+      op->erase();
+    };
+    for (auto it = g.members.rbegin(); it != g.members.rend(); ++it) erase(*it);
+    for (Operation* c : constants)
+      if (c->result(0).use_empty()) erase(c);
+    return true;
+  }
+
+  Block& block_;
+  const ValueSet& keep_;
+  std::vector<Operation*> ops_;
+  std::unordered_map<Operation*, std::ptrdiff_t> pos_;
+  std::vector<std::ptrdiff_t> barriers_;  // barriers at or before each position
+  std::vector<Group> groups_;
+  std::unordered_map<Operation*, std::size_t> group_of_;
+  // Block order of the original ops and of the fused ops placed since (a
+  // fused op sits just after its anchor and the fused ops placed there
+  // before it).
+  std::unordered_map<const Operation*, double> order_;
+  std::unordered_map<Operation*, Operation*> placed_after_;
+  // Member results replaced by fused results (by the old value's impl: the
+  // groups' reads were taken before any group was built).
+  std::unordered_map<const void*, Value> replaced_;
+};
+
+// The only op reading v, or null.
+Operation* sole_user(Value v) {
+  Operation* user = nullptr;
+  for (auto use : v.uses()) {
+    if (user && use.owner() != user) return nullptr;
+    user = use.owner();
+  }
+  return user;
+}
+
+// Whether an op between `from` and `to` (exclusive; same block) is one
+// nothing may move across.
+bool barrier_between(Operation* from, Operation* to) {
+  for (Operation* o = from->next_in_block(); o && o != to; o = o->next_in_block())
+    if (barrier(o)) return true;
+  return false;
+}
+
+}  // namespace
+
+std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep) {
+  std::size_t made = 0;
+  std::vector<Operation*> matmuls;
+  for (Operation* op : block) {
+    for (std::uint32_t r = 0; r < op->num_regions(); ++r)
+      for (Block* inner : op->region(r)) made += fuse_matmul_epilogue(*inner, keep);
+    if (op->isa<MatmulOp>()) matmuls.push_back(op);
+  }
+  for (Operation* mm : matmuls) {
+    Value prod = mm->result(0);
+    Type t = prod.type();
+    if (!floating_tensor(t) || keep.count(key(prod))) continue;
+    Operation* add = sole_user(prod);
+    if (!add || !add->isa<AddOp>() || add->parent_block() != &block || add->result(0).type() != t) continue;
+    const std::uint32_t pi = add->operand_source(0) == prod ? 0 : 1;
+    Value bias = add->operand_source(1 - pi);
+    if (bias == prod || !is_shaped(bias.type()) || shaped_data_type(bias.type()) != shaped_data_type(t))
+      continue;
+    // The bias: one element, or the product's (known) last dim, as a row.
+    const auto& od = shaped_dims(t);
+    const auto& bd = shaped_dims(bias.type());
+    std::int64_t bn = 1;
+    bool known = true;
+    for (std::int64_t d : bd) {
+      if (d < 0) known = false;
+      else bn *= d;
+    }
+    const std::int64_t last = od.empty() ? 1 : od.back();
+    bool row_shaped = !bd.empty() && bd.back() == last;
+    for (std::size_t k = 0; k + 1 < bd.size(); ++k) row_shaped = row_shaped && bd[k] == 1;
+    if (!known || last < 0 || bd.size() > od.size() || (bn != 1 && !(bn == last && row_shaped))) continue;
+    Operation* last_op = add;
+    std::string activation;
+    Value sum = add->result(0);
+    if (!keep.count(key(sum))) {
+      Operation* act = sole_user(sum);
+      FusedStep s;
+      if (act && act->parent_block() == &block && act->num_results() == 1 && act->num_operands() == 1 &&
+          fused_step_for(act->name(), s) && s.kind == FusedStep::Kind::Unary && act->result(0).type() == t) {
+        activation = std::string(act->name());
+        last_op = act;
+      }
+    }
+    if (barrier_between(mm, last_op)) continue;
+    const auto ma = from_attributes<MatmulOp::Attributes>(mm->attributes(), MatmulOp::name);
+    Builder b(block);
+    b.set_insertion_point(last_op);
+    auto fused = b.create<FusedMatmulOp>(mm->operand_source(0), mm->operand_source(1), bias,
+                                         ma.transpose_x, ma.transpose_y, activation);
+    last_op->result(0).replace_all_uses_with(fused.operation()->result(0));
+    if (last_op != add) last_op->erase();
+    add->erase();
+    mm->erase();
+    ++made;
+  }
+  return made;
+}
+
+std::size_t fuse_elementwise(Block& block, const ValueSet& keep) {
+  std::size_t made = 0;
+  for (Operation* op : block)
+    for (std::uint32_t r = 0; r < op->num_regions(); ++r)
+      for (Block* inner : op->region(r)) made += fuse_elementwise(*inner, keep);
+  made += BlockFuser(block, keep).run();
+  return made;
+}
+
+}  // namespace kiln

@@ -1,0 +1,341 @@
+// fuse_elementwise (kiln/passes/fusion.h): which chains become one
+// kiln.fused_elementwise, where it goes, what stays a result — and that a
+// fused program computes what the unfused one did, bit for bit.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "catch.hpp"
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/exec/executor.h"
+#include "kiln/frontend/frontend.h"
+#include "kiln/frontend/optimizer.h"
+#include "kiln/kernel/random.h"
+#include "kiln/passes/fusion.h"
+
+using namespace kiln;
+
+namespace {
+
+std::size_t count_ops(const Program& p, std::string_view name) {
+  std::size_t n = 0;
+  for (Operation* op : p.block()) n += op->name() == name;
+  return n;
+}
+
+bool bits_equal(const Tensor& a, const Tensor& b) {
+  return a.dims() == b.dims() && a.dtype() == b.dtype() && a.bytes() == b.bytes() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
+}
+
+// The seed's model: a 16×16 linear layer, MSE, Adam.
+struct SeedModel {
+  Program main, startup;
+  Value loss;
+  FeedMap feeds;
+  SeedModel() {
+    UniqueNameGuard names;
+    set_random_seed(0x5eed);
+    {
+      ProgramGuard guard(main, startup);
+      Value x = data("x", {16, 16});
+      Value label = data("label", {16, 1});
+      Value out = nn::Linear(16, 1)(x);
+      loss = nn::MSELoss()(out, label);
+      optim::Adam(1e-2).minimize(loss);
+    }
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    std::vector<float> xs(256), ys(16);
+    for (float& v : xs) v = normal(rng);
+    for (float& v : ys) v = normal(rng);
+    feeds = {{"x", Tensor::from_vector<float>({16, 16}, xs)}, {"label", Tensor::from_vector<float>({16, 1}, ys)}};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the seed model's loss and gradient chain fuse into one op, and it trains bit for bit as before",
+          "[passes][fusion]") {
+  SeedModel plain, fused;
+  const std::size_t made = fuse_elementwise(fused.main);
+  CHECK(made == 1);
+  CHECK(count_ops(fused.main, "kiln.fused_elementwise") == 1);
+  // add, sub, square, full, mean_grad, square_grad went into it.
+  for (std::string_view gone : {"kiln.add", "kiln.sub", "kiln.square", "kiln.full", "kiln.mean_grad",
+                                "kiln.square_grad"})
+    CHECK(count_ops(fused.main, gone) == 0);
+  CHECK(count_ops(fused.main, "kiln.mean") == 1);  // the loss itself is a reduction
+  fused.main.verify();
+
+  Executor a, b;
+  set_random_seed(11);  // the initializers draw when the startup program runs
+  a.run(plain.startup);
+  set_random_seed(11);
+  b.run(fused.startup);
+  for (int step = 0; step < 20; ++step) {
+    const Tensor la = a.run(plain.main, plain.feeds, {plain.loss})[0];
+    const Tensor lb = b.run(fused.main, fused.feeds, {fused.loss})[0];
+    INFO("step " << step);
+    REQUIRE(bits_equal(la, lb));
+  }
+  for (const auto& [name, p] : plain.main.parameters()) {
+    INFO(name);
+    CHECK(bits_equal(a.scope().find_var(name)->get<Tensor>(), b.scope().find_var(name)->get<Tensor>()));
+  }
+}
+
+TEST_CASE("a value read between the group's members by an op outside it stays a result of the fused op",
+          "[passes][fusion]") {
+  // t = tanh(x); u = exp(t); m = mean(t) (outside); v = u * t.
+  Program p;
+  Builder bl(p);
+  Value x = bl.create<DataOp>("x", std::vector<std::int64_t>{8}).result();
+  Value t = bl.create<TanhOp>(x).result();
+  Value u = bl.create<ExpOp>(t).result();
+  Value m = bl.create<MeanOp>(t).result();
+  Value v = bl.create<MulOp>(u, t).result();
+  (void)m;
+  Program q = p.clone();
+  REQUIRE(fuse_elementwise(q) == 1);
+  q.verify();
+  Operation* fused = nullptr;
+  for (Operation* op : q.block())
+    if (op->name() == "kiln.fused_elementwise") fused = op;
+  REQUIRE(fused);
+  CHECK(fused->num_results() == 2);  // tanh's (read by mean) and mul's (read by nobody: DCE's to judge)
+  CHECK(count_ops(q, "kiln.mean") == 1);
+  (void)v;
+}
+
+TEST_CASE("fusion never moves an op across an in-place update of what it reads", "[passes][fusion]") {
+  // a = exp(w); sgd_(w, g, lr); b = a * w: b reads the updated w.
+  Program p;
+  const Type wt = TensorType::get(DataType::Float32, {4});
+  p.set_parameter("w", Parameter{wt});
+  Builder bl(p);
+  Value w = bl.create<ParameterOp>("w", wt).result();
+  Value g = bl.create<DataOp>("g", std::vector<std::int64_t>{4}).result();
+  Value lr = bl.create<FullOp>(std::vector<std::int64_t>{1}, 0.5).result();
+  Value a = bl.create<ExpOp>(w).result();
+  bl.create<Sgd_Op>(w, g, lr);
+  Value b = bl.create<MulOp>(a, w).result();
+  CHECK(fuse_elementwise(p) == 0);
+  CHECK(count_ops(p, "kiln.fused_elementwise") == 0);
+  (void)b;
+}
+
+TEST_CASE("fusion never moves a read to before an in-place update that came before it", "[passes][fusion]") {
+  // relu_(w) updates w's buffer; tanh(w) after it reads the update; the
+  // group {tanh, exp} must not go up to where w was defined.
+  auto build = [](Program& p, Value& out) {
+    Builder bl(p);
+    Value w = bl.create<DataOp>("w", std::vector<std::int64_t>{6}).result();
+    bl.create<InplaceUnaryOp<ReluMath>>(w);
+    Value t = bl.create<TanhOp>(w).result();
+    out = bl.create<ExpOp>(t).result();
+  };
+  Program p, q;
+  Value out_p, out_q;
+  build(p, out_p);
+  build(q, out_q);
+  REQUIRE(fuse_elementwise(q) == 0);
+  Executor exe;
+  const FeedMap feed{{"w", Tensor::from_vector<float>({6}, {-1.f, 2.f, -3.f, 4.f, -5.f, 6.f})}};
+  CHECK(bits_equal(exe.run(p, feed, {out_p})[0], exe.run(q, feed, {out_q})[0]));
+}
+
+TEST_CASE("a value the caller keeps (fetches) is never fused away", "[passes][fusion]") {
+  Program p;
+  Builder bl(p);
+  Value x = bl.create<DataOp>("x", std::vector<std::int64_t>{8}).result();
+  Value t = bl.create<TanhOp>(x).result();
+  Value u = bl.create<ExpOp>(t).result();
+  Value v = bl.create<SqrtOp>(u).result();
+  ValueSet keep{u.impl()};
+  // tanh alone, then sqrt alone: neither group reaches two ops.
+  CHECK(fuse_elementwise(p, keep) == 0);
+  CHECK(count_ops(p, "kiln.exp") == 1);
+  (void)v;
+}
+
+TEST_CASE("a fused op broadcasts one-element operands and computes each step as its op's kernel does",
+          "[passes][fusion]") {
+  // y = sigmoid(scale(x·s + c) - b) with b one element, f64 and f32.
+  for (DataType dt : {DataType::Float32, DataType::Float64}) {
+    INFO(to_string(dt));
+    auto build = [&](Program& p, Value& out) {
+      Builder bl(p);
+      Value x = bl.create<DataOp>("x", std::vector<std::int64_t>{3, 700}, dt).result();
+      Value c = bl.create<DataOp>("c", std::vector<std::int64_t>{1}, dt).result();
+      Value s = bl.create<ScaleOp>(x, 1.5, 0.25, false).result();
+      Value d = bl.create<SubOp>(s, c).result();
+      Value e = bl.create<SigmoidOp>(d).result();
+      out = bl.create<GradOf<TanhOp>>(e, d).result();
+    };
+    Program p, q;
+    Value out_p, out_q;
+    build(p, out_p);
+    build(q, out_q);
+    REQUIRE(fuse_elementwise(q, {out_q.impl()}) == 1);
+    std::vector<double> xs(2100);
+    for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.37 * static_cast<double>(i)) * 3;
+    std::vector<float> xf(xs.begin(), xs.end());
+    const Tensor xt = dt == DataType::Float64 ? Tensor::from_vector<double>({3, 700}, xs)
+                                              : Tensor::from_vector<float>({3, 700}, xf);
+    const Tensor ct = dt == DataType::Float64 ? Tensor::from_vector<double>({1}, {0.125})
+                                              : Tensor::from_vector<float>({1}, {0.125f});
+    Executor exe;
+    const FeedMap feed{{"x", xt}, {"c", ct}};
+    CHECK(bits_equal(exe.run(p, feed, {out_p})[0], exe.run(q, feed, {out_q})[0]));
+  }
+}
+
+TEST_CASE("a fused op whose operand has neither operand 0's dims nor one element fails naming it",
+          "[passes][fusion]") {
+  Program p;
+  Builder bl(p);
+  Value x = bl.create<DataOp>("x", std::vector<std::int64_t>{-1}).result();
+  Value y = bl.create<DataOp>("y", std::vector<std::int64_t>{-1}).result();
+  FusedBody body("$2 = kiln.add($0, $1)");
+  Value r = bl.create<FusedElementwiseOp>(std::vector<Value>{x, y}, body, std::vector<std::int64_t>{2})
+                .operation()
+                ->result(0);
+  Executor exe;
+  CHECK_THROWS_WITH(exe.run(p, {{"x", Tensor::from_vector<float>({3}, {1, 2, 3})},
+                                {"y", Tensor::from_vector<float>({2}, {1, 2})}},
+                            {r}),
+                    Catch::Contains("kiln.fused_elementwise") && Catch::Contains("operand #1"));
+}
+
+TEST_CASE("a fused_elementwise body prints back the text it was parsed from; a bad one names the problem",
+          "[passes][fusion]") {
+  const std::string text =
+      "$2 = kiln.sub($0, $1); $3 = kiln.square($2); $4 = const(0.0625); $5 = kiln.square_grad($2, $4); "
+      "$6 = kiln.scale($5){2, 1e-08}; $7 = kiln.mean_grad($1)";
+  FusedBody body(text);
+  CHECK(body.text() == text);
+  CHECK(body.steps().size() == 6);
+  CHECK_THROWS_WITH(FusedBody("$2 = kiln.matmul($0, $1)"), Catch::Contains("'kiln.matmul' is not a fusable op"));
+  CHECK_THROWS_WITH(FusedBody("$2 = kiln.exp($3)"), Catch::Contains("defined later"));
+  CHECK_THROWS_WITH(FusedBody("$2 = kiln.exp($0); $4 = kiln.exp($2)"), Catch::Contains("must define $3"));
+  CHECK_THROWS_WITH(FusedBody("$2 = kiln.add($0 $1)"), Catch::Contains("expected ','"));
+  // An op whose body does not start at its operand count fails verification.
+  Program p;
+  Builder bl(p);
+  Value x = bl.create<DataOp>("x", std::vector<std::int64_t>{2}).result();
+  bl.create<FusedElementwiseOp>(std::vector<Value>{x}, FusedBody("$3 = kiln.exp($0)"), std::vector<std::int64_t>{3});
+  CHECK_THROWS_WITH(p.verify(), Catch::Contains("must define $1"));
+}
+
+namespace {
+
+// A small MLP: 32-64-64-10, ReLU, cross entropy, Adam; batch 24.
+struct MlpModel {
+  Program main, startup;
+  Value loss;
+  FeedMap feeds;
+  MlpModel() {
+    UniqueNameGuard names;
+    {
+      ProgramGuard guard(main, startup);
+      Value x = data("x", {-1, 32});
+      nn::Linear fc1(32, 64), fc2(64, 64), fc3(64, 10);
+      nn::ReLU relu;
+      Value logits = fc3(relu(fc2(relu(fc1(x)))));
+      Value label = data("label", {-1}, DataType::Int64);
+      loss = nn::CrossEntropyLoss()(logits, label);
+      optim::Adam(1e-2).minimize(loss);
+    }
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    std::vector<float> xs(24 * 32);
+    std::vector<std::int64_t> ys(24);
+    for (float& v : xs) v = normal(rng);
+    for (std::size_t i = 0; i < ys.size(); ++i) ys[i] = static_cast<std::int64_t>(i % 10);
+    feeds = {{"x", Tensor::from_vector<float>({24, 32}, xs)}, {"label", Tensor::from_vector<std::int64_t>({24}, ys)}};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("an MLP's matmul, bias add and relu become one fused_matmul per layer, and it trains bit for bit",
+          "[passes][fusion]") {
+  MlpModel plain, fused;
+  CHECK(fuse_matmul_epilogue(fused.main) == 3);  // two with relu, the logits' without
+  fuse_elementwise(fused.main);
+  fused.main.verify();
+  std::size_t with_relu = 0;
+  for (Operation* op : fused.main.block())
+    if (op->name() == "kiln.fused_matmul")
+      with_relu += from_attributes<FusedMatmulOp::Attributes>(op->attributes(), "").activation.name == "kiln.relu";
+  CHECK(with_relu == 2);
+  CHECK(count_ops(fused.main, "kiln.relu") == 0);
+  Executor a, b;
+  set_random_seed(5);
+  a.run(plain.startup);
+  set_random_seed(5);
+  b.run(fused.startup);
+  for (int step = 0; step < 15; ++step) {
+    const Tensor la = a.run(plain.main, plain.feeds, {plain.loss})[0];
+    const Tensor lb = b.run(fused.main, fused.feeds, {fused.loss})[0];
+    INFO("step " << step);
+    REQUIRE(bits_equal(la, lb));
+  }
+  for (const auto& [name, p] : plain.main.parameters()) {
+    INFO(name);
+    CHECK(bits_equal(a.scope().find_var(name)->get<Tensor>(), b.scope().find_var(name)->get<Tensor>()));
+  }
+}
+
+TEST_CASE("a product or sum the caller keeps is not fused into a fused_matmul", "[passes][fusion]") {
+  Program p;
+  Builder bl(p);
+  Value x = bl.create<DataOp>("x", std::vector<std::int64_t>{4, 8}).result();
+  Value w = bl.create<DataOp>("w", std::vector<std::int64_t>{8, 3}).result();
+  Value bias = bl.create<DataOp>("b", std::vector<std::int64_t>{3}).result();
+  Value mm = bl.create<MatmulOp>(x, w).result();
+  Value sum = bl.create<AddOp>(mm, bias).result();
+  Value act = bl.create<TanhOp>(sum).result();
+  (void)act;
+  Program q = p.clone();
+  CHECK(fuse_matmul_epilogue(p, {mm.impl()}) == 0);
+  // Keeping the sum fuses matmul + add but leaves tanh on its own.
+  CHECK(fuse_matmul_epilogue(q) == 1);
+  CHECK(count_ops(q, "kiln.tanh") == 0);
+  Program r;
+  Builder br(r);
+  Value rx = br.create<DataOp>("x", std::vector<std::int64_t>{4, 8}).result();
+  Value rw = br.create<DataOp>("w", std::vector<std::int64_t>{8, 3}).result();
+  Value rb = br.create<DataOp>("b", std::vector<std::int64_t>{3}).result();
+  Value rs = br.create<AddOp>(br.create<MatmulOp>(rx, rw).result(), rb).result();
+  br.create<TanhOp>(rs);
+  CHECK(fuse_matmul_epilogue(r, {rs.impl()}) == 1);
+  CHECK(count_ops(r, "kiln.tanh") == 1);
+}
+
+TEST_CASE("a fused_matmul with a bias of the wrong size or an unknown activation is refused, naming it",
+          "[passes][fusion]") {
+  Program p;
+  Builder bl(p);
+  Value x = bl.create<DataOp>("x", std::vector<std::int64_t>{4, 8}).result();
+  Value w = bl.create<DataOp>("w", std::vector<std::int64_t>{8, 3}).result();
+  Value b5 = bl.create<DataOp>("b", std::vector<std::int64_t>{5}).result();
+  Value b3 = bl.create<DataOp>("c", std::vector<std::int64_t>{3}).result();
+  CHECK_THROWS_WITH(bl.create<FusedMatmulOp>(x, w, b5, false, false, ""),
+                    Catch::Contains("kiln.fused_matmul") && Catch::Contains("bias has 5 elements"));
+  CHECK_THROWS_WITH(bl.create<FusedMatmulOp>(x, w, b3, false, false, "kiln.softmax"),
+                    Catch::Contains("activation 'kiln.softmax' is not an op of the unary family"));
+  // A dynamic bias whose size is wrong only at run time.
+  Value bd = bl.create<DataOp>("d", std::vector<std::int64_t>{-1}).result();
+  Value r = bl.create<FusedMatmulOp>(x, w, bd, false, false, "kiln.relu").operation()->result(0);
+  Executor exe;
+  FeedMap feed{{"x", Tensor::from_vector<float>({4, 8}, std::vector<float>(32, 1.f))},
+               {"w", Tensor::from_vector<float>({8, 3}, std::vector<float>(24, 1.f))},
+               {"b", Tensor::from_vector<float>({5}, std::vector<float>(5, 0.f))},
+               {"c", Tensor::from_vector<float>({3}, std::vector<float>(3, 0.f))},
+               {"d", Tensor::from_vector<float>({2}, {1.f, 2.f})}};
+  CHECK_THROWS_WITH(exe.run(p, feed, {r}), Catch::Contains("bias has 2 elements"));
+}
