@@ -50,6 +50,17 @@ bool barrier(Operation* op) {
          op->num_regions() > 0;
 }
 
+// Through the pass context when there is one (it follows live-out values
+// and tells its listener what goes).
+void replace_uses(Value from, Value to, PassContext* ctx) {
+  if (ctx) ctx->replace_all_uses(from, to);
+  else from.replace_all_uses_with(to);
+}
+void erase_op(Operation* op, PassContext* ctx) {
+  if (ctx) ctx->erase_op(op);
+  else op->erase();
+}
+
 // A kiln.full whose value may stand in for a register of type `t`.
 std::optional<double> constant_of(Value v, Type t) {
   Operation* def = v.defining_op();
@@ -112,7 +123,7 @@ struct Group {
 
 class BlockFuser {
  public:
-  BlockFuser(Block& block, const ValueSet& keep) : block_(block), keep_(keep) {
+  BlockFuser(Block& block, const ValueSet& keep, PassContext* ctx) : block_(block), keep_(keep), ctx_(ctx) {
     for (Operation* op : block) {
       pos_[op] = static_cast<std::ptrdiff_t>(ops_.size());
       order_[op] = static_cast<double>(ops_.size());
@@ -121,10 +132,46 @@ class BlockFuser {
     }
   }
 
+  // A key two values share only when their run-time dims are provably
+  // equal: the type when every dim is known; else the value whose dims an
+  // elementwise chain carries along (a unary op's input, a binary op's
+  // operand that is not one element, when both operands agree).
+  const void* shape_class(Value v) {
+    Type t = v.type();
+    if (is_shaped(t)) {
+      bool known = true;
+      for (std::int64_t d : shaped_dims(t)) known = known && d >= 0;
+      if (known) return t.storage();
+    }
+    if (auto it = class_.find(key(v)); it != class_.end()) return it->second;
+    const void* cls = key(v);
+    Operation* def = v.defining_op();
+    FusedStep s;
+    if (def && def->num_results() == 1 && def->num_operands() >= 1 && fused_step_for(def->name(), s)) {
+      Value a = def->operand_source(0);
+      if (s.kind == FusedStep::Kind::Binary && def->num_operands() == 2) {
+        Value b = def->operand_source(1);
+        if (one_element(b.type())) cls = shape_class(a);
+        else if (one_element(a.type())) cls = shape_class(b);
+        else if (const void* ca = shape_class(a); ca == shape_class(b)) cls = ca;
+      } else {
+        cls = shape_class(a);  // unary, its gradient, scale, a mean's gradient (x)
+      }
+    }
+    class_[key(v)] = cls;
+    return cls;
+  }
+
   std::size_t run() {
     for (Operation* op : ops_) {
       std::optional<Candidate> c = candidate(op, keep_);
       if (!c) continue;
+      // Every operand that is not one element has the result's dims at run
+      // time, not only the same type (-1 dims may broadcast).
+      const void* cls = shape_class(op->result(0));
+      bool same = true;
+      for (Value v : c->reads) same = same && (one_element(v.type()) || shape_class(v) == cls);
+      if (!same) continue;
       if (!join_existing(op, *c)) {
         Group g;
         g.type = op->result(0).type();
@@ -189,7 +236,9 @@ class BlockFuser {
       auto it = group_of_.find(def);
       if (it == group_of_.end()) continue;
       Group& g = groups_[it->second];
-      if (g.type != t || !legal(g, op, c)) continue;
+      if (g.type != t || shape_class(g.members.front()->result(0)) != shape_class(op->result(0)) ||
+          !legal(g, op, c))
+        continue;
       g.after = external_after(g, c);
       g.members.push_back(op);
       g.steps.push_back(std::move(c));
@@ -315,13 +364,13 @@ class BlockFuser {
     order_[last] = (after ? order_.at(after) : -1.0) + std::ldexp(1.0, -20);
     for (std::size_t k = 0; k < replaced.size(); ++k) {
       Value r = fused.operation()->result(static_cast<std::uint32_t>(k));
-      replaced[k].replace_all_uses_with(r);
+      replace_uses(replaced[k], r, ctx_);
       replaced_[key(replaced[k])] = r;
     }
     auto erase = [&](Operation* op) {
       order_.erase(op);  // its address may come back as a new op's
       placed_after_.erase(op);
-      op->erase();
+      erase_op(op, ctx_);
     };
     for (auto it = g.members.rbegin(); it != g.members.rend(); ++it) erase(*it);
     for (Operation* c : constants)
@@ -331,6 +380,7 @@ class BlockFuser {
 
   Block& block_;
   const ValueSet& keep_;
+  PassContext* ctx_;
   std::vector<Operation*> ops_;
   std::unordered_map<Operation*, std::ptrdiff_t> pos_;
   std::vector<std::ptrdiff_t> barriers_;  // barriers at or before each position
@@ -344,6 +394,7 @@ class BlockFuser {
   // Member results replaced by fused results (by the old value's impl: the
   // groups' reads were taken before any group was built).
   std::unordered_map<const void*, Value> replaced_;
+  std::unordered_map<const void*, const void*> class_;  // shape_class memo
 };
 
 // The only op reading v, or null.
@@ -366,12 +417,12 @@ bool barrier_between(Operation* from, Operation* to) {
 
 }  // namespace
 
-std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep) {
+std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep, PassContext* ctx) {
   std::size_t made = 0;
   std::vector<Operation*> matmuls;
   for (Operation* op : block) {
     for (std::uint32_t r = 0; r < op->num_regions(); ++r)
-      for (Block* inner : op->region(r)) made += fuse_matmul_epilogue(*inner, keep);
+      for (Block* inner : op->region(r)) made += fuse_matmul_epilogue(*inner, keep, ctx);
     if (op->isa<MatmulOp>()) matmuls.push_back(op);
   }
   for (Operation* mm : matmuls) {
@@ -415,22 +466,47 @@ std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep) {
     b.set_insertion_point(last_op);
     auto fused = b.create<FusedMatmulOp>(mm->operand_source(0), mm->operand_source(1), bias,
                                          ma.transpose_x, ma.transpose_y, activation);
-    last_op->result(0).replace_all_uses_with(fused.operation()->result(0));
-    if (last_op != add) last_op->erase();
-    add->erase();
-    mm->erase();
+    replace_uses(last_op->result(0), fused.operation()->result(0), ctx);
+    if (last_op != add) erase_op(last_op, ctx);
+    erase_op(add, ctx);
+    erase_op(mm, ctx);
     ++made;
   }
   return made;
 }
 
-std::size_t fuse_elementwise(Block& block, const ValueSet& keep) {
+std::size_t fuse_elementwise(Block& block, const ValueSet& keep, PassContext* ctx) {
   std::size_t made = 0;
   for (Operation* op : block)
     for (std::uint32_t r = 0; r < op->num_regions(); ++r)
-      for (Block* inner : op->region(r)) made += fuse_elementwise(*inner, keep);
-  made += BlockFuser(block, keep).run();
+      for (Block* inner : op->region(r)) made += fuse_elementwise(*inner, keep, ctx);
+  made += BlockFuser(block, keep, ctx).run();
   return made;
 }
+
+namespace {
+
+// "fuse": fuse_matmul_epilogue, then fuse_elementwise, over the program
+// (regions included), keeping the context's live-out values. Only for a
+// CPU target: the fused ops have CPU kernels only.
+class FusePass : public Pass {
+ public:
+  FusePass() : Pass("fuse") {}
+  void run(Program& program, PassContext& ctx) override {
+    if (!ctx.target_place.is_cpu()) return;
+    ValueSet keep;
+    for (Value v : ctx.live_out()) keep.insert(v.impl());
+    fuse_matmul_epilogue(program.block(), keep, &ctx);
+    fuse_elementwise(program.block(), keep, &ctx);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> create_fuse_pass() { return std::make_unique<FusePass>(); }
+
+KILN_REGISTER_PASS("fuse", [] { return create_fuse_pass(); },
+                   "matmul + bias + activation into kiln.fused_matmul, elementwise chains into "
+                   "kiln.fused_elementwise (CPU)");
 
 }  // namespace kiln

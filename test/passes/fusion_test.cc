@@ -10,6 +10,7 @@
 #include "catch.hpp"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
+#include "kiln/exec/interpreter_core.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/frontend/optimizer.h"
 #include "kiln/kernel/random.h"
@@ -338,4 +339,61 @@ TEST_CASE("a fused_matmul with a bias of the wrong size or an unknown activation
                {"c", Tensor::from_vector<float>({3}, std::vector<float>(3, 0.f))},
                {"d", Tensor::from_vector<float>({2}, {1.f, 2.f})}};
   CHECK_THROWS_WITH(exe.run(p, feed, {r}), Catch::Contains("bias has 2 elements"));
+}
+
+TEST_CASE("the fuse pass, named in an executor's pipeline, fuses the seed model and trains it bit for bit",
+          "[passes][fusion]") {
+  SeedModel plain, model;
+  ExecutionOptions with;
+  with.passes = "dce,cse,fold,simplify,fuse";
+  Executor a, b(Place::cpu(), with);
+  set_random_seed(11);
+  a.run(plain.startup);
+  set_random_seed(11);
+  b.run(model.startup);
+  for (int step = 0; step < 10; ++step) {
+    const Tensor la = a.run(plain.main, plain.feeds, {plain.loss})[0];
+    const Tensor lb = b.run(model.main, model.feeds, {model.loss})[0];
+    INFO("step " << step);
+    REQUIRE(bits_equal(la, lb));
+  }
+  // The executor ran a fused copy; the user's program is as it was.
+  CHECK(count_ops(model.main, "kiln.fused_elementwise") == 0);
+  CHECK(count_ops(model.main, "kiln.square") == 1);
+  std::size_t fused_instructions = 0;
+  InterpreterCore* core = b.last_core();
+  REQUIRE(core);
+  for (std::uint32_t i = 0; i < core->num_instructions(); ++i)
+    fused_instructions += core->instruction(i).op_name == "kiln.fused_elementwise" ||
+                          core->instruction(i).op_name == "kiln.fused_matmul";
+  CHECK(fused_instructions == 2);  // the product with its bias, the loss and gradient chain
+}
+
+TEST_CASE("operands of unknown dims that may broadcast at run time are not fused as if their dims were equal",
+          "[passes][fusion]") {
+  // x [-1, 4] and y [-1, 4] fed [1, 4] and [3, 4]: add broadcasts.
+  auto build = [](Program& p, Value& out) {
+    Builder bl(p);
+    Value x = bl.create<DataOp>("x", std::vector<std::int64_t>{-1, 4}).result();
+    Value y = bl.create<DataOp>("y", std::vector<std::int64_t>{-1, 4}).result();
+    Value s = bl.create<AddOp>(x, y).result();
+    Value e = bl.create<ExpOp>(s).result();
+    out = bl.create<MulOp>(e, s).result();  // e and s share add's dims: these two may fuse
+  };
+  Program p, q;
+  Value out_p, out_q;
+  build(p, out_p);
+  build(q, out_q);
+  fuse_elementwise(q, {out_q.impl()});
+  CHECK(count_ops(q, "kiln.add") == 1);
+  Executor exe;
+  const FeedMap feed{{"x", Tensor::from_vector<float>({1, 4}, {1, 2, 3, 4})},
+                     {"y", Tensor::from_vector<float>({3, 4}, std::vector<float>(12, 0.5f))}};
+  ExecutionOptions fused;
+  fused.passes = "fuse";
+  Executor exe_fused(Place::cpu(), fused);
+  const Tensor want = exe.run(p, feed, {out_p})[0];
+  CHECK(want.dims() == Dims({3, 4}));
+  CHECK(bits_equal(want, exe_fused.run(p, feed, {out_p})[0]));
+  CHECK(bits_equal(want, exe.run(q, feed, {out_q})[0]));
 }

@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "kiln/ir/program.h"
+#include "kiln/passes/pass.h"
 
 namespace kiln {
 
@@ -25,7 +26,8 @@ using ValueSet = std::unordered_set<const void*>;
 
 // Fuses in `block` and in every region nested in it; returns the number of
 // fused ops created.
-std::size_t fuse_elementwise(Block& block, const ValueSet& keep = {});
+// With a PassContext, replacements and erasures go through it.
+std::size_t fuse_elementwise(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr);
 inline std::size_t fuse_elementwise(Program& program, const ValueSet& keep = {}) {
   return fuse_elementwise(program.block(), keep);
 }
@@ -35,9 +37,14 @@ inline std::size_t fuse_elementwise(Program& program, const ValueSet& keep = {})
 // the unary family that only reads that sum, become one kiln.fused_matmul
 // (bias and activation applied while the product is in cache). Values in
 // `keep` are never fused away. Returns the number of fused ops created.
-std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep = {});
+std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr);
 inline std::size_t fuse_matmul_epilogue(Program& program, const ValueSet& keep = {}) {
   return fuse_matmul_epilogue(program.block(), keep);
 }
+
+// The "fuse" pass: fuse_matmul_epilogue, then fuse_elementwise, keeping
+// the context's live-out values; it does nothing for a target other than
+// the CPU (the fused ops have CPU kernels only).
+std::unique_ptr<Pass> create_fuse_pass();
 
 }  // namespace kiln
