@@ -21,6 +21,7 @@
 #include "kiln/ir/text_form.h"
 #include "kiln/ir/traits.h"
 #include "kiln/support/nesting_guard.h"
+#include "tensor_storage_type.h"
 
 namespace kiln {
 
@@ -807,27 +808,6 @@ Attribute Parser::number_attribute() {
 }
 
 // Calls f(T{}) with T the C++ type a tensor constant stores a dtype's
-// elements as (f16 / bf16: their bit patterns, as the printer writes them).
-template <typename F>
-void with_stored_type(DataType dtype, F&& f) {
-  switch (dtype) {
-    case DataType::Float32: return f(float());
-    case DataType::Float64: return f(double());
-    case DataType::Int8: return f(std::int8_t());
-    case DataType::Int32: return f(std::int32_t());
-    case DataType::Int64: return f(std::int64_t());
-    case DataType::Bool: return f(bool());
-    case DataType::UInt8: return f(std::uint8_t());
-    case DataType::Int16: return f(std::int16_t());
-    case DataType::UInt16:
-    case DataType::Float16:
-    case DataType::BFloat16: return f(std::uint16_t());
-    case DataType::UInt32: return f(std::uint32_t());
-    case DataType::UInt64: return f(std::uint64_t());
-    case DataType::Undefined: break;
-  }
-  throw_error(ErrorKind::InvalidArgument, "tensor constant of an undefined dtype");
-}
 
 // tensor<2x2xf32> [1, 2, 3, 4]: the values, row-major, numel of them.
 TensorAttribute Parser::tensor_values(TensorType type, std::size_t at) {
@@ -836,7 +816,7 @@ TensorAttribute Parser::tensor_values(TensorType type, std::size_t at) {
   const std::string dtype_name(kiln::to_string(dtype));
   std::string bytes;
   std::size_t count = 0;
-  with_stored_type(dtype, [&](auto tag) {
+  detail::with_storage_type(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (consume(']')) return;
     do {

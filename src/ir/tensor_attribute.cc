@@ -12,6 +12,7 @@
 #include "kiln/ir/text_form.h"
 #include "kiln/support/error.h"
 #include "kiln/support/hash.h"
+#include "tensor_storage_type.h"
 
 namespace kiln {
 
@@ -36,27 +37,6 @@ std::int64_t checked_numel(const std::vector<std::int64_t>& dims) {
   return n;
 }
 
-// Calls f(T{}) with T the C++ type of dtype's storage (f16 / bf16: their bits).
-template <typename F>
-decltype(auto) with_element_type(DataType dtype, F&& f) {
-  switch (dtype) {
-    case DataType::Float32: return f(float());
-    case DataType::Float64: return f(double());
-    case DataType::Int8: return f(std::int8_t());
-    case DataType::Int32: return f(std::int32_t());
-    case DataType::Int64: return f(std::int64_t());
-    case DataType::Bool: return f(bool());
-    case DataType::UInt8: return f(std::uint8_t());
-    case DataType::Int16: return f(std::int16_t());
-    case DataType::UInt16: return f(std::uint16_t());
-    case DataType::UInt32: return f(std::uint32_t());
-    case DataType::UInt64: return f(std::uint64_t());
-    case DataType::Float16:
-    case DataType::BFloat16: return f(std::uint16_t());
-    case DataType::Undefined: break;
-  }
-  throw_error(ErrorKind::InvalidArgument, "tensor attribute of an undefined dtype");
-}
 
 template <typename T>
 T element(std::string_view bytes, std::int64_t i) {
@@ -91,7 +71,7 @@ void TensorAttribute::print(std::ostream& os) const {
   os << kiln::to_string(dtype()) << "> [";
   // Every value, floats in their shortest round-trip form: the text form of
   // a program must read back to the same constant (kiln/ir/parser.h).
-  with_element_type(dtype(), [&](auto tag) {
+  detail::with_storage_type(dtype(), [&](auto tag) {
     using T = decltype(tag);
     for (std::int64_t i = 0; i < numel(); ++i) {
       if (i) os << ", ";
@@ -110,7 +90,7 @@ void TensorAttribute::save(nlohmann::json& j) const {
   j["dtype"] = std::string(kiln::to_string(dtype()));
   j["dims"] = dims();
   nlohmann::json values = nlohmann::json::array();
-  with_element_type(dtype(), [&](auto tag) {
+  detail::with_storage_type(dtype(), [&](auto tag) {
     using T = decltype(tag);
     for (std::int64_t i = 0; i < numel(); ++i) {
       const T v = element<T>(bytes(), i);
@@ -152,7 +132,7 @@ TensorAttribute TensorAttribute::load(const nlohmann::json& j) {
     throw_error(ErrorKind::InvalidArgument, "tensor attribute with dims ", json_brief(j["dims"]),
                 " needs ", n, " values, got ", values.size());
   std::string bytes(static_cast<std::size_t>(n) * size_of(*dtype), '\0');
-  with_element_type(*dtype, [&](auto tag) {
+  detail::with_storage_type(*dtype, [&](auto tag) {
     using T = decltype(tag);
     for (std::int64_t i = 0; i < n; ++i) {
       const auto& v = values[static_cast<std::size_t>(i)];

@@ -56,6 +56,32 @@ struct SeedModel {
   }
 };
 
+// Every parameter of `program` holds the same bits in a's scope as in b's.
+void require_same_parameters(const Program& program, Executor& a, Executor& b) {
+  for (const auto& [name, p] : program.parameters()) {
+    INFO(name);
+    CHECK(bits_equal(a.scope().find_var(name)->get<Tensor>(), b.scope().find_var(name)->get<Tensor>()));
+  }
+}
+
+// Runs both models' startup programs from the same draws, then `steps`
+// training steps on each: every loss, and at the end every parameter,
+// bit for bit the same.
+template <typename Model>
+void require_same_training(Model& plain, Model& other, Executor& a, Executor& b, int steps) {
+  set_random_seed(11);  // the initializers draw when the startup program runs
+  a.run(plain.startup);
+  set_random_seed(11);
+  b.run(other.startup);
+  for (int step = 0; step < steps; ++step) {
+    const Tensor la = a.run(plain.main, plain.feeds, {plain.loss})[0];
+    const Tensor lb = b.run(other.main, other.feeds, {other.loss})[0];
+    INFO("step " << step);
+    REQUIRE(bits_equal(la, lb));
+  }
+  require_same_parameters(plain.main, a, b);
+}
+
 }  // namespace
 
 TEST_CASE("the seed model's loss and gradient chain fuse into one op, and it trains bit for bit as before",
@@ -72,20 +98,7 @@ TEST_CASE("the seed model's loss and gradient chain fuse into one op, and it tra
   fused.main.verify();
 
   Executor a, b;
-  set_random_seed(11);  // the initializers draw when the startup program runs
-  a.run(plain.startup);
-  set_random_seed(11);
-  b.run(fused.startup);
-  for (int step = 0; step < 20; ++step) {
-    const Tensor la = a.run(plain.main, plain.feeds, {plain.loss})[0];
-    const Tensor lb = b.run(fused.main, fused.feeds, {fused.loss})[0];
-    INFO("step " << step);
-    REQUIRE(bits_equal(la, lb));
-  }
-  for (const auto& [name, p] : plain.main.parameters()) {
-    INFO(name);
-    CHECK(bits_equal(a.scope().find_var(name)->get<Tensor>(), b.scope().find_var(name)->get<Tensor>()));
-  }
+  require_same_training(plain, fused, a, b, 20);
 }
 
 TEST_CASE("a value read between the group's members by an op outside it stays a result of the fused op",
@@ -275,20 +288,7 @@ TEST_CASE("an MLP's matmul, bias add and relu become one fused_matmul per layer,
   CHECK(with_relu == 2);
   CHECK(count_ops(fused.main, "kiln.relu") == 0);
   Executor a, b;
-  set_random_seed(5);
-  a.run(plain.startup);
-  set_random_seed(5);
-  b.run(fused.startup);
-  for (int step = 0; step < 15; ++step) {
-    const Tensor la = a.run(plain.main, plain.feeds, {plain.loss})[0];
-    const Tensor lb = b.run(fused.main, fused.feeds, {fused.loss})[0];
-    INFO("step " << step);
-    REQUIRE(bits_equal(la, lb));
-  }
-  for (const auto& [name, p] : plain.main.parameters()) {
-    INFO(name);
-    CHECK(bits_equal(a.scope().find_var(name)->get<Tensor>(), b.scope().find_var(name)->get<Tensor>()));
-  }
+  require_same_training(plain, fused, a, b, 15);
 }
 
 TEST_CASE("a product or sum the caller keeps is not fused into a fused_matmul", "[passes][fusion]") {
@@ -347,16 +347,7 @@ TEST_CASE("the fuse pass, named in an executor's pipeline, fuses the seed model 
   ExecutionOptions with;
   with.passes = "dce,cse,fold,simplify,fuse";
   Executor a, b(Place::cpu(), with);
-  set_random_seed(11);
-  a.run(plain.startup);
-  set_random_seed(11);
-  b.run(model.startup);
-  for (int step = 0; step < 10; ++step) {
-    const Tensor la = a.run(plain.main, plain.feeds, {plain.loss})[0];
-    const Tensor lb = b.run(model.main, model.feeds, {model.loss})[0];
-    INFO("step " << step);
-    REQUIRE(bits_equal(la, lb));
-  }
+  require_same_training(plain, model, a, b, 10);
   // The executor ran a fused copy; the user's program is as it was.
   CHECK(count_ops(model.main, "kiln.fused_elementwise") == 0);
   CHECK(count_ops(model.main, "kiln.square") == 1);
