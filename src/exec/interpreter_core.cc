@@ -91,7 +91,10 @@ std::shared_ptr<const InterpreterCore::Optimized> InterpreterCore::Optimized::ma
     return it->second;
   };
   for (std::size_t k = 0; k < fetch.size(); ++k)
-    if (fetch[k].value) fetch_slot[k] = ctx.add_live_out(mapped(fetch[k].value, "a fetch target's"));
+    if (fetch[k].value) {
+      require_fetchable(fetch[k].value, k);  // before the passes move region values about
+      fetch_slot[k] = ctx.add_live_out(mapped(fetch[k].value, "a fetch target's"));
+    }
   for (Value v : options.skip_gc) gc_slot.push_back(ctx.add_live_out(mapped(v, "a skip_gc")));
   auto drop = [&](auto& self, Operation* op) -> void {
     for (Value r : op->results())

@@ -469,6 +469,13 @@ void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index) {
 // fetch ops), so it observes every writer of its variable, in-place ops
 // included, and stream work (a run synchronizes its streams first). It needs
 // no instruction; the slot is kept from GC.
+void require_fetchable(Value v, std::size_t k) {
+  Block* owner = v.defining_op() ? v.defining_op()->parent_block() : cast<BlockArgument>(v).owner();
+  if (Operation* region_op = owner ? owner->parent_op() : nullptr)
+    throw_error(ErrorKind::InvalidArgument, "fetch #", k, " names a value defined inside a region of op '",
+                region_op->name(), "'; fetch the op's results (values leave a region through its kiln.yield)");
+}
+
 void PlanBuilder::plan_fetches() {
   for (std::uint32_t k = 0; k < fetch_values_.size(); ++k) {
     std::uint32_t from;
@@ -477,13 +484,7 @@ void PlanBuilder::plan_fetches() {
     } else {
       auto it = value_slot_.find(fetch_values_[k].impl());
       if (it == value_slot_.end()) {
-        Value v = fetch_values_[k];
-        Block* owner = v.defining_op() ? v.defining_op()->parent_block()
-                                       : cast<BlockArgument>(v).owner();
-        if (Operation* region_op = owner ? owner->parent_op() : nullptr)
-          throw_error(ErrorKind::InvalidArgument, "fetch #", k,
-                      " names a value defined inside a region of op '", region_op->name(),
-                      "'; fetch the op's results (values leave a region through its kiln.yield)");
+        require_fetchable(fetch_values_[k], k);
         throw_error(ErrorKind::InvalidArgument, "fetch #", k,
                     " names a value no instruction makes (an unfed data op's result?)");
       }

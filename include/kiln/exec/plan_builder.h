@@ -18,6 +18,10 @@ namespace kiln {
 
 class DependencyBuilder;
 
+// kiln::Error (InvalidArgument) naming fetch #k when `v` is defined inside
+// a region (a value leaves a region through its op's results only).
+void require_fetchable(Value v, std::size_t k);
+
 class PlanBuilder {
  public:
   // `feed_names`: the data ops the caller feeds, in feed order.
