@@ -94,6 +94,12 @@ std::shared_ptr<const InterpreterCore::Optimized> InterpreterCore::Optimized::ma
     if (fetch[k].value) {
       require_fetchable(fetch[k].value, k);  // before the passes move region values about
       fetch_slot[k] = ctx.add_live_out(mapped(fetch[k].value, "a fetch target's"));
+    } else {
+      // A fetch by name: the value it names stays (dce would drop an unused
+      // parameter op, and the name with it); the plan finds it by name again.
+      Operation* fetch_op = nullptr;
+      if (Value v = find_named_fetch(source.block(), fetch[k].name, &fetch_op); v && !fetch_op)
+        ctx.add_live_out(mapped(v, "a fetch target's"));
     }
   for (Value v : options.skip_gc) gc_slot.push_back(ctx.add_live_out(mapped(v, "a skip_gc")));
   auto drop = [&](auto& self, Operation* op) -> void {

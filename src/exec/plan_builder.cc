@@ -154,17 +154,8 @@ void PlanBuilder::resolve_fetch_targets() {
       fetch_ops_.push_back(nullptr);
       continue;
     }
-    Value found;
     Operation* fetch_op = nullptr;
-    for (Operation* op : plan().program.block()) {
-      if (auto fo = op->dyn_cast<FetchOp>(); fo && fo.attrs().name == f.name) {
-        found = op->operand_source(0);
-        fetch_op = op;  // its value as of the op's place in the program
-      } else if (auto d = op->dyn_cast<DataOp>(); d && d.attrs().name == f.name) found = op->result(0);
-      else if (auto p = op->dyn_cast<ParameterOp>(); p && p.attrs().parameter_name == f.name)
-        found = op->result(0);
-      if (found) break;
-    }
+    const Value found = find_named_fetch(plan().program.block(), f.name, &fetch_op);
     if (!found)
       throw_error(ErrorKind::NotFound, "fetch '", f.name,
                   "' matches no kiln.fetch op, data op or parameter of the program");
@@ -469,6 +460,19 @@ void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index) {
 // fetch ops), so it observes every writer of its variable, in-place ops
 // included, and stream work (a run synchronizes its streams first). It needs
 // no instruction; the slot is kept from GC.
+Value find_named_fetch(const Block& block, std::string_view name, Operation** fetch_op) {
+  *fetch_op = nullptr;
+  for (Operation* op : block) {
+    if (auto fo = op->dyn_cast<FetchOp>(); fo && fo.attrs().name == name) {
+      *fetch_op = op;  // its value as of the op's place in the program
+      return op->operand_source(0);
+    }
+    if (auto d = op->dyn_cast<DataOp>(); d && d.attrs().name == name) return op->result(0);
+    if (auto p = op->dyn_cast<ParameterOp>(); p && p.attrs().parameter_name == name) return op->result(0);
+  }
+  return Value();
+}
+
 void require_fetchable(Value v, std::size_t k) {
   Block* owner = v.defining_op() ? v.defining_op()->parent_block() : cast<BlockArgument>(v).owner();
   if (Operation* region_op = owner ? owner->parent_op() : nullptr)

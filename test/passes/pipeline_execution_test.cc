@@ -231,3 +231,25 @@ TEST_CASE("values fetched by kiln.fetch name and fed data survive the pipeline",
   check_same(want, got);
   CHECK(passed.last_core()->num_instructions() < plain.last_core()->num_instructions());
 }
+
+TEST_CASE("a parameter fetched by name under the pipeline gives its value, though no op reads it",
+          "[passes][pipeline]") {
+  Program startup, main_prog;
+  {
+    Builder b(startup);
+    b.create<SetParameterOp>(b.create<FullOp>(std::vector<std::int64_t>{2}, 0.5).result(), "w");
+  }
+  {
+    Builder b(main_prog);
+    auto w = b.create<ParameterOp>("w", TensorType::get(DataType::Float32, {2}));
+    auto x = b.create<DataOp>("x", std::vector<std::int64_t>{2});
+    b.create<MulOp>(w.result(), x.result());
+  }
+  ExecutionOptions o;
+  o.passes = "dce,cse,fold,simplify,fuse";
+  Executor exe(Place::cpu(), o);
+  exe.run(startup);
+  const FeedMap feed{{"x", Tensor::from_vector<float>({2}, {4.f, 4.f})}};
+  CHECK(exe.run(main_prog, feed, {"w"})[0].to_vector<float>() == std::vector<float>{0.5f, 0.5f});
+  CHECK(exe.run(main_prog, feed, {"x"})[0].to_vector<float>() == std::vector<float>{4.f, 4.f});
+}

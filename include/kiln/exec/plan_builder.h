@@ -22,6 +22,11 @@ class DependencyBuilder;
 // a region (a value leaves a region through its op's results only).
 void require_fetchable(Value v, std::size_t k);
 
+// The value a fetch by name takes in `block`: a kiln.fetch op's operand
+// (the op in *fetch_op), a data op's or a parameter op's result; null when
+// none has that name.
+Value find_named_fetch(const Block& block, std::string_view name, Operation** fetch_op);
+
 class PlanBuilder {
  public:
   // `feed_names`: the data ops the caller feeds, in feed order.
