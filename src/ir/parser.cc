@@ -85,6 +85,11 @@ class Parser {
   // ---- grammar ----
   void parameter(Program& p);
   void operation(Block& block);
+  // The phases of operation(): result names, operands, the signature.
+  std::vector<std::pair<std::string, std::size_t>> result_names();
+  std::vector<Value> operands(const std::string& op_name, const detail::OpInfoImpl* impl);
+  std::vector<Type> signature(const std::string& op_name, const detail::OpInfoImpl* impl,
+                              const std::vector<Value>& args, std::size_t num_result_names);
   std::vector<std::unique_ptr<Block>> region(const std::string& op_name, OpInfo info,
                                              std::size_t op_at, std::uint32_t index);
   void block_arguments(Block& b);
@@ -382,8 +387,8 @@ void Parser::parameter(Program& p) {
   p.set_parameter(n, param);
 }
 
-void Parser::operation(Block& block) {
-  // %a, %b =
+// %a, %b =
+std::vector<std::pair<std::string, std::size_t>> Parser::result_names() {
   std::vector<std::pair<std::string, std::size_t>> results;
   if (peek() == '%') {
     do {
@@ -393,40 +398,33 @@ void Parser::operation(Block& block) {
     } while (consume(','));
     expect('=', "after the result names");
   }
-  // dialect.op
-  skip_space();
-  const std::size_t name_at = pos_;
-  const std::string op_name(name());
-  if (op_name.empty())
-    fail(name_at, ErrorKind::InvalidArgument, "expected an op name, found ", found());
-  OpInfo info = IrContext::instance()->find_op(op_name);
-  if (!info) fail(name_at, ErrorKind::NotFound, "unknown op '", op_name, "' (not registered)");
-  const auto* impl = info.impl();
+  return results;
+}
 
-  // (%x, %y)
+// (%x, %y)
+std::vector<Value> Parser::operands(const std::string& op_name, const detail::OpInfoImpl* impl) {
   skip_space();
   const std::size_t operands_at = pos_;
   expect('(', "after the op name " + op_name);
-  std::vector<Value> operands;
-  std::vector<std::size_t> operand_at;
+  std::vector<Value> out;
   if (!consume(')')) {
     do {
       skip_space();
       const std::size_t at = pos_;
-      operands.push_back(use(value_name("as an operand of " + op_name), at));
-      operand_at.push_back(at);
+      out.push_back(use(value_name("as an operand of " + op_name), at));
     } while (consume(','));
     expect(')', "after the operands of " + op_name);
   }
-  if (impl->num_operands >= 0 && operands.size() != std::size_t(impl->num_operands))
+  if (impl->num_operands >= 0 && out.size() != std::size_t(impl->num_operands))
     fail(operands_at, ErrorKind::InvalidArgument, op_name, " takes ", impl->num_operands,
-         " operand(s), found ", operands.size());
+         " operand(s), found ", out.size());
+  return out;
+}
 
-  // {attributes}
-  DictionaryAttribute attrs = DictionaryAttribute::get();
-  if (peek() == '{') attrs = dictionary("of " + op_name);
-
-  // : (operand types) -> result type(s)
+// : (operand types) -> result type(s); the operand types must be the
+// operands' own. Returns the result types.
+std::vector<Type> Parser::signature(const std::string& op_name, const detail::OpInfoImpl* impl,
+                                    const std::vector<Value>& args, std::size_t num_result_names) {
   expect(':', "before the signature of " + op_name);
   skip_space();
   const std::size_t signature_at = pos_;
@@ -440,13 +438,13 @@ void Parser::operation(Block& block) {
     } while (consume(','));
     expect(')', "after the operand types of " + op_name);
   }
-  if (operand_types.size() != operands.size())
+  if (operand_types.size() != args.size())
     fail(signature_at, ErrorKind::InvalidArgument, "the signature of ", op_name, " lists ",
-         operand_types.size(), " operand type(s), but it has ", operands.size(), " operand(s)");
-  for (std::size_t i = 0; i < operands.size(); ++i)
-    if (operands[i].type() != operand_types[i].first)
+         operand_types.size(), " operand type(s), but it has ", args.size(), " operand(s)");
+  for (std::size_t i = 0; i < args.size(); ++i)
+    if (args[i].type() != operand_types[i].first)
       fail(operand_types[i].second, ErrorKind::InvalidArgument, "operand #", i, " of ", op_name,
-           " is defined as ", operands[i].type().to_string(), ", but the signature says ",
+           " is defined as ", args[i].type().to_string(), ", but the signature says ",
            operand_types[i].first.to_string());
   expect_arrow("after the operand types of " + op_name);
   skip_space();
@@ -461,12 +459,31 @@ void Parser::operation(Block& block) {
   } else {
     result_types.push_back(type());
   }
-  if (result_types.size() != results.size())
+  if (result_types.size() != num_result_names)
     fail(results_at, ErrorKind::InvalidArgument, op_name, " has ", result_types.size(),
-         " result type(s) but ", results.size(), " result name(s)");
+         " result type(s) but ", num_result_names, " result name(s)");
   if (impl->num_results >= 0 && result_types.size() != std::size_t(impl->num_results))
     fail(results_at, ErrorKind::InvalidArgument, op_name, " has ", impl->num_results,
          " result(s), found ", result_types.size());
+  return result_types;
+}
+
+void Parser::operation(Block& block) {
+  const std::vector<std::pair<std::string, std::size_t>> results = result_names();
+  // dialect.op
+  skip_space();
+  const std::size_t name_at = pos_;
+  const std::string op_name(name());
+  if (op_name.empty())
+    fail(name_at, ErrorKind::InvalidArgument, "expected an op name, found ", found());
+  OpInfo info = IrContext::instance()->find_op(op_name);
+  if (!info) fail(name_at, ErrorKind::NotFound, "unknown op '", op_name, "' (not registered)");
+  const auto* impl = info.impl();
+  const std::vector<Value> args = operands(op_name, impl);
+  // {attributes}
+  DictionaryAttribute attrs = DictionaryAttribute::get();
+  if (peek() == '{') attrs = dictionary("of " + op_name);
+  const std::vector<Type> result_types = signature(op_name, impl, args, results.size());
 
   // { ^bb0(...): ... } per region
   std::vector<std::vector<std::unique_ptr<Block>>> regions;
@@ -474,7 +491,7 @@ void Parser::operation(Block& block) {
     regions.push_back(region(op_name, info, name_at, static_cast<std::uint32_t>(regions.size())));
 
   where_ = name_at;
-  Operation* op = Operation::create(operands, result_types, attrs, info,
+  Operation* op = Operation::create(args, result_types, attrs, info,
                                     static_cast<std::uint32_t>(regions.size()));
   block.push_back(op);  // the block owns it from here, whatever happens next
   for (std::uint32_t r = 0; r < regions.size(); ++r)
