@@ -86,10 +86,14 @@ bool foldable(const Operation& op, std::size_t max_bytes, const PassContext& ctx
   if (op.has_trait<Random>() || op.has_trait<SideEffect>() || op.has_trait<Communication>() ||
       op.has_trait<Inplace>() || op.has_trait<Terminator>())
     return false;
-  if (!on_cpu(op)) return false;
+  if (!on_cpu(op) || has_placement(op)) return false;
   for (std::uint32_t i = 0; i < op.num_results(); ++i) {
     const std::int64_t b = static_bytes(op.result_type(i));
     if (b < 0 || static_cast<std::size_t>(b) > max_bytes) return false;
+    // A result some op updates in place is not a constant: its readers
+    // after the update see another value (and the pass's alias analysis,
+    // made before the fold, would not know the constant is written).
+    if (alias_written_in_place(op.result(i), &ctx)) return false;
   }
   for (std::uint32_t i = 0; i < op.num_operands(); ++i) {
     Value v = op.operand_source(i);

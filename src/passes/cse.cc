@@ -47,7 +47,7 @@ struct OpKeyEqual {
 using OpTable = std::unordered_set<Operation*, OpKeyHash, OpKeyEqual>;
 
 bool can_merge(const Operation& op, const PassContext& ctx) {
-  if (op.num_regions() != 0 || op.num_results() == 0) return false;
+  if (op.num_regions() != 0 || op.num_results() == 0 || has_placement(op)) return false;
   if (!op.has_trait<ReadOnly>() && !op.has_trait<ViewLike>()) return false;
   if (op.has_trait<Random>() || op.has_trait<SideEffect>() || op.has_trait<Communication>() ||
       op.has_trait<Inplace>() || op.has_trait<Terminator>())

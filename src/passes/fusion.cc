@@ -2,6 +2,7 @@
 // order grows groups of fusable ops; each group of two or more becomes one
 // kiln.fused_elementwise.
 #include "kiln/passes/fusion.h"
+#include "kiln/passes/op_effects.h"
 
 #include <algorithm>
 #include <cmath>
@@ -61,10 +62,11 @@ void erase_op(Operation* op, PassContext* ctx) {
   else op->erase();
 }
 
-// A kiln.full whose value may stand in for a register of type `t`.
+// A kiln.full whose value may stand in for a register of type `t` (not one
+// an in-place op updates: its readers after the update see another value).
 std::optional<double> constant_of(Value v, Type t) {
   Operation* def = v.defining_op();
-  if (!def || !def->isa<FullOp>()) return std::nullopt;
+  if (!def || !def->isa<FullOp>() || alias_written_in_place(v)) return std::nullopt;
   Type ft = v.type();
   if (!is_shaped(ft) || shaped_data_type(ft) != shaped_data_type(t)) return std::nullopt;
   if (!one_element(ft) && ft != t) return std::nullopt;
@@ -78,7 +80,7 @@ struct Candidate {
   std::vector<Value> reads;
 };
 std::optional<Candidate> candidate(Operation* op, const ValueSet& keep) {
-  if (op->num_results() != 1 || op->num_regions() > 0) return std::nullopt;
+  if (op->num_results() != 1 || op->num_regions() > 0 || has_placement(*op)) return std::nullopt;
   Value r = op->result(0);
   Type t = r.type();
   if (!floating_tensor(t) || keep.count(key(r))) return std::nullopt;
@@ -172,7 +174,17 @@ class BlockFuser {
       bool same = true;
       for (Value v : c->reads) same = same && (one_element(v.type()) || shape_class(v) == cls);
       if (!same) continue;
-      if (!join_existing(op, *c)) {
+      // A group reads no other group's members: the fused ops move (each
+      // to after its latest outside input), so two groups reading each
+      // other could each be placed before the other's result. An op reading
+      // one group joins it or stays as it is; one reading two stays.
+      const std::vector<std::size_t> read = groups_read(op, *c);
+      if (read.size() > 1) continue;
+      if (!read.empty()) {
+        join(read.front(), op, *c);
+        continue;
+      }
+      {
         Group g;
         g.type = op->result(0).type();
         g.first = pos_[op];
@@ -225,27 +237,29 @@ class BlockFuser {
     return after;
   }
 
-  bool join_existing(Operation* op, Candidate& c) {
-    Type t = op->result(0).type();
-    // A mean's gradient reads x only for its shape: x's group suits it too.
+  // The groups whose members define values op reads (a mean's gradient
+  // reads x too, for its shape), each once.
+  std::vector<std::size_t> groups_read(Operation* op, const Candidate& c) const {
     std::vector<Value> links = c.reads;
     if (c.step.kind == FusedStep::Kind::MeanAllGrad) links.push_back(op->operand_source(0));
-    for (Value v : links) {
-      Operation* def = v.defining_op();
-      if (!def) continue;
-      auto it = group_of_.find(def);
-      if (it == group_of_.end()) continue;
-      Group& g = groups_[it->second];
-      if (g.type != t || shape_class(g.members.front()->result(0)) != shape_class(op->result(0)) ||
-          !legal(g, op, c))
-        continue;
-      g.after = external_after(g, c);
-      g.members.push_back(op);
-      g.steps.push_back(std::move(c));
-      group_of_[op] = it->second;
-      return true;
-    }
-    return false;
+    std::vector<std::size_t> out;
+    for (Value v : links)
+      if (Operation* def = v.defining_op())
+        if (auto it = group_of_.find(def); it != group_of_.end())
+          if (std::find(out.begin(), out.end(), it->second) == out.end()) out.push_back(it->second);
+    return out;
+  }
+
+  // Adds op to group `gi` when it may join it.
+  void join(std::size_t gi, Operation* op, Candidate& c) {
+    Group& g = groups_[gi];
+    if (g.type != op->result(0).type() ||
+        shape_class(g.members.front()->result(0)) != shape_class(op->result(0)) || !legal(g, op, c))
+      return;
+    g.after = external_after(g, c);
+    g.members.push_back(op);
+    g.steps.push_back(std::move(c));
+    group_of_[op] = gi;
   }
 
   // op may join g: no barrier between g's first member and op, and every
@@ -374,7 +388,7 @@ class BlockFuser {
     };
     for (auto it = g.members.rbegin(); it != g.members.rend(); ++it) erase(*it);
     for (Operation* c : constants)
-      if (c->result(0).use_empty()) erase(c);
+      if (c->result(0).use_empty() && !keep_.count(key(c->result(0)))) erase(c);
     return true;
   }
 
@@ -428,9 +442,11 @@ std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep, PassContext
   for (Operation* mm : matmuls) {
     Value prod = mm->result(0);
     Type t = prod.type();
-    if (!floating_tensor(t) || keep.count(key(prod))) continue;
+    if (!floating_tensor(t) || keep.count(key(prod)) || has_placement(*mm)) continue;
     Operation* add = sole_user(prod);
-    if (!add || !add->isa<AddOp>() || add->parent_block() != &block || add->result(0).type() != t) continue;
+    if (!add || !add->isa<AddOp>() || add->parent_block() != &block || add->result(0).type() != t ||
+        has_placement(*add))
+      continue;
     const std::uint32_t pi = add->operand_source(0) == prod ? 0 : 1;
     Value bias = add->operand_source(1 - pi);
     if (bias == prod || !is_shaped(bias.type()) || shaped_data_type(bias.type()) != shaped_data_type(t))
@@ -454,7 +470,8 @@ std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep, PassContext
     if (!keep.count(key(sum))) {
       Operation* act = sole_user(sum);
       FusedStep s;
-      if (act && act->parent_block() == &block && act->num_results() == 1 && act->num_operands() == 1 &&
+      if (act && act->parent_block() == &block && !has_placement(*act) && act->num_results() == 1 &&
+          act->num_operands() == 1 &&
           fused_step_for(act->name(), s) && s.kind == FusedStep::Kind::Unary && act->result(0).type() == t) {
         activation = std::string(act->name());
         last_op = act;

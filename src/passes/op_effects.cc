@@ -3,6 +3,8 @@
 
 #include "kiln/dialect/builtin.h"
 #include "kiln/dialect/io_ops.h"
+#include "kiln/exec/execution_options.h"
+#include "kiln/exec/partitioner.h"
 #include "kiln/ir/region.h"
 #include "kiln/ir/traits.h"
 
@@ -149,6 +151,10 @@ bool has_effect(const Operation& op, const PassContext* ctx) {
       for (Operation* inner : *b)
         if (!inner->has_trait<Terminator>() && has_effect(*inner, nullptr)) return true;
   return false;
+}
+
+bool has_placement(const Operation& op) {
+  return op.attribute(kExecutionStreamAttr) || op.attribute(kPlaceAttr);
 }
 
 }  // namespace kiln

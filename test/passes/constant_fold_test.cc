@@ -84,6 +84,38 @@ TEST_CASE("fold leaves random ops, ops over them and ops over feeds alone", "[pa
   CHECK(count_ops(p, "builtin.constant") == 0);
 }
 
+TEST_CASE("fold, cse and fuse leave an op the user put on an execution stream as written",
+          "[passes][fold]") {
+  Program p;
+  Builder b(p);
+  Value one = b.create<FullOp>(std::vector<std::int64_t>{4}, 1.0).result();
+  Operation* e1 = b.create<ExpOp>(one).operation();
+  Operation* e2 = b.create<ExpOp>(one).operation();
+  Operation* n = b.create<NegOp>(e1->result(0)).operation();
+  for (Operation* op : {e1, e2, n}) op->set_attribute(kExecutionStreamAttr, StrAttribute::get("s1"));
+  run_pipeline(p, "fold,cse,fuse", {n->result(0), e2->result(0)});
+  CHECK(count_ops(p, "kiln.exp") == 2);
+  CHECK(count_ops(p, "kiln.neg") == 1);
+  CHECK(count_ops(p, "builtin.constant") == 0);
+}
+
+TEST_CASE("a reader of a folded-looking value that an in-place op updated sees the update",
+          "[passes][fold]") {
+  // m = (-1)·2 is updated by relu_ before n = m + 1 reads it: n is 1, not -1.
+  Program p;
+  Builder b(p);
+  Value m = b.create<MulOp>(b.create<FullOp>(std::vector<std::int64_t>{4}, -1.0).result(),
+                            b.create<FullOp>(std::vector<std::int64_t>{4}, 2.0).result())
+                .result();
+  b.create<Relu_Op>(m);
+  Value n = b.create<AddOp>(m, b.create<FullOp>(std::vector<std::int64_t>{4}, 1.0).result()).result();
+  for (const char* passes : {"", "fold", kDefaultPasses}) {
+    INFO(passes);
+    Executor exe(Place::cpu(), {.passes = passes});
+    for (int run = 0; run < 2; ++run) CHECK(exe.run(p, {}, {n})[0].to_vector<float>() == std::vector<float>(4, 1.f));
+  }
+}
+
 TEST_CASE("fold does not materialise tensors above its size cap", "[passes][fold]") {
   Program p;
   Builder b(p);

@@ -175,6 +175,32 @@ TEST_CASE("a value the caller keeps (fetches) is never fused away", "[passes][fu
   (void)v;
 }
 
+TEST_CASE("a constant the caller fetches stays when the group that read it is fused", "[passes][fusion]") {
+  Program p;
+  Builder bl(p);
+  Value x = bl.create<DataOp>("x", std::vector<std::int64_t>{4}).result();
+  Value c = bl.create<FullOp>(std::vector<std::int64_t>{4}, 2.0).result();
+  Value y = bl.create<ExpOp>(bl.create<MulOp>(x, c).result()).result();
+  Executor exe(Place::cpu(), {.passes = "fuse"});
+  auto out = exe.run(p, {{"x", Tensor::from_vector<float>({4}, {0.f, 1.f, 2.f, 3.f})}}, {y, c});
+  CHECK(out[1].to_vector<float>() == std::vector<float>(4, 2.f));
+  CHECK(out[0].to_vector<float>()[1] == std::exp(2.f));
+}
+
+TEST_CASE("a full that an in-place op updated is read as a value, not folded into the body as a constant",
+          "[passes][fusion]") {
+  Program p;
+  Builder bl(p);
+  Value x = bl.create<DataOp>("x", std::vector<std::int64_t>{4}).result();
+  Value c = bl.create<FullOp>(std::vector<std::int64_t>{4}, -1.0).result();
+  Value r = bl.create<Relu_Op>(c).result();  // c's variable is 0 from here on
+  Value y = bl.create<ExpOp>(bl.create<AddOp>(bl.create<AddOp>(x, r).result(), c).result()).result();
+  Executor exe(Place::cpu(), {.passes = "fuse"});
+  auto out = exe.run(p, {{"x", Tensor::from_vector<float>({4}, {0.f, 1.f, 2.f, 3.f})}}, {y});
+  CHECK(count_ops(exe.last_core()->plan().program, "kiln.fused_elementwise") == 1);
+  CHECK(out[0].to_vector<float>() == std::vector<float>{1.f, std::exp(1.f), std::exp(2.f), std::exp(3.f)});
+}
+
 TEST_CASE("a fused op broadcasts one-element operands and computes each step as its op's kernel does",
           "[passes][fusion]") {
   // y = sigmoid(scale(x·s + c) - b) with b one element, f64 and f32.

@@ -74,4 +74,10 @@ class AliasInfo {
 //  - an op with regions holding such an op.
 bool has_effect(const Operation& op, const PassContext* ctx = nullptr);
 
+// Whether the user placed `op` where it runs: an execution_stream attribute
+// (kiln/exec/execution_options.h) or a kiln.place (kiln/exec/partitioner.h).
+// Folding, merging or fusing it would drop that choice (and hide a bad
+// attribute the plan builder reports), so those passes leave it as written.
+bool has_placement(const Operation& op);
+
 }  // namespace kiln
