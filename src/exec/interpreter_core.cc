@@ -46,6 +46,9 @@ struct InterpreterCore::Optimized {
   // The caller's values → the optimised program's (those a pass erased
   // without a replacement are absent).
   std::unordered_map<const detail::ValueImpl*, Value> values;
+  // Per op of the copy's top block: its position in the caller's program
+  // (kNoIndex: a pass made it), for errors and traces.
+  std::vector<std::uint32_t> op_numbers;
 
   // Runs options.passes on a copy of `source`. Fetch targets and skip_gc
   // values are live-out: kept, and followed through the passes'
@@ -62,7 +65,13 @@ std::shared_ptr<const InterpreterCore::Optimized> InterpreterCore::Optimized::ma
   auto out = std::make_shared<Optimized>();
   IrMapping map;
   for (const auto& [name, param] : source.parameters()) out->program.set_parameter(name, param);
-  for (Operation* op : source.block()) out->program.block().push_back(op->clone(map));
+  // The copy's top-level ops → their position in the caller's (dropped when a pass erases one).
+  std::unordered_map<const Operation*, std::uint32_t> number;
+  for (Operation* op : source.block()) {
+    Operation* c = op->clone(map);
+    number.emplace(c, static_cast<std::uint32_t>(number.size()));
+    out->program.block().push_back(c);
+  }
   // Every caller value → its copy, and back, so that erased ones drop out.
   std::unordered_map<const detail::ValueImpl*, const detail::ValueImpl*> back;
   auto record = [&](Value v) {
@@ -112,9 +121,16 @@ std::shared_ptr<const InterpreterCore::Optimized> InterpreterCore::Optimized::ma
       for (Block* inner : op->region(r))
         for (Operation* o : *inner) self(self, o);
   };
-  ctx.set_erase_listener([&](Operation* op) { drop(drop, op); });
+  ctx.set_erase_listener([&](Operation* op) {
+    number.erase(op);
+    drop(drop, op);
+  });
   pm.run(out->program, ctx);
   ctx.set_erase_listener(nullptr);
+  for (Operation* op : out->program.block()) {
+    auto it = number.find(op);
+    out->op_numbers.push_back(it == number.end() ? kNoIndex : it->second);
+  }
 
   out->fetch = fetch;
   for (std::size_t k = 0; k < fetch.size(); ++k)
@@ -149,6 +165,7 @@ InterpreterCore::InterpreterCore(const Program& program, Scope& scope, std::vect
       optimized_(Optimized::make(program, fetch, options)),
       plan_(optimized_ ? PlanBuilder(optimized_->program, feed_names_, optimized_->fetch,
                                      with_place_checked(optimized_->options))
+                             .number_ops(optimized_->op_numbers)
                              .build()
                        : PlanBuilder(program, feed_names_, fetch, with_place_checked(std::move(options)))
                              .build()),
@@ -456,6 +473,16 @@ const std::string& InterpreterCore::stream_name(std::size_t k) const {
     throw_error(ErrorKind::OutOfRange, "stream index ", k, " out of range: the core has ",
                 plan_->stream_names.size(), " streams");
   return plan_->stream_names[k];
+}
+
+Variable* InterpreterCore::variable(std::uint32_t slot) const {
+  if (slot >= plan_->slots.size())
+    throw_error(ErrorKind::OutOfRange, "variable slot ",
+                slot == kNoIndex ? std::string("~0 (a value the plan has no slot for: slot_of found none; "
+                                               "a pass may have removed it)")
+                                 : std::to_string(slot),
+                " out of range: the core has ", plan_->slots.size(), " slots");
+  return primary_->variable(slot);
 }
 
 std::uint32_t InterpreterCore::slot_of(Value v) const {

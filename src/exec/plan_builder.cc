@@ -13,6 +13,13 @@ namespace kiln {
 
 namespace {
 
+// "op #3 'kiln.add'" (its position in the caller's program), or for an op a
+// pass made, "op 'kiln.fused_elementwise' (made by a pass)".
+std::string op_ref(std::uint32_t index, const Operation& op) {
+  if (index == kNoIndex) return "op '" + std::string(op.name()) + "' (made by a pass)";
+  return "op #" + std::to_string(index) + " '" + std::string(op.name()) + "'";
+}
+
 // Values in definition order: block arguments, then per op its regions'
 // values and its results (the caller's program and the plan's copy are
 // numbered alike, so ids carry over).
@@ -100,6 +107,11 @@ PlanBuilder::PlanBuilder(const Block& region_block, const PlanBuilder& parent)
 
 PlanBuilder::~PlanBuilder() = default;
 
+PlanBuilder& PlanBuilder::number_ops(std::vector<std::uint32_t> numbers) {
+  op_numbers_ = std::move(numbers);
+  return *this;
+}
+
 std::shared_ptr<const ExecutionPlan> PlanBuilder::build() {
   if (plan_->is_region()) {
     bind_block_arguments();
@@ -178,16 +190,17 @@ void PlanBuilder::add_instructions() {
   const bool region = plan().is_region();
   std::uint32_t index = 0;
   for (Operation* op : *block_) {
-    const std::uint32_t i = index++;
+    const std::uint32_t i = op_numbers_.empty() ? index : op_numbers_.at(index);
+    ++index;
     if (region && (op->isa<DataOp>() || op->isa<FetchOp>()))
-      throw_error(ErrorKind::InvalidArgument, "op #", i, " '", op->name(),
-                  "' is inside a region of a control-flow op; feeds and fetches belong to the "
+      throw_error(ErrorKind::InvalidArgument, op_ref(i, *op),
+                  " is inside a region of a control-flow op; feeds and fetches belong to the "
                   "program's top block");
     if (op->isa<YieldOp>()) continue;  // plan_yield()
     if (op->num_regions()) {
       if (!op->has_trait<IsolatedFromAbove>())
-        throw_error(ErrorKind::Unimplemented, "op #", i, " '", op->name(),
-                    "' has regions but is not a control-flow op the executor runs");
+        throw_error(ErrorKind::Unimplemented, op_ref(i, *op),
+                    " has regions but is not a control-flow op the executor runs");
       add_control_flow_op(op, i, op_lane(op, i, plan().options.place));
       continue;
     }
@@ -236,12 +249,12 @@ void PlanBuilder::plan_yield() {
 
 void PlanBuilder::add_control_flow_op(Operation* op, std::uint32_t index, Lane lane) {
   if (is_device(plan().options.place))
-    throw_error(ErrorKind::Unimplemented, "op #", index, " '", op->name(), "' in a program on ",
+    throw_error(ErrorKind::Unimplemented, op_ref(index, *op), " in a program on ",
                 plan().options.place.to_string(),
                 ": control flow runs on the CPU only for now; run the program on Place::cpu()");
   if (lane.is_stream)
-    throw_error(ErrorKind::Unimplemented, "op #", index, " '", op->name(),
-                "' on a stream: control flow runs on the host");
+    throw_error(ErrorKind::Unimplemented, op_ref(index, *op),
+                " on a stream: control flow runs on the host");
   auto cf = std::make_shared<ControlFlowPlan>();
   PlanInstruction in;
   if (auto w = op->dyn_cast<WhileOp>()) {
@@ -251,8 +264,8 @@ void PlanBuilder::add_control_flow_op(Operation* op, std::uint32_t index, Lane l
   } else if (op->isa<IfOp>()) {
     cf->kind = ControlFlowPlan::Kind::If;
   } else {
-    throw_error(ErrorKind::Unimplemented, "op #", index, " '", op->name(),
-                "' has regions the executor does not know how to run");
+    throw_error(ErrorKind::Unimplemented, op_ref(index, *op),
+                " has regions the executor does not know how to run");
   }
   static constexpr const char* kIfNames[] = {"then", "else"};
   for (std::uint32_t r = 0; r < op->num_regions(); ++r) {
@@ -376,7 +389,7 @@ PlanBuilder::KernelChoice PlanBuilder::choose_kernel(Operation* op, std::uint32_
   try {
     registry.get(*op, backend, dtype);
   } catch (const Error& e) {
-    throw Error(e.kind(), "op #" + std::to_string(index) + ": " + e.message());
+    throw Error(e.kind(), op_ref(index, *op) + ": " + e.message());
   }
   throw_error(ErrorKind::Internal, "kernel registry lookup disagrees with itself");
 }
@@ -809,8 +822,8 @@ Place PlanBuilder::host_place() const {
 Lane PlanBuilder::op_lane(Operation* op, std::uint32_t index, Place place) {
   if (plan().is_region()) {
     if (op->attribute(kExecutionStreamAttr))
-      throw_error(ErrorKind::Unimplemented, "op #", index, " '", op->name(),
-                  "' inside a region of a control-flow op names an execution stream; regions "
+      throw_error(ErrorKind::Unimplemented, op_ref(index, *op),
+                  " inside a region of a control-flow op names an execution stream; regions "
                   "run on the host");
     return Lane::host();
   }
@@ -819,7 +832,7 @@ Lane PlanBuilder::op_lane(Operation* op, std::uint32_t index, Place place) {
   if (Attribute a = op->attribute(kExecutionStreamAttr)) {
     auto name = a.dyn_cast<StrAttribute>();
     if (!name || name.value().empty())
-      throw_error(ErrorKind::InvalidArgument, "op #", index, " '", op->name(), "': attribute '",
+      throw_error(ErrorKind::InvalidArgument, op_ref(index, *op), ": attribute '",
                   kExecutionStreamAttr, "' must name a stream (a non-empty string), got ",
                   a.to_string());
     return stream_lane(std::string(name.value()), stream_place, op, index);
@@ -835,8 +848,8 @@ Lane PlanBuilder::stream_lane(const std::string& name, Place place, Operation* o
   if (it == stream_index_.end()) {
     if (plan().stream_names.size() >= 1024) {
       if (op)
-        throw_error(ErrorKind::OutOfRange, "op #", index, " '", op->name(),
-                    "': more than 1024 execution streams in one program");
+        throw_error(ErrorKind::OutOfRange, op_ref(index, *op),
+                    ": more than 1024 execution streams in one program");
       throw_error(ErrorKind::OutOfRange, "more than 1024 execution streams in one program");
     }
     it = stream_index_.emplace(name, static_cast<std::int16_t>(plan().stream_names.size())).first;

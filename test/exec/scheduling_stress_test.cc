@@ -59,6 +59,7 @@ TEST_CASE("stress: random DAG programs at 1, 2 and 4 threads are bit-identical t
   for (int n = 0; n < programs; ++n) {
     RandomProgram rp;
     make_program(rp, static_cast<std::uint32_t>(n) * 7919u + 17u);
+    INFO("program " << n << "\n" << rp.text);
     ExecutionOptions seq;
     seq.thread_plan = ThreadPlan::Sequential;
     seq.num_threads = 1;

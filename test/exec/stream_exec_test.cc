@@ -48,6 +48,7 @@ std::unique_ptr<InterpreterCore> make_core(const Program& p, Scope& scope, const
   if (mode.threads > 1) cfg.thread_plan = ThreadPlan::Graph;
   cfg.num_threads = mode.threads;
   cfg.recycle_bytes = 0;  // GC frees every temporary: the tests watch it
+  cfg.passes = "";        // the ops as written: the tests watch particular instructions
   auto q = mode.threads > 1 ? std::make_shared<WorkQueue>(mode.threads - 1) : nullptr;
   return std::make_unique<InterpreterCore>(p, scope, std::move(feeds), fetch, cfg, q);
 }

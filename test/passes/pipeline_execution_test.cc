@@ -199,17 +199,21 @@ TEST_CASE("a bad pipeline in ExecutionOptions is an error at the run naming the 
   KILN_CHECK_ERROR(exe.run(p, feed, {e}), NotFound, {"'nonsense'", "known passes"});
 }
 
-TEST_CASE("the executor runs no passes by default", "[passes][pipeline]") {
-  CHECK(ExecutionOptions{}.passes.empty());
+TEST_CASE("the executor runs the default pipeline unless told to run none", "[passes][pipeline]") {
+  CHECK(ExecutionOptions{}.passes == std::string(kDefaultPasses));
   Program p;
   Builder b(p);
   Value x = b.create<DataOp>("x", std::vector<std::int64_t>{3}).result();
   Value e1 = b.create<ExpOp>(x).result();
   Value e2 = b.create<ExpOp>(x).result();
-  Executor exe;
   FeedMap feed{{"x", Tensor::from_vector<float>(Dims({3}), {0.f, 1.f, 2.f})}};
-  exe.run(p, feed, {e1, e2});
-  CHECK(exe.last_core()->slot_of(e1) != exe.last_core()->slot_of(e2));
+  Executor by_default;
+  auto merged = by_default.run(p, feed, {e1, e2});
+  CHECK(by_default.last_core()->slot_of(e1) == by_default.last_core()->slot_of(e2));  // cse
+  Executor as_written(Place::cpu(), {.passes = ""});
+  auto apart = as_written.run(p, feed, {e1, e2});
+  CHECK(as_written.last_core()->slot_of(e1) != as_written.last_core()->slot_of(e2));
+  for (int k = 0; k < 2; ++k) CHECK(merged[k].to_vector<float>() == apart[k].to_vector<float>());
 }
 
 TEST_CASE("values fetched by kiln.fetch name and fed data survive the pipeline",

@@ -53,6 +53,13 @@ constexpr std::string_view to_string(ThreadPlan p) {
   return "?";
 }
 
+// The pipeline an executor runs by default: dead code, common
+// subexpressions, constants, algebraic identities, then fusion of
+// elementwise chains and matmul epilogues (fusion on CPU places only).
+// Every pass keeps results bit-identical: fused kernels run each op's own
+// loop in the same order.
+inline constexpr const char* kDefaultPasses = "dce,cse,fold,simplify,fuse";
+
 struct ExecutionOptions {
   // Where kernels run. cpu: on the host, except ops with an
   // `execution_stream` attribute. host_stream:N: every op on that place's
@@ -86,11 +93,12 @@ struct ExecutionOptions {
   bool profile = false;
   // Values (of the program given to the core) never freed.
   std::vector<Value> skip_gc{};
-  // A pass pipeline (kiln/passes/pass_manager.h), e.g. "dce,cse,fold,simplify",
-  // run when a plan is built on a copy of the program: the caller's program
-  // never changes, and feeds, fetch targets and skip_gc values map through
-  // the copy and every replacement a pass makes. Empty: no passes.
-  std::string passes{};
+  // The pass pipeline (kiln/passes/pass_manager.h) run when a plan is built,
+  // on a copy of the program: the caller's program never changes, and feeds,
+  // fetch targets and skip_gc values map through the copy and every
+  // replacement a pass makes; errors name the caller's ops. Default:
+  // kDefaultPasses. Empty: no passes (each op runs as written).
+  std::string passes{kDefaultPasses};
   // Executor only: compiled programs kept (LRU).
   std::size_t cache_capacity = 32;
 };

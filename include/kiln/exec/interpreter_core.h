@@ -143,8 +143,9 @@ class InterpreterCore {
   // replacements.
   std::uint32_t slot_of(Value v) const;
   // The variable of a slot in the core's first run state (the one a run
-  // uses unless another run is in progress).
-  Variable* variable(std::uint32_t slot) const { return primary_->variable(slot); }
+  // uses unless another run is in progress). A slot out of range (~0u from
+  // slot_of for a value the plan has none for) is an OutOfRange error.
+  Variable* variable(std::uint32_t slot) const;
   Scope& local_scope() const { return primary_->local_scope(); }
   // Graphviz DOT of the instruction DAG (solid: direct, dashed: event, bold: sync).
   std::string to_dot() const;

@@ -37,6 +37,11 @@ class PlanBuilder {
   // the plan's fetches.
   PlanBuilder(const Block& region_block, const PlanBuilder& parent);
   ~PlanBuilder();
+  // For a program a pass pipeline made from the caller's: per op of its top
+  // block, the number errors and traces give it ("op #k": its position in
+  // the caller's program; kNoIndex for an op a pass made). Default: each
+  // op's own position.
+  PlanBuilder& number_ops(std::vector<std::uint32_t> numbers);
   std::shared_ptr<const ExecutionPlan> build();
 
  private:
@@ -90,6 +95,7 @@ class PlanBuilder {
   const Block* block_ = nullptr;          // the block whose ops become instructions
   std::vector<std::string> feed_names_;
   std::vector<FetchTarget> fetch_;
+  std::vector<std::uint32_t> op_numbers_;  // number_ops(); empty: positions
 
   std::unordered_map<const detail::ValueImpl*, std::uint32_t> source_ids_;  // caller's values → id
   std::vector<Value> clone_values_;                                         // by id
