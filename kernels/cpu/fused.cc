@@ -147,7 +147,7 @@ struct FusedElementwiseK {
     const T** input = ws.input;
     for (std::uint32_t i = 0; i < num_in; ++i) {
       const Tensor& t = typed_input<T>(ctx, i);
-      if (i > 0 && t.numel() == 1 && n != 1) {
+      if (i > 0 && t.numel() == 1 && (n != 1 || t.dims() != dims)) {  // one element, any rank
         uniform[i] = 1;
         value[i] = t.data<T>()[0];
       } else if (t.dims() != dims) {

@@ -201,6 +201,24 @@ TEST_CASE("a full that an in-place op updated is read as a value, not folded int
   CHECK(out[0].to_vector<float>() == std::vector<float>{1.f, std::exp(1.f), std::exp(2.f), std::exp(3.f)});
 }
 
+TEST_CASE("a fused op over one element takes one-element operands of any rank", "[passes][fusion]") {
+  // x is [1,1], s is a scalar [] and t is [1]: all one element, dims differ.
+  Program p;
+  Builder bl(p);
+  Value x = bl.create<DataOp>("x", std::vector<std::int64_t>{1, 1}).result();
+  Value s = bl.create<DataOp>("s", std::vector<std::int64_t>{}).result();
+  Value t = bl.create<DataOp>("t", std::vector<std::int64_t>{1}).result();
+  Value y = bl.create<ExpOp>(bl.create<AddOp>(bl.create<MulOp>(x, s).result(), t).result()).result();
+  const FeedMap feed{{"x", Tensor::from_vector<float>({1, 1}, {0.5f})},
+                     {"s", Tensor::from_vector<float>(Dims(std::vector<std::int64_t>{}), {3.f})},
+                     {"t", Tensor::from_vector<float>({1}, {-1.f})}};
+  Executor fused(Place::cpu(), {.passes = "fuse"});
+  auto out = fused.run(p, feed, {y});
+  CHECK(count_ops(fused.last_core()->plan().program, "kiln.fused_elementwise") == 1);
+  CHECK(out[0].dims() == Dims({1, 1}));
+  CHECK(out[0].to_vector<float>() == std::vector<float>{std::exp(0.5f * 3.f - 1.f)});
+}
+
 TEST_CASE("a fused op broadcasts one-element operands and computes each step as its op's kernel does",
           "[passes][fusion]") {
   // y = sigmoid(scale(x·s + c) - b) with b one element, f64 and f32.
