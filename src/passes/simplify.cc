@@ -4,6 +4,7 @@
 // it would observe the write.
 #include "kiln/passes/simplify.h"
 
+#include <cmath>
 #include <numeric>
 
 #include "kiln/dialect/binary_ops.h"
@@ -23,8 +24,10 @@ bool replaceable(Value result, Value by, const PassContext& ctx) {
 }
 
 // x ∘ c → x where c is a constant whose every element is `identity`, on the
-// right (and on the left for commutative ops). x + 0 → x gives -0 for x =
-// -0 where the add gives +0 (as XLA's simplifier, which does the same).
+// right (and on the left for commutative ops). On floats a zero identity
+// must have the identity's sign: x + (-0) and x - (+0) are x for every x,
+// but x + (+0) is +0 for x = -0 (XLA's simplifier rewrites it anyway; kiln's
+// pipeline keeps results bit for bit).
 class IdentityOperandPattern : public RewritePattern {
  public:
   IdentityOperandPattern(std::string_view op, double identity, bool commutative, std::string name)
@@ -38,6 +41,9 @@ class IdentityOperandPattern : public RewritePattern {
       if (side == 0 && !commutative_) break;
       auto c = constant_splat_value(op->operand_source(side), &rewriter.context());
       if (!c || *c != identity_) continue;
+      if (identity_ == 0 && is_floating(shaped_data_type(op->result(0).type())) &&
+          std::signbit(*c) != std::signbit(identity_))
+        continue;
       Value x = op->operand_source(1 - side);
       if (!replaceable(op->result(0), x, rewriter.context())) continue;
       rewriter.replace_op(op, {x});
@@ -168,7 +174,7 @@ class IdentityScalePattern : public OpRewritePattern<ScaleOp> {
 
 void add_simplify_patterns(PatternSet& patterns) {
   patterns.add<IdentityOperandPattern>(MulOp::name, 1.0, true, "mul-by-one");
-  patterns.add<IdentityOperandPattern>(AddOp::name, 0.0, true, "add-zero");
+  patterns.add<IdentityOperandPattern>(AddOp::name, -0.0, true, "add-zero");
   patterns.add<IdentityOperandPattern>(SubOp::name, 0.0, false, "sub-zero");
   patterns.add<IdentityOperandPattern>(DivOp::name, 1.0, false, "div-by-one");
   patterns.add<TransposeTransposePattern>();

@@ -2,7 +2,10 @@
 // the result's type is the operand's, chains of transposes and reshapes
 // collapse, no-op casts and scales go; broadcasting identities and values
 // updated in place stay.
+#include <cmath>
+
 #include "passes/passes_test_util.h"
+#include "kiln/exec/executor.h"
 
 using namespace kiln;
 using namespace kiln_passes_test;
@@ -20,16 +23,37 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE("simplify turns x*1, 1*x, x+0, 0+x, x-0 and x/1 into x", "[passes][simplify]") {
+TEST_CASE("simplify turns x*1, 1*x, x+(-0), (-0)+x, x-0 and x/1 into x", "[passes][simplify]") {
   Fixture f;
-  Value one = f.full({3}, 1.0), zero = f.full({2, 3}, 0.0);
+  Value one = f.full({3}, 1.0), zero = f.full({2, 3}, 0.0), minus_zero = f.full({2, 3}, -0.0);
   std::vector<Value> outs{
       f.b.create<MulOp>(f.x, one).result(), f.b.create<MulOp>(one, f.x).result(),
-      f.b.create<AddOp>(f.x, zero).result(), f.b.create<AddOp>(zero, f.x).result(),
+      f.b.create<AddOp>(f.x, minus_zero).result(), f.b.create<AddOp>(minus_zero, f.x).result(),
       f.b.create<SubOp>(f.x, zero).result(), f.b.create<DivOp>(f.x, one).result()};
   auto live = run_pipeline(f.p, "simplify,dce", outs);
   for (Value v : live) CHECK(v == f.x);
   CHECK(f.p.block().size() == 1);  // only the data op
+}
+
+TEST_CASE("simplify keeps x+0 and x-(-0) on floats, which give +0 for x = -0, but not on integers",
+          "[passes][simplify]") {
+  Fixture f;
+  Value zero = f.full({2, 3}, 0.0), minus_zero = f.full({2, 3}, -0.0);
+  Value a = f.b.create<AddOp>(f.x, zero).result();
+  Value s = f.b.create<SubOp>(f.x, minus_zero).result();
+  Value i = f.b.create<DataOp>("i", std::vector<std::int64_t>{3}, DataType::Int32).result();
+  Value izero = f.b.create<FullOp>(std::vector<std::int64_t>{3}, 0.0, DataType::Int32).result();
+  Value ia = f.b.create<AddOp>(i, izero).result();
+  auto live = run_pipeline(f.p, "simplify", {a, s, ia});
+  CHECK(live[0] == a);
+  CHECK(live[1] == s);
+  CHECK(live[2] == i);
+  Executor exe(Place::cpu());  // the default pipeline: -0 + 0 is +0, as written
+  auto out = exe.run(f.p, {{"x", Tensor::from_vector<float>({2, 3}, {-0.f, -0.f, 1.f, 2.f, 3.f, 4.f})},
+                           {"i", Tensor::from_vector<std::int32_t>({3}, {1, 2, 3})}},
+                     {a, s});
+  CHECK_FALSE(std::signbit(out[0].to_vector<float>()[0]));
+  CHECK_FALSE(std::signbit(out[1].to_vector<float>()[0]));
 }
 
 TEST_CASE("simplify keeps identities that broadcast, and 0-x, 1/x", "[passes][simplify]") {
