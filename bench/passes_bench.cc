@@ -1,4 +1,5 @@
-// The pass pipeline's compile-time cost: "dce,cse,fold,simplify" on a
+// The pass pipeline's compile-time cost: the executor's default pipeline
+// (kDefaultPasses: "dce,cse,fold,simplify,fuse") on a
 // program of 10^4 ops — an MLP-like chain of layers, each with a duplicated
 // activation (cse), a scale computed from constants (fold), identities
 // (simplify), a transpose pair and an unused branch (dce) — and each pass
@@ -12,6 +13,7 @@
 
 #include "bench_util.h"
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/exec/execution_options.h"
 #include "kiln/ir/builder.h"
 #include "kiln/passes/pass_manager.h"
 
@@ -85,20 +87,19 @@ int main(int argc, char** argv) {
     Program p = proto.clone();
     PassManagerOptions o;
     o.timing = true;
-    PassManager pm = PassManager::parse("dce,cse,fold,simplify", o);
+    PassManager pm = PassManager::parse(kDefaultPasses, o);
     PassContext ctx({p.block().back()->result(0)});
     pm.run(p, ctx);
     std::printf("%zu ops -> %zu ops\n", proto.num_ops(), p.num_ops());
     pm.timing_report().print(std::cout);
   }
   // As a user runs it: the verifier before the first pass and after each.
-  bench::emit("pass.pipeline.10k", median_ms(proto, reps, run("dce,cse,fold,simplify", true)), "ms");
-  bench::emit("pass.pipeline.noverify.10k",
-              median_ms(proto, reps, run("dce,cse,fold,simplify", false)), "ms");
+  bench::emit("pass.pipeline.10k", median_ms(proto, reps, run(kDefaultPasses, true)), "ms");
+  bench::emit("pass.pipeline.noverify.10k", median_ms(proto, reps, run(kDefaultPasses, false)), "ms");
   // Each pass alone on the unoptimised program, without the verifier.
-  for (const char* name : {"dce", "cse", "fold", "simplify"})
+  for (const char* name : {"dce", "cse", "fold", "simplify", "fuse"})
     bench::emit(std::string("pass.") + name + ".10k", median_ms(proto, reps, run(name, false)), "ms");
-  // The verifier alone (Program::verify), which the pipeline runs 5 times.
+  // The verifier alone (Program::verify), which the pipeline runs up to 6 times.
   bench::emit("pass.verify.10k", median_ms(proto, reps, [](Program& p) { p.verify(); }), "ms");
   return 0;
 }

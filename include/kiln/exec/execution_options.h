@@ -53,12 +53,15 @@ constexpr std::string_view to_string(ThreadPlan p) {
   return "?";
 }
 
-// The pipeline an executor runs by default: dead code, common
-// subexpressions, constants, algebraic identities, then fusion of
-// elementwise chains and matmul epilogues (fusion on CPU places only).
-// Every pass keeps results bit-identical: fused kernels run each op's own
-// loop in the same order.
-inline constexpr const char* kDefaultPasses = "dce,cse,fold,simplify,fuse";
+// The pipeline an executor runs by default (seed 002 §2.5.2's order):
+// in-place updates of temporaries to their pure twins, then dead code,
+// common subexpressions, constants, algebraic identities, fusion of
+// elementwise chains and matmul epilogues, and last pure ops back to
+// in-place ones where their operand dies (pure, fuse and inplace on CPU
+// places only). Every pass keeps results bit-identical: fused kernels run
+// each op's own loop in the same order, and simplify rewrites only exact
+// identities (x+(-0), never x+(+0): that is +0 for x = -0).
+inline constexpr const char* kDefaultPasses = "pure,dce,cse,fold,simplify,fuse,inplace";
 
 struct ExecutionOptions {
   // Where kernels run. cpu: on the host, except ops with an

@@ -1,0 +1,133 @@
+// The "pure" and "inplace" passes as a user sees them: which ops change into
+// their twin, which stay, that the buffers are shared (or freed) as said,
+// and that every result is bit for bit what the program as written gives.
+#include <cstring>
+
+#include "passes/passes_test_util.h"
+#include "kiln/exec/executor.h"
+#include "kiln/exec/interpreter_core.h"
+
+using namespace kiln;
+using namespace kiln_passes_test;
+
+namespace {
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dims() == b.dims() && a.dtype() == b.dtype() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
+}
+
+const FeedMap kFeed{{"x", Tensor::from_vector<float>({6}, {-1.5f, -0.f, 0.f, 0.25f, 2.f, -3.f})}};
+
+// The fetches of `p` run as written and with `pipeline`: equal bit for bit.
+void check_same_results(const Program& p, const std::vector<Value>& values, const char* pipeline) {
+  const std::vector<FetchTarget> fetch(values.begin(), values.end());
+  Executor as_written(Place::cpu(), {.passes = ""});
+  Executor with(Place::cpu(), {.passes = pipeline});
+  auto want = as_written.run(p, kFeed, fetch);
+  for (int run = 0; run < 2; ++run) {
+    auto got = with.run(p, kFeed, fetch);
+    for (std::size_t k = 0; k < fetch.size(); ++k) CHECK(same_bits(got[k], want[k]));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("inplace turns a relu whose operand dies there into relu_, sharing the operand's variable",
+          "[passes][inplace]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{6}).result();
+  Value e = b.create<ExpOp>(x).result();
+  Value r = b.create<ReluOp>(e).result();
+  Value y = b.create<TanhOp>(r).result();
+  Program q = p.clone();
+  run_pipeline(q, "inplace", {q.block().back()->result(0)});
+  CHECK(count_ops(q, "kiln.relu_") == 1);
+  CHECK(count_ops(q, "kiln.relu") == 0);
+  check_same_results(p, {y}, "inplace");
+  Executor exe(Place::cpu(), {.passes = "inplace"});
+  exe.run(p, kFeed, {y, r});  // r fetched too: it follows its replacement, relu_'s result
+  CHECK(exe.last_core()->slot_of(e) == exe.last_core()->slot_of(r));
+}
+
+TEST_CASE("inplace leaves an op whose operand is read later, fetched, a feed or read twice there",
+          "[passes][inplace]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{6}).result();
+  Value fed = b.create<SqrtOp>(x).result();  // x is a feed: never written
+  Value e = b.create<ExpOp>(x).result();
+  Value later = b.create<ReluOp>(e).result();  // e is read again below
+  Value sum = b.create<AddOp>(later, e).result();
+  Value t = b.create<TanhOp>(x).result();
+  Value fetched = b.create<ReluOp>(t).result();  // t is fetched
+  Value s = b.create<SigmoidOp>(x).result();
+  Value twice = b.create<MulOp>(s, s).result();  // s read twice by the op itself
+  const std::vector<Value> fetch{fed, sum, t, fetched, twice};
+  PassContext ctx(fetch);
+  PassManager::parse("inplace").run(p, ctx);
+  CHECK(count_ops(p, "kiln.relu_") == 0);
+  CHECK(count_ops(p, "kiln.sqrt_") == 0);
+  check_same_results(p, ctx.live_out(), "inplace");
+}
+
+TEST_CASE("pure turns relu_ of a temporary into relu, and later readers of the operand read its result",
+          "[passes][pure]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{6}).result();
+  Value e = b.create<ExpOp>(x).result();
+  Value before = b.create<NegOp>(e).result();  // reads e before the update: the old value
+  b.create<Relu_Op>(b.create<ScaleOp>(e, 1.0, -2.0).result());  // not e: a temporary of its own
+  Value s = b.create<ScaleOp>(e, 1.0, -2.0).result();
+  b.create<Relu_Op>(s);
+  Value after = b.create<TanhOp>(s).result();  // reads s after relu_: the updated value
+  Program q = p.clone();
+  run_pipeline(q, "pure,dce", {q.block().back()->result(0)});
+  CHECK(count_ops(q, "kiln.relu_") == 0);
+  CHECK(count_ops(q, "kiln.relu") == 1);  // the other relu_ wrote a temporary nobody read: gone
+  check_same_results(p, {before, after}, "pure");
+}
+
+TEST_CASE("pure leaves relu_ of a feed, a parameter, a fetched value or a value a fetch op keeps",
+          "[passes][pure]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{6}).result();
+  p.set_parameter("w", Parameter{f32({6})});
+  Value w = b.create<ParameterOp>("w", f32({6})).result();
+  b.create<Relu_Op>(x);
+  b.create<Relu_Op>(w);
+  Value e = b.create<ExpOp>(x).result();
+  b.create<Relu_Op>(e);
+  Value k = b.create<ExpOp>(x).result();
+  b.create<FetchOp>(k, "k");
+  b.create<Sqrt_Op>(k);
+  PassContext ctx({e});
+  PassManager::parse("pure").run(p, ctx);
+  CHECK(count_ops(p, "kiln.relu_") == 3);
+  CHECK(count_ops(p, "kiln.sqrt_") == 1);
+}
+
+TEST_CASE("after pure, an in-place relu no longer splits an elementwise chain; inplace takes the buffer back",
+          "[passes][pure][inplace]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{6}).result();
+  Value e = b.create<ScaleOp>(b.create<ExpOp>(x).result(), 2.0, -1.0).result();
+  b.create<Relu_Op>(e);
+  Value y = b.create<TanhOp>(b.create<SqrtOp>(e).result()).result();
+  Program fused = p.clone();
+  run_pipeline(fused, "fuse", {fused.block().back()->result(0)});
+  CHECK(count_ops(fused, "kiln.relu_") == 1);  // a barrier: sqrt and tanh stay apart
+  CHECK(count_ops(fused, "kiln.sqrt") == 1);
+  Program both = p.clone();
+  run_pipeline(both, "pure,fuse", {both.block().back()->result(0)});
+  CHECK(count_ops(both, "kiln.fused_elementwise") == 1);
+  CHECK(count_ops(both, "kiln.relu_") == 0);
+  CHECK(count_ops(both, "kiln.sqrt") == 0);
+  check_same_results(p, {y}, "pure,fuse");
+  check_same_results(p, {y}, "pure,inplace");
+  check_same_results(p, {y}, "pure,dce,cse,fold,simplify,fuse,inplace");
+}
