@@ -56,6 +56,7 @@ namespace bench {
 struct Threads {
   unsigned exec;            // ExecutionOptions::num_threads (the whole budget)
   kiln::ThreadPlan plan;    // graph workers or BLAS threads; Auto: the executor measures
+  const char* passes = kiln::kDefaultPasses;  // ExecutionOptions::passes
 };
 
 // (time of `steps` steps) / steps for each of `reps` repetitions, in ns,
@@ -65,6 +66,7 @@ std::vector<Sample> step_ns(Model& m, Threads th, int steps, int reps,
   kiln::ExecutionOptions opts;
   opts.num_threads = th.exec;
   opts.thread_plan = th.plan;
+  opts.passes = th.passes;
   kiln::Executor exe(kiln::Place::cpu(), opts);
   exe.run(m.startup);
   const std::vector<kiln::FetchTarget> fetch{m.loss};
@@ -532,7 +534,17 @@ void run_seed(double clock_ns) {
   emit("train.seed.overhead", kt.overhead, "ratio");
   emit("train.seed.kernels.trace", kt.trace_ns / 1e3, "us");
   emit("train.seed.overhead.trace", kt.overhead_trace, "ratio");
-  emit("train.seed.raw", seed_raw_ns(*m, 20000, 7) / 1e3, "us");
+  const double raw = seed_raw_ns(*m, 20000, 7);
+  emit("train.seed.raw", raw / 1e3, "us");
+  emit("train.seed.raw.ratio", s.t1.wall / raw, "ratio");
+  // The default pass pipeline's effect: t1 with and without it, interleaved.
+  std::vector<Sample> with, without;
+  for (int r = 0; r < 3; ++r) {
+    for (const Sample& x : step_ns(*m, {1, kiln::ThreadPlan::Auto}, 200, 25)) with.push_back(x);
+    for (const Sample& x : step_ns(*m, {1, kiln::ThreadPlan::Auto, ""}, 200, 25)) without.push_back(x);
+  }
+  emit("train.seed.t1.nopasses", median(without).wall / 1e3, "us");
+  emit("train.seed.passes.speedup", median(without).wall / median(with).wall, "ratio");
   // The executor's per-step cost, layer by layer (see anatomy()).
   const Anatomy a = anatomy(*m, 200, 25);
   emit("train.seed.cost.executor_layer", (a.exe - a.core) / 1e3, "us");
