@@ -21,6 +21,8 @@
 //         at 1, or 1 graph thread with BLAS at 2)
 //   BENCH model.{lenet,gpt}.t1.cpu, .t1.min      CPU time / fastest repetition (ms)
 //   BENCH model.gpt.floor.t1                      ms: every GEMM of a GPT step
+//   BENCH model.gpt.t1.nopasses, .fused.speedup   ms without the default pass
+//                                                 pipeline, and that ÷ t1 with it
 //         (forward and backward, the dense layers' and the attention's per
 //         head) called back to back via cblas_sgemm at 1 BLAS thread
 //   BENCH model.gpt.floor.dense.t1                ms: the dense layers' GEMMs only
@@ -101,11 +103,13 @@ std::size_t count_ops(const kiln::Program& p, std::string_view name) {
 // ---- step time ----
 
 kiln::ExecutionOptions options(unsigned threads, bool profile = false,
-                               kiln::ThreadPlan plan = kiln::ThreadPlan::Auto) {
+                               kiln::ThreadPlan plan = kiln::ThreadPlan::Auto,
+                               const char* passes = kiln::kDefaultPasses) {
   kiln::ExecutionOptions opts;
   opts.num_threads = threads;
   opts.thread_plan = plan;  // default Auto: what a user gets
   opts.profile = profile;
+  opts.passes = passes;
   return opts;
 }
 
@@ -113,8 +117,9 @@ kiln::ExecutionOptions options(unsigned threads, bool profile = false,
 // (calibration and the thread-plan trials), from a fresh executor.
 std::vector<Sample> step_ms(Model& m, unsigned threads, int steps, int reps,
                             kiln::ThreadPlan* chosen = nullptr,
-                            kiln::ThreadPlan plan = kiln::ThreadPlan::Auto) {
-  kiln::Executor exe(kiln::Place::cpu(), options(threads, false, plan));
+                            kiln::ThreadPlan plan = kiln::ThreadPlan::Auto,
+                            const char* passes = kiln::kDefaultPasses) {
+  kiln::Executor exe(kiln::Place::cpu(), options(threads, false, plan, passes));
   exe.run(m.startup);
   const std::vector<kiln::FetchTarget> fetch{m.loss};
   std::vector<kiln::Tensor> out(1);
@@ -376,6 +381,14 @@ void run_gpt() {
   emit("model.gpt.floor.t1.cpu", floor.cpu, "ms");
   emit("model.gpt.floor.ratio.cpu", s.t1.cpu / floor.cpu, "ratio");
   emit("model.gpt.kernels.t1", breakdown(*m, "model.gpt", 11), "ms");
+  // The default pass pipeline's effect: t1 with and without it, interleaved.
+  std::vector<Sample> with, without;
+  for (int r = 0; r < 3; ++r) {
+    for (const Sample& x : step_ms(*m, 1, 1, 9)) with.push_back(x);
+    for (const Sample& x : step_ms(*m, 1, 1, 9, nullptr, kiln::ThreadPlan::Auto, "")) without.push_back(x);
+  }
+  emit("model.gpt.t1.nopasses", median(without).wall, "ms");
+  emit("model.gpt.fused.speedup", median(without).wall / median(with).wall, "ratio");
 }
 
 void run_rnn() {
