@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 
+#include "kiln/exec/frame_propagator.h"
 #include "kiln/exec/step_stats.h"
 #include "kiln/runtime/cuda_context.h"
 

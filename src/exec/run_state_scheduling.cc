@@ -44,6 +44,10 @@ thread_local std::vector<std::uint32_t> tls_inline;
 // streams to overlap, or when the plan asks for it; otherwise from the
 // DAG's roots, with the pool or on the caller alone.
 void RunState::schedule() {
+  if (__builtin_expect(plan_->frames != nullptr, 0)) {
+    run_frames();
+    return;
+  }
   if (__builtin_expect(plan_->has_async, 0)) {
     schedule_counted();
     wait_counted();
