@@ -44,6 +44,21 @@ bool read_predicate(const Variable& v, const Operation* op, std::uint32_t op_ind
 
 }  // namespace
 
+// An input entry's value into an output: moved, or shared when the entry
+// refers to a frame's constant.
+inline void FramePropagator::move_out(Variable& out, Entry& e) {
+  if (e.ref) out.share_content(*e.ref);
+  else out.take_content(e.var);
+}
+
+inline void FramePropagator::put(Entry& x, Variable& value, Pass pass) {
+  switch (pass) {
+    case Pass::Ref: x.ref = &value; break;
+    case Pass::Take: x.var.take_content(value); break;
+    case Pass::Share: x.var.share_content(value); break;
+  }
+}
+
 void FramePropagator::Outputs::prepare(std::uint32_t n) {
   dead = 0;
   if (n > kInline && more.size() < n - kInline) more.resize(n - kInline);
@@ -94,7 +109,7 @@ FramePropagator::Iteration* FramePropagator::start_iteration(Frame* f) {
   for (std::uint32_t c = 0; c < info.constants.size(); ++c)
     if (f->constant_arrived[c]) {
       Entry& e = f->constants[c];
-      deliver_all(f, it, info.constants[c], 0, e.dead ? nullptr : &e.var, false);
+      deliver_all(f, it, info.constants[c], 0, e.dead ? nullptr : &e.var, Pass::Ref);
     }
   return it;
 }
@@ -103,6 +118,7 @@ void FramePropagator::release_iteration(std::uint32_t info, Iteration* it) noexc
   const StaticFrame& sf = fp_.frames[info];
   for (std::uint32_t k = 0; k < sf.num_inputs; ++k) {
     it->inputs[k].var.clear();
+    it->inputs[k].ref = nullptr;
     it->inputs[k].dead = false;
   }
   it->children.clear();
@@ -158,7 +174,7 @@ void FramePropagator::cleanup(Frame* f) {
       Iteration* next = start_iteration(f);
       std::vector<Deferred> waiting = std::move(f->deferred);
       f->deferred.clear();
-      for (Deferred& d : waiting) deliver_all(f, next, d.node, 0, &d.value, true);
+      for (Deferred& d : waiting) deliver_all(f, next, d.node, 0, &d.value, Pass::Take);
     }
   }
   if (f->iterations.empty() && f->deferred.empty()) finish_frame(f);
@@ -175,7 +191,7 @@ void FramePropagator::finish_frame(Frame* f) {
         slot_dead_[e.out_slots[0]] = 1;
         vars_[e.out_slots[0]]->clear();
       }
-      deliver_all(parent, pit, sf.exits[x], 0, nullptr, false);
+      deliver_all(parent, pit, sf.exits[x], 0, nullptr, Pass::Share);
     }
   for (Entry& e : f->constants) {
     e.var.clear();
@@ -200,7 +216,7 @@ void FramePropagator::push(std::uint32_t node, Frame* f, Iteration* it, bool dea
 }
 
 // One value (null: dead) into input e.dst_input of e.dst in iteration `it`.
-void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, bool take) {
+void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, Pass pass) {
   const FrameNode& d = fp_.nodes[e.dst];
   std::int32_t& dead = it->dead[d.local];
   std::int32_t& pending = it->pending[d.local];
@@ -208,9 +224,7 @@ void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e, Varia
     if (dead < 0) return;  // fired already: later inputs are dropped
     --pending;
     if (value) {
-      Entry& x = it->inputs[d.input_base + e.dst_input];
-      if (take) x.var.take_content(*value);
-      else x.var.share_content(*value);
+      put(it->inputs[d.input_base + e.dst_input], *value, pass);
       dead = -1 - static_cast<std::int32_t>(e.dst_input);
       push(e.dst, f, it, false);
     } else {
@@ -221,8 +235,7 @@ void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e, Varia
   }
   Entry& x = it->inputs[d.input_base + e.dst_input];
   if (value) {
-    if (take) x.var.take_content(*value);
-    else x.var.share_content(*value);
+    put(x, *value, pass);
   } else {
     x.dead = true;
     ++dead;
@@ -238,17 +251,17 @@ void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e, Varia
   }
 }
 
-// Output `output` of `node` (null: dead) to each of its readers.
+// Output `output` of `node` (null: dead) to each of its readers; the last
+// one takes the value when `take`. Edges are sorted by output.
 void FramePropagator::deliver_all(Frame* f, Iteration* it, std::uint32_t node, std::uint32_t output,
-                                  Variable* value, bool take) {
+                                  Variable* value, Pass pass) {
   const FrameNode& n = fp_.nodes[node];
-  std::uint32_t last = kNoIndex;
-  for (std::uint32_t k = n.edge_begin; k < n.edge_end; ++k)
-    if (fp_.edges[k].src_output == output) last = k;
-  for (std::uint32_t k = n.edge_begin; k < n.edge_end; ++k) {
-    const FrameEdge& e = fp_.edges[k];
-    if (e.src_output != output) continue;
-    deliver(f, it, e, value, take && k == last);
+  const FrameEdge* e = fp_.edges.data();
+  std::uint32_t k = n.edge_begin;
+  while (k < n.edge_end && e[k].src_output < output) ++k;
+  for (; k < n.edge_end && e[k].src_output == output; ++k) {
+    const bool last = k + 1 == n.edge_end || e[k + 1].src_output != output;
+    deliver(f, it, e[k], value, pass == Pass::Take && !last ? Pass::Share : pass);
   }
 }
 
@@ -281,13 +294,15 @@ void FramePropagator::propagate(const Ready& r, Outputs& out) {
         c.dead = v == nullptr;
         if (v) c.var.take_content(*v);
         child->constant_arrived[n.constant_index] = 1;
-        for (Iteration* ci : child->iterations) deliver_all(child, ci, r.node, 0, c.dead ? nullptr : &c.var, false);
+        for (Iteration* ci : child->iterations)
+          deliver_all(child, ci, r.node, 0, c.dead ? nullptr : &c.var, Pass::Ref);
       } else {
-        deliver_all(child, child->iterations.front(), r.node, 0, v, true);
+        deliver_all(child, child->iterations.front(), r.node, 0, v, Pass::Take);
       }
       child->pending_enters--;
       it->outstanding--;
       cleanup(child);
+      if (it->outstanding == 0) cleanup(f);
       return;
     }
     case Kind::Exit: {
@@ -295,7 +310,7 @@ void FramePropagator::propagate(const Ready& r, Outputs& out) {
       if (v && !f->exit_fired[n.exit_index]) {
         f->exit_fired[n.exit_index] = 1;
         if (!n.out_slots.empty() && n.out_slots[0] != kNoIndex) vars_[n.out_slots[0]]->share_content(*v);
-        deliver_all(f->parent, f->parent_iter, r.node, 0, v, true);
+        deliver_all(f->parent, f->parent_iter, r.node, 0, v, Pass::Take);
       }
       break;
     }
@@ -305,26 +320,29 @@ void FramePropagator::propagate(const Ready& r, Outputs& out) {
       if (it->id < f->newest) {
         for (Iteration* later : f->iterations)
           if (later->id == it->id + 1) {
-            deliver_all(f, later, r.node, 0, v, true);
+            deliver_all(f, later, r.node, 0, v, Pass::Take);
             break;
           }
       } else if (static_cast<std::int64_t>(f->iterations.size()) < fp_.frames[f->info].parallel_iterations) {
-        deliver_all(f, start_iteration(f), r.node, 0, v, true);
+        deliver_all(f, start_iteration(f), r.node, 0, v, Pass::Take);
       } else {
         f->deferred.push_back({r.node, Variable()});
         f->deferred.back().value.take_content(*v);
       }
       break;
     }
-    default:
-      for (std::uint32_t o = 0; o < n.num_outputs; ++o) {
-        if (n.edge_begin == n.edge_end) break;
-        deliver_all(f, it, r.node, o, value(o), !((n.direct_outputs >> o) & 1));
+    default: {
+      const FrameEdge* e = fp_.edges.data();
+      for (std::uint32_t k = n.edge_begin; k < n.edge_end; ++k) {
+        const std::uint32_t o = e[k].src_output;
+        const bool last = k + 1 == n.edge_end || e[k + 1].src_output != o;
+        deliver(f, it, e[k], value(o), last && !((n.direct_outputs >> o) & 1) ? Pass::Take : Pass::Share);
       }
       break;
+    }
   }
-  it->outstanding--;
-  cleanup(f);
+  // Only an iteration with nothing left to run can be done.
+  if (--it->outstanding == 0) cleanup(f);
 }
 
 // ---- running a node ----
@@ -339,26 +357,27 @@ void FramePropagator::execute(const Ready& r, Outputs& out) {
     switch (n.kind) {
       case Kind::Source: out.at(0).share_content(*vars_[n.slot]); break;
       case Kind::Switch: {
-        const bool p = read_predicate(in[1].var, n.op, n.op_index);
-        out.at(p ? 1 : 0).take_content(in[0].var);
+        const bool p = read_predicate(in[1].value(), n.op, n.op_index);
+        move_out(out.at(p ? 1 : 0), in[0]);
         out.dead = p ? 1 : 2;
         break;
       }
       case Kind::Merge: {
         const std::int32_t chosen = -1 - r.iter->dead[n.local];
-        out.at(0).take_content(in[chosen].var);
+        move_out(out.at(0), in[chosen]);
         if (!((n.unused_outputs >> 1) & 1))
           out.at(1).set(Tensor::from_vector<std::int64_t>(Dims(), {static_cast<std::int64_t>(chosen)}));
         break;
       }
       case Kind::Enter:
       case Kind::Exit:
-      case Kind::NextIteration: out.at(0).take_content(in[0].var); break;
+      case Kind::NextIteration: move_out(out.at(0), in[0]); break;
       case Kind::Kernel: run_kernel(r, out); break;
     }
   }
   for (std::uint32_t k = 0; k < n.num_inputs; ++k) {
     in[k].var.clear();
+    in[k].ref = nullptr;
     in[k].dead = false;
   }
 }
@@ -375,15 +394,15 @@ void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
     io_big.resize(num_in + num_out);
     io = io_big.data();
   }
-  for (std::uint32_t k = 0; k < num_in; ++k) io[k] = &in[k].var;
+  for (std::uint32_t k = 0; k < num_in; ++k) io[k] = &in[k].value();
   out.prepare(num_out);
   for (std::uint32_t o = 0; o < num_out; ++o)
     io[num_in + o] = ((n.direct_outputs >> o) & 1) ? vars_[n.out_slots[o]] : &out.at(o);
   // An in-place output starts as a copy of its input: the input's buffer
   // may be shared with other readers of the value.
   for (auto [o, i] : n.inplace)
-    if (in[i].var.is<Tensor>()) out.at(o).set(in[i].var.get<Tensor>().clone());
-    else out.at(o).share_content(in[i].var);
+    if (in[i].value().is<Tensor>()) out.at(o).set(in[i].value().get<Tensor>().clone());
+    else out.at(o).share_content(in[i].value());
   KernelContext ctx(n.op, io, num_in, io + num_in, num_out, pi.attrs.get(), pi.place, &allocator_for(pi.place));
   ctx.set_unused_outputs(pi.unused_outputs);
   ctx.set_step(step_);
@@ -427,15 +446,30 @@ bool FramePropagator::pop(Ready& r) {
   return true;
 }
 
-void FramePropagator::work() {
+// A worker: runs ready nodes until none is left. The caller of run() stays
+// until the run is over, sleeping while others run and nothing is ready
+// (it is the user's thread, never a pool thread); a pool worker leaves as
+// soon as nothing is ready, so no pool thread waits on another.
+void FramePropagator::work(bool caller) {
   Outputs out;
   std::unique_lock lock(mu_);
   Ready r;
-  while (pop(r)) {
-    // Another worker for the rest of the ready nodes, while there is room.
-    if (!ready_.empty() && active_ < max_workers_) {
-      ++active_;
-      pool_->push({&FramePropagator::work_entry, this, 0});
+  for (;;) {
+    if (!pop(r)) {
+      if (!caller || active_ == 1 || stop_ || (abort_ && abort_->load(std::memory_order_relaxed))) break;
+      caller_waiting_ = true;
+      idle_.wait(lock);
+      caller_waiting_ = false;
+      continue;
+    }
+    // Someone else for the rest of the ready nodes: the waiting caller, or
+    // one more pool worker while there is room.
+    if (!ready_.empty()) {
+      if (caller_waiting_) idle_.notify_all();
+      else if (active_ < max_workers_) {
+        ++active_;
+        pool_->push({&FramePropagator::work_entry, this, 0});
+      }
     }
     lock.unlock();
     std::exception_ptr error;
@@ -454,10 +488,11 @@ void FramePropagator::work() {
       }
     }
   }
-  if (--active_ == 0) idle_.notify_all();
+  --active_;
+  if (!caller && caller_waiting_) idle_.notify_all();
 }
 
-void FramePropagator::work_entry(void* self, std::uint32_t) { static_cast<FramePropagator*>(self)->work(); }
+void FramePropagator::work_entry(void* self, std::uint32_t) { static_cast<FramePropagator*>(self)->work(false); }
 
 FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_threads,
                                               const std::atomic<bool>& abort) {
@@ -495,9 +530,14 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
       std::lock_guard lock(mu_);
       active_ = 1;
     }
-    work();
+    work(/*caller=*/true);
+    // After a failure or an abort: pool workers finish the node they run.
     std::unique_lock lock(mu_);
-    idle_.wait(lock, [&] { return active_ == 0; });
+    while (active_ != 0) {
+      caller_waiting_ = true;
+      idle_.wait(lock);
+      caller_waiting_ = false;
+    }
   }
   const bool aborted = abort.load(std::memory_order_relaxed);
   if (!failure_.error && !aborted && (top->outstanding != 0 || top->outstanding_frames != 0 || !live_.empty()))

@@ -67,8 +67,14 @@ class FramePropagator {
  private:
   struct Entry {
     Variable var;
+    Variable* ref = nullptr;  // set: the value is this variable (a frame's constant), not var
     bool dead = false;
+    Variable& value() { return ref ? *ref : var; }
   };
+  // How deliver() passes a value on.
+  enum class Pass : std::uint8_t { Share, Take, Ref };
+  static void put(Entry& x, Variable& value, Pass pass);
+  static void move_out(Variable& out, Entry& e);
   struct Frame;
   struct Iteration {
     std::int64_t id = 0;
@@ -115,9 +121,9 @@ class FramePropagator {
   void execute(const Ready& r, Outputs& out);
   void run_kernel(const Ready& r, Outputs& out);
   void propagate(const Ready& r, Outputs& out);
-  void deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, bool take);
+  void deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, Pass pass);
   void deliver_all(Frame* f, Iteration* it, std::uint32_t node, std::uint32_t output, Variable* value,
-                   bool take);
+                   Pass pass);
   void push(std::uint32_t node, Frame* f, Iteration* it, bool dead);
   Frame* child_frame(Frame* parent, Iteration* it, std::uint32_t info);
   Iteration* start_iteration(Frame* f);
@@ -128,7 +134,7 @@ class FramePropagator {
   void fail(std::uint32_t node, std::exception_ptr e) noexcept;
   [[noreturn]] void throw_stalled(const Frame* f, const Iteration* it) const;
   // The pool side.
-  void work();
+  void work(bool caller);
   static void work_entry(void* self, std::uint32_t);
   bool pop(Ready& r);
 
@@ -158,6 +164,7 @@ class FramePropagator {
   unsigned max_workers_ = 1;
   unsigned active_ = 0;
   bool stop_ = false;
+  bool caller_waiting_ = false;  // run()'s caller sleeps on idle_
   std::mutex mu_;
   std::condition_variable idle_;
 };
