@@ -127,6 +127,7 @@ class FramePlanBuilder {
                           "); a value enters a frame through kiln.enter and leaves it through kiln.exit");
       n.frame = frame;
       n.num_inputs = data_operands;
+      n.num_forward = data_operands;  // a merge's back edges are added in layout()
       std::uint32_t result_frame = frame;
       switch (n.kind) {
         case FrameNode::Kind::Enter: {
@@ -192,7 +193,6 @@ class FramePlanBuilder {
   void layout() {
     for (auto& [merge, sources] : back_edges_) {
       FrameNode& m = fp_->nodes[merge];
-      m.num_forward = m.num_inputs;
       m.num_inputs += static_cast<std::uint32_t>(sources.size());
     }
     for (std::uint32_t id = 0; id < fp_->nodes.size(); ++id) {

@@ -149,6 +149,27 @@ TEST_CASE("a switch on a false predicate kills its true output and merge forward
   CHECK(scalar(t[1]) == 0);
 }
 
+TEST_CASE("a merge whose inputs are all dead is dead, and a merge of it and a live value takes the live one",
+          "[exec][frames]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", Dims0{}, DataType::Int64).result();
+  Value pred = b.create<DataOp>("pred", Dims0{}, DataType::Bool).result();
+  auto sw = b.create<SwitchOp>(x, pred);
+  Value t1 = b.create<AddOp>(sw.output_true(), constant(b, 1, DataType::Int64)).result();
+  Value t2 = b.create<AddOp>(sw.output_true(), constant(b, 2, DataType::Int64)).result();
+  auto all_true = b.create<MergeOp>(std::vector<Value>{t1, t2});
+  auto either = b.create<MergeOp>(std::vector<Value>{all_true.output(), sw.output_false()});
+  Executor exe;
+  FeedMap off{{"x", i64(5)}, {"pred", Tensor::from_vector<bool>(Dims(), {false})}};
+  auto r = exe.run(p, off, {either.output(), either.value_index()});
+  CHECK(scalar(r[0]) == 5);
+  CHECK(scalar(r[1]) == 1);
+  KILN_CHECK_ERROR(exe.run(p, off, {all_true.output()}), InvalidArgument, {"fetch #0", "kiln.merge", "dead"});
+  FeedMap on{{"x", i64(5)}, {"pred", Tensor::from_vector<bool>(Dims(), {true})}};
+  CHECK(scalar(exe.run(p, on, {either.output()})[0]) >= 6);
+}
+
 TEST_CASE("a switch whose predicate is not a one-element bool tensor is a clear error",
           "[exec][frames]") {
   Program p;
