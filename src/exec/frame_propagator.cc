@@ -3,7 +3,10 @@
 #include "kiln/exec/frame_propagator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <functional>
+#include <thread>
 #include <string>
 
 #include "kiln/exec/work_queue.h"
@@ -382,6 +385,22 @@ void FramePropagator::execute(const Ready& r, Outputs& out) {
   }
 }
 
+[[gnu::noinline, gnu::cold]] void FramePropagator::execute_recorded(const Ready& r, Outputs& out) {
+  auto now = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  const std::int64_t t0 = now();
+  execute(r, out);
+  const std::int64_t t1 = now();
+  if (r.dead) return;
+  const auto thread =
+      static_cast<std::uint32_t>(std::hash<std::thread::id>()(std::this_thread::get_id()) & 0xffff);
+  MaybeLock lock(mu_, pool_ != nullptr);
+  records_.push_back({r.node, r.frame->info, r.iter->id, t0, t1, thread});
+}
+
 void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
   const FrameNode& n = fp_.nodes[r.node];
   const PlanInstruction& pi = plan_.instructions[n.instruction];
@@ -474,7 +493,8 @@ void FramePropagator::work(bool caller) {
     lock.unlock();
     std::exception_ptr error;
     try {
-      execute(r, out);
+      if (__builtin_expect(record_, 0)) execute_recorded(r, out);
+      else execute(r, out);
     } catch (...) {
       error = std::current_exception();
     }
@@ -498,6 +518,7 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
                                               const std::atomic<bool>& abort) {
   failure_ = {};
   stop_ = false;
+  records_.clear();
   abort_ = &abort;
   frames_made_ = 0;
   std::fill(peak_.begin(), peak_.end(), 0);
@@ -519,7 +540,8 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
     Ready r;
     while (pop(r)) {
       try {
-        execute(r, out);
+        if (__builtin_expect(record_, 0)) execute_recorded(r, out);
+        else execute(r, out);
         propagate(r, out);
       } catch (...) {
         fail(r.node, std::current_exception());

@@ -5,6 +5,7 @@
 
 #include "kiln/exec/frame_propagator.h"
 #include "kiln/exec/run_state.h"
+#include "kiln/exec/step_stats.h"
 #include "kiln/exec/work_queue.h"
 
 namespace kiln {
@@ -18,6 +19,7 @@ void RunState::run_frames() {
     threads = pool->num_threads() + 1;
     if (plan_->options.num_threads) threads = std::min(threads, plan_->options.num_threads);
   }
+  frames_->set_recording(config_.stats != nullptr);
   FramePropagator::Failure failure = frames_->run(pool, threads, abort_);
   if (failure.error) {
     record_error(failure.instruction == kNoIndex ? kRunIndex : failure.instruction, failure.error);
@@ -37,6 +39,29 @@ void RunState::run_frames() {
                          " is dead: it depends on the untaken output of a kiln.switch, so this run "
                          "computed no value for it; fetch a value after the kiln.merge that joins the branches")));
     return;
+  }
+}
+
+// The step stats of a run with frames: one node per op run, with its frame
+// and iteration.
+void RunState::collect_frame_stats(StepStats& stats, std::int64_t t0) const {
+  if (!frames_) return;
+  const ExecutionPlan& p = *plan_;
+  const FramePlan& fp = *p.frames;
+  for (const FramePropagator::Record& r : frames_->records()) {
+    const FrameNode& n = fp.nodes[r.node];
+    if (n.instruction == kNoIndex) continue;  // a feed or parameter read
+    NodeStats& node = stats.nodes.emplace_back();
+    node.instruction = n.instruction;
+    node.op_name = p.instructions[n.instruction].name;
+    node.label = p.label(n.instruction);
+    node.start_ns = r.start_ns - t0;
+    node.end_ns = r.end_ns - t0;
+    node.thread = r.thread;
+    if (r.frame != 0) {
+      node.frame = fp.frames[r.frame].name;
+      node.iteration = r.iteration;
+    }
   }
 }
 

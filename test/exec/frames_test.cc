@@ -12,8 +12,11 @@
 #include <vector>
 
 #include "exec/exec_test_util.h"
+#include "exec/run_test_util.h"
 #include "kiln/dialect/dataflow_ops.h"
+#include "kiln/exec/step_stats.h"
 #include "kiln/runtime/allocator.h"
+#include "kiln/runtime/cancellation.h"
 
 using namespace kiln;
 using namespace kiln_exec_test;
@@ -370,4 +373,72 @@ TEST_CASE("programs with and without dataflow ops run side by side in one execut
   Counter c;
   CHECK(scalar(exe.run(c.p, {{"n", i64(4)}}, {c.result})[0]) == 4);
   CHECK(scalar(exe.run(p, {}, {x})[0]) == 3);
+}
+
+TEST_CASE("step stats of a dataflow loop give each op run its frame and iteration", "[exec][frames]") {
+  Counter c;
+  Executor exe(Place::cpu(), threads(1));
+  StepStats stats;
+  CHECK(scalar(exe.run(c.p, {{"n", i64(3)}}, {c.result}, stats)[0]) == 3);
+  std::vector<std::int64_t> adds, lesses;
+  for (const NodeStats& n : stats.nodes) {
+    if (n.op_name == "kiln.add") {
+      CHECK(n.frame == "count");
+      adds.push_back(n.iteration);
+    }
+    if (n.op_name == "kiln.less_than") lesses.push_back(n.iteration);
+    if (n.op_name == "kiln.full") CHECK(n.frame.empty());
+    CHECK(n.end_ns >= n.start_ns);
+  }
+  std::sort(adds.begin(), adds.end());
+  std::sort(lesses.begin(), lesses.end());
+  CHECK(adds == std::vector<std::int64_t>{0, 1, 2});  // the exit iteration's add is dead: not run
+  CHECK(lesses == std::vector<std::int64_t>{0, 1, 2, 3});
+  CHECK_THAT(to_chrome_trace(stats), Catch::Contains("\"frame\":\"count\",\"iteration\":2"));
+}
+
+TEST_CASE("run_async runs a dataflow loop and hands its result to done", "[exec][frames]") {
+  Counter c;
+  for (unsigned t : {1u, 2u}) {
+    Executor exe(Place::cpu(), threads(t));
+    DoneRecord rec;
+    exe.run_async(c.p, {{"n", i64(7)}}, {c.result}, {}, rec.callback());
+    REQUIRE(rec.wait());
+    REQUIRE_FALSE(rec.error());
+    REQUIRE(rec.fetched().size() == 1);
+    CHECK(scalar(rec.fetched()[0]) == 7);
+  }
+}
+
+TEST_CASE("a cancelled run stops in the middle of a dataflow loop, and the next run starts clean",
+          "[exec][frames]") {
+  // Each iteration takes ~1 ms (a busy op the counter waits for): 10^5 of
+  // them would take minutes.
+  Program p;
+  Builder b(p);
+  Value n = b.create<DataOp>("n", Dims0{}, DataType::Int64).result();
+  Value out = DataflowLoop::build(
+      b, "slow", 1, {constant(b, 0, DataType::Int64)}, {n, constant(b, 1, DataType::Int64)},
+      [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
+        return bb.create<LessThanOp>(c[0], k[0]).result();
+      },
+      [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
+        Value slow = bb.create<BusyOp>(c[0], 1000).result();
+        return std::vector<Value>{bb.create<AddOp>(slow, k[1]).result()};
+      })[0];
+  for (unsigned t : {1u, 2u}) {
+    Executor exe(Place::cpu(), threads(t));
+    CancellationManager cancel;
+    RunOptions options;
+    options.cancellation = &cancel;
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      cancel.start_cancel();
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    KILN_CHECK_ERROR(exe.run(p, {{"n", i64(100000)}}, {out}, options), Cancelled, {});
+    canceller.join();
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+    CHECK(scalar(exe.run(p, {{"n", i64(3)}}, {out})[0]) == 3);
+  }
 }

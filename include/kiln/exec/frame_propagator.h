@@ -64,6 +64,18 @@ class FramePropagator {
   std::size_t live_frames() const { return live_frames_; }
   const FramePlan& frame_plan() const { return fp_; }
 
+  // Step stats: with recording on, each node a run executes (dead ones
+  // aside) leaves a record of its frame and iteration.
+  struct Record {
+    std::uint32_t node = 0;
+    std::uint32_t frame = 0;       // static frame
+    std::int64_t iteration = 0;
+    std::int64_t start_ns = 0, end_ns = 0;  // steady clock
+    std::uint32_t thread = 0;
+  };
+  void set_recording(bool on) { record_ = on; }
+  const std::vector<Record>& records() const { return records_; }
+
  private:
   struct Entry {
     Variable var;
@@ -119,6 +131,7 @@ class FramePropagator {
   };
 
   void execute(const Ready& r, Outputs& out);
+  void execute_recorded(const Ready& r, Outputs& out);
   void run_kernel(const Ready& r, Outputs& out);
   void propagate(const Ready& r, Outputs& out);
   void deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, Pass pass);
@@ -156,6 +169,8 @@ class FramePropagator {
   std::vector<std::uint8_t> slot_dead_;
   std::vector<std::int64_t> peak_;
   std::int64_t frames_made_ = 0;
+  bool record_ = false;
+  std::vector<Record> records_;
   Failure failure_;
 
   // This run's threading (all below under mu_ when pool_ is set).

@@ -168,6 +168,7 @@ class RunState {
   void schedule();
   // A plan with frames (kiln/exec/frame_propagator.h) runs here instead.
   void run_frames();
+  void collect_frame_stats(StepStats& stats, std::int64_t t0) const;
   // kAsync: the plan has asynchronous kernels. Instantiated apart, so a
   // plan without them runs the very loops it ran before they existed.
   template <bool kStreams, bool kAsync = false> void run_in_order();
