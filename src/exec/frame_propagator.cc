@@ -47,13 +47,6 @@ bool read_predicate(const Variable& v, const Operation* op, std::uint32_t op_ind
 
 }  // namespace
 
-// An input entry's value into an output: moved, or shared when the entry
-// refers to a frame's constant.
-inline void FramePropagator::move_out(Variable& out, Entry& e) {
-  if (e.ref) out.share_content(*e.ref);
-  else out.take_content(e.var);
-}
-
 inline void FramePropagator::put(Entry& x, Variable& value, Pass pass) {
   switch (pass) {
     case Pass::Ref: x.ref = &value; break;
@@ -64,8 +57,10 @@ inline void FramePropagator::put(Entry& x, Variable& value, Pass pass) {
 
 void FramePropagator::Outputs::prepare(std::uint32_t n) {
   dead = 0;
+  forwarded = 0;
   if (n > kInline && more.size() < n - kInline) more.resize(n - kInline);
-  for (std::uint32_t o = 0; o < n; ++o) at(o).clear();
+  for (std::uint32_t o = 0; o < n; ++o)
+    if (at(o).is_initialized()) at(o).clear();
 }
 
 FramePropagator::FramePropagator(const ExecutionPlan& plan, std::span<Variable* const> vars,
@@ -276,7 +271,15 @@ void FramePropagator::propagate(const Ready& r, Outputs& out) {
   auto value = [&](std::uint32_t o) -> Variable* {
     if ((out.dead >> o) & 1) return nullptr;
     if ((n.direct_outputs >> o) & 1) return vars_[n.out_slots[o]];
+    if ((out.forwarded >> o) & 1) return &out.from[o]->value();
     return &out.at(o);
+  };
+  // Whether output o may be moved on (not a parameter's or a frame
+  // constant's variable, which stay).
+  auto take = [&](std::uint32_t o) {
+    if ((n.direct_outputs >> o) & 1) return Pass::Share;
+    if (((out.forwarded >> o) & 1) && out.from[o]->ref) return Pass::Share;
+    return Pass::Take;
   };
   // Fetched values keep a share (and whether they were dead); an exit's
   // when it leaves its frame.
@@ -295,13 +298,15 @@ void FramePropagator::propagate(const Ready& r, Outputs& out) {
       if (n.constant_enter) {
         Entry& c = child->constants[n.constant_index];
         c.dead = v == nullptr;
-        if (v) c.var.take_content(*v);
+        if (v && take(0) == Pass::Take) c.var.take_content(*v);
+        else if (v) c.var.share_content(*v);
         child->constant_arrived[n.constant_index] = 1;
         for (Iteration* ci : child->iterations)
           deliver_all(child, ci, r.node, 0, c.dead ? nullptr : &c.var, Pass::Ref);
       } else {
-        deliver_all(child, child->iterations.front(), r.node, 0, v, Pass::Take);
+        deliver_all(child, child->iterations.front(), r.node, 0, v, take(0));
       }
+      clear_inputs(r);
       child->pending_enters--;
       it->outstanding--;
       cleanup(child);
@@ -313,7 +318,7 @@ void FramePropagator::propagate(const Ready& r, Outputs& out) {
       if (v && !f->exit_fired[n.exit_index]) {
         f->exit_fired[n.exit_index] = 1;
         if (!n.out_slots.empty() && n.out_slots[0] != kNoIndex) vars_[n.out_slots[0]]->share_content(*v);
-        deliver_all(f->parent, f->parent_iter, r.node, 0, v, Pass::Take);
+        deliver_all(f->parent, f->parent_iter, r.node, 0, v, take(0));
       }
       break;
     }
@@ -323,14 +328,15 @@ void FramePropagator::propagate(const Ready& r, Outputs& out) {
       if (it->id < f->newest) {
         for (Iteration* later : f->iterations)
           if (later->id == it->id + 1) {
-            deliver_all(f, later, r.node, 0, v, Pass::Take);
+            deliver_all(f, later, r.node, 0, v, take(0));
             break;
           }
       } else if (static_cast<std::int64_t>(f->iterations.size()) < fp_.frames[f->info].parallel_iterations) {
-        deliver_all(f, start_iteration(f), r.node, 0, v, Pass::Take);
+        deliver_all(f, start_iteration(f), r.node, 0, v, take(0));
       } else {
         f->deferred.push_back({r.node, Variable()});
-        f->deferred.back().value.take_content(*v);
+        if (take(0) == Pass::Take) f->deferred.back().value.take_content(*v);
+        else f->deferred.back().value.share_content(*v);
       }
       break;
     }
@@ -339,11 +345,12 @@ void FramePropagator::propagate(const Ready& r, Outputs& out) {
       for (std::uint32_t k = n.edge_begin; k < n.edge_end; ++k) {
         const std::uint32_t o = e[k].src_output;
         const bool last = k + 1 == n.edge_end || e[k + 1].src_output != o;
-        deliver(f, it, e[k], value(o), last && !((n.direct_outputs >> o) & 1) ? Pass::Take : Pass::Share);
+        deliver(f, it, e[k], value(o), last ? take(o) : Pass::Share);
       }
       break;
     }
   }
+  clear_inputs(r);
   // Only an iteration with nothing left to run can be done.
   if (--it->outstanding == 0) cleanup(f);
 }
@@ -361,25 +368,32 @@ void FramePropagator::execute(const Ready& r, Outputs& out) {
       case Kind::Source: out.at(0).share_content(*vars_[n.slot]); break;
       case Kind::Switch: {
         const bool p = read_predicate(in[1].value(), n.op, n.op_index);
-        move_out(out.at(p ? 1 : 0), in[0]);
+        out.forward(p ? 1 : 0, &in[0]);
         out.dead = p ? 1 : 2;
         break;
       }
       case Kind::Merge: {
         const std::int32_t chosen = -1 - r.iter->dead[n.local];
-        move_out(out.at(0), in[chosen]);
+        out.forward(0, &in[chosen]);
         if (!((n.unused_outputs >> 1) & 1))
           out.at(1).set(Tensor::from_vector<std::int64_t>(Dims(), {static_cast<std::int64_t>(chosen)}));
         break;
       }
       case Kind::Enter:
       case Kind::Exit:
-      case Kind::NextIteration: move_out(out.at(0), in[0]); break;
+      case Kind::NextIteration: out.forward(0, &in[0]); break;
       case Kind::Kernel: run_kernel(r, out); break;
     }
   }
+}
+
+// After its outputs are on their way: the node's inputs are freed (their
+// last reader ran), and its entries are ready for the next use.
+void FramePropagator::clear_inputs(const Ready& r) noexcept {
+  const FrameNode& n = fp_.nodes[r.node];
+  Entry* in = r.iter->inputs.get() + n.input_base;
   for (std::uint32_t k = 0; k < n.num_inputs; ++k) {
-    in[k].var.clear();
+    if (in[k].var.is_initialized()) in[k].var.clear();
     in[k].ref = nullptr;
     in[k].dead = false;
   }

@@ -86,7 +86,6 @@ class FramePropagator {
   // How deliver() passes a value on.
   enum class Pass : std::uint8_t { Share, Take, Ref };
   static void put(Entry& x, Variable& value, Pass pass);
-  static void move_out(Variable& out, Entry& e);
   struct Frame;
   struct Iteration {
     std::int64_t id = 0;
@@ -126,7 +125,15 @@ class FramePropagator {
     Variable small[kInline];
     std::vector<Variable> more;
     std::uint64_t dead = 0;  // bit o: output o is dead
+    // Bit o: output o is the node's input entry from[o] itself (switch,
+    // merge, enter, exit, next_iteration pass a value on without a move).
+    std::uint64_t forwarded = 0;
+    Entry* from[kInline] = {};
     Variable& at(std::uint32_t o) { return o < kInline ? small[o] : more[o - kInline]; }
+    void forward(std::uint32_t o, Entry* e) {
+      forwarded |= std::uint64_t{1} << o;
+      from[o] = e;
+    }
     void prepare(std::uint32_t n);
   };
 
@@ -134,6 +141,7 @@ class FramePropagator {
   void execute_recorded(const Ready& r, Outputs& out);
   void run_kernel(const Ready& r, Outputs& out);
   void propagate(const Ready& r, Outputs& out);
+  void clear_inputs(const Ready& r) noexcept;
   void deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, Pass pass);
   void deliver_all(Frame* f, Iteration* it, std::uint32_t node, std::uint32_t output, Variable* value,
                    Pass pass);
