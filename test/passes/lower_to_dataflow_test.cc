@@ -149,3 +149,29 @@ TEST_CASE("a program the pass cannot lower as a whole stays structured", "[passe
   Executor exe(Place::cpu(), o);
   KILN_CHECK_ERROR(exe.run(b.main, {}, {outs[0]}), OutOfRange, {"max_iterations"});
 }
+
+TEST_CASE("lowering a SimpleRNN's loop over tensor arrays gives the structured outputs and state",
+          "[passes][frames]") {
+  GuardedPrograms b;
+  Value x = data("x", {4, 2, 3});
+  nn::SimpleRNN rnn(3, 5);
+  auto [outputs, last] = rnn(x);
+  std::vector<float> xs(24);
+  for (std::size_t k = 0; k < xs.size(); ++k) xs[k] = 0.1f * float(k % 7) - 0.3f;
+  ExecutionOptions o;
+  o.passes = "lower_to_dataflow";
+  Executor plain, lowered(Place::cpu(), o);
+  plain.run(b.startup);
+  // The same weights in both scopes.
+  for (const std::string& name : plain.scope().local_var_names())
+    if (plain.scope().find_var(name)->is<Tensor>())
+      lowered.scope().var(name).set(plain.scope().find_var(name)->get<Tensor>().clone());
+  REQUIRE(can_lower_to_dataflow(b.main));
+  FeedMap feed{{"x", Tensor::from_vector<float>(Dims({4, 2, 3}), xs)}};
+  auto want = plain.run(b.main, feed, {outputs, last});
+  auto got = lowered.run(b.main, feed, {outputs, last});
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].dims() == want[0].dims());
+  CHECK(got[0].to_string() == want[0].to_string());
+  CHECK(got[1].to_string() == want[1].to_string());
+}
