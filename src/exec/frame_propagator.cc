@@ -489,6 +489,9 @@ void FramePropagator::work(bool caller) {
   Ready r;
   for (;;) {
     if (!pop(r)) {
+      // Relaxed: as in pop(). A cancellation only sets the flag: a caller
+      // asleep here wakes when the last pool worker leaves (each leaves at
+      // its next pop, and notifies it).
       if (!caller || active_ == 1 || stop_ || (abort_ && abort_->load(std::memory_order_relaxed))) break;
       caller_waiting_ = true;
       idle_.wait(lock);
@@ -575,6 +578,8 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
       caller_waiting_ = false;
     }
   }
+  // Relaxed: only picks the error message; the run's own error (Cancelled,
+  // DeadlineExceeded) was recorded by whoever set the flag.
   const bool aborted = abort.load(std::memory_order_relaxed);
   if (!failure_.error && !aborted && (top->outstanding != 0 || top->outstanding_frames != 0 || !live_.empty()))
     failure_.error = std::make_exception_ptr(Error(
