@@ -64,7 +64,12 @@ bool has_structured(const Block& block) {
 
 class Lowering {
  public:
-  explicit Lowering(PassContext& ctx) : ctx_(ctx) {}
+  // Frame names already used by the program's own enters are not reused.
+  Lowering(PassContext& ctx, const Program& program) : ctx_(ctx) {
+    for (Block* b : blocks_innermost_first(program))
+      for (Operation* op : *b)
+        if (auto e = op->dyn_cast<EnterOp>()) taken_.insert(e.attrs().frame_name);
+  }
 
   void lower_block(Block& block) {
     std::vector<Operation*> ops;
@@ -141,7 +146,9 @@ class Lowering {
 
   void lower_while(Operation* op) {
     auto w = op->dyn_cast<WhileOp>();
-    const std::string frame = "while_" + std::to_string(next_frame_++);
+    std::string frame;
+    do frame = "while_" + std::to_string(next_frame_++);
+    while (taken_.count(frame));
     Block& body = w.body_region().front();
     Builder b(*op->parent_block());
     const std::uint32_t carried = w.num_carried();
@@ -209,6 +216,7 @@ class Lowering {
 
   PassContext& ctx_;
   std::uint32_t next_frame_ = 0;
+  std::unordered_set<std::string> taken_;
 };
 
 class LowerToDataflowPass : public Pass {
@@ -216,7 +224,7 @@ class LowerToDataflowPass : public Pass {
   LowerToDataflowPass() : Pass("lower_to_dataflow") {}
   void run(Program& program, PassContext& ctx) override {
     if (!can_lower_to_dataflow(program)) return;
-    Lowering(ctx).lower_block(program.block());
+    Lowering(ctx, program).lower_block(program.block());
   }
 };
 
