@@ -6,6 +6,7 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/control_flow.h"
 #include "kiln/exec/dependency_builder.h"
+#include "kiln/exec/frame_plan.h"
 #include "kiln/runtime/cuda_context.h"
 #include "kiln/support/warning.h"
 
@@ -134,7 +135,16 @@ std::shared_ptr<const ExecutionPlan> PlanBuilder::build() {
   plan_gc();
   plan_buffers();
   summarize_for_thread_plan();
+  plan_frames();
   return plan_;
+}
+
+// ---- phase: frames, for a program with dataflow ops ----
+
+void PlanBuilder::plan_frames() {
+  if (!has_dataflow_ops(*block_)) return;
+  plan().frames = build_frame_plan(plan(), *block_, value_slot_);
+  plan().has_parallelism = plan().frames->max_parallel_iterations > 1;
 }
 
 // ---- phase: the plan's own copy of the program, numbered like the caller's ----

@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 
+#include "kiln/exec/frame_propagator.h"
 #include "kiln/exec/step_stats.h"
 #include "kiln/runtime/cuda_context.h"
 
@@ -442,6 +443,10 @@ void RunState::collect_stats(StepStats& stats, std::int64_t t0) const {
   // A replayed CUDA graph launched no kernel of its own: its records (none,
   // or the capture's launches) say nothing of this run.
   if (graph_ && graph_->stage == GraphMode::Stage::Replay) return;
+  if (p.frames) {
+    collect_frame_stats(stats, t0);
+    return;
+  }
   stats.nodes.reserve(p.size());
   for (std::uint32_t i = 0; i < p.size(); ++i) {
     if (!t_start_[i]) continue;

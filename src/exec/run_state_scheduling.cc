@@ -44,6 +44,10 @@ thread_local std::vector<std::uint32_t> tls_inline;
 // streams to overlap, or when the plan asks for it; otherwise from the
 // DAG's roots, with the pool or on the caller alone.
 void RunState::schedule() {
+  if (__builtin_expect(plan_->frames != nullptr, 0)) {
+    run_frames();
+    return;
+  }
   if (__builtin_expect(plan_->has_async, 0)) {
     schedule_counted();
     wait_counted();
@@ -433,6 +437,16 @@ void RunState::run_with_pool() {
 void RunState::schedule_counted() {
   counted_ = true;
   if (!config_.resume) config_.resume = &shared_async_queue();
+  if (__builtin_expect(plan_->frames != nullptr, 0)) {
+    // On this thread alone (it may be a pool thread: it must not wait for
+    // another), then the run's end.
+    // Relaxed: nothing else touches pending_ in this run.
+    pending_.store(1, std::memory_order_relaxed);
+    config_.plan = ThreadPlan::Sequential;
+    run_frames();
+    finish_task();
+    return;
+  }
   const bool streams = plan_->has_streams();
   // Relaxed: the run's tasks are published by the queue's lock.
   pending_.store(1, std::memory_order_relaxed);

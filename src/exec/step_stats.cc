@@ -49,7 +49,13 @@ std::string to_chrome_trace(const StepStats& stats) {
        << ",\"dur\":" << double(n.duration_ns()) / 1000.0 << ",\"pid\":1,\"tid\":" << n.thread
        << ",\"args\":{\"label\":";
     write_json_string(os, n.label);
-    os << ",\"instruction\":" << n.instruction << ",\"bytes_allocated\":" << n.bytes_allocated << "}}";
+    os << ",\"instruction\":" << n.instruction << ",\"bytes_allocated\":" << n.bytes_allocated;
+    if (!n.frame.empty()) {
+      os << ",\"frame\":";
+      write_json_string(os, n.frame);
+      os << ",\"iteration\":" << n.iteration;
+    }
+    os << "}}";
     if (!n.stream.empty()) streams.emplace(n.thread, n.stream);
   }
   for (const auto& [tid, name] : streams) {

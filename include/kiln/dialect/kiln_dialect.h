@@ -9,6 +9,7 @@
 #include "kiln/dialect/compare_ops.h"
 #include "kiln/dialect/control_flow_ops.h"
 #include "kiln/dialect/conv_ops.h"
+#include "kiln/dialect/dataflow_ops.h"
 #include "kiln/dialect/debug_ops.h"
 #include "kiln/dialect/fused_ops.h"
 #include "kiln/dialect/grad_op.h"

@@ -50,6 +50,7 @@ struct PlanSlot {
 };
 
 struct ControlFlowPlan;  // kiln/exec/control_flow.h
+struct FramePlan;        // kiln/exec/frame_plan.h
 
 struct PlanInstruction {
   std::string name;               // "kiln.add", or "memcpy ...", "fetch", "copy"
@@ -143,6 +144,10 @@ struct ExecutionPlan {
   // Some instruction's kernel is asynchronous (kiln/kernel/async_kernel.h):
   // runs count their outstanding work and resume after its callbacks.
   bool has_async = false;
+  // Not null when the program holds dataflow ops (kiln/dialect/dataflow_ops.h):
+  // a run goes through the frame propagator (kiln/exec/frame_propagator.h)
+  // instead of the flat counters, which every other plan keeps.
+  std::shared_ptr<const FramePlan> frames;
 
   // Introspection: the caller's values → the plan's slots.
   std::unordered_map<const detail::ValueImpl*, std::uint32_t> source_slot;

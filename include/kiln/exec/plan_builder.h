@@ -57,6 +57,7 @@ class PlanBuilder {
   void plan_stream_records();
   void plan_buffers();
   void summarize_for_thread_plan();
+  void plan_frames();
 
   // add_instructions(), per op kind.
   void add_parameter_op(Operation* op);

@@ -40,6 +40,7 @@
 namespace kiln {
 
 struct StepStats;
+class FramePropagator;
 
 // How one run goes (decided by the core for each run).
 struct RunConfig {
@@ -165,6 +166,9 @@ class RunState {
   // lanes; host-only plans run the <false> instantiations, which contain no
   // lane, event or wait code at all.
   void schedule();
+  // A plan with frames (kiln/exec/frame_propagator.h) runs here instead.
+  void run_frames();
+  void collect_frame_stats(StepStats& stats, std::int64_t t0) const;
   // kAsync: the plan has asynchronous kernels. Instantiated apart, so a
   // plan without them runs the very loops it ran before they existed.
   template <bool kStreams, bool kAsync = false> void run_in_order();
@@ -217,6 +221,8 @@ class RunState {
   std::unique_ptr<Variable*[]> io_;  // every context's input and output pointers
   // Control-flow instructions' runners (their contexts' attributes).
   std::vector<std::unique_ptr<ControlFlowRunner>> runners_;
+  // A plan with frames: its propagator (null otherwise).
+  std::unique_ptr<FramePropagator> frames_;
 
   // Counters, restored to the plan's counts as they fire (a clean run leaves
   // them ready for the next; a failed one sets dirty_).

@@ -30,6 +30,11 @@ struct NodeStats {
   // Bytes of the tensors it wrote to its outputs whose buffers are not
   // shared with one of its inputs (an in-place op or a view allocates none).
   std::int64_t bytes_allocated = 0;
+  // A program with dataflow loops (kiln/exec/frame_propagator.h) runs an
+  // op once per iteration: the frame it ran in ("" at the top level) and
+  // its iteration there (-1 at the top level). Other programs leave these.
+  std::string frame;
+  std::int64_t iteration = -1;
 
   std::int64_t duration_ns() const { return end_ns - start_ns; }
 };

@@ -1,0 +1,180 @@
+// Dataflow-loop benchmarks (`./run bench frames`): loops built from
+// kiln.switch / merge / enter / exit / next_iteration, run by the frame
+// propagator.
+//   BENCH frames.loop.per_iter          ns: one iteration of i = 0; while (i < n)
+//         i = i + 1 — one tiny op in the body, plus the loop's merge, less,
+//         switch and next_iteration; 1 thread, n = 10^5
+//   BENCH frames.loop2.per_iter         ns: the same with a second carried value
+//         (x = x + 1), the loop of `./run bench cf`'s cf.while.ns_per_iter
+//   BENCH frames.parallel_iterations.op_us   µs: the independent op each
+//         iteration of the next loop runs (kiln.exp of a tensor sized to take
+//         about 20 µs), alone in a flat program
+//   BENCH frames.parallel_iterations.speedup  time of 64 iterations with
+//         parallel_iterations = 1 ÷ with 2, both with 2 threads
+//   BENCH frames.loop.mem_growth        bytes in use after a 10^5-iteration run
+//         minus after a 1-iteration run
+// Medians of 9 repetitions (speedup: of 15).
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+
+#include "kiln/dialect/dataflow_ops.h"
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/exec/executor.h"
+#include "kiln/runtime/allocator.h"
+
+namespace bench {
+namespace {
+
+using kiln::Builder;
+using kiln::DataType;
+using kiln::Value;
+
+Value constant(Builder& b, double v, DataType dt, std::vector<std::int64_t> shape = {}) {
+  return b.create<kiln::FullOp>(shape, v, dt).result();
+}
+
+kiln::Tensor scalar_i64(std::int64_t v) { return kiln::Tensor::from_vector<std::int64_t>(kiln::Dims(), {v}); }
+
+// carried = inits; while (carried[0] < n) carried = body(carried), in frame
+// "loop"; `constants` enter with is_constant. Returns the exits.
+using BodyFn = std::function<std::vector<Value>(Builder&, const std::vector<Value>& carried,
+                                                const std::vector<Value>& constants)>;
+std::vector<Value> dataflow_loop(Builder& b, std::int64_t parallel, Value n, const std::vector<Value>& inits,
+                                 const std::vector<Value>& constants, const BodyFn& body) {
+  std::vector<Value> merged, consts, exits, taken;
+  Value n_in = b.create<kiln::EnterOp>(n, "loop", true, parallel).result();
+  for (Value c : constants) consts.push_back(b.create<kiln::EnterOp>(c, "loop", true, parallel).result());
+  for (Value v : inits)
+    merged.push_back(b.create<kiln::MergeOp>(std::vector<Value>{
+                                                 b.create<kiln::EnterOp>(v, "loop", false, parallel).result()})
+                         .output());
+  Value pred = b.create<kiln::LessThanOp>(merged[0], n_in).result();
+  for (Value m : merged) {
+    auto sw = b.create<kiln::SwitchOp>(m, pred);
+    exits.push_back(b.create<kiln::ExitOp>(sw.output_false()).result());
+    taken.push_back(sw.output_true());
+  }
+  std::vector<Value> next = body(b, taken, consts);
+  for (std::size_t k = 0; k < next.size(); ++k) b.create<kiln::NextIterationOp>(next[k], merged[k]);
+  return exits;
+}
+
+struct Program {
+  kiln::Program p;
+  std::vector<Value> out;
+};
+
+// i = 0; while (i < n) i = i + 1 (and x = x + 1 when `second`).
+Program counter(bool second) {
+  Program r;
+  Builder b(r.p);
+  Value n = b.create<kiln::DataOp>("n", std::vector<std::int64_t>{}, DataType::Int64).result();
+  std::vector<Value> inits{constant(b, 0, DataType::Int64)};
+  if (second) inits.push_back(constant(b, 0, DataType::Float32));
+  r.out = dataflow_loop(b, 10, n, inits, {constant(b, 1, DataType::Int64), constant(b, 1, DataType::Float32)},
+                        [second](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
+                          std::vector<Value> next{bb.create<kiln::AddOp>(c[0], k[0]).result()};
+                          if (second) next.push_back(bb.create<kiln::AddOp>(c[1], k[1]).result());
+                          return next;
+                        });
+  return r;
+}
+
+// Each iteration: exp(x) of a constant x, independent of the other iterations.
+Program independent(std::int64_t parallel, std::int64_t size) {
+  Program r;
+  Builder b(r.p);
+  Value n = b.create<kiln::DataOp>("n", std::vector<std::int64_t>{}, DataType::Int64).result();
+  r.out = dataflow_loop(b, parallel, n, {constant(b, 0, DataType::Int64)},
+                        {constant(b, 1, DataType::Int64), constant(b, 0.5, DataType::Float32, {size})},
+                        [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
+                          bb.create<kiln::ExpOp>(k[1]);
+                          return std::vector<Value>{bb.create<kiln::AddOp>(c[0], k[0]).result()};
+                        });
+  return r;
+}
+
+kiln::ExecutionOptions options(unsigned threads) {
+  kiln::ExecutionOptions o;
+  o.num_threads = threads;
+  o.thread_plan = threads == 1 ? kiln::ThreadPlan::Sequential : kiln::ThreadPlan::Graph;
+  return o;
+}
+
+double per_iter(const Program& prog, std::int64_t iters, int reps) {
+  kiln::Executor exe(kiln::Place::cpu(), options(1));
+  exe.run(prog.p, {{"n", scalar_i64(iters)}}, {prog.out[0]});  // the plan
+  std::vector<double> v;
+  for (int r = 0; r < reps; ++r)
+    v.push_back(time_ns([&] { exe.run(prog.p, {{"n", scalar_i64(iters)}}, {prog.out[0]}); }) / double(iters));
+  return median(v);
+}
+
+// The size of a kiln.exp that takes about `target_us` here, and its time.
+std::pair<std::int64_t, double> calibrate_exp(double target_us) {
+  kiln::Executor exe(kiln::Place::cpu(), options(1));
+  std::int64_t size = 4096;
+  double us = 0;
+  for (int step = 0; step < 12; ++step) {
+    kiln::Program p;
+    Builder b(p);
+    Value y = b.create<kiln::ExpOp>(constant(b, 0.5, DataType::Float32, {size})).result();
+    exe.run(p, {}, {y});
+    std::vector<double> v;
+    for (int r = 0; r < 21; ++r) v.push_back(time_ns([&] { exe.run(p, {}, {y}); }));
+    us = median(v) / 1e3;
+    if (us > target_us * 0.9 && us < target_us * 1.2) break;
+    size = static_cast<std::int64_t>(double(size) * target_us / std::max(us, 0.5));
+  }
+  return {size, us};
+}
+
+}  // namespace
+}  // namespace bench
+
+int main(int argc, char** argv) {
+  using namespace bench;
+  const std::string filter = argc > 1 ? argv[1] : "";
+  if (!filter.empty() && filter != "frames" && filter.rfind("frames.", 0) != 0) return 0;
+  const int reps = 9;
+  const std::int64_t iters = 100000;
+
+  Program one = counter(false), two = counter(true);
+  if (filter == "frames.profile") {  // a profiler's target: 10^6 iterations of the counter loop
+    per_iter(one, iters, 10);
+    return 0;
+  }
+  emit("frames.loop.per_iter", per_iter(one, iters, reps), "ns");
+  emit("frames.loop2.per_iter", per_iter(two, iters, reps), "ns");
+
+  const auto [size, op_us] = calibrate_exp(20.0);
+  emit("frames.parallel_iterations.op_us", op_us, "us");
+  const std::int64_t n = 64;
+  Program serial = independent(1, size), overlapped = independent(2, size);
+  kiln::Executor exe1(kiln::Place::cpu(), options(2)), exe2(kiln::Place::cpu(), options(2));
+  exe1.run(serial.p, {{"n", scalar_i64(n)}}, {serial.out[0]});
+  exe2.run(overlapped.p, {{"n", scalar_i64(n)}}, {overlapped.out[0]});
+  std::vector<double> ratio;
+  for (int r = 0; r < 15; ++r) {
+    const double t1 = time_ns([&] { exe1.run(serial.p, {{"n", scalar_i64(n)}}, {serial.out[0]}); });
+    const double t2 = time_ns([&] { exe2.run(overlapped.p, {{"n", scalar_i64(n)}}, {overlapped.out[0]}); });
+    ratio.push_back(t1 / t2);
+    if (detail()) std::printf("  pi=1 %.1f us, pi=2 %.1f us\n", t1 / 1e3, t2 / 1e3);
+  }
+  emit("frames.parallel_iterations.speedup", median(ratio), "x");
+
+  kiln::Executor exe(kiln::Place::cpu(), options(1));
+  auto& alloc = kiln::cpu_allocator();
+  auto after = [&](std::int64_t k) {
+    auto out = exe.run(one.p, {{"n", scalar_i64(k)}}, {one.out[0]});
+    out.clear();
+    return static_cast<double>(alloc.bytes_in_use());
+  };
+  const double base = after(1);
+  emit("frames.loop.mem_growth", after(iters) - base, "bytes");
+  return 0;
+}

@@ -1,0 +1,615 @@
+// FramePropagator (kiln/exec/frame_propagator.h): frames, iterations, dead
+// values, and the run loop over them.
+#include "kiln/exec/frame_propagator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <string>
+
+#include "kiln/exec/work_queue.h"
+#include "kiln/kernel/kernel_context.h"
+#include "kiln/runtime/tensor.h"
+#include "kiln/support/error.h"
+
+namespace kiln {
+
+namespace {
+
+using Kind = FrameNode::Kind;
+
+// Holds `mu` only when the run has a pool (a run on one thread takes no lock).
+class MaybeLock {
+ public:
+  MaybeLock(std::mutex& mu, bool on) : mu_(on ? &mu : nullptr) {
+    if (mu_) mu_->lock();
+  }
+  ~MaybeLock() {
+    if (mu_) mu_->unlock();
+  }
+  MaybeLock(const MaybeLock&) = delete;
+  MaybeLock& operator=(const MaybeLock&) = delete;
+
+ private:
+  std::mutex* mu_;
+};
+
+bool read_predicate(const Variable& v, const Operation* op, std::uint32_t op_index) {
+  const Tensor& t = v.get<Tensor>();
+  if (t.dtype() != DataType::Bool || t.numel() != 1)
+    throw_error(ErrorKind::InvalidArgument, "op #", op_index, " '", op->name(),
+                "' predicate must be a bool tensor of one element, got ", to_string(t.dtype()), " [",
+                t.dims().to_string(), "]");
+  return t.data<bool>()[0];
+}
+
+}  // namespace
+
+inline void FramePropagator::put(Entry& x, Variable& value, Pass pass) {
+  switch (pass) {
+    case Pass::Ref: x.ref = &value; break;
+    case Pass::Take: x.var.take_content(value); break;
+    case Pass::Share: x.var.share_content(value); break;
+  }
+}
+
+void FramePropagator::Outputs::prepare(std::uint32_t n) {
+  dead = 0;
+  forwarded = 0;
+  if (n > kInline && more.size() < n - kInline) more.resize(n - kInline);
+  for (std::uint32_t o = 0; o < n; ++o)
+    if (at(o).is_initialized()) at(o).clear();
+}
+
+FramePropagator::FramePropagator(const ExecutionPlan& plan, std::span<Variable* const> vars,
+                                 const StepContext* step)
+    : plan_(plan), fp_(*plan.frames), vars_(vars.begin(), vars.end()), step_(step) {
+  free_iterations_.resize(fp_.frames.size());
+  peak_.assign(fp_.frames.size(), 0);
+  slot_dead_.assign(plan.slots.size(), 0);
+}
+
+FramePropagator::~FramePropagator() {
+  release_all();
+  delete root_;
+}
+
+// ---- frames and iterations ----
+
+FramePropagator::Iteration* FramePropagator::start_iteration(Frame* f) {
+  const StaticFrame& info = fp_.frames[f->info];
+  std::unique_ptr<Iteration> owned;
+  auto& pool = free_iterations_[f->info];
+  Iteration* it;
+  if (!pool.empty()) {
+    it = pool.back().release();
+    pool.pop_back();
+  } else {
+    it = new Iteration;
+    it->pending = std::make_unique<std::int32_t[]>(info.num_nodes);
+    it->dead = std::make_unique<std::int32_t[]>(info.num_nodes);
+    it->inputs = std::make_unique<Entry[]>(info.num_inputs);
+  }
+  it->id = ++f->newest;
+  it->outstanding = 0;
+  it->outstanding_frames = 0;
+  it->partial = 0;
+  const auto& pending = it->id == 0 ? info.pending_first : info.pending_next;
+  if (info.num_nodes) {
+    std::memcpy(it->pending.get(), pending.data(), info.num_nodes * sizeof(std::int32_t));
+    std::memset(it->dead.get(), 0, info.num_nodes * sizeof(std::int32_t));
+  }
+  f->iterations.push_back(it);
+  peak_[f->info] = std::max<std::int64_t>(peak_[f->info], static_cast<std::int64_t>(f->iterations.size()));
+  // Constants already entered reach every iteration.
+  for (std::uint32_t c = 0; c < info.constants.size(); ++c)
+    if (f->constant_arrived[c]) {
+      Entry& e = f->constants[c];
+      deliver_all(f, it, info.constants[c], 0, e.dead ? nullptr : &e.var, Pass::Ref);
+    }
+  return it;
+}
+
+void FramePropagator::release_iteration(std::uint32_t info, Iteration* it) noexcept {
+  const StaticFrame& sf = fp_.frames[info];
+  for (std::uint32_t k = 0; k < sf.num_inputs; ++k) {
+    it->inputs[k].var.clear();
+    it->inputs[k].ref = nullptr;
+    it->inputs[k].dead = false;
+  }
+  it->children.clear();
+  free_iterations_[info].emplace_back(it);
+}
+
+FramePropagator::Frame* FramePropagator::child_frame(Frame* parent, Iteration* it, std::uint32_t info) {
+  for (Frame* c : it->children)
+    if (c->info == info) return c;
+  Frame* f;
+  if (!free_frames_.empty()) {
+    f = free_frames_.back().release();
+    free_frames_.pop_back();
+  } else {
+    f = new Frame;
+  }
+  const StaticFrame& sf = fp_.frames[info];
+  f->info = info;
+  f->parent = parent;
+  f->parent_iter = it;
+  f->newest = -1;
+  f->pending_enters = static_cast<std::int32_t>(sf.num_enters);
+  f->deferred.clear();
+  f->constants.resize(sf.constants.size());
+  f->constant_arrived.assign(sf.constants.size(), 0);
+  f->exit_fired.assign(sf.exits.size(), 0);
+  f->live_index = live_.size();
+  live_.push_back(f);
+  live_frames_ = live_.size();
+  ++frames_made_;
+  it->children.push_back(f);
+  it->outstanding_frames++;
+  start_iteration(f);
+  return f;
+}
+
+// Releases the oldest iterations that are done, starts a waiting next
+// iteration when that makes room, and ends the frame when nothing is left.
+// An iteration is done when none of its nodes is ready or running, no frame
+// made from it is alive, and no input can still reach it: iteration 0 once
+// every enter arrived, a later one once the one before it is released.
+void FramePropagator::cleanup(Frame* f) {
+  if (f == root_) return;
+  const StaticFrame& sf = fp_.frames[f->info];
+  while (!f->iterations.empty()) {
+    Iteration* it = f->iterations.front();
+    if (it->outstanding != 0 || it->outstanding_frames != 0 || (it->id == 0 && f->pending_enters != 0)) break;
+    if (__builtin_expect(it->partial != 0, 0)) throw_stalled(f, it);
+    f->iterations.pop_front();
+    release_iteration(f->info, it);
+    if (!f->deferred.empty() &&
+        static_cast<std::int64_t>(f->iterations.size()) < sf.parallel_iterations) {
+      Iteration* next = start_iteration(f);
+      std::vector<Deferred> waiting = std::move(f->deferred);
+      f->deferred.clear();
+      for (Deferred& d : waiting) deliver_all(f, next, d.node, 0, &d.value, Pass::Take);
+    }
+  }
+  if (f->iterations.empty() && f->deferred.empty()) finish_frame(f);
+}
+
+void FramePropagator::finish_frame(Frame* f) {
+  const StaticFrame& sf = fp_.frames[f->info];
+  Frame* parent = f->parent;
+  Iteration* pit = f->parent_iter;
+  for (std::uint32_t x = 0; x < sf.exits.size(); ++x)
+    if (!f->exit_fired[x]) {
+      const FrameNode& e = fp_.nodes[sf.exits[x]];
+      if (!e.out_slots.empty() && e.out_slots[0] != kNoIndex) {
+        slot_dead_[e.out_slots[0]] = 1;
+        vars_[e.out_slots[0]]->clear();
+      }
+      deliver_all(parent, pit, sf.exits[x], 0, nullptr, Pass::Share);
+    }
+  for (Entry& e : f->constants) {
+    e.var.clear();
+    e.dead = false;
+  }
+  auto& kids = pit->children;
+  kids.erase(std::find(kids.begin(), kids.end(), f));
+  pit->outstanding_frames--;
+  live_[f->live_index] = live_.back();
+  live_[f->live_index]->live_index = f->live_index;
+  live_.pop_back();
+  live_frames_ = live_.size();
+  free_frames_.emplace_back(f);
+  cleanup(parent);
+}
+
+// ---- propagation ----
+
+void FramePropagator::push(std::uint32_t node, Frame* f, Iteration* it, bool dead) {
+  it->outstanding++;
+  ready_.push_back({node, f, it, dead});
+}
+
+// One value (null: dead) into input e.dst_input of e.dst in iteration `it`.
+void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, Pass pass) {
+  const FrameNode& d = fp_.nodes[e.dst];
+  std::int32_t& dead = it->dead[d.local];
+  std::int32_t& pending = it->pending[d.local];
+  if (d.kind == Kind::Merge) {
+    if (dead < 0) return;  // fired already: later inputs are dropped
+    --pending;
+    if (value) {
+      put(it->inputs[d.input_base + e.dst_input], *value, pass);
+      dead = -1 - static_cast<std::int32_t>(e.dst_input);
+      push(e.dst, f, it, false);
+    } else {
+      ++dead;
+      if (pending == 0) push(e.dst, f, it, true);  // every input that can arrive was dead
+    }
+    return;
+  }
+  Entry& x = it->inputs[d.input_base + e.dst_input];
+  if (value) {
+    put(x, *value, pass);
+  } else {
+    x.dead = true;
+    ++dead;
+  }
+  // partial: the iteration cannot be done while a node waits for the rest
+  // of its inputs (a value that reaches iteration 0 only, read later).
+  const std::int32_t left = --pending;
+  if (left == 0) {
+    if (d.num_inputs > 1) it->partial--;
+    push(e.dst, f, it, dead > 0);
+  } else if (left == static_cast<std::int32_t>(d.num_inputs) - 1) {
+    it->partial++;
+  }
+}
+
+// Output `output` of `node` (null: dead) to each of its readers; the last
+// one takes the value when `take`. Edges are sorted by output.
+void FramePropagator::deliver_all(Frame* f, Iteration* it, std::uint32_t node, std::uint32_t output,
+                                  Variable* value, Pass pass) {
+  const FrameNode& n = fp_.nodes[node];
+  const FrameEdge* e = fp_.edges.data();
+  std::uint32_t k = n.edge_begin;
+  while (k < n.edge_end && e[k].src_output < output) ++k;
+  for (; k < n.edge_end && e[k].src_output == output; ++k) {
+    const bool last = k + 1 == n.edge_end || e[k + 1].src_output != output;
+    deliver(f, it, e[k], value, pass == Pass::Take && !last ? Pass::Share : pass);
+  }
+}
+
+void FramePropagator::propagate(const Ready& r, Outputs& out) {
+  const FrameNode& n = fp_.nodes[r.node];
+  Frame* f = r.frame;
+  Iteration* it = r.iter;
+  // The variable holding output o (null: dead).
+  auto value = [&](std::uint32_t o) -> Variable* {
+    if ((out.dead >> o) & 1) return nullptr;
+    if ((n.direct_outputs >> o) & 1) return vars_[n.out_slots[o]];
+    if ((out.forwarded >> o) & 1) return &out.from[o]->value();
+    return &out.at(o);
+  };
+  // Whether output o may be moved on (not a parameter's or a frame
+  // constant's variable, which stay).
+  auto take = [&](std::uint32_t o) {
+    if ((n.direct_outputs >> o) & 1) return Pass::Share;
+    if (((out.forwarded >> o) & 1) && out.from[o]->ref) return Pass::Share;
+    return Pass::Take;
+  };
+  // Fetched values keep a share (and whether they were dead); an exit's
+  // when it leaves its frame.
+  for (std::uint32_t o = 0; n.kind != Kind::Exit && o < n.out_slots.size(); ++o) {
+    const std::uint32_t s = n.out_slots[o];
+    if (s == kNoIndex || ((n.direct_outputs >> o) & 1)) continue;
+    Variable* v = value(o);
+    slot_dead_[s] = v == nullptr;
+    if (v) vars_[s]->share_content(*v);
+    else vars_[s]->clear();
+  }
+  switch (n.kind) {
+    case Kind::Enter: {
+      Frame* child = child_frame(f, it, n.target_frame);
+      Variable* v = value(0);
+      if (n.constant_enter) {
+        Entry& c = child->constants[n.constant_index];
+        c.dead = v == nullptr;
+        if (v && take(0) == Pass::Take) c.var.take_content(*v);
+        else if (v) c.var.share_content(*v);
+        child->constant_arrived[n.constant_index] = 1;
+        for (Iteration* ci : child->iterations)
+          deliver_all(child, ci, r.node, 0, c.dead ? nullptr : &c.var, Pass::Ref);
+      } else {
+        deliver_all(child, child->iterations.front(), r.node, 0, v, take(0));
+      }
+      clear_inputs(r);
+      child->pending_enters--;
+      it->outstanding--;
+      cleanup(child);
+      if (it->outstanding == 0) cleanup(f);
+      return;
+    }
+    case Kind::Exit: {
+      Variable* v = value(0);
+      if (v && !f->exit_fired[n.exit_index]) {
+        f->exit_fired[n.exit_index] = 1;
+        if (!n.out_slots.empty() && n.out_slots[0] != kNoIndex) vars_[n.out_slots[0]]->share_content(*v);
+        deliver_all(f->parent, f->parent_iter, r.node, 0, v, take(0));
+      }
+      break;
+    }
+    case Kind::NextIteration: {
+      Variable* v = value(0);
+      if (!v) break;  // a dead next value starts no iteration
+      if (it->id < f->newest) {
+        for (Iteration* later : f->iterations)
+          if (later->id == it->id + 1) {
+            deliver_all(f, later, r.node, 0, v, take(0));
+            break;
+          }
+      } else if (static_cast<std::int64_t>(f->iterations.size()) < fp_.frames[f->info].parallel_iterations) {
+        deliver_all(f, start_iteration(f), r.node, 0, v, take(0));
+      } else {
+        f->deferred.push_back({r.node, Variable()});
+        if (take(0) == Pass::Take) f->deferred.back().value.take_content(*v);
+        else f->deferred.back().value.share_content(*v);
+      }
+      break;
+    }
+    default: {
+      const FrameEdge* e = fp_.edges.data();
+      for (std::uint32_t k = n.edge_begin; k < n.edge_end; ++k) {
+        const std::uint32_t o = e[k].src_output;
+        const bool last = k + 1 == n.edge_end || e[k + 1].src_output != o;
+        deliver(f, it, e[k], value(o), last ? take(o) : Pass::Share);
+      }
+      break;
+    }
+  }
+  clear_inputs(r);
+  // Only an iteration with nothing left to run can be done.
+  if (--it->outstanding == 0) cleanup(f);
+}
+
+// ---- running a node ----
+
+void FramePropagator::execute(const Ready& r, Outputs& out) {
+  const FrameNode& n = fp_.nodes[r.node];
+  out.prepare(n.num_outputs);
+  Entry* in = r.iter->inputs.get() + n.input_base;
+  if (r.dead) {
+    out.dead = ~std::uint64_t{0};
+  } else {
+    switch (n.kind) {
+      case Kind::Source: out.at(0).share_content(*vars_[n.slot]); break;
+      case Kind::Switch: {
+        const bool p = read_predicate(in[1].value(), n.op, n.op_index);
+        out.forward(p ? 1 : 0, &in[0]);
+        out.dead = p ? 1 : 2;
+        break;
+      }
+      case Kind::Merge: {
+        const std::int32_t chosen = -1 - r.iter->dead[n.local];
+        out.forward(0, &in[chosen]);
+        if (!((n.unused_outputs >> 1) & 1))
+          out.at(1).set(Tensor::from_vector<std::int64_t>(Dims(), {static_cast<std::int64_t>(chosen)}));
+        break;
+      }
+      case Kind::Enter:
+      case Kind::Exit:
+      case Kind::NextIteration: out.forward(0, &in[0]); break;
+      case Kind::Kernel: run_kernel(r, out); break;
+    }
+  }
+}
+
+// After its outputs are on their way: the node's inputs are freed (their
+// last reader ran), and its entries are ready for the next use.
+void FramePropagator::clear_inputs(const Ready& r) noexcept {
+  const FrameNode& n = fp_.nodes[r.node];
+  Entry* in = r.iter->inputs.get() + n.input_base;
+  for (std::uint32_t k = 0; k < n.num_inputs; ++k) {
+    if (in[k].var.is_initialized()) in[k].var.clear();
+    in[k].ref = nullptr;
+    in[k].dead = false;
+  }
+}
+
+[[gnu::noinline, gnu::cold]] void FramePropagator::execute_recorded(const Ready& r, Outputs& out) {
+  auto now = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  const std::int64_t t0 = now();
+  execute(r, out);
+  const std::int64_t t1 = now();
+  if (r.dead) return;
+  const auto thread =
+      static_cast<std::uint32_t>(std::hash<std::thread::id>()(std::this_thread::get_id()) & 0xffff);
+  MaybeLock lock(mu_, pool_ != nullptr);
+  records_.push_back({r.node, r.frame->info, r.iter->id, t0, t1, thread});
+}
+
+void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
+  const FrameNode& n = fp_.nodes[r.node];
+  const PlanInstruction& pi = plan_.instructions[n.instruction];
+  Entry* in = r.iter->inputs.get() + n.input_base;
+  const std::uint32_t num_in = n.num_inputs, num_out = static_cast<std::uint32_t>(pi.writes.size());
+  Variable* io_small[16];
+  std::vector<Variable*> io_big;
+  Variable** io = io_small;
+  if (num_in + num_out > 16) {
+    io_big.resize(num_in + num_out);
+    io = io_big.data();
+  }
+  for (std::uint32_t k = 0; k < num_in; ++k) io[k] = &in[k].value();
+  out.prepare(num_out);
+  for (std::uint32_t o = 0; o < num_out; ++o)
+    io[num_in + o] = ((n.direct_outputs >> o) & 1) ? vars_[n.out_slots[o]] : &out.at(o);
+  // An in-place output starts as a copy of its input: the input's buffer
+  // may be shared with other readers of the value.
+  for (auto [o, i] : n.inplace)
+    if (in[i].value().is<Tensor>()) out.at(o).set(in[i].value().get<Tensor>().clone());
+    else out.at(o).share_content(in[i].value());
+  KernelContext ctx(n.op, io, num_in, io + num_in, num_out, pi.attrs.get(), pi.place, &allocator_for(pi.place));
+  ctx.set_unused_outputs(pi.unused_outputs);
+  ctx.set_step(step_);
+  pi.fn(ctx);
+}
+
+[[gnu::cold]] void FramePropagator::throw_stalled(const Frame* f, const Iteration* it) const {
+  const StaticFrame& sf = fp_.frames[f->info];
+  std::string who = "an op";
+  for (std::uint32_t id = 0; id < fp_.nodes.size(); ++id) {
+    const FrameNode& n = fp_.nodes[id];
+    if (n.frame != f->info || n.kind == Kind::Merge) continue;
+    const std::int32_t left = it->pending[n.local];
+    if (left > 0 && left < static_cast<std::int32_t>(n.num_inputs)) {
+      who = fp_.describe(id);
+      break;
+    }
+  }
+  throw_error(ErrorKind::InvalidArgument, who, " in iteration ", it->id, " of frame '", sf.name,
+              "' got some of its inputs, but the rest never arrives (a value read in every iteration "
+              "of a loop must enter its frame with is_constant = true; a non-constant enter reaches "
+              "iteration 0 only; a value that is dead in one iteration, as the body of a loop whose exit "
+              "was taken, must be dead in all the values of a loop it enters)");
+}
+
+void FramePropagator::fail(std::uint32_t node, std::exception_ptr e) noexcept {
+  if (!failure_.error) {
+    failure_.instruction = node == kNoIndex ? kNoIndex : fp_.nodes[node].instruction;
+    failure_.error = std::move(e);
+  }
+  stop_ = true;
+}
+
+// ---- the run ----
+
+bool FramePropagator::pop(Ready& r) {
+  // Relaxed: a stale "false" only runs one more node before the abort is seen.
+  if (stop_ || ready_.empty() || (abort_ && abort_->load(std::memory_order_relaxed))) return false;
+  r = ready_.front();
+  ready_.pop_front();
+  return true;
+}
+
+// A worker: runs ready nodes until none is left. The caller of run() stays
+// until the run is over, sleeping while others run and nothing is ready
+// (it is the user's thread, never a pool thread); a pool worker leaves as
+// soon as nothing is ready, so no pool thread waits on another.
+void FramePropagator::work(bool caller) {
+  Outputs out;
+  std::unique_lock lock(mu_);
+  Ready r;
+  for (;;) {
+    if (!pop(r)) {
+      // Relaxed: as in pop(). A cancellation only sets the flag: a caller
+      // asleep here wakes when the last pool worker leaves (each leaves at
+      // its next pop, and notifies it).
+      if (!caller || active_ == 1 || stop_ || (abort_ && abort_->load(std::memory_order_relaxed))) break;
+      caller_waiting_ = true;
+      idle_.wait(lock);
+      caller_waiting_ = false;
+      continue;
+    }
+    // Someone else for the rest of the ready nodes: the waiting caller, or
+    // one more pool worker while there is room.
+    if (!ready_.empty()) {
+      if (caller_waiting_) idle_.notify_all();
+      else if (active_ < max_workers_) {
+        ++active_;
+        pool_->push({&FramePropagator::work_entry, this, 0});
+      }
+    }
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      if (__builtin_expect(record_, 0)) execute_recorded(r, out);
+      else execute(r, out);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    if (error) fail(r.node, std::move(error));
+    else {
+      try {
+        propagate(r, out);
+      } catch (...) {
+        fail(r.node, std::current_exception());
+      }
+    }
+  }
+  --active_;
+  if (!caller && caller_waiting_) idle_.notify_all();
+}
+
+void FramePropagator::work_entry(void* self, std::uint32_t) { static_cast<FramePropagator*>(self)->work(false); }
+
+FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_threads,
+                                              const std::atomic<bool>& abort) {
+  failure_ = {};
+  stop_ = false;
+  records_.clear();
+  abort_ = &abort;
+  frames_made_ = 0;
+  std::fill(peak_.begin(), peak_.end(), 0);
+  std::fill(slot_dead_.begin(), slot_dead_.end(), 0);
+  pool_ = num_threads > 1 ? pool : nullptr;
+  max_workers_ = pool_ ? num_threads : 1;
+  // The top level: one frame, one iteration, its roots ready.
+  if (!root_) {
+    root_ = new Frame;
+    root_->info = 0;
+  }
+  root_->newest = -1;
+  root_->pending_enters = 0;
+  Iteration* top = start_iteration(root_);
+  for (std::uint32_t id : fp_.roots) push(id, root_, top, false);
+
+  if (!pool_) {
+    Outputs out;
+    Ready r;
+    while (pop(r)) {
+      try {
+        if (__builtin_expect(record_, 0)) execute_recorded(r, out);
+        else execute(r, out);
+        propagate(r, out);
+      } catch (...) {
+        fail(r.node, std::current_exception());
+      }
+    }
+  } else {
+    {
+      std::lock_guard lock(mu_);
+      active_ = 1;
+    }
+    work(/*caller=*/true);
+    // After a failure or an abort: pool workers finish the node they run.
+    std::unique_lock lock(mu_);
+    while (active_ != 0) {
+      caller_waiting_ = true;
+      idle_.wait(lock);
+      caller_waiting_ = false;
+    }
+  }
+  // Relaxed: only picks the error message; the run's own error (Cancelled,
+  // DeadlineExceeded) was recorded by whoever set the flag.
+  const bool aborted = abort.load(std::memory_order_relaxed);
+  if (!failure_.error && !aborted && (top->outstanding != 0 || top->outstanding_frames != 0 || !live_.empty()))
+    failure_.error = std::make_exception_ptr(Error(
+        ErrorKind::InvalidArgument,
+        "the dataflow run stopped with " + std::to_string(live_.size()) +
+            " frame(s) still live and no op ready: a kiln.merge or another op waits for an input that "
+            "never arrives (a value read in every iteration of a loop must enter its frame with "
+            "is_constant = true; a non-constant enter reaches iteration 0 only)"));
+  release_all();
+  return failure_;
+}
+
+// Drops every frame, iteration and queued node (after a run, failed or not).
+void FramePropagator::release_all() noexcept {
+  ready_.clear();
+  // Children first: a frame's iterations hold its own children only.
+  while (!live_.empty()) {
+    Frame* f = live_.back();
+    live_.pop_back();
+    for (Iteration* it : f->iterations) release_iteration(f->info, it);
+    f->iterations.clear();
+    f->deferred.clear();
+    for (Entry& e : f->constants) e.var.clear();
+    free_frames_.emplace_back(f);
+  }
+  live_frames_ = 0;
+  if (root_) {
+    for (Iteration* it : root_->iterations) release_iteration(0, it);
+    root_->iterations.clear();
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,68 @@
+// RunState::run_frames: a run of a plan with frames goes through its
+// FramePropagator (kiln/exec/frame_propagator.h); its failures, and fetches
+// of dead values, become the run's error like any other.
+#include <string>
+
+#include "kiln/exec/frame_propagator.h"
+#include "kiln/exec/run_state.h"
+#include "kiln/exec/step_stats.h"
+#include "kiln/exec/work_queue.h"
+
+namespace kiln {
+
+void RunState::run_frames() {
+  if (!frames_) frames_ = std::make_unique<FramePropagator>(*plan_, vars_, &step_);
+  solo_ = true;
+  WorkQueue* pool = config_.plan == ThreadPlan::Sequential ? nullptr : config_.pool;
+  unsigned threads = 1;
+  if (pool) {
+    threads = pool->num_threads() + 1;
+    if (plan_->options.num_threads) threads = std::min(threads, plan_->options.num_threads);
+  }
+  frames_->set_recording(config_.stats != nullptr);
+  FramePropagator::Failure failure = frames_->run(pool, threads, abort_);
+  if (failure.error) {
+    record_error(failure.instruction == kNoIndex ? kRunIndex : failure.instruction, failure.error);
+    return;
+  }
+  if (error_) return;  // cancelled
+  const FramePlan& fp = *plan_->frames;
+  for (std::size_t k = 0; k < plan_->fetches.size(); ++k) {
+    const std::uint32_t slot = plan_->fetches[k].slot;
+    if (!frames_->dead(slot)) continue;
+    std::string from;
+    if (fp.slot_producer[slot] != kNoIndex) from = " (a result of " + fp.describe(fp.slot_producer[slot]) + ")";
+    record_error(kRunIndex,
+                 std::make_exception_ptr(Error(
+                     ErrorKind::InvalidArgument,
+                     "fetch #" + std::to_string(k) + from +
+                         " is dead: it depends on the untaken output of a kiln.switch, so this run "
+                         "computed no value for it; fetch a value after the kiln.merge that joins the branches")));
+    return;
+  }
+}
+
+// The step stats of a run with frames: one node per op run, with its frame
+// and iteration.
+void RunState::collect_frame_stats(StepStats& stats, std::int64_t t0) const {
+  if (!frames_) return;
+  const ExecutionPlan& p = *plan_;
+  const FramePlan& fp = *p.frames;
+  for (const FramePropagator::Record& r : frames_->records()) {
+    const FrameNode& n = fp.nodes[r.node];
+    if (n.instruction == kNoIndex) continue;  // a feed or parameter read
+    NodeStats& node = stats.nodes.emplace_back();
+    node.instruction = n.instruction;
+    node.op_name = p.instructions[n.instruction].name;
+    node.label = p.label(n.instruction);
+    node.start_ns = r.start_ns - t0;
+    node.end_ns = r.end_ns - t0;
+    node.thread = r.thread;
+    if (r.frame != 0) {
+      node.frame = fp.frames[r.frame].name;
+      node.iteration = r.iteration;
+    }
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,242 @@
+// The "lower_to_dataflow" pass (kiln/passes/lower_to_dataflow.h).
+#include "kiln/passes/lower_to_dataflow.h"
+
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "kiln/dialect/control_flow_ops.h"
+#include "kiln/dialect/dataflow_ops.h"
+#include "kiln/ir/builder.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr std::int64_t kParallelIterations = 10;
+
+// Whether an op may run once before a loop instead of once per iteration.
+bool hoistable(const Operation& op) {
+  return !op.has_trait<Random>() && !op.has_trait<SideEffect>() && !op.has_trait<Communication>() &&
+         op.num_regions() == 0 && !is_dataflow_op(op);
+}
+
+bool block_can_lower(const Block& block) {
+  for (const Operation* op : block) {
+    for (std::uint32_t r = 0; r < op->num_regions(); ++r)
+      for (const Block* b : op->region(r))
+        if (!block_can_lower(*b)) return false;
+    if (auto w = const_cast<Operation*>(op)->dyn_cast<WhileOp>()) {
+      if (w.attrs().max_iterations >= 0) return false;
+      const Block& body = w.body_region().front();
+      const Operation* yield = body.back();
+      if (!yield || yield->num_operands() != 1 + w.num_carried()) return false;
+      if (!type_fits(yield->operand_source(0).type(), w.cond().type())) return false;
+      for (std::uint32_t k = 0; k < w.num_carried(); ++k)
+        if (!type_fits(yield->operand_source(1 + k).type(), op->operand_source(1 + k).type())) return false;
+      // A body op reading nothing of the loop that cannot move out of it.
+      std::unordered_set<const detail::ValueImpl*> variant;
+      for (std::uint32_t a = 0; a < body.num_arguments(); ++a) variant.insert(body.argument(a).impl());
+      for (const Operation* b : body) {
+        bool reads_loop = b->num_regions() != 0;  // a nested op reads the loop through its operands
+        for (std::uint32_t i = 0; i < b->num_operands(); ++i)
+          if (variant.count(b->operand_source(i).impl())) reads_loop = true;
+        if (reads_loop || is_dataflow_op(*b)) {
+          for (std::uint32_t r = 0; r < b->num_results(); ++r) variant.insert(b->result(r).impl());
+        } else if (!hoistable(*b) && !b->isa<YieldOp>()) {
+          return false;
+        }
+      }
+    } else if (op->isa<IfOp>()) {
+      if (op->region(0).empty()) return false;
+    } else if (op->num_regions()) {
+      return false;  // some other op with regions
+    }
+  }
+  return true;
+}
+
+bool has_structured(const Block& block) {
+  for (const Operation* op : block)
+    if (op->num_regions()) return true;
+  return false;
+}
+
+class Lowering {
+ public:
+  // Frame names already used by the program's own enters are not reused.
+  Lowering(PassContext& ctx, const Program& program) : ctx_(ctx) {
+    for (Block* b : blocks_innermost_first(program))
+      for (Operation* op : *b)
+        if (auto e = op->dyn_cast<EnterOp>()) taken_.insert(e.attrs().frame_name);
+  }
+
+  void lower_block(Block& block) {
+    std::vector<Operation*> ops;
+    for (Operation* op : block) ops.push_back(op);
+    for (Operation* op : ops) {
+      if (!op->num_regions()) continue;
+      for (std::uint32_t r = 0; r < op->num_regions(); ++r)
+        for (Block* b : op->region(r)) lower_block(*b);
+      if (op->isa<IfOp>()) lower_if(op);
+      else if (op->isa<WhileOp>()) lower_while(op);
+    }
+  }
+
+ private:
+  // Values reachable from `seeds` through the ops of `ops` (in order).
+  static std::unordered_set<const detail::ValueImpl*> reached(const std::vector<Operation*>& ops,
+                                                             const std::vector<Value>& seeds) {
+    std::unordered_set<const detail::ValueImpl*> s;
+    for (Value v : seeds) s.insert(v.impl());
+    for (Operation* op : ops) {
+      bool hit = false;
+      for (std::uint32_t i = 0; i < op->num_operands() && !hit; ++i) hit = s.count(op->operand_source(i).impl());
+      if (hit)
+        for (std::uint32_t r = 0; r < op->num_results(); ++r) s.insert(op->result(r).impl());
+    }
+    return s;
+  }
+
+  static std::vector<Operation*> body_ops(Block& b) {
+    std::vector<Operation*> ops;
+    for (Operation* op : b)
+      if (!op->isa<YieldOp>()) ops.push_back(op);
+    return ops;
+  }
+
+  void lower_if(Operation* op) {
+    auto iff = op->dyn_cast<IfOp>();
+    Builder b(*op->parent_block());
+    b.set_insertion_point(op);
+    const Value pred = iff.pred();
+    std::vector<SwitchOp> switches;
+    for (std::uint32_t j = 0; j < iff.num_captures(); ++j)
+      switches.push_back(b.create<SwitchOp>(op->operand_source(1 + j), pred));
+    std::vector<Value> yields[2];
+    for (std::uint32_t r = 0; r < 2; ++r) {
+      if (op->region(r).empty()) continue;
+      Block& blk = op->region(r).front();
+      std::vector<Value> seeds;
+      for (std::uint32_t j = 0; j < blk.num_arguments(); ++j) {
+        Value side = r == 0 ? Value(switches[j].output_true()) : Value(switches[j].output_false());
+        blk.argument(j).replace_all_uses_with(side);
+        seeds.push_back(side);
+      }
+      std::vector<Operation*> ops = body_ops(blk);
+      auto live = reached(ops, seeds);
+      for (Operation* o : ops) o->move_before(op);
+      b.set_insertion_point(op);
+      Operation* yield = blk.back();
+      for (std::uint32_t k = 0; k < yield->num_operands(); ++k) {
+        Value v = yield->operand_source(k);
+        if (!live.count(v.impl())) {  // live in both branches: gate it
+          auto gate = b.create<SwitchOp>(v, pred);
+          v = r == 0 ? Value(gate.output_true()) : Value(gate.output_false());
+        }
+        yields[r].push_back(v);
+      }
+    }
+    for (std::uint32_t k = 0; k < op->num_results(); ++k) {
+      auto m = b.create<MergeOp>(std::vector<Value>{yields[0][k], yields[1][k]});
+      ctx_.replace_all_uses(op->result(k), m.output());
+    }
+    ctx_.erase_op(op);
+  }
+
+  void lower_while(Operation* op) {
+    auto w = op->dyn_cast<WhileOp>();
+    std::string frame;
+    do frame = "while_" + std::to_string(next_frame_++);
+    while (taken_.count(frame));
+    Block& body = w.body_region().front();
+    Builder b(*op->parent_block());
+    const std::uint32_t carried = w.num_carried();
+
+    // Body ops that read nothing of the loop run once, before it.
+    std::unordered_set<const detail::ValueImpl*> variant;
+    for (std::uint32_t a = 0; a < body.num_arguments(); ++a) variant.insert(body.argument(a).impl());
+    std::vector<Operation*> ops, hoisted;
+    for (Operation* o : body_ops(body)) {
+      bool reads_loop = false;
+      for (std::uint32_t i = 0; i < o->num_operands(); ++i)
+        if (variant.count(o->operand_source(i).impl())) reads_loop = true;
+      if (!reads_loop && hoistable(*o)) {
+        hoisted.push_back(o);
+        continue;
+      }
+      if (!reads_loop && !is_dataflow_op(*o))
+        throw_error(ErrorKind::Unimplemented, "lower_to_dataflow: op '", o->name(),
+                    "' in a kiln.while body reads nothing of the loop and cannot run before it");
+      for (std::uint32_t r = 0; r < o->num_results(); ++r) variant.insert(o->result(r).impl());
+      ops.push_back(o);
+    }
+    for (Operation* o : hoisted) o->move_before(op);
+    b.set_insertion_point(op);
+
+    auto enter = [&](Value v, bool constant) {
+      return b.create<EnterOp>(v, frame, constant, kParallelIterations).result();
+    };
+    Value cond_merged = b.create<MergeOp>(std::vector<Value>{enter(w.cond(), false)}).output();
+    std::vector<Value> merged, taken;
+    for (std::uint32_t k = 0; k < carried; ++k) {
+      Value m = b.create<MergeOp>(std::vector<Value>{enter(op->operand_source(1 + k), false)}).output();
+      merged.push_back(m);
+      auto sw = b.create<SwitchOp>(m, cond_merged);
+      ctx_.replace_all_uses(op->result(k), b.create<ExitOp>(sw.output_false()).result());
+      taken.push_back(sw.output_true());
+      body.argument(k).replace_all_uses_with(sw.output_true());
+    }
+    for (std::uint32_t j = 0; j < w.num_captures(); ++j)
+      body.argument(carried + j).replace_all_uses_with(enter(op->operand_source(1 + carried + j), true));
+    // Hoisted values the loop reads enter as constants.
+    for (Operation* h : hoisted)
+      for (std::uint32_t r = 0; r < h->num_results(); ++r) {
+        Value v = h->result(r);
+        bool inside = false;
+        for (OpOperand u : v.uses())
+          if (u.owner()->parent_block() == &body) inside = true;
+        if (!inside) continue;
+        Value c = enter(v, true);
+        v.replace_uses_if(c, [&](OpOperand u) { return u.owner()->parent_block() == &body; });
+      }
+    auto live = reached(ops, taken);
+    for (Operation* o : ops) o->move_before(op);
+    b.set_insertion_point(op);
+    Operation* yield = body.back();
+    auto next = [&](std::uint32_t k, Value target) {
+      Value v = yield->operand_source(k);
+      if (!live.count(v.impl())) v = b.create<SwitchOp>(v, cond_merged).output_true();  // gated
+      b.create<NextIterationOp>(v, target);
+    };
+    next(0, cond_merged);
+    for (std::uint32_t k = 0; k < carried; ++k) next(1 + k, merged[k]);
+    ctx_.erase_op(op);
+  }
+
+  PassContext& ctx_;
+  std::uint32_t next_frame_ = 0;
+  std::unordered_set<std::string> taken_;
+};
+
+class LowerToDataflowPass : public Pass {
+ public:
+  LowerToDataflowPass() : Pass("lower_to_dataflow") {}
+  void run(Program& program, PassContext& ctx) override {
+    if (!can_lower_to_dataflow(program)) return;
+    Lowering(ctx, program).lower_block(program.block());
+  }
+};
+
+}  // namespace
+
+bool can_lower_to_dataflow(const Program& program) {
+  return has_structured(program.block()) && block_can_lower(program.block());
+}
+
+std::unique_ptr<Pass> create_lower_to_dataflow_pass() { return std::make_unique<LowerToDataflowPass>(); }
+
+KILN_REGISTER_PASS("lower_to_dataflow", [] { return create_lower_to_dataflow_pass(); },
+                   "lowers kiln.if / kiln.while to kiln.switch, merge, enter, exit and next_iteration");
+
+}  // namespace kiln

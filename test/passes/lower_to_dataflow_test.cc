@@ -1,0 +1,177 @@
+// The "lower_to_dataflow" pass (kiln/passes/lower_to_dataflow.h): programs
+// with kiln.if / kiln.while, built with the control-flow frontend, give the
+// same results lowered to dataflow ops (run by the frame propagator) as run
+// structured; what keeps a program structured.
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "frontend/frontend_test_util.h"
+#include "kiln/dialect/dataflow_ops.h"
+#include "kiln/passes/lower_to_dataflow.h"
+#include "passes/passes_test_util.h"
+
+using namespace kiln;
+using namespace kiln_frontend_test;
+namespace F = kiln::nn::functional;
+
+namespace {
+
+Value add(Value a, Value b) { return main_builder().create<AddOp>(a, b).result(); }
+Value mul(Value a, Value b) { return main_builder().create<MulOp>(a, b).result(); }
+Value i64_scalar(double v) { return full({1}, v, DataType::Int64); }
+Tensor i64(std::int64_t v) { return Tensor::from_vector<std::int64_t>(Dims({1}), {v}); }
+
+// Runs `p` structured and lowered (1 and 2 threads) with each feed set;
+// every fetched tensor must be equal.
+void check_same(const Program& p, const std::vector<FeedMap>& feeds, const std::vector<FetchTarget>& fetch) {
+  REQUIRE(can_lower_to_dataflow(p));
+  ExecutionOptions structured;
+  structured.num_threads = 1;
+  Executor plain(Place::cpu(), structured);
+  for (unsigned t : {1u, 2u}) {
+    ExecutionOptions o;
+    o.num_threads = t;
+    o.passes = "lower_to_dataflow";
+    Executor lowered(Place::cpu(), o);
+    for (const FeedMap& f : feeds) {
+      auto want = plain.run(p, f, fetch);
+      auto got = lowered.run(p, f, fetch);
+      REQUIRE(got.size() == want.size());
+      for (std::size_t k = 0; k < want.size(); ++k) {
+        INFO("fetch #" << k << ", " << t << " thread(s)");
+        CHECK(got[k].dtype() == want[k].dtype());
+        CHECK(got[k].dims() == want[k].dims());
+        CHECK(got[k].to_string() == want[k].to_string());
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("lowering a while_loop gives the structured results, for zero iterations too",
+          "[passes][frames]") {
+  GuardedPrograms b;
+  Value n = data("n", {1}, DataType::Int64);
+  auto outs = while_loop([&](const std::vector<Value>& v) { return less_than(v[0], n); },
+                         [&](const std::vector<Value>& v) {
+                           return std::vector<Value>{increment(v[0]), add(v[1], full({2}, 0.5))};
+                         },
+                         {i64_scalar(0), full({2}, 1.0)});
+  check_same(b.main, {{{"n", i64(0)}}, {{"n", i64(3)}}, {{"n", i64(10)}}}, {outs[0], outs[1]});
+  // The lowered program holds no region, and one frame per loop.
+  std::vector<Value> live;
+  for (Value v : outs) live.push_back(v);
+  kiln_passes_test::run_pipeline(b.main, "lower_to_dataflow", live);
+  CHECK(kiln_passes_test::count_ops(b.main, "kiln.while") == 0);
+  CHECK(kiln_passes_test::count_ops(b.main, "kiln.next_iteration") == 3);
+  CHECK(kiln_passes_test::count_ops(b.main, "kiln.exit") == 2);
+  CHECK_NOTHROW(b.main.verify());
+}
+
+TEST_CASE("lowering a cond gives the structured results on both branches", "[passes][frames]") {
+  GuardedPrograms b;
+  Value x = data("x", {1}, DataType::Int64);
+  Value y = cond(greater_than(x, 0), [&] { return mul(x, i64_scalar(2)); },
+                 [&] { return add(x, i64_scalar(-1)); });
+  // A branch that yields a constant: the constant is live in both branches.
+  Value z = cond(greater_than(x, 0), [&] { return i64_scalar(7); }, [&] { return x; });
+  check_same(b.main, {{{"x", i64(5)}}, {{"x", i64(-5)}}}, {y, z});
+}
+
+TEST_CASE("lowering nested loops and a cond in a loop body gives the structured results",
+          "[passes][frames]") {
+  GuardedPrograms b;
+  Value n = data("n", {1}, DataType::Int64);
+  // acc = sum over i < n, j < i of (i == 1 ? i : j)
+  auto outs = while_loop(
+      [&](const std::vector<Value>& v) { return less_than(v[0], n); },
+      [&](const std::vector<Value>& v) {
+        Value i = v[0];
+        auto inner = while_loop(
+            [&](const std::vector<Value>& w) { return less_than(w[0], i); },
+            [&](const std::vector<Value>& w) {
+              Value odd = equal(i, full({1}, 1, DataType::Int64));
+              Value term = cond(odd, [&] { return i; }, [&] { return w[0]; });
+              return std::vector<Value>{increment(w[0]), add(w[1], term)};
+            },
+            {i64_scalar(0), v[1]});
+        return std::vector<Value>{increment(i), inner[1]};
+      },
+      {i64_scalar(0), i64_scalar(0)});
+  check_same(b.main, {{{"n", i64(0)}}, {{"n", i64(1)}}, {{"n", i64(5)}}}, {outs[0], outs[1]});
+}
+
+TEST_CASE("lowering switch_case gives the structured results for every key", "[passes][frames]") {
+  GuardedPrograms b;
+  Value k = data("k", {1}, DataType::Int64);
+  auto out = switch_case(k,
+                         {{1, [&] { return std::vector<Value>{i64_scalar(10)}; }},
+                          {2, [&] { return std::vector<Value>{add(k, i64_scalar(20))}; }}},
+                         [&] { return std::vector<Value>{i64_scalar(-1)}; });
+  check_same(b.main, {{{"k", i64(1)}}, {{"k", i64(2)}}, {{"k", i64(3)}}}, {out[0]});
+}
+
+TEST_CASE("a loop with a parameter in its body reads it once, entered as a constant",
+          "[passes][frames]") {
+  GuardedPrograms b;
+  Value n = data("n", {1}, DataType::Int64);
+  auto outs = while_loop(
+      [&](const std::vector<Value>& v) { return less_than(v[0], n); },
+      [&](const std::vector<Value>& v) {
+        Value w = create_parameter("w", {2}, DataType::Float32, init::Constant(0.25));
+        return std::vector<Value>{increment(v[0]), add(v[1], w)};
+      },
+      {i64_scalar(0), full({2}, 0.0)});
+  ExecutionOptions o;
+  o.passes = "lower_to_dataflow";
+  Executor plain, lowered(Place::cpu(), o);
+  plain.run(b.startup);
+  lowered.run(b.startup);
+  for (std::int64_t iters : {0, 4}) {
+    auto want = plain.run(b.main, {{"n", i64(iters)}}, {outs[1]});
+    auto got = lowered.run(b.main, {{"n", i64(iters)}}, {outs[1]});
+    CHECK(got[0].to_vector<float>() == want[0].to_vector<float>());
+  }
+}
+
+TEST_CASE("a program the pass cannot lower as a whole stays structured", "[passes][frames]") {
+  GuardedPrograms b;
+  auto outs = while_loop([&](const std::vector<Value>& v) { return less_than(v[0], 5); },
+                         [&](const std::vector<Value>& v) { return std::vector<Value>{increment(v[0])}; },
+                         {i64_scalar(0)}, /*max_iterations=*/3);
+  CHECK_FALSE(can_lower_to_dataflow(b.main));
+  kiln_passes_test::run_pipeline(b.main, "lower_to_dataflow", {outs[0]});
+  CHECK(kiln_passes_test::count_ops(b.main, "kiln.while") == 1);
+  ExecutionOptions o;
+  o.passes = "lower_to_dataflow";
+  Executor exe(Place::cpu(), o);
+  KILN_CHECK_ERROR(exe.run(b.main, {}, {outs[0]}), OutOfRange, {"max_iterations"});
+}
+
+TEST_CASE("lowering a SimpleRNN's loop over tensor arrays gives the structured outputs and state",
+          "[passes][frames]") {
+  GuardedPrograms b;
+  Value x = data("x", {4, 2, 3});
+  nn::SimpleRNN rnn(3, 5);
+  auto [outputs, last] = rnn(x);
+  std::vector<float> xs(24);
+  for (std::size_t k = 0; k < xs.size(); ++k) xs[k] = 0.1f * float(k % 7) - 0.3f;
+  ExecutionOptions o;
+  o.passes = "lower_to_dataflow";
+  Executor plain, lowered(Place::cpu(), o);
+  plain.run(b.startup);
+  // The same weights in both scopes.
+  for (const std::string& name : plain.scope().local_var_names())
+    if (plain.scope().find_var(name)->is<Tensor>())
+      lowered.scope().var(name).set(plain.scope().find_var(name)->get<Tensor>().clone());
+  REQUIRE(can_lower_to_dataflow(b.main));
+  FeedMap feed{{"x", Tensor::from_vector<float>(Dims({4, 2, 3}), xs)}};
+  auto want = plain.run(b.main, feed, {outputs, last});
+  auto got = lowered.run(b.main, feed, {outputs, last});
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].dims() == want[0].dims());
+  CHECK(got[0].to_string() == want[0].to_string());
+  CHECK(got[1].to_string() == want[1].to_string());
+}
