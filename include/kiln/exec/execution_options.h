@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -14,6 +15,8 @@
 #include "kiln/support/place.h"
 
 namespace kiln {
+
+class Communicator;
 
 // What to fetch: a value of the program, or a name — of a kiln.fetch op, a
 // data op, or a parameter. A fetch observes every op of the program that
@@ -91,6 +94,10 @@ struct ExecutionOptions {
   // never changes, and feeds, fetch targets and skip_gc values map through
   // the copy and every replacement a pass makes. Empty: no passes.
   std::string passes{};
+  // The ranks the program's collective ops (kiln/dialect/collective_ops.h)
+  // run over (kiln/runtime/communicator.h); kernels reach it through
+  // StepContext::communicator. Null: a collective op fails naming itself.
+  std::shared_ptr<Communicator> communicator{};
   // Executor only: compiled programs kept (LRU).
   std::size_t cache_capacity = 32;
 };

@@ -1,0 +1,266 @@
+// The MPI backend (src/runtime/mpi_communicator.h). Everything MPI runs on
+// the communicator's thread, which initializes MPI (MPI_THREAD_MULTIPLE, so
+// that abort() may also speak from the thread that failed). Collectives are
+// non-blocking MPI calls completed by a polling loop that also watches a
+// second communicator for a failed peer's message: a rank never waits on a
+// peer that is gone, and sleeps between polls, so its thread leaves the
+// cores to the backward pass it overlaps.
+#include "mpi_communicator.h"
+
+// MPI's C API only (OpenMPI's C++ bindings are deprecated and warn).
+#define OMPI_SKIP_MPICXX 1
+#include <mpi.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace kiln::detail {
+namespace {
+
+constexpr int kFailureTag = 77;
+constexpr std::size_t kFailureMessageBytes = 8192;
+
+MPI_Datatype mpi_type(DataType dtype) {
+  switch (dtype) {
+    case DataType::Float32: return MPI_FLOAT;
+    case DataType::Float64: return MPI_DOUBLE;
+    case DataType::Int8: return MPI_INT8_T;
+    case DataType::Int16: return MPI_INT16_T;
+    case DataType::Int32: return MPI_INT32_T;
+    case DataType::Int64: return MPI_INT64_T;
+    case DataType::UInt8: return MPI_UINT8_T;
+    case DataType::UInt16: return MPI_UINT16_T;
+    case DataType::UInt32: return MPI_UINT32_T;
+    case DataType::UInt64: return MPI_UINT64_T;
+    default:
+      throw_error(ErrorKind::InvalidArgument, "dtype ", to_string(dtype), " has no MPI reduction type");
+  }
+}
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return std::string(text, static_cast<std::size_t>(len));
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator();
+  ~MpiCommunicator() override;
+  const Error* peer_failure() const override {
+    // acquire: pairs with the release in take_failure; failure_ is written before.
+    return broken_.load(std::memory_order_acquire) ? &*failure_ : nullptr;
+  }
+
+ protected:
+  void allreduce_impl(const void* send, void* recv, std::size_t count, DataType dtype) override;
+  void broadcast_impl(void* data, std::size_t bytes, int root) override;
+  void allgather_impl(const void* in, std::size_t bytes_per_rank, void* out) override;
+  void reduce_scatter_impl(const void* in, void* out, std::size_t count_per_rank, DataType dtype) override;
+  void barrier_impl() override;
+  [[noreturn]] void abort_impl(const std::string& message) override;
+
+ private:
+  void init();
+  void finalize();
+  int checked_count(std::size_t n, const char* what) const;
+  void check(int code, const char* what) const;
+  // Throws the failure a peer reported, if one arrived (or arrived before).
+  void poll_peers();
+  [[noreturn]] void take_failure(int source, int bytes);
+  // Completes `request`, polling for a peer's failure in between.
+  void wait(MPI_Request& request, const char* what);
+
+  MPI_Comm comm_ = MPI_COMM_NULL;          // the collectives
+  MPI_Comm failure_comm_ = MPI_COMM_NULL;  // failure messages, any source
+  MPI_Request failure_request_ = MPI_REQUEST_NULL;
+  std::vector<char> failure_buffer_ = std::vector<char>(kFailureMessageBytes);
+  std::optional<Error> failure_;  // written once, before broken_ turns true
+  std::atomic<bool> broken_{false};
+  std::atomic<bool> aborting_{false};
+};
+
+MpiCommunicator::MpiCommunicator() : Communicator(0, 1, CommBackend::Mpi, /*own_thread=*/true) {
+  run_blocking([this] { init(); });
+}
+
+void MpiCommunicator::init() {
+  int provided = 0;
+  int code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+  if (code != MPI_SUCCESS)
+    throw_error(ErrorKind::Unavailable, "MPI_Init_thread failed: ", mpi_error_text(code));
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  if (provided < MPI_THREAD_SERIALIZED)
+    throw_error(ErrorKind::Unavailable, "MPI provides thread level ", provided,
+                "; kiln's communicator needs MPI_THREAD_SERIALIZED or better");
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  set_world(rank, size);
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &failure_comm_), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(failure_comm_, MPI_ERRORS_RETURN);
+  check(MPI_Irecv(failure_buffer_.data(), static_cast<int>(failure_buffer_.size()), MPI_CHAR, MPI_ANY_SOURCE,
+                  kFailureTag, failure_comm_, &failure_request_),
+        "MPI_Irecv");
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (broken_.load(std::memory_order_acquire)) {
+    // Requests a gone peer never completes are pending: MPI cannot finalize.
+    std::fprintf(stderr, "kiln: %s: %s\n", describe().c_str(), failure_->message().c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  try {
+    run_blocking([this] { finalize(); });
+  } catch (const Error& e) {
+    std::fprintf(stderr, "kiln: %s: %s\n", describe().c_str(), e.message().c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  stop_thread();
+}
+
+void MpiCommunicator::finalize() {
+  // Every rank gets here before any stops listening for failures.
+  barrier_impl();
+  MPI_Cancel(&failure_request_);
+  MPI_Wait(&failure_request_, MPI_STATUS_IGNORE);
+  MPI_Comm_free(&failure_comm_);
+  MPI_Comm_free(&comm_);
+  MPI_Finalize();
+}
+
+int MpiCommunicator::checked_count(std::size_t n, const char* what) const {
+  if (n > static_cast<std::size_t>(INT_MAX))
+    throw_error(ErrorKind::InvalidArgument, what, " on ", describe(), ": ", n,
+                " elements exceed MPI's count limit (2^31 - 1)");
+  return static_cast<int>(n);
+}
+
+void MpiCommunicator::check(int code, const char* what) const {
+  if (code != MPI_SUCCESS)
+    throw_error(ErrorKind::Internal, what, " on ", describe(), " failed: ", mpi_error_text(code));
+}
+
+void MpiCommunicator::poll_peers() {
+  if (broken_.load(std::memory_order_acquire)) throw *failure_;
+  int arrived = 0;
+  MPI_Status status;
+  MPI_Test(&failure_request_, &arrived, &status);
+  if (arrived) {
+    int bytes = 0;
+    MPI_Get_count(&status, MPI_CHAR, &bytes);
+    take_failure(status.MPI_SOURCE, bytes);
+  }
+}
+
+void MpiCommunicator::take_failure(int source, int bytes) {
+  failure_.emplace(ErrorKind::Unavailable,
+                   "rank " + std::to_string(source) + " failed: " +
+                       std::string(failure_buffer_.data(), static_cast<std::size_t>(bytes > 0 ? bytes : 0)));
+  // release: failure_ is written before any thread sees broken_.
+  broken_.store(true, std::memory_order_release);
+  throw *failure_;
+}
+
+void MpiCommunicator::wait(MPI_Request& request, const char* what) {
+  int spins = 0;
+  for (;;) {
+    int done = 0;
+    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    if (done) return;
+    poll_peers();
+    // A few yields for the short waits, then sleeps: the thread must not
+    // take a core from the compute it overlaps (2 ranks on 2 cores).
+    if (++spins < 32) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+void MpiCommunicator::allreduce_impl(const void* send, void* recv, std::size_t count, DataType dtype) {
+  poll_peers();
+  MPI_Request r;
+  check(MPI_Iallreduce(send ? send : MPI_IN_PLACE, recv, checked_count(count, "allreduce"), mpi_type(dtype), MPI_SUM,
+                       comm_, &r),
+        "MPI_Iallreduce");
+  wait(r, "MPI_Iallreduce");
+}
+
+void MpiCommunicator::broadcast_impl(void* data, std::size_t bytes, int root) {
+  poll_peers();
+  MPI_Request r;
+  check(MPI_Ibcast(data, checked_count(bytes, "broadcast"), MPI_BYTE, root, comm_, &r), "MPI_Ibcast");
+  wait(r, "MPI_Ibcast");
+}
+
+void MpiCommunicator::allgather_impl(const void* in, std::size_t bytes_per_rank, void* out) {
+  poll_peers();
+  MPI_Request r;
+  const int n = checked_count(bytes_per_rank, "allgather");
+  check(MPI_Iallgather(in, n, MPI_BYTE, out, n, MPI_BYTE, comm_, &r), "MPI_Iallgather");
+  wait(r, "MPI_Iallgather");
+}
+
+void MpiCommunicator::reduce_scatter_impl(const void* in, void* out, std::size_t count_per_rank, DataType dtype) {
+  poll_peers();
+  MPI_Request r;
+  check(MPI_Ireduce_scatter_block(in, out, checked_count(count_per_rank, "reduce_scatter"), mpi_type(dtype),
+                                  MPI_SUM, comm_, &r),
+        "MPI_Ireduce_scatter_block");
+  wait(r, "MPI_Ireduce_scatter_block");
+}
+
+void MpiCommunicator::barrier_impl() {
+  poll_peers();
+  MPI_Request r;
+  check(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
+  wait(r, "MPI_Ibarrier");
+}
+
+void MpiCommunicator::abort_impl(const std::string& message) {
+  // Once: a second failure (the terminate handler after abort()) only ends.
+  if (aborting_.exchange(true, std::memory_order_acq_rel)) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (!broken_.load(std::memory_order_acquire)) {
+    // This rank failed first: every other rank hears why before the job ends.
+    const std::string text = message.substr(0, kFailureMessageBytes);
+    std::vector<MPI_Request> sends;
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      MPI_Request req;
+      if (MPI_Isend(text.data(), static_cast<int>(text.size()), MPI_CHAR, r, kFailureTag, failure_comm_, &req) ==
+          MPI_SUCCESS)
+        sends.push_back(req);
+    }
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    for (MPI_Request& req : sends) {
+      int done = 0;
+      while (!done && std::chrono::steady_clock::now() < give_up) {
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    // The peers fail their collectives with the message and print it; then
+    // the job ends, whoever ends it first.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  }
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // MPI_Abort does not return
+}
+
+}  // namespace
+
+bool mpi_available() noexcept { return true; }
+
+std::shared_ptr<Communicator> make_mpi_communicator() { return std::make_shared<MpiCommunicator>(); }
+
+}  // namespace kiln::detail

@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Runs rank_failure under mpirun -np 2: rank 0 fails mid-training, and rank 1
+must end with rank 0's error within a few seconds (no hang).
+
+usage: rank_failure_test.py MPIRUN RANK_FAILURE_BINARY
+"""
+import re
+import subprocess
+import sys
+import time
+
+BUDGET_S = 5.0
+
+
+def main():
+    mpirun, binary = sys.argv[1], sys.argv[2]
+    cmd = [mpirun, "-np", "2", "--allow-run-as-root", "--oversubscribe", binary]
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60, text=True)
+    except subprocess.TimeoutExpired as e:
+        print(e.stdout or "")
+        print("FAIL: the job hung (no exit within 60 s)")
+        return 1
+    ended = time.monotonic()
+    out = proc.stdout
+    print(out)
+    failures = []
+    if proc.returncode == 0:
+        failures.append("the job exited with status 0")
+    if "finished every step" in out:
+        failures.append("a rank finished training although rank 0 failed")
+    # Rank 0 names its own error; rank 1 fails with it.
+    if not re.search(r"kiln: rank 0 of 2 \(mpi\): .*feed 'x'", out):
+        failures.append("rank 0 did not print its error")
+    if not re.search(r"kiln: rank 1 of 2 \(mpi\): .*rank 0 failed: .*feed 'x'", out):
+        failures.append("rank 1 did not end with rank 0's error")
+    m = re.search(r"rank 0 fails at (\d+) ms", out)
+    if not m:
+        failures.append("rank 0 never reached its failing step")
+    else:
+        took = ended - int(m.group(1)) / 1000.0
+        print(f"the job ended {took:.2f} s after rank 0 failed")
+        if took > BUDGET_S:
+            failures.append(f"the job took {took:.2f} s (> {BUDGET_S} s) to end after rank 0 failed")
+    for f in failures:
+        print("FAIL:", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
