@@ -57,6 +57,10 @@ Communicator::Communicator(int rank, int size, CommBackend backend, bool own_thr
 
 Communicator::~Communicator() { stop_thread(); }
 
+void Communicator::divide_by_size(void* data, std::size_t count, DataType dtype) const {
+  divide(data, count, dtype, size_);
+}
+
 void Communicator::stop_thread() noexcept {
   if (!thread_.joinable()) return;
   {

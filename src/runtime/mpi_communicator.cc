@@ -17,6 +17,7 @@
 #include <climits>
 #include <cstdio>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -60,6 +61,8 @@ class MpiCommunicator final : public Communicator {
   }
 
  protected:
+  // A bucket as one Iallreduce per tensor, all in flight at once: no packing.
+  void allreduce_now(std::span<const Tensor* const> in, std::span<Tensor* const> out, ReduceKind kind) override;
   void allreduce_impl(const void* send, void* recv, std::size_t count, DataType dtype) override;
   void broadcast_impl(void* data, std::size_t bytes, int root) override;
   void allgather_impl(const void* in, std::size_t bytes_per_rank, void* out) override;
@@ -75,8 +78,9 @@ class MpiCommunicator final : public Communicator {
   // Throws the failure a peer reported, if one arrived (or arrived before).
   void poll_peers();
   [[noreturn]] void take_failure(int source, int bytes);
-  // Completes `request`, polling for a peer's failure in between.
-  void wait(MPI_Request& request, const char* what);
+  // Completes `requests`, polling for a peer's failure in between.
+  void wait(std::span<MPI_Request> requests, const char* what);
+  void wait(MPI_Request& request, const char* what) { wait(std::span<MPI_Request>(&request, 1), what); }
 
   MPI_Comm comm_ = MPI_COMM_NULL;          // the collectives
   MPI_Comm failure_comm_ = MPI_COMM_NULL;  // failure messages, any source
@@ -173,11 +177,11 @@ void MpiCommunicator::take_failure(int source, int bytes) {
   throw *failure_;
 }
 
-void MpiCommunicator::wait(MPI_Request& request, const char* what) {
+void MpiCommunicator::wait(std::span<MPI_Request> requests, const char* what) {
   int spins = 0;
   for (;;) {
     int done = 0;
-    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    check(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE), what);
     if (done) return;
     poll_peers();
     // A few yields for the short waits, then sleeps: the thread must not
@@ -185,6 +189,23 @@ void MpiCommunicator::wait(MPI_Request& request, const char* what) {
     if (++spins < 32) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
+}
+
+void MpiCommunicator::allreduce_now(std::span<const Tensor* const> in, std::span<Tensor* const> out,
+                                    ReduceKind kind) {
+  poll_peers();
+  std::vector<MPI_Request> requests(in.size(), MPI_REQUEST_NULL);
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const void* send = in[i]->raw_data();
+    void* recv = out[i]->raw_data();
+    check(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv,
+                         checked_count(static_cast<std::size_t>(in[i]->numel()), "allreduce"),
+                         mpi_type(in[i]->dtype()), MPI_SUM, comm_, &requests[i]),
+          "MPI_Iallreduce");
+  }
+  wait(requests, "MPI_Iallreduce");
+  if (kind == ReduceKind::Mean)
+    for (Tensor* t : out) divide_by_size(t->raw_data(), static_cast<std::size_t>(t->numel()), t->dtype());
 }
 
 void MpiCommunicator::allreduce_impl(const void* send, void* recv, std::size_t count, DataType dtype) {

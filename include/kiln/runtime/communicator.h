@@ -132,6 +132,8 @@ class Communicator {
     size_ = size;
   }
   bool on_own_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // data[0, count) /= size(): a mean from a sum (host memory; f32 or f64).
+  void divide_by_size(void* data, std::size_t count, DataType dtype) const;
 
   // The engine's primitives, called on the communicator's thread, on
   // host or device memory of the backend's place.
