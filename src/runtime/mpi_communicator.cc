@@ -75,6 +75,12 @@ class MpiCommunicator final : public Communicator {
   void finalize();
   int checked_count(std::size_t n, const char* what) const;
   void check(int code, const char* what) const;
+  // Every rank's collective `what` must move the same number of elements of
+  // one dtype in the same tensor sizes (`shape_hash`): one small allreduce
+  // first, so that a mismatch is an error on every rank, not a hang or a
+  // truncated message.
+  void agree(const char* what, std::int64_t count, DataType dtype, std::int64_t num_tensors = 1,
+             std::int64_t shape_hash = 0);
   // Throws the failure a peer reported, if one arrived (or arrived before).
   void poll_peers();
   [[noreturn]] void take_failure(int source, int bytes);
@@ -191,9 +197,36 @@ void MpiCommunicator::wait(std::span<MPI_Request> requests, const char* what) {
   }
 }
 
+void MpiCommunicator::agree(const char* what, std::int64_t count, DataType dtype, std::int64_t num_tensors,
+                            std::int64_t shape_hash) {
+  poll_peers();
+  const auto code = static_cast<std::int64_t>(dtype);
+  // max(v) and max(-v) = -min(v) of each value, in one message.
+  std::int64_t v[8] = {count, -count, code, -code, num_tensors, -num_tensors, shape_hash, -shape_hash};
+  MPI_Request r;
+  check(MPI_Iallreduce(MPI_IN_PLACE, v, 8, MPI_INT64_T, MPI_MAX, comm_, &r), "MPI_Iallreduce (sizes)");
+  wait(r, "MPI_Iallreduce (sizes)");
+  if (v[0] == -v[1] && v[2] == -v[3] && v[4] == -v[5] && v[6] == -v[7]) return;
+  std::string detail;
+  if (v[2] != -v[3]) detail = "the ranks' dtypes differ";
+  else if (v[4] != -v[5])
+    detail = "the ranks hold " + std::to_string(-v[5]) + " to " + std::to_string(v[4]) + " tensors";
+  else if (v[0] != -v[1])
+    detail = "the ranks hold " + std::to_string(-v[1]) + " to " + std::to_string(v[0]) + " elements";
+  else detail = "the ranks' tensor sizes differ";
+  throw_error(ErrorKind::InvalidArgument, what, " on ", describe(), ": this rank holds ", count, " elements of ",
+              to_string(dtype), " in ", num_tensors, " tensor(s), but ", detail,
+              " (every rank must run the same collectives on tensors of the same sizes)");
+}
+
 void MpiCommunicator::allreduce_now(std::span<const Tensor* const> in, std::span<Tensor* const> out,
                                     ReduceKind kind) {
-  poll_peers();
+  std::int64_t total = 0, hash = 0;
+  for (const Tensor* t : in) {
+    total += t->numel();
+    hash = hash * 1000003 + t->numel();
+  }
+  agree("allreduce", total, in[0]->dtype(), static_cast<std::int64_t>(in.size()), hash);
   std::vector<MPI_Request> requests(in.size(), MPI_REQUEST_NULL);
   for (std::size_t i = 0; i < in.size(); ++i) {
     const void* send = in[i]->raw_data();
@@ -209,7 +242,7 @@ void MpiCommunicator::allreduce_now(std::span<const Tensor* const> in, std::span
 }
 
 void MpiCommunicator::allreduce_impl(const void* send, void* recv, std::size_t count, DataType dtype) {
-  poll_peers();
+  agree("allreduce", static_cast<std::int64_t>(count), dtype);
   MPI_Request r;
   check(MPI_Iallreduce(send ? send : MPI_IN_PLACE, recv, checked_count(count, "allreduce"), mpi_type(dtype), MPI_SUM,
                        comm_, &r),
@@ -218,14 +251,14 @@ void MpiCommunicator::allreduce_impl(const void* send, void* recv, std::size_t c
 }
 
 void MpiCommunicator::broadcast_impl(void* data, std::size_t bytes, int root) {
-  poll_peers();
+  agree("broadcast", static_cast<std::int64_t>(bytes), DataType::UInt8);
   MPI_Request r;
   check(MPI_Ibcast(data, checked_count(bytes, "broadcast"), MPI_BYTE, root, comm_, &r), "MPI_Ibcast");
   wait(r, "MPI_Ibcast");
 }
 
 void MpiCommunicator::allgather_impl(const void* in, std::size_t bytes_per_rank, void* out) {
-  poll_peers();
+  agree("allgather", static_cast<std::int64_t>(bytes_per_rank), DataType::UInt8);
   MPI_Request r;
   const int n = checked_count(bytes_per_rank, "allgather");
   check(MPI_Iallgather(in, n, MPI_BYTE, out, n, MPI_BYTE, comm_, &r), "MPI_Iallgather");
@@ -233,7 +266,7 @@ void MpiCommunicator::allgather_impl(const void* in, std::size_t bytes_per_rank,
 }
 
 void MpiCommunicator::reduce_scatter_impl(const void* in, void* out, std::size_t count_per_rank, DataType dtype) {
-  poll_peers();
+  agree("reduce_scatter", static_cast<std::int64_t>(count_per_rank), dtype);
   MPI_Request r;
   check(MPI_Ireduce_scatter_block(in, out, checked_count(count_per_rank, "reduce_scatter"), mpi_type(dtype),
                                   MPI_SUM, comm_, &r),

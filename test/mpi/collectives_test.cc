@@ -241,3 +241,30 @@ TEST_CASE("allreduce over NCCL sums CUDA tensors across the ranks", "[mpi][cuda]
   const auto mean = got.to_vector<float>();
   for (std::size_t i = 0; i < sum.size(); ++i) CHECK(mean[i] == Approx(sum[i] / comm->size()));
 }
+
+TEST_CASE("collectives whose sizes differ between ranks fail on every rank instead of hanging", "[mpi][collective]") {
+  auto comm = world();
+  const std::int64_t n = comm->rank() == 0 ? 5 : 7;
+  Tensor t = filled<float>(comm->rank(), n);
+  CHECK_THROWS_WITH(comm->allreduce(t, ReduceKind::Sum),
+                    Catch::Contains("allreduce on rank " + std::to_string(comm->rank()) + " of 2 (mpi)") &&
+                        Catch::Contains("the ranks hold 5 to 7 elements"));
+  CHECK_THROWS_WITH(comm->broadcast(t, 0), Catch::Contains("broadcast on rank"));
+  CHECK_THROWS_WITH(comm->allgather(t), Catch::Contains("allgather on rank"));
+  // A bucket of the same total in other sizes.
+  std::vector<Tensor> bucket{filled<float>(comm->rank(), comm->rank() == 0 ? 2 : 3),
+                             filled<float>(comm->rank(), comm->rank() == 0 ? 3 : 2)};
+  CHECK_THROWS_WITH(comm->allreduce(bucket, ReduceKind::Sum), Catch::Contains("tensor sizes differ"));
+  Tensor d = comm->rank() == 0 ? filled<float>(0, 4) : filled<std::int32_t>(1, 4);
+  CHECK_THROWS_WITH(comm->allreduce(d, ReduceKind::Sum), Catch::Contains("dtypes differ"));
+  // Through an op: the run fails naming it, on every rank.
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{-1}, DataType::Float32).result();
+  Value y = b.create<AllReduceOp>(std::vector<Value>{x}, "sum").operation()->result(0);
+  Executor exe = executor_on(comm);
+  CHECK_THROWS_WITH(exe.run(p, {{"x", filled<float>(comm->rank(), n)}}, {y}),
+                    Catch::Contains("kiln.allreduce") && Catch::Contains("the ranks hold 5 to 7 elements"));
+  // The job goes on.
+  CHECK(exe.run(p, {{"x", filled<float>(comm->rank(), 3)}}, {y})[0].to_vector<float>() == summed<float>(2, 3));
+}
