@@ -1,7 +1,8 @@
 // The data-parallel transform in one process: where the gradient
 // allreduces go and what the optimizer reads after it, how gradients fill
 // buckets, the parameter broadcasts in startup, its errors, and training
-// over one local rank matching plain training step for step. Multi-rank
+// over one local rank (and, with a CUDA device, one NCCL rank) matching
+// plain training step for step. Multi-rank
 // training is tested under mpirun (test/mpi/data_parallel_test.cc).
 #include <unordered_map>
 
@@ -15,6 +16,8 @@
 #include "kiln/frontend/optimizer.h"
 #include "kiln/passes/pass.h"
 #include "kiln/runtime/communicator.h"
+#include "kiln/runtime/cuda_context.h"
+#include "kiln/runtime/nccl_communicator.h"
 #include "kiln/runtime/scope.h"
 
 using namespace kiln;
@@ -166,4 +169,45 @@ TEST_CASE("the data_parallel pass can be named in a pipeline", "[data_parallel]"
   PassContext ctx;
   pass->run(g.main, ctx);
   CHECK(count_ops(g.main, "kiln.allreduce") == 1);
+}
+
+TEST_CASE("data-parallel training over a one-rank NCCL communicator matches plain training on CUDA",
+          "[cuda][nccl][data_parallel]") {
+  if (cuda_device_count() == 0 || !Communicator::built_with_nccl()) {
+    WARN("needs a CUDA device and NCCL: skipped");
+    return;
+  }
+  GuardedPrograms plain, parallel;
+  Value plain_loss, parallel_loss;
+  {
+    ProgramGuard guard(plain.main, plain.startup);
+    plain_loss = build_mlp(plain);
+  }
+  {
+    UniqueNameGuard names;
+    ProgramGuard guard(parallel.main, parallel.startup);
+    parallel_loss = build_mlp(parallel);
+  }
+  Scope plain_scope, parallel_scope;
+  ExecutionOptions options;
+  options.num_threads = 1;
+  Executor plain_exe(Place::cuda(0), options);
+  options.communicator = NcclCommunicator::create(*Communicator::single_process(), 0);
+  data_parallel(parallel.main, parallel.startup, *options.communicator);
+  Executor parallel_exe(Place::cuda(0), options);
+  plain_exe.run(plain.startup, {}, {}, plain_scope);
+  parallel_exe.run(parallel.startup, {}, {}, parallel_scope);
+  for (const auto& [name, p] : plain.main.parameters()) {
+    const Tensor& t = plain_scope.find_var(name)->get<Tensor>();
+    parallel_scope.var(name).get_mutable<Tensor>() = copy_to_place(copy_to_place(t, Place::cpu()), t.place());
+  }
+  for (int step = 0; step < 5; ++step) {
+    std::vector<float> xs(4 * 8);
+    for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 7 + step) % 5) - 2.f;
+    const FeedMap feed{{"x", f32({4, 8}, xs)}, {"label", Tensor::from_vector<std::int64_t>({4}, {0, 1, 2, 1})}};
+    const Tensor a = copy_to_place(plain_exe.run(plain.main, feed, {plain_loss}, plain_scope)[0], Place::cpu());
+    const Tensor b =
+        copy_to_place(parallel_exe.run(parallel.main, feed, {parallel_loss}, parallel_scope)[0], Place::cpu());
+    CHECK(b.to_vector<float>()[0] == Approx(a.to_vector<float>()[0]).epsilon(1e-6));
+  }
 }
