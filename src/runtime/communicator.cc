@@ -82,10 +82,15 @@ bool Communicator::built_with_nccl() noexcept { return detail::nccl_available();
 
 std::shared_ptr<Communicator> Communicator::single_process() { return std::make_shared<LocalCommunicator>(); }
 
+namespace {
+
+std::mutex world_mutex;
+std::shared_ptr<Communicator> world;  // from_environment()'s, until the process exits
+
+}  // namespace
+
 std::shared_ptr<Communicator> Communicator::from_environment() {
-  static std::mutex mutex;
-  static std::shared_ptr<Communicator> world;  // lives until the process exits
-  std::lock_guard lock(mutex);
+  std::lock_guard lock(world_mutex);
   if (world) return world;
   const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
                         std::getenv("PMIX_RANK");
@@ -95,6 +100,16 @@ std::shared_ptr<Communicator> Communicator::from_environment() {
                 "this process was started by mpirun, but kiln was built without MPI "
                 "(install libopenmpi-dev and reconfigure)");
   world = detail::make_mpi_communicator();
+  // Released at exit before MPI's own exit handlers (registered earlier, by
+  // MPI_Init, so run later): the communicator finalizes, or ends a failed
+  // job, while MPI still works.
+  std::atexit([] {
+    std::shared_ptr<Communicator> last;
+    {
+      std::lock_guard exit_lock(world_mutex);
+      last = std::move(world);
+    }
+  });
   // An exception that escapes main ends the job with its message on every rank.
   static Communicator* terminate_target = world.get();
   std::set_terminate([] {

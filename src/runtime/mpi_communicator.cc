@@ -25,6 +25,10 @@ namespace kiln::detail {
 namespace {
 
 constexpr int kFailureTag = 77;
+// "This rank is finalizing": a rank still waiting in a collective then fails
+// instead of waiting for a peer that will never come (a rank that caught
+// its error and returned from main, or ran fewer steps).
+constexpr int kFinishTag = 78;
 constexpr std::size_t kFailureMessageBytes = 8192;
 
 MPI_Datatype mpi_type(DataType dtype) {
@@ -91,6 +95,11 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;          // the collectives
   MPI_Comm failure_comm_ = MPI_COMM_NULL;  // failure messages, any source
   MPI_Request failure_request_ = MPI_REQUEST_NULL;
+  MPI_Request finish_request_ = MPI_REQUEST_NULL;  // a peer's finish notice
+  int finish_word_ = 0;
+  bool finishing_ = false;  // in finalize(): notices are expected (comm thread only)
+  int finished_peer_ = -1;  // the first peer whose notice came, and when (comm thread only)
+  std::chrono::steady_clock::time_point finished_at_{};
   std::vector<char> failure_buffer_ = std::vector<char>(kFailureMessageBytes);
   std::optional<Error> failure_;  // written once, before broken_ turns true
   std::atomic<bool> broken_{false};
@@ -121,6 +130,8 @@ void MpiCommunicator::init() {
   check(MPI_Irecv(failure_buffer_.data(), static_cast<int>(failure_buffer_.size()), MPI_CHAR, MPI_ANY_SOURCE,
                   kFailureTag, failure_comm_, &failure_request_),
         "MPI_Irecv");
+  check(MPI_Irecv(&finish_word_, 1, MPI_INT, MPI_ANY_SOURCE, kFinishTag, failure_comm_, &finish_request_),
+        "MPI_Irecv");
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -141,8 +152,28 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 void MpiCommunicator::finalize() {
-  // Every rank gets here before any stops listening for failures.
-  barrier_impl();
+  // Every other rank hears that this one is done, then every rank meets
+  // here before any stops listening for failures.
+  finishing_ = true;
+  std::vector<MPI_Request> notices;
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank()) continue;
+    notices.push_back(MPI_REQUEST_NULL);
+    check(MPI_Isend(&finish_word_, 1, MPI_INT, r, kFinishTag, failure_comm_, &notices.back()), "MPI_Isend");
+  }
+  // On the failure communicator: a peer may still wait in a collective on
+  // comm_ (and fail, hearing the notice), which a barrier there would meet.
+  poll_peers();
+  MPI_Request barrier;
+  check(MPI_Ibarrier(failure_comm_, &barrier), "MPI_Ibarrier");
+  wait(barrier, "MPI_Ibarrier");
+  // The peers' notices: the posted receive takes one, the rest come here.
+  MPI_Wait(&finish_request_, MPI_STATUS_IGNORE);
+  for (int k = 2; k < size(); ++k) {
+    int word = 0;
+    MPI_Recv(&word, 1, MPI_INT, MPI_ANY_SOURCE, kFinishTag, failure_comm_, MPI_STATUS_IGNORE);
+  }
+  MPI_Waitall(static_cast<int>(notices.size()), notices.data(), MPI_STATUSES_IGNORE);
   MPI_Cancel(&failure_request_);
   MPI_Wait(&failure_request_, MPI_STATUS_IGNORE);
   MPI_Comm_free(&failure_comm_);
@@ -172,6 +203,24 @@ void MpiCommunicator::poll_peers() {
     MPI_Get_count(&status, MPI_CHAR, &bytes);
     take_failure(status.MPI_SOURCE, bytes);
   }
+  if (finishing_) return;
+  // A peer's notice may come while this rank's side of their last
+  // collective still completes: only a wait still going a grace period
+  // after the notice fails.
+  if (finished_peer_ < 0) {
+    MPI_Test(&finish_request_, &arrived, &status);
+    if (!arrived) return;
+    finished_peer_ = status.MPI_SOURCE;
+    finished_at_ = std::chrono::steady_clock::now();
+  }
+  if (std::chrono::steady_clock::now() - finished_at_ < std::chrono::seconds(2)) return;
+  failure_.emplace(ErrorKind::Unavailable,
+                   "rank " + std::to_string(finished_peer_) + " finished (it left the job) while " + describe() +
+                       " waits in a collective: the ranks ran different collectives or numbers of steps, "
+                       "or that rank caught an error and returned");
+  // release: failure_ is written before any thread sees broken_.
+  broken_.store(true, std::memory_order_release);
+  throw *failure_;
 }
 
 void MpiCommunicator::take_failure(int source, int bytes) {

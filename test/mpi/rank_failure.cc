@@ -1,11 +1,14 @@
 // A data-parallel job in which rank 0 fails in the middle of training (its
 // step 5 is fed a batch of the wrong width): the exception escapes main on
 // rank 0, and rank 1, waiting in that step's gradient allreduce, must fail
-// with rank 0's error and end — no hang. rank_failure_test.py runs it under
-// mpirun and checks the output and the time. Rank 0 prints when it fails
-// (steady clock, ms) so the script can time the other rank's end.
+// with rank 0's error and end — no hang. With the argument "catch", rank 0
+// catches its error and returns from main instead: rank 1 must then fail
+// saying rank 0 left the job. rank_failure_test.py runs both under mpirun
+// and checks the output and the time. Rank 0 prints when it fails (steady
+// clock, ms) so the script can time the other rank's end.
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "kiln/dialect/kiln_dialect.h"
@@ -15,8 +18,27 @@
 #include "kiln/frontend/optimizer.h"
 #include "kiln/runtime/communicator.h"
 
-int main() {
+namespace {
+
+int train(const std::shared_ptr<kiln::Communicator>& comm);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool catch_on_rank0 = argc > 1 && std::string(argv[1]) == "catch";
   auto comm = kiln::Communicator::from_environment();
+  if (!catch_on_rank0) return train(comm);
+  try {
+    return train(comm);
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "rank %d caught: %s\n", comm->rank(), e.what());
+    return 1;
+  }
+}
+
+namespace {
+
+int train(const std::shared_ptr<kiln::Communicator>& comm) {
   kiln::Program main_prog, startup;
   {
     kiln::ProgramGuard guard(main_prog, startup);
@@ -49,3 +71,5 @@ int main() {
   std::printf("rank %d finished every step\n", comm->rank());
   return 0;
 }
+
+}  // namespace
