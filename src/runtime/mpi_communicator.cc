@@ -104,6 +104,7 @@ class MpiCommunicator final : public Communicator {
   std::optional<Error> failure_;  // written once, before broken_ turns true
   std::atomic<bool> broken_{false};
   std::atomic<bool> aborting_{false};
+  int thread_level_ = MPI_THREAD_SINGLE;  // what MPI_Init_thread provided
 };
 
 MpiCommunicator::MpiCommunicator() : Communicator(0, 1, CommBackend::Mpi, /*own_thread=*/true) {
@@ -116,6 +117,7 @@ void MpiCommunicator::init() {
   if (code != MPI_SUCCESS)
     throw_error(ErrorKind::Unavailable, "MPI_Init_thread failed: ", mpi_error_text(code));
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  thread_level_ = provided;
   if (provided < MPI_THREAD_SERIALIZED)
     throw_error(ErrorKind::Unavailable, "MPI provides thread level ", provided,
                 "; kiln's communicator needs MPI_THREAD_SERIALIZED or better");
@@ -332,8 +334,12 @@ void MpiCommunicator::barrier_impl() {
 
 void MpiCommunicator::abort_impl(const std::string& message) {
   // Once: a second failure (the terminate handler after abort()) only ends.
+  // acq_rel: whichever thread comes first sends; the others see that.
   if (aborting_.exchange(true, std::memory_order_acq_rel)) MPI_Abort(MPI_COMM_WORLD, 1);
-  if (!broken_.load(std::memory_order_acquire)) {
+  // Another thread than the communicator's may speak to MPI only with
+  // MPI_THREAD_MULTIPLE (OpenMPI provides it); otherwise the job just ends.
+  const bool may_send = thread_level_ >= MPI_THREAD_MULTIPLE || on_own_thread();
+  if (may_send && !broken_.load(std::memory_order_acquire)) {
     // This rank failed first: every other rank hears why before the job ends.
     const std::string text = message.substr(0, kFailureMessageBytes);
     std::vector<MPI_Request> sends;
