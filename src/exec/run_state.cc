@@ -193,7 +193,8 @@ void RunState::run_launches(std::span<Tensor* const> feeds, bool take, const Run
     else dst = *feeds[k];
   }
   begin_run(config);
-  const bool stepped = options || p.has_async;
+  // A communicator: collective kernels reach it through the step.
+  const bool stepped = options || p.has_async || p.options.communicator;
   if (stepped) begin_step(options);
   schedule();
   // Kernels still queued on streams finish (and free) before the run

@@ -134,6 +134,7 @@ std::exception_ptr RunState::finish_async() noexcept {
 void RunState::begin_step(const RunOptions* options) {
   step_.step_id = options && options->step_id ? options->step_id : new_step_id();
   step_.rendezvous = options ? options->rendezvous : nullptr;
+  step_.communicator = plan_->options.communicator.get();
   waiting_instr_ = kNoIndex;
   waiting_error_ = nullptr;
   if (plan_->has_async) {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -14,6 +15,8 @@
 #include "kiln/support/place.h"
 
 namespace kiln {
+
+class Communicator;
 
 // What to fetch: a value of the program, or a name — of a kiln.fetch op, a
 // data op, or a parameter. A fetch observes every op of the program that
@@ -102,6 +105,10 @@ struct ExecutionOptions {
   // replacement a pass makes; errors name the caller's ops. Default:
   // kDefaultPasses. Empty: no passes (each op runs as written).
   std::string passes{kDefaultPasses};
+  // The ranks the program's collective ops (kiln/dialect/collective_ops.h)
+  // run over (kiln/runtime/communicator.h); kernels reach it through
+  // StepContext::communicator. Null: a collective op fails naming itself.
+  std::shared_ptr<Communicator> communicator{};
   // Executor only: compiled programs kept (LRU).
   std::size_t cache_capacity = 32;
 };

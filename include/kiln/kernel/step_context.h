@@ -1,7 +1,8 @@
 // StepContext: what a kernel sees of the run it is part of (seed 003: the
 // step_id, rendezvous and cancellation_manager an OpKernelContext carries
 // from Executor::Args) — the step id, the rendezvous kiln.send / kiln.recv
-// use, and the run's own cancellation manager.
+// use, the run's own cancellation manager, and the communicator collective
+// ops run over.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 namespace kiln {
 
 class CancellationManager;
+class Communicator;
 class LocalRendezvous;
 
 struct StepContext {
@@ -20,6 +22,8 @@ struct StepContext {
   // asynchronous kernel registers its wake-up here (null in a plan without
   // asynchronous kernels).
   CancellationManager* cancellation = nullptr;
+  // ExecutionOptions::communicator of the plan (null when it has none).
+  Communicator* communicator = nullptr;
 };
 
 }  // namespace kiln
