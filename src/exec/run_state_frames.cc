@@ -1,6 +1,7 @@
 // RunState::run_frames: a run of a plan with frames goes through its
 // FramePropagator (kiln/exec/frame_propagator.h); its failures, and fetches
 // of dead values, become the run's error like any other.
+#include <algorithm>
 #include <string>
 
 #include "kiln/exec/frame_propagator.h"
