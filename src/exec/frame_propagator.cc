@@ -479,29 +479,35 @@ bool FramePropagator::pop(Ready& r) {
   return true;
 }
 
-// A worker: runs ready nodes until none is left. The caller of run() stays
-// until the run is over, sleeping while others run and nothing is ready
-// (it is the user's thread, never a pool thread); a pool worker leaves as
-// soon as nothing is ready, so no pool thread waits on another.
+// A worker: runs ready nodes until the run has none left and none running
+// (nothing more can become ready), or stops. While others run nodes that
+// may make more ready, the caller of run() sleeps (it is the user's thread)
+// and a pool worker lingers at most kLinger — waking a sleeping pool thread
+// costs more than an iteration of a small loop, so a worker that left at
+// once would come back too late for the next iteration's work — then
+// leaves, so no pool thread waits long on others.
 void FramePropagator::work(bool caller) {
+  constexpr auto kLinger = std::chrono::microseconds(200);
   Outputs out;
   std::unique_lock lock(mu_);
   Ready r;
   for (;;) {
     if (!pop(r)) {
-      // Relaxed: as in pop(). A cancellation only sets the flag: a caller
-      // asleep here wakes when the last pool worker leaves (each leaves at
-      // its next pop, and notifies it).
-      if (!caller || active_ == 1 || stop_ || (abort_ && abort_->load(std::memory_order_relaxed))) break;
-      caller_waiting_ = true;
-      idle_.wait(lock);
-      caller_waiting_ = false;
+      // Relaxed: as in pop(). A cancellation only sets the flag; sleepers
+      // see it when the running nodes end (each end notifies them).
+      if (stop_ || (abort_ && abort_->load(std::memory_order_relaxed)) || running_ == 0) break;
+      ++waiting_;
+      if (caller) idle_.wait(lock);
+      else idle_.wait_for(lock, kLinger);
+      --waiting_;
+      if (!caller && ready_.empty() && running_ != 0) break;  // lingered long enough
       continue;
     }
-    // Someone else for the rest of the ready nodes: the waiting caller, or
+    ++running_;
+    // Someone else for the rest of the ready nodes: a waiting thread, or
     // one more pool worker while there is room.
     if (!ready_.empty()) {
-      if (caller_waiting_) idle_.notify_all();
+      if (waiting_) idle_.notify_all();
       else if (active_ < max_workers_) {
         ++active_;
         pool_->push({&FramePropagator::work_entry, this, 0});
@@ -524,9 +530,12 @@ void FramePropagator::work(bool caller) {
         fail(r.node, std::current_exception());
       }
     }
+    --running_;
+    // New ready nodes for the waiting, or the run's end (or a failure) for them.
+    if (waiting_ && (!ready_.empty() || running_ == 0 || stop_)) idle_.notify_all();
   }
   --active_;
-  if (!caller && caller_waiting_) idle_.notify_all();
+  if (waiting_) idle_.notify_all();
 }
 
 void FramePropagator::work_entry(void* self, std::uint32_t) { static_cast<FramePropagator*>(self)->work(false); }
@@ -568,14 +577,17 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
     {
       std::lock_guard lock(mu_);
       active_ = 1;
+      running_ = 0;
+      waiting_ = 0;
     }
     work(/*caller=*/true);
-    // After a failure or an abort: pool workers finish the node they run.
+    // Pool workers still in work() leave at their next look (the run has
+    // nothing left, or stopped): the state outlives them.
     std::unique_lock lock(mu_);
     while (active_ != 0) {
-      caller_waiting_ = true;
+      ++waiting_;
       idle_.wait(lock);
-      caller_waiting_ = false;
+      --waiting_;
     }
   }
   // Relaxed: only picks the error message; the run's own error (Cancelled,

@@ -1,6 +1,7 @@
 // RunState::run_frames: a run of a plan with frames goes through its
 // FramePropagator (kiln/exec/frame_propagator.h); its failures, and fetches
 // of dead values, become the run's error like any other.
+#include <algorithm>
 #include <string>
 
 #include "kiln/exec/frame_propagator.h"
@@ -25,7 +26,9 @@ void RunState::run_frames() {
     record_error(failure.instruction == kNoIndex ? kRunIndex : failure.instruction, failure.error);
     return;
   }
-  if (error_) return;  // cancelled
+  // Acquire: a cancellation or deadline stored its error (under
+  // error_mutex_, which this thread does not take) before its release store.
+  if (abort_.load(std::memory_order_acquire)) return;  // cancelled: its error stands
   const FramePlan& fp = *plan_->frames;
   for (std::size_t k = 0; k < plan_->fetches.size(); ++k) {
     const std::uint32_t slot = plan_->fetches[k].slot;

@@ -187,7 +187,8 @@ class FramePropagator {
   unsigned max_workers_ = 1;
   unsigned active_ = 0;
   bool stop_ = false;
-  bool caller_waiting_ = false;  // run()'s caller sleeps on idle_
+  unsigned running_ = 0;  // threads running a node (between its pop and its propagation)
+  unsigned waiting_ = 0;  // threads asleep on idle_
   std::mutex mu_;
   std::condition_variable idle_;
 };
