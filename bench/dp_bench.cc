@@ -33,6 +33,7 @@
 #include "kiln/frontend/frontend.h"
 #include "kiln/frontend/optimizer.h"
 #include "kiln/frontend/unique_name.h"
+#include "kiln/kernel/blas.h"
 #include "kiln/runtime/communicator.h"
 
 namespace {
@@ -154,8 +155,10 @@ bool wanted(const std::string& filter) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // One thread per rank: BLAS's too.
+  // One thread per rank: BLAS's too (OpenBLAS read its environment before
+  // main; the ranks get it from mpirun -x).
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  kiln::blas_set_num_threads(1);
   const std::string first = argc > 1 ? argv[1] : "";
   if (first == "--worker") return worker(static_cast<std::size_t>(std::atol(argc > 2 ? argv[2] : "1024")) << 10);
   if (!wanted(first)) return 0;
