@@ -15,7 +15,11 @@
 //                               backward: 1 - (np2 - compute) / allreduce_in_step
 // The ranks time np2, compute and allreduce in turn within each round.
 // Buckets of 1 MB (--bucket-kb): the model's 2.7 MB of gradients in 25 MB
-// would make one bucket, which only starts when backward is over.
+// would make one bucket, which only starts when backward is over. On 2
+// cores that the 2 ranks' compute fills, an allreduce that overlaps backward
+// also competes with it for the cores (shared-memory MPI is memcpy and
+// adds): more of it is hidden, but the step is not shorter than with one
+// bucket (dp_bench dp --bucket-kb 25600).
 //   dp_bench [filter]           (filter: "", "dp", "dp.mlp256", "dp.overlap")
 //   dp_bench --worker BUCKET_KB (the ranks, under mpirun)
 #include <cstdio>
