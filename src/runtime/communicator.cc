@@ -2,6 +2,7 @@
 // checks every backend shares, bucket packing, mean, and the Local backend.
 #include "kiln/runtime/communicator.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -140,16 +141,26 @@ void Communicator::thread_main() {
       item = std::move(queue_.front());
       queue_.pop_front();
     }
+    const auto start = std::chrono::steady_clock::now();
+    // relaxed: a profiling counter (busy_ns()).
+    auto count_busy = [&] {
+      busy_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+                             .count(),
+                         std::memory_order_relaxed);
+    };
     try {
       item.first();
     } catch (const Error& e) {
+      count_busy();
       item.second(&e);
       continue;
     } catch (const std::exception& x) {
+      count_busy();
       const Error e(ErrorKind::Internal, describe() + ": " + x.what());
       item.second(&e);
       continue;
     }
+    count_busy();
     item.second(nullptr);
   }
 }

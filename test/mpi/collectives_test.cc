@@ -268,3 +268,11 @@ TEST_CASE("collectives whose sizes differ between ranks fail on every rank inste
   // The job goes on.
   CHECK(exe.run(p, {{"x", filled<float>(comm->rank(), 3)}}, {y})[0].to_vector<float>() == summed<float>(2, 3));
 }
+
+TEST_CASE("the communicator counts the time its thread spent in collectives", "[mpi][collective]") {
+  auto comm = world();
+  const std::int64_t before = comm->busy_ns();
+  Tensor t = filled<float>(comm->rank(), 65537);
+  comm->allreduce(t, ReduceKind::Sum);
+  CHECK(comm->busy_ns() > before);
+}

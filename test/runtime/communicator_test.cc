@@ -42,6 +42,7 @@ TEST_CASE("a single-process communicator's collectives return the input", "[comm
   CHECK(comm->allgather(Tensor::from_vector<std::int32_t>({}, {9})).dims() == Dims{1});
   CHECK(comm->reduce_scatter(t, ReduceKind::Sum).to_vector<float>() == std::vector<float>{1.f, 2.f, 3.f});
   comm->barrier();
+  CHECK(comm->busy_ns() == 0);  // no thread of its own
 }
 
 TEST_CASE("a collective on bad input names the call, the rank and what it expected", "[communicator]") {

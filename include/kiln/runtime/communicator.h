@@ -7,6 +7,7 @@
 // meet in the same order (seed 001 §3.3.1.1).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -68,7 +69,8 @@ class Communicator {
   // communicator's thread, after every earlier submission) ----
 
   // Every tensor in place: the element-wise reduction over the ranks. The
-  // tensors share one dtype; they travel as one message (a gradient bucket).
+  // tensors share one dtype and go as one collective (a gradient bucket):
+  // MPI keeps a request per tensor in flight at once, NCCL one group.
   void allreduce(std::span<Tensor> tensors, ReduceKind kind);
   void allreduce(Tensor& tensor, ReduceKind kind) { allreduce(std::span<Tensor>(&tensor, 1), kind); }
   // `tensor` in place: rank root's value on every rank.
@@ -100,8 +102,8 @@ class Communicator {
   // The work of each collective, on the communicator's thread (what the
   // blocking calls and the collective kernels submit). `out` is allocated
   // by the caller with the result's dims; allreduce's out[i] may be in[i]
-  // (in place), and several tensors go as one packed message.
-  // A device backend overrides them (packing, the mean's division).
+  // (in place). The defaults pack several tensors into one message and
+  // divide a mean on the host; a backend overrides what it does better.
   virtual void allreduce_now(std::span<const Tensor* const> in, std::span<Tensor* const> out, ReduceKind kind);
   virtual void broadcast_now(Tensor& tensor, int root);
   virtual void allgather_now(const Tensor& in, Tensor& out);
@@ -116,7 +118,13 @@ class Communicator {
   // std::terminate handler of from_environment()'s MPI communicator, so an
   // exception that escapes main ends the job this way.
   [[noreturn]] void abort(const std::string& message);
-  // Null, or the error a peer's failure left this communicator with.
+  // Nanoseconds the communicator's thread has spent running submitted work
+  // (collectives), since it started: a profile of how long a step's
+  // allreduces took, wherever they overlapped. 0 for the Local backend.
+  std::int64_t busy_ns() const;
+  // Null, or the error a peer's failure (or a peer that left the job while
+  // this rank waited on it) left this communicator with; every later
+  // collective fails with it.
   virtual const Error* peer_failure() const { return nullptr; }
 
  protected:
@@ -158,7 +166,13 @@ class Communicator {
   std::condition_variable wake_;
   std::deque<std::pair<Work, Done>> queue_;  // guarded by mutex_
   bool stopping_ = false;                     // guarded by mutex_
+  std::atomic<std::int64_t> busy_ns_{0};
   std::thread thread_;
 };
+
+inline std::int64_t Communicator::busy_ns() const {
+  // relaxed: a counter read for profiling; no data depends on it.
+  return busy_ns_.load(std::memory_order_relaxed);
+}
 
 }  // namespace kiln
