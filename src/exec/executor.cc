@@ -159,7 +159,7 @@ const Executor::Memo& Executor::memo_for(const Program& program) {
 bool Executor::same_as_last_run(const Program& program, const FeedMap& feed,
                                 const std::vector<FetchTarget>& fetch, const Scope& scope) const {
   const LastRun& l = last_run_;
-  if (!l.core || l.program != &program || l.scope != &scope || l.epoch != ir_epoch() ||
+  if (!l.core || l.program != &program || l.scope != &scope || l.epoch != ir_epoch() || !l.core->scope_alive() ||
       l.feed_names.size() != feed.size() || l.fetch_values.size() != fetch.size())
     return false;
   std::size_t k = 0;
@@ -224,8 +224,13 @@ std::shared_ptr<InterpreterCore> Executor::find_or_build_core(const Program& pro
                                                               Scope& scope) {
   std::string key = cache_key(program, feed, fetch, scope);
   if (auto it = index_.find(key); it != index_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return it->second->core;
+    if (it->second->core->scope_alive()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->core;
+    }
+    // Built for a scope now gone (this one has its address): build anew.
+    lru_.erase(it->second);
+    index_.erase(it);
   }
   std::vector<std::string> names;
   for (const auto& [name, t] : feed) names.push_back(name);

@@ -22,7 +22,7 @@ std::int64_t steady_ns() {
 }  // namespace
 
 RunState::RunState(std::shared_ptr<const ExecutionPlan> plan, Scope& scope)
-    : plan_(std::move(plan)), scope_(&scope) {
+    : plan_(std::move(plan)), scope_(&scope), scope_alive_(scope.lifetime()) {
   Scope& root = scope.root();
   check_parameters(root);  // before anything in the scope tree changes
   local_scope_ = &scope.new_scope();
@@ -71,7 +71,8 @@ RunState::~RunState() {
   streams_.clear();
   owned_streams_.clear();
   runners_.clear();
-  if (local_scope_) scope_->drop_kid(*local_scope_);
+  // A scope destroyed first took its kids with it.
+  if (local_scope_ && !scope_alive_.expired()) scope_->drop_kid(*local_scope_);
 }
 
 // A parameter the program reads but never sets must be in the root scope.

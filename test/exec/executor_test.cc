@@ -589,3 +589,22 @@ TEST_CASE("a data op that nothing reads or fetches needs no feed; fetching it do
   KILN_CHECK_ERROR(exe.run(p, {{"x", Tensor::from_vector<float>({2}, {1, 2})}}, {"label"}),
                    InvalidArgument, {"'label'", "missing"});
 }
+
+TEST_CASE("a scope destroyed before the executor that ran in it leaves the executor usable and safe to destroy",
+          "[exec][scope]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{3}).result();
+  Value y = b.create<ReluOp>(b.create<ExpOp>(x).result()).result();
+  const FeedMap feed{{"x", Tensor::from_vector<float>(Dims({3}), {0.f, 1.f, 2.f})}};
+  auto exe = std::make_unique<Executor>(Place::cpu(), ExecutionOptions{.num_threads = 1});
+  for (int round = 0; round < 3; ++round) {
+    // Each scope dies while the executor still caches the core that ran in
+    // it; the next one may well get the same address.
+    auto scope = std::make_unique<Scope>();
+    auto out = exe->run(p, feed, {y}, *scope);
+    CHECK(out[0].to_vector<float>() == std::vector<float>{1.f, std::exp(1.f), std::exp(2.f)});
+    scope.reset();
+  }
+  exe.reset();  // the cores drop kid scopes of scopes that are gone
+}

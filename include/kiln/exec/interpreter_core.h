@@ -147,6 +147,9 @@ class InterpreterCore {
   // slot_of for a value the plan has none for) is an OutOfRange error.
   Variable* variable(std::uint32_t slot) const;
   Scope& local_scope() const { return primary_->local_scope(); }
+  // Whether the scope the core was built for still exists: a core whose
+  // scope is gone must not run again (the Executor builds a new one).
+  bool scope_alive() const { return primary_->scope_alive(); }
   // Graphviz DOT of the instruction DAG (solid: direct, dashed: event, bold: sync).
   std::string to_dot() const;
   // Chrome trace JSON (chrome://tracing, Perfetto) of the last profiled run

@@ -113,6 +113,8 @@ class RunState {
   std::uint64_t num_runs() const { return runs_; }
   Variable* variable(std::uint32_t slot) const { return vars_[slot]; }
   Scope& local_scope() const { return *local_scope_; }
+  // Whether the scope the state was made in still exists (a root state).
+  bool scope_alive() const { return !scope_alive_.expired(); }
   // Chrome trace JSON of this state's last profiled run. The instructions of
   // regions appear under their control-flow op, as of their last iteration
   // (category "region", named by their path: "while#3 > body > add#1").
@@ -212,6 +214,7 @@ class RunState {
 
   std::shared_ptr<const ExecutionPlan> plan_;
   Scope* scope_;
+  std::weak_ptr<const void> scope_alive_;  // scope_->lifetime()
   Scope* local_scope_ = nullptr;
 
   // Variables: slot → Variable*; temporaries and fetch results live in owned_.

@@ -37,6 +37,10 @@ class Scope {
   // The ancestor-most scope (parameters live there).
   Scope& root() noexcept;
   std::size_t kid_count() const;
+  // Expires when this scope is destroyed: a holder of a kid it made (an
+  // executor's run state) checks it before giving the kid back, and an
+  // executor before reusing a core built for this scope.
+  std::weak_ptr<const void> lifetime() const { return alive_; }
 
   // The variable `name` in this scope, created empty if absent here (a
   // parent's variable of the same name is shadowed, not returned).
@@ -69,6 +73,7 @@ class Scope {
   mutable std::shared_mutex mutex_;  // guards vars_ and kids_
   std::unordered_map<std::string, std::unique_ptr<Variable>, StringHash, std::equal_to<>> vars_;
   std::vector<std::unique_ptr<Scope>> kids_;
+  std::shared_ptr<const void> alive_ = std::make_shared<char>();
 };
 
 }  // namespace kiln
