@@ -263,89 +263,109 @@ void FramePropagator::deliver_all(Frame* f, Iteration* it, std::uint32_t node, s
   }
 }
 
-void FramePropagator::propagate(const Ready& r, Outputs& out) {
-  const FrameNode& n = fp_.nodes[r.node];
-  Frame* f = r.frame;
-  Iteration* it = r.iter;
-  // The variable holding output o (null: dead).
-  auto value = [&](std::uint32_t o) -> Variable* {
-    if ((out.dead >> o) & 1) return nullptr;
-    if ((n.direct_outputs >> o) & 1) return vars_[n.out_slots[o]];
-    if ((out.forwarded >> o) & 1) return &out.from[o]->value();
-    return &out.at(o);
-  };
-  // Whether output o may be moved on (not a parameter's or a frame
-  // constant's variable, which stay).
-  auto take = [&](std::uint32_t o) {
-    if ((n.direct_outputs >> o) & 1) return Pass::Share;
-    if (((out.forwarded >> o) & 1) && out.from[o]->ref) return Pass::Share;
-    return Pass::Take;
-  };
-  // Fetched values keep a share (and whether they were dead); an exit's
-  // when it leaves its frame.
+// The variable holding output o (null: dead).
+Variable* FramePropagator::output_value(const FrameNode& n, Outputs& out, std::uint32_t o) {
+  if ((out.dead >> o) & 1) return nullptr;
+  if ((n.direct_outputs >> o) & 1) return vars_[n.out_slots[o]];
+  if ((out.forwarded >> o) & 1) return &out.from[o]->value();
+  return &out.at(o);
+}
+
+// Whether output o may be moved on (not a parameter's or a frame
+// constant's variable, which stay).
+FramePropagator::Pass FramePropagator::output_pass(const FrameNode& n, const Outputs& out,
+                                                   std::uint32_t o) const {
+  if ((n.direct_outputs >> o) & 1) return Pass::Share;
+  if (((out.forwarded >> o) & 1) && out.from[o]->ref) return Pass::Share;
+  return Pass::Take;
+}
+
+// Fetched values keep a share (and whether they were dead); an exit's
+// when it leaves its frame.
+void FramePropagator::keep_fetched(const FrameNode& n, Outputs& out) {
   for (std::uint32_t o = 0; n.kind != Kind::Exit && o < n.out_slots.size(); ++o) {
     const std::uint32_t s = n.out_slots[o];
     if (s == kNoIndex || ((n.direct_outputs >> o) & 1)) continue;
-    Variable* v = value(o);
+    Variable* v = output_value(n, out, o);
     slot_dead_[s] = v == nullptr;
     if (v) vars_[s]->share_content(*v);
     else vars_[s]->clear();
   }
-  switch (n.kind) {
-    case Kind::Enter: {
-      Frame* child = child_frame(f, it, n.target_frame);
-      Variable* v = value(0);
-      if (n.constant_enter) {
-        Entry& c = child->constants[n.constant_index];
-        c.dead = v == nullptr;
-        if (v && take(0) == Pass::Take) c.var.take_content(*v);
-        else if (v) c.var.share_content(*v);
-        child->constant_arrived[n.constant_index] = 1;
-        for (Iteration* ci : child->iterations)
-          deliver_all(child, ci, r.node, 0, c.dead ? nullptr : &c.var, Pass::Ref);
-      } else {
-        deliver_all(child, child->iterations.front(), r.node, 0, v, take(0));
+}
+
+void FramePropagator::propagate_enter(const Ready& r, Outputs& out) {
+  const FrameNode& n = fp_.nodes[r.node];
+  Frame* f = r.frame;
+  Iteration* it = r.iter;
+  Frame* child = child_frame(f, it, n.target_frame);
+  Variable* v = output_value(n, out, 0);
+  if (n.constant_enter) {
+    Entry& c = child->constants[n.constant_index];
+    c.dead = v == nullptr;
+    if (v && output_pass(n, out, 0) == Pass::Take) c.var.take_content(*v);
+    else if (v) c.var.share_content(*v);
+    child->constant_arrived[n.constant_index] = 1;
+    for (Iteration* ci : child->iterations)
+      deliver_all(child, ci, r.node, 0, c.dead ? nullptr : &c.var, Pass::Ref);
+  } else {
+    deliver_all(child, child->iterations.front(), r.node, 0, v, output_pass(n, out, 0));
+  }
+  clear_inputs(r);
+  child->pending_enters--;
+  it->outstanding--;
+  cleanup(child);
+  if (it->outstanding == 0) cleanup(f);
+}
+
+void FramePropagator::propagate_next_iteration(const Ready& r, Outputs& out) {
+  const FrameNode& n = fp_.nodes[r.node];
+  Frame* f = r.frame;
+  Iteration* it = r.iter;
+  Variable* v = output_value(n, out, 0);
+  if (!v) return;  // a dead next value starts no iteration
+  const Pass pass = output_pass(n, out, 0);
+  if (it->id < f->newest) {
+    for (Iteration* later : f->iterations)
+      if (later->id == it->id + 1) {
+        deliver_all(f, later, r.node, 0, v, pass);
+        break;
       }
-      clear_inputs(r);
-      child->pending_enters--;
-      it->outstanding--;
-      cleanup(child);
-      if (it->outstanding == 0) cleanup(f);
+  } else if (static_cast<std::int64_t>(f->iterations.size()) < fp_.frames[f->info].parallel_iterations) {
+    deliver_all(f, start_iteration(f), r.node, 0, v, pass);
+  } else {
+    f->deferred.push_back({r.node, Variable()});
+    if (pass == Pass::Take) f->deferred.back().value.take_content(*v);
+    else f->deferred.back().value.share_content(*v);
+  }
+}
+
+void FramePropagator::propagate(const Ready& r, Outputs& out) {
+  const FrameNode& n = fp_.nodes[r.node];
+  Frame* f = r.frame;
+  Iteration* it = r.iter;
+  keep_fetched(n, out);
+  switch (n.kind) {
+    case Kind::Enter:
+      propagate_enter(r, out);  // settles the iteration itself
       return;
-    }
     case Kind::Exit: {
-      Variable* v = value(0);
+      Variable* v = output_value(n, out, 0);
       if (v && !f->exit_fired[n.exit_index]) {
         f->exit_fired[n.exit_index] = 1;
         if (!n.out_slots.empty() && n.out_slots[0] != kNoIndex) vars_[n.out_slots[0]]->share_content(*v);
-        deliver_all(f->parent, f->parent_iter, r.node, 0, v, take(0));
+        deliver_all(f->parent, f->parent_iter, r.node, 0, v, output_pass(n, out, 0));
       }
       break;
     }
-    case Kind::NextIteration: {
-      Variable* v = value(0);
-      if (!v) break;  // a dead next value starts no iteration
-      if (it->id < f->newest) {
-        for (Iteration* later : f->iterations)
-          if (later->id == it->id + 1) {
-            deliver_all(f, later, r.node, 0, v, take(0));
-            break;
-          }
-      } else if (static_cast<std::int64_t>(f->iterations.size()) < fp_.frames[f->info].parallel_iterations) {
-        deliver_all(f, start_iteration(f), r.node, 0, v, take(0));
-      } else {
-        f->deferred.push_back({r.node, Variable()});
-        if (take(0) == Pass::Take) f->deferred.back().value.take_content(*v);
-        else f->deferred.back().value.share_content(*v);
-      }
+    case Kind::NextIteration:
+      propagate_next_iteration(r, out);
       break;
-    }
     default: {
       const FrameEdge* e = fp_.edges.data();
       for (std::uint32_t k = n.edge_begin; k < n.edge_end; ++k) {
         const std::uint32_t o = e[k].src_output;
         const bool last = k + 1 == n.edge_end || e[k + 1].src_output != o;
-        deliver(f, it, e[k], value(o), last ? take(o) : Pass::Share);
+        deliver(f, it, e[k], output_value(n, out, o), last ? output_pass(n, out, o) : Pass::Share);
       }
       break;
     }

@@ -141,6 +141,13 @@ class FramePropagator {
   void execute_recorded(const Ready& r, Outputs& out);
   void run_kernel(const Ready& r, Outputs& out);
   void propagate(const Ready& r, Outputs& out);
+  // propagate(), by phase: output o's variable (null: dead) and how it may
+  // move on; fetched outputs' shares; the enter and next_iteration cases.
+  Variable* output_value(const FrameNode& n, Outputs& out, std::uint32_t o);
+  Pass output_pass(const FrameNode& n, const Outputs& out, std::uint32_t o) const;
+  void keep_fetched(const FrameNode& n, Outputs& out);
+  void propagate_enter(const Ready& r, Outputs& out);
+  void propagate_next_iteration(const Ready& r, Outputs& out);
   void clear_inputs(const Ready& r) noexcept;
   void deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, Pass pass);
   void deliver_all(Frame* f, Iteration* it, std::uint32_t node, std::uint32_t output, Variable* value,
