@@ -621,7 +621,8 @@ void PlanBuilder::plan_gc() {
     for (std::uint32_t s = 0; s < num_slots; ++s) keep[s] = p.slots[s].persistent || p.slots[s].fetch_reads > 0;
     for (Value v : p.options.skip_gc)
       if (Value c = clone_of(v))
-        if (auto it = value_slot_.find(c.impl()); it != value_slot_.end()) keep[it->second] = true;
+        if (auto it = value_slot_.find(c.impl()); it != value_slot_.end())
+          keep[it->second] = p.slots[it->second].kept = true;
     std::vector<std::vector<std::uint32_t>> users(num_slots);
     for (std::uint32_t i = 0; i < n; ++i) {
       for (auto s : p.instructions[i].reads) users[s].push_back(i);

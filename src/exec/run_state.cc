@@ -34,6 +34,7 @@ RunState::RunState(std::shared_ptr<const ExecutionPlan> plan, Scope& scope)
       if (std::string why = graph_blocker(); !why.empty()) graph_off(why);
       else graph_ = std::make_unique<GraphMode>();
     }
+    if (memory_plannable(*plan_) && !graph_) memory_stage_ = MemoryStage::Unplanned;
   } catch (...) {
     scope.drop_kid(*local_scope_);
     throw;
@@ -52,6 +53,7 @@ RunState::RunState(std::shared_ptr<const ExecutionPlan> region_plan, Scope& root
 
 void RunState::allocate_counters() {
   const std::uint32_t n = plan_->size();
+  use_plan_gc();
   dep_ = std::make_unique<std::atomic<std::int32_t>[]>(n);
   ref_ = std::make_unique<std::atomic<std::int32_t>[]>(vars_.size());
   reset_counters();
@@ -194,6 +196,7 @@ void RunState::run_launches(std::span<Tensor* const> feeds, bool take, const Run
     else dst = *feeds[k];
   }
   begin_run(config);
+  if (memory_stage_ != MemoryStage::Off) prepare_memory(/*may_probe=*/true);
   // A communicator: collective kernels reach it through the step.
   const bool stepped = options || p.has_async || p.options.communicator;
   if (stepped) begin_step(options);
@@ -274,6 +277,8 @@ void RunState::finish_run(std::size_t num_feeds, std::span<Tensor> results) {
     dirty_ = true;
     rethrow_error();
   }
+  if (probing_) finish_probe();
+  else if (memory_stage_ == MemoryStage::Planned && !arena_checked_ && arena_placed_) check_arena();
   // Shared, not moved: a temporary keeps its buffer for the next run, which
   // reuses it in place once the caller has let go of this result.
   for (std::size_t k = 0; k < p.fetches.size(); ++k) {

@@ -98,6 +98,7 @@ void RunState::start(std::span<Tensor* const> feeds, bool take, const RunConfig&
     else dst = *feeds[k];
   }
   begin_run(config);
+  if (memory_stage_ != MemoryStage::Off) prepare_memory(/*may_probe=*/false);
   completion_ = completion;
   begin_step(&options);
   schedule_counted();  // may complete the run: the state is not touched after it

@@ -140,8 +140,8 @@ void RunState::record_error(std::uint32_t i, std::exception_ptr error) noexcept 
 [[gnu::always_inline]] inline void RunState::collect_garbage(std::uint32_t i) {
   if (__builtin_expect(keep_temporaries_, 0)) return;
   const ExecutionPlan& p = *plan_;
-  for (std::uint32_t k = p.gc_off[i], e = p.gc_off[i + 1]; k < e; ++k) {
-    const std::uint32_t s = p.gc[k];
+  for (std::uint32_t k = gc_off_[i], e = gc_off_[i + 1]; k < e; ++k) {
+    const std::uint32_t s = gc_[k];
     const std::int32_t count = p.ref_count[s];
     // acq_rel: the last user's decrement must see every other user's writes
     // (release) before the variable is freed (acquire).
@@ -150,6 +150,7 @@ void RunState::record_error(std::uint32_t i, std::exception_ptr error) noexcept 
       Variable* v = vars_[s];
       if (!v->is_initialized()) continue;
       if (!p.record_off.empty() && p.record_off[s] != p.record_off[s + 1]) record_streams(s);
+      if (__builtin_expect(probing_, 0)) probe_slot(s);
       if (const std::uint32_t r = p.recycle_max[s]) v->recycle(r);
       else v->clear();
     }

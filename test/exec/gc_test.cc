@@ -28,6 +28,7 @@ ExecutionOptions config(unsigned threads, bool sequential = false) {
   if (sequential) c.thread_plan = ThreadPlan::Sequential;
   c.recycle_bytes = 0;  // GC frees every temporary (no resident small buffers)
   c.passes = "";        // the ops as written: the cases look at particular values' GC
+  c.plan_memory = false;  // GC as the plan's lists say (no arena: memory_plan_test.cc)
   return c;
 }
 
@@ -223,7 +224,7 @@ TEST_CASE("GC: a small temporary of static shape keeps its buffer run after run,
     auto r = b.create<ReluOp>(x.result());  // temporary
     auto s = b.create<ScaleOp>(r.result(), 2.0, 0.0);
     Scope scope;
-    InterpreterCore core(p, scope, {"x"}, {s.result()}, {.num_threads = 1});  // default buffer plan
+    InterpreterCore core(p, scope, {"x"}, {s.result()}, {.num_threads = 1, .plan_memory = false});  // default buffer plan
     Variable* tmp = core.variable(core.slot_of(r.result()));
     const void* buffer = nullptr;
     for (float v : {1.0f, -3.0f, 5.0f}) {
@@ -250,7 +251,7 @@ TEST_CASE("GC: a small temporary whose shape is known only at run time is freed 
   auto r = b.create<ReluOp>(x.result());
   auto s = b.create<ScaleOp>(r.result(), 2.0, 0.0);
   Scope scope;
-  InterpreterCore core(p, scope, {"x"}, {s.result()}, {.num_threads = 1});  // default buffer plan
+  InterpreterCore core(p, scope, {"x"}, {s.result()}, {.num_threads = 1, .plan_memory = false});  // default buffer plan
   Variable* tmp = core.variable(core.slot_of(r.result()));
   for (std::int64_t n : {std::int64_t{8}, std::int64_t{4096}, std::int64_t{8}}) {
     INFO("elements " << n);

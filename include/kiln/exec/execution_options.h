@@ -87,6 +87,12 @@ struct ExecutionOptions {
   // (counted at recycle_bytes per eligible temporary); 0 frees everything.
   std::size_t recycle_bytes = 4096;
   std::size_t recycle_budget = std::size_t{1} << 20;
+  // Place the temporaries of a host plan in one arena per run state, values
+  // whose lifetimes the dependency DAG orders sharing bytes, at offsets found
+  // after the first run (kiln/exec/memory_plan.h). The first run keeps every
+  // temporary to its end (its peak is their sum); later runs allocate
+  // nothing for the planned ones. Needs gc.
+  bool plan_memory = true;
   // A cuda place: capture the program's device work as a CUDA graph on its
   // second run and replay it from then on (a launch per run instead of one
   // per kernel). A program with work on the host (ops without a device

@@ -42,6 +42,7 @@ struct PlanSlot {
   std::uint32_t alias = 0;        // dependency variable (a view shares its source's)
   bool persistent = false;        // parameter, feed, kiln.fetch op result: never freed
   std::uint32_t fetch_reads = 0;  // fetch instructions reading it (never freed then)
+  bool kept = false;              // an ExecutionOptions::skip_gc value (never freed)
   std::string name;               // Parameter, Feed, FetchOp
   // Parameter: some set_parameter of the program writes it (a run state
   // creates the variable); otherwise the scope must hold it already, of `type`.

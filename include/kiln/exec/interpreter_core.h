@@ -155,6 +155,10 @@ class InterpreterCore {
   // Chrome trace JSON (chrome://tracing, Perfetto) of the last profiled run
   // (ExecutionOptions::profile; a run's own: to_chrome_trace(StepStats)).
   std::string chrome_trace() const;
+  // The memory plan of the core's first run state (kiln/exec/memory_plan.h):
+  // its arena's size, the live-set minimum; null before its first run ends
+  // or when nothing is planned.
+  const MemoryPlan* memory_plan() const { return primary_->memory_plan(); }
   // The plan runs use: the decided one, or while Auto still measures, the
   // plan of its first trial.
   ThreadPlan thread_plan() const { return tuner_.chosen(); }

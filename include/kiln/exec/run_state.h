@@ -29,6 +29,7 @@
 #include "kiln/exec/control_flow.h"
 #include "kiln/exec/cost_model.h"
 #include "kiln/exec/execution_plan.h"
+#include "kiln/exec/memory_plan.h"
 #include "kiln/exec/run_options.h"
 #include "kiln/exec/work_queue.h"
 #include "kiln/runtime/cancellation.h"
@@ -119,6 +120,9 @@ class RunState {
   // regions appear under their control-flow op, as of their last iteration
   // (category "region", named by their path: "while#3 > body > add#1").
   std::string chrome_trace() const;
+  // The memory plan of this state's arena (kiln/exec/memory_plan.h): null
+  // before the first run ends, or when nothing of the plan is planned.
+  const MemoryPlan* memory_plan() const { return memory_.get(); }
 
  private:
   // The hot part of an instruction: its kernel and cached context.
@@ -248,6 +252,29 @@ class RunState {
   std::unique_ptr<GraphMode> graph_;
   // Set while a captured graph holds the temporaries' buffers: GC frees nothing.
   bool keep_temporaries_ = false;
+
+  // The memory plan (run_state_memory.cc): the first synchronous run is a
+  // probe, whose end plans the arena; later runs put the arena's pieces in
+  // their slots and collect garbage by the arena's lists.
+  enum class MemoryStage : std::uint8_t { Off, Unplanned, Probing, Planned };
+  MemoryStage memory_stage_ = MemoryStage::Off;
+  std::shared_ptr<const MemoryPlan> memory_;
+  std::unique_ptr<MemoryArena> arena_;  // for the last planned run's schedule
+  bool arena_placed_ = false;   // the slots hold their pieces
+  bool arena_checked_ = false;  // a run over the pieces was checked
+  std::uint8_t replans_ = 0;
+  bool probing_ = false;  // this run is the probe: GC records each slot it frees
+  std::unique_ptr<MemoryProbe> probe_;
+  std::vector<std::uint8_t> unplanned_slots_;  // kernels that left their piece
+  // The GC lists in use: the plan's, or the arena's (without its slots).
+  const std::uint32_t* gc_off_ = nullptr;
+  const std::uint32_t* gc_ = nullptr;
+  void prepare_memory(bool may_probe);
+  void probe_slot(std::uint32_t slot);
+  void finish_probe();
+  void check_arena();
+  void place_arena();
+  void use_plan_gc();
 
   // This run.
   RunConfig config_;

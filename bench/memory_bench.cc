@@ -1,0 +1,125 @@
+// Memory of a training step: the bytes its temporaries take from the CPU
+// allocator (in use or cached for reuse, after warm-up: the footprint the
+// step keeps) over their live-set minimum (the most bytes of temporaries
+// live at once when the step runs in program order — no assignment of
+// buffers to values does better), with the executor's memory plan
+// (ExecutionOptions::plan_memory, kiln/exec/memory_plan.h) and without it
+// (every temporary freed after its last user into the caching allocator).
+//   BENCH mem.<model>.peak_ratio          footprint / live-set minimum, plan on
+//   BENCH mem.<model>.peak_ratio.noplan   the same, plan off
+//   BENCH mem.<model>.arena / .arena.any_order / .live / .footprint / .footprint.noplan   MiB
+//   BENCH mem.<model>.step.t1 / .step.t1.noplan   ms (interleaved)
+// Models: the MLP at batch 64 and 256, the small GPT (bench_models.h).
+// `./run bench mem` (also run by `./run bench passes`).
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench_models.h"
+#include "bench_util.h"
+#include "kiln/exec/interpreter_core.h"
+#include "kiln/exec/memory_plan.h"
+#include "kiln/runtime/allocator.h"
+
+using namespace kiln;
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+struct Footprint {
+  double bytes = 0;       // in use + cached, over the base
+  double live = 0;        // the live-set minimum (plan on only)
+  double arena = 0;      // the in-order arena
+  double any_order = 0;  // the arena for runs on several threads
+  std::vector<double> step_ms;
+};
+
+// One executor over `m` (its startup run in a scope of its own): warm-up
+// steps, the allocator's cache emptied, then `steps` measured.
+struct Trainer {
+  Trainer(bench::Model& model, bool plan) : m(model) {
+    ExecutionOptions o;
+    o.num_threads = 1;
+    o.plan_memory = plan;
+    exe = std::make_unique<Executor>(Place::cpu(), o);
+    exe->run(m.startup);
+  }
+  double step() {
+    const auto t0 = std::chrono::steady_clock::now();
+    exe->run(m.main, m.feeds, fetch, out);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  bench::Model& m;
+  std::vector<FetchTarget> fetch{m.loss};
+  std::vector<Tensor> out = std::vector<Tensor>(1);
+  std::unique_ptr<Executor> exe;
+};
+
+Footprint measure(bench::Model& m, bool plan, int steps) {
+  CpuAllocator& alloc = cpu_allocator();
+  alloc.release_cache();
+  const double base = static_cast<double>(alloc.bytes_in_use());
+  Trainer t(m, plan);
+  const double params = static_cast<double>(alloc.bytes_in_use()) - base;
+  for (int i = 0; i < 3; ++i) t.step();
+  alloc.release_cache();  // what the first (probe) steps left cached is not the step's
+  Footprint f;
+  for (int i = 0; i < steps; ++i) f.step_ms.push_back(t.step());
+  const AllocatorStats st = alloc.stats();
+  f.bytes = static_cast<double>(st.bytes_in_use + st.cached_bytes) - base - params;
+  if (const MemoryPlan* mp = t.exe->last_core()->memory_plan()) {
+    // One thread: the run goes in program order, over the in-order arena,
+    // which comes from the system (not in the allocator's statistics).
+    f.live = static_cast<double>(mp->temporaries_live_bytes);
+    f.arena = static_cast<double>(mp->arena_bytes_in_order);
+    f.any_order = static_cast<double>(mp->arena_bytes);
+    f.bytes += f.arena;
+  }
+  return f;
+}
+
+void run_model(const std::string& name, bench::Model& m, int steps) {
+  const Footprint on = measure(m, true, steps);
+  const Footprint off = measure(m, false, steps);
+  // Step times, the two executors interleaved (ratios hold on a noisy machine).
+  Trainer a(m, true), b(m, false);
+  std::vector<double> ta, tb;
+  for (int i = 0; i < 3; ++i) a.step(), b.step();
+  for (int i = 0; i < steps; ++i) ta.push_back(a.step()), tb.push_back(b.step());
+  const std::string p = "mem." + name;
+  if (on.live > 0) {
+    bench::emit(p + ".peak_ratio", on.bytes / on.live, "ratio");
+    bench::emit(p + ".peak_ratio.noplan", off.bytes / on.live, "ratio");
+  }
+  bench::emit(p + ".live", on.live / kMiB, "MiB");
+  bench::emit(p + ".arena", on.arena / kMiB, "MiB");
+  bench::emit(p + ".arena.any_order", on.any_order / kMiB, "MiB");
+  bench::emit(p + ".footprint", on.bytes / kMiB, "MiB");
+  bench::emit(p + ".footprint.noplan", off.bytes / kMiB, "MiB");
+  bench::emit(p + ".step.t1", bench::median(ta), "ms");
+  bench::emit(p + ".step.t1.noplan", bench::median(tb), "ms");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string filter = argc > 1 ? argv[1] : "";
+  auto wants = [&](const std::string& name) {
+    return filter.empty() || filter == "mem" || filter == "passes" || filter == "mem." + name;
+  };
+  if (wants("mlp64")) {
+    auto m = bench::mlp_model(64);
+    run_model("mlp64", *m, 20);
+  }
+  if (wants("mlp256")) {
+    auto m = bench::mlp_model(256);
+    run_model("mlp256", *m, 10);
+  }
+  if (wants("gpt")) {
+    auto m = bench::gpt_model();
+    run_model("gpt", *m, 5);
+  }
+  return 0;
+}

@@ -1,0 +1,165 @@
+// RunState's memory plan (kiln/exec/memory_plan.h): the probe run, the
+// arena's pieces put in their slots, and the GC lists each run uses.
+#include "kiln/exec/run_state.h"
+
+#include <unordered_map>
+#include <utility>
+
+namespace kiln {
+
+void RunState::use_plan_gc() {
+  gc_off_ = plan_->gc_off.data();
+  gc_ = plan_->gc.data();
+}
+
+// At the start of each run. The first synchronous one is the probe (run in
+// program order, so it may read every slot's variable as GC frees one); a
+// planned run uses the arena when its feeds have the probe's shapes.
+void RunState::prepare_memory(bool may_probe) {
+  if (memory_stage_ == MemoryStage::Unplanned || memory_stage_ == MemoryStage::Probing) {
+    probing_ = false;  // a failed probe's record is dropped
+    probe_.reset();
+    if (!may_probe) return;
+    memory_stage_ = MemoryStage::Probing;
+    probe_ = std::make_unique<MemoryProbe>(plan_->slots.size());
+    probing_ = true;
+    if (config_.plan == ThreadPlan::Graph) config_.plan = ThreadPlan::Sequential;
+    return;
+  }
+  if (memory_stage_ != MemoryStage::Planned) return;
+  const MemoryPlan& mp = *memory_;
+  const ExecutionPlan& p = *plan_;
+  bool same = true;
+  for (std::size_t k = 0; k < p.feeds.size() && same; ++k) {
+    const Variable* v = vars_[p.feeds[k].slot];
+    same = v->is<Tensor>() && v->get<Tensor>().dims() == mp.feed_dims[k];
+  }
+  if (!same) {
+    // Other shapes: every temporary is collected as the plan says (its
+    // piece goes at its last use); the pieces come back with the shapes.
+    use_plan_gc();
+    arena_placed_ = false;
+    return;
+  }
+  // The schedule's arena: program order (as schedule() decides) or any.
+  const bool in_order = config_.plan == ThreadPlan::Sequential || config_.pool == nullptr;
+  if (!arena_ || arena_->in_order() != in_order) {
+    arena_ = std::make_unique<MemoryArena>(memory_, in_order);
+    arena_placed_ = arena_checked_ = false;
+  }
+  if (!arena_placed_) place_arena();
+  gc_off_ = mp.gc_off.data();
+  gc_ = mp.gc.data();
+}
+
+// The probe, as GC frees slot s: what it holds, and which other slots hold
+// the same buffer now (they join its group); a holder that is no slot's
+// variable makes the buffer escaped.
+[[gnu::noinline, gnu::cold]] void RunState::probe_slot(std::uint32_t s) {
+  const Variable* v = vars_[s];
+  if (!v->is<Tensor>()) return;
+  const Tensor& t = v->get<Tensor>();
+  if (!t.is_initialized() || !t.buffer()) return;
+  SlotBuffer& o = probe_->seen[s];
+  o.bytes = t.bytes();
+  o.dtype = t.dtype();
+  o.dims = t.dims();
+  const long refs = t.use_count();
+  if (refs == 1) return;
+  long holders = 1;
+  for (std::uint32_t q = 0; q < vars_.size(); ++q) {
+    if (q == s || !vars_[q]->is<Tensor>() || !(vars_[q]->get<Tensor>().buffer() == t.buffer())) continue;
+    probe_->join(s, q);
+    ++holders;
+  }
+  o.escaped = holders < refs;
+}
+
+// Each planned slot's variable holds a tensor over its piece, of the
+// probe's dims and dtype: its kernel's alloc_output reuses it in place.
+void RunState::place_arena() {
+  const MemoryPlan& mp = arena_->plan();
+  for (std::size_t k = 0; k < mp.pieces.size(); ++k) {
+    const MemoryPlan::Piece& piece = mp.pieces[k];
+    Variable* v = vars_[piece.slot];
+    v->clear();
+    BufferRef buffer = arena_->make_piece(k);
+    v->get_mutable<Tensor>().adopt_buffer(buffer, piece.dims, piece.dtype, Place::cpu());
+  }
+  arena_placed_ = true;
+}
+
+// The probe's end (a run that succeeded): the slots GC did not free are
+// read (all alive now, so a buffer's address names it), then the arena is
+// planned.
+void RunState::finish_probe() {
+  probing_ = false;
+  const ExecutionPlan& p = *plan_;
+  std::unique_ptr<MemoryProbe> probe = std::move(probe_);
+  std::unordered_map<const Buffer*, std::pair<std::uint32_t, long>> holders;  // first slot, count
+  for (std::uint32_t s = 0; s < p.slots.size(); ++s) {
+    const Variable* v = vars_[s];
+    if (!v->is<Tensor>() || !v->get<Tensor>().is_initialized() || !v->get<Tensor>().buffer()) continue;
+    const Tensor& t = v->get<Tensor>();
+    SlotBuffer& o = probe->seen[s];
+    o.bytes = t.bytes();
+    o.dtype = t.dtype();
+    o.dims = t.dims();
+    auto [it, fresh] = holders.try_emplace(t.buffer().get(), s, 0);
+    ++it->second.second;
+    if (!fresh) probe->join(s, it->second.first);
+  }
+  for (std::uint32_t s = 0; s < p.slots.size(); ++s) {
+    const Variable* v = vars_[s];
+    if (!v->is<Tensor>() || !v->get<Tensor>().buffer()) continue;
+    const Tensor& t = v->get<Tensor>();
+    if (holders[t.buffer().get()].second < t.use_count()) probe->seen[s].escaped = true;
+  }
+  // A slot whose kernel once left its piece is not planned again.
+  for (std::uint32_t s = 0; s < unplanned_slots_.size(); ++s)
+    if (unplanned_slots_[s]) probe->seen[s].escaped = true;
+  std::shared_ptr<const MemoryPlan> mp;
+  try {
+    mp = plan_memory(p, *probe);
+  } catch (const std::bad_alloc&) {
+    mp = nullptr;  // the run's results stand; later runs go without an arena
+  }
+  if (!mp) {
+    memory_stage_ = MemoryStage::Off;
+    return;
+  }
+  auto with_feeds = std::make_shared<MemoryPlan>(*mp);
+  for (const PlanFeed& f : p.feeds) with_feeds->feed_dims.push_back(vars_[f.slot]->get<Tensor>().dims());
+  memory_ = std::move(with_feeds);
+  arena_.reset();  // made by the next run, for its schedule
+  arena_placed_ = arena_checked_ = false;
+  memory_stage_ = MemoryStage::Planned;
+}
+
+// After the first run over the pieces: a kernel that did not reuse its
+// output's tensor (it made a new one) left its piece; such slots are planned
+// without (the next run probes again), twice at most, then the arena is off.
+void RunState::check_arena() {
+  arena_checked_ = true;
+  const MemoryPlan& mp = arena_->plan();
+  bool left = false;
+  for (std::size_t k = 0; k < mp.pieces.size(); ++k) {
+    const Variable* v = vars_[mp.pieces[k].slot];
+    const bool holds = v->is<Tensor>() && arena_->is_piece(v->get<Tensor>().buffer(), k);
+    if (holds) continue;
+    if (unplanned_slots_.empty()) unplanned_slots_.assign(plan_->slots.size(), 0);
+    unplanned_slots_[mp.pieces[k].slot] = 1;
+    left = true;
+  }
+  if (!left) return;
+  // The pieces' slots go back to the plan's GC; the arena goes with the
+  // last tensor over it.
+  for (const MemoryPlan::Piece& piece : mp.pieces) vars_[piece.slot]->clear();
+  arena_.reset();
+  memory_.reset();
+  arena_placed_ = false;
+  use_plan_gc();
+  memory_stage_ = ++replans_ <= 2 ? MemoryStage::Unplanned : MemoryStage::Off;
+}
+
+}  // namespace kiln
