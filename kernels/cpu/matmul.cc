@@ -35,13 +35,33 @@ bool small_gemv(bool ta, bool tb, int m, int n, int k, const T* a, int lda, cons
   if (n != 1 || std::int64_t(m) * k > kSmallGemvElements) return false;
   const std::size_t bs = tb ? 1 : static_cast<std::size_t>(ldb);  // b's step along k
   if (!ta) {
-    for (int i = 0; i < m; ++i) {
+    // Eight rows at a time: eight independent sums instead of one chain of
+    // dependent adds (a row alone waits on the add latency at every k).
+    constexpr int kRows = 8;
+    int i = 0;
+    for (; i + kRows <= m; i += kRows) {
+      T s[kRows] = {};
+      for (int p = 0; p < k; ++p) {
+        const T bp = b[p * bs];
+        for (int r = 0; r < kRows; ++r) s[r] += a[std::size_t(i + r) * lda + p] * bp;
+      }
+      for (int r = 0; r < kRows; ++r) c[std::size_t(i + r) * ldc] = s[r];
+    }
+    for (; i < m; ++i) {
       const T* row = a + std::size_t(i) * lda;
       T s = 0;
       for (int p = 0; p < k; ++p) s += row[p] * b[p * bs];
       c[std::size_t(i) * ldc] = s;
     }
-  } else {  // a is [k, m]: walk its rows, all outputs at once
+  } else if (ldc == 1) {  // a is [k, m]: walk its rows, all outputs at once
+    // A unit stride the compiler sees: the adds over i vectorize.
+    for (int i = 0; i < m; ++i) c[i] = 0;
+    for (int p = 0; p < k; ++p) {
+      const T bp = b[p * bs];
+      const T* row = a + std::size_t(p) * lda;
+      for (int i = 0; i < m; ++i) c[i] += row[i] * bp;
+    }
+  } else {
     for (int i = 0; i < m; ++i) c[std::size_t(i) * ldc] = 0;
     for (int p = 0; p < k; ++p) {
       const T bp = b[p * bs];

@@ -63,12 +63,9 @@ DataType kernel_dtype(const Operation& op) {
   return DataType::Float32;
 }
 
-const Tensor& KernelContext::input(std::uint32_t i) const {
-  const Variable& v = *inputs_[i];
-  if (!v.is<Tensor>() || !v.get<Tensor>().is_initialized())
-    throw_error(ErrorKind::PreconditionNotMet, "op '", op_ ? op_->name() : "(a copy between places)",
-                "' input #", i, " holds no tensor");
-  return v.get<Tensor>();
+[[gnu::cold]] void KernelContext::throw_missing_input(std::uint32_t i) const {
+  throw_error(ErrorKind::PreconditionNotMet, "op '", op_ ? op_->name() : "(a copy between places)",
+              "' input #", i, " holds no tensor");
 }
 
 Tensor& KernelContext::alloc_output(std::uint32_t i, const Dims& dims, DataType dtype) const {

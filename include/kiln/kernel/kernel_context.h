@@ -39,7 +39,15 @@ class KernelContext {
   Variable& input_var(std::uint32_t i) const { return *inputs_[i]; }
   Variable& output_var(std::uint32_t i) const { return *outputs_[i]; }
   // The input's tensor; kiln::Error naming the op when it holds none.
-  const Tensor& input(std::uint32_t i) const;
+  // Inline: kernels call it once per operand, on every run.
+  const Tensor& input(std::uint32_t i) const {
+    const Variable& v = *inputs_[i];
+    if (v.is<Tensor>()) [[likely]] {
+      const Tensor& t = v.get<Tensor>();
+      if (t.is_initialized()) [[likely]] return t;
+    }
+    throw_missing_input(i);
+  }
   // The output variable's tensor (created empty on first use). For an
   // Inplace op, output k and its aliased input are the same variable.
   Tensor& output(std::uint32_t i) const { return outputs_[i]->get_mutable<Tensor>(); }
@@ -82,6 +90,8 @@ class KernelContext {
   std::uint32_t num_outputs_ = 0;
   const void* attrs_ = nullptr;
   Place place_ = Place::cpu();
+  [[noreturn]] void throw_missing_input(std::uint32_t i) const;
+
   Allocator* allocator_ = nullptr;
   Stream* stream_ = nullptr;
   std::uint64_t unused_outputs_ = 0;
