@@ -42,24 +42,38 @@ struct Slots {
   }
 };
 
+// The error of checked_input (out of line: the kernels' hot path stays small).
+template <typename OpT>
+[[noreturn, gnu::noinline]] void size_error(const KernelContext& ctx, const Slots<OpT>& s,
+                                           std::uint32_t i, const Tensor& t, std::int64_t numel) {
+  throw_error(ErrorKind::InvalidArgument, "op '", ctx.op() ? ctx.op()->name() : OpT::name,
+              "' operand ", s.label(i), " has ", t.numel(), " elements (shape [",
+              t.dims().to_string(), "]), expected ", numel);
+}
+
 // Single operand i (at ctx input s.in(i)), of T, with `numel` elements;
-// kiln::Error naming the op and operand otherwise.
+// kiln::Error naming the op and operand otherwise. Inlined, as `updated_at`
+// is: called per parameter, out of line they cost a merged op more than the
+// one dispatch it saves (an update of a few elements is mostly these calls).
 template <typename OpT, typename T>
-const Tensor& checked_input(const KernelContext& ctx, const Slots<OpT>& s, std::uint32_t i,
-                            std::int64_t numel) {
+[[gnu::always_inline]] inline const Tensor& checked_input(const KernelContext& ctx,
+                                                          const Slots<OpT>& s, std::uint32_t i,
+                                                          std::int64_t numel) {
   const Tensor& t = typed_input<T>(ctx, s.in(i));
-  if (t.numel() != numel)
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op() ? ctx.op()->name() : OpT::name,
-                "' operand ", s.label(i), " has ", t.numel(), " elements (shape [",
-                t.dims().to_string(), "]), expected ", numel);
+  if (t.numel() != numel) [[unlikely]]
+    size_error(ctx, s, i, t, numel);
   return t;
 }
 
-// Single output r, which aliases single operand i (see `updated`).
+// Single output r, which aliases single operand i: in place, the input's
+// buffer; otherwise `updated`'s copy.
 template <typename OpT, typename T>
-T* updated_at(KernelContext& ctx, const Slots<OpT>& s, std::uint32_t r, std::uint32_t i,
-              const Tensor& in) {
-  return updated<T>(ctx, s.out(r), s.in(i), in);
+[[gnu::always_inline]] inline T* updated_at(KernelContext& ctx, const Slots<OpT>& s, std::uint32_t r,
+                                            std::uint32_t i, const Tensor& in) {
+  const std::uint32_t o = s.out(r), j = s.in(i);
+  if (output_is_input(ctx, o, j)) [[likely]]
+    return ctx.output(o).data<T>();
+  return updated<T>(ctx, o, j, in);
 }
 
 template <typename T>
