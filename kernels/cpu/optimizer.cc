@@ -23,28 +23,33 @@ namespace kiln::cpu {
 namespace {
 
 // Where one update's operands and results are in the kernel's lists: the
-// single op's own indices, or parameter `k`'s group in a merged op
+// single op's own indices (Merged = false: the identity, known at compile
+// time, so the single ops' kernels compile as they did before the merged
+// ops existed), or parameter `k`'s group in a merged op
 // (kiln/dialect/merged_optimizer_ops.h).
-template <typename OpT>
+template <typename OpT, bool Merged = false>
 struct Slots {
-  bool merged = false;
   std::uint32_t k = 0;
   std::uint32_t in(std::uint32_t i) const {
-    return merged ? MergedLayout<OpT>::operand(k, i) : i;
+    if constexpr (Merged) return MergedLayout<OpT>::operand(k, i);
+    else return i;
   }
-  std::uint32_t out(std::uint32_t r) const { return merged ? MergedLayout<OpT>::result(k, r) : r; }
+  std::uint32_t out(std::uint32_t r) const {
+    if constexpr (Merged) return MergedLayout<OpT>::result(k, r);
+    else return r;
+  }
   // The operand's name as the op declares it ("'moment1' (#3)", or
   // "'moment1' of parameter #2 (#15)" in a merged op).
   std::string label(std::uint32_t i) const {
     std::string s = "'" + std::string(OpT::operand_names[i]) + "'";
-    if (merged && i != MergedLayout<OpT>::lr) s += " of parameter #" + std::to_string(k);
+    if (Merged && i != MergedLayout<OpT>::lr) s += " of parameter #" + std::to_string(k);
     return s + " (#" + std::to_string(in(i)) + ")";
   }
 };
 
 // The error of checked_input (out of line: the kernels' hot path stays small).
-template <typename OpT>
-[[noreturn, gnu::noinline]] void size_error(const KernelContext& ctx, const Slots<OpT>& s,
+template <typename OpT, typename S>
+[[noreturn, gnu::noinline]] void size_error(const KernelContext& ctx, const S& s,
                                            std::uint32_t i, const Tensor& t, std::int64_t numel) {
   throw_error(ErrorKind::InvalidArgument, "op '", ctx.op() ? ctx.op()->name() : OpT::name,
               "' operand ", s.label(i), " has ", t.numel(), " elements (shape [",
@@ -55,20 +60,20 @@ template <typename OpT>
 // kiln::Error naming the op and operand otherwise. Inlined, as `updated_at`
 // is: called per parameter, out of line they cost a merged op more than the
 // one dispatch it saves (an update of a few elements is mostly these calls).
-template <typename OpT, typename T>
-[[gnu::always_inline]] inline const Tensor& checked_input(const KernelContext& ctx,
-                                                          const Slots<OpT>& s, std::uint32_t i,
+template <typename OpT, typename T, typename S>
+[[gnu::always_inline]] inline const Tensor& checked_input(const KernelContext& ctx, const S& s,
+                                                          std::uint32_t i,
                                                           std::int64_t numel) {
   const Tensor& t = typed_input<T>(ctx, s.in(i));
   if (t.numel() != numel) [[unlikely]]
-    size_error(ctx, s, i, t, numel);
+    size_error<OpT>(ctx, s, i, t, numel);
   return t;
 }
 
 // Single output r, which aliases single operand i: in place, the input's
 // buffer; otherwise `updated`'s copy.
-template <typename OpT, typename T>
-[[gnu::always_inline]] inline T* updated_at(KernelContext& ctx, const Slots<OpT>& s, std::uint32_t r,
+template <typename T, typename S>
+[[gnu::always_inline]] inline T* updated_at(KernelContext& ctx, const S& s, std::uint32_t r,
                                             std::uint32_t i, const Tensor& in) {
   const std::uint32_t o = s.out(r), j = s.in(i);
   if (output_is_input(ctx, o, j)) [[likely]]
@@ -76,18 +81,18 @@ template <typename OpT, typename T>
   return updated<T>(ctx, o, j, in);
 }
 
-template <typename T>
-void sgd_update(KernelContext& ctx, const Slots<Sgd_Op>& s) {
+template <typename T, typename S>
+void sgd_update(KernelContext& ctx, const S& s) {
   const Tensor& p = typed_input<T>(ctx, s.in(0));
   const std::int64_t n = p.numel();
   const T* g = checked_input<Sgd_Op, T>(ctx, s, 1, n).template data<T>();
   const T lr = *checked_input<Sgd_Op, T>(ctx, s, 2, 1).template data<T>();
-  T* po = updated_at<Sgd_Op, T>(ctx, s, 0, 0, p);
+  T* po = updated_at<T>(ctx, s, 0, 0, p);
   for (std::int64_t i = 0; i < n; ++i) po[i] = sgd_step(po[i], g[i], lr);
 }
 
-template <typename T>
-void momentum_update(KernelContext& ctx, const Slots<Momentum_Op>& s,
+template <typename T, typename S>
+void momentum_update(KernelContext& ctx, const S& s,
                      const Momentum_Op::Attributes& a) {
   const Tensor& p = typed_input<T>(ctx, s.in(0));
   const std::int64_t n = p.numel();
@@ -95,8 +100,8 @@ void momentum_update(KernelContext& ctx, const Slots<Momentum_Op>& s,
   const Tensor& v = checked_input<Momentum_Op, T>(ctx, s, 2, n);
   const T lr = *checked_input<Momentum_Op, T>(ctx, s, 3, 1).template data<T>();
   const T mu = static_cast<T>(a.mu);
-  T* po = updated_at<Momentum_Op, T>(ctx, s, 0, 0, p);
-  T* vo = updated_at<Momentum_Op, T>(ctx, s, 1, 2, v);
+  T* po = updated_at<T>(ctx, s, 0, 0, p);
+  T* vo = updated_at<T>(ctx, s, 1, 2, v);
   if (a.use_nesterov) {
     for (std::int64_t i = 0; i < n; ++i) momentum_step(po[i], vo[i], g[i], lr, mu, true);
   } else {
@@ -183,8 +188,8 @@ void adam_elements(T* p, T* m1, T* m2, const T* g, std::int64_t n, T beta1, T be
 }
 
 // adam_ (coeff = 0, decay off) and adamw_.
-template <typename OpT, typename T>
-void adam_update(KernelContext& ctx, const Slots<OpT>& s, double beta1_d, double beta2_d, double eps_d, double coeff_d,
+template <typename OpT, typename T, typename S>
+void adam_update(KernelContext& ctx, const S& s, double beta1_d, double beta2_d, double eps_d, double coeff_d,
                  bool decay) {
   const Tensor& p = typed_input<T>(ctx, s.in(0));
   const std::int64_t n = p.numel();
@@ -199,11 +204,11 @@ void adam_update(KernelContext& ctx, const Slots<OpT>& s, double beta1_d, double
   const T b1p = *b1p_in.data<T>(), b2p = *b2p_in.data<T>();
   const AdamStep<T> step = adam_step_of(lr, b1p, b2p, beta1, beta2, eps);
 
-  T* po = updated_at<OpT, T>(ctx, s, 0, 0, p);
-  T* m1o = updated_at<OpT, T>(ctx, s, 1, 3, m1);
-  T* m2o = updated_at<OpT, T>(ctx, s, 2, 4, m2);
-  T* b1po = updated_at<OpT, T>(ctx, s, 3, 5, b1p_in);
-  T* b2po = updated_at<OpT, T>(ctx, s, 4, 6, b2p_in);
+  T* po = updated_at<T>(ctx, s, 0, 0, p);
+  T* m1o = updated_at<T>(ctx, s, 1, 3, m1);
+  T* m2o = updated_at<T>(ctx, s, 2, 4, m2);
+  T* b1po = updated_at<T>(ctx, s, 3, 5, b1p_in);
+  T* b2po = updated_at<T>(ctx, s, 4, 6, b2p_in);
   if (decay) {
     const T keep = T(1) - lr * static_cast<T>(coeff_d);  // param -= lr * coeff * param
     for (std::int64_t i = 0; i < n; ++i) po[i] *= keep;
@@ -235,13 +240,13 @@ template <typename Merged, typename T, typename F>
 void for_each_parameter(KernelContext& ctx, F&& update) {
   using Single = typename Merged::SingleOp;
   const std::uint32_t k = Merged::parameter_count(ctx.num_inputs());
-  for (std::uint32_t p = 0; p < k; ++p) update(Slots<Single>{true, p});
+  for (std::uint32_t p = 0; p < k; ++p) update(Slots<Single, true>{p});
 }
 
 template <typename T>
 struct MergedSgdK {
   static void run(KernelContext& ctx) {
-    for_each_parameter<MergedSgd_Op, T>(ctx, [&](const Slots<Sgd_Op>& s) { sgd_update<T>(ctx, s); });
+    for_each_parameter<MergedSgd_Op, T>(ctx, [&](const Slots<Sgd_Op, true>& s) { sgd_update<T>(ctx, s); });
   }
 };
 
@@ -250,7 +255,7 @@ struct MergedMomentumK {
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<MergedMomentum_Op>();
     for_each_parameter<MergedMomentum_Op, T>(
-        ctx, [&](const Slots<Momentum_Op>& s) { momentum_update<T>(ctx, s, a); });
+        ctx, [&](const Slots<Momentum_Op, true>& s) { momentum_update<T>(ctx, s, a); });
   }
 };
 
@@ -258,7 +263,7 @@ template <typename T>
 struct MergedAdamK {
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<MergedAdam_Op>();
-    for_each_parameter<MergedAdam_Op, T>(ctx, [&](const Slots<Adam_Op>& s) {
+    for_each_parameter<MergedAdam_Op, T>(ctx, [&](const Slots<Adam_Op, true>& s) {
       adam_update<Adam_Op, T>(ctx, s, a.beta1, a.beta2, a.epsilon, 0.0, false);
     });
   }
@@ -268,7 +273,7 @@ template <typename T>
 struct MergedAdamWK {
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<MergedAdamW_Op>();
-    for_each_parameter<MergedAdamW_Op, T>(ctx, [&](const Slots<AdamW_Op>& s) {
+    for_each_parameter<MergedAdamW_Op, T>(ctx, [&](const Slots<AdamW_Op, true>& s) {
       adam_update<AdamW_Op, T>(ctx, s, a.beta1, a.beta2, a.epsilon, a.coeff, true);
     });
   }

@@ -44,10 +44,13 @@ std::vector<Type> MergedUpdateBase<Merged, Single>::infer_meta(const std::vector
     try {
       r = Single::infer_meta(one, attrs);
     } catch (const Error& e) {
+      // The single op's message names the operand; its index there is
+      // the single op's, so the merged op's operands are named too.
       throw Error(e.kind(), "op '" + std::string(Merged::name) + "' parameter #" + std::to_string(p) +
-                                " (operands #" + std::to_string(Layout::operand(p, 0)) + "..#" +
-                                std::to_string(Layout::operand(p, Single::num_operands - 1)) +
-                                " and the learning rate #0): " + e.message());
+                                " (operands #" + std::to_string(1 + p * Layout::operands) + "..#" +
+                                std::to_string((p + 1) * Layout::operands) +
+                                ", learning rate #0), checked as " + std::string(Single::name) + ": " +
+                                e.message());
     }
     out.insert(out.end(), r.begin(), r.end());
   }

@@ -197,6 +197,9 @@ class BlockMerger {
     Builder b(block_);
     b.set_insertion_point(anchor);
     Operation* merged = kind.build(b, anchor->operand_source(kind.lr), operands, anchor->attributes());
+    // The members' attributes, undeclared ones too (op_role): one dict,
+    // the grouping key.
+    merged->set_attributes(anchor->attributes());
     std::uint32_t r = 0;
     for (std::size_t m : members) {
       Operation* op = ops_[m];

@@ -185,6 +185,10 @@ TEST_CASE("an update whose parameter is read before the group's last update stay
   u.p.verify();
   CHECK(count_ops(u.p, "kiln.sgd_") == 1);
   CHECK(merged_params(u.p, "kiln.merged_sgd_") == std::vector<std::string>{"w1", "w2"});
+  // DCE keeps it, though nothing reads its results: it writes parameters
+  // (its written operands come from its per-operation alias pairs).
+  kiln_passes_test::run_pipeline(u.p, "dce");
+  CHECK(count_ops(u.p, "kiln.merged_sgd_") == 1);
   // The merged op took the last update's place: after the mean.
   bool seen_mean = false;
   for (Operation* op : u.p.block()) {
@@ -284,7 +288,8 @@ TEST_CASE("a malformed merged op is refused, naming the op, the parameter and th
   // Parameter #1's gradient has another shape.
   CHECK_THROWS_WITH(
       u.b.create<MergedSgd_Op>(u.lr, std::vector<Value>{u.params[0], u.grads[0], u.params[1], u.grads[2]}),
-      Catch::Contains("op 'kiln.merged_sgd_' parameter #1") && Catch::Contains("'grad'") &&
+      Catch::Contains("op 'kiln.merged_sgd_' parameter #1 (operands #3..#4, learning rate #0)") &&
+          Catch::Contains("'grad'") &&
           Catch::Contains("must have the shape of 'param'"));
   // The learning rate of another dtype.
   Value lr64 = u.b.create<DataOp>("lr64", std::vector<std::int64_t>{1}, DataType::Float64).result();
