@@ -127,6 +127,10 @@ TEST_CASE("SGD, momentum, Adam and AdamW updates of one optimizer merge into one
       {"adam", [] { return std::make_unique<optim::Adam>(1e-2); }, "kiln.adam_", "kiln.merged_adam_"},
       {"adamw", [] { return std::make_unique<optim::AdamW>(1e-2, 0.9, 0.99, 1e-8, 0.05); }, "kiln.adamw_",
        "kiln.merged_adamw_"},
+      // A scheduled rate: one value the schedule's ops compute each step.
+      {"adamw_scheduled",
+       [] { return std::make_unique<optim::AdamW>(lr::CosineWithWarmup(1e-2, 2, 6, 1e-3)); },
+       "kiln.adamw_", "kiln.merged_adamw_"},
   };
   for (const Case& c : cases) {
     SECTION(c.name) {
