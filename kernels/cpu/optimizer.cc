@@ -58,8 +58,8 @@ template <typename OpT, typename S>
 
 // Single operand i (at ctx input s.in(i)), of T, with `numel` elements;
 // kiln::Error naming the op and operand otherwise. Inlined, as `updated_at`
-// is: called per parameter, out of line they cost a merged op more than the
-// one dispatch it saves (an update of a few elements is mostly these calls).
+// is (their error and copy paths out of line): an update of a few elements
+// is mostly these calls, and a merged op makes them once per parameter.
 template <typename OpT, typename T, typename S>
 [[gnu::always_inline]] inline const Tensor& checked_input(const KernelContext& ctx, const S& s,
                                                           std::uint32_t i,
