@@ -234,7 +234,11 @@ std::size_t fuse_optimizer_updates(Block& block, PassContext* ctx) {
   for (Operation* op : block)
     for (std::uint32_t r = 0; r < op->num_regions(); ++r)
       for (Block* inner : op->region(r)) made += fuse_optimizer_updates(*inner, ctx);
-  made += BlockMerger(block, ctx).run();
+  // The index of reads and writes only for a block with a group to form
+  // (an inference program, or one update, costs a walk of the ops).
+  std::size_t updates = 0;
+  for (Operation* op : block) updates += update_kind(*op) != nullptr;
+  if (updates >= 2) made += BlockMerger(block, ctx).run();
   return made;
 }
 
