@@ -222,6 +222,25 @@ TEST_CASE("updates with another learning rate, other attributes or a gradient wr
     CHECK(fuse_optimizer_updates(u.p) == 0);
     CHECK(count_ops(u.p, "kiln.momentum_") == 3);
   }
+  SECTION("a parameter set between, by name") {
+    Updates u;
+    u.sgd(0, u.lr);
+    u.sgd(1, u.lr);
+    u.b.create<SetParameterOp>(u.grads[0], "w0");  // w0's variable: its update stays
+    u.sgd(2, u.lr);
+    CHECK(fuse_optimizer_updates(u.p) == 1);
+    CHECK(merged_params(u.p, "kiln.merged_sgd_") == std::vector<std::string>{"w1", "w2"});
+  }
+  SECTION("another kind of update between moves nothing and is passed") {
+    Updates u;
+    Value v3 = u.b.create<ParameterOp>("v3", f32({6})).result();
+    u.sgd(0, u.lr);
+    u.b.create<Momentum_Op>(u.params[3], u.grads[3], v3, u.lr, 0.9, false);
+    u.sgd(1, u.lr);
+    CHECK(fuse_optimizer_updates(u.p) == 1);
+    CHECK(merged_params(u.p, "kiln.merged_sgd_") == std::vector<std::string>{"w0", "w1"});
+    CHECK(count_ops(u.p, "kiln.momentum_") == 1);
+  }
   SECTION("a gradient written in place between") {
     Updates u;
     u.sgd(0, u.lr);
