@@ -66,6 +66,11 @@ void walk(Operation* op, F&& f) {
       for (Operation* o : *inner) walk(o, f);
 }
 
+// The most results one merged op has: the dataflow frame plan
+// (kiln/exec/frame_plan.h) keeps a kernel node's parameter outputs in a
+// 64-bit mask.
+constexpr std::uint32_t kMaxResults = 64;
+
 class BlockMerger {
  public:
   BlockMerger(Block& block, PassContext* ctx) : block_(block), ctx_(ctx) {
@@ -101,10 +106,9 @@ class BlockMerger {
       if (fresh) groups.emplace_back();
       groups[it->second].push_back(i);
     }
-    std::size_t made = 0;
     for (const auto& g : groups)
-      if (g.size() >= 2 && merge(g)) ++made;
-    return made;
+      if (g.size() >= 2) merge(g);
+    return made_;
   }
 
  private:
@@ -173,6 +177,8 @@ class BlockMerger {
     return true;
   }
 
+  // Merges the members of `group` that may move to its last member's
+  // place; false when fewer than two may.
   bool merge(const std::vector<std::size_t>& group) {
     const std::size_t last = group.back();
     moving_.clear();
@@ -188,26 +194,35 @@ class BlockMerger {
 
     Operation* anchor = ops_[last];
     const UpdateKind& kind = *update_kind(*anchor);
-    std::vector<Value> operands;
-    for (std::size_t m : members) {
-      Operation* op = ops_[m];
-      for (std::uint32_t j = 0; j < op->num_operands(); ++j)
-        if (j != kind.lr) operands.push_back(op->operand_source(j));
-    }
+    // At most kMaxResults results per merged op: the groups split evenly
+    // into as few ops as that allows, all in the members' order.
+    const std::size_t per = std::max<std::size_t>(1, kMaxResults / anchor->num_results());
+    const std::size_t chunks = (members.size() + per - 1) / per;
     Builder b(block_);
     b.set_insertion_point(anchor);
-    Operation* merged = kind.build(b, anchor->operand_source(kind.lr), operands, anchor->attributes());
-    // The members' attributes, undeclared ones too (op_role): one dict,
-    // the grouping key.
-    merged->set_attributes(anchor->attributes());
-    std::uint32_t r = 0;
-    for (std::size_t m : members) {
-      Operation* op = ops_[m];
-      for (std::uint32_t k = 0; k < op->num_results(); ++k, ++r) {
-        Value from = op->result(k), to = merged->result(r);
-        if (ctx_) ctx_->replace_all_uses(from, to);
-        else from.replace_all_uses_with(to);
+    for (std::size_t c = 0, begin = 0; c < chunks; ++c) {
+      const std::size_t end = begin + (members.size() - begin) / (chunks - c);
+      std::vector<Value> operands;
+      for (std::size_t i = begin; i < end; ++i) {
+        Operation* op = ops_[members[i]];
+        for (std::uint32_t j = 0; j < op->num_operands(); ++j)
+          if (j != kind.lr) operands.push_back(op->operand_source(j));
       }
+      Operation* merged = kind.build(b, anchor->operand_source(kind.lr), operands, anchor->attributes());
+      // The members' attributes, undeclared ones too (op_role): one dict,
+      // the grouping key.
+      merged->set_attributes(anchor->attributes());
+      std::uint32_t r = 0;
+      for (std::size_t i = begin; i < end; ++i) {
+        Operation* op = ops_[members[i]];
+        for (std::uint32_t k = 0; k < op->num_results(); ++k, ++r) {
+          Value from = op->result(k), to = merged->result(r);
+          if (ctx_) ctx_->replace_all_uses(from, to);
+          else from.replace_all_uses_with(to);
+        }
+      }
+      ++made_;
+      begin = end;
     }
     for (auto it = members.rbegin(); it != members.rend(); ++it) {
       if (ctx_) ctx_->erase_op(ops_[*it]);
@@ -225,6 +240,7 @@ class BlockMerger {
   // Positions (ascending) of the ops touching / writing each buffer.
   std::unordered_map<const void*, std::vector<std::size_t>> touched_, written_;
   std::unordered_set<std::size_t> moving_;  // the group members that move
+  std::size_t made_ = 0;                    // merged ops created
 };
 
 }  // namespace

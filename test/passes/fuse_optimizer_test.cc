@@ -253,6 +253,30 @@ TEST_CASE("updates with another learning rate, other attributes or a gradient wr
   }
 }
 
+TEST_CASE("a group of more than 64 results becomes merged ops of even size, in order",
+          "[passes][fuse_optimizer]") {
+  // 70 sgd_ updates (one result each): two merged ops of 35.
+  Program p;
+  Builder b(p);
+  Value lr = b.create<DataOp>("lr", std::vector<std::int64_t>{1}).result();
+  for (int i = 0; i < 70; ++i) {
+    Value w = b.create<ParameterOp>("w" + std::to_string(i), f32({2})).result();
+    Value g = b.create<DataOp>("g" + std::to_string(i), std::vector<std::int64_t>{2}).result();
+    b.create<Sgd_Op>(w, g, lr);
+  }
+  CHECK(fuse_optimizer_updates(p) == 2);
+  p.verify();
+  std::vector<std::string> order;
+  for (Operation* op : p.block())
+    if (op->name() == "kiln.merged_sgd_") {
+      CHECK(op->num_results() == 35);
+      for (std::uint32_t i = 1; i < op->num_operands(); i += 2)
+        order.push_back(op->operand_source(i).defining_op()->dyn_cast<ParameterOp>().attrs().parameter_name);
+    }
+  REQUIRE(order.size() == 70);
+  for (int i = 0; i < 70; ++i) CHECK(order[i] == "w" + std::to_string(i));
+}
+
 TEST_CASE("a merged op's alias pairs follow its operand count", "[passes][fuse_optimizer]") {
   Updates u;
   std::vector<Value> members;

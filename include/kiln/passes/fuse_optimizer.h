@@ -11,8 +11,10 @@
 // builtin.parameter value of that name, or a builtin.set_parameter of it —
 // or its state), nor writes a value it reads (the gradient, the learning
 // rate). Updates with a placement (an execution stream, a kiln.place) stay
-// as written. Results are bit-identical: each parameter's update is the
-// single op's, in the same order.
+// as written. A merged op has at most 64 results (the dataflow frame
+// plan's limit): a larger group becomes several merged ops of even size, one
+// after another in the members' order. Results are bit-identical: each
+// parameter's update is the single op's, in the same order.
 #pragma once
 
 #include <cstddef>
