@@ -353,3 +353,58 @@ TEST_CASE("a program with merged updates prints, parses back and prints the same
   q.verify();
   CHECK(q.to_string() == text);
 }
+
+TEST_CASE("merged updates run in a program lowered to dataflow ops, bit for bit, past 64 results",
+          "[passes][fuse_optimizer]") {
+  // 7 layers (14 parameters, 70 adam_ results: two merged ops), and a loop
+  // beside them that lower_to_dataflow turns into dataflow ops, so the run
+  // goes through the frame plan.
+  struct Deep {
+    Program main, startup;
+    Value loss, counter;
+    FeedMap feeds;
+    Deep() {
+      UniqueNameGuard names;
+      {
+        ProgramGuard guard(main, startup);
+        Value x = data("x", {4, 6});
+        Value h = x;
+        for (int i = 0; i < 7; ++i) h = nn::Tanh()(nn::Linear(6, 6)(h));
+        loss = nn::MSELoss()(h, data("label", {4, 6}));
+        optim::Adam(1e-2).minimize(loss);
+        Value i0 = full({1}, 0.0, DataType::Int64);
+        counter = while_loop([](const std::vector<Value>& v) { return less_than(v[0], 3); },
+                             [](const std::vector<Value>& v) -> std::vector<Value> { return {increment(v[0])}; },
+                             {i0})[0];
+      }
+      std::vector<float> xs(24), ys(24);
+      for (int i = 0; i < 24; ++i) xs[i] = 0.1f * static_cast<float>(i % 7) - 0.3f, ys[i] = 0.05f * static_cast<float>(i % 5);
+      feeds = {{"x", Tensor::from_vector<float>({4, 6}, xs)}, {"label", Tensor::from_vector<float>({4, 6}, ys)}};
+    }
+  };
+  {
+    Deep d;
+    Program q = d.main.clone();
+    kiln_passes_test::run_pipeline(q, "lower_to_dataflow,fuse_optimizer");
+    CHECK(count_ops(q, "kiln.merged_adam_") == 2);
+    CHECK(count_ops(q, "kiln.adam_") == 0);
+    CHECK(count_ops(q, "kiln.while") == 0);
+  }
+  Deep plain, merged;
+  Executor a(Place::cpu(), with_passes("")), b(Place::cpu(), with_passes("lower_to_dataflow,fuse_optimizer"));
+  set_random_seed(3);
+  a.run(plain.startup);
+  set_random_seed(3);
+  b.run(merged.startup);
+  for (int step = 0; step < 4; ++step) {
+    const auto ra = a.run(plain.main, plain.feeds, {plain.loss, plain.counter});
+    const auto rb = b.run(merged.main, merged.feeds, {merged.loss, merged.counter});
+    INFO("step " << step);
+    REQUIRE(bits_equal(ra[0], rb[0]));
+    REQUIRE(bits_equal(ra[1], rb[1]));
+  }
+  for (const auto& [name, p] : plain.main.parameters()) {
+    INFO(name);
+    CHECK(bits_equal(a.scope().find_var(name)->get<Tensor>(), b.scope().find_var(name)->get<Tensor>()));
+  }
+}
