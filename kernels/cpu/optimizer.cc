@@ -1,4 +1,5 @@
-// CPU kernels of the optimizer update ops (sgd_, momentum_, adam_, adamw_;
+// CPU kernels of the optimizer update ops (sgd_, momentum_, adam_, adamw_ and
+// their merged forms, which run the same update per parameter;
 // f32 and f64; the element math is kiln/kernel/optimizer_math.h's, which the
 // CUDA kernels share). Run in place, each output is its input's variable and the
 // kernel updates that buffer; run out of place (an output with its own
@@ -14,58 +15,109 @@
 #endif
 
 #include "cpu_kernel_util.h"
+#include "kiln/dialect/merged_optimizer_ops.h"
 #include "kiln/dialect/optimizer_ops.h"
 #include "kiln/kernel/optimizer_math.h"
 
 namespace kiln::cpu {
 namespace {
 
-// The operand's name as the op declares it ("'moment1' (#3)").
-template <typename OpT>
-std::string label(std::uint32_t i) {
-  return "'" + std::string(OpT::operand_names[i]) + "' (#" + std::to_string(i) + ")";
+// Where one update's operands and results are in the kernel's lists: the
+// single op's own indices (Merged = false: the identity, known at compile
+// time, so the single ops' kernels compile as they did before the merged
+// ops existed), or parameter `k`'s group in a merged op
+// (kiln/dialect/merged_optimizer_ops.h).
+template <typename OpT, bool Merged = false>
+struct Slots {
+  std::uint32_t k = 0;
+  std::uint32_t in(std::uint32_t i) const {
+    if constexpr (Merged) return MergedLayout<OpT>::operand(k, i);
+    else return i;
+  }
+  std::uint32_t out(std::uint32_t r) const {
+    if constexpr (Merged) return MergedLayout<OpT>::result(k, r);
+    else return r;
+  }
+  // The operand's name as the op declares it ("'moment1' (#3)", or
+  // "'moment1' of parameter #2 (#15)" in a merged op).
+  std::string label(std::uint32_t i) const {
+    std::string s = "'" + std::string(OpT::operand_names[i]) + "'";
+    if (Merged && i != MergedLayout<OpT>::lr) s += " of parameter #" + std::to_string(k);
+    return s + " (#" + std::to_string(in(i)) + ")";
+  }
+};
+
+// The error of checked_input (out of line: the kernels' hot path stays small).
+template <typename OpT, typename S>
+[[noreturn, gnu::noinline]] void size_error(const KernelContext& ctx, const S& s,
+                                           std::uint32_t i, const Tensor& t, std::int64_t numel) {
+  throw_error(ErrorKind::InvalidArgument, "op '", ctx.op() ? ctx.op()->name() : OpT::name,
+              "' operand ", s.label(i), " has ", t.numel(), " elements (shape [",
+              t.dims().to_string(), "]), expected ", numel);
 }
 
-// Input i, of T, with `numel` elements; kiln::Error naming the op and operand otherwise.
-template <typename OpT, typename T>
-const Tensor& checked_input(const KernelContext& ctx, std::uint32_t i, std::int64_t numel) {
-  const Tensor& t = typed_input<T>(ctx, i);
-  if (t.numel() != numel)
-    throw_error(ErrorKind::InvalidArgument, "op '", OpT::name, "' operand ", label<OpT>(i),
-                " has ", t.numel(), " elements (shape [", t.dims().to_string(), "]), expected ",
-                numel);
+// Single operand i (at ctx input s.in(i)), of T, with `numel` elements;
+// kiln::Error naming the op and operand otherwise. Inlined, as `updated_at`
+// is (their error and copy paths out of line): an update of a few elements
+// is mostly these calls, and a merged op makes them once per parameter.
+template <typename OpT, typename T, typename S>
+[[gnu::always_inline]] inline const Tensor& checked_input(const KernelContext& ctx, const S& s,
+                                                          std::uint32_t i,
+                                                          std::int64_t numel) {
+  const Tensor& t = typed_input<T>(ctx, s.in(i));
+  if (t.numel() != numel) [[unlikely]]
+    size_error<OpT>(ctx, s, i, t, numel);
   return t;
+}
+
+// Single output r, which aliases single operand i: in place, the input's
+// buffer; otherwise `updated`'s copy.
+template <typename T, typename S>
+[[gnu::always_inline]] inline T* updated_at(KernelContext& ctx, const S& s, std::uint32_t r,
+                                            std::uint32_t i, const Tensor& in) {
+  const std::uint32_t o = s.out(r), j = s.in(i);
+  if (output_is_input(ctx, o, j)) [[likely]]
+    return ctx.output(o).data<T>();
+  return updated<T>(ctx, o, j, in);
+}
+
+template <typename T, typename S>
+void sgd_update(KernelContext& ctx, const S& s) {
+  const Tensor& p = typed_input<T>(ctx, s.in(0));
+  const std::int64_t n = p.numel();
+  const T* g = checked_input<Sgd_Op, T>(ctx, s, 1, n).template data<T>();
+  const T lr = *checked_input<Sgd_Op, T>(ctx, s, 2, 1).template data<T>();
+  T* po = updated_at<T>(ctx, s, 0, 0, p);
+  for (std::int64_t i = 0; i < n; ++i) po[i] = sgd_step(po[i], g[i], lr);
+}
+
+template <typename T, typename S>
+void momentum_update(KernelContext& ctx, const S& s,
+                     const Momentum_Op::Attributes& a) {
+  const Tensor& p = typed_input<T>(ctx, s.in(0));
+  const std::int64_t n = p.numel();
+  const T* g = checked_input<Momentum_Op, T>(ctx, s, 1, n).template data<T>();
+  const Tensor& v = checked_input<Momentum_Op, T>(ctx, s, 2, n);
+  const T lr = *checked_input<Momentum_Op, T>(ctx, s, 3, 1).template data<T>();
+  const T mu = static_cast<T>(a.mu);
+  T* po = updated_at<T>(ctx, s, 0, 0, p);
+  T* vo = updated_at<T>(ctx, s, 1, 2, v);
+  if (a.use_nesterov) {
+    for (std::int64_t i = 0; i < n; ++i) momentum_step(po[i], vo[i], g[i], lr, mu, true);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) momentum_step(po[i], vo[i], g[i], lr, mu, false);
+  }
 }
 
 template <typename T>
 struct SgdK {
-  static void run(KernelContext& ctx) {
-    const Tensor& p = typed_input<T>(ctx, 0);
-    const std::int64_t n = p.numel();
-    const T* g = checked_input<Sgd_Op, T>(ctx, 1, n).template data<T>();
-    const T lr = *checked_input<Sgd_Op, T>(ctx, 2, 1).template data<T>();
-    T* po = updated<T>(ctx, 0, 0, p);
-    for (std::int64_t i = 0; i < n; ++i) po[i] = sgd_step(po[i], g[i], lr);
-  }
+  static void run(KernelContext& ctx) { sgd_update<T>(ctx, Slots<Sgd_Op>{}); }
 };
 
 template <typename T>
 struct MomentumK {
   static void run(KernelContext& ctx) {
-    const auto& a = ctx.attrs<Momentum_Op>();
-    const Tensor& p = typed_input<T>(ctx, 0);
-    const std::int64_t n = p.numel();
-    const T* g = checked_input<Momentum_Op, T>(ctx, 1, n).template data<T>();
-    const Tensor& v = checked_input<Momentum_Op, T>(ctx, 2, n);
-    const T lr = *checked_input<Momentum_Op, T>(ctx, 3, 1).template data<T>();
-    const T mu = static_cast<T>(a.mu);
-    T* po = updated<T>(ctx, 0, 0, p);
-    T* vo = updated<T>(ctx, 1, 2, v);
-    if (a.use_nesterov) {
-      for (std::int64_t i = 0; i < n; ++i) momentum_step(po[i], vo[i], g[i], lr, mu, true);
-    } else {
-      for (std::int64_t i = 0; i < n; ++i) momentum_step(po[i], vo[i], g[i], lr, mu, false);
-    }
+    momentum_update<T>(ctx, Slots<Momentum_Op>{}, ctx.attrs<Momentum_Op>());
   }
 };
 
@@ -136,27 +188,27 @@ void adam_elements(T* p, T* m1, T* m2, const T* g, std::int64_t n, T beta1, T be
 }
 
 // adam_ (coeff = 0, decay off) and adamw_.
-template <typename OpT, typename T>
-void adam_update(KernelContext& ctx, double beta1_d, double beta2_d, double eps_d, double coeff_d,
+template <typename OpT, typename T, typename S>
+void adam_update(KernelContext& ctx, const S& s, double beta1_d, double beta2_d, double eps_d, double coeff_d,
                  bool decay) {
-  const Tensor& p = typed_input<T>(ctx, 0);
+  const Tensor& p = typed_input<T>(ctx, s.in(0));
   const std::int64_t n = p.numel();
-  const T* g = checked_input<OpT, T>(ctx, 1, n).template data<T>();
-  const T lr = *checked_input<OpT, T>(ctx, 2, 1).template data<T>();
-  const Tensor& m1 = checked_input<OpT, T>(ctx, 3, n);
-  const Tensor& m2 = checked_input<OpT, T>(ctx, 4, n);
-  const Tensor& b1p_in = checked_input<OpT, T>(ctx, 5, 1);
-  const Tensor& b2p_in = checked_input<OpT, T>(ctx, 6, 1);
+  const T* g = checked_input<OpT, T>(ctx, s, 1, n).template data<T>();
+  const T lr = *checked_input<OpT, T>(ctx, s, 2, 1).template data<T>();
+  const Tensor& m1 = checked_input<OpT, T>(ctx, s, 3, n);
+  const Tensor& m2 = checked_input<OpT, T>(ctx, s, 4, n);
+  const Tensor& b1p_in = checked_input<OpT, T>(ctx, s, 5, 1);
+  const Tensor& b2p_in = checked_input<OpT, T>(ctx, s, 6, 1);
   const T beta1 = static_cast<T>(beta1_d), beta2 = static_cast<T>(beta2_d);
   const T eps = static_cast<T>(eps_d);
   const T b1p = *b1p_in.data<T>(), b2p = *b2p_in.data<T>();
   const AdamStep<T> step = adam_step_of(lr, b1p, b2p, beta1, beta2, eps);
 
-  T* po = updated<T>(ctx, 0, 0, p);
-  T* m1o = updated<T>(ctx, 1, 3, m1);
-  T* m2o = updated<T>(ctx, 2, 4, m2);
-  T* b1po = updated<T>(ctx, 3, 5, b1p_in);
-  T* b2po = updated<T>(ctx, 4, 6, b2p_in);
+  T* po = updated_at<T>(ctx, s, 0, 0, p);
+  T* m1o = updated_at<T>(ctx, s, 1, 3, m1);
+  T* m2o = updated_at<T>(ctx, s, 2, 4, m2);
+  T* b1po = updated_at<T>(ctx, s, 3, 5, b1p_in);
+  T* b2po = updated_at<T>(ctx, s, 4, 6, b2p_in);
   if (decay) {
     const T keep = T(1) - lr * static_cast<T>(coeff_d);  // param -= lr * coeff * param
     for (std::int64_t i = 0; i < n; ++i) po[i] *= keep;
@@ -170,7 +222,7 @@ template <typename T>
 struct AdamK {
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<Adam_Op>();
-    adam_update<Adam_Op, T>(ctx, a.beta1, a.beta2, a.epsilon, 0.0, false);
+    adam_update<Adam_Op, T>(ctx, Slots<Adam_Op>{}, a.beta1, a.beta2, a.epsilon, 0.0, false);
   }
 };
 
@@ -178,7 +230,52 @@ template <typename T>
 struct AdamWK {
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<AdamW_Op>();
-    adam_update<AdamW_Op, T>(ctx, a.beta1, a.beta2, a.epsilon, a.coeff, true);
+    adam_update<AdamW_Op, T>(ctx, Slots<AdamW_Op>{}, a.beta1, a.beta2, a.epsilon, a.coeff, true);
+  }
+};
+
+// The merged ops: each parameter's update as the single op's kernel runs
+// it, one after another, in the parameters' order.
+template <typename Merged, typename T, typename F>
+void for_each_parameter(KernelContext& ctx, F&& update) {
+  using Single = typename Merged::SingleOp;
+  const std::uint32_t k = Merged::parameter_count(ctx.num_inputs());
+  for (std::uint32_t p = 0; p < k; ++p) update(Slots<Single, true>{p});
+}
+
+template <typename T>
+struct MergedSgdK {
+  static void run(KernelContext& ctx) {
+    for_each_parameter<MergedSgd_Op, T>(ctx, [&](const Slots<Sgd_Op, true>& s) { sgd_update<T>(ctx, s); });
+  }
+};
+
+template <typename T>
+struct MergedMomentumK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<MergedMomentum_Op>();
+    for_each_parameter<MergedMomentum_Op, T>(
+        ctx, [&](const Slots<Momentum_Op, true>& s) { momentum_update<T>(ctx, s, a); });
+  }
+};
+
+template <typename T>
+struct MergedAdamK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<MergedAdam_Op>();
+    for_each_parameter<MergedAdam_Op, T>(ctx, [&](const Slots<Adam_Op, true>& s) {
+      adam_update<Adam_Op, T>(ctx, s, a.beta1, a.beta2, a.epsilon, 0.0, false);
+    });
+  }
+};
+
+template <typename T>
+struct MergedAdamWK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<MergedAdamW_Op>();
+    for_each_parameter<MergedAdamW_Op, T>(ctx, [&](const Slots<AdamW_Op, true>& s) {
+      adam_update<AdamW_Op, T>(ctx, s, a.beta1, a.beta2, a.epsilon, a.coeff, true);
+    });
   }
 };
 
@@ -188,5 +285,9 @@ KILN_REGISTER_KERNELS(Sgd_Op, Cpu, SgdK, float, double);
 KILN_REGISTER_KERNELS(Momentum_Op, Cpu, MomentumK, float, double);
 KILN_REGISTER_KERNELS(Adam_Op, Cpu, AdamK, float, double);
 KILN_REGISTER_KERNELS(AdamW_Op, Cpu, AdamWK, float, double);
+KILN_REGISTER_KERNELS(MergedSgd_Op, Cpu, MergedSgdK, float, double);
+KILN_REGISTER_KERNELS(MergedMomentum_Op, Cpu, MergedMomentumK, float, double);
+KILN_REGISTER_KERNELS(MergedAdam_Op, Cpu, MergedAdamK, float, double);
+KILN_REGISTER_KERNELS(MergedAdamW_Op, Cpu, MergedAdamWK, float, double);
 
 }  // namespace kiln::cpu

@@ -9,6 +9,7 @@
 #include "kiln/dialect/builtin.h"
 #include "kiln/dialect/dataflow_ops.h"
 #include "kiln/dialect/io_ops.h"
+#include "kiln/ir/inplace_pairs.h"
 #include "kiln/ir/op_info.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/support/error.h"
@@ -176,7 +177,7 @@ class FramePlanBuilder {
             if (o < 64) n.direct_outputs |= std::uint64_t{1} << o;
           }
         }
-        for (auto [o, j] : op->info().impl()->inplace_map)
+        for (auto [o, j] : inplace_pairs(*op))
           if (o < 64 && !((n.direct_outputs >> o) & 1)) n.inplace.emplace_back(o, j);
       }
       add(std::move(n), op);

@@ -7,6 +7,7 @@
 #include "kiln/exec/control_flow.h"
 #include "kiln/exec/dependency_builder.h"
 #include "kiln/exec/frame_plan.h"
+#include "kiln/ir/inplace_pairs.h"
 #include "kiln/runtime/cuda_context.h"
 #include "kiln/support/warning.h"
 
@@ -415,7 +416,7 @@ void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index) {
   // In-place outputs whose input lives at another place: the op updates a
   // copy, written back to the input's variable after it (write_back).
   std::vector<std::pair<std::uint32_t, std::uint32_t>> write_back;  // (out slot, home slot)
-  for (auto [o, i] : op->info().impl()->inplace_map) {
+  for (auto [o, i] : inplace_pairs(*op)) {
     std::uint32_t s = ins[i];
     // Only a parameter needs it: a temporary's later readers read the
     // result's slot, and a feed must not change under the caller.

@@ -9,11 +9,12 @@
 #include <unordered_set>
 
 #include "kiln/dialect/kiln_dialect.h"
-#include "kiln/ir/ir_mapping.h"
 #include "kiln/frontend/backward.h"
 #include "kiln/frontend/op_role.h"
 #include "kiln/frontend/parameter.h"
 #include "kiln/frontend/stop_gradient.h"
+#include "kiln/ir/inplace_pairs.h"
+#include "kiln/ir/ir_mapping.h"
 
 namespace kiln {
 
@@ -24,7 +25,7 @@ namespace {
 // (kiln/dialect/tensor_array_ops.h).
 bool overwrites_grad_operand(Operation* op, const std::unordered_set<Value>& requires_grad) {
   if (!op->has_trait<Inplace>()) return false;
-  for (const auto& [out, in] : op->info().impl()->inplace_map) {
+  for (const auto& [out, in] : inplace_pairs(*op)) {
     Value v = op->operand_source(in);
     if (requires_grad.count(v) && !is_tensor_array(v.type())) return true;
   }

@@ -10,6 +10,7 @@
 #include "kiln/frontend/op_role.h"
 #include "kiln/frontend/parameter.h"
 #include "kiln/frontend/prune.h"
+#include "kiln/ir/inplace_pairs.h"
 
 namespace kiln {
 
@@ -65,9 +66,10 @@ Value alias_root(Value v) {
     const std::uint32_t index = cast<OpResult>(v).index();
     const auto* impl = op->info().impl();
     Value next;
-    for (const auto& map : {&impl->inplace_map, &impl->view_map})
-      for (auto [out, in] : *map)
-        if (out == index) next = op->operand_source(in);
+    for (auto [out, in] : inplace_pairs(*op))
+      if (out == index) next = op->operand_source(in);
+    for (auto [out, in] : impl->view_map)
+      if (out == index) next = op->operand_source(in);
     if (!next) break;
     v = next;
   }
@@ -99,7 +101,7 @@ bool writes_any(Operation* op, const Variables& vars) {
   auto check = [&](Operation* o) {
     if (auto s = o->dyn_cast<SetParameterOp>())
       hit = hit || vars.parameters.count(s.attrs().parameter_name) > 0;
-    for (auto [out, in] : o->info().impl()->inplace_map)
+    for (auto [out, in] : inplace_pairs(*o))
       hit = hit || vars.contains(o->result(out));
   };
   check(op);

@@ -6,10 +6,11 @@
 
 #include "kiln/ir/block.h"
 #include "kiln/ir/builtin_types.h"
-#include "kiln/ir/program.h"
-#include "kiln/ir/region.h"
+#include "kiln/ir/inplace_pairs.h"
 #include "kiln/ir/interfaces.h"
 #include "kiln/ir/op.h"
+#include "kiln/ir/program.h"
+#include "kiln/ir/region.h"
 #include "kiln/ir/traits.h"
 
 namespace kiln {
@@ -293,7 +294,7 @@ std::ostream& operator<<(std::ostream& os, const Operation& op) {
 // ---- traits ----
 
 namespace {
-void check_alias_map(Operation* op, const std::vector<std::pair<std::uint32_t, std::uint32_t>>& m,
+void check_alias_map(Operation* op, std::span<const AliasPair> m,
                      std::string_view trait, bool same_type) {
   for (auto [out, in] : m) {
     if (out >= op->num_results() || in >= op->num_operands())
@@ -313,7 +314,8 @@ void check_alias_map(Operation* op, const std::vector<std::pair<std::uint32_t, s
 }  // namespace
 
 void Inplace::verify_trait(Operation* op) {
-  check_alias_map(op, op->info().impl()->inplace_map, "inplace", true);
+  const InplacePairs pairs = inplace_pairs(*op);
+  check_alias_map(op, std::span<const AliasPair>(pairs.begin(), pairs.size()), "inplace", true);
 }
 
 void ViewLike::verify_trait(Operation* op) {

@@ -2,6 +2,8 @@
 // order grows groups of fusable ops; each group of two or more becomes one
 // kiln.fused_elementwise.
 #include "kiln/passes/fusion.h"
+#include "kiln/passes/fuse_optimizer.h"
+#include "kiln/passes/fuse_softmax_cross_entropy.h"
 #include "kiln/passes/op_effects.h"
 
 #include <algorithm>
@@ -503,7 +505,8 @@ std::size_t fuse_elementwise(Block& block, const ValueSet& keep, PassContext* ct
 
 namespace {
 
-// "fuse": fuse_matmul_epilogue, then fuse_elementwise, over the program
+// "fuse": fuse_softmax_cross_entropy, fuse_matmul_epilogue, fuse_elementwise, then
+// fuse_optimizer_updates (kiln/passes/fuse_optimizer.h) over the program
 // (regions included), keeping the context's live-out values. Only for a
 // CPU target: the fused ops have CPU kernels only.
 class FusePass : public Pass {
@@ -513,8 +516,10 @@ class FusePass : public Pass {
     if (!ctx.target_place.is_cpu()) return;
     ValueSet keep;
     for (Value v : ctx.live_out()) keep.insert(v.impl());
+    fuse_softmax_cross_entropy(program.block(), keep, &ctx);
     fuse_matmul_epilogue(program.block(), keep, &ctx);
     fuse_elementwise(program.block(), keep, &ctx);
+    fuse_optimizer_updates(program.block(), &ctx);
   }
 };
 
@@ -523,7 +528,8 @@ class FusePass : public Pass {
 std::unique_ptr<Pass> create_fuse_pass() { return std::make_unique<FusePass>(); }
 
 KILN_REGISTER_PASS("fuse", [] { return create_fuse_pass(); },
-                   "matmul + bias + activation into kiln.fused_matmul, elementwise chains into "
-                   "kiln.fused_elementwise (CPU)");
+                   "softmax + cross-entropy into kiln.softmax_with_cross_entropy, matmul + bias + "
+                   "activation into kiln.fused_matmul, elementwise chains into "
+                   "kiln.fused_elementwise, optimizer updates into kiln.merged_*_ (CPU)");
 
 }  // namespace kiln

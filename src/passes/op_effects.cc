@@ -5,6 +5,7 @@
 #include "kiln/dialect/io_ops.h"
 #include "kiln/exec/execution_options.h"
 #include "kiln/exec/partitioner.h"
+#include "kiln/ir/inplace_pairs.h"
 #include "kiln/ir/region.h"
 #include "kiln/ir/traits.h"
 
@@ -13,7 +14,7 @@ namespace kiln {
 std::vector<std::uint32_t> written_operands(const Operation& op) {
   std::vector<std::uint32_t> out;
   if (!op.has_trait<Inplace>()) return out;
-  for (const auto& [res, in] : op.info().impl()->inplace_map) out.push_back(in);
+  for (const auto& [res, in] : inplace_pairs(op)) out.push_back(in);
   return out;
 }
 
@@ -23,7 +24,7 @@ namespace {
 std::int64_t aliased_operand(const Operation& op, std::uint32_t r) {
   const auto* impl = op.info().impl();
   if (op.has_trait<Inplace>())
-    for (const auto& [res, in] : impl->inplace_map)
+    for (const auto& [res, in] : inplace_pairs(op))
       if (res == r) return in;
   if (op.has_trait<ViewLike>())
     for (const auto& [res, in] : impl->view_map)
@@ -46,7 +47,7 @@ bool is_written_in_place(Value v) {
   for (OpOperand use : v.uses()) {
     Operation* user = use.owner();
     if (!user->has_trait<Inplace>()) continue;
-    for (const auto& [res, in] : user->info().impl()->inplace_map)
+    for (const auto& [res, in] : inplace_pairs(*user))
       if (in == use.index()) return true;
   }
   return false;
@@ -63,7 +64,7 @@ bool any_in_alias_class(Value root, F&& f) {
     Operation* user = use.owner();
     const auto* impl = user->info().impl();
     if (user->has_trait<Inplace>())
-      for (const auto& [res, in] : impl->inplace_map)
+      for (const auto& [res, in] : inplace_pairs(*user))
         if (in == use.index() && res < user->num_results() &&
             any_in_alias_class(user->result(res), f))
           return true;
@@ -108,7 +109,7 @@ bool is_buffer(Value v, const PassContext* ctx) {
     for (OpOperand use : a.uses()) {
       Operation* user = use.owner();
       if (user->has_trait<Inplace>()) {
-        for (const auto& [res, in] : user->info().impl()->inplace_map)
+        for (const auto& [res, in] : inplace_pairs(*user))
           if (in == use.index()) return true;
         continue;
       }

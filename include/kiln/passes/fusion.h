@@ -42,8 +42,10 @@ inline std::size_t fuse_matmul_epilogue(Program& program, const ValueSet& keep =
   return fuse_matmul_epilogue(program.block(), keep);
 }
 
-// The "fuse" pass: fuse_matmul_epilogue, then fuse_elementwise, keeping
-// the context's live-out values; it does nothing for a target other than
+// The "fuse" pass: fuse_softmax_cross_entropy
+// (kiln/passes/fuse_softmax_cross_entropy.h), fuse_matmul_epilogue, then
+// fuse_elementwise, keeping the context's live-out values, then
+// fuse_optimizer_updates (kiln/passes/fuse_optimizer.h); it does nothing for a target other than
 // the CPU (the fused ops have CPU kernels only).
 std::unique_ptr<Pass> create_fuse_pass();
 
