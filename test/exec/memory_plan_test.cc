@@ -60,6 +60,13 @@ Tensor ramp(std::int64_t rows, std::int64_t cols) {
   return Tensor::from_vector<float>({rows, cols}, v);
 }
 
+// out's values for feed x, run as written without a memory plan.
+std::vector<float> reference(const Program& p, Value out, const Tensor& x) {
+  Scope scope;
+  InterpreterCore plain(p, scope, {"x"}, {out}, options(1, false));
+  return plain.run(std::vector<Tensor>{x})[0].to_vector<float>();
+}
+
 const MemoryPlan::Piece* piece_of(const MemoryPlan& mp, std::uint32_t slot) {
   for (const auto& p : mp.pieces)
     if (p.slot == slot) return &p;
@@ -113,9 +120,7 @@ TEST_CASE("values the DAG does not order never share bytes in the arena for seve
   Value c = b.create<AddOp>(a2, bv).result();
   Value out = b.create<SumOp>(c, std::vector<std::int64_t>{}, false).result();
   const Tensor xt = ramp(1, kElems).reshape({kElems});
-  Scope ref_scope;
-  InterpreterCore plain(p, ref_scope, {"x"}, {out}, options(1, false));
-  const auto want = plain.run(std::vector<Tensor>{xt})[0].to_vector<float>();
+  const auto want = reference(p, out, xt);
   for (unsigned threads : {1u, 2u}) {
     INFO("threads " << threads);
     Scope scope;
@@ -170,9 +175,7 @@ TEST_CASE("a kernel that makes its own output tensor is planned without its piec
   Value c = b.create<TanhOp>(f).result();
   Value out = b.create<SumOp>(c, std::vector<std::int64_t>{}, false).result();
   const Tensor xt = ramp(1, kElems).reshape({kElems});
-  Scope ref_scope;
-  InterpreterCore plain(p, ref_scope, {"x"}, {out}, options(1, false));
-  const auto want = plain.run(std::vector<Tensor>{xt})[0].to_vector<float>();
+  const auto want = reference(p, out, xt);
   Scope scope;
   InterpreterCore core(p, scope, {"x"}, {out}, options(1));
   for (int run = 0; run < 6; ++run)
@@ -220,9 +223,7 @@ TEST_CASE("a failed probe run leaves no plan; the next run probes again", "[exec
   CHECK_THROWS_WITH(core.run(std::vector<Tensor>{xt}), Catch::Contains("boom"));
   throw_enabled() = false;
   CHECK(core.memory_plan() == nullptr);
-  Scope ref_scope;
-  InterpreterCore plain(p, ref_scope, {"x"}, {out}, options(1, false));
-  const auto want = plain.run(std::vector<Tensor>{xt})[0].to_vector<float>();
+  const auto want = reference(p, out, xt);
   for (int run = 0; run < 3; ++run) CHECK(core.run(std::vector<Tensor>{xt})[0].to_vector<float>() == want);
   CHECK(core.memory_plan() != nullptr);
 }
@@ -234,9 +235,8 @@ TEST_CASE("no memory plan without GC or with plan_memory off", "[exec][memory]")
   Value out = b.create<SumOp>(b.create<ExpOp>(b.create<TanhOp>(x).result()).result(),
                               std::vector<std::int64_t>{}, false).result();
   for (bool gc : {false, true}) {
-    ExecutionOptions o = options(1, /*plan=*/gc);
+    ExecutionOptions o = options(1, /*plan=*/!gc);  // (gc off, plan on) and (gc on, plan off)
     o.gc = gc;
-    o.plan_memory = !gc;  // (gc off, plan on) and (gc on, plan off)
     Scope scope;
     InterpreterCore core(p, scope, {"x"}, {out}, o);
     for (int run = 0; run < 3; ++run) core.run(std::vector<Tensor>{ramp(1, kElems).reshape({kElems})});
