@@ -145,7 +145,9 @@ std::size_t make_inplace(Block& block, PassContext& ctx) {
     }
     Value a = op->operand_source(0);
     const Type t = op->result_type(0);
-    bool ok = a.type() == t && (op->num_operands() == 1 || all_static(t)) && private_buffer(a, block, ctx);
+    // A vtensor (kiln/passes/value_semantics.h) is never written: it stays pure.
+    bool ok = a.type() == t && a.type().isa<TensorType>() && (op->num_operands() == 1 || all_static(t)) &&
+              private_buffer(a, block, ctx);
     // a dies here: read once by op, every other reader before it.
     for (std::uint32_t i = 1; ok && i < op->num_operands(); ++i) ok = op->operand_source(i) != a;
     if (ok)
