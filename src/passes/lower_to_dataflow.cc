@@ -2,6 +2,7 @@
 #include "kiln/passes/lower_to_dataflow.h"
 
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -49,6 +50,11 @@ bool block_can_lower(const Block& block) {
       }
     } else if (op->isa<IfOp>()) {
       if (op->region(0).empty()) return false;
+      // An op reading nothing would run whichever branch is taken.
+      for (std::uint32_t r = 0; r < op->num_regions(); ++r)
+        for (const Block* b : op->region(r))
+          for (const Operation* o : *b)
+            if (o->num_operands() == 0 && !o->isa<YieldOp>() && !hoistable(*o)) return false;
     } else if (op->num_regions()) {
       return false;  // some other op with regions
     }
@@ -84,18 +90,39 @@ class Lowering {
   }
 
  private:
-  // Values reachable from `seeds` through the ops of `ops` (in order).
-  static std::unordered_set<const detail::ValueImpl*> reached(const std::vector<Operation*>& ops,
-                                                             const std::vector<Value>& seeds) {
-    std::unordered_set<const detail::ValueImpl*> s;
-    for (Value v : seeds) s.insert(v.impl());
-    for (Operation* op : ops) {
+  // Values of `ops` (in order, already in the block the lowering fills)
+  // reachable from `seeds`, after every op that reads none of them but reads
+  // something has its operands gated: it reads them through a switch on
+  // `pred` (the `side` output), so it is dead where its branch, or its
+  // loop's exit iteration, would not run it (TensorFlow's pivot). Ops
+  // without operands (pure constants) stay as they are.
+  std::unordered_set<const detail::ValueImpl*> gate_unreached(const std::vector<Operation*>& ops,
+                                                              const std::vector<Value>& seeds, Value pred,
+                                                              bool side) {
+    std::unordered_set<const detail::ValueImpl*> live;
+    for (Value v : seeds) live.insert(v.impl());
+    std::unordered_map<const detail::ValueImpl*, Value> gated;
+    for (Operation* o : ops) {
       bool hit = false;
-      for (std::uint32_t i = 0; i < op->num_operands() && !hit; ++i) hit = s.count(op->operand_source(i).impl());
+      for (std::uint32_t i = 0; i < o->num_operands() && !hit; ++i) hit = live.count(o->operand_source(i).impl());
+      if (!hit && o->num_operands()) {
+        Builder gb(*o->parent_block());
+        gb.set_insertion_point(o);
+        for (std::uint32_t i = 0; i < o->num_operands(); ++i) {
+          Value v = o->operand_source(i);
+          auto [g, fresh] = gated.try_emplace(v.impl());
+          if (fresh) {
+            auto sw = gb.create<SwitchOp>(v, pred);
+            g->second = side ? Value(sw.output_true()) : Value(sw.output_false());
+          }
+          o->set_operand(i, g->second);
+        }
+        hit = true;
+      }
       if (hit)
-        for (std::uint32_t r = 0; r < op->num_results(); ++r) s.insert(op->result(r).impl());
+        for (std::uint32_t r = 0; r < o->num_results(); ++r) live.insert(o->result(r).impl());
     }
-    return s;
+    return live;
   }
 
   static std::vector<Operation*> body_ops(Block& b) {
@@ -124,8 +151,8 @@ class Lowering {
         seeds.push_back(side);
       }
       std::vector<Operation*> ops = body_ops(blk);
-      auto live = reached(ops, seeds);
       for (Operation* o : ops) o->move_before(op);
+      auto live = gate_unreached(ops, seeds, pred, r == 0);
       b.set_insertion_point(op);
       Operation* yield = blk.back();
       for (std::uint32_t k = 0; k < yield->num_operands(); ++k) {
@@ -200,8 +227,10 @@ class Lowering {
         Value c = enter(v, true);
         v.replace_uses_if(c, [&](OpOperand u) { return u.owner()->parent_block() == &body; });
       }
-    auto live = reached(ops, taken);
     for (Operation* o : ops) o->move_before(op);
+    // Every body op must be dead in the iteration that takes the exit, as
+    // it would not run structured there.
+    auto live = gate_unreached(ops, taken, cond_merged, true);
     b.set_insertion_point(op);
     Operation* yield = body.back();
     auto next = [&](std::uint32_t k, Value target) {
