@@ -246,6 +246,9 @@ TEST_CASE("max_iterations bounds a runaway loop with a clear error, and nothing 
   BothWays exe(Place::cpu(), sequential_options());
   CHECK(exe.run(c.p, {{"n", c.n(100)}}, {c.loop->result(0)})[0].to_vector<std::int64_t>() ==
         std::vector<std::int64_t>{100});
+  // The lowering leaves a bounded loop structured: both runs are the control-flow runner's.
+  CHECK(exe.kept_structured_runs() == 1);
+  CHECK(exe.lowered_runs() == 0);
   auto& alloc = cpu_allocator();
   const auto before = alloc.bytes_in_use();
   KILN_CHECK_ERROR(exe.run(c.p, {{"n", c.n(1000)}}, {c.loop->result(0)}), OutOfRange,

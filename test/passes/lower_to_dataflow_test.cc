@@ -7,7 +7,11 @@
 #include <vector>
 
 #include "frontend/frontend_test_util.h"
+#include <sstream>
+
+#include "cf_lowering_util.h"
 #include "kiln/dialect/dataflow_ops.h"
+#include "kiln/dialect/debug_ops.h"
 #include "kiln/passes/lower_to_dataflow.h"
 #include "passes/passes_test_util.h"
 
@@ -174,4 +178,55 @@ TEST_CASE("lowering a SimpleRNN's loop over tensor arrays gives the structured o
   CHECK(got[0].dims() == want[0].dims());
   CHECK(got[0].to_string() == want[0].to_string());
   CHECK(got[1].to_string() == want[1].to_string());
+}
+
+TEST_CASE("a body op reading only the loop's captures runs once per iteration lowered too, not "
+          "in the iteration that takes the exit",
+          "[passes][frames]") {
+  // while (i < n) { acc = acc + print(x); i = i + 1 }: the print reads only
+  // a capture (a constant of the frame).
+  GuardedPrograms b;
+  Value n = data("n", {1}, DataType::Int64);
+  Value x = data("x", {1}, DataType::Int64);
+  auto outs = while_loop([&](const std::vector<Value>& v) { return less_than(v[0], n); },
+                         [&](const std::vector<Value>& v) {
+                           Value px = main_builder().create<PrintOp>(x, "x", 0).result();
+                           return std::vector<Value>{increment(v[0]), add(v[1], px)};
+                         },
+                         {i64_scalar(0), i64_scalar(0)});
+  REQUIRE(can_lower_to_dataflow(b.main));
+  for (const char* passes : {"", "lower_to_dataflow"}) {
+    INFO("passes '" << passes << "'");
+    std::ostringstream os;
+    std::ostream* old = set_print_stream(&os);
+    ExecutionOptions o;
+    o.passes = passes;
+    Executor exe(Place::cpu(), o);
+    auto got = exe.run(b.main, {{"n", i64(3)}, {"x", i64(5)}}, {outs[1]});
+    set_print_stream(old);
+    CHECK(got[0].to_vector<std::int64_t>() == std::vector<std::int64_t>{15});
+    std::size_t lines = 0;
+    for (char c : os.str()) lines += c == '\n';
+    CHECK(lines == 3);
+  }
+}
+
+TEST_CASE("programs the pass leaves structured run the same with it asked for", "[passes][frames]") {
+  // A random draw in a loop body that reads nothing of the loop cannot move
+  // before it: the program stays structured.
+  GuardedPrograms b;
+  Value n = data("n", {1}, DataType::Int64);
+  auto outs = while_loop(
+      [&](const std::vector<Value>& v) { return less_than(v[0], n); },
+      [&](const std::vector<Value>& v) {
+        Value r = main_builder().create<UniformRandomOp>(std::vector<std::int64_t>{2}, 0.0, 1.0,
+                                                         std::int64_t{7}).result();
+        return std::vector<Value>{increment(v[0]), add(v[1], r)};
+      },
+      {i64_scalar(0), full({2}, 0.0)});
+  CHECK_FALSE(can_lower_to_dataflow(b.main));
+  kiln_test::BothWays exe;
+  for (std::int64_t iters : {0, 3}) exe.run(b.main, {{"n", i64(iters)}}, {outs[0]});
+  CHECK(exe.kept_structured_runs() == 2);
+  CHECK(exe.lowered_runs() == 0);
 }
