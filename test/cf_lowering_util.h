@@ -38,10 +38,27 @@ inline bool bit_identical(const kiln::Tensor& a, const kiln::Tensor& b) {
   return a.bytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
 }
 
+// The pipeline `passes` without auto_lower_to_dataflow (structured runs
+// stay structured at any thread count).
+inline std::string without_auto_lowering(std::string passes) {
+  for (const std::string name : {"auto_lower_to_dataflow,", ",auto_lower_to_dataflow", "auto_lower_to_dataflow"})
+    if (auto at = passes.find(name); at != std::string::npos) {
+      passes.erase(at, name.size());
+      break;
+    }
+  return passes;
+}
+
 // The pipeline `passes` with lower_to_dataflow run first (it sees the
 // program as built; the other passes then see the lowered ops).
 inline std::string with_lowering(const std::string& passes) {
-  return passes.empty() ? std::string("lower_to_dataflow") : "lower_to_dataflow," + passes;
+  const std::string rest = without_auto_lowering(passes);
+  return rest.empty() ? std::string("lower_to_dataflow") : "lower_to_dataflow," + rest;
+}
+
+inline kiln::ExecutionOptions structured_options(kiln::ExecutionOptions o) {
+  o.passes = without_auto_lowering(o.passes);
+  return o;
 }
 
 class BothWays {
@@ -50,7 +67,7 @@ class BothWays {
   // and, when `options` asks for another thread count than 2, once more at
   // 2 threads (iterations overlap there).
   explicit BothWays(kiln::Place place = kiln::Place::cpu(), kiln::ExecutionOptions options = {})
-      : structured_(place, options) {
+      : structured_(place, structured_options(options)) {
     kiln::ExecutionOptions lowered = options;
     lowered.passes = with_lowering(options.passes);
     lowered_.push_back(std::make_unique<kiln::Executor>(place, lowered));
