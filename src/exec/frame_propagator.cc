@@ -65,8 +65,19 @@ void FramePropagator::Outputs::prepare(std::uint32_t n) {
 
 FramePropagator::FramePropagator(const ExecutionPlan& plan, std::span<Variable* const> vars,
                                  const StepContext* step)
-    : plan_(plan), fp_(*plan.frames), vars_(vars.begin(), vars.end()), step_(step) {
+    : plan_(plan),
+      fp_(*plan.frames),
+      vars_(vars.begin(), vars.end()),
+      step_(step),
+      recycle_bytes_(plan.options.gc ? plan.options.recycle_bytes : 0) {
   free_iterations_.resize(fp_.frames.size());
+  output_base_.reserve(fp_.nodes.size());
+  std::uint32_t shapes = 0;
+  for (const FrameNode& n : fp_.nodes) {
+    output_base_.push_back(shapes);
+    if (n.kind == Kind::Kernel) shapes += std::min<std::uint32_t>(n.op->num_results(), kOutputShapes);
+  }
+  last_outputs_.resize(shapes);
   peak_.assign(fp_.frames.size(), 0);
   slot_dead_.assign(plan.slots.size(), 0);
 }
@@ -78,7 +89,7 @@ FramePropagator::~FramePropagator() {
 
 // ---- frames and iterations ----
 
-FramePropagator::Iteration* FramePropagator::start_iteration(Frame* f) {
+inline FramePropagator::Iteration* FramePropagator::start_iteration(Frame* f) {
   const StaticFrame& info = fp_.frames[f->info];
   std::unique_ptr<Iteration> owned;
   auto& pool = free_iterations_[f->info];
@@ -112,12 +123,13 @@ FramePropagator::Iteration* FramePropagator::start_iteration(Frame* f) {
   return it;
 }
 
-void FramePropagator::release_iteration(std::uint32_t info, Iteration* it) noexcept {
+inline void FramePropagator::release_iteration(std::uint32_t info, Iteration* it) noexcept {
   const StaticFrame& sf = fp_.frames[info];
   for (std::uint32_t k = 0; k < sf.num_inputs; ++k) {
-    it->inputs[k].var.clear();
-    it->inputs[k].ref = nullptr;
-    it->inputs[k].dead = false;
+    Entry& e = it->inputs[k];
+    if (e.var.is_initialized()) e.var.clear();  // most were cleared by their reader (clear_inputs)
+    e.ref = nullptr;
+    e.dead = false;
   }
   it->children.clear();
   free_iterations_[info].emplace_back(it);
@@ -158,7 +170,7 @@ FramePropagator::Frame* FramePropagator::child_frame(Frame* parent, Iteration* i
 // An iteration is done when none of its nodes is ready or running, no frame
 // made from it is alive, and no input can still reach it: iteration 0 once
 // every enter arrived, a later one once the one before it is released.
-void FramePropagator::cleanup(Frame* f) {
+inline void FramePropagator::cleanup(Frame* f) {
   if (f == root_) return;
   const StaticFrame& sf = fp_.frames[f->info];
   while (!f->iterations.empty()) {
@@ -208,13 +220,13 @@ void FramePropagator::finish_frame(Frame* f) {
 
 // ---- propagation ----
 
-void FramePropagator::push(std::uint32_t node, Frame* f, Iteration* it, bool dead) {
+inline void FramePropagator::push(std::uint32_t node, Frame* f, Iteration* it, bool dead) {
   it->outstanding++;
   ready_.push_back({node, f, it, dead});
 }
 
 // One value (null: dead) into input e.dst_input of e.dst in iteration `it`.
-void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, Pass pass) {
+inline void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, Pass pass) {
   const FrameNode& d = fp_.nodes[e.dst];
   std::int32_t& dead = it->dead[d.local];
   std::int32_t& pending = it->pending[d.local];
@@ -251,7 +263,7 @@ void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e, Varia
 
 // Output `output` of `node` (null: dead) to each of its readers; the last
 // one takes the value when `take`. Edges are sorted by output.
-void FramePropagator::deliver_all(Frame* f, Iteration* it, std::uint32_t node, std::uint32_t output,
+inline void FramePropagator::deliver_all(Frame* f, Iteration* it, std::uint32_t node, std::uint32_t output,
                                   Variable* value, Pass pass) {
   const FrameNode& n = fp_.nodes[node];
   const FrameEdge* e = fp_.edges.data();
@@ -264,7 +276,7 @@ void FramePropagator::deliver_all(Frame* f, Iteration* it, std::uint32_t node, s
 }
 
 // The variable holding output o (null: dead).
-Variable* FramePropagator::output_value(const FrameNode& n, Outputs& out, std::uint32_t o) {
+inline Variable* FramePropagator::output_value(const FrameNode& n, Outputs& out, std::uint32_t o) {
   if ((out.dead >> o) & 1) return nullptr;
   if ((n.direct_outputs >> o) & 1) return vars_[n.out_slots[o]];
   if ((out.forwarded >> o) & 1) return &out.from[o]->value();
@@ -273,7 +285,7 @@ Variable* FramePropagator::output_value(const FrameNode& n, Outputs& out, std::u
 
 // Whether output o may be moved on (not a parameter's or a frame
 // constant's variable, which stay).
-FramePropagator::Pass FramePropagator::output_pass(const FrameNode& n, const Outputs& out,
+inline FramePropagator::Pass FramePropagator::output_pass(const FrameNode& n, const Outputs& out,
                                                    std::uint32_t o) const {
   if ((n.direct_outputs >> o) & 1) return Pass::Share;
   if (((out.forwarded >> o) & 1) && out.from[o]->ref) return Pass::Share;
@@ -282,7 +294,7 @@ FramePropagator::Pass FramePropagator::output_pass(const FrameNode& n, const Out
 
 // Fetched values keep a share (and whether they were dead); an exit's
 // when it leaves its frame.
-void FramePropagator::keep_fetched(const FrameNode& n, Outputs& out) {
+inline void FramePropagator::keep_fetched(const FrameNode& n, Outputs& out) {
   for (std::uint32_t o = 0; n.kind != Kind::Exit && o < n.out_slots.size(); ++o) {
     const std::uint32_t s = n.out_slots[o];
     if (s == kNoIndex || ((n.direct_outputs >> o) & 1)) continue;
@@ -317,7 +329,7 @@ void FramePropagator::propagate_enter(const Ready& r, Outputs& out) {
   if (it->outstanding == 0) cleanup(f);
 }
 
-void FramePropagator::propagate_next_iteration(const Ready& r, Outputs& out) {
+inline void FramePropagator::propagate_next_iteration(const Ready& r, Outputs& out) {
   const FrameNode& n = fp_.nodes[r.node];
   Frame* f = r.frame;
   Iteration* it = r.iter;
@@ -339,7 +351,7 @@ void FramePropagator::propagate_next_iteration(const Ready& r, Outputs& out) {
   }
 }
 
-void FramePropagator::propagate(const Ready& r, Outputs& out) {
+inline void FramePropagator::propagate(const Ready& r, Outputs& out) {
   const FrameNode& n = fp_.nodes[r.node];
   Frame* f = r.frame;
   Iteration* it = r.iter;
@@ -377,9 +389,12 @@ void FramePropagator::propagate(const Ready& r, Outputs& out) {
 
 // ---- running a node ----
 
-void FramePropagator::execute(const Ready& r, Outputs& out) {
+inline void FramePropagator::execute(const Ready& r, Outputs& out) {
   const FrameNode& n = fp_.nodes[r.node];
-  out.prepare(n.num_outputs);
+  // A kernel's outputs are made ready by run_kernel; the other nodes
+  // forward an input or set their outputs themselves.
+  out.dead = 0;
+  out.forwarded = 0;
   Entry* in = r.iter->inputs.get() + n.input_base;
   if (r.dead) {
     out.dead = ~std::uint64_t{0};
@@ -395,8 +410,10 @@ void FramePropagator::execute(const Ready& r, Outputs& out) {
       case Kind::Merge: {
         const std::int32_t chosen = -1 - r.iter->dead[n.local];
         out.forward(0, &in[chosen]);
-        if (!((n.unused_outputs >> 1) & 1))
+        if (!((n.unused_outputs >> 1) & 1)) {
+          out.at(1).clear();
           out.at(1).set(Tensor::from_vector<std::int64_t>(Dims(), {static_cast<std::int64_t>(chosen)}));
+        }
         break;
       }
       case Kind::Enter:
@@ -409,11 +426,23 @@ void FramePropagator::execute(const Ready& r, Outputs& out) {
 
 // After its outputs are on their way: the node's inputs are freed (their
 // last reader ran), and its entries are ready for the next use.
-void FramePropagator::clear_inputs(const Ready& r) noexcept {
+inline void FramePropagator::clear_inputs(const Ready& r) noexcept {
   const FrameNode& n = fp_.nodes[r.node];
   Entry* in = r.iter->inputs.get() + n.input_base;
   for (std::uint32_t k = 0; k < n.num_inputs; ++k) {
-    if (in[k].var.is_initialized()) in[k].var.clear();
+    // On one thread, a small buffer no other value shares goes to the pool
+    // of buffers later kernels of the run write (run_kernel).
+    if (in[k].var.is_initialized()) {
+      if (pool_) {
+        in[k].var.clear();
+      } else {
+        in[k].var.recycle(recycle_bytes_);
+        if (in[k].var.has_spare()) {
+          BufferRef b = in[k].var.take_spare();
+          if (free_buffers_.size() < kMaxFreeBuffers) free_buffers_.push_back(std::move(b));
+        }
+      }
+    }
     in[k].ref = nullptr;
     in[k].dead = false;
   }
@@ -435,7 +464,7 @@ void FramePropagator::clear_inputs(const Ready& r) noexcept {
   records_.push_back({r.node, r.frame->info, r.iter->id, t0, t1, thread});
 }
 
-void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
+inline void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
   const FrameNode& n = fp_.nodes[r.node];
   const PlanInstruction& pi = plan_.instructions[n.instruction];
   Entry* in = r.iter->inputs.get() + n.input_base;
@@ -456,10 +485,40 @@ void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
   for (auto [o, i] : n.inplace)
     if (in[i].value().is<Tensor>()) out.at(o).set(in[i].value().get<Tensor>().clone());
     else out.at(o).share_content(in[i].value());
-  KernelContext ctx(n.op, io, num_in, io + num_in, num_out, pi.attrs.get(), pi.place, &allocator_for(pi.place));
+  Allocator& alloc = allocator_for(pi.place);
+  // On one thread: each output starts in a pooled buffer of the size this
+  // node's kernel wrote last time (alloc_output keeps a tensor of the same
+  // dims and dtype that nothing else holds), so a loop's iterations
+  // allocate nothing.
+  const bool reuse = !pool_ && !free_buffers_.empty() && n.inplace.empty();
+  OutputShape* shapes = last_outputs_.data() + output_base_[r.node];
+  if (reuse)
+    for (std::uint32_t o = 0; o < num_out && o < kOutputShapes; ++o) {
+      const OutputShape& sh = shapes[o];
+      if (sh.dtype == DataType::Undefined || (((n.direct_outputs | n.unused_outputs) >> o) & 1)) continue;
+      for (std::size_t b = free_buffers_.size(); b-- > 0;) {
+        BufferRef& buf = free_buffers_[b];
+        if (buf->size() != sh.bytes || buf->allocator() != &alloc) continue;
+        Tensor t;
+        if (t.adopt_buffer(buf, sh.dims, sh.dtype, pi.place)) out.at(o).set(std::move(t));
+        free_buffers_[b] = std::move(free_buffers_.back());
+        free_buffers_.pop_back();
+        break;
+      }
+    }
+  KernelContext ctx(n.op, io, num_in, io + num_in, num_out, pi.attrs.get(), pi.place, &alloc);
   ctx.set_unused_outputs(pi.unused_outputs);
   ctx.set_step(step_);
   pi.fn(ctx);
+  if (!pool_)
+    for (std::uint32_t o = 0; o < num_out && o < kOutputShapes; ++o) {
+      const Variable& v = out.at(o);
+      const Tensor* t = v.is<Tensor>() ? &v.get<Tensor>() : nullptr;
+      if (t && t->is_initialized() && t->offset() == 0 && t->buffer()->allocator() == &alloc)
+        shapes[o] = {t->dims(), t->dtype(), t->buffer()->size()};
+      else
+        shapes[o].dtype = DataType::Undefined;
+    }
 }
 
 [[gnu::cold]] void FramePropagator::throw_stalled(const Frame* f, const Iteration* it) const {
@@ -491,11 +550,10 @@ void FramePropagator::fail(std::uint32_t node, std::exception_ptr e) noexcept {
 
 // ---- the run ----
 
-bool FramePropagator::pop(Ready& r) {
+inline bool FramePropagator::pop(Ready& r) {
   // Relaxed: a stale "false" only runs one more node before the abort is seen.
   if (stop_ || ready_.empty() || (abort_ && abort_->load(std::memory_order_relaxed))) return false;
-  r = ready_.front();
-  ready_.pop_front();
+  r = ready_.pop_front();
   return true;
 }
 
@@ -627,6 +685,7 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
 // Drops every frame, iteration and queued node (after a run, failed or not).
 void FramePropagator::release_all() noexcept {
   ready_.clear();
+  free_buffers_.clear();
   // Children first: a frame's iterations hold its own children only.
   while (!live_.empty()) {
     Frame* f = live_.back();
