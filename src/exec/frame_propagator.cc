@@ -228,6 +228,10 @@ inline void FramePropagator::push(std::uint32_t node, Frame* f, Iteration* it, b
 // One value (null: dead) into input e.dst_input of e.dst in iteration `it`.
 inline void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, Pass pass) {
   const FrameNode& d = fp_.nodes[e.dst];
+  // A dead value reaching an exit (every iteration but a loop's last) has
+  // nothing to do: an exit acts on a live value only, and one that never
+  // got one gives a dead value when its frame ends (finish_frame).
+  if (!value && d.kind == Kind::Exit) return;
   std::int32_t& dead = it->dead[d.local];
   std::int32_t& pending = it->pending[d.local];
   if (d.kind == Kind::Merge) {
