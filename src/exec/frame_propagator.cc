@@ -69,13 +69,15 @@ FramePropagator::FramePropagator(const ExecutionPlan& plan, std::span<Variable* 
       fp_(*plan.frames),
       vars_(vars.begin(), vars.end()),
       step_(step),
-      recycle_bytes_(plan.options.gc ? plan.options.recycle_bytes : 0) {
+      recycle_budget_(plan.options.gc ? plan.options.recycle_budget : 0) {
   free_iterations_.resize(fp_.frames.size());
   output_base_.reserve(fp_.nodes.size());
   std::uint32_t shapes = 0;
   for (const FrameNode& n : fp_.nodes) {
     output_base_.push_back(shapes);
-    if (n.kind == Kind::Kernel) shapes += std::min<std::uint32_t>(n.op->num_results(), kOutputShapes);
+    if (n.kind == Kind::Kernel)
+      shapes += std::min<std::uint32_t>(static_cast<std::uint32_t>(plan.instructions[n.instruction].writes.size()),
+                                        kOutputShapes);
   }
   last_outputs_.resize(shapes);
   peak_.assign(fp_.frames.size(), 0);
@@ -359,6 +361,7 @@ inline void FramePropagator::propagate(const Ready& r, Outputs& out) {
   const FrameNode& n = fp_.nodes[r.node];
   Frame* f = r.frame;
   Iteration* it = r.iter;
+  if (n.kind == Kind::Kernel && !r.dead) record_outputs(n, out);
   keep_fetched(n, out);
   switch (n.kind) {
     case Kind::Enter:
@@ -434,16 +437,15 @@ inline void FramePropagator::clear_inputs(const Ready& r) noexcept {
   const FrameNode& n = fp_.nodes[r.node];
   Entry* in = r.iter->inputs.get() + n.input_base;
   for (std::uint32_t k = 0; k < n.num_inputs; ++k) {
-    // On one thread, a small buffer no other value shares goes to the pool
-    // of buffers later kernels of the run write (run_kernel).
+    // A buffer no other value shares goes to the run's free buffers, which
+    // later kernels' outputs start in (prepare_outputs).
     if (in[k].var.is_initialized()) {
-      if (pool_) {
-        in[k].var.clear();
-      } else {
-        in[k].var.recycle(recycle_bytes_);
-        if (in[k].var.has_spare()) {
-          BufferRef b = in[k].var.take_spare();
-          if (free_buffers_.size() < kMaxFreeBuffers) free_buffers_.push_back(std::move(b));
+      in[k].var.recycle(recycle_budget_ - free_bytes_);
+      if (in[k].var.has_spare()) {
+        BufferRef b = in[k].var.take_spare();
+        if (free_buffers_.size() < kMaxFreeBuffers) {
+          free_bytes_ += b->size();
+          free_buffers_.push_back(std::move(b));
         }
       }
     }
@@ -481,7 +483,6 @@ inline void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
     io = io_big.data();
   }
   for (std::uint32_t k = 0; k < num_in; ++k) io[k] = &in[k].value();
-  out.prepare(num_out);
   for (std::uint32_t o = 0; o < num_out; ++o)
     io[num_in + o] = ((n.direct_outputs >> o) & 1) ? vars_[n.out_slots[o]] : &out.at(o);
   // An in-place output starts as a copy of its input: the input's buffer
@@ -489,40 +490,58 @@ inline void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
   for (auto [o, i] : n.inplace)
     if (in[i].value().is<Tensor>()) out.at(o).set(in[i].value().get<Tensor>().clone());
     else out.at(o).share_content(in[i].value());
-  Allocator& alloc = allocator_for(pi.place);
-  // On one thread: each output starts in a pooled buffer of the size this
-  // node's kernel wrote last time (alloc_output keeps a tensor of the same
-  // dims and dtype that nothing else holds), so a loop's iterations
-  // allocate nothing.
-  const bool reuse = !pool_ && !free_buffers_.empty() && n.inplace.empty();
-  OutputShape* shapes = last_outputs_.data() + output_base_[r.node];
-  if (reuse)
-    for (std::uint32_t o = 0; o < num_out && o < kOutputShapes; ++o) {
-      const OutputShape& sh = shapes[o];
-      if (sh.dtype == DataType::Undefined || (((n.direct_outputs | n.unused_outputs) >> o) & 1)) continue;
-      for (std::size_t b = free_buffers_.size(); b-- > 0;) {
-        BufferRef& buf = free_buffers_[b];
-        if (buf->size() != sh.bytes || buf->allocator() != &alloc) continue;
-        Tensor t;
-        if (t.adopt_buffer(buf, sh.dims, sh.dtype, pi.place)) out.at(o).set(std::move(t));
-        free_buffers_[b] = std::move(free_buffers_.back());
-        free_buffers_.pop_back();
-        break;
-      }
-    }
-  KernelContext ctx(n.op, io, num_in, io + num_in, num_out, pi.attrs.get(), pi.place, &alloc);
+  KernelContext ctx(n.op, io, num_in, io + num_in, num_out, pi.attrs.get(), pi.place, &allocator_for(pi.place));
   ctx.set_unused_outputs(pi.unused_outputs);
   ctx.set_step(step_);
   pi.fn(ctx);
-  if (!pool_)
-    for (std::uint32_t o = 0; o < num_out && o < kOutputShapes; ++o) {
-      const Variable& v = out.at(o);
-      const Tensor* t = v.is<Tensor>() ? &v.get<Tensor>() : nullptr;
-      if (t && t->is_initialized() && t->offset() == 0 && t->buffer()->allocator() == &alloc)
-        shapes[o] = {t->dims(), t->dtype(), t->buffer()->size()};
-      else
-        shapes[o].dtype = DataType::Undefined;
+}
+
+// Before a kernel runs (under the lock with a pool): its output variables
+// are emptied, and each starts in a free buffer of the size this node's
+// kernel wrote last time (record_outputs) — KernelContext::alloc_output
+// keeps a tensor of the same dims and dtype that nothing else holds — so a
+// loop's iterations allocate nothing once the run has freed a few values.
+inline void FramePropagator::prepare_outputs(const Ready& r, Outputs& out) {
+  const FrameNode& n = fp_.nodes[r.node];
+  if (n.kind != Kind::Kernel || r.dead) return;
+  const PlanInstruction& pi = plan_.instructions[n.instruction];
+  const std::uint32_t num_out = static_cast<std::uint32_t>(pi.writes.size());
+  out.prepare(num_out);
+  if (free_buffers_.empty() || !n.inplace.empty()) return;
+  const Allocator* alloc = &allocator_for(pi.place);
+  const OutputShape* shapes = last_outputs_.data() + output_base_[r.node];
+  for (std::uint32_t o = 0; o < num_out && o < kOutputShapes; ++o) {
+    const OutputShape& sh = shapes[o];
+    if (sh.dtype == DataType::Undefined || (((n.direct_outputs | n.unused_outputs) >> o) & 1)) continue;
+    for (std::size_t b = free_buffers_.size(); b-- > 0;) {
+      BufferRef& buf = free_buffers_[b];
+      if (buf->size() != sh.bytes || buf->allocator() != alloc) continue;
+      free_bytes_ -= buf->size();
+      Tensor t;
+      if (t.adopt_buffer(buf, sh.dims, sh.dtype, pi.place)) out.at(o).set(std::move(t));
+      free_buffers_[b] = std::move(free_buffers_.back());
+      free_buffers_.pop_back();
+      break;
     }
+  }
+}
+
+// After a kernel ran (under the lock with a pool): the size of each output
+// it wrote, for prepare_outputs.
+inline void FramePropagator::record_outputs(const FrameNode& n, Outputs& out) {
+  if (recycle_budget_ == 0) return;
+  const PlanInstruction& pi = plan_.instructions[n.instruction];
+  const Allocator* alloc = &allocator_for(pi.place);
+  OutputShape* shapes = last_outputs_.data() + output_base_[&n - fp_.nodes.data()];
+  const std::uint32_t num_out = static_cast<std::uint32_t>(pi.writes.size());
+  for (std::uint32_t o = 0; o < num_out && o < kOutputShapes; ++o) {
+    const Variable& v = out.at(o);
+    const Tensor* t = v.is<Tensor>() ? &v.get<Tensor>() : nullptr;
+    if (t && t->is_initialized() && t->offset() == 0 && t->buffer()->allocator() == alloc)
+      shapes[o] = {t->dims(), t->dtype(), t->buffer()->size()};
+    else
+      shapes[o].dtype = DataType::Undefined;
+  }
 }
 
 [[gnu::cold]] void FramePropagator::throw_stalled(const Frame* f, const Iteration* it) const {
@@ -585,6 +604,7 @@ void FramePropagator::work(bool caller) {
       if (!caller && ready_.empty() && running_ != 0) break;  // lingered long enough
       continue;
     }
+    prepare_outputs(r, out);
     ++running_;
     // Someone else for the rest of the ready nodes: a waiting thread, or
     // one more pool worker while there is room.
@@ -648,6 +668,7 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
     Ready r;
     while (pop(r)) {
       try {
+        prepare_outputs(r, out);
         if (__builtin_expect(record_, 0)) execute_recorded(r, out);
         else execute(r, out);
         propagate(r, out);
@@ -690,6 +711,7 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
 void FramePropagator::release_all() noexcept {
   ready_.clear();
   free_buffers_.clear();
+  free_bytes_ = 0;
   // Children first: a frame's iterations hold its own children only.
   while (!live_.empty()) {
     Frame* f = live_.back();

@@ -149,6 +149,8 @@ class FramePropagator {
   void propagate_enter(const Ready& r, Outputs& out);
   void propagate_next_iteration(const Ready& r, Outputs& out);
   void clear_inputs(const Ready& r) noexcept;
+  void prepare_outputs(const Ready& r, Outputs& out);
+  void record_outputs(const FrameNode& n, Outputs& out);
   void deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, Pass pass);
   void deliver_all(Frame* f, Iteration* it, std::uint32_t node, std::uint32_t output, Variable* value,
                    Pass pass);
@@ -170,7 +172,8 @@ class FramePropagator {
   const FramePlan& fp_;
   std::vector<Variable*> vars_;
   const StepContext* step_;
-  std::size_t recycle_bytes_;  // a freed buffer of at most this goes to free_buffers_
+  // Free buffers kept at most (ExecutionOptions::recycle_budget; 0 without GC).
+  std::size_t recycle_budget_;
 
   // Recycled storage, per static frame.
   std::vector<std::vector<std::unique_ptr<Iteration>>> free_iterations_;
@@ -210,11 +213,11 @@ class FramePropagator {
     std::size_t head_ = 0, size_ = 0;
   };
   ReadyQueue ready_;
-  // A run on one thread (no pool): small buffers freed by the last reader
-  // of a value (clear_inputs), at most kMaxFreeBuffers, dropped at the
+  // Buffers freed by the last reader of a value (clear_inputs), at most
+  // kMaxFreeBuffers and recycle_budget_ bytes (free_bytes_), dropped at the
   // run's end; a kernel's output starts in one of the size it wrote last
-  // time (last_outputs_, per node from output_base_: its first kOutputShapes
-  // outputs).
+  // time (prepare_outputs; last_outputs_, per node from output_base_: its
+  // first kOutputShapes outputs, set by record_outputs). Under mu_ with a pool.
   static constexpr std::size_t kMaxFreeBuffers = 64;
   static constexpr std::uint32_t kOutputShapes = 4;
   struct OutputShape {
@@ -223,6 +226,7 @@ class FramePropagator {
     std::size_t bytes = 0;
   };
   std::vector<BufferRef> free_buffers_;
+  std::size_t free_bytes_ = 0;
   std::vector<std::uint32_t> output_base_;
   std::vector<OutputShape> last_outputs_;
   std::vector<std::uint8_t> slot_dead_;
