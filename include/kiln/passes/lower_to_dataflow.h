@@ -15,12 +15,16 @@
 //
 // A value a branch or body yields that no switch output reaches (it would
 // be live in the untaken branch, or after the loop's last iteration) goes
-// through one more switch. A loop body's ops that read nothing of the loop
+// through one more switch, and so does each operand of an op that reads
+// no switch output (only captures or hoisted constants; TensorFlow's
+// pivot): every op of an untaken branch, and of a loop's exit iteration,
+// is dead, as it would not run structured. A loop body's ops that read nothing of the loop
 // (constants, parameters) move before the loop and enter it as constants.
 // A program the pass cannot lower as a whole — a while with max_iterations,
 // a yielded value whose type does not fit its carried value's, a random or
-// side-effect op in a loop body that reads nothing of the loop — is left as
-// it is (structured, run by the control-flow runner).
+// side-effect op in a loop body that reads nothing of the loop, a random
+// or side-effect op without operands in an if branch — is left as it is
+// (structured, run by the control-flow runner).
 #pragma once
 
 #include <memory>
