@@ -431,8 +431,7 @@ std::vector<const Operation*> loops_with_overlapping_iterations(const Program& p
 }
 
 bool auto_lowers_to_dataflow(const Program& program, unsigned num_threads) {
-  return num_threads > 1 && can_lower_to_dataflow(program) && frames_run_all(program.block()) &&
-         !loops_with_overlapping_iterations(program).empty();
+  return num_threads > 1 && can_lower_to_dataflow(program) && !loops_with_overlapping_iterations(program).empty();
 }
 
 std::unique_ptr<Pass> create_auto_lower_to_dataflow_pass() { return std::make_unique<AutoLowerToDataflowPass>(); }
@@ -442,7 +441,7 @@ KILN_REGISTER_PASS("auto_lower_to_dataflow", [] { return create_auto_lower_to_da
                    "expensive body work neither the condition nor its own next iteration waits on)");
 
 bool can_lower_to_dataflow(const Program& program) {
-  return has_structured(program.block()) && block_can_lower(program.block());
+  return has_structured(program.block()) && block_can_lower(program.block()) && frames_run_all(program.block());
 }
 
 std::unique_ptr<Pass> create_lower_to_dataflow_pass() { return std::make_unique<LowerToDataflowPass>(); }

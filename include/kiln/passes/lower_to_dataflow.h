@@ -23,8 +23,11 @@
 // A program the pass cannot lower as a whole — a while with max_iterations,
 // a yielded value whose type does not fit its carried value's, a random or
 // side-effect op in a loop body that reads nothing of the loop, a random
-// or side-effect op without operands in an if branch — is left as it is
-// (structured, run by the control-flow runner).
+// or side-effect op without operands in an if branch, an op the frame
+// propagator does not run (placed by the user on a stream or with
+// kiln.place, communicating, or with an asynchronous CPU kernel: a
+// partitioned program's send / recv) — is left as it is (structured, run
+// by the control-flow runner).
 #pragma once
 
 #include <memory>
@@ -42,8 +45,9 @@ bool can_lower_to_dataflow(const Program& program);
 
 // "auto_lower_to_dataflow" (first in kDefaultPasses): lowers as
 // lower_to_dataflow does, only where a loop's iterations can overlap — the
-// run has more than one thread (PassContext::num_threads) and some
-// kiln.while of the program is in loops_with_overlapping_iterations. A
+// run has more than one thread (PassContext::num_threads), its place is the
+// CPU, and some kiln.while of the program is in
+// loops_with_overlapping_iterations. A
 // loop whose iterations cannot overlap (a counter, a recurrence h = f(h))
 // stays structured: the control-flow runner costs less per iteration than
 // the frame propagator. The whole program is lowered or none of it.
