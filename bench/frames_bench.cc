@@ -11,6 +11,12 @@
 //         about 20 µs), alone in a flat program
 //   BENCH frames.parallel_iterations.speedup  time of 512 iterations with
 //         parallel_iterations = 1 ÷ with 2, both with 2 threads
+//   BENCH frames.auto.lowered           1 when the default pipeline lowered (at 2
+//         threads) a structured while_loop whose iterations each run that op
+//         (s = s + sum(exp(x))), reading only a capture
+//   BENCH frames.auto.speedup           its time structured (the default pipeline
+//         without auto_lower_to_dataflow) ÷ with the default pipeline, 2 threads,
+//         256 iterations
 //   BENCH frames.loop.mem_growth        bytes in use after a 10^5-iteration run
 //         minus after a 1-iteration run
 // Medians of 9 repetitions (speedup: of 15).
@@ -26,6 +32,7 @@
 #include "kiln/dialect/dataflow_ops.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
+#include "kiln/exec/interpreter_core.h"
 #include "kiln/exec/step_stats.h"
 #include "kiln/runtime/allocator.h"
 
@@ -101,6 +108,30 @@ Program independent(std::int64_t parallel, std::int64_t size) {
   return r;
 }
 
+// The same independent work in a structured loop (what a frontend's
+// while_loop builds): s = 0; while (i < n) { s = s + sum(exp(x)); i = i + 1 }.
+// exp and sum read only the capture x: auto_lower_to_dataflow lowers it at 2 threads.
+Program structured_independent(std::int64_t size) {
+  Program r;
+  Builder b(r.p);
+  Value n = b.create<kiln::DataOp>("n", std::vector<std::int64_t>{}, DataType::Int64).result();
+  Value x = constant(b, 0.5, DataType::Float32, {size});
+  Value i0 = constant(b, 0, DataType::Int64), s0 = constant(b, 0, DataType::Float32);
+  auto w = b.create<kiln::WhileOp>(b.create<kiln::LessThanOp>(i0, n).result(), std::vector<Value>{i0, s0},
+                                   std::vector<Value>{n, x}, std::int64_t{-1});
+  kiln::Block& body = w->region(0).emplace_block();
+  Value i = body.add_argument(i0.type()), s = body.add_argument(s0.type());
+  Value nn = body.add_argument(n.type()), xx = body.add_argument(x.type());
+  Builder bb(body);
+  Value t = bb.create<kiln::SumOp>(bb.create<kiln::ExpOp>(xx).result(), std::vector<std::int64_t>{0}, false)
+                .result();
+  Value i1 = bb.create<kiln::AddOp>(i, constant(bb, 1, DataType::Int64)).result();
+  bb.create<kiln::YieldOp>(std::vector<Value>{bb.create<kiln::LessThanOp>(i1, nn).result(), i1,
+                                              bb.create<kiln::AddOp>(s, t).result()});
+  r.out = {w->result(1)};
+  return r;
+}
+
 kiln::ExecutionOptions options(unsigned threads) {
   kiln::ExecutionOptions o;
   o.num_threads = threads;
@@ -119,7 +150,9 @@ double per_iter(const Program& prog, std::int64_t iters, int reps) {
 
 // The size of a kiln.exp that takes about `target_us` here, and its time.
 std::pair<std::int64_t, double> calibrate_exp(double target_us) {
-  kiln::Executor exe(kiln::Place::cpu(), options(1));
+  kiln::ExecutionOptions o = options(1);
+  o.passes = "";  // fold would compute exp(constant) once, at plan time
+  kiln::Executor exe(kiln::Place::cpu(), o);
   std::int64_t size = 4096;
   double us = 0;
   for (int step = 0; step < 12; ++step) {
@@ -158,7 +191,10 @@ int main(int argc, char** argv) {
   emit("frames.parallel_iterations.op_us", op_us, "us");
   const std::int64_t n = 512;
   Program serial = independent(1, size), overlapped = independent(2, size);
-  kiln::Executor exe1(kiln::Place::cpu(), options(2)), exe2(kiln::Place::cpu(), options(2));
+  // No passes: dce would remove the exp, which nothing reads.
+  kiln::ExecutionOptions no_passes = options(2);
+  no_passes.passes = "";
+  kiln::Executor exe1(kiln::Place::cpu(), no_passes), exe2(kiln::Place::cpu(), no_passes);
   exe1.run(serial.p, {{"n", scalar_i64(n)}}, {serial.out[0]});
   exe2.run(overlapped.p, {{"n", scalar_i64(n)}}, {overlapped.out[0]});
   if (detail()) {  // which threads ran the independent ops, and how much they overlapped
@@ -190,6 +226,25 @@ int main(int argc, char** argv) {
     if (detail()) std::printf("  pi=1 %.1f us, pi=2 %.1f us\n", t1 / 1e3, t2 / 1e3);
   }
   emit("frames.parallel_iterations.speedup", median(ratio), "x");
+
+  {  // the default pipeline's automatic lowering of a structured loop with that work
+    Program loop = structured_independent(size);
+    kiln::ExecutionOptions structured = options(2);
+    structured.passes = "pure,dce,cse,fold,simplify,fuse,inplace";  // kDefaultPasses without auto_lower_to_dataflow
+    kiln::Executor plain(kiln::Place::cpu(), structured), automatic(kiln::Place::cpu(), options(2));
+    const std::int64_t m = 256;
+    plain.run(loop.p, {{"n", scalar_i64(m)}}, {loop.out[0]});
+    automatic.run(loop.p, {{"n", scalar_i64(m)}}, {loop.out[0]});
+    const bool lowered = automatic.last_core()->plan().frames != nullptr;
+    std::vector<double> r;
+    for (int k = 0; k < 9; ++k) {
+      const double t1 = time_ns([&] { plain.run(loop.p, {{"n", scalar_i64(m)}}, {loop.out[0]}); });
+      const double t2 = time_ns([&] { automatic.run(loop.p, {{"n", scalar_i64(m)}}, {loop.out[0]}); });
+      r.push_back(t1 / t2);
+    }
+    emit("frames.auto.lowered", lowered ? 1.0 : 0.0, "bool");
+    emit("frames.auto.speedup", median(r), "x");
+  }
 
   kiln::Executor exe(kiln::Place::cpu(), options(1));
   auto& alloc = kiln::cpu_allocator();

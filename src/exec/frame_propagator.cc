@@ -65,8 +65,21 @@ void FramePropagator::Outputs::prepare(std::uint32_t n) {
 
 FramePropagator::FramePropagator(const ExecutionPlan& plan, std::span<Variable* const> vars,
                                  const StepContext* step)
-    : plan_(plan), fp_(*plan.frames), vars_(vars.begin(), vars.end()), step_(step) {
+    : plan_(plan),
+      fp_(*plan.frames),
+      vars_(vars.begin(), vars.end()),
+      step_(step),
+      recycle_budget_(plan.options.gc ? plan.options.recycle_budget : 0) {
   free_iterations_.resize(fp_.frames.size());
+  output_base_.reserve(fp_.nodes.size());
+  std::uint32_t shapes = 0;
+  for (const FrameNode& n : fp_.nodes) {
+    output_base_.push_back(shapes);
+    if (n.kind == Kind::Kernel)
+      shapes += std::min<std::uint32_t>(static_cast<std::uint32_t>(plan.instructions[n.instruction].writes.size()),
+                                        kOutputShapes);
+  }
+  last_outputs_.resize(shapes);
   peak_.assign(fp_.frames.size(), 0);
   slot_dead_.assign(plan.slots.size(), 0);
 }
@@ -78,7 +91,7 @@ FramePropagator::~FramePropagator() {
 
 // ---- frames and iterations ----
 
-FramePropagator::Iteration* FramePropagator::start_iteration(Frame* f) {
+inline FramePropagator::Iteration* FramePropagator::start_iteration(Frame* f) {
   const StaticFrame& info = fp_.frames[f->info];
   std::unique_ptr<Iteration> owned;
   auto& pool = free_iterations_[f->info];
@@ -112,12 +125,13 @@ FramePropagator::Iteration* FramePropagator::start_iteration(Frame* f) {
   return it;
 }
 
-void FramePropagator::release_iteration(std::uint32_t info, Iteration* it) noexcept {
+inline void FramePropagator::release_iteration(std::uint32_t info, Iteration* it) noexcept {
   const StaticFrame& sf = fp_.frames[info];
   for (std::uint32_t k = 0; k < sf.num_inputs; ++k) {
-    it->inputs[k].var.clear();
-    it->inputs[k].ref = nullptr;
-    it->inputs[k].dead = false;
+    Entry& e = it->inputs[k];
+    if (e.var.is_initialized()) e.var.clear();  // most were cleared by their reader (clear_inputs)
+    e.ref = nullptr;
+    e.dead = false;
   }
   it->children.clear();
   free_iterations_[info].emplace_back(it);
@@ -158,7 +172,7 @@ FramePropagator::Frame* FramePropagator::child_frame(Frame* parent, Iteration* i
 // An iteration is done when none of its nodes is ready or running, no frame
 // made from it is alive, and no input can still reach it: iteration 0 once
 // every enter arrived, a later one once the one before it is released.
-void FramePropagator::cleanup(Frame* f) {
+inline void FramePropagator::cleanup(Frame* f) {
   if (f == root_) return;
   const StaticFrame& sf = fp_.frames[f->info];
   while (!f->iterations.empty()) {
@@ -208,14 +222,18 @@ void FramePropagator::finish_frame(Frame* f) {
 
 // ---- propagation ----
 
-void FramePropagator::push(std::uint32_t node, Frame* f, Iteration* it, bool dead) {
+inline void FramePropagator::push(std::uint32_t node, Frame* f, Iteration* it, bool dead) {
   it->outstanding++;
   ready_.push_back({node, f, it, dead});
 }
 
 // One value (null: dead) into input e.dst_input of e.dst in iteration `it`.
-void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, Pass pass) {
+inline void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, Pass pass) {
   const FrameNode& d = fp_.nodes[e.dst];
+  // A dead value reaching an exit (every iteration but a loop's last) has
+  // nothing to do: an exit acts on a live value only, and one that never
+  // got one gives a dead value when its frame ends (finish_frame).
+  if (!value && d.kind == Kind::Exit) return;
   std::int32_t& dead = it->dead[d.local];
   std::int32_t& pending = it->pending[d.local];
   if (d.kind == Kind::Merge) {
@@ -251,7 +269,7 @@ void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e, Varia
 
 // Output `output` of `node` (null: dead) to each of its readers; the last
 // one takes the value when `take`. Edges are sorted by output.
-void FramePropagator::deliver_all(Frame* f, Iteration* it, std::uint32_t node, std::uint32_t output,
+inline void FramePropagator::deliver_all(Frame* f, Iteration* it, std::uint32_t node, std::uint32_t output,
                                   Variable* value, Pass pass) {
   const FrameNode& n = fp_.nodes[node];
   const FrameEdge* e = fp_.edges.data();
@@ -264,7 +282,7 @@ void FramePropagator::deliver_all(Frame* f, Iteration* it, std::uint32_t node, s
 }
 
 // The variable holding output o (null: dead).
-Variable* FramePropagator::output_value(const FrameNode& n, Outputs& out, std::uint32_t o) {
+inline Variable* FramePropagator::output_value(const FrameNode& n, Outputs& out, std::uint32_t o) {
   if ((out.dead >> o) & 1) return nullptr;
   if ((n.direct_outputs >> o) & 1) return vars_[n.out_slots[o]];
   if ((out.forwarded >> o) & 1) return &out.from[o]->value();
@@ -273,7 +291,7 @@ Variable* FramePropagator::output_value(const FrameNode& n, Outputs& out, std::u
 
 // Whether output o may be moved on (not a parameter's or a frame
 // constant's variable, which stay).
-FramePropagator::Pass FramePropagator::output_pass(const FrameNode& n, const Outputs& out,
+inline FramePropagator::Pass FramePropagator::output_pass(const FrameNode& n, const Outputs& out,
                                                    std::uint32_t o) const {
   if ((n.direct_outputs >> o) & 1) return Pass::Share;
   if (((out.forwarded >> o) & 1) && out.from[o]->ref) return Pass::Share;
@@ -282,7 +300,7 @@ FramePropagator::Pass FramePropagator::output_pass(const FrameNode& n, const Out
 
 // Fetched values keep a share (and whether they were dead); an exit's
 // when it leaves its frame.
-void FramePropagator::keep_fetched(const FrameNode& n, Outputs& out) {
+inline void FramePropagator::keep_fetched(const FrameNode& n, Outputs& out) {
   for (std::uint32_t o = 0; n.kind != Kind::Exit && o < n.out_slots.size(); ++o) {
     const std::uint32_t s = n.out_slots[o];
     if (s == kNoIndex || ((n.direct_outputs >> o) & 1)) continue;
@@ -317,7 +335,7 @@ void FramePropagator::propagate_enter(const Ready& r, Outputs& out) {
   if (it->outstanding == 0) cleanup(f);
 }
 
-void FramePropagator::propagate_next_iteration(const Ready& r, Outputs& out) {
+inline void FramePropagator::propagate_next_iteration(const Ready& r, Outputs& out) {
   const FrameNode& n = fp_.nodes[r.node];
   Frame* f = r.frame;
   Iteration* it = r.iter;
@@ -339,10 +357,11 @@ void FramePropagator::propagate_next_iteration(const Ready& r, Outputs& out) {
   }
 }
 
-void FramePropagator::propagate(const Ready& r, Outputs& out) {
+inline void FramePropagator::propagate(const Ready& r, Outputs& out) {
   const FrameNode& n = fp_.nodes[r.node];
   Frame* f = r.frame;
   Iteration* it = r.iter;
+  if (n.kind == Kind::Kernel && !r.dead) record_outputs(n, out);
   keep_fetched(n, out);
   switch (n.kind) {
     case Kind::Enter:
@@ -377,9 +396,12 @@ void FramePropagator::propagate(const Ready& r, Outputs& out) {
 
 // ---- running a node ----
 
-void FramePropagator::execute(const Ready& r, Outputs& out) {
+inline void FramePropagator::execute(const Ready& r, Outputs& out) {
   const FrameNode& n = fp_.nodes[r.node];
-  out.prepare(n.num_outputs);
+  // A kernel's outputs are made ready by run_kernel; the other nodes
+  // forward an input or set their outputs themselves.
+  out.dead = 0;
+  out.forwarded = 0;
   Entry* in = r.iter->inputs.get() + n.input_base;
   if (r.dead) {
     out.dead = ~std::uint64_t{0};
@@ -395,8 +417,10 @@ void FramePropagator::execute(const Ready& r, Outputs& out) {
       case Kind::Merge: {
         const std::int32_t chosen = -1 - r.iter->dead[n.local];
         out.forward(0, &in[chosen]);
-        if (!((n.unused_outputs >> 1) & 1))
+        if (!((n.unused_outputs >> 1) & 1)) {
+          out.at(1).clear();
           out.at(1).set(Tensor::from_vector<std::int64_t>(Dims(), {static_cast<std::int64_t>(chosen)}));
+        }
         break;
       }
       case Kind::Enter:
@@ -409,11 +433,22 @@ void FramePropagator::execute(const Ready& r, Outputs& out) {
 
 // After its outputs are on their way: the node's inputs are freed (their
 // last reader ran), and its entries are ready for the next use.
-void FramePropagator::clear_inputs(const Ready& r) noexcept {
+inline void FramePropagator::clear_inputs(const Ready& r) noexcept {
   const FrameNode& n = fp_.nodes[r.node];
   Entry* in = r.iter->inputs.get() + n.input_base;
   for (std::uint32_t k = 0; k < n.num_inputs; ++k) {
-    if (in[k].var.is_initialized()) in[k].var.clear();
+    // A buffer no other value shares goes to the run's free buffers, which
+    // later kernels' outputs start in (prepare_outputs).
+    if (in[k].var.is_initialized()) {
+      in[k].var.recycle(recycle_budget_ - free_bytes_);
+      if (in[k].var.has_spare()) {
+        BufferRef b = in[k].var.take_spare();
+        if (free_buffers_.size() < kMaxFreeBuffers) {
+          free_bytes_ += b->size();
+          free_buffers_.push_back(std::move(b));
+        }
+      }
+    }
     in[k].ref = nullptr;
     in[k].dead = false;
   }
@@ -435,7 +470,7 @@ void FramePropagator::clear_inputs(const Ready& r) noexcept {
   records_.push_back({r.node, r.frame->info, r.iter->id, t0, t1, thread});
 }
 
-void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
+inline void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
   const FrameNode& n = fp_.nodes[r.node];
   const PlanInstruction& pi = plan_.instructions[n.instruction];
   Entry* in = r.iter->inputs.get() + n.input_base;
@@ -448,7 +483,6 @@ void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
     io = io_big.data();
   }
   for (std::uint32_t k = 0; k < num_in; ++k) io[k] = &in[k].value();
-  out.prepare(num_out);
   for (std::uint32_t o = 0; o < num_out; ++o)
     io[num_in + o] = ((n.direct_outputs >> o) & 1) ? vars_[n.out_slots[o]] : &out.at(o);
   // An in-place output starts as a copy of its input: the input's buffer
@@ -460,6 +494,54 @@ void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
   ctx.set_unused_outputs(pi.unused_outputs);
   ctx.set_step(step_);
   pi.fn(ctx);
+}
+
+// Before a kernel runs (under the lock with a pool): its output variables
+// are emptied, and each starts in a free buffer of the size this node's
+// kernel wrote last time (record_outputs) — KernelContext::alloc_output
+// keeps a tensor of the same dims and dtype that nothing else holds — so a
+// loop's iterations allocate nothing once the run has freed a few values.
+inline void FramePropagator::prepare_outputs(const Ready& r, Outputs& out) {
+  const FrameNode& n = fp_.nodes[r.node];
+  if (n.kind != Kind::Kernel || r.dead) return;
+  const PlanInstruction& pi = plan_.instructions[n.instruction];
+  const std::uint32_t num_out = static_cast<std::uint32_t>(pi.writes.size());
+  out.prepare(num_out);
+  if (free_buffers_.empty() || !n.inplace.empty()) return;
+  const Allocator* alloc = &allocator_for(pi.place);
+  const OutputShape* shapes = last_outputs_.data() + output_base_[r.node];
+  for (std::uint32_t o = 0; o < num_out && o < kOutputShapes; ++o) {
+    const OutputShape& sh = shapes[o];
+    if (sh.dtype == DataType::Undefined || (((n.direct_outputs | n.unused_outputs) >> o) & 1)) continue;
+    for (std::size_t b = free_buffers_.size(); b-- > 0;) {
+      BufferRef& buf = free_buffers_[b];
+      if (buf->size() != sh.bytes || buf->allocator() != alloc) continue;
+      free_bytes_ -= buf->size();
+      Tensor t;
+      if (t.adopt_buffer(buf, sh.dims, sh.dtype, pi.place)) out.at(o).set(std::move(t));
+      free_buffers_[b] = std::move(free_buffers_.back());
+      free_buffers_.pop_back();
+      break;
+    }
+  }
+}
+
+// After a kernel ran (under the lock with a pool): the size of each output
+// it wrote, for prepare_outputs.
+inline void FramePropagator::record_outputs(const FrameNode& n, Outputs& out) {
+  if (recycle_budget_ == 0) return;
+  const PlanInstruction& pi = plan_.instructions[n.instruction];
+  const Allocator* alloc = &allocator_for(pi.place);
+  OutputShape* shapes = last_outputs_.data() + output_base_[&n - fp_.nodes.data()];
+  const std::uint32_t num_out = static_cast<std::uint32_t>(pi.writes.size());
+  for (std::uint32_t o = 0; o < num_out && o < kOutputShapes; ++o) {
+    const Variable& v = out.at(o);
+    const Tensor* t = v.is<Tensor>() ? &v.get<Tensor>() : nullptr;
+    if (t && t->is_initialized() && t->offset() == 0 && t->buffer()->allocator() == alloc)
+      shapes[o] = {t->dims(), t->dtype(), t->buffer()->size()};
+    else
+      shapes[o].dtype = DataType::Undefined;
+  }
 }
 
 [[gnu::cold]] void FramePropagator::throw_stalled(const Frame* f, const Iteration* it) const {
@@ -491,11 +573,10 @@ void FramePropagator::fail(std::uint32_t node, std::exception_ptr e) noexcept {
 
 // ---- the run ----
 
-bool FramePropagator::pop(Ready& r) {
+inline bool FramePropagator::pop(Ready& r) {
   // Relaxed: a stale "false" only runs one more node before the abort is seen.
   if (stop_ || ready_.empty() || (abort_ && abort_->load(std::memory_order_relaxed))) return false;
-  r = ready_.front();
-  ready_.pop_front();
+  r = ready_.pop_front();
   return true;
 }
 
@@ -523,6 +604,7 @@ void FramePropagator::work(bool caller) {
       if (!caller && ready_.empty() && running_ != 0) break;  // lingered long enough
       continue;
     }
+    prepare_outputs(r, out);
     ++running_;
     // Someone else for the rest of the ready nodes: a waiting thread, or
     // one more pool worker while there is room.
@@ -586,6 +668,7 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
     Ready r;
     while (pop(r)) {
       try {
+        prepare_outputs(r, out);
         if (__builtin_expect(record_, 0)) execute_recorded(r, out);
         else execute(r, out);
         propagate(r, out);
@@ -627,6 +710,8 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
 // Drops every frame, iteration and queued node (after a run, failed or not).
 void FramePropagator::release_all() noexcept {
   ready_.clear();
+  free_buffers_.clear();
+  free_bytes_ = 0;
   // Children first: a frame's iterations hold its own children only.
   while (!live_.empty()) {
     Frame* f = live_.back();

@@ -55,11 +55,12 @@ struct InterpreterCore::Optimized {
   // replacements.
   static std::shared_ptr<const Optimized> make(const Program& source,
                                                const std::vector<FetchTarget>& fetch,
-                                               const ExecutionOptions& options);
+                                               const ExecutionOptions& options, unsigned num_threads);
 };
 
 std::shared_ptr<const InterpreterCore::Optimized> InterpreterCore::Optimized::make(
-    const Program& source, const std::vector<FetchTarget>& fetch, const ExecutionOptions& options) {
+    const Program& source, const std::vector<FetchTarget>& fetch, const ExecutionOptions& options,
+    unsigned num_threads) {
   if (options.passes.empty()) return nullptr;
   PassManager pm = PassManager::parse(options.passes);  // a bad pipeline fails before any copy
   auto out = std::make_shared<Optimized>();
@@ -92,6 +93,7 @@ std::shared_ptr<const InterpreterCore::Optimized> InterpreterCore::Optimized::ma
 
   PassContext ctx;
   ctx.target_place = options.place;
+  ctx.num_threads = num_threads;
   std::vector<std::size_t> fetch_slot(fetch.size(), ~std::size_t{0}), gc_slot;
   auto mapped = [&](Value v, const char* what) {
     auto it = out->values.find(v.impl());
@@ -162,7 +164,7 @@ InterpreterCore::InterpreterCore(const Program& program, Scope& scope, std::vect
                                  const std::vector<FetchTarget>& fetch, ExecutionOptions options,
                                  std::shared_ptr<WorkQueue> queue)
     : feed_names_(std::move(feed_names)),
-      optimized_(Optimized::make(program, fetch, options)),
+      optimized_(Optimized::make(program, fetch, options, thread_count(options, usable_queue(options, queue)))),
       plan_(optimized_ ? PlanBuilder(optimized_->program, feed_names_, optimized_->fetch,
                                      with_place_checked(optimized_->options))
                              .number_ops(optimized_->op_numbers)

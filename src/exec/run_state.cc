@@ -371,8 +371,26 @@ std::string RunState::chrome_trace() const {
   std::int64_t t0 = std::numeric_limits<std::int64_t>::max();
   for (auto t : t_start_)
     if (t) t0 = std::min(t0, t);
+  if (frames_)
+    for (const FramePropagator::Record& r : frames_->records()) t0 = std::min(t0, r.start_ns);
   bool first = true;
   append_trace_events(os, t0, "", first);
+  // A run with frames: each op run, with its frame and iteration (the
+  // frame-local iteration id; top-level ops have neither).
+  if (frames_) {
+    const FramePlan& fp = *plan_->frames;
+    for (const FramePropagator::Record& r : frames_->records()) {
+      const FrameNode& n = fp.nodes[r.node];
+      if (n.instruction == kNoIndex) continue;  // a feed or parameter read
+      if (!first) os << ',';
+      first = false;
+      os << "{\"name\":\"" << plan_->instructions[n.instruction].name << "\",\"cat\":\"op\",\"ph\":\"X\",\"ts\":"
+         << double(r.start_ns - t0) / 1000.0 << ",\"dur\":" << double(r.end_ns - r.start_ns) / 1000.0
+         << ",\"pid\":1,\"tid\":" << r.thread << ",\"args\":{\"instruction\":" << n.instruction;
+      if (r.frame != 0) os << ",\"frame\":\"" << fp.frames[r.frame].name << "\",\"iteration\":" << r.iteration;
+      os << "}}";
+    }
+  }
   // Rows of device streams are named after them.
   if (!dev_start_.empty())
     for (std::size_t k = 0; k < plan_->stream_names.size(); ++k)

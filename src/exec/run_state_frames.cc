@@ -20,7 +20,7 @@ void RunState::run_frames() {
     threads = pool->num_threads() + 1;
     if (plan_->options.num_threads) threads = std::min(threads, plan_->options.num_threads);
   }
-  frames_->set_recording(config_.stats != nullptr);
+  frames_->set_recording(record_);  // step stats, or ExecutionOptions::profile (chrome_trace)
   FramePropagator::Failure failure = frames_->run(pool, threads, abort_);
   if (failure.error) {
     record_error(failure.instruction == kNoIndex ? kRunIndex : failure.instruction, failure.error);

@@ -8,6 +8,7 @@
 #include "kernel/kernel_test_util.h"
 #include "kiln/exec/executor.h"
 #include "kiln/frontend/frontend.h"
+#include "kiln/passes/lower_to_dataflow.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -75,6 +76,20 @@ TEST_CASE("a print in a loop body counts every iteration; another executor's pla
   const std::string line = " " + Tensor::from_vector<std::int64_t>({1}, {0}).type_string() + " [...]\n";
   const std::string three = "i step 1:" + line + "i step 2:" + line + "i step 3:" + line;
   CHECK(os.str() == three + three + "i step 4:" + line + "i step 5:" + line + "i step 6:" + line);
+  // Lowered to dataflow ops, the loop prints the same lines.
+  REQUIRE(can_lower_to_dataflow(main_prog));
+  std::ostringstream lowered_os;
+  CapturePrint lowered_capture(&lowered_os);
+  for (unsigned threads : {1u, 2u}) {
+    ExecutionOptions o;
+    o.num_threads = threads;
+    o.passes = std::string("lower_to_dataflow,") + kDefaultPasses;
+    Executor lowered(Place::cpu(), o);
+    lowered.run(main_prog, {}, {r[0]});
+    lowered.run(main_prog, {}, {r[0]});
+  }
+  CHECK(lowered_os.str() == three + "i step 4:" + line + "i step 5:" + line + "i step 6:" + line + three +
+                                "i step 4:" + line + "i step 5:" + line + "i step 6:" + line);
 }
 
 TEST_CASE("print's vjp passes the gradient through", "[dialect][vjp][debug]") {

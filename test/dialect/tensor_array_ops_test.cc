@@ -163,8 +163,9 @@ TEST_CASE("a while_loop collects its steps in a carried array and reads its inpu
   const std::int64_t T = 1000;
   std::vector<float> x(static_cast<std::size_t>(2 * T));
   for (std::size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>(k % 7);
-  Executor exe;
+  kiln_test::BothWays exe;  // structured and lowered to dataflow ops, bit-identical
   Tensor got = exe.run(b.main, {{"x", f32({T, 2}, x)}}, {sums})[0];
+  CHECK(exe.lowered_runs() == 1);
   REQUIRE(got.dims() == Dims{T, 2});
   auto g = got.to_vector<float>();
   float s0v = 0, s1v = 0;

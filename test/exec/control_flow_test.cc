@@ -2,17 +2,21 @@
 // region a child plan, loop-carried values rebound without copies, body
 // temporaries freed every iteration, max_iterations, errors with the path of
 // ops into the region. Programs are built with the IR builder here; the
-// frontend's cond / while_loop have tests of their own.
+// frontend's cond / while_loop have tests of their own. Each program also
+// runs lowered to dataflow ops (BothWays, test/cf_lowering_util.h): the
+// results must be bit-identical.
 #include <cstdint>
 #include <functional>
 #include <vector>
 
+#include "cf_lowering_util.h"
 #include "exec/exec_test_util.h"
 #include "kiln/dialect/control_flow_ops.h"
 #include "kiln/runtime/allocator.h"
 
 using namespace kiln;
 using namespace kiln_exec_test;
+using kiln_test::BothWays;
 
 namespace {
 
@@ -91,7 +95,7 @@ TEST_CASE("a counter while (i < 10) returns 10, and 0 iterations return the init
   for (unsigned threads : {1u, 2u}) {
     ExecutionOptions o;
     o.num_threads = threads;
-    Executor exe(Place::cpu(), o);
+    BothWays exe(Place::cpu(), o);
     CHECK(exe.run(c.p, {{"n", c.n(10)}}, {c.loop->result(0)})[0].to_vector<std::int64_t>() ==
           std::vector<std::int64_t>{10});
     CHECK(exe.run(c.p, {{"n", c.n(0)}}, {c.loop->result(0)})[0].to_vector<std::int64_t>() ==
@@ -116,7 +120,7 @@ TEST_CASE("fibonacci by while: carried values are permuted each iteration", "[ex
         return std::vector<Value>{bb.create<LessThanOp>(k1, cap[0]).result(), c[1], sum, k1};
       });
   REQUIRE_NOTHROW(p.verify());
-  Executor exe(Place::cpu(), sequential_options());
+  BothWays exe(Place::cpu(), sequential_options());
   const std::vector<std::int64_t> fib = {0, 1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89};
   for (std::int64_t k = 0; k <= 10; ++k) {
     auto out = exe.run(p, {{"n", Tensor::from_vector<std::int64_t>(Dims(), {k})}},
@@ -139,7 +143,7 @@ TEST_CASE("a while whose body is only the condition's update leaves the other va
         Value i1 = bb.create<AddOp>(c[0], constant(bb, 1, DataType::Int64)).result();
         return std::vector<Value>{bb.create<LessThanOp>(i1, cap[0]).result(), i1, c[1]};
       });
-  Executor exe(Place::cpu(), sequential_options());
+  BothWays exe(Place::cpu(), sequential_options());
   Tensor xt = Tensor::from_vector<float>(Dims({3}), {1, 2, 3});
   auto out = exe.run(p, {{"x", xt}}, {w->result(0), w->result(1)});
   CHECK(out[0].to_vector<std::int64_t>() == std::vector<std::int64_t>{5});
@@ -171,7 +175,7 @@ TEST_CASE("nested loops: an inner while in the outer body sums i*j", "[exec][cf]
                                   inner->result(1)};
       });
   REQUIRE_NOTHROW(p.verify());
-  Executor exe(Place::cpu(), sequential_options());
+  BothWays exe(Place::cpu(), sequential_options());
   auto out = exe.run(p, {}, {outer->result(1)});
   CHECK(out[0].to_vector<float>() == std::vector<float>{18});
 }
@@ -191,7 +195,7 @@ TEST_CASE("an if runs the branch its fed condition picks, and branches may diffe
         return std::vector<Value>{bb.create<ConcatOp>(std::vector<Value>{cap[0], cap[0]}, 0).result()};
       });
   REQUIRE_NOTHROW(p.verify());
-  Executor exe(Place::cpu(), sequential_options());
+  BothWays exe(Place::cpu(), sequential_options());
   Tensor xt = Tensor::from_vector<float>(Dims({2}), {1, 2});
   auto yes = exe.run(p, {{"pred", Tensor::from_vector<bool>(Dims(), {true})}, {"x", xt}},
                      {op->result(0)});
@@ -230,7 +234,7 @@ TEST_CASE("a condition fed as float, or with two elements, is a clear error nami
       bq, pq, {xq}, {xq.type()}, [](Builder&, const std::vector<Value>& c) { return c; },
       [](Builder&, const std::vector<Value>& c) { return c; });
   REQUIRE_NOTHROW(q.verify());
-  Executor exe(Place::cpu(), sequential_options());
+  BothWays exe(Place::cpu(), sequential_options());
   KILN_CHECK_ERROR(
       exe.run(q, {{"pred", Tensor::from_vector<bool>(Dims({2}), {true, false})}}, {op->result(0)}),
       InvalidArgument, {"kiln.if", "bool tensor of one element"});
@@ -239,9 +243,12 @@ TEST_CASE("a condition fed as float, or with two elements, is a clear error nami
 TEST_CASE("max_iterations bounds a runaway loop with a clear error, and nothing is leaked",
           "[exec][cf]") {
   Counter c(/*max_iterations=*/100);
-  Executor exe(Place::cpu(), sequential_options());
+  BothWays exe(Place::cpu(), sequential_options());
   CHECK(exe.run(c.p, {{"n", c.n(100)}}, {c.loop->result(0)})[0].to_vector<std::int64_t>() ==
         std::vector<std::int64_t>{100});
+  // The lowering leaves a bounded loop structured: both runs are the control-flow runner's.
+  CHECK(exe.kept_structured_runs() == 1);
+  CHECK(exe.lowered_runs() == 0);
   auto& alloc = cpu_allocator();
   const auto before = alloc.bytes_in_use();
   KILN_CHECK_ERROR(exe.run(c.p, {{"n", c.n(1000)}}, {c.loop->result(0)}), OutOfRange,
@@ -268,7 +275,7 @@ TEST_CASE("an error inside a loop body names the path of ops into it", "[exec][c
       });
   ExecutionOptions options = sequential_options();
   options.passes = "";  // the body's matmul has no reader: dce would remove the failing op
-  Executor exe(Place::cpu(), options);
+  BothWays exe(Place::cpu(), options);
   std::uint32_t index = 0;  // the while's position in the program
   for (Operation* o = w->prev_in_block(); o; o = o->prev_in_block()) ++index;
   const std::string at = "while#" + std::to_string(index) + " > body > matmul#2";
@@ -324,6 +331,11 @@ TEST_CASE("10^5 iterations run in the memory of two: nothing grows, nothing is a
   CHECK(alloc.stats().allocations - allocs_before < 50);
   CHECK(many[0].to_vector<std::int64_t>() == std::vector<std::int64_t>{100000});
   CHECK(many[1].to_vector<float>()[0] == Approx(2.0f));
+  // Lowered, the same loop gives the same values (its memory: frames_test.cc).
+  BothWays both(Place::cpu(), sequential_options());
+  for (std::int64_t iters : {0, 1, 2, 1000})
+    both.run(p, {{"n", Tensor::from_vector<std::int64_t>(Dims(), {iters})}}, {w->result(0), w->result(1)});
+  CHECK(both.lowered_runs() == 4);
 }
 
 TEST_CASE("a loop runs beside independent work in a graph-parallel run, run after run",
@@ -334,7 +346,7 @@ TEST_CASE("a loop runs beside independent work in a graph-parallel run, run afte
   ExecutionOptions o;
   o.num_threads = 2;
   o.thread_plan = ThreadPlan::Graph;
-  Executor exe(Place::cpu(), o);
+  BothWays exe(Place::cpu(), o);
   for (int r = 0; r < 20; ++r) {
     auto out = exe.run(c.p, {{"n", c.n(r)}}, {c.loop->result(0), side});
     CHECK(out[0].to_vector<std::int64_t>()[0] == r);
@@ -346,7 +358,7 @@ TEST_CASE("DOT and the Chrome trace show a loop's body nested under its op", "[e
   Counter c;
   ExecutionOptions o = sequential_options();
   o.profile = true;
-  Executor exe(Place::cpu(), o);
+  BothWays exe(Place::cpu(), o);
   exe.run(c.p, {{"n", c.n(3)}}, {c.loop->result(0)});
   InterpreterCore* core = exe.last_core();
   REQUIRE(core);
@@ -372,7 +384,7 @@ TEST_CASE("fetching a value defined inside a loop body is a clear error naming t
                inner = bb.create<AddOp>(c[0], constant(bb, 1, DataType::Int64)).result();
                return std::vector<Value>{bb.create<LessThanOp>(inner, cap[0]).result(), inner};
              });
-  Executor exe(Place::cpu(), sequential_options());
+  BothWays exe(Place::cpu(), sequential_options());
   KILN_CHECK_ERROR(exe.run(p, {}, {inner}), InvalidArgument,
                    {"fetch #0", "inside a region of op 'kiln.while'"});
 }

@@ -398,6 +398,26 @@ TEST_CASE("step stats of a dataflow loop give each op run its frame and iteratio
   CHECK_THAT(to_chrome_trace(stats), Catch::Contains("\"frame\":\"count\",\"iteration\":2"));
 }
 
+TEST_CASE("a profiled dataflow loop's Chrome trace gives each op run its frame and iteration",
+          "[exec][frames]") {
+  Counter c;
+  for (unsigned t : {1u, 2u}) {
+    ExecutionOptions o = threads(t);
+    o.profile = true;
+    Executor exe(Place::cpu(), o);
+    CHECK(scalar(exe.run(c.p, {{"n", i64(3)}}, {c.result})[0]) == 3);
+    REQUIRE(exe.last_core());
+    const std::string trace = exe.last_core()->chrome_trace();
+    CHECK_THAT(trace, Catch::Contains("\"name\":\"kiln.add\",\"cat\":\"op\""));
+    CHECK_THAT(trace, Catch::Contains(",\"frame\":\"count\",\"iteration\":2}"));
+    CHECK_THAT(trace, Catch::Contains(",\"frame\":\"count\",\"iteration\":3}"));  // the last less_than
+    CHECK_THAT(trace, !Catch::Contains("\"iteration\":4"));
+    // The next run's trace holds that run only.
+    exe.run(c.p, {{"n", i64(1)}}, {c.result});
+    CHECK_THAT(exe.last_core()->chrome_trace(), !Catch::Contains("\"iteration\":2"));
+  }
+}
+
 TEST_CASE("run_async runs a dataflow loop and hands its result to done", "[exec][frames]") {
   Counter c;
   for (unsigned t : {1u, 2u}) {

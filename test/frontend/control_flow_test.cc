@@ -508,8 +508,9 @@ TEST_CASE("a counter while (i < 10) i = i + 1 gives 10", "[frontend][cf]") {
                          },
                          {i0});
   REQUIRE_NOTHROW(b.main.verify());
-  Executor exe;
+  kiln_test::BothWays exe;
   auto got = exe.run(b.main, {}, {outs[0]});
+  CHECK(exe.lowered_runs() == 1);
   REQUIRE(got.size() == 1);
   CHECK(got[0].to_vector<std::int64_t>() == std::vector<std::int64_t>{10});
 }
@@ -627,7 +628,7 @@ TEST_CASE("the forward loop saves what its gradient reads, one element per itera
   for (std::uint32_t r = 3; r < fwd->num_results(); ++r)
     CHECK(is_tensor_array(fwd->result_type(r)));
   // Running it 10^4 times costs memory linear in the iterations only.
-  Executor exe;
+  kiln_test::BothWays exe;
   auto got = exe.run(t.main_prog, [] {
     FeedMap f = trips(10000);
     f["x"] = Tensor::from_vector<double>(Dims{3}, {0.3, -0.2, 0.5});

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "cf_lowering_util.h"
 #include "test_util.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
@@ -42,7 +43,9 @@ inline std::size_t count_ops(const kiln::Program& p, std::string_view name) {
 }
 
 // Central finite differences of `loss` w.r.t. each fed f64 input, against
-// the gradients append_backward built (fetched beside the loss).
+// the gradients append_backward built (fetched beside the loss). Each run
+// of a program with structured control flow also runs lowered to dataflow
+// ops, with bit-identical results (kiln_test::BothWays).
 inline void check_grads_by_finite_differences(kiln::Program& main_prog, kiln::Value loss,
                                        const std::vector<std::pair<kiln::Value, kiln::Value>>& grads,
                                        const std::vector<std::string>& names,
@@ -55,7 +58,7 @@ inline void check_grads_by_finite_differences(kiln::Program& main_prog, kiln::Va
       f[names[i]] = kiln::Tensor::from_vector<double>(kiln::Dims(shapes[i]), vals[i]);
     return f;
   };
-  kiln::Executor exe;
+  kiln_test::BothWays exe;  // a program with kiln.if / kiln.while runs lowered too
   std::vector<kiln::FetchTarget> fetch{loss};
   for (auto& [p, g] : grads) fetch.push_back(g);
   auto got = exe.run(main_prog, feed(), fetch);

@@ -11,6 +11,7 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
 #include "kiln/onnx/import.h"
+#include "cf_lowering_util.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -101,12 +102,14 @@ std::string loop_model(std::int64_t stop_at) {
 
 std::vector<Tensor> run_loop(std::int64_t trip, std::int64_t stop_at) {
   kiln::onnx::ImportedModel m = kiln::onnx::import_model_from_bytes(loop_model(stop_at), "loop model");
-  Executor exe;
+  kiln_test::BothWays exe;  // structured and lowered to dataflow ops, bit-identical
   exe.run(m.startup);
   FeedMap feed{{"M", Tensor::from_vector<std::int64_t>(Dims{}, {trip})},
                {"x", Tensor::from_vector<float>(Dims{2}, {1, 10})},
                {"w", Tensor::from_vector<float>(Dims{2}, {1, -1})}};
-  return exe.run(m.main, feed, {"x_final", "doubled"});
+  auto got = exe.run(m.main, feed, {"x_final", "doubled"});
+  CHECK(exe.lowered_runs() == 1);
+  return got;
 }
 
 }  // namespace
@@ -183,9 +186,10 @@ TEST_CASE("an ONNX If inside a Loop body reads values from both enclosing graphs
   set_type(g->add_output(), "y", kF, {});
   set_type(g->add_output(), "parity", kB, {});
   kiln::onnx::ImportedModel im = kiln::onnx::import_model_from_bytes(serialize(m), "nested model");
-  Executor exe;
+  kiln_test::BothWays exe;
   exe.run(im.startup);
   auto got = exe.run(im.main, {{"x", Tensor::from_vector<float>(Dims{}, {2.5f})}}, {"y", "parity"});
+  CHECK(exe.lowered_runs() == 1);
   CHECK(got[0].to_vector<float>() == std::vector<float>{2.5f});
   CHECK(got[1].to_vector<bool>() == std::vector<bool>{false});
 }

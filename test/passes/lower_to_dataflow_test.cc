@@ -7,7 +7,11 @@
 #include <vector>
 
 #include "frontend/frontend_test_util.h"
+#include <sstream>
+
+#include "cf_lowering_util.h"
 #include "kiln/dialect/dataflow_ops.h"
+#include "kiln/dialect/debug_ops.h"
 #include "kiln/passes/lower_to_dataflow.h"
 #include "passes/passes_test_util.h"
 
@@ -174,4 +178,157 @@ TEST_CASE("lowering a SimpleRNN's loop over tensor arrays gives the structured o
   CHECK(got[0].dims() == want[0].dims());
   CHECK(got[0].to_string() == want[0].to_string());
   CHECK(got[1].to_string() == want[1].to_string());
+}
+
+TEST_CASE("a body op reading only the loop's captures runs once per iteration lowered too, not "
+          "in the iteration that takes the exit",
+          "[passes][frames]") {
+  // while (i < n) { acc = acc + print(x); i = i + 1 }: the print reads only
+  // a capture (a constant of the frame).
+  GuardedPrograms b;
+  Value n = data("n", {1}, DataType::Int64);
+  Value x = data("x", {1}, DataType::Int64);
+  auto outs = while_loop([&](const std::vector<Value>& v) { return less_than(v[0], n); },
+                         [&](const std::vector<Value>& v) {
+                           Value px = main_builder().create<PrintOp>(x, "x", 0).result();
+                           return std::vector<Value>{increment(v[0]), add(v[1], px)};
+                         },
+                         {i64_scalar(0), i64_scalar(0)});
+  REQUIRE(can_lower_to_dataflow(b.main));
+  for (const char* passes : {"", "lower_to_dataflow"}) {
+    INFO("passes '" << passes << "'");
+    std::ostringstream os;
+    std::ostream* old = set_print_stream(&os);
+    ExecutionOptions o;
+    o.passes = passes;
+    Executor exe(Place::cpu(), o);
+    auto got = exe.run(b.main, {{"n", i64(3)}, {"x", i64(5)}}, {outs[1]});
+    set_print_stream(old);
+    CHECK(got[0].to_vector<std::int64_t>() == std::vector<std::int64_t>{15});
+    std::size_t lines = 0;
+    for (char c : os.str()) lines += c == '\n';
+    CHECK(lines == 3);
+  }
+}
+
+TEST_CASE("programs the pass leaves structured run the same with it asked for", "[passes][frames]") {
+  // A random draw in a loop body that reads nothing of the loop cannot move
+  // before it: the program stays structured.
+  GuardedPrograms b;
+  Value n = data("n", {1}, DataType::Int64);
+  auto outs = while_loop(
+      [&](const std::vector<Value>& v) { return less_than(v[0], n); },
+      [&](const std::vector<Value>& v) {
+        Value r = main_builder().create<UniformRandomOp>(std::vector<std::int64_t>{2}, 0.0, 1.0,
+                                                         std::int64_t{7}).result();
+        return std::vector<Value>{increment(v[0]), add(v[1], r)};
+      },
+      {i64_scalar(0), full({2}, 0.0)});
+  CHECK_FALSE(can_lower_to_dataflow(b.main));
+  kiln_test::BothWays exe;
+  for (std::int64_t iters : {0, 3}) exe.run(b.main, {{"n", i64(iters)}}, {outs[0]});
+  CHECK(exe.kept_structured_runs() == 2);
+  CHECK(exe.lowered_runs() == 0);
+}
+
+// ---- the automatic choice (auto_lower_to_dataflow, first in the default pipeline) ----
+
+namespace {
+
+// Runs `p` with the default pipeline at `threads` and without automatic
+// lowering at 1 thread; the fetches must be bit-identical. Returns whether
+// the default pipeline lowered the program (its plan has frames).
+bool runs_lowered_by_default(const Program& p, const FeedMap& feed, const std::vector<FetchTarget>& fetch,
+                             unsigned threads) {
+  ExecutionOptions d;
+  d.num_threads = threads;
+  Executor automatic(Place::cpu(), d);
+  ExecutionOptions s = kiln_test::structured_options(d);
+  s.num_threads = 1;
+  Executor structured(Place::cpu(), s);
+  auto got = automatic.run(p, feed, fetch);
+  auto want = structured.run(p, feed, fetch);
+  REQUIRE(got.size() == want.size());
+  for (std::size_t k = 0; k < want.size(); ++k) CHECK(kiln_test::bit_identical(got[k], want[k]));
+  REQUIRE(structured.last_core());
+  CHECK(structured.last_core()->plan().frames == nullptr);
+  return automatic.last_core()->plan().frames != nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("a loop whose iterations each run an expensive op nothing later waits on is lowered "
+          "automatically with two threads, not with one",
+          "[passes][frames]") {
+  // while (i < n) { acc = acc + exp(x); i = i + 1 }: exp(x) (64x256) reads
+  // no carried value; the condition needs only i.
+  GuardedPrograms b;
+  Value n = data("n", {1}, DataType::Int64);
+  Value x = data("x", {64, 256});
+  auto outs = while_loop([&](const std::vector<Value>& v) { return less_than(v[0], n); },
+                         [&](const std::vector<Value>& v) {
+                           return std::vector<Value>{increment(v[0]), add(v[1], main_builder().create<ExpOp>(x).result())};
+                         },
+                         {i64_scalar(0), full({64, 256}, 0.0)});
+  CHECK(loops_with_overlapping_iterations(b.main).size() == 1);
+  CHECK(auto_lowers_to_dataflow(b.main, 2));
+  CHECK_FALSE(auto_lowers_to_dataflow(b.main, 1));
+  std::vector<float> xs(64 * 256);
+  for (std::size_t k = 0; k < xs.size(); ++k) xs[k] = 0.001f * float(k % 97);
+  FeedMap feed{{"n", i64(5)}, {"x", Tensor::from_vector<float>(Dims({64, 256}), xs)}};
+  CHECK(runs_lowered_by_default(b.main, feed, {outs[0], outs[1]}, 2));
+  CHECK_FALSE(runs_lowered_by_default(b.main, feed, {outs[0], outs[1]}, 1));
+  feed["n"] = i64(0);
+  CHECK(runs_lowered_by_default(b.main, feed, {outs[0], outs[1]}, 2));
+}
+
+TEST_CASE("loops whose iterations cannot overlap stay structured with the default pipeline",
+          "[passes][frames]") {
+  std::vector<float> hs(32 * 64), ws(64 * 64);
+  for (std::size_t k = 0; k < hs.size(); ++k) hs[k] = 0.01f * float(k % 13) - 0.05f;
+  for (std::size_t k = 0; k < ws.size(); ++k) ws[k] = 0.002f * float(k % 17) - 0.015f;
+  SECTION("a tight counter") {
+    GuardedPrograms b;
+    Value n = data("n", {1}, DataType::Int64);
+    auto outs = while_loop([&](const std::vector<Value>& v) { return less_than(v[0], n); },
+                           [&](const std::vector<Value>& v) { return std::vector<Value>{increment(v[0])}; },
+                           {i64_scalar(0)});
+    CHECK(loops_with_overlapping_iterations(b.main).empty());
+    CHECK_FALSE(runs_lowered_by_default(b.main, {{"n", i64(100)}}, {outs[0]}, 2));
+  }
+  SECTION("an expensive recurrence: h = tanh(h W)") {
+    GuardedPrograms b;
+    Value n = data("n", {1}, DataType::Int64);
+    Value w = data("w", {64, 64});
+    auto outs = while_loop([&](const std::vector<Value>& v) { return less_than(v[0], n); },
+                           [&](const std::vector<Value>& v) {
+                             Value hw = main_builder().create<MatmulOp>(v[1], w).result();
+                             return std::vector<Value>{increment(v[0]), F::tanh(hw)};
+                           },
+                           {i64_scalar(0), data("h0", {32, 64})});
+    CHECK(loops_with_overlapping_iterations(b.main).empty());
+    FeedMap feed{{"n", i64(4)},
+                 {"w", Tensor::from_vector<float>(Dims({64, 64}), ws)},
+                 {"h0", Tensor::from_vector<float>(Dims({32, 64}), hs)}};
+    CHECK_FALSE(runs_lowered_by_default(b.main, feed, {outs[1]}, 2));
+  }
+  SECTION("an expensive op the condition waits on") {
+    // while (sum(exp(x) * i) < limit) i = i + 1
+    GuardedPrograms b;
+    Value x = data("x", {64, 256});
+    Value limit = data("limit", {1});
+    auto outs = while_loop(
+        [&](const std::vector<Value>& v) {
+          Value e = mul(main_builder().create<ExpOp>(x).result(), main_builder().create<CastOp>(v[0], DataType::Float32).result());
+          Value s = main_builder().create<SumOp>(e, std::vector<std::int64_t>{0, 1}, false).result();
+          return less_than(main_builder().create<ReshapeOp>(s, std::vector<std::int64_t>{1}).result(), limit);
+        },
+        [&](const std::vector<Value>& v) { return std::vector<Value>{increment(v[0])}; },
+        {i64_scalar(0)});
+    CHECK(loops_with_overlapping_iterations(b.main).empty());
+    std::vector<float> xs(64 * 256, 0.0f);
+    FeedMap feed{{"x", Tensor::from_vector<float>(Dims({64, 256}), xs)},
+                 {"limit", Tensor::from_vector<float>(Dims({1}), {3.0f * 64 * 256})}};
+    CHECK_FALSE(runs_lowered_by_default(b.main, feed, {outs[0]}, 2));
+  }
 }

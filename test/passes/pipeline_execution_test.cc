@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "cf_lowering_util.h"
 #include "exec/random_program.h"
 #include "passes/passes_test_util.h"
 #include "kiln/exec/executor.h"
@@ -141,8 +142,12 @@ TEST_CASE("a control-flow program gives the same bits with the pipeline", "[pass
   }
   FeedMap feed{{"x", Tensor::from_vector<float>(Dims({4}), {0.5f, -1.f, 2.f, 0.f})}};
   std::vector<FetchTarget> fetch{out[0], out[1], out[2]};
-  Executor plain(Place::cpu(), options("")), passed(Place::cpu(), options(kPipeline));
+  // Each also lowered to dataflow ops (the lowering, then the pipeline),
+  // bit-identical to its structured run.
+  kiln_test::BothWays plain(Place::cpu(), options("")), passed(Place::cpu(), options(kPipeline));
   check_same(plain.run(main_prog, feed, fetch), passed.run(main_prog, feed, fetch));
+  CHECK(plain.lowered_runs() == 1);
+  CHECK(passed.lowered_runs() == 1);
 }
 
 TEST_CASE("200 random programs (in-place updates, random draws, fetched feeds) give the same "

@@ -57,6 +57,11 @@ constexpr std::string_view to_string(ThreadPlan p) {
 }
 
 // The pipeline an executor runs by default (seed 002 §2.5.2's order):
+// structured loops whose iterations can overlap lowered to dataflow ops
+// (auto_lower_to_dataflow: only with more than one thread, and only for a
+// loop with expensive body work that neither its condition nor its own next
+// iteration waits on — kiln/passes/lower_to_dataflow.h; "lower_to_dataflow"
+// lowers always, a pipeline without either never), then
 // in-place updates of temporaries to their pure twins, then dead code,
 // common subexpressions, constants, algebraic identities, fusion of
 // elementwise chains and matmul epilogues, and last pure ops back to
@@ -64,7 +69,8 @@ constexpr std::string_view to_string(ThreadPlan p) {
 // places only). Every pass keeps results bit-identical: fused kernels run
 // each op's own loop in the same order, and simplify rewrites only exact
 // identities (x+(-0), never x+(+0): that is +0 for x = -0).
-inline constexpr const char* kDefaultPasses = "pure,dce,cse,fold,simplify,fuse,inplace";
+inline constexpr const char* kDefaultPasses =
+    "auto_lower_to_dataflow,pure,dce,cse,fold,simplify,fuse,inplace";
 
 struct ExecutionOptions {
   // Where kernels run. cpu: on the host, except ops with an

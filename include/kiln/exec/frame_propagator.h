@@ -149,6 +149,8 @@ class FramePropagator {
   void propagate_enter(const Ready& r, Outputs& out);
   void propagate_next_iteration(const Ready& r, Outputs& out);
   void clear_inputs(const Ready& r) noexcept;
+  void prepare_outputs(const Ready& r, Outputs& out);
+  void record_outputs(const FrameNode& n, Outputs& out);
   void deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, Pass pass);
   void deliver_all(Frame* f, Iteration* it, std::uint32_t node, std::uint32_t output, Variable* value,
                    Pass pass);
@@ -170,6 +172,8 @@ class FramePropagator {
   const FramePlan& fp_;
   std::vector<Variable*> vars_;
   const StepContext* step_;
+  // Free buffers kept at most (ExecutionOptions::recycle_budget; 0 without GC).
+  std::size_t recycle_budget_;
 
   // Recycled storage, per static frame.
   std::vector<std::vector<std::unique_ptr<Iteration>>> free_iterations_;
@@ -180,7 +184,51 @@ class FramePropagator {
   std::size_t live_frames_ = 0;
   Frame* root_ = nullptr;
 
-  std::deque<Ready> ready_;
+  // The ready nodes, first in first out: a ring that grows, never shrinks
+  // (a deque allocates a block every few pushes).
+  class ReadyQueue {
+   public:
+    bool empty() const noexcept { return size_ == 0; }
+    void push_back(const Ready& r) {
+      if (size_ == buf_.size()) grow();
+      buf_[(head_ + size_) & (buf_.size() - 1)] = r;
+      ++size_;
+    }
+    Ready pop_front() noexcept {
+      Ready r = buf_[head_];
+      head_ = (head_ + 1) & (buf_.size() - 1);
+      --size_;
+      return r;
+    }
+    void clear() noexcept { head_ = size_ = 0; }
+
+   private:
+    void grow() {
+      std::vector<Ready> bigger(buf_.empty() ? 64 : buf_.size() * 2);
+      for (std::size_t k = 0; k < size_; ++k) bigger[k] = buf_[(head_ + k) & (buf_.size() - 1)];
+      buf_.swap(bigger);
+      head_ = 0;
+    }
+    std::vector<Ready> buf_;  // size: 0 or a power of two
+    std::size_t head_ = 0, size_ = 0;
+  };
+  ReadyQueue ready_;
+  // Buffers freed by the last reader of a value (clear_inputs), at most
+  // kMaxFreeBuffers and recycle_budget_ bytes (free_bytes_), dropped at the
+  // run's end; a kernel's output starts in one of the size it wrote last
+  // time (prepare_outputs; last_outputs_, per node from output_base_: its
+  // first kOutputShapes outputs, set by record_outputs). Under mu_ with a pool.
+  static constexpr std::size_t kMaxFreeBuffers = 64;
+  static constexpr std::uint32_t kOutputShapes = 4;
+  struct OutputShape {
+    Dims dims;
+    DataType dtype = DataType::Undefined;
+    std::size_t bytes = 0;
+  };
+  std::vector<BufferRef> free_buffers_;
+  std::size_t free_bytes_ = 0;
+  std::vector<std::uint32_t> output_base_;
+  std::vector<OutputShape> last_outputs_;
   std::vector<std::uint8_t> slot_dead_;
   std::vector<std::int64_t> peak_;
   std::int64_t frames_made_ = 0;

@@ -69,6 +69,9 @@ class PassContext {
   // add ops choose by it: fold makes builtin.constant ops, which have only
   // a CPU kernel, so it folds nothing for a device.
   Place target_place = Place::cpu();
+  // Host threads the program's runs may use (the executor sets it; 1 outside
+  // one). auto_lower_to_dataflow lowers loops only with more than one.
+  unsigned num_threads = 1;
 
   // Counters a pass may bump (ops erased, merged, folded, rewritten), shown
   // in the PassManager's timing report.
