@@ -166,6 +166,10 @@ class FramePlanBuilder {
       n.num_outputs = n.kind == FrameNode::Kind::NextIteration ? 1 : op->num_results();
       n.unused_outputs = in.unused_outputs;
       if (n.kind == FrameNode::Kind::Kernel) {
+        // Dead, forwarded and direct outputs are 64-bit masks per op.
+        if (in.writes.size() > 64)
+          fail(op, i, "has " + std::to_string(in.writes.size()) +
+                          " outputs; an op in a program with dataflow ops has at most 64");
         n.out_slots.assign(in.writes.size(), kNoIndex);
         for (std::uint32_t o = 0; o < in.writes.size(); ++o) {
           const std::uint32_t s = in.writes[o];
@@ -174,11 +178,11 @@ class FramePlanBuilder {
             if (k == SlotKind::Feed)
               fail(op, i, "writes a feed in place; in a program with dataflow ops it must work on a copy");
             n.out_slots[o] = s;
-            if (o < 64) n.direct_outputs |= std::uint64_t{1} << o;
+            n.direct_outputs |= std::uint64_t{1} << o;
           }
         }
         for (auto [o, j] : inplace_pairs(*op))
-          if (o < 64 && !((n.direct_outputs >> o) & 1)) n.inplace.emplace_back(o, j);
+          if (!((n.direct_outputs >> o) & 1)) n.inplace.emplace_back(o, j);
       }
       add(std::move(n), op);
       for (std::uint32_t r = 0; r < op->num_results(); ++r) value_frame_[op->result(r).impl()] = result_frame;

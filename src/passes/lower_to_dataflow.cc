@@ -406,7 +406,8 @@ bool frames_run_all(const Block& block) {
     for (std::uint32_t r = 0; r < op->num_regions(); ++r)
       for (const Block* b : op->region(r))
         if (!frames_run_all(*b)) return false;
-    if (has_placement(*op) || op->has_trait<Communication>()) return false;
+    // The propagator's per-op output masks hold 64 outputs.
+    if (has_placement(*op) || op->has_trait<Communication>() || op->num_results() > 64) return false;
     for (DataType dt : kernels.dtypes_for(op->info().id(), PlaceKind::Cpu))
       if (const KernelInfo* k = kernels.find(op->info().id(), PlaceKind::Cpu, dt); k && k->async_fn) return false;
   }

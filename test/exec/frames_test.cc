@@ -338,6 +338,17 @@ TEST_CASE("ill-formed frames are clear errors naming the op", "[exec][frames]") 
     KILN_CHECK_ERROR(exe.run(c.p, {{"n", i64(3)}}, {add->result(0)}), InvalidArgument,
                      {"fetch", "kiln.add", "frame 'count'", "kiln.exit"});
   }
+  SECTION("an op of more than 64 outputs in a program with dataflow ops") {
+    // The propagator keeps each op's dead and forwarded outputs as 64-bit masks.
+    Program p;
+    Builder b(p);
+    Value in = b.create<EnterOp>(constant(b, 0, DataType::Int64), "loop", false, 10).result();
+    Value x = b.create<FullOp>(std::vector<std::int64_t>{65}, 1.0).result();
+    auto parts = b.create<SplitOp>(x, std::int64_t{65});
+    b.create<ExitOp>(in);
+    Executor exe(Place::cpu(), {.passes = ""});
+    KILN_CHECK_ERROR(exe.run(p, {}, {parts->result(64)}), InvalidArgument, {"kiln.split", "65 outputs", "64"});
+  }
   SECTION("enters of one frame that disagree on parallel_iterations") {
     Program p;
     Builder b(p);
