@@ -171,9 +171,15 @@ class FramePlanBuilder {
           fail(op, i, "has " + std::to_string(in.writes.size()) +
                           " outputs; an op in a program with dataflow ops has at most 64");
         n.out_slots.assign(in.writes.size(), kNoIndex);
+        // An in-place output writes the variable its operand's buffer is
+        // (a view's source); any other output is a value of its own, a
+        // view of a feed or parameter included.
+        std::uint64_t inplace_outputs = 0;
+        for (auto [o, j] : inplace_pairs(*op)) inplace_outputs |= std::uint64_t{1} << o;
         for (std::uint32_t o = 0; o < in.writes.size(); ++o) {
           const std::uint32_t s = in.writes[o];
-          const SlotKind k = plan_.slots[plan_.slots[s].alias].kind;
+          const SlotKind k =
+              (inplace_outputs >> o) & 1 ? plan_.slots[plan_.slots[s].alias].kind : plan_.slots[s].kind;
           if (k == SlotKind::Parameter || k == SlotKind::FetchOp || k == SlotKind::Feed) {
             if (k == SlotKind::Feed)
               fail(op, i, "writes a feed in place; in a program with dataflow ops it must work on a copy");

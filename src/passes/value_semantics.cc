@@ -83,10 +83,12 @@ std::size_t insert_conversions(Block& block, PassContext& ctx) {
 
 // to_vtensor(to_tensor(a)) is a where nothing writes, views or keeps the tensor.
 void remove_needless_pairs(Block& block, PassContext& ctx) {
+  // The to_tensor ops alone: the to_vtensor ops erased below must not be
+  // visited afterwards.
   std::vector<Operation*> ops;
-  for (Operation* op : block) ops.push_back(op);
+  for (Operation* op : block)
+    if (op->isa<ToTensorOp>()) ops.push_back(op);
   for (Operation* op : ops) {
-    if (!op->isa<ToTensorOp>()) continue;
     Value t = op->result(0), a = op->operand_source(0);
     bool plain = !is_buffer(t);
     for (OpOperand use : t.uses()) plain = plain && !use.owner()->info().has_trait<ViewLike>();

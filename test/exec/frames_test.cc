@@ -137,6 +137,23 @@ TEST_CASE("a while (i < 10) built from the five dataflow ops returns 10", "[exec
   }
 }
 
+TEST_CASE("a view of a feed in a program with dataflow ops is a value, not an in-place write",
+          "[exec][frames]") {
+  Counter c;
+  Builder b(c.p);
+  Value x = b.create<DataOp>("x", Dims0{2, 3}).result();
+  Value v = b.create<ReshapeOp>(x, Dims0{3, 2}).result();  // views the feed
+  Value w = b.create<ScaleOp>(v, 2.0, 0.0).result();
+  for (unsigned t : {1u, 2u}) {
+    Executor exe(Place::cpu(), threads(t));
+    auto out = exe.run(c.p, {{"n", i64(4)}, {"x", Tensor::from_vector<float>({2, 3}, {1, 2, 3, 4, 5, 6})}},
+                       {c.result, v, w});
+    CHECK(scalar(out[0]) == 4);
+    CHECK(out[1].dims() == Dims{3, 2});
+    CHECK(out[2].to_vector<float>() == std::vector<float>{2, 4, 6, 8, 10, 12});
+  }
+}
+
 TEST_CASE("a switch on a false predicate kills its true output and merge forwards the false branch",
           "[exec][frames]") {
   Program p;
