@@ -95,6 +95,18 @@ void reduce_kernel(KernelContext& ctx) {
   const Tensor& x = typed_input<T>(ctx, 0);
   const std::string_view op = ctx.op()->name();
   const Dims& xd = x.dims();
+  if (a.axis.empty() && !a.keepdim && x.numel() > 0) {
+    // Every element into a scalar: the general path below with its one
+    // contiguous group (the same sums in the same order), without the axis
+    // list and the group plan — a loss's mean runs here every step.
+    const Tensor src = x;  // keeps the input alive while the output is (re)allocated
+    Tensor& out = ctx.alloc_output(0, Dims(), src.dtype());
+    T* po = out.data<T>();
+    po[0] = R::init();
+    reduce_contiguous<T, R>(src.data<T>(), src.numel(), po);
+    if constexpr (kind == Kind::Mean) po[0] /= static_cast<T>(src.numel());
+    return;
+  }
   auto axes = normalize_reduce_axes(op, a.axis, xd.rank());
   Dims od;
   {
