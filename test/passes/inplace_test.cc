@@ -1,37 +1,12 @@
 // The "pure" and "inplace" passes as a user sees them: which ops change into
 // their twin, which stay, that the buffers are shared (or freed) as said,
 // and that every result is bit for bit what the program as written gives.
-#include <cstring>
-
 #include "passes/passes_test_util.h"
 #include "kiln/exec/executor.h"
 #include "kiln/exec/interpreter_core.h"
 
 using namespace kiln;
 using namespace kiln_passes_test;
-
-namespace {
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dims() == b.dims() && a.dtype() == b.dtype() &&
-         std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
-}
-
-const FeedMap kFeed{{"x", Tensor::from_vector<float>({6}, {-1.5f, -0.f, 0.f, 0.25f, 2.f, -3.f})}};
-
-// The fetches of `p` run as written and with `pipeline`: equal bit for bit.
-void check_same_results(const Program& p, const std::vector<Value>& values, const char* pipeline) {
-  const std::vector<FetchTarget> fetch(values.begin(), values.end());
-  Executor as_written(Place::cpu(), {.passes = ""});
-  Executor with(Place::cpu(), {.passes = pipeline});
-  auto want = as_written.run(p, kFeed, fetch);
-  for (int run = 0; run < 2; ++run) {
-    auto got = with.run(p, kFeed, fetch);
-    for (std::size_t k = 0; k < fetch.size(); ++k) CHECK(same_bits(got[k], want[k]));
-  }
-}
-
-}  // namespace
 
 TEST_CASE("inplace turns a relu whose operand dies there into relu_, sharing the operand's variable",
           "[passes][inplace]") {
@@ -47,7 +22,7 @@ TEST_CASE("inplace turns a relu whose operand dies there into relu_, sharing the
   CHECK(count_ops(q, "kiln.relu") == 0);
   check_same_results(p, {y}, "inplace");
   Executor exe(Place::cpu(), {.passes = "inplace"});
-  exe.run(p, kFeed, {y, r});  // r fetched too: it follows its replacement, relu_'s result
+  exe.run(p, six_values_feed(), {y, r});  // r fetched too: it follows its replacement, relu_'s result
   CHECK(exe.last_core()->slot_of(e) == exe.last_core()->slot_of(r));
 }
 

@@ -1,7 +1,9 @@
 // Helpers of the pass tests: op counts (nested ones included), running one
-// pipeline with live-out values, f32 tensor types.
+// pipeline with live-out values, f32 tensor types, and a program's fetches
+// compared bit for bit with and without a pipeline.
 #pragma once
 
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "catch.hpp"
 #include "test_util.h"
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/exec/executor.h"
 #include "kiln/ir/builder.h"
 #include "kiln/passes/pass_manager.h"
 
@@ -33,6 +36,32 @@ inline std::vector<kiln::Value> run_pipeline(kiln::Program& p, std::string_view 
 
 inline kiln::Type f32(std::vector<std::int64_t> dims) {
   return kiln::TensorType::get(kiln::DataType::Float32, std::move(dims));
+}
+
+inline bool same_bits(const kiln::Tensor& a, const kiln::Tensor& b) {
+  return a.dims() == b.dims() && a.dtype() == b.dtype() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
+}
+
+// A feed "x" of six f32 values, both zeros among them.
+inline const kiln::FeedMap& six_values_feed() {
+  static const kiln::FeedMap feed{
+      {"x", kiln::Tensor::from_vector<float>({6}, {-1.5f, -0.f, 0.f, 0.25f, 2.f, -3.f})}};
+  return feed;
+}
+
+// The fetches of `p` (fed six_values_feed()) run as written and with
+// `pipeline` (twice): equal bit for bit.
+inline void check_same_results(const kiln::Program& p, const std::vector<kiln::Value>& values,
+                               const char* pipeline) {
+  const std::vector<kiln::FetchTarget> fetch(values.begin(), values.end());
+  kiln::Executor as_written(kiln::Place::cpu(), {.passes = ""});
+  kiln::Executor with(kiln::Place::cpu(), {.passes = pipeline});
+  auto want = as_written.run(p, six_values_feed(), fetch);
+  for (int run = 0; run < 2; ++run) {
+    auto got = with.run(p, six_values_feed(), fetch);
+    for (std::size_t k = 0; k < fetch.size(); ++k) CHECK(same_bits(got[k], want[k]));
+  }
 }
 
 }  // namespace kiln_passes_test

@@ -3,7 +3,6 @@
 // edges, ops that write or view a value keep it a tensor, the "inplace"
 // pass leaves vtensors pure, and every result is bit for bit what the
 // program as written gives.
-#include <cstring>
 #include <sstream>
 
 #include "passes/passes_test_util.h"
@@ -20,24 +19,6 @@ using namespace kiln_passes_test;
 namespace {
 
 using Dims0 = std::vector<std::int64_t>;
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dims() == b.dims() && a.dtype() == b.dtype() &&
-         std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
-}
-
-const FeedMap kFeed{{"x", Tensor::from_vector<float>({6}, {-1.5f, -0.f, 0.f, 0.25f, 2.f, -3.f})}};
-
-void check_same_results(const Program& p, const std::vector<Value>& values, const char* pipeline) {
-  const std::vector<FetchTarget> fetch(values.begin(), values.end());
-  Executor as_written(Place::cpu(), {.passes = ""});
-  Executor with(Place::cpu(), {.passes = pipeline});
-  auto want = as_written.run(p, kFeed, fetch);
-  for (int run = 0; run < 2; ++run) {
-    auto got = with.run(p, kFeed, fetch);
-    for (std::size_t k = 0; k < fetch.size(); ++k) CHECK(same_bits(got[k], want[k]));
-  }
-}
 
 std::string text_of(const Program& p) {
   std::ostringstream os;
