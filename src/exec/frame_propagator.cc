@@ -47,20 +47,77 @@ bool read_predicate(const Variable& v, const Operation* op, std::uint32_t op_ind
 
 }  // namespace
 
-inline void FramePropagator::put(Entry& x, Variable& value, Pass pass) {
-  switch (pass) {
-    case Pass::Ref: x.ref = &value; break;
-    case Pass::Take: x.var.take_content(value); break;
-    case Pass::Share: x.var.share_content(value); break;
+// ---- cells ----
+
+// An empty cell with no owner and no home.
+inline FramePropagator::Cell* FramePropagator::new_cell() {
+  Cell* c = free_cells_;
+  if (c) {
+    free_cells_ = c->next_free;
+  } else {
+    cells_.push_back(std::make_unique<Cell>());
+    c = cells_.back().get();
   }
+  c->home = kNoIndex;
+  c->refs = 1;
+  return c;
 }
 
-void FramePropagator::Outputs::prepare(std::uint32_t n) {
-  dead = 0;
-  forwarded = 0;
-  if (n > kInline && more.size() < n - kInline) more.resize(n - kInline);
-  for (std::uint32_t o = 0; o < n; ++o)
-    if (at(o).is_initialized()) at(o).clear();
+// A cell for a kernel output `home`, one ref: a free one of that output
+// (holding the tensor it last wrote, when kept) or an empty one.
+inline FramePropagator::Cell* FramePropagator::take_cell(std::uint32_t home) {
+  Cell* c = home_free_[home];
+  if (!c) {
+    c = new_cell();
+    c->home = home;
+    return c;
+  }
+  home_free_[home] = c->next_free;
+  kept_bytes_ -= c->kept;
+  c->kept = 0;
+  c->refs = 1;
+  return c;
+}
+
+// A new cell holding a share of `v`, one ref.
+inline FramePropagator::Cell* FramePropagator::copy_cell(const Variable& v) {
+  Cell* c = new_cell();
+  c->var.share_content(v);
+  return c;
+}
+
+inline void FramePropagator::unref(Cell* c) noexcept {
+  if (--c->refs == 0) release_cell(c);
+}
+
+// A cell no one owns: to its home with its tensor when the buffer is the
+// cell's alone (the same conditions as Variable::recycle) and fits the
+// budget, else emptied.
+void FramePropagator::release_cell(Cell* c) noexcept {
+  if (c->home != kNoIndex) {
+    if (const Tensor* t = c->var.is<Tensor>() ? &c->var.get<Tensor>() : nullptr) {
+      const Buffer* b = t->buffer().get();
+      // use_count() loads with acquire: the other owners' last reads happen
+      // before the buffer is written again (see Buffer::use_count).
+      if (b && t->offset() == 0 && b->allocator() && b->size() <= recycle_budget_ - kept_bytes_ &&
+          !b->stream_recorded() && t->use_count() == 1) {
+        c->kept = b->size();
+        kept_bytes_ += c->kept;
+        c->next_free = home_free_[c->home];
+        home_free_[c->home] = c;
+        return;
+      }
+    }
+  }
+  if (c->var.is_initialized()) c->var.clear();
+  c->next_free = free_cells_;
+  free_cells_ = c;
+}
+
+inline void FramePropagator::put(Entry& x, Cell* c, bool owned) noexcept {
+  x.cell = c;
+  x.owned = owned;
+  if (owned) ++c->refs;
 }
 
 FramePropagator::FramePropagator(const ExecutionPlan& plan, std::span<Variable* const> vars,
@@ -72,14 +129,12 @@ FramePropagator::FramePropagator(const ExecutionPlan& plan, std::span<Variable* 
       recycle_budget_(plan.options.gc ? plan.options.recycle_budget : 0) {
   free_iterations_.resize(fp_.frames.size());
   output_base_.reserve(fp_.nodes.size());
-  std::uint32_t shapes = 0;
+  std::uint32_t homes = 0;
   for (const FrameNode& n : fp_.nodes) {
-    output_base_.push_back(shapes);
-    if (n.kind == Kind::Kernel)
-      shapes += std::min<std::uint32_t>(static_cast<std::uint32_t>(plan.instructions[n.instruction].writes.size()),
-                                        kOutputShapes);
+    output_base_.push_back(homes);
+    if (n.kind == Kind::Kernel) homes += static_cast<std::uint32_t>(plan.instructions[n.instruction].writes.size());
   }
-  last_outputs_.resize(shapes);
+  home_free_.assign(homes, nullptr);
   peak_.assign(fp_.frames.size(), 0);
   slot_dead_.assign(plan.slots.size(), 0);
 }
@@ -120,7 +175,7 @@ inline FramePropagator::Iteration* FramePropagator::start_iteration(Frame* f) {
   for (std::uint32_t c = 0; c < info.constants.size(); ++c)
     if (f->constant_arrived[c]) {
       Entry& e = f->constants[c];
-      deliver_all(f, it, info.constants[c], 0, e.dead ? nullptr : &e.var, Pass::Ref);
+      deliver_all(f, it, info.constants[c], 0, e.dead ? nullptr : e.cell, false);
     }
   return it;
 }
@@ -129,8 +184,9 @@ inline void FramePropagator::release_iteration(std::uint32_t info, Iteration* it
   const StaticFrame& sf = fp_.frames[info];
   for (std::uint32_t k = 0; k < sf.num_inputs; ++k) {
     Entry& e = it->inputs[k];
-    if (e.var.is_initialized()) e.var.clear();  // most were cleared by their reader (clear_inputs)
-    e.ref = nullptr;
+    if (e.owned) unref(e.cell);  // most were dropped by their reader (clear_inputs)
+    e.cell = nullptr;
+    e.owned = false;
     e.dead = false;
   }
   it->children.clear();
@@ -186,7 +242,10 @@ inline void FramePropagator::cleanup(Frame* f) {
       Iteration* next = start_iteration(f);
       std::vector<Deferred> waiting = std::move(f->deferred);
       f->deferred.clear();
-      for (Deferred& d : waiting) deliver_all(f, next, d.node, 0, &d.value, Pass::Take);
+      for (Deferred& d : waiting) {
+        deliver_all(f, next, d.node, 0, d.cell, d.owned);
+        if (d.owned) unref(d.cell);
+      }
     }
   }
   if (f->iterations.empty() && f->deferred.empty()) finish_frame(f);
@@ -203,11 +262,11 @@ void FramePropagator::finish_frame(Frame* f) {
         slot_dead_[e.out_slots[0]] = 1;
         vars_[e.out_slots[0]]->clear();
       }
-      deliver_all(parent, pit, sf.exits[x], 0, nullptr, Pass::Share);
+      deliver_all(parent, pit, sf.exits[x], 0, nullptr, false);
     }
   for (Entry& e : f->constants) {
-    e.var.clear();
-    e.dead = false;
+    if (e.owned) unref(e.cell);
+    e = Entry{};
   }
   auto& kids = pit->children;
   kids.erase(std::find(kids.begin(), kids.end(), f));
@@ -228,7 +287,7 @@ inline void FramePropagator::push(std::uint32_t node, Frame* f, Iteration* it, b
 }
 
 // One value (null: dead) into input e.dst_input of e.dst in iteration `it`.
-inline void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, Pass pass) {
+inline void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e, Cell* value, bool owned) {
   const FrameNode& d = fp_.nodes[e.dst];
   // A dead value reaching an exit (every iteration but a loop's last) has
   // nothing to do: an exit acts on a live value only, and one that never
@@ -240,7 +299,7 @@ inline void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e
     if (dead < 0) return;  // fired already: later inputs are dropped
     --pending;
     if (value) {
-      put(it->inputs[d.input_base + e.dst_input], *value, pass);
+      put(it->inputs[d.input_base + e.dst_input], value, owned);
       dead = -1 - static_cast<std::int32_t>(e.dst_input);
       push(e.dst, f, it, false);
     } else {
@@ -251,7 +310,7 @@ inline void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e
   }
   Entry& x = it->inputs[d.input_base + e.dst_input];
   if (value) {
-    put(x, *value, pass);
+    put(x, value, owned);
   } else {
     x.dead = true;
     ++dead;
@@ -267,35 +326,34 @@ inline void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e
   }
 }
 
-// Output `output` of `node` (null: dead) to each of its readers; the last
-// one takes the value when `take`. Edges are sorted by output.
+// Output `output` of `node` (null: dead) to each of its readers, each
+// taking a ref when `owned` (the caller drops its own). Edges are sorted by
+// output.
 inline void FramePropagator::deliver_all(Frame* f, Iteration* it, std::uint32_t node, std::uint32_t output,
-                                  Variable* value, Pass pass) {
+                                         Cell* value, bool owned) {
   const FrameNode& n = fp_.nodes[node];
   const FrameEdge* e = fp_.edges.data();
   std::uint32_t k = n.edge_begin;
   while (k < n.edge_end && e[k].src_output < output) ++k;
-  for (; k < n.edge_end && e[k].src_output == output; ++k) {
-    const bool last = k + 1 == n.edge_end || e[k + 1].src_output != output;
-    deliver(f, it, e[k], value, pass == Pass::Take && !last ? Pass::Share : pass);
-  }
+  for (; k < n.edge_end && e[k].src_output == output; ++k) deliver(f, it, e[k], value, owned);
 }
 
-// The variable holding output o (null: dead).
-inline Variable* FramePropagator::output_value(const FrameNode& n, Outputs& out, std::uint32_t o) {
+// The cell of output o (null: dead). A direct output's readers get a share
+// of its variable in a cell of its own (owned by out from here on).
+inline FramePropagator::Cell* FramePropagator::output_cell(const FrameNode& n, Outputs& out, std::uint32_t o) {
   if ((out.dead >> o) & 1) return nullptr;
-  if ((n.direct_outputs >> o) & 1) return vars_[n.out_slots[o]];
-  if ((out.forwarded >> o) & 1) return &out.from[o]->value();
-  return &out.at(o);
+  Cell*& c = out.at(o);
+  if (!c && ((n.direct_outputs >> o) & 1)) {
+    c = copy_cell(*vars_[n.out_slots[o]]);
+    out.owned |= std::uint64_t{1} << o;
+  }
+  return c;
 }
 
-// Whether output o may be moved on (not a parameter's or a frame
-// constant's variable, which stay).
-inline FramePropagator::Pass FramePropagator::output_pass(const FrameNode& n, const Outputs& out,
-                                                   std::uint32_t o) const {
-  if ((n.direct_outputs >> o) & 1) return Pass::Share;
-  if (((out.forwarded >> o) & 1) && out.from[o]->ref) return Pass::Share;
-  return Pass::Take;
+// The outputs' own refs, once their readers took theirs.
+inline void FramePropagator::drop_outputs(Outputs& out) noexcept {
+  for (std::uint64_t m = out.owned; m; m &= m - 1) unref(out.at(static_cast<std::uint32_t>(__builtin_ctzll(m))));
+  out.owned = 0;
 }
 
 // Fetched values keep a share (and whether they were dead); an exit's
@@ -304,9 +362,9 @@ inline void FramePropagator::keep_fetched(const FrameNode& n, Outputs& out) {
   for (std::uint32_t o = 0; n.kind != Kind::Exit && o < n.out_slots.size(); ++o) {
     const std::uint32_t s = n.out_slots[o];
     if (s == kNoIndex || ((n.direct_outputs >> o) & 1)) continue;
-    Variable* v = output_value(n, out, o);
-    slot_dead_[s] = v == nullptr;
-    if (v) vars_[s]->share_content(*v);
+    Cell* c = output_cell(n, out, o);
+    slot_dead_[s] = c == nullptr;
+    if (c) vars_[s]->share_content(c->var);
     else vars_[s]->clear();
   }
 }
@@ -316,17 +374,20 @@ void FramePropagator::propagate_enter(const Ready& r, Outputs& out) {
   Frame* f = r.frame;
   Iteration* it = r.iter;
   Frame* child = child_frame(f, it, n.target_frame);
-  Variable* v = output_value(n, out, 0);
+  Cell* v = output_cell(n, out, 0);
   if (n.constant_enter) {
+    // The constant keeps the value's ref (a constant of an enclosing frame,
+    // not owned, outlives this frame).
     Entry& c = child->constants[n.constant_index];
     c.dead = v == nullptr;
-    if (v && output_pass(n, out, 0) == Pass::Take) c.var.take_content(*v);
-    else if (v) c.var.share_content(*v);
+    c.cell = v;
+    c.owned = v && (out.owned & 1);
+    out.owned = 0;
     child->constant_arrived[n.constant_index] = 1;
-    for (Iteration* ci : child->iterations)
-      deliver_all(child, ci, r.node, 0, c.dead ? nullptr : &c.var, Pass::Ref);
+    for (Iteration* ci : child->iterations) deliver_all(child, ci, r.node, 0, c.dead ? nullptr : v, false);
   } else {
-    deliver_all(child, child->iterations.front(), r.node, 0, v, output_pass(n, out, 0));
+    deliver_all(child, child->iterations.front(), r.node, 0, v, out.owned & 1);
+    drop_outputs(out);
   }
   clear_inputs(r);
   child->pending_enters--;
@@ -339,41 +400,48 @@ inline void FramePropagator::propagate_next_iteration(const Ready& r, Outputs& o
   const FrameNode& n = fp_.nodes[r.node];
   Frame* f = r.frame;
   Iteration* it = r.iter;
-  Variable* v = output_value(n, out, 0);
+  Cell* v = output_cell(n, out, 0);
   if (!v) return;  // a dead next value starts no iteration
-  const Pass pass = output_pass(n, out, 0);
+  // A constant's cell (not owned) outlives every iteration of its frame.
+  const bool owned = out.owned & 1;
   if (it->id < f->newest) {
     for (Iteration* later : f->iterations)
       if (later->id == it->id + 1) {
-        deliver_all(f, later, r.node, 0, v, pass);
+        deliver_all(f, later, r.node, 0, v, owned);
         break;
       }
   } else if (static_cast<std::int64_t>(f->iterations.size()) < fp_.frames[f->info].parallel_iterations) {
-    deliver_all(f, start_iteration(f), r.node, 0, v, pass);
+    deliver_all(f, start_iteration(f), r.node, 0, v, owned);
   } else {
-    f->deferred.push_back({r.node, Variable()});
-    if (pass == Pass::Take) f->deferred.back().value.take_content(*v);
-    else f->deferred.back().value.share_content(*v);
+    f->deferred.push_back({r.node, v, owned});  // the output's ref moves to the deferred value
+    out.owned = 0;
+    return;
   }
+  drop_outputs(out);
 }
 
 inline void FramePropagator::propagate(const Ready& r, Outputs& out) {
   const FrameNode& n = fp_.nodes[r.node];
   Frame* f = r.frame;
   Iteration* it = r.iter;
-  if (n.kind == Kind::Kernel && !r.dead) record_outputs(n, out);
   keep_fetched(n, out);
   switch (n.kind) {
     case Kind::Enter:
       propagate_enter(r, out);  // settles the iteration itself
       return;
     case Kind::Exit: {
-      Variable* v = output_value(n, out, 0);
+      Cell* v = output_cell(n, out, 0);
       if (v && !f->exit_fired[n.exit_index]) {
         f->exit_fired[n.exit_index] = 1;
-        if (!n.out_slots.empty() && n.out_slots[0] != kNoIndex) vars_[n.out_slots[0]]->share_content(*v);
-        deliver_all(f->parent, f->parent_iter, r.node, 0, v, output_pass(n, out, 0));
+        if (!n.out_slots.empty() && n.out_slots[0] != kNoIndex) vars_[n.out_slots[0]]->share_content(v->var);
+        // A frame constant's cell ends with the frame: the parent gets a share.
+        if (!(out.owned & 1)) {
+          v = out.at(0) = copy_cell(v->var);
+          out.owned = 1;
+        }
+        deliver_all(f->parent, f->parent_iter, r.node, 0, v, true);
       }
+      drop_outputs(out);
       break;
     }
     case Kind::NextIteration:
@@ -383,9 +451,10 @@ inline void FramePropagator::propagate(const Ready& r, Outputs& out) {
       const FrameEdge* e = fp_.edges.data();
       for (std::uint32_t k = n.edge_begin; k < n.edge_end; ++k) {
         const std::uint32_t o = e[k].src_output;
-        const bool last = k + 1 == n.edge_end || e[k + 1].src_output != o;
-        deliver(f, it, e[k], output_value(n, out, o), last ? output_pass(n, out, o) : Pass::Share);
+        Cell* c = output_cell(n, out, o);
+        deliver(f, it, e[k], c, (out.owned >> o) & 1);
       }
+      drop_outputs(out);
       break;
     }
   }
@@ -398,58 +467,57 @@ inline void FramePropagator::propagate(const Ready& r, Outputs& out) {
 
 inline void FramePropagator::execute(const Ready& r, Outputs& out) {
   const FrameNode& n = fp_.nodes[r.node];
-  // A kernel's outputs are made ready by run_kernel; the other nodes
-  // forward an input or set their outputs themselves.
-  out.dead = 0;
-  out.forwarded = 0;
+  // A kernel's output cells are made ready by prepare_outputs; the other
+  // nodes forward an input's cell or make their outputs' cells themselves.
   Entry* in = r.iter->inputs.get() + n.input_base;
   if (r.dead) {
     out.dead = ~std::uint64_t{0};
-  } else {
-    switch (n.kind) {
-      case Kind::Source: out.at(0).share_content(*vars_[n.slot]); break;
-      case Kind::Switch: {
-        const bool p = read_predicate(in[1].value(), n.op, n.op_index);
-        out.forward(p ? 1 : 0, &in[0]);
-        out.dead = p ? 1 : 2;
-        break;
-      }
-      case Kind::Merge: {
-        const std::int32_t chosen = -1 - r.iter->dead[n.local];
-        out.forward(0, &in[chosen]);
-        if (!((n.unused_outputs >> 1) & 1)) {
-          out.at(1).clear();
-          out.at(1).set(Tensor::from_vector<std::int64_t>(Dims(), {static_cast<std::int64_t>(chosen)}));
-        }
-        break;
-      }
-      case Kind::Enter:
-      case Kind::Exit:
-      case Kind::NextIteration: out.forward(0, &in[0]); break;
-      case Kind::Kernel: run_kernel(r, out); break;
+    out.owned = 0;
+    return;
+  }
+  switch (n.kind) {
+    case Kind::Source:
+      out.dead = 0;
+      out.owned = 1;
+      out.at(0)->var.share_content(*vars_[n.slot]);
+      break;
+    case Kind::Switch: {
+      const bool p = read_predicate(in[1].value(), n.op, n.op_index);
+      out.owned = 0;
+      out.forward(p ? 1 : 0, in[0]);
+      out.dead = p ? 1 : 2;
+      break;
     }
+    case Kind::Merge: {
+      const std::int32_t chosen = -1 - r.iter->dead[n.local];
+      out.dead = 0;
+      out.owned = out.at(1) ? 2 : 0;
+      out.forward(0, in[chosen]);
+      if (out.at(1))
+        out.at(1)->var.set(Tensor::from_vector<std::int64_t>(Dims(), {static_cast<std::int64_t>(chosen)}));
+      break;
+    }
+    case Kind::Enter:
+    case Kind::Exit:
+    case Kind::NextIteration:
+      out.dead = 0;
+      out.owned = 0;
+      out.forward(0, in[0]);
+      break;
+    case Kind::Kernel: run_kernel(r, out); break;
   }
 }
 
-// After its outputs are on their way: the node's inputs are freed (their
-// last reader ran), and its entries are ready for the next use.
+// After its outputs are on their way: the node's inputs drop their refs
+// (a value whose last reader ran goes back to its cell's home), and its
+// entries are ready for the next use.
 inline void FramePropagator::clear_inputs(const Ready& r) noexcept {
   const FrameNode& n = fp_.nodes[r.node];
   Entry* in = r.iter->inputs.get() + n.input_base;
   for (std::uint32_t k = 0; k < n.num_inputs; ++k) {
-    // A buffer no other value shares goes to the run's free buffers, which
-    // later kernels' outputs start in (prepare_outputs).
-    if (in[k].var.is_initialized()) {
-      in[k].var.recycle(recycle_budget_ - free_bytes_);
-      if (in[k].var.has_spare()) {
-        BufferRef b = in[k].var.take_spare();
-        if (free_buffers_.size() < kMaxFreeBuffers) {
-          free_bytes_ += b->size();
-          free_buffers_.push_back(std::move(b));
-        }
-      }
-    }
-    in[k].ref = nullptr;
+    if (in[k].owned) unref(in[k].cell);
+    in[k].cell = nullptr;
+    in[k].owned = false;
     in[k].dead = false;
   }
 }
@@ -484,63 +552,53 @@ inline void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
   }
   for (std::uint32_t k = 0; k < num_in; ++k) io[k] = &in[k].value();
   for (std::uint32_t o = 0; o < num_out; ++o)
-    io[num_in + o] = ((n.direct_outputs >> o) & 1) ? vars_[n.out_slots[o]] : &out.at(o);
+    io[num_in + o] = ((n.direct_outputs >> o) & 1) ? vars_[n.out_slots[o]] : &out.at(o)->var;
   // An in-place output starts as a copy of its input: the input's buffer
   // may be shared with other readers of the value.
   for (auto [o, i] : n.inplace)
-    if (in[i].value().is<Tensor>()) out.at(o).set(in[i].value().get<Tensor>().clone());
-    else out.at(o).share_content(in[i].value());
+    if (in[i].value().is<Tensor>()) out.at(o)->var.set(in[i].value().get<Tensor>().clone());
+    else out.at(o)->var.share_content(in[i].value());
   KernelContext ctx(n.op, io, num_in, io + num_in, num_out, pi.attrs.get(), pi.place, &allocator_for(pi.place));
   ctx.set_unused_outputs(pi.unused_outputs);
   ctx.set_step(step_);
   pi.fn(ctx);
 }
 
-// Before a kernel runs (under the lock with a pool): its output variables
-// are emptied, and each starts in a free buffer of the size this node's
-// kernel wrote last time (record_outputs) — KernelContext::alloc_output
+// Before a node runs (under the lock with a pool): a source's output and
+// a merge's value_index (when read) get an empty cell; a kernel's each output but a
+// direct one gets a cell of its home, which holds the tensor this output
+// had last time when it was kept (release_cell) — KernelContext::alloc_output
 // keeps a tensor of the same dims and dtype that nothing else holds — so a
 // loop's iterations allocate nothing once the run has freed a few values.
+// An unused output and an in-place node's outputs start empty.
 inline void FramePropagator::prepare_outputs(const Ready& r, Outputs& out) {
   const FrameNode& n = fp_.nodes[r.node];
-  if (n.kind != Kind::Kernel || r.dead) return;
-  const PlanInstruction& pi = plan_.instructions[n.instruction];
-  const std::uint32_t num_out = static_cast<std::uint32_t>(pi.writes.size());
-  out.prepare(num_out);
-  if (free_buffers_.empty() || !n.inplace.empty()) return;
-  const Allocator* alloc = &allocator_for(pi.place);
-  const OutputShape* shapes = last_outputs_.data() + output_base_[r.node];
-  for (std::uint32_t o = 0; o < num_out && o < kOutputShapes; ++o) {
-    const OutputShape& sh = shapes[o];
-    if (sh.dtype == DataType::Undefined || (((n.direct_outputs | n.unused_outputs) >> o) & 1)) continue;
-    for (std::size_t b = free_buffers_.size(); b-- > 0;) {
-      BufferRef& buf = free_buffers_[b];
-      if (buf->size() != sh.bytes || buf->allocator() != alloc) continue;
-      free_bytes_ -= buf->size();
-      Tensor t;
-      if (t.adopt_buffer(buf, sh.dims, sh.dtype, pi.place)) out.at(o).set(std::move(t));
-      free_buffers_[b] = std::move(free_buffers_.back());
-      free_buffers_.pop_back();
-      break;
-    }
+  if (r.dead) return;
+  if (n.kind == Kind::Source) {
+    out.at(0) = new_cell();
+    return;
   }
-}
-
-// After a kernel ran (under the lock with a pool): the size of each output
-// it wrote, for prepare_outputs.
-inline void FramePropagator::record_outputs(const FrameNode& n, Outputs& out) {
-  if (recycle_budget_ == 0) return;
-  const PlanInstruction& pi = plan_.instructions[n.instruction];
-  const Allocator* alloc = &allocator_for(pi.place);
-  OutputShape* shapes = last_outputs_.data() + output_base_[&n - fp_.nodes.data()];
-  const std::uint32_t num_out = static_cast<std::uint32_t>(pi.writes.size());
-  for (std::uint32_t o = 0; o < num_out && o < kOutputShapes; ++o) {
-    const Variable& v = out.at(o);
-    const Tensor* t = v.is<Tensor>() ? &v.get<Tensor>() : nullptr;
-    if (t && t->is_initialized() && t->offset() == 0 && t->buffer()->allocator() == alloc)
-      shapes[o] = {t->dims(), t->dtype(), t->buffer()->size()};
-    else
-      shapes[o].dtype = DataType::Undefined;
+  if (n.kind == Kind::Merge) {
+    out.at(1) = (n.unused_outputs >> 1) & 1 ? nullptr : new_cell();
+    return;
+  }
+  if (n.kind != Kind::Kernel) return;
+  const std::uint32_t num_out = static_cast<std::uint32_t>(plan_.instructions[n.instruction].writes.size());
+  if (num_out > Outputs::kInline && out.more.size() < num_out - Outputs::kInline)
+    out.more.resize(num_out - Outputs::kInline);
+  out.dead = 0;
+  out.owned = 0;
+  const std::uint32_t base = output_base_[r.node];
+  const std::uint64_t empty = n.inplace.empty() ? n.unused_outputs : ~std::uint64_t{0};
+  for (std::uint32_t o = 0; o < num_out; ++o) {
+    if ((n.direct_outputs >> o) & 1) {
+      out.at(o) = nullptr;
+      continue;
+    }
+    Cell* c = take_cell(base + o);
+    if (((empty >> o) & 1) && c->var.is_initialized()) c->var.clear();
+    out.at(o) = c;
+    out.owned |= std::uint64_t{1} << o;
   }
 }
 
@@ -710,8 +768,6 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
 // Drops every frame, iteration and queued node (after a run, failed or not).
 void FramePropagator::release_all() noexcept {
   ready_.clear();
-  free_buffers_.clear();
-  free_bytes_ = 0;
   // Children first: a frame's iterations hold its own children only.
   while (!live_.empty()) {
     Frame* f = live_.back();
@@ -719,13 +775,26 @@ void FramePropagator::release_all() noexcept {
     for (Iteration* it : f->iterations) release_iteration(f->info, it);
     f->iterations.clear();
     f->deferred.clear();
-    for (Entry& e : f->constants) e.var.clear();
+    for (Entry& e : f->constants) e = Entry{};
     free_frames_.emplace_back(f);
   }
   live_frames_ = 0;
   if (root_) {
     for (Iteration* it : root_->iterations) release_iteration(0, it);
     root_->iterations.clear();
+  }
+  // Every cell back to empty and free, held or not (a failed node's
+  // outputs, a deferred value): the run keeps no value past its end.
+  free_cells_ = nullptr;
+  std::fill(home_free_.begin(), home_free_.end(), nullptr);
+  kept_bytes_ = 0;
+  for (auto& c : cells_) {
+    if (c->var.is_initialized()) c->var.clear();
+    c->refs = 0;
+    c->kept = 0;
+    c->home = kNoIndex;
+    c->next_free = free_cells_;
+    free_cells_ = c.get();
   }
 }
 

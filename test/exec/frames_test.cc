@@ -137,6 +137,77 @@ TEST_CASE("a while (i < 10) built from the five dataflow ops returns 10", "[exec
   }
 }
 
+TEST_CASE("a loop constant carried by next_iteration, switch and exit leaves the loop as its value",
+          "[exec][frames]") {
+  // x = zeros[3]; while (i < n) { x = k; i = i + 1 }, k fed and entered as a
+  // constant: the constant's value goes round the loop and out of its frame.
+  for (std::int64_t parallel : {1, 10}) {
+    Program p;
+    Builder b(p);
+    Value n = b.create<DataOp>("n", Dims0{}, DataType::Int64).result();
+    Value k = b.create<DataOp>("k", Dims0{3}).result();
+    std::vector<Value> out = DataflowLoop::build(
+        b, "loop", parallel, {constant(b, 0, DataType::Int64), constant(b, 0, DataType::Float32, {3})},
+        {n, constant(b, 1, DataType::Int64), k},
+        [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& ks) {
+          return bb.create<LessThanOp>(c[0], ks[0]).result();
+        },
+        [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& ks) {
+          // k itself, through a switch on a predicate of the body (a loop is
+          // dead in all its values or in none).
+          Value live = bb.create<LessThanOp>(c[0], ks[0]).result();
+          return std::vector<Value>{bb.create<AddOp>(c[0], ks[1]).result(),
+                                    bb.create<SwitchOp>(ks[2], live).output_true()};
+        });
+    Value doubled = b.create<ScaleOp>(out[1], 2.0, 0.0).result();
+    for (unsigned t : {1u, 2u}) {
+      Executor exe(Place::cpu(), threads(t));
+      const Tensor fed = Tensor::from_vector<float>({3}, {1, 2, 3});
+      for (std::int64_t iters : {5, 0, 3}) {
+        auto r = exe.run(p, {{"n", i64(iters)}, {"k", fed}}, {out[0], out[1], doubled});
+        CHECK(scalar(r[0]) == iters);
+        const std::vector<float> x = iters ? std::vector<float>{1, 2, 3} : std::vector<float>{0, 0, 0};
+        CHECK(r[1].to_vector<float>() == x);
+        CHECK(r[2].to_vector<float>() == std::vector<float>{2 * x[0], 2 * x[1], 2 * x[2]});
+      }
+      CHECK(fed.to_vector<float>() == std::vector<float>{1, 2, 3});
+    }
+  }
+}
+
+TEST_CASE("a loop whose body reads views of its carried value updates it the same in every iteration",
+          "[exec][frames]") {
+  // x = zeros[4]; while (i < n) { x = reshape(reshape(x, [2, 2]) + 1, [4]); i = i + 1 }:
+  // the views share their source's buffer, which a later iteration's
+  // output must not write while they read it.
+  Program p;
+  Builder b(p);
+  Value n = b.create<DataOp>("n", Dims0{}, DataType::Int64).result();
+  std::vector<Value> out = DataflowLoop::build(
+      b, "loop", 10, {constant(b, 0, DataType::Int64), constant(b, 0, DataType::Float32, {4})},
+      {n, constant(b, 1, DataType::Int64)},
+      [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
+        return bb.create<LessThanOp>(c[0], k[0]).result();
+      },
+      [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
+        Value square = bb.create<ReshapeOp>(c[1], Dims0{2, 2}).result();
+        Value added = bb.create<ScaleOp>(square, 1.0, 1.0).result();
+        Value flat = bb.create<ReshapeOp>(added, Dims0{4}).result();
+        Value twice = bb.create<ScaleOp>(square, 2.0, 0.0).result();  // a second reader of the view
+        Value back = bb.create<ScaleOp>(bb.create<ReshapeOp>(twice, Dims0{4}).result(), 0.0, 0.0).result();
+        return std::vector<Value>{bb.create<AddOp>(c[0], k[1]).result(), bb.create<AddOp>(flat, back).result()};
+      });
+  for (unsigned t : {1u, 2u}) {
+    Executor exe(Place::cpu(), threads(t));
+    for (std::int64_t iters : {7, 100, 2}) {
+      auto r = exe.run(p, {{"n", i64(iters)}}, {out[0], out[1]});
+      CHECK(scalar(r[0]) == iters);
+      const float v = static_cast<float>(iters);
+      CHECK(r[1].to_vector<float>() == std::vector<float>{v, v, v, v});
+    }
+  }
+}
+
 TEST_CASE("a view of a feed in a program with dataflow ops is a value, not an in-place write",
           "[exec][frames]") {
   Counter c;

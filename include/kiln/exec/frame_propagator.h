@@ -77,15 +77,27 @@ class FramePropagator {
   const std::vector<Record>& records() const { return records_; }
 
  private:
-  struct Entry {
+  // A value between its producer and its readers. Entries point at cells,
+  // so passing a value on (a switch, merge, enter, exit or next_iteration,
+  // or a kernel's output to its readers) moves a pointer, not the value.
+  // A kernel output's cell goes back to its home (that output's free
+  // cells) when its last owner drops it, keeping its tensor when nothing
+  // else shares the buffer and the run's recycle budget allows: the
+  // kernel's next run starts with it, and KernelContext::alloc_output
+  // keeps a tensor of the same dims and dtype.
+  struct Cell {
     Variable var;
-    Variable* ref = nullptr;  // set: the value is this variable (a frame's constant), not var
-    bool dead = false;
-    Variable& value() { return ref ? *ref : var; }
+    std::int32_t refs = 0;          // owners: entries (owned), node outputs, deferred values
+    std::uint32_t home = kNoIndex;  // the output's free list (output_base_), kNoIndex: none
+    std::size_t kept = 0;           // bytes of the buffer kept while free at its home
+    Cell* next_free = nullptr;
   };
-  // How deliver() passes a value on.
-  enum class Pass : std::uint8_t { Share, Take, Ref };
-  static void put(Entry& x, Variable& value, Pass pass);
+  struct Entry {
+    Cell* cell = nullptr;
+    bool owned = false;  // holds one of cell->refs; false: a frame constant's cell, which outlives it
+    bool dead = false;
+    Variable& value() { return cell->var; }
+  };
   struct Frame;
   struct Iteration {
     std::int64_t id = 0;
@@ -99,7 +111,8 @@ class FramePropagator {
   };
   struct Deferred {
     std::uint32_t node;  // a next_iteration
-    Variable value;
+    Cell* cell;
+    bool owned;
   };
   struct Frame {
     std::uint32_t info = 0;
@@ -119,41 +132,45 @@ class FramePropagator {
     Iteration* iter;
     bool dead;
   };
-  // A node's outputs between its kernel and their propagation.
+  // A node's outputs between its kernel and their propagation: per output
+  // its cell (null: dead, or a direct output) and whether it owns a ref.
   struct Outputs {
     static constexpr std::uint32_t kInline = 4;
-    Variable small[kInline];
-    std::vector<Variable> more;
-    std::uint64_t dead = 0;  // bit o: output o is dead
-    // Bit o: output o is the node's input entry from[o] itself (switch,
-    // merge, enter, exit, next_iteration pass a value on without a move).
-    std::uint64_t forwarded = 0;
-    Entry* from[kInline] = {};
-    Variable& at(std::uint32_t o) { return o < kInline ? small[o] : more[o - kInline]; }
-    void forward(std::uint32_t o, Entry* e) {
-      forwarded |= std::uint64_t{1} << o;
-      from[o] = e;
+    Cell* small[kInline] = {};
+    std::vector<Cell*> more;
+    std::uint64_t dead = 0;   // bit o: output o is dead
+    std::uint64_t owned = 0;  // bit o: output o holds one of its cell's refs
+    Cell*& at(std::uint32_t o) { return o < kInline ? small[o] : more[o - kInline]; }
+    // Output o is the node's input entry `e`'s value (its ref moves on with it).
+    void forward(std::uint32_t o, Entry& e) {
+      at(o) = e.cell;
+      if (e.owned) owned |= std::uint64_t{1} << o;
+      e.owned = false;
     }
-    void prepare(std::uint32_t n);
   };
 
+  Cell* new_cell();
+  Cell* take_cell(std::uint32_t home);
+  void unref(Cell* c) noexcept;
+  void release_cell(Cell* c) noexcept;
+  Cell* copy_cell(const Variable& v);
+  static void put(Entry& x, Cell* c, bool owned) noexcept;
   void execute(const Ready& r, Outputs& out);
   void execute_recorded(const Ready& r, Outputs& out);
   void run_kernel(const Ready& r, Outputs& out);
   void propagate(const Ready& r, Outputs& out);
-  // propagate(), by phase: output o's variable (null: dead) and how it may
-  // move on; fetched outputs' shares; the enter and next_iteration cases.
-  Variable* output_value(const FrameNode& n, Outputs& out, std::uint32_t o);
-  Pass output_pass(const FrameNode& n, const Outputs& out, std::uint32_t o) const;
+  // propagate(), by phase: output o's cell (null: dead); fetched outputs'
+  // shares; the enter and next_iteration cases.
+  Cell* output_cell(const FrameNode& n, Outputs& out, std::uint32_t o);
   void keep_fetched(const FrameNode& n, Outputs& out);
+  void drop_outputs(Outputs& out) noexcept;
   void propagate_enter(const Ready& r, Outputs& out);
   void propagate_next_iteration(const Ready& r, Outputs& out);
   void clear_inputs(const Ready& r) noexcept;
   void prepare_outputs(const Ready& r, Outputs& out);
-  void record_outputs(const FrameNode& n, Outputs& out);
-  void deliver(Frame* f, Iteration* it, const FrameEdge& e, Variable* value, Pass pass);
-  void deliver_all(Frame* f, Iteration* it, std::uint32_t node, std::uint32_t output, Variable* value,
-                   Pass pass);
+  void deliver(Frame* f, Iteration* it, const FrameEdge& e, Cell* value, bool owned);
+  void deliver_all(Frame* f, Iteration* it, std::uint32_t node, std::uint32_t output, Cell* value,
+                   bool owned);
   void push(std::uint32_t node, Frame* f, Iteration* it, bool dead);
   Frame* child_frame(Frame* parent, Iteration* it, std::uint32_t info);
   Iteration* start_iteration(Frame* f);
@@ -213,22 +230,15 @@ class FramePropagator {
     std::size_t head_ = 0, size_ = 0;
   };
   ReadyQueue ready_;
-  // Buffers freed by the last reader of a value (clear_inputs), at most
-  // kMaxFreeBuffers and recycle_budget_ bytes (free_bytes_), dropped at the
-  // run's end; a kernel's output starts in one of the size it wrote last
-  // time (prepare_outputs; last_outputs_, per node from output_base_: its
-  // first kOutputShapes outputs, set by record_outputs). Under mu_ with a pool.
-  static constexpr std::size_t kMaxFreeBuffers = 64;
-  static constexpr std::uint32_t kOutputShapes = 4;
-  struct OutputShape {
-    Dims dims;
-    DataType dtype = DataType::Undefined;
-    std::size_t bytes = 0;
-  };
-  std::vector<BufferRef> free_buffers_;
-  std::size_t free_bytes_ = 0;
+  // The cells (stable addresses); the free ones without a home's tensor
+  // (free_cells_) and, per kernel output from output_base_, its free cells
+  // (home_free_), whose kept buffers hold at most recycle_budget_ bytes
+  // (kept_bytes_). Emptied at the run's end. Under mu_ with a pool.
+  std::vector<std::unique_ptr<Cell>> cells_;
+  Cell* free_cells_ = nullptr;
+  std::vector<Cell*> home_free_;
+  std::size_t kept_bytes_ = 0;
   std::vector<std::uint32_t> output_base_;
-  std::vector<OutputShape> last_outputs_;
   std::vector<std::uint8_t> slot_dead_;
   std::vector<std::int64_t> peak_;
   std::int64_t frames_made_ = 0;
