@@ -129,10 +129,15 @@ FramePropagator::FramePropagator(const ExecutionPlan& plan, std::span<Variable* 
       recycle_budget_(plan.options.gc ? plan.options.recycle_budget : 0) {
   free_iterations_.resize(fp_.frames.size());
   output_base_.reserve(fp_.nodes.size());
+  keeps_fetched_.reserve(fp_.nodes.size());
   std::uint32_t homes = 0;
   for (const FrameNode& n : fp_.nodes) {
     output_base_.push_back(homes);
     if (n.kind == Kind::Kernel) homes += static_cast<std::uint32_t>(plan.instructions[n.instruction].writes.size());
+    bool keeps = false;
+    for (std::uint32_t o = 0; n.kind != Kind::Exit && o < n.out_slots.size(); ++o)
+      keeps |= n.out_slots[o] != kNoIndex && !((n.direct_outputs >> o) & 1);
+    keeps_fetched_.push_back(keeps);
   }
   home_free_.assign(homes, nullptr);
   peak_.assign(fp_.frames.size(), 0);
@@ -359,6 +364,7 @@ inline void FramePropagator::drop_outputs(Outputs& out) noexcept {
 // Fetched values keep a share (and whether they were dead); an exit's
 // when it leaves its frame.
 inline void FramePropagator::keep_fetched(const FrameNode& n, Outputs& out) {
+  if (!keeps_fetched_[&n - fp_.nodes.data()]) return;
   for (std::uint32_t o = 0; n.kind != Kind::Exit && o < n.out_slots.size(); ++o) {
     const std::uint32_t s = n.out_slots[o];
     if (s == kNoIndex || ((n.direct_outputs >> o) & 1)) continue;
@@ -573,22 +579,28 @@ inline void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
 // An unused output and an in-place node's outputs start empty.
 inline void FramePropagator::prepare_outputs(const Ready& r, Outputs& out) {
   const FrameNode& n = fp_.nodes[r.node];
-  if (r.dead) return;
+  const bool makes = n.kind == Kind::Kernel || n.kind == Kind::Source ||
+                     (n.kind == Kind::Merge && !((n.unused_outputs >> 1) & 1));
+  if (makes && !r.dead) make_outputs(n, r.node, out);
+  else if (n.kind == Kind::Merge) out.at(1) = nullptr;
+}
+
+// prepare_outputs' cells, for a node that has some to make.
+void FramePropagator::make_outputs(const FrameNode& n, std::uint32_t node, Outputs& out) {
   if (n.kind == Kind::Source) {
     out.at(0) = new_cell();
     return;
   }
   if (n.kind == Kind::Merge) {
-    out.at(1) = (n.unused_outputs >> 1) & 1 ? nullptr : new_cell();
+    out.at(1) = new_cell();
     return;
   }
-  if (n.kind != Kind::Kernel) return;
   const std::uint32_t num_out = static_cast<std::uint32_t>(plan_.instructions[n.instruction].writes.size());
   if (num_out > Outputs::kInline && out.more.size() < num_out - Outputs::kInline)
     out.more.resize(num_out - Outputs::kInline);
   out.dead = 0;
   out.owned = 0;
-  const std::uint32_t base = output_base_[r.node];
+  const std::uint32_t base = output_base_[node];
   const std::uint64_t empty = n.inplace.empty() ? n.unused_outputs : ~std::uint64_t{0};
   for (std::uint32_t o = 0; o < num_out; ++o) {
     if ((n.direct_outputs >> o) & 1) {

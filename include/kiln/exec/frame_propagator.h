@@ -168,6 +168,7 @@ class FramePropagator {
   void propagate_next_iteration(const Ready& r, Outputs& out);
   void clear_inputs(const Ready& r) noexcept;
   void prepare_outputs(const Ready& r, Outputs& out);
+  void make_outputs(const FrameNode& n, std::uint32_t node, Outputs& out);
   void deliver(Frame* f, Iteration* it, const FrameEdge& e, Cell* value, bool owned);
   void deliver_all(Frame* f, Iteration* it, std::uint32_t node, std::uint32_t output, Cell* value,
                    bool owned);
@@ -239,6 +240,7 @@ class FramePropagator {
   std::vector<Cell*> home_free_;
   std::size_t kept_bytes_ = 0;
   std::vector<std::uint32_t> output_base_;
+  std::vector<std::uint8_t> keeps_fetched_;  // per node: keep_fetched has a share to keep
   std::vector<std::uint8_t> slot_dead_;
   std::vector<std::int64_t> peak_;
   std::int64_t frames_made_ = 0;
