@@ -130,10 +130,15 @@ FramePropagator::FramePropagator(const ExecutionPlan& plan, std::span<Variable* 
   free_iterations_.resize(fp_.frames.size());
   output_base_.reserve(fp_.nodes.size());
   keeps_fetched_.reserve(fp_.nodes.size());
+  allocators_.assign(fp_.nodes.size(), nullptr);
   std::uint32_t homes = 0;
   for (const FrameNode& n : fp_.nodes) {
     output_base_.push_back(homes);
-    if (n.kind == Kind::Kernel) homes += static_cast<std::uint32_t>(plan.instructions[n.instruction].writes.size());
+    if (n.kind == Kind::Kernel) {
+      const PlanInstruction& pi = plan.instructions[n.instruction];
+      homes += static_cast<std::uint32_t>(pi.writes.size());
+      if (pi.place.kind == PlaceKind::Cpu) allocators_[&n - fp_.nodes.data()] = &allocator_for(pi.place);
+    }
     bool keeps = false;
     for (std::uint32_t o = 0; n.kind != Kind::Exit && o < n.out_slots.size(); ++o)
       keeps |= n.out_slots[o] != kNoIndex && !((n.direct_outputs >> o) & 1);
@@ -292,7 +297,8 @@ inline void FramePropagator::push(std::uint32_t node, Frame* f, Iteration* it, b
 }
 
 // One value (null: dead) into input e.dst_input of e.dst in iteration `it`.
-inline void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e, Cell* value, bool owned) {
+[[gnu::always_inline]] inline void FramePropagator::deliver(Frame* f, Iteration* it, const FrameEdge& e,
+                                                            Cell* value, bool owned) {
   const FrameNode& d = fp_.nodes[e.dst];
   // A dead value reaching an exit (every iteration but a loop's last) has
   // nothing to do: an exit acts on a live value only, and one that never
@@ -564,7 +570,9 @@ inline void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
   for (auto [o, i] : n.inplace)
     if (in[i].value().is<Tensor>()) out.at(o)->var.set(in[i].value().get<Tensor>().clone());
     else out.at(o)->var.share_content(in[i].value());
-  KernelContext ctx(n.op, io, num_in, io + num_in, num_out, pi.attrs.get(), pi.place, &allocator_for(pi.place));
+  Allocator* alloc = allocators_[r.node];
+  KernelContext ctx(n.op, io, num_in, io + num_in, num_out, pi.attrs.get(), pi.place,
+                    alloc ? alloc : &allocator_for(pi.place));
   ctx.set_unused_outputs(pi.unused_outputs);
   ctx.set_step(step_);
   pi.fn(ctx);

@@ -208,7 +208,7 @@ class FramePropagator {
    public:
     bool empty() const noexcept { return size_ == 0; }
     void push_back(const Ready& r) {
-      if (size_ == buf_.size()) grow();
+      if (size_ == buf_.size()) [[unlikely]] grow();
       buf_[(head_ + size_) & (buf_.size() - 1)] = r;
       ++size_;
     }
@@ -221,7 +221,7 @@ class FramePropagator {
     void clear() noexcept { head_ = size_ = 0; }
 
    private:
-    void grow() {
+    [[gnu::noinline]] void grow() {
       std::vector<Ready> bigger(buf_.empty() ? 64 : buf_.size() * 2);
       for (std::size_t k = 0; k < size_; ++k) bigger[k] = buf_[(head_ + k) & (buf_.size() - 1)];
       buf_.swap(bigger);
@@ -241,6 +241,7 @@ class FramePropagator {
   std::size_t kept_bytes_ = 0;
   std::vector<std::uint32_t> output_base_;
   std::vector<std::uint8_t> keeps_fetched_;  // per node: keep_fetched has a share to keep
+  std::vector<Allocator*> allocators_;       // per kernel node on the CPU: its place's allocator
   std::vector<std::uint8_t> slot_dead_;
   std::vector<std::int64_t> peak_;
   std::int64_t frames_made_ = 0;
