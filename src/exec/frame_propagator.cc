@@ -145,6 +145,35 @@ FramePropagator::FramePropagator(const ExecutionPlan& plan, std::span<Variable* 
     keeps_fetched_.push_back(keeps);
   }
   home_free_.assign(homes, nullptr);
+  constant_plans_.resize(fp_.frames.size());
+  for (std::uint32_t fi = 0; fi < fp_.frames.size(); ++fi) {
+    const StaticFrame& sf = fp_.frames[fi];
+    ConstantPlan& cp = constant_plans_[fi];
+    cp.usable = !sf.constants.empty();
+    // deliver()'s work for a live value that reaches no merge.
+    auto simulate = [&](const std::vector<std::int32_t>& pending, ConstantStart& start) {
+      start.pending = pending;
+      for (std::uint32_t node : sf.constants)
+        for (std::uint32_t k = fp_.nodes[node].edge_begin; k < fp_.nodes[node].edge_end; ++k) {
+          const FrameNode& d = fp_.nodes[fp_.edges[k].dst];
+          if (d.kind == Kind::Merge) cp.usable = false;
+          const std::int32_t left = --start.pending[d.local];
+          if (left == 0) {
+            if (d.num_inputs > 1) start.partial--;
+            start.ready.push_back(fp_.edges[k].dst);
+          } else if (left == static_cast<std::int32_t>(d.num_inputs) - 1) {
+            start.partial++;
+          }
+        }
+    };
+    simulate(sf.pending_first, cp.first);
+    simulate(sf.pending_next, cp.next);
+    for (std::uint32_t c = 0; c < sf.constants.size(); ++c) {
+      const FrameNode& n = fp_.nodes[sf.constants[c]];
+      for (std::uint32_t k = n.edge_begin; k < n.edge_end; ++k)
+        cp.inputs.emplace_back(c, fp_.nodes[fp_.edges[k].dst].input_base + fp_.edges[k].dst_input);
+    }
+  }
   peak_.assign(fp_.frames.size(), 0);
   slot_dead_.assign(plan.slots.size(), 0);
 }
@@ -174,7 +203,11 @@ inline FramePropagator::Iteration* FramePropagator::start_iteration(Frame* f) {
   it->outstanding = 0;
   it->outstanding_frames = 0;
   it->partial = 0;
-  const auto& pending = it->id == 0 ? info.pending_first : info.pending_next;
+  // Every constant arrived live: their deliveries as worked out once.
+  const ConstantPlan& cp = constant_plans_[f->info];
+  const ConstantStart* start =
+      cp.usable && f->constants_live == info.constants.size() ? (it->id == 0 ? &cp.first : &cp.next) : nullptr;
+  const auto& pending = start ? start->pending : it->id == 0 ? info.pending_first : info.pending_next;
   if (info.num_nodes) {
     std::memcpy(it->pending.get(), pending.data(), info.num_nodes * sizeof(std::int32_t));
     std::memset(it->dead.get(), 0, info.num_nodes * sizeof(std::int32_t));
@@ -182,6 +215,12 @@ inline FramePropagator::Iteration* FramePropagator::start_iteration(Frame* f) {
   f->iterations.push_back(it);
   peak_[f->info] = std::max<std::int64_t>(peak_[f->info], static_cast<std::int64_t>(f->iterations.size()));
   // Constants already entered reach every iteration.
+  if (start) {
+    for (auto [c, k] : cp.inputs) it->inputs[k].cell = f->constants[c].cell;  // not owned, not dead
+    it->partial = start->partial;
+    for (std::uint32_t node : start->ready) push(node, f, it, false);
+    return it;
+  }
   for (std::uint32_t c = 0; c < info.constants.size(); ++c)
     if (f->constant_arrived[c]) {
       Entry& e = f->constants[c];
@@ -222,6 +261,7 @@ FramePropagator::Frame* FramePropagator::child_frame(Frame* parent, Iteration* i
   f->deferred.clear();
   f->constants.resize(sf.constants.size());
   f->constant_arrived.assign(sf.constants.size(), 0);
+  f->constants_live = 0;
   f->exit_fired.assign(sf.exits.size(), 0);
   f->live_index = live_.size();
   live_.push_back(f);
@@ -396,6 +436,7 @@ void FramePropagator::propagate_enter(const Ready& r, Outputs& out) {
     c.owned = v && (out.owned & 1);
     out.owned = 0;
     child->constant_arrived[n.constant_index] = 1;
+    if (v) child->constants_live++;
     for (Iteration* ci : child->iterations) deliver_all(child, ci, r.node, 0, c.dead ? nullptr : v, false);
   } else {
     deliver_all(child, child->iterations.front(), r.node, 0, v, out.owned & 1);

@@ -124,6 +124,7 @@ class FramePropagator {
     std::vector<Deferred> deferred;     // the next iteration's inputs, waiting for room
     std::vector<Entry> constants;       // per constant enter
     std::vector<std::uint8_t> constant_arrived, exit_fired;
+    std::size_t constants_live = 0;     // constants arrived with a live value
     std::size_t live_index = 0;         // in live_
   };
   struct Ready {
@@ -242,6 +243,23 @@ class FramePropagator {
   std::vector<std::uint32_t> output_base_;
   std::vector<std::uint8_t> keeps_fetched_;  // per node: keep_fetched has a share to keep
   std::vector<Allocator*> allocators_;       // per kernel node on the CPU: its place's allocator
+  // Per static frame, for an iteration that starts once every constant
+  // arrived live (start_iteration): what delivering them does, worked out
+  // once — the input entries they fill, and per first / later iteration the
+  // pending counts after them, the nodes they make ready (in delivery
+  // order) and how many they leave partial. Not for a frame where a
+  // constant feeds a merge (usable false).
+  struct ConstantStart {
+    std::vector<std::int32_t> pending;
+    std::vector<std::uint32_t> ready;
+    std::int32_t partial = 0;
+  };
+  struct ConstantPlan {
+    bool usable = false;
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> inputs;  // (constant index, input table index)
+    ConstantStart first, next;
+  };
+  std::vector<ConstantPlan> constant_plans_;
   std::vector<std::uint8_t> slot_dead_;
   std::vector<std::int64_t> peak_;
   std::int64_t frames_made_ = 0;
