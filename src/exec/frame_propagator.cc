@@ -229,14 +229,17 @@ inline FramePropagator::Iteration* FramePropagator::start_iteration(Frame* f) {
   return it;
 }
 
-inline void FramePropagator::release_iteration(std::uint32_t info, Iteration* it) noexcept {
+// `done`: the iteration is done (cleanup), so its entries are empty
+// already — every node that got an input ran (none ready or running, none
+// partial, a merge runs on its first live input and drops the rest) and
+// emptied its entries (clear_inputs). Otherwise (a run's end, failed or
+// not) they are emptied here.
+inline void FramePropagator::release_iteration(std::uint32_t info, Iteration* it, bool done) noexcept {
   const StaticFrame& sf = fp_.frames[info];
-  for (std::uint32_t k = 0; k < sf.num_inputs; ++k) {
+  for (std::uint32_t k = 0; !done && k < sf.num_inputs; ++k) {
     Entry& e = it->inputs[k];
-    if (e.owned) unref(e.cell);  // most were dropped by their reader (clear_inputs)
-    e.cell = nullptr;
-    e.owned = false;
-    e.dead = false;
+    if (e.owned) unref(e.cell);
+    e = Entry{};
   }
   it->children.clear();
   free_iterations_[info].emplace_back(it);
@@ -286,7 +289,7 @@ inline void FramePropagator::cleanup(Frame* f) {
     if (it->outstanding != 0 || it->outstanding_frames != 0 || (it->id == 0 && f->pending_enters != 0)) break;
     if (__builtin_expect(it->partial != 0, 0)) throw_stalled(f, it);
     f->iterations.pop_front();
-    release_iteration(f->info, it);
+    release_iteration(f->info, it, /*done=*/true);
     if (!f->deferred.empty() &&
         static_cast<std::int64_t>(f->iterations.size()) < sf.parallel_iterations) {
       Iteration* next = start_iteration(f);
@@ -833,7 +836,7 @@ void FramePropagator::release_all() noexcept {
   while (!live_.empty()) {
     Frame* f = live_.back();
     live_.pop_back();
-    for (Iteration* it : f->iterations) release_iteration(f->info, it);
+    for (Iteration* it : f->iterations) release_iteration(f->info, it, /*done=*/false);
     f->iterations.clear();
     f->deferred.clear();
     for (Entry& e : f->constants) e = Entry{};
@@ -841,7 +844,7 @@ void FramePropagator::release_all() noexcept {
   }
   live_frames_ = 0;
   if (root_) {
-    for (Iteration* it : root_->iterations) release_iteration(0, it);
+    for (Iteration* it : root_->iterations) release_iteration(0, it, /*done=*/false);
     root_->iterations.clear();
   }
   // Every cell back to empty and free, held or not (a failed node's

@@ -178,7 +178,7 @@ class FramePropagator {
   Iteration* start_iteration(Frame* f);
   void cleanup(Frame* f);
   void finish_frame(Frame* f);
-  void release_iteration(std::uint32_t info, Iteration* it) noexcept;
+  void release_iteration(std::uint32_t info, Iteration* it, bool done) noexcept;
   void release_all() noexcept;
   void fail(std::uint32_t node, std::exception_ptr e) noexcept;
   [[noreturn]] void throw_stalled(const Frame* f, const Iteration* it) const;
