@@ -68,6 +68,11 @@ DataType kernel_dtype(const Operation& op) {
               "' input #", i, " holds no tensor");
 }
 
+void throw_input_dtype(const KernelContext& ctx, std::uint32_t i, DataType want) {
+  throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' input #", i, " is ",
+              to_string(ctx.input(i).dtype()), ", the kernel expects ", to_string(want));
+}
+
 Tensor& KernelContext::alloc_output(std::uint32_t i, const Dims& dims, DataType dtype) const {
   Tensor& t = outputs_[i]->get_mutable<Tensor>();
   // Reuse the buffer when the shape did not change and nobody else holds it

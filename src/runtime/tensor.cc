@@ -157,6 +157,13 @@ Tensor Tensor::clone() const {
   return t;
 }
 
+void Tensor::fail_dtype(const char* what, DataType want) const {
+  require_initialized(what);
+  throw_error(ErrorKind::InvalidArgument, type_string(), ": ", what, "<", kiln::to_string(want),
+              "> on a tensor of dtype ", kiln::to_string(dtype_), " (expected ", kiln::to_string(dtype_),
+              ", given ", kiln::to_string(want), ")");
+}
+
 void Tensor::share_buffer_from(const Tensor& other) {
   if (!other.buffer_)
     throw_error(ErrorKind::PreconditionNotMet, "share_buffer_from: the source tensor is uninitialized");

@@ -12,6 +12,7 @@
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/runtime/variable.h"
+#include "kiln/support/host_device.h"
 
 namespace kiln {
 
@@ -40,7 +41,7 @@ class KernelContext {
   Variable& output_var(std::uint32_t i) const { return *outputs_[i]; }
   // The input's tensor; kiln::Error naming the op when it holds none.
   // Inline: kernels call it once per operand, on every run.
-  const Tensor& input(std::uint32_t i) const {
+  KILN_ALWAYS_INLINE const Tensor& input(std::uint32_t i) const {
     const Variable& v = *inputs_[i];
     if (v.is<Tensor>()) [[likely]] {
       const Tensor& t = v.get<Tensor>();
@@ -50,7 +51,9 @@ class KernelContext {
   }
   // The output variable's tensor (created empty on first use). For an
   // Inplace op, output k and its aliased input are the same variable.
-  Tensor& output(std::uint32_t i) const { return outputs_[i]->get_mutable<Tensor>(); }
+  KILN_ALWAYS_INLINE Tensor& output(std::uint32_t i) const {
+    return outputs_[i]->get_mutable<Tensor>();
+  }
   // Output i with these dims and dtype, its buffer allocated (reused when the
   // variable already holds one that is big enough and not shared).
   Tensor& alloc_output(std::uint32_t i, const Dims& dims, DataType dtype) const;
@@ -98,13 +101,15 @@ class KernelContext {
   const StepContext* step_ = nullptr;
 };
 
+// The error typed_input throws: input i of ctx's op is not of dtype `want`.
+[[noreturn, gnu::cold]] void throw_input_dtype(const KernelContext& ctx, std::uint32_t i, DataType want);
+
 // Input i as T; kiln::Error naming the op when its dtype is another.
 template <typename T>
-inline const Tensor& typed_input(const KernelContext& ctx, std::uint32_t i) {
+KILN_ALWAYS_INLINE inline const Tensor& typed_input(const KernelContext& ctx, std::uint32_t i) {
   const Tensor& t = ctx.input(i);
-  if (t.dtype() != data_type_of<T>)
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' input #", i, " is ",
-                to_string(t.dtype()), ", the kernel expects ", to_string(data_type_of<T>));
+  if (t.dtype() != data_type_of<T>) [[unlikely]]
+    throw_input_dtype(ctx, i, data_type_of<T>);
   return t;
 }
 

@@ -18,6 +18,7 @@
 #include "kiln/support/data_type.h"
 #include "kiln/support/error.h"
 #include "kiln/support/place.h"
+#include "kiln/support/host_device.h"
 
 namespace kiln {
 
@@ -138,6 +139,8 @@ class Tensor {
   void require_initialized(const char* what) const;
   template <typename T>
   void check_dtype(const char* what) const;
+  // The error check_dtype throws: uninitialized, or not of dtype `want`.
+  [[noreturn, gnu::cold, gnu::noinline]] void fail_dtype(const char* what, DataType want) const;
   std::size_t available_bytes() const noexcept;
 
   BufferRef buffer_;
@@ -174,24 +177,22 @@ inline void Tensor::require_initialized(const char* what) const {
   if (!buffer_) throw_error(ErrorKind::PreconditionNotMet, what, " on an uninitialized tensor");
 }
 
+// Inline and two compares: kernels call data<T>() several times per run.
 template <typename T>
-inline void Tensor::check_dtype(const char* what) const {
-  require_initialized(what);
+KILN_ALWAYS_INLINE inline void Tensor::check_dtype(const char* what) const {
   constexpr DataType want = data_type_of<std::remove_cv_t<T>>;
-  if (dtype_ != want)
-    throw_error(ErrorKind::InvalidArgument, type_string(), ": ", what, "<", kiln::to_string(want),
-                "> on a tensor of dtype ", kiln::to_string(dtype_), " (expected ",
-                kiln::to_string(dtype_), ", given ", kiln::to_string(want), ")");
+  if (!buffer_ || dtype_ != want) [[unlikely]]
+    fail_dtype(what, want);
 }
 
 template <typename T>
-inline T* Tensor::data() {
+KILN_ALWAYS_INLINE inline T* Tensor::data() {
   check_dtype<T>("data");
   return reinterpret_cast<T*>(static_cast<char*>(buffer_->data()) + offset_);
 }
 
 template <typename T>
-inline const T* Tensor::data() const {
+KILN_ALWAYS_INLINE inline const T* Tensor::data() const {
   check_dtype<T>("data");
   return reinterpret_cast<const T*>(static_cast<const char*>(buffer_->data()) + offset_);
 }

@@ -16,6 +16,7 @@
 #include "kiln/runtime/tensor.h"
 #include "kiln/support/data_type.h"
 #include "kiln/support/error.h"
+#include "kiln/support/host_device.h"
 
 namespace kiln {
 
@@ -101,6 +102,10 @@ class Variable {
   static constexpr VariableKind kind_of();
   template <typename T>
   [[noreturn]] void throw_kind_mismatch(const char* what) const;
+  // get_mutable when the variable does not hold a T yet (out of line: the
+  // held case, on every kernel run, stays two instructions).
+  template <typename T>
+  [[gnu::noinline]] T& make_content();
 
   std::string name_;
   std::variant<std::monostate, Tensor, TensorArray, Scalar> content_;
@@ -193,8 +198,14 @@ inline T& Variable::get() {
 }
 
 template <typename T>
-inline T& Variable::get_mutable() {
-  if (T* p = std::get_if<T>(&content_)) return *p;
+KILN_ALWAYS_INLINE inline T& Variable::get_mutable() {
+  if (T* p = std::get_if<T>(&content_)) [[likely]]
+    return *p;
+  return make_content<T>();
+}
+
+template <typename T>
+T& Variable::make_content() {
   if (kind() != VariableKind::Empty) throw_kind_mismatch<T>("get_mutable");
   return content_.template emplace<T>();
 }

@@ -8,3 +8,13 @@
 #else
 #define KILN_HOST_DEVICE
 #endif
+
+// KILN_ALWAYS_INLINE: accessors a kernel calls on every run (a tensor's data,
+// a kernel's operands) inlined even where GCC's size heuristics would call
+// them. Not under nvcc: its front end may still emit a call, and GCC then
+// emits no out-of-line body for it to link to.
+#if defined(__CUDACC__)
+#define KILN_ALWAYS_INLINE
+#else
+#define KILN_ALWAYS_INLINE [[gnu::always_inline]]
+#endif
