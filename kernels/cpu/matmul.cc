@@ -25,45 +25,119 @@ namespace {
 // One output column (n == 1) of a small matrix: plain loops. A BLAS call
 // costs ~100-200 ns before any arithmetic (argument checks, a work buffer
 // from OpenBLAS's pool under a mutex), several times a 16x16 matrix-vector
-// product (~40 ns) — the seed model's Linear(16, 1) makes two per step.
-// Each output is summed over k in order, like a textbook loop.
+// product — the seed model's Linear(16, 1) makes two per step. Both loops
+// run in the widest SIMD form the CPU has (vector_math.h).
 constexpr std::int64_t kSmallGemvElements = 1024;  // m * k; measured: 32x32 still wins
 
+// Vectors of eight lanes (GCC/Clang vector extensions: one AVX-512 or two
+// AVX2 or four SSE registers' worth, so every SIMD level sums in the same
+// order), and halves of them.
+template <typename T, int kLanes>
+struct Lanes;
+template <int kLanes>
+struct Lanes<float, kLanes> {
+  using type [[gnu::vector_size(kLanes * sizeof(float))]] = float;
+};
+template <int kLanes>
+struct Lanes<double, kLanes> {
+  using type [[gnu::vector_size(kLanes * sizeof(double))]] = double;
+};
 template <typename T>
-bool small_gemv(bool ta, bool tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb,
-                T* c, int ldc) {
-  if (n != 1 || std::int64_t(m) * k > kSmallGemvElements) return false;
-  const std::size_t bs = tb ? 1 : static_cast<std::size_t>(ldb);  // b's step along k
-  if (!ta) {
-    // Eight rows at a time: eight independent sums instead of one chain of
-    // dependent adds (a row alone waits on the add latency at every k).
-    constexpr int kRows = 8;
+using Vec8 = typename Lanes<T, 8>::type;
+
+template <typename T>
+KILN_SIMD_INLINE Vec8<T> load8(const T* p) {
+  Vec8<T> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// The sum of v's lanes as a tree: (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3 + l7)).
+template <typename T>
+KILN_SIMD_INLINE T sum_lanes(Vec8<T> v) {
+  using V4 = typename Lanes<T, 4>::type;
+  using V2 = typename Lanes<T, 2>::type;
+  const V4 s4 = __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
+  const V2 s2 = __builtin_shufflevector(s4, s4, 0, 1) + __builtin_shufflevector(s4, s4, 2, 3);
+  return s2[0] + s2[1];
+}
+
+// c[i * ldc] = the dot product of a's row i with b (contiguous): lane l sums
+// the products at p = l, l + 8, ... (sum_lanes adds the lanes), then the
+// products past the last whole vector, in order.
+template <typename T>
+struct GemvRows {
+  KILN_SIMD_INLINE static void run(int m, int k, const T* a, int lda, const T* b, T* c, int ldc) {
+    const int whole = k / 8 * 8;
     int i = 0;
-    for (; i + kRows <= m; i += kRows) {
-      T s[kRows] = {};
-      for (int p = 0; p < k; ++p) {
-        const T bp = b[p * bs];
-        // Unrolled, so that the sums live in registers, not on the stack.
-#pragma GCC unroll 8
-        for (int r = 0; r < kRows; ++r) s[r] += a[std::size_t(i + r) * lda + p] * bp;
+    // Four rows at a time: four independent sums, each b vector loaded once.
+    for (; i + 4 <= m; i += 4) {
+      const T* r0 = a + std::size_t(i) * lda;
+      const T* r1 = r0 + lda;
+      const T* r2 = r1 + lda;
+      const T* r3 = r2 + lda;
+      Vec8<T> a0 = {}, a1 = {}, a2 = {}, a3 = {};
+      for (int p = 0; p < whole; p += 8) {
+        const Vec8<T> bp = load8<T>(b + p);
+        a0 += load8<T>(r0 + p) * bp;
+        a1 += load8<T>(r1 + p) * bp;
+        a2 += load8<T>(r2 + p) * bp;
+        a3 += load8<T>(r3 + p) * bp;
       }
-      for (int r = 0; r < kRows; ++r) c[std::size_t(i + r) * ldc] = s[r];
+      T s0 = sum_lanes<T>(a0), s1 = sum_lanes<T>(a1), s2 = sum_lanes<T>(a2), s3 = sum_lanes<T>(a3);
+      for (int p = whole; p < k; ++p) {
+        s0 += r0[p] * b[p];
+        s1 += r1[p] * b[p];
+        s2 += r2[p] * b[p];
+        s3 += r3[p] * b[p];
+      }
+      c[std::size_t(i) * ldc] = s0;
+      c[std::size_t(i + 1) * ldc] = s1;
+      c[std::size_t(i + 2) * ldc] = s2;
+      c[std::size_t(i + 3) * ldc] = s3;
     }
     for (; i < m; ++i) {
       const T* row = a + std::size_t(i) * lda;
-      T s = 0;
-      for (int p = 0; p < k; ++p) s += row[p] * b[p * bs];
+      Vec8<T> acc = {};
+      for (int p = 0; p < whole; p += 8) acc += load8<T>(row + p) * load8<T>(b + p);
+      T s = sum_lanes<T>(acc);
+      for (int p = whole; p < k; ++p) s += row[p] * b[p];
       c[std::size_t(i) * ldc] = s;
     }
-  } else if (ldc == 1) {  // a is [k, m]: walk its rows, all outputs at once
-    // A unit stride the compiler sees: the adds over i vectorize.
+  }
+};
+
+// c[i] = Σ_p a[p * lda + i] · b[p] (a is [k, m]; c contiguous): a's rows
+// walked in order, every output summed over p in order from 0. Outputs of up
+// to 32 elements in multiples of eight stay in registers over the whole sum.
+template <typename T>
+struct GemvColumns {
+  template <int kVectors>
+  KILN_SIMD_INLINE static void in_registers(int k, const T* a, int lda, const T* b, T* c) {
+    Vec8<T> acc[kVectors] = {};
+    for (int p = 0; p < k; ++p) {
+      const T* row = a + std::size_t(p) * lda;
+#pragma GCC unroll 4
+      for (int v = 0; v < kVectors; ++v) acc[v] += load8<T>(row + 8 * v) * b[p];
+    }
+    std::memcpy(c, acc, sizeof acc);
+  }
+
+  KILN_SIMD_INLINE static void run(int m, int k, const T* a, int lda, const T* b, T* c) {
+    switch (m) {
+      case 8: return in_registers<1>(k, a, lda, b, c);
+      case 16: return in_registers<2>(k, a, lda, b, c);
+      case 24: return in_registers<3>(k, a, lda, b, c);
+      case 32: return in_registers<4>(k, a, lda, b, c);
+      default: break;
+    }
     T* __restrict out = c;
     for (int i = 0; i < m; ++i) out[i] = 0;
     for (int p = 0; p < k; ++p) {
-      const T bp = b[p * bs];
+      const T bp = b[p];
       const T* __restrict row = a + std::size_t(p) * lda;
-      // Blocks of eight, unrolled: straight-line code the compiler's
-      // block vectorizer turns into vector adds at -O2.
+      // Blocks of eight, unrolled: straight-line code the block vectorizer
+      // turns into vector multiply-adds at -O2 too.
       int i = 0;
       for (; i + 8 <= m; i += 8) {
 #pragma GCC unroll 8
@@ -71,10 +145,21 @@ bool small_gemv(bool ta, bool tb, int m, int n, int k, const T* a, int lda, cons
       }
       for (; i < m; ++i) out[i] += row[i] * bp;
     }
+  }
+};
+
+template <typename T>
+bool small_gemv(bool ta, int m, int n, int k, const T* a, int lda, const T* b, T* c, int ldc) {
+  // n == 1: b is one contiguous column whether transposed or not.
+  if (n != 1 || std::int64_t(m) * k > kSmallGemvElements) return false;
+  if (!ta) {
+    cpu::simd_dispatch<GemvRows<T>>(m, k, a, lda, b, c, ldc);
+  } else if (ldc == 1) {
+    cpu::simd_dispatch<GemvColumns<T>>(m, k, a, lda, b, c);
   } else {
     for (int i = 0; i < m; ++i) c[std::size_t(i) * ldc] = 0;
     for (int p = 0; p < k; ++p) {
-      const T bp = b[p * bs];
+      const T bp = b[p];
       const T* row = a + std::size_t(p) * lda;
       for (int i = 0; i < m; ++i) c[std::size_t(i) * ldc] += row[i] * bp;
     }
@@ -84,22 +169,48 @@ bool small_gemv(bool ta, bool tb, int m, int n, int k, const T* a, int lda, cons
 
 void gemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
           float* c, int ldc) {
-  if (small_gemv(ta, tb, m, n, k, a, lda, b, ldb, c, ldc)) return;
+  if (small_gemv(ta, m, n, k, a, lda, b, c, ldc)) return;
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
               k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
 }
 void gemm(bool ta, bool tb, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
           double* c, int ldc) {
-  if (small_gemv(ta, tb, m, n, k, a, lda, b, ldb, c, ldc)) return;
+  if (small_gemv(ta, m, n, k, a, lda, b, c, ldc)) return;
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
               k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
 }
 
-int to_blas_int(const KernelContext& ctx, std::int64_t v) {
-  if (v > INT_MAX)
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has a matrix dim of ", v,
-                ", beyond what the BLAS takes (", INT_MAX, ")");
+[[noreturn, gnu::cold]] void throw_beyond_blas_int(const KernelContext& ctx, std::int64_t v) {
+  throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has a matrix dim of ", v,
+              ", beyond what the BLAS takes (", INT_MAX, ")");
+}
+
+inline int to_blas_int(const KernelContext& ctx, std::int64_t v) {
+  if (v > INT_MAX) [[unlikely]]
+    throw_beyond_blas_int(ctx, v);
   return static_cast<int>(v);
+}
+
+// Two matrices (no batch dims, the common case): no MatmulShape to fill.
+// False when the dims need matmul_shape (batches, or its error).
+template <typename T>
+bool matrix_product(KernelContext& ctx, const Tensor& x, const Tensor& y, bool tx, bool ty) {
+  const Dims& xd = x.dims();
+  const Dims& yd = y.dims();
+  if (xd.rank() != 2 || yd.rank() != 2) return false;
+  const std::int64_t m = tx ? xd[1] : xd[0], k = tx ? xd[0] : xd[1];
+  const std::int64_t ky = ty ? yd[1] : yd[0], n = ty ? yd[0] : yd[1];
+  if (k != ky) return false;
+  Tensor& out = ctx.alloc_output(0, Dims{m, n}, x.dtype());
+  T* o = out.data<T>();
+  if (m == 0 || n == 0) return true;
+  if (k == 0) {  // empty sum: zeros (and no BLAS call with a zero leading dim)
+    std::memset(o, 0, out.bytes());
+    return true;
+  }
+  const int im = to_blas_int(ctx, m), in = to_blas_int(ctx, n), ik = to_blas_int(ctx, k);
+  gemm(tx, ty, im, in, ik, x.data<T>(), tx ? im : ik, y.data<T>(), ty ? ik : in, o, in);
+  return true;
 }
 
 // Output 0 = x · y (inputs 0 and 1) with these transposes.
@@ -111,6 +222,7 @@ void matmul_product(KernelContext& ctx, const MatmulOp::Attributes& a) {
     throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
                 "' operands must have one dtype, got ", to_string(x.dtype()), " and ",
                 to_string(y.dtype()));
+  if (matrix_product<T>(ctx, x, y, a.transpose_x, a.transpose_y)) return;
   const MatmulShape s =
       matmul_shape(ctx.op()->name(), x.dims(), y.dims(), a.transpose_x, a.transpose_y);
   const std::int64_t m = s.m, n = s.n, k = s.k, batch = s.batch, y_count = s.y_count;
@@ -174,16 +286,21 @@ template <typename T>
 void fused_matmul_kernel(KernelContext& ctx) {
   static const std::vector<ActivationFn<T>> activations = activation_table<T>(UnaryFamily{});
   const auto& a = ctx.attrs<FusedMatmulOp>();
-  // Read the bias before the product's output is allocated (it may reuse
-  // a buffer only the inputs held).
+  // The bias tensor outlives the product's allocation: its variable holds
+  // it, unless that variable is the output's too (then a copy keeps it).
   const Tensor* bias = ctx.num_inputs() > 2 ? &ctx.input(2) : nullptr;
-  const Tensor bias_ref = bias ? *bias : Tensor();
+  Tensor bias_copy;
+  if (bias && &ctx.input_var(2) == &ctx.output_var(0)) {
+    bias_copy = *bias;
+    bias = &bias_copy;
+  }
   matmul_product<T>(ctx, MatmulOp::Attributes{a.transpose_x, a.transpose_y});
   Tensor& out = ctx.output(0);
   const std::int64_t total = out.numel();
   if (total == 0) return;
   T* o = out.data<T>();
   if (bias) {
+    const Tensor& bias_ref = *bias;
     if (bias_ref.dtype() != out.dtype())
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' bias is ",
                   to_string(bias_ref.dtype()), ", the product ", to_string(out.dtype()));

@@ -96,6 +96,18 @@ TEST_CASE("matmul matches the triple loop for every transpose combination", "[ke
     }
 }
 
+TEST_CASE("a small matrix times one column matches the triple loop at every shape", "[kernel]") {
+  // The small-matrix path (no BLAS call): rows in blocks of four and eight
+  // lanes, outputs of 8/16/24/32 kept in registers, and every remainder.
+  for (bool tx : {false, true})
+    for (bool ty : {false, true})
+      for (std::int64_t m : {1, 3, 4, 7, 8, 16, 17, 24, 32, 33})
+        for (std::int64_t k : {1, 5, 8, 16, 19, 30}) {
+          check_matmul<float>({}, {}, m, k, 1, tx, ty);
+          check_matmul<double>({}, {}, m, k, 1, tx, ty);
+        }
+}
+
 TEST_CASE("batched matmul pairs each batch's matrices, with and without transposes", "[kernel]") {
   for (bool tx : {false, true})
     for (bool ty : {false, true}) {
