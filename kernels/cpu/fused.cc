@@ -11,6 +11,7 @@
 #endif
 #include <algorithm>
 #include <array>
+#include <memory>
 #include <vector>
 
 #include "cpu_kernel_util.h"
@@ -65,7 +66,19 @@ T scalar_step(const FusedStep& s, const std::vector<TileFn<T>>& fns, T a, T b) {
   return out;
 }
 
-// A run's per-register state: on the stack for bodies of up to kStack
+// One register of a run: uniform (one value for every element) or full; a
+// full register's data is an input's, an output's or a row of scratch.
+// Trivial: Registers sets up only the registers a body has.
+template <typename T>
+struct Register {
+  T* base;            // full: its data (an input's is only read); null: not yet known
+  std::int64_t row;   // a row of scratch (a step's own or a broadcast uniform), or -1
+  T value;            // uniform: the value
+  bool uniform;
+  bool moves;         // base is a tensor's data: each tile starts t0 further
+};
+
+// A run's registers and scratch: on the stack for bodies of up to kStack
 // registers and tiles of up to kStackScratch elements, on the heap past
 // that (no thread_local: its look-up costs a call in a shared library).
 template <typename T>
@@ -74,55 +87,24 @@ class Registers {
   static constexpr std::size_t kStack = 32, kStackScratch = 4096;
   explicit Registers(std::size_t regs) {
     if (regs > kStack) {
-      heap_uniform_.resize(regs);
-      heap_value_.resize(regs);
-      heap_input_.resize(regs);
-      heap_src_.resize(regs);
-      heap_out_.resize(regs);
-      heap_dst_.resize(regs);
-      heap_row_.resize(regs);
-      uniform = heap_uniform_.data();
-      value = heap_value_.data();
-      input = heap_input_.data();
-      src = heap_src_.data();
-      out_of = heap_out_.data();
-      dst = heap_dst_.data();
-      row = heap_row_.data();
+      heap_ = std::make_unique_for_overwrite<Register<T>[]>(regs);
+      reg = heap_.get();
     }
-    std::fill_n(uniform, regs, 0);
-    std::fill_n(input, regs, nullptr);
-    std::fill_n(out_of, regs, nullptr);
-    std::fill_n(row, regs, -1);
+    std::fill_n(reg, regs, Register<T>{nullptr, -1, T(0), false, false});
   }
   T* scratch(std::size_t elements) {
     if (elements <= kStackScratch) return scratch_;
-    heap_scratch_.resize(elements);
-    return heap_scratch_.data();
+    heap_scratch_ = std::make_unique_for_overwrite<T[]>(elements);
+    return heap_scratch_.get();
   }
 
-  char* uniform = uniform_;
-  T* value = value_;
-  const T** input = input_;
-  const T** src = src_;
-  T** out_of = out_;
-  T** dst = dst_;
-  std::int64_t* row = row_;
+  Register<T>* reg = stack_;
 
  private:
-  char uniform_[kStack];
-  T value_[kStack];
-  const T* input_[kStack];
-  const T* src_[kStack];
-  T* out_[kStack];
-  T* dst_[kStack];
-  std::int64_t row_[kStack];
+  Register<T> stack_[kStack];
   T scratch_[kStackScratch];
-  std::vector<char> heap_uniform_;
-  std::vector<T> heap_value_;
-  std::vector<const T*> heap_input_, heap_src_;
-  std::vector<T*> heap_out_, heap_dst_;
-  std::vector<std::int64_t> heap_row_;
-  std::vector<T> heap_scratch_;
+  std::unique_ptr<Register<T>[]> heap_;
+  std::unique_ptr<T[]> heap_scratch_;
 };
 
 template <typename T>
@@ -135,27 +117,25 @@ struct FusedElementwiseK {
     const std::vector<FusedStep>& steps = attrs.body.steps();
     const std::uint32_t num_in = ctx.num_inputs();
     const Tensor& x0 = typed_input<T>(ctx, 0);
-    const Dims dims = x0.dims();
+    const Dims dims = x0.dims();  // a copy: an output may be written into x0's variable
     const std::int64_t n = x0.numel();
     const std::size_t regs = num_in + steps.size();
 
-    // Per register: uniform (one value for all elements) or full; a full
-    // register's tile is an input's data, an output's data or scratch.
     Registers<T> ws(regs);
-    char* uniform = ws.uniform;
-    T* value = ws.value;
-    const T** input = ws.input;
+    Register<T>* reg = ws.reg;
     for (std::uint32_t i = 0; i < num_in; ++i) {
-      const Tensor& t = typed_input<T>(ctx, i);
+      const Tensor& t = i == 0 ? x0 : typed_input<T>(ctx, i);
+      Register<T>& g = reg[i];
       if (i > 0 && t.numel() == 1 && (n != 1 || t.dims() != dims)) {  // one element, any rank
-        uniform[i] = 1;
-        value[i] = t.data<T>()[0];
-      } else if (t.dims() != dims) {
+        g.uniform = true;
+        g.value = t.data<T>()[0];
+      } else if (i > 0 && t.dims() != dims) {
         throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' operand #", i, " has dims ",
                     t.dims().to_string(), ": it must have operand #0's dims ", dims.to_string(),
                     " or one element");
       } else {
-        input[i] = t.data<T>();
+        g.base = const_cast<T*>(t.data<T>());  // read only: inputs are never a step's output
+        g.moves = true;
       }
     }
     auto fns_of = [&](const FusedStep& s) -> const std::vector<TileFn<T>>& {
@@ -163,93 +143,92 @@ struct FusedElementwiseK {
     };
     for (std::size_t k = 0; k < steps.size(); ++k) {
       const FusedStep& s = steps[k];
-      const std::size_t r = num_in + k;
+      Register<T>& g = reg[num_in + k];
+      const Register<T>& ra = reg[s.a < 0 ? 0 : s.a];
       switch (s.kind) {
         case FusedStep::Kind::Const:
-          uniform[r] = 1;
-          value[r] = static_cast<T>(s.c0);
+          g.uniform = true;
+          g.value = static_cast<T>(s.c0);
           break;
         case FusedStep::Kind::MeanAllGrad:
-          if (!uniform[s.a] && n != 1)
+          if (ra.uniform) {
+            g.uniform = true;
+            g.value = ra.value * (T(1) / static_cast<T>(n));
+          } else if (n != 1) {
             throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
                         "' step kiln.mean_grad reads a register of more than one element");
-          uniform[r] = 1;
-          value[r] = (uniform[s.a] ? value[s.a] : input[s.a][0]) * (T(1) / static_cast<T>(n));
+          }  // else one full element: computed in the tile loop
           break;
         case FusedStep::Kind::Scale:
-          if (uniform[s.a]) {
-            uniform[r] = 1;
-            value[r] = static_cast<T>(s.c0) * value[s.a] + static_cast<T>(s.c1);
+          if (ra.uniform) {
+            g.uniform = true;
+            g.value = static_cast<T>(s.c0) * ra.value + static_cast<T>(s.c1);
           }
           break;
         default: {
-          const bool b_uniform = s.b < 0 || uniform[s.b];
-          if (uniform[s.a] && b_uniform) {
-            uniform[r] = 1;
-            value[r] = scalar_step<T>(s, fns_of(s), value[s.a], s.b < 0 ? T(0) : value[s.b]);
+          const bool b_uniform = s.b < 0 || reg[s.b].uniform;
+          if (ra.uniform && b_uniform) {
+            g.uniform = true;
+            g.value = scalar_step<T>(s, fns_of(s), ra.value, s.b < 0 ? T(0) : reg[s.b].value);
           }
         }
       }
     }
 
     // Outputs (allocated after every input was read, as run_binary does).
-    T** out_of = ws.out_of;
-    for (std::size_t o = 0; o < attrs.outputs.size(); ++o) {
-      const auto r = static_cast<std::size_t>(attrs.outputs[o]);
+    const std::size_t num_out = attrs.outputs.size();
+    for (std::size_t o = 0; o < num_out; ++o) {
+      Register<T>& g = reg[static_cast<std::size_t>(attrs.outputs[o])];
       Tensor& out = ctx.alloc_output(static_cast<std::uint32_t>(o), dims, x0.dtype());
       T* p = out.data<T>();
-      if (uniform[r]) std::fill(p, p + n, value[r]);
-      else if (!out_of[r]) out_of[r] = p;
-      else {
-        // The same register twice: computed once, copied after the loop.
+      if (g.uniform) {
+        std::fill(p, p + n, g.value);
+      } else if (!g.base) {
+        g.base = p;
+        g.moves = true;
       }
+      // else the same register twice: computed once, copied after the loop.
     }
 
     // Scratch: one tile per full step register not written to an output,
     // one per uniform register a full step reads (filled once).
-    std::int64_t* row = ws.row;
     std::int64_t rows = 0;
-    for (std::size_t r = 0; r < regs; ++r) {
-      const bool step_reg = r >= num_in;
-      if ((step_reg && !uniform[r] && !out_of[r]) || uniform[r]) row[r] = rows++;
-    }
+    for (std::size_t r = 0; r < regs; ++r)
+      if (reg[r].uniform || (r >= num_in && !reg[r].base)) reg[r].row = rows++;
     // Rows of min(n, kTile) elements: a small tensor's run touches no more.
     const std::int64_t tile = std::min(kTile, n);
     T* scratch = ws.scratch(static_cast<std::size_t>(rows * tile));
-    for (std::size_t r = 0; r < regs; ++r)
-      if (uniform[r]) std::fill_n(scratch + row[r] * tile, tile, value[r]);
+    for (std::size_t r = 0; r < regs; ++r) {
+      Register<T>& g = reg[r];
+      if (g.row < 0) continue;
+      g.base = scratch + g.row * tile;
+      if (g.uniform) std::fill_n(g.base, tile, g.value);
+    }
 
-    const T** src = ws.src;
-    T** dst = ws.dst;
     for (std::int64_t t0 = 0; t0 < n; t0 += kTile) {
       const std::int64_t len = std::min(kTile, n - t0);
-      for (std::size_t r = 0; r < regs; ++r) {
-        if (uniform[r]) src[r] = scratch + row[r] * tile;
-        else if (r < num_in) src[r] = input[r] + t0;
-        else {
-          dst[r] = out_of[r] ? out_of[r] + t0 : scratch + row[r] * tile;
-          src[r] = dst[r];
-        }
-      }
+      auto at = [&](std::int32_t r) { return reg[r].moves ? reg[r].base + t0 : reg[r].base; };
       for (std::size_t k = 0; k < steps.size(); ++k) {
-        const std::size_t r = num_in + k;
-        if (uniform[r]) continue;
+        const std::int32_t r = static_cast<std::int32_t>(num_in + k);
+        if (reg[r].uniform) continue;
         const FusedStep& s = steps[k];
-        if (s.kind == FusedStep::Kind::Scale) {
+        T* __restrict o = at(r);
+        if (s.kind == FusedStep::Kind::MeanAllGrad) {  // n == 1
+          o[0] = at(s.a)[0] * (T(1) / static_cast<T>(n));
+        } else if (s.kind == FusedStep::Kind::Scale) {
           const T sc = static_cast<T>(s.c0), bi = static_cast<T>(s.c1);
-          const T* __restrict a = src[s.a];
-          T* __restrict o = dst[r];
+          const T* __restrict a = at(s.a);
           for (std::int64_t i = 0; i < len; ++i) o[i] = sc * a[i] + bi;
         } else {
-          fns_of(s)[s.fn](src[s.a], s.b < 0 ? nullptr : src[s.b], dst[r], len);
+          fns_of(s)[s.fn](at(s.a), s.b < 0 ? nullptr : at(s.b), o, len);
         }
       }
     }
-    // An output register listed twice: later results copy the first.
-    for (std::size_t o = 0; o < attrs.outputs.size(); ++o) {
-      const auto r = static_cast<std::size_t>(attrs.outputs[o]);
+    // An output register listed twice (or an input's register): copied.
+    for (std::size_t o = 0; o < num_out; ++o) {
+      const Register<T>& g = reg[static_cast<std::size_t>(attrs.outputs[o])];
       T* p = ctx.output(static_cast<std::uint32_t>(o)).template data<T>();
-      if (!uniform[r] && p != out_of[r]) std::copy(out_of[r], out_of[r] + n, p);
+      if (!g.uniform && p != g.base) std::copy(g.base, g.base + n, p);
     }
   }
 };

@@ -268,6 +268,23 @@ TEST_CASE("a fused op whose operand has neither operand 0's dims nor one element
                     Catch::Contains("kiln.fused_elementwise") && Catch::Contains("operand #1"));
 }
 
+TEST_CASE("a fused mean_grad of one element reads a step computed in the same run", "[passes][fusion]") {
+  // One element, operands of equal dims: every register is full, so the
+  // mean_grad's operand is only known once the step before it has run.
+  Program p;
+  Builder bl(p);
+  Value x = bl.create<DataOp>("x", std::vector<std::int64_t>{1}).result();
+  Value y = bl.create<DataOp>("y", std::vector<std::int64_t>{1}).result();
+  FusedBody body("$2 = kiln.add($0, $1); $3 = kiln.mean_grad($2); $4 = kiln.mul($3, $0)");
+  Operation* op =
+      bl.create<FusedElementwiseOp>(std::vector<Value>{x, y}, body, std::vector<std::int64_t>{3, 4}).operation();
+  Executor exe;
+  const auto out = exe.run(p, {{"x", Tensor::from_vector<float>({1}, {3})}, {"y", Tensor::from_vector<float>({1}, {4})}},
+                           {op->result(0), op->result(1)});
+  CHECK(out[0].data<float>()[0] == 7.0f);
+  CHECK(out[1].data<float>()[0] == 21.0f);
+}
+
 TEST_CASE("a fused_elementwise body prints back the text it was parsed from; a bad one names the problem",
           "[passes][fusion]") {
   const std::string text =
