@@ -99,12 +99,12 @@ void reduce_kernel(KernelContext& ctx) {
     // Every element into a scalar: the general path below with its one
     // contiguous group (the same sums in the same order), without the axis
     // list and the group plan — a loss's mean runs here every step.
-    const Tensor src = x;  // keeps the input alive while the output is (re)allocated
-    Tensor& out = ctx.alloc_output(0, Dims(), src.dtype());
-    T* po = out.data<T>();
-    po[0] = R::init();
-    reduce_contiguous<T, R>(src.data<T>(), src.numel(), po);
-    if constexpr (kind == Kind::Mean) po[0] /= static_cast<T>(src.numel());
+    // Summed before the output is allocated: no copy of x to keep it alive.
+    const std::int64_t n = x.numel();
+    T r = R::init();
+    reduce_contiguous<T, R>(x.data<T>(), n, &r);
+    if constexpr (kind == Kind::Mean) r /= static_cast<T>(n);
+    ctx.alloc_output(0, Dims(), x.dtype()).template data<T>()[0] = r;
     return;
   }
   auto axes = normalize_reduce_axes(op, a.axis, xd.rank());

@@ -358,6 +358,21 @@ struct FullK {
 // innermost run is one contiguous stretch: summed into one number (in
 // kLanes partial sums, which vectorize) or added onto a contiguous stretch of
 // acc (a conv bias's [N, C, H·W] → [C] is N·C stretches of H·W).
+// The sum of n contiguous elements in Acc: kLanes partial sums (they
+// vectorize), the elements past the last whole group, then the lanes.
+template <typename Acc, typename T>
+Acc sum_run(const T* __restrict row, std::int64_t n) {
+  constexpr std::int64_t kLanes = 8;
+  Acc lane[kLanes] = {};
+  std::int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (std::int64_t l = 0; l < kLanes; ++l) lane[l] += static_cast<Acc>(row[j + l]);
+  Acc total = 0;
+  for (; j < n; ++j) total += static_cast<Acc>(row[j]);
+  for (std::int64_t l = 0; l < kLanes; ++l) total += lane[l];
+  return total;
+}
+
 template <typename T, typename Acc>
 void sum_groups(const T* px, const Dims& xd, const Dims& td, Acc* acc) {
   struct Run {
@@ -382,20 +397,12 @@ void sum_groups(const T* px, const Dims& xd, const Dims& td, Acc* acc) {
     }
   const Run inner = runs[nr - 1];
   const std::int64_t outer = xd.numel() / inner.n;
-  constexpr std::int64_t kLanes = 8;
   std::int64_t idx[Dims::kMaxRank] = {};
   std::int64_t o = 0;
   for (std::int64_t r = 0; r < outer; ++r) {
     const T* __restrict row = px + r * inner.n;
     if (inner.summed) {
-      Acc lane[kLanes] = {};
-      std::int64_t j = 0;
-      for (; j + kLanes <= inner.n; j += kLanes)
-        for (std::int64_t l = 0; l < kLanes; ++l) lane[l] += static_cast<Acc>(row[j + l]);
-      Acc total = 0;
-      for (; j < inner.n; ++j) total += static_cast<Acc>(row[j]);
-      for (std::int64_t l = 0; l < kLanes; ++l) total += lane[l];
-      acc[o] += total;
+      acc[o] += sum_run<Acc>(row, inner.n);
     } else {
       Acc* __restrict a = acc + o;
       for (std::int64_t j = 0; j < inner.n; ++j) a[j] += static_cast<Acc>(row[j]);
@@ -412,9 +419,9 @@ void sum_groups(const T* px, const Dims& xd, const Dims& td, Acc* acc) {
 template <typename T>
 struct ReduceAsK {
   static void run(KernelContext& ctx) {
-    const Tensor x = typed_input<T>(ctx, 0);  // alive while the output is (re)allocated
+    const Tensor& xin = typed_input<T>(ctx, 0);
     const Dims td = ctx.input(1).dims();
-    const Dims& xd = x.dims();
+    const Dims& xd = xin.dims();
     const int rx = xd.rank(), rt = td.rank(), lead = rx - rt;
     bool ok = rt <= rx;
     for (int i = 0; ok && i < rt; ++i) ok = td[i] == xd[lead + i] || td[i] == 1;
@@ -422,15 +429,21 @@ struct ReduceAsK {
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' cannot sum [",
                   xd.to_string(), "] down to [", td.to_string(),
                   "] (the target's dims must equal x's trailing dims or be 1)");
+    using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
+    const std::int64_t on = td.numel(), xn = xin.numel();
+    if (on == 1 && xn > 1) {  // everything into one element (a bias of [1]): sum_groups' one run
+      const Acc total = sum_run<Acc>(xin.data<T>(), xn);
+      ctx.alloc_output(0, td, xin.dtype()).template data<T>()[0] = static_cast<T>(total);
+      return;
+    }
+    const Tensor x = xin;  // a copy: alive while the output is (re)allocated
     Tensor& out = ctx.alloc_output(0, td, x.dtype());
     const T* px = x.data<T>();
     T* po = out.data<T>();
-    const std::int64_t on = td.numel(), xn = x.numel();
     if (on == xn) {  // nothing summed (only size-1 dims differ)
       if (xn) std::memcpy(po, px, static_cast<std::size_t>(xn) * sizeof(T));
       return;
     }
-    using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
     Acc* acc = scratch<Acc>(on);  // f32 sums accumulate in f64, as kiln.sum does
     std::fill(acc, acc + on, Acc(0));
     if (xn > 0) sum_groups(px, xd, td, acc);
