@@ -108,43 +108,65 @@ class Registers {
 };
 
 template <typename T>
-struct FusedElementwiseK {
-  static void run(KernelContext& ctx) {
-    static const std::vector<TileFn<T>> unary = unary_table<T>(UnaryFamily{});
-    static const std::vector<TileFn<T>> unary_grad = unary_grad_table<T>(UnaryFamily{});
-    static const std::vector<TileFn<T>> binary = binary_table<T>();
-    const auto& attrs = ctx.attrs<FusedElementwiseOp>();
-    const std::vector<FusedStep>& steps = attrs.body.steps();
-    const std::uint32_t num_in = ctx.num_inputs();
-    const Tensor& x0 = typed_input<T>(ctx, 0);
-    const Dims dims = x0.dims();  // a copy: an output may be written into x0's variable
-    const std::int64_t n = x0.numel();
-    const std::size_t regs = num_in + steps.size();
+const std::vector<TileFn<T>>& tile_fns(const FusedStep& s) {
+  static const std::vector<TileFn<T>> unary = unary_table<T>(UnaryFamily{});
+  static const std::vector<TileFn<T>> unary_grad = unary_grad_table<T>(UnaryFamily{});
+  static const std::vector<TileFn<T>> binary = binary_table<T>();
+  return s.kind == FusedStep::Kind::Unary ? unary : s.kind == FusedStep::Kind::UnaryGrad ? unary_grad : binary;
+}
 
-    Registers<T> ws(regs);
-    Register<T>* reg = ws.reg;
-    for (std::uint32_t i = 0; i < num_in; ++i) {
-      const Tensor& t = i == 0 ? x0 : typed_input<T>(ctx, i);
-      Register<T>& g = reg[i];
-      if (i > 0 && t.numel() == 1 && (n != 1 || t.dims() != dims)) {  // one element, any rank
+// One run of a body, in three phases: the operands and the steps over
+// uniform registers, then the outputs and scratch rows, then the tiles.
+template <typename T>
+class FusedRun {
+ public:
+  explicit FusedRun(KernelContext& ctx)
+      : ctx_(ctx),
+        attrs_(ctx.attrs<FusedElementwiseOp>()),
+        steps_(attrs_.body.steps()),
+        num_in_(ctx.num_inputs()),
+        x0_(typed_input<T>(ctx, 0)),
+        dims_(x0_.dims()),
+        n_(x0_.numel()),
+        regs_(num_in_ + steps_.size()),
+        ws_(regs_),
+        reg_(ws_.reg) {}
+
+  void run() {
+    read_operands();
+    compute_uniform_steps();
+    bind_outputs();
+    bind_scratch();
+    run_tiles();
+    copy_repeated_outputs();
+  }
+
+ private:
+  // One-element operands are uniform; the others must have operand 0's dims.
+  void read_operands() {
+    for (std::uint32_t i = 0; i < num_in_; ++i) {
+      const Tensor& t = i == 0 ? x0_ : typed_input<T>(ctx_, i);
+      Register<T>& g = reg_[i];
+      if (i > 0 && t.numel() == 1 && (n_ != 1 || t.dims() != dims_)) {  // one element, any rank
         g.uniform = true;
         g.value = t.data<T>()[0];
-      } else if (i > 0 && t.dims() != dims) {
-        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' operand #", i, " has dims ",
-                    t.dims().to_string(), ": it must have operand #0's dims ", dims.to_string(),
+      } else if (i > 0 && t.dims() != dims_) {
+        throw_error(ErrorKind::InvalidArgument, "op '", ctx_.op()->name(), "' operand #", i, " has dims ",
+                    t.dims().to_string(), ": it must have operand #0's dims ", dims_.to_string(),
                     " or one element");
       } else {
         g.base = const_cast<T*>(t.data<T>());  // read only: inputs are never a step's output
         g.moves = true;
       }
     }
-    auto fns_of = [&](const FusedStep& s) -> const std::vector<TileFn<T>>& {
-      return s.kind == FusedStep::Kind::Unary ? unary : s.kind == FusedStep::Kind::UnaryGrad ? unary_grad : binary;
-    };
-    for (std::size_t k = 0; k < steps.size(); ++k) {
-      const FusedStep& s = steps[k];
-      Register<T>& g = reg[num_in + k];
-      const Register<T>& ra = reg[s.a < 0 ? 0 : s.a];
+  }
+
+  // Steps whose operands are all uniform give one value, computed here.
+  void compute_uniform_steps() {
+    for (std::size_t k = 0; k < steps_.size(); ++k) {
+      const FusedStep& s = steps_[k];
+      Register<T>& g = reg_[num_in_ + k];
+      const Register<T>& ra = reg_[s.a < 0 ? 0 : s.a];
       switch (s.kind) {
         case FusedStep::Kind::Const:
           g.uniform = true;
@@ -153,9 +175,9 @@ struct FusedElementwiseK {
         case FusedStep::Kind::MeanAllGrad:
           if (ra.uniform) {
             g.uniform = true;
-            g.value = ra.value * (T(1) / static_cast<T>(n));
-          } else if (n != 1) {
-            throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+            g.value = ra.value * (T(1) / static_cast<T>(n_));
+          } else if (n_ != 1) {
+            throw_error(ErrorKind::InvalidArgument, "op '", ctx_.op()->name(),
                         "' step kiln.mean_grad reads a register of more than one element");
           }  // else one full element: computed in the tile loop
           break;
@@ -165,72 +187,93 @@ struct FusedElementwiseK {
             g.value = static_cast<T>(s.c0) * ra.value + static_cast<T>(s.c1);
           }
           break;
-        default: {
-          const bool b_uniform = s.b < 0 || reg[s.b].uniform;
-          if (ra.uniform && b_uniform) {
+        default:
+          if (ra.uniform && (s.b < 0 || reg_[s.b].uniform)) {
             g.uniform = true;
-            g.value = scalar_step<T>(s, fns_of(s), ra.value, s.b < 0 ? T(0) : reg[s.b].value);
+            g.value = scalar_step<T>(s, tile_fns<T>(s), ra.value, s.b < 0 ? T(0) : reg_[s.b].value);
           }
-        }
       }
     }
+  }
 
-    // Outputs (allocated after every input was read, as run_binary does).
-    const std::size_t num_out = attrs.outputs.size();
-    for (std::size_t o = 0; o < num_out; ++o) {
-      Register<T>& g = reg[static_cast<std::size_t>(attrs.outputs[o])];
-      Tensor& out = ctx.alloc_output(static_cast<std::uint32_t>(o), dims, x0.dtype());
-      T* p = out.data<T>();
+  // Outputs (allocated after every input was read, as run_binary does): a
+  // full register computes straight into its first output.
+  void bind_outputs() {
+    for (std::size_t o = 0; o < attrs_.outputs.size(); ++o) {
+      Register<T>& g = reg_[static_cast<std::size_t>(attrs_.outputs[o])];
+      T* p = ctx_.alloc_output(static_cast<std::uint32_t>(o), dims_, x0_.dtype()).template data<T>();
       if (g.uniform) {
-        std::fill(p, p + n, g.value);
+        std::fill(p, p + n_, g.value);
       } else if (!g.base) {
         g.base = p;
         g.moves = true;
-      }
-      // else the same register twice: computed once, copied after the loop.
+      }  // else the same register twice: computed once, copied after the tiles
     }
+  }
 
-    // Scratch: one tile per full step register not written to an output,
-    // one per uniform register a full step reads (filled once).
+  // Scratch: one row per full step register not written to an output, one
+  // per uniform register (filled once), of min(n, kTile) elements: a small
+  // tensor's run touches no more.
+  void bind_scratch() {
     std::int64_t rows = 0;
-    for (std::size_t r = 0; r < regs; ++r)
-      if (reg[r].uniform || (r >= num_in && !reg[r].base)) reg[r].row = rows++;
-    // Rows of min(n, kTile) elements: a small tensor's run touches no more.
-    const std::int64_t tile = std::min(kTile, n);
-    T* scratch = ws.scratch(static_cast<std::size_t>(rows * tile));
-    for (std::size_t r = 0; r < regs; ++r) {
-      Register<T>& g = reg[r];
+    for (std::size_t r = 0; r < regs_; ++r)
+      if (reg_[r].uniform || (r >= num_in_ && !reg_[r].base)) reg_[r].row = rows++;
+    const std::int64_t tile = std::min(kTile, n_);
+    T* scratch = ws_.scratch(static_cast<std::size_t>(rows * tile));
+    for (std::size_t r = 0; r < regs_; ++r) {
+      Register<T>& g = reg_[r];
       if (g.row < 0) continue;
       g.base = scratch + g.row * tile;
       if (g.uniform) std::fill_n(g.base, tile, g.value);
     }
+  }
 
-    for (std::int64_t t0 = 0; t0 < n; t0 += kTile) {
-      const std::int64_t len = std::min(kTile, n - t0);
-      auto at = [&](std::int32_t r) { return reg[r].moves ? reg[r].base + t0 : reg[r].base; };
-      for (std::size_t k = 0; k < steps.size(); ++k) {
-        const std::int32_t r = static_cast<std::int32_t>(num_in + k);
-        if (reg[r].uniform) continue;
-        const FusedStep& s = steps[k];
+  void run_tiles() {
+    for (std::int64_t t0 = 0; t0 < n_; t0 += kTile) {
+      const std::int64_t len = std::min(kTile, n_ - t0);
+      auto at = [&](std::int32_t r) { return reg_[r].moves ? reg_[r].base + t0 : reg_[r].base; };
+      for (std::size_t k = 0; k < steps_.size(); ++k) {
+        const std::int32_t r = static_cast<std::int32_t>(num_in_ + k);
+        if (reg_[r].uniform) continue;
+        const FusedStep& s = steps_[k];
         T* __restrict o = at(r);
         if (s.kind == FusedStep::Kind::MeanAllGrad) {  // n == 1
-          o[0] = at(s.a)[0] * (T(1) / static_cast<T>(n));
+          o[0] = at(s.a)[0] * (T(1) / static_cast<T>(n_));
         } else if (s.kind == FusedStep::Kind::Scale) {
           const T sc = static_cast<T>(s.c0), bi = static_cast<T>(s.c1);
           const T* __restrict a = at(s.a);
           for (std::int64_t i = 0; i < len; ++i) o[i] = sc * a[i] + bi;
         } else {
-          fns_of(s)[s.fn](at(s.a), s.b < 0 ? nullptr : at(s.b), o, len);
+          tile_fns<T>(s)[s.fn](at(s.a), s.b < 0 ? nullptr : at(s.b), o, len);
         }
       }
     }
-    // An output register listed twice (or an input's register): copied.
-    for (std::size_t o = 0; o < num_out; ++o) {
-      const Register<T>& g = reg[static_cast<std::size_t>(attrs.outputs[o])];
-      T* p = ctx.output(static_cast<std::uint32_t>(o)).template data<T>();
-      if (!g.uniform && p != g.base) std::copy(g.base, g.base + n, p);
+  }
+
+  // An output register listed twice (or an input's register): copied.
+  void copy_repeated_outputs() {
+    for (std::size_t o = 0; o < attrs_.outputs.size(); ++o) {
+      const Register<T>& g = reg_[static_cast<std::size_t>(attrs_.outputs[o])];
+      T* p = ctx_.output(static_cast<std::uint32_t>(o)).template data<T>();
+      if (!g.uniform && p != g.base) std::copy(g.base, g.base + n_, p);
     }
   }
+
+  KernelContext& ctx_;
+  const FusedElementwiseOp::Attributes& attrs_;
+  const std::vector<FusedStep>& steps_;
+  const std::uint32_t num_in_;
+  const Tensor& x0_;
+  const Dims dims_;  // a copy: an output may be written into x0's variable
+  const std::int64_t n_;
+  const std::size_t regs_;
+  Registers<T> ws_;
+  Register<T>* reg_;
+};
+
+template <typename T>
+struct FusedElementwiseK {
+  static void run(KernelContext& ctx) { FusedRun<T>(ctx).run(); }
 };
 
 }  // namespace
