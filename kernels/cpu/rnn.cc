@@ -577,6 +577,153 @@ void weight_grads(bool gru, std::int64_t dir, std::int64_t SN, std::int64_t I, s
       for (std::int64_t j = 0; j < H; ++j) drb[2 * H + j] += dgh[row * H + j];
 }
 
+// One backward run's scratch, carved from one buffer: xw [S·N, GH] (then
+// the gate gradients dG) | pre [S·N, TW] | hp, cp [S·N, H] (states before
+// each step) | dgh, hrec [S·N, H] (GRU's h block of R: its gradient rows and
+// inputs) | hr [N, GH] | h, cs, rh, ys, dh, dc, dhn, drh [N, H] | post,
+// slope [N, TW].
+template <typename T>
+struct BpttScratch {
+  T *xw, *pre, *hp, *cp, *dgh, *hrec, *hr, *h, *cs, *rh, *ys, *dh, *dc, *dhn, *drh, *post, *slope;
+  std::int64_t N, H, GH, TW;
+
+  BpttScratch(std::int64_t SN, std::int64_t n, std::int64_t gh, std::int64_t tw, std::int64_t hidden)
+      : N(n), H(hidden), GH(gh), TW(tw) {
+    xw = scratch<T>(SN * (GH + TW + 4 * H) + N * (GH + 8 * H + 2 * TW));
+    pre = xw + SN * GH;
+    hp = pre + SN * TW;
+    cp = hp + SN * H;
+    dgh = cp + SN * H;
+    hrec = dgh + SN * H;
+    hr = hrec + SN * H;
+    h = hr + N * GH;
+    cs = h + N * H;
+    rh = cs + N * H;
+    ys = rh + N * H;
+    dh = ys + N * H;
+    dc = dh + N * H;
+    dhn = dc + N * H;
+    drh = dhn + N * H;
+    post = drh + N * H;
+    slope = post + N * TW;
+  }
+};
+
+// Row `row` (= t·N + b) of a step: its gate gradients dgb [GH] from dh
+// (the gradient reaching its state, dY added), and in dhn the share of the
+// previous state that does not go through R (GRU's z; 0 otherwise).
+template <typename T>
+void row_grad(const GradDirection<T>& gd, BpttScratch<T>& s, std::int64_t row, std::int64_t b, T* dgb) {
+  const rnn::Config& c = gd.a.c;
+  const Activation* act = gd.a.act;
+  const std::int64_t H = s.H, TW = s.TW;
+  const T* pr = s.pre + row * TW;
+  T* po = s.post + b * TW;
+  T* sl = s.slope + b * TW;
+  const T* dhb = s.dh + b * H;
+  T* dhnb = s.dhn + b * H;
+  switch (c.cell) {
+    case Cell::Rnn:
+      activate_with_slope(act[0], c.clip, pr, po, sl, H);
+      for (std::int64_t j = 0; j < H; ++j) dgb[j] = dhb[j] * sl[j];
+      std::fill(dhnb, dhnb + H, T(0));
+      break;
+    case Cell::Lstm:
+      lstm_row_grad(gd, pr, s.cp + row * H, po, sl, dhb, s.dc + b * H, dgb);
+      std::fill(dhnb, dhnb + H, T(0));
+      break;
+    case Cell::Gru: {
+      activate_with_slope(act[0], c.clip, pr, po, sl, 2 * H);  // z, r
+      activate_with_slope(act[1], c.clip, pr + 2 * H, po + 2 * H, sl + 2 * H, H);
+      const T* hpb = s.hp + row * H;
+      T* dghb = s.dgh + row * H;
+      T* hrecb = s.hrec + row * H;
+      for (std::int64_t j = 0; j < H; ++j) {
+        const T z = po[j], hh = po[2 * H + j];
+        const T dah = dhb[j] * (1 - z) * sl[2 * H + j];
+        dgb[j] = dhb[j] * (hpb[j] - hh) * sl[j];
+        dgb[2 * H + j] = dah;
+        dhnb[j] = z * dhb[j];
+        if (c.linear_before_reset) {
+          const T rr = po[H + j];
+          dgb[H + j] = dah * pr[3 * H + j] * sl[H + j];
+          dghb[j] = dah * rr;
+          hrecb[j] = hpb[j];
+        } else {
+          dghb[j] = dah;  // r's gradient waits for (dG_h · Rh)
+        }
+      }
+      break;
+    }
+  }
+}
+
+// After every row of step t: dhn += the gradient through R (GRU with the
+// reset before R: r's gradient from d(rt ∘ Ht-1) = dG_h · Rh first).
+template <typename T>
+void state_grads(const GradDirection<T>& gd, BpttScratch<T>& s, const std::int64_t* len, std::int64_t t,
+                 T* dgt) {
+  const rnn::Config& c = gd.a.c;
+  const bool gru = c.cell == Cell::Gru;
+  const std::int64_t N = s.N, H = s.H, GH = s.GH, TW = s.TW, H2 = 2 * H;
+  const T* rd = gd.rd;
+  if (gru && !c.linear_before_reset) {
+    gemm_acc<T>(false, false, N, H, H, dgt + H2, GH, rd + H2 * H, H, T(0), s.drh, H);
+    for (std::int64_t b = 0; b < N; ++b) {
+      if (t >= len[b]) continue;
+      const std::int64_t row = t * N + b;
+      const T* hpb = s.hp + row * H;
+      const T* po = s.post + b * TW;
+      const T* sl = s.slope + b * TW;
+      for (std::int64_t j = 0; j < H; ++j) {
+        const T rr = po[H + j], g = s.drh[b * H + j];
+        dgt[b * GH + H + j] = g * hpb[j] * sl[H + j];
+        s.dhn[b * H + j] += g * rr;
+        s.hrec[row * H + j] = rr * hpb[j];
+      }
+    }
+  }
+  if (gru) {
+    gemm_acc<T>(false, false, N, H, H2, dgt, GH, rd, H, T(1), s.dhn, H);
+    if (c.linear_before_reset)
+      gemm_acc<T>(false, false, N, H, H, s.dgh + t * N * H, H, rd + H2 * H, H, T(1), s.dhn, H);
+  } else {
+    gemm_acc<T>(false, false, N, H, GH, dgt, GH, rd, H, T(1), s.dhn, H);
+  }
+}
+
+// Backward in time over one direction's tape: the gate gradients dG (in
+// s.xw), and in s.dh / s.dc the gradients reaching the initial states.
+template <typename T>
+void backward_in_time(const GradDirection<T>& gd, BpttScratch<T>& s, bool reverse, std::int64_t S,
+                      std::int64_t D, std::int64_t dir, const std::int64_t* len, const T* dy) {
+  const bool gru = gd.a.c.cell == Cell::Gru;
+  const std::int64_t N = s.N, H = s.H, GH = s.GH;
+  for (std::int64_t step = S - 1; step >= 0; --step) {
+    const std::int64_t t = reverse ? S - 1 - step : step;
+    const T* dyt = dy + (t * D + dir) * N * H;
+    T* dgt = s.xw + t * N * GH;
+    for (std::int64_t b = 0; b < N; ++b) {
+      T* dgb = dgt + b * GH;
+      T* dhb = s.dh + b * H;
+      const std::int64_t row = t * N + b;
+      if (t >= len[b]) {  // padding: no gradient in, the state's passes through
+        std::fill(dgb, dgb + GH, T(0));
+        if (gru) {
+          std::fill(s.dgh + row * H, s.dgh + (row + 1) * H, T(0));
+          std::fill(s.hrec + row * H, s.hrec + (row + 1) * H, T(0));
+        }
+        std::memcpy(s.dhn + b * H, dhb, sizeof(T) * H);
+        continue;
+      }
+      for (std::int64_t j = 0; j < H; ++j) dhb[j] += dyt[b * H + j];
+      row_grad(gd, s, row, b, dgb);
+    }
+    state_grads(gd, s, len, t, dgt);
+    std::swap(s.dh, s.dhn);
+  }
+}
+
 template <typename T>
 void recurrent_grad(KernelContext& ctx, const rnn::Config& c) {
   const RunDims d = run_dims(ctx, c);
@@ -620,141 +767,33 @@ void recurrent_grad(KernelContext& ctx, const rnn::Config& c) {
 
   std::int64_t* len = scratch<std::int64_t>(N);
   read_lengths(ctx, c, d, len);
-  // One scratch: xw [S·N, GH] (then the gate gradients dG) | pre [S·N, TW] |
-  // hp, cp [S·N, H] (states before each step) | dgh, hrec [S·N, H] (GRU's h
-  // block of R: its gradient rows and inputs) | hr [N, GH] | h, cs, rh, ys,
-  // dh, dc, dhn, drh [N, H] | post, slope [N, TW]
   const std::int64_t SN = S * N;
-  T* buf = scratch<T>(SN * (GH + TW + 4 * H) + N * (GH + 8 * H + 2 * TW));
-  T* xw = buf;
-  T* pre = xw + SN * GH;
-  T* hp = pre + SN * TW;
-  T* cp = hp + SN * H;
-  T* dgh = cp + SN * H;
-  T* hrec = dgh + SN * H;
-  T* hr = hrec + SN * H;
-  T* h = hr + N * GH;
-  T* cs = h + N * H;
-  T* rh = cs + N * H;
-  T* ys = rh + N * H;
-  T* dh = ys + N * H;
-  T* dc = dh + N * H;
-  T* dhn = dc + N * H;
-  T* drh = dhn + N * H;
-  T* post = drh + N * H;
-  T* slope = post + N * TW;
+  BpttScratch<T> s(SN, N, GH, TW, H);
   const T* px = x.data<T>();
-
   for (std::int64_t dir = 0; dir < D; ++dir) {
     const bool reverse = c.reverse_only || dir == 1;
-    const Activation* act = c.activations.data() + dir * per_cell;
     const T* wd = w.data<T>() + dir * GH * I;
     const T* rd = r.data<T>() + dir * GH * H;
     const T* wb = pb ? pb + dir * 2 * GH : nullptr;
     const T* rb = pb ? wb + GH : nullptr;
-    const T* pd = pp ? pp + dir * 3 * H : nullptr;
-    const Direction<T> dirn{c, act, rb, pd, H, GH};
+    const Direction<T> dirn{c, c.activations.data() + dir * per_cell, rb, pp ? pp + dir * 3 * H : nullptr, H,
+                            GH};
     const GradDirection<T> gd{dirn, rd, dp ? dp + dir * 3 * H : nullptr};
 
     // The forward again, recording the tape.
-    project_inputs<T>(c, SN, I, H, GH, px, wd, wb, rb, xw);
-    initial_state(ph0 ? ph0 + dir * N * H : nullptr, h, N * H);
-    if (lstm) initial_state(pc0 ? pc0 + dir * N * H : nullptr, cs, N * H);
-    run_direction(dirn, reverse, S, N, len, xw, rd, h, cs, hr, rh, ys, 0,
-                  Tape<T>{pre, hp, cp, TW});
+    project_inputs<T>(c, SN, I, H, GH, px, wd, wb, rb, s.xw);
+    initial_state(ph0 ? ph0 + dir * N * H : nullptr, s.h, N * H);
+    if (lstm) initial_state(pc0 ? pc0 + dir * N * H : nullptr, s.cs, N * H);
+    run_direction(dirn, reverse, S, N, len, s.xw, rd, s.h, s.cs, s.hr, s.rh, s.ys, 0,
+                  Tape<T>{s.pre, s.hp, s.cp, TW});
 
-    // Backward in time. dh / dc: the gradient reaching each row's state.
-    T* dg = xw;
-    std::memcpy(dh, dyh + dir * N * H, sizeof(T) * N * H);
-    if (lstm) initial_state(dyc + dir * N * H, dc, N * H);
-    for (std::int64_t s = S - 1; s >= 0; --s) {
-      const std::int64_t t = reverse ? S - 1 - s : s;
-      const T* dyt = dy + (t * D + dir) * N * H;
-      T* dgt = dg + t * N * GH;
-      for (std::int64_t b = 0; b < N; ++b) {
-        T* dgb = dgt + b * GH;
-        T* dhb = dh + b * H;
-        T* dhnb = dhn + b * H;
-        const std::int64_t row = t * N + b;
-        if (t >= len[b]) {  // padding: no gradient in, the state's passes through
-          std::fill(dgb, dgb + GH, T(0));
-          if (gru) {
-            std::fill(dgh + row * H, dgh + (row + 1) * H, T(0));
-            std::fill(hrec + row * H, hrec + (row + 1) * H, T(0));
-          }
-          std::memcpy(dhnb, dhb, sizeof(T) * H);
-          continue;
-        }
-        for (std::int64_t j = 0; j < H; ++j) dhb[j] += dyt[b * H + j];
-        const T* pr = pre + row * TW;
-        T* po = post + b * TW;
-        T* sl = slope + b * TW;
-        switch (c.cell) {
-          case Cell::Rnn:
-            activate_with_slope(act[0], c.clip, pr, po, sl, H);
-            for (std::int64_t j = 0; j < H; ++j) dgb[j] = dhb[j] * sl[j];
-            std::fill(dhnb, dhnb + H, T(0));
-            break;
-          case Cell::Lstm:
-            lstm_row_grad(gd, pr, cp + row * H, po, sl, dhb, dc + b * H, dgb);
-            std::fill(dhnb, dhnb + H, T(0));
-            break;
-          case Cell::Gru: {
-            activate_with_slope(act[0], c.clip, pr, po, sl, 2 * H);  // z, r
-            activate_with_slope(act[1], c.clip, pr + 2 * H, po + 2 * H, sl + 2 * H, H);
-            const T* hpb = hp + row * H;
-            T* dghb = dgh + row * H;
-            T* hrecb = hrec + row * H;
-            for (std::int64_t j = 0; j < H; ++j) {
-              const T z = po[j], hh = po[2 * H + j];
-              const T dah = dhb[j] * (1 - z) * sl[2 * H + j];
-              dgb[j] = dhb[j] * (hpb[j] - hh) * sl[j];
-              dgb[2 * H + j] = dah;
-              dhnb[j] = z * dhb[j];
-              if (c.linear_before_reset) {
-                const T rr = po[H + j];
-                dgb[H + j] = dah * pr[3 * H + j] * sl[H + j];
-                dghb[j] = dah * rr;
-                hrecb[j] = hpb[j];
-              } else {
-                dghb[j] = dah;  // r's gradient waits for (dG_h · Rh)
-              }
-            }
-            break;
-          }
-        }
-      }
-      const std::int64_t H2 = 2 * H;
-      if (gru && !c.linear_before_reset) {
-        // d(rt ∘ Ht-1) = dG_h · Rh, then r's gradient and the state's share.
-        gemm_acc<T>(false, false, N, H, H, dgt + H2, GH, rd + H2 * H, H, T(0), drh, H);
-        for (std::int64_t b = 0; b < N; ++b) {
-          if (t >= len[b]) continue;
-          const std::int64_t row = t * N + b;
-          const T* hpb = hp + row * H;
-          const T* po = post + b * TW;
-          const T* sl = slope + b * TW;
-          for (std::int64_t j = 0; j < H; ++j) {
-            const T rr = po[H + j], g = drh[b * H + j];
-            dgt[b * GH + H + j] = g * hpb[j] * sl[H + j];
-            dhn[b * H + j] += g * rr;
-            hrec[row * H + j] = rr * hpb[j];
-          }
-        }
-      }
-      if (gru) {
-        gemm_acc<T>(false, false, N, H, H2, dgt, GH, rd, H, T(1), dhn, H);
-        if (c.linear_before_reset)
-          gemm_acc<T>(false, false, N, H, H, dgh + t * N * H, H, rd + H2 * H, H, T(1), dhn, H);
-      } else {
-        gemm_acc<T>(false, false, N, H, GH, dgt, GH, rd, H, T(1), dhn, H);
-      }
-      std::swap(dh, dhn);
-    }
-    if (dh0) std::memcpy(dh0 + dir * N * H, dh, sizeof(T) * N * H);
-    if (dc0) std::memcpy(dc0 + dir * N * H, dc, sizeof(T) * N * H);
+    std::memcpy(s.dh, dyh + dir * N * H, sizeof(T) * N * H);
+    if (lstm) initial_state(dyc + dir * N * H, s.dc, N * H);
+    backward_in_time(gd, s, reverse, S, D, dir, len, dy);
+    if (dh0) std::memcpy(dh0 + dir * N * H, s.dh, sizeof(T) * N * H);
+    if (dc0) std::memcpy(dc0 + dir * N * H, s.dc, sizeof(T) * N * H);
 
-    weight_grads<T>(gru, dir, SN, I, H, GH, dg, dgh, hp, hrec, px, wd, dx, dw, dr, db);
+    weight_grads<T>(gru, dir, SN, I, H, GH, s.xw, s.dgh, s.hp, s.hrec, px, wd, dx, dw, dr, db);
   }
 }
 
