@@ -92,6 +92,8 @@ class Registers {
     }
     std::fill_n(reg, regs, Register<T>{nullptr, -1, T(0), false, false});
   }
+  Registers(const Registers&) = delete;  // reg may point into this object
+  Registers& operator=(const Registers&) = delete;
   T* scratch(std::size_t elements) {
     if (elements <= kStackScratch) return scratch_;
     heap_scratch_ = std::make_unique_for_overwrite<T[]>(elements);
@@ -250,7 +252,7 @@ class FusedRun {
     }
   }
 
-  // An output register listed twice (or an input's register): copied.
+  // An output register listed twice: the later outputs copy the first.
   void copy_repeated_outputs() {
     for (std::size_t o = 0; o < attrs_.outputs.size(); ++o) {
       const Register<T>& g = reg_[static_cast<std::size_t>(attrs_.outputs[o])];

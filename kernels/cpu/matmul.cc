@@ -29,9 +29,10 @@ namespace {
 // run in the widest SIMD form the CPU has (vector_math.h).
 constexpr std::int64_t kSmallGemvElements = 1024;  // m * k; measured: 32x32 still wins
 
-// Vectors of eight lanes (GCC/Clang vector extensions: one AVX-512 or two
-// AVX2 or four SSE registers' worth, so every SIMD level sums in the same
-// order), and halves of them.
+// Vectors of eight lanes (GCC/Clang vector extensions: the same lanes at
+// every SIMD level, so each level sums in the same order; the AVX2 and
+// AVX-512 copies fuse multiply-adds, as every kernel of vector_math.h does,
+// so their last bits may differ from the baseline copy's), and halves of them.
 template <typename T, int kLanes>
 struct Lanes;
 template <int kLanes>
@@ -149,9 +150,10 @@ struct GemvColumns {
 };
 
 template <typename T>
-bool small_gemv(bool ta, int m, int n, int k, const T* a, int lda, const T* b, T* c, int ldc) {
-  // n == 1: b is one contiguous column whether transposed or not.
-  if (n != 1 || std::int64_t(m) * k > kSmallGemvElements) return false;
+bool small_gemv(bool ta, bool tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T* c,
+                int ldc) {
+  // b must be one contiguous column: [1, k] transposed, or [k, 1] with a row step of 1.
+  if (n != 1 || (!tb && ldb != 1) || std::int64_t(m) * k > kSmallGemvElements) return false;
   if (!ta) {
     cpu::simd_dispatch<GemvRows<T>>(m, k, a, lda, b, c, ldc);
   } else if (ldc == 1) {
@@ -169,13 +171,13 @@ bool small_gemv(bool ta, int m, int n, int k, const T* a, int lda, const T* b, T
 
 void gemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
           float* c, int ldc) {
-  if (small_gemv(ta, m, n, k, a, lda, b, c, ldc)) return;
+  if (small_gemv(ta, tb, m, n, k, a, lda, b, ldb, c, ldc)) return;
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
               k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
 }
 void gemm(bool ta, bool tb, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
           double* c, int ldc) {
-  if (small_gemv(ta, m, n, k, a, lda, b, c, ldc)) return;
+  if (small_gemv(ta, tb, m, n, k, a, lda, b, ldb, c, ldc)) return;
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
               k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
 }

@@ -352,12 +352,6 @@ struct FullK {
 
 // ---- reduce_as ----
 
-// acc[target index] += x over x's dims, the target aligned with x's
-// trailing dims (a target dim of 1, or a leading dim of x, is summed). x's
-// dims are merged into maximal runs that are all summed or all kept, so the
-// innermost run is one contiguous stretch: summed into one number (in
-// kLanes partial sums, which vectorize) or added onto a contiguous stretch of
-// acc (a conv bias's [N, C, H·W] → [C] is N·C stretches of H·W).
 // The sum of n contiguous elements in Acc: kLanes partial sums (they
 // vectorize), the elements past the last whole group, then the lanes.
 template <typename Acc, typename T>
@@ -373,6 +367,12 @@ Acc sum_run(const T* __restrict row, std::int64_t n) {
   return total;
 }
 
+// acc[target index] += x over x's dims, the target aligned with x's
+// trailing dims (a target dim of 1, or a leading dim of x, is summed). x's
+// dims are merged into maximal runs that are all summed or all kept, so the
+// innermost run is one contiguous stretch: summed into one number (in
+// kLanes partial sums, which vectorize) or added onto a contiguous stretch of
+// acc (a conv bias's [N, C, H·W] → [C] is N·C stretches of H·W).
 template <typename T, typename Acc>
 void sum_groups(const T* px, const Dims& xd, const Dims& td, Acc* acc) {
   struct Run {

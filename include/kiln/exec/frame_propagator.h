@@ -143,6 +143,9 @@ class FramePropagator {
     std::uint64_t owned = 0;  // bit o: output o holds one of its cell's refs
     Cell*& at(std::uint32_t o) { return o < kInline ? small[o] : more[o - kInline]; }
     // Output o is the node's input entry `e`'s value (its ref moves on with it).
+    // Called while the node runs, outside the propagator's mutex: no other
+    // thread touches this node's entries until its inputs are cleared, under
+    // the mutex, after it ran.
     void forward(std::uint32_t o, Entry& e) {
       at(o) = e.cell;
       if (e.owned) owned |= std::uint64_t{1} << o;

@@ -17,8 +17,8 @@
 #include "kiln/runtime/dims.h"
 #include "kiln/support/data_type.h"
 #include "kiln/support/error.h"
-#include "kiln/support/place.h"
 #include "kiln/support/host_device.h"
+#include "kiln/support/place.h"
 
 namespace kiln {
 
