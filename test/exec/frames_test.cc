@@ -94,6 +94,10 @@ struct DataflowLoop {
     for (std::size_t k = 0; k < next.size(); ++k) b.create<NextIterationOp>(next[k], merged[k]);
     return exits;
   }
+  // The condition of a counted loop: carried[0] < constants[0].
+  static Value counter_below_bound(Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
+    return bb.create<LessThanOp>(c[0], k[0]).result();
+  }
 };
 
 // i = 0; while (i < n) i = i + 1, with n fed.
@@ -106,9 +110,7 @@ struct Counter {
     Value one = constant(b, 1, DataType::Int64);
     result = DataflowLoop::build(
         b, "count", parallel, {constant(b, 0, DataType::Int64)}, {n, one},
-        [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
-          return bb.create<LessThanOp>(c[0], k[0]).result();
-        },
+        DataflowLoop::counter_below_bound,
         [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
           return std::vector<Value>{bb.create<AddOp>(c[0], k[1]).result()};
         })[0];
@@ -186,9 +188,7 @@ TEST_CASE("a loop whose body reads views of its carried value updates it the sam
   std::vector<Value> out = DataflowLoop::build(
       b, "loop", 10, {constant(b, 0, DataType::Int64), constant(b, 0, DataType::Float32, {4})},
       {n, constant(b, 1, DataType::Int64)},
-      [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
-        return bb.create<LessThanOp>(c[0], k[0]).result();
-      },
+      DataflowLoop::counter_below_bound,
       [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
         Value square = bb.create<ReshapeOp>(c[1], Dims0{2, 2}).result();
         Value added = bb.create<ScaleOp>(square, 1.0, 1.0).result();
@@ -310,9 +310,7 @@ TEST_CASE("nested dataflow loops run the inner loop once per outer iteration", "
     Value three = constant(b, 3, DataType::Int64), four = constant(b, 4, DataType::Int64);
     Value acc = DataflowLoop::build(
         b, "outer", parallel, {zero, zero}, {three, one, zero, four},
-        [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
-          return bb.create<LessThanOp>(c[0], k[0]).result();
-        },
+        DataflowLoop::counter_below_bound,
         [parallel](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
           Value inner_acc = DataflowLoop::build(
               // j starts at i - i: like every op of the body, dead when the
@@ -344,9 +342,7 @@ TEST_CASE("a dataflow loop of 10^5 iterations runs in constant memory", "[exec][
   std::vector<Value> out = DataflowLoop::build(
       b, "loop", 10, {constant(b, 0, DataType::Int64), constant(b, 0, DataType::Float32, {256})},
       {n, constant(b, 1, DataType::Int64)},
-      [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
-        return bb.create<LessThanOp>(c[0], k[0]).result();
-      },
+      DataflowLoop::counter_below_bound,
       [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
         return std::vector<Value>{bb.create<AddOp>(c[0], k[1]).result(),
                                   bb.create<ScaleOp>(c[1], 0.5, 1.0).result()};
@@ -380,9 +376,7 @@ TEST_CASE("parallel_iterations bounds how many iterations of a loop run at once"
     std::vector<Value> out = DataflowLoop::build(
         b, "loop", parallel, {constant(b, 0, DataType::Int64)},
         {constant(b, 6, DataType::Int64), constant(b, 1, DataType::Int64), x},
-        [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
-          return bb.create<LessThanOp>(c[0], k[0]).result();
-        },
+        DataflowLoop::counter_below_bound,
         [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
           bb.create<BusyOp>(k[2], 50000);
           return std::vector<Value>{bb.create<AddOp>(c[0], k[1]).result()};
@@ -539,9 +533,7 @@ TEST_CASE("a cancelled run stops in the middle of a dataflow loop, and the next 
   Value n = b.create<DataOp>("n", Dims0{}, DataType::Int64).result();
   Value out = DataflowLoop::build(
       b, "slow", 1, {constant(b, 0, DataType::Int64)}, {n, constant(b, 1, DataType::Int64)},
-      [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
-        return bb.create<LessThanOp>(c[0], k[0]).result();
-      },
+      DataflowLoop::counter_below_bound,
       [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
         Value slow = bb.create<BusyOp>(c[0], 1000).result();
         return std::vector<Value>{bb.create<AddOp>(slow, k[1]).result()};
