@@ -44,10 +44,14 @@ void gemm(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, 
               k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// attention_dims (attention_ops.h), and every dim small enough for the BLAS's ints.
-AttentionDims attn_dims(const KernelContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
-  const AttentionDims a = attention_dims(ctx.op()->name(), q.dims(), k.dims(), v.dims());
-  for (std::int64_t x : {a.lq, a.lk, a.d, a.dv})
+// attention_dims (attention_ops.h) in the op's layout, and every dim and
+// row step small enough for the BLAS's ints.
+AttentionDims attn_dims(const KernelContext& ctx, const std::string& layout, const Tensor& q,
+                        const Tensor& k, const Tensor& v) {
+  const std::string_view op = ctx.op()->name();
+  const AttentionDims a =
+      attention_dims(op, q.dims(), k.dims(), v.dims(), attention_heads_inner(op, layout));
+  for (std::int64_t x : {a.lq, a.lk, a.d, a.dv, a.row_step(a.d), a.row_step(a.dv)})
     if (x * kTileRows > INT_MAX)
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has a dim of ", x,
                   ", beyond what the BLAS takes");
@@ -113,20 +117,20 @@ struct SoftmaxTile {
   }
 };
 // Gradient: scores → probabilities exp(s - lse) (0 where masked), and
-// delta[r] = Σ dout ∘ out over row r.
+// delta[r] = Σ dout ∘ out over row r (rows ld apart in dout and out).
 template <typename T>
 struct ProbabilityTile {
   KILN_SIMD_INLINE static void run(T* p, std::int64_t rows, std::int64_t kend, std::int64_t i0,
                                    bool causal, const T* lse, const T* dout, const T* out,
-                                   std::int64_t dv, T* delta) {
+                                   std::int64_t dv, std::int64_t ld, T* delta) {
     for (std::int64_t r = 0; r < rows; ++r) {
       T* __restrict row = p + r * kend;
       const std::int64_t n = visible(causal, i0 + r, kend);
       const T l = lse[r];
       for (std::int64_t j = 0; j < n; ++j) row[j] = exp_row(row[j] - l);
       for (std::int64_t j = n; j < kend; ++j) row[j] = 0;
-      const T* __restrict dor = dout + r * dv;
-      const T* __restrict orow = out + r * dv;
+      const T* __restrict dor = dout + r * ld;
+      const T* __restrict orow = out + r * ld;
       T acc = 0;
       for (std::int64_t c = 0; c < dv; ++c) acc += dor[c] * orow[c];
       delta[r] = acc;
@@ -152,11 +156,10 @@ struct AttentionK {
   static void run(KernelContext& ctx) {
     const auto& attrs = ctx.attrs<ScaledDotProductAttentionOp>();
     const Tensor q = typed_input<T>(ctx, 0), k = typed_input<T>(ctx, 1), v = typed_input<T>(ctx, 2);
-    const AttentionDims a = attn_dims(ctx, q, k, v);
-    const Dims& qd = q.dims();
-    const std::int64_t out_shape[] = {qd[0], qd[1], a.lq, a.dv};
-    Tensor& out = ctx.alloc_output(0, Dims(std::span<const std::int64_t>(out_shape, 4)), q.dtype());
-    Tensor& lse = ctx.alloc_output(1, Dims(std::span<const std::int64_t>(out_shape, 3)), q.dtype());
+    const AttentionDims a = attn_dims(ctx, attrs.layout, q, k, v);
+    const std::int64_t lse_shape[] = {a.b, a.h, a.lq};
+    Tensor& out = ctx.alloc_output(0, a.out_dims(), q.dtype());
+    Tensor& lse = ctx.alloc_output(1, Dims(std::span<const std::int64_t>(lse_shape, 3)), q.dtype());
     if (a.bh == 0 || a.lq == 0) return;
     T* po = out.data<T>();
     T* pl = lse.data<T>();
@@ -172,24 +175,26 @@ struct AttentionK {
     const T* pv = v.data<T>();
     T* s = scratch<T>(kTileRows * a.lk);
     const int d = static_cast<int>(a.d), dv = static_cast<int>(a.dv);
-    const int ld_qk = std::max(d, 1), ld_v = std::max(dv, 1);
+    // Row steps of q and k, of v and out: the head's width, or all heads' in BLHD.
+    const int ld_qk = static_cast<int>(std::max<std::int64_t>(a.row_step(a.d), 1)),
+              ld_v = static_cast<int>(std::max<std::int64_t>(a.row_step(a.dv), 1));
     for (std::int64_t bh = 0; bh < a.bh; ++bh) {
-      const T* qb = pq + bh * a.lq * a.d;
-      const T* kb = pk + bh * a.lk * a.d;
-      const T* vb = pv + bh * a.lk * a.dv;
-      T* ob = po + bh * a.lq * a.dv;
+      const T* qb = pq + a.head_offset(bh, a.lq, a.d);
+      const T* kb = pk + a.head_offset(bh, a.lk, a.d);
+      const T* vb = pv + a.head_offset(bh, a.lk, a.dv);
+      T* ob = po + a.head_offset(bh, a.lq, a.dv);
       T* lb = pl + bh * a.lq;
       for (std::int64_t i0 = 0; i0 < a.lq; i0 += kTileRows) {
         const std::int64_t rows = std::min(kTileRows, a.lq - i0);
         const std::int64_t kend = causal ? std::min(a.lk, i0 + rows) : a.lk;
         const int ik = static_cast<int>(kend);
         if (d == 0) std::fill(s, s + rows * kend, T(0));
-        else gemm(false, true, static_cast<int>(rows), ik, d, scale, qb + i0 * a.d, ld_qk, kb,
+        else gemm(false, true, static_cast<int>(rows), ik, d, scale, qb + i0 * ld_qk, ld_qk, kb,
                   ld_qk, T(0), s, ik);
         simd_dispatch<SoftmaxTile<T>>(s, rows, kend, i0, causal, lb + i0);
         if (dv > 0)
           gemm(false, false, static_cast<int>(rows), dv, ik, T(1), s, ik, vb, ld_v, T(0),
-               ob + i0 * a.dv, ld_v);
+               ob + i0 * ld_v, ld_v);
       }
     }
   }
@@ -203,8 +208,8 @@ struct AttentionGradK {
     const Tensor q = typed_input<T>(ctx, 0), k = typed_input<T>(ctx, 1), v = typed_input<T>(ctx, 2);
     const Tensor o = typed_input<T>(ctx, 3), lse = typed_input<T>(ctx, 4),
                  dout = typed_input<T>(ctx, 5);
-    const AttentionDims a = attn_dims(ctx, q, k, v);
-    check_attention_grad_operands(op, q.dims(), a, o.dims(), lse.dims(), dout.dims());
+    const AttentionDims a = attn_dims(ctx, attrs.layout, q, k, v);
+    check_attention_grad_operands(op, a, o.dims(), lse.dims(), dout.dims());
     Tensor& dq = ctx.alloc_output(0, q.dims(), q.dtype());
     Tensor& dk = ctx.alloc_output(1, k.dims(), k.dtype());
     Tensor& dvt = ctx.alloc_output(2, v.dims(), v.dtype());
@@ -227,17 +232,19 @@ struct AttentionGradK {
     T* dp = p + kTileRows * a.lk;
     T* delta = dp + kTileRows * a.lk;
     const int d = static_cast<int>(a.d), dv = static_cast<int>(a.dv);
-    const int ld_qk = std::max(d, 1), ld_v = std::max(dv, 1);
+    // Row steps of q, k and their gradients, of v, out, dout and dv.
+    const int ld_qk = static_cast<int>(std::max<std::int64_t>(a.row_step(a.d), 1)),
+              ld_v = static_cast<int>(std::max<std::int64_t>(a.row_step(a.dv), 1));
     for (std::int64_t bh = 0; bh < a.bh; ++bh) {
-      const T* qb = pq + bh * a.lq * a.d;
-      const T* kb = pk + bh * a.lk * a.d;
-      const T* vb = pv + bh * a.lk * a.dv;
-      const T* ob = po + bh * a.lq * a.dv;
-      const T* dob = pdo + bh * a.lq * a.dv;
+      const T* qb = pq + a.head_offset(bh, a.lq, a.d);
+      const T* kb = pk + a.head_offset(bh, a.lk, a.d);
+      const T* vb = pv + a.head_offset(bh, a.lk, a.dv);
+      const T* ob = po + a.head_offset(bh, a.lq, a.dv);
+      const T* dob = pdo + a.head_offset(bh, a.lq, a.dv);
       const T* lb = pl + bh * a.lq;
-      T* dqb = pdq + bh * a.lq * a.d;
-      T* dkb = pdk + bh * a.lk * a.d;
-      T* dvb = pdv + bh * a.lk * a.dv;
+      T* dqb = pdq + a.head_offset(bh, a.lq, a.d);
+      T* dkb = pdk + a.head_offset(bh, a.lk, a.d);
+      T* dvb = pdv + a.head_offset(bh, a.lk, a.dv);
       for (std::int64_t i0 = 0; i0 < a.lq; i0 += kTileRows) {
         const std::int64_t rows = std::min(kTileRows, a.lq - i0);
         const int ir = static_cast<int>(rows);
@@ -245,14 +252,14 @@ struct AttentionGradK {
         const int ik = static_cast<int>(kend);
         // P = exp(scale · Q Kᵀ - lse), 0 where masked.
         if (d == 0) std::fill(p, p + rows * kend, T(0));
-        else gemm(false, true, ir, ik, d, scale, qb + i0 * a.d, ld_qk, kb, ld_qk, T(0), p, ik);
-        simd_dispatch<ProbabilityTile<T>>(p, rows, kend, i0, causal, lb + i0, dob + i0 * a.dv,
-                                          ob + i0 * a.dv, a.dv, delta);
+        else gemm(false, true, ir, ik, d, scale, qb + i0 * ld_qk, ld_qk, kb, ld_qk, T(0), p, ik);
+        simd_dispatch<ProbabilityTile<T>>(p, rows, kend, i0, causal, lb + i0, dob + i0 * ld_v,
+                                          ob + i0 * ld_v, a.dv, std::int64_t{ld_v}, delta);
         if (dv > 0) {
           // dV[:kend] += Pᵀ · dO
-          gemm(true, false, ik, dv, ir, T(1), p, ik, dob + i0 * a.dv, ld_v, T(1), dvb, ld_v);
+          gemm(true, false, ik, dv, ir, T(1), p, ik, dob + i0 * ld_v, ld_v, T(1), dvb, ld_v);
           // dP = dO · Vᵀ
-          gemm(false, true, ir, ik, dv, T(1), dob + i0 * a.dv, ld_v, vb, ld_v, T(0), dp, ik);
+          gemm(false, true, ir, ik, dv, T(1), dob + i0 * ld_v, ld_v, vb, ld_v, T(0), dp, ik);
         } else {
           std::fill(dp, dp + rows * kend, T(0));
         }
@@ -261,8 +268,8 @@ struct AttentionGradK {
                                         static_cast<const T*>(delta));
         if (d > 0) {
           // dQ = scale · dS · K; dK[:kend] += scale · dSᵀ · Q
-          gemm(false, false, ir, d, ik, scale, p, ik, kb, ld_qk, T(0), dqb + i0 * a.d, ld_qk);
-          gemm(true, false, ik, d, ir, scale, p, ik, qb + i0 * a.d, ld_qk, T(1), dkb, ld_qk);
+          gemm(false, false, ir, d, ik, scale, p, ik, kb, ld_qk, T(0), dqb + i0 * ld_qk, ld_qk);
+          gemm(true, false, ik, d, ir, scale, p, ik, qb + i0 * ld_qk, ld_qk, T(1), dkb, ld_qk);
         }
       }
     }

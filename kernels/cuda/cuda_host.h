@@ -1,7 +1,7 @@
 // Host-side pieces shared by the host halves of the CUDA kernels (reduce.cc,
 // train.cc; compiled by the host compiler): scratch device memory, the
-// run-time index check that gives the CPU kernels' errors, and the copy an
-// in-place op makes when it runs out of place.
+// run-time index check that gives the CPU kernels' errors, an axis swap,
+// and the copy an in-place op makes when it runs out of place.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -27,6 +27,11 @@ struct BadIndex {
 };
 BadIndex find_bad_index(const KernelContext& ctx, const Tensor& ids, std::int64_t n,
                         std::int64_t skip);
+
+// dst = src [D0, D1, D2, D3] (es bytes per element) with axes 1 and 2
+// swapped, [D0, D2, D1, D3], on ctx's stream (shape.cc's strided copy).
+void swap_axes_12(const KernelContext& ctx, const void* src, void* dst, std::int64_t es,
+                  const std::int64_t (&dims)[4]);
 
 // Output o, which aliases input i: in place, the input's buffer; otherwise
 // output o's own buffer holding a device copy of `in`.

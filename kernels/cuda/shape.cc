@@ -470,6 +470,15 @@ struct ScaleK {
 
 }  // namespace
 
+void swap_axes_12(const KernelContext& ctx, const void* src, void* dst, std::int64_t es,
+                  const std::int64_t (&dims)[4]) {
+  const std::int64_t od[] = {dims[0], dims[2], dims[1], dims[3]};
+  const std::int64_t in_stride[] = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
+  const std::int64_t step[] = {in_stride[0], in_stride[2], in_stride[1], 1};
+  const std::int64_t out_stride[] = {od[1] * od[2] * od[3], od[2] * od[3], od[3], 1};
+  copy_walk(ctx, src, dst, es, 4, od, step, out_stride);
+}
+
 KILN_REGISTER_KERNELS(FullOp, Cuda, FullK, float, double, std::int8_t, std::int32_t, std::int64_t,
                       bool);
 KILN_REGISTER_KERNEL(ZerosLikeOp, Cuda, Undefined, zeros_like_kernel);

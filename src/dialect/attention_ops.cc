@@ -15,19 +15,36 @@ double attention_scale(double scale, std::int64_t head_dim) {
   return head_dim > 0 ? 1.0 / std::sqrt(static_cast<double>(head_dim)) : 1.0;
 }
 
-AttentionDims attention_dims(std::string_view op, const Dims& q, const Dims& k, const Dims& v) {
-  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4 || q[0] != k[0] || q[0] != v[0] ||
-      q[1] != k[1] || q[1] != v[1] || q[3] != k[3] || k[2] != v[2])
-    throw_error(ErrorKind::InvalidArgument, "op '", op, "' q [", q.to_string(), "], k [",
-                k.to_string(), "], v [", v.to_string(),
-                "] do not fit q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv]");
-  return {.bh = q[0] * q[1], .lq = q[2], .lk = k[2], .d = q[3], .dv = v[3]};
+bool attention_heads_inner(std::string_view op, std::string_view layout) {
+  if (layout == "BLHD") return true;
+  if (layout != "BHLD")
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' layout must be \"BHLD\" or \"BLHD\", got \"",
+                layout, "\"");
+  return false;
 }
 
-void check_attention_grad_operands(std::string_view op, const Dims& q, const AttentionDims& a,
-                                   const Dims& out, const Dims& lse, const Dims& dout) {
-  const std::int64_t shape[] = {q[0], q[1], a.lq, a.dv};
-  const Dims od(std::span<const std::int64_t>(shape, 4));
+Dims AttentionDims::out_dims() const {
+  const std::int64_t hd[] = {b, h, lq, dv}, ld[] = {b, lq, h, dv};
+  return Dims(std::span<const std::int64_t>(heads_inner ? ld : hd, 4));
+}
+
+AttentionDims attention_dims(std::string_view op, const Dims& q, const Dims& k, const Dims& v,
+                             bool heads_inner) {
+  const int l = heads_inner ? 1 : 2, hx = heads_inner ? 2 : 1;  // the length and head axes
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4 || q[0] != k[0] || q[0] != v[0] ||
+      q[hx] != k[hx] || q[hx] != v[hx] || q[3] != k[3] || k[l] != v[l])
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' q [", q.to_string(), "], k [",
+                k.to_string(), "], v [", v.to_string(), "] do not fit ",
+                heads_inner ? "layout BLHD: q [B, Lq, H, D], k [B, Lk, H, D], v [B, Lk, H, Dv]"
+                            : "q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv]");
+  return {.b = q[0], .h = q[hx], .bh = q[0] * q[hx], .lq = q[l], .lk = k[l], .d = q[3], .dv = v[3],
+          .heads_inner = heads_inner};
+}
+
+void check_attention_grad_operands(std::string_view op, const AttentionDims& a, const Dims& out,
+                                   const Dims& lse, const Dims& dout) {
+  const Dims od = a.out_dims();
+  const std::int64_t shape[] = {a.b, a.h, a.lq};
   const Dims ld(std::span<const std::int64_t>(shape, 3));
   if (out != od || dout != od || lse != ld)
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' out [", out.to_string(), "], lse [",
@@ -44,16 +61,20 @@ std::int64_t known(std::int64_t a, std::int64_t b) { return a >= 0 ? a : b; }
 
 const char* const kOperandNames[] = {"q", "k", "v"};
 
-[[noreturn]] void qkv_error(std::string_view op, const std::vector<Type>& in, const char* what) {
+[[noreturn]] void qkv_error(std::string_view op, const std::vector<Type>& in, bool heads_inner,
+                            const char* what) {
   throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", what, ": q is ",
               meta::dims_string(shaped_dims(in[0])), ", k is ",
               meta::dims_string(shaped_dims(in[1])), ", v is ",
               meta::dims_string(shaped_dims(in[2])),
-              " (expected q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv])");
+              heads_inner ? " (expected layout BLHD: q [B, Lq, H, D], k [B, Lk, H, D], v [B, Lk, H, Dv])"
+                          : " (expected q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv])");
 }
 
-// Checks q, k, v (operands 0..2 of `in`) and returns {B, H, Lq, Lk, D, Dv}.
-std::array<std::int64_t, 6> check_qkv(std::string_view op, const std::vector<Type>& in) {
+// Checks q, k, v (operands 0..2 of `in`) in their layout and returns
+// {B, H, Lq, Lk, D, Dv}.
+std::array<std::int64_t, 6> check_qkv(std::string_view op, const std::vector<Type>& in,
+                                      bool heads_inner) {
   DataType dt{};
   for (std::size_t i = 0; i < 3; ++i) {
     Type t = meta::tensor_operand(op, in, i);
@@ -62,50 +83,62 @@ std::array<std::int64_t, 6> check_qkv(std::string_view op, const std::vector<Typ
     else meta::require_same_dtype(op, dt, shaped_data_type(t), 0, i);
     if (shaped_dims(t).size() != 4)
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", kOperandNames[i],
-                  " (operand #", i, ") must have rank 4 ([B, H, L, D]), got ",
-                  meta::dims_string(shaped_dims(t)));
+                  " (operand #", i, ") must have rank 4 (", heads_inner ? "[B, L, H, D]" : "[B, H, L, D]",
+                  "), got ", meta::dims_string(shaped_dims(t)));
   }
   const auto& q = shaped_dims(in[0]);
   const auto& k = shaped_dims(in[1]);
   const auto& v = shaped_dims(in[2]);
+  const std::size_t l = heads_inner ? 1 : 2, h = heads_inner ? 2 : 1;
   if (!dim_fits(q[0], k[0]) || !dim_fits(q[0], v[0]) || !dim_fits(k[0], v[0]) ||
-      !dim_fits(q[1], k[1]) || !dim_fits(q[1], v[1]) || !dim_fits(k[1], v[1]))
-    qkv_error(op, in, "needs q, k and v with one batch and head count (dims 0 and 1)");
-  if (!dim_fits(q[3], k[3])) qkv_error(op, in, "needs q and k with one head dim (dim 3)");
-  if (!dim_fits(k[2], v[2]))
-    qkv_error(op, in, "needs k and v with one sequence length (dim 2)");
-  return {known(known(q[0], k[0]), v[0]), known(known(q[1], k[1]), v[1]), q[2],
-          known(k[2], v[2]), known(q[3], k[3]), v[3]};
+      !dim_fits(q[h], k[h]) || !dim_fits(q[h], v[h]) || !dim_fits(k[h], v[h]))
+    qkv_error(op, in, heads_inner,
+              heads_inner ? "needs q, k and v with one batch and head count (dims 0 and 2)"
+                          : "needs q, k and v with one batch and head count (dims 0 and 1)");
+  if (!dim_fits(q[3], k[3])) qkv_error(op, in, heads_inner, "needs q and k with one head dim (dim 3)");
+  if (!dim_fits(k[l], v[l]))
+    qkv_error(op, in, heads_inner,
+              heads_inner ? "needs k and v with one sequence length (dim 1)"
+                          : "needs k and v with one sequence length (dim 2)");
+  return {known(known(q[0], k[0]), v[0]), known(known(q[h], k[h]), v[h]), q[l],
+          known(k[l], v[l]), known(q[3], k[3]), v[3]};
+}
+
+// out's dims in the layout: [B, H, Lq, Dv] or [B, Lq, H, Dv].
+std::vector<std::int64_t> out_dims(const std::array<std::int64_t, 6>& d, bool heads_inner) {
+  if (heads_inner) return {d[0], d[2], d[1], d[5]};
+  return {d[0], d[1], d[2], d[5]};
 }
 
 }  // namespace
 
 void ScaledDotProductAttentionOp::build(Builder&, OperationArgument& arg, Value q, Value k, Value v,
-                                        bool causal, double scale) {
+                                        bool causal, double scale, std::string layout) {
   arg.add_operand(q);
   arg.add_operand(k);
   arg.add_operand(v);
-  arg.attributes = to_named_attributes(Attributes{causal, scale});
+  arg.attributes = to_named_attributes(Attributes{causal, scale, std::move(layout)});
 }
 
 std::vector<Type> ScaledDotProductAttentionOp::infer_meta(const std::vector<Type>& in,
                                                           DictionaryAttribute attrs) {
   const auto a = from_attributes<Attributes>(attrs, name);
+  const bool heads_inner = attention_heads_inner(name, a.layout);
   meta::require_count(name, in, 3);
-  const auto d = check_qkv(name, in);
+  const auto d = check_qkv(name, in, heads_inner);
   if (!std::isfinite(a.scale))
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' scale must be finite, got ", a.scale);
   const DataType dt = shaped_data_type(in[0]);
-  return {meta::result_like(in, dt, {d[0], d[1], d[2], d[5]}),
+  return {meta::result_like(in, dt, out_dims(d, heads_inner)),
           meta::result_like(in, dt, {d[0], d[1], d[2]})};
 }
 
 void ScaledDotProductAttentionOp::Grad::check(std::string_view op, const std::vector<Type>& in,
                                               DictionaryAttribute attrs) {
-  (void)from_attributes<Attributes>(attrs, op);
-  const auto d = check_qkv(op, in);
+  const bool heads_inner = attention_heads_inner(op, from_attributes<Attributes>(attrs, op).layout);
+  const auto d = check_qkv(op, in, heads_inner);
   const DataType dt = shaped_data_type(in[0]);
-  const std::vector<std::int64_t> out{d[0], d[1], d[2], d[5]}, lse{d[0], d[1], d[2]};
+  const std::vector<std::int64_t> out = out_dims(d, heads_inner), lse{d[0], d[1], d[2]};
   const char* names[] = {"out", "lse", "dout"};
   const std::vector<std::int64_t>* want[] = {&out, &lse, &out};
   for (std::size_t i = 3; i < 6; ++i) {

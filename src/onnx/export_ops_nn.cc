@@ -219,24 +219,37 @@ void dropout(EmitContext& c) {
   }
 }
 
-// softmax(scale · q·kᵀ [causal: -inf above the diagonal]) · v
+// [B, X, Y, W] → [B, Y, X, W]: BLHD ↔ BHLD.
+std::string swap_heads(EmitContext& c, const std::string& x) {
+  ::onnx::NodeProto* n = nullptr;
+  std::string r = c.node1("Transpose", {x}, &n);
+  set_attr(*n, "perm", std::vector<std::int64_t>{0, 2, 1, 3});
+  return r;
+}
+
+// softmax(scale · q·kᵀ [causal: -inf above the diagonal]) · v, in BHLD
+// (layout BLHD: q, k, v transposed in and out transposed back).
 void attention(EmitContext& c) {
   const auto a = ScaledDotProductAttentionOp::dyn_cast(c.op()).attrs();
+  const bool heads_inner = attention_heads_inner(ScaledDotProductAttentionOp::name, a.layout);
   const auto& q = c.in_dims(0);
   const auto& k = c.in_dims(1);
   const DataType dt = c.in_dtype(0);
   if (q.size() != 4 || k.size() != 4) c.unsupported("q or k of a rank other than 4");
   if (a.scale == 0 && q[3] < 0) c.unsupported("a head size that is not known (for the default scale)");
   const double scale = attention_scale(a.scale, q[3]);
-  std::string s = c.node1("Mul", {c.node1("MatMul", {c.in(0), swap_last_two(c, c.in(1), 4)}),
+  const std::size_t l = heads_inner ? 1 : 2;  // the sequence axis
+  const std::int64_t lq = q[l], lk = k[l];
+  auto in = [&](int i) { return heads_inner ? swap_heads(c, c.in(i)) : c.in(i); };
+  std::string s = c.node1("Mul", {c.node1("MatMul", {in(0), swap_last_two(c, in(1), 4)}),
                                   c.scalar(dt, scale)});
   if (a.causal) {
     std::string mask;
-    if (q[2] >= 0 && k[2] >= 0) {  // row i sees keys 0..i (top-left aligned)
-      std::string bytes(static_cast<std::size_t>(q[2] * k[2]), '\0');
-      for (std::int64_t i = 0; i < q[2]; ++i)
-        for (std::int64_t j = 0; j <= i && j < k[2]; ++j) bytes[static_cast<std::size_t>(i * k[2] + j)] = 1;
-      mask = c.constant(DataType::Bool, {q[2], k[2]}, bytes);
+    if (lq >= 0 && lk >= 0) {  // row i sees keys 0..i (top-left aligned)
+      std::string bytes(static_cast<std::size_t>(lq * lk), '\0');
+      for (std::int64_t i = 0; i < lq; ++i)
+        for (std::int64_t j = 0; j <= i && j < lk; ++j) bytes[static_cast<std::size_t>(i * lk + j)] = 1;
+      mask = c.constant(DataType::Bool, {lq, lk}, bytes);
     } else {
       ::onnx::NodeProto* shape = nullptr;
       const std::string lq_lk = c.node1("Shape", {s}, &shape);
@@ -253,7 +266,12 @@ void attention(EmitContext& c) {
   ::onnx::NodeProto* sm = nullptr;
   const std::string p = c.node1("Softmax", {s}, &sm);
   set_attr(*sm, "axis", std::int64_t{-1});
-  c.node("MatMul", {p, c.in(2)}, {c.out(0)});
+  if (heads_inner) {
+    auto& back = c.node("Transpose", {c.node1("MatMul", {p, in(2)})}, {c.out(0)});
+    set_attr(back, "perm", std::vector<std::int64_t>{0, 2, 1, 3});
+  } else {
+    c.node("MatMul", {p, c.in(2)}, {c.out(0)});
+  }
   if (c.used(1)) {
     auto& n = c.node("ReduceLogSumExp", {s}, {c.out(1)});
     set_attr(n, "axes", std::vector<std::int64_t>{-1});

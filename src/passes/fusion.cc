@@ -2,6 +2,7 @@
 // order grows groups of fusable ops; each group of two or more becomes one
 // kiln.fused_elementwise.
 #include "kiln/passes/fusion.h"
+#include "kiln/passes/fold_attention_transposes.h"
 #include "kiln/passes/fuse_optimizer.h"
 #include "kiln/passes/fuse_softmax_cross_entropy.h"
 #include "kiln/passes/op_effects.h"
@@ -505,7 +506,8 @@ std::size_t fuse_elementwise(Block& block, const ValueSet& keep, PassContext* ct
 
 namespace {
 
-// "fuse": fuse_softmax_cross_entropy, fuse_matmul_epilogue, fuse_elementwise, then
+// "fuse": fold_attention_transposes, fuse_softmax_cross_entropy,
+// fuse_matmul_epilogue, fuse_elementwise, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h) over the program
 // (regions included), keeping the context's live-out values. Only for a
 // CPU target: the fused ops have CPU kernels only.
@@ -516,6 +518,7 @@ class FusePass : public Pass {
     if (!ctx.target_place.is_cpu()) return;
     ValueSet keep;
     for (Value v : ctx.live_out()) keep.insert(v.impl());
+    fold_attention_transposes(program.block(), keep, &ctx);
     fuse_softmax_cross_entropy(program.block(), keep, &ctx);
     fuse_matmul_epilogue(program.block(), keep, &ctx);
     fuse_elementwise(program.block(), keep, &ctx);
@@ -528,7 +531,8 @@ class FusePass : public Pass {
 std::unique_ptr<Pass> create_fuse_pass() { return std::make_unique<FusePass>(); }
 
 KILN_REGISTER_PASS("fuse", [] { return create_fuse_pass(); },
-                   "softmax + cross-entropy into kiln.softmax_with_cross_entropy, matmul + bias + "
+                   "attention's head transposes into its layout, softmax + cross-entropy into "
+                   "kiln.softmax_with_cross_entropy, matmul + bias + "
                    "activation into kiln.fused_matmul, elementwise chains into "
                    "kiln.fused_elementwise, optimizer updates into kiln.merged_*_ (CPU)");
 

@@ -4,6 +4,7 @@
 // the gradient op's out / lse / dout), and the Vjp against central finite
 // differences in f64 (causal and not, Lq != Lk, several query tiles).
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "catch.hpp"
@@ -20,13 +21,18 @@ using Shape = std::vector<std::int64_t>;
 Type tf(Shape d, DataType dt = DataType::Float32) { return TensorType::get(dt, std::move(d)); }
 Type vf(Shape d) { return VTensorType::get(DataType::Float32, std::move(d)); }
 
-DictionaryAttribute attrs(bool causal = false, double scale = 0) {
-  return DictionaryAttribute::get(
-      to_named_attributes(ScaledDotProductAttentionOp::Attributes{causal, scale}));
+DictionaryAttribute attrs(bool causal = false, double scale = 0, std::string layout = "BHLD") {
+  return DictionaryAttribute::get(to_named_attributes(
+      ScaledDotProductAttentionOp::Attributes{causal, scale, std::move(layout)}));
 }
 
 std::vector<Type> sdpa(Type q, Type k, Type v, bool causal = false, double scale = 0) {
   return ScaledDotProductAttentionOp::infer_meta({q, k, v}, attrs(causal, scale));
+}
+
+std::vector<Type> sdpa_layout(std::string layout) {
+  return ScaledDotProductAttentionOp::infer_meta({tf({1, 1, 2, 2}), tf({1, 1, 2, 2}), tf({1, 1, 2, 2})},
+                                                 attrs(false, 0, std::move(layout)));
 }
 
 std::vector<Type> sdpa_grad(std::vector<Type> in) {
@@ -52,6 +58,44 @@ TEST_CASE("scaled_dot_product_attention gives out [B, H, Lq, Dv] and lse [B, H, 
   r = sdpa(tf({1, 1, 2, 2}, DataType::Float64), tf({1, 1, 2, 2}, DataType::Float64),
            tf({1, 1, 2, 2}, DataType::Float64));
   CHECK(r[1] == tf({1, 1, 2}, DataType::Float64));
+}
+
+TEST_CASE("scaled_dot_product_attention in layout BLHD reads [B, L, H, D] and gives out "
+          "[B, Lq, H, Dv], lse [B, H, Lq]",
+          "[dialect][attention]") {
+  auto r = ScaledDotProductAttentionOp::infer_meta({tf({2, 5, 4, 8}), tf({2, 7, 4, 8}), tf({2, 7, 4, 3})},
+                                                   attrs(true, 0, "BLHD"));
+  REQUIRE(r.size() == 2);
+  CHECK(r[0] == tf({2, 5, 4, 3}));
+  CHECK(r[1] == tf({2, 4, 5}));
+  // The gradient's out and dout are in the layout too.
+  const Type q = tf({2, 5, 4, 8}), k = tf({2, 7, 4, 8}), v = tf({2, 7, 4, 3});
+  auto g = GradOf<ScaledDotProductAttentionOp>::infer_meta(
+      {q, k, v, tf({2, 5, 4, 3}), tf({2, 4, 5}), tf({2, 5, 4, 3})}, attrs(false, 0, "BLHD"));
+  CHECK(g[0] == q);
+  CHECK(g[2] == v);
+  KILN_CHECK_ERROR(GradOf<ScaledDotProductAttentionOp>::infer_meta(
+                       {q, k, v, tf({2, 4, 5, 3}), tf({2, 4, 5}), tf({2, 5, 4, 3})},
+                       attrs(false, 0, "BLHD")),
+                   InvalidArgument, {kGradOp, "out (operand #3)", "expected [2, 5, 4, 3]"});
+  // Heads are dim 2 and lengths dim 1 in this layout.
+  KILN_CHECK_ERROR(ScaledDotProductAttentionOp::infer_meta(
+                       {tf({2, 5, 4, 8}), tf({2, 7, 3, 8}), tf({2, 7, 3, 3})}, attrs(false, 0, "BLHD")),
+                   InvalidArgument, {kOp, "one batch and head count (dims 0 and 2)", "BLHD"});
+  KILN_CHECK_ERROR(ScaledDotProductAttentionOp::infer_meta(
+                       {tf({2, 5, 4, 8}), tf({2, 7, 4, 8}), tf({2, 6, 4, 3})}, attrs(false, 0, "BLHD")),
+                   InvalidArgument, {kOp, "one sequence length (dim 1)"});
+}
+
+TEST_CASE("scaled_dot_product_attention refuses a layout other than BHLD or BLHD, naming it",
+          "[dialect][attention]") {
+  KILN_CHECK_ERROR(sdpa_layout("BSHD"), InvalidArgument, {kOp, "layout", "\"BSHD\""});
+  KILN_CHECK_ERROR(sdpa_layout(""), InvalidArgument, {kOp, "layout"});
+  KILN_CHECK_ERROR(GradOf<ScaledDotProductAttentionOp>::infer_meta(
+                       {tf({1, 1, 2, 2}), tf({1, 1, 2, 2}), tf({1, 1, 2, 2}), tf({1, 1, 2, 2}),
+                        tf({1, 1, 2}), tf({1, 1, 2, 2})},
+                       attrs(false, 0, "bhld")),
+                   InvalidArgument, {kGradOp, "layout"});
 }
 
 TEST_CASE("scaled_dot_product_attention rejects bad shapes and dtypes at build time",

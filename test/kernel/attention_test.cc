@@ -5,6 +5,7 @@
 // scale, f32 and f64.
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "kernel/kernel_test_util.h"
@@ -106,10 +107,51 @@ void check_attention(const Shape& s, bool causal, double scale, double rtol, dou
   check_close(fwd.out(1), cast<T>(r.lse), rtol, atol);
 
   auto bwd = run_op<GradOf<ScaledDotProductAttentionOp>>({q, k, v, fwd.out(0), fwd.out(1), dout},
-                                                          causal, scale);
+                                                          causal, scale, std::string("BHLD"));
   check_close(bwd.out(0), cast<T>(r.dq), rtol, atol);
   check_close(bwd.out(1), cast<T>(r.dk), rtol, atol);
   check_close(bwd.out(2), cast<T>(r.dv), rtol, atol);
+}
+
+// t [D0, D1, D2, D3] with axes 1 and 2 swapped.
+template <typename T>
+Tensor swap12(const Tensor& t) {
+  const Dims& d = t.dims();
+  const std::vector<T> x = t.to_vector<T>();
+  std::vector<T> y(x.size());
+  for (std::int64_t a = 0; a < d[0]; ++a)
+    for (std::int64_t i = 0; i < d[1]; ++i)
+      for (std::int64_t j = 0; j < d[2]; ++j)
+        for (std::int64_t c = 0; c < d[3]; ++c)
+          y[((a * d[2] + j) * d[1] + i) * d[3] + c] = x[((a * d[1] + i) * d[2] + j) * d[3] + c];
+  return Tensor::from_vector<T>({d[0], d[2], d[1], d[3]}, y);
+}
+
+// Layout BLHD on the swapped operands gives BHLD's results swapped, bit
+// for bit (the same arithmetic on rows at other addresses).
+template <typename T>
+void check_blhd_matches_bhld(const Shape& s, bool causal, double scale) {
+  INFO("shape [" << s.b << ", " << s.h << ", " << s.lq << "/" << s.lk << ", " << s.d << "/"
+                 << s.dv << "] causal " << causal);
+  const Tensor q = filled<T>({s.b, s.h, s.lq, s.d}, -1, 1, 5);
+  const Tensor k = filled<T>({s.b, s.h, s.lk, s.d}, -1, 1, 6);
+  const Tensor v = filled<T>({s.b, s.h, s.lk, s.dv}, -1, 1, 7);
+  const Tensor dout = filled<T>({s.b, s.h, s.lq, s.dv}, -1, 1, 8);
+  const std::string bhld = "BHLD", blhd = "BLHD";
+  auto fwd = run_op<ScaledDotProductAttentionOp>({q, k, v}, causal, scale, bhld);
+  auto bwd = run_op<GradOf<ScaledDotProductAttentionOp>>({q, k, v, fwd.out(0), fwd.out(1), dout},
+                                                          causal, scale, bhld);
+  const Tensor sq = swap12<T>(q), sk = swap12<T>(k), sv = swap12<T>(v), sdout = swap12<T>(dout);
+  auto f2 = run_op<ScaledDotProductAttentionOp>({sq, sk, sv}, causal, scale, blhd);
+  CHECK(f2.out(0).dims() == swap12<T>(fwd.out(0)).dims());
+  CHECK(f2.out(0).template to_vector<T>() == swap12<T>(fwd.out(0)).template to_vector<T>());
+  CHECK(f2.out(1).template to_vector<T>() == fwd.out(1).template to_vector<T>());
+  auto b2 = run_op<GradOf<ScaledDotProductAttentionOp>>({sq, sk, sv, f2.out(0), f2.out(1), sdout},
+                                                         causal, scale, blhd);
+  for (int i = 0; i < 3; ++i) {
+    INFO("gradient #" << i);
+    CHECK(b2.out(i).template to_vector<T>() == swap12<T>(bwd.out(i)).template to_vector<T>());
+  }
 }
 
 template <typename T>
@@ -147,6 +189,26 @@ TEST_CASE("scaled_dot_product_attention's causal first row is the first value ro
   check_close<float>(r.out(0), {1, 2, 3, float(p0 * 1 + p1 * -4), float(p0 * 2 + p1 * 5),
                                 float(p0 * 3 + p1 * 6)});
   check_close<float>(r.out(1), {-1.5f, float(std::log(std::exp(-2.5) + std::exp(10.0)))});
+}
+
+TEST_CASE("scaled_dot_product_attention in layout BLHD gives BHLD's results, transposed",
+          "[kernel][attention]") {
+  for (bool causal : {false, true}) {
+    check_blhd_matches_bhld<float>({2, 3, 5, 5, 4, 4}, causal, 0);
+    check_blhd_matches_bhld<float>({1, 4, 70, 70, 8, 8}, causal, 0);  // two query tiles
+    check_blhd_matches_bhld<float>({2, 2, 4, 7, 3, 5}, causal, 0.5);  // Lq < Lk, Dv != D
+    check_blhd_matches_bhld<double>({2, 2, 6, 3, 4, 2}, causal, 0);  // Lq > Lk
+  }
+}
+
+TEST_CASE("scaled_dot_product_attention refuses operands that do not fit its layout",
+          "[kernel][attention]") {
+  // [B, H, L, D] operands whose head counts (dim 1) agree but whose dim 2 differs
+  // fit BHLD (two lengths) but not BLHD (two head counts).
+  const Tensor q = filled<float>({1, 2, 3, 4}), k = filled<float>({1, 2, 5, 4}),
+               v = filled<float>({1, 2, 5, 4});
+  KILN_CHECK_ERROR(run_op<ScaledDotProductAttentionOp>({q, k, v}, false, 0.0, std::string("BLHD")),
+                   InvalidArgument, {"'kiln.scaled_dot_product_attention'", "layout BLHD"});
 }
 
 TEST_CASE("scaled_dot_product_attention stays finite for large scores", "[kernel][attention]") {

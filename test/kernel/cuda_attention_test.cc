@@ -40,8 +40,9 @@ void compare_attention(const Shape& s, bool causal, double scale, double tol) {
   if (s.lk > 0) check_same<T>(dev.results[1], cpu.results[1], tol);
   const Tensor dout = filled<T>(cpu.results[0].dims(), -1, 1, 4);
   const std::vector<Tensor> in{q, k, v, cpu.results[0], cpu.results[1], dout};
-  auto gcpu = run_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, scale);
-  auto gdev = run_cuda_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, scale);
+  auto gcpu = run_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, scale, std::string("BHLD"));
+  auto gdev =
+      run_cuda_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, scale, std::string("BHLD"));
   for (int i = 0; i < 3; ++i) {
     INFO("gradient #" << i);
     check_same<T>(gdev.results[i], gcpu.results[i], tol);

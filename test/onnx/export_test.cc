@@ -557,6 +557,11 @@ TEST_CASE("conv2d_transpose, fused_conv2d, batch_norm, rms_norm, pools and atten
     f.push_back(att->result(0));
     f.push_back(att->result(1));
     f.push_back(b.create<kiln::ScaledDotProductAttentionOp>(q, q, q, false, 0.3)->result(0));
+    // Layout BLHD ([B, L, H, D]: here 2 positions of a run-time head count)
+    // exports as BHLD between transposes.
+    auto blhd = b.create<kiln::ScaledDotProductAttentionOp>(q, q, q, true, 0.0, "BLHD");
+    f.push_back(blhd->result(0));
+    f.push_back(blhd->result(1));
   }
   kiln::Executor exe;
   exe.run(startup);

@@ -6,13 +6,17 @@
 
 namespace kiln {
 
-// (out, lse) = kiln.scaled_dot_product_attention(q, k, v) {causal, scale}
-//   q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv]; f32 or f64, one dtype.
+// (out, lse) = kiln.scaled_dot_product_attention(q, k, v) {causal, scale, layout}
+//   layout "BHLD": q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv], out
+//   [B, H, Lq, Dv]; layout "BLHD" (FlashAttention's, what a linear layer's
+//   [B, L, H·D] result is once reshaped): q [B, Lq, H, D], k [B, Lk, H, D],
+//   v [B, Lk, H, Dv], out [B, Lq, H, Dv]. f32 or f64, one dtype. Both
+//   layouts compute the same numbers: only the rows' addresses differ.
 //   out[b, h, i] = Σ_j softmax_j(s[i, j]) · v[b, h, j] with
 //   s[i, j] = scale · q[b, h, i] · k[b, h, j] (scale 0 means 1 / sqrt(D)) and,
 //   when causal, s[i, j] = -inf for j > i (PyTorch's is_causal: the mask is
 //   aligned at the top-left, so row i sees keys 0..i also when Lq != Lk);
-//   out is [B, H, Lq, Dv]. lse [B, H, Lq] (the operands' dtype) is the
+//   lse [B, H, Lq] (either layout; the operands' dtype) is the
 //   per-row log Σ_j exp(s[i, j]) that the gradient uses to recompute the
 //   probabilities (FlashAttention's saved statistic); it carries no gradient
 //   of its own (a grad flowing into lse is a kiln::Error from the Vjp).
@@ -24,12 +28,13 @@ struct ScaledDotProductAttentionOp
   static constexpr std::string_view name = "kiln.scaled_dot_product_attention";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 3, num_results = 2;
-  KILN_ATTRIBUTES((bool, causal), (double, scale));
+  KILN_ATTRIBUTES((bool, causal), (double, scale), (std::string, layout));
   static void build(Builder& b, OperationArgument& arg, Value q, Value k, Value v,
-                    bool causal = false, double scale = 0);
+                    bool causal = false, double scale = 0, std::string layout = "BHLD");
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
   // scaled_dot_product_attention_grad(q, k, v, out, lse, dout) {causal, scale}
-  //   -> (dq, dk, dv), typed like q, k, v. P is recomputed per tile from q,
+  //   -> (dq, dk, dv), typed like q, k, v (out and dout in the layout of
+  //   the attributes, as the forward's out). P is recomputed per tile from q,
   //   k and lse; with Δ_i = Σ dout[i] ∘ out[i]: dv = Pᵀ·dout,
   //   dS = P ∘ (dout·vᵀ − Δ), dq = scale · dS·k, dk = scale · dSᵀ·q.
   struct Grad : GradSpec<6, 0, 1, 2> {
@@ -40,15 +45,31 @@ struct ScaledDotProductAttentionOp
 // The scale an attention op applies: `scale`, or 1 / sqrt(head_dim) when it is 0.
 double attention_scale(double scale, std::int64_t head_dim);
 
+// Whether `layout` is "BLHD" (true) or "BHLD" (false); kiln::Error naming
+// `op` for anything else.
+bool attention_heads_inner(std::string_view op, std::string_view layout);
+
 // The dims of one attention call at run time (InferMeta may have seen -1
 // dims), every kernel's check: kiln::Error naming `op` and the three shapes
-// unless q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv].
+// unless they fit the layout (q [B, H, Lq, D], k [B, H, Lk, D],
+// v [B, H, Lk, Dv], or [B, L, H, ·] each when heads_inner).
 struct AttentionDims {
-  std::int64_t bh = 0, lq = 0, lk = 0, d = 0, dv = 0;
+  std::int64_t b = 0, h = 0, bh = 0, lq = 0, lk = 0, d = 0, dv = 0;
+  bool heads_inner = false;  // layout "BLHD"
+
+  // Where head `i` (= batch · H + head) of a tensor of `len` rows of
+  // `width` elements per head begins, and the step from one row to the next.
+  std::int64_t head_offset(std::int64_t i, std::int64_t len, std::int64_t width) const {
+    return heads_inner ? ((i / h) * len * h + i % h) * width : i * len * width;
+  }
+  std::int64_t row_step(std::int64_t width) const { return heads_inner ? h * width : width; }
+  // An out-like tensor's dims: [B, H, Lq, Dv] or [B, Lq, H, Dv].
+  Dims out_dims() const;
 };
-AttentionDims attention_dims(std::string_view op, const Dims& q, const Dims& k, const Dims& v);
+AttentionDims attention_dims(std::string_view op, const Dims& q, const Dims& k, const Dims& v,
+                             bool heads_inner = false);
 // The gradient's out, lse and dout checked against q and v's dims.
-void check_attention_grad_operands(std::string_view op, const Dims& q, const AttentionDims& a,
-                                   const Dims& out, const Dims& lse, const Dims& dout);
+void check_attention_grad_operands(std::string_view op, const AttentionDims& a, const Dims& out,
+                                   const Dims& lse, const Dims& dout);
 
 }  // namespace kiln

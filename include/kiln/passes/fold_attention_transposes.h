@@ -1,0 +1,45 @@
+// fold_attention_transposes: the head transposes around attention go into
+// the attention op's layout. A multi-head attention layer computes q, k and
+// v as [B, L, E] (one GEMM), reshapes them to [B, L, H, D] and swaps axes 1
+// and 2 for kiln.scaled_dot_product_attention's [B, H, L, D]; its out is
+// swapped back before the output projection, and the gradient program
+// repeats the swaps around the gradient op. Each swap is a full copy. This
+// rewrite gives the op (and its gradient) layout "BLHD", which reads and
+// writes [B, L, H, D] in place (kiln/dialect/attention_ops.h):
+//
+//   q = transpose(q0){[0, 2, 1, 3]} (same for k, v)
+//   out, lse = scaled_dot_product_attention(q, k, v){layout = "BHLD"}
+//   y = transpose(out){[0, 2, 1, 3]}
+// →
+//   y, lse = scaled_dot_product_attention(q0, k0, v0){layout = "BLHD"}
+//
+// and for the gradient op, whose out and dout operands are swapped the same
+// way and whose dq, dk, dv the backward swaps back. It fires when all of q,
+// k and v are such swaps (of sources nothing writes in place); a reader of
+// out (or dq, dk, dv) that is not a swap back gets one, so the rewrite never
+// adds work. Bit-identical: the kernels do the same arithmetic on rows at
+// other addresses.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "kiln/ir/program.h"
+#include "kiln/passes/fusion.h"
+#include "kiln/passes/pass.h"
+
+namespace kiln {
+
+// Rewrites in `block` and every region nested in it, leaving ops with a
+// result in `keep` (fetched, live-out) as they are; returns the number of
+// attention ops (forward and gradient) that changed layout.
+std::size_t fold_attention_transposes(Block& block, const ValueSet& keep = {},
+                                      PassContext* ctx = nullptr);
+inline std::size_t fold_attention_transposes(Program& program, const ValueSet& keep = {}) {
+  return fold_attention_transposes(program.block(), keep);
+}
+
+// The "fold_attention_transposes" pass; the "fuse" pass runs it first.
+std::unique_ptr<Pass> create_fold_attention_transposes_pass();
+
+}  // namespace kiln

@@ -1,0 +1,188 @@
+// fold_attention_transposes (kiln/passes/fold_attention_transposes.h): the
+// attention ops of a block in program order, each forward op before its
+// gradient; a rewritten forward op leaves a swap of its new out for the
+// gradient op, which that op's rewrite then reads through and erases.
+#include "kiln/passes/fold_attention_transposes.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kiln/dialect/attention_ops.h"
+#include "kiln/dialect/tensor_ops.h"
+#include "kiln/ir/builder.h"
+#include "kiln/ir/region.h"
+#include "kiln/passes/op_effects.h"
+
+namespace kiln {
+
+namespace {
+
+using AttentionGradOp = GradOf<ScaledDotProductAttentionOp>;
+using Attrs = ScaledDotProductAttentionOp::Attributes;
+
+// Axes 1 and 2 of a rank-4 tensor swapped: BHLD ↔ BLHD (its own inverse).
+const std::vector<std::int64_t> kSwap = {0, 2, 1, 3};
+
+bool is_swap(Operation* op) {
+  auto t = op->dyn_cast<TransposeOp>();
+  if (!t || has_placement(*op) || shaped_dims(op->operand_source(0).type()).size() != 4)
+    return false;
+  std::vector<std::int64_t> perm = t.attrs().perm;
+  for (auto& p : perm)
+    if (p < 0) p += 4;
+  return perm == kSwap;
+}
+
+// x when v = swap(x) and the attention op may read x in v's place: nothing
+// writes x in place (the read moves from the swap to the op) and v is a
+// plain value; else a null Value.
+Value swapped_source(Value v, PassContext* ctx) {
+  Operation* def = v.defining_op();
+  if (!def || !is_swap(def) || is_buffer(v, ctx)) return {};
+  Value x = def->operand_source(0);
+  return alias_written_in_place(x, ctx) ? Value() : x;
+}
+
+// v in the other layout: its source when v is a swap, else a new swap of v.
+Value other_layout(Builder& b, Value v, PassContext* ctx) {
+  if (Value x = swapped_source(v, ctx)) return x;
+  return b.create<TransposeOp>(v, kSwap).result();
+}
+
+void replace_uses(Value from, Value to, PassContext* ctx) {
+  if (ctx) ctx->replace_all_uses(from, to);
+  else from.replace_all_uses_with(to);
+}
+void erase_op(Operation* op, PassContext* ctx) {
+  if (ctx) ctx->erase_op(op);
+  else op->erase();
+}
+
+// `from` (a result of the op being replaced) is `to` in the other layout:
+// a reader that swaps `from` back reads `to` instead (the swap erased; a
+// kept one only through a context, which moves the live-out value to `to`);
+// other readers read a swap of `to` made right after `to`'s op.
+void replace_in_other_layout(Value from, Value to, const ValueSet& keep, PassContext* ctx) {
+  std::vector<Operation*> swaps;
+  for (auto use : from.uses()) {
+    Operation* u = use.owner();
+    if (is_swap(u) && (ctx || !keep.count(u->result(0).impl())) && !is_buffer(u->result(0), ctx) &&
+        std::find(swaps.begin(), swaps.end(), u) == swaps.end())
+      swaps.push_back(u);
+  }
+  for (Operation* s : swaps) {
+    replace_uses(s->result(0), to, ctx);
+    erase_op(s, ctx);
+  }
+  if (from.use_empty()) return;
+  Operation* def = to.defining_op();
+  Builder b(*def->parent_block());
+  b.set_insertion_point_after(def);
+  replace_uses(from, b.create<TransposeOp>(to, kSwap).result(), ctx);
+}
+
+// Erases the swaps among `operands` that nothing reads any more (q, k and
+// v may be one value).
+void erase_dead_swaps(std::vector<Value> operands, const ValueSet& keep, PassContext* ctx) {
+  std::vector<Operation*> dead;
+  for (Value v : operands) {
+    Operation* def = v.defining_op();
+    if (def && is_swap(def) && v.use_empty() && !keep.count(v.impl()) &&
+        std::find(dead.begin(), dead.end(), def) == dead.end())
+      dead.push_back(def);
+  }
+  for (Operation* op : dead) erase_op(op, ctx);
+}
+
+bool foldable(Operation* op, const ValueSet& keep, PassContext* ctx) {
+  if (has_placement(*op)) return false;
+  for (std::uint32_t i = 0; i < op->num_results(); ++i)
+    if (keep.count(op->result(i).impl())) return false;
+  const Attrs a = from_attributes<Attrs>(op->attributes(), op->name());
+  if (a.layout != "BHLD") return false;
+  for (std::uint32_t i = 0; i < 3; ++i)
+    if (!swapped_source(op->operand_source(i), ctx)) return false;
+  return true;
+}
+
+std::vector<Value> operands_of(Operation* op) {
+  std::vector<Value> v;
+  for (std::uint32_t i = 0; i < op->num_operands(); ++i) v.push_back(op->operand_source(i));
+  return v;
+}
+
+void fold_forward(Operation* op, const ValueSet& keep, PassContext* ctx) {
+  Attrs a = from_attributes<Attrs>(op->attributes(), op->name());
+  a.layout = "BLHD";
+  const std::vector<Value> old = operands_of(op);
+  Builder b(*op->parent_block());
+  b.set_insertion_point(op);
+  Value q = other_layout(b, old[0], ctx), k = other_layout(b, old[1], ctx),
+        v = other_layout(b, old[2], ctx);
+  Operation* f = b.create<ScaledDotProductAttentionOp>(q, k, v, a.causal, a.scale, a.layout)
+                     .operation();
+  replace_uses(op->result(1), f->result(1), ctx);
+  replace_in_other_layout(op->result(0), f->result(0), keep, ctx);
+  erase_op(op, ctx);
+  erase_dead_swaps(old, keep, ctx);
+}
+
+void fold_gradient(Operation* op, const ValueSet& keep, PassContext* ctx) {
+  Attrs a = from_attributes<Attrs>(op->attributes(), op->name());
+  a.layout = "BLHD";
+  const std::vector<Value> old = operands_of(op);
+  Builder b(*op->parent_block());
+  b.set_insertion_point(op);
+  std::vector<Value> in;
+  for (std::size_t i = 0; i < old.size(); ++i)
+    in.push_back(i == 4 ? old[i] : other_layout(b, old[i], ctx));  // lse is [B, H, Lq] in both
+  Operation* g =
+      b.create<AttentionGradOp>(a, in[0], in[1], in[2], in[3], in[4], in[5]).operation();
+  for (std::uint32_t r = 0; r < 3; ++r)
+    replace_in_other_layout(op->result(r), g->result(r), keep, ctx);
+  erase_op(op, ctx);
+  erase_dead_swaps(old, keep, ctx);
+}
+
+}  // namespace
+
+std::size_t fold_attention_transposes(Block& block, const ValueSet& keep, PassContext* ctx) {
+  std::size_t made = 0;
+  std::vector<Operation*> ops;
+  for (Operation* op : block) {
+    for (std::uint32_t r = 0; r < op->num_regions(); ++r)
+      for (Block* inner : op->region(r)) made += fold_attention_transposes(*inner, keep, ctx);
+    if (op->isa<ScaledDotProductAttentionOp>() || op->isa<AttentionGradOp>()) ops.push_back(op);
+  }
+  for (Operation* op : ops) {
+    if (!foldable(op, keep, ctx)) continue;
+    if (op->isa<ScaledDotProductAttentionOp>()) fold_forward(op, keep, ctx);
+    else fold_gradient(op, keep, ctx);
+    ++made;
+  }
+  return made;
+}
+
+namespace {
+
+class FoldAttentionTransposesPass : public Pass {
+ public:
+  FoldAttentionTransposesPass() : Pass("fold_attention_transposes") {}
+  void run(Program& program, PassContext& ctx) override {
+    ValueSet keep;
+    for (Value v : ctx.live_out()) keep.insert(v.impl());
+    fold_attention_transposes(program.block(), keep, &ctx);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> create_fold_attention_transposes_pass() {
+  return std::make_unique<FoldAttentionTransposesPass>();
+}
+
+KILN_REGISTER_PASS("fold_attention_transposes", [] { return create_fold_attention_transposes_pass(); },
+                   "the [0, 2, 1, 3] transposes around kiln.scaled_dot_product_attention (and its "
+                   "gradient) into the op's layout \"BLHD\"");
+
+}  // namespace kiln

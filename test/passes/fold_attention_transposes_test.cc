@@ -1,0 +1,188 @@
+// fold_attention_transposes (kiln/passes/fold_attention_transposes.h): a
+// transformer layer's head transposes leave its training program (forward
+// and gradient), training gives the same numbers bit for bit, and what the
+// rewrite must leave alone (a value kept, a source written in place, an
+// operand that is no transpose) stays.
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "catch.hpp"
+#include "kiln/dialect/attention_ops.h"
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/exec/executor.h"
+#include "kiln/frontend/frontend.h"
+#include "kiln/frontend/optimizer.h"
+#include "kiln/ir/parser.h"
+#include "kiln/kernel/random.h"
+#include "kiln/passes/fold_attention_transposes.h"
+#include "passes_test_util.h"
+
+using namespace kiln;
+using kiln_passes_test::count_ops;
+using kiln_passes_test::same_bits;
+
+namespace {
+
+// Transposes by [0, 2, 1, 3] in the program.
+std::size_t head_swaps(const Program& p) {
+  std::size_t n = 0;
+  for (Operation* op : p.block())
+    if (auto t = op->dyn_cast<TransposeOp>(); t && t.attrs().perm == std::vector<std::int64_t>{0, 2, 1, 3})
+      ++n;
+  return n;
+}
+
+// The layouts of the program's attention ops (forward and gradient).
+std::vector<std::string> layouts(const Program& p) {
+  std::vector<std::string> out;
+  for (Operation* op : p.block())
+    if (op->isa<ScaledDotProductAttentionOp>() || op->isa<GradOf<ScaledDotProductAttentionOp>>())
+      out.push_back(from_attributes<ScaledDotProductAttentionOp::Attributes>(op->attributes(), op->name())
+                        .layout);
+  return out;
+}
+
+// A causal transformer encoder layer (4 heads of 8) over [2, 6, 32]
+// inputs with a mean loss, trained by Adam: the attention forward and its
+// gradient, each between head transposes.
+struct Model {
+  Program main, startup;
+  Value loss;
+  FeedMap feeds;
+  Model() {
+    UniqueNameGuard names;
+    {
+      ProgramGuard guard(main, startup);
+      Value x = data("x", {2, 6, 32});
+      nn::TransformerEncoderLayer layer(32, 4, 64, /*dropout=*/0.0, "gelu");
+      Value y = layer(x, /*causal=*/true);
+      loss = main_builder().create<MeanOp>(main_builder().create<MulOp>(y, y).result()).result();
+      optim::Adam(1e-2).minimize(loss);
+    }
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    std::vector<float> xs(2 * 6 * 32);
+    for (float& v : xs) v = normal(rng);
+    feeds = {{"x", Tensor::from_vector<float>({2, 6, 32}, xs)}};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a transformer layer's head transposes go into its attention ops' layout",
+          "[passes][fold_attention_transposes]") {
+  Model m;
+  REQUIRE(head_swaps(m.main) == 8);  // q, k, v, out forward; dout, dq, dk, dv backward
+  REQUIRE(layouts(m.main) == std::vector<std::string>{"BHLD", "BHLD"});
+  CHECK(fold_attention_transposes(m.main) == 2);
+  m.main.verify();
+  CHECK(head_swaps(m.main) == 0);
+  CHECK(layouts(m.main) == std::vector<std::string>{"BLHD", "BLHD"});
+  // The text form carries the layout and parses back to the same program.
+  const std::string text = m.main.to_string();
+  CHECK(text.find("layout = \"BLHD\"") != std::string::npos);
+  CHECK(parse_program(text).to_string() == text);
+}
+
+TEST_CASE("training a transformer layer with its head transposes folded gives the same numbers "
+          "bit for bit",
+          "[passes][fold_attention_transposes]") {
+  Model plain, folded;
+  Executor a(Place::cpu(), {.passes = ""});
+  Executor b(Place::cpu(), {.passes = "fold_attention_transposes"});
+  set_random_seed(7);
+  a.run(plain.startup);
+  set_random_seed(7);
+  b.run(folded.startup);
+  for (int step = 0; step < 4; ++step) {
+    INFO("step " << step);
+    const Tensor la = a.run(plain.main, plain.feeds, {plain.loss})[0];
+    const Tensor lb = b.run(folded.main, folded.feeds, {folded.loss})[0];
+    REQUIRE(same_bits(la, lb));
+  }
+  // Eight transposes fewer ran.
+  CHECK(b.last_core()->num_instructions() + 8 == a.last_core()->num_instructions());
+  for (const auto& [name, p] : plain.main.parameters()) {
+    INFO(name);
+    CHECK(same_bits(a.scope().find_var(name)->get<Tensor>(), b.scope().find_var(name)->get<Tensor>()));
+  }
+}
+
+TEST_CASE("the default pipeline folds the head transposes of a CPU program",
+          "[passes][fold_attention_transposes]") {
+  Model m;
+  std::vector<Value> live{m.loss};
+  kiln_passes_test::run_pipeline(m.main, "fuse", live);
+  CHECK(head_swaps(m.main) == 0);
+  CHECK(layouts(m.main) == std::vector<std::string>{"BLHD", "BLHD"});
+}
+
+TEST_CASE("attention whose operands are not all head transposes, or whose result is kept, "
+          "keeps its layout",
+          "[passes][fold_attention_transposes]") {
+  Program p, startup;
+  Value swapped_out, plain_out, q4;
+  {
+    ProgramGuard guard(p, startup);
+    Builder b = main_builder();
+    Value x = data("x", {2, 5, 3, 4});
+    const std::vector<std::int64_t> swap{0, 2, 1, 3};
+    Value q = b.create<TransposeOp>(x, swap).result();
+    // k is no transpose: nothing to fold.
+    q4 = data("k", {2, 3, 5, 4});
+    plain_out = b.create<ScaledDotProductAttentionOp>(q, q4, q4, false).result(0);
+    // All three swapped, but out is kept (live-out): left as it is.
+    swapped_out = b.create<ScaledDotProductAttentionOp>(q, q, q, true).result(0);
+  }
+  ValueSet keep{swapped_out.impl()};
+  CHECK(fold_attention_transposes(p, keep) == 0);
+  CHECK(count_ops(p, "kiln.transpose") == 1);
+  CHECK(layouts(p) == std::vector<std::string>{"BHLD", "BHLD"});
+}
+
+TEST_CASE("attention reading a head transpose of a value written in place keeps its layout",
+          "[passes][fold_attention_transposes]") {
+  Program p, startup;
+  {
+    ProgramGuard guard(p, startup);
+    Builder b = main_builder();
+    Value x = data("x", {2, 5, 3, 4});
+    Value q = b.create<TransposeOp>(x, std::vector<std::int64_t>{0, 2, 1, 3}).result();
+    (void)b.create<Relu_Op>(x);  // x changes after the transpose read it
+    Value out = b.create<ScaledDotProductAttentionOp>(q, q, q, false).result(0);
+    (void)b.create<TransposeOp>(out, std::vector<std::int64_t>{0, 2, 1, 3});
+  }
+  CHECK(fold_attention_transposes(p) == 0);
+  CHECK(head_swaps(p) == 2);
+}
+
+TEST_CASE("a reader of attention's out that is no transpose reads a transpose of the new out",
+          "[passes][fold_attention_transposes]") {
+  Program p, startup;
+  Value y, z;
+  {
+    ProgramGuard guard(p, startup);
+    Builder b = main_builder();
+    Value x = data("x", {2, 5, 3, 4});
+    Value q = b.create<TransposeOp>(x, std::vector<std::int64_t>{0, 2, 1, 3}).result();
+    Value out = b.create<ScaledDotProductAttentionOp>(q, q, q, true).result(0);
+    y = b.create<TransposeOp>(out, std::vector<std::int64_t>{0, 2, 1, 3}).result();
+    z = b.create<ScaleOp>(out, 2.0).result();  // reads out in [B, H, L, D]
+  }
+  Executor plain(Place::cpu(), {.passes = ""});
+  std::vector<float> xs(2 * 5 * 3 * 4);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 37) % 23) / 11.f - 1.f;
+  const FeedMap feed{{"x", Tensor::from_vector<float>({2, 5, 3, 4}, xs)}};
+  const auto want = plain.run(p, feed, {y, z});
+  PassContext ctx({y, z});
+  PassManager::parse("fold_attention_transposes").run(p, ctx);
+  p.verify();
+  CHECK(layouts(p) == std::vector<std::string>{"BLHD"});
+  CHECK(head_swaps(p) == 1);  // the swap back for the scale
+  Executor folded(Place::cpu(), {.passes = ""});
+  const auto got = folded.run(p, feed, {ctx.live_out()[0], ctx.live_out()[1]});
+  CHECK(same_bits(got[0], want[0]));
+  CHECK(same_bits(got[1], want[1]));
+}
