@@ -5,6 +5,7 @@
 #include "kiln/passes/constant_fold.h"
 
 #include <cstring>
+#include <vector>
 #include <unordered_map>
 
 #include "kiln/dialect/builtin.h"
@@ -13,6 +14,7 @@
 #include "kiln/ir/tensor_attribute.h"
 #include "kiln/ir/traits.h"
 #include "kiln/kernel/kernel_registry.h"
+#include "kiln/passes/dce.h"
 #include "kiln/passes/op_effects.h"
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/variable.h"
@@ -124,16 +126,21 @@ class ConstantFoldPass : public Pass {
       if (r.size() != 1) return nullptr;
       return &known.emplace(v.impl(), std::move(r[0])).first->second;
     };
+    std::vector<Operation*> producers;  // of folded ops: dead once nothing else reads them
     for (Operation* op = block.front(); op;) {
       Operation* next = op->next_in_block();
-      if (foldable(*op, options_.max_bytes, ctx)) fold(op, value_of, ctx);
+      if (foldable(*op, options_.max_bytes, ctx)) fold(op, value_of, producers, ctx);
       op = next;
     }
+    // After the walk: `known` is keyed by the addresses of values, which
+    // erased ops would free for new constants to reuse.
+    known.clear();
+    erase_dead_chains(std::move(producers), ctx);
   }
 
  private:
   template <typename ValueOf>
-  void fold(Operation* op, ValueOf& value_of, PassContext& ctx) {
+  void fold(Operation* op, ValueOf& value_of, std::vector<Operation*>& producers, PassContext& ctx) {
     std::vector<Tensor> inputs;
     for (std::uint32_t i = 0; i < op->num_operands(); ++i) {
       const Tensor* t = value_of(op->operand_source(i));
@@ -151,6 +158,8 @@ class ConstantFoldPass : public Pass {
       auto c = b.create<ConstantOp>(attr, op->result_type(i));
       ctx.replace_all_uses(op->result(i), c.result());
     }
+    for (std::uint32_t i = 0; i < op->num_operands(); ++i)
+      if (Operation* def = op->operand_source(i).defining_op()) producers.push_back(def);
     ctx.erase_op(op);
   }
 

@@ -1,7 +1,11 @@
 // PatternRewriter and the greedy driver: a worklist of the block's ops,
 // swept in order; an op a rewrite creates, or whose operand a rewrite
-// replaced, goes back on the worklist, an op it erased comes off.
+// replaced, goes back on the worklist, an op it erased comes off and the
+// producers of that op's operands go on (they may be dead now: a dead op
+// is erased when visited).
 #include "kiln/passes/pattern.h"
+
+#include "kiln/passes/dce.h"
 
 #include <algorithm>
 #include <set>
@@ -93,6 +97,12 @@ class GreedyDriver : public RewriteListener {
         Operation* op = worklist_.back();
         worklist_.pop_back();
         if (!pending_.erase(op)) continue;  // erased, or already visited again
+        if (is_trivially_dead(*op, ctx_)) {  // as MLIR's driver: no pattern needed
+          rewriter.erase_op(op);
+          ++rewrites;
+          fired.insert("erase-dead-op");
+          continue;
+        }
         for (const RewritePattern* p : patterns_for(op)) {
           rewriter.set_insertion_point(op);
           if (p->match_and_rewrite(op, rewriter)) {
@@ -116,7 +126,13 @@ class GreedyDriver : public RewriteListener {
   void op_inserted(Operation* op) override {
     if (op->parent_block() == &block_) push(op);
   }
-  void op_erased(Operation* op) override { pending_.erase(op); }
+  // The producers of what `op` read may be dead now.
+  void op_erased(Operation* op) override {
+    pending_.erase(op);
+    for (std::uint32_t i = 0; i < op->num_operands(); ++i)
+      if (Operation* def = op->operand_source(i).defining_op(); def && def->parent_block() == &block_)
+        push(def);
+  }
   void value_replaced(Value to) override {
     for (OpOperand use : to.uses())
       if (use.owner()->parent_block() == &block_) push(use.owner());

@@ -53,6 +53,24 @@ TEST_CASE("fold evaluates a chain over constants with the ops' kernels into one 
   CHECK(got[0].to_vector<float>() == std::vector<float>{6.25f, 7.25f, 8.25f, 9.25f, 10.25f, 11.25f});
 }
 
+TEST_CASE("fold leaves none of the constants it read behind to run each step, but keeps those "
+          "others read",
+          "[passes][fold]") {
+  Program p;
+  Builder b(p);
+  Value a = b.create<FullOp>(std::vector<std::int64_t>{2, 3}, 2.0).result();
+  Value c = b.create<FullOp>(std::vector<std::int64_t>{3}, 0.5).result();
+  Value s = b.create<AddOp>(a, c).result();
+  Value e = b.create<MulOp>(s, s).result();
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{2, 3}).result();
+  Value out = b.create<AddOp>(e, x).result();
+  Value also = b.create<SubOp>(x, c).result();  // c has another reader: stays
+  run_pipeline(p, "fold", {out, also});
+  CHECK(count_ops(p, "kiln.full") == 1);
+  CHECK(count_ops(p, "builtin.constant") == 1);  // e's; s's went with its only reader
+  CHECK(count_ops(p, "kiln.mul") == 0);
+}
+
 TEST_CASE("a fetched value that folding replaces is still fetched, through the replacement",
           "[passes][fold]") {
   Program p;

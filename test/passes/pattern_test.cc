@@ -70,13 +70,37 @@ TEST_CASE("the greedy driver applies patterns to a fixpoint, revisiting what rew
   Value out = b.create<ReluOp>(e).result();
   PatternSet set;
   set.add<ExpToTanh>().add<TanhTanh>();
-  PassContext ctx({e});
+  PassContext ctx({e, out});
   auto r = apply_patterns_greedily(p.block(), set, ctx);
   CHECK(r.converged);
   CHECK(r.rewrites == 2);
   CHECK(count_ops(p, "kiln.exp") == 0);
   CHECK(out.defining_op()->operand_source(0) == t);
   CHECK(ctx.live_out()[0] == t);  // the live-out exp followed its replacements
+  p.verify();
+}
+
+TEST_CASE("the greedy driver erases the producers a rewrite leaves unused, and other dead ops",
+          "[passes][pattern]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{4}).result();
+  Value t = b.create<TanhOp>(x).result();
+  Value t2 = b.create<TanhOp>(t).result();  // tanh(tanh(x)) → the outer reads x's tanh
+  Value e = b.create<ExpOp>(t2).result();   // → tanh(t2) → t2's producer reused
+  b.create<AbsOp>(x);                       // dead from the start
+  Value side = b.create<ReluOp>(b.create<NegOp>(x).result()).result();  // live-out chain stays
+  PatternSet set;
+  set.add<ExpToTanh>().add<TanhTanh>();
+  PassContext ctx({e, side});
+  auto r = apply_patterns_greedily(p.block(), set, ctx);
+  CHECK(r.converged);
+  // Left: x, one tanh (the live-out value), the live-out neg → relu chain.
+  CHECK(count_ops(p, "kiln.tanh") == 1);
+  CHECK(count_ops(p, "kiln.abs") == 0);
+  CHECK(count_ops(p, "kiln.neg") == 1);
+  CHECK(count_ops(p, "kiln.relu") == 1);
+  CHECK(ctx.live_out()[0] == t);
   p.verify();
 }
 
@@ -99,10 +123,10 @@ TEST_CASE("patterns that never stop are reported: a result flag naming them, and
   Program p;
   Builder b(p);
   Value x = b.create<DataOp>("x", std::vector<std::int64_t>{4}).result();
-  b.create<ReluOp>(x);
+  Value y = b.create<ReluOp>(x).result();
   PatternSet set;
   set.add<AlwaysFires>();
-  PassContext ctx;
+  PassContext ctx({y});  // live-out: not dead
   GreedyRewriteConfig config;
   config.max_iterations = 3;
   auto r = apply_patterns_greedily(p.block(), set, ctx, config);
@@ -114,7 +138,8 @@ TEST_CASE("patterns that never stop are reported: a result flag naming them, and
   set2.add<AlwaysFires>();
   PassManager pm;
   pm.add(std::make_unique<PatternPass>("my-rewrites", std::move(set2), config));
-  KILN_CHECK_ERROR(pm.run(p), Internal, {"'my-rewrites'", "did not converge", "always-fires"});
+  PassContext ctx2({y});
+  KILN_CHECK_ERROR(pm.run(p, ctx2), Internal, {"'my-rewrites'", "did not converge", "always-fires"});
 }
 
 TEST_CASE("a rewrite replacing a value by one of another type is an error naming both types",
@@ -122,10 +147,10 @@ TEST_CASE("a rewrite replacing a value by one of another type is an error naming
   Program p;
   Builder b(p);
   Value x = b.create<DataOp>("x", std::vector<std::int64_t>{4}).result();
-  b.create<SumOp>(x, std::vector<std::int64_t>{0});
+  Value s = b.create<SumOp>(x, std::vector<std::int64_t>{0}).result();
   PatternSet set;
   set.add<BadTypes>();
-  PassContext ctx;
+  PassContext ctx({s});
   KILN_CHECK_ERROR(apply_patterns_greedily(p.block(), set, ctx), InvalidArgument,
                    {"tensor<4xf32>", "tensor<f32>"});
 }

@@ -138,3 +138,17 @@ TEST_CASE("simplify keeps x*1 when the result sets a parameter (the parameter wo
   run_pipeline(f.p, "simplify");
   CHECK(count_ops(f.p, "kiln.mul") == 1);
 }
+
+TEST_CASE("simplify leaves no dead transpose behind: the default pipeline's program runs only "
+          "what the fetch needs",
+          "[passes][simplify]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{2, 3, 4}).result();
+  Value t1 = b.create<TransposeOp>(x, std::vector<std::int64_t>{1, 2, 0}).result();
+  Value back = b.create<TransposeOp>(t1, std::vector<std::int64_t>{2, 0, 1}).result();
+  Value y = b.create<ReluOp>(back).result();
+  run_pipeline(p, kDefaultPasses, {y});
+  CHECK(count_ops(p, "kiln.transpose") == 0);
+  CHECK(count_ops(p, "kiln.relu") == 1);
+}

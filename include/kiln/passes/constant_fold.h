@@ -3,7 +3,8 @@
 // once, at compile time, with its own CPU kernel (the kernel registry: no
 // second implementation of any op's math), and replaced by a
 // builtin.constant holding the result tensor (whose kernel copies it out
-// each run). Never folded: Random, SideEffect, Communication and Inplace
+// each run); the constants it read go too when nothing else reads them
+// (else they would still run each step). Never folded: Random, SideEffect, Communication and Inplace
 // ops, ops with regions, ops without a synchronous CPU kernel, results of
 // unknown (-1) dims, and tensors above the size cap. It folds nothing when
 // the PassContext's target place is a device (builtin.constant has no

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "kiln/passes/pass.h"
 
@@ -15,5 +16,16 @@ namespace kiln {
 std::unique_ptr<Pass> create_dce_pass();
 // Erases the dead ops of one block (not of nested regions); returns how many.
 std::size_t eliminate_dead_ops(Block& block, PassContext& ctx);
+
+// Whether `op` is dead: no result used or live-out, and no effect
+// (kiln/passes/op_effects.h) — what dce erases. Rewrites that leave an
+// op's producers unused erase them with it (the greedy pattern driver and
+// fold do; MLIR's driver erases trivially dead ops the same way).
+bool is_trivially_dead(const Operation& op, const PassContext& ctx);
+
+// Erases each of `ops` that is dead, then each producer of their operands
+// that this leaves dead, transitively; returns how many ops went. `ops` may
+// repeat an op or hold one another's producers.
+std::size_t erase_dead_chains(std::vector<Operation*> ops, PassContext& ctx);
 
 }  // namespace kiln

@@ -148,7 +148,11 @@ struct GreedyRewriteResult {
 // PassManager visits those) until none fires — MLIR's
 // applyPatternsAndFoldGreedily, which likewise reports non-convergence by
 // its result instead of throwing. Ops a rewrite creates or whose operands
-// it changes are visited again in the same sweep.
+// it changes are visited again in the same sweep. A visited op that is dead
+// (kiln/passes/dce.h's is_trivially_dead: unused, not live-out, no effect)
+// is erased, as MLIR's driver does — so a rewrite never leaves behind
+// producers that would still run — and counts as a rewrite
+// ("erase-dead-op").
 GreedyRewriteResult apply_patterns_greedily(Block& block, const PatternSet& patterns,
                                             PassContext& ctx, GreedyRewriteConfig config = {});
 
