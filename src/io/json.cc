@@ -14,6 +14,7 @@
 #include "kiln/ir/builtin_attributes.h"
 #include "kiln/ir/builtin_types.h"
 #include "kiln/ir/ir_context.h"
+#include "kiln/ir/op.h"
 #include "kiln/ir/region.h"
 #include "kiln/support/hash.h"
 #include "kiln/support/nesting_guard.h"
@@ -213,6 +214,7 @@ struct Loader {
       if (auto it = j.find("attrs"); it != j.end() && !it->is_null())
         attrs = DictionaryAttribute::load(*it);
 
+      attrs = with_attribute_defaults(info, attrs);
       Operation* op = Operation::create(operands, result_types, attrs, info, num_regions);
       struct Owner {  // frees the op if the rest of its loading fails
         Operation* op;

@@ -15,6 +15,7 @@
 #include "kiln/ir/builtin_attributes.h"
 #include "kiln/ir/builtin_types.h"
 #include "kiln/ir/ir_context.h"
+#include "kiln/ir/op.h"
 #include "kiln/ir/region.h"
 #include "kiln/ir/tensor_array_type.h"
 #include "kiln/ir/tensor_attribute.h"
@@ -491,6 +492,7 @@ void Parser::operation(Block& block) {
     regions.push_back(region(op_name, info, name_at, static_cast<std::uint32_t>(regions.size())));
 
   where_ = name_at;
+  attrs = with_attribute_defaults(info, attrs);
   Operation* op = Operation::create(args, result_types, attrs, info,
                                     static_cast<std::uint32_t>(regions.size()));
   block.push_back(op);  // the block owns it from here, whatever happens next

@@ -3,6 +3,7 @@
 // the op (rank, head dims, batch / head counts, key / value lengths, dtypes,
 // the gradient op's out / lse / dout), and the Vjp against central finite
 // differences in f64 (causal and not, Lq != Lk, several query tiles).
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -10,6 +11,9 @@
 #include "catch.hpp"
 #include "dialect/grad_check.h"
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/io/json.h"
+#include "kiln/ir/parser.h"
+#include <nlohmann/json.hpp>
 #include "test_util.h"
 
 using namespace kiln;
@@ -203,4 +207,40 @@ TEST_CASE("scaled_dot_product_attention's vjp gives no grads without out's grad 
   CHECK(!g[1]);
   CHECK(!g[2]);
   KILN_CHECK_ERROR(call_vjp(b, op.operation(), {Value(), w}), Unimplemented, {kOp, "lse"});
+}
+
+TEST_CASE("a program saved before attention had a layout loads as layout BHLD, as text or JSON",
+          "[dialect][attention][io]") {
+  // The text form of an attention op as kiln printed it before `layout`.
+  const std::string old_text =
+      "program {\n"
+      "  %0 = kiln.data() {dtype = dtype<f32>, name = \"q\", place = place<cpu>, shape = [1, 2, 3, 4], "
+      "stop_gradient = [true]} : () -> tensor<1x2x3x4xf32>\n"
+      "  %1, %2 = kiln.scaled_dot_product_attention(%0, %0, %0) {causal = true, scale = 0.0} : "
+      "(tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>) -> (tensor<1x2x3x4xf32>, "
+      "tensor<1x2x3xf32>)\n"
+      "}\n";
+  Program p = parse_program(old_text);
+  Operation* att = nullptr;
+  for (Operation* op : p.block())
+    if (op->isa<ScaledDotProductAttentionOp>()) att = op;
+  REQUIRE(att);
+  CHECK(att->attributes().find("layout") == Attribute(StrAttribute::get("BHLD")));
+  p.verify();
+  // The same through JSON: drop the attribute from the saved form.
+  nlohmann::json j = program_to_json(p);
+  std::size_t dropped = 0;
+  std::function<void(nlohmann::json&)> drop = [&](nlohmann::json& x) {
+    if (x.is_object()) {
+      dropped += x.erase("layout");
+      for (auto& [k, v] : x.items()) drop(v);
+    } else if (x.is_array()) {
+      for (auto& v : x) drop(v);
+    }
+  };
+  drop(j);
+  REQUIRE(dropped == 1);
+  const std::string old_json = j.dump();
+  Program q = load_program_json(old_json);
+  CHECK(q.to_string() == p.to_string());
 }

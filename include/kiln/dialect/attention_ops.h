@@ -29,6 +29,10 @@ struct ScaledDotProductAttentionOp
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 3, num_results = 2;
   KILN_ATTRIBUTES((bool, causal), (double, scale), (std::string, layout));
+  // A program saved before `layout` existed loads as BHLD.
+  static std::vector<NamedAttribute> attribute_defaults() {
+    return {{"layout", StrAttribute::get("BHLD")}};
+  }
   static void build(Builder& b, OperationArgument& arg, Value q, Value k, Value v,
                     bool causal = false, double scale = 0, std::string layout = "BHLD");
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);

@@ -107,6 +107,13 @@ struct GradOf : Op<GradOf<Fwd>, ReadOnly, ValueSemantics, InferMetaInterface>,
     (arg.add_operand(operands), ...);
   }
 
+  // The forward op's attribute defaults, when it declares some.
+  static std::vector<NamedAttribute> attribute_defaults()
+    requires requires { Fwd::attribute_defaults(); }
+  {
+    return Fwd::attribute_defaults();
+  }
+
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
     auto out = detail::infer_grad(name, in, num_operands, Spec::results_like.data(),
                                   Spec::results_like.size());

@@ -83,6 +83,26 @@ void copy_alias_map(const C& map, std::vector<std::pair<std::uint32_t, std::uint
 }
 }  // namespace detail
 
+namespace detail {
+// `attrs` plus each of Op::attribute_defaults() it lacks.
+template <typename ConcreteOp>
+DictionaryAttribute with_attribute_defaults(const DictionaryAttribute& attrs) {
+  DictionaryAttribute out = attrs;
+  for (const auto& [key, value] : ConcreteOp::attribute_defaults())
+    if (!out.contains(key)) out = out.with(key, value);
+  return out;
+}
+}  // namespace detail
+
+// What the text parser and the JSON loader give an op of `info`: `attrs`
+// with the op's default for each declared attribute they lack (MLIR's
+// DefaultValuedAttr), so that programs saved before an attribute existed
+// still load; `attrs` itself for an op without defaults.
+inline DictionaryAttribute with_attribute_defaults(OpInfo info, const DictionaryAttribute& attrs) {
+  const auto fill = info.impl()->with_attribute_defaults;
+  return fill ? fill(attrs) : attrs;
+}
+
 template <typename ConcreteOp, typename... Ts>
 std::unique_ptr<detail::OpInfoImpl> Op<ConcreteOp, Ts...>::make_info() {
   static_assert(sizeof(ConcreteOp) == sizeof(OpBase),
@@ -97,6 +117,8 @@ std::unique_ptr<detail::OpInfoImpl> Op<ConcreteOp, Ts...>::make_info() {
   if constexpr (requires { ConcreteOp::num_regions; }) info->num_regions = ConcreteOp::num_regions;
   if constexpr (requires { typename ConcreteOp::Attributes; })
     info->attributes = attribute_schema<typename ConcreteOp::Attributes>();
+  if constexpr (requires { ConcreteOp::attribute_defaults(); })
+    info->with_attribute_defaults = &detail::with_attribute_defaults<ConcreteOp>;
   if constexpr (declares<Inplace>) {
     static_assert(requires { ConcreteOp::inplace_map; },
                   "an Inplace op must declare static constexpr inplace_map {{out, in}, ...}");

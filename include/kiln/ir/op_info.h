@@ -16,6 +16,7 @@
 namespace kiln {
 
 class Dialect;
+class DictionaryAttribute;
 class Operation;
 
 namespace detail {
@@ -28,6 +29,10 @@ struct OpInfoImpl {
   std::vector<std::pair<TypeId, const void*>> interfaces;   // sorted by id
   // Declared attributes with their expected kind name ("bool", "i64", ...).
   std::vector<std::pair<std::string, std::string>> attributes;
+  // The attributes given plus the op's defaults for those missing (an op
+  // declaring attribute_defaults(), for attributes added after programs
+  // were saved without them); null when it declares none.
+  DictionaryAttribute (*with_attribute_defaults)(const DictionaryAttribute&) = nullptr;
   int num_operands = -1;  // -1: variadic
   int num_results = -1;
   int num_regions = 0;
