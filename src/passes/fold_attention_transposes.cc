@@ -33,19 +33,23 @@ bool is_swap(Operation* op) {
   return perm == kSwap;
 }
 
+// The alias questions below are asked of the IR as it stands, not of the
+// context's cached AliasInfo: that one is computed once per pass and knows
+// nothing of the swaps this pass makes.
+
 // x when v = swap(x) and the attention op may read x in v's place: nothing
 // writes x in place (the read moves from the swap to the op) and v is a
 // plain value; else a null Value.
-Value swapped_source(Value v, PassContext* ctx) {
+Value swapped_source(Value v) {
   Operation* def = v.defining_op();
-  if (!def || !is_swap(def) || is_buffer(v, ctx)) return {};
+  if (!def || !is_swap(def) || is_buffer(v)) return {};
   Value x = def->operand_source(0);
-  return alias_written_in_place(x, ctx) ? Value() : x;
+  return alias_written_in_place(x) ? Value() : x;
 }
 
 // v in the other layout: its source when v is a swap, else a new swap of v.
-Value other_layout(Builder& b, Value v, PassContext* ctx) {
-  if (Value x = swapped_source(v, ctx)) return x;
+Value other_layout(Builder& b, Value v) {
+  if (Value x = swapped_source(v)) return x;
   return b.create<TransposeOp>(v, kSwap).result();
 }
 
@@ -66,7 +70,7 @@ void replace_in_other_layout(Value from, Value to, const ValueSet& keep, PassCon
   std::vector<Operation*> swaps;
   for (auto use : from.uses()) {
     Operation* u = use.owner();
-    if (is_swap(u) && (ctx || !keep.count(u->result(0).impl())) && !is_buffer(u->result(0), ctx) &&
+    if (is_swap(u) && (ctx || !keep.count(u->result(0).impl())) && !is_buffer(u->result(0)) &&
         std::find(swaps.begin(), swaps.end(), u) == swaps.end())
       swaps.push_back(u);
   }
@@ -94,14 +98,17 @@ void erase_dead_swaps(std::vector<Value> operands, const ValueSet& keep, PassCon
   for (Operation* op : dead) erase_op(op, ctx);
 }
 
-bool foldable(Operation* op, const ValueSet& keep, PassContext* ctx) {
+// An op in layout BHLD whose q, k and v are swaps it may read through, and
+// whose results are plain values: not kept, not written in place nor held
+// by another op (their readers move to the new op's results).
+bool foldable(Operation* op, const ValueSet& keep) {
   if (has_placement(*op)) return false;
   for (std::uint32_t i = 0; i < op->num_results(); ++i)
-    if (keep.count(op->result(i).impl())) return false;
+    if (keep.count(op->result(i).impl()) || is_buffer(op->result(i))) return false;
   const Attrs a = from_attributes<Attrs>(op->attributes(), op->name());
   if (a.layout != "BHLD") return false;
   for (std::uint32_t i = 0; i < 3; ++i)
-    if (!swapped_source(op->operand_source(i), ctx)) return false;
+    if (!swapped_source(op->operand_source(i))) return false;
   return true;
 }
 
@@ -117,8 +124,7 @@ void fold_forward(Operation* op, const ValueSet& keep, PassContext* ctx) {
   const std::vector<Value> old = operands_of(op);
   Builder b(*op->parent_block());
   b.set_insertion_point(op);
-  Value q = other_layout(b, old[0], ctx), k = other_layout(b, old[1], ctx),
-        v = other_layout(b, old[2], ctx);
+  Value q = other_layout(b, old[0]), k = other_layout(b, old[1]), v = other_layout(b, old[2]);
   Operation* f = b.create<ScaledDotProductAttentionOp>(q, k, v, a.causal, a.scale, a.layout)
                      .operation();
   replace_uses(op->result(1), f->result(1), ctx);
@@ -135,7 +141,7 @@ void fold_gradient(Operation* op, const ValueSet& keep, PassContext* ctx) {
   b.set_insertion_point(op);
   std::vector<Value> in;
   for (std::size_t i = 0; i < old.size(); ++i)
-    in.push_back(i == 4 ? old[i] : other_layout(b, old[i], ctx));  // lse is [B, H, Lq] in both
+    in.push_back(i == 4 ? old[i] : other_layout(b, old[i]));  // lse is [B, H, Lq] in both
   Operation* g =
       b.create<AttentionGradOp>(a, in[0], in[1], in[2], in[3], in[4], in[5]).operation();
   for (std::uint32_t r = 0; r < 3; ++r)
@@ -155,7 +161,7 @@ std::size_t fold_attention_transposes(Block& block, const ValueSet& keep, PassCo
     if (op->isa<ScaledDotProductAttentionOp>() || op->isa<AttentionGradOp>()) ops.push_back(op);
   }
   for (Operation* op : ops) {
-    if (!foldable(op, keep, ctx)) continue;
+    if (!foldable(op, keep)) continue;
     if (op->isa<ScaledDotProductAttentionOp>()) fold_forward(op, keep, ctx);
     else fold_gradient(op, keep, ctx);
     ++made;
@@ -169,6 +175,8 @@ class FoldAttentionTransposesPass : public Pass {
  public:
   FoldAttentionTransposesPass() : Pass("fold_attention_transposes") {}
   void run(Program& program, PassContext& ctx) override {
+    // On a device the BLHD kernel stages through BHLD copies: no gain.
+    if (!ctx.target_place.is_cpu()) return;
     ValueSet keep;
     for (Value v : ctx.live_out()) keep.insert(v.impl());
     fold_attention_transposes(program.block(), keep, &ctx);
@@ -183,6 +191,6 @@ std::unique_ptr<Pass> create_fold_attention_transposes_pass() {
 
 KILN_REGISTER_PASS("fold_attention_transposes", [] { return create_fold_attention_transposes_pass(); },
                    "the [0, 2, 1, 3] transposes around kiln.scaled_dot_product_attention (and its "
-                   "gradient) into the op's layout \"BLHD\"");
+                   "gradient) into the op's layout \"BLHD\" (CPU)");
 
 }  // namespace kiln

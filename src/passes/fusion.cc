@@ -519,6 +519,8 @@ class FusePass : public Pass {
     ValueSet keep;
     for (Value v : ctx.live_out()) keep.insert(v.impl());
     fold_attention_transposes(program.block(), keep, &ctx);
+    keep.clear();  // the fold may have moved live-out values onto new ones
+    for (Value v : ctx.live_out()) keep.insert(v.impl());
     fuse_softmax_cross_entropy(program.block(), keep, &ctx);
     fuse_matmul_epilogue(program.block(), keep, &ctx);
     fuse_elementwise(program.block(), keep, &ctx);

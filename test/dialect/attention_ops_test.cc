@@ -244,3 +244,29 @@ TEST_CASE("a program saved before attention had a layout loads as layout BHLD, a
   Program q = load_program_json(old_json);
   CHECK(q.to_string() == p.to_string());
 }
+
+TEST_CASE("a saved attention gradient op without a layout loads as BHLD, as the forward op does",
+          "[dialect][attention][io]") {
+  const std::string old_text =
+      "program {\n"
+      "  %0 = kiln.data() {dtype = dtype<f32>, name = \"q\", place = place<cpu>, shape = [1, 2, 3, 4], "
+      "stop_gradient = [true]} : () -> tensor<1x2x3x4xf32>\n"
+      "  %1 = kiln.data() {dtype = dtype<f32>, name = \"lse\", place = place<cpu>, shape = [1, 2, 3], "
+      "stop_gradient = [true]} : () -> tensor<1x2x3xf32>\n"
+      "  %2, %3, %4 = kiln.scaled_dot_product_attention_grad(%0, %0, %0, %0, %1, %0) {causal = false, "
+      "scale = 0.0} : (tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>, "
+      "tensor<1x2x3x4xf32>, tensor<1x2x3xf32>, tensor<1x2x3x4xf32>) -> (tensor<1x2x3x4xf32>, "
+      "tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>)\n"
+      "}\n";
+  Program p = parse_program(old_text);
+  Operation* grad = nullptr;
+  for (Operation* op : p.block())
+    if (op->isa<GradOf<ScaledDotProductAttentionOp>>()) grad = op;
+  REQUIRE(grad);
+  CHECK(grad->attributes().find("layout") == Attribute(StrAttribute::get("BHLD")));
+  // A layout of another kind is still an error naming the op and the attribute.
+  std::string bad = old_text;
+  bad.replace(bad.find("causal = false,"), 15, "causal = false, layout = 3 : i64,");
+  KILN_CHECK_ERROR(parse_program(bad), InvalidArgument,
+                   {"'kiln.scaled_dot_product_attention_grad'", "layout"});
+}

@@ -4,6 +4,7 @@
 // OpenBLAS sum in other orders; the CPU's f32 exp is a polynomial).
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernel/cuda_test_util.h"
@@ -62,6 +63,39 @@ TEST_CASE("CUDA attention and its gradient match the CPU's, causal or not", "[cu
       compare_attention<double>(s, causal, 0, 1e-12);
     }
   compare_attention<float>({2, 2, 9, 9, 4, 4}, true, 0.7, 1e-5);
+}
+
+// Layout BLHD ([B, L, H, D] operands; staged through BHLD copies on the
+// device) against the CPU's BLHD kernel.
+template <typename T>
+void compare_blhd(const Shape& s, bool causal, double tol) {
+  INFO("BLHD: B " << s.b << " H " << s.h << " Lq " << s.lq << " Lk " << s.lk << " D " << s.d
+                  << " Dv " << s.dv << " causal " << causal);
+  const std::string layout = "BLHD";
+  const Tensor q = filled<T>({s.b, s.lq, s.h, s.d}, -1, 1, 1),
+               k = filled<T>({s.b, s.lk, s.h, s.d}, -1, 1, 2),
+               v = filled<T>({s.b, s.lk, s.h, s.dv}, -1, 1, 3);
+  auto cpu = run_op<ScaledDotProductAttentionOp>({q, k, v}, causal, 0.0, layout);
+  auto dev = run_cuda_op<ScaledDotProductAttentionOp>({q, k, v}, causal, 0.0, layout);
+  check_same<T>(dev.results[0], cpu.results[0], tol);
+  check_same<T>(dev.results[1], cpu.results[1], tol);
+  const Tensor dout = filled<T>(cpu.results[0].dims(), -1, 1, 4);
+  const std::vector<Tensor> in{q, k, v, cpu.results[0], cpu.results[1], dout};
+  auto gcpu = run_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, 0.0, layout);
+  auto gdev = run_cuda_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, 0.0, layout);
+  for (int i = 0; i < 3; ++i) {
+    INFO("gradient #" << i);
+    check_same<T>(gdev.results[i], gcpu.results[i], tol);
+  }
+}
+
+TEST_CASE("CUDA attention in layout BLHD and its gradient match the CPU's", "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  for (bool causal : {false, true}) {
+    compare_blhd<float>({2, 4, 16, 16, 8, 8}, causal, 1e-5);
+    compare_blhd<float>({1, 3, 7, 19, 5, 3}, causal, 1e-5);
+    compare_blhd<double>({2, 2, 19, 7, 4, 6}, causal, 1e-12);
+  }
 }
 
 TEST_CASE("CUDA attention with no keys, no queries or no head dims gives the CPU's results",

@@ -12,6 +12,7 @@
 #include "kiln/dialect/attention_ops.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
+#include "kiln/frontend/control_flow.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/frontend/optimizer.h"
 #include "kiln/ir/parser.h"
@@ -185,4 +186,78 @@ TEST_CASE("a reader of attention's out that is no transpose reads a transpose of
   const auto got = folded.run(p, feed, {ctx.live_out()[0], ctx.live_out()[1]});
   CHECK(same_bits(got[0], want[0]));
   CHECK(same_bits(got[1], want[1]));
+}
+
+TEST_CASE("attention whose out is written in place before its gradient reads it keeps its "
+          "layout, and the gradient sees the write",
+          "[passes][fold_attention_transposes]") {
+  Program p, startup;
+  Value dq;
+  {
+    ProgramGuard guard(p, startup);
+    Builder b = main_builder();
+    Value x = data("x", {2, 5, 3, 4});
+    Value dout = data("dout", {2, 3, 5, 4});
+    Value q = b.create<TransposeOp>(x, std::vector<std::int64_t>{0, 2, 1, 3}).result();
+    auto att = b.create<ScaledDotProductAttentionOp>(q, q, q, true);
+    Value out = att.result(0), lse = att.result(1);
+    (void)b.create<Relu_Op>(out);  // out changes before the gradient reads it
+    auto g = b.create<GradOf<ScaledDotProductAttentionOp>>(att.operation(), q, q, q, out, lse, dout);
+    dq = b.create<TransposeOp>(g.operation()->result(0), std::vector<std::int64_t>{0, 2, 1, 3})
+             .result();
+  }
+  std::vector<float> xs(2 * 5 * 3 * 4), ds(xs.size());
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 37) % 23) / 11.f - 1.f;
+  for (std::size_t i = 0; i < ds.size(); ++i) ds[i] = static_cast<float>((i * 17) % 13) / 7.f - 1.f;
+  const FeedMap feed{{"x", Tensor::from_vector<float>({2, 5, 3, 4}, xs)},
+                     {"dout", Tensor::from_vector<float>({2, 3, 5, 4}, ds)}};
+  Executor plain(Place::cpu(), {.passes = ""});
+  const auto want = plain.run(p, feed, {dq});
+  // Through a pass manager: the context's alias information is cached.
+  PassContext ctx({dq});
+  PassManager::parse("fold_attention_transposes").run(p, ctx);
+  p.verify();
+  CHECK(layouts(p)[0] == "BHLD");  // the forward op's out is a buffer
+  Executor folded(Place::cpu(), {.passes = ""});
+  const auto got = folded.run(p, feed, {ctx.live_out()[0]});
+  CHECK(same_bits(got[0], want[0]));
+}
+
+TEST_CASE("attention in a branch folds its head transposes there",
+          "[passes][fold_attention_transposes]") {
+  Program p, startup;
+  Value result;
+  {
+    ProgramGuard guard(p, startup);
+    Value x = data("x", {2, 5, 3, 4});
+    Value flag = data("flag", {1}, DataType::Bool);
+    // if (flag) { transpose → attention → transpose } else { x }
+    auto branches = cond(flag, [&] {
+      Builder b = main_builder();
+      Value q = b.create<TransposeOp>(x, std::vector<std::int64_t>{0, 2, 1, 3}).result();
+      Value o = b.create<ScaledDotProductAttentionOp>(q, q, q, false).result(0);
+      return std::vector<Value>{b.create<TransposeOp>(o, std::vector<std::int64_t>{0, 2, 1, 3}).result()};
+    }, [&] { return std::vector<Value>{x}; });
+    result = branches[0];
+  }
+  std::vector<float> xs(2 * 5 * 3 * 4);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 29) % 19) / 9.f - 1.f;
+  const FeedMap feed{{"x", Tensor::from_vector<float>({2, 5, 3, 4}, xs)},
+                     {"flag", Tensor::from_vector<bool>({1}, {true})}};
+  Executor plain(Place::cpu(), {.passes = ""});
+  const auto want = plain.run(p, feed, {result});
+  PassContext ctx({result});
+  PassManager::parse("fold_attention_transposes").run(p, ctx);
+  p.verify();
+  CHECK(count_ops(p, "kiln.transpose") == 0);
+  Executor folded(Place::cpu(), {.passes = ""});
+  CHECK(same_bits(folded.run(p, feed, {ctx.live_out()[0]})[0], want[0]));
+}
+
+TEST_CASE("the pass leaves a program for a device as it is", "[passes][fold_attention_transposes]") {
+  Model m;
+  PassContext ctx({m.loss});
+  ctx.target_place = Place::cuda(0);
+  PassManager::parse("fold_attention_transposes").run(m.main, ctx);
+  CHECK(head_swaps(m.main) == 8);
 }

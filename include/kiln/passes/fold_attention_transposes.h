@@ -15,10 +15,15 @@
 //
 // and for the gradient op, whose out and dout operands are swapped the same
 // way and whose dq, dk, dv the backward swaps back. It fires when all of q,
-// k and v are such swaps (of sources nothing writes in place); a reader of
-// out (or dq, dk, dv) that is not a swap back gets one, so the rewrite never
-// adds work. Bit-identical: the kernels do the same arithmetic on rows at
-// other addresses.
+// k and v are such swaps of sources nothing writes in place, and the op's
+// results are plain values (not live-out, written in place or held by
+// another op). A reader of out (or dq, dk, dv) that is not a swap back gets
+// one, and a swap of q, k or v that another op also reads stays: in such
+// programs the rewrite trades transposes instead of removing them. What
+// multi-head attention layers build loses all of them (eight per layer in
+// training). Bit-identical: the kernels do the same arithmetic on rows at
+// other addresses. The pass acts on CPU targets only: the CUDA kernel of
+// layout BLHD stages through BHLD copies, the transposes' work again.
 #pragma once
 
 #include <cstddef>

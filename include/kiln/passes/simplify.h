@@ -3,7 +3,10 @@
 // broadcast may change the shape); transpose∘transpose → one transpose
 // (composed perms) or x; reshape∘reshape → one reshape; a cast to x's own
 // dtype → x; scale by 1 with bias 0 → x. A value some op writes in place is
-// never replaced (it is a buffer, not a value).
+// never replaced (it is a buffer, not a value). As a pattern pass it also
+// erases every dead op of the block (the greedy driver's rule, pattern.h):
+// what the rewrites leave unused, and anything else unused that has no
+// effect and is not live-out.
 #pragma once
 
 #include <memory>
