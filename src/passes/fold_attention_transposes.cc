@@ -53,15 +53,6 @@ Value other_layout(Builder& b, Value v) {
   return b.create<TransposeOp>(v, kSwap).result();
 }
 
-void replace_uses(Value from, Value to, PassContext* ctx) {
-  if (ctx) ctx->replace_all_uses(from, to);
-  else from.replace_all_uses_with(to);
-}
-void erase_op(Operation* op, PassContext* ctx) {
-  if (ctx) ctx->erase_op(op);
-  else op->erase();
-}
-
 // `from` (a result of the op being replaced) is `to` in the other layout:
 // a reader that swaps `from` back reads `to` instead (the swap erased; a
 // kept one only through a context, which moves the live-out value to `to`);
@@ -75,14 +66,14 @@ void replace_in_other_layout(Value from, Value to, const ValueSet& keep, PassCon
       swaps.push_back(u);
   }
   for (Operation* s : swaps) {
-    replace_uses(s->result(0), to, ctx);
+    replace_all_uses(s->result(0), to, ctx);
     erase_op(s, ctx);
   }
   if (from.use_empty()) return;
   Operation* def = to.defining_op();
   Builder b(*def->parent_block());
   b.set_insertion_point_after(def);
-  replace_uses(from, b.create<TransposeOp>(to, kSwap).result(), ctx);
+  replace_all_uses(from, b.create<TransposeOp>(to, kSwap).result(), ctx);
 }
 
 // Erases the swaps among `operands` that nothing reads any more (q, k and
@@ -127,7 +118,7 @@ void fold_forward(Operation* op, const ValueSet& keep, PassContext* ctx) {
   Value q = other_layout(b, old[0]), k = other_layout(b, old[1]), v = other_layout(b, old[2]);
   Operation* f = b.create<ScaledDotProductAttentionOp>(q, k, v, a.causal, a.scale, a.layout)
                      .operation();
-  replace_uses(op->result(1), f->result(1), ctx);
+  replace_all_uses(op->result(1), f->result(1), ctx);
   replace_in_other_layout(op->result(0), f->result(0), keep, ctx);
   erase_op(op, ctx);
   erase_dead_swaps(old, keep, ctx);
@@ -177,9 +168,7 @@ class FoldAttentionTransposesPass : public Pass {
   void run(Program& program, PassContext& ctx) override {
     // On a device the BLHD kernel stages through BHLD copies: no gain.
     if (!ctx.target_place.is_cpu()) return;
-    ValueSet keep;
-    for (Value v : ctx.live_out()) keep.insert(v.impl());
-    fold_attention_transposes(program.block(), keep, &ctx);
+    fold_attention_transposes(program.block(), live_out_set(ctx), &ctx);
   }
 };
 

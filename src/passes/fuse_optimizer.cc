@@ -17,6 +17,7 @@
 #include "kiln/dialect/merged_optimizer_ops.h"
 #include "kiln/ir/builder.h"
 #include "kiln/ir/region.h"
+#include "kiln/passes/fusion.h"
 #include "kiln/passes/op_effects.h"
 
 namespace kiln {
@@ -217,16 +218,14 @@ class BlockMerger {
         Operation* op = ops_[members[i]];
         for (std::uint32_t k = 0; k < op->num_results(); ++k, ++r) {
           Value from = op->result(k), to = merged->result(r);
-          if (ctx_) ctx_->replace_all_uses(from, to);
-          else from.replace_all_uses_with(to);
+          replace_all_uses(from, to, ctx_);
         }
       }
       ++made_;
       begin = end;
     }
     for (auto it = members.rbegin(); it != members.rend(); ++it) {
-      if (ctx_) ctx_->erase_op(ops_[*it]);
-      else ops_[*it]->erase();
+      erase_op(ops_[*it], ctx_);
     }
     return true;
   }

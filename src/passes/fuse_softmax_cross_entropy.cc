@@ -201,14 +201,10 @@ std::size_t rewrite_block(Block& block, const ValueSet& keep, PassContext* ctx) 
       fused->erase();
       continue;
     }
-    if (ctx) ctx->replace_all_uses(old, loss);
-    else old.replace_all_uses_with(loss);
+    replace_all_uses(old, loss, ctx);
     // The chain (program order), then what only it read.
     std::vector<Operation*> dead(m->chain.rbegin(), m->chain.rend());
-    auto erase = [&](Operation* op) {
-      if (ctx) ctx->erase_op(op);
-      else op->erase();
-    };
+    auto erase = [&](Operation* op) { erase_op(op, ctx); };
     // Defined outside the chain (alive after it goes), each once: an op
     // erased below must not be reached again through a second copy.
     std::vector<Value> inputs;
@@ -254,9 +250,7 @@ class FuseSoftmaxCrossEntropyPass : public Pass {
  public:
   FuseSoftmaxCrossEntropyPass() : Pass("fuse_softmax_ce") {}
   void run(Program& program, PassContext& ctx) override {
-    ValueSet keep;
-    for (Value v : ctx.live_out()) keep.insert(v.impl());
-    fuse_softmax_cross_entropy(program.block(), keep, &ctx);
+    fuse_softmax_cross_entropy(program.block(), live_out_set(ctx), &ctx);
   }
 };
 

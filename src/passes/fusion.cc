@@ -26,6 +26,22 @@
 
 namespace kiln {
 
+ValueSet live_out_set(const PassContext& ctx) {
+  ValueSet keep;
+  for (Value v : ctx.live_out()) keep.insert(v.impl());
+  return keep;
+}
+
+void replace_all_uses(Value from, Value to, PassContext* ctx) {
+  if (ctx) ctx->replace_all_uses(from, to);
+  else from.replace_all_uses_with(to);
+}
+
+void erase_op(Operation* op, PassContext* ctx) {
+  if (ctx) ctx->erase_op(op);
+  else op->erase();
+}
+
 namespace {
 
 const void* key(Value v) { return v.impl(); }
@@ -52,17 +68,6 @@ bool one_element(Type t) {
 bool barrier(Operation* op) {
   return op->has_trait<Inplace>() || op->has_trait<SideEffect>() || op->has_trait<Communication>() ||
          op->num_regions() > 0;
-}
-
-// Through the pass context when there is one (it follows live-out values
-// and tells its listener what goes).
-void replace_uses(Value from, Value to, PassContext* ctx) {
-  if (ctx) ctx->replace_all_uses(from, to);
-  else from.replace_all_uses_with(to);
-}
-void erase_op(Operation* op, PassContext* ctx) {
-  if (ctx) ctx->erase_op(op);
-  else op->erase();
 }
 
 // A kiln.full whose value may stand in for a register of type `t` (not one
@@ -381,7 +386,7 @@ class BlockFuser {
     order_[last] = (after ? order_.at(after) : -1.0) + std::ldexp(1.0, -20);
     for (std::size_t k = 0; k < replaced.size(); ++k) {
       Value r = fused.operation()->result(static_cast<std::uint32_t>(k));
-      replace_uses(replaced[k], r, ctx_);
+      replace_all_uses(replaced[k], r, ctx_);
       replaced_[key(replaced[k])] = r;
     }
     auto erase = [&](Operation* op) {
@@ -486,7 +491,7 @@ std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep, PassContext
     b.set_insertion_point(last_op);
     auto fused = b.create<FusedMatmulOp>(mm->operand_source(0), mm->operand_source(1), bias,
                                          ma.transpose_x, ma.transpose_y, activation);
-    replace_uses(last_op->result(0), fused.operation()->result(0), ctx);
+    replace_all_uses(last_op->result(0), fused.operation()->result(0), ctx);
     if (last_op != add) erase_op(last_op, ctx);
     erase_op(add, ctx);
     erase_op(mm, ctx);
@@ -516,11 +521,9 @@ class FusePass : public Pass {
   FusePass() : Pass("fuse") {}
   void run(Program& program, PassContext& ctx) override {
     if (!ctx.target_place.is_cpu()) return;
-    ValueSet keep;
-    for (Value v : ctx.live_out()) keep.insert(v.impl());
-    fold_attention_transposes(program.block(), keep, &ctx);
-    keep.clear();  // the fold may have moved live-out values onto new ones
-    for (Value v : ctx.live_out()) keep.insert(v.impl());
+    fold_attention_transposes(program.block(), live_out_set(ctx), &ctx);
+    // After the fold, which may have moved live-out values onto new ones.
+    const ValueSet keep = live_out_set(ctx);
     fuse_softmax_cross_entropy(program.block(), keep, &ctx);
     fuse_matmul_epilogue(program.block(), keep, &ctx);
     fuse_elementwise(program.block(), keep, &ctx);

@@ -24,6 +24,15 @@ namespace kiln {
 // The values (by impl) a rewrite must keep as they are: fetched, fed.
 using ValueSet = std::unordered_set<const void*>;
 
+// The context's live-out values, as a ValueSet.
+ValueSet live_out_set(const PassContext& ctx);
+
+// The fusion rewrites' edits: through the context when there is one (it
+// follows live-out values and tells its listener what goes), else on the
+// IR directly.
+void replace_all_uses(Value from, Value to, PassContext* ctx);
+void erase_op(Operation* op, PassContext* ctx);
+
 // Fuses in `block` and in every region nested in it; returns the number of
 // fused ops created.
 // With a PassContext, replacements and erasures go through it.
