@@ -109,22 +109,12 @@ std::vector<Value> operands_of(Operation* op) {
   return v;
 }
 
-void fold_forward(Operation* op, const ValueSet& keep, PassContext* ctx) {
-  Attrs a = from_attributes<Attrs>(op->attributes(), op->name());
-  a.layout = "BLHD";
-  const std::vector<Value> old = operands_of(op);
-  Builder b(*op->parent_block());
-  b.set_insertion_point(op);
-  Value q = other_layout(b, old[0]), k = other_layout(b, old[1]), v = other_layout(b, old[2]);
-  Operation* f = b.create<ScaledDotProductAttentionOp>(q, k, v, a.causal, a.scale, a.layout)
-                     .operation();
-  replace_all_uses(op->result(1), f->result(1), ctx);
-  replace_in_other_layout(op->result(0), f->result(0), keep, ctx);
-  erase_op(op, ctx);
-  erase_dead_swaps(old, keep, ctx);
-}
-
-void fold_gradient(Operation* op, const ValueSet& keep, PassContext* ctx) {
+// Replaces `op` (forward or gradient) by its BLHD twin reading its operands
+// in the other layout (lse, the gradient's operand #4, is [B, H, Lq] in
+// both), and gives its results' readers the twin's: the forward's lse as it
+// is, every other result through replace_in_other_layout.
+void fold(Operation* op, const ValueSet& keep, PassContext* ctx) {
+  const bool forward = op->isa<ScaledDotProductAttentionOp>();
   Attrs a = from_attributes<Attrs>(op->attributes(), op->name());
   a.layout = "BLHD";
   const std::vector<Value> old = operands_of(op);
@@ -132,11 +122,15 @@ void fold_gradient(Operation* op, const ValueSet& keep, PassContext* ctx) {
   b.set_insertion_point(op);
   std::vector<Value> in;
   for (std::size_t i = 0; i < old.size(); ++i)
-    in.push_back(i == 4 ? old[i] : other_layout(b, old[i]));  // lse is [B, H, Lq] in both
-  Operation* g =
-      b.create<AttentionGradOp>(a, in[0], in[1], in[2], in[3], in[4], in[5]).operation();
-  for (std::uint32_t r = 0; r < 3; ++r)
-    replace_in_other_layout(op->result(r), g->result(r), keep, ctx);
+    in.push_back(!forward && i == 4 ? old[i] : other_layout(b, old[i]));
+  Operation* twin =
+      forward ? b.create<ScaledDotProductAttentionOp>(in[0], in[1], in[2], a.causal, a.scale, a.layout)
+                    .operation()
+              : b.create<AttentionGradOp>(a, in[0], in[1], in[2], in[3], in[4], in[5]).operation();
+  for (std::uint32_t r = 0; r < op->num_results(); ++r) {
+    if (forward && r == 1) replace_all_uses(op->result(r), twin->result(r), ctx);
+    else replace_in_other_layout(op->result(r), twin->result(r), keep, ctx);
+  }
   erase_op(op, ctx);
   erase_dead_swaps(old, keep, ctx);
 }
@@ -153,8 +147,7 @@ std::size_t fold_attention_transposes(Block& block, const ValueSet& keep, PassCo
   }
   for (Operation* op : ops) {
     if (!foldable(op, keep)) continue;
-    if (op->isa<ScaledDotProductAttentionOp>()) fold_forward(op, keep, ctx);
-    else fold_gradient(op, keep, ctx);
+    fold(op, keep, ctx);
     ++made;
   }
   return made;

@@ -43,6 +43,23 @@ std::vector<Type> sdpa_grad(std::vector<Type> in) {
   return GradOf<ScaledDotProductAttentionOp>::infer_meta(in, attrs());
 }
 
+// The text of a kiln.data op %<id> of f32 `dims` ("1, 2, 3") and type
+// `type` ("1x2x3"), as kiln prints it.
+std::string data_line(int id, const char* name, const char* dims, const char* type) {
+  return "  %" + std::to_string(id) + " = kiln.data() {dtype = dtype<f32>, name = \"" + name +
+         "\", place = place<cpu>, shape = [" + dims + "], stop_gradient = [true]} : () -> tensor<" +
+         type + "xf32>\n";
+}
+
+// The first op of class OpT in p's block (REQUIREd).
+template <typename OpT>
+Operation* first_op(const Program& p) {
+  for (Operation* op : p.block())
+    if (op->isa<OpT>()) return op;
+  FAIL("no " << OpT::name << " in the program");
+  return nullptr;
+}
+
 constexpr const char* kOp = "'kiln.scaled_dot_product_attention'";
 constexpr const char* kGradOp = "'kiln.scaled_dot_product_attention_grad'";
 }  // namespace
@@ -213,18 +230,13 @@ TEST_CASE("a program saved before attention had a layout loads as layout BHLD, a
           "[dialect][attention][io]") {
   // The text form of an attention op as kiln printed it before `layout`.
   const std::string old_text =
-      "program {\n"
-      "  %0 = kiln.data() {dtype = dtype<f32>, name = \"q\", place = place<cpu>, shape = [1, 2, 3, 4], "
-      "stop_gradient = [true]} : () -> tensor<1x2x3x4xf32>\n"
+      "program {\n" + data_line(0, "q", "1, 2, 3, 4", "1x2x3x4") +
       "  %1, %2 = kiln.scaled_dot_product_attention(%0, %0, %0) {causal = true, scale = 0.0} : "
       "(tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>) -> (tensor<1x2x3x4xf32>, "
       "tensor<1x2x3xf32>)\n"
       "}\n";
   Program p = parse_program(old_text);
-  Operation* att = nullptr;
-  for (Operation* op : p.block())
-    if (op->isa<ScaledDotProductAttentionOp>()) att = op;
-  REQUIRE(att);
+  Operation* att = first_op<ScaledDotProductAttentionOp>(p);
   CHECK(att->attributes().find("layout") == Attribute(StrAttribute::get("BHLD")));
   p.verify();
   // The same through JSON: drop the attribute from the saved form.
@@ -248,21 +260,15 @@ TEST_CASE("a program saved before attention had a layout loads as layout BHLD, a
 TEST_CASE("a saved attention gradient op without a layout loads as BHLD, as the forward op does",
           "[dialect][attention][io]") {
   const std::string old_text =
-      "program {\n"
-      "  %0 = kiln.data() {dtype = dtype<f32>, name = \"q\", place = place<cpu>, shape = [1, 2, 3, 4], "
-      "stop_gradient = [true]} : () -> tensor<1x2x3x4xf32>\n"
-      "  %1 = kiln.data() {dtype = dtype<f32>, name = \"lse\", place = place<cpu>, shape = [1, 2, 3], "
-      "stop_gradient = [true]} : () -> tensor<1x2x3xf32>\n"
+      "program {\n" + data_line(0, "q", "1, 2, 3, 4", "1x2x3x4") +
+      data_line(1, "lse", "1, 2, 3", "1x2x3") +
       "  %2, %3, %4 = kiln.scaled_dot_product_attention_grad(%0, %0, %0, %0, %1, %0) {causal = false, "
       "scale = 0.0} : (tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>, "
       "tensor<1x2x3x4xf32>, tensor<1x2x3xf32>, tensor<1x2x3x4xf32>) -> (tensor<1x2x3x4xf32>, "
       "tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>)\n"
       "}\n";
   Program p = parse_program(old_text);
-  Operation* grad = nullptr;
-  for (Operation* op : p.block())
-    if (op->isa<GradOf<ScaledDotProductAttentionOp>>()) grad = op;
-  REQUIRE(grad);
+  Operation* grad = first_op<GradOf<ScaledDotProductAttentionOp>>(p);
   CHECK(grad->attributes().find("layout") == Attribute(StrAttribute::get("BHLD")));
   // A layout of another kind is still an error naming the op and the attribute.
   std::string bad = old_text;
