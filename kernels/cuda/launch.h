@@ -12,8 +12,8 @@
 
 #include <cstdint>
 
-#include "kiln/kernel/pool_window.h"
-#include "kiln/runtime/dims.h"
+#include "kiln/dialect/pool_window.h"
+#include "kiln/support/dims.h"
 #include "kiln/support/data_type.h"
 
 namespace kiln::cuda {

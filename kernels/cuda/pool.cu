@@ -1,5 +1,5 @@
 // Device halves of the CUDA max_pool2d / avg_pool2d and their gradients
-// (NCHW), from the CPU's window functions (kiln/kernel/pool_window.h): one
+// (NCHW), from the CPU's window functions (kiln/dialect/pool_window.h): one
 // thread per output element forward; one per input element backward,
 // gathering from the windows that hold it in the CPU's (oh, ow) order — no
 // atomics, so the gradients are the CPU's bit for bit.

@@ -2,7 +2,7 @@
 #include "kiln/dialect/send_recv_ops.h"
 
 #include "kiln/dialect/infer_meta_util.h"
-#include "kiln/runtime/rendezvous_key.h"
+#include "kiln/dialect/rendezvous_key.h"
 
 namespace kiln {
 

@@ -8,7 +8,7 @@
 #include <ostream>
 #include <sstream>
 
-#include "kiln/io/json.h"
+#include "kiln/ir/ir_json.h"
 #include "kiln/ir/attribute_struct.h"
 #include "kiln/ir/builtin_attributes.h"
 #include "kiln/ir/builtin_types.h"

@@ -8,7 +8,7 @@
 #include <ostream>
 #include <sstream>
 
-#include "kiln/io/json.h"
+#include "kiln/ir/ir_json.h"
 #include "kiln/ir/text_form.h"
 #include "kiln/support/error.h"
 #include "kiln/support/hash.h"

@@ -6,7 +6,7 @@
 #include "kiln/ir/builtin_attributes.h"
 #include "kiln/ir/builtin_types.h"
 #include "kiln/ir/tensor_array_type.h"
-#include "kiln/io/json.h"
+#include "kiln/ir/ir_json.h"
 
 namespace kiln {
 

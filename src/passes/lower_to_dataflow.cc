@@ -9,7 +9,7 @@
 
 #include "kiln/dialect/control_flow_ops.h"
 #include "kiln/dialect/dataflow_ops.h"
-#include "kiln/exec/cost_model.h"
+#include "kiln/kernel/kernel_cost.h"
 #include "kiln/ir/builder.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/passes/op_effects.h"
@@ -359,7 +359,7 @@ bool iterations_can_overlap(Operation* op) {
   }
   for (std::size_t h = 0; h < ops.size(); ++h) {
     const Operation* heavy = ops[h];
-    if (estimated_ns(*heavy) <= double(CostModel::kExpensiveNs)) continue;
+    if (estimated_ns(*heavy) <= double(kExpensiveKernelNs)) continue;
     // What its results reach in this iteration.
     std::unordered_set<const detail::ValueImpl*> reach;
     for (std::uint32_t r = 0; r < heavy->num_results(); ++r) reach.insert(heavy->result(r).impl());

@@ -3,8 +3,7 @@
 
 #include "kiln/dialect/builtin.h"
 #include "kiln/dialect/io_ops.h"
-#include "kiln/exec/execution_options.h"
-#include "kiln/exec/partitioner.h"
+#include "kiln/dialect/placement_attributes.h"
 #include "kiln/ir/inplace_pairs.h"
 #include "kiln/ir/region.h"
 #include "kiln/ir/traits.h"

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "kiln/dialect/grad_op.h"
-#include "kiln/runtime/dims.h"
+#include "kiln/support/dims.h"
 
 namespace kiln {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kiln/dialect/grad_op.h"
-#include "kiln/runtime/dims.h"
+#include "kiln/support/dims.h"
 
 namespace kiln {
 

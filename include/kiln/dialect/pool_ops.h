@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "kiln/dialect/grad_op.h"
-#include "kiln/kernel/pool_window.h"
-#include "kiln/runtime/dims.h"
+#include "kiln/dialect/pool_window.h"
+#include "kiln/support/dims.h"
 
 namespace kiln {
 

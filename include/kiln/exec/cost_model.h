@@ -16,11 +16,13 @@
 #include <limits>
 #include <memory>
 
+#include "kiln/kernel/kernel_cost.h"
+
 namespace kiln {
 
 class CostModel {
  public:
-  static constexpr std::int64_t kExpensiveNs = 2000;
+  static constexpr std::int64_t kExpensiveNs = kExpensiveKernelNs;
   static constexpr int kCalibrationRuns = 2;
   // After calibration, one run in kSampleEvery (per run state) is measured.
   static constexpr std::uint64_t kSampleEvery = 128;

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/dialect/placement_attributes.h"
 #include "kiln/ir/value.h"
 #include "kiln/support/place.h"
 
@@ -125,8 +126,5 @@ struct ExecutionOptions {
   std::size_t cache_capacity = 32;
 };
 
-// The op attribute naming the stream an op's kernel is launched onto (a
-// non-empty string; ops naming the same string share one in-order stream).
-inline constexpr std::string_view kExecutionStreamAttr = "execution_stream";
 
 }  // namespace kiln

@@ -21,11 +21,11 @@
 
 #include "kiln/exec/executor.h"
 #include "kiln/exec/run_options.h"
+#include "kiln/dialect/placement_attributes.h"
 #include "kiln/ir/program.h"
 
 namespace kiln {
 
-inline constexpr std::string_view kPlaceAttr = "kiln.place";
 
 // Puts `op` on `place` for partition().
 void set_op_place(Operation* op, Place place);

@@ -1,4 +1,5 @@
-// The JSON form of programs, types and attributes (nlohmann_json), and the
+// The JSON form of programs (nlohmann_json; types and attributes:
+// kiln/ir/ir_json.h), and the
 // content hash: xxh64 of the canonical (sorted-key, compact) JSON, stable
 // across runs and processes. Loading validates everything and reports bad
 // input as kiln::Error naming what was wrong and where.
@@ -10,17 +11,13 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "kiln/ir/ir_json.h"  // types and attributes
 #include "kiln/ir/program.h"
 
 namespace kiln {
 
 // Version of the program format; loading another version is an error.
 inline constexpr int kProgramFormatVersion = 1;
-
-nlohmann::json type_to_json(Type t);
-Type type_from_json(const nlohmann::json& j);
-nlohmann::json attribute_to_json(Attribute a);
-Attribute attribute_from_json(const nlohmann::json& j);
 
 nlohmann::json program_to_json(const Program& p);
 Program program_from_json(const nlohmann::json& j);
@@ -38,9 +35,5 @@ Program load_program_file(const std::string& path);
 
 // xxh64 of the canonical JSON.
 std::uint64_t content_hash(const Program& p);
-
-// A short description of a JSON value for error messages (never the whole
-// document).
-std::string json_brief(const nlohmann::json& j);
 
 }  // namespace kiln

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "kiln/runtime/dims.h"
+#include "kiln/support/dims.h"
 
 namespace kiln {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kiln/runtime/dims.h"
+#include "kiln/support/dims.h"
 
 namespace kiln {
 

@@ -54,7 +54,7 @@ bool can_lower_to_dataflow(const Program& program);
 std::unique_ptr<Pass> create_auto_lower_to_dataflow_pass();
 
 // The kiln.while ops (nested ones included) whose body has an op estimated
-// from static shapes to take longer than CostModel::kExpensiveNs that
+// from static shapes to take longer than kExpensiveKernelNs (kiln/kernel/kernel_cost.h) that
 // neither the loop's condition (through the carried values it is computed
 // from, over iterations) nor the op's own next instance depends on: while
 // that op runs, the next iteration's condition and counter can run ahead

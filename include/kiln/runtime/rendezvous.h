@@ -15,7 +15,7 @@
 
 #include "kiln/runtime/callback.h"
 #include "kiln/runtime/cancellation.h"
-#include "kiln/runtime/rendezvous_key.h"
+#include "kiln/dialect/rendezvous_key.h"
 #include "kiln/runtime/small_queue.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/support/data_type.h"

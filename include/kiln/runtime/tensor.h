@@ -14,7 +14,7 @@
 
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/buffer.h"
-#include "kiln/runtime/dims.h"
+#include "kiln/support/dims.h"
 #include "kiln/support/data_type.h"
 #include "kiln/support/error.h"
 #include "kiln/support/host_device.h"

@@ -1,4 +1,4 @@
-#include "kiln/runtime/rendezvous_key.h"
+#include "kiln/dialect/rendezvous_key.h"
 
 #include <charconv>
 #include <optional>
