@@ -22,6 +22,7 @@
 #include "kiln/dialect/control_flow_ops.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
+#include "kiln/exec/interpreter_core.h"
 #include "kiln/runtime/allocator.h"
 
 namespace bench {

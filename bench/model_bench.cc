@@ -59,6 +59,9 @@
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
+#include "kiln/exec/interpreter_core.h"
+#include "kiln/exec/step_stats.h"
+#include "kiln/runtime/scope.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/frontend/optimizer.h"
 #include "kiln/kernel/blas.h"

@@ -23,6 +23,7 @@
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
+#include "kiln/exec/interpreter_core.h"
 
 namespace bench {
 namespace {

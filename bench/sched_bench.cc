@@ -22,6 +22,9 @@
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
+#include "kiln/exec/interpreter_core.h"
+#include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/scope.h"
 
 namespace bench {
 

@@ -46,6 +46,10 @@
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
+#include "kiln/exec/interpreter_core.h"
+#include "kiln/exec/thread_plan.h"
+#include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/scope.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/frontend/optimizer.h"
 #include "kiln/kernel/blas.h"

@@ -8,6 +8,7 @@
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
+#include "kiln/exec/step_stats.h"
 #include "kiln/frontend/data_loader.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/io/csv.h"
@@ -21,3 +22,4 @@
 #include "kiln/passes/pass_manager.h"
 #include "kiln/passes/pattern.h"
 #include "kiln/passes/simplify.h"
+#include "kiln/runtime/scope.h"

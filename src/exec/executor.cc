@@ -1,145 +1,238 @@
 #include "kiln/exec/executor.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <list>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <unordered_map>
 
+#include "kiln/exec/interpreter_core.h"
+#include "kiln/exec/work_queue.h"
+#include "kiln/ir/program.h"
 #include "kiln/ir/structural_hash.h"
-#include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/scope.h"
+#include "kiln/runtime/spin_lock.h"
 
 namespace kiln {
 
-Executor::Executor(Place place, ExecutionOptions options) : options_(std::move(options)) {
-  options_.place = place;
+struct Executor::State {
+  // Under mutex: the structural hash and value numbering of `program`,
+  // recomputed when the IR changed since.
+  struct Memo {
+    std::uint64_t epoch = 0;
+    std::uint64_t hash = 0;
+    std::unordered_map<const detail::ValueImpl*, std::uint32_t> value_ids;
+  };
+  // A cached core and its key.
+  struct Entry {
+    std::string key;
+    std::shared_ptr<InterpreterCore> core;  // a run in progress keeps its core alive
+  };
+  // The last run's request: a training loop repeats it, so it is checked
+  // before the cache key is built (no string, no hashing, no look-up).
+  struct LastRun {
+    const Program* program = nullptr;
+    std::uint64_t epoch = 0;
+    const Scope* scope = nullptr;
+    std::vector<std::string> feed_names;
+    std::vector<const void*> fetch_values;  // ValueImpl*, null for names
+    std::vector<std::string> fetch_names;
+    std::shared_ptr<InterpreterCore> core;
+  };
+
+  explicit State(ExecutionOptions o) : options(std::move(o)) {}
+
+  std::shared_ptr<InterpreterCore> core_for(const Program& program, const FeedMap& feed,
+                                            const std::vector<FetchTarget>& fetch, Scope& scope);
+  const Memo& memo_for(const Program& program);
+  std::shared_ptr<InterpreterCore> find_or_build_core(const Program& program, const FeedMap& feed,
+                                                      const std::vector<FetchTarget>& fetch, Scope& scope);
+  std::string cache_key(const Program& program, const FeedMap& feed,
+                        const std::vector<FetchTarget>& fetch, const Scope& scope);
+  bool same_as_last_run(const Program& program, const FeedMap& feed,
+                        const std::vector<FetchTarget>& fetch, const Scope& scope) const;
+  void remember_last_run(const Program& program, const FeedMap& feed,
+                         const std::vector<FetchTarget>& fetch, const Scope& scope,
+                         std::shared_ptr<InterpreterCore> core);
+  // Every synchronous run: the core for the request, the map's tensors read
+  // in place (names in map order, as the core was built with; not taken:
+  // they are only shared into variables).
+  void run(const Program& program, const FeedMap& feed, const std::vector<FetchTarget>& fetch,
+           Scope& scope, std::span<Tensor> results, const RunOptions* run_options,
+           StepStats* stats);
+
+  ExecutionOptions options;
+  Scope scope;
+  std::shared_ptr<WorkQueue> queue;
+  std::unordered_map<const Program*, Memo> memos;
+  std::list<Entry> lru;  // most recent first
+  std::unordered_map<std::string, std::list<Entry>::iterator> index;
+  InterpreterCore* last_core = nullptr;
+  LastRun last_run;
+  std::size_t cores_built = 0;
+  std::atomic<std::int64_t> in_flight{0};  // asynchronous runs not yet done
+  std::mutex mutex;     // guards memos, lru, index, cores_built
+  SpinLock last_lock;   // guards last_run, last_core
+};
+
+namespace {
+
+// The map's tensors, in map order (the order the core was built with).
+void point_at(FeedPointers& ptrs, const FeedMap& feed) {
+  std::size_t k = 0;
+  for (const auto& [name, t] : feed) ptrs[k++] = const_cast<Tensor*>(&t);
+}
+
+}  // namespace
+
+Executor::Executor(Place place, ExecutionOptions options)
+    : state_(std::make_unique<State>(std::move(options))) {
+  ExecutionOptions& o = state_->options;
+  o.place = place;
   require_place_runs(place);
-  unsigned threads = options_.num_threads ? options_.num_threads : std::thread::hardware_concurrency();
+  unsigned threads = o.num_threads ? o.num_threads : std::thread::hardware_concurrency();
   if (threads == 0) threads = 1;
-  options_.num_threads = threads;
-  if (threads > 1 && options_.thread_plan != ThreadPlan::Sequential)
-    queue_ = std::make_shared<WorkQueue>(threads - 1);
+  o.num_threads = threads;
+  if (threads > 1 && o.thread_plan != ThreadPlan::Sequential)
+    state_->queue = std::make_shared<WorkQueue>(threads - 1);
 }
 
 Executor::~Executor() {
   // acquire: pairs with the release of each run's last access (deliver()).
-  while (in_flight_.load(std::memory_order_acquire) != 0)
+  while (state_->in_flight.load(std::memory_order_acquire) != 0)
     std::this_thread::sleep_for(std::chrono::microseconds(50));
-  last_run_.core.reset();
-  lru_.clear();  // cores drop their kid scopes before the scope goes
+  state_->last_run.core.reset();
+  state_->lru.clear();  // cores drop their kid scopes before the scope goes
 }
 
 std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
                                   const std::vector<FetchTarget>& fetch) {
-  return run(program, feed, fetch, scope_);
+  std::vector<Tensor> out(fetch.size());
+  state_->run(program, feed, fetch, state_->scope, out, nullptr, nullptr);
+  return out;
 }
 
 std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
                                   const std::vector<FetchTarget>& fetch, StepStats& stats) {
-  stats.clear();
-  std::shared_ptr<InterpreterCore> core;
-  try {
-    core = core_for(program, feed, fetch, scope_);
-  } catch (const std::exception& e) {
-    stats.failed = true;
-    stats.error = e.what();
-    throw;
-  }
-  FeedPointers ptrs(feed.size());
-  std::size_t k = 0;
-  for (const auto& [name, t] : feed) ptrs[k++] = const_cast<Tensor*>(&t);
   std::vector<Tensor> out(fetch.size());
-  core->run(ptrs.span(), /*take=*/false, out, nullptr, &stats);
+  state_->run(program, feed, fetch, state_->scope, out, nullptr, &stats);
   return out;
 }
 
 std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
                                   const std::vector<FetchTarget>& fetch, Scope& scope) {
   std::vector<Tensor> out(fetch.size());
-  run(program, feed, fetch, scope, out);
+  state_->run(program, feed, fetch, scope, out, nullptr, nullptr);
   return out;
 }
 
 void Executor::run(const Program& program, const FeedMap& feed, const std::vector<FetchTarget>& fetch,
                    std::span<Tensor> results) {
-  run(program, feed, fetch, scope_, results);
+  state_->run(program, feed, fetch, state_->scope, results, nullptr, nullptr);
 }
 
 void Executor::run(const Program& program, const FeedMap& feed, const std::vector<FetchTarget>& fetch,
                    Scope& scope, std::span<Tensor> results) {
-  std::shared_ptr<InterpreterCore> core = core_for(program, feed, fetch, scope);
-  // The core reads the map's tensors in place (names in map order, as the
-  // core was built with); not taken: they are only shared into variables.
-  FeedPointers ptrs(feed.size());
-  std::size_t k = 0;
-  for (const auto& [name, t] : feed) ptrs[k++] = const_cast<Tensor*>(&t);
-  core->run(ptrs.span(), /*take=*/false, results);
+  state_->run(program, feed, fetch, scope, results, nullptr, nullptr);
 }
 
 std::vector<Tensor> Executor::run(const Program& program, const FeedMap& feed,
                                   const std::vector<FetchTarget>& fetch, const RunOptions& options) {
-  std::shared_ptr<InterpreterCore> core = core_for(program, feed, fetch, scope_);
-  FeedPointers ptrs(feed.size());
-  std::size_t k = 0;
-  for (const auto& [name, t] : feed) ptrs[k++] = const_cast<Tensor*>(&t);
   std::vector<Tensor> out(fetch.size());
-  core->run(ptrs.span(), /*take=*/false, out, &options);
+  state_->run(program, feed, fetch, state_->scope, out, &options, nullptr);
   return out;
+}
+
+void Executor::State::run(const Program& program, const FeedMap& feed,
+                          const std::vector<FetchTarget>& fetch, Scope& in_scope,
+                          std::span<Tensor> results, const RunOptions* run_options,
+                          StepStats* stats) {
+  std::shared_ptr<InterpreterCore> core;
+  if (stats) stats->clear();
+  try {
+    core = core_for(program, feed, fetch, in_scope);
+  } catch (const std::exception& e) {
+    if (stats) {
+      stats->failed = true;
+      stats->error = e.what();
+    }
+    throw;
+  }
+  FeedPointers ptrs(feed.size());
+  point_at(ptrs, feed);
+  core->run(ptrs.span(), /*take=*/false, results, run_options, stats);
 }
 
 void Executor::run_async(const Program& program, const FeedMap& feed,
                          const std::vector<FetchTarget>& fetch, const RunOptions& options,
                          RunDone done) {
+  State& s = *state_;
   // Relaxed: the run's own hand-offs order it; the destructor's acquire
   // pairs with the release of the decrement.
-  in_flight_.fetch_add(1, std::memory_order_relaxed);
+  s.in_flight.fetch_add(1, std::memory_order_relaxed);
   std::shared_ptr<InterpreterCore> core;
   try {
-    core = core_for(program, feed, fetch, scope_);
+    core = s.core_for(program, feed, fetch, s.scope);
   } catch (...) {
-    InterpreterCore::fail_async(queue_ ? *queue_ : shared_async_queue(), std::move(done),
-                                std::current_exception(), &in_flight_);
+    InterpreterCore::fail_async(s.queue ? *s.queue : shared_async_queue(), std::move(done),
+                                std::current_exception(), &s.in_flight);
     return;
   }
-  // Shared into the run (names in map order, as the core was built with).
+  // Shared into the run, not taken.
   FeedPointers feeds(feed.size());
-  std::size_t k = 0;
-  for (const auto& [name, t] : feed) feeds[k++] = const_cast<Tensor*>(&t);
+  point_at(feeds, feed);
   InterpreterCore* c = core.get();
-  c->run_async(feeds.span(), options, std::move(done), std::move(core), &in_flight_);
+  c->run_async(feeds.span(), options, std::move(done), std::move(core), &s.in_flight);
 }
 
-std::shared_ptr<InterpreterCore> Executor::core_for(const Program& program, const FeedMap& feed,
+std::int64_t Executor::runs_in_flight() const {
+  return state_->in_flight.load(std::memory_order_acquire);
+}
+Scope& Executor::scope() { return state_->scope; }
+Place Executor::place() const { return state_->options.place; }
+const ExecutionOptions& Executor::options() const { return state_->options; }
+InterpreterCore* Executor::last_core() const { return state_->last_core; }
+std::size_t Executor::num_cores_built() const { return state_->cores_built; }
+std::size_t Executor::cache_size() const { return state_->lru.size(); }
+const std::shared_ptr<WorkQueue>& Executor::work_queue() const { return state_->queue; }
+
+std::shared_ptr<InterpreterCore> Executor::State::core_for(const Program& program, const FeedMap& feed,
                                                     const std::vector<FetchTarget>& fetch, Scope& scope) {
   {
     // The training loop's case: the same request as last time, under a
     // spin lock (a handful of compares; a mutex's lock and unlock cost more).
-    std::lock_guard fast(last_lock_);
+    std::lock_guard fast(last_lock);
     if (same_as_last_run(program, feed, fetch, scope)) {
-      last_core_ = last_run_.core.get();
-      return last_run_.core;
+      last_core = last_run.core.get();
+      return last_run.core;
     }
   }
   std::shared_ptr<InterpreterCore> core;
   {
-    std::lock_guard lock(mutex_);  // may build a core: waiters sleep
+    std::lock_guard lock(mutex);  // may build a core: waiters sleep
     core = find_or_build_core(program, feed, fetch, scope);
   }
-  std::lock_guard fast(last_lock_);
+  std::lock_guard fast(last_lock);
   remember_last_run(program, feed, fetch, scope, core);
-  last_core_ = core.get();
+  last_core = core.get();
   return core;
 }
 
-// Under mutex_: the structural hash and value numbering of `program`,
+// Under mutex: the structural hash and value numbering of `program`,
 // recomputed when the IR changed since.
-const Executor::Memo& Executor::memo_for(const Program& program) {
-  Memo& m = memos_[&program];
+const Executor::State::Memo& Executor::State::memo_for(const Program& program) {
+  Memo& m = memos[&program];
   const std::uint64_t epoch = ir_epoch();
   if (m.epoch == epoch && m.epoch != 0) return m;
-  if (memos_.size() > 64) {  // programs come and go: keep the memo table small
+  if (memos.size() > 64) {  // programs come and go: keep the memo table small
     Memo keep = std::move(m);
-    memos_.clear();
-    memos_[&program] = std::move(keep);
+    memos.clear();
+    memos[&program] = std::move(keep);
   }
-  Memo& mm = memos_[&program];
+  Memo& mm = memos[&program];
   mm.hash = structural_hash(program);
   mm.value_ids.clear();
   std::uint32_t id = 0;
@@ -156,9 +249,9 @@ const Executor::Memo& Executor::memo_for(const Program& program) {
   return mm;
 }
 
-bool Executor::same_as_last_run(const Program& program, const FeedMap& feed,
+bool Executor::State::same_as_last_run(const Program& program, const FeedMap& feed,
                                 const std::vector<FetchTarget>& fetch, const Scope& scope) const {
-  const LastRun& l = last_run_;
+  const LastRun& l = last_run;
   if (!l.core || l.program != &program || l.scope != &scope || l.epoch != ir_epoch() || !l.core->scope_alive() ||
       l.feed_names.size() != feed.size() || l.fetch_values.size() != fetch.size())
     return false;
@@ -172,10 +265,10 @@ bool Executor::same_as_last_run(const Program& program, const FeedMap& feed,
   return true;
 }
 
-void Executor::remember_last_run(const Program& program, const FeedMap& feed,
+void Executor::State::remember_last_run(const Program& program, const FeedMap& feed,
                                  const std::vector<FetchTarget>& fetch, const Scope& scope,
                                  std::shared_ptr<InterpreterCore> core) {
-  LastRun& l = last_run_;
+  LastRun& l = last_run;
   l.program = &program;
   l.scope = &scope;
   l.epoch = ir_epoch();
@@ -191,7 +284,7 @@ void Executor::remember_last_run(const Program& program, const FeedMap& feed,
 }
 
 // (structural hash, scope, feed names, fetch targets by value number or name).
-std::string Executor::cache_key(const Program& program, const FeedMap& feed,
+std::string Executor::State::cache_key(const Program& program, const FeedMap& feed,
                                 const std::vector<FetchTarget>& fetch, const Scope& scope) {
   const Memo& memo = memo_for(program);
   std::string key;
@@ -218,29 +311,29 @@ std::string Executor::cache_key(const Program& program, const FeedMap& feed,
   return key;
 }
 
-// Under mutex_: the cached core for this request, built on a miss.
-std::shared_ptr<InterpreterCore> Executor::find_or_build_core(const Program& program, const FeedMap& feed,
+// Under mutex: the cached core for this request, built on a miss.
+std::shared_ptr<InterpreterCore> Executor::State::find_or_build_core(const Program& program, const FeedMap& feed,
                                                               const std::vector<FetchTarget>& fetch,
                                                               Scope& scope) {
   std::string key = cache_key(program, feed, fetch, scope);
-  if (auto it = index_.find(key); it != index_.end()) {
+  if (auto it = index.find(key); it != index.end()) {
     if (it->second->core->scope_alive()) {
-      lru_.splice(lru_.begin(), lru_, it->second);
+      lru.splice(lru.begin(), lru, it->second);
       return it->second->core;
     }
     // Built for a scope now gone (this one has its address): build anew.
-    lru_.erase(it->second);
-    index_.erase(it);
+    lru.erase(it->second);
+    index.erase(it);
   }
   std::vector<std::string> names;
   for (const auto& [name, t] : feed) names.push_back(name);
-  auto made = std::make_shared<InterpreterCore>(program, scope, std::move(names), fetch, options_, queue_);
-  ++cores_built_;
-  lru_.push_front(Entry{key, made});
-  index_[std::move(key)] = lru_.begin();
-  while (lru_.size() > std::max<std::size_t>(1, options_.cache_capacity)) {
-    index_.erase(lru_.back().key);
-    lru_.pop_back();
+  auto made = std::make_shared<InterpreterCore>(program, scope, std::move(names), fetch, options, queue);
+  ++cores_built;
+  lru.push_front(Entry{key, made});
+  index[std::move(key)] = lru.begin();
+  while (lru.size() > std::max<std::size_t>(1, options.cache_capacity)) {
+    index.erase(lru.back().key);
+    lru.pop_back();
   }
   return made;
 }

@@ -6,30 +6,34 @@
 // `exe.run_async(program, feed, fetch, options, done)` (seed 003's
 // RunAsync) returns at once and calls `done` from a worker; `run` is its
 // synchronous form over the same run states, on the caller's thread.
+//
+// This header declares only what a caller uses: the cache, the cores and
+// the pool live behind a pointer (src/exec/executor.cc), so a host file
+// that runs programs does not compile the executor's internals.
 #pragma once
 
-#include <atomic>
-#include <list>
-#include <map>
+#include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
-#include <string>
-#include <unordered_map>
 #include <vector>
 
-#include "kiln/exec/interpreter_core.h"
+#include "kiln/exec/execution_options.h"
+#include "kiln/exec/feed_map.h"
 #include "kiln/exec/run_options.h"
-#include "kiln/runtime/spin_lock.h"
 
 namespace kiln {
 
-using FeedMap = std::map<std::string, Tensor, std::less<>>;
+class InterpreterCore;
+class Program;
+class Scope;
+class WorkQueue;
+struct StepStats;
 
 class Executor {
  public:
-  // kiln::Error (Unimplemented) for a place that has no kernels (cuda, until
-  // kiln has a CUDA backend). options.place is set to `place`.
+  // kiln::Error for a place kiln cannot run kernels at in this process
+  // (Unimplemented: cuda in a build without CUDA; InvalidArgument: a cuda
+  // device that is absent). options.place is set to `place`.
   explicit Executor(Place place = Place::cpu(), ExecutionOptions options = {});
   // Waits for the asynchronous runs still in flight (their `done` included).
   ~Executor();
@@ -75,64 +79,22 @@ class Executor {
   void run_async(const Program& program, const FeedMap& feed, const std::vector<FetchTarget>& fetch,
                  const RunOptions& options, RunDone done);
   // Asynchronous runs started and not yet done.
-  std::int64_t runs_in_flight() const { return in_flight_.load(std::memory_order_acquire); }
+  std::int64_t runs_in_flight() const;
 
-  // The root scope holding parameters.
-  Scope& scope() { return scope_; }
-  Place place() const { return options_.place; }
-  const ExecutionOptions& options() const { return options_; }
-  // The core the last run used (introspection: DOT, trace).
-  InterpreterCore* last_core() const { return last_core_; }
-  std::size_t num_cores_built() const { return cores_built_; }
-  std::size_t cache_size() const { return lru_.size(); }
-  const std::shared_ptr<WorkQueue>& work_queue() const { return queue_; }
+  // The root scope holding parameters (kiln/runtime/scope.h).
+  Scope& scope();
+  Place place() const;
+  const ExecutionOptions& options() const;
+  // The core the last run used (introspection: DOT, trace;
+  // kiln/exec/interpreter_core.h).
+  InterpreterCore* last_core() const;
+  std::size_t num_cores_built() const;
+  std::size_t cache_size() const;
+  const std::shared_ptr<WorkQueue>& work_queue() const;
 
  private:
-  struct Memo {
-    std::uint64_t epoch = 0;
-    std::uint64_t hash = 0;
-    std::unordered_map<const detail::ValueImpl*, std::uint32_t> value_ids;
-  };
-  const Memo& memo_for(const Program& program);
-  std::shared_ptr<InterpreterCore> core_for(const Program& program, const FeedMap& feed,
-                                            const std::vector<FetchTarget>& fetch, Scope& scope);
-  std::shared_ptr<InterpreterCore> find_or_build_core(const Program& program, const FeedMap& feed,
-                                                      const std::vector<FetchTarget>& fetch, Scope& scope);
-  std::string cache_key(const Program& program, const FeedMap& feed,
-                        const std::vector<FetchTarget>& fetch, const Scope& scope);
-  bool same_as_last_run(const Program& program, const FeedMap& feed,
-                        const std::vector<FetchTarget>& fetch, const Scope& scope) const;
-  void remember_last_run(const Program& program, const FeedMap& feed,
-                         const std::vector<FetchTarget>& fetch, const Scope& scope,
-                         std::shared_ptr<InterpreterCore> core);
-
-  ExecutionOptions options_;
-  Scope scope_;
-  std::shared_ptr<WorkQueue> queue_;
-  std::unordered_map<const Program*, Memo> memos_;
-  struct Entry {
-    std::string key;
-    std::shared_ptr<InterpreterCore> core;  // a run in progress keeps its core alive
-  };
-  std::list<Entry> lru_;  // most recent first
-  std::unordered_map<std::string, std::list<Entry>::iterator> index_;
-  InterpreterCore* last_core_ = nullptr;
-  // The last run's request: a training loop repeats it, so it is checked
-  // before the cache key is built (no string, no hashing, no look-up).
-  struct LastRun {
-    const Program* program = nullptr;
-    std::uint64_t epoch = 0;
-    const Scope* scope = nullptr;
-    std::vector<std::string> feed_names;
-    std::vector<const void*> fetch_values;  // ValueImpl*, null for names
-    std::vector<std::string> fetch_names;
-    std::shared_ptr<InterpreterCore> core;
-  };
-  LastRun last_run_;
-  std::size_t cores_built_ = 0;
-  std::atomic<std::int64_t> in_flight_{0};  // asynchronous runs not yet done
-  std::mutex mutex_;     // guards memos_, lru_, index_, cores_built_
-  SpinLock last_lock_;   // guards last_run_, last_core_
+  struct State;  // the cache, the last run's request, the pool
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace kiln

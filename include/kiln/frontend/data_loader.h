@@ -20,7 +20,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "kiln/exec/executor.h"
+#include "kiln/exec/feed_map.h"
 #include "kiln/runtime/tensor.h"
 
 namespace kiln {
