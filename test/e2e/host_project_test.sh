@@ -25,8 +25,11 @@ prefix=$(meson introspect "$build" --buildoptions |
          python3 -c 'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))')
 pc=$(find "$stage$prefix" -name kiln.pc -print -quit)
 [[ -n $pc ]] || { echo "host_project_test: meson install wrote no kiln.pc under $stage$prefix" >&2; exit 1; }
+# The staged copy is kiln installed at $stage$prefix: its .pc file says so
+# (as a package relocated to that prefix would).
+sed -i "s#^prefix=.*#prefix=$stage$prefix#" "$pc"
 export PKG_CONFIG_PATH=$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-pkg=(pkg-config --define-variable=prefix="$stage$prefix" kiln)
+pkg=(pkg-config kiln)
 cflags=$("${pkg[@]}" --cflags)
 libs=$("${pkg[@]}" --libs)
 echo "pkg-config --cflags --libs kiln: $cflags $libs"
