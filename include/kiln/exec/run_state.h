@@ -190,6 +190,7 @@ class RunState {
   void run_kernel_timed(std::uint32_t i);
   void record_error(std::uint32_t i) noexcept;
   void record_error(std::uint32_t i, std::exception_ptr error) noexcept;
+  void abort_rendezvous(std::uint32_t i, const std::exception_ptr& cause) noexcept;
   void synchronize_streams();
   void collect_garbage(std::uint32_t i);
   void record_streams(std::uint32_t slot);
