@@ -17,21 +17,28 @@ struct Step {
   std::optional<Error> first;  // guarded by mutex
   std::vector<std::vector<Tensor>> results;  // each part writes its own
   LocalRendezvous* rendezvous = nullptr;
+  std::int64_t step_id = 0;
   ExecutorBarrier::Done done;
 };
 
+// The step's error is its cause: a part that failed of the abort (Aborted)
+// gives way to the failure behind it, which may end its run later.
+bool keep_error(Step* step, const Error& error) {
+  std::lock_guard lock(step->mutex);
+  const bool first = !step->first;
+  if (first || (step->first->kind() == ErrorKind::Aborted && error.kind() != ErrorKind::Aborted))
+    step->first.emplace(error);
+  return first;
+}
+
 void part_done(Step* step, std::size_t k, const Error* error, std::vector<Tensor>&& fetched) {
   if (error) {
-    bool first = false;
-    {
-      std::lock_guard lock(step->mutex);
-      if (!step->first) {
-        step->first.emplace(*error);
-        first = true;
-      }
-    }
     // Outside the lock: the abort runs the other parts' receive callbacks.
-    if (first) step->rendezvous->abort(*error);
+    // A part's failing kernel aborted the rendezvous already; this covers a
+    // part that failed before its run began.
+    if (keep_error(step, *error))
+      step->rendezvous->abort(make_error(ErrorKind::Aborted, "the rendezvous of step ", step->step_id,
+                                         " was aborted: part ", k, " failed: ", error->what()));
   } else {
     step->results[k] = std::move(fetched);
   }
@@ -60,6 +67,7 @@ void ExecutorBarrier::run_async(std::vector<Part> parts, LocalRendezvous& rendez
   step->remaining.store(parts.size(), std::memory_order_relaxed);  // published by run_async's queue
   step->results.resize(parts.size());
   step->rendezvous = &rendezvous;
+  step->step_id = options.step_id;
   step->done = std::move(done);
   for (std::size_t k = 0; k < parts.size(); ++k) {
     Part& part = parts[k];

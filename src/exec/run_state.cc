@@ -275,6 +275,7 @@ void RunState::finish_run(std::size_t num_feeds, std::span<Tensor> results) {
   } drop{*this, num_feeds};
   if (error_) {
     dirty_ = true;
+    if (probing_) drop_probe();  // the next run probes again
     rethrow_error();
   }
   if (probing_) finish_probe();

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "kiln/exec/run_state.h"
+#include "kiln/runtime/rendezvous.h"
 
 namespace kiln {
 
@@ -174,6 +175,35 @@ void RunState::end_step() noexcept {
     timer_ = DeadlineTimer::Handle{};
   }
   step_ = StepContext{};
+}
+
+// The run's first error came from a kernel (or a stream): the step failed,
+// so its rendezvous is aborted (TensorFlow's StartAbort) and receives
+// elsewhere in the step — other executors, other threads — fail at once
+// instead of waiting for values this run will never send. A cancelled or
+// late run only ends itself: its rendezvous stays usable.
+[[gnu::noinline, gnu::cold]] void RunState::abort_rendezvous(std::uint32_t i,
+                                                             const std::exception_ptr& cause) noexcept {
+  LocalRendezvous& rendezvous = *step_.rendezvous;
+  if (rendezvous.is_aborted()) return;  // an abort came first (perhaps this failure's cause)
+  try {
+    std::string why;
+    try {
+      std::rethrow_exception(cause);
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+      why = "an unknown exception";
+    }
+    const std::string where = i == kNoIndex ? std::string("a stream") : plan_->describe(i);
+    rendezvous.abort(make_error(ErrorKind::Aborted, "the rendezvous of ", step_text(step_.step_id),
+                                " was aborted: ", where, " failed: ", why));
+  } catch (...) {
+    try {  // out of memory for the message: a plain one
+      rendezvous.abort(Error(ErrorKind::Aborted, "the rendezvous was aborted: a kernel of its step failed"));
+    } catch (...) {
+    }
+  }
 }
 
 // From the caller's token or the deadline timer (any thread): the run

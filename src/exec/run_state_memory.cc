@@ -12,18 +12,20 @@ void RunState::use_plan_gc() {
   gc_ = plan_->gc.data();
 }
 
-// At the start of each run. The first synchronous one is the probe (run in
-// program order, so it may read every slot's variable as GC frees one); a
-// planned run uses the arena when its feeds have the probe's shapes.
+// At the start of each run. The first synchronous one is the probe, run as
+// the thread plan says (an op may wait for another one to run beside it: in
+// program order it would wait for ever); a planned run uses the arena when
+// its feeds have the probe's shapes.
 void RunState::prepare_memory(bool may_probe) {
   if (memory_stage_ == MemoryStage::Unplanned || memory_stage_ == MemoryStage::Probing) {
-    probing_ = false;  // a failed probe's record is dropped
-    probe_.reset();
+    drop_probe();
     if (!may_probe) return;
     memory_stage_ = MemoryStage::Probing;
     probe_ = std::make_unique<MemoryProbe>(plan_->slots.size());
     probing_ = true;
-    if (config_.plan == ThreadPlan::Graph) config_.plan = ThreadPlan::Sequential;
+    // Over the pool (as schedule() decides), GC keeps shared buffers for
+    // finish_probe instead of reading other slots' variables as it frees one.
+    if (config_.plan != ThreadPlan::Sequential && config_.pool) probe_held_.resize(plan_->slots.size());
     return;
   }
   if (memory_stage_ != MemoryStage::Planned) return;
@@ -52,9 +54,18 @@ void RunState::prepare_memory(bool may_probe) {
   gc_ = mp.gc.data();
 }
 
+// A probe that failed, or one a run without a probe replaces: its record
+// and the buffers it kept go now, so they pin no memory until the next run.
+void RunState::drop_probe() noexcept {
+  probing_ = false;
+  probe_.reset();
+  probe_held_.clear();
+}
+
 // The probe, as GC frees slot s: what it holds, and which other slots hold
 // the same buffer now (they join its group); a holder that is no slot's
-// variable makes the buffer escaped.
+// variable makes the buffer escaped. Over the pool the buffer is kept
+// instead, and finish_probe finds its other holders.
 [[gnu::noinline, gnu::cold]] void RunState::probe_slot(std::uint32_t s) {
   const Variable* v = vars_[s];
   if (!v->is<Tensor>()) return;
@@ -64,8 +75,14 @@ void RunState::prepare_memory(bool may_probe) {
   o.bytes = t.bytes();
   o.dtype = t.dtype();
   o.dims = t.dims();
+  // Another holder may be letting go on another thread; it reads at least
+  // 2 too (this slot still holds the buffer), so both are kept.
   const long refs = t.use_count();
   if (refs == 1) return;
+  if (!probe_held_.empty()) {
+    probe_held_[s] = t.buffer();  // only this thread frees s
+    return;
+  }
   long holders = 1;
   for (std::uint32_t q = 0; q < vars_.size(); ++q) {
     if (q == s || !vars_[q]->is<Tensor>() || !(vars_[q]->get<Tensor>().buffer() == t.buffer())) continue;
@@ -89,32 +106,47 @@ void RunState::place_arena() {
   arena_placed_ = true;
 }
 
-// The probe's end (a run that succeeded): the slots GC did not free are
-// read (all alive now, so a buffer's address names it), then the arena is
-// planned.
-void RunState::finish_probe() {
-  probing_ = false;
-  const ExecutionPlan& p = *plan_;
-  std::unique_ptr<MemoryProbe> probe = std::move(probe_);
+// The slots holding one buffer at the probe's end (every buffer alive now,
+// so its address names it) join one group, with the slots whose shared
+// buffers GC kept; a buffer with a holder that is none of these escaped.
+void RunState::group_probed_buffers(MemoryProbe& probe) {
+  const std::uint32_t n = static_cast<std::uint32_t>(plan_->slots.size());
   std::unordered_map<const Buffer*, std::pair<std::uint32_t, long>> holders;  // first slot, count
-  for (std::uint32_t s = 0; s < p.slots.size(); ++s) {
+  auto hold = [&](std::uint32_t s, const Buffer* b) {
+    auto [it, fresh] = holders.try_emplace(b, s, 0);
+    ++it->second.second;
+    if (!fresh) probe.join(s, it->second.first);
+  };
+  for (std::uint32_t s = 0; s < probe_held_.size(); ++s)
+    if (probe_held_[s]) hold(s, probe_held_[s].get());
+  for (std::uint32_t s = 0; s < n; ++s) {
     const Variable* v = vars_[s];
     if (!v->is<Tensor>() || !v->get<Tensor>().is_initialized() || !v->get<Tensor>().buffer()) continue;
     const Tensor& t = v->get<Tensor>();
-    SlotBuffer& o = probe->seen[s];
+    SlotBuffer& o = probe.seen[s];
     o.bytes = t.bytes();
     o.dtype = t.dtype();
     o.dims = t.dims();
-    auto [it, fresh] = holders.try_emplace(t.buffer().get(), s, 0);
-    ++it->second.second;
-    if (!fresh) probe->join(s, it->second.first);
+    hold(s, t.buffer().get());
   }
-  for (std::uint32_t s = 0; s < p.slots.size(); ++s) {
+  for (std::uint32_t s = 0; s < probe_held_.size(); ++s)
+    if (const Buffer* b = probe_held_[s].get(); b && holders[b].second < b->use_count())
+      probe.seen[s].escaped = true;
+  for (std::uint32_t s = 0; s < n; ++s) {
     const Variable* v = vars_[s];
     if (!v->is<Tensor>() || !v->get<Tensor>().buffer()) continue;
     const Tensor& t = v->get<Tensor>();
-    if (holders[t.buffer().get()].second < t.use_count()) probe->seen[s].escaped = true;
+    if (holders[t.buffer().get()].second < t.use_count()) probe.seen[s].escaped = true;
   }
+}
+
+// The probe's end (a run that succeeded): its record grouped, then the
+// arena planned.
+void RunState::finish_probe() {
+  const ExecutionPlan& p = *plan_;
+  std::unique_ptr<MemoryProbe> probe = std::move(probe_);
+  group_probed_buffers(*probe);
+  drop_probe();  // the kept buffers go
   // A slot whose kernel once left its piece is not planned again.
   for (std::uint32_t s = 0; s < unplanned_slots_.size(); ++s)
     if (unplanned_slots_[s]) probe->seen[s].escaped = true;

@@ -113,9 +113,11 @@ inline RunState::Step RunState::execute(std::uint32_t i) {
 void RunState::record_error(std::uint32_t i) noexcept { record_error(i, std::current_exception()); }
 
 void RunState::record_error(std::uint32_t i, std::exception_ptr error) noexcept {
+  std::exception_ptr failed;  // this call's error, when it is the run's first and a kernel's
   {
     std::lock_guard lock(error_mutex_);
     if (!error_) {
+      if (i != kRunIndex && step_.rendezvous) failed = error;
       error_ = std::move(error);
       error_instr_ = i;
     } else if (error_instr_ == kRunIndex && i < kRunIndex && waiting_instr_ == kNoIndex) {
@@ -132,6 +134,7 @@ void RunState::record_error(std::uint32_t i, std::exception_ptr error) noexcept 
   // cancellation callback the run's end waits for (end_step), so the
   // manager outlives this call.
   if (cancel_) cancel_->start_cancel();
+  if (failed) abort_rendezvous(i, failed);
 }
 
 // always_inline: it is also called from run_on_stream(); without the

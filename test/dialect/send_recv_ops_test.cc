@@ -5,6 +5,10 @@
 // to itself; and the errors of bad attributes and of a run without a
 // rendezvous. Tagged [exec]: they run under ThreadSanitizer too.
 #include <algorithm>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -39,6 +43,37 @@ RunOptions through(LocalRendezvous& r) {
   o.rendezvous = &r;
   return o;
 }
+
+// A receive on `name` started now, for the test to wait on with a limit: a
+// receive that never ends fails the test instead of hanging it. Shared with
+// the rendezvous's callback, which may come after the test gave up.
+class Receipt {
+ public:
+  static std::shared_ptr<Receipt> start(LocalRendezvous& r, const std::string& name) {
+    auto receipt = std::make_shared<Receipt>();
+    r.recv_async(key_of(name), [receipt](const Error* error, RendezvousValue&&) {
+      std::lock_guard lock(receipt->mutex_);
+      if (error) receipt->error_.emplace(*error);
+      receipt->done_ = true;
+      receipt->cv_.notify_all();
+    });
+    return receipt;
+  }
+  // The receive's error once it ended within `limit`; a failure when it did
+  // not end, or got a value.
+  Error error_within(std::chrono::milliseconds limit) {
+    std::unique_lock lock(mutex_);
+    if (!cv_.wait_for(lock, limit, [this] { return done_; })) FAIL("the receive still waits after the limit");
+    if (!error_) FAIL("the receive got a value");
+    return *error_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::optional<Error> error_;
+};
 
 }  // namespace
 
@@ -174,19 +209,55 @@ TEST_CASE("a recv expecting f32 that receives i32 is an InvalidArgument naming t
   Builder b(p);
   Value a = recv_f32(b, "a", {2});
   Executor exe(Place::cpu(), threads(2));
+  // A failed step aborts its rendezvous: each step here has its own.
   LocalRendezvous r;
   r.send(key_of("a"), Tensor::from_vector<std::int32_t>(Dims({2}), {1, 2}));
   auto msg = KILN_CHECK_ERROR(exe.run(p, {}, {a}, through(r)), InvalidArgument,
                               {"kiln.recv", "cpu;cpu;a;0:0", "expected dtype f32", "received i32"});
   // And a shape that does not fit [2]: both named.
-  r.send(key_of("a"), Tensor::from_vector<float>(Dims({3}), {1, 2, 3}));
-  KILN_CHECK_ERROR(exe.run(p, {}, {a}, through(r)), InvalidArgument, {"kiln.recv", "[2]", "3xf32"});
+  LocalRendezvous r2;
+  r2.send(key_of("a"), Tensor::from_vector<float>(Dims({3}), {1, 2, 3}));
+  KILN_CHECK_ERROR(exe.run(p, {}, {a}, through(r2)), InvalidArgument, {"kiln.recv", "[2]", "3xf32"});
   // -1 matches any extent.
   Program any;
   Builder ba(any);
   Value v = recv_f32(ba, "v", {-1, 2});
-  r.send(key_of("v"), Tensor::from_vector<float>(Dims({3, 2}), {1, 2, 3, 4, 5, 6}));
-  CHECK(exe.run(any, {}, {v}, through(r))[0].dims().to_vector() == std::vector<std::int64_t>{3, 2});
+  LocalRendezvous r3;
+  r3.send(key_of("v"), Tensor::from_vector<float>(Dims({3, 2}), {1, 2, 3, 4, 5, 6}));
+  CHECK(exe.run(any, {}, {v}, through(r3))[0].dims().to_vector() == std::vector<std::int64_t>{3, 2});
+}
+
+TEST_CASE("a run whose recv gets the wrong dtype aborts the step's rendezvous: pending and later "
+          "receives of the step fail at once with Aborted naming the failure",
+          "[exec][send_recv]") {
+  // TensorFlow's RecvInvalidDtype: recv "one" -> send "two", "one" sent as f64.
+  Program p;
+  Builder b(p);
+  b.create<SendOp>(recv_f32(b, "one"), "two");
+  Program consumer;  // another executor's part of the step
+  Builder bc(consumer);
+  const Value two = recv_f32(bc, "two");
+  for (unsigned n : {1u, 2u}) {
+    INFO("threads " << n);
+    Executor exe(Place::cpu(), threads(n)), other(Place::cpu(), threads(n));
+    LocalRendezvous r;
+    DoneRecord other_run;
+    other.run_async(consumer, {}, {two}, through(r), other_run.callback());
+    auto pending = Receipt::start(r, "three");
+    r.send(key_of("one"), Tensor::from_vector<double>(Dims({1}), {1.0}));
+    KILN_CHECK_ERROR(exe.run(p, {}, {}, through(r)), InvalidArgument,
+                     {"kiln.recv", "cpu;cpu;one;0:0", "expected dtype f32", "received f64"});
+    const Error waited = pending->error_within(5000ms);
+    CHECK(waited.kind() == ErrorKind::Aborted);
+    CHECK_THAT(waited.message(), Catch::Contains("kiln.recv") && Catch::Contains("received f64"));
+    REQUIRE(other_run.wait(5000ms));
+    REQUIRE(other_run.error());
+    CHECK(other_run.error()->kind() == ErrorKind::Aborted);
+    CHECK_THAT(other_run.error()->message(), Catch::Contains("kiln.recv") && Catch::Contains("received f64"));
+    // Later receives and sends of the step fail at once too.
+    CHECK(Receipt::start(r, "four")->error_within(0ms).kind() == ErrorKind::Aborted);
+    KILN_CHECK_ERROR(r.send(key_of("five"), scalar_f32(1.f)), Aborted, {"expected dtype f32"});
+  }
 }
 
 TEST_CASE("send and recv run without a rendezvous are errors naming the op and saying what to pass",

@@ -111,6 +111,9 @@ TEST_CASE("the first failure aborts the rendezvous: a waiting receiver wakes, do
   CHECK(rec.error()->kind() == ErrorKind::OutOfRange);
   CHECK_THAT(rec.error()->message(), Catch::Contains("exec_test.throw"));
   CHECK(r.is_aborted());
+  // Later receives of the step fail with Aborted, naming the failure.
+  KILN_CHECK_ERROR(r.recv(RendezvousKey(Place::cpu(), Place::cpu(), "later")), Aborted,
+                   {"exec_test.throw"});
   std::this_thread::sleep_for(10ms);
   CHECK(calls.load() == 1);
 }

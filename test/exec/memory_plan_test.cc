@@ -139,31 +139,34 @@ TEST_CASE("values the DAG does not order never share bytes in the arena for seve
 }
 
 TEST_CASE("fetched, skip_gc and feed-viewing values are never in the arena", "[exec][memory]") {
-  Program p;
-  Builder b(p);
-  Value x = b.create<DataOp>("x", Dims0{64, 256}).result();
-  Value view = b.create<ReshapeOp>(x, Dims0{256, 64}).result();  // shares the feed's buffer
-  Value t = b.create<ExpOp>(view).result();
-  Value kept = b.create<TanhOp>(t).result();
-  Value fetched = b.create<SinOp>(kept).result();
-  Value tmp = b.create<CosOp>(fetched).result();
-  Value out = b.create<AddOp>(tmp, kept).result();
-  ExecutionOptions o = options(1);
-  o.skip_gc = {kept};
-  Scope scope;
-  InterpreterCore core(p, scope, {"x"}, {fetched, out}, o);
-  for (int run = 0; run < 3; ++run) core.run(std::vector<Tensor>{ramp(64, 256)});
-  const MemoryPlan* mp = core.memory_plan();
-  REQUIRE(mp != nullptr);
-  CHECK(piece_of(*mp, core.slot_of(view)) == nullptr);
-  CHECK(piece_of(*mp, core.slot_of(kept)) == nullptr);
-  CHECK(piece_of(*mp, core.slot_of(fetched)) == nullptr);
-  CHECK(piece_of(*mp, core.slot_of(out)) == nullptr);
-  CHECK(piece_of(*mp, core.slot_of(t)) != nullptr);
-  CHECK(piece_of(*mp, core.slot_of(tmp)) != nullptr);
-  // The skip_gc value still holds this run's tanh(exp(x^T)).
-  const Tensor& k = core.variable(core.slot_of(kept))->get<Tensor>();
-  CHECK(k.dims() == Dims{256, 64});
+  for (unsigned threads : {1u, 2u}) {
+    INFO("threads " << threads);
+    Program p;
+    Builder b(p);
+    Value x = b.create<DataOp>("x", Dims0{64, 256}).result();
+    Value view = b.create<ReshapeOp>(x, Dims0{256, 64}).result();  // shares the feed's buffer
+    Value t = b.create<ExpOp>(view).result();
+    Value kept = b.create<TanhOp>(t).result();
+    Value fetched = b.create<SinOp>(kept).result();
+    Value tmp = b.create<CosOp>(fetched).result();
+    Value out = b.create<AddOp>(tmp, kept).result();
+    ExecutionOptions o = options(threads);
+    o.skip_gc = {kept};
+    Scope scope;
+    InterpreterCore core(p, scope, {"x"}, {fetched, out}, o, queue_for(threads));
+    for (int run = 0; run < 3; ++run) core.run(std::vector<Tensor>{ramp(64, 256)});
+    const MemoryPlan* mp = core.memory_plan();
+    REQUIRE(mp != nullptr);
+    CHECK(piece_of(*mp, core.slot_of(view)) == nullptr);
+    CHECK(piece_of(*mp, core.slot_of(kept)) == nullptr);
+    CHECK(piece_of(*mp, core.slot_of(fetched)) == nullptr);
+    CHECK(piece_of(*mp, core.slot_of(out)) == nullptr);
+    CHECK(piece_of(*mp, core.slot_of(t)) != nullptr);
+    CHECK(piece_of(*mp, core.slot_of(tmp)) != nullptr);
+    // The skip_gc value still holds this run's tanh(exp(x^T)).
+    const Tensor& k = core.variable(core.slot_of(kept))->get<Tensor>();
+    CHECK(k.dims() == Dims{256, 64});
+  }
 }
 
 TEST_CASE("a kernel that makes its own output tensor is planned without its piece", "[exec][memory]") {
@@ -225,6 +228,63 @@ TEST_CASE("a failed probe run leaves no plan; the next run probes again", "[exec
   CHECK(core.memory_plan() == nullptr);
   const auto want = reference(p, out, xt);
   for (int run = 0; run < 3; ++run) CHECK(core.run(std::vector<Tensor>{xt})[0].to_vector<float>() == want);
+  CHECK(core.memory_plan() != nullptr);
+}
+
+namespace {
+
+// w = wait_slow(full) and s = slow(full), independent: w waits (at most
+// 5 s) for a slow kernel to run beside it, which it sees only when the two
+// run on two threads at once (TensorFlow's starvation case, bounded).
+struct WaitBesideSlow {
+  Program p;
+  Value out;
+  WaitBesideSlow() {
+    Builder b(p);
+    Value a = b.create<FullOp>(Dims0{kElems}, 1.0).result();
+    Value t = b.create<ThrowOp>(a, false).result();
+    Value w = b.create<WaitSlowOp>(t).result();
+    Value s = b.create<SlowOp>(b.create<FullOp>(Dims0{kElems}, 2.0).result(), 1000).result();
+    out = b.create<SumOp>(b.create<AddOp>(w, s).result(), std::vector<std::int64_t>{}, false).result();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the probe run keeps the thread plan: an op waiting for an independent op on a one-thread "
+          "pool sees it run from the first run on",
+          "[exec][memory]") {
+  WaitBesideSlow prog;
+  throw_enabled() = false;
+  wait_slow_enabled() = true;
+  Scope scope;
+  InterpreterCore core(prog.p, scope, {}, {prog.out}, options(2), queue_for(2));
+  for (int run = 0; run < 3; ++run) {
+    INFO("run " << run);
+    reset_saw_slow();
+    CHECK(core.run()[0].to_vector<float>() == std::vector<float>{3.f * kElems});
+    REQUIRE(saw_slow_in_flight() == 1);
+  }
+  CHECK(core.memory_plan() != nullptr);  // probed over the pool
+}
+
+TEST_CASE("after a failed probe the next run keeps the thread plan, and a later one plans the arena",
+          "[exec][memory]") {
+  WaitBesideSlow prog;
+  Scope scope;
+  InterpreterCore core(prog.p, scope, {}, {prog.out}, options(2), queue_for(2));
+  wait_slow_enabled() = false;  // the slow kernel does not wait for a waiter that never comes
+  throw_enabled() = true;
+  CHECK_THROWS_WITH(core.run(), Catch::Contains("boom"));
+  throw_enabled() = false;
+  wait_slow_enabled() = true;
+  CHECK(core.memory_plan() == nullptr);
+  for (int run = 0; run < 2; ++run) {
+    INFO("run " << run);
+    reset_saw_slow();
+    CHECK(core.run()[0].to_vector<float>() == std::vector<float>{3.f * kElems});
+    REQUIRE(saw_slow_in_flight() == 1);
+  }
   CHECK(core.memory_plan() != nullptr);
 }
 

@@ -51,7 +51,7 @@ TEST_CASE("every error kind has its own name", "[support][error]") {
                              ErrorKind::Unimplemented,      ErrorKind::Internal,
                              ErrorKind::PreconditionNotMet, ErrorKind::DataLoss,
                              ErrorKind::Unavailable,        ErrorKind::Cancelled,
-                             ErrorKind::DeadlineExceeded};
+                             ErrorKind::DeadlineExceeded,   ErrorKind::Aborted};
   std::set<std::string> names;
   for (ErrorKind k : kinds) {
     auto name = std::string(kiln::to_string(k));

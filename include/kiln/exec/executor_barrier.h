@@ -1,10 +1,11 @@
 // ExecutorBarrier: one step of several executors over one rendezvous (seed
 // 003's ExecutorBarrier, which runs the executors of a partitioned graph):
 // every part runs asynchronously with the same step id and rendezvous; the
-// first part to fail aborts the rendezvous with its error, so the others'
-// receives wake with it and their sends fail; `done` is called once, after
-// every part has finished, with each part's fetched tensors or that first
-// error.
+// first part to fail aborts the rendezvous (ErrorKind::Aborted, naming its
+// error), so the others' receives wake with it and their sends fail; `done`
+// is called once, after every part has finished, with each part's fetched
+// tensors or the step's error: the first part's that is not an Aborted one
+// (a failure's cause, not its echo), else the first.
 #pragma once
 
 #include <vector>

@@ -3,11 +3,11 @@
 // overlap share bytes (TFLite's and XLA's buffer assignment; Paddle's
 // memory-reuse pass). The plan's peak is the arena's size.
 //
-// What goes in the arena is found by a probe: a run state's first run
-// (synchronous, in program order) records each temporary's bytes, dtype and
-// dims when GC frees it, and which other slots hold the same buffer then (a
-// view and its source, a kernel that shares its input): those form one group
-// whose lifetime is every member's users. A group is left out when a member
+// What goes in the arena is found by a probe: a run state's first
+// synchronous run (on the threads its thread plan gives it) records each
+// temporary's bytes, dtype and dims when GC frees it, and which other slots
+// hold the same buffer (a view and its source, a kernel that shares its
+// input): those form one group whose lifetime is every member's users. A group is left out when a member
 // is not a private host temporary (a parameter, feed, fetched or skip_gc
 // value, an argument, a device or stream value, one a control-flow
 // instruction touches) or something outside the run state held its buffer.

@@ -35,7 +35,10 @@ struct RunOptions {
   // instruction starts. The run registers one callback for its length.
   CancellationManager* cancellation = nullptr;
   // Where kiln.send delivers and kiln.recv waits (one per step: keys do not
-  // carry the step). Must outlive the run.
+  // carry the step). Must outlive the run. A run that fails of a kernel's
+  // error aborts it (ErrorKind::Aborted, naming that error): the step's
+  // other receives, pending or later, fail at once. A cancelled run, or one
+  // past its deadline, leaves it usable.
   LocalRendezvous* rendezvous = nullptr;
   // An asynchronous run starts on the thread that calls run_async instead of
   // a pool thread (TensorFlow: RunOptions.inter_op_thread_pool = -1, "run

@@ -190,6 +190,7 @@ class RunState {
   void run_kernel_timed(std::uint32_t i);
   void record_error(std::uint32_t i) noexcept;
   void record_error(std::uint32_t i, std::exception_ptr error) noexcept;
+  void abort_rendezvous(std::uint32_t i, const std::exception_ptr& cause) noexcept;
   void synchronize_streams();
   void collect_garbage(std::uint32_t i);
   void record_streams(std::uint32_t slot);
@@ -255,7 +256,8 @@ class RunState {
 
   // The memory plan (run_state_memory.cc): the first synchronous run is a
   // probe, whose end plans the arena; later runs put the arena's pieces in
-  // their slots and collect garbage by the arena's lists.
+  // their slots and collect garbage by the arena's lists. The probe runs as
+  // the run's thread plan says; a failed one is dropped at its run's end.
   enum class MemoryStage : std::uint8_t { Off, Unplanned, Probing, Planned };
   MemoryStage memory_stage_ = MemoryStage::Off;
   std::shared_ptr<const MemoryPlan> memory_;
@@ -265,6 +267,10 @@ class RunState {
   std::uint8_t replans_ = 0;
   bool probing_ = false;  // this run is the probe: GC records each slot it frees
   std::unique_ptr<MemoryProbe> probe_;
+  // A probe over the pool (other slots change while GC frees one): per slot,
+  // the shared buffer GC freed, kept (so its address names it) until
+  // finish_probe groups the slots by buffer. Empty for a probe in order.
+  std::vector<BufferRef> probe_held_;
   std::vector<std::uint8_t> unplanned_slots_;  // kernels that left their piece
   // The GC lists in use: the plan's, or the arena's (without its slots).
   const std::uint32_t* gc_off_ = nullptr;
@@ -272,6 +278,8 @@ class RunState {
   void prepare_memory(bool may_probe);
   void probe_slot(std::uint32_t slot);
   void finish_probe();
+  void drop_probe() noexcept;
+  void group_probed_buffers(MemoryProbe& probe);
   void check_arena();
   void place_arena();
   void use_plan_gc();

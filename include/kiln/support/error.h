@@ -22,6 +22,9 @@ enum class ErrorKind {
   Unavailable,
   Cancelled,
   DeadlineExceeded,
+  // A rendezvous (or a step sharing one) was aborted because another part of
+  // the step failed: not a cancellation asked for by the caller.
+  Aborted,
 };
 
 std::string_view to_string(ErrorKind kind);
@@ -71,6 +74,7 @@ inline std::string_view to_string(ErrorKind kind) {
     case ErrorKind::Unavailable: return "Unavailable";
     case ErrorKind::Cancelled: return "Cancelled";
     case ErrorKind::DeadlineExceeded: return "DeadlineExceeded";
+    case ErrorKind::Aborted: return "Aborted";
   }
   return "Unknown";
 }
