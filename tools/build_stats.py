@@ -14,7 +14,7 @@
       CPU seconds of `c++ -O2` on examples/host_project/main.cc (includes
       kiln/kiln.h, builds and trains the seed model): the best of --runs.
 
-The goals these are held to are in the README ("Build figures").
+The README ("Build figures") says what each line measures.
 """
 
 import argparse
