@@ -13,7 +13,6 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 #endif
-#include <cblas.h>
 
 #include <algorithm>
 #include <bit>
@@ -22,6 +21,7 @@
 #include <cstring>
 #include <limits>
 
+#include "cpu_blas.h"
 #include "cpu_kernel_util.h"
 #include "vector_math.h"
 #include "kiln/dialect/attention_ops.h"
@@ -33,15 +33,10 @@ namespace {
 constexpr std::int64_t kTileRows = 64;
 
 // c = alpha · op(a) · op(b) + beta · c, row-major.
-void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
-          const float* b, int ldb, float beta, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
-              k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-void gemm(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, int lda,
-          const double* b, int ldb, double beta, double* c, int ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
-              k, alpha, a, lda, b, ldb, beta, c, ldc);
+template <typename T>
+void gemm(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb,
+          T beta, T* c, int ldc) {
+  cpu::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 // attention_dims (attention_ops.h) in the op's layout, and every dim and

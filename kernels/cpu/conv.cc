@@ -13,7 +13,6 @@
 // copy loops into memcpy calls, whose per-call cost dominated the copy.
 #pragma GCC optimize("no-tree-loop-distribute-patterns")
 #endif
-#include <cblas.h>
 #ifdef __x86_64__
 #include <immintrin.h>
 #endif
@@ -22,7 +21,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include "cpu_blas.h"
 #include "cpu_kernel_util.h"
+#include "onednn.h"
 #include "vector_math.h"
 #include "kiln/dialect/conv_ops.h"
 #include "kiln/dialect/kiln_dialect.h"
@@ -30,17 +31,10 @@
 namespace kiln::cpu {
 namespace {
 
-void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
-          std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
-          std::int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
-}
-void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const double* a,
-          std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c,
-          std::int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
+template <typename T>
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
+          std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  cpu::gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 
 // The range [lo, hi) of output columns whose input column ow·s + off lies
@@ -314,6 +308,8 @@ void direct_conv_avx512(const float* x, const float* w, float* out, const Conv2d
 template <typename T>
 void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g,
                   const T* bias = nullptr, bool relu = false) {
+  if constexpr (std::is_same_v<T, float>)
+    if (onednn::conv2d_forward(x, w, bias, out, g, relu, 0)) return;
 #ifdef KILN_HAS_SIMD_CLONES
   if constexpr (std::is_same_v<T, float>)
     if (direct_conv_fits(g)) return direct_conv_avx512(x, w, out, g, bias, relu);

@@ -1,11 +1,9 @@
-// CPU kernel of kiln.matmul through OpenBLAS GEMM: x [..., M, K] (or
+// CPU kernel of kiln.matmul through a BLAS GEMM (cpu_blas.h): x [..., M, K] (or
 // [..., K, M] with transpose_x) times y [..., K, N] (or [..., N, K] with
 // transpose_y), batch dims broadcast numpy-style. One GEMM call when y has no
 // batch (x's batch rows fold into M), otherwise one call per output matrix.
-// The OpenBLAS thread count is left alone (kiln/kernel/blas.h). Also
+// The BLAS thread count is left alone (kiln/kernel/blas.h). Also
 // kiln.det.
-#include <cblas.h>
-
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -16,6 +14,7 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/kernel/matmul_shape.h"
+#include "cpu_blas.h"
 #include "unary_kernel_math.h"
 #include "vector_math.h"
 
@@ -169,17 +168,11 @@ bool small_gemv(bool ta, bool tb, int m, int n, int k, const T* a, int lda, cons
   return true;
 }
 
-void gemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-          float* c, int ldc) {
+template <typename T>
+void gemm(bool ta, bool tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T* c,
+          int ldc) {
   if (small_gemv(ta, tb, m, n, k, a, lda, b, ldb, c, ldc)) return;
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
-              k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
-}
-void gemm(bool ta, bool tb, int m, int n, int k, const double* a, int lda, const double* b, int ldb,
-          double* c, int ldc) {
-  if (small_gemv(ta, tb, m, n, k, a, lda, b, ldb, c, ldc)) return;
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
-              k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+  cpu::gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc);
 }
 
 [[noreturn, gnu::cold]] void throw_beyond_blas_int(const KernelContext& ctx, std::int64_t v) {

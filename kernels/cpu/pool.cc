@@ -8,6 +8,8 @@
 #endif
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include "cpu_kernel_util.h"
 #include "kiln/dialect/kiln_dialect.h"
@@ -15,7 +17,6 @@
 
 namespace kiln::cpu {
 namespace {
-
 
 // 1 when q takes over the running maximum m in argmax's order (larger, or
 // NaN while m is not), else 0.
@@ -36,6 +37,43 @@ inline T max_nan(T a, T b) {
 inline bool is_2x2(const Pool2dGeometry& g) {
   return g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.pt == 0 && g.pl == 0 &&
          2 * g.ho <= g.h && 2 * g.wo <= g.w;
+}
+
+// The outputs [lo, hi) of a row whose input column ow·s + off lies in [0, w).
+inline void valid_columns(std::int64_t off, std::int64_t s, std::int64_t w, std::int64_t wo,
+                          std::int64_t& lo, std::int64_t& hi) {
+  lo = off >= 0 ? 0 : (-off + s - 1) / s;
+  hi = w - off <= 0 ? 0 : (w - off + s - 1) / s;
+  lo = std::min(lo, wo);
+  hi = std::clamp(hi, lo, wo);
+}
+
+// One plane's max pool, a whole output row at a time: each window offset
+// (i, j) folds one shifted input row into the row with max_nan, in the
+// window's row-major order, so each output is pool_argmax's value (the
+// first maximum; NaN wins) and the inner loop vectorizes. Floating point
+// only (-inf starts every output).
+template <typename T>
+void max_pool_plane(const T* __restrict xp, T* __restrict o, const Pool2dGeometry& g) {
+  for (std::int64_t oh = 0; oh < g.ho; ++oh) {
+    T* __restrict row = o + oh * g.wo;
+    std::fill(row, row + g.wo, -std::numeric_limits<T>::infinity());
+    for (std::int64_t i = 0; i < g.kh; ++i) {
+      const std::int64_t ih = oh * g.sh - g.pt + i;
+      if (ih < 0 || ih >= g.h) continue;
+      const T* __restrict xr = xp + ih * g.w;
+      for (std::int64_t j = 0; j < g.kw; ++j) {
+        std::int64_t lo, hi;
+        valid_columns(j - g.pl, g.sw, g.w, g.wo, lo, hi);
+        const T* __restrict xs = xr + (j - g.pl);
+        if (g.sw == 1) {
+          for (std::int64_t ow = lo; ow < hi; ++ow) row[ow] = max_nan(row[ow], xs[ow]);
+        } else {
+          for (std::int64_t ow = lo; ow < hi; ++ow) row[ow] = max_nan(row[ow], xs[ow * g.sw]);
+        }
+      }
+    }
+  }
 }
 
 template <typename T>
@@ -66,6 +104,10 @@ struct MaxPoolK {
     for (std::int64_t pl = 0; pl < planes; ++pl) {
       const T* xp = px + pl * g.h * g.w;
       T* o = po + pl * g.ho * g.wo;
+      if constexpr (std::is_floating_point_v<T>) {
+        max_pool_plane(xp, o, g);
+        continue;
+      }
       for (std::int64_t oh = 0; oh < g.ho; ++oh)
         for (std::int64_t ow = 0; ow < g.wo; ++ow)
           o[oh * g.wo + ow] = xp[pool_argmax(xp, g, pool_window(g, oh, ow))];

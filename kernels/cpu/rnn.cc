@@ -8,13 +8,13 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 #endif
-#include <cblas.h>
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
 
+#include "cpu_blas.h"
 #include "cpu_kernel_util.h"
 #include "vector_math.h"
 #include "kiln/dialect/kiln_dialect.h"
@@ -27,15 +27,10 @@ using rnn::Activation;
 using rnn::Cell;
 
 // c = op(a) · op(b) + beta · c, row-major.
-void gemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-          float beta, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
-              k, 1.0f, a, lda, b, ldb, beta, c, ldc);
-}
-void gemm(bool ta, bool tb, int m, int n, int k, const double* a, int lda, const double* b,
-          int ldb, double beta, double* c, int ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
-              k, 1.0, a, lda, b, ldb, beta, c, ldc);
+template <typename T>
+void gemm(bool ta, bool tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T beta,
+          T* c, int ldc) {
+  cpu::gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 
 // c [m, n] = a [m, k] · b [n, k]ᵀ; zeros when k is 0.

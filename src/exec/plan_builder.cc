@@ -15,6 +15,17 @@ namespace kiln {
 
 namespace {
 
+// Whether op's CPU kernel runs GEMMs or oneDNN primitives: their intra-op
+// threads are the thread plan's to set (BlasThreadsGuard).
+bool runs_gemms(Operation* op) {
+  return op->isa<MatmulOp>() || op->isa<FusedMatmulOp>() || op->isa<Conv2dOp>() ||
+         op->isa<FusedConv2dOp>() || op->isa<GradOf<Conv2dOp>>() || op->isa<Conv2dTransposeOp>() ||
+         op->isa<GradOf<Conv2dTransposeOp>>() || op->isa<ScaledDotProductAttentionOp>() ||
+         op->isa<GradOf<ScaledDotProductAttentionOp>>() || op->isa<RnnOp>() || op->isa<LstmOp>() ||
+         op->isa<GruOp>() || op->isa<RecurrentGradOp<RnnOp>>() ||
+         op->isa<RecurrentGradOp<GruOp>>() || op->isa<RecurrentGradOp<LstmOp>>();
+}
+
 // "op #3 'kiln.add'" (its position in the caller's program), or for an op a
 // pass made, "op 'kiln.fused_elementwise' (made by a pass)".
 std::string op_ref(std::uint32_t index, const Operation& op) {
@@ -467,7 +478,7 @@ void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index) {
   if (op->has_trait<SideEffect>()) in.order |= kOrderSideEffect;
   in.lane = lane;
   in.place = place;
-  in.calls_blas = op->isa<MatmulOp>() && !is_device(place);
+  in.calls_blas = runs_gemms(op) && !is_device(place);
   in.reads = std::move(ins);
   in.writes = outs;
   add_instruction(std::move(in));

@@ -1,10 +1,12 @@
 // Kernel tests of the ops of kiln/dialect/pool_ops.h: hand-computed values
 // of each pool and its grad op.
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "kernel/kernel_test_util.h"
+#include "kiln/dialect/pool_window.h"
 
 using namespace kiln;
 using namespace kiln_test;
@@ -142,4 +144,40 @@ TEST_CASE("max pooling takes the max of integer windows, padding never winning",
                                std::vector<std::int64_t>{1, 1});
   // Every window holds one real element; the padding around it never wins.
   CHECK(p.out().to_vector<std::int64_t>() == std::vector<std::int64_t>{-9, -5, -7, -6});
+}
+
+TEST_CASE("max_pool2d of floats equals each window's first maximum for any window, stride and "
+          "padding",
+          "[kernel][pool]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::uint32_t seed = 12345;
+  auto next = [&] { return seed = seed * 1664525u + 1013904223u; };
+  for (std::int64_t k : {1, 2, 3, 5})
+    for (std::int64_t s : {1, 2, 3})
+      for (std::int64_t p = 0; 2 * p <= k; ++p)
+        for (bool ceil_mode : {false, true}) {
+          const std::int64_t h = 7, w = 9;
+          std::vector<float> v(static_cast<std::size_t>(2 * h * w));
+          for (auto& e : v) {
+            const std::uint32_t r = next() >> 8;
+            e = r % 41 == 0 ? nan : r % 37 == 0 ? -inf : r % 31 == 0 ? -0.0f : float(r % 19) - 9;
+          }
+          Tensor x = Tensor::from_vector<float>({1, 2, h, w}, v);
+          auto r = run_op<MaxPool2dOp>({x}, V{k, k}, V{s, s}, V{p, p}, ceil_mode);
+          const Pool2dGeometry g{1, 2, h, w, r.out().dims()[2], r.out().dims()[3], k, k, s, s,
+                                 p, p, p, p};
+          const auto out = r.out().to_vector<float>();
+          for (std::int64_t pl = 0; pl < 2; ++pl)
+            for (std::int64_t oh = 0; oh < g.ho; ++oh)
+              for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+                const float* plane = v.data() + pl * h * w;
+                const float want = plane[pool_argmax(plane, g, pool_window(g, oh, ow))];
+                const float got = out[static_cast<std::size_t>((pl * g.ho + oh) * g.wo + ow)];
+                INFO("k " << k << " s " << s << " p " << p << " ceil " << ceil_mode << " at "
+                          << pl << "," << oh << "," << ow);
+                if (std::isnan(want)) CHECK(std::isnan(got));
+                else CHECK((got == want && std::signbit(got) == std::signbit(want)));
+              }
+        }
 }

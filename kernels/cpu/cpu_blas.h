@@ -1,0 +1,29 @@
+// The GEMM every CPU kernel calls, and the intra-op thread count it and
+// oneDNN's primitives run with. f32 GEMMs go to oneDNN's sgemm instead of
+// OpenBLAS when OpenBLAS runs a kernel for an older core than the CPU's
+// (Debian's OpenBLAS picks its kernel by CPU model, and on a virtual machine
+// that hides the model it falls back to SSE3: 5x slower on an AVX-512 CPU,
+// while oneDNN picks by instruction set). f64 is OpenBLAS's.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::cpu {
+
+// c = alpha · op(a) · op(b) + beta · c, row-major; every dim and leading
+// dimension fits an int (callers check).
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+          std::int64_t ldc);
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+          const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta,
+          double* c, std::int64_t ldc);
+
+// "openblas" or "onednn": where f32 GEMMs of at least kOnednnMinFlops
+// multiply-adds go.
+const char* sgemm_library();
+// Below this many multiply-adds OpenBLAS's lower call cost wins even on its
+// fallback kernel (measured: 16x16x16 ties, 4x4x4 is 4x faster).
+inline constexpr std::int64_t kOnednnMinFlops = 16 * 16 * 16;
+
+}  // namespace kiln::cpu

@@ -1,0 +1,240 @@
+// onednn.h over oneDNN: its sgemm, and convolutions as primitives created
+// once per geometry and thread (with the reorders between kiln's NCHW and
+// the blocked layouts the primitive chose), each thread's blocked buffers
+// reused by every call, and reordered weights kept per weights_key.
+#include "onednn.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <list>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <unordered_map>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "kiln/kernel/blas.h"
+
+namespace kiln::cpu::onednn {
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+
+// The calling thread's OpenMP runtime gets blas_num_threads() threads.
+int use_intra_op_threads() {
+  const int n = blas_num_threads();
+  if (omp_get_max_threads() != n) omp_set_num_threads(n);
+  return n;
+}
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream(cpu_engine());
+  return stream;
+}
+
+// A thread's growable 64-byte-aligned buffer.
+class Scratch {
+ public:
+  void* get(std::size_t bytes) {
+    if (bytes > size_) {
+      data_.reset(static_cast<std::byte*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+      size_ = bytes;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, Free> data_;
+  std::size_t size_ = 0;
+};
+
+// What a conv primitive depends on: the geometry, the epilogue and the
+// thread count (oneDNN splits the work when it creates the primitive).
+struct ConvKey {
+  Conv2dGeometry g;
+  bool bias, relu;
+  int threads;
+  bool operator==(const ConvKey& o) const {
+    return std::memcmp(&g, &o.g, sizeof g) == 0 && bias == o.bias && relu == o.relu &&
+           threads == o.threads;
+  }
+};
+struct ConvKeyHash {
+  std::size_t operator()(const ConvKey& k) const {
+    std::size_t h = std::size_t(k.threads) * 2 + k.bias * 4 + k.relu;
+    const auto* v = reinterpret_cast<const std::int64_t*>(&k.g);
+    for (std::size_t i = 0; i < sizeof k.g / sizeof *v; ++i) h = h * 1000003u ^ std::size_t(v[i]);
+    return h;
+  }
+};
+
+// A convolution primitive and the reorders around it (absent where the
+// primitive took kiln's plain layout).
+struct ConvPlan {
+  dnnl::convolution_forward conv;
+  memory::desc x_plain, w_plain, out_plain, x_md, w_md, out_md;
+  std::optional<dnnl::reorder> to_x, to_w, from_out;
+};
+
+memory::dims weight_dims(const Conv2dGeometry& g) {
+  if (g.groups == 1) return {g.o, g.c, g.kh, g.kw};
+  return {g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw};
+}
+
+// A primitive for k, its layouts left to oneDNN ("any"); throws dnnl::error
+// when oneDNN has none.
+std::unique_ptr<ConvPlan> make_conv_plan(const ConvKey& k) {
+  const Conv2dGeometry& g = k.g;
+  const auto f32 = memory::data_type::f32;
+  auto p = std::make_unique<ConvPlan>();
+  p->x_plain = memory::desc({g.n, g.c, g.h, g.w}, f32, Tag::nchw);
+  p->w_plain = memory::desc(weight_dims(g), f32, g.groups == 1 ? Tag::oihw : Tag::goihw);
+  p->out_plain = memory::desc({g.n, g.o, g.ho, g.wo}, f32, Tag::nchw);
+  const memory::desc bias = k.bias ? memory::desc({g.o}, f32, Tag::x) : memory::desc();
+  const dnnl::convolution_forward::desc desc(
+      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+      memory::desc({g.n, g.c, g.h, g.w}, f32, Tag::any), memory::desc(weight_dims(g), f32, Tag::any),
+      bias, memory::desc({g.n, g.o, g.ho, g.wo}, f32, Tag::any), {g.sh, g.sw},
+      {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {g.pb, g.pr});
+  dnnl::primitive_attr attr;
+  if (k.relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  const dnnl::convolution_forward::primitive_desc pd(desc, attr, cpu_engine());
+  p->conv = dnnl::convolution_forward(pd);
+  p->x_md = pd.src_desc(), p->w_md = pd.weights_desc(), p->out_md = pd.dst_desc();
+  const auto& e = cpu_engine();
+  if (p->x_md != p->x_plain) p->to_x = dnnl::reorder(dnnl::reorder::primitive_desc(e, p->x_plain, e, p->x_md));
+  if (p->w_md != p->w_plain) p->to_w = dnnl::reorder(dnnl::reorder::primitive_desc(e, p->w_plain, e, p->w_md));
+  if (p->out_md != p->out_plain) p->from_out = dnnl::reorder(dnnl::reorder::primitive_desc(e, p->out_md, e, p->out_plain));
+  return p;
+}
+
+// This thread's plan for k; null when oneDNN has no primitive for it.
+ConvPlan* conv_plan(const ConvKey& k) {
+  thread_local std::unordered_map<ConvKey, std::unique_ptr<ConvPlan>, ConvKeyHash> plans;
+  auto it = plans.find(k);
+  if (it != plans.end()) return it->second.get();
+  std::unique_ptr<ConvPlan> p;
+  try {
+    p = make_conv_plan(k);
+  } catch (const dnnl::error&) {
+  }
+  return plans.emplace(k, std::move(p)).first->second.get();
+}
+
+// Reordered weights by (weights_key, plan), least recently used dropped
+// beyond kWeightCacheBytes per thread.
+class WeightCache {
+ public:
+  static constexpr std::size_t kWeightCacheBytes = std::size_t(512) << 20;
+
+  // The entry's memory, and whether it was just made (its contents to fill).
+  std::pair<void*, bool> get(std::uint64_t key, const ConvPlan* plan, std::size_t bytes) {
+    auto it = index_.find(Key{key, plan});
+    if (it != index_.end()) {
+      entries_.splice(entries_.begin(), entries_, it->second);
+      return {it->second->data.get(it->second->bytes), false};
+    }
+    while (!entries_.empty() && bytes_ + bytes > kWeightCacheBytes) {
+      bytes_ -= entries_.back().bytes;
+      index_.erase(entries_.back().key);
+      entries_.pop_back();
+    }
+    entries_.push_front(Entry{Key{key, plan}, {}, bytes});
+    entries_.front().data.get(bytes);
+    index_.emplace(Key{key, plan}, entries_.begin());
+    bytes_ += bytes;
+    return {entries_.front().data.get(bytes), true};
+  }
+
+ private:
+  struct Key {
+    std::uint64_t key;
+    const ConvPlan* plan;
+    bool operator==(const Key& o) const { return key == o.key && plan == o.plan; }
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const {
+      return std::hash<std::uint64_t>()(k.key) ^ std::hash<const void*>()(k.plan);
+    }
+  };
+  struct Entry {
+    Key key;
+    Scratch data;
+    std::size_t bytes;
+  };
+  std::list<Entry> entries_;
+  std::unordered_map<Key, std::list<Entry>::iterator, KeyHash> index_;
+  std::size_t bytes_ = 0;
+};
+
+// w in the plan's weight layout: w itself, a reorder into this thread's
+// buffer, or (weights_key != 0) the cached reorder.
+memory conv_weights(const ConvPlan& p, const float* w, std::uint64_t weights_key,
+                    dnnl::stream& s) {
+  const auto& e = cpu_engine();
+  memory user(p.w_plain, e, const_cast<float*>(w));
+  if (!p.to_w) return user;
+  thread_local Scratch buffer;
+  thread_local WeightCache cache;
+  void* data = nullptr;
+  bool fill = true;
+  if (weights_key == 0) data = buffer.get(p.w_md.get_size());
+  else std::tie(data, fill) = cache.get(weights_key, &p, p.w_md.get_size());
+  memory blocked(p.w_md, e, data);
+  if (fill) p.to_w->execute(s, user, blocked);
+  return blocked;
+}
+
+}  // namespace
+
+bool available() { return true; }
+
+bool sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+           const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+           std::int64_t ldc) {
+  use_intra_op_threads();
+  return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) ==
+         dnnl_success;
+}
+
+bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
+                    const Conv2dGeometry& g, bool relu, std::uint64_t weights_key) {
+  const int threads = use_intra_op_threads();
+  const ConvPlan* p = conv_plan(ConvKey{g, bias != nullptr, relu, threads});
+  if (p == nullptr) return false;
+  const auto& e = cpu_engine();
+  dnnl::stream& s = thread_stream();
+  thread_local Scratch x_buffer, out_buffer;
+  memory x_user(p->x_plain, e, const_cast<float*>(x)), out_user(p->out_plain, e, out);
+  memory x_mem = p->to_x ? memory(p->x_md, e, x_buffer.get(p->x_md.get_size())) : x_user;
+  memory out_mem = p->from_out ? memory(p->out_md, e, out_buffer.get(p->out_md.get_size())) : out_user;
+  if (p->to_x) p->to_x->execute(s, x_user, x_mem);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, x_mem},
+                                       {DNNL_ARG_WEIGHTS, conv_weights(*p, w, weights_key, s)},
+                                       {DNNL_ARG_DST, out_mem}};
+  if (bias != nullptr)
+    args.emplace(DNNL_ARG_BIAS, memory({{g.o}, memory::data_type::f32, Tag::x}, e,
+                                       const_cast<float*>(bias)));
+  p->conv.execute(s, args);
+  if (p->from_out) p->from_out->execute(s, out_mem, out_user);
+  s.wait();
+  return true;
+}
+
+}  // namespace kiln::cpu::onednn

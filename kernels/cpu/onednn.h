@@ -1,0 +1,31 @@
+// What kiln's CPU kernels take from oneDNN (Debian's libdnnl-dev), behind
+// functions that say "not done" instead of failing: a build without oneDNN
+// compiles onednn_none.cc, whose functions all return false, and the
+// kernels use their own code. Primitives run on OpenMP threads, as many as
+// blas_num_threads() (kiln/kernel/blas.h), which the executor's thread plan
+// sets: 1 unless the plan gives the threads to the kernels.
+#pragma once
+
+#include <cstdint>
+
+#include "kiln/dialect/conv_ops.h"
+
+namespace kiln::cpu::onednn {
+
+// Whether kiln was built with oneDNN.
+bool available();
+
+// c = alpha · op(a) · op(b) + beta · c, row-major, f32; false when not done.
+bool sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+           const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+           std::int64_t ldc);
+
+// out [n, o, ho, wo] = conv2d(x [n, c, h, w], w [o, c/groups, kh, kw]) + bias
+// (when given), through relu when `relu`; NCHW in and out, blocked layouts
+// inside. `weights_key` identifies w's contents for the reordered-weights
+// cache (0: w may change between calls, reorder it each time). False when
+// oneDNN has no primitive for g.
+bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
+                    const Conv2dGeometry& g, bool relu, std::uint64_t weights_key);
+
+}  // namespace kiln::cpu::onednn

@@ -1,0 +1,19 @@
+// onednn.h in a build without oneDNN: nothing is done by oneDNN, every
+// caller uses kiln's own kernels.
+#include "onednn.h"
+
+namespace kiln::cpu::onednn {
+
+bool available() { return false; }
+
+bool sgemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t,
+           const float*, std::int64_t, float, float*, std::int64_t) {
+  return false;
+}
+
+bool conv2d_forward(const float*, const float*, const float*, float*, const Conv2dGeometry&, bool,
+                    std::uint64_t) {
+  return false;
+}
+
+}  // namespace kiln::cpu::onednn
