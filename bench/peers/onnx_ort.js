@@ -11,17 +11,30 @@
 // time: on a shared machine the minimums compare more steadily):
 //   BENCH onnx.<name>.infer.ort.t<T> <ms> ms
 //   BENCH onnx.<name>.infer.ort.t<T>.min <ms> ms
-// Usage: node onnx_ort.js MODELS_DIR [filter]   (runs for "", "onnx", "onnx.<name>")
+// With CNN_DIR (bench/peers/cnn_export.py's models), also each CNN at batch
+// 1 and 8 (224x224 images): BENCH onnx.<cnn>.b<B>.infer.ort.t<T>.
+// Usage: node onnx_ort.js MODELS_DIR [filter] [CNN_DIR]
+//        (runs for "", "onnx", "onnx.<name>")
 // onnxruntime-node comes from NODE_PATH (./run installs it with
 // `npm install --ignore-scripts` into .cache/onnxruntime-node).
 'use strict';
 const path = require('path');
 
-const [modelsDir, filter = ''] = process.argv.slice(2);
+const [modelsDir, filter = '', cnnDir = ''] = process.argv.slice(2);
 const MODELS = [
   {name: 'lenet', input: 'image', dtype: 'float32', dims: [64, 1, 28, 28], runs: 100},
   {name: 'gpt', input: 'ids', dtype: 'int64', dims: [16, 64], intMax: 96, runs: 20},
 ];
+// The CNNs, runs per repetition by batch (a convnext_tiny batch of 8 takes ~1 s).
+const CNNS = {resnet18: [20, 4], mobilenet_v2: [40, 8], efficientnet_b0: [30, 6],
+              shufflenet_v2_x0_5: [60, 12], convnext_tiny: [8, 2]};
+if (cnnDir !== '') {
+  for (const [cnn, runs] of Object.entries(CNNS)) {
+    [1, 8].forEach((batch, k) => MODELS.push({
+      name: cnn, tag: `${cnn}.b${batch}`, dir: cnnDir, input: 'image', dtype: 'float32',
+      dims: [batch, 3, 224, 224], runs: runs[k]}));
+  }
+}
 
 function wanted(name) {
   return filter === '' || filter === 'onnx' || filter === `onnx.${name}` ||
@@ -67,7 +80,7 @@ async function main() {
     if (!wanted(m.name)) continue;
     const feeds = {[m.input]: input(ort, m)};
     for (const threads of [1, 2]) {
-      const session = await ort.InferenceSession.create(path.join(modelsDir, m.name, 'model.onnx'), {
+      const session = await ort.InferenceSession.create(path.join(m.dir || modelsDir, m.name, 'model.onnx'), {
         intraOpNumThreads: threads, interOpNumThreads: 1, executionMode: 'sequential',
         graphOptimizationLevel: 'all',
       });
@@ -84,8 +97,9 @@ async function main() {
         reps.push(median(t));
         fastest = Math.min(fastest, ...t);
       }
-      console.log(`BENCH onnx.${m.name}.infer.ort.t${threads} ${median(reps).toFixed(4)} ms`);
-      console.log(`BENCH onnx.${m.name}.infer.ort.t${threads}.min ${fastest.toFixed(4)} ms`);
+      const tag = m.tag || m.name;
+      console.log(`BENCH onnx.${tag}.infer.ort.t${threads} ${median(reps).toFixed(4)} ms`);
+      console.log(`BENCH onnx.${tag}.infer.ort.t${threads}.min ${fastest.toFixed(4)} ms`);
       await session.release();
     }
   }

@@ -209,15 +209,19 @@ inline bool direct(const Conv2dGeometry& g) {  // col == x
          g.ho == g.h && g.wo == g.w;
 }
 
-// block [channels, p] += bias[first + c] per channel, then max(·, 0) when
-// `relu`: one pass over a block the GEMM has just written.
+using onednn::ConvActivation;
+
+// block [channels, p] += bias[first + c] per channel, then `act`: one pass
+// over a block the GEMM has just written.
 template <typename T>
 void bias_activation(T* __restrict block, const T* __restrict bias, std::int64_t first,
-                     std::int64_t channels, std::int64_t p, bool relu) {
+                     std::int64_t channels, std::int64_t p, ConvActivation act) {
   for (std::int64_t c = 0; c < channels; ++c) {
     T* __restrict row = block + c * p;
     const T b = bias ? bias[first + c] : T(0);
-    if (relu)
+    if (act == ConvActivation::Relu6)
+      for (std::int64_t i = 0; i < p; ++i) row[i] = std::min(std::max(row[i] + b, T(0)), T(6));
+    else if (act == ConvActivation::Relu)
       for (std::int64_t i = 0; i < p; ++i) row[i] = std::max(row[i] + b, T(0));
     else
       for (std::int64_t i = 0; i < p; ++i) row[i] += b;
@@ -232,12 +236,12 @@ void bias_activation(T* __restrict block, const T* __restrict bias, std::int64_t
 // M = O < 16 fills OpenBLAS's 16-row tile poorly, and the column buffer
 // costs a pass of its own (LeNet's first conv: O = 6, C·kh·kw = 25).
 // xp is one image zero-padded to [c, hp, wp]; out one image's [O, ho, wo];
-// the bias and relu are applied as each row is stored.
+// the bias and activation are applied as each row is stored.
 template <int O>
 KILN_TARGET_AVX512 void direct_conv_image_avx512(const float* xp, std::int64_t hp, std::int64_t wp,
                                                  const float* w, float* out,
                                                  const Conv2dGeometry& g, const float* bias,
-                                                 bool relu) {
+                                                 ConvActivation act) {
   const __mmask16 m0 = g.wo >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << g.wo) - 1);
   const __mmask16 m1 = g.wo > 16 ? __mmask16((1u << (g.wo - 16)) - 1) : __mmask16(0);
   const std::int64_t per_o = g.c * g.kh * g.kw;  // w[o] is w + o · per_o
@@ -261,9 +265,13 @@ KILN_TARGET_AVX512 void direct_conv_image_avx512(const float* xp, std::int64_t h
     for (int o = 0; o < O; ++o) {
       const __m512 b = _mm512_set1_ps(bias ? bias[o] : 0.0f);
       __m512 r0 = _mm512_add_ps(a0[o], b), r1 = _mm512_add_ps(a1[o], b);
-      if (relu) {
+      if (act != ConvActivation::None) {
         r0 = _mm512_max_ps(r0, _mm512_setzero_ps());
         r1 = _mm512_max_ps(r1, _mm512_setzero_ps());
+      }
+      if (act == ConvActivation::Relu6) {
+        r0 = _mm512_min_ps(r0, _mm512_set1_ps(6.0f));
+        r1 = _mm512_min_ps(r1, _mm512_set1_ps(6.0f));
       }
       float* orow = out + (o * g.ho + oh) * g.wo;
       _mm512_mask_storeu_ps(orow, m0, r0);
@@ -279,12 +287,12 @@ inline bool direct_conv_fits(const Conv2dGeometry& g) {
 }
 
 void direct_conv_avx512(const float* x, const float* w, float* out, const Conv2dGeometry& g,
-                        const float* bias, bool relu) {
+                        const float* bias, ConvActivation act) {
   const std::int64_t hp = g.h + g.pt + g.pb, wp = g.w + g.pl + g.pr;
   float* xp = scratch<float>(g.c * hp * wp);
   std::fill(xp, xp + g.c * hp * wp, 0.0f);  // the padding stays 0 image after image
   using Fn = void (*)(const float*, std::int64_t, std::int64_t, const float*, float*,
-                      const Conv2dGeometry&, const float*, bool);
+                      const Conv2dGeometry&, const float*, ConvActivation);
   static constexpr Fn by_o[] = {direct_conv_image_avx512<1>, direct_conv_image_avx512<2>,
                                 direct_conv_image_avx512<3>, direct_conv_image_avx512<4>,
                                 direct_conv_image_avx512<5>, direct_conv_image_avx512<6>,
@@ -296,23 +304,36 @@ void direct_conv_avx512(const float* x, const float* w, float* out, const Conv2d
       for (std::int64_t r = 0; r < g.h; ++r)
         std::memcpy(xp + (c * hp + g.pt + r) * wp + g.pl, xi + (c * g.h + r) * g.w,
                     sizeof(float) * static_cast<std::size_t>(g.w));
-    fn(xp, hp, wp, w, out + n * g.o * g.ho * g.wo, g, bias, relu);
+    fn(xp, hp, wp, w, out + n * g.o * g.ho * g.wo, g, bias, act);
   }
 }
 #endif
 
 // out [n, o, ho, wo] = conv2d(x [n, c, h, w], w [o, c/groups, kh, kw]),
-// plus bias[o] (when given) and through relu (when asked) — applied to each
+// plus bias[o] (when given) and through `act` — applied to each
 // image's and group's output block right after its GEMM wrote it (still in
 // cache), or as a direct convolution stores each row.
+// Which contents w holds, for oneDNN's reordered-weights cache: only a
+// buffer an allocator owns (kiln writes it through Tensors, which count the
+// writes); external or arena-wrapped memory is reordered every call.
+onednn::WeightsIdentity weights_identity(const Tensor& w) {
+  const Buffer& b = *w.buffer();
+  if (b.allocator() == nullptr || w.place().kind != PlaceKind::Cpu) return {};
+  return {b.id(), b.writes(), w.offset()};
+}
+
 template <typename T>
 void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g,
-                  const T* bias = nullptr, bool relu = false) {
+                  const T* bias = nullptr, ConvActivation act = ConvActivation::None,
+                  const onednn::WeightsIdentity& weights = {}) {
+  // A 1x1 convolution with stride 1 is one GEMM on NCHW as it is; oneDNN's
+  // blocked primitive would add two reorders of x and out (measured: 2-3x
+  // slower on MobileNet's pointwise convolutions).
   if constexpr (std::is_same_v<T, float>)
-    if (onednn::conv2d_forward(x, w, bias, out, g, relu, 0)) return;
+    if (!direct(g) && onednn::conv2d_forward(x, w, bias, out, g, act, weights)) return;
 #ifdef KILN_HAS_SIMD_CLONES
   if constexpr (std::is_same_v<T, float>)
-    if (direct_conv_fits(g)) return direct_conv_avx512(x, w, out, g, bias, relu);
+    if (direct_conv_fits(g)) return direct_conv_avx512(x, w, out, g, bias, act);
 #endif
   const std::int64_t cg = g.c / g.groups, og = g.o / g.groups, k = cg * g.kh * g.kw;
   const std::int64_t p = g.ho * g.wo;
@@ -324,7 +345,7 @@ void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g,
       if (!dir) im2col(xg, col, g, cg);
       T* block = out + (n * g.o + gi * og) * p;
       gemm(false, false, og, p, k, w + gi * og * k, k, dir ? xg : col, p, T(0), block, p);
-      if (bias || relu) bias_activation(block, bias, gi * og, og, p, relu);
+      if (bias || act != ConvActivation::None) bias_activation(block, bias, gi * og, og, p, act);
     }
 }
 
@@ -406,7 +427,8 @@ struct Conv2dK {
     const Conv2dGeometry g = conv2d_geometry(ctx, x, w, ctx.attrs<Conv2dOp>());
     Tensor& out = ctx.alloc_output(0, Dims{g.n, g.o, g.ho, g.wo}, x.dtype());
     if (out.numel() == 0) return;
-    conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g);
+    conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, static_cast<const T*>(nullptr), ConvActivation::None,
+                 weights_identity(w));
   }
 };
 
@@ -422,8 +444,11 @@ struct FusedConv2dK {
                   bias.dims().to_string(), "], the convolution has ", g.o, " output channels");
     Tensor& out = ctx.alloc_output(0, Dims{g.n, g.o, g.ho, g.wo}, x.dtype());
     if (out.numel() == 0) return;
-    conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(),
-                 a.activation == "relu");
+    const ConvActivation act = a.activation == "relu"    ? ConvActivation::Relu
+                               : a.activation == "relu6" ? ConvActivation::Relu6
+                                                         : ConvActivation::None;
+    conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
+                 weights_identity(w));
   }
 };
 

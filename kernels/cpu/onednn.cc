@@ -1,7 +1,8 @@
 // onednn.h over oneDNN: its sgemm, and convolutions as primitives created
 // once per geometry and thread (with the reorders between kiln's NCHW and
 // the blocked layouts the primitive chose), each thread's blocked buffers
-// reused by every call, and reordered weights kept per weights_key.
+// reused by every call, and reordered weights kept while their buffer is
+// not written.
 #include "onednn.h"
 
 #include <omp.h>
@@ -64,16 +65,17 @@ class Scratch {
 // thread count (oneDNN splits the work when it creates the primitive).
 struct ConvKey {
   Conv2dGeometry g;
-  bool bias, relu;
+  bool bias;
+  ConvActivation act;
   int threads;
   bool operator==(const ConvKey& o) const {
-    return std::memcmp(&g, &o.g, sizeof g) == 0 && bias == o.bias && relu == o.relu &&
+    return std::memcmp(&g, &o.g, sizeof g) == 0 && bias == o.bias && act == o.act &&
            threads == o.threads;
   }
 };
 struct ConvKeyHash {
   std::size_t operator()(const ConvKey& k) const {
-    std::size_t h = std::size_t(k.threads) * 2 + k.bias * 4 + k.relu;
+    std::size_t h = std::size_t(k.threads) * 8 + k.bias * 4 + std::size_t(k.act);
     const auto* v = reinterpret_cast<const std::int64_t*>(&k.g);
     for (std::size_t i = 0; i < sizeof k.g / sizeof *v; ++i) h = h * 1000003u ^ std::size_t(v[i]);
     return h;
@@ -109,9 +111,10 @@ std::unique_ptr<ConvPlan> make_conv_plan(const ConvKey& k) {
       bias, memory::desc({g.n, g.o, g.ho, g.wo}, f32, Tag::any), {g.sh, g.sw},
       {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {g.pb, g.pr});
   dnnl::primitive_attr attr;
-  if (k.relu) {
+  if (k.act != ConvActivation::None) {
     dnnl::post_ops ops;
-    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (k.act == ConvActivation::Relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    else ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, 0.0f, 6.0f);
     attr.set_post_ops(ops);
   }
   const dnnl::convolution_forward::primitive_desc pd(desc, attr, cpu_engine());
@@ -137,44 +140,51 @@ ConvPlan* conv_plan(const ConvKey& k) {
   return plans.emplace(k, std::move(p)).first->second.get();
 }
 
-// Reordered weights by (weights_key, plan), least recently used dropped
-// beyond kWeightCacheBytes per thread.
+// Reordered weights by (buffer, offset, plan), refilled when the buffer's
+// writes changed; the least recently used dropped beyond kWeightCacheBytes
+// per thread (entries of buffers that are gone wait for that).
 class WeightCache {
  public:
-  static constexpr std::size_t kWeightCacheBytes = std::size_t(512) << 20;
+  static constexpr std::size_t kWeightCacheBytes = std::size_t(256) << 20;
 
-  // The entry's memory, and whether it was just made (its contents to fill).
-  std::pair<void*, bool> get(std::uint64_t key, const ConvPlan* plan, std::size_t bytes) {
-    auto it = index_.find(Key{key, plan});
+  // The entry's memory, and whether its contents are to be (re)filled.
+  std::pair<void*, bool> get(const WeightsIdentity& w, const ConvPlan* plan, std::size_t bytes) {
+    const Key key{w.buffer, w.offset, plan};
+    auto it = index_.find(key);
     if (it != index_.end()) {
       entries_.splice(entries_.begin(), entries_, it->second);
-      return {it->second->data.get(it->second->bytes), false};
+      Entry& e = *it->second;
+      const bool stale = e.writes != w.writes;
+      e.writes = w.writes;
+      return {e.data.get(e.bytes), stale};
     }
     while (!entries_.empty() && bytes_ + bytes > kWeightCacheBytes) {
       bytes_ -= entries_.back().bytes;
       index_.erase(entries_.back().key);
       entries_.pop_back();
     }
-    entries_.push_front(Entry{Key{key, plan}, {}, bytes});
-    entries_.front().data.get(bytes);
-    index_.emplace(Key{key, plan}, entries_.begin());
+    entries_.push_front(Entry{key, w.writes, {}, bytes});
+    index_.emplace(key, entries_.begin());
     bytes_ += bytes;
     return {entries_.front().data.get(bytes), true};
   }
 
  private:
   struct Key {
-    std::uint64_t key;
+    std::uint64_t buffer, offset;
     const ConvPlan* plan;
-    bool operator==(const Key& o) const { return key == o.key && plan == o.plan; }
+    bool operator==(const Key& o) const {
+      return buffer == o.buffer && offset == o.offset && plan == o.plan;
+    }
   };
   struct KeyHash {
     std::size_t operator()(const Key& k) const {
-      return std::hash<std::uint64_t>()(k.key) ^ std::hash<const void*>()(k.plan);
+      return std::hash<std::uint64_t>()(k.buffer * 31 + k.offset) ^ std::hash<const void*>()(k.plan);
     }
   };
   struct Entry {
     Key key;
+    std::uint64_t writes;
     Scratch data;
     std::size_t bytes;
   };
@@ -184,8 +194,8 @@ class WeightCache {
 };
 
 // w in the plan's weight layout: w itself, a reorder into this thread's
-// buffer, or (weights_key != 0) the cached reorder.
-memory conv_weights(const ConvPlan& p, const float* w, std::uint64_t weights_key,
+// buffer, or the cached reorder of w's contents.
+memory conv_weights(const ConvPlan& p, const float* w, const WeightsIdentity& weights,
                     dnnl::stream& s) {
   const auto& e = cpu_engine();
   memory user(p.w_plain, e, const_cast<float*>(w));
@@ -194,8 +204,8 @@ memory conv_weights(const ConvPlan& p, const float* w, std::uint64_t weights_key
   thread_local WeightCache cache;
   void* data = nullptr;
   bool fill = true;
-  if (weights_key == 0) data = buffer.get(p.w_md.get_size());
-  else std::tie(data, fill) = cache.get(weights_key, &p, p.w_md.get_size());
+  if (weights.buffer == 0) data = buffer.get(p.w_md.get_size());
+  else std::tie(data, fill) = cache.get(weights, &p, p.w_md.get_size());
   memory blocked(p.w_md, e, data);
   if (fill) p.to_w->execute(s, user, blocked);
   return blocked;
@@ -214,9 +224,9 @@ bool sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, flo
 }
 
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
-                    const Conv2dGeometry& g, bool relu, std::uint64_t weights_key) {
+                    const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights) {
   const int threads = use_intra_op_threads();
-  const ConvPlan* p = conv_plan(ConvKey{g, bias != nullptr, relu, threads});
+  const ConvPlan* p = conv_plan(ConvKey{g, bias != nullptr, act, threads});
   if (p == nullptr) return false;
   const auto& e = cpu_engine();
   dnnl::stream& s = thread_stream();
@@ -226,7 +236,7 @@ bool conv2d_forward(const float* x, const float* w, const float* bias, float* ou
   memory out_mem = p->from_out ? memory(p->out_md, e, out_buffer.get(p->out_md.get_size())) : out_user;
   if (p->to_x) p->to_x->execute(s, x_user, x_mem);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, x_mem},
-                                       {DNNL_ARG_WEIGHTS, conv_weights(*p, w, weights_key, s)},
+                                       {DNNL_ARG_WEIGHTS, conv_weights(*p, w, weights, s)},
                                        {DNNL_ARG_DST, out_mem}};
   if (bias != nullptr)
     args.emplace(DNNL_ARG_BIAS, memory({{g.o}, memory::data_type::f32, Tag::x}, e,

@@ -20,12 +20,22 @@ bool sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, flo
            const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
            std::int64_t ldc);
 
+// What follows a convolution in the same pass: nothing, max(·, 0), or
+// min(max(·, 0), 6).
+enum class ConvActivation { None, Relu, Relu6 };
+
+// Which contents a weight tensor holds: its buffer's Buffer::id() and
+// writes() and its byte offset. buffer 0: unknown, reordered every call.
+struct WeightsIdentity {
+  std::uint64_t buffer = 0, writes = 0, offset = 0;
+};
+
 // out [n, o, ho, wo] = conv2d(x [n, c, h, w], w [o, c/groups, kh, kw]) + bias
-// (when given), through relu when `relu`; NCHW in and out, blocked layouts
-// inside. `weights_key` identifies w's contents for the reordered-weights
-// cache (0: w may change between calls, reorder it each time). False when
-// oneDNN has no primitive for g.
+// (when given), through `act`; NCHW in and out, blocked layouts
+// inside. w's blocked copy is kept while `weights` stays the same (a
+// parameter's between optimizer steps, an inference model's for ever).
+// False when oneDNN has no primitive for g.
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
-                    const Conv2dGeometry& g, bool relu, std::uint64_t weights_key);
+                    const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights);
 
 }  // namespace kiln::cpu::onednn

@@ -11,8 +11,8 @@ bool sgemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const fl
   return false;
 }
 
-bool conv2d_forward(const float*, const float*, const float*, float*, const Conv2dGeometry&, bool,
-                    std::uint64_t) {
+bool conv2d_forward(const float*, const float*, const float*, float*, const Conv2dGeometry&,
+                    ConvActivation, const WeightsIdentity&) {
   return false;
 }
 

@@ -2,6 +2,10 @@
 // registration.
 #include "kiln/dialect/conv_ops.h"
 
+#include <cmath>
+#include <limits>
+
+#include "kiln/dialect/compare_ops.h"
 #include "kiln/dialect/reduce_ops.h"
 #include "kiln/dialect/unary_ops.h"
 
@@ -232,9 +236,9 @@ void FusedConv2dOp::build(Builder&, OperationArgument& arg, Value x, Value w, Va
 std::vector<Type> FusedConv2dOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   meta::require_count(name, in, 3);
   const auto a = from_attributes<Attributes>(attrs, name);
-  if (a.activation != "none" && a.activation != "relu")
+  if (a.activation != "none" && a.activation != "relu" && a.activation != "relu6")
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' activation '", a.activation,
-                "' is not one of none, relu");
+                "' is not one of none, relu, relu6");
   DataType dt;
   auto dims = conv2d_shape(name, {in[0], in[1]},
                            Conv2dOp::Attributes{a.strides, a.paddings, a.dilations, a.groups}, &dt);
@@ -252,8 +256,18 @@ std::vector<Value> FusedConv2dOp::vjp(Builder& b, Operation* op, const std::vect
   Value d = vjp::single_grad(op, g);
   if (!d) return {Value(), Value(), Value()};
   const auto a = FusedConv2dOp(op).attrs();
-  if (a.activation == "relu")  // y > 0 exactly where the pre-activation is
+  if (a.activation == "relu" || a.activation == "relu6")  // y > 0 where the pre-activation is
     d = b.create<GradOf<ReluOp>>(op->result(0), d).operation()->result(0);
+  if (a.activation == "relu6") {
+    // y < 6 exactly where the pre-activation is: clip's gradient passes
+    // y <= max, so max is the largest value below 6 in y's dtype.
+    const bool f32 = shaped_data_type(op->result(0).type()) == DataType::Float32;
+    const double below_6 = f32 ? double(std::nextafter(6.0f, 0.0f)) : std::nextafter(6.0, 0.0);
+    d = b.create<GradOf<ClipOp>>(ClipOp::Attributes{-std::numeric_limits<double>::infinity(), below_6},
+                                 op->result(0), d)
+            .operation()
+            ->result(0);
+  }
   Value dbias = b.create<SumOp>(d, std::vector<std::int64_t>{0, 2, 3}, false).result();
   auto grad = b.create<GradOf<Conv2dOp>>(
       Conv2dOp::Attributes{a.strides, a.paddings, a.dilations, a.groups}, op->operand_source(0),

@@ -70,10 +70,13 @@ void conv2d(EmitContext& c) {
 // Conv with its bias input, then Relu when the activation is relu.
 void fused_conv2d(EmitContext& c) {
   const auto a = FusedConv2dOp::dyn_cast(c.op()).attrs();
-  const bool relu = a.activation == "relu";
-  const std::string conv_out = relu ? c.fresh("conv") : c.out(0);
+  const bool act = a.activation != "none";
+  const std::string conv_out = act ? c.fresh("conv") : c.out(0);
   set_conv_attrs(c, c.node("Conv", {c.in(0), c.in(1), c.in(2)}, {conv_out}), a);
-  if (relu) c.node("Relu", {conv_out}, {c.out(0)});
+  if (a.activation == "relu") c.node("Relu", {conv_out}, {c.out(0)});
+  if (a.activation == "relu6")
+    c.node("Clip", {conv_out, c.scalar(c.in_dtype(0), 0.0), c.scalar(c.in_dtype(0), 6.0)},
+           {c.out(0)});
 }
 
 void conv2d_transpose(EmitContext& c) {

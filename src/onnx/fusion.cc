@@ -342,14 +342,19 @@ void fuse_conv_epilogues(Block& block) {
         add->result(0).type() != y.type())
       continue;
     Operation* relu = sole_user(add->result(0));
-    if (relu && !relu->isa<ReluOp>()) relu = nullptr;
+    const char* activation = "none";
+    if (relu && relu->isa<ReluOp>()) activation = "relu";
+    else if (relu && relu->isa<ClipOp>() && ClipOp(relu).attrs().min == 0.0 &&
+             ClipOp(relu).attrs().max == 6.0)
+      activation = "relu6";
+    else relu = nullptr;
     Operation* last = relu ? relu : add;
     Builder b(block);
     b.set_insertion_point(last);
     const auto a = Conv2dOp(conv).attrs();
     Value fused = b.create<FusedConv2dOp>(conv->operand_source(0), conv->operand_source(1), bias,
                                           a.strides, a.paddings, a.dilations, a.groups,
-                                          relu ? "relu" : "none")
+                                          activation)
                       .result();
     last->result(0).replace_all_uses_with(fused);
     Operation* reshape = other.defining_op();

@@ -7,6 +7,11 @@
 
 namespace kiln {
 
+std::uint64_t Buffer::next_id() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 void Buffer::record_stream(Stream& stream, DeferredFreeQueue* queue) {
   std::lock_guard<SpinLock> guard(uses_lock_);
   if (queue) queue_ = queue;

@@ -183,3 +183,21 @@ TEST_CASE("a wide program of tiny ops on 2 threads: Auto measures, decides, and 
   CHECK(core.thread_plan_decided());
   CHECK((core.thread_plan() == ThreadPlan::Sequential || core.thread_plan() == ThreadPlan::Graph));
 }
+
+TEST_CASE("convolutions, fused matmuls and attention are BLAS kernels: one thread in all sets "
+          "BLAS (and oneDNN) to one thread",
+          "[exec][threads]") {
+  Program p;
+  Builder b(p);
+  auto x = b.create<FullOp>(std::vector<std::int64_t>{1, 4, 6, 6}, 0.5);
+  auto w = b.create<FullOp>(std::vector<std::int64_t>{4, 4, 3, 3}, 0.25);
+  auto conv = b.create<Conv2dOp>(x.result(), w.result(), std::vector<std::int64_t>{1, 1},
+                                 std::vector<std::int64_t>{1, 1});
+  Value out = conv.result();
+  Scope scope;
+  blas_set_num_threads(2);
+  InterpreterCore core(p, scope, {}, {out}, config(1, ThreadPlan::Auto));
+  auto got = core.run()[0].to_vector<float>();
+  CHECK(got[7] == Approx(4 * 9 * 0.5 * 0.25));  // an inner output: the whole 3x3 window
+  CHECK(blas_num_threads() == 1);
+}

@@ -3,6 +3,7 @@
 // direct six-loop reference.
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,14 @@ std::vector<Cfg> configs() {
       {{2, 1, 28, 28}, {6, 1, 5, 5}, {1, 1}, {2, 2}, {1, 1}, 1},  // LeNet's first conv, full size
       {{1, 3, 6, 34}, {8, 3, 3, 3}, {1, 1}, {1, 0, 0, 0}, {1, 1}, 1},
       {{2, 2, 5, 19}, {3, 2, 2, 4}, {1, 1}, {0, 1, 1, 2}, {1, 1}, 1},
+      // channel counts beyond one 16-channel block, partly filled (oneDNN's
+      // blocked layouts): depthwise as MobileNet's, with a channel
+      // multiplier, a 7x7 stem with stride 2, a 3x3 residual block's conv
+      {{2, 20, 9, 9}, {20, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 20},
+      {{1, 8, 6, 6}, {16, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 8},
+      {{1, 3, 16, 16}, {18, 3, 7, 7}, {2, 2}, {3, 3}, {1, 1}, 1},
+      {{2, 24, 7, 7}, {36, 24, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+      {{1, 32, 5, 5}, {32, 4, 3, 3}, {1, 1}, {2, 1, 0, 2}, {2, 2}, 8},
   };
 }
 
@@ -242,4 +251,29 @@ TEST_CASE("fused_conv2d names a bias that is not one value per output channel an
   CHECK_THROWS_WITH(run_op<FusedConv2dOp>({x, w, Tensor::zeros(Dims{2}, DataType::Float32)}, V{1, 1},
                                           V{0, 0}, V{1, 1}, std::int64_t{1}, std::string("gelu")),
                     Catch::Contains("activation 'gelu'"));
+}
+
+TEST_CASE("conv2d sees weights written between runs, through data() or raw_data(), and reuses "
+          "them unchanged",
+          "[kernel][conv]") {
+  // 16 channels in and out: oneDNN keeps a reordered (blocked) copy of w.
+  const Cfg c{{1, 16, 6, 6}, {16, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1};
+  Tensor x = filled<float>(Dims(c.x), -1, 1, 5), w = filled<float>(Dims(c.w), -1, 1, 6);
+  auto expect = [&](const Tensor& got) {
+    auto xd = x.to_vector<float>(), wd = w.to_vector<float>();
+    Ref r = reference(c, std::vector<double>(xd.begin(), xd.end()),
+                      std::vector<double>(wd.begin(), wd.end()), nullptr);
+    check_close<float>(got, std::vector<float>(r.out.begin(), r.out.end()), 1e-4);
+  };
+  auto run = [&] { return run_op<Conv2dOp>({x, w}, c.strides, c.paddings, c.dilations, c.groups).out(); };
+  const Tensor first = run();
+  expect(first);
+  const Tensor again = run();
+  CHECK(again.to_vector<float>() == first.to_vector<float>());
+  w.data<float>()[7] += 3.0f;  // as an optimizer's in-place step writes
+  expect(run());
+  std::vector<float> negated = w.to_vector<float>();
+  for (float& v : negated) v = -v;
+  std::memcpy(w.raw_data(), negated.data(), w.bytes());  // as a user's copy writes
+  expect(run());
 }

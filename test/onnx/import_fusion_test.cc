@@ -5,7 +5,9 @@
 // is imported node by node.
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -100,7 +102,93 @@ std::vector<float> reference_layer_norm(const std::vector<float>& x) {
   return z;
 }
 
+// Conv (x [1, 2, 5, 5], w [3, 2, 3, 3], bias [3], pads 1) then Clip to
+// [0, hi], as exporters write ReLU6 (hi 6).
+std::string conv_clip_model(float hi) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  auto* in = g->add_input();
+  in->set_name("x");
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(::onnx::TensorProto_DataType_FLOAT);
+  for (int d : {1, 2, 5, 5}) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  auto tensor = [&](const char* name, std::vector<std::int64_t> dims, float scale) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(::onnx::TensorProto_DataType_FLOAT);
+    std::int64_t n = 1;
+    for (auto d : dims) t->add_dims(d), n *= d;
+    for (std::int64_t k = 0; k < n; ++k) t->add_float_data(scale * float((k * 7) % 11 - 5));
+  };
+  tensor("w", {3, 2, 3, 3}, 0.5f);
+  tensor("b", {3}, 1.0f);
+  add_scalar(g, "lo", 0.f);
+  add_scalar(g, "hi", hi);
+  auto* conv = add_node(g, "Conv", {"x", "w", "b"}, "c");
+  auto* pads = conv->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(::onnx::AttributeProto_AttributeType_INTS);
+  for (int k = 0; k < 4; ++k) pads->add_ints(1);
+  add_node(g, "Clip", {"c", "lo", "hi"}, "y");
+  g->add_output()->set_name("y");
+  std::string bytes;
+  REQUIRE(m.SerializeToString(&bytes));
+  return bytes;
+}
+
+// conv_clip_model's result for x, computed directly.
+std::vector<float> reference_conv_clip(const std::vector<float>& x, float hi) {
+  auto wv = [](int k) { return 0.5f * float((k * 7) % 11 - 5); };
+  auto bv = [](int k) { return 1.0f * float((k * 7) % 11 - 5); };
+  std::vector<float> y(3 * 25);
+  for (int o = 0; o < 3; ++o)
+    for (int i = 0; i < 5; ++i)
+      for (int j = 0; j < 5; ++j) {
+        double s = bv(o);
+        for (int c = 0; c < 2; ++c)
+          for (int a = 0; a < 3; ++a)
+            for (int e = 0; e < 3; ++e) {
+              const int ih = i + a - 1, iw = j + e - 1;
+              if (ih >= 0 && ih < 5 && iw >= 0 && iw < 5)
+                s += double(x[(c * 5 + ih) * 5 + iw]) * wv(((o * 2 + c) * 3 + a) * 3 + e);
+            }
+        y[(o * 5 + i) * 5 + j] = static_cast<float>(std::min(std::max(s, 0.0), double(hi)));
+      }
+  return y;
+}
+
 }  // namespace
+
+TEST_CASE("a Conv followed by Clip to [0, 6] imports as one kiln.fused_conv2d with relu6, other "
+          "clips stay apart",
+          "[onnx][fusion]") {
+  std::vector<float> x(50);
+  for (int k = 0; k < 50; ++k) x[k] = float((k * 13) % 17) - 8.f;
+  for (float hi : {6.f, 5.f}) {
+    INFO("clip to [0, " << hi << "]");
+    kiln::onnx::ImportedModel m = kiln::onnx::import_model_from_bytes(conv_clip_model(hi));
+    auto ops = op_counts(m.main);
+    CHECK(ops["kiln.fused_conv2d"] == 1);
+    CHECK(ops["kiln.clip"] == (hi == 6.f ? 0 : 1));
+    for (Operation* op : m.main.block())
+      if (op->isa<FusedConv2dOp>())
+        CHECK(FusedConv2dOp(op).attrs().activation == (hi == 6.f ? "relu6" : "none"));
+    Executor exe;
+    exe.run(m.startup);
+    const auto got =
+        exe.run(m.main, {{"x", Tensor::from_vector<float>({1, 2, 5, 5}, x)}}, {"y"})[0].to_vector<float>();
+    const auto want = reference_conv_clip(x, hi);
+    int clipped_low = 0, clipped_high = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      CHECK(got[i] == Approx(want[i]).margin(1e-4));
+      clipped_low += want[i] == 0.f, clipped_high += want[i] == hi;
+    }
+    CHECK(clipped_low > 0);
+    CHECK(clipped_high > 0);
+  }
+}
 
 TEST_CASE("an exported layer-norm chain imports as one kiln.layer_norm with the chain's result",
           "[onnx][fusion]") {

@@ -67,10 +67,12 @@ struct Conv2dTransposeOp
 
 // out = kiln.fused_conv2d(x, w, bias) {strides, paddings, dilations, groups,
 // activation}: activation(conv2d(x, w) + bias), bias [O] added per output
-// channel; activation "none" or "relu". One kernel: each image's GEMM result
+// channel; activation "none", "relu" or "relu6" (min(max(·, 0), 6), what
+// exporters write as Clip(0, 6)). One kernel: each image's GEMM result
 // gets its bias and activation while it is still in cache, instead of two
 // more passes over the output (what ONNX Runtime's FusedConv does; ONNX
-// import builds it from Conv [+ Relu]). Attributes and x / w as conv2d's.
+// import builds it from Conv [+ Relu | Clip]). Attributes and x / w as
+// conv2d's.
 // f32, f64. Its gradient is composed: the activation's gradient from the
 // output, the bias's as its sum over N, H, W, and conv2d's gradient op.
 struct FusedConv2dOp : Op<FusedConv2dOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -39,6 +40,20 @@ class Buffer {
   Place place() const noexcept { return allocation_.place; }
   Allocator* allocator() const noexcept { return allocator_; }
 
+  // Which contents the buffer holds, for caches of data derived from it
+  // (oneDNN's reordered convolution weights): a number no other buffer of
+  // the process has, and a count that changes with every write announced
+  // through a Tensor's non-const accessors (data<T>(), raw_data()). Memory
+  // written another way (through data() here, or external memory its owner
+  // writes) is not counted: such caches take only buffers an allocator owns.
+  std::uint64_t id() const noexcept { return id_; }
+  std::uint64_t writes() const noexcept { return writes_.load(std::memory_order_relaxed); }
+  // A load and a store, no read-modify-write: writers of one buffer at once
+  // (disjoint views) may count once, which still changes the count.
+  void note_write() noexcept {
+    writes_.store(writes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+
   void retain() noexcept;
   void release() noexcept;
   long use_count() const noexcept;
@@ -68,8 +83,12 @@ class Buffer {
   ~Buffer();
   void on_last_release() noexcept;  // slow path when streams were recorded (buffer.cc)
 
+  static std::uint64_t next_id() noexcept;  // buffer.cc
+
   // Starts at 1 (the creator's reference).
   std::atomic<long> refs_{1};
+  std::uint64_t id_ = next_id();
+  std::atomic<std::uint64_t> writes_{0};
   Allocation allocation_;
   Allocator* allocator_;  // null for wrapped memory
   Deleter deleter_;

@@ -66,7 +66,9 @@ class Tensor {
   std::size_t bytes() const noexcept;
 
   // Element 0. kiln::Error: (PreconditionNotMet) on an uninitialized tensor,
-  // (InvalidArgument) when T's dtype is not dtype(), naming both.
+  // (InvalidArgument) when T's dtype is not dtype(), naming both. The
+  // non-const forms (data<T>(), raw_data()) count a write of the buffer
+  // (Buffer::writes()): write through them, and read through const ones.
   template <typename T>
   T* data();
   template <typename T>
@@ -188,6 +190,7 @@ KILN_ALWAYS_INLINE inline void Tensor::check_dtype(const char* what) const {
 template <typename T>
 KILN_ALWAYS_INLINE inline T* Tensor::data() {
   check_dtype<T>("data");
+  buffer_->note_write();
   return reinterpret_cast<T*>(static_cast<char*>(buffer_->data()) + offset_);
 }
 
@@ -199,6 +202,7 @@ KILN_ALWAYS_INLINE inline const T* Tensor::data() const {
 
 inline void* Tensor::raw_data() {
   require_initialized("raw_data()");
+  buffer_->note_write();
   return static_cast<char*>(buffer_->data()) + offset_;
 }
 
