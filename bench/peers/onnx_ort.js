@@ -37,7 +37,7 @@ if (cnnDir !== '') {
 }
 
 function wanted(name) {
-  return filter === '' || filter === 'onnx' || filter === `onnx.${name}` ||
+  return filter === '' || filter === 'onnx' || `onnx.${name}.`.startsWith(filter) ||
          filter.startsWith(`onnx.${name}.`);
 }
 
