@@ -307,63 +307,7 @@ std::optional<Fused> attention(Chain& c, int first, Builder& b) {
   return Fused{c.nodes(), c.node(pv).output(0), out};
 }
 
-// The only operation reading `v`, or null.
-Operation* sole_user(Value v) {
-  return v.has_one_use() ? v.first_use().owner() : nullptr;
-}
-
-// The [O] bias a kiln.reshape to [1, O, 1, 1] (or [1, -1, 1, 1]) reads.
-Value channel_bias(Value reshaped, std::int64_t channels) {
-  Operation* r = reshaped.defining_op();
-  if (!r || !r->isa<ReshapeOp>()) return {};
-  const auto shape = ReshapeOp(r).attrs().shape;
-  if (shape.size() != 4 || shape[0] != 1 || shape[2] != 1 || shape[3] != 1) return {};
-  Value bias = r->operand_source(0);
-  if (!is_shaped(bias.type()) || shaped_dims(bias.type()) != std::vector<std::int64_t>{channels})
-    return {};
-  return bias;
-}
-
 }  // namespace
-
-void fuse_conv_epilogues(Block& block) {
-  std::vector<Operation*> convs;
-  for (Operation* op : block)
-    if (op->isa<Conv2dOp>()) convs.push_back(op);
-  for (Operation* conv : convs) {
-    Value y = conv->result(0);
-    Operation* add = sole_user(y);
-    if (!add || !add->isa<AddOp>() || add->num_operands() != 2 || !is_shaped(y.type())) continue;
-    const auto& dims = shaped_dims(y.type());
-    if (dims.size() != 4 || dims[1] < 0) continue;
-    Value other = add->operand_source(add->operand_source(0) == y ? 1 : 0);
-    Value bias = channel_bias(other, dims[1]);
-    if (!bias || shaped_data_type(bias.type()) != shaped_data_type(y.type()) ||
-        add->result(0).type() != y.type())
-      continue;
-    Operation* relu = sole_user(add->result(0));
-    const char* activation = "none";
-    if (relu && relu->isa<ReluOp>()) activation = "relu";
-    else if (relu && relu->isa<ClipOp>() && ClipOp(relu).attrs().min == 0.0 &&
-             ClipOp(relu).attrs().max == 6.0)
-      activation = "relu6";
-    else relu = nullptr;
-    Operation* last = relu ? relu : add;
-    Builder b(block);
-    b.set_insertion_point(last);
-    const auto a = Conv2dOp(conv).attrs();
-    Value fused = b.create<FusedConv2dOp>(conv->operand_source(0), conv->operand_source(1), bias,
-                                          a.strides, a.paddings, a.dilations, a.groups,
-                                          activation)
-                      .result();
-    last->result(0).replace_all_uses_with(fused);
-    Operation* reshape = other.defining_op();
-    if (relu) relu->erase();
-    add->erase();
-    conv->erase();
-    if (reshape && reshape->result(0).use_empty()) reshape->erase();
-  }
-}
 
 std::optional<Fused> fuse_at(const ::onnx::GraphProto& g, const GraphUses& uses, int first,
                              Builder& b, const FusionScope& scope) {

@@ -51,13 +51,4 @@ struct Fused {
 std::optional<Fused> fuse_at(const ::onnx::GraphProto& g, const GraphUses& uses, int first,
                              Builder& b, const FusionScope& scope);
 
-// On the imported kiln program: kiln.conv2d followed by the broadcast add
-// of a per-channel bias (reshaped to [1, O, 1, 1]), and a kiln.relu or a
-// kiln.clip to [0, 6] when it is the sum's only reader, become one
-// kiln.fused_conv2d — the bias and the
-// activation applied while each image's result is still in cache. The
-// conv's and the sum's results must have no other reader. Nested regions
-// are left as they are.
-void fuse_conv_epilogues(Block& block);
-
 }  // namespace kiln::onnx::detail

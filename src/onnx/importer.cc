@@ -14,6 +14,7 @@
 #include "kiln/ir/tensor_attribute.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/onnx/import.h"
+#include "kiln/passes/fusion.h"
 #include "kiln/support/error.h"
 #include "external_data.h"
 #include "fusion.h"
@@ -500,7 +501,7 @@ ImportedModel import_parsed(const ::onnx::ModelProto& model, std::string_view wh
   importer.import_inputs(g);
   importer.import_nodes(g);
   importer.import_outputs(g);
-  if (!problems) detail::fuse_conv_epilogues(out.main.block());
+  if (!problems) fuse_conv_epilogue(out.main.block());
   return out;
 }
 

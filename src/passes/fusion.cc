@@ -16,6 +16,8 @@
 
 #include "kiln/dialect/fused_ops.h"
 #include "kiln/dialect/binary_ops.h"
+#include "kiln/dialect/compare_ops.h"
+#include "kiln/dialect/conv_ops.h"
 #include "kiln/dialect/linalg_ops.h"
 #include "kiln/dialect/reduce_ops.h"
 #include "kiln/dialect/tensor_ops.h"
@@ -500,6 +502,78 @@ std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep, PassContext
   return made;
 }
 
+namespace {
+
+// The [O] bias that `reshaped` reshapes to [1, O, 1, 1] or [O, 1, 1]; null
+// if it is no such reshape.
+Value channel_bias(Value reshaped, std::int64_t channels) {
+  Operation* r = reshaped.defining_op();
+  if (!r || !r->isa<ReshapeOp>()) return {};
+  const auto shape = ReshapeOp(r).attrs().shape;
+  const bool four = shape == std::vector<std::int64_t>{1, channels, 1, 1} ||
+                    shape == std::vector<std::int64_t>{1, -1, 1, 1};
+  const bool three = shape == std::vector<std::int64_t>{channels, 1, 1} ||
+                     shape == std::vector<std::int64_t>{-1, 1, 1};
+  Value bias = r->operand_source(0);
+  if ((!four && !three) || !is_shaped(bias.type()) ||
+      shaped_dims(bias.type()) != std::vector<std::int64_t>{channels})
+    return {};
+  return bias;
+}
+
+// "relu" or "relu6" when op is a kiln.relu or a kiln.clip to [0, 6]; else "".
+const char* conv_activation(Operation* op) {
+  if (op->isa<ReluOp>()) return "relu";
+  if (op->isa<ClipOp>() && ClipOp(op).attrs().min == 0.0 && ClipOp(op).attrs().max == 6.0)
+    return "relu6";
+  return "";
+}
+
+}  // namespace
+
+std::size_t fuse_conv_epilogue(Block& block, const ValueSet& keep, PassContext* ctx) {
+  std::size_t made = 0;
+  std::vector<Operation*> convs;
+  for (Operation* op : block)
+    if (op->isa<Conv2dOp>()) convs.push_back(op);
+  for (Operation* conv : convs) {
+    Value y = conv->result(0);
+    Operation* add = sole_user(y);
+    if (keep.count(key(y)) || !floating_tensor(y.type()) || has_placement(*conv) || !add ||
+        !add->isa<AddOp>() || add->parent_block() != &block || add->result(0).type() != y.type() ||
+        has_placement(*add))
+      continue;
+    const auto& dims = shaped_dims(y.type());
+    if (dims.size() != 4 || dims[1] < 0) continue;
+    Value other = add->operand_source(add->operand_source(0) == y ? 1 : 0);
+    Value bias = channel_bias(other, dims[1]);
+    if (!bias || other == y || shaped_data_type(bias.type()) != shaped_data_type(y.type())) continue;
+    Operation* last = add;
+    const char* activation = "none";
+    if (Operation* act = sole_user(add->result(0));
+        act && !keep.count(key(add->result(0))) && act->parent_block() == &block &&
+        !has_placement(*act) && *conv_activation(act) != '\0') {
+      activation = conv_activation(act);
+      last = act;
+    }
+    if (barrier_between(conv, last)) continue;
+    Builder b(block);
+    b.set_insertion_point(last);
+    const auto a = Conv2dOp(conv).attrs();
+    Value fused = b.create<FusedConv2dOp>(conv->operand_source(0), conv->operand_source(1), bias,
+                                          a.strides, a.paddings, a.dilations, a.groups, activation)
+                      .result();
+    Operation* reshape = other.defining_op();
+    replace_all_uses(last->result(0), fused, ctx);
+    if (last != add) erase_op(last, ctx);
+    erase_op(add, ctx);
+    erase_op(conv, ctx);
+    if (reshape->result(0).use_empty()) erase_op(reshape, ctx);
+    ++made;
+  }
+  return made;
+}
+
 std::size_t fuse_elementwise(Block& block, const ValueSet& keep, PassContext* ctx) {
   std::size_t made = 0;
   for (Operation* op : block)
@@ -512,7 +586,7 @@ std::size_t fuse_elementwise(Block& block, const ValueSet& keep, PassContext* ct
 namespace {
 
 // "fuse": fold_attention_transposes, fuse_softmax_cross_entropy,
-// fuse_matmul_epilogue, fuse_elementwise, then
+// fuse_conv_epilogue, fuse_matmul_epilogue, fuse_elementwise, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h) over the program
 // (regions included), keeping the context's live-out values. Only for a
 // CPU target: the fused ops have CPU kernels only.
@@ -525,6 +599,7 @@ class FusePass : public Pass {
     // After the fold, which may have moved live-out values onto new ones.
     const ValueSet keep = live_out_set(ctx);
     fuse_softmax_cross_entropy(program.block(), keep, &ctx);
+    fuse_conv_epilogue(program.block(), keep, &ctx);
     fuse_matmul_epilogue(program.block(), keep, &ctx);
     fuse_elementwise(program.block(), keep, &ctx);
     fuse_optimizer_updates(program.block(), &ctx);
@@ -537,7 +612,8 @@ std::unique_ptr<Pass> create_fuse_pass() { return std::make_unique<FusePass>(); 
 
 KILN_REGISTER_PASS("fuse", [] { return create_fuse_pass(); },
                    "attention's head transposes into its layout, softmax + cross-entropy into "
-                   "kiln.softmax_with_cross_entropy, matmul + bias + "
+                   "kiln.softmax_with_cross_entropy, conv2d + bias + relu / relu6 into "
+                   "kiln.fused_conv2d, matmul + bias + "
                    "activation into kiln.fused_matmul, elementwise chains into "
                    "kiln.fused_elementwise, optimizer updates into kiln.merged_*_ (CPU)");
 

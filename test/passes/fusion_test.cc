@@ -449,3 +449,80 @@ TEST_CASE("operands of unknown dims that may broadcast at run time are not fused
   CHECK(bits_equal(want, exe_fused.run(p, feed, {out_p})[0]));
   CHECK(bits_equal(want, exe.run(q, feed, {out_q})[0]));
 }
+
+namespace {
+
+// conv2d (x [2, 3, 9, 9] -> 8 channels, 3x3 with padding 1, or 1x1) + the
+// bias reshaped as the frontend ([O, 1, 1]) or the ONNX importer
+// ([1, O, 1, 1]) writes it, then `act`: "relu", "relu6" (clip to [0, 6]),
+// "clip5" (clip to [0, 5], not fusable) or "none".
+struct ConvBlock {
+  Program p;
+  Value out;
+  std::int64_t k;
+  ConvBlock(const std::string& act, bool four_d, std::int64_t kernel) : k(kernel) {
+    Builder b(p);
+    Value x = b.create<DataOp>("x", std::vector<std::int64_t>{2, 3, 9, 9}).result();
+    Value w = b.create<DataOp>("w", std::vector<std::int64_t>{8, 3, k, k}).result();
+    Value bias = b.create<DataOp>("b", std::vector<std::int64_t>{8}).result();
+    Value y = b.create<Conv2dOp>(x, w, std::vector<std::int64_t>{1, 1},
+                                 std::vector<std::int64_t>{k / 2, k / 2})
+                  .result();
+    const auto shape = four_d ? std::vector<std::int64_t>{1, 8, 1, 1} : std::vector<std::int64_t>{8, 1, 1};
+    out = b.create<AddOp>(y, b.create<ReshapeOp>(bias, shape).result()).result();
+    if (act == "relu") out = b.create<ReluOp>(out).result();
+    if (act == "relu6" || act == "clip5") out = b.create<ClipOp>(out, 0.0, act == "relu6" ? 6.0 : 5.0).result();
+  }
+};
+
+// The result of the block's last op (a fused op replaced the one built last).
+Value last_result(Program& p) {
+  Operation* last = nullptr;
+  for (Operation* op : p.block()) last = op;
+  return last->result(0);
+}
+
+Tensor run_block(ConvBlock& c) {
+  auto fill = [](std::vector<std::int64_t> dims, float scale, int seed) {
+    std::vector<float> v(static_cast<std::size_t>(Dims(dims).numel()));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int((i * 37 + seed) % 23) - 11);
+    return Tensor::from_vector<float>(Dims(dims), v);
+  };
+  ExecutionOptions options;
+  options.passes = "";  // the program as written (the fuse pass would fuse the plain one too)
+  Executor exe(Place::cpu(), options);
+  return exe.run(c.p, {{"x", fill({2, 3, 9, 9}, 0.5f, 1)}, {"w", fill({8, 3, c.k, c.k}, 0.25f, 2)},
+                       {"b", fill({8}, 1.0f, 3)}},
+                 {last_result(c.p)})[0];
+}
+
+}  // namespace
+
+TEST_CASE("conv2d, a channel bias and relu or relu6 become one fused_conv2d with the same result",
+          "[passes][fusion]") {
+  for (const char* act : {"none", "relu", "relu6", "clip5"})
+    for (bool four_d : {false, true})
+      for (std::int64_t k : {1, 3}) {
+        INFO(act << (four_d ? ", bias [1, O, 1, 1]" : ", bias [O, 1, 1]") << ", kernel " << k);
+        ConvBlock plain(act, four_d, k), fused(act, four_d, k);
+        CHECK(fuse_conv_epilogue(fused.p.block(), {}) == 1);
+        fused.p.verify();
+        CHECK(count_ops(fused.p, "kiln.conv2d") == 0);
+        CHECK(count_ops(fused.p, "kiln.relu") == 0);
+        CHECK(count_ops(fused.p, "kiln.clip") == (std::string(act) == "clip5" ? 1u : 0u));
+        CHECK(count_ops(fused.p, "kiln.reshape") == 0);
+        const auto want = run_block(plain).to_vector<float>(), got = run_block(fused).to_vector<float>();
+        REQUIRE(got.size() == want.size());
+        for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-5));
+      }
+}
+
+TEST_CASE("a conv output or sum the caller keeps is not fused into a fused_conv2d", "[passes][fusion]") {
+  ConvBlock c("relu", false, 3);
+  Operation* add = c.out.defining_op()->operand_source(0).defining_op();
+  CHECK(fuse_conv_epilogue(c.p.block(), {add->result(0).impl()}) == 1);  // conv + bias, no relu
+  CHECK(count_ops(c.p, "kiln.relu") == 1);
+  ConvBlock d("relu", false, 3);
+  Value conv = d.out.defining_op()->operand_source(0).defining_op()->operand_source(0);
+  CHECK(fuse_conv_epilogue(d.p.block(), {conv.impl()}) == 0);
+}

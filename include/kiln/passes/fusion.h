@@ -51,8 +51,17 @@ inline std::size_t fuse_matmul_epilogue(Program& program, const ValueSet& keep =
   return fuse_matmul_epilogue(program.block(), keep);
 }
 
+// fuse_conv_epilogue: kiln.conv2d whose output only an add of a per-channel
+// bias reads (an [O] tensor reshaped to [1, O, 1, 1] or [O, 1, 1], as the
+// ONNX importer and the frontend's conv2d write it), and optionally a
+// kiln.relu or a kiln.clip to [0, 6] that only reads that sum, become one
+// kiln.fused_conv2d (activation relu / relu6). Values in `keep` are never
+// fused away. Returns the number of fused ops created.
+std::size_t fuse_conv_epilogue(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr);
+
 // The "fuse" pass: fuse_softmax_cross_entropy
-// (kiln/passes/fuse_softmax_cross_entropy.h), fuse_matmul_epilogue, then
+// (kiln/passes/fuse_softmax_cross_entropy.h), fuse_conv_epilogue,
+// fuse_matmul_epilogue, then
 // fuse_elementwise, keeping the context's live-out values, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h); it does nothing for a target other than
 // the CPU (the fused ops have CPU kernels only).
