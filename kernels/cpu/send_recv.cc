@@ -60,7 +60,10 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 // The error when the value received does not fit the op's dtype and shape.
 std::optional<Error> mismatch(const RecvInstruction& r, const RendezvousValue& v) {
   const std::string where = "op 'kiln.recv' of '" + r.key.to_string() + "'";
-  if (v.is_dead) return make_error(ErrorKind::InvalidArgument, where, " received a dead value");
+  if (v.is_dead)
+    return make_error(ErrorKind::InvalidArgument, where,
+                      " received a dead value (a sender's untaken kiln.switch output); only a program "
+                      "with dataflow ops passes a dead value on");
   const Tensor& t = v.tensor;
   if (!t.is_initialized())
     return make_error(ErrorKind::InvalidArgument, where, " received an uninitialized tensor");

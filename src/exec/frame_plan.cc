@@ -9,6 +9,7 @@
 #include "kiln/dialect/builtin.h"
 #include "kiln/dialect/dataflow_ops.h"
 #include "kiln/dialect/io_ops.h"
+#include "kiln/dialect/send_recv_ops.h"
 #include "kiln/ir/inplace_pairs.h"
 #include "kiln/ir/op_info.h"
 #include "kiln/kernel/kernel_registry.h"
@@ -189,6 +190,10 @@ class FramePlanBuilder {
         }
         for (auto [o, j] : inplace_pairs(*op))
           if (!((n.direct_outputs >> o) & 1)) n.inplace.emplace_back(o, j);
+        if (auto send = op->dyn_cast<SendOp>()) {
+          const auto& a = send.attrs();
+          n.send_key = std::make_shared<const RendezvousKey>(a.src_place, a.dst_place, a.tensor_name);
+        }
       }
       add(std::move(n), op);
       for (std::uint32_t r = 0; r < op->num_results(); ++r) value_frame_[op->result(r).impl()] = result_frame;

@@ -11,6 +11,7 @@
 
 #include "kiln/exec/work_queue.h"
 #include "kiln/kernel/kernel_context.h"
+#include "kiln/runtime/rendezvous.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/support/error.h"
 
@@ -527,6 +528,7 @@ inline void FramePropagator::execute(const Ready& r, Outputs& out) {
   // nodes forward an input's cell or make their outputs' cells themselves.
   Entry* in = r.iter->inputs.get() + n.input_base;
   if (r.dead) {
+    if (n.send_key) [[unlikely]] send_dead(n);
     out.dead = ~std::uint64_t{0};
     out.owned = 0;
     return;
@@ -562,6 +564,17 @@ inline void FramePropagator::execute(const Ready& r, Outputs& out) {
       break;
     case Kind::Kernel: run_kernel(r, out); break;
   }
+}
+
+// A kiln.send whose input is dead: the receiver gets a dead value (the
+// send's own kernel would send a live one, and skipping it would leave the
+// receiver waiting for ever).
+[[gnu::cold]] void FramePropagator::send_dead(const FrameNode& n) {
+  const RendezvousKey& key = *n.send_key;
+  if (!step_ || !step_->rendezvous)
+    throw_error(ErrorKind::InvalidArgument, "op 'kiln.send' of '", key.to_string(),
+                "' has no rendezvous: run the program with RunOptions::rendezvous set");
+  step_->rendezvous->send(key, Tensor(), /*is_dead=*/true);
 }
 
 // After its outputs are on their way: the node's inputs drop their refs

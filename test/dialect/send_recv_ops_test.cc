@@ -3,7 +3,9 @@
 // reading one received value twice, a random tree of adds, an abort while a
 // recv waits, a dtype or shape that does not match, a program that sends
 // to itself; and the errors of bad attributes and of a run without a
-// rendezvous. Tagged [exec]: they run under ThreadSanitizer too.
+// rendezvous; a switch's untaken output sent as a dead value, and received
+// by a dataflow program (which passes it on) or a structured one (which
+// fails). Tagged [exec]: they run under ThreadSanitizer too.
 #include <algorithm>
 #include <condition_variable>
 #include <memory>
@@ -16,6 +18,7 @@
 
 #include "exec/exec_test_util.h"
 #include "exec/run_test_util.h"
+#include "kiln/dialect/dataflow_ops.h"
 #include "kiln/dialect/send_recv_ops.h"
 #include "kiln/io/json.h"
 #include "kiln/runtime/rendezvous.h"
@@ -51,9 +54,10 @@ class Receipt {
  public:
   static std::shared_ptr<Receipt> start(LocalRendezvous& r, const std::string& name) {
     auto receipt = std::make_shared<Receipt>();
-    r.recv_async(key_of(name), [receipt](const Error* error, RendezvousValue&&) {
+    r.recv_async(key_of(name), [receipt](const Error* error, RendezvousValue&& value) {
       std::lock_guard lock(receipt->mutex_);
       if (error) receipt->error_.emplace(*error);
+      else receipt->value_ = std::move(value);
       receipt->done_ = true;
       receipt->cv_.notify_all();
     });
@@ -67,13 +71,26 @@ class Receipt {
     if (!error_) FAIL("the receive got a value");
     return *error_;
   }
+  // The value received within `limit`; a failure when the receive did not
+  // end, or failed.
+  RendezvousValue value_within(std::chrono::milliseconds limit) {
+    std::unique_lock lock(mutex_);
+    if (!cv_.wait_for(lock, limit, [this] { return done_; })) FAIL("the receive still waits after the limit");
+    if (error_) FAIL("the receive failed: " << error_->message());
+    return value_;
+  }
 
  private:
   std::mutex mutex_;
   std::condition_variable cv_;
   bool done_ = false;
   std::optional<Error> error_;
+  RendezvousValue value_;
 };
+
+FeedMap switch_feeds(float x, bool pred) {
+  return {{"x", scalar_f32(x)}, {"pred", Tensor::from_vector<bool>(Dims(), {pred})}};
+}
 
 }  // namespace
 
@@ -334,4 +351,58 @@ TEST_CASE("a send / recv program saved as JSON loads and runs the same", "[exec]
   exe.run(loaded, {}, {}, through(r));
   CHECK(r.recv(RendezvousKey(Place::host_stream(1), Place::cpu(), "b")).tensor.to_vector<float>() ==
         std::vector<float>{2, 4});
+}
+
+TEST_CASE("a send of a switch's untaken output delivers a dead value, which a structured recv refuses "
+          "naming the key",
+          "[exec][send_recv]") {
+  // TensorFlow's SimpleSwitchDead, the sender's half: x -> switch(pred) ->
+  // send "c" (the false output) and send "t" (the true one).
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{1}).result();
+  Value pred = b.create<DataOp>("pred", std::vector<std::int64_t>{}, DataType::Bool).result();
+  auto sw = b.create<SwitchOp>(x, pred);
+  b.create<SendOp>(sw.output_false(), "c");
+  b.create<SendOp>(sw.output_true(), "t");
+  Program consumer;
+  Builder bc(consumer);
+  const Value c = recv_f32(bc, "c");
+  for (unsigned n : {1u, 2u}) {
+    INFO("threads " << n);
+    Executor exe(Place::cpu(), threads(n)), other(Place::cpu(), threads(n));
+    {
+      LocalRendezvous r;
+      auto dead = Receipt::start(r, "c"), live = Receipt::start(r, "t");
+      exe.run(p, switch_feeds(1.5f, true), {}, through(r));
+      CHECK(dead->value_within(5000ms).is_dead);
+      const RendezvousValue got = live->value_within(5000ms);
+      CHECK_FALSE(got.is_dead);
+      CHECK(value_f32(got.tensor) == 1.5f);
+    }
+    {
+      LocalRendezvous r;
+      auto live = Receipt::start(r, "c"), dead = Receipt::start(r, "t");
+      exe.run(p, switch_feeds(2.5f, false), {}, through(r));
+      CHECK(dead->value_within(5000ms).is_dead);
+      CHECK(value_f32(live->value_within(5000ms).tensor) == 2.5f);
+    }
+    // A structured receiver has no dead values: its run fails naming the key
+    // (and aborts the rendezvous, which may fail the sender's later send).
+    DoneRecord rec;
+    LocalRendezvous r;
+    other.run_async(consumer, {}, {c}, through(r), rec.callback());
+    try {
+      exe.run(p, switch_feeds(1.f, true), {}, through(r));
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::Aborted);
+    }
+    const bool ended = rec.wait(5000ms);
+    if (!ended) r.abort(Error(ErrorKind::Cancelled, "the test gave up on the run"));
+    REQUIRE(ended);
+    REQUIRE(rec.error());
+    CHECK(rec.error()->kind() == ErrorKind::InvalidArgument);
+    CHECK_THAT(rec.error()->message(), Catch::Contains("kiln.recv") && Catch::Contains("cpu;cpu;c;0:0") &&
+                                           Catch::Contains("dead"));
+  }
 }

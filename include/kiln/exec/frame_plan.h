@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/dialect/rendezvous_key.h"
 #include "kiln/exec/execution_plan.h"
 
 namespace kiln {
@@ -54,6 +55,9 @@ struct FrameNode {
   std::uint64_t unused_outputs = 0;
   // Kernel: output o is updated in place from input i (the op's inplace map).
   std::vector<std::pair<std::uint32_t, std::uint32_t>> inplace;
+  // A kiln.send: its key. A dead input is sent as a dead value (TensorFlow's
+  // transfer nodes run dead), so that the receiver learns of it.
+  std::shared_ptr<const RendezvousKey> send_key;
   std::uint32_t exit_index = 0;    // Exit: its index among its frame's exits
   std::uint32_t constant_index = 0;  // constant Enter: its index among its target's constants
 };

@@ -9,7 +9,8 @@
 // live; a next_iteration that would start one more waits until the oldest
 // is done. A node whose inputs include a dead one is not run and its
 // outputs are dead (a merge excepted: it forwards the first live input and
-// is dead only when every input that can arrive is dead). An exit that never
+// is dead only when every input that can arrive is dead; and a kiln.send,
+// which sends the dead value on). An exit that never
 // got a live value gives a dead one when its frame is done.
 //
 // One thread (no pool) runs every node with no lock; with a pool, the
@@ -162,6 +163,7 @@ class FramePropagator {
   void execute(const Ready& r, Outputs& out);
   void execute_recorded(const Ready& r, Outputs& out);
   void run_kernel(const Ready& r, Outputs& out);
+  void send_dead(const FrameNode& n);
   void propagate(const Ready& r, Outputs& out);
   // propagate(), by phase: output o's cell (null: dead); fetched outputs'
   // shares; the enter and next_iteration cases.
