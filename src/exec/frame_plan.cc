@@ -116,7 +116,9 @@ class FramePlanBuilder {
         fail(op, i, "has no instruction in the plan (the frame propagator cannot run it)");
       n.instruction = ins->second;
       const PlanInstruction& in = plan_.instructions[n.instruction];
-      if (in.async_fn) fail(op, i, "has an asynchronous kernel, which dataflow frames do not run");
+      n.async = in.async_fn != nullptr;
+      n.recv = op->isa<RecvOp>();
+      fp_->has_async |= n.async;
       // The frame its operands live in (a next_iteration's target excepted).
       const std::uint32_t data_operands =
           n.kind == FrameNode::Kind::NextIteration ? 1 : op->num_operands();

@@ -47,6 +47,14 @@ RunOptions through(LocalRendezvous& r) {
   return o;
 }
 
+// through(r), and a run that still waits after 10 s fails (DeadlineExceeded)
+// instead of hanging the test.
+RunOptions bounded(LocalRendezvous& r) {
+  RunOptions o = through(r);
+  o.timeout = 10s;
+  return o;
+}
+
 // A receive on `name` started now, for the test to wait on with a limit: a
 // receive that never ends fails the test instead of hanging it. Shared with
 // the rendezvous's callback, which may come after the test gave up.
@@ -404,5 +412,116 @@ TEST_CASE("a send of a switch's untaken output delivers a dead value, which a st
     CHECK(rec.error()->kind() == ErrorKind::InvalidArgument);
     CHECK_THAT(rec.error()->message(), Catch::Contains("kiln.recv") && Catch::Contains("cpu;cpu;c;0:0") &&
                                            Catch::Contains("dead"));
+  }
+}
+
+TEST_CASE("a recv -> switch -> send program runs in one executor: the live output crosses live and the "
+          "untaken one crosses dead",
+          "[exec][send_recv]") {
+  // TensorFlow's SimpleSwitchLive and SimpleSwitchDead: recv "a" ->
+  // switch(pred) -> send "c" (the false output).
+  Program p;
+  Builder b(p);
+  Value a = recv_f32(b, "a");
+  Value pred = b.create<DataOp>("pred", std::vector<std::int64_t>{}, DataType::Bool).result();
+  b.create<SendOp>(b.create<SwitchOp>(a, pred).output_false(), "c");
+  auto pred_is = [](bool v) { return FeedMap{{"pred", Tensor::from_vector<bool>(Dims(), {v})}}; };
+  for (unsigned n : {1u, 2u}) {
+    INFO("threads " << n);
+    Executor exe(Place::cpu(), threads(n));
+    for (bool taken : {false, true}) {
+      INFO("pred " << taken);
+      LocalRendezvous r;
+      r.send(key_of("a"), scalar_f32(1.f));
+      auto c = Receipt::start(r, "c");
+      exe.run(p, pred_is(taken), {}, bounded(r));
+      const RendezvousValue got = c->value_within(5000ms);
+      CHECK(got.is_dead == taken);
+      if (!taken) CHECK(value_f32(got.tensor) == 1.f);
+    }
+    // Asynchronously, the value sent after the run started.
+    DoneRecord rec;
+    LocalRendezvous r;
+    auto c = Receipt::start(r, "c");
+    exe.run_async(p, pred_is(false), {}, through(r), rec.callback());
+    r.send(key_of("a"), scalar_f32(4.f));
+    CHECK(value_f32(c->value_within(5000ms).tensor) == 4.f);
+    const bool ended = rec.wait(5000ms);
+    if (!ended) r.abort(Error(ErrorKind::Cancelled, "the test gave up on the run"));
+    REQUIRE(ended);
+    CHECK_FALSE(rec.error());
+  }
+}
+
+TEST_CASE("a dataflow program passes a received dead value on: its readers do not run, its send sends "
+          "it dead and a merge takes the live input",
+          "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  Value c = recv_f32(b, "c");
+  Value s = b.create<AddOp>(c, b.create<FullOp>(std::vector<std::int64_t>{1}, 1.0).result()).result();
+  b.create<SendOp>(s, "d");
+  Value y = b.create<DataOp>("y", std::vector<std::int64_t>{1}).result();
+  auto m = b.create<MergeOp>(std::vector<Value>{s, y});
+  const FeedMap feeds{{"y", scalar_f32(7.f)}};
+  for (unsigned n : {1u, 2u}) {
+    INFO("threads " << n);
+    Executor exe(Place::cpu(), threads(n));
+    {
+      LocalRendezvous r;
+      r.send(key_of("c"), Tensor(), /*is_dead=*/true);
+      auto d = Receipt::start(r, "d");
+      CHECK(value_f32(exe.run(p, feeds, {m.output()}, bounded(r))[0]) == 7.f);
+      CHECK(d->value_within(5000ms).is_dead);
+    }
+    LocalRendezvous r;
+    r.send(key_of("c"), scalar_f32(2.f));
+    auto d = Receipt::start(r, "d");
+    CHECK(value_f32(exe.run(p, feeds, {s}, bounded(r))[0]) == 3.f);
+    CHECK(value_f32(d->value_within(5000ms).tensor) == 3.f);
+  }
+}
+
+TEST_CASE("a recv in a dataflow program fails its run when it gets the wrong dtype, is cancelled, or "
+          "waits past the deadline",
+          "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  Value a = recv_f32(b, "a");
+  Value pred = b.create<DataOp>("pred", std::vector<std::int64_t>{}, DataType::Bool).result();
+  b.create<SendOp>(b.create<SwitchOp>(a, pred).output_false(), "c");
+  const FeedMap feeds{{"pred", Tensor::from_vector<bool>(Dims(), {false})}};
+  for (unsigned n : {1u, 2u}) {
+    INFO("threads " << n);
+    Executor exe(Place::cpu(), threads(n));
+    {
+      LocalRendezvous r;
+      auto c = Receipt::start(r, "c");
+      r.send(key_of("a"), Tensor::from_vector<double>(Dims({1}), {1.0}));
+      KILN_CHECK_ERROR(exe.run(p, feeds, {}, bounded(r)), InvalidArgument,
+                       {"kiln.recv", "cpu;cpu;a;0:0", "received f64"});
+      // The failed step aborted its rendezvous.
+      CHECK(c->error_within(5000ms).kind() == ErrorKind::Aborted);
+    }
+    {
+      LocalRendezvous r;
+      RunOptions late = through(r);
+      late.timeout = 30ms;
+      KILN_CHECK_ERROR(exe.run(p, feeds, {}, late), DeadlineExceeded, {});
+    }
+    DoneRecord rec;
+    LocalRendezvous r;
+    exe.run_async(p, feeds, {}, through(r), rec.callback());
+    CHECK_FALSE(rec.wait(20ms));
+    r.abort(Error(ErrorKind::Unavailable, "the peer executor failed"));
+    REQUIRE(rec.wait(5000ms));
+    REQUIRE(rec.error());
+    CHECK_THAT(rec.error()->message(), Catch::Contains("the peer executor failed"));
+    // The executor runs the program again.
+    LocalRendezvous fresh;
+    fresh.send(key_of("a"), scalar_f32(9.f));
+    auto c = Receipt::start(fresh, "c");
+    exe.run(p, feeds, {}, bounded(fresh));
+    CHECK(value_f32(c->value_within(5000ms).tensor) == 9.f);
   }
 }

@@ -32,6 +32,10 @@ struct FrameNode {
   };
   Kind kind = Kind::Kernel;
   bool constant_enter = false;  // Enter: is_constant
+  bool async = false;           // Kernel: an asynchronous kernel (a receive)
+  // Kernel: a kiln.recv, whose kernel leaves its output without a tensor
+  // when it received a dead value: the output is dead.
+  bool recv = false;
   std::uint32_t instruction = kNoIndex;  // Kernel: its plan instruction
   std::uint32_t slot = kNoIndex;         // Source: the variable it reads
   Operation* op = nullptr;
@@ -92,6 +96,7 @@ struct FramePlan {
   // Per slot: the node whose output it keeps (fetched values), or kNoIndex.
   std::vector<std::uint32_t> slot_producer;
   std::int64_t max_parallel_iterations = 1;
+  bool has_async = false;  // some node has an asynchronous kernel
 
   // "op #3 'kiln.switch'" for errors.
   std::string describe(std::uint32_t node) const;

@@ -15,6 +15,10 @@
 //
 // One thread (no pool) runs every node with no lock; with a pool, the
 // propagation state is guarded by one mutex and kernels run outside it.
+// An asynchronous kernel (a kiln.recv) holds no thread while it waits: its
+// node stays outstanding until its done comes (from any thread), and a
+// worker then propagates its outputs; a run with such kernels takes the
+// mutex even on one thread, and its caller sleeps while only they are left.
 // Programs without dataflow ops never get here: their plan has no FramePlan
 // and keeps the flat counters of run_state_scheduling.cc.
 #pragma once
@@ -30,6 +34,7 @@
 #include <vector>
 
 #include "kiln/exec/frame_plan.h"
+#include "kiln/kernel/kernel_context.h"
 #include "kiln/kernel/step_context.h"
 #include "kiln/runtime/variable.h"
 
@@ -142,6 +147,7 @@ class FramePropagator {
     std::vector<Cell*> more;
     std::uint64_t dead = 0;   // bit o: output o is dead
     std::uint64_t owned = 0;  // bit o: output o holds one of its cell's refs
+    bool suspended = false;   // an asynchronous kernel started: its done propagates
     Cell*& at(std::uint32_t o) { return o < kInline ? small[o] : more[o - kInline]; }
     // Output o is the node's input entry `e`'s value (its ref moves on with it).
     // Called while the node runs, outside the propagator's mutex: no other
@@ -154,6 +160,18 @@ class FramePropagator {
     }
   };
 
+  // An asynchronous kernel started and not yet propagated: its node, its
+  // outputs and the context its kernel holds until it calls done.
+  struct AsyncCall {
+    Ready r{};
+    Outputs out;
+    std::vector<Variable*> io;
+    KernelContext ctx;
+    std::exception_ptr error;
+    std::uint32_t index = 0;  // in calls_
+    AsyncCall* next_free = nullptr;
+  };
+
   Cell* new_cell();
   Cell* take_cell(std::uint32_t home);
   void unref(Cell* c) noexcept;
@@ -164,6 +182,13 @@ class FramePropagator {
   void execute_recorded(const Ready& r, Outputs& out);
   void run_kernel(const Ready& r, Outputs& out);
   void send_dead(const FrameNode& n);
+  // run_kernel's inputs and outputs for node r (in-place outputs copied).
+  void bind_io(const Ready& r, Outputs& out, Variable** io);
+  void start_async(const Ready& r, Outputs& out);
+  AsyncCall* take_call();
+  static void async_done(void* self, std::uint32_t index, const Error* error) noexcept;
+  void finish_async(AsyncCall* c);
+  void drain_async(std::unique_lock<std::mutex>& lock);
   void propagate(const Ready& r, Outputs& out);
   // propagate(), by phase: output o's cell (null: dead); fetched outputs'
   // shares; the enter and next_iteration cases.
@@ -272,8 +297,17 @@ class FramePropagator {
   std::vector<Record> records_;
   Failure failure_;
 
-  // This run's threading (all below under mu_ when pool_ is set).
+  // Asynchronous kernels: every call made (stable addresses), the free ones,
+  // those whose done came (capacity: calls_.size(), so async_done never
+  // allocates) and those started whose propagation has not ended.
+  std::vector<std::unique_ptr<AsyncCall>> calls_;
+  AsyncCall* free_calls_ = nullptr;
+  std::vector<AsyncCall*> done_calls_;
+  std::uint32_t async_outstanding_ = 0;
+
+  // This run's threading (all below under mu_ when locked_).
   WorkQueue* pool_ = nullptr;
+  bool locked_ = false;  // a pool, or asynchronous kernels (their done comes from other threads)
   const std::atomic<bool>* abort_ = nullptr;
   unsigned max_workers_ = 1;
   unsigned active_ = 0;
