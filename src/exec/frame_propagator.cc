@@ -710,7 +710,14 @@ void FramePropagator::async_done(void* self, std::uint32_t index, const Error* e
     }
   }
   p->done_calls_.push_back(c);  // within its reserved capacity
-  if (p->waiting_) p->idle_.notify_all();
+  if (p->resume_ && !p->driving_) {
+    // start()'s run, which no thread drives now: one takes it up.
+    p->driving_ = true;
+    p->active_ = 1;
+    p->resume_->push(WorkTask{&FramePropagator::resume_entry, p, 0});
+  } else if (p->waiting_) {
+    p->idle_.notify_all();
+  }
 }
 
 // Under mu_: a call whose done came. Its error fails the run; otherwise its
@@ -849,8 +856,11 @@ inline bool FramePropagator::pop(Ready& r) {
 // and a pool worker lingers at most kLinger — waking a sleeping pool thread
 // costs more than an iteration of a small loop, so a worker that left at
 // once would come back too late for the next iteration's work — then
-// leaves, so no pool thread waits long on others.
-void FramePropagator::work(bool caller) {
+// leaves, so no pool thread waits long on others. A worker processes the
+// done of asynchronous kernels as it finds them; the caller waits for them
+// too, except in start()'s runs, where it leaves (false) when only they are
+// left.
+bool FramePropagator::work(bool caller) {
   constexpr auto kLinger = std::chrono::microseconds(200);
   Outputs out;
   std::unique_lock lock(mu_);
@@ -869,6 +879,12 @@ void FramePropagator::work(bool caller) {
     }
     if (!pop(r)) {
       if (stopped || (running_ == 0 && async_outstanding_ == 0)) break;
+      if (caller && resume_ && running_ == 0) {
+        // start()'s run waits on asynchronous kernels only: it holds no thread.
+        driving_ = false;
+        --active_;
+        return false;
+      }
       ++waiting_;
       if (caller) idle_.wait(lock);
       else idle_.wait_for(lock, kLinger);
@@ -911,12 +927,13 @@ void FramePropagator::work(bool caller) {
   }
   --active_;
   if (waiting_) idle_.notify_all();
+  return true;
 }
 
 void FramePropagator::work_entry(void* self, std::uint32_t) { static_cast<FramePropagator*>(self)->work(false); }
 
-FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_threads,
-                                              const std::atomic<bool>& abort) {
+// A run's start: the top level's roots ready.
+void FramePropagator::begin(WorkQueue* pool, unsigned num_threads, const std::atomic<bool>& abort) {
   failure_ = {};
   stop_ = false;
   records_.clear();
@@ -927,6 +944,11 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
   pool_ = num_threads > 1 ? pool : nullptr;
   max_workers_ = pool_ ? num_threads : 1;
   locked_ = pool_ != nullptr || fp_.has_async;
+  resume_ = nullptr;
+  active_ = 1;  // this thread
+  running_ = 0;
+  waiting_ = 0;
+  driving_ = true;
   // The top level: one frame, one iteration, its roots ready.
   if (!root_) {
     root_ = new Frame;
@@ -936,7 +958,12 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
   root_->pending_enters = 0;
   Iteration* top = start_iteration(root_);
   for (std::uint32_t id : fp_.roots) push(id, root_, top, false);
+}
 
+// Runs nodes on this thread (and the pool's) until the run is over — true —
+// or, in start()'s runs, until only asynchronous kernels are left — false:
+// this thread left, and their done resumes the run on resume_.
+bool FramePropagator::drive() {
   if (!locked_) {
     Outputs out;
     Ready r;
@@ -950,27 +977,28 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
         fail(r.node, std::current_exception());
       }
     }
-  } else {
-    {
-      std::lock_guard lock(mu_);
-      active_ = 1;
-      running_ = 0;
-      waiting_ = 0;
-    }
-    work(/*caller=*/true);
-    // Pool workers still in work() leave at their next look (the run has
-    // nothing left, or stopped): the state outlives them.
-    std::unique_lock lock(mu_);
-    while (active_ != 0) {
-      ++waiting_;
-      idle_.wait(lock);
-      --waiting_;
-    }
-    drain_async(lock);
+    return true;
   }
+  if (!work(/*caller=*/true)) return false;
+  // Pool workers still in work() leave at their next look (the run has
+  // nothing left, or stopped): the state outlives them.
+  std::unique_lock lock(mu_);
+  while (active_ != 0) {
+    ++waiting_;
+    idle_.wait(lock);
+    --waiting_;
+  }
+  drain_async(lock);
+  return true;
+}
+
+// The run's end, once no thread but this one touches it: a run that stalled
+// is an error; every frame and value is dropped.
+FramePropagator::Failure FramePropagator::end() {
+  const Iteration* top = root_->iterations.front();
   // Relaxed: only picks the error message; the run's own error (Cancelled,
   // DeadlineExceeded) was recorded by whoever set the flag.
-  const bool aborted = abort.load(std::memory_order_relaxed);
+  const bool aborted = abort_->load(std::memory_order_relaxed);
   if (!failure_.error && !aborted && (top->outstanding != 0 || top->outstanding_frames != 0 || !live_.empty()))
     failure_.error = std::make_exception_ptr(Error(
         ErrorKind::InvalidArgument,
@@ -980,6 +1008,38 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
             "is_constant = true; a non-constant enter reaches iteration 0 only)"));
   release_all();
   return failure_;
+}
+
+
+FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_threads,
+                                              const std::atomic<bool>& abort) {
+  begin(pool, num_threads, abort);
+  drive();
+  return end();
+}
+
+void FramePropagator::start(WorkQueue* resume, const std::atomic<bool>& abort, Finish finish, void* arg) {
+  begin(nullptr, 1, abort);
+  resume_ = resume;
+  finish_ = finish;
+  finish_arg_ = arg;
+  if (drive()) complete();
+}
+
+// start()'s run is over: `finish` gets its failure, the last touch of this
+// propagator by the run.
+void FramePropagator::complete() {
+  const Finish finish = finish_;
+  void* arg = finish_arg_;
+  Failure failure = end();
+  finish(arg, std::move(failure));
+}
+
+// On resume_: the done of an asynchronous kernel came after start()'s
+// thread left.
+void FramePropagator::resume_entry(void* self, std::uint32_t) {
+  auto* p = static_cast<FramePropagator*>(self);
+  if (p->drive()) p->complete();
 }
 
 // Drops every frame, iteration and queued node (after a run, failed or not).

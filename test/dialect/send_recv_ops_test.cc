@@ -21,6 +21,7 @@
 #include "kiln/dialect/dataflow_ops.h"
 #include "kiln/dialect/send_recv_ops.h"
 #include "kiln/io/json.h"
+#include "kiln/runtime/cancellation.h"
 #include "kiln/runtime/rendezvous.h"
 
 using namespace kiln;
@@ -508,6 +509,25 @@ TEST_CASE("a recv in a dataflow program fails its run when it gets the wrong dty
       RunOptions late = through(r);
       late.timeout = 30ms;
       KILN_CHECK_ERROR(exe.run(p, feeds, {}, late), DeadlineExceeded, {});
+      DoneRecord rec;
+      exe.run_async(p, feeds, {}, late, rec.callback());
+      REQUIRE(rec.wait(5000ms));
+      REQUIRE(rec.error());
+      CHECK(rec.error()->kind() == ErrorKind::DeadlineExceeded);
+    }
+    {
+      // Cancelled while only the receive is left.
+      CancellationManager cancel;
+      LocalRendezvous r;
+      RunOptions options = through(r);
+      options.cancellation = &cancel;
+      DoneRecord rec;
+      exe.run_async(p, feeds, {}, options, rec.callback());
+      CHECK_FALSE(rec.wait(20ms));
+      cancel.start_cancel();
+      REQUIRE(rec.wait(5000ms));
+      REQUIRE(rec.error());
+      CHECK(rec.error()->kind() == ErrorKind::Cancelled);
     }
     DoneRecord rec;
     LocalRendezvous r;
@@ -523,5 +543,67 @@ TEST_CASE("a recv in a dataflow program fails its run when it gets the wrong dty
     auto c = Receipt::start(fresh, "c");
     exe.run(p, feeds, {}, bounded(fresh));
     CHECK(value_f32(c->value_within(5000ms).tensor) == 9.f);
+  }
+}
+
+TEST_CASE("run_async of a dataflow program waiting on a recv holds no thread: two one-thread executors "
+          "exchange values through the shared queue",
+          "[exec][send_recv]") {
+  // A waits for "a" (recv -> switch -> send "b"); B, queued after A on the
+  // one-thread queue both share, sends "a" and waits for "b". Were A's wait
+  // to hold the queue's thread, B would never start.
+  Program a;
+  Builder ba(a);
+  Value pred = ba.create<DataOp>("pred", std::vector<std::int64_t>{}, DataType::Bool).result();
+  ba.create<SendOp>(ba.create<SwitchOp>(recv_f32(ba, "a"), pred).output_false(), "b");
+  Program b;
+  Builder bb(b);
+  bb.create<SendOp>(bb.create<DataOp>("x", std::vector<std::int64_t>{1}).result(), "a");
+  const Value got = recv_f32(bb, "b");
+  Executor ea(Place::cpu(), threads(1)), eb(Place::cpu(), threads(1));
+  for (int step = 0; step < 3; ++step) {
+    INFO("step " << step);
+    DoneRecord ra, rb;
+    LocalRendezvous r;
+    ea.run_async(a, {{"pred", Tensor::from_vector<bool>(Dims(), {false})}}, {}, through(r), ra.callback());
+    eb.run_async(b, {{"x", scalar_f32(float(step))}}, {got}, through(r), rb.callback());
+    const bool ended = ra.wait(5000ms) && rb.wait(5000ms);
+    if (!ended) {
+      r.abort(Error(ErrorKind::Cancelled, "the test gave up on the runs"));
+      ra.wait();
+      rb.wait();
+    }
+    REQUIRE(ended);
+    CHECK_FALSE(ra.error());
+    REQUIRE_FALSE(rb.error());
+    CHECK(value_f32(rb.fetched().at(0)) == float(step));
+  }
+}
+
+TEST_CASE("an op of a dataflow program that fails while a recv waits ends the run with its error",
+          "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  Value pred = b.create<DataOp>("pred", std::vector<std::int64_t>{}, DataType::Bool).result();
+  b.create<SendOp>(b.create<SwitchOp>(recv_f32(b, "a"), pred).output_false(), "c");
+  const Value boom = b.create<ThrowOp>(b.create<DataOp>("y", std::vector<std::int64_t>{1}).result()).result();
+  const FeedMap feeds{{"pred", Tensor::from_vector<bool>(Dims(), {false})}, {"y", scalar_f32(1.f)}};
+  for (unsigned n : {1u, 2u}) {
+    INFO("threads " << n);
+    Executor exe(Place::cpu(), threads(n));
+    {
+      LocalRendezvous r;
+      KILN_CHECK_ERROR(exe.run(p, feeds, {boom}, bounded(r)), OutOfRange, {"exec_test.throw", "boom (kiln)"});
+      CHECK(r.is_aborted());
+    }
+    DoneRecord rec;
+    LocalRendezvous r;
+    exe.run_async(p, feeds, {boom}, through(r), rec.callback());
+    const bool ended = rec.wait(5000ms);
+    if (!ended) r.abort(Error(ErrorKind::Cancelled, "the test gave up on the run"));
+    REQUIRE(ended);
+    REQUIRE(rec.error());
+    CHECK(rec.error()->kind() == ErrorKind::OutOfRange);
+    CHECK_THAT(rec.error()->message(), Catch::Contains("boom (kiln)"));
   }
 }

@@ -60,6 +60,13 @@ class FramePropagator {
   // pool's. Stops early when `abort` is set (checked before each node).
   // Every frame is gone afterwards, error or not.
   Failure run(WorkQueue* pool, unsigned num_threads, const std::atomic<bool>& abort);
+  // run() on this thread alone, for an asynchronous run: while only
+  // asynchronous kernels are left it holds no thread, and their done takes
+  // the run up again on `resume`. `finish(arg, failure)` comes once the run
+  // is over — before start() returns, or on a thread of `resume` — and is
+  // the run's last touch of this propagator.
+  using Finish = void (*)(void* arg, Failure failure);
+  void start(WorkQueue* resume, const std::atomic<bool>& abort, Finish finish, void* arg);
   // After a run: whether the value kept in `slot` (a fetched value) was dead.
   bool dead(std::uint32_t slot) const { return slot < slot_dead_.size() && slot_dead_[slot]; }
   // The last run's most iterations of one static frame live at once (tests,
@@ -212,8 +219,15 @@ class FramePropagator {
   void release_all() noexcept;
   void fail(std::uint32_t node, std::exception_ptr e) noexcept;
   [[noreturn]] void throw_stalled(const Frame* f, const Iteration* it) const;
+  // The run's phases: run() is begin, drive, end; start() resumes drive()
+  // from asynchronous kernels' done until it returns true, then completes.
+  void begin(WorkQueue* pool, unsigned num_threads, const std::atomic<bool>& abort);
+  bool drive();
+  Failure end();
+  void complete();
+  static void resume_entry(void* self, std::uint32_t);
   // The pool side.
-  void work(bool caller);
+  bool work(bool caller);
   static void work_entry(void* self, std::uint32_t);
   bool pop(Ready& r);
 
@@ -308,6 +322,12 @@ class FramePropagator {
   // This run's threading (all below under mu_ when locked_).
   WorkQueue* pool_ = nullptr;
   bool locked_ = false;  // a pool, or asynchronous kernels (their done comes from other threads)
+  // start()'s runs: the queue their resumption goes to (null in run()'s),
+  // what gets the run's end, and whether a thread drives the run now.
+  WorkQueue* resume_ = nullptr;
+  Finish finish_ = nullptr;
+  void* finish_arg_ = nullptr;
+  bool driving_ = false;
   const std::atomic<bool>* abort_ = nullptr;
   unsigned max_workers_ = 1;
   unsigned active_ = 0;
