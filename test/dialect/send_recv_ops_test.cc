@@ -607,3 +607,41 @@ TEST_CASE("an op of a dataflow program that fails while a recv waits ends the ru
     CHECK_THAT(rec.error()->message(), Catch::Contains("boom (kiln)"));
   }
 }
+
+TEST_CASE("a run whose feeds are rejected aborts the step's rendezvous: the step's other receivers fail "
+          "with Aborted naming the feed",
+          "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  b.create<SendOp>(b.create<DataOp>("x", std::vector<std::int64_t>{2}).result(), "out");
+  Executor exe(Place::cpu(), threads(1));
+  const Tensor bad = Tensor::from_vector<std::int32_t>(Dims({2}), {1, 2});
+  for (bool async : {false, true}) {
+    for (const char* name : {"x", "nope"}) {
+      INFO((async ? "run_async, feed " : "run, feed ") << name);
+      LocalRendezvous r;
+      auto waiting = Receipt::start(r, "out");
+      const FeedMap feed{{name, name == std::string("x") ? bad : scalar_f32(1.f)}};
+      std::string why;
+      if (async) {
+        DoneRecord rec;
+        exe.run_async(p, feed, {}, through(r), rec.callback());
+        REQUIRE(rec.wait(5000ms));
+        REQUIRE(rec.error());
+        why = rec.error()->message();
+      } else {
+        try {
+          exe.run(p, feed, {}, through(r));
+          FAIL("the run took a bad feed");
+        } catch (const Error& e) {
+          why = e.what();
+        }
+      }
+      // x of the wrong dtype, or x missing.
+      CHECK_THAT(why, Catch::Contains("feed 'x'"));
+      const Error aborted = waiting->error_within(5000ms);
+      CHECK(aborted.kind() == ErrorKind::Aborted);
+      CHECK_THAT(aborted.message(), Catch::Contains("feed 'x'"));
+    }
+  }
+}
