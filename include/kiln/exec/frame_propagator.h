@@ -189,8 +189,8 @@ class FramePropagator {
   void execute_recorded(const Ready& r, Outputs& out);
   void run_kernel(const Ready& r, Outputs& out);
   void send_dead(const FrameNode& n);
-  // run_kernel's inputs and outputs for node r (in-place outputs copied).
-  void bind_io(const Ready& r, Outputs& out, Variable** io);
+  // A kernel node's inputs (its entries `in`) and outputs, in-place ones copied.
+  void bind_io(const FrameNode& n, Entry* in, std::uint32_t num_out, Outputs& out, Variable** io);
   void start_async(const Ready& r, Outputs& out);
   AsyncCall* take_call();
   static void async_done(void* self, std::uint32_t index, const Error* error) noexcept;
