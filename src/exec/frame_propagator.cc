@@ -1010,7 +1010,6 @@ FramePropagator::Failure FramePropagator::end() {
   return failure_;
 }
 
-
 FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_threads,
                                               const std::atomic<bool>& abort) {
   begin(pool, num_threads, abort);

@@ -11,6 +11,27 @@
 
 namespace kiln {
 
+namespace {
+
+// The error of a run whose fetch took a dead value (null when none did).
+std::exception_ptr dead_fetch(const ExecutionPlan& plan, const FramePropagator& frames) {
+  const FramePlan& fp = *plan.frames;
+  for (std::size_t k = 0; k < plan.fetches.size(); ++k) {
+    const std::uint32_t slot = plan.fetches[k].slot;
+    if (!frames.dead(slot)) continue;
+    std::string from;
+    if (fp.slot_producer[slot] != kNoIndex) from = " (a result of " + fp.describe(fp.slot_producer[slot]) + ")";
+    return std::make_exception_ptr(
+        Error(ErrorKind::InvalidArgument,
+              "fetch #" + std::to_string(k) + from +
+                  " is dead: it depends on the untaken output of a kiln.switch, so this run "
+                  "computed no value for it; fetch a value after the kiln.merge that joins the branches"));
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 // Asynchronous runs (start()) go through FramePropagator::start: a run
 // waiting on receives holds no thread, and it ends (finish_task) when the
 // propagator is done, on whichever thread that is.
@@ -19,7 +40,7 @@ void RunState::run_frames() {
   solo_ = true;
   frames_->set_recording(record_);  // step stats, or ExecutionOptions::profile (chrome_trace)
   // The propagator's end: its failure, or a fetch of a dead value, is the run's error.
-  static constexpr auto settle = [](RunState& self, const FramePropagator::Failure& failure) {
+  static constexpr auto settle = [](RunState& self, const FramePropagator::Failure& failure) noexcept {
     if (failure.error) {
       self.record_error(failure.instruction == kNoIndex ? kRunIndex : failure.instruction, failure.error);
       return;
@@ -27,19 +48,10 @@ void RunState::run_frames() {
     // Acquire: a cancellation or deadline stored its error (under
     // error_mutex_, which this thread does not take) before its release store.
     if (self.abort_.load(std::memory_order_acquire)) return;  // cancelled: its error stands
-    const FramePlan& fp = *self.plan_->frames;
-    for (std::size_t k = 0; k < self.plan_->fetches.size(); ++k) {
-      const std::uint32_t slot = self.plan_->fetches[k].slot;
-      if (!self.frames_->dead(slot)) continue;
-      std::string from;
-      if (fp.slot_producer[slot] != kNoIndex) from = " (a result of " + fp.describe(fp.slot_producer[slot]) + ")";
-      self.record_error(kRunIndex,
-                        std::make_exception_ptr(Error(
-                            ErrorKind::InvalidArgument,
-                            "fetch #" + std::to_string(k) + from +
-                                " is dead: it depends on the untaken output of a kiln.switch, so this run "
-                                "computed no value for it; fetch a value after the kiln.merge that joins the branches")));
-      return;
+    try {
+      if (std::exception_ptr e = dead_fetch(*self.plan_, *self.frames_)) self.record_error(kRunIndex, e);
+    } catch (...) {
+      self.record_error(kRunIndex, std::current_exception());  // out of memory for the message
     }
   };
   if (completion_.fn) {
