@@ -3,11 +3,14 @@
 // hash), beside its attributes. send shares its operand's buffer with the
 // receiver; recv is an asynchronous kernel over recv_async, woken by the
 // run's cancellation manager when the run is cancelled, passes its deadline
-// or fails.
+// or fails. A recv in a program with dataflow ops that receives a dead value
+// leaves its output without a tensor, which the frame propagator reads as
+// dead; any other recv fails on one.
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "kiln/dialect/dataflow_ops.h"
 #include "kiln/dialect/send_recv_ops.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/runtime/rendezvous.h"
@@ -23,6 +26,7 @@ struct SendInstruction {
 struct RecvInstruction {
   RecvOp::Attributes attrs;
   RendezvousKey key;
+  bool dataflow = false;  // its block holds dataflow ops: it passes a dead value on
 };
 
 std::shared_ptr<const void> decode_send(Operation* op) {
@@ -34,7 +38,11 @@ std::shared_ptr<const void> decode_send(Operation* op) {
 std::shared_ptr<const void> decode_recv(Operation* op) {
   auto a = from_attributes<RecvOp::Attributes>(op->attributes(), RecvOp::name);
   RendezvousKey key(a.src_place, a.dst_place, a.tensor_name);
-  return std::make_shared<RecvInstruction>(RecvInstruction{std::move(a), std::move(key)});
+  bool dataflow = false;
+  if (const Block* block = op->parent_block())
+    for (const Operation* other : *block)
+      if ((dataflow = is_dataflow_op(*other))) break;
+  return std::make_shared<RecvInstruction>(RecvInstruction{std::move(a), std::move(key), dataflow});
 }
 
 LocalRendezvous& rendezvous_of(const KernelContext& ctx, std::string_view op, const RendezvousKey& key) {
@@ -60,7 +68,10 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 // The error when the value received does not fit the op's dtype and shape.
 std::optional<Error> mismatch(const RecvInstruction& r, const RendezvousValue& v) {
   const std::string where = "op 'kiln.recv' of '" + r.key.to_string() + "'";
-  if (v.is_dead) return make_error(ErrorKind::InvalidArgument, where, " received a dead value");
+  if (v.is_dead)
+    return make_error(ErrorKind::InvalidArgument, where,
+                      " received a dead value (a sender's untaken kiln.switch output); only a program "
+                      "with dataflow ops passes a dead value on");
   const Tensor& t = v.tensor;
   if (!t.is_initialized())
     return make_error(ErrorKind::InvalidArgument, where, " received an uninitialized tensor");
@@ -89,6 +100,11 @@ void recv_kernel(KernelContext& ctx, AsyncKernelDone done) {
           return;
         }
         try {
+          if (value.is_dead && r.dataflow) {
+            ctx.output(0) = Tensor();
+            done(nullptr);
+            return;
+          }
           if (std::optional<Error> e = mismatch(r, value)) {
             done(&*e);
             return;

@@ -15,6 +15,7 @@
 #include "kiln/ir/structural_hash.h"
 #include "kiln/runtime/scope.h"
 #include "kiln/runtime/spin_lock.h"
+#include "step_abort.h"
 
 namespace kiln {
 
@@ -159,6 +160,8 @@ void Executor::State::run(const Program& program, const FeedMap& feed,
       stats->failed = true;
       stats->error = e.what();
     }
+    if (run_options && run_options->rendezvous)
+      abort_step(*run_options->rendezvous, run_options->step_id, "building a run's plan", std::current_exception());
     throw;
   }
   FeedPointers ptrs(feed.size());
@@ -177,6 +180,8 @@ void Executor::run_async(const Program& program, const FeedMap& feed,
   try {
     core = s.core_for(program, feed, fetch, s.scope);
   } catch (...) {
+    if (options.rendezvous)
+      abort_step(*options.rendezvous, options.step_id, "building a run's plan", std::current_exception());
     InterpreterCore::fail_async(s.queue ? *s.queue : shared_async_queue(), std::move(done),
                                 std::current_exception(), &s.in_flight);
     return;

@@ -9,6 +9,7 @@
 #include "kiln/dialect/builtin.h"
 #include "kiln/dialect/dataflow_ops.h"
 #include "kiln/dialect/io_ops.h"
+#include "kiln/dialect/send_recv_ops.h"
 #include "kiln/ir/inplace_pairs.h"
 #include "kiln/ir/op_info.h"
 #include "kiln/kernel/kernel_registry.h"
@@ -115,7 +116,9 @@ class FramePlanBuilder {
         fail(op, i, "has no instruction in the plan (the frame propagator cannot run it)");
       n.instruction = ins->second;
       const PlanInstruction& in = plan_.instructions[n.instruction];
-      if (in.async_fn) fail(op, i, "has an asynchronous kernel, which dataflow frames do not run");
+      n.async = in.async_fn != nullptr;
+      n.recv = op->isa<RecvOp>();
+      fp_->has_async |= n.async;
       // The frame its operands live in (a next_iteration's target excepted).
       const std::uint32_t data_operands =
           n.kind == FrameNode::Kind::NextIteration ? 1 : op->num_operands();
@@ -189,6 +192,10 @@ class FramePlanBuilder {
         }
         for (auto [o, j] : inplace_pairs(*op))
           if (!((n.direct_outputs >> o) & 1)) n.inplace.emplace_back(o, j);
+        if (auto send = op->dyn_cast<SendOp>()) {
+          const auto& a = send.attrs();
+          n.send_key = std::make_shared<const RendezvousKey>(a.src_place, a.dst_place, a.tensor_name);
+        }
       }
       add(std::move(n), op);
       for (std::uint32_t r = 0; r < op->num_results(); ++r) value_frame_[op->result(r).impl()] = result_frame;

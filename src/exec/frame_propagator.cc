@@ -8,9 +8,12 @@
 #include <functional>
 #include <thread>
 #include <string>
+#include <utility>
 
 #include "kiln/exec/work_queue.h"
 #include "kiln/kernel/kernel_context.h"
+#include "kiln/runtime/cancellation.h"
+#include "kiln/runtime/rendezvous.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/support/error.h"
 
@@ -527,6 +530,7 @@ inline void FramePropagator::execute(const Ready& r, Outputs& out) {
   // nodes forward an input's cell or make their outputs' cells themselves.
   Entry* in = r.iter->inputs.get() + n.input_base;
   if (r.dead) {
+    if (n.send_key) [[unlikely]] send_dead(n);
     out.dead = ~std::uint64_t{0};
     out.owned = 0;
     return;
@@ -564,6 +568,17 @@ inline void FramePropagator::execute(const Ready& r, Outputs& out) {
   }
 }
 
+// A kiln.send whose input is dead: the receiver gets a dead value (the
+// send's own kernel would send a live one, and skipping it would leave the
+// receiver waiting for ever).
+[[gnu::cold]] void FramePropagator::send_dead(const FrameNode& n) {
+  const RendezvousKey& key = *n.send_key;
+  if (!step_ || !step_->rendezvous)
+    throw_error(ErrorKind::InvalidArgument, "op 'kiln.send' of '", key.to_string(),
+                "' has no rendezvous: run the program with RunOptions::rendezvous set");
+  step_->rendezvous->send(key, Tensor(), /*is_dead=*/true);
+}
+
 // After its outputs are on their way: the node's inputs drop their refs
 // (a value whose last reader ran goes back to its cell's home), and its
 // entries are ready for the next use.
@@ -590,22 +605,15 @@ inline void FramePropagator::clear_inputs(const Ready& r) noexcept {
   if (r.dead) return;
   const auto thread =
       static_cast<std::uint32_t>(std::hash<std::thread::id>()(std::this_thread::get_id()) & 0xffff);
-  MaybeLock lock(mu_, pool_ != nullptr);
+  MaybeLock lock(mu_, locked_);
   records_.push_back({r.node, r.frame->info, r.iter->id, t0, t1, thread});
 }
 
-inline void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
-  const FrameNode& n = fp_.nodes[r.node];
-  const PlanInstruction& pi = plan_.instructions[n.instruction];
-  Entry* in = r.iter->inputs.get() + n.input_base;
-  const std::uint32_t num_in = n.num_inputs, num_out = static_cast<std::uint32_t>(pi.writes.size());
-  Variable* io_small[16];
-  std::vector<Variable*> io_big;
-  Variable** io = io_small;
-  if (num_in + num_out > 16) {
-    io_big.resize(num_in + num_out);
-    io = io_big.data();
-  }
+// always_inline: on every kernel node's run (out of line, a call and the
+// look-ups again cost the one-op loop benchmark ~4 %).
+[[gnu::always_inline]] inline void FramePropagator::bind_io(const FrameNode& n, Entry* in, std::uint32_t num_out,
+                                                            Outputs& out, Variable** io) {
+  const std::uint32_t num_in = n.num_inputs;
   for (std::uint32_t k = 0; k < num_in; ++k) io[k] = &in[k].value();
   for (std::uint32_t o = 0; o < num_out; ++o)
     io[num_in + o] = ((n.direct_outputs >> o) & 1) ? vars_[n.out_slots[o]] : &out.at(o)->var;
@@ -614,12 +622,152 @@ inline void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
   for (auto [o, i] : n.inplace)
     if (in[i].value().is<Tensor>()) out.at(o)->var.set(in[i].value().get<Tensor>().clone());
     else out.at(o)->var.share_content(in[i].value());
+}
+
+inline void FramePropagator::run_kernel(const Ready& r, Outputs& out) {
+  const FrameNode& n = fp_.nodes[r.node];
+  if (n.async) [[unlikely]] {
+    start_async(r, out);
+    return;
+  }
+  const PlanInstruction& pi = plan_.instructions[n.instruction];
+  const std::uint32_t num_in = n.num_inputs, num_out = static_cast<std::uint32_t>(pi.writes.size());
+  Variable* io_small[16];
+  std::vector<Variable*> io_big;
+  Variable** io = io_small;
+  if (num_in + num_out > 16) {
+    io_big.resize(num_in + num_out);
+    io = io_big.data();
+  }
+  bind_io(n, r.iter->inputs.get() + n.input_base, num_out, out, io);
   Allocator* alloc = allocators_[r.node];
   KernelContext ctx(n.op, io, num_in, io + num_in, num_out, pi.attrs.get(), pi.place,
                     alloc ? alloc : &allocator_for(pi.place));
   ctx.set_unused_outputs(pi.unused_outputs);
   ctx.set_step(step_);
   pi.fn(ctx);
+}
+
+// ---- asynchronous kernels ----
+
+// A free call (under mu_). done_calls_ keeps room for every call.
+FramePropagator::AsyncCall* FramePropagator::take_call() {
+  if (AsyncCall* c = free_calls_) {
+    free_calls_ = c->next_free;
+    return c;
+  }
+  done_calls_.reserve(calls_.size() + 1);
+  calls_.push_back(std::make_unique<AsyncCall>());
+  calls_.back()->index = static_cast<std::uint32_t>(calls_.size() - 1);
+  return calls_.back().get();
+}
+
+// Starts node r's asynchronous kernel (outside mu_): its outputs go with
+// the call, and its done, on whichever thread, hands the call to a worker.
+void FramePropagator::start_async(const Ready& r, Outputs& out) {
+  const FrameNode& n = fp_.nodes[r.node];
+  const PlanInstruction& pi = plan_.instructions[n.instruction];
+  AsyncCall* c;
+  {
+    MaybeLock lock(mu_, locked_);
+    c = take_call();
+    ++async_outstanding_;
+  }
+  const std::uint32_t num_in = n.num_inputs, num_out = static_cast<std::uint32_t>(pi.writes.size());
+  c->r = r;
+  c->error = nullptr;
+  try {
+    c->io.resize(num_in + num_out);
+    bind_io(n, r.iter->inputs.get() + n.input_base, num_out, out, c->io.data());
+    c->out = out;
+    Allocator* alloc = allocators_[r.node];
+    c->ctx = KernelContext(n.op, c->io.data(), num_in, c->io.data() + num_in, num_out, pi.attrs.get(),
+                           pi.place, alloc ? alloc : &allocator_for(pi.place));
+    c->ctx.set_unused_outputs(pi.unused_outputs);
+    c->ctx.set_step(step_);
+    out.suspended = true;  // before the call: its done may propagate before it returns
+    pi.async_fn(c->ctx, AsyncKernelDone(&async_done, this, c->index));
+  } catch (...) {
+    // The kernel threw before handing its done to anything: the node fails.
+    out.suspended = false;
+    MaybeLock lock(mu_, locked_);
+    --async_outstanding_;
+    c->next_free = free_calls_;
+    free_calls_ = c;
+    throw;
+  }
+}
+
+void FramePropagator::async_done(void* self, std::uint32_t index, const Error* error) noexcept {
+  auto* p = static_cast<FramePropagator*>(self);
+  std::lock_guard lock(p->mu_);
+  AsyncCall* c = p->calls_[index].get();
+  if (error) {
+    try {
+      c->error = std::make_exception_ptr(*error);
+    } catch (...) {
+      c->error = std::current_exception();
+    }
+  }
+  p->done_calls_.push_back(c);  // within its reserved capacity
+  if (p->resume_ && !p->driving_) {
+    // start()'s run, which no thread drives now: one takes it up.
+    p->driving_ = true;
+    p->active_ = 1;
+    p->resume_->push(WorkTask{&FramePropagator::resume_entry, p, 0});
+  } else if (p->waiting_) {
+    p->idle_.notify_all();
+  }
+}
+
+// Under mu_: a call whose done came. Its error fails the run; otherwise its
+// outputs go to their readers (a recv's output left without a tensor is
+// dead) and the node's inputs are released.
+void FramePropagator::finish_async(AsyncCall* c) {
+  const FrameNode& n = fp_.nodes[c->r.node];
+  std::exception_ptr error = std::exchange(c->error, nullptr);
+  Outputs& out = c->out;
+  out.suspended = false;
+  if (!error && n.recv) {
+    const Cell* cell = out.at(0);
+    if (cell && cell->var.is<Tensor>() && !cell->var.get<Tensor>().is_initialized()) out.dead |= 1;
+  }
+  if (!error) {
+    try {
+      propagate(c->r, out);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (error) fail(c->r.node, std::move(error));
+  c->next_free = free_calls_;
+  free_calls_ = c;
+  --async_outstanding_;
+}
+
+// After a stopped run (under mu_, no worker left): the kernels still
+// waiting are woken through the run's cancellation manager (outside mu_:
+// their done takes it) and their calls dropped; their errors come after the
+// run's own.
+void FramePropagator::drain_async(std::unique_lock<std::mutex>& lock) {
+  if (async_outstanding_ == 0) return;
+  lock.unlock();
+  if (step_ && step_->cancellation) step_->cancellation->start_cancel();
+  lock.lock();
+  while (async_outstanding_ != 0) {
+    while (!done_calls_.empty()) {
+      AsyncCall* c = done_calls_.back();
+      done_calls_.pop_back();
+      if (c->error) fail(c->r.node, std::exchange(c->error, nullptr));
+      c->next_free = free_calls_;
+      free_calls_ = c;
+      --async_outstanding_;
+    }
+    if (async_outstanding_ == 0) break;
+    ++waiting_;
+    idle_.wait(lock);
+    --waiting_;
+  }
 }
 
 // Before a node runs (under the lock with a pool): a source's output and
@@ -708,22 +856,40 @@ inline bool FramePropagator::pop(Ready& r) {
 // and a pool worker lingers at most kLinger — waking a sleeping pool thread
 // costs more than an iteration of a small loop, so a worker that left at
 // once would come back too late for the next iteration's work — then
-// leaves, so no pool thread waits long on others.
-void FramePropagator::work(bool caller) {
+// leaves, so no pool thread waits long on others. A worker processes the
+// done of asynchronous kernels as it finds them; the caller waits for them
+// too, except in start()'s runs, where it leaves (false) when only they are
+// left.
+bool FramePropagator::work(bool caller) {
   constexpr auto kLinger = std::chrono::microseconds(200);
   Outputs out;
   std::unique_lock lock(mu_);
   Ready r;
   for (;;) {
+    // Relaxed: as in pop(). A cancellation only sets the flag; sleepers
+    // see it when the running nodes end (each end notifies them).
+    const bool stopped = stop_ || (abort_ && abort_->load(std::memory_order_relaxed));
+    if (!done_calls_.empty() && !stopped) [[unlikely]] {
+      AsyncCall* c = done_calls_.back();
+      done_calls_.pop_back();
+      finish_async(c);
+      if (waiting_ && (!ready_.empty() || (running_ == 0 && async_outstanding_ == 0) || stop_))
+        idle_.notify_all();
+      continue;
+    }
     if (!pop(r)) {
-      // Relaxed: as in pop(). A cancellation only sets the flag; sleepers
-      // see it when the running nodes end (each end notifies them).
-      if (stop_ || (abort_ && abort_->load(std::memory_order_relaxed)) || running_ == 0) break;
+      if (stopped || (running_ == 0 && async_outstanding_ == 0)) break;
+      if (caller && resume_ && running_ == 0) {
+        // start()'s run waits on asynchronous kernels only: it holds no thread.
+        driving_ = false;
+        --active_;
+        return false;
+      }
       ++waiting_;
       if (caller) idle_.wait(lock);
       else idle_.wait_for(lock, kLinger);
       --waiting_;
-      if (!caller && ready_.empty() && running_ != 0) break;  // lingered long enough
+      if (!caller && ready_.empty() && done_calls_.empty()) break;  // lingered long enough
       continue;
     }
     prepare_outputs(r, out);
@@ -747,6 +913,7 @@ void FramePropagator::work(bool caller) {
     }
     lock.lock();
     if (error) fail(r.node, std::move(error));
+    else if (out.suspended) out.suspended = false;  // its done propagates it
     else {
       try {
         propagate(r, out);
@@ -760,12 +927,13 @@ void FramePropagator::work(bool caller) {
   }
   --active_;
   if (waiting_) idle_.notify_all();
+  return true;
 }
 
 void FramePropagator::work_entry(void* self, std::uint32_t) { static_cast<FramePropagator*>(self)->work(false); }
 
-FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_threads,
-                                              const std::atomic<bool>& abort) {
+// A run's start: the top level's roots ready.
+void FramePropagator::begin(WorkQueue* pool, unsigned num_threads, const std::atomic<bool>& abort) {
   failure_ = {};
   stop_ = false;
   records_.clear();
@@ -775,6 +943,12 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
   std::fill(slot_dead_.begin(), slot_dead_.end(), 0);
   pool_ = num_threads > 1 ? pool : nullptr;
   max_workers_ = pool_ ? num_threads : 1;
+  locked_ = pool_ != nullptr || fp_.has_async;
+  resume_ = nullptr;
+  active_ = 1;  // this thread
+  running_ = 0;
+  waiting_ = 0;
+  driving_ = true;
   // The top level: one frame, one iteration, its roots ready.
   if (!root_) {
     root_ = new Frame;
@@ -784,8 +958,13 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
   root_->pending_enters = 0;
   Iteration* top = start_iteration(root_);
   for (std::uint32_t id : fp_.roots) push(id, root_, top, false);
+}
 
-  if (!pool_) {
+// Runs nodes on this thread (and the pool's) until the run is over — true —
+// or, in start()'s runs, until only asynchronous kernels are left — false:
+// this thread left, and their done resumes the run on resume_.
+bool FramePropagator::drive() {
+  if (!locked_) {
     Outputs out;
     Ready r;
     while (pop(r)) {
@@ -798,26 +977,28 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
         fail(r.node, std::current_exception());
       }
     }
-  } else {
-    {
-      std::lock_guard lock(mu_);
-      active_ = 1;
-      running_ = 0;
-      waiting_ = 0;
-    }
-    work(/*caller=*/true);
-    // Pool workers still in work() leave at their next look (the run has
-    // nothing left, or stopped): the state outlives them.
-    std::unique_lock lock(mu_);
-    while (active_ != 0) {
-      ++waiting_;
-      idle_.wait(lock);
-      --waiting_;
-    }
+    return true;
   }
+  if (!work(/*caller=*/true)) return false;
+  // Pool workers still in work() leave at their next look (the run has
+  // nothing left, or stopped): the state outlives them.
+  std::unique_lock lock(mu_);
+  while (active_ != 0) {
+    ++waiting_;
+    idle_.wait(lock);
+    --waiting_;
+  }
+  drain_async(lock);
+  return true;
+}
+
+// The run's end, once no thread but this one touches it: a run that stalled
+// is an error; every frame and value is dropped.
+FramePropagator::Failure FramePropagator::end() {
+  const Iteration* top = root_->iterations.front();
   // Relaxed: only picks the error message; the run's own error (Cancelled,
   // DeadlineExceeded) was recorded by whoever set the flag.
-  const bool aborted = abort.load(std::memory_order_relaxed);
+  const bool aborted = abort_->load(std::memory_order_relaxed);
   if (!failure_.error && !aborted && (top->outstanding != 0 || top->outstanding_frames != 0 || !live_.empty()))
     failure_.error = std::make_exception_ptr(Error(
         ErrorKind::InvalidArgument,
@@ -827,6 +1008,37 @@ FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_thre
             "is_constant = true; a non-constant enter reaches iteration 0 only)"));
   release_all();
   return failure_;
+}
+
+FramePropagator::Failure FramePropagator::run(WorkQueue* pool, unsigned num_threads,
+                                              const std::atomic<bool>& abort) {
+  begin(pool, num_threads, abort);
+  drive();
+  return end();
+}
+
+void FramePropagator::start(WorkQueue* resume, const std::atomic<bool>& abort, Finish finish, void* arg) {
+  begin(nullptr, 1, abort);
+  resume_ = resume;
+  finish_ = finish;
+  finish_arg_ = arg;
+  if (drive()) complete();
+}
+
+// start()'s run is over: `finish` gets its failure, the last touch of this
+// propagator by the run.
+void FramePropagator::complete() {
+  const Finish finish = finish_;
+  void* arg = finish_arg_;
+  Failure failure = end();
+  finish(arg, std::move(failure));
+}
+
+// On resume_: the done of an asynchronous kernel came after start()'s
+// thread left.
+void FramePropagator::resume_entry(void* self, std::uint32_t) {
+  auto* p = static_cast<FramePropagator*>(self);
+  if (p->drive()) p->complete();
 }
 
 // Drops every frame, iteration and queued node (after a run, failed or not).

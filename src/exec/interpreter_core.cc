@@ -9,6 +9,7 @@
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/passes/pass_manager.h"
 #include "kiln/runtime/cuda_context.h"
+#include "step_abort.h"
 
 namespace kiln {
 
@@ -221,6 +222,8 @@ void InterpreterCore::run(std::span<Tensor* const> feeds, bool take, std::span<T
       stats->failed = true;
       stats->error = e.what();
     }
+    if (options && options->rendezvous)
+      abort_step(*options->rendezvous, options->step_id, "a run's check of its feeds", std::current_exception());
     throw;
   }
   // The caller's previous results go first: a result still holding last
@@ -317,6 +320,9 @@ void InterpreterCore::start_async(AsyncRun* r) noexcept {
     plan_->check_feeds(r->feed_ptrs);
     state = acquire_state();
   } catch (...) {
+    if (r->options.rendezvous)
+      abort_step(*r->options.rendezvous, r->options.step_id, "a run's check of its feeds",
+                 std::current_exception());
     deliver(r, std::current_exception());
     return;
   }

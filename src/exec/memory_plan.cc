@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <unordered_map>
 
+#include "kiln/ir/builtin_types.h"
+
 namespace kiln {
 
 namespace {
@@ -222,6 +224,23 @@ std::shared_ptr<const MemoryPlan> plan_memory(const ExecutionPlan& p, MemoryProb
     plan->gc_off[i + 1] = static_cast<std::uint32_t>(plan->gc.size());
   }
   return plan;
+}
+
+std::shared_ptr<const MemoryPlan> plan_memory_from_types(const ExecutionPlan& p) {
+  if (!memory_plannable(p)) return nullptr;
+  MemoryProbe probe(p.slots.size());
+  for (std::uint32_t s = 0; s < p.slots.size(); ++s) {
+    const PlanSlot& slot = p.slots[s];
+    if (slot.kind != SlotKind::Temporary || !slot.type || !is_shaped(slot.type)) continue;
+    const std::vector<std::int64_t>& dims = shaped_dims(slot.type);
+    if (std::any_of(dims.begin(), dims.end(), [](std::int64_t d) { return d < 0; })) return nullptr;
+    SlotBuffer& o = probe.seen[s];
+    o.dtype = shaped_data_type(slot.type);
+    o.dims = Dims(dims);
+    o.bytes = size_of(o.dtype) * static_cast<std::size_t>(o.dims.numel());
+    if (slot.alias != s) probe.join(s, slot.alias);
+  }
+  return plan_memory(p, probe);
 }
 
 MemoryArena::MemoryArena(std::shared_ptr<const MemoryPlan> plan, bool in_order)

@@ -5,6 +5,7 @@
 
 #include "kiln/exec/run_state.h"
 #include "kiln/runtime/rendezvous.h"
+#include "step_abort.h"
 
 namespace kiln {
 
@@ -184,26 +185,13 @@ void RunState::end_step() noexcept {
 // late run only ends itself: its rendezvous stays usable.
 [[gnu::noinline, gnu::cold]] void RunState::abort_rendezvous(std::uint32_t i,
                                                              const std::exception_ptr& cause) noexcept {
-  LocalRendezvous& rendezvous = *step_.rendezvous;
-  if (rendezvous.is_aborted()) return;  // an abort came first (perhaps this failure's cause)
+  std::string where;
   try {
-    std::string why;
-    try {
-      std::rethrow_exception(cause);
-    } catch (const std::exception& e) {
-      why = e.what();
-    } catch (...) {
-      why = "an unknown exception";
-    }
-    const std::string where = i == kNoIndex ? std::string("a stream") : plan_->describe(i);
-    rendezvous.abort(make_error(ErrorKind::Aborted, "the rendezvous of ", step_text(step_.step_id),
-                                " was aborted: ", where, " failed: ", why));
+    where = i == kNoIndex ? std::string("a stream") : plan_->describe(i);
   } catch (...) {
-    try {  // out of memory for the message: a plain one
-      rendezvous.abort(Error(ErrorKind::Aborted, "the rendezvous was aborted: a kernel of its step failed"));
-    } catch (...) {
-    }
+    where = "a kernel";  // out of memory for the name
   }
+  abort_step(*step_.rendezvous, step_.step_id, where, cause);
 }
 
 // From the caller's token or the deadline timer (any thread): the run

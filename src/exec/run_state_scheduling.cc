@@ -443,12 +443,12 @@ void RunState::schedule_counted() {
   if (!config_.resume) config_.resume = &shared_async_queue();
   if (__builtin_expect(plan_->frames != nullptr, 0)) {
     // On this thread alone (it may be a pool thread: it must not wait for
-    // another), then the run's end.
+    // another; a receive's wait holds none), then the run's end. start()'s
+    // runs only: completion_ is set.
     // Relaxed: nothing else touches pending_ in this run.
     pending_.store(1, std::memory_order_relaxed);
     config_.plan = ThreadPlan::Sequential;
-    run_frames();
-    finish_task();
+    run_frames();  // ends the task (finish_task), at once or from a receive's done
     return;
   }
   const bool streams = plan_->has_streams();

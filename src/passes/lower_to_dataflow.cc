@@ -399,7 +399,9 @@ void collect_overlapping(const Block& block, std::vector<const Operation*>& out)
 
 // Whether every op of `block` (nested ones included) runs under the frame
 // propagator as it runs structured: none placed by the user (a stream, a
-// kiln.place), none communicating, none with an asynchronous CPU kernel.
+// kiln.place), none communicating, none with an asynchronous CPU kernel
+// (the propagator runs them, but on one thread in run_async's runs, where
+// the structured scheduler uses the pool).
 bool frames_run_all(const Block& block) {
   const KernelRegistry& kernels = KernelRegistry::instance();
   for (const Operation* op : block) {

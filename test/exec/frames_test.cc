@@ -524,6 +524,35 @@ TEST_CASE("run_async runs a dataflow loop and hands its result to done", "[exec]
   }
 }
 
+TEST_CASE("a dataflow loop whose body runs asynchronous kernels counts as without them", "[exec][frames]") {
+  // Each iteration: one asynchronous identity that completes inline, one
+  // that completes 200 us later on another thread.
+  Program p;
+  Builder b(p);
+  Value n = b.create<DataOp>("n", Dims0{}, DataType::Int64).result();
+  Value out = DataflowLoop::build(
+      b, "async", 4, {constant(b, 0, DataType::Int64)}, {n, constant(b, 1, DataType::Int64)},
+      DataflowLoop::counter_below_bound,
+      [](Builder& bb, const std::vector<Value>& c, const std::vector<Value>& k) {
+        Value now = bb.create<AsyncIdentityOp>(c[0], 0).result();
+        Value later = bb.create<AsyncIdentityOp>(now, 200).result();
+        return std::vector<Value>{bb.create<AddOp>(later, k[1]).result()};
+      })[0];
+  RunOptions bounded;
+  bounded.timeout = std::chrono::seconds(10);  // a run that waits for ever fails instead
+  for (unsigned t : {1u, 2u}) {
+    INFO("threads " << t);
+    Executor exe(Place::cpu(), threads(t));
+    CHECK(scalar(exe.run(p, {{"n", i64(20)}}, {out}, bounded)[0]) == 20);
+    CHECK(scalar(exe.run(p, {{"n", i64(0)}}, {out}, bounded)[0]) == 0);
+    DoneRecord rec;
+    exe.run_async(p, {{"n", i64(5)}}, {out}, {}, rec.callback());
+    REQUIRE(rec.wait(std::chrono::milliseconds(10000)));
+    REQUIRE_FALSE(rec.error());
+    CHECK(scalar(rec.fetched().at(0)) == 5);
+  }
+}
+
 TEST_CASE("a cancelled run stops in the middle of a dataflow loop, and the next run starts clean",
           "[exec][frames]") {
   // Each iteration takes ~1 ms (a busy op the counter waits for): 10^5 of

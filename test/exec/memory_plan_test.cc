@@ -339,3 +339,73 @@ TEST_CASE("training an MLP with the memory plan gives the parameters training wi
   CHECK(train(true, 1) == want);
   CHECK(train(true, 2) == want);
 }
+
+TEST_CASE("a static-shape program's memory plan and peak are known when its plan is built: the probe run "
+          "finds the same",
+          "[exec][memory]") {
+  auto same = [](const MemoryPlan& built, const MemoryPlan& probed) {
+    CHECK(built.arena_bytes == probed.arena_bytes);
+    CHECK(built.arena_bytes_in_order == probed.arena_bytes_in_order);
+    CHECK(built.total_bytes == probed.total_bytes);
+    CHECK(built.live_bytes == probed.live_bytes);
+    CHECK(built.temporaries_live_bytes == probed.temporaries_live_bytes);
+    REQUIRE(built.pieces.size() == probed.pieces.size());
+    for (std::size_t k = 0; k < built.pieces.size(); ++k) {
+      CHECK(built.pieces[k].slot == probed.pieces[k].slot);
+      CHECK(built.pieces[k].bytes == probed.pieces[k].bytes);
+      CHECK(built.pieces[k].offset == probed.pieces[k].offset);
+      CHECK(built.pieces[k].dims == probed.pieces[k].dims);
+    }
+    CHECK(built.gc == probed.gc);
+  };
+  SECTION("a chain of 12 scale + exp") {
+    Program p;
+    Builder b(p);
+    Value v = b.create<DataOp>("x", Dims0{kElems}).result();
+    for (int i = 0; i < 12; ++i) v = b.create<ExpOp>(b.create<ScaleOp>(v, 0.01, 0.0).result()).result();
+    const Value out = b.create<SumOp>(v, std::vector<std::int64_t>{}, false).result();
+    for (unsigned threads : {1u, 2u}) {
+      Scope scope;
+      InterpreterCore core(p, scope, {"x"}, {out}, options(threads), queue_for(threads));
+      const std::shared_ptr<const MemoryPlan> built = plan_memory_from_types(core.plan());
+      REQUIRE(built);
+      CHECK(built->arena_bytes <= 2 * kBytes);
+      for (int run = 0; run < 2; ++run) core.run(std::vector<Tensor>{ramp(1, kElems).reshape({kElems})});
+      REQUIRE(core.memory_plan());
+      same(*built, *core.memory_plan());
+    }
+  }
+  SECTION("an MLP's training step (backward and Adam), after the default passes") {
+    Program main, startup;
+    Value loss;
+    {
+      ProgramGuard guard(main, startup);
+      auto x = data("x", {32, 64});
+      auto label = data("label", {32}, DataType::Int64);
+      nn::Linear fc1(64, 128), fc2(128, 10);
+      loss = nn::CrossEntropyLoss()(fc2(nn::ReLU()(fc1(x))), label);
+      optim::Adam(1e-3).minimize(loss);
+    }
+    Executor exe(Place::cpu(), ExecutionOptions{.num_threads = 1});
+    exe.run(startup);
+    std::vector<std::int64_t> ys(32);
+    for (std::size_t i = 0; i < ys.size(); ++i) ys[i] = static_cast<std::int64_t>(i % 10);
+    const std::vector<Tensor> feeds{ramp(32, 64), Tensor::from_vector<std::int64_t>({32}, ys)};
+    InterpreterCore core(main, exe.scope(), {"x", "label"}, {loss}, ExecutionOptions{.num_threads = 1});
+    const std::shared_ptr<const MemoryPlan> built = plan_memory_from_types(core.plan());
+    REQUIRE(built);
+    CHECK(core.memory_plan() == nullptr);  // the run state's own comes with its first run
+    for (int step = 0; step < 2; ++step) core.run(feeds);
+    REQUIRE(core.memory_plan());
+    same(*built, *core.memory_plan());
+  }
+  SECTION("none when a temporary's shape is known only at run time") {
+    Program p;
+    Builder b(p);
+    const Value out = b.create<ExpOp>(b.create<DataOp>("x", Dims0{-1}).result()).result();
+    Scope scope;
+    InterpreterCore core(p, scope, {"x"}, {b.create<SumOp>(out, std::vector<std::int64_t>{}, false).result()},
+                         options(1));
+    CHECK(plan_memory_from_types(core.plan()) == nullptr);
+  }
+}

@@ -183,3 +183,28 @@ TEST_CASE("kiln-opt rejects an unknown pass, a missing file and a bad command li
   auto two = opt("a.kir b.kir");
   CHECK(two.status == 2);
 }
+
+TEST_CASE("kiln-opt --memory-plan prints the arena a static-shape program's temporaries need, before any run",
+          "[passes][tool]") {
+  if (!have_tool()) return;
+  // x[8192] -> exp -> exp -> exp -> sum: three 32 KiB temporaries, two of
+  // them live at once, and the sum's 4 bytes (a 64-byte piece, beside the
+  // last exp in the bytes the first one left).
+  auto chain = [](std::int64_t n) {
+    Program p;
+    Builder b(p);
+    Value v = b.create<DataOp>("x", std::vector<std::int64_t>{n}).result();
+    for (int i = 0; i < 3; ++i) v = b.create<ExpOp>(v).result();
+    b.create<SumOp>(v, std::vector<std::int64_t>{}, false);
+    return p;
+  };
+  auto r = opt("'" + write("static.kir", chain(8192).to_string()).string() + "' --memory-plan");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.err, Catch::Contains("memory plan: 4 temporaries in an arena of 65536 bytes (65536 in program "
+                                    "order); unshared 98368 bytes, live-set minimum 65536 bytes"));
+  CHECK_THAT(r.out, Catch::Contains("kiln.exp"));  // the program is still printed
+  auto d = opt("'" + write("dynamic.kir", chain(-1).to_string()).string() + "' --memory-plan");
+  REQUIRE(d.status == 0);
+  CHECK_THAT(d.err, Catch::Contains("memory plan: none before a run"));
+}

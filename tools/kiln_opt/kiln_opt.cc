@@ -2,7 +2,7 @@
 // way MLIR users work with mlir-opt.
 //
 //   kiln-opt [INPUT] [--passes PIPELINE] [--print-ir-before PASS]...
-//            [--print-ir-after PASS]... [--timing] [--no-verify]
+//            [--print-ir-after PASS]... [--timing] [--memory-plan] [--no-verify]
 //            [--emit text|json] [-o OUTPUT]
 //   kiln-opt --list-passes
 //
@@ -13,8 +13,13 @@
 // pipeline; without --passes the program is only read, verified and
 // printed. --print-ir-before/--print-ir-after print the program around the
 // named pass ("*": every pass) to standard error; --timing prints each
-// pass's time there. The result goes to OUTPUT (standard output by default)
-// as text IR, or as JSON with --emit json.
+// pass's time there. --memory-plan prints there the memory plan the CPU
+// executor makes for the resulting program (its kiln.data ops fed, nothing
+// fetched), known before any run when every temporary's shape is static:
+// the arena's bytes (its exact peak for the planned temporaries) for runs
+// on several threads and in program order, the same values' bytes unshared,
+// and their live-set minimum. The result goes to OUTPUT (standard output by
+// default) as text IR, or as JSON with --emit json.
 //
 // Exit status: 0; 1 with the error on standard error (a file that cannot be
 // read, a program that does not parse or verify, an unknown pass, a pass
@@ -26,7 +31,10 @@
 #include <string_view>
 
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/dialect/io_ops.h"
 #include "kiln/exec/execution_options.h"
+#include "kiln/exec/memory_plan.h"
+#include "kiln/exec/plan_builder.h"
 #include "kiln/io/file.h"
 #include "kiln/io/json.h"
 #include "kiln/ir/parser.h"
@@ -39,7 +47,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: kiln-opt [INPUT|-] [--passes PIPELINE] [--print-ir-before PASS]...\n"
-    "                [--print-ir-after PASS]... [--timing] [--no-verify]\n"
+    "                [--print-ir-after PASS]... [--timing] [--memory-plan] [--no-verify]\n"
     "                [--emit text|json] [-o OUTPUT]\n"
     "       kiln-opt --list-passes\n";
 
@@ -49,6 +57,7 @@ struct CommandLine {
   std::string pipeline;
   bool emit_json = false;
   bool list_passes = false;
+  bool memory_plan = false;
   PassManagerOptions pm;
 };
 
@@ -66,6 +75,7 @@ CommandLine parse_command_line(int argc, char** argv) {
     else if (a == "--print-ir-before") cl.pm.print_ir_before.insert(value(i, a));
     else if (a == "--print-ir-after") cl.pm.print_ir_after.insert(value(i, a));
     else if (a == "--timing") cl.pm.timing = true;
+    else if (a == "--memory-plan") cl.memory_plan = true;
     else if (a == "--no-verify") cl.pm.verify_each = false;
     else if (a == "--list-passes") cl.list_passes = true;
     else if (a == "-o") cl.output = value(i, a);
@@ -107,6 +117,27 @@ void list_passes() {
   std::cout << "default pipeline: " << kDefaultPasses << '\n';
 }
 
+// The CPU executor's plan of `program` as it is (no passes), every kiln.data
+// op of its top block fed, nothing fetched: its memory plan from types.
+void print_memory_plan(const Program& program, std::ostream& os) {
+  std::vector<std::string> feeds;
+  for (Operation* op : program.block())
+    if (auto data = op->dyn_cast<DataOp>()) feeds.push_back(data.attrs().name);
+  ExecutionOptions options;
+  options.num_threads = 1;
+  options.passes = "";
+  const auto plan = PlanBuilder(program, std::move(feeds), {}, std::move(options)).build();
+  const std::shared_ptr<const MemoryPlan> mp = plan_memory_from_types(*plan);
+  if (!mp) {
+    os << "memory plan: none before a run (a temporary's shape is known only at run time, or no "
+          "temporary can share an arena)\n";
+    return;
+  }
+  os << "memory plan: " << mp->pieces.size() << " temporaries in an arena of " << mp->arena_bytes
+     << " bytes (" << mp->arena_bytes_in_order << " in program order); unshared " << mp->total_bytes
+     << " bytes, live-set minimum " << mp->live_bytes << " bytes\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -129,6 +160,7 @@ int main(int argc, char** argv) {
       pm.run(program);
       if (cl.pm.timing) pm.timing_report().print(std::cerr);
     }
+    if (cl.memory_plan) print_memory_plan(program, std::cerr);
     std::string out;
     if (cl.emit_json) {
       out = save_program_json(program, 2) + "\n";

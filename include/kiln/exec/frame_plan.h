@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/dialect/rendezvous_key.h"
 #include "kiln/exec/execution_plan.h"
 
 namespace kiln {
@@ -31,6 +32,10 @@ struct FrameNode {
   };
   Kind kind = Kind::Kernel;
   bool constant_enter = false;  // Enter: is_constant
+  bool async = false;           // Kernel: an asynchronous kernel (a receive)
+  // Kernel: a kiln.recv, whose kernel leaves its output without a tensor
+  // when it received a dead value: the output is dead.
+  bool recv = false;
   std::uint32_t instruction = kNoIndex;  // Kernel: its plan instruction
   std::uint32_t slot = kNoIndex;         // Source: the variable it reads
   Operation* op = nullptr;
@@ -54,6 +59,9 @@ struct FrameNode {
   std::uint64_t unused_outputs = 0;
   // Kernel: output o is updated in place from input i (the op's inplace map).
   std::vector<std::pair<std::uint32_t, std::uint32_t>> inplace;
+  // A kiln.send: its key. A dead input is sent as a dead value (TensorFlow's
+  // transfer nodes run dead), so that the receiver learns of it.
+  std::shared_ptr<const RendezvousKey> send_key;
   std::uint32_t exit_index = 0;    // Exit: its index among its frame's exits
   std::uint32_t constant_index = 0;  // constant Enter: its index among its target's constants
 };
@@ -88,6 +96,7 @@ struct FramePlan {
   // Per slot: the node whose output it keeps (fetched values), or kNoIndex.
   std::vector<std::uint32_t> slot_producer;
   std::int64_t max_parallel_iterations = 1;
+  bool has_async = false;  // some node has an asynchronous kernel
 
   // "op #3 'kiln.switch'" for errors.
   std::string describe(std::uint32_t node) const;

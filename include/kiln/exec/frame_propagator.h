@@ -9,11 +9,16 @@
 // live; a next_iteration that would start one more waits until the oldest
 // is done. A node whose inputs include a dead one is not run and its
 // outputs are dead (a merge excepted: it forwards the first live input and
-// is dead only when every input that can arrive is dead). An exit that never
+// is dead only when every input that can arrive is dead; and a kiln.send,
+// which sends the dead value on). An exit that never
 // got a live value gives a dead one when its frame is done.
 //
 // One thread (no pool) runs every node with no lock; with a pool, the
 // propagation state is guarded by one mutex and kernels run outside it.
+// An asynchronous kernel (a kiln.recv) holds no thread while it waits: its
+// node stays outstanding until its done comes (from any thread), and a
+// worker then propagates its outputs; a run with such kernels takes the
+// mutex even on one thread, and its caller sleeps while only they are left.
 // Programs without dataflow ops never get here: their plan has no FramePlan
 // and keeps the flat counters of run_state_scheduling.cc.
 #pragma once
@@ -29,6 +34,7 @@
 #include <vector>
 
 #include "kiln/exec/frame_plan.h"
+#include "kiln/kernel/kernel_context.h"
 #include "kiln/kernel/step_context.h"
 #include "kiln/runtime/variable.h"
 
@@ -54,6 +60,13 @@ class FramePropagator {
   // pool's. Stops early when `abort` is set (checked before each node).
   // Every frame is gone afterwards, error or not.
   Failure run(WorkQueue* pool, unsigned num_threads, const std::atomic<bool>& abort);
+  // run() on this thread alone, for an asynchronous run: while only
+  // asynchronous kernels are left it holds no thread, and their done takes
+  // the run up again on `resume`. `finish(arg, failure)` comes once the run
+  // is over — before start() returns, or on a thread of `resume` — and is
+  // the run's last touch of this propagator.
+  using Finish = void (*)(void* arg, Failure failure);
+  void start(WorkQueue* resume, const std::atomic<bool>& abort, Finish finish, void* arg);
   // After a run: whether the value kept in `slot` (a fetched value) was dead.
   bool dead(std::uint32_t slot) const { return slot < slot_dead_.size() && slot_dead_[slot]; }
   // The last run's most iterations of one static frame live at once (tests,
@@ -141,6 +154,7 @@ class FramePropagator {
     std::vector<Cell*> more;
     std::uint64_t dead = 0;   // bit o: output o is dead
     std::uint64_t owned = 0;  // bit o: output o holds one of its cell's refs
+    bool suspended = false;   // an asynchronous kernel started: its done propagates
     Cell*& at(std::uint32_t o) { return o < kInline ? small[o] : more[o - kInline]; }
     // Output o is the node's input entry `e`'s value (its ref moves on with it).
     // Called while the node runs, outside the propagator's mutex: no other
@@ -153,6 +167,18 @@ class FramePropagator {
     }
   };
 
+  // An asynchronous kernel started and not yet propagated: its node, its
+  // outputs and the context its kernel holds until it calls done.
+  struct AsyncCall {
+    Ready r{};
+    Outputs out;
+    std::vector<Variable*> io;
+    KernelContext ctx;
+    std::exception_ptr error;
+    std::uint32_t index = 0;  // in calls_
+    AsyncCall* next_free = nullptr;
+  };
+
   Cell* new_cell();
   Cell* take_cell(std::uint32_t home);
   void unref(Cell* c) noexcept;
@@ -162,6 +188,14 @@ class FramePropagator {
   void execute(const Ready& r, Outputs& out);
   void execute_recorded(const Ready& r, Outputs& out);
   void run_kernel(const Ready& r, Outputs& out);
+  void send_dead(const FrameNode& n);
+  // A kernel node's inputs (its entries `in`) and outputs, in-place ones copied.
+  void bind_io(const FrameNode& n, Entry* in, std::uint32_t num_out, Outputs& out, Variable** io);
+  void start_async(const Ready& r, Outputs& out);
+  AsyncCall* take_call();
+  static void async_done(void* self, std::uint32_t index, const Error* error) noexcept;
+  void finish_async(AsyncCall* c);
+  void drain_async(std::unique_lock<std::mutex>& lock);
   void propagate(const Ready& r, Outputs& out);
   // propagate(), by phase: output o's cell (null: dead); fetched outputs'
   // shares; the enter and next_iteration cases.
@@ -185,8 +219,15 @@ class FramePropagator {
   void release_all() noexcept;
   void fail(std::uint32_t node, std::exception_ptr e) noexcept;
   [[noreturn]] void throw_stalled(const Frame* f, const Iteration* it) const;
+  // The run's phases: run() is begin, drive, end; start() resumes drive()
+  // from asynchronous kernels' done until it returns true, then completes.
+  void begin(WorkQueue* pool, unsigned num_threads, const std::atomic<bool>& abort);
+  bool drive();
+  Failure end();
+  void complete();
+  static void resume_entry(void* self, std::uint32_t);
   // The pool side.
-  void work(bool caller);
+  bool work(bool caller);
   static void work_entry(void* self, std::uint32_t);
   bool pop(Ready& r);
 
@@ -270,8 +311,23 @@ class FramePropagator {
   std::vector<Record> records_;
   Failure failure_;
 
-  // This run's threading (all below under mu_ when pool_ is set).
+  // Asynchronous kernels: every call made (stable addresses), the free ones,
+  // those whose done came (capacity: calls_.size(), so async_done never
+  // allocates) and those started whose propagation has not ended.
+  std::vector<std::unique_ptr<AsyncCall>> calls_;
+  AsyncCall* free_calls_ = nullptr;
+  std::vector<AsyncCall*> done_calls_;
+  std::uint32_t async_outstanding_ = 0;
+
+  // This run's threading (all below under mu_ when locked_).
   WorkQueue* pool_ = nullptr;
+  bool locked_ = false;  // a pool, or asynchronous kernels (their done comes from other threads)
+  // start()'s runs: the queue their resumption goes to (null in run()'s),
+  // what gets the run's end, and whether a thread drives the run now.
+  WorkQueue* resume_ = nullptr;
+  Finish finish_ = nullptr;
+  void* finish_arg_ = nullptr;
+  bool driving_ = false;
   const std::atomic<bool>* abort_ = nullptr;
   unsigned max_workers_ = 1;
   unsigned active_ = 0;

@@ -99,6 +99,15 @@ bool memory_plannable(const ExecutionPlan& plan);
 inline constexpr std::uint32_t kMaxPlannedInstructions = 8192;
 std::shared_ptr<const MemoryPlan> plan_memory(const ExecutionPlan& plan, MemoryProbe& probe);
 
+// The memory plan of `plan` when the plan is built, from its temporaries'
+// types instead of a probe run: each value's bytes, dtype and dims from its
+// type, a view sharing its source's buffer (PlanSlot::alias). For a
+// program whose temporaries all have static shapes it is the plan the
+// probe finds (the same pieces, arena and peak) unless a kernel makes its
+// own output tensor or shares a buffer its op does not declare; null when
+// some host temporary's shape is known only at run time, or as plan_memory.
+std::shared_ptr<const MemoryPlan> plan_memory_from_types(const ExecutionPlan& plan);
+
 // An arena for one run state. A piece is a Buffer over the arena's bytes
 // that keeps the arena alive (so a tensor that outlived the run state would
 // still point at valid memory); only the tensor it is given holds it, so
