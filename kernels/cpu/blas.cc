@@ -43,8 +43,10 @@ bool openblas_matches_cpu() {
   const std::string_view core = openblas_get_corename();
   const bool avx512 = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
   const bool avx2 = avx512 || core == "Haswell" || core == "Zen";
+#if defined(__x86_64__) || defined(__i386__)
   if (__builtin_cpu_supports("avx512f")) return avx512;
   if (__builtin_cpu_supports("avx2")) return avx2;
+#endif
   return true;
 }
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <list>
 #include <memory>
+#include <new>
 #include <optional>
 #include <tuple>
 #include <unordered_map>
@@ -48,7 +49,8 @@ class Scratch {
   void* get(std::size_t bytes) {
     if (bytes > size_) {
       data_.reset(static_cast<std::byte*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-      size_ = bytes;
+      size_ = data_ ? bytes : 0;
+      if (!data_) throw std::bad_alloc();
     }
     return data_.get();
   }
@@ -146,30 +148,9 @@ ConvPlan* conv_plan(const ConvKey& k) {
 class WeightCache {
  public:
   static constexpr std::size_t kWeightCacheBytes = std::size_t(256) << 20;
+  // An entry's `writes` before its first fill completes.
+  static constexpr std::uint64_t kUnfilled = ~std::uint64_t(0);
 
-  // The entry's memory, and whether its contents are to be (re)filled.
-  std::pair<void*, bool> get(const WeightsIdentity& w, const ConvPlan* plan, std::size_t bytes) {
-    const Key key{w.buffer, w.offset, plan};
-    auto it = index_.find(key);
-    if (it != index_.end()) {
-      entries_.splice(entries_.begin(), entries_, it->second);
-      Entry& e = *it->second;
-      const bool stale = e.writes != w.writes;
-      e.writes = w.writes;
-      return {e.data.get(e.bytes), stale};
-    }
-    while (!entries_.empty() && bytes_ + bytes > kWeightCacheBytes) {
-      bytes_ -= entries_.back().bytes;
-      index_.erase(entries_.back().key);
-      entries_.pop_back();
-    }
-    entries_.push_front(Entry{key, w.writes, {}, bytes});
-    index_.emplace(key, entries_.begin());
-    bytes_ += bytes;
-    return {entries_.front().data.get(bytes), true};
-  }
-
- private:
   struct Key {
     std::uint64_t buffer, offset;
     const ConvPlan* plan;
@@ -177,16 +158,40 @@ class WeightCache {
       return buffer == o.buffer && offset == o.offset && plan == o.plan;
     }
   };
+  struct Entry {
+    Key key;
+    std::uint64_t writes;  // the buffer's writes its contents reflect
+    Scratch data;
+    std::size_t bytes;
+  };
+
+  // The entry for w under plan, with `bytes` of memory; its contents are
+  // current when entry.writes == w.writes (the caller sets it after a fill).
+  Entry& get(const WeightsIdentity& w, const ConvPlan* plan, std::size_t bytes) {
+    const Key key{w.buffer, w.offset, plan};
+    auto it = index_.find(key);
+    if (it != index_.end()) {
+      entries_.splice(entries_.begin(), entries_, it->second);
+      return *it->second;
+    }
+    while (!entries_.empty() && bytes_ + bytes > kWeightCacheBytes) {
+      bytes_ -= entries_.back().bytes;
+      index_.erase(entries_.back().key);
+      entries_.pop_back();
+    }
+    Entry e{key, kUnfilled, {}, bytes};
+    e.data.get(bytes);  // allocated before the entry is listed: a failure leaves no entry
+    entries_.push_front(std::move(e));
+    index_.emplace(key, entries_.begin());
+    bytes_ += bytes;
+    return entries_.front();
+  }
+
+ private:
   struct KeyHash {
     std::size_t operator()(const Key& k) const {
       return std::hash<std::uint64_t>()(k.buffer * 31 + k.offset) ^ std::hash<const void*>()(k.plan);
     }
-  };
-  struct Entry {
-    Key key;
-    std::uint64_t writes;
-    Scratch data;
-    std::size_t bytes;
   };
   std::list<Entry> entries_;
   std::unordered_map<Key, std::list<Entry>::iterator, KeyHash> index_;
@@ -202,12 +207,18 @@ memory conv_weights(const ConvPlan& p, const float* w, const WeightsIdentity& we
   if (!p.to_w) return user;
   thread_local Scratch buffer;
   thread_local WeightCache cache;
-  void* data = nullptr;
-  bool fill = true;
-  if (weights.buffer == 0) data = buffer.get(p.w_md.get_size());
-  else std::tie(data, fill) = cache.get(weights, &p, p.w_md.get_size());
-  memory blocked(p.w_md, e, data);
-  if (fill) p.to_w->execute(s, user, blocked);
+  if (weights.buffer == 0) {
+    memory blocked(p.w_md, e, buffer.get(p.w_md.get_size()));
+    p.to_w->execute(s, user, blocked);
+    return blocked;
+  }
+  WeightCache::Entry& entry = cache.get(weights, &p, p.w_md.get_size());
+  memory blocked(p.w_md, e, entry.data.get(entry.bytes));
+  if (entry.writes != weights.writes) {
+    entry.writes = WeightCache::kUnfilled;  // until this fill is done
+    p.to_w->execute(s, user, blocked);
+    entry.writes = weights.writes;
+  }
   return blocked;
 }
 
@@ -223,11 +234,10 @@ bool sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, flo
          dnnl_success;
 }
 
-bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
-                    const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights) {
-  const int threads = use_intra_op_threads();
-  const ConvPlan* p = conv_plan(ConvKey{g, bias != nullptr, act, threads});
-  if (p == nullptr) return false;
+namespace {
+
+void run_conv(const ConvPlan* p, const float* x, const float* w, const float* bias, float* out,
+              const Conv2dGeometry& g, const WeightsIdentity& weights) {
   const auto& e = cpu_engine();
   dnnl::stream& s = thread_stream();
   thread_local Scratch x_buffer, out_buffer;
@@ -244,6 +254,20 @@ bool conv2d_forward(const float* x, const float* w, const float* bias, float* ou
   p->conv.execute(s, args);
   if (p->from_out) p->from_out->execute(s, out_mem, out_user);
   s.wait();
+}
+
+}  // namespace
+
+bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
+                    const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights) {
+  const int threads = use_intra_op_threads();
+  const ConvPlan* p = conv_plan(ConvKey{g, bias != nullptr, act, threads});
+  if (p == nullptr) return false;
+  try {
+    run_conv(p, x, w, bias, out, g, weights);
+  } catch (const dnnl::error&) {
+    return false;  // the caller's own convolution writes all of out
+  }
   return true;
 }
 

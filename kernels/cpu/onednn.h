@@ -34,7 +34,8 @@ struct WeightsIdentity {
 // (when given), through `act`; NCHW in and out, blocked layouts
 // inside. w's blocked copy is kept while `weights` stays the same (a
 // parameter's between optimizer steps, an inference model's for ever).
-// False when oneDNN has no primitive for g.
+// False when oneDNN has no primitive for g or its run fails (the caller then
+// computes all of out itself).
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
                     const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights);
 

@@ -552,9 +552,11 @@ std::size_t fuse_conv_epilogue(Block& block, const ValueSet& keep, PassContext* 
     const char* activation = "none";
     if (Operation* act = sole_user(add->result(0));
         act && !keep.count(key(add->result(0))) && act->parent_block() == &block &&
-        !has_placement(*act) && *conv_activation(act) != '\0') {
-      activation = conv_activation(act);
-      last = act;
+        !has_placement(*act)) {
+      if (const char* name = conv_activation(act); *name != '\0') {
+        activation = name;
+        last = act;
+      }
     }
     if (barrier_between(conv, last)) continue;
     Builder b(block);
@@ -568,7 +570,8 @@ std::size_t fuse_conv_epilogue(Block& block, const ValueSet& keep, PassContext* 
     if (last != add) erase_op(last, ctx);
     erase_op(add, ctx);
     erase_op(conv, ctx);
-    if (reshape->result(0).use_empty()) erase_op(reshape, ctx);
+    if (reshape->result(0).use_empty() && !keep.count(key(reshape->result(0))))
+      erase_op(reshape, ctx);
     ++made;
   }
   return made;

@@ -517,7 +517,7 @@ TEST_CASE("conv2d, a channel bias and relu or relu6 become one fused_conv2d with
       }
 }
 
-TEST_CASE("a conv output or sum the caller keeps is not fused into a fused_conv2d", "[passes][fusion]") {
+TEST_CASE("a conv output or sum the caller keeps is not fused into a fused_conv2d, and a kept reshaped bias stays", "[passes][fusion]") {
   ConvBlock c("relu", false, 3);
   Operation* add = c.out.defining_op()->operand_source(0).defining_op();
   CHECK(fuse_conv_epilogue(c.p.block(), {add->result(0).impl()}) == 1);  // conv + bias, no relu
@@ -525,4 +525,10 @@ TEST_CASE("a conv output or sum the caller keeps is not fused into a fused_conv2
   ConvBlock d("relu", false, 3);
   Value conv = d.out.defining_op()->operand_source(0).defining_op()->operand_source(0);
   CHECK(fuse_conv_epilogue(d.p.block(), {conv.impl()}) == 0);
+  ConvBlock e("none", true, 3);  // the reshaped bias is kept: fused, the reshape stays
+  Value reshaped = e.out.defining_op()->operand_source(1);
+  REQUIRE(reshaped.defining_op()->isa<ReshapeOp>());
+  CHECK(fuse_conv_epilogue(e.p.block(), {reshaped.impl()}) == 1);
+  CHECK(count_ops(e.p, "kiln.reshape") == 1);
+  e.p.verify();
 }

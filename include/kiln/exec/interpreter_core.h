@@ -163,7 +163,10 @@ class InterpreterCore {
   // plan of its first trial.
   ThreadPlan thread_plan() const { return tuner_.chosen(); }
   bool thread_plan_decided() const { return tuner_.decided(); }
+  // The measured kernel costs that steer inline-or-pool dispatch; mutable
+  // for whoever knows costs better than a measurement (a test, a tuner).
   const CostModel& cost_model() const { return costs_; }
+  CostModel& cost_model() { return costs_; }
   // Run states made so far (1 + the most runs that overlapped, less one).
   std::size_t num_run_states() const;
   // Streams the core launches onto (Lane::stream indexes them), by name.
