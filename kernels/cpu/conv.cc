@@ -24,6 +24,7 @@
 #include "cpu_blas.h"
 #include "cpu_kernel_util.h"
 #include "onednn.h"
+#include "unary_kernel_math.h"
 #include "vector_math.h"
 #include "kiln/dialect/conv_ops.h"
 #include "kiln/dialect/kiln_dialect.h"
@@ -211,6 +212,18 @@ inline bool direct(const Conv2dGeometry& g) {  // col == x
 
 using onednn::ConvActivation;
 
+// row[i] = silu(row[i] + b) = v · sigmoid(v), the sigmoid the unary kernel
+// computes (so the fused op matches conv, sigmoid, mul bit for bit).
+template <typename T>
+struct SiluRow {
+  KILN_SIMD_INLINE static void run(T* __restrict row, T b, std::int64_t p) {
+    for (std::int64_t i = 0; i < p; ++i) {
+      const T v = row[i] + b;
+      row[i] = v * KernelMath<SigmoidMath>::forward(v);
+    }
+  }
+};
+
 // block [channels, p] += bias[first + c] per channel, then `act`: one pass
 // over a block the GEMM has just written.
 template <typename T>
@@ -219,7 +232,9 @@ void bias_activation(T* __restrict block, const T* __restrict bias, std::int64_t
   for (std::int64_t c = 0; c < channels; ++c) {
     T* __restrict row = block + c * p;
     const T b = bias ? bias[first + c] : T(0);
-    if (act == ConvActivation::Relu6)
+    if (act == ConvActivation::Silu)
+      simd_dispatch<SiluRow<T>>(row, b, p);
+    else if (act == ConvActivation::Relu6)
       for (std::int64_t i = 0; i < p; ++i) row[i] = std::min(std::max(row[i] + b, T(0)), T(6));
     else if (act == ConvActivation::Relu)
       for (std::int64_t i = 0; i < p; ++i) row[i] = std::max(row[i] + b, T(0));
@@ -333,7 +348,8 @@ void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g,
     if (!direct(g) && onednn::conv2d_forward(x, w, bias, out, g, act, weights)) return;
 #ifdef KILN_HAS_SIMD_CLONES
   if constexpr (std::is_same_v<T, float>)
-    if (direct_conv_fits(g)) return direct_conv_avx512(x, w, out, g, bias, act);
+    if (direct_conv_fits(g) && act != ConvActivation::Silu)
+      return direct_conv_avx512(x, w, out, g, bias, act);
 #endif
   const std::int64_t cg = g.c / g.groups, og = g.o / g.groups, k = cg * g.kh * g.kw;
   const std::int64_t p = g.ho * g.wo;
@@ -446,6 +462,7 @@ struct FusedConv2dK {
     if (out.numel() == 0) return;
     const ConvActivation act = a.activation == "relu"    ? ConvActivation::Relu
                                : a.activation == "relu6" ? ConvActivation::Relu6
+                               : a.activation == "silu"  ? ConvActivation::Silu
                                                          : ConvActivation::None;
     conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
                  weights_identity(w));

@@ -116,7 +116,8 @@ std::unique_ptr<ConvPlan> make_conv_plan(const ConvKey& k) {
   if (k.act != ConvActivation::None) {
     dnnl::post_ops ops;
     if (k.act == ConvActivation::Relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    else ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, 0.0f, 6.0f);
+    else if (k.act == ConvActivation::Relu6) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, 0.0f, 6.0f);
+    else ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);  // x·sigmoid(1·x)
     attr.set_post_ops(ops);
   }
   const dnnl::convolution_forward::primitive_desc pd(desc, attr, cpu_engine());

@@ -20,9 +20,9 @@ bool sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, flo
            const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
            std::int64_t ldc);
 
-// What follows a convolution in the same pass: nothing, max(·, 0), or
-// min(max(·, 0), 6).
-enum class ConvActivation { None, Relu, Relu6 };
+// What follows a convolution in the same pass: nothing, max(·, 0),
+// min(max(·, 0), 6), or SiLU (x·sigmoid(x)).
+enum class ConvActivation { None, Relu, Relu6, Silu };
 
 // Which contents a weight tensor holds: its buffer's Buffer::id() and
 // writes() and its byte offset. buffer 0: unknown, reordered every call.

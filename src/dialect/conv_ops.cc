@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/dialect/binary_ops.h"
 #include "kiln/dialect/compare_ops.h"
 #include "kiln/dialect/reduce_ops.h"
 #include "kiln/dialect/unary_ops.h"
@@ -236,9 +237,10 @@ void FusedConv2dOp::build(Builder&, OperationArgument& arg, Value x, Value w, Va
 std::vector<Type> FusedConv2dOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   meta::require_count(name, in, 3);
   const auto a = from_attributes<Attributes>(attrs, name);
-  if (a.activation != "none" && a.activation != "relu" && a.activation != "relu6")
+  if (a.activation != "none" && a.activation != "relu" && a.activation != "relu6" &&
+      a.activation != "silu")
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' activation '", a.activation,
-                "' is not one of none, relu, relu6");
+                "' is not one of none, relu, relu6, silu");
   DataType dt;
   auto dims = conv2d_shape(name, {in[0], in[1]},
                            Conv2dOp::Attributes{a.strides, a.paddings, a.dilations, a.groups}, &dt);
@@ -252,10 +254,30 @@ std::vector<Type> FusedConv2dOp::infer_meta(const std::vector<Type>& in, Diction
   return {meta::result_like(in, dt, dims)};
 }
 
+namespace {
+
+// The gradient at the pre-activation z of y = z·sigmoid(z), given dy: y
+// does not determine z, so z is computed again (a fused_conv2d without
+// activation); dz = dy·s + sigmoid'(dy·z) with s = sigmoid(z).
+Value silu_grad(Builder& b, Operation* op, const FusedConv2dOp::Attributes& a, Value dy) {
+  Value z = b.create<FusedConv2dOp>(op->operand_source(0), op->operand_source(1),
+                                    op->operand_source(2), a.strides, a.paddings, a.dilations,
+                                    a.groups, "none")
+                .result();
+  Value s = b.create<SigmoidOp>(z).result();
+  Value through_s = b.create<GradOf<SigmoidOp>>(s, b.create<MulOp>(dy, z).result())
+                        .operation()
+                        ->result(0);
+  return b.create<AddOp>(b.create<MulOp>(dy, s).result(), through_s).result();
+}
+
+}  // namespace
+
 std::vector<Value> FusedConv2dOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
   Value d = vjp::single_grad(op, g);
   if (!d) return {Value(), Value(), Value()};
   const auto a = FusedConv2dOp(op).attrs();
+  if (a.activation == "silu") d = silu_grad(b, op, a, d);
   if (a.activation == "relu" || a.activation == "relu6")  // y > 0 where the pre-activation is
     d = b.create<GradOf<ReluOp>>(op->result(0), d).operation()->result(0);
   if (a.activation == "relu6") {

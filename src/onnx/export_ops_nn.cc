@@ -67,7 +67,8 @@ void conv2d(EmitContext& c) {
                  Conv2dOp::dyn_cast(c.op()).attrs());
 }
 
-// Conv with its bias input, then Relu when the activation is relu.
+// Conv with its bias input, then the activation: Relu, Clip(0, 6), or
+// Sigmoid and Mul for silu.
 void fused_conv2d(EmitContext& c) {
   const auto a = FusedConv2dOp::dyn_cast(c.op()).attrs();
   const bool act = a.activation != "none";
@@ -77,6 +78,11 @@ void fused_conv2d(EmitContext& c) {
   if (a.activation == "relu6")
     c.node("Clip", {conv_out, c.scalar(c.in_dtype(0), 0.0), c.scalar(c.in_dtype(0), 6.0)},
            {c.out(0)});
+  if (a.activation == "silu") {
+    const std::string sigmoid = c.fresh("sigmoid");
+    c.node("Sigmoid", {conv_out}, {sigmoid});
+    c.node("Mul", {conv_out, sigmoid}, {c.out(0)});
+  }
 }
 
 void conv2d_transpose(EmitContext& c) {

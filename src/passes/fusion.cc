@@ -529,6 +529,37 @@ const char* conv_activation(Operation* op) {
   return "";
 }
 
+// The activation after a conv's biased output `sum` that the conv can take
+// over: relu / relu6 (sum's sole reader), or silu (sum read only by
+// s = sigmoid(sum) and by sum · s, s only by that product); `ops` are its
+// ops in block order (empty: none). Values in `keep` stay.
+struct ConvEpilogue {
+  const char* activation = "none";
+  std::vector<Operation*> ops;
+};
+ConvEpilogue conv_epilogue_after(Value sum, const Block& block, const ValueSet& keep) {
+  auto fusable = [&](Operation* op) {
+    return op && op->parent_block() == &block && !has_placement(*op);
+  };
+  if (keep.count(key(sum))) return {};
+  if (Operation* act = sole_user(sum); fusable(act)) {
+    const char* name = conv_activation(act);
+    return *name ? ConvEpilogue{name, {act}} : ConvEpilogue{};
+  }
+  if (sum.use_count() != 2) return {};
+  Operation *sig = nullptr, *mul = nullptr;
+  for (auto use : sum.uses()) {
+    if (use.owner()->isa<SigmoidOp>()) sig = use.owner();
+    else if (use.owner()->isa<MulOp>()) mul = use.owner();
+  }
+  if (!fusable(sig) || !fusable(mul) || sole_user(sig->result(0)) != mul ||
+      keep.count(key(sig->result(0))) || mul->result(0).type() != sum.type())
+    return {};
+  const bool reads_both = (mul->operand_source(0) == sum && mul->operand_source(1) == sig->result(0)) ||
+                          (mul->operand_source(1) == sum && mul->operand_source(0) == sig->result(0));
+  return reads_both ? ConvEpilogue{"silu", {sig, mul}} : ConvEpilogue{};
+}
+
 }  // namespace
 
 std::size_t fuse_conv_epilogue(Block& block, const ValueSet& keep, PassContext* ctx) {
@@ -548,26 +579,19 @@ std::size_t fuse_conv_epilogue(Block& block, const ValueSet& keep, PassContext* 
     Value other = add->operand_source(add->operand_source(0) == y ? 1 : 0);
     Value bias = channel_bias(other, dims[1]);
     if (!bias || other == y || shaped_data_type(bias.type()) != shaped_data_type(y.type())) continue;
-    Operation* last = add;
-    const char* activation = "none";
-    if (Operation* act = sole_user(add->result(0));
-        act && !keep.count(key(add->result(0))) && act->parent_block() == &block &&
-        !has_placement(*act)) {
-      if (const char* name = conv_activation(act); *name != '\0') {
-        activation = name;
-        last = act;
-      }
-    }
+    const ConvEpilogue epilogue = conv_epilogue_after(add->result(0), block, keep);
+    Operation* last = epilogue.ops.empty() ? add : epilogue.ops.back();
     if (barrier_between(conv, last)) continue;
     Builder b(block);
     b.set_insertion_point(last);
     const auto a = Conv2dOp(conv).attrs();
     Value fused = b.create<FusedConv2dOp>(conv->operand_source(0), conv->operand_source(1), bias,
-                                          a.strides, a.paddings, a.dilations, a.groups, activation)
+                                          a.strides, a.paddings, a.dilations, a.groups,
+                                          epilogue.activation)
                       .result();
     Operation* reshape = other.defining_op();
     replace_all_uses(last->result(0), fused, ctx);
-    if (last != add) erase_op(last, ctx);
+    for (auto it = epilogue.ops.rbegin(); it != epilogue.ops.rend(); ++it) erase_op(*it, ctx);
     erase_op(add, ctx);
     erase_op(conv, ctx);
     if (reshape->result(0).use_empty() && !keep.count(key(reshape->result(0))))
@@ -615,7 +639,7 @@ std::unique_ptr<Pass> create_fuse_pass() { return std::make_unique<FusePass>(); 
 
 KILN_REGISTER_PASS("fuse", [] { return create_fuse_pass(); },
                    "attention's head transposes into its layout, softmax + cross-entropy into "
-                   "kiln.softmax_with_cross_entropy, conv2d + bias + relu / relu6 into "
+                   "kiln.softmax_with_cross_entropy, conv2d + bias + relu / relu6 / silu into "
                    "kiln.fused_conv2d, matmul + bias + "
                    "activation into kiln.fused_matmul, elementwise chains into "
                    "kiln.fused_elementwise, optimizer updates into kiln.merged_*_ (CPU)");

@@ -128,10 +128,10 @@ TEST_CASE("conv2d_transpose's vjp matches finite differences for x and w",
             make_op<Conv2dTransposeOp>(V{1, 2}, V{0, 1}, V{0, 1}, V{2, 1}, std::int64_t{2}));
 }
 
-TEST_CASE("fused_conv2d's vjp matches finite differences for x, w and the bias, with and "
-          "without relu",
+TEST_CASE("fused_conv2d's vjp matches finite differences for x, w and the bias, without and "
+          "with each activation",
           "[dialect][vjp][conv]") {
-  for (const char* act : {"none", "relu"}) {
+  for (const char* act : {"none", "relu", "relu6", "silu"}) {
     INFO(act);
     check_vjp({random_f64({2, 2, 5, 4}, -1, 1, 1), random_f64({3, 2, 3, 2}, -1, 1, 2),
                random_f64({3}, -1, 1, 3)},

@@ -3,6 +3,7 @@
 // direct six-loop reference.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -211,7 +212,8 @@ TEST_CASE("fused_conv2d gives conv2d plus the channel's bias, through relu when 
   check_close<float>(relu.out(), {6.5f, 8.5f, 12.5f, 14.5f, 4, 2, 0, 0});
 }
 
-TEST_CASE("fused_conv2d matches conv2d, add and relu run apart for every geometry, f32 and f64",
+TEST_CASE("fused_conv2d matches conv2d, add and its activation (relu, relu6, silu) run apart for "
+          "every geometry, f32 and f64",
           "[kernel][conv]") {
   const std::vector<Cfg> cfgs{{{2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
                               {{2, 1, 28, 28}, {6, 1, 5, 5}, {1, 1}, {2, 2}, {1, 1}, 1},
@@ -219,7 +221,7 @@ TEST_CASE("fused_conv2d matches conv2d, add and relu run apart for every geometr
                               {{1, 4, 9, 8}, {6, 2, 3, 2}, {2, 1}, {0, 1, 2, 0}, {1, 2}, 2},
                               {{3, 2, 5, 5}, {5, 2, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1}};
   for (const auto& c : cfgs)
-    for (const char* act : {"none", "relu"}) {
+    for (const std::string act : {"none", "relu", "relu6", "silu"}) {
       INFO("x " << Dims(c.x).to_string() << " w " << Dims(c.w).to_string() << " " << act);
       Tensor x = filled<double>(Dims(c.x), -2, 2, 1), w = filled<double>(Dims(c.w), -1, 1, 2);
       Tensor bias = filled<double>(Dims{c.w[0]}, -1, 1, 3);
@@ -228,14 +230,15 @@ TEST_CASE("fused_conv2d matches conv2d, add and relu run apart for every geometr
       const std::int64_t per_channel = conv.numel() / (conv.dims()[0] * c.w[0]);
       for (std::size_t i = 0; i < want.size(); ++i) {
         want[i] += bias.to_vector<double>()[(i / per_channel) % c.w[0]];
-        if (std::string(act) == "relu") want[i] = std::max(want[i], 0.0);
+        if (act == "relu") want[i] = std::max(want[i], 0.0);
+        if (act == "relu6") want[i] = std::min(std::max(want[i], 0.0), 6.0);
+        if (act == "silu") want[i] = want[i] / (1.0 + std::exp(-want[i]));
       }
-      auto got = run_op<FusedConv2dOp>({x, w, bias}, c.strides, c.paddings, c.dilations, c.groups,
-                                       std::string(act));
+      auto got = run_op<FusedConv2dOp>({x, w, bias}, c.strides, c.paddings, c.dilations, c.groups, act);
       check_close<double>(got.out(), want, 1e-12, 1e-12);
       auto got32 = run_op<FusedConv2dOp>({filled<float>(Dims(c.x), -2, 2, 1), filled<float>(Dims(c.w), -1, 1, 2),
                                           filled<float>(Dims{c.w[0]}, -1, 1, 3)},
-                                         c.strides, c.paddings, c.dilations, c.groups, std::string(act));
+                                         c.strides, c.paddings, c.dilations, c.groups, act);
       check_close<float>(got32.out(), std::vector<float>(want.begin(), want.end()), 1e-4, 1e-4);
     }
 }

@@ -518,7 +518,7 @@ TEST_CASE("conv2d_transpose, fused_conv2d, batch_norm, rms_norm, pools and atten
                                          std::vector<std::int64_t>{1, 0, 2, 1},
                                          std::vector<std::int64_t>{1, 2}, 2)
                     .result());
-    for (const char* act : {"none", "relu", "relu6"})
+    for (const char* act : {"none", "relu", "relu6", "silu"})
       f.push_back(b.create<kiln::FusedConv2dOp>(x, param(std::string("fw_") + act, {3, 2, 3, 3}),
                                                 param(std::string("fb_") + act, {3}),
                                                 std::vector<std::int64_t>{1, 1},

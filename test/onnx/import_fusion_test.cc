@@ -103,8 +103,9 @@ std::vector<float> reference_layer_norm(const std::vector<float>& x) {
 }
 
 // Conv (x [1, 2, 5, 5], w [3, 2, 3, 3], bias [3], pads 1) then Clip to
-// [0, hi], as exporters write ReLU6 (hi 6).
-std::string conv_clip_model(float hi) {
+// [0, hi], as exporters write ReLU6 (hi 6), or (silu) Sigmoid and Mul, as
+// they write SiLU.
+std::string conv_clip_model(float hi, bool silu = false) {
   ::onnx::ModelProto m;
   m.set_ir_version(7);
   m.add_opset_import()->set_version(13);
@@ -131,7 +132,12 @@ std::string conv_clip_model(float hi) {
   pads->set_name("pads");
   pads->set_type(::onnx::AttributeProto_AttributeType_INTS);
   for (int k = 0; k < 4; ++k) pads->add_ints(1);
-  add_node(g, "Clip", {"c", "lo", "hi"}, "y");
+  if (silu) {
+    add_node(g, "Sigmoid", {"c"}, "s");
+    add_node(g, "Mul", {"c", "s"}, "y");
+  } else {
+    add_node(g, "Clip", {"c", "lo", "hi"}, "y");
+  }
   g->add_output()->set_name("y");
   std::string bytes;
   REQUIRE(m.SerializeToString(&bytes));
@@ -139,7 +145,7 @@ std::string conv_clip_model(float hi) {
 }
 
 // conv_clip_model's result for x, computed directly.
-std::vector<float> reference_conv_clip(const std::vector<float>& x, float hi) {
+std::vector<float> reference_conv_clip(const std::vector<float>& x, float hi, bool silu = false) {
   auto wv = [](int k) { return 0.5f * float((k * 7) % 11 - 5); };
   auto bv = [](int k) { return 1.0f * float((k * 7) % 11 - 5); };
   std::vector<float> y(3 * 25);
@@ -154,7 +160,8 @@ std::vector<float> reference_conv_clip(const std::vector<float>& x, float hi) {
               if (ih >= 0 && ih < 5 && iw >= 0 && iw < 5)
                 s += double(x[(c * 5 + ih) * 5 + iw]) * wv(((o * 2 + c) * 3 + a) * 3 + e);
             }
-        y[(o * 5 + i) * 5 + j] = static_cast<float>(std::min(std::max(s, 0.0), double(hi)));
+        y[(o * 5 + i) * 5 + j] =
+            static_cast<float>(silu ? s / (1.0 + std::exp(-s)) : std::min(std::max(s, 0.0), double(hi)));
       }
   return y;
 }
@@ -188,6 +195,25 @@ TEST_CASE("a Conv followed by Clip to [0, 6] imports as one kiln.fused_conv2d wi
     CHECK(clipped_low > 0);
     CHECK(clipped_high > 0);
   }
+}
+
+TEST_CASE("a Conv followed by Sigmoid and Mul (SiLU) imports as one kiln.fused_conv2d with silu",
+          "[onnx][fusion]") {
+  std::vector<float> x(50);
+  for (int k = 0; k < 50; ++k) x[k] = float((k * 13) % 17) - 8.f;
+  kiln::onnx::ImportedModel m = kiln::onnx::import_model_from_bytes(conv_clip_model(6.f, true));
+  auto ops = op_counts(m.main);
+  CHECK(ops["kiln.fused_conv2d"] == 1);
+  CHECK(ops["kiln.sigmoid"] == 0);
+  CHECK(ops["kiln.mul"] == 0);
+  for (Operation* op : m.main.block())
+    if (op->isa<FusedConv2dOp>()) CHECK(FusedConv2dOp(op).attrs().activation == "silu");
+  Executor exe;
+  exe.run(m.startup);
+  const auto got =
+      exe.run(m.main, {{"x", Tensor::from_vector<float>({1, 2, 5, 5}, x)}}, {"y"})[0].to_vector<float>();
+  const auto want = reference_conv_clip(x, 6.f, true);
+  for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-4));
 }
 
 TEST_CASE("an exported layer-norm chain imports as one kiln.layer_norm with the chain's result",

@@ -455,7 +455,9 @@ namespace {
 // conv2d (x [2, 3, 9, 9] -> 8 channels, 3x3 with padding 1, or 1x1) + the
 // bias reshaped as the frontend ([O, 1, 1]) or the ONNX importer
 // ([1, O, 1, 1]) writes it, then `act`: "relu", "relu6" (clip to [0, 6]),
-// "clip5" (clip to [0, 5], not fusable) or "none".
+// "clip5" (clip to [0, 5], not fusable), "silu" (z · sigmoid(z)),
+// "silu_swapped" (sigmoid(z) · z), "gate" (sigmoid(z) · sigmoid(z), not a
+// SiLU) or "none".
 struct ConvBlock {
   Program p;
   Value out;
@@ -472,6 +474,12 @@ struct ConvBlock {
     out = b.create<AddOp>(y, b.create<ReshapeOp>(bias, shape).result()).result();
     if (act == "relu") out = b.create<ReluOp>(out).result();
     if (act == "relu6" || act == "clip5") out = b.create<ClipOp>(out, 0.0, act == "relu6" ? 6.0 : 5.0).result();
+    if (act == "silu" || act == "silu_swapped" || act == "gate") {
+      Value s = b.create<SigmoidOp>(out).result();
+      out = act == "silu"           ? b.create<MulOp>(out, s).result()
+            : act == "silu_swapped" ? b.create<MulOp>(s, out).result()
+                                    : b.create<MulOp>(s, s).result();
+    }
   }
 };
 
@@ -498,9 +506,10 @@ Tensor run_block(ConvBlock& c) {
 
 }  // namespace
 
-TEST_CASE("conv2d, a channel bias and relu or relu6 become one fused_conv2d with the same result",
+TEST_CASE("conv2d, a channel bias and relu, relu6 or silu become one fused_conv2d with the same "
+          "result",
           "[passes][fusion]") {
-  for (const char* act : {"none", "relu", "relu6", "clip5"})
+  for (const std::string act : {"none", "relu", "relu6", "clip5", "silu", "silu_swapped", "gate"})
     for (bool four_d : {false, true})
       for (std::int64_t k : {1, 3}) {
         INFO(act << (four_d ? ", bias [1, O, 1, 1]" : ", bias [O, 1, 1]") << ", kernel " << k);
@@ -509,8 +518,14 @@ TEST_CASE("conv2d, a channel bias and relu or relu6 become one fused_conv2d with
         fused.p.verify();
         CHECK(count_ops(fused.p, "kiln.conv2d") == 0);
         CHECK(count_ops(fused.p, "kiln.relu") == 0);
-        CHECK(count_ops(fused.p, "kiln.clip") == (std::string(act) == "clip5" ? 1u : 0u));
+        CHECK(count_ops(fused.p, "kiln.clip") == (act == "clip5" ? 1u : 0u));
+        CHECK(count_ops(fused.p, "kiln.sigmoid") == (act == "gate" ? 1u : 0u));
+        CHECK(count_ops(fused.p, "kiln.mul") == (act == "gate" ? 1u : 0u));
         CHECK(count_ops(fused.p, "kiln.reshape") == 0);
+        for (Operation* op : fused.p.block())
+          if (op->isa<FusedConv2dOp>())
+            CHECK(FusedConv2dOp(op).attrs().activation ==
+                  (act == "silu_swapped" ? "silu" : act == "clip5" || act == "gate" ? "none" : act));
         const auto want = run_block(plain).to_vector<float>(), got = run_block(fused).to_vector<float>();
         REQUIRE(got.size() == want.size());
         for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-5));
@@ -531,4 +546,10 @@ TEST_CASE("a conv output or sum the caller keeps is not fused into a fused_conv2
   CHECK(fuse_conv_epilogue(e.p.block(), {reshaped.impl()}) == 1);
   CHECK(count_ops(e.p, "kiln.reshape") == 1);
   e.p.verify();
+  ConvBlock f("silu", true, 3);  // the sigmoid is kept: conv + bias fused, the SiLU stays
+  Value sigmoid = f.out.defining_op()->operand_source(1);
+  REQUIRE(sigmoid.defining_op()->isa<SigmoidOp>());
+  CHECK(fuse_conv_epilogue(f.p.block(), {sigmoid.impl()}) == 1);
+  CHECK(count_ops(f.p, "kiln.sigmoid") == 1);
+  CHECK(count_ops(f.p, "kiln.mul") == 1);
 }

@@ -67,14 +67,15 @@ struct Conv2dTransposeOp
 
 // out = kiln.fused_conv2d(x, w, bias) {strides, paddings, dilations, groups,
 // activation}: activation(conv2d(x, w) + bias), bias [O] added per output
-// channel; activation "none", "relu" or "relu6" (min(max(·, 0), 6), what
-// exporters write as Clip(0, 6)). One kernel: each image's GEMM result
-// gets its bias and activation while it is still in cache, instead of two
-// more passes over the output (what ONNX Runtime's FusedConv does; ONNX
-// import builds it from Conv [+ Relu | Clip]). Attributes and x / w as
-// conv2d's.
-// f32, f64. Its gradient is composed: the activation's gradient from the
-// output, the bias's as its sum over N, H, W, and conv2d's gradient op.
+// channel; activation "none", "relu", "relu6" (min(max(·, 0), 6), what
+// exporters write as Clip(0, 6)) or "silu" (z·sigmoid(z), exporters' Sigmoid
+// and Mul). One kernel: each image's GEMM result gets its bias and
+// activation while it is still in cache, instead of more passes over the
+// output (what ONNX Runtime's FusedConv does; the fuse_conv_epilogue pass
+// builds it). Attributes and x / w as conv2d's.
+// f32, f64. Its gradient is composed: the activation's gradient (relu's and
+// relu6's from the output; silu's from the pre-activation, computed again),
+// the bias's as its sum over N, H, W, and conv2d's gradient op.
 struct FusedConv2dOp : Op<FusedConv2dOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.fused_conv2d";

@@ -54,9 +54,10 @@ inline std::size_t fuse_matmul_epilogue(Program& program, const ValueSet& keep =
 // fuse_conv_epilogue: kiln.conv2d whose output only an add of a per-channel
 // bias reads (an [O] tensor reshaped to [1, O, 1, 1] or [O, 1, 1], as the
 // ONNX importer and the frontend's conv2d write it), and optionally a
-// kiln.relu or a kiln.clip to [0, 6] that only reads that sum, become one
-// kiln.fused_conv2d (activation relu / relu6). Values in `keep` are never
-// fused away. Returns the number of fused ops created.
+// kiln.relu or a kiln.clip to [0, 6] that only reads that sum, or a SiLU
+// (sum · sigmoid(sum), the sigmoid read by that product alone), become one
+// kiln.fused_conv2d (activation relu / relu6 / silu). Values in `keep` are
+// never fused away. Returns the number of fused ops created.
 std::size_t fuse_conv_epilogue(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr);
 
 // The "fuse" pass: fuse_softmax_cross_entropy
