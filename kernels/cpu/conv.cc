@@ -213,13 +213,20 @@ inline bool direct(const Conv2dGeometry& g) {  // col == x
 using onednn::ConvActivation;
 
 // row[i] = silu(row[i] + b) = v · sigmoid(v), the sigmoid the unary kernel
-// computes (so the fused op matches conv, sigmoid, mul bit for bit).
+// computes (so the fused op matches conv, sigmoid, mul bit for bit), in
+// tiles of three simple loops: written as one loop, GCC's AVX-512 code ran
+// at ~5 ns an element (masked selects in a chain), as tiles at ~0.5.
 template <typename T>
 struct SiluRow {
   KILN_SIMD_INLINE static void run(T* __restrict row, T b, std::int64_t p) {
-    for (std::int64_t i = 0; i < p; ++i) {
-      const T v = row[i] + b;
-      row[i] = v * KernelMath<SigmoidMath>::forward(v);
+    constexpr std::int64_t kTile = 256;
+    alignas(64) T s[kTile];
+    for (std::int64_t t = 0; t < p; t += kTile) {
+      const std::int64_t m = std::min(kTile, p - t);
+      T* __restrict r = row + t;
+      for (std::int64_t i = 0; i < m; ++i) r[i] += b;
+      for (std::int64_t i = 0; i < m; ++i) s[i] = KernelMath<SigmoidMath>::forward(r[i]);
+      for (std::int64_t i = 0; i < m; ++i) r[i] *= s[i];
     }
   }
 };
@@ -345,7 +352,13 @@ void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g,
   // blocked primitive would add two reorders of x and out (measured: 2-3x
   // slower on MobileNet's pointwise convolutions).
   if constexpr (std::is_same_v<T, float>)
-    if (!direct(g) && onednn::conv2d_forward(x, w, bias, out, g, act, weights)) return;
+    if (!direct(g)) {
+      const bool silu = act == ConvActivation::Silu;
+      if (onednn::conv2d_forward(x, w, bias, out, g, silu ? ConvActivation::None : act, weights)) {
+        if (silu) simd_dispatch<SiluRow<T>>(out, T(0), g.n * g.o * g.ho * g.wo);
+        return;
+      }
+    }
 #ifdef KILN_HAS_SIMD_CLONES
   if constexpr (std::is_same_v<T, float>)
     if (direct_conv_fits(g) && act != ConvActivation::Silu)

@@ -116,8 +116,7 @@ std::unique_ptr<ConvPlan> make_conv_plan(const ConvKey& k) {
   if (k.act != ConvActivation::None) {
     dnnl::post_ops ops;
     if (k.act == ConvActivation::Relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    else if (k.act == ConvActivation::Relu6) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, 0.0f, 6.0f);
-    else ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);  // x·sigmoid(1·x)
+    else ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, 0.0f, 6.0f);
     attr.set_post_ops(ops);
   }
   const dnnl::convolution_forward::primitive_desc pd(desc, attr, cpu_engine());
@@ -261,6 +260,7 @@ void run_conv(const ConvPlan* p, const float* x, const float* w, const float* bi
 
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
                     const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights) {
+  if (act == ConvActivation::Silu) return false;
   const int threads = use_intra_op_threads();
   const ConvPlan* p = conv_plan(ConvKey{g, bias != nullptr, act, threads});
   if (p == nullptr) return false;

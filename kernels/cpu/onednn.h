@@ -35,7 +35,9 @@ struct WeightsIdentity {
 // inside. w's blocked copy is kept while `weights` stays the same (a
 // parameter's between optimizer steps, an inference model's for ever).
 // False when oneDNN has no primitive for g or its run fails (the caller then
-// computes all of out itself).
+// computes all of out itself), and for Silu: oneDNN 2.6's swish post-op
+// made its convolutions 2-3x slower, so kiln's conv_forward asks for None
+// and runs SiLU over out itself.
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
                     const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights);
 

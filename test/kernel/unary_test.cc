@@ -153,6 +153,17 @@ TEST_CASE("f32 tanh and sigmoid (vectorized polynomials) stay within a few ulp o
   kiln_test::check_close<float>(run_op<SigmoidOp>({x}).out(), sigmoid_want, 4e-7, 1e-30);
 }
 
+TEST_CASE("f32 sigmoid of arguments below -87 is the smallest normal value it reaches, never a "
+          "denormal",
+          "[kernel][unary]") {
+  // A denormal result would slow every multiply that reads it (SiLU's x · sigmoid(x)).
+  Tensor x = Tensor::from_vector<float>({4}, {-87.5f, -100.f, -1e6f, -std::numeric_limits<float>::infinity()});
+  for (float y : run_op<SigmoidOp>({x}).out().to_vector<float>()) {
+    CHECK(y >= std::numeric_limits<float>::min());
+    CHECK(y < 2e-38f);
+  }
+}
+
 TEST_CASE("scale applies bias after or before scaling, as Paddle", "[kernel]") {
   check_float_unary<ScaleOp>([](double v) { return 2.5 * v + 1.5; }, -3, 3, 2.5, 1.5, true);
   check_float_unary<ScaleOp>([](double v) { return 2.5 * (v + 1.5); }, -3, 3, 2.5, 1.5, false);
