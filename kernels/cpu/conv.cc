@@ -331,10 +331,6 @@ void direct_conv_avx512(const float* x, const float* w, float* out, const Conv2d
 }
 #endif
 
-// out [n, o, ho, wo] = conv2d(x [n, c, h, w], w [o, c/groups, kh, kw]),
-// plus bias[o] (when given) and through `act` — applied to each
-// image's and group's output block right after its GEMM wrote it (still in
-// cache), or as a direct convolution stores each row.
 // Which contents w holds, for oneDNN's reordered-weights cache: only a
 // buffer an allocator owns (kiln writes it through Tensors, which count the
 // writes); external or arena-wrapped memory is reordered every call.
@@ -344,6 +340,11 @@ onednn::WeightsIdentity weights_identity(const Tensor& w) {
   return {b.id(), b.writes(), w.offset()};
 }
 
+// out [n, o, ho, wo] = conv2d(x [n, c, h, w], w [o, c/groups, kh, kw]),
+// plus bias[o] (when given) and through `act` — applied to each
+// image's and group's output block right after its GEMM wrote it (still in
+// cache), or as a direct convolution stores each row; oneDNN's primitive
+// where it has one (SiLU then over its output).
 template <typename T>
 void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g,
                   const T* bias = nullptr, ConvActivation act = ConvActivation::None,
