@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "cpu_blas.h"
 #include "cpu_kernel_util.h"
@@ -462,24 +463,68 @@ struct Conv2dK {
   }
 };
 
+// dst [n, cols, rows] = src [n, rows, cols]: NHWC -> NCHW with rows = H·W
+// and cols = C, NCHW -> NHWC with rows = C and cols = H·W.
+template <typename T>
+void swap_last_axes(const T* src, T* dst, std::int64_t n, std::int64_t rows, std::int64_t cols) {
+  for (std::int64_t i = 0; i < n; ++i, src += rows * cols, dst += rows * cols)
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+}
+
+// An NHWC conv through NCHW copies: the path of f64 and of geometries that
+// oneDNN does not take.
+template <typename T>
+void conv_forward_nhwc_by_copies(const T* x, const T* w, T* out, const Conv2dGeometry& g,
+                                 const T* bias, ConvActivation act,
+                                 const onednn::WeightsIdentity& weights) {
+  std::vector<T> xt(static_cast<std::size_t>(g.n * g.c * g.h * g.w)),
+      ot(static_cast<std::size_t>(g.n * g.o * g.ho * g.wo));
+  swap_last_axes(x, xt.data(), g.n, g.h * g.w, g.c);
+  conv_forward(xt.data(), w, ot.data(), g, bias, act, weights);
+  swap_last_axes(ot.data(), out, g.n, g.o, g.ho * g.wo);
+}
+
 template <typename T>
 struct FusedConv2dK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1),
                  bias = typed_input<T>(ctx, 2);
     const auto& a = ctx.attrs<FusedConv2dOp>();
-    const Conv2dGeometry g = conv2d_geometry(ctx, x, w, a);
+    const bool nhwc = a.data_format == "NHWC";
+    const Conv2dGeometry g = nhwc ? nhwc_geometry(ctx, x, w, a) : conv2d_geometry(ctx, x, w, a);
     if (bias.dims() != Dims{g.o})
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' bias is [",
                   bias.dims().to_string(), "], the convolution has ", g.o, " output channels");
-    Tensor& out = ctx.alloc_output(0, Dims{g.n, g.o, g.ho, g.wo}, x.dtype());
+    Tensor& out = ctx.alloc_output(0, nhwc ? Dims{g.n, g.ho, g.wo, g.o} : Dims{g.n, g.o, g.ho, g.wo},
+                                   x.dtype());
     if (out.numel() == 0) return;
     const ConvActivation act = a.activation == "relu"    ? ConvActivation::Relu
                                : a.activation == "relu6" ? ConvActivation::Relu6
                                : a.activation == "silu"  ? ConvActivation::Silu
                                                          : ConvActivation::None;
-    conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
-                 weights_identity(w));
+    if (!nhwc)
+      return conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
+                          weights_identity(w));
+    if constexpr (std::is_same_v<T, float>) {
+      const bool silu = act == ConvActivation::Silu;
+      if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), bias.data<T>(), out.data<T>(), g,
+                                 silu ? ConvActivation::None : act, weights_identity(w), true)) {
+        if (silu) simd_dispatch<SiluRow<T>>(out.data<T>(), T(0), out.numel());
+        return;
+      }
+    }
+    conv_forward_nhwc_by_copies(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
+                                weights_identity(w));
+  }
+
+  // The geometry of an NHWC x [n, h, w, c].
+  static Conv2dGeometry nhwc_geometry(const KernelContext& ctx, const Tensor& x, const Tensor& w,
+                                      const FusedConv2dOp::Attributes& a) {
+    if (x.rank() != 4) bad_shapes(ctx, x, w, "needs a rank-4 NHWC x");
+    const Dims& d = x.dims();
+    return conv::geometry(ctx.op()->name(), Dims{d[0], d[3], d[1], d[2]}, w.dims(), a.strides,
+                          a.paddings, a.dilations, a.groups);
   }
 };
 

@@ -19,6 +19,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "kiln/kernel/blas.h"
+#include "kiln/kernel/cpu_convolution.h"
 
 namespace kiln::cpu::onednn {
 namespace {
@@ -63,21 +64,23 @@ class Scratch {
   std::size_t size_ = 0;
 };
 
-// What a conv primitive depends on: the geometry, the epilogue and the
-// thread count (oneDNN splits the work when it creates the primitive).
+// What a conv primitive depends on: the geometry, the epilogue, the data
+// layout and the thread count (oneDNN splits the work when it creates the
+// primitive).
 struct ConvKey {
   Conv2dGeometry g;
   bool bias;
   ConvActivation act;
+  bool channels_last;
   int threads;
   bool operator==(const ConvKey& o) const {
     return std::memcmp(&g, &o.g, sizeof g) == 0 && bias == o.bias && act == o.act &&
-           threads == o.threads;
+           channels_last == o.channels_last && threads == o.threads;
   }
 };
 struct ConvKeyHash {
   std::size_t operator()(const ConvKey& k) const {
-    std::size_t h = std::size_t(k.threads) * 8 + k.bias * 4 + std::size_t(k.act);
+    std::size_t h = std::size_t(k.threads) * 16 + k.channels_last * 8 + k.bias * 4 + std::size_t(k.act);
     const auto* v = reinterpret_cast<const std::int64_t*>(&k.g);
     for (std::size_t i = 0; i < sizeof k.g / sizeof *v; ++i) h = h * 1000003u ^ std::size_t(v[i]);
     return h;
@@ -97,20 +100,22 @@ memory::dims weight_dims(const Conv2dGeometry& g) {
   return {g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw};
 }
 
-// A primitive for k, its layouts left to oneDNN ("any"); throws dnnl::error
-// when oneDNN has none.
+// A primitive for k, its layouts left to oneDNN ("any"; x and out NHWC
+// with channels_last); throws dnnl::error when oneDNN has none.
 std::unique_ptr<ConvPlan> make_conv_plan(const ConvKey& k) {
   const Conv2dGeometry& g = k.g;
   const auto f32 = memory::data_type::f32;
+  const Tag data = k.channels_last ? Tag::nhwc : Tag::nchw;
+  const Tag chosen = k.channels_last ? Tag::nhwc : Tag::any;
   auto p = std::make_unique<ConvPlan>();
-  p->x_plain = memory::desc({g.n, g.c, g.h, g.w}, f32, Tag::nchw);
+  p->x_plain = memory::desc({g.n, g.c, g.h, g.w}, f32, data);
   p->w_plain = memory::desc(weight_dims(g), f32, g.groups == 1 ? Tag::oihw : Tag::goihw);
-  p->out_plain = memory::desc({g.n, g.o, g.ho, g.wo}, f32, Tag::nchw);
+  p->out_plain = memory::desc({g.n, g.o, g.ho, g.wo}, f32, data);
   const memory::desc bias = k.bias ? memory::desc({g.o}, f32, Tag::x) : memory::desc();
   const dnnl::convolution_forward::desc desc(
       dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-      memory::desc({g.n, g.c, g.h, g.w}, f32, Tag::any), memory::desc(weight_dims(g), f32, Tag::any),
-      bias, memory::desc({g.n, g.o, g.ho, g.wo}, f32, Tag::any), {g.sh, g.sw},
+      memory::desc({g.n, g.c, g.h, g.w}, f32, chosen), memory::desc(weight_dims(g), f32, Tag::any),
+      bias, memory::desc({g.n, g.o, g.ho, g.wo}, f32, chosen), {g.sh, g.sw},
       {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {g.pb, g.pr});
   dnnl::primitive_attr attr;
   if (k.act != ConvActivation::None) {
@@ -259,10 +264,11 @@ void run_conv(const ConvPlan* p, const float* x, const float* w, const float* bi
 }  // namespace
 
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
-                    const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights) {
+                    const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights,
+                    bool channels_last) {
   if (act == ConvActivation::Silu) return false;
   const int threads = use_intra_op_threads();
-  const ConvPlan* p = conv_plan(ConvKey{g, bias != nullptr, act, threads});
+  const ConvPlan* p = conv_plan(ConvKey{g, bias != nullptr, act, channels_last, threads});
   if (p == nullptr) return false;
   try {
     run_conv(p, x, w, bias, out, g, weights);
@@ -273,3 +279,7 @@ bool conv2d_forward(const float* x, const float* w, const float* bias, float* ou
 }
 
 }  // namespace kiln::cpu::onednn
+
+namespace kiln {
+bool cpu_convolutions_prefer_channels_last() { return true; }
+}  // namespace kiln

@@ -32,13 +32,16 @@ struct WeightsIdentity {
 
 // out [n, o, ho, wo] = conv2d(x [n, c, h, w], w [o, c/groups, kh, kw]) + bias
 // (when given), through `act`; NCHW in and out, blocked layouts
-// inside. w's blocked copy is kept while `weights` stays the same (a
+// inside; with channels_last, x [n, h, w, c] and out [n, ho, wo, o] as
+// they are (no reorders: oneDNN's NHWC convolutions run as fast as its
+// blocked ones). w's blocked copy is kept while `weights` stays the same (a
 // parameter's between optimizer steps, an inference model's for ever).
 // False when oneDNN has no primitive for g or its run fails (the caller then
 // computes all of out itself), and for Silu: oneDNN 2.6's swish post-op
 // made its convolutions 2-3x slower, so kiln's conv_forward asks for None
 // and runs SiLU over out itself.
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
-                    const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights);
+                    const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights,
+                    bool channels_last = false);
 
 }  // namespace kiln::cpu::onednn

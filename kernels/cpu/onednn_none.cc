@@ -2,6 +2,8 @@
 // caller uses kiln's own kernels.
 #include "onednn.h"
 
+#include "kiln/kernel/cpu_convolution.h"
+
 namespace kiln::cpu::onednn {
 
 bool available() { return false; }
@@ -12,8 +14,12 @@ bool sgemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const fl
 }
 
 bool conv2d_forward(const float*, const float*, const float*, float*, const Conv2dGeometry&,
-                    ConvActivation, const WeightsIdentity&) {
+                    ConvActivation, const WeightsIdentity&, bool) {
   return false;
 }
 
 }  // namespace kiln::cpu::onednn
+
+namespace kiln {
+bool cpu_convolutions_prefer_channels_last() { return false; }
+}  // namespace kiln

@@ -5,6 +5,7 @@
 // kernel serves every dtype (registered under DataType::Undefined).
 // The run path allocates nothing but the output buffers.
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "kiln/dialect/tensor_ops.h"
@@ -113,6 +114,38 @@ void transpose_copy(const U* in, U* out, const Dims& od, const std::int64_t* ste
   }
 }
 
+// out [b, cols, rows] = in [b, rows, cols], in 32x32 tiles (both sides
+// touch whole cache lines).
+template <typename U>
+void swap_2d(const U* in, U* out, std::int64_t batch, std::int64_t rows, std::int64_t cols) {
+  constexpr std::int64_t kTile = 32;
+  for (std::int64_t b = 0; b < batch; ++b, in += rows * cols, out += rows * cols)
+    for (std::int64_t r0 = 0; r0 < rows; r0 += kTile)
+      for (std::int64_t c0 = 0; c0 < cols; c0 += kTile) {
+        const std::int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+        for (std::int64_t c = c0; c < c1; ++c)
+          for (std::int64_t r = r0; r < r1; ++r) out[c * rows + r] = in[r * cols + c];
+      }
+}
+
+// A permutation that is a batch of 2-D transposes once runs of input axes
+// that stay together are merged (NCHW <-> NHWC: [N, C, H·W] <-> [N, H·W, C]):
+// {batch, rows, cols}, or all zeros.
+std::array<std::int64_t, 3> as_swap_2d(const Dims& in, const std::int64_t* perm, int r) {
+  std::int64_t start[Dims::kMaxRank], size[Dims::kMaxRank];  // runs, in output order
+  int runs = 0;
+  for (int i = 0; i < r; ++i) {
+    if (i > 0 && perm[i] == perm[i - 1] + 1) {
+      size[runs - 1] *= in[static_cast<int>(perm[i])];
+      continue;
+    }
+    start[runs] = perm[i], size[runs] = in[static_cast<int>(perm[i])], ++runs;
+  }
+  if (runs == 2 && start[1] == 0) return {1, size[1], size[0]};
+  if (runs == 3 && start[0] == 0 && start[2] < start[1]) return {size[0], size[2], size[1]};
+  return {0, 0, 0};
+}
+
 void transpose_kernel(KernelContext& ctx) {
   const auto& a = ctx.attrs<TransposeOp>();
   const Tensor& x = ctx.input(0);
@@ -124,8 +157,9 @@ void transpose_kernel(KernelContext& ctx) {
   strides_of(x.dims(), in_stride);
   bool seen[Dims::kMaxRank] = {};
   bool identity = true;
+  std::int64_t perm[Dims::kMaxRank];
   for (int i = 0; i < r; ++i) {
-    std::int64_t p = axis_at_run(ctx, a.perm[i], r, "perm entry");
+    std::int64_t p = perm[i] = axis_at_run(ctx, a.perm[i], r, "perm entry");
     if (seen[p])
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
                   "' perm is not a permutation (dim ", p, " appears twice)");
@@ -141,6 +175,9 @@ void transpose_kernel(KernelContext& ctx) {
     std::memcpy(out.raw_data(), x.raw_data(), out.bytes());
     return;
   }
+  if (const auto [b, rows, cols] = as_swap_2d(x.dims(), perm, r); b > 0 && size_of(x.dtype()) == 4)
+    return swap_2d(static_cast<const std::uint32_t*>(x.raw_data()),
+                   static_cast<std::uint32_t*>(out.raw_data()), b, rows, cols);
   switch (size_of(x.dtype())) {
     case 1: transpose_copy(static_cast<const std::uint8_t*>(x.raw_data()),
                            static_cast<std::uint8_t*>(out.raw_data()), out_dims, step); break;

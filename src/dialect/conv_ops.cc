@@ -8,6 +8,7 @@
 #include "kiln/dialect/binary_ops.h"
 #include "kiln/dialect/compare_ops.h"
 #include "kiln/dialect/reduce_ops.h"
+#include "kiln/dialect/tensor_ops.h"
 #include "kiln/dialect/unary_ops.h"
 
 namespace kiln {
@@ -225,14 +226,37 @@ std::vector<Value> Conv2dOp::vjp(Builder& b, Operation* op, const std::vector<Va
 void FusedConv2dOp::build(Builder&, OperationArgument& arg, Value x, Value w, Value bias,
                           std::vector<std::int64_t> strides, std::vector<std::int64_t> paddings,
                           std::vector<std::int64_t> dilations, std::int64_t groups,
-                          std::string activation) {
+                          std::string activation, std::string data_format) {
   arg.add_operand(x);
   arg.add_operand(w);
   arg.add_operand(bias);
   arg.attributes = to_named_attributes(Attributes{std::move(strides), std::move(paddings),
                                                   std::move(dilations), groups,
-                                                  std::move(activation)});
+                                                  std::move(activation), std::move(data_format)});
 }
+
+namespace {
+
+// Whether a fused_conv2d's data_format is NHWC; kiln::Error naming the op
+// unless it is NCHW or NHWC.
+bool channels_last(std::string_view op, const std::string& data_format) {
+  if (data_format != "NCHW" && data_format != "NHWC")
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' data_format '", data_format,
+                "' is not NCHW or NHWC");
+  return data_format == "NHWC";
+}
+
+// [a, b, c, d] -> [a, d, b, c] (NHWC dims as NCHW) and back; other ranks as they are.
+std::vector<std::int64_t> nhwc_to_nchw(std::vector<std::int64_t> d) {
+  if (d.size() == 4) d = {d[0], d[3], d[1], d[2]};
+  return d;
+}
+std::vector<std::int64_t> nchw_to_nhwc(std::vector<std::int64_t> d) {
+  if (d.size() == 4) d = {d[0], d[2], d[3], d[1]};
+  return d;
+}
+
+}  // namespace
 
 std::vector<Type> FusedConv2dOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   meta::require_count(name, in, 3);
@@ -241,8 +265,14 @@ std::vector<Type> FusedConv2dOp::infer_meta(const std::vector<Type>& in, Diction
       a.activation != "silu")
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' activation '", a.activation,
                 "' is not one of none, relu, relu6, silu");
+  const bool nhwc = channels_last(name, a.data_format);
+  std::vector<Type> xw{in[0], in[1]};
+  if (nhwc) {
+    const Type x = meta::float_operand(name, in, 0);
+    xw[0] = meta::result_like({x}, shaped_data_type(x), nhwc_to_nchw(shaped_dims(x)));
+  }
   DataType dt;
-  auto dims = conv2d_shape(name, {in[0], in[1]},
+  auto dims = conv2d_shape(name, xw,
                            Conv2dOp::Attributes{a.strides, a.paddings, a.dilations, a.groups}, &dt);
   const Type bias_type = meta::tensor_operand(name, in, 2);
   const auto& bias = shaped_dims(bias_type);
@@ -251,7 +281,7 @@ std::vector<Type> FusedConv2dOp::infer_meta(const std::vector<Type>& in, Diction
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' bias must be [", dims[1], "] of ",
                 to_string(dt), " (one per output channel), got ", meta::dims_string(bias), " of ",
                 to_string(shaped_data_type(bias_type)));
-  return {meta::result_like(in, dt, dims)};
+  return {meta::result_like(in, dt, nhwc ? nchw_to_nhwc(dims) : dims)};
 }
 
 namespace {
@@ -262,7 +292,7 @@ namespace {
 Value silu_grad(Builder& b, Operation* op, const FusedConv2dOp::Attributes& a, Value dy) {
   Value z = b.create<FusedConv2dOp>(op->operand_source(0), op->operand_source(1),
                                     op->operand_source(2), a.strides, a.paddings, a.dilations,
-                                    a.groups, "none")
+                                    a.groups, "none", a.data_format)
                 .result();
   Value s = b.create<SigmoidOp>(z).result();
   Value through_s = b.create<GradOf<SigmoidOp>>(s, b.create<MulOp>(dy, z).result())
@@ -290,11 +320,20 @@ std::vector<Value> FusedConv2dOp::vjp(Builder& b, Operation* op, const std::vect
             .operation()
             ->result(0);
   }
-  Value dbias = b.create<SumOp>(d, std::vector<std::int64_t>{0, 2, 3}, false).result();
+  const bool nhwc = channels_last(FusedConv2dOp::name, a.data_format);
+  Value dbias = b.create<SumOp>(d, nhwc ? std::vector<std::int64_t>{0, 1, 2}
+                                        : std::vector<std::int64_t>{0, 2, 3},
+                                false)
+                    .result();
+  // conv2d's gradient op is NCHW: an NHWC op's x and d go through transposes, dx back.
+  const std::vector<std::int64_t> to_nchw{0, 3, 1, 2}, to_nhwc{0, 2, 3, 1};
+  Value x = op->operand_source(0);
+  if (nhwc) x = b.create<TransposeOp>(x, to_nchw).result(), d = b.create<TransposeOp>(d, to_nchw).result();
   auto grad = b.create<GradOf<Conv2dOp>>(
-      Conv2dOp::Attributes{a.strides, a.paddings, a.dilations, a.groups}, op->operand_source(0),
-      op->operand_source(1), d);
-  return {grad.operation()->result(0), grad.operation()->result(1), dbias};
+      Conv2dOp::Attributes{a.strides, a.paddings, a.dilations, a.groups}, x, op->operand_source(1), d);
+  Value dx = grad.operation()->result(0);
+  if (nhwc) dx = b.create<TransposeOp>(dx, to_nhwc).result();
+  return {dx, grad.operation()->result(1), dbias};
 }
 
 void Conv2dTransposeOp::build(Builder&, OperationArgument& arg, Value x, Value w,

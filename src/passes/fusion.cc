@@ -2,6 +2,7 @@
 // order grows groups of fusable ops; each group of two or more becomes one
 // kiln.fused_elementwise.
 #include "kiln/passes/fusion.h"
+#include "kiln/passes/channels_last.h"
 #include "kiln/passes/fold_attention_transposes.h"
 #include "kiln/passes/fuse_optimizer.h"
 #include "kiln/passes/fuse_softmax_cross_entropy.h"
@@ -613,7 +614,7 @@ std::size_t fuse_elementwise(Block& block, const ValueSet& keep, PassContext* ct
 namespace {
 
 // "fuse": fold_attention_transposes, fuse_softmax_cross_entropy,
-// fuse_conv_epilogue, fuse_matmul_epilogue, fuse_elementwise, then
+// fuse_conv_epilogue, channels_last, fuse_matmul_epilogue, fuse_elementwise, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h) over the program
 // (regions included), keeping the context's live-out values. Only for a
 // CPU target: the fused ops have CPU kernels only.
@@ -627,6 +628,13 @@ class FusePass : public Pass {
     const ValueSet keep = live_out_set(ctx);
     fuse_softmax_cross_entropy(program.block(), keep, &ctx);
     fuse_conv_epilogue(program.block(), keep, &ctx);
+    convert_to_channels_last(program.block(), keep, &ctx);
+    fuse_after_layout(program, live_out_set(ctx), ctx);
+  }
+
+ private:
+  // After channels_last, which may have moved live-out values onto transposes.
+  static void fuse_after_layout(Program& program, const ValueSet& keep, PassContext& ctx) {
     fuse_matmul_epilogue(program.block(), keep, &ctx);
     fuse_elementwise(program.block(), keep, &ctx);
     fuse_optimizer_updates(program.block(), &ctx);
@@ -640,7 +648,7 @@ std::unique_ptr<Pass> create_fuse_pass() { return std::make_unique<FusePass>(); 
 KILN_REGISTER_PASS("fuse", [] { return create_fuse_pass(); },
                    "attention's head transposes into its layout, softmax + cross-entropy into "
                    "kiln.softmax_with_cross_entropy, conv2d + bias + relu / relu6 / silu into "
-                   "kiln.fused_conv2d, matmul + bias + "
+                   "kiln.fused_conv2d (then NHWC where the CPU's convolutions prefer it), matmul + bias + "
                    "activation into kiln.fused_matmul, elementwise chains into "
                    "kiln.fused_elementwise, optimizer updates into kiln.merged_*_ (CPU)");
 

@@ -142,6 +142,22 @@ TEST_CASE("fused_conv2d's vjp matches finite differences for x, w and the bias, 
   }
 }
 
+TEST_CASE("fused_conv2d in NHWC infers [N, Ho, Wo, O] and its vjp matches finite differences",
+          "[dialect][vjp][conv]") {
+  Program p;
+  Operation* op = build_op<FusedConv2dOp>(p, {{F32, {2, 5, 4, 6}}, {F32, {3, 2, 3, 3}}, {F32, {3}}},
+                                          V{2, 1}, V{1, 1}, V{1, 1}, std::int64_t{3}, std::string("relu"),
+                                          std::string("NHWC"));
+  CHECK(shaped_dims(op->result(0).type()) == std::vector<std::int64_t>{2, 3, 4, 3});
+  for (const char* act : {"none", "relu6", "silu"}) {
+    INFO(act);
+    check_vjp({random_f64({2, 5, 4, 2}, -1, 1, 1), random_f64({3, 2, 3, 2}, -1, 1, 2),
+               random_f64({3}, -1, 1, 3)},
+              make_op<FusedConv2dOp>(V{1, 1}, V{1, 0}, V{1, 1}, std::int64_t{1}, std::string(act),
+                                     std::string("NHWC")));
+  }
+}
+
 TEST_CASE("fused_conv2d rejects a bias of the wrong length or dtype and an unknown activation",
           "[dialect][conv]") {
   Program p;
@@ -153,4 +169,8 @@ TEST_CASE("fused_conv2d rejects a bias of the wrong length or dtype and an unkno
                                            V{1, 1}, V{0, 0}, V{1, 1}, std::int64_t{1},
                                            std::string("tanh")),
                    InvalidArgument, {"kiln.fused_conv2d", "activation 'tanh'"});
+  KILN_CHECK_ERROR(build_op<FusedConv2dOp>(p, {{F32, {1, 2, 5, 5}}, {F32, {3, 2, 3, 3}}, {F32, {3}}},
+                                           V{1, 1}, V{0, 0}, V{1, 1}, std::int64_t{1},
+                                           std::string("none"), std::string("NCWH")),
+                   InvalidArgument, {"kiln.fused_conv2d", "data_format 'NCWH'"});
 }

@@ -243,6 +243,61 @@ TEST_CASE("fused_conv2d matches conv2d, add and its activation (relu, relu6, sil
     }
 }
 
+namespace {
+
+// [n, c, h, w] as [n, h, w, c] (to_nhwc) or back.
+template <typename T>
+Tensor swap_channels(const Tensor& t, bool to_nhwc) {
+  const auto& d = t.dims();
+  const std::int64_t n = d[0], c = to_nhwc ? d[1] : d[3], hw = to_nhwc ? d[2] * d[3] : d[1] * d[2];
+  const auto v = t.to_vector<T>();
+  std::vector<T> out(v.size());
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t ch = 0; ch < c; ++ch)
+      for (std::int64_t p = 0; p < hw; ++p) {
+        const std::int64_t nchw = (i * c + ch) * hw + p, nhwc = (i * hw + p) * c + ch;
+        out[std::size_t(to_nhwc ? nhwc : nchw)] = v[std::size_t(to_nhwc ? nchw : nhwc)];
+      }
+  return Tensor::from_vector<T>(to_nhwc ? Dims{d[0], d[2], d[3], d[1]} : Dims{d[0], d[3], d[1], d[2]}, out);
+}
+
+}  // namespace
+
+TEST_CASE("fused_conv2d in NHWC computes the NCHW result in NHWC for every geometry, f32 "
+          "(oneDNN's channels-last primitive where built) and f64 (through NCHW copies)",
+          "[kernel][conv]") {
+  const std::vector<Cfg> cfgs{{{2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+                              {{1, 8, 9, 9}, {8, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 8},
+                              {{1, 4, 9, 8}, {6, 2, 3, 2}, {2, 1}, {0, 1, 2, 0}, {1, 2}, 2},
+                              {{3, 5, 5, 5}, {7, 5, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1}};
+  for (const auto& c : cfgs)
+    for (const std::string act : {"none", "relu", "relu6", "silu"}) {
+      INFO("x " << Dims(c.x).to_string() << " w " << Dims(c.w).to_string() << " " << act);
+      Tensor x = filled<double>(Dims(c.x), -2, 2, 1), w = filled<double>(Dims(c.w), -1, 1, 2);
+      Tensor bias = filled<double>(Dims{c.w[0]}, -1, 1, 3);
+      Tensor want = run_op<FusedConv2dOp>({x, w, bias}, c.strides, c.paddings, c.dilations, c.groups, act).out();
+      auto got = run_op<FusedConv2dOp>({swap_channels<double>(x, true), w, bias}, c.strides, c.paddings,
+                                       c.dilations, c.groups, act, std::string("NHWC"));
+      REQUIRE(got.out().dims() == swap_channels<double>(want, true).dims());
+      check_close<double>(swap_channels<double>(got.out(), false), want.to_vector<double>(), 1e-12, 1e-12);
+      Tensor x32 = filled<float>(Dims(c.x), -2, 2, 1), w32 = filled<float>(Dims(c.w), -1, 1, 2);
+      auto got32 = run_op<FusedConv2dOp>({swap_channels<float>(x32, true), w32, filled<float>(Dims{c.w[0]}, -1, 1, 3)},
+                                         c.strides, c.paddings, c.dilations, c.groups, act, std::string("NHWC"));
+      const auto want32 = want.to_vector<double>();
+      check_close<float>(swap_channels<float>(got32.out(), false), std::vector<float>(want32.begin(), want32.end()),
+                         1e-4, 1e-4);
+    }
+}
+
+TEST_CASE("fused_conv2d names a data_format other than NCHW or NHWC", "[kernel][conv]") {
+  Tensor x = Tensor::zeros(Dims{1, 1, 3, 3}, DataType::Float32);
+  Tensor w = Tensor::zeros(Dims{2, 1, 2, 2}, DataType::Float32);
+  CHECK_THROWS_WITH(run_op<FusedConv2dOp>({x, w, Tensor::zeros(Dims{2}, DataType::Float32)}, V{1, 1},
+                                          V{0, 0}, V{1, 1}, std::int64_t{1}, std::string("relu"),
+                                          std::string("CHWN")),
+                    Catch::Contains("kiln.fused_conv2d") && Catch::Contains("data_format 'CHWN'"));
+}
+
 TEST_CASE("fused_conv2d names a bias that is not one value per output channel and an unknown "
           "activation",
           "[kernel][conv]") {

@@ -76,6 +76,10 @@ struct Conv2dTransposeOp
 // f32, f64. Its gradient is composed: the activation's gradient (relu's and
 // relu6's from the output; silu's from the pre-activation, computed again),
 // the bias's as its sum over N, H, W, and conv2d's gradient op.
+// data_format "NCHW" (default) or "NHWC": x [N, H, W, C] -> out [N, Ho, Wo,
+// O] with w as in NCHW (the channels_last pass writes it where the CPU's
+// convolutions run faster on channels-last data; its gradient goes through
+// NCHW transposes).
 struct FusedConv2dOp : Op<FusedConv2dOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.fused_conv2d";
@@ -83,12 +87,16 @@ struct FusedConv2dOp : Op<FusedConv2dOp, ReadOnly, ValueSemantics, InferMetaInte
   static constexpr int num_operands = 3, num_results = 1;
   KILN_ATTRIBUTES((std::vector<std::int64_t>, strides), (std::vector<std::int64_t>, paddings),
                   (std::vector<std::int64_t>, dilations), (std::int64_t, groups),
-                  (std::string, activation));
+                  (std::string, activation), (std::string, data_format));
+  // A program saved before `data_format` existed loads as NCHW.
+  static std::vector<NamedAttribute> attribute_defaults() {
+    return {{"data_format", StrAttribute::get("NCHW")}};
+  }
   static void build(Builder& b, OperationArgument& arg, Value x, Value w, Value bias,
                     std::vector<std::int64_t> strides = {1, 1},
                     std::vector<std::int64_t> paddings = {0, 0},
                     std::vector<std::int64_t> dilations = {1, 1}, std::int64_t groups = 1,
-                    std::string activation = "none");
+                    std::string activation = "none", std::string data_format = "NCHW");
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 

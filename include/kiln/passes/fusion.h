@@ -62,6 +62,7 @@ std::size_t fuse_conv_epilogue(Block& block, const ValueSet& keep = {}, PassCont
 
 // The "fuse" pass: fuse_softmax_cross_entropy
 // (kiln/passes/fuse_softmax_cross_entropy.h), fuse_conv_epilogue,
+// convert_to_channels_last (kiln/passes/channels_last.h),
 // fuse_matmul_epilogue, then
 // fuse_elementwise, keeping the context's live-out values, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h); it does nothing for a target other than

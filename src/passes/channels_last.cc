@@ -1,0 +1,301 @@
+// channels_last (kiln/passes/channels_last.h): one walk over a block in
+// program order. A converted op is changed in place: its rank-4 operands
+// replaced by their NHWC twins, its attributes renumbered, its result
+// retyped, and its old readers given a transpose back to NCHW (erased at
+// the end when nothing reads it).
+#include "kiln/passes/channels_last.h"
+
+#include <algorithm>
+#include <array>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "kiln/dialect/conv_ops.h"
+#include "kiln/dialect/fused_ops.h"
+#include "kiln/dialect/reduce_ops.h"
+#include "kiln/dialect/tensor_ops.h"
+#include "kiln/ir/builder.h"
+#include "kiln/ir/builtin_types.h"
+#include "kiln/kernel/cpu_convolution.h"
+#include "kiln/passes/op_effects.h"
+
+namespace kiln {
+
+namespace {
+
+const std::vector<std::int64_t> kToNhwc{0, 2, 3, 1}, kToNchw{0, 3, 1, 2};
+// Where NCHW axis k lies in NHWC.
+constexpr std::array<std::int64_t, 4> kNhwcAxis{0, 3, 1, 2};
+
+bool rank4(Value v) { return v && is_shaped(v.type()) && shaped_dims(v.type()).size() == 4; }
+
+bool one_element(Value v) {
+  if (!v || !is_shaped(v.type())) return false;
+  std::int64_t n = 1;
+  for (std::int64_t d : shaped_dims(v.type())) n *= d < 0 ? 2 : d;
+  return n == 1;
+}
+
+// Only read: every op that uses v has ReadOnly (a twin of v stays current).
+bool only_read(Value v) {
+  for (auto use : v.uses())
+    if (!use.owner()->has_trait<ReadOnly>()) return false;
+  return true;
+}
+
+std::vector<std::int64_t> normalized_perm(Operation* op) {
+  std::vector<std::int64_t> perm = TransposeOp(op).attrs().perm;
+  for (auto& p : perm)
+    if (p < 0) p += static_cast<std::int64_t>(perm.size());
+  return perm;
+}
+
+bool is_transpose(Operation* op, const std::vector<std::int64_t>& perm) {
+  return op && op->isa<TransposeOp>() && !has_placement(*op) && rank4(op->operand_source(0)) &&
+         normalized_perm(op) == perm;
+}
+
+template <typename OpT>
+void set_attrs(Operation* op, const typename OpT::Attributes& a) {
+  op->set_attributes(DictionaryAttribute::get(to_named_attributes(a)));
+}
+
+class ChannelsLast {
+ public:
+  ChannelsLast(Block& block, const ValueSet& keep, PassContext* ctx)
+      : block_(block), keep_(keep), ctx_(ctx) {}
+
+  std::size_t run() {
+    std::vector<Operation*> ops;
+    for (Operation* op : block_) ops.push_back(op);
+    std::size_t convs = 0;
+    for (Operation* op : ops) {
+      if (has_placement(*op) || op->num_results() != 1) continue;
+      if (op->isa<FusedConv2dOp>()) convs += convert_conv(op);
+      else if (op->isa<TransposeOp>()) read_through(op);
+      else if (op->isa<MeanOp>()) convert_reduce<MeanOp>(op);
+      else if (op->isa<SumOp>()) convert_reduce<SumOp>(op);
+      else if (op->isa<MaxOp>()) convert_reduce<MaxOp>(op);
+      else if (op->isa<ConcatOp>()) convert_concat(op);
+      else convert_elementwise(op);
+    }
+    erase_unread();
+    return convs;
+  }
+
+ private:
+  // The NHWC twin of NCHW value v: known, the source of a transpose to
+  // NCHW, or a new transpose before `before`; null when v may be written
+  // in place (a twin would go stale).
+  Value nhwc_of(Value v, Operation* before) {
+    if (auto it = twin_.find(v.impl()); it != twin_.end()) return it->second;
+    if (!only_read(v)) return {};
+    Value t;
+    if (Operation* def = v.defining_op(); is_transpose(def, kToNchw)) {
+      t = def->operand_source(0);
+      unread_later(def);  // unread once its readers take t
+    } else {
+      Builder b(block_);
+      b.set_insertion_point(before);
+      t = b.create<TransposeOp>(v, kToNhwc).result();
+      unread_later(t.defining_op());
+    }
+    twin_[v.impl()] = t;
+    return t;
+  }
+
+  bool has_twin(Value v) const { return twin_.count(v.impl()) != 0; }
+
+  // The op may change: its result is only read (readers get a transpose
+  // back), and a kept result can be followed (the context moves it).
+  bool convertible(Operation* op) const {
+    Value r = op->result(0);
+    return rank4(r) && only_read(r) && (ctx_ != nullptr || !keep_.count(r.impl()));
+  }
+
+  // Replaces each rank-4 operand of op that is not one element by its twin;
+  // false (op unchanged) when one has none.
+  bool take_twins(Operation* op) {
+    std::vector<std::pair<std::uint32_t, Value>> twins;
+    for (std::uint32_t i = 0; i < op->num_operands(); ++i) {
+      Value v = op->operand_source(i);
+      if (!rank4(v) || one_element(v)) continue;
+      Value t = nhwc_of(v, op);
+      if (!t) return false;
+      twins.emplace_back(i, t);
+    }
+    for (auto [i, t] : twins) op->set_operand(i, t);
+    return true;
+  }
+
+  // op's operands and attributes are NHWC now: its result is retyped, and
+  // its readers read a transpose of it back to NCHW.
+  void retype(Operation* op) {
+    Value r = op->result(0);
+    r.set_type(op->dyn_cast<InferMetaInterface>().infer_meta().at(0));
+    Builder b(block_);
+    b.set_insertion_point_after(op);
+    Value back = b.create<TransposeOp>(r, kToNchw).result();
+    replace_all_uses(r, back, ctx_);
+    back.defining_op()->set_operand(0, r);
+    twin_[back.impl()] = r;
+    unread_later(back.defining_op());
+  }
+
+  std::size_t convert_conv(Operation* op) {
+    auto a = FusedConv2dOp(op).attrs();
+    Value x = op->operand_source(0);
+    if (a.data_format != "NCHW" || !rank4(x) || shaped_data_type(x.type()) != DataType::Float32 ||
+        !convertible(op))
+      return 0;
+    Value t = nhwc_of(x, op);
+    if (!t) return 0;
+    op->set_operand(0, t);
+    a.data_format = "NHWC";
+    set_attrs<FusedConv2dOp>(op, a);
+    retype(op);
+    return 1;
+  }
+
+  // An elementwise op of the fused families, once one operand has a twin.
+  void convert_elementwise(Operation* op) {
+    FusedStep s;
+    if (!fused_step_for(op->name(), s) || !op->has_trait<ReadOnly>() || !convertible(op)) return;
+    if (s.kind != FusedStep::Kind::Unary && s.kind != FusedStep::Kind::Binary &&
+        s.kind != FusedStep::Kind::Scale)
+      return;
+    bool any = false;
+    for (std::uint32_t i = 0; i < op->num_operands(); ++i) {
+      Value v = op->operand_source(i);
+      if (!rank4(v) && !one_element(v)) return;
+      any = any || has_twin(v);
+    }
+    if (any && take_twins(op)) retype(op);
+  }
+
+  void convert_concat(Operation* op) {
+    auto a = ConcatOp(op).attrs();
+    bool any = false;
+    for (std::uint32_t i = 0; i < op->num_operands(); ++i) {
+      if (!rank4(op->operand_source(i))) return;
+      any = any || has_twin(op->operand_source(i));
+    }
+    const std::int64_t axis = a.axis < 0 ? a.axis + 4 : a.axis;
+    if (!any || axis < 0 || axis > 3 || !convertible(op) || !take_twins(op)) return;
+    a.axis = kNhwcAxis[static_cast<std::size_t>(axis)];
+    set_attrs<ConcatOp>(op, a);
+    retype(op);
+  }
+
+  // A reduction of a value with a twin reads the twin, its axes renumbered.
+  // With keepdim its result is NHWC; without, the kept axes must keep their
+  // order (then its result is what it was).
+  template <typename OpT>
+  void convert_reduce(Operation* op) {
+    Value x = op->operand_source(0);
+    if (!has_twin(x)) return;
+    auto a = OpT(op).attrs();
+    if (a.axis.empty()) return;
+    std::vector<bool> reduced(4, false);
+    for (std::int64_t k : a.axis) {
+      if (k < -4 || k > 3) return;
+      reduced[static_cast<std::size_t>(k < 0 ? k + 4 : k)] = true;
+    }
+    std::vector<std::int64_t> axes, kept;
+    for (std::size_t k = 0; k < 4; ++k)
+      (reduced[k] ? axes : kept).push_back(kNhwcAxis[k]);
+    if (!a.keepdim && !std::is_sorted(kept.begin(), kept.end())) return;
+    if (a.keepdim && !convertible(op)) return;
+    std::sort(axes.begin(), axes.end());
+    op->set_operand(0, twin_.at(x.impl()));
+    a.axis = axes;
+    set_attrs<OpT>(op, a);
+    if (a.keepdim) retype(op);
+  }
+
+  // transpose(x, p) of an x with a twin: the twin transposed by the
+  // composed permutation, or the twin itself.
+  void read_through(Operation* op) {
+    Value x = op->operand_source(0);
+    if (!has_twin(x) || !rank4(x)) return;
+    const std::vector<std::int64_t> perm = normalized_perm(op);
+    std::vector<std::int64_t> composed(4);
+    for (std::size_t i = 0; i < 4; ++i) composed[i] = kToNchw[static_cast<std::size_t>(perm[i])];
+    Value t = twin_.at(x.impl());
+    if (composed == std::vector<std::int64_t>{0, 1, 2, 3}) {
+      if (ctx_ == nullptr && keep_.count(op->result(0).impl())) return;
+      replace_all_uses(op->result(0), t, ctx_);
+      unread_later(op);
+      return;
+    }
+    op->set_operand(0, t);
+    set_attrs<TransposeOp>(op, TransposeOp::Attributes{composed});
+  }
+
+  // Lists a transpose to erase at the end if nothing reads it then.
+  void unread_later(Operation* op) {
+    if (listed_.insert(op).second) made_.push_back(op);
+  }
+
+  // Erases the listed transposes nothing reads any more, until none is
+  // left (erasing one may leave the one it read unread).
+  void erase_unread() {
+    for (bool erased = true; erased;) {
+      erased = false;
+      for (Operation*& op : made_) {
+        if (op == nullptr) continue;
+        Value r = op->result(0);
+        if (!r.use_empty() || keep_.count(r.impl()) ||
+            (ctx_ && std::count(ctx_->live_out().begin(), ctx_->live_out().end(), r)))
+          continue;
+        erase_op(op, ctx_);
+        op = nullptr;
+        erased = true;
+      }
+    }
+  }
+
+  Block& block_;
+  const ValueSet& keep_;
+  PassContext* ctx_;
+  std::unordered_map<const void*, Value> twin_;  // NCHW value -> its NHWC twin
+  std::vector<Operation*> made_;                 // transposes made or made unread
+  std::unordered_set<Operation*> listed_;        // made_'s ops
+};
+
+bool trains_convolutions(const Block& block) {
+  for (Operation* op : block)
+    if (op->isa<GradOf<Conv2dOp>>()) return true;
+  return false;
+}
+
+}  // namespace
+
+std::size_t convert_to_channels_last(Block& block, const ValueSet& keep, PassContext* ctx,
+                                     bool force) {
+  if ((!force && !cpu_convolutions_prefer_channels_last()) || trains_convolutions(block)) return 0;
+  return ChannelsLast(block, keep, ctx).run();
+}
+
+namespace {
+
+class ChannelsLastPass : public Pass {
+ public:
+  ChannelsLastPass() : Pass("channels_last") {}
+  void run(Program& program, PassContext& ctx) override {
+    if (!ctx.target_place.is_cpu()) return;
+    convert_to_channels_last(program.block(), live_out_set(ctx), &ctx);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> create_channels_last_pass() { return std::make_unique<ChannelsLastPass>(); }
+
+KILN_REGISTER_PASS("channels_last", [] { return create_channels_last_pass(); },
+                   "kiln.fused_conv2d and the elementwise ops, concats and reductions between "
+                   "them in NHWC, transposes where a value enters or leaves them (CPU)");
+
+}  // namespace kiln

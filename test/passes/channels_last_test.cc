@@ -1,0 +1,169 @@
+// channels_last (kiln/passes/channels_last.h): which ops go NHWC, where the
+// transposes are, and that the converted program computes what the NCHW
+// one did.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "catch.hpp"
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/exec/executor.h"
+#include "kiln/kernel/cpu_convolution.h"
+#include "kiln/passes/channels_last.h"
+#include "kiln/passes/pass_manager.h"
+
+using namespace kiln;
+
+namespace {
+
+using V = std::vector<std::int64_t>;
+
+std::size_t count_ops(const Program& p, std::string_view name) {
+  std::size_t n = 0;
+  for (Operation* op : p.block()) n += op->name() == name;
+  return n;
+}
+
+std::size_t nhwc_convs(const Program& p) {
+  std::size_t n = 0;
+  for (Operation* op : p.block())
+    n += op->isa<FusedConv2dOp>() && FusedConv2dOp(op).attrs().data_format == "NHWC";
+  return n;
+}
+
+Tensor filled(const V& dims, float scale, int seed) {
+  std::vector<float> v(static_cast<std::size_t>(Dims(dims).numel()));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int((i * 37 + seed) % 23) - 11);
+  return Tensor::from_vector<float>(Dims(dims), v);
+}
+
+// A small CNN as importers write it: a 3x3 conv (relu), a depthwise 3x3
+// stride-2 conv (relu6), a 1x1 conv added back (a residual), relu, a
+// squeeze-excite gate (global mean, 1x1 convs, sigmoid, mul), a concat
+// with the gated value, and a global mean as the result.
+struct SmallCnn {
+  Program p;
+  Value out, residual;
+  FeedMap feeds;
+  SmallCnn() {
+    Builder b(p);
+    auto data = [&](const char* name, V dims, float scale, int seed) {
+      feeds.emplace(name, filled(dims, scale, seed));
+      return b.create<DataOp>(name, dims).result();
+    };
+    Value x = data("x", {2, 4, 10, 10}, 0.25f, 1);
+    auto conv = [&](Value in, const char* w, V wd, V s, V pad, std::int64_t g, const char* act, int seed) {
+      Value bias = data((std::string(w) + "_b").c_str(), {wd[0]}, 0.1f, seed + 1);
+      return b.create<FusedConv2dOp>(in, data(w, wd, 0.05f, seed), bias, s, pad, V{1, 1}, g, act).result();
+    };
+    Value y1 = conv(x, "w1", {8, 4, 3, 3}, {1, 1}, {1, 1}, 1, "relu", 2);
+    Value y2 = conv(y1, "w2", {8, 1, 3, 3}, {2, 2}, {1, 1}, 8, "relu6", 4);
+    Value y3 = conv(y2, "w3", {8, 8, 1, 1}, {1, 1}, {0, 0}, 1, "none", 6);
+    residual = b.create<ReluOp>(b.create<AddOp>(y3, y2).result()).result();
+    Value m = b.create<MeanOp>(residual, V{2, 3}, true).result();
+    Value s = b.create<SigmoidOp>(conv(conv(m, "w4", {4, 8, 1, 1}, {1, 1}, {0, 0}, 1, "silu", 8), "w5",
+                                       {8, 4, 1, 1}, {1, 1}, {0, 0}, 1, "none", 10))
+                  .result();
+    Value gated = b.create<MulOp>(residual, s).result();
+    Value joined = b.create<ConcatOp>(std::vector<Value>{gated, residual}, 1).result();
+    out = b.create<MeanOp>(joined, V{2, 3}, false).result();
+  }
+};
+
+void check_close(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.dims() == want.dims());
+  const auto g = got.to_vector<float>(), w = want.to_vector<float>();
+  for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == Approx(w[i]).margin(1e-5).epsilon(1e-4));
+}
+
+}  // namespace
+
+TEST_CASE("a CNN's convolutions and the ops between them go NHWC with one transpose in, and "
+          "compute what the NCHW program does",
+          "[passes][channels_last]") {
+  SmallCnn plain, nhwc;
+  PassContext ctx({nhwc.out});
+  CHECK(convert_to_channels_last(nhwc.p.block(), {nhwc.out.impl()}, &ctx, true) == 5);
+  nhwc.p.verify();
+  CHECK(nhwc_convs(nhwc.p) == 5);
+  // x goes NHWC once; the residual's add and relu, the means, the gate
+  // and the concat read NHWC values: no transpose back.
+  CHECK(count_ops(nhwc.p, "kiln.transpose") == 1);
+  CHECK(shaped_dims(ctx.live_out()[0].type()) == std::vector<std::int64_t>{2, 16});
+  Executor exe(Place::cpu(), {.passes = ""});
+  check_close(exe.run(nhwc.p, nhwc.feeds, {ctx.live_out()[0]})[0],
+              exe.run(plain.p, plain.feeds, {plain.out})[0]);
+}
+
+TEST_CASE("a fetched value between NHWC ops comes back in NCHW through one transpose",
+          "[passes][channels_last]") {
+  SmallCnn plain, nhwc;
+  PassContext ctx({nhwc.out, nhwc.residual});
+  convert_to_channels_last(nhwc.p.block(), {nhwc.out.impl(), nhwc.residual.impl()}, &ctx, true);
+  nhwc.p.verify();
+  CHECK(count_ops(nhwc.p, "kiln.transpose") == 2);
+  CHECK(shaped_dims(ctx.live_out()[1].type()) == std::vector<std::int64_t>{2, 8, 5, 5});
+  Executor exe(Place::cpu(), {.passes = ""});
+  const auto got = exe.run(nhwc.p, nhwc.feeds, {ctx.live_out()[0], ctx.live_out()[1]});
+  const auto want = exe.run(plain.p, plain.feeds, {plain.out, plain.residual});
+  check_close(got[0], want[0]);
+  check_close(got[1], want[1]);
+}
+
+TEST_CASE("a transpose to NHWC of a converted value disappears into it, and one back to NCHW "
+          "before a convolution is read through",
+          "[passes][channels_last]") {
+  // ConvNeXt's block: conv, permute to NHWC, an op there, permute back, conv.
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", V{1, 4, 6, 6}).result();
+  Value w = b.create<DataOp>("w", V{4, 1, 3, 3}).result(), bias = b.create<DataOp>("b", V{4}).result();
+  Value y = b.create<FusedConv2dOp>(x, w, bias, V{1, 1}, V{1, 1}, V{1, 1}, 4, "none").result();
+  Value t = b.create<TransposeOp>(y, V{0, 2, 3, 1}).result();
+  Value g = b.create<GeluOp>(t, false).result();
+  Value back = b.create<TransposeOp>(g, V{0, 3, 1, 2}).result();
+  Value out = b.create<FusedConv2dOp>(back, w, bias, V{1, 1}, V{1, 1}, V{1, 1}, 4, "none").result();
+  const FeedMap feeds{{"x", filled({1, 4, 6, 6}, 0.3f, 1)}, {"w", filled({4, 1, 3, 3}, 0.1f, 2)},
+                      {"b", filled({4}, 0.2f, 3)}};
+  Executor exe(Place::cpu(), {.passes = ""});
+  const Tensor want = exe.run(p, feeds, {out})[0];
+  PassContext ctx({out});
+  CHECK(convert_to_channels_last(p.block(), {out.impl()}, &ctx, true) == 2);
+  p.verify();
+  // In: x to NHWC; out: the result back to NCHW (fetched). The model's own
+  // two transposes are gone.
+  CHECK(count_ops(p, "kiln.transpose") == 2);
+  check_close(exe.run(p, feeds, {ctx.live_out()[0]})[0], want);
+}
+
+TEST_CASE("a training program's convolutions stay NCHW, and without oneDNN's preference nothing "
+          "changes unless forced",
+          "[passes][channels_last]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", V{1, 2, 5, 5}).result();
+  Value w = b.create<DataOp>("w", V{3, 2, 3, 3}).result(), bias = b.create<DataOp>("b", V{3}).result();
+  Value y = b.create<FusedConv2dOp>(x, w, bias, V{1, 1}, V{1, 1}, V{1, 1}, 1, "relu").result();
+  b.create<GradOf<Conv2dOp>>(Conv2dOp::Attributes{V{1, 1}, V{1, 1}, V{1, 1}, 1}, x, w, y);
+  CHECK(convert_to_channels_last(p.block(), {}, nullptr, true) == 0);
+  CHECK(nhwc_convs(p) == 0);
+
+  SmallCnn cnn;
+  const std::size_t made = convert_to_channels_last(cnn.p.block(), {cnn.out.impl()}, nullptr);
+  CHECK(made == (cpu_convolutions_prefer_channels_last() ? 5u : 0u));
+}
+
+TEST_CASE("the fuse pass gives an imported-style CNN NHWC convolutions where the CPU prefers them, "
+          "with the same result",
+          "[passes][channels_last]") {
+  SmallCnn plain, fused;
+  Executor none(Place::cpu(), {.passes = ""});
+  const Tensor want = none.run(plain.p, plain.feeds, {plain.out})[0];
+  PassContext ctx({fused.out});
+  PassManager::parse("fuse").run(fused.p, ctx);
+  fused.p.verify();
+  CHECK(nhwc_convs(fused.p) == (cpu_convolutions_prefer_channels_last() ? 5u : 0u));
+  check_close(none.run(fused.p, fused.feeds, {ctx.live_out()[0]})[0], want);
+  Executor defaults(Place::cpu());  // the default pipeline, as a user runs it
+  check_close(defaults.run(plain.p, plain.feeds, {plain.out})[0], want);
+}
