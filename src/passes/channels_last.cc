@@ -2,7 +2,11 @@
 // program order. A converted op is changed in place: its rank-4 operands
 // replaced by their NHWC twins, its attributes renumbered, its result
 // retyped, and its old readers given a transpose back to NCHW (erased at
-// the end when nothing reads it).
+// the end when nothing reads it). The walk runs twice: first on a copy of
+// the block, where it groups the ops it converts into regions (ops joined
+// by the NHWC values they pass) and weighs each region's transposes
+// against the reorders its convolutions no longer need; then on the block,
+// converting only the regions that gain.
 #include "kiln/passes/channels_last.h"
 
 #include <algorithm>
@@ -18,6 +22,7 @@
 #include "kiln/dialect/tensor_ops.h"
 #include "kiln/ir/builder.h"
 #include "kiln/ir/builtin_types.h"
+#include "kiln/ir/ir_mapping.h"
 #include "kiln/kernel/cpu_convolution.h"
 #include "kiln/passes/op_effects.h"
 
@@ -62,17 +67,72 @@ void set_attrs(Operation* op, const typename OpT::Attributes& a) {
   op->set_attributes(DictionaryAttribute::get(to_named_attributes(a)));
 }
 
+// Elements of a value (unknown dims counted as 1: a batch of -1 scales
+// every value of a region alike).
+double elements(Value v) {
+  double n = 1;
+  for (std::int64_t d : shaped_dims(v.type())) n *= d < 0 ? 1.0 : double(d);
+  return n;
+}
+
+// A 1x1 convolution with stride 1 and no padding: kiln's NCHW kernel runs
+// it as one GEMM without reorders, so NHWC gains nothing there.
+bool pointwise(Operation* conv) {
+  const auto a = FusedConv2dOp(conv).attrs();
+  const auto& w = shaped_dims(conv->operand_source(1).type());
+  const bool no_pad = std::all_of(a.paddings.begin(), a.paddings.end(), [](auto p) { return p == 0; });
+  return w.size() == 4 && w[2] == 1 && w[3] == 1 && a.strides == std::vector<std::int64_t>{1, 1} && no_pad;
+}
+
+// What one walk converted, by the op's position in the block: the region
+// each op joined, and per region the elements its transposes move and
+// the elements of the reorders around NCHW convolutions it saves.
+class Regions {
+ public:
+  explicit Regions(std::size_t ops = 0) : parent_(ops), cost_(ops, 0), gain_(ops, 0), member_(ops, false) {
+    for (std::size_t i = 0; i < ops; ++i) parent_[i] = i;
+  }
+  void join(std::size_t op) { member_[op] = true; }
+  void unite(std::size_t a, std::size_t b) { parent_[root(a)] = root(b); }
+  void cost(std::size_t op, double elements) { cost_[op] += elements; }
+  void gain(std::size_t op, double elements) { gain_[op] += elements; }
+  // The ops of regions whose saved reorders outweigh their transposes.
+  std::vector<bool> gaining() {
+    std::vector<double> cost(parent_.size(), 0), gain(parent_.size(), 0);
+    for (std::size_t i = 0; i < parent_.size(); ++i) cost[root(i)] += cost_[i], gain[root(i)] += gain_[i];
+    std::vector<bool> keep(parent_.size(), false);
+    for (std::size_t i = 0; i < parent_.size(); ++i) keep[i] = member_[i] && gain[root(i)] > cost[root(i)];
+    return keep;
+  }
+
+ private:
+  std::size_t root(std::size_t i) {
+    while (parent_[i] != i) i = parent_[i] = parent_[parent_[i]];
+    return i;
+  }
+  std::vector<std::size_t> parent_;
+  std::vector<double> cost_, gain_;
+  std::vector<bool> member_;
+};
+
 class ChannelsLast {
  public:
-  ChannelsLast(Block& block, const ValueSet& keep, PassContext* ctx)
-      : block_(block), keep_(keep), ctx_(ctx) {}
+  // `allowed`: the ops (by position) the walk may convert, all when null.
+  // `follow_kept`: a kept result may change (a context moves it onto the
+  // transpose back).
+  ChannelsLast(Block& block, const ValueSet& keep, PassContext* ctx, bool follow_kept,
+               const std::vector<bool>* allowed)
+      : block_(block), keep_(keep), ctx_(ctx), follow_kept_(follow_kept), allowed_(allowed) {
+    for (Operation* op : block_) ops_.push_back(op);
+    regions_ = Regions(ops_.size());
+  }
 
   std::size_t run() {
-    std::vector<Operation*> ops;
-    for (Operation* op : block_) ops.push_back(op);
     std::size_t convs = 0;
-    for (Operation* op : ops) {
-      if (has_placement(*op) || op->num_results() != 1) continue;
+    for (std::size_t i = 0; i < ops_.size(); ++i) {
+      Operation* op = ops_[i];
+      if (has_placement(*op) || op->num_results() != 1 || (allowed_ && !(*allowed_)[i])) continue;
+      at_ = i;
       if (op->isa<FusedConv2dOp>()) convs += convert_conv(op);
       else if (op->isa<TransposeOp>()) read_through(op);
       else if (op->isa<MeanOp>()) convert_reduce<MeanOp>(op);
@@ -85,12 +145,17 @@ class ChannelsLast {
     return convs;
   }
 
+  Regions& regions() { return regions_; }
+
  private:
   // The NHWC twin of NCHW value v: known, the source of a transpose to
   // NCHW, or a new transpose before `before`; null when v may be written
   // in place (a twin would go stale).
   Value nhwc_of(Value v, Operation* before) {
-    if (auto it = twin_.find(v.impl()); it != twin_.end()) return it->second;
+    if (auto it = twin_.find(v.impl()); it != twin_.end()) {
+      regions_.unite(at_, owner_.at(v.impl()));
+      return it->second;
+    }
     if (!only_read(v)) return {};
     Value t;
     if (Operation* def = v.defining_op(); is_transpose(def, kToNchw)) {
@@ -101,18 +166,26 @@ class ChannelsLast {
       b.set_insertion_point(before);
       t = b.create<TransposeOp>(v, kToNhwc).result();
       unread_later(t.defining_op());
+      regions_.cost(at_, elements(v));
     }
     twin_[v.impl()] = t;
+    owner_[v.impl()] = at_;
     return t;
   }
 
   bool has_twin(Value v) const { return twin_.count(v.impl()) != 0; }
 
+  // v's twin, read by the op at at_ (which joins the twin's region).
+  Value twin(Value v) {
+    regions_.unite(at_, owner_.at(v.impl()));
+    return twin_.at(v.impl());
+  }
+
   // The op may change: its result is only read (readers get a transpose
   // back), and a kept result can be followed (the context moves it).
   bool convertible(Operation* op) const {
     Value r = op->result(0);
-    return rank4(r) && only_read(r) && (ctx_ != nullptr || !keep_.count(r.impl()));
+    return rank4(r) && only_read(r) && (follow_kept_ || !keep_.count(r.impl()));
   }
 
   // Replaces each rank-4 operand of op that is not one element by its twin;
@@ -141,7 +214,10 @@ class ChannelsLast {
     replace_all_uses(r, back, ctx_);
     back.defining_op()->set_operand(0, r);
     twin_[back.impl()] = r;
+    owner_[back.impl()] = at_;
+    back_of_[back.defining_op()] = at_;
     unread_later(back.defining_op());
+    regions_.join(at_);
   }
 
   std::size_t convert_conv(Operation* op) {
@@ -156,6 +232,7 @@ class ChannelsLast {
     a.data_format = "NHWC";
     set_attrs<FusedConv2dOp>(op, a);
     retype(op);
+    if (!pointwise(op)) regions_.gain(at_, elements(t) + elements(op->result(0)));
     return 1;
   }
 
@@ -209,7 +286,8 @@ class ChannelsLast {
     if (!a.keepdim && !std::is_sorted(kept.begin(), kept.end())) return;
     if (a.keepdim && !convertible(op)) return;
     std::sort(axes.begin(), axes.end());
-    op->set_operand(0, twin_.at(x.impl()));
+    op->set_operand(0, twin(x));
+    regions_.join(at_);
     a.axis = axes;
     set_attrs<OpT>(op, a);
     if (a.keepdim) retype(op);
@@ -223,14 +301,15 @@ class ChannelsLast {
     const std::vector<std::int64_t> perm = normalized_perm(op);
     std::vector<std::int64_t> composed(4);
     for (std::size_t i = 0; i < 4; ++i) composed[i] = kToNchw[static_cast<std::size_t>(perm[i])];
-    Value t = twin_.at(x.impl());
     if (composed == std::vector<std::int64_t>{0, 1, 2, 3}) {
-      if (ctx_ == nullptr && keep_.count(op->result(0).impl())) return;
-      replace_all_uses(op->result(0), t, ctx_);
+      if (!follow_kept_ && keep_.count(op->result(0).impl())) return;
+      replace_all_uses(op->result(0), twin(x), ctx_);
+      regions_.join(at_);
       unread_later(op);
       return;
     }
-    op->set_operand(0, t);
+    op->set_operand(0, twin(x));
+    regions_.join(at_);
     set_attrs<TransposeOp>(op, TransposeOp::Attributes{composed});
   }
 
@@ -250,17 +329,26 @@ class ChannelsLast {
         if (!r.use_empty() || keep_.count(r.impl()) ||
             (ctx_ && std::count(ctx_->live_out().begin(), ctx_->live_out().end(), r)))
           continue;
+        if (auto it = back_of_.find(op); it != back_of_.end()) back_of_.erase(it);
         erase_op(op, ctx_);
         op = nullptr;
         erased = true;
       }
     }
+    for (auto [back, at] : back_of_) regions_.cost(at, elements(back->result(0)));
   }
 
   Block& block_;
   const ValueSet& keep_;
   PassContext* ctx_;
-  std::unordered_map<const void*, Value> twin_;  // NCHW value -> its NHWC twin
+  bool follow_kept_;
+  const std::vector<bool>* allowed_;
+  std::vector<Operation*> ops_;  // the block's ops before the walk
+  std::size_t at_ = 0;           // the position of the op being converted
+  Regions regions_;
+  std::unordered_map<const void*, Value> twin_;          // NCHW value -> its NHWC twin
+  std::unordered_map<const void*, std::size_t> owner_;   // NCHW value -> the op that twinned it
+  std::unordered_map<Operation*, std::size_t> back_of_;  // transpose back -> its op
   std::vector<Operation*> made_;                 // transposes made or made unread
   std::unordered_set<Operation*> listed_;        // made_'s ops
 };
@@ -271,12 +359,30 @@ bool trains_convolutions(const Block& block) {
   return false;
 }
 
+// The ops (by position) of the regions that gain: the walk run on a copy
+// of the block.
+std::vector<bool> gaining_ops(const Block& block, const ValueSet& keep, bool follow_kept) {
+  Program scratch;
+  IrMapping map;
+  ValueSet scratch_keep;
+  for (Operation* op : block) {
+    Operation* copy = op->clone(map);
+    scratch.block().push_back(copy);
+    for (std::uint32_t r = 0; r < op->num_results(); ++r)
+      if (keep.count(op->result(r).impl())) scratch_keep.insert(copy->result(r).impl());
+  }
+  ChannelsLast walk(scratch.block(), scratch_keep, nullptr, follow_kept, nullptr);
+  walk.run();
+  return walk.regions().gaining();
+}
+
 }  // namespace
 
 std::size_t convert_to_channels_last(Block& block, const ValueSet& keep, PassContext* ctx,
                                      bool force) {
   if ((!force && !cpu_convolutions_prefer_channels_last()) || trains_convolutions(block)) return 0;
-  return ChannelsLast(block, keep, ctx).run();
+  const std::vector<bool> allowed = gaining_ops(block, keep, ctx != nullptr);
+  return ChannelsLast(block, keep, ctx, ctx != nullptr, &allowed).run();
 }
 
 namespace {

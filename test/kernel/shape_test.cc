@@ -189,6 +189,11 @@ TEST_CASE("transpose matches the index loop for every permutation up to rank 4",
     check_transpose<float>({2, 3, 4, 5}, perm);
     if (!std::next_permutation(perm.begin(), perm.end())) break;
   }
+  // Batches of 2-D swaps (NCHW <-> NHWC) larger than one 32x32 tile, ragged edges included.
+  check_transpose<float>({2, 40, 7, 9}, {0, 2, 3, 1});
+  check_transpose<float>({2, 7, 9, 40}, {0, 3, 1, 2});
+  check_transpose<float>({70, 33}, {1, 0});
+  check_transpose<float>({3, 1, 1, 37}, {0, 3, 1, 2});
   check_transpose<std::int32_t>({2, 3, 4}, {-1, 0, -2});  // negative entries count from the end
   check_transpose<bool>({3, 2}, {1, 0});
   check_transpose<std::int8_t>({3, 2, 2}, {2, 1, 0});

@@ -167,3 +167,20 @@ TEST_CASE("the fuse pass gives an imported-style CNN NHWC convolutions where the
   Executor defaults(Place::cpu());  // the default pipeline, as a user runs it
   check_close(defaults.run(plain.p, plain.feeds, {plain.out})[0], want);
 }
+
+TEST_CASE("a convolution whose transposes in and out cost what its reorders would stays NCHW, as "
+          "does a 1x1 convolution (one GEMM in NCHW)",
+          "[passes][channels_last]") {
+  for (std::int64_t k : {1, 3}) {
+    INFO("kernel " << k);
+    Program p;
+    Builder b(p);
+    Value x = b.create<DataOp>("x", V{1, 4, 6, 6}).result();
+    Value w = b.create<DataOp>("w", V{8, 4, k, k}).result(), bias = b.create<DataOp>("b", V{8}).result();
+    Value y = b.create<FusedConv2dOp>(x, w, bias, V{1, 1}, V{k / 2, k / 2}, V{1, 1}, 1, "relu").result();
+    Value out = b.create<ReshapeOp>(y, V{1, -1}).result();
+    PassContext ctx({out});
+    CHECK(convert_to_channels_last(p.block(), {out.impl()}, &ctx, true) == 0);
+    CHECK(count_ops(p, "kiln.transpose") == 0);
+  }
+}
