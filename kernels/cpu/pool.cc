@@ -76,12 +76,38 @@ void max_pool_plane(const T* __restrict xp, T* __restrict o, const Pool2dGeometr
   }
 }
 
+// max_pool2d over NHWC x [n, h, w, c]: each output pixel's channels
+// folded over its window with max_nan in the window's row-major order (the
+// NCHW kernel's values), the inner loop over the channels.
+template <typename T>
+void max_pool_nhwc(const T* x, T* out, const Pool2dGeometry& g) {
+  const T start = std::is_floating_point_v<T> ? -std::numeric_limits<T>::infinity()
+                                              : std::numeric_limits<T>::lowest();
+  for (std::int64_t n = 0; n < g.n; ++n)
+    for (std::int64_t oh = 0; oh < g.ho; ++oh)
+      for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+        T* __restrict o = out + ((n * g.ho + oh) * g.wo + ow) * g.c;
+        std::fill(o, o + g.c, start);
+        for (std::int64_t i = 0; i < g.kh; ++i) {
+          const std::int64_t ih = oh * g.sh - g.pt + i;
+          if (ih < 0 || ih >= g.h) continue;
+          for (std::int64_t j = 0; j < g.kw; ++j) {
+            const std::int64_t iw = ow * g.sw - g.pl + j;
+            if (iw < 0 || iw >= g.w) continue;
+            const T* __restrict xs = x + ((n * g.h + ih) * g.w + iw) * g.c;
+            for (std::int64_t c = 0; c < g.c; ++c) o[c] = max_nan(o[c], xs[c]);
+          }
+        }
+      }
+}
+
 template <typename T>
 struct MaxPoolK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0);
-    const Pool2dGeometry g =
-        pool::geometry(ctx.op()->name(), x.dims(), ctx.attrs<MaxPool2dOp>());
+    const auto& a = ctx.attrs<MaxPool2dOp>();
+    if (a.data_format == "NHWC") return run_nhwc(ctx, x, a);
+    const Pool2dGeometry g = pool::geometry(ctx.op()->name(), x.dims(), a);
     Tensor& out = ctx.alloc_output(0, Dims{g.n, g.c, g.ho, g.wo}, x.dtype());
     if (out.numel() == 0) return;
     const std::int64_t planes = g.n * g.c;
@@ -112,6 +138,16 @@ struct MaxPoolK {
         for (std::int64_t ow = 0; ow < g.wo; ++ow)
           o[oh * g.wo + ow] = xp[pool_argmax(xp, g, pool_window(g, oh, ow))];
     }
+  }
+
+  static void run_nhwc(KernelContext& ctx, const Tensor& x, const MaxPool2dOp::Attributes& a) {
+    const Dims& d = x.dims();
+    if (x.rank() != 4)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                  "' x must be [N, H, W, C] (rank 4, data_format NHWC), got [", d.to_string(), "]");
+    const Pool2dGeometry g = pool::geometry(ctx.op()->name(), Dims{d[0], d[3], d[1], d[2]}, a);
+    Tensor& out = ctx.alloc_output(0, Dims{g.n, g.ho, g.wo, g.c}, x.dtype());
+    if (out.numel() > 0) max_pool_nhwc(x.data<T>(), out.data<T>(), g);
   }
 };
 

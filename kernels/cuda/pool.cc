@@ -18,6 +18,10 @@ template <typename T>
 struct MaxPoolK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0);
+    if (ctx.attrs<MaxPool2dOp>().data_format == "NHWC")
+      throw_error(ErrorKind::Unimplemented, "op '", ctx.op()->name(),
+                  "' runs NHWC (data_format ", ctx.attrs<MaxPool2dOp>().data_format,
+                  ") on the CPU only");
     const Pool2dGeometry g =
         pool::geometry(ctx.op()->name(), x.dims(), ctx.attrs<MaxPool2dOp>());
     Tensor& out = ctx.alloc_output(0, Dims{g.n, g.c, g.ho, g.wo}, x.dtype());

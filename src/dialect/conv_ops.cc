@@ -238,9 +238,9 @@ void FusedConv2dOp::build(Builder&, OperationArgument& arg, Value x, Value w, Va
 namespace {
 
 // Whether a fused_conv2d's data_format is NHWC; kiln::Error naming the op
-// unless it is NCHW or NHWC.
+// unless it is NCHW or NHWC (or empty, as attributes built without it: NCHW).
 bool channels_last(std::string_view op, const std::string& data_format) {
-  if (data_format != "NCHW" && data_format != "NHWC")
+  if (!data_format.empty() && data_format != "NCHW" && data_format != "NHWC")
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' data_format '", data_format,
                 "' is not NCHW or NHWC");
   return data_format == "NHWC";

@@ -3,6 +3,7 @@
 #include "kiln/dialect/pool_ops.h"
 
 #include "kiln/dialect/conv_ops.h"
+#include "kiln/dialect/tensor_ops.h"
 
 #include <algorithm>
 
@@ -72,6 +73,23 @@ void check_dout(std::string_view op, const Dims& dout, const Pool2dGeometry& g) 
 
 namespace {
 
+// Whether a max_pool2d's data_format is NHWC; kiln::Error naming the op
+// unless it is NCHW or NHWC (or empty, as attributes built without it: NCHW).
+bool channels_last(std::string_view op, const std::string& data_format) {
+  if (!data_format.empty() && data_format != "NCHW" && data_format != "NHWC")
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' data_format '", data_format,
+                "' is not NCHW or NHWC");
+  return data_format == "NHWC";
+}
+
+// An NHWC operand's type with its dims as NCHW ([a, b, c, d] -> [a, d, b, c]).
+Type as_nchw(std::string_view op, Type x) {
+  const Type t = meta::tensor_operand(op, {x}, 0);
+  auto d = shaped_dims(t);
+  if (d.size() == 4) d = {d[0], d[3], d[1], d[2]};
+  return meta::result_like({t}, shaped_data_type(t), d);
+}
+
 std::vector<std::int64_t> pool_dims(std::string_view op, const std::vector<Type>& in,
                                     const std::vector<std::int64_t>& kernel_size,
                                     const std::vector<std::int64_t>& strides,
@@ -120,26 +138,44 @@ std::vector<Value> pool_vjp(Builder& b, Operation* op, const std::vector<Value>&
 
 void MaxPool2dOp::build(Builder&, OperationArgument& arg, Value x,
                         std::vector<std::int64_t> kernel_size, std::vector<std::int64_t> strides,
-                        std::vector<std::int64_t> paddings, bool ceil_mode) {
+                        std::vector<std::int64_t> paddings, bool ceil_mode,
+                        std::string data_format) {
   arg.add_operand(x);
   if (strides.empty()) strides = kernel_size;
-  arg.attributes = to_named_attributes(
-      Attributes{std::move(kernel_size), std::move(strides), std::move(paddings), ceil_mode});
+  arg.attributes = to_named_attributes(Attributes{std::move(kernel_size), std::move(strides),
+                                                  std::move(paddings), ceil_mode,
+                                                  std::move(data_format)});
 }
 std::vector<Type> MaxPool2dOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   meta::require_count(name, in, 1);
   auto a = from_attributes<Attributes>(attrs, name);
+  const bool nhwc = channels_last(name, a.data_format);
   // The max of integers is exact: max pooling takes them too (ONNX's u8 / i8).
-  auto dims = pool_dims(name, in, a.kernel_size, a.strides, a.paddings, a.ceil_mode, false);
+  std::vector<Type> x = in;
+  if (nhwc) x[0] = as_nchw(name, in[0]);
+  auto dims = pool_dims(name, x, a.kernel_size, a.strides, a.paddings, a.ceil_mode, false);
+  if (nhwc) dims = {dims[0], dims[2], dims[3], dims[1]};
   return {meta::result_like(in, shaped_data_type(in[0]), dims)};
 }
 void MaxPool2dOp::Grad::check(std::string_view op, const std::vector<Type>& in,
                               DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, op);
+  if (channels_last(op, a.data_format))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' is NCHW only, got data_format NHWC");
   check_dout(op, in, pool_dims(op, in, a.kernel_size, a.strides, a.paddings, a.ceil_mode));
 }
 std::vector<Value> MaxPool2dOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
-  return pool_vjp<MaxPool2dOp>(b, op, g);
+  auto a = MaxPool2dOp(op).attrs();
+  if (!channels_last(name, a.data_format)) return pool_vjp<MaxPool2dOp>(b, op, g);
+  Value d = vjp::single_grad(op, g);
+  if (!d || !vjp::differentiable(op->operand_source(0))) return {Value()};
+  // The gradient op is NCHW: x and d go through transposes, dx comes back.
+  const std::vector<std::int64_t> to_nchw{0, 3, 1, 2}, to_nhwc{0, 2, 3, 1};
+  a.data_format = "NCHW";
+  Value dx = b.create<GradOf<MaxPool2dOp>>(a, b.create<TransposeOp>(op->operand_source(0), to_nchw).result(),
+                                           b.create<TransposeOp>(d, to_nchw).result())
+                 .result();
+  return {b.create<TransposeOp>(dx, to_nhwc).result()};
 }
 
 void AvgPool2dOp::build(Builder&, OperationArgument& arg, Value x,

@@ -105,13 +105,22 @@ void conv2d_transpose(EmitContext& c) {
   set_attr(n, "group", a.groups);
 }
 
+// MaxPool; an NHWC op between Transposes (ONNX's MaxPool is NCHW).
 void max_pool2d(EmitContext& c) {
   const auto a = MaxPool2dOp::dyn_cast(c.op()).attrs();
-  auto& n = c.node("MaxPool", {c.in(0)}, {c.out(0)});
+  const bool nhwc = a.data_format == "NHWC";
+  std::string x = c.in(0), y = c.out(0);
+  if (nhwc) {
+    x = c.fresh("nchw"), y = c.fresh("pool_nchw");
+    set_attr(c.node("Transpose", {c.in(0)}, {x}), "perm", std::vector<std::int64_t>{0, 3, 1, 2});
+  }
+  auto& n = c.node("MaxPool", {x}, {y});
   set_attr(n, "kernel_shape", a.kernel_size);
   set_attr(n, "strides", a.strides.empty() ? a.kernel_size : a.strides);
   set_attr(n, "pads", onnx_pads(c, a.paddings));
   set_attr(n, "ceil_mode", static_cast<std::int64_t>(a.ceil_mode));
+  if (nhwc)
+    set_attr(c.node("Transpose", {y}, {c.out(0)}), "perm", std::vector<std::int64_t>{0, 2, 3, 1});
 }
 
 void avg_pool2d(EmitContext& c) {

@@ -18,6 +18,7 @@
 
 #include "kiln/dialect/conv_ops.h"
 #include "kiln/dialect/fused_ops.h"
+#include "kiln/dialect/pool_ops.h"
 #include "kiln/dialect/reduce_ops.h"
 #include "kiln/dialect/tensor_ops.h"
 #include "kiln/ir/builder.h"
@@ -139,6 +140,7 @@ class ChannelsLast {
       else if (op->isa<SumOp>()) convert_reduce<SumOp>(op);
       else if (op->isa<MaxOp>()) convert_reduce<MaxOp>(op);
       else if (op->isa<ConcatOp>()) convert_concat(op);
+      else if (op->isa<MaxPool2dOp>()) convert_max_pool(op);
       else convert_elementwise(op);
     }
     erase_unread();
@@ -223,7 +225,7 @@ class ChannelsLast {
   std::size_t convert_conv(Operation* op) {
     auto a = FusedConv2dOp(op).attrs();
     Value x = op->operand_source(0);
-    if (a.data_format != "NCHW" || !rank4(x) || shaped_data_type(x.type()) != DataType::Float32 ||
+    if (a.data_format == "NHWC" || !rank4(x) || shaped_data_type(x.type()) != DataType::Float32 ||
         !convertible(op))
       return 0;
     Value t = nhwc_of(x, op);
@@ -250,6 +252,17 @@ class ChannelsLast {
       any = any || has_twin(v);
     }
     if (any && take_twins(op)) retype(op);
+  }
+
+  // A max pool of a value with a twin.
+  void convert_max_pool(Operation* op) {
+    auto a = MaxPool2dOp(op).attrs();
+    Value x = op->operand_source(0);
+    if (a.data_format == "NHWC" || !rank4(x) || !has_twin(x) || !convertible(op)) return;
+    op->set_operand(0, twin(x));
+    a.data_format = "NHWC";
+    set_attrs<MaxPool2dOp>(op, a);
+    retype(op);
   }
 
   void convert_concat(Operation* op) {

@@ -58,7 +58,7 @@ TEST_CASE("pool grad ops reject a dout that is not the forward result's shape",
           "[dialect][pool]") {
   Program p;
   KILN_CHECK_ERROR(build_op<GradOf<MaxPool2dOp>>(p, {{F32, {1, 1, 4, 4}}, {F32, {1, 1, 4, 4}}},
-                                                 MaxPool2dOp::Attributes{V{2, 2}, V{2, 2}, V{0, 0}, false}),
+                                                 MaxPool2dOp::Attributes{V{2, 2}, V{2, 2}, V{0, 0}, false, "NCHW"}),
                    InvalidArgument, {"kiln.max_pool2d_grad", "dout", "[1, 1, 2, 2]"});
   KILN_CHECK_ERROR(build_op<GradOf<AdaptiveAvgPool2dOp>>(
                        p, {{F32, {1, 1, 4, 4}}, {F32, {1, 1, 3, 3}}},
@@ -73,6 +73,20 @@ TEST_CASE("max_pool2d's vjp matches finite differences", "[dialect][vjp][pool]")
   GradCheckOptions o;
   o.unknown_batch = true;
   check_vjp({random_f64({2, 1, 4, 4}, -1, 1, 3)}, make_op<MaxPool2dOp>(V{2, 2}), o);
+}
+
+TEST_CASE("max_pool2d in NHWC infers [N, Ho, Wo, C], names a bad data_format, and its vjp "
+          "matches finite differences",
+          "[dialect][vjp][pool]") {
+  Program p;
+  Operation* op = build_op<MaxPool2dOp>(p, {{F32, {2, 5, 6, 3}}}, V{3, 3}, V{2, 2}, V{1, 1}, false,
+                                        std::string("NHWC"));
+  CHECK(shaped_dims(op->result(0).type()) == std::vector<std::int64_t>{2, 3, 3, 3});
+  KILN_CHECK_ERROR(build_op<MaxPool2dOp>(p, {{F32, {2, 5, 6, 3}}}, V{3, 3}, V{2, 2}, V{1, 1}, false,
+                                         std::string("HWCN")),
+                   InvalidArgument, {"kiln.max_pool2d", "data_format 'HWCN'"});
+  check_vjp({random_f64({1, 5, 6, 2}, -1, 1, 2)},
+            make_op<MaxPool2dOp>(V{3, 2}, V{2, 1}, V{1, 1}, true, std::string("NHWC")));
 }
 
 TEST_CASE("avg_pool2d's vjp matches finite differences, padding counted or not",

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernel/kernel_test_util.h"
@@ -29,6 +31,57 @@ TEST_CASE("max_pool2d 2x2 with stride 2 takes each block's maximum", "[kernel][p
   auto d = run_op<MaxPool2dOp>({Tensor::from_vector<double>({1, 1, 2, 4}, {3, -1, 0, 7, 2, 5, -4, 1})},
                                V{2, 2});
   check_close<double>(d.out(), {5, 7});
+}
+
+namespace {
+
+// [n, c, h, w] values as [n, h, w, c].
+template <typename T>
+Tensor to_nhwc(const Tensor& t) {
+  const auto& d = t.dims();
+  const auto v = t.to_vector<T>();
+  std::vector<T> out(v.size());
+  for (std::int64_t n = 0; n < d[0]; ++n)
+    for (std::int64_t c = 0; c < d[1]; ++c)
+      for (std::int64_t p = 0; p < d[2] * d[3]; ++p)
+        out[std::size_t((n * d[2] * d[3] + p) * d[1] + c)] = v[std::size_t((n * d[1] + c) * d[2] * d[3] + p)];
+  return Tensor::from_vector<T>(Dims{d[0], d[2], d[3], d[1]}, out);
+}
+
+template <typename T>
+void check_nhwc_max_pool(const V& x_dims, const V& k, const V& s, const V& pad, bool ceil_mode) {
+  std::vector<T> v(static_cast<std::size_t>(Dims(x_dims).numel()));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = T(int((i * 37) % 29) - 14);
+  if constexpr (std::is_floating_point_v<T>) v[5] = std::numeric_limits<T>::quiet_NaN();
+  const Tensor x = Tensor::from_vector<T>(Dims(x_dims), v);
+  auto nchw = run_op<MaxPool2dOp>({x}, k, s, pad, ceil_mode);
+  auto nhwc = run_op<MaxPool2dOp>({to_nhwc<T>(x)}, k, s, pad, ceil_mode, std::string("NHWC"));
+  const Tensor want = to_nhwc<T>(nchw.out());
+  REQUIRE(nhwc.out().dims() == want.dims());
+  const auto got = nhwc.out().template to_vector<T>(), w = want.to_vector<T>();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO(i);
+    if constexpr (std::is_floating_point_v<T>)
+      if (std::isnan(w[i])) {
+        CHECK(std::isnan(got[i]));
+        continue;
+      }
+    CHECK(got[i] == w[i]);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("max_pool2d in NHWC gives the NCHW result's values in NHWC, NaN winning, for floats "
+          "and integers",
+          "[kernel][pool]") {
+  check_nhwc_max_pool<float>({2, 5, 9, 8}, {3, 3}, {2, 2}, {1, 1}, false);
+  check_nhwc_max_pool<float>({1, 3, 5, 5}, {2, 2}, {2, 2}, {0, 0}, true);
+  check_nhwc_max_pool<double>({2, 4, 7, 6}, {3, 2}, {2, 1}, {1, 0, 1, 1}, false);
+  check_nhwc_max_pool<std::int8_t>({1, 6, 6, 6}, {3, 3}, {1, 1}, {1, 1}, false);
+  KILN_CHECK_ERROR(run_op<MaxPool2dOp>({Tensor::zeros(Dims{2, 3, 4}, DataType::Float32)}, V{2, 2}, V{2, 2},
+                                       V{0, 0}, false, std::string("NHWC")),
+                   InvalidArgument, {"kiln.max_pool2d"});
 }
 
 TEST_CASE("max_pool2d with padding ignores the padded border", "[kernel][pool]") {

@@ -530,6 +530,11 @@ TEST_CASE("conv2d_transpose, fused_conv2d, batch_norm, rms_norm, pools and atten
                      param("fw_nhwc", {3, 2, 3, 3}), param("fb_nhwc", {3}), std::vector<std::int64_t>{1, 1},
                      std::vector<std::int64_t>{1, 1}, std::vector<std::int64_t>{1, 1}, 1, "relu", "NHWC")
                     .result());
+    f.push_back(b.create<kiln::MaxPool2dOp>(
+                     b.create<kiln::TransposeOp>(x, std::vector<std::int64_t>{0, 2, 3, 1}).result(),
+                     std::vector<std::int64_t>{3, 3}, std::vector<std::int64_t>{2, 2},
+                     std::vector<std::int64_t>{1, 1}, false, "NHWC")
+                    .result());
     auto bn = b.create<kiln::BatchNormOp>(x, param("s", {2}), param("bb", {2}), param("m", {2}),
                                           param("v", {2}), 0.9, 1e-5, true);
     f.push_back(bn->result(0));

@@ -136,6 +136,28 @@ TEST_CASE("a transpose to NHWC of a converted value disappears into it, and one 
   check_close(exe.run(p, feeds, {ctx.live_out()[0]})[0], want);
 }
 
+TEST_CASE("a max pool between convolutions runs NHWC too: one transpose in, one out",
+          "[passes][channels_last]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", V{2, 4, 11, 11}).result();
+  Value w = b.create<DataOp>("w", V{4, 4, 3, 3}).result(), bias = b.create<DataOp>("b", V{4}).result();
+  Value y = b.create<FusedConv2dOp>(x, w, bias, V{1, 1}, V{1, 1}, V{1, 1}, 1, "relu").result();
+  Value pooled = b.create<MaxPool2dOp>(y, V{3, 3}, V{2, 2}, V{1, 1}).result();
+  Value out = b.create<FusedConv2dOp>(pooled, w, bias, V{1, 1}, V{1, 1}, V{1, 1}, 1, "none").result();
+  const FeedMap feeds{{"x", filled({2, 4, 11, 11}, 0.3f, 1)}, {"w", filled({4, 4, 3, 3}, 0.1f, 2)},
+                      {"b", filled({4}, 0.2f, 3)}};
+  Executor exe(Place::cpu(), {.passes = ""});
+  const Tensor want = exe.run(p, feeds, {out})[0];
+  PassContext ctx({out});
+  CHECK(convert_to_channels_last(p.block(), {out.impl()}, &ctx, true) == 2);
+  p.verify();
+  CHECK(count_ops(p, "kiln.transpose") == 2);
+  for (Operation* op : p.block())
+    if (op->isa<MaxPool2dOp>()) CHECK(MaxPool2dOp(op).attrs().data_format == "NHWC");
+  check_close(exe.run(p, feeds, {ctx.live_out()[0]})[0], want);
+}
+
 TEST_CASE("a training program's convolutions stay NCHW, and without oneDNN's preference nothing "
           "changes unless forced",
           "[passes][channels_last]") {

@@ -20,16 +20,25 @@ namespace kiln {
 
 // The max over each window (padding never wins); floats and integers. Its grad routes each
 // dout to the window's first maximum (row-major), recomputed from x.
+// data_format "NCHW" (default) or "NHWC" (x [N, H, W, C] -> [N, Ho, Wo,
+// C]; CPU only, what the channels_last pass writes; the gradient op is
+// NCHW, an NHWC op's gradient goes through transposes).
 struct MaxPool2dOp : Op<MaxPool2dOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.max_pool2d";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 1, num_results = 1;
   KILN_ATTRIBUTES((std::vector<std::int64_t>, kernel_size), (std::vector<std::int64_t>, strides),
-                  (std::vector<std::int64_t>, paddings), (bool, ceil_mode));
+                  (std::vector<std::int64_t>, paddings), (bool, ceil_mode),
+                  (std::string, data_format));
+  // A program saved before `data_format` existed loads as NCHW.
+  static std::vector<NamedAttribute> attribute_defaults() {
+    return {{"data_format", StrAttribute::get("NCHW")}};
+  }
   static void build(Builder& b, OperationArgument& arg, Value x,
                     std::vector<std::int64_t> kernel_size, std::vector<std::int64_t> strides = {},
-                    std::vector<std::int64_t> paddings = {0, 0}, bool ceil_mode = false);
+                    std::vector<std::int64_t> paddings = {0, 0}, bool ceil_mode = false,
+                    std::string data_format = "NCHW");
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
   // max_pool2d_grad(x, dout) -> dx
   struct Grad : GradSpec<2, 0> {

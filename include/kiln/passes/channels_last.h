@@ -16,7 +16,8 @@
 //   z' = relu(add(y', transpose(r){[0, 2, 3, 1]}))
 //   z  = transpose(z'){[0, 3, 1, 2]}          only if something still reads z
 //
-// Converted: kiln.fused_conv2d (f32, rank 4); the unary and binary
+// Converted: kiln.fused_conv2d (f32, rank 4); kiln.max_pool2d of an NHWC
+// value; the unary and binary
 // elementwise ops (kiln/dialect/fused_ops.h's families) and kiln.concat
 // once one operand is already NHWC, their other rank-4 operands transposed
 // (one element operands as they are); kiln.mean / sum / max over rank 4
