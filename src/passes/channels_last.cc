@@ -366,10 +366,15 @@ class ChannelsLast {
   std::unordered_set<Operation*> listed_;        // made_'s ops
 };
 
-bool trains_convolutions(const Block& block) {
-  for (Operation* op : block)
-    if (op->isa<GradOf<Conv2dOp>>()) return true;
-  return false;
+// Whether the walk has anything to do: an NCHW fused_conv2d, and no
+// conv2d gradient (a training program's gradient ops are NCHW).
+bool worth_a_walk(const Block& block) {
+  bool convs = false;
+  for (Operation* op : block) {
+    if (op->isa<GradOf<Conv2dOp>>()) return false;
+    convs = convs || (op->isa<FusedConv2dOp>() && FusedConv2dOp(op).attrs().data_format != "NHWC");
+  }
+  return convs;
 }
 
 // The ops (by position) of the regions that gain: the walk run on a copy
@@ -393,7 +398,7 @@ std::vector<bool> gaining_ops(const Block& block, const ValueSet& keep, bool fol
 
 std::size_t convert_to_channels_last(Block& block, const ValueSet& keep, PassContext* ctx,
                                      bool force) {
-  if ((!force && !cpu_convolutions_prefer_channels_last()) || trains_convolutions(block)) return 0;
+  if ((!force && !cpu_convolutions_prefer_channels_last()) || !worth_a_walk(block)) return 0;
   const std::vector<bool> allowed = gaining_ops(block, keep, ctx != nullptr);
   return ChannelsLast(block, keep, ctx, ctx != nullptr, &allowed).run();
 }
