@@ -7,6 +7,7 @@
 
 #include "kiln/dialect/binary_ops.h"
 #include "kiln/dialect/compare_ops.h"
+#include "kiln/dialect/data_format.h"
 #include "kiln/dialect/reduce_ops.h"
 #include "kiln/dialect/tensor_ops.h"
 #include "kiln/dialect/unary_ops.h"
@@ -235,28 +236,9 @@ void FusedConv2dOp::build(Builder&, OperationArgument& arg, Value x, Value w, Va
                                                   std::move(activation), std::move(data_format)});
 }
 
-namespace {
-
-// Whether a fused_conv2d's data_format is NHWC; kiln::Error naming the op
-// unless it is NCHW or NHWC (or empty, as attributes built without it: NCHW).
-bool channels_last(std::string_view op, const std::string& data_format) {
-  if (!data_format.empty() && data_format != "NCHW" && data_format != "NHWC")
-    throw_error(ErrorKind::InvalidArgument, "op '", op, "' data_format '", data_format,
-                "' is not NCHW or NHWC");
-  return data_format == "NHWC";
-}
-
-// [a, b, c, d] -> [a, d, b, c] (NHWC dims as NCHW) and back; other ranks as they are.
-std::vector<std::int64_t> nhwc_to_nchw(std::vector<std::int64_t> d) {
-  if (d.size() == 4) d = {d[0], d[3], d[1], d[2]};
-  return d;
-}
-std::vector<std::int64_t> nchw_to_nhwc(std::vector<std::int64_t> d) {
-  if (d.size() == 4) d = {d[0], d[2], d[3], d[1]};
-  return d;
-}
-
-}  // namespace
+using data_format::channels_last;
+using data_format::nchw_to_nhwc;
+using data_format::nhwc_to_nchw;
 
 std::vector<Type> FusedConv2dOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   meta::require_count(name, in, 3);

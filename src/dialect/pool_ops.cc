@@ -3,6 +3,7 @@
 #include "kiln/dialect/pool_ops.h"
 
 #include "kiln/dialect/conv_ops.h"
+#include "kiln/dialect/data_format.h"
 #include "kiln/dialect/tensor_ops.h"
 
 #include <algorithm>
@@ -73,21 +74,12 @@ void check_dout(std::string_view op, const Dims& dout, const Pool2dGeometry& g) 
 
 namespace {
 
-// Whether a max_pool2d's data_format is NHWC; kiln::Error naming the op
-// unless it is NCHW or NHWC (or empty, as attributes built without it: NCHW).
-bool channels_last(std::string_view op, const std::string& data_format) {
-  if (!data_format.empty() && data_format != "NCHW" && data_format != "NHWC")
-    throw_error(ErrorKind::InvalidArgument, "op '", op, "' data_format '", data_format,
-                "' is not NCHW or NHWC");
-  return data_format == "NHWC";
-}
+using data_format::channels_last;
 
-// An NHWC operand's type with its dims as NCHW ([a, b, c, d] -> [a, d, b, c]).
+// An NHWC operand's type with its dims as NCHW.
 Type as_nchw(std::string_view op, Type x) {
   const Type t = meta::tensor_operand(op, {x}, 0);
-  auto d = shaped_dims(t);
-  if (d.size() == 4) d = {d[0], d[3], d[1], d[2]};
-  return meta::result_like({t}, shaped_data_type(t), d);
+  return meta::result_like({t}, shaped_data_type(t), data_format::nhwc_to_nchw(shaped_dims(t)));
 }
 
 std::vector<std::int64_t> pool_dims(std::string_view op, const std::vector<Type>& in,
@@ -154,7 +146,7 @@ std::vector<Type> MaxPool2dOp::infer_meta(const std::vector<Type>& in, Dictionar
   std::vector<Type> x = in;
   if (nhwc) x[0] = as_nchw(name, in[0]);
   auto dims = pool_dims(name, x, a.kernel_size, a.strides, a.paddings, a.ceil_mode, false);
-  if (nhwc) dims = {dims[0], dims[2], dims[3], dims[1]};
+  if (nhwc) dims = data_format::nchw_to_nhwc(dims);
   return {meta::result_like(in, shaped_data_type(in[0]), dims)};
 }
 void MaxPool2dOp::Grad::check(std::string_view op, const std::vector<Type>& in,
