@@ -68,3 +68,17 @@ TEST_CASE("an empty message still names the kind", "[support][error]") {
   CHECK(e.message().empty());
   CHECK(std::string(e.what()) == "Unimplemented: ");
 }
+
+TEST_CASE("a copied error owns its text: copies made for other threads share no memory with the original",
+          "[support][error]") {
+  const Error original(ErrorKind::Aborted, "the rendezvous was aborted");
+  const Error copied(original);
+  Error assigned(ErrorKind::Internal, "x");
+  assigned = original;
+  for (const Error* e : {&copied, static_cast<const Error*>(&assigned)}) {
+    CHECK(std::string(e->what()) == original.what());
+    CHECK(e->kind() == ErrorKind::Aborted);
+    CHECK(e->message() == original.message());
+    CHECK(static_cast<const void*>(e->what()) != static_cast<const void*>(original.what()));
+  }
+}

@@ -32,6 +32,13 @@ std::string_view to_string(ErrorKind kind);
 class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& message);
+  // A copy owns its text: std::runtime_error's copy shares a reference-
+  // counted string whose count lives in libstdc++, where ThreadSanitizer
+  // does not see it, so an error copied to another thread (a step's first
+  // error, a done callback's record) would read as a race when either copy
+  // goes. Errors are copied on failure paths only.
+  Error(const Error& other);
+  Error& operator=(const Error& other);
   ErrorKind kind() const noexcept { return kind_; }
   // The message without the "<Kind>: " prefix that what() carries.
   const std::string& message() const noexcept { return message_; }
@@ -83,5 +90,17 @@ inline Error::Error(ErrorKind kind, const std::string& message)
     : std::runtime_error(std::string(to_string(kind)) + ": " + message),
       kind_(kind),
       message_(message) {}
+
+inline Error::Error(const Error& other)
+    : std::runtime_error(std::string(other.what())), kind_(other.kind_), message_(other.message_) {}
+
+inline Error& Error::operator=(const Error& other) {
+  if (this != &other) {
+    std::runtime_error::operator=(std::runtime_error(std::string(other.what())));
+    kind_ = other.kind_;
+    message_ = other.message_;
+  }
+  return *this;
+}
 
 }  // namespace kiln
