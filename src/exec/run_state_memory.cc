@@ -10,6 +10,7 @@ namespace kiln {
 void RunState::use_plan_gc() {
   gc_off_ = plan_->gc_off.data();
   gc_ = plan_->gc.data();
+  recycle_max_ = plan_->recycle_max.data();
 }
 
 // At the start of each run. The first synchronous one is the probe, run as
@@ -50,8 +51,7 @@ void RunState::prepare_memory(bool may_probe) {
     arena_placed_ = arena_checked_ = false;
   }
   if (!arena_placed_) place_arena();
-  gc_off_ = mp.gc_off.data();
-  gc_ = mp.gc.data();
+  recycle_max_ = mp.recycle_max.data();
 }
 
 // A probe that failed, or one a run without a probe replaces: its record
@@ -67,10 +67,9 @@ void RunState::drop_probe() noexcept {
 // variable makes the buffer escaped. Over the pool the buffer is kept
 // instead, and finish_probe finds its other holders.
 [[gnu::noinline, gnu::cold]] void RunState::probe_slot(std::uint32_t s) {
-  const Variable* v = vars_[s];
-  if (!v->is<Tensor>()) return;
-  const Tensor& t = v->get<Tensor>();
-  if (!t.is_initialized() || !t.buffer()) return;
+  const Tensor* held = vars_[s]->held_or_parked();
+  if (!held || !held->buffer()) return;
+  const Tensor& t = *held;
   SlotBuffer& o = probe_->seen[s];
   o.bytes = t.bytes();
   o.dtype = t.dtype();
@@ -85,15 +84,17 @@ void RunState::drop_probe() noexcept {
   }
   long holders = 1;
   for (std::uint32_t q = 0; q < vars_.size(); ++q) {
-    if (q == s || !vars_[q]->is<Tensor>() || !(vars_[q]->get<Tensor>().buffer() == t.buffer())) continue;
+    const Tensor* other = q == s ? nullptr : vars_[q]->held_or_parked();
+    if (!other || !(other->buffer() == t.buffer())) continue;
     probe_->join(s, q);
     ++holders;
   }
   o.escaped = holders < refs;
 }
 
-// Each planned slot's variable holds a tensor over its piece, of the
-// probe's dims and dtype: its kernel's alloc_output reuses it in place.
+// Each planned slot's variable has a tensor over its piece parked, of the
+// probe's dims and dtype: its kernel's alloc_output takes it back and
+// writes it in place; GC parks it again (recycle_max kParkTensor).
 void RunState::place_arena() {
   const MemoryPlan& mp = arena_->plan();
   for (std::size_t k = 0; k < mp.pieces.size(); ++k) {
@@ -102,6 +103,7 @@ void RunState::place_arena() {
     v->clear();
     BufferRef buffer = arena_->make_piece(k);
     v->get_mutable<Tensor>().adopt_buffer(buffer, piece.dims, piece.dtype, Place::cpu());
+    v->park();
   }
   arena_placed_ = true;
 }
@@ -120,9 +122,9 @@ void RunState::group_probed_buffers(MemoryProbe& probe) {
   for (std::uint32_t s = 0; s < probe_held_.size(); ++s)
     if (probe_held_[s]) hold(s, probe_held_[s].get());
   for (std::uint32_t s = 0; s < n; ++s) {
-    const Variable* v = vars_[s];
-    if (!v->is<Tensor>() || !v->get<Tensor>().is_initialized() || !v->get<Tensor>().buffer()) continue;
-    const Tensor& t = v->get<Tensor>();
+    const Tensor* held = vars_[s]->held_or_parked();
+    if (!held || !held->buffer()) continue;
+    const Tensor& t = *held;
     SlotBuffer& o = probe.seen[s];
     o.bytes = t.bytes();
     o.dtype = t.dtype();
@@ -133,10 +135,9 @@ void RunState::group_probed_buffers(MemoryProbe& probe) {
     if (const Buffer* b = probe_held_[s].get(); b && holders[b].second < b->use_count())
       probe.seen[s].escaped = true;
   for (std::uint32_t s = 0; s < n; ++s) {
-    const Variable* v = vars_[s];
-    if (!v->is<Tensor>() || !v->get<Tensor>().buffer()) continue;
-    const Tensor& t = v->get<Tensor>();
-    if (holders[t.buffer().get()].second < t.use_count()) probe.seen[s].escaped = true;
+    const Tensor* held = vars_[s]->held_or_parked();
+    if (!held || !held->buffer()) continue;
+    if (holders[held->buffer().get()].second < held->use_count()) probe.seen[s].escaped = true;
   }
 }
 
@@ -176,8 +177,8 @@ void RunState::check_arena() {
   const MemoryPlan& mp = arena_->plan();
   bool left = false;
   for (std::size_t k = 0; k < mp.pieces.size(); ++k) {
-    const Variable* v = vars_[mp.pieces[k].slot];
-    const bool holds = v->is<Tensor>() && arena_->is_piece(v->get<Tensor>().buffer(), k);
+    const Tensor* held = vars_[mp.pieces[k].slot]->held_or_parked();
+    const bool holds = held && arena_->is_piece(held->buffer(), k);
     if (holds) continue;
     if (unplanned_slots_.empty()) unplanned_slots_.assign(plan_->slots.size(), 0);
     unplanned_slots_[mp.pieces[k].slot] = 1;

@@ -4,6 +4,7 @@
 // restored for the next run (also after a failed one); peak memory with GC is
 // lower than without.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -214,7 +215,8 @@ TEST_CASE("GC lowers peak memory: a chain of 20 big temporaries", "[exec]") {
   CHECK(without_gc >= 20 * kBytes);  // everything stays
 }
 
-TEST_CASE("GC: a small temporary of static shape keeps its buffer run after run, a large one is freed",
+TEST_CASE("GC: a small temporary of static shape is collected, reporting no data, yet keeps its buffer run "
+          "after run; a large one is freed",
           "[exec][gc]") {
   for (std::int64_t n : {std::int64_t{8}, std::int64_t{4096}}) {  // 32 bytes vs 16 KiB
     INFO("elements " << n);
@@ -231,12 +233,13 @@ TEST_CASE("GC: a small temporary of static shape keeps its buffer run after run,
       std::vector<float> in(static_cast<std::size_t>(n), v);
       auto out = core.run(std::vector<Tensor>{Tensor::from_vector<float>({n}, in)});
       CHECK(out[0].to_vector<float>() == std::vector<float>(static_cast<std::size_t>(n), v > 0 ? 2 * v : 0.0f));
-      if (n == 8) {  // resident: the same buffer every run
-        REQUIRE(tmp->is_initialized());
-        if (buffer) CHECK(tmp->get<Tensor>().raw_data() == buffer);
-        buffer = tmp->get<Tensor>().raw_data();
+      CHECK_FALSE(tmp->is_initialized());  // collected after its last user
+      if (n == 8) {  // parked: the same buffer every run
+        REQUIRE(tmp->held_or_parked() != nullptr);
+        if (buffer) CHECK(tmp->held_or_parked()->raw_data() == buffer);
+        buffer = tmp->held_or_parked()->raw_data();
       } else {
-        CHECK_FALSE(tmp->is_initialized());  // freed after its last user
+        CHECK(tmp->held_or_parked() == nullptr);
         CHECK_FALSE(tmp->has_spare());
       }
     }
@@ -276,4 +279,42 @@ TEST_CASE("GC: with recycle_bytes 0 every freed temporary gives its buffer back"
   Variable* tmp = core.variable(core.slot_of(r.result()));
   CHECK_FALSE(tmp->is_initialized());
   CHECK_FALSE(tmp->has_spare());
+}
+
+TEST_CASE("GC is what a user sees: a collected temporary holds no data, a skip_gc one keeps this run's, "
+          "with the default buffer plan and over the memory plan's arena",
+          "[exec][gc]") {
+  // Paddle's skip_gc_vars: small static temporaries (kept from run to run
+  // underneath) and arena pieces are collected like any other.
+  for (std::int64_t n : {std::int64_t{8}, std::int64_t{16 * 1024}})
+    for (unsigned threads : {1u, 2u})
+      for (bool plan : {false, true}) {
+        INFO("elements " << n << ", threads " << threads << ", memory plan " << plan);
+        Program p;
+        Builder b(p);
+        auto x = b.create<DataOp>("x", std::vector<std::int64_t>{n});
+        auto e = b.create<ExpOp>(x.result());                   // collected
+        auto kept = b.create<ScaleOp>(e.result(), 2.0, 0.0);    // skip_gc
+        auto t = b.create<TanhOp>(kept.result());               // collected
+        auto out = b.create<SumOp>(t.result(), std::vector<std::int64_t>{}, false);
+        ExecutionOptions o;
+        o.num_threads = threads;
+        o.plan_memory = plan;
+        o.passes = "";
+        o.skip_gc = {kept.result()};
+        Scope scope;
+        InterpreterCore core(p, scope, {"x"}, {out.result()}, o, queue_for(threads));
+        for (float v : {0.5f, -1.0f, 0.25f}) {
+          core.run(std::vector<Tensor>{filled_f32({n}, v)});
+          CHECK_FALSE(core.variable(core.slot_of(e.result()))->is_initialized());
+          CHECK_FALSE(core.variable(core.slot_of(t.result()))->is_initialized());
+          const Variable* k = core.variable(core.slot_of(kept.result()));
+          REQUIRE(k->is<Tensor>());
+          const std::vector<float> got = k->get<Tensor>().to_vector<float>();
+          REQUIRE(got.size() == static_cast<std::size_t>(n));
+          CHECK(got.front() == Approx(2.0 * std::exp(v)).epsilon(1e-5));
+          CHECK(std::all_of(got.begin(), got.end(), [&](float g) { return g == got.front(); }));
+        }
+        if (plan) CHECK(core.memory_plan() != nullptr);
+      }
 }

@@ -76,14 +76,29 @@ class Variable {
   // kiln::Error (PreconditionNotMet) — clear() first to change the kind.
   template <typename T>
   void set(T value);
-  // Back to empty; drops what was held (a tensor's buffer reference).
-  void clear() noexcept { content_.template emplace<std::monostate>(); }
+  // Back to empty; drops what was held (a tensor's buffer reference) and a
+  // parked tensor.
+  void clear() noexcept {
+    content_.template emplace<std::monostate>();
+    if (__builtin_expect(parked_.is_initialized(), 0)) parked_ = Tensor{};
+  }
+  // Back to empty, like clear(), but a held tensor is parked: the variable
+  // reports nothing (a collected value, as a user sees it), and the next
+  // get_mutable<Tensor>() (KernelContext::alloc_output) takes the parked
+  // tensor back, buffer, dims and all, instead of allocating. The
+  // executor's GC of values whose buffers it keeps from run to run (small
+  // static temporaries, memory-plan pieces).
+  void park() noexcept;
+  // The held tensor, or else the parked one; null when neither (for the
+  // executor's own bookkeeping: which buffers its slots keep).
+  const Tensor* held_or_parked() const noexcept;
   // Back to empty, like clear(), but a tensor buffer of at most `max_bytes`
   // that nothing else references is kept as this variable's spare: the next
   // KernelContext::alloc_output into this variable takes it instead of
   // allocating (the executor's GC of small temporaries, run after run).
   void recycle(std::size_t max_bytes) noexcept;
-  // Exchanges what the two variables hold (not their names or spares).
+  // Exchanges what the two variables hold (not their names, spares or
+  // parked tensors).
   void swap_content(Variable& other) noexcept { content_.swap(other.content_); }
   // Holds what `other` holds: the same tensor (a shared buffer reference), a
   // copy of its tensor array (sharing the elements' buffers) or scalar.
@@ -110,6 +125,7 @@ class Variable {
   std::string name_;
   std::variant<std::monostate, Tensor, TensorArray, Scalar> content_;
   BufferRef spare_;  // see recycle()
+  Tensor parked_;    // see park()
 };
 
 // ---------------------------------------------------------------------------
@@ -172,6 +188,16 @@ inline void Variable::recycle(std::size_t max_bytes) noexcept {
   content_.template emplace<std::monostate>();
 }
 
+inline void Variable::park() noexcept {
+  if (auto* t = std::get_if<Tensor>(&content_)) parked_ = std::move(*t);
+  content_.template emplace<std::monostate>();
+}
+
+inline const Tensor* Variable::held_or_parked() const noexcept {
+  if (const auto* t = std::get_if<Tensor>(&content_)) return t;
+  return parked_.is_initialized() ? &parked_ : nullptr;
+}
+
 template <typename T>
 inline bool Variable::is() const noexcept {
   return kind() == kind_of<T>();
@@ -207,6 +233,8 @@ KILN_ALWAYS_INLINE inline T& Variable::get_mutable() {
 template <typename T>
 T& Variable::make_content() {
   if (kind() != VariableKind::Empty) throw_kind_mismatch<T>("get_mutable");
+  if constexpr (std::is_same_v<T, Tensor>)
+    if (parked_.is_initialized()) return content_.template emplace<Tensor>(std::move(parked_));
   return content_.template emplace<T>();
 }
 
