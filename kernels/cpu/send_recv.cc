@@ -3,9 +3,10 @@
 // hash), beside its attributes. send shares its operand's buffer with the
 // receiver; recv is an asynchronous kernel over recv_async, woken by the
 // run's cancellation manager when the run is cancelled, passes its deadline
-// or fails. A recv in a program with dataflow ops that receives a dead value
-// leaves its output without a tensor, which the frame propagator reads as
-// dead; any other recv fails on one.
+// or fails. A recv in a block that runs as a dataflow program
+// (has_dataflow_ops) that receives a dead value leaves its output without a
+// tensor, which the frame propagator reads as dead; any other recv fails on
+// one.
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,10 +39,8 @@ std::shared_ptr<const void> decode_send(Operation* op) {
 std::shared_ptr<const void> decode_recv(Operation* op) {
   auto a = from_attributes<RecvOp::Attributes>(op->attributes(), RecvOp::name);
   RendezvousKey key(a.src_place, a.dst_place, a.tensor_name);
-  bool dataflow = false;
-  if (const Block* block = op->parent_block())
-    for (const Operation* other : *block)
-      if ((dataflow = is_dataflow_op(*other))) break;
+  const Block* block = op->parent_block();
+  const bool dataflow = block && has_dataflow_ops(*block);
   return std::make_shared<RecvInstruction>(RecvInstruction{std::move(a), std::move(key), dataflow});
 }
 

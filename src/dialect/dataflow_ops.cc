@@ -3,6 +3,7 @@
 
 #include "kiln/dialect/control_flow_ops.h"
 #include "kiln/dialect/infer_meta_util.h"
+#include "kiln/dialect/send_recv_ops.h"
 #include "kiln/dialect/tensor_array_ops.h"
 
 namespace kiln {
@@ -117,6 +118,13 @@ void NextIterationOp::verify() const {
 bool is_dataflow_op(const Operation& op) {
   return op.isa<SwitchOp>() || op.isa<MergeOp>() || op.isa<EnterOp>() || op.isa<ExitOp>() ||
          op.isa<NextIterationOp>();
+}
+
+bool has_dataflow_ops(const Block& block) {
+  const Attribute yes = BoolAttribute::get(true);  // uniqued: compared by pointer
+  for (const Operation* op : block)
+    if (is_dataflow_op(*op) || (op->isa<RecvOp>() && op->attribute("passes_dead") == yes)) return true;
+  return false;
 }
 
 }  // namespace kiln

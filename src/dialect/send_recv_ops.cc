@@ -37,8 +37,10 @@ std::vector<Type> SendOp::infer_meta(const std::vector<Type>& in, DictionaryAttr
 }
 
 void RecvOp::build(Builder&, OperationArgument& arg, const std::string& tensor_name, DataType dtype,
-                   const std::vector<std::int64_t>& shape, Place src_place, Place dst_place) {
-  arg.attributes = to_named_attributes(Attributes{tensor_name, src_place, dst_place, dtype, shape});
+                   const std::vector<std::int64_t>& shape, Place src_place, Place dst_place,
+                   bool passes_dead) {
+  arg.attributes =
+      to_named_attributes(Attributes{tensor_name, src_place, dst_place, dtype, shape, passes_dead});
 }
 
 std::vector<Type> RecvOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {

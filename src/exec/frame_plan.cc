@@ -327,12 +327,6 @@ std::string FramePlan::describe(std::uint32_t node) const {
   return "op #" + std::to_string(n.op_index) + " '" + std::string(n.op->name()) + "'";
 }
 
-bool has_dataflow_ops(const Block& block) {
-  for (const Operation* op : block)
-    if (is_dataflow_op(*op)) return true;
-  return false;
-}
-
 std::shared_ptr<const FramePlan> build_frame_plan(
     const ExecutionPlan& plan, const Block& block,
     const std::unordered_map<const detail::ValueImpl*, std::uint32_t>& value_slot) {

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "kiln/dialect/dataflow_ops.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/dialect/send_recv_ops.h"
 #include "kiln/exec/executor_barrier.h"
@@ -98,6 +99,8 @@ PartitionedProgram partition(const Program& program, const std::vector<Value>& f
 
   // Pass 2: clone in program order; a value another part reads is sent right
   // after its op, and received in that part before its first reader.
+  // In a dataflow program a value may arrive dead: its receiving part passes it on dead.
+  const bool passes_dead = has_dataflow_ops(block);
   std::vector<IrMapping> maps(pp.parts.size());
   std::unordered_map<ValueKey, std::string> edge_name;
   std::size_t index = 0;
@@ -110,7 +113,7 @@ PartitionedProgram partition(const Program& program, const std::vector<Value>& f
       if (from == k || maps[k].lookup(v)) continue;
       const std::string& name = edge_name.at(key_of(v));
       Value got = b.create<RecvOp>(name, shaped_data_type(v.type()), shaped_dims(v.type()),
-                                   pp.parts[from].place, part.place)
+                                   pp.parts[from].place, part.place, passes_dead)
                       .result();
       maps[k].map(v, got);
     }

@@ -8,6 +8,7 @@
 // fails). Tagged [exec]: they run under ThreadSanitizer too.
 #include <algorithm>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -21,8 +22,10 @@
 #include "kiln/dialect/dataflow_ops.h"
 #include "kiln/dialect/send_recv_ops.h"
 #include "kiln/io/json.h"
+#include "kiln/ir/parser.h"
 #include "kiln/runtime/cancellation.h"
 #include "kiln/runtime/rendezvous.h"
+#include <nlohmann/json.hpp>
 
 using namespace kiln;
 using namespace kiln_exec_test;
@@ -360,6 +363,29 @@ TEST_CASE("a send / recv program saved as JSON loads and runs the same", "[exec]
   exe.run(loaded, {}, {}, through(r));
   CHECK(r.recv(RendezvousKey(Place::host_stream(1), Place::cpu(), "b")).tensor.to_vector<float>() ==
         std::vector<float>{2, 4});
+}
+
+TEST_CASE("a recv saved before passes_dead existed loads without it, as text or JSON", "[exec][send_recv]") {
+  Program p;
+  Builder b(p);
+  b.create<SendOp>(recv_f32(b, "a"), "b");
+  const std::string text = p.to_string();
+  const std::string attr = " passes_dead = false,";
+  const std::size_t at = text.find(attr);
+  REQUIRE(at != std::string::npos);
+  const std::string old_text = text.substr(0, at) + text.substr(at + attr.size());
+  Program from_text = parse_program(old_text);
+  CHECK(from_text.to_string() == text);
+  nlohmann::json j = program_to_json(p);
+  std::size_t dropped = 0;
+  std::function<void(nlohmann::json&)> drop = [&](nlohmann::json& x) {
+    if (x.is_object()) dropped += x.erase("passes_dead");
+    if (x.is_structured())
+      for (auto& v : x) drop(v);
+  };
+  drop(j);
+  REQUIRE(dropped == 1);
+  CHECK(load_program_json(j.dump()).to_string() == text);
 }
 
 TEST_CASE("a send of a switch's untaken output delivers a dead value, which a structured recv refuses "

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "exec/exec_test_util.h"
+#include "kiln/dialect/dataflow_ops.h"
 #include "kiln/dialect/send_recv_ops.h"
 #include "kiln/exec/partitioner.h"
 #include "kiln/frontend/frontend.h"
@@ -67,6 +68,8 @@ TEST_CASE("a program split over two places gives the unpartitioned program's res
   for (const ProgramPart& part : pp.parts) {
     part.program.verify();
     for (Operation* op : part.program.block()) CHECK_FALSE(op->attribute(kPlaceAttr));
+    // No dataflow ops: the parts keep the flat counters, and a dead value would be refused.
+    CHECK_FALSE(has_dataflow_ops(part.program.block()));
   }
 
   Executor ea(Place::cpu(), {.num_threads = 1}), eb(Place::cpu(), {.num_threads = 1});
@@ -201,4 +204,36 @@ TEST_CASE("partitioning refuses a foreign fetch and a bad place attribute; runni
                    NotFound, {"feed 'q'"});
   r.defining_op()->set_attribute(kPlaceAttr, StrAttribute::get("gpu"));
   KILN_CHECK_ERROR(partition(p, {r}), InvalidArgument, {"kiln.relu", "kiln.place", "must be a place"});
+}
+
+TEST_CASE("a dataflow program split so that a part holds no dataflow op passes the untaken switch "
+          "output through that part as a dead value",
+          "[exec][partition]") {
+  // B reads only the switch's true output; with pred false it gets a dead
+  // value, passes it on dead, and A's merge takes the false output.
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{1}).result();
+  Value pred = b.create<DataOp>("pred", std::vector<std::int64_t>{}, DataType::Bool).result();
+  auto sw = b.create<SwitchOp>(x, pred);
+  auto doubled = b.create<AddOp>(sw.output_true(), sw.output_true());
+  set_op_place(doubled.operation(), kB);
+  Value merged = b.create<MergeOp>(std::vector<Value>{sw.output_false(), doubled.result()}).output();
+  const PartitionedProgram pp = partition(p, {merged}, kA);
+  REQUIRE(pp.parts.size() == 2);
+  CHECK(count_ops(pp.parts[1].program, "kiln.switch") + count_ops(pp.parts[1].program, "kiln.merge") == 0);
+  CHECK(has_dataflow_ops(pp.parts[1].program.block()));  // its recv passes a dead value on
+  RunOptions bounded;
+  bounded.timeout = std::chrono::seconds(10);  // a part that waits for ever fails the step instead
+  for (unsigned threads : {1u, 2u}) {
+    Executor ea(Place::cpu(), {.num_threads = threads}), eb(Place::cpu(), {.num_threads = threads});
+    Executor* exes[] = {&ea, &eb};
+    for (bool taken : {true, false, true}) {
+      INFO("threads " << threads << ", pred " << taken);
+      const FeedMap feed{{"x", Tensor::from_vector<float>({1}, {3.f})},
+                         {"pred", Tensor::from_vector<bool>(Dims(), {taken})}};
+      CHECK(run_partitioned(pp, exes, feed, bounded)[0].to_vector<float>() ==
+            std::vector<float>{taken ? 6.f : 3.f});
+    }
+  }
 }

@@ -93,5 +93,9 @@ struct NextIterationOp : Op<NextIterationOp, SideEffect, InferMetaInterface> {
 
 // Whether `op` is one of the five ops above.
 bool is_dataflow_op(const Operation& op);
+// Whether `block` runs as a dataflow program (frames, dead values; its plan
+// has a FramePlan): it holds one of the five ops above, or a kiln.recv with
+// passes_dead (a part of a partitioned dataflow program).
+bool has_dataflow_ops(const Block& block);
 
 }  // namespace kiln

@@ -102,9 +102,6 @@ struct FramePlan {
   std::string describe(std::uint32_t node) const;
 };
 
-// Whether the block holds dataflow ops (then its plan needs a FramePlan).
-bool has_dataflow_ops(const Block& block);
-
 // The frame plan of `plan` (a root plan whose instructions are built) over
 // its program's top block; `value_slot` maps the program copy's values to
 // slots. kiln::Error (InvalidArgument) naming the op when frames are ill-formed:

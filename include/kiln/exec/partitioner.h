@@ -10,7 +10,10 @@
 //
 // A control-flow op goes whole with its regions; values its regions read
 // from another place are received before it. Every part gets the whole
-// program's parameters.
+// program's parameters. In a program with dataflow ops (kiln.switch, …)
+// every recv passes a dead value on (RecvOp's passes_dead), so a part that
+// holds none of them still runs as a dataflow program: a value dead on one
+// place is dead on the next, as TensorFlow's partitioned graphs send it.
 #pragma once
 
 #include <cstddef>
