@@ -20,10 +20,12 @@ namespace {
 
 constexpr std::int64_t kParallelIterations = 10;
 
-// Whether an op may run once before a loop instead of once per iteration.
+// Whether an op may run once before a loop instead of once per iteration:
+// one without effects (has_effect: no random draw, side effect or
+// communication, and a known behaviour — a recv, an op of unknown traits,
+// runs each time it is reached).
 bool hoistable(const Operation& op) {
-  return !op.has_trait<Random>() && !op.has_trait<SideEffect>() && !op.has_trait<Communication>() &&
-         op.num_regions() == 0 && !is_dataflow_op(op);
+  return op.num_regions() == 0 && !is_dataflow_op(op) && !has_effect(op);
 }
 
 bool block_can_lower(const Block& block) {

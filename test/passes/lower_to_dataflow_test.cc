@@ -12,6 +12,7 @@
 #include "cf_lowering_util.h"
 #include "kiln/dialect/dataflow_ops.h"
 #include "kiln/dialect/debug_ops.h"
+#include "kiln/kernel/kernel_registry.h"
 #include "kiln/passes/lower_to_dataflow.h"
 #include "passes/passes_test_util.h"
 
@@ -25,6 +26,24 @@ Value add(Value a, Value b) { return main_builder().create<AddOp>(a, b).result()
 Value mul(Value a, Value b) { return main_builder().create<MulOp>(a, b).result(); }
 Value i64_scalar(double v) { return full({1}, v, DataType::Int64); }
 Tensor i64(std::int64_t v) { return Tensor::from_vector<std::int64_t>(Dims({1}), {v}); }
+
+// ticks: i64[1], how many times its kernel ran (1 on its first run). No
+// traits: its effects are unknown to the passes.
+std::int64_t g_ticks = 0;
+struct TicksOp : Op<TicksOp, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "lower_to_dataflow_test.ticks";
+  static constexpr int num_operands = 0, num_results = 1;
+  static void build(Builder&, OperationArgument&) {}
+  static std::vector<Type> infer_meta(const std::vector<Type>&, DictionaryAttribute) {
+    return {TensorType::get(DataType::Int64, {1})};
+  }
+};
+KILN_REGISTER_OP(TicksOp);
+void ticks_kernel(KernelContext& ctx) {
+  ctx.alloc_output(0, Dims({1}), DataType::Int64).data<std::int64_t>()[0] = ++g_ticks;
+}
+KILN_REGISTER_KERNEL(TicksOp, Cpu, Undefined, ticks_kernel);
 
 // Runs `p` structured and lowered (1 and 2 threads) with each feed set;
 // every fetched tensor must be equal.
@@ -152,6 +171,32 @@ TEST_CASE("a program the pass cannot lower as a whole stays structured", "[passe
   o.passes = "lower_to_dataflow";
   Executor exe(Place::cpu(), o);
   KILN_CHECK_ERROR(exe.run(b.main, {}, {outs[0]}), OutOfRange, {"max_iterations"});
+}
+
+TEST_CASE("a body op of unknown effects that reads nothing of the loop runs each iteration: the loop "
+          "stays structured instead of hoisting it",
+          "[passes][frames]") {
+  // ticks declares no traits (not ReadOnly): like DCE, the pass must assume
+  // it does something each time it runs. Hoisted, it would tick once.
+  GuardedPrograms b;
+  Value n = data("n", {1}, DataType::Int64);
+  auto outs = while_loop([&](const std::vector<Value>& v) { return less_than(v[0], n); },
+                         [&](const std::vector<Value>& v) {
+                           Value t = main_builder().create<TicksOp>().result();
+                           return std::vector<Value>{increment(v[0]), add(v[1], t)};
+                         },
+                         {i64_scalar(0), i64_scalar(0)});
+  CHECK_FALSE(can_lower_to_dataflow(b.main));
+  for (const char* passes : {"", "lower_to_dataflow"}) {
+    INFO("passes '" << passes << "'");
+    g_ticks = 0;
+    ExecutionOptions o;
+    o.passes = passes;
+    Executor exe(Place::cpu(), o);
+    auto got = exe.run(b.main, {{"n", i64(3)}}, {outs[1]});
+    CHECK(got[0].to_vector<std::int64_t>() == std::vector<std::int64_t>{1 + 2 + 3});
+    CHECK(g_ticks == 3);
+  }
 }
 
 TEST_CASE("lowering a SimpleRNN's loop over tensor arrays gives the structured outputs and state",
