@@ -209,14 +209,20 @@ std::shared_ptr<const MemoryPlan> plan_memory(const ExecutionPlan& p, MemoryProb
   plan->arena_bytes_in_order = assign_offsets(
       planned, [](const Group& a, const Group& b) { return a.last < b.first; }, &Group::offset_in_order);
 
+  std::vector<std::uint8_t> in_arena(p.slots.size(), 0);
   for (const Group* g : planned) {
     const SlotBuffer& a = probe.seen[g->allocator];
     plan->pieces.push_back({g->allocator, g->offset, g->offset_in_order, g->bytes, a.dtype, a.dims});
+    in_arena[g->allocator] = 1;
   }
   std::sort(plan->pieces.begin(), plan->pieces.end(),
             [](const MemoryPlan::Piece& a, const MemoryPlan::Piece& b) { return a.slot < b.slot; });
-  plan->recycle_max = p.recycle_max;
-  for (const MemoryPlan::Piece& piece : plan->pieces) plan->recycle_max[piece.slot] = kParkTensor;
+  plan->gc_off.assign(p.gc_off.size(), 0);
+  for (std::uint32_t i = 0; i < p.size(); ++i) {
+    for (std::uint32_t k = p.gc_off[i]; k < p.gc_off[i + 1]; ++k)
+      if (!in_arena[p.gc[k]]) plan->gc.push_back(p.gc[k]);
+    plan->gc_off[i + 1] = static_cast<std::uint32_t>(plan->gc.size());
+  }
   return plan;
 }
 

@@ -707,27 +707,43 @@ std::size_t static_bytes(Type t) {
 
 // Small temporaries, within the budget, keep a buffer from run to run
 // instead of freeing and allocating it each run (which costs more than the
-// kernels of a small model). One whose shape is static and small is parked
-// by GC (Variable::park): the variable reports nothing, as any collected
-// one, and its kernel's alloc_output takes the tensor back, as a static
-// buffer assignment would. One whose shape is only known at run time is
-// recycled: GC keeps its buffer as the variable's spare when it is small
-// enough (Variable::recycle). Views (alias != own slot) get neither: their
-// writer's buffer is shared.
+// kernels of a small model). One whose shape is static and small stays
+// resident: GC never touches it, the run's end parks it (a user sees it
+// collected) and its kernel's alloc_output reuses the buffer in place, as a
+// static buffer assignment does. One whose shape is
+// only known at run time is recycled: GC keeps its buffer as the variable's
+// spare when it is small enough (Variable::recycle). Views (alias != own
+// slot) get neither: their writer's buffer is shared.
 void PlanBuilder::plan_buffers() {
   ExecutionPlan& p = plan();
   p.recycle_max.assign(p.slots.size(), 0);
   if (p.options.recycle_bytes == 0) return;
   std::size_t budget = p.options.recycle_budget;
-  const auto limit =
-      static_cast<std::uint32_t>(std::min<std::size_t>(p.options.recycle_bytes, kParkTensor - 1));
+  const auto limit = static_cast<std::uint32_t>(std::min<std::size_t>(p.options.recycle_bytes, UINT32_MAX));
+  std::vector<std::uint8_t> resident(p.slots.size(), 0);
   for (std::uint32_t s = 0; s < p.slots.size() && budget >= limit; ++s) {
     if (p.ref_count[s] == 0 || p.slots[s].alias != s) continue;
     const std::size_t bytes = static_bytes(p.slots[s].type);
     if (bytes > limit) continue;
-    p.recycle_max[s] = bytes > 0 ? kParkTensor : limit;
+    if (bytes > 0) resident[s] = 1;
+    else p.recycle_max[s] = limit;
     budget -= limit;
   }
+  // Resident slots leave the GC tables.
+  std::vector<std::uint32_t> gc, gc_off(p.gc_off.size(), 0);
+  for (std::uint32_t i = 0; i < p.size(); ++i) {
+    for (std::uint32_t k = p.gc_off[i]; k < p.gc_off[i + 1]; ++k)
+      if (!resident[p.gc[k]]) gc.push_back(p.gc[k]);
+    gc_off[i + 1] = static_cast<std::uint32_t>(gc.size());
+  }
+  p.resident.clear();
+  for (std::uint32_t s = 0; s < p.slots.size(); ++s)
+    if (resident[s]) {
+      p.ref_count[s] = 0;
+      p.resident.push_back(s);
+    }
+  p.gc = std::move(gc);
+  p.gc_off = std::move(gc_off);
 }
 
 // ---- phase: what the thread plan chooses from ----

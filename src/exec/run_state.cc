@@ -271,6 +271,7 @@ void RunState::finish_run(std::size_t num_feeds, std::span<Tensor> results) {
     std::size_t n;
     ~DropFeeds() {
       for (std::size_t k = 0; k < n; ++k) st.vars_[st.plan_->feeds[k].slot]->clear();
+      st.park_kept_buffers();
     }
   } drop{*this, num_feeds};
   if (error_) {

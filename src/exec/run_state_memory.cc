@@ -10,7 +10,17 @@ namespace kiln {
 void RunState::use_plan_gc() {
   gc_off_ = plan_->gc_off.data();
   gc_ = plan_->gc.data();
-  recycle_max_ = plan_->recycle_max.data();
+}
+
+// At a run's end: the temporaries GC leaves alone so that they keep their
+// buffers (resident ones, arena pieces) read as collected, as every other
+// temporary does; their kernels take them back next run (get_mutable).
+// One pass of stores here instead of a GC entry each (their ref counts, a
+// branch per slot) kept the seed model's step at its instruction count.
+void RunState::park_kept_buffers() noexcept {
+  for (std::uint32_t s : plan_->resident) vars_[s]->park();
+  if (memory_stage_ == MemoryStage::Planned && arena_placed_ && gc_ == memory_->gc.data())
+    for (const MemoryPlan::Piece& piece : memory_->pieces) vars_[piece.slot]->park();
 }
 
 // At the start of each run. The first synchronous one is the probe, run as
@@ -51,7 +61,8 @@ void RunState::prepare_memory(bool may_probe) {
     arena_placed_ = arena_checked_ = false;
   }
   if (!arena_placed_) place_arena();
-  recycle_max_ = mp.recycle_max.data();
+  gc_off_ = mp.gc_off.data();
+  gc_ = mp.gc.data();
 }
 
 // A probe that failed, or one a run without a probe replaces: its record
@@ -94,7 +105,7 @@ void RunState::drop_probe() noexcept {
 
 // Each planned slot's variable has a tensor over its piece parked, of the
 // probe's dims and dtype: its kernel's alloc_output takes it back and
-// writes it in place; GC parks it again (recycle_max kParkTensor).
+// writes it in place; the run's end parks it again (park_kept_buffers).
 void RunState::place_arena() {
   const MemoryPlan& mp = arena_->plan();
   for (std::size_t k = 0; k < mp.pieces.size(); ++k) {

@@ -152,14 +152,9 @@ void RunState::record_error(std::uint32_t i, std::exception_ptr error) noexcept 
       if (count != 1) ref_[s].store(count, std::memory_order_relaxed);  // ready for the next run
       Variable* v = vars_[s];
       if (!v->is_initialized()) continue;
-      const std::uint32_t r = recycle_max_[s];
-      if (__builtin_expect(probing_, 0)) probe_slot(s);
-      if (r == kParkTensor) {
-        v->park();  // the buffer stays this slot's, on its streams, for the next run
-        continue;
-      }
       if (!p.record_off.empty() && p.record_off[s] != p.record_off[s + 1]) record_streams(s);
-      if (r) v->recycle(r);
+      if (__builtin_expect(probing_, 0)) probe_slot(s);
+      if (const std::uint32_t r = p.recycle_max[s]) v->recycle(r);
       else v->clear();
     }
   }

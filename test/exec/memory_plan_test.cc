@@ -356,7 +356,7 @@ TEST_CASE("a static-shape program's memory plan and peak are known when its plan
       CHECK(built.pieces[k].offset == probed.pieces[k].offset);
       CHECK(built.pieces[k].dims == probed.pieces[k].dims);
     }
-    CHECK(built.recycle_max == probed.recycle_max);
+    CHECK(built.gc == probed.gc);
   };
   SECTION("a chain of 12 scale + exp") {
     Program p;

@@ -26,8 +26,6 @@
 namespace kiln {
 
 inline constexpr std::uint32_t kNoIndex = std::numeric_limits<std::uint32_t>::max();
-// ExecutionPlan::recycle_max's mark of a slot whose GC parks its tensor.
-inline constexpr std::uint32_t kParkTensor = std::numeric_limits<std::uint32_t>::max();
 
 // What a variable slot holds, and so where a RunState finds its Variable.
 enum class SlotKind : std::uint8_t {
@@ -115,12 +113,13 @@ struct ExecutionPlan {
   // freed when its ref_count[s] last users are done (0: never freed).
   std::vector<std::uint32_t> gc_off, gc;
   std::vector<std::int32_t> ref_count;
-  // The buffer plan (plan_buffers): GC of slot s keeps a buffer of at most
-  // recycle_max[s] bytes as the variable's spare for the next run (0: frees
-  // it); kParkTensor parks its tensor instead (Variable::park), as for the
-  // small temporaries of static shape, which keep their buffers run after
-  // run while a collected one reports nothing.
+  // The buffer plan (plan_buffers): small temporaries of static shape are
+  // resident (in no GC list: the variable keeps its buffer, and the run's
+  // end parks it, Variable::park, so that it reads as collected); GC of slot
+  // s keeps a buffer of at most recycle_max[s] bytes as the variable's spare
+  // for the next run (0: frees it).
   std::vector<std::uint32_t> recycle_max;
+  std::vector<std::uint32_t> resident;
   // Stream-safe GC (seed 001 §4.2): before GC frees slot s, its buffer is
   // recorded on the streams record[record_off[s] .. record_off[s+1]) — every
   // stream but its allocating one (a cuda place's compute stream) whose work

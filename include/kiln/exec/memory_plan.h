@@ -17,10 +17,10 @@
 // Offsets: greedy by size, largest first, each group at the lowest offset
 // free of the groups it may be live together with.
 //
-// At run time the group's allocating slot has a tensor over its piece of
-// the arena parked (Variable::park: KernelContext::alloc_output takes it
-// back and writes it in place; GC parks it again, so a collected slot
-// reports nothing, as without a plan); the other members are collected as
+// At run time the group's allocating slot keeps a tensor over its piece of
+// the arena (KernelContext::alloc_output reuses it in place) and leaves the
+// GC lists; the run's end parks it (Variable::park), so that a user sees
+// it collected, as without a plan. The other members are collected as
 // before. A run whose feeds
 // differ in shape from the probe's uses the plan's own GC lists (nothing is
 // wrong then, only not shared), and pieces are put back when the shapes
@@ -83,9 +83,8 @@ struct MemoryPlan {
   // Every observed temporary's live-set minimum, planned or not (the bound
   // the benchmark's peak is measured against).
   std::size_t temporaries_live_bytes = 0;
-  // What GC does with each slot's buffer over the arena: the plan's
-  // recycle_max with the pieces' slots kParkTensor.
-  std::vector<std::uint32_t> recycle_max;
+  // The plan's GC lists without the pieces' slots (ExecutionPlan::gc_off, gc).
+  std::vector<std::uint32_t> gc_off, gc;
   // The feed shapes of the probe run (a run with others uses the plan's GC).
   std::vector<Dims> feed_dims;
 };

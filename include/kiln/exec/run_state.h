@@ -272,11 +272,10 @@ class RunState {
   // finish_probe groups the slots by buffer. Empty for a probe in order.
   std::vector<BufferRef> probe_held_;
   std::vector<std::uint8_t> unplanned_slots_;  // kernels that left their piece
-  // The GC lists (the plan's) and what GC does with each slot's buffer: the
-  // plan's recycle_max, or the arena's (its pieces' slots parked).
+  // The GC lists in use: the plan's, or the arena's (without its slots).
   const std::uint32_t* gc_off_ = nullptr;
   const std::uint32_t* gc_ = nullptr;
-  const std::uint32_t* recycle_max_ = nullptr;
+  void park_kept_buffers() noexcept;
   void prepare_memory(bool may_probe);
   void probe_slot(std::uint32_t slot);
   void finish_probe();

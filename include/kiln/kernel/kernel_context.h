@@ -41,12 +41,12 @@ class KernelContext {
   Variable& output_var(std::uint32_t i) const { return *outputs_[i]; }
   // The input's tensor; kiln::Error naming the op when it holds none.
   // Inline: kernels call it once per operand, on every run.
+  // Parked or not (Variable::park): what a kernel reads was written earlier
+  // in its run, and a value parked at a run's end is taken back by its
+  // writer before any reader runs.
   KILN_ALWAYS_INLINE const Tensor& input(std::uint32_t i) const {
-    const Variable& v = *inputs_[i];
-    if (v.is<Tensor>()) [[likely]] {
-      const Tensor& t = v.get<Tensor>();
-      if (t.is_initialized()) [[likely]] return t;
-    }
+    if (const Tensor* t = inputs_[i]->held_or_parked(); t && t->is_initialized()) [[likely]]
+      return *t;
     throw_missing_input(i);
   }
   // The output variable's tensor (created empty on first use). For an
