@@ -263,17 +263,18 @@ void RunState::read_device_times() {
 }
 
 // Feeds are dropped (the caller's tensors are not kept alive); the fetch
-// targets are read now that every instruction is done.
+// targets are read now that every instruction is done; the temporaries
+// that keep their buffers are parked (also after a failed run).
 void RunState::finish_run(std::size_t num_feeds, std::span<Tensor> results) {
   const ExecutionPlan& p = *plan_;
-  struct DropFeeds {  // also when a copy below throws
+  struct DropFeedsParkKept {  // also when a copy below throws
     RunState& st;
     std::size_t n;
-    ~DropFeeds() {
+    ~DropFeedsParkKept() {
       for (std::size_t k = 0; k < n; ++k) st.vars_[st.plan_->feeds[k].slot]->clear();
       st.park_kept_buffers();
     }
-  } drop{*this, num_feeds};
+  } end{*this, num_feeds};
   if (error_) {
     dirty_ = true;
     if (probing_) drop_probe();  // the next run probes again
