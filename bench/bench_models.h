@@ -24,6 +24,9 @@ struct Model {
   kiln::Program main, startup;
   kiln::Value loss;
   kiln::FeedMap feeds;  // made once, outside the timed loops
+  // Where a recompute would cut the forward (the GPT: the embedding and
+  // each block's output); empty for the others.
+  std::vector<kiln::Value> checkpoints;
 };
 
 // The feeds moved to `place` (once, outside the timed loops).
@@ -140,7 +143,11 @@ inline std::unique_ptr<Model> gpt_model(kiln::Place feed_place = kiln::Place::cp
     kiln::Builder b = kiln::main_builder();
     // [B, L, E] + [L, E] (broadcast over the batch)
     kiln::Value x = b.create<kiln::AddOp>(tok_emb(ids), pos_emb(pos)).result();
-    for (auto& blk : blocks) x = (*blk)(x, /*causal=*/true);
+    m->checkpoints.push_back(x);
+    for (auto& blk : blocks) {
+      x = (*blk)(x, /*causal=*/true);
+      m->checkpoints.push_back(x);
+    }
     kiln::Value logits = head(norm(x));  // [B, L, V]
     logits = b.create<kiln::ReshapeOp>(logits, std::vector<std::int64_t>{-1, kVocab}).result();
     m->loss = kiln::nn::functional::cross_entropy(logits, label);

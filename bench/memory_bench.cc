@@ -11,6 +11,10 @@
 //   BENCH mem.<model>.step.t1 / .step.t1.noplan   ms (interleaved)
 // Models: the seed's, the MLP at batch 64 and 256, the small GPT
 // (bench_models.h); the seed's step is timed in batches of 2000 (µs).
+// The GPT again with each block recomputed in the backward
+// (kiln/frontend/recompute.h), beside the plain one:
+//   BENCH mem.gpt.recompute.live / .footprint   MiB
+//   BENCH mem.gpt.recompute.live_ratio / .step_ratio   over the plain step's
 // `./run bench mem` (also run by `./run bench passes`).
 #include <chrono>
 #include <cstdio>
@@ -21,6 +25,7 @@
 #include "bench_util.h"
 #include "kiln/exec/interpreter_core.h"
 #include "kiln/exec/memory_plan.h"
+#include "kiln/frontend/recompute.h"
 #include "kiln/runtime/allocator.h"
 
 using namespace kiln;
@@ -117,6 +122,24 @@ void run_model(const std::string& name, bench::Model& m, int steps) {
   bench::emit(p + ".step.t1.noplan", bench::median(tb), micro ? "us" : "ms");
 }
 
+// `rec` is `plain` built again and recomputed between its checkpoints.
+void run_recompute(const std::string& name, bench::Model& plain, bench::Model& rec, int steps) {
+  const Footprint a = measure(plain, true, steps);
+  const Footprint b = measure(rec, true, steps);
+  Trainer ta(plain, true), tb(rec, true);
+  std::vector<double> ratio;
+  for (int i = 0; i < 3; ++i) ta.step(), tb.step();
+  for (int i = 0; i < steps; ++i) {
+    const double x = ta.step();
+    ratio.push_back(tb.step() / x);
+  }
+  const std::string p = "mem." + name + ".recompute";
+  bench::emit(p + ".live", b.live / kMiB, "MiB");
+  bench::emit(p + ".footprint", b.bytes / kMiB, "MiB");
+  if (a.live > 0) bench::emit(p + ".live_ratio", b.live / a.live, "ratio");
+  bench::emit(p + ".step_ratio", bench::median(ratio), "ratio");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -139,6 +162,9 @@ int main(int argc, char** argv) {
   if (wants("gpt")) {
     auto m = bench::gpt_model();
     run_model("gpt", *m, 5);
+    auto r = bench::gpt_model();
+    recompute(r->main, r->checkpoints);
+    run_recompute("gpt", *m, *r, 5);
   }
   return 0;
 }
