@@ -14,6 +14,7 @@
 #endif
 #include <type_traits>
 
+#include "cpu_half.h"
 #include "cpu_kernel_util.h"
 #include "kiln/dialect/binary_ops.h"
 #include "kiln/dialect/kiln_dialect.h"
@@ -57,12 +58,7 @@ void binary_half_kernel(KernelContext& ctx) {
     if (t.dtype() != D)
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' operands must both be ",
                   to_string(D), ", got ", to_string(t.dtype()));
-    Tensor f = Tensor::empty(t.dims(), DataType::Float32);
-    const auto* p = static_cast<const std::uint16_t*>(t.raw_data());
-    float* q = f.data<float>();
-    for (std::int64_t i = 0, n = t.numel(); i < n; ++i)
-      q[i] = D == DataType::Float16 ? half_to_float(p[i]) : bfloat16_to_float(p[i]);
-    return f;
+    return widen_half<D>(t);
   };
   const Tensor x = widen(ctx.input(0)), y = widen(ctx.input(1));
   const Dims od = broadcast_dims(ctx.op()->name(), x.dims(), y.dims());
@@ -70,11 +66,7 @@ void binary_half_kernel(KernelContext& ctx) {
   if (od.numel())
     run_broadcast<MathForward<Math>>(make_broadcast_plan(x.dims(), y.dims(), od), x.data<float>(),
                                      y.data<float>(), r.data<float>());
-  Tensor& out = ctx.alloc_output(0, od, D);
-  auto* po = static_cast<std::uint16_t*>(out.raw_data());
-  const float* pr = r.data<float>();
-  for (std::int64_t i = 0, n = od.numel(); i < n; ++i)
-    po[i] = D == DataType::Float16 ? float_to_half(pr[i]) : float_to_bfloat16(pr[i]);
+  round_half<D>(r, ctx.alloc_output(0, od, D));
 }
 
 // One registration per member of BinaryFamily (binary_ops.h): the floats
@@ -132,6 +124,27 @@ struct AddNK {
   }
 };
 
+// add_n of 16-bit floats (mixed precision's gradient sums): summed in f32
+// in input order, rounded once.
+template <DataType D>
+void add_n_half_kernel(KernelContext& ctx) {
+  const std::uint32_t k = ctx.num_inputs();
+  if (k == 0) throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has no inputs");
+  if (ctx.input(0).dtype() != D) throw_input_dtype(ctx, 0, D);
+  Tensor sum = widen_half<D>(ctx.input(0));
+  float* ps = sum.data<float>();
+  for (std::uint32_t i = 1; i < k; ++i) {
+    const Tensor& xi = ctx.input(i);
+    if (xi.dtype() != D || xi.dims() != sum.dims())
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' inputs must have one shape and dtype, got ",
+                  xi.type_string(), " (input #", i, ") beside ", ctx.input(0).type_string(), " (input #0)");
+    const Tensor wi = widen_half<D>(xi);
+    const float* pw = wi.data<float>();
+    for (std::int64_t j = 0, n = sum.numel(); j < n; ++j) ps[j] += pw[j];
+  }
+  round_half<D>(sum, ctx.alloc_output(0, sum.dims(), D));
+}
+
 // ---- maximum_grad / minimum_grad ----
 
 struct MaxWeight {  // share of dout going to x
@@ -176,6 +189,8 @@ template <typename T> using MinimumGradK = MinMaxGrad<MinWeight>::K<T>;
 
 [[maybe_unused]] static const bool binary_family = register_family(BinaryFamily{});
 KILN_REGISTER_KERNELS(AddNOp, Cpu, AddNK, float, double, std::int32_t, std::int64_t);
+KILN_REGISTER_KERNEL(AddNOp, Cpu, BFloat16, add_n_half_kernel<DataType::BFloat16>);
+KILN_REGISTER_KERNEL(AddNOp, Cpu, Float16, add_n_half_kernel<DataType::Float16>);
 
 KILN_REGISTER_KERNELS(GradOf<MaximumOp>, Cpu, MaximumGradK, float, double);
 KILN_REGISTER_KERNELS(GradOf<MinimumOp>, Cpu, MinimumGradK, float, double);

@@ -2,8 +2,8 @@
 // [..., K, M] with transpose_x) times y [..., K, N] (or [..., N, K] with
 // transpose_y), batch dims broadcast numpy-style. One GEMM call when y has no
 // batch (x's batch rows fold into M), otherwise one call per output matrix.
-// The BLAS thread count is left alone (kiln/kernel/blas.h). Also
-// kiln.det.
+// The BLAS thread count is left alone (kiln/kernel/blas.h). bf16 and f16
+// operands multiply in f32 (widened, rounded once). Also kiln.det.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -15,6 +15,7 @@
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/kernel/matmul_shape.h"
 #include "cpu_blas.h"
+#include "cpu_half.h"
 #include "unary_kernel_math.h"
 #include "vector_math.h"
 
@@ -188,15 +189,15 @@ inline int to_blas_int(const KernelContext& ctx, std::int64_t v) {
 
 // Two matrices (no batch dims, the common case): no MatmulShape to fill.
 // False when the dims need matmul_shape (batches, or its error).
-template <typename T>
-bool matrix_product(KernelContext& ctx, const Tensor& x, const Tensor& y, bool tx, bool ty) {
+template <typename T, typename Alloc>
+bool matrix_product(KernelContext& ctx, const Tensor& x, const Tensor& y, bool tx, bool ty, Alloc&& alloc) {
   const Dims& xd = x.dims();
   const Dims& yd = y.dims();
   if (xd.rank() != 2 || yd.rank() != 2) return false;
   const std::int64_t m = tx ? xd[1] : xd[0], k = tx ? xd[0] : xd[1];
   const std::int64_t ky = ty ? yd[1] : yd[0], n = ty ? yd[0] : yd[1];
   if (k != ky) return false;
-  Tensor& out = ctx.alloc_output(0, Dims{m, n}, x.dtype());
+  Tensor& out = alloc(Dims{m, n});
   T* o = out.data<T>();
   if (m == 0 || n == 0) return true;
   if (k == 0) {  // empty sum: zeros (and no BLAS call with a zero leading dim)
@@ -208,16 +209,11 @@ bool matrix_product(KernelContext& ctx, const Tensor& x, const Tensor& y, bool t
   return true;
 }
 
-// Output 0 = x · y (inputs 0 and 1) with these transposes.
-template <typename T>
-void matmul_product(KernelContext& ctx, const MatmulOp::Attributes& a) {
-  const Tensor& x = ctx.input(0);
-  const Tensor& y = ctx.input(1);
-  if (x.dtype() != y.dtype())
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
-                "' operands must have one dtype, got ", to_string(x.dtype()), " and ",
-                to_string(y.dtype()));
-  if (matrix_product<T>(ctx, x, y, a.transpose_x, a.transpose_y)) return;
+// x · y with these transposes, into the tensor alloc(dims) returns.
+template <typename T, typename Alloc>
+void product_into(KernelContext& ctx, const Tensor& x, const Tensor& y, const MatmulOp::Attributes& a,
+                  Alloc&& alloc) {
+  if (matrix_product<T>(ctx, x, y, a.transpose_x, a.transpose_y, alloc)) return;
   const MatmulShape s =
       matmul_shape(ctx.op()->name(), x.dims(), y.dims(), a.transpose_x, a.transpose_y);
   const std::int64_t m = s.m, n = s.n, k = s.k, batch = s.batch, y_count = s.y_count;
@@ -225,7 +221,7 @@ void matmul_product(KernelContext& ctx, const MatmulOp::Attributes& a) {
   const std::int64_t* out_d = s.out_batch;
   const std::int64_t* x_step = s.x_step;
   const std::int64_t* y_step = s.y_step;
-  Tensor& out = ctx.alloc_output(0, s.out_dims, x.dtype());
+  Tensor& out = alloc(s.out_dims);
   T* o = out.data<T>();
   const T* xp = x.data<T>();
   const T* yp = y.data<T>();
@@ -261,9 +257,39 @@ void matmul_product(KernelContext& ctx, const MatmulOp::Attributes& a) {
   }
 }
 
+// Both operands must have one dtype.
+void require_one_dtype(const KernelContext& ctx, const Tensor& x, const Tensor& y) {
+  if (x.dtype() != y.dtype())
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                "' operands must have one dtype, got ", to_string(x.dtype()), " and ",
+                to_string(y.dtype()));
+}
+
+// Output 0 = x · y (inputs 0 and 1) with these transposes.
+template <typename T>
+void matmul_product(KernelContext& ctx, const MatmulOp::Attributes& a) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& y = ctx.input(1);
+  require_one_dtype(ctx, x, y);
+  product_into<T>(ctx, x, y, a, [&](const Dims& d) -> Tensor& { return ctx.alloc_output(0, d, x.dtype()); });
+}
+
 template <typename T>
 void matmul_kernel(KernelContext& ctx) {
   matmul_product<T>(ctx, ctx.attrs<MatmulOp>());
+}
+
+// The 16-bit floats (mixed precision): both operands widened to f32, the
+// f32 product (f32 accumulation), rounded once to D at the end.
+template <DataType D>
+void matmul_half_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& y = ctx.input(1);
+  require_one_dtype(ctx, x, y);
+  Tensor product;
+  product_into<float>(ctx, cpu::widen_half<D>(x), cpu::widen_half<D>(y), ctx.attrs<MatmulOp>(),
+                      [&](const Dims& d) -> Tensor& { return product = Tensor::empty(d, DataType::Float32); });
+  cpu::round_half<D>(product, ctx.alloc_output(0, product.dims(), D));
 }
 
 template <typename T>
@@ -378,6 +404,8 @@ void det_kernel(KernelContext& ctx) {
 
 KILN_REGISTER_KERNEL(MatmulOp, Cpu, Float32, matmul_kernel<float>);
 KILN_REGISTER_KERNEL(MatmulOp, Cpu, Float64, matmul_kernel<double>);
+KILN_REGISTER_KERNEL(MatmulOp, Cpu, BFloat16, matmul_half_kernel<DataType::BFloat16>);
+KILN_REGISTER_KERNEL(MatmulOp, Cpu, Float16, matmul_half_kernel<DataType::Float16>);
 KILN_REGISTER_KERNEL(FusedMatmulOp, Cpu, Float32, fused_matmul_kernel<float>);
 KILN_REGISTER_KERNEL(FusedMatmulOp, Cpu, Float64, fused_matmul_kernel<double>);
 KILN_REGISTER_KERNEL(DetOp, Cpu, Float32, det_kernel<float>);

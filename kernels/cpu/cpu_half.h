@@ -1,0 +1,35 @@
+// The 16-bit floats in CPU kernels (private to kernels/cpu): a bf16 or f16
+// tensor widened to f32 for the f32 arithmetic, and an f32 result rounded
+// once to nearest even into the 16-bit output (PyTorch's CPU half kernels
+// compute the same way).
+#pragma once
+
+#include <cstdint>
+
+#include "kiln/runtime/tensor.h"
+#include "kiln/support/half.h"
+
+namespace kiln::cpu {
+
+template <DataType D>
+Tensor widen_half(const Tensor& t) {
+  static_assert(D == DataType::Float16 || D == DataType::BFloat16);
+  Tensor f = Tensor::empty(t.dims(), DataType::Float32);
+  const auto* p = static_cast<const std::uint16_t*>(t.raw_data());
+  float* q = f.data<float>();
+  for (std::int64_t i = 0, n = t.numel(); i < n; ++i)
+    q[i] = D == DataType::Float16 ? half_to_float(p[i]) : bfloat16_to_float(p[i]);
+  return f;
+}
+
+// out (D, the dims of `f`) = `f` rounded.
+template <DataType D>
+void round_half(const Tensor& f, Tensor& out) {
+  static_assert(D == DataType::Float16 || D == DataType::BFloat16);
+  auto* po = static_cast<std::uint16_t*>(out.raw_data());
+  const float* pf = f.data<float>();
+  for (std::int64_t i = 0, n = f.numel(); i < n; ++i)
+    po[i] = D == DataType::Float16 ? float_to_half(pf[i]) : float_to_bfloat16(pf[i]);
+}
+
+}  // namespace kiln::cpu

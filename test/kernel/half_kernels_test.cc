@@ -1,0 +1,96 @@
+// The 16-bit float kernels mixed precision runs on the CPU (kiln.matmul and
+// kiln.add_n in bf16 and f16): f32 arithmetic on the widened operands,
+// rounded once, so each result is exactly the f32 kernel's result on the
+// widened inputs, rounded to nearest even. Bad operands are errors naming
+// the op.
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernel/kernel_test_util.h"
+#include "kiln/support/half.h"
+
+using namespace kiln;
+using kiln_test::run_kernel;
+
+namespace {
+
+std::uint16_t to_half(float v, DataType dt) {
+  return dt == DataType::Float16 ? float_to_half(v) : float_to_bfloat16(v);
+}
+float from_half(std::uint16_t v, DataType dt) { return dt == DataType::Float16 ? half_to_float(v) : bfloat16_to_float(v); }
+
+// Random values already representable in `dt` (so widening is exact).
+Tensor random_half(const Dims& dims, DataType dt, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  Tensor t = Tensor::empty(dims, dt);
+  auto* p = static_cast<std::uint16_t*>(t.raw_data());
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = to_half(u(rng), dt);
+  return t;
+}
+
+Tensor widen(const Tensor& t) {
+  Tensor f = Tensor::empty(t.dims(), DataType::Float32);
+  const auto* p = static_cast<const std::uint16_t*>(t.raw_data());
+  for (std::int64_t i = 0; i < t.numel(); ++i) f.data<float>()[i] = from_half(p[i], t.dtype());
+  return f;
+}
+
+// Whether `half` is `f32` rounded to `half`'s dtype, element for element.
+bool is_rounded(const Tensor& half, const Tensor& f32) {
+  if (half.dims() != f32.dims()) return false;
+  const auto* p = static_cast<const std::uint16_t*>(half.raw_data());
+  for (std::int64_t i = 0; i < half.numel(); ++i)
+    if (p[i] != to_half(f32.data<float>()[i], half.dtype())) return false;
+  return true;
+}
+
+Tensor matmul(const Tensor& x, const Tensor& y, bool tx, bool ty) {
+  return run_kernel({x, y}, [&](Builder& b, const std::vector<Value>& v) {
+           return b.create<MatmulOp>(v[0], v[1], tx, ty).operation();
+         }).out();
+}
+
+}  // namespace
+
+TEST_CASE("a bf16 or f16 matmul is the f32 matmul of its widened operands, rounded once, with any "
+          "transposes and batch dims",
+          "[kernel][half]") {
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    INFO(to_string(dt));
+    for (bool tx : {false, true})
+      for (bool ty : {false, true}) {
+        INFO("transposes " << tx << ty);
+        const Tensor x = random_half(tx ? Dims{70, 33} : Dims{33, 70}, dt, 1);
+        const Tensor y = random_half(ty ? Dims{45, 70} : Dims{70, 45}, dt, 2);
+        const Tensor got = matmul(x, y, tx, ty);
+        CHECK(got.dtype() == dt);
+        CHECK(is_rounded(got, matmul(widen(x), widen(y), tx, ty)));
+      }
+    const Tensor bx = random_half(Dims{3, 5, 7}, dt, 3), by = random_half(Dims{3, 7, 4}, dt, 4);
+    CHECK(is_rounded(matmul(bx, by, false, false), matmul(widen(bx), widen(by), false, false)));
+  }
+}
+
+TEST_CASE("a bf16 add_n sums in f32 and rounds once; mixed dtypes or shapes are errors naming the op",
+          "[kernel][half]") {
+  const DataType dt = DataType::BFloat16;
+  const Tensor a = random_half(Dims{4, 9}, dt, 5), b = random_half(Dims{4, 9}, dt, 6), c = random_half(Dims{4, 9}, dt, 7);
+  auto add_n = [](const std::vector<Tensor>& in) {
+    return run_kernel(in, [](Builder& bb, const std::vector<Value>& v) { return bb.create<AddNOp>(v).operation(); })
+        .out();
+  };
+  Tensor want = Tensor::empty(Dims{4, 9}, DataType::Float32);
+  for (std::int64_t i = 0; i < want.numel(); ++i)
+    want.data<float>()[i] = widen(a).data<float>()[i] + widen(b).data<float>()[i] + widen(c).data<float>()[i];
+  CHECK(is_rounded(add_n({a, b, c}), want));
+  const Tensor f16 = random_half(Dims{4, 9}, DataType::Float16, 8);
+  KILN_CHECK_ERROR(run_kernel({a, f16}, [](Builder& bb, const std::vector<Value>& v) {
+                     Operation* op = bb.create<AddNOp>(std::vector<Value>{v[0], v[0]}).operation();
+                     op->set_operand(1, v[1]);  // past the builder's check: the kernel's own
+                     return op;
+                   }),
+                   InvalidArgument, {"kiln.add_n", "input #1"});
+}
