@@ -4,6 +4,7 @@
 // blocks trained in bf16 end within 2 % of the f32 loss; bad options are
 // errors that change nothing.
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -11,6 +12,9 @@
 
 #include "frontend/frontend_test_util.h"
 #include "kiln/frontend/amp.h"
+#include "kiln/frontend/clone_for_test.h"
+#include "kiln/io/json.h"
+#include "kiln/ir/parser.h"
 #include "kiln/frontend/op_role.h"
 
 using namespace kiln;
@@ -179,4 +183,26 @@ TEST_CASE("amp: an unsupported level or dtype, an unknown or kernel-less allow-l
   optim::SGD(0.1).minimize(loss);
   kiln_test::expect_error([&] { amp::rewrite(block, {}); }, ErrorKind::InvalidArgument,
                           {"already has backward ops", "before append_backward or minimize"});
+}
+
+TEST_CASE("an amp program prints and parses back, round-trips through JSON, and its for-test clone "
+          "computes the trained program's loss bit for bit",
+          "[frontend][amp]") {
+  const amp::Options o;
+  auto m = mlp(&o);
+  const std::string text = m->g.main.to_string();
+  CHECK(parse_program(text).to_string() == text);
+  const std::string json = save_program_json(m->g.main);
+  CHECK(save_program_json(load_program_json(json)) == json);
+  IrMapping map;
+  const Program test = clone_for_test(m->g.main, &map);
+  std::size_t low_matmuls = 0;
+  for (Operation* op : test.block())
+    if (op->isa<MatmulOp>() && dtype_of(op->result(0)) == DataType::BFloat16) ++low_matmuls;
+  CHECK(low_matmuls == 4);
+  Executor exe;
+  exe.run(m->g.startup);
+  const Tensor before_step = exe.run(test, m->feed, {map.lookup(m->loss)})[0];
+  const Tensor in_step = exe.run(m->g.main, m->feed, {m->loss})[0];
+  CHECK(std::memcmp(before_step.raw_data(), in_step.raw_data(), 4) == 0);
 }
