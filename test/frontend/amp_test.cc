@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -22,13 +21,6 @@ using namespace kiln_frontend_test;
 
 namespace {
 
-Tensor random_tensor(const std::vector<std::int64_t>& dims, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<float> v(std::size_t(Dims(dims).numel()));
-  for (float& x : v) x = normal(rng);
-  return f32(dims, v);
-}
 
 DataType dtype_of(Value v) { return shaped_data_type(v.type()); }
 
@@ -52,7 +44,7 @@ std::unique_ptr<Model> mlp(const amp::Options* amp_options) {
   m->loss = nn::MSELoss()(out, label);
   auto opt = optim::Adam(1e-2);
   m->grads = amp_options ? amp::decorate(opt, *amp_options).minimize(m->loss) : opt.minimize(m->loss);
-  m->feed = {{"x", random_tensor({128, 16}, 1)}, {"label", random_tensor({128, 1}, 2)}};
+  m->feed = {{"x", normal_f32({128, 16}, 1)}, {"label", normal_f32({128, 1}, 2)}};
   return m;
 }
 
@@ -65,7 +57,7 @@ std::unique_ptr<Model> transformer(const amp::Options* amp_options) {
   m->loss = nn::MSELoss()(nn::Linear(32, 32)(h), label);
   auto opt = optim::Adam(3e-3);
   m->grads = amp_options ? amp::decorate(opt, *amp_options).minimize(m->loss) : opt.minimize(m->loss);
-  m->feed = {{"x", random_tensor({4, 16, 32}, 3)}, {"label", random_tensor({4, 16, 32}, 4)}};
+  m->feed = {{"x", normal_f32({4, 16, 32}, 3)}, {"label", normal_f32({4, 16, 32}, 4)}};
   return m;
 }
 
@@ -74,9 +66,7 @@ std::pair<float, float> train_both(Model& f32_model, Model& amp_model, int steps
   Executor a, b;
   a.run(f32_model.g.startup);
   b.run(amp_model.g.startup);
-  for (const std::string& name : a.scope().local_var_names())
-    if (const Variable* v = a.scope().find_var(name); v && v->is<Tensor>())
-      b.scope().var(name).set(v->get<Tensor>().clone());
+  copy_scope(a, b);
   float la = 0, lb = 0;
   for (int s = 0; s < steps; ++s) {
     la = a.run(f32_model.g.main, f32_model.feed, {f32_model.loss})[0].to_vector<float>().at(0);

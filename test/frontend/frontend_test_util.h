@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,23 @@ struct GuardedPrograms {
 
 inline kiln::Tensor f32(const std::vector<std::int64_t>& dims, const std::vector<float>& v) {
   return kiln::Tensor::from_vector<float>(kiln::Dims(dims), v);
+}
+
+// f32 values drawn from N(0, 1) with `seed`.
+inline kiln::Tensor normal_f32(const std::vector<std::int64_t>& dims, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> v(static_cast<std::size_t>(kiln::Dims(dims).numel()));
+  for (float& x : v) x = normal(rng);
+  return f32(dims, v);
+}
+
+// Every tensor of `from`'s scope, copied into `to`'s (two executors that
+// start training one model from the same parameters).
+inline void copy_scope(kiln::Executor& from, kiln::Executor& to) {
+  for (const std::string& name : from.scope().local_var_names())
+    if (const kiln::Variable* v = from.scope().find_var(name); v && v->is<kiln::Tensor>())
+      to.scope().var(name).set(v->get<kiln::Tensor>().clone());
 }
 
 // The ops of a program's top block by name, in order.

@@ -4,7 +4,6 @@
 // never run twice, and bad checkpoints are clear errors.
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -27,13 +26,6 @@ struct Model {
   FeedMap feed;
 };
 
-Tensor random_tensor(const std::vector<std::int64_t>& dims, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<float> v(std::size_t(Dims(dims).numel()));
-  for (float& x : v) x = normal(rng);
-  return f32(dims, v);
-}
 
 // x[256, 32] -> 4 x (Linear, GELU) -> Linear(64, 1), checkpointed at each
 // GELU's output; `dropout` > 0 adds a dropout after the second GELU.
@@ -50,7 +42,7 @@ std::unique_ptr<Model> mlp(double dropout = 0) {
   }
   m->loss = nn::MSELoss()(nn::Linear(64, 1)(h), label);
   optim::Adam(1e-2).minimize(m->loss);
-  m->feed = {{"x", random_tensor({256, 32}, 1)}, {"label", random_tensor({256, 1}, 2)}};
+  m->feed = {{"x", normal_f32({256, 32}, 1)}, {"label", normal_f32({256, 1}, 2)}};
   return m;
 }
 
@@ -67,7 +59,7 @@ std::unique_ptr<Model> transformer() {
   }
   m->loss = nn::MSELoss()(h, label);
   optim::Adam(1e-3).minimize(m->loss);
-  m->feed = {{"x", random_tensor({4, 32, 64}, 3)}, {"label", random_tensor({4, 32, 64}, 4)}};
+  m->feed = {{"x", normal_f32({4, 32, 64}, 3)}, {"label", normal_f32({4, 32, 64}, 4)}};
   return m;
 }
 
@@ -84,9 +76,7 @@ std::pair<std::size_t, std::size_t> train_side_by_side(Model& plain, Model& reco
   Executor a, b;
   a.run(plain.g.startup);
   b.run(recomputed.g.startup);
-  for (const std::string& name : a.scope().local_var_names())
-    if (const Variable* v = a.scope().find_var(name); v && v->is<Tensor>())
-      b.scope().var(name).set(v->get<Tensor>().clone());
+  copy_scope(a, b);
   for (int s = 0; s < steps; ++s) {
     INFO("step " << s);
     const Tensor la = a.run(plain.g.main, plain.feed, {plain.loss})[0];
