@@ -54,6 +54,18 @@ inline cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cubla
                                    ldc, sc, batch);
 }
 
+// The same for 16-bit floats (`dt`: CUDA_R_16BF or CUDA_R_16F, raw bits):
+// C = op(A) · op(B) on tensor cores, accumulated in f32, rounded once.
+inline cublasStatus_t gemm_batched_half(cublasHandle_t h, cudaDataType dt, cublasOperation_t ta,
+                                        cublasOperation_t tb, int m, int n, int k,
+                                        const std::uint16_t* a, int lda, long long sa,
+                                        const std::uint16_t* b, int ldb, long long sb,
+                                        std::uint16_t* c, int ldc, long long sc, int batch) {
+  const float alpha = 1.0f, beta = 0.0f;
+  return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, a, dt, lda, sa, b, dt, ldb, sb, &beta, c,
+                                    dt, ldc, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
 // Row-major C = alpha · op(A) · op(B) + beta · C (C is m × n), batched: the
 // column-major Cᵀ = op(B)ᵀ · op(A)ᵀ, so cuBLAS gets the operands swapped.
 template <typename T>

@@ -1,5 +1,6 @@
 // CUDA kernel of kiln.matmul through cuBLAS (full f32 / f64 precision, no
-// TF32, as PyTorch's default). Row-major C = op(A)·op(B) is column-major
+// TF32, as PyTorch's default; bf16 and f16 on tensor cores with f32
+// accumulation, cublasGemmStridedBatchedEx). Row-major C = op(A)·op(B) is column-major
 // Cᵀ = op(B)ᵀ·op(A)ᵀ, so cuBLAS gets the operands swapped. Batch dims
 // broadcast as on the CPU (kiln/kernel/matmul_shape.h): one strided-batched
 // call when each operand is either one matrix or one per output matrix,
@@ -7,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cublas_util.h"
 #include "kiln/dialect/kiln_dialect.h"
@@ -16,16 +18,35 @@
 namespace kiln::cuda {
 namespace {
 
-template <typename T>
+// Column-major C = op(A) · op(B), `batch` times: f32 / f64 through their
+// GEMMs, the 16-bit floats (T = std::uint16_t, dtype D) through GemmEx.
+template <typename T, DataType D>
+cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                    const T* a, int lda, long long sa, const T* b, int ldb, long long sb, T* c, int ldc,
+                    long long sc, int batch) {
+  if constexpr (std::is_same_v<T, std::uint16_t>)
+    return gemm_batched_half(h, D == DataType::BFloat16 ? CUDA_R_16BF : CUDA_R_16F, ta, tb, m, n, k, a, lda,
+                             sa, b, ldb, sb, c, ldc, sc, batch);
+  else
+    return gemm_batched(h, ta, tb, m, n, k, T(1), a, lda, sa, b, ldb, sb, T(0), c, ldc, sc, batch);
+}
+
+const Tensor& input_of(const KernelContext& ctx, std::uint32_t i, DataType dtype) {
+  const Tensor& t = ctx.input(i);
+  if (t.dtype() != dtype) throw_input_dtype(ctx, i, dtype);
+  return t;
+}
+
+template <typename T, DataType D = data_type_of<T>>
 void matmul_kernel(KernelContext& ctx) {
   const auto& a = ctx.attrs<MatmulOp>();
-  const Tensor x = typed_input<T>(ctx, 0), y = typed_input<T>(ctx, 1);
+  const Tensor x = input_of(ctx, 0, D), y = input_of(ctx, 1, D);
   const MatmulShape s =
       matmul_shape(ctx.op()->name(), x.dims(), y.dims(), a.transpose_x, a.transpose_y);
   Tensor& out = ctx.alloc_output(0, s.out_dims, x.dtype());
   const cudaStream_t stream = stream_of(ctx);
   if (s.batch == 0 || s.m == 0 || s.n == 0) return;
-  T* o = out.data<T>();
+  T* o = static_cast<T*>(out.raw_data());
   if (s.k == 0) {  // an empty sum: zeros
     check_cuda(cudaMemsetAsync(o, 0, out.bytes(), stream), "zeroing a matmul result");
     return;
@@ -36,14 +57,13 @@ void matmul_kernel(KernelContext& ctx) {
   const cublasOperation_t op_y = a.transpose_y ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int ldx = a.transpose_x ? m : k, ldy = a.transpose_y ? k : n;
   const long long x_mat = s.m * s.k, y_mat = s.k * s.n, o_mat = s.m * s.n;
-  const T* xp = x.data<T>();
-  const T* yp = y.data<T>();
+  const T* xp = static_cast<const T*>(x.raw_data());
+  const T* yp = static_cast<const T*>(y.raw_data());
   const bool x_flat = s.x_count == 1 || s.x_count == s.batch;
   const bool y_flat = s.y_count == 1 || s.y_count == s.batch;
   if (x_flat && y_flat) {
-    check_cublas(ctx, gemm_batched(h, op_y, op_x, n, m, k, T(1), yp, ldy,
-                                   s.y_count == 1 ? 0 : y_mat, xp, ldx, s.x_count == 1 ? 0 : x_mat,
-                                   T(0), o, n, o_mat, to_int(ctx, s.batch)));
+    check_cublas(ctx, gemm<T, D>(h, op_y, op_x, n, m, k, yp, ldy, s.y_count == 1 ? 0 : y_mat, xp, ldx,
+                                 s.x_count == 1 ? 0 : x_mat, o, n, o_mat, to_int(ctx, s.batch)));
     return;
   }
   // Both operands broadcast along different batch dims: walk the output
@@ -51,8 +71,8 @@ void matmul_kernel(KernelContext& ctx) {
   std::int64_t idx[Dims::kMaxRank] = {};
   std::int64_t xo = 0, yo = 0;
   for (std::int64_t b = 0; b < s.batch; ++b) {
-    check_cublas(ctx, gemm_batched(h, op_y, op_x, n, m, k, T(1), yp + yo * y_mat, ldy, 0,
-                                   xp + xo * x_mat, ldx, 0, T(0), o + b * o_mat, n, 0, 1));
+    check_cublas(ctx, gemm<T, D>(h, op_y, op_x, n, m, k, yp + yo * y_mat, ldy, 0, xp + xo * x_mat, ldx, 0,
+                                 o + b * o_mat, n, 0, 1));
     for (int i = s.batch_rank - 1; i >= 0; --i) {
       xo += s.x_step[i];
       yo += s.y_step[i];
@@ -68,5 +88,7 @@ void matmul_kernel(KernelContext& ctx) {
 
 KILN_REGISTER_KERNEL(MatmulOp, Cuda, Float32, matmul_kernel<float>);
 KILN_REGISTER_KERNEL(MatmulOp, Cuda, Float64, matmul_kernel<double>);
+KILN_REGISTER_KERNEL(MatmulOp, Cuda, BFloat16, matmul_kernel<std::uint16_t, DataType::BFloat16>);
+KILN_REGISTER_KERNEL(MatmulOp, Cuda, Float16, matmul_kernel<std::uint16_t, DataType::Float16>);
 
 }  // namespace kiln::cuda

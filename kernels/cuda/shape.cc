@@ -495,6 +495,8 @@ KILN_REGISTER_KERNEL(CastOp, Cuda, Int64, cast_kernel);
 KILN_REGISTER_KERNEL(CastOp, Cuda, Bool, cast_kernel);
 KILN_REGISTER_KERNEL(CastOp, Cuda, UInt8, cast_kernel);
 KILN_REGISTER_KERNEL(CastOp, Cuda, Int8, cast_kernel);
+KILN_REGISTER_KERNEL(CastOp, Cuda, BFloat16, cast_kernel);
+KILN_REGISTER_KERNEL(CastOp, Cuda, Float16, cast_kernel);
 KILN_REGISTER_KERNELS(ClipOp, Cuda, ClipK, float, double, std::int8_t, std::int16_t, std::int32_t,
                       std::int64_t, std::uint8_t, std::uint16_t, std::uint32_t, std::uint64_t);
 KILN_REGISTER_KERNELS(ScaleOp, Cuda, ScaleK, float, double, std::int32_t, std::int64_t);

@@ -2,13 +2,17 @@
 // a fill of 1-, 2-, 4- or 8-byte words (full, zeros_like), one strided copy
 // of such words that serves transpose, slice and its gradient, concat, split
 // and split_as (each op's layout becomes a walk over at most kMaxRank dims
-// with a source and a destination stride per dim), cast between f32, f64,
+// with a source and a destination stride per dim), cast between f32 and
+// bf16 / f16, and between f32, f64,
 // i32, i64, bool, u8 and i8 with the CPU's conversion rules, and clip and
 // scale element by element.
 //
 // The copies move bytes only, so they are exact; casts follow the CPU's
 // rules (float → integer saturates, NaN → 0); scale's products are rounded
 // before the add (no FMA), as the CPU computes them.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -75,6 +79,22 @@ __global__ void cast(const From* __restrict__ in, To* __restrict__ out, std::int
   KILN_GRID_STRIDE(i, n) out[i] = convert<To>(in[i]);
 }
 
+// f32 <-> the 16-bit floats (raw bits): rounded to nearest even, as the
+// CPU's casts (kiln/support/half.h).
+__global__ void f32_to_16bit(const float* __restrict__ in, std::uint16_t* __restrict__ out,
+                             std::int64_t n, bool bf16) {
+  KILN_GRID_STRIDE(i, n) {
+    out[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(in[i])) : __half_as_ushort(__float2half_rn(in[i]));
+  }
+}
+
+__global__ void f16bit_to_f32(const std::uint16_t* __restrict__ in, float* __restrict__ out,
+                              std::int64_t n, bool bf16) {
+  KILN_GRID_STRIDE(i, n) {
+    out[i] = bf16 ? __bfloat162float(__ushort_as_bfloat16(in[i])) : __half2float(__ushort_as_half(in[i]));
+  }
+}
+
 // f(T{}) for the element type of t; false when t is not one of the seven.
 template <typename F>
 bool with_type(DataType t, F&& f) {
@@ -137,6 +157,19 @@ void launch_strided_copy(const void* src, void* dst, int width, const CopyWalk& 
 
 bool launch_cast(DataType from, DataType to, const void* in, void* out, std::int64_t n,
                  cudaStream_t s) {
+  const auto is16 = [](DataType t) { return t == DataType::BFloat16 || t == DataType::Float16; };
+  if (from == DataType::Float32 && is16(to)) {
+    f32_to_16bit<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const float*>(in),
+                                                     static_cast<std::uint16_t*>(out), n,
+                                                     to == DataType::BFloat16);
+    return true;
+  }
+  if (is16(from) && to == DataType::Float32) {
+    f16bit_to_f32<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const std::uint16_t*>(in),
+                                                     static_cast<float*>(out), n,
+                                                     from == DataType::BFloat16);
+    return true;
+  }
   bool to_ok = false;
   const bool from_ok = with_type(from, [&](auto f) {
     to_ok = with_type(to, [&](auto t) {

@@ -14,6 +14,7 @@
 #include "kiln/frontend/clone_for_test.h"
 #include "kiln/io/json.h"
 #include "kiln/ir/parser.h"
+#include "kiln/runtime/cuda_context.h"
 #include "kiln/frontend/op_role.h"
 
 using namespace kiln;
@@ -62,8 +63,8 @@ std::unique_ptr<Model> transformer(const amp::Options* amp_options) {
 }
 
 // Trains both from the same parameters; returns the two last losses.
-std::pair<float, float> train_both(Model& f32_model, Model& amp_model, int steps) {
-  Executor a, b;
+std::pair<float, float> train_both(Model& f32_model, Model& amp_model, int steps, Place place = Place::cpu()) {
+  Executor a(place), b(place);
   a.run(f32_model.g.startup);
   b.run(amp_model.g.startup);
   copy_scope(a, b);
@@ -131,6 +132,20 @@ TEST_CASE("amp O1 bf16 trains an MLP and transformer blocks to within 2 % of the
     CHECK(std::isfinite(lb));
     CHECK(std::abs(lb - lf) <= 0.02 * std::abs(lf));
   }
+}
+
+TEST_CASE("amp O1 bf16 on CUDA (cuBLAS on tensor cores) trains the MLP to within 2 % of the f32 loss",
+          "[frontend][amp][cuda]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: the amp training on CUDA is not tried");
+    return;
+  }
+  const amp::Options o;
+  auto plain = mlp(nullptr);
+  auto low = mlp(&o);
+  const auto [lf, lb] = train_both(*plain, *low, 30, Place::cuda(0));
+  INFO("f32 loss " << lf << ", bf16 loss " << lb);
+  CHECK(std::abs(lb - lf) <= 0.02 * std::abs(lf));
 }
 
 TEST_CASE("amp: f16 O1 builds and runs; O0 changes nothing", "[frontend][amp]") {

@@ -1,0 +1,95 @@
+// kiln.matmul and kiln.cast in bf16 and f16 on CUDA against the CPU's
+// kernels. The matmul (cuBLAS GemmEx on tensor cores, f32 accumulation)
+// differs from the CPU's (the f32 GEMM of the widened operands, rounded
+// once) only in the order of its sums, so each element is the CPU's or one
+// unit in the last place beside it; the casts give the CPU's bits.
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernel/cuda_test_util.h"
+#include "kiln/support/half.h"
+
+using namespace kiln;
+using kiln_test::have_cuda;
+using kiln_test::run_cuda_kernel;
+using kiln_test::run_kernel;
+
+namespace {
+
+float widen(std::uint16_t v, DataType dt) { return dt == DataType::Float16 ? half_to_float(v) : bfloat16_to_float(v); }
+
+Tensor random_half(const Dims& dims, DataType dt, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  Tensor t = Tensor::empty(dims, dt);
+  auto* p = static_cast<std::uint16_t*>(t.raw_data());
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    p[i] = dt == DataType::Float16 ? float_to_half(u(rng)) : float_to_bfloat16(u(rng));
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("a bf16 or f16 matmul on CUDA matches the CPU's to one unit in the last place, with any "
+          "transposes and batch dims",
+          "[kernel][half][cuda]") {
+  if (!have_cuda()) return;
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    const int mantissa_bits = dt == DataType::BFloat16 ? 7 : 10;
+    for (bool tx : {false, true})
+      for (bool ty : {false, true}) {
+        INFO(to_string(dt) << ", transposes " << tx << ty);
+        const Tensor x = random_half(tx ? Dims{4, 70, 33} : Dims{4, 33, 70}, dt, 1);
+        const Tensor y = random_half(ty ? Dims{45, 70} : Dims{70, 45}, dt, 2);
+        auto make = [&](Builder& b, const std::vector<Value>& v) {
+          return b.create<MatmulOp>(v[0], v[1], tx, ty).operation();
+        };
+        const Tensor cpu = run_kernel({x, y}, make).out();
+        const Tensor gpu = run_cuda_kernel({x, y}, make).out();
+        REQUIRE(gpu.dtype() == dt);
+        REQUIRE(gpu.dims() == cpu.dims());
+        const auto* pc = static_cast<const std::uint16_t*>(cpu.raw_data());
+        const auto* pg = static_cast<const std::uint16_t*>(gpu.raw_data());
+        int off = 0;
+        for (std::int64_t i = 0; i < cpu.numel(); ++i) {
+          const float c = widen(pc[i], dt), g = widen(pg[i], dt);
+          const float ulp = std::ldexp(1.0f, std::ilogb(std::max(std::abs(c), 1e-3f)) - mantissa_bits);
+          off += std::abs(c - g) > ulp;
+        }
+        CHECK(off == 0);
+      }
+  }
+}
+
+TEST_CASE("casts between f32 and bf16 / f16 on CUDA give the CPU's bits: ties to even, overflow, "
+          "subnormals, NaN kept a NaN",
+          "[kernel][half][cuda]") {
+  if (!have_cuda()) return;
+  std::vector<float> values{0.f, -0.f, 1.f, -2.5f, 1.00390625f, 1.01171875f, 65504.f, 65520.f, 1e30f,
+                            -1e30f, 1e-40f, 6e-8f, 3.0e-5f, INFINITY, -INFINITY, NAN};
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-1e4f, 1e4f);
+  for (int i = 0; i < 1000; ++i) values.push_back(u(rng));
+  const Tensor f = Tensor::from_vector<float>(Dims{std::int64_t(values.size())}, values);
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    INFO(to_string(dt));
+    auto down = [&](Builder& b, const std::vector<Value>& v) { return b.create<CastOp>(v[0], dt).operation(); };
+    const Tensor cpu = run_kernel({f}, down).out(), gpu = run_cuda_kernel({f}, down).out();
+    REQUIRE(gpu.dtype() == dt);
+    const auto* pc = static_cast<const std::uint16_t*>(cpu.raw_data());
+    const auto* pg = static_cast<const std::uint16_t*>(gpu.raw_data());
+    for (std::int64_t i = 0; i < cpu.numel(); ++i) {
+      INFO("value " << values[std::size_t(i)]);
+      if (std::isnan(values[std::size_t(i)])) CHECK(std::isnan(widen(pg[i], dt)));
+      else CHECK(pg[i] == pc[i]);
+    }
+    auto up = [&](Builder& b, const std::vector<Value>& v) {
+      return b.create<CastOp>(v[0], DataType::Float32).operation();
+    };
+    const Tensor back = run_cuda_kernel({cpu}, up).out();
+    for (std::int64_t i = 0; i < cpu.numel(); ++i)
+      if (!std::isnan(values[std::size_t(i)])) CHECK(back.data<float>()[i] == widen(pc[i], dt));
+  }
+}
