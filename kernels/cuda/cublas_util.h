@@ -11,6 +11,7 @@
 
 #include "cuda_kernel_util.cuh"
 #include "kiln/runtime/cuda_context.h"
+#include "kiln/runtime/matmul_precision.h"
 
 namespace kiln::cuda {
 
@@ -39,10 +40,16 @@ inline cublasHandle_t cublas_of(const KernelContext& ctx) {
 
 // Column-major C = alpha · op(A) · op(B) + beta · C, `batch` times with the
 // given element strides between matrices.
+// f32: full precision, or TF32 on tensor cores when the process allows it
+// (kiln/runtime/matmul_precision.h).
 inline cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
                                    int m, int n, int k, float alpha, const float* a, int lda,
                                    long long sa, const float* b, int ldb, long long sb, float beta,
                                    float* c, int ldc, long long sc, int batch) {
+  if (float32_matmul_precision() == MatmulPrecision::High)
+    return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, a, CUDA_R_32F, lda, sa, b, CUDA_R_32F, ldb,
+                                      sb, &beta, c, CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                      CUBLAS_GEMM_DEFAULT);
   return cublasSgemmStridedBatched(h, ta, tb, m, n, k, &alpha, a, lda, sa, b, ldb, sb, &beta, c,
                                    ldc, sc, batch);
 }

@@ -1,14 +1,17 @@
-// kiln.matmul and kiln.cast in bf16 and f16 on CUDA against the CPU's
-// kernels. The matmul (cuBLAS GemmEx on tensor cores, f32 accumulation)
+// Reduced precision on CUDA: kiln.matmul and kiln.cast in bf16 and f16
+// against the CPU's kernels, and f32 matmuls under TF32. The matmul (cuBLAS GemmEx on tensor cores, f32 accumulation)
 // differs from the CPU's (the f32 GEMM of the widened operands, rounded
 // once) only in the order of its sums, so each element is the CPU's or one
 // unit in the last place beside it; the casts give the CPU's bits.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "kernel/cuda_test_util.h"
+#include "kiln/runtime/matmul_precision.h"
 #include "kiln/support/half.h"
 
 using namespace kiln;
@@ -92,4 +95,30 @@ TEST_CASE("casts between f32 and bf16 / f16 on CUDA give the CPU's bits: ties to
     for (std::int64_t i = 0; i < cpu.numel(); ++i)
       if (!std::isnan(values[std::size_t(i)])) CHECK(back.data<float>()[i] == widen(pc[i], dt));
   }
+}
+
+TEST_CASE("an f32 matmul on CUDA under MatmulPrecision::High (TF32) stays within TF32's rounding of "
+          "the full-precision one, and Highest gives the same bits as before",
+          "[kernel][cuda]") {
+  if (!have_cuda()) return;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> xv(128 * 256), yv(256 * 96);
+  for (float& v : xv) v = u(rng);
+  for (float& v : yv) v = u(rng);
+  const Tensor x = Tensor::from_vector<float>(Dims{128, 256}, xv), y = Tensor::from_vector<float>(Dims{256, 96}, yv);
+  auto make = [](Builder& b, const std::vector<Value>& v) { return b.create<MatmulOp>(v[0], v[1]).operation(); };
+  const Tensor full = run_cuda_kernel({x, y}, make).out();
+  set_float32_matmul_precision(MatmulPrecision::High);
+  const Tensor tf32 = run_cuda_kernel({x, y}, make).out();
+  set_float32_matmul_precision(MatmulPrecision::Highest);
+  const Tensor again = run_cuda_kernel({x, y}, make).out();
+  CHECK(std::memcmp(full.raw_data(), again.raw_data(), full.bytes()) == 0);
+  // Each product's operands lose up to 2^-11 relative each: |error| <= k * 2^-10 for |x|, |y| <= 1.
+  const float bound = 256 * std::ldexp(1.0f, -10);
+  float worst = 0;
+  for (std::int64_t i = 0; i < full.numel(); ++i)
+    worst = std::max(worst, std::abs(full.data<float>()[i] - tf32.data<float>()[i]));
+  INFO("largest difference " << worst);
+  CHECK(worst <= bound);
 }
