@@ -14,6 +14,7 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
 #include "kiln/runtime/scope.h"
+#include "kiln/frontend/amp.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/frontend/optimizer.h"
 #include "kiln/runtime/cuda_context.h"
@@ -126,20 +127,32 @@ inline std::unique_ptr<Model> lenet_model() {
 inline constexpr std::int64_t kVocab = 96, kModel = 128, kHeads = 4, kFF = 512, kLayers = 2,
                        kSeq = 64, kBatch = 16;
 
-inline std::unique_ptr<Model> gpt_model(kiln::Place feed_place = kiln::Place::cpu()) {
+// A GPT's sizes: the small char GPT by default; gpt2_small() is GPT-2
+// small's (124M parameters) at sequence 512, batch 8.
+struct GptShape {
+  std::int64_t vocab = kVocab, model = kModel, heads = kHeads, ff = kFF, layers = kLayers, seq = kSeq,
+               batch = kBatch;
+};
+inline GptShape gpt2_small() { return {50257, 768, 12, 3072, 12, 512, 8}; }
+
+// Token and position embeddings, `layers` causal post-norm blocks (GELU),
+// a final layer norm and a linear head; next-token cross-entropy; AdamW.
+// `amp`: the forward's matmuls in bf16 (kiln/frontend/amp.h, level O1).
+inline std::unique_ptr<Model> gpt_model(kiln::Place feed_place = kiln::Place::cpu(), const GptShape& s = {},
+                                        bool amp = false) {
   auto m = std::make_unique<Model>();
   {
     kiln::ProgramGuard guard(m->main, m->startup);
-    auto ids = kiln::data("ids", {kBatch, kSeq}, kiln::DataType::Int64, feed_place);
-    auto pos = kiln::data("pos", {kSeq}, kiln::DataType::Int64, feed_place);
-    auto label = kiln::data("label", {kBatch * kSeq}, kiln::DataType::Int64, feed_place);
-    kiln::nn::Embedding tok_emb(kVocab, kModel), pos_emb(kSeq, kModel);
+    auto ids = kiln::data("ids", {s.batch, s.seq}, kiln::DataType::Int64, feed_place);
+    auto pos = kiln::data("pos", {s.seq}, kiln::DataType::Int64, feed_place);
+    auto label = kiln::data("label", {s.batch * s.seq}, kiln::DataType::Int64, feed_place);
+    kiln::nn::Embedding tok_emb(s.vocab, s.model), pos_emb(s.seq, s.model);
     std::vector<std::unique_ptr<kiln::nn::TransformerEncoderLayer>> blocks;
-    for (int i = 0; i < kLayers; ++i)
+    for (int i = 0; i < s.layers; ++i)
       blocks.push_back(std::make_unique<kiln::nn::TransformerEncoderLayer>(
-          kModel, kHeads, kFF, /*dropout=*/0.0, "gelu"));
-    kiln::nn::LayerNorm norm({kModel});
-    kiln::nn::Linear head(kModel, kVocab);
+          s.model, s.heads, s.ff, /*dropout=*/0.0, "gelu"));
+    kiln::nn::LayerNorm norm({s.model});
+    kiln::nn::Linear head(s.model, s.vocab);
     kiln::Builder b = kiln::main_builder();
     // [B, L, E] + [L, E] (broadcast over the batch)
     kiln::Value x = b.create<kiln::AddOp>(tok_emb(ids), pos_emb(pos)).result();
@@ -149,27 +162,28 @@ inline std::unique_ptr<Model> gpt_model(kiln::Place feed_place = kiln::Place::cp
       m->checkpoints.push_back(x);
     }
     kiln::Value logits = head(norm(x));  // [B, L, V]
-    logits = b.create<kiln::ReshapeOp>(logits, std::vector<std::int64_t>{-1, kVocab}).result();
+    logits = b.create<kiln::ReshapeOp>(logits, std::vector<std::int64_t>{-1, s.vocab}).result();
     m->loss = kiln::nn::functional::cross_entropy(logits, label);
-    kiln::optim::AdamW(/*learning_rate=*/3e-4, 0.9, 0.999, 1e-8, /*weight_decay=*/0.01)
-        .minimize(m->loss);
+    kiln::optim::AdamW opt(/*learning_rate=*/3e-4, 0.9, 0.999, 1e-8, /*weight_decay=*/0.01);
+    if (amp) kiln::amp::decorate(opt).minimize(m->loss);
+    else opt.minimize(m->loss);
   }
   std::mt19937 rng(12);
-  std::uniform_int_distribution<std::int64_t> tok(0, kVocab - 1);
-  std::vector<std::int64_t> seq(static_cast<std::size_t>(kBatch * (kSeq + 1)));
+  std::uniform_int_distribution<std::int64_t> tok(0, s.vocab - 1);
+  std::vector<std::int64_t> seq(static_cast<std::size_t>(s.batch * (s.seq + 1)));
   for (auto& v : seq) v = tok(rng);
   // Next-token targets of random sequences: ids = s[0..L), label = s[1..L].
-  std::vector<std::int64_t> ids(static_cast<std::size_t>(kBatch * kSeq)), label(ids.size()),
-      pos(static_cast<std::size_t>(kSeq));
-  for (std::int64_t bi = 0; bi < kBatch; ++bi)
-    for (std::int64_t t = 0; t < kSeq; ++t) {
-      ids[std::size_t(bi * kSeq + t)] = seq[std::size_t(bi * (kSeq + 1) + t)];
-      label[std::size_t(bi * kSeq + t)] = seq[std::size_t(bi * (kSeq + 1) + t + 1)];
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(s.batch * s.seq)), label(ids.size()),
+      pos(static_cast<std::size_t>(s.seq));
+  for (std::int64_t bi = 0; bi < s.batch; ++bi)
+    for (std::int64_t t = 0; t < s.seq; ++t) {
+      ids[std::size_t(bi * s.seq + t)] = seq[std::size_t(bi * (s.seq + 1) + t)];
+      label[std::size_t(bi * s.seq + t)] = seq[std::size_t(bi * (s.seq + 1) + t + 1)];
     }
-  for (std::int64_t t = 0; t < kSeq; ++t) pos[std::size_t(t)] = t;
-  m->feeds = {{"ids", kiln::Tensor::from_vector<std::int64_t>({kBatch, kSeq}, ids)},
-              {"pos", kiln::Tensor::from_vector<std::int64_t>({kSeq}, pos)},
-              {"label", kiln::Tensor::from_vector<std::int64_t>({kBatch * kSeq}, label)}};
+  for (std::int64_t t = 0; t < s.seq; ++t) pos[std::size_t(t)] = t;
+  m->feeds = {{"ids", kiln::Tensor::from_vector<std::int64_t>({s.batch, s.seq}, ids)},
+              {"pos", kiln::Tensor::from_vector<std::int64_t>({s.seq}, pos)},
+              {"label", kiln::Tensor::from_vector<std::int64_t>({s.batch * s.seq}, label)}};
   place_feeds(*m, feed_place);
   return m;
 }

@@ -12,6 +12,13 @@
 //   BENCH cuda.gpt.graph.step      ms: the same, replayed as a CUDA graph
 //   BENCH cuda.seed.step.host_feeds µs: the seed step fed host tensors (two
 //                                  copies to the device per step)
+//   BENCH cuda.gpt2s.f32.step      ms: GPT-2 small (vocab 50257, d 768, 12
+//                                  heads, 12 layers, seq 512, batch 8, AdamW),
+//                                  full f32 GEMMs
+//   BENCH cuda.gpt2s.tf32.step     ms: the same, f32 GEMMs in TF32
+//                                  (MatmulPrecision::High)
+//   BENCH cuda.gpt2s.amp_bf16.step ms: the same under amp O1 bf16 (its
+//                                  matmuls on tensor cores in bf16)
 // The models' batches stay on the device (data ops placed there), as the
 // peer's do. Each is the median of several repetitions after warm-up; the PyTorch peer
 // (bench/peers/cuda_torch.py) prints cuda.*.torch.step in the same run and
@@ -25,6 +32,7 @@
 #include "bench_util.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/runtime/cuda_context.h"
+#include "kiln/runtime/matmul_precision.h"
 #include "kiln/support/warning.h"
 
 namespace bench {
@@ -146,6 +154,17 @@ int main(int argc, char** argv) {
     auto m = gpt_model(dev);
     emit("cuda.gpt.step", step_us(*m, false, 20, 9) / 1e3, "ms");
     emit("cuda.gpt.graph.step", step_us(*m, true, 20, 9) / 1e3, "ms");
+  }
+  if (filter.empty() || filter == "cuda" || filter.rfind("cuda.gpt2s", 0) == 0) {
+    {
+      auto m = gpt_model(dev, gpt2_small());
+      emit("cuda.gpt2s.f32.step", step_us(*m, false, 5, 5) / 1e3, "ms");
+      kiln::set_float32_matmul_precision(kiln::MatmulPrecision::High);
+      emit("cuda.gpt2s.tf32.step", step_us(*m, false, 5, 5) / 1e3, "ms");
+      kiln::set_float32_matmul_precision(kiln::MatmulPrecision::Highest);
+    }
+    auto m = gpt_model(dev, gpt2_small(), /*amp=*/true);
+    emit("cuda.gpt2s.amp_bf16.step", step_us(*m, false, 5, 5) / 1e3, "ms");
   }
   return 0;
 }

@@ -6,6 +6,10 @@ The same models, shapes, losses and optimizers as kiln's cuda.* figures:
   mlp256  784-512-512-10 ReLU MLP, batch 256, cross-entropy, Adam(1e-3)
   gpt     the GPT of gpt_torch.py (its GPT class, the fastest of its
           variants), batch 16, seq 64, AdamW(3e-4, weight decay 0.01)
+  gpt2s   GPT-2 small (vocab 50257, d 768, 12 heads, 12 post-norm GELU
+          blocks, seq 512, batch 8), AdamW(fused=True): fp32 with TF32 off
+          (.f32), TF32 matmuls (.tf32), bf16 autocast (.amp_bf16); the loss
+          read on the host every step, as kiln's
 each fed one fixed batch (on the device) every step. A step ends with
 torch.cuda.synchronize() (kiln's step ends with the loss on the host). Prints
   BENCH cuda.<model>.torch.step <value> us|ms   median of 9 repetitions
@@ -89,6 +93,49 @@ def gpt_step(variant):
                    ids, label)
 
 
+class GPT2S(nn.Module):
+    V, D, H, FF, L, SEQ, BATCH = 50257, 768, 12, 3072, 12, 512, 8
+
+    def __init__(self):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(self.V, self.D), nn.Embedding(self.SEQ, self.D)
+        self.blocks = nn.ModuleList(
+            nn.TransformerEncoderLayer(self.D, self.H, self.FF, dropout=0.0, activation="gelu",
+                                       batch_first=True)
+            for _ in range(self.L))
+        self.norm, self.head = nn.LayerNorm(self.D), nn.Linear(self.D, self.V)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(self.SEQ))
+        self.register_buffer("positions", torch.arange(self.SEQ))
+
+    def forward(self, ids):
+        x = self.tok(ids) + self.pos(self.positions)
+        for blk in self.blocks:
+            x = blk(x, src_mask=self.mask, is_causal=True)
+        return self.head(self.norm(x))
+
+
+def gpt2s_step(mode):
+    """mode: f32 (TF32 off), tf32, amp_bf16 (autocast; TF32 on for what stays f32)."""
+    torch.backends.cuda.matmul.allow_tf32 = mode != "f32"
+    torch.backends.cudnn.allow_tf32 = mode != "f32"
+    torch.manual_seed(0)
+    model = GPT2S().to(DEV).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01, fused=True)
+    g = torch.Generator().manual_seed(12)
+    seq = torch.randint(0, GPT2S.V, (GPT2S.BATCH, GPT2S.SEQ + 1), generator=g)
+    ids = seq[:, :-1].contiguous().to(DEV)
+    label = seq[:, 1:].reshape(-1).contiguous().to(DEV)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode == "amp_bf16"):
+            loss = F.cross_entropy(model(ids).reshape(-1, GPT2S.V), label)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return step
+
+
 def main():
     print(f"BENCH cuda.seed.torch.step {timed(seed_step(), 200) * 1e6:.3f} us")
     print(f"BENCH cuda.mlp256.torch.step {timed(mlp_step(256), 50) * 1e3:.4f} ms")
@@ -103,6 +150,12 @@ def main():
         best = t if best is None else min(best, t)
     if best is not None:
         print(f"BENCH cuda.gpt.torch.step {best * 1e3:.4f} ms")
+    if FILTER in ("", "cuda") or FILTER.startswith("cuda.gpt2s"):
+        for mode in ("f32", "tf32", "amp_bf16"):
+            print(f"BENCH cuda.gpt2s.{mode}.torch.step {timed(gpt2s_step(mode), 5, reps=5) * 1e3:.3f} ms")
+            torch.cuda.empty_cache()
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = True
     print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}")
     sys.stdout.flush()
 

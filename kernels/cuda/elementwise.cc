@@ -70,8 +70,42 @@ struct AddNK {
   }
 };
 
+// add_n of bf16 / f16 (mixed precision's gradient sums): each input
+// widened to f32 on the device, summed in f32 in input order, rounded once
+// (the CPU's kernel computes the same).
+template <DataType D>
+void add_n_half_kernel(KernelContext& ctx) {
+  const std::uint32_t k = ctx.num_inputs();
+  if (k == 0) throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has no inputs");
+  std::vector<Tensor> in;  // copies keep every input alive while the output is allocated
+  for (std::uint32_t i = 0; i < k; ++i) {
+    in.push_back(ctx.input(i));
+    if (in[i].dtype() != D) throw_input_dtype(ctx, i, D);
+    if (in[i].dims() != in[0].dims())
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' inputs must have one shape, got [",
+                  in[0].dims().to_string(), "] (input #0) and [", in[i].dims().to_string(), "] (input #", i, ")");
+  }
+  Tensor& out = ctx.alloc_output(0, in[0].dims(), D);
+  const std::int64_t n = out.numel();
+  if (n == 0) return;
+  const cudaStream_t s = stream_of(ctx);
+  const BufferRef wide = scratch_buffer(ctx, (k + 1) * std::size_t(n) * sizeof(float));
+  float* w = static_cast<float*>(wide->data());
+  std::vector<const float*> ptrs;
+  for (std::uint32_t i = 0; i < k; ++i) {
+    launch_cast(D, DataType::Float32, in[i].raw_data(), w + i * n, n, s);
+    ptrs.push_back(w + i * n);
+  }
+  float* sum = w + k * n;
+  launch_add_n(ptrs.data(), static_cast<int>(k), sum, n, s);
+  launch_cast(DataType::Float32, D, sum, out.raw_data(), n, s);
+  check_launch(ctx);
+}
+
 }  // namespace
 
+KILN_REGISTER_KERNEL(AddNOp, Cuda, BFloat16, add_n_half_kernel<DataType::BFloat16>);
+KILN_REGISTER_KERNEL(AddNOp, Cuda, Float16, add_n_half_kernel<DataType::Float16>);
 KILN_REGISTER_KERNELS(GeluOp, Cuda, GeluK, float, double);
 KILN_REGISTER_KERNELS(GradOf<GeluOp>, Cuda, GeluGradK, float, double);
 KILN_REGISTER_KERNELS(AddNOp, Cuda, AddNK, float, double, std::int32_t, std::int64_t);

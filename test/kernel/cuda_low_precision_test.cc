@@ -122,3 +122,14 @@ TEST_CASE("an f32 matmul on CUDA under MatmulPrecision::High (TF32) stays within
   INFO("largest difference " << worst);
   CHECK(worst <= bound);
 }
+
+TEST_CASE("a bf16 add_n on CUDA gives the CPU's bits", "[kernel][half][cuda]") {
+  if (!have_cuda()) return;
+  const DataType dt = DataType::BFloat16;
+  const std::vector<Tensor> in{random_half(Dims{3, 1000}, dt, 21), random_half(Dims{3, 1000}, dt, 22),
+                               random_half(Dims{3, 1000}, dt, 23)};
+  auto make = [](Builder& b, const std::vector<Value>& v) { return b.create<AddNOp>(v).operation(); };
+  const Tensor cpu = run_kernel(in, make).out(), gpu = run_cuda_kernel(in, make).out();
+  REQUIRE(gpu.dtype() == dt);
+  CHECK(std::memcmp(cpu.raw_data(), gpu.raw_data(), cpu.bytes()) == 0);
+}
