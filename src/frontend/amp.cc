@@ -49,6 +49,19 @@ void check(const Block& block, const Options& o) {
                   " ops (op '", op->name(), "'): rewrite it before append_backward or minimize");
 }
 
+// Whether every floating operand of `op` is f32 or already `low` (an op
+// reading f64 or the other 16-bit float keeps its dtypes), and one is f32.
+bool lowerable(const Operation& op, DataType low) {
+  bool any_f32 = false;
+  for (std::uint32_t i = 0; i < op.num_operands(); ++i) {
+    const Value v = op.operand(i).source();
+    if (!v || !is_shaped(v.type()) || !is_floating(shaped_data_type(v.type()))) continue;
+    if (of_dtype(v, DataType::Float32)) any_f32 = true;
+    else if (!of_dtype(v, low)) return false;
+  }
+  return any_f32;
+}
+
 // One cast per (value, dtype), made before the first op that needs it.
 class Casts {
  public:
@@ -97,7 +110,7 @@ RewriteResult rewrite(Block& block, const Options& options) {
   Casts casts(block);
   std::vector<Operation*> ops(block.begin(), block.end());  // the casts added are not visited
   for (Operation* op : ops) {
-    if (allowed.count(op->info().id())) {
+    if (allowed.count(op->info().id()) && lowerable(*op, low)) {
       for (std::uint32_t i = 0; i < op->num_operands(); ++i) {
         Value v = op->operand(i).source();
         if (of_dtype(v, DataType::Float32)) op->set_operand(i, casts.get(v, low, op));

@@ -211,3 +211,18 @@ TEST_CASE("an amp program prints and parses back, round-trips through JSON, and 
   const Tensor in_step = exe.run(m->g.main, m->feed, {m->loss})[0];
   CHECK(std::memcmp(before_step.raw_data(), in_step.raw_data(), 4) == 0);
 }
+
+TEST_CASE("amp O1 leaves a matmul of f64 values, or of the other 16-bit float, as it is", "[frontend][amp]") {
+  GuardedPrograms g;
+  Builder b = main_builder();
+  Value x64 = data("x64", {4, 4}, DataType::Float64);
+  Value p64 = b.create<MatmulOp>(x64, x64).result();
+  Value h = data("h", {4, 4}, DataType::Float16);
+  Value x = data("x", {4, 4});
+  Value ph = b.create<MatmulOp>(h, b.create<CastOp>(x, DataType::Float16).result()).result();
+  const amp::RewriteResult r = amp::rewrite(g.main.block());
+  CHECK(r.lowered_ops == 0);
+  CHECK(r.casts == 0);
+  CHECK(dtype_of(p64) == DataType::Float64);
+  CHECK(dtype_of(ph) == DataType::Float16);
+}

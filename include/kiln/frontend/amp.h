@@ -4,7 +4,8 @@
 //
 // Level O1: each op of the allow list (default: kiln.matmul) reads its f32
 // floating operands through a cast to the low dtype and gives a low-dtype
-// result (f32 accumulation inside its kernel); every other op that reads a
+// result (f32 accumulation inside its kernel) — unless it reads f64 or the
+// other 16-bit float, which it keeps; every other op that reads a
 // value made low this way reads it through a cast back to f32. One cast per
 // value, placed before its first reader, shared by every later reader. The
 // backward that append_backward (or an optimizer's minimize) then builds
