@@ -1,5 +1,7 @@
 #include "kiln/exec/work_queue.h"
 
+#include "kiln/support/thread_name.h"
+
 namespace kiln {
 
 namespace {
@@ -134,6 +136,7 @@ bool WorkQueue::try_run_one() {
 }
 
 void WorkQueue::worker_loop() {
+  name_this_thread("kiln-worker");
   for (;;) {
     WorkTask t;
     // Spin, then yield a while (a hand-off usually arrives within

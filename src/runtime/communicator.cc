@@ -1,6 +1,7 @@
 // Communicator (kiln/runtime/communicator.h): the submission thread, the
 // checks every backend shares, bucket packing, mean, and the Local backend.
 #include "kiln/runtime/communicator.h"
+#include "kiln/support/thread_name.h"
 
 #include <chrono>
 #include <cstdio>
@@ -132,6 +133,7 @@ std::shared_ptr<Communicator> Communicator::from_environment() {
 // ---- the thread ----
 
 void Communicator::thread_main() {
+  name_this_thread("kiln-comm");
   for (;;) {
     std::pair<Work, Done> item;
     {

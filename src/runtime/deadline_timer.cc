@@ -1,5 +1,7 @@
 #include "kiln/runtime/deadline_timer.h"
 
+#include "kiln/support/thread_name.h"
+
 namespace kiln {
 
 DeadlineTimer& DeadlineTimer::shared() {
@@ -41,6 +43,7 @@ bool DeadlineTimer::cancel(const Handle& h) {
 }
 
 void DeadlineTimer::loop() {
+  name_this_thread("kiln-deadline");
   std::unique_lock lock(mutex_);
   for (;;) {
     if (stop_) return;

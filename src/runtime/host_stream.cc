@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kiln/support/error.h"
+#include "kiln/support/thread_name.h"
 
 namespace kiln {
 
@@ -67,6 +68,7 @@ HostStream::~HostStream() {
 }
 
 void HostStream::worker_loop() {
+  name_this_thread("kiln-stream");
   detail::HostStreamState& s = *state_;
   std::vector<Task> batch;
   std::unique_lock<std::mutex> lock(s.mutex);

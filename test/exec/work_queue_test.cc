@@ -1,8 +1,12 @@
 // WorkQueue: the host pool's queue — every task pushed runs exactly once,
 // from any number of pushers, past what its lock-free ring holds; a queue
 // may be destroyed as soon as the last task it ran says so.
+#include <pthread.h>
+
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -95,4 +99,24 @@ TEST_CASE("a task pushed from outside the pool may destroy the queue: the push h
     pusher.join();
   }
   SUCCEED();
+}
+
+namespace {
+void record_name(void* out, std::uint32_t) {
+  char name[16] = {};
+  pthread_getname_np(pthread_self(), name, sizeof name);
+  static_cast<std::atomic<std::string*>*>(out)->load()->assign(name);
+  static_cast<std::atomic<std::string*>*>(out)->store(nullptr, std::memory_order_release);
+}
+}  // namespace
+
+TEST_CASE("a pool's workers are named kiln-worker (what top -H and gdb show)", "[exec][work_queue]") {
+  WorkQueue queue(1);
+  std::string name;
+  std::atomic<std::string*> out{&name};
+  queue.push(WorkTask{&record_name, &out, 0});
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (out.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  REQUIRE_FALSE(out.load());
+  CHECK(name == "kiln-worker");
 }
