@@ -19,6 +19,11 @@
 //                                  (MatmulPrecision::High)
 //   BENCH cuda.gpt2s.amp_bf16.step ms: the same under amp O1 bf16 (its
 //                                  matmuls on tensor cores in bf16)
+//   BENCH cuda.gpt2s.amp_bf16.recompute.step ms: the same, each block
+//                                  recomputed in the backward
+//   BENCH cuda.gpt2s.<mode>.peak   MiB: the device memory kiln held at most
+//                                  during a step (the caching allocator's
+//                                  peak bytes in use)
 // The models' batches stay on the device (data ops placed there), as the
 // peer's do. Each is the median of several repetitions after warm-up; the PyTorch peer
 // (bench/peers/cuda_torch.py) prints cuda.*.torch.step in the same run and
@@ -30,6 +35,7 @@
 
 #include "bench_models.h"
 #include "bench_util.h"
+#include "kiln/frontend/recompute.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/runtime/cuda_context.h"
 #include "kiln/runtime/matmul_precision.h"
@@ -93,6 +99,19 @@ double plain_loop_us(int reps) {
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) t.push_back(time_ns(loop));
   return median(t) / 1e3 / kChain;
+}
+
+// MiB of device memory in use at most during a few steps of `m` on cuda:0
+// (after the first steps: the plan and its buffers made).
+double peak_mib(Model& m) {
+  kiln::Executor exe(kiln::Place::cuda(0), {.num_threads = 1});
+  exe.run(m.startup);
+  const std::vector<kiln::FetchTarget> fetch{m.loss};
+  for (int i = 0; i < 3; ++i) exe.run(m.main, m.feeds, fetch);
+  kiln::Allocator& a = kiln::cuda_context(0).allocator();
+  a.reset_peak();
+  for (int i = 0; i < 3; ++i) exe.run(m.main, m.feeds, fetch);
+  return double(a.stats().peak_bytes_in_use) / (1024.0 * 1024.0);
 }
 
 // µs per training step of `m` on cuda:0, launches or a CUDA graph.
@@ -159,12 +178,20 @@ int main(int argc, char** argv) {
     {
       auto m = gpt_model(dev, gpt2_small());
       emit("cuda.gpt2s.f32.step", step_us(*m, false, 5, 5) / 1e3, "ms");
+      emit("cuda.gpt2s.f32.peak", peak_mib(*m), "MiB");
       kiln::set_float32_matmul_precision(kiln::MatmulPrecision::High);
       emit("cuda.gpt2s.tf32.step", step_us(*m, false, 5, 5) / 1e3, "ms");
       kiln::set_float32_matmul_precision(kiln::MatmulPrecision::Highest);
     }
-    auto m = gpt_model(dev, gpt2_small(), /*amp=*/true);
-    emit("cuda.gpt2s.amp_bf16.step", step_us(*m, false, 5, 5) / 1e3, "ms");
+    {
+      auto m = gpt_model(dev, gpt2_small(), /*amp=*/true);
+      emit("cuda.gpt2s.amp_bf16.step", step_us(*m, false, 5, 5) / 1e3, "ms");
+      emit("cuda.gpt2s.amp_bf16.peak", peak_mib(*m), "MiB");
+    }
+    auto r = gpt_model(dev, gpt2_small(), /*amp=*/true);
+    kiln::recompute(r->main, r->checkpoints);
+    emit("cuda.gpt2s.amp_bf16.recompute.step", step_us(*r, false, 5, 5) / 1e3, "ms");
+    emit("cuda.gpt2s.amp_bf16.recompute.peak", peak_mib(*r), "MiB");
   }
   return 0;
 }

@@ -9,7 +9,8 @@ The same models, shapes, losses and optimizers as kiln's cuda.* figures:
   gpt2s   GPT-2 small (vocab 50257, d 768, 12 heads, 12 post-norm GELU
           blocks, seq 512, batch 8), AdamW(fused=True): fp32 with TF32 off
           (.f32), TF32 matmuls (.tf32), bf16 autocast (.amp_bf16); the loss
-          read on the host every step, as kiln's
+          read on the host every step, as kiln's; and each mode's peak
+          device memory (torch.cuda.max_memory_allocated) over 3 steps
 each fed one fixed batch (on the device) every step. A step ends with
 torch.cuda.synchronize() (kiln's step ends with the loss on the host). Prints
   BENCH cuda.<model>.torch.step <value> us|ms   median of 9 repetitions
@@ -152,7 +153,14 @@ def main():
         print(f"BENCH cuda.gpt.torch.step {best * 1e3:.4f} ms")
     if FILTER in ("", "cuda") or FILTER.startswith("cuda.gpt2s"):
         for mode in ("f32", "tf32", "amp_bf16"):
-            print(f"BENCH cuda.gpt2s.{mode}.torch.step {timed(gpt2s_step(mode), 5, reps=5) * 1e3:.3f} ms")
+            step = gpt2s_step(mode)
+            print(f"BENCH cuda.gpt2s.{mode}.torch.step {timed(step, 5, reps=5) * 1e3:.3f} ms")
+            torch.cuda.reset_peak_memory_stats()
+            for _ in range(3):
+                step()
+            peak = torch.cuda.max_memory_allocated() / 2**20
+            print(f"BENCH cuda.gpt2s.{mode}.torch.peak {peak:.1f} MiB")
+            del step
             torch.cuda.empty_cache()
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = True
