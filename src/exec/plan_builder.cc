@@ -8,6 +8,7 @@
 #include "kiln/exec/dependency_builder.h"
 #include "kiln/exec/frame_plan.h"
 #include "kiln/ir/inplace_pairs.h"
+#include "kiln/passes/op_effects.h"
 #include "kiln/runtime/cuda_context.h"
 #include "kiln/support/warning.h"
 
@@ -269,6 +270,35 @@ void PlanBuilder::plan_yield() {
   }
 }
 
+namespace {
+
+// A region gets copies of the values it captures, so an in-place write
+// there to a captured parameter (an optimizer's update under a cond) would
+// never reach the parameter: kiln::Error naming both ops and the
+// parameter. A while's carried values are the loop's own copies by design.
+void check_no_captured_parameter_writes(Operation* op, std::uint32_t index) {
+  const std::uint32_t first_capture = op->isa<WhileOp>() ? op->num_results() : 0;
+  for (std::uint32_t r = 0; r < op->num_regions(); ++r) {
+    if (op->region(r).empty()) continue;
+    Block& body = op->region(r).front();
+    for (Operation* inner : body)
+      for (std::uint32_t w : written_operands(*inner)) {
+        const Value root = alias_root(inner->operand(w).source());
+        for (std::uint32_t a = first_capture; a < body.num_arguments() && a + 1 < op->num_operands(); ++a) {
+          if (body.argument(a) != root) continue;
+          auto param = op->operand(a + 1).source().defining_op();
+          if (param && param->isa<ParameterOp>())
+            throw_error(ErrorKind::InvalidArgument, op_ref(index, *op), ": '", inner->name(), "' inside it writes parameter '",
+                        param->dyn_cast<ParameterOp>().attrs().parameter_name,
+                        "' in place, but a region holds only a copy of what it captures, so the parameter "
+                        "would not change; update parameters outside control flow");
+        }
+      }
+  }
+}
+
+}  // namespace
+
 void PlanBuilder::add_control_flow_op(Operation* op, std::uint32_t index, Lane lane) {
   if (is_device(plan().options.place))
     throw_error(ErrorKind::Unimplemented, op_ref(index, *op), " in a program on ",
@@ -289,6 +319,7 @@ void PlanBuilder::add_control_flow_op(Operation* op, std::uint32_t index, Lane l
     throw_error(ErrorKind::Unimplemented, op_ref(index, *op),
                 " has regions the executor does not know how to run");
   }
+  check_no_captured_parameter_writes(op, index);
   static constexpr const char* kIfNames[] = {"then", "else"};
   for (std::uint32_t r = 0; r < op->num_regions(); ++r) {
     RegionPlan rp;

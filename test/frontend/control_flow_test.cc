@@ -749,3 +749,23 @@ TEST_CASE("append_backward that fails inside a loop body leaves the program as i
   CHECK(main_prog.to_string() == before);
   CHECK_NOTHROW(main_prog.verify());
 }
+
+TEST_CASE("an optimizer's update inside cond is a clear error naming the op and the parameter, not "
+          "an update silently lost on the branch's copy",
+          "[frontend][cf]") {
+  GuardedPrograms g;
+  Value x = data("x", {8, 4});
+  Value pred = data("pred", {1}, DataType::Bool);
+  Value loss = main_builder().create<MeanOp>(nn::Linear(4, 2)(x), std::vector<std::int64_t>{}, false).result();
+  auto opt = optim::SGD(0.1);
+  auto pairs = append_backward(loss);
+  cond(pred, [&] {
+    opt.apply_gradients(pairs);
+    return std::vector<Value>{};
+  });
+  Executor exe;
+  exe.run(g.startup);
+  const FeedMap feed{{"x", normal_f32({8, 4}, 1)}, {"pred", Tensor::from_vector<bool>(Dims{1}, {true})}};
+  KILN_CHECK_ERROR(exe.run(g.main, feed, {loss}), InvalidArgument,
+                   {"kiln.if", "sgd_", "writes parameter 'linear_", "update parameters outside control flow"});
+}
