@@ -11,27 +11,19 @@
 #include <vector>
 
 #include "kernel/cuda_test_util.h"
+#include "kernel/half_test_util.h"
 #include "kiln/runtime/matmul_precision.h"
 #include "kiln/support/half.h"
 
 using namespace kiln;
 using kiln_test::have_cuda;
+using kiln_test::random_half;
 using kiln_test::run_cuda_kernel;
 using kiln_test::run_kernel;
 
 namespace {
 
-float widen(std::uint16_t v, DataType dt) { return dt == DataType::Float16 ? half_to_float(v) : bfloat16_to_float(v); }
-
-Tensor random_half(const Dims& dims, DataType dt, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-2.f, 2.f);
-  Tensor t = Tensor::empty(dims, dt);
-  auto* p = static_cast<std::uint16_t*>(t.raw_data());
-  for (std::int64_t i = 0; i < t.numel(); ++i)
-    p[i] = dt == DataType::Float16 ? float_to_half(u(rng)) : float_to_bfloat16(u(rng));
-  return t;
-}
+float widen(std::uint16_t v, DataType dt) { return kiln_test::from_half(v, dt); }
 
 }  // namespace
 

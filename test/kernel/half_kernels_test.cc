@@ -5,31 +5,18 @@
 // the op.
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <vector>
 
+#include "kernel/half_test_util.h"
 #include "kernel/kernel_test_util.h"
-#include "kiln/support/half.h"
 
 using namespace kiln;
+using kiln_test::from_half;
+using kiln_test::random_half;
 using kiln_test::run_kernel;
+using kiln_test::to_half;
 
 namespace {
-
-std::uint16_t to_half(float v, DataType dt) {
-  return dt == DataType::Float16 ? float_to_half(v) : float_to_bfloat16(v);
-}
-float from_half(std::uint16_t v, DataType dt) { return dt == DataType::Float16 ? half_to_float(v) : bfloat16_to_float(v); }
-
-// Random values already representable in `dt` (so widening is exact).
-Tensor random_half(const Dims& dims, DataType dt, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-2.f, 2.f);
-  Tensor t = Tensor::empty(dims, dt);
-  auto* p = static_cast<std::uint16_t*>(t.raw_data());
-  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = to_half(u(rng), dt);
-  return t;
-}
 
 Tensor widen(const Tensor& t) {
   Tensor f = Tensor::empty(t.dims(), DataType::Float32);
