@@ -138,9 +138,9 @@ void add_n_half_kernel(KernelContext& ctx) {
     if (xi.dtype() != D || xi.dims() != sum.dims())
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' inputs must have one shape and dtype, got ",
                   xi.type_string(), " (input #", i, ") beside ", ctx.input(0).type_string(), " (input #0)");
-    const Tensor wi = widen_half<D>(xi);
-    const float* pw = wi.data<float>();
-    for (std::int64_t j = 0, n = sum.numel(); j < n; ++j) ps[j] += pw[j];
+    const auto* pi = static_cast<const std::uint16_t*>(xi.raw_data());
+    for (std::int64_t j = 0, n = sum.numel(); j < n; ++j)
+      ps[j] += D == DataType::Float16 ? half_to_float(pi[j]) : bfloat16_to_float(pi[j]);
   }
   round_half<D>(sum, ctx.alloc_output(0, sum.dims(), D));
 }
