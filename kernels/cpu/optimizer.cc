@@ -81,6 +81,35 @@ template <typename T, typename S>
   return updated<T>(ctx, o, j, in);
 }
 
+// The optional skip flag, the input after the first `fixed` ones: whether
+// the op leaves everything as it was. kiln::Error naming the op unless it
+// is a bool of one element.
+bool skip_requested(const KernelContext& ctx, std::uint32_t fixed) {
+  if (ctx.num_inputs() <= fixed) [[likely]]
+    return false;
+  const Tensor& flag = ctx.input(ctx.num_inputs() - 1);
+  if (flag.dtype() != DataType::Bool || flag.numel() != 1)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op() ? ctx.op()->name() : "?", "' operand '",
+                kSkipOperandName, "' (#", ctx.num_inputs() - 1, ") must be a bool of one element, got ",
+                flag.type_string());
+  return *flag.data<bool>();
+}
+
+// A skipped update: each result keeps its operand's value (in place,
+// nothing to do; out of place, a copy).
+template <typename OpT, typename T, typename S>
+void keep_values(KernelContext& ctx, const S& s) {
+  for (auto [r, i] : OpT::inplace_map) updated_at<T>(ctx, s, r, i, typed_input<T>(ctx, s.in(i)));
+}
+
+// Single op OpT: true (after keeping every value) when its skip flag is set.
+template <typename OpT, typename T>
+bool skipped_single(KernelContext& ctx) {
+  if (!skip_requested(ctx, OpT::num_operands)) return false;
+  keep_values<OpT, T>(ctx, Slots<OpT>{});
+  return true;
+}
+
 template <typename T, typename S>
 void sgd_update(KernelContext& ctx, const S& s) {
   const Tensor& p = typed_input<T>(ctx, s.in(0));
@@ -111,13 +140,16 @@ void momentum_update(KernelContext& ctx, const S& s,
 
 template <typename T>
 struct SgdK {
-  static void run(KernelContext& ctx) { sgd_update<T>(ctx, Slots<Sgd_Op>{}); }
+  static void run(KernelContext& ctx) {
+    if (!skipped_single<Sgd_Op, T>(ctx)) sgd_update<T>(ctx, Slots<Sgd_Op>{});
+  }
 };
 
 template <typename T>
 struct MomentumK {
   static void run(KernelContext& ctx) {
-    momentum_update<T>(ctx, Slots<Momentum_Op>{}, ctx.attrs<Momentum_Op>());
+    if (!skipped_single<Momentum_Op, T>(ctx))
+      momentum_update<T>(ctx, Slots<Momentum_Op>{}, ctx.attrs<Momentum_Op>());
   }
 };
 
@@ -221,6 +253,7 @@ void adam_update(KernelContext& ctx, const S& s, double beta1_d, double beta2_d,
 template <typename T>
 struct AdamK {
   static void run(KernelContext& ctx) {
+    if (skipped_single<Adam_Op, T>(ctx)) return;
     const auto& a = ctx.attrs<Adam_Op>();
     adam_update<Adam_Op, T>(ctx, Slots<Adam_Op>{}, a.beta1, a.beta2, a.epsilon, 0.0, false);
   }
@@ -229,17 +262,24 @@ struct AdamK {
 template <typename T>
 struct AdamWK {
   static void run(KernelContext& ctx) {
+    if (skipped_single<AdamW_Op, T>(ctx)) return;
     const auto& a = ctx.attrs<AdamW_Op>();
     adam_update<AdamW_Op, T>(ctx, Slots<AdamW_Op>{}, a.beta1, a.beta2, a.epsilon, a.coeff, true);
   }
 };
 
 // The merged ops: each parameter's update as the single op's kernel runs
-// it, one after another, in the parameters' order.
+// it, one after another, in the parameters' order (or, with the skip flag
+// set, each parameter's values kept).
 template <typename Merged, typename T, typename F>
 void for_each_parameter(KernelContext& ctx, F&& update) {
   using Single = typename Merged::SingleOp;
-  const std::uint32_t k = Merged::parameter_count(ctx.num_inputs());
+  const std::uint32_t n = ctx.num_inputs();
+  const std::uint32_t k = Merged::parameter_count(n);
+  if (Merged::has_skip(n) && skip_requested(ctx, n - 1)) {
+    for (std::uint32_t p = 0; p < k; ++p) keep_values<Single, T>(ctx, Slots<Single, true>{p});
+    return;
+  }
   for (std::uint32_t p = 0; p < k; ++p) update(Slots<Single, true>{p});
 }
 

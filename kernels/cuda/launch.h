@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "kiln/dialect/pool_window.h"
+#include "kiln/kernel/loss_scaling_math.h"
 #include "kiln/support/dims.h"
 #include "kiln/support/data_type.h"
 
@@ -158,19 +159,33 @@ void launch_scatter_add(const I* ids, std::int64_t count, const T* src, T* dst, 
                         std::int64_t n, std::int64_t row, std::int64_t skip, cudaStream_t s);
 
 // ---- optimizers (train.cu); the learning rate and beta powers stay on the device ----
+// `skip`: the update's skip flag on the device, or null; when it holds true
+// the kernels write nothing.
 
 template <typename T>
-void launch_sgd(T* p, const T* g, const T* lr, std::int64_t n, cudaStream_t s);
+void launch_sgd(T* p, const T* g, const T* lr, const bool* skip, std::int64_t n, cudaStream_t s);
 template <typename T>
-void launch_momentum(T* p, T* v, const T* g, const T* lr, T mu, bool nesterov, std::int64_t n,
-                     cudaStream_t s);
+void launch_momentum(T* p, T* v, const T* g, const T* lr, const bool* skip, T mu, bool nesterov,
+                     std::int64_t n, cudaStream_t s);
 // adam_ (decay false) or adamw_ (p *= 1 - lr · coeff first); reads the
 // beta powers from b1p / b2p and then writes b1p · beta1, b2p · beta2 to
 // b1p_out / b2p_out (which may be the same buffers).
 template <typename T>
-void launch_adam(T* p, T* m1, T* m2, const T* g, const T* lr, const T* b1p, const T* b2p,
-                 T* b1p_out, T* b2p_out, T beta1, T beta2, T eps, T coeff, bool decay,
+void launch_adam(T* p, T* m1, T* m2, const T* g, const T* lr, const bool* skip, const T* b1p,
+                 const T* b2p, T* b1p_out, T* b2p_out, T beta1, T beta2, T eps, T coeff, bool decay,
                  std::int64_t n, cudaStream_t s);
+
+// ---- loss scaling (train.cu) ----
+
+// y = x · (1 / *scale); *found = true when some x is an inf or a nan (never
+// cleared here). The 16-bit form works on raw bf16 or f16 bits.
+template <typename T>
+void launch_unscale(const T* x, T* y, std::int64_t n, const float* scale, bool* found, cudaStream_t s);
+void launch_unscale16(const std::uint16_t* x, std::uint16_t* y, std::int64_t n, const float* scale,
+                      bool* found, bool bf16, cudaStream_t s);
+// kiln.update_loss_scaling_'s step on the device state.
+void launch_update_loss_scaling(const bool* found, float* scale, std::int32_t* good, std::int32_t* bad,
+                                const LossScaleRule& rule, cudaStream_t s);
 
 // ---- random (train.cu): kiln/kernel/random.h's generator, element by element ----
 

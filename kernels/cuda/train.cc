@@ -1,7 +1,7 @@
 // Host halves of the CUDA kernels in train.cu — gather / embedding and their
-// gradients, the optimizer updates, the random ops — and the host pieces
-// of cuda_host.h. Each reads its op's attributes, checks shapes and indices
-// with the CPU kernels' messages, allocates outputs and launches (launch.h);
+// gradients, the optimizer updates, loss scaling's two ops, the random ops —
+// and the host pieces of cuda_host.h. Each reads its op's attributes, checks
+// shapes and indices with the CPU kernels' messages, allocates outputs and launches (launch.h);
 // registered for PlaceKind::Cuda with the dtypes the CPU registers.
 //
 // Indices are checked before anything is written, as on the CPU: a device
@@ -16,6 +16,7 @@
 #include "cuda_host.h"
 #include "launch.h"
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/dialect/loss_scaling_ops.h"
 #include "kiln/dialect/optimizer_ops.h"
 #include "kiln/dialect/random_ops.h"
 #include "kiln/dialect/tensor_ops.h"
@@ -243,6 +244,17 @@ const Tensor& checked_input(const KernelContext& ctx, std::uint32_t i, std::int6
   return t;
 }
 
+// The optional skip flag after OpT's operands (on the device), or null.
+template <typename OpT>
+const bool* skip_flag(const KernelContext& ctx) {
+  if (ctx.num_inputs() <= OpT::num_operands) return nullptr;
+  const Tensor& flag = ctx.input(ctx.num_inputs() - 1);
+  if (flag.dtype() != DataType::Bool || flag.numel() != 1)
+    throw_error(ErrorKind::InvalidArgument, "op '", OpT::name, "' operand '", kSkipOperandName, "' (#",
+                ctx.num_inputs() - 1, ") must be a bool of one element, got ", flag.type_string());
+  return flag.data<bool>();
+}
+
 template <typename T>
 struct SgdK {
   static void run(KernelContext& ctx) {
@@ -251,7 +263,7 @@ struct SgdK {
     const Tensor g = checked_input<Sgd_Op, T>(ctx, 1, n);
     const Tensor lr = checked_input<Sgd_Op, T>(ctx, 2, 1);
     T* po = updated<T>(ctx, 0, 0, p);
-    launch_sgd(po, g.data<T>(), lr.data<T>(), n, stream_of(ctx));
+    launch_sgd(po, g.data<T>(), lr.data<T>(), skip_flag<Sgd_Op>(ctx), n, stream_of(ctx));
     check_launch(ctx);
   }
 };
@@ -267,8 +279,8 @@ struct MomentumK {
     const Tensor lr = checked_input<Momentum_Op, T>(ctx, 3, 1);
     T* po = updated<T>(ctx, 0, 0, p);
     T* vo = updated<T>(ctx, 1, 2, v);
-    launch_momentum(po, vo, g.data<T>(), lr.data<T>(), static_cast<T>(a.mu), a.use_nesterov, n,
-                    stream_of(ctx));
+    launch_momentum(po, vo, g.data<T>(), lr.data<T>(), skip_flag<Momentum_Op>(ctx),
+                    static_cast<T>(a.mu), a.use_nesterov, n, stream_of(ctx));
     check_launch(ctx);
   }
 };
@@ -289,7 +301,8 @@ void adam_update(KernelContext& ctx, double beta1, double beta2, double eps, dou
   T* m2o = updated<T>(ctx, 2, 4, m2);
   T* b1po = updated<T>(ctx, 3, 5, b1p);
   T* b2po = updated<T>(ctx, 4, 6, b2p);
-  launch_adam(po, m1o, m2o, g.data<T>(), lr.data<T>(), b1p.data<T>(), b2p.data<T>(), b1po, b2po,
+  launch_adam(po, m1o, m2o, g.data<T>(), lr.data<T>(), skip_flag<OpT>(ctx), b1p.data<T>(),
+              b2p.data<T>(), b1po, b2po,
               static_cast<T>(beta1), static_cast<T>(beta2), static_cast<T>(eps),
               static_cast<T>(coeff), decay, n, stream_of(ctx));
   check_launch(ctx);
@@ -309,6 +322,61 @@ struct AdamWK {
     adam_update<AdamW_Op, T>(ctx, a.beta1, a.beta2, a.epsilon, a.coeff, true);
   }
 };
+
+// ---- loss scaling ----
+
+template <typename T>
+T* one_element(const KernelContext& ctx, std::uint32_t i, std::string_view what) {
+  const Tensor& t = typed_input<T>(ctx, i);
+  if (t.numel() != 1)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' operand '", what, "' (#", i,
+                ") must hold one element, got shape [", t.dims().to_string(), "]");
+  return const_cast<T*>(t.data<T>());
+}
+
+void check_finite_and_unscale_kernel(KernelContext& ctx) {
+  const float* scale = one_element<float>(ctx, 0, "scale");
+  const std::uint32_t k = ctx.num_inputs() - 1;
+  const cudaStream_t s = stream_of(ctx);
+  bool* found = ctx.alloc_output(k, Dims{1}, DataType::Bool).data<bool>();
+  check_cuda(cudaMemsetAsync(found, 0, 1, s), "clearing found_inf");
+  for (std::uint32_t i = 0; i < k; ++i) {
+    const Tensor& x = ctx.input(1 + i);
+    Tensor& y = ctx.alloc_output(i, x.dims(), x.dtype());
+    const std::int64_t n = x.numel();
+    switch (x.dtype()) {
+      case DataType::Float32: launch_unscale(x.data<float>(), y.data<float>(), n, scale, found, s); break;
+      case DataType::Float64: launch_unscale(x.data<double>(), y.data<double>(), n, scale, found, s); break;
+      case DataType::Float16:
+      case DataType::BFloat16:
+        launch_unscale16(static_cast<const std::uint16_t*>(x.raw_data()),
+                         static_cast<std::uint16_t*>(y.raw_data()), n, scale, found,
+                         x.dtype() == DataType::BFloat16, s);
+        break;
+      default:
+        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' operand #", 1 + i,
+                    " must be a f32, f64, bf16 or f16 tensor, got ", x.type_string());
+    }
+    check_launch(ctx);
+  }
+}
+
+void update_loss_scaling_kernel(KernelContext& ctx) {
+  const auto& a = ctx.attrs<UpdateLossScaling_Op>();
+  const auto& names = UpdateLossScaling_Op::operand_names;
+  const bool* found = one_element<bool>(ctx, 0, names[0]);
+  (void)one_element<float>(ctx, 1, names[1]);
+  (void)one_element<std::int32_t>(ctx, 2, names[2]);
+  (void)one_element<std::int32_t>(ctx, 3, names[3]);
+  float* scale = updated<float>(ctx, 0, 1, ctx.input(1));
+  std::int32_t* good = updated<std::int32_t>(ctx, 1, 2, ctx.input(2));
+  std::int32_t* bad = updated<std::int32_t>(ctx, 2, 3, ctx.input(3));
+  launch_update_loss_scaling(found, scale, good, bad,
+                             LossScaleRule{a.incr_every_n_steps, a.decr_every_n_nan_or_inf, a.incr_ratio,
+                                           a.decr_ratio},
+                             stream_of(ctx));
+  check_launch(ctx);
+}
 
 // ---- random ----
 
@@ -416,6 +484,8 @@ KILN_REGISTER_KERNELS(Sgd_Op, Cuda, SgdK, float, double);
 KILN_REGISTER_KERNELS(Momentum_Op, Cuda, MomentumK, float, double);
 KILN_REGISTER_KERNELS(Adam_Op, Cuda, AdamK, float, double);
 KILN_REGISTER_KERNELS(AdamW_Op, Cuda, AdamWK, float, double);
+KILN_REGISTER_KERNEL(CheckFiniteAndUnscaleOp, Cuda, Float32, check_finite_and_unscale_kernel);
+KILN_REGISTER_KERNEL(UpdateLossScaling_Op, Cuda, Bool, update_loss_scaling_kernel);
 KILN_REGISTER_KERNEL(UniformRandomOp, Cuda, Float32, uniform_random_kernel<float>);
 KILN_REGISTER_KERNEL(UniformRandomOp, Cuda, Float64, uniform_random_kernel<double>);
 KILN_REGISTER_KERNEL(GaussianRandomOp, Cuda, Float32, gaussian_random_kernel<float>);

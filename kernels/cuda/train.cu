@@ -1,7 +1,8 @@
 // CUDA kernels of the remaining ops a training step needs: the index check
 // of gather / embedding / cross-entropy, row gathers and their scatter-add
 // gradients (atomics), the optimizer updates (kiln/kernel/optimizer_math.h,
-// shared with the CPU) and the random ops (kiln/kernel/random.h's
+// shared with the CPU), loss scaling's unscale-and-check and state step
+// (kiln/kernel/loss_scaling_math.h) and the random ops (kiln/kernel/random.h's
 // counter-based generator, shared with the CPU). Launched by train.cc
 // (launch.h).
 //
@@ -9,9 +10,14 @@
 // (their math uses only correctly rounded operations and no FMA); a
 // scatter-add sums in the order its atomics land, so it equals the CPU's
 // up to rounding.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda_kernel_util.cuh"
+#include "kiln/kernel/loss_scaling_math.h"
 #include "kiln/kernel/optimizer_math.h"
 #include "kiln/kernel/random.h"
 #include "launch.h"
@@ -55,21 +61,28 @@ __global__ void scatter_add(const I* ids, std::int64_t count, const T* src, T* d
 
 // ---- optimizers ----
 
+// Every update kernel first reads the skip flag (null: none).
+__device__ inline bool skipped(const bool* skip) { return skip && *skip; }
+
 template <typename T>
-__global__ void sgd(T* p, const T* g, const T* lr, std::int64_t n) {
+__global__ void sgd(T* p, const T* g, const T* lr, const bool* skip, std::int64_t n) {
+  if (skipped(skip)) return;
   const T rate = *lr;
   KILN_GRID_STRIDE(i, n) p[i] = sgd_step(p[i], g[i], rate);
 }
 
 template <typename T>
-__global__ void momentum(T* p, T* v, const T* g, const T* lr, T mu, bool nesterov, std::int64_t n) {
+__global__ void momentum(T* p, T* v, const T* g, const T* lr, const bool* skip, T mu, bool nesterov,
+                         std::int64_t n) {
+  if (skipped(skip)) return;
   const T rate = *lr;
   KILN_GRID_STRIDE(i, n) momentum_step(p[i], v[i], g[i], rate, mu, nesterov);
 }
 
 template <typename T>
-__global__ void adam(T* p, T* m1, T* m2, const T* g, const T* lr, const T* b1p, const T* b2p,
-                     T beta1, T beta2, T eps, T coeff, bool decay, std::int64_t n) {
+__global__ void adam(T* p, T* m1, T* m2, const T* g, const T* lr, const bool* skip, const T* b1p,
+                     const T* b2p, T beta1, T beta2, T eps, T coeff, bool decay, std::int64_t n) {
+  if (skipped(skip)) return;
   const T rate = *lr;
   const AdamStep<T> step = adam_step_of(rate, *b1p, *b2p, beta1, beta2, eps);
   const T keep = T(1) - mul_rn(rate, coeff);  // adamw_: param -= lr · coeff · param
@@ -84,10 +97,54 @@ __global__ void adam(T* p, T* m1, T* m2, const T* g, const T* lr, const T* b1p, 
 // After adam: the beta powers times beta (one thread; b1p_out may be b1p).
 template <typename T>
 __global__ void advance_beta_pows(const T* b1p, const T* b2p, T* b1p_out, T* b2p_out, T beta1,
-                                  T beta2) {
+                                  T beta2, const bool* skip) {
+  if (skipped(skip)) return;
   const T a = *b1p, b = *b2p;
   *b1p_out = mul_rn(a, beta1);
   *b2p_out = mul_rn(b, beta2);
+}
+
+// ---- loss scaling ----
+
+// y = x · (1 / scale) in f32 (f64 for double); *found = true where some x
+// is an inf or a nan (every writer writes true: no race on the result).
+__device__ inline float widen16(std::uint16_t v, bool bf16) {
+  return bf16 ? __bfloat162float(__ushort_as_bfloat16(v)) : __half2float(__ushort_as_half(v));
+}
+
+template <typename T>
+__global__ void unscale(const T* __restrict__ x, T* __restrict__ y, std::int64_t n,
+                        const float* scale, bool* found) {
+  using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const C inv = C(1) / static_cast<C>(*scale);
+  bool bad = false;
+  KILN_GRID_STRIDE(i, n) {
+    bad |= !isfinite(x[i]);
+    y[i] = x[i] * inv;
+  }
+  if (bad) *found = true;
+}
+
+__global__ void unscale16(const std::uint16_t* __restrict__ x, std::uint16_t* __restrict__ y,
+                          std::int64_t n, const float* scale, bool* found, bool bf16) {
+  const float inv = 1.0f / *scale;
+  bool bad = false;
+  KILN_GRID_STRIDE(i, n) {
+    const float v = widen16(x[i], bf16);
+    bad |= !isfinite(v);
+    const float r = v * inv;
+    y[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(r)) : __half_as_ushort(__float2half_rn(r));
+  }
+  if (bad) *found = true;
+}
+
+// One thread: kiln/kernel/loss_scaling_math.h's step on the device state.
+__global__ void update_loss_scaling(const bool* found, float* scale, std::int32_t* good,
+                                    std::int32_t* bad, LossScaleRule rule) {
+  const LossScaleState s = next_loss_scale(LossScaleState{*scale, *good, *bad}, *found, rule);
+  *scale = s.scale;
+  *good = s.good;
+  *bad = s.bad;
 }
 
 // ---- random ----
@@ -169,24 +226,39 @@ void launch_scatter_add(const I* ids, std::int64_t count, const T* src, T* dst, 
 }
 
 template <typename T>
-void launch_sgd(T* p, const T* g, const T* lr, std::int64_t n, cudaStream_t s) {
-  if (n) sgd<<<blocks_for(n), kThreads, 0, s>>>(p, g, lr, n);
+void launch_sgd(T* p, const T* g, const T* lr, const bool* skip, std::int64_t n, cudaStream_t s) {
+  if (n) sgd<<<blocks_for(n), kThreads, 0, s>>>(p, g, lr, skip, n);
 }
 
 template <typename T>
-void launch_momentum(T* p, T* v, const T* g, const T* lr, T mu, bool nesterov, std::int64_t n,
-                     cudaStream_t s) {
-  if (n) momentum<<<blocks_for(n), kThreads, 0, s>>>(p, v, g, lr, mu, nesterov, n);
+void launch_momentum(T* p, T* v, const T* g, const T* lr, const bool* skip, T mu, bool nesterov,
+                     std::int64_t n, cudaStream_t s) {
+  if (n) momentum<<<blocks_for(n), kThreads, 0, s>>>(p, v, g, lr, skip, mu, nesterov, n);
 }
 
 template <typename T>
-void launch_adam(T* p, T* m1, T* m2, const T* g, const T* lr, const T* b1p, const T* b2p,
-                 T* b1p_out, T* b2p_out, T beta1, T beta2, T eps, T coeff, bool decay,
+void launch_adam(T* p, T* m1, T* m2, const T* g, const T* lr, const bool* skip, const T* b1p,
+                 const T* b2p, T* b1p_out, T* b2p_out, T beta1, T beta2, T eps, T coeff, bool decay,
                  std::int64_t n, cudaStream_t s) {
   if (n)
-    adam<<<blocks_for(n), kThreads, 0, s>>>(p, m1, m2, g, lr, b1p, b2p, beta1, beta2, eps, coeff,
-                                            decay, n);
-  advance_beta_pows<<<1, 1, 0, s>>>(b1p, b2p, b1p_out, b2p_out, beta1, beta2);
+    adam<<<blocks_for(n), kThreads, 0, s>>>(p, m1, m2, g, lr, skip, b1p, b2p, beta1, beta2, eps,
+                                            coeff, decay, n);
+  advance_beta_pows<<<1, 1, 0, s>>>(b1p, b2p, b1p_out, b2p_out, beta1, beta2, skip);
+}
+
+template <typename T>
+void launch_unscale(const T* x, T* y, std::int64_t n, const float* scale, bool* found, cudaStream_t s) {
+  if (n) unscale<<<blocks_for(n), kThreads, 0, s>>>(x, y, n, scale, found);
+}
+
+void launch_unscale16(const std::uint16_t* x, std::uint16_t* y, std::int64_t n, const float* scale,
+                      bool* found, bool bf16, cudaStream_t s) {
+  if (n) unscale16<<<blocks_for(n), kThreads, 0, s>>>(x, y, n, scale, found, bf16);
+}
+
+void launch_update_loss_scaling(const bool* found, float* scale, std::int32_t* good, std::int32_t* bad,
+                                const LossScaleRule& rule, cudaStream_t s) {
+  update_loss_scaling<<<1, 1, 0, s>>>(found, scale, good, bad, rule);
 }
 
 template <typename T>
@@ -230,17 +302,18 @@ KILN_INDEX(std::int32_t)
 KILN_INDEX(std::int64_t)
 
 #define KILN_TRAIN(T)                                                                              \
-  template void launch_sgd<T>(T*, const T*, const T*, std::int64_t, cudaStream_t);                 \
-  template void launch_momentum<T>(T*, T*, const T*, const T*, T, bool, std::int64_t,              \
+  template void launch_sgd<T>(T*, const T*, const T*, const bool*, std::int64_t, cudaStream_t);    \
+  template void launch_momentum<T>(T*, T*, const T*, const T*, const bool*, T, bool, std::int64_t, \
                                    cudaStream_t);                                                  \
-  template void launch_adam<T>(T*, T*, T*, const T*, const T*, const T*, const T*, T*, T*, T, T,   \
-                               T, T, bool, std::int64_t, cudaStream_t);                            \
+  template void launch_adam<T>(T*, T*, T*, const T*, const T*, const bool*, const T*, const T*,    \
+                               T*, T*, T, T, T, T, bool, std::int64_t, cudaStream_t);              \
   template void launch_uniform<T>(T*, std::int64_t, std::uint64_t, double, double, T, T,           \
                                   cudaStream_t);                                                   \
   template void launch_gaussian<T>(T*, std::int64_t, std::uint64_t, double, double, cudaStream_t); \
   template void launch_dropout<T>(const T*, T*, bool*, std::int64_t, std::uint64_t, double, T,     \
                                   cudaStream_t);                                                   \
-  template void launch_dropout_grad<T>(const T*, const bool*, T*, std::int64_t, T, cudaStream_t);
+  template void launch_dropout_grad<T>(const T*, const bool*, T*, std::int64_t, T, cudaStream_t); \
+  template void launch_unscale<T>(const T*, T*, std::int64_t, const float*, bool*, cudaStream_t);
 KILN_TRAIN(float)
 KILN_TRAIN(double)
 

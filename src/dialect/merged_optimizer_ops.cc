@@ -12,11 +12,13 @@ KILN_REGISTER_OP(MergedSgd_Op, MergedMomentum_Op, MergedAdam_Op, MergedAdamW_Op)
 
 template <typename Merged, typename Single>
 std::uint32_t MergedUpdateBase<Merged, Single>::parameter_count(std::size_t n) {
-  if (n < 1 + Layout::operands || (n - 1) % Layout::operands != 0)
+  const std::size_t groups = n - (has_skip(n) ? 2 : 1);
+  if (n < 1 + Layout::operands || groups % Layout::operands != 0)
     throw_error(ErrorKind::InvalidArgument, "op '", Merged::name, "' takes the learning rate and ",
-                Layout::operands, " operands per parameter (1 + ", Layout::operands,
-                "·k operands, k >= 1), got ", n, " operands");
-  return static_cast<std::uint32_t>((n - 1) / Layout::operands);
+                Layout::operands, " operands per parameter, then optionally '", kSkipOperandName,
+                "' (1 + ", Layout::operands, "·k operands, or 2 + ", Layout::operands,
+                "·k, k >= 1), got ", n, " operands");
+  return static_cast<std::uint32_t>(groups / Layout::operands);
 }
 
 template <typename Merged, typename Single>
@@ -35,11 +37,13 @@ template <typename Merged, typename Single>
 std::vector<Type> MergedUpdateBase<Merged, Single>::infer_meta(const std::vector<Type>& in,
                                                               DictionaryAttribute attrs) {
   const std::uint32_t k = parameter_count(in.size());
+  const bool skip = has_skip(in.size());
   std::vector<Type> out;
   out.reserve(std::size_t{k} * Layout::results);
-  std::vector<Type> one(Single::num_operands);
+  std::vector<Type> one(Single::num_operands + (skip ? 1 : 0));
   for (std::uint32_t p = 0; p < k; ++p) {
-    for (std::uint32_t i = 0; i < one.size(); ++i) one[i] = in[Layout::operand(p, i)];
+    for (std::uint32_t i = 0; i < Single::num_operands; ++i) one[i] = in[Layout::operand(p, i)];
+    if (skip) one.back() = in.back();
     std::vector<Type> r;
     try {
       r = Single::infer_meta(one, attrs);
@@ -64,34 +68,36 @@ template struct MergedUpdateBase<MergedAdamW_Op, AdamW_Op>;
 
 namespace {
 void add_operands(OperationArgument& arg, std::string_view name, std::uint32_t per, Value lr,
-                  const std::vector<Value>& members) {
+                  const std::vector<Value>& members, Value skip) {
   if (members.empty() || members.size() % per != 0)
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' build: ", per,
                 " operands per parameter, got ", members.size());
   arg.add_operands({lr});
   for (Value v : members) arg.add_operands({v});
+  if (skip) arg.add_operands({skip});
 }
 }  // namespace
 
-void MergedSgd_Op::build(Builder&, OperationArgument& arg, Value lr, const std::vector<Value>& members) {
-  add_operands(arg, name, Layout::operands, lr, members);
+void MergedSgd_Op::build(Builder&, OperationArgument& arg, Value lr, const std::vector<Value>& members,
+                         Value skip) {
+  add_operands(arg, name, Layout::operands, lr, members, skip);
 }
 
 void MergedMomentum_Op::build(Builder&, OperationArgument& arg, Value lr,
-                              const std::vector<Value>& members, const Attributes& attrs) {
-  add_operands(arg, name, Layout::operands, lr, members);
+                              const std::vector<Value>& members, const Attributes& attrs, Value skip) {
+  add_operands(arg, name, Layout::operands, lr, members, skip);
   arg.attributes = to_named_attributes(attrs);
 }
 
 void MergedAdam_Op::build(Builder&, OperationArgument& arg, Value lr, const std::vector<Value>& members,
-                          const Attributes& attrs) {
-  add_operands(arg, name, Layout::operands, lr, members);
+                          const Attributes& attrs, Value skip) {
+  add_operands(arg, name, Layout::operands, lr, members, skip);
   arg.attributes = to_named_attributes(attrs);
 }
 
 void MergedAdamW_Op::build(Builder&, OperationArgument& arg, Value lr, const std::vector<Value>& members,
-                           const Attributes& attrs) {
-  add_operands(arg, name, Layout::operands, lr, members);
+                           const Attributes& attrs, Value skip) {
+  add_operands(arg, name, Layout::operands, lr, members, skip);
   arg.attributes = to_named_attributes(attrs);
 }
 

@@ -53,6 +53,14 @@ void check_adam_attrs(std::string_view op, double beta1, double beta2, double ep
                 "' attribute epsilon must be finite and >= 0, got ", epsilon);
 }
 
+void check_skip_operand(std::string_view op, Type t, std::size_t index) {
+  if (!t || !is_shaped(t) || shaped_data_type(t) != DataType::Bool ||
+      !may_be_one_element(shaped_dims(t)))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' operand '", kSkipOperandName, "' (#", index,
+                ") must be a bool tensor of one element, got ",
+                t ? t.to_string() : std::string("nothing"));
+}
+
 }  // namespace
 
 std::vector<Type> infer_optimizer_update(std::string_view op, const std::vector<Type>& in,
@@ -60,10 +68,11 @@ std::vector<Type> infer_optimizer_update(std::string_view op, const std::vector<
                                          std::span<const std::uint32_t> same_as_param,
                                          std::span<const std::uint32_t> scalars,
                                          std::span<const std::uint32_t> written) {
-  if (in.size() != names.size())
-    throw_error(ErrorKind::InvalidArgument, "op '", op, "' takes ", names.size(), " operands, got ",
-                in.size());
-  for (std::size_t i = 0; i < in.size(); ++i)
+  if (in.size() != names.size() && in.size() != names.size() + 1)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' takes ", names.size(), " operands (",
+                names.size() + 1, " with '", kSkipOperandName, "'), got ", in.size());
+  if (in.size() > names.size()) check_skip_operand(op, in.back(), names.size());
+  for (std::size_t i = 0; i < names.size(); ++i)
     if (!in[i] || !is_shaped(in[i]))
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' operand ", operand_label(names, i),
                   " must be a tensor, got ", in[i] ? in[i].to_string() : std::string("nothing"));
@@ -105,8 +114,9 @@ std::vector<Type> infer_optimizer_update(std::string_view op, const std::vector<
 
 // ---- sgd_ ----
 
-void Sgd_Op::build(Builder&, OperationArgument& arg, Value param, Value grad, Value lr) {
+void Sgd_Op::build(Builder&, OperationArgument& arg, Value param, Value grad, Value lr, Value skip) {
   arg.add_operands({param, grad, lr});
+  if (skip) arg.add_operands({skip});
 }
 std::vector<Type> Sgd_Op::infer_meta(const std::vector<Type>& in, DictionaryAttribute) {
   static constexpr std::uint32_t same[] = {1}, scalars[] = {2}, written[] = {0};
@@ -116,8 +126,9 @@ std::vector<Type> Sgd_Op::infer_meta(const std::vector<Type>& in, DictionaryAttr
 // ---- momentum_ ----
 
 void Momentum_Op::build(Builder&, OperationArgument& arg, Value param, Value grad, Value velocity,
-                        Value lr, double mu, bool use_nesterov) {
+                        Value lr, double mu, bool use_nesterov, Value skip) {
   arg.add_operands({param, grad, velocity, lr});
+  if (skip) arg.add_operands({skip});
   arg.attributes = to_named_attributes(Attributes{mu, use_nesterov});
 }
 std::vector<Type> Momentum_Op::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
@@ -138,8 +149,9 @@ constexpr std::uint32_t kAdamSame[] = {1, 3, 4}, kAdamScalars[] = {2, 5, 6},
 
 void Adam_Op::build(Builder&, OperationArgument& arg, Value param, Value grad, Value lr,
                     Value moment1, Value moment2, Value beta1_pow, Value beta2_pow, double beta1,
-                    double beta2, double epsilon) {
+                    double beta2, double epsilon, Value skip) {
   arg.add_operands({param, grad, lr, moment1, moment2, beta1_pow, beta2_pow});
+  if (skip) arg.add_operands({skip});
   arg.attributes = to_named_attributes(Attributes{beta1, beta2, epsilon});
 }
 std::vector<Type> Adam_Op::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
@@ -150,8 +162,9 @@ std::vector<Type> Adam_Op::infer_meta(const std::vector<Type>& in, DictionaryAtt
 
 void AdamW_Op::build(Builder&, OperationArgument& arg, Value param, Value grad, Value lr,
                      Value moment1, Value moment2, Value beta1_pow, Value beta2_pow, double beta1,
-                     double beta2, double epsilon, double coeff) {
+                     double beta2, double epsilon, double coeff, Value skip) {
   arg.add_operands({param, grad, lr, moment1, moment2, beta1_pow, beta2_pow});
+  if (skip) arg.add_operands({skip});
   arg.attributes = to_named_attributes(Attributes{beta1, beta2, epsilon, coeff});
 }
 std::vector<Type> AdamW_Op::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {

@@ -1,17 +1,27 @@
 #include "kiln/frontend/amp.h"
 
 #include <algorithm>
+#include <cmath>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "kiln/dialect/binary_ops.h"
+#include "kiln/dialect/loss_scaling_ops.h"
 #include "kiln/dialect/unary_ops.h"
+#include "kiln/frontend/backward.h"
+#include "kiln/frontend/initializer.h"
 #include "kiln/frontend/op_role.h"
 #include "kiln/frontend/optimizer.h"
+#include "kiln/frontend/parameter.h"
+#include "kiln/frontend/program_guard.h"
+#include "kiln/frontend/unique_name.h"
 #include "kiln/ir/builder.h"
 #include "kiln/ir/builtin_types.h"
 #include "kiln/ir/interfaces.h"
 #include "kiln/ir/ir_context.h"
+#include "kiln/ir/traits.h"
 #include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/scope.h"
 #include "kiln/support/error.h"
 
 namespace kiln::amp {
@@ -19,28 +29,64 @@ namespace {
 
 bool of_dtype(Value v, DataType dt) { return v && is_shaped(v.type()) && shaped_data_type(v.type()) == dt; }
 
-// The allow list's op ids, each checked to be an op with a CPU kernel for `dtype`.
-std::unordered_set<TypeId> allowed_ops(const Options& o) {
-  const std::vector<std::string>& names = o.allow.empty() ? default_allow_list() : o.allow;
+// Op ids by name; kiln::Error naming the list and the name when one is
+// no registered op, or (`need_kernel`) has no CPU kernel for `dtype`.
+std::unordered_set<TypeId> op_ids(const std::vector<std::string>& names, std::string_view list, DataType dtype,
+                                  bool need_kernel) {
   std::unordered_set<TypeId> ids;
   for (const std::string& name : names) {
     const OpInfo info = IrContext::instance()->find_op(name);
     if (!info)
-      throw_error(ErrorKind::InvalidArgument, "amp: allow-list op '", name, "' is not a registered op");
-    if (!KernelRegistry::instance().find(info.id(), PlaceKind::Cpu, o.dtype))
-      throw_error(ErrorKind::InvalidArgument, "amp: allow-list op '", name, "' has no CPU kernel for ",
-                  to_string(o.dtype));
+      throw_error(ErrorKind::InvalidArgument, "amp: ", list, " op '", name, "' is not a registered op");
+    if (need_kernel && !KernelRegistry::instance().find(info.id(), PlaceKind::Cpu, dtype))
+      throw_error(ErrorKind::InvalidArgument, "amp: ", list, " op '", name, "' has no CPU kernel for ",
+                  to_string(dtype));
     ids.insert(info.id());
   }
   return ids;
 }
 
+bool has_floating_result(const Operation& op) {
+  for (std::uint32_t r = 0; r < op.num_results(); ++r)
+    if (is_shaped(op.result_type(r)) && is_floating(shaped_data_type(op.result_type(r)))) return true;
+  return false;
+}
+
+// Which ops run in the low dtype: O1, those of the allow list; O2, every
+// op with a floating first operand, a floating result and a CPU kernel for
+// the low dtype that the deny list does not name (no region op, in-place
+// op, side effect, collective or cast).
+class LowPolicy {
+ public:
+  explicit LowPolicy(const Options& o)
+      : o2_(o.level == Level::O2),
+        low_(o.dtype),
+        ids_(o2_ ? op_ids(o.deny.empty() ? default_deny_list() : o.deny, "deny-list", o.dtype, false)
+                 : op_ids(o.allow.empty() ? default_allow_list() : o.allow, "allow-list", o.dtype, true)) {}
+
+  bool runs_low(const Operation& op) const {
+    if (!o2_) return ids_.count(op.info().id()) > 0;
+    if (ids_.count(op.info().id()) || op.num_regions() || op.has_trait<Inplace>() ||
+        op.has_trait<SideEffect>() || op.has_trait<Communication>() || op.isa<CastOp>() ||
+        op.num_operands() == 0 || !has_floating_result(op))
+      return false;
+    const Value first = op.operand(0).source();
+    if (!first || !is_shaped(first.type()) || !is_floating(shaped_data_type(first.type()))) return false;
+    return KernelRegistry::instance().find(op.info().id(), PlaceKind::Cpu, low_) != nullptr;
+  }
+  // O1 lowers an op only where one operand is f32; O2 also keeps an op of
+  // low operands low.
+  bool needs_f32_operand() const { return !o2_; }
+
+ private:
+  bool o2_;
+  DataType low_;
+  std::unordered_set<TypeId> ids_;
+};
+
 void check(const Block& block, const Options& o) {
   if (o.level != Level::O0 && o.level != Level::O1 && o.level != Level::O2)
     throw_error(ErrorKind::InvalidArgument, "amp: unknown level ", int(o.level));
-  if (o.level == Level::O2)
-    throw_error(ErrorKind::Unimplemented, "amp: level O2 (low-precision parameters with f32 master weights) "
-                "is not implemented; O1 is");
   if (o.dtype != DataType::BFloat16 && o.dtype != DataType::Float16)
     throw_error(ErrorKind::InvalidArgument, "amp: the low dtype must be bf16 or f16, got ", to_string(o.dtype));
   for (const Operation* op : block)
@@ -50,16 +96,18 @@ void check(const Block& block, const Options& o) {
 }
 
 // Whether every floating operand of `op` is f32 or already `low` (an op
-// reading f64 or the other 16-bit float keeps its dtypes), and one is f32.
-bool lowerable(const Operation& op, DataType low) {
-  bool any_f32 = false;
+// reading f64 or the other 16-bit float keeps its dtypes), and one is f32
+// (or, without `need_f32`, one is floating).
+bool lowerable(const Operation& op, DataType low, bool need_f32) {
+  bool any_f32 = false, any = false;
   for (std::uint32_t i = 0; i < op.num_operands(); ++i) {
     const Value v = op.operand(i).source();
     if (!v || !is_shaped(v.type()) || !is_floating(shaped_data_type(v.type()))) continue;
+    any = true;
     if (of_dtype(v, DataType::Float32)) any_f32 = true;
     else if (!of_dtype(v, low)) return false;
   }
-  return any_f32;
+  return need_f32 ? any_f32 : any;
 }
 
 // One cast per (value, dtype), made before the first op that needs it.
@@ -100,17 +148,25 @@ const std::vector<std::string>& default_allow_list() {
   return list;
 }
 
+const std::vector<std::string>& default_deny_list() {
+  static const std::vector<std::string> list{
+      "kiln.softmax_with_cross_entropy", "kiln.mean", "kiln.sum", "kiln.exp", "kiln.log",
+      "kiln.square", "kiln.softmax", "kiln.log_softmax", "kiln.layer_norm", "kiln.rms_norm",
+      "kiln.batch_norm"};
+  return list;
+}
+
 RewriteResult rewrite(Block& block, const Options& options) {
   check(block, options);
   RewriteResult result;
   if (options.level == Level::O0) return result;
-  const std::unordered_set<TypeId> allowed = allowed_ops(options);
+  const LowPolicy policy(options);
   const DataType low = options.dtype;
   std::unordered_set<const detail::ValueImpl*> lowered;  // results this rewrite made low
   Casts casts(block);
   std::vector<Operation*> ops(block.begin(), block.end());  // the casts added are not visited
   for (Operation* op : ops) {
-    if (allowed.count(op->info().id()) && lowerable(*op, low)) {
+    if (policy.runs_low(*op) && lowerable(*op, low, policy.needs_f32_operand())) {
       for (std::uint32_t i = 0; i < op->num_operands(); ++i) {
         Value v = op->operand(i).source();
         if (of_dtype(v, DataType::Float32)) op->set_operand(i, casts.get(v, low, op));
@@ -132,11 +188,82 @@ RewriteResult rewrite(Block& block, const Options& options) {
   return result;
 }
 
+namespace {
+
+bool wants_loss_scaling(const Options& o) {
+  if (o.scaling == Scaling::Auto) return o.level != Level::O0 && o.dtype == DataType::Float16;
+  return o.scaling == Scaling::On;
+}
+
+void check_loss_scaling(const LossScaling& l) {
+  auto fail = [](std::string_view field, std::string_view want, double got) {
+    throw_error(ErrorKind::InvalidArgument, "amp: LossScaling::", field, " must be ", want, ", got ", got);
+  };
+  if (!(l.init_scale > 0.0) || !std::isfinite(static_cast<float>(l.init_scale)))
+    fail("init_scale", "a finite f32 > 0", l.init_scale);
+  if (l.incr_every_n_steps < 1) fail("incr_every_n_steps", ">= 1", double(l.incr_every_n_steps));
+  if (l.decr_every_n_nan_or_inf < 1)
+    fail("decr_every_n_nan_or_inf", ">= 1", double(l.decr_every_n_nan_or_inf));
+  if (!(l.incr_ratio >= 1.0) || l.incr_ratio > 1e30) fail("incr_ratio", "in [1, 1e30]", l.incr_ratio);
+  if (!(l.decr_ratio > 0.0 && l.decr_ratio <= 1.0)) fail("decr_ratio", "in (0, 1]", l.decr_ratio);
+}
+
+}  // namespace
+
 std::vector<std::pair<Value, Value>> Decorated::minimize(Value loss) {
   if (!loss || !loss.defining_op())
     throw_error(ErrorKind::InvalidArgument, "amp: minimize needs a loss defined by an op");
+  scale_name_.clear();
+  found_inf_ = {};
+  if (wants_loss_scaling(options_)) check_loss_scaling(options_.loss_scaling);
   rewrite(*loss.defining_op()->parent_block(), options_);
-  return optimizer_.minimize(loss);
+  return wants_loss_scaling(options_) ? minimize_scaled(loss) : optimizer_.minimize(loss);
+}
+
+// scaled = loss · scale → append_backward → check_finite_and_unscale →
+// update_loss_scaling_ → apply_gradients(skip = found_inf).
+std::vector<std::pair<Value, Value>> Decorated::minimize_scaled(Value loss) {
+  (void)current_startup_program();  // kiln::Error now, before anything is built
+  const LossScaling& l = options_.loss_scaling;
+  const std::string name = unique_name("loss_scaling");
+  Value scale = create_parameter(name, {1}, DataType::Float32, init::Constant(l.init_scale), false);
+  Value good = create_parameter(name + "_good_steps", {1}, DataType::Int32, init::Constant(0), false);
+  Value bad = create_parameter(name + "_bad_steps", {1}, DataType::Int32, init::Constant(0), false);
+  Block& block = *loss.defining_op()->parent_block();
+  Builder b = main_builder();
+  Operation* const before_scaling = block.back();
+  Value factor = scale;
+  if (is_shaped(loss.type()) && shaped_data_type(loss.type()) != DataType::Float32)
+    factor = b.create<CastOp>(scale, shaped_data_type(loss.type())).result();
+  Value scaled = b.create<MulOp>(loss, factor).result();
+  auto params_grads = append_backward(scaled);
+  if (params_grads.empty())
+    throw_error(ErrorKind::InvalidArgument, "amp: the loss depends on no trainable parameter, nothing to optimize");
+  set_op_role_after(block, before_scaling, OpRole::Backward);  // the scaling, then backward's own
+  Operation* const mark = block.back();
+  std::vector<Value> grads;
+  for (const auto& [p, g] : params_grads) grads.push_back(g);
+  Operation* check = b.create<CheckFiniteAndUnscaleOp>(scale, grads).operation();
+  found_inf_ = check->result(check->num_results() - 1);
+  if (l.dynamic)
+    b.create<UpdateLossScaling_Op>(found_inf_, scale, good, bad,
+                                   UpdateLossScaling_Op::Attributes{l.incr_every_n_steps, l.decr_every_n_nan_or_inf,
+                                                                    l.incr_ratio, l.decr_ratio});
+  set_op_role_after(block, mark, OpRole::Optimize);
+  for (std::size_t i = 0; i < params_grads.size(); ++i) params_grads[i].second = check->result(i);
+  optimizer_.apply_gradients(params_grads, found_inf_);
+  scale_name_ = name;
+  return params_grads;
+}
+
+double Decorated::loss_scale(const Scope& scope) const {
+  if (scale_name_.empty())
+    throw_error(ErrorKind::NotFound, "amp: no loss scale (no minimize with loss scaling yet)");
+  const Variable* v = scope.find_var(scale_name_);
+  if (!v || !v->is_initialized())
+    throw_error(ErrorKind::NotFound, "amp: the scope has no loss-scale parameter '", scale_name_,
+                "' (run the startup program first)");
+  return v->get<Tensor>().to_vector<float>().at(0);
 }
 
 }  // namespace kiln::amp

@@ -182,7 +182,10 @@ std::vector<std::pair<Value, Value>> Optimizer::clip_by_global_norm(
 }
 
 std::vector<Operation*> Optimizer::apply_gradients(
-    std::vector<std::pair<Value, Value>> params_grads) {
+    std::vector<std::pair<Value, Value>> params_grads, Value skip) {
+  if (skip && (!is_shaped(skip.type()) || shaped_data_type(skip.type()) != DataType::Bool))
+    throw_error(ErrorKind::InvalidArgument, kind_, ": the skip flag must be a bool tensor of one element, got ",
+                skip.type().to_string());
   for (const auto& [p, g] : params_grads) {
     if (!p || !g)
       throw_error(ErrorKind::InvalidArgument, kind_, ": a (parameter, gradient) pair has a null value");
@@ -208,7 +211,7 @@ std::vector<Operation*> Optimizer::apply_gradients(
   for (const auto& [p, g] : params_grads) {
     Value lr = learning_rate_value(shaped_data_type(p.type()));
     Builder b = main_builder();
-    ops.push_back(append_update(b, parameter_name(p), p, g, lr));
+    ops.push_back(append_update(b, parameter_name(p), p, g, lr, skip));
   }
   set_op_role_after(block, mark, OpRole::Optimize);
   return ops;
@@ -220,8 +223,9 @@ SGD::SGD(LearningRate learning_rate, double weight_decay,
          std::optional<ClipGradByGlobalNorm> grad_clip)
     : Optimizer("SGD", std::move(learning_rate), weight_decay, grad_clip) {}
 
-Operation* SGD::append_update(Builder& b, const std::string&, Value param, Value grad, Value lr) {
-  return b.create<Sgd_Op>(param, grad, lr).operation();
+Operation* SGD::append_update(Builder& b, const std::string&, Value param, Value grad, Value lr,
+                              Value skip) {
+  return b.create<Sgd_Op>(param, grad, lr, skip).operation();
 }
 
 // ---- Momentum ----
@@ -235,9 +239,9 @@ Momentum::Momentum(LearningRate learning_rate, double momentum, bool use_nestero
 }
 
 Operation* Momentum::append_update(Builder& b, const std::string& name, Value param, Value grad,
-                                   Value lr) {
+                                   Value lr, Value skip) {
   Value velocity = add_state(name, "velocity", param.type(), shaped_dims(param.type()), 0.0);
-  return b.create<Momentum_Op>(param, grad, velocity, lr, momentum_, nesterov_).operation();
+  return b.create<Momentum_Op>(param, grad, velocity, lr, momentum_, nesterov_, skip).operation();
 }
 
 // ---- Adam / AdamW ----
@@ -265,13 +269,13 @@ Adam::Adam(std::string_view kind, LearningRate learning_rate, double beta1, doub
 }
 
 Operation* Adam::append_update(Builder& b, const std::string& name, Value param, Value grad,
-                               Value lr) {
+                               Value lr, Value skip) {
   const auto& dims = shaped_dims(param.type());
   Value m1 = add_state(name, "moment1", param.type(), dims, 0.0);
   Value m2 = add_state(name, "moment2", param.type(), dims, 0.0);
   Value b1p = add_state(name, "beta1_pow_acc", param.type(), {1}, beta1_);
   Value b2p = add_state(name, "beta2_pow_acc", param.type(), {1}, beta2_);
-  return b.create<Adam_Op>(param, grad, lr, m1, m2, b1p, b2p, beta1_, beta2_, epsilon_)
+  return b.create<Adam_Op>(param, grad, lr, m1, m2, b1p, b2p, beta1_, beta2_, epsilon_, skip)
       .operation();
 }
 
@@ -280,14 +284,14 @@ AdamW::AdamW(LearningRate learning_rate, double beta1, double beta2, double epsi
     : Adam("AdamW", std::move(learning_rate), beta1, beta2, epsilon, weight_decay, grad_clip) {}
 
 Operation* AdamW::append_update(Builder& b, const std::string& name, Value param, Value grad,
-                                Value lr) {
+                                Value lr, Value skip) {
   const auto& dims = shaped_dims(param.type());
   Value m1 = add_state(name, "moment1", param.type(), dims, 0.0);
   Value m2 = add_state(name, "moment2", param.type(), dims, 0.0);
   Value b1p = add_state(name, "beta1_pow_acc", param.type(), {1}, beta1_);
   Value b2p = add_state(name, "beta2_pow_acc", param.type(), {1}, beta2_);
   return b.create<AdamW_Op>(param, grad, lr, m1, m2, b1p, b2p, beta1_, beta2_, epsilon_,
-                            weight_decay())
+                            weight_decay(), skip)
       .operation();
 }
 

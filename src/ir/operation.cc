@@ -87,9 +87,9 @@ Operation* Operation::create(const std::vector<Value>& operands,
 Operation* Operation::create(const OperationArgument& arg) {
   if (arg.info) {
     const auto* impl = arg.info.impl();
-    if (impl->num_operands >= 0 && arg.operands.size() != std::size_t(impl->num_operands))
+    if (!impl->takes_operands(arg.operands.size()))
       throw_error(ErrorKind::InvalidArgument, "op '", arg.info.name(), "' takes ",
-                  impl->num_operands, " operands, got ", arg.operands.size());
+                  impl->operand_count(), " operands, got ", arg.operands.size());
   }
   return create(arg.operands, arg.result_types, DictionaryAttribute::get(arg.attributes), arg.info,
                 arg.num_regions ? arg.num_regions
@@ -251,8 +251,8 @@ Operation* Operation::clone(IrMapping& map) const {
 void Operation::verify() const {
   const auto* impl = info_.impl();
   auto* self = const_cast<Operation*>(this);
-  if (impl->num_operands >= 0 && num_operands_ != std::uint32_t(impl->num_operands))
-    throw_error(ErrorKind::InvalidArgument, "op '", name(), "' takes ", impl->num_operands,
+  if (!impl->takes_operands(num_operands_))
+    throw_error(ErrorKind::InvalidArgument, "op '", name(), "' takes ", impl->operand_count(),
                 " operands, got ", num_operands_);
   if (impl->num_results >= 0 && num_results_ != std::uint32_t(impl->num_results))
     throw_error(ErrorKind::InvalidArgument, "op '", name(), "' has ", impl->num_results,

@@ -416,8 +416,8 @@ std::vector<Value> Parser::operands(const std::string& op_name, const detail::Op
     } while (consume(','));
     expect(')', "after the operands of " + op_name);
   }
-  if (impl->num_operands >= 0 && out.size() != std::size_t(impl->num_operands))
-    fail(operands_at, ErrorKind::InvalidArgument, op_name, " takes ", impl->num_operands,
+  if (!impl->takes_operands(out.size()))
+    fail(operands_at, ErrorKind::InvalidArgument, op_name, " takes ", impl->operand_count(),
          " operand(s), found ", out.size());
   return out;
 }

@@ -1,6 +1,6 @@
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h): one walk over a
 // block indexes which positions touch and write each buffer; updates are
-// grouped by (kind, attributes, learning-rate buffer), and each group's
+// grouped by (kind, attributes, learning-rate buffer, skip flag), and each group's
 // members that may move to its last member's place become one merged op.
 #include "kiln/passes/fuse_optimizer.h"
 
@@ -24,30 +24,38 @@ namespace kiln {
 
 namespace {
 
-// One update kind: its single op, the learning rate's operand index, and
-// how its merged op is built.
+// One update kind: its single op, the learning rate's operand index, the
+// operands before the optional skip flag, and how its merged op is built.
 struct UpdateKind {
   OpInfo single;
   std::uint32_t lr;
-  Operation* (*build)(Builder&, Value lr, const std::vector<Value>&, DictionaryAttribute);
+  std::uint32_t fixed;
+  Operation* (*build)(Builder&, Value lr, const std::vector<Value>&, DictionaryAttribute, Value skip);
+
+  // The update's skip flag, or null.
+  Value skip(const Operation& op) const {
+    return op.num_operands() > fixed ? op.operand_source(fixed) : Value{};
+  }
 };
 
 template <typename Merged>
-Operation* build_merged(Builder& b, Value lr, const std::vector<Value>& members, DictionaryAttribute attrs) {
+Operation* build_merged(Builder& b, Value lr, const std::vector<Value>& members, DictionaryAttribute attrs,
+                        Value skip) {
   if constexpr (requires { typename Merged::Attributes; }) {
     using Single = typename Merged::SingleOp;
     return b.create<Merged>(lr, members,
-                            from_attributes<typename Merged::Attributes>(attrs, Single::name))
+                            from_attributes<typename Merged::Attributes>(attrs, Single::name), skip)
         .operation();
   } else {
-    return b.create<Merged>(lr, members).operation();
+    return b.create<Merged>(lr, members, skip).operation();
   }
 }
 
 template <typename Merged>
 UpdateKind kind_of() {
   using Single = typename Merged::SingleOp;
-  return {IrContext::instance()->op_info<Single>(), MergedLayout<Single>::lr, &build_merged<Merged>};
+  return {IrContext::instance()->op_info<Single>(), MergedLayout<Single>::lr, Single::num_operands,
+          &build_merged<Merged>};
 }
 
 const UpdateKind* update_kind(const Operation& op) {
@@ -91,18 +99,19 @@ class BlockMerger {
   }
 
   std::size_t run() {
-    // Groups by (kind, attributes, learning-rate buffer), in order of
-    // their first member.
-    std::map<std::tuple<const void*, const void*, const void*>, std::size_t> group_of;
+    // Groups by (kind, attributes, learning-rate buffer, skip flag's
+    // buffer), in order of their first member.
+    std::map<std::tuple<const void*, const void*, const void*, const void*>, std::size_t> group_of;
     std::vector<std::vector<std::size_t>> groups;  // member positions, program order
     for (std::size_t i = 0; i < ops_.size(); ++i) {
       Operation* op = ops_[i];
       const UpdateKind* kind = update_kind(*op);
-      if (!kind || has_placement(*op) || op->num_operands() != static_cast<std::uint32_t>(op->info().impl()->num_operands))
-        continue;
+      if (!kind || has_placement(*op) || !op->info().impl()->takes_operands(op->num_operands())) continue;
       Value lr = op->operand_source(kind->lr);
       if (!lr) continue;
-      auto key = std::make_tuple(static_cast<const void*>(kind), op->attributes().storage(), buffer_key(lr));
+      Value skip = kind->skip(*op);
+      auto key = std::make_tuple(static_cast<const void*>(kind), op->attributes().storage(), buffer_key(lr),
+                                 skip ? buffer_key(skip) : nullptr);
       auto [it, fresh] = group_of.try_emplace(key, groups.size());
       if (fresh) groups.emplace_back();
       groups[it->second].push_back(i);
@@ -206,10 +215,11 @@ class BlockMerger {
       std::vector<Value> operands;
       for (std::size_t i = begin; i < end; ++i) {
         Operation* op = ops_[members[i]];
-        for (std::uint32_t j = 0; j < op->num_operands(); ++j)
+        for (std::uint32_t j = 0; j < kind.fixed; ++j)
           if (j != kind.lr) operands.push_back(op->operand_source(j));
       }
-      Operation* merged = kind.build(b, anchor->operand_source(kind.lr), operands, anchor->attributes());
+      Operation* merged =
+          kind.build(b, anchor->operand_source(kind.lr), operands, anchor->attributes(), kind.skip(*anchor));
       // The members' attributes, undeclared ones too (op_role): one dict,
       // the grouping key.
       merged->set_attributes(anchor->attributes());

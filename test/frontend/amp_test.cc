@@ -5,6 +5,7 @@
 // errors that change nothing.
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "kiln/ir/parser.h"
 #include "kiln/runtime/cuda_context.h"
 #include "kiln/frontend/op_role.h"
+#include "kiln/frontend/parameter.h"
+#include "kiln/passes/fuse_optimizer.h"
 
 using namespace kiln;
 using namespace kiln_frontend_test;
@@ -30,6 +33,19 @@ struct Model {
   Value loss;
   std::vector<std::pair<Value, Value>> grads;
   FeedMap feed;
+  std::string scale_name;  // loss scaling's parameter, when it scales
+  Value found_inf;
+
+  void minimize(optim::Optimizer& opt, const amp::Options* o) {
+    if (!o) {
+      grads = opt.minimize(loss);
+      return;
+    }
+    auto decorated = amp::decorate(opt, *o);
+    grads = decorated.minimize(loss);
+    scale_name = decorated.scales_loss() ? decorated.loss_scale_name() : "";
+    found_inf = decorated.found_inf();
+  }
 };
 
 // x[128, 16] -> Linear(16, 64), GELU -> (two heads of one hidden value:
@@ -44,7 +60,7 @@ std::unique_ptr<Model> mlp(const amp::Options* amp_options) {
   Value out = nn::Linear(32, 1)(ab);
   m->loss = nn::MSELoss()(out, label);
   auto opt = optim::Adam(1e-2);
-  m->grads = amp_options ? amp::decorate(opt, *amp_options).minimize(m->loss) : opt.minimize(m->loss);
+  m->minimize(opt, amp_options);
   m->feed = {{"x", normal_f32({128, 16}, 1)}, {"label", normal_f32({128, 1}, 2)}};
   return m;
 }
@@ -57,7 +73,7 @@ std::unique_ptr<Model> transformer(const amp::Options* amp_options) {
   for (int k = 0; k < 2; ++k) h = nn::TransformerEncoderLayer(32, 4, 64, 0.0, "gelu")(h, true);
   m->loss = nn::MSELoss()(nn::Linear(32, 32)(h), label);
   auto opt = optim::Adam(3e-3);
-  m->grads = amp_options ? amp::decorate(opt, *amp_options).minimize(m->loss) : opt.minimize(m->loss);
+  m->minimize(opt, amp_options);
   m->feed = {{"x", normal_f32({4, 16, 32}, 3)}, {"label", normal_f32({4, 16, 32}, 4)}};
   return m;
 }
@@ -148,21 +164,26 @@ TEST_CASE("amp O1 bf16 on CUDA (cuBLAS on tensor cores) trains the MLP to within
   CHECK(std::abs(lb - lf) <= 0.02 * std::abs(lf));
 }
 
-TEST_CASE("amp: f16 O1 builds and runs; O0 changes nothing", "[frontend][amp]") {
+TEST_CASE("amp: f16 O1 without loss scaling builds and runs; O0 changes nothing", "[frontend][amp]") {
   amp::Options o;
   o.dtype = DataType::Float16;
+  o.scaling = amp::Scaling::Off;
   auto plain = mlp(nullptr);
   auto low = mlp(&o);
   const auto [lf, lh] = train_both(*plain, *low, 10);
   INFO("f32 loss " << lf << ", f16 loss " << lh);
   CHECK(std::abs(lh - lf) <= 0.02 * std::abs(lf));
+  CHECK(low->scale_name.empty());
+  CHECK(count_ops(low->g.main, "kiln.check_finite_and_unscale") == 0);
   o.level = amp::Level::O0;
+  o.scaling = amp::Scaling::Auto;
   auto same = mlp(&o);
   CHECK(count_ops(same->g.main, "kiln.cast") == 0);
+  CHECK(same->scale_name.empty());  // O0 scales nothing
 }
 
-TEST_CASE("amp: an unsupported level or dtype, an unknown or kernel-less allow-list op, a program "
-          "with a backward are errors that change nothing",
+TEST_CASE("amp: an unknown level, an unsupported dtype, an unknown or kernel-less allow-list op, an "
+          "unknown deny-list op, a program with a backward are errors that change nothing",
           "[frontend][amp]") {
   GuardedPrograms g;
   Value x = data("x", {4, 8});
@@ -174,16 +195,20 @@ TEST_CASE("amp: an unsupported level or dtype, an unknown or kernel-less allow-l
     CHECK(g.main.to_string() == before);
   };
   amp::Options o;
+  o.level = static_cast<amp::Level>(7);
+  fails(o, ErrorKind::InvalidArgument, {"unknown level"});
+  o = {};
   o.level = amp::Level::O2;
-  fails(o, ErrorKind::Unimplemented, {"O2"});
+  o.deny = {"kiln.no_such_op"};
+  fails(o, ErrorKind::InvalidArgument, {"deny-list op 'kiln.no_such_op'", "not a registered op"});
   o = {};
   o.dtype = DataType::Float64;
   fails(o, ErrorKind::InvalidArgument, {"bf16 or f16", "f64"});
   o = {};
   o.allow = {"kiln.no_such_op"};
   fails(o, ErrorKind::InvalidArgument, {"'kiln.no_such_op'", "not a registered op"});
-  o.allow = {"kiln.softmax"};
-  fails(o, ErrorKind::InvalidArgument, {"'kiln.softmax'", "no CPU kernel", "bf16"});
+  o.allow = {"kiln.softmax_with_cross_entropy"};
+  fails(o, ErrorKind::InvalidArgument, {"'kiln.softmax_with_cross_entropy'", "no CPU kernel", "bf16"});
   Value loss = main_builder().create<MeanOp>(y, std::vector<std::int64_t>{}, false).result();
   optim::SGD(0.1).minimize(loss);
   kiln_test::expect_error([&] { amp::rewrite(block, {}); }, ErrorKind::InvalidArgument,
@@ -225,4 +250,327 @@ TEST_CASE("amp O1 leaves a matmul of f64 values, or of the other 16-bit float, a
   CHECK(r.casts == 0);
   CHECK(dtype_of(p64) == DataType::Float64);
   CHECK(dtype_of(ph) == DataType::Float16);
+}
+
+// ---- O2 ----
+
+TEST_CASE("amp O2: activations flow in bf16 from op to op; denied ops (norms, softmax, losses) read f32 "
+          "casts; parameters and their gradients stay f32",
+          "[frontend][amp]") {
+  amp::Options o;
+  o.level = amp::Level::O2;
+  auto m = transformer(&o);
+  INFO(m->g.main.to_string());
+  m->g.main.verify();
+  std::size_t low = 0, gelus = 0;
+  for (Operation* op : m->g.main.block()) {
+    if (op_role(op) != OpRole::Forward || op->isa<CastOp>() || op->num_results() == 0) continue;
+    const bool is_low = dtype_of(op->result(0)) == DataType::BFloat16;
+    low += is_low;
+    if (op->name() == "kiln.gelu") {
+      ++gelus;
+      CHECK(is_low);
+      // Its operand comes straight from a low op (the bias add), not a cast.
+      Operation* def = op->operand(0).source().defining_op();
+      REQUIRE(def);
+      CHECK_FALSE(def->isa<CastOp>());
+    }
+    if (op->name() == "kiln.layer_norm" || op->name() == "kiln.mean") {
+      CHECK(dtype_of(op->result(0)) == DataType::Float32);
+      for (std::uint32_t i = 0; i < op->num_operands(); ++i)
+        CHECK(dtype_of(op->operand(i).source()) != DataType::BFloat16);
+    }
+  }
+  CHECK(gelus == 2);
+  CHECK(low > 20);
+  for (auto [param, grad] : m->grads) {
+    CHECK(dtype_of(param) == DataType::Float32);
+    CHECK(dtype_of(grad) == DataType::Float32);
+  }
+}
+
+TEST_CASE("amp O2 bf16 trains an MLP and transformer blocks to within 2 % of the f32 loss", "[frontend][amp]") {
+  amp::Options o;
+  o.level = amp::Level::O2;
+  SECTION("the MLP, 30 steps") {
+    auto plain = mlp(nullptr);
+    auto low = mlp(&o);
+    const auto [lf, lb] = train_both(*plain, *low, 30);
+    INFO("f32 loss " << lf << ", O2 bf16 loss " << lb);
+    CHECK(std::isfinite(lb));
+    CHECK(std::abs(lb - lf) <= 0.02 * std::abs(lf));
+  }
+  SECTION("two transformer blocks, 20 steps") {
+    auto plain = transformer(nullptr);
+    auto low = transformer(&o);
+    const auto [lf, lb] = train_both(*plain, *low, 20);
+    INFO("f32 loss " << lf << ", O2 bf16 loss " << lb);
+    CHECK(std::isfinite(lb));
+    CHECK(std::abs(lb - lf) <= 0.02 * std::abs(lf));
+  }
+}
+
+// ---- loss scaling (f16) ----
+
+namespace {
+
+amp::Options f16_options() {
+  amp::Options o;
+  o.dtype = DataType::Float16;
+  return o;
+}
+
+// Every persistable value of the executor's scope (parameters, optimizer
+// state, loss-scaling state), copied to the host.
+std::map<std::string, Tensor> persistables(Executor& exe) {
+  std::map<std::string, Tensor> out;
+  for (const std::string& name : exe.scope().local_var_names())
+    if (const Variable* v = exe.scope().find_var(name); v && v->is<Tensor>())
+      out[name] = copy_to_place(v->get<Tensor>(), Place::cpu()).clone();
+  return out;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dims() == b.dims() && a.dtype() == b.dtype() && std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
+}
+
+float scale_in(Executor& exe, const Model& m) {
+  return copy_to_place(exe.scope().find_var(m.scale_name)->get<Tensor>(), Place::cpu()).to_vector<float>().at(0);
+}
+
+// One step; returns whether it found an overflow.
+bool step(Executor& exe, Model& m, const FeedMap& feed) {
+  return exe.run(m.g.main, feed, {m.found_inf})[0].to_vector<bool>().at(0);
+}
+
+}  // namespace
+
+TEST_CASE("amp f16: minimize scales the loss, unscales and checks every gradient in one op, moves the "
+          "scale, and gives every update the overflow flag as its skip operand",
+          "[frontend][amp]") {
+  const amp::Options o = f16_options();
+  auto m = mlp(&o);
+  INFO(m->g.main.to_string());
+  m->g.main.verify();
+  REQUIRE(!m->scale_name.empty());
+  REQUIRE(m->found_inf);
+  CHECK(count_ops(m->g.main, "kiln.check_finite_and_unscale") == 1);
+  CHECK(count_ops(m->g.main, "kiln.update_loss_scaling_") == 1);
+  std::size_t updates = 0;
+  for (Operation* op : m->g.main.block()) {
+    if (op->name() != "kiln.adam_") continue;
+    ++updates;
+    REQUIRE(op->num_operands() == 8);
+    CHECK(op->operand(7).source() == m->found_inf);
+  }
+  CHECK(updates == m->grads.size());
+  // The gradients minimize returns are the unscaled ones.
+  for (auto [param, grad] : m->grads) CHECK(grad.defining_op()->isa<CheckFiniteAndUnscaleOp>());
+  // Auto scales f16 only; On scales bf16 too.
+  amp::Options bf16;
+  CHECK(mlp(&bf16)->scale_name.empty());
+  bf16.scaling = amp::Scaling::On;
+  CHECK(!mlp(&bf16)->scale_name.empty());
+}
+
+TEST_CASE("amp f16: an injected overflow skips exactly that step (parameters and optimizer state keep "
+          "their bits) and halves the scale; the next steps update again",
+          "[frontend][amp]") {
+  amp::Options o = f16_options();
+  o.loss_scaling.init_scale = 256.0;  // no overflow from the scale itself
+  for (const char* passes : {"", "fuse_optimizer"}) {
+    INFO("passes '" << passes << "'");
+    auto m = mlp(&o);
+    ExecutionOptions eo;
+    eo.passes = passes;
+    Executor exe(Place::cpu(), eo);
+    exe.run(m->g.startup);
+    for (int s = 0; s < 3; ++s) CHECK_FALSE(step(exe, *m, m->feed));
+    CHECK(scale_in(exe, *m) == 256.f);
+    FeedMap poisoned = m->feed;
+    Tensor x = poisoned.at("x").clone();
+    x.data<float>()[17] = 1e30f;  // inf once cast to f16
+    poisoned["x"] = x;
+    const auto before = persistables(exe);
+    CHECK(step(exe, *m, poisoned));
+    const auto after = persistables(exe);
+    CHECK(scale_in(exe, *m) == 128.f);
+    for (const auto& [name, t] : before) {
+      if (name.rfind(m->scale_name, 0) == 0) continue;  // the scale and its counters move
+      INFO(name);
+      CHECK(same_bits(t, after.at(name)));
+    }
+    CHECK_FALSE(step(exe, *m, m->feed));
+    const auto updated = persistables(exe);
+    std::size_t changed = 0;
+    for (auto [param, grad] : m->grads) changed += !same_bits(after.at(parameter_name(param)), updated.at(parameter_name(param)));
+    CHECK(changed == m->grads.size());
+  }
+}
+
+TEST_CASE("amp f16: fuse_optimizer merges the updates that share the overflow flag into one op that skips, "
+          "and training gives the unmerged program's bits through an overflow",
+          "[frontend][amp]") {
+  amp::Options o = f16_options();
+  o.loss_scaling.init_scale = 512.0;
+  o.loss_scaling.incr_every_n_steps = 2;
+  auto plain = mlp(&o), merged = mlp(&o);
+  const std::size_t made = fuse_optimizer_updates(merged->g.main.block());
+  CHECK(made == 1);
+  CHECK(count_ops(merged->g.main, "kiln.adam_") == 0);
+  for (Operation* op : merged->g.main.block())
+    if (op->name() == "kiln.merged_adam_") CHECK(op->operand(op->num_operands() - 1).source() == merged->found_inf);
+  ExecutionOptions none;
+  none.passes = "";
+  Executor a(Place::cpu(), none), b(Place::cpu(), none);
+  a.run(plain->g.startup);
+  b.run(merged->g.startup);
+  copy_scope(a, b);
+  FeedMap poisoned = plain->feed;
+  Tensor x = poisoned.at("x").clone();
+  x.data<float>()[0] = -1e30f;
+  poisoned["x"] = x;
+  for (int s = 0; s < 6; ++s) {
+    const FeedMap& feed = s == 3 ? poisoned : plain->feed;
+    CHECK(step(a, *plain, feed) == (s == 3));
+    CHECK(step(b, *merged, feed) == (s == 3));
+  }
+  const auto pa = persistables(a), pb = persistables(b);
+  REQUIRE(pa.size() == pb.size());
+  for (const auto& [name, t] : pa) {
+    INFO(name);
+    CHECK(same_bits(t, pb.at(name)));
+  }
+}
+
+TEST_CASE("amp f16 with loss scaling trains the MLP and transformer blocks to within 2 % of the f32 loss "
+          "after as many applied updates",
+          "[frontend][amp]") {
+  const amp::Options o = f16_options();  // PyTorch's defaults: 65536, halve on every overflow
+  auto check = [&](std::unique_ptr<Model> plain, std::unique_ptr<Model> low, int steps) {
+    Executor a, b;
+    a.run(plain->g.startup);
+    b.run(low->g.startup);
+    copy_scope(a, b);
+    int skipped = 0;
+    for (int s = 0; s < steps; ++s) skipped += step(b, *low, low->feed);
+    INFO("skipped " << skipped << " of " << steps << " steps; scale now " << scale_in(b, *low));
+    CHECK(skipped < steps / 2);
+    float lf = 0;
+    for (int s = 0; s <= steps - skipped; ++s)
+      lf = a.run(plain->g.main, plain->feed, {plain->loss})[0].to_vector<float>().at(0);
+    const float lh = b.run(low->g.main, low->feed, {low->loss})[0].to_vector<float>().at(0);
+    INFO("f32 loss " << lf << ", f16 loss " << lh);
+    CHECK(std::isfinite(lh));
+    CHECK(std::abs(lh - lf) <= 0.02 * std::abs(lf));
+  };
+  SECTION("the MLP, 30 steps") { check(mlp(nullptr), mlp(&o), 30); }
+  SECTION("two transformer blocks, 20 steps") { check(transformer(nullptr), transformer(&o), 20); }
+}
+
+TEST_CASE("amp f16: a scale too large for f16 overflows, backs off by halves over the first steps, and "
+          "then trains",
+          "[frontend][amp]") {
+  amp::Options o = f16_options();
+  o.loss_scaling.init_scale = 1e9;
+  auto m = mlp(&o);
+  Executor exe;
+  exe.run(m->g.startup);
+  const float first = exe.run(m->g.main, m->feed, {m->loss})[0].to_vector<float>().at(0);
+  int skipped = 0, last_skip = -1;
+  float loss = first;
+  for (int s = 0; s < 60; ++s) {
+    auto out = exe.run(m->g.main, m->feed, {m->found_inf, m->loss});
+    if (out[0].to_vector<bool>().at(0)) {
+      ++skipped;
+      last_skip = s;
+    }
+    loss = out[1].to_vector<float>().at(0);
+  }
+  INFO("skipped " << skipped << " (last at step " << last_skip << "), scale " << scale_in(exe, *m) << ", loss "
+                  << first << " -> " << loss);
+  CHECK(skipped >= 5);
+  CHECK(last_skip < 40);
+  CHECK(scale_in(exe, *m) <= 1e9f / float(1 << skipped) * 1.0001f);
+  CHECK(std::isfinite(loss));
+  CHECK(loss < 0.8f * first);
+}
+
+TEST_CASE("amp f16: bad loss-scaling settings are errors naming the field, before the program changes",
+          "[frontend][amp]") {
+  GuardedPrograms g;
+  Value x = data("x", {4, 8});
+  Value loss = main_builder().create<MeanOp>(nn::Linear(8, 2)(x), std::vector<std::int64_t>{}, false).result();
+  const std::string before = g.main.to_string();
+  auto opt = optim::SGD(0.1);
+  auto fails = [&](const amp::LossScaling& l, std::vector<std::string> parts) {
+    amp::Options o = f16_options();
+    o.loss_scaling = l;
+    kiln_test::expect_error([&] { amp::decorate(opt, o).minimize(loss); }, ErrorKind::InvalidArgument, parts);
+    CHECK(g.main.to_string() == before);
+  };
+  amp::LossScaling l;
+  l.init_scale = 0.0;
+  fails(l, {"LossScaling::init_scale", "> 0"});
+  l = {};
+  l.init_scale = 1e300;
+  fails(l, {"LossScaling::init_scale", "finite f32"});
+  l = {};
+  l.decr_ratio = 2.0;
+  fails(l, {"LossScaling::decr_ratio", "(0, 1]"});
+  l = {};
+  l.incr_every_n_steps = 0;
+  fails(l, {"LossScaling::incr_every_n_steps"});
+  auto d = amp::decorate(opt, f16_options());
+  Scope scope;
+  KILN_CHECK_ERROR(d.loss_scale(scope), NotFound, {"no loss scale"});
+}
+
+TEST_CASE("a loss-scaled f16 program prints and parses back, round-trips through JSON, and its for-test "
+          "clone has no scaling and computes the trained program's loss bit for bit",
+          "[frontend][amp]") {
+  const amp::Options o = f16_options();
+  auto m = mlp(&o);
+  const std::string text = m->g.main.to_string();
+  CHECK(parse_program(text).to_string() == text);
+  const std::string json = save_program_json(m->g.main);
+  CHECK(save_program_json(load_program_json(json)) == json);
+  IrMapping map;
+  const Program test = clone_for_test(m->g.main, &map);
+  CHECK(count_ops(test, "kiln.check_finite_and_unscale") == 0);
+  CHECK(count_ops(test, "kiln.update_loss_scaling_") == 0);
+  for (Operation* op : test.block())
+    for (std::uint32_t i = 0; i < op->num_operands(); ++i)
+      if (auto def = op->operand(i).source().defining_op(); def && def->isa<ParameterOp>())
+        CHECK(def->dyn_cast<ParameterOp>().attrs().parameter_name != m->scale_name);
+  Executor exe;
+  exe.run(m->g.startup);
+  const Tensor before_step = exe.run(test, m->feed, {map.lookup(m->loss)})[0];
+  const Tensor in_step = exe.run(m->g.main, m->feed, {m->loss})[0];
+  CHECK(std::memcmp(before_step.raw_data(), in_step.raw_data(), 4) == 0);
+}
+
+TEST_CASE("amp f16 on CUDA: an injected overflow skips that step and halves the scale; training tracks "
+          "the CPU's",
+          "[frontend][amp][cuda]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: loss scaling on CUDA is not tried");
+    return;
+  }
+  amp::Options o = f16_options();
+  o.loss_scaling.init_scale = 256.0;
+  auto m = mlp(&o);
+  Executor exe(Place::cuda(0));
+  exe.run(m->g.startup);
+  for (int s = 0; s < 3; ++s) CHECK_FALSE(step(exe, *m, m->feed));
+  FeedMap poisoned = m->feed;
+  Tensor x = poisoned.at("x").clone();
+  x.data<float>()[17] = 1e30f;
+  poisoned["x"] = x;
+  const auto before = persistables(exe);
+  CHECK(step(exe, *m, poisoned));
+  const auto after = persistables(exe);
+  CHECK(scale_in(exe, *m) == 128.f);
+  for (auto [param, grad] : m->grads) CHECK(same_bits(before.at(parameter_name(param)), after.at(parameter_name(param))));
+  CHECK_FALSE(step(exe, *m, m->feed));
 }

@@ -1,5 +1,6 @@
 // Reduced precision on CUDA: kiln.matmul and kiln.cast in bf16 and f16
-// against the CPU's kernels, and f32 matmuls under TF32. The matmul (cuBLAS GemmEx on tensor cores, f32 accumulation)
+// against the CPU's kernels, f32 matmuls under TF32, and loss scaling's
+// ops and the updates' skip flag (the CPU's bits). The matmul (cuBLAS GemmEx on tensor cores, f32 accumulation)
 // differs from the CPU's (the f32 GEMM of the widened operands, rounded
 // once) only in the order of its sums, so each element is the CPU's or one
 // unit in the last place beside it; the casts give the CPU's bits.
@@ -12,6 +13,8 @@
 
 #include "kernel/cuda_test_util.h"
 #include "kernel/half_test_util.h"
+#include "kiln/dialect/loss_scaling_ops.h"
+#include "kiln/dialect/optimizer_ops.h"
 #include "kiln/runtime/matmul_precision.h"
 #include "kiln/support/half.h"
 
@@ -124,4 +127,57 @@ TEST_CASE("a bf16 add_n on CUDA gives the CPU's bits", "[kernel][half][cuda]") {
   const Tensor cpu = run_kernel(in, make).out(), gpu = run_cuda_kernel(in, make).out();
   REQUIRE(gpu.dtype() == dt);
   CHECK(std::memcmp(cpu.raw_data(), gpu.raw_data(), cpu.bytes()) == 0);
+}
+
+TEST_CASE("loss scaling on CUDA: check_finite_and_unscale gives the CPU's bits and flag in every float dtype; "
+          "update_loss_scaling_ steps the state as the CPU does; an update with skip set writes nothing",
+          "[kernel][half][amp][cuda]") {
+  if (!have_cuda()) return;
+  auto unscale = [](Builder& b, const std::vector<Value>& v) {
+    return b.create<CheckFiniteAndUnscaleOp>(v[0], std::vector<Value>(v.begin() + 1, v.end())).operation();
+  };
+  for (bool poison : {false, true}) {
+    INFO("poisoned " << poison);
+    Tensor a = kiln_test::filled<float>(Dims{1000}, -50, 50, 1);
+    const Tensor b = kiln_test::filled<double>(Dims{33}, -50, 50, 2);
+    Tensor c = random_half(Dims{7, 9}, DataType::BFloat16, 3);
+    const Tensor d = random_half(Dims{4097}, DataType::Float16, 4);
+    if (poison) static_cast<std::uint16_t*>(c.raw_data())[5] = kiln_test::to_half(INFINITY, DataType::BFloat16);
+    const std::vector<Tensor> in{Tensor::from_vector<float>(Dims{1}, {96.f}), a, b, c, d};
+    auto cpu = run_kernel(in, unscale);
+    auto gpu = run_cuda_kernel(in, unscale);
+    for (std::size_t i = 0; i < cpu.results.size(); ++i) {
+      INFO("result " << i);
+      REQUIRE(gpu.out(i).bytes() == cpu.out(i).bytes());
+      CHECK(std::memcmp(gpu.out(i).raw_data(), cpu.out(i).raw_data(), cpu.out(i).bytes()) == 0);
+    }
+    CHECK(gpu.results.back().to_vector<bool>().at(0) == poison);
+  }
+  const UpdateLossScaling_Op::Attributes rule{2, 2, 2.0, 0.5};
+  auto update = [&](Builder& bb, const std::vector<Value>& v) {
+    return bb.create<UpdateLossScaling_Op>(v[0], v[1], v[2], v[3], rule).operation();
+  };
+  Tensor scale = Tensor::from_vector<float>(Dims{1}, {64.f});
+  Tensor good = Tensor::from_vector<std::int32_t>(Dims{1}, {0}), bad = Tensor::from_vector<std::int32_t>(Dims{1}, {0});
+  for (bool found : {false, false, true, true, false}) {
+    const std::vector<Tensor> in{Tensor::from_vector<bool>(Dims{1}, {found}), scale, good, bad};
+    auto gpu = run_cuda_kernel(in, update);
+    auto cpu = run_kernel({in[0], scale.clone(), good.clone(), bad.clone()}, update);
+    for (std::size_t i = 0; i < 3; ++i)
+      CHECK(std::memcmp(gpu.out(i).raw_data(), cpu.out(i).raw_data(), 4) == 0);
+    scale = gpu.out(0).clone();
+    good = gpu.out(1).clone();
+    bad = gpu.out(2).clone();
+  }
+  CHECK(scale.to_vector<float>().at(0) == 64.f);  // ×2 after two good steps, ×0.5 after two overflows
+  const Tensor p = kiln_test::filled<float>(Dims{300}, -1, 1, 5), g = kiln_test::filled<float>(Dims{300}, -1, 1, 6);
+  auto sgd = [](Builder& bb, const std::vector<Value>& v) {
+    return bb.create<Sgd_Op>(v[0], v[1], v[2], v[3]).operation();
+  };
+  const Tensor lr = Tensor::from_vector<float>(Dims{1}, {0.5f});
+  auto kept = run_cuda_kernel({p, g, lr, Tensor::from_vector<bool>(Dims{1}, {true})}, sgd);
+  CHECK(kept.out(0).to_vector<float>() == p.to_vector<float>());
+  auto moved = run_cuda_kernel({p, g, lr, Tensor::from_vector<bool>(Dims{1}, {false})}, sgd);
+  auto cpu = run_kernel({p.clone(), g, lr, Tensor::from_vector<bool>(Dims{1}, {false})}, sgd);
+  CHECK(moved.out(0).to_vector<float>() == cpu.out(0).to_vector<float>());
 }

@@ -16,6 +16,7 @@
 #include "kiln/dialect/indexing_ops.h"
 #include "kiln/dialect/io_ops.h"
 #include "kiln/dialect/linalg_ops.h"
+#include "kiln/dialect/loss_scaling_ops.h"
 #include "kiln/dialect/manipulation_ops.h"
 #include "kiln/dialect/nn_ops.h"
 #include "kiln/dialect/norm_ops.h"

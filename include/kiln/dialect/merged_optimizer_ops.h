@@ -7,7 +7,8 @@
 //
 // Operands: the learning rate, then each parameter's operands in the
 // single op's order without the learning rate (merged_adam_: lr, then
-// param, grad, moment1, moment2, beta1_pow, beta2_pow per parameter).
+// param, grad, moment1, moment2, beta1_pow, beta2_pow per parameter), then
+// optionally the single ops' `skip` flag, one for every parameter.
 // Results: each parameter's results in the single op's order. Result
 // i·R + r aliases what result r of the single op aliases in parameter i's
 // operands (InplaceMapInterface: the pairs follow the operand count), and
@@ -56,8 +57,15 @@ struct MergedUpdateBase : Op<Merged, Inplace, InferMetaInterface, InplaceMapInte
   // Empty: the pairs are the operation's (inplace_pairs).
   static constexpr std::array<AliasPair, 0> inplace_map{};
   // Number of parameters an op with `num_operands` operands updates (a
-  // kiln::Error naming the op when the count is not 1 + k·operands, k ≥ 1).
+  // kiln::Error naming the op when the count is not 1 + k·operands, plus
+  // one with the skip flag, k ≥ 1).
   static std::uint32_t parameter_count(std::size_t num_operands);
+  // Whether the last of `num_operands` operands is the skip flag: one more
+  // than whole groups (a group has at least two operands, so the two
+  // counts never meet).
+  static constexpr bool has_skip(std::size_t num_operands) {
+    return num_operands >= 2 && (num_operands - 1) % Layout::operands == 1;
+  }
   static void inplace_pairs(const Operation& op, std::vector<AliasPair>& out);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
@@ -67,7 +75,8 @@ struct MergedSgd_Op : MergedUpdateBase<MergedSgd_Op, Sgd_Op> {
   static constexpr std::string_view name = "kiln.merged_sgd_";
   // `members`: each parameter's operands in Sgd_Op's order, learning rate
   // left out (it is `lr`).
-  static void build(Builder& b, OperationArgument& arg, Value lr, const std::vector<Value>& members);
+  static void build(Builder& b, OperationArgument& arg, Value lr, const std::vector<Value>& members,
+                    Value skip = {});
 };
 
 struct MergedMomentum_Op : MergedUpdateBase<MergedMomentum_Op, Momentum_Op> {
@@ -75,7 +84,7 @@ struct MergedMomentum_Op : MergedUpdateBase<MergedMomentum_Op, Momentum_Op> {
   static constexpr std::string_view name = "kiln.merged_momentum_";
   using Attributes = Momentum_Op::Attributes;
   static void build(Builder& b, OperationArgument& arg, Value lr, const std::vector<Value>& members,
-                    const Attributes& attrs);
+                    const Attributes& attrs, Value skip = {});
 };
 
 struct MergedAdam_Op : MergedUpdateBase<MergedAdam_Op, Adam_Op> {
@@ -83,7 +92,7 @@ struct MergedAdam_Op : MergedUpdateBase<MergedAdam_Op, Adam_Op> {
   static constexpr std::string_view name = "kiln.merged_adam_";
   using Attributes = Adam_Op::Attributes;
   static void build(Builder& b, OperationArgument& arg, Value lr, const std::vector<Value>& members,
-                    const Attributes& attrs);
+                    const Attributes& attrs, Value skip = {});
 };
 
 struct MergedAdamW_Op : MergedUpdateBase<MergedAdamW_Op, AdamW_Op> {
@@ -91,7 +100,7 @@ struct MergedAdamW_Op : MergedUpdateBase<MergedAdamW_Op, AdamW_Op> {
   static constexpr std::string_view name = "kiln.merged_adamw_";
   using Attributes = AdamW_Op::Attributes;
   static void build(Builder& b, OperationArgument& arg, Value lr, const std::vector<Value>& members,
-                    const Attributes& attrs);
+                    const Attributes& attrs, Value skip = {});
 };
 
 }  // namespace kiln

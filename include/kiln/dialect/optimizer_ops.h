@@ -3,6 +3,13 @@
 // Inplace — its outputs are the parameter's and the optimizer state's own
 // variables — so the executor's WAR/WAW ordering puts every update after the
 // last reader of the old value. The learning rate is a 1-element tensor value.
+//
+// Each takes an optional last operand `skip` (Paddle's SkipUpdate): a bool
+// tensor of one element. When it holds true the op changes nothing — the
+// parameter and its state keep their values (a copy of them when run out of
+// place). Mixed precision's loss scaling skips a step whose gradients
+// overflowed this way (kiln/dialect/loss_scaling_ops.h); the flag may live on
+// a device, so the decision is the kernel's, not the host's.
 #pragma once
 
 #include <array>
@@ -28,14 +35,18 @@ std::vector<Type> infer_optimizer_update(std::string_view op, const std::vector<
                                          std::span<const std::uint32_t> scalars,
                                          std::span<const std::uint32_t> written);
 
+// The optional `skip` operand's name in errors.
+inline constexpr std::string_view kSkipOperandName = "skip";
+
 // param_out = param - lr * grad
 struct Sgd_Op : Op<Sgd_Op, Inplace, InferMetaInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.sgd_";
-  static constexpr int num_operands = 3, num_results = 1;
+  static constexpr int num_operands = 3, num_results = 1, num_optional_operands = 1;  // + skip
   static constexpr std::array<std::string_view, 3> operand_names{"param", "grad", "learning_rate"};
   static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 1> inplace_map{{{0, 0}}};
-  static void build(Builder& b, OperationArgument& arg, Value param, Value grad, Value lr);
+  static void build(Builder& b, OperationArgument& arg, Value param, Value grad, Value lr,
+                    Value skip = {});
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
@@ -46,14 +57,14 @@ struct Sgd_Op : Op<Sgd_Op, Inplace, InferMetaInterface> {
 struct Momentum_Op : Op<Momentum_Op, Inplace, InferMetaInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.momentum_";
-  static constexpr int num_operands = 4, num_results = 2;
+  static constexpr int num_operands = 4, num_results = 2, num_optional_operands = 1;
   static constexpr std::array<std::string_view, 4> operand_names{"param", "grad", "velocity",
                                                                  "learning_rate"};
   static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 2> inplace_map{
       {{0, 0}, {1, 2}}};
   KILN_ATTRIBUTES((double, mu), (bool, use_nesterov));
   static void build(Builder& b, OperationArgument& arg, Value param, Value grad, Value velocity,
-                    Value lr, double mu = 0.9, bool use_nesterov = false);
+                    Value lr, double mu = 0.9, bool use_nesterov = false, Value skip = {});
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
@@ -70,7 +81,7 @@ struct Momentum_Op : Op<Momentum_Op, Inplace, InferMetaInterface> {
 struct Adam_Op : Op<Adam_Op, Inplace, InferMetaInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.adam_";
-  static constexpr int num_operands = 7, num_results = 5;
+  static constexpr int num_operands = 7, num_results = 5, num_optional_operands = 1;
   static constexpr std::array<std::string_view, 7> operand_names{
       "param", "grad", "learning_rate", "moment1", "moment2", "beta1_pow", "beta2_pow"};
   static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 5> inplace_map{
@@ -78,7 +89,8 @@ struct Adam_Op : Op<Adam_Op, Inplace, InferMetaInterface> {
   KILN_ATTRIBUTES((double, beta1), (double, beta2), (double, epsilon));
   static void build(Builder& b, OperationArgument& arg, Value param, Value grad, Value lr,
                     Value moment1, Value moment2, Value beta1_pow, Value beta2_pow,
-                    double beta1 = 0.9, double beta2 = 0.999, double epsilon = 1e-8);
+                    double beta1 = 0.9, double beta2 = 0.999, double epsilon = 1e-8,
+                    Value skip = {});
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
@@ -88,7 +100,7 @@ struct Adam_Op : Op<Adam_Op, Inplace, InferMetaInterface> {
 struct AdamW_Op : Op<AdamW_Op, Inplace, InferMetaInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.adamw_";
-  static constexpr int num_operands = 7, num_results = 5;
+  static constexpr int num_operands = 7, num_results = 5, num_optional_operands = 1;
   static constexpr std::array<std::string_view, 7> operand_names = Adam_Op::operand_names;
   static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 5> inplace_map =
       Adam_Op::inplace_map;
@@ -96,7 +108,7 @@ struct AdamW_Op : Op<AdamW_Op, Inplace, InferMetaInterface> {
   static void build(Builder& b, OperationArgument& arg, Value param, Value grad, Value lr,
                     Value moment1, Value moment2, Value beta1_pow, Value beta2_pow,
                     double beta1 = 0.9, double beta2 = 0.999, double epsilon = 1e-8,
-                    double coeff = 0.01);
+                    double coeff = 0.01, Value skip = {});
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 

@@ -11,11 +11,21 @@
 // backward that append_backward (or an optimizer's minimize) then builds
 // runs the allow-list ops' gradients in the low dtype too, and the casts'
 // gradients bring the parameters' gradients back to f32: the parameters
-// stay f32 (they are the master weights the optimizer updates). bf16 needs
-// no loss scaling (its exponent is f32's).
+// stay f32 (they are the master weights the optimizer updates).
+//
+// Loss scaling: f16's gradients underflow (below 2⁻²⁴) where f32's would
+// not, so an f16 program's minimize scales the loss by a parameter before
+// the backward, unscales and checks every gradient in one op, skips the
+// update of a step where one overflowed, and shrinks or grows the scale
+// (kiln/dialect/loss_scaling_ops.h; PyTorch's GradScaler, Paddle's dynamic
+// loss scaling). bf16 needs none (its exponent is f32's).
 //
 //   auto opt = kiln::optim::Adam(1e-3);
 //   kiln::amp::decorate(opt, {.dtype = kiln::DataType::BFloat16}).minimize(loss);
+//
+//   auto scaler = kiln::amp::decorate(opt, {.dtype = kiln::DataType::Float16});
+//   scaler.minimize(loss);          // ... run steps ...
+//   scaler.loss_scale(scope);       // the scale the next step uses
 #pragma once
 
 #include <cstddef>
@@ -30,49 +40,106 @@
 
 namespace kiln {
 
+class Scope;
+
 namespace optim {
 class Optimizer;
 }
 
 namespace amp {
 
-// O0: nothing changes. O2 (every activation and parameter low, f32 master
-// copies) is not built yet: asking for it is a kiln::Error (Unimplemented).
+// O0: nothing changes. O1: the allow list's ops run low. O2: every op runs
+// low that has a floating first operand, a floating result and a CPU kernel
+// for the dtype, unless the deny list names it (default_deny_list: losses,
+// reductions, exp / log, softmax, norms keep f32, as PyTorch's autocast and
+// Paddle's O2 keep them); activations then flow low from op to op, and a
+// denied op reads an f32 cast. The parameters stay the f32 master weights
+// in both, read by the forward through one low cast each per step (the
+// cast's gradient brings their gradients back to f32).
 enum class Level : std::uint8_t { O0, O1, O2 };
+
+// Whether minimize scales the loss. Auto: for f16, not for bf16.
+enum class Scaling : std::uint8_t { Auto, On, Off };
+
+// The scale's rule (PyTorch GradScaler's defaults): start at init_scale;
+// after decr_every_n_nan_or_inf overflowing steps in a row multiply it by
+// decr_ratio, after incr_every_n_steps good steps in a row by incr_ratio.
+// dynamic = false keeps init_scale (overflowing steps are still skipped).
+struct LossScaling {
+  double init_scale = 65536.0;
+  std::int64_t incr_every_n_steps = 2000;
+  std::int64_t decr_every_n_nan_or_inf = 1;
+  double incr_ratio = 2.0;
+  double decr_ratio = 0.5;
+  bool dynamic = true;
+};
 
 struct Options {
   Level level = Level::O1;
   DataType dtype = DataType::BFloat16;  // BFloat16 or Float16
-  // The ops run in `dtype`; empty: default_allow_list().
+  // O1: the ops run in `dtype`; empty: default_allow_list().
   std::vector<std::string> allow;
+  // O2: the ops kept in f32; empty: default_deny_list().
+  std::vector<std::string> deny;
+  Scaling scaling = Scaling::Auto;
+  LossScaling loss_scaling;
 };
 
 // kiln.matmul.
 const std::vector<std::string>& default_allow_list();
+// softmax_with_cross_entropy, mean, sum, exp, log, square, softmax,
+// log_softmax, layer_norm, rms_norm, batch_norm.
+const std::vector<std::string>& default_deny_list();
 
 struct RewriteResult {
-  std::size_t lowered_ops = 0;  // allow-list ops now running in the low dtype
+  std::size_t lowered_ops = 0;  // ops now running in the low dtype
   std::size_t casts = 0;        // casts inserted, down and back up
 };
 
 // Rewrites the forward ops of `block` (a program's top-level block, before
 // its backward is built). kiln::Error: an unknown level or a dtype other
-// than bf16 / f16 (InvalidArgument), O2 (Unimplemented), an allow-list
-// name that is no registered op or whose op has no CPU kernel for the dtype
-// (InvalidArgument, naming it), a block that already holds backward ops
-// (InvalidArgument). On an error `block` is unchanged.
+// than bf16 / f16 (InvalidArgument), an allow-list name that is no
+// registered op or whose op has no CPU kernel for the dtype, a deny-list
+// name that is no registered op (InvalidArgument, naming it), a block that
+// already holds backward ops (InvalidArgument). On an error `block` is
+// unchanged.
 RewriteResult rewrite(Block& block, const Options& options = {});
 
 // An optimizer whose minimize first rewrites the loss's program.
 class Decorated {
  public:
   Decorated(optim::Optimizer& optimizer, Options options) : optimizer_(optimizer), options_(std::move(options)) {}
-  // rewrite(the loss's block), then the optimizer's minimize.
+  // rewrite(the loss's block), then the optimizer's minimize — with loss
+  // scaling when the options ask for it: the parameters "loss_scaling_N"
+  // (f32 [1]) and its good / bad step counters (i32 [1]), set by the
+  // startup program; the loss times the scale (marked backward, so
+  // clone_for_test drops it) is what append_backward differentiates; the
+  // gradients go through kiln.check_finite_and_unscale, the updates skip on
+  // its found_inf, and kiln.update_loss_scaling_ moves the scale. Returns
+  // the (parameter, gradient) pairs, the gradients unscaled. kiln::Error:
+  // rewrite's errors; bad LossScaling values (InvalidArgument, naming the
+  // field), checked before the program changes.
   std::vector<std::pair<Value, Value>> minimize(Value loss);
 
+  // Whether the last minimize scaled the loss; the scale's parameter name.
+  bool scales_loss() const { return !scale_name_.empty(); }
+  const std::string& loss_scale_name() const { return scale_name_; }
+  // The scale in `scope` (what the next step multiplies the loss by).
+  // kiln::Error(NotFound) before a minimize that scales, or when the scope
+  // lacks the parameter (run the startup program first).
+  double loss_scale(const Scope& scope) const;
+  // The bool [1] value that holds, in a step, whether a gradient
+  // overflowed (fetch it to see which steps were skipped); null without
+  // loss scaling.
+  Value found_inf() const { return found_inf_; }
+
  private:
+  std::vector<std::pair<Value, Value>> minimize_scaled(Value loss);
+
   optim::Optimizer& optimizer_;
   Options options_;
+  std::string scale_name_;
+  Value found_inf_;
 };
 
 inline Decorated decorate(optim::Optimizer& optimizer, Options options = {}) {

@@ -77,8 +77,11 @@ class Optimizer {
   // not for AdamW, whose decay is decoupled), and appends one update op per
   // parameter to the current main program. Every op it appends to the main
   // program is marked OpRole::Optimize (kiln/frontend/op_role.h). Returns
-  // the update ops.
-  std::vector<Operation*> apply_gradients(std::vector<std::pair<Value, Value>> params_grads);
+  // the update ops. `skip`: a bool value of one element; when it holds true
+  // at run time every update leaves its parameter and state as they were
+  // (loss scaling's overflow, kiln/dialect/loss_scaling_ops.h).
+  std::vector<Operation*> apply_gradients(std::vector<std::pair<Value, Value>> params_grads,
+                                          Value skip = {});
 
   // Global-norm clipping for the next minimize / apply_gradients.
   Optimizer& set_grad_clip(ClipGradByGlobalNorm clip);
@@ -117,9 +120,10 @@ class Optimizer {
             std::optional<ClipGradByGlobalNorm> clip);
 
   // Appends the update op of one parameter (its name, its gradient after
-  // clipping / regularization, the learning rate of its dtype) to `b`.
+  // clipping / regularization, the learning rate of its dtype, the skip
+  // flag or null) to `b`.
   virtual Operation* append_update(Builder& b, const std::string& name, Value param, Value grad,
-                                   Value lr) = 0;
+                                   Value lr, Value skip) = 0;
   // Whether weight_decay is added to the gradients as L2 (false: the update
   // op applies it itself).
   virtual bool l2_regularization() const { return true; }
@@ -154,7 +158,7 @@ class SGD : public Optimizer {
 
  protected:
   Operation* append_update(Builder& b, const std::string& name, Value param, Value grad,
-                           Value lr) override;
+                           Value lr, Value skip) override;
 };
 
 // velocity = momentum · velocity + grad; param -= lr · velocity (Nesterov:
@@ -168,7 +172,7 @@ class Momentum : public Optimizer {
 
  protected:
   Operation* append_update(Builder& b, const std::string& name, Value param, Value grad,
-                           Value lr) override;
+                           Value lr, Value skip) override;
 
  private:
   double momentum_;
@@ -186,7 +190,7 @@ class Adam : public Optimizer {
 
  protected:
   Operation* append_update(Builder& b, const std::string& name, Value param, Value grad,
-                           Value lr) override;
+                           Value lr, Value skip) override;
   Adam(std::string_view kind, LearningRate learning_rate, double beta1, double beta2,
        double epsilon, double weight_decay, std::optional<ClipGradByGlobalNorm> grad_clip);
   double beta1_, beta2_, epsilon_;
@@ -202,7 +206,7 @@ class AdamW : public Adam {
 
  protected:
   Operation* append_update(Builder& b, const std::string& name, Value param, Value grad,
-                           Value lr) override;
+                           Value lr, Value skip) override;
   bool l2_regularization() const override { return false; }
 };
 

@@ -113,6 +113,8 @@ std::unique_ptr<detail::OpInfoImpl> Op<ConcreteOp, Ts...>::make_info() {
   info->name = std::string(ConcreteOp::name);
   (detail::add_op_part<Ts>(*info, detail::model_of<Ts, ConcreteOp>), ...);
   if constexpr (requires { ConcreteOp::num_operands; }) info->num_operands = ConcreteOp::num_operands;
+  if constexpr (requires { ConcreteOp::num_optional_operands; })
+    info->num_optional_operands = ConcreteOp::num_optional_operands;
   if constexpr (requires { ConcreteOp::num_results; }) info->num_results = ConcreteOp::num_results;
   if constexpr (requires { ConcreteOp::num_regions; }) info->num_regions = ConcreteOp::num_regions;
   if constexpr (requires { typename ConcreteOp::Attributes; })

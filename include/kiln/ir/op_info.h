@@ -5,6 +5,7 @@
 // search, never by string compare.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -34,6 +35,19 @@ struct OpInfoImpl {
   // were saved without them); null when it declares none.
   DictionaryAttribute (*with_attribute_defaults)(const DictionaryAttribute&) = nullptr;
   int num_operands = -1;  // -1: variadic
+  // Trailing operands an op may leave out (MLIR's Optional<>): it takes
+  // num_operands .. num_operands + num_optional_operands of them.
+  int num_optional_operands = 0;
+  bool takes_operands(std::size_t n) const {
+    return num_operands < 0 || (n >= std::size_t(num_operands) &&
+                                n <= std::size_t(num_operands + num_optional_operands));
+  }
+  // "3" or "3 or 4": for errors.
+  std::string operand_count() const {
+    std::string s = std::to_string(num_operands);
+    if (num_optional_operands > 0) s += " to " + std::to_string(num_operands + num_optional_operands);
+    return s;
+  }
   int num_results = -1;
   int num_regions = 0;
   // (output index, input index) pairs of an Inplace op.
