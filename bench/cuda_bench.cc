@@ -24,6 +24,11 @@
 //   BENCH cuda.gpt2s.<mode>.peak   MiB: the device memory kiln held at most
 //                                  during a step (the caching allocator's
 //                                  peak bytes in use)
+//   BENCH cuda.layer_norm.fwd_bwd  µs: layer_norm and its gradient on
+//                                  [4096, 768] f32 (GPT-2 small's rows)
+//   BENCH cuda.layer_norm.bandwidth_fraction  its least traffic (read x,
+//                                  write y; read x and dy, write dx) per
+//                                  second ÷ a copy's bytes per second
 // The models' batches stay on the device (data ops placed there), as the
 // peer's do. Each is the median of several repetitions after warm-up; the PyTorch peer
 // (bench/peers/cuda_torch.py) prints cuda.*.torch.step in the same run and
@@ -35,6 +40,7 @@
 
 #include "bench_models.h"
 #include "bench_util.h"
+#include "kiln/dialect/kiln_dialect.h"
 #include "kiln/frontend/recompute.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/runtime/cuda_context.h"
@@ -133,6 +139,54 @@ double step_us(Model& m, bool graph, int steps, int reps) {
   return median(t) / 1e3;
 }
 
+// A program of `reps` links, each `link(builder, value)` → value, on a
+// [rows, cols] f32 fed on cuda:0, ending in a sum the run fetches; µs per
+// link (the median of `runs` runs, after warm-up).
+template <typename Link>
+double chain_us(std::int64_t rows, std::int64_t cols, int reps, int runs, Link&& link) {
+  const kiln::Place dev = kiln::Place::cuda(0);
+  kiln::Program p, startup;
+  kiln::ProgramGuard guard(p, startup);
+  kiln::Value v = kiln::data("x", {rows, cols}, kiln::DataType::Float32, dev);
+  kiln::Builder b = kiln::main_builder();
+  for (int r = 0; r < reps; ++r) v = link(b, v);
+  kiln::Value total = b.create<kiln::SumOp>(v).result();
+  kiln::Executor exe(dev, {.num_threads = 1});
+  const kiln::FeedMap feed{{"x", kiln::Tensor::zeros(kiln::Dims{rows, cols}, kiln::DataType::Float32, dev)}};
+  const std::vector<kiln::FetchTarget> fetch{total};
+  std::vector<kiln::Tensor> out(1);
+  for (int i = 0; i < 5; ++i) exe.run(p, feed, fetch, out);
+  std::vector<double> t;
+  for (int i = 0; i < runs; ++i) t.push_back(time_ns([&] { exe.run(p, feed, fetch, out); }));
+  return median(t) / 1e3 / reps;
+}
+
+// layer_norm forward and backward per link (the gradient's dx feeds the
+// next link; dy is the forward's y), and a copy (scale) per link.
+void layer_norm_bench() {
+  constexpr std::int64_t kRows = 4096, kCols = 768;
+  constexpr int kReps = 20;
+  kiln::Value w, bias;
+  const double ln = chain_us(kRows, kCols, kReps, 15, [&](kiln::Builder& b, kiln::Value x) {
+    if (!w) {
+      const kiln::Place dev = kiln::Place::cuda(0);
+      w = b.create<kiln::FullOp>(std::vector<std::int64_t>{kCols}, 1.0, kiln::DataType::Float32, dev).result();
+      bias = b.create<kiln::FullOp>(std::vector<std::int64_t>{kCols}, 0.0, kiln::DataType::Float32, dev).result();
+    }
+    kiln::Operation* f = b.create<kiln::LayerNormOp>(x, w, bias, 1, 1e-5).operation();
+    return b.create<kiln::GradOf<kiln::LayerNormOp>>(kiln::LayerNormOp::Attributes{1, 1e-5}, x, w, f->result(1),
+                                                       f->result(2), f->result(0))
+        .result(0);
+  });
+  const double copy = chain_us(kRows, kCols, kReps, 15, [](kiln::Builder& b, kiln::Value x) {
+    return b.create<kiln::ScaleOp>(x, 1.0).result();
+  });
+  emit("cuda.layer_norm.fwd_bwd", ln, "us");
+  emit("cuda.layer_norm.copy", copy, "us");
+  // Least bytes: forward 2 passes, backward 3; a copy 2.
+  emit("cuda.layer_norm.bandwidth_fraction", (5.0 / ln) / (2.0 / copy), "ratio");
+}
+
 }  // namespace
 }  // namespace bench
 
@@ -174,6 +228,7 @@ int main(int argc, char** argv) {
     emit("cuda.gpt.step", step_us(*m, false, 20, 9) / 1e3, "ms");
     emit("cuda.gpt.graph.step", step_us(*m, true, 20, 9) / 1e3, "ms");
   }
+  if (filter.empty() || filter == "cuda" || filter.rfind("cuda.layer_norm", 0) == 0) layer_norm_bench();
   if (filter.empty() || filter == "cuda" || filter.rfind("cuda.gpt2s", 0) == 0) {
     {
       auto m = gpt_model(dev, gpt2_small());

@@ -120,10 +120,13 @@ void launch_pool_grad(bool max, const T* x, const T* dout, T* dx, const Pool2dGe
 template <typename T>
 void launch_norm(bool rms, const T* x, const T* w, const T* b, T* y, T* mean, T* rstd,
                  std::int64_t m, std::int64_t n, T eps, T inv_n, cudaStream_t s);
-// dx, dw and db (db and mean null for rms_norm).
+// dx, dw and db (db and mean null for rms_norm); `scratch` holds
+// 2 · norm_grad_chunks(m) · n elements (the column sums' partials).
 template <typename T>
 void launch_norm_grad(bool rms, const T* x, const T* dy, const T* w, const T* mean, const T* rstd,
-                      T* dx, T* dw, T* db, std::int64_t m, std::int64_t n, T inv_n, cudaStream_t s);
+                      T* dx, T* dw, T* db, T* scratch, std::int64_t m, std::int64_t n, T inv_n,
+                      cudaStream_t s);
+std::int64_t norm_grad_chunks(std::int64_t m);
 
 // ---- batch_norm (reduce.cu): x as [n, c, s] ----
 

@@ -412,8 +412,11 @@ void norm_backward(KernelContext& ctx, std::int64_t begin_norm_axis) {
   if constexpr (!Rms) db = ctx.alloc_output(2, w.dims(), w.dtype()).template data<T>();
   if (r.n == 0) return;
   const T inv_n = T(1) / static_cast<T>(r.n);
+  const std::int64_t chunks = norm_grad_chunks(r.m);
+  const BufferRef scratch = scratch_buffer(ctx, sizeof(T) * std::size_t(std::max<std::int64_t>(1, 2 * chunks * r.n)));
   launch_norm_grad<T>(Rms, x.data<T>(), dy.data<T>(), w.data<T>(), Rms ? nullptr : mean.data<T>(),
-                      rstd.data<T>(), dx, dw, db, r.m, r.n, inv_n, stream_of(ctx));
+                      rstd.data<T>(), dx, dw, db, static_cast<T*>(scratch->data()), r.m, r.n, inv_n,
+                      stream_of(ctx));
   check_launch(ctx);
 }
 

@@ -367,21 +367,69 @@ __global__ void norm_grad_rows(const T* x, const T* dy, const T* w, const T* mea
   }
 }
 
-// dw[j] = Σ_rows dy · x̂, db[j] = Σ_rows dy: one thread per column, rows in order.
+// dw[j] = Σ_rows dy · x̂ and db[j] = Σ_rows dy in two steps, so that a
+// tall [m, n] (4096 × 768 in a GPT) keeps every SM busy: first each block
+// sums one chunk of rows for 32 neighbouring columns (threadIdx.x a column,
+// so a warp reads 32 neighbouring addresses; threadIdx.y one of 8 row
+// strides, combined through shared memory in a fixed order), then one
+// thread per column adds the chunks' partials in order. Deterministic.
+constexpr int kNormColumns = 32, kNormRowStrides = 8;
+constexpr std::int64_t kNormChunkRows = 32, kNormMaxChunks = 1024;
+
 template <typename T, bool Rms>
-__global__ void norm_grad_columns(const T* x, const T* dy, const T* mean, const T* rstd, T* dw,
-                                  T* db, std::int64_t m, std::int64_t n) {
+__global__ void norm_grad_partials(const T* x, const T* dy, const T* mean, const T* rstd, T* pw, T* pb,
+                                   std::int64_t m, std::int64_t n, std::int64_t rows_per_chunk) {
+  __shared__ T sw[kNormRowStrides][kNormColumns + 1], sb[kNormRowStrides][kNormColumns + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const std::int64_t j = std::int64_t(blockIdx.x) * kNormColumns + tx;
+  const std::int64_t r0 = std::int64_t(blockIdx.y) * rows_per_chunk;
+  const std::int64_t r1 = r0 + rows_per_chunk < m ? r0 + rows_per_chunk : m;
+  T aw = 0, ab = 0;
+  if (j < n)
+    for (std::int64_t r = r0 + ty; r < r1; r += kNormRowStrides) {
+      const std::int64_t i = r * n + j;
+      aw += dy[i] * ((x[i] - (Rms ? T(0) : mean[r])) * rstd[r]);
+      if constexpr (!Rms) ab += dy[i];
+    }
+  sw[ty][tx] = aw;
+  sb[ty][tx] = ab;
+  __syncthreads();
+  if (ty != 0 || j >= n) return;
+  T tw = 0, tb = 0;
+  for (int k = 0; k < kNormRowStrides; ++k) {
+    tw += sw[k][tx];
+    tb += sb[k][tx];
+  }
+  pw[std::int64_t(blockIdx.y) * n + j] = tw;
+  if constexpr (!Rms) pb[std::int64_t(blockIdx.y) * n + j] = tb;
+}
+
+template <typename T, bool Rms>
+__global__ void norm_grad_finish(const T* pw, const T* pb, T* dw, T* db, std::int64_t chunks, std::int64_t n) {
   KILN_GRID_STRIDE(j, n) {
     T sw = 0, sb = 0;
-    for (std::int64_t r = 0; r < m; ++r) {
-      const std::int64_t i = r * n + j;
-      const T xh = (x[i] - (Rms ? T(0) : mean[r])) * rstd[r];
-      sw += dy[i] * xh;
-      if constexpr (!Rms) sb += dy[i];
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      sw += pw[c * n + j];
+      if constexpr (!Rms) sb += pb[c * n + j];
     }
     dw[j] = sw;
     if constexpr (!Rms) db[j] = sb;
   }
+}
+
+template <typename T, bool Rms>
+void launch_norm_grad_columns(const T* x, const T* dy, const T* mean, const T* rstd, T* dw, T* db, T* scratch,
+                              std::int64_t m, std::int64_t n, cudaStream_t s) {
+  const std::int64_t chunks = norm_grad_chunks(m);
+  T* pw = scratch;
+  T* pb = scratch + chunks * n;
+  if (chunks > 0) {
+    const std::int64_t rows_per_chunk = (m + chunks - 1) / chunks;
+    const dim3 grid(static_cast<unsigned>((n + kNormColumns - 1) / kNormColumns), static_cast<unsigned>(chunks));
+    norm_grad_partials<T, Rms>
+        <<<grid, dim3(kNormColumns, kNormRowStrides), 0, s>>>(x, dy, mean, rstd, pw, pb, m, n, rows_per_chunk);
+  }
+  norm_grad_finish<T, Rms><<<blocks_for(n), kThreads, 0, s>>>(pw, pb, dw, db, chunks, n);
 }
 
 // ---- batch_norm: x as [N, C, S], per-channel sums over N and S ----
@@ -619,9 +667,14 @@ void launch_norm(bool rms, const T* x, const T* w, const T* b, T* y, T* mean, T*
   }
 }
 
+std::int64_t norm_grad_chunks(std::int64_t m) {
+  const std::int64_t chunks = (m + kNormChunkRows - 1) / kNormChunkRows;
+  return chunks < kNormMaxChunks ? chunks : kNormMaxChunks;
+}
+
 template <typename T>
 void launch_norm_grad(bool rms, const T* x, const T* dy, const T* w, const T* mean, const T* rstd,
-                      T* dx, T* dw, T* db, std::int64_t m, std::int64_t n, T inv_n,
+                      T* dx, T* dw, T* db, T* scratch, std::int64_t m, std::int64_t n, T inv_n,
                       cudaStream_t s) {
   if (n == 0) return;
   if (m > 0) {
@@ -642,9 +695,9 @@ void launch_norm_grad(bool rms, const T* x, const T* dy, const T* w, const T* me
     }
   }
   if (rms)
-    norm_grad_columns<T, true><<<blocks_for(n), kThreads, 0, s>>>(x, dy, mean, rstd, dw, db, m, n);
+    launch_norm_grad_columns<T, true>(x, dy, mean, rstd, dw, db, scratch, m, n, s);
   else
-    norm_grad_columns<T, false><<<blocks_for(n), kThreads, 0, s>>>(x, dy, mean, rstd, dw, db, m, n);
+    launch_norm_grad_columns<T, false>(x, dy, mean, rstd, dw, db, scratch, m, n, s);
 }
 
 template <typename T>
@@ -714,7 +767,7 @@ KILN_REDUCE(std::int64_t)
   template void launch_norm<T>(bool, const T*, const T*, const T*, T*, T*, T*, std::int64_t,      \
                                std::int64_t, T, T, cudaStream_t);                                 \
   template void launch_norm_grad<T>(bool, const T*, const T*, const T*, const T*, const T*, T*,   \
-                                    T*, T*, std::int64_t, std::int64_t, T, cudaStream_t);         \
+                                    T*, T*, T*, std::int64_t, std::int64_t, T, cudaStream_t);     \
   template void launch_batch_norm<T>(const T*, const T*, const T*, T*, T*, T*, T*, T*, T*,        \
                                      std::int64_t, std::int64_t, std::int64_t, T, T, bool,        \
                                      cudaStream_t);                                               \

@@ -248,7 +248,12 @@ TEST_CASE("CUDA layer_norm and rms_norm, forward and backward, match the CPU's",
                                          {{2, 3, 8}, 1},
                                          {{3, 3000}, 1},
                                          {{5, 1}, 1},
-                                         {{0, 4}, 1}}) {
+                                         {{0, 4}, 1},
+                                         // dw / db summed in chunks of rows: many
+                                         // chunks, columns not a multiple of 32,
+                                         // and more chunks than the cap (1024)
+                                         {{1000, 77}, 1},
+                                         {{40000, 5}, 1}}) {
     INFO("[" << c.x.to_string() << "] begin_norm_axis " << c.axis);
     std::int64_t n = 1;
     const int a = static_cast<int>(c.axis < 0 ? c.axis + c.x.rank() : c.axis);
@@ -269,8 +274,10 @@ TEST_CASE("CUDA layer_norm and rms_norm, forward and backward, match the CPU's",
     for (int k = 0; k < 2; ++k) check_near<float>(rg.out(k), rw.out(k));
     auto rgg = run_cuda_op<GradOf<RmsNormOp>>({xf, wf, rw.out(1), dyf}, c.axis, 1e-6);
     auto rgw = run_op<GradOf<RmsNormOp>>({xf, wf, rw.out(1), dyf}, c.axis, 1e-6);
-    // dw sums over up to 5 rows of [-2, 2) · [-1, 1) products.
-    for (int k = 0; k < 2; ++k) check_same<float>(rgg.out(k), rgw.out(k), 1e-5, 1e-5);
+    // dw sums m rows of [-2, 2) · [-1, 1) products, in another order than
+    // the CPU's: f32 rounding grows with the rows.
+    const double tol = c.x[0] > 100 ? 1e-3 : 1e-5;
+    for (int k = 0; k < 2; ++k) check_same<float>(rgg.out(k), rgw.out(k), tol, tol);
   }
   KILN_CHECK_ERROR(
       run_cuda_op<LayerNormOp>({filled<float>({2, 4}), filled<float>({3}), filled<float>({4})},
