@@ -55,6 +55,17 @@ struct ReduceMap {
 // out[o] = ⊕ of x over walk; Mean divides by walk.count. T: f32, f64, i32, i64.
 template <typename T>
 void launch_reduce(ReduceKind kind, const T* x, T* out, const ReduceWalk& walk, cudaStream_t s);
+// Whether `walk` sums the rows of a row-major [count, outputs] block (a
+// bias gradient, a mean over the batch) with enough rows that
+// launch_column_sum beats launch_reduce's thread-per-output walk.
+bool is_column_walk(const ReduceWalk& walk);
+// out[j] = Σ_r x[r, j] (÷ rows when `mean`), coalesced, in chunks of rows
+// whose partials wait in `scratch` (column_sum_scratch(rows, cols) bytes).
+template <typename T>
+std::size_t column_sum_scratch(std::int64_t rows, std::int64_t cols);
+template <typename T>
+void launch_column_sum(const T* x, T* out, std::int64_t rows, std::int64_t cols, bool mean, void* scratch,
+                       cudaStream_t s);
 // dx of sum / mean / max / prod (out: max's result, else null); scratch:
 // walk.outputs · 16 bytes of device memory (max's tie counts, prod's
 // non-zero products and zero counts). T: f32, f64.

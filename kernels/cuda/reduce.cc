@@ -61,6 +61,19 @@ void plan_reduction(const Dims& xd, const std::vector<int>& axes, ReduceWalk& w,
   if (map) map->rank = m;
 }
 
+// A sum or mean over walk `w`: rows of a [rows, cols] block summed per
+// column by launch_column_sum, anything else by launch_reduce.
+template <typename T>
+void sum_or_mean(const KernelContext& ctx, ReduceKind kind, const T* x, T* out, const ReduceWalk& w) {
+  if (is_column_walk(w)) {
+    const BufferRef scratch = scratch_buffer(ctx, column_sum_scratch<T>(w.count, w.outputs));
+    launch_column_sum<T>(x, out, w.count, w.outputs, kind == ReduceKind::Mean, scratch->data(), stream_of(ctx));
+  } else {
+    launch_reduce<T>(kind, x, out, w, stream_of(ctx));
+  }
+  check_launch(ctx);
+}
+
 template <ReduceKind kind, typename OpT, typename T>
 void reduce_kernel(KernelContext& ctx) {
   const auto& a = ctx.attrs<OpT>();
@@ -80,6 +93,7 @@ void reduce_kernel(KernelContext& ctx) {
   plan_reduction(xd, axes, w, nullptr);
   // An empty reduced axis: count 0, each output the reduction's identity
   // (mean: 0 / 0, NaN).
+  if (kind == ReduceKind::Sum || kind == ReduceKind::Mean) return sum_or_mean(ctx, kind, x.data<T>(), out.data<T>(), w);
   launch_reduce<T>(kind, x.data<T>(), out.data<T>(), w, stream_of(ctx));
   check_launch(ctx);
 }
@@ -160,8 +174,7 @@ struct ReduceAsK {
       if (i < lead || td[i - lead] == 1) axes.push_back(i);
     ReduceWalk w;
     plan_reduction(xd, axes, w, nullptr);
-    launch_reduce<T>(ReduceKind::Sum, x.data<T>(), out.data<T>(), w, s);
-    check_launch(ctx);
+    sum_or_mean(ctx, ReduceKind::Sum, x.data<T>(), out.data<T>(), w);
   }
 };
 

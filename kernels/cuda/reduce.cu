@@ -432,6 +432,39 @@ void launch_norm_grad_columns(const T* x, const T* dy, const T* mean, const T* r
   norm_grad_finish<T, Rms><<<blocks_for(n), kThreads, 0, s>>>(pw, pb, dw, db, chunks, n);
 }
 
+// Sums over the rows of a row-major [rows, cols] (a bias gradient): the
+// same two steps, partials in Acc (f64 for f32, as reduce_rows sums);
+// `divisor` >= 0 divides as Store does (mean).
+template <typename T, typename Acc>
+__global__ void column_partials(const T* x, Acc* part, std::int64_t rows, std::int64_t cols,
+                                std::int64_t rows_per_chunk) {
+  __shared__ Acc sp[kNormRowStrides][kNormColumns + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const std::int64_t j = std::int64_t(blockIdx.x) * kNormColumns + tx;
+  const std::int64_t r0 = std::int64_t(blockIdx.y) * rows_per_chunk;
+  const std::int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  Acc a = 0;
+  if (j < cols)
+#pragma unroll 4
+    for (std::int64_t r = r0 + ty; r < r1; r += kNormRowStrides) a += static_cast<Acc>(x[r * cols + j]);
+  sp[ty][tx] = a;
+  __syncthreads();
+  if (ty != 0 || j >= cols) return;
+  Acc t = 0;
+  for (int k = 0; k < kNormRowStrides; ++k) t += sp[k][tx];
+  part[std::int64_t(blockIdx.y) * cols + j] = t;
+}
+
+template <typename T, typename Acc>
+__global__ void column_finish(const Acc* part, T* out, std::int64_t chunks, std::int64_t cols,
+                              std::int64_t divisor) {
+  KILN_GRID_STRIDE(j, cols) {
+    Acc t = 0;
+    for (std::int64_t c = 0; c < chunks; ++c) t += part[c * cols + j];
+    out[j] = divisor >= 0 ? static_cast<T>(t) / static_cast<T>(divisor) : static_cast<T>(t);
+  }
+}
+
 // ---- batch_norm: x as [N, C, S], per-channel sums over N and S ----
 
 template <typename T>
@@ -672,6 +705,28 @@ std::int64_t norm_grad_chunks(std::int64_t m) {
   return chunks < kNormMaxChunks ? chunks : kNormMaxChunks;
 }
 
+bool is_column_walk(const ReduceWalk& w) {
+  return w.red_rank == 1 && w.kept_rank == 1 && w.kept_strides[0] == 1 && w.red_strides[0] == w.kept_dims[0] &&
+         w.count >= 2 * kNormChunkRows;
+}
+
+template <typename T>
+std::size_t column_sum_scratch(std::int64_t rows, std::int64_t cols) {
+  return sizeof(typename SumR<T>::Acc) * static_cast<std::size_t>(norm_grad_chunks(rows) * cols);
+}
+
+template <typename T>
+void launch_column_sum(const T* x, T* out, std::int64_t rows, std::int64_t cols, bool mean, void* scratch,
+                       cudaStream_t s) {
+  using Acc = typename SumR<T>::Acc;
+  const std::int64_t chunks = norm_grad_chunks(rows);
+  auto* part = static_cast<Acc*>(scratch);
+  const dim3 grid(static_cast<unsigned>((cols + kNormColumns - 1) / kNormColumns), static_cast<unsigned>(chunks));
+  column_partials<T, Acc><<<grid, dim3(kNormColumns, kNormRowStrides), 0, s>>>(x, part, rows, cols,
+                                                                                (rows + chunks - 1) / chunks);
+  column_finish<T, Acc><<<blocks_for(cols), kThreads, 0, s>>>(part, out, chunks, cols, mean ? rows : -1);
+}
+
 template <typename T>
 void launch_norm_grad(bool rms, const T* x, const T* dy, const T* w, const T* mean, const T* rstd,
                       T* dx, T* dw, T* db, T* scratch, std::int64_t m, std::int64_t n, T inv_n,
@@ -738,8 +793,10 @@ void launch_batch_norm_grad(const T* x, const T* scale, const T* mean, const T* 
 
 // ---- explicit instantiations: the dtypes reduce.cc registers ----
 
-#define KILN_REDUCE(T) \
-  template void launch_reduce<T>(ReduceKind, const T*, T*, const ReduceWalk&, cudaStream_t);
+#define KILN_REDUCE(T)                                                                                \
+  template void launch_reduce<T>(ReduceKind, const T*, T*, const ReduceWalk&, cudaStream_t);         \
+  template std::size_t column_sum_scratch<T>(std::int64_t, std::int64_t);                            \
+  template void launch_column_sum<T>(const T*, T*, std::int64_t, std::int64_t, bool, void*, cudaStream_t);
 KILN_REDUCE(float)
 KILN_REDUCE(double)
 KILN_REDUCE(std::int32_t)

@@ -59,7 +59,7 @@ struct ReduceCase {
   bool keepdim;
 };
 // Inner, outer, middle and all axes; long rows (a block per output), short
-// ones (a thread per output), empty ones and a scalar.
+// ones (a thread per output), empty ones, a scalar, and column sums.
 const std::vector<ReduceCase> kReduceCases = {
     {{4, 5}, {1}, false},           {{4, 5}, {0}, true},
     {{3, 4, 5}, {1}, false},        {{3, 4, 5}, {0, 2}, true},
@@ -68,6 +68,9 @@ const std::vector<ReduceCase> kReduceCases = {
     {{2, 1, 7}, {1}, false},        {{}, {}, false},
     {{0, 4}, {1}, false},           {{4, 0}, {1}, true},
     {{5, 2, 3, 2}, {-1, 1}, false},
+    // Sums of rows per column in chunks (launch_column_sum): many chunks,
+    // columns not a multiple of 32, leading dims merged into one.
+    {{1000, 77}, {0}, false},       {{4, 130, 33}, {0, 1}, true},
 };
 
 template <typename OpT, typename T>
@@ -148,7 +151,7 @@ TEST_CASE("CUDA reduce_as sums down to a target's dims like the CPU", "[cuda][ke
   if (!have_cuda()) return;
   const std::vector<std::pair<Dims, Dims>> cases = {
       {{4, 3}, {3}},    {{4, 3}, {1, 3}}, {{2, 3, 5}, {3, 1}}, {{8, 6, 7, 7}, {6, 1, 1}},
-      {{2, 3}, {2, 3}}, {{5, 4}, {}},     {{0, 3}, {3}}};
+      {{2, 3}, {2, 3}}, {{5, 4}, {}},     {{0, 3}, {3}},    {{8, 64, 33}, {33}}, {{700, 40}, {1, 40}}};
   for (const auto& [xd, td] : cases) {
     INFO("[" << xd.to_string() << "] down to [" << td.to_string() << "]");
     const Tensor x = filled<float>(xd, -1, 1, 5), t = Tensor::zeros(td, DataType::Float32);
