@@ -119,6 +119,7 @@ __device__ std::int64_t kept_offset(const ReduceWalk& w, std::int64_t o) {
   return off;
 }
 __device__ std::int64_t red_offset(const ReduceWalk& w, std::int64_t k) {
+  if (w.red_rank == 1) return k * w.red_strides[0];  // k < red_dims[0]: no division
   std::int64_t off = 0;
   for (int d = w.red_rank - 1; d >= 0; --d) {
     off += (k % w.red_dims[d]) * w.red_strides[d];
