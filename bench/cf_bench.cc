@@ -24,6 +24,7 @@
 #include "kiln/exec/executor.h"
 #include "kiln/exec/interpreter_core.h"
 #include "kiln/runtime/allocator.h"
+#include "kiln/runtime/cpu_allocator.h"
 
 namespace bench {
 namespace {

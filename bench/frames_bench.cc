@@ -35,6 +35,7 @@
 #include "kiln/exec/interpreter_core.h"
 #include "kiln/exec/step_stats.h"
 #include "kiln/runtime/allocator.h"
+#include "kiln/runtime/cpu_allocator.h"
 
 namespace bench {
 namespace {

@@ -27,6 +27,7 @@
 #include "kiln/exec/memory_plan.h"
 #include "kiln/frontend/recompute.h"
 #include "kiln/runtime/allocator.h"
+#include "kiln/runtime/cpu_allocator.h"
 
 using namespace kiln;
 

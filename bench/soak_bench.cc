@@ -22,6 +22,7 @@
 #include "bench_util.h"
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/cancellation.h"
+#include "kiln/runtime/cpu_allocator.h"
 
 namespace bench {
 namespace {

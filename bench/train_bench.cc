@@ -49,6 +49,7 @@
 #include "kiln/exec/interpreter_core.h"
 #include "kiln/exec/thread_plan.h"
 #include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/cpu_allocator.h"
 #include "kiln/runtime/scope.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/frontend/optimizer.h"

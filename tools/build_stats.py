@@ -10,6 +10,10 @@
       For each public header: how many of kiln's headers (and how many in
       all, system ones included) a host file that includes it reads, and
       their lines.
+  build_stats.py budget SOURCE_ROOT HEADER:MAX...
+      The same count of kiln headers for each HEADER; exits 1, naming the
+      header and what it reads, when one reads more than MAX (a meson test,
+      header_budget, so that a public header cannot grow unnoticed).
   build_stats.py host SOURCE_ROOT [--runs 3]
       CPU seconds of `c++ -O2` on examples/host_project/main.cc (includes
       kiln/kiln.h, builds and trains the seed model): the best of --runs.
@@ -95,6 +99,26 @@ def cmd_headers(args):
         print(f"BUILD headers.{key}.all {len(files)} count")
 
 
+def cmd_budget(args):
+    include_root = os.path.abspath(os.path.join(args.source_root, "include")) + os.sep
+    over = 0
+    for spec in args.budget:
+        header, sep, limit = spec.rpartition(":")
+        if not sep or not limit.isdigit():
+            sys.exit(f"build_stats: budget {spec!r} is not HEADER:MAX")
+        files = include_list(args.source_root, header, args.cxx)
+        own = [os.path.relpath(f, include_root) for f in files
+               if os.path.abspath(f).startswith(include_root)]
+        key = header.removeprefix("kiln/").removesuffix(".h").replace("/", ".")
+        print(f"BUILD headers.{key} {len(own)} count")
+        if len(own) > int(limit):
+            over += 1
+            print(f"build_stats: {header} reads {len(own)} kiln headers, more than its budget of "
+                  f"{limit} (tools/build_stats.py budget, test/meson.build):\n  " + "\n  ".join(own),
+                  file=sys.stderr)
+    sys.exit(1 if over else 0)
+
+
 def child_cpu():
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -129,6 +153,10 @@ def main():
     p.add_argument("source_root")
     p.add_argument("header", nargs="+")
     p.set_defaults(run=cmd_headers)
+    p = sub.add_parser("budget")
+    p.add_argument("source_root")
+    p.add_argument("budget", nargs="+", metavar="HEADER:MAX")
+    p.set_defaults(run=cmd_budget)
     p = sub.add_parser("host")
     p.add_argument("source_root")
     p.add_argument("--runs", type=int, default=3)

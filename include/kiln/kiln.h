@@ -22,4 +22,5 @@
 #include "kiln/passes/pass_manager.h"
 #include "kiln/passes/pattern.h"
 #include "kiln/passes/simplify.h"
+#include "kiln/runtime/cpu_allocator.h"
 #include "kiln/runtime/scope.h"

@@ -23,6 +23,7 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/dialect/tensor_ops.h"
 #include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/cpu_allocator.h"
 #include "kiln/runtime/cuda_context.h"
 
 namespace kiln::cuda {

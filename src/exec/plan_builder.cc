@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/dialect/placement_attributes.h"
 #include "kiln/exec/control_flow.h"
 #include "kiln/exec/dependency_builder.h"
 #include "kiln/exec/frame_plan.h"

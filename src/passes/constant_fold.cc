@@ -17,6 +17,7 @@
 #include "kiln/passes/dce.h"
 #include "kiln/passes/op_effects.h"
 #include "kiln/runtime/allocator.h"
+#include "kiln/runtime/cpu_allocator.h"
 #include "kiln/runtime/variable.h"
 
 namespace kiln {

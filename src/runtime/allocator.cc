@@ -1,5 +1,5 @@
 // The process-wide CPU allocator (one instance across the library and users).
-#include "kiln/runtime/allocator.h"
+#include "kiln/runtime/cpu_allocator.h"
 
 namespace kiln {
 

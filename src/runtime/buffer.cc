@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "kiln/runtime/deferred_free.h"
+#include "kiln/runtime/stream.h"
 
 namespace kiln {
 
@@ -12,6 +13,8 @@ std::uint64_t Buffer::next_id() noexcept {
   return next.fetch_add(1, std::memory_order_relaxed);
 }
 
+void Buffer::EventDeleter::operator()(Event* event) const noexcept { delete event; }
+
 void Buffer::record_stream(Stream& stream, DeferredFreeQueue* queue) {
   std::lock_guard<SpinLock> guard(uses_lock_);
   if (queue) queue_ = queue;
@@ -19,7 +22,7 @@ void Buffer::record_stream(Stream& stream, DeferredFreeQueue* queue) {
   for (auto& u : uses_)
     if (u.stream == &stream) use = &u;
   if (!use) {
-    uses_.push_back({&stream, stream.create_event()});
+    uses_.push_back({&stream, std::unique_ptr<Event, EventDeleter>(stream.create_event().release())});
     use = &uses_.back();
   }
   use->event->record(stream);  // captures everything enqueued on `stream` so far

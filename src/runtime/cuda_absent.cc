@@ -1,4 +1,5 @@
 // kiln/runtime/cuda_context.h when kiln is built without CUDA: no devices.
+#include "kiln/runtime/cpu_allocator.h"
 #include "kiln/runtime/cuda_context.h"
 #include "kiln/runtime/cuda_graph.h"
 

@@ -1,4 +1,5 @@
 // CudaAllocator and PinnedHostAllocator (kiln/runtime/cuda_allocator.h).
+#include "kiln/runtime/cpu_allocator.h"
 #include "kiln/runtime/cuda_allocator.h"
 
 #include <cuda_runtime_api.h>

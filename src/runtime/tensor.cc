@@ -1,6 +1,7 @@
 // Tensor: allocation, views and copies.
 #include "kiln/runtime/tensor.h"
 
+#include "kiln/runtime/cpu_allocator.h"
 #include "kiln/runtime/cuda_context.h"
 #include "kiln/support/half.h"
 

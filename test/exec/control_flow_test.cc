@@ -13,6 +13,7 @@
 #include "exec/exec_test_util.h"
 #include "kiln/dialect/control_flow_ops.h"
 #include "kiln/runtime/allocator.h"
+#include "kiln/runtime/cpu_allocator.h"
 
 using namespace kiln;
 using namespace kiln_exec_test;

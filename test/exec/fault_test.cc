@@ -23,6 +23,7 @@
 #include "exec/run_test_util.h"
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/cancellation.h"
+#include "kiln/runtime/cpu_allocator.h"
 #include "kiln/runtime/cuda_context.h"
 #include "kiln/runtime/rendezvous.h"
 

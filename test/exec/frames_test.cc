@@ -17,6 +17,7 @@
 #include "kiln/exec/step_stats.h"
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/cancellation.h"
+#include "kiln/runtime/cpu_allocator.h"
 
 using namespace kiln;
 using namespace kiln_exec_test;

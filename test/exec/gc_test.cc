@@ -10,6 +10,7 @@
 
 #include "exec/exec_test_util.h"
 #include "kiln/runtime/allocator.h"
+#include "kiln/runtime/cpu_allocator.h"
 
 using namespace kiln;
 using namespace kiln_exec_test;

@@ -15,6 +15,7 @@
 
 #include "exec/exec_test_util.h"
 #include "exec/random_program.h"
+#include "kiln/dialect/placement_attributes.h"
 #include "kiln/kernel/random.h"
 
 using namespace kiln;

@@ -20,6 +20,7 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/runtime/allocator.h"
+#include "kiln/runtime/cpu_allocator.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/runtime/variable.h"
 

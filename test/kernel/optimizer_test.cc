@@ -12,6 +12,7 @@
 #include "kiln/dialect/optimizer_ops.h"
 #include "kiln/exec/executor.h"
 #include "kiln/exec/interpreter_core.h"
+#include "kiln/runtime/cpu_allocator.h"
 #include "kiln/runtime/scope.h"
 
 using namespace kiln;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "passes/passes_test_util.h"
+#include "kiln/dialect/placement_attributes.h"
 #include "kiln/exec/executor.h"
 #include "kiln/ir/tensor_attribute.h"
 #include "kiln/passes/constant_fold.h"

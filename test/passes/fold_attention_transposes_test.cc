@@ -12,6 +12,7 @@
 #include "kiln/dialect/attention_ops.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
+#include "kiln/exec/interpreter_core.h"
 #include "kiln/frontend/control_flow.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/frontend/optimizer.h"

@@ -1,4 +1,6 @@
 #include "kiln/runtime/allocator.h"
+#include "kiln/runtime/cpu_allocator.h"
+#include "kiln/support/error.h"
 
 #include <cstdint>
 #include <thread>

@@ -1,3 +1,4 @@
+#include "kiln/runtime/cpu_allocator.h"
 #include "kiln/runtime/deferred_free.h"
 
 #include <atomic>

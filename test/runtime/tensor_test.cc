@@ -1,3 +1,4 @@
+#include "kiln/runtime/cpu_allocator.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/runtime/cuda_context.h"
 

@@ -11,8 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/dialect/placement_attributes.h"
-#include "kiln/ir/value.h"
+#include "kiln/ir/value_handle.h"
 #include "kiln/support/place.h"
 
 namespace kiln {

@@ -3,26 +3,21 @@
 // op's result or a block's argument) and an intrusive list of its uses. As
 // in the seed, the low 3 bits of a value's first-use pointer tell its kind:
 // 0–5 = one of an op's first six (inline) results, 6 = a result stored out
-// of line (which keeps its own index), 7 = a block argument.
+// of line (which keeps its own index), 7 = a block argument. The handle
+// classes Value and OpOperand are declared in kiln/ir/value_handle.h (for
+// headers that only hold values); this header defines their members.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <iterator>
 
 #include "kiln/ir/epoch.h"
 #include "kiln/ir/type.h"
+#include "kiln/ir/value_handle.h"
 
 namespace kiln {
 
-class Block;
-class Operation;
-class Value;
-class OpOperand;
-
 namespace detail {
-
-class OpOperandImpl;
 
 inline constexpr unsigned kMaxInlineResults = 6;
 inline constexpr unsigned kOutOfLineTag = 6;
@@ -140,87 +135,6 @@ inline void OpOperandImpl::unlink() {
 
 }  // namespace detail
 
-// A use of a value: (owner op, operand index).
-class OpOperand {
- public:
-  OpOperand() = default;
-  explicit OpOperand(detail::OpOperandImpl* impl) : impl_(impl) {}
-  explicit operator bool() const { return impl_ != nullptr; }
-  bool operator==(const OpOperand&) const = default;
-
-  Value source() const;
-  void set_source(Value v) const;
-  Operation* owner() const { return impl_->owner(); }
-  std::uint32_t index() const;  // position among owner's operands
-  OpOperand next_use() const { return OpOperand(impl_->next_use()); }
-  detail::OpOperandImpl* impl() const { return impl_; }
-
- private:
-  detail::OpOperandImpl* impl_ = nullptr;
-};
-
-class Value {
- public:
-  Value() = default;
-  Value(detail::ValueImpl* impl) : impl_(impl) {}  // NOLINT
-
-  explicit operator bool() const { return impl_ != nullptr; }
-  bool operator==(const Value&) const = default;
-
-  Type type() const { return impl_->type(); }
-  void set_type(Type t) const { impl_->set_type(t); }
-  // The defining op; null for a block argument.
-  Operation* defining_op() const;
-  bool is_block_argument() const { return impl_->tag() == detail::kBlockArgumentTag; }
-
-  // Uses, most recent first.
-  class use_iterator {
-   public:
-    using iterator_category = std::forward_iterator_tag;
-    using value_type = OpOperand;
-    using difference_type = std::ptrdiff_t;
-    using pointer = void;
-    using reference = OpOperand;
-    use_iterator() = default;
-    explicit use_iterator(detail::OpOperandImpl* u) : u_(u) {}
-    OpOperand operator*() const { return OpOperand(u_); }
-    use_iterator& operator++() {
-      u_ = u_->next_use();
-      return *this;
-    }
-    use_iterator operator++(int) {
-      auto t = *this;
-      ++*this;
-      return t;
-    }
-    bool operator==(const use_iterator&) const = default;
-
-   private:
-    detail::OpOperandImpl* u_ = nullptr;
-  };
-  struct UseRange {
-    use_iterator b, e;
-    use_iterator begin() const { return b; }
-    use_iterator end() const { return e; }
-  };
-  UseRange uses() const { return {use_iterator(impl_->first_use()), use_iterator()}; }
-  OpOperand first_use() const { return OpOperand(impl_->first_use()); }
-  bool use_empty() const { return impl_->use_empty(); }
-  bool has_one_use() const;
-  std::size_t use_count() const;
-
-  // Every use of this value now uses `v` instead. O(uses). A null `v` is a
-  // kiln::Error(InvalidArgument) (it would leave dangling operands).
-  void replace_all_uses_with(Value v) const;
-  // Only the uses for which `pred` holds.
-  void replace_uses_if(Value v, const std::function<bool(OpOperand)>& pred) const;
-
-  detail::ValueImpl* impl() const { return impl_; }
-
- protected:
-  detail::ValueImpl* impl_ = nullptr;
-};
-
 class OpResult : public Value {
  public:
   OpResult() = default;
@@ -252,6 +166,23 @@ template <typename To> To dyn_cast(Value v) { return isa<To>(v) ? cast<To>(v) : 
 
 inline Value OpOperand::source() const { return Value(impl_->source()); }
 inline void OpOperand::set_source(Value v) const { impl_->set_source(v.impl()); }
+inline Operation* OpOperand::owner() const { return impl_->owner(); }
+inline OpOperand OpOperand::next_use() const { return OpOperand(impl_->next_use()); }
+
+inline Type Value::type() const { return impl_->type(); }
+inline void Value::set_type(Type t) const { impl_->set_type(t); }
+inline bool Value::is_block_argument() const { return impl_->tag() == detail::kBlockArgumentTag; }
+
+inline Value::use_iterator& Value::use_iterator::operator++() {
+  u_ = u_->next_use();
+  return *this;
+}
+
+inline Value::UseRange Value::uses() const {
+  return {use_iterator(impl_->first_use()), use_iterator()};
+}
+inline OpOperand Value::first_use() const { return OpOperand(impl_->first_use()); }
+inline bool Value::use_empty() const { return impl_->use_empty(); }
 
 inline bool Value::has_one_use() const {
   auto* u = impl_->first_use();
@@ -281,10 +212,3 @@ inline void Value::replace_uses_if(Value v, const std::function<bool(OpOperand)>
 }
 
 }  // namespace kiln
-
-template <>
-struct std::hash<kiln::Value> {
-  std::size_t operator()(kiln::Value v) const noexcept {
-    return std::hash<const void*>()(v.impl());
-  }
-};

@@ -15,11 +15,12 @@
 
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/spin_lock.h"
-#include "kiln/runtime/stream.h"
 
 namespace kiln {
 
 class DeferredFreeQueue;
+class Event;
+class Stream;
 
 class Buffer {
  public:
@@ -74,9 +75,14 @@ class Buffer {
 
  private:
   friend class DeferredFreeQueue;
+  // Deletes an Event (buffer.cc): this header only declares the stream
+  // types, and the inline ~Buffer destroys uses_.
+  struct EventDeleter {
+    void operator()(Event* event) const noexcept;
+  };
   struct StreamUse {
     const Stream* stream;
-    std::unique_ptr<Event> event;
+    std::unique_ptr<Event, EventDeleter> event;
   };
 
   Buffer(const Allocation& allocation, Allocator* allocator, Deleter deleter);
