@@ -220,26 +220,37 @@ TEST_CASE("amp: an unknown level, an unsupported dtype, an unknown or kernel-les
                           {"already has backward ops", "before append_backward or minimize"});
 }
 
+// The model's main program prints and parses back and round-trips through
+// JSON; its for-test clone.
+static Program round_trip_and_clone_for_test(const Model& m, IrMapping& map) {
+  const std::string text = m.g.main.to_string();
+  CHECK(parse_program(text).to_string() == text);
+  const std::string json = save_program_json(m.g.main);
+  CHECK(save_program_json(load_program_json(json)) == json);
+  return clone_for_test(m.g.main, &map);
+}
+
+// The for-test clone computes the loss the training step computes, bit for bit.
+static void check_test_clone_loss(Model& m, const Program& test, const IrMapping& map) {
+  Executor exe;
+  exe.run(m.g.startup);
+  const Tensor before_step = exe.run(test, m.feed, {map.lookup(m.loss)})[0];
+  const Tensor in_step = exe.run(m.g.main, m.feed, {m.loss})[0];
+  CHECK(std::memcmp(before_step.raw_data(), in_step.raw_data(), 4) == 0);
+}
+
 TEST_CASE("an amp program prints and parses back, round-trips through JSON, and its for-test clone "
           "computes the trained program's loss bit for bit",
           "[frontend][amp]") {
   const amp::Options o;
   auto m = mlp(&o);
-  const std::string text = m->g.main.to_string();
-  CHECK(parse_program(text).to_string() == text);
-  const std::string json = save_program_json(m->g.main);
-  CHECK(save_program_json(load_program_json(json)) == json);
   IrMapping map;
-  const Program test = clone_for_test(m->g.main, &map);
+  const Program test = round_trip_and_clone_for_test(*m, map);
   std::size_t low_matmuls = 0;
   for (Operation* op : test.block())
     if (op->isa<MatmulOp>() && dtype_of(op->result(0)) == DataType::BFloat16) ++low_matmuls;
   CHECK(low_matmuls == 4);
-  Executor exe;
-  exe.run(m->g.startup);
-  const Tensor before_step = exe.run(test, m->feed, {map.lookup(m->loss)})[0];
-  const Tensor in_step = exe.run(m->g.main, m->feed, {m->loss})[0];
-  CHECK(std::memcmp(before_step.raw_data(), in_step.raw_data(), 4) == 0);
+  check_test_clone_loss(*m, test, map);
 }
 
 TEST_CASE("amp O1 leaves a matmul of f64 values, or of the other 16-bit float, as it is", "[frontend][amp]") {
@@ -521,23 +532,15 @@ TEST_CASE("a loss-scaled f16 program prints and parses back, round-trips through
           "[frontend][amp]") {
   const amp::Options o = f16_options();
   auto m = mlp(&o);
-  const std::string text = m->g.main.to_string();
-  CHECK(parse_program(text).to_string() == text);
-  const std::string json = save_program_json(m->g.main);
-  CHECK(save_program_json(load_program_json(json)) == json);
   IrMapping map;
-  const Program test = clone_for_test(m->g.main, &map);
+  const Program test = round_trip_and_clone_for_test(*m, map);
   CHECK(count_ops(test, "kiln.check_finite_and_unscale") == 0);
   CHECK(count_ops(test, "kiln.update_loss_scaling_") == 0);
   for (Operation* op : test.block())
     for (std::uint32_t i = 0; i < op->num_operands(); ++i)
       if (auto def = op->operand(i).source().defining_op(); def && def->isa<ParameterOp>())
         CHECK(def->dyn_cast<ParameterOp>().attrs().parameter_name != m->scale_name);
-  Executor exe;
-  exe.run(m->g.startup);
-  const Tensor before_step = exe.run(test, m->feed, {map.lookup(m->loss)})[0];
-  const Tensor in_step = exe.run(m->g.main, m->feed, {m->loss})[0];
-  CHECK(std::memcmp(before_step.raw_data(), in_step.raw_data(), 4) == 0);
+  check_test_clone_loss(*m, test, map);
 }
 
 TEST_CASE("amp f16 on CUDA: an injected overflow skips that step and halves the scale; training tracks "
