@@ -123,3 +123,21 @@ TEST_CASE("kiln-onnx bench reports latency percentiles and needs every symbolic 
   CHECK(usage.status == 2);
   CHECK_THAT(usage.out, Catch::Contains("usage: kiln-onnx"));
 }
+
+TEST_CASE("kiln-onnx bench runs the thread plan it is given, says which plan it kept, and "
+          "names a plan it does not know",
+          "[onnx][tool]") {
+  if (!have_tool()) return;
+  const std::string gpt = "bench " + models() + "/gpt/model.onnx --dim batch=2 --int-max 96 --iters 3";
+  auto blas = tool(gpt + " --threads 2 --thread-plan blas");
+  INFO(blas.out);
+  CHECK(blas.status == 0);
+  CHECK_THAT(blas.out, Catch::Contains("threads 2, thread plan blas"));
+  auto one = tool(gpt + " --thread-plan sequential");
+  CHECK(one.status == 0);
+  CHECK_THAT(one.out, Catch::Contains("threads 1, thread plan sequential"));
+  auto bad = tool(gpt + " --thread-plan fastest");
+  CHECK(bad.status == 1);
+  CHECK_THAT(bad.out, Catch::Contains("--thread-plan 'fastest'") &&
+                          Catch::Contains("auto, sequential, graph, blas"));
+}

@@ -4,7 +4,7 @@
 //                           their symbolic names), initializers, op counts,
 //                           and everything kiln cannot import, all at once
 //                           (exit 1 if anything)
-//   kiln-onnx run MODEL --data DIR [--out DIR] [--threads T]
+//   kiln-onnx run MODEL --data DIR [--out DIR] [--threads T] [--thread-plan P]
 //                           feeds DIR/input_N.pb (ONNX's data-set layout: one
 //                           TensorProto per graph input, in order), runs the
 //                           model; when DIR holds output_N.pb, compares with
@@ -12,14 +12,17 @@
 //                           each output's max abs and rel error, exit 1 on a
 //                           mismatch; --out writes the outputs as output_N.pb
 //   kiln-onnx bench MODEL [--dim NAME=N]... [--threads T] [--iters N]
-//                     [--int-max N] [--name BENCH_NAME]
+//                     [--int-max N] [--name BENCH_NAME] [--thread-plan P]
 //                           random inputs of the declared shapes (symbolic
 //                           dims from --dim; integers in [0, int-max), 10 by
 //                           default), warm-up, then latency p50/p90/p99 and
 //                           throughput; --name also prints
 //                           "BENCH <name> <p50> ms" and "BENCH <name>.min <min> ms"
 //                           (./run bench's format);
-//                           --trace FILE writes the last run as a Chrome trace
+//                           --trace FILE writes the last run as a Chrome trace;
+//                           --thread-plan auto|sequential|graph|blas sets
+//                           ExecutionOptions::thread_plan (the plan the run
+//                           kept is printed)
 //   kiln-onnx export PROGRAM WEIGHTS OUT.onnx [--feed NAME]... [--fetch NAME]...
 //                           a kiln program (JSON, kiln/io/json.h) and its
 //                           weights file (kiln/io/weights.h) — e.g. what
@@ -62,9 +65,9 @@ namespace {
 int usage() {
   std::fputs(
       "usage: kiln-onnx info MODEL\n"
-      "       kiln-onnx run MODEL --data DIR [--out DIR] [--threads T]\n"
+      "       kiln-onnx run MODEL --data DIR [--out DIR] [--threads T] [--thread-plan P]\n"
       "       kiln-onnx bench MODEL [--dim NAME=N]... [--threads T] [--iters N] [--int-max N]\n"
-      "                             [--name BENCH_NAME] [--trace FILE]\n"
+      "                             [--name BENCH_NAME] [--trace FILE] [--thread-plan P]\n"
       "       kiln-onnx export PROGRAM WEIGHTS OUT.onnx [--feed NAME]... [--fetch NAME]...\n",
       stderr);
   return 2;
@@ -103,10 +106,18 @@ unsigned positive(const std::string& text, const std::string& what) {
   return static_cast<unsigned>(v);
 }
 
+ThreadPlan thread_plan(const std::string& text) {
+  for (ThreadPlan p : {ThreadPlan::Auto, ThreadPlan::Sequential, ThreadPlan::Graph, ThreadPlan::Blas})
+    if (text == to_string(p)) return p;
+  throw_error(ErrorKind::InvalidArgument, "--thread-plan '", text,
+              "' is not one of auto, sequential, graph, blas");
+}
+
 Executor make_executor(const Args& a) {
   ExecutionOptions opt;
   opt.profile = !a.one("--trace").empty();
   opt.num_threads = positive(a.one("--threads", "1"), "--threads");
+  opt.thread_plan = thread_plan(a.one("--thread-plan", "auto"));
   return Executor(Place::cpu(), opt);
 }
 
@@ -255,7 +266,8 @@ int bench_model(const Args& a) {
   auto pct = [&](double p) { return ms[std::min(ms.size() - 1, static_cast<std::size_t>(p * ms.size()))]; };
   std::int64_t batch = 1;
   if (!m.inputs.empty() && feed.at(m.inputs[0]).rank() > 0) batch = feed.at(m.inputs[0]).dims()[0];
-  std::printf("%s: %u runs, threads %s\n", a.model.c_str(), iters, a.one("--threads", "1").c_str());
+  std::printf("%s: %u runs, threads %s, thread plan %s\n", a.model.c_str(), iters,
+              a.one("--threads", "1").c_str(), std::string(to_string(exe.last_core()->thread_plan())).c_str());
   std::printf("import + first run: %.3f ms\n", import_ms);
   std::printf("latency ms: p50 %.4f  p90 %.4f  p99 %.4f  min %.4f\n", pct(0.5), pct(0.9), pct(0.99), ms[0]);
   std::printf("throughput: %.1f runs/s, %.1f samples/s (batch %lld)\n", 1e3 / pct(0.5),
@@ -316,10 +328,11 @@ int main(int argc, char** argv) {
       return 1;
     }
     Args a;
-    if (cmd == "run" && parse_args(argc, argv, {"--data", "--out", "--threads"}, a))
+    if (cmd == "run" && parse_args(argc, argv, {"--data", "--out", "--threads", "--thread-plan"}, a))
       return run_model(a);
     if (cmd == "bench" &&
-        parse_args(argc, argv, {"--dim", "--threads", "--iters", "--int-max", "--name", "--trace"}, a))
+        parse_args(argc, argv, {"--dim", "--threads", "--thread-plan", "--iters", "--int-max", "--name",
+                                     "--trace"}, a))
       return bench_model(a);
     if (cmd == "export") return export_command(argc, argv);
   } catch (const kiln::Error& e) {
