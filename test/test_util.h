@@ -2,11 +2,17 @@
 // "bad input gets a clear kiln::Error" test case.
 #pragma once
 
+#include <cstring>
 #include <functional>
+#include <future>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "catch.hpp"
+#include "kiln/ir/program.h"
+#include "kiln/runtime/tensor.h"
 #include "kiln/support/error.h"
 #include "kiln/support/warning.h"
 
@@ -42,6 +48,39 @@ inline std::string expect_error(const std::function<void()>& f, kiln::ErrorKind 
   }
   FAIL_CHECK("no kiln::Error was thrown");
   return {};
+}
+
+// Ops named `name` in the program's top block (nested blocks not counted).
+inline std::size_t count_top_ops(const kiln::Program& p, std::string_view name) {
+  std::size_t n = 0;
+  for (kiln::Operation* op : p.block()) n += op->name() == name;
+  return n;
+}
+
+// Whether two tensors hold the same dims, dtype and bytes.
+inline bool same_bits(const kiln::Tensor& a, const kiln::Tensor& b) {
+  return a.dims() == b.dims() && a.dtype() == b.dtype() && a.bytes() == b.bytes() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
+}
+
+// A one-shot barrier: threads wait() until a test open()s it.
+struct Gate {
+  std::promise<void> promise;
+  std::shared_future<void> future = promise.get_future().share();
+  void open() { promise.set_value(); }
+  void wait() const { future.wait(); }
+};
+
+// The kiln::Error `f` throws; fails the test case when it throws none.
+template <typename F>
+kiln::Error error_of(F&& f) {
+  try {
+    f();
+  } catch (const kiln::Error& e) {
+    return e;
+  }
+  FAIL("expected a kiln::Error");
+  throw std::logic_error("unreachable");
 }
 
 }  // namespace kiln_test

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <span>
 
+#include "kiln/dialect/infer_meta_util.h"
+
 namespace kiln {
 
 KILN_REGISTER_OP(ScaledDotProductAttentionOp, GradOf<ScaledDotProductAttentionOp>);
@@ -54,10 +56,6 @@ void check_attention_grad_operands(std::string_view op, const AttentionDims& a, 
 
 namespace {
 
-// Whether two static dims may be equal at run time (-1 matches anything).
-bool dim_fits(std::int64_t a, std::int64_t b) { return a == b || a < 0 || b < 0; }
-// The known one of two dims that must agree (-1 when neither is known).
-std::int64_t known(std::int64_t a, std::int64_t b) { return a >= 0 ? a : b; }
 
 const char* const kOperandNames[] = {"q", "k", "v"};
 
@@ -90,18 +88,18 @@ std::array<std::int64_t, 6> check_qkv(std::string_view op, const std::vector<Typ
   const auto& k = shaped_dims(in[1]);
   const auto& v = shaped_dims(in[2]);
   const std::size_t l = heads_inner ? 1 : 2, h = heads_inner ? 2 : 1;
-  if (!dim_fits(q[0], k[0]) || !dim_fits(q[0], v[0]) || !dim_fits(k[0], v[0]) ||
-      !dim_fits(q[h], k[h]) || !dim_fits(q[h], v[h]) || !dim_fits(k[h], v[h]))
+  if (!meta::dim_fits(q[0], k[0]) || !meta::dim_fits(q[0], v[0]) || !meta::dim_fits(k[0], v[0]) ||
+      !meta::dim_fits(q[h], k[h]) || !meta::dim_fits(q[h], v[h]) || !meta::dim_fits(k[h], v[h]))
     qkv_error(op, in, heads_inner,
               heads_inner ? "needs q, k and v with one batch and head count (dims 0 and 2)"
                           : "needs q, k and v with one batch and head count (dims 0 and 1)");
-  if (!dim_fits(q[3], k[3])) qkv_error(op, in, heads_inner, "needs q and k with one head dim (dim 3)");
-  if (!dim_fits(k[l], v[l]))
+  if (!meta::dim_fits(q[3], k[3])) qkv_error(op, in, heads_inner, "needs q and k with one head dim (dim 3)");
+  if (!meta::dim_fits(k[l], v[l]))
     qkv_error(op, in, heads_inner,
               heads_inner ? "needs k and v with one sequence length (dim 1)"
                           : "needs k and v with one sequence length (dim 2)");
-  return {known(known(q[0], k[0]), v[0]), known(known(q[h], k[h]), v[h]), q[l],
-          known(k[l], v[l]), known(q[3], k[3]), v[3]};
+  return {meta::known_dim(meta::known_dim(q[0], k[0]), v[0]), meta::known_dim(meta::known_dim(q[h], k[h]), v[h]), q[l],
+          meta::known_dim(k[l], v[l]), meta::known_dim(q[3], k[3]), v[3]};
 }
 
 // out's dims in the layout: [B, H, Lq, Dv] or [B, Lq, H, Dv].

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "kiln/dialect/infer_meta_util.h"
+
 namespace kiln {
 
 KILN_REGISTER_OP(RnnOp, RecurrentGradOp<RnnOp>);
@@ -216,15 +218,13 @@ Config config_of(std::string_view op, const LstmOp::Attributes& a) {
 
 namespace {
 
-bool dim_fits(std::int64_t a, std::int64_t b) { return a == b || a < 0 || b < 0; }
-std::int64_t known(std::int64_t a, std::int64_t b) { return a >= 0 ? a : b; }
 
 // Checks operand i's rank and each known dim against `want` (-1: any).
 void require_dims(std::string_view op, const std::vector<Type>& in, int i, const char* what,
                   const char* layout, const std::vector<std::int64_t>& want) {
   const auto& d = shaped_dims(in[static_cast<std::size_t>(i)]);
   bool ok = d.size() == want.size();
-  for (std::size_t k = 0; ok && k < d.size(); ++k) ok = dim_fits(d[k], want[k]);
+  for (std::size_t k = 0; ok && k < d.size(); ++k) ok = meta::dim_fits(d[k], want[k]);
   if (!ok)
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", what, " (operand #", i,
                 ") must be ", layout, " = ", meta::dims_string(want), ", got ",
@@ -267,12 +267,12 @@ std::vector<Type> infer(std::string_view op, const rnn::Config& c, const std::ve
   if (c.b >= 0) require_dims(op, in, c.b, "B", "[dirs, 2·gates·hidden]", {dirs, 2 * g * h});
   if (c.sequence_lens >= 0) {
     require_dims(op, in, c.sequence_lens, "sequence_lens", "[batch]", {batch});
-    batch = known(batch, shaped_dims(in[static_cast<std::size_t>(c.sequence_lens)])[0]);
+    batch = meta::known_dim(batch, shaped_dims(in[static_cast<std::size_t>(c.sequence_lens)])[0]);
   }
   for (auto [i, what] : {std::pair{c.initial_h, "initial_h"}, std::pair{c.initial_c, "initial_c"}})
     if (i >= 0) {
       require_dims(op, in, i, what, "[dirs, batch, hidden]", {dirs, batch, h});
-      batch = known(batch, shaped_dims(in[static_cast<std::size_t>(i)])[1]);
+      batch = meta::known_dim(batch, shaped_dims(in[static_cast<std::size_t>(i)])[1]);
     }
   if (c.p >= 0) require_dims(op, in, c.p, "P", "[dirs, 3·hidden]", {dirs, 3 * h});
   std::vector<Type> out{meta::result_like(in, dt, {seq, dirs, batch, h}),
@@ -399,7 +399,7 @@ std::vector<Type> RecurrentGradOp<Fwd>::infer_meta(const std::vector<Type>& in,
     const auto& want = shaped_dims(fwd_out[k]);
     const auto& got = shaped_dims(t);
     bool ok = got.size() == want.size();
-    for (std::size_t j = 0; ok && j < got.size(); ++j) ok = dim_fits(got[j], want[j]);
+    for (std::size_t j = 0; ok && j < got.size(); ++j) ok = meta::dim_fits(got[j], want[j]);
     if (!ok)
       throw_error(ErrorKind::InvalidArgument, "op '", name, "' ", kResults[k], " (operand #", i,
                   ") must be shaped like the forward's result #", k, " ",

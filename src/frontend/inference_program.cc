@@ -11,6 +11,7 @@
 #include "kiln/frontend/parameter.h"
 #include "kiln/frontend/prune.h"
 #include "kiln/ir/inplace_pairs.h"
+#include "kiln/passes/op_effects.h"
 
 namespace kiln {
 
@@ -57,23 +58,6 @@ std::vector<Value> reads_of(const Operation* op) {
   };
   for_each_nested(op, captures);
   return out;
-}
-
-// The value whose variable `v` lives in: an in-place or view op's result
-// shares the variable of the operand it aliases.
-Value alias_root(Value v) {
-  while (Operation* op = v.defining_op()) {
-    const std::uint32_t index = cast<OpResult>(v).index();
-    const auto* impl = op->info().impl();
-    Value next;
-    for (auto [out, in] : inplace_pairs(*op))
-      if (out == index) next = op->operand_source(in);
-    for (auto [out, in] : impl->view_map)
-      if (out == index) next = op->operand_source(in);
-    if (!next) break;
-    v = next;
-  }
-  return v;
 }
 
 // A variable of a run: a parameter's (every builtin.parameter value of one

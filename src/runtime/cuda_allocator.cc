@@ -20,12 +20,6 @@ void note_allocation(AllocatorStats& s, std::size_t size, bool hit) {
   s.peak_bytes_in_use = std::max(s.peak_bytes_in_use, s.bytes_in_use);
 }
 
-void select(int device) {
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess || current != device)
-    check_cuda(cudaSetDevice(device), ("selecting cuda:" + std::to_string(device)).c_str());
-}
-
 }  // namespace
 
 // ---- CudaAllocator ----
@@ -73,7 +67,7 @@ Allocation CudaAllocator::allocate_on(std::size_t bytes, CudaStreamHandle stream
 }
 
 void* CudaAllocator::device_malloc(std::size_t size, std::size_t requested) {
-  select(device_);
+  use_cuda_device(device_);
   void* ptr = nullptr;
   if (cudaMalloc(&ptr, size) == cudaSuccess) return ptr;
   cudaGetLastError();  // clear the failure before retrying
@@ -124,7 +118,7 @@ std::size_t CudaAllocator::release_cache() {
   }
   std::size_t released = 0;
   if (blocks.empty()) return 0;
-  select(device_);
+  use_cuda_device(device_);
   for (auto& [key, ptrs] : blocks)
     for (void* p : ptrs) {
       cudaFree(p);

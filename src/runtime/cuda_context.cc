@@ -17,12 +17,6 @@ namespace {
 
 constexpr int kMaxDevices = 64;
 
-void select(int device) {
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess || current != device)
-    check_cuda(cudaSetDevice(device), ("selecting cuda:" + std::to_string(device)).c_str());
-}
-
 void check_cublas(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
   throw_error(ErrorKind::Internal, what, ": cuBLAS error ", cublasGetStatusName(status), " (",
@@ -55,7 +49,7 @@ void* CudaContext::cublas(const CudaStream& stream) {
   thread_local std::array<cublasHandle_t, kMaxDevices> handles{};
   cublasHandle_t& h = handles[static_cast<std::size_t>(device_)];
   if (!h) {
-    select(device_);
+    use_cuda_device(device_);
     check_cublas(cublasCreate(&h), "creating a cuBLAS handle");
   }
   check_cublas(cublasSetStream(h, stream.handle()), "binding cuBLAS to a stream");
@@ -131,7 +125,7 @@ void copy_between_places(void* dst, Place dst_place, const void* src, Place src_
   const int device = dst_host ? src_place.device : dst_place.device;
   auto* cuda_stream = dynamic_cast<CudaStream*>(stream);
   CudaStream& on = cuda_stream ? *cuda_stream : cuda_context(device).compute_stream();
-  select(on.device());
+  use_cuda_device(on.device());
   const auto kind = src_host   ? cudaMemcpyHostToDevice
                     : dst_host ? cudaMemcpyDeviceToHost
                                : cudaMemcpyDeviceToDevice;

@@ -19,16 +19,11 @@ void check_cuda(int status, const char* what) {
               ")");
 }
 
-namespace {
-
-// Makes `device` current for the calling thread (cheap when it already is).
-void use_device(int device) {
+void use_cuda_device(int device) {
   int current = -1;
   if (cudaGetDevice(&current) == cudaSuccess && current == device) return;
   check_cuda(cudaSetDevice(device), ("selecting cuda:" + std::to_string(device)).c_str());
 }
-
-}  // namespace
 
 CudaStream::CudaStream(int device) : device_(device) {
   int count = 0;
@@ -36,7 +31,7 @@ CudaStream::CudaStream(int device) : device_(device) {
   if (device < 0 || device >= count)
     throw_error(ErrorKind::InvalidArgument, "CUDA stream: no device cuda:", device, " (", count,
                 " CUDA device", count == 1 ? "" : "s", " present)");
-  use_device(device);
+  use_cuda_device(device);
   check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a CUDA stream");
 }
 
@@ -51,7 +46,7 @@ void CudaStream::enqueue(Task task) {
   // acquire: pairs with the release store below, so a skipped task sees why.
   if (failed_.load(std::memory_order_acquire)) return;
   try {
-    use_device(device_);
+    use_cuda_device(device_);
     task();
     // A launch error (a bad configuration) shows here, not at the next sync.
     check_cuda(cudaPeekAtLastError(), "launching on a CUDA stream");
@@ -67,12 +62,12 @@ void CudaStream::wait(const Event& event) {
   const auto* e = dynamic_cast<const CudaEvent*>(&event);
   if (!e)
     throw_error(ErrorKind::InvalidArgument, "a CUDA stream cannot wait for an event of another kind");
-  use_device(device_);
+  use_cuda_device(device_);
   check_cuda(cudaStreamWaitEvent(stream_, e->handle(), 0), "waiting for a CUDA event");
 }
 
 void CudaStream::synchronize() {
-  use_device(device_);
+  use_cuda_device(device_);
   const cudaError_t status = cudaStreamSynchronize(stream_);
   std::exception_ptr error;
   {
@@ -95,7 +90,7 @@ bool CudaStream::query() const {
 std::unique_ptr<Event> CudaStream::create_event() const { return std::make_unique<CudaEvent>(device_); }
 
 CudaEvent::CudaEvent(int device, bool timing) : device_(device) {
-  use_device(device);
+  use_cuda_device(device);
   check_cuda(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming),
              "creating a CUDA event");
 }
@@ -115,7 +110,7 @@ void CudaEvent::record(Stream& stream) {
   if (!s)
     throw_error(ErrorKind::InvalidArgument, "a CUDA event records only on a CUDA stream, got ",
                 stream.place().to_string());
-  use_device(s->device());
+  use_cuda_device(s->device());
   check_cuda(cudaEventRecord(event_, s->handle()), "recording a CUDA event");
 }
 

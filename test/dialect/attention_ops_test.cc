@@ -15,15 +15,15 @@
 #include "kiln/ir/parser.h"
 #include <nlohmann/json.hpp>
 #include "test_util.h"
+#include "dialect/dialect_test_util.h"
 
 using namespace kiln;
+using namespace kiln_dialect_test;
 using namespace kiln_vjp_test;
 
 namespace {
 using Shape = std::vector<std::int64_t>;
 
-Type tf(Shape d, DataType dt = DataType::Float32) { return TensorType::get(dt, std::move(d)); }
-Type vf(Shape d) { return VTensorType::get(DataType::Float32, std::move(d)); }
 
 DictionaryAttribute attrs(bool causal = false, double scale = 0, std::string layout = "BHLD") {
   return DictionaryAttribute::get(to_named_attributes(

@@ -10,15 +10,15 @@
 #include "kiln/exec/executor.h"
 #include "kiln/frontend/backward.h"
 #include "test_util.h"
+#include "dialect/dialect_test_util.h"
 
 using namespace kiln;
+using namespace kiln_dialect_test;
 using namespace kiln_vjp_test;
 using kiln_test::build_op;
 
 namespace {
 using V = std::vector<std::int64_t>;
-constexpr auto F32 = DataType::Float32;
-constexpr auto F64 = DataType::Float64;
 constexpr auto I32 = DataType::Int32;
 constexpr auto I64 = DataType::Int64;
 constexpr auto BOOL = DataType::Bool;

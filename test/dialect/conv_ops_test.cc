@@ -3,15 +3,15 @@
 #include "dialect/grad_check.h"
 #include "kernel/kernel_test_util.h"
 #include "test_util.h"
+#include "dialect/dialect_test_util.h"
 
 using namespace kiln;
+using namespace kiln_dialect_test;
 using namespace kiln_vjp_test;
 using kiln_test::build_op;
 
 namespace {
 using V = std::vector<std::int64_t>;
-constexpr auto F32 = DataType::Float32;
-constexpr auto F64 = DataType::Float64;
 }  // namespace
 
 TEST_CASE("conv2d's result shape follows strides, paddings and dilations", "[dialect][conv]") {

@@ -9,14 +9,15 @@
 #include "dialect/grad_check.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "test_util.h"
+#include "dialect/dialect_test_util.h"
 
 using namespace kiln;
+using namespace kiln_dialect_test;
 using namespace kiln_vjp_test;
 
 namespace {
 using V = std::vector<std::int64_t>;
 
-Type tf(V d, DataType dt = DataType::Float32) { return TensorType::get(dt, std::move(d)); }
 
 template <typename OpT>
 V shape_of(const std::vector<Type>& in, const typename OpT::Attributes& a) {

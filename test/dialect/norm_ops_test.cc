@@ -12,15 +12,15 @@
 #include "kernel/kernel_test_util.h"
 #include "kiln/exec/executor.h"
 #include "test_util.h"
+#include "dialect/dialect_test_util.h"
 
 using namespace kiln;
+using namespace kiln_dialect_test;
 using namespace kiln_vjp_test;
 using kiln_test::build_op;
 
 namespace {
 
-constexpr auto F32 = DataType::Float32;
-constexpr auto F64 = DataType::Float64;
 
 // batch_norm's Vjp (5 operands, the running statistics getting no grad)
 // against central differences of Σ y·w over x, scale and bias; the running

@@ -8,14 +8,14 @@
 #include "catch.hpp"
 #include "kiln/dialect/kiln_dialect.h"
 #include "test_util.h"
+#include "dialect/dialect_test_util.h"
 
 using namespace kiln;
+using namespace kiln_dialect_test;
 
 namespace {
 using Shape = std::vector<std::int64_t>;
 
-Type tf(Shape d, DataType dt = DataType::Float32) { return TensorType::get(dt, std::move(d)); }
-Type vf(Shape d) { return VTensorType::get(DataType::Float32, std::move(d)); }
 
 LstmOp::Attributes lstm_attrs(std::int64_t hidden, std::string direction = "forward") {
   LstmOp::Attributes a{};

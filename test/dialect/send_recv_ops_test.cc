@@ -33,12 +33,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-ExecutionOptions threads(unsigned n) {
-  ExecutionOptions o;
-  o.num_threads = n;
-  return o;
-}
-
 RendezvousKey key_of(const std::string& name) { return RendezvousKey(Place::cpu(), Place::cpu(), name); }
 
 Value recv_f32(Builder& b, const std::string& name, std::vector<std::int64_t> shape = {1}) {

@@ -27,8 +27,6 @@ Value constant(Builder& b, double v, DataType dt, Dims0 shape = {}) {
   return b.create<FullOp>(shape, v, dt).result();
 }
 
-Type scalar_type_of(DataType dt) { return TensorType::get(dt, {}); }
-
 // A while op: `inits` carried, `captures` read; body(args) returns
 // {next_cond, next...} built with the body block's builder.
 using BodyFn = std::function<std::vector<Value>(Builder&, const std::vector<Value>& carried,

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -183,6 +184,26 @@ void clear_probes();
 kiln::Tensor filled_f32(const std::vector<std::int64_t>& dims, float value);
 
 using kiln_test::expect_error;  // test/test_util.h
+
+// Executor options of `n` host threads.
+inline kiln::ExecutionOptions threads(unsigned n) {
+  kiln::ExecutionOptions o;
+  o.num_threads = n;
+  return o;
+}
+
+// A work queue for a core of `threads` threads (none for one).
+inline std::shared_ptr<kiln::WorkQueue> queue_for(unsigned threads) {
+  return threads > 1 ? std::make_shared<kiln::WorkQueue>(threads - 1) : nullptr;
+}
+
+// The instruction `core` made of its block's op #op_index.
+inline std::uint32_t instr_of(const kiln::InterpreterCore& core, std::uint32_t op_index) {
+  for (std::uint32_t i = 0; i < core.num_instructions(); ++i)
+    if (core.instruction(i).op_index == op_index) return i;
+  FAIL("no instruction for op #" << op_index);
+  return ~0u;
+}
 
 }  // namespace kiln_exec_test
 

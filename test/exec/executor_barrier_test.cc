@@ -16,12 +16,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-ExecutionOptions threads(unsigned n) {
-  ExecutionOptions o;
-  o.num_threads = n;
-  return o;
-}
-
 Value recv_f32(Builder& b, const std::string& name) {
   return b.create<RecvOp>(name, DataType::Float32, std::vector<std::int64_t>{1}).result();
 }

@@ -13,16 +13,6 @@
 using namespace kiln;
 using namespace kiln_exec_test;
 
-namespace {
-
-ExecutionOptions threads(unsigned n) {
-  ExecutionOptions o;
-  o.num_threads = n;
-  return o;
-}
-
-}  // namespace
-
 // ---- Paddle's behaviours ----
 
 TEST_CASE("full + full → add: every element, shape kept", "[exec]") {
@@ -316,7 +306,6 @@ TEST_CASE("a parameter the startup program never set is an error naming it", "[e
   CHECK(exe.run(main_prog, feed, {y})[0].to_vector<float>() == std::vector<float>{2.f, 2.f});
   CHECK(exe.run(main_prog, feed, {"w"})[0].to_vector<float>() == std::vector<float>{0.5f, 0.5f});
 }
-
 
 TEST_CASE("a kernel that throws at op k: kiln::Error naming op k; the next run succeeds",
           "[exec]") {

@@ -55,12 +55,6 @@ void throw_at_kernel(KernelContext& ctx) {
 }
 KILN_REGISTER_KERNEL(ThrowAtOp, Cpu, Undefined, throw_at_kernel);
 
-ExecutionOptions threads(unsigned n) {
-  ExecutionOptions o;
-  o.num_threads = n;
-  return o;
-}
-
 // kiln's live threads (it names them "kiln-…"): other tests' or libraries'
 // threads starting and ending meanwhile are not counted.
 std::size_t kiln_thread_count() {

@@ -118,7 +118,7 @@ struct Counter {
   }
 };
 
-ExecutionOptions threads(unsigned n) {
+ExecutionOptions frame_threads(unsigned n) {
   ExecutionOptions o;
   o.num_threads = n;
   o.thread_plan = n == 1 ? ThreadPlan::Sequential : ThreadPlan::Graph;
@@ -133,7 +133,7 @@ TEST_CASE("a while (i < 10) built from the five dataflow ops returns 10", "[exec
   Counter c;
   REQUIRE_NOTHROW(c.p.verify());
   for (unsigned t : {1u, 2u}) {
-    Executor exe(Place::cpu(), threads(t));
+    Executor exe(Place::cpu(), frame_threads(t));
     CHECK(scalar(exe.run(c.p, {{"n", i64(10)}}, {c.result})[0]) == 10);
     CHECK(scalar(exe.run(c.p, {{"n", i64(0)}}, {c.result})[0]) == 0);  // no iteration
     CHECK(scalar(exe.run(c.p, {{"n", i64(3)}}, {c.result})[0]) == 3);
@@ -164,7 +164,7 @@ TEST_CASE("a loop constant carried by next_iteration, switch and exit leaves the
         });
     Value doubled = b.create<ScaleOp>(out[1], 2.0, 0.0).result();
     for (unsigned t : {1u, 2u}) {
-      Executor exe(Place::cpu(), threads(t));
+      Executor exe(Place::cpu(), frame_threads(t));
       const Tensor fed = Tensor::from_vector<float>({3}, {1, 2, 3});
       for (std::int64_t iters : {5, 0, 3}) {
         auto r = exe.run(p, {{"n", i64(iters)}, {"k", fed}}, {out[0], out[1], doubled});
@@ -199,7 +199,7 @@ TEST_CASE("a loop whose body reads views of its carried value updates it the sam
         return std::vector<Value>{bb.create<AddOp>(c[0], k[1]).result(), bb.create<AddOp>(flat, back).result()};
       });
   for (unsigned t : {1u, 2u}) {
-    Executor exe(Place::cpu(), threads(t));
+    Executor exe(Place::cpu(), frame_threads(t));
     for (std::int64_t iters : {7, 100, 2}) {
       auto r = exe.run(p, {{"n", i64(iters)}}, {out[0], out[1]});
       CHECK(scalar(r[0]) == iters);
@@ -217,7 +217,7 @@ TEST_CASE("a view of a feed in a program with dataflow ops is a value, not an in
   Value v = b.create<ReshapeOp>(x, Dims0{3, 2}).result();  // views the feed
   Value w = b.create<ScaleOp>(v, 2.0, 0.0).result();
   for (unsigned t : {1u, 2u}) {
-    Executor exe(Place::cpu(), threads(t));
+    Executor exe(Place::cpu(), frame_threads(t));
     auto out = exe.run(c.p, {{"n", i64(4)}, {"x", Tensor::from_vector<float>({2, 3}, {1, 2, 3, 4, 5, 6})}},
                        {c.result, v, w});
     CHECK(scalar(out[0]) == 4);
@@ -328,7 +328,7 @@ TEST_CASE("nested dataflow loops run the inner loop once per outer iteration", "
         })[1];
     REQUIRE_NOTHROW(p.verify());
     for (unsigned t : {1u, 2u}) {
-      Executor exe(Place::cpu(), threads(t));
+      Executor exe(Place::cpu(), frame_threads(t));
       CHECK(scalar(exe.run(p, {}, {acc})[0]) == 12);
       CHECK(scalar(exe.run(p, {}, {acc})[0]) == 12);
     }
@@ -348,7 +348,7 @@ TEST_CASE("a dataflow loop of 10^5 iterations runs in constant memory", "[exec][
         return std::vector<Value>{bb.create<AddOp>(c[0], k[1]).result(),
                                   bb.create<ScaleOp>(c[1], 0.5, 1.0).result()};
       });
-  Executor exe(Place::cpu(), threads(1));
+  Executor exe(Place::cpu(), frame_threads(1));
   auto& alloc = cpu_allocator();
   auto run = [&](std::int64_t iters) { return exe.run(p, {{"n", i64(iters)}}, {out[0], out[1]}); };
   run(10);  // the plan
@@ -382,7 +382,7 @@ TEST_CASE("parallel_iterations bounds how many iterations of a loop run at once"
           bb.create<BusyOp>(k[2], 50000);
           return std::vector<Value>{bb.create<AddOp>(c[0], k[1]).result()};
         });
-    ExecutionOptions o = threads(t);
+    ExecutionOptions o = frame_threads(t);
     o.passes = "";  // the busy op's result goes unread: dce would drop it
     Executor exe(Place::cpu(), o);
     g_busy_peak.store(0);
@@ -453,7 +453,7 @@ TEST_CASE("ill-formed frames are clear errors naming the op", "[exec][frames]") 
     Value out = b.create<ExitOp>(sw.output_false()).result();
     b.create<NextIterationOp>(b.create<AddOp>(sw.output_true(), one).result(), m.output());
     for (unsigned t : {1u, 2u}) {
-      Executor exe(Place::cpu(), threads(t));
+      Executor exe(Place::cpu(), frame_threads(t));
       KILN_CHECK_ERROR(exe.run(p, {}, {out}), InvalidArgument, {"never arrives", "is_constant"});
     }
   }
@@ -472,7 +472,7 @@ TEST_CASE("programs with and without dataflow ops run side by side in one execut
 
 TEST_CASE("step stats of a dataflow loop give each op run its frame and iteration", "[exec][frames]") {
   Counter c;
-  Executor exe(Place::cpu(), threads(1));
+  Executor exe(Place::cpu(), frame_threads(1));
   StepStats stats;
   CHECK(scalar(exe.run(c.p, {{"n", i64(3)}}, {c.result}, stats)[0]) == 3);
   std::vector<std::int64_t> adds, lesses;
@@ -496,7 +496,7 @@ TEST_CASE("a profiled dataflow loop's Chrome trace gives each op run its frame a
           "[exec][frames]") {
   Counter c;
   for (unsigned t : {1u, 2u}) {
-    ExecutionOptions o = threads(t);
+    ExecutionOptions o = frame_threads(t);
     o.profile = true;
     Executor exe(Place::cpu(), o);
     CHECK(scalar(exe.run(c.p, {{"n", i64(3)}}, {c.result})[0]) == 3);
@@ -515,7 +515,7 @@ TEST_CASE("a profiled dataflow loop's Chrome trace gives each op run its frame a
 TEST_CASE("run_async runs a dataflow loop and hands its result to done", "[exec][frames]") {
   Counter c;
   for (unsigned t : {1u, 2u}) {
-    Executor exe(Place::cpu(), threads(t));
+    Executor exe(Place::cpu(), frame_threads(t));
     DoneRecord rec;
     exe.run_async(c.p, {{"n", i64(7)}}, {c.result}, {}, rec.callback());
     REQUIRE(rec.wait());
@@ -543,7 +543,7 @@ TEST_CASE("a dataflow loop whose body runs asynchronous kernels counts as withou
   bounded.timeout = std::chrono::seconds(10);  // a run that waits for ever fails instead
   for (unsigned t : {1u, 2u}) {
     INFO("threads " << t);
-    Executor exe(Place::cpu(), threads(t));
+    Executor exe(Place::cpu(), frame_threads(t));
     CHECK(scalar(exe.run(p, {{"n", i64(20)}}, {out}, bounded)[0]) == 20);
     CHECK(scalar(exe.run(p, {{"n", i64(0)}}, {out}, bounded)[0]) == 0);
     DoneRecord rec;
@@ -569,7 +569,7 @@ TEST_CASE("a cancelled run stops in the middle of a dataflow loop, and the next 
         return std::vector<Value>{bb.create<AddOp>(slow, k[1]).result()};
       })[0];
   for (unsigned t : {1u, 2u}) {
-    Executor exe(Place::cpu(), threads(t));
+    Executor exe(Place::cpu(), frame_threads(t));
     CancellationManager cancel;
     RunOptions options;
     options.cancellation = &cancel;

@@ -17,13 +17,6 @@ using namespace kiln_exec_test;
 
 namespace {
 
-std::uint32_t instr_of(const InterpreterCore& core, std::uint32_t op_index) {
-  for (std::uint32_t i = 0; i < core.num_instructions(); ++i)
-    if (core.instruction(i).op_index == op_index) return i;
-  FAIL("no instruction for op #" << op_index);
-  return ~0u;
-}
-
 ExecutionOptions config(unsigned threads, bool sequential = false) {
   ExecutionOptions c;
   c.num_threads = threads;
@@ -32,10 +25,6 @@ ExecutionOptions config(unsigned threads, bool sequential = false) {
   c.passes = "";        // the ops as written: the cases look at particular values' GC
   c.plan_memory = false;  // GC as the plan's lists say (no arena: memory_plan_test.cc)
   return c;
-}
-
-std::shared_ptr<WorkQueue> queue_for(unsigned threads) {
-  return threads > 1 ? std::make_shared<WorkQueue>(threads - 1) : nullptr;
 }
 
 }  // namespace

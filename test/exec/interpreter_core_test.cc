@@ -17,14 +17,6 @@ namespace {
 
 constexpr std::uint32_t kNone = ~0u;
 
-// The instruction made for the op at `op_index` in the program.
-std::uint32_t instr_of(const InterpreterCore& core, std::uint32_t op_index) {
-  for (std::uint32_t i = 0; i < core.num_instructions(); ++i)
-    if (core.instruction(i).op_index == op_index) return i;
-  FAIL("no instruction for op #" << op_index);
-  return kNone;
-}
-
 std::vector<std::uint32_t> succ(const InterpreterCore& core, std::uint32_t i) {
   return core.instruction(i).successors;
 }

@@ -50,10 +50,6 @@ ExecutionOptions options(unsigned threads, bool plan = true) {
   return o;
 }
 
-std::shared_ptr<WorkQueue> queue_for(unsigned threads) {
-  return threads > 1 ? std::make_shared<WorkQueue>(threads - 1) : nullptr;
-}
-
 Tensor ramp(std::int64_t rows, std::int64_t cols) {
   std::vector<float> v(static_cast<std::size_t>(rows * cols));
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.001f * static_cast<float>(i % 997) - 0.4f;

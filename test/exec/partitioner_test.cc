@@ -17,16 +17,11 @@
 #include "kiln/passes/lower_to_dataflow.h"
 
 using namespace kiln;
+using kiln_test::count_top_ops;
 
 namespace {
 
 const Place kA = Place::host_stream(0), kB = Place::host_stream(1);
-
-std::size_t count_ops(const Program& p, std::string_view name) {
-  std::size_t n = 0;
-  for (Operation* op : p.block()) n += op->name() == name;
-  return n;
-}
 
 std::vector<float> run_whole(const Program& p, const FeedMap& feed, const std::vector<Value>& fetch,
                              std::size_t k) {
@@ -59,10 +54,10 @@ TEST_CASE("a program split over two places gives the unpartitioned program's res
   CHECK(pp.parts[1].place == kB);
   // A → B: a, w; B → A: m, t.
   CHECK(pp.transfers == 4);
-  CHECK(count_ops(pp.parts[0].program, "kiln.send") == 2);
-  CHECK(count_ops(pp.parts[1].program, "kiln.recv") == 2);
-  CHECK(count_ops(pp.parts[1].program, "kiln.send") == 2);
-  CHECK(count_ops(pp.parts[0].program, "kiln.recv") == 2);
+  CHECK(count_top_ops(pp.parts[0].program, "kiln.send") == 2);
+  CHECK(count_top_ops(pp.parts[1].program, "kiln.recv") == 2);
+  CHECK(count_top_ops(pp.parts[1].program, "kiln.send") == 2);
+  CHECK(count_top_ops(pp.parts[0].program, "kiln.recv") == 2);
   CHECK(pp.parts[0].feeds == std::vector<std::string>{"x", "w"});
   CHECK(pp.parts[1].feeds.empty());
   for (const ProgramPart& part : pp.parts) {
@@ -141,7 +136,7 @@ TEST_CASE("a control-flow op goes whole to its place, receiving what its regions
   set_op_place(if_op, kB);
   const PartitionedProgram pp = partition(p, {out}, kA);
   REQUIRE(pp.parts.size() == 2);
-  CHECK(count_ops(pp.parts[1].program, "kiln.recv") == 2);  // the flag, and r captured by the branches
+  CHECK(count_top_ops(pp.parts[1].program, "kiln.recv") == 2);  // the flag, and r captured by the branches
   Executor ea, eb;
   Executor* exes[] = {&ea, &eb};
   // With lower_to_dataflow asked for, the part holding the if stays
@@ -221,7 +216,7 @@ TEST_CASE("a dataflow program split so that a part holds no dataflow op passes t
   Value merged = b.create<MergeOp>(std::vector<Value>{sw.output_false(), doubled.result()}).output();
   const PartitionedProgram pp = partition(p, {merged}, kA);
   REQUIRE(pp.parts.size() == 2);
-  CHECK(count_ops(pp.parts[1].program, "kiln.switch") + count_ops(pp.parts[1].program, "kiln.merge") == 0);
+  CHECK(count_top_ops(pp.parts[1].program, "kiln.switch") + count_top_ops(pp.parts[1].program, "kiln.merge") == 0);
   CHECK(has_dataflow_ops(pp.parts[1].program.block()));  // its recv passes a dead value on
   RunOptions bounded;
   bounded.timeout = std::chrono::seconds(10);  // a part that waits for ever fails the step instead

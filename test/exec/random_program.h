@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/interpreter_core.h"
 #include "kiln/ir/builder.h"
@@ -79,9 +80,6 @@ inline void make_program(RandomProgram& rp, std::uint32_t seed) {
   rp.text = rp.program.to_string();
 }
 
-inline bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.dims() != b.dims()) return false;
-  return a.bytes() == b.bytes() && std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
-}
+using kiln_test::same_bits;
 
 }  // namespace kiln_exec_test

@@ -20,7 +20,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-ExecutionOptions threads(unsigned n, ThreadPlan plan = ThreadPlan::Auto) {
+ExecutionOptions async_threads(unsigned n, ThreadPlan plan = ThreadPlan::Auto) {
   ExecutionOptions o;
   o.num_threads = n;
   o.thread_plan = plan;
@@ -60,7 +60,7 @@ TEST_CASE("run_async returns at once; done gets the fetched tensors once, on a w
   AddProgram prog;
   for (unsigned n : {1u, 2u}) {
     INFO("threads " << n);
-    Executor exe(Place::cpu(), threads(n));
+    Executor exe(Place::cpu(), async_threads(n));
     DoneRecord rec;
     exe.run_async(prog.p, {{"a", scalar_f32(1.5f)}, {"b", scalar_f32(2.f)}}, {prog.out}, {},
                   rec.callback());
@@ -81,7 +81,7 @@ TEST_CASE("a run started in the caller's thread is done, on that thread, before 
   AddProgram prog;
   for (unsigned n : {1u, 2u}) {
     INFO("threads " << n);
-    Executor exe(Place::cpu(), threads(n));
+    Executor exe(Place::cpu(), async_threads(n));
     RunOptions options;
     options.run_in_caller_thread = true;
     DoneRecord rec;
@@ -108,7 +108,7 @@ TEST_CASE("a run started in the caller's thread that waits on a receive returns 
   RecvProgram prog;
   for (unsigned n : {1u, 2u}) {
     INFO("threads " << n);
-    Executor exe(Place::cpu(), threads(n));
+    Executor exe(Place::cpu(), async_threads(n));
     LocalRendezvous rendezvous;
     RunOptions options;
     options.rendezvous = &rendezvous;
@@ -128,7 +128,7 @@ TEST_CASE("a run started in the caller's thread that waits on a receive returns 
 TEST_CASE("run_async reports a bad feed or fetch through done, naming it, not by throwing",
           "[exec][run_async]") {
   AddProgram prog;
-  Executor exe(Place::cpu(), threads(2));
+  Executor exe(Place::cpu(), async_threads(2));
   DoneRecord missing;
   exe.run_async(prog.p, {{"a", scalar_f32(1.f)}}, {prog.out}, {}, missing.callback());
   REQUIRE(missing.wait());
@@ -156,7 +156,7 @@ TEST_CASE("a failing op's error reaches done naming the op; the next run_async s
   Builder b(p);
   auto x = b.create<DataOp>("x", std::vector<std::int64_t>{1});
   auto t = b.create<ThrowOp>(x.result());
-  Executor exe(Place::cpu(), threads(2));
+  Executor exe(Place::cpu(), async_threads(2));
   throw_enabled().store(true);
   DoneRecord failed;
   exe.run_async(p, {{"x", scalar_f32(1.f)}}, {t.result()}, {}, failed.callback());
@@ -185,7 +185,7 @@ TEST_CASE("a run cancelled before it starts fails with Cancelled and starts no o
   RunOptions options;
   options.cancellation = &cm;
   for (unsigned n : {1u, 2u}) {
-    Executor exe(Place::cpu(), threads(n));
+    Executor exe(Place::cpu(), async_threads(n));
     clear_run_log();
     KILN_CHECK_ERROR(exe.run(p, {{"x", scalar_f32(1.f)}}, {r.result()}, options), Cancelled,
                      {"cancelled"});
@@ -206,7 +206,7 @@ TEST_CASE("a run cancelled while its recv waits: Cancelled naming the recv, the 
   RecvProgram prog;
   for (unsigned n : {1u, 2u}) {
     INFO("threads " << n);
-    Executor exe(Place::cpu(), threads(n));
+    Executor exe(Place::cpu(), async_threads(n));
     LocalRendezvous rendezvous;
     CancellationManager cm;
     std::atomic<int> user_callback{0};
@@ -239,7 +239,7 @@ TEST_CASE("a run cancelled while its recv waits: Cancelled naming the recv, the 
 TEST_CASE("a synchronous run cancelled from another thread while its recv waits throws Cancelled",
           "[exec][run_async]") {
   RecvProgram prog;
-  Executor exe(Place::cpu(), threads(2));
+  Executor exe(Place::cpu(), async_threads(2));
   LocalRendezvous rendezvous;
   CancellationManager cm;
   RunOptions options;
@@ -258,7 +258,7 @@ TEST_CASE("a deadline that passes while a recv waits fails the run with Deadline
   RecvProgram prog;
   for (unsigned n : {1u, 2u}) {
     INFO("threads " << n);
-    Executor exe(Place::cpu(), threads(n));
+    Executor exe(Place::cpu(), async_threads(n));
     LocalRendezvous rendezvous;
     RunOptions options;
     options.rendezvous = &rendezvous;
@@ -298,7 +298,7 @@ TEST_CASE("a pool of 2 threads runs a program with 100 outstanding receives with
   AddProgram other;
   for (ThreadPlan plan : {ThreadPlan::Graph, ThreadPlan::Sequential}) {
     INFO("thread plan " << to_string(plan));
-    Executor exe(Place::cpu(), threads(2, plan));
+    Executor exe(Place::cpu(), async_threads(2, plan));
     LocalRendezvous rendezvous;
     RunOptions options;
     options.rendezvous = &rendezvous;
@@ -333,7 +333,7 @@ TEST_CASE("10^4 concurrent run_async calls on one executor complete, each done c
     std::vector<std::atomic<int>> right(kRuns);
     std::atomic<int> finished{0};
     {
-      Executor exe(Place::cpu(), threads(n));
+      Executor exe(Place::cpu(), async_threads(n));
       std::vector<std::thread> callers;
       for (int c = 0; c < kCallers; ++c)
         callers.emplace_back([&, c] {
@@ -367,7 +367,7 @@ TEST_CASE("kernels see the run's step id: the one given, or a fresh one for each
   Builder b(p);
   auto x = b.create<DataOp>("x", std::vector<std::int64_t>{1});
   auto s = b.create<StepIdOp>(x.result());
-  Executor exe(Place::cpu(), threads(2));
+  Executor exe(Place::cpu(), async_threads(2));
   RunOptions options;
   options.step_id = 123456789;
   exe.run(p, {{"x", scalar_f32(1.f)}}, {s.result()}, options);
@@ -400,7 +400,7 @@ TEST_CASE("asynchronous kernels completing inline or later on another thread: th
   }
   for (unsigned n : {1u, 2u}) {
     INFO("threads " << n);
-    Executor exe(Place::cpu(), threads(n));
+    Executor exe(Place::cpu(), async_threads(n));
     for (int run = 0; run < 3; ++run) {
       CHECK(value_f32(exe.run(p, {{"x", scalar_f32(1.f)}}, {acc})[0]) == 256.f);
       DoneRecord rec;
@@ -420,7 +420,7 @@ TEST_CASE("a synchronous run of a program with a receive, called from a done cal
   // receive's continuation itself.
   RecvProgram prog;
   AddProgram other;
-  Executor exe(Place::cpu(), threads(1));
+  Executor exe(Place::cpu(), async_threads(1));
   LocalRendezvous rendezvous;
   std::atomic<float> inner{0.f};
   DoneRecord rec;

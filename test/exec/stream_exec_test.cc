@@ -27,13 +27,6 @@ void on_stream(Operation* op, const std::string& name) {
   op->set_attribute(kExecutionStreamAttr, StrAttribute::get(name));
 }
 
-std::uint32_t instr_of(const InterpreterCore& core, std::uint32_t op_index) {
-  for (std::uint32_t i = 0; i < core.num_instructions(); ++i)
-    if (core.instruction(i).op_index == op_index) return i;
-  FAIL("no instruction for op #" << op_index);
-  return ~0u;
-}
-
 // The three ways a core runs: sequential, one thread, two threads.
 struct Mode {
   const char* name;

@@ -54,11 +54,7 @@ inline std::vector<std::string> op_names(const kiln::Program& p) {
   return out;
 }
 
-inline std::size_t count_ops(const kiln::Program& p, std::string_view name) {
-  std::size_t n = 0;
-  for (kiln::Operation* op : p.block()) n += op->name() == name;
-  return n;
-}
+using kiln_test::count_top_ops;
 
 // Central finite differences of `loss` w.r.t. each fed f64 input, against
 // the gradients append_backward built (fetched beside the loss). Each run

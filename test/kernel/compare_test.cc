@@ -11,7 +11,6 @@ using namespace kiln_test;
 
 namespace {
 using B = std::vector<bool>;
-Tensor f32(const Dims& d, const std::vector<float>& v) { return Tensor::from_vector<float>(d, v); }
 Tensor bools(const Dims& d, const B& v) { return Tensor::from_vector<bool>(d, v); }
 }  // namespace
 

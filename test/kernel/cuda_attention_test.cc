@@ -19,7 +19,7 @@ using kiln_test::run_op;
 namespace {
 
 template <typename T>
-void check_same(const Tensor& got, const Tensor& want, double tol) {
+void check_attention(const Tensor& got, const Tensor& want, double tol) {
   kiln_test::check_same<T>(got, want, tol, tol);
 }
 
@@ -37,8 +37,8 @@ void compare_attention(const Shape& s, bool causal, double scale, double tol) {
                v = filled<T>({s.b, s.h, s.lk, s.dv}, -1, 1, 3);
   auto cpu = run_op<ScaledDotProductAttentionOp>({q, k, v}, causal, scale);
   auto dev = run_cuda_op<ScaledDotProductAttentionOp>({q, k, v}, causal, scale);
-  check_same<T>(dev.results[0], cpu.results[0], tol);
-  if (s.lk > 0) check_same<T>(dev.results[1], cpu.results[1], tol);
+  check_attention<T>(dev.results[0], cpu.results[0], tol);
+  if (s.lk > 0) check_attention<T>(dev.results[1], cpu.results[1], tol);
   const Tensor dout = filled<T>(cpu.results[0].dims(), -1, 1, 4);
   const std::vector<Tensor> in{q, k, v, cpu.results[0], cpu.results[1], dout};
   auto gcpu = run_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, scale, std::string("BHLD"));
@@ -46,7 +46,7 @@ void compare_attention(const Shape& s, bool causal, double scale, double tol) {
       run_cuda_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, scale, std::string("BHLD"));
   for (int i = 0; i < 3; ++i) {
     INFO("gradient #" << i);
-    check_same<T>(gdev.results[i], gcpu.results[i], tol);
+    check_attention<T>(gdev.results[i], gcpu.results[i], tol);
   }
 }
 
@@ -77,15 +77,15 @@ void compare_blhd(const Shape& s, bool causal, double tol) {
                v = filled<T>({s.b, s.lk, s.h, s.dv}, -1, 1, 3);
   auto cpu = run_op<ScaledDotProductAttentionOp>({q, k, v}, causal, 0.0, layout);
   auto dev = run_cuda_op<ScaledDotProductAttentionOp>({q, k, v}, causal, 0.0, layout);
-  check_same<T>(dev.results[0], cpu.results[0], tol);
-  check_same<T>(dev.results[1], cpu.results[1], tol);
+  check_attention<T>(dev.results[0], cpu.results[0], tol);
+  check_attention<T>(dev.results[1], cpu.results[1], tol);
   const Tensor dout = filled<T>(cpu.results[0].dims(), -1, 1, 4);
   const std::vector<Tensor> in{q, k, v, cpu.results[0], cpu.results[1], dout};
   auto gcpu = run_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, 0.0, layout);
   auto gdev = run_cuda_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, 0.0, layout);
   for (int i = 0; i < 3; ++i) {
     INFO("gradient #" << i);
-    check_same<T>(gdev.results[i], gcpu.results[i], tol);
+    check_attention<T>(gdev.results[i], gcpu.results[i], tol);
   }
 }
 

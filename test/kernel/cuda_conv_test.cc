@@ -21,7 +21,7 @@ using V = std::vector<std::int64_t>;
 namespace {
 
 template <typename T>
-void check_same(const Tensor& got, const Tensor& want, double tol) {
+void check_conv(const Tensor& got, const Tensor& want, double tol) {
   kiln_test::check_same<T>(got, want, tol, tol);
 }
 
@@ -38,16 +38,16 @@ void compare_conv(const ConvCase& c, double tol) {
              << " " << to_string(data_type_of<T>));
   const Tensor x = filled<T>(c.x, -1, 1, 1), w = filled<T>(c.w, -1, 1, 2);
   const Tensor want = run_op<Conv2dOp>({x, w}, c.strides, c.paddings, c.dilations, c.groups).out();
-  check_same<T>(run_cuda_op<Conv2dOp>({x, w}, c.strides, c.paddings, c.dilations, c.groups).out(),
+  check_conv<T>(run_cuda_op<Conv2dOp>({x, w}, c.strides, c.paddings, c.dilations, c.groups).out(),
                 want, tol);
   const Tensor dout = filled<T>(want.dims(), -1, 1, 3);
   auto gcpu = run_op<GradOf<Conv2dOp>>({x, w, dout}, c.strides, c.paddings, c.dilations, c.groups);
   auto gdev =
       run_cuda_op<GradOf<Conv2dOp>>({x, w, dout}, c.strides, c.paddings, c.dilations, c.groups);
   INFO("dx");
-  check_same<T>(gdev.results[0], gcpu.results[0], tol);
+  check_conv<T>(gdev.results[0], gcpu.results[0], tol);
   INFO("dw");
-  check_same<T>(gdev.results[1], gcpu.results[1], tol);
+  check_conv<T>(gdev.results[1], gcpu.results[1], tol);
 }
 
 }  // namespace
@@ -87,18 +87,18 @@ void compare_pools(const PoolCase& c) {
              << to_string(data_type_of<T>));
   const Tensor x = filled<T>(c.x, -1, 1, 4);
   const Tensor mx = run_op<MaxPool2dOp>({x}, c.kernel, c.strides, c.paddings, c.ceil_mode).out();
-  check_same<T>(run_cuda_op<MaxPool2dOp>({x}, c.kernel, c.strides, c.paddings, c.ceil_mode).out(),
+  check_conv<T>(run_cuda_op<MaxPool2dOp>({x}, c.kernel, c.strides, c.paddings, c.ceil_mode).out(),
                 mx, 0);
   const Tensor d = filled<T>(mx.dims(), -1, 1, 5);
-  check_same<T>(
+  check_conv<T>(
       run_cuda_op<GradOf<MaxPool2dOp>>({x, d}, c.kernel, c.strides, c.paddings, c.ceil_mode).out(),
       run_op<GradOf<MaxPool2dOp>>({x, d}, c.kernel, c.strides, c.paddings, c.ceil_mode).out(), 0);
   for (bool exclusive : {true, false}) {
     INFO("exclusive " << exclusive);
-    check_same<T>(
+    check_conv<T>(
         run_cuda_op<AvgPool2dOp>({x}, c.kernel, c.strides, c.paddings, c.ceil_mode, exclusive).out(),
         run_op<AvgPool2dOp>({x}, c.kernel, c.strides, c.paddings, c.ceil_mode, exclusive).out(), 0);
-    check_same<T>(run_cuda_op<GradOf<AvgPool2dOp>>({x, d}, c.kernel, c.strides, c.paddings,
+    check_conv<T>(run_cuda_op<GradOf<AvgPool2dOp>>({x, d}, c.kernel, c.strides, c.paddings,
                                                     c.ceil_mode, exclusive)
                       .out(),
                   run_op<GradOf<AvgPool2dOp>>({x, d}, c.kernel, c.strides, c.paddings,

@@ -14,19 +14,13 @@
 
 using namespace kiln;
 using kiln_test::filled;
+using kiln_test::integers;
 using kiln_test::have_cuda;
 using kiln_test::run_cuda_op;
 using kiln_test::run_op;
 
 namespace {
 
-template <typename T>
-Tensor integers(const Dims& dims, std::uint32_t seed, double lo, double hi) {
-  auto f = filled<double>(dims, lo, hi, seed).to_vector<double>();
-  std::vector<T> v;
-  for (double d : f) v.push_back(static_cast<T>(std::floor(d)));
-  return Tensor::from_vector<T>(dims, v);
-}
 
 // atol by default: 0 for exact checks, else 1e-12.
 template <typename T>

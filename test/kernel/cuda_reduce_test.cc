@@ -15,6 +15,7 @@
 
 using namespace kiln;
 using kiln_test::filled;
+using kiln_test::integers;
 using kiln_test::have_cuda;
 using kiln_test::run_cuda_op;
 using kiln_test::run_op;
@@ -35,23 +36,16 @@ double atol_of() {
 // got (CUDA) against want (CPU): same dims and dtype, values within rtol /
 // atol (0 / 0: bit-equal values, NaN equal to NaN).
 template <typename T>
-void check_same(const Tensor& got, const Tensor& want, double rtol, double atol) {
+void check_reduced(const Tensor& got, const Tensor& want, double rtol, double atol) {
   REQUIRE(got.dims() == want.dims());
   REQUIRE(got.dtype() == want.dtype());
   kiln_test::check_close<T>(got, want.to_vector<T>(), rtol, atol);
 }
 template <typename T>
 void check_near(const Tensor& got, const Tensor& want) {
-  check_same<T>(got, want, rtol_of<T>(), atol_of<T>());
+  check_reduced<T>(got, want, rtol_of<T>(), atol_of<T>());
 }
 
-template <typename T>
-Tensor integers(const Dims& dims, std::uint32_t seed, double lo, double hi) {
-  auto f = filled<double>(dims, lo, hi, seed).to_vector<double>();
-  std::vector<T> v;
-  for (double d : f) v.push_back(static_cast<T>(std::floor(d)));
-  return Tensor::from_vector<T>(dims, v);
-}
 
 struct ReduceCase {
   Dims x;
@@ -85,7 +79,7 @@ void compare_reduction(double lo, double hi, double rtol, double atol) {
       x = integers<T>(c.x, seed++, lo, hi);
     else
       x = filled<T>(c.x, lo, hi, seed++);
-    check_same<T>(run_cuda_op<OpT>({x}, c.axes, c.keepdim).out(),
+    check_reduced<T>(run_cuda_op<OpT>({x}, c.axes, c.keepdim).out(),
                   run_op<OpT>({x}, c.axes, c.keepdim).out(), rtol, atol);
   }
 }
@@ -103,7 +97,7 @@ void compare_reduction_grad(bool with_out, double rtol, double atol) {
     const Tensor out = run_op<OpT>({x}, c.axes, c.keepdim).out();
     const Tensor d = filled<T>(out.dims(), -1, 1, seed++);
     std::vector<Tensor> in = with_out ? std::vector<Tensor>{x, out, d} : std::vector<Tensor>{x, d};
-    check_same<T>(run_cuda_op<GradOf<OpT>>(in, c.axes, c.keepdim).out(),
+    check_reduced<T>(run_cuda_op<GradOf<OpT>>(in, c.axes, c.keepdim).out(),
                   run_op<GradOf<OpT>>(in, c.axes, c.keepdim).out(), rtol, atol);
   }
 }
@@ -155,7 +149,7 @@ TEST_CASE("CUDA reduce_as sums down to a target's dims like the CPU", "[cuda][ke
   for (const auto& [xd, td] : cases) {
     INFO("[" << xd.to_string() << "] down to [" << td.to_string() << "]");
     const Tensor x = filled<float>(xd, -1, 1, 5), t = Tensor::zeros(td, DataType::Float32);
-    check_same<float>(run_cuda_op<ReduceAsOp>({x, t}).out(), run_op<ReduceAsOp>({x, t}).out(), 1e-6,
+    check_reduced<float>(run_cuda_op<ReduceAsOp>({x, t}).out(), run_op<ReduceAsOp>({x, t}).out(), 1e-6,
                       1e-6);
     const Tensor xd64 = filled<double>(xd, -1, 1, 6), t64 = Tensor::zeros(td, DataType::Float64);
     check_near<double>(run_cuda_op<ReduceAsOp>({xd64, t64}).out(),
@@ -219,7 +213,7 @@ TEST_CASE("CUDA softmax_with_cross_entropy and its gradient match the CPU's", "[
     check_near<float>(got.out(0), want.out(0));
     check_near<float>(got.out(1), want.out(1));
     const Tensor dl = filled<float>({6, 1}, -1, 1, 2);
-    check_same<float>(
+    check_reduced<float>(
         run_cuda_op<GradOf<SoftmaxWithCrossEntropyOp>>({want.out(0), y, dl}, std::int64_t{-100})
             .out(),
         run_op<GradOf<SoftmaxWithCrossEntropyOp>>({want.out(0), y, dl}, std::int64_t{-100}).out(),
@@ -280,7 +274,7 @@ TEST_CASE("CUDA layer_norm and rms_norm, forward and backward, match the CPU's",
     // dw sums m rows of [-2, 2) · [-1, 1) products, in another order than
     // the CPU's: f32 rounding grows with the rows.
     const double tol = c.x[0] > 100 ? 1e-3 : 1e-5;
-    for (int k = 0; k < 2; ++k) check_same<float>(rgg.out(k), rgw.out(k), tol, tol);
+    for (int k = 0; k < 2; ++k) check_reduced<float>(rgg.out(k), rgw.out(k), tol, tol);
   }
   KILN_CHECK_ERROR(
       run_cuda_op<LayerNormOp>({filled<float>({2, 4}), filled<float>({3}), filled<float>({4})},

@@ -4,6 +4,8 @@
 // skips itself (with a warning) on a machine without a CUDA device.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -88,6 +90,15 @@ void check_same(const kiln::Tensor& got, const kiln::Tensor& want, double rtol, 
   REQUIRE(got.dims() == want.dims());
   REQUIRE(got.dtype() == want.dtype());
   check_close<T>(got, want.to_vector<T>(), rtol, atol);
+}
+
+// Whole numbers drawn from [lo, hi) as T: sums of them are exact in any order.
+template <typename T>
+kiln::Tensor integers(const kiln::Dims& dims, std::uint32_t seed, double lo, double hi) {
+  auto f = filled<double>(dims, lo, hi, seed).to_vector<double>();
+  std::vector<T> v;
+  for (double d : f) v.push_back(static_cast<T>(std::floor(d)));
+  return kiln::Tensor::from_vector<T>(dims, v);
 }
 
 }  // namespace kiln_test

@@ -11,17 +11,11 @@
 using namespace kiln;
 using kiln_test::build_op;
 using kiln_test::run_op;
+using kiln_test::iota;
 
 namespace {
 
 using I64s = std::vector<std::int64_t>;
-
-template <typename T>
-Tensor iota(const I64s& dims) {
-  std::vector<T> v(static_cast<std::size_t>(Dims(dims).numel()));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<T>(i);
-  return Tensor::from_vector<T>(Dims(dims), v);
-}
 
 // out[a.., k.., b..] = x[a.., index[k..], b..]
 template <typename T, typename I>

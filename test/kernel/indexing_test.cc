@@ -12,12 +12,12 @@ using namespace kiln;
 using kiln_test::build_op;
 using kiln_test::check_close;
 using kiln_test::run_op;
+using kiln_test::f32;
 
 namespace {
 
 using I64s = std::vector<std::int64_t>;
 
-Tensor f32(const I64s& dims, const std::vector<float>& v) { return Tensor::from_vector<float>(Dims(dims), v); }
 Tensor i64(const I64s& dims, const I64s& v) { return Tensor::from_vector<std::int64_t>(Dims(dims), v); }
 Tensor i32(const I64s& dims, const std::vector<std::int32_t>& v) {
   return Tensor::from_vector<std::int32_t>(Dims(dims), v);

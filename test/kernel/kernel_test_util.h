@@ -26,6 +26,20 @@
 
 namespace kiln_test {
 
+// An f32 tensor of `dims` holding `values`.
+inline kiln::Tensor f32(const kiln::Dims& dims, const std::vector<float>& values) {
+  return kiln::Tensor::from_vector<float>(dims, values);
+}
+
+// 0, 1, 2, ... as T: every element distinct, so a misplaced one shows.
+template <typename T>
+kiln::Tensor iota(const std::vector<std::int64_t>& dims) {
+  const kiln::Dims d(dims);
+  std::vector<T> v(static_cast<std::size_t>(d.numel()));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<T>(i);
+  return kiln::Tensor::from_vector<T>(d, v);
+}
+
 // What one kernel run leaves behind: the program (owns the op), the op, its
 // variables and the output tensors.
 struct KernelRun {

@@ -16,8 +16,9 @@ using namespace kiln_test;
 namespace {
 using V = std::vector<std::int64_t>;
 
+// 1, 2, 3, ... as T, in row-major order.
 template <typename T>
-Tensor iota(const V& dims) {
+Tensor from_one(const V& dims) {
   std::vector<T> v(static_cast<std::size_t>(Dims(dims).numel()));
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = T(i + 1);
   return Tensor::from_vector<T>(Dims(dims), v);
@@ -25,7 +26,7 @@ Tensor iota(const V& dims) {
 }  // namespace
 
 TEST_CASE("max_pool2d 2x2 with stride 2 takes each block's maximum", "[kernel][pool]") {
-  auto r = run_op<MaxPool2dOp>({iota<float>({1, 2, 4, 4})}, V{2, 2});
+  auto r = run_op<MaxPool2dOp>({from_one<float>({1, 2, 4, 4})}, V{2, 2});
   CHECK(r.out().dims().to_vector() == V{1, 2, 2, 2});
   check_close<float>(r.out(), {6, 8, 14, 16, 22, 24, 30, 32});
   auto d = run_op<MaxPool2dOp>({Tensor::from_vector<double>({1, 1, 2, 4}, {3, -1, 0, 7, 2, 5, -4, 1})},
@@ -95,9 +96,9 @@ TEST_CASE("max_pool2d with padding ignores the padded border", "[kernel][pool]")
 }
 
 TEST_CASE("max_pool2d with ceil_mode keeps the partial last window", "[kernel][pool]") {
-  auto floor_mode = run_op<MaxPool2dOp>({iota<float>({1, 1, 5, 5})}, V{2, 2});
+  auto floor_mode = run_op<MaxPool2dOp>({from_one<float>({1, 1, 5, 5})}, V{2, 2});
   CHECK(floor_mode.out().dims().to_vector() == V{1, 1, 2, 2});
-  auto r = run_op<MaxPool2dOp>({iota<float>({1, 1, 5, 5})}, V{2, 2}, V{2, 2}, V{0, 0}, true);
+  auto r = run_op<MaxPool2dOp>({from_one<float>({1, 1, 5, 5})}, V{2, 2}, V{2, 2}, V{0, 0}, true);
   CHECK(r.out().dims().to_vector() == V{1, 1, 3, 3});
   check_close<float>(r.out(), {7, 9, 10, 17, 19, 20, 22, 24, 25});
 }
@@ -156,7 +157,7 @@ TEST_CASE("avg_pool2d divides by the elements inside the image unless padding co
   check_close<float>(ex.out(), {2.5f, 2.5f, 2.5f, 2.5f});
   auto inc = run_op<AvgPool2dOp>({x}, V{3, 3}, V{1, 1}, V{1, 1}, false, false);
   check_close<float>(inc.out(), {10.f / 9, 10.f / 9, 10.f / 9, 10.f / 9});
-  auto plain = run_op<AvgPool2dOp>({iota<double>({1, 1, 4, 4})}, V{2, 2});
+  auto plain = run_op<AvgPool2dOp>({from_one<double>({1, 1, 4, 4})}, V{2, 2});
   check_close<double>(plain.out(), {3.5, 5.5, 11.5, 13.5});
 }
 
@@ -170,17 +171,17 @@ TEST_CASE("avg_pool2d's grad spreads dout evenly over each window", "[kernel][po
 }
 
 TEST_CASE("adaptive_avg_pool2d averages floor/ceil-bounded windows", "[kernel][pool]") {
-  auto r = run_op<AdaptiveAvgPool2dOp>({iota<float>({1, 1, 3, 3})}, V{2, 2});
+  auto r = run_op<AdaptiveAvgPool2dOp>({from_one<float>({1, 1, 3, 3})}, V{2, 2});
   CHECK(r.out().dims().to_vector() == V{1, 1, 2, 2});
   check_close<float>(r.out(), {3, 4, 6, 7});
-  auto g = run_op<AdaptiveAvgPool2dOp>({iota<double>({2, 1, 5, 7})}, V{1, 1});
+  auto g = run_op<AdaptiveAvgPool2dOp>({from_one<double>({2, 1, 5, 7})}, V{1, 1});
   check_close<double>(g.out(), {18, 53});
-  auto up = run_op<AdaptiveAvgPool2dOp>({iota<float>({1, 1, 1, 2})}, V{2, 4});
+  auto up = run_op<AdaptiveAvgPool2dOp>({from_one<float>({1, 1, 1, 2})}, V{2, 4});
   check_close<float>(up.out(), {1, 1, 2, 2, 1, 1, 2, 2});
 }
 
 TEST_CASE("adaptive_avg_pool2d's grad gives each input its windows' shares", "[kernel][pool]") {
-  Tensor x = iota<double>({1, 1, 3, 3});
+  Tensor x = from_one<double>({1, 1, 3, 3});
   Tensor dout = Tensor::from_vector<double>({1, 1, 2, 2}, {1, 1, 1, 1});
   auto r = run_op<GradOf<AdaptiveAvgPool2dOp>>({x, dout}, V{2, 2});
   check_close<double>(r.out(), {0.25, 0.5, 0.25, 0.5, 1, 0.5, 0.25, 0.5, 0.25});

@@ -15,10 +15,10 @@
 using namespace kiln;
 using kiln_test::check_close;
 using kiln_test::run_op;
+using kiln_test::f32;
 
 namespace {
 using V = std::vector<std::int64_t>;
-Tensor f32(const Dims& d, const std::vector<float>& v) { return Tensor::from_vector<float>(d, v); }
 }  // namespace
 
 TEST_CASE("argmax and argmin give the first best index along an axis", "[kernel][search]") {

@@ -13,6 +13,7 @@ using namespace kiln;
 using kiln_test::build_op;
 using kiln_test::run_kernel;
 using kiln_test::run_op;
+using kiln_test::iota;
 
 namespace {
 
@@ -34,14 +35,6 @@ std::int64_t ravel(const I64s& idx, const I64s& dims) {
 }
 std::int64_t numel(const I64s& d) {
   return std::accumulate(d.begin(), d.end(), std::int64_t{1}, std::multiplies<>());
-}
-
-// 0, 1, 2, … as T: every element distinct, so a misplaced one shows.
-template <typename T>
-Tensor iota(const I64s& dims) {
-  std::vector<T> v(static_cast<std::size_t>(numel(dims)));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<T>(i);
-  return Tensor::from_vector<T>(Dims(dims), v);
 }
 
 template <typename T>

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "test_util.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
 #include "kiln/kernel/cpu_convolution.h"
@@ -13,16 +14,11 @@
 #include "kiln/passes/pass_manager.h"
 
 using namespace kiln;
+using kiln_test::count_top_ops;
 
 namespace {
 
 using V = std::vector<std::int64_t>;
-
-std::size_t count_ops(const Program& p, std::string_view name) {
-  std::size_t n = 0;
-  for (Operation* op : p.block()) n += op->name() == name;
-  return n;
-}
 
 std::size_t nhwc_convs(const Program& p) {
   std::size_t n = 0;
@@ -88,7 +84,7 @@ TEST_CASE("a CNN's convolutions and the ops between them go NHWC with one transp
   CHECK(nhwc_convs(nhwc.p) == 5);
   // x goes NHWC once; the residual's add and relu, the means, the gate
   // and the concat read NHWC values: no transpose back.
-  CHECK(count_ops(nhwc.p, "kiln.transpose") == 1);
+  CHECK(count_top_ops(nhwc.p, "kiln.transpose") == 1);
   CHECK(shaped_dims(ctx.live_out()[0].type()) == std::vector<std::int64_t>{2, 16});
   Executor exe(Place::cpu(), {.passes = ""});
   check_close(exe.run(nhwc.p, nhwc.feeds, {ctx.live_out()[0]})[0],
@@ -101,7 +97,7 @@ TEST_CASE("a fetched value between NHWC ops comes back in NCHW through one trans
   PassContext ctx({nhwc.out, nhwc.residual});
   convert_to_channels_last(nhwc.p.block(), {nhwc.out.impl(), nhwc.residual.impl()}, &ctx, true);
   nhwc.p.verify();
-  CHECK(count_ops(nhwc.p, "kiln.transpose") == 2);
+  CHECK(count_top_ops(nhwc.p, "kiln.transpose") == 2);
   CHECK(shaped_dims(ctx.live_out()[1].type()) == std::vector<std::int64_t>{2, 8, 5, 5});
   Executor exe(Place::cpu(), {.passes = ""});
   const auto got = exe.run(nhwc.p, nhwc.feeds, {ctx.live_out()[0], ctx.live_out()[1]});
@@ -132,7 +128,7 @@ TEST_CASE("a transpose to NHWC of a converted value disappears into it, and one 
   p.verify();
   // In: x to NHWC; out: the result back to NCHW (fetched). The model's own
   // two transposes are gone.
-  CHECK(count_ops(p, "kiln.transpose") == 2);
+  CHECK(count_top_ops(p, "kiln.transpose") == 2);
   check_close(exe.run(p, feeds, {ctx.live_out()[0]})[0], want);
 }
 
@@ -152,7 +148,7 @@ TEST_CASE("a max pool between convolutions runs NHWC too: one transpose in, one 
   PassContext ctx({out});
   CHECK(convert_to_channels_last(p.block(), {out.impl()}, &ctx, true) == 2);
   p.verify();
-  CHECK(count_ops(p, "kiln.transpose") == 2);
+  CHECK(count_top_ops(p, "kiln.transpose") == 2);
   for (Operation* op : p.block())
     if (op->isa<MaxPool2dOp>()) CHECK(MaxPool2dOp(op).attrs().data_format == "NHWC");
   check_close(exe.run(p, feeds, {ctx.live_out()[0]})[0], want);
@@ -203,6 +199,6 @@ TEST_CASE("a convolution whose transposes in and out cost what its reorders woul
     Value out = b.create<ReshapeOp>(y, V{1, -1}).result();
     PassContext ctx({out});
     CHECK(convert_to_channels_last(p.block(), {out.impl()}, &ctx, true) == 0);
-    CHECK(count_ops(p, "kiln.transpose") == 0);
+    CHECK(count_top_ops(p, "kiln.transpose") == 0);
   }
 }

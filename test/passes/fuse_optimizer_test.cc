@@ -24,25 +24,22 @@
 #include "passes_test_util.h"
 
 using namespace kiln;
+using kiln_test::same_bits;
 using kiln_passes_test::count_ops;
+using kiln_passes_test::with_passes;
 using kiln_passes_test::f32;
 
 namespace {
-
-bool bits_equal(const Tensor& a, const Tensor& b) {
-  return a.dims() == b.dims() && a.dtype() == b.dtype() && a.bytes() == b.bytes() &&
-         std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
-}
 
 using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>()>;
 
 // A 12-16-16-4 MLP (tanh, cross entropy; 6 parameters), batch 10, trained
 // by the optimizer `make` builds, as a user writes it.
-struct Model {
+struct OptimizedModel {
   Program main, startup;
   Value loss;
   FeedMap feeds;
-  explicit Model(const MakeOptimizer& make) {
+  explicit OptimizedModel(const MakeOptimizer& make) {
     UniqueNameGuard names;
     {
       ProgramGuard guard(main, startup);
@@ -65,17 +62,11 @@ struct Model {
   }
 };
 
-ExecutionOptions with_passes(const char* passes) {
-  ExecutionOptions o;
-  o.passes = passes;
-  return o;
-}
-
 // Trains one model with no passes and one with `passes` for `steps` steps
 // from the same start; every loss and, at the end, every parameter and
 // optimizer state (all persistable values) bit for bit the same.
 void require_same_training(const MakeOptimizer& make, const char* passes, int steps) {
-  Model plain(make), merged(make);
+  OptimizedModel plain(make), merged(make);
   Executor a(Place::cpu(), with_passes("")), b(Place::cpu(), with_passes(passes));
   set_random_seed(11);
   a.run(plain.startup);
@@ -85,7 +76,7 @@ void require_same_training(const MakeOptimizer& make, const char* passes, int st
     const Tensor la = a.run(plain.main, plain.feeds, {plain.loss})[0];
     const Tensor lb = b.run(merged.main, merged.feeds, {merged.loss})[0];
     INFO("step " << step);
-    REQUIRE(bits_equal(la, lb));
+    REQUIRE(same_bits(la, lb));
   }
   // The run with the pass ran one merged update instead of six.
   if (std::string_view(passes) == "fuse_optimizer")
@@ -93,14 +84,14 @@ void require_same_training(const MakeOptimizer& make, const char* passes, int st
   REQUIRE(plain.main.parameters().size() >= 6);
   for (const auto& [name, p] : plain.main.parameters()) {
     INFO(name);
-    CHECK(bits_equal(a.scope().find_var(name)->get<Tensor>(), b.scope().find_var(name)->get<Tensor>()));
+    CHECK(same_bits(a.scope().find_var(name)->get<Tensor>(), b.scope().find_var(name)->get<Tensor>()));
   }
 }
 
 // The pass over a clone of the model's main program: the single updates
 // of `single` all go into one `merged`.
 void require_all_merged(const MakeOptimizer& make, std::string_view single, std::string_view merged) {
-  Model m(make);
+  OptimizedModel m(make);
   const std::size_t n = count_ops(m.main, single);
   REQUIRE(n == 6);
   CHECK(fuse_optimizer_updates(m.main) == 1);
@@ -345,7 +336,7 @@ TEST_CASE("a malformed merged op is refused, naming the op, the parameter and th
 }
 
 TEST_CASE("a program with merged updates prints, parses back and prints the same", "[passes][fuse_optimizer]") {
-  Model m([] { return std::make_unique<optim::AdamW>(1e-2); });
+  OptimizedModel m([] { return std::make_unique<optim::AdamW>(1e-2); });
   REQUIRE(fuse_optimizer_updates(m.main) == 1);
   const std::string text = m.main.to_string();
   CHECK(text.find("kiln.merged_adamw_") != std::string::npos);
@@ -400,11 +391,11 @@ TEST_CASE("merged updates run in a program lowered to dataflow ops, bit for bit,
     const auto ra = a.run(plain.main, plain.feeds, {plain.loss, plain.counter});
     const auto rb = b.run(merged.main, merged.feeds, {merged.loss, merged.counter});
     INFO("step " << step);
-    REQUIRE(bits_equal(ra[0], rb[0]));
-    REQUIRE(bits_equal(ra[1], rb[1]));
+    REQUIRE(same_bits(ra[0], rb[0]));
+    REQUIRE(same_bits(ra[1], rb[1]));
   }
   for (const auto& [name, p] : plain.main.parameters()) {
     INFO(name);
-    CHECK(bits_equal(a.scope().find_var(name)->get<Tensor>(), b.scope().find_var(name)->get<Tensor>()));
+    CHECK(same_bits(a.scope().find_var(name)->get<Tensor>(), b.scope().find_var(name)->get<Tensor>()));
   }
 }

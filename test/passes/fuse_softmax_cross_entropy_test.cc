@@ -17,6 +17,7 @@
 
 using namespace kiln;
 using kiln_passes_test::count_ops;
+using kiln_passes_test::with_passes;
 
 namespace {
 
@@ -69,12 +70,6 @@ FeedMap feeds(std::vector<std::int64_t> labels) {
   for (float& v : xs) v = normal(rng);
   return {{"x", Tensor::from_vector<float>({kN, kC}, xs)},
           {"t", Tensor::from_vector<std::int64_t>({kN}, std::move(labels))}};
-}
-
-ExecutionOptions with_passes(const char* passes) {
-  ExecutionOptions o;
-  o.passes = passes;
-  return o;
 }
 
 // The per-row loss and the reduced loss with no passes and with

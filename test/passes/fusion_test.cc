@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "test_util.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
 #include "kiln/exec/interpreter_core.h"
@@ -17,19 +18,10 @@
 #include "kiln/passes/fusion.h"
 
 using namespace kiln;
+using kiln_test::same_bits;
+using kiln_test::count_top_ops;
 
 namespace {
-
-std::size_t count_ops(const Program& p, std::string_view name) {
-  std::size_t n = 0;
-  for (Operation* op : p.block()) n += op->name() == name;
-  return n;
-}
-
-bool bits_equal(const Tensor& a, const Tensor& b) {
-  return a.dims() == b.dims() && a.dtype() == b.dtype() && a.bytes() == b.bytes() &&
-         std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
-}
 
 // The seed's model: a 16×16 linear layer, MSE, Adam.
 struct SeedModel {
@@ -60,7 +52,7 @@ struct SeedModel {
 void require_same_parameters(const Program& program, Executor& a, Executor& b) {
   for (const auto& [name, p] : program.parameters()) {
     INFO(name);
-    CHECK(bits_equal(a.scope().find_var(name)->get<Tensor>(), b.scope().find_var(name)->get<Tensor>()));
+    CHECK(same_bits(a.scope().find_var(name)->get<Tensor>(), b.scope().find_var(name)->get<Tensor>()));
   }
 }
 
@@ -77,7 +69,7 @@ void require_same_training(Model& plain, Model& other, Executor& a, Executor& b,
     const Tensor la = a.run(plain.main, plain.feeds, {plain.loss})[0];
     const Tensor lb = b.run(other.main, other.feeds, {other.loss})[0];
     INFO("step " << step);
-    REQUIRE(bits_equal(la, lb));
+    REQUIRE(same_bits(la, lb));
   }
   require_same_parameters(plain.main, a, b);
 }
@@ -89,12 +81,12 @@ TEST_CASE("the seed model's loss and gradient chain fuse into one op, and it tra
   SeedModel plain, fused;
   const std::size_t made = fuse_elementwise(fused.main);
   CHECK(made == 1);
-  CHECK(count_ops(fused.main, "kiln.fused_elementwise") == 1);
+  CHECK(count_top_ops(fused.main, "kiln.fused_elementwise") == 1);
   // add, sub, square, full, mean_grad, square_grad went into it.
   for (std::string_view gone : {"kiln.add", "kiln.sub", "kiln.square", "kiln.full", "kiln.mean_grad",
                                 "kiln.square_grad"})
-    CHECK(count_ops(fused.main, gone) == 0);
-  CHECK(count_ops(fused.main, "kiln.mean") == 1);  // the loss itself is a reduction
+    CHECK(count_top_ops(fused.main, gone) == 0);
+  CHECK(count_top_ops(fused.main, "kiln.mean") == 1);  // the loss itself is a reduction
   fused.main.verify();
 
   Executor a, b;
@@ -120,7 +112,7 @@ TEST_CASE("a value read between the group's members by an op outside it stays a 
     if (op->name() == "kiln.fused_elementwise") fused = op;
   REQUIRE(fused);
   CHECK(fused->num_results() == 2);  // tanh's (read by mean) and mul's (read by nobody: DCE's to judge)
-  CHECK(count_ops(q, "kiln.mean") == 1);
+  CHECK(count_top_ops(q, "kiln.mean") == 1);
   (void)v;
 }
 
@@ -137,7 +129,7 @@ TEST_CASE("fusion never moves an op across an in-place update of what it reads",
   bl.create<Sgd_Op>(w, g, lr);
   Value b = bl.create<MulOp>(a, w).result();
   CHECK(fuse_elementwise(p) == 0);
-  CHECK(count_ops(p, "kiln.fused_elementwise") == 0);
+  CHECK(count_top_ops(p, "kiln.fused_elementwise") == 0);
   (void)b;
 }
 
@@ -158,7 +150,7 @@ TEST_CASE("fusion never moves a read to before an in-place update that came befo
   REQUIRE(fuse_elementwise(q) == 0);
   Executor exe;
   const FeedMap feed{{"w", Tensor::from_vector<float>({6}, {-1.f, 2.f, -3.f, 4.f, -5.f, 6.f})}};
-  CHECK(bits_equal(exe.run(p, feed, {out_p})[0], exe.run(q, feed, {out_q})[0]));
+  CHECK(same_bits(exe.run(p, feed, {out_p})[0], exe.run(q, feed, {out_q})[0]));
 }
 
 TEST_CASE("a value the caller keeps (fetches) is never fused away", "[passes][fusion]") {
@@ -171,7 +163,7 @@ TEST_CASE("a value the caller keeps (fetches) is never fused away", "[passes][fu
   ValueSet keep{u.impl()};
   // tanh alone, then sqrt alone: neither group reaches two ops.
   CHECK(fuse_elementwise(p, keep) == 0);
-  CHECK(count_ops(p, "kiln.exp") == 1);
+  CHECK(count_top_ops(p, "kiln.exp") == 1);
   (void)v;
 }
 
@@ -197,7 +189,7 @@ TEST_CASE("a full that an in-place op updated is read as a value, not folded int
   Value y = bl.create<ExpOp>(bl.create<AddOp>(bl.create<AddOp>(x, r).result(), c).result()).result();
   Executor exe(Place::cpu(), {.passes = "fuse"});
   auto out = exe.run(p, {{"x", Tensor::from_vector<float>({4}, {0.f, 1.f, 2.f, 3.f})}}, {y});
-  CHECK(count_ops(exe.last_core()->plan().program, "kiln.fused_elementwise") == 1);
+  CHECK(count_top_ops(exe.last_core()->plan().program, "kiln.fused_elementwise") == 1);
   CHECK(out[0].to_vector<float>() == std::vector<float>{1.f, std::exp(1.f), std::exp(2.f), std::exp(3.f)});
 }
 
@@ -214,7 +206,7 @@ TEST_CASE("a fused op over one element takes one-element operands of any rank", 
                      {"t", Tensor::from_vector<float>({1}, {-1.f})}};
   Executor fused(Place::cpu(), {.passes = "fuse"});
   auto out = fused.run(p, feed, {y});
-  CHECK(count_ops(fused.last_core()->plan().program, "kiln.fused_elementwise") == 1);
+  CHECK(count_top_ops(fused.last_core()->plan().program, "kiln.fused_elementwise") == 1);
   CHECK(out[0].dims() == Dims({1, 1}));
   CHECK(out[0].to_vector<float>() == std::vector<float>{std::exp(0.5f * 3.f - 1.f)});
 }
@@ -247,7 +239,7 @@ TEST_CASE("a fused op broadcasts one-element operands and computes each step as 
                                               : Tensor::from_vector<float>({1}, {0.125f});
     Executor exe;
     const FeedMap feed{{"x", xt}, {"c", ct}};
-    CHECK(bits_equal(exe.run(p, feed, {out_p})[0], exe.run(q, feed, {out_q})[0]));
+    CHECK(same_bits(exe.run(p, feed, {out_p})[0], exe.run(q, feed, {out_q})[0]));
   }
 }
 
@@ -347,7 +339,7 @@ TEST_CASE("an MLP's matmul, bias add and relu become one fused_matmul per layer,
     if (op->name() == "kiln.fused_matmul")
       with_relu += from_attributes<FusedMatmulOp::Attributes>(op->attributes(), "").activation.name == "kiln.relu";
   CHECK(with_relu == 2);
-  CHECK(count_ops(fused.main, "kiln.relu") == 0);
+  CHECK(count_top_ops(fused.main, "kiln.relu") == 0);
   Executor a, b;
   require_same_training(plain, fused, a, b, 15);
 }
@@ -366,7 +358,7 @@ TEST_CASE("a product or sum the caller keeps is not fused into a fused_matmul", 
   CHECK(fuse_matmul_epilogue(p, {mm.impl()}) == 0);
   // Keeping the sum fuses matmul + add but leaves tanh on its own.
   CHECK(fuse_matmul_epilogue(q) == 1);
-  CHECK(count_ops(q, "kiln.tanh") == 0);
+  CHECK(count_top_ops(q, "kiln.tanh") == 0);
   Program r;
   Builder br(r);
   Value rx = br.create<DataOp>("x", std::vector<std::int64_t>{4, 8}).result();
@@ -375,7 +367,7 @@ TEST_CASE("a product or sum the caller keeps is not fused into a fused_matmul", 
   Value rs = br.create<AddOp>(br.create<MatmulOp>(rx, rw).result(), rb).result();
   br.create<TanhOp>(rs);
   CHECK(fuse_matmul_epilogue(r, {rs.impl()}) == 1);
-  CHECK(count_ops(r, "kiln.tanh") == 1);
+  CHECK(count_top_ops(r, "kiln.tanh") == 1);
 }
 
 TEST_CASE("a fused_matmul with a bias of the wrong size or an unknown activation is refused, naming it",
@@ -410,8 +402,8 @@ TEST_CASE("the fuse pass, named in an executor's pipeline, fuses the seed model 
   Executor a, b(Place::cpu(), with);
   require_same_training(plain, model, a, b, 10);
   // The executor ran a fused copy; the user's program is as it was.
-  CHECK(count_ops(model.main, "kiln.fused_elementwise") == 0);
-  CHECK(count_ops(model.main, "kiln.square") == 1);
+  CHECK(count_top_ops(model.main, "kiln.fused_elementwise") == 0);
+  CHECK(count_top_ops(model.main, "kiln.square") == 1);
   std::size_t fused_instructions = 0;
   InterpreterCore* core = b.last_core();
   REQUIRE(core);
@@ -437,7 +429,7 @@ TEST_CASE("operands of unknown dims that may broadcast at run time are not fused
   build(p, out_p);
   build(q, out_q);
   fuse_elementwise(q, {out_q.impl()});
-  CHECK(count_ops(q, "kiln.add") == 1);
+  CHECK(count_top_ops(q, "kiln.add") == 1);
   Executor exe;
   const FeedMap feed{{"x", Tensor::from_vector<float>({1, 4}, {1, 2, 3, 4})},
                      {"y", Tensor::from_vector<float>({3, 4}, std::vector<float>(12, 0.5f))}};
@@ -446,8 +438,8 @@ TEST_CASE("operands of unknown dims that may broadcast at run time are not fused
   Executor exe_fused(Place::cpu(), fused);
   const Tensor want = exe.run(p, feed, {out_p})[0];
   CHECK(want.dims() == Dims({3, 4}));
-  CHECK(bits_equal(want, exe_fused.run(p, feed, {out_p})[0]));
-  CHECK(bits_equal(want, exe.run(q, feed, {out_q})[0]));
+  CHECK(same_bits(want, exe_fused.run(p, feed, {out_p})[0]));
+  CHECK(same_bits(want, exe.run(q, feed, {out_q})[0]));
 }
 
 namespace {
@@ -516,12 +508,12 @@ TEST_CASE("conv2d, a channel bias and relu, relu6 or silu become one fused_conv2
         ConvBlock plain(act, four_d, k), fused(act, four_d, k);
         CHECK(fuse_conv_epilogue(fused.p.block(), {}) == 1);
         fused.p.verify();
-        CHECK(count_ops(fused.p, "kiln.conv2d") == 0);
-        CHECK(count_ops(fused.p, "kiln.relu") == 0);
-        CHECK(count_ops(fused.p, "kiln.clip") == (act == "clip5" ? 1u : 0u));
-        CHECK(count_ops(fused.p, "kiln.sigmoid") == (act == "gate" ? 1u : 0u));
-        CHECK(count_ops(fused.p, "kiln.mul") == (act == "gate" ? 1u : 0u));
-        CHECK(count_ops(fused.p, "kiln.reshape") == 0);
+        CHECK(count_top_ops(fused.p, "kiln.conv2d") == 0);
+        CHECK(count_top_ops(fused.p, "kiln.relu") == 0);
+        CHECK(count_top_ops(fused.p, "kiln.clip") == (act == "clip5" ? 1u : 0u));
+        CHECK(count_top_ops(fused.p, "kiln.sigmoid") == (act == "gate" ? 1u : 0u));
+        CHECK(count_top_ops(fused.p, "kiln.mul") == (act == "gate" ? 1u : 0u));
+        CHECK(count_top_ops(fused.p, "kiln.reshape") == 0);
         for (Operation* op : fused.p.block())
           if (op->isa<FusedConv2dOp>())
             CHECK(FusedConv2dOp(op).attrs().activation ==
@@ -536,7 +528,7 @@ TEST_CASE("a conv output or sum the caller keeps is not fused into a fused_conv2
   ConvBlock c("relu", false, 3);
   Operation* add = c.out.defining_op()->operand_source(0).defining_op();
   CHECK(fuse_conv_epilogue(c.p.block(), {add->result(0).impl()}) == 1);  // conv + bias, no relu
-  CHECK(count_ops(c.p, "kiln.relu") == 1);
+  CHECK(count_top_ops(c.p, "kiln.relu") == 1);
   ConvBlock d("relu", false, 3);
   Value conv = d.out.defining_op()->operand_source(0).defining_op()->operand_source(0);
   CHECK(fuse_conv_epilogue(d.p.block(), {conv.impl()}) == 0);
@@ -544,12 +536,12 @@ TEST_CASE("a conv output or sum the caller keeps is not fused into a fused_conv2
   Value reshaped = e.out.defining_op()->operand_source(1);
   REQUIRE(reshaped.defining_op()->isa<ReshapeOp>());
   CHECK(fuse_conv_epilogue(e.p.block(), {reshaped.impl()}) == 1);
-  CHECK(count_ops(e.p, "kiln.reshape") == 1);
+  CHECK(count_top_ops(e.p, "kiln.reshape") == 1);
   e.p.verify();
   ConvBlock f("silu", true, 3);  // the sigmoid is kept: conv + bias fused, the SiLU stays
   Value sigmoid = f.out.defining_op()->operand_source(1);
   REQUIRE(sigmoid.defining_op()->isa<SigmoidOp>());
   CHECK(fuse_conv_epilogue(f.p.block(), {sigmoid.impl()}) == 1);
-  CHECK(count_ops(f.p, "kiln.sigmoid") == 1);
-  CHECK(count_ops(f.p, "kiln.mul") == 1);
+  CHECK(count_top_ops(f.p, "kiln.sigmoid") == 1);
+  CHECK(count_top_ops(f.p, "kiln.mul") == 1);
 }

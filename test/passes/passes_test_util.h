@@ -38,9 +38,13 @@ inline kiln::Type f32(std::vector<std::int64_t> dims) {
   return kiln::TensorType::get(kiln::DataType::Float32, std::move(dims));
 }
 
-inline bool same_bits(const kiln::Tensor& a, const kiln::Tensor& b) {
-  return a.dims() == b.dims() && a.dtype() == b.dtype() &&
-         std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
+using kiln_test::same_bits;
+
+// Executor options running exactly `passes` (a comma-separated pipeline).
+inline kiln::ExecutionOptions with_passes(const char* passes) {
+  kiln::ExecutionOptions o;
+  o.passes = passes;
+  return o;
 }
 
 // A feed "x" of six f32 values, both zeros among them.

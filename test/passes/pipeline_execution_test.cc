@@ -14,6 +14,7 @@
 #include "kiln/kernel/random.h"
 
 using namespace kiln;
+using kiln_test::same_bits;
 using namespace kiln_passes_test;
 
 namespace {
@@ -26,8 +27,6 @@ ExecutionOptions options(const std::string& passes) {
   o.passes = passes;
   return o;
 }
-
-bool same_bits(const Tensor& a, const Tensor& b) { return kiln_exec_test::same_bits(a, b); }
 
 Tensor iota(std::vector<std::int64_t> dims, float scale, float shift) {
   Tensor t = Tensor::empty(Dims(dims), DataType::Float32);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "test_util.h"
 #include "kiln/runtime/host_stream.h"
 #include "kiln/runtime/tensor.h"
 
@@ -16,17 +17,7 @@ using kiln::DeferredFreeQueue;
 using kiln::HostStream;
 using kiln::Place;
 using kiln::Tensor;
-
-namespace {
-
-struct Gate {
-  std::promise<void> promise;
-  std::shared_future<void> future = promise.get_future().share();
-  void open() { promise.set_value(); }
-  void wait() const { future.wait(); }
-};
-
-}  // namespace
+using kiln_test::Gate;
 
 TEST_CASE("a buffer freed while its stream still has queued work is freed only after the event completes",
           "[runtime][stream][deferred_free]") {

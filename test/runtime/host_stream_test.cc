@@ -10,31 +10,15 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "test_util.h"
 
 using kiln::ErrorKind;
 using kiln::HostEvent;
 using kiln::HostStream;
+using kiln_test::Gate;
+using kiln_test::error_of;
 
 namespace {
-
-// A gate a task blocks on until the test opens it.
-struct Gate {
-  std::promise<void> promise;
-  std::shared_future<void> future = promise.get_future().share();
-  void open() { promise.set_value(); }
-  void wait() const { future.wait(); }
-};
-
-template <typename F>
-kiln::Error error_of(F&& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e;
-  }
-  FAIL("expected a kiln::Error");
-  throw std::logic_error("unreachable");
-}
 
 // A stream of another kind, to check the host classes reject it.
 struct OtherStream final : kiln::Stream {

@@ -11,26 +11,13 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "test_util.h"
 
 using kiln::DataType;
 using kiln::Dims;
 using kiln::ErrorKind;
 using kiln::Tensor;
-
-namespace {
-
-template <typename F>
-kiln::Error error_of(F&& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e;
-  }
-  FAIL("expected a kiln::Error");
-  throw std::logic_error("unreachable");
-}
-
-}  // namespace
+using kiln_test::error_of;
 
 TEST_CASE("dims hold up to nine extents and print as AxB", "[runtime][tensor]") {
   Dims d{2, 3, 4};

@@ -1,6 +1,7 @@
 #include "kiln/runtime/variable.h"
 
 #include "catch.hpp"
+#include "test_util.h"
 
 using kiln::ErrorKind;
 using kiln::Scalar;
@@ -8,21 +9,7 @@ using kiln::Tensor;
 using kiln::TensorArray;
 using kiln::Variable;
 using kiln::VariableKind;
-
-namespace {
-
-template <typename F>
-kiln::Error error_of(F&& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e;
-  }
-  FAIL("expected a kiln::Error");
-  throw std::logic_error("unreachable");
-}
-
-}  // namespace
+using kiln_test::error_of;
 
 TEST_CASE("a new variable is empty and named", "[runtime][variable]") {
   Variable v("x");

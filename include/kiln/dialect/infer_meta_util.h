@@ -43,6 +43,10 @@ std::int64_t normalize_axis(std::string_view op, std::int64_t axis, std::int64_t
 void check_shape_attr(std::string_view op, const std::vector<std::int64_t>& shape);
 // i32 or i64: the dtypes of indices, ids and labels.
 inline bool is_index_dtype(DataType t) { return t == DataType::Int32 || t == DataType::Int64; }
+// Whether two static dims may be equal at run time (-1 matches anything).
+inline bool dim_fits(std::int64_t a, std::int64_t b) { return a == b || a < 0 || b < 0; }
+// The known one of two dims that must agree (-1 when neither is known).
+inline std::int64_t known_dim(std::int64_t a, std::int64_t b) { return a >= 0 ? a : b; }
 
 }  // namespace kiln::meta
 

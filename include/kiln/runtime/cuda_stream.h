@@ -91,5 +91,8 @@ class CudaEvent final : public Event {
 // kiln::Error (Internal; Unavailable for out-of-memory) naming
 // `what` and CUDA's message when `status` (a cudaError_t) is not success.
 void check_cuda(int status, const char* what);
+// Makes `device` the calling thread's current CUDA device (cheap when it
+// already is); check_cuda's error when it cannot.
+void use_cuda_device(int device);
 
 }  // namespace kiln
