@@ -3,12 +3,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <exception>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <set>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include "kiln/support/error.h"
@@ -113,6 +117,7 @@ struct DataLoader::Shared {
   // also polls it without the lock between samples, hence atomic. Relaxed:
   // it guards no other data.
   std::atomic<bool> stop{false};
+  std::thread reader;  // reads the epoch's batches into queue
 };
 
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
@@ -175,7 +180,7 @@ void DataLoader::stop_reader() {
     shared_->stop.store(true, std::memory_order_relaxed);
   }
   shared_->space.notify_all();
-  if (reader_.joinable()) reader_.join();
+  if (shared_->reader.joinable()) shared_->reader.join();
   shared_.reset();
 }
 
@@ -184,7 +189,7 @@ void DataLoader::start_epoch() {
   shared_ = std::make_unique<Shared>();
   const std::int64_t epoch = epoch_++;
   try {
-    reader_ = std::thread([this, shared = shared_.get(), epoch] { read_epoch(*shared, epoch); });
+    shared_->reader = std::thread([this, shared = shared_.get(), epoch] { read_epoch(*shared, epoch); });
   } catch (const std::system_error& e) {
     shared_.reset();
     throw_error(ErrorKind::Unavailable, "DataLoader: cannot start the reader thread: ", e.what());

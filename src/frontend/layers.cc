@@ -16,6 +16,8 @@ namespace kiln::nn {
 
 Layer::Layer(std::string_view name_prefix) : full_name_(unique_name(name_prefix)) {}
 
+Layer::~Layer() = default;
+
 Value Layer::add_parameter(std::string_view suffix, const std::vector<std::int64_t>& shape,
                            DataType dtype, const init::Initializer& initializer,
                            bool trainable) {

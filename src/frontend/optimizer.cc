@@ -45,6 +45,8 @@ Optimizer::Optimizer(std::string_view kind, LearningRate learning_rate, double w
   require_finite_nonneg(kind_, "weight_decay", weight_decay);
 }
 
+Optimizer::~Optimizer() = default;
+
 Optimizer& Optimizer::set_grad_clip(ClipGradByGlobalNorm clip) {
   clip_ = clip;
   return *this;

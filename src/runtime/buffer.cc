@@ -1,4 +1,5 @@
-// Buffer's stream-safe freeing slow paths (seed 001 §4.2 RecordStream).
+// Buffer's construction and destruction, and its stream-safe freeing slow paths
+// (seed 001 §4.2 RecordStream).
 #include "kiln/runtime/buffer.h"
 
 #include <mutex>
@@ -7,6 +8,25 @@
 #include "kiln/runtime/stream.h"
 
 namespace kiln {
+
+Buffer::Buffer(const Allocation& allocation, Allocator* allocator, Deleter deleter)
+    : allocation_(allocation), allocator_(allocator), deleter_(std::move(deleter)) {}
+
+Buffer::~Buffer() {
+  if (allocator_) {
+    allocator_->deallocate(allocation_);
+  } else if (deleter_) {
+    deleter_(allocation_.ptr);
+  }
+}
+
+Buffer* Buffer::create(const Allocation& allocation, Allocator* allocator) {
+  return new Buffer(allocation, allocator, Deleter{});
+}
+
+Buffer* Buffer::wrap(void* ptr, std::size_t size, Place place, Deleter deleter) {
+  return new Buffer(Allocation{ptr, size, place}, nullptr, std::move(deleter));
+}
 
 std::uint64_t Buffer::next_id() noexcept {
   static std::atomic<std::uint64_t> next{1};

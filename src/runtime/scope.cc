@@ -6,6 +6,10 @@
 
 namespace kiln {
 
+Scope::Scope() = default;
+
+Scope::Scope(Scope* parent) : parent_(parent) {}
+
 Scope::~Scope() = default;
 
 Scope& Scope::new_scope() {

@@ -324,4 +324,28 @@ std::string Tensor::to_string() const {
   return type + (body.find('\n') == std::string::npos ? " " : "\n") + body;
 }
 
+// The copies tensor.h declares extern.
+template Tensor Tensor::from_vector<float>(const Dims&, const std::vector<float>&, Place);
+template std::vector<float> Tensor::to_vector<float>() const;
+template Tensor Tensor::from_vector<double>(const Dims&, const std::vector<double>&, Place);
+template std::vector<double> Tensor::to_vector<double>() const;
+template Tensor Tensor::from_vector<std::int8_t>(const Dims&, const std::vector<std::int8_t>&, Place);
+template std::vector<std::int8_t> Tensor::to_vector<std::int8_t>() const;
+template Tensor Tensor::from_vector<std::int16_t>(const Dims&, const std::vector<std::int16_t>&, Place);
+template std::vector<std::int16_t> Tensor::to_vector<std::int16_t>() const;
+template Tensor Tensor::from_vector<std::int32_t>(const Dims&, const std::vector<std::int32_t>&, Place);
+template std::vector<std::int32_t> Tensor::to_vector<std::int32_t>() const;
+template Tensor Tensor::from_vector<std::int64_t>(const Dims&, const std::vector<std::int64_t>&, Place);
+template std::vector<std::int64_t> Tensor::to_vector<std::int64_t>() const;
+template Tensor Tensor::from_vector<std::uint8_t>(const Dims&, const std::vector<std::uint8_t>&, Place);
+template std::vector<std::uint8_t> Tensor::to_vector<std::uint8_t>() const;
+template Tensor Tensor::from_vector<std::uint16_t>(const Dims&, const std::vector<std::uint16_t>&, Place);
+template std::vector<std::uint16_t> Tensor::to_vector<std::uint16_t>() const;
+template Tensor Tensor::from_vector<std::uint32_t>(const Dims&, const std::vector<std::uint32_t>&, Place);
+template std::vector<std::uint32_t> Tensor::to_vector<std::uint32_t>() const;
+template Tensor Tensor::from_vector<std::uint64_t>(const Dims&, const std::vector<std::uint64_t>&, Place);
+template std::vector<std::uint64_t> Tensor::to_vector<std::uint64_t>() const;
+template Tensor Tensor::from_vector<bool>(const Dims&, const std::vector<bool>&, Place);
+template std::vector<bool> Tensor::to_vector<bool>() const;
+
 }  // namespace kiln

@@ -6,17 +6,13 @@
 // what Executor::run takes (seed 001 §1.2: feed by data-op name).
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <iterator>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -159,7 +155,7 @@ class DataLoader {
   const std::vector<std::string>& feed_names() const { return feed_names_; }
 
  private:
-  struct Shared;  // the queue and flags the reader and consumer share
+  struct Shared;  // the reader thread, and the queue and flags it shares with the consumer
   void stop_reader();
   void read_epoch(Shared& shared, std::int64_t epoch) const;
   Batch assemble(const std::vector<std::int64_t>& order, std::int64_t number, std::int64_t epoch,
@@ -171,8 +167,7 @@ class DataLoader {
   std::vector<DatasetColumn> columns_;
   std::vector<std::string> feed_names_;
   std::int64_t epoch_ = 0;
-  std::unique_ptr<Shared> shared_;
-  std::thread reader_;
+  std::unique_ptr<Shared> shared_;  // the current epoch's queue and reader thread
 };
 
 // An epoch's batches as an input range; iterating pops them from the loader.

@@ -19,7 +19,7 @@ namespace kiln::nn {
 
 class Layer {
  public:
-  virtual ~Layer() = default;
+  virtual ~Layer();
   // This layer's parameter values (in the main program current when they
   // were made) in creation order, then its sublayers', depth first.
   std::vector<Value> parameters() const;

@@ -60,7 +60,7 @@ class LearningRate {
 
 class Optimizer {
  public:
-  virtual ~Optimizer() = default;
+  virtual ~Optimizer();
 
   // append_backward(loss, parameters, no_grad_set) then apply_gradients.
   // Builds into the current ProgramGuard's programs (the loss's main program

@@ -10,29 +10,17 @@ namespace kiln {
 
 class IrMapping {
  public:
-  void map(Value from, Value to) { values_[from.impl()] = to; }
-  void map(Block* from, Block* to) { blocks_[from] = to; }
-  void map(Operation* from, Operation* to) { ops_[from] = to; }
+  void map(Value from, Value to);
+  void map(Block* from, Block* to);
+  void map(Operation* from, Operation* to);
 
   // The mapped value, or `v` itself when it was not mapped (defined outside
   // what was cloned).
-  Value lookup_or_self(Value v) const {
-    auto it = values_.find(v.impl());
-    return it == values_.end() ? v : it->second;
-  }
-  Value lookup(Value v) const {
-    auto it = values_.find(v.impl());
-    return it == values_.end() ? Value() : it->second;
-  }
-  Block* lookup(Block* b) const {
-    auto it = blocks_.find(b);
-    return it == blocks_.end() ? nullptr : it->second;
-  }
-  Operation* lookup(Operation* op) const {
-    auto it = ops_.find(op);
-    return it == ops_.end() ? nullptr : it->second;
-  }
-  bool contains(Value v) const { return values_.count(v.impl()) != 0; }
+  Value lookup_or_self(Value v) const;
+  Value lookup(Value v) const;
+  Block* lookup(Block* b) const;
+  Operation* lookup(Operation* op) const;
+  bool contains(Value v) const;
 
  private:
   std::unordered_map<const detail::ValueImpl*, Value> values_;

@@ -132,25 +132,6 @@ class BufferRef {
 
 // ---------------------------------------------------------------------------
 
-inline Buffer::Buffer(const Allocation& allocation, Allocator* allocator, Deleter deleter)
-    : allocation_(allocation), allocator_(allocator), deleter_(std::move(deleter)) {}
-
-inline Buffer::~Buffer() {
-  if (allocator_) {
-    allocator_->deallocate(allocation_);
-  } else if (deleter_) {
-    deleter_(allocation_.ptr);
-  }
-}
-
-inline Buffer* Buffer::create(const Allocation& allocation, Allocator* allocator) {
-  return new Buffer(allocation, allocator, Deleter{});
-}
-
-inline Buffer* Buffer::wrap(void* ptr, std::size_t size, Place place, Deleter deleter) {
-  return new Buffer(Allocation{ptr, size, place}, nullptr, std::move(deleter));
-}
-
 inline void Buffer::retain() noexcept {
   // relaxed: a new reference is made from an existing one, which already keeps
   // the buffer alive; no data is published by incrementing.

@@ -21,7 +21,7 @@ namespace kiln {
 class Scope {
  public:
   // A root scope.
-  Scope() = default;
+  Scope();
   ~Scope();
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
@@ -66,7 +66,7 @@ class Scope {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
   };
-  explicit Scope(Scope* parent) : parent_(parent) {}
+  explicit Scope(Scope* parent);
   std::size_t erase_one(std::string_view name);  // caller holds mutex_ exclusively
 
   Scope* parent_ = nullptr;

@@ -5,24 +5,8 @@
 #pragma once
 
 #include <atomic>
-#include <thread>
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 
 namespace kiln {
-
-// One step of a busy wait: tells the core this thread spins (x86 pause,
-// ARM yield), which frees execution resources for its sibling hyperthread
-// and avoids the memory-order flush when the awaited line changes.
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 
 class SpinLock {
  public:
@@ -35,23 +19,18 @@ class SpinLock {
   void unlock() noexcept;
 
  private:
+  // lock() once the first exchange found the lock held: spins (a pause per
+  // try), then yields the core, until it gets the lock (src/runtime/spin_lock.cc).
+  void lock_contended() noexcept;
+
   std::atomic<bool> locked_{false};
 };
 
 inline void SpinLock::lock() noexcept {
-  for (int spins = 0;;) {
-    // acquire: on success we see every write the previous holder made before
-    // its release-store in unlock().
-    if (!locked_.exchange(true, std::memory_order_acquire)) return;
-    // relaxed: only a hint to retry the exchange; it orders nothing.
-    while (locked_.load(std::memory_order_relaxed)) {
-      if (++spins < 64) {
-        cpu_relax();
-      } else {
-        std::this_thread::yield();  // the holder may be preempted: let it run
-      }
-    }
-  }
+  // acquire: on success we see every write the previous holder made before
+  // its release-store in unlock().
+  if (!locked_.exchange(true, std::memory_order_acquire)) return;
+  lock_contended();
 }
 
 inline bool SpinLock::try_lock() noexcept {

@@ -219,7 +219,7 @@ inline std::int64_t Tensor::dim(int i) const {
 }
 
 template <typename T>
-inline Tensor Tensor::from_vector(const Dims& dims, const std::vector<T>& values, Place place) {
+Tensor Tensor::from_vector(const Dims& dims, const std::vector<T>& values, Place place) {
   constexpr DataType dtype = data_type_of<T>;
   Tensor t = empty(dims, dtype, place);
   if (static_cast<std::size_t>(t.numel()) != values.size())
@@ -235,10 +235,35 @@ inline Tensor Tensor::from_vector(const Dims& dims, const std::vector<T>& values
 }
 
 template <typename T>
-inline std::vector<T> Tensor::to_vector() const {
+std::vector<T> Tensor::to_vector() const {
   const T* in = data<T>();
   return std::vector<T>(in, in + numel());
 }
+
+// from_vector and to_vector for the element types data_type_of names are
+// compiled once, in libkiln (src/runtime/tensor.cc).
+extern template Tensor Tensor::from_vector<float>(const Dims&, const std::vector<float>&, Place);
+extern template std::vector<float> Tensor::to_vector<float>() const;
+extern template Tensor Tensor::from_vector<double>(const Dims&, const std::vector<double>&, Place);
+extern template std::vector<double> Tensor::to_vector<double>() const;
+extern template Tensor Tensor::from_vector<std::int8_t>(const Dims&, const std::vector<std::int8_t>&, Place);
+extern template std::vector<std::int8_t> Tensor::to_vector<std::int8_t>() const;
+extern template Tensor Tensor::from_vector<std::int16_t>(const Dims&, const std::vector<std::int16_t>&, Place);
+extern template std::vector<std::int16_t> Tensor::to_vector<std::int16_t>() const;
+extern template Tensor Tensor::from_vector<std::int32_t>(const Dims&, const std::vector<std::int32_t>&, Place);
+extern template std::vector<std::int32_t> Tensor::to_vector<std::int32_t>() const;
+extern template Tensor Tensor::from_vector<std::int64_t>(const Dims&, const std::vector<std::int64_t>&, Place);
+extern template std::vector<std::int64_t> Tensor::to_vector<std::int64_t>() const;
+extern template Tensor Tensor::from_vector<std::uint8_t>(const Dims&, const std::vector<std::uint8_t>&, Place);
+extern template std::vector<std::uint8_t> Tensor::to_vector<std::uint8_t>() const;
+extern template Tensor Tensor::from_vector<std::uint16_t>(const Dims&, const std::vector<std::uint16_t>&, Place);
+extern template std::vector<std::uint16_t> Tensor::to_vector<std::uint16_t>() const;
+extern template Tensor Tensor::from_vector<std::uint32_t>(const Dims&, const std::vector<std::uint32_t>&, Place);
+extern template std::vector<std::uint32_t> Tensor::to_vector<std::uint32_t>() const;
+extern template Tensor Tensor::from_vector<std::uint64_t>(const Dims&, const std::vector<std::uint64_t>&, Place);
+extern template std::vector<std::uint64_t> Tensor::to_vector<std::uint64_t>() const;
+extern template Tensor Tensor::from_vector<bool>(const Dims&, const std::vector<bool>&, Place);
+extern template std::vector<bool> Tensor::to_vector<bool>() const;
 
 inline BufferRef Tensor::release_buffer() noexcept {
   BufferRef b = std::move(buffer_);

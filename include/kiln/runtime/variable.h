@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -102,27 +101,13 @@ class Variable {
   void recycle(std::size_t max_bytes) noexcept;
   // Exchanges what the two variables hold, parked or not (not their names
   // or spares).
-  void swap_content(Variable& other) noexcept {
-    content_.swap(other.content_);
-    std::swap(parked_, other.parked_);
-  }
+  void swap_content(Variable& other) noexcept;
   // Holds what `other` holds: the same tensor (a shared buffer reference), a
   // copy of its tensor array (sharing the elements' buffers) or scalar;
   // nothing when `other`'s content is parked.
-  void share_content(const Variable& other) {
-    if (other.parked_) {
-      clear();
-      return;
-    }
-    content_ = other.content_;
-    parked_ = false;
-  }
+  void share_content(const Variable& other);
   // Takes what `other` holds, parked or not; `other` becomes empty.
-  void take_content(Variable& other) noexcept {
-    content_ = std::move(other.content_);
-    parked_ = other.parked_;
-    other.clear();
-  }
+  void take_content(Variable& other) noexcept;
   // The spare buffer, if any (the variable no longer holds it).
   BufferRef take_spare() noexcept { return std::move(spare_); }
   bool has_spare() const noexcept { return static_cast<bool>(spare_); }
@@ -157,28 +142,6 @@ template <typename T>
 inline T Scalar::to() const {
   static_assert(std::is_arithmetic_v<T>, "Scalar::to<T>: T must be arithmetic");
   return std::visit([](auto v) { return static_cast<T>(v); }, value_);
-}
-
-inline std::string Scalar::to_string() const {
-  switch (value_.index()) {
-    case 0: {
-      std::ostringstream os;
-      os << std::get<0>(value_);
-      return os.str() + " : f64";
-    }
-    case 1: return std::to_string(std::get<1>(value_)) + " : i64";
-    default: return std::get<2>(value_) ? "true : bool" : "false : bool";
-  }
-}
-
-inline std::string_view to_string(VariableKind kind) {
-  switch (kind) {
-    case VariableKind::Empty: return "empty";
-    case VariableKind::Tensor: return "tensor";
-    case VariableKind::TensorArray: return "tensor_array";
-    case VariableKind::Scalar: return "scalar";
-  }
-  return "unknown";
 }
 
 template <typename T>

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <initializer_list>
 #include <ostream>
-#include <ranges>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -24,8 +23,8 @@ class Dims {
   Dims() = default;
   Dims(std::initializer_list<std::int64_t> dims);
   // Any contiguous range of int64 (std::vector, std::span, std::array).
-  template <std::ranges::contiguous_range R>
-    requires std::is_same_v<std::remove_cv_t<std::ranges::range_value_t<R>>, std::int64_t> &&
+  template <typename R>
+    requires std::is_convertible_v<const R&, std::span<const std::int64_t>> &&
              (!std::is_same_v<std::remove_cvref_t<R>, Dims>)
   Dims(const R& dims);  // NOLINT(google-explicit-constructor)
 
@@ -70,11 +69,12 @@ inline void Dims::assign(const std::int64_t* first, std::size_t n) {
 
 inline Dims::Dims(std::initializer_list<std::int64_t> dims) { assign(dims.begin(), dims.size()); }
 
-template <std::ranges::contiguous_range R>
-  requires std::is_same_v<std::remove_cv_t<std::ranges::range_value_t<R>>, std::int64_t> &&
+template <typename R>
+  requires std::is_convertible_v<const R&, std::span<const std::int64_t>> &&
            (!std::is_same_v<std::remove_cvref_t<R>, Dims>)
 inline Dims::Dims(const R& dims) {
-  assign(std::ranges::data(dims), std::ranges::size(dims));
+  const std::span<const std::int64_t> extents = dims;
+  assign(extents.data(), extents.size());
 }
 
 inline std::int64_t Dims::at(int i) const {

@@ -39,6 +39,7 @@ class Error : public std::runtime_error {
   // goes. Errors are copied on failure paths only.
   Error(const Error& other);
   Error& operator=(const Error& other);
+  ~Error() override;
   ErrorKind kind() const noexcept { return kind_; }
   // The message without the "<Kind>: " prefix that what() carries.
   const std::string& message() const noexcept { return message_; }
@@ -66,41 +67,6 @@ Error make_error(ErrorKind kind, const Args&... args) {
 template <typename... Args>
 [[noreturn]] void throw_error(ErrorKind kind, const Args&... args) {
   throw make_error(kind, args...);
-}
-
-inline std::string_view to_string(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::InvalidArgument: return "InvalidArgument";
-    case ErrorKind::NotFound: return "NotFound";
-    case ErrorKind::AlreadyExists: return "AlreadyExists";
-    case ErrorKind::OutOfRange: return "OutOfRange";
-    case ErrorKind::Unimplemented: return "Unimplemented";
-    case ErrorKind::Internal: return "Internal";
-    case ErrorKind::PreconditionNotMet: return "PreconditionNotMet";
-    case ErrorKind::DataLoss: return "DataLoss";
-    case ErrorKind::Unavailable: return "Unavailable";
-    case ErrorKind::Cancelled: return "Cancelled";
-    case ErrorKind::DeadlineExceeded: return "DeadlineExceeded";
-    case ErrorKind::Aborted: return "Aborted";
-  }
-  return "Unknown";
-}
-
-inline Error::Error(ErrorKind kind, const std::string& message)
-    : std::runtime_error(std::string(to_string(kind)) + ": " + message),
-      kind_(kind),
-      message_(message) {}
-
-inline Error::Error(const Error& other)
-    : std::runtime_error(std::string(other.what())), kind_(other.kind_), message_(other.message_) {}
-
-inline Error& Error::operator=(const Error& other) {
-  if (this != &other) {
-    std::runtime_error::operator=(std::runtime_error(std::string(other.what())));
-    kind_ = other.kind_;
-    message_ = other.message_;
-  }
-  return *this;
 }
 
 }  // namespace kiln
