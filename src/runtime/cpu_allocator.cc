@@ -11,6 +11,16 @@
 #include "kiln/support/error.h"
 
 namespace kiln {
+namespace {
+
+// One more allocation of `size` bytes in use (the caller holds the lock).
+void count_allocation(AllocatorStats& s, std::size_t size) {
+  ++s.allocations;
+  s.bytes_in_use += size;
+  s.peak_bytes_in_use = std::max(s.peak_bytes_in_use, s.bytes_in_use);
+}
+
+}  // namespace
 
 CpuAllocator& cpu_allocator() {
   // Never destroyed: buffers may be released during static destruction.
@@ -60,9 +70,7 @@ Allocation CpuAllocator::allocate(std::size_t bytes) {
       ptr = block;
     }
     if (ptr) {
-      ++stats_.allocations;
-      stats_.bytes_in_use += size;
-      stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+      count_allocation(stats_, size);
       return {ptr, size, place()};
     }
   }
@@ -77,9 +85,7 @@ Allocation CpuAllocator::allocate(std::size_t bytes) {
                 s.bytes_in_use, " bytes in use)");
   }
   std::lock_guard<SpinLock> guard(lock_);
-  ++stats_.allocations;
-  stats_.bytes_in_use += size;
-  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+  count_allocation(stats_, size);
   return {ptr, size, place()};
 }
 
