@@ -24,6 +24,7 @@
 
 #include "cpu_blas.h"
 #include "cpu_kernel_util.h"
+#include "intra_op.h"
 #include "onednn.h"
 #include "unary_kernel_math.h"
 #include "vector_math.h"
@@ -232,6 +233,15 @@ struct SiluRow {
   }
 };
 
+// x[i] = silu(x[i]) over n elements, on the kernel's threads (intra_op.h);
+// every element the same bits at any thread count.
+template <typename T>
+void silu_in_place(T* x, std::int64_t n) {
+  parallel_for(n, items_per_range(2 * sizeof(T)), [x](std::int64_t b, std::int64_t e) {
+    simd_dispatch<SiluRow<T>>(x + b, T(0), e - b);
+  });
+}
+
 // block [channels, p] += bias[first + c] per channel, then `act`: one pass
 // over a block the GEMM has just written.
 template <typename T>
@@ -357,7 +367,7 @@ void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g,
     if (!direct(g)) {
       const bool silu = act == ConvActivation::Silu;
       if (onednn::conv2d_forward(x, w, bias, out, g, silu ? ConvActivation::None : act, weights)) {
-        if (silu) simd_dispatch<SiluRow<T>>(out, T(0), g.n * g.o * g.ho * g.wo);
+        if (silu) silu_in_place(out, g.n * g.o * g.ho * g.wo);
         return;
       }
     }
@@ -510,7 +520,7 @@ struct FusedConv2dK {
       const bool silu = act == ConvActivation::Silu;
       if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), bias.data<T>(), out.data<T>(), g,
                                  silu ? ConvActivation::None : act, weights_identity(w), true)) {
-        if (silu) simd_dispatch<SiluRow<T>>(out.data<T>(), T(0), out.numel());
+        if (silu) silu_in_place(out.data<T>(), out.numel());
         return;
       }
     }

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "intra_op.h"
 #include "kiln/kernel/broadcast.h"
 #include "kiln/kernel/kernel_registry.h"
 
@@ -54,21 +55,22 @@ using kiln::broadcast_dims;
 using kiln::BroadcastPlan;
 using kiln::make_broadcast_plan;
 
-// Runs out[i] = F::apply(x[·], y[·]) along `plan`; the innermost loop is
-// specialised for (contiguous, contiguous), (contiguous, scalar) and
-// (scalar, contiguous).
+// Rows [r0, r1) of out[i] = F::apply(x[·], y[·]) along `p` (a row: the
+// innermost dim); the innermost loop is specialised for (contiguous,
+// contiguous), (contiguous, scalar) and (scalar, contiguous).
 template <typename F, typename T, typename U>
-void run_broadcast(const BroadcastPlan& p, const T* x, const T* y, U* out) {
-  if (p.rank == 0) {
-    out[0] = F::apply(x[0], y[0]);
-    return;
-  }
+void run_broadcast_rows(const BroadcastPlan& p, const T* x, const T* y, U* out, std::int64_t r0,
+                        std::int64_t r1) {
   const int last = p.rank - 1;
   const std::int64_t n = p.dims[last], ix = p.sx[last], iy = p.sy[last];
-  std::int64_t outer = 1;
-  for (int d = 0; d < last; ++d) outer *= p.dims[d];
   std::int64_t idx[Dims::kMaxRank] = {};
-  for (std::int64_t o = 0; o < outer; ++o) {
+  for (std::int64_t d = last - 1, r = r0; d >= 0; --d) {  // the odometer at row r0
+    idx[d] = r % p.dims[d];
+    r /= p.dims[d];
+    x += idx[d] * p.sx[d];
+    y += idx[d] * p.sy[d];
+  }
+  for (std::int64_t o = r0; o < r1; ++o) {
     U* __restrict po = out + o * n;
     if (ix == 1 && iy == 1) {
       const T* __restrict a = x;
@@ -98,6 +100,23 @@ void run_broadcast(const BroadcastPlan& p, const T* x, const T* y, U* out) {
   }
 }
 
+// out[i] = F::apply(x[·], y[·]) along `p`, rows split across the kernel's
+// threads (intra_op.h).
+template <typename F, typename T, typename U>
+void run_broadcast(const BroadcastPlan& p, const T* x, const T* y, U* out) {
+  if (p.rank == 0) {
+    out[0] = F::apply(x[0], y[0]);
+    return;
+  }
+  const std::int64_t n = p.dims[p.rank - 1];
+  std::int64_t outer = 1;
+  for (int d = 0; d < p.rank - 1; ++d) outer *= p.dims[d];
+  parallel_for(outer, items_per_range(n * std::int64_t(2 * sizeof(T) + sizeof(U))),
+               [&](std::int64_t r0, std::int64_t r1) {
+                 run_broadcast_rows<F>(p, x, y, out, r0, r1);
+               });
+}
+
 // A family member's Math::forward(a, b) as the F::apply of run_broadcast /
 // run_binary.
 template <typename Math>
@@ -113,11 +132,13 @@ template <typename F, typename T, typename U>
 void run_binary(KernelContext& ctx, const Tensor& x, const Tensor& y, DataType out_dtype) {
   const T* px = x.data<T>();
   const T* py = y.data<T>();
+  constexpr std::int64_t bytes = 2 * sizeof(T) + sizeof(U);
   if (x.dims() == y.dims()) {
     Tensor& out = ctx.alloc_output(0, x.dims(), out_dtype);
     U* __restrict po = out.data<U>();
-    const std::int64_t n = x.numel();
-    for (std::int64_t i = 0; i < n; ++i) po[i] = F::apply(px[i], py[i]);
+    parallel_for(x.numel(), items_per_range(bytes), [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) po[i] = F::apply(px[i], py[i]);
+    });
     return;
   }
   const Dims od = broadcast_dims(ctx.op()->name(), x.dims(), y.dims());
@@ -127,10 +148,14 @@ void run_binary(KernelContext& ctx, const Tensor& x, const Tensor& y, DataType o
   if (n == 0) return;
   if (y.numel() == 1 && x.numel() == n) {
     const T b = py[0];
-    for (std::int64_t i = 0; i < n; ++i) po[i] = F::apply(px[i], b);
+    parallel_for(n, items_per_range(bytes), [&](std::int64_t s, std::int64_t e) {
+      for (std::int64_t i = s; i < e; ++i) po[i] = F::apply(px[i], b);
+    });
   } else if (x.numel() == 1 && y.numel() == n) {
     const T a = px[0];
-    for (std::int64_t i = 0; i < n; ++i) po[i] = F::apply(a, py[i]);
+    parallel_for(n, items_per_range(bytes), [&](std::int64_t s, std::int64_t e) {
+      for (std::int64_t i = s; i < e; ++i) po[i] = F::apply(a, py[i]);
+    });
   } else {
     run_broadcast<F>(make_broadcast_plan(x.dims(), y.dims(), od), px, py, po);
   }

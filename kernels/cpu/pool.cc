@@ -76,29 +76,39 @@ void max_pool_plane(const T* __restrict xp, T* __restrict o, const Pool2dGeometr
   }
 }
 
-// max_pool2d over NHWC x [n, h, w, c]: each output pixel's channels
-// folded over its window with max_nan in the window's row-major order (the
-// NCHW kernel's values), the inner loop over the channels.
+// One output row (n, oh) of max_pool2d over NHWC x [n, h, w, c]: each
+// output pixel's channels folded over its window with max_nan in the
+// window's row-major order (the NCHW kernel's values), the inner loop over
+// the channels.
 template <typename T>
-void max_pool_nhwc(const T* x, T* out, const Pool2dGeometry& g) {
+void max_pool_nhwc_row(const T* x, T* out, const Pool2dGeometry& g, std::int64_t n,
+                       std::int64_t oh) {
   const T start = std::is_floating_point_v<T> ? -std::numeric_limits<T>::infinity()
                                               : std::numeric_limits<T>::lowest();
-  for (std::int64_t n = 0; n < g.n; ++n)
-    for (std::int64_t oh = 0; oh < g.ho; ++oh)
-      for (std::int64_t ow = 0; ow < g.wo; ++ow) {
-        T* __restrict o = out + ((n * g.ho + oh) * g.wo + ow) * g.c;
-        std::fill(o, o + g.c, start);
-        for (std::int64_t i = 0; i < g.kh; ++i) {
-          const std::int64_t ih = oh * g.sh - g.pt + i;
-          if (ih < 0 || ih >= g.h) continue;
-          for (std::int64_t j = 0; j < g.kw; ++j) {
-            const std::int64_t iw = ow * g.sw - g.pl + j;
-            if (iw < 0 || iw >= g.w) continue;
-            const T* __restrict xs = x + ((n * g.h + ih) * g.w + iw) * g.c;
-            for (std::int64_t c = 0; c < g.c; ++c) o[c] = max_nan(o[c], xs[c]);
-          }
-        }
+  for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+    T* __restrict o = out + ((n * g.ho + oh) * g.wo + ow) * g.c;
+    std::fill(o, o + g.c, start);
+    for (std::int64_t i = 0; i < g.kh; ++i) {
+      const std::int64_t ih = oh * g.sh - g.pt + i;
+      if (ih < 0 || ih >= g.h) continue;
+      for (std::int64_t j = 0; j < g.kw; ++j) {
+        const std::int64_t iw = ow * g.sw - g.pl + j;
+        if (iw < 0 || iw >= g.w) continue;
+        const T* __restrict xs = x + ((n * g.h + ih) * g.w + iw) * g.c;
+        for (std::int64_t c = 0; c < g.c; ++c) o[c] = max_nan(o[c], xs[c]);
       }
+    }
+  }
+}
+
+// max_pool2d over NHWC x [n, h, w, c], output rows (n, oh) split across
+// the kernel's threads.
+template <typename T>
+void max_pool_nhwc(const T* x, T* out, const Pool2dGeometry& g) {
+  const std::int64_t row_bytes = g.wo * g.c * g.kh * g.kw * std::int64_t(sizeof(T));
+  parallel_for(g.n * g.ho, items_per_range(row_bytes), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) max_pool_nhwc_row(x, out, g, r / g.ho, r % g.ho);
+  });
 }
 
 template <typename T>
@@ -113,8 +123,17 @@ struct MaxPoolK {
     const std::int64_t planes = g.n * g.c;
     const T* px = x.data<T>();
     T* po = out.data<T>();
+    const std::int64_t plane_bytes = g.h * g.w * std::int64_t(sizeof(T));
+    parallel_for(planes, items_per_range(plane_bytes), [&](std::int64_t p0, std::int64_t p1) {
+      pool_planes(px, po, g, p0, p1);
+    });
+  }
+
+  // Planes [p0, p1) of an NCHW max pool.
+  static void pool_planes(const T* px, T* po, const Pool2dGeometry& g, std::int64_t p0,
+                          std::int64_t p1) {
     if (is_2x2(g)) {
-      for (std::int64_t pl = 0; pl < planes; ++pl)
+      for (std::int64_t pl = p0; pl < p1; ++pl)
         for (std::int64_t oh = 0; oh < g.ho; ++oh) {
           const T* __restrict r0 = px + pl * g.h * g.w + 2 * oh * g.w;
           const T* __restrict r1 = r0 + g.w;
@@ -127,7 +146,7 @@ struct MaxPoolK {
         }
       return;
     }
-    for (std::int64_t pl = 0; pl < planes; ++pl) {
+    for (std::int64_t pl = p0; pl < p1; ++pl) {
       const T* xp = px + pl * g.h * g.w;
       T* o = po + pl * g.ho * g.wo;
       if constexpr (std::is_floating_point_v<T>) {
@@ -217,8 +236,16 @@ struct AvgPoolK {
     if (out.numel() == 0) return;
     const T* px = x.data<T>();
     T* po = out.data<T>();
-    const std::int64_t planes = g.n * g.c;
-    for (std::int64_t pl = 0; pl < planes; ++pl) {
+    const std::int64_t plane_bytes = g.h * g.w * std::int64_t(sizeof(T));
+    parallel_for(g.n * g.c, items_per_range(plane_bytes), [&](std::int64_t p0, std::int64_t p1) {
+      avg_pool_planes(px, po, g, a.exclusive, p0, p1);
+    });
+  }
+
+  // Planes [p0, p1) of an NCHW average pool.
+  static void avg_pool_planes(const T* px, T* po, const Pool2dGeometry& g, bool exclusive,
+                              std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t pl = p0; pl < p1; ++pl) {
       const T* xp = px + pl * g.h * g.w;
       T* o = po + pl * g.ho * g.wo;
       for (std::int64_t oh = 0; oh < g.ho; ++oh)
@@ -227,7 +254,7 @@ struct AvgPoolK {
           T s = 0;
           for (std::int64_t ih = r.hs; ih < r.he; ++ih)
             for (std::int64_t iw = r.ws; iw < r.we; ++iw) s += xp[ih * g.w + iw];
-          const std::int64_t cnt = avg_pool_count(g, oh, ow, a.exclusive);
+          const std::int64_t cnt = avg_pool_count(g, oh, ow, exclusive);
           o[oh * g.wo + ow] = cnt > 0 ? s / T(cnt) : T(0);
         }
     }

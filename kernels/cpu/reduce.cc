@@ -66,23 +66,41 @@ void reduce_contiguous(const T* in, std::int64_t n, T* out) {
   *out = static_cast<T>(r);
 }
 
+// Walks groups g[0..m): the group `split` levels down only over [b, e),
+// every other over its extent (split < 0: none restricted).
 template <typename T, typename R>
-void reduce_rec(const Group* g, int m, const T* in, T* out) {
+void reduce_rec(const Group* g, int m, const T* in, T* out, int split, std::int64_t b,
+                std::int64_t e) {
   const Group& cur = g[0];
+  const std::int64_t lo = split == 0 ? b : 0, hi = split == 0 ? e : cur.extent;
   if (m == 1) {
     if (cur.reduced) {
       reduce_contiguous<T, R>(in, cur.extent, out);
     } else {
       T* __restrict po = out;
       const T* __restrict pi = in;
-      for (std::int64_t i = 0; i < cur.extent; ++i)
-        po[i] = static_cast<T>(R::combine(po[i], pi[i]));
+      for (std::int64_t i = lo; i < hi; ++i) po[i] = static_cast<T>(R::combine(po[i], pi[i]));
     }
     return;
   }
-  for (std::int64_t i = 0; i < cur.extent; ++i)
+  for (std::int64_t i = lo; i < hi; ++i)
     reduce_rec<T, R>(g + 1, m - 1, in + i * cur.in_stride,
-                     cur.reduced ? out : out + i * cur.out_stride);
+                     cur.reduced ? out : out + i * cur.out_stride, split - 1, b, e);
+}
+
+// reduce_rec over all of g, split across the kernel's threads along its
+// widest kept group: each output is one thread's, summed in the order one
+// thread would sum it, so any thread count gives the same bits.
+template <typename T, typename R>
+void reduce_groups(const Group* g, int m, const T* in, T* out, std::int64_t numel) {
+  int split = -1;
+  for (int k = 0; k < m; ++k)
+    if (!g[k].reduced && (split < 0 || g[k].extent > g[split].extent)) split = k;
+  if (split < 0) return reduce_rec<T, R>(g, m, in, out, -1, 0, 0);
+  const std::int64_t bytes = numel / g[split].extent * std::int64_t(sizeof(T));
+  parallel_for(g[split].extent, items_per_range(bytes), [&](std::int64_t b, std::int64_t e) {
+    reduce_rec<T, R>(g, m, in, out, split, b, e);
+  });
 }
 
 enum class Kind { Sum, Mean, Max, Prod };
@@ -144,7 +162,7 @@ void reduce_kernel(KernelContext& ctx) {
   if (m == 0) {
     po[0] = static_cast<T>(R::combine(po[0], pi[0]));
   } else {
-    reduce_rec<T, R>(g, m, pi, po);
+    reduce_groups<T, R>(g, m, pi, po, src.numel());
   }
   if constexpr (kind == Kind::Mean) {
     const T c = static_cast<T>(count);

@@ -24,6 +24,9 @@
 namespace kiln {
 namespace {
 
+using cpu::items_per_range;
+using cpu::parallel_for;
+
 std::int64_t axis_at_run(const KernelContext& ctx, std::int64_t axis, int rank,
                          const char* what = "axis") {
   if (axis < -rank || axis >= rank)
@@ -94,16 +97,25 @@ void reshape_kernel(KernelContext& ctx) {
 
 // ---- transpose ----
 
+// Output rows [r0, r1) (a row: od's innermost dim) of a transpose whose
+// output dim i steps the input by step[i] elements.
 template <typename U>
-void transpose_copy(const U* in, U* out, const Dims& od, const std::int64_t* step) {
+void transpose_rows(const U* in, U* out, const Dims& od, const std::int64_t* step,
+                    std::int64_t r0, std::int64_t r1) {
   const int r = od.rank();
   const std::int64_t inner = od[r - 1], inner_step = step[r - 1];
-  const std::int64_t rows = od.numel() / inner;
   std::int64_t idx[Dims::kMaxRank] = {};
   std::int64_t off = 0;
-  for (std::int64_t row = 0; row < rows; ++row) {
+  for (std::int64_t i = r - 2, row = r0; i >= 0; --i) {  // the odometer at row r0
+    idx[i] = row % od[i];
+    row /= od[i];
+    off += idx[i] * step[i];
+  }
+  out += r0 * inner;
+  for (std::int64_t row = r0; row < r1; ++row) {
     const U* src = in + off;
-    for (std::int64_t j = 0; j < inner; ++j) out[j] = src[j * inner_step];
+    if (inner_step == 1) std::memcpy(out, src, static_cast<std::size_t>(inner) * sizeof(U));
+    else for (std::int64_t j = 0; j < inner; ++j) out[j] = src[j * inner_step];
     out += inner;
     for (int i = r - 2; i >= 0; --i) {  // odometer over the outer output dims
       off += step[i];
@@ -114,18 +126,30 @@ void transpose_copy(const U* in, U* out, const Dims& od, const std::int64_t* ste
   }
 }
 
+template <typename U>
+void transpose_copy(const U* in, U* out, const Dims& od, const std::int64_t* step) {
+  const std::int64_t inner = od[od.rank() - 1];
+  parallel_for(od.numel() / inner, items_per_range(2 * inner * std::int64_t(sizeof(U))),
+               [&](std::int64_t r0, std::int64_t r1) { transpose_rows(in, out, od, step, r0, r1); });
+}
+
 // out [b, cols, rows] = in [b, rows, cols], in 32x32 tiles (both sides
-// touch whole cache lines).
+// touch whole cache lines), the tiles split across the kernel's threads.
 template <typename U>
 void swap_2d(const U* in, U* out, std::int64_t batch, std::int64_t rows, std::int64_t cols) {
   constexpr std::int64_t kTile = 32;
-  for (std::int64_t b = 0; b < batch; ++b, in += rows * cols, out += rows * cols)
-    for (std::int64_t r0 = 0; r0 < rows; r0 += kTile)
-      for (std::int64_t c0 = 0; c0 < cols; c0 += kTile) {
-        const std::int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
-        for (std::int64_t c = c0; c < c1; ++c)
-          for (std::int64_t r = r0; r < r1; ++r) out[c * rows + r] = in[r * cols + c];
-      }
+  const std::int64_t rt = (rows + kTile - 1) / kTile, ct = (cols + kTile - 1) / kTile;
+  const std::int64_t tile_bytes = 2 * kTile * kTile * std::int64_t(sizeof(U));
+  parallel_for(batch * rt * ct, items_per_range(tile_bytes), [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t b = t / (rt * ct), r0 = t / ct % rt * kTile, c0 = t % ct * kTile;
+      const std::int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+      const U* bi = in + b * rows * cols;
+      U* bo = out + b * rows * cols;
+      for (std::int64_t c = c0; c < c1; ++c)
+        for (std::int64_t r = r0; r < r1; ++r) bo[c * rows + r] = bi[r * cols + c];
+    }
+  });
 }
 
 // A permutation that is a batch of 2-D transposes once runs of input axes
@@ -178,15 +202,26 @@ void transpose_kernel(KernelContext& ctx) {
   if (const auto [b, rows, cols] = as_swap_2d(x.dims(), perm, r); b > 0 && size_of(x.dtype()) == 4)
     return swap_2d(static_cast<const std::uint32_t*>(x.raw_data()),
                    static_cast<std::uint32_t*>(out.raw_data()), b, rows, cols);
+  // Output dims that read consecutive input axes walk the input as one dim.
+  int m = 0;
+  for (int i = 0; i < r; ++i) {
+    if (i > 0 && perm[i] == perm[i - 1] + 1) {
+      od[m - 1] *= od[i];
+      step[m - 1] = step[i];
+      continue;
+    }
+    od[m] = od[i], step[m] = step[i], ++m;
+  }
+  const Dims walk(std::span<const std::int64_t>(od, m));
   switch (size_of(x.dtype())) {
     case 1: transpose_copy(static_cast<const std::uint8_t*>(x.raw_data()),
-                           static_cast<std::uint8_t*>(out.raw_data()), out_dims, step); break;
+                           static_cast<std::uint8_t*>(out.raw_data()), walk, step); break;
     case 2: transpose_copy(static_cast<const std::uint16_t*>(x.raw_data()),
-                           static_cast<std::uint16_t*>(out.raw_data()), out_dims, step); break;
+                           static_cast<std::uint16_t*>(out.raw_data()), walk, step); break;
     case 4: transpose_copy(static_cast<const std::uint32_t*>(x.raw_data()),
-                           static_cast<std::uint32_t*>(out.raw_data()), out_dims, step); break;
+                           static_cast<std::uint32_t*>(out.raw_data()), walk, step); break;
     case 8: transpose_copy(static_cast<const std::uint64_t*>(x.raw_data()),
-                           static_cast<std::uint64_t*>(out.raw_data()), out_dims, step); break;
+                           static_cast<std::uint64_t*>(out.raw_data()), walk, step); break;
     default:
       throw_error(ErrorKind::Unimplemented, "op '", ctx.op()->name(), "' has no kernel for ",
                   to_string(x.dtype()));
@@ -222,16 +257,19 @@ void concat_kernel(KernelContext& ctx) {
   std::int64_t outer = 1, inner = static_cast<std::int64_t>(size_of(x0.dtype()));
   for (int k = 0; k < axis; ++k) outer *= od[k];
   for (int k = axis + 1; k < r; ++k) inner *= od[k];
-  char* dst = bytes_of(out);
-  for (std::int64_t o = 0; o < outer; ++o) {
-    for (std::uint32_t i = 0; i < n; ++i) {
-      const Tensor& t = ctx.input(i);
-      const std::int64_t chunk = t.dims()[axis] * inner;
-      if (chunk == 0) continue;
-      std::memcpy(dst, bytes_of(t) + o * chunk, static_cast<std::size_t>(chunk));
-      dst += chunk;
+  const std::int64_t row = od[axis] * inner;  // bytes of one outer index of out
+  parallel_for(outer, items_per_range(2 * row), [&](std::int64_t o0, std::int64_t o1) {
+    char* dst = bytes_of(out) + o0 * row;
+    for (std::int64_t o = o0; o < o1; ++o) {
+      for (std::uint32_t i = 0; i < n; ++i) {
+        const Tensor& t = ctx.input(i);
+        const std::int64_t chunk = t.dims()[axis] * inner;
+        if (chunk == 0) continue;
+        std::memcpy(dst, bytes_of(t) + o * chunk, static_cast<std::size_t>(chunk));
+        dst += chunk;
+      }
     }
-  }
+  });
 }
 
 // ---- split ----

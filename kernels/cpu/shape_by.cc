@@ -64,9 +64,42 @@ void strides_of(const Dims& d, std::int64_t* s) {
   }
 }
 
+// Rows [r0, r1) (a row: the innermost dim) of walk below.
+template <typename U, bool Scatter>
+void walk_rows(const U* src, U* dst, int r, const std::int64_t* od, const std::int64_t* stride,
+               std::int64_t base, std::int64_t r0, std::int64_t r1) {
+  const std::int64_t inner = od[r - 1], s = stride[r - 1];
+  std::int64_t idx[2 * kMaxRank] = {};
+  std::int64_t off = base;
+  for (std::int64_t i = r - 2, row = r0; i >= 0; --i) {  // the odometer at row r0
+    idx[i] = row % od[i];
+    row /= od[i];
+    off += idx[i] * stride[i];
+  }
+  for (std::int64_t j = r0 * inner; j < r1 * inner; j += inner) {
+    if (s == 1) {
+      if constexpr (Scatter) std::memcpy(dst + off, src + j, sizeof(U) * std::size_t(inner));
+      else std::memcpy(dst + j, src + off, sizeof(U) * std::size_t(inner));
+    } else {
+      for (std::int64_t k = 0; k < inner; ++k) {
+        if constexpr (Scatter) dst[off + k * s] = src[j + k];
+        else dst[j + k] = src[off + k * s];
+      }
+    }
+    for (int i = r - 2; i >= 0; --i) {  // odometer over the outer dims
+      off += stride[i];
+      if (++idx[i] < od[i]) break;
+      off -= stride[i] * od[i];
+      idx[i] = 0;
+    }
+  }
+}
+
 // Walks the dense index space `od` (rank r) in row-major order with a second
 // offset that advances by `stride` per dim, starting at `base`: gather
-// (dense[j] = strided[off]) or scatter (strided[off] = dense[j]).
+// (dense[j] = strided[off]) or scatter (strided[off] = dense[j]). Distinct
+// dense elements reach distinct strided ones, so the rows are split across
+// the kernel's threads.
 template <typename U, bool Scatter>
 void walk(const U* src, U* dst, int r, const std::int64_t* od, const std::int64_t* stride,
           std::int64_t base) {
@@ -78,21 +111,11 @@ void walk(const U* src, U* dst, int r, const std::int64_t* od, const std::int64_
     else dst[0] = src[base];
     return;
   }
-  const std::int64_t inner = od[r - 1], s = stride[r - 1];
-  std::int64_t idx[2 * kMaxRank] = {};
-  std::int64_t off = base;
-  for (std::int64_t j = 0; j < n; j += inner) {
-    for (std::int64_t k = 0; k < inner; ++k) {
-      if constexpr (Scatter) dst[off + k * s] = src[j + k];
-      else dst[j + k] = src[off + k * s];
-    }
-    for (int i = r - 2; i >= 0; --i) {  // odometer over the outer dims
-      off += stride[i];
-      if (++idx[i] < od[i]) break;
-      off -= stride[i] * od[i];
-      idx[i] = 0;
-    }
-  }
+  const std::int64_t inner = od[r - 1];
+  parallel_for(n / inner, items_per_range(2 * inner * std::int64_t(sizeof(U))),
+               [&](std::int64_t r0, std::int64_t r1) {
+                 walk_rows<U, Scatter>(src, dst, r, od, stride, base, r0, r1);
+               });
 }
 
 template <bool Scatter>
@@ -321,12 +344,29 @@ SlicePlan plan_slice(const KernelContext& ctx, const Dims& xd, int n, const std:
   return p;
 }
 
+// p's dims with each pair the strided side also steps over as one dim
+// merged (longer rows for walk); returns the merged rank.
+int merge_walk_dims(SlicePlan& p, int r) {
+  int m = 0;
+  for (int i = 0; i < r; ++i) {
+    if (m > 0 && p.stride[m - 1] == p.stride[i] * p.od[i]) {
+      p.od[m - 1] *= p.od[i];
+      p.stride[m - 1] = p.stride[i];
+      continue;
+    }
+    p.od[m] = p.od[i], p.stride[m] = p.stride[i], ++m;
+  }
+  return m;
+}
+
 void slice_forward(KernelContext& ctx, const SlicePlan& p) {
   const Tensor& x = ctx.input(0);
   const int r = x.rank();
   Tensor& out = ctx.alloc_output(0, dims_of(p.od, r), x.dtype());
   if (out.numel() == 0) return;
-  walk_bytes<false>(ctx, x.dtype(), x.raw_data(), out.raw_data(), r, p.od, p.stride, p.base);
+  SlicePlan w = p;
+  const int m = merge_walk_dims(w, r);
+  walk_bytes<false>(ctx, x.dtype(), x.raw_data(), out.raw_data(), m, w.od, w.stride, w.base);
 }
 
 // dx: zeros like x (input 0), dout (input `d`) scattered back.
@@ -340,7 +380,9 @@ void slice_backward(KernelContext& ctx, const SlicePlan& p, std::uint32_t d) {
   Tensor& dx = ctx.alloc_output(0, xd, dout.dtype());
   if (dx.bytes()) std::memset(dx.raw_data(), 0, dx.bytes());
   if (dout.numel() == 0) return;
-  walk_bytes<true>(ctx, dout.dtype(), dout.raw_data(), dx.raw_data(), r, p.od, p.stride, p.base);
+  SlicePlan w = p;
+  const int m = merge_walk_dims(w, r);
+  walk_bytes<true>(ctx, dout.dtype(), dout.raw_data(), dx.raw_data(), m, w.od, w.stride, w.base);
 }
 
 SlicePlan strided_plan(const KernelContext& ctx, const StridedSliceOp::Attributes& a) {

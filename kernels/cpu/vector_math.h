@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "intra_op.h"
+
 namespace kiln::cpu {
 
 // Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2, a degree-7 polynomial in r
@@ -164,15 +166,20 @@ struct Map2Loop {
 };
 }  // namespace simd_detail
 
-// out[i] = F::forward(x[i]); x and out do not overlap.
+// out[i] = F::forward(x[i]); x and out do not overlap. Split across the
+// kernel's threads (intra_op.h), as the two-operand form below.
 template <typename F, typename T>
 void map_elementwise(const T* x, T* out, std::int64_t n) {
-  simd_dispatch<simd_detail::MapLoop<F, T>>(x, out, n);
+  parallel_for(n, items_per_range(2 * sizeof(T)), [=](std::int64_t b, std::int64_t e) {
+    simd_dispatch<simd_detail::MapLoop<F, T>>(x + b, out + b, e - b);
+  });
 }
 // out[i] = F::backward(x[i], y[i]); out overlaps neither.
 template <typename F, typename T>
 void map_elementwise(const T* x, const T* y, T* out, std::int64_t n) {
-  simd_dispatch<simd_detail::Map2Loop<F, T>>(x, y, out, n);
+  parallel_for(n, items_per_range(3 * sizeof(T)), [=](std::int64_t b, std::int64_t e) {
+    simd_dispatch<simd_detail::Map2Loop<F, T>>(x + b, y + b, out + b, e - b);
+  });
 }
 
 }  // namespace kiln::cpu

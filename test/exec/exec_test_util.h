@@ -205,5 +205,19 @@ inline std::uint32_t instr_of(const kiln::InterpreterCore& core, std::uint32_t o
   return ~0u;
 }
 
+// A diamond chain of 19 ops on x [4]: independent work for a pool.
+inline kiln::Value diamond_chain(kiln::Program& p) {
+  using namespace kiln;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{4}).result();
+  Value v = b.create<FullOp>(std::vector<std::int64_t>{4}, 1.0).result();
+  for (int i = 0; i < 6; ++i) {
+    Value l = b.create<IdentityOp>(v).result();
+    Value r = b.create<MulOp>(v, x).result();
+    v = b.create<AddOp>(l, r).result();
+  }
+  return b.create<Relu_Op>(v).result();
+}
+
 }  // namespace kiln_exec_test
 

@@ -38,18 +38,6 @@ struct Known {
   }
 };
 
-// A diamond chain of 19 ops: independent work for a pool.
-Value diamond_chain(Program& p) {
-  Builder b(p);
-  Value x = b.create<DataOp>("x", Dims0{4}).result();
-  Value v = b.create<FullOp>(Dims0{4}, 1.0).result();
-  for (int i = 0; i < 6; ++i) {
-    Value l = b.create<IdentityOp>(v).result();
-    Value r = b.create<MulOp>(v, x).result();
-    v = b.create<AddOp>(l, r).result();
-  }
-  return b.create<Relu_Op>(v).result();
-}
 
 std::size_t x_events(const std::string& trace) {
   const auto j = nlohmann::json::parse(trace);

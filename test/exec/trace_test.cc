@@ -17,22 +17,6 @@
 using namespace kiln;
 using namespace kiln_exec_test;
 
-namespace {
-
-Value diamond_chain(Program& p) {
-  Builder b(p);
-  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{4}).result();
-  Value v = b.create<FullOp>(std::vector<std::int64_t>{4}, 1.0).result();
-  for (int i = 0; i < 6; ++i) {
-    Value l = b.create<IdentityOp>(v).result();
-    Value r = b.create<MulOp>(v, x).result();
-    v = b.create<AddOp>(l, r).result();
-  }
-  return b.create<Relu_Op>(v).result();
-}
-
-}  // namespace
-
 TEST_CASE("profile: the Chrome trace parses as JSON with one X event per instruction", "[exec]") {
   Program p;
   Value out = diamond_chain(p);

@@ -24,7 +24,7 @@ namespace {
 
 // atol by default: 0 for exact checks, else 1e-12.
 template <typename T>
-void check_same(const Tensor& got, const Tensor& want, double rtol, double atol = -1) {
+void check_matches(const Tensor& got, const Tensor& want, double rtol, double atol = -1) {
   kiln_test::check_same<T>(got, want, rtol, atol >= 0 ? atol : rtol == 0 ? 0 : 1e-12);
 }
 
@@ -47,7 +47,7 @@ void compare_binary(double lo, double hi, double rtol) {
       x = filled<T>(xd, lo, hi, seed++);
       y = filled<T>(yd, lo, hi, seed++);
     }
-    check_same<T>(run_cuda_op<OpT>({x, y}).out(), run_op<OpT>({x, y}).out(), rtol);
+    check_matches<T>(run_cuda_op<OpT>({x, y}).out(), run_op<OpT>({x, y}).out(), rtol);
   }
 }
 
@@ -89,12 +89,12 @@ void compare_unary(double lo, double hi, double rtol) {
   INFO(OpT::name);
   for (const Dims& d : {Dims{}, Dims{7}, Dims{33, 65}, Dims{0, 4}}) {
     Tensor x = filled<float>(d, lo, hi, 5);
-    check_same<float>(run_cuda_op<OpT>({x}).out(), run_op<OpT>({x}).out(), rtol);
+    check_matches<float>(run_cuda_op<OpT>({x}).out(), run_op<OpT>({x}).out(), rtol);
     Tensor xd = filled<double>(d, lo, hi, 6);
-    check_same<double>(run_cuda_op<OpT>({xd}).out(), run_op<OpT>({xd}).out(), rtol * 1e-6);
+    check_matches<double>(run_cuda_op<OpT>({xd}).out(), run_op<OpT>({xd}).out(), rtol * 1e-6);
     Tensor dout = filled<float>(d, -1, 1, 7);
     Tensor a = filled<float>(d, lo, hi, 8);
-    check_same<float>(run_cuda_op<GradOf<OpT>>({a, dout}).out(),
+    check_matches<float>(run_cuda_op<GradOf<OpT>>({a, dout}).out(),
                       run_op<GradOf<OpT>>({a, dout}).out(), rtol);
   }
 }
@@ -151,9 +151,9 @@ TEST_CASE("CUDA matmul (cuBLAS) matches the CPU's for transposes and broadcast b
     Tensor want = run_op<MatmulOp>({x, y}, c.tx, c.ty).out();
     // Sums of up to 65 products of [-1, 1) values: absolute error ~1e-6
     // where they cancel.
-    check_same<float>(run_cuda_op<MatmulOp>({x, y}, c.tx, c.ty).out(), want, 1e-5, 1e-5);
+    check_matches<float>(run_cuda_op<MatmulOp>({x, y}, c.tx, c.ty).out(), want, 1e-5, 1e-5);
     Tensor xd = filled<double>(c.x, -1, 1, 3), yd = filled<double>(c.y, -1, 1, 4);
-    check_same<double>(run_cuda_op<MatmulOp>({xd, yd}, c.tx, c.ty).out(),
+    check_matches<double>(run_cuda_op<MatmulOp>({xd, yd}, c.tx, c.ty).out(),
                        run_op<MatmulOp>({xd, yd}, c.tx, c.ty).out(), 1e-12, 1e-13);
   }
   KILN_CHECK_ERROR(run_cuda_op<MatmulOp>({filled<float>({2, 3}), filled<float>({2, 3})}),
@@ -225,14 +225,14 @@ TEST_CASE("CUDA gelu, both forms, and its gradient match the CPU's to 1e-5 (f32)
     INFO("approximate " << approximate);
     for (const Dims& d : {Dims{}, Dims{7}, Dims{33, 65}, Dims{0, 4}}) {
       const Tensor x = filled<float>(d, -5, 5, 3), dout = filled<float>(d, -1, 1, 4);
-      check_same<float>(run_cuda_op<GeluOp>({x}, approximate).out(),
+      check_matches<float>(run_cuda_op<GeluOp>({x}, approximate).out(),
                         run_op<GeluOp>({x}, approximate).out(), 1e-5, 1e-6);
-      check_same<float>(run_cuda_op<GradOf<GeluOp>>({x, dout}, approximate).out(),
+      check_matches<float>(run_cuda_op<GradOf<GeluOp>>({x, dout}, approximate).out(),
                         run_op<GradOf<GeluOp>>({x, dout}, approximate).out(), 1e-5, 1e-6);
       const Tensor xd = filled<double>(d, -5, 5, 5), dd = filled<double>(d, -1, 1, 6);
-      check_same<double>(run_cuda_op<GeluOp>({xd}, approximate).out(),
+      check_matches<double>(run_cuda_op<GeluOp>({xd}, approximate).out(),
                          run_op<GeluOp>({xd}, approximate).out(), 1e-13, 1e-15);
-      check_same<double>(run_cuda_op<GradOf<GeluOp>>({xd, dd}, approximate).out(),
+      check_matches<double>(run_cuda_op<GradOf<GeluOp>>({xd, dd}, approximate).out(),
                          run_op<GradOf<GeluOp>>({xd, dd}, approximate).out(), 1e-13, 1e-15);
     }
   }
@@ -251,7 +251,7 @@ TEST_CASE("CUDA add_n sums any number of operands like the CPU", "[cuda][kernel]
       ind.push_back(integers<std::int64_t>({5}, 200 + i, -50, 50));
     }
     // The CPU adds left to right; so does each device thread.
-    check_same<float>(run_cuda_op<AddNOp>(in).out(), run_op<AddNOp>(in).out(), 0);
+    check_matches<float>(run_cuda_op<AddNOp>(in).out(), run_op<AddNOp>(in).out(), 0);
     CHECK(run_cuda_op<AddNOp>(ind).out().to_vector<std::int64_t>() ==
           run_op<AddNOp>(ind).out().to_vector<std::int64_t>());
   }

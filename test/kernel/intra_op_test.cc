@@ -1,0 +1,167 @@
+// kiln's own CPU kernels split across the threads the executor's plan gives
+// them (kernels/cpu/intra_op.h): every split kernel gives the same bits at
+// 1, 2 and 3 threads, on shapes large enough to be split.
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../../kernels/cpu/intra_op.h"
+#include "../../kernels/cpu/onednn.h"
+#include "catch.hpp"
+#include "kernel_test_util.h"
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/kernel/blas.h"
+
+using namespace kiln;
+using namespace kiln_test;
+
+namespace {
+
+using Axes = std::vector<std::int64_t>;
+
+// Sets the kernels' thread count for a scope.
+class KernelThreads {
+ public:
+  explicit KernelThreads(int n) : before_(blas_num_threads()) { blas_set_num_threads(n); }
+  ~KernelThreads() { blas_set_num_threads(before_); }
+  KernelThreads(const KernelThreads&) = delete;
+  KernelThreads& operator=(const KernelThreads&) = delete;
+
+ private:
+  int before_;
+};
+
+// run() at 1 thread, then at 2 and 3: each output the same bits.
+template <typename Run>
+void same_bits_at_any_thread_count(Run run) {
+  std::vector<Tensor> want;
+  {
+    KernelThreads one(1);
+    want = run().results;
+  }
+  for (int threads : {2, 3}) {
+    INFO(threads << " threads");
+    KernelThreads t(threads);
+    const auto got = run().results;
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      REQUIRE(got[i].dims() == want[i].dims());
+      CHECK(same_bits(got[i], want[i]));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("parallel_for covers every item once, in ranges that depend only on the count",
+          "[kernel][intra_op]") {
+  KernelThreads two(2);
+  for (std::int64_t n : {0, 1, 7, 100, 1001}) {
+    std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+    std::mutex m;
+    std::set<std::pair<std::int64_t, std::int64_t>> ranges;
+    cpu::parallel_for(n, 10, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) ++hits[static_cast<std::size_t>(i)];
+      const std::lock_guard lock(m);
+      ranges.emplace(b, e);
+    });
+    for (auto& h : hits) CHECK(h == 1);
+    if (n >= 20 && cpu::onednn::available())
+      CHECK(ranges == std::set<std::pair<std::int64_t, std::int64_t>>{{0, (n + 1) / 2}, {(n + 1) / 2, n}});
+    if (n < 20 && n > 0) CHECK(ranges.size() == 1);  // too few items to split
+  }
+}
+
+TEST_CASE("parallel_for runs on two threads when the plan gives the kernels two",
+          "[kernel][intra_op]") {
+  if (!cpu::onednn::available()) {
+    WARN("kiln built without oneDNN's OpenMP runtime: kernels run on one thread");
+    return;
+  }
+  for (int threads : {1, 2}) {
+    KernelThreads t(threads);
+    CHECK(cpu::intra_op_threads() == threads);
+    std::mutex m;
+    std::set<std::thread::id> seen;
+    cpu::parallel_for(1000, 100, [&](std::int64_t, std::int64_t) {
+      const std::lock_guard lock(m);
+      seen.insert(std::this_thread::get_id());
+    });
+    CHECK(seen.size() == static_cast<std::size_t>(threads));
+  }
+}
+
+TEST_CASE("an exception thrown in one range of parallel_for reaches the caller",
+          "[kernel][intra_op]") {
+  KernelThreads two(2);
+  CHECK_THROWS_WITH(cpu::parallel_for(1000, 10,
+                                      [](std::int64_t b, std::int64_t) {
+                                        if (b > 0) throw std::runtime_error("second range");
+                                      }),
+                    "second range");
+}
+
+TEST_CASE("elementwise kernels give the same bits at any thread count", "[kernel][intra_op]") {
+  const Tensor x = filled<float>(Dims{8, 28, 28, 40}, -4, 4, 1);
+  const Tensor y = filled<float>(Dims{8, 28, 28, 40}, -4, 4, 2);
+  const Tensor s = filled<float>(Dims{8, 1, 1, 40}, -2, 2, 3);
+  same_bits_at_any_thread_count([&] { return run_op<SigmoidOp>({x}); });
+  same_bits_at_any_thread_count([&] { return run_op<GeluOp>({x}); });
+  same_bits_at_any_thread_count([&] { return run_op<AddOp>({x, y}); });
+  same_bits_at_any_thread_count([&] { return run_op<MulOp>({x, s}); });
+  same_bits_at_any_thread_count([&] { return run_op<DivOp>({s, x}); });
+  same_bits_at_any_thread_count([&] { return run_op<LessThanOp>({x, y}); });
+  same_bits_at_any_thread_count(
+      [&] { return run_op<SubOp>({x, Tensor::from_vector<float>({}, {0.5f})}); });
+}
+
+TEST_CASE("reductions split by output give the same bits at any thread count",
+          "[kernel][intra_op]") {
+  const Tensor nhwc = filled<float>(Dims{8, 28, 28, 40}, -4, 4, 1);
+  same_bits_at_any_thread_count([&] { return run_op<MeanOp>({nhwc}, Axes{1, 2}, true); });
+  same_bits_at_any_thread_count([&] { return run_op<SumOp>({nhwc}, Axes{0}, false); });
+  same_bits_at_any_thread_count([&] { return run_op<MaxOp>({nhwc}, Axes{3}, false); });
+  same_bits_at_any_thread_count([&] { return run_op<SumOp>({nhwc}, Axes{0, 2}, false); });
+}
+
+TEST_CASE("transposes, slices and concats give the same bits at any thread count",
+          "[kernel][intra_op]") {
+  const Tensor x = iota<float>({8, 2, 58, 28, 28});
+  same_bits_at_any_thread_count([&] { return run_op<TransposeOp>({x}, Axes{0, 2, 1, 3, 4}); });
+  same_bits_at_any_thread_count([&] { return run_op<TransposeOp>({x}, Axes{0, 3, 4, 1, 2}); });
+  same_bits_at_any_thread_count([&] { return run_op<TransposeOp>({x}, Axes{4, 2, 0, 3, 1}); });
+  const Tensor img = iota<float>({8, 3, 224, 224});
+  same_bits_at_any_thread_count([&] { return run_op<TransposeOp>({img}, Axes{0, 2, 3, 1}); });
+  const Tensor nhwc = iota<float>({8, 28, 28, 116});
+  same_bits_at_any_thread_count(
+      [&] { return run_op<StridedSliceOp>({nhwc}, Axes{3}, Axes{58}, Axes{116}, Axes{1}); });
+  same_bits_at_any_thread_count(
+      [&] { return run_op<StridedSliceOp>({nhwc}, Axes{1, 3}, Axes{1, 0}, Axes{27, 116}, Axes{2, 3}); });
+  const Tensor half = iota<float>({8, 28, 28, 58});
+  same_bits_at_any_thread_count([&] {
+    return run_op<GradOf<StridedSliceOp>>({nhwc, half}, Axes{3}, Axes{58}, Axes{116}, Axes{1});
+  });
+  same_bits_at_any_thread_count([&] { return run_op<ConcatOp>({half, half, nhwc}, std::int64_t{3}); });
+}
+
+TEST_CASE("pooling and a convolution's SiLU give the same bits at any thread count",
+          "[kernel][intra_op]") {
+  const Tensor nchw = filled<float>(Dims{8, 24, 56, 56}, -4, 4, 1);
+  const Tensor nhwc = filled<float>(Dims{8, 56, 56, 24}, -4, 4, 2);
+  same_bits_at_any_thread_count([&] { return run_op<MaxPool2dOp>({nchw}, Axes{3, 3}, Axes{2, 2}, Axes{1, 1}); });
+  same_bits_at_any_thread_count([&] { return run_op<MaxPool2dOp>({nchw}, Axes{2, 2}); });
+  same_bits_at_any_thread_count([&] {
+    return run_op<MaxPool2dOp>({nhwc}, Axes{3, 3}, Axes{2, 2}, Axes{1, 1}, false, std::string("NHWC"));
+  });
+  same_bits_at_any_thread_count([&] { return run_op<AvgPool2dOp>({nchw}, Axes{3, 3}, Axes{1, 1}, Axes{1, 1}); });
+  const Tensor w = filled<float>(Dims{32, 24, 3, 3}, -1, 1, 3), b = filled<float>(Dims{32}, -1, 1, 4);
+  for (const std::string layout : {"NCHW", "NHWC"})
+    same_bits_at_any_thread_count([&] {
+      return run_op<FusedConv2dOp>({layout == "NCHW" ? nchw : nhwc, w, b}, Axes{1, 1}, Axes{1, 1},
+                                   Axes{1, 1}, std::int64_t{1}, std::string("silu"), layout);
+    });
+}
