@@ -88,13 +88,14 @@ void reduce_rec(const Group* g, int m, const T* in, T* out, int split, std::int6
                      cur.reduced ? out : out + i * cur.out_stride, split - 1, b, e);
 }
 
-// reduce_rec over all of g, split across the kernel's threads along its
-// widest kept group: each output is one thread's, summed in the order one
+// reduce_rec over all of g, split across the kernel's threads along a
+// kept group: the outermost with an item per thread (whole rows each),
+// else the widest. Each output is one thread's, summed in the order one
 // thread would sum it, so any thread count gives the same bits.
 template <typename T, typename R>
 void reduce_groups(const Group* g, int m, const T* in, T* out, std::int64_t numel) {
   int split = -1;
-  for (int k = 0; k < m; ++k)
+  for (int k = 0; k < m && (split < 0 || g[split].extent < intra_op_threads()); ++k)
     if (!g[k].reduced && (split < 0 || g[k].extent > g[split].extent)) split = k;
   if (split < 0) return reduce_rec<T, R>(g, m, in, out, -1, 0, 0);
   const std::int64_t bytes = numel / g[split].extent * std::int64_t(sizeof(T));
