@@ -9,6 +9,7 @@
 // Random but fixed data, fed every step. Filters: "", "models", "model",
 // "model.resnet18", "model.mobilenet_v2".
 #include <algorithm>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -18,6 +19,7 @@
 #include "bench_util.h"
 
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/exec/interpreter_core.h"
 #include "kiln/exec/thread_plan.h"
 
 namespace bench {
@@ -117,6 +119,7 @@ std::unique_ptr<Model> cnn_model(const std::string& name) {
 std::vector<double> step_ms(Model& m, unsigned threads, int steps) {
   kiln::ExecutionOptions opts;
   opts.num_threads = threads;
+  opts.profile = std::getenv("KILN_BENCH_TRACE") != nullptr;
   kiln::Executor exe(kiln::Place::cpu(), opts);
   exe.run(m.startup);
   const std::vector<kiln::FetchTarget> fetch{m.loss};
@@ -126,6 +129,10 @@ std::vector<double> step_ms(Model& m, unsigned threads, int steps) {
   std::vector<double> t;
   for (int i = 0; i < steps; ++i) t.push_back(time_ns([&] { exe.run(m.main, m.feeds, fetch, out); }) / 1e6);
   if (detail()) std::printf("# loss after %d steps: %.4f\n", warm + steps, out[0].to_vector<float>()[0]);
+  if (const char* trace = std::getenv("KILN_BENCH_TRACE"); trace && exe.last_core()) {
+    std::ofstream f(std::string(trace) + ".t" + std::to_string(threads) + ".json");
+    f << exe.last_core()->chrome_trace();
+  }
   return t;
 }
 

@@ -263,6 +263,143 @@ void run_conv(const ConvPlan* p, const float* x, const float* w, const float* bi
 
 }  // namespace
 
+namespace {
+
+// A primitive's operand in the layout the primitive chose, and the reorder
+// between it and kiln's plain layout where the two differ.
+struct Operand {
+  memory::desc plain, chosen;
+  std::optional<dnnl::reorder> reorder;  // plain -> chosen for inputs, back for outputs
+};
+
+Operand operand(const memory::desc& plain, const memory::desc& chosen, bool input) {
+  Operand o{plain, chosen, std::nullopt};
+  const auto& e = cpu_engine();
+  if (chosen != plain)
+    o.reorder = input ? dnnl::reorder(dnnl::reorder::primitive_desc(e, plain, e, chosen))
+                      : dnnl::reorder(dnnl::reorder::primitive_desc(e, chosen, e, plain));
+  return o;
+}
+
+// The primitives of a convolution's two gradients, with their operands.
+struct ConvGradPlan {
+  dnnl::convolution_backward_data data;
+  dnnl::convolution_backward_weights weights;
+  Operand data_dout, data_w, data_dx, weights_x, weights_dout, weights_dw;
+};
+
+// Primitives for g's gradients (NCHW data, layouts inside left to oneDNN);
+// throws dnnl::error when oneDNN has none.
+std::unique_ptr<ConvGradPlan> make_conv_grad_plan(const Conv2dGeometry& g) {
+  const auto f32 = memory::data_type::f32;
+  const auto& e = cpu_engine();
+  const memory::dims xd{g.n, g.c, g.h, g.w}, od{g.n, g.o, g.ho, g.wo}, wd = weight_dims(g);
+  const memory::dims strides{g.sh, g.sw}, dilates{g.dh - 1, g.dw - 1}, pl{g.pt, g.pl}, pr{g.pb, g.pr};
+  auto any = [&](const memory::dims& d) { return memory::desc(d, f32, Tag::any); };
+  const dnnl::convolution_forward::primitive_desc hint(
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                      dnnl::algorithm::convolution_direct, any(xd), any(wd),
+                                      memory::desc(), any(od), strides, dilates, pl, pr),
+      e);
+  const dnnl::convolution_backward_data::primitive_desc dpd(
+      dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any(xd), any(wd),
+                                            any(od), strides, dilates, pl, pr),
+      e, hint);
+  const dnnl::convolution_backward_weights::primitive_desc wpd(
+      dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any(xd),
+                                               any(wd), any(od), strides, dilates, pl, pr),
+      e, hint);
+  const memory::desc x_plain(xd, f32, Tag::nchw), out_plain(od, f32, Tag::nchw),
+      w_plain(wd, f32, g.groups == 1 ? Tag::oihw : Tag::goihw);
+  auto p = std::make_unique<ConvGradPlan>();
+  p->data = dnnl::convolution_backward_data(dpd);
+  p->weights = dnnl::convolution_backward_weights(wpd);
+  p->data_dout = operand(out_plain, dpd.diff_dst_desc(), true);
+  p->data_w = operand(w_plain, dpd.weights_desc(), true);
+  p->data_dx = operand(x_plain, dpd.diff_src_desc(), false);
+  p->weights_x = operand(x_plain, wpd.src_desc(), true);
+  p->weights_dout = operand(out_plain, wpd.diff_dst_desc(), true);
+  p->weights_dw = operand(w_plain, wpd.diff_weights_desc(), false);
+  return p;
+}
+
+// This thread's gradient plan for g at `threads` threads; null when oneDNN
+// has none.
+ConvGradPlan* conv_grad_plan(const Conv2dGeometry& g, int threads) {
+  thread_local std::unordered_map<ConvKey, std::unique_ptr<ConvGradPlan>, ConvKeyHash> plans;
+  const ConvKey k{g, false, ConvActivation::None, false, threads};
+  auto it = plans.find(k);
+  if (it != plans.end()) return it->second.get();
+  std::unique_ptr<ConvGradPlan> p;
+  try {
+    p = make_conv_grad_plan(g);
+  } catch (const dnnl::error&) {
+  }
+  return plans.emplace(k, std::move(p)).first->second.get();
+}
+
+// Input operand o over p: p itself, or p reordered into `buffer`.
+memory input(const Operand& o, const float* p, Scratch& buffer, dnnl::stream& s) {
+  memory user(o.plain, cpu_engine(), const_cast<float*>(p));
+  if (!o.reorder) return user;
+  memory m(o.chosen, cpu_engine(), buffer.get(o.chosen.get_size()));
+  o.reorder->execute(s, user, m);
+  return m;
+}
+
+// Output operand o over p: p itself, or `buffer` (finish_output moves it
+// into p).
+memory output(const Operand& o, float* p, Scratch& buffer) {
+  if (!o.reorder) return memory(o.plain, cpu_engine(), p);
+  return memory(o.chosen, cpu_engine(), buffer.get(o.chosen.get_size()));
+}
+
+void finish_output(const Operand& o, memory m, float* p, dnnl::stream& s) {
+  if (!o.reorder) return;
+  memory user(o.plain, cpu_engine(), p);
+  o.reorder->execute(s, m, user);
+}
+
+}  // namespace
+
+bool conv2d_backward_data(const float* dout, const float* w, float* dx, const Conv2dGeometry& g) {
+  const ConvGradPlan* p = conv_grad_plan(g, use_intra_op_threads());
+  if (p == nullptr) return false;
+  try {
+    dnnl::stream& s = thread_stream();
+    thread_local Scratch dout_buffer, w_buffer, dx_buffer;
+    const memory dx_mem = output(p->data_dx, dx, dx_buffer);
+    p->data.execute(s, {{DNNL_ARG_DIFF_DST, input(p->data_dout, dout, dout_buffer, s)},
+                        {DNNL_ARG_WEIGHTS, input(p->data_w, w, w_buffer, s)},
+                        {DNNL_ARG_DIFF_SRC, dx_mem}});
+    finish_output(p->data_dx, dx_mem, dx, s);
+    s.wait();
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  return true;
+}
+
+bool conv2d_backward_weights_one_thread(const float* x, const float* dout, float* dw,
+                                        const Conv2dGeometry& g) {
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // the primitive's team: this thread
+  const ConvGradPlan* p = conv_grad_plan(g, 1);
+  if (p == nullptr) return false;
+  try {
+    dnnl::stream& s = thread_stream();
+    thread_local Scratch x_buffer, dout_buffer, dw_buffer;
+    const memory dw_mem = output(p->weights_dw, dw, dw_buffer);
+    p->weights.execute(s, {{DNNL_ARG_SRC, input(p->weights_x, x, x_buffer, s)},
+                           {DNNL_ARG_DIFF_DST, input(p->weights_dout, dout, dout_buffer, s)},
+                           {DNNL_ARG_DIFF_WEIGHTS, dw_mem}});
+    finish_output(p->weights_dw, dw_mem, dw, s);
+    s.wait();
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  return true;
+}
+
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
                     const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights,
                     bool channels_last) {

@@ -44,4 +44,18 @@ bool conv2d_forward(const float* x, const float* w, const float* bias, float* ou
                     const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights,
                     bool channels_last = false);
 
+// dx [n, c, h, w] = the input gradient of conv2d(x, w) from dout
+// [n, o, ho, wo]; NCHW in and out (blocked layouts inside). False when
+// oneDNN has no primitive for g or its run fails (the caller then computes
+// all of dx itself).
+bool conv2d_backward_data(const float* dout, const float* w, float* dx, const Conv2dGeometry& g);
+
+// dw [o, c/groups, kh, kw] = the weight gradient of conv2d(x, w) from dout;
+// x and dout NCHW. False as for conv2d_backward_data. On the calling thread
+// alone (a primitive made for one thread): oneDNN splits this sum over the
+// batch by its thread count, so a team would give other bits at another
+// count; callers split the batch themselves (intra_op.h ranges may call it).
+bool conv2d_backward_weights_one_thread(const float* x, const float* dout, float* dw,
+                                        const Conv2dGeometry& g);
+
 }  // namespace kiln::cpu::onednn

@@ -18,6 +18,14 @@ bool conv2d_forward(const float*, const float*, const float*, float*, const Conv
   return false;
 }
 
+bool conv2d_backward_data(const float*, const float*, float*, const Conv2dGeometry&) {
+  return false;
+}
+
+bool conv2d_backward_weights_one_thread(const float*, const float*, float*, const Conv2dGeometry&) {
+  return false;
+}
+
 }  // namespace kiln::cpu::onednn
 
 namespace kiln {

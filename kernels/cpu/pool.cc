@@ -170,6 +170,50 @@ struct MaxPoolK {
   }
 };
 
+// One plane's max-pool gradient, an output row at a time: each window's
+// first maximum (pool_argmax's: row-major, NaN wins) found by folding the
+// window's offsets over the whole row from -inf (branch-free, so the loop
+// vectorizes; a window of -inf only takes pool_argmax itself), then dout
+// added at it in (oh, ow) order. Writes all of dp.
+template <typename T>
+void max_pool_grad_plane(const T* __restrict xp, const T* __restrict d, T* __restrict dp,
+                         const Pool2dGeometry& g) {
+  std::fill(dp, dp + g.h * g.w, T(0));
+  if (g.h * g.w > std::numeric_limits<std::int32_t>::max()) {  // indices past int32
+    for (std::int64_t oh = 0; oh < g.ho; ++oh)
+      for (std::int64_t ow = 0; ow < g.wo; ++ow)
+        dp[pool_argmax(xp, g, pool_window(g, oh, ow))] += d[oh * g.wo + ow];
+    return;
+  }
+  T* __restrict best = scratch<T>(g.wo);
+  std::int32_t* __restrict at = scratch<std::int32_t>(g.wo);
+  for (std::int64_t oh = 0; oh < g.ho; ++oh) {
+    std::fill(best, best + g.wo, -std::numeric_limits<T>::infinity());
+    std::fill(at, at + g.wo, std::int32_t{-1});
+    for (std::int64_t i = 0; i < g.kh; ++i) {
+      const std::int64_t ih = oh * g.sh - g.pt + i;
+      if (ih < 0 || ih >= g.h) continue;
+      for (std::int64_t j = 0; j < g.kw; ++j) {
+        std::int64_t lo, hi;
+        valid_columns(j - g.pl, g.sw, g.w, g.wo, lo, hi);
+        const std::int32_t base = static_cast<std::int32_t>(ih * g.w + j - g.pl);
+        const std::int32_t step = static_cast<std::int32_t>(g.sw);
+        for (std::int64_t ow = lo; ow < hi; ++ow) {
+          const std::int32_t k = base + static_cast<std::int32_t>(ow) * step;
+          const T v = xp[k];
+          const T f = replaces_max(best[ow], v);
+          best[ow] = f != T(0) ? v : best[ow];
+          at[ow] = f != T(0) ? k : at[ow];
+        }
+      }
+    }
+    for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+      const std::int64_t k = at[ow] >= 0 ? at[ow] : pool_argmax(xp, g, pool_window(g, oh, ow));
+      dp[k] += d[oh * g.wo + ow];
+    }
+  }
+}
+
 template <typename T>
 struct MaxPoolGradK {
   static void run(KernelContext& ctx) {
@@ -180,11 +224,11 @@ struct MaxPoolGradK {
     Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
     if (dx.numel() == 0) return;
     T* pdx = dx.data<T>();
-    std::memset(pdx, 0, dx.bytes());
     const T* px = x.data<T>();
     const T* pd = dout.data<T>();
     const std::int64_t planes = g.n * g.c;
     if (is_2x2(g)) {
+      std::memset(pdx, 0, dx.bytes());
       // Windows do not overlap: each gets its gradient at its first maximum
       // (NaN wins, as argmax) and 0 at its other three places, branch-free.
       for (std::int64_t pl = 0; pl < planes; ++pl)
@@ -215,14 +259,11 @@ struct MaxPoolGradK {
         }
       return;
     }
-    for (std::int64_t pl = 0; pl < planes; ++pl) {
-      const T* xp = px + pl * g.h * g.w;
-      T* dp = pdx + pl * g.h * g.w;
-      const T* d = pd + pl * g.ho * g.wo;
-      for (std::int64_t oh = 0; oh < g.ho; ++oh)
-        for (std::int64_t ow = 0; ow < g.wo; ++ow)
-          dp[pool_argmax(xp, g, pool_window(g, oh, ow))] += d[oh * g.wo + ow];
-    }
+    const std::int64_t plane_bytes = 2 * g.h * g.w * std::int64_t(sizeof(T));
+    parallel_for(planes, items_per_range(plane_bytes), [&](std::int64_t p0, std::int64_t p1) {
+      for (std::int64_t pl = p0; pl < p1; ++pl)
+        max_pool_grad_plane(px + pl * g.h * g.w, pd + pl * g.ho * g.wo, pdx + pl * g.h * g.w, g);
+    });
   }
 };
 

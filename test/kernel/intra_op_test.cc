@@ -49,6 +49,7 @@ void same_bits_at_any_thread_count(Run run) {
     const auto got = run().results;
     REQUIRE(got.size() == want.size());
     for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("output #" << i);
       REQUIRE(got[i].dims() == want[i].dims());
       CHECK(same_bits(got[i], want[i]));
     }
@@ -164,4 +165,26 @@ TEST_CASE("pooling and a convolution's SiLU give the same bits at any thread cou
       return run_op<FusedConv2dOp>({layout == "NCHW" ? nchw : nhwc, w, b}, Axes{1, 1}, Axes{1, 1},
                                    Axes{1, 1}, std::int64_t{1}, std::string("silu"), layout);
     });
+}
+
+TEST_CASE("a convolution's gradients give the same bits at any thread count", "[kernel][intra_op]") {
+  const Tensor x = filled<float>(Dims{8, 16, 28, 28}, -1, 1, 1);
+  const Tensor w = filled<float>(Dims{32, 16, 3, 3}, -1, 1, 2);
+  const Tensor dout = filled<float>(Dims{8, 32, 14, 14}, -1, 1, 3);
+  same_bits_at_any_thread_count([&] {
+    return run_op<GradOf<Conv2dOp>>({x, w, dout}, Axes{2, 2}, Axes{1, 1}, Axes{1, 1}, std::int64_t{1});
+  });
+  const Tensor dw_out = filled<float>(Dims{8, 16, 28, 28}, -1, 1, 4);
+  const Tensor dw = filled<float>(Dims{16, 1, 3, 3}, -1, 1, 5);
+  same_bits_at_any_thread_count([&] {
+    return run_op<GradOf<Conv2dOp>>({x, dw, dw_out}, Axes{1, 1}, Axes{1, 1}, Axes{1, 1}, std::int64_t{16});
+  });
+}
+
+TEST_CASE("a max pool's gradient gives the same bits at any thread count", "[kernel][intra_op]") {
+  const Tensor x = filled<float>(Dims{8, 24, 56, 56}, -4, 4, 1);
+  const Tensor dout = filled<float>(Dims{8, 24, 28, 28}, -1, 1, 2);
+  same_bits_at_any_thread_count([&] {
+    return run_op<GradOf<MaxPool2dOp>>({x, dout}, Axes{3, 3}, Axes{2, 2}, Axes{1, 1}, false);
+  });
 }
