@@ -279,15 +279,19 @@ struct BatchNormK {
                     "' cannot compute batch statistics of an empty batch (x [",
                     x.dims().to_string(), "])");
       T* var = scratch<T>(g.c);
-      std::fill(smean, smean + g.c, T(0));
-      std::fill(var, var + g.c, T(0));
-      for (std::int64_t n = 0; n < g.n; ++n)
-        for (std::int64_t c = 0; c < g.c; ++c) smean[c] += row_sum(px + (n * g.c + c) * g.s, g.s);
       const T inv_count = T(1) / static_cast<T>(count);
-      for (std::int64_t c = 0; c < g.c; ++c) smean[c] *= inv_count;
-      for (std::int64_t n = 0; n < g.n; ++n)
-        for (std::int64_t c = 0; c < g.c; ++c)
-          var[c] += row_sum_sq(px + (n * g.c + c) * g.s, g.s, smean[c]);
+      // Each channel's sums in batch order, channels split across the threads.
+      parallel_for(g.c, items_per_range(2 * count * std::int64_t(sizeof(T))),
+                   [&](std::int64_t c0, std::int64_t c1) {
+                     for (std::int64_t c = c0; c < c1; ++c) {
+                       T m = T(0), v = T(0);
+                       for (std::int64_t n = 0; n < g.n; ++n) m += row_sum(px + (n * g.c + c) * g.s, g.s);
+                       smean[c] = m * inv_count;
+                       for (std::int64_t n = 0; n < g.n; ++n)
+                         v += row_sum_sq(px + (n * g.c + c) * g.s, g.s, smean[c]);
+                       var[c] = v;
+                     }
+                   });
       const T mom = static_cast<T>(a.momentum);
       const T unbias = count > 1 ? static_cast<T>(count) / static_cast<T>(count - 1) : T(1);
       for (std::int64_t c = 0; c < g.c; ++c) {
@@ -300,13 +304,16 @@ struct BatchNormK {
     const T* ps = scale.data<T>();
     const T* pb = bias.data<T>();
     T* py = y.data<T>();
-    for (std::int64_t n = 0; n < g.n; ++n)
-      for (std::int64_t c = 0; c < g.c; ++c) {
-        const T k = sinv[c] * ps[c], off = pb[c] - smean[c] * k;
-        const T* __restrict xr = px + (n * g.c + c) * g.s;
-        T* __restrict yr = py + (n * g.c + c) * g.s;
-        for (std::int64_t j = 0; j < g.s; ++j) yr[j] = xr[j] * k + off;
-      }
+    parallel_for(g.n * g.c, items_per_range(2 * g.s * std::int64_t(sizeof(T))),
+                 [&](std::int64_t r0, std::int64_t r1) {
+                   for (std::int64_t r = r0; r < r1; ++r) {
+                     const std::int64_t c = r % g.c;
+                     const T k = sinv[c] * ps[c], off = pb[c] - smean[c] * k;
+                     const T* __restrict xr = px + r * g.s;
+                     T* __restrict yr = py + r * g.s;
+                     for (std::int64_t j = 0; j < g.s; ++j) yr[j] = xr[j] * k + off;
+                   }
+                 });
   }
 };
 
@@ -325,42 +332,55 @@ struct BatchNormGradK {
     T* dx = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
     T* __restrict dscale = ctx.alloc_output(1, scale.dims(), x.dtype()).template data<T>();
     T* __restrict dbias = ctx.alloc_output(2, scale.dims(), x.dtype()).template data<T>();
-    std::fill(dscale, dscale + g.c, T(0));
-    std::fill(dbias, dbias + g.c, T(0));
     const T* px = x.data<T>();
     const T* pdy = dy.data<T>();
     const T* pm = mean.data<T>();
     const T* pi = invstd.data<T>();
     const T* ps = scale.data<T>();
-    // dbias = Σ dy; dscale = Σ dy · x̂ (accumulated as Σ dy · (x - mean), then · invstd).
-    for (std::int64_t n = 0; n < g.n; ++n)
-      for (std::int64_t c = 0; c < g.c; ++c) {
-        const std::int64_t off = (n * g.c + c) * g.s;
-        T sg, sgx;
-        row_grad_sums<T>(px + off, pdy + off, nullptr, g.s, pm[c], sg, sgx);
-        dbias[c] += sg;
-        dscale[c] += sgx;
-      }
-    for (std::int64_t c = 0; c < g.c; ++c) dscale[c] *= pi[c];
     const std::int64_t count = g.n * g.s;
+    // dbias = Σ dy; dscale = Σ dy · x̂ (accumulated as Σ dy · (x - mean), then
+    // · invstd): each channel's in batch order, channels split across threads.
+    parallel_for(g.c, items_per_range(2 * count * std::int64_t(sizeof(T))),
+                 [&](std::int64_t c0, std::int64_t c1) {
+                   for (std::int64_t c = c0; c < c1; ++c) {
+                     T b = T(0), s = T(0);
+                     for (std::int64_t n = 0; n < g.n; ++n) {
+                       const std::int64_t off = (n * g.c + c) * g.s;
+                       T sg, sgx;
+                       row_grad_sums<T>(px + off, pdy + off, nullptr, g.s, pm[c], sg, sgx);
+                       b += sg;
+                       s += sgx;
+                     }
+                     dbias[c] = b;
+                     dscale[c] = s * pi[c];
+                   }
+                 });
     const T inv_count = count ? T(1) / static_cast<T>(count) : T(0);
-    for (std::int64_t n = 0; n < g.n; ++n)
-      for (std::int64_t c = 0; c < g.c; ++c) {
-        const std::int64_t off = (n * g.c + c) * g.s;
-        const T* __restrict xr = px + off;
-        const T* __restrict dyr = pdy + off;
-        T* __restrict dxr = dx + off;
-        const T k = ps[c] * pi[c];
-        if (is_test) {
-          for (std::int64_t j = 0; j < g.s; ++j) dxr[j] = k * dyr[j];
-        } else {
-          // dx = k · (dy - mean(dy) - x̂ · mean(dy · x̂)), x̂ = (x - mean) · invstd
-          const T mdy = dbias[c] * inv_count;
-          const T q = dscale[c] * inv_count * pi[c];  // mean(dy · x̂) · invstd
-          const T mu = pm[c];
-          for (std::int64_t j = 0; j < g.s; ++j) dxr[j] = k * (dyr[j] - mdy - (xr[j] - mu) * q);
-        }
-      }
+    parallel_for(g.n * g.c, items_per_range(3 * g.s * std::int64_t(sizeof(T))),
+                 [&](std::int64_t r0, std::int64_t r1) {
+                   for (std::int64_t r = r0; r < r1; ++r)
+                     batch_norm_dx_row(px, pdy, dx, ps, pm, pi, dbias, dscale, g, r, inv_count, is_test);
+                 });
+  }
+
+  // dx of row r (image r / c, channel r % c).
+  static void batch_norm_dx_row(const T* px, const T* pdy, T* dx, const T* ps, const T* pm,
+                                const T* pi, const T* dbias, const T* dscale, const Nchw& g,
+                                std::int64_t r, T inv_count, bool is_test) {
+    const std::int64_t c = r % g.c, off = r * g.s;
+    const T* __restrict xr = px + off;
+    const T* __restrict dyr = pdy + off;
+    T* __restrict dxr = dx + off;
+    const T k = ps[c] * pi[c];
+    if (is_test) {
+      for (std::int64_t j = 0; j < g.s; ++j) dxr[j] = k * dyr[j];
+      return;
+    }
+    // dx = k · (dy - mean(dy) - x̂ · mean(dy · x̂)), x̂ = (x - mean) · invstd
+    const T mdy = dbias[c] * inv_count;
+    const T q = dscale[c] * inv_count * pi[c];  // mean(dy · x̂) · invstd
+    const T mu = pm[c];
+    for (std::int64_t j = 0; j < g.s; ++j) dxr[j] = k * (dyr[j] - mdy - (xr[j] - mu) * q);
   }
 };
 

@@ -188,3 +188,19 @@ TEST_CASE("a max pool's gradient gives the same bits at any thread count", "[ker
     return run_op<GradOf<MaxPool2dOp>>({x, dout}, Axes{3, 3}, Axes{2, 2}, Axes{1, 1}, false);
   });
 }
+
+TEST_CASE("batch norm and its gradient give the same bits at any thread count", "[kernel][intra_op]") {
+  const Tensor x = filled<float>(Dims{8, 32, 28, 28}, -2, 2, 1);
+  const Tensor scale = filled<float>(Dims{32}, 0.5, 1.5, 2), bias = filled<float>(Dims{32}, -1, 1, 3);
+  // Fresh running statistics per run: the op updates them in place.
+  auto forward = [&] {
+    return run_op<BatchNormOp>({x, scale, bias, filled<float>(Dims{32}, -0.1, 0.1, 4),
+                                filled<float>(Dims{32}, 0.5, 1.5, 5)});
+  };
+  same_bits_at_any_thread_count(forward);
+  const auto fwd = forward();
+  const Tensor dy = filled<float>(Dims{8, 32, 28, 28}, -1, 1, 6);
+  same_bits_at_any_thread_count([&] {
+    return run_op<GradOf<BatchNormOp>>({x, scale, fwd.out(3), fwd.out(4), dy}, 0.9, 1e-5, false);
+  });
+}
