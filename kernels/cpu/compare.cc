@@ -230,13 +230,14 @@ struct ClipK {
     Tensor& out = ctx.alloc_output(0, x.dims(), x.dtype());
     const T* __restrict px = x.data<T>();
     T* __restrict po = out.data<T>();
-    const std::int64_t n = x.numel();
     // max first, then min: min > max gives max everywhere (torch.clamp);
     // NaN fails both comparisons and stays NaN.
-    for (std::int64_t i = 0; i < n; ++i) {
-      T v = px[i] < lo ? lo : px[i];
-      po[i] = v > hi ? hi : v;
-    }
+    parallel_for(x.numel(), items_per_range(2 * sizeof(T)), [=](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        T v = px[i] < lo ? lo : px[i];
+        po[i] = v > hi ? hi : v;
+      }
+    });
   }
 };
 
@@ -252,8 +253,15 @@ struct ClipGradK {
     const T* __restrict px = x.data<T>();
     const T* __restrict pd = d.data<T>();
     T* __restrict po = out.data<T>();
-    const std::int64_t n = x.numel();
-    for (std::int64_t i = 0; i < n; ++i) po[i] = (px[i] >= lo && px[i] <= hi) ? pd[i] : T(0);
+    // dout where lo <= x <= hi, else (NaN too) 0: two one-level selects, which
+    // GCC if-converts (a && would branch per element and not vectorize).
+    parallel_for(x.numel(), items_per_range(3 * sizeof(T)), [=](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        const T v = px[i];
+        const T g = v >= lo ? pd[i] : T(0);
+        po[i] = v <= hi ? g : T(0);
+      }
+    });
   }
 };
 

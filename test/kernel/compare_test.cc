@@ -119,10 +119,11 @@ TEST_CASE("clip clamps into [min, max] as torch.clamp does", "[kernel][compare]"
         std::vector<std::int32_t>{-1, 0, 5});
 }
 
-TEST_CASE("clip_grad passes dout where min <= x <= max and zeroes it elsewhere", "[kernel][compare]") {
-  Tensor x = f32({5}, {-3, -1, 0, 2, 3}), d = f32({5}, {1, 2, 3, 4, 5});
+TEST_CASE("clip_grad passes dout where min <= x <= max and zeroes it elsewhere, NaN included",
+          "[kernel][compare]") {
+  Tensor x = f32({6}, {-3, -1, 0, 2, 3, std::nanf("")}), d = f32({6}, {1, 2, 3, 4, 5, 6});
   auto r = run_op<GradOf<ClipOp>>({x, d}, -1.0, 2.0);
-  CHECK(r.out().to_vector<float>() == std::vector<float>{0, 2, 3, 4, 0});
+  CHECK(r.out().to_vector<float>() == std::vector<float>{0, 2, 3, 4, 0, 0});
 }
 
 TEST_CASE("masked_fill writes the value where the broadcast mask holds", "[kernel][compare]") {

@@ -204,3 +204,10 @@ TEST_CASE("batch norm and its gradient give the same bits at any thread count", 
     return run_op<GradOf<BatchNormOp>>({x, scale, fwd.out(3), fwd.out(4), dy}, 0.9, 1e-5, false);
   });
 }
+
+TEST_CASE("clip and its gradient give the same bits at any thread count", "[kernel][intra_op]") {
+  const Tensor x = filled<float>(Dims{8, 32, 28, 28}, -8, 8, 1);
+  const Tensor d = filled<float>(Dims{8, 32, 28, 28}, -1, 1, 2);
+  same_bits_at_any_thread_count([&] { return run_op<ClipOp>({x}, 0.0, 6.0); });
+  same_bits_at_any_thread_count([&] { return run_op<GradOf<ClipOp>>({x, d}, 0.0, 6.0); });
+}
