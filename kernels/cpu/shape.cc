@@ -133,10 +133,39 @@ void transpose_copy(const U* in, U* out, const Dims& od, const std::int64_t* ste
                [&](std::int64_t r0, std::int64_t r1) { transpose_rows(in, out, od, step, r0, r1); });
 }
 
+// Columns [c0, c1) of out [cols, R] = in [R, cols] for a few rows R (an
+// image's channels into NHWC): R loads and R adjacent stores per column.
+template <int R, typename U>
+void interleave_rows(const U* __restrict in, U* __restrict out, std::int64_t cols,
+                     std::int64_t c0, std::int64_t c1) {
+  for (std::int64_t c = c0; c < c1; ++c)
+    for (int r = 0; r < R; ++r) out[c * R + r] = in[r * cols + c];
+}
+
+template <int R, typename U>
+void swap_few_rows(const U* in, U* out, std::int64_t batch, std::int64_t cols) {
+  parallel_for(batch * cols, items_per_range(2 * R * std::int64_t(sizeof(U))),
+               [&](std::int64_t t0, std::int64_t t1) {
+                 for (std::int64_t b = t0 / cols; b * cols < t1; ++b) {
+                   const std::int64_t c0 = std::max(t0 - b * cols, std::int64_t{0});
+                   const std::int64_t c1 = std::min(t1 - b * cols, cols);
+                   interleave_rows<R>(in + b * R * cols, out + b * R * cols, cols, c0, c1);
+                 }
+               });
+}
+
 // out [b, cols, rows] = in [b, rows, cols], in 32x32 tiles (both sides
-// touch whole cache lines), the tiles split across the kernel's threads.
+// touch whole cache lines), the tiles split across the kernel's threads;
+// 1 to 4 rows as columns of R values.
 template <typename U>
 void swap_2d(const U* in, U* out, std::int64_t batch, std::int64_t rows, std::int64_t cols) {
+  switch (rows) {
+    case 1: return swap_few_rows<1>(in, out, batch, cols);
+    case 2: return swap_few_rows<2>(in, out, batch, cols);
+    case 3: return swap_few_rows<3>(in, out, batch, cols);
+    case 4: return swap_few_rows<4>(in, out, batch, cols);
+    default: break;
+  }
   constexpr std::int64_t kTile = 32;
   const std::int64_t rt = (rows + kTile - 1) / kTile, ct = (cols + kTile - 1) / kTile;
   const std::int64_t tile_bytes = 2 * kTile * kTile * std::int64_t(sizeof(U));

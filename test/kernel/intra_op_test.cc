@@ -211,3 +211,21 @@ TEST_CASE("clip and its gradient give the same bits at any thread count", "[kern
   same_bits_at_any_thread_count([&] { return run_op<ClipOp>({x}, 0.0, 6.0); });
   same_bits_at_any_thread_count([&] { return run_op<GradOf<ClipOp>>({x, d}, 0.0, 6.0); });
 }
+
+TEST_CASE("an image's few channels transposed to NHWC land in place at any thread count",
+          "[kernel][intra_op]") {
+  for (std::int64_t c : {1, 2, 3, 4, 5}) {
+    INFO(c << " channels");
+    const Tensor img = iota<float>({3, c, 61, 67});
+    const auto got = run_op<TransposeOp>({img}, Axes{0, 2, 3, 1}).out().to_vector<float>();
+    const auto x = img.to_vector<float>();
+    bool ok = true;
+    for (std::int64_t n = 0; n < 3; ++n)
+      for (std::int64_t p = 0; p < 61 * 67; ++p)
+        for (std::int64_t k = 0; k < c; ++k)
+          ok = ok && got[static_cast<std::size_t>((n * 61 * 67 + p) * c + k)] ==
+                         x[static_cast<std::size_t>((n * c + k) * 61 * 67 + p)];
+    CHECK(ok);
+    same_bits_at_any_thread_count([&] { return run_op<TransposeOp>({img}, Axes{0, 2, 3, 1}); });
+  }
+}
