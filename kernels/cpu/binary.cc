@@ -111,16 +111,20 @@ struct AddNK {
     T* __restrict po = out.data<T>();
     const std::int64_t n = x0.numel();
     const T* a = x0.data<T>();
-    if (k == 1) {
-      for (std::int64_t j = 0; j < n; ++j) po[j] = a[j];
-      return;
-    }
-    const T* b = ctx.input(1).data<T>();
-    for (std::int64_t j = 0; j < n; ++j) po[j] = a[j] + b[j];
-    for (std::uint32_t i = 2; i < k; ++i) {
-      const T* __restrict c = ctx.input(i).data<T>();
-      for (std::int64_t j = 0; j < n; ++j) po[j] += c[j];
-    }
+    const T* b = k > 1 ? ctx.input(1).data<T>() : nullptr;
+    // Elements split across the kernel's threads, each summed in input order.
+    parallel_for(n, items_per_range(std::int64_t((k + 1) * sizeof(T))),
+                 [&](std::int64_t j0, std::int64_t j1) {
+                   if (k == 1) {
+                     for (std::int64_t j = j0; j < j1; ++j) po[j] = a[j];
+                     return;
+                   }
+                   for (std::int64_t j = j0; j < j1; ++j) po[j] = a[j] + b[j];
+                   for (std::uint32_t i = 2; i < k; ++i) {
+                     const T* __restrict c = ctx.input(i).data<T>();
+                     for (std::int64_t j = j0; j < j1; ++j) po[j] += c[j];
+                   }
+                 });
   }
 };
 

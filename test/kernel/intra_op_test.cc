@@ -229,3 +229,9 @@ TEST_CASE("an image's few channels transposed to NHWC land in place at any threa
     same_bits_at_any_thread_count([&] { return run_op<TransposeOp>({img}, Axes{0, 2, 3, 1}); });
   }
 }
+
+TEST_CASE("add_n gives the same bits at any thread count", "[kernel][intra_op]") {
+  const Tensor a = filled<float>(Dims{8, 32, 28, 28}, -1, 1, 1), b = filled<float>(Dims{8, 32, 28, 28}, -1, 1, 2),
+               c = filled<float>(Dims{8, 32, 28, 28}, -1, 1, 3);
+  same_bits_at_any_thread_count([&] { return run_op<AddNOp>({a, b, c}); });
+}
