@@ -315,12 +315,16 @@ std::vector<Type> ReshapeOp::infer_meta(const std::vector<Type>& in, DictionaryA
     } else if (out[i] < -1) {
       throw_error(ErrorKind::InvalidArgument, "op '", name, "' shape dims must be >= -1, got ",
                   out[i]);
-    } else if (out[i] >= 0 && __builtin_mul_overflow(known, out[i], &known)) {
+    } else if (out[i] >= 0 && a.shape[i] != 0 && __builtin_mul_overflow(known, out[i], &known)) {
       throw_error(ErrorKind::OutOfRange, "op '", name, "' shape's element count overflows int64");
     }
   }
+  // A copied dim (shape[i] = 0) is a factor of both sides: left out of both,
+  // so a -1 is inferred even when the copied dim is known only at run time.
   std::int64_t total = 1;
-  for (auto d : xs) {
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const std::int64_t d = xs[i];
+    if (i < a.shape.size() && a.shape[i] == 0) continue;
     if (d < 0 || total < 0) total = -1;
     else if (__builtin_mul_overflow(total, d, &total))
       throw_error(ErrorKind::OutOfRange, "op '", name, "' input's element count overflows int64");
@@ -329,7 +333,7 @@ std::vector<Type> ReshapeOp::infer_meta(const std::vector<Type>& in, DictionaryA
   if (infer_at >= 0 && total >= 0 && known > 0) {
     bool others_known = true;
     for (std::size_t i = 0; i < out.size(); ++i)
-      if (int(i) != infer_at && out[i] < 0) others_known = false;
+      if (int(i) != infer_at && out[i] < 0 && a.shape[i] != 0) others_known = false;
     if (others_known) {
       if (total % known != 0)
         throw_error(ErrorKind::InvalidArgument, "op '", name, "' cannot reshape ", total,

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kiln/dialect/fused_ops.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/dialect/shape_ops.h"
 #include "kiln/ir/tensor_attribute.h"
@@ -184,6 +185,102 @@ std::vector<Value> tile(NodeContext& c) {
 }
 
 }  // namespace
+
+// ---- dims known only at run time, by where they come from ----
+
+// Dim d of v followed back through ops whose result dim d is, by the op's
+// definition, one dim of one operand: transposes, reshapes that copy it
+// (a 0 entry), concats and slices along another axis, convolutions and
+// pools (the batch), the unary elementwise ops. Stops at the first
+// op it does not know (that op's result is then the origin).
+DimOrigin dim_origin(Value v, std::int64_t d) {
+  for (int depth = 0; depth < 64; ++depth) {
+    Operation* op = v.defining_op();
+    if (!op || op->num_operands() == 0) break;
+    const auto& od = shaped_dims(v.type());
+    if (d < 0 || d >= static_cast<std::int64_t>(od.size())) break;
+    Value x = op->operand_source(0);
+    if (!x || !is_shaped(x.type())) break;
+    const auto& xd = shaped_dims(x.type());
+    std::int64_t from = -1;
+    if (op->isa<TransposeOp>()) {
+      const auto perm = TransposeOp(op).attrs().perm;
+      if (d < static_cast<std::int64_t>(perm.size())) from = perm[static_cast<std::size_t>(d)];
+    } else if (op->isa<ReshapeOp>()) {
+      const auto shape = ReshapeOp(op).attrs().shape;
+      if (d < static_cast<std::int64_t>(shape.size()) && shape[static_cast<std::size_t>(d)] == 0) from = d;
+    } else if (op->isa<ConcatOp>()) {
+      if (ConcatOp(op).attrs().axis != d) from = d;
+    } else if (op->isa<SliceOp>()) {
+      const auto axes = SliceOp(op).attrs().axes;
+      if (std::find(axes.begin(), axes.end(), d) == axes.end()) from = d;
+    } else if (d == 0 && (op->isa<FusedConv2dOp>() || op->isa<Conv2dOp>() || op->isa<MaxPool2dOp>() ||
+                          op->isa<AvgPool2dOp>())) {
+      from = 0;
+    } else if (FusedStep s; op->num_operands() == 1 && fused_step_for(op->name(), s) &&
+                            (s.kind == FusedStep::Kind::Unary || s.kind == FusedStep::Kind::Scale)) {
+      from = d;  // an elementwise op of one operand
+    }
+    if (from < 0 || from >= static_cast<std::int64_t>(xd.size())) break;
+    v = x;
+    d = from;
+  }
+  return {v.impl(), d};
+}
+
+// The origin of each entry of the integer value v (row-major) that is dim
+// k of a value's Shape (through Gather, Unsqueeze, Concat, Cast); nullopt
+// elsewhere. Empty when v's size is not known.
+std::vector<std::optional<DimOrigin>> shape_origins(Value v, int depth) {
+  const Known known = known_values(v, 1);  // for its length (scalars: 1)
+  std::vector<std::optional<DimOrigin>> out(known.size());
+  Operation* op = v ? v.defining_op() : nullptr;
+  if (out.empty() || !op || depth <= 0) return out;
+  if (op->isa<ShapeOp>()) {
+    for (std::size_t i = 0; i < out.size(); ++i)
+      out[i] = dim_origin(op->operand_source(0), static_cast<std::int64_t>(i));
+  } else if (op->isa<UnsqueezeOp>() || op->isa<CastOp>() || op->isa<ReshapeOp>()) {
+    auto in = shape_origins(op->operand_source(0), depth - 1);
+    if (in.size() == out.size()) out = in;
+  } else if (op->isa<ConcatOp>()) {
+    std::vector<std::optional<DimOrigin>> all;
+    for (std::uint32_t i = 0; i < op->num_operands(); ++i) {
+      auto part = shape_origins(op->operand_source(i), depth - 1);
+      if (part.empty()) return out;
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    if (all.size() == out.size()) out = all;
+  } else if (op->isa<GatherOp>() && GatherOp(op).attrs().axis == 0) {
+    auto from = shape_origins(op->operand_source(0), depth - 1);
+    auto idx = constant_ints_of(op->operand_source(1).defining_op());
+    if (!idx || idx->size() != out.size()) return out;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      std::int64_t k = (*idx)[i];
+      if (k < 0) k += static_cast<std::int64_t>(from.size());
+      if (k >= 0 && k < static_cast<std::int64_t>(from.size())) out[i] = from[static_cast<std::size_t>(k)];
+    }
+  }
+  return out;
+}
+
+std::optional<std::vector<std::int64_t>> reshape_copying_dims(Value x, Value shape) {
+  const auto known = shape_values(shape);
+  const auto origins = shape_origins(shape, 16);
+  if (known.empty() || origins.size() != known.size()) return std::nullopt;
+  const auto& xd = shaped_dims(x.type());
+  std::vector<std::int64_t> out(known.size());
+  for (std::size_t i = 0; i < known.size(); ++i) {
+    if (known[i]) {
+      out[i] = *known[i];
+    } else if (origins[i] && i < xd.size() &&
+               *origins[i] == dim_origin(x, static_cast<std::int64_t>(i))) {
+      out[i] = 0;  // copies x's dim i
+    } else {
+      return std::nullopt;
+    }
+  }
+  return out;
+}
 
 std::vector<std::optional<std::int64_t>> shape_values(Value v) {
   if (!v || !is_shaped(v.type()) || shaped_dims(v.type()).size() != 1) return {};

@@ -64,6 +64,12 @@ std::vector<Value> reshape(NodeContext& c) {
   const bool allowzero = c.int_attr("allowzero", 0) != 0;
   if (!c.constants[1]) {
     Value x = c.input(0);
+    // Entries known at import, and run-time ones that are x's own dim at
+    // their index (PyTorch's x.reshape(x.shape[0], g, -1, h, w)): a static
+    // kiln.reshape whose 0 copies the dim.
+    if (!allowzero)
+      if (auto shape = reshape_copying_dims(x, c.input(1)))
+        return {c.b.create<ReshapeOp>(x, *shape).result()};
     const auto known = reshape_known_dims(shaped_dims(x.type()), shape_values(c.input(1)), allowzero);
     return {c.b.create<ReshapeByOp>(x, c.input(1), allowzero, some_known(known)).result()};
   }

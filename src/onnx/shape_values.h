@@ -26,4 +26,22 @@ std::vector<std::int64_t> reshape_known_dims(const std::vector<std::int64_t>& x,
                                              const std::vector<std::optional<std::int64_t>>& shape,
                                              bool allowzero);
 
+// A dim known only at run time, by where it comes from: dim `dim` of the
+// value `value` (an op result or block argument) that no op before it
+// passes on unchanged. Two dims of one origin are equal at run time.
+struct DimOrigin {
+  const void* value = nullptr;
+  std::int64_t dim = 0;
+  bool operator==(const DimOrigin&) const = default;
+};
+
+// The origin of dim d of v (kiln/ops_shape.cc lists the ops it follows).
+DimOrigin dim_origin(Value v, std::int64_t d);
+
+// A run-time Reshape's shape as a static kiln.reshape can take it: each
+// entry known at import, or 0 where the entry is x's own dim at its index
+// (by origin: Gather(Shape(y), k) with y's dim k and x's dim i one dim);
+// nullopt when an entry is neither.
+std::optional<std::vector<std::int64_t>> reshape_copying_dims(Value x, Value shape);
+
 }  // namespace kiln::onnx::detail

@@ -44,11 +44,26 @@ bool one_element(Value v) {
   return n == 1;
 }
 
-// Only read: every op that uses v has ReadOnly (a twin of v stays current).
+// Only read: every op that uses v has ReadOnly, or is a view whose result
+// is only read (a twin of v stays current).
 bool only_read(Value v) {
-  for (auto use : v.uses())
-    if (!use.owner()->has_trait<ReadOnly>()) return false;
+  for (auto use : v.uses()) {
+    Operation* o = use.owner();
+    if (o->has_trait<ReadOnly>()) continue;
+    if (o->has_trait<ViewLike>() && o->num_results() == 1 && only_read(o->result(0))) continue;
+    return false;
+  }
   return true;
+}
+
+// The one op that reads v, when v has exactly one use.
+Operation* sole_reader(Value v) {
+  Operation* reader = nullptr;
+  for (auto use : v.uses()) {
+    if (reader) return nullptr;
+    reader = use.owner();
+  }
+  return reader;
 }
 
 std::vector<std::int64_t> normalized_perm(Operation* op) {
@@ -141,6 +156,8 @@ class ChannelsLast {
       else if (op->isa<MaxOp>()) convert_reduce<MaxOp>(op);
       else if (op->isa<ConcatOp>()) convert_concat(op);
       else if (op->isa<MaxPool2dOp>()) convert_max_pool(op);
+      else if (op->isa<SliceOp>()) convert_slice(op);
+      else if (op->isa<ReshapeOp>()) convert_shuffle(op);
       else convert_elementwise(op);
     }
     erase_unread();
@@ -263,6 +280,58 @@ class ChannelsLast {
     a.data_format = "NHWC";
     set_attrs<MaxPool2dOp>(op, a);
     retype(op);
+  }
+
+  // A slice of a value with a twin slices the twin, its axes renumbered.
+  void convert_slice(Operation* op) {
+    auto a = SliceOp(op).attrs();
+    Value x = op->operand_source(0);
+    if (!rank4(x) || !has_twin(x) || !convertible(op)) return;
+    for (auto& axis : a.axes) {
+      if (axis < -4 || axis > 3) return;
+      axis = kNhwcAxis[static_cast<std::size_t>(axis < 0 ? axis + 4 : axis)];
+    }
+    op->set_operand(0, twin(x));
+    set_attrs<SliceOp>(op, a);
+    retype(op);
+  }
+
+  // A channel shuffle (ShuffleNet's, as PyTorch exports it) of a value x
+  // [N, C, H, W] with a twin:
+  //   reshape(x){[0, g, C/g, H, W]} → transpose{[0, 2, 1, 3, 4]} → reshape{[0, C, H, W]}
+  // becomes the same shuffle of the twin, along its last axis:
+  //   reshape(x'){[0, H, W, g, C/g]} → transpose{[0, 1, 2, 4, 3]} → reshape{[0, H, W, C]}
+  // when each step's result has no other reader.
+  void convert_shuffle(Operation* op) {
+    Value x = op->operand_source(0);
+    if (!rank4(x) || !has_twin(x)) return;
+    const auto& d = shaped_dims(x.type());
+    const auto s1 = ReshapeOp(op).attrs().shape;
+    if (s1.size() != 5 || s1[0] != 0 || s1[1] <= 0 || s1[2] <= 0 || d[1] != s1[1] * s1[2] ||
+        d[2] <= 0 || d[3] <= 0 || s1[3] != d[2] || s1[4] != d[3])
+      return;
+    Operation* t = sole_reader(op->result(0));
+    if (!t || !t->isa<TransposeOp>() ||
+        normalized_perm(t) != std::vector<std::int64_t>{0, 2, 1, 3, 4})
+      return;
+    Operation* back = sole_reader(t->result(0));
+    if (!back || !back->isa<ReshapeOp>() || back->result_type(0) != x.type()) return;
+    const auto s2 = ReshapeOp(back).attrs().shape;
+    if (s2.size() != 4 || s2[0] != 0 || (s2[1] != d[1] && s2[1] != -1) || s2[2] != d[2] ||
+        s2[3] != d[3] || !convertible(back))
+      return;
+    op->set_operand(0, twin(x));
+    set_attrs<ReshapeOp>(op, ReshapeOp::Attributes{{0, d[2], d[3], s1[1], s1[2]}});
+    reinfer(op);
+    set_attrs<TransposeOp>(t, TransposeOp::Attributes{{0, 1, 2, 4, 3}});
+    reinfer(t);
+    set_attrs<ReshapeOp>(back, ReshapeOp::Attributes{{0, d[2], d[3], d[1]}});
+    retype(back);
+  }
+
+  // op's result takes the type its InferMeta gives now.
+  static void reinfer(Operation* op) {
+    op->result(0).set_type(op->dyn_cast<InferMetaInterface>().infer_meta().at(0));
   }
 
   void convert_concat(Operation* op) {

@@ -197,6 +197,14 @@ TEST_CASE("reshape of a shape with unknown dims leaves what it cannot infer unkn
   CHECK(reshape(tf({-1, 3}), {0, 3}) == tf({-1, 3}));
 }
 
+TEST_CASE("reshape infers its -1 when the only unknown dim is one it copies (a batch kept by 0)",
+          "[dialect][kiln][reshape]") {
+  CHECK(reshape(tf({-1, 24, 2, 7, 7}), {0, -1, 7, 7}) == tf({-1, 48, 7, 7}));
+  CHECK(reshape(tf({-1, 48, 7, 7}), {0, 2, 24, 7, 7}) == tf({-1, 2, 24, 7, 7}));
+  CHECK(reshape(tf({-1, 3, -1}), {0, -1}) == tf({-1, -1}));  // another unknown dim
+  KILN_CHECK_ERROR(reshape(tf({-1, 3, 4}), {0, 5, -1}), InvalidArgument, {"'kiln.reshape'", "12", "5"});
+}
+
 TEST_CASE("reshape to a different element count names the op and the counts",
           "[dialect][kiln][reshape]") {
   KILN_CHECK_ERROR(reshape(tf({2, 3}), {4}), InvalidArgument, {"'kiln.reshape'", "6", "4"});

@@ -177,3 +177,103 @@ TEST_CASE("a sequence as a graph output is a clear error; read through SequenceA
     CHECK_THAT(e.message(), Catch::Contains("'" + erased + "' is a sequence"));
   }
 }
+
+namespace {
+
+// An i64 initializer `name` holding `values` (1-D, or a scalar when `scalar`).
+void add_ints(::onnx::GraphProto* g, const std::string& name, const std::vector<std::int64_t>& values,
+              bool scalar = false) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(::onnx::TensorProto::INT64);
+  if (!scalar) t->add_dims(static_cast<std::int64_t>(values.size()));
+  for (auto v : values) t->add_int64_data(v);
+}
+
+void add_node(::onnx::GraphProto* g, const std::string& op, const std::vector<std::string>& in,
+              const std::string& out) {
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  for (const auto& i : in) n->add_input(i);
+  n->add_output(out);
+}
+
+// ShuffleNet's channel shuffle as PyTorch exports it with a symbolic batch,
+// x [batch, 4, 3, 3]: n = Unsqueeze(Gather(Shape(x), 0)),
+// y = Reshape(Transpose(Reshape(x, [n, 2, 2, 3, 3]), [0, 2, 1, 3, 4]), [n, -1, 3, 3]).
+std::string channel_shuffle_model() {
+  ::onnx::ModelProto model;
+  model.set_ir_version(7);
+  model.add_opset_import()->set_version(13);
+  auto* g = model.mutable_graph();
+  auto* x = g->add_input();
+  x->set_name("x");
+  auto* tt = x->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(::onnx::TensorProto::FLOAT);
+  tt->mutable_shape()->add_dim()->set_dim_param("batch");
+  for (std::int64_t d : {4, 3, 3}) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  add_ints(g, "zero", {0}, true);
+  add_ints(g, "axes", {0});
+  add_ints(g, "split_rest", {2, 2, 3, 3});
+  add_ints(g, "merged_rest", {-1, 3, 3});
+  add_node(g, "Shape", {"x"}, "s");
+  add_node(g, "Gather", {"s", "zero"}, "n0");
+  add_node(g, "Unsqueeze", {"n0", "axes"}, "n");
+  auto* c1 = g->add_node();
+  c1->set_op_type("Concat");
+  for (const char* in : {"n", "split_rest"}) c1->add_input(in);
+  c1->add_output("split_shape");
+  c1->add_attribute()->set_name("axis");
+  c1->mutable_attribute(0)->set_type(::onnx::AttributeProto::INT);
+  c1->mutable_attribute(0)->set_i(0);
+  auto* c2 = g->add_node();
+  *c2 = *c1;
+  c2->set_input(1, "merged_rest");
+  c2->set_output(0, "merged_shape");
+  add_node(g, "Reshape", {"x", "split_shape"}, "split");
+  auto* t = g->add_node();
+  t->set_op_type("Transpose");
+  t->add_input("split");
+  t->add_output("swapped");
+  auto* perm = t->add_attribute();
+  perm->set_name("perm");
+  perm->set_type(::onnx::AttributeProto::INTS);
+  for (std::int64_t p : {0, 2, 1, 3, 4}) perm->add_ints(p);
+  add_node(g, "Reshape", {"swapped", "merged_shape"}, "y");
+  g->add_output()->set_name("y");
+  std::string bytes;
+  REQUIRE(model.SerializeToString(&bytes));
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("a Reshape whose run-time shape copies the input's own symbolic batch imports as a "
+          "static reshape, its other dims known",
+          "[onnx][shape]") {
+  kiln::onnx::ImportedModel m = kiln::onnx::import_model_from_bytes(channel_shuffle_model(), "shuffle");
+  std::vector<std::vector<std::int64_t>> shapes;
+  for (Operation* op : m.main.block()) {
+    CHECK_FALSE(op->isa<ReshapeByOp>());
+    if (op->isa<ReshapeOp>()) shapes.push_back(ReshapeOp(op).attrs().shape);
+    if (op->isa<FetchOp>())
+      CHECK(shaped_dims(op->operand_source(0).type()) == std::vector<std::int64_t>{-1, 4, 3, 3});
+  }
+  CHECK(shapes == std::vector<std::vector<std::int64_t>>{{0, 2, 2, 3, 3}, {0, -1, 3, 3}});
+  Executor exe;
+  exe.run(m.startup);
+  for (std::int64_t batch : {2, 5}) {
+    INFO("batch " << batch);
+    std::vector<float> x(static_cast<std::size_t>(batch * 36));
+    for (std::size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>(k);
+    const Tensor y = exe.run(m.main, {{"x", Tensor::from_vector<float>({batch, 4, 3, 3}, x)}}, {"y"})[0];
+    REQUIRE(y.dims() == Dims{batch, 4, 3, 3});
+    const auto got = y.to_vector<float>();
+    // channel j·2 + i of y is channel i·2 + j of x (2 groups of 2)
+    for (std::int64_t n = 0; n < batch; ++n)
+      for (std::int64_t c = 0; c < 4; ++c)
+        for (std::int64_t p = 0; p < 9; ++p)
+          CHECK(got[static_cast<std::size_t>((n * 4 + c) * 9 + p)] ==
+                x[static_cast<std::size_t>((n * 4 + (c % 2) * 2 + c / 2) * 9 + p)]);
+  }
+}

@@ -154,6 +154,45 @@ TEST_CASE("a max pool between convolutions runs NHWC too: one transpose in, one 
   check_close(exe.run(p, feeds, {ctx.live_out()[0]})[0], want);
 }
 
+TEST_CASE("ShuffleNet's channel shuffle and channel split stay NHWC between convolutions: "
+          "one transpose in, one out",
+          "[passes][channels_last]") {
+  // A ShuffleNet v2 unit as PyTorch exports it, with a run-time batch:
+  // concat(branch, conv(x)) → reshape [0, 2, 4, H, W] → transpose
+  // [0, 2, 1, 3, 4] → reshape [0, -1, H, W] → the two channel halves, the
+  // second through a depthwise conv, concatenated again.
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", V{-1, 4, 6, 6}).result();
+  Value w = b.create<DataOp>("w", V{4, 4, 1, 1}).result(), dw = b.create<DataOp>("dw", V{4, 1, 3, 3}).result();
+  Value bias = b.create<DataOp>("b", V{4}).result();
+  Value a = b.create<FusedConv2dOp>(x, dw, bias, V{1, 1}, V{1, 1}, V{1, 1}, 4, "none").result();
+  Value c = b.create<FusedConv2dOp>(a, w, bias, V{1, 1}, V{0, 0}, V{1, 1}, 1, "relu").result();
+  Value joined = b.create<ConcatOp>(std::vector<Value>{a, c}, 1).result();
+  Value split = b.create<ReshapeOp>(joined, V{0, 2, 4, 6, 6}).result();
+  Value swapped = b.create<TransposeOp>(split, V{0, 2, 1, 3, 4}).result();
+  Value shuffled = b.create<ReshapeOp>(swapped, V{0, -1, 6, 6}).result();
+  REQUIRE(shaped_dims(shuffled.type()) == V{-1, 8, 6, 6});
+  Value left = b.create<SliceOp>(shuffled, V{1}, V{0}, V{4}).result();
+  Value right = b.create<SliceOp>(shuffled, V{1}, V{4}, V{8}).result();
+  Value r = b.create<FusedConv2dOp>(right, dw, bias, V{1, 1}, V{1, 1}, V{1, 1}, 4, "relu").result();
+  Value out = b.create<ConcatOp>(std::vector<Value>{left, r}, 1).result();
+  const FeedMap feeds{{"x", filled({3, 4, 6, 6}, 0.3f, 1)}, {"w", filled({4, 4, 1, 1}, 0.1f, 2)},
+                      {"dw", filled({4, 1, 3, 3}, 0.1f, 4)}, {"b", filled({4}, 0.2f, 3)}};
+  Executor exe(Place::cpu(), {.passes = ""});
+  const Tensor want = exe.run(p, feeds, {out})[0];
+  PassContext ctx({out});
+  CHECK(convert_to_channels_last(p.block(), {out.impl()}, &ctx, true) == 3);
+  p.verify();
+  CHECK(count_top_ops(p, "kiln.transpose") == 3);  // x in, the shuffle's own, the result out
+  for (Operation* op : p.block()) {
+    if (op->isa<SliceOp>()) CHECK(SliceOp(op).attrs().axes == V{3});
+    if (op->isa<TransposeOp>() && shaped_dims(op->result_type(0)).size() == 5)
+      CHECK(TransposeOp(op).attrs().perm == V{0, 1, 2, 4, 3});
+  }
+  check_close(exe.run(p, feeds, {ctx.live_out()[0]})[0], want);
+}
+
 TEST_CASE("a training program's convolutions stay NCHW, and without oneDNN's preference nothing "
           "changes unless forced",
           "[passes][channels_last]") {
