@@ -1,5 +1,8 @@
-// kiln::Error's constructors and the names of the error kinds.
+// kiln::Error's constructors, the names of the error kinds, and the stream
+// that str_cat writes messages into.
 #include "kiln/support/error.h"
+
+#include <sstream>
 
 namespace kiln {
 
@@ -39,5 +42,25 @@ Error& Error::operator=(const Error& other) {
 }
 
 Error::~Error() = default;
+
+namespace detail {
+
+MessageWriter::MessageWriter() : os_(new std::ostringstream) {}
+
+MessageWriter::~MessageWriter() { delete os_; }
+
+void MessageWriter::put(std::string_view text) { *os_ << text; }
+
+void MessageWriter::put(const char* text) { *os_ << text; }
+
+void MessageWriter::put_with(const void* piece, void (*write)(std::ostream&, const void*)) {
+  write(*os_, piece);
+}
+
+std::string MessageWriter::str() const { return os_->str(); }
+
+void throw_message(ErrorKind kind, const std::string& message) { throw Error(kind, message); }
+
+}  // namespace detail
 
 }  // namespace kiln

@@ -1,9 +1,14 @@
 // kiln::Error: the one exception kiln throws, with a kind and a message.
 #include "kiln/support/error.h"
 
+#include <cstdint>
+#include <iomanip>
+#include <ostream>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "catch.hpp"
 
@@ -27,6 +32,56 @@ TEST_CASE("make_error concatenates strings and numbers into the message", "[supp
                              "' does not exist (it has ", 2, ")");
   CHECK(e.kind() == ErrorKind::OutOfRange);
   CHECK(e.message() == "operand 3 of op 'kiln.add' does not exist (it has 2)");
+}
+
+namespace {
+
+struct Streamable {
+  int v;
+};
+std::ostream& operator<<(std::ostream& os, const Streamable& s) { return os << "S<" << s.v << ">"; }
+
+// What `(os << ... << pieces)` on one std::ostringstream gives: str_cat's
+// reference.
+template <typename... Args>
+std::string streamed(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+}  // namespace
+
+TEST_CASE("str_cat writes each piece as operator<< on one stream would", "[support][error]") {
+  using kiln::detail::str_cat;
+  const std::string s = "text";
+  const std::string_view sv = "view";
+  const char* cs = "chars";
+  char buf[8] = "ab\0cd";  // a char array stops at its first NUL, as a const char* does
+  CHECK(str_cat("a", s, sv, cs, buf, 'c') == streamed("a", s, sv, cs, buf, 'c'));
+  CHECK(str_cat("a", s, sv, cs, buf, 'c') == "atextviewcharsabc");
+  const std::int8_t i8 = 65;
+  const std::uint8_t u8 = 66;
+  CHECK(str_cat(i8, u8, short{-3}, 7u, -8L, 9ULL, true, false) ==
+        streamed(i8, u8, short{-3}, 7u, -8L, 9ULL, true, false));
+  CHECK(str_cat(0.1, 1e10, 1.0 / 3, 2.5f, -0.0, 1e-7) == streamed(0.1, 1e10, 1.0 / 3, 2.5f, -0.0, 1e-7));
+  CHECK(str_cat(0.1, 1e10, 2.5f) == "0.11e+102.5");
+  CHECK(str_cat("[", Streamable{4}, "]") == "[S<4>]");
+  CHECK(str_cat(nullptr, static_cast<const void*>(nullptr)) ==
+        streamed(nullptr, static_cast<const void*>(nullptr)));
+  const int ints[2] = {1, 2};  // any other array: its address, as the stream writes it
+  CHECK(str_cat(ints) == streamed(ints));
+  CHECK(str_cat() == "");
+}
+
+TEST_CASE("str_cat carries the stream's state from piece to piece", "[support][error]") {
+  using kiln::detail::str_cat;
+  CHECK(str_cat(std::hex, 255, " ", 16) == "ff 10");
+  CHECK(str_cat(std::setw(4), 7, "|", std::setprecision(3), 3.14159) == "   7|3.14");
+  // A null const char* fails the stream: nothing after it is written.
+  const char* null_text = nullptr;
+  CHECK(str_cat("a", null_text, "b", 1) == streamed("a", null_text, "b", 1));
+  CHECK(str_cat("a", null_text, "b", 1) == "a");
 }
 
 TEST_CASE("throw_error throws a kiln::Error that is also a std::runtime_error",
