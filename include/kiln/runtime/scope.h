@@ -7,7 +7,6 @@
 
 #include <cstddef>
 #include <memory>
-#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -66,11 +65,14 @@ class Scope {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
   };
+  // A std::shared_mutex, defined in scope.cc: kept out of this header so
+  // that its includers do not read <shared_mutex>.
+  class Mutex;
   explicit Scope(Scope* parent);
   std::size_t erase_one(std::string_view name);  // caller holds mutex_ exclusively
 
   Scope* parent_ = nullptr;
-  mutable std::shared_mutex mutex_;  // guards vars_ and kids_
+  std::unique_ptr<Mutex> mutex_;  // guards vars_ and kids_
   std::unordered_map<std::string, std::unique_ptr<Variable>, StringHash, std::equal_to<>> vars_;
   std::vector<std::unique_ptr<Scope>> kids_;
   std::shared_ptr<const void> alive_ = std::make_shared<char>();
