@@ -4,6 +4,7 @@
 // successor kinds, and stream-safe GC records. Plans are built without
 // running, so these run on a machine without a GPU whenever kiln was built
 // with CUDA; without CUDA they skip.
+#include <algorithm>
 #include <string>
 #include <vector>
 

@@ -2,6 +2,7 @@
 // clones of the forward's values between checkpoints, training gives the
 // same bits as without, the live temporaries shrink, ops with effects are
 // never run twice, and bad checkpoints are clear errors.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>

@@ -1,5 +1,6 @@
 #include "random_program.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>

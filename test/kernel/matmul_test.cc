@@ -3,6 +3,7 @@
 // against a triple loop written here, and det (pivoting, batches); plus
 // bad-input errors at build time (InferMeta) and at run time (dims unknown
 // when the program was built).
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -9,6 +9,7 @@
 // the importer as a list) cannot be a graph output.
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>

@@ -14,7 +14,6 @@
 //   };
 #pragma once
 
-#include <algorithm>
 #include <memory>
 #include <type_traits>
 
