@@ -25,6 +25,13 @@ void blas_set_num_threads(int n) {
   g_threads.store(n, std::memory_order_relaxed);
 }
 
+namespace {
+thread_local int t_kernel_threads = 0;  // this thread's limit; 0: none
+}  // namespace
+
+void set_kernel_threads_on_this_thread(int n) { t_kernel_threads = n < 0 ? 0 : n; }
+int kernel_threads_on_this_thread() { return t_kernel_threads; }
+
 int blas_num_threads() {
   int n = g_threads.load(std::memory_order_relaxed);
   if (n == 0) {

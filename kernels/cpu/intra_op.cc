@@ -16,7 +16,9 @@ namespace kiln::cpu {
 
 int intra_op_threads() {
 #ifdef _OPENMP
-  const int n = blas_num_threads();
+  int n = blas_num_threads();
+  const int limit = kernel_threads_on_this_thread();
+  if (limit > 0 && n > limit) n = limit;
   return n < 1 ? 1 : n;
 #else
   return 1;

@@ -6,6 +6,7 @@
 
 #include "kiln/exec/control_flow.h"
 #include "kiln/exec/plan_builder.h"
+#include "kiln/kernel/blas.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/passes/pass_manager.h"
 #include "kiln/runtime/cuda_context.h"
@@ -241,6 +242,8 @@ void InterpreterCore::run(std::span<Tensor* const> feeds, bool take, std::span<T
   const std::int64_t t0 = choice.trial ? now_ns() : 0;
   {
     BlasThreadsGuard blas(plan_->has_blas, config.plan, num_threads_);
+    const KernelThreadsScope kernel_threads(
+        config.plan == ThreadPlan::Blas ? static_cast<int>(num_threads_) : 1);
     state->run(feeds, take, config, results, options);
   }
   if (config.measure) costs_.run_measured();
@@ -331,6 +334,7 @@ void InterpreterCore::start_async(AsyncRun* r) noexcept {
   // thread; BLAS keeps the thread count it has.
   r->measure = config.measure;
   r->t0 = r->choice.trial ? now_ns() : 0;
+  const KernelThreadsScope kernel_threads(1);  // ops this thread runs before it hands off
   state->start(r->feed_ptrs, /*take=*/true, config, r->results, r->options,
                RunState::Completion{&InterpreterCore::async_run_completed, r});
 }

@@ -1,5 +1,6 @@
 #include "kiln/exec/work_queue.h"
 
+#include "kiln/kernel/blas.h"
 #include "kiln/support/thread_name.h"
 
 namespace kiln {
@@ -137,6 +138,7 @@ bool WorkQueue::try_run_one() {
 
 void WorkQueue::worker_loop() {
   name_this_thread("kiln-worker");
+  set_kernel_threads_on_this_thread(1);  // a graph worker's kernels never open a team
   for (;;) {
     WorkTask t;
     // Spin, then yield a while (a hand-off usually arrives within

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "exec/exec_test_util.h"
+#include "kiln/kernel/blas.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/runtime/deadline_timer.h"
 
@@ -89,11 +90,13 @@ void wait_slow_kernel(KernelContext& ctx) {
 }
 
 std::map<std::int64_t, std::thread::id> g_threads;  // guarded by g_mutex
+std::map<std::int64_t, int> g_kernel_threads;        // guarded by g_mutex
 
 void thread_kernel(KernelContext& ctx) {
   {
     std::lock_guard lock(g_mutex);
     g_threads[ctx.attrs<ThreadOp>().tag] = std::this_thread::get_id();
+    g_kernel_threads[ctx.attrs<ThreadOp>().tag] = kernel_threads_on_this_thread();
   }
   copy_input(ctx);
 }
@@ -152,9 +155,16 @@ std::thread::id thread_of(std::int64_t tag) {
   return it == g_threads.end() ? std::thread::id() : it->second;
 }
 
+int kernel_threads_of(std::int64_t tag) {
+  std::lock_guard lock(g_mutex);
+  auto it = g_kernel_threads.find(tag);
+  return it == g_kernel_threads.end() ? -1 : it->second;
+}
+
 void clear_threads() {
   std::lock_guard lock(g_mutex);
   g_threads.clear();
+  g_kernel_threads.clear();
 }
 
 std::atomic<bool>& wait_slow_enabled() {

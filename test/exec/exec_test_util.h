@@ -167,6 +167,9 @@ int saw_slow_in_flight();
 void reset_saw_slow();
 // ThreadOp's record: the thread `tag` ran on (a default id if it did not run).
 std::thread::id thread_of(std::int64_t tag);
+// ... and the kernel thread limit it ran under (kernel_threads_on_this_thread;
+// -1 if it did not run).
+int kernel_threads_of(std::int64_t tag);
 void clear_threads();
 // WaitSlowOp's switch (on by default; off: it is a plain identity).
 std::atomic<bool>& wait_slow_enabled();

@@ -3,6 +3,7 @@
 // both — chosen by measurement unless forced.
 #include <limits>
 #include <thread>
+#include <tuple>
 
 #include "exec/exec_test_util.h"
 #include "kiln/kernel/blas.h"
@@ -105,6 +106,30 @@ TEST_CASE("a program without BLAS kernels leaves BLAS's thread count alone", "[e
   blas_set_num_threads(2);
   for (int run = 0; run < 10; ++run) core.run();
   CHECK(blas_num_threads() == 2);
+  blas_set_num_threads(1);
+}
+
+TEST_CASE("kiln's own kernels split their loops only in a Blas run's caller: graph workers and "
+          "other plans' runs get one thread, whatever BLAS's count",
+          "[exec][threads]") {
+  // The matmuls make the program a BLAS program; ThreadOp records the
+  // kernel thread limit it ran under (kernel_threads_on_this_thread).
+  for (const auto [plan, threads, want] : {std::tuple{ThreadPlan::Blas, 2u, 2},
+                                            std::tuple{ThreadPlan::Graph, 2u, 1},
+                                            std::tuple{ThreadPlan::Sequential, 2u, 1},
+                                            std::tuple{ThreadPlan::Auto, 1u, 1}}) {
+    INFO(to_string(plan) << ", " << threads << " threads");
+    MatmulProgram m;
+    Value tagged = Builder(m.p).create<ThreadOp>(m.out, 7).result();
+    Scope scope;
+    blas_set_num_threads(2);
+    clear_threads();
+    InterpreterCore core(m.p, scope, {}, {tagged}, config(threads, plan),
+                         threads > 1 ? std::make_shared<WorkQueue>(1) : nullptr);
+    core.run();
+    CHECK(kernel_threads_of(7) == want);
+    CHECK(kernel_threads_on_this_thread() == 0);  // the caller's limit restored
+  }
   blas_set_num_threads(1);
 }
 
