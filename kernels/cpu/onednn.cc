@@ -18,6 +18,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "intra_op.h"
 #include "kiln/kernel/blas.h"
 #include "kiln/kernel/cpu_convolution.h"
 
@@ -27,9 +28,10 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 
-// The calling thread's OpenMP runtime gets blas_num_threads() threads.
+// The calling thread's OpenMP runtime gets the threads kiln's own kernels
+// may use here (intra_op_threads: BLAS's count within this thread's limit).
 int use_intra_op_threads() {
-  const int n = blas_num_threads();
+  const int n = intra_op_threads();
   if (omp_get_max_threads() != n) omp_set_num_threads(n);
   return n;
 }

@@ -2,8 +2,8 @@
 // functions that say "not done" instead of failing: a build without oneDNN
 // compiles onednn_none.cc, whose functions all return false, and the
 // kernels use their own code. Primitives run on OpenMP threads, as many as
-// blas_num_threads() (kiln/kernel/blas.h), which the executor's thread plan
-// sets: 1 unless the plan gives the threads to the kernels.
+// intra_op_threads() (intra_op.h): BLAS's count, which the executor's thread
+// plan sets, within the calling thread's limit (1 on graph workers).
 #pragma once
 
 #include <cstdint>
