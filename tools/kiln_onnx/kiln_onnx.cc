@@ -253,7 +253,11 @@ int bench_model(const Args& a) {
   exe.run(m.main, feed, fetch);  // the plan is built here
   const double import_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  for (unsigned i = 0; i < std::max(5u, iters / 10); ++i) exe.run(m.main, feed, fetch);
+  // Warm-up, and until the Auto thread plan has timed its candidates: the
+  // timed runs all run the kept plan.
+  for (unsigned i = 0; i < std::max(5u, iters / 10) || (i < 200 && !exe.last_core()->thread_plan_decided());
+       ++i)
+    exe.run(m.main, feed, fetch);
   std::vector<double> ms;
   for (unsigned i = 0; i < iters; ++i) {
     const auto s = std::chrono::steady_clock::now();
