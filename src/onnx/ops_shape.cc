@@ -41,6 +41,18 @@ std::optional<std::vector<std::int64_t>> constant_ints_of(Operation* op) {
   return v;
 }
 
+// out[i] = from[idx[i]] (a negative index counts from the end); entries
+// whose index falls outside `from` stay as they are.
+template <typename Entry>
+void gather_entries(const std::vector<Entry>& from, const std::vector<std::int64_t>& idx,
+                    std::vector<Entry>& out) {
+  for (std::size_t i = 0; i < out.size() && i < idx.size(); ++i) {
+    std::int64_t k = idx[i];
+    if (k < 0) k += static_cast<std::int64_t>(from.size());
+    if (k >= 0 && k < static_cast<std::int64_t>(from.size())) out[i] = from[static_cast<std::size_t>(k)];
+  }
+}
+
 // The entries of an integer value of static size (any rank, row-major);
 // empty when its size is not known. Follows at most `depth` ops back.
 Known known_values(Value v, int depth) {
@@ -86,11 +98,7 @@ Known known_values(Value v, int depth) {
     Known from = known_values(op->operand_source(0), depth - 1);
     auto idx = constant_ints_of(op->operand_source(1).defining_op());
     if (!idx || idx->size() != out.size()) return out;
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      std::int64_t k = (*idx)[i];
-      if (k < 0) k += static_cast<std::int64_t>(from.size());
-      if (k >= 0 && k < static_cast<std::int64_t>(from.size())) out[i] = from[static_cast<std::size_t>(k)];
-    }
+    gather_entries(from, *idx, out);
     return out;
   }
   if (op->isa<SliceOp>() && shaped_dims(v.type()).size() == 1) {
@@ -254,11 +262,7 @@ std::vector<std::optional<DimOrigin>> shape_origins(Value v, int depth) {
     auto from = shape_origins(op->operand_source(0), depth - 1);
     auto idx = constant_ints_of(op->operand_source(1).defining_op());
     if (!idx || idx->size() != out.size()) return out;
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      std::int64_t k = (*idx)[i];
-      if (k < 0) k += static_cast<std::int64_t>(from.size());
-      if (k >= 0 && k < static_cast<std::int64_t>(from.size())) out[i] = from[static_cast<std::size_t>(k)];
-    }
+    gather_entries(from, *idx, out);
   }
   return out;
 }
