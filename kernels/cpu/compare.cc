@@ -253,13 +253,16 @@ struct ClipGradK {
     const T* __restrict px = x.data<T>();
     const T* __restrict pd = d.data<T>();
     T* __restrict po = out.data<T>();
-    // dout where lo <= x <= hi, else (NaN too) 0: two one-level selects, which
-    // GCC if-converts (a && would branch per element and not vectorize).
+    // dout where lo <= x <= hi, else (NaN too) 0. Both loads unconditional and
+    // the bounds in locals, so that GCC vectorizes two selects: a load under a
+    // condition (or a bound it must re-read from the closure) kept it a
+    // branch per element, mispredicted half the time on ReLU6's inputs.
     parallel_for(x.numel(), items_per_range(3 * sizeof(T)), [=](std::int64_t b, std::int64_t e) {
+      const T low = lo, high = hi;
       for (std::int64_t i = b; i < e; ++i) {
-        const T v = px[i];
-        const T g = v >= lo ? pd[i] : T(0);
-        po[i] = v <= hi ? g : T(0);
+        const T v = px[i], g = pd[i];
+        const T below = v >= low ? g : T(0);
+        po[i] = v <= high ? below : T(0);
       }
     });
   }

@@ -248,6 +248,31 @@ Nchw nchw_of(std::string_view op, const Dims& d) {
   return r;
 }
 
+// One channel of a training batch norm, every pass while the channel's rows
+// are in cache: its mean and variance (sums in batch order), the running
+// statistics, then y. Returns nothing; writes smean[c], sinv[c].
+template <typename T>
+void batch_norm_channel(const T* px, T* py, const T* ps, const T* pb, T* smean, T* sinv, T* run_mean,
+                        T* run_var, const Nchw& g, std::int64_t c, T eps, T mom) {
+  const std::int64_t count = g.n * g.s;
+  const T inv_count = T(1) / static_cast<T>(count);
+  T m = T(0), v = T(0);
+  for (std::int64_t n = 0; n < g.n; ++n) m += row_sum(px + (n * g.c + c) * g.s, g.s);
+  smean[c] = m * inv_count;
+  for (std::int64_t n = 0; n < g.n; ++n) v += row_sum_sq(px + (n * g.c + c) * g.s, g.s, smean[c]);
+  v *= inv_count;
+  sinv[c] = T(1) / std::sqrt(v + eps);
+  const T unbias = count > 1 ? static_cast<T>(count) / static_cast<T>(count - 1) : T(1);
+  run_mean[c] = mom * run_mean[c] + (T(1) - mom) * smean[c];
+  run_var[c] = mom * run_var[c] + (T(1) - mom) * v * unbias;
+  const T k = sinv[c] * ps[c], off = pb[c] - smean[c] * k;
+  for (std::int64_t n = 0; n < g.n; ++n) {
+    const T* __restrict xr = px + (n * g.c + c) * g.s;
+    T* __restrict yr = py + (n * g.c + c) * g.s;
+    for (std::int64_t j = 0; j < g.s; ++j) yr[j] = xr[j] * k + off;
+  }
+}
+
 template <typename T>
 struct BatchNormK {
   static void run(KernelContext& ctx) {
@@ -262,48 +287,31 @@ struct BatchNormK {
     T* run_mean = updated<T>(ctx, 1, 3, rm);
     T* run_var = updated<T>(ctx, 2, 4, rv);
     const Dims cd({g.c});
-    T* __restrict smean = ctx.alloc_output(3, cd, x.dtype()).template data<T>();
-    T* __restrict sinv = ctx.alloc_output(4, cd, x.dtype()).template data<T>();
+    T* smean = ctx.alloc_output(3, cd, x.dtype()).template data<T>();
+    T* sinv = ctx.alloc_output(4, cd, x.dtype()).template data<T>();
     Tensor& y = ctx.alloc_output(0, x.dims(), x.dtype());
-    const T eps = static_cast<T>(a.epsilon);
-    const std::int64_t count = g.n * g.s;  // elements per channel
+    const T eps = static_cast<T>(a.epsilon), mom = static_cast<T>(a.momentum);
     const T* px = x.data<T>();
-    if (a.is_test) {
-      for (std::int64_t c = 0; c < g.c; ++c) {
-        smean[c] = run_mean[c];
-        sinv[c] = T(1) / std::sqrt(run_var[c] + eps);
-      }
-    } else {
-      if (count == 0)
-        throw_error(ErrorKind::InvalidArgument, "op '", op,
-                    "' cannot compute batch statistics of an empty batch (x [",
-                    x.dims().to_string(), "])");
-      T* var = scratch<T>(g.c);
-      const T inv_count = T(1) / static_cast<T>(count);
-      // Each channel's sums in batch order, channels split across the threads.
-      parallel_for(g.c, items_per_range(2 * count * std::int64_t(sizeof(T))),
-                   [&](std::int64_t c0, std::int64_t c1) {
-                     for (std::int64_t c = c0; c < c1; ++c) {
-                       T m = T(0), v = T(0);
-                       for (std::int64_t n = 0; n < g.n; ++n) m += row_sum(px + (n * g.c + c) * g.s, g.s);
-                       smean[c] = m * inv_count;
-                       for (std::int64_t n = 0; n < g.n; ++n)
-                         v += row_sum_sq(px + (n * g.c + c) * g.s, g.s, smean[c]);
-                       var[c] = v;
-                     }
-                   });
-      const T mom = static_cast<T>(a.momentum);
-      const T unbias = count > 1 ? static_cast<T>(count) / static_cast<T>(count - 1) : T(1);
-      for (std::int64_t c = 0; c < g.c; ++c) {
-        const T v = var[c] * inv_count;
-        sinv[c] = T(1) / std::sqrt(v + eps);
-        run_mean[c] = mom * run_mean[c] + (T(1) - mom) * smean[c];
-        run_var[c] = mom * run_var[c] + (T(1) - mom) * v * unbias;
-      }
-    }
     const T* ps = scale.data<T>();
     const T* pb = bias.data<T>();
     T* py = y.data<T>();
+    if (!a.is_test) {
+      if (g.n * g.s == 0)
+        throw_error(ErrorKind::InvalidArgument, "op '", op,
+                    "' cannot compute batch statistics of an empty batch (x [",
+                    x.dims().to_string(), "])");
+      // Channels split across the threads, each channel whole on one.
+      parallel_for(g.c, items_per_range(3 * g.n * g.s * std::int64_t(sizeof(T))),
+                   [&](std::int64_t c0, std::int64_t c1) {
+                     for (std::int64_t c = c0; c < c1; ++c)
+                       batch_norm_channel(px, py, ps, pb, smean, sinv, run_mean, run_var, g, c, eps, mom);
+                   });
+      return;
+    }
+    for (std::int64_t c = 0; c < g.c; ++c) {
+      smean[c] = run_mean[c];
+      sinv[c] = T(1) / std::sqrt(run_var[c] + eps);
+    }
     parallel_for(g.n * g.c, items_per_range(2 * g.s * std::int64_t(sizeof(T))),
                  [&](std::int64_t r0, std::int64_t r1) {
                    for (std::int64_t r = r0; r < r1; ++r) {
@@ -338,9 +346,11 @@ struct BatchNormGradK {
     const T* pi = invstd.data<T>();
     const T* ps = scale.data<T>();
     const std::int64_t count = g.n * g.s;
-    // dbias = Σ dy; dscale = Σ dy · x̂ (accumulated as Σ dy · (x - mean), then
-    // · invstd): each channel's in batch order, channels split across threads.
-    parallel_for(g.c, items_per_range(2 * count * std::int64_t(sizeof(T))),
+    const T inv_count = count ? T(1) / static_cast<T>(count) : T(0);
+    // Channels split across the threads; each channel's sums (dbias = Σ dy,
+    // dscale = Σ dy · x̂, in batch order) and then its dx while its rows are
+    // still in cache.
+    parallel_for(g.c, items_per_range(3 * count * std::int64_t(sizeof(T))),
                  [&](std::int64_t c0, std::int64_t c1) {
                    for (std::int64_t c = c0; c < c1; ++c) {
                      T b = T(0), s = T(0);
@@ -353,13 +363,10 @@ struct BatchNormGradK {
                      }
                      dbias[c] = b;
                      dscale[c] = s * pi[c];
+                     for (std::int64_t n = 0; n < g.n; ++n)
+                       batch_norm_dx_row(px, pdy, dx, ps, pm, pi, dbias, dscale, g, n * g.c + c, inv_count,
+                                         is_test);
                    }
-                 });
-    const T inv_count = count ? T(1) / static_cast<T>(count) : T(0);
-    parallel_for(g.n * g.c, items_per_range(3 * g.s * std::int64_t(sizeof(T))),
-                 [&](std::int64_t r0, std::int64_t r1) {
-                   for (std::int64_t r = r0; r < r1; ++r)
-                     batch_norm_dx_row(px, pdy, dx, ps, pm, pi, dbias, dscale, g, r, inv_count, is_test);
                  });
   }
 
