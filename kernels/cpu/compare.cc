@@ -163,7 +163,13 @@ struct WhereK {
     const T* px = x.data<T>();
     const T* py = y.data<T>();
     if (c.dims() == od && x.dims() == od && y.dims() == od) {
-      for (std::int64_t i = 0; i < n; ++i) po[i] = pc[i] ? px[i] : py[i];
+      // Both loads unconditional and the flags read as bytes (GCC has no
+      // vector type for bool), so that the select vectorizes.
+      const auto* flags = reinterpret_cast<const unsigned char*>(pc);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const T a = px[i], b = py[i];
+        po[i] = flags[i] != 0 ? a : b;
+      }
       return;
     }
     const Dims* in[3] = {&c.dims(), &x.dims(), &y.dims()};
