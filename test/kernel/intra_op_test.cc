@@ -179,6 +179,16 @@ TEST_CASE("a convolution's gradients give the same bits at any thread count", "[
   same_bits_at_any_thread_count([&] {
     return run_op<GradOf<Conv2dOp>>({x, dw, dw_out}, Axes{1, 1}, Axes{1, 1}, Axes{1, 1}, std::int64_t{16});
   });
+  // depthwise with stride 2: the forward (through relu6) and both gradients
+  const Tensor b = filled<float>(Dims{16}, -1, 1, 6);
+  same_bits_at_any_thread_count([&] {
+    return run_op<FusedConv2dOp>({x, dw, b}, Axes{2, 2}, Axes{1, 1}, Axes{1, 1}, std::int64_t{16},
+                                 std::string("relu6"), std::string("NCHW"));
+  });
+  const Tensor dw_out2 = filled<float>(Dims{8, 16, 14, 14}, -1, 1, 7);
+  same_bits_at_any_thread_count([&] {
+    return run_op<GradOf<Conv2dOp>>({x, dw, dw_out2}, Axes{2, 2}, Axes{1, 1}, Axes{1, 1}, std::int64_t{16});
+  });
 }
 
 TEST_CASE("a max pool's gradient gives the same bits at any thread count", "[kernel][intra_op]") {
