@@ -29,6 +29,12 @@
 //   BENCH cuda.layer_norm.bandwidth_fraction  its least traffic (read x,
 //                                  write y; read x and dy, write dx) per
 //                                  second ÷ a copy's bytes per second
+//   BENCH cuda.attention.fused.<dtype>.fwd_bwd  µs: scaled_dot_product_attention
+//                                  and its gradient, B 8, H 12, L 512, D 64,
+//                                  causal, layout BHLD, in bf16 and f32 (the
+//                                  fused kernels); the peer times
+//                                  F.scaled_dot_product_attention's forward
+//                                  and backward on the same shape
 // The models' batches stay on the device (data ops placed there), as the
 // peer's do. Each is the median of several repetitions after warm-up; the PyTorch peer
 // (bench/peers/cuda_torch.py) prints cuda.*.torch.step in the same run and
@@ -187,6 +193,44 @@ void layer_norm_bench() {
   emit("cuda.layer_norm.bandwidth_fraction", (5.0 / ln) / (2.0 / copy), "ratio");
 }
 
+// scaled_dot_product_attention forward and backward per link, causal, on
+// [8, 12, 512, 64] q, k, v of dtype dt fed on cuda:0 (the gradient's dq is
+// the next link's q; dout is the forward's out).
+double attention_us(kiln::DataType dt, int reps, int runs) {
+  const kiln::Place dev = kiln::Place::cuda(0);
+  const std::vector<std::int64_t> shape{8, 12, 512, 64};
+  kiln::Program p, startup;
+  kiln::ProgramGuard guard(p, startup);
+  kiln::Value q = kiln::data("q", shape, dt, dev), k = kiln::data("k", shape, dt, dev),
+              v = kiln::data("v", shape, dt, dev);
+  kiln::Builder b = kiln::main_builder();
+  using Attention = kiln::ScaledDotProductAttentionOp;
+  for (int r = 0; r < reps; ++r) {
+    kiln::Operation* f = b.create<Attention>(q, k, v, true).operation();
+    q = b.create<kiln::GradOf<Attention>>(Attention::Attributes{true, 0.0, "BHLD"}, q, k, v, f->result(0),
+                                          f->result(1), f->result(0))
+            .result(0);
+  }
+  if (dt != kiln::DataType::Float32) q = b.create<kiln::CastOp>(q, kiln::DataType::Float32).result();
+  kiln::Value total = b.create<kiln::SumOp>(q).result();
+  kiln::Executor exe(dev, {.num_threads = 1});
+  const kiln::Dims dims(shape);
+  const kiln::FeedMap feed{{"q", kiln::Tensor::zeros(dims, dt, dev)},
+                           {"k", kiln::Tensor::zeros(dims, dt, dev)},
+                           {"v", kiln::Tensor::zeros(dims, dt, dev)}};
+  const std::vector<kiln::FetchTarget> fetch{total};
+  std::vector<kiln::Tensor> out(1);
+  for (int i = 0; i < 3; ++i) exe.run(p, feed, fetch, out);
+  std::vector<double> t;
+  for (int i = 0; i < runs; ++i) t.push_back(time_ns([&] { exe.run(p, feed, fetch, out); }));
+  return median(t) / 1e3 / reps;
+}
+
+void attention_bench() {
+  emit("cuda.attention.fused.bf16.fwd_bwd", attention_us(kiln::DataType::BFloat16, 10, 9), "us");
+  emit("cuda.attention.fused.f32.fwd_bwd", attention_us(kiln::DataType::Float32, 5, 5), "us");
+}
+
 }  // namespace
 }  // namespace bench
 
@@ -229,6 +273,7 @@ int main(int argc, char** argv) {
     emit("cuda.gpt.graph.step", step_us(*m, true, 20, 9) / 1e3, "ms");
   }
   if (filter.empty() || filter == "cuda" || filter.rfind("cuda.layer_norm", 0) == 0) layer_norm_bench();
+  if (filter.empty() || filter == "cuda" || filter.rfind("cuda.attention", 0) == 0) attention_bench();
   if (filter.empty() || filter == "cuda" || filter.rfind("cuda.gpt2s", 0) == 0) {
     {
       auto m = gpt_model(dev, gpt2_small());

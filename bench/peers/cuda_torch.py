@@ -11,6 +11,9 @@ The same models, shapes, losses and optimizers as kiln's cuda.* figures:
           (.f32), TF32 matmuls (.tf32), bf16 autocast (.amp_bf16); the loss
           read on the host every step, as kiln's; and each mode's peak
           device memory (torch.cuda.max_memory_allocated) over 3 steps
+  attention  F.scaled_dot_product_attention forward and backward (autograd.grad
+          of q, k, v), [8, 12, 512, 64], causal, bf16 and f32 (TF32 off):
+          BENCH cuda.attention.fused.<dtype>.torch.fwd_bwd, in us
 each fed one fixed batch (on the device) every step. A step ends with
 torch.cuda.synchronize() (kiln's step ends with the loss on the host). Prints
   BENCH cuda.<model>.torch.step <value> us|ms   median of 9 repetitions
@@ -137,6 +140,18 @@ def gpt2s_step(mode):
     return step
 
 
+def attention_step(dtype):
+    torch.manual_seed(3)
+    shape = (8, 12, 512, 64)
+    q, k, v = (torch.randn(shape, device=DEV, dtype=dtype, requires_grad=True) for _ in range(3))
+    dout = torch.randn(shape, device=DEV, dtype=dtype)
+
+    def step():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return torch.autograd.grad(out, (q, k, v), dout)
+    return step
+
+
 def main():
     print(f"BENCH cuda.seed.torch.step {timed(seed_step(), 200) * 1e6:.3f} us")
     print(f"BENCH cuda.mlp256.torch.step {timed(mlp_step(256), 50) * 1e3:.4f} ms")
@@ -164,6 +179,11 @@ def main():
             torch.cuda.empty_cache()
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = True
+    if FILTER in ("", "cuda") or FILTER.startswith("cuda.attention"):
+        torch.backends.cuda.matmul.allow_tf32 = False
+        for name, dtype in (("bf16", torch.bfloat16), ("f32", torch.float32)):
+            t = timed(attention_step(dtype), 20)
+            print(f"BENCH cuda.attention.fused.{name}.torch.fwd_bwd {t * 1e6:.3f} us")
     print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}")
     sys.stdout.flush()
 

@@ -1,22 +1,24 @@
-// CUDA kernels of kiln.scaled_dot_product_attention and its gradient: the
-// CPU's algorithm (attention.cc there) over all heads at once — the scores
-// of every (batch, head) pair through one strided-batched cuBLAS GEMM into
-// device scratch ([B·H, Lq, Lk]), the row passes of attention.cu, then GEMMs
-// by V (and, for the gradient, by dO, K and Q). The gradient recomputes the
-// probabilities from q, k and the saved log-sum-exp, as the CPU does.
+// CUDA kernels of kiln.scaled_dot_product_attention and its gradient, two
+// paths:
 //
-// Layout "BLHD" ([B, L, H, D]) is staged: q, k, v (and out, dout) are
-// copied into [B, H, L, D] scratch, the BHLD algorithm runs there, and the
-// results are copied back — the transposes the fused program no longer has,
-// done inside the op (the CPU reads the rows in place instead).
-//
-// Unlike the CPU's tiles this holds each head's whole score matrix (2× that
-// for the gradient) for the duration of the op: B·H·Lq·Lk values, freed to
-// the stream's cache after it. Sequences long enough for that to matter want
-// a fused tile kernel (FlashAttention's), which this is not.
+// - fused (flash_attention.cu): f32, bf16 and f16 with D and Dv up to 128.
+//   Tiles of query rows against tiles of keys in shared memory with an
+//   online softmax, so no [Lq, Lk] matrix exists; the gradient recomputes
+//   the probabilities per tile from q, k and the saved log-sum-exp. Both
+//   layouts are read in place through their row strides. bf16 and f16 have
+//   no other kernel: dims the fused kernels do not take are a kiln::Error.
+// - cuBLAS (below and attention.cu): f64, and f32 with a head dim above
+//   128. The CPU's algorithm over all heads at once — the scores of every
+//   (batch, head) pair through one strided-batched GEMM into device scratch
+//   ([B·H, Lq, Lk]: B·H·Lq·Lk values, 2× that for the gradient, freed to the
+//   stream's cache after the op), the row passes of attention.cu, then GEMMs
+//   by V (and, for the gradient, by dO, K and Q). Layout "BLHD" is staged:
+//   q, k, v (and out, dout) are copied into [B, H, L, D] scratch, the BHLD
+//   algorithm runs there, and the results are copied back.
 #include <cuda_runtime_api.h>
 
 #include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -33,7 +35,6 @@
 namespace kiln::cuda {
 namespace {
 
-template <typename T>
 void zero(const KernelContext& ctx, Tensor& t) {
   if (t.bytes())
     check_cuda(cudaMemsetAsync(t.raw_data(), 0, t.bytes(), stream_of(ctx)), "zeroing an output");
@@ -83,130 +84,206 @@ class HeadsOuter {
   T* next_;
 };
 
+// The cuBLAS path's forward on checked dims (lq, lk and bh > 0): the
+// scores of every head into scratch, their softmax, the product by V.
 template <typename T>
-struct AttentionK {
-  static void run(KernelContext& ctx) {
-    const auto& attrs = ctx.attrs<ScaledDotProductAttentionOp>();
-    const Tensor q = typed_input<T>(ctx, 0), k = typed_input<T>(ctx, 1), v = typed_input<T>(ctx, 2);
-    const std::string_view op = ctx.op()->name();
-    const AttentionDims a = attention_dims(op, q.dims(), k.dims(), v.dims(),
-                                           attention_heads_inner(op, attrs.layout));
-    const std::int64_t lse_shape[] = {a.b, a.h, a.lq};
-    Tensor& out = ctx.alloc_output(0, a.out_dims(), q.dtype());
-    Tensor& lse = ctx.alloc_output(1, Dims(std::span<const std::int64_t>(lse_shape, 3)), q.dtype());
-    if (a.bh == 0 || a.lq == 0) return;
-    const cudaStream_t st = stream_of(ctx);
-    if (a.lk == 0) {  // no keys: an empty sum, lse = -inf
-      zero<T>(ctx, out);
-      launch_fill(lse.raw_data(), lse.numel(), sizeof(T),
-                  std::bit_cast<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>(
-                      -std::numeric_limits<T>::infinity()),
-                  st);
-      check_launch(ctx);
-      return;
-    }
-    const T scale = static_cast<T>(attention_scale(attrs.scale, a.d));
-    const std::int64_t rows = a.bh * a.lq;
-    BufferRef scratch = scratch_buffer(ctx, sizeof(T) * rows * a.lk);
-    T* s = static_cast<T*>(scratch->data());
-    const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>();
-    T* po = out.data<T>();
-    std::optional<HeadsOuter<T>> staged;
-    if (a.heads_inner) {
-      staged.emplace(ctx, a, q.numel() + k.numel() + v.numel() + out.numel());
-      pq = staged->stage(q, a.lq, a.d);
-      pk = staged->stage(k, a.lk, a.d);
-      pv = staged->stage(v, a.lk, a.dv);
-      po = staged->place(out.numel());
-    }
-    scores(ctx, a, scale, pq, pk, s);
-    launch_attention_softmax(s, lse.data<T>(), rows, a.lq, a.lk, attrs.causal, st);
-    check_launch(ctx);
-    if (a.dv > 0)
-      row_major_gemm<T>(ctx, false, false, a.lq, a.dv, a.lk, T(1), s, a.lk, a.lq * a.lk, pv, a.dv,
-                        a.lk * a.dv, T(0), po, a.dv, a.lq * a.dv, a.bh);
-    if (staged) staged->unstage(po, out, a.lq, a.dv);
+void cublas_attention(const KernelContext& ctx, const AttentionDims& a, bool causal, T scale,
+                      const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                      Tensor& lse) {
+  const std::int64_t rows = a.bh * a.lq;
+  BufferRef scratch = scratch_buffer(ctx, sizeof(T) * rows * a.lk);
+  T* s = static_cast<T*>(scratch->data());
+  const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>();
+  T* po = out.data<T>();
+  std::optional<HeadsOuter<T>> staged;
+  if (a.heads_inner) {
+    staged.emplace(ctx, a, q.numel() + k.numel() + v.numel() + out.numel());
+    pq = staged->stage(q, a.lq, a.d);
+    pk = staged->stage(k, a.lk, a.d);
+    pv = staged->stage(v, a.lk, a.dv);
+    po = staged->place(out.numel());
   }
-};
+  scores(ctx, a, scale, pq, pk, s);
+  launch_attention_softmax(s, lse.data<T>(), rows, a.lq, a.lk, causal, stream_of(ctx));
+  check_launch(ctx);
+  if (a.dv > 0)
+    row_major_gemm<T>(ctx, false, false, a.lq, a.dv, a.lk, T(1), s, a.lk, a.lq * a.lk, pv, a.dv,
+                      a.lk * a.dv, T(0), po, a.dv, a.lq * a.dv, a.bh);
+  if (staged) staged->unstage(po, out, a.lq, a.dv);
+}
 
+// The cuBLAS path's gradient (lq, lk and bh > 0; d or dv > 0).
 template <typename T>
-struct AttentionGradK {
-  static void run(KernelContext& ctx) {
-    const std::string_view op = ctx.op()->name();
-    const auto& attrs = ctx.attrs<GradOf<ScaledDotProductAttentionOp>>();
-    const Tensor q = typed_input<T>(ctx, 0), k = typed_input<T>(ctx, 1), v = typed_input<T>(ctx, 2);
-    const Tensor o = typed_input<T>(ctx, 3), lse = typed_input<T>(ctx, 4),
-                 dout = typed_input<T>(ctx, 5);
-    const AttentionDims a = attention_dims(op, q.dims(), k.dims(), v.dims(),
-                                           attention_heads_inner(op, attrs.layout));
-    check_attention_grad_operands(op, a, o.dims(), lse.dims(), dout.dims());
-    Tensor& dq = ctx.alloc_output(0, q.dims(), q.dtype());
-    Tensor& dk = ctx.alloc_output(1, k.dims(), k.dtype());
-    Tensor& dv = ctx.alloc_output(2, v.dims(), v.dtype());
-    if (a.bh == 0 || a.lq == 0 || a.lk == 0 || (a.d == 0 && a.dv == 0)) {
-      zero<T>(ctx, dq);
-      zero<T>(ctx, dk);
-      zero<T>(ctx, dv);
-      return;
-    }
-    const cudaStream_t st = stream_of(ctx);
-    const T scale = static_cast<T>(attention_scale(attrs.scale, a.d));
-    const std::int64_t rows = a.bh * a.lq, plane = a.lq * a.lk;
-    BufferRef scratch = scratch_buffer(ctx, sizeof(T) * (2 * rows * a.lk + rows));
-    T* p = static_cast<T*>(scratch->data());
-    T* dp = p + rows * a.lk;
-    T* delta = dp + rows * a.lk;
-    const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>(), *po = o.data<T>(),
-            *pdo = dout.data<T>();
-    T *pdq = dq.data<T>(), *pdk = dk.data<T>(), *pdv = dv.data<T>();
-    std::optional<HeadsOuter<T>> staged;
-    if (a.heads_inner) {
-      staged.emplace(ctx, a, 2 * (q.numel() + k.numel() + v.numel()) + o.numel() + dout.numel());
-      pq = staged->stage(q, a.lq, a.d);
-      pk = staged->stage(k, a.lk, a.d);
-      pv = staged->stage(v, a.lk, a.dv);
-      po = staged->stage(o, a.lq, a.dv);
-      pdo = staged->stage(dout, a.lq, a.dv);
-      pdq = staged->place(q.numel());
-      pdk = staged->place(k.numel());
-      pdv = staged->place(v.numel());
-    }
-    // P = exp(scale · Q·Kᵀ - lse), 0 where masked; Δ = rowsum(dO ∘ O).
-    scores(ctx, a, scale, pq, pk, p);
-    launch_attention_probabilities(p, lse.data<T>(), pdo, po, delta, rows, a.lq, a.lk, a.dv,
-                                   attrs.causal, st);
-    check_launch(ctx);
-    if (a.dv > 0) {
-      // dV = Pᵀ·dO; dP = dO·Vᵀ
-      row_major_gemm<T>(ctx, true, false, a.lk, a.dv, a.lq, T(1), p, a.lk, plane, pdo, a.dv,
-                        a.lq * a.dv, T(0), pdv, a.dv, a.lk * a.dv, a.bh);
-      row_major_gemm<T>(ctx, false, true, a.lq, a.lk, a.dv, T(1), pdo, a.dv, a.lq * a.dv, pv,
-                        a.dv, a.lk * a.dv, T(0), dp, a.lk, plane, a.bh);
-    } else {
-      check_cuda(cudaMemsetAsync(dp, 0, sizeof(T) * rows * a.lk, st), "zeroing attention dP");
-    }
-    // dS = P ∘ (dP - Δ), in place of P.
-    launch_attention_score_grad(p, static_cast<const T*>(dp), static_cast<const T*>(delta), rows,
-                                a.lk, st);
-    check_launch(ctx);
-    if (a.d > 0) {
-      // dQ = scale · dS·K; dK = scale · dSᵀ·Q
-      row_major_gemm<T>(ctx, false, false, a.lq, a.d, a.lk, scale, p, a.lk, plane, pk, a.d,
-                        a.lk * a.d, T(0), pdq, a.d, a.lq * a.d, a.bh);
-      row_major_gemm<T>(ctx, true, false, a.lk, a.d, a.lq, scale, p, a.lk, plane, pq, a.d,
-                        a.lq * a.d, T(0), pdk, a.d, a.lk * a.d, a.bh);
-    }
-    if (staged) {
-      staged->unstage(pdq, dq, a.lq, a.d);
-      staged->unstage(pdk, dk, a.lk, a.d);
-      staged->unstage(pdv, dv, a.lk, a.dv);
-    }
+void cublas_attention_grad(const KernelContext& ctx, const AttentionDims& a, bool causal,
+                           T scale, const Tensor (&in)[6], Tensor& dq, Tensor& dk, Tensor& dv) {
+  const Tensor &q = in[0], &k = in[1], &v = in[2], &o = in[3], &lse = in[4], &dout = in[5];
+  const cudaStream_t st = stream_of(ctx);
+  const std::int64_t rows = a.bh * a.lq, plane = a.lq * a.lk;
+  BufferRef scratch = scratch_buffer(ctx, sizeof(T) * (2 * rows * a.lk + rows));
+  T* p = static_cast<T*>(scratch->data());
+  T* dp = p + rows * a.lk;
+  T* delta = dp + rows * a.lk;
+  const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>(), *po = o.data<T>(),
+          *pdo = dout.data<T>();
+  T *pdq = dq.data<T>(), *pdk = dk.data<T>(), *pdv = dv.data<T>();
+  std::optional<HeadsOuter<T>> staged;
+  if (a.heads_inner) {
+    staged.emplace(ctx, a, 2 * (q.numel() + k.numel() + v.numel()) + o.numel() + dout.numel());
+    pq = staged->stage(q, a.lq, a.d);
+    pk = staged->stage(k, a.lk, a.d);
+    pv = staged->stage(v, a.lk, a.dv);
+    po = staged->stage(o, a.lq, a.dv);
+    pdo = staged->stage(dout, a.lq, a.dv);
+    pdq = staged->place(q.numel());
+    pdk = staged->place(k.numel());
+    pdv = staged->place(v.numel());
   }
-};
+  // P = exp(scale · Q·Kᵀ - lse), 0 where masked; Δ = rowsum(dO ∘ O).
+  scores(ctx, a, scale, pq, pk, p);
+  launch_attention_probabilities(p, lse.data<T>(), pdo, po, delta, rows, a.lq, a.lk, a.dv,
+                                 causal, st);
+  check_launch(ctx);
+  if (a.dv > 0) {
+    // dV = Pᵀ·dO; dP = dO·Vᵀ
+    row_major_gemm<T>(ctx, true, false, a.lk, a.dv, a.lq, T(1), p, a.lk, plane, pdo, a.dv,
+                      a.lq * a.dv, T(0), pdv, a.dv, a.lk * a.dv, a.bh);
+    row_major_gemm<T>(ctx, false, true, a.lq, a.lk, a.dv, T(1), pdo, a.dv, a.lq * a.dv, pv,
+                      a.dv, a.lk * a.dv, T(0), dp, a.lk, plane, a.bh);
+  } else {
+    check_cuda(cudaMemsetAsync(dp, 0, sizeof(T) * rows * a.lk, st), "zeroing attention dP");
+  }
+  // dS = P ∘ (dP - Δ), in place of P.
+  launch_attention_score_grad(p, static_cast<const T*>(dp), static_cast<const T*>(delta), rows,
+                              a.lk, st);
+  check_launch(ctx);
+  if (a.d > 0) {
+    // dQ = scale · dS·K; dK = scale · dSᵀ·Q
+    row_major_gemm<T>(ctx, false, false, a.lq, a.d, a.lk, scale, p, a.lk, plane, pk, a.d,
+                      a.lk * a.d, T(0), pdq, a.d, a.lq * a.d, a.bh);
+    row_major_gemm<T>(ctx, true, false, a.lk, a.d, a.lq, scale, p, a.lk, plane, pq, a.d,
+                      a.lq * a.d, T(0), pdk, a.d, a.lk * a.d, a.bh);
+  }
+  if (staged) {
+    staged->unstage(pdq, dq, a.lq, a.d);
+    staged->unstage(pdk, dk, a.lk, a.d);
+    staged->unstage(pdv, dv, a.lk, a.dv);
+  }
+}
+
+// Input i, which must be of dtype D (the 16-bit floats are held as raw bits).
+const Tensor& input_of(const KernelContext& ctx, std::uint32_t i, DataType dtype) {
+  const Tensor& t = ctx.input(i);
+  if (t.dtype() != dtype) throw_input_dtype(ctx, i, dtype);
+  return t;
+}
+
+FlashAttentionShape flash_shape(const AttentionDims& a, bool causal, double scale) {
+  return {.bh = a.bh, .h = a.h, .lq = a.lq, .lk = a.lk, .d = a.d, .dv = a.dv,
+          .heads_inner = a.heads_inner, .causal = causal,
+          .scale = static_cast<float>(attention_scale(scale, a.d))};
+}
+
+// The fused kernels take f32 within their dims, bf16 and f16 always (a
+// kiln::Error naming the op and the dims otherwise: they have no other
+// kernel); cuBLAS takes the rest of f32 and f64.
+template <typename T, DataType D>
+bool use_fused(const KernelContext& ctx, const AttentionDims& a, const FlashAttentionShape& fs) {
+  const char* refusal = flash_attention_refusal(D, fs);
+  if (!refusal) return true;
+  if constexpr (std::is_same_v<T, std::uint16_t>)
+    throw_error(ErrorKind::Unimplemented, "op '", ctx.op()->name(), "' has no CUDA kernel for ",
+                to_string(D), " with D ", a.d, " and Dv ", a.dv,
+                ": its fused kernel does not take ", refusal);
+  return false;
+}
+
+// The -inf of dtype dt as a word of its width: an empty sum's log.
+std::uint64_t minus_infinity_bits(DataType dt) {
+  switch (dt) {
+    case DataType::BFloat16: return 0xFF80u;
+    case DataType::Float16: return 0xFC00u;
+    case DataType::Float32: return std::bit_cast<std::uint32_t>(-std::numeric_limits<float>::infinity());
+    default: return std::bit_cast<std::uint64_t>(-std::numeric_limits<double>::infinity());
+  }
+}
+
+// T: float or double (D their dtype), or std::uint16_t with D bf16 or f16.
+template <typename T, DataType D>
+void attention_kernel(KernelContext& ctx) {
+  const auto& attrs = ctx.attrs<ScaledDotProductAttentionOp>();
+  const Tensor q = input_of(ctx, 0, D), k = input_of(ctx, 1, D), v = input_of(ctx, 2, D);
+  const std::string_view op = ctx.op()->name();
+  const AttentionDims a = attention_dims(op, q.dims(), k.dims(), v.dims(),
+                                         attention_heads_inner(op, attrs.layout));
+  const std::int64_t lse_shape[] = {a.b, a.h, a.lq};
+  Tensor& out = ctx.alloc_output(0, a.out_dims(), D);
+  Tensor& lse = ctx.alloc_output(1, Dims(std::span<const std::int64_t>(lse_shape, 3)), D);
+  if (a.bh == 0 || a.lq == 0) return;
+  const cudaStream_t st = stream_of(ctx);
+  if (a.lk == 0) {  // no keys: an empty sum, lse = -inf
+    zero(ctx, out);
+    launch_fill(lse.raw_data(), lse.numel(), static_cast<int>(size_of(D)), minus_infinity_bits(D), st);
+    check_launch(ctx);
+    return;
+  }
+  const FlashAttentionShape fs = flash_shape(a, attrs.causal, attrs.scale);
+  if (use_fused<T, D>(ctx, a, fs)) {
+    launch_flash_attention_forward(D, fs, q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
+                                   lse.raw_data(), st);
+    check_launch(ctx);
+  } else if constexpr (!std::is_same_v<T, std::uint16_t>) {
+    cublas_attention<T>(ctx, a, attrs.causal, static_cast<T>(attention_scale(attrs.scale, a.d)), q, k,
+                        v, out, lse);
+  }
+}
+
+template <typename T, DataType D>
+void attention_grad_kernel(KernelContext& ctx) {
+  const std::string_view op = ctx.op()->name();
+  const auto& attrs = ctx.attrs<GradOf<ScaledDotProductAttentionOp>>();
+  const Tensor in[6] = {input_of(ctx, 0, D), input_of(ctx, 1, D), input_of(ctx, 2, D),
+                        input_of(ctx, 3, D), input_of(ctx, 4, D), input_of(ctx, 5, D)};
+  const AttentionDims a = attention_dims(op, in[0].dims(), in[1].dims(), in[2].dims(),
+                                         attention_heads_inner(op, attrs.layout));
+  check_attention_grad_operands(op, a, in[3].dims(), in[4].dims(), in[5].dims());
+  Tensor& dq = ctx.alloc_output(0, in[0].dims(), D);
+  Tensor& dk = ctx.alloc_output(1, in[1].dims(), D);
+  Tensor& dv = ctx.alloc_output(2, in[2].dims(), D);
+  if (a.bh == 0 || a.lq == 0 || a.lk == 0 || (a.d == 0 && a.dv == 0)) {
+    zero(ctx, dq);
+    zero(ctx, dk);
+    zero(ctx, dv);
+    return;
+  }
+  const FlashAttentionShape fs = flash_shape(a, attrs.causal, attrs.scale);
+  if (use_fused<T, D>(ctx, a, fs)) {
+    BufferRef delta = scratch_buffer(ctx, sizeof(float) * a.bh * a.lq);
+    launch_flash_attention_backward(D, fs, in[0].raw_data(), in[1].raw_data(), in[2].raw_data(),
+                                    in[3].raw_data(), in[4].raw_data(), in[5].raw_data(),
+                                    dq.raw_data(), dk.raw_data(), dv.raw_data(),
+                                    static_cast<float*>(delta->data()), stream_of(ctx));
+    check_launch(ctx);
+  } else if constexpr (!std::is_same_v<T, std::uint16_t>) {
+    cublas_attention_grad<T>(ctx, a, attrs.causal, static_cast<T>(attention_scale(attrs.scale, a.d)),
+                             in, dq, dk, dv);
+  }
+}
 
 }  // namespace
 
-KILN_REGISTER_KERNELS(ScaledDotProductAttentionOp, Cuda, AttentionK, float, double);
-KILN_REGISTER_KERNELS(GradOf<ScaledDotProductAttentionOp>, Cuda, AttentionGradK, float, double);
+KILN_REGISTER_KERNEL(ScaledDotProductAttentionOp, Cuda, Float32, attention_kernel<float, DataType::Float32>);
+KILN_REGISTER_KERNEL(ScaledDotProductAttentionOp, Cuda, Float64, attention_kernel<double, DataType::Float64>);
+KILN_REGISTER_KERNEL(ScaledDotProductAttentionOp, Cuda, BFloat16,
+                     attention_kernel<std::uint16_t, DataType::BFloat16>);
+KILN_REGISTER_KERNEL(ScaledDotProductAttentionOp, Cuda, Float16,
+                     attention_kernel<std::uint16_t, DataType::Float16>);
+KILN_REGISTER_KERNEL(GradOf<ScaledDotProductAttentionOp>, Cuda, Float32,
+                     attention_grad_kernel<float, DataType::Float32>);
+KILN_REGISTER_KERNEL(GradOf<ScaledDotProductAttentionOp>, Cuda, Float64,
+                     attention_grad_kernel<double, DataType::Float64>);
+KILN_REGISTER_KERNEL(GradOf<ScaledDotProductAttentionOp>, Cuda, BFloat16,
+                     attention_grad_kernel<std::uint16_t, DataType::BFloat16>);
+KILN_REGISTER_KERNEL(GradOf<ScaledDotProductAttentionOp>, Cuda, Float16,
+                     attention_grad_kernel<std::uint16_t, DataType::Float16>);
 
 }  // namespace kiln::cuda

@@ -113,6 +113,33 @@ template <typename T>
 void launch_attention_score_grad(T* p, const T* dp, const T* delta, std::int64_t rows,
                                  std::int64_t lk, cudaStream_t st);
 
+// ---- fused scaled-dot-product attention (flash_attention.cu) ----
+
+// One attention call as the fused kernels see it: q [B, H, Lq, D],
+// k [B, H, Lk, D], v [B, H, Lk, Dv] (or [B, L, H, ·] each when heads_inner),
+// bh = B·H, scale already resolved (attention_scale).
+struct FlashAttentionShape {
+  std::int64_t bh = 0, h = 0, lq = 0, lk = 0, d = 0, dv = 0;
+  bool heads_inner = false, causal = false;
+  float scale = 1;
+};
+// nullptr when the fused kernels take the call (dtype f32, bf16 or f16,
+// D and Dv at most 128, the grid and the tiles' shared memory within the
+// current device's limits), else what they do not take, as a phrase.
+const char* flash_attention_refusal(DataType dt, const FlashAttentionShape& s);
+// out (the layout's [.., Dv]) and lse ([B·H, Lq]), every element written;
+// all of dtype dt. Needs lq > 0, lk > 0 and bh > 0.
+void launch_flash_attention_forward(DataType dt, const FlashAttentionShape& s, const void* q,
+                                    const void* k, const void* v, void* out, void* lse,
+                                    cudaStream_t st);
+// dq, dk, dv (every element written) from the forward's out and lse and
+// the incoming dout; delta is device scratch of bh·lq floats. Deterministic:
+// no atomics, every sum in a fixed order. Needs lq > 0, lk > 0 and bh > 0.
+void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, const void* q,
+                                     const void* k, const void* v, const void* out,
+                                     const void* lse, const void* dout, void* dq, void* dk,
+                                     void* dv, float* delta, cudaStream_t st);
+
 // ---- max_pool2d / avg_pool2d (pool.cu), NCHW ----
 
 // max (else avg, dividing by avg_pool_count(exclusive)) over each window.

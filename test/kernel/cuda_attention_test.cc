@@ -1,7 +1,8 @@
 // The CUDA scaled-dot-product attention and its gradient against the CPU's
 // kernels on the same inputs ([cuda]: skipped without a device): causal and
-// not, Lq != Lk, a given scale, f32 to 1e-5 and f64 to 1e-12 (cuBLAS and
-// OpenBLAS sum in other orders; the CPU's f32 exp is a polynomial).
+// not, Lq != Lk, a given scale, f32 (the fused kernels) to 1e-5 and f64 (the
+// cuBLAS path) to 1e-12 (the GPU sums in other orders; the CPU's f32 exp is
+// a polynomial). cuda_flash_attention_test.cc covers the fused kernels' dims.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -65,8 +66,8 @@ TEST_CASE("CUDA attention and its gradient match the CPU's, causal or not", "[cu
   compare_attention<float>({2, 2, 9, 9, 4, 4}, true, 0.7, 1e-5);
 }
 
-// Layout BLHD ([B, L, H, D] operands; staged through BHLD copies on the
-// device) against the CPU's BLHD kernel.
+// Layout BLHD ([B, L, H, D] operands; read in place by the fused kernels,
+// staged through BHLD copies by the cuBLAS path) against the CPU's BLHD kernel.
 template <typename T>
 void compare_blhd(const Shape& s, bool causal, double tol) {
   INFO("BLHD: B " << s.b << " H " << s.h << " Lq " << s.lq << " Lk " << s.lk << " D " << s.d

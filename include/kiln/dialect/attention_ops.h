@@ -10,8 +10,8 @@ namespace kiln {
 //   layout "BHLD": q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv], out
 //   [B, H, Lq, Dv]; layout "BLHD" (FlashAttention's, what a linear layer's
 //   [B, L, H·D] result is once reshaped): q [B, Lq, H, D], k [B, Lk, H, D],
-//   v [B, Lk, H, Dv], out [B, Lq, H, Dv]. f32 or f64, one dtype. Both
-//   layouts compute the same numbers: only the rows' addresses differ.
+//   v [B, Lk, H, Dv], out [B, Lq, H, Dv]. f32, f64, bf16 or f16, one dtype.
+//   Both layouts compute the same numbers: only the rows' addresses differ.
 //   out[b, h, i] = Σ_j softmax_j(s[i, j]) · v[b, h, j] with
 //   s[i, j] = scale · q[b, h, i] · k[b, h, j] (scale 0 means 1 / sqrt(D)) and,
 //   when causal, s[i, j] = -inf for j > i (PyTorch's is_causal: the mask is

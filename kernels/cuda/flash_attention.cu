@@ -1,0 +1,570 @@
+// Fused scaled-dot-product attention on CUDA: the scores never leave shared
+// memory. Each block owns one (batch·head, tile of rows) pair and walks the
+// tiles of the other side, so a head's [Lq, Lk] matrix is never held whole.
+//
+//   forward     a block per (head, tile of query rows): for each tile of keys,
+//               S = Q·Kᵀ, an online softmax (a running max m and sum l per
+//               row; the output accumulated so far is rescaled by
+//               exp(m_old - m_new)), O += P·V; then out = O / l and
+//               lse = m + log l.
+//   delta       Δ_i = Σ dout_i ∘ out_i, a warp per row.
+//   backward kv a block per (head, tile of keys), looping over the query
+//               tiles that see them: P = exp(scale·S - lse) recomputed,
+//               dP = dO·Vᵀ, dS = scale · P ∘ (dP - Δ), dV += Pᵀ·dO,
+//               dK += dSᵀ·Q.
+//   backward q  a block per (head, tile of query rows), looping over the key
+//               tiles they see: dQ += dS·K.
+// No atomics: each output element is summed by one thread (or one warp's
+// fragment) in a fixed order, so results are bit-identical run to run.
+//
+// The tiles are [R, DH] and [R, R] blocks of shared memory (R = 64 rows, 32
+// where DH = 128 would not fit), DH the head dim rounded up to 32, 64 or
+// 128 (the columns past D or Dv hold zeros, as do the rows past L). Every
+// product is tile_product: shared memory to shared memory, an f32
+// accumulator tile. f32 operands multiply on CUDA cores, a thread per output
+// element; bf16 / f16 operands on tensor cores (nvcuda::wmma 16×16×16
+// fragments, f32 accumulation), with P and dS rounded to the operands'
+// dtype for their products. Softmax statistics, Δ and the accumulators are
+// f32; out, lse and the gradients are rounded once when stored.
+//
+// Rows are read in place through their strides, either layout: element
+// (row r, column c) of head i lies at head_offset(i) + r·row_step + c.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda_kernel_util.cuh"
+#include "launch.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kFlashThreads = 128, kFlashWarps = kFlashThreads / 32;
+
+// An operand's element type in shared memory (E: float, __half,
+// __nv_bfloat16) and in global memory (f32, or the 16-bit dtypes' bits).
+template <typename E>
+using Global = std::conditional_t<std::is_same_v<E, float>, float, std::uint16_t>;
+
+template <typename E>
+__device__ E load_elem(const Global<E>* p) {
+  if constexpr (std::is_same_v<E, float>) return *p;
+  else if constexpr (std::is_same_v<E, __half>) return __ushort_as_half(*p);
+  else return __ushort_as_bfloat16(*p);
+}
+template <typename E>
+__device__ E narrow(float x) {
+  if constexpr (std::is_same_v<E, float>) return x;
+  else if constexpr (std::is_same_v<E, __half>) return __float2half_rn(x);
+  else return __float2bfloat16_rn(x);
+}
+__device__ float widen(float x) { return x; }
+__device__ float widen(__half x) { return __half2float(x); }
+__device__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename E>
+__device__ void store_elem(Global<E>* p, float x) {
+  if constexpr (std::is_same_v<E, float>) *p = x;
+  else if constexpr (std::is_same_v<E, __half>) *p = __half_as_ushort(__float2half_rn(x));
+  else *p = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+__device__ float warp_max(float x) {
+  for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+// A butterfly: every lane ends with the same bits (a + b == b + a).
+__device__ float warp_sum(float x) {
+  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// Where head i (= batch·H + head) of a tensor with `len` rows of `width`
+// begins, and the step from one of its rows to the next (AttentionDims').
+__device__ std::int64_t head_offset(const FlashAttentionShape& s, std::int64_t i, std::int64_t len,
+                                    std::int64_t width) {
+  return s.heads_inner ? ((i / s.h) * len * s.h + i % s.h) * width : i * len * width;
+}
+__device__ std::int64_t row_step(const FlashAttentionShape& s, std::int64_t width) {
+  return s.heads_inner ? s.h * width : width;
+}
+// How many keys query row i sees (top-left causal alignment).
+__device__ std::int64_t keys_seen(const FlashAttentionShape& s, std::int64_t i) {
+  return s.causal ? (i + 1 < s.lk ? i + 1 : s.lk) : s.lk;
+}
+
+// ---- shared-memory tiles ----
+
+constexpr std::size_t kSmemAlign = 128;
+// The offset after `bytes` placed at `at`, aligned for the next tile.
+constexpr std::size_t after(std::size_t at, std::size_t bytes) {
+  return (at + bytes + kSmemAlign - 1) / kSmemAlign * kSmemAlign;
+}
+
+// Tiles of R rows with head dim DH: operands [R][DH] and probabilities
+// [R][R] of E, f32 accumulators [R][DH] and scores [R][R]. Row strides are
+// padded against bank conflicts (odd for the f32 CUDA-core products; for
+// wmma a multiple of 8 16-bit or 4 f32 elements, as its loads need).
+template <typename E, int DH, int R>
+struct TileShapes {
+  static constexpr bool kF32 = std::is_same_v<E, float>;
+  static constexpr int kDim = DH, kRows = R;
+  static constexpr int kLdOperand = DH + (kF32 ? 1 : 8), kLdProbs = R + (kF32 ? 1 : 8);
+  static constexpr int kLdAcc = DH + (kF32 ? 1 : 4), kLdScores = R + (kF32 ? 1 : 4);
+  static constexpr std::size_t kOperandBytes = sizeof(E) * R * kLdOperand,
+                               kProbsBytes = sizeof(E) * R * kLdProbs,
+                               kAccBytes = sizeof(float) * R * kLdAcc,
+                               kScoresBytes = sizeof(float) * R * kLdScores,
+                               kRowBytes = sizeof(float) * R;
+};
+
+// The forward's tiles: q, k, v, the scores, the probabilities, the output
+// accumulator and each row's running max and sum (byte offsets).
+template <typename E, int DH>
+struct ForwardLayout : TileShapes<E, DH, (std::is_same_v<E, float> && DH == 128) ? 32 : 64> {
+  using T = TileShapes<E, DH, (std::is_same_v<E, float> && DH == 128) ? 32 : 64>;
+  static constexpr std::size_t q = 0, k = after(q, T::kOperandBytes), v = after(k, T::kOperandBytes),
+                               scores = after(v, T::kOperandBytes),
+                               probs = after(scores, T::kScoresBytes),
+                               acc = after(probs, T::kProbsBytes),
+                               row_max = after(acc, T::kAccBytes),
+                               row_sum = after(row_max, T::kRowBytes),
+                               bytes = after(row_sum, T::kRowBytes);
+};
+
+// The gradient kernels' tiles: q, dout, k, v, the scores and dP, P (the
+// key-tile kernel only) and dS, one accumulator (dQ or dK) or two (dK, dV),
+// each query row's lse and Δ.
+template <typename E, int DH, bool kKeyTile>
+struct BackwardLayout : TileShapes<E, DH, DH == 128 ? 32 : 64> {
+  using T = TileShapes<E, DH, DH == 128 ? 32 : 64>;
+  static constexpr std::size_t q = 0, dout = after(q, T::kOperandBytes),
+                               k = after(dout, T::kOperandBytes), v = after(k, T::kOperandBytes),
+                               scores = after(v, T::kOperandBytes),
+                               dprobs = after(scores, T::kScoresBytes),
+                               probs = after(dprobs, T::kScoresBytes),
+                               dscores = after(probs, kKeyTile ? T::kProbsBytes : 0),
+                               acc = after(dscores, T::kProbsBytes),
+                               acc2 = after(acc, T::kAccBytes),
+                               lse = after(acc2, kKeyTile ? T::kAccBytes : 0),
+                               delta = after(lse, T::kRowBytes),
+                               bytes = after(delta, T::kRowBytes);
+};
+
+template <typename X>
+__device__ X* tile_at(unsigned char* smem, std::size_t offset) {
+  return reinterpret_cast<X*>(smem + offset);
+}
+
+// Rows [row0, row0 + R) of one head of x (`rows` rows of `width` columns,
+// `step` elements apart) into t ([R][ld], DH columns); zeros past either end.
+template <int R, int DH, typename E>
+__device__ void load_rows(E* t, int ld, const Global<E>* x, std::int64_t row0, std::int64_t rows,
+                          std::int64_t width, std::int64_t step) {
+  for (int e = threadIdx.x; e < R * DH; e += kFlashThreads) {
+    const int r = e / DH, c = e % DH;
+    const std::int64_t row = row0 + r;
+    t[r * ld + c] = row < rows && c < width ? load_elem<E>(x + row * step + c) : narrow<E>(0.f);
+  }
+}
+// The other way: t's rows that exist (< rows) and columns < width into x.
+template <int R, int DH, typename E>
+__device__ void store_rows(Global<E>* x, const float* t, int ld, std::int64_t row0,
+                           std::int64_t rows, std::int64_t width, std::int64_t step) {
+  for (int e = threadIdx.x; e < R * DH; e += kFlashThreads) {
+    const int r = e / DH, c = e % DH;
+    const std::int64_t row = row0 + r;
+    if (row < rows && c < width) store_elem<E>(x + row * step + c, t[r * ld + c]);
+  }
+}
+template <int R, int DH>
+__device__ void zero_tile(float* t, int ld) {
+  for (int e = threadIdx.x; e < R * DH; e += kFlashThreads) t[(e / DH) * ld + e % DH] = 0.f;
+}
+
+// c (f32 [M][ldc]) = (accumulate ? c : 0) + op(a) · op(b), op(a) M×K and
+// op(b) K×N: a is [M][lda], or [K][lda] holding op(a)ᵀ when a_t; b is
+// [K][ldb], or [N][ldb] holding op(b)ᵀ when b_t. The whole block calls it;
+// each output element is one thread's (f32) or one warp's fragment's (16-bit).
+template <int M, int N, int K, bool a_t, bool b_t, typename E>
+__device__ void tile_product(const E* a, int lda, const E* b, int ldb, float* c, int ldc,
+                             bool accumulate) {
+  if constexpr (std::is_same_v<E, float>) {
+    for (int e = threadIdx.x; e < M * N; e += kFlashThreads) {
+      const int m = e / N, n = e % N;
+      float sum = accumulate ? c[m * ldc + n] : 0.f;
+#pragma unroll 8
+      for (int k = 0; k < K; ++k)
+        sum += a[a_t ? k * lda + m : m * lda + k] * b[b_t ? n * ldb + k : k * ldb + n];
+      c[m * ldc + n] = sum;
+    }
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap();  // bf16 fragments need sm_80; kiln builds for sm_90
+#else
+    using namespace nvcuda;
+    using ALayout = std::conditional_t<a_t, wmma::col_major, wmma::row_major>;
+    using BLayout = std::conditional_t<b_t, wmma::col_major, wmma::row_major>;
+    constexpr int kTilesN = N / 16;
+    static_assert(M % 16 == 0 && N % 16 == 0 && K % 16 == 0);
+    for (int f = threadIdx.x / 32; f < (M / 16) * kTilesN; f += kFlashWarps) {
+      const int tm = f / kTilesN, tn = f % kTilesN;
+      float* cf = c + tm * 16 * ldc + tn * 16;
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      if (accumulate) wmma::load_matrix_sync(acc, cf, ldc, wmma::mem_row_major);
+      else wmma::fill_fragment(acc, 0.f);
+      for (int tk = 0; tk < K / 16; ++tk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, E, ALayout> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, E, BLayout> fb;
+        wmma::load_matrix_sync(fa, a + (a_t ? tk * 16 * lda + tm * 16 : tm * 16 * lda + tk * 16), lda);
+        wmma::load_matrix_sync(fb, b + (b_t ? tn * 16 * ldb + tk * 16 : tk * 16 * ldb + tn * 16), ldb);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(cf, acc, ldc, wmma::mem_row_major);
+    }
+#endif
+  }
+}
+
+// ---- forward ----
+
+// One key tile (keys j0..) of the online softmax, a warp per query row (q0
+// + r): the row's scores scaled and masked, its running max and sum moved
+// on, probs = exp(score - max), and the output accumulated so far rescaled
+// to the new max.
+template <typename L, typename E>
+__device__ void online_softmax(const FlashAttentionShape& s, std::int64_t q0, std::int64_t j0,
+                               const float* scores, E* probs, float* acc, float* row_max,
+                               float* row_sum) {
+  constexpr int kPerLane = L::kRows / 32;
+  const int lane = threadIdx.x % 32;
+  for (int r = threadIdx.x / 32; r < L::kRows; r += kFlashWarps) {
+    const std::int64_t seen = keys_seen(s, q0 + r) - j0;  // columns [0, seen) are seen
+    float x[kPerLane];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int t = 0; t < kPerLane; ++t) {
+      const int col = lane + 32 * t;
+      x[t] = col < seen ? scores[r * L::kLdScores + col] * s.scale : -INFINITY;
+      tile_max = fmaxf(tile_max, x[t]);
+    }
+    const float old_max = row_max[r];
+    const float new_max = fmaxf(old_max, warp_max(tile_max));
+    const float base = new_max == -INFINITY ? 0.f : new_max;  // nothing seen yet: all exp 0
+    float sum = 0;
+#pragma unroll
+    for (int t = 0; t < kPerLane; ++t) {
+      const float p = expf(x[t] - base);
+      probs[r * L::kLdProbs + lane + 32 * t] = narrow<E>(p);
+      sum += p;
+    }
+    sum = warp_sum(sum);
+    const float rescale = expf(old_max - base);
+    for (int col = lane; col < L::kDim; col += 32) acc[r * L::kLdAcc + col] *= rescale;
+    __syncwarp();
+    if (lane == 0) {
+      row_max[r] = new_max;
+      row_sum[r] = row_sum[r] * rescale + sum;
+    }
+  }
+}
+
+// Block (head blockIdx.x, query rows blockIdx.y · R ..).
+template <typename E, int DH>
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_forward(FlashAttentionShape s, const Global<E>* q, const Global<E>* k,
+                  const Global<E>* v, Global<E>* out, Global<E>* lse) {
+  using L = ForwardLayout<E, DH>;
+  constexpr int R = L::kRows;
+  extern __shared__ __align__(128) unsigned char smem[];
+  E *qt = tile_at<E>(smem, L::q), *kt = tile_at<E>(smem, L::k), *vt = tile_at<E>(smem, L::v),
+    *probs = tile_at<E>(smem, L::probs);
+  float *scores = tile_at<float>(smem, L::scores), *acc = tile_at<float>(smem, L::acc),
+        *row_max = tile_at<float>(smem, L::row_max), *row_sum = tile_at<float>(smem, L::row_sum);
+  const std::int64_t bh = blockIdx.x, q0 = static_cast<std::int64_t>(blockIdx.y) * R;
+  const std::int64_t qk_step = row_step(s, s.d), v_step = row_step(s, s.dv);
+  const Global<E>* kh = k + head_offset(s, bh, s.lk, s.d);
+  const Global<E>* vh = v + head_offset(s, bh, s.lk, s.dv);
+  load_rows<R, DH>(qt, L::kLdOperand, q + head_offset(s, bh, s.lq, s.d), q0, s.lq, s.d, qk_step);
+  zero_tile<R, DH>(acc, L::kLdAcc);
+  for (int r = threadIdx.x; r < R; r += kFlashThreads) {
+    row_max[r] = -INFINITY;
+    row_sum[r] = 0.f;
+  }
+  const std::int64_t key_end = s.causal ? std::min<std::int64_t>(s.lk, q0 + R) : s.lk;
+  for (std::int64_t j0 = 0; j0 < key_end; j0 += R) {
+    __syncthreads();  // the last tile's products are done with kt, vt, probs
+    load_rows<R, DH>(kt, L::kLdOperand, kh, j0, s.lk, s.d, qk_step);
+    load_rows<R, DH>(vt, L::kLdOperand, vh, j0, s.lk, s.dv, v_step);
+    __syncthreads();
+    tile_product<R, R, DH, false, true>(qt, L::kLdOperand, kt, L::kLdOperand, scores, L::kLdScores,
+                                        false);
+    __syncthreads();
+    online_softmax<L>(s, q0, j0, scores, probs, acc, row_max, row_sum);
+    __syncthreads();
+    tile_product<R, DH, R, false, false>(probs, L::kLdProbs, vt, L::kLdOperand, acc, L::kLdAcc,
+                                         true);
+  }
+  __syncthreads();
+  Global<E>* oh = out + head_offset(s, bh, s.lq, s.dv);
+  for (int e = threadIdx.x; e < R * DH; e += kFlashThreads) {
+    const int r = e / DH, c = e % DH;
+    if (q0 + r < s.lq && c < s.dv)
+      store_elem<E>(oh + (q0 + r) * v_step + c, acc[r * L::kLdAcc + c] / row_sum[r]);
+  }
+  for (int r = threadIdx.x; r < R; r += kFlashThreads)
+    if (q0 + r < s.lq) store_elem<E>(lse + bh * s.lq + q0 + r, row_max[r] + logf(row_sum[r]));
+}
+
+// ---- backward ----
+
+// delta[row] = Σ dout ∘ out over row `row` (= head·Lq + i) of all heads' rows.
+template <typename E>
+__global__ void flash_delta(FlashAttentionShape s, const Global<E>* out, const Global<E>* dout,
+                            float* delta) {
+  const std::int64_t row =
+      static_cast<std::int64_t>(blockIdx.x) * kFlashWarps + threadIdx.x / 32;
+  if (row >= s.bh * s.lq) return;  // the whole warp
+  const std::int64_t at = head_offset(s, row / s.lq, s.lq, s.dv) + (row % s.lq) * row_step(s, s.dv);
+  const int lane = threadIdx.x % 32;
+  float sum = 0;
+  for (std::int64_t c = lane; c < s.dv; c += 32)
+    sum += widen(load_elem<E>(out + at + c)) * widen(load_elem<E>(dout + at + c));
+  sum = warp_sum(sum);
+  if (lane == 0) delta[row] = sum;
+}
+
+// Query rows i0.. of head bh: q and dout into their tiles, lse and Δ per
+// row (0 past Lq).
+template <typename L, typename E>
+__device__ void load_query_tile(const FlashAttentionShape& s, std::int64_t bh, std::int64_t i0,
+                                const Global<E>* q, const Global<E>* dout, const Global<E>* lse,
+                                const float* delta, E* qt, E* dout_t, float* lse_t,
+                                float* delta_t) {
+  load_rows<L::kRows, L::kDim>(qt, L::kLdOperand, q + head_offset(s, bh, s.lq, s.d), i0, s.lq,
+                               s.d, row_step(s, s.d));
+  load_rows<L::kRows, L::kDim>(dout_t, L::kLdOperand, dout + head_offset(s, bh, s.lq, s.dv), i0,
+                               s.lq, s.dv, row_step(s, s.dv));
+  for (int r = threadIdx.x; r < L::kRows; r += kFlashThreads) {
+    const std::int64_t i = i0 + r;
+    lse_t[r] = i < s.lq ? widen(load_elem<E>(lse + bh * s.lq + i)) : 0.f;
+    delta_t[r] = i < s.lq ? delta[bh * s.lq + i] : 0.f;
+  }
+}
+
+// Query rows i0.. against keys j0..: P = exp(scale · S - lse) where the row
+// sees the key (0 elsewhere and on rows past Lq), into probs unless null,
+// and dS = scale · P ∘ (dP - Δ) into dscores.
+template <typename L, typename E>
+__device__ void score_grads(const FlashAttentionShape& s, std::int64_t i0, std::int64_t j0,
+                            const float* scores, const float* dprobs, const float* lse_t,
+                            const float* delta_t, E* probs, E* dscores) {
+  constexpr int R = L::kRows;
+  for (int e = threadIdx.x; e < R * R; e += kFlashThreads) {
+    const int r = e / R, c = e % R;
+    const std::int64_t i = i0 + r;
+    const bool seen = i < s.lq && j0 + c < keys_seen(s, i);
+    const float p = seen ? expf(scores[r * L::kLdScores + c] * s.scale - lse_t[r]) : 0.f;
+    if (probs) probs[r * L::kLdProbs + c] = narrow<E>(p);
+    dscores[r * L::kLdProbs + c] =
+        narrow<E>(s.scale * p * (dprobs[r * L::kLdScores + c] - delta_t[r]));
+  }
+}
+
+// Block (head blockIdx.x, keys blockIdx.y · R ..): dK and dV of those keys.
+template <typename E, int DH>
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_backward_kv(FlashAttentionShape s, const Global<E>* q, const Global<E>* k,
+                      const Global<E>* v, const Global<E>* lse, const Global<E>* dout,
+                      const float* delta, Global<E>* dk, Global<E>* dv) {
+  using L = BackwardLayout<E, DH, true>;
+  constexpr int R = L::kRows;
+  extern __shared__ __align__(128) unsigned char smem[];
+  E *qt = tile_at<E>(smem, L::q), *dout_t = tile_at<E>(smem, L::dout), *kt = tile_at<E>(smem, L::k),
+    *vt = tile_at<E>(smem, L::v), *probs = tile_at<E>(smem, L::probs),
+    *dscores = tile_at<E>(smem, L::dscores);
+  float *scores = tile_at<float>(smem, L::scores), *dprobs = tile_at<float>(smem, L::dprobs),
+        *dk_acc = tile_at<float>(smem, L::acc), *dv_acc = tile_at<float>(smem, L::acc2),
+        *lse_t = tile_at<float>(smem, L::lse), *delta_t = tile_at<float>(smem, L::delta);
+  const std::int64_t bh = blockIdx.x, j0 = static_cast<std::int64_t>(blockIdx.y) * R;
+  const std::int64_t qk_step = row_step(s, s.d), v_step = row_step(s, s.dv);
+  load_rows<R, DH>(kt, L::kLdOperand, k + head_offset(s, bh, s.lk, s.d), j0, s.lk, s.d, qk_step);
+  load_rows<R, DH>(vt, L::kLdOperand, v + head_offset(s, bh, s.lk, s.dv), j0, s.lk, s.dv, v_step);
+  zero_tile<R, DH>(dk_acc, L::kLdAcc);
+  zero_tile<R, DH>(dv_acc, L::kLdAcc);
+  // Causal: rows before j0 see none of these keys.
+  for (std::int64_t i0 = s.causal ? j0 : 0; i0 < s.lq; i0 += R) {
+    __syncthreads();  // the last tile's products are done with the query tiles
+    load_query_tile<L>(s, bh, i0, q, dout, lse, delta, qt, dout_t, lse_t, delta_t);
+    __syncthreads();
+    tile_product<R, R, DH, false, true>(qt, L::kLdOperand, kt, L::kLdOperand, scores, L::kLdScores,
+                                        false);
+    tile_product<R, R, DH, false, true>(dout_t, L::kLdOperand, vt, L::kLdOperand, dprobs,
+                                        L::kLdScores, false);
+    __syncthreads();
+    score_grads<L>(s, i0, j0, scores, dprobs, lse_t, delta_t, probs, dscores);
+    __syncthreads();
+    tile_product<R, DH, R, true, false>(probs, L::kLdProbs, dout_t, L::kLdOperand, dv_acc,
+                                        L::kLdAcc, true);
+    tile_product<R, DH, R, true, false>(dscores, L::kLdProbs, qt, L::kLdOperand, dk_acc,
+                                        L::kLdAcc, true);
+  }
+  __syncthreads();
+  store_rows<R, DH, E>(dk + head_offset(s, bh, s.lk, s.d), dk_acc, L::kLdAcc, j0, s.lk, s.d,
+                       qk_step);
+  store_rows<R, DH, E>(dv + head_offset(s, bh, s.lk, s.dv), dv_acc, L::kLdAcc, j0, s.lk, s.dv,
+                       v_step);
+}
+
+// Block (head blockIdx.x, query rows blockIdx.y · R ..): dQ of those rows.
+template <typename E, int DH>
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_backward_q(FlashAttentionShape s, const Global<E>* q, const Global<E>* k,
+                     const Global<E>* v, const Global<E>* lse, const Global<E>* dout,
+                     const float* delta, Global<E>* dq) {
+  using L = BackwardLayout<E, DH, false>;
+  constexpr int R = L::kRows;
+  extern __shared__ __align__(128) unsigned char smem[];
+  E *qt = tile_at<E>(smem, L::q), *dout_t = tile_at<E>(smem, L::dout), *kt = tile_at<E>(smem, L::k),
+    *vt = tile_at<E>(smem, L::v), *dscores = tile_at<E>(smem, L::dscores);
+  float *scores = tile_at<float>(smem, L::scores), *dprobs = tile_at<float>(smem, L::dprobs),
+        *dq_acc = tile_at<float>(smem, L::acc), *lse_t = tile_at<float>(smem, L::lse),
+        *delta_t = tile_at<float>(smem, L::delta);
+  const std::int64_t bh = blockIdx.x, i0 = static_cast<std::int64_t>(blockIdx.y) * R;
+  const std::int64_t qk_step = row_step(s, s.d), v_step = row_step(s, s.dv);
+  const Global<E>* kh = k + head_offset(s, bh, s.lk, s.d);
+  const Global<E>* vh = v + head_offset(s, bh, s.lk, s.dv);
+  load_query_tile<L>(s, bh, i0, q, dout, lse, delta, qt, dout_t, lse_t, delta_t);
+  zero_tile<R, DH>(dq_acc, L::kLdAcc);
+  const std::int64_t key_end = s.causal ? std::min<std::int64_t>(s.lk, i0 + R) : s.lk;
+  for (std::int64_t j0 = 0; j0 < key_end; j0 += R) {
+    __syncthreads();  // the last tile's product is done with kt
+    load_rows<R, DH>(kt, L::kLdOperand, kh, j0, s.lk, s.d, qk_step);
+    load_rows<R, DH>(vt, L::kLdOperand, vh, j0, s.lk, s.dv, v_step);
+    __syncthreads();
+    tile_product<R, R, DH, false, true>(qt, L::kLdOperand, kt, L::kLdOperand, scores, L::kLdScores,
+                                        false);
+    tile_product<R, R, DH, false, true>(dout_t, L::kLdOperand, vt, L::kLdOperand, dprobs,
+                                        L::kLdScores, false);
+    __syncthreads();
+    score_grads<L>(s, i0, j0, scores, dprobs, lse_t, delta_t, static_cast<E*>(nullptr), dscores);
+    __syncthreads();
+    tile_product<R, DH, R, false, false>(dscores, L::kLdProbs, kt, L::kLdOperand, dq_acc,
+                                         L::kLdAcc, true);
+  }
+  __syncthreads();
+  store_rows<R, DH, E>(dq + head_offset(s, bh, s.lq, s.d), dq_acc, L::kLdAcc, i0, s.lq, s.d,
+                       qk_step);
+}
+
+// ---- host side ----
+
+// The tiles' head dim for D and Dv: 32, 64 or 128 (0: neither fits).
+int tile_dim(const FlashAttentionShape& s) {
+  const std::int64_t w = std::max(s.d, s.dv);
+  return w <= 32 ? 32 : w <= 64 ? 64 : w <= 128 ? 128 : 0;
+}
+
+// f.template operator()<E, DH>() for dtype dt and head dim dh (32, 64, 128).
+template <typename E, typename F>
+void with_dim(int dh, F&& f) {
+  if (dh == 32) f.template operator()<E, 32>();
+  else if (dh == 64) f.template operator()<E, 64>();
+  else f.template operator()<E, 128>();
+}
+template <typename F>
+void with_types(DataType dt, int dh, F&& f) {
+  if (dt == DataType::BFloat16) with_dim<__nv_bfloat16>(dh, f);
+  else if (dt == DataType::Float16) with_dim<__half>(dh, f);
+  else with_dim<float>(dh, f);
+}
+
+std::int64_t tiles(std::int64_t n, int rows) { return (n + rows - 1) / rows; }
+
+// Lets `kernel` launch with `bytes` of dynamic shared memory on the current
+// device: set once per device (not a stream operation, so after the first
+// run none happens while a CUDA graph records).
+template <auto kernel>
+void allow_shared_memory(std::size_t bytes) {
+  constexpr int kDevices = 64;
+  static std::atomic<bool> done[kDevices] = {};
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "finding the current CUDA device");
+  if (device < kDevices && done[device].load(std::memory_order_acquire)) return;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(bytes)),
+             "setting the fused attention kernel's shared memory");
+  if (device < kDevices) done[device].store(true, std::memory_order_release);
+}
+
+}  // namespace
+
+const char* flash_attention_refusal(DataType dt, const FlashAttentionShape& s) {
+  if (dt != DataType::Float32 && dt != DataType::BFloat16 && dt != DataType::Float16)
+    return "dtypes other than f32, bf16 and f16";
+  const int dh = tile_dim(s);
+  if (dh == 0) return "head dims (D or Dv) above 128";
+  std::size_t smem = 0;
+  int rows = 0;
+  with_types(dt, dh, [&]<typename E, int DH>() {
+    smem = std::max({ForwardLayout<E, DH>::bytes, BackwardLayout<E, DH, true>::bytes,
+                     BackwardLayout<E, DH, false>::bytes});
+    rows = std::min(ForwardLayout<E, DH>::kRows, BackwardLayout<E, DH, true>::kRows);
+  });
+  if (s.bh > INT_MAX || tiles(std::max(s.lq, s.lk), rows) > 65535 ||
+      tiles(s.bh * s.lq, kFlashWarps) > INT_MAX)
+    return "more than 2^31 heads or 65535 tiles of rows";
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess ||
+      static_cast<std::size_t>(optin) < smem)
+    return "tiles larger than this device's shared memory per block";
+  return nullptr;
+}
+
+void launch_flash_attention_forward(DataType dt, const FlashAttentionShape& s, const void* q,
+                                    const void* k, const void* v, void* out, void* lse,
+                                    cudaStream_t st) {
+  with_types(dt, tile_dim(s), [&]<typename E, int DH>() {
+    using L = ForwardLayout<E, DH>;
+    using G = Global<E>;
+    allow_shared_memory<flash_forward<E, DH>>(L::bytes);
+    const dim3 grid(static_cast<unsigned>(s.bh), static_cast<unsigned>(tiles(s.lq, L::kRows)));
+    flash_forward<E, DH><<<grid, kFlashThreads, L::bytes, st>>>(
+        s, static_cast<const G*>(q), static_cast<const G*>(k), static_cast<const G*>(v),
+        static_cast<G*>(out), static_cast<G*>(lse));
+  });
+}
+
+void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, const void* q,
+                                     const void* k, const void* v, const void* out,
+                                     const void* lse, const void* dout, void* dq, void* dk,
+                                     void* dv, float* delta, cudaStream_t st) {
+  with_types(dt, tile_dim(s), [&]<typename E, int DH>() {
+    using G = Global<E>;
+    const auto *gq = static_cast<const G*>(q), *gk = static_cast<const G*>(k),
+               *gv = static_cast<const G*>(v), *gl = static_cast<const G*>(lse),
+               *gdo = static_cast<const G*>(dout);
+    flash_delta<E><<<static_cast<unsigned>(tiles(s.bh * s.lq, kFlashWarps)), kFlashThreads, 0, st>>>(
+        s, static_cast<const G*>(out), gdo, delta);
+    using KV = BackwardLayout<E, DH, true>;
+    allow_shared_memory<flash_backward_kv<E, DH>>(KV::bytes);
+    const dim3 kv_grid(static_cast<unsigned>(s.bh), static_cast<unsigned>(tiles(s.lk, KV::kRows)));
+    flash_backward_kv<E, DH><<<kv_grid, kFlashThreads, KV::bytes, st>>>(
+        s, gq, gk, gv, gl, gdo, delta, static_cast<G*>(dk), static_cast<G*>(dv));
+    using Q = BackwardLayout<E, DH, false>;
+    allow_shared_memory<flash_backward_q<E, DH>>(Q::bytes);
+    const dim3 q_grid(static_cast<unsigned>(s.bh), static_cast<unsigned>(tiles(s.lq, Q::kRows)));
+    flash_backward_q<E, DH><<<q_grid, kFlashThreads, Q::bytes, st>>>(s, gq, gk, gv, gl, gdo, delta,
+                                                                     static_cast<G*>(dq));
+  });
+}
+
+}  // namespace kiln::cuda

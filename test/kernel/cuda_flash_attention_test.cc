@@ -1,0 +1,221 @@
+// The fused CUDA attention kernels (flash_attention.cu) and their gradient
+// against the CPU's kernels on the same inputs ([cuda]: skipped without a
+// device): both layouts, causal or not, L ∈ {1, 17, 64, 130, 512}, Lq != Lk,
+// D ∈ {32, 64, 128} and head dims between them, D != Dv.
+//
+// Tolerances, per element: |got - want| <= rtol·|want| + atol·max(1, max|want|).
+//   f32   rtol = atol = 1e-5 (the CPU sums in other orders and its exp is a
+//         polynomial);
+//   bf16  2e-2 against the CPU's bf16 kernel (f32 arithmetic on the widened
+//         operands, results rounded once): the fused kernel rounds P and dS to
+//         bf16 (8 bits) for the tensor-core products, and either side may round
+//         a result to the neighbouring bf16 (2^-8 relative);
+//   f16   5e-3 likewise (11 bits).
+// The gradients get the CPU forward's out and lse as inputs on both sides.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernel/cuda_test_util.h"
+#include "kernel/half_test_util.h"
+#include "kiln/dialect/attention_ops.h"
+
+using namespace kiln;
+using kiln_test::filled;
+using kiln_test::have_cuda;
+using kiln_test::run_cuda_op;
+using kiln_test::run_op;
+
+// Named, not anonymous: the test files compile in unity blocks.
+namespace flash_attention_test {
+
+using Grad = GradOf<ScaledDotProductAttentionOp>;
+
+struct Case {
+  std::int64_t b, h, lq, lk, d, dv;
+};
+
+// Values in [-2, 2) of dtype dt (the 16-bit ones exact in their dtype).
+Tensor operand(DataType dt, const Dims& dims, unsigned seed) {
+  if (dt == DataType::Float32) return filled<float>(dims, -2, 2, seed);
+  return kiln_test::random_half(dims, dt, seed);
+}
+
+std::vector<double> values(const Tensor& t) {
+  std::vector<double> out(static_cast<std::size_t>(t.numel()));
+  const DataType dt = t.dtype();
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    if (dt == DataType::Float32) out[i] = static_cast<const float*>(t.raw_data())[i];
+    else if (dt == DataType::Float64) out[i] = static_cast<const double*>(t.raw_data())[i];
+    else out[i] = kiln_test::from_half(static_cast<const std::uint16_t*>(t.raw_data())[i], dt);
+  }
+  return out;
+}
+
+// Every element within rtol·|want| + atol·max(1, max|want|); the first
+// one that is not is reported.
+void check_near(const Tensor& got, const Tensor& want, double rtol, double atol) {
+  REQUIRE(got.dims() == want.dims());
+  REQUIRE(got.dtype() == want.dtype());
+  const std::vector<double> g = values(got), w = values(want);
+  double peak = 1;
+  for (double x : w)
+    if (std::isfinite(x)) peak = std::max(peak, std::abs(x));
+  std::int64_t bad = 0, first = -1;
+  for (std::size_t i = 0; i < g.size(); ++i)
+    if (g[i] != w[i] && !(std::abs(g[i] - w[i]) <= rtol * std::abs(w[i]) + atol * peak)) {
+      if (first < 0) first = static_cast<std::int64_t>(i);
+      ++bad;
+    }
+  INFO(bad << " of " << g.size() << " elements differ; the first, #" << first << ": got "
+            << (first < 0 ? 0 : g[first]) << ", want " << (first < 0 ? 0 : w[first]));
+  CHECK(bad == 0);
+}
+
+double tolerance(DataType dt) {
+  return dt == DataType::Float32 ? 1e-5 : dt == DataType::BFloat16 ? 2e-2 : 5e-3;
+}
+
+Dims layout_dims(const Case& c, const std::string& layout, std::int64_t len, std::int64_t width) {
+  return layout == "BLHD" ? Dims{c.b, len, c.h, width} : Dims{c.b, c.h, len, width};
+}
+
+// The CUDA forward and gradient against the CPU's on one case.
+void compare_fused(DataType dt, const Case& c, bool causal, const std::string& layout,
+                   double scale = 0) {
+  INFO(to_string(dt) << " " << layout << " B " << c.b << " H " << c.h << " Lq " << c.lq << " Lk "
+                     << c.lk << " D " << c.d << " Dv " << c.dv << " causal " << causal
+                     << " scale " << scale);
+  const double tol = tolerance(dt);
+  const Tensor q = operand(dt, layout_dims(c, layout, c.lq, c.d), 1),
+               k = operand(dt, layout_dims(c, layout, c.lk, c.d), 2),
+               v = operand(dt, layout_dims(c, layout, c.lk, c.dv), 3);
+  auto cpu = run_op<ScaledDotProductAttentionOp>({q, k, v}, causal, scale, layout);
+  auto dev = run_cuda_op<ScaledDotProductAttentionOp>({q, k, v}, causal, scale, layout);
+  {
+    INFO("out");
+    check_near(dev.results[0], cpu.results[0], tol, tol);
+  }
+  {
+    INFO("lse");
+    check_near(dev.results[1], cpu.results[1], tol, tol);
+  }
+  const Tensor dout = operand(dt, cpu.results[0].dims(), 4);
+  const std::vector<Tensor> in{q, k, v, cpu.results[0], cpu.results[1], dout};
+  auto gcpu = run_op<Grad>(in, causal, scale, layout);
+  auto gdev = run_cuda_op<Grad>(in, causal, scale, layout);
+  for (int i = 0; i < 3; ++i) {
+    INFO("gradient #" << i << " (dq, dk, dv)");
+    check_near(gdev.results[i], gcpu.results[i], tol, tol);
+  }
+}
+
+// Each length and head dim of the file's header, both layouts, causal or not.
+void sweep(DataType dt) {
+  for (const std::string layout : {"BHLD", "BLHD"})
+    for (bool causal : {false, true})
+      for (std::int64_t l : {1, 17, 64, 130, 512})
+        for (std::int64_t d : {32, 64, 128})
+          compare_fused(dt, {l >= 512 ? 1 : 2, l >= 512 ? 2 : 3, l, l, d, d}, causal, layout);
+}
+
+// Lq != Lk (either way, causal rows past Lk seeing every key), D != Dv,
+// head dims that are no tile's, a given scale.
+void uneven(DataType dt) {
+  const std::vector<Case> cases = {{2, 2, 17, 130, 64, 64}, {2, 2, 130, 17, 64, 64},
+                                   {1, 3, 1, 64, 32, 32},   {1, 3, 64, 1, 32, 32},
+                                   {1, 2, 70, 70, 32, 64},  {1, 2, 33, 90, 100, 72},
+                                   {2, 1, 7, 19, 5, 3},     {1, 1, 129, 65, 128, 16}};
+  for (const std::string layout : {"BHLD", "BLHD"})
+    for (bool causal : {false, true})
+      for (const Case& c : cases) compare_fused(dt, c, causal, layout);
+  compare_fused(dt, {2, 2, 40, 40, 16, 16}, true, "BHLD", 0.7);
+}
+
+// Two runs of the forward and gradient: the same bits.
+void check_deterministic(DataType dt, const std::string& layout) {
+  INFO(to_string(dt) << " " << layout);
+  const Case c{2, 3, 130, 150, 64, 64};
+  const Tensor q = operand(dt, layout_dims(c, layout, c.lq, c.d), 1),
+               k = operand(dt, layout_dims(c, layout, c.lk, c.d), 2),
+               v = operand(dt, layout_dims(c, layout, c.lk, c.dv), 3);
+  auto f1 = run_cuda_op<ScaledDotProductAttentionOp>({q, k, v}, true, 0.0, layout);
+  auto f2 = run_cuda_op<ScaledDotProductAttentionOp>({q, k, v}, true, 0.0, layout);
+  const Tensor dout = operand(dt, f1.results[0].dims(), 4);
+  const std::vector<Tensor> in{q, k, v, f1.results[0], f1.results[1], dout};
+  auto g1 = run_cuda_op<Grad>(in, true, 0.0, layout);
+  auto g2 = run_cuda_op<Grad>(in, true, 0.0, layout);
+  const auto same = [](const Tensor& a, const Tensor& b) {
+    return a.bytes() == b.bytes() && std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
+  };
+  for (int i = 0; i < 2; ++i) CHECK(same(f1.results[i], f2.results[i]));
+  for (int i = 0; i < 3; ++i) CHECK(same(g1.results[i], g2.results[i]));
+}
+
+}  // namespace flash_attention_test
+
+namespace fat = flash_attention_test;
+
+TEST_CASE("fused CUDA attention matches the CPU in f32 for each length, head dim and layout",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  fat::sweep(DataType::Float32);
+}
+
+TEST_CASE("fused CUDA attention matches the CPU in bf16 and f16 for each length, head dim and layout",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  fat::sweep(DataType::BFloat16);
+  fat::sweep(DataType::Float16);
+}
+
+TEST_CASE("fused CUDA attention matches the CPU with Lq != Lk, D != Dv and a given scale",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float16}) fat::uneven(dt);
+}
+
+// Small cases, cheap enough for compute-sanitizer (run-checks.sh runs [sanitize]).
+TEST_CASE("fused CUDA attention on small cases of every dtype and layout matches the CPU",
+          "[cuda][kernel][sanitize]") {
+  if (!have_cuda()) return;
+  for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float16})
+    for (const std::string layout : {"BHLD", "BLHD"})
+      for (bool causal : {false, true}) {
+        fat::compare_fused(dt, {1, 2, 17, 70, 32, 64}, causal, layout);
+        fat::compare_fused(dt, {2, 1, 70, 17, 128, 8}, causal, layout);
+      }
+}
+
+TEST_CASE("fused CUDA attention and its gradient are bit-identical run to run",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  for (DataType dt : {DataType::Float32, DataType::BFloat16})
+    for (const std::string layout : {"BHLD", "BLHD"}) fat::check_deterministic(dt, layout);
+}
+
+TEST_CASE("fused CUDA attention with no keys or no head dims gives the CPU's results in 16 bits",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    fat::compare_fused(dt, {1, 2, 5, 0, 4, 4}, false, "BHLD");
+    fat::compare_fused(dt, {1, 2, 5, 5, 0, 4}, true, "BLHD");
+    fat::compare_fused(dt, {1, 2, 5, 5, 4, 0}, false, "BHLD");
+  }
+  fat::compare_fused(DataType::Float32, {1, 2, 5, 5, 4, 0}, true, "BLHD");
+}
+
+TEST_CASE("a head dim above 128 takes the cuBLAS path in f32 and is an error naming it in bf16",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  fat::compare_fused(DataType::Float32, {1, 2, 33, 40, 160, 160}, true, "BHLD");
+  fat::compare_fused(DataType::Float32, {1, 2, 20, 20, 16, 200}, false, "BLHD");
+  const Dims big{1, 2, 16, 160};
+  KILN_CHECK_ERROR(run_cuda_op<ScaledDotProductAttentionOp>(
+                       {fat::operand(DataType::BFloat16, big, 1), fat::operand(DataType::BFloat16, big, 2),
+                        fat::operand(DataType::BFloat16, big, 3)},
+                       false, 0.0, std::string("BHLD")),
+                   Unimplemented, {"kiln.scaled_dot_product_attention", "bf16", "D 160", "128"});
+}
