@@ -267,7 +267,8 @@ void launch_strided_copy(const void* src, void* dst, int width, const CopyWalk& 
                          cudaStream_t s);
 
 // n elements from → to with the CPU cast's rules; false (nothing launched)
-// unless both are among f32, f64, i32, i64, bool, u8, i8.
+// unless both are among f32, f64, i32, i64, bool, u8, i8, or one is f32 and
+// the other bf16 or f16.
 bool launch_cast(DataType from, DataType to, const void* in, void* out, std::int64_t n,
                  cudaStream_t s);
 
