@@ -24,6 +24,12 @@
 //   BENCH cuda.gpt2s.<mode>.peak   MiB: the device memory kiln held at most
 //                                  during a step (the caching allocator's
 //                                  peak bytes in use)
+//   BENCH cuda.gpt2s.adamw.unmerged ms: the AdamW update of GPT-2 small's
+//                                  parameters (their shapes, the gradients
+//                                  fed on the device), one adamw_ each
+//   BENCH cuda.gpt2s.adamw.merged  ms: the same updates merged by
+//                                  fuse_optimizer (multi-tensor launches)
+//   BENCH cuda.gpt2s.adamw.merge_speedup  ratio unmerged ÷ merged
 //   BENCH cuda.layer_norm.fwd_bwd  µs: layer_norm and its gradient on
 //                                  [4096, 768] f32 (GPT-2 small's rows)
 //   BENCH cuda.layer_norm.bandwidth_fraction  its least traffic (read x,
@@ -42,6 +48,7 @@
 // CPU (no CUDA kernel yet), which its step time includes.
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_models.h"
@@ -231,6 +238,47 @@ void attention_bench() {
   emit("cuda.attention.fused.f32.fwd_bwd", attention_us(kiln::DataType::Float32, 5, 5), "us");
 }
 
+// ms per run of the AdamW update of GPT-2 small's parameters, one adamw_
+// per parameter (no passes) and merged (fuse_optimizer), the gradients
+// device tensors fed once.
+void gpt2s_adamw_bench() {
+  const kiln::Place dev = kiln::Place::cuda(0);
+  std::vector<std::vector<std::int64_t>> shapes;
+  {
+    auto m = gpt_model(kiln::Place::cpu(), gpt2_small());
+    for (kiln::Value p : kiln::trainable_parameters(m->main)) shapes.push_back(kiln::shaped_dims(p.type()));
+  }
+  Model u;
+  {
+    kiln::ProgramGuard guard(u.main, u.startup);
+    std::vector<std::pair<kiln::Value, kiln::Value>> pairs;
+    for (std::size_t k = 0; k < shapes.size(); ++k) {
+      const std::string g = "g" + std::to_string(k);
+      pairs.emplace_back(kiln::create_parameter("w" + std::to_string(k), shapes[k], kiln::DataType::Float32,
+                                                kiln::init::Constant(0.1)),
+                         kiln::data(g, shapes[k], kiln::DataType::Float32, dev));
+      u.feeds[g] = kiln::Tensor::zeros(kiln::Dims(shapes[k]), kiln::DataType::Float32, dev);
+    }
+    kiln::optim::AdamW(3e-4, 0.9, 0.999, 1e-8, 0.01).apply_gradients(pairs);
+  }
+  const auto run_ms = [&](const char* passes) {
+    kiln::ExecutionOptions o;
+    o.num_threads = 1;
+    o.passes = passes;
+    kiln::Executor exe(dev, o);
+    exe.run(u.startup);
+    for (int i = 0; i < 5; ++i) exe.run(u.main, u.feeds);
+    std::vector<double> t;
+    for (int r = 0; r < 9; ++r) t.push_back(time_ns([&] { exe.run(u.main, u.feeds); }));
+    return median(t) / 1e6;
+  };
+  const double unmerged = run_ms(""), merged = run_ms("fuse_optimizer");
+  std::printf("# cuda.gpt2s.adamw: %zu parameters\n", shapes.size());
+  emit("cuda.gpt2s.adamw.unmerged", unmerged, "ms");
+  emit("cuda.gpt2s.adamw.merged", merged, "ms");
+  emit("cuda.gpt2s.adamw.merge_speedup", unmerged / merged, "ratio");
+}
+
 }  // namespace
 }  // namespace bench
 
@@ -275,6 +323,7 @@ int main(int argc, char** argv) {
   if (filter.empty() || filter == "cuda" || filter.rfind("cuda.layer_norm", 0) == 0) layer_norm_bench();
   if (filter.empty() || filter == "cuda" || filter.rfind("cuda.attention", 0) == 0) attention_bench();
   if (filter.empty() || filter == "cuda" || filter.rfind("cuda.gpt2s", 0) == 0) {
+    gpt2s_adamw_bench();
     {
       auto m = gpt_model(dev, gpt2_small());
       emit("cuda.gpt2s.f32.step", step_us(*m, false, 5, 5) / 1e3, "ms");

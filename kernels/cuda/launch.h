@@ -1,7 +1,7 @@
 // The device halves of kiln's CUDA kernels beyond the elementwise ones:
-// launchers compiled by nvcc (reduce.cu, train.cu, shape.cu) that take raw
-// device pointers and sizes, called by the host halves (reduce.cc,
-// train.cc, shape.cc), which
+// launchers compiled by nvcc (reduce.cu, train.cu, merged_optimizer.cu,
+// shape.cu) that take raw device pointers and sizes, called by the host
+// halves (reduce.cc, train.cc, merged_optimizer.cc, shape.cc), which
 // read the op's attributes, check shapes with the CPU kernels' messages and
 // allocate outputs (those need the IR headers, which nvcc cannot compile).
 // Each launcher enqueues its work on `s` and returns; explicit
@@ -216,6 +216,36 @@ void launch_adam(T* p, T* m1, T* m2, const T* g, const T* lr, const bool* skip, 
                  const T* b2p, T* b1p_out, T* b2p_out, T beta1, T beta2, T eps, T coeff, bool decay,
                  std::int64_t n, cudaStream_t s);
 
+// ---- merged optimizer updates (merged_optimizer.cu): many parameters per launch ----
+
+// One parameter of a merged update: its element count, the buffers the
+// update writes (already holding the operands' values: in place, or
+// copies) and the ones it reads. Fields the update kind has no use for stay
+// null.
+template <typename T>
+struct ParameterUpdate {
+  std::int64_t n = 0;
+  T* p = nullptr;
+  T* state[2] = {};  // momentum_: velocity; adam_: moment1, moment2
+  const T* g = nullptr;
+  const T* beta_pow[2] = {};  // adam_: beta1_pow, beta2_pow as read
+  T* beta_pow_out[2] = {};    // adam_: where they go times beta (may be the same buffers)
+};
+
+// launch_sgd / launch_momentum / launch_adam over `count` parameters whose
+// buffers do not overlap, in as few launches as the kernels' argument
+// tables allow (adam: then one more per 96 parameters for the beta
+// powers); every element gets the single launcher's bits.
+template <typename T>
+void launch_merged_sgd(const ParameterUpdate<T>* u, int count, const T* lr, const bool* skip,
+                       cudaStream_t s);
+template <typename T>
+void launch_merged_momentum(const ParameterUpdate<T>* u, int count, const T* lr, const bool* skip,
+                            T mu, bool nesterov, cudaStream_t s);
+template <typename T>
+void launch_merged_adam(const ParameterUpdate<T>* u, int count, const T* lr, const bool* skip,
+                        T beta1, T beta2, T eps, T coeff, bool decay, cudaStream_t s);
+
 // ---- loss scaling (train.cu) ----
 
 // y = x · (1 / *scale); *found = true when some x is an inf or a nan (never
@@ -264,7 +294,8 @@ void launch_strided_copy(const void* src, void* dst, int width, const CopyWalk& 
                          cudaStream_t s);
 
 // n elements from → to with the CPU cast's rules; false (nothing launched)
-// unless both are among f32, f64, i32, i64, bool, u8, i8.
+// unless both are among f32, f64, i32, i64, bool, u8, i8, or one is f32 and
+// the other bf16 or f16.
 bool launch_cast(DataType from, DataType to, const void* in, void* out, std::int64_t n,
                  cudaStream_t s);
 

@@ -273,8 +273,8 @@ class FuseOptimizerPass : public Pass {
  public:
   FuseOptimizerPass() : Pass("fuse_optimizer") {}
   void run(Program& program, PassContext& ctx) override {
-    if (!ctx.target_place.is_cpu()) return;
-    fuse_optimizer_updates(program.block(), &ctx);
+    if (ctx.target_place.is_cpu() || ctx.target_place.kind == PlaceKind::Cuda)
+      fuse_optimizer_updates(program.block(), &ctx);
   }
 };
 
@@ -284,6 +284,6 @@ std::unique_ptr<Pass> create_fuse_optimizer_pass() { return std::make_unique<Fus
 
 KILN_REGISTER_PASS("fuse_optimizer", [] { return create_fuse_optimizer_pass(); },
                    "the sgd_/momentum_/adam_/adamw_ updates of one kind, attributes and learning "
-                   "rate into one kiln.merged_*_ op per block (CPU)");
+                   "rate into one kiln.merged_*_ op per block (CPU, CUDA)");
 
 }  // namespace kiln

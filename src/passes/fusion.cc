@@ -616,12 +616,14 @@ namespace {
 // "fuse": fold_attention_transposes, fuse_softmax_cross_entropy,
 // fuse_conv_epilogue, channels_last, fuse_matmul_epilogue, fuse_elementwise, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h) over the program
-// (regions included), keeping the context's live-out values. Only for a
-// CPU target: the fused ops have CPU kernels only.
+// (regions included), keeping the context's live-out values. For a CUDA
+// target only the last (the merged updates have CUDA kernels; the other
+// fused ops have CPU kernels only); for other targets nothing.
 class FusePass : public Pass {
  public:
   FusePass() : Pass("fuse") {}
   void run(Program& program, PassContext& ctx) override {
+    if (ctx.target_place.kind == PlaceKind::Cuda) fuse_optimizer_updates(program.block(), &ctx);
     if (!ctx.target_place.is_cpu()) return;
     fold_attention_transposes(program.block(), live_out_set(ctx), &ctx);
     // After the fold, which may have moved live-out values onto new ones.
@@ -650,6 +652,6 @@ KILN_REGISTER_PASS("fuse", [] { return create_fuse_pass(); },
                    "kiln.softmax_with_cross_entropy, conv2d + bias + relu / relu6 / silu into "
                    "kiln.fused_conv2d (then NHWC where the CPU's convolutions prefer it), matmul + bias + "
                    "activation into kiln.fused_matmul, elementwise chains into "
-                   "kiln.fused_elementwise, optimizer updates into kiln.merged_*_ (CPU)");
+                   "kiln.fused_elementwise (CPU), optimizer updates into kiln.merged_*_ (CPU, CUDA)");
 
 }  // namespace kiln

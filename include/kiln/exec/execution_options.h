@@ -64,9 +64,9 @@ constexpr std::string_view to_string(ThreadPlan p) {
 // lowers always, a pipeline without either never), then
 // in-place updates of temporaries to their pure twins, then dead code,
 // common subexpressions, constants, algebraic identities, fusion of
-// elementwise chains and matmul epilogues, and last pure ops back to
-// in-place ones where their operand dies (pure, fuse and inplace on CPU
-// places only). Every pass keeps results bit-identical: fused kernels run
+// elementwise chains and matmul epilogues and merged optimizer updates, and
+// last pure ops back to in-place ones where their operand dies (pure, fuse
+// and inplace on CPU places only, but fuse's merged updates on CUDA too). Every pass keeps results bit-identical: fused kernels run
 // each op's own loop in the same order, and simplify rewrites only exact
 // identities (x+(-0), never x+(+0): that is +0 for x = -0).
 inline constexpr const char* kDefaultPasses =

@@ -33,8 +33,9 @@ inline std::size_t fuse_optimizer_updates(Program& program) {
   return fuse_optimizer_updates(program.block());
 }
 
-// The "fuse_optimizer" pass (CPU only: the merged ops have CPU kernels
-// only). The "fuse" pass runs it too, after its other fusions.
+// The "fuse_optimizer" pass, for CPU and CUDA targets (the places whose
+// kernels include the merged ops'). The "fuse" pass runs it too, after its
+// other fusions (for a CUDA target, alone).
 std::unique_ptr<Pass> create_fuse_optimizer_pass();
 
 }  // namespace kiln

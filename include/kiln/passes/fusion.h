@@ -65,8 +65,9 @@ std::size_t fuse_conv_epilogue(Block& block, const ValueSet& keep = {}, PassCont
 // convert_to_channels_last (kiln/passes/channels_last.h),
 // fuse_matmul_epilogue, then
 // fuse_elementwise, keeping the context's live-out values, then
-// fuse_optimizer_updates (kiln/passes/fuse_optimizer.h); it does nothing for a target other than
-// the CPU (the fused ops have CPU kernels only).
+// fuse_optimizer_updates (kiln/passes/fuse_optimizer.h). For a CUDA target it
+// runs only fuse_optimizer_updates (the merged updates have CUDA kernels, the
+// other fused ops CPU kernels only); for any other target nothing.
 std::unique_ptr<Pass> create_fuse_pass();
 
 }  // namespace kiln

@@ -1,0 +1,168 @@
+// The bf16 / f16 kernels CUDA computes through its f32 kernels
+// (kernels/cuda/half_via_f32.cc): registered for exactly the listed ops
+// that have an f32 CUDA kernel (checked without a device), and in bf16
+// against the CPU's half_via_f32 kernels on the same inputs ([cuda]).
+// Tolerance: one bf16 unit (2^-7 relative) or 1e-3 absolute, NaN where the
+// CPU has NaN: the results are the two places' f32 results rounded once,
+// and the f32 kernels differ in summation order and in libm's last bits;
+// bool outputs (dropout's mask) bit for bit.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "kernel/cuda_test_util.h"
+#include "kernel/half_test_util.h"
+#include "kiln/kernel/half_via_f32.h"
+
+using namespace kiln;
+
+// A named namespace: the unity build puts other test files' helpers beside these.
+namespace half_via_f32_cuda_test {
+
+using kiln_test::from_half;
+using kiln_test::have_cuda;
+using kiln_test::random_half;
+using MakeOp = std::function<Operation*(Builder&, const std::vector<Value>&)>;
+
+template <typename OpT>
+bool cuda_kernel_for(DataType dt) {
+  const auto have = KernelRegistry::instance().dtypes_for(TypeId::get<OpT>(), PlaceKind::Cuda);
+  return std::find(have.begin(), have.end(), dt) != have.end();
+}
+
+template <typename OpT>
+void check_registered() {
+  INFO(OpT::name);
+  const bool f32 = cuda_kernel_for<OpT>(DataType::Float32);
+  CHECK(cuda_kernel_for<OpT>(DataType::BFloat16) == f32);
+  CHECK(cuda_kernel_for<OpT>(DataType::Float16) == f32);
+}
+
+template <typename... OpTs>
+void check_all_registered(OpTypeList<OpTs...>) {
+  (check_registered<OpTs>(), ...);
+}
+template <typename... Maths>
+void check_unaries_registered(MathList<Maths...>) {
+  check_all_registered(OpTypeList<UnaryOp<Maths>..., GradOf<UnaryOp<Maths>>...>{});
+}
+template <typename... Maths>
+void check_binaries_registered(BinaryMathList<Maths...>) {
+  check_all_registered(OpTypeList<BinaryOp<Maths>...>{});
+}
+
+void check_close(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.dims() == want.dims());
+  REQUIRE(got.dtype() == want.dtype());
+  if (want.dtype() != DataType::BFloat16 && want.dtype() != DataType::Float16) {
+    CHECK(kiln_test::same_bits(got, want));
+    return;
+  }
+  const auto* g = static_cast<const std::uint16_t*>(got.raw_data());
+  const auto* w = static_cast<const std::uint16_t*>(want.raw_data());
+  std::int64_t bad = 0, first = -1;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    const double a = from_half(g[i], got.dtype()), b = from_half(w[i], want.dtype());
+    const bool ok = std::isnan(b) ? std::isnan(a)
+                                  : std::abs(a - b) <= 0x1p-7 * std::max(std::abs(a), std::abs(b)) + 1e-3;
+    if (!ok && bad++ == 0) first = i;
+  }
+  INFO(bad << " elements apart, the first at " << first);
+  CHECK(bad == 0);
+}
+
+// The op `make` builds, in bf16 on CUDA and on the CPU.
+void check_like_cpu(const std::vector<Tensor>& in, const MakeOp& make) {
+  const auto cuda = kiln_test::run_cuda_kernel(in, make);
+  const auto cpu = kiln_test::run_kernel(in, make);
+  REQUIRE(cuda.results.size() == cpu.results.size());
+  for (std::size_t r = 0; r < cpu.results.size(); ++r) {
+    INFO("result #" << r);
+    check_close(cuda.out(r), cpu.out(r));
+  }
+}
+
+constexpr DataType kBf16 = DataType::BFloat16;
+
+template <typename... Maths>
+void check_unaries(MathList<Maths...>) {
+  const Tensor x = random_half({33, 65}, kBf16, 1), d = random_half({33, 65}, kBf16, 2);
+  const auto one = [&]<typename Math>(Math*) {
+    INFO(Math::name);
+    check_like_cpu({x}, [](Builder& b, const std::vector<Value>& v) {
+      return b.create<UnaryOp<Math>>(v[0]).operation();
+    });
+    check_like_cpu({x, d}, [](Builder& b, const std::vector<Value>& v) {
+      return b.create<GradOf<UnaryOp<Math>>>(v[0], v[1]).operation();
+    });
+  };
+  (one(static_cast<Maths*>(nullptr)), ...);
+}
+
+template <typename... Maths>
+void check_binaries(BinaryMathList<Maths...>) {
+  const Tensor x = random_half({33, 65}, kBf16, 3), y = random_half({65}, kBf16, 4);
+  const auto one = [&]<typename Math>(Math*) {
+    if constexpr (!integer_only_math<Math>) {
+      INFO(Math::name);
+      check_like_cpu({x, y}, [](Builder& b, const std::vector<Value>& v) {
+        return b.create<BinaryOp<Math>>(v[0], v[1]).operation();
+      });
+    }
+  };
+  (one(static_cast<Maths*>(nullptr)), ...);
+}
+
+TEST_CASE("CUDA has bf16 and f16 kernels through f32 for exactly the listed ops with an f32 CUDA kernel",
+          "[kernel][half]") {
+  if (!built_with_cuda()) return;
+  check_all_registered(HalfViaF32Ops{});
+  check_unaries_registered(UnaryFamily{});
+  check_binaries_registered(BinaryFamily{});
+}
+
+TEST_CASE("CUDA's bf16 unary and binary families and their unary gradients follow the CPU's half_via_f32",
+          "[kernel][half][cuda]") {
+  if (!have_cuda()) return;
+  check_unaries(UnaryFamily{});
+  check_binaries(BinaryFamily{});
+}
+
+TEST_CASE("CUDA's bf16 gelu, scale, softmaxes, norms, reductions and dropout follow the CPU's half_via_f32",
+          "[kernel][half][cuda]") {
+  if (!have_cuda()) return;
+  const Tensor x = random_half({33, 65}, kBf16, 5);
+  const Tensor w = random_half({65}, kBf16, 6), bias = random_half({65}, kBf16, 7);
+  const auto one = [&](const char* what, const std::vector<Tensor>& in, const MakeOp& make) {
+    INFO(what);
+    check_like_cpu(in, make);
+  };
+  for (bool approximate : {false, true})
+    one("gelu", {x}, [&](Builder& b, const std::vector<Value>& v) {
+      return b.create<GeluOp>(v[0], approximate).operation();
+    });
+  one("scale", {x}, [](Builder& b, const std::vector<Value>& v) {
+    return b.create<ScaleOp>(v[0], 2.5, -0.5, true).operation();
+  });
+  one("softmax", {x}, [](Builder& b, const std::vector<Value>& v) {
+    return b.create<SoftmaxOp>(v[0], std::int64_t{-1}).operation();
+  });
+  one("log_softmax", {x}, [](Builder& b, const std::vector<Value>& v) {
+    return b.create<LogSoftmaxOp>(v[0], std::int64_t{0}).operation();
+  });
+  one("layer_norm", {x, w, bias}, [](Builder& b, const std::vector<Value>& v) {
+    return b.create<LayerNormOp>(v[0], v[1], v[2], std::int64_t{1}, 1e-5).operation();
+  });
+  one("rms_norm", {x, w}, [](Builder& b, const std::vector<Value>& v) {
+    return b.create<RmsNormOp>(v[0], v[1], std::int64_t{1}, 1e-6).operation();
+  });
+  one("sum", {x}, [](Builder& b, const std::vector<Value>& v) { return b.create<SumOp>(v[0]).operation(); });
+  one("mean", {x}, [](Builder& b, const std::vector<Value>& v) { return b.create<MeanOp>(v[0]).operation(); });
+  one("dropout", {x}, [](Builder& b, const std::vector<Value>& v) {
+    return b.create<DropoutOp>(v[0], 0.3, false, std::int64_t{9}).operation();
+  });
+}
+
+}  // namespace half_via_f32_cuda_test
