@@ -544,6 +544,19 @@ void conv_forward_nhwc_by_copies(const T* x, const T* w, T* out, const Conv2dGeo
   swap_last_axes(ot.data(), out, g.n, g.o, g.ho * g.wo);
 }
 
+// out += residual, then `act`, split across the kernel's threads.
+template <typename T>
+void add_residual(T* out, const T* residual, std::int64_t n, ConvActivation act) {
+  parallel_for(n, items_per_range(3 * sizeof(T)), [=](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) out[i] += residual[i];
+    if (act == ConvActivation::Silu) simd_dispatch<SiluRow<T>>(out + b, T(0), e - b);
+    if (act == ConvActivation::Relu6)
+      for (std::int64_t i = b; i < e; ++i) out[i] = std::min(std::max(out[i], T(0)), T(6));
+    if (act == ConvActivation::Relu)
+      for (std::int64_t i = b; i < e; ++i) out[i] = std::max(out[i], T(0));
+  });
+}
+
 template <typename T>
 struct FusedConv2dK {
   static void run(KernelContext& ctx) {
@@ -557,11 +570,24 @@ struct FusedConv2dK {
                   bias.dims().to_string(), "], the convolution has ", g.o, " output channels");
     Tensor& out = ctx.alloc_output(0, nhwc ? Dims{g.n, g.ho, g.wo, g.o} : Dims{g.n, g.o, g.ho, g.wo},
                                    x.dtype());
-    if (out.numel() == 0) return;
     const ConvActivation act = a.activation == "relu"    ? ConvActivation::Relu
                                : a.activation == "relu6" ? ConvActivation::Relu6
                                : a.activation == "silu"  ? ConvActivation::Silu
                                                          : ConvActivation::None;
+    if (ctx.num_inputs() == 4) {
+      const Tensor residual = typed_input<T>(ctx, 3);
+      if (residual.dims() != out.dims())
+        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' residual is [",
+                    residual.dims().to_string(), "], the result is [", out.dims().to_string(), "]");
+      if (out.numel() > 0) convolve_adding(x, w, bias, residual.data<T>(), out, g, act, nhwc);
+      return;
+    }
+    if (out.numel() > 0) convolve(x, w, bias, out, g, act, nhwc);
+  }
+
+  // out = act(conv(x, w) + bias) in either layout.
+  static void convolve(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
+                       const Conv2dGeometry& g, ConvActivation act, bool nhwc) {
     if (!nhwc)
       return conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
                           weights_identity(w));
@@ -575,6 +601,23 @@ struct FusedConv2dK {
     }
     conv_forward_nhwc_by_copies(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
                                 weights_identity(w));
+  }
+
+  // out = act(conv(x, w) + bias + residual): oneDNN adds the residual (copied
+  // into out first) in the convolution's own pass; otherwise the
+  // convolution's result gets it, and the activation, in one more pass.
+  static void convolve_adding(const Tensor& x, const Tensor& w, const Tensor& bias, const T* residual,
+                              Tensor& out, const Conv2dGeometry& g, ConvActivation act, bool nhwc) {
+    T* po = out.data<T>();
+    if constexpr (std::is_same_v<T, float>)
+      if (act != ConvActivation::Silu && (nhwc || !direct(g))) {  // NCHW 1x1: conv_forward's GEMM
+        std::memcpy(po, residual, out.bytes());
+        if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), bias.data<T>(), po, g, act, weights_identity(w),
+                                   nhwc, true))
+          return;
+      }
+    convolve(x, w, bias, out, g, ConvActivation::None, nhwc);
+    add_residual(po, residual, out.numel(), act);
   }
 
   // The geometry of an NHWC x [n, h, w, c].

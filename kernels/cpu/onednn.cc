@@ -66,23 +66,25 @@ class Scratch {
   std::size_t size_ = 0;
 };
 
-// What a conv primitive depends on: the geometry, the epilogue, the data
-// layout and the thread count (oneDNN splits the work when it creates the
-// primitive).
+// What a conv primitive depends on: the geometry, the epilogue (bias, the
+// out's residual, the activation), the data layout and the thread count
+// (oneDNN splits the work when it creates the primitive).
 struct ConvKey {
   Conv2dGeometry g;
   bool bias;
   ConvActivation act;
   bool channels_last;
   int threads;
+  bool add_to_out = false;
   bool operator==(const ConvKey& o) const {
     return std::memcmp(&g, &o.g, sizeof g) == 0 && bias == o.bias && act == o.act &&
-           channels_last == o.channels_last && threads == o.threads;
+           channels_last == o.channels_last && threads == o.threads && add_to_out == o.add_to_out;
   }
 };
 struct ConvKeyHash {
   std::size_t operator()(const ConvKey& k) const {
-    std::size_t h = std::size_t(k.threads) * 16 + k.channels_last * 8 + k.bias * 4 + std::size_t(k.act);
+    std::size_t h = std::size_t(k.threads) * 32 + k.add_to_out * 16 + k.channels_last * 8 + k.bias * 4 +
+                    std::size_t(k.act);
     const auto* v = reinterpret_cast<const std::int64_t*>(&k.g);
     for (std::size_t i = 0; i < sizeof k.g / sizeof *v; ++i) h = h * 1000003u ^ std::size_t(v[i]);
     return h;
@@ -90,11 +92,12 @@ struct ConvKeyHash {
 };
 
 // A convolution primitive and the reorders around it (absent where the
-// primitive took kiln's plain layout).
+// primitive took kiln's plain layout; to_out only when it adds out's
+// residual).
 struct ConvPlan {
   dnnl::convolution_forward conv;
   memory::desc x_plain, w_plain, out_plain, x_md, w_md, out_md;
-  std::optional<dnnl::reorder> to_x, to_w, from_out;
+  std::optional<dnnl::reorder> to_x, to_w, from_out, to_out;
 };
 
 memory::dims weight_dims(const Conv2dGeometry& g) {
@@ -120,12 +123,11 @@ std::unique_ptr<ConvPlan> make_conv_plan(const ConvKey& k) {
       bias, memory::desc({g.n, g.o, g.ho, g.wo}, f32, chosen), {g.sh, g.sw},
       {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {g.pb, g.pr});
   dnnl::primitive_attr attr;
-  if (k.act != ConvActivation::None) {
-    dnnl::post_ops ops;
-    if (k.act == ConvActivation::Relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    else ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, 0.0f, 6.0f);
-    attr.set_post_ops(ops);
-  }
+  dnnl::post_ops ops;
+  if (k.add_to_out) ops.append_sum(1.0f);  // dst = conv + bias + dst, then the activation
+  if (k.act == ConvActivation::Relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  if (k.act == ConvActivation::Relu6) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, 0.0f, 6.0f);
+  attr.set_post_ops(ops);
   const dnnl::convolution_forward::primitive_desc pd(desc, attr, cpu_engine());
   p->conv = dnnl::convolution_forward(pd);
   p->x_md = pd.src_desc(), p->w_md = pd.weights_desc(), p->out_md = pd.dst_desc();
@@ -133,6 +135,8 @@ std::unique_ptr<ConvPlan> make_conv_plan(const ConvKey& k) {
   if (p->x_md != p->x_plain) p->to_x = dnnl::reorder(dnnl::reorder::primitive_desc(e, p->x_plain, e, p->x_md));
   if (p->w_md != p->w_plain) p->to_w = dnnl::reorder(dnnl::reorder::primitive_desc(e, p->w_plain, e, p->w_md));
   if (p->out_md != p->out_plain) p->from_out = dnnl::reorder(dnnl::reorder::primitive_desc(e, p->out_md, e, p->out_plain));
+  if (k.add_to_out && p->from_out)
+    p->to_out = dnnl::reorder(dnnl::reorder::primitive_desc(e, p->out_plain, e, p->out_md));
   return p;
 }
 
@@ -252,6 +256,7 @@ void run_conv(const ConvPlan* p, const float* x, const float* w, const float* bi
   memory x_mem = p->to_x ? memory(p->x_md, e, x_buffer.get(p->x_md.get_size())) : x_user;
   memory out_mem = p->from_out ? memory(p->out_md, e, out_buffer.get(p->out_md.get_size())) : out_user;
   if (p->to_x) p->to_x->execute(s, x_user, x_mem);
+  if (p->to_out) p->to_out->execute(s, out_user, out_mem);  // the residual the sum post-op adds
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, x_mem},
                                        {DNNL_ARG_WEIGHTS, conv_weights(*p, w, weights, s)},
                                        {DNNL_ARG_DST, out_mem}};
@@ -404,10 +409,10 @@ bool conv2d_backward_weights_one_thread(const float* x, const float* dout, float
 
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
                     const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights,
-                    bool channels_last) {
+                    bool channels_last, bool add_to_out) {
   if (act == ConvActivation::Silu) return false;
   const int threads = use_intra_op_threads();
-  const ConvPlan* p = conv_plan(ConvKey{g, bias != nullptr, act, channels_last, threads});
+  const ConvPlan* p = conv_plan(ConvKey{g, bias != nullptr, act, channels_last, threads, add_to_out});
   if (p == nullptr) return false;
   try {
     run_conv(p, x, w, bias, out, g, weights);

@@ -36,13 +36,15 @@ struct WeightsIdentity {
 // they are (no reorders: oneDNN's NHWC convolutions run as fast as its
 // blocked ones). w's blocked copy is kept while `weights` stays the same (a
 // parameter's between optimizer steps, an inference model's for ever).
-// False when oneDNN has no primitive for g or its run fails (the caller then
-// computes all of out itself), and for Silu: oneDNN 2.6's swish post-op
-// made its convolutions 2-3x slower, so kiln's conv_forward asks for None
-// and runs SiLU over out itself.
+// With add_to_out, out holds a residual on entry, added before `act`
+// (oneDNN's sum post-op). False when oneDNN has no primitive for g or its
+// run fails (the caller then computes all of out itself; a residual in out
+// may be gone), and for Silu: oneDNN 2.6's swish post-op made its
+// convolutions 2-3x slower, so kiln's conv_forward asks for None and runs
+// SiLU over out itself.
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
                     const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights,
-                    bool channels_last = false);
+                    bool channels_last = false, bool add_to_out = false);
 
 // dx [n, c, h, w] = the input gradient of conv2d(x, w) from dout
 // [n, o, ho, wo]; NCHW in and out (blocked layouts inside). False when

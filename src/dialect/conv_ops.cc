@@ -227,10 +227,11 @@ std::vector<Value> Conv2dOp::vjp(Builder& b, Operation* op, const std::vector<Va
 void FusedConv2dOp::build(Builder&, OperationArgument& arg, Value x, Value w, Value bias,
                           std::vector<std::int64_t> strides, std::vector<std::int64_t> paddings,
                           std::vector<std::int64_t> dilations, std::int64_t groups,
-                          std::string activation, std::string data_format) {
+                          std::string activation, std::string data_format, Value residual) {
   arg.add_operand(x);
   arg.add_operand(w);
   arg.add_operand(bias);
+  if (residual) arg.add_operand(residual);
   arg.attributes = to_named_attributes(Attributes{std::move(strides), std::move(paddings),
                                                   std::move(dilations), groups,
                                                   std::move(activation), std::move(data_format)});
@@ -240,8 +241,25 @@ using data_format::channels_last;
 using data_format::nchw_to_nhwc;
 using data_format::nhwc_to_nchw;
 
+namespace {
+
+// kiln::Error naming fused_conv2d unless its residual is typed like its result.
+void check_residual(Type residual, Type out) {
+  const Type r = meta::tensor_operand(FusedConv2dOp::name, {residual}, 0);
+  const auto& rd = shaped_dims(r);
+  const auto& od = shaped_dims(out);
+  bool fits = shaped_data_type(r) == shaped_data_type(out) && rd.size() == od.size();
+  for (std::size_t i = 0; fits && i < rd.size(); ++i) fits = rd[i] < 0 || od[i] < 0 || rd[i] == od[i];
+  if (!fits)
+    throw_error(ErrorKind::InvalidArgument, "op '", FusedConv2dOp::name, "' residual must be ",
+                meta::dims_string(od), " of ", to_string(shaped_data_type(out)), " (the result's type), got ",
+                meta::dims_string(rd), " of ", to_string(shaped_data_type(r)));
+}
+
+}  // namespace
+
 std::vector<Type> FusedConv2dOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
-  meta::require_count(name, in, 3);
+  if (in.size() != 4) meta::require_count(name, in, 3);
   const auto a = from_attributes<Attributes>(attrs, name);
   if (a.activation != "none" && a.activation != "relu" && a.activation != "relu6" &&
       a.activation != "silu")
@@ -263,7 +281,9 @@ std::vector<Type> FusedConv2dOp::infer_meta(const std::vector<Type>& in, Diction
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' bias must be [", dims[1], "] of ",
                 to_string(dt), " (one per output channel), got ", meta::dims_string(bias), " of ",
                 to_string(shaped_data_type(bias_type)));
-  return {meta::result_like(in, dt, nhwc ? nchw_to_nhwc(dims) : dims)};
+  Type out = meta::result_like(in, dt, nhwc ? nchw_to_nhwc(dims) : dims);
+  if (in.size() == 4) check_residual(in[3], out);
+  return {out};
 }
 
 namespace {
@@ -272,9 +292,10 @@ namespace {
 // does not determine z, so z is computed again (a fused_conv2d without
 // activation); dz = dy·s + sigmoid'(dy·z) with s = sigmoid(z).
 Value silu_grad(Builder& b, Operation* op, const FusedConv2dOp::Attributes& a, Value dy) {
+  const Value residual = op->num_operands() == 4 ? op->operand_source(3) : Value();
   Value z = b.create<FusedConv2dOp>(op->operand_source(0), op->operand_source(1),
                                     op->operand_source(2), a.strides, a.paddings, a.dilations,
-                                    a.groups, "none", a.data_format)
+                                    a.groups, "none", a.data_format, residual)
                 .result();
   Value s = b.create<SigmoidOp>(z).result();
   Value through_s = b.create<GradOf<SigmoidOp>>(s, b.create<MulOp>(dy, z).result())
@@ -287,7 +308,7 @@ Value silu_grad(Builder& b, Operation* op, const FusedConv2dOp::Attributes& a, V
 
 std::vector<Value> FusedConv2dOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
   Value d = vjp::single_grad(op, g);
-  if (!d) return {Value(), Value(), Value()};
+  if (!d) return std::vector<Value>(op->num_operands());
   const auto a = FusedConv2dOp(op).attrs();
   if (a.activation == "silu") d = silu_grad(b, op, a, d);
   if (a.activation == "relu" || a.activation == "relu6")  // y > 0 where the pre-activation is
@@ -303,6 +324,7 @@ std::vector<Value> FusedConv2dOp::vjp(Builder& b, Operation* op, const std::vect
             ->result(0);
   }
   const bool nhwc = channels_last(FusedConv2dOp::name, a.data_format);
+  const Value d_pre = d;  // at the pre-activation z, in the op's layout
   Value dbias = b.create<SumOp>(d, nhwc ? std::vector<std::int64_t>{0, 1, 2}
                                         : std::vector<std::int64_t>{0, 2, 3},
                                 false)
@@ -315,6 +337,7 @@ std::vector<Value> FusedConv2dOp::vjp(Builder& b, Operation* op, const std::vect
       Conv2dOp::Attributes{a.strides, a.paddings, a.dilations, a.groups}, x, op->operand_source(1), d);
   Value dx = grad.operation()->result(0);
   if (nhwc) dx = b.create<TransposeOp>(dx, to_nhwc).result();
+  if (op->num_operands() == 4) return {dx, grad.operation()->result(1), dbias, d_pre};  // residual: as z
   return {dx, grad.operation()->result(1), dbias};
 }
 

@@ -67,28 +67,36 @@ void conv2d(EmitContext& c) {
                  Conv2dOp::dyn_cast(c.op()).attrs());
 }
 
-// Conv with its bias input, then the activation: Relu, Clip(0, 6), or
-// Sigmoid and Mul for silu.
-// Conv and its activation's nodes; an NHWC op between Transposes (ONNX's
-// Conv is NCHW).
+// Conv with its bias input, then Add of the residual when there is one, then
+// the activation: Relu, Clip(0, 6), or Sigmoid and Mul for silu. An NHWC
+// op's x and residual go through Transposes, its result back (ONNX's Conv
+// is NCHW).
 void fused_conv2d(EmitContext& c) {
   const auto a = FusedConv2dOp::dyn_cast(c.op()).attrs();
   const bool act = a.activation != "none", nhwc = a.data_format == "NHWC";
-  std::string x = c.in(0);
-  if (nhwc) {
-    x = c.fresh("nchw");
-    set_attr(c.node("Transpose", {c.in(0)}, {x}), "perm", std::vector<std::int64_t>{0, 3, 1, 2});
-  }
+  const bool residual = c.op()->num_operands() == 4;
+  auto as_nchw = [&](const std::string& v) {
+    if (!nhwc) return v;
+    const std::string t = c.fresh("nchw");
+    set_attr(c.node("Transpose", {v}, {t}), "perm", std::vector<std::int64_t>{0, 3, 1, 2});
+    return t;
+  };
+  const std::string x = as_nchw(c.in(0));
   const std::string y = nhwc ? c.fresh("conv_nchw") : c.out(0);
-  const std::string conv_out = act ? c.fresh("conv") : y;
+  const std::string conv_out = act || residual ? c.fresh("conv") : y;
   set_conv_attrs(c, c.node("Conv", {x, c.in(1), c.in(2)}, {conv_out}), a);
-  if (a.activation == "relu") c.node("Relu", {conv_out}, {y});
+  std::string z = conv_out;
+  if (residual) {
+    z = act ? c.fresh("sum") : y;
+    c.node("Add", {conv_out, as_nchw(c.in(3))}, {z});
+  }
+  if (a.activation == "relu") c.node("Relu", {z}, {y});
   if (a.activation == "relu6")
-    c.node("Clip", {conv_out, c.scalar(c.in_dtype(0), 0.0), c.scalar(c.in_dtype(0), 6.0)}, {y});
+    c.node("Clip", {z, c.scalar(c.in_dtype(0), 0.0), c.scalar(c.in_dtype(0), 6.0)}, {y});
   if (a.activation == "silu") {
     const std::string sigmoid = c.fresh("sigmoid");
-    c.node("Sigmoid", {conv_out}, {sigmoid});
-    c.node("Mul", {conv_out, sigmoid}, {y});
+    c.node("Sigmoid", {z}, {sigmoid});
+    c.node("Mul", {z, sigmoid}, {y});
   }
   if (nhwc)
     set_attr(c.node("Transpose", {y}, {c.out(0)}), "perm", std::vector<std::int64_t>{0, 2, 3, 1});

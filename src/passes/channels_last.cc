@@ -245,9 +245,12 @@ class ChannelsLast {
     if (a.data_format == "NHWC" || !rank4(x) || shaped_data_type(x.type()) != DataType::Float32 ||
         !convertible(op))
       return 0;
-    Value t = nhwc_of(x, op);
+    const bool has_residual = op->num_operands() == 4;
+    Value r = has_residual ? nhwc_of(op->operand_source(3), op) : Value();
+    Value t = has_residual && !r ? Value() : nhwc_of(x, op);
     if (!t) return 0;
     op->set_operand(0, t);
+    if (has_residual) op->set_operand(3, r);
     a.data_format = "NHWC";
     set_attrs<FusedConv2dOp>(op, a);
     retype(op);

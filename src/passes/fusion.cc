@@ -602,6 +602,39 @@ std::size_t fuse_conv_epilogue(Block& block, const ValueSet& keep, PassContext* 
   return made;
 }
 
+std::size_t fuse_conv_residual(Block& block, const ValueSet& keep, PassContext* ctx) {
+  std::size_t made = 0;
+  std::vector<Operation*> convs;
+  for (Operation* op : block)
+    if (op->isa<FusedConv2dOp>() && op->num_operands() == 3 && FusedConv2dOp(op).attrs().activation == "none")
+      convs.push_back(op);
+  for (Operation* conv : convs) {
+    Value y = conv->result(0);
+    Operation* add = sole_user(y);
+    if (keep.count(key(y)) || has_placement(*conv) || !add || !add->isa<AddOp>() ||
+        add->parent_block() != &block || has_placement(*add) || add->operand_source(0) == add->operand_source(1))
+      continue;
+    Value residual = add->operand_source(add->operand_source(0) == y ? 1 : 0);
+    if (residual.type() != y.type() || add->result(0).type() != y.type()) continue;
+    const ConvEpilogue epilogue = conv_epilogue_after(add->result(0), block, keep);
+    Operation* last = epilogue.ops.empty() ? add : epilogue.ops.back();
+    if (barrier_between(conv, last)) continue;
+    Builder b(block);
+    b.set_insertion_point(last);
+    auto a = FusedConv2dOp(conv).attrs();
+    Value fused = b.create<FusedConv2dOp>(conv->operand_source(0), conv->operand_source(1),
+                                          conv->operand_source(2), a.strides, a.paddings, a.dilations,
+                                          a.groups, epilogue.activation, a.data_format, residual)
+                      .result();
+    replace_all_uses(last->result(0), fused, ctx);
+    for (auto it = epilogue.ops.rbegin(); it != epilogue.ops.rend(); ++it) erase_op(*it, ctx);
+    erase_op(add, ctx);
+    erase_op(conv, ctx);
+    ++made;
+  }
+  return made;
+}
+
 std::size_t fuse_elementwise(Block& block, const ValueSet& keep, PassContext* ctx) {
   std::size_t made = 0;
   for (Operation* op : block)
@@ -614,7 +647,7 @@ std::size_t fuse_elementwise(Block& block, const ValueSet& keep, PassContext* ct
 namespace {
 
 // "fuse": fold_attention_transposes, fuse_softmax_cross_entropy,
-// fuse_conv_epilogue, channels_last, fuse_matmul_epilogue, fuse_elementwise, then
+// fuse_conv_epilogue, fuse_conv_residual, channels_last, fuse_matmul_epilogue, fuse_elementwise, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h) over the program
 // (regions included), keeping the context's live-out values. For a CUDA
 // target only the last (the merged updates have CUDA kernels; the other
@@ -630,6 +663,7 @@ class FusePass : public Pass {
     const ValueSet keep = live_out_set(ctx);
     fuse_softmax_cross_entropy(program.block(), keep, &ctx);
     fuse_conv_epilogue(program.block(), keep, &ctx);
+    fuse_conv_residual(program.block(), keep, &ctx);
     convert_to_channels_last(program.block(), keep, &ctx);
     fuse_after_layout(program, live_out_set(ctx), ctx);
   }

@@ -142,6 +142,38 @@ TEST_CASE("fused_conv2d's vjp matches finite differences for x, w and the bias, 
   }
 }
 
+TEST_CASE("fused_conv2d's vjp with a residual matches finite differences for x, w, the bias and "
+          "the residual, NCHW and NHWC",
+          "[dialect][vjp][conv]") {
+  for (const std::string layout : {"NCHW", "NHWC"})
+    for (const std::string act : {"none", "relu", "relu6", "silu"}) {
+      INFO(layout << " " << act);
+      const bool nhwc = layout == "NHWC";
+      auto make = [=](Builder& b, const std::vector<Value>& v) {
+        return b.create<FusedConv2dOp>(v[0], v[1], v[2], V{1, 1}, V{1, 0}, V{1, 1}, std::int64_t{1}, act, layout,
+                                       v[3])
+            .operation();
+      };
+      // x [2, 2, 5, 4] (NCHW), w 3x2: out [2, 3, 5, 3]
+      check_vjp({random_f64(nhwc ? Dims{2, 5, 4, 2} : Dims{2, 2, 5, 4}, -1, 1, 1), random_f64({3, 2, 3, 2}, -1, 1, 2),
+                 random_f64({3}, -1, 1, 3), random_f64(nhwc ? Dims{2, 5, 3, 3} : Dims{2, 3, 5, 3}, -1, 1, 4)},
+                make);
+    }
+}
+
+TEST_CASE("fused_conv2d rejects a residual not typed like its result, naming the op", "[dialect][conv]") {
+  Program p;
+  Builder b(p);
+  auto in = [&](const char* name, std::vector<std::int64_t> dims, DataType dt = F32) {
+    return b.create<DataOp>(name, dims, dt).result();
+  };
+  const Value x = in("x", {1, 2, 5, 5}), w = in("w", {4, 2, 3, 3}), bias = in("bias", {4});
+  for (const Value residual : {in("small", {1, 4, 2, 3}), in("f64", {1, 4, 3, 3}, F64)})
+    KILN_CHECK_ERROR(b.create<FusedConv2dOp>(x, w, bias, V{1, 1}, V{0, 0}, V{1, 1}, std::int64_t{1},
+                                             std::string("relu"), std::string("NCHW"), residual),
+                     InvalidArgument, {"kiln.fused_conv2d", "residual must be [1, 4, 3, 3] of f32"});
+}
+
 TEST_CASE("fused_conv2d in NHWC infers [N, Ho, Wo, O] and its vjp matches finite differences",
           "[dialect][vjp][conv]") {
   Program p;

@@ -296,6 +296,59 @@ TEST_CASE("fused_conv2d in NHWC computes the NCHW result in NHWC for every geome
     }
 }
 
+namespace {
+
+// fused_conv2d(x, w, bias, residual) in `layout` (x and residual given NCHW).
+template <typename T>
+Tensor fused_with_residual(const Cfg& c, const Tensor& x, const Tensor& w, const Tensor& bias,
+                           const Tensor& residual, const std::string& act, const std::string& layout) {
+  const bool nhwc = layout == "NHWC";
+  const std::vector<Tensor> in{nhwc ? swap_channels<T>(x, true) : x, w, bias,
+                               nhwc ? swap_channels<T>(residual, true) : residual};
+  Tensor out = run_kernel(in, [&](Builder& b, const std::vector<Value>& v) {
+                 return b.create<FusedConv2dOp>(v[0], v[1], v[2], c.strides, c.paddings, c.dilations, c.groups,
+                                                act, layout, v[3])
+                     .operation();
+               }).out();
+  return nhwc ? swap_channels<T>(out, false) : out;
+}
+
+}  // namespace
+
+TEST_CASE("fused_conv2d with a residual adds it to the convolution before the activation, NCHW and "
+          "NHWC, f32 (oneDNN's sum post-op where built) and f64",
+          "[kernel][conv]") {
+  const std::vector<Cfg> cfgs{{{2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+                              {{1, 8, 9, 9}, {8, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 8},
+                              {{3, 5, 5, 5}, {7, 5, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
+                              {{2, 16, 6, 6}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1}};
+  for (const auto& c : cfgs)
+    for (const std::string act : {"none", "relu", "relu6", "silu"})
+      for (const std::string layout : {"NCHW", "NHWC"}) {
+        INFO("x " << Dims(c.x).to_string() << " w " << Dims(c.w).to_string() << " " << act << " " << layout);
+        Tensor x = filled<double>(Dims(c.x), -2, 2, 1), w = filled<double>(Dims(c.w), -1, 1, 2);
+        Tensor bias = filled<double>(Dims{c.w[0]}, -1, 1, 3);
+        const Tensor conv = run_op<FusedConv2dOp>({x, w, bias}, c.strides, c.paddings, c.dilations, c.groups,
+                                                  std::string("none")).out();
+        const Tensor residual = filled<double>(conv.dims(), -3, 3, 4);
+        auto z = conv.to_vector<double>();
+        const auto r = residual.to_vector<double>();
+        for (std::size_t i = 0; i < z.size(); ++i) {
+          z[i] += r[i];
+          if (act == "relu") z[i] = std::max(z[i], 0.0);
+          if (act == "relu6") z[i] = std::min(std::max(z[i], 0.0), 6.0);
+          if (act == "silu") z[i] = z[i] / (1.0 + std::exp(-z[i]));
+        }
+        check_close<double>(fused_with_residual<double>(c, x, w, bias, residual, act, layout), z, 1e-12, 1e-12);
+        auto f32 = [](const Tensor& t) {
+          const auto v = t.to_vector<double>();
+          return Tensor::from_vector<float>(t.dims(), std::vector<float>(v.begin(), v.end()));
+        };
+        check_close<float>(fused_with_residual<float>(c, f32(x), f32(w), f32(bias), f32(residual), act, layout),
+                           std::vector<float>(z.begin(), z.end()), 1e-4, 1e-4);
+      }
+}
+
 TEST_CASE("fused_conv2d names a data_format other than NCHW or NHWC", "[kernel][conv]") {
   Tensor x = Tensor::zeros(Dims{1, 1, 3, 3}, DataType::Float32);
   Tensor w = Tensor::zeros(Dims{2, 1, 2, 2}, DataType::Float32);

@@ -530,6 +530,17 @@ TEST_CASE("conv2d_transpose, fused_conv2d, batch_norm, rms_norm, pools and atten
                      param("fw_nhwc", {3, 2, 3, 3}), param("fb_nhwc", {3}), std::vector<std::int64_t>{1, 1},
                      std::vector<std::int64_t>{1, 1}, std::vector<std::int64_t>{1, 1}, 1, "relu", "NHWC")
                     .result());
+    // with residuals: the NCHW "none" result above, the NHWC one
+    const kiln::Value nchw_skip = f[f.size() - 5], nhwc_skip = f.back();
+    f.push_back(b.create<kiln::FusedConv2dOp>(x, param("fw_res", {3, 2, 3, 3}), param("fb_res", {3}),
+                                              std::vector<std::int64_t>{1, 1}, std::vector<std::int64_t>{1, 1},
+                                              std::vector<std::int64_t>{1, 1}, 1, "relu", "NCHW", nchw_skip)
+                    .result());
+    f.push_back(b.create<kiln::FusedConv2dOp>(
+                     b.create<kiln::TransposeOp>(x, std::vector<std::int64_t>{0, 2, 3, 1}).result(),
+                     param("fw_nhwc_res", {3, 2, 3, 3}), param("fb_nhwc_res", {3}), std::vector<std::int64_t>{1, 1},
+                     std::vector<std::int64_t>{1, 1}, std::vector<std::int64_t>{1, 1}, 1, "relu6", "NHWC", nhwc_skip)
+                    .result());
     f.push_back(b.create<kiln::MaxPool2dOp>(
                      b.create<kiln::TransposeOp>(x, std::vector<std::int64_t>{0, 2, 3, 1}).result(),
                      std::vector<std::int64_t>{3, 3}, std::vector<std::int64_t>{2, 2},

@@ -11,6 +11,7 @@
 #include "kiln/exec/executor.h"
 #include "kiln/kernel/cpu_convolution.h"
 #include "kiln/passes/channels_last.h"
+#include "kiln/passes/fusion.h"
 #include "kiln/passes/pass_manager.h"
 
 using namespace kiln;
@@ -86,6 +87,24 @@ TEST_CASE("a CNN's convolutions and the ops between them go NHWC with one transp
   // and the concat read NHWC values: no transpose back.
   CHECK(count_top_ops(nhwc.p, "kiln.transpose") == 1);
   CHECK(shaped_dims(ctx.live_out()[0].type()) == std::vector<std::int64_t>{2, 16});
+  Executor exe(Place::cpu(), {.passes = ""});
+  check_close(exe.run(nhwc.p, nhwc.feeds, {ctx.live_out()[0]})[0],
+              exe.run(plain.p, plain.feeds, {plain.out})[0]);
+}
+
+TEST_CASE("a convolution with a residual goes NHWC with its residual, and computes what the NCHW "
+          "program does",
+          "[passes][channels_last]") {
+  SmallCnn plain, nhwc;
+  CHECK(fuse_conv_residual(nhwc.p.block(), {nhwc.out.impl()}) == 1);  // w3's conv + y2, relu
+  PassContext ctx({nhwc.out});
+  CHECK(convert_to_channels_last(nhwc.p.block(), {nhwc.out.impl()}, &ctx, true) == 5);
+  nhwc.p.verify();
+  CHECK(nhwc_convs(nhwc.p) == 5);
+  CHECK(count_top_ops(nhwc.p, "kiln.transpose") == 1);
+  for (Operation* op : nhwc.p.block())
+    if (op->isa<FusedConv2dOp>() && op->num_operands() == 4)
+      CHECK(shaped_dims(op->operand_source(3).type()) == std::vector<std::int64_t>{2, 5, 5, 8});
   Executor exe(Place::cpu(), {.passes = ""});
   check_close(exe.run(nhwc.p, nhwc.feeds, {ctx.live_out()[0]})[0],
               exe.run(plain.p, plain.feeds, {plain.out})[0]);

@@ -524,6 +524,81 @@ TEST_CASE("conv2d, a channel bias and relu, relu6 or silu become one fused_conv2
       }
 }
 
+namespace {
+
+// A ResNet block's end: conv2d (x [2, 8, 9, 9] -> 8 channels, 3x3, padding
+// 1) + bias, plus the skip (x itself, or `skip` when given: a broadcast
+// [1, 8, 1, 1] is not a residual), then `act` ("relu", "relu6" or "none").
+struct ResidualBlock {
+  Program p;
+  Value out, sum;
+  explicit ResidualBlock(const std::string& act, bool broadcast_skip = false) {
+    Builder b(p);
+    Value x = b.create<DataOp>("x", std::vector<std::int64_t>{2, 8, 9, 9}).result();
+    Value w = b.create<DataOp>("w", std::vector<std::int64_t>{8, 8, 3, 3}).result();
+    Value bias = b.create<DataOp>("b", std::vector<std::int64_t>{8}).result();
+    Value y = b.create<Conv2dOp>(x, w, std::vector<std::int64_t>{1, 1}, std::vector<std::int64_t>{1, 1}).result();
+    y = b.create<AddOp>(y, b.create<ReshapeOp>(bias, std::vector<std::int64_t>{1, 8, 1, 1}).result()).result();
+    Value skip = broadcast_skip ? b.create<ReshapeOp>(bias, std::vector<std::int64_t>{1, 8, 1, 1}).result() : x;
+    out = sum = b.create<AddOp>(skip, y).result();
+    if (act == "relu") out = b.create<ReluOp>(sum).result();
+    if (act == "relu6") out = b.create<ClipOp>(sum, 0.0, 6.0).result();
+  }
+  Tensor run() {
+    auto fill = [](std::vector<std::int64_t> dims, float scale, int seed) {
+      std::vector<float> v(static_cast<std::size_t>(Dims(dims).numel()));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int((i * 37 + seed) % 23) - 11);
+      return Tensor::from_vector<float>(Dims(dims), v);
+    };
+    ExecutionOptions options;
+    options.passes = "";
+    Executor exe(Place::cpu(), options);
+    return exe.run(p, {{"x", fill({2, 8, 9, 9}, 0.5f, 1)}, {"w", fill({8, 8, 3, 3}, 0.05f, 2)}, {"b", fill({8}, 1.0f, 3)}},
+                   {last_result(p)})[0];
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a fused_conv2d plus a skip connection of its type, and its relu or relu6, become one "
+          "fused_conv2d with a residual and the same result",
+          "[passes][fusion]") {
+  for (const std::string act : {"none", "relu", "relu6"}) {
+    INFO(act);
+    ResidualBlock plain(act), fused(act);
+    CHECK(fuse_conv_epilogue(fused.p.block(), {}) == 1);
+    CHECK(fuse_conv_residual(fused.p.block(), {}) == 1);
+    fused.p.verify();
+    CHECK(count_top_ops(fused.p, "kiln.add") == 0);
+    CHECK(count_top_ops(fused.p, "kiln.relu") + count_top_ops(fused.p, "kiln.clip") == 0);
+    Operation* conv = last_result(fused.p).defining_op();
+    REQUIRE(conv->isa<FusedConv2dOp>());
+    CHECK(conv->num_operands() == 4);
+    CHECK(FusedConv2dOp(conv).attrs().activation == act);
+    const auto want = plain.run().to_vector<float>(), got = fused.run().to_vector<float>();
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-5));
+  }
+}
+
+TEST_CASE("a conv result read twice or a broadcast add is not fused as a residual, and a kept skip sum "
+          "keeps its relu",
+          "[passes][fusion]") {
+  ResidualBlock kept("relu");
+  fuse_conv_epilogue(kept.p.block(), {});
+  CHECK(fuse_conv_residual(kept.p.block(), {kept.sum.impl()}) == 1);  // conv + skip, no relu
+  CHECK(count_top_ops(kept.p, "kiln.relu") == 1);
+  ResidualBlock broadcast("relu", true);
+  fuse_conv_epilogue(broadcast.p.block(), {});
+  CHECK(fuse_conv_residual(broadcast.p.block(), {}) == 0);
+  ResidualBlock twice("none");
+  fuse_conv_epilogue(twice.p.block(), {});
+  Value conv = twice.sum.defining_op()->operand_source(1);
+  Builder b(twice.p);
+  b.create<ReluOp>(conv);
+  CHECK(fuse_conv_residual(twice.p.block(), {}) == 0);
+}
+
 TEST_CASE("a conv output or sum the caller keeps is not fused into a fused_conv2d, and a kept reshaped bias stays", "[passes][fusion]") {
   ConvBlock c("relu", false, 3);
   Operation* add = c.out.defining_op()->operand_source(0).defining_op();

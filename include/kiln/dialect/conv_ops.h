@@ -65,9 +65,12 @@ struct Conv2dTransposeOp
   };
 };
 
-// out = kiln.fused_conv2d(x, w, bias) {strides, paddings, dilations, groups,
-// activation}: activation(conv2d(x, w) + bias), bias [O] added per output
-// channel; activation "none", "relu", "relu6" (min(max(·, 0), 6), what
+// out = kiln.fused_conv2d(x, w, bias[, residual]) {strides, paddings,
+// dilations, groups, activation}: activation(conv2d(x, w) + bias
+// [+ residual]), bias [O] added per output channel, the optional residual
+// typed like out (a ResNet block's skip connection, added before its ReLU:
+// oneDNN's sum post-op, ONNX Runtime's FusedConv Z; fuse_conv_residual
+// builds it); activation "none", "relu", "relu6" (min(max(·, 0), 6), what
 // exporters write as Clip(0, 6)) or "silu" (z·sigmoid(z), exporters' Sigmoid
 // and Mul). One kernel: each image's GEMM result gets its bias and
 // activation while it is still in cache, instead of more passes over the
@@ -84,7 +87,7 @@ struct FusedConv2dOp : Op<FusedConv2dOp, ReadOnly, ValueSemantics, InferMetaInte
   using Op::Op;
   static constexpr std::string_view name = "kiln.fused_conv2d";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
-  static constexpr int num_operands = 3, num_results = 1;
+  static constexpr int num_operands = 3, num_results = 1, num_optional_operands = 1;  // + residual
   KILN_ATTRIBUTES((std::vector<std::int64_t>, strides), (std::vector<std::int64_t>, paddings),
                   (std::vector<std::int64_t>, dilations), (std::int64_t, groups),
                   (std::string, activation), (std::string, data_format));
@@ -96,7 +99,8 @@ struct FusedConv2dOp : Op<FusedConv2dOp, ReadOnly, ValueSemantics, InferMetaInte
                     std::vector<std::int64_t> strides = {1, 1},
                     std::vector<std::int64_t> paddings = {0, 0},
                     std::vector<std::int64_t> dilations = {1, 1}, std::int64_t groups = 1,
-                    std::string activation = "none", std::string data_format = "NCHW");
+                    std::string activation = "none", std::string data_format = "NCHW",
+                    Value residual = Value());
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 

@@ -60,9 +60,17 @@ inline std::size_t fuse_matmul_epilogue(Program& program, const ValueSet& keep =
 // never fused away. Returns the number of fused ops created.
 std::size_t fuse_conv_epilogue(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr);
 
+// fuse_conv_residual: a kiln.fused_conv2d without activation or residual
+// whose result only an add of another value of its type reads (a ResNet
+// block's skip connection), and optionally a relu / relu6 / SiLU that only
+// reads that sum (as fuse_conv_epilogue finds them), become one
+// kiln.fused_conv2d with that value as its residual. Values in `keep` are
+// never fused away. Returns the number of fused ops created.
+std::size_t fuse_conv_residual(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr);
+
 // The "fuse" pass: fuse_softmax_cross_entropy
 // (kiln/passes/fuse_softmax_cross_entropy.h), fuse_conv_epilogue,
-// convert_to_channels_last (kiln/passes/channels_last.h),
+// fuse_conv_residual, convert_to_channels_last (kiln/passes/channels_last.h),
 // fuse_matmul_epilogue, then
 // fuse_elementwise, keeping the context's live-out values, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h). For a CUDA target it
