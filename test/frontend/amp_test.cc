@@ -344,16 +344,6 @@ amp::Options f16_options() {
   return o;
 }
 
-// Every persistable value of the executor's scope (parameters, optimizer
-// state, loss-scaling state), copied to the host.
-std::map<std::string, Tensor> persistables(Executor& exe) {
-  std::map<std::string, Tensor> out;
-  for (const std::string& name : exe.scope().local_var_names())
-    if (const Variable* v = exe.scope().find_var(name); v && v->is<Tensor>())
-      out[name] = copy_to_place(v->get<Tensor>(), Place::cpu()).clone();
-  return out;
-}
-
 float scale_in(Executor& exe, const AmpModel& m) {
   return copy_to_place(exe.scope().find_var(m.scale_name)->get<Tensor>(), Place::cpu()).to_vector<float>().at(0);
 }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "test_util.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
+#include "kiln/runtime/cuda_context.h"
 #include "kiln/frontend/frontend.h"
 
 namespace kiln_frontend_test {
@@ -45,6 +47,16 @@ inline void copy_scope(kiln::Executor& from, kiln::Executor& to) {
   for (const std::string& name : from.scope().local_var_names())
     if (const kiln::Variable* v = from.scope().find_var(name); v && v->is<kiln::Tensor>())
       to.scope().var(name).set(v->get<kiln::Tensor>().clone());
+}
+
+// Every persistable tensor of the executor's scope (parameters, optimizer
+// state, loss-scaling state), copied to the host.
+inline std::map<std::string, kiln::Tensor> persistables(kiln::Executor& exe) {
+  std::map<std::string, kiln::Tensor> out;
+  for (const std::string& name : exe.scope().local_var_names())
+    if (const kiln::Variable* v = exe.scope().find_var(name); v && v->is<kiln::Tensor>())
+      out[name] = kiln::copy_to_place(v->get<kiln::Tensor>(), kiln::Place::cpu()).clone();
+  return out;
 }
 
 // The ops of a program's top block by name, in order.

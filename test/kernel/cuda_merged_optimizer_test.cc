@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "frontend/frontend_test_util.h"
 #include "kernel/cuda_test_util.h"
 #include "kiln/dialect/merged_optimizer_ops.h"
 #include "kiln/exec/executor.h"
@@ -27,6 +28,7 @@ using namespace kiln;
 // same names (scalar, flag) beside these.
 namespace merged_cuda_test {
 
+using kiln_frontend_test::persistables;
 using kiln_test::filled;
 using kiln_test::have_cuda;
 using kiln_test::run_cuda_kernel;
@@ -220,14 +222,6 @@ struct UpdateProgram {
     return f;
   }
 };
-
-std::map<std::string, Tensor> persistables(Executor& exe) {
-  std::map<std::string, Tensor> out;
-  for (const std::string& name : exe.scope().local_var_names())
-    if (const Variable* v = exe.scope().find_var(name); v && v->is<Tensor>())
-      out[name] = copy_to_place(v->get<Tensor>(), Place::cpu()).clone();
-  return out;
-}
 
 // Startup, then 4 steps (the third skipped) of `p` at `place` with `passes`:
 // every persistable value, and the plan's instruction count.
