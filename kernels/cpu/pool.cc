@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "cpu_kernel_util.h"
+#include "vector_math.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/dialect/pool_ops.h"
 
@@ -170,6 +171,42 @@ struct MaxPoolK {
   }
 };
 
+// One window offset folded over an output row's running maxima: best[ow] /
+// at[ow] take src[ow + shift] (input index base + ow · step) where it
+// replaces the maximum (replaces_max's rule as one bool). src is read with
+// unit stride (a stride-2 row from its even or odd columns), every load goes
+// into a local first and the flag is a bool, so both stores are plain
+// selects and the loop vectorizes: a strided load, an `a[i] = c ? x : a[i]`
+// or a T-valued flag beside the int32 select each left GCC 12 a branch per
+// element.
+template <typename T>
+struct FoldWindowOffset {
+  KILN_SIMD_INLINE static void run(const T* __restrict src, std::int64_t shift, T* __restrict best,
+                                   std::int32_t* __restrict at, std::int32_t base, std::int32_t step,
+                                   std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t ow = lo; ow < hi; ++ow) {
+      const T v = src[ow + shift], m = best[ow];
+      const std::int32_t a = at[ow], k = base + static_cast<std::int32_t>(ow) * step;
+      const bool take = !(v <= m) & (m == m);
+      best[ow] = take ? v : m;
+      at[ow] = take ? k : a;
+    }
+  }
+};
+
+// The same for any stride, reading x[base + ow · step] (strides above 2).
+template <typename T>
+void fold_strided_window_offset(const T* __restrict xp, T* __restrict best, std::int32_t* __restrict at,
+                                std::int32_t base, std::int32_t step, std::int64_t lo, std::int64_t hi) {
+  for (std::int64_t ow = lo; ow < hi; ++ow) {
+    const std::int32_t k = base + static_cast<std::int32_t>(ow) * step;
+    const T v = xp[k];
+    const T f = replaces_max(best[ow], v);
+    best[ow] = f != T(0) ? v : best[ow];
+    at[ow] = f != T(0) ? k : at[ow];
+  }
+}
+
 // One plane's max-pool gradient, an output row at a time: each window's
 // first maximum (pool_argmax's: row-major, NaN wins) found by folding the
 // window's offsets over the whole row from -inf (branch-free, so the loop
@@ -185,7 +222,10 @@ void max_pool_grad_plane(const T* __restrict xp, const T* __restrict d, T* __res
         dp[pool_argmax(xp, g, pool_window(g, oh, ow))] += d[oh * g.wo + ow];
     return;
   }
-  T* __restrict best = scratch<T>(g.wo);
+  const std::int64_t half = (g.w + 1) / 2;
+  T* __restrict best = scratch<T>(g.wo + 2 * half);
+  T* __restrict even = best + g.wo;  // a stride-2 row's even and odd columns
+  T* __restrict odd = even + half;
   std::int32_t* __restrict at = scratch<std::int32_t>(g.wo);
   for (std::int64_t oh = 0; oh < g.ho; ++oh) {
     std::fill(best, best + g.wo, -std::numeric_limits<T>::infinity());
@@ -193,18 +233,20 @@ void max_pool_grad_plane(const T* __restrict xp, const T* __restrict d, T* __res
     for (std::int64_t i = 0; i < g.kh; ++i) {
       const std::int64_t ih = oh * g.sh - g.pt + i;
       if (ih < 0 || ih >= g.h) continue;
+      const T* row = xp + ih * g.w;
+      if (g.sw == 2)
+        for (std::int64_t c = 0; c < g.w; ++c) (c % 2 ? odd : even)[c / 2] = row[c];
       for (std::int64_t j = 0; j < g.kw; ++j) {
         std::int64_t lo, hi;
-        valid_columns(j - g.pl, g.sw, g.w, g.wo, lo, hi);
-        const std::int32_t base = static_cast<std::int32_t>(ih * g.w + j - g.pl);
-        const std::int32_t step = static_cast<std::int32_t>(g.sw);
-        for (std::int64_t ow = lo; ow < hi; ++ow) {
-          const std::int32_t k = base + static_cast<std::int32_t>(ow) * step;
-          const T v = xp[k];
-          const T f = replaces_max(best[ow], v);
-          best[ow] = f != T(0) ? v : best[ow];
-          at[ow] = f != T(0) ? k : at[ow];
-        }
+        const std::int64_t off = j - g.pl;
+        valid_columns(off, g.sw, g.w, g.wo, lo, hi);
+        const auto base = static_cast<std::int32_t>(ih * g.w + off);
+        const auto step = static_cast<std::int32_t>(g.sw);
+        if (g.sw <= 2)
+          simd_dispatch<FoldWindowOffset<T>>(g.sw == 1 ? row : off % 2 ? odd : even, g.sw == 1 ? off : off >> 1,
+                                             best, at, base, step, lo, hi);
+        else
+          fold_strided_window_offset(xp, best, at, base, step, lo, hi);
       }
     }
     for (std::int64_t ow = 0; ow < g.wo; ++ow) {
