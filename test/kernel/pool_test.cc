@@ -2,6 +2,7 @@
 // of each pool and its grad op.
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -200,75 +201,78 @@ TEST_CASE("max pooling takes the max of integer windows, padding never winning",
   CHECK(p.out().to_vector<std::int64_t>() == std::vector<std::int64_t>{-9, -5, -7, -6});
 }
 
-TEST_CASE("max_pool2d of floats equals each window's first maximum for any window, stride and "
-          "padding",
-          "[kernel][pool]") {
+namespace {
+
+// Every window size, stride, padding and ceil_mode of the float max-pool
+// tests, each with two fresh [h, w] planes drawn from one stream seeded by
+// `seed` (NaN, -inf and -0 among the values): body(k, s, p, ceil_mode, v, next),
+// next() drawing on from the same stream.
+template <typename Body>
+void for_each_pool_case(std::uint32_t seed, std::int64_t h, std::int64_t w, Body body) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
-  std::uint32_t seed = 12345;
-  auto next = [&] { return seed = seed * 1664525u + 1013904223u; };
+  std::function<std::uint32_t()> next = [&] { return seed = seed * 1664525u + 1013904223u; };
   for (std::int64_t k : {1, 2, 3, 5})
     for (std::int64_t s : {1, 2, 3})
       for (std::int64_t p = 0; 2 * p <= k; ++p)
         for (bool ceil_mode : {false, true}) {
-          const std::int64_t h = 7, w = 9;
           std::vector<float> v(static_cast<std::size_t>(2 * h * w));
           for (auto& e : v) {
             const std::uint32_t r = next() >> 8;
             e = r % 41 == 0 ? nan : r % 37 == 0 ? -inf : r % 31 == 0 ? -0.0f : float(r % 19) - 9;
           }
-          Tensor x = Tensor::from_vector<float>({1, 2, h, w}, v);
-          auto r = run_op<MaxPool2dOp>({x}, V{k, k}, V{s, s}, V{p, p}, ceil_mode);
-          const Pool2dGeometry g{1, 2, h, w, r.out().dims()[2], r.out().dims()[3], k, k, s, s,
-                                 p, p, p, p};
-          const auto out = r.out().to_vector<float>();
-          for (std::int64_t pl = 0; pl < 2; ++pl)
-            for (std::int64_t oh = 0; oh < g.ho; ++oh)
-              for (std::int64_t ow = 0; ow < g.wo; ++ow) {
-                const float* plane = v.data() + pl * h * w;
-                const float want = plane[pool_argmax(plane, g, pool_window(g, oh, ow))];
-                const float got = out[static_cast<std::size_t>((pl * g.ho + oh) * g.wo + ow)];
-                INFO("k " << k << " s " << s << " p " << p << " ceil " << ceil_mode << " at "
-                          << pl << "," << oh << "," << ow);
-                if (std::isnan(want)) CHECK(std::isnan(got));
-                else CHECK((got == want && std::signbit(got) == std::signbit(want)));
-              }
+          body(k, s, p, ceil_mode, v, next);
         }
+}
+
+}  // namespace
+
+TEST_CASE("max_pool2d of floats equals each window's first maximum for any window, stride and "
+          "padding",
+          "[kernel][pool]") {
+  const std::int64_t h = 7, w = 9;
+  for_each_pool_case(12345, h, w, [&](std::int64_t k, std::int64_t s, std::int64_t p, bool ceil_mode,
+                                      const std::vector<float>& v, const std::function<std::uint32_t()>&) {
+    Tensor x = Tensor::from_vector<float>({1, 2, h, w}, v);
+    auto r = run_op<MaxPool2dOp>({x}, V{k, k}, V{s, s}, V{p, p}, ceil_mode);
+    const Pool2dGeometry g{1, 2, h, w, r.out().dims()[2], r.out().dims()[3], k, k, s, s, p, p, p, p};
+    const auto out = r.out().to_vector<float>();
+    for (std::int64_t pl = 0; pl < 2; ++pl)
+      for (std::int64_t oh = 0; oh < g.ho; ++oh)
+        for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+          const float* plane = v.data() + pl * h * w;
+          const float want = plane[pool_argmax(plane, g, pool_window(g, oh, ow))];
+          const float got = out[static_cast<std::size_t>((pl * g.ho + oh) * g.wo + ow)];
+          INFO("k " << k << " s " << s << " p " << p << " ceil " << ceil_mode << " at " << pl << "," << oh
+                    << "," << ow);
+          if (std::isnan(want)) CHECK(std::isnan(got));
+          else CHECK((got == want && std::signbit(got) == std::signbit(want)));
+        }
+  });
 }
 
 TEST_CASE("max_pool2d's grad adds each dout at its window's first maximum for any window, stride "
           "and padding, NaN, -inf and -0 among the values",
           "[kernel][pool]") {
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  const float inf = std::numeric_limits<float>::infinity();
-  std::uint32_t seed = 777;
-  auto next = [&] { return seed = seed * 1664525u + 1013904223u; };
-  for (std::int64_t k : {1, 2, 3, 5})
-    for (std::int64_t s : {1, 2, 3})
-      for (std::int64_t p = 0; 2 * p <= k; ++p)
-        for (bool ceil_mode : {false, true}) {
-          const std::int64_t h = 7, w = 10;
-          std::vector<float> v(static_cast<std::size_t>(2 * h * w));
-          for (auto& e : v) {
-            const std::uint32_t r = next() >> 8;
-            e = r % 41 == 0 ? nan : r % 37 == 0 ? -inf : r % 31 == 0 ? -0.0f : float(r % 19) - 9;
-          }
-          Tensor x = Tensor::from_vector<float>({1, 2, h, w}, v);
-          const auto out_dims = run_op<MaxPool2dOp>({x}, V{k, k}, V{s, s}, V{p, p}, ceil_mode).out().dims();
-          const Pool2dGeometry g{1, 2, h, w, out_dims[2], out_dims[3], k, k, s, s, p, p, p, p};
-          std::vector<float> d(static_cast<std::size_t>(out_dims.numel()));
-          for (auto& e : d) e = float(next() >> 8 & 15) - 7;
-          auto r = run_op<GradOf<MaxPool2dOp>>({x, Tensor::from_vector<float>(out_dims, d)}, V{k, k}, V{s, s},
-                                               V{p, p}, ceil_mode);
-          std::vector<float> want(v.size(), 0.0f);
-          for (std::int64_t pl = 0; pl < 2; ++pl)
-            for (std::int64_t oh = 0; oh < g.ho; ++oh)
-              for (std::int64_t ow = 0; ow < g.wo; ++ow) {
-                const float* plane = v.data() + pl * h * w;
-                want[static_cast<std::size_t>(pl * h * w + pool_argmax(plane, g, pool_window(g, oh, ow)))] +=
-                    d[static_cast<std::size_t>((pl * g.ho + oh) * g.wo + ow)];
-              }
-          INFO("k " << k << " s " << s << " p " << p << " ceil " << ceil_mode);
-          CHECK(r.out().to_vector<float>() == want);
+  const std::int64_t h = 7, w = 10;
+  for_each_pool_case(777, h, w, [&](std::int64_t k, std::int64_t s, std::int64_t p, bool ceil_mode,
+                                    const std::vector<float>& v, const std::function<std::uint32_t()>& next) {
+    Tensor x = Tensor::from_vector<float>({1, 2, h, w}, v);
+    const auto out_dims = run_op<MaxPool2dOp>({x}, V{k, k}, V{s, s}, V{p, p}, ceil_mode).out().dims();
+    const Pool2dGeometry g{1, 2, h, w, out_dims[2], out_dims[3], k, k, s, s, p, p, p, p};
+    std::vector<float> d(static_cast<std::size_t>(out_dims.numel()));
+    for (auto& e : d) e = float(next() >> 8 & 15) - 7;
+    auto r = run_op<GradOf<MaxPool2dOp>>({x, Tensor::from_vector<float>(out_dims, d)}, V{k, k}, V{s, s}, V{p, p},
+                                         ceil_mode);
+    std::vector<float> want(v.size(), 0.0f);
+    for (std::int64_t pl = 0; pl < 2; ++pl)
+      for (std::int64_t oh = 0; oh < g.ho; ++oh)
+        for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+          const float* plane = v.data() + pl * h * w;
+          want[static_cast<std::size_t>(pl * h * w + pool_argmax(plane, g, pool_window(g, oh, ow)))] +=
+              d[static_cast<std::size_t>((pl * g.ho + oh) * g.wo + ow)];
         }
+    INFO("k " << k << " s " << s << " p " << p << " ceil " << ceil_mode);
+    CHECK(r.out().to_vector<float>() == want);
+  });
 }
