@@ -93,6 +93,15 @@ void launch_cross_entropy(const T* x, const L* label, T* sm, T* loss, std::int64
 template <typename T, typename L>
 void launch_cross_entropy_grad(const T* sm, const L* label, const T* dloss, T* dx, std::int64_t n,
                                std::int64_t c, std::int64_t ignore, cudaStream_t s);
+// kiln.cross_entropy: each row's loss and lse in one read of the row (an
+// online max and sum per lane); its gradient dloss · (exp(x - lse) - onehot).
+template <typename T, typename L>
+void launch_cross_entropy_lse(const T* x, const L* label, T* loss, T* lse, std::int64_t n,
+                              std::int64_t c, std::int64_t ignore, cudaStream_t s);
+template <typename T, typename L>
+void launch_cross_entropy_lse_grad(const T* x, const T* lse, const L* label, const T* dloss, T* dx,
+                                   std::int64_t n, std::int64_t c, std::int64_t ignore,
+                                   cudaStream_t s);
 
 // ---- scaled-dot-product attention (attention.cu), rows of all heads' scores ----
 

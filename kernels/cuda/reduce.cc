@@ -359,6 +359,61 @@ struct SoftmaxCrossEntropyGradK {
   }
 };
 
+// ---- cross_entropy (no softmax kept) ----
+
+// f(labels) with the label tensor's data as const i64* or const i32*.
+template <typename F>
+void with_labels(const Tensor& label, F&& f) {
+  if (label.dtype() == DataType::Int64) f(label.data<std::int64_t>());
+  else f(label.data<std::int32_t>());
+}
+
+template <typename T>
+struct CrossEntropyK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0), label = ctx.input(1);
+    const CrossEntropyDims d = cross_entropy_dims(ctx, x.dims(), label, "logits");
+    check_label_dtype(ctx, label);
+    const std::int64_t ignore = ctx.attrs<CrossEntropyOp>().ignore_index;
+    Tensor& loss = ctx.alloc_output(0, d.loss, x.dtype());
+    Tensor& lse = ctx.alloc_output(1, d.loss, x.dtype());
+    if (d.n == 0) return;
+    if (d.c == 0)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                  "' logits have no classes (C = 0)");
+    check_labels(ctx, label, d.c, ignore);
+    with_labels(label, [&](const auto* labels) {
+      launch_cross_entropy_lse(x.data<T>(), labels, loss.data<T>(), lse.data<T>(), d.n, d.c, ignore,
+                               stream_of(ctx));
+    });
+    check_launch(ctx);
+  }
+};
+
+template <typename T>
+struct CrossEntropyGradK {
+  static void run(KernelContext& ctx) {
+    const std::string_view op = ctx.op()->name();
+    const Tensor x = typed_input<T>(ctx, 0), lse = typed_input<T>(ctx, 1), label = ctx.input(2),
+                 dloss = typed_input<T>(ctx, 3);
+    const CrossEntropyDims d = cross_entropy_dims(ctx, x.dims(), label, "logits");
+    for (const auto& [t, what] : {std::pair{&lse, "lse"}, std::pair{&dloss, "dloss"}})
+      if (t->dims() != d.loss)
+        throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", what, " dims [",
+                    t->dims().to_string(), "] must be the loss's [", d.loss.to_string(), "]");
+    check_label_dtype(ctx, label);
+    const std::int64_t ignore = ctx.attrs<GradOf<CrossEntropyOp>>().ignore_index;
+    Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
+    if (d.n == 0 || d.c == 0) return;
+    check_labels(ctx, label, d.c, ignore);
+    with_labels(label, [&](const auto* labels) {
+      launch_cross_entropy_lse_grad(x.data<T>(), lse.data<T>(), labels, dloss.data<T>(),
+                                    dx.data<T>(), d.n, d.c, ignore, stream_of(ctx));
+    });
+    check_launch(ctx);
+  }
+};
+
 // ---- layer_norm / rms_norm ----
 
 struct Rows {
@@ -549,6 +604,8 @@ KILN_REGISTER_KERNELS(GradOf<LogSoftmaxOp>, Cuda, LogSoftmaxGradK, float, double
 KILN_REGISTER_KERNELS(SoftmaxWithCrossEntropyOp, Cuda, SoftmaxCrossEntropyK, float, double);
 KILN_REGISTER_KERNELS(GradOf<SoftmaxWithCrossEntropyOp>, Cuda, SoftmaxCrossEntropyGradK, float,
                       double);
+KILN_REGISTER_KERNELS(CrossEntropyOp, Cuda, CrossEntropyK, float, double);
+KILN_REGISTER_KERNELS(GradOf<CrossEntropyOp>, Cuda, CrossEntropyGradK, float, double);
 KILN_REGISTER_KERNELS(LayerNormOp, Cuda, LayerNormK, float, double);
 KILN_REGISTER_KERNELS(GradOf<LayerNormOp>, Cuda, LayerNormGradK, float, double);
 KILN_REGISTER_KERNELS(RmsNormOp, Cuda, RmsNormK, float, double);

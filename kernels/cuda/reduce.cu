@@ -319,6 +319,55 @@ __global__ void cross_entropy_grad(const T* sm, const L* label, const T* dloss, 
   }
 }
 
+// One read of each row: every lane keeps a running max m and the sum of
+// exp(x - m) over its elements, rescaled when m grows (the online softmax);
+// the lanes' sums are then rescaled to the row's max and added.
+template <typename T, typename L, int Lanes>
+__global__ void cross_entropy_lse_rows(const T* x, const L* label, T* loss, T* lse, std::int64_t n,
+                                       std::int64_t c, std::int64_t ignore) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  for (std::int64_t r = first_row<Lanes>(); r < n; r += row_step<Lanes>()) {
+    const T* xr = x + r * c;
+    T m = kNegInf, s = 0;
+    for (std::int64_t j = lane<Lanes>(); j < c; j += Lanes) {
+      const T v = xr[j];
+      if (v > m) {
+        s = s * std::exp(m - v) + T(1);
+        m = v;
+      } else if (v != kNegInf) {
+        s += std::exp(v - m);
+      }
+    }
+    T base = lanes_combine<Lanes, Greater<T>>(m);
+    if (base == kNegInf) base = 0;  // a row of -inf: avoid (-inf) - (-inf)
+    s = m == kNegInf ? T(0) : s * std::exp(m - base);
+    s = lanes_combine<Lanes, Plus<T>>(s);
+    if (lane<Lanes>() == 0) {
+      const T log_s = std::log(s);
+      lse[r] = base + log_s;
+      const std::int64_t l = static_cast<std::int64_t>(label[r]);
+      loss[r] = l == ignore ? T(0) : log_s - (xr[l] - base);
+    }
+  }
+}
+
+template <typename T, typename L>
+__global__ void cross_entropy_lse_grad(const T* x, const T* lse, const L* label, const T* dloss,
+                                       T* dx, std::int64_t n, std::int64_t c, std::int64_t ignore) {
+  KILN_GRID_STRIDE(i, n * c) {
+    const std::int64_t r = i / c, j = i % c;
+    const std::int64_t l = static_cast<std::int64_t>(label[r]);
+    if (l == ignore) {
+      dx[i] = T(0);
+    } else {
+      const T g = dloss[r];
+      T v = g * std::exp(x[i] - lse[r]);
+      if (j == l) v -= g;
+      dx[i] = v;
+    }
+  }
+}
+
 // ---- layer_norm / rms_norm ----
 
 template <typename T, bool Rms, int Lanes>
@@ -681,6 +730,26 @@ void launch_cross_entropy_grad(const T* sm, const L* label, const T* dloss, T* d
   cross_entropy_grad<<<blocks_for(n * c), kThreads, 0, s>>>(sm, label, dloss, dx, n, c, ignore);
 }
 
+template <typename T, typename L>
+void launch_cross_entropy_lse(const T* x, const L* label, T* loss, T* lse, std::int64_t n,
+                              std::int64_t c, std::int64_t ignore, cudaStream_t s) {
+  if (n == 0 || c == 0) return;
+  const unsigned b = row_blocks(n, c >= kLongRow ? kThreads : 32);
+  if (c >= kLongRow)
+    cross_entropy_lse_rows<T, L, kThreads><<<b, kThreads, 0, s>>>(x, label, loss, lse, n, c, ignore);
+  else
+    cross_entropy_lse_rows<T, L, 32><<<b, kThreads, 0, s>>>(x, label, loss, lse, n, c, ignore);
+}
+
+template <typename T, typename L>
+void launch_cross_entropy_lse_grad(const T* x, const T* lse, const L* label, const T* dloss, T* dx,
+                                   std::int64_t n, std::int64_t c, std::int64_t ignore,
+                                   cudaStream_t s) {
+  if (n == 0 || c == 0) return;
+  cross_entropy_lse_grad<<<blocks_for(n * c), kThreads, 0, s>>>(x, lse, label, dloss, dx, n, c,
+                                                                ignore);
+}
+
 template <typename T>
 void launch_norm(bool rms, const T* x, const T* w, const T* b, T* y, T* mean, T* rstd,
                  std::int64_t m, std::int64_t n, T eps, T inv_n, cudaStream_t s) {
@@ -822,6 +891,18 @@ KILN_REDUCE(std::int64_t)
   template void launch_cross_entropy_grad<T, std::int64_t>(                                       \
       const T*, const std::int64_t*, const T*, T*, std::int64_t, std::int64_t, std::int64_t,      \
       cudaStream_t);                                                                              \
+  template void launch_cross_entropy_lse<T, std::int32_t>(const T*, const std::int32_t*, T*, T*,  \
+                                                          std::int64_t, std::int64_t,             \
+                                                          std::int64_t, cudaStream_t);            \
+  template void launch_cross_entropy_lse<T, std::int64_t>(const T*, const std::int64_t*, T*, T*,  \
+                                                          std::int64_t, std::int64_t,             \
+                                                          std::int64_t, cudaStream_t);            \
+  template void launch_cross_entropy_lse_grad<T, std::int32_t>(                                   \
+      const T*, const T*, const std::int32_t*, const T*, T*, std::int64_t, std::int64_t,          \
+      std::int64_t, cudaStream_t);                                                                \
+  template void launch_cross_entropy_lse_grad<T, std::int64_t>(                                   \
+      const T*, const T*, const std::int64_t*, const T*, T*, std::int64_t, std::int64_t,          \
+      std::int64_t, cudaStream_t);                                                                \
   template void launch_norm<T>(bool, const T*, const T*, const T*, T*, T*, T*, std::int64_t,      \
                                std::int64_t, T, T, cudaStream_t);                                 \
   template void launch_norm_grad<T>(bool, const T*, const T*, const T*, const T*, const T*, T*,   \

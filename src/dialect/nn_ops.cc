@@ -3,11 +3,13 @@
 #include "kiln/dialect/nn_ops.h"
 
 #include "kiln/dialect/binary_ops.h"
+#include "kiln/dialect/unary_ops.h"
 
 namespace kiln {
 
 KILN_REGISTER_OP(SoftmaxOp, GradOf<SoftmaxOp>, LogSoftmaxOp, GradOf<LogSoftmaxOp>,
-                 SoftmaxWithCrossEntropyOp, GradOf<SoftmaxWithCrossEntropyOp>);
+                 SoftmaxWithCrossEntropyOp, GradOf<SoftmaxWithCrossEntropyOp>, CrossEntropyOp,
+                 GradOf<CrossEntropyOp>, CrossEntropyGradInplaceOp);
 
 namespace {
 std::vector<Type> infer_softmax(std::string_view op, const std::vector<Type>& in,
@@ -48,9 +50,10 @@ void SoftmaxWithCrossEntropyOp::build(Builder&, OperationArgument& arg, Value lo
   arg.attributes = to_named_attributes(Attributes{ignore_index});
 }
 
-std::vector<Type> SoftmaxWithCrossEntropyOp::infer_meta(const std::vector<Type>& in,
-                                                        DictionaryAttribute attrs) {
-  (void)from_attributes<Attributes>(attrs, name);
+namespace {
+// The loss's type ([..., 1], the logits' dtype) of logits [..., C] against
+// a label of the leading dims, with or without a trailing 1.
+Type cross_entropy_loss_type(std::string_view name, const std::vector<Type>& in) {
   Type logits = meta::tensor_operand(name, in, 0), label = meta::tensor_operand(name, in, 1);
   DataType dt = shaped_data_type(logits), lt = shaped_data_type(label);
   meta::require_floating(name, dt, 0);
@@ -62,7 +65,6 @@ std::vector<Type> SoftmaxWithCrossEntropyOp::infer_meta(const std::vector<Type>&
   if (ls.size() < 2)
     throw_error(ErrorKind::InvalidArgument, "op '", name,
                 "' logits (operand #0) must have rank >= 2 ([N, C]), got ", meta::dims_string(ls));
-  // label: the leading dims of logits, with or without a trailing 1.
   std::vector<std::int64_t> lead(ls.begin(), ls.end() - 1);
   auto matches = [](const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b) {
     if (a.size() != b.size()) return false;
@@ -76,7 +78,29 @@ std::vector<Type> SoftmaxWithCrossEntropyOp::infer_meta(const std::vector<Type>&
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' label shape ",
                 meta::dims_string(ys), " does not fit logits ", meta::dims_string(ls),
                 " (expected ", meta::dims_string(lead), " or ", meta::dims_string(lead1), ")");
-  return {meta::result_like(in, dt, ls), meta::result_like(in, dt, lead1)};
+  return meta::result_like(in, dt, lead1);
+}
+}  // namespace
+
+std::vector<Type> SoftmaxWithCrossEntropyOp::infer_meta(const std::vector<Type>& in,
+                                                        DictionaryAttribute attrs) {
+  (void)from_attributes<Attributes>(attrs, name);
+  Type loss = cross_entropy_loss_type(name, in);
+  return {meta::result_like(in, shaped_data_type(in[0]), shaped_dims(in[0])), loss};
+}
+
+void CrossEntropyOp::build(Builder&, OperationArgument& arg, Value logits, Value label,
+                           std::int64_t ignore_index) {
+  arg.add_operand(logits);
+  arg.add_operand(label);
+  arg.attributes = to_named_attributes(Attributes{ignore_index});
+}
+
+std::vector<Type> CrossEntropyOp::infer_meta(const std::vector<Type>& in,
+                                             DictionaryAttribute attrs) {
+  (void)from_attributes<Attributes>(attrs, name);
+  Type loss = cross_entropy_loss_type(name, in);
+  return {loss, loss};
 }
 
 // ---- gradients ----
@@ -118,6 +142,26 @@ void SoftmaxWithCrossEntropyOp::Grad::check(std::string_view name, const std::ve
                 " must have the loss's shape ", meta::dims_string(shaped_dims(fwd[1])));
 }
 
+void CrossEntropyOp::Grad::check(std::string_view name, const std::vector<Type>& in,
+                                 DictionaryAttribute attrs) {
+  // (logits, lse, label, dloss): lse and dloss typed like the forward's loss.
+  const Type loss = CrossEntropyOp::infer_meta({in[0], in[2]}, attrs)[0];
+  for (std::uint32_t i : {1u, 3u}) {
+    Type t = meta::tensor_operand(name, in, i);
+    meta::require_same_dtype(name, shaped_data_type(in[0]), shaped_data_type(t), 0, i);
+    if (!meta::compatible_dims(shaped_dims(loss), shaped_dims(t)))
+      throw_error(ErrorKind::InvalidArgument, "op '", name, "' ", i == 1 ? "lse " : "dloss ",
+                  meta::dims_string(shaped_dims(t)), " must have the loss's shape ",
+                  meta::dims_string(shaped_dims(loss)));
+  }
+}
+
+std::vector<Type> CrossEntropyGradInplaceOp::infer_meta(const std::vector<Type>& in,
+                                                        DictionaryAttribute attrs) {
+  CrossEntropyOp::Grad::check(name, in, attrs);
+  return {in[0]};
+}
+
 // ---- softmax family ----
 
 std::vector<Value> SoftmaxOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
@@ -146,6 +190,26 @@ std::vector<Value> SoftmaxWithCrossEntropyOp::vjp(Builder& b, Operation* op,
     dx = b.create<GradOf<SoftmaxWithCrossEntropyOp>>(op, softmax, op->operand_source(1), g[1]).result();
   if (g[0]) {
     Value ds = b.create<GradOf<SoftmaxOp>>(SoftmaxOp::Attributes{-1}, softmax, g[0]).result();
+    dx = dx ? Value(b.create<AddOp>(dx, ds).result()) : ds;
+  }
+  grads[0] = dx;
+  return grads;
+}
+
+// Results (loss, lse): the loss's grad from the logits and lse (the
+// softmax recomputed); a grad of lse adds softmax · dlse. The label gets
+// none.
+std::vector<Value> CrossEntropyOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  vjp::check_out_grads(op, g);
+  std::vector<Value> grads(2);
+  if (vjp::all_null(g) || !vjp::differentiable(op->operand_source(0))) return grads;
+  Value logits = op->operand_source(0), lse = op->result(1);
+  Value dx;
+  if (g[0])
+    dx = b.create<GradOf<CrossEntropyOp>>(op, logits, lse, op->operand_source(1), g[0]).result();
+  if (g[1]) {
+    Value softmax = b.create<ExpOp>(b.create<SubOp>(logits, lse).result()).result();
+    Value ds = b.create<MulOp>(softmax, g[1]).result();
     dx = dx ? Value(b.create<AddOp>(dx, ds).result()) : ds;
   }
   grads[0] = dx;

@@ -150,9 +150,9 @@ const std::vector<std::string>& default_allow_list() {
 
 const std::vector<std::string>& default_deny_list() {
   static const std::vector<std::string> list{
-      "kiln.softmax_with_cross_entropy", "kiln.mean", "kiln.sum", "kiln.exp", "kiln.log",
-      "kiln.square", "kiln.softmax", "kiln.log_softmax", "kiln.layer_norm", "kiln.rms_norm",
-      "kiln.batch_norm"};
+      "kiln.softmax_with_cross_entropy", "kiln.cross_entropy", "kiln.mean", "kiln.sum",
+      "kiln.exp", "kiln.log", "kiln.square", "kiln.softmax", "kiln.log_softmax", "kiln.layer_norm",
+      "kiln.rms_norm", "kiln.batch_norm"};
   return list;
 }
 

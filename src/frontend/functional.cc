@@ -273,7 +273,7 @@ Value cross_entropy(Value logits, Value label, Reduction reduction, std::int64_t
   check_value("cross_entropy", "logits", logits);
   check_value("cross_entropy", "label", label);
   Builder b = main_builder();
-  Value loss = b.create<SoftmaxWithCrossEntropyOp>(logits, label, ignore_index).result(1);
+  Value loss = b.create<CrossEntropyOp>(logits, label, ignore_index).result(0);
   if (reduction != Reduction::Mean) return reduce(b, loss, reduction);
   // Mean over the rows whose label is not ignore_index (PyTorch).
   const DataType label_dt = shaped_data_type(label.type());

@@ -186,8 +186,8 @@ std::size_t rewrite_block(Block& block, const ValueSet& keep, PassContext* ctx) 
     b.set_insertion_point(m->last);
     const std::uint32_t out = 0;
     Operation* fused =
-        b.create<SoftmaxWithCrossEntropyOp>(m->logits, m->label, m->ignore_index).operation();
-    Value loss = fused->result(1);
+        b.create<CrossEntropyOp>(m->logits, m->label, m->ignore_index).operation();
+    Value loss = fused->result(0);
     Operation* squeeze = nullptr;
     if (m->squeeze) {
       squeeze = b.create<SqueezeOp>(loss, std::vector<std::int64_t>{static_cast<std::int64_t>(
@@ -262,6 +262,6 @@ std::unique_ptr<Pass> create_fuse_softmax_cross_entropy_pass() {
 
 KILN_REGISTER_PASS("fuse_softmax_ce", [] { return create_fuse_softmax_cross_entropy_pass(); },
                    "log_softmax (or log of softmax) + take_along_axis + neg, with ONNX's "
-                   "ignore_index form, into kiln.softmax_with_cross_entropy");
+                   "ignore_index form, into kiln.cross_entropy");
 
 }  // namespace kiln

@@ -683,7 +683,7 @@ std::unique_ptr<Pass> create_fuse_pass() { return std::make_unique<FusePass>(); 
 
 KILN_REGISTER_PASS("fuse", [] { return create_fuse_pass(); },
                    "attention's head transposes into its layout, softmax + cross-entropy into "
-                   "kiln.softmax_with_cross_entropy, conv2d + bias + relu / relu6 / silu into "
+                   "kiln.cross_entropy, conv2d + bias + relu / relu6 / silu into "
                    "kiln.fused_conv2d (then NHWC where the CPU's convolutions prefer it), matmul + bias + "
                    "activation into kiln.fused_matmul, elementwise chains into "
                    "kiln.fused_elementwise (CPU), optimizer updates into kiln.merged_*_ (CPU, CUDA)");

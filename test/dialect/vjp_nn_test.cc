@@ -132,6 +132,42 @@ TEST_CASE("softmax_with_cross_entropy's vjp w.r.t. the logits matches finite dif
   }
 }
 
+TEST_CASE("cross_entropy's vjp w.r.t. the logits matches finite differences, through the loss and the lse",
+          "[dialect][vjp]") {
+  auto logits = random_f64({4, 5}, -2, 2);
+  SECTION("labels [N, 1], the loss's grad only") {
+    GradCheckOptions o;
+    o.result_grads = {true, false};
+    auto r = check_vjp({logits, i64({4, 1}, {0, 3, 4, 1})}, make_op<CrossEntropyOp>(), o);
+    CHECK(r.compared == 20);
+  }
+  SECTION("labels [N], both results' grads") {
+    check_vjp({logits, i64({4}, {2, 2, 0, 4})}, make_op<CrossEntropyOp>());
+  }
+  SECTION("the lse's grad only") {
+    GradCheckOptions o;
+    o.result_grads = {false, true};
+    check_vjp({logits, i64({4}, {2, 2, 0, 4})}, make_op<CrossEntropyOp>(), o);
+  }
+  SECTION("ignore_index rows get a zero grad from the loss") {
+    GradCheckOptions o;
+    o.result_grads = {true, false};
+    auto r = check_vjp({logits, i64({4, 1}, {1, -100, 3, -100})},
+                       make_op<CrossEntropyOp>(std::int64_t{-100}), o);
+    auto g = r.grads[0].to_vector<double>();
+    for (int j = 0; j < 5; ++j) {
+      CHECK(g[5 + j] == 0.0);
+      CHECK(g[15 + j] == 0.0);
+    }
+  }
+  SECTION("a batch dim known only at run time, logits of rank 3") {
+    GradCheckOptions o;
+    o.declared = {{-1, 2, 3}, {-1, 2, 1}};
+    check_vjp({random_f64({2, 2, 3}, -2, 2), i64({2, 2, 1}, {0, 2, 1, 1})},
+              make_op<CrossEntropyOp>(), o);
+  }
+}
+
 // ---- shape ops ----
 
 TEST_CASE("reshape's vjp views the grad with x's shape, even with unknown dims",

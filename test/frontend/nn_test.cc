@@ -1,6 +1,7 @@
 // kiln::nn layers, losses and functional forms (issue 4 §1): each output
 // against a hand computation (plain loops), run through the Executor; the
 // seed's program front half (seed 001 opening example); bad inputs.
+#include <algorithm>
 #include <cmath>
 
 #include "frontend/frontend_test_util.h"
@@ -328,6 +329,73 @@ TEST_CASE("cross_entropy's mean divides by the rows not labelled ignore_index, a
   check_close(got[0].to_vector<float>(), {total / 2});  // two rows count, not four
   // Every row ignored: 0 / 0, NaN as in PyTorch.
   CHECK(std::isnan(run({7, 7, 7, 7})[0].to_vector<float>()[0]));
+}
+
+namespace {
+
+// A language model's head (Linear to `vocab` classes) with SGD, its loss by
+// cross_entropy (kiln.cross_entropy) or by the mean of
+// softmax_with_cross_entropy's loss.
+struct Head {
+  Program main_prog, startup;
+  Value loss;
+};
+std::unique_ptr<Head> lm_head(bool softmax_form, std::int64_t rows, std::int64_t vocab) {
+  UniqueNameGuard names;
+  auto m = std::make_unique<Head>();
+  ProgramGuard guard(m->main_prog, m->startup);
+  Value h = data("h", {rows, 16});
+  Value label = data("label", {rows}, DataType::Int64);
+  Value logits = nn::Linear(16, vocab)(h);
+  Builder b = main_builder();
+  m->loss = softmax_form
+                ? b.create<MeanOp>(b.create<SoftmaxWithCrossEntropyOp>(logits, label).result(1),
+                                   std::vector<std::int64_t>{}, false)
+                      .result()
+                : F::cross_entropy(logits, label);
+  optim::SGD(0.5).minimize(m->loss);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("cross_entropy over a vocabulary keeps no softmax: it trains as softmax_with_cross_entropy "
+          "with one class-sized tensor alive, not two",
+          "[frontend]") {
+  constexpr std::int64_t kRows = 64, kVocab = 5000;
+  auto lse = lm_head(false, kRows, kVocab), softmax = lm_head(true, kRows, kVocab);
+  const auto ops = op_names(lse->main_prog);
+  CHECK(std::count(ops.begin(), ops.end(), "kiln.cross_entropy") == 1);
+  CHECK(std::count(ops.begin(), ops.end(), "kiln.softmax_with_cross_entropy") == 0);
+  std::vector<std::int64_t> y(static_cast<std::size_t>(kRows));
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int64_t>(i * 131 % kVocab);
+  const FeedMap feeds{{"h", normal_f32({kRows, 16}, 5)},
+                      {"label", Tensor::from_vector<std::int64_t>(Dims({kRows}), y)}};
+  Executor a, b;
+  a.run(lse->startup);
+  b.run(softmax->startup);
+  copy_scope(a, b);
+  std::vector<float> first;
+  for (int s = 0; s < 4; ++s) {
+    INFO("step " << s);
+    const float la = a.run(lse->main_prog, feeds, {lse->loss})[0].to_vector<float>()[0];
+    const float lb = b.run(softmax->main_prog, feeds, {softmax->loss})[0].to_vector<float>()[0];
+    CHECK(la == Approx(lb).epsilon(1e-5));
+    first.push_back(la);
+  }
+  CHECK(first.back() < first.front());
+  REQUIRE(a.last_core()->memory_plan());
+  REQUIRE(b.last_core()->memory_plan());
+  const std::size_t with_lse = a.last_core()->memory_plan()->temporaries_live_bytes;
+  const std::size_t with_softmax = b.last_core()->memory_plan()->temporaries_live_bytes;
+  INFO("live temporaries: " << with_lse << " bytes with lse, " << with_softmax << " with the softmax");
+  // The softmax form holds two class-sized tensors at once (logits and
+  // softmax, then softmax and dlogits); the lse form one (dlogits written
+  // over the logits), beside the head's weight and bias gradients.
+  const std::size_t class_sized = kRows * kVocab * sizeof(float);
+  const std::size_t head_grads = (16 + 1) * kVocab * sizeof(float);
+  CHECK(with_softmax >= 2 * class_sized);
+  CHECK(with_lse <= class_sized + head_grads + 64 * 1024);
 }
 
 TEST_CASE("functional forms reject values they cannot use, naming the function", "[frontend]") {

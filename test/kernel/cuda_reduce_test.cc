@@ -234,6 +234,45 @@ TEST_CASE("CUDA softmax_with_cross_entropy and its gradient match the CPU's", "[
                    InvalidArgument, {"row 3 has label 5"});
 }
 
+TEST_CASE("CUDA cross_entropy (one read per row, no softmax) and its gradient match the CPU's",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  const float inf = std::numeric_limits<float>::infinity();
+  // Short rows (a warp per row), -inf logits, ignored rows, both label dtypes.
+  Tensor x = filled<float>({6, 5}, -3, 3, 1);
+  x.data<float>()[2] = -inf;
+  for (int j = 0; j < 5; ++j) x.data<float>()[20 + j] = j == 3 ? 2.f : -inf;
+  const Tensor label = Tensor::from_vector<std::int64_t>({6}, {0, 4, -100, 2, 3, 3});
+  const Tensor label32 = Tensor::from_vector<std::int32_t>({6, 1}, {0, 4, 1, 2, 3, -100});
+  for (const Tensor& y : {label, label32}) {
+    auto got = run_cuda_op<CrossEntropyOp>({x, y});
+    auto want = run_op<CrossEntropyOp>({x, y});
+    check_near<float>(got.out(0), want.out(0));
+    check_near<float>(got.out(1), want.out(1));
+    const Tensor dl = filled<float>({6, 1}, -1, 1, 2);
+    check_near<float>(
+        run_cuda_op<GradOf<CrossEntropyOp>>({x, want.out(1), y, dl}, std::int64_t{-100}).out(),
+        run_op<GradOf<CrossEntropyOp>>({x, want.out(1), y, dl}, std::int64_t{-100}).out());
+  }
+  // A vocabulary's width (a block per row), where each lane's running max
+  // grows many times; f32 and f64.
+  const Tensor wl = Tensor::from_vector<std::int64_t>({3}, {17, 50256, 0});
+  const Tensor wide = filled<float>({3, 50257}, -8, 8, 3);
+  auto got = run_cuda_op<CrossEntropyOp>({wide, wl});
+  auto want = run_op<CrossEntropyOp>({wide, wl});
+  check_near<float>(got.out(0), want.out(0));
+  check_near<float>(got.out(1), want.out(1));
+  const Tensor wide64 = filled<double>({3, 4000}, -3, 3, 3);
+  const Tensor wl64 = Tensor::from_vector<std::int64_t>({3}, {17, 3999, 0});
+  auto got64 = run_cuda_op<CrossEntropyOp>({wide64, wl64});
+  auto want64 = run_op<CrossEntropyOp>({wide64, wl64});
+  check_near<double>(got64.out(0), want64.out(0));
+  check_near<double>(got64.out(1), want64.out(1));
+  const Tensor bad = Tensor::from_vector<std::int64_t>({6}, {0, 1, 2, 5, 1, 7});
+  KILN_CHECK_ERROR(run_cuda_op<CrossEntropyOp>({x, bad}), InvalidArgument,
+                   {"kiln.cross_entropy", "row 3 has label 5", "outside [0, 5)"});
+}
+
 TEST_CASE("CUDA layer_norm and rms_norm, forward and backward, match the CPU's", "[cuda][kernel]") {
   if (!have_cuda()) return;
   struct Case {

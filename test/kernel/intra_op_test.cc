@@ -129,6 +129,19 @@ TEST_CASE("reductions split by output give the same bits at any thread count",
   same_bits_at_any_thread_count([&] { return run_op<SumOp>({nhwc}, Axes{0, 2}, false); });
 }
 
+TEST_CASE("cross_entropy and its gradient give the same bits at any thread count",
+          "[kernel][intra_op]") {
+  const Tensor x = filled<float>({64, 3000}, -8, 8, 3);
+  std::vector<std::int64_t> y(64);
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int64_t>(i * 37 % 3000);
+  const Tensor label = Tensor::from_vector<std::int64_t>({64}, y);
+  const Tensor lse = run_op<CrossEntropyOp>({x, label}).out(1);
+  const Tensor dloss = filled<float>({64, 1}, 0.5, 2, 4);
+  same_bits_at_any_thread_count([&] { return run_op<CrossEntropyOp>({x, label}); });
+  same_bits_at_any_thread_count(
+      [&] { return run_op<GradOf<CrossEntropyOp>>({x, lse, label, dloss}, std::int64_t{-100}); });
+}
+
 TEST_CASE("transposes, slices and concats give the same bits at any thread count",
           "[kernel][intra_op]") {
   const Tensor x = iota<float>({8, 2, 58, 28, 28});

@@ -26,6 +26,51 @@ TEST_CASE("inplace turns a relu whose operand dies there into relu_, sharing the
   CHECK(exe.last_core()->slot_of(e) == exe.last_core()->slot_of(r));
 }
 
+namespace {
+// logits = scale(x); (loss, lse) = cross_entropy(logits, label);
+// dx = cross_entropy_grad(logits, lse, label, 1); fetched: tanh(dx), dx,
+// and neg(logits) read after the gradient when `read_after`.
+struct CrossEntropyGradProgram {
+  Program p;
+  Value logits, dx;
+  std::vector<FetchTarget> fetch;
+  explicit CrossEntropyGradProgram(bool read_after) {
+    Builder b(p);
+    Value x = b.create<DataOp>("x", std::vector<std::int64_t>{2, 3}).result();
+    Value label = b.create<DataOp>("label", std::vector<std::int64_t>{2}, DataType::Int64).result();
+    logits = b.create<ScaleOp>(x, 2.0, 0.5).result();
+    auto ce = b.create<CrossEntropyOp>(logits, label);
+    Value ones = b.create<FullOp>(std::vector<std::int64_t>{2, 1}, 1.0, DataType::Float32).result();
+    dx = b.create<GradOf<CrossEntropyOp>>(ce.operation(), logits, ce.result(1), label, ones).result();
+    fetch.push_back(b.create<TanhOp>(dx).result());
+    fetch.push_back(dx);  // fetched too: it follows its replacement, cross_entropy_grad_'s result
+    if (read_after) fetch.push_back(b.create<NegOp>(logits).result());
+  }
+};
+}  // namespace
+
+TEST_CASE("inplace writes cross_entropy's gradient over logits that die there, with the same bits",
+          "[passes][inplace]") {
+  CrossEntropyGradProgram g(false);
+  Program q = g.p.clone();
+  run_pipeline(q, "inplace", {q.block().back()->result(0)});
+  CHECK(count_ops(q, "kiln.cross_entropy_grad_") == 1);
+  CHECK(count_ops(q, "kiln.cross_entropy_grad") == 0);
+  const FeedMap feed{{"x", Tensor::from_vector<float>({2, 3}, {0.1f, -2.f, 3.f, 0.f, 1.f, -1.f})},
+                     {"label", Tensor::from_vector<std::int64_t>({2}, {2, 0})}};
+  Executor plain(Place::cpu(), {.passes = ""}), inplace(Place::cpu(), {.passes = "inplace"});
+  const auto want = plain.run(g.p, feed, g.fetch);
+  const auto got = inplace.run(g.p, feed, g.fetch);
+  CHECK(same_bits(got[0], want[0]));
+  CHECK(same_bits(got[1], want[1]));
+  CHECK(inplace.last_core()->slot_of(g.logits) == inplace.last_core()->slot_of(g.dx));
+  // Logits read after the gradient keep their buffer.
+  CrossEntropyGradProgram later(true);
+  PassContext ctx(std::vector<Value>{later.fetch[0].value, later.fetch[1].value, later.fetch[2].value});
+  PassManager::parse("inplace").run(later.p, ctx);
+  CHECK(count_ops(later.p, "kiln.cross_entropy_grad_") == 0);
+}
+
 TEST_CASE("inplace leaves an op whose operand is read later, fetched, a feed or read twice there",
           "[passes][inplace]") {
   Program p;

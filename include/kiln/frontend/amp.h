@@ -87,8 +87,8 @@ struct Options {
 
 // kiln.matmul.
 const std::vector<std::string>& default_allow_list();
-// softmax_with_cross_entropy, mean, sum, exp, log, square, softmax,
-// log_softmax, layer_norm, rms_norm, batch_norm.
+// softmax_with_cross_entropy, cross_entropy, mean, sum, exp, log, square,
+// softmax, log_softmax, layer_norm, rms_norm, batch_norm.
 const std::vector<std::string>& default_deny_list();
 
 struct RewriteResult {

@@ -88,7 +88,7 @@ Value mse_loss(Value input, Value label, Reduction reduction = Reduction::Mean);
 // |input - label|.
 Value l1_loss(Value input, Value label, Reduction reduction = Reduction::Mean);
 // Softmax cross-entropy with hard int64/int32 labels: logits [N, C], label
-// [N] or [N, 1] (kiln.softmax_with_cross_entropy); None gives [N, 1] (0 on
+// [N] or [N, 1] (kiln.cross_entropy: no softmax kept); None gives [N, 1] (0 on
 // rows labelled ignore_index). Mean divides the sum by the number of rows
 // not ignored (as PyTorch; NaN when every row is ignored).
 Value cross_entropy(Value logits, Value label, Reduction reduction = Reduction::Mean,

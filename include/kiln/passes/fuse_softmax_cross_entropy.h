@@ -1,6 +1,7 @@
 // fuse_softmax_cross_entropy: the cross-entropy a user or the ONNX
-// importer writes as separate ops becomes one
-// kiln.softmax_with_cross_entropy (kiln/dialect/nn_ops.h):
+// importer writes as separate ops becomes one kiln.cross_entropy
+// (kiln/dialect/nn_ops.h; the softmax is never a result of the chain, so
+// none is made):
 //
 //   lp     = kiln.log_softmax(x){axis = last}   (or kiln.log(kiln.softmax(x){last}))
 //   picked = kiln.take_along_axis(lp, idx){axis = last}    idx: i64/i32 [..., 1]
@@ -13,7 +14,7 @@
 //   ig   = kiln.equal(t, kiln.full(ii));  idx = kiln.unsqueeze(kiln.where(ig, 0, t)){[last]}
 //   loss = kiln.mul(<the chain above>, kiln.where(ig, 0.0, 1.0))
 //
-// which is softmax_with_cross_entropy(x, t){ignore_index = ii}. Only when
+// which is cross_entropy(x, t){ignore_index = ii}. Only when
 // every intermediate value (the softmax, log-probabilities, picked entries
 // and unweighted loss) has no other reader and is not live-out, and
 // neither x nor the labels are written in place. The reduction that
@@ -41,7 +42,7 @@ namespace kiln {
 
 // Rewrites in `block` and every region nested in it, keeping the values in
 // `keep` (fetched, live-out) as they are; returns the number of
-// softmax_with_cross_entropy ops created.
+// cross_entropy ops created.
 std::size_t fuse_softmax_cross_entropy(Block& block, const ValueSet& keep = {},
                                        PassContext* ctx = nullptr);
 inline std::size_t fuse_softmax_cross_entropy(Program& program, const ValueSet& keep = {}) {
