@@ -14,6 +14,8 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include <cmath>
 #include <type_traits>
+
+#include "kiln/support/half.h"
 #include <vector>
 #include "cpu_kernel_util.h"
 #include "kiln/dialect/kiln_dialect.h"
@@ -422,18 +424,24 @@ namespace kiln::cpu {
 namespace {
 
 // full: every element = value. Kernel dtype = the output dtype (no inputs).
+// full's attributes, checked against the kernel's dtype `dt`: a shape
+// known at run time and the dtype the kernel fills.
+const FullOp::Attributes& full_attrs(const KernelContext& ctx, DataType dt) {
+  const auto& a = ctx.attrs<FullOp>();
+  for (auto d : a.shape)
+    if (d < 0)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                  "' needs a fully known shape at run time, got ", meta::dims_string(a.shape));
+  if (a.dtype != dt)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has dtype ",
+                to_string(a.dtype), ", the kernel fills ", to_string(dt));
+  return a;
+}
+
 template <typename T>
 struct FullK {
   static void run(KernelContext& ctx) {
-    const auto& a = ctx.attrs<FullOp>();
-    for (auto d : a.shape)
-      if (d < 0)
-        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
-                    "' needs a fully known shape at run time, got ",
-                    meta::dims_string(a.shape));
-    if (a.dtype != data_type_of<T>)
-      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has dtype ",
-                  to_string(a.dtype), ", the kernel fills ", to_string(data_type_of<T>));
+    const auto& a = full_attrs(ctx, data_type_of<T>);
     T v;
     if constexpr (std::is_same_v<T, bool>) {
       v = a.value != 0.0;
@@ -453,6 +461,17 @@ struct FullK {
     for (std::int64_t i = 0; i < n; ++i) po[i] = v;
   }
 };
+
+// full in bf16 / f16: the value rounded once to the dtype, its bits filled.
+template <DataType Dt>
+void full_half_kernel(KernelContext& ctx) {
+  const auto& a = full_attrs(ctx, Dt);
+  const std::uint16_t v = Dt == DataType::BFloat16 ? float_to_bfloat16(static_cast<float>(a.value))
+                                                   : double_to_half(a.value);
+  Tensor& out = ctx.alloc_output(0, Dims(a.shape), a.dtype);
+  auto* po = static_cast<std::uint16_t*>(out.raw_data());
+  std::fill(po, po + out.numel(), v);
+}
 
 // ---- reduce_as ----
 
@@ -692,6 +711,8 @@ struct SliceGradK {
 }  // namespace
 
 KILN_REGISTER_KERNELS(FullOp, Cpu, FullK, float, double, std::int8_t, std::int32_t, std::int64_t, bool);
+KILN_REGISTER_KERNEL(FullOp, Cpu, BFloat16, full_half_kernel<DataType::BFloat16>);
+KILN_REGISTER_KERNEL(FullOp, Cpu, Float16, full_half_kernel<DataType::Float16>);
 KILN_REGISTER_KERNELS(ReduceAsOp, Cpu, ReduceAsK, float, double);
 KILN_REGISTER_KERNEL(ReshapeAsOp, Cpu, Undefined, reshape_as_kernel);
 KILN_REGISTER_KERNEL(ReshapeAsOp, Cuda, Undefined, reshape_as_kernel);  // a view, as reshape

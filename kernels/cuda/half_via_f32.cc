@@ -88,7 +88,10 @@ struct HalfViaF32 {
 template <typename OpT>
 constexpr bool skipped_on_cuda =
     std::is_same_v<OpT, GradOf<MaximumOp>> || std::is_same_v<OpT, GradOf<MinimumOp>> ||
-    std::is_same_v<OpT, ScaledDotProductAttentionOp> || std::is_same_v<OpT, GradOf<ScaledDotProductAttentionOp>>;
+    std::is_same_v<OpT, ScaledDotProductAttentionOp> || std::is_same_v<OpT, GradOf<ScaledDotProductAttentionOp>> ||
+    std::is_same_v<OpT, FusedConv2dOp> || std::is_same_v<OpT, Conv2dTransposeOp> ||
+    std::is_same_v<OpT, GradOf<Conv2dTransposeOp>> || std::is_same_v<OpT, AdaptiveAvgPool2dOp> ||
+    std::is_same_v<OpT, GradOf<AdaptiveAvgPool2dOp>>;
 
 template <typename OpT>
 void register_half() {

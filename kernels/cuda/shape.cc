@@ -17,6 +17,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "kiln/support/half.h"
+
 #include "cuda_host.h"
 #include "launch.h"
 #include "kiln/dialect/infer_meta_util.h"
@@ -97,17 +99,24 @@ const char* bytes_of(const Tensor& t) { return static_cast<const char*>(t.raw_da
 
 // ---- full, zeros_like ----
 
+// full's attributes, checked against the kernel's dtype `dt`: a shape
+// known at run time and the dtype the kernel fills.
+const FullOp::Attributes& full_attrs(const KernelContext& ctx, DataType dt) {
+  const auto& a = ctx.attrs<FullOp>();
+  for (auto d : a.shape)
+    if (d < 0)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                  "' needs a fully known shape at run time, got ", meta::dims_string(a.shape));
+  if (a.dtype != dt)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has dtype ",
+                to_string(a.dtype), ", the kernel fills ", to_string(dt));
+  return a;
+}
+
 template <typename T>
 struct FullK {
   static void run(KernelContext& ctx) {
-    const auto& a = ctx.attrs<FullOp>();
-    for (auto d : a.shape)
-      if (d < 0)
-        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
-                    "' needs a fully known shape at run time, got ", meta::dims_string(a.shape));
-    if (a.dtype != data_type_of<T>)
-      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has dtype ",
-                  to_string(a.dtype), ", the kernel fills ", to_string(data_type_of<T>));
+    const auto& a = full_attrs(ctx, data_type_of<T>);
     T v;
     if constexpr (std::is_same_v<T, bool>) {
       v = a.value != 0.0;
@@ -130,6 +139,18 @@ struct FullK {
     check_launch(ctx);
   }
 };
+
+// full in bf16 / f16: the value rounded once to the dtype, its bits filled.
+template <DataType Dt>
+void full_half_kernel(KernelContext& ctx) {
+  const auto& a = full_attrs(ctx, Dt);
+  const std::uint16_t v = Dt == DataType::BFloat16 ? float_to_bfloat16(static_cast<float>(a.value))
+                                                   : double_to_half(a.value);
+  Tensor& out = ctx.alloc_output(0, Dims(a.shape), a.dtype);
+  if (out.numel() == 0) return;
+  launch_fill(out.raw_data(), out.numel(), static_cast<int>(sizeof v), v, stream_of(ctx));
+  check_launch(ctx);
+}
 
 void zeros_like_kernel(KernelContext& ctx) {
   const Dims d = ctx.input(0).dims();
@@ -482,6 +503,8 @@ void swap_axes_12(const KernelContext& ctx, const void* src, void* dst, std::int
 
 KILN_REGISTER_KERNELS(FullOp, Cuda, FullK, float, double, std::int8_t, std::int32_t, std::int64_t,
                       bool);
+KILN_REGISTER_KERNEL(FullOp, Cuda, BFloat16, full_half_kernel<DataType::BFloat16>);
+KILN_REGISTER_KERNEL(FullOp, Cuda, Float16, full_half_kernel<DataType::Float16>);
 KILN_REGISTER_KERNEL(ZerosLikeOp, Cuda, Undefined, zeros_like_kernel);
 KILN_REGISTER_KERNEL(TransposeOp, Cuda, Undefined, transpose_kernel);
 KILN_REGISTER_KERNEL(ConcatOp, Cuda, Undefined, concat_kernel);

@@ -11,6 +11,7 @@
 #include "kiln/dialect/io_ops.h"
 #include "kiln/ir/ir_context.h"
 #include "kiln/ir/traits.h"
+#include "kiln/kernel/kernel_registry.h"
 #include "kiln/passes/op_effects.h"
 
 namespace kiln {
@@ -24,11 +25,19 @@ bool writes_operand_zero(OpInfo info) {
   return false;
 }
 
+// Whether `twin` has a CPU kernel for the dtype `op`'s kernel is chosen by
+// (a twin may have fewer dtypes: relu_ has no bf16 kernel where relu has).
+bool has_cpu_kernel(OpInfo twin, const Operation& op) {
+  return KernelRegistry::instance().find(twin.id(), PlaceKind::Cpu, kernel_dtype(op)) != nullptr;
+}
+
 // kiln.relu → kiln.relu_ (an Inplace op writing operand 0), or null.
 OpInfo inplace_twin(const Operation& op) {
   if (op.has_trait<Inplace>() || !op.has_trait<ReadOnly>() || op.num_results() != 1) return {};
   OpInfo twin = IrContext::instance()->find_op(op.name() + "_");
-  return twin && twin.has_trait<Inplace>() && writes_operand_zero(twin) ? twin : OpInfo{};
+  return twin && twin.has_trait<Inplace>() && writes_operand_zero(twin) && has_cpu_kernel(twin, op)
+             ? twin
+             : OpInfo{};
 }
 
 // kiln.relu_ → kiln.relu (a ReadOnly op), or null.
@@ -38,7 +47,9 @@ OpInfo pure_twin(const Operation& op) {
       !writes_operand_zero(op.info()))
     return {};
   OpInfo twin = IrContext::instance()->find_op(std::string_view(name).substr(0, name.size() - 1));
-  return twin && twin.has_trait<ReadOnly>() && !twin.has_trait<Inplace>() ? twin : OpInfo{};
+  return twin && twin.has_trait<ReadOnly>() && !twin.has_trait<Inplace>() && has_cpu_kernel(twin, op)
+             ? twin
+             : OpInfo{};
 }
 
 // A value whose buffer is the program's own and nobody else's: defined in

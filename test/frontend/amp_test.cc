@@ -80,6 +80,30 @@ std::unique_ptr<AmpModel> transformer(const amp::Options* amp_options) {
   return m;
 }
 
+// A small CNN over x[8, 3, 12, 12]: conv, batch norm, relu, max pool, a
+// grouped conv, avg pool, adaptive avg pool, a linear head and
+// cross-entropy against 10 classes; Momentum, decorated when `amp`.
+std::unique_ptr<AmpModel> cnn(const amp::Options* amp_options) {
+  auto m = std::make_unique<AmpModel>();
+  Value x = data("x", {8, 3, 12, 12});
+  Value label = data("label", {8}, DataType::Int64);
+  namespace F = nn::functional;
+  Value h = F::relu(nn::BatchNorm2D(8)(nn::Conv2D(3, 8, 3, 1, 1)(x)));
+  h = F::max_pool2d(h, {2, 2});
+  h = F::relu(nn::Conv2D(8, 16, 3, 1, 1, 1, /*groups=*/2)(h));
+  h = F::adaptive_avg_pool2d(F::avg_pool2d(h, {2, 2}), {1, 1});
+  // The mean of the per-row losses (a denied op): the loss stays f32 in O2.
+  Value rows = F::cross_entropy(nn::Linear(16, 10)(F::flatten(h)), label, nn::Reduction::None);
+  m->loss = main_builder().create<MeanOp>(rows, std::vector<std::int64_t>{}, false).result();
+  auto opt = optim::Momentum(0.05, 0.9);
+  m->minimize(opt, amp_options);
+  std::vector<std::int64_t> y(8);
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int64_t>(i * 3 % 10);
+  m->feed = {{"x", normal_f32({8, 3, 12, 12}, 5)},
+             {"label", Tensor::from_vector<std::int64_t>(Dims({8}), y)}};
+  return m;
+}
+
 // Trains both from the same parameters; returns the two last losses.
 std::pair<float, float> train_both(AmpModel& f32_model, AmpModel& amp_model, int steps, Place place = Place::cpu()) {
   Executor a(place), b(place);
@@ -150,6 +174,14 @@ static void check_tracks_f32(const amp::Options& o) {
     CHECK(std::isfinite(lb));
     CHECK(std::abs(lb - lf) <= 0.02 * std::abs(lf));
   }
+  SECTION("a small CNN (convolutions and pools), 20 steps") {
+    auto plain = cnn(nullptr);
+    auto low = cnn(&o);
+    const auto [lf, lb] = train_both(*plain, *low, 20);
+    INFO("f32 loss " << lf << ", low-precision loss " << lb);
+    CHECK(std::isfinite(lb));
+    CHECK(std::abs(lb - lf) <= 0.02 * std::abs(lf));
+  }
 }
 
 TEST_CASE("amp O1 bf16 trains an MLP and transformer blocks to within 2 % of the f32 loss",
@@ -186,6 +218,26 @@ TEST_CASE("amp O2 bf16 on CUDA (16-bit kernels through the f32 ones on the devic
   std::vector<std::string> warnings;
   const WarningHandler previous = set_warning_handler([&](std::string_view m) { warnings.emplace_back(m); });
   const auto [lf, lb] = train_both(*plain, *low, 30, Place::cuda(0));
+  set_warning_handler(previous);
+  for (const std::string& w : warnings) WARN(w);
+  INFO("f32 loss " << lf << ", bf16 loss " << lb);
+  CHECK(std::abs(lb - lf) <= 0.02 * std::abs(lf));
+}
+
+TEST_CASE("amp O2 bf16 on CUDA trains a small CNN (convolutions and pools in bf16) to within 2 % of the "
+          "f32 loss",
+          "[frontend][amp][cuda]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: the amp O2 CNN training on CUDA is not tried");
+    return;
+  }
+  amp::Options o;
+  o.level = amp::Level::O2;
+  auto plain = cnn(nullptr);
+  auto low = cnn(&o);
+  std::vector<std::string> warnings;
+  const WarningHandler previous = set_warning_handler([&](std::string_view m) { warnings.emplace_back(m); });
+  const auto [lf, lb] = train_both(*plain, *low, 20, Place::cuda(0));
   set_warning_handler(previous);
   for (const std::string& w : warnings) WARN(w);
   INFO("f32 loss " << lf << ", bf16 loss " << lb);
@@ -332,6 +384,23 @@ TEST_CASE("amp O2 bf16 trains an MLP and transformer blocks to within 2 % of the
   amp::Options o;
   o.level = amp::Level::O2;
   check_tracks_f32(o);
+}
+
+TEST_CASE("amp O2 bf16 runs a CNN's convolutions, their gradients and its pools in bf16", "[frontend][amp]") {
+  amp::Options o;
+  o.level = amp::Level::O2;
+  auto m = cnn(&o);
+  std::map<std::string, int> in_bf16;
+  for (Operation* op : m->g.main.block())
+    if (op->num_operands() > 0 && is_shaped(op->operand_source(0).type()) &&
+        dtype_of(op->operand_source(0)) == DataType::BFloat16)
+      ++in_bf16[op->name()];
+  CHECK(in_bf16["kiln.conv2d"] == 2);
+  CHECK(in_bf16["kiln.conv2d_grad"] == 2);
+  CHECK(in_bf16["kiln.max_pool2d"] == 1);
+  CHECK(in_bf16["kiln.avg_pool2d"] == 1);
+  CHECK(in_bf16["kiln.adaptive_avg_pool2d"] == 1);
+  CHECK(in_bf16["kiln.batch_norm"] == 0);  // denied: it reads an f32 cast
 }
 
 // ---- loss scaling (f16) ----

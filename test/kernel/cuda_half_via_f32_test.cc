@@ -165,4 +165,34 @@ TEST_CASE("CUDA's bf16 gelu, scale, softmaxes, norms, reductions and dropout fol
   });
 }
 
+TEST_CASE("CUDA's bf16 conv2d, its gradient and the pools follow the CPU's half_via_f32",
+          "[kernel][half][cuda]") {
+  if (!have_cuda()) return;
+  using V = std::vector<std::int64_t>;
+  const Tensor x = random_half({2, 4, 9, 9}, kBf16, 11), w = random_half({6, 2, 3, 3}, kBf16, 12);
+  const Tensor dout = random_half({2, 6, 5, 5}, kBf16, 13), pooled = random_half({2, 4, 4, 4}, kBf16, 14);
+  const auto one = [&](const char* what, const std::vector<Tensor>& in, const MakeOp& make) {
+    INFO(what);
+    check_like_cpu(in, make);
+  };
+  one("conv2d", {x, w}, [](Builder& b, const std::vector<Value>& v) {
+    return b.create<Conv2dOp>(v[0], v[1], V{2, 2}, V{1, 1}, V{1, 1}, std::int64_t{2}).operation();
+  });
+  one("conv2d_grad", {x, w, dout}, [](Builder& b, const std::vector<Value>& v) {
+    return b.create<GradOf<Conv2dOp>>(Conv2dOp::Attributes{V{2, 2}, V{1, 1}, V{1, 1}, 2}, v[0], v[1], v[2])
+        .operation();
+  });
+  one("max_pool2d", {x}, [](Builder& b, const std::vector<Value>& v) {
+    return b.create<MaxPool2dOp>(v[0], V{2, 2}).operation();
+  });
+  one("max_pool2d_grad", {x, pooled}, [](Builder& b, const std::vector<Value>& v) {
+    return b.create<GradOf<MaxPool2dOp>>(MaxPool2dOp::Attributes{V{2, 2}, V{2, 2}, V{0, 0}, false, "NCHW"},
+                                         v[0], v[1])
+        .operation();
+  });
+  one("avg_pool2d", {x}, [](Builder& b, const std::vector<Value>& v) {
+    return b.create<AvgPool2dOp>(v[0], V{3, 3}, V{2, 2}, V{1, 1}).operation();
+  });
+}
+
 }  // namespace half_via_f32_cuda_test

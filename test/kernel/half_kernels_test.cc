@@ -1,10 +1,12 @@
-// The 16-bit float kernels mixed precision runs on the CPU (kiln.matmul and
-// kiln.add_n in bf16 and f16): f32 arithmetic on the widened operands,
+// The 16-bit float kernels mixed precision runs on the CPU (kiln.matmul,
+// kiln.add_n, and a CNN's convolutions and pools through their f32
+// kernels, in bf16 and f16): f32 arithmetic on the widened operands,
 // rounded once, so each result is exactly the f32 kernel's result on the
 // widened inputs, rounded to nearest even. Bad operands are errors naming
 // the op.
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "kernel/half_test_util.h"
@@ -80,4 +82,49 @@ TEST_CASE("a bf16 add_n sums in f32 and rounds once; mixed dtypes or shapes are 
                      return op;
                    }),
                    InvalidArgument, {"kiln.add_n", "input #1"});
+}
+
+TEST_CASE("a bf16 or f16 conv2d, its gradient and the pools are the f32 kernels on the widened operands, "
+          "rounded once",
+          "[kernel][half]") {
+  using Make = std::function<Operation*(Builder&, const std::vector<Value>&)>;
+  const auto check = [](const char* what, const std::vector<Tensor>& half, const Make& make) {
+    INFO(what);
+    std::vector<Tensor> wide;
+    for (const Tensor& t : half) wide.push_back(widen(t));
+    const auto got = run_kernel(half, make), want = run_kernel(wide, make);
+    REQUIRE(got.results.size() == want.results.size());
+    for (std::size_t i = 0; i < got.results.size(); ++i) {
+      INFO("output #" << i);
+      CHECK(got.out(i).dtype() == half[0].dtype());
+      CHECK(is_rounded(got.out(i), want.out(i)));
+    }
+  };
+  using V = std::vector<std::int64_t>;
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    INFO(to_string(dt));
+    const Tensor x = random_half({2, 4, 9, 9}, dt, 1), w = random_half({6, 2, 3, 3}, dt, 2);
+    const Tensor dout = random_half({2, 6, 5, 5}, dt, 3), pooled = random_half({2, 4, 4, 4}, dt, 4);
+    check("conv2d", {x, w}, [](Builder& b, const std::vector<Value>& v) {
+      return b.create<Conv2dOp>(v[0], v[1], V{2, 2}, V{1, 1}, V{1, 1}, std::int64_t{2}).operation();
+    });
+    check("conv2d_grad", {x, w, dout}, [](Builder& b, const std::vector<Value>& v) {
+      return b.create<GradOf<Conv2dOp>>(Conv2dOp::Attributes{V{2, 2}, V{1, 1}, V{1, 1}, 2}, v[0], v[1], v[2])
+          .operation();
+    });
+    check("max_pool2d", {x}, [](Builder& b, const std::vector<Value>& v) {
+      return b.create<MaxPool2dOp>(v[0], V{2, 2}).operation();
+    });
+    check("avg_pool2d", {x}, [](Builder& b, const std::vector<Value>& v) {
+      return b.create<AvgPool2dOp>(v[0], V{3, 3}, V{2, 2}, V{1, 1}).operation();
+    });
+    check("adaptive_avg_pool2d", {x}, [](Builder& b, const std::vector<Value>& v) {
+      return b.create<AdaptiveAvgPool2dOp>(v[0], V{1, 1}).operation();
+    });
+    check("max_pool2d_grad", {x, pooled}, [](Builder& b, const std::vector<Value>& v) {
+      return b.create<GradOf<MaxPool2dOp>>(MaxPool2dOp::Attributes{V{2, 2}, V{2, 2}, V{0, 0}, false, "NCHW"},
+                                           v[0], v[1])
+          .operation();
+    });
+  }
 }

@@ -92,6 +92,21 @@ TEST_CASE("inplace leaves an op whose operand is read later, fetched, a feed or 
   check_same_results(p, ctx.live_out(), "inplace");
 }
 
+TEST_CASE("inplace leaves a bf16 relu as it is: relu_ has no bf16 kernel", "[passes][inplace]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{6}).result();
+  Value h = b.create<CastOp>(b.create<ExpOp>(x).result(), DataType::BFloat16).result();
+  Value r = b.create<ReluOp>(b.create<NegOp>(h).result()).result();
+  Value y = b.create<CastOp>(r, DataType::Float32).result();
+  run_pipeline(p, "inplace", {y});
+  CHECK(count_ops(p, "kiln.relu") == 1);
+  CHECK(count_ops(p, "kiln.relu_") == 0);
+  Executor exe(Place::cpu(), {.passes = "inplace"});
+  const auto got = exe.run(p, six_values_feed(), {y});
+  CHECK(got[0].dims() == Dims{6});
+}
+
 TEST_CASE("pure turns relu_ of a temporary into relu, and later readers of the operand read its result",
           "[passes][pure]") {
   Program p;

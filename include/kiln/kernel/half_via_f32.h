@@ -18,16 +18,19 @@ namespace kiln {
 template <typename... Ops>
 struct OpTypeList {};
 
-// The ops of a transformer's, an MLP's and a CNN head's forward and
-// backward that have no 16-bit CPU kernel of their own (the binary family,
-// matmul, add_n, cast and the dtype-agnostic data movement have theirs),
+// The ops of a transformer's, an MLP's and a CNN's forward and backward
+// that have no 16-bit CPU kernel of their own (the binary family, matmul,
+// add_n, cast, full and the dtype-agnostic data movement have theirs),
 // besides the unary family (UnaryFamily) and its gradients.
 using HalfViaF32Ops =
     OpTypeList<GeluOp, GradOf<GeluOp>, ScaleOp, LayerNormOp, GradOf<LayerNormOp>, RmsNormOp, GradOf<RmsNormOp>,
                ScaledDotProductAttentionOp, GradOf<ScaledDotProductAttentionOp>, SoftmaxOp, GradOf<SoftmaxOp>,
                LogSoftmaxOp, GradOf<LogSoftmaxOp>, SumOp, GradOf<SumOp>, MeanOp, GradOf<MeanOp>, MaxOp,
                GradOf<MaxOp>, ReduceAsOp, SplitAsOp, GradOf<SliceOp>, DropoutOp, GradOf<DropoutOp>,
-               GradOf<MaximumOp>, GradOf<MinimumOp>>;
+               GradOf<MaximumOp>, GradOf<MinimumOp>, GradOf<EmbeddingOp>, GradOf<GatherOp>, Conv2dOp,
+               GradOf<Conv2dOp>, Conv2dTransposeOp, GradOf<Conv2dTransposeOp>, FusedConv2dOp, MaxPool2dOp,
+               GradOf<MaxPool2dOp>, AvgPool2dOp, GradOf<AvgPool2dOp>, AdaptiveAvgPool2dOp,
+               GradOf<AdaptiveAvgPool2dOp>>;
 
 // How one place's kernels move between 16-bit and f32 tensors.
 struct HalfConversions {
