@@ -390,27 +390,46 @@ struct CrossEntropyK {
   }
 };
 
+// The gradient of logits x (dims `xd`) into dx: cross_entropy_grad's (dx a
+// new buffer) and cross_entropy_grad_'s (dx = x: each element is read
+// before it is written, by the thread that writes it).
+template <typename OpT, typename T>
+void cross_entropy_lse_grad(KernelContext& ctx, const T* x, const Dims& xd, T* dx) {
+  const std::string_view op = ctx.op()->name();
+  const Tensor& lse = typed_input<T>(ctx, 1);
+  const Tensor& label = ctx.input(2);
+  const Tensor& dloss = typed_input<T>(ctx, 3);
+  const CrossEntropyDims d = cross_entropy_dims(ctx, xd, label, "logits");
+  for (const auto& [t, what] : {std::pair{&lse, "lse"}, std::pair{&dloss, "dloss"}})
+    if (t->dims() != d.loss)
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", what, " dims [",
+                  t->dims().to_string(), "] must be the loss's [", d.loss.to_string(), "]");
+  check_label_dtype(ctx, label);
+  if (d.n == 0 || d.c == 0) return;
+  const std::int64_t ignore = ctx.attrs<OpT>().ignore_index;
+  check_labels(ctx, label, d.c, ignore);
+  with_labels(label, [&](const auto* labels) {
+    launch_cross_entropy_lse_grad(x, lse.data<T>(), labels, dloss.data<T>(), dx, d.n, d.c, ignore,
+                                  stream_of(ctx));
+  });
+  check_launch(ctx);
+}
+
 template <typename T>
 struct CrossEntropyGradK {
   static void run(KernelContext& ctx) {
-    const std::string_view op = ctx.op()->name();
-    const Tensor x = typed_input<T>(ctx, 0), lse = typed_input<T>(ctx, 1), label = ctx.input(2),
-                 dloss = typed_input<T>(ctx, 3);
-    const CrossEntropyDims d = cross_entropy_dims(ctx, x.dims(), label, "logits");
-    for (const auto& [t, what] : {std::pair{&lse, "lse"}, std::pair{&dloss, "dloss"}})
-      if (t->dims() != d.loss)
-        throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", what, " dims [",
-                    t->dims().to_string(), "] must be the loss's [", d.loss.to_string(), "]");
-    check_label_dtype(ctx, label);
-    const std::int64_t ignore = ctx.attrs<GradOf<CrossEntropyOp>>().ignore_index;
+    const Tensor x = typed_input<T>(ctx, 0);  // alive while the output is made
     Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
-    if (d.n == 0 || d.c == 0) return;
-    check_labels(ctx, label, d.c, ignore);
-    with_labels(label, [&](const auto* labels) {
-      launch_cross_entropy_lse_grad(x.data<T>(), lse.data<T>(), labels, dloss.data<T>(),
-                                    dx.data<T>(), d.n, d.c, ignore, stream_of(ctx));
-    });
-    check_launch(ctx);
+    cross_entropy_lse_grad<GradOf<CrossEntropyOp>, T>(ctx, x.data<T>(), x.dims(), dx.data<T>());
+  }
+};
+
+template <typename T>
+struct CrossEntropyGradInplaceK {
+  static void run(KernelContext& ctx) {
+    (void)typed_input<T>(ctx, 0);  // checks the dtype
+    Tensor& x = ctx.output(0);     // the logits' variable: overwritten by their gradient
+    cross_entropy_lse_grad<CrossEntropyGradInplaceOp, T>(ctx, x.data<T>(), x.dims(), x.data<T>());
   }
 };
 
@@ -606,6 +625,7 @@ KILN_REGISTER_KERNELS(GradOf<SoftmaxWithCrossEntropyOp>, Cuda, SoftmaxCrossEntro
                       double);
 KILN_REGISTER_KERNELS(CrossEntropyOp, Cuda, CrossEntropyK, float, double);
 KILN_REGISTER_KERNELS(GradOf<CrossEntropyOp>, Cuda, CrossEntropyGradK, float, double);
+KILN_REGISTER_KERNELS(CrossEntropyGradInplaceOp, Cuda, CrossEntropyGradInplaceK, float, double);
 KILN_REGISTER_KERNELS(LayerNormOp, Cuda, LayerNormK, float, double);
 KILN_REGISTER_KERNELS(GradOf<LayerNormOp>, Cuda, LayerNormGradK, float, double);
 KILN_REGISTER_KERNELS(RmsNormOp, Cuda, RmsNormK, float, double);

@@ -25,29 +25,30 @@ bool writes_operand_zero(OpInfo info) {
   return false;
 }
 
-// Whether `twin` has a CPU kernel for the dtype `op`'s kernel is chosen by
-// (a twin may have fewer dtypes: relu_ has no bf16 kernel where relu has).
-bool has_cpu_kernel(OpInfo twin, const Operation& op) {
-  return KernelRegistry::instance().find(twin.id(), PlaceKind::Cpu, kernel_dtype(op)) != nullptr;
+// Whether `twin` has a kernel at `place` for the dtype `op`'s kernel is
+// chosen by (a twin may have fewer: relu_ has no bf16 kernel where relu has,
+// cross_entropy_grad_ none on a device where cross_entropy_grad has one).
+bool has_kernel(OpInfo twin, const Operation& op, Place place) {
+  return KernelRegistry::instance().find(twin.id(), place.kind, kernel_dtype(op)) != nullptr;
 }
 
 // kiln.relu → kiln.relu_ (an Inplace op writing operand 0), or null.
-OpInfo inplace_twin(const Operation& op) {
+OpInfo inplace_twin(const Operation& op, Place place) {
   if (op.has_trait<Inplace>() || !op.has_trait<ReadOnly>() || op.num_results() != 1) return {};
   OpInfo twin = IrContext::instance()->find_op(op.name() + "_");
-  return twin && twin.has_trait<Inplace>() && writes_operand_zero(twin) && has_cpu_kernel(twin, op)
+  return twin && twin.has_trait<Inplace>() && writes_operand_zero(twin) && has_kernel(twin, op, place)
              ? twin
              : OpInfo{};
 }
 
 // kiln.relu_ → kiln.relu (a ReadOnly op), or null.
-OpInfo pure_twin(const Operation& op) {
+OpInfo pure_twin(const Operation& op, Place place) {
   const std::string& name = op.name();
   if (!op.has_trait<Inplace>() || op.num_results() != 1 || name.size() < 2 || name.back() != '_' ||
       !writes_operand_zero(op.info()))
     return {};
   OpInfo twin = IrContext::instance()->find_op(std::string_view(name).substr(0, name.size() - 1));
-  return twin && twin.has_trait<ReadOnly>() && !twin.has_trait<Inplace>() && has_cpu_kernel(twin, op)
+  return twin && twin.has_trait<ReadOnly>() && !twin.has_trait<Inplace>() && has_kernel(twin, op, place)
              ? twin
              : OpInfo{};
 }
@@ -99,7 +100,7 @@ class PurePass : public Pass {
  public:
   PurePass() : Pass("pure") {}
   void run_on_block(Block& block, PassContext& ctx) override {
-    if (ctx.target_place.is_cpu()) make_pure(block, ctx);  // a device may lack one twin's kernel
+    make_pure(block, ctx);
   }
 };
 
@@ -107,7 +108,7 @@ class InplacePass : public Pass {
  public:
   InplacePass() : Pass("inplace") {}
   void run_on_block(Block& block, PassContext& ctx) override {
-    if (ctx.target_place.is_cpu()) make_inplace(block, ctx);  // a device may lack one twin's kernel
+    make_inplace(block, ctx);
   }
 };
 
@@ -118,7 +119,7 @@ std::size_t make_pure(Block& block, PassContext& ctx) {
   auto pos = positions(block);
   for (Operation* op = block.front(); op;) {
     Operation* next = op->next_in_block();
-    OpInfo twin = pure_twin(*op);
+    OpInfo twin = pure_twin(*op, ctx.target_place);
     if (!twin || has_placement(*op) || ctx.is_protected(op->result(0))) {
       op = next;
       continue;
@@ -149,7 +150,7 @@ std::size_t make_inplace(Block& block, PassContext& ctx) {
   auto pos = positions(block);
   for (Operation* op = block.front(); op;) {
     Operation* next = op->next_in_block();
-    OpInfo twin = inplace_twin(*op);
+    OpInfo twin = inplace_twin(*op, ctx.target_place);
     if (!twin || op->num_operands() == 0 || has_placement(*op)) {
       op = next;
       continue;

@@ -4,6 +4,7 @@
 #include "passes/passes_test_util.h"
 #include "kiln/exec/executor.h"
 #include "kiln/exec/interpreter_core.h"
+#include "kiln/runtime/cuda_context.h"
 
 using namespace kiln;
 using namespace kiln_passes_test;
@@ -69,6 +70,44 @@ TEST_CASE("inplace writes cross_entropy's gradient over logits that die there, w
   PassContext ctx(std::vector<Value>{later.fetch[0].value, later.fetch[1].value, later.fetch[2].value});
   PassManager::parse("inplace").run(later.p, ctx);
   CHECK(count_ops(later.p, "kiln.cross_entropy_grad_") == 0);
+}
+
+TEST_CASE("for a CUDA target, inplace makes only twins with a CUDA kernel for the dtype",
+          "[passes][inplace]") {
+  if (!built_with_cuda()) return;
+  CrossEntropyGradProgram g(false);
+  PassContext ctx(std::vector<Value>{g.fetch[0].value, g.fetch[1].value});
+  ctx.target_place = Place::cuda(0);
+  PassManager::parse("inplace").run(g.p, ctx);
+  CHECK(count_ops(g.p, "kiln.cross_entropy_grad_") == 1);
+  // relu_ has no bf16 kernel on CUDA either.
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{6}).result();
+  Value h = b.create<CastOp>(b.create<ExpOp>(x).result(), DataType::BFloat16).result();
+  Value r = b.create<ReluOp>(b.create<NegOp>(h).result()).result();
+  Value f = b.create<ReluOp>(b.create<NegOp>(x).result()).result();
+  PassContext cuda(std::vector<Value>{r, f});
+  cuda.target_place = Place::cuda(0);
+  PassManager::parse("inplace").run(p, cuda);
+  CHECK(count_ops(p, "kiln.relu_") == 1);  // the f32 one
+  CHECK(count_ops(p, "kiln.relu") == 1);
+}
+
+TEST_CASE("on CUDA, cross_entropy's gradient written over its logits gives the CPU's results",
+          "[passes][inplace][cuda]") {
+  if (cuda_device_count() == 0) return;
+  CrossEntropyGradProgram g(false);
+  const FeedMap feed{{"x", Tensor::from_vector<float>({2, 3}, {0.1f, -2.f, 3.f, 0.f, 1.f, -1.f})},
+                     {"label", Tensor::from_vector<std::int64_t>({2}, {2, 0})}};
+  Executor cpu(Place::cpu(), {.passes = ""}), gpu(Place::cuda(0), {.passes = "inplace"});
+  const auto want = cpu.run(g.p, feed, g.fetch);
+  const auto got = gpu.run(g.p, feed, g.fetch);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const auto a = copy_to_place(got[i], Place::cpu()).to_vector<float>(), b = want[i].to_vector<float>();
+    REQUIRE(a.size() == b.size());
+    for (std::size_t k = 0; k < a.size(); ++k) CHECK(a[k] == Approx(b[k]).margin(1e-6));
+  }
 }
 
 TEST_CASE("inplace leaves an op whose operand is read later, fetched, a feed or read twice there",

@@ -14,11 +14,12 @@
 // live-out value; not a view, nor viewed, nor kept by another op
 // (set_parameter, fetch, control flow); of b's type (static dims for an op
 // with more than one operand: a broadcast would change the size); neither
-// op placed on a stream; and only to a twin with a CPU kernel for the op's
-// dtype (relu_ has no bf16 kernel where relu has one).
+// op placed on a stream.
 //
-// Both run for CPU targets only (PassContext::target_place): a device may
-// have a kernel for one twin and not the other.
+// Both change an op only into a twin with a kernel for the op's dtype at
+// the program's target (PassContext::target_place): relu_ has no bf16
+// kernel where relu has one, and a device may have one twin's kernel and
+// not the other's.
 #pragma once
 
 #include <cstddef>
