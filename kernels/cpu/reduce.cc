@@ -228,35 +228,87 @@ void for_each_reduced(const Dims& xd, const std::vector<int>& axes, F&& f) {
   }
 }
 
+// Inputs 1..nd (dout, and max's out) must hold one element per reduced
+// element, laid out as the forward op's output (keepdim or not: the same
+// order). Error names the op and the input.
+void check_reduced_inputs(const KernelContext& ctx, const Dims& xd, const std::vector<int>& axes,
+                          bool keepdim, std::uint32_t nd) {
+  std::int64_t buf[Dims::kMaxRank];
+  int r = 0;
+  for (int i = 0; i < xd.rank(); ++i) {
+    const bool red = std::binary_search(axes.begin(), axes.end(), i);
+    if (!red) buf[r++] = xd[i];
+    else if (keepdim) buf[r++] = 1;
+  }
+  const Dims want(std::span<const std::int64_t>(buf, r));
+  for (std::uint32_t k = 1; k <= nd; ++k)
+    if (ctx.input(k).dims() != want)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' input #", k, " [",
+                  ctx.input(k).dims().to_string(), "] must have x's reduced shape [", want.to_string(),
+                  "]");
+}
+
+// prod's gradient: per group the product of its non-zero elements and its
+// zero count; an element's gradient is dout times the product of the others.
+template <typename T>
+void prod_grad(const T* px, const T* pd, T* pdx, const Dims& xd, const std::vector<int>& axes,
+               std::int64_t groups) {
+  thread_local std::vector<T> nonzero;  // grown once per thread, then reused
+  thread_local std::vector<std::int64_t> zeros;
+  if (static_cast<std::int64_t>(nonzero.size()) < groups) {
+    nonzero.resize(static_cast<std::size_t>(groups));
+    zeros.resize(static_cast<std::size_t>(groups));
+  }
+  std::fill(nonzero.begin(), nonzero.begin() + groups, T(1));
+  std::fill(zeros.begin(), zeros.begin() + groups, 0);
+  for_each_reduced(xd, axes, [&](std::int64_t i, std::int64_t o) {
+    const auto k = static_cast<std::size_t>(o);
+    if (px[i] == T(0))
+      ++zeros[k];
+    else
+      nonzero[k] *= px[i];
+  });
+  for_each_reduced(xd, axes, [&](std::int64_t i, std::int64_t o) {
+    const auto k = static_cast<std::size_t>(o);
+    T others;
+    if (zeros[k] == 0)
+      others = nonzero[k] / px[i];
+    else if (zeros[k] == 1 && px[i] == T(0))
+      others = nonzero[k];
+    else
+      others = T(0);
+    pdx[i] = pd[o] * others;
+  });
+}
+
+// max's gradient: dout split evenly among each group's maxima (pm: the
+// forward's output).
+template <typename T>
+void max_grad(const T* px, const T* pm, const T* pd, T* pdx, const Dims& xd,
+              const std::vector<int>& axes, std::int64_t groups) {
+  thread_local std::vector<std::int64_t> ties;  // grown once per thread, then reused
+  if (static_cast<std::int64_t>(ties.size()) < groups) ties.resize(static_cast<std::size_t>(groups));
+  std::fill(ties.begin(), ties.begin() + groups, 0);
+  for_each_reduced(xd, axes, [&](std::int64_t i, std::int64_t o) {
+    if (px[i] == pm[o]) ++ties[static_cast<std::size_t>(o)];
+  });
+  for_each_reduced(xd, axes, [&](std::int64_t i, std::int64_t o) {
+    pdx[i] = px[i] == pm[o] ? pd[o] / static_cast<T>(ties[static_cast<std::size_t>(o)]) : T(0);
+  });
+}
+
 template <Kind kind, typename OpT, typename T>
 void reduce_grad(KernelContext& ctx) {
   const auto& a = ctx.attrs<OpT>();
-  const std::string_view op = ctx.op()->name();
   const Tensor x = typed_input<T>(ctx, 0);
   const std::uint32_t nd = ctx.num_inputs() - 1;
   const Tensor dout = typed_input<T>(ctx, nd);
   const Dims& xd = x.dims();
-  auto axes = normalize_reduce_axes(op, a.axis, xd.rank());
-  std::int64_t count = 1, on = 1;
+  auto axes = normalize_reduce_axes(ctx.op()->name(), a.axis, xd.rank());
+  std::int64_t count = 1, groups = 1;
   for (int i = 0; i < xd.rank(); ++i)
-    (std::binary_search(axes.begin(), axes.end(), i) ? count : on) *= xd[i];
-  // dout must hold one element per reduced element, laid out as the forward
-  // op's output (keepdim or not: the same order).
-  {
-    std::int64_t buf[Dims::kMaxRank];
-    int r = 0;
-    for (int i = 0; i < xd.rank(); ++i) {
-      bool red = std::binary_search(axes.begin(), axes.end(), i);
-      if (!red) buf[r++] = xd[i];
-      else if (a.keepdim) buf[r++] = 1;
-    }
-    const Dims want(std::span<const std::int64_t>(buf, r));
-    for (std::uint32_t k = 1; k <= nd; ++k)
-      if (ctx.input(k).dims() != want)
-        throw_error(ErrorKind::InvalidArgument, "op '", op, "' input #", k, " [",
-                    ctx.input(k).dims().to_string(), "] must have x's reduced shape [",
-                    want.to_string(), "]");
-  }
+    (std::binary_search(axes.begin(), axes.end(), i) ? count : groups) *= xd[i];
+  check_reduced_inputs(ctx, xd, axes, a.keepdim, nd);
   Tensor& dx = ctx.alloc_output(0, xd, x.dtype());
   T* pdx = dx.data<T>();
   const T* pd = dout.data<T>();
@@ -266,48 +318,10 @@ void reduce_grad(KernelContext& ctx) {
     const T inv = T(1) / static_cast<T>(count);
     for_each_reduced(xd, axes, [&](std::int64_t i, std::int64_t o) { pdx[i] = pd[o] * inv; });
   } else if constexpr (kind == Kind::Prod) {
-    // Per group: the product of its non-zero elements and its zero count;
-    // an element's gradient is the product of the others.
-    const T* px = x.data<T>();
-    thread_local std::vector<T> nonzero;  // grown once per thread, then reused
-    thread_local std::vector<std::int64_t> zeros;
-    if (static_cast<std::int64_t>(nonzero.size()) < on) {
-      nonzero.resize(static_cast<std::size_t>(on));
-      zeros.resize(static_cast<std::size_t>(on));
-    }
-    std::fill(nonzero.begin(), nonzero.begin() + on, T(1));
-    std::fill(zeros.begin(), zeros.begin() + on, 0);
-    for_each_reduced(xd, axes, [&](std::int64_t i, std::int64_t o) {
-      const auto k = static_cast<std::size_t>(o);
-      if (px[i] == T(0))
-        ++zeros[k];
-      else
-        nonzero[k] *= px[i];
-    });
-    for_each_reduced(xd, axes, [&](std::int64_t i, std::int64_t o) {
-      const auto k = static_cast<std::size_t>(o);
-      T others;
-      if (zeros[k] == 0)
-        others = nonzero[k] / px[i];
-      else if (zeros[k] == 1 && px[i] == T(0))
-        others = nonzero[k];
-      else
-        others = T(0);
-      pdx[i] = pd[o] * others;
-    });
+    prod_grad(x.data<T>(), pd, pdx, xd, axes, groups);
   } else {
     const Tensor out = typed_input<T>(ctx, 1);
-    const T* px = x.data<T>();
-    const T* pm = out.data<T>();
-    thread_local std::vector<std::int64_t> ties;  // grown once per thread, then reused
-    if (static_cast<std::int64_t>(ties.size()) < on) ties.resize(static_cast<std::size_t>(on));
-    std::fill(ties.begin(), ties.begin() + on, 0);
-    for_each_reduced(xd, axes, [&](std::int64_t i, std::int64_t o) {
-      if (px[i] == pm[o]) ++ties[static_cast<std::size_t>(o)];
-    });
-    for_each_reduced(xd, axes, [&](std::int64_t i, std::int64_t o) {
-      pdx[i] = px[i] == pm[o] ? pd[o] / static_cast<T>(ties[static_cast<std::size_t>(o)]) : T(0);
-    });
+    max_grad(x.data<T>(), out.data<T>(), pd, pdx, xd, axes, groups);
   }
 }
 
