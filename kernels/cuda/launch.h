@@ -102,6 +102,15 @@ template <typename T, typename L>
 void launch_cross_entropy_lse_grad(const T* x, const T* lse, const L* label, const T* dloss, T* dx,
                                    std::int64_t n, std::int64_t c, std::int64_t ignore,
                                    cudaStream_t s);
+// The same over 16-bit logits (dt bf16 / f16; x and dx their bits): loss,
+// lse and dloss f32, the gradient rounded once to dt.
+template <typename L>
+void launch_cross_entropy_lse_half(DataType dt, const void* x, const L* label, float* loss, float* lse,
+                                   std::int64_t n, std::int64_t c, std::int64_t ignore, cudaStream_t s);
+template <typename L>
+void launch_cross_entropy_lse_grad_half(DataType dt, const void* x, const float* lse, const L* label,
+                                        const float* dloss, void* dx, std::int64_t n, std::int64_t c,
+                                        std::int64_t ignore, cudaStream_t s);
 
 // ---- scaled-dot-product attention (attention.cu), rows of all heads' scores ----
 

@@ -368,70 +368,118 @@ void with_labels(const Tensor& label, F&& f) {
   else f(label.data<std::int32_t>());
 }
 
-template <typename T>
+// The logits (input 0), of dtype `dt`; kiln::Error naming the op otherwise.
+const Tensor& logits_input(const KernelContext& ctx, DataType dt) {
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() != dt)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' logits are ", to_string(x.dtype()),
+                ", the kernel reads ", to_string(dt));
+  return x;
+}
+
+// The loss's dtype for logits of `dt`: f32 for bf16 / f16.
+DataType loss_dtype(DataType dt) {
+  return dt == DataType::BFloat16 || dt == DataType::Float16 ? DataType::Float32 : dt;
+}
+
+// kiln.cross_entropy over logits of dtype Dt (f32, f64, bf16, f16).
+template <DataType Dt>
 struct CrossEntropyK {
   static void run(KernelContext& ctx) {
-    const Tensor x = typed_input<T>(ctx, 0), label = ctx.input(1);
+    const Tensor x = logits_input(ctx, Dt), label = ctx.input(1);
     const CrossEntropyDims d = cross_entropy_dims(ctx, x.dims(), label, "logits");
     check_label_dtype(ctx, label);
     const std::int64_t ignore = ctx.attrs<CrossEntropyOp>().ignore_index;
-    Tensor& loss = ctx.alloc_output(0, d.loss, x.dtype());
-    Tensor& lse = ctx.alloc_output(1, d.loss, x.dtype());
+    Tensor& loss = ctx.alloc_output(0, d.loss, loss_dtype(Dt));
+    Tensor& lse = ctx.alloc_output(1, d.loss, loss_dtype(Dt));
     if (d.n == 0) return;
     if (d.c == 0)
-      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
-                  "' logits have no classes (C = 0)");
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' logits have no classes (C = 0)");
     check_labels(ctx, label, d.c, ignore);
     with_labels(label, [&](const auto* labels) {
-      launch_cross_entropy_lse(x.data<T>(), labels, loss.data<T>(), lse.data<T>(), d.n, d.c, ignore,
-                               stream_of(ctx));
+      if constexpr (Dt == DataType::Float32 || Dt == DataType::Float64) {
+        using T = std::conditional_t<Dt == DataType::Float32, float, double>;
+        launch_cross_entropy_lse(x.data<T>(), labels, loss.data<T>(), lse.data<T>(), d.n, d.c, ignore,
+                                 stream_of(ctx));
+      } else {
+        launch_cross_entropy_lse_half(Dt, x.raw_data(), labels, loss.data<float>(), lse.data<float>(), d.n, d.c,
+                                      ignore, stream_of(ctx));
+      }
     });
     check_launch(ctx);
   }
 };
 
-// The gradient of logits x (dims `xd`) into dx: cross_entropy_grad's (dx a
+// The gradient of logits x (dtype Dt) into dx: cross_entropy_grad's (dx a
 // new buffer) and cross_entropy_grad_'s (dx = x: each element is read
 // before it is written, by the thread that writes it).
-template <typename OpT, typename T>
-void cross_entropy_lse_grad(KernelContext& ctx, const T* x, const Dims& xd, T* dx) {
+template <typename OpT, DataType Dt>
+void cross_entropy_lse_grad(KernelContext& ctx, const Tensor& x, void* dx) {
   const std::string_view op = ctx.op()->name();
-  const Tensor& lse = typed_input<T>(ctx, 1);
+  const DataType acc = loss_dtype(Dt);
+  const Tensor& lse = ctx.input(1);
   const Tensor& label = ctx.input(2);
-  const Tensor& dloss = typed_input<T>(ctx, 3);
-  const CrossEntropyDims d = cross_entropy_dims(ctx, xd, label, "logits");
-  for (const auto& [t, what] : {std::pair{&lse, "lse"}, std::pair{&dloss, "dloss"}})
+  const Tensor& dloss = ctx.input(3);
+  const CrossEntropyDims d = cross_entropy_dims(ctx, x.dims(), label, "logits");
+  for (const auto& [t, what] : {std::pair{&lse, "lse"}, std::pair{&dloss, "dloss"}}) {
+    if (t->dtype() != acc)
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", what, " is ", to_string(t->dtype()),
+                  ", expected ", to_string(acc));
     if (t->dims() != d.loss)
-      throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", what, " dims [",
-                  t->dims().to_string(), "] must be the loss's [", d.loss.to_string(), "]");
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", what, " dims [", t->dims().to_string(),
+                  "] must be the loss's [", d.loss.to_string(), "]");
+  }
   check_label_dtype(ctx, label);
   if (d.n == 0 || d.c == 0) return;
   const std::int64_t ignore = ctx.attrs<OpT>().ignore_index;
   check_labels(ctx, label, d.c, ignore);
   with_labels(label, [&](const auto* labels) {
-    launch_cross_entropy_lse_grad(x, lse.data<T>(), labels, dloss.data<T>(), dx, d.n, d.c, ignore,
-                                  stream_of(ctx));
+    if constexpr (Dt == DataType::Float32 || Dt == DataType::Float64) {
+      using T = std::conditional_t<Dt == DataType::Float32, float, double>;
+      launch_cross_entropy_lse_grad(x.data<T>(), lse.data<T>(), labels, dloss.data<T>(), static_cast<T*>(dx),
+                                    d.n, d.c, ignore, stream_of(ctx));
+    } else {
+      launch_cross_entropy_lse_grad_half(Dt, x.raw_data(), lse.data<float>(), labels, dloss.data<float>(), dx,
+                                         d.n, d.c, ignore, stream_of(ctx));
+    }
   });
   check_launch(ctx);
 }
 
-template <typename T>
+template <DataType Dt>
 struct CrossEntropyGradK {
   static void run(KernelContext& ctx) {
-    const Tensor x = typed_input<T>(ctx, 0);  // alive while the output is made
+    const Tensor x = logits_input(ctx, Dt);  // alive while the output is made
     Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
-    cross_entropy_lse_grad<GradOf<CrossEntropyOp>, T>(ctx, x.data<T>(), x.dims(), dx.data<T>());
+    cross_entropy_lse_grad<GradOf<CrossEntropyOp>, Dt>(ctx, x, dx.raw_data());
   }
 };
 
-template <typename T>
+template <DataType Dt>
 struct CrossEntropyGradInplaceK {
   static void run(KernelContext& ctx) {
-    (void)typed_input<T>(ctx, 0);  // checks the dtype
-    Tensor& x = ctx.output(0);     // the logits' variable: overwritten by their gradient
-    cross_entropy_lse_grad<CrossEntropyGradInplaceOp, T>(ctx, x.data<T>(), x.dims(), x.data<T>());
+    (void)logits_input(ctx, Dt);  // checks the dtype
+    Tensor& x = ctx.output(0);    // the logits' variable: overwritten by their gradient
+    cross_entropy_lse_grad<CrossEntropyGradInplaceOp, Dt>(ctx, x, x.raw_data());
   }
 };
+
+// kiln.cross_entropy's three kernels for logits of dtype Dt.
+template <DataType Dt>
+void register_cross_entropy() {
+  KernelRegistrar<CrossEntropyOp>(PlaceKind::Cuda, Dt, &CrossEntropyK<Dt>::run, "cross_entropy");
+  KernelRegistrar<GradOf<CrossEntropyOp>>(PlaceKind::Cuda, Dt, &CrossEntropyGradK<Dt>::run, "cross_entropy_grad");
+  KernelRegistrar<CrossEntropyGradInplaceOp>(PlaceKind::Cuda, Dt, &CrossEntropyGradInplaceK<Dt>::run,
+                                             "cross_entropy_grad_");
+}
+
+[[maybe_unused]] const bool cross_entropy_registered = [] {
+  register_cross_entropy<DataType::Float32>();
+  register_cross_entropy<DataType::Float64>();
+  register_cross_entropy<DataType::BFloat16>();
+  register_cross_entropy<DataType::Float16>();
+  return true;
+}();
 
 // ---- layer_norm / rms_norm ----
 
@@ -623,9 +671,6 @@ KILN_REGISTER_KERNELS(GradOf<LogSoftmaxOp>, Cuda, LogSoftmaxGradK, float, double
 KILN_REGISTER_KERNELS(SoftmaxWithCrossEntropyOp, Cuda, SoftmaxCrossEntropyK, float, double);
 KILN_REGISTER_KERNELS(GradOf<SoftmaxWithCrossEntropyOp>, Cuda, SoftmaxCrossEntropyGradK, float,
                       double);
-KILN_REGISTER_KERNELS(CrossEntropyOp, Cuda, CrossEntropyK, float, double);
-KILN_REGISTER_KERNELS(GradOf<CrossEntropyOp>, Cuda, CrossEntropyGradK, float, double);
-KILN_REGISTER_KERNELS(CrossEntropyGradInplaceOp, Cuda, CrossEntropyGradInplaceK, float, double);
 KILN_REGISTER_KERNELS(LayerNormOp, Cuda, LayerNormK, float, double);
 KILN_REGISTER_KERNELS(GradOf<LayerNormOp>, Cuda, LayerNormGradK, float, double);
 KILN_REGISTER_KERNELS(RmsNormOp, Cuda, RmsNormK, float, double);

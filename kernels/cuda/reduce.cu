@@ -17,6 +17,9 @@
 #include <limits>
 #include <type_traits>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "cuda_kernel_util.cuh"
 #include "launch.h"
 
@@ -319,18 +322,45 @@ __global__ void cross_entropy_grad(const T* sm, const L* label, const T* dloss, 
   }
 }
 
+// The logits as the cross_entropy kernels read them: f32 / f64 as they
+// are, bf16 / f16 widened to f32 (Acc), the gradient rounded once.
+template <typename S>
+struct CrossEntropyAcc {
+  using type = S;
+};
+template <>
+struct CrossEntropyAcc<__nv_bfloat16> {
+  using type = float;
+};
+template <>
+struct CrossEntropyAcc<__half> {
+  using type = float;
+};
+__device__ inline float widened(float v) { return v; }
+__device__ inline double widened(double v) { return v; }
+__device__ inline float widened(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ inline float widened(__half v) { return __half2float(v); }
+template <typename S>
+__device__ inline S narrowed(typename CrossEntropyAcc<S>::type v) {
+  if constexpr (std::is_same_v<S, __nv_bfloat16>) return __float2bfloat16_rn(v);
+  else if constexpr (std::is_same_v<S, __half>) return __float2half_rn(v);
+  else return v;
+}
+
 // One read of each row: every lane keeps a running max m and the sum of
 // exp(x - m) over its elements, rescaled when m grows (the online softmax);
 // the lanes' sums are then rescaled to the row's max and added.
-template <typename T, typename L, int Lanes>
-__global__ void cross_entropy_lse_rows(const T* x, const L* label, T* loss, T* lse, std::int64_t n,
-                                       std::int64_t c, std::int64_t ignore) {
+template <typename S, typename L, int Lanes>
+__global__ void cross_entropy_lse_rows(const S* x, const L* label, typename CrossEntropyAcc<S>::type* loss,
+                                       typename CrossEntropyAcc<S>::type* lse, std::int64_t n, std::int64_t c,
+                                       std::int64_t ignore) {
+  using T = typename CrossEntropyAcc<S>::type;
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   for (std::int64_t r = first_row<Lanes>(); r < n; r += row_step<Lanes>()) {
-    const T* xr = x + r * c;
+    const S* xr = x + r * c;
     T m = kNegInf, s = 0;
     for (std::int64_t j = lane<Lanes>(); j < c; j += Lanes) {
-      const T v = xr[j];
+      const T v = widened(xr[j]);
       if (v > m) {
         s = s * std::exp(m - v) + T(1);
         m = v;
@@ -346,24 +376,28 @@ __global__ void cross_entropy_lse_rows(const T* x, const L* label, T* loss, T* l
       const T log_s = std::log(s);
       lse[r] = base + log_s;
       const std::int64_t l = static_cast<std::int64_t>(label[r]);
-      loss[r] = l == ignore ? T(0) : log_s - (xr[l] - base);
+      loss[r] = l == ignore ? T(0) : log_s - (widened(xr[l]) - base);
     }
   }
 }
 
-template <typename T, typename L>
-__global__ void cross_entropy_lse_grad(const T* x, const T* lse, const L* label, const T* dloss,
-                                       T* dx, std::int64_t n, std::int64_t c, std::int64_t ignore) {
+// dx may be x (cross_entropy_grad_): each element is read, then written,
+// by one thread.
+template <typename S, typename L>
+__global__ void cross_entropy_lse_grad(const S* x, const typename CrossEntropyAcc<S>::type* lse, const L* label,
+                                       const typename CrossEntropyAcc<S>::type* dloss, S* dx, std::int64_t n,
+                                       std::int64_t c, std::int64_t ignore) {
+  using T = typename CrossEntropyAcc<S>::type;
   KILN_GRID_STRIDE(i, n * c) {
     const std::int64_t r = i / c, j = i % c;
     const std::int64_t l = static_cast<std::int64_t>(label[r]);
     if (l == ignore) {
-      dx[i] = T(0);
+      dx[i] = narrowed<S>(T(0));
     } else {
       const T g = dloss[r];
-      T v = g * std::exp(x[i] - lse[r]);
+      T v = g * std::exp(widened(x[i]) - lse[r]);
       if (j == l) v -= g;
-      dx[i] = v;
+      dx[i] = narrowed<S>(v);
     }
   }
 }
@@ -730,25 +764,74 @@ void launch_cross_entropy_grad(const T* sm, const L* label, const T* dloss, T* d
   cross_entropy_grad<<<blocks_for(n * c), kThreads, 0, s>>>(sm, label, dloss, dx, n, c, ignore);
 }
 
-template <typename T, typename L>
-void launch_cross_entropy_lse(const T* x, const L* label, T* loss, T* lse, std::int64_t n,
-                              std::int64_t c, std::int64_t ignore, cudaStream_t s) {
+template <typename S, typename L>
+void cross_entropy_lse(const S* x, const L* label, typename CrossEntropyAcc<S>::type* loss,
+                       typename CrossEntropyAcc<S>::type* lse, std::int64_t n, std::int64_t c, std::int64_t ignore,
+                       cudaStream_t s) {
   if (n == 0 || c == 0) return;
   const unsigned b = row_blocks(n, c >= kLongRow ? kThreads : 32);
   if (c >= kLongRow)
-    cross_entropy_lse_rows<T, L, kThreads><<<b, kThreads, 0, s>>>(x, label, loss, lse, n, c, ignore);
+    cross_entropy_lse_rows<S, L, kThreads><<<b, kThreads, 0, s>>>(x, label, loss, lse, n, c, ignore);
   else
-    cross_entropy_lse_rows<T, L, 32><<<b, kThreads, 0, s>>>(x, label, loss, lse, n, c, ignore);
+    cross_entropy_lse_rows<S, L, 32><<<b, kThreads, 0, s>>>(x, label, loss, lse, n, c, ignore);
+}
+
+template <typename S, typename L>
+void cross_entropy_lse_grad_launch(const S* x, const typename CrossEntropyAcc<S>::type* lse, const L* label,
+                                   const typename CrossEntropyAcc<S>::type* dloss, S* dx, std::int64_t n,
+                                   std::int64_t c, std::int64_t ignore, cudaStream_t s) {
+  if (n == 0 || c == 0) return;
+  cross_entropy_lse_grad<<<blocks_for(n * c), kThreads, 0, s>>>(x, lse, label, dloss, dx, n, c, ignore);
+}
+
+template <typename T, typename L>
+void launch_cross_entropy_lse(const T* x, const L* label, T* loss, T* lse, std::int64_t n,
+                              std::int64_t c, std::int64_t ignore, cudaStream_t s) {
+  cross_entropy_lse(x, label, loss, lse, n, c, ignore, s);
 }
 
 template <typename T, typename L>
 void launch_cross_entropy_lse_grad(const T* x, const T* lse, const L* label, const T* dloss, T* dx,
                                    std::int64_t n, std::int64_t c, std::int64_t ignore,
                                    cudaStream_t s) {
-  if (n == 0 || c == 0) return;
-  cross_entropy_lse_grad<<<blocks_for(n * c), kThreads, 0, s>>>(x, lse, label, dloss, dx, n, c,
-                                                                ignore);
+  cross_entropy_lse_grad_launch(x, lse, label, dloss, dx, n, c, ignore, s);
 }
+
+template <typename L>
+void launch_cross_entropy_lse_half(DataType dt, const void* x, const L* label, float* loss, float* lse,
+                                   std::int64_t n, std::int64_t c, std::int64_t ignore, cudaStream_t s) {
+  if (dt == DataType::BFloat16)
+    cross_entropy_lse(static_cast<const __nv_bfloat16*>(x), label, loss, lse, n, c, ignore, s);
+  else
+    cross_entropy_lse(static_cast<const __half*>(x), label, loss, lse, n, c, ignore, s);
+}
+
+template <typename L>
+void launch_cross_entropy_lse_grad_half(DataType dt, const void* x, const float* lse, const L* label,
+                                        const float* dloss, void* dx, std::int64_t n, std::int64_t c,
+                                        std::int64_t ignore, cudaStream_t s) {
+  if (dt == DataType::BFloat16)
+    cross_entropy_lse_grad_launch(static_cast<const __nv_bfloat16*>(x), lse, label, dloss,
+                                  static_cast<__nv_bfloat16*>(dx), n, c, ignore, s);
+  else
+    cross_entropy_lse_grad_launch(static_cast<const __half*>(x), lse, label, dloss, static_cast<__half*>(dx), n,
+                                  c, ignore, s);
+}
+
+template void launch_cross_entropy_lse_half<std::int32_t>(DataType, const void*, const std::int32_t*, float*,
+                                                          float*, std::int64_t, std::int64_t, std::int64_t,
+                                                          cudaStream_t);
+template void launch_cross_entropy_lse_half<std::int64_t>(DataType, const void*, const std::int64_t*, float*,
+                                                          float*, std::int64_t, std::int64_t, std::int64_t,
+                                                          cudaStream_t);
+template void launch_cross_entropy_lse_grad_half<std::int32_t>(DataType, const void*, const float*,
+                                                               const std::int32_t*, const float*, void*,
+                                                               std::int64_t, std::int64_t, std::int64_t,
+                                                               cudaStream_t);
+template void launch_cross_entropy_lse_grad_half<std::int64_t>(DataType, const void*, const float*,
+                                                               const std::int64_t*, const float*, void*,
+                                                               std::int64_t, std::int64_t, std::int64_t,
+                                                               cudaStream_t);
 
 template <typename T>
 void launch_norm(bool rms, const T* x, const T* w, const T* b, T* y, T* mean, T* rstd,

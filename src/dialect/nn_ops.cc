@@ -51,9 +51,10 @@ void SoftmaxWithCrossEntropyOp::build(Builder&, OperationArgument& arg, Value lo
 }
 
 namespace {
-// The loss's type ([..., 1], the logits' dtype) of logits [..., C] against
-// a label of the leading dims, with or without a trailing 1.
-Type cross_entropy_loss_type(std::string_view name, const std::vector<Type>& in) {
+// The loss's type ([..., 1]; the logits' dtype, f32 for 16-bit logits when
+// `f32_for_half`) of logits [..., C] against a label of the leading dims,
+// with or without a trailing 1.
+Type cross_entropy_loss_type(std::string_view name, const std::vector<Type>& in, bool f32_for_half) {
   Type logits = meta::tensor_operand(name, in, 0), label = meta::tensor_operand(name, in, 1);
   DataType dt = shaped_data_type(logits), lt = shaped_data_type(label);
   meta::require_floating(name, dt, 0);
@@ -78,14 +79,15 @@ Type cross_entropy_loss_type(std::string_view name, const std::vector<Type>& in)
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' label shape ",
                 meta::dims_string(ys), " does not fit logits ", meta::dims_string(ls),
                 " (expected ", meta::dims_string(lead), " or ", meta::dims_string(lead1), ")");
-  return meta::result_like(in, dt, lead1);
+  const bool half = dt == DataType::BFloat16 || dt == DataType::Float16;
+  return meta::result_like(in, half && f32_for_half ? DataType::Float32 : dt, lead1);
 }
 }  // namespace
 
 std::vector<Type> SoftmaxWithCrossEntropyOp::infer_meta(const std::vector<Type>& in,
                                                         DictionaryAttribute attrs) {
   (void)from_attributes<Attributes>(attrs, name);
-  Type loss = cross_entropy_loss_type(name, in);
+  Type loss = cross_entropy_loss_type(name, in, false);
   return {meta::result_like(in, shaped_data_type(in[0]), shaped_dims(in[0])), loss};
 }
 
@@ -99,7 +101,7 @@ void CrossEntropyOp::build(Builder&, OperationArgument& arg, Value logits, Value
 std::vector<Type> CrossEntropyOp::infer_meta(const std::vector<Type>& in,
                                              DictionaryAttribute attrs) {
   (void)from_attributes<Attributes>(attrs, name);
-  Type loss = cross_entropy_loss_type(name, in);
+  Type loss = cross_entropy_loss_type(name, in, true);
   return {loss, loss};
 }
 
@@ -148,7 +150,10 @@ void CrossEntropyOp::Grad::check(std::string_view name, const std::vector<Type>&
   const Type loss = CrossEntropyOp::infer_meta({in[0], in[2]}, attrs)[0];
   for (std::uint32_t i : {1u, 3u}) {
     Type t = meta::tensor_operand(name, in, i);
-    meta::require_same_dtype(name, shaped_data_type(in[0]), shaped_data_type(t), 0, i);
+    if (shaped_data_type(t) != shaped_data_type(loss))
+      throw_error(ErrorKind::InvalidArgument, "op '", name, "' ", i == 1 ? "lse" : "dloss", " is ",
+                  to_string(shaped_data_type(t)), ", the loss's dtype is ", to_string(shaped_data_type(loss)),
+                  " (f32 for bf16 / f16 logits)");
     if (!meta::compatible_dims(shaped_dims(loss), shaped_dims(t)))
       throw_error(ErrorKind::InvalidArgument, "op '", name, "' ", i == 1 ? "lse " : "dloss ",
                   meta::dims_string(shaped_dims(t)), " must have the loss's shape ",
@@ -208,8 +213,13 @@ std::vector<Value> CrossEntropyOp::vjp(Builder& b, Operation* op, const std::vec
   if (g[0])
     dx = b.create<GradOf<CrossEntropyOp>>(op, logits, lse, op->operand_source(1), g[0]).result();
   if (g[1]) {
-    Value softmax = b.create<ExpOp>(b.create<SubOp>(logits, lse).result()).result();
+    // softmax · dlse in the loss's dtype (f32 for 16-bit logits), then in
+    // the logits' dtype.
+    const DataType ldt = shaped_data_type(logits.type()), acc = shaped_data_type(lse.type());
+    Value wide = ldt == acc ? logits : Value(b.create<CastOp>(logits, acc).result());
+    Value softmax = b.create<ExpOp>(b.create<SubOp>(wide, lse).result()).result();
     Value ds = b.create<MulOp>(softmax, g[1]).result();
+    if (ldt != acc) ds = b.create<CastOp>(ds, ldt).result();
     dx = dx ? Value(b.create<AddOp>(dx, ds).result()) : ds;
   }
   grads[0] = dx;

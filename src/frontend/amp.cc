@@ -7,6 +7,7 @@
 
 #include "kiln/dialect/binary_ops.h"
 #include "kiln/dialect/loss_scaling_ops.h"
+#include "kiln/dialect/nn_ops.h"
 #include "kiln/dialect/unary_ops.h"
 #include "kiln/frontend/backward.h"
 #include "kiln/frontend/initializer.h"
@@ -110,6 +111,14 @@ bool lowerable(const Operation& op, DataType low, bool need_f32) {
   return need_f32 ? any_f32 : any;
 }
 
+// Whether operand i of `op`, made low, is read as it is: the op's kernels
+// read 16-bit floats there and compute in f32 themselves (cross_entropy's
+// logits: no f32 copy of the step's largest tensor).
+bool reads_low_as_is(const Operation& op, std::uint32_t i, DataType low) {
+  return i == 0 && op.isa<CrossEntropyOp>() &&
+         KernelRegistry::instance().find(op.info().id(), PlaceKind::Cpu, low) != nullptr;
+}
+
 // One cast per (value, dtype), made before the first op that needs it.
 class Casts {
  public:
@@ -179,9 +188,16 @@ RewriteResult rewrite(Block& block, const Options& options) {
       ++result.lowered_ops;
       continue;
     }
+    bool retype = false;
     for (std::uint32_t i = 0; i < op->num_operands(); ++i) {
       Value v = op->operand(i).source();
-      if (lowered.count(v.impl())) op->set_operand(i, casts.get(v, DataType::Float32, op));
+      if (!lowered.count(v.impl())) continue;
+      if (reads_low_as_is(*op, i, low)) retype = true;
+      else op->set_operand(i, casts.get(v, DataType::Float32, op));
+    }
+    if (retype) {
+      const std::vector<Type> types = op->dyn_cast<InferMetaInterface>().infer_meta();
+      for (std::uint32_t r = 0; r < op->num_results(); ++r) op->result(r).set_type(types.at(r));
     }
   }
   result.casts = casts.count;

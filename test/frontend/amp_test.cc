@@ -386,7 +386,8 @@ TEST_CASE("amp O2 bf16 trains an MLP and transformer blocks to within 2 % of the
   check_tracks_f32(o);
 }
 
-TEST_CASE("amp O2 bf16 runs a CNN's convolutions, their gradients and its pools in bf16", "[frontend][amp]") {
+TEST_CASE("amp O2 bf16 runs a CNN's convolutions, their gradients, its pools and its loss's logits in bf16",
+          "[frontend][amp]") {
   amp::Options o;
   o.level = amp::Level::O2;
   auto m = cnn(&o);
@@ -401,6 +402,10 @@ TEST_CASE("amp O2 bf16 runs a CNN's convolutions, their gradients and its pools 
   CHECK(in_bf16["kiln.avg_pool2d"] == 1);
   CHECK(in_bf16["kiln.adaptive_avg_pool2d"] == 1);
   CHECK(in_bf16["kiln.batch_norm"] == 0);  // denied: it reads an f32 cast
+  // The loss reads the head's bf16 logits as they are (no f32 copy), and its
+  // gradient comes back in bf16.
+  CHECK(in_bf16["kiln.cross_entropy"] == 1);
+  CHECK(in_bf16["kiln.cross_entropy_grad"] == 1);
 }
 
 // ---- loss scaling (f16) ----

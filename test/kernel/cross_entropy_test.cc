@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernel/half_test_util.h"
 #include "kernel/kernel_test_util.h"
 
 using namespace kiln;
@@ -149,4 +150,49 @@ TEST_CASE("cross_entropy and its gradient reject bad dtypes and shapes, naming w
                         Tensor::from_vector<float>({3, 1}, {1, 1, 1})},
                        std::int64_t{-100}),
                    InvalidArgument, {"kiln.cross_entropy_grad", "lse [3]", "[3, 1]"});
+}
+
+namespace {
+
+Tensor widened(const Tensor& half) {
+  Tensor f = Tensor::empty(half.dims(), DataType::Float32);
+  const auto* p = static_cast<const std::uint16_t*>(half.raw_data());
+  for (std::int64_t i = 0; i < half.numel(); ++i) f.data<float>()[i] = kiln_test::from_half(p[i], half.dtype());
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("cross_entropy reads bf16 and f16 logits as they are: f32 loss and lse, the gradient rounded once",
+          "[kernel][cross_entropy][half]") {
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    INFO(to_string(dt));
+    for (std::int64_t c : {std::int64_t{5}, std::int64_t{37}, std::int64_t{3000}}) {
+      INFO("classes " << c);
+      const Tensor x = kiln_test::random_half({6, c}, dt, 7), wide = widened(x);
+      const Tensor y = labels<std::int64_t>(Dims{6}, 6, c, -100);
+      auto half = run_op<CrossEntropyOp>({x, y});
+      auto f32 = run_op<CrossEntropyOp>({wide, y});
+      for (int k = 0; k < 2; ++k) {
+        CHECK(half.out(k).dtype() == DataType::Float32);
+        CHECK(kiln_test::same_bits(half.out(k), f32.out(k)));
+      }
+      const Tensor dloss = kiln_test::filled<float>({6, 1}, 0.5, 2, 9);
+      const Tensor dx = run_op<GradOf<CrossEntropyOp>>({x, half.out(1), y, dloss}, std::int64_t{-100}).out();
+      const Tensor want = run_op<GradOf<CrossEntropyOp>>({wide, f32.out(1), y, dloss}, std::int64_t{-100}).out();
+      REQUIRE(dx.dtype() == dt);
+      const auto* p = static_cast<const std::uint16_t*>(dx.raw_data());
+      for (std::int64_t i = 0; i < dx.numel(); ++i) {
+        INFO("element " << i);
+        CHECK(p[i] == kiln_test::to_half(want.data<float>()[i], dt));
+      }
+    }
+    // lse and dloss must be the loss's dtype (f32), not the logits'.
+    using kiln_test::build_op;
+    Program p;
+    KILN_CHECK_ERROR((build_op<GradOf<CrossEntropyOp>>(p, {{dt, {3, 4}}, {dt, {3, 1}}, {DataType::Int64, {3}},
+                                                           {DataType::Float32, {3, 1}}},
+                                                       std::int64_t{-100})),
+                     InvalidArgument, {"kiln.cross_entropy_grad", "lse", "f32"});
+  }
 }

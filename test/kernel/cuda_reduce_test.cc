@@ -7,11 +7,13 @@
 // summation order (and CUDA's exp / log against glibc's and the CPU's f32
 // fast_exp), so f32 is compared to 1e-5 relative and 1e-6 absolute, f64 to
 // 1e-12 relative and 1e-13 absolute.
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "kernel/cuda_test_util.h"
+#include "kernel/half_test_util.h"
 
 using namespace kiln;
 using kiln_test::filled;
@@ -271,6 +273,27 @@ TEST_CASE("CUDA cross_entropy (one read per row, no softmax) and its gradient ma
   const Tensor bad = Tensor::from_vector<std::int64_t>({6}, {0, 1, 2, 5, 1, 7});
   KILN_CHECK_ERROR(run_cuda_op<CrossEntropyOp>({x, bad}), InvalidArgument,
                    {"kiln.cross_entropy", "row 3 has label 5", "outside [0, 5)"});
+  // bf16 / f16 logits: f32 loss and lse, the gradient in the logits' dtype,
+  // within one 16-bit unit of the CPU's.
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    INFO(to_string(dt));
+    const Tensor hx = kiln_test::random_half({4, 3000}, dt, 21);
+    const Tensor hl = Tensor::from_vector<std::int64_t>({4}, {0, 2999, -100, 17});
+    auto hgot = run_cuda_op<CrossEntropyOp>({hx, hl});
+    auto hwant = run_op<CrossEntropyOp>({hx, hl});
+    check_near<float>(hgot.out(0), hwant.out(0));
+    check_near<float>(hgot.out(1), hwant.out(1));
+    const Tensor dl = filled<float>({4, 1}, 0.5, 2, 22);
+    const Tensor g = run_cuda_op<GradOf<CrossEntropyOp>>({hx, hwant.out(1), hl, dl}, std::int64_t{-100}).out();
+    const Tensor w = run_op<GradOf<CrossEntropyOp>>({hx, hwant.out(1), hl, dl}, std::int64_t{-100}).out();
+    REQUIRE(g.dtype() == dt);
+    const auto* pg = static_cast<const std::uint16_t*>(g.raw_data());
+    const auto* pw = static_cast<const std::uint16_t*>(w.raw_data());
+    for (std::int64_t i = 0; i < g.numel(); ++i) {
+      const float a = kiln_test::from_half(pg[i], dt), b = kiln_test::from_half(pw[i], dt);
+      CHECK(std::abs(a - b) <= 1e-3f + std::abs(b) * (dt == DataType::BFloat16 ? 1.0f / 128 : 1.0f / 1024));
+    }
+  }
 }
 
 TEST_CASE("CUDA layer_norm and rms_norm, forward and backward, match the CPU's", "[cuda][kernel]") {

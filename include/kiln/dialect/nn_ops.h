@@ -71,8 +71,9 @@ struct SoftmaxWithCrossEntropyOp
 };
 
 // (loss, lse) = kiln.cross_entropy(logits, label)
-//   logits and label as softmax_with_cross_entropy's; loss and lse
-//   [..., 1] (leading dims + 1), the logits' dtype:
+//   logits and label as softmax_with_cross_entropy's, the logits also bf16
+//   or f16 (read as they are, computed in f32); loss and lse [..., 1]
+//   (leading dims + 1), the logits' dtype (f32 for 16-bit logits):
 //   lse[i] = log Σ_j exp(logits[i, j]), loss[i] = lse[i] - logits[i, label[i]]
 //   (0 where label[i] == ignore_index). No [N, C] result: the gradient
 //   recomputes the softmax from the logits and lse, so the logits are the
@@ -89,7 +90,8 @@ struct CrossEntropyOp : Op<CrossEntropyOp, ReadOnly, ValueSemantics, InferMetaIn
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
   // cross_entropy_grad(logits, lse, label, dloss) {ignore_index}:
   // dlogits[i, j] = dloss[i] · (exp(logits[i, j] - lse[i]) - [j == label[i]]),
-  // 0 on rows whose label is ignore_index.
+  // 0 on rows whose label is ignore_index; in the logits' dtype (for 16-bit
+  // logits computed in f32, rounded once).
   struct Grad : GradSpec<4, 0> {
     static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
   };
