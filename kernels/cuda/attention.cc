@@ -217,12 +217,14 @@ void attention_kernel(KernelContext& ctx) {
                                          attention_heads_inner(op, attrs.layout));
   const std::int64_t lse_shape[] = {a.b, a.h, a.lq};
   Tensor& out = ctx.alloc_output(0, a.out_dims(), D);
-  Tensor& lse = ctx.alloc_output(1, Dims(std::span<const std::int64_t>(lse_shape, 3)), D);
+  const DataType lse_dt = attention_lse_dtype(D);
+  Tensor& lse = ctx.alloc_output(1, Dims(std::span<const std::int64_t>(lse_shape, 3)), lse_dt);
   if (a.bh == 0 || a.lq == 0) return;
   const cudaStream_t st = stream_of(ctx);
   if (a.lk == 0) {  // no keys: an empty sum, lse = -inf
     zero(ctx, out);
-    launch_fill(lse.raw_data(), lse.numel(), static_cast<int>(size_of(D)), minus_infinity_bits(D), st);
+    launch_fill(lse.raw_data(), lse.numel(), static_cast<int>(size_of(lse_dt)), minus_infinity_bits(lse_dt),
+                st);
     check_launch(ctx);
     return;
   }
@@ -242,7 +244,7 @@ void attention_grad_kernel(KernelContext& ctx) {
   const std::string_view op = ctx.op()->name();
   const auto& attrs = ctx.attrs<GradOf<ScaledDotProductAttentionOp>>();
   const Tensor in[6] = {input_of(ctx, 0, D), input_of(ctx, 1, D), input_of(ctx, 2, D),
-                        input_of(ctx, 3, D), input_of(ctx, 4, D), input_of(ctx, 5, D)};
+                        input_of(ctx, 3, D), input_of(ctx, 4, attention_lse_dtype(D)), input_of(ctx, 5, D)};
   const AttentionDims a = attention_dims(op, in[0].dims(), in[1].dims(), in[2].dims(),
                                          attention_heads_inner(op, attrs.layout));
   check_attention_grad_operands(op, a, in[3].dims(), in[4].dims(), in[5].dims());

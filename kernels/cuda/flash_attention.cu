@@ -25,7 +25,9 @@
 // element; bf16 / f16 operands on tensor cores (nvcuda::wmma 16×16×16
 // fragments, f32 accumulation), with P and dS rounded to the operands'
 // dtype for their products. Softmax statistics, Δ and the accumulators are
-// f32; out, lse and the gradients are rounded once when stored.
+// f32; out and the gradients are rounded once when stored; lse stays f32
+// (a 16-bit lse would scale each row's recomputed probabilities by its
+// rounding error, up to a few percent).
 //
 // Rows are read in place through their strides, either layout: element
 // (row r, column c) of head i lies at head_offset(i) + r·row_step + c.
@@ -279,7 +281,7 @@ __device__ void online_softmax(const FlashAttentionShape& s, std::int64_t q0, st
 template <typename E, int DH>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_forward(FlashAttentionShape s, const Global<E>* q, const Global<E>* k,
-                  const Global<E>* v, Global<E>* out, Global<E>* lse) {
+                  const Global<E>* v, Global<E>* out, float* lse) {
   using L = ForwardLayout<E, DH>;
   constexpr int R = L::kRows;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -319,7 +321,7 @@ __global__ void __launch_bounds__(kFlashThreads)
       store_elem<E>(oh + (q0 + r) * v_step + c, acc[r * L::kLdAcc + c] / row_sum[r]);
   }
   for (int r = threadIdx.x; r < R; r += kFlashThreads)
-    if (q0 + r < s.lq) store_elem<E>(lse + bh * s.lq + q0 + r, row_max[r] + logf(row_sum[r]));
+    if (q0 + r < s.lq) lse[bh * s.lq + q0 + r] = row_max[r] + logf(row_sum[r]);
 }
 
 // ---- backward ----
@@ -344,7 +346,7 @@ __global__ void flash_delta(FlashAttentionShape s, const Global<E>* out, const G
 // row (0 past Lq).
 template <typename L, typename E>
 __device__ void load_query_tile(const FlashAttentionShape& s, std::int64_t bh, std::int64_t i0,
-                                const Global<E>* q, const Global<E>* dout, const Global<E>* lse,
+                                const Global<E>* q, const Global<E>* dout, const float* lse,
                                 const float* delta, E* qt, E* dout_t, float* lse_t,
                                 float* delta_t) {
   load_rows<L::kRows, L::kDim>(qt, L::kLdOperand, q + head_offset(s, bh, s.lq, s.d), i0, s.lq,
@@ -353,7 +355,7 @@ __device__ void load_query_tile(const FlashAttentionShape& s, std::int64_t bh, s
                                s.lq, s.dv, row_step(s, s.dv));
   for (int r = threadIdx.x; r < L::kRows; r += kFlashThreads) {
     const std::int64_t i = i0 + r;
-    lse_t[r] = i < s.lq ? widen(load_elem<E>(lse + bh * s.lq + i)) : 0.f;
+    lse_t[r] = i < s.lq ? lse[bh * s.lq + i] : 0.f;
     delta_t[r] = i < s.lq ? delta[bh * s.lq + i] : 0.f;
   }
 }
@@ -381,7 +383,7 @@ __device__ void score_grads(const FlashAttentionShape& s, std::int64_t i0, std::
 template <typename E, int DH>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_backward_kv(FlashAttentionShape s, const Global<E>* q, const Global<E>* k,
-                      const Global<E>* v, const Global<E>* lse, const Global<E>* dout,
+                      const Global<E>* v, const float* lse, const Global<E>* dout,
                       const float* delta, Global<E>* dk, Global<E>* dv) {
   using L = BackwardLayout<E, DH, true>;
   constexpr int R = L::kRows;
@@ -426,7 +428,7 @@ __global__ void __launch_bounds__(kFlashThreads)
 template <typename E, int DH>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_backward_q(FlashAttentionShape s, const Global<E>* q, const Global<E>* k,
-                     const Global<E>* v, const Global<E>* lse, const Global<E>* dout,
+                     const Global<E>* v, const float* lse, const Global<E>* dout,
                      const float* delta, Global<E>* dq) {
   using L = BackwardLayout<E, DH, false>;
   constexpr int R = L::kRows;
@@ -539,7 +541,7 @@ void launch_flash_attention_forward(DataType dt, const FlashAttentionShape& s, c
     const dim3 grid(static_cast<unsigned>(s.bh), static_cast<unsigned>(tiles(s.lq, L::kRows)));
     flash_forward<E, DH><<<grid, kFlashThreads, L::bytes, st>>>(
         s, static_cast<const G*>(q), static_cast<const G*>(k), static_cast<const G*>(v),
-        static_cast<G*>(out), static_cast<G*>(lse));
+        static_cast<G*>(out), static_cast<float*>(lse));
   });
 }
 
@@ -550,8 +552,8 @@ void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, 
   with_types(dt, tile_dim(s), [&]<typename E, int DH>() {
     using G = Global<E>;
     const auto *gq = static_cast<const G*>(q), *gk = static_cast<const G*>(k),
-               *gv = static_cast<const G*>(v), *gl = static_cast<const G*>(lse),
-               *gdo = static_cast<const G*>(dout);
+               *gv = static_cast<const G*>(v), *gdo = static_cast<const G*>(dout);
+    const auto* gl = static_cast<const float*>(lse);
     flash_delta<E><<<static_cast<unsigned>(tiles(s.bh * s.lq, kFlashWarps)), kFlashThreads, 0, st>>>(
         s, static_cast<const G*>(out), gdo, delta);
     using KV = BackwardLayout<E, DH, true>;

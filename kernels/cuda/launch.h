@@ -146,12 +146,12 @@ struct FlashAttentionShape {
 // current device's limits), else what they do not take, as a phrase.
 const char* flash_attention_refusal(DataType dt, const FlashAttentionShape& s);
 // out (the layout's [.., Dv]) and lse ([B·H, Lq]), every element written;
-// all of dtype dt. Needs lq > 0, lk > 0 and bh > 0.
+// q, k, v, out of dtype dt, lse f32. Needs lq > 0, lk > 0 and bh > 0.
 void launch_flash_attention_forward(DataType dt, const FlashAttentionShape& s, const void* q,
                                     const void* k, const void* v, void* out, void* lse,
                                     cudaStream_t st);
-// dq, dk, dv (every element written) from the forward's out and lse and
-// the incoming dout; delta is device scratch of bh·lq floats. Deterministic:
+// dq, dk, dv (every element written) from the forward's out and lse (f32)
+// and the incoming dout; delta is device scratch of bh·lq floats. Deterministic:
 // no atomics, every sum in a fixed order. Needs lq > 0, lk > 0 and bh > 0.
 void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, const void* q,
                                      const void* k, const void* v, const void* out,

@@ -128,7 +128,7 @@ std::vector<Type> ScaledDotProductAttentionOp::infer_meta(const std::vector<Type
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' scale must be finite, got ", a.scale);
   const DataType dt = shaped_data_type(in[0]);
   return {meta::result_like(in, dt, out_dims(d, heads_inner)),
-          meta::result_like(in, dt, {d[0], d[1], d[2]})};
+          meta::result_like(in, attention_lse_dtype(dt), {d[0], d[1], d[2]})};
 }
 
 void ScaledDotProductAttentionOp::Grad::check(std::string_view op, const std::vector<Type>& in,
@@ -140,7 +140,10 @@ void ScaledDotProductAttentionOp::Grad::check(std::string_view op, const std::ve
   const char* names[] = {"out", "lse", "dout"};
   const std::vector<std::int64_t>* want[] = {&out, &lse, &out};
   for (std::size_t i = 3; i < 6; ++i) {
-    meta::require_same_dtype(op, dt, shaped_data_type(in[i]), 0, i);
+    if (i == 4 && shaped_data_type(in[i]) != attention_lse_dtype(dt))
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' lse (operand #4) is ",
+                  to_string(shaped_data_type(in[i])), ", expected ", to_string(attention_lse_dtype(dt)));
+    if (i != 4) meta::require_same_dtype(op, dt, shaped_data_type(in[i]), 0, i);
     if (!meta::compatible_dims(shaped_dims(in[i]), *want[i - 3]))
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", names[i - 3], " (operand #", i,
                   ") is ", meta::dims_string(shaped_dims(in[i])), ", expected ",

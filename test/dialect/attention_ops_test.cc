@@ -81,6 +81,20 @@ TEST_CASE("scaled_dot_product_attention gives out [B, H, Lq, Dv] and lse [B, H, 
   CHECK(r[1] == tf({1, 1, 2}, DataType::Float64));
 }
 
+TEST_CASE("a bf16 or f16 attention keeps its lse in f32, and its gradient wants it so",
+          "[dialect][attention]") {
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    INFO(to_string(dt));
+    const Type q = tf({2, 4, 5, 8}, dt), k = tf({2, 4, 7, 8}, dt), v = tf({2, 4, 7, 3}, dt);
+    auto r = sdpa(q, k, v);
+    CHECK(r[0] == tf({2, 4, 5, 3}, dt));
+    CHECK(r[1] == tf({2, 4, 5}, DataType::Float32));
+    CHECK(sdpa_grad({q, k, v, r[0], r[1], r[0]}).size() == 3);
+    KILN_CHECK_ERROR(sdpa_grad({q, k, v, r[0], tf({2, 4, 5}, dt), r[0]}), InvalidArgument,
+                     {kGradOp, "lse (operand #4)", "expected f32"});
+  }
+}
+
 TEST_CASE("scaled_dot_product_attention in layout BLHD reads [B, L, H, D] and gives out "
           "[B, Lq, H, Dv], lse [B, H, Lq]",
           "[dialect][attention]") {

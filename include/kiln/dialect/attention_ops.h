@@ -16,7 +16,7 @@ namespace kiln {
 //   s[i, j] = scale · q[b, h, i] · k[b, h, j] (scale 0 means 1 / sqrt(D)) and,
 //   when causal, s[i, j] = -inf for j > i (PyTorch's is_causal: the mask is
 //   aligned at the top-left, so row i sees keys 0..i also when Lq != Lk);
-//   lse [B, H, Lq] (either layout; the operands' dtype) is the
+//   lse [B, H, Lq] (either layout; the operands' dtype, f32 for bf16 / f16) is the
 //   per-row log Σ_j exp(s[i, j]) that the gradient uses to recompute the
 //   probabilities (FlashAttention's saved statistic); it carries no gradient
 //   of its own (a grad flowing into lse is a kiln::Error from the Vjp).
@@ -48,6 +48,13 @@ struct ScaledDotProductAttentionOp
 
 // The scale an attention op applies: `scale`, or 1 / sqrt(head_dim) when it is 0.
 double attention_scale(double scale, std::int64_t head_dim);
+
+// lse's dtype for operands of `dt`: f32 for bf16 / f16 (a rounded lse
+// would scale each row's recomputed probabilities by its rounding error),
+// else dt.
+inline DataType attention_lse_dtype(DataType dt) {
+  return dt == DataType::BFloat16 || dt == DataType::Float16 ? DataType::Float32 : dt;
+}
 
 // Whether `layout` is "BLHD" (true) or "BHLD" (false); kiln::Error naming
 // `op` for anything else.
