@@ -7,6 +7,7 @@
 // by a dataflow program (which passes it on) or a structured one (which
 // fails). Tagged [exec]: they run under ThreadSanitizer too.
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>

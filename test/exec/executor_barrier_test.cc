@@ -2,6 +2,7 @@
 // rendezvous — values passed along a chain of executors, one step id for
 // all, the first failure aborting the others' receives and reaching `done`
 // once, a cancelled step, and the errors of a bad part list.
+#include <chrono>
 #include <string>
 #include <vector>
 

@@ -4,6 +4,7 @@
 // results equal the unpartitioned program's; a value read on another place
 // is sent once per reading place; a failure in one part fails the step
 // without a hang; bad fetches, feeds and executor counts are errors.
+#include <chrono>
 #include <cmath>
 #include <random>
 #include <string>

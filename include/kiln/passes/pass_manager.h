@@ -5,7 +5,6 @@
 // time each pass and print the IR before or after chosen passes.
 #pragma once
 
-#include <chrono>
 #include <iosfwd>
 #include <memory>
 #include <set>
