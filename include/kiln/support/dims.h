@@ -24,8 +24,8 @@ class Dims {
   Dims(std::initializer_list<std::int64_t> dims);
   // Any contiguous range of int64 (std::vector, std::span, std::array).
   template <typename R>
-    requires std::is_convertible_v<const R&, std::span<const std::int64_t>> &&
-             (!std::is_same_v<std::remove_cvref_t<R>, Dims>)
+    requires(!std::is_same_v<std::remove_cvref_t<R>, Dims>) &&
+            std::is_convertible_v<const R&, std::span<const std::int64_t>>
   Dims(const R& dims);  // NOLINT(google-explicit-constructor)
 
   int rank() const noexcept { return rank_; }
@@ -49,7 +49,18 @@ class Dims {
   // "2x3"; "" for rank 0.
   std::string to_string() const;
 
-  friend bool operator==(const Dims& a, const Dims& b) noexcept;
+  // Hidden friends, found for a Dims argument only: an `a == b` or `os << x`
+  // of other types does not weigh converting them to a Dims (a check of
+  // std::span's range constructor per call).
+  friend bool operator==(const Dims& a, const Dims& b) noexcept {
+    if (a.rank_ != b.rank_) return false;
+    for (int i = 0; i < a.rank_; ++i)
+      if (a.dims_[i] != b.dims_[i]) return false;
+    return true;
+  }
+  friend std::ostream& operator<<(std::ostream& os, const Dims& d) {
+    return os << '[' << d.to_string() << ']';
+  }
 
  private:
   void assign(const std::int64_t* first, std::size_t n);
@@ -58,30 +69,12 @@ class Dims {
   std::uint8_t rank_ = 0;
 };
 
-inline std::ostream& operator<<(std::ostream& os, const Dims& d) { return os << '[' << d.to_string() << ']'; }
-
-inline void Dims::assign(const std::int64_t* first, std::size_t n) {
-  if (n > static_cast<std::size_t>(kMaxRank))
-    throw_error(ErrorKind::InvalidArgument, "dims: rank ", n, " exceeds the maximum rank ", kMaxRank);
-  for (std::size_t i = 0; i < n; ++i) dims_[i] = first[i];
-  rank_ = static_cast<std::uint8_t>(n);
-}
-
-inline Dims::Dims(std::initializer_list<std::int64_t> dims) { assign(dims.begin(), dims.size()); }
-
 template <typename R>
-  requires std::is_convertible_v<const R&, std::span<const std::int64_t>> &&
-           (!std::is_same_v<std::remove_cvref_t<R>, Dims>)
+  requires(!std::is_same_v<std::remove_cvref_t<R>, Dims>) &&
+          std::is_convertible_v<const R&, std::span<const std::int64_t>>
 inline Dims::Dims(const R& dims) {
   const std::span<const std::int64_t> extents = dims;
   assign(extents.data(), extents.size());
-}
-
-inline std::int64_t Dims::at(int i) const {
-  if (i < 0 || i >= rank_)
-    throw_error(ErrorKind::OutOfRange, "dims [", to_string(), "]: index ", i, " is out of range for rank ",
-                static_cast<int>(rank_));
-  return dims_[i];
 }
 
 inline std::int64_t Dims::numel() const noexcept {
@@ -94,22 +87,6 @@ inline std::int64_t Dims::row_numel() const noexcept {
   std::int64_t n = 1;
   for (int i = 1; i < rank_; ++i) n *= dims_[i];
   return n;
-}
-
-inline std::string Dims::to_string() const {
-  std::string s;
-  for (int i = 0; i < rank_; ++i) {
-    if (i) s += 'x';
-    s += std::to_string(dims_[i]);
-  }
-  return s;
-}
-
-inline bool operator==(const Dims& a, const Dims& b) noexcept {
-  if (a.rank_ != b.rank_) return false;
-  for (int i = 0; i < a.rank_; ++i)
-    if (a.dims_[i] != b.dims_[i]) return false;
-  return true;
 }
 
 }  // namespace kiln
