@@ -180,6 +180,8 @@ FusedBody::FusedBody(const std::string& text) {
   }
 }
 
+void FusedBody::add(const FusedStep& s) { steps_.push_back(s); }
+
 std::string FusedBody::text() const {
   std::string out;
   for (std::size_t i = 0; i < steps_.size(); ++i) {

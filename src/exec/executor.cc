@@ -89,6 +89,8 @@ void point_at(FeedPointers& ptrs, const FeedMap& feed) {
 
 }  // namespace
 
+Executor::Executor() : Executor(Place::cpu(), ExecutionOptions{}) {}
+
 Executor::Executor(Place place, ExecutionOptions options)
     : state_(std::make_unique<State>(std::move(options))) {
   ExecutionOptions& o = state_->options;

@@ -77,6 +77,13 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool bias,
 
 Value Linear::forward(Value x) const { return functional::linear(x, use(weight_), use(bias_)); }
 
+Value ReLU::forward(Value x) const { return functional::relu(x); }
+Value GELU::forward(Value x) const { return functional::gelu(x, approximate_); }
+Value Tanh::forward(Value x) const { return functional::tanh(x); }
+Value Sigmoid::forward(Value x) const { return functional::sigmoid(x); }
+Value Softmax::forward(Value x) const { return functional::softmax(x, axis_); }
+Value Flatten::forward(Value x) const { return functional::flatten(x, start_, stop_); }
+
 Dropout::Dropout(double p, std::int64_t seed) : p_(p), seed_(seed) {
   if (!(p >= 0.0 && p < 1.0))
     throw_error(ErrorKind::InvalidArgument, "Dropout: p = ", p, " must lie in [0, 1)");
@@ -224,6 +231,8 @@ MultiHeadAttention::MultiHeadAttention(std::int64_t embed_dim, std::int64_t num_
                                                      std::make_shared<init::Constant>(0.0), dtype));
 }
 
+Value MultiHeadAttention::forward(Value x) const { return (*this)(x, x, x, false); }
+
 Value MultiHeadAttention::operator()(Value query, Value key, Value value, bool causal) const {
   const auto& qd = shaped_dims(query.type());
   if (qd.size() != 3 || (qd[2] >= 0 && qd[2] != embed_dim_))
@@ -280,6 +289,8 @@ TransformerEncoderLayer::TransformerEncoderLayer(std::int64_t d_model, std::int6
   dropout1_ = add_sublayer(std::make_shared<Dropout>(dropout));
   dropout2_ = add_sublayer(std::make_shared<Dropout>(dropout));
 }
+
+Value TransformerEncoderLayer::forward(Value x) const { return (*this)(x, false); }
 
 Value TransformerEncoderLayer::operator()(Value x, bool causal) const {
   Builder b = main_builder();

@@ -26,6 +26,8 @@ SimpleRNN::SimpleRNN(std::int64_t input_size, std::int64_t hidden_size, DataType
   bias_ = add_parameter("b", {hidden_size}, dtype, u);
 }
 
+Value SimpleRNN::forward(Value x) const { return (*this)(x).first; }
+
 std::pair<Value, Value> SimpleRNN::operator()(Value x, Value h0) const {
   if (!x) throw_error(ErrorKind::InvalidArgument, "SimpleRNN: x is a null value");
   if (!is_shaped(x.type()) || shaped_dims(x.type()).size() != 3 ||

@@ -84,6 +84,18 @@ Operation* Operation::create(const std::vector<Value>& operands,
   return op;
 }
 
+void OperationArgument::add_operand(Value v) { operands.push_back(v); }
+
+void OperationArgument::add_operands(const std::vector<Value>& vs) {
+  operands.insert(operands.end(), vs.begin(), vs.end());
+}
+
+void OperationArgument::add_result(Type t) { result_types.push_back(t); }
+
+void OperationArgument::add_attribute(std::string name, Attribute a) {
+  attributes.emplace_back(std::move(name), a);
+}
+
 Operation* Operation::create(const OperationArgument& arg) {
   if (arg.info) {
     const auto* impl = arg.info.impl();

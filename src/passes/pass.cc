@@ -18,6 +18,10 @@ PassContext::PassContext(const std::vector<Value>& live_out) {
   for (Value v : live_out) add_live_out(v);
 }
 
+void PassContext::invalidate_analyses() { aliases_.reset(); }
+
+bool PassContext::is_protected(Value v) const { return slots_.count(v.impl()) != 0; }
+
 std::size_t PassContext::add_live_out(Value v) {
   if (!v) throw_error(ErrorKind::InvalidArgument, "a live-out value of a pass pipeline is null");
   const std::size_t k = live_out_.size();

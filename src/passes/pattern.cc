@@ -12,6 +12,11 @@
 
 namespace kiln {
 
+PatternSet& PatternSet::add(std::unique_ptr<RewritePattern> p) {
+  patterns_.push_back(std::move(p));
+  return *this;
+}
+
 // ---- PatternRewriter ----
 
 void PatternRewriter::set_insertion_point(Operation* op) {

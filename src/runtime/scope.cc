@@ -9,9 +9,10 @@ namespace kiln {
 
 class Scope::Mutex : public std::shared_mutex {};
 
-Scope::Scope() : mutex_(std::make_unique<Mutex>()) {}
+Scope::Scope() : mutex_(std::make_unique<Mutex>()), alive_(std::make_shared<char>()) {}
 
-Scope::Scope(Scope* parent) : parent_(parent), mutex_(std::make_unique<Mutex>()) {}
+Scope::Scope(Scope* parent)
+    : parent_(parent), mutex_(std::make_unique<Mutex>()), alive_(std::make_shared<char>()) {}
 
 Scope::~Scope() = default;
 

@@ -53,7 +53,7 @@ class FusedBody {
   const std::vector<FusedStep>& steps() const { return steps_; }
   // $first is the first step's register: the op's operand count.
   std::int32_t first_register() const { return first_; }
-  void add(const FusedStep& s) { steps_.push_back(s); }
+  void add(const FusedStep& s);
   void set_first_register(std::int32_t n) { first_ = n; }
   bool operator==(const FusedBody& o) const { return text() == o.text(); }
 

@@ -34,7 +34,9 @@ class Executor {
   // kiln::Error for a place kiln cannot run kernels at in this process
   // (Unimplemented: cuda in a build without CUDA; InvalidArgument: a cuda
   // device that is absent). options.place is set to `place`.
-  explicit Executor(Place place = Place::cpu(), ExecutionOptions options = {});
+  explicit Executor(Place place, ExecutionOptions options = {});
+  // On the CPU with the default options (made out of line, not in the caller).
+  Executor();
   // Waits for the asynchronous runs still in flight (their `done` included).
   ~Executor();
   Executor(const Executor&) = delete;

@@ -86,28 +86,28 @@ class Linear : public Layer {
 
 class ReLU : public Layer {
  public:
-  Value forward(Value x) const override { return functional::relu(x); }
+  Value forward(Value x) const override;
 };
 class GELU : public Layer {
  public:
   explicit GELU(bool approximate = false) : approximate_(approximate) {}
-  Value forward(Value x) const override { return functional::gelu(x, approximate_); }
+  Value forward(Value x) const override;
 
  private:
   bool approximate_;
 };
 class Tanh : public Layer {
  public:
-  Value forward(Value x) const override { return functional::tanh(x); }
+  Value forward(Value x) const override;
 };
 class Sigmoid : public Layer {
  public:
-  Value forward(Value x) const override { return functional::sigmoid(x); }
+  Value forward(Value x) const override;
 };
 class Softmax : public Layer {
  public:
   explicit Softmax(std::int64_t axis = -1) : axis_(axis) {}
-  Value forward(Value x) const override { return functional::softmax(x, axis_); }
+  Value forward(Value x) const override;
 
  private:
   std::int64_t axis_;
@@ -243,7 +243,7 @@ class Flatten : public Layer {
  public:
   explicit Flatten(std::int64_t start_axis = 1, std::int64_t stop_axis = -1)
       : start_(start_axis), stop_(stop_axis) {}
-  Value forward(Value x) const override { return functional::flatten(x, start_, stop_); }
+  Value forward(Value x) const override;
 
  private:
   std::int64_t start_, stop_;
@@ -261,7 +261,7 @@ class MultiHeadAttention : public Layer {
                      DataType dtype = DataType::Float32);
   // Self-attention.
   using Layer::operator();
-  Value forward(Value x) const override { return (*this)(x, x, x, false); }
+  Value forward(Value x) const override;
   Value operator()(Value x, bool causal) const { return (*this)(x, x, x, causal); }
   // query [B, Lq, E], key and value [B, Lk, E] → [B, Lq, E].
   Value operator()(Value query, Value key, Value value, bool causal = false) const;
@@ -286,7 +286,7 @@ class TransformerEncoderLayer : public Layer {
                           std::string activation = "relu", double layer_norm_eps = 1e-5,
                           DataType dtype = DataType::Float32);
   using Layer::operator();
-  Value forward(Value x) const override { return (*this)(x, false); }
+  Value forward(Value x) const override;
   Value operator()(Value x, bool causal) const;
 
  private:

@@ -33,7 +33,7 @@ class SimpleRNN : public Layer {
   // outputs [T, B, hidden_size] (every h_t) and the last state h_T.
   std::pair<Value, Value> operator()(Value x, Value h0 = {}) const;
   // The outputs of operator()(x).
-  Value forward(Value x) const override { return (*this)(x).first; }
+  Value forward(Value x) const override;
 
   Value weight_ih() const { return weight_ih_; }  // [input_size, hidden_size]
   Value weight_hh() const { return weight_hh_; }  // [hidden_size, hidden_size]

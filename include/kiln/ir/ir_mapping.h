@@ -23,9 +23,10 @@ class IrMapping {
   bool contains(Value v) const;
 
  private:
-  std::unordered_map<const detail::ValueImpl*, Value> values_;
-  std::unordered_map<const Block*, Block*> blocks_;
-  std::unordered_map<const Operation*, Operation*> ops_;
+  // One map for the three kinds, keyed by address (a value's ValueImpl, a
+  // block, an op are distinct objects): one hash table type for every
+  // includer to instantiate instead of three.
+  std::unordered_map<const void*, void*> map_;
 };
 
 }  // namespace kiln

@@ -31,14 +31,12 @@ struct OperationArgument {
   std::vector<NamedAttribute> attributes;
   std::uint32_t num_regions = 0;
 
-  void add_operand(Value v) { operands.push_back(v); }
-  void add_operands(const std::vector<Value>& vs) {
-    operands.insert(operands.end(), vs.begin(), vs.end());
-  }
-  void add_result(Type t) { result_types.push_back(t); }
-  void add_attribute(std::string name, Attribute a) {
-    attributes.emplace_back(std::move(name), a);
-  }
+  // Out of line (operation.cc): every op's build() calls them, and their
+  // vector growth is instantiated once there rather than in each includer.
+  void add_operand(Value v);
+  void add_operands(const std::vector<Value>& vs);
+  void add_result(Type t);
+  void add_attribute(std::string name, Attribute a);
 };
 
 class Operation {

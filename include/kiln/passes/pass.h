@@ -37,7 +37,7 @@ class PassContext {
   // The live-out values as they stand now, in the order given: after a
   // pass replaced slot k's value, live_out()[k] is the replacement.
   const std::vector<Value>& live_out() const { return live_out_; }
-  bool is_protected(Value v) const { return slots_.count(v.impl()) != 0; }
+  bool is_protected(Value v) const;
 
   // Every use of `from` now uses `to`; a protected `from` hands its slots
   // to `to`. Passes replace values through this, never directly, so that
@@ -56,7 +56,7 @@ class PassContext {
   // use and kept until invalidate_analyses(), which the PassManager calls
   // after each pass; null without a program.
   const AliasInfo* aliases() const;
-  void invalidate_analyses() { aliases_.reset(); }
+  void invalidate_analyses();
 
   // The program the pipeline runs on (null outside a PassManager run).
   Program* program() const { return program_; }

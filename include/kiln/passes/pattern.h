@@ -63,10 +63,7 @@ class OpRewritePattern : public RewritePattern {
 
 class PatternSet {
  public:
-  PatternSet& add(std::unique_ptr<RewritePattern> p) {
-    patterns_.push_back(std::move(p));
-    return *this;
-  }
+  PatternSet& add(std::unique_ptr<RewritePattern> p);
   template <typename P, typename... Args>
   PatternSet& add(Args&&... args) {
     return add(std::make_unique<P>(std::forward<Args>(args)...));

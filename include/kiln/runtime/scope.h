@@ -75,7 +75,7 @@ class Scope {
   std::unique_ptr<Mutex> mutex_;  // guards vars_ and kids_
   std::unordered_map<std::string, std::unique_ptr<Variable>, StringHash, std::equal_to<>> vars_;
   std::vector<std::unique_ptr<Scope>> kids_;
-  std::shared_ptr<const void> alive_ = std::make_shared<char>();
+  std::shared_ptr<const void> alive_;  // made by the constructors (scope.cc)
 };
 
 }  // namespace kiln
