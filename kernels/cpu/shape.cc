@@ -15,6 +15,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kiln/kernel/full_attributes.h"
 #include "kiln/support/half.h"
 #include <vector>
 #include "cpu_kernel_util.h"
@@ -424,24 +425,10 @@ namespace kiln::cpu {
 namespace {
 
 // full: every element = value. Kernel dtype = the output dtype (no inputs).
-// full's attributes, checked against the kernel's dtype `dt`: a shape
-// known at run time and the dtype the kernel fills.
-const FullOp::Attributes& full_attrs(const KernelContext& ctx, DataType dt) {
-  const auto& a = ctx.attrs<FullOp>();
-  for (auto d : a.shape)
-    if (d < 0)
-      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
-                  "' needs a fully known shape at run time, got ", meta::dims_string(a.shape));
-  if (a.dtype != dt)
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has dtype ",
-                to_string(a.dtype), ", the kernel fills ", to_string(dt));
-  return a;
-}
-
 template <typename T>
 struct FullK {
   static void run(KernelContext& ctx) {
-    const auto& a = full_attrs(ctx, data_type_of<T>);
+    const auto& a = checked_full_attributes(ctx, data_type_of<T>);
     T v;
     if constexpr (std::is_same_v<T, bool>) {
       v = a.value != 0.0;
@@ -465,7 +452,7 @@ struct FullK {
 // full in bf16 / f16: the value rounded once to the dtype, its bits filled.
 template <DataType Dt>
 void full_half_kernel(KernelContext& ctx) {
-  const auto& a = full_attrs(ctx, Dt);
+  const auto& a = checked_full_attributes(ctx, Dt);
   const std::uint16_t v = Dt == DataType::BFloat16 ? float_to_bfloat16(static_cast<float>(a.value))
                                                    : double_to_half(a.value);
   Tensor& out = ctx.alloc_output(0, Dims(a.shape), a.dtype);
