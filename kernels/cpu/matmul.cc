@@ -322,14 +322,9 @@ void fused_matmul_kernel(KernelContext& ctx) {
   T* o = out.data<T>();
   if (bias) {
     const Tensor& bias_ref = *bias;
-    if (bias_ref.dtype() != out.dtype())
-      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' bias is ",
-                  to_string(bias_ref.dtype()), ", the product ", to_string(out.dtype()));
     const std::int64_t n = out.dims().rank() ? out.dims()[out.dims().rank() - 1] : 1;
     const std::int64_t bn = bias_ref.numel();
-    if (bn != n && bn != 1)
-      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' bias has ", bn,
-                  " elements: it must have the product's last dim (", n, ") or one");
+    check_matmul_bias(ctx.op()->name(), bias_ref.dtype(), bn, out.dtype(), n);
     const T* b = bias_ref.data<T>();
     if (bn == 1) {
       const T b0 = b[0];

@@ -293,6 +293,15 @@ template <typename T>
 void launch_dropout_grad(const T* d, const bool* mask, T* out, std::int64_t n, T scale,
                          cudaStream_t s);
 
+// ---- kiln.fused_matmul's epilogue (matmul_epilogue.cu) ----
+
+// y[i] += bias[i mod n] (or bias[0] when one_bias; nothing when bias is
+// null), then relu when asked,
+// in place over the `total` elements of a product whose last dim is n. dt:
+// f32, f64, bf16, f16 (16-bit: the bits; summed in f32, rounded once).
+void launch_bias_activation(DataType dt, void* y, const void* bias, std::int64_t total, std::int64_t n,
+                            bool one_bias, bool relu, cudaStream_t s);
+
 // ---- data movement (shape.cu) ----
 
 // out[0, n) = the `width`-byte word `bits` (width 1, 2, 4 or 8).

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "cublas_util.h"
+#include "matmul_product.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/kernel/matmul_shape.h"
@@ -37,25 +38,24 @@ const Tensor& input_of(const KernelContext& ctx, std::uint32_t i, DataType dtype
   return t;
 }
 
-template <typename T, DataType D = data_type_of<T>>
-void matmul_kernel(KernelContext& ctx) {
-  const auto& a = ctx.attrs<MatmulOp>();
+// x · y (dtype D) into ctx's output 0, allocated here.
+template <typename T, DataType D>
+Tensor& product(KernelContext& ctx, bool transpose_x, bool transpose_y) {
   const Tensor x = input_of(ctx, 0, D), y = input_of(ctx, 1, D);
-  const MatmulShape s =
-      matmul_shape(ctx.op()->name(), x.dims(), y.dims(), a.transpose_x, a.transpose_y);
+  const MatmulShape s = matmul_shape(ctx.op()->name(), x.dims(), y.dims(), transpose_x, transpose_y);
   Tensor& out = ctx.alloc_output(0, s.out_dims, x.dtype());
   const cudaStream_t stream = stream_of(ctx);
-  if (s.batch == 0 || s.m == 0 || s.n == 0) return;
+  if (s.batch == 0 || s.m == 0 || s.n == 0) return out;
   T* o = static_cast<T*>(out.raw_data());
   if (s.k == 0) {  // an empty sum: zeros
     check_cuda(cudaMemsetAsync(o, 0, out.bytes(), stream), "zeroing a matmul result");
-    return;
+    return out;
   }
   const cublasHandle_t h = cublas_of(ctx);
   const int m = to_int(ctx, s.m), n = to_int(ctx, s.n), k = to_int(ctx, s.k);
-  const cublasOperation_t op_x = a.transpose_x ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_y = a.transpose_y ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int ldx = a.transpose_x ? m : k, ldy = a.transpose_y ? k : n;
+  const cublasOperation_t op_x = transpose_x ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_y = transpose_y ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int ldx = transpose_x ? m : k, ldy = transpose_y ? k : n;
   const long long x_mat = s.m * s.k, y_mat = s.k * s.n, o_mat = s.m * s.n;
   const T* xp = static_cast<const T*>(x.raw_data());
   const T* yp = static_cast<const T*>(y.raw_data());
@@ -64,7 +64,7 @@ void matmul_kernel(KernelContext& ctx) {
   if (x_flat && y_flat) {
     check_cublas(ctx, gemm<T, D>(h, op_y, op_x, n, m, k, yp, ldy, s.y_count == 1 ? 0 : y_mat, xp, ldx,
                                  s.x_count == 1 ? 0 : x_mat, o, n, o_mat, to_int(ctx, s.batch)));
-    return;
+    return out;
   }
   // Both operands broadcast along different batch dims: walk the output
   // batch index (an odometer), moving x's and y's matrix index along.
@@ -82,9 +82,28 @@ void matmul_kernel(KernelContext& ctx) {
       idx[i] = 0;
     }
   }
+  return out;
+}
+
+template <typename T, DataType D = data_type_of<T>>
+void matmul_kernel(KernelContext& ctx) {
+  const auto& a = ctx.attrs<MatmulOp>();
+  product<T, D>(ctx, a.transpose_x, a.transpose_y);
 }
 
 }  // namespace
+
+Tensor& matmul_product(KernelContext& ctx, DataType dtype, bool transpose_x, bool transpose_y) {
+  switch (dtype) {
+    case DataType::Float32: return product<float, DataType::Float32>(ctx, transpose_x, transpose_y);
+    case DataType::Float64: return product<double, DataType::Float64>(ctx, transpose_x, transpose_y);
+    case DataType::BFloat16: return product<std::uint16_t, DataType::BFloat16>(ctx, transpose_x, transpose_y);
+    case DataType::Float16: return product<std::uint16_t, DataType::Float16>(ctx, transpose_x, transpose_y);
+    default:
+      throw_error(ErrorKind::Unimplemented, "op '", ctx.op()->name(), "' has no CUDA product for ",
+                  to_string(dtype));
+  }
+}
 
 KILN_REGISTER_KERNEL(MatmulOp, Cuda, Float32, matmul_kernel<float>);
 KILN_REGISTER_KERNEL(MatmulOp, Cuda, Float64, matmul_kernel<double>);

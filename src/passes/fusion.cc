@@ -26,6 +26,7 @@
 #include "kiln/ir/builder.h"
 #include "kiln/ir/builtin_types.h"
 #include "kiln/ir/region.h"
+#include "kiln/kernel/kernel_registry.h"
 
 namespace kiln {
 
@@ -442,60 +443,80 @@ bool barrier_between(Operation* from, Operation* to) {
 
 }  // namespace
 
-std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep, PassContext* ctx) {
+namespace {
+
+// Whether the target has a kiln.fused_matmul kernel for t's dtype.
+bool fused_matmul_runs(Type t, const Place& target) {
+  if (!is_shaped(t)) return false;
+  const DataType dt = shaped_data_type(t);
+  if (target.is_cpu() && dt != DataType::Float32 && dt != DataType::Float64) return false;  // bit-identical only
+  return KernelRegistry::instance().find(IrContext::instance()->op_info<FusedMatmulOp>().id(), target.kind, dt) != nullptr;
+}
+
+// The bias `add` adds to the product `prod` (of type t): one element, or
+// the product's (known) last dim as a row; null when it is no such bias.
+Value matmul_bias(Operation* add, Value prod, Type t) {
+  const std::uint32_t pi = add->operand_source(0) == prod ? 0 : 1;
+  Value bias = add->operand_source(1 - pi);
+  if (bias == prod || !is_shaped(bias.type()) || shaped_data_type(bias.type()) != shaped_data_type(t)) return {};
+  const auto& od = shaped_dims(t);
+  const auto& bd = shaped_dims(bias.type());
+  std::int64_t bn = 1;
+  bool known = true;
+  for (std::int64_t d : bd) {
+    if (d < 0) known = false;
+    else bn *= d;
+  }
+  const std::int64_t last = od.empty() ? 1 : od.back();
+  bool row_shaped = !bd.empty() && bd.back() == last;
+  for (std::size_t k = 0; k + 1 < bd.size(); ++k) row_shaped = row_shaped && bd[k] == 1;
+  if (!known || last < 0 || bd.size() > od.size() || (bn != 1 && !(bn == last && row_shaped))) return {};
+  return bias;
+}
+
+// The op of the unary family that alone reads `sum` (of type t) and that
+// the target's kernel applies as an epilogue (CUDA: kiln.relu, cuBLASLt's),
+// or null.
+Operation* epilogue_activation(Value sum, const Block& block, Type t, const Place& target) {
+  Operation* act = sole_user(sum);
+  FusedStep s;
+  if (!act || act->parent_block() != &block || has_placement(*act) || act->num_results() != 1 ||
+      act->num_operands() != 1 || !fused_step_for(act->name(), s) || s.kind != FusedStep::Kind::Unary ||
+      act->result(0).type() != t)
+    return nullptr;
+  return target.is_cpu() || act->isa<ReluOp>() ? act : nullptr;
+}
+
+}  // namespace
+
+std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep, PassContext* ctx, const Place& target) {
   std::size_t made = 0;
   std::vector<Operation*> matmuls;
   for (Operation* op : block) {
     for (std::uint32_t r = 0; r < op->num_regions(); ++r)
-      for (Block* inner : op->region(r)) made += fuse_matmul_epilogue(*inner, keep, ctx);
+      for (Block* inner : op->region(r)) made += fuse_matmul_epilogue(*inner, keep, ctx, target);
     if (op->isa<MatmulOp>()) matmuls.push_back(op);
   }
   for (Operation* mm : matmuls) {
     Value prod = mm->result(0);
     Type t = prod.type();
-    if (!floating_tensor(t) || keep.count(key(prod)) || has_placement(*mm)) continue;
+    if (!fused_matmul_runs(t, target) || keep.count(key(prod)) || has_placement(*mm)) continue;
     Operation* add = sole_user(prod);
     if (!add || !add->isa<AddOp>() || add->parent_block() != &block || add->result(0).type() != t ||
         has_placement(*add))
       continue;
-    const std::uint32_t pi = add->operand_source(0) == prod ? 0 : 1;
-    Value bias = add->operand_source(1 - pi);
-    if (bias == prod || !is_shaped(bias.type()) || shaped_data_type(bias.type()) != shaped_data_type(t))
-      continue;
-    // The bias: one element, or the product's (known) last dim, as a row.
-    const auto& od = shaped_dims(t);
-    const auto& bd = shaped_dims(bias.type());
-    std::int64_t bn = 1;
-    bool known = true;
-    for (std::int64_t d : bd) {
-      if (d < 0) known = false;
-      else bn *= d;
-    }
-    const std::int64_t last = od.empty() ? 1 : od.back();
-    bool row_shaped = !bd.empty() && bd.back() == last;
-    for (std::size_t k = 0; k + 1 < bd.size(); ++k) row_shaped = row_shaped && bd[k] == 1;
-    if (!known || last < 0 || bd.size() > od.size() || (bn != 1 && !(bn == last && row_shaped))) continue;
-    Operation* last_op = add;
-    std::string activation;
-    Value sum = add->result(0);
-    if (!keep.count(key(sum))) {
-      Operation* act = sole_user(sum);
-      FusedStep s;
-      if (act && act->parent_block() == &block && !has_placement(*act) && act->num_results() == 1 &&
-          act->num_operands() == 1 &&
-          fused_step_for(act->name(), s) && s.kind == FusedStep::Kind::Unary && act->result(0).type() == t) {
-        activation = std::string(act->name());
-        last_op = act;
-      }
-    }
+    Value bias = matmul_bias(add, prod, t);
+    if (!bias) continue;
+    Operation* act = keep.count(key(add->result(0))) ? nullptr : epilogue_activation(add->result(0), block, t, target);
+    Operation* last_op = act ? act : add;
     if (barrier_between(mm, last_op)) continue;
     const auto ma = from_attributes<MatmulOp::Attributes>(mm->attributes(), MatmulOp::name);
     Builder b(block);
     b.set_insertion_point(last_op);
-    auto fused = b.create<FusedMatmulOp>(mm->operand_source(0), mm->operand_source(1), bias,
-                                         ma.transpose_x, ma.transpose_y, activation);
+    auto fused = b.create<FusedMatmulOp>(mm->operand_source(0), mm->operand_source(1), bias, ma.transpose_x,
+                                         ma.transpose_y, act ? std::string(act->name()) : std::string());
     replace_all_uses(last_op->result(0), fused.operation()->result(0), ctx);
-    if (last_op != add) erase_op(last_op, ctx);
+    if (act) erase_op(act, ctx);
     erase_op(add, ctx);
     erase_op(mm, ctx);
     ++made;
@@ -650,13 +671,14 @@ namespace {
 // fuse_conv_epilogue, fuse_conv_residual, channels_last, fuse_matmul_epilogue, fuse_elementwise, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h) over the program
 // (regions included), keeping the context's live-out values. For a CUDA
-// target only the last (the merged updates have CUDA kernels; the other
-// fused ops have CPU kernels only); for other targets nothing.
+// target those whose ops have CUDA kernels: fuse_softmax_cross_entropy,
+// fuse_matmul_epilogue (relu the only activation: cuBLASLt's epilogues)
+// and fuse_optimizer_updates; for other targets nothing.
 class FusePass : public Pass {
  public:
   FusePass() : Pass("fuse") {}
   void run(Program& program, PassContext& ctx) override {
-    if (ctx.target_place.kind == PlaceKind::Cuda) fuse_optimizer_updates(program.block(), &ctx);
+    if (ctx.target_place.kind == PlaceKind::Cuda) return run_for_cuda(program, ctx);
     if (!ctx.target_place.is_cpu()) return;
     fold_attention_transposes(program.block(), live_out_set(ctx), &ctx);
     // After the fold, which may have moved live-out values onto new ones.
@@ -675,6 +697,13 @@ class FusePass : public Pass {
     fuse_elementwise(program.block(), keep, &ctx);
     fuse_optimizer_updates(program.block(), &ctx);
   }
+  // The rewrites whose ops have CUDA kernels.
+  static void run_for_cuda(Program& program, PassContext& ctx) {
+    const ValueSet keep = live_out_set(ctx);
+    fuse_softmax_cross_entropy(program.block(), keep, &ctx);
+    fuse_matmul_epilogue(program.block(), live_out_set(ctx), &ctx, ctx.target_place);
+    fuse_optimizer_updates(program.block(), &ctx);
+  }
 };
 
 }  // namespace
@@ -683,9 +712,9 @@ std::unique_ptr<Pass> create_fuse_pass() { return std::make_unique<FusePass>(); 
 
 KILN_REGISTER_PASS("fuse", [] { return create_fuse_pass(); },
                    "attention's head transposes into its layout, softmax + cross-entropy into "
-                   "kiln.cross_entropy, conv2d + bias + relu / relu6 / silu into "
+                   "kiln.cross_entropy (CPU, CUDA), conv2d + bias + relu / relu6 / silu into "
                    "kiln.fused_conv2d (then NHWC where the CPU's convolutions prefer it), matmul + bias + "
-                   "activation into kiln.fused_matmul, elementwise chains into "
+                   "activation into kiln.fused_matmul (CPU; CUDA: bias + relu), elementwise chains into "
                    "kiln.fused_elementwise (CPU), optimizer updates into kiln.merged_*_ (CPU, CUDA)");
 
 }  // namespace kiln

@@ -16,6 +16,8 @@
 #include "kiln/frontend/optimizer.h"
 #include "kiln/kernel/random.h"
 #include "kiln/passes/fusion.h"
+#include "kiln/passes/pass_manager.h"
+#include "kiln/runtime/cuda_context.h"
 
 using namespace kiln;
 using kiln_test::same_bits;
@@ -342,6 +344,85 @@ TEST_CASE("an MLP's matmul, bias add and relu become one fused_matmul per layer,
   CHECK(count_top_ops(fused.main, "kiln.relu") == 0);
   Executor a, b;
   require_same_training(plain, fused, a, b, 15);
+}
+
+namespace {
+
+// x · w + b, then `activation` (a unary op), all of dtype dt.
+template <typename ActOp>
+Program linear_then(DataType dt) {
+  Program p;
+  Builder bl(p);
+  Value x = bl.create<DataOp>("x", std::vector<std::int64_t>{4, 8}, dt).result();
+  Value w = bl.create<DataOp>("w", std::vector<std::int64_t>{8, 3}, dt).result();
+  Value bias = bl.create<DataOp>("b", std::vector<std::int64_t>{3}, dt).result();
+  bl.create<ActOp>(bl.create<AddOp>(bl.create<MatmulOp>(x, w).result(), bias).result());
+  return p;
+}
+
+std::size_t fuse_for(Program& p, Place target) {
+  PassContext ctx;
+  ctx.target_place = target;
+  PassManager::parse("fuse").run(p, ctx);
+  return count_top_ops(p, "kiln.fused_matmul");
+}
+
+}  // namespace
+
+TEST_CASE("for a CUDA target, matmul, bias and relu become one fused_matmul in f32 and 16-bit, and other "
+          "activations stay ops of their own",
+          "[passes][fusion]") {
+  if (!built_with_cuda()) return;
+  MlpModel mlp;
+  PassContext ctx(std::vector<Value>{mlp.loss});
+  ctx.target_place = Place::cuda(0);
+  PassManager::parse("fuse").run(mlp.main, ctx);
+  mlp.main.verify();
+  std::size_t fused = 0, with_relu = 0;
+  for (Operation* op : mlp.main.block())
+    if (op->name() == "kiln.fused_matmul") {
+      ++fused;
+      with_relu += from_attributes<FusedMatmulOp::Attributes>(op->attributes(), "").activation.name == "kiln.relu";
+    }
+  CHECK(fused == 3);
+  CHECK(with_relu == 2);
+  CHECK(count_top_ops(mlp.main, "kiln.fused_elementwise") == 0);  // no CUDA kernel
+  // tanh is no cuBLASLt epilogue: the bias is fused, tanh stays.
+  Program tanh = linear_then<TanhOp>(DataType::Float32);
+  CHECK(fuse_for(tanh, Place::cuda(0)) == 1);
+  CHECK(count_top_ops(tanh, "kiln.tanh") == 1);
+  // bf16: fused on CUDA (rounded once); on the CPU, where the fused kernel
+  // gives the unfused bits only in f32 / f64, not at all.
+  Program bf16 = linear_then<ReluOp>(DataType::BFloat16), cpu = bf16.clone();
+  CHECK(fuse_for(bf16, Place::cuda(0)) == 1);
+  CHECK(count_top_ops(bf16, "kiln.relu") == 0);
+  CHECK(fuse_for(cpu, Place::cpu()) == 0);
+}
+
+TEST_CASE("an MLP trained on CUDA with its matmuls fused into cuBLASLt's epilogues tracks the unfused "
+          "training",
+          "[passes][fusion][cuda]") {
+  if (cuda_device_count() == 0) return;
+  MlpModel plain, fused;
+  ExecutionOptions with;
+  with.passes = "fuse";
+  Executor a(Place::cuda(0), {.passes = ""}), b(Place::cuda(0), with);
+  set_random_seed(11);
+  a.run(plain.startup);
+  set_random_seed(11);
+  b.run(fused.startup);
+  for (int step = 0; step < 15; ++step) {
+    const float la = a.run(plain.main, plain.feeds, {plain.loss})[0].to_vector<float>()[0];
+    const float lb = b.run(fused.main, fused.feeds, {fused.loss})[0].to_vector<float>()[0];
+    INFO("step " << step);
+    CHECK(std::abs(la - lb) <= 1e-5f * std::abs(la) + 1e-6f);
+  }
+  std::size_t fused_instructions = 0;
+  InterpreterCore* core = b.last_core();
+  REQUIRE(core);
+  for (std::uint32_t i = 0; i < core->num_instructions(); ++i)
+    fused_instructions += core->instruction(i).op_name == "kiln.fused_matmul";
+  CHECK(fused_instructions == 3);
 }
 
 TEST_CASE("a product or sum the caller keeps is not fused into a fused_matmul", "[passes][fusion]") {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "kiln/support/data_type.h"
 #include "kiln/support/dims.h"
 
 namespace kiln {
@@ -26,5 +27,11 @@ struct MatmulShape {
 // dims that do not broadcast.
 MatmulShape matmul_shape(std::string_view op, const Dims& x, const Dims& y, bool transpose_x,
                          bool transpose_y);
+
+// kiln.fused_matmul's bias against its product (dtype `product`, last dim
+// n): kiln::Error (InvalidArgument) naming `op` unless the bias has the
+// product's dtype and n elements or one.
+void check_matmul_bias(std::string_view op, DataType bias, std::int64_t bias_elements, DataType product,
+                       std::int64_t n);
 
 }  // namespace kiln

@@ -46,7 +46,12 @@ inline std::size_t fuse_elementwise(Program& program, const ValueSet& keep = {})
 // the unary family that only reads that sum, become one kiln.fused_matmul
 // (bias and activation applied while the product is in cache). Values in
 // `keep` are never fused away. Returns the number of fused ops created.
-std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr);
+// For the CPU (`target`): f32 and f64 (the fused kernel's results are the
+// unfused ops' bits), any activation. For another place: the dtypes with a
+// kernel there, and kiln.relu the only activation (on CUDA, cuBLASLt's
+// epilogue; 16-bit results rounded once instead of after each op).
+std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr,
+                                 const Place& target = Place::cpu());
 inline std::size_t fuse_matmul_epilogue(Program& program, const ValueSet& keep = {}) {
   return fuse_matmul_epilogue(program.block(), keep);
 }
@@ -73,9 +78,10 @@ std::size_t fuse_conv_residual(Block& block, const ValueSet& keep = {}, PassCont
 // fuse_conv_residual, convert_to_channels_last (kiln/passes/channels_last.h),
 // fuse_matmul_epilogue, then
 // fuse_elementwise, keeping the context's live-out values, then
-// fuse_optimizer_updates (kiln/passes/fuse_optimizer.h). For a CUDA target it
-// runs only fuse_optimizer_updates (the merged updates have CUDA kernels, the
-// other fused ops CPU kernels only); for any other target nothing.
+// fuse_optimizer_updates (kiln/passes/fuse_optimizer.h). For a CUDA target
+// the rewrites whose ops have CUDA kernels: fuse_softmax_cross_entropy,
+// fuse_matmul_epilogue (bias and relu) and fuse_optimizer_updates; for any
+// other target nothing.
 std::unique_ptr<Pass> create_fuse_pass();
 
 }  // namespace kiln

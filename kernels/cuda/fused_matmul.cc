@@ -1,0 +1,231 @@
+// CUDA kernel of kiln.fused_matmul: the product, its bias and relu in one
+// cublasLtMatmul (the BIAS / RELU_BIAS epilogues: the bias is added to the
+// f32 accumulator before the result is rounded) where the product is one
+// GEMM — y one matrix and x not transposed, so x's batch dims fold into its
+// rows — with a bias of the last dim's size; otherwise kiln.matmul's product
+// and one pass adding the bias and applying relu (launch_bias_activation),
+// as the unfused ops compute them. Activations: none or kiln.relu (what
+// cuBLASLt's epilogues compute); the fuse pass makes no other for a CUDA
+// target. f32 (TF32 under MatmulPrecision::High, as kiln.matmul), bf16
+// and f16 (f32 accumulation) on cuBLASLt; f64 by the second route.
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "cublas_util.h"
+#include "cuda_host.h"
+#include "kiln/dialect/kiln_dialect.h"
+#include "kiln/kernel/kernel_registry.h"
+#include "kiln/kernel/matmul_shape.h"
+#include "launch.h"
+#include "matmul_product.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr std::size_t kLtWorkspace = std::size_t(8) << 20;
+
+void check_lt(const KernelContext& ctx, cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw_error(ErrorKind::Internal, "op '", ctx.op()->name(), "': cuBLASLt ", what, ": ",
+                cublasGetStatusName(status));
+}
+
+// One cuBLASLt handle per device, made on first use, kept for the process.
+cublasLtHandle_t lt_handle(const KernelContext& ctx, int device) {
+  static std::mutex mu;
+  static std::map<int, cublasLtHandle_t> handles;
+  std::lock_guard<std::mutex> lock(mu);
+  cublasLtHandle_t& h = handles[device];
+  if (!h) check_lt(ctx, cublasLtCreate(&h), "handle");
+  return h;
+}
+
+// The largest power of two up to 256 dividing p's address (cuBLASLt picks
+// algorithms for the alignment it is told).
+std::uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+// Row-major out[rows, n] = x[rows, k] · op(y) (+ bias[n], relu) as the
+// column-major outᵀ = op(y)ᵀ · xᵀ: cuBLASLt's A is y, B is x, D is outᵀ,
+// whose rows (n) the bias runs along.
+struct LtGemm {
+  DataType dtype;
+  std::int64_t rows, n, k;
+  bool transpose_y, relu;
+  const void *x, *y, *bias;
+  void* out;
+};
+
+struct LtTypes {
+  cudaDataType data;
+  cublasComputeType_t compute;
+};
+LtTypes lt_types(DataType dt) {
+  if (dt == DataType::BFloat16) return {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
+  if (dt == DataType::Float16) return {CUDA_R_16F, CUBLAS_COMPUTE_32F};
+  const bool tf32 = float32_matmul_precision() == MatmulPrecision::High;
+  return {CUDA_R_32F, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
+}
+
+// The descriptors of one call, destroyed with it.
+struct LtDescs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  LtDescs() = default;
+  LtDescs(const LtDescs&) = delete;
+  LtDescs& operator=(const LtDescs&) = delete;
+  ~LtDescs() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+template <typename V>
+void set_desc(const KernelContext& ctx, cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const V& v) {
+  check_lt(ctx, cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof v), "descriptor");
+}
+template <typename V>
+void set_pref(const KernelContext& ctx, cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr,
+              const V& v) {
+  check_lt(ctx, cublasLtMatmulPreferenceSetAttribute(p, attr, &v, sizeof v), "preference");
+}
+
+void describe(const KernelContext& ctx, const LtGemm& g, LtDescs& ds) {
+  const LtTypes t = lt_types(g.dtype);
+  check_lt(ctx, cublasLtMatmulDescCreate(&ds.op, t.compute, CUDA_R_32F), "descriptor");
+  set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_TRANSA, g.transpose_y ? CUBLAS_OP_T : CUBLAS_OP_N);
+  set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  const cublasLtEpilogue_t epilogue = g.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, t.data);
+  const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
+  // y: [k, n] row-major is n × k column-major (ld n); transposed, [n, k] is k × n (ld k).
+  check_lt(ctx,
+           g.transpose_y ? cublasLtMatrixLayoutCreate(&ds.a, t.data, u(g.k), u(g.n), g.k)
+                         : cublasLtMatrixLayoutCreate(&ds.a, t.data, u(g.n), u(g.k), g.n),
+           "layout");
+  check_lt(ctx, cublasLtMatrixLayoutCreate(&ds.b, t.data, u(g.k), u(g.rows), g.k), "layout");
+  check_lt(ctx, cublasLtMatrixLayoutCreate(&ds.d, t.data, u(g.n), u(g.rows), g.n), "layout");
+  check_lt(ctx, cublasLtMatmulPreferenceCreate(&ds.pref), "preference");
+  set_pref(ctx, ds.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t{kLtWorkspace});
+  set_pref(ctx, ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(g.y));
+  set_pref(ctx, ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(g.x));
+  set_pref(ctx, ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(g.out));
+  set_pref(ctx, ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(g.out));
+}
+
+// The heuristic's first algorithm for this problem (its shapes, dtypes,
+// epilogue and the operands' alignments), looked up once per process and
+// device; false when cuBLASLt has none.
+using AlgoKey = std::tuple<int, DataType, int, std::int64_t, std::int64_t, std::int64_t, bool, bool, std::uint32_t,
+                           std::uint32_t, std::uint32_t, std::uint32_t>;
+bool find_algo(cublasLtHandle_t h, int device, const LtGemm& g, const LtDescs& ds,
+               cublasLtMatmulAlgo_t& algo) {
+  static std::mutex mu;
+  static std::map<AlgoKey, std::pair<bool, cublasLtMatmulAlgo_t>> cache;
+  const AlgoKey key{device, g.dtype, static_cast<int>(lt_types(g.dtype).compute), g.rows, g.n, g.k,
+                    g.transpose_y, g.relu, alignment(g.x), alignment(g.y), alignment(g.out), alignment(g.bias)};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    cublasLtMatmulHeuristicResult_t result;
+    std::memset(&result, 0, sizeof result);
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(h, ds.op, ds.a, ds.b, ds.d, ds.d, ds.pref, 1, &result, &found);
+    const bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.workspaceSize <= kLtWorkspace;
+    it = cache.emplace(key, std::make_pair(ok, result.algo)).first;
+  }
+  algo = it->second.second;
+  return it->second.first;
+}
+
+// The fused GEMM through cuBLASLt; false (nothing enqueued) when it has no
+// algorithm for it.
+bool lt_matmul(const KernelContext& ctx, const LtGemm& g) {
+  auto* stream = dynamic_cast<CudaStream*>(ctx.stream());
+  if (!stream) stream_of(ctx);  // the error naming the op
+  const int device = stream->device();
+  const cublasLtHandle_t h = lt_handle(ctx, device);
+  LtDescs ds;
+  describe(ctx, g, ds);
+  cublasLtMatmulAlgo_t algo;
+  if (!find_algo(h, device, g, ds, algo)) return false;
+  const BufferRef workspace = scratch_buffer(ctx, kLtWorkspace);
+  const float one = 1.0f, zero = 0.0f;
+  check_lt(ctx,
+           cublasLtMatmul(h, ds.op, &one, g.y, ds.a, g.x, ds.b, &zero, g.out, ds.d, g.out, ds.d, &algo,
+                          workspace->data(), kLtWorkspace, stream->handle()),
+           "matmul");
+  return true;
+}
+
+void check_activation(const KernelContext& ctx, const UnaryActivation& act) {
+  if (act.index >= 0 && act.name != "kiln.relu")
+    throw_error(ErrorKind::Unimplemented, "op '", ctx.op()->name(), "' on CUDA applies no activation or kiln.relu ",
+                "(cuBLASLt's epilogues), not '", act.name, "'");
+}
+
+// The product through cuBLASLt with the epilogue when it is one GEMM with a
+// row bias (see the file comment); false when it is not.
+bool try_lt(KernelContext& ctx, DataType dt, const FusedMatmulOp::Attributes& a, const Tensor* bias) {
+  if (dt == DataType::Float64 || !bias || a.transpose_x) return false;
+  // Copies: they keep the operands' buffers should the output's variable
+  // be one of theirs.
+  const Tensor x = ctx.input(0), y = ctx.input(1);
+  if (x.dtype() != dt || y.dtype() != dt || y.dims().rank() != 2 || x.dims().rank() < 2) return false;
+  const MatmulShape s = matmul_shape(ctx.op()->name(), x.dims(), y.dims(), false, a.transpose_y);
+  check_matmul_bias(ctx.op()->name(), bias->dtype(), bias->numel(), dt, s.n);
+  const std::int64_t rows = s.batch * s.m;
+  if (bias->numel() != s.n || rows == 0 || s.n == 0 || s.k == 0 || rows > INT_MAX || s.n > INT_MAX ||
+      s.k > INT_MAX)
+    return false;
+  Tensor& out = ctx.alloc_output(0, s.out_dims, dt);
+  const LtGemm g{dt, rows, s.n, s.k, a.transpose_y, a.activation.index >= 0, x.raw_data(), y.raw_data(),
+                 bias->raw_data(), out.raw_data()};
+  return lt_matmul(ctx, g);
+}
+
+template <DataType D>
+void fused_matmul_kernel(KernelContext& ctx) {
+  const auto& a = ctx.attrs<FusedMatmulOp>();
+  check_activation(ctx, a.activation);
+  // The bias outlives the output's allocation: its variable holds it,
+  // unless that variable is the output's too (then this copy keeps it).
+  Tensor bias;
+  if (ctx.num_inputs() > 2) bias = ctx.input(2);
+  const Tensor* b = ctx.num_inputs() > 2 ? &bias : nullptr;
+  if (try_lt(ctx, D, a, b)) return;
+  Tensor& out = matmul_product(ctx, D, a.transpose_x, a.transpose_y);
+  const std::int64_t n = out.dims().rank() ? out.dims()[out.dims().rank() - 1] : 1;
+  if (b) check_matmul_bias(ctx.op()->name(), b->dtype(), b->numel(), D, n);
+  if (!b && a.activation.index < 0) return;
+  launch_bias_activation(D, out.raw_data(), b ? b->raw_data() : nullptr, out.numel(), n,
+                         b && b->numel() == 1, a.activation.index >= 0, stream_of(ctx));
+  check_launch(ctx);
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(FusedMatmulOp, Cuda, Float32, fused_matmul_kernel<DataType::Float32>);
+KILN_REGISTER_KERNEL(FusedMatmulOp, Cuda, Float64, fused_matmul_kernel<DataType::Float64>);
+KILN_REGISTER_KERNEL(FusedMatmulOp, Cuda, BFloat16, fused_matmul_kernel<DataType::BFloat16>);
+KILN_REGISTER_KERNEL(FusedMatmulOp, Cuda, Float16, fused_matmul_kernel<DataType::Float16>);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,74 @@
+// kiln.fused_matmul's epilogue where cuBLASLt does not apply it
+// (launch.h's launch_bias_activation): a bias along the product's last dim
+// (or one element; or none) added, then relu, in place over the product. 16-bit
+// floats are summed in f32 and rounded once, as kiln.add computes them.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda_kernel_util.cuh"
+#include "kiln/dialect/binary_math.h"
+#include "kiln/dialect/unary_math.h"
+#include "kiln/support/error.h"
+#include "launch.h"
+
+namespace kiln::cuda {
+namespace {
+
+// E: float, double, __half or __nv_bfloat16; S: how it is stored.
+template <typename E>
+using Stored = std::conditional_t<std::is_floating_point_v<E>, E, std::uint16_t>;
+template <typename E>
+using Wide = std::conditional_t<std::is_same_v<E, double>, double, float>;
+
+template <typename E>
+__device__ Wide<E> load_wide(const Stored<E>* p, std::int64_t i) {
+  if constexpr (std::is_floating_point_v<E>) return p[i];
+  else if constexpr (std::is_same_v<E, __half>) return __half2float(__ushort_as_half(p[i]));
+  else return __bfloat162float(__ushort_as_bfloat16(p[i]));
+}
+template <typename E>
+__device__ void store_narrow(Stored<E>* p, std::int64_t i, Wide<E> v) {
+  if constexpr (std::is_floating_point_v<E>) p[i] = v;
+  else if constexpr (std::is_same_v<E, __half>) p[i] = __half_as_ushort(__float2half_rn(v));
+  else p[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+template <typename E>
+__global__ void bias_activation(Stored<E>* y, const Stored<E>* bias, std::int64_t total, std::int64_t n,
+                                bool one_bias, bool relu) {
+  KILN_GRID_STRIDE(i, total) {
+    Wide<E> v = load_wide<E>(y, i);
+    if (bias) v = AddMath::forward(v, load_wide<E>(bias, one_bias ? 0 : i % n));
+    if (relu) v = ReluMath::forward(v);
+    store_narrow<E>(y, i, v);
+  }
+}
+
+template <typename E>
+void launch(void* y, const void* bias, std::int64_t total, std::int64_t n, bool one_bias, bool relu,
+            cudaStream_t s) {
+  bias_activation<E><<<blocks_for(total), kThreads, 0, s>>>(static_cast<Stored<E>*>(y),
+                                                            static_cast<const Stored<E>*>(bias), total, n,
+                                                            one_bias, relu);
+}
+
+}  // namespace
+
+void launch_bias_activation(DataType dt, void* y, const void* bias, std::int64_t total, std::int64_t n,
+                            bool one_bias, bool relu, cudaStream_t s) {
+  if (total == 0) return;
+  switch (dt) {
+    case DataType::Float32: return launch<float>(y, bias, total, n, one_bias, relu, s);
+    case DataType::Float64: return launch<double>(y, bias, total, n, one_bias, relu, s);
+    case DataType::BFloat16: return launch<__nv_bfloat16>(y, bias, total, n, one_bias, relu, s);
+    case DataType::Float16: return launch<__half>(y, bias, total, n, one_bias, relu, s);
+    default:
+      throw_error(ErrorKind::Unimplemented, "kiln.fused_matmul's CUDA epilogue has no ", to_string(dt),
+                  " form");
+  }
+}
+
+}  // namespace kiln::cuda
