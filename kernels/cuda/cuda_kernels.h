@@ -19,6 +19,16 @@ void unary_kernel(KernelContext& ctx);
 template <typename Math, typename T>
 void unary_grad_kernel(KernelContext& ctx);
 
+// The same for bf16 / f16 (D), computed per element in f32 and rounded
+// once (elementwise_half.cu): the floating binaries, the unary family (in
+// place too) and its gradients.
+template <typename Math, DataType D>
+void binary_half_kernel(KernelContext& ctx);
+template <typename Math, DataType D>
+void unary_half_kernel(KernelContext& ctx);
+template <typename Math, DataType D>
+void unary_half_grad_kernel(KernelContext& ctx);
+
 // CompareOp<Math> / LogicalOp<Math>: Math::forward broadcast, bool result.
 template <typename Math, typename T>
 void compare_kernel(KernelContext& ctx);

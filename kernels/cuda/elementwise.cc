@@ -1,7 +1,8 @@
 // Host halves of the CUDA elementwise kernels whose ops carry attributes or
 // a variable operand count — gelu (exact or tanh form) and its gradient,
-// add_n — calling elementwise.cu's launchers (launch.h); registered for
-// PlaceKind::Cuda with the CPU's dtypes and shape checks.
+// add_n — calling elementwise.cu's and elementwise_half.cu's launchers
+// (launch.h); registered for PlaceKind::Cuda with the CPU's dtypes (and
+// bf16 / f16) and shape checks.
 #include <cstdint>
 #include <vector>
 
@@ -44,6 +45,37 @@ struct GeluGradK {
     check_launch(ctx);
   }
 };
+
+// gelu and its gradient in bf16 / f16: per element in f32, rounded once
+// (elementwise_half.cu).
+template <DataType D>
+void gelu_half_kernel(KernelContext& ctx) {
+  const Tensor x = ctx.input(0);
+  if (x.dtype() != D) throw_input_dtype(ctx, 0, D);
+  Tensor& out = ctx.alloc_output(0, x.dims(), D);
+  if (ctx.attrs<GeluOp>().approximate)
+    launch_unary_forward_half<GeluTanhMath>(D, x.raw_data(), out.raw_data(), x.numel(), stream_of(ctx));
+  else
+    launch_unary_forward_half<GeluErfMath>(D, x.raw_data(), out.raw_data(), x.numel(), stream_of(ctx));
+  check_launch(ctx);
+}
+
+template <DataType D>
+void gelu_grad_half_kernel(KernelContext& ctx) {
+  const Tensor x = ctx.input(0), d = ctx.input(1);
+  if (x.dtype() != D) throw_input_dtype(ctx, 0, D);
+  if (d.dtype() != D) throw_input_dtype(ctx, 1, D);
+  if (x.dims() != d.dims())
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' inputs must have one shape, got [",
+                x.dims().to_string(), "] and [", d.dims().to_string(), "]");
+  Tensor& out = ctx.alloc_output(0, x.dims(), D);
+  const cudaStream_t s = stream_of(ctx);
+  if (ctx.attrs<GradOf<GeluOp>>().approximate)
+    launch_unary_backward_half<GeluTanhMath>(D, x.raw_data(), d.raw_data(), out.raw_data(), x.numel(), s);
+  else
+    launch_unary_backward_half<GeluErfMath>(D, x.raw_data(), d.raw_data(), out.raw_data(), x.numel(), s);
+  check_launch(ctx);
+}
 
 template <typename T>
 struct AddNK {
@@ -108,6 +140,10 @@ KILN_REGISTER_KERNEL(AddNOp, Cuda, BFloat16, add_n_half_kernel<DataType::BFloat1
 KILN_REGISTER_KERNEL(AddNOp, Cuda, Float16, add_n_half_kernel<DataType::Float16>);
 KILN_REGISTER_KERNELS(GeluOp, Cuda, GeluK, float, double);
 KILN_REGISTER_KERNELS(GradOf<GeluOp>, Cuda, GeluGradK, float, double);
+KILN_REGISTER_KERNEL(GeluOp, Cuda, BFloat16, gelu_half_kernel<DataType::BFloat16>);
+KILN_REGISTER_KERNEL(GeluOp, Cuda, Float16, gelu_half_kernel<DataType::Float16>);
+KILN_REGISTER_KERNEL(GradOf<GeluOp>, Cuda, BFloat16, gelu_grad_half_kernel<DataType::BFloat16>);
+KILN_REGISTER_KERNEL(GradOf<GeluOp>, Cuda, Float16, gelu_grad_half_kernel<DataType::Float16>);
 KILN_REGISTER_KERNELS(AddNOp, Cuda, AddNK, float, double, std::int32_t, std::int64_t);
 
 }  // namespace kiln::cuda

@@ -3,10 +3,10 @@
 // the op's f32 CUDA kernel run on it, each output rounded on the device to
 // the dtype its result type names, all on the kernel's stream; the f32
 // tensors in between come from that stream's cache of device memory. The
-// ops: the CPU's list (but those without an f32 CUDA kernel, whose 16-bit
-// forms run on the CPU) and the floating binary family, which on CUDA has
-// no 16-bit kernels of its own. Results are the CPU's half_via_f32 results
-// where the two f32 kernels agree; elsewhere they differ as those do, by
+// ops: the CPU's list, but those without an f32 CUDA kernel (whose 16-bit
+// forms run on the CPU) and those with 16-bit CUDA kernels of their own
+// (the unary and binary families and gelu: elementwise_half.cu). Results
+// are the CPU's half_via_f32 results where the two f32 kernels agree; elsewhere they differ as those do, by
 // the rounding of one 16-bit unit at most in practice.
 #include <cstdint>
 #include <type_traits>
@@ -84,10 +84,12 @@ struct HalfViaF32 {
 };
 
 // The listed ops that have no f32 CUDA kernel, and those whose CUDA kernels
-// compute in bf16 / f16 themselves (the fused attention, flash_attention.cu).
+// compute in bf16 / f16 themselves (the fused attention,
+// flash_attention.cu; gelu, elementwise_half.cu).
 template <typename OpT>
 constexpr bool skipped_on_cuda =
     std::is_same_v<OpT, GradOf<MaximumOp>> || std::is_same_v<OpT, GradOf<MinimumOp>> ||
+    std::is_same_v<OpT, GeluOp> || std::is_same_v<OpT, GradOf<GeluOp>> ||
     std::is_same_v<OpT, ScaledDotProductAttentionOp> || std::is_same_v<OpT, GradOf<ScaledDotProductAttentionOp>> ||
     std::is_same_v<OpT, FusedConv2dOp> || std::is_same_v<OpT, Conv2dTransposeOp> ||
     std::is_same_v<OpT, GradOf<Conv2dTransposeOp>> || std::is_same_v<OpT, AdaptiveAvgPool2dOp> ||
@@ -106,23 +108,8 @@ void register_halves(OpTypeList<OpTs...>) {
   (register_half<OpTs>(), ...);
 }
 
-template <typename... Maths>
-void register_unary_halves(MathList<Maths...>) {
-  register_halves(OpTypeList<UnaryOp<Maths>..., GradOf<UnaryOp<Maths>>...>{});
-}
-
-template <typename... Maths>
-void register_binary_halves(BinaryMathList<Maths...>) {
-  const auto one = []<typename Math>(Math*) {
-    if constexpr (!integer_only_math<Math>) register_half<BinaryOp<Math>>();
-  };
-  (one(static_cast<Maths*>(nullptr)), ...);
-}
-
 [[maybe_unused]] const bool registered = [] {
-  register_unary_halves(UnaryFamily{});
   register_halves(HalfViaF32Ops{});
-  register_binary_halves(BinaryFamily{});
   return true;
 }();
 

@@ -27,6 +27,13 @@ template <typename Math, typename T>
 void launch_unary_forward(const T* x, T* out, std::int64_t n, cudaStream_t s);
 template <typename Math, typename T>
 void launch_unary_backward(const T* x, const T* d, T* out, std::int64_t n, cudaStream_t s);
+// The same over bf16 / f16 bits (dt), computed in f32 and rounded once
+// (elementwise_half.cu).
+template <typename Math>
+void launch_unary_forward_half(DataType dt, const void* x, void* out, std::int64_t n, cudaStream_t s);
+template <typename Math>
+void launch_unary_backward_half(DataType dt, const void* x, const void* d, void* out, std::int64_t n,
+                                cudaStream_t s);
 // out = Σ in[0..k) (k >= 1; `in` is a host array of device pointers, read
 // before return). T: f32, f64, i32, i64.
 template <typename T>

@@ -1,7 +1,8 @@
 // Registers the nvcc-compiled CUDA kernels (cuda_kernels.h) for
 // PlaceKind::Cuda, expanding the same family lists as the CPU's
 // registrations: one place where the dtypes of each family member are
-// decided (elementwise.cu instantiates exactly these).
+// decided (elementwise.cu and elementwise_half.cu instantiate exactly
+// these).
 #include <cstdint>
 
 #include "cuda_kernels.h"
@@ -27,9 +28,19 @@ void add_binary(Types<Ts...>) {
   (add<BinaryOp<Math>, Math, &binary_kernel<Math, Ts>, Ts>(Math::name.data()), ...);
 }
 
+template <typename OpT, typename Math, void (*Bf16)(KernelContext&), void (*F16)(KernelContext&)>
+void add_halves(const char* name) {
+  KernelRegistrar<OpT>(PlaceKind::Cuda, DataType::BFloat16, Bf16, name);
+  KernelRegistrar<OpT>(PlaceKind::Cuda, DataType::Float16, F16, name);
+}
+
 template <typename Math>
 void register_binary() {
-  if constexpr (!integer_only_math<Math>) add_binary<Math>(Floats{});
+  if constexpr (!integer_only_math<Math>) {
+    add_binary<Math>(Floats{});
+    add_halves<BinaryOp<Math>, Math, &binary_half_kernel<Math, DataType::BFloat16>,
+               &binary_half_kernel<Math, DataType::Float16>>(Math::name.data());
+  }
   if constexpr (!Math::floating_only) add_binary<Math>(Ints{});
 }
 
@@ -44,6 +55,10 @@ void register_unary() {
   if constexpr (!Math::floating_only) add_unary<Math>(Types<std::int32_t, std::int64_t>{});
   add<GradOf<UnaryOp<Math>>, Math, &unary_grad_kernel<Math, float>, float>(Math::name.data());
   add<GradOf<UnaryOp<Math>>, Math, &unary_grad_kernel<Math, double>, double>(Math::name.data());
+  add_halves<UnaryOp<Math>, Math, &unary_half_kernel<Math, DataType::BFloat16>,
+             &unary_half_kernel<Math, DataType::Float16>>(Math::name.data());
+  add_halves<GradOf<UnaryOp<Math>>, Math, &unary_half_grad_kernel<Math, DataType::BFloat16>,
+             &unary_half_grad_kernel<Math, DataType::Float16>>(Math::name.data());
 }
 
 template <typename Math>

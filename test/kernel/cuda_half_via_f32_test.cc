@@ -1,7 +1,10 @@
-// The bf16 / f16 kernels CUDA computes through its f32 kernels
-// (kernels/cuda/half_via_f32.cc): registered for exactly the listed ops
-// that have an f32 CUDA kernel (checked without a device), and in bf16
-// against the CPU's half_via_f32 kernels on the same inputs ([cuda]).
+// CUDA's bf16 / f16 kernels, computed through its f32 kernels
+// (kernels/cuda/half_via_f32.cc) or, for the unary and binary families and
+// gelu, by kernels of their own (elementwise_half.cu): registered for
+// exactly the listed ops that have an f32 CUDA kernel (checked without a
+// device), in bf16 against the CPU's half_via_f32 kernels on the same
+// inputs ([cuda]), and the own kernels bit for bit against the f32 CUDA
+// kernel on the widened inputs, rounded once ([cuda]).
 // Tolerance: one bf16 unit (2^-7 relative) or 1e-3 absolute, NaN where the
 // CPU has NaN: the results are the two places' f32 results rounded once,
 // and the f32 kernels differ in summation order and in libm's last bits;
@@ -115,7 +118,7 @@ void check_binaries(BinaryMathList<Maths...>) {
   (one(static_cast<Maths*>(nullptr)), ...);
 }
 
-TEST_CASE("CUDA has bf16 and f16 kernels through f32 for exactly the listed ops with an f32 CUDA kernel",
+TEST_CASE("CUDA has bf16 and f16 kernels for exactly the listed ops and families with an f32 CUDA kernel",
           "[kernel][half]") {
   if (!built_with_cuda()) return;
   check_all_registered(HalfViaF32Ops{});
@@ -128,6 +131,82 @@ TEST_CASE("CUDA's bf16 unary and binary families and their unary gradients follo
   if (!have_cuda()) return;
   check_unaries(UnaryFamily{});
   check_binaries(BinaryFamily{});
+}
+
+// `half` (bf16 / f16) widened to f32 on the host, exactly.
+Tensor widened(const Tensor& half) {
+  std::vector<float> v(static_cast<std::size_t>(half.numel()));
+  const auto* p = static_cast<const std::uint16_t*>(half.raw_data());
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = from_half(p[i], half.dtype());
+  return Tensor::from_vector<float>(half.dims(), v);
+}
+
+// The op `make` builds on CUDA in `dt`: every element the f32 CUDA kernel's
+// on the widened inputs, rounded once (NaN where it is NaN).
+void check_rounds_f32(const std::vector<Tensor>& in, DataType dt, const MakeOp& make) {
+  std::vector<Tensor> wide;
+  for (const Tensor& t : in) wide.push_back(widened(t));
+  const Tensor want = kiln_test::run_cuda_kernel(wide, make).out();
+  const Tensor got = kiln_test::run_cuda_kernel(in, make).out();
+  REQUIRE(got.dtype() == dt);
+  REQUIRE(got.dims() == want.dims());
+  const std::vector<float> w = want.to_vector<float>();
+  const auto* g = static_cast<const std::uint16_t*>(got.raw_data());
+  std::int64_t bad = 0;
+  for (std::size_t i = 0; i < w.size(); ++i)
+    bad += std::isnan(w[i]) ? !std::isnan(from_half(g[i], dt)) : g[i] != kiln_test::to_half(w[i], dt);
+  CHECK(bad == 0);
+}
+
+template <typename... Maths>
+void check_own_unaries(MathList<Maths...>, DataType dt) {
+  const Tensor x = random_half({33, 65}, dt, 21), d = random_half({33, 65}, dt, 22);
+  const auto one = [&]<typename Math>(Math*) {
+    INFO(Math::name);
+    check_rounds_f32({x}, dt, [](Builder& b, const std::vector<Value>& v) {
+      return b.create<UnaryOp<Math>>(v[0]).operation();
+    });
+    check_rounds_f32({x, d}, dt, [](Builder& b, const std::vector<Value>& v) {
+      return b.create<GradOf<UnaryOp<Math>>>(v[0], v[1]).operation();
+    });
+  };
+  (one(static_cast<Maths*>(nullptr)), ...);
+}
+
+template <typename... Maths>
+void check_own_binaries(BinaryMathList<Maths...>, DataType dt) {
+  const Tensor x = random_half({33, 65}, dt, 23), y = random_half({33, 65}, dt, 24), row = random_half({65}, dt, 25);
+  const auto one = [&]<typename Math>(Math*) {
+    if constexpr (!integer_only_math<Math>) {
+      INFO(Math::name);
+      for (const Tensor* other : {&y, &row})
+        check_rounds_f32({x, *other}, dt, [](Builder& b, const std::vector<Value>& v) {
+          return b.create<BinaryOp<Math>>(v[0], v[1]).operation();
+        });
+    }
+  };
+  (one(static_cast<Maths*>(nullptr)), ...);
+}
+
+TEST_CASE("CUDA's own bf16 and f16 elementwise kernels give the f32 kernel's results on the widened inputs, "
+          "rounded once",
+          "[kernel][half][cuda]") {
+  if (!have_cuda()) return;
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    INFO(to_string(dt));
+    check_own_unaries(UnaryFamily{}, dt);
+    check_own_binaries(BinaryFamily{}, dt);
+    const Tensor x = random_half({33, 65}, dt, 26), d = random_half({33, 65}, dt, 27);
+    for (bool approximate : {false, true}) {
+      INFO("gelu, approximate " << approximate);
+      check_rounds_f32({x}, dt, [&](Builder& b, const std::vector<Value>& v) {
+        return b.create<GeluOp>(v[0], approximate).operation();
+      });
+      check_rounds_f32({x, d}, dt, [&](Builder& b, const std::vector<Value>& v) {
+        return b.create<GradOf<GeluOp>>(GradOf<GeluOp>::Attributes{approximate}, v[0], v[1]).operation();
+      });
+    }
+  }
 }
 
 TEST_CASE("CUDA's bf16 gelu, scale, softmaxes, norms, reductions and dropout follow the CPU's half_via_f32",
