@@ -89,11 +89,26 @@ void erase_dead_swaps(std::vector<Value> operands, const ValueSet& keep, PassCon
   for (Operation* op : dead) erase_op(op, ctx);
 }
 
+// Whether the target's kernel reads layout BLHD in place: the CPU's always;
+// CUDA's fused (flash) kernels, which take f32, bf16 and f16 with head
+// dims up to 128 (kernels/cuda/attention.cc; its cuBLAS path for the rest
+// stages BLHD through BHLD copies, the transposes' work again).
+bool reads_blhd_in_place(const Operation& op, const Place& target) {
+  if (target.is_cpu()) return true;
+  if (target.kind != PlaceKind::Cuda) return false;
+  const Type q = op.operand_source(0).type(), v = op.operand_source(2).type();
+  if (!is_shaped(q) || !is_shaped(v) || shaped_dims(q).empty() || shaped_dims(v).empty()) return false;
+  const DataType dt = shaped_data_type(q);
+  const std::int64_t d = shaped_dims(q).back(), dv = shaped_dims(v).back();
+  return (dt == DataType::Float32 || dt == DataType::BFloat16 || dt == DataType::Float16) && d > 0 && d <= 128 &&
+         dv > 0 && dv <= 128;
+}
+
 // An op in layout BHLD whose q, k and v are swaps it may read through, and
 // whose results are plain values: not kept, not written in place nor held
 // by another op (their readers move to the new op's results).
-bool foldable(Operation* op, const ValueSet& keep) {
-  if (has_placement(*op)) return false;
+bool foldable(Operation* op, const ValueSet& keep, const Place& target) {
+  if (has_placement(*op) || !reads_blhd_in_place(*op, target)) return false;
   for (std::uint32_t i = 0; i < op->num_results(); ++i)
     if (keep.count(op->result(i).impl()) || is_buffer(op->result(i))) return false;
   const Attrs a = from_attributes<Attrs>(op->attributes(), op->name());
@@ -137,16 +152,16 @@ void fold(Operation* op, const ValueSet& keep, PassContext* ctx) {
 
 }  // namespace
 
-std::size_t fold_attention_transposes(Block& block, const ValueSet& keep, PassContext* ctx) {
+std::size_t fold_attention_transposes(Block& block, const ValueSet& keep, PassContext* ctx, const Place& target) {
   std::size_t made = 0;
   std::vector<Operation*> ops;
   for (Operation* op : block) {
     for (std::uint32_t r = 0; r < op->num_regions(); ++r)
-      for (Block* inner : op->region(r)) made += fold_attention_transposes(*inner, keep, ctx);
+      for (Block* inner : op->region(r)) made += fold_attention_transposes(*inner, keep, ctx, target);
     if (op->isa<ScaledDotProductAttentionOp>() || op->isa<AttentionGradOp>()) ops.push_back(op);
   }
   for (Operation* op : ops) {
-    if (!foldable(op, keep)) continue;
+    if (!foldable(op, keep, target)) continue;
     fold(op, keep, ctx);
     ++made;
   }
@@ -159,9 +174,7 @@ class FoldAttentionTransposesPass : public Pass {
  public:
   FoldAttentionTransposesPass() : Pass("fold_attention_transposes") {}
   void run(Program& program, PassContext& ctx) override {
-    // On a device the BLHD kernel stages through BHLD copies: no gain.
-    if (!ctx.target_place.is_cpu()) return;
-    fold_attention_transposes(program.block(), live_out_set(ctx), &ctx);
+    fold_attention_transposes(program.block(), live_out_set(ctx), &ctx, ctx.target_place);
   }
 };
 

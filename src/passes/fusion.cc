@@ -671,7 +671,8 @@ namespace {
 // fuse_conv_epilogue, fuse_conv_residual, channels_last, fuse_matmul_epilogue, fuse_elementwise, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h) over the program
 // (regions included), keeping the context's live-out values. For a CUDA
-// target those whose ops have CUDA kernels: fuse_softmax_cross_entropy,
+// target those whose ops have CUDA kernels: fold_attention_transposes
+// (where the flash kernels read BLHD), fuse_softmax_cross_entropy,
 // fuse_matmul_epilogue (relu the only activation: cuBLASLt's epilogues)
 // and fuse_optimizer_updates; for other targets nothing.
 class FusePass : public Pass {
@@ -699,6 +700,7 @@ class FusePass : public Pass {
   }
   // The rewrites whose ops have CUDA kernels.
   static void run_for_cuda(Program& program, PassContext& ctx) {
+    fold_attention_transposes(program.block(), live_out_set(ctx), &ctx, ctx.target_place);
     const ValueSet keep = live_out_set(ctx);
     fuse_softmax_cross_entropy(program.block(), keep, &ctx);
     fuse_matmul_epilogue(program.block(), live_out_set(ctx), &ctx, ctx.target_place);

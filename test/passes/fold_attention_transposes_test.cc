@@ -3,6 +3,7 @@
 // and gradient), training gives the same numbers bit for bit, and what the
 // rewrite must leave alone (a value kept, a source written in place, an
 // operand that is no transpose) stays.
+#include <cmath>
 #include <memory>
 #include <random>
 #include <string>
@@ -19,6 +20,7 @@
 #include "kiln/ir/parser.h"
 #include "kiln/kernel/random.h"
 #include "kiln/passes/fold_attention_transposes.h"
+#include "kiln/runtime/cuda_context.h"
 #include "passes_test_util.h"
 
 using namespace kiln;
@@ -53,21 +55,22 @@ struct Model {
   Program main, startup;
   Value loss;
   FeedMap feeds;
-  Model() {
+  // `heads` heads of embed / heads dims each.
+  explicit Model(std::int64_t heads = 4, std::int64_t embed = 32) {
     UniqueNameGuard names;
     {
       ProgramGuard guard(main, startup);
-      Value x = data("x", {2, 6, 32});
-      nn::TransformerEncoderLayer layer(32, 4, 64, /*dropout=*/0.0, "gelu");
+      Value x = data("x", {2, 6, embed});
+      nn::TransformerEncoderLayer layer(embed, heads, 64, /*dropout=*/0.0, "gelu");
       Value y = layer(x, /*causal=*/true);
       loss = main_builder().create<MeanOp>(main_builder().create<MulOp>(y, y).result()).result();
       optim::Adam(1e-2).minimize(loss);
     }
     std::mt19937 rng(3);
     std::normal_distribution<float> normal(0.f, 1.f);
-    std::vector<float> xs(2 * 6 * 32);
+    std::vector<float> xs(static_cast<std::size_t>(2 * 6 * embed));
     for (float& v : xs) v = normal(rng);
-    feeds = {{"x", Tensor::from_vector<float>({2, 6, 32}, xs)}};
+    feeds = {{"x", Tensor::from_vector<float>({2, 6, embed}, xs)}};
   }
 };
 
@@ -255,10 +258,35 @@ TEST_CASE("attention in a branch folds its head transposes there",
   CHECK(same_bits(folded.run(p, feed, {ctx.live_out()[0]})[0], want[0]));
 }
 
-TEST_CASE("the pass leaves a program for a device as it is", "[passes][fold_attention_transposes]") {
+TEST_CASE("for a CUDA target the pass folds the attention its flash kernels read in place and leaves head dims "
+          "above 128 as they are",
+          "[passes][fold_attention_transposes]") {
   Model m;
   PassContext ctx({m.loss});
   ctx.target_place = Place::cuda(0);
   PassManager::parse("fold_attention_transposes").run(m.main, ctx);
-  CHECK(head_swaps(m.main) == 8);
+  CHECK(head_swaps(m.main) == 0);
+  CHECK(layouts(m.main) == std::vector<std::string>{"BLHD", "BLHD"});
+  Model wide(/*heads=*/2, /*embed=*/272);  // head dim 136: the cuBLAS path's
+  PassContext wide_ctx({wide.loss});
+  wide_ctx.target_place = Place::cuda(0);
+  PassManager::parse("fold_attention_transposes").run(wide.main, wide_ctx);
+  CHECK(head_swaps(wide.main) == 8);
+}
+
+TEST_CASE("a transformer layer trained on CUDA with its head transposes folded tracks the CPU's training",
+          "[passes][fold_attention_transposes][cuda]") {
+  if (cuda_device_count() == 0) return;
+  Model cpu_model, gpu_model;
+  Executor cpu(Place::cpu(), {.passes = ""}), gpu(Place::cuda(0), {.passes = "fold_attention_transposes"});
+  set_random_seed(5);
+  cpu.run(cpu_model.startup);
+  set_random_seed(5);
+  gpu.run(gpu_model.startup);
+  for (int step = 0; step < 5; ++step) {
+    const float a = cpu.run(cpu_model.main, cpu_model.feeds, {cpu_model.loss})[0].to_vector<float>()[0];
+    const float b = gpu.run(gpu_model.main, gpu_model.feeds, {gpu_model.loss})[0].to_vector<float>()[0];
+    INFO("step " << step);
+    CHECK(std::abs(a - b) <= 1e-4f * std::abs(a) + 1e-6f);
+  }
 }

@@ -22,8 +22,10 @@
 // programs the rewrite trades transposes instead of removing them. What
 // multi-head attention layers build loses all of them (eight per layer in
 // training). Bit-identical: the kernels do the same arithmetic on rows at
-// other addresses. The pass acts on CPU targets only: the CUDA kernel of
-// layout BLHD stages through BHLD copies, the transposes' work again.
+// other addresses. For a CUDA target it folds only what the fused (flash)
+// kernels run, which read BLHD in place (f32, bf16, f16; head dims up to
+// 128): the cuBLAS path stages BLHD through BHLD copies, the transposes'
+// work again.
 #pragma once
 
 #include <cstddef>
@@ -36,10 +38,11 @@
 namespace kiln {
 
 // Rewrites in `block` and every region nested in it, leaving ops with a
-// result in `keep` (fetched, live-out) as they are; returns the number of
-// attention ops (forward and gradient) that changed layout.
+// result in `keep` (fetched, live-out) as they are, and those the kernel at
+// `target` would not read in place; returns the number of attention ops
+// (forward and gradient) that changed layout.
 std::size_t fold_attention_transposes(Block& block, const ValueSet& keep = {},
-                                      PassContext* ctx = nullptr);
+                                      PassContext* ctx = nullptr, const Place& target = Place::cpu());
 inline std::size_t fold_attention_transposes(Program& program, const ValueSet& keep = {}) {
   return fold_attention_transposes(program.block(), keep);
 }

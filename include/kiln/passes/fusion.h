@@ -79,7 +79,8 @@ std::size_t fuse_conv_residual(Block& block, const ValueSet& keep = {}, PassCont
 // fuse_matmul_epilogue, then
 // fuse_elementwise, keeping the context's live-out values, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h). For a CUDA target
-// the rewrites whose ops have CUDA kernels: fuse_softmax_cross_entropy,
+// the rewrites whose ops have CUDA kernels: fold_attention_transposes
+// (where the flash kernels read BLHD in place), fuse_softmax_cross_entropy,
 // fuse_matmul_epilogue (bias and relu) and fuse_optimizer_updates; for any
 // other target nothing.
 std::unique_ptr<Pass> create_fuse_pass();
