@@ -373,30 +373,13 @@ struct AvgPoolGradK {
   }
 };
 
-// Adaptive windows: [floor(i·in / out), ceil((i + 1)·in / out)).
-inline std::int64_t adaptive_start(std::int64_t i, std::int64_t in, std::int64_t out) {
-  return (i * in) / out;
-}
-inline std::int64_t adaptive_end(std::int64_t i, std::int64_t in, std::int64_t out) {
-  return ((i + 1) * in + out - 1) / out;
-}
-
-template <typename A>
-void adaptive_check(const KernelContext& ctx, const Tensor& x, const A& a) {
-  if (x.rank() != 4 || a.output_size.size() != 2 || a.output_size[0] < 1 || a.output_size[1] < 1)
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
-                "' needs x [N, C, H, W] and two output sizes >= 1, got x [",
-                x.dims().to_string(), "]");
-}
-
 template <typename T>
 struct AdaptiveAvgPoolK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0);
     const auto& a = ctx.attrs<AdaptiveAvgPool2dOp>();
-    adaptive_check(ctx, x, a);
-    const std::int64_t n = x.dims()[0], c = x.dims()[1], h = x.dims()[2], w = x.dims()[3];
-    const std::int64_t ho = a.output_size[0], wo = a.output_size[1];
+    const Pool2dGeometry g = pool::adaptive_geometry(ctx.op()->name(), x.dims(), a.output_size);
+    const std::int64_t n = g.n, c = g.c, h = g.h, w = g.w, ho = g.ho, wo = g.wo;
     Tensor& out = ctx.alloc_output(0, Dims{n, c, ho, wo}, x.dtype());
     if (out.numel() == 0) return;
     const T* px = x.data<T>();
@@ -424,10 +407,9 @@ struct AdaptiveAvgPoolGradK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0), dout = typed_input<T>(ctx, 1);
     const auto& a = ctx.attrs<GradOf<AdaptiveAvgPool2dOp>>();
-    adaptive_check(ctx, x, a);
-    const std::int64_t n = x.dims()[0], c = x.dims()[1], h = x.dims()[2], w = x.dims()[3];
-    const std::int64_t ho = a.output_size[0], wo = a.output_size[1];
-    pool::check_dout(ctx.op()->name(), dout.dims(), Pool2dGeometry{.n = n, .c = c, .ho = ho, .wo = wo});
+    const Pool2dGeometry g = pool::adaptive_geometry(ctx.op()->name(), x.dims(), a.output_size);
+    const std::int64_t n = g.n, c = g.c, h = g.h, w = g.w, ho = g.ho, wo = g.wo;
+    pool::check_dout(ctx.op()->name(), dout.dims(), g);
     Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
     if (dx.numel() == 0) return;
     T* pdx = dx.data<T>();

@@ -92,8 +92,7 @@ constexpr bool skipped_on_cuda =
     std::is_same_v<OpT, GeluOp> || std::is_same_v<OpT, GradOf<GeluOp>> ||
     std::is_same_v<OpT, ScaledDotProductAttentionOp> || std::is_same_v<OpT, GradOf<ScaledDotProductAttentionOp>> ||
     std::is_same_v<OpT, FusedConv2dOp> || std::is_same_v<OpT, Conv2dTransposeOp> ||
-    std::is_same_v<OpT, GradOf<Conv2dTransposeOp>> || std::is_same_v<OpT, AdaptiveAvgPool2dOp> ||
-    std::is_same_v<OpT, GradOf<AdaptiveAvgPool2dOp>>;
+    std::is_same_v<OpT, GradOf<Conv2dTransposeOp>>;
 
 template <typename OpT>
 void register_half() {

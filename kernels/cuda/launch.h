@@ -176,6 +176,12 @@ void launch_pool(bool max, const T* x, T* out, const Pool2dGeometry& g, bool exc
 template <typename T>
 void launch_pool_grad(bool max, const T* x, const T* dout, T* dx, const Pool2dGeometry& g,
                       bool exclusive, cudaStream_t s);
+// adaptive_avg_pool2d over g's n, c, h, w, ho, wo, and its gradient (every
+// element of dx written). f32, f64.
+template <typename T>
+void launch_adaptive_avg_pool(const T* x, T* out, const Pool2dGeometry& g, cudaStream_t s);
+template <typename T>
+void launch_adaptive_avg_pool_grad(const T* dout, T* dx, const Pool2dGeometry& g, cudaStream_t s);
 
 // ---- layer_norm / rms_norm (reduce.cu) ----
 

@@ -70,6 +70,13 @@ void check_dout(std::string_view op, const Dims& dout, const Pool2dGeometry& g) 
   conv::check_dout(op, dout, Dims{g.n, g.c, g.ho, g.wo});
 }
 
+Pool2dGeometry adaptive_geometry(std::string_view op, const Dims& x, const std::vector<std::int64_t>& output_size) {
+  if (x.rank() != 4 || output_size.size() != 2 || output_size[0] < 1 || output_size[1] < 1)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' needs x [N, C, H, W] and two output sizes >= 1, got x [",
+                x.to_string(), "]");
+  return Pool2dGeometry{.n = x[0], .c = x[1], .h = x[2], .w = x[3], .ho = output_size[0], .wo = output_size[1]};
+}
+
 }  // namespace pool
 
 namespace {

@@ -1,4 +1,4 @@
-// The CUDA conv2d (cuDNN) and max / avg pool kernels and their gradients
+// The CUDA conv2d (cuDNN) and max / avg / adaptive-avg pool kernels and their gradients
 // against the CPU's on the same inputs ([cuda]: skipped without a device):
 // strides, symmetric and asymmetric paddings, dilations, groups, ceil_mode,
 // exclusive and inclusive averages. Convolutions to 1e-5 in f32 and 1e-12 in
@@ -131,4 +131,32 @@ TEST_CASE("CUDA max and avg pools and their gradients give the CPU's values exac
                                                      filled<float>({1, 1, 3, 3})},
                                                     V{2, 2}, V{}, V{0, 0}, false),
                    InvalidArgument, {"kiln.max_pool2d_grad", "dout [1, 1, 3, 3]", "[1, 1, 2, 2]"});
+}
+
+TEST_CASE("CUDA adaptive average pooling and its gradient give the CPU's values exactly, for windows that "
+          "divide the input, overlap or repeat",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  struct Case {
+    Dims x;
+    V out;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 7, 7}, {1, 1}},   // a ResNet's global pool
+      {{1, 2, 10, 9}, {3, 4}},  // overlapping windows of two sizes
+      {{1, 2, 5, 3}, {7, 6}},   // more outputs than inputs: windows repeat
+  };
+  for (const Case& c : cases) {
+    INFO("x [" << c.x.to_string() << "] → " << c.out[0] << "×" << c.out[1]);
+    const auto one = [&]<typename T>(T*) {
+      const Tensor x = filled<T>(c.x, -1, 1, 4);
+      const Tensor want = run_op<AdaptiveAvgPool2dOp>({x}, c.out).out();
+      CHECK(kiln_test::same_bits(run_cuda_op<AdaptiveAvgPool2dOp>({x}, c.out).out(), want));
+      const Tensor dout = filled<T>(want.dims(), -1, 1, 5);
+      CHECK(kiln_test::same_bits(run_cuda_op<GradOf<AdaptiveAvgPool2dOp>>({x, dout}, c.out).out(),
+                                 run_op<GradOf<AdaptiveAvgPool2dOp>>({x, dout}, c.out).out()));
+    };
+    one(static_cast<float*>(nullptr));
+    one(static_cast<double*>(nullptr));
+  }
 }

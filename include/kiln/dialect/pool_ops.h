@@ -102,6 +102,10 @@ Pool2dGeometry geometry(std::string_view op, const Dims& x, const Attrs& a) {
 // kiln::Error naming `op` unless a gradient's dout is the forward's result
 // shape [N, C, Ho, Wo].
 void check_dout(std::string_view op, const Dims& dout, const Pool2dGeometry& g);
+// adaptive_avg_pool2d's n, c, h, w, ho, wo for a tensor x at run time;
+// kiln::Error naming `op` unless x is [N, C, H, W] and output_size two
+// sizes >= 1.
+Pool2dGeometry adaptive_geometry(std::string_view op, const Dims& x, const std::vector<std::int64_t>& output_size);
 }  // namespace pool
 
 }  // namespace kiln

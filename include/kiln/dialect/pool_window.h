@@ -1,6 +1,7 @@
 // The windows of max_pool2d / avg_pool2d over one [H, W] plane: the
 // geometry (pool_ops.h's InferMeta fills it), each output's window clipped
-// to the input, the window's first maximum and avg_pool2d's divisor. Free of
+// to the input, the window's first maximum and avg_pool2d's divisor; and
+// adaptive_avg_pool2d's windows. Free of
 // the IR, so the CPU and CUDA kernels expand the same functions
 // (KILN_HOST_DEVICE) and agree element for element.
 #pragma once
@@ -72,6 +73,22 @@ KILN_HOST_DEVICE inline void pool_outputs_covering(std::int64_t i, std::int64_t 
   const std::int64_t lo = hi - k + 1;        // o·s >= lo
   first = lo <= 0 ? 0 : (lo + s - 1) / s;
   last = hi / s;
+  if (last > out - 1) last = out - 1;
+}
+
+// adaptive_avg_pool2d's window along one axis: output i of `out` over an
+// input of `in` reads [floor(i·in / out), ceil((i + 1)·in / out)).
+KILN_HOST_DEVICE inline std::int64_t adaptive_start(std::int64_t i, std::int64_t in, std::int64_t out) {
+  return (i * in) / out;
+}
+KILN_HOST_DEVICE inline std::int64_t adaptive_end(std::int64_t i, std::int64_t in, std::int64_t out) {
+  return ((i + 1) * in + out - 1) / out;
+}
+// The outputs whose adaptive windows hold input index i: [first, last].
+KILN_HOST_DEVICE inline void adaptive_outputs_covering(std::int64_t i, std::int64_t in, std::int64_t out,
+                                                       std::int64_t& first, std::int64_t& last) {
+  first = (i * out) / in;
+  last = ((i + 1) * out + in - 1) / in - 1;
   if (last > out - 1) last = out - 1;
 }
 
