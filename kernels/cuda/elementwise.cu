@@ -47,13 +47,8 @@ template <typename Math, typename T, typename U>
 __global__ void binary_broadcast(const T* __restrict__ x, const T* __restrict__ y,
                                  U* __restrict__ out, std::int64_t n, BroadcastPlan p) {
   KILN_GRID_STRIDE(i, n) {
-    std::int64_t rem = i, xo = 0, yo = 0;
-    for (int d = p.rank - 1; d >= 0; --d) {
-      const std::int64_t idx = rem % p.dims[d];
-      rem /= p.dims[d];
-      xo += idx * p.sx[d];
-      yo += idx * p.sy[d];
-    }
+    std::int64_t xo, yo;
+    broadcast_offsets(p, i, xo, yo);
     out[i] = apply_binary<Math>(x[xo], y[yo]);
   }
 }

@@ -53,13 +53,8 @@ template <typename Math, DataType D>
 __global__ void binary_half_broadcast(const std::uint16_t* __restrict__ x, const std::uint16_t* __restrict__ y,
                                       std::uint16_t* __restrict__ out, std::int64_t n, BroadcastPlan p) {
   KILN_GRID_STRIDE(i, n) {
-    std::int64_t rem = i, xo = 0, yo = 0;
-    for (int k = p.rank - 1; k >= 0; --k) {
-      const std::int64_t idx = rem % p.dims[k];
-      rem /= p.dims[k];
-      xo += idx * p.sx[k];
-      yo += idx * p.sy[k];
-    }
+    std::int64_t xo, yo;
+    broadcast_offsets(p, i, xo, yo);
     out[i] = narrow<D>(Math::forward(wide<D>(x[xo]), wide<D>(y[yo])));
   }
 }

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "kiln/support/dims.h"
+#include "kiln/support/host_device.h"
 
 namespace kiln {
 
@@ -20,6 +21,19 @@ struct BroadcastPlan {
   std::int64_t sx[Dims::kMaxRank] = {};
   std::int64_t sy[Dims::kMaxRank] = {};
 };
+
+// The offsets in x and y of output element i (row-major over p's dims).
+KILN_HOST_DEVICE inline void broadcast_offsets(const BroadcastPlan& p, std::int64_t i, std::int64_t& xo,
+                                               std::int64_t& yo) {
+  xo = 0;
+  yo = 0;
+  for (int d = p.rank - 1; d >= 0; --d) {
+    const std::int64_t idx = i % p.dims[d];
+    i /= p.dims[d];
+    xo += idx * p.sx[d];
+    yo += idx * p.sy[d];
+  }
+}
 
 // The broadcast output dims of x and y (numpy rules); kiln::Error naming the
 // op when they cannot broadcast.
