@@ -12,6 +12,8 @@
 
 #include "frontend/frontend_test_util.h"
 #include "kiln/frontend/amp.h"
+#include "kiln/ir/half_operands.h"
+#include "kiln/kernel/kernel_registry.h"
 #include "kiln/frontend/clone_for_test.h"
 #include "kiln/io/json.h"
 #include "kiln/ir/parser.h"
@@ -341,6 +343,126 @@ TEST_CASE("amp O1 leaves a matmul of f64 values, or of the other 16-bit float, a
   CHECK(r.casts == 0);
   CHECK(dtype_of(p64) == DataType::Float64);
   CHECK(dtype_of(ph) == DataType::Float16);
+}
+
+// ---- ops that read 16-bit operands as they are ----
+
+namespace {
+
+// amp_test.half_sum(x): f32 [1] for any floating x, read as it is
+// (HalfOperandsInterface), with a CPU kernel for bf16; _no_bf16 has an f32
+// kernel only; _like's result takes x's dtype, against its declaration.
+// The programs are rewritten, never run: the kernels only need to exist.
+template <typename Self>
+struct AmpHalfReader : Op<Self, ReadOnly, ValueSemantics, InferMetaInterface, HalfOperandsInterface> {
+  using Op<Self, ReadOnly, ValueSemantics, InferMetaInterface, HalfOperandsInterface>::Op;
+  static constexpr int num_operands = 1, num_results = 1;
+  static constexpr std::array<std::uint32_t, 1> half_operands{0};
+  static void build(Builder&, OperationArgument& arg, Value x) { arg.add_operand(x); }
+};
+struct AmpHalfSumOp : AmpHalfReader<AmpHalfSumOp> {
+  using AmpHalfReader::AmpHalfReader;
+  static constexpr std::string_view name = "amp_test.half_sum";
+  static std::vector<Type> infer_meta(const std::vector<Type>&, DictionaryAttribute) {
+    return {TensorType::get(DataType::Float32, {1})};
+  }
+};
+struct AmpHalfSumNoBf16Op : AmpHalfReader<AmpHalfSumNoBf16Op> {
+  using AmpHalfReader::AmpHalfReader;
+  static constexpr std::string_view name = "amp_test.half_sum_no_bf16";
+  static std::vector<Type> infer_meta(const std::vector<Type>&, DictionaryAttribute) {
+    return {TensorType::get(DataType::Float32, {1})};
+  }
+};
+struct AmpHalfLikeOp : AmpHalfReader<AmpHalfLikeOp> {
+  using AmpHalfReader::AmpHalfReader;
+  static constexpr std::string_view name = "amp_test.half_like";
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute) {
+    return {TensorType::get(shaped_data_type(in.at(0)), {1})};
+  }
+};
+KILN_REGISTER_OP(AmpHalfSumOp, AmpHalfSumNoBf16Op, AmpHalfLikeOp);
+void amp_test_unrun_kernel(KernelContext&) {}
+KILN_REGISTER_KERNEL(AmpHalfSumOp, Cpu, Float32, amp_test_unrun_kernel);
+KILN_REGISTER_KERNEL(AmpHalfSumOp, Cpu, BFloat16, amp_test_unrun_kernel);
+KILN_REGISTER_KERNEL(AmpHalfSumNoBf16Op, Cpu, Float32, amp_test_unrun_kernel);
+KILN_REGISTER_KERNEL(AmpHalfLikeOp, Cpu, Float32, amp_test_unrun_kernel);
+KILN_REGISTER_KERNEL(AmpHalfLikeOp, Cpu, BFloat16, amp_test_unrun_kernel);
+
+// x[4, 8] · w (bf16 under O1), read by cross_entropy and the three readers.
+struct HalfReaders {
+  GuardedPrograms g;
+  Value logits, loss, sum, no_bf16, like;
+  HalfReaders() {
+    Builder b = main_builder();
+    Value x = data("x", {4, 8});
+    Value w = create_parameter("w", {8, 5}, DataType::Float32, init::Constant(0.1));
+    logits = b.create<MatmulOp>(x, w).result();
+    loss = b.create<CrossEntropyOp>(logits, data("label", {4}, DataType::Int64)).result(0);
+    sum = b.create<AmpHalfSumOp>(logits).result();
+    no_bf16 = b.create<AmpHalfSumNoBf16Op>(logits).result();
+    like = b.create<AmpHalfLikeOp>(logits).result();
+  }
+  // Whether `v`'s op reads the low logits as they are (else an f32 cast).
+  bool reads_as_is(Value v) const { return v.defining_op()->operand_source(0) == logits; }
+};
+
+}  // namespace
+
+TEST_CASE("amp reads a bf16 value as it is where the op declares that operand (HalfOperandsInterface) and "
+          "has a kernel for bf16, else through one shared f32 cast",
+          "[frontend][amp]") {
+  HalfReaders h;
+  amp::rewrite(h.g.main.block());
+  INFO(h.g.main.to_string());
+  h.g.main.verify();
+  REQUIRE(dtype_of(h.logits) == DataType::BFloat16);
+  CHECK(h.reads_as_is(h.loss));  // cross_entropy's logits: no f32 copy
+  CHECK(dtype_of(h.loss) == DataType::Float32);
+  CHECK(h.reads_as_is(h.sum));
+  CHECK_FALSE(h.reads_as_is(h.no_bf16));  // no bf16 kernel
+  CHECK_FALSE(h.reads_as_is(h.like));     // its result would turn bf16
+  CHECK(dtype_of(h.like) == DataType::Float32);
+  CHECK(h.no_bf16.defining_op()->operand_source(0) == h.like.defining_op()->operand_source(0));
+  CHECK(count_top_ops(h.g.main, "kiln.cast") == 3);  // x and w down, the logits back up once
+}
+
+TEST_CASE("amp looks kernels up at Options::place: a host stream's are the CPU's, a device's its own; a "
+          "place without kernels in this build is an error that changes nothing",
+          "[frontend][amp]") {
+  SECTION("a host stream") {
+    HalfReaders h;
+    amp::Options o;
+    o.place = Place::host_stream(1);
+    amp::rewrite(h.g.main.block(), o);
+    CHECK(h.reads_as_is(h.loss));
+    CHECK(h.reads_as_is(h.sum));
+  }
+  SECTION("CUDA, in a build with CUDA kernels: half_sum has a bf16 kernel on the CPU only") {
+    if (!built_with_cuda()) return;
+    HalfReaders h;
+    amp::Options o;
+    o.place = Place::cuda(0);
+    amp::rewrite(h.g.main.block(), o);
+    CHECK(h.reads_as_is(h.loss));
+    CHECK_FALSE(h.reads_as_is(h.sum));
+    o.allow = {"amp_test.half_sum"};
+    HalfReaders again;
+    KILN_CHECK_ERROR(amp::rewrite(again.g.main.block(), o), InvalidArgument,
+                     {"'amp_test.half_sum'", "no CUDA kernel", "bf16"});
+  }
+  SECTION("an undefined place, or CUDA in a build without it") {
+    HalfReaders h;
+    const std::string before = h.g.main.to_string();
+    amp::Options o;
+    o.place = Place{PlaceKind::Undefined, 0};
+    KILN_CHECK_ERROR(amp::rewrite(h.g.main.block(), o), InvalidArgument,
+                     {"place undefined", "no kernels in this build"});
+    o.place = Place::cuda(0);
+    if (!built_with_cuda())
+      KILN_CHECK_ERROR(amp::rewrite(h.g.main.block(), o), InvalidArgument, {"place cuda:0", "no kernels"});
+    CHECK(h.g.main.to_string() == before);
+  }
 }
 
 // ---- O2 ----
