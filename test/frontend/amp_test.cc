@@ -465,6 +465,23 @@ TEST_CASE("amp looks kernels up at Options::place: a host stream's are the CPU's
   }
 }
 
+TEST_CASE("amp gives kiln.shape and kiln.numel a bf16 value as it is: they read only its dims", "[frontend][amp]") {
+  GuardedPrograms g;
+  Builder b = main_builder();
+  Value h = b.create<MatmulOp>(data("x", {4, 8}), data("w", {8, 5})).result();
+  Value dims = b.create<ShapeOp>(h).result(), count = b.create<NumelOp>(h).result();
+  const amp::RewriteResult r = amp::rewrite(g.main.block());
+  INFO(g.main.to_string());
+  REQUIRE(dtype_of(h) == DataType::BFloat16);
+  CHECK(dims.defining_op()->operand_source(0) == h);
+  CHECK(count.defining_op()->operand_source(0) == h);
+  CHECK(r.casts == 2);  // x and w down; no f32 copy of h
+  Executor exe;
+  const auto out = exe.run(g.main, {{"x", normal_f32({4, 8}, 1)}, {"w", normal_f32({8, 5}, 2)}}, {dims, count});
+  CHECK(out[0].to_vector<std::int64_t>() == std::vector<std::int64_t>{4, 5});
+  CHECK(out[1].to_vector<std::int64_t>() == std::vector<std::int64_t>{20});
+}
+
 // ---- O2 ----
 
 TEST_CASE("amp O2: activations flow in bf16 from op to op; denied ops (norms, softmax, losses) read f32 "

@@ -1,7 +1,8 @@
 // HalfOperandsInterface: the operands an op's kernels read in bf16 or f16
-// as they are, widening each element to f32 themselves, so that the op
-// gives for a 16-bit operand there the results, types and values, it gives
-// for that operand cast to f32 — cross_entropy's logits. Mixed precision
+// as they are (widening each element to f32 themselves, or reading only its
+// dims), so that the op gives for a 16-bit operand there the results, types
+// and values, it gives for that operand cast to f32 — cross_entropy's
+// logits, the operand of shape and numel. Mixed precision
 // (kiln/frontend/amp.h) reads a 16-bit value there without a cast back to
 // f32. A property of the op type, declared with it (seed 002 §2.2.1's
 // concept/model idiom).
