@@ -68,10 +68,28 @@ bool has_floating_result(const Operation& op) {
   return false;
 }
 
+// Whether every floating operand and result of `op` holds one element (a
+// static shape of product 1: [], [1], [1, 1]) — a loss's tail after its
+// reductions (sum / count, a weighted sum of losses).
+bool on_single_elements(const Operation& op) {
+  auto single = [](Type t) {
+    if (!is_shaped(t) || !is_floating(shaped_data_type(t))) return true;
+    for (std::int64_t d : shaped_dims(t))
+      if (d != 1) return false;
+    return true;
+  };
+  for (std::uint32_t i = 0; i < op.num_operands(); ++i)
+    if (const Value v = op.operand(i).source(); v && !single(v.type())) return false;
+  for (std::uint32_t r = 0; r < op.num_results(); ++r)
+    if (!single(op.result_type(r))) return false;
+  return true;
+}
+
 // Which ops run in the low dtype: O1, those of the allow list; O2, every
 // op with a floating first operand, a floating result and a kernel for the
 // low dtype at the target that the deny list does not name (no region op,
-// in-place op, side effect, collective or cast).
+// in-place op, side effect, collective or cast), nor one on single
+// elements: rounding a scalar saves nothing and costs the loss its f32.
 class LowPolicy {
  public:
   explicit LowPolicy(const Options& o)
@@ -86,7 +104,7 @@ class LowPolicy {
     if (!o2_) return ids_.count(op.info().id()) > 0;
     if (ids_.count(op.info().id()) || op.num_regions() || op.has_trait<Inplace>() ||
         op.has_trait<SideEffect>() || op.has_trait<Communication>() || op.isa<CastOp>() ||
-        op.num_operands() == 0 || !has_floating_result(op))
+        op.num_operands() == 0 || !has_floating_result(op) || on_single_elements(op))
       return false;
     const Value first = op.operand(0).source();
     if (!first || !is_shaped(first.type()) || !is_floating(shaped_data_type(first.type()))) return false;

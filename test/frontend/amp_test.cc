@@ -94,9 +94,7 @@ std::unique_ptr<AmpModel> cnn(const amp::Options* amp_options) {
   h = F::max_pool2d(h, {2, 2});
   h = F::relu(nn::Conv2D(8, 16, 3, 1, 1, 1, /*groups=*/2)(h));
   h = F::adaptive_avg_pool2d(F::avg_pool2d(h, {2, 2}), {1, 1});
-  // The mean of the per-row losses (a denied op): the loss stays f32 in O2.
-  Value rows = F::cross_entropy(nn::Linear(16, 10)(F::flatten(h)), label, nn::Reduction::None);
-  m->loss = main_builder().create<MeanOp>(rows, std::vector<std::int64_t>{}, false).result();
+  m->loss = F::cross_entropy(nn::Linear(16, 10)(F::flatten(h)), label);
   auto opt = optim::Momentum(0.05, 0.9);
   m->minimize(opt, amp_options);
   std::vector<std::int64_t> y(8);
@@ -545,6 +543,81 @@ TEST_CASE("amp O2 bf16 runs a CNN's convolutions, their gradients, its pools and
   // gradient comes back in bf16.
   CHECK(in_bf16["kiln.cross_entropy"] == 1);
   CHECK(in_bf16["kiln.cross_entropy_grad"] == 1);
+}
+
+// ---- the loss ----
+
+namespace {
+
+// x[8, 16] → Linear(16, 10) → cross_entropy (Mean) against label[8]; with
+// `tail`, that loss plus 0.5 × the Sum one (a loss's scalar tail). SGD,
+// decorated with `o`.
+std::unique_ptr<AmpModel> classifier(const amp::Options& o, bool tail) {
+  auto m = std::make_unique<AmpModel>();
+  Value label = data("label", {8}, DataType::Int64);
+  Value logits = nn::Linear(16, 10)(data("x", {8, 16}));
+  m->loss = nn::functional::cross_entropy(logits, label);
+  if (tail) {
+    Builder b = main_builder();
+    Value sum = nn::functional::cross_entropy(logits, label, nn::Reduction::Sum);
+    Value half = b.create<FullOp>(std::vector<std::int64_t>{}, 0.5, DataType::Float32).result();
+    m->loss = b.create<AddOp>(m->loss, b.create<MulOp>(sum, half).result()).result();
+  }
+  auto opt = optim::SGD(0.1);
+  m->minimize(opt, &o);
+  std::vector<std::int64_t> y{3, 1, 4, 1, 5, 9, 2, 6};
+  m->feed = {{"x", normal_f32({8, 16}, 7)}, {"label", Tensor::from_vector<std::int64_t>(Dims({8}), y)}};
+  return m;
+}
+
+// The loss a step of `m` fetches.
+Tensor step_loss(AmpModel& m) {
+  Executor exe;
+  exe.run(m.g.startup);
+  return exe.run(m.g.main, m.feed, {m.loss})[0];
+}
+
+}  // namespace
+
+TEST_CASE("amp O1 and O2, bf16 and f16, give cross_entropy's mean an f32 loss, as PyTorch's autocast does",
+          "[frontend][amp]") {
+  for (amp::Level level : {amp::Level::O1, amp::Level::O2})
+    for (DataType low : {DataType::BFloat16, DataType::Float16}) {
+      INFO("level O" << int(level) << ", " << to_string(low));
+      amp::Options o;
+      o.level = level;
+      o.dtype = low;
+      auto m = classifier(o, false);
+      INFO(m->g.main.to_string());
+      CHECK(dtype_of(m->loss) == DataType::Float32);
+      const Tensor loss = step_loss(*m);
+      CHECK(loss.dtype() == DataType::Float32);
+      CHECK(std::isfinite(loss.to_vector<float>().at(0)));
+    }
+}
+
+TEST_CASE("amp O2 keeps a loss's scalar tail in f32 (the mean's division, a weighted sum of two losses) "
+          "while the ops on whole tensors still run low",
+          "[frontend][amp]") {
+  amp::Options o;
+  o.level = amp::Level::O2;
+  auto m = classifier(o, true);
+  INFO(m->g.main.to_string());
+  m->g.main.verify();
+  std::size_t tail = 0, low = 0;
+  for (Operation* op : m->g.main.block()) {
+    if (op_role(op) != OpRole::Forward || op->num_results() == 0 || !is_shaped(op->result_type(0))) continue;
+    const bool scalar = Dims(shaped_dims(op->result_type(0))).numel() == 1;
+    if (scalar && (op->isa<DivOp>() || op->isa<MulOp>() || op->isa<AddOp>())) {
+      ++tail;
+      CHECK(dtype_of(op->result(0)) == DataType::Float32);
+    }
+    if (op->isa<AddOp>() && !scalar) CHECK(dtype_of(op->result(0)) == DataType::BFloat16);  // the bias
+    low += dtype_of(op->result(0)) == DataType::BFloat16;
+  }
+  CHECK(tail == 3);
+  CHECK(low >= 2);  // the head's matmul and bias add
+  CHECK(dtype_of(m->loss) == DataType::Float32);
 }
 
 // ---- loss scaling (f16) ----

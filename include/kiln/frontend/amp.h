@@ -55,8 +55,11 @@ namespace amp {
 // low that has a floating first operand, a floating result and a kernel
 // for the dtype at Options::place, unless the deny list names it
 // (default_deny_list: losses, reductions, exp / log, softmax, norms keep
-// f32, as PyTorch's autocast and Paddle's O2 keep them); activations then
-// flow low from op to op, and a denied op reads an f32 cast. The parameters
+// f32, as PyTorch's autocast and Paddle's O2 keep them) or its floating
+// operands and results all hold one element (a loss's tail after its
+// reductions — cross_entropy's sum / count, a weighted sum of losses —
+// stays f32, so the loss is f32 as autocast's); activations then flow low
+// from op to op, and a denied op reads an f32 cast. The parameters
 // stay the f32 master weights in both, read by the forward through one low
 // cast each per step (the cast's gradient brings their gradients back to
 // f32).
