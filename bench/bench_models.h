@@ -145,7 +145,7 @@ inline std::unique_ptr<Model> gpt_model(kiln::Place feed_place = kiln::Place::cp
     kiln::ProgramGuard guard(m->main, m->startup);
     auto ids = kiln::data("ids", {s.batch, s.seq}, kiln::DataType::Int64, feed_place);
     auto pos = kiln::data("pos", {s.seq}, kiln::DataType::Int64, feed_place);
-    auto label = kiln::data("label", {s.batch * s.seq}, kiln::DataType::Int64, feed_place);
+    auto label = kiln::data("label", {s.batch, s.seq}, kiln::DataType::Int64, feed_place);
     kiln::nn::Embedding tok_emb(s.vocab, s.model), pos_emb(s.seq, s.model);
     std::vector<std::unique_ptr<kiln::nn::TransformerEncoderLayer>> blocks;
     for (int i = 0; i < s.layers; ++i)
@@ -161,8 +161,10 @@ inline std::unique_ptr<Model> gpt_model(kiln::Place feed_place = kiln::Place::cp
       x = (*blk)(x, /*causal=*/true);
       m->checkpoints.push_back(x);
     }
-    kiln::Value logits = head(norm(x));  // [B, L, V]
-    logits = b.create<kiln::ReshapeOp>(logits, std::vector<std::int64_t>{-1, s.vocab}).result();
+    // [B, L, V] logits against [B, L] labels, not reshaped to [B·L, V]: a
+    // reshape is a view, so the logits would not die at the gradient, which
+    // the inplace pass then could not write over them.
+    kiln::Value logits = head(norm(x));
     m->loss = kiln::nn::functional::cross_entropy(logits, label);
     kiln::optim::AdamW opt(/*learning_rate=*/3e-4, 0.9, 0.999, 1e-8, /*weight_decay=*/0.01);
     if (amp) kiln::amp::decorate(opt).minimize(m->loss);
@@ -183,7 +185,7 @@ inline std::unique_ptr<Model> gpt_model(kiln::Place feed_place = kiln::Place::cp
   for (std::int64_t t = 0; t < s.seq; ++t) pos[std::size_t(t)] = t;
   m->feeds = {{"ids", kiln::Tensor::from_vector<std::int64_t>({s.batch, s.seq}, ids)},
               {"pos", kiln::Tensor::from_vector<std::int64_t>({s.seq}, pos)},
-              {"label", kiln::Tensor::from_vector<std::int64_t>({s.batch * s.seq}, label)}};
+              {"label", kiln::Tensor::from_vector<std::int64_t>({s.batch, s.seq}, label)}};
   place_feeds(*m, feed_place);
   return m;
 }

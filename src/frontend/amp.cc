@@ -7,7 +7,6 @@
 
 #include "kiln/dialect/binary_ops.h"
 #include "kiln/dialect/loss_scaling_ops.h"
-#include "kiln/dialect/nn_ops.h"
 #include "kiln/dialect/unary_ops.h"
 #include "kiln/frontend/backward.h"
 #include "kiln/frontend/initializer.h"
@@ -18,6 +17,7 @@
 #include "kiln/frontend/unique_name.h"
 #include "kiln/ir/builder.h"
 #include "kiln/ir/builtin_types.h"
+#include "kiln/ir/half_operands.h"
 #include "kiln/ir/interfaces.h"
 #include "kiln/ir/ir_context.h"
 #include "kiln/ir/traits.h"
@@ -30,18 +30,33 @@ namespace {
 
 bool of_dtype(Value v, DataType dt) { return v && is_shaped(v.type()) && shaped_data_type(v.type()) == dt; }
 
+// Host streams run the CPU's kernels; any other place has kernels of its own.
+PlaceKind backend_of(Place place) { return place.kind == PlaceKind::HostStream ? PlaceKind::Cpu : place.kind; }
+
+std::string_view backend_name(PlaceKind k) {
+  switch (k) {
+    case PlaceKind::Cpu: return "CPU";
+    case PlaceKind::Cuda: return "CUDA";
+    default: return "undefined";
+  }
+}
+
+bool has_kernel(TypeId op, PlaceKind backend, DataType dtype) {
+  return KernelRegistry::instance().find(op, backend, dtype) != nullptr;
+}
+
 // Op ids by name; kiln::Error naming the list and the name when one is
-// no registered op, or (`need_kernel`) has no CPU kernel for `dtype`.
+// no registered op, or (`need_kernel`) has no kernel at `backend` for `dtype`.
 std::unordered_set<TypeId> op_ids(const std::vector<std::string>& names, std::string_view list, DataType dtype,
-                                  bool need_kernel) {
+                                  PlaceKind backend, bool need_kernel) {
   std::unordered_set<TypeId> ids;
   for (const std::string& name : names) {
     const OpInfo info = IrContext::instance()->find_op(name);
     if (!info)
       throw_error(ErrorKind::InvalidArgument, "amp: ", list, " op '", name, "' is not a registered op");
-    if (need_kernel && !KernelRegistry::instance().find(info.id(), PlaceKind::Cpu, dtype))
-      throw_error(ErrorKind::InvalidArgument, "amp: ", list, " op '", name, "' has no CPU kernel for ",
-                  to_string(dtype));
+    if (need_kernel && !has_kernel(info.id(), backend, dtype))
+      throw_error(ErrorKind::InvalidArgument, "amp: ", list, " op '", name, "' has no ", backend_name(backend),
+                  " kernel for ", to_string(dtype));
     ids.insert(info.id());
   }
   return ids;
@@ -53,35 +68,64 @@ bool has_floating_result(const Operation& op) {
   return false;
 }
 
+// Whether every floating operand and result of `op` holds one element (a
+// static shape of product 1: [], [1], [1, 1]) — a loss's tail after its
+// reductions (sum / count, a weighted sum of losses).
+bool on_single_elements(const Operation& op) {
+  auto single = [](Type t) {
+    if (!is_shaped(t) || !is_floating(shaped_data_type(t))) return true;
+    for (std::int64_t d : shaped_dims(t))
+      if (d != 1) return false;
+    return true;
+  };
+  for (std::uint32_t i = 0; i < op.num_operands(); ++i)
+    if (const Value v = op.operand(i).source(); v && !single(v.type())) return false;
+  for (std::uint32_t r = 0; r < op.num_results(); ++r)
+    if (!single(op.result_type(r))) return false;
+  return true;
+}
+
 // Which ops run in the low dtype: O1, those of the allow list; O2, every
-// op with a floating first operand, a floating result and a CPU kernel for
-// the low dtype that the deny list does not name (no region op, in-place
-// op, side effect, collective or cast).
+// op with a floating first operand, a floating result and a kernel for the
+// low dtype at the target that the deny list does not name (no region op,
+// in-place op, side effect, collective or cast), nor one on single
+// elements: rounding a scalar saves nothing and costs the loss its f32.
 class LowPolicy {
  public:
   explicit LowPolicy(const Options& o)
       : o2_(o.level == Level::O2),
         low_(o.dtype),
-        ids_(o2_ ? op_ids(o.deny.empty() ? default_deny_list() : o.deny, "deny-list", o.dtype, false)
-                 : op_ids(o.allow.empty() ? default_allow_list() : o.allow, "allow-list", o.dtype, true)) {}
+        backend_(backend_of(o.place)),
+        ids_(o2_ ? op_ids(o.deny.empty() ? default_deny_list() : o.deny, "deny-list", o.dtype, backend_, false)
+                 : op_ids(o.allow.empty() ? default_allow_list() : o.allow, "allow-list", o.dtype, backend_,
+                          true)) {}
 
   bool runs_low(const Operation& op) const {
     if (!o2_) return ids_.count(op.info().id()) > 0;
     if (ids_.count(op.info().id()) || op.num_regions() || op.has_trait<Inplace>() ||
         op.has_trait<SideEffect>() || op.has_trait<Communication>() || op.isa<CastOp>() ||
-        op.num_operands() == 0 || !has_floating_result(op))
+        op.num_operands() == 0 || !has_floating_result(op) || on_single_elements(op))
       return false;
     const Value first = op.operand(0).source();
     if (!first || !is_shaped(first.type()) || !is_floating(shaped_data_type(first.type()))) return false;
-    return KernelRegistry::instance().find(op.info().id(), PlaceKind::Cpu, low_) != nullptr;
+    return has_kernel(op.info().id(), backend_, low_);
   }
   // O1 lowers an op only where one operand is f32; O2 also keeps an op of
   // low operands low.
   bool needs_f32_operand() const { return !o2_; }
 
+  // Whether `op`, kept f32, reads its operand i, made low, as it is: the op
+  // declares so (HalfOperandsInterface) and has a kernel for the low dtype
+  // at the target.
+  bool reads_low_as_is(Operation& op, std::uint32_t i) const {
+    const auto half = op.dyn_cast<HalfOperandsInterface>();
+    return half && half.reads_half_as_f32(i) && has_kernel(op.info().id(), backend_, low_);
+  }
+
  private:
   bool o2_;
   DataType low_;
+  PlaceKind backend_;
   std::unordered_set<TypeId> ids_;
 };
 
@@ -90,6 +134,9 @@ void check(const Block& block, const Options& o) {
     throw_error(ErrorKind::InvalidArgument, "amp: unknown level ", int(o.level));
   if (o.dtype != DataType::BFloat16 && o.dtype != DataType::Float16)
     throw_error(ErrorKind::InvalidArgument, "amp: the low dtype must be bf16 or f16, got ", to_string(o.dtype));
+  if (!KernelRegistry::instance().has_backend(backend_of(o.place)))
+    throw_error(ErrorKind::InvalidArgument, "amp: the place ", o.place.to_string(),
+                " has no kernels in this build (Options::place: where the program will run)");
   for (const Operation* op : block)
     if (op_role(op) != OpRole::Forward)
       throw_error(ErrorKind::InvalidArgument, "amp: the program already has ", to_string(op_role(op)),
@@ -109,14 +156,6 @@ bool lowerable(const Operation& op, DataType low, bool need_f32) {
     else if (!of_dtype(v, low)) return false;
   }
   return need_f32 ? any_f32 : any;
-}
-
-// Whether operand i of `op`, made low, is read as it is: the op's kernels
-// read 16-bit floats there and compute in f32 themselves (cross_entropy's
-// logits: no f32 copy of the step's largest tensor).
-bool reads_low_as_is(const Operation& op, std::uint32_t i, DataType low) {
-  return i == 0 && op.isa<CrossEntropyOp>() &&
-         KernelRegistry::instance().find(op.info().id(), PlaceKind::Cpu, low) != nullptr;
 }
 
 // One cast per (value, dtype), made before the first op that needs it.
@@ -165,39 +204,62 @@ const std::vector<std::string>& default_deny_list() {
   return list;
 }
 
+namespace {
+
+using LowSet = std::unordered_set<const detail::ValueImpl*>;
+
+// `op` runs low: its f32 operands read low casts; its results are retyped,
+// and those now low join `lowered`.
+void lower(Operation& op, DataType low, LowSet& lowered, Casts& casts) {
+  for (std::uint32_t i = 0; i < op.num_operands(); ++i) {
+    Value v = op.operand(i).source();
+    if (of_dtype(v, DataType::Float32)) op.set_operand(i, casts.get(v, low, &op));
+  }
+  const std::vector<Type> types = op.dyn_cast<InferMetaInterface>().infer_meta();
+  for (std::uint32_t r = 0; r < op.num_results(); ++r) {
+    op.result(r).set_type(types.at(r));
+    if (of_dtype(op.result(r), low)) lowered.insert(op.result(r).impl());
+  }
+}
+
+bool same_result_types(Operation& op) {
+  const std::vector<Type> types = op.dyn_cast<InferMetaInterface>().infer_meta();
+  for (std::uint32_t r = 0; r < op.num_results(); ++r)
+    if (types.at(r) != op.result_type(r)) return false;
+  return true;
+}
+
+// `op` stays f32: it reads each value made low through a cast back to f32,
+// or as it is where it declares so (LowPolicy::reads_low_as_is) — unless
+// its InferMeta then gives other result types, against the declaration.
+void read_low_operands(Operation& op, const LowPolicy& policy, const LowSet& lowered, Casts& casts) {
+  std::vector<std::uint32_t> as_is;
+  for (std::uint32_t i = 0; i < op.num_operands(); ++i) {
+    Value v = op.operand(i).source();
+    if (!lowered.count(v.impl())) continue;
+    if (policy.reads_low_as_is(op, i)) as_is.push_back(i);
+    else op.set_operand(i, casts.get(v, DataType::Float32, &op));
+  }
+  if (as_is.empty() || same_result_types(op)) return;
+  for (std::uint32_t i : as_is) op.set_operand(i, casts.get(op.operand(i).source(), DataType::Float32, &op));
+}
+
+}  // namespace
+
 RewriteResult rewrite(Block& block, const Options& options) {
   check(block, options);
   RewriteResult result;
   if (options.level == Level::O0) return result;
   const LowPolicy policy(options);
-  const DataType low = options.dtype;
-  std::unordered_set<const detail::ValueImpl*> lowered;  // results this rewrite made low
+  LowSet lowered;  // results this rewrite made low
   Casts casts(block);
   std::vector<Operation*> ops(block.begin(), block.end());  // the casts added are not visited
   for (Operation* op : ops) {
-    if (policy.runs_low(*op) && lowerable(*op, low, policy.needs_f32_operand())) {
-      for (std::uint32_t i = 0; i < op->num_operands(); ++i) {
-        Value v = op->operand(i).source();
-        if (of_dtype(v, DataType::Float32)) op->set_operand(i, casts.get(v, low, op));
-      }
-      const std::vector<Type> types = op->dyn_cast<InferMetaInterface>().infer_meta();
-      for (std::uint32_t r = 0; r < op->num_results(); ++r) {
-        op->result(r).set_type(types.at(r));
-        if (of_dtype(op->result(r), low)) lowered.insert(op->result(r).impl());
-      }
+    if (policy.runs_low(*op) && lowerable(*op, options.dtype, policy.needs_f32_operand())) {
+      lower(*op, options.dtype, lowered, casts);
       ++result.lowered_ops;
-      continue;
-    }
-    bool retype = false;
-    for (std::uint32_t i = 0; i < op->num_operands(); ++i) {
-      Value v = op->operand(i).source();
-      if (!lowered.count(v.impl())) continue;
-      if (reads_low_as_is(*op, i, low)) retype = true;
-      else op->set_operand(i, casts.get(v, DataType::Float32, op));
-    }
-    if (retype) {
-      const std::vector<Type> types = op->dyn_cast<InferMetaInterface>().infer_meta();
-      for (std::uint32_t r = 0; r < op->num_results(); ++r) op->result(r).set_type(types.at(r));
+    } else {
+      read_low_operands(*op, policy, lowered, casts);
     }
   }
   result.casts = casts.count;

@@ -12,6 +12,8 @@
 
 #include "frontend/frontend_test_util.h"
 #include "kiln/frontend/amp.h"
+#include "kiln/ir/half_operands.h"
+#include "kiln/kernel/kernel_registry.h"
 #include "kiln/frontend/clone_for_test.h"
 #include "kiln/io/json.h"
 #include "kiln/ir/parser.h"
@@ -92,9 +94,7 @@ std::unique_ptr<AmpModel> cnn(const amp::Options* amp_options) {
   h = F::max_pool2d(h, {2, 2});
   h = F::relu(nn::Conv2D(8, 16, 3, 1, 1, 1, /*groups=*/2)(h));
   h = F::adaptive_avg_pool2d(F::avg_pool2d(h, {2, 2}), {1, 1});
-  // The mean of the per-row losses (a denied op): the loss stays f32 in O2.
-  Value rows = F::cross_entropy(nn::Linear(16, 10)(F::flatten(h)), label, nn::Reduction::None);
-  m->loss = main_builder().create<MeanOp>(rows, std::vector<std::int64_t>{}, false).result();
+  m->loss = F::cross_entropy(nn::Linear(16, 10)(F::flatten(h)), label);
   auto opt = optim::Momentum(0.05, 0.9);
   m->minimize(opt, amp_options);
   std::vector<std::int64_t> y(8);
@@ -343,6 +343,143 @@ TEST_CASE("amp O1 leaves a matmul of f64 values, or of the other 16-bit float, a
   CHECK(dtype_of(ph) == DataType::Float16);
 }
 
+// ---- ops that read 16-bit operands as they are ----
+
+namespace {
+
+// amp_test.half_sum(x): f32 [1] for any floating x, read as it is
+// (HalfOperandsInterface), with a CPU kernel for bf16; _no_bf16 has an f32
+// kernel only; _like's result takes x's dtype, against its declaration.
+// The programs are rewritten, never run: the kernels only need to exist.
+template <typename Self>
+struct AmpHalfReader : Op<Self, ReadOnly, ValueSemantics, InferMetaInterface, HalfOperandsInterface> {
+  using Op<Self, ReadOnly, ValueSemantics, InferMetaInterface, HalfOperandsInterface>::Op;
+  static constexpr int num_operands = 1, num_results = 1;
+  static constexpr std::array<std::uint32_t, 1> half_operands{0};
+  static void build(Builder&, OperationArgument& arg, Value x) { arg.add_operand(x); }
+};
+struct AmpHalfSumOp : AmpHalfReader<AmpHalfSumOp> {
+  using AmpHalfReader::AmpHalfReader;
+  static constexpr std::string_view name = "amp_test.half_sum";
+  static std::vector<Type> infer_meta(const std::vector<Type>&, DictionaryAttribute) {
+    return {TensorType::get(DataType::Float32, {1})};
+  }
+};
+struct AmpHalfSumNoBf16Op : AmpHalfReader<AmpHalfSumNoBf16Op> {
+  using AmpHalfReader::AmpHalfReader;
+  static constexpr std::string_view name = "amp_test.half_sum_no_bf16";
+  static std::vector<Type> infer_meta(const std::vector<Type>&, DictionaryAttribute) {
+    return {TensorType::get(DataType::Float32, {1})};
+  }
+};
+struct AmpHalfLikeOp : AmpHalfReader<AmpHalfLikeOp> {
+  using AmpHalfReader::AmpHalfReader;
+  static constexpr std::string_view name = "amp_test.half_like";
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute) {
+    return {TensorType::get(shaped_data_type(in.at(0)), {1})};
+  }
+};
+KILN_REGISTER_OP(AmpHalfSumOp, AmpHalfSumNoBf16Op, AmpHalfLikeOp);
+void amp_test_unrun_kernel(KernelContext&) {}
+KILN_REGISTER_KERNEL(AmpHalfSumOp, Cpu, Float32, amp_test_unrun_kernel);
+KILN_REGISTER_KERNEL(AmpHalfSumOp, Cpu, BFloat16, amp_test_unrun_kernel);
+KILN_REGISTER_KERNEL(AmpHalfSumNoBf16Op, Cpu, Float32, amp_test_unrun_kernel);
+KILN_REGISTER_KERNEL(AmpHalfLikeOp, Cpu, Float32, amp_test_unrun_kernel);
+KILN_REGISTER_KERNEL(AmpHalfLikeOp, Cpu, BFloat16, amp_test_unrun_kernel);
+
+// x[4, 8] · w (bf16 under O1), read by cross_entropy and the three readers.
+struct HalfReaders {
+  GuardedPrograms g;
+  Value logits, loss, sum, no_bf16, like;
+  HalfReaders() {
+    Builder b = main_builder();
+    Value x = data("x", {4, 8});
+    Value w = create_parameter("w", {8, 5}, DataType::Float32, init::Constant(0.1));
+    logits = b.create<MatmulOp>(x, w).result();
+    loss = b.create<CrossEntropyOp>(logits, data("label", {4}, DataType::Int64)).result(0);
+    sum = b.create<AmpHalfSumOp>(logits).result();
+    no_bf16 = b.create<AmpHalfSumNoBf16Op>(logits).result();
+    like = b.create<AmpHalfLikeOp>(logits).result();
+  }
+  // Whether `v`'s op reads the low logits as they are (else an f32 cast).
+  bool reads_as_is(Value v) const { return v.defining_op()->operand_source(0) == logits; }
+};
+
+}  // namespace
+
+TEST_CASE("amp reads a bf16 value as it is where the op declares that operand (HalfOperandsInterface) and "
+          "has a kernel for bf16, else through one shared f32 cast",
+          "[frontend][amp]") {
+  HalfReaders h;
+  amp::rewrite(h.g.main.block());
+  INFO(h.g.main.to_string());
+  h.g.main.verify();
+  REQUIRE(dtype_of(h.logits) == DataType::BFloat16);
+  CHECK(h.reads_as_is(h.loss));  // cross_entropy's logits: no f32 copy
+  CHECK(dtype_of(h.loss) == DataType::Float32);
+  CHECK(h.reads_as_is(h.sum));
+  CHECK_FALSE(h.reads_as_is(h.no_bf16));  // no bf16 kernel
+  CHECK_FALSE(h.reads_as_is(h.like));     // its result would turn bf16
+  CHECK(dtype_of(h.like) == DataType::Float32);
+  CHECK(h.no_bf16.defining_op()->operand_source(0) == h.like.defining_op()->operand_source(0));
+  CHECK(count_top_ops(h.g.main, "kiln.cast") == 3);  // x and w down, the logits back up once
+}
+
+TEST_CASE("amp looks kernels up at Options::place: a host stream's are the CPU's, a device's its own; a "
+          "place without kernels in this build is an error that changes nothing",
+          "[frontend][amp]") {
+  SECTION("a host stream") {
+    HalfReaders h;
+    amp::Options o;
+    o.place = Place::host_stream(1);
+    amp::rewrite(h.g.main.block(), o);
+    CHECK(h.reads_as_is(h.loss));
+    CHECK(h.reads_as_is(h.sum));
+  }
+  SECTION("CUDA, in a build with CUDA kernels: half_sum has a bf16 kernel on the CPU only") {
+    if (!built_with_cuda()) return;
+    HalfReaders h;
+    amp::Options o;
+    o.place = Place::cuda(0);
+    amp::rewrite(h.g.main.block(), o);
+    CHECK(h.reads_as_is(h.loss));
+    CHECK_FALSE(h.reads_as_is(h.sum));
+    o.allow = {"amp_test.half_sum"};
+    HalfReaders again;
+    KILN_CHECK_ERROR(amp::rewrite(again.g.main.block(), o), InvalidArgument,
+                     {"'amp_test.half_sum'", "no CUDA kernel", "bf16"});
+  }
+  SECTION("an undefined place, or CUDA in a build without it") {
+    HalfReaders h;
+    const std::string before = h.g.main.to_string();
+    amp::Options o;
+    o.place = Place{PlaceKind::Undefined, 0};
+    KILN_CHECK_ERROR(amp::rewrite(h.g.main.block(), o), InvalidArgument,
+                     {"place undefined", "no kernels in this build"});
+    o.place = Place::cuda(0);
+    if (!built_with_cuda())
+      KILN_CHECK_ERROR(amp::rewrite(h.g.main.block(), o), InvalidArgument, {"place cuda:0", "no kernels"});
+    CHECK(h.g.main.to_string() == before);
+  }
+}
+
+TEST_CASE("amp gives kiln.shape and kiln.numel a bf16 value as it is: they read only its dims", "[frontend][amp]") {
+  GuardedPrograms g;
+  Builder b = main_builder();
+  Value h = b.create<MatmulOp>(data("x", {4, 8}), data("w", {8, 5})).result();
+  Value dims = b.create<ShapeOp>(h).result(), count = b.create<NumelOp>(h).result();
+  const amp::RewriteResult r = amp::rewrite(g.main.block());
+  INFO(g.main.to_string());
+  REQUIRE(dtype_of(h) == DataType::BFloat16);
+  CHECK(dims.defining_op()->operand_source(0) == h);
+  CHECK(count.defining_op()->operand_source(0) == h);
+  CHECK(r.casts == 2);  // x and w down; no f32 copy of h
+  Executor exe;
+  const auto out = exe.run(g.main, {{"x", normal_f32({4, 8}, 1)}, {"w", normal_f32({8, 5}, 2)}}, {dims, count});
+  CHECK(out[0].to_vector<std::int64_t>() == std::vector<std::int64_t>{4, 5});
+  CHECK(out[1].to_vector<std::int64_t>() == std::vector<std::int64_t>{20});
+}
+
 // ---- O2 ----
 
 TEST_CASE("amp O2: activations flow in bf16 from op to op; denied ops (norms, softmax, losses) read f32 "
@@ -406,6 +543,81 @@ TEST_CASE("amp O2 bf16 runs a CNN's convolutions, their gradients, its pools and
   // gradient comes back in bf16.
   CHECK(in_bf16["kiln.cross_entropy"] == 1);
   CHECK(in_bf16["kiln.cross_entropy_grad"] == 1);
+}
+
+// ---- the loss ----
+
+namespace {
+
+// x[8, 16] → Linear(16, 10) → cross_entropy (Mean) against label[8]; with
+// `tail`, that loss plus 0.5 × the Sum one (a loss's scalar tail). SGD,
+// decorated with `o`.
+std::unique_ptr<AmpModel> classifier(const amp::Options& o, bool tail) {
+  auto m = std::make_unique<AmpModel>();
+  Value label = data("label", {8}, DataType::Int64);
+  Value logits = nn::Linear(16, 10)(data("x", {8, 16}));
+  m->loss = nn::functional::cross_entropy(logits, label);
+  if (tail) {
+    Builder b = main_builder();
+    Value sum = nn::functional::cross_entropy(logits, label, nn::Reduction::Sum);
+    Value half = b.create<FullOp>(std::vector<std::int64_t>{}, 0.5, DataType::Float32).result();
+    m->loss = b.create<AddOp>(m->loss, b.create<MulOp>(sum, half).result()).result();
+  }
+  auto opt = optim::SGD(0.1);
+  m->minimize(opt, &o);
+  std::vector<std::int64_t> y{3, 1, 4, 1, 5, 9, 2, 6};
+  m->feed = {{"x", normal_f32({8, 16}, 7)}, {"label", Tensor::from_vector<std::int64_t>(Dims({8}), y)}};
+  return m;
+}
+
+// The loss a step of `m` fetches.
+Tensor step_loss(AmpModel& m) {
+  Executor exe;
+  exe.run(m.g.startup);
+  return exe.run(m.g.main, m.feed, {m.loss})[0];
+}
+
+}  // namespace
+
+TEST_CASE("amp O1 and O2, bf16 and f16, give cross_entropy's mean an f32 loss, as PyTorch's autocast does",
+          "[frontend][amp]") {
+  for (amp::Level level : {amp::Level::O1, amp::Level::O2})
+    for (DataType low : {DataType::BFloat16, DataType::Float16}) {
+      INFO("level O" << int(level) << ", " << to_string(low));
+      amp::Options o;
+      o.level = level;
+      o.dtype = low;
+      auto m = classifier(o, false);
+      INFO(m->g.main.to_string());
+      CHECK(dtype_of(m->loss) == DataType::Float32);
+      const Tensor loss = step_loss(*m);
+      CHECK(loss.dtype() == DataType::Float32);
+      CHECK(std::isfinite(loss.to_vector<float>().at(0)));
+    }
+}
+
+TEST_CASE("amp O2 keeps a loss's scalar tail in f32 (the mean's division, a weighted sum of two losses) "
+          "while the ops on whole tensors still run low",
+          "[frontend][amp]") {
+  amp::Options o;
+  o.level = amp::Level::O2;
+  auto m = classifier(o, true);
+  INFO(m->g.main.to_string());
+  m->g.main.verify();
+  std::size_t tail = 0, low = 0;
+  for (Operation* op : m->g.main.block()) {
+    if (op_role(op) != OpRole::Forward || op->num_results() == 0 || !is_shaped(op->result_type(0))) continue;
+    const bool scalar = Dims(shaped_dims(op->result_type(0))).numel() == 1;
+    if (scalar && (op->isa<DivOp>() || op->isa<MulOp>() || op->isa<AddOp>())) {
+      ++tail;
+      CHECK(dtype_of(op->result(0)) == DataType::Float32);
+    }
+    if (op->isa<AddOp>() && !scalar) CHECK(dtype_of(op->result(0)) == DataType::BFloat16);  // the bias
+    low += dtype_of(op->result(0)) == DataType::BFloat16;
+  }
+  CHECK(tail == 3);
+  CHECK(low >= 2);  // the head's matmul and bias add
+  CHECK(dtype_of(m->loss) == DataType::Float32);
 }
 
 // ---- loss scaling (f16) ----

@@ -8,6 +8,7 @@
 
 #include "catch.hpp"
 #include "ir_test_util.h"
+#include "kiln/ir/half_operands.h"
 
 using namespace kiln;
 using kiln_test::f32;
@@ -181,6 +182,27 @@ TEST_CASE("the Inplace map of relu_ says output 0 aliases input 0", "[ir][op]") 
   CHECK(IrContext::instance()->op_info<ReluOp>().impl()->inplace_map.empty());
   CHECK(IrContext::instance()->op_info<ReshapeOp>().impl()->view_map ==
         std::vector<std::pair<std::uint32_t, std::uint32_t>>{{0, 0}});
+}
+
+TEST_CASE("HalfOperandsInterface names the operands an op reads in 16 bits as they are: cross_entropy's "
+          "logits, not its label, with the result types of f32 logits; matmul declares none",
+          "[ir][op]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{4, 5}).result();
+  Value label = b.create<DataOp>("label", std::vector<std::int64_t>{4}, DataType::Int64).result();
+  Operation* ce = b.create<CrossEntropyOp>(x, label).operation();
+  const auto half = ce->dyn_cast<HalfOperandsInterface>();
+  REQUIRE(half);
+  CHECK(half.reads_half_as_f32(0));
+  CHECK_FALSE(half.reads_half_as_f32(1));
+  CHECK_FALSE(b.create<MatmulOp>(x, b.create<TransposeOp>(x, std::vector<std::int64_t>{1, 0}).result())
+                  ->dyn_cast<HalfOperandsInterface>());
+  const std::vector<Type> f32_types = ce->dyn_cast<InferMetaInterface>().infer_meta();
+  for (DataType low : {DataType::BFloat16, DataType::Float16}) {
+    const std::vector<Type> in{TensorType::get(low, {4, 5}), label.type()};
+    CHECK(CrossEntropyOp::infer_meta(in, ce->attributes()) == f32_types);
+  }
 }
 
 TEST_CASE("verify rejects relu_ whose output type differs from the input it aliases",

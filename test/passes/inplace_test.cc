@@ -4,6 +4,7 @@
 #include "passes/passes_test_util.h"
 #include "kiln/exec/executor.h"
 #include "kiln/exec/interpreter_core.h"
+#include "kiln/frontend/frontend.h"
 #include "kiln/runtime/cuda_context.h"
 
 using namespace kiln;
@@ -204,4 +205,57 @@ TEST_CASE("after pure, an in-place relu no longer splits an elementwise chain; i
   check_same_results(p, {y}, "pure,fuse");
   check_same_results(p, {y}, "pure,inplace");
   check_same_results(p, {y}, "pure,dce,cse,fold,simplify,fuse,inplace");
+}
+
+namespace {
+// A GPT-like head trained with SGD: ids [2, 4] → Embedding(11, 8) →
+// LayerNorm → Linear(8, 11), logits [2, 4, 11] → cross_entropy (Mean)
+// against label [2, 4]; with `reshape`, the logits reshaped to [8, 11]
+// against label [8] first.
+struct GptHead {
+  Program main, startup;
+  Value loss;
+  FeedMap feed;
+  explicit GptHead(bool reshape) {
+    UniqueNameGuard names;
+    ProgramGuard guard(main, startup);
+    Value ids = data("ids", {2, 4}, DataType::Int64);
+    Value label = data("label", reshape ? std::vector<std::int64_t>{8} : std::vector<std::int64_t>{2, 4},
+                       DataType::Int64);
+    Value logits = nn::Linear(8, 11)(nn::LayerNorm({8})(nn::Embedding(11, 8)(ids)));
+    if (reshape) logits = main_builder().create<ReshapeOp>(logits, std::vector<std::int64_t>{-1, 11}).result();
+    loss = nn::functional::cross_entropy(logits, label);
+    optim::SGD(0.5).minimize(loss);
+    const std::vector<std::int64_t> next{3, 1, 4, 1, 5, 9, 2, 6};
+    feed = {{"ids", Tensor::from_vector<std::int64_t>({2, 4}, {1, 3, 1, 4, 1, 5, 9, 2})},
+            {"label", reshape ? Tensor::from_vector<std::int64_t>({8}, next)
+                              : Tensor::from_vector<std::int64_t>({2, 4}, next)}};
+  }
+};
+
+std::size_t count_instructions(const InterpreterCore& core, std::string_view op_name) {
+  std::size_t n = 0;
+  for (std::uint32_t i = 0; i < core.num_instructions(); ++i) n += core.instruction(i).op_name == op_name;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("a GPT-like head, [B, L, V] logits against [B, L] labels, writes cross_entropy's gradient over "
+          "its logits under the default passes; reshaped to [B·L, V] (a view), the logits keep their buffer",
+          "[passes][inplace]") {
+  GptHead direct(false), reshaped(true);
+  Executor a, b;
+  a.run(direct.startup);
+  b.run(reshaped.startup);
+  for (const std::string& name : a.scope().local_var_names())  // the same parameters in both
+    b.scope().var(name).set(a.scope().find_var(name)->get<Tensor>().clone());
+  for (int step = 0; step < 2; ++step) {
+    const Tensor la = a.run(direct.main, direct.feed, {direct.loss})[0];
+    const Tensor lb = b.run(reshaped.main, reshaped.feed, {reshaped.loss})[0];
+    CHECK(same_bits(la, lb));
+  }
+  CHECK(count_instructions(*a.last_core(), "kiln.cross_entropy_grad_") == 1);
+  CHECK(count_instructions(*a.last_core(), "kiln.cross_entropy_grad") == 0);
+  CHECK(count_instructions(*b.last_core(), "kiln.cross_entropy_grad_") == 0);
+  CHECK(count_instructions(*b.last_core(), "kiln.cross_entropy_grad") == 1);
 }

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "kiln/dialect/grad_op.h"
+#include "kiln/ir/half_operands.h"
 
 namespace kiln {
 
@@ -78,10 +79,13 @@ struct SoftmaxWithCrossEntropyOp
 //   (0 where label[i] == ignore_index). No [N, C] result: the gradient
 //   recomputes the softmax from the logits and lse, so the logits are the
 //   only class-sized tensor between the forward and the backward. The
-//   frontend's nn::functional::cross_entropy builds it.
-struct CrossEntropyOp : Op<CrossEntropyOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
+//   frontend's nn::functional::cross_entropy builds it. Mixed precision
+//   passes it low logits without an f32 copy (HalfOperandsInterface).
+struct CrossEntropyOp
+    : Op<CrossEntropyOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface, HalfOperandsInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.cross_entropy";
+  static constexpr std::array<std::uint32_t, 1> half_operands{0};
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 2, num_results = 2;
   KILN_ATTRIBUTES((std::int64_t, ignore_index));

@@ -14,23 +14,31 @@
 // wrong one is a kiln::Error naming the op, never a silent mismatch.
 #pragma once
 
+#include <array>
+#include <cstdint>
+
 #include "kiln/dialect/grad_op.h"
+#include "kiln/ir/half_operands.h"
 
 namespace kiln {
 
-// kiln.shape(x): i64 [rank(x)], x's dims at run time (x's data unread).
-struct ShapeOp : Op<ShapeOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+// kiln.shape(x): i64 [rank(x)], x's dims at run time (x's data unread, so
+// a 16-bit x is read as it is: HalfOperandsInterface).
+struct ShapeOp : Op<ShapeOp, ReadOnly, ValueSemantics, InferMetaInterface, HalfOperandsInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.shape";
+  static constexpr std::array<std::uint32_t, 1> half_operands{0};
   static constexpr int num_operands = 1, num_results = 1;
   static void build(Builder& b, OperationArgument& arg, Value x);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
-// kiln.numel(x): i64 scalar, x's element count at run time.
-struct NumelOp : Op<NumelOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+// kiln.numel(x): i64 scalar, x's element count at run time (x's data
+// unread, as shape's).
+struct NumelOp : Op<NumelOp, ReadOnly, ValueSemantics, InferMetaInterface, HalfOperandsInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.numel";
+  static constexpr std::array<std::uint32_t, 1> half_operands{0};
   static constexpr int num_operands = 1, num_results = 1;
   static void build(Builder& b, OperationArgument& arg, Value x);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);

@@ -5,13 +5,15 @@
 // Level O1: each op of the allow list (default: kiln.matmul) reads its f32
 // floating operands through a cast to the low dtype and gives a low-dtype
 // result (f32 accumulation inside its kernel) — unless it reads f64 or the
-// other 16-bit float, which it keeps; every other op that reads a
-// value made low this way reads it through a cast back to f32. One cast per
-// value, placed before its first reader, shared by every later reader. The
-// backward that append_backward (or an optimizer's minimize) then builds
-// runs the allow-list ops' gradients in the low dtype too, and the casts'
-// gradients bring the parameters' gradients back to f32: the parameters
-// stay f32 (they are the master weights the optimizer updates).
+// other 16-bit float, which it keeps; every other op that reads a value
+// made low this way reads it through a cast back to f32, or as it is where
+// the op's kernels read 16-bit floats there (kiln/ir/half_operands.h:
+// cross_entropy's logits). One cast per value, placed before its first
+// reader, shared by every later reader. The backward that append_backward
+// (or an optimizer's minimize) then builds runs the allow-list ops'
+// gradients in the low dtype too, and the casts' gradients bring the
+// parameters' gradients back to f32: the parameters stay f32 (they are the
+// master weights the optimizer updates).
 //
 // Loss scaling: f16's gradients underflow (below 2⁻²⁴) where f32's would
 // not, so an f16 program's minimize scales the loss by a parameter before
@@ -37,6 +39,7 @@
 #include "kiln/ir/block.h"
 #include "kiln/ir/value.h"
 #include "kiln/support/data_type.h"
+#include "kiln/support/place.h"
 
 namespace kiln {
 
@@ -49,13 +52,17 @@ class Optimizer;
 namespace amp {
 
 // O0: nothing changes. O1: the allow list's ops run low. O2: every op runs
-// low that has a floating first operand, a floating result and a CPU kernel
-// for the dtype, unless the deny list names it (default_deny_list: losses,
-// reductions, exp / log, softmax, norms keep f32, as PyTorch's autocast and
-// Paddle's O2 keep them); activations then flow low from op to op, and a
-// denied op reads an f32 cast. The parameters stay the f32 master weights
-// in both, read by the forward through one low cast each per step (the
-// cast's gradient brings their gradients back to f32).
+// low that has a floating first operand, a floating result and a kernel
+// for the dtype at Options::place, unless the deny list names it
+// (default_deny_list: losses, reductions, exp / log, softmax, norms keep
+// f32, as PyTorch's autocast and Paddle's O2 keep them) or its floating
+// operands and results all hold one element (a loss's tail after its
+// reductions — cross_entropy's sum / count, a weighted sum of losses —
+// stays f32, so the loss is f32 as autocast's); activations then flow low
+// from op to op, and a denied op reads an f32 cast. The parameters
+// stay the f32 master weights in both, read by the forward through one low
+// cast each per step (the cast's gradient brings their gradients back to
+// f32).
 enum class Level : std::uint8_t { O0, O1, O2 };
 
 // Whether minimize scales the loss. Auto: for f16, not for bf16.
@@ -83,6 +90,11 @@ struct Options {
   std::vector<std::string> deny;
   Scaling scaling = Scaling::Auto;
   LossScaling loss_scaling;
+  // Where the program will run (the Executor's place): the kernels the
+  // rewrite asks for — the allow list's, O2's, those of the ops that read a
+  // 16-bit operand as it is (kiln/ir/half_operands.h) — are looked up there
+  // (a host stream runs the CPU's).
+  Place place = Place::cpu();
 };
 
 // kiln.matmul.
@@ -99,10 +111,10 @@ struct RewriteResult {
 // Rewrites the forward ops of `block` (a program's top-level block, before
 // its backward is built). kiln::Error: an unknown level or a dtype other
 // than bf16 / f16 (InvalidArgument), an allow-list name that is no
-// registered op or whose op has no CPU kernel for the dtype, a deny-list
-// name that is no registered op (InvalidArgument, naming it), a block that
-// already holds backward ops (InvalidArgument). On an error `block` is
-// unchanged.
+// registered op or whose op has no kernel for the dtype at Options::place
+// ("no CPU kernel"), a deny-list name that is no registered op
+// (InvalidArgument, naming it), a block that already holds backward ops
+// (InvalidArgument). On an error `block` is unchanged.
 RewriteResult rewrite(Block& block, const Options& options = {});
 
 // An optimizer whose minimize first rewrites the loss's program.

@@ -90,7 +90,10 @@ Value l1_loss(Value input, Value label, Reduction reduction = Reduction::Mean);
 // Softmax cross-entropy with hard int64/int32 labels: logits [N, C], label
 // [N] or [N, 1] (kiln.cross_entropy: no softmax kept); None gives [N, 1] (0 on
 // rows labelled ignore_index). Mean divides the sum by the number of rows
-// not ignored (as PyTorch; NaN when every row is ignored).
+// not ignored (as PyTorch; NaN when every row is ignored). Logits [..., C]
+// take a label of their leading dims, each position a row: a language
+// model's [B, L, V] against [B, L] needs no reshape to [B·L, V] (a view,
+// which would keep the logits' buffer from their gradient).
 Value cross_entropy(Value logits, Value label, Reduction reduction = Reduction::Mean,
                     std::int64_t ignore_index = -100);
 
