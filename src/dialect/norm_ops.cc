@@ -60,13 +60,17 @@ void check_affine(std::string_view op, const std::vector<Type>& in, std::size_t 
 // The [M] statistics' type for layer_norm / rms_norm.
 Type stats_type(const std::vector<Type>& in, const std::vector<std::int64_t>& xd,
                 std::size_t axis) {
-  return meta::result_like(in, shaped_data_type(in[0]), {product(xd, 0, axis)});
+  return meta::result_like(in, norm_stats_dtype(shaped_data_type(in[0])), {product(xd, 0, axis)});
 }
 
-// The statistics operand (mean / rstd) of a gradient op: x's dtype, [M].
+// The statistics operand (mean / rstd) of a gradient op: norm_stats_dtype
+// of x's, [M].
 void check_stats(std::string_view op, const std::vector<Type>& in, std::size_t i,
                  std::string_view what, std::int64_t m) {
-  meta::require_same_dtype(op, shaped_data_type(in[0]), shaped_data_type(in[i]), 0, i);
+  const DataType want = norm_stats_dtype(shaped_data_type(in[0])), got = shaped_data_type(in[i]);
+  if (got != want)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", what, " (operand #", i, ") is ", to_string(got),
+                ", expected ", to_string(want), " for x of ", to_string(shaped_data_type(in[0])));
   const auto& d = shaped_dims(in[i]);
   if (!meta::compatible_dims(d, {m}))
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", what, " (operand #", i, ") ",

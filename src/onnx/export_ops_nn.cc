@@ -186,8 +186,8 @@ void layer_norm(EmitContext& c) {
   const auto a = LayerNormOp::dyn_cast(c.op()).attrs();
   const std::int64_t axis = norm_axis(a.begin_norm_axis, c.in_dims(0).size());
   const bool stats = c.used(1) || c.used(2);
-  if (stats && c.in_dtype(0) != DataType::Float32)
-    c.unsupported("mean / rstd of a non-f32 layer_norm (ONNX keeps them in f32)");
+  if (stats && norm_stats_dtype(c.in_dtype(0)) != DataType::Float32)
+    c.unsupported("mean / rstd of an f64 layer_norm (ONNX keeps them in f32)");
   std::vector<std::string> outs{c.out(0)};
   if (stats) {
     outs.push_back(c.fresh("mean"));

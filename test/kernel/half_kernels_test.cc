@@ -16,6 +16,7 @@ using namespace kiln;
 using kiln_test::from_half;
 using kiln_test::random_half;
 using kiln_test::run_kernel;
+using kiln_test::run_op;
 using kiln_test::to_half;
 
 namespace {
@@ -127,4 +128,42 @@ TEST_CASE("a bf16 or f16 conv2d, its gradient and the pools are the f32 kernels 
           .operation();
     });
   }
+}
+
+TEST_CASE("a bf16 or f16 layer_norm keeps its mean and rstd in f32, so its gradient stays accurate for rows far "
+          "from zero",
+          "[kernel][half][norm]") {
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    INFO(to_string(dt));
+    // Rows around 100 with a spread of about one: in 16 bits the mean
+    // would round by up to a quarter, a quarter of a standard deviation.
+    const std::int64_t m = 8, n = 64;
+    Tensor x = Tensor::empty({m, n}, dt), dy = random_half({m, n}, dt, 3), w = random_half({n}, dt, 4);
+    const Tensor noise = random_half({m, n}, dt, 5);
+    for (std::int64_t i = 0; i < m * n; ++i)
+      static_cast<std::uint16_t*>(x.raw_data())[i] =
+          to_half(100.3f + from_half(static_cast<const std::uint16_t*>(noise.raw_data())[i], dt), dt);
+    const Tensor b = random_half({n}, dt, 6);
+    const auto fwd = run_op<LayerNormOp>({x, w, b}, std::int64_t{1}, 1e-5);
+    REQUIRE(fwd.out(1).dtype() == DataType::Float32);
+    REQUIRE(fwd.out(2).dtype() == DataType::Float32);
+    const auto wide = run_op<LayerNormOp>({widen(x), widen(w), widen(b)}, std::int64_t{1}, 1e-5);
+    CHECK(kiln_test::same_bits(fwd.out(1), wide.out(1)));
+    CHECK(kiln_test::same_bits(fwd.out(2), wide.out(2)));
+    const auto grad = run_op<GradOf<LayerNormOp>>({x, w, fwd.out(1), fwd.out(2), dy}, std::int64_t{1}, 1e-5);
+    const auto want = run_op<GradOf<LayerNormOp>>({widen(x), widen(w), wide.out(1), wide.out(2), widen(dy)},
+                                                 std::int64_t{1}, 1e-5);
+    for (std::uint32_t r = 0; r < 3; ++r) {
+      INFO("gradient #" << r);
+      CHECK(is_rounded(grad.out(r), want.out(r)));
+    }
+  }
+}
+
+TEST_CASE("a 16-bit layer_norm_grad given statistics in x's dtype instead of f32 is an error naming the op",
+          "[kernel][half][norm]") {
+  const DataType dt = DataType::BFloat16;
+  const Tensor x = random_half({2, 4}, dt, 1), w = random_half({4}, dt, 2), s = random_half({2}, dt, 3);
+  KILN_CHECK_ERROR(run_op<GradOf<LayerNormOp>>({x, w, s, s, x}, std::int64_t{1}, 1e-5), InvalidArgument,
+                   {"kiln.layer_norm_grad", "f32"});
 }

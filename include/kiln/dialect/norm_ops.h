@@ -13,6 +13,14 @@
 
 namespace kiln {
 
+// The dtype of layer_norm's and rms_norm's per-row statistics (mean, rstd)
+// for x of `dt`: f32 for bf16 / f16 (a rounded mean or rstd would skew the
+// gradient's normalized x; ONNX's stash_type and PyTorch keep them f32),
+// else dt.
+inline DataType norm_stats_dtype(DataType dt) {
+  return dt == DataType::BFloat16 || dt == DataType::Float16 ? DataType::Float32 : dt;
+}
+
 // (y, mean, rstd) = kiln.layer_norm(x, weight, bias) {begin_norm_axis, epsilon}
 //   x is seen as [M, N]: M = prod(dims < begin_norm_axis) rows of
 //   N = prod(dims >= begin_norm_axis) elements (begin_norm_axis in
