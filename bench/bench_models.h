@@ -137,7 +137,8 @@ inline GptShape gpt2_small() { return {50257, 768, 12, 3072, 12, 512, 8}; }
 
 // Token and position embeddings, `layers` causal post-norm blocks (GELU),
 // a final layer norm and a linear head; next-token cross-entropy; AdamW.
-// `amp`: the forward's matmuls in bf16 (kiln/frontend/amp.h, level O1).
+// `amp`: mixed precision O1 in bf16 (kiln/frontend/amp.h), its kernels
+// looked up at `feed_place`.
 inline std::unique_ptr<Model> gpt_model(kiln::Place feed_place = kiln::Place::cpu(), const GptShape& s = {},
                                         bool amp = false) {
   auto m = std::make_unique<Model>();
@@ -167,7 +168,7 @@ inline std::unique_ptr<Model> gpt_model(kiln::Place feed_place = kiln::Place::cp
     kiln::Value logits = head(norm(x));
     m->loss = kiln::nn::functional::cross_entropy(logits, label);
     kiln::optim::AdamW opt(/*learning_rate=*/3e-4, 0.9, 0.999, 1e-8, /*weight_decay=*/0.01);
-    if (amp) kiln::amp::decorate(opt).minimize(m->loss);
+    if (amp) kiln::amp::decorate(opt, {.place = feed_place}).minimize(m->loss);
     else opt.minimize(m->loss);
   }
   std::mt19937 rng(12);

@@ -1,6 +1,7 @@
 #include "kiln/frontend/amp.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <unordered_map>
 #include <unordered_set>
@@ -45,19 +46,59 @@ bool has_kernel(TypeId op, PlaceKind backend, DataType dtype) {
   return KernelRegistry::instance().find(op, backend, dtype) != nullptr;
 }
 
-// Op ids by name; kiln::Error naming the list and the name when one is
-// no registered op, or (`need_kernel`) has no kernel at `backend` for `dtype`.
-std::unordered_set<TypeId> op_ids(const std::vector<std::string>& names, std::string_view list, DataType dtype,
-                                  PlaceKind backend, bool need_kernel) {
-  std::unordered_set<TypeId> ids;
-  for (const std::string& name : names) {
-    const OpInfo info = IrContext::instance()->find_op(name);
-    if (!info)
-      throw_error(ErrorKind::InvalidArgument, "amp: ", list, " op '", name, "' is not a registered op");
-    if (need_kernel && !has_kernel(info.id(), backend, dtype))
-      throw_error(ErrorKind::InvalidArgument, "amp: ", list, " op '", name, "' has no ", backend_name(backend),
-                  " kernel for ", to_string(dtype));
-    ids.insert(info.id());
+// One of the three op lists (amp.h: allow, follow, deny): the names a
+// user gave (replacing the defaults when not empty) and the defaults.
+struct ListSpec {
+  std::string_view name;
+  const std::vector<std::string>& given;
+  const std::vector<std::string>& defaults;
+  bool retypes;  // allow / follow: amp retypes the op's results to the low dtype
+};
+
+// The op a given list names; kiln::Error(InvalidArgument) naming the list
+// and the name when it is no registered op, or (a list that retypes) when
+// the op has no InferMeta or no kernel at `backend` for `dtype`.
+OpInfo given_op(const std::string& name, const ListSpec& list, DataType dtype, PlaceKind backend) {
+  const OpInfo info = IrContext::instance()->find_op(name);
+  if (!info)
+    throw_error(ErrorKind::InvalidArgument, "amp: ", list.name, "-list op '", name, "' is not a registered op");
+  if (!list.retypes) return info;
+  if (!info.has_interface<InferMetaInterface>())
+    throw_error(ErrorKind::InvalidArgument, "amp: ", list.name, "-list op '", name,
+                "' has no InferMeta (amp retypes the results of the ops it lowers)");
+  if (!has_kernel(info.id(), backend, dtype))
+    throw_error(ErrorKind::InvalidArgument, "amp: ", list.name, "-list op '", name, "' has no ",
+                backend_name(backend), " kernel for ", to_string(dtype));
+  return info;
+}
+
+// Each list's op ids. A given list replaces its defaults; a name on two
+// given lists is an error; a name a given list holds leaves the other
+// lists' defaults; a default that retypes is dropped where it has no
+// kernel for the dtype at `backend`. So every op is on one list at most.
+std::array<std::unordered_set<TypeId>, 3> resolve_lists(const std::array<ListSpec, 3>& lists, DataType dtype,
+                                                       PlaceKind backend) {
+  std::unordered_map<TypeId, std::size_t> given;  // op → the given list that names it
+  for (std::size_t l = 0; l < lists.size(); ++l)
+    for (const std::string& name : lists[l].given) {
+      const auto [it, added] = given.emplace(given_op(name, lists[l], dtype, backend).id(), l);
+      if (!added && it->second != l)
+        throw_error(ErrorKind::InvalidArgument, "amp: op '", name, "' is on both the ", lists[it->second].name,
+                    " and the ", lists[l].name, " list");
+    }
+  std::array<std::unordered_set<TypeId>, 3> ids;
+  for (std::size_t l = 0; l < lists.size(); ++l) {
+    if (!lists[l].given.empty()) {
+      for (const auto& [id, in] : given)
+        if (in == l) ids[l].insert(id);
+      continue;
+    }
+    for (const std::string& name : lists[l].defaults) {
+      const OpInfo info = IrContext::instance()->find_op(name);
+      if (!info || given.count(info.id())) continue;
+      if (lists[l].retypes && !has_kernel(info.id(), backend, dtype)) continue;
+      ids[l].insert(info.id());
+    }
   }
   return ids;
 }
@@ -85,34 +126,48 @@ bool on_single_elements(const Operation& op) {
   return true;
 }
 
-// Which ops run in the low dtype: O1, those of the allow list; O2, every
-// op with a floating first operand, a floating result and a kernel for the
-// low dtype at the target that the deny list does not name (no region op,
-// in-place op, side effect, collective or cast), nor one on single
-// elements: rounding a scalar saves nothing and costs the loss its f32.
+using LowSet = std::unordered_set<const detail::ValueImpl*>;  // values the rewrite made low
+
+// How an op's floating operands stand: f32; made low by the rewrite; low
+// from the start; another floating dtype (f64, the other 16-bit float).
+struct FloatingOperands {
+  int f32 = 0, made_low = 0, low = 0, other = 0;
+  FloatingOperands(const Operation& op, DataType low_dtype, const LowSet& lowered) {
+    for (std::uint32_t i = 0; i < op.num_operands(); ++i) {
+      const Value v = op.operand(i).source();
+      if (!v || !is_shaped(v.type()) || !is_floating(shaped_data_type(v.type()))) continue;
+      if (lowered.count(v.impl())) ++made_low;
+      else if (of_dtype(v, DataType::Float32)) ++f32;
+      else if (of_dtype(v, low_dtype)) ++low;
+      else ++other;
+    }
+  }
+};
+
+// Whether `b` is a bias row of `y`: no more dims than y, and one element,
+// or y's (known) last dim with every other dim 1 — what a linear layer adds
+// to its matmul (the rule kiln.fused_matmul's bias follows).
+bool is_bias_row(Type b, Type y) {
+  const auto& bd = shaped_dims(b);
+  const auto& yd = shaped_dims(y);
+  if (bd.size() > yd.size()) return false;
+  std::int64_t n = 1;
+  for (std::int64_t d : bd) {
+    if (d < 0) return false;
+    n *= d;
+  }
+  if (n == 1) return true;
+  return yd.back() >= 0 && bd.back() == yd.back() && n == bd.back();
+}
+
+// Which ops run in the low dtype (the rules amp.h states for O1 and O2).
 class LowPolicy {
  public:
-  explicit LowPolicy(const Options& o)
-      : o2_(o.level == Level::O2),
-        low_(o.dtype),
-        backend_(backend_of(o.place)),
-        ids_(o2_ ? op_ids(o.deny.empty() ? default_deny_list() : o.deny, "deny-list", o.dtype, backend_, false)
-                 : op_ids(o.allow.empty() ? default_allow_list() : o.allow, "allow-list", o.dtype, backend_,
-                          true)) {}
+  explicit LowPolicy(const Options& o);
 
-  bool runs_low(const Operation& op) const {
-    if (!o2_) return ids_.count(op.info().id()) > 0;
-    if (ids_.count(op.info().id()) || op.num_regions() || op.has_trait<Inplace>() ||
-        op.has_trait<SideEffect>() || op.has_trait<Communication>() || op.isa<CastOp>() ||
-        op.num_operands() == 0 || !has_floating_result(op) || on_single_elements(op))
-      return false;
-    const Value first = op.operand(0).source();
-    if (!first || !is_shaped(first.type()) || !is_floating(shaped_data_type(first.type()))) return false;
-    return has_kernel(op.info().id(), backend_, low_);
+  bool runs_low(const Operation& op, const LowSet& lowered) const {
+    return o2_ ? o2_runs_low(op, lowered) : o1_runs_low(op, lowered);
   }
-  // O1 lowers an op only where one operand is f32; O2 also keeps an op of
-  // low operands low.
-  bool needs_f32_operand() const { return !o2_; }
 
   // Whether `op`, kept f32, reads its operand i, made low, as it is: the op
   // declares so (HalfOperandsInterface) and has a kernel for the low dtype
@@ -123,11 +178,72 @@ class LowPolicy {
   }
 
  private:
+  bool o1_runs_low(const Operation& op, const LowSet& lowered) const;
+  bool o2_runs_low(const Operation& op, const LowSet& lowered) const;
+  bool adds_bias_to_allowed(const Operation& op, const LowSet& lowered) const;
+
   bool o2_;
   DataType low_;
   PlaceKind backend_;
-  std::unordered_set<TypeId> ids_;
+  std::unordered_set<TypeId> allow_, follow_, deny_;
+  bool bias_add_runs_low_;  // kiln.add has a low kernel at the target and is not denied
 };
+
+LowPolicy::LowPolicy(const Options& o) : o2_(o.level == Level::O2), low_(o.dtype), backend_(backend_of(o.place)) {
+  auto lists = resolve_lists({ListSpec{"allow", o.allow, default_allow_list(), true},
+                              ListSpec{"follow", o.follow, default_follow_list(), true},
+                              ListSpec{"deny", o.deny, default_deny_list(), false}},
+                             low_, backend_);
+  allow_ = std::move(lists[0]);
+  follow_ = std::move(lists[1]);
+  deny_ = std::move(lists[2]);
+  const TypeId add = IrContext::instance()->op_info<AddOp>().id();
+  bias_add_runs_low_ = has_kernel(add, backend_, low_) && !deny_.count(add);
+}
+
+// O1: an allow-list op that reads an f32 value or one made low; the bias
+// add of an allow-list op's low result (kiln.add on the follow list or
+// not); a follow-list op whose floating operands are all low, one made
+// low. None reads f64 or the other 16-bit float.
+bool LowPolicy::o1_runs_low(const Operation& op, const LowSet& lowered) const {
+  const FloatingOperands in(op, low_, lowered);
+  if (in.other) return false;
+  const TypeId id = op.info().id();
+  if (allow_.count(id)) return in.f32 + in.made_low > 0;
+  if (adds_bias_to_allowed(op, lowered)) return true;
+  return follow_.count(id) && in.f32 == 0 && in.made_low > 0 && has_floating_result(op);
+}
+
+// O2: every op with a floating first operand, a floating result and a
+// kernel for the low dtype at the target that the deny list does not name
+// (no region op, in-place op, side effect, collective or cast), nor one on
+// single elements: rounding a scalar saves nothing and costs the loss its
+// f32.
+bool LowPolicy::o2_runs_low(const Operation& op, const LowSet& lowered) const {
+  if (deny_.count(op.info().id()) || op.num_regions() || op.has_trait<Inplace>() ||
+      op.has_trait<SideEffect>() || op.has_trait<Communication>() || op.isa<CastOp>() ||
+      op.num_operands() == 0 || !has_floating_result(op) || on_single_elements(op))
+    return false;
+  const Value first = op.operand(0).source();
+  if (!first || !is_shaped(first.type()) || !is_floating(shaped_data_type(first.type()))) return false;
+  const FloatingOperands in(op, low_, lowered);
+  return in.other == 0 && has_kernel(op.info().id(), backend_, low_);
+}
+
+// Whether `op` is kiln.add(y, b) or (b, y) with y an allow-list op's low
+// result and b an f32 bias row of y: a linear layer's bias add, which
+// PyTorch's autocast runs low inside F.linear.
+bool LowPolicy::adds_bias_to_allowed(const Operation& op, const LowSet& lowered) const {
+  if (!bias_add_runs_low_ || !op.isa<AddOp>()) return false;
+  for (std::uint32_t i = 0; i < 2; ++i) {
+    const Value y = op.operand(i).source(), b = op.operand(1 - i).source();
+    const Operation* def = y.defining_op();
+    if (lowered.count(y.impl()) && def && allow_.count(def->info().id()) && of_dtype(b, DataType::Float32) &&
+        is_bias_row(b.type(), y.type()))
+      return true;
+  }
+  return false;
+}
 
 void check(const Block& block, const Options& o) {
   if (o.level != Level::O0 && o.level != Level::O1 && o.level != Level::O2)
@@ -141,21 +257,6 @@ void check(const Block& block, const Options& o) {
     if (op_role(op) != OpRole::Forward)
       throw_error(ErrorKind::InvalidArgument, "amp: the program already has ", to_string(op_role(op)),
                   " ops (op '", op->name(), "'): rewrite it before append_backward or minimize");
-}
-
-// Whether every floating operand of `op` is f32 or already `low` (an op
-// reading f64 or the other 16-bit float keeps its dtypes), and one is f32
-// (or, without `need_f32`, one is floating).
-bool lowerable(const Operation& op, DataType low, bool need_f32) {
-  bool any_f32 = false, any = false;
-  for (std::uint32_t i = 0; i < op.num_operands(); ++i) {
-    const Value v = op.operand(i).source();
-    if (!v || !is_shaped(v.type()) || !is_floating(shaped_data_type(v.type()))) continue;
-    any = true;
-    if (of_dtype(v, DataType::Float32)) any_f32 = true;
-    else if (!of_dtype(v, low)) return false;
-  }
-  return need_f32 ? any_f32 : any;
 }
 
 // One cast per (value, dtype), made before the first op that needs it.
@@ -192,7 +293,25 @@ class Casts {
 }  // namespace
 
 const std::vector<std::string>& default_allow_list() {
-  static const std::vector<std::string> list{"kiln.matmul"};
+  static const std::vector<std::string> list{"kiln.matmul", "kiln.scaled_dot_product_attention"};
+  return list;
+}
+
+const std::vector<std::string>& default_follow_list() {
+  static const std::vector<std::string> list{
+      // the unary family but for PyTorch's f32 ones (exp, log, square, asin, acos, tan, sinh, cosh)
+      "kiln.relu", "kiln.tanh", "kiln.sigmoid", "kiln.sqrt", "kiln.abs", "kiln.neg", "kiln.sin", "kiln.cos",
+      "kiln.atan", "kiln.asinh", "kiln.acosh", "kiln.atanh", "kiln.erf", "kiln.floor", "kiln.ceil",
+      "kiln.round", "kiln.sign", "kiln.gelu", "kiln.scale", "kiln.assign",
+      // the binaries (pow is PyTorch's f32)
+      "kiln.add", "kiln.sub", "kiln.mul", "kiln.div", "kiln.maximum", "kiln.minimum", "kiln.add_n",
+      // data movement
+      "kiln.reshape", "kiln.transpose", "kiln.split", "kiln.concat", "kiln.stack", "kiln.slice",
+      "kiln.strided_slice", "kiln.squeeze", "kiln.unsqueeze", "kiln.flatten", "kiln.expand", "kiln.tile",
+      "kiln.reshape_by", "kiln.slice_by", "kiln.squeeze_by", "kiln.unsqueeze_by",
+      "kiln.split_by", "kiln.expand_by",
+      // dropout, pools
+      "kiln.dropout", "kiln.max_pool2d", "kiln.avg_pool2d", "kiln.adaptive_avg_pool2d"};
   return list;
 }
 
@@ -205,8 +324,6 @@ const std::vector<std::string>& default_deny_list() {
 }
 
 namespace {
-
-using LowSet = std::unordered_set<const detail::ValueImpl*>;
 
 // `op` runs low: its f32 operands read low casts; its results are retyped,
 // and those now low join `lowered`.
@@ -255,7 +372,7 @@ RewriteResult rewrite(Block& block, const Options& options) {
   Casts casts(block);
   std::vector<Operation*> ops(block.begin(), block.end());  // the casts added are not visited
   for (Operation* op : ops) {
-    if (policy.runs_low(*op) && lowerable(*op, options.dtype, policy.needs_f32_operand())) {
+    if (policy.runs_low(*op, lowered)) {
       lower(*op, options.dtype, lowered, casts);
       ++result.lowered_ops;
     } else {

@@ -1,8 +1,9 @@
-// Mixed precision O1 (kiln/frontend/amp.h) on the CPU: the forward's
-// matmuls read bf16 casts, one per value, the rest reads f32 casts back;
-// the parameters and their gradients stay f32; an MLP and transformer
-// blocks trained in bf16 end within 2 % of the f32 loss; bad options are
-// errors that change nothing.
+// Mixed precision (kiln/frontend/amp.h) on the CPU. O1: matmuls and
+// attention run bf16, with linear layers' bias adds; follow-list ops run
+// in their operands' dtype; the rest reads f32 casts back, one cast per
+// value and dtype; the parameters and their gradients stay f32; models
+// trained in bf16 end within 2 % of the f32 loss; bad options are errors
+// that change nothing. Then O2, the loss, and f16's loss scaling.
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -39,6 +40,7 @@ struct AmpModel {
   FeedMap feed;
   std::string scale_name;  // loss scaling's parameter, when it scales
   Value found_inf;
+  Value logits;  // a classifier's, the loss's input
 
   void minimize(optim::Optimizer& opt, const amp::Options* o) {
     if (!o) {
@@ -104,6 +106,67 @@ std::unique_ptr<AmpModel> cnn(const amp::Options* amp_options) {
   return m;
 }
 
+// A GPT in miniature (bench's gpt_model): token and position embeddings,
+// two causal pre-norm blocks (GELU), a final layer norm and a linear head
+// over a 50-token vocabulary; next-token cross-entropy on [4, 16] ids;
+// Adam, decorated when `amp`.
+std::unique_ptr<AmpModel> gpt(const amp::Options* amp_options) {
+  constexpr std::int64_t kB = 4, kL = 16, kV = 50, kE = 32;
+  auto m = std::make_unique<AmpModel>();
+  Value ids = data("ids", {kB, kL}, DataType::Int64), pos = data("pos", {kL}, DataType::Int64);
+  Value label = data("label", {kB, kL}, DataType::Int64);
+  Value x = main_builder().create<AddOp>(nn::Embedding(kV, kE)(ids), nn::Embedding(kL, kE)(pos)).result();
+  for (int k = 0; k < 2; ++k) x = nn::TransformerEncoderLayer(kE, 4, 64, 0.0, "gelu")(x, true);
+  m->logits = nn::Linear(kE, kV)(nn::LayerNorm({kE})(x));
+  m->loss = nn::functional::cross_entropy(m->logits, label);
+  auto opt = optim::Adam(3e-3);
+  m->minimize(opt, amp_options);
+  std::vector<std::int64_t> tokens(kB * kL), next(kB * kL), where(kL);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<std::int64_t>(i * 7 % kV);
+    next[i] = static_cast<std::int64_t>((i * 7 + 7) % kV);
+  }
+  for (std::int64_t t = 0; t < kL; ++t) where[std::size_t(t)] = t;
+  m->feed = {{"ids", Tensor::from_vector<std::int64_t>(Dims({kB, kL}), tokens)},
+             {"pos", Tensor::from_vector<std::int64_t>(Dims({kL}), where)},
+             {"label", Tensor::from_vector<std::int64_t>(Dims({kB, kL}), next)}};
+  return m;
+}
+
+// Whether no two forward casts of `p` cast one value to one dtype.
+bool one_cast_per_value_and_dtype(const Program& p) {
+  std::map<std::pair<const void*, DataType>, int> casts;
+  for (Operation* op : p.block())
+    if (op_role(op) == OpRole::Forward && op->isa<CastOp>())
+      ++casts[{op->operand_source(0).impl(), dtype_of(op->result(0))}];
+  for (const auto& [key, n] : casts)
+    if (n != 1) return false;
+  return true;
+}
+
+// The forward ops of `p` but casts, by (name, result 0's dtype); and its
+// forward casts from f32 to bf16 (`down`) and back (`up`).
+struct ForwardCensus {
+  std::map<std::pair<std::string, DataType>, int> ops;
+  int down = 0, up = 0;
+  explicit ForwardCensus(const Program& p) {
+    for (Operation* op : p.block()) {
+      if (op_role(op) != OpRole::Forward || op->num_results() == 0 || !is_shaped(op->result_type(0))) continue;
+      const DataType dt = dtype_of(op->result(0));
+      if (!op->isa<CastOp>()) ++ops[{std::string(op->name()), dt}];
+      else if (const DataType from = dtype_of(op->operand_source(0)); from == DataType::Float32)
+        down += dt == DataType::BFloat16;
+      else up += from == DataType::BFloat16 && dt == DataType::Float32;
+    }
+  }
+  int bf16(const std::string& name) const { return count(name, DataType::BFloat16); }
+  int f32(const std::string& name) const { return count(name, DataType::Float32); }
+  int count(const std::string& name, DataType dt) const {
+    const auto it = ops.find({name, dt});
+    return it == ops.end() ? 0 : it->second;
+  }
+};
+
 // Trains both from the same parameters; returns the two last losses.
 std::pair<float, float> train_both(AmpModel& f32_model, AmpModel& amp_model, int steps, Place place = Place::cpu()) {
   Executor a(place), b(place);
@@ -120,39 +183,71 @@ std::pair<float, float> train_both(AmpModel& f32_model, AmpModel& amp_model, int
 
 }  // namespace
 
-TEST_CASE("amp O1: forward matmuls read bf16 casts, one per value; other ops read f32 casts back; "
+TEST_CASE("amp O1 runs an MLP's linear layers with their bias adds, its activations and their product in bf16, "
+          "casts the input, each weight and each bias down once and the output up once for the f32 loss; "
           "parameters and gradients stay f32",
           "[frontend][amp]") {
   const amp::Options o;  // O1, bf16
   auto m = mlp(&o);
   INFO(m->g.main.to_string());
   m->g.main.verify();
-  std::size_t forward_matmuls = 0;
-  for (Operation* op : m->g.main.block()) {
-    if (op_role(op) != OpRole::Forward) continue;
-    if (op->isa<MatmulOp>()) {
-      ++forward_matmuls;
-      CHECK(dtype_of(op->result(0)) == DataType::BFloat16);
-      for (std::uint32_t i = 0; i < 2; ++i) {
-        Operation* def = op->operand(i).source().defining_op();
-        REQUIRE(def);
-        CHECK(def->isa<CastOp>());
-        CHECK(dtype_of(op->operand(i).source()) == DataType::BFloat16);
-      }
-      for (OpOperand use : op->result(0).uses())
-        if (op_role(use.owner()) == OpRole::Forward) CHECK(use.owner()->isa<CastOp>());
-    }
-    // One cast per value: no two casts of one value to one dtype.
-    if (op->isa<CastOp>())
-      for (OpOperand use : op->operand(0).source().uses())
-        if (use.owner() != op && use.owner()->isa<CastOp>() && op_role(use.owner()) == OpRole::Forward)
-          CHECK(dtype_of(use.owner()->result(0)) != dtype_of(op->result(0)));
-  }
-  CHECK(forward_matmuls == 4);
+  const ForwardCensus c(m->g.main);
+  CHECK(c.bf16("kiln.matmul") == 4);
+  CHECK(c.bf16("kiln.add") == 4);  // the bias adds
+  CHECK(c.bf16("kiln.gelu") == 2);
+  CHECK(c.bf16("kiln.tanh") == 1);
+  CHECK(c.bf16("kiln.mul") == 1);
+  CHECK(c.f32("kiln.matmul") + c.f32("kiln.add") + c.f32("kiln.gelu") + c.f32("kiln.mul") == 0);
+  CHECK(c.down == 9);  // x, four weights, four biases
+  CHECK(c.up == 1);    // the output, subtracted from the f32 label
+  CHECK(one_cast_per_value_and_dtype(m->g.main));
   for (auto [param, grad] : m->grads) {
     CHECK(dtype_of(param) == DataType::Float32);
     CHECK(dtype_of(grad) == DataType::Float32);
   }
+}
+
+TEST_CASE("amp O1 runs a GPT's linear layers with their bias adds, its attention, GELU and the data movement "
+          "between them in bf16, its logits in bf16 read as they are by the f32 loss, its layer norms and "
+          "residual adds in f32, with one cast per value and dtype",
+          "[frontend][amp]") {
+  const amp::Options o;
+  auto m = gpt(&o);
+  INFO(m->g.main.to_string());
+  m->g.main.verify();
+  const ForwardCensus c(m->g.main);
+  CHECK(c.bf16("kiln.matmul") == 9);
+  CHECK(c.bf16("kiln.add") == 9);  // the bias adds
+  CHECK(c.f32("kiln.add") == 5);   // the embeddings' sum and the residual adds
+  CHECK(c.bf16("kiln.scaled_dot_product_attention") == 2);
+  CHECK(c.bf16("kiln.gelu") == 2);
+  CHECK(c.bf16("kiln.split") == 2);
+  CHECK(c.bf16("kiln.transpose") == 8);
+  CHECK(c.bf16("kiln.reshape") == 8);
+  CHECK(c.f32("kiln.layer_norm") == 5);
+  CHECK(c.bf16("kiln.layer_norm") == 0);
+  // Down: each block's two layer-norm outputs, four weights and four biases,
+  // and the head's input, weight and bias; up: each block's two sublayer
+  // outputs, added to the f32 residual stream.
+  CHECK(c.down == 2 * 10 + 3);
+  CHECK(c.up == 2 * 2);
+  CHECK(one_cast_per_value_and_dtype(m->g.main));
+  CHECK(dtype_of(m->logits) == DataType::BFloat16);
+  CHECK(dtype_of(m->loss) == DataType::Float32);
+  std::size_t losses = 0, attention_grads = 0;
+  for (Operation* op : m->g.main.block()) {
+    if (op->isa<CrossEntropyOp>()) {
+      ++losses;
+      CHECK(op->operand_source(0) == m->logits);
+    }
+    if (op->name() == "kiln.scaled_dot_product_attention_grad") {
+      ++attention_grads;
+      CHECK(dtype_of(op->operand_source(0)) == DataType::BFloat16);
+    }
+  }
+  CHECK(losses == 1);
+  CHECK(attention_grads == 2);
+  for (auto [param, grad] : m->grads) CHECK(dtype_of(grad) == DataType::Float32);
 }
 
 // The MLP (30 steps) and the transformer blocks (20 steps) trained plain
@@ -174,6 +269,14 @@ static void check_tracks_f32(const amp::Options& o) {
     CHECK(std::isfinite(lb));
     CHECK(std::abs(lb - lf) <= 0.02 * std::abs(lf));
   }
+  SECTION("a GPT in miniature (attention, cross-entropy over the logits), 20 steps") {
+    auto plain = gpt(nullptr);
+    auto low = gpt(&o);
+    const auto [lf, lb] = train_both(*plain, *low, 20);
+    INFO("f32 loss " << lf << ", low-precision loss " << lb);
+    CHECK(std::isfinite(lb));
+    CHECK(std::abs(lb - lf) <= 0.02 * std::abs(lf));
+  }
   SECTION("a small CNN (convolutions and pools), 20 steps") {
     auto plain = cnn(nullptr);
     auto low = cnn(&o);
@@ -184,7 +287,7 @@ static void check_tracks_f32(const amp::Options& o) {
   }
 }
 
-TEST_CASE("amp O1 bf16 trains an MLP and transformer blocks to within 2 % of the f32 loss",
+TEST_CASE("amp O1 bf16 trains an MLP, transformer blocks, a GPT and a CNN to within 2 % of the f32 loss",
           "[frontend][amp]") {
   check_tracks_f32(amp::Options{});
 }
@@ -262,8 +365,25 @@ TEST_CASE("amp: f16 O1 without loss scaling builds and runs; O0 changes nothing"
   CHECK(same->scale_name.empty());  // O0 scales nothing
 }
 
-TEST_CASE("amp: an unknown level, an unsupported dtype, an unknown or kernel-less allow-list op, an "
-          "unknown deny-list op, a program with a backward are errors that change nothing",
+namespace {
+
+// amp_test.no_meta: a bf16 CPU kernel but no InferMeta (amp could not
+// retype its results).
+struct AmpNoMetaOp : Op<AmpNoMetaOp, ReadOnly, ValueSemantics> {
+  using Op::Op;
+  static constexpr std::string_view name = "amp_test.no_meta";
+  static constexpr int num_operands = 1, num_results = 1;
+  static void build(Builder&, OperationArgument& arg, Value x) { arg.add_operand(x); }
+};
+KILN_REGISTER_OP(AmpNoMetaOp);
+void amp_test_no_meta_kernel(KernelContext&) {}
+KILN_REGISTER_KERNEL(AmpNoMetaOp, Cpu, BFloat16, amp_test_no_meta_kernel);
+
+}  // namespace
+
+TEST_CASE("amp: an unknown level, an unsupported dtype, an unknown or kernel-less allow- or follow-list op, "
+          "one without InferMeta, an op on two given lists, an unknown deny-list op, a program with a "
+          "backward are errors that change nothing",
           "[frontend][amp]") {
   GuardedPrograms g;
   Value x = data("x", {4, 8});
@@ -289,6 +409,20 @@ TEST_CASE("amp: an unknown level, an unsupported dtype, an unknown or kernel-les
   fails(o, ErrorKind::InvalidArgument, {"'kiln.no_such_op'", "not a registered op"});
   o.allow = {"kiln.softmax_with_cross_entropy"};
   fails(o, ErrorKind::InvalidArgument, {"'kiln.softmax_with_cross_entropy'", "no CPU kernel", "bf16"});
+  o = {};
+  o.follow = {"kiln.relu", "kiln.no_such_op"};
+  fails(o, ErrorKind::InvalidArgument, {"follow-list op 'kiln.no_such_op'", "not a registered op"});
+  o.follow = {"kiln.softmax_with_cross_entropy"};
+  fails(o, ErrorKind::InvalidArgument, {"follow-list op 'kiln.softmax_with_cross_entropy'", "no CPU kernel"});
+  o.follow = {"amp_test.no_meta"};
+  fails(o, ErrorKind::InvalidArgument, {"follow-list op 'amp_test.no_meta'", "no InferMeta"});
+  o = {};
+  o.allow = {"kiln.matmul", "kiln.gelu"};
+  o.follow = {"kiln.gelu"};
+  fails(o, ErrorKind::InvalidArgument, {"'kiln.gelu'", "both the allow and the follow list"});
+  o = {};
+  o.deny = {"kiln.no_such_op"};
+  fails(o, ErrorKind::InvalidArgument, {"deny-list op 'kiln.no_such_op'", "not a registered op"});
   Value loss = main_builder().create<MeanOp>(y, std::vector<std::int64_t>{}, false).result();
   optim::SGD(0.1).minimize(loss);
   kiln_test::expect_error([&] { amp::rewrite(block, {}); }, ErrorKind::InvalidArgument,
@@ -326,6 +460,167 @@ TEST_CASE("an amp program prints and parses back, round-trips through JSON, and 
     if (op->isa<MatmulOp>() && dtype_of(op->result(0)) == DataType::BFloat16) ++low_matmuls;
   CHECK(low_matmuls == 4);
   check_test_clone_loss(*m, test, map);
+}
+
+TEST_CASE("an amp O1 GPT (attention, its gradient and the bias adds in bf16) prints and parses back, "
+          "round-trips through JSON, and its for-test clone computes the trained program's loss bit for bit",
+          "[frontend][amp]") {
+  const amp::Options o;
+  auto m = gpt(&o);
+  IrMapping map;
+  const Program test = round_trip_and_clone_for_test(*m, map);
+  std::size_t low_attention = 0;
+  for (Operation* op : test.block())
+    if (op->name() == "kiln.scaled_dot_product_attention" && dtype_of(op->result(0)) == DataType::BFloat16)
+      ++low_attention;
+  CHECK(low_attention == 2);
+  check_test_clone_loss(*m, test, map);
+}
+
+// ---- O1's lists and rules ----
+
+TEST_CASE("amp O1 runs a follow-list op low when its floating operands are all low, else in f32 with its low "
+          "operands cast up once; a deny-list op stays f32",
+          "[frontend][amp]") {
+  GuardedPrograms g;
+  Builder b = main_builder();
+  Value y = b.create<MatmulOp>(data("x", {4, 8}), data("w", {8, 5})).result();
+  Value z = data("z", {4, 5});
+  Value r = b.create<ReluOp>(y).result();   // low: y is
+  Value t = b.create<MulOp>(y, r).result();  // low: both are
+  Value s = b.create<AddOp>(t, z).result();  // f32: z is
+  Value u = b.create<SubOp>(z, t).result();  // f32, through the same cast of t
+  Value e = b.create<ExpOp>(r).result();     // denied
+  const amp::RewriteResult res = amp::rewrite(g.main.block());
+  INFO(g.main.to_string());
+  g.main.verify();
+  CHECK(dtype_of(r) == DataType::BFloat16);
+  CHECK(dtype_of(t) == DataType::BFloat16);
+  CHECK(dtype_of(s) == DataType::Float32);
+  CHECK(dtype_of(u) == DataType::Float32);
+  CHECK(dtype_of(e) == DataType::Float32);
+  Value t_up = s.defining_op()->operand_source(0);
+  CHECK(t_up.defining_op()->isa<CastOp>());
+  CHECK(u.defining_op()->operand_source(1) == t_up);
+  CHECK(res.lowered_ops == 3);  // matmul, relu, mul
+  CHECK(res.casts == 4);        // x and w down; t and r up
+}
+
+TEST_CASE("amp O1 runs a matmul's bias add low, reading its f32 bias row through one cast shared by every "
+          "such add; an f32 value that is no row of the product, or a row added to another op's low result, "
+          "keeps its add f32",
+          "[frontend][amp]") {
+  GuardedPrograms g;
+  Builder b = main_builder();
+  auto param = [](const char* name, std::vector<std::int64_t> dims) {
+    return create_parameter(name, dims, DataType::Float32, init::Constant(0.1));
+  };
+  Value x = data("x", {4, 8}), w = param("w", {8, 5}), row = param("b", {5});
+  Value y = b.create<MatmulOp>(x, w).result(), y2 = b.create<MatmulOp>(x, w).result();
+  Value biased = b.create<AddOp>(y, row).result();
+  Value flipped = b.create<AddOp>(param("b2", {1, 5}), y2).result();
+  Value shared = b.create<AddOp>(y2, row).result();
+  Value scalar = b.create<AddOp>(y, param("one", {1})).result();
+  Value column = b.create<AddOp>(y, param("col", {4, 1})).result();
+  Value full = b.create<AddOp>(y, param("full", {4, 5})).result();
+  Value after_relu = b.create<AddOp>(b.create<ReluOp>(y).result(), row).result();
+  amp::rewrite(g.main.block());
+  INFO(g.main.to_string());
+  g.main.verify();
+  for (Value v : {biased, flipped, shared, scalar}) CHECK(dtype_of(v) == DataType::BFloat16);
+  for (Value v : {column, full, after_relu}) CHECK(dtype_of(v) == DataType::Float32);
+  CHECK(biased.defining_op()->operand_source(1) == shared.defining_op()->operand_source(1));
+  CHECK(biased.defining_op()->operand_source(1).defining_op()->isa<CastOp>());
+  CHECK(after_relu.defining_op()->operand_source(1) == row);
+}
+
+namespace {
+
+// x[4, 8] · w → gelu, tanh and softmax; attention over q, k, v [2, 2, 4, 8].
+struct ListProbe {
+  GuardedPrograms g;
+  Value gelu, tanh, softmax, attention;
+  ListProbe() {
+    Builder b = main_builder();
+    Value y = b.create<MatmulOp>(data("x", {4, 8}), data("w", {8, 5})).result();
+    gelu = nn::functional::gelu(y);
+    tanh = nn::functional::tanh(y);
+    softmax = nn::functional::softmax(y);
+    Value q = data("q", {2, 2, 4, 8}), k = data("k", {2, 2, 4, 8}), v = data("v", {2, 2, 4, 8});
+    attention = nn::functional::scaled_dot_product_attention(q, k, v, true);
+  }
+  bool low(Value v) const { return dtype_of(v) == DataType::BFloat16; }
+};
+
+}  // namespace
+
+TEST_CASE("amp's lists are overridable: a given follow list replaces the default, a given deny list takes "
+          "its ops off the default follow list, a given allow list without attention leaves it f32 and one "
+          "with softmax takes it off the default deny list, in O1 and O2",
+          "[frontend][amp]") {
+  amp::Options o;
+  SECTION("the defaults") {
+    ListProbe p;
+    amp::rewrite(p.g.main.block(), o);
+    CHECK((p.low(p.gelu) && p.low(p.tanh) && p.low(p.attention) && !p.low(p.softmax)));
+  }
+  SECTION("allow = matmul, softmax") {
+    o.allow = {"kiln.matmul", "kiln.softmax"};
+    ListProbe p;
+    amp::rewrite(p.g.main.block(), o);
+    CHECK((p.low(p.softmax) && !p.low(p.attention)));
+  }
+  SECTION("O2, allow = softmax") {
+    o.level = amp::Level::O2;
+    ListProbe denied;
+    amp::rewrite(denied.g.main.block(), o);
+    CHECK(!denied.low(denied.softmax));
+    o.allow = {"kiln.softmax"};
+    ListProbe p;
+    amp::rewrite(p.g.main.block(), o);
+    CHECK(p.low(p.softmax));
+  }
+  SECTION("follow = tanh") {
+    o.follow = {"kiln.tanh"};
+    ListProbe p;
+    amp::rewrite(p.g.main.block(), o);
+    CHECK((!p.low(p.gelu) && p.low(p.tanh)));
+  }
+  SECTION("deny = gelu") {
+    o.deny = {"kiln.gelu"};
+    ListProbe p;
+    amp::rewrite(p.g.main.block(), o);
+    CHECK((!p.low(p.gelu) && p.low(p.tanh)));
+  }
+  SECTION("allow = matmul, gelu") {
+    o.allow = {"kiln.matmul", "kiln.gelu"};
+    ListProbe p;
+    amp::rewrite(p.g.main.block(), o);
+    CHECK((p.low(p.gelu) && p.low(p.tanh) && !p.low(p.attention)));
+  }
+}
+
+TEST_CASE("amp's default allow, follow and deny lists name registered ops, none on two lists, and each allow- "
+          "and follow-list op has CPU kernels for bf16 and f16",
+          "[frontend][amp]") {
+  std::map<std::string, int> lists;
+  for (const auto* list : {&amp::default_allow_list(), &amp::default_follow_list(), &amp::default_deny_list()})
+    for (const std::string& name : *list) {
+      INFO(name);
+      CHECK(IrContext::instance()->find_op(name));
+      ++lists[name];
+    }
+  for (const auto& [name, n] : lists) {
+    INFO(name);
+    CHECK(n == 1);
+  }
+  for (const auto* list : {&amp::default_allow_list(), &amp::default_follow_list()})
+    for (const std::string& name : *list)
+      for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+        INFO(name << " " << to_string(dt));
+        const OpInfo info = IrContext::instance()->find_op(name);
+        CHECK((info && KernelRegistry::instance().find(info.id(), PlaceKind::Cpu, dt)));
+      }
 }
 
 TEST_CASE("amp O1 leaves a matmul of f64 values, or of the other 16-bit float, as it is", "[frontend][amp]") {
@@ -517,7 +812,8 @@ TEST_CASE("amp O2: activations flow in bf16 from op to op; denied ops (norms, so
   }
 }
 
-TEST_CASE("amp O2 bf16 trains an MLP and transformer blocks to within 2 % of the f32 loss", "[frontend][amp]") {
+TEST_CASE("amp O2 bf16 trains an MLP, transformer blocks, a GPT and a CNN to within 2 % of the f32 loss",
+          "[frontend][amp]") {
   amp::Options o;
   o.level = amp::Level::O2;
   check_tracks_f32(o);

@@ -1,19 +1,34 @@
 // Automatic mixed precision as a program rewrite (Paddle's
 // `paddle.static.amp`, PyTorch's autocast): the forward of a training
-// program runs its GEMMs in bf16 or f16 while everything else stays f32.
+// program runs its GEMMs and attention in bf16 or f16, and the ops between
+// them that lose nothing by it, while norms, softmax and losses stay f32.
 //
-// Level O1: each op of the allow list (default: kiln.matmul) reads its f32
-// floating operands through a cast to the low dtype and gives a low-dtype
-// result (f32 accumulation inside its kernel) — unless it reads f64 or the
-// other 16-bit float, which it keeps; every other op that reads a value
-// made low this way reads it through a cast back to f32, or as it is where
+// Level O1 (PyTorch's autocast, Paddle's O1 white / gray / black lists)
+// sorts the forward's ops into three lists, each op on one at most:
+//   allow  — runs low: its f32 floating operands read a cast to the low
+//            dtype, its result is low (f32 accumulation inside its kernel).
+//            Default: kiln.matmul, kiln.scaled_dot_product_attention.
+//   follow — runs in its operands' dtype: low when every floating operand
+//            is low (one made low by the rewrite), else f32, its low
+//            operands read a cast back up (PyTorch's type promotion).
+//            Default: default_follow_list() — activations, elementwise
+//            binaries, data movement, dropout, pools.
+//   deny   — runs f32, as does every op on no list (a user's op amp knows
+//            nothing about). Default: default_deny_list().
+// And one rule of its own: kiln.add(y, b), y the low result of an allow-list
+// op and b an f32 bias row of y (one element, or y's last dim), runs low and
+// reads b through a low cast — a linear layer's bias add, which PyTorch's
+// autocast runs low inside F.linear. Without it each linear layer's result
+// would go back to f32 at once and every op after it with it. An op that
+// reads f64 or the other 16-bit float keeps its dtypes. An op kept f32
+// reads each value made low through a cast back to f32, or as it is where
 // the op's kernels read 16-bit floats there (kiln/ir/half_operands.h:
-// cross_entropy's logits). One cast per value, placed before its first
-// reader, shared by every later reader. The backward that append_backward
-// (or an optimizer's minimize) then builds runs the allow-list ops'
-// gradients in the low dtype too, and the casts' gradients bring the
-// parameters' gradients back to f32: the parameters stay f32 (they are the
-// master weights the optimizer updates).
+// cross_entropy's logits). One cast per (value, dtype), placed before its
+// first reader, shared by every later reader. The backward that
+// append_backward (or an optimizer's minimize) then builds runs the
+// lowered ops' gradients in the low dtype too, and the casts' gradients
+// bring the parameters' gradients back to f32: the parameters stay f32
+// (they are the master weights the optimizer updates).
 //
 // Loss scaling: f16's gradients underflow (below 2⁻²⁴) where f32's would
 // not, so an f16 program's minimize scales the loss by a parameter before
@@ -51,9 +66,10 @@ class Optimizer;
 
 namespace amp {
 
-// O0: nothing changes. O1: the allow list's ops run low. O2: every op runs
-// low that has a floating first operand, a floating result and a kernel
-// for the dtype at Options::place, unless the deny list names it
+// O0: nothing changes. O1: the allow list's ops run low, the follow list's
+// in their operands' dtype, linear layers' bias adds low (above). O2:
+// every op runs low that has a floating first operand, a floating result
+// and a kernel for the dtype at Options::place, unless the deny list names it
 // (default_deny_list: losses, reductions, exp / log, softmax, norms keep
 // f32, as PyTorch's autocast and Paddle's O2 keep them) or its floating
 // operands and results all hold one element (a loss's tail after its
@@ -81,12 +97,19 @@ struct LossScaling {
   bool dynamic = true;
 };
 
+// The lists (op names, as `kiln.matmul`): a list given replaces its
+// default; a name one given list holds leaves the other lists' defaults (so
+// `allow = {"kiln.softmax"}` takes softmax off the default deny list); a
+// name on two given lists is an error; a default entry of allow or follow
+// without a kernel for the dtype at Options::place is left out.
 struct Options {
   Level level = Level::O1;
   DataType dtype = DataType::BFloat16;  // BFloat16 or Float16
   // O1: the ops run in `dtype`; empty: default_allow_list().
   std::vector<std::string> allow;
-  // O2: the ops kept in f32; empty: default_deny_list().
+  // O1: the ops run in their floating operands' dtype; empty: default_follow_list().
+  std::vector<std::string> follow;
+  // O1 and O2: the ops kept in f32; empty: default_deny_list().
   std::vector<std::string> deny;
   Scaling scaling = Scaling::Auto;
   LossScaling loss_scaling;
@@ -97,24 +120,30 @@ struct Options {
   Place place = Place::cpu();
 };
 
-// kiln.matmul.
+// kiln.matmul, kiln.scaled_dot_product_attention.
 const std::vector<std::string>& default_allow_list();
+// The unary family but exp, log, square and PyTorch's f32 ones (asin,
+// acos, tan, sinh, cosh); gelu, scale, assign; add, sub, mul, div,
+// maximum, minimum, add_n; reshape, transpose, split, concat, stack, slice,
+// strided_slice, squeeze, unsqueeze, flatten, expand, tile and their `_by`
+// forms; dropout; the pools — ops with CPU kernels for bf16 and f16.
+const std::vector<std::string>& default_follow_list();
 // softmax_with_cross_entropy, cross_entropy, mean, sum, exp, log, square,
 // softmax, log_softmax, layer_norm, rms_norm, batch_norm.
 const std::vector<std::string>& default_deny_list();
 
 struct RewriteResult {
-  std::size_t lowered_ops = 0;  // ops now running in the low dtype
+  std::size_t lowered_ops = 0;  // ops now running in the low dtype (allowed, following, bias adds)
   std::size_t casts = 0;        // casts inserted, down and back up
 };
 
 // Rewrites the forward ops of `block` (a program's top-level block, before
-// its backward is built). kiln::Error: an unknown level or a dtype other
-// than bf16 / f16 (InvalidArgument), an allow-list name that is no
-// registered op or whose op has no kernel for the dtype at Options::place
-// ("no CPU kernel"), a deny-list name that is no registered op
-// (InvalidArgument, naming it), a block that already holds backward ops
-// (InvalidArgument). On an error `block` is unchanged.
+// its backward is built). kiln::Error(InvalidArgument): an unknown level or
+// a dtype other than bf16 / f16; a list name that is no registered op; an
+// allow- or follow-list name whose op has no InferMeta or no kernel for the
+// dtype at Options::place ("no CPU kernel"); a name on two given lists; a
+// block that already holds backward ops. Each names what is wrong. On an
+// error `block` is unchanged.
 RewriteResult rewrite(Block& block, const Options& options = {});
 
 // An optimizer whose minimize first rewrites the loss's program.
