@@ -4,7 +4,9 @@
 // GEMM — y one matrix and x not transposed, so x's batch dims fold into its
 // rows — with a bias of the last dim's size; otherwise kiln.matmul's product
 // and one pass adding the bias and applying relu (launch_bias_activation),
-// as the unfused ops compute them. Activations: none or kiln.relu (what
+// as the unfused ops compute them (16-bit results: rounded after the
+// product and again after the bias, where the first route rounds once).
+// Activations: none or kiln.relu (what
 // cuBLASLt's epilogues compute); the fuse pass makes no other for a CUDA
 // target. f32 (TF32 under MatmulPrecision::High, as kiln.matmul), bf16
 // and f16 (f32 accumulation) on cuBLASLt; f64 by the second route.
@@ -43,7 +45,10 @@ cublasLtHandle_t lt_handle(const KernelContext& ctx, int device) {
   static std::map<int, cublasLtHandle_t> handles;
   std::lock_guard<std::mutex> lock(mu);
   cublasLtHandle_t& h = handles[device];
-  if (!h) check_lt(ctx, cublasLtCreate(&h), "handle");
+  if (!h) {
+    use_cuda_device(device);  // the handle takes the current device's properties
+    check_lt(ctx, cublasLtCreate(&h), "handle");
+  }
   return h;
 }
 
@@ -131,14 +136,19 @@ void describe(const KernelContext& ctx, const LtGemm& g, LtDescs& ds) {
 }
 
 // The heuristic's first algorithm for this problem (its shapes, dtypes,
-// epilogue and the operands' alignments), looked up once per process and
-// device; false when cuBLASLt has none.
+// epilogue and the operands' alignments) and the workspace it needs,
+// looked up once per process and device; found false when cuBLASLt has
+// none.
+struct LtAlgo {
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+  std::size_t workspace = 0;
+};
 using AlgoKey = std::tuple<int, DataType, int, std::int64_t, std::int64_t, std::int64_t, bool, bool, std::uint32_t,
                            std::uint32_t, std::uint32_t, std::uint32_t>;
-bool find_algo(cublasLtHandle_t h, int device, const LtGemm& g, const LtDescs& ds,
-               cublasLtMatmulAlgo_t& algo) {
+LtAlgo find_algo(cublasLtHandle_t h, int device, const LtGemm& g, const LtDescs& ds) {
   static std::mutex mu;
-  static std::map<AlgoKey, std::pair<bool, cublasLtMatmulAlgo_t>> cache;
+  static std::map<AlgoKey, LtAlgo> cache;
   const AlgoKey key{device, g.dtype, static_cast<int>(lt_types(g.dtype).compute), g.rows, g.n, g.k,
                     g.transpose_y, g.relu, alignment(g.x), alignment(g.y), alignment(g.out), alignment(g.bias)};
   std::lock_guard<std::mutex> lock(mu);
@@ -150,10 +160,9 @@ bool find_algo(cublasLtHandle_t h, int device, const LtGemm& g, const LtDescs& d
     const cublasStatus_t st =
         cublasLtMatmulAlgoGetHeuristic(h, ds.op, ds.a, ds.b, ds.d, ds.d, ds.pref, 1, &result, &found);
     const bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.workspaceSize <= kLtWorkspace;
-    it = cache.emplace(key, std::make_pair(ok, result.algo)).first;
+    it = cache.emplace(key, LtAlgo{ok, result.algo, result.workspaceSize}).first;
   }
-  algo = it->second.second;
-  return it->second.first;
+  return it->second;
 }
 
 // The fused GEMM through cuBLASLt; false (nothing enqueued) when it has no
@@ -165,13 +174,13 @@ bool lt_matmul(const KernelContext& ctx, const LtGemm& g) {
   const cublasLtHandle_t h = lt_handle(ctx, device);
   LtDescs ds;
   describe(ctx, g, ds);
-  cublasLtMatmulAlgo_t algo;
-  if (!find_algo(h, device, g, ds, algo)) return false;
-  const BufferRef workspace = scratch_buffer(ctx, kLtWorkspace);
+  const LtAlgo algo = find_algo(h, device, g, ds);
+  if (!algo.found) return false;
+  const BufferRef workspace = algo.workspace ? scratch_buffer(ctx, algo.workspace) : BufferRef();
   const float one = 1.0f, zero = 0.0f;
   check_lt(ctx,
-           cublasLtMatmul(h, ds.op, &one, g.y, ds.a, g.x, ds.b, &zero, g.out, ds.d, g.out, ds.d, &algo,
-                          workspace->data(), kLtWorkspace, stream->handle()),
+           cublasLtMatmul(h, ds.op, &one, g.y, ds.a, g.x, ds.b, &zero, g.out, ds.d, g.out, ds.d, &algo.algo,
+                          workspace ? workspace->data() : nullptr, algo.workspace, stream->handle()),
            "matmul");
   return true;
 }
@@ -184,11 +193,9 @@ void check_activation(const KernelContext& ctx, const UnaryActivation& act) {
 
 // The product through cuBLASLt with the epilogue when it is one GEMM with a
 // row bias (see the file comment); false when it is not.
-bool try_lt(KernelContext& ctx, DataType dt, const FusedMatmulOp::Attributes& a, const Tensor* bias) {
-  if (dt == DataType::Float64 || !bias || a.transpose_x) return false;
-  // Copies: they keep the operands' buffers should the output's variable
-  // be one of theirs.
-  const Tensor x = ctx.input(0), y = ctx.input(1);
+bool try_lt(KernelContext& ctx, DataType dt, const FusedMatmulOp::Attributes& a, const Tensor& x, const Tensor& y,
+            const Tensor* bias) {
+  if (dt == DataType::Float64 || !bias || a.transpose_x || alignment(bias->raw_data()) < 16) return false;
   if (x.dtype() != dt || y.dtype() != dt || y.dims().rank() != 2 || x.dims().rank() < 2) return false;
   const MatmulShape s = matmul_shape(ctx.op()->name(), x.dims(), y.dims(), false, a.transpose_y);
   check_matmul_bias(ctx.op()->name(), bias->dtype(), bias->numel(), dt, s.n);
@@ -206,13 +213,14 @@ template <DataType D>
 void fused_matmul_kernel(KernelContext& ctx) {
   const auto& a = ctx.attrs<FusedMatmulOp>();
   check_activation(ctx, a.activation);
-  // The bias outlives the output's allocation: its variable holds it,
-  // unless that variable is the output's too (then this copy keeps it).
+  // Copies: the operands outlive the output's allocation should its
+  // variable be one of theirs.
+  const Tensor x = ctx.input(0), y = ctx.input(1);
   Tensor bias;
   if (ctx.num_inputs() > 2) bias = ctx.input(2);
   const Tensor* b = ctx.num_inputs() > 2 ? &bias : nullptr;
-  if (try_lt(ctx, D, a, b)) return;
-  Tensor& out = matmul_product(ctx, D, a.transpose_x, a.transpose_y);
+  if (try_lt(ctx, D, a, x, y, b)) return;
+  Tensor& out = matmul_product(ctx, x, y, D, a.transpose_x, a.transpose_y);
   const std::int64_t n = out.dims().rank() ? out.dims()[out.dims().rank() - 1] : 1;
   if (b) check_matmul_bias(ctx.op()->name(), b->dtype(), b->numel(), D, n);
   if (!b && a.activation.index < 0) return;

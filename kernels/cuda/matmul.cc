@@ -32,16 +32,12 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
     return gemm_batched(h, ta, tb, m, n, k, T(1), a, lda, sa, b, ldb, sb, T(0), c, ldc, sc, batch);
 }
 
-const Tensor& input_of(const KernelContext& ctx, std::uint32_t i, DataType dtype) {
-  const Tensor& t = ctx.input(i);
-  if (t.dtype() != dtype) throw_input_dtype(ctx, i, dtype);
-  return t;
-}
-
-// x · y (dtype D) into ctx's output 0, allocated here.
+// x · y (dtype D; copies: they keep their buffers should the output's
+// variable be one of theirs) into ctx's output 0, allocated here.
 template <typename T, DataType D>
-Tensor& product(KernelContext& ctx, bool transpose_x, bool transpose_y) {
-  const Tensor x = input_of(ctx, 0, D), y = input_of(ctx, 1, D);
+Tensor& product(KernelContext& ctx, const Tensor x, const Tensor y, bool transpose_x, bool transpose_y) {
+  if (x.dtype() != D) throw_input_dtype(ctx, 0, D);
+  if (y.dtype() != D) throw_input_dtype(ctx, 1, D);
   const MatmulShape s = matmul_shape(ctx.op()->name(), x.dims(), y.dims(), transpose_x, transpose_y);
   Tensor& out = ctx.alloc_output(0, s.out_dims, x.dtype());
   const cudaStream_t stream = stream_of(ctx);
@@ -88,17 +84,20 @@ Tensor& product(KernelContext& ctx, bool transpose_x, bool transpose_y) {
 template <typename T, DataType D = data_type_of<T>>
 void matmul_kernel(KernelContext& ctx) {
   const auto& a = ctx.attrs<MatmulOp>();
-  product<T, D>(ctx, a.transpose_x, a.transpose_y);
+  product<T, D>(ctx, ctx.input(0), ctx.input(1), a.transpose_x, a.transpose_y);
 }
 
 }  // namespace
 
-Tensor& matmul_product(KernelContext& ctx, DataType dtype, bool transpose_x, bool transpose_y) {
+Tensor& matmul_product(KernelContext& ctx, const Tensor& x, const Tensor& y, DataType dtype, bool transpose_x,
+                       bool transpose_y) {
   switch (dtype) {
-    case DataType::Float32: return product<float, DataType::Float32>(ctx, transpose_x, transpose_y);
-    case DataType::Float64: return product<double, DataType::Float64>(ctx, transpose_x, transpose_y);
-    case DataType::BFloat16: return product<std::uint16_t, DataType::BFloat16>(ctx, transpose_x, transpose_y);
-    case DataType::Float16: return product<std::uint16_t, DataType::Float16>(ctx, transpose_x, transpose_y);
+    case DataType::Float32: return product<float, DataType::Float32>(ctx, x, y, transpose_x, transpose_y);
+    case DataType::Float64: return product<double, DataType::Float64>(ctx, x, y, transpose_x, transpose_y);
+    case DataType::BFloat16:
+      return product<std::uint16_t, DataType::BFloat16>(ctx, x, y, transpose_x, transpose_y);
+    case DataType::Float16:
+      return product<std::uint16_t, DataType::Float16>(ctx, x, y, transpose_x, transpose_y);
     default:
       throw_error(ErrorKind::Unimplemented, "op '", ctx.op()->name(), "' has no CUDA product for ",
                   to_string(dtype));

@@ -49,7 +49,8 @@ inline std::size_t fuse_elementwise(Program& program, const ValueSet& keep = {})
 // For the CPU (`target`): f32 and f64 (the fused kernel's results are the
 // unfused ops' bits), any activation. For another place: the dtypes with a
 // kernel there, and kiln.relu the only activation (on CUDA, cuBLASLt's
-// epilogue; 16-bit results rounded once instead of after each op).
+// epilogue; 16-bit results of one GEMM with a row bias rounded once instead
+// of after each op, kernels/cuda/fused_matmul.cc).
 std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr,
                                  const Place& target = Place::cpu());
 inline std::size_t fuse_matmul_epilogue(Program& program, const ValueSet& keep = {}) {
