@@ -79,9 +79,9 @@ int main(int argc, char** argv) try {
     }
     h = kiln::nn::LayerNorm({kModel})(h);
     logits = kiln::nn::Linear(kModel, vocab)(h);  // [B, L, vocab]
-    auto flat = b.create<kiln::ReshapeOp>(logits, std::vector<std::int64_t>{-1, vocab}).result();
-    auto flat_targets = b.create<kiln::ReshapeOp>(targets, std::vector<std::int64_t>{-1}).result();
-    loss = kiln::nn::functional::cross_entropy(flat, flat_targets);
+    // Classes along the last dim, [B, L] targets: no reshape, so the
+    // gradient is written over the logits (the inplace pass).
+    loss = kiln::nn::functional::cross_entropy(logits, targets);
     kiln::optim::AdamW(kiln::lr::CosineWithWarmup(/*base_lr=*/3e-3, steps / 10, steps, 3e-4),
                        /*beta1=*/0.9, /*beta2=*/0.99, /*epsilon=*/1e-8, /*weight_decay=*/0.01)
         .minimize(loss);
