@@ -73,6 +73,10 @@ std::size_t column_sum_scratch(std::int64_t rows, std::int64_t cols);
 template <typename T>
 void launch_column_sum(const T* x, T* out, std::int64_t rows, std::int64_t cols, bool mean, void* scratch,
                        cudaStream_t s);
+// The same sum over bf16 / f16 bits (dt), read widened, summed in f64 and
+// rounded through f32 (half_via_f32's bits); scratch as for f32.
+void launch_column_sum_half(DataType dt, const void* x, void* out, std::int64_t rows, std::int64_t cols,
+                            void* scratch, cudaStream_t s);
 // dx of sum / mean / max / prod (out: max's result, else null); scratch:
 // walk.outputs · 16 bytes of device memory (max's tie counts, prod's
 // non-zero products and zero counts). T: f32, f64.

@@ -145,38 +145,70 @@ template <typename T>
 struct ProdK {
   static void run(KernelContext& ctx) { reduce_kernel<ReduceKind::Prod, ProdOp, T>(ctx); }
 };
-// reduce_as: x summed down to the target's dims (aligned with x's trailing
-// dims; a target dim of 1, or a leading dim of x, is summed), f32 in f64.
+// reduce_as's checks and walk: x (dims xd) summed down to td (aligned with
+// x's trailing dims; a target dim of 1, or a leading dim of x, is summed).
+// False when nothing is summed (only size-1 dims differ: a copy).
+bool reduce_as_walk(const KernelContext& ctx, const Dims& xd, const Dims& td, ReduceWalk& w) {
+  const int rx = xd.rank(), rt = td.rank(), lead = rx - rt;
+  bool ok = rt <= rx;
+  for (int i = 0; ok && i < rt; ++i) ok = td[i] == xd[lead + i] || td[i] == 1;
+  if (!ok)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' cannot sum [", xd.to_string(),
+                "] down to [", td.to_string(), "] (the target's dims must equal x's trailing dims or be 1)");
+  if (td.numel() == xd.numel()) return false;
+  std::vector<int> axes;
+  for (int i = 0; i < rx; ++i)
+    if (i < lead || td[i - lead] == 1) axes.push_back(i);
+  plan_reduction(xd, axes, w, nullptr);
+  return true;
+}
+
+void copy_reduce_as_input(const KernelContext& ctx, const Tensor& x, Tensor& out) {
+  if (x.bytes())
+    check_cuda(cudaMemcpyAsync(out.raw_data(), x.raw_data(), x.bytes(), cudaMemcpyDeviceToDevice, stream_of(ctx)),
+               "copying reduce_as's input");
+}
+
+// reduce_as, f32 in f64.
 template <typename T>
 struct ReduceAsK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0);
     const Dims td = ctx.input(1).dims();
-    const Dims& xd = x.dims();
-    const int rx = xd.rank(), rt = td.rank(), lead = rx - rt;
-    bool ok = rt <= rx;
-    for (int i = 0; ok && i < rt; ++i) ok = td[i] == xd[lead + i] || td[i] == 1;
-    if (!ok)
-      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' cannot sum [",
-                  xd.to_string(), "] down to [", td.to_string(),
-                  "] (the target's dims must equal x's trailing dims or be 1)");
-    Tensor& out = ctx.alloc_output(0, td, x.dtype());
-    const cudaStream_t s = stream_of(ctx);
-    if (td.numel() == x.numel()) {  // nothing summed (only size-1 dims differ)
-      if (x.bytes())
-        check_cuda(
-            cudaMemcpyAsync(out.raw_data(), x.raw_data(), x.bytes(), cudaMemcpyDeviceToDevice, s),
-            "copying reduce_as's input");
-      return;
-    }
-    std::vector<int> axes;
-    for (int i = 0; i < rx; ++i)
-      if (i < lead || td[i - lead] == 1) axes.push_back(i);
     ReduceWalk w;
-    plan_reduction(xd, axes, w, nullptr);
+    const bool sums = reduce_as_walk(ctx, x.dims(), td, w);
+    Tensor& out = ctx.alloc_output(0, td, x.dtype());
+    if (!sums) return copy_reduce_as_input(ctx, x, out);
     sum_or_mean(ctx, ReduceKind::Sum, x.data<T>(), out.data<T>(), w);
   }
 };
+
+// reduce_as in bf16 / f16 (a bias gradient under amp): a sum over rows
+// reads the 16-bit tensor once (launch_column_sum_half); any other walk
+// widens it and sums in f32. Either way half_via_f32's bits.
+template <DataType D>
+void reduce_as_half_kernel(KernelContext& ctx) {
+  const Tensor x = ctx.input(0);
+  if (x.dtype() != D) throw_input_dtype(ctx, 0, D);
+  const Dims td = ctx.input(1).dims();
+  ReduceWalk w;
+  const bool sums = reduce_as_walk(ctx, x.dims(), td, w);
+  Tensor& out = ctx.alloc_output(0, td, D);
+  if (!sums) return copy_reduce_as_input(ctx, x, out);
+  const cudaStream_t s = stream_of(ctx);
+  if (is_column_walk(w)) {
+    const BufferRef scratch = scratch_buffer(ctx, column_sum_scratch<float>(w.count, w.outputs));
+    launch_column_sum_half(D, x.raw_data(), out.raw_data(), w.count, w.outputs, scratch->data(), s);
+  } else {
+    const BufferRef wide = scratch_buffer(ctx, sizeof(float) * std::size_t(x.numel() + td.numel()));
+    float* xf = static_cast<float*>(wide->data());
+    float* of = xf + x.numel();
+    launch_cast(D, DataType::Float32, x.raw_data(), xf, x.numel(), s);
+    launch_reduce<float>(ReduceKind::Sum, xf, of, w, s);
+    launch_cast(DataType::Float32, D, of, out.raw_data(), td.numel(), s);
+  }
+  check_launch(ctx);
+}
 
 template <typename T>
 struct SumGradK {
@@ -660,6 +692,8 @@ KILN_REGISTER_KERNELS(MeanOp, Cuda, MeanK, float, double);
 KILN_REGISTER_KERNELS(MaxOp, Cuda, MaxK, float, double, std::int32_t, std::int64_t);
 KILN_REGISTER_KERNELS(ProdOp, Cuda, ProdK, float, double, std::int32_t, std::int64_t);
 KILN_REGISTER_KERNELS(ReduceAsOp, Cuda, ReduceAsK, float, double);
+KILN_REGISTER_KERNEL(ReduceAsOp, Cuda, BFloat16, reduce_as_half_kernel<DataType::BFloat16>);
+KILN_REGISTER_KERNEL(ReduceAsOp, Cuda, Float16, reduce_as_half_kernel<DataType::Float16>);
 KILN_REGISTER_KERNELS(GradOf<SumOp>, Cuda, SumGradK, float, double);
 KILN_REGISTER_KERNELS(GradOf<MeanOp>, Cuda, MeanGradK, float, double);
 KILN_REGISTER_KERNELS(GradOf<MaxOp>, Cuda, MaxGradK, float, double);

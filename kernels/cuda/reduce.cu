@@ -338,6 +338,8 @@ struct CrossEntropyAcc<__half> {
 };
 __device__ inline float widened(float v) { return v; }
 __device__ inline double widened(double v) { return v; }
+__device__ inline std::int32_t widened(std::int32_t v) { return v; }
+__device__ inline std::int64_t widened(std::int64_t v) { return v; }
 __device__ inline float widened(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ inline float widened(__half v) { return __half2float(v); }
 template <typename S>
@@ -517,8 +519,9 @@ void launch_norm_grad_columns(const T* x, const T* dy, const T* mean, const T* r
 }
 
 // Sums over the rows of a row-major [rows, cols] (a bias gradient): the
-// same two steps, partials in Acc (f64 for f32, as reduce_rows sums);
-// `divisor` >= 0 divides as Store does (mean).
+// same two steps, partials in Acc (f64 for f32, as reduce_rows sums, and
+// for bf16 / f16, read widened); `divisor` >= 0 divides as Store does
+// (mean).
 template <typename T, typename Acc>
 __global__ void column_partials(const T* x, Acc* part, std::int64_t rows, std::int64_t cols,
                                 std::int64_t rows_per_chunk) {
@@ -530,7 +533,7 @@ __global__ void column_partials(const T* x, Acc* part, std::int64_t rows, std::i
   Acc a = 0;
   if (j < cols)
 #pragma unroll 4
-    for (std::int64_t r = r0 + ty; r < r1; r += kNormRowStrides) a += static_cast<Acc>(x[r * cols + j]);
+    for (std::int64_t r = r0 + ty; r < r1; r += kNormRowStrides) a += static_cast<Acc>(widened(x[r * cols + j]));
   sp[ty][tx] = a;
   __syncthreads();
   if (ty != 0 || j >= cols) return;
@@ -545,7 +548,9 @@ __global__ void column_finish(const Acc* part, T* out, std::int64_t chunks, std:
   KILN_GRID_STRIDE(j, cols) {
     Acc t = 0;
     for (std::int64_t c = 0; c < chunks; ++c) t += part[c * cols + j];
-    out[j] = divisor >= 0 ? static_cast<T>(t) / static_cast<T>(divisor) : static_cast<T>(t);
+    using W = typename CrossEntropyAcc<T>::type;  // bf16 / f16: rounded through f32, as half_via_f32 does
+    const W v = divisor >= 0 ? static_cast<W>(t) / static_cast<W>(divisor) : static_cast<W>(t);
+    out[j] = narrowed<T>(v);
   }
 }
 
@@ -868,16 +873,31 @@ std::size_t column_sum_scratch(std::int64_t rows, std::int64_t cols) {
   return sizeof(typename SumR<T>::Acc) * static_cast<std::size_t>(norm_grad_chunks(rows) * cols);
 }
 
-template <typename T>
-void launch_column_sum(const T* x, T* out, std::int64_t rows, std::int64_t cols, bool mean, void* scratch,
-                       cudaStream_t s) {
-  using Acc = typename SumR<T>::Acc;
+template <typename T, typename Acc>
+void column_sum_with(const T* x, T* out, std::int64_t rows, std::int64_t cols, bool mean, void* scratch,
+                     cudaStream_t s) {
   const std::int64_t chunks = norm_grad_chunks(rows);
   auto* part = static_cast<Acc*>(scratch);
   const dim3 grid(static_cast<unsigned>((cols + kNormColumns - 1) / kNormColumns), static_cast<unsigned>(chunks));
   column_partials<T, Acc><<<grid, dim3(kNormColumns, kNormRowStrides), 0, s>>>(x, part, rows, cols,
                                                                                 (rows + chunks - 1) / chunks);
   column_finish<T, Acc><<<blocks_for(cols), kThreads, 0, s>>>(part, out, chunks, cols, mean ? rows : -1);
+}
+
+template <typename T>
+void launch_column_sum(const T* x, T* out, std::int64_t rows, std::int64_t cols, bool mean, void* scratch,
+                       cudaStream_t s) {
+  column_sum_with<T, typename SumR<T>::Acc>(x, out, rows, cols, mean, scratch, s);
+}
+
+void launch_column_sum_half(DataType dt, const void* x, void* out, std::int64_t rows, std::int64_t cols,
+                            void* scratch, cudaStream_t s) {
+  if (dt == DataType::BFloat16)
+    column_sum_with<__nv_bfloat16, double>(static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(out),
+                                           rows, cols, false, scratch, s);
+  else
+    column_sum_with<__half, double>(static_cast<const __half*>(x), static_cast<__half*>(out), rows, cols, false,
+                                    scratch, s);
 }
 
 template <typename T>

@@ -1,10 +1,10 @@
 // CUDA's bf16 / f16 kernels, computed through its f32 kernels
-// (kernels/cuda/half_via_f32.cc) or, for the unary and binary families and
-// gelu, by kernels of their own (elementwise_half.cu): registered for
-// exactly the listed ops that have an f32 CUDA kernel (checked without a
-// device), in bf16 against the CPU's half_via_f32 kernels on the same
-// inputs ([cuda]), and the own kernels bit for bit against the f32 CUDA
-// kernel on the widened inputs, rounded once ([cuda]).
+// (kernels/cuda/half_via_f32.cc) or, for the unary and binary families,
+// gelu (elementwise_half.cu) and reduce_as (reduce.cc), by kernels of their
+// own: registered for exactly the listed ops that have an f32 CUDA kernel
+// (checked without a device), in bf16 against the CPU's half_via_f32
+// kernels on the same inputs ([cuda]), and the own kernels bit for bit
+// against the f32 CUDA kernel on the widened inputs, rounded once ([cuda]).
 // Tolerance: one bf16 unit (2^-7 relative) or 1e-3 absolute, NaN where the
 // CPU has NaN: the results are the two places' f32 results rounded once,
 // and the f32 kernels differ in summation order and in libm's last bits;
@@ -197,6 +197,15 @@ TEST_CASE("CUDA's own bf16 and f16 elementwise kernels give the f32 kernel's res
     check_own_unaries(UnaryFamily{}, dt);
     check_own_binaries(BinaryFamily{}, dt);
     const Tensor x = random_half({33, 65}, dt, 26), d = random_half({33, 65}, dt, 27);
+    // reduce_as: a bias gradient's sum over rows (read once), and a sum
+    // over columns (through f32).
+    const Tensor x3 = random_half({4, 33, 65}, dt, 28);
+    for (const Dims& target : {Dims{65}, Dims{1, 65}, Dims{33, 1}}) {
+      INFO("reduce_as to [" << target.to_string() << "]");
+      check_rounds_f32({x3, random_half(target, dt, 29)}, dt, [](Builder& b, const std::vector<Value>& v) {
+        return b.create<ReduceAsOp>(v[0], v[1]).operation();
+      });
+    }
     for (bool approximate : {false, true}) {
       INFO("gelu, approximate " << approximate);
       check_rounds_f32({x}, dt, [&](Builder& b, const std::vector<Value>& v) {
