@@ -300,4 +300,17 @@ std::vector<Type> FusedMatmulOp::infer_meta(const std::vector<Type>& in, Diction
   return out;
 }
 
+bool is_row_bias(const std::vector<std::int64_t>& bias, const std::vector<std::int64_t>& product) {
+  if (bias.size() > product.size()) return false;
+  std::int64_t n = 1;
+  for (std::int64_t d : bias) {
+    if (d < 0) return false;
+    n *= d;
+  }
+  if (n == 1) return true;
+  for (std::size_t k = 0; k + 1 < bias.size(); ++k)
+    if (bias[k] != 1) return false;
+  return product.back() >= 0 && bias.back() == product.back();
+}
+
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "kiln/dialect/binary_ops.h"
+#include "kiln/dialect/fused_ops.h"
 #include "kiln/dialect/loss_scaling_ops.h"
 #include "kiln/dialect/unary_ops.h"
 #include "kiln/frontend/backward.h"
@@ -144,22 +145,6 @@ struct FloatingOperands {
   }
 };
 
-// Whether `b` is a bias row of `y`: no more dims than y, and one element,
-// or y's (known) last dim with every other dim 1 — what a linear layer adds
-// to its matmul (the rule kiln.fused_matmul's bias follows).
-bool is_bias_row(Type b, Type y) {
-  const auto& bd = shaped_dims(b);
-  const auto& yd = shaped_dims(y);
-  if (bd.size() > yd.size()) return false;
-  std::int64_t n = 1;
-  for (std::int64_t d : bd) {
-    if (d < 0) return false;
-    n *= d;
-  }
-  if (n == 1) return true;
-  return yd.back() >= 0 && bd.back() == yd.back() && n == bd.back();
-}
-
 // Which ops run in the low dtype (the rules amp.h states for O1 and O2).
 class LowPolicy {
  public:
@@ -239,7 +224,7 @@ bool LowPolicy::adds_bias_to_allowed(const Operation& op, const LowSet& lowered)
     const Value y = op.operand(i).source(), b = op.operand(1 - i).source();
     const Operation* def = y.defining_op();
     if (lowered.count(y.impl()) && def && allow_.count(def->info().id()) && of_dtype(b, DataType::Float32) &&
-        is_bias_row(b.type(), y.type()))
+        is_row_bias(shaped_dims(b.type()), shaped_dims(y.type())))
       return true;
   }
   return false;

@@ -460,17 +460,8 @@ Value matmul_bias(Operation* add, Value prod, Type t) {
   Value bias = add->operand_source(1 - pi);
   if (bias == prod || !is_shaped(bias.type()) || shaped_data_type(bias.type()) != shaped_data_type(t)) return {};
   const auto& od = shaped_dims(t);
-  const auto& bd = shaped_dims(bias.type());
-  std::int64_t bn = 1;
-  bool known = true;
-  for (std::int64_t d : bd) {
-    if (d < 0) known = false;
-    else bn *= d;
-  }
-  const std::int64_t last = od.empty() ? 1 : od.back();
-  bool row_shaped = !bd.empty() && bd.back() == last;
-  for (std::size_t k = 0; k + 1 < bd.size(); ++k) row_shaped = row_shaped && bd[k] == 1;
-  if (!known || last < 0 || bd.size() > od.size() || (bn != 1 && !(bn == last && row_shaped))) return {};
+  // A one-element bias too only where the product's last dim is known.
+  if ((!od.empty() && od.back() < 0) || !is_row_bias(shaped_dims(bias.type()), od)) return {};
   return bias;
 }
 

@@ -107,6 +107,12 @@ struct AttributeFor<UnaryActivation> {
   using type = StrAttribute;
 };
 
+// Whether a bias of dims `bias` is a row of a product of dims `product`,
+// as a linear layer adds it: no more dims, every dim known, and one
+// element or the product's (known) last dim with every other dim 1 — the
+// bias kiln.fused_matmul takes (and amp lowers with its matmul).
+bool is_row_bias(const std::vector<std::int64_t>& bias, const std::vector<std::int64_t>& product);
+
 struct FusedMatmulOp : Op<FusedMatmulOp, ReadOnly, ValueSemantics, InferMetaInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.fused_matmul";
