@@ -115,11 +115,19 @@ std::unique_ptr<Model> cnn_model(const std::string& name) {
   return m;
 }
 
+// KILN_BENCH_PLAN=sequential|graph|blas forces a thread plan (default: auto).
+kiln::ThreadPlan thread_plan_named(const std::string& name) {
+  for (auto p : {kiln::ThreadPlan::Sequential, kiln::ThreadPlan::Graph, kiln::ThreadPlan::Blas})
+    if (name == to_string(p)) return p;
+  return kiln::ThreadPlan::Auto;
+}
+
 // ms per step of `steps` steps after the warm-up the thread-plan tuner needs.
 std::vector<double> step_ms(Model& m, unsigned threads, int steps) {
   kiln::ExecutionOptions opts;
   opts.num_threads = threads;
   opts.profile = std::getenv("KILN_BENCH_TRACE") != nullptr;
+  if (const char* plan = std::getenv("KILN_BENCH_PLAN")) opts.thread_plan = thread_plan_named(plan);
   kiln::Executor exe(kiln::Place::cpu(), opts);
   exe.run(m.startup);
   const std::vector<kiln::FetchTarget> fetch{m.loss};
@@ -128,7 +136,10 @@ std::vector<double> step_ms(Model& m, unsigned threads, int steps) {
   for (int i = 0; i < warm; ++i) exe.run(m.main, m.feeds, fetch, out);
   std::vector<double> t;
   for (int i = 0; i < steps; ++i) t.push_back(time_ns([&] { exe.run(m.main, m.feeds, fetch, out); }) / 1e6);
-  if (detail()) std::printf("# loss after %d steps: %.4f\n", warm + steps, out[0].to_vector<float>()[0]);
+  if (detail())
+    std::printf("# t%u: loss after %d steps %.9g, thread plan %s\n", threads, warm + steps,
+                out[0].to_vector<float>()[0],
+                exe.last_core() ? std::string(to_string(exe.last_core()->thread_plan())).c_str() : "?");
   if (const char* trace = std::getenv("KILN_BENCH_TRACE"); trace && exe.last_core()) {
     std::ofstream f(std::string(trace) + ".t" + std::to_string(threads) + ".json");
     f << exe.last_core()->chrome_trace();

@@ -2,13 +2,16 @@
 // with it, oneDNN's sgemm (onednn.h).
 #include "kiln/kernel/blas.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string_view>
+#include <thread>
 
 #include <cblas.h>
 
 #include "cpu_blas.h"
+#include "intra_op.h"
 #include "onednn.h"
 
 namespace kiln {
@@ -64,6 +67,48 @@ bool sgemm_on_onednn() {
 
 CBLAS_TRANSPOSE trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
 
+void openblas_sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                    const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
+                    float* c, std::int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans(ta), trans(tb), int(m), int(n), int(k), alpha, a, int(lda), b,
+              int(ldb), beta, c, int(ldc));
+}
+
+// oneDNN's sgemm with kiln's split across the threads. oneDNN's own
+// threaded sgemm cuts k into per-thread partial sums for some shapes
+// (measured on 2.6: 48 of 640 shapes at 2 threads, e.g. m 16, n 512, k 1000
+// with b transposed: a linear layer's input gradient), and its one-thread
+// sgemm sums in an order that depends on m and n (9 of the 640 differ when
+// C is cut into halves instead of one call). So C is cut into blocks of
+// whole rows (or columns, when it has more of them) whose bounds depend on
+// the shape and the machine alone, each a one-thread sgemm over all of k,
+// and the threads share the blocks: the same calls, so the same bits, at
+// any thread count. A block re-packs the other operand, so there are no
+// more blocks than the machine has cores, and each is worth ~1 M
+// multiply-adds.
+void onednn_sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
+                  float* c, std::int64_t ldc) {
+  constexpr std::int64_t kMinBlock = 64, kBlockMacs = std::int64_t{1} << 20;
+  static const std::int64_t max_blocks = std::clamp<std::int64_t>(std::thread::hardware_concurrency(), 1, 8);
+  const bool by_rows = m >= n;
+  const std::int64_t len = by_rows ? m : n;
+  const std::int64_t blocks =
+      std::clamp(std::min(len / kMinBlock, m * n * k / kBlockMacs), std::int64_t{1}, max_blocks);
+  auto bound = [&](std::int64_t i) { return i == blocks ? len : len * i / blocks / kMinBlock * kMinBlock; };
+  parallel_for(blocks, 1, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      const std::int64_t first = bound(i), size = bound(i + 1) - first;
+      const float* ab = by_rows ? a + (ta ? first : first * lda) : a;
+      const float* bb = by_rows ? b : b + (tb ? first * ldb : first);
+      float* cb = c + (by_rows ? first * ldc : first);
+      const std::int64_t mb = by_rows ? size : m, nb = by_rows ? n : size;
+      if (!onednn::sgemm(ta, tb, mb, nb, k, alpha, ab, lda, bb, ldb, beta, cb, ldc))
+        openblas_sgemm(ta, tb, mb, nb, k, alpha, ab, lda, bb, ldb, beta, cb, ldc);
+    }
+  });
+}
+
 }  // namespace
 
 const char* sgemm_library() { return sgemm_on_onednn() ? "onednn" : "openblas"; }
@@ -71,11 +116,9 @@ const char* sgemm_library() { return sgemm_on_onednn() ? "onednn" : "openblas"; 
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
           const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
           std::int64_t ldc) {
-  if (m * n * k >= kOnednnMinFlops && sgemm_on_onednn() &&
-      onednn::sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
-    return;
-  cblas_sgemm(CblasRowMajor, trans(ta), trans(tb), int(m), int(n), int(k), alpha, a, int(lda), b,
-              int(ldb), beta, c, int(ldc));
+  if (m * n * k >= kOnednnMinFlops && sgemm_on_onednn())
+    return onednn_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  openblas_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,

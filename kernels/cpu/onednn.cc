@@ -240,7 +240,7 @@ bool available() { return true; }
 bool sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
            const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
            std::int64_t ldc) {
-  use_intra_op_threads();
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
   return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) ==
          dnnl_success;
 }

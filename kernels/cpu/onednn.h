@@ -15,7 +15,8 @@ namespace kiln::cpu::onednn {
 // Whether kiln was built with oneDNN.
 bool available();
 
-// c = alpha · op(a) · op(b) + beta · c, row-major, f32; false when not done.
+// c = alpha · op(a) · op(b) + beta · c, row-major, f32, on the calling
+// thread alone (cpu::gemm splits it across threads); false when not done.
 bool sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
            const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
            std::int64_t ldc);

@@ -180,6 +180,20 @@ TEST_CASE("pooling and a convolution's SiLU give the same bits at any thread cou
     });
 }
 
+// Shapes where oneDNN's threaded sgemm cut k (m 1; b transposed beside a
+// long k) or its one-thread sgemm summed in another order for half of C.
+TEST_CASE("f32 matmuls give the same bits at any thread count, transposed or not", "[kernel][intra_op]") {
+  for (const auto [m, n, k] : {std::tuple{1, 512, 256}, {2, 3072, 1000}, {16, 512, 1000}, {33, 16, 4096},
+                               {64, 3072, 1000}, {128, 1000, 1000}, {512, 1000, 16}})
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true}) {
+        INFO(m << "x" << n << "x" << k << (ta ? ", a transposed" : "") << (tb ? ", b transposed" : ""));
+        const Tensor a = filled<float>(ta ? Dims{k, m} : Dims{m, k}, -1, 1, 1);
+        const Tensor b = filled<float>(tb ? Dims{n, k} : Dims{k, n}, -1, 1, 2);
+        same_bits_at_any_thread_count([&] { return run_op<MatmulOp>({a, b}, ta, tb); });
+      }
+}
+
 TEST_CASE("a convolution's gradients give the same bits at any thread count", "[kernel][intra_op]") {
   const Tensor x = filled<float>(Dims{8, 16, 28, 28}, -1, 1, 1);
   const Tensor w = filled<float>(Dims{32, 16, 3, 3}, -1, 1, 2);
