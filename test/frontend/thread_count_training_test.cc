@@ -34,22 +34,53 @@ Value small_resnet(Value x) {
   return head(F::flatten(F::adaptive_avg_pool2d(x, {1, 1})));
 }
 
-struct ResNetProgram {
+// A ResNet on 16 random 64x64 images against labels, momentum SGD.
+Value resnet_loss(FeedMap& feeds) {
+  auto x = data("x", {16, 3, 64, 64});
+  auto label = data("label", {16}, DataType::Int64);
+  Value loss = F::cross_entropy(small_resnet(x), label);
+  optim::Momentum(0.01, 0.9).minimize(loss);
+  std::vector<std::int64_t> labels(16);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = std::int64_t(i * 37 % 1000);
+  feeds = {{"x", normal_f32({16, 3, 64, 64}, 5)}, {"label", Tensor::from_vector<std::int64_t>({16}, labels)}};
+  return loss;
+}
+
+// A two-block causal transformer (token and position embeddings, GELU,
+// layer norms, a 500-token head) on next-token targets, AdamW.
+Value transformer_loss(FeedMap& feeds) {
+  constexpr std::int64_t kBatch = 8, kSeq = 64, kVocab = 500, kModel = 128;
+  auto ids = data("ids", {kBatch, kSeq}, DataType::Int64);
+  auto pos = data("pos", {kSeq}, DataType::Int64);
+  auto label = data("label", {kBatch, kSeq}, DataType::Int64);
+  nn::Embedding tok_emb(kVocab, kModel), pos_emb(kSeq, kModel);
+  nn::TransformerEncoderLayer block1(kModel, 4, 512, 0.0, "gelu"), block2(kModel, 4, 512, 0.0, "gelu");
+  nn::LayerNorm norm({kModel});
+  nn::Linear head(kModel, kVocab);
+  Value x = main_builder().create<AddOp>(tok_emb(ids), pos_emb(pos)).result();
+  x = block2(block1(x, /*causal=*/true), /*causal=*/true);
+  Value loss = F::cross_entropy(head(norm(x)), label);
+  optim::AdamW(3e-4, 0.9, 0.999, 1e-8, 0.01).minimize(loss);
+  std::vector<std::int64_t> tokens(kBatch * kSeq), next(tokens.size()), positions(kSeq);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = std::int64_t(i * 131 % kVocab);
+    next[i] = std::int64_t((i * 131 + 7) % kVocab);
+  }
+  for (std::int64_t t = 0; t < kSeq; ++t) positions[std::size_t(t)] = t;
+  feeds = {{"ids", Tensor::from_vector<std::int64_t>({kBatch, kSeq}, tokens)},
+           {"pos", Tensor::from_vector<std::int64_t>({kSeq}, positions)},
+           {"label", Tensor::from_vector<std::int64_t>({kBatch, kSeq}, next)}};
+  return loss;
+}
+
+// A training program, its feeds and its initialized parameters.
+struct TrainingProgram {
   GuardedPrograms g;
-  Value loss;
   FeedMap feeds;
+  Value loss;
   Executor init{Place::cpu()};  // holds the start every run copies
 
-  ResNetProgram() {
-    auto x = data("x", {16, 3, 64, 64});
-    auto label = data("label", {16}, DataType::Int64);
-    loss = F::cross_entropy(small_resnet(x), label);
-    optim::Momentum(0.01, 0.9).minimize(loss);
-    init.run(g.startup);
-    std::vector<std::int64_t> labels(16);
-    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = std::int64_t(i * 37 % 1000);
-    feeds = {{"x", normal_f32({16, 3, 64, 64}, 5)}, {"label", Tensor::from_vector<std::int64_t>({16}, labels)}};
-  }
+  explicit TrainingProgram(Value (*build)(FeedMap&)) : loss(build(feeds)) { init.run(g.startup); }
 
   // The persistables after `steps` steps from the common start, at
   // `threads` threads under `plan`.
@@ -64,11 +95,10 @@ struct ResNetProgram {
   }
 };
 
-}  // namespace
-
-TEST_CASE("a ResNet's training steps give the same bits at one thread and at two, under every plan",
-          "[frontend][intra_op]") {
-  ResNetProgram m;
+// Two steps at one thread, then at two under each plan: every parameter
+// and optimizer state the same bits.
+void same_bits_under_every_plan(Value (*build)(FeedMap&)) {
+  TrainingProgram m(build);
   const auto want = m.train(ThreadPlan::Sequential, 1, 2);
   for (ThreadPlan plan : {ThreadPlan::Sequential, ThreadPlan::Graph, ThreadPlan::Blas}) {
     INFO("plan " << to_string(plan) << " at 2 threads");
@@ -80,4 +110,16 @@ TEST_CASE("a ResNet's training steps give the same bits at one thread and at two
       CHECK(kiln_test::same_bits(got.at(name), tensor));
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("a ResNet's training steps give the same bits at one thread and at two, under every plan",
+          "[frontend][intra_op]") {
+  same_bits_under_every_plan(resnet_loss);
+}
+
+TEST_CASE("a transformer's training steps give the same bits at one thread and at two, under every plan",
+          "[frontend][intra_op]") {
+  same_bits_under_every_plan(transformer_loss);
 }
