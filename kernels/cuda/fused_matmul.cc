@@ -61,17 +61,6 @@ std::uint32_t alignment(const void* p) {
   return align;
 }
 
-// Row-major out[rows, n] = x[rows, k] · op(y) (+ bias[n], relu) as the
-// column-major outᵀ = op(y)ᵀ · xᵀ: cuBLASLt's A is y, B is x, D is outᵀ,
-// whose rows (n) the bias runs along.
-struct LtGemm {
-  DataType dtype;
-  std::int64_t rows, n, k;
-  bool transpose_y, relu;
-  const void *x, *y, *bias;
-  void* out;
-};
-
 struct LtTypes {
   cudaDataType data;
   cublasComputeType_t compute;
@@ -82,6 +71,18 @@ LtTypes lt_types(DataType dt) {
   const bool tf32 = float32_matmul_precision() == MatmulPrecision::High;
   return {CUDA_R_32F, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
 }
+
+// Row-major out[rows, n] = x[rows, k] · op(y) (+ bias[n], relu) as the
+// column-major outᵀ = op(y)ᵀ · xᵀ: cuBLASLt's A is y, B is x, D is outᵀ,
+// whose rows (n) the bias runs along.
+struct LtGemm {
+  DataType dtype;
+  LtTypes types;  // read once: the precision setting may change meanwhile
+  std::int64_t rows, n, k;
+  bool transpose_y, relu;
+  const void *x, *y, *bias;
+  void* out;
+};
 
 // The descriptors of one call, destroyed with it.
 struct LtDescs {
@@ -111,7 +112,7 @@ void set_pref(const KernelContext& ctx, cublasLtMatmulPreference_t p, cublasLtMa
 }
 
 void describe(const KernelContext& ctx, const LtGemm& g, LtDescs& ds) {
-  const LtTypes t = lt_types(g.dtype);
+  const LtTypes& t = g.types;
   check_lt(ctx, cublasLtMatmulDescCreate(&ds.op, t.compute, CUDA_R_32F), "descriptor");
   set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_TRANSA, g.transpose_y ? CUBLAS_OP_T : CUBLAS_OP_N);
   set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
@@ -149,7 +150,7 @@ using AlgoKey = std::tuple<int, DataType, int, std::int64_t, std::int64_t, std::
 LtAlgo find_algo(cublasLtHandle_t h, int device, const LtGemm& g, const LtDescs& ds) {
   static std::mutex mu;
   static std::map<AlgoKey, LtAlgo> cache;
-  const AlgoKey key{device, g.dtype, static_cast<int>(lt_types(g.dtype).compute), g.rows, g.n, g.k,
+  const AlgoKey key{device, g.dtype, static_cast<int>(g.types.compute), g.rows, g.n, g.k,
                     g.transpose_y, g.relu, alignment(g.x), alignment(g.y), alignment(g.out), alignment(g.bias)};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
@@ -204,7 +205,7 @@ bool try_lt(KernelContext& ctx, DataType dt, const FusedMatmulOp::Attributes& a,
       s.k > INT_MAX)
     return false;
   Tensor& out = ctx.alloc_output(0, s.out_dims, dt);
-  const LtGemm g{dt, rows, s.n, s.k, a.transpose_y, a.activation.index >= 0, x.raw_data(), y.raw_data(),
+  const LtGemm g{dt, lt_types(dt), rows, s.n, s.k, a.transpose_y, a.activation.index >= 0, x.raw_data(), y.raw_data(),
                  bias->raw_data(), out.raw_data()};
   return lt_matmul(ctx, g);
 }

@@ -5,6 +5,7 @@
 // every result exact in the dtype, so each route must give the CPU's bits
 // (16-bit: the f32 CPU kernel on the widened operands, rounded once).
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "kernel/cuda_test_util.h"
@@ -134,5 +135,28 @@ TEST_CASE("a fused_matmul on CUDA with an activation cuBLASLt does not apply, or
                        {"b", integers<float>({4}, 3, -2, 2)}};
     CHECK_THROWS_WITH(exe.run(p, feed, {r}),
                       Catch::Contains("kiln.fused_matmul") && Catch::Contains("bias has 4 elements"));
+  }
+}
+
+// kiln's relu gives 0 for NaN (`x > 0 ? x : 0`); cuBLASLt documents its
+// RELU_BIAS epilogue as max(x, 0) and says nothing of NaN. A NaN bias makes
+// its column NaN before the relu, on both routes.
+TEST_CASE("a NaN before a fused_matmul's relu gives 0 on CUDA, as on the CPU, on both routes",
+          "[kernel][cuda]") {
+  if (!have_cuda()) return;
+  for (bool tx : {false, true}) {
+    INFO((tx ? "x transposed (product, then epilogue)" : "cuBLASLt's RELU_BIAS epilogue"));
+    const Tensor x = integers<float>(tx ? Dims{8, 5} : Dims{5, 8}, 1, -2, 2);
+    const Tensor y = integers<float>({8, 6}, 2, -2, 2);
+    std::vector<float> b = integers<float>({6}, 3, -4, 4).to_vector<float>();
+    b[2] = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<Tensor> in{x, y, Tensor::from_vector<float>({6}, b)};
+    auto make = [&](Builder& bl, const std::vector<Value>& v) {
+      return bl.create<FusedMatmulOp>(v[0], v[1], v[2], tx, false, "kiln.relu").operation();
+    };
+    const Tensor cpu = run_kernel(in, make).out();
+    const Tensor gpu = run_cuda_kernel(in, make).out();
+    for (std::int64_t r = 0; r < 5; ++r) CHECK(cpu.to_vector<float>()[std::size_t(r * 6 + 2)] == 0.0f);
+    CHECK(kiln_test::same_bits(gpu, cpu));
   }
 }
