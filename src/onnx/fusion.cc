@@ -94,6 +94,8 @@ class Chain {
 
   Value value(const std::string& name) const { return scope_.value(name); }
   const Tensor* constant(const std::string& name) const { return scope_.constant(name); }
+  Value parameter(const std::string& name, Tensor t) const { return scope_.parameter(name, std::move(t)); }
+  std::int64_t opset() const { return scope_.opset; }
 
  private:
   const ::onnx::GraphProto& g_;
@@ -307,12 +309,86 @@ std::optional<Fused> attention(Chain& c, int first, Builder& b) {
   return Fused{c.nodes(), c.node(pv).output(0), out};
 }
 
+float float_attr(const ::onnx::NodeProto& n, const std::string& name, float fallback) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return a.f();
+  return fallback;
+}
+
+// An inference BatchNormalization's (scale, bias, mean, var) when all four
+// are known at import, [o] and of dtype dt; empty otherwise.
+std::vector<const Tensor*> batch_norm_constants(const Chain& c, const ::onnx::NodeProto& bn, std::int64_t o,
+                                                DataType dt) {
+  if (bn.input_size() != 5 || int_attr(bn, "training_mode", 0) != 0 || int_attr(bn, "spatial", 1) != 1 ||
+      (c.opset() < 7 && int_attr(bn, "is_test", 0) == 0))
+    return {};
+  for (int k = 1; k < bn.output_size(); ++k)
+    if (!bn.output(k).empty()) return {};
+  std::vector<const Tensor*> p;
+  for (int k = 1; k < 5; ++k) {
+    const Tensor* t = c.constant(bn.input(k));
+    if (!t || t->dtype() != dt || t->dims() != Dims{o}) return {};
+    p.push_back(t);
+  }
+  return p;
+}
+
+// w · g per output channel and (bias − mean) · g + beta, g = scale /
+// sqrt(var + eps), in double; T is w's element type.
+template <typename T>
+std::pair<Tensor, Tensor> folded_conv(const Tensor& w, const Tensor* bias, const std::vector<const Tensor*>& bn,
+                                      double eps) {
+  const std::int64_t o = w.dims()[0], per = w.numel() / o;
+  Tensor w2 = Tensor::empty(w.dims(), w.dtype()), b2 = Tensor::empty(Dims{o}, w.dtype());
+  const T *pw = w.data<T>(), *scale = bn[0]->data<T>(), *beta = bn[1]->data<T>(), *mean = bn[2]->data<T>(),
+          *var = bn[3]->data<T>();
+  for (std::int64_t k = 0; k < o; ++k) {
+    const double g = double(scale[k]) / std::sqrt(double(var[k]) + eps);
+    for (std::int64_t i = 0; i < per; ++i) w2.data<T>()[k * per + i] = static_cast<T>(double(pw[k * per + i]) * g);
+    const double b = bias ? double(bias->data<T>()[k]) : 0.0;
+    b2.data<T>()[k] = static_cast<T>((b - double(mean[k])) * g + double(beta[k]));
+  }
+  return {std::move(w2), std::move(b2)};
+}
+
+// Conv (weight and bias known at import) whose result only an inference
+// BatchNormalization with known statistics reads -> the Conv with the
+// normalization folded into new weight and bias initializers (ONNX
+// Runtime's Conv + BatchNormalization fusion, done while importing).
+std::optional<Fused> conv_batch_norm(Chain& c, int first, Builder& b) {
+  const auto& conv = c.node(first);
+  if (conv.op_type() != "Conv" || !conv.domain().empty() || conv.input_size() < 2 || conv.output_size() != 1)
+    return std::nullopt;
+  const int bn_at = c.sole_reader(conv.output(0), "BatchNormalization");
+  const bool has_bias = conv.input_size() > 2 && !conv.input(2).empty();
+  const Tensor* w = c.constant(conv.input(1));
+  const Tensor* bias = has_bias ? c.constant(conv.input(2)) : nullptr;
+  Value x = c.value(conv.input(0));
+  if (bn_at < 0 || !w || (has_bias && !bias) || !x || w->dims().rank() < 3 || w->dims()[0] < 1 ||
+      (w->dtype() != DataType::Float32 && w->dtype() != DataType::Float64) ||
+      (bias && (bias->dtype() != w->dtype() || bias->dims() != Dims{w->dims()[0]})))
+    return std::nullopt;
+  const auto& bn = c.node(bn_at);
+  const auto stats = batch_norm_constants(c, bn, w->dims()[0], w->dtype());
+  const std::string wname = bn.output(0) + "/folded_weight", bname = bn.output(0) + "/folded_bias";
+  if (stats.empty() || bn.input(0) != conv.output(0) || c.value(wname) || c.value(bname)) return std::nullopt;
+  const double eps = float_attr(bn, "epsilon", 1e-5f);
+  auto [w2, b2] = w->dtype() == DataType::Float32 ? folded_conv<float>(*w, bias, stats, eps)
+                                                  : folded_conv<double>(*w, bias, stats, eps);
+  NodeContext ctx{b, conv, c.opset(), {x, c.parameter(wname, w2), c.parameter(bname, b2)}, {}, {}, {}, {}, {}};
+  for (const Tensor* t : {static_cast<const Tensor*>(nullptr), c.constant(wname), c.constant(bname)})
+    ctx.constants.push_back(t);
+  c.cover(first);
+  c.cover(bn_at);
+  return Fused{c.nodes(), bn.output(0), op_table().at("Conv").build(ctx).at(0)};
+}
+
 }  // namespace
 
 std::optional<Fused> fuse_at(const ::onnx::GraphProto& g, const GraphUses& uses, int first,
                              Builder& b, const FusionScope& scope) {
   using Matcher = std::optional<Fused> (*)(Chain&, int, Builder&);
-  for (Matcher m : {&layer_norm, &gelu, &attention}) {
+  for (Matcher m : {&layer_norm, &gelu, &attention, &conv_batch_norm}) {
     Chain chain(g, uses, scope);
     std::optional<Fused> f;
     try {

@@ -31,10 +31,14 @@ struct GraphUses {
 };
 
 // What a matcher asks the importer: a name's kiln value (null when it is
-// not defined yet) and its value when known at import (null otherwise).
+// not defined yet) and its value when known at import (null otherwise);
+// `parameter` adds a tensor the matcher computed as a new initializer of
+// that (unused) name and returns its value.
 struct FusionScope {
   std::function<Value(const std::string&)> value;
   std::function<const Tensor*(const std::string&)> constant;
+  std::function<Value(const std::string&, Tensor)> parameter;
+  std::int64_t opset = 13;  // the model's ai.onnx opset
 };
 
 // A fused chain: the nodes it covers (not to be imported again) and the

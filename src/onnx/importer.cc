@@ -226,18 +226,25 @@ class GraphImporter {
       if (!recorded([&] { t = detail::tensor_of(init, "initializer '" + init.name() + "'"); },
                     {init.name()}))
         continue;
-      if (parent_) {
-        values_[init.name()] = detail::constant_value(b_, t);
-        constants_.emplace(init.name(), std::move(t));
-        continue;
-      }
-      const Type type = TensorType::get(t.dtype(), t.dims().to_vector());
-      sb_.create<SetParameterOp>(detail::constant_value(sb_, t), init.name());
-      out_.startup.set_parameter(init.name(), Parameter{type, true});
-      out_.main.set_parameter(init.name(), Parameter{type, true});
-      values_[init.name()] = b_.create<ParameterOp>(init.name(), type).result();
-      constants_.emplace(init.name(), std::move(t));
+      values_[init.name()] = add_initializer(init.name(), std::move(t));
     }
+  }
+
+  // `name`'s value known at import: a parameter the startup program sets
+  // (a subgraph's: a constant), its tensor kept for the builders.
+  Value add_initializer(const std::string& name, Tensor t) {
+    Value v;
+    if (parent_) {
+      v = detail::constant_value(b_, t);
+    } else {
+      const Type type = TensorType::get(t.dtype(), t.dims().to_vector());
+      sb_.create<SetParameterOp>(detail::constant_value(sb_, t), name);
+      out_.startup.set_parameter(name, Parameter{type, true});
+      out_.main.set_parameter(name, Parameter{type, true});
+      v = b_.create<ParameterOp>(name, type).result();
+    }
+    constants_.emplace(name, std::move(t));
+    return v;
   }
 
   void import_inputs(const ::onnx::GraphProto& g) {
@@ -294,7 +301,11 @@ class GraphImporter {
   void import_nodes(const ::onnx::GraphProto& g) {
     const detail::GraphUses uses(g);
     const detail::FusionScope scope{[this](const std::string& n) { return lookup(n); },
-                                    [this](const std::string& n) { return lookup_constant(n); }};
+                                    [this](const std::string& n) { return lookup_constant(n); },
+                                    [this](const std::string& n, Tensor t) {
+                                      return values_[n] = add_initializer(n, std::move(t));
+                                    },
+                                    out_.opset};
     std::vector<bool> fused(static_cast<std::size_t>(g.node_size()), false);
     for (int i = 0; i < g.node_size(); ++i) {
       if (fused[static_cast<std::size_t>(i)]) continue;

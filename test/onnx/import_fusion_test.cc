@@ -2,7 +2,9 @@
 // layer norm, an exact GELU and a causal attention become kiln's fused ops
 // (kiln.layer_norm, kiln.gelu, kiln.scaled_dot_product_attention) and give
 // the chain's results; a chain whose intermediate values are read elsewhere
-// is imported node by node.
+// is imported node by node. A Conv followed by an inference
+// BatchNormalization of known statistics imports with the normalization
+// folded into its weight and bias.
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
@@ -166,7 +168,75 @@ std::vector<float> reference_conv_clip(const std::vector<float>& x, float hi, bo
   return y;
 }
 
+// Conv (x [2, 3, 6, 6], w [4, 3, 3, 3], an optional bias, pads 1) then an
+// inference BatchNormalization (epsilon 1e-3) of known statistics;
+// `conv_out` makes the Conv's result a graph output too.
+std::string conv_batch_norm_model(bool conv_bias, bool conv_out) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  auto* in = g->add_input();
+  in->set_name("x");
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(::onnx::TensorProto_DataType_FLOAT);
+  for (int d : {2, 3, 6, 6}) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  auto tensor = [&](const char* name, std::vector<std::int64_t> dims, float scale, float offset) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(::onnx::TensorProto_DataType_FLOAT);
+    std::int64_t n = 1;
+    for (auto d : dims) t->add_dims(d), n *= d;
+    for (std::int64_t k = 0; k < n; ++k) t->add_float_data(offset + scale * float((k * 7) % 11 - 5));
+  };
+  tensor("w", {4, 3, 3, 3}, 0.25f, 0.f);
+  if (conv_bias) tensor("b", {4}, 0.5f, 0.f);
+  tensor("scale", {4}, 0.2f, 1.f);
+  tensor("beta", {4}, 0.3f, 0.f);
+  tensor("mean", {4}, 0.4f, 0.f);
+  tensor("var", {4}, 0.1f, 1.f);
+  auto* conv = add_node(g, "Conv", conv_bias ? std::vector<std::string>{"x", "w", "b"} : std::vector<std::string>{"x", "w"}, "c");
+  auto* pads = conv->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(::onnx::AttributeProto_AttributeType_INTS);
+  for (int k = 0; k < 4; ++k) pads->add_ints(1);
+  auto* eps = add_node(g, "BatchNormalization", {"c", "scale", "beta", "mean", "var"}, "y")->add_attribute();
+  eps->set_name("epsilon");
+  eps->set_type(::onnx::AttributeProto_AttributeType_FLOAT);
+  eps->set_f(1e-3f);
+  g->add_output()->set_name("y");
+  if (conv_out) g->add_output()->set_name("c");
+  std::string bytes;
+  REQUIRE(m.SerializeToString(&bytes));
+  return bytes;
+}
+
 }  // namespace
+
+TEST_CASE("a Conv followed by an inference BatchNormalization imports as one convolution with the "
+          "normalization folded into its weight and bias",
+          "[onnx][fusion]") {
+  std::vector<float> x(2 * 3 * 6 * 6);
+  for (std::size_t k = 0; k < x.size(); ++k) x[k] = float(int(k * 13 % 17) - 8) / 4.f;
+  const FeedMap feed{{"x", Tensor::from_vector<float>({2, 3, 6, 6}, x)}};
+  for (bool conv_bias : {true, false}) {
+    INFO("the Conv " << (conv_bias ? "with" : "without") << " a bias");
+    kiln::onnx::ImportedModel fused = kiln::onnx::import_model_from_bytes(conv_batch_norm_model(conv_bias, false));
+    kiln::onnx::ImportedModel apart = kiln::onnx::import_model_from_bytes(conv_batch_norm_model(conv_bias, true));
+    auto ops = op_counts(fused.main);
+    CHECK(ops["kiln.fused_conv2d"] + ops["kiln.conv2d"] == 1);
+    CHECK(ops["kiln.sqrt"] == 0);
+    CHECK(ops["kiln.sub"] == 0);
+    CHECK(op_counts(apart.main)["kiln.sqrt"] == 1);  // the Conv's result is read elsewhere: not folded
+    Executor a, b;
+    a.run(fused.startup);
+    b.run(apart.startup);
+    const auto got = a.run(fused.main, feed, {"y"})[0].to_vector<float>();
+    const auto want = b.run(apart.main, feed, {"y"})[0].to_vector<float>();
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-5).margin(1e-5));
+  }
+}
 
 TEST_CASE("a Conv followed by Clip to [0, 6] imports as one kiln.fused_conv2d with relu6, other "
           "clips stay apart",
