@@ -10,6 +10,7 @@
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/frontend/clone_for_test.h"
+#include "kiln/frontend/fold_batch_norm.h"
 #include "kiln/frontend/prune.h"
 #include "kiln/io/file.h"
 #include "kiln/io/json.h"
@@ -126,10 +127,17 @@ void save_inference_model(const std::string& path_prefix,
   const std::string program_path = inference_program_path(path_prefix);
   const std::string weights_path = inference_weights_path(path_prefix);
   Program infer = inference_program(feed_names, fetch_targets, program);
+  Scope folded, saved;
+  fold_batch_norms(infer, scope, folded);
+  for (const auto& [name, param] : infer.parameters()) {
+    const Variable* v = folded.find_var(name);
+    if (!v) v = scope.find_var(name);
+    if (v && v->is<Tensor>()) saved.var(name).set(v->get<Tensor>());
+  }
   const std::string text = save_program_json(infer, 1);
   std::string weights;
   try {
-    weights = save_weights_bytes(scope, infer);
+    weights = save_weights_bytes(saved, infer);
   } catch (const Error& e) {
     throw Error(e.kind(), "weights file '" + weights_path + "': " + e.message());
   }

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/frontend/fold_batch_norm.h"
 #include "kiln/ir/builtin_types.h"
 #include "op_table.h"
 
@@ -333,24 +334,6 @@ std::vector<const Tensor*> batch_norm_constants(const Chain& c, const ::onnx::No
   return p;
 }
 
-// w · g per output channel and (bias − mean) · g + beta, g = scale /
-// sqrt(var + eps), in double; T is w's element type.
-template <typename T>
-std::pair<Tensor, Tensor> folded_conv(const Tensor& w, const Tensor* bias, const std::vector<const Tensor*>& bn,
-                                      double eps) {
-  const std::int64_t o = w.dims()[0], per = w.numel() / o;
-  Tensor w2 = Tensor::empty(w.dims(), w.dtype()), b2 = Tensor::empty(Dims{o}, w.dtype());
-  const T *pw = w.data<T>(), *scale = bn[0]->data<T>(), *beta = bn[1]->data<T>(), *mean = bn[2]->data<T>(),
-          *var = bn[3]->data<T>();
-  for (std::int64_t k = 0; k < o; ++k) {
-    const double g = double(scale[k]) / std::sqrt(double(var[k]) + eps);
-    for (std::int64_t i = 0; i < per; ++i) w2.data<T>()[k * per + i] = static_cast<T>(double(pw[k * per + i]) * g);
-    const double b = bias ? double(bias->data<T>()[k]) : 0.0;
-    b2.data<T>()[k] = static_cast<T>((b - double(mean[k])) * g + double(beta[k]));
-  }
-  return {std::move(w2), std::move(b2)};
-}
-
 // Conv (weight and bias known at import) whose result only an inference
 // BatchNormalization with known statistics reads -> the Conv with the
 // normalization folded into new weight and bias initializers (ONNX
@@ -373,9 +356,8 @@ std::optional<Fused> conv_batch_norm(Chain& c, int first, Builder& b) {
   const std::string wname = bn.output(0) + "/folded_weight", bname = bn.output(0) + "/folded_bias";
   if (stats.empty() || bn.input(0) != conv.output(0) || c.value(wname) || c.value(bname)) return std::nullopt;
   const double eps = float_attr(bn, "epsilon", 1e-5f);
-  auto [w2, b2] = w->dtype() == DataType::Float32 ? folded_conv<float>(*w, bias, stats, eps)
-                                                  : folded_conv<double>(*w, bias, stats, eps);
-  NodeContext ctx{b, conv, c.opset(), {x, c.parameter(wname, w2), c.parameter(bname, b2)}, {}, {}, {}, {}, {}};
+  FoldedConv f = fold_batch_norm(*w, bias, *stats[0], *stats[1], *stats[2], *stats[3], eps);
+  NodeContext ctx{b, conv, c.opset(), {x, c.parameter(wname, f.weight), c.parameter(bname, f.bias)}, {}, {}, {}, {}, {}};
   for (const Tensor* t : {static_cast<const Tensor*>(nullptr), c.constant(wname), c.constant(bname)})
     ctx.constants.push_back(t);
   c.cover(first);

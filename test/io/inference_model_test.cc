@@ -127,6 +127,59 @@ TEST_CASE("a trained model saved with save_inference_model predicts the same aft
   }
 }
 
+TEST_CASE("a CNN saved with save_inference_model has each batch norm folded into the convolution "
+          "before it, and predicts what its for-test program predicts",
+          "[io][inference_model]") {
+  Program main, startup;
+  Value pred, loss;
+  {
+    UniqueNameGuard names;
+    ProgramGuard guard(main, startup);
+    Value x = data("x", {-1, 3, 8, 8});
+    nn::Conv2D c1(3, 8, 3, 1, 1, 1, 1, /*bias=*/false), c2(8, 8, 3, 2, 1, 1, 1, /*bias=*/false);
+    nn::BatchNorm2D b1(8), b2(8);
+    nn::Linear head(8 * 4 * 4, 3);
+    Value h = nn::functional::relu(b2(c2(nn::functional::relu(b1(c1(x))))));
+    pred = head(nn::functional::flatten(h));
+    loss = nn::functional::cross_entropy(pred, data("label", {-1}, DataType::Int64));
+    optim::Momentum(0.1, 0.9).minimize(loss);
+  }
+  Executor exe;
+  exe.run(startup);
+  std::vector<float> xs(4 * 3 * 8 * 8);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = float(int(i * 29 % 23) - 11) / 5.f;
+  const Tensor x = Tensor::from_vector<float>({4, 3, 8, 8}, xs);
+  // Steps move the running statistics away from 0 and 1.
+  for (int step = 0; step < 3; ++step)
+    exe.run(main, {{"x", x}, {"label", Tensor::from_vector<std::int64_t>({4}, {0, 1, 2, 1})}});
+  TempDir dir;
+  save_inference_model(dir.file("cnn"), {"x"}, {pred}, main, exe.scope());
+
+  Executor fresh;
+  InferenceModel m = load_inference_model(dir.file("cnn"), fresh.scope());
+  int norms = 0, convs = 0;
+  for (Operation* op : m.program.block()) {
+    norms += op->isa<BatchNormOp>();
+    convs += op->isa<Conv2dOp>();
+  }
+  CHECK(norms == 0);
+  CHECK(convs == 2);
+  // The norms' four tensors and the convolutions' weights are folded into
+  // a new weight and bias per convolution.
+  CHECK(parameter_names(m.program) ==
+        std::vector<std::string>{"batch_norm2d_0.w_0.folded_bias", "batch_norm2d_0.w_0.folded_weight",
+                                 "batch_norm2d_1.w_0.folded_bias", "batch_norm2d_1.w_0.folded_weight",
+                                 "linear_0.b_0", "linear_0.w_0"});
+  IrMapping map;
+  Program test = clone_for_test(main, &map);
+  const auto want = exe.run(test, {{"x", x}, {"label", Tensor::from_vector<std::int64_t>({4}, {0, 0, 0, 0})}},
+                            {map.lookup(pred)})[0]
+                        .to_vector<float>();
+  const auto got = fresh.run(m.program, {{"x", x}}, m.fetch_targets)[0].to_vector<float>();
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-5).margin(1e-5));
+}
+
 TEST_CASE("feed names and fetch targets load in the order they were saved",
           "[io][inference_model]") {
   Program main, startup;

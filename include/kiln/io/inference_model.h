@@ -32,9 +32,11 @@ struct InferenceModel {
 // fetch_targets) (kiln/frontend/clone_for_test.h, prune.h), its kiln.data
 // ops moved to the front in `feed_names` order, then one kiln.fetch op per
 // target (col = its index; named like the original program's kiln.fetch op
-// of that value if it has one, else "fetch_<index>"); and the weights of the
-// parameters it keeps, taken from `scope` (or its ancestors) as save_weights
-// does. Both files are written as one atomic save (write_files_atomic): a
+// of that value if it has one, else "fetch_<index>"), with each inference
+// batch norm folded into the convolution before it where the pattern holds
+// (fold_batch_norms, kiln/frontend/fold_batch_norm.h); and the weights of
+// the parameters it keeps, taken from `scope` (or its ancestors) as
+// save_weights does. Both files are written as one atomic save (write_files_atomic): a
 // failed save leaves existing files untouched.
 //
 // kiln::Error naming what is wrong, before anything is written: no fetch
