@@ -104,6 +104,34 @@ std::vector<float> reference_layer_norm(const std::vector<float>& x) {
   return z;
 }
 
+// A float graph input `name` of `dims`.
+void add_float_input(::onnx::GraphProto* g, const std::string& name, const std::vector<std::int64_t>& dims) {
+  auto* in = g->add_input();
+  in->set_name(name);
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(::onnx::TensorProto_DataType_FLOAT);
+  for (auto d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
+}
+
+// A float initializer whose element k is offset + scale · ((7k mod 11) − 5).
+void add_pattern(::onnx::GraphProto* g, const std::string& name, const std::vector<std::int64_t>& dims,
+                 float scale, float offset = 0.f) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(::onnx::TensorProto_DataType_FLOAT);
+  std::int64_t n = 1;
+  for (auto d : dims) t->add_dims(d), n *= d;
+  for (std::int64_t k = 0; k < n; ++k) t->add_float_data(offset + scale * float((k * 7) % 11 - 5));
+}
+
+// A Conv node padded by 1 on every side.
+void add_padded_conv(::onnx::GraphProto* g, const std::vector<std::string>& ins, const std::string& out) {
+  auto* pads = add_node(g, "Conv", ins, out)->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(::onnx::AttributeProto_AttributeType_INTS);
+  for (int k = 0; k < 4; ++k) pads->add_ints(1);
+}
+
 // Conv (x [1, 2, 5, 5], w [3, 2, 3, 3], bias [3], pads 1) then Clip to
 // [0, hi], as exporters write ReLU6 (hi 6), or (silu) Sigmoid and Mul, as
 // they write SiLU.
@@ -112,28 +140,12 @@ std::string conv_clip_model(float hi, bool silu = false) {
   m.set_ir_version(7);
   m.add_opset_import()->set_version(13);
   auto* g = m.mutable_graph();
-  auto* in = g->add_input();
-  in->set_name("x");
-  auto* tt = in->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(::onnx::TensorProto_DataType_FLOAT);
-  for (int d : {1, 2, 5, 5}) tt->mutable_shape()->add_dim()->set_dim_value(d);
-  auto tensor = [&](const char* name, std::vector<std::int64_t> dims, float scale) {
-    auto* t = g->add_initializer();
-    t->set_name(name);
-    t->set_data_type(::onnx::TensorProto_DataType_FLOAT);
-    std::int64_t n = 1;
-    for (auto d : dims) t->add_dims(d), n *= d;
-    for (std::int64_t k = 0; k < n; ++k) t->add_float_data(scale * float((k * 7) % 11 - 5));
-  };
-  tensor("w", {3, 2, 3, 3}, 0.5f);
-  tensor("b", {3}, 1.0f);
+  add_float_input(g, "x", {1, 2, 5, 5});
+  add_pattern(g, "w", {3, 2, 3, 3}, 0.5f);
+  add_pattern(g, "b", {3}, 1.0f);
   add_scalar(g, "lo", 0.f);
   add_scalar(g, "hi", hi);
-  auto* conv = add_node(g, "Conv", {"x", "w", "b"}, "c");
-  auto* pads = conv->add_attribute();
-  pads->set_name("pads");
-  pads->set_type(::onnx::AttributeProto_AttributeType_INTS);
-  for (int k = 0; k < 4; ++k) pads->add_ints(1);
+  add_padded_conv(g, {"x", "w", "b"}, "c");
   if (silu) {
     add_node(g, "Sigmoid", {"c"}, "s");
     add_node(g, "Mul", {"c", "s"}, "y");
@@ -176,30 +188,14 @@ std::string conv_batch_norm_model(bool conv_bias, bool conv_out) {
   m.set_ir_version(7);
   m.add_opset_import()->set_version(13);
   auto* g = m.mutable_graph();
-  auto* in = g->add_input();
-  in->set_name("x");
-  auto* tt = in->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(::onnx::TensorProto_DataType_FLOAT);
-  for (int d : {2, 3, 6, 6}) tt->mutable_shape()->add_dim()->set_dim_value(d);
-  auto tensor = [&](const char* name, std::vector<std::int64_t> dims, float scale, float offset) {
-    auto* t = g->add_initializer();
-    t->set_name(name);
-    t->set_data_type(::onnx::TensorProto_DataType_FLOAT);
-    std::int64_t n = 1;
-    for (auto d : dims) t->add_dims(d), n *= d;
-    for (std::int64_t k = 0; k < n; ++k) t->add_float_data(offset + scale * float((k * 7) % 11 - 5));
-  };
-  tensor("w", {4, 3, 3, 3}, 0.25f, 0.f);
-  if (conv_bias) tensor("b", {4}, 0.5f, 0.f);
-  tensor("scale", {4}, 0.2f, 1.f);
-  tensor("beta", {4}, 0.3f, 0.f);
-  tensor("mean", {4}, 0.4f, 0.f);
-  tensor("var", {4}, 0.1f, 1.f);
-  auto* conv = add_node(g, "Conv", conv_bias ? std::vector<std::string>{"x", "w", "b"} : std::vector<std::string>{"x", "w"}, "c");
-  auto* pads = conv->add_attribute();
-  pads->set_name("pads");
-  pads->set_type(::onnx::AttributeProto_AttributeType_INTS);
-  for (int k = 0; k < 4; ++k) pads->add_ints(1);
+  add_float_input(g, "x", {2, 3, 6, 6});
+  add_pattern(g, "w", {4, 3, 3, 3}, 0.25f);
+  if (conv_bias) add_pattern(g, "b", {4}, 0.5f);
+  add_pattern(g, "scale", {4}, 0.2f, 1.f);
+  add_pattern(g, "beta", {4}, 0.3f);
+  add_pattern(g, "mean", {4}, 0.4f);
+  add_pattern(g, "var", {4}, 0.1f, 1.f);
+  add_padded_conv(g, conv_bias ? std::vector<std::string>{"x", "w", "b"} : std::vector<std::string>{"x", "w"}, "c");
   auto* eps = add_node(g, "BatchNormalization", {"c", "scale", "beta", "mean", "var"}, "y")->add_attribute();
   eps->set_name("epsilon");
   eps->set_type(::onnx::AttributeProto_AttributeType_FLOAT);
