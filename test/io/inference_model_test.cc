@@ -136,7 +136,8 @@ TEST_CASE("a CNN saved with save_inference_model has each batch norm folded into
     UniqueNameGuard names;
     ProgramGuard guard(main, startup);
     Value x = data("x", {-1, 3, 8, 8});
-    nn::Conv2D c1(3, 8, 3, 1, 1, 1, 1, /*bias=*/false), c2(8, 8, 3, 2, 1, 1, 1, /*bias=*/false);
+    // The first convolution with a bias (the frontend adds it after the conv), the second without.
+    nn::Conv2D c1(3, 8, 3, 1, 1, 1, 1, /*bias=*/true), c2(8, 8, 3, 2, 1, 1, 1, /*bias=*/false);
     nn::BatchNorm2D b1(8), b2(8);
     nn::Linear head(8 * 4 * 4, 3);
     Value h = nn::functional::relu(b2(c2(nn::functional::relu(b1(c1(x))))));

@@ -22,10 +22,12 @@ struct FoldedConv {
 FoldedConv fold_batch_norm(const Tensor& w, const Tensor* bias, const Tensor& scale, const Tensor& beta,
                            const Tensor& mean, const Tensor& var, double epsilon);
 
-// In an inference program `p`: each top-level kiln.conv2d whose result only
-// a kiln.batch_norm with is_test reads (its other results unread), with its
-// weight and the norm's four operands builtin.parameter values whose tensors
-// `params` holds (f32 or f64, on the CPU), becomes kiln.conv2d with a new
+// In an inference program `p`: each top-level kiln.conv2d (plus a channel
+// bias: a [O] parameter reshaped to [O, 1, 1] or [1, O, 1, 1] and added, as
+// the frontend's Conv2D adds it) whose result only a kiln.batch_norm with
+// is_test reads (its other results unread), with its weight, bias and the
+// norm's four operands builtin.parameter values whose tensors `params`
+// holds (f32 or f64, on the CPU), becomes kiln.conv2d with a new
 // weight parameter "<the norm's scale>.folded_weight" plus a channel bias
 // "<…>.folded_bias" added (the pattern the fuse pass makes one
 // kiln.fused_conv2d of). The new tensors are set in `folded`; parameters no
