@@ -357,7 +357,7 @@ std::optional<Fused> conv_batch_norm(Chain& c, int first, Builder& b) {
   if (stats.empty() || bn.input(0) != conv.output(0) || c.value(wname) || c.value(bname)) return std::nullopt;
   const double eps = float_attr(bn, "epsilon", 1e-5f);
   FoldedConv f = fold_batch_norm(*w, bias, *stats[0], *stats[1], *stats[2], *stats[3], eps);
-  NodeContext ctx{b, conv, c.opset(), {x, c.parameter(wname, f.weight), c.parameter(bname, f.bias)}, {}, {}, {}, {}, {}};
+  NodeContext ctx{b, conv, c.opset(), {x, c.parameter(wname, f.weight), c.parameter(bname, f.bias)}, {}, {}, {}, {}, {}, {}};
   for (const Tensor* t : {static_cast<const Tensor*>(nullptr), c.constant(wname), c.constant(bname)})
     ctx.constants.push_back(t);
   c.cover(first);

@@ -327,7 +327,7 @@ class GraphImporter {
   void import_node(const ::onnx::NodeProto& node) {
     const std::string where = "node '" + node.name() + "' (" + node.op_type() + ")";
     const detail::OpEntry& entry = entry_for(node, where);
-    detail::NodeContext ctx{b_, node, out_.opset, {}, {}, {}, {}, {}, {}};
+    detail::NodeContext ctx{b_, node, out_.opset, {}, {}, {}, {}, {}, {}, {}};
     bool sequences = false;
     for (const auto& name : node.input()) {
       const std::vector<Value>* seq = name.empty() ? nullptr : lookup_sequence(name);

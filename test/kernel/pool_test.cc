@@ -105,7 +105,7 @@ TEST_CASE("max_pool2d with ceil_mode keeps the partial last window", "[kernel][p
 }
 
 TEST_CASE("max_pool2d's grad routes dout to each window's first maximum", "[kernel][pool]") {
-  MaxPool2dOp::Attributes a{V{2, 2}, V{2, 2}, V{0, 0}, false};
+  MaxPool2dOp::Attributes a{V{2, 2}, V{2, 2}, V{0, 0}, false, "NCHW"};
   Tensor x = Tensor::from_vector<float>({1, 1, 2, 4}, {1, 4, 2, 2, 3, 2, 2, 2});
   Tensor dout = Tensor::from_vector<float>({1, 1, 1, 2}, {5, 7});
   auto r = run_op<GradOf<MaxPool2dOp>>({x, dout}, a.kernel_size, a.strides, a.paddings,
