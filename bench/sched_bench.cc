@@ -1,4 +1,4 @@
-// Scheduler overhead (issue 3 §7): real Programs run through the Executor
+// Scheduler overhead: real Programs run through the Executor
 // users call (GC on), whose ops have registered kernels that do nothing; each
 // op reads its predecessors' values and defines its own, so the DAG comes
 // from the dependency analysis. The same graphs on oneTBB's flow graph in the

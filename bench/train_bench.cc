@@ -1,4 +1,4 @@
-// Training-step benchmark (issue 4 §8): the seed's model and a 784-512-512-10
+// Training-step benchmark: the seed's model and a 784-512-512-10
 // MLP, built with the frontend as a user builds them and trained with Adam
 // through the Executor. Step times at 1 and 2 threads (2 threads: the
 // executor's default ThreadPlan::Auto, which measures and keeps the faster

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that ninja knows the headers each CUDA object of a build includes.
 
-usage: check_cuda_deps.py SOURCE_ROOT BUILD_DIR
+usage: check_cuda_deps.py SOURCE_ROOT BUILD_DIR [--forbid PREFIX...]
 
 Every object of build.ninja's cuda_COMPILER edges must have dependencies
 recorded in ninja's log (`ninja -t deps`) that name at least one header of
@@ -10,6 +10,11 @@ changes. They are recorded only when nvcc writes a dependency file, which
 Debian's meson (1.0.1) does not ask it for: ./run makes meson's CUDA compiler
 tools/nvcc_with_depfile, which does. Run after a build (meson test builds
 first). Prints one line per failing object; exit status 1 when any fails.
+
+With --forbid, each object must also read no header whose path below
+SOURCE_ROOT starts with one of the PREFIXes (the IR's headers, tensor.h: the
+.cu files take device pointers, not tensors, so that a change to those
+recompiles no CUDA object).
 """
 import os
 import re
@@ -43,11 +48,19 @@ def recorded_deps(build_dir, objects):
     return deps
 
 
+def forbidden_headers(headers, source_root, build_dir, prefixes):
+    rel = [os.path.relpath(os.path.realpath(os.path.join(build_dir, h)), source_root) for h in headers]
+    return [r for r in rel if r.startswith(tuple(prefixes))]
+
+
 def main():
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    forbid = args[args.index("--forbid") + 1:] if "--forbid" in args else []
+    args = args[:args.index("--forbid")] if "--forbid" in args else args
+    if len(args) != 2 or ("--forbid" in sys.argv and not forbid):
         sys.exit(__doc__)
-    source_root = os.path.realpath(sys.argv[1])
-    build_dir = sys.argv[2]
+    source_root = os.path.realpath(args[0])
+    build_dir = args[1]
     objects = cuda_objects(build_dir)
     if not objects:
         print(f"{build_dir}/build.ninja compiles no CUDA")
@@ -67,9 +80,13 @@ def main():
                   f"{source_root} (nvcc wrote no depfile: is meson's CUDA compiler "
                   "tools/nvcc_with_depfile? ./run sets that up)")
             failed += 1
+        elif bad := forbidden_headers(headers, source_root, build_dir, forbid):
+            print(f"FAIL {obj}: reads {', '.join(bad)} (forbidden: {', '.join(forbid)})")
+            failed += 1
         else:
             print(f"ok   {obj}: {len(headers)} headers of the source tree, e.g. {headers[0]}")
-    print(f"{len(objects) - failed} of {len(objects)} CUDA objects have their headers recorded")
+    what = "headers recorded" + (", none forbidden" if forbid else "")
+    print(f"{len(objects) - failed} of {len(objects)} CUDA objects pass ({what})")
     return 1 if failed else 0
 
 

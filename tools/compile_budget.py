@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compile budget test (issue 2 §2): a generated 300-op stress header must pass
+"""Compile budget test: a generated 300-op stress header must pass
 `g++ -std=c++20 -fsyntax-only` in <= 3 s.
 
 Generates the header with tools/gen_stress_ops.py into WORK_DIR, compiles a TU

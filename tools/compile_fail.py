@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Compile-fail checks (issue 2 §2: "a missing method that an interface
-requires is a compile error").
+"""Compile-fail checks: a method that an interface requires, when
+missing, is a compile error.
 
 usage: compile_fail.py SOURCE_ROOT FILE.cc:EXPECTED [FILE.cc:EXPECTED ...]
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "cuda_kernel_util.cuh"
+#include "grid_stride.cuh"
 #include "launch.h"
 
 namespace kiln::cuda {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_kernel_util.cuh"
+#include "context_stream.h"
 #include "kiln/dialect/collective_ops.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/runtime/nccl_communicator.h"

@@ -9,7 +9,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "cuda_kernel_util.cuh"
+#include "context_stream.h"
 #include "kiln/runtime/cuda_context.h"
 #include "kiln/runtime/matmul_precision.h"
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "cuda_kernel_util.cuh"
+#include "context_stream.h"
 #include "kiln/runtime/buffer.h"
 
 namespace kiln::cuda {

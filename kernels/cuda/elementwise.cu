@@ -3,18 +3,18 @@
 // broadcasting binaries (numpy broadcasting through kiln/kernel/broadcast.h's
 // plan, one thread per output element) and the unary family with its
 // gradient ops; the comparison, logical and predicate families
-// (compare_math.h, bool results); launchers for gelu and add_n, whose host
-// halves (elementwise.cc) read attributes. Registered by register.cc.
+// (compare_math.h, bool results); gelu and add_n. Launchers only (launch.h):
+// the host halves that read the context are elementwise_kernels.h's, which
+// register.cc registers.
 //
 // Differences from the CPU kernels: an integer division or remainder by
 // zero gives 0 instead of an error (checking would cost a device-to-host
-// sync per op); f16 / bf16 are not served yet.
+// sync per op).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda_kernel_util.cuh"
-#include "cuda_kernels.h"
+#include "grid_stride.cuh"
 #include "kiln/dialect/binary_math.h"
 #include "kiln/dialect/compare_math.h"
 #include "launch.h"
@@ -97,83 +97,30 @@ __global__ void add_n_group(AddNOperands<T> ops, T* __restrict__ out, std::int64
   }
 }
 
-// out = Math::forward(x, y) broadcast, out's dtype `dt` (element type U).
-template <typename Math, typename T, typename U>
-void broadcast_binary(KernelContext& ctx, DataType dt) {
-  // Copies keep x's and y's buffers alive while the output is allocated.
-  const Tensor x = typed_input<T>(ctx, 0), y = typed_input<T>(ctx, 1);
-  const Dims od = broadcast_dims(ctx.op()->name(), x.dims(), y.dims());
-  Tensor& out = ctx.alloc_output(0, od, dt);
-  const std::int64_t n = od.numel();
-  if (n == 0) return;
-  const cudaStream_t s = stream_of(ctx);
-  if (x.dims() == y.dims())
-    binary_same_shape<Math><<<blocks_for(n), kThreads, 0, s>>>(x.data<T>(), y.data<T>(),
-                                                                out.data<U>(), n);
-  else
-    binary_broadcast<Math><<<blocks_for(n), kThreads, 0, s>>>(
-        x.data<T>(), y.data<T>(), out.data<U>(), n, make_broadcast_plan(x.dims(), y.dims(), od));
-  check_launch(ctx);
-}
-
 }  // namespace
 
-template <typename Math, typename T>
-void binary_kernel(KernelContext& ctx) {
-  broadcast_binary<Math, T, T>(ctx, data_type_of<T>);
+template <typename Math, typename T, typename U>
+void launch_binary(const T* x, const T* y, U* out, std::int64_t n, const BroadcastPlan* plan,
+                   cudaStream_t s) {
+  if (n == 0) return;
+  if (!plan)
+    binary_same_shape<Math><<<blocks_for(n), kThreads, 0, s>>>(x, y, out, n);
+  else
+    binary_broadcast<Math><<<blocks_for(n), kThreads, 0, s>>>(x, y, out, n, *plan);
 }
 
 template <typename Math, typename T>
-void compare_kernel(KernelContext& ctx) {
-  broadcast_binary<Math, T, bool>(ctx, DataType::Bool);
+void launch_predicate(const T* x, bool* out, std::int64_t n, cudaStream_t s) {
+  if (n) predicate_map<Math><<<blocks_for(n), kThreads, 0, s>>>(x, out, n);
+}
+
+void launch_logical_not(const bool* x, bool* out, std::int64_t n, cudaStream_t s) {
+  if (n) logical_not_map<<<blocks_for(n), kThreads, 0, s>>>(x, out, n);
 }
 
 template <typename Math, typename T>
-void predicate_kernel(KernelContext& ctx) {
-  const Tensor x = typed_input<T>(ctx, 0);
-  Tensor& out = ctx.alloc_output(0, x.dims(), DataType::Bool);
-  const std::int64_t n = x.numel();
-  if (n) predicate_map<Math><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(x.data<T>(),
-                                                                             out.data<bool>(), n);
-  check_launch(ctx);
-}
-
-void logical_not_kernel(KernelContext& ctx) {
-  const Tensor x = typed_input<bool>(ctx, 0);
-  Tensor& out = ctx.alloc_output(0, x.dims(), DataType::Bool);
-  const std::int64_t n = x.numel();
-  if (n) logical_not_map<<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(x.data<bool>(),
-                                                                          out.data<bool>(), n);
-  check_launch(ctx);
-}
-
-template <typename Math, typename T>
-void unary_kernel(KernelContext& ctx) {
-  const Tensor x = typed_input<T>(ctx, 0);
-  const std::int64_t n = x.numel();
-  const cudaStream_t s = stream_of(ctx);
-  if (output_is_input(ctx, 0, 0)) {  // in place (relu_, sqrt_)
-    if (n) unary_in_place<Math><<<blocks_for(n), kThreads, 0, s>>>(ctx.output(0).data<T>(), n);
-  } else {
-    Tensor& out = ctx.alloc_output(0, x.dims(), x.dtype());
-    if (n) unary_forward<Math><<<blocks_for(n), kThreads, 0, s>>>(x.data<T>(), out.data<T>(), n);
-  }
-  check_launch(ctx);
-}
-
-template <typename Math, typename T>
-void unary_grad_kernel(KernelContext& ctx) {
-  const Tensor a = typed_input<T>(ctx, 0), d = typed_input<T>(ctx, 1);
-  if (a.dims() != d.dims())
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
-                "' inputs must have one shape, got [", a.dims().to_string(), "] and [",
-                d.dims().to_string(), "]");
-  Tensor& out = ctx.alloc_output(0, a.dims(), a.dtype());
-  const std::int64_t n = a.numel();
-  if (n)
-    unary_backward<Math><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(
-        a.data<T>(), d.data<T>(), out.data<T>(), n);
-  check_launch(ctx);
+void launch_unary_in_place(T* x, std::int64_t n, cudaStream_t s) {
+  if (n) unary_in_place<Math><<<blocks_for(n), kThreads, 0, s>>>(x, n);
 }
 
 template <typename Math, typename T>
@@ -204,9 +151,13 @@ void launch_add_n(const T* const* in, int k, T* out, std::int64_t n, cudaStream_
 #define KILN_INTS(F, M)                                                                        \
   F(M, std::int8_t) F(M, std::int16_t) F(M, std::int32_t) F(M, std::int64_t) F(M, std::uint8_t) \
       F(M, std::uint16_t) F(M, std::uint32_t) F(M, std::uint64_t)
-#define KILN_BINARY(M, T) template void binary_kernel<M, T>(KernelContext&);
-#define KILN_UNARY(M, T) template void unary_kernel<M, T>(KernelContext&);
-#define KILN_UNARY_GRAD(M, T) template void unary_grad_kernel<M, T>(KernelContext&);
+#define KILN_BINARY(M, T) \
+  template void launch_binary<M, T, T>(const T*, const T*, T*, std::int64_t, const BroadcastPlan*, cudaStream_t);
+#define KILN_UNARY(M, T)                                                             \
+  template void launch_unary_forward<M, T>(const T*, T*, std::int64_t, cudaStream_t); \
+  template void launch_unary_in_place<M, T>(T*, std::int64_t, cudaStream_t);
+#define KILN_UNARY_GRAD(M, T) \
+  template void launch_unary_backward<M, T>(const T*, const T*, T*, std::int64_t, cudaStream_t);
 
 // Every member of BinaryFamily: floats unless integer-only, integers unless
 // floating-only.
@@ -254,7 +205,8 @@ KILN_UNARY_WITH_INTS(SignMath)
 
 // The comparison, logical and predicate families (compare_math.h): the
 // CPU's dtypes.
-#define KILN_COMPARE(M, T) template void compare_kernel<M, T>(KernelContext&);
+#define KILN_COMPARE(M, T) \
+  template void launch_binary<M, T, bool>(const T*, const T*, bool*, std::int64_t, const BroadcastPlan*, cudaStream_t);
 #define KILN_COMPARE_NUMERIC(M) \
   KILN_COMPARE(M, float) KILN_COMPARE(M, double) KILN_COMPARE(M, std::int32_t) KILN_COMPARE(M, std::int64_t)
 KILN_COMPARE_NUMERIC(EqualMath) KILN_COMPARE(EqualMath, bool)
@@ -266,10 +218,10 @@ KILN_COMPARE_NUMERIC(GreaterEqualMath)
 KILN_COMPARE(LogicalAndMath, bool)
 KILN_COMPARE(LogicalOrMath, bool)
 KILN_COMPARE(LogicalXorMath, bool)
-template void predicate_kernel<IsNanMath, float>(KernelContext&);
-template void predicate_kernel<IsNanMath, double>(KernelContext&);
-template void predicate_kernel<IsFiniteMath, float>(KernelContext&);
-template void predicate_kernel<IsFiniteMath, double>(KernelContext&);
+template void launch_predicate<IsNanMath, float>(const float*, bool*, std::int64_t, cudaStream_t);
+template void launch_predicate<IsNanMath, double>(const double*, bool*, std::int64_t, cudaStream_t);
+template void launch_predicate<IsFiniteMath, float>(const float*, bool*, std::int64_t, cudaStream_t);
+template void launch_predicate<IsFiniteMath, double>(const double*, bool*, std::int64_t, cudaStream_t);
 
 // gelu's two forms and add_n (their host halves read attributes: elementwise.cc).
 #define KILN_GELU(M, T)                                                                   \

@@ -4,14 +4,14 @@
 // computed by the same math struct as the f32 kernel and rounded once, in
 // one pass over the 16-bit tensors: the bits half_via_f32 gives (widen,
 // the f32 kernel, round), without its f32 copies and three extra launches.
-// Registered by register.cc (gelu: elementwise.cc).
+// Launchers only (launch.h); their host halves are elementwise_kernels.h's
+// (gelu: elementwise.cc).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
-#include "cuda_kernel_util.cuh"
-#include "cuda_kernels.h"
+#include "grid_stride.cuh"
 #include "kiln/dialect/binary_math.h"
 #include "kiln/dialect/unary_math.h"
 #include "kiln/kernel/broadcast.h"
@@ -59,56 +59,20 @@ __global__ void binary_half_broadcast(const std::uint16_t* __restrict__ x, const
   }
 }
 
-// Input i of ctx, which must be of dtype D.
-template <DataType D>
-Tensor half_input(const KernelContext& ctx, std::uint32_t i) {
-  const Tensor& t = ctx.input(i);
-  if (t.dtype() != D) throw_input_dtype(ctx, i, D);
-  return t;
-}
-
-const std::uint16_t* bits(const Tensor& t) { return static_cast<const std::uint16_t*>(t.raw_data()); }
-std::uint16_t* bits(Tensor& t) { return static_cast<std::uint16_t*>(t.raw_data()); }
-
 }  // namespace
 
-template <typename Math, DataType D>
-void binary_half_kernel(KernelContext& ctx) {
-  // Copies keep x's and y's buffers alive while the output is allocated.
-  const Tensor x = half_input<D>(ctx, 0), y = half_input<D>(ctx, 1);
-  const Dims od = broadcast_dims(ctx.op()->name(), x.dims(), y.dims());
-  Tensor& out = ctx.alloc_output(0, od, D);
-  const std::int64_t n = od.numel();
+template <typename Math>
+void launch_binary_half(DataType dt, const void* x, const void* y, void* out, std::int64_t n,
+                        const BroadcastPlan* plan, cudaStream_t s) {
   if (n == 0) return;
-  const cudaStream_t s = stream_of(ctx);
-  if (x.dims() == y.dims())
-    binary_half_same_shape<Math, D><<<blocks_for(n), kThreads, 0, s>>>(bits(x), bits(y), bits(out), n);
-  else
-    binary_half_broadcast<Math, D><<<blocks_for(n), kThreads, 0, s>>>(
-        bits(x), bits(y), bits(out), n, make_broadcast_plan(x.dims(), y.dims(), od));
-  check_launch(ctx);
-}
-
-template <typename Math, DataType D>
-void unary_half_kernel(KernelContext& ctx) {
-  const Tensor x = half_input<D>(ctx, 0);
-  Tensor& out = output_is_input(ctx, 0, 0) ? ctx.output(0) : ctx.alloc_output(0, x.dims(), D);
-  const std::int64_t n = x.numel();
-  if (n) unary_half<Math, D><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(bits(x), bits(out), n);
-  check_launch(ctx);
-}
-
-template <typename Math, DataType D>
-void unary_half_grad_kernel(KernelContext& ctx) {
-  const Tensor a = half_input<D>(ctx, 0), d = half_input<D>(ctx, 1);
-  if (a.dims() != d.dims())
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' inputs must have one shape, got [",
-                a.dims().to_string(), "] and [", d.dims().to_string(), "]");
-  Tensor& out = ctx.alloc_output(0, a.dims(), D);
-  const std::int64_t n = a.numel();
-  if (n)
-    unary_half_backward<Math, D><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(bits(a), bits(d), bits(out), n);
-  check_launch(ctx);
+  const auto* xp = static_cast<const std::uint16_t*>(x);
+  const auto* yp = static_cast<const std::uint16_t*>(y);
+  auto* op = static_cast<std::uint16_t*>(out);
+  constexpr DataType B = DataType::BFloat16, H = DataType::Float16;
+  if (!plan && dt == B) binary_half_same_shape<Math, B><<<blocks_for(n), kThreads, 0, s>>>(xp, yp, op, n);
+  else if (!plan) binary_half_same_shape<Math, H><<<blocks_for(n), kThreads, 0, s>>>(xp, yp, op, n);
+  else if (dt == B) binary_half_broadcast<Math, B><<<blocks_for(n), kThreads, 0, s>>>(xp, yp, op, n, *plan);
+  else binary_half_broadcast<Math, H><<<blocks_for(n), kThreads, 0, s>>>(xp, yp, op, n, *plan);
 }
 
 template <typename Math>
@@ -135,56 +99,54 @@ void launch_unary_backward_half(DataType dt, const void* x, const void* d, void*
 
 // ---- explicit instantiations: the members register.cc registers ----
 
-#define KILN_HALVES(F, M) F(M, DataType::BFloat16) F(M, DataType::Float16)
-#define KILN_BINARY_HALF(M, D) template void binary_half_kernel<M, D>(KernelContext&);
-#define KILN_UNARY_HALF(M, D)                                     \
-  template void unary_half_kernel<M, D>(KernelContext&); \
-  template void unary_half_grad_kernel<M, D>(KernelContext&);
+#define KILN_BINARY_HALF(M)                                                                           \
+  template void launch_binary_half<M>(DataType, const void*, const void*, void*, std::int64_t, \
+                                      const BroadcastPlan*, cudaStream_t);
+#define KILN_UNARY_HALF(M)                                                                         \
+  template void launch_unary_forward_half<M>(DataType, const void*, void*, std::int64_t, cudaStream_t); \
+  template void launch_unary_backward_half<M>(DataType, const void*, const void*, void*, std::int64_t,  \
+                                              cudaStream_t);
 
 // The floating members of BinaryFamily.
-KILN_HALVES(KILN_BINARY_HALF, AddMath)
-KILN_HALVES(KILN_BINARY_HALF, SubMath)
-KILN_HALVES(KILN_BINARY_HALF, MulMath)
-KILN_HALVES(KILN_BINARY_HALF, DivMath)
-KILN_HALVES(KILN_BINARY_HALF, MaximumMath)
-KILN_HALVES(KILN_BINARY_HALF, MinimumMath)
-KILN_HALVES(KILN_BINARY_HALF, PowMath)
-KILN_HALVES(KILN_BINARY_HALF, ModMath)
-KILN_HALVES(KILN_BINARY_HALF, FmodMath)
+KILN_BINARY_HALF(AddMath)
+KILN_BINARY_HALF(SubMath)
+KILN_BINARY_HALF(MulMath)
+KILN_BINARY_HALF(DivMath)
+KILN_BINARY_HALF(MaximumMath)
+KILN_BINARY_HALF(MinimumMath)
+KILN_BINARY_HALF(PowMath)
+KILN_BINARY_HALF(ModMath)
+KILN_BINARY_HALF(FmodMath)
 
 // Every member of UnaryFamily and its gradient.
-KILN_HALVES(KILN_UNARY_HALF, ReluMath)
-KILN_HALVES(KILN_UNARY_HALF, TanhMath)
-KILN_HALVES(KILN_UNARY_HALF, SigmoidMath)
-KILN_HALVES(KILN_UNARY_HALF, ExpMath)
-KILN_HALVES(KILN_UNARY_HALF, LogMath)
-KILN_HALVES(KILN_UNARY_HALF, SqrtMath)
-KILN_HALVES(KILN_UNARY_HALF, SquareMath)
-KILN_HALVES(KILN_UNARY_HALF, AbsMath)
-KILN_HALVES(KILN_UNARY_HALF, NegMath)
-KILN_HALVES(KILN_UNARY_HALF, SinMath)
-KILN_HALVES(KILN_UNARY_HALF, CosMath)
-KILN_HALVES(KILN_UNARY_HALF, TanMath)
-KILN_HALVES(KILN_UNARY_HALF, AsinMath)
-KILN_HALVES(KILN_UNARY_HALF, AcosMath)
-KILN_HALVES(KILN_UNARY_HALF, AtanMath)
-KILN_HALVES(KILN_UNARY_HALF, SinhMath)
-KILN_HALVES(KILN_UNARY_HALF, CoshMath)
-KILN_HALVES(KILN_UNARY_HALF, AsinhMath)
-KILN_HALVES(KILN_UNARY_HALF, AcoshMath)
-KILN_HALVES(KILN_UNARY_HALF, AtanhMath)
-KILN_HALVES(KILN_UNARY_HALF, ErfMath)
-KILN_HALVES(KILN_UNARY_HALF, FloorMath)
-KILN_HALVES(KILN_UNARY_HALF, CeilMath)
-KILN_HALVES(KILN_UNARY_HALF, RoundMath)
-KILN_HALVES(KILN_UNARY_HALF, SignMath)
+KILN_UNARY_HALF(ReluMath)
+KILN_UNARY_HALF(TanhMath)
+KILN_UNARY_HALF(SigmoidMath)
+KILN_UNARY_HALF(ExpMath)
+KILN_UNARY_HALF(LogMath)
+KILN_UNARY_HALF(SqrtMath)
+KILN_UNARY_HALF(SquareMath)
+KILN_UNARY_HALF(AbsMath)
+KILN_UNARY_HALF(NegMath)
+KILN_UNARY_HALF(SinMath)
+KILN_UNARY_HALF(CosMath)
+KILN_UNARY_HALF(TanMath)
+KILN_UNARY_HALF(AsinMath)
+KILN_UNARY_HALF(AcosMath)
+KILN_UNARY_HALF(AtanMath)
+KILN_UNARY_HALF(SinhMath)
+KILN_UNARY_HALF(CoshMath)
+KILN_UNARY_HALF(AsinhMath)
+KILN_UNARY_HALF(AcoshMath)
+KILN_UNARY_HALF(AtanhMath)
+KILN_UNARY_HALF(ErfMath)
+KILN_UNARY_HALF(FloorMath)
+KILN_UNARY_HALF(CeilMath)
+KILN_UNARY_HALF(RoundMath)
+KILN_UNARY_HALF(SignMath)
 
 // gelu's two forms (elementwise.cc reads the attribute).
-template void launch_unary_forward_half<GeluErfMath>(DataType, const void*, void*, std::int64_t, cudaStream_t);
-template void launch_unary_forward_half<GeluTanhMath>(DataType, const void*, void*, std::int64_t, cudaStream_t);
-template void launch_unary_backward_half<GeluErfMath>(DataType, const void*, const void*, void*, std::int64_t,
-                                                      cudaStream_t);
-template void launch_unary_backward_half<GeluTanhMath>(DataType, const void*, const void*, void*, std::int64_t,
-                                                       cudaStream_t);
+KILN_UNARY_HALF(GeluErfMath)
+KILN_UNARY_HALF(GeluTanhMath)
 
 }  // namespace kiln::cuda

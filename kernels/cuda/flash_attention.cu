@@ -42,7 +42,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda_kernel_util.cuh"
+#include "grid_stride.cuh"
+#include "kiln/runtime/cuda_stream.h"
 #include "launch.h"
 
 namespace kiln::cuda {

@@ -1,11 +1,10 @@
-// The device halves of kiln's CUDA kernels beyond the elementwise ones:
-// launchers compiled by nvcc (reduce.cu, train.cu, merged_optimizer.cu,
-// shape.cu) that take raw device pointers and sizes, called by the host
-// halves (reduce.cc, train.cc, merged_optimizer.cc, shape.cc), which
-// read the op's attributes, check shapes with the CPU kernels' messages and
-// allocate outputs (those need the IR headers, which nvcc cannot compile).
-// Each launcher enqueues its work on `s` and returns; explicit
-// instantiations for f32 / f64 (and the integer dtypes where noted).
+// The device halves of kiln's CUDA kernels: launchers compiled by nvcc
+// (the .cu files) that take raw device pointers and sizes, called by the
+// host halves (the .cc files and elementwise_kernels.h), which read the
+// op's attributes, check shapes with the CPU kernels' messages and allocate
+// outputs. No .cu file reads a KernelContext, a Tensor or the IR, so a
+// change to those headers recompiles none of them. Each launcher enqueues its work on `s` and returns;
+// explicit instantiations for f32 / f64 (and the dtypes noted).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,6 +12,7 @@
 #include <cstdint>
 
 #include "kiln/dialect/pool_window.h"
+#include "kiln/kernel/broadcast.h"
 #include "kiln/kernel/loss_scaling_math.h"
 #include "kiln/support/dims.h"
 #include "kiln/support/data_type.h"
@@ -21,14 +21,32 @@ namespace kiln::cuda {
 
 // ---- elementwise (elementwise.cu) ----
 
-// out = Math::forward(x), dx = Math::backward(x, d): the unary math structs
-// of ops with attributes (gelu: GeluErfMath, GeluTanhMath). T: f32, f64.
+// out = Math::forward(x, y) (out's element type U: T, or bool for the
+// comparison and logical families), over n output elements: x and y of one
+// shape when `plan` is null, else broadcast through *plan. The members and
+// dtypes register.cc registers.
+template <typename Math, typename T, typename U>
+void launch_binary(const T* x, const T* y, U* out, std::int64_t n, const BroadcastPlan* plan,
+                   cudaStream_t s);
+// out = Math::forward(x), dx = Math::backward(x, d): the unary family, and
+// the math structs of ops with attributes (gelu: GeluErfMath,
+// GeluTanhMath). T: f32, f64 (forward: i32, i64 unless floating-only).
 template <typename Math, typename T>
 void launch_unary_forward(const T* x, T* out, std::int64_t n, cudaStream_t s);
+// x = Math::forward(x) (the in-place twins: relu_, sqrt_, …).
+template <typename Math, typename T>
+void launch_unary_in_place(T* x, std::int64_t n, cudaStream_t s);
 template <typename Math, typename T>
 void launch_unary_backward(const T* x, const T* d, T* out, std::int64_t n, cudaStream_t s);
+// out = Math::forward(x) as bool (the predicate family: isnan, isfinite).
+template <typename Math, typename T>
+void launch_predicate(const T* x, bool* out, std::int64_t n, cudaStream_t s);
+void launch_logical_not(const bool* x, bool* out, std::int64_t n, cudaStream_t s);
 // The same over bf16 / f16 bits (dt), computed in f32 and rounded once
-// (elementwise_half.cu).
+// (elementwise_half.cu); out may be x (the in-place twins).
+template <typename Math>
+void launch_binary_half(DataType dt, const void* x, const void* y, void* out, std::int64_t n,
+                        const BroadcastPlan* plan, cudaStream_t s);
 template <typename Math>
 void launch_unary_forward_half(DataType dt, const void* x, void* out, std::int64_t n, cudaStream_t s);
 template <typename Math>

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda_kernel_util.cuh"
+#include "grid_stride.cuh"
 #include "kiln/dialect/binary_math.h"
 #include "kiln/dialect/unary_math.h"
 #include "kiln/support/error.h"

@@ -11,7 +11,7 @@
 // so a merged update gives the unmerged updates' bits.
 #include <cstdint>
 
-#include "cuda_kernel_util.cuh"
+#include "grid_stride.cuh"
 #include "kiln/kernel/optimizer_math.h"
 #include "launch.h"
 

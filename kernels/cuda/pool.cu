@@ -5,7 +5,7 @@
 // atomics, so the gradients are the CPU's bit for bit.
 #include <cstdint>
 
-#include "cuda_kernel_util.cuh"
+#include "grid_stride.cuh"
 #include "launch.h"
 
 namespace kiln::cuda {

@@ -20,7 +20,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "cuda_kernel_util.cuh"
+#include "grid_stride.cuh"
 #include "launch.h"
 
 namespace kiln::cuda {

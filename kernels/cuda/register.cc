@@ -1,11 +1,11 @@
-// Registers the nvcc-compiled CUDA kernels (cuda_kernels.h) for
-// PlaceKind::Cuda, expanding the same family lists as the CPU's
+// Registers the elementwise families' CUDA kernels (elementwise_kernels.h)
+// for PlaceKind::Cuda, expanding the same family lists as the CPU's
 // registrations: one place where the dtypes of each family member are
-// decided (elementwise.cu and elementwise_half.cu instantiate exactly
-// these).
+// decided (elementwise.cu and elementwise_half.cu instantiate the launchers
+// of exactly these).
 #include <cstdint>
 
-#include "cuda_kernels.h"
+#include "elementwise_kernels.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/kernel/kernel_registry.h"
 

@@ -17,7 +17,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "cuda_kernel_util.cuh"
+#include "grid_stride.cuh"
 #include "launch.h"
 
 namespace kiln::cuda {

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda_kernel_util.cuh"
+#include "grid_stride.cuh"
 #include "kiln/kernel/loss_scaling_math.h"
 #include "kiln/kernel/optimizer_math.h"
 #include "kiln/kernel/random.h"

@@ -1,5 +1,5 @@
-// Finite-difference checks of an op's Vjp in f64 (issue 4 §2: "every
-// differentiable op has a Vjp, each checked against finite differences").
+// Finite-difference checks of an op's Vjp in f64: every
+// differentiable op has a Vjp, each checked against finite differences.
 // check_vjp builds the op on kiln.data inputs, asks its VjpInterface for the
 // operands' grads given random out_grads w (fed, so their shapes may be -1),
 // runs them through kiln::Executor, and compares each element with the

@@ -1,4 +1,4 @@
-// Executor behaviours a user sees (issue 3 §5–§6): Paddle's (full + full,
+// Executor behaviours a user sees: Paddle's (full + full,
 // the f32 + f64 error, feeds, skip-GC, two cores on one queue) and
 // TensorFlow's (a + b, doubling, a random summation tree, no inputs); the
 // errors of bad feeds, fetches and parameters; the core cache.

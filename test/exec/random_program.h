@@ -1,4 +1,4 @@
-// Random DAG programs for the executor stress tests (issue 3 §6): add, mul,
+// Random DAG programs for the executor stress tests: add, mul,
 // relu, in-place relu_, full, uniform_random (fixed seeds and the
 // process-wide generator) over data ops, with a few fetched values; and a
 // bit-exact tensor comparison. Shared by scheduling_stress_test.cc and

@@ -1,4 +1,4 @@
-// Scheduling stress (issue 3 §6): ≥ 10⁴ random DAG programs — add, mul,
+// Scheduling stress: ≥ 10⁴ random DAG programs — add, mul,
 // relu, in-place relu_, full, uniform_random (fixed seeds and the
 // process-wide generator), data ops — run at 1, 2 and 4 threads; every
 // fetched value must be bit-identical to sequential mode, and stay so after

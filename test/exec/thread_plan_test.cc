@@ -1,4 +1,4 @@
-// Where a run's threads go (issue 4 §7, ThreadPlan): to the graph's workers
+// Where a run's threads go (ThreadPlan): to the graph's workers
 // with BLAS single-threaded, or to BLAS with the graph on the caller — never
 // both — chosen by measurement unless forced.
 #include <limits>

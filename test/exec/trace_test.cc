@@ -1,4 +1,4 @@
-// Introspection (issue 3 §4): with ExecutionOptions::profile the last core's
+// Introspection: with ExecutionOptions::profile the last core's
 // chrome_trace() is valid JSON with one complete ("X") event per instruction;
 // to_dot() lists every edge of the instruction DAG once.
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-// append_backward on kiln's own ops and their Vjps (issue 4 §2): the seed's
+// append_backward on kiln's own ops and their Vjps: the seed's
 // model, x → Linear(16, 1) → MSELoss, whose gradients w.r.t. the weight and
 // bias are computed here by hand (plain loops), with a fixed and a -1 batch.
 #include <cmath>

@@ -1,4 +1,4 @@
-// append_backward (issue 4 §2, seed 001 §1.2.2.1) on test-only ops whose
+// append_backward (seed 001 §1.2.2.1) on test-only ops whose
 // Vjp emits kiln's real ops: gradients checked by hand, gradient summing for
 // a value used twice, stop_gradient / no_grad_set cutting the graph, no grad
 // ops off the path, and the errors (non-scalar loss, an op without Vjp).

@@ -1,4 +1,4 @@
-// Parameter initializers (issue 4 §1): fans as Paddle computes them, and the
+// Parameter initializers: fans as Paddle computes them, and the
 // statistics of each initializer's numbers for a big shape, run through the
 // startup program.
 #include <algorithm>

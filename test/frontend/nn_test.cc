@@ -1,4 +1,4 @@
-// kiln::nn layers, losses and functional forms (issue 4 §1): each output
+// kiln::nn layers, losses and functional forms: each output
 // against a hand computation (plain loops), run through the Executor; the
 // seed's program front half (seed 001 opening example); bad inputs.
 #include <algorithm>

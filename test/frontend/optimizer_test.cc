@@ -1,4 +1,4 @@
-// Optimizers end to end (issue 4 §6): the seed model — x[16,16] → Linear(16,
+// Optimizers end to end: the seed model — x[16,16] → Linear(16,
 // 1) → MSE against label[16,1] — from fixed weights and data, trained for 5
 // steps through kiln::Executor with SGD, Momentum (plain and Nesterov), Adam
 // and AdamW, with and without global-norm clipping and L2 regularization,

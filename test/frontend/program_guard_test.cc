@@ -1,5 +1,5 @@
-// ProgramGuard, unique names, data(), stop_gradient and parameters (issue 4
-// §1, seed 001 §1.1): what a user building a program sees.
+// ProgramGuard, unique names, data(), stop_gradient and parameters (seed
+// 001 §1.1): what a user building a program sees.
 #include "frontend/frontend_test_util.h"
 #include "kiln/io/json.h"
 

@@ -1,5 +1,5 @@
-// Must NOT compile (test `interface_missing_method_is_compile_error`, issue 2
-// §2): an op declares InferMetaInterface but defines no infer_meta. Registering
+// Must NOT compile (test `interface_missing_method_is_compile_error`): an
+// op declares InferMetaInterface but defines no infer_meta. Registering
 // it instantiates InferMetaInterface::Model<BadOp>, whose static_assert says
 // "must define static std::vector<Type> infer_meta(...)".
 // With -DKILN_COMPILE_FAIL_FIXED the method is there and the TU compiles — the

@@ -1,5 +1,5 @@
-// Must NOT compile (test `interface_missing_method_is_compile_error`, issue 2
-// §2): an op class with a data member. Op handles are a bare Operation*;
+// Must NOT compile (test `interface_missing_method_is_compile_error`): an
+// op class with a data member. Op handles are a bare Operation*;
 // everything an op holds lives in the Operation, so make_info's static_assert
 // ("op classes carry no data members") rejects it at registration.
 // With -DKILN_COMPILE_FAIL_FIXED the member is gone and the TU compiles.

@@ -1,12 +1,9 @@
-// Shared pieces of kiln's CUDA kernels (private to kernels/cuda; nvcc-safe:
-// no IR headers beyond KernelContext): the stream a kernel launches on and
-// the launch geometry of grid-stride loops.
+// The CUDA stream a kernel's host half launches on, and the check after a
+// launch (private to kernels/cuda; host code: the .cu files take the
+// stream as a cudaStream_t and never read a KernelContext).
 #pragma once
 
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cstdint>
+#include <cuda_runtime_api.h>
 
 #include "kiln/kernel/kernel_context.h"
 #include "kiln/runtime/cuda_stream.h"
@@ -22,19 +19,6 @@ inline cudaStream_t stream_of(const KernelContext& ctx) {
                 "' runs a CUDA kernel but was given no CUDA stream");
   return s->handle();
 }
-
-constexpr int kThreads = 256;
-
-// Blocks for a grid-stride loop over n elements (capped: each thread then
-// takes several).
-inline unsigned blocks_for(std::int64_t n) {
-  const std::int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::clamp<std::int64_t>(b, 1, 65535LL * 16));
-}
-
-#define KILN_GRID_STRIDE(i, n)                                                          \
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; \
-       i < (n); i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
 
 // kiln::Error naming the op when the launch failed (a bad configuration).
 inline void check_launch(const KernelContext& ctx) {

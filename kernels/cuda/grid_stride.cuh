@@ -1,0 +1,25 @@
+// Launch geometry of kiln's grid-stride CUDA kernels (device code, private
+// to kernels/cuda). It reads no kiln header: a .cu file that includes only
+// this, launch.h and the math structs does not recompile when the runtime's
+// or the IR's headers change.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace kiln::cuda {
+
+constexpr int kThreads = 256;
+
+// Blocks for a grid-stride loop over n elements (capped: each thread then
+// takes several).
+inline unsigned blocks_for(std::int64_t n) {
+  const std::int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::clamp<std::int64_t>(b, 1, 65535LL * 16));
+}
+
+#define KILN_GRID_STRIDE(i, n)                                                          \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; \
+       i < (n); i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
+
+}  // namespace kiln::cuda
