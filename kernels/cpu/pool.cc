@@ -82,8 +82,8 @@ void max_pool_plane(const T* __restrict xp, T* __restrict o, const Pool2dGeometr
 // window's row-major order (the NCHW kernel's values), the inner loop over
 // the channels.
 template <typename T>
-void max_pool_nhwc_row(const T* x, T* out, const Pool2dGeometry& g, std::int64_t n,
-                       std::int64_t oh) {
+KILN_SIMD_INLINE void max_pool_nhwc_row(const T* x, T* out, const Pool2dGeometry& g, std::int64_t n,
+                                        std::int64_t oh) {
   const T start = std::is_floating_point_v<T> ? -std::numeric_limits<T>::infinity()
                                               : std::numeric_limits<T>::lowest();
   for (std::int64_t ow = 0; ow < g.wo; ++ow) {
@@ -102,13 +102,23 @@ void max_pool_nhwc_row(const T* x, T* out, const Pool2dGeometry& g, std::int64_t
   }
 }
 
+// Output rows [r0, r1) (r = n · ho + oh) of an NHWC max pool, compiled for
+// each SIMD level (simd_dispatch): the channel loop runs as wide as the CPU.
+template <typename T>
+struct MaxPoolNhwcRows {
+  KILN_SIMD_INLINE static void run(const T* x, T* out, const Pool2dGeometry* g, std::int64_t r0,
+                                   std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) max_pool_nhwc_row(x, out, *g, r / g->ho, r % g->ho);
+  }
+};
+
 // max_pool2d over NHWC x [n, h, w, c], output rows (n, oh) split across
 // the kernel's threads.
 template <typename T>
 void max_pool_nhwc(const T* x, T* out, const Pool2dGeometry& g) {
   const std::int64_t row_bytes = g.wo * g.c * g.kh * g.kw * std::int64_t(sizeof(T));
   parallel_for(g.n * g.ho, items_per_range(row_bytes), [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) max_pool_nhwc_row(x, out, g, r / g.ho, r % g.ho);
+    simd_dispatch<MaxPoolNhwcRows<T>>(x, out, &g, r0, r1);
   });
 }
 

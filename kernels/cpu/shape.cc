@@ -209,7 +209,7 @@ void transpose_kernel(KernelContext& ctx) {
   if (static_cast<int>(a.perm.size()) != r)
     throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' perm has ", a.perm.size(),
                 " entries for an input of rank ", r, " (", x.type_string(), ")");
-  std::int64_t in_stride[Dims::kMaxRank], step[Dims::kMaxRank], od[Dims::kMaxRank];
+  std::int64_t in_stride[Dims::kMaxRank], step[Dims::kMaxRank], od[Dims::kMaxRank] = {};
   strides_of(x.dims(), in_stride);
   bool seen[Dims::kMaxRank] = {};
   bool identity = true;

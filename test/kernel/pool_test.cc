@@ -54,7 +54,8 @@ template <typename T>
 void check_nhwc_max_pool(const V& x_dims, const V& k, const V& s, const V& pad, bool ceil_mode) {
   std::vector<T> v(static_cast<std::size_t>(Dims(x_dims).numel()));
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = T(int((i * 37) % 29) - 14);
-  if constexpr (std::is_floating_point_v<T>) v[5] = std::numeric_limits<T>::quiet_NaN();
+  if constexpr (std::is_floating_point_v<T>)  // one in channel 0, one in a middle channel
+    v[5] = v[v.size() / 2 + 3] = std::numeric_limits<T>::quiet_NaN();
   const Tensor x = Tensor::from_vector<T>(Dims(x_dims), v);
   auto nchw = run_op<MaxPool2dOp>({x}, k, s, pad, ceil_mode);
   auto nhwc = run_op<MaxPool2dOp>({to_nhwc<T>(x)}, k, s, pad, ceil_mode, std::string("NHWC"));
@@ -81,6 +82,10 @@ TEST_CASE("max_pool2d in NHWC gives the NCHW result's values in NHWC, NaN winnin
   check_nhwc_max_pool<float>({1, 3, 5, 5}, {2, 2}, {2, 2}, {0, 0}, true);
   check_nhwc_max_pool<double>({2, 4, 7, 6}, {3, 2}, {2, 1}, {1, 0, 1, 1}, false);
   check_nhwc_max_pool<std::int8_t>({1, 6, 6, 6}, {3, 3}, {1, 1}, {1, 1}, false);
+  // Channel counts past one SIMD vector, with a partial one (ShuffleNet's 24).
+  check_nhwc_max_pool<float>({1, 24, 12, 12}, {3, 3}, {2, 2}, {1, 1}, false);
+  check_nhwc_max_pool<float>({2, 37, 9, 8}, {3, 3}, {2, 2}, {1, 1}, false);
+  check_nhwc_max_pool<double>({1, 19, 6, 6}, {2, 2}, {2, 2}, {0, 0}, false);
   KILN_CHECK_ERROR(run_op<MaxPool2dOp>({Tensor::zeros(Dims{2, 3, 4}, DataType::Float32)}, V{2, 2}, V{2, 2},
                                        V{0, 0}, false, std::string("NHWC")),
                    InvalidArgument, {"kiln.max_pool2d"});
