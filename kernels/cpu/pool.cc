@@ -77,6 +77,25 @@ void max_pool_plane(const T* __restrict xp, T* __restrict o, const Pool2dGeometr
   }
 }
 
+// One output row (n, oh) of a 2x2 stride-2 NHWC max pool (LeNet's): one
+// pass per output pixel over its four inputs. max_nan(max_nan(a, b),
+// max_nan(c, d)) keeps the row-major fold's bits: its last NaN, else its
+// first maximum.
+template <typename T>
+KILN_SIMD_INLINE void max_pool_nhwc_row_2x2(const T* x, T* out, const Pool2dGeometry& g,
+                                            std::int64_t n, std::int64_t oh) {
+  const std::int64_t c = g.c;
+  const T* __restrict r0 = x + (n * g.h + 2 * oh) * g.w * c;
+  const T* __restrict r1 = r0 + g.w * c;
+  T* __restrict o = out + (n * g.ho + oh) * g.wo * c;
+  for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+    const T* __restrict a = r0 + 2 * ow * c;
+    const T* __restrict b = r1 + 2 * ow * c;
+    for (std::int64_t k = 0; k < c; ++k)
+      o[ow * c + k] = max_nan(max_nan(a[k], a[c + k]), max_nan(b[k], b[c + k]));
+  }
+}
+
 // One output row (n, oh) of max_pool2d over NHWC x [n, h, w, c]: each
 // output pixel's channels folded over its window with max_nan in the
 // window's row-major order (the NCHW kernel's values), the inner loop over
@@ -84,6 +103,7 @@ void max_pool_plane(const T* __restrict xp, T* __restrict o, const Pool2dGeometr
 template <typename T>
 KILN_SIMD_INLINE void max_pool_nhwc_row(const T* x, T* out, const Pool2dGeometry& g, std::int64_t n,
                                         std::int64_t oh) {
+  if (is_2x2(g)) return max_pool_nhwc_row_2x2(x, out, g, n, oh);
   const T start = std::is_floating_point_v<T> ? -std::numeric_limits<T>::infinity()
                                               : std::numeric_limits<T>::lowest();
   for (std::int64_t ow = 0; ow < g.wo; ++ow) {

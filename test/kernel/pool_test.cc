@@ -82,6 +82,10 @@ TEST_CASE("max_pool2d in NHWC gives the NCHW result's values in NHWC, NaN winnin
   check_nhwc_max_pool<float>({1, 3, 5, 5}, {2, 2}, {2, 2}, {0, 0}, true);
   check_nhwc_max_pool<double>({2, 4, 7, 6}, {3, 2}, {2, 1}, {1, 0, 1, 1}, false);
   check_nhwc_max_pool<std::int8_t>({1, 6, 6, 6}, {3, 3}, {1, 1}, {1, 1}, false);
+  // 2x2 stride 2 (LeNet's own loop), the last row and column left over when odd.
+  check_nhwc_max_pool<float>({2, 6, 8, 8}, {2, 2}, {2, 2}, {0, 0}, false);
+  check_nhwc_max_pool<float>({1, 20, 7, 9}, {2, 2}, {2, 2}, {0, 0}, false);
+  check_nhwc_max_pool<std::int32_t>({1, 3, 6, 4}, {2, 2}, {2, 2}, {0, 0}, false);
   // Channel counts past one SIMD vector, with a partial one (ShuffleNet's 24).
   check_nhwc_max_pool<float>({1, 24, 12, 12}, {3, 3}, {2, 2}, {1, 1}, false);
   check_nhwc_max_pool<float>({2, 37, 9, 8}, {3, 3}, {2, 2}, {1, 1}, false);
