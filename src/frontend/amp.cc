@@ -129,20 +129,26 @@ bool on_single_elements(const Operation& op) {
 
 using LowSet = std::unordered_set<const detail::ValueImpl*>;  // values the rewrite made low
 
-// How an op's floating operands stand: f32; made low by the rewrite; low
-// from the start; another floating dtype (f64, the other 16-bit float).
+// How an op's floating operands stand: f32 (f32_0d of them 0-dim); made
+// low by the rewrite; low from the start (low_with_dims of those two kinds
+// of rank 1 or more); another floating dtype (f64, the other 16-bit float).
 struct FloatingOperands {
-  int f32 = 0, made_low = 0, low = 0, other = 0;
+  int f32 = 0, f32_0d = 0, made_low = 0, low = 0, low_with_dims = 0, other = 0;
   FloatingOperands(const Operation& op, DataType low_dtype, const LowSet& lowered) {
     for (std::uint32_t i = 0; i < op.num_operands(); ++i) {
       const Value v = op.operand(i).source();
       if (!v || !is_shaped(v.type()) || !is_floating(shaped_data_type(v.type()))) continue;
-      if (lowered.count(v.impl())) ++made_low;
-      else if (of_dtype(v, DataType::Float32)) ++f32;
-      else if (of_dtype(v, low_dtype)) ++low;
+      const bool has_dims = !shaped_dims(v.type()).empty();
+      if (lowered.count(v.impl())) ++made_low, low_with_dims += has_dims;
+      else if (of_dtype(v, DataType::Float32)) ++f32, f32_0d += !has_dims;
+      else if (of_dtype(v, low_dtype)) ++low, low_with_dims += has_dims;
       else ++other;
     }
   }
+  // PyTorch's type promotion: an f32 operand promotes a follow op's low
+  // ones unless it is 0-dim beside a low operand with dims (a dimensionless
+  // tensor does not lift a dimensioned one of its category).
+  bool f32_promotes() const { return f32 > f32_0d || (f32 > 0 && low_with_dims == 0); }
 };
 
 // Which ops run in the low dtype (the rules amp.h states for O1 and O2).
@@ -189,14 +195,15 @@ LowPolicy::LowPolicy(const Options& o) : o2_(o.level == Level::O2), low_(o.dtype
 // O1: an allow-list op that reads an f32 value or one made low; the bias
 // add of an allow-list op's low result (kiln.add on the follow list or
 // not); a follow-list op whose floating operands are all low, one made
-// low. None reads f64 or the other 16-bit float.
+// low, but for 0-dim f32 ones beside a low operand with dims (they read a
+// low cast). None reads f64 or the other 16-bit float.
 bool LowPolicy::o1_runs_low(const Operation& op, const LowSet& lowered) const {
   const FloatingOperands in(op, low_, lowered);
   if (in.other) return false;
   const TypeId id = op.info().id();
   if (allow_.count(id)) return in.f32 + in.made_low > 0;
   if (adds_bias_to_allowed(op, lowered)) return true;
-  return follow_.count(id) && in.f32 == 0 && in.made_low > 0 && has_floating_result(op);
+  return follow_.count(id) && !in.f32_promotes() && in.made_low > 0 && has_floating_result(op);
 }
 
 // O2: every op with a floating first operand, a floating result and a

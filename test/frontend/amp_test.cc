@@ -506,6 +506,35 @@ TEST_CASE("amp O1 runs a follow-list op low when its floating operands are all l
   CHECK(res.casts == 4);        // x and w down; t and r up
 }
 
+TEST_CASE("amp O1 runs a follow-list op low beside a 0-dim f32 operand, which reads a low cast, as PyTorch's "
+          "promotion does; an f32 operand with dims, or 0-dim operands alone, still promote",
+          "[frontend][amp]") {
+  GuardedPrograms g;
+  Builder b = main_builder();
+  Value y = b.create<MatmulOp>(data("x", {4, 8}), data("w", {8, 5})).result();
+  Value s0 = data("s0", {});                   // 0-dim f32
+  Value s1 = data("s1", {1});                  // one element, with a dim
+  Value a = b.create<MulOp>(y, s0).result();   // low
+  Value c = b.create<DivOp>(s0, a).result();   // low, the scalar first, through the same cast of s0
+  Value d = b.create<MulOp>(y, s1).result();   // f32: s1 has a dim
+  Value y11 = b.create<MatmulOp>(data("x1", {1, 8}), data("w1", {8, 1})).result();
+  Value r = b.create<ReshapeOp>(y11, std::vector<std::int64_t>{}).result();  // low, 0-dim
+  Value e = b.create<MulOp>(r, s0).result();   // f32: 0-dim operands alone
+  const amp::RewriteResult res = amp::rewrite(g.main.block());
+  INFO(g.main.to_string());
+  g.main.verify();
+  CHECK(dtype_of(a) == DataType::BFloat16);
+  CHECK(dtype_of(c) == DataType::BFloat16);
+  CHECK(dtype_of(d) == DataType::Float32);
+  CHECK(dtype_of(r) == DataType::BFloat16);
+  CHECK(dtype_of(e) == DataType::Float32);
+  Value s0_low = a.defining_op()->operand_source(1);
+  REQUIRE(s0_low.defining_op()->isa<CastOp>());
+  CHECK(dtype_of(s0_low) == DataType::BFloat16);
+  CHECK(c.defining_op()->operand_source(0) == s0_low);
+  CHECK(res.lowered_ops == 5);  // the matmuls, both ops on s0, the reshape
+}
+
 TEST_CASE("amp O1 runs a matmul's bias add low, reading its f32 bias row through one cast shared by every "
           "such add; an f32 value that is no row of the product, or a row added to another op's low result, "
           "keeps its add f32",

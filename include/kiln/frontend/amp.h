@@ -10,7 +10,9 @@
 //            Default: kiln.matmul, kiln.scaled_dot_product_attention.
 //   follow — runs in its operands' dtype: low when every floating operand
 //            is low (one made low by the rewrite), else f32, its low
-//            operands read a cast back up (PyTorch's type promotion).
+//            operands read a cast back up (PyTorch's type promotion; as
+//            there, a 0-dim f32 operand beside a low one with dims does
+//            not promote it, and reads a low cast).
 //            Default: default_follow_list() — activations, elementwise
 //            binaries, data movement, dropout, pools.
 //   deny   — runs f32, as does every op on no list (a user's op amp knows
