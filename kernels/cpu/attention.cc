@@ -31,6 +31,9 @@ namespace kiln::cpu {
 namespace {
 
 constexpr std::int64_t kTileRows = 64;
+// Multiply-adds that make one range of heads or tiles worth waking a thread
+// for (parallel_for's ~10 µs).
+constexpr std::int64_t kRangeWork = std::int64_t{1} << 18;
 
 // c = alpha · op(a) · op(b) + beta · c, row-major.
 template <typename T>
@@ -146,6 +149,35 @@ struct ScoreGradTile {
   }
 };
 
+// One item of the forward: query rows [i0, i0 + kTileRows) of head bh,
+// their scores in s (kTileRows × lk scratch), out and lse rows written.
+template <typename T>
+struct ForwardTile {
+  const AttentionDims& a;
+  const T *q, *k, *v;
+  T *out, *lse;
+  T scale;
+  bool causal;
+
+  void operator()(std::int64_t bh, std::int64_t i0, T* s) const {
+    const int d = static_cast<int>(a.d), dv = static_cast<int>(a.dv);
+    // Row steps of q and k, of v and out: the head's width, or all heads' in BLHD.
+    const int ld_qk = static_cast<int>(std::max<std::int64_t>(a.row_step(a.d), 1)),
+              ld_v = static_cast<int>(std::max<std::int64_t>(a.row_step(a.dv), 1));
+    const T* qb = q + a.head_offset(bh, a.lq, a.d) + i0 * ld_qk;
+    const T* kb = k + a.head_offset(bh, a.lk, a.d);
+    const T* vb = v + a.head_offset(bh, a.lk, a.dv);
+    T* ob = out + a.head_offset(bh, a.lq, a.dv) + i0 * ld_v;
+    const std::int64_t rows = std::min(kTileRows, a.lq - i0);
+    const std::int64_t kend = causal ? std::min(a.lk, i0 + rows) : a.lk;
+    const int ik = static_cast<int>(kend);
+    if (d == 0) std::fill(s, s + rows * kend, T(0));
+    else gemm(false, true, static_cast<int>(rows), ik, d, scale, qb, ld_qk, kb, ld_qk, T(0), s, ik);
+    simd_dispatch<SoftmaxTile<T>>(s, rows, kend, i0, causal, lse + bh * a.lq + i0);
+    if (dv > 0) gemm(false, false, static_cast<int>(rows), dv, ik, T(1), s, ik, vb, ld_v, T(0), ob, ld_v);
+  }
+};
+
 template <typename T>
 struct AttentionK {
   static void run(KernelContext& ctx) {
@@ -163,33 +195,70 @@ struct AttentionK {
       std::fill(pl, pl + a.bh * a.lq, -std::numeric_limits<T>::infinity());
       return;
     }
-    const T scale = static_cast<T>(attention_scale(attrs.scale, a.d));
-    const bool causal = attrs.causal;
-    const T* pq = q.data<T>();
-    const T* pk = k.data<T>();
-    const T* pv = v.data<T>();
-    T* s = scratch<T>(kTileRows * a.lk);
-    const int d = static_cast<int>(a.d), dv = static_cast<int>(a.dv);
-    // Row steps of q and k, of v and out: the head's width, or all heads' in BLHD.
+    const ForwardTile<T> tile{a, q.data<T>(), k.data<T>(), v.data<T>(), po, pl,
+                              static_cast<T>(attention_scale(attrs.scale, a.d)), attrs.causal};
+    // Items: (head, tile of kTileRows query rows), each written by one call
+    // of the same GEMMs on any thread.
+    const std::int64_t tiles = (a.lq + kTileRows - 1) / kTileRows;
+    const std::int64_t tile_work = std::max<std::int64_t>(kTileRows * a.lk * (a.d + a.dv), 1);
+    parallel_for(a.bh * tiles, std::max<std::int64_t>(1, kRangeWork / tile_work),
+                 [&](std::int64_t t0, std::int64_t t1) {
+                   T* s = scratch<T>(kTileRows * a.lk);
+                   for (std::int64_t t = t0; t < t1; ++t) tile(t / tiles, (t % tiles) * kTileRows, s);
+                 });
+  }
+};
+
+// One item of the backward: head bh's dQ, dK and dV, tile after tile of
+// kTileRows query rows; scratch p holds 2 · kTileRows · lk + kTileRows.
+template <typename T>
+struct BackwardHead {
+  const AttentionDims& a;
+  const T *q, *k, *v, *o, *lse, *dout;
+  T *dq, *dk, *dv;
+  T scale;
+  bool causal;
+
+  void operator()(std::int64_t bh, T* p) const {
+    T* dp = p + kTileRows * a.lk;
+    T* delta = dp + kTileRows * a.lk;
+    const int d = static_cast<int>(a.d), ndv = static_cast<int>(a.dv);
+    // Row steps of q, k and their gradients, of v, out, dout and dv.
     const int ld_qk = static_cast<int>(std::max<std::int64_t>(a.row_step(a.d), 1)),
               ld_v = static_cast<int>(std::max<std::int64_t>(a.row_step(a.dv), 1));
-    for (std::int64_t bh = 0; bh < a.bh; ++bh) {
-      const T* qb = pq + a.head_offset(bh, a.lq, a.d);
-      const T* kb = pk + a.head_offset(bh, a.lk, a.d);
-      const T* vb = pv + a.head_offset(bh, a.lk, a.dv);
-      T* ob = po + a.head_offset(bh, a.lq, a.dv);
-      T* lb = pl + bh * a.lq;
-      for (std::int64_t i0 = 0; i0 < a.lq; i0 += kTileRows) {
-        const std::int64_t rows = std::min(kTileRows, a.lq - i0);
-        const std::int64_t kend = causal ? std::min(a.lk, i0 + rows) : a.lk;
-        const int ik = static_cast<int>(kend);
-        if (d == 0) std::fill(s, s + rows * kend, T(0));
-        else gemm(false, true, static_cast<int>(rows), ik, d, scale, qb + i0 * ld_qk, ld_qk, kb,
-                  ld_qk, T(0), s, ik);
-        simd_dispatch<SoftmaxTile<T>>(s, rows, kend, i0, causal, lb + i0);
-        if (dv > 0)
-          gemm(false, false, static_cast<int>(rows), dv, ik, T(1), s, ik, vb, ld_v, T(0),
-               ob + i0 * ld_v, ld_v);
+    const T* qb = q + a.head_offset(bh, a.lq, a.d);
+    const T* kb = k + a.head_offset(bh, a.lk, a.d);
+    const T* vb = v + a.head_offset(bh, a.lk, a.dv);
+    const T* ob = o + a.head_offset(bh, a.lq, a.dv);
+    const T* dob = dout + a.head_offset(bh, a.lq, a.dv);
+    const T* lb = lse + bh * a.lq;
+    T* dqb = dq + a.head_offset(bh, a.lq, a.d);
+    T* dkb = dk + a.head_offset(bh, a.lk, a.d);
+    T* dvb = dv + a.head_offset(bh, a.lk, a.dv);
+    for (std::int64_t i0 = 0; i0 < a.lq; i0 += kTileRows) {
+      const std::int64_t rows = std::min(kTileRows, a.lq - i0);
+      const int ir = static_cast<int>(rows);
+      const std::int64_t kend = causal ? std::min(a.lk, i0 + rows) : a.lk;
+      const int ik = static_cast<int>(kend);
+      // P = exp(scale · Q Kᵀ - lse), 0 where masked.
+      if (d == 0) std::fill(p, p + rows * kend, T(0));
+      else gemm(false, true, ir, ik, d, scale, qb + i0 * ld_qk, ld_qk, kb, ld_qk, T(0), p, ik);
+      simd_dispatch<ProbabilityTile<T>>(p, rows, kend, i0, causal, lb + i0, dob + i0 * ld_v,
+                                        ob + i0 * ld_v, a.dv, std::int64_t{ld_v}, delta);
+      if (ndv > 0) {
+        // dV[:kend] += Pᵀ · dO
+        gemm(true, false, ik, ndv, ir, T(1), p, ik, dob + i0 * ld_v, ld_v, T(1), dvb, ld_v);
+        // dP = dO · Vᵀ
+        gemm(false, true, ir, ik, ndv, T(1), dob + i0 * ld_v, ld_v, vb, ld_v, T(0), dp, ik);
+      } else {
+        std::fill(dp, dp + rows * kend, T(0));
+      }
+      // dS = P ∘ (dP - Δ), in place of P.
+      simd_dispatch<ScoreGradTile<T>>(p, static_cast<const T*>(dp), rows, kend, static_cast<const T*>(delta));
+      if (d > 0) {
+        // dQ = scale · dS · K; dK[:kend] += scale · dSᵀ · Q
+        gemm(false, false, ir, d, ik, scale, p, ik, kb, ld_qk, T(0), dqb + i0 * ld_qk, ld_qk);
+        gemm(true, false, ik, d, ir, scale, p, ik, qb + i0 * ld_qk, ld_qk, T(1), dkb, ld_qk);
       }
     }
   }
@@ -212,62 +281,16 @@ struct AttentionGradK {
     if (dk.numel() > 0) std::memset(dk.data<T>(), 0, dk.bytes());
     if (dvt.numel() > 0) std::memset(dvt.data<T>(), 0, dvt.bytes());
     if (a.bh == 0 || a.lq == 0 || a.lk == 0 || (a.d == 0 && a.dv == 0)) return;
-    const T scale = static_cast<T>(attention_scale(attrs.scale, a.d));
-    const bool causal = attrs.causal;
-    const T* pq = q.data<T>();
-    const T* pk = k.data<T>();
-    const T* pv = v.data<T>();
-    const T* po = o.data<T>();
-    const T* pl = lse.data<T>();
-    const T* pdo = dout.data<T>();
-    T* pdq = dq.data<T>();
-    T* pdk = dk.data<T>();
-    T* pdv = dvt.data<T>();
-    T* p = scratch<T>(2 * kTileRows * a.lk + kTileRows);
-    T* dp = p + kTileRows * a.lk;
-    T* delta = dp + kTileRows * a.lk;
-    const int d = static_cast<int>(a.d), dv = static_cast<int>(a.dv);
-    // Row steps of q, k and their gradients, of v, out, dout and dv.
-    const int ld_qk = static_cast<int>(std::max<std::int64_t>(a.row_step(a.d), 1)),
-              ld_v = static_cast<int>(std::max<std::int64_t>(a.row_step(a.dv), 1));
-    for (std::int64_t bh = 0; bh < a.bh; ++bh) {
-      const T* qb = pq + a.head_offset(bh, a.lq, a.d);
-      const T* kb = pk + a.head_offset(bh, a.lk, a.d);
-      const T* vb = pv + a.head_offset(bh, a.lk, a.dv);
-      const T* ob = po + a.head_offset(bh, a.lq, a.dv);
-      const T* dob = pdo + a.head_offset(bh, a.lq, a.dv);
-      const T* lb = pl + bh * a.lq;
-      T* dqb = pdq + a.head_offset(bh, a.lq, a.d);
-      T* dkb = pdk + a.head_offset(bh, a.lk, a.d);
-      T* dvb = pdv + a.head_offset(bh, a.lk, a.dv);
-      for (std::int64_t i0 = 0; i0 < a.lq; i0 += kTileRows) {
-        const std::int64_t rows = std::min(kTileRows, a.lq - i0);
-        const int ir = static_cast<int>(rows);
-        const std::int64_t kend = causal ? std::min(a.lk, i0 + rows) : a.lk;
-        const int ik = static_cast<int>(kend);
-        // P = exp(scale · Q Kᵀ - lse), 0 where masked.
-        if (d == 0) std::fill(p, p + rows * kend, T(0));
-        else gemm(false, true, ir, ik, d, scale, qb + i0 * ld_qk, ld_qk, kb, ld_qk, T(0), p, ik);
-        simd_dispatch<ProbabilityTile<T>>(p, rows, kend, i0, causal, lb + i0, dob + i0 * ld_v,
-                                          ob + i0 * ld_v, a.dv, std::int64_t{ld_v}, delta);
-        if (dv > 0) {
-          // dV[:kend] += Pᵀ · dO
-          gemm(true, false, ik, dv, ir, T(1), p, ik, dob + i0 * ld_v, ld_v, T(1), dvb, ld_v);
-          // dP = dO · Vᵀ
-          gemm(false, true, ir, ik, dv, T(1), dob + i0 * ld_v, ld_v, vb, ld_v, T(0), dp, ik);
-        } else {
-          std::fill(dp, dp + rows * kend, T(0));
-        }
-        // dS = P ∘ (dP - Δ), in place of P.
-        simd_dispatch<ScoreGradTile<T>>(p, static_cast<const T*>(dp), rows, kend,
-                                        static_cast<const T*>(delta));
-        if (d > 0) {
-          // dQ = scale · dS · K; dK[:kend] += scale · dSᵀ · Q
-          gemm(false, false, ir, d, ik, scale, p, ik, kb, ld_qk, T(0), dqb + i0 * ld_qk, ld_qk);
-          gemm(true, false, ik, d, ir, scale, p, ik, qb + i0 * ld_qk, ld_qk, T(1), dkb, ld_qk);
-        }
-      }
-    }
+    const BackwardHead<T> head{a,          q.data<T>(),  k.data<T>(),  v.data<T>(),
+                               o.data<T>(), lse.data<T>(), dout.data<T>(), dq.data<T>(),
+                               dk.data<T>(), dvt.data<T>(), static_cast<T>(attention_scale(attrs.scale, a.d)),
+                               attrs.causal};
+    // Items: heads, each accumulating its dK and dV over its tiles in order.
+    const std::int64_t head_work = std::max<std::int64_t>(a.lq * a.lk * (2 * a.d + 2 * a.dv), 1);
+    parallel_for(a.bh, std::max<std::int64_t>(1, kRangeWork / head_work), [&](std::int64_t h0, std::int64_t h1) {
+      T* p = scratch<T>(2 * kTileRows * a.lk + kTileRows);
+      for (std::int64_t bh = h0; bh < h1; ++bh) head(bh, p);
+    });
   }
 };
 

@@ -180,6 +180,27 @@ TEST_CASE("pooling and a convolution's SiLU give the same bits at any thread cou
     });
 }
 
+TEST_CASE("attention and its gradient, split by head and query tile, give the same bits at any thread count",
+          "[kernel][intra_op]") {
+  // 130 query rows: two full tiles of 64 and a partial one; 4 heads of 64.
+  for (const std::string layout : {"BHLD", "BLHD"}) {
+    const bool bhld = layout == "BHLD";
+    const Dims shape = bhld ? Dims{2, 4, 130, 64} : Dims{2, 130, 4, 64};
+    const Tensor q = filled<float>(shape, -1, 1, 1), k = filled<float>(shape, -1, 1, 2),
+                 v = filled<float>(shape, -1, 1, 3), dout = filled<float>(shape, -1, 1, 4);
+    for (const bool causal : {false, true}) {
+      INFO(layout << (causal ? ", causal" : ""));
+      const auto fwd = run_op<ScaledDotProductAttentionOp>({q, k, v}, causal, 0.0, layout);
+      same_bits_at_any_thread_count(
+          [&] { return run_op<ScaledDotProductAttentionOp>({q, k, v}, causal, 0.0, layout); });
+      same_bits_at_any_thread_count([&] {
+        return run_op<GradOf<ScaledDotProductAttentionOp>>({q, k, v, fwd.out(0), fwd.out(1), dout}, causal,
+                                                           0.0, layout);
+      });
+    }
+  }
+}
+
 // Shapes where oneDNN's threaded sgemm cut k (m 1; b transposed beside a
 // long k) or its one-thread sgemm summed in another order for half of C.
 TEST_CASE("f32 matmuls give the same bits at any thread count, transposed or not", "[kernel][intra_op]") {
