@@ -16,6 +16,7 @@ SOURCE_ROOT starts with one of the PREFIXes (the IR's headers, tensor.h: the
 .cu files take device pointers, not tensors, so that a change to those
 recompiles no CUDA object).
 """
+import argparse
 import os
 import re
 import shutil
@@ -54,13 +55,12 @@ def forbidden_headers(headers, source_root, build_dir, prefixes):
 
 
 def main():
-    args = sys.argv[1:]
-    forbid = args[args.index("--forbid") + 1:] if "--forbid" in args else []
-    args = args[:args.index("--forbid")] if "--forbid" in args else args
-    if len(args) != 2 or ("--forbid" in sys.argv and not forbid):
-        sys.exit(__doc__)
-    source_root = os.path.realpath(args[0])
-    build_dir = args[1]
+    ap = argparse.ArgumentParser(usage=__doc__)
+    ap.add_argument("source_root")
+    ap.add_argument("build_dir")
+    ap.add_argument("--forbid", nargs="+", default=[], metavar="PREFIX")
+    args = ap.parse_args()
+    source_root, build_dir, forbid = os.path.realpath(args.source_root), args.build_dir, args.forbid
     objects = cuda_objects(build_dir)
     if not objects:
         print(f"{build_dir}/build.ninja compiles no CUDA")
