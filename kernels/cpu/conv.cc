@@ -407,52 +407,15 @@ void conv_input_grad(const T* dout, const T* w, T* dx, const Conv2dGeometry& g) 
     }
 }
 
-// dw = Σ over kWeightGradChunks fixed chunks of the batch of each chunk's
-// weight gradient (oneDNN, one thread per chunk, the chunks split across
-// the kernel's threads), added in chunk order: the same bits at any thread
-// count. False when oneDNN fails a chunk.
-constexpr std::int64_t kWeightGradChunks = 4;
-
-inline bool weight_grad_by_chunks(const float* x, const float* dout, float* dw,
-                                  const Conv2dGeometry& g) {
-  const std::int64_t chunks = std::min(g.n, kWeightGradChunks);
-  const std::int64_t size = g.o * (g.c / g.groups) * g.kh * g.kw;
-  float* partial = scratch<float>((chunks - 1) * size);
-  std::atomic<bool> ok{true};
-  parallel_for(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
-    for (std::int64_t c = c0; c < c1 && ok; ++c) {
-      const std::int64_t first = g.n * c / chunks, last = g.n * (c + 1) / chunks;
-      Conv2dGeometry part = g;
-      part.n = last - first;
-      float* out = c == 0 ? dw : partial + (c - 1) * size;
-      if (!onednn::conv2d_backward_weights_one_thread(x + first * g.c * g.h * g.w,
-                                                       dout + first * g.o * g.ho * g.wo, out, part))
-        ok = false;
-    }
-  });
-  if (!ok) return false;
-  parallel_for(size, items_per_range(std::int64_t(chunks * sizeof(float))),
-               [&](std::int64_t b, std::int64_t e) {
-                 for (std::int64_t c = 1; c < chunks; ++c)
-                   for (std::int64_t i = b; i < e; ++i) dw[i] += partial[(c - 1) * size + i];
-               });
-  return true;
-}
-
-// conv_input_grad / conv_weight_grad through oneDNN's primitives where it
-// has them (f32, not a 1x1 stride-1 convolution: that one is a GEMM on
-// NCHW as it is); false when the caller computes the gradient itself.
+// The gradients oneDNN computes (onednn::conv2d_backward; f32, not a 1x1
+// stride-1 convolution: that one is a GEMM on NCHW as it is); the caller
+// computes the others itself.
 template <typename T>
-bool library_input_grad(const T* dout, const T* w, T* dx, const Conv2dGeometry& g) {
+onednn::ConvGrads library_grads(const T* x, const T* w, const T* dout, T* dx, T* dw,
+                                const Conv2dGeometry& g) {
   if constexpr (std::is_same_v<T, float>)
-    return !direct(g) && onednn::conv2d_backward_data(dout, w, dx, g);
-  return false;
-}
-template <typename T>
-bool library_weight_grad(const T* x, const T* dout, T* dw, const Conv2dGeometry& g) {
-  if constexpr (std::is_same_v<T, float>)
-    return !direct(g) && g.n > 0 && g.ho * g.wo > 0 && weight_grad_by_chunks(x, dout, dw, g);
-  return false;
+    if (!direct(g)) return onednn::conv2d_backward(x, w, dout, dx, dw, g);
+  return {};
 }
 
 // dw [o, c/groups, kh, kw] = Σ_n dout_n · im2col(x_n)ᵀ.
@@ -638,16 +601,13 @@ struct Conv2dGradK {
     const Conv2dGeometry g = conv2d_geometry(ctx, x, w, ctx.attrs<GradOf<Conv2dOp>>());
     conv::check_dout(ctx.op()->name(), dout.dims(), Dims{g.n, g.o, g.ho, g.wo});
     // dx goes unread when x is a data op (a network's first layer): skip it.
-    if (!ctx.output_unused(1)) {
-      Tensor& dw = ctx.alloc_output(1, w.dims(), w.dtype());
-      if (dw.numel() > 0 && !library_weight_grad(x.data<T>(), dout.data<T>(), dw.data<T>(), g))
-        conv_weight_grad(x.data<T>(), dout.data<T>(), dw.data<T>(), g);
-    }
-    if (!ctx.output_unused(0)) {
-      Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
-      if (dx.numel() > 0 && !library_input_grad(dout.data<T>(), w.data<T>(), dx.data<T>(), g))
-        conv_input_grad(dout.data<T>(), w.data<T>(), dx.data<T>(), g);
-    }
+    T* dx = ctx.output_unused(0) ? nullptr : ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
+    T* dw = ctx.output_unused(1) ? nullptr : ctx.alloc_output(1, w.dims(), w.dtype()).template data<T>();
+    if (x.numel() == 0) dx = nullptr;
+    if (w.numel() == 0) dw = nullptr;
+    const onednn::ConvGrads done = library_grads(x.data<T>(), w.data<T>(), dout.data<T>(), dx, dw, g);
+    if (dw != nullptr && !done.dw) conv_weight_grad(x.data<T>(), dout.data<T>(), dw, g);
+    if (dx != nullptr && !done.dx) conv_input_grad(dout.data<T>(), w.data<T>(), dx, g);
   }
 };
 

@@ -7,12 +7,16 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <list>
 #include <memory>
 #include <new>
 #include <optional>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 
@@ -369,17 +373,69 @@ void finish_output(const Operand& o, memory m, float* p, dnnl::stream& s) {
 
 }  // namespace
 
-bool conv2d_backward_data(const float* dout, const float* w, float* dx, const Conv2dGeometry& g) {
-  const ConvGradPlan* p = conv_grad_plan(g, use_intra_op_threads());
-  if (p == nullptr) return false;
+namespace {
+
+constexpr std::int64_t kWeightGradSlices = 4;
+
+// dout as the data gradient reordered it, for the weight gradient's slices
+// to read in place: a layout whose images lie one after another, each
+// image_bytes long (data null: none).
+struct SharedDout {
+  const std::byte* data = nullptr;
+  Tag tag = Tag::undef;
+  std::size_t image_bytes = 0;
+
+  // Shared dout's images [first, first + md.dims()[0]) as md, when md is its layout.
+  std::optional<memory> images(const memory::desc& md, std::int64_t first) const {
+    const memory::dims d = md.dims();
+    if (data == nullptr || md != memory::desc(d, memory::data_type::f32, tag)) return std::nullopt;
+    return memory(md, cpu_engine(), const_cast<std::byte*>(data) + first * image_bytes);
+  }
+};
+
+SharedDout share(const memory& dout, const memory::desc& md) {
+  const memory::dims d = md.dims();
+  for (Tag t : {Tag::nChw16c, Tag::nChw8c, Tag::nhwc})
+    if (md == memory::desc(d, memory::data_type::f32, t))
+      return {static_cast<const std::byte*>(dout.get_data_handle()), t, md.get_size() / d[0]};
+  return {};
+}
+
+// src (as src_md) into dst (as dst_md) on this thread's stream.
+void reorder_into(const memory::desc& src_md, void* src, const memory::desc& dst_md, void* dst) {
+  const auto& e = cpu_engine();
+  memory from(src_md, e, src), to(dst_md, e, dst);
+  dnnl::reorder(dnnl::reorder::primitive_desc(e, src_md, e, dst_md)).execute(thread_stream(), from, to);
+  thread_stream().wait();
+}
+
+// Slice c of `slices` of g's batch: its weight gradient into `slot` in the
+// primitive's own layout, or in plain oihw when that one needs more than
+// slot_bytes; `layout` says which. On this thread alone.
+bool weight_grad_slice(const float* x, const float* dout, const SharedDout& shared,
+                       const Conv2dGeometry& g, std::int64_t c, std::int64_t slices, std::byte* slot,
+                       std::size_t slot_bytes, memory::desc& layout) {
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // the primitive's team: this thread
+  const std::int64_t first = g.n * c / slices;
+  Conv2dGeometry part = g;
+  part.n = g.n * (c + 1) / slices - first;
+  const ConvGradPlan* q = conv_grad_plan(part, 1);
+  if (q == nullptr) return false;
   try {
     dnnl::stream& s = thread_stream();
-    thread_local Scratch dout_buffer, w_buffer, dx_buffer;
-    const memory dx_mem = output(p->data_dx, dx, dx_buffer);
-    p->data.execute(s, {{DNNL_ARG_DIFF_DST, input(p->data_dout, dout, dout_buffer, s)},
-                        {DNNL_ARG_WEIGHTS, input(p->data_w, w, w_buffer, s)},
-                        {DNNL_ARG_DIFF_SRC, dx_mem}});
-    finish_output(p->data_dx, dx_mem, dx, s);
+    thread_local Scratch x_buffer, dout_buffer;
+    const std::optional<memory> in_place = shared.images(q->weights_dout.chosen, first);
+    const memory dout_mem =
+        in_place ? *in_place : input(q->weights_dout, dout + first * g.o * g.ho * g.wo, dout_buffer, s);
+    layout = q->weights_dw.chosen.get_size() <= slot_bytes ? q->weights_dw.chosen : q->weights_dw.plain;
+    thread_local Scratch dw_buffer;
+    const memory dw_mem = layout == q->weights_dw.chosen
+                              ? memory(layout, cpu_engine(), slot)
+                              : output(q->weights_dw, reinterpret_cast<float*>(slot), dw_buffer);
+    q->weights.execute(s, {{DNNL_ARG_SRC, input(q->weights_x, x + first * g.c * g.h * g.w, x_buffer, s)},
+                           {DNNL_ARG_DIFF_DST, dout_mem},
+                           {DNNL_ARG_DIFF_WEIGHTS, dw_mem}});
+    if (layout != q->weights_dw.chosen) finish_output(q->weights_dw, dw_mem, reinterpret_cast<float*>(slot), s);
     s.wait();
   } catch (const dnnl::error&) {
     return false;
@@ -387,24 +443,90 @@ bool conv2d_backward_data(const float* dout, const float* w, float* dx, const Co
   return true;
 }
 
-bool conv2d_backward_weights_one_thread(const float* x, const float* dout, float* dw,
-                                        const Conv2dGeometry& g) {
-  if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // the primitive's team: this thread
-  const ConvGradPlan* p = conv_grad_plan(g, 1);
-  if (p == nullptr) return false;
+// dw = the slots' sum in slice order, added in their common layout and
+// reordered once (slots in other layouts are made plain first): addition
+// is elementwise, so the bits are those of adding the plain gradients.
+void sum_slices(std::byte* slots, std::size_t slot_bytes, std::span<memory::desc> layout,
+                const memory::desc& plain, float* dw) {
+  const bool same = std::all_of(layout.begin(), layout.end(),
+                                [&](const memory::desc& md) { return md == layout[0]; });
+  thread_local Scratch staging;
+  for (std::size_t c = 0; c < layout.size() && !same; ++c) {
+    if (layout[c] == plain) continue;
+    void* flat = staging.get(plain.get_size());
+    reorder_into(layout[c], slots + c * slot_bytes, plain, flat);
+    std::memcpy(slots + c * slot_bytes, flat, plain.get_size());
+    layout[c] = plain;
+  }
+  auto* sum = reinterpret_cast<float*>(slots);
+  const std::int64_t n = static_cast<std::int64_t>(layout[0].get_size() / sizeof(float));
+  const std::int64_t slices = static_cast<std::int64_t>(layout.size());
+  parallel_for(n, items_per_range(slices * std::int64_t(sizeof(float))), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t c = 1; c < slices; ++c) {
+      const auto* part = reinterpret_cast<const float*>(slots + c * slot_bytes);
+      for (std::int64_t i = b; i < e; ++i) sum[i] += part[i];
+    }
+  });
+  if (layout[0] == plain)
+    std::memcpy(dw, sum, plain.get_size());
+  else
+    reorder_into(layout[0], sum, plain, dw);
+}
+
+bool weight_grad_by_slices(const float* x, const float* dout, const SharedDout& shared, float* dw,
+                           const Conv2dGeometry& g, const ConvGradPlan& p) {
+  const std::int64_t slices = std::min(g.n, kWeightGradSlices);
+  const std::size_t slot_bytes =
+      (std::max(p.weights_dw.chosen.get_size(), p.weights_dw.plain.get_size()) + 63) / 64 * 64;
+  thread_local Scratch slots_buffer;
+  auto* slots = static_cast<std::byte*>(slots_buffer.get(slices * slot_bytes));
+  std::array<memory::desc, kWeightGradSlices> layout;
+  std::atomic<bool> ok{true};
+  parallel_for(slices, 1, [&](std::int64_t c0, std::int64_t c1) {
+    for (std::int64_t c = c0; c < c1 && ok; ++c)
+      if (!weight_grad_slice(x, dout, shared, g, c, slices, slots + c * slot_bytes, slot_bytes, layout[c]))
+        ok = false;
+  });
+  if (!ok) return false;
   try {
-    dnnl::stream& s = thread_stream();
-    thread_local Scratch x_buffer, dout_buffer, dw_buffer;
-    const memory dw_mem = output(p->weights_dw, dw, dw_buffer);
-    p->weights.execute(s, {{DNNL_ARG_SRC, input(p->weights_x, x, x_buffer, s)},
-                           {DNNL_ARG_DIFF_DST, input(p->weights_dout, dout, dout_buffer, s)},
-                           {DNNL_ARG_DIFF_WEIGHTS, dw_mem}});
-    finish_output(p->weights_dw, dw_mem, dw, s);
-    s.wait();
+    sum_slices(slots, slot_bytes, std::span(layout.data(), slices), p.weights_dw.plain, dw);
   } catch (const dnnl::error&) {
     return false;
   }
   return true;
+}
+
+// dx through p's data primitive; dout's reordered copy, when there is one,
+// left in `shared` for the weight gradient.
+bool data_grad(const ConvGradPlan& p, const float* dout, const float* w, float* dx, SharedDout& shared) {
+  try {
+    dnnl::stream& s = thread_stream();
+    thread_local Scratch dout_buffer, w_buffer, dx_buffer;
+    const memory dout_mem = input(p.data_dout, dout, dout_buffer, s);
+    const memory dx_mem = output(p.data_dx, dx, dx_buffer);
+    p.data.execute(s, {{DNNL_ARG_DIFF_DST, dout_mem},
+                       {DNNL_ARG_WEIGHTS, input(p.data_w, w, w_buffer, s)},
+                       {DNNL_ARG_DIFF_SRC, dx_mem}});
+    finish_output(p.data_dx, dx_mem, dx, s);
+    s.wait();
+    if (p.data_dout.reorder) shared = share(dout_mem, p.data_dout.chosen);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+ConvGrads conv2d_backward(const float* x, const float* w, const float* dout, float* dx, float* dw,
+                          const Conv2dGeometry& g) {
+  ConvGrads done;
+  const ConvGradPlan* p = conv_grad_plan(g, use_intra_op_threads());
+  if (p == nullptr) return done;
+  SharedDout shared;
+  if (dx != nullptr) done.dx = data_grad(*p, dout, w, dx, shared);
+  if (dw != nullptr && g.n > 0 && g.ho * g.wo > 0) done.dw = weight_grad_by_slices(x, dout, shared, dw, g, *p);
+  return done;
 }
 
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,

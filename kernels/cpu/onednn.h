@@ -47,18 +47,23 @@ bool conv2d_forward(const float* x, const float* w, const float* bias, float* ou
                     const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights,
                     bool channels_last = false, bool add_to_out = false);
 
-// dx [n, c, h, w] = the input gradient of conv2d(x, w) from dout
-// [n, o, ho, wo]; NCHW in and out (blocked layouts inside). False when
-// oneDNN has no primitive for g or its run fails (the caller then computes
-// all of dx itself).
-bool conv2d_backward_data(const float* dout, const float* w, float* dx, const Conv2dGeometry& g);
+// Which of conv2d_backward's gradients it wrote.
+struct ConvGrads {
+  bool dx = false, dw = false;
+};
 
-// dw [o, c/groups, kh, kw] = the weight gradient of conv2d(x, w) from dout;
-// x and dout NCHW. False as for conv2d_backward_data. On the calling thread
-// alone (a primitive made for one thread): oneDNN splits this sum over the
-// batch by its thread count, so a team would give other bits at another
-// count; callers split the batch themselves (intra_op.h ranges may call it).
-bool conv2d_backward_weights_one_thread(const float* x, const float* dout, float* dw,
-                                        const Conv2dGeometry& g);
+// The gradients of conv2d(x, w) from dout [n, o, ho, wo], NCHW in and out
+// (blocked layouts inside); a null dx or dw is not wanted.
+//   dx [n, c, h, w]: one primitive on the intra-op team.
+//   dw [o, c/groups, kh, kw]: the sum over four fixed slices of the batch
+//   of each slice's weight gradient, in slice order. A primitive on a team
+//   splits this sum over the batch by its thread count, so each slice runs
+//   a one-thread primitive and the team shares the slices: the same bits at
+//   any thread count. The slices are added in the primitive's own layout
+//   and reordered once, and read dout where the data gradient reordered it.
+// A gradient not written (oneDNN has no primitive for g, or its run
+// failed) is the caller's to compute.
+ConvGrads conv2d_backward(const float* x, const float* w, const float* dout, float* dx, float* dw,
+                          const Conv2dGeometry& g);
 
 }  // namespace kiln::cpu::onednn

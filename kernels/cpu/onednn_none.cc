@@ -18,12 +18,9 @@ bool conv2d_forward(const float*, const float*, const float*, float*, const Conv
   return false;
 }
 
-bool conv2d_backward_data(const float*, const float*, float*, const Conv2dGeometry&) {
-  return false;
-}
-
-bool conv2d_backward_weights_one_thread(const float*, const float*, float*, const Conv2dGeometry&) {
-  return false;
+ConvGrads conv2d_backward(const float*, const float*, const float*, float*, float*,
+                          const Conv2dGeometry&) {
+  return {};
 }
 
 }  // namespace kiln::cpu::onednn

@@ -180,6 +180,19 @@ TEST_CASE("pooling and a convolution's SiLU give the same bits at any thread cou
     });
 }
 
+TEST_CASE("a convolution's gradient gives the same bits at any thread count, batches of any size",
+          "[kernel][intra_op]") {
+  // Batches of 16, 5 and 3: four equal slices, unequal ones, three of one image.
+  for (const std::int64_t batch : {16, 5, 3}) {
+    INFO("batch " << batch);
+    const Tensor x = filled<float>(Dims{batch, 32, 14, 14}, -1, 1, 1), w = filled<float>(Dims{48, 32, 3, 3}, -1, 1, 2);
+    const Tensor dout = filled<float>(Dims{batch, 48, 7, 7}, -1, 1, 3);
+    same_bits_at_any_thread_count([&] {
+      return run_op<GradOf<Conv2dOp>>({x, w, dout}, Axes{2, 2}, Axes{1, 1}, Axes{1, 1}, std::int64_t{1});
+    });
+  }
+}
+
 TEST_CASE("attention and its gradient, split by head and query tile, give the same bits at any thread count",
           "[kernel][intra_op]") {
   // 130 query rows: two full tiles of 64 and a partial one; 4 heads of 64.
