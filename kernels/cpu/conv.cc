@@ -618,7 +618,9 @@ struct Conv2dTransposeK {
     const Conv2dGeometry g = transpose_geometry(ctx, x, w, ctx.attrs<Conv2dTransposeOp>());
     Tensor& out = ctx.alloc_output(0, Dims{g.n, g.c, g.h, g.w}, x.dtype());
     if (out.numel() == 0) return;
-    conv_input_grad(x.data<T>(), w.data<T>(), out.data<T>(), g);
+    // conv2d's input gradient with x as its dout.
+    if (!library_grads<T>(nullptr, w.data<T>(), x.data<T>(), out.data<T>(), nullptr, g).dx)
+      conv_input_grad(x.data<T>(), w.data<T>(), out.data<T>(), g);
   }
 };
 
@@ -633,7 +635,8 @@ struct Conv2dTransposeGradK {
     Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
     Tensor& dw = ctx.alloc_output(1, w.dims(), w.dtype());
     if (dx.numel() > 0) conv_forward(dout.data<T>(), w.data<T>(), dx.data<T>(), g);
-    if (dw.numel() > 0) conv_weight_grad(dout.data<T>(), x.data<T>(), dw.data<T>(), g);
+    if (dw.numel() > 0 && !library_grads<T>(dout.data<T>(), w.data<T>(), x.data<T>(), nullptr, dw.data<T>(), g).dw)
+      conv_weight_grad(dout.data<T>(), x.data<T>(), dw.data<T>(), g);
   }
 };
 

@@ -193,6 +193,26 @@ TEST_CASE("a convolution's gradient gives the same bits at any thread count, bat
   }
 }
 
+TEST_CASE("conv2d_transpose and its gradient give the same bits at any thread count",
+          "[kernel][intra_op]") {
+  // A DCGAN-style upsampling (kernel 4, stride 2, padding 1) and a grouped one.
+  for (const std::int64_t groups : {1, 4}) {
+    INFO("groups " << groups);
+    const Tensor x = filled<float>(Dims{6, 64, 14, 14}, -1, 1, 1);
+    const Tensor w = filled<float>(Dims{64, 32 / groups, 4, 4}, -1, 1, 2);
+    const auto fwd = run_op<Conv2dTransposeOp>({x, w}, Axes{2, 2}, Axes{1, 1}, Axes{0, 0}, Axes{1, 1}, groups);
+    REQUIRE(fwd.out().dims() == Dims{6, 32, 28, 28});
+    const Tensor dout = filled<float>(fwd.out().dims(), -1, 1, 3);
+    same_bits_at_any_thread_count([&] {
+      return run_op<Conv2dTransposeOp>({x, w}, Axes{2, 2}, Axes{1, 1}, Axes{0, 0}, Axes{1, 1}, groups);
+    });
+    same_bits_at_any_thread_count([&] {
+      return run_op<GradOf<Conv2dTransposeOp>>({x, w, dout}, Axes{2, 2}, Axes{1, 1}, Axes{0, 0}, Axes{1, 1},
+                                                groups);
+    });
+  }
+}
+
 TEST_CASE("attention and its gradient, split by head and query tile, give the same bits at any thread count",
           "[kernel][intra_op]") {
   // 130 query rows: two full tiles of 64 and a partial one; 4 heads of 64.
