@@ -15,10 +15,6 @@ namespace kiln::onnx::detail {
 
 namespace {
 
-std::int64_t norm_axis(std::int64_t axis, std::size_t rank) {
-  return axis < 0 ? axis + static_cast<std::int64_t>(rank) : axis;
-}
-
 // x with its last two dims swapped.
 std::string swap_last_two(EmitContext& c, const std::string& x, std::size_t rank) {
   std::vector<std::int64_t> perm;

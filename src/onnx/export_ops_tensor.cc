@@ -12,10 +12,6 @@ namespace kiln::onnx::detail {
 
 namespace {
 
-std::int64_t norm_axis(std::int64_t axis, std::size_t rank) {
-  return axis < 0 ? axis + static_cast<std::int64_t>(rank) : axis;
-}
-
 void reshape(EmitContext& c) {
   // kiln's 0 (copy the input dim) and -1 (inferred) mean the same in ONNX.
   c.node("Reshape", {c.in(0), c.const_i64(ReshapeOp::dyn_cast(c.op()).attrs().shape)}, {c.out(0)});

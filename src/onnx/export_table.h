@@ -109,4 +109,10 @@ void add_export_tensor(ExportTable& t);
 void add_export_shape(ExportTable& t);
 void add_export_indexing(ExportTable& t);
 
+// An axis of a rank-`rank` value, counted from the front (kiln's negative
+// axes count from the back).
+inline std::int64_t norm_axis(std::int64_t axis, std::size_t rank) {
+  return axis < 0 ? axis + static_cast<std::int64_t>(rank) : axis;
+}
+
 }  // namespace kiln::onnx::detail

@@ -7,16 +7,12 @@
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "model_proto.h"
+#include "node_helpers.h"
 #include "op_table.h"
 
 namespace kiln::onnx::detail {
 
 namespace {
-
-template <typename OpT>
-std::vector<Value> unary(NodeContext& c) {
-  return {c.b.create<OpT>(c.input(0)).result()};
-}
 
 template <typename OpT>
 std::vector<Value> binary(NodeContext& c) {

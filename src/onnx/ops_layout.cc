@@ -8,24 +8,12 @@
 #include <cmath>
 
 #include "kiln/dialect/kiln_dialect.h"
+#include "node_helpers.h"
 #include "op_table.h"
 
 namespace kiln::onnx::detail {
 
 namespace {
-
-DataType dtype_of(Value v) { return shaped_data_type(v.type()); }
-
-Value scalar(NodeContext& c, DataType dt, double v) {
-  return c.b.create<FullOp>(std::vector<std::int64_t>{}, v, dt).result();
-}
-
-std::vector<std::int64_t> known_dims(NodeContext& c, Value v, const std::string& what) {
-  std::vector<std::int64_t> d = shaped_dims(v.type());
-  for (auto e : d)
-    if (e < 0) c.unsupported(what + " of an input with a dim known only at run time");
-  return d;
-}
 
 Value i64_constant(NodeContext& c, const std::vector<std::int64_t>& dims,
                    const std::vector<std::int64_t>& v) {

@@ -13,22 +13,12 @@
 #include <string>
 
 #include "kiln/dialect/kiln_dialect.h"
+#include "node_helpers.h"
 #include "op_table.h"
 
 namespace kiln::onnx::detail {
 
 namespace {
-
-template <typename OpT>
-std::vector<Value> unary(NodeContext& c) {
-  return {c.b.create<OpT>(c.input(0)).result()};
-}
-
-Value scalar(NodeContext& c, DataType dt, double v) {
-  return c.b.create<FullOp>(std::vector<std::int64_t>{}, v, dt).result();
-}
-
-DataType dtype_of(Value v) { return shaped_data_type(v.type()); }
 
 std::vector<Value> is_nan(NodeContext& c) { return {c.b.create<IsNanOp>(c.input(0)).result()}; }
 
@@ -86,14 +76,6 @@ std::vector<Value> thresholded_relu(NodeContext& c) {
   const DataType dt = dtype_of(x);
   Value above = c.b.create<GreaterThanOp>(x, scalar(c, dt, c.float_attr("alpha", 1.0f))).result();
   return {c.b.create<WhereOp>(above, x, scalar(c, dt, 0.0)).result()};
-}
-
-// The dims of `v`, every one known at import; kiln::Error naming `what` else.
-std::vector<std::int64_t> known_dims(NodeContext& c, Value v, const std::string& what) {
-  std::vector<std::int64_t> d = shaped_dims(v.type());
-  for (auto e : d)
-    if (e < 0) c.unsupported(what + " of an input with a dim known only at run time");
-  return d;
 }
 
 // 1 at the first maximum along `axis`, 0 elsewhere (x's dtype). Opset 13

@@ -13,17 +13,12 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/frontend/backward.h"
 #include "kiln/support/error.h"
+#include "node_helpers.h"
 #include "op_table.h"
 
 namespace kiln::onnx::detail {
 
 namespace {
-
-DataType dtype_of(Value v) { return shaped_data_type(v.type()); }
-
-Value scalar(NodeContext& c, DataType dt, double v) {
-  return c.b.create<FullOp>(std::vector<std::int64_t>{}, v, dt).result();
-}
 
 Value as(NodeContext& c, Value v, DataType dt) {
   return dtype_of(v) == dt ? v : c.b.create<CastOp>(v, dt).result();
