@@ -554,14 +554,11 @@ struct FusedConv2dK {
     if (!nhwc)
       return conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
                           weights_identity(w));
-    if constexpr (std::is_same_v<T, float>) {
-      const bool silu = act == ConvActivation::Silu;
-      if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), bias.data<T>(), out.data<T>(), g,
-                                 silu ? ConvActivation::None : act, weights_identity(w), true)) {
-        if (silu) silu_in_place(out.data<T>(), out.numel());
+    // oneDNN's NHWC primitives apply SiLU too (its swish post-op).
+    if constexpr (std::is_same_v<T, float>)
+      if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), bias.data<T>(), out.data<T>(), g, act,
+                                 weights_identity(w), true))
         return;
-      }
-    }
     conv_forward_nhwc_by_copies(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
                                 weights_identity(w));
   }
@@ -573,7 +570,7 @@ struct FusedConv2dK {
                               Tensor& out, const Conv2dGeometry& g, ConvActivation act, bool nhwc) {
     T* po = out.data<T>();
     if constexpr (std::is_same_v<T, float>)
-      if (act != ConvActivation::Silu && (nhwc || !direct(g))) {  // NCHW 1x1: conv_forward's GEMM
+      if (nhwc || (act != ConvActivation::Silu && !direct(g))) {  // NCHW 1x1: conv_forward's GEMM
         std::memcpy(po, residual, out.bytes());
         if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), bias.data<T>(), po, g, act, weights_identity(w),
                                    nhwc, true))

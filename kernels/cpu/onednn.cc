@@ -131,6 +131,7 @@ std::unique_ptr<ConvPlan> make_conv_plan(const ConvKey& k) {
   if (k.add_to_out) ops.append_sum(1.0f);  // dst = conv + bias + dst, then the activation
   if (k.act == ConvActivation::Relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
   if (k.act == ConvActivation::Relu6) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, 0.0f, 6.0f);
+  if (k.act == ConvActivation::Silu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
   attr.set_post_ops(ops);
   const dnnl::convolution_forward::primitive_desc pd(desc, attr, cpu_engine());
   p->conv = dnnl::convolution_forward(pd);
@@ -532,7 +533,7 @@ ConvGrads conv2d_backward(const float* x, const float* w, const float* dout, flo
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
                     const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights,
                     bool channels_last, bool add_to_out) {
-  if (act == ConvActivation::Silu) return false;
+  if (act == ConvActivation::Silu && !channels_last) return false;  // see onednn.h
   const int threads = use_intra_op_threads();
   const ConvPlan* p = conv_plan(ConvKey{g, bias != nullptr, act, channels_last, threads, add_to_out});
   if (p == nullptr) return false;

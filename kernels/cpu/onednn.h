@@ -40,9 +40,12 @@ struct WeightsIdentity {
 // With add_to_out, out holds a residual on entry, added before `act`
 // (oneDNN's sum post-op). False when oneDNN has no primitive for g or its
 // run fails (the caller then computes all of out itself; a residual in out
-// may be gone), and for Silu: oneDNN 2.6's swish post-op made its
-// convolutions 2-3x slower, so kiln's conv_forward asks for None and runs
-// SiLU over out itself.
+// may be gone), and for Silu on NCHW: oneDNN 2.6's swish post-op made its
+// blocked convolutions 2-3x slower, so kiln's conv_forward asks for None
+// there and runs SiLU over out itself. Its NHWC (brgconv) kernels apply
+// swish in the convolution's own pass, as fast as without it: no second
+// pass over out, which at two threads rereads half of it from the other
+// core's cache.
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
                     const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights,
                     bool channels_last = false, bool add_to_out = false);
