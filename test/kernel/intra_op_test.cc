@@ -193,6 +193,19 @@ TEST_CASE("a convolution's gradient gives the same bits at any thread count, bat
   }
 }
 
+TEST_CASE("an NHWC 3x3 convolution (oneDNN's Winograd where the CPU has it) gives the same bits at any "
+          "thread count", "[kernel][intra_op]") {
+  for (const std::int64_t batch : {1, 5}) {
+    INFO("batch " << batch);
+    const Tensor x = filled<float>(Dims{batch, 28, 28, 64}, -1, 1, 1), w = filled<float>(Dims{96, 64, 3, 3}, -1, 1, 2);
+    const Tensor b = filled<float>(Dims{96}, -1, 1, 3);
+    same_bits_at_any_thread_count([&] {
+      return run_op<FusedConv2dOp>({x, w, b}, Axes{1, 1}, Axes{1, 1}, Axes{1, 1}, std::int64_t{1},
+                                   std::string("relu"), std::string("NHWC"));
+    });
+  }
+}
+
 TEST_CASE("conv2d_transpose and its gradient give the same bits at any thread count",
           "[kernel][intra_op]") {
   // A DCGAN-style upsampling (kernel 4, stride 2, padding 1) and a grouped one.
