@@ -168,8 +168,13 @@ inline std::unique_ptr<Model> gpt_model(kiln::Place feed_place = kiln::Place::cp
     kiln::Value logits = head(norm(x));
     m->loss = kiln::nn::functional::cross_entropy(logits, label);
     kiln::optim::AdamW opt(/*learning_rate=*/3e-4, 0.9, 0.999, 1e-8, /*weight_decay=*/0.01);
-    if (amp) kiln::amp::decorate(opt, {.place = feed_place}).minimize(m->loss);
-    else opt.minimize(m->loss);
+    if (amp) {
+      kiln::amp::Options options;
+      options.place = feed_place;
+      kiln::amp::decorate(opt, options).minimize(m->loss);
+    } else {
+      opt.minimize(m->loss);
+    }
   }
   std::mt19937 rng(12);
   std::uniform_int_distribution<std::int64_t> tok(0, s.vocab - 1);
