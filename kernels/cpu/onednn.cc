@@ -177,10 +177,13 @@ ConvPlan* conv_plan(const ConvKey& k) {
 
 // Reordered weights by (buffer, offset, plan), refilled when the buffer's
 // writes changed; the least recently used dropped beyond kWeightCacheBytes
-// per thread (entries of buffers that are gone wait for that).
+// per thread (entries of buffers that are gone wait for that). A model
+// whose weights outgrow it reorders every weight on every run (each run
+// evicts what the next needs first), and Winograd's weights take 4x their
+// 3x3 size: 1 GiB holds ResNet-152's (~0.5 GiB so transformed).
 class WeightCache {
  public:
-  static constexpr std::size_t kWeightCacheBytes = std::size_t(256) << 20;
+  static constexpr std::size_t kWeightCacheBytes = std::size_t(1) << 30;
   // An entry's `writes` before its first fill completes.
   static constexpr std::uint64_t kUnfilled = ~std::uint64_t(0);
 
