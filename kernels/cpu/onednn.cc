@@ -468,7 +468,8 @@ bool weight_grad_slice(const float* x, const float* dout, const SharedDout& shar
 // reordered once (slots in other layouts are made plain first): addition
 // is elementwise, so the bits are those of adding the plain gradients.
 void sum_slices(std::byte* slots, std::size_t slot_bytes, std::span<memory::desc> layout,
-                const memory::desc& plain, float* dw) {
+                const Operand& dw_operand, float* dw) {
+  const memory::desc& plain = dw_operand.plain;
   const bool same = std::all_of(layout.begin(), layout.end(),
                                 [&](const memory::desc& md) { return md == layout[0]; });
   thread_local Scratch staging;
@@ -490,8 +491,12 @@ void sum_slices(std::byte* slots, std::size_t slot_bytes, std::span<memory::desc
   });
   if (layout[0] == plain)
     std::memcpy(dw, sum, plain.get_size());
-  else
+  else if (layout[0] != dw_operand.chosen)
     reorder_into(layout[0], sum, plain, dw);
+  else {  // the plan's own reorder, made once
+    finish_output(dw_operand, memory(layout[0], cpu_engine(), sum), dw, thread_stream());
+    thread_stream().wait();
+  }
 }
 
 bool weight_grad_by_slices(const float* x, const float* dout, const SharedDout& shared, float* dw,
@@ -510,7 +515,7 @@ bool weight_grad_by_slices(const float* x, const float* dout, const SharedDout& 
   });
   if (!ok) return false;
   try {
-    sum_slices(slots, slot_bytes, std::span(layout.data(), slices), p.weights_dw.plain, dw);
+    sum_slices(slots, slot_bytes, std::span(layout.data(), slices), p.weights_dw, dw);
   } catch (const dnnl::error&) {
     return false;
   }
