@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstddef>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -71,7 +72,15 @@ Tensor Tensor::empty(const Dims& dims, DataType dtype, Place place, Allocator* a
 
 Tensor Tensor::zeros(const Dims& dims, DataType dtype, Place place, Allocator* allocator) {
   Tensor t = empty(dims, dtype, place, allocator);
-  if (t.bytes()) std::memset(t.raw_data(), 0, t.bytes());
+  if (!t.bytes()) return t;
+  if (place.kind != PlaceKind::Cuda) {
+    std::memset(t.raw_data(), 0, t.bytes());
+    return t;
+  }
+  // Device memory: zeros from the host, copied on the device's compute
+  // stream and waited for.
+  const std::vector<std::byte> host(t.bytes());
+  copy_between_places(t.raw_data(), place, host.data(), Place::cpu(), t.bytes());
   return t;
 }
 

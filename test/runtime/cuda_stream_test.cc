@@ -37,6 +37,21 @@ TEST_CASE("a CUDA stream runs its copies in order and an event marks their compl
   alloc.deallocate(b);
 }
 
+TEST_CASE("Tensor::zeros on a CUDA place is a device tensor of zeros, in a block that held other values",
+          "[cuda][runtime]") {
+  if (!have_cuda()) return;
+  const Place dev = Place::cuda(0);
+  const Dims dims{257, 33};
+  // A freed block of the same size, full of ones: the caching allocator's
+  // next block of that size.
+  { Tensor ones = copy_to_place(Tensor::from_vector<float>(dims, std::vector<float>(257 * 33, 1.0f)), dev); }
+  const Tensor z = Tensor::zeros(dims, DataType::Float32, dev);
+  CHECK(z.place() == dev);
+  CHECK(z.dims() == dims);
+  const std::vector<float> back = copy_to_place(z, Place::cpu()).to_vector<float>();
+  CHECK(back == std::vector<float>(257 * 33, 0.0f));
+}
+
 TEST_CASE("a CUDA stream waits for another stream's event before its later work",
           "[cuda][runtime]") {
   if (!have_cuda()) return;
