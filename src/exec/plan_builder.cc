@@ -692,32 +692,39 @@ void PlanBuilder::plan_gc() {
 }
 
 // A device buffer comes from its device's compute-stream cache and goes
-// back to it when freed: work on the compute stream is ordered before any
-// later user, but work on another stream of the device (a copy stream, a
-// named stream) is not, so GC records those streams on the buffer first.
+// back to it when freed. Work on the compute stream is ordered before a
+// later user on that stream, but not before one on another stream of the
+// device: a copy stream's next transfer takes its block from the same cache.
+// So a buffer that work on another stream (a copy stream, a named stream)
+// touched is recorded, when GC lets it go, on every device stream that
+// touched it, the compute stream included: the block goes back to the cache
+// once all their work on it is done. Buffers only the compute stream
+// touched need no record.
 void PlanBuilder::plan_stream_records() {
   ExecutionPlan& p = plan();
   const auto num_slots = static_cast<std::uint32_t>(p.slots.size());
-  std::vector<std::uint8_t> records(p.stream_names.size(), 0);
+  std::vector<std::uint8_t> off_compute(p.stream_names.size(), 0);
   bool any = false;
   for (std::size_t k = 0; k < p.stream_names.size(); ++k) {
-    records[k] = is_device(p.stream_places[k]) && p.stream_names[k] != p.stream_places[k].to_string();
-    any = any || records[k];
+    off_compute[k] = is_device(p.stream_places[k]) && p.stream_names[k] != p.stream_places[k].to_string();
+    any = any || off_compute[k];
   }
   if (!any) return;
   std::vector<std::vector<std::uint32_t>> lanes(num_slots);
+  std::vector<std::uint8_t> touched_off_compute(num_slots, 0);
   for (const PlanInstruction& in : p.instructions) {
-    if (!in.lane.is_stream || !records[static_cast<std::size_t>(in.lane.stream)]) continue;
+    if (!in.lane.is_stream || !is_device(p.stream_places[static_cast<std::size_t>(in.lane.stream)])) continue;
     const auto k = static_cast<std::uint32_t>(in.lane.stream);
     for (const auto* list : {&in.reads, &in.writes})
-      for (std::uint32_t s : *list)
-        if (p.ref_count[s] > 0 && is_device(p.slots[s].place) &&
-            std::find(lanes[s].begin(), lanes[s].end(), k) == lanes[s].end())
-          lanes[s].push_back(k);
+      for (std::uint32_t s : *list) {
+        if (p.ref_count[s] <= 0 || !is_device(p.slots[s].place)) continue;
+        touched_off_compute[s] |= off_compute[k];
+        if (std::find(lanes[s].begin(), lanes[s].end(), k) == lanes[s].end()) lanes[s].push_back(k);
+      }
   }
   p.record_off.assign(num_slots + 1, 0);
   for (std::uint32_t s = 0; s < num_slots; ++s) {
-    p.record.insert(p.record.end(), lanes[s].begin(), lanes[s].end());
+    if (touched_off_compute[s]) p.record.insert(p.record.end(), lanes[s].begin(), lanes[s].end());
     p.record_off[s + 1] = static_cast<std::uint32_t>(p.record.size());
   }
 }

@@ -160,8 +160,8 @@ void RunState::record_error(std::uint32_t i, std::exception_ptr error) noexcept 
   }
 }
 
-// Marks slot s's buffer as used by the device streams (other than its
-// allocating one) whose work touched it, before GC lets it go.
+// Marks slot s's buffer as used by the device streams whose work touched
+// it (ExecutionPlan::record), before GC lets it go.
 void RunState::record_streams(std::uint32_t s) {
   const ExecutionPlan& p = *plan_;
   Variable* v = vars_[s];
