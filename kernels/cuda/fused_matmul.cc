@@ -1,15 +1,16 @@
-// CUDA kernel of kiln.fused_matmul: the product, its bias and relu in one
-// cublasLtMatmul (the BIAS / RELU_BIAS epilogues: the bias is added to the
-// f32 accumulator before the result is rounded) where the product is one
-// GEMM — y one matrix and x not transposed, so x's batch dims fold into its
-// rows — with a bias of the last dim's size; otherwise kiln.matmul's product
-// and one pass adding the bias and applying relu (launch_bias_activation),
-// as the unfused ops compute them (16-bit results: rounded after the
-// product and again after the bias, where the first route rounds once).
-// Activations: none or kiln.relu (what
-// cuBLASLt's epilogues compute); the fuse pass makes no other for a CUDA
-// target. f32 (TF32 under MatmulPrecision::High, as kiln.matmul), bf16
-// and f16 (f32 accumulation) on cuBLASLt; f64 by the second route.
+// CUDA kernel of kiln.fused_matmul: the product and its bias in one
+// cublasLtMatmul (the BIAS epilogue: the bias is added to the f32
+// accumulator before the result is rounded) where the product is one GEMM —
+// y one matrix and x not transposed, so x's batch dims fold into its rows —
+// with a bias of the last dim's size; otherwise kiln.matmul's product and
+// one pass adding the bias (launch_bias_activation), as the unfused ops
+// compute them (16-bit results: rounded after the product and again after
+// the bias, where the first route rounds once). Activations: none or
+// kiln.relu, applied by launch_bias_activation on both routes: cuBLASLt's
+// RELU_BIAS epilogue keeps a NaN (max(NaN, 0) is NaN on the device), where
+// kiln.relu gives 0 for it. The fuse pass makes no other for a CUDA
+// target. f32 (TF32 under MatmulPrecision::High, as kiln.matmul), bf16 and
+// f16 (f32 accumulation) on cuBLASLt; f64 by the second route.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -72,14 +73,14 @@ LtTypes lt_types(DataType dt) {
   return {CUDA_R_32F, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
 }
 
-// Row-major out[rows, n] = x[rows, k] · op(y) (+ bias[n], relu) as the
+// Row-major out[rows, n] = x[rows, k] · op(y) + bias[n] as the
 // column-major outᵀ = op(y)ᵀ · xᵀ: cuBLASLt's A is y, B is x, D is outᵀ,
 // whose rows (n) the bias runs along.
 struct LtGemm {
   DataType dtype;
   LtTypes types;  // read once: the precision setting may change meanwhile
   std::int64_t rows, n, k;
-  bool transpose_y, relu;
+  bool transpose_y;
   const void *x, *y, *bias;
   void* out;
 };
@@ -116,8 +117,7 @@ void describe(const KernelContext& ctx, const LtGemm& g, LtDescs& ds) {
   check_lt(ctx, cublasLtMatmulDescCreate(&ds.op, t.compute, CUDA_R_32F), "descriptor");
   set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_TRANSA, g.transpose_y ? CUBLAS_OP_T : CUBLAS_OP_N);
   set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
-  const cublasLtEpilogue_t epilogue = g.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
-  set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
   set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, t.data);
   const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
@@ -145,13 +145,13 @@ struct LtAlgo {
   cublasLtMatmulAlgo_t algo{};
   std::size_t workspace = 0;
 };
-using AlgoKey = std::tuple<int, DataType, int, std::int64_t, std::int64_t, std::int64_t, bool, bool, std::uint32_t,
+using AlgoKey = std::tuple<int, DataType, int, std::int64_t, std::int64_t, std::int64_t, bool, std::uint32_t,
                            std::uint32_t, std::uint32_t, std::uint32_t>;
 LtAlgo find_algo(cublasLtHandle_t h, int device, const LtGemm& g, const LtDescs& ds) {
   static std::mutex mu;
   static std::map<AlgoKey, LtAlgo> cache;
   const AlgoKey key{device, g.dtype, static_cast<int>(g.types.compute), g.rows, g.n, g.k,
-                    g.transpose_y, g.relu, alignment(g.x), alignment(g.y), alignment(g.out), alignment(g.bias)};
+                    g.transpose_y, alignment(g.x), alignment(g.y), alignment(g.out), alignment(g.bias)};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it == cache.end()) {
@@ -205,8 +205,8 @@ bool try_lt(KernelContext& ctx, DataType dt, const FusedMatmulOp::Attributes& a,
       s.k > INT_MAX)
     return false;
   Tensor& out = ctx.alloc_output(0, s.out_dims, dt);
-  const LtGemm g{dt, lt_types(dt), rows, s.n, s.k, a.transpose_y, a.activation.index >= 0, x.raw_data(), y.raw_data(),
-                 bias->raw_data(), out.raw_data()};
+  const LtGemm g{dt, lt_types(dt), rows, s.n, s.k, a.transpose_y, x.raw_data(), y.raw_data(), bias->raw_data(),
+                 out.raw_data()};
   return lt_matmul(ctx, g);
 }
 
@@ -220,13 +220,20 @@ void fused_matmul_kernel(KernelContext& ctx) {
   Tensor bias;
   if (ctx.num_inputs() > 2) bias = ctx.input(2);
   const Tensor* b = ctx.num_inputs() > 2 ? &bias : nullptr;
-  if (try_lt(ctx, D, a, x, y, b)) return;
+  const bool relu = a.activation.index >= 0;
+  if (try_lt(ctx, D, a, x, y, b)) {
+    if (!relu) return;
+    Tensor& out = ctx.output(0);
+    launch_bias_activation(D, out.raw_data(), nullptr, out.numel(), 1, false, true, stream_of(ctx));
+    check_launch(ctx);
+    return;
+  }
   Tensor& out = matmul_product(ctx, x, y, D, a.transpose_x, a.transpose_y);
   const std::int64_t n = out.dims().rank() ? out.dims()[out.dims().rank() - 1] : 1;
   if (b) check_matmul_bias(ctx.op()->name(), b->dtype(), b->numel(), D, n);
-  if (!b && a.activation.index < 0) return;
-  launch_bias_activation(D, out.raw_data(), b ? b->raw_data() : nullptr, out.numel(), n,
-                         b && b->numel() == 1, a.activation.index >= 0, stream_of(ctx));
+  if (!b && !relu) return;
+  launch_bias_activation(D, out.raw_data(), b ? b->raw_data() : nullptr, out.numel(), n, b && b->numel() == 1, relu,
+                         stream_of(ctx));
   check_launch(ctx);
 }
 

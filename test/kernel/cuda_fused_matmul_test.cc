@@ -138,14 +138,14 @@ TEST_CASE("a fused_matmul on CUDA with an activation cuBLASLt does not apply, or
   }
 }
 
-// kiln's relu gives 0 for NaN (`x > 0 ? x : 0`); cuBLASLt documents its
-// RELU_BIAS epilogue as max(x, 0) and says nothing of NaN. A NaN bias makes
-// its column NaN before the relu, on both routes.
+// kiln's relu gives 0 for NaN (`x > 0 ? x : 0`); cuBLASLt's RELU_BIAS
+// epilogue keeps it (seen on an H200), so the kernel applies relu itself.
+// A NaN bias makes its column NaN before the relu, on both routes.
 TEST_CASE("a NaN before a fused_matmul's relu gives 0 on CUDA, as on the CPU, on both routes",
           "[kernel][cuda]") {
   if (!have_cuda()) return;
   for (bool tx : {false, true}) {
-    INFO((tx ? "x transposed (product, then epilogue)" : "cuBLASLt's RELU_BIAS epilogue"));
+    INFO((tx ? "x transposed (product, then epilogue)" : "cuBLASLt's BIAS epilogue, then relu"));
     const Tensor x = integers<float>(tx ? Dims{8, 5} : Dims{5, 8}, 1, -2, 2);
     const Tensor y = integers<float>({8, 6}, 2, -2, 2);
     std::vector<float> b = integers<float>({6}, 3, -4, 4).to_vector<float>();
