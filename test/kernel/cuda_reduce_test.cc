@@ -3,10 +3,12 @@
 // each with its gradient — against the CPU kernels on the same inputs
 // ([cuda]: skipped without a device). Tolerances: exact for max, for
 // integer reductions and for the gradients that only copy, scale or pick
-// (sum / mean / max / cross-entropy grads); otherwise the results differ in
-// summation order (and CUDA's exp / log against glibc's and the CPU's f32
-// fast_exp), so f32 is compared to 1e-5 relative and 1e-6 absolute, f64 to
-// 1e-12 relative and 1e-13 absolute.
+// (sum / mean / max / cross-entropy grads); sums and means of floats
+// against the CPU's sums in f64 within a bound from the count and Σ|x|
+// (compare_float_sum_or_mean); otherwise the results differ in summation
+// order (and CUDA's exp / log against glibc's and the CPU's f32 fast_exp),
+// so f32 is compared to 1e-5 relative and 1e-6 absolute, f64 to 1e-12
+// relative and 1e-13 absolute.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -86,6 +88,48 @@ void compare_reduction(double lo, double hi, double rtol, double atol) {
   }
 }
 
+// Sum or mean (OpT) of floating T on the device against the CPU's sum of
+// the same values in f64, rounded to T. The device sums f32 in f64 too;
+// each f64 sum, in any order, is within (count - 1) · 2^-53 · Σ|x| of the
+// exact one, and the result is rounded to T once (a mean: the sum, then the
+// quotient, in T). So the two are at most 2 · count · 2^-53 · Σ|x| (a mean:
+// its count-th part) plus 4 units of T's rounding (2^-22 relative for f32,
+// 2^-51 for f64) apart. An element dropped or added moves a result by |x|,
+// far more than that. (The CPU's f32 column sums accumulate in f32: over
+// 1000 rows in [-1, 1) they are ~1e-5 off where the sum cancels to ~0.75.)
+template <typename OpT, typename T>
+void compare_float_sum_or_mean() {
+  const double unit = std::is_same_v<T, float> ? 0x1p-22 : 0x1p-51;
+  std::uint32_t seed = 3;
+  for (const auto& c : kReduceCases) {
+    INFO(OpT::name << " " << to_string(data_type_of<T>) << " [" << c.x.to_string() << "] keepdim "
+                   << c.keepdim);
+    const Tensor x = filled<T>(c.x, -1, 1, seed++);
+    const std::vector<T> xv = x.to_vector<T>();
+    std::vector<double> wide(xv.begin(), xv.end()), mag(xv.size());
+    for (std::size_t i = 0; i < mag.size(); ++i) mag[i] = std::abs(wide[i]);
+    const Tensor got = run_cuda_op<OpT>({x}, c.axes, c.keepdim).out();
+    const Tensor want = run_op<OpT>({Tensor::from_vector<double>(c.x, wide)}, c.axes, c.keepdim).out();
+    const std::vector<double> w = want.to_vector<double>();
+    const std::vector<double> abs_sum =
+        run_op<OpT>({Tensor::from_vector<double>(c.x, mag)}, c.axes, c.keepdim).out().template to_vector<double>();
+    REQUIRE(got.dims() == want.dims());
+    REQUIRE(got.dtype() == x.dtype());
+    const std::vector<T> g = got.to_vector<T>();
+    const double count = want.numel() ? double(x.numel()) / double(want.numel()) : 0;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      const double a = g[i], b = static_cast<T>(w[i]);
+      const double tol = unit * std::abs(b) + 2 * count * 0x1p-53 * abs_sum[i];
+      const bool ok = (std::isnan(a) && std::isnan(b)) || std::abs(a - b) <= tol;
+      if (!ok) {
+        INFO("element " << i << ": got " << a << ", want " << b << " within " << tol);
+        CHECK(ok);
+        break;
+      }
+    }
+  }
+}
+
 template <typename OpT, typename T>
 void compare_reduction_grad(bool with_out, double rtol, double atol) {
   std::uint32_t seed = 30;
@@ -108,14 +152,12 @@ void compare_reduction_grad(bool with_out, double rtol, double atol) {
 
 TEST_CASE("CUDA sum, mean, max and prod over axes match the CPU's", "[cuda][kernel]") {
   if (!have_cuda()) return;
-  // The device sums f32 in f64; the CPU's column sums (a kept innermost dim)
-  // accumulate in f32, 1e-5 relative apart over 3000 rows.
-  compare_reduction<SumOp, float>(-1, 1, 1e-5, 1e-6);
-  compare_reduction<SumOp, double>(-1, 1, 1e-12, 1e-12);
+  compare_float_sum_or_mean<SumOp, float>();
+  compare_float_sum_or_mean<SumOp, double>();
   compare_reduction<SumOp, std::int32_t>(-100, 100, 0, 0);
   compare_reduction<SumOp, std::int64_t>(-100, 100, 0, 0);
-  compare_reduction<MeanOp, float>(-1, 1, 1e-5, 1e-7);
-  compare_reduction<MeanOp, double>(-1, 1, 1e-12, 1e-14);
+  compare_float_sum_or_mean<MeanOp, float>();
+  compare_float_sum_or_mean<MeanOp, double>();
   compare_reduction<MaxOp, float>(-1, 1, 0, 0);
   compare_reduction<MaxOp, std::int64_t>(-100, 100, 0, 0);
   compare_reduction<ProdOp, double>(0.9, 1.1, 1e-12, 1e-14);

@@ -2,7 +2,8 @@
 // concat, split, slice and its gradient, split_as, cast, clip, scale —
 // against the CPU kernels on the same inputs ([cuda]: skipped without a
 // device). Copies must give the CPU's bytes; casts and arithmetic the
-// CPU's values (NaN equal to NaN: a device's NaN may carry another payload).
+// CPU's values (NaN equal to NaN: a device's NaN may carry another payload,
+// as CUDA's f32 -> f16 gives 0x7fff where the CPU gives 0x7e00).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "kernel/cuda_test_util.h"
+#include "kiln/support/half.h"
 
 using namespace kiln;
 using kiln_test::filled;
@@ -56,12 +58,27 @@ bool same_values(const Tensor& got, const Tensor& want) {
   return true;
 }
 
-// Bytes, except f32 / f64 compared as values with NaN equal to NaN.
+// f16 / bf16: the same bits, or NaN both.
+bool same_16bit(const Tensor& got, const Tensor& want) {
+  const auto* g = static_cast<const std::uint16_t*>(got.raw_data());
+  const auto* w = static_cast<const std::uint16_t*>(want.raw_data());
+  const auto nan = [&](std::uint16_t v) {
+    return std::isnan(want.dtype() == DataType::Float16 ? half_to_float(v) : bfloat16_to_float(v));
+  };
+  for (std::int64_t i = 0; i < want.numel(); ++i)
+    if (!(g[i] == w[i] || (nan(g[i]) && nan(w[i])))) return false;
+  return true;
+}
+
+// Bytes, except f32 / f64 compared as values and f16 / bf16 as bits, with
+// NaN equal to NaN.
 void check_values(const Tensor& got, const Tensor& want) {
   REQUIRE(got.dims() == want.dims());
   REQUIRE(got.dtype() == want.dtype());
   if (want.dtype() == DataType::Float32) CHECK(same_values<float>(got, want));
   else if (want.dtype() == DataType::Float64) CHECK(same_values<double>(got, want));
+  else if (want.dtype() == DataType::Float16 || want.dtype() == DataType::BFloat16)
+    CHECK(same_16bit(got, want));
   else check_bytes(got, want);
 }
 
