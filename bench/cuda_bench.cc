@@ -47,6 +47,7 @@
 // ./run prints the ratios. A # line lists the ops each model runs on the
 // CPU (no CUDA kernel yet), which its step time includes.
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,6 +55,7 @@
 #include "bench_models.h"
 #include "bench_util.h"
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/exec/step_stats.h"
 #include "kiln/frontend/recompute.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/runtime/cuda_context.h"
@@ -150,6 +152,20 @@ double step_us(Model& m, bool graph, int steps, int reps) {
                 }) /
                 steps);
   return median(t) / 1e3;
+}
+
+// Prints, as "# " lines, kiln's per-op-kind step stats of one training step
+// of `m` on cuda:0 (after warm-up steps): where a model's step time goes.
+void print_step_stats(Model& m, const char* name) {
+  kiln::Executor exe(kiln::Place::cuda(0), {.num_threads = 1});
+  exe.run(m.startup);
+  const std::vector<kiln::FetchTarget> fetch{m.loss};
+  for (int i = 0; i < 5; ++i) exe.run(m.main, m.feeds, fetch);
+  kiln::StepStats stats;
+  exe.run(m.main, m.feeds, fetch, stats);
+  std::printf("# step stats of %s\n", name);
+  std::istringstream table(kiln::summary_table(stats));
+  for (std::string line; std::getline(table, line);) std::printf("# %s\n", line.c_str());
 }
 
 // A program of `reps` links, each `link(builder, value)` → value, on a
@@ -328,6 +344,7 @@ int main(int argc, char** argv) {
       auto m = gpt_model(dev, gpt2_small());
       emit("cuda.gpt2s.f32.step", step_us(*m, false, 5, 5) / 1e3, "ms");
       emit("cuda.gpt2s.f32.peak", peak_mib(*m), "MiB");
+      print_step_stats(*m, "cuda.gpt2s.f32");
       kiln::set_float32_matmul_precision(kiln::MatmulPrecision::High);
       emit("cuda.gpt2s.tf32.step", step_us(*m, false, 5, 5) / 1e3, "ms");
       kiln::set_float32_matmul_precision(kiln::MatmulPrecision::Highest);
@@ -336,6 +353,7 @@ int main(int argc, char** argv) {
       auto m = gpt_model(dev, gpt2_small(), /*amp=*/true);
       emit("cuda.gpt2s.amp_bf16.step", step_us(*m, false, 5, 5) / 1e3, "ms");
       emit("cuda.gpt2s.amp_bf16.peak", peak_mib(*m), "MiB");
+      print_step_stats(*m, "cuda.gpt2s.amp_bf16");
     }
     auto r = gpt_model(dev, gpt2_small(), /*amp=*/true);
     kiln::recompute(r->main, r->checkpoints);
