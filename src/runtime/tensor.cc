@@ -84,6 +84,10 @@ Tensor Tensor::zeros(const Dims& dims, DataType dtype, Place place, Allocator* a
   return t;
 }
 
+Tensor Tensor::host_copy() const { return copy_to_place(*this, Place::cpu()); }
+
+Tensor Tensor::device_copy(const Tensor& host, Place place) { return copy_to_place(host, place); }
+
 Tensor Tensor::from_external(void* data, std::size_t bytes, const Dims& dims, DataType dtype, Place place,
                              Buffer::Deleter deleter) {
   const std::size_t need = checked_bytes(dims, dtype, "Tensor::from_external");

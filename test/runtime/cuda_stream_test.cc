@@ -52,6 +52,19 @@ TEST_CASE("Tensor::zeros on a CUDA place is a device tensor of zeros, in a block
   CHECK(back == std::vector<float>(257 * 33, 0.0f));
 }
 
+TEST_CASE("Tensor::from_vector on a CUDA place and to_vector of a device tensor copy between host and device",
+          "[cuda][runtime]") {
+  if (!have_cuda()) return;
+  const Place dev = Place::cuda(0);
+  const std::vector<float> values{1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -0.5f};
+  const Tensor t = Tensor::from_vector<float>({2, 3}, values, dev);
+  CHECK(t.place() == dev);
+  CHECK(t.to_vector<float>() == values);
+  CHECK(copy_to_place(t, Place::cpu()).to_vector<float>() == values);
+  const Tensor b = Tensor::from_vector<bool>({3}, {true, false, true}, dev);
+  CHECK(b.to_vector<bool>() == std::vector<bool>{true, false, true});
+}
+
 TEST_CASE("a CUDA stream waits for another stream's event before its later work",
           "[cuda][runtime]") {
   if (!have_cuda()) return;

@@ -42,8 +42,9 @@ class Tensor {
   // Like empty(), every byte zero.
   static Tensor zeros(const Dims& dims, DataType dtype, Place place = Place::cpu(),
                       Allocator* allocator = nullptr);
-  // A host tensor holding `values` (row-major). kiln::Error (InvalidArgument)
-  // when dims' element count differs from values.size().
+  // A tensor on `place` holding `values` (row-major; a device's copied there
+  // from the host and waited for). kiln::Error (InvalidArgument) when dims'
+  // element count differs from values.size().
   template <typename T>
   static Tensor from_vector(const Dims& dims, const std::vector<T>& values, Place place = Place::cpu());
   // A tensor over external memory of `bytes` bytes; `deleter` (may be empty)
@@ -89,7 +90,8 @@ class Tensor {
   Tensor slice(std::int64_t begin, std::int64_t end) const;
   // A deep copy in a new buffer (same dims, dtype, place).
   Tensor clone() const;
-  // The elements, row-major. kiln::Error as data<T>().
+  // The elements, row-major; a device tensor's are copied to the host first
+  // (and waited for). kiln::Error as data<T>().
   template <typename T>
   std::vector<T> to_vector() const;
 
@@ -144,6 +146,10 @@ class Tensor {
   // The error check_dtype throws: uninitialized, or not of dtype `want`.
   [[noreturn, gnu::cold, gnu::noinline]] void fail_dtype(const char* what, DataType want) const;
   std::size_t available_bytes() const noexcept;
+  // A device tensor's values in a new host tensor (copied and waited for).
+  Tensor host_copy() const;
+  // `host`'s values in a new tensor on the device `place` (copied and waited for).
+  static Tensor device_copy(const Tensor& host, Place place);
 
   BufferRef buffer_;
   Dims dims_;
@@ -221,7 +227,8 @@ inline std::int64_t Tensor::dim(int i) const {
 template <typename T>
 Tensor Tensor::from_vector(const Dims& dims, const std::vector<T>& values, Place place) {
   constexpr DataType dtype = data_type_of<T>;
-  Tensor t = empty(dims, dtype, place);
+  const bool device = place.kind == PlaceKind::Cuda;
+  Tensor t = empty(dims, dtype, device ? Place::cpu() : place);
   if (static_cast<std::size_t>(t.numel()) != values.size())
     throw_error(ErrorKind::InvalidArgument, "Tensor::from_vector: dims [", dims.to_string(), "] hold ",
                 t.numel(), " elements, given ", values.size(), " values");
@@ -231,11 +238,12 @@ Tensor Tensor::from_vector(const Dims& dims, const std::vector<T>& values, Place
   } else if (!values.empty()) {
     std::memcpy(out, values.data(), values.size() * sizeof(T));
   }
-  return t;
+  return device ? device_copy(t, place) : t;
 }
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
+  if (place_.kind == PlaceKind::Cuda) return host_copy().to_vector<T>();
   const T* in = data<T>();
   return std::vector<T>(in, in + numel());
 }
