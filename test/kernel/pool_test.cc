@@ -2,8 +2,10 @@
 // of each pool and its grad op.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
+#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -93,6 +95,27 @@ TEST_CASE("max_pool2d in NHWC gives the NCHW result's values in NHWC, NaN winnin
   KILN_CHECK_ERROR(run_op<MaxPool2dOp>({Tensor::zeros(Dims{2, 3, 4}, DataType::Float32)}, V{2, 2}, V{2, 2},
                                        V{0, 0}, false, std::string("NHWC")),
                    InvalidArgument, {"kiln.max_pool2d"});
+}
+
+TEST_CASE("an NHWC 2x2 max pool of any channel count gives the NCHW pool's bits, signed zeros and NaN included",
+          "[kernel][pool]") {
+  // Mostly -1, -0 and +0: windows whose maximum is a tie of zeros, where
+  // only the row-major order of the comparisons picks the sign.
+  const float values[] = {-1.0f, -0.0f, 0.0f};
+  std::mt19937 rng(3);
+  for (std::int64_t c = 1; c <= 17; ++c) {
+    INFO(c << " channels");
+    const Dims d{2, c, 6, 10};
+    std::vector<float> v(static_cast<std::size_t>(d.numel()));
+    for (float& e : v) e = values[rng() % 3];
+    v[v.size() / 3] = std::numeric_limits<float>::quiet_NaN();
+    const Tensor x = Tensor::from_vector<float>(d, v);
+    const Tensor want = to_nhwc<float>(run_op<MaxPool2dOp>({x}, V{2, 2}, V{2, 2}, V{0, 0}, false).out());
+    const Tensor got =
+        run_op<MaxPool2dOp>({to_nhwc<float>(x)}, V{2, 2}, V{2, 2}, V{0, 0}, false, std::string("NHWC")).out();
+    REQUIRE(got.dims() == want.dims());
+    CHECK(std::memcmp(got.raw_data(), want.raw_data(), want.bytes()) == 0);
+  }
 }
 
 TEST_CASE("max_pool2d with padding ignores the padded border", "[kernel][pool]") {
