@@ -691,13 +691,13 @@ void PlanBuilder::plan_gc() {
   plan_stream_records();
 }
 
-// A device buffer comes from its device's compute-stream cache and goes
-// back to it when freed. Work on the compute stream is ordered before a
-// later user on that stream, but not before one on another stream of the
-// device: a copy stream's next transfer takes its block from the same cache.
-// So a buffer that work on another stream (a copy stream, a named stream)
+// A device buffer comes from the cache of the stream its writer runs on
+// (the compute stream's, or a copy or named stream's own:
+// RunState::context_allocator) and goes back to it when freed: work queued
+// on that stream is ordered before the block's next user there, but work
+// on another stream is not. So a buffer that work on a copy or named stream
 // touched is recorded, when GC lets it go, on every device stream that
-// touched it, the compute stream included: the block goes back to the cache
+// touched it, the compute stream included: the block goes back to its cache
 // once all their work on it is done. Buffers only the compute stream
 // touched need no record.
 void PlanBuilder::plan_stream_records() {

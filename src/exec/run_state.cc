@@ -28,8 +28,9 @@ RunState::RunState(std::shared_ptr<const ExecutionPlan> plan, Scope& scope)
   local_scope_ = &scope.new_scope();
   try {
     bind_variables(root);
-    build_contexts(root);
     create_streams();
+    build_contexts(root);
+    attach_streams();
     if (plan_->options.cuda_graph) {
       if (std::string why = graph_blocker(); !why.empty()) graph_off(why);
       else graph_ = std::make_unique<GraphMode>();
@@ -131,13 +132,30 @@ void RunState::build_contexts(Scope& root) {
       runners_.push_back(make_control_flow_runner(in, {inputs, in.reads.size()}, root));
       attrs = runners_.back().get();
     }
-    Allocator* allocator = in.pinned ? &pinned_allocator() : &allocator_for(in.place);
     instrs_[i].ctx = KernelContext(in.op, inputs, static_cast<std::uint32_t>(in.reads.size()), outputs,
                                    static_cast<std::uint32_t>(in.writes.size()), attrs, in.place,
-                                   allocator);
+                                   context_allocator(static_cast<std::uint32_t>(i)));
     instrs_[i].ctx.set_unused_outputs(in.unused_outputs);
     instrs_[i].ctx.set_step(&step_);
   }
+}
+
+// The allocator of instruction i's outputs: pinned host memory for a
+// fetch's copy; for work on a device's copy or named stream, that stream's
+// own blocks (CudaAllocator::for_stream: a block the compute stream freed
+// while its kernels may still read it is reused only by the compute
+// stream); else its place's allocator. Streams are made before contexts.
+Allocator* RunState::context_allocator(std::uint32_t i) const {
+  const ExecutionPlan& p = *plan_;
+  const PlanInstruction& in = p.instructions[i];
+  if (in.pinned) return &pinned_allocator();
+  if (!streams_.empty() && p.lane[i] >= 0) {
+    const auto k = static_cast<std::size_t>(p.lane[i]);
+    const Place sp = p.stream_places[k];
+    if (sp.kind == PlaceKind::Cuda && in.place == sp && p.stream_names[k] != sp.to_string())
+      return &cuda_stream_allocator(sp.device, *streams_[k]);
+  }
+  return &allocator_for(in.place);
 }
 
 void RunState::create_streams() {
@@ -162,7 +180,13 @@ void RunState::create_streams() {
     }
   }
   if (p.options.profile) create_device_timers();
-  // A stream instruction's kernel launches on its stream.
+}
+
+// A stream instruction's kernel launches on its stream; the events of the
+// instructions with event or sync successors.
+void RunState::attach_streams() {
+  const ExecutionPlan& p = *plan_;
+  if (!p.has_streams()) return;
   for (std::uint32_t i = 0; i < p.size(); ++i)
     if (p.lane[i] >= 0) instrs_[i].ctx.set_stream(streams_[static_cast<std::size_t>(p.lane[i])]);
   out_event_.resize(p.size());

@@ -21,6 +21,11 @@ std::unique_ptr<Stream> new_cuda_stream(int device) {
   return nullptr;
 }
 
+Allocator& cuda_stream_allocator(int device, Stream&) {
+  cuda_context(device);  // throws: no CUDA
+  throw_error(ErrorKind::Unimplemented, "a CUDA stream's allocator: kiln was built without CUDA");
+}
+
 Allocator& pinned_allocator() { return cpu_allocator(); }
 
 std::unique_ptr<Event> new_cuda_timing_event(int device) {

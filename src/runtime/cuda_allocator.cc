@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
 namespace kiln {
@@ -24,6 +25,22 @@ void note_allocation(AllocatorStats& s, std::size_t size, bool hit) {
 
 // ---- CudaAllocator ----
 
+// The allocator's blocks for one stream's work (for_stream).
+class CudaAllocator::StreamAllocator final : public Allocator {
+ public:
+  StreamAllocator(CudaAllocator& base, CudaStreamHandle stream) : base_(base), stream_(stream) {}
+  Allocation allocate(std::size_t bytes) override { return base_.allocate_on(bytes, stream_); }
+  void deallocate(const Allocation& allocation) noexcept override { base_.deallocate(allocation); }
+  Place place() const noexcept override { return base_.place(); }
+  AllocatorStats stats() const override { return base_.stats(); }
+  void reset_peak() override { base_.reset_peak(); }
+  std::size_t release_cache() override { return base_.release_cache(); }
+
+ private:
+  CudaAllocator& base_;
+  CudaStreamHandle stream_;
+};
+
 CudaAllocator::CudaAllocator(int device, const CudaStream& default_stream)
     : device_(device), default_stream_(default_stream.handle()) {}
 
@@ -39,6 +56,13 @@ Allocation CudaAllocator::allocate(std::size_t bytes) { return allocate_on(bytes
 
 Allocation CudaAllocator::allocate(std::size_t bytes, const CudaStream& stream) {
   return allocate_on(bytes, stream.handle());
+}
+
+Allocator& CudaAllocator::for_stream(const CudaStream& stream) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  std::unique_ptr<StreamAllocator>& a = for_stream_[stream.handle()];
+  if (!a) a = std::make_unique<StreamAllocator>(*this, stream.handle());
+  return *a;
 }
 
 Allocation CudaAllocator::allocate_on(std::size_t bytes, CudaStreamHandle stream) {

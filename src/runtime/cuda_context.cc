@@ -74,6 +74,13 @@ std::unique_ptr<Stream> new_cuda_stream(int device) {
   return std::make_unique<CudaStream>(device);
 }
 
+Allocator& cuda_stream_allocator(int device, Stream& stream) {
+  auto* cuda = dynamic_cast<CudaStream*>(&stream);
+  if (!cuda || cuda->device() != device)
+    throw_error(ErrorKind::InvalidArgument, "cuda_stream_allocator: the stream is not a stream of cuda:", device);
+  return cuda_context(device).allocator().for_stream(*cuda);
+}
+
 Allocator& pinned_allocator() { return pinned_host_allocator(); }
 
 std::unique_ptr<Event> new_cuda_timing_event(int device) {

@@ -154,9 +154,9 @@ TEST_CASE("device buffers a copy stream touched are recorded on it and on the co
   };
   REQUIRE(!plan->record_off.empty());
   // The h2d copy's device buffer: written on the h2d stream, freed after
-  // relu. Recorded on the compute stream too: the next transfer's buffer
-  // comes from the compute stream's cache, and must not take this block
-  // while relu's kernel may still be queued there.
+  // relu. Recorded on the compute stream too: the block goes back to the
+  // h2d stream's cache, and the next transfer must not take it while
+  // relu's kernel may still be queued on the compute stream.
   CHECK(records(h2d.writes[0]) == std::vector<std::string>{"cuda:0/h2d", "cuda:0"});
   // relu's output is touched by the compute stream alone: nothing to record.
   CHECK(records(plan->instructions[index_of(*plan, "kiln.relu")].writes[0]).empty());

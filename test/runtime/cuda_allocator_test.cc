@@ -10,6 +10,7 @@
 #include "kiln/runtime/buffer.h"
 #include "kiln/runtime/cuda_context.h"
 #include "kiln/runtime/deferred_free.h"
+#include "kiln/runtime/host_stream.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -50,6 +51,35 @@ TEST_CASE("a freed CUDA block is reused by its own stream at once and by no othe
   alloc.deallocate(again);
   CHECK(alloc.release_cache() == 2048);
   CHECK(alloc.stats().cached_bytes == 0);
+}
+
+TEST_CASE("a stream's allocator serves that stream's list: its freed blocks go to its own work, never to the "
+          "default stream's",
+          "[cuda][runtime]") {
+  if (!have_cuda()) return;
+  CudaStream compute(0), copy(0);
+  CudaAllocator alloc(0, compute);
+  Allocator& on_copy = alloc.for_stream(copy);
+  CHECK(&on_copy == &alloc.for_stream(copy));  // one per stream
+  CHECK(on_copy.place() == Place::cuda(0));
+  Allocation a = on_copy.allocate(1000);
+  void* p = a.ptr;
+  on_copy.deallocate(a);
+  Allocation other = alloc.allocate(1000);  // the default (compute) stream's list
+  CHECK(other.ptr != p);
+  Allocation again = on_copy.allocate(900);
+  CHECK(again.ptr == p);
+  CHECK(on_copy.stats().bytes_in_use == alloc.stats().bytes_in_use);
+  alloc.deallocate(other);
+  on_copy.deallocate(again);
+  CHECK(alloc.release_cache() == 2048);
+}
+
+TEST_CASE("cuda_stream_allocator refuses a stream that is not one of the device's CUDA streams",
+          "[runtime]") {
+  if (!built_with_cuda()) return;
+  HostStream host(0);
+  KILN_CHECK_ERROR(cuda_stream_allocator(0, host), InvalidArgument, {"cuda_stream_allocator", "cuda:0"});
 }
 
 TEST_CASE("a block another stream still uses is not handed out again until that stream's work "

@@ -123,10 +123,11 @@ struct ExecutionPlan {
   // Stream-safe GC (seed 001 §4.2): before GC frees slot s, its buffer is
   // recorded on the streams record[record_off[s] .. record_off[s+1]) — where
   // work on a device stream other than the compute stream touched it, every
-  // device stream whose work touched it, the compute stream included (a copy
-  // stream's next transfer may take the block from the compute stream's
-  // cache) — so a device block goes back to the cache only once that work
-  // is done. Empty unless the plan has device streams.
+  // device stream whose work touched it, the compute stream included (the
+  // block returns to its writer stream's cache, whose next user is not
+  // ordered after the other streams' work) — so a device block goes back to
+  // the cache only once that work is done. Empty unless the plan has device
+  // streams.
   std::vector<std::uint32_t> record_off, record;
 
   // Streams (all empty for a host-only program). lane[i]: -1 host, else the

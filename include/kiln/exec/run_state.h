@@ -142,8 +142,10 @@ class RunState {
   void check_parameters(const Scope& root) const;
   void bind_variables(Scope& root, std::span<Variable* const> arguments = {});
   void build_contexts(Scope& root);
+  Allocator* context_allocator(std::uint32_t i) const;
   void allocate_counters();
   void create_streams();
+  void attach_streams();
   void reset_counters();
   void begin_run(const RunConfig& config);
   void run_launches(std::span<Tensor* const> feeds, bool take, const RunConfig& config,

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -37,6 +38,12 @@ class CudaAllocator final : public Allocator {
   Allocation allocate(std::size_t bytes) override;
   // A block for work on `stream` (reused only from that stream's list).
   Allocation allocate(std::size_t bytes, const CudaStream& stream);
+  // An Allocator whose allocate(bytes) serves `stream` as the overload
+  // above: the allocator of work on a copy or named stream, whose outputs
+  // must not come from the compute stream's list (a block freed there while
+  // a compute kernel that reads it is still queued would be written by the
+  // other stream's copy too early). Kept as long as this allocator.
+  Allocator& for_stream(const CudaStream& stream);
   void deallocate(const Allocation& allocation) noexcept override;
   Place place() const noexcept override { return Place::cuda(static_cast<std::int16_t>(device_)); }
   AllocatorStats stats() const override;
@@ -51,6 +58,7 @@ class CudaAllocator final : public Allocator {
   static std::size_t size_class_bytes(std::size_t bytes) noexcept;
 
  private:
+  class StreamAllocator;
   using Key = std::pair<CudaStreamHandle, std::size_t>;  // (stream, size class)
   Allocation allocate_on(std::size_t bytes, CudaStreamHandle stream);
   void* device_malloc(std::size_t bytes, std::size_t requested);
@@ -60,6 +68,7 @@ class CudaAllocator final : public Allocator {
   mutable std::mutex mutex_;
   std::map<Key, std::vector<void*>> free_;             // guarded by mutex_
   std::unordered_map<void*, CudaStreamHandle> owner_;  // live block → its stream; mutex_
+  std::map<CudaStreamHandle, std::unique_ptr<StreamAllocator>> for_stream_;  // guarded by mutex_
   AllocatorStats stats_;                               // guarded by mutex_
 };
 

@@ -59,6 +59,11 @@ void copy_device_to_device(void* dst, const void* src, std::size_t bytes, CudaSt
 // creates beside the context's own). Errors as cuda_context's.
 std::unique_ptr<Stream> new_cuda_stream(int device);
 
+// cuda:`device`'s allocator for work on `stream`, a CudaStream of that
+// device (CudaAllocator::for_stream): the allocator of a copy or named
+// stream's instructions. Errors as cuda_context's.
+Allocator& cuda_stream_allocator(int device, Stream& stream);
+
 // A CUDA event that keeps a device timestamp, for profiling; and the
 // milliseconds from `start` to `end` (two such events that completed).
 // Errors as cuda_context's.
