@@ -78,10 +78,8 @@ void max_pool_plane(const T* __restrict xp, T* __restrict o, const Pool2dGeometr
   }
 }
 
-// One output row (n, oh) of a 2x2 stride-2 NHWC max pool (LeNet's): one
-// pass per output pixel over its four inputs. max_nan(max_nan(a, b),
-// max_nan(c, d)) keeps the row-major fold's bits: its last NaN, else its
-// first maximum.
+// The output pixels of a 2x2 stride-2 NHWC max pool row with C channels
+// known at compile time (r0, r1: its two input rows; o: its output row).
 template <std::int64_t C, typename T>
 KILN_SIMD_INLINE void max_pool_nhwc_pixels_2x2(const T* __restrict r0, const T* __restrict r1, T* __restrict o,
                                                std::int64_t wo) {
@@ -93,9 +91,9 @@ KILN_SIMD_INLINE void max_pool_nhwc_pixels_2x2(const T* __restrict r0, const T* 
   }
 }
 
-// The same with the channel count known at compile time, for f32 and the
-// small counts (1..15) whose runtime-length channel loop does not vectorize
-// (LeNet's 6 channels: 6x faster); false for any other count.
+// max_pool_nhwc_pixels_2x2 for c channels, for f32 and the small counts
+// (1..15) whose runtime-length channel loop does not vectorize (LeNet's 6
+// channels: 6x faster); false for any other count or dtype.
 template <typename T, std::int64_t... Cs>
 KILN_SIMD_INLINE bool max_pool_nhwc_pixels_2x2_small(std::int64_t c, const T* r0, const T* r1, T* o,
                                                      std::int64_t wo, std::integer_sequence<std::int64_t, Cs...>) {
@@ -106,6 +104,10 @@ KILN_SIMD_INLINE bool max_pool_nhwc_pixels_2x2_small(std::int64_t c, const T* r0
   }
 }
 
+// One output row (n, oh) of a 2x2 stride-2 NHWC max pool (LeNet's): one
+// pass per output pixel over its four inputs. max_nan(max_nan(a, b),
+// max_nan(c, d)) keeps the row-major fold's bits: its last NaN, else its
+// first maximum.
 template <typename T>
 KILN_SIMD_INLINE void max_pool_nhwc_row_2x2(const T* x, T* out, const Pool2dGeometry& g,
                                             std::int64_t n, std::int64_t oh) {
