@@ -221,14 +221,10 @@ void fused_matmul_kernel(KernelContext& ctx) {
   if (ctx.num_inputs() > 2) bias = ctx.input(2);
   const Tensor* b = ctx.num_inputs() > 2 ? &bias : nullptr;
   const bool relu = a.activation.index >= 0;
-  if (try_lt(ctx, D, a, x, y, b)) {
-    if (!relu) return;
-    Tensor& out = ctx.output(0);
-    launch_bias_activation(D, out.raw_data(), nullptr, out.numel(), 1, false, true, stream_of(ctx));
-    check_launch(ctx);
-    return;
-  }
-  Tensor& out = matmul_product(ctx, x, y, D, a.transpose_x, a.transpose_y);
+  // What the epilogue pass still adds: the bias unless cuBLASLt did, relu.
+  const bool lt = try_lt(ctx, D, a, x, y, b);
+  if (lt) b = nullptr;
+  Tensor& out = lt ? ctx.output(0) : matmul_product(ctx, x, y, D, a.transpose_x, a.transpose_y);
   const std::int64_t n = out.dims().rank() ? out.dims()[out.dims().rank() - 1] : 1;
   if (b) check_matmul_bias(ctx.op()->name(), b->dtype(), b->numel(), D, n);
   if (!b && !relu) return;

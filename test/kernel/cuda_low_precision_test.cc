@@ -41,8 +41,9 @@ TEST_CASE("a bf16 or f16 matmul on CUDA matches the CPU's to one unit in the las
     for (bool tx : {false, true})
       for (bool ty : {false, true}) {
         INFO(to_string(dt) << ", transposes " << tx << ty);
-        const Tensor x = random_half(tx ? Dims{4, 70, 33} : Dims{4, 33, 70}, dt, 1);
-        const Tensor y = random_half(ty ? Dims{45, 70} : Dims{70, 45}, dt, 2);
+        constexpr std::int64_t M = 33, K = 70, N = 45;  // x [4, M, K], y [K, N] before transposes
+        const Tensor x = random_half(tx ? Dims{4, K, M} : Dims{4, M, K}, dt, 1);
+        const Tensor y = random_half(ty ? Dims{N, K} : Dims{K, N}, dt, 2);
         auto make = [&](Builder& b, const std::vector<Value>& v) {
           return b.create<MatmulOp>(v[0], v[1], tx, ty).operation();
         };
@@ -54,7 +55,6 @@ TEST_CASE("a bf16 or f16 matmul on CUDA matches the CPU's to one unit in the las
         const auto* pg = static_cast<const std::uint16_t*>(gpu.raw_data());
         const auto* px = static_cast<const std::uint16_t*>(x.raw_data());
         const auto* py = static_cast<const std::uint16_t*>(y.raw_data());
-        constexpr std::int64_t M = 33, K = 70, N = 45;  // x [4, M, K], y [K, N] before transposes
         int off = 0;
         for (std::int64_t i = 0; i < cpu.numel(); ++i) {
           const std::int64_t batch = i / (M * N), r = i / N % M, col = i % N;
