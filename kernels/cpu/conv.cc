@@ -30,6 +30,7 @@
 #include "unary_kernel_math.h"
 #include "vector_math.h"
 #include "kiln/dialect/conv_ops.h"
+#include "kiln/dialect/data_format.h"
 #include "kiln/dialect/kiln_dialect.h"
 
 namespace kiln::cpu {
@@ -412,9 +413,9 @@ void conv_input_grad(const T* dout, const T* w, T* dx, const Conv2dGeometry& g) 
 // computes the others itself.
 template <typename T>
 onednn::ConvGrads library_grads(const T* x, const T* w, const T* dout, T* dx, T* dw,
-                                const Conv2dGeometry& g) {
+                                const Conv2dGeometry& g, bool nhwc = false) {
   if constexpr (std::is_same_v<T, float>)
-    if (!direct(g)) return onednn::conv2d_backward(x, w, dout, dx, dw, g);
+    if (nhwc || !direct(g)) return onednn::conv2d_backward(x, w, dout, dx, dw, g, nhwc);
   return {};
 }
 
@@ -452,6 +453,17 @@ Conv2dGeometry conv2d_geometry(const KernelContext& ctx, const Tensor& x, const 
                         a.groups);
 }
 
+// The geometry of conv2d(x, w) with an NHWC x [n, h, w, c] (data_format
+// NHWC) or an NCHW one.
+template <typename A>
+Conv2dGeometry layout_geometry(const KernelContext& ctx, const Tensor& x, const Tensor& w, const A& a) {
+  if (!data_format::channels_last(ctx.op()->name(), a.data_format)) return conv2d_geometry(ctx, x, w, a);
+  if (x.rank() != 4) bad_shapes(ctx, x, w, "needs a rank-4 NHWC x");
+  const Dims& d = x.dims();
+  return conv::geometry(ctx.op()->name(), Dims{d[0], d[3], d[1], d[2]}, w.dims(), a.strides, a.paddings,
+                        a.dilations, a.groups);
+}
+
 // The geometry of the conv2d whose input grad conv2d_transpose(x, w) is.
 template <typename A>
 Conv2dGeometry transpose_geometry(const KernelContext& ctx, const Tensor& x, const Tensor& w,
@@ -472,18 +484,6 @@ Conv2dGeometry transpose_geometry(const KernelContext& ctx, const Tensor& x, con
   if (g.h < 1 || g.w < 1) bad_shapes(ctx, x, w, "would have an empty output");
   return g;
 }
-
-template <typename T>
-struct Conv2dK {
-  static void run(KernelContext& ctx) {
-    const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1);
-    const Conv2dGeometry g = conv2d_geometry(ctx, x, w, ctx.attrs<Conv2dOp>());
-    Tensor& out = ctx.alloc_output(0, Dims{g.n, g.o, g.ho, g.wo}, x.dtype());
-    if (out.numel() == 0) return;
-    conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, static_cast<const T*>(nullptr), ConvActivation::None,
-                 weights_identity(w));
-  }
-};
 
 // dst [n, cols, rows] = src [n, rows, cols]: NHWC -> NCHW with rows = H·W
 // and cols = C, NCHW -> NHWC with rows = C and cols = H·W.
@@ -527,7 +527,7 @@ struct FusedConv2dK {
                  bias = typed_input<T>(ctx, 2);
     const auto& a = ctx.attrs<FusedConv2dOp>();
     const bool nhwc = a.data_format == "NHWC";
-    const Conv2dGeometry g = nhwc ? nhwc_geometry(ctx, x, w, a) : conv2d_geometry(ctx, x, w, a);
+    const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
     if (bias.dims() != Dims{g.o})
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' bias is [",
                   bias.dims().to_string(), "], the convolution has ", g.o, " output channels");
@@ -579,14 +579,27 @@ struct FusedConv2dK {
     convolve(x, w, bias, out, g, ConvActivation::None, nhwc);
     add_residual(po, residual, out.numel(), act);
   }
+};
 
-  // The geometry of an NHWC x [n, h, w, c].
-  static Conv2dGeometry nhwc_geometry(const KernelContext& ctx, const Tensor& x, const Tensor& w,
-                                      const FusedConv2dOp::Attributes& a) {
-    if (x.rank() != 4) bad_shapes(ctx, x, w, "needs a rank-4 NHWC x");
-    const Dims& d = x.dims();
-    return conv::geometry(ctx.op()->name(), Dims{d[0], d[3], d[1], d[2]}, w.dims(), a.strides,
-                          a.paddings, a.dilations, a.groups);
+template <typename T>
+struct Conv2dK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1);
+    const auto& a = ctx.attrs<Conv2dOp>();
+    const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
+    const bool nhwc = a.data_format == "NHWC";
+    Tensor& out = ctx.alloc_output(0, nhwc ? Dims{g.n, g.ho, g.wo, g.o} : Dims{g.n, g.o, g.ho, g.wo}, x.dtype());
+    if (out.numel() == 0) return;
+    const T* none = nullptr;
+    if (!nhwc)
+      return conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, none, ConvActivation::None,
+                          weights_identity(w));
+    if constexpr (std::is_same_v<T, float>)
+      if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), none, out.data<T>(), g, ConvActivation::None,
+                                 weights_identity(w), true))
+        return;
+    conv_forward_nhwc_by_copies(x.data<T>(), w.data<T>(), out.data<T>(), g, none, ConvActivation::None,
+                                weights_identity(w));
   }
 };
 
@@ -595,16 +608,37 @@ struct Conv2dGradK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1),
                  dout = typed_input<T>(ctx, 2);
-    const Conv2dGeometry g = conv2d_geometry(ctx, x, w, ctx.attrs<GradOf<Conv2dOp>>());
-    conv::check_dout(ctx.op()->name(), dout.dims(), Dims{g.n, g.o, g.ho, g.wo});
+    const auto& a = ctx.attrs<GradOf<Conv2dOp>>();
+    const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
+    const bool nhwc = a.data_format == "NHWC";
+    conv::check_dout(ctx.op()->name(), dout.dims(), nhwc ? Dims{g.n, g.ho, g.wo, g.o} : Dims{g.n, g.o, g.ho, g.wo});
     // dx goes unread when x is a data op (a network's first layer): skip it.
     T* dx = ctx.output_unused(0) ? nullptr : ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
     T* dw = ctx.output_unused(1) ? nullptr : ctx.alloc_output(1, w.dims(), w.dtype()).template data<T>();
     if (x.numel() == 0) dx = nullptr;
     if (w.numel() == 0) dw = nullptr;
-    const onednn::ConvGrads done = library_grads(x.data<T>(), w.data<T>(), dout.data<T>(), dx, dw, g);
+    const onednn::ConvGrads done = library_grads(x.data<T>(), w.data<T>(), dout.data<T>(), dx, dw, g, nhwc);
+    if ((dw == nullptr || done.dw) && (dx == nullptr || done.dx)) return;
+    if (nhwc) return by_copies(x.data<T>(), w.data<T>(), dout.data<T>(), done.dx ? nullptr : dx,
+                               done.dw ? nullptr : dw, g);
     if (dw != nullptr && !done.dw) conv_weight_grad(x.data<T>(), dout.data<T>(), dw, g);
     if (dx != nullptr && !done.dx) conv_input_grad(dout.data<T>(), w.data<T>(), dx, g);
+  }
+
+  // The NHWC gradients through NCHW copies: f64's path and the
+  // geometries oneDNN does not take.
+  static void by_copies(const T* x, const T* w, const T* dout, T* dx, T* dw, const Conv2dGeometry& g) {
+    std::vector<T> xt(static_cast<std::size_t>(g.n * g.c * g.h * g.w)),
+        dt(static_cast<std::size_t>(g.n * g.o * g.ho * g.wo));
+    swap_last_axes(dout, dt.data(), g.n, g.ho * g.wo, g.o);
+    if (dw != nullptr) {
+      swap_last_axes(x, xt.data(), g.n, g.h * g.w, g.c);
+      conv_weight_grad(xt.data(), dt.data(), dw, g);
+    }
+    if (dx != nullptr) {
+      conv_input_grad(dt.data(), w, xt.data(), g);
+      swap_last_axes(xt.data(), dx, g.n, g.c, g.h * g.w);
+    }
   }
 };
 

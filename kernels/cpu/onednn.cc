@@ -16,6 +16,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <string_view>
 #include <span>
 #include <tuple>
 #include <unordered_map>
@@ -122,15 +123,21 @@ bool winograd(const ConvKey& k) {
          g.dw == 1 && g.groups == 1 && g.c % 16 == 0 && g.o % 16 == 0;
 }
 
+// Whether oneDNN answered with its reference kernel: orders of magnitude
+// slower than its jitted ones, and than reordering into their layout.
+bool reference_kernel(const dnnl::primitive_desc_base& pd) {
+  return std::string_view(pd.impl_info_str()).starts_with("ref");
+}
+
 // A primitive for k as `algorithm`, its layouts left to oneDNN ("any"; x
-// and out NHWC with channels_last unless Winograd); throws dnnl::error when
-// oneDNN has none.
-std::unique_ptr<ConvPlan> make_conv_plan(const ConvKey& k, dnnl::algorithm algorithm) {
+// and out NHWC with channels_last unless Winograd, or unless oneDNN has only
+// its reference kernel for NHWC); throws dnnl::error when oneDNN has none.
+std::unique_ptr<ConvPlan> make_conv_plan(const ConvKey& k, dnnl::algorithm algorithm, bool nhwc_inside = true) {
   const Conv2dGeometry& g = k.g;
   const auto f32 = memory::data_type::f32;
   const Tag data = k.channels_last ? Tag::nhwc : Tag::nchw;
   const bool wino = algorithm == dnnl::algorithm::convolution_winograd;
-  const Tag chosen = k.channels_last && !wino ? Tag::nhwc : Tag::any;
+  const Tag chosen = k.channels_last && !wino && nhwc_inside ? Tag::nhwc : Tag::any;
   auto p = std::make_unique<ConvPlan>();
   p->x_plain = memory::desc({g.n, g.c, g.h, g.w}, f32, data);
   p->w_plain = memory::desc(weight_dims(g), f32, g.groups == 1 ? Tag::oihw : Tag::goihw);
@@ -148,6 +155,7 @@ std::unique_ptr<ConvPlan> make_conv_plan(const ConvKey& k, dnnl::algorithm algor
   if (k.act == ConvActivation::Silu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
   attr.set_post_ops(ops);
   const dnnl::convolution_forward::primitive_desc pd(desc, attr, cpu_engine());
+  if (chosen == Tag::nhwc && reference_kernel(pd)) return make_conv_plan(k, algorithm, false);
   p->conv = dnnl::convolution_forward(pd);
   p->x_md = pd.src_desc(), p->w_md = pd.weights_desc(), p->out_md = pd.dst_desc();
   const auto& e = cpu_engine();
@@ -320,51 +328,62 @@ struct ConvGradPlan {
   Operand data_dout, data_w, data_dx, weights_x, weights_dout, weights_dw;
 };
 
-// Primitives for g's gradients (NCHW data, layouts inside left to oneDNN);
-// throws dnnl::error when oneDNN has none.
-std::unique_ptr<ConvGradPlan> make_conv_grad_plan(const Conv2dGeometry& g) {
+// The primitive descriptors of g's two gradients (made with a forward
+// one as their hint) with x and dout laid out as `data`.
+struct ConvGradDescs {
+  dnnl::convolution_backward_data::primitive_desc data;
+  dnnl::convolution_backward_weights::primitive_desc weights;
+};
+
+ConvGradDescs conv_grad_descs(const Conv2dGeometry& g, Tag data) {
   const auto f32 = memory::data_type::f32;
   const auto& e = cpu_engine();
-  const memory::dims xd{g.n, g.c, g.h, g.w}, od{g.n, g.o, g.ho, g.wo}, wd = weight_dims(g);
   const memory::dims strides{g.sh, g.sw}, dilates{g.dh - 1, g.dw - 1}, pl{g.pt, g.pl}, pr{g.pb, g.pr};
-  auto any = [&](const memory::dims& d) { return memory::desc(d, f32, Tag::any); };
+  const memory::desc x({g.n, g.c, g.h, g.w}, f32, data), out({g.n, g.o, g.ho, g.wo}, f32, data),
+      w(weight_dims(g), f32, Tag::any);
+  const auto direct = dnnl::algorithm::convolution_direct;
   const dnnl::convolution_forward::primitive_desc hint(
-      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                      dnnl::algorithm::convolution_direct, any(xd), any(wd),
-                                      memory::desc(), any(od), strides, dilates, pl, pr),
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, direct, x, w, memory::desc(), out,
+                                      strides, dilates, pl, pr),
       e);
-  const dnnl::convolution_backward_data::primitive_desc dpd(
-      dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any(xd), any(wd),
-                                            any(od), strides, dilates, pl, pr),
-      e, hint);
-  const dnnl::convolution_backward_weights::primitive_desc wpd(
-      dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any(xd),
-                                               any(wd), any(od), strides, dilates, pl, pr),
-      e, hint);
-  const memory::desc x_plain(xd, f32, Tag::nchw), out_plain(od, f32, Tag::nchw),
-      w_plain(wd, f32, g.groups == 1 ? Tag::oihw : Tag::goihw);
+  return {{dnnl::convolution_backward_data::desc(direct, x, w, out, strides, dilates, pl, pr), e, hint},
+          {dnnl::convolution_backward_weights::desc(direct, x, w, out, strides, dilates, pl, pr), e, hint}};
+}
+
+// Primitives for g's gradients; NCHW data with the layouts inside left to
+// oneDNN, or NHWC data taken as it is (channels_last) unless oneDNN has only
+// its reference kernel for that (then reordered like NCHW data). Throws
+// dnnl::error when oneDNN has none.
+std::unique_ptr<ConvGradPlan> make_conv_grad_plan(const Conv2dGeometry& g, bool channels_last) {
+  ConvGradDescs d = conv_grad_descs(g, channels_last ? Tag::nhwc : Tag::any);
+  if (channels_last && (reference_kernel(d.data) || reference_kernel(d.weights)))
+    d = conv_grad_descs(g, Tag::any);
+  const auto f32 = memory::data_type::f32;
+  const Tag plain = channels_last ? Tag::nhwc : Tag::nchw;
+  const memory::desc x_plain({g.n, g.c, g.h, g.w}, f32, plain), out_plain({g.n, g.o, g.ho, g.wo}, f32, plain),
+      w_plain(weight_dims(g), f32, g.groups == 1 ? Tag::oihw : Tag::goihw);
   auto p = std::make_unique<ConvGradPlan>();
-  p->data = dnnl::convolution_backward_data(dpd);
-  p->weights = dnnl::convolution_backward_weights(wpd);
-  p->data_dout = operand(out_plain, dpd.diff_dst_desc(), true);
-  p->data_w = operand(w_plain, dpd.weights_desc(), true);
-  p->data_dx = operand(x_plain, dpd.diff_src_desc(), false);
-  p->weights_x = operand(x_plain, wpd.src_desc(), true);
-  p->weights_dout = operand(out_plain, wpd.diff_dst_desc(), true);
-  p->weights_dw = operand(w_plain, wpd.diff_weights_desc(), false);
+  p->data = dnnl::convolution_backward_data(d.data);
+  p->weights = dnnl::convolution_backward_weights(d.weights);
+  p->data_dout = operand(out_plain, d.data.diff_dst_desc(), true);
+  p->data_w = operand(w_plain, d.data.weights_desc(), true);
+  p->data_dx = operand(x_plain, d.data.diff_src_desc(), false);
+  p->weights_x = operand(x_plain, d.weights.src_desc(), true);
+  p->weights_dout = operand(out_plain, d.weights.diff_dst_desc(), true);
+  p->weights_dw = operand(w_plain, d.weights.diff_weights_desc(), false);
   return p;
 }
 
 // This thread's gradient plan for g at `threads` threads; null when oneDNN
 // has none.
-ConvGradPlan* conv_grad_plan(const Conv2dGeometry& g, int threads) {
+ConvGradPlan* conv_grad_plan(const Conv2dGeometry& g, bool channels_last, int threads) {
   thread_local std::unordered_map<ConvKey, std::unique_ptr<ConvGradPlan>, ConvKeyHash> plans;
-  const ConvKey k{g, false, ConvActivation::None, false, threads};
+  const ConvKey k{g, false, ConvActivation::None, channels_last, threads};
   auto it = plans.find(k);
   if (it != plans.end()) return it->second.get();
   std::unique_ptr<ConvGradPlan> p;
   try {
-    p = make_conv_grad_plan(g);
+    p = make_conv_grad_plan(g, channels_last);
   } catch (const dnnl::error&) {
   }
   return plans.emplace(k, std::move(p)).first->second.get();
@@ -434,13 +453,13 @@ void reorder_into(const memory::desc& src_md, void* src, const memory::desc& dst
 // primitive's own layout, or in plain oihw when that one needs more than
 // slot_bytes; `layout` says which. On this thread alone.
 bool weight_grad_slice(const float* x, const float* dout, const SharedDout& shared,
-                       const Conv2dGeometry& g, std::int64_t c, std::int64_t slices, std::byte* slot,
-                       std::size_t slot_bytes, memory::desc& layout) {
+                       const Conv2dGeometry& g, bool channels_last, std::int64_t c, std::int64_t slices,
+                       std::byte* slot, std::size_t slot_bytes, memory::desc& layout) {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // the primitive's team: this thread
   const std::int64_t first = g.n * c / slices;
   Conv2dGeometry part = g;
   part.n = g.n * (c + 1) / slices - first;
-  const ConvGradPlan* q = conv_grad_plan(part, 1);
+  const ConvGradPlan* q = conv_grad_plan(part, channels_last, 1);
   if (q == nullptr) return false;
   try {
     dnnl::stream& s = thread_stream();
@@ -500,7 +519,7 @@ void sum_slices(std::byte* slots, std::size_t slot_bytes, std::span<memory::desc
 }
 
 bool weight_grad_by_slices(const float* x, const float* dout, const SharedDout& shared, float* dw,
-                           const Conv2dGeometry& g, const ConvGradPlan& p) {
+                           const Conv2dGeometry& g, bool channels_last, const ConvGradPlan& p) {
   const std::int64_t slices = std::min(g.n, kWeightGradSlices);
   const std::size_t slot_bytes =
       (std::max(p.weights_dw.chosen.get_size(), p.weights_dw.plain.get_size()) + 63) / 64 * 64;
@@ -510,7 +529,8 @@ bool weight_grad_by_slices(const float* x, const float* dout, const SharedDout& 
   std::atomic<bool> ok{true};
   parallel_for(slices, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t c = c0; c < c1 && ok; ++c)
-      if (!weight_grad_slice(x, dout, shared, g, c, slices, slots + c * slot_bytes, slot_bytes, layout[c]))
+      if (!weight_grad_slice(x, dout, shared, g, channels_last, c, slices, slots + c * slot_bytes, slot_bytes,
+                             layout[c]))
         ok = false;
   });
   if (!ok) return false;
@@ -545,13 +565,14 @@ bool data_grad(const ConvGradPlan& p, const float* dout, const float* w, float* 
 }  // namespace
 
 ConvGrads conv2d_backward(const float* x, const float* w, const float* dout, float* dx, float* dw,
-                          const Conv2dGeometry& g) {
+                          const Conv2dGeometry& g, bool channels_last) {
   ConvGrads done;
-  const ConvGradPlan* p = conv_grad_plan(g, use_intra_op_threads());
+  const ConvGradPlan* p = conv_grad_plan(g, channels_last, use_intra_op_threads());
   if (p == nullptr) return done;
   SharedDout shared;
   if (dx != nullptr) done.dx = data_grad(*p, dout, w, dx, shared);
-  if (dw != nullptr && g.n > 0 && g.ho * g.wo > 0) done.dw = weight_grad_by_slices(x, dout, shared, dw, g, *p);
+  if (dw != nullptr && g.n > 0 && g.ho * g.wo > 0)
+    done.dw = weight_grad_by_slices(x, dout, shared, dw, g, channels_last, *p);
   return done;
 }
 

@@ -56,7 +56,8 @@ struct ConvGrads {
 };
 
 // The gradients of conv2d(x, w) from dout [n, o, ho, wo], NCHW in and out
-// (blocked layouts inside); a null dx or dw is not wanted.
+// (blocked layouts inside), or with channels_last x, dout and dx NHWC as
+// they are; a null dx or dw is not wanted.
 //   dx [n, c, h, w]: one primitive on the intra-op team.
 //   dw [o, c/groups, kh, kw]: the sum over four fixed slices of the batch
 //   of each slice's weight gradient, in slice order. A primitive on a team
@@ -67,6 +68,6 @@ struct ConvGrads {
 // A gradient not written (oneDNN has no primitive for g, or its run
 // failed) is the caller's to compute.
 ConvGrads conv2d_backward(const float* x, const float* w, const float* dout, float* dx, float* dw,
-                          const Conv2dGeometry& g);
+                          const Conv2dGeometry& g, bool channels_last = false);
 
 }  // namespace kiln::cpu::onednn

@@ -19,7 +19,7 @@ bool conv2d_forward(const float*, const float*, const float*, float*, const Conv
 }
 
 ConvGrads conv2d_backward(const float*, const float*, const float*, float*, float*,
-                          const Conv2dGeometry&) {
+                          const Conv2dGeometry&, bool) {
   return {};
 }
 

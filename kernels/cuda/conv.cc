@@ -14,6 +14,7 @@
 #include "cuda_host.h"
 #include "launch.h"
 #include "kiln/dialect/conv_ops.h"
+#include "kiln/dialect/data_format.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/runtime/cuda_context.h"
@@ -173,6 +174,7 @@ template <typename T>
 struct Conv2dK {
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<Conv2dOp>();
+    data_format::require_nchw_kernel(ctx.op()->name(), a.data_format, "CUDA");
     const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1);
     const Conv2dGeometry g = conv::geometry(ctx.op()->name(), x.dims(), w.dims(), a.strides,
                                             a.paddings, a.dilations, a.groups);
@@ -206,6 +208,7 @@ template <typename T>
 struct Conv2dGradK {
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<GradOf<Conv2dOp>>();
+    data_format::require_nchw_kernel(ctx.op()->name(), a.data_format, "CUDA");
     const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1),
                  dout = typed_input<T>(ctx, 2);
     const Conv2dGeometry g = conv::geometry(ctx.op()->name(), x.dims(), w.dims(), a.strides,

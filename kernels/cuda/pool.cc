@@ -5,6 +5,7 @@
 
 #include "cuda_host.h"
 #include "launch.h"
+#include "kiln/dialect/data_format.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/dialect/pool_ops.h"
 #include "kiln/kernel/kernel_registry.h"
@@ -17,10 +18,7 @@ template <typename T>
 struct MaxPoolK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0);
-    if (ctx.attrs<MaxPool2dOp>().data_format == "NHWC")
-      throw_error(ErrorKind::Unimplemented, "op '", ctx.op()->name(),
-                  "' runs NHWC (data_format ", ctx.attrs<MaxPool2dOp>().data_format,
-                  ") on the CPU only");
+    data_format::require_nchw_kernel(ctx.op()->name(), ctx.attrs<MaxPool2dOp>().data_format, "CUDA");
     const Pool2dGeometry g =
         pool::geometry(ctx.op()->name(), x.dims(), ctx.attrs<MaxPool2dOp>());
     Tensor& out = ctx.alloc_output(0, Dims{g.n, g.c, g.ho, g.wo}, x.dtype());
@@ -45,6 +43,7 @@ template <typename OpT, bool is_max, typename T>
 void pool_grad(KernelContext& ctx) {
   const Tensor x = typed_input<T>(ctx, 0), dout = typed_input<T>(ctx, 1);
   const auto& a = ctx.attrs<GradOf<OpT>>();
+  if constexpr (is_max) data_format::require_nchw_kernel(ctx.op()->name(), a.data_format, "CUDA");
   const Pool2dGeometry g = pool::geometry(ctx.op()->name(), x.dims(), a);
   pool::check_dout(ctx.op()->name(), dout.dims(), g);
   bool exclusive = false;

@@ -10,6 +10,7 @@
 
 #include "cuda_host.h"
 #include "launch.h"
+#include "kiln/dialect/data_format.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/dialect/nn_ops.h"
 #include "kiln/dialect/norm_ops.h"
@@ -635,6 +636,7 @@ struct BatchNormK {
   static void run(KernelContext& ctx) {
     const std::string_view op = ctx.op()->name();
     const auto& a = ctx.attrs<BatchNormOp>();
+    data_format::require_nchw_kernel(op, a.data_format, "CUDA");
     const Tensor x = typed_input<T>(ctx, 0);
     const Nchw g = nchw_of(op, x.dims());
     const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c);
@@ -666,6 +668,7 @@ struct BatchNormGradK {
   static void run(KernelContext& ctx) {
     const std::string_view op = ctx.op()->name();
     const bool is_test = ctx.attrs<GradOf<BatchNormOp>>().is_test;
+    data_format::require_nchw_kernel(op, ctx.attrs<GradOf<BatchNormOp>>().data_format, "CUDA");
     const Tensor x = typed_input<T>(ctx, 0);
     const Nchw g = nchw_of(op, x.dims());
     const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c);

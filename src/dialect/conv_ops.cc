@@ -196,24 +196,41 @@ void check_dout(std::string_view op, const std::vector<Type>& in, DataType dt,
 
 void Conv2dOp::build(Builder&, OperationArgument& arg, Value x, Value w,
                      std::vector<std::int64_t> strides, std::vector<std::int64_t> paddings,
-                     std::vector<std::int64_t> dilations, std::int64_t groups) {
+                     std::vector<std::int64_t> dilations, std::int64_t groups,
+                     std::string data_format) {
   arg.add_operand(x);
   arg.add_operand(w);
-  arg.attributes = to_named_attributes(
-      Attributes{std::move(strides), std::move(paddings), std::move(dilations), groups});
+  arg.attributes = to_named_attributes(Attributes{std::move(strides), std::move(paddings),
+                                                  std::move(dilations), groups,
+                                                  std::move(data_format)});
 }
+
+namespace {
+
+// The result dims of conv2d (or its gradient's forward) in the op's layout:
+// an NHWC x is read as NCHW and the result given back as NHWC.
+std::vector<std::int64_t> conv2d_dims(std::string_view op, const std::vector<Type>& in,
+                                      const Conv2dOp::Attributes& a, DataType* dt) {
+  if (!data_format::channels_last(op, a.data_format)) return conv2d_shape(op, in, a, dt);
+  const Type x = meta::float_operand(op, in, 0);
+  std::vector<Type> xw{meta::result_like({x}, shaped_data_type(x), data_format::nhwc_to_nchw(shaped_dims(x))),
+                       in[1]};
+  return data_format::nchw_to_nhwc(conv2d_shape(op, xw, a, dt));
+}
+
+}  // namespace
 
 std::vector<Type> Conv2dOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   meta::require_count(name, in, 2);
   DataType dt;
-  auto dims = conv2d_shape(name, in, from_attributes<Attributes>(attrs, name), &dt);
+  auto dims = conv2d_dims(name, in, from_attributes<Attributes>(attrs, name), &dt);
   return {meta::result_like(in, dt, dims)};
 }
 
 void Conv2dOp::Grad::check(std::string_view op, const std::vector<Type>& in,
                            DictionaryAttribute attrs) {
   DataType dt;
-  auto dims = conv2d_shape(op, {in[0], in[1]}, from_attributes<Attributes>(attrs, op), &dt);
+  auto dims = conv2d_dims(op, {in[0], in[1]}, from_attributes<Attributes>(attrs, op), &dt);
   check_dout(op, in, dt, dims);
 }
 
@@ -273,7 +290,7 @@ std::vector<Type> FusedConv2dOp::infer_meta(const std::vector<Type>& in, Diction
   }
   DataType dt;
   auto dims = conv2d_shape(name, xw,
-                           Conv2dOp::Attributes{a.strides, a.paddings, a.dilations, a.groups}, &dt);
+                           Conv2dOp::Attributes{a.strides, a.paddings, a.dilations, a.groups, "NCHW"}, &dt);
   const Type bias_type = meta::tensor_operand(name, in, 2);
   const auto& bias = shaped_dims(bias_type);
   if (shaped_data_type(bias_type) != dt || bias.size() != 1 ||
@@ -329,14 +346,10 @@ std::vector<Value> FusedConv2dOp::vjp(Builder& b, Operation* op, const std::vect
                                         : std::vector<std::int64_t>{0, 2, 3},
                                 false)
                     .result();
-  // conv2d's gradient op is NCHW: an NHWC op's x and d go through transposes, dx back.
-  const std::vector<std::int64_t> to_nchw{0, 3, 1, 2}, to_nhwc{0, 2, 3, 1};
-  Value x = op->operand_source(0);
-  if (nhwc) x = b.create<TransposeOp>(x, to_nchw).result(), d = b.create<TransposeOp>(d, to_nchw).result();
   auto grad = b.create<GradOf<Conv2dOp>>(
-      Conv2dOp::Attributes{a.strides, a.paddings, a.dilations, a.groups}, x, op->operand_source(1), d);
+      Conv2dOp::Attributes{a.strides, a.paddings, a.dilations, a.groups, a.data_format}, op->operand_source(0),
+      op->operand_source(1), d);
   Value dx = grad.operation()->result(0);
-  if (nhwc) dx = b.create<TransposeOp>(dx, to_nhwc).result();
   if (op->num_operands() == 4) return {dx, grad.operation()->result(1), dbias, d_pre};  // residual: as z
   return {dx, grad.operation()->result(1), dbias};
 }

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <string>
 
+#include "kiln/dialect/data_format.h"
+
 namespace kiln {
 
 KILN_REGISTER_OP(LayerNormOp, GradOf<LayerNormOp>, RmsNormOp, GradOf<RmsNormOp>, BatchNormOp,
@@ -96,6 +98,16 @@ const std::vector<std::int64_t>& batch_norm_x(std::string_view op, const std::ve
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' x must have rank >= 2 ([N, C, ...]), got ",
                 meta::dims_string(xd));
   return xd;
+}
+
+// batch_norm's channel count: x's axis 1, or its last axis for NHWC (rank 4 only).
+std::int64_t batch_norm_channels(std::string_view op, const std::vector<std::int64_t>& xd,
+                                 const std::string& format) {
+  if (!data_format::channels_last(op, format)) return xd[1];
+  if (xd.size() != 4)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' data_format NHWC needs a rank-4 x ([N, H, W, C]), got ",
+                meta::dims_string(xd));
+  return xd[3];
 }
 
 // The grad of operand i when it is differentiable, else null.
@@ -202,9 +214,9 @@ std::vector<Value> RmsNormOp::vjp(Builder& b, Operation* op, const std::vector<V
 
 void BatchNormOp::build(Builder&, OperationArgument& arg, Value x, Value scale, Value bias,
                         Value running_mean, Value running_var, double momentum, double epsilon,
-                        bool is_test) {
+                        bool is_test, std::string data_format) {
   for (Value v : {x, scale, bias, running_mean, running_var}) arg.add_operand(v);
-  arg.attributes = to_named_attributes(Attributes{momentum, epsilon, is_test});
+  arg.attributes = to_named_attributes(Attributes{momentum, epsilon, is_test, std::move(data_format)});
 }
 
 std::vector<Type> BatchNormOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
@@ -215,7 +227,7 @@ std::vector<Type> BatchNormOp::infer_meta(const std::vector<Type>& in, Dictionar
   if (!(a.momentum >= 0 && a.momentum <= 1))
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' attribute momentum must be in [0, 1], got ",
                 a.momentum);
-  const std::int64_t c = xd[1];
+  const std::int64_t c = batch_norm_channels(name, xd, a.data_format);
   check_channel(name, in, 1, "scale", c);
   check_channel(name, in, 2, "bias", c);
   check_channel(name, in, 3, "running_mean", c);
@@ -232,7 +244,7 @@ void BatchNormOp::Grad::check(std::string_view op, const std::vector<Type>& in,
   auto a = from_attributes<Attributes>(attrs, op);
   const auto& xd = batch_norm_x(op, in);
   check_epsilon(op, a.epsilon);
-  const std::int64_t c = xd[1];
+  const std::int64_t c = batch_norm_channels(op, xd, a.data_format);
   check_channel(op, in, 1, "scale", c);
   check_channel(op, in, 2, "saved_mean", c);
   check_channel(op, in, 3, "saved_invstd", c);

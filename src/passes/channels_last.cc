@@ -12,12 +12,16 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "kiln/dialect/binary_ops.h"
+#include "kiln/dialect/compare_ops.h"
 #include "kiln/dialect/conv_ops.h"
 #include "kiln/dialect/fused_ops.h"
+#include "kiln/dialect/norm_ops.h"
 #include "kiln/dialect/pool_ops.h"
 #include "kiln/dialect/reduce_ops.h"
 #include "kiln/dialect/tensor_ops.h"
@@ -44,12 +48,17 @@ bool one_element(Value v) {
   return n == 1;
 }
 
-// Only read: every op that uses v has ReadOnly, or is a view whose result
-// is only read (a twin of v stays current).
+// Only read: every op that uses v has ReadOnly, is an Inplace op that
+// writes other operands (batch_norm's running statistics), or is a view
+// whose result is only read (a twin of v stays current).
 bool only_read(Value v) {
   for (auto use : v.uses()) {
     Operation* o = use.owner();
     if (o->has_trait<ReadOnly>()) continue;
+    if (o->has_trait<Inplace>()) {
+      const auto written = written_operands(*o);
+      if (std::find(written.begin(), written.end(), use.index()) == written.end()) continue;
+    }
     if (o->has_trait<ViewLike>() && o->num_results() == 1 && only_read(o->result(0))) continue;
     return false;
   }
@@ -92,9 +101,11 @@ double elements(Value v) {
 }
 
 // A 1x1 convolution with stride 1 and no padding: kiln's NCHW kernel runs
-// it as one GEMM without reorders, so NHWC gains nothing there.
+// it as one GEMM without reorders, so NHWC gains nothing there. A
+// (fused_)conv2d or its gradient.
+template <typename OpT>
 bool pointwise(Operation* conv) {
-  const auto a = FusedConv2dOp(conv).attrs();
+  const auto a = OpT(conv).attrs();
   const auto& w = shaped_dims(conv->operand_source(1).type());
   const bool no_pad = std::all_of(a.paddings.begin(), a.paddings.end(), [](auto p) { return p == 0; });
   return w.size() == 4 && w[2] == 1 && w[3] == 1 && a.strides == std::vector<std::int64_t>{1, 1} && no_pad;
@@ -147,9 +158,15 @@ class ChannelsLast {
     std::size_t convs = 0;
     for (std::size_t i = 0; i < ops_.size(); ++i) {
       Operation* op = ops_[i];
-      if (has_placement(*op) || op->num_results() != 1 || (allowed_ && !(*allowed_)[i])) continue;
+      if (has_placement(*op) || (allowed_ && !(*allowed_)[i])) continue;
       at_ = i;
-      if (op->isa<FusedConv2dOp>()) convs += convert_conv(op);
+      if (op->isa<BatchNormOp>()) convert_batch_norm(op);
+      else if (op->isa<GradOf<BatchNormOp>>()) convert_batch_norm_grad(op);
+      else if (op->isa<GradOf<Conv2dOp>>()) convs += convert_conv_grad(op);
+      else if (op->num_results() != 1) continue;
+      else if (op->isa<FusedConv2dOp>()) convs += convert_conv<FusedConv2dOp>(op);
+      else if (op->isa<Conv2dOp>()) convs += convert_conv<Conv2dOp>(op);
+      else if (op->isa<GradOf<MaxPool2dOp>>()) convert_max_pool_grad(op);
       else if (op->isa<TransposeOp>()) read_through(op);
       else if (op->isa<MeanOp>()) convert_reduce<MeanOp>(op);
       else if (op->isa<SumOp>()) convert_reduce<SumOp>(op);
@@ -158,6 +175,7 @@ class ChannelsLast {
       else if (op->isa<MaxPool2dOp>()) convert_max_pool(op);
       else if (op->isa<SliceOp>()) convert_slice(op);
       else if (op->isa<ReshapeOp>()) convert_shuffle(op);
+      else if (op->isa<AddNOp>()) convert_add_n(op);
       else convert_elementwise(op);
     }
     erase_unread();
@@ -200,10 +218,10 @@ class ChannelsLast {
     return twin_.at(v.impl());
   }
 
-  // The op may change: its result is only read (readers get a transpose
+  // The op may change: its result `i` is only read (readers get a transpose
   // back), and a kept result can be followed (the context moves it).
-  bool convertible(Operation* op) const {
-    Value r = op->result(0);
+  bool convertible(Operation* op, std::uint32_t i = 0) const {
+    Value r = op->result(i);
     return rank4(r) && only_read(r) && (follow_kept_ || !keep_.count(r.impl()));
   }
 
@@ -222,11 +240,11 @@ class ChannelsLast {
     return true;
   }
 
-  // op's operands and attributes are NHWC now: its result is retyped, and
-  // its readers read a transpose of it back to NCHW.
-  void retype(Operation* op) {
-    Value r = op->result(0);
-    r.set_type(op->dyn_cast<InferMetaInterface>().infer_meta().at(0));
+  // op's operands and attributes are NHWC now: its result `i` is retyped,
+  // and its readers read a transpose of it back to NCHW.
+  void retype(Operation* op, std::uint32_t i = 0) {
+    Value r = op->result(i);
+    r.set_type(op->dyn_cast<InferMetaInterface>().infer_meta().at(i));
     Builder b(block_);
     b.set_insertion_point_after(op);
     Value back = b.create<TransposeOp>(r, kToNchw).result();
@@ -239,31 +257,92 @@ class ChannelsLast {
     regions_.join(at_);
   }
 
+  // A (fused_)conv2d of f32 data.
+  template <typename OpT>
   std::size_t convert_conv(Operation* op) {
-    auto a = FusedConv2dOp(op).attrs();
+    auto a = OpT(op).attrs();
     Value x = op->operand_source(0);
     if (a.data_format == "NHWC" || !rank4(x) || shaped_data_type(x.type()) != DataType::Float32 ||
         !convertible(op))
       return 0;
-    const bool has_residual = op->num_operands() == 4;
+    const bool has_residual = std::is_same_v<OpT, FusedConv2dOp> && op->num_operands() == 4;
     Value r = has_residual ? nhwc_of(op->operand_source(3), op) : Value();
     Value t = has_residual && !r ? Value() : nhwc_of(x, op);
     if (!t) return 0;
     op->set_operand(0, t);
     if (has_residual) op->set_operand(3, r);
     a.data_format = "NHWC";
-    set_attrs<FusedConv2dOp>(op, a);
+    set_attrs<OpT>(op, a);
     retype(op);
-    if (!pointwise(op)) regions_.gain(at_, elements(t) + elements(op->result(0)));
+    if (!pointwise<OpT>(op)) regions_.gain(at_, elements(t) + elements(op->result(0)));
     return 1;
   }
 
-  // An elementwise op of the fused families, once one operand has a twin.
+  // conv2d_grad(x, w, dout) -> (dx, dw) of f32 data, once x or dout has a
+  // twin: x, dout and dx NHWC, w and dw as they are.
+  std::size_t convert_conv_grad(Operation* op) {
+    auto a = GradOf<Conv2dOp>(op).attrs();
+    Value x = op->operand_source(0), dout = op->operand_source(2);
+    if (a.data_format == "NHWC" || !rank4(x) || shaped_data_type(x.type()) != DataType::Float32 ||
+        !(has_twin(x) || has_twin(dout)) || !convertible(op))
+      return 0;
+    Value tx = nhwc_of(x, op);
+    Value td = tx ? nhwc_of(dout, op) : Value();
+    if (!td) return 0;
+    op->set_operand(0, tx);
+    op->set_operand(2, td);
+    a.data_format = "NHWC";
+    set_attrs<GradOf<Conv2dOp>>(op, a);
+    retype(op, 0);
+    if (!pointwise<GradOf<Conv2dOp>>(op)) regions_.gain(at_, elements(tx) + 2 * elements(td));
+    return 1;
+  }
+
+  // batch_norm of a value with a twin: y NHWC, the statistics as they are.
+  void convert_batch_norm(Operation* op) {
+    auto a = BatchNormOp(op).attrs();
+    Value x = op->operand_source(0);
+    if (a.data_format == "NHWC" || !rank4(x) || !has_twin(x) || !convertible(op)) return;
+    op->set_operand(0, twin(x));
+    a.data_format = "NHWC";
+    set_attrs<BatchNormOp>(op, a);
+    retype(op, 0);
+  }
+
+  // batch_norm_grad(x, scale, mean, invstd, dy) once x or dy has a twin:
+  // x, dy and dx NHWC, dscale and dbias as they are.
+  void convert_batch_norm_grad(Operation* op) {
+    auto a = GradOf<BatchNormOp>(op).attrs();
+    Value x = op->operand_source(0), dy = op->operand_source(4);
+    if (a.data_format == "NHWC" || !rank4(x) || !(has_twin(x) || has_twin(dy)) || !convertible(op)) return;
+    Value tx = nhwc_of(x, op);
+    Value td = tx ? nhwc_of(dy, op) : Value();
+    if (!td) return;
+    op->set_operand(0, tx);
+    op->set_operand(4, td);
+    a.data_format = "NHWC";
+    set_attrs<GradOf<BatchNormOp>>(op, a);
+    retype(op, 0);
+  }
+
+  // max_pool2d_grad(x, dout) of an x with a twin.
+  void convert_max_pool_grad(Operation* op) {
+    auto a = GradOf<MaxPool2dOp>(op).attrs();
+    Value x = op->operand_source(0);
+    if (a.data_format == "NHWC" || !rank4(x) || !has_twin(x) || !convertible(op) || !take_twins(op)) return;
+    a.data_format = "NHWC";
+    set_attrs<GradOf<MaxPool2dOp>>(op, a);
+    retype(op);
+  }
+
+  // An elementwise op of the fused families or kiln.clip (relu6), or one's
+  // gradient, once one operand has a twin.
   void convert_elementwise(Operation* op) {
     FusedStep s;
-    if (!fused_step_for(op->name(), s) || !op->has_trait<ReadOnly>() || !convertible(op)) return;
-    if (s.kind != FusedStep::Kind::Unary && s.kind != FusedStep::Kind::Binary &&
-        s.kind != FusedStep::Kind::Scale)
+    const bool clip = op->isa<ClipOp>() || op->isa<GradOf<ClipOp>>();
+    if (!(clip || fused_step_for(op->name(), s)) || !op->has_trait<ReadOnly>() || !convertible(op)) return;
+    if (!clip && s.kind != FusedStep::Kind::Unary && s.kind != FusedStep::Kind::UnaryGrad &&
+        s.kind != FusedStep::Kind::Binary && s.kind != FusedStep::Kind::Scale)
       return;
     bool any = false;
     for (std::uint32_t i = 0; i < op->num_operands(); ++i) {
@@ -272,6 +351,17 @@ class ChannelsLast {
       any = any || has_twin(v);
     }
     if (any && take_twins(op)) retype(op);
+  }
+
+  // add_n of same-typed rank-4 values (gradients summed), once one has a twin.
+  void convert_add_n(Operation* op) {
+    bool any = false;
+    for (std::uint32_t i = 0; i < op->num_operands(); ++i) {
+      Value v = op->operand_source(i);
+      if (!rank4(v) || v.type() != op->result(0).type()) return;
+      any = any || has_twin(v);
+    }
+    if (any && convertible(op) && take_twins(op)) retype(op);
   }
 
   // A max pool of a value with a twin.
@@ -438,15 +528,13 @@ class ChannelsLast {
   std::unordered_set<Operation*> listed_;        // made_'s ops
 };
 
-// Whether the walk has anything to do: an NCHW fused_conv2d, and no
-// conv2d gradient (a training program's gradient ops are NCHW).
+// Whether the walk has anything to do: an NCHW (fused_)conv2d.
 bool worth_a_walk(const Block& block) {
-  bool convs = false;
-  for (Operation* op : block) {
-    if (op->isa<GradOf<Conv2dOp>>()) return false;
-    convs = convs || (op->isa<FusedConv2dOp>() && FusedConv2dOp(op).attrs().data_format != "NHWC");
-  }
-  return convs;
+  for (Operation* op : block)
+    if ((op->isa<FusedConv2dOp>() && FusedConv2dOp(op).attrs().data_format != "NHWC") ||
+        (op->isa<Conv2dOp>() && Conv2dOp(op).attrs().data_format != "NHWC"))
+      return true;
+  return false;
 }
 
 // The ops (by position) of the regions that gain: the walk run on a copy

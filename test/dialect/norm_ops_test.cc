@@ -213,3 +213,20 @@ TEST_CASE("batch_norm rejects per-channel operands of the wrong C and bad attrib
   // The running statistics' results alias their operands.
   CHECK(op->info().impl()->inplace_map.size() == 2);
 }
+
+TEST_CASE("batch_norm in NHWC takes its channels from the last axis, and names a rank-3 x or an unknown "
+          "data_format",
+          "[dialect][norm]") {
+  Program p;
+  auto bn = [&](std::vector<std::int64_t> xd, std::int64_t c, std::string format) {
+    std::vector<kiln_test::TypeSpec> in{{F32, xd}};
+    for (int i = 0; i < 4; ++i) in.push_back({F32, {c}});
+    return build_op<BatchNormOp>(p, in, 0.9, 1e-5, false, format);
+  };
+  Operation* op = bn({2, 5, 5, 3}, 3, "NHWC");
+  CHECK(shaped_dims(op->result_type(0)) == std::vector<std::int64_t>{2, 5, 5, 3});
+  CHECK(shaped_dims(op->result_type(3)) == std::vector<std::int64_t>{3});
+  KILN_CHECK_ERROR(bn({2, 3, 5, 5}, 3, "NHWC"), InvalidArgument, {"kiln.batch_norm", "scale", "[C] = [5]"});
+  KILN_CHECK_ERROR(bn({2, 5, 3}, 3, "NHWC"), InvalidArgument, {"kiln.batch_norm", "NHWC needs a rank-4 x"});
+  KILN_CHECK_ERROR(bn({2, 3, 5, 5}, 3, "CHWN"), InvalidArgument, {"kiln.batch_norm", "data_format 'CHWN'"});
+}

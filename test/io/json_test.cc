@@ -142,6 +142,33 @@ TEST_CASE("pretty-printed and compact JSON load to the same program", "[io][json
   CHECK(content_hash(pretty) == content_hash(p));
 }
 
+TEST_CASE("a conv2d, a batch_norm and their gradients saved before data_format existed load as NCHW",
+          "[io][json]") {
+  Program p;
+  Builder b(p);
+  using V = std::vector<std::int64_t>;
+  Value x = b.create<DataOp>("x", V{2, 3, 6, 6}).result(), w = b.create<DataOp>("w", V{4, 3, 3, 3}).result();
+  Value y = b.create<Conv2dOp>(x, w, V{1, 1}, V{1, 1}).result();
+  Value c = b.create<DataOp>("c", V{4}).result();
+  auto bn = b.create<BatchNormOp>(y, c, c, b.create<FullOp>(V{4}, 0.0, DataType::Float32).result(),
+                                  b.create<FullOp>(V{4}, 1.0, DataType::Float32).result());
+  b.create<GradOf<Conv2dOp>>(Conv2dOp(y.defining_op()).attrs(), x, w, bn.operation()->result(0));
+  json j = json::parse(save_program_json(p));
+  std::size_t dropped = 0;
+  for (json& op : j["body"]["ops"]) dropped += op["attrs"].erase("data_format");
+  REQUIRE(dropped == 3);
+  Program loaded = load_program_json(j.dump());
+  loaded.verify();
+  std::size_t nchw = 0;
+  for (Operation* op : loaded.block()) {
+    if (op->isa<Conv2dOp>()) nchw += Conv2dOp(op).attrs().data_format == "NCHW";
+    if (op->isa<BatchNormOp>()) nchw += BatchNormOp(op).attrs().data_format == "NCHW";
+    if (op->isa<GradOf<Conv2dOp>>()) nchw += GradOf<Conv2dOp>(op).attrs().data_format == "NCHW";
+  }
+  CHECK(nchw == 3);
+  CHECK(loaded.to_string() == p.to_string());
+}
+
 TEST_CASE("the saved document has the documented top-level layout", "[io][json]") {
   json j = json::parse(save_program_json(fixed_program()));
   CHECK(j["format"] == "kiln.program");

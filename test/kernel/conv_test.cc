@@ -312,6 +312,53 @@ TEST_CASE("fused_conv2d in NHWC computes the NCHW result in NHWC for every geome
     }
 }
 
+TEST_CASE("conv2d and its gradient in NHWC compute the NCHW results in NHWC for every geometry, f32 "
+          "(oneDNN's channels-last primitives) and f64 (through NCHW copies)",
+          "[kernel][conv]") {
+  const std::string nhwc = "NHWC";
+  for (const Cfg& c : configs()) {
+    INFO("x " << Dims(c.x).to_string() << " w " << Dims(c.w).to_string() << " groups " << c.groups);
+    const Tensor x = filled<double>(Dims(c.x), -1, 1, 5), w = filled<double>(Dims(c.w), -1, 1, 6);
+    const Tensor out = run_op<Conv2dOp>({x, w}, c.strides, c.paddings, c.dilations, c.groups).out();
+    const Tensor dout = filled<double>(out.dims(), -1, 1, 7);
+    auto want = run_op<GradOf<Conv2dOp>>({x, w, dout}, c.strides, c.paddings, c.dilations, c.groups);
+    auto as_f32 = [](const Tensor& t) {
+      const auto v = t.to_vector<double>();
+      return Tensor::from_vector<float>(t.dims(), std::vector<float>(v.begin(), v.end()));
+    };
+    for (const bool f32 : {false, true}) {
+      INFO((f32 ? "f32" : "f64"));
+      const double tol = f32 ? 1e-4 : 1e-12;
+      auto cast = [&](const Tensor& t) { return f32 ? as_f32(t) : t; };
+      auto back = [&](const Tensor& t) { return f32 ? swap_channels<float>(t, false) : swap_channels<double>(t, false); };
+      auto to_nhwc = [&](const Tensor& t) { return f32 ? swap_channels<float>(cast(t), true) : swap_channels<double>(t, true); };
+      auto fwd = run_op<Conv2dOp>({to_nhwc(x), cast(w)}, c.strides, c.paddings, c.dilations, c.groups, nhwc);
+      REQUIRE(fwd.out().dims() == Dims{out.dims()[0], out.dims()[2], out.dims()[3], out.dims()[1]});
+      auto grad = run_op<GradOf<Conv2dOp>>({to_nhwc(x), cast(w), to_nhwc(dout)}, c.strides, c.paddings,
+                                           c.dilations, c.groups, nhwc);
+      REQUIRE(grad.out(0).dims() == Dims{c.x[0], c.x[2], c.x[3], c.x[1]});
+      const auto widen = [&](const Tensor& t) {
+        if (!f32) return t.to_vector<double>();
+        const auto v = t.to_vector<float>();
+        return std::vector<double>(v.begin(), v.end());
+      };
+      check_close<double>(Tensor::from_vector<double>(out.dims(), widen(back(fwd.out()))), out.to_vector<double>(), tol, tol);
+      check_close<double>(Tensor::from_vector<double>(x.dims(), widen(back(grad.out(0)))), want.out(0).to_vector<double>(), tol, tol);
+      check_close<double>(Tensor::from_vector<double>(w.dims(), widen(grad.out(1))), want.out(1).to_vector<double>(), tol, tol);
+    }
+  }
+}
+
+TEST_CASE("conv2d names an NHWC x that is not rank 4 and an unknown data_format", "[kernel][conv]") {
+  const Tensor w = Tensor::zeros(Dims{2, 2, 1, 1}, DataType::Float32);
+  CHECK_THROWS_WITH(run_op<Conv2dOp>({Tensor::zeros(Dims{1, 3, 3}, DataType::Float32), w}, V{1, 1}, V{0, 0},
+                                     V{1, 1}, std::int64_t{1}, std::string("NHWC")),
+                    Catch::Contains("kiln.conv2d"));
+  CHECK_THROWS_WITH(run_op<Conv2dOp>({Tensor::zeros(Dims{1, 2, 3, 3}, DataType::Float32), w}, V{1, 1}, V{0, 0},
+                                     V{1, 1}, std::int64_t{1}, std::string("NWHC")),
+                    Catch::Contains("kiln.conv2d") && Catch::Contains("data_format 'NWHC'"));
+}
+
 namespace {
 
 // fused_conv2d(x, w, bias, residual) in `layout` (x and residual given NCHW).

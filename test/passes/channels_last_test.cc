@@ -9,7 +9,10 @@
 #include "test_util.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
+#include "kiln/frontend/frontend.h"
+#include "kiln/frontend/optimizer.h"
 #include "kiln/kernel/cpu_convolution.h"
+#include "kiln/kernel/random.h"
 #include "kiln/passes/channels_last.h"
 #include "kiln/passes/fusion.h"
 #include "kiln/passes/pass_manager.h"
@@ -212,21 +215,88 @@ TEST_CASE("ShuffleNet's channel shuffle and channel split stay NHWC between conv
   check_close(exe.run(p, feeds, {ctx.live_out()[0]})[0], want);
 }
 
-TEST_CASE("a training program's convolutions stay NCHW, and without oneDNN's preference nothing "
-          "changes unless forced",
-          "[passes][channels_last]") {
-  Program p;
-  Builder b(p);
-  Value x = b.create<DataOp>("x", V{1, 2, 5, 5}).result();
-  Value w = b.create<DataOp>("w", V{3, 2, 3, 3}).result(), bias = b.create<DataOp>("b", V{3}).result();
-  Value y = b.create<FusedConv2dOp>(x, w, bias, V{1, 1}, V{1, 1}, V{1, 1}, 1, "relu").result();
-  b.create<GradOf<Conv2dOp>>(Conv2dOp::Attributes{V{1, 1}, V{1, 1}, V{1, 1}, 1}, x, w, y);
-  CHECK(convert_to_channels_last(p.block(), {}, nullptr, true) == 0);
-  CHECK(nhwc_convs(p) == 0);
-
+TEST_CASE("without oneDNN's preference for NHWC nothing changes unless forced", "[passes][channels_last]") {
   SmallCnn cnn;
   const std::size_t made = convert_to_channels_last(cnn.p.block(), {cnn.out.impl()}, nullptr);
   CHECK(made == (cpu_convolutions_prefer_channels_last() ? 5u : 0u));
+}
+
+namespace {
+
+// A small ResNet's training program, as the frontend builds it: a 3x3
+// conv + batch norm + relu stem, a 3x3 stride-2 max pool, a basic block,
+// a stride-2 basic block with a 1x1 conv on its skip path, a global average
+// pool, a linear classifier, cross-entropy and momentum SGD.
+struct TinyResNet {
+  Program main, startup;
+  Value loss;
+  FeedMap feeds;
+  TinyResNet() {
+    UniqueNameGuard names;
+    {
+      ProgramGuard guard(main, startup);
+      auto conv_bn = [](Value v, std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stride) {
+        nn::Conv2D conv(in, out, k, stride, k / 2, 1, 1, /*bias=*/false);
+        nn::BatchNorm2D bn(out);
+        return bn(conv(v));
+      };
+      auto add = [](Value a, Value b) { return main_builder().create<AddOp>(a, b).result(); };
+      using nn::functional::relu;
+      Value x = data("x", {4, 3, 12, 12});
+      Value label = data("label", {4}, DataType::Int64);
+      Value y = nn::functional::max_pool2d(relu(conv_bn(x, 3, 8, 3, 1)), {3, 3}, {2, 2}, {1, 1});
+      y = relu(add(conv_bn(relu(conv_bn(y, 8, 8, 3, 1)), 8, 8, 3, 1), y));
+      y = relu(add(conv_bn(relu(conv_bn(y, 8, 16, 3, 2)), 16, 16, 3, 1), conv_bn(y, 8, 16, 1, 2)));
+      Value features = nn::functional::flatten(nn::functional::adaptive_avg_pool2d(y, {1, 1}));
+      loss = nn::functional::cross_entropy(nn::Linear(16, 5)(features), label);
+      optim::Momentum(0.05, 0.9).minimize(loss);
+    }
+    feeds = {{"x", filled({4, 3, 12, 12}, 0.1f, 3)},
+             {"label", Tensor::from_vector<std::int64_t>({4}, std::vector<std::int64_t>{0, 3, 1, 4})}};
+  }
+};
+
+// The ops named `name` whose data_format is NHWC, and all of them.
+template <typename OpT>
+std::pair<std::size_t, std::size_t> nhwc_of_all(const Program& p) {
+  std::size_t nhwc = 0, all = 0;
+  for (Operation* op : p.block())
+    if (op->isa<OpT>()) ++all, nhwc += OpT(op).attrs().data_format == "NHWC";
+  return {nhwc, all};
+}
+
+}  // namespace
+
+TEST_CASE("a training program's convolutions, batch norms, max pool and their gradients go NHWC between "
+          "one transpose in and the classifier, and it trains as the NCHW program does",
+          "[passes][channels_last]") {
+  TinyResNet plain, nhwc;
+  CHECK(convert_to_channels_last(nhwc.main.block(), {nhwc.loss.impl()}, nullptr, true) == 12);  // 6 convs, 6 grads
+  nhwc.main.verify();
+  for (auto [converted, all] : {nhwc_of_all<Conv2dOp>(nhwc.main), nhwc_of_all<GradOf<Conv2dOp>>(nhwc.main),
+                                nhwc_of_all<BatchNormOp>(nhwc.main), nhwc_of_all<GradOf<BatchNormOp>>(nhwc.main),
+                                nhwc_of_all<MaxPool2dOp>(nhwc.main), nhwc_of_all<GradOf<MaxPool2dOp>>(nhwc.main)}) {
+    CHECK(all > 0);
+    CHECK(converted == all);
+  }
+  // x in; the last block's output back for the average pool, and its gradient in.
+  CHECK(count_top_ops(nhwc.main, "kiln.transpose") == 3);
+
+  Executor a(Place::cpu(), {.passes = ""}), b(Place::cpu(), {.passes = ""});
+  set_random_seed(5);
+  a.run(plain.startup);
+  set_random_seed(5);
+  b.run(nhwc.startup);
+  for (int step = 0; step < 6; ++step) {
+    const float la = a.run(plain.main, plain.feeds, {plain.loss})[0].to_vector<float>()[0];
+    const float lb = b.run(nhwc.main, nhwc.feeds, {nhwc.loss})[0].to_vector<float>()[0];
+    INFO("step " << step);
+    CHECK(lb == Approx(la).epsilon(1e-4));  // the convolutions' and norms' summation orders differ
+  }
+  for (const auto& [name, p] : plain.main.parameters()) {
+    INFO(name);
+    check_close(b.scope().find_var(name)->get<Tensor>(), a.scope().find_var(name)->get<Tensor>());
+  }
 }
 
 TEST_CASE("the fuse pass gives an imported-style CNN NHWC convolutions where the CPU prefers them, "

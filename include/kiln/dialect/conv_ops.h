@@ -19,20 +19,29 @@ namespace kiln {
 // out = kiln.conv2d(x, w): x [N, C, H, W], w [O, C / groups, kh, kw] ->
 // out [N, O, Ho, Wo], Ho = (H + pt + pb - dh·(kh - 1) - 1) / sh + 1 (Wo
 // alike). Cross-correlation, as PyTorch's Conv2d. f32, f64.
+// data_format "NCHW" (default) or "NHWC": x [N, H, W, C] -> out [N, Ho, Wo,
+// O], w as in NCHW; CPU only, what the channels_last pass writes in a
+// training program (its gradient op takes the same layout).
 struct Conv2dOp : Op<Conv2dOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.conv2d";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 2, num_results = 1;
   KILN_ATTRIBUTES((std::vector<std::int64_t>, strides), (std::vector<std::int64_t>, paddings),
-                  (std::vector<std::int64_t>, dilations), (std::int64_t, groups));
+                  (std::vector<std::int64_t>, dilations), (std::int64_t, groups),
+                  (std::string, data_format));
+  // A program saved before `data_format` existed loads as NCHW.
+  static std::vector<NamedAttribute> attribute_defaults() {
+    return {{"data_format", StrAttribute::get("NCHW")}};
+  }
   static void build(Builder& b, OperationArgument& arg, Value x, Value w,
                     std::vector<std::int64_t> strides = {1, 1},
                     std::vector<std::int64_t> paddings = {0, 0},
-                    std::vector<std::int64_t> dilations = {1, 1}, std::int64_t groups = 1);
+                    std::vector<std::int64_t> dilations = {1, 1}, std::int64_t groups = 1,
+                    std::string data_format = "NCHW");
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
   // conv2d_grad(x, w, dout) -> (dx, dw): dw = Σ_images dout · colᵀ,
-  // dx = col2im(wᵀ · dout).
+  // dx = col2im(wᵀ · dout); x, dout and dx in the op's data_format.
   struct Grad : GradSpec<3, 0, 1> {
     static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
   };

@@ -1,6 +1,6 @@
 // The data_format attribute of the ops that take NHWC besides NCHW
-// (kiln.fused_conv2d, kiln.max_pool2d): its check and the dims between the
-// two layouts.
+// (kiln.conv2d, kiln.fused_conv2d, kiln.max_pool2d, kiln.batch_norm and
+// their gradients): its check and the dims between the two layouts.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,14 @@ inline bool channels_last(std::string_view op, const std::string& format) {
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' data_format '", format,
                 "' is not NCHW or NHWC");
   return format == "NHWC";
+}
+
+// kiln::Error (Unimplemented) naming `op` when `format` is NHWC: for the
+// kernels (CUDA's) that run NCHW only.
+inline void require_nchw_kernel(std::string_view op, const std::string& format, std::string_view device) {
+  if (channels_last(op, format))
+    throw_error(ErrorKind::Unimplemented, "op '", op, "' runs NHWC (data_format ", format, ") on the CPU only, not on ",
+                device);
 }
 
 // [a, b, c, d] -> [a, d, b, c] (NHWC dims as NCHW) and back; other ranks as they are.

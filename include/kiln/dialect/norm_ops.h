@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "kiln/dialect/grad_op.h"
@@ -83,7 +84,10 @@ struct RmsNormOp : Op<RmsNormOp, ReadOnly, ValueSemantics, InferMetaInterface, V
 //   saved_invstd [C] are the statistics used (batch or running), read by the
 //   gradient op. momentum in [0, 1], epsilon > 0. running_mean / running_var
 //   must be mutable tensors (not vtensors). Gradients flow from y to x,
-//   scale and bias; the running statistics get none.
+//   scale and bias; the running statistics get none. data_format "NCHW"
+//   (default: channels on axis 1) or "NHWC" (x rank 4, [N, H, W, C]:
+//   channels last; CPU only, what the channels_last pass writes; the
+//   gradient op takes the same layout).
 struct BatchNormOp : Op<BatchNormOp, Inplace, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.batch_norm";
@@ -91,10 +95,14 @@ struct BatchNormOp : Op<BatchNormOp, Inplace, InferMetaInterface, VjpInterface> 
   static constexpr int num_operands = 5, num_results = 5;
   static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 2> inplace_map{
       {{1, 3}, {2, 4}}};
-  KILN_ATTRIBUTES((double, momentum), (double, epsilon), (bool, is_test));
+  KILN_ATTRIBUTES((double, momentum), (double, epsilon), (bool, is_test), (std::string, data_format));
+  // A program saved before `data_format` existed loads as NCHW.
+  static std::vector<NamedAttribute> attribute_defaults() {
+    return {{"data_format", StrAttribute::get("NCHW")}};
+  }
   static void build(Builder& b, OperationArgument& arg, Value x, Value scale, Value bias,
                     Value running_mean, Value running_var, double momentum = 0.9,
-                    double epsilon = 1e-5, bool is_test = false);
+                    double epsilon = 1e-5, bool is_test = false, std::string data_format = "NCHW");
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
   // batch_norm_grad(x, scale, saved_mean, saved_invstd, dy) -> (dx, dscale,
   // dbias); training: dx = scale·invstd·(dy - mean(dy) - x̂·mean(dy·x̂)) per

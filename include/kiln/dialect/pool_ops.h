@@ -21,8 +21,8 @@ namespace kiln {
 // The max over each window (padding never wins); floats and integers. Its grad routes each
 // dout to the window's first maximum (row-major), recomputed from x.
 // data_format "NCHW" (default) or "NHWC" (x [N, H, W, C] -> [N, Ho, Wo,
-// C]; CPU only, what the channels_last pass writes; the gradient op is
-// NCHW, an NHWC op's gradient goes through transposes).
+// C]; CPU only, what the channels_last pass writes; the gradient op takes
+// the same layout).
 struct MaxPool2dOp : Op<MaxPool2dOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.max_pool2d";

@@ -16,19 +16,23 @@
 //   z' = relu(add(y', transpose(r){[0, 2, 3, 1]}))
 //   z  = transpose(z'){[0, 3, 1, 2]}          only if something still reads z
 //
-// Converted: kiln.fused_conv2d (f32, rank 4); kiln.max_pool2d of an NHWC
-// value; the unary and binary
-// elementwise ops (kiln/dialect/fused_ops.h's families) and kiln.concat
-// once one operand is already NHWC, their other rank-4 operands transposed
-// (one element operands as they are); kiln.mean / sum / max over rank 4
-// (axes renumbered; without keepdim only when the kept axes stay in order);
-// a kiln.transpose of a converted value reads its NHWC twin (and
-// disappears when it was the transpose to NHWC). Each value gets at most
-// one transpose each way. A block with a conv2d gradient (a training
-// program) is left as it is: its gradient ops are NCHW.
+// Converted: kiln.conv2d and kiln.fused_conv2d (f32, rank 4); kiln.max_pool2d
+// and kiln.batch_norm of an NHWC value; the unary and binary elementwise
+// ops and their gradients (kiln/dialect/fused_ops.h's families), kiln.add_n
+// and kiln.concat once one operand is already NHWC, their other rank-4
+// operands transposed (one element operands as they are); kiln.mean / sum /
+// max over rank 4 (axes renumbered; without keepdim only when the kept axes
+// stay in order); a kiln.transpose of a converted value reads its NHWC twin
+// (and disappears when it was the transpose to NHWC). In a training
+// program the gradient ops follow: conv2d_grad, batch_norm_grad and
+// max_pool2d_grad once their x or dout is NHWC (their data operands and
+// results NHWC, a weight and its gradient as they are), so the backward
+// pass runs in the forward's layout. Each value gets at most one transpose
+// each way.
 //
-// Results agree with the NCHW program up to the convolutions' summation
-// order (oneDNN's NHWC and blocked kernels accumulate in other orders).
+// Results agree with the NCHW program up to summation order (oneDNN's NHWC
+// and blocked kernels, and batch norm's per-channel sums, accumulate in
+// other orders).
 #pragma once
 
 #include <cstddef>
