@@ -1,7 +1,9 @@
 // CPU kernels of the ops of kiln/dialect/norm_ops.h (f32, f64): layer_norm
 // and rms_norm see x as [M, N] contiguous rows and make two passes over each
 // row (statistics, then the output) while it is in cache; batch_norm sees x
-// as [N, C, S] and makes its per-channel sums over contiguous runs of S. The
+// as [N, C, S] and makes its per-channel sums over contiguous runs of S, or
+// (NHWC) as rows of C channels and makes them across the channels, in the
+// same order. The
 // gradient ops compute every gradient in one kernel. Row reductions keep 8
 // partial sums so they vectorize without -ffast-math.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -10,13 +12,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "cpu_kernel_util.h"
 #include "vector_math.h"
+#include "kiln/dialect/data_format.h"
 #include "kiln/dialect/norm_ops.h"
 
 namespace kiln::cpu {
 namespace {
+
 
 constexpr int kLanes = 16;  // one AVX-512 register of f32 (two AVX2 ones)
 
@@ -273,11 +278,264 @@ void batch_norm_channel(const T* px, T* py, const T* ps, const T* pb, T* smean, 
   }
 }
 
+// ---- batch_norm, NHWC ----
+
+// NHWC x [N, H, W, C] as N images of s = H·W rows of c channels; kiln::Error
+// naming the op unless x has rank 4.
+struct Nhwc {
+  std::int64_t n = 1, s = 1, c = 1;
+};
+Nhwc nhwc_of(std::string_view op, const Dims& d) {
+  if (d.rank() != 4)
+    throw_error(ErrorKind::InvalidArgument, "op '", op,
+                "' x must be [N, H, W, C] (rank 4, data_format NHWC), got [", d.to_string(), "]");
+  return Nhwc{d[0], d[1] * d[2], d[3]};
+}
+
+// The per-channel sums of the NHWC kernels follow the NCHW kernel's order:
+// each image's sum is row_sum's (16 lanes, row j into lane j mod 16, the
+// lanes totalled in order, then the tail rows), one image per call on one
+// thread; the images' sums are then added in batch order. The loops run
+// across the channels.
+
+// a += one row of c channels: x (Sq: (x - ce)²).
+template <typename T, bool Sq>
+KILN_SIMD_INLINE void add_row(T* __restrict a, const T* __restrict xr, const T* __restrict ce, std::int64_t c) {
+  for (std::int64_t k = 0; k < c; ++k) {
+    if constexpr (Sq) {
+      const T d = xr[k] - ce[k];
+      a[k] += d * d;
+    } else {
+      a[k] += xr[k];
+    }
+  }
+}
+
+// tot += the lanes' partial sums, lane by lane (lanes_total's order); acc
+// holds kLanes rows of c.
+template <typename T>
+KILN_SIMD_INLINE void add_lanes(T* __restrict tot, const T* __restrict acc, std::int64_t c) {
+  for (int l = 0; l < kLanes; ++l)
+    for (std::int64_t k = 0; k < c; ++k) tot[k] += acc[l * c + k];
+}
+
+// out = one image's Σ x (Sq: Σ (x - center)²) per channel over its s rows;
+// acc holds kLanes·c.
+template <typename T, bool Sq>
+struct NhwcImageSums {
+  KILN_SIMD_INLINE static void run(const T* xi, const T* center, T* out, T* acc, std::int64_t s, std::int64_t c) {
+    const std::int64_t full = s - s % kLanes;
+    std::fill(acc, acc + kLanes * c, T(0));
+    std::fill(out, out + c, T(0));
+    for (std::int64_t j = 0; j < full; ++j) add_row<T, Sq>(acc + (j % kLanes) * c, xi + j * c, center, c);
+    add_lanes(out, acc, c);
+    for (std::int64_t j = full; j < s; ++j) add_row<T, Sq>(out, xi + j * c, center, c);
+  }
+};
+
+// sum[k] = Σ over the n images of part[image][k], in batch order.
+template <typename T>
+void add_images(const std::vector<T>& part, T* sum, std::int64_t n, std::int64_t c) {
+  std::fill(sum, sum + c, T(0));
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t k = 0; k < c; ++k) sum[k] += part[static_cast<std::size_t>(i * c + k)];
+}
+
+// Per image, its sums (NhwcImageSums) into part [n, c], the images split
+// across the threads.
+template <typename T, bool Sq>
+void nhwc_image_sums(const T* px, const T* center, std::vector<T>& part, const Nhwc& g) {
+  parallel_for(g.n, items_per_range(g.s * g.c * std::int64_t(sizeof(T))), [&](std::int64_t n0, std::int64_t n1) {
+    T* acc = scratch<T>(kLanes * g.c);
+    for (std::int64_t i = n0; i < n1; ++i)
+      simd_dispatch<NhwcImageSums<T, Sq>>(px + i * g.s * g.c, center, part.data() + i * g.c, acc, g.s, g.c);
+  });
+}
+
+// y = x · k + off per channel over rows [r0, r1) of c channels.
+template <typename T>
+struct NhwcScaleShift {
+  KILN_SIMD_INLINE static void run(const T* px, T* py, const T* pk, const T* poff, std::int64_t r0,
+                                   std::int64_t r1, std::int64_t c) {
+    const T* __restrict k = pk;
+    const T* __restrict off = poff;
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const T* __restrict xr = px + r * c;
+      T* __restrict yr = py + r * c;
+      for (std::int64_t j = 0; j < c; ++j) yr[j] = xr[j] * k[j] + off[j];
+    }
+  }
+};
+
+// A training NHWC batch norm's statistics: the NCHW kernel's mean and
+// variance (two passes), running statistics, and y's k / off per channel.
+template <typename T>
+void batch_norm_nhwc_stats(const T* px, T* smean, T* sinv, T* run_mean, T* run_var, T* k, T* off, const T* ps,
+                           const T* pb, const Nhwc& g, T eps, T mom) {
+  const std::int64_t count = g.n * g.s;
+  const T inv_count = T(1) / static_cast<T>(count);
+  const T unbias = count > 1 ? static_cast<T>(count) / static_cast<T>(count - 1) : T(1);
+  std::vector<T> part(static_cast<std::size_t>(g.n * g.c)), v(static_cast<std::size_t>(g.c));
+  nhwc_image_sums<T, false>(px, nullptr, part, g);
+  add_images(part, smean, g.n, g.c);
+  for (std::int64_t c = 0; c < g.c; ++c) smean[c] *= inv_count;
+  nhwc_image_sums<T, true>(px, smean, part, g);
+  add_images(part, v.data(), g.n, g.c);
+  for (std::int64_t c = 0; c < g.c; ++c) {
+    const T var = v[static_cast<std::size_t>(c)] * inv_count;
+    sinv[c] = T(1) / std::sqrt(var + eps);
+    run_mean[c] = mom * run_mean[c] + (T(1) - mom) * smean[c];
+    run_var[c] = mom * run_var[c] + (T(1) - mom) * var * unbias;
+    k[c] = sinv[c] * ps[c];
+    off[c] = pb[c] - smean[c] * k[c];
+  }
+}
+
+// batch_norm over NHWC x: the statistics (training: each image's sums on
+// one thread, the images split), then y with the rows split.
+template <typename T>
+void batch_norm_nhwc(KernelContext& ctx, const BatchNormOp::Attributes& a) {
+  const std::string_view op = ctx.op()->name();
+  const Tensor x = typed_input<T>(ctx, 0);
+  const Nhwc g = nhwc_of(op, x.dims());
+  const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c), bias = sized_input<T>(ctx, 2, "bias", g.c);
+  const Tensor rm = sized_input<T>(ctx, 3, "running_mean", g.c);
+  const Tensor rv = sized_input<T>(ctx, 4, "running_var", g.c);
+  T* run_mean = updated<T>(ctx, 1, 3, rm);
+  T* run_var = updated<T>(ctx, 2, 4, rv);
+  const Dims cd({g.c});
+  T* smean = ctx.alloc_output(3, cd, x.dtype()).template data<T>();
+  T* sinv = ctx.alloc_output(4, cd, x.dtype()).template data<T>();
+  T* py = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
+  const T eps = static_cast<T>(a.epsilon), mom = static_cast<T>(a.momentum);
+  const T *px = x.data<T>(), *ps = scale.data<T>(), *pb = bias.data<T>();
+  const std::int64_t rows = g.n * g.s;
+  std::vector<T> k(static_cast<std::size_t>(g.c)), off(k.size());
+  if (!a.is_test) {
+    if (rows == 0)
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' cannot compute batch statistics of an empty batch (x [",
+                  x.dims().to_string(), "])");
+    batch_norm_nhwc_stats(px, smean, sinv, run_mean, run_var, k.data(), off.data(), ps, pb, g, eps, mom);
+  } else {
+    for (std::int64_t c = 0; c < g.c; ++c) {
+      smean[c] = run_mean[c];
+      sinv[c] = T(1) / std::sqrt(run_var[c] + eps);
+      k[c] = sinv[c] * ps[c];
+      off[c] = pb[c] - smean[c] * k[c];
+    }
+  }
+  parallel_for(rows, items_per_range(2 * g.c * std::int64_t(sizeof(T))), [&](std::int64_t r0, std::int64_t r1) {
+    simd_dispatch<NhwcScaleShift<T>>(px, py, static_cast<const T*>(k.data()), static_cast<const T*>(off.data()),
+                                     r0, r1, g.c);
+  });
+}
+
+// a += dy, b += dy · (x - mu) over one row of c channels.
+template <typename T>
+KILN_SIMD_INLINE void add_grad_row(T* __restrict a, T* __restrict b, const T* __restrict xr,
+                                   const T* __restrict dyr, const T* __restrict mu, std::int64_t c) {
+  for (std::int64_t k = 0; k < c; ++k) {
+    a[k] += dyr[k];
+    b[k] += dyr[k] * (xr[k] - mu[k]);
+  }
+}
+
+// One image's sg = Σ dy and sgx = Σ dy · (x - mean) per channel, in
+// row_grad_sums' order; acc holds 2·kLanes·c.
+template <typename T>
+struct NhwcImageGradSums {
+  KILN_SIMD_INLINE static void run(const T* xi, const T* dyi, const T* mean, T* sg, T* sgx, T* acc, std::int64_t s,
+                                   std::int64_t c) {
+    const std::int64_t full = s - s % kLanes, half = kLanes * c;
+    std::fill(acc, acc + 2 * half, T(0));
+    std::fill(sg, sg + c, T(0));
+    std::fill(sgx, sgx + c, T(0));
+    for (std::int64_t j = 0; j < full; ++j) {
+      T* a = acc + (j % kLanes) * c;
+      add_grad_row(a, a + half, xi + j * c, dyi + j * c, mean, c);
+    }
+    add_lanes(sg, acc, c);
+    add_lanes(sgx, acc + half, c);
+    for (std::int64_t j = full; j < s; ++j) add_grad_row(sg, sgx, xi + j * c, dyi + j * c, mean, c);
+  }
+};
+
+// dx over rows [r0, r1) of c channels: k · dy (is_test), else
+// k · (dy - mdy - (x - mu) · q), per channel k, mdy, mu, q.
+template <typename T>
+struct NhwcBatchNormDx {
+  KILN_SIMD_INLINE static void run(const T* px, const T* pdy, T* pdx, const T* pk, const T* pmdy, const T* pmu,
+                                   const T* pq, std::int64_t r0, std::int64_t r1, std::int64_t c, bool is_test) {
+    const T* __restrict k = pk;
+    const T* __restrict mdy = pmdy;
+    const T* __restrict mu = pmu;
+    const T* __restrict q = pq;
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const T* __restrict xr = px + r * c;
+      const T* __restrict dyr = pdy + r * c;
+      T* __restrict dxr = pdx + r * c;
+      if (is_test)
+        for (std::int64_t j = 0; j < c; ++j) dxr[j] = k[j] * dyr[j];
+      else
+        for (std::int64_t j = 0; j < c; ++j) dxr[j] = k[j] * (dyr[j] - mdy[j] - (xr[j] - mu[j]) * q[j]);
+    }
+  }
+};
+
+// dbias = Σ dy and dscale = Σ dy · (x - mean) · invstd per channel: each
+// image's sums on one thread (the images split), added in batch order.
+template <typename T>
+void batch_norm_grad_nhwc_sums(const T* px, const T* pdy, const T* pm, const T* pi, T* dscale, T* dbias,
+                               const Nhwc& g) {
+  std::vector<T> sg(static_cast<std::size_t>(g.n * g.c)), sgx(sg.size());
+  parallel_for(g.n, items_per_range(2 * g.s * g.c * std::int64_t(sizeof(T))), [&](std::int64_t n0, std::int64_t n1) {
+    T* acc = scratch<T>(2 * kLanes * g.c);
+    for (std::int64_t i = n0; i < n1; ++i)
+      simd_dispatch<NhwcImageGradSums<T>>(px + i * g.s * g.c, pdy + i * g.s * g.c, pm, sg.data() + i * g.c,
+                                          sgx.data() + i * g.c, acc, g.s, g.c);
+  });
+  add_images(sg, dbias, g.n, g.c);
+  add_images(sgx, dscale, g.n, g.c);
+  for (std::int64_t c = 0; c < g.c; ++c) dscale[c] *= pi[c];
+}
+
+// batch_norm_grad over NHWC x and dy: dbias and dscale, then dx with the
+// rows split; the NCHW kernel's formulas.
+template <typename T>
+void batch_norm_grad_nhwc(KernelContext& ctx, bool is_test) {
+  const Tensor x = typed_input<T>(ctx, 0);
+  const Nhwc g = nhwc_of(ctx.op()->name(), x.dims());
+  const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c);
+  const Tensor mean = sized_input<T>(ctx, 2, "saved_mean", g.c);
+  const Tensor invstd = sized_input<T>(ctx, 3, "saved_invstd", g.c);
+  const Tensor dy = typed_input<T>(ctx, 4);
+  require_same_dims(ctx, x, dy, 0, 4);
+  T* dx = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
+  T* dscale = ctx.alloc_output(1, scale.dims(), x.dtype()).template data<T>();
+  T* dbias = ctx.alloc_output(2, scale.dims(), x.dtype()).template data<T>();
+  const T *px = x.data<T>(), *pdy = dy.data<T>(), *pm = mean.data<T>(), *pi = invstd.data<T>();
+  const T* ps = scale.data<T>();
+  batch_norm_grad_nhwc_sums(px, pdy, pm, pi, dscale, dbias, g);
+  const std::int64_t rows = g.n * g.s;
+  const T inv_count = rows ? T(1) / static_cast<T>(rows) : T(0);
+  std::vector<T> k(static_cast<std::size_t>(g.c)), mdy(k.size()), q(k.size());
+  for (std::int64_t c = 0; c < g.c; ++c) {
+    k[c] = ps[c] * pi[c];
+    mdy[c] = dbias[c] * inv_count;
+    q[c] = dscale[c] * inv_count * pi[c];
+  }
+  parallel_for(rows, items_per_range(3 * g.c * std::int64_t(sizeof(T))), [&](std::int64_t r0, std::int64_t r1) {
+    simd_dispatch<NhwcBatchNormDx<T>>(px, pdy, dx, static_cast<const T*>(k.data()), static_cast<const T*>(mdy.data()),
+                                      pm, static_cast<const T*>(q.data()), r0, r1, g.c, is_test);
+  });
+}
+
 template <typename T>
 struct BatchNormK {
   static void run(KernelContext& ctx) {
     const std::string_view op = ctx.op()->name();
     const auto& a = ctx.attrs<BatchNormOp>();
+    if (data_format::channels_last(op, a.data_format)) return batch_norm_nhwc<T>(ctx, a);
     const Tensor x = typed_input<T>(ctx, 0);
     const Nchw g = nchw_of(op, x.dims());
     const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c);
@@ -330,6 +588,8 @@ struct BatchNormGradK {
   static void run(KernelContext& ctx) {
     const std::string_view op = ctx.op()->name();
     const bool is_test = ctx.attrs<GradOf<BatchNormOp>>().is_test;
+    if (data_format::channels_last(op, ctx.attrs<GradOf<BatchNormOp>>().data_format))
+      return batch_norm_grad_nhwc<T>(ctx, is_test);
     const Tensor x = typed_input<T>(ctx, 0);
     const Nchw g = nchw_of(op, x.dims());
     const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c);

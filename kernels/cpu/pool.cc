@@ -1,5 +1,6 @@
 // CPU kernels of kiln.max_pool2d, kiln.avg_pool2d, kiln.adaptive_avg_pool2d
-// and their gradients (NCHW), one [H, W] plane at a time. Windows are
+// and their gradients (NCHW), one [H, W] plane at a time; max_pool2d and its
+// gradient also NHWC, across the channels of each pixel. Windows are
 // clipped to the input; max_pool2d's grad recomputes each window's first
 // maximum from x. A 2x2 max pool with stride 2 and no padding (LeNet's) has
 // its own loops over pairs of input rows, forward and backward.
@@ -14,6 +15,7 @@
 
 #include "cpu_kernel_util.h"
 #include "vector_math.h"
+#include "kiln/dialect/data_format.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/dialect/pool_ops.h"
 
@@ -314,10 +316,85 @@ void max_pool_grad_plane(const T* __restrict xp, const T* __restrict d, T* __res
   }
 }
 
+// One window position (input pixel xs, index idx) folded over an output
+// pixel's running maxima per channel: best / at take it where it replaces
+// the maximum (pool_argmax's rule), as plain selects across the channels.
+template <typename T>
+KILN_SIMD_INLINE void fold_nhwc_pixel(const T* __restrict xs, T* __restrict best, std::int64_t* __restrict at,
+                                      std::int64_t idx, std::int64_t c) {
+  for (std::int64_t k = 0; k < c; ++k) {
+    const T v = xs[k], m = best[k];
+    const std::int64_t a = at[k];
+    const bool take = !(v <= m) & (m == m);
+    best[k] = take ? v : m;
+    at[k] = take ? idx : a;
+  }
+}
+
+// Images [n0, n1) of an NHWC max-pool gradient: per output pixel, each
+// channel's first maximum in its window (row-major, NaN wins: pool_argmax's,
+// starting from the window's first element), then dout added there in (oh,
+// ow) order, the NCHW kernel's sums; a 2x2 stride-2 pool (windows apart)
+// stores it, as the NCHW kernel's own loop does. Writes all of dx's images.
+template <typename T>
+struct MaxPoolGradNhwcImages {
+  KILN_SIMD_INLINE static void run(const T* px, const T* pd, T* pdx, const Pool2dGeometry* pg, T* best,
+                                   std::int64_t* at, std::int64_t n0, std::int64_t n1) {
+    const Pool2dGeometry& g = *pg;
+    const bool store = is_2x2(g);
+    for (std::int64_t n = n0; n < n1; ++n) {
+      const T* x = px + n * g.h * g.w * g.c;
+      T* dx = pdx + n * g.h * g.w * g.c;
+      std::fill(dx, dx + g.h * g.w * g.c, T(0));
+      for (std::int64_t oh = 0; oh < g.ho; ++oh)
+        for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+          const PoolWindow r = pool_window(g, oh, ow);
+          const std::int64_t first = r.hs * g.w + r.ws;
+          std::copy(x + first * g.c, x + (first + 1) * g.c, best);
+          std::fill(at, at + g.c, first);
+          for (std::int64_t ih = r.hs; ih < r.he; ++ih)
+            for (std::int64_t iw = r.ws; iw < r.we; ++iw)
+              fold_nhwc_pixel(x + (ih * g.w + iw) * g.c, best, at, ih * g.w + iw, g.c);
+          const T* d = pd + ((n * g.ho + oh) * g.wo + ow) * g.c;
+          if (store)
+            for (std::int64_t k = 0; k < g.c; ++k) dx[at[k] * g.c + k] = d[k];
+          else
+            for (std::int64_t k = 0; k < g.c; ++k) dx[at[k] * g.c + k] += d[k];
+        }
+    }
+  }
+};
+
+// max_pool2d_grad over NHWC x [N, H, W, C] and dout [N, Ho, Wo, C], the
+// images split across the threads (each dx element written by one).
+// kiln::Error naming the op unless x has rank 4 and dout the forward's shape.
+template <typename T>
+void max_pool_grad_nhwc(KernelContext& ctx, const Tensor& x, const Tensor& dout) {
+  const std::string_view op = ctx.op()->name();
+  const Dims& d = x.dims();
+  if (x.rank() != 4)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' x must be [N, H, W, C] (rank 4, data_format NHWC), got [",
+                d.to_string(), "]");
+  const Pool2dGeometry g = pool::geometry(op, Dims{d[0], d[3], d[1], d[2]}, ctx.attrs<GradOf<MaxPool2dOp>>());
+  conv::check_dout(op, dout.dims(), Dims{g.n, g.ho, g.wo, g.c});
+  Tensor& dx = ctx.alloc_output(0, d, x.dtype());
+  if (dx.numel() == 0) return;
+  const T* px = x.data<T>();
+  const T* pd = dout.data<T>();
+  T* pdx = dx.data<T>();
+  const std::int64_t image_bytes = 2 * g.h * g.w * g.c * std::int64_t(sizeof(T));
+  parallel_for(g.n, items_per_range(image_bytes), [&](std::int64_t n0, std::int64_t n1) {
+    T* best = scratch<T>(g.c);
+    std::int64_t* at = scratch<std::int64_t>(g.c);
+    simd_dispatch<MaxPoolGradNhwcImages<T>>(px, pd, pdx, &g, best, at, n0, n1);
+  });
+}
+
 template <typename T>
 struct MaxPoolGradK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0), dout = typed_input<T>(ctx, 1);
+    if (ctx.attrs<GradOf<MaxPool2dOp>>().data_format == "NHWC") return max_pool_grad_nhwc<T>(ctx, x, dout);
     const Pool2dGeometry g =
         pool::geometry(ctx.op()->name(), x.dims(), ctx.attrs<GradOf<MaxPool2dOp>>());
     pool::check_dout(ctx.op()->name(), dout.dims(), g);

@@ -4,7 +4,6 @@
 
 #include "kiln/dialect/conv_ops.h"
 #include "kiln/dialect/data_format.h"
-#include "kiln/dialect/tensor_ops.h"
 
 #include <algorithm>
 
@@ -159,22 +158,17 @@ std::vector<Type> MaxPool2dOp::infer_meta(const std::vector<Type>& in, Dictionar
 void MaxPool2dOp::Grad::check(std::string_view op, const std::vector<Type>& in,
                               DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, op);
-  if (channels_last(op, a.data_format))
-    throw_error(ErrorKind::InvalidArgument, "op '", op, "' is NCHW only, got data_format NHWC");
-  check_dout(op, in, pool_dims(op, in, a.kernel_size, a.strides, a.paddings, a.ceil_mode));
+  if (!channels_last(op, a.data_format))
+    return check_dout(op, in, pool_dims(op, in, a.kernel_size, a.strides, a.paddings, a.ceil_mode));
+  // NHWC: x [N, H, W, C], dout [N, Ho, Wo, C].
+  std::vector<Type> x = in;
+  x[0] = as_nchw(op, in[0]);
+  check_dout(op, in, data_format::nchw_to_nhwc(pool_dims(op, x, a.kernel_size, a.strides, a.paddings, a.ceil_mode)));
 }
+// The gradient op takes the forward op's attributes, its data_format
+// included: an NHWC op's gradient is NHWC, with no transposes.
 std::vector<Value> MaxPool2dOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
-  auto a = MaxPool2dOp(op).attrs();
-  if (!channels_last(name, a.data_format)) return pool_vjp<MaxPool2dOp>(b, op, g);
-  Value d = vjp::single_grad(op, g);
-  if (!d || !vjp::differentiable(op->operand_source(0))) return {Value()};
-  // The gradient op is NCHW: x and d go through transposes, dx comes back.
-  const std::vector<std::int64_t> to_nchw{0, 3, 1, 2}, to_nhwc{0, 2, 3, 1};
-  a.data_format = "NCHW";
-  Value dx = b.create<GradOf<MaxPool2dOp>>(a, b.create<TransposeOp>(op->operand_source(0), to_nchw).result(),
-                                           b.create<TransposeOp>(d, to_nchw).result())
-                 .result();
-  return {b.create<TransposeOp>(dx, to_nhwc).result()};
+  return pool_vjp<MaxPool2dOp>(b, op, g);
 }
 
 void AvgPool2dOp::build(Builder&, OperationArgument& arg, Value x,

@@ -90,6 +90,35 @@ TEST_CASE("max_pool2d in NHWC infers [N, Ho, Wo, C], names a bad data_format, an
             make_op<MaxPool2dOp>(V{3, 2}, V{2, 1}, V{1, 1}, true, std::string("NHWC")));
 }
 
+TEST_CASE("max_pool2d's vjp on an NHWC op builds one NHWC max_pool2d_grad and no transposes",
+          "[dialect][vjp][pool]") {
+  Program p;
+  Builder b(p);
+  const Value x = b.create<DataOp>("x", V{2, 8, 8, 5}, DataType::Float32).result();
+  Operation* op = b.create<MaxPool2dOp>(x, V{3, 3}, V{2, 2}, V{1, 1}, false, std::string("NHWC")).operation();
+  const Value d = b.create<DataOp>("d", V{2, 4, 4, 5}, DataType::Float32).result();
+  const std::size_t before = p.block().size();
+  auto g = call_vjp(b, op, {d});
+  REQUIRE(g.size() == 1);
+  REQUIRE(p.block().size() == before + 1);
+  Operation* grad = g[0].defining_op();
+  REQUIRE(grad->isa<GradOf<MaxPool2dOp>>());
+  CHECK(GradOf<MaxPool2dOp>(grad).attrs().data_format == "NHWC");
+  CHECK(grad->operand_source(0) == x);
+  CHECK(grad->operand_source(1) == d);
+  CHECK(shaped_dims(g[0].type()) == V{2, 8, 8, 5});
+  // Its check takes dout [N, Ho, Wo, C] and names the NHWC shape otherwise.
+  KILN_CHECK_ERROR(build_op<GradOf<MaxPool2dOp>>(p, {{F32, {2, 8, 8, 5}}, {F32, {2, 5, 4, 4}}},
+                                                 MaxPool2dOp::Attributes{V{3, 3}, V{2, 2}, V{1, 1}, false, "NHWC"}),
+                   InvalidArgument, {"kiln.max_pool2d_grad", "dout", "[2, 4, 4, 5]"});
+  KILN_CHECK_ERROR(build_op<GradOf<MaxPool2dOp>>(p, {{F32, {8, 8, 5}}, {F32, {4, 4, 5}}},
+                                                 MaxPool2dOp::Attributes{V{3, 3}, V{2, 2}, V{1, 1}, false, "NHWC"}),
+                   InvalidArgument, {"kiln.max_pool2d_grad"});
+  // A 3x3 stride-2 NHWC pool's vjp against finite differences.
+  check_vjp({random_f64({2, 7, 6, 3}, -1, 1, 4)},
+            make_op<MaxPool2dOp>(V{3, 3}, V{2, 2}, V{1, 1}, false, std::string("NHWC")));
+}
+
 TEST_CASE("avg_pool2d's vjp matches finite differences, padding counted or not",
           "[dialect][vjp][pool]") {
   for (bool exclusive : {true, false})

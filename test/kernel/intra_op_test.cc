@@ -309,6 +309,39 @@ TEST_CASE("batch norm and its gradient give the same bits at any thread count", 
   });
 }
 
+TEST_CASE("NHWC batch norm and its gradient, split by channel and by row, give the same bits at any "
+          "thread count",
+          "[kernel][intra_op]") {
+  const Tensor x = filled<float>(Dims{8, 28, 28, 64}, -2, 2, 1);
+  const Tensor scale = filled<float>(Dims{64}, 0.5, 1.5, 2), bias = filled<float>(Dims{64}, -1, 1, 3);
+  for (const bool is_test : {false, true}) {
+    INFO("is_test " << is_test);
+    auto forward = [&] {
+      return run_op<BatchNormOp>({x, scale, bias, filled<float>(Dims{64}, -0.1, 0.1, 4),
+                                  filled<float>(Dims{64}, 0.5, 1.5, 5)},
+                                 0.9, 1e-5, is_test, std::string("NHWC"));
+    };
+    same_bits_at_any_thread_count(forward);
+    const auto fwd = forward();
+    const Tensor dy = filled<float>(Dims{8, 28, 28, 64}, -1, 1, 6);
+    same_bits_at_any_thread_count([&] {
+      return run_op<GradOf<BatchNormOp>>({x, scale, fwd.out(3), fwd.out(4), dy}, 0.9, 1e-5, is_test,
+                                         std::string("NHWC"));
+    });
+  }
+}
+
+TEST_CASE("an NHWC max pool's gradient gives the same bits at any thread count", "[kernel][intra_op]") {
+  const Tensor x = filled<float>(Dims{8, 56, 56, 24}, -4, 4, 1);
+  const Tensor dout = filled<float>(Dims{8, 28, 28, 24}, -1, 1, 2);
+  same_bits_at_any_thread_count([&] {
+    return run_op<GradOf<MaxPool2dOp>>({x, dout}, Axes{3, 3}, Axes{2, 2}, Axes{1, 1}, false, std::string("NHWC"));
+  });
+  same_bits_at_any_thread_count([&] {
+    return run_op<GradOf<MaxPool2dOp>>({x, dout}, Axes{2, 2}, Axes{2, 2}, Axes{0, 0}, false, std::string("NHWC"));
+  });
+}
+
 TEST_CASE("clip and its gradient give the same bits at any thread count", "[kernel][intra_op]") {
   const Tensor x = filled<float>(Dims{8, 32, 28, 28}, -8, 8, 1);
   const Tensor d = filled<float>(Dims{8, 32, 28, 28}, -1, 1, 2);

@@ -1,9 +1,12 @@
 // Reference tests of the fused layer_norm, rms_norm and batch_norm kernels
 // and their gradient kernels: hand-computed values, and a slow double
 // reference on rows of 128–512 elements (f32 and f64); batch_norm's running
-// statistics updated in place (training) or passed through (is_test).
+// statistics updated in place (training) or passed through (is_test); NHWC
+// batch_norm and its grad against the NCHW kernels on the transposed input.
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernel/kernel_test_util.h"
@@ -188,4 +191,133 @@ TEST_CASE("batch_norm_grad matches hand-derived gradients in training and test m
   check_close<double>(t.out(0), {2, 0});
   check_close<double>(t.out(1), {-1});
   check_close<double>(t.out(2), {1});
+}
+
+namespace {
+
+// [n, c, h, w] values as [n, h, w, c], and back.
+template <typename T>
+Tensor nchw_to_nhwc(const Tensor& t) {
+  const auto& d = t.dims();
+  const auto v = t.to_vector<T>();
+  std::vector<T> out(v.size());
+  const std::int64_t s = d[2] * d[3];
+  for (std::int64_t n = 0; n < d[0]; ++n)
+    for (std::int64_t c = 0; c < d[1]; ++c)
+      for (std::int64_t p = 0; p < s; ++p)
+        out[std::size_t((n * s + p) * d[1] + c)] = v[std::size_t((n * d[1] + c) * s + p)];
+  return Tensor::from_vector<T>(Dims{d[0], d[2], d[3], d[1]}, out);
+}
+template <typename T>
+Tensor nhwc_to_nchw(const Tensor& t) {
+  const auto& d = t.dims();
+  const auto v = t.to_vector<T>();
+  std::vector<T> out(v.size());
+  const std::int64_t s = d[1] * d[2];
+  for (std::int64_t n = 0; n < d[0]; ++n)
+    for (std::int64_t c = 0; c < d[3]; ++c)
+      for (std::int64_t p = 0; p < s; ++p)
+        out[std::size_t((n * d[3] + c) * s + p)] = v[std::size_t((n * s + p) * d[3] + c)];
+  return Tensor::from_vector<T>(Dims{d[0], d[3], d[1], d[2]}, out);
+}
+
+// The NHWC kernels sum each channel in the NCHW kernel's order, but are
+// compiled per SIMD level (where a · b + c may become one FMA): within a
+// few ulp of the NCHW results, not bit for bit.
+template <typename T>
+void check_like(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.dims() == want.dims());
+  const double rtol = std::is_same_v<T, float> ? 2e-6 : 1e-14;
+  check_close<T>(got, want.to_vector<T>(), rtol, rtol);
+}
+
+// batch_norm NHWC on x [n, c, h, w] transposed against NCHW on x: y, the
+// running statistics updated in place, the saved ones.
+template <typename T>
+void check_nhwc_batch_norm(const Dims& d, bool is_test, std::uint32_t seed) {
+  INFO("x [" << d.to_string() << "] is_test " << is_test);
+  const Dims cd({d[1]});
+  const Tensor x = filled<T>(d, -3, 5, seed), scale = filled<T>(cd, 0.5, 1.5, seed + 1);
+  const Tensor bias = filled<T>(cd, -1, 1, seed + 2);
+  Tensor rm = filled<T>(cd, -0.5, 0.5, seed + 3), rv = filled<T>(cd, 0.5, 2, seed + 4);
+  Tensor rm2 = Tensor::from_vector<T>(cd, rm.to_vector<T>()), rv2 = Tensor::from_vector<T>(cd, rv.to_vector<T>());
+  auto want = run_op<BatchNormOp>({x, scale, bias, rm, rv}, 0.9, 1e-5, is_test);
+  auto got = run_op<BatchNormOp>({nchw_to_nhwc<T>(x), scale, bias, rm2, rv2}, 0.9, 1e-5, is_test,
+                                 std::string("NHWC"));
+  check_like<T>(nhwc_to_nchw<T>(got.out(0)), want.out(0));
+  for (std::size_t i = 1; i < 5; ++i) {
+    INFO("output #" << i);
+    check_like<T>(got.out(i), want.out(i));
+  }
+  check_like<T>(rm2, rm);  // in place, as NCHW
+  check_like<T>(rv2, rv);
+}
+
+}  // namespace
+
+TEST_CASE("batch_norm in NHWC gives the NCHW op's y and statistics on the transposed input, running "
+          "statistics updated alike, in training and test mode",
+          "[kernel][norm]") {
+  for (bool is_test : {false, true}) {
+    // Rows per image: 63 (16-row lanes and a tail), 16 (no tail), 5 (tail only).
+    check_nhwc_batch_norm<float>(Dims{2, 5, 7, 9}, is_test, 1);
+    check_nhwc_batch_norm<float>(Dims{3, 20, 4, 4}, is_test, 2);
+    check_nhwc_batch_norm<float>(Dims{4, 64, 1, 5}, is_test, 3);
+    check_nhwc_batch_norm<float>(Dims{2, 67, 12, 11}, is_test, 4);
+    check_nhwc_batch_norm<double>(Dims{2, 19, 6, 7}, is_test, 5);
+  }
+}
+
+namespace {
+
+template <typename T>
+void check_nhwc_batch_norm_grad(const Dims& d, bool is_test, std::uint32_t seed) {
+  INFO("x [" << d.to_string() << "] is_test " << is_test);
+  const Dims cd({d[1]});
+  const Tensor x = filled<T>(d, -3, 5, seed), dy = filled<T>(d, -1, 1, seed + 1);
+  const Tensor scale = filled<T>(cd, 0.5, 1.5, seed + 2);
+  const Tensor mean = filled<T>(cd, 0, 1, seed + 3), invstd = filled<T>(cd, 0.2, 0.6, seed + 4);
+  auto want = run_op<GradOf<BatchNormOp>>({x, scale, mean, invstd, dy}, 0.9, 1e-5, is_test);
+  auto got = run_op<GradOf<BatchNormOp>>({nchw_to_nhwc<T>(x), scale, mean, invstd, nchw_to_nhwc<T>(dy)}, 0.9,
+                                         1e-5, is_test, std::string("NHWC"));
+  check_like<T>(nhwc_to_nchw<T>(got.out(0)), want.out(0));
+  check_like<T>(got.out(1), want.out(1));
+  check_like<T>(got.out(2), want.out(2));
+}
+
+}  // namespace
+
+TEST_CASE("batch_norm_grad in NHWC gives the NCHW op's dx, dscale and dbias on the transposed input",
+          "[kernel][norm]") {
+  for (bool is_test : {false, true}) {
+    check_nhwc_batch_norm_grad<float>(Dims{2, 5, 7, 9}, is_test, 11);
+    check_nhwc_batch_norm_grad<float>(Dims{3, 20, 4, 4}, is_test, 12);
+    check_nhwc_batch_norm_grad<float>(Dims{4, 64, 1, 5}, is_test, 13);
+    check_nhwc_batch_norm_grad<float>(Dims{2, 67, 12, 11}, is_test, 14);
+    check_nhwc_batch_norm_grad<double>(Dims{2, 19, 6, 7}, is_test, 15);
+  }
+}
+
+TEST_CASE("batch_norm and its grad in NHWC reject an x that is not rank 4, naming the op, at build "
+          "time and in the kernel",
+          "[kernel][norm]") {
+  const Tensor x = filled<float>(Dims{2, 3, 4}, -1, 1, 1), c = filled<float>(Dims{4}, 0.5, 1, 2);
+  KILN_CHECK_ERROR(run_op<BatchNormOp>({x, c, c, c, c}, 0.9, 1e-5, false, std::string("NHWC")), InvalidArgument,
+                   {"kiln.batch_norm", "NHWC", "rank-4"});
+  KILN_CHECK_ERROR(run_op<GradOf<BatchNormOp>>({x, c, c, c, x}, 0.9, 1e-5, false, std::string("NHWC")),
+                   InvalidArgument, {"kiln.batch_norm_grad", "NHWC", "rank-4"});
+  // The kernels alone: the op built on a rank-4 x, run on the rank-3 one.
+  auto on_rank4 = [](bool grad) {
+    return [grad](Builder& b, const std::vector<Value>& v) -> Operation* {
+      const Value x4 = b.create<DataOp>("x4", std::vector<std::int64_t>{2, 3, 1, 4}, DataType::Float32).result();
+      if (grad)
+        return b.create<GradOf<BatchNormOp>>(BatchNormOp::Attributes{0.9, 1e-5, false, "NHWC"}, x4, v[1], v[2],
+                                             v[3], x4).operation();
+      return b.create<BatchNormOp>(x4, v[1], v[2], v[3], v[4], 0.9, 1e-5, false, std::string("NHWC")).operation();
+    };
+  };
+  KILN_CHECK_ERROR(kiln_test::run_kernel({x, c, c, c, c}, on_rank4(false)), InvalidArgument,
+                   {"kiln.batch_norm", "[N, H, W, C]", "[2x3x4]"});
+  KILN_CHECK_ERROR(kiln_test::run_kernel({x, c, c, c, x}, on_rank4(true)), InvalidArgument,
+                   {"kiln.batch_norm_grad", "[N, H, W, C]", "[2x3x4]"});
 }

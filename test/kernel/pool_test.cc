@@ -1,5 +1,6 @@
 // Kernel tests of the ops of kiln/dialect/pool_ops.h: hand-computed values
-// of each pool and its grad op.
+// of each pool and its grad op; NHWC max pools and their grads against the
+// NCHW kernels, bit for bit.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -307,4 +308,76 @@ TEST_CASE("max_pool2d's grad adds each dout at its window's first maximum for an
     INFO("k " << k << " s " << s << " p " << p << " ceil " << ceil_mode);
     CHECK(r.out().to_vector<float>() == want);
   });
+}
+
+namespace {
+
+// max_pool2d_grad NHWC against NCHW on x [n, c, h, w] of few distinct
+// values (ties, signed zeros, NaN in two windows) and dout with -0 and ties:
+// the NCHW gradient transposed, bit for bit.
+void check_nhwc_max_pool_grad(const V& x_dims, const V& k, const V& s, const V& pad, bool ceil_mode,
+                              std::uint32_t seed) {
+  INFO("x " << Dims(x_dims).to_string() << " k " << k[0] << "x" << k[1] << " s " << s[0] << " p " << pad[0]
+            << " ceil " << ceil_mode);
+  const float values[] = {-1.0f, -0.0f, 0.0f, 2.0f, 2.0f, 3.0f};
+  std::mt19937 rng(seed);
+  std::vector<float> v(static_cast<std::size_t>(Dims(x_dims).numel()));
+  for (float& e : v) e = values[rng() % 6];
+  v[3] = v[v.size() / 2 + 5] = std::numeric_limits<float>::quiet_NaN();
+  const Tensor x = Tensor::from_vector<float>(Dims(x_dims), v);
+  const Dims od = run_op<MaxPool2dOp>({x}, k, s, pad, ceil_mode).out().dims();
+  std::vector<float> d(static_cast<std::size_t>(od.numel()));
+  for (float& e : d) e = values[rng() % 6];
+  const Tensor dout = Tensor::from_vector<float>(od, d);
+  const Tensor want = to_nhwc<float>(run_op<GradOf<MaxPool2dOp>>({x, dout}, k, s, pad, ceil_mode).out());
+  const Tensor got = run_op<GradOf<MaxPool2dOp>>({to_nhwc<float>(x), to_nhwc<float>(dout)}, k, s, pad, ceil_mode,
+                                                 std::string("NHWC"))
+                         .out();
+  REQUIRE(got.dims() == want.dims());
+  CHECK(std::memcmp(got.raw_data(), want.raw_data(), want.bytes()) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("max_pool2d_grad in NHWC gives the NCHW gradient's bits in NHWC, ties, signed zeros and NaN "
+          "included",
+          "[kernel][pool]") {
+  for (std::int64_t c : {1, 3, 16, 37, 64}) {
+    // ResNet's 3x3 stride 2 pad 1 (overlapping windows add up), and 2x2 stride 2.
+    check_nhwc_max_pool_grad({2, c, 12, 11}, {3, 3}, {2, 2}, {1, 1}, false, 1);
+    check_nhwc_max_pool_grad({2, c, 8, 9}, {2, 2}, {2, 2}, {0, 0}, false, 2);
+    check_nhwc_max_pool_grad({1, c, 7, 7}, {2, 2}, {2, 2}, {0, 0}, true, 3);
+    check_nhwc_max_pool_grad({1, c, 6, 5}, {3, 2}, {1, 2}, {1, 0, 1, 1}, false, 4);
+  }
+  // f64, through the same kernel.
+  const Tensor x = filled<double>(Dims{2, 6, 5, 5}, -1, 1, 5), dout = filled<double>(Dims{2, 6, 3, 3}, -1, 1, 6);
+  const Tensor want = to_nhwc<double>(run_op<GradOf<MaxPool2dOp>>({x, dout}, V{3, 3}, V{2, 2}, V{1, 1}, false).out());
+  const Tensor got = run_op<GradOf<MaxPool2dOp>>({to_nhwc<double>(x), to_nhwc<double>(dout)}, V{3, 3}, V{2, 2},
+                                                 V{1, 1}, false, std::string("NHWC"))
+                         .out();
+  CHECK(same_bits(got, want));
+}
+
+TEST_CASE("max_pool2d_grad in NHWC rejects an x that is not rank 4 and a dout that is not [N, Ho, Wo, C], "
+          "naming the op, at build time and in the kernel",
+          "[kernel][pool]") {
+  const Tensor x3 = Tensor::zeros(Dims{4, 4, 3}, DataType::Float32);
+  const Tensor x = Tensor::zeros(Dims{1, 4, 4, 3}, DataType::Float32);
+  const Tensor nchw_dout = Tensor::zeros(Dims{1, 3, 2, 2}, DataType::Float32);
+  KILN_CHECK_ERROR(run_op<GradOf<MaxPool2dOp>>({x3, x3}, V{2, 2}, V{2, 2}, V{0, 0}, false, std::string("NHWC")),
+                   InvalidArgument, {"kiln.max_pool2d_grad"});
+  KILN_CHECK_ERROR(
+      run_op<GradOf<MaxPool2dOp>>({x, nchw_dout}, V{2, 2}, V{2, 2}, V{0, 0}, false, std::string("NHWC")),
+      InvalidArgument, {"kiln.max_pool2d_grad", "dout", "[1, 2, 2, 3]"});
+  // The kernel alone: the op built on a valid x and dout, run on others.
+  auto built_on_valid = [](Builder& b, const std::vector<Value>&) -> Operation* {
+    const Value xv = b.create<DataOp>("x", V{1, 4, 4, 3}, DataType::Float32).result();
+    const Value dv = b.create<DataOp>("d", V{1, 2, 2, 3}, DataType::Float32).result();
+    return b.create<GradOf<MaxPool2dOp>>(MaxPool2dOp::Attributes{V{2, 2}, V{2, 2}, V{0, 0}, false, "NHWC"}, xv, dv)
+        .operation();
+  };
+  KILN_CHECK_ERROR(run_kernel({x3, x3}, built_on_valid), InvalidArgument,
+                   {"kiln.max_pool2d_grad", "[N, H, W, C]", "[4x4x3]"});
+  KILN_CHECK_ERROR(run_kernel({x, nchw_dout}, built_on_valid), InvalidArgument,
+                   {"kiln.max_pool2d_grad", "dout", "[1x3x2x2]"});
 }
