@@ -594,9 +594,12 @@ struct Conv2dK {
     if (!nhwc)
       return conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, none, ConvActivation::None,
                           weights_identity(w));
+    // No Winograd: kiln.conv2d is what training programs convolve with (the
+    // fuse pass gives inference programs kiln.fused_conv2d), and their
+    // weights change every step.
     if constexpr (std::is_same_v<T, float>)
       if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), none, out.data<T>(), g, ConvActivation::None,
-                                 weights_identity(w), true))
+                                 weights_identity(w), true, false, /*allow_winograd=*/false))
         return;
     conv_forward_nhwc_by_copies(x.data<T>(), w.data<T>(), out.data<T>(), g, none, ConvActivation::None,
                                 weights_identity(w));

@@ -81,15 +81,17 @@ struct ConvKey {
   bool channels_last;
   int threads;
   bool add_to_out = false;
+  bool allow_winograd = true;
   bool operator==(const ConvKey& o) const {
     return std::memcmp(&g, &o.g, sizeof g) == 0 && bias == o.bias && act == o.act &&
-           channels_last == o.channels_last && threads == o.threads && add_to_out == o.add_to_out;
+           channels_last == o.channels_last && threads == o.threads && add_to_out == o.add_to_out &&
+           allow_winograd == o.allow_winograd;
   }
 };
 struct ConvKeyHash {
   std::size_t operator()(const ConvKey& k) const {
-    std::size_t h = std::size_t(k.threads) * 32 + k.add_to_out * 16 + k.channels_last * 8 + k.bias * 4 +
-                    std::size_t(k.act);
+    std::size_t h = std::size_t(k.threads) * 64 + k.allow_winograd * 32 + k.add_to_out * 16 +
+                    k.channels_last * 8 + k.bias * 4 + std::size_t(k.act);
     const auto* v = reinterpret_cast<const std::int64_t*>(&k.g);
     for (std::size_t i = 0; i < sizeof k.g / sizeof *v; ++i) h = h * 1000003u ^ std::size_t(v[i]);
     return h;
@@ -112,14 +114,16 @@ memory::dims weight_dims(const Conv2dGeometry& g) {
 
 // Whether k's convolution runs as oneDNN's Winograd F(4x4, 3x3): 3x3,
 // stride 1, undilated, ungrouped, channels in whole blocks of 16, on NHWC
-// data (the channels_last pass converts inference programs only: training
-// keeps direct convolutions, as PyTorch's CPU ones). A third to a half of
+// data, where the caller allows it (not for a training program's kiln.conv2d,
+// whose weights change every step: transforming them into Winograd's
+// layout, one thread, cost 508 ms per ResNet-18 training step at batch 16
+// against 200 ms it saved). A third to a half of
 // the direct kernel's time on ResNet's convolutions (blocked layouts
 // inside, so x and out are reordered around it; it still wins), with
 // errors of the same order as the direct one's reassociation.
 bool winograd(const ConvKey& k) {
   const Conv2dGeometry& g = k.g;
-  return k.channels_last && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
+  return k.channels_last && k.allow_winograd && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
          g.dw == 1 && g.groups == 1 && g.c % 16 == 0 && g.o % 16 == 0;
 }
 
@@ -578,10 +582,11 @@ ConvGrads conv2d_backward(const float* x, const float* w, const float* dout, flo
 
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
                     const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights,
-                    bool channels_last, bool add_to_out) {
+                    bool channels_last, bool add_to_out, bool allow_winograd) {
   if (act == ConvActivation::Silu && !channels_last) return false;  // see onednn.h
   const int threads = use_intra_op_threads();
-  const ConvPlan* p = conv_plan(ConvKey{g, bias != nullptr, act, channels_last, threads, add_to_out});
+  const ConvPlan* p =
+      conv_plan(ConvKey{g, bias != nullptr, act, channels_last, threads, add_to_out, allow_winograd});
   if (p == nullptr) return false;
   try {
     run_conv(p, x, w, bias, out, g, weights);

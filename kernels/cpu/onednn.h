@@ -45,10 +45,11 @@ struct WeightsIdentity {
 // there and runs SiLU over out itself. Its NHWC (brgconv) kernels apply
 // swish in the convolution's own pass, as fast as without it: no second
 // pass over out, which at two threads rereads half of it from the other
-// core's cache.
+// core's cache. allow_winograd: a 3x3 NHWC convolution may run as Winograd
+// (worth it only while w stays the same: its transform is slow).
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
                     const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights,
-                    bool channels_last = false, bool add_to_out = false);
+                    bool channels_last = false, bool add_to_out = false, bool allow_winograd = true);
 
 // Which of conv2d_backward's gradients it wrote.
 struct ConvGrads {

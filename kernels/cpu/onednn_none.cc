@@ -14,7 +14,7 @@ bool sgemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const fl
 }
 
 bool conv2d_forward(const float*, const float*, const float*, float*, const Conv2dGeometry&,
-                    ConvActivation, const WeightsIdentity&, bool, bool) {
+                    ConvActivation, const WeightsIdentity&, bool, bool, bool) {
   return false;
 }
 

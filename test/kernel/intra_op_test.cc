@@ -309,8 +309,8 @@ TEST_CASE("batch norm and its gradient give the same bits at any thread count", 
   });
 }
 
-TEST_CASE("NHWC batch norm and its gradient, split by channel and by row, give the same bits at any "
-          "thread count",
+TEST_CASE("NHWC batch norm and its gradient, their statistics split by image and the rest by row, give "
+          "the same bits at any thread count",
           "[kernel][intra_op]") {
   const Tensor x = filled<float>(Dims{8, 28, 28, 64}, -2, 2, 1);
   const Tensor scale = filled<float>(Dims{64}, 0.5, 1.5, 2), bias = filled<float>(Dims{64}, -1, 1, 3);
