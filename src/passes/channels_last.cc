@@ -48,6 +48,16 @@ bool one_element(Value v) {
   return n == 1;
 }
 
+// A [C, 1, 1] operand broadcast over a rank-4 result of C channels (a
+// layer scale, a per-channel bias as exporters write them): read as [C]
+// by the NHWC op.
+bool channel_column(Value v, Value result) {
+  if (!v || !is_shaped(v.type()) || !is_shaped(result.type())) return false;
+  const auto& d = shaped_dims(v.type());
+  const auto& r = shaped_dims(result.type());
+  return d.size() == 3 && d[0] > 0 && d[1] == 1 && d[2] == 1 && r.size() == 4 && r[1] == d[0];
+}
+
 // Only read: every op that uses v has ReadOnly, is an Inplace op that
 // writes other operands (batch_norm's running statistics), or is a view
 // whose result is only read (a twin of v stays current).
@@ -336,7 +346,9 @@ class ChannelsLast {
   }
 
   // An elementwise op of the fused families or kiln.clip (relu6), or one's
-  // gradient, once one operand has a twin.
+  // gradient, once one operand has a twin or is a transpose of NHWC data to
+  // NCHW (ConvNeXt's permute back before its layer scale). A [C, 1, 1]
+  // operand is read as [C].
   void convert_elementwise(Operation* op) {
     FusedStep s;
     const bool clip = op->isa<ClipOp>() || op->isa<GradOf<ClipOp>>();
@@ -347,10 +359,17 @@ class ChannelsLast {
     bool any = false;
     for (std::uint32_t i = 0; i < op->num_operands(); ++i) {
       Value v = op->operand_source(i);
-      if (!rank4(v) && !one_element(v)) return;
-      any = any || has_twin(v);
+      if (!rank4(v) && !one_element(v) && !channel_column(v, op->result(0))) return;
+      any = any || has_twin(v) || is_transpose(v.defining_op(), kToNchw);
     }
-    if (any && take_twins(op)) retype(op);
+    if (!any || !take_twins(op)) return;
+    for (std::uint32_t i = 0; i < op->num_operands(); ++i)
+      if (Value v = op->operand_source(i); channel_column(v, op->result(0))) {
+        Builder b(block_);
+        b.set_insertion_point(op);
+        op->set_operand(i, b.create<ReshapeOp>(v, std::vector<std::int64_t>{shaped_dims(v.type())[0]}).result());
+      }
+    retype(op);
   }
 
   // add_n of same-typed rank-4 values (gradients summed), once one has a twin.

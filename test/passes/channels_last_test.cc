@@ -215,6 +215,40 @@ TEST_CASE("ShuffleNet's channel shuffle and channel split stay NHWC between conv
   check_close(exe.run(p, feeds, {ctx.live_out()[0]})[0], want);
 }
 
+TEST_CASE("ConvNeXt's permute back to NCHW, its [C, 1, 1] layer scale and its residual add stay NHWC: "
+          "one transpose in, none between the blocks",
+          "[passes][channels_last]") {
+  // x → depthwise conv → permute to NHWC → relu (the block's MLP) →
+  // permute back → · gamma [C, 1, 1] → + x → conv → mean over H, W.
+  Program p;
+  Builder b(p);
+  FeedMap feeds;
+  auto data = [&](const char* name, V dims, float scale, int seed) {
+    feeds.emplace(name, filled(dims, scale, seed));
+    return b.create<DataOp>(name, dims).result();
+  };
+  Value x = data("x", {2, 8, 6, 6}, 0.25f, 1);
+  Value dw = b.create<FusedConv2dOp>(x, data("w1", {8, 1, 3, 3}, 0.05f, 2), data("b1", {8}, 0.1f, 3), V{1, 1},
+                                     V{1, 1}, V{1, 1}, 8, "none")
+                 .result();
+  Value mlp = b.create<ReluOp>(b.create<TransposeOp>(dw, V{0, 2, 3, 1}).result()).result();
+  Value scaled = b.create<MulOp>(b.create<TransposeOp>(mlp, V{0, 3, 1, 2}).result(), data("gamma", {8, 1, 1}, 0.2f, 4))
+                     .result();
+  Value y = b.create<AddOp>(scaled, x).result();
+  Value z = b.create<FusedConv2dOp>(y, data("w2", {8, 8, 3, 3}, 0.05f, 5), data("b2", {8}, 0.1f, 6), V{1, 1},
+                                    V{1, 1}, V{1, 1}, 1, "relu")
+                .result();
+  Value out = b.create<MeanOp>(z, V{2, 3}, false).result();
+  Executor exe(Place::cpu(), {.passes = ""});
+  const Tensor want = exe.run(p, feeds, {out})[0];
+  CHECK(convert_to_channels_last(p.block(), {out.impl()}, nullptr, true) == 2);
+  p.verify();
+  CHECK(count_top_ops(p, "kiln.transpose") == 1);
+  for (Operation* op : p.block())
+    if (op->isa<MulOp>() || op->isa<AddOp>()) CHECK(shaped_dims(op->result_type(0)) == V{2, 6, 6, 8});
+  check_close(exe.run(p, feeds, {out})[0], want);
+}
+
 TEST_CASE("without oneDNN's preference for NHWC nothing changes unless forced", "[passes][channels_last]") {
   SmallCnn cnn;
   const std::size_t made = convert_to_channels_last(cnn.p.block(), {cnn.out.impl()}, nullptr);
