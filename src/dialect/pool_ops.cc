@@ -83,8 +83,13 @@ namespace {
 using data_format::channels_last;
 
 // An NHWC operand's type with its dims as NCHW.
+// An NHWC x as the NCHW type the pool geometry reads; kiln::Error naming
+// `op` unless x is rank 4.
 Type as_nchw(std::string_view op, Type x) {
   const Type t = meta::tensor_operand(op, {x}, 0);
+  if (shaped_dims(t).size() != 4)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' x must be [N, H, W, C] (rank 4, data_format NHWC), got ",
+                meta::dims_string(shaped_dims(t)));
   return meta::result_like({t}, shaped_data_type(t), data_format::nhwc_to_nchw(shaped_dims(t)));
 }
 

@@ -113,7 +113,9 @@ TEST_CASE("max_pool2d's vjp on an NHWC op builds one NHWC max_pool2d_grad and no
                    InvalidArgument, {"kiln.max_pool2d_grad", "dout", "[2, 4, 4, 5]"});
   KILN_CHECK_ERROR(build_op<GradOf<MaxPool2dOp>>(p, {{F32, {8, 8, 5}}, {F32, {4, 4, 5}}},
                                                  MaxPool2dOp::Attributes{V{3, 3}, V{2, 2}, V{1, 1}, false, "NHWC"}),
-                   InvalidArgument, {"kiln.max_pool2d_grad"});
+                   InvalidArgument, {"kiln.max_pool2d_grad", "[N, H, W, C]", "[8, 8, 5]"});
+  KILN_CHECK_ERROR(build_op<MaxPool2dOp>(p, {{F32, {8, 8, 5}}}, V{3, 3}, V{2, 2}, V{1, 1}, false, std::string("NHWC")),
+                   InvalidArgument, {"kiln.max_pool2d", "[N, H, W, C]", "[8, 8, 5]"});
   // A 3x3 stride-2 NHWC pool's vjp against finite differences.
   check_vjp({random_f64({2, 7, 6, 3}, -1, 1, 4)},
             make_op<MaxPool2dOp>(V{3, 3}, V{2, 2}, V{1, 1}, false, std::string("NHWC")));
