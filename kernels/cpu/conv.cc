@@ -542,22 +542,22 @@ struct FusedConv2dK {
       if (residual.dims() != out.dims())
         throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' residual is [",
                     residual.dims().to_string(), "], the result is [", out.dims().to_string(), "]");
-      if (out.numel() > 0) convolve_adding(x, w, bias, residual.data<T>(), out, g, act, nhwc);
+      if (out.numel() > 0) convolve_adding(x, w, bias, residual.data<T>(), out, g, act, nhwc, !a.weights_trained);
       return;
     }
-    if (out.numel() > 0) convolve(x, w, bias, out, g, act, nhwc);
+    if (out.numel() > 0) convolve(x, w, bias, out, g, act, nhwc, !a.weights_trained);
   }
 
   // out = act(conv(x, w) + bias) in either layout.
   static void convolve(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
-                       const Conv2dGeometry& g, ConvActivation act, bool nhwc) {
+                       const Conv2dGeometry& g, ConvActivation act, bool nhwc, bool allow_winograd) {
     if (!nhwc)
       return conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
                           weights_identity(w));
     // oneDNN's NHWC primitives apply SiLU too (its swish post-op).
     if constexpr (std::is_same_v<T, float>)
       if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), bias.data<T>(), out.data<T>(), g, act,
-                                 weights_identity(w), true))
+                                 weights_identity(w), true, false, allow_winograd))
         return;
     conv_forward_nhwc_by_copies(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
                                 weights_identity(w));
@@ -567,16 +567,17 @@ struct FusedConv2dK {
   // into out first) in the convolution's own pass; otherwise the
   // convolution's result gets it, and the activation, in one more pass.
   static void convolve_adding(const Tensor& x, const Tensor& w, const Tensor& bias, const T* residual,
-                              Tensor& out, const Conv2dGeometry& g, ConvActivation act, bool nhwc) {
+                              Tensor& out, const Conv2dGeometry& g, ConvActivation act, bool nhwc,
+                              bool allow_winograd) {
     T* po = out.data<T>();
     if constexpr (std::is_same_v<T, float>)
       if (nhwc || (act != ConvActivation::Silu && !direct(g))) {  // NCHW 1x1: conv_forward's GEMM
         std::memcpy(po, residual, out.bytes());
         if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), bias.data<T>(), po, g, act, weights_identity(w),
-                                   nhwc, true))
+                                   nhwc, true, allow_winograd))
           return;
       }
-    convolve(x, w, bias, out, g, ConvActivation::None, nhwc);
+    convolve(x, w, bias, out, g, ConvActivation::None, nhwc, allow_winograd);
     add_residual(po, residual, out.numel(), act);
   }
 };
@@ -594,9 +595,9 @@ struct Conv2dK {
     if (!nhwc)
       return conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, none, ConvActivation::None,
                           weights_identity(w));
-    // No Winograd: kiln.conv2d is what training programs convolve with (the
-    // fuse pass gives inference programs kiln.fused_conv2d), and their
-    // weights change every step.
+    // No Winograd: kiln.conv2d is what a training program convolves with
+    // where its convolution has no bias (a ResNet's, before batch norm), and
+    // its weights change every step (kiln.fused_conv2d says so itself).
     if constexpr (std::is_same_v<T, float>)
       if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), none, out.data<T>(), g, ConvActivation::None,
                                  weights_identity(w), true, false, /*allow_winograd=*/false))

@@ -22,7 +22,6 @@
 namespace kiln::cpu {
 namespace {
 
-
 constexpr int kLanes = 16;  // one AVX-512 register of f32 (two AVX2 ones)
 
 template <typename T>

@@ -355,26 +355,29 @@ ConvGradDescs conv_grad_descs(const Conv2dGeometry& g, Tag data) {
 }
 
 // Primitives for g's gradients; NCHW data with the layouts inside left to
-// oneDNN, or NHWC data taken as it is (channels_last) unless oneDNN has only
-// its reference kernel for that (then reordered like NCHW data). Throws
-// dnnl::error when oneDNN has none.
+// oneDNN, or NHWC data taken as it is (channels_last) unless oneDNN has no
+// kernel or only its reference one for that (then reordered like NCHW
+// data). Throws dnnl::error when oneDNN has none.
 std::unique_ptr<ConvGradPlan> make_conv_grad_plan(const Conv2dGeometry& g, bool channels_last) {
-  ConvGradDescs d = conv_grad_descs(g, channels_last ? Tag::nhwc : Tag::any);
-  if (channels_last && (reference_kernel(d.data) || reference_kernel(d.weights)))
-    d = conv_grad_descs(g, Tag::any);
+  std::optional<ConvGradDescs> d;
+  try {
+    if (channels_last) d = conv_grad_descs(g, Tag::nhwc);
+  } catch (const dnnl::error&) {  // none for NHWC as it is: reordered, below
+  }
+  if (!d || reference_kernel(d->data) || reference_kernel(d->weights)) d = conv_grad_descs(g, Tag::any);
   const auto f32 = memory::data_type::f32;
   const Tag plain = channels_last ? Tag::nhwc : Tag::nchw;
   const memory::desc x_plain({g.n, g.c, g.h, g.w}, f32, plain), out_plain({g.n, g.o, g.ho, g.wo}, f32, plain),
       w_plain(weight_dims(g), f32, g.groups == 1 ? Tag::oihw : Tag::goihw);
   auto p = std::make_unique<ConvGradPlan>();
-  p->data = dnnl::convolution_backward_data(d.data);
-  p->weights = dnnl::convolution_backward_weights(d.weights);
-  p->data_dout = operand(out_plain, d.data.diff_dst_desc(), true);
-  p->data_w = operand(w_plain, d.data.weights_desc(), true);
-  p->data_dx = operand(x_plain, d.data.diff_src_desc(), false);
-  p->weights_x = operand(x_plain, d.weights.src_desc(), true);
-  p->weights_dout = operand(out_plain, d.weights.diff_dst_desc(), true);
-  p->weights_dw = operand(w_plain, d.weights.diff_weights_desc(), false);
+  p->data = dnnl::convolution_backward_data(d->data);
+  p->weights = dnnl::convolution_backward_weights(d->weights);
+  p->data_dout = operand(out_plain, d->data.diff_dst_desc(), true);
+  p->data_w = operand(w_plain, d->data.weights_desc(), true);
+  p->data_dx = operand(x_plain, d->data.diff_src_desc(), false);
+  p->weights_x = operand(x_plain, d->weights.src_desc(), true);
+  p->weights_dout = operand(out_plain, d->weights.diff_dst_desc(), true);
+  p->weights_dw = operand(w_plain, d->weights.diff_weights_desc(), false);
   return p;
 }
 

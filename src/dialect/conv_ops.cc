@@ -244,14 +244,16 @@ std::vector<Value> Conv2dOp::vjp(Builder& b, Operation* op, const std::vector<Va
 void FusedConv2dOp::build(Builder&, OperationArgument& arg, Value x, Value w, Value bias,
                           std::vector<std::int64_t> strides, std::vector<std::int64_t> paddings,
                           std::vector<std::int64_t> dilations, std::int64_t groups,
-                          std::string activation, std::string data_format, Value residual) {
+                          std::string activation, std::string data_format, Value residual,
+                          bool weights_trained) {
   arg.add_operand(x);
   arg.add_operand(w);
   arg.add_operand(bias);
   if (residual) arg.add_operand(residual);
   arg.attributes = to_named_attributes(Attributes{std::move(strides), std::move(paddings),
                                                   std::move(dilations), groups,
-                                                  std::move(activation), std::move(data_format)});
+                                                  std::move(activation), std::move(data_format),
+                                                  weights_trained});
 }
 
 using data_format::channels_last;
@@ -312,7 +314,7 @@ Value silu_grad(Builder& b, Operation* op, const FusedConv2dOp::Attributes& a, V
   const Value residual = op->num_operands() == 4 ? op->operand_source(3) : Value();
   Value z = b.create<FusedConv2dOp>(op->operand_source(0), op->operand_source(1),
                                     op->operand_source(2), a.strides, a.paddings, a.dilations,
-                                    a.groups, "none", a.data_format, residual)
+                                    a.groups, "none", a.data_format, residual, a.weights_trained)
                 .result();
   Value s = b.create<SigmoidOp>(z).result();
   Value through_s = b.create<GradOf<SigmoidOp>>(s, b.create<MulOp>(dy, z).result())

@@ -70,7 +70,7 @@ std::optional<ConvBefore> conv_before(Value x) {
     c.bias = reshape->operand_source(0);
     def = y.defining_op();
   }
-  if (!def || !def->isa<Conv2dOp>()) return std::nullopt;
+  if (!def || !def->isa<Conv2dOp>() || Conv2dOp(def).attrs().data_format == "NHWC") return std::nullopt;
   c.conv = def;
   c.ops.push_back(def);
   return c;

@@ -221,6 +221,8 @@ class ChannelsLast {
   }
 
   bool has_twin(Value v) const { return twin_.count(v.impl()) != 0; }
+  // Whether nhwc_of(v) gives a twin (none for a value written in place).
+  bool twinnable(Value v) const { return has_twin(v) || only_read(v); }
 
   // v's twin, read by the op at at_ (which joins the twin's region).
   Value twin(Value v) {
@@ -294,17 +296,16 @@ class ChannelsLast {
     auto a = GradOf<Conv2dOp>(op).attrs();
     Value x = op->operand_source(0), dout = op->operand_source(2);
     if (a.data_format == "NHWC" || !rank4(x) || shaped_data_type(x.type()) != DataType::Float32 ||
-        !(has_twin(x) || has_twin(dout)) || !convertible(op))
+        !(has_twin(x) || has_twin(dout)) || !twinnable(x) || !twinnable(dout) || !convertible(op))
       return 0;
-    Value tx = nhwc_of(x, op);
-    Value td = tx ? nhwc_of(dout, op) : Value();
-    if (!td) return 0;
+    Value tx = nhwc_of(x, op), td = nhwc_of(dout, op);
     op->set_operand(0, tx);
     op->set_operand(2, td);
     a.data_format = "NHWC";
     set_attrs<GradOf<Conv2dOp>>(op, a);
     retype(op, 0);
-    if (!pointwise<GradOf<Conv2dOp>>(op)) regions_.gain(at_, elements(tx) + 2 * elements(td));
+    // NCHW, oneDNN reorders x (for dw), dx back, and dout once (shared).
+    if (!pointwise<GradOf<Conv2dOp>>(op)) regions_.gain(at_, 2 * elements(tx) + elements(td));
     return 1;
   }
 
@@ -324,10 +325,10 @@ class ChannelsLast {
   void convert_batch_norm_grad(Operation* op) {
     auto a = GradOf<BatchNormOp>(op).attrs();
     Value x = op->operand_source(0), dy = op->operand_source(4);
-    if (a.data_format == "NHWC" || !rank4(x) || !(has_twin(x) || has_twin(dy)) || !convertible(op)) return;
-    Value tx = nhwc_of(x, op);
-    Value td = tx ? nhwc_of(dy, op) : Value();
-    if (!td) return;
+    if (a.data_format == "NHWC" || !rank4(x) || !(has_twin(x) || has_twin(dy)) || !twinnable(x) ||
+        !twinnable(dy) || !convertible(op))
+      return;
+    Value tx = nhwc_of(x, op), td = nhwc_of(dy, op);
     op->set_operand(0, tx);
     op->set_operand(4, td);
     a.data_format = "NHWC";
@@ -598,7 +599,8 @@ class ChannelsLastPass : public Pass {
 std::unique_ptr<Pass> create_channels_last_pass() { return std::make_unique<ChannelsLastPass>(); }
 
 KILN_REGISTER_PASS("channels_last", [] { return create_channels_last_pass(); },
-                   "kiln.fused_conv2d and the elementwise ops, concats and reductions between "
-                   "them in NHWC, transposes where a value enters or leaves them (CPU)");
+                   "kiln.conv2d, kiln.fused_conv2d and the pools, batch norms, elementwise ops, concats "
+                   "and reductions between them (and in a training program their gradients) in NHWC, "
+                   "transposes where a value enters or leaves them (CPU)");
 
 }  // namespace kiln

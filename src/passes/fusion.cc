@@ -578,8 +578,8 @@ ConvEpilogue conv_epilogue_after(Value sum, const Block& block, const ValueSet& 
 std::size_t fuse_conv_epilogue(Block& block, const ValueSet& keep, PassContext* ctx) {
   std::size_t made = 0;
   std::vector<Operation*> convs;
-  for (Operation* op : block)
-    if (op->isa<Conv2dOp>()) convs.push_back(op);
+  for (Operation* op : block)  // NCHW ones: an NHWC conv's bias is no [1, C, 1, 1] reshape
+    if (op->isa<Conv2dOp>() && Conv2dOp(op).attrs().data_format != "NHWC") convs.push_back(op);
   for (Operation* conv : convs) {
     Value y = conv->result(0);
     Operation* add = sole_user(y);
@@ -598,9 +598,11 @@ std::size_t fuse_conv_epilogue(Block& block, const ValueSet& keep, PassContext* 
     Builder b(block);
     b.set_insertion_point(last);
     const auto a = Conv2dOp(conv).attrs();
+    // A training program's optimizer updates w in place every step.
+    const bool trained = alias_written_in_place(conv->operand_source(1), ctx);
     Value fused = b.create<FusedConv2dOp>(conv->operand_source(0), conv->operand_source(1), bias,
                                           a.strides, a.paddings, a.dilations, a.groups,
-                                          epilogue.activation)
+                                          epilogue.activation, "NCHW", Value(), trained)
                       .result();
     Operation* reshape = other.defining_op();
     replace_all_uses(last->result(0), fused, ctx);
@@ -636,7 +638,8 @@ std::size_t fuse_conv_residual(Block& block, const ValueSet& keep, PassContext* 
     auto a = FusedConv2dOp(conv).attrs();
     Value fused = b.create<FusedConv2dOp>(conv->operand_source(0), conv->operand_source(1),
                                           conv->operand_source(2), a.strides, a.paddings, a.dilations,
-                                          a.groups, epilogue.activation, a.data_format, residual)
+                                          a.groups, epilogue.activation, a.data_format, residual,
+                                          a.weights_trained)
                       .result();
     replace_all_uses(last->result(0), fused, ctx);
     for (auto it = epilogue.ops.rbegin(); it != epilogue.ops.rend(); ++it) erase_op(*it, ctx);

@@ -142,7 +142,8 @@ TEST_CASE("pretty-printed and compact JSON load to the same program", "[io][json
   CHECK(content_hash(pretty) == content_hash(p));
 }
 
-TEST_CASE("a conv2d, a batch_norm and their gradients saved before data_format existed load as NCHW",
+TEST_CASE("convolutions, batch norms, max pools and their gradients saved before data_format (and "
+          "weights_trained) existed load as NCHW (and false)",
           "[io][json]") {
   Program p;
   Builder b(p);
@@ -152,21 +153,26 @@ TEST_CASE("a conv2d, a batch_norm and their gradients saved before data_format e
   Value c = b.create<DataOp>("c", V{4}).result();
   auto bn = b.create<BatchNormOp>(y, c, c, b.create<FullOp>(V{4}, 0.0, DataType::Float32).result(),
                                   b.create<FullOp>(V{4}, 1.0, DataType::Float32).result());
-  b.create<GradOf<Conv2dOp>>(Conv2dOp(y.defining_op()).attrs(), x, w, bn.operation()->result(0));
+  Value d = bn.operation()->result(0);
+  b.create<GradOf<BatchNormOp>>(bn.operation(), y, c, bn.operation()->result(3), bn.operation()->result(4), d);
+  b.create<GradOf<Conv2dOp>>(Conv2dOp(y.defining_op()).attrs(), x, w, d);
+  Value m = b.create<MaxPool2dOp>(d, V{2, 2}).result();
+  b.create<GradOf<MaxPool2dOp>>(m.defining_op(), d, m);
+  b.create<FusedConv2dOp>(x, w, c, V{1, 1}, V{1, 1});
   json j = json::parse(save_program_json(p));
   std::size_t dropped = 0;
-  for (json& op : j["body"]["ops"]) dropped += op["attrs"].erase("data_format");
-  REQUIRE(dropped == 3);
+  for (json& op : j["body"]["ops"]) dropped += op["attrs"].erase("data_format") + op["attrs"].erase("weights_trained");
+  REQUIRE(dropped == 8);  // seven ops' data_format, fused_conv2d's weights_trained
   Program loaded = load_program_json(j.dump());
   loaded.verify();
+  CHECK(loaded.to_string() == p.to_string());
   std::size_t nchw = 0;
   for (Operation* op : loaded.block()) {
-    if (op->isa<Conv2dOp>()) nchw += Conv2dOp(op).attrs().data_format == "NCHW";
-    if (op->isa<BatchNormOp>()) nchw += BatchNormOp(op).attrs().data_format == "NCHW";
-    if (op->isa<GradOf<Conv2dOp>>()) nchw += GradOf<Conv2dOp>(op).attrs().data_format == "NCHW";
+    const DictionaryAttribute a = op->attributes();
+    if (a.contains("data_format")) nchw += a.find("data_format").cast<StrAttribute>().value() == "NCHW";
+    if (op->isa<FusedConv2dOp>()) CHECK_FALSE(FusedConv2dOp(op).attrs().weights_trained);
   }
-  CHECK(nchw == 3);
-  CHECK(loaded.to_string() == p.to_string());
+  CHECK(nchw == 7);
 }
 
 TEST_CASE("the saved document has the documented top-level layout", "[io][json]") {

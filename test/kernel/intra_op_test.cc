@@ -206,6 +206,29 @@ TEST_CASE("an NHWC 3x3 convolution (oneDNN's Winograd where the CPU has it) give
   }
 }
 
+TEST_CASE("an NHWC conv2d and its gradient (a training program's, direct, no Winograd) give the same bits "
+          "at any thread count, batches of any size",
+          "[kernel][intra_op]") {
+  for (const std::int64_t batch : {16, 5, 1}) {
+    INFO("batch " << batch);
+    const Tensor x = filled<float>(Dims{batch, 14, 14, 32}, -1, 1, 1), w = filled<float>(Dims{48, 32, 3, 3}, -1, 1, 2);
+    const Tensor dout = filled<float>(Dims{batch, 14, 14, 48}, -1, 1, 3);
+    same_bits_at_any_thread_count([&] {
+      return run_op<Conv2dOp>({x, w}, Axes{1, 1}, Axes{1, 1}, Axes{1, 1}, std::int64_t{1}, std::string("NHWC"));
+    });
+    same_bits_at_any_thread_count([&] {
+      return run_op<GradOf<Conv2dOp>>({x, w, dout}, Axes{1, 1}, Axes{1, 1}, Axes{1, 1}, std::int64_t{1},
+                                      std::string("NHWC"));
+    });
+    // A fused_conv2d whose weights are trained: also direct.
+    const Tensor b = filled<float>(Dims{48}, -1, 1, 4);
+    same_bits_at_any_thread_count([&] {
+      return run_op<FusedConv2dOp>({x, w, b}, Axes{1, 1}, Axes{1, 1}, Axes{1, 1}, std::int64_t{1},
+                                   std::string("relu"), std::string("NHWC"), Value(), true);
+    });
+  }
+}
+
 TEST_CASE("conv2d_transpose and its gradient give the same bits at any thread count",
           "[kernel][intra_op]") {
   // A DCGAN-style upsampling (kernel 4, stride 2, padding 1) and a grouped one.

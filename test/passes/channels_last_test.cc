@@ -249,6 +249,32 @@ TEST_CASE("ConvNeXt's permute back to NCHW, its [C, 1, 1] layer scale and its re
   check_close(exe.run(p, feeds, {out})[0], want);
 }
 
+TEST_CASE("the fuse pass marks a training program's fused convolutions weights_trained, an inference "
+          "program's not",
+          "[passes][channels_last]") {
+  for (const bool train : {true, false}) {
+    INFO("training " << train);
+    Program main, startup;
+    Value loss;
+    {
+      UniqueNameGuard names;
+      ProgramGuard guard(main, startup);
+      Value y = nn::functional::relu(nn::Conv2D(3, 16, 3, 1, 1)(data("x", {2, 3, 8, 8})));
+      loss = main_builder().create<MeanOp>(y).result();
+      if (train) optim::Momentum(0.1, 0.9).minimize(loss);
+    }
+    PassContext ctx({loss});
+    PassManager::parse("fuse").run(main, ctx);
+    std::size_t fused = 0;
+    for (Operation* op : main.block())
+      if (op->isa<FusedConv2dOp>()) {
+        ++fused;
+        CHECK(FusedConv2dOp(op).attrs().weights_trained == train);
+      }
+    CHECK(fused == 1);
+  }
+}
+
 TEST_CASE("without oneDNN's preference for NHWC nothing changes unless forced", "[passes][channels_last]") {
   SmallCnn cnn;
   const std::size_t made = convert_to_channels_last(cnn.p.block(), {cnn.out.impl()}, nullptr);

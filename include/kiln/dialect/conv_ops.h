@@ -90,8 +90,11 @@ struct Conv2dTransposeOp
 // the bias's as its sum over N, H, W, and conv2d's gradient op.
 // data_format "NCHW" (default) or "NHWC": x [N, H, W, C] -> out [N, Ho, Wo,
 // O] with w as in NCHW (the channels_last pass writes it where the CPU's
-// convolutions run faster on channels-last data; its gradient goes through
-// NCHW transposes).
+// convolutions run faster on channels-last data; its gradient op takes the
+// same layout). weights_trained (default false): w changes between runs
+// (an optimizer updates it in place; fuse_conv_epilogue sets it in a
+// training program), so the CPU kernel never picks Winograd, whose weight
+// transform pays off only across runs with the same weights.
 struct FusedConv2dOp : Op<FusedConv2dOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.fused_conv2d";
@@ -99,17 +102,17 @@ struct FusedConv2dOp : Op<FusedConv2dOp, ReadOnly, ValueSemantics, InferMetaInte
   static constexpr int num_operands = 3, num_results = 1, num_optional_operands = 1;  // + residual
   KILN_ATTRIBUTES((std::vector<std::int64_t>, strides), (std::vector<std::int64_t>, paddings),
                   (std::vector<std::int64_t>, dilations), (std::int64_t, groups),
-                  (std::string, activation), (std::string, data_format));
-  // A program saved before `data_format` existed loads as NCHW.
+                  (std::string, activation), (std::string, data_format), (bool, weights_trained));
+  // A program saved before `data_format` (`weights_trained`) existed loads as NCHW (false).
   static std::vector<NamedAttribute> attribute_defaults() {
-    return {{"data_format", StrAttribute::get("NCHW")}};
+    return {{"data_format", StrAttribute::get("NCHW")}, {"weights_trained", BoolAttribute::get(false)}};
   }
   static void build(Builder& b, OperationArgument& arg, Value x, Value w, Value bias,
                     std::vector<std::int64_t> strides = {1, 1},
                     std::vector<std::int64_t> paddings = {0, 0},
                     std::vector<std::int64_t> dilations = {1, 1}, std::int64_t groups = 1,
                     std::string activation = "none", std::string data_format = "NCHW",
-                    Value residual = Value());
+                    Value residual = Value(), bool weights_trained = false);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 

@@ -18,16 +18,18 @@
 //
 // Converted: kiln.conv2d and kiln.fused_conv2d (f32, rank 4); kiln.max_pool2d
 // and kiln.batch_norm of an NHWC value; the unary and binary elementwise
-// ops and their gradients (kiln/dialect/fused_ops.h's families), kiln.add_n
-// and kiln.concat once one operand is already NHWC, their other rank-4
-// operands transposed (one element operands as they are); kiln.mean / sum /
+// ops and their gradients (kiln/dialect/fused_ops.h's families, and
+// kiln.clip), kiln.add_n and kiln.concat once one operand is already NHWC
+// (or an elementwise op's operand is a transpose of NHWC data back to
+// NCHW), their other rank-4 operands transposed (one element operands as
+// they are, a [C, 1, 1] one read as [C]); kiln.mean / sum /
 // max over rank 4 (axes renumbered; without keepdim only when the kept axes
 // stay in order); a kiln.transpose of a converted value reads its NHWC twin
 // (and disappears when it was the transpose to NHWC). In a training
-// program the gradient ops follow: conv2d_grad, batch_norm_grad and
-// max_pool2d_grad once their x or dout is NHWC (their data operands and
-// results NHWC, a weight and its gradient as they are), so the backward
-// pass runs in the forward's layout. Each value gets at most one transpose
+// program the gradient ops follow: conv2d_grad and batch_norm_grad once
+// their x or dout is NHWC, max_pool2d_grad once its x is (their data
+// operands and results NHWC, a weight and its gradient as they are), so the
+// backward pass runs in the forward's layout. Each value gets at most one transpose
 // each way.
 //
 // Results agree with the NCHW program up to summation order (oneDNN's NHWC
@@ -46,7 +48,8 @@ namespace kiln {
 
 // Converts the top level of `block` (regions keep NCHW); values in `keep`
 // (fetched, live-out) keep their NCHW form. Returns the number of
-// fused_conv2d ops converted; with `force`, converts whether or not this
+// convolutions (conv2d, fused_conv2d) and conv2d gradients converted;
+// with `force`, converts whether or not this
 // build's convolutions prefer NHWC (cpu_convolutions_prefer_channels_last).
 std::size_t convert_to_channels_last(Block& block, const ValueSet& keep = {},
                                      PassContext* ctx = nullptr, bool force = false);
