@@ -277,6 +277,27 @@ void batch_norm_channel(const T* px, T* py, const T* ps, const T* pb, T* smean, 
   }
 }
 
+// batch_norm's per-channel operands (checked to hold c values), its
+// running statistics (updated in place), and its outputs: the saved
+// statistics and y like x. The Tensors keep the inputs alive while the
+// outputs are allocated.
+template <typename T>
+struct BatchNormIo {
+  Tensor scale, bias, rm, rv;
+  T *run_mean, *run_var, *smean, *sinv, *y;
+  BatchNormIo(KernelContext& ctx, const Tensor& x, std::int64_t c)
+      : scale(sized_input<T>(ctx, 1, "scale", c)),
+        bias(sized_input<T>(ctx, 2, "bias", c)),
+        rm(sized_input<T>(ctx, 3, "running_mean", c)),
+        rv(sized_input<T>(ctx, 4, "running_var", c)) {
+    run_mean = updated<T>(ctx, 1, 3, rm);
+    run_var = updated<T>(ctx, 2, 4, rv);
+    smean = ctx.alloc_output(3, Dims({c}), x.dtype()).template data<T>();
+    sinv = ctx.alloc_output(4, Dims({c}), x.dtype()).template data<T>();
+    y = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
+  }
+};
+
 // ---- batch_norm, NHWC ----
 
 // NHWC x [N, H, W, C] as N images of s = H·W rows of c channels; kiln::Error
@@ -397,17 +418,10 @@ void batch_norm_nhwc(KernelContext& ctx, const BatchNormOp::Attributes& a) {
   const std::string_view op = ctx.op()->name();
   const Tensor x = typed_input<T>(ctx, 0);
   const Nhwc g = nhwc_of(op, x.dims());
-  const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c), bias = sized_input<T>(ctx, 2, "bias", g.c);
-  const Tensor rm = sized_input<T>(ctx, 3, "running_mean", g.c);
-  const Tensor rv = sized_input<T>(ctx, 4, "running_var", g.c);
-  T* run_mean = updated<T>(ctx, 1, 3, rm);
-  T* run_var = updated<T>(ctx, 2, 4, rv);
-  const Dims cd({g.c});
-  T* smean = ctx.alloc_output(3, cd, x.dtype()).template data<T>();
-  T* sinv = ctx.alloc_output(4, cd, x.dtype()).template data<T>();
-  T* py = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
+  const BatchNormIo<T> io(ctx, x, g.c);
+  T *run_mean = io.run_mean, *run_var = io.run_var, *smean = io.smean, *sinv = io.sinv, *py = io.y;
   const T eps = static_cast<T>(a.epsilon), mom = static_cast<T>(a.momentum);
-  const T *px = x.data<T>(), *ps = scale.data<T>(), *pb = bias.data<T>();
+  const T *px = x.data<T>(), *ps = io.scale.template data<T>(), *pb = io.bias.template data<T>();
   const std::int64_t rows = g.n * g.s;
   std::vector<T> k(static_cast<std::size_t>(g.c)), off(k.size());
   if (!a.is_test) {
@@ -537,21 +551,10 @@ struct BatchNormK {
     if (data_format::channels_last(op, a.data_format)) return batch_norm_nhwc<T>(ctx, a);
     const Tensor x = typed_input<T>(ctx, 0);
     const Nchw g = nchw_of(op, x.dims());
-    const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c);
-    const Tensor bias = sized_input<T>(ctx, 2, "bias", g.c);
-    const Tensor rm = sized_input<T>(ctx, 3, "running_mean", g.c);
-    const Tensor rv = sized_input<T>(ctx, 4, "running_var", g.c);
-    T* run_mean = updated<T>(ctx, 1, 3, rm);
-    T* run_var = updated<T>(ctx, 2, 4, rv);
-    const Dims cd({g.c});
-    T* smean = ctx.alloc_output(3, cd, x.dtype()).template data<T>();
-    T* sinv = ctx.alloc_output(4, cd, x.dtype()).template data<T>();
-    Tensor& y = ctx.alloc_output(0, x.dims(), x.dtype());
+    const BatchNormIo<T> io(ctx, x, g.c);
+    T *run_mean = io.run_mean, *run_var = io.run_var, *smean = io.smean, *sinv = io.sinv, *py = io.y;
     const T eps = static_cast<T>(a.epsilon), mom = static_cast<T>(a.momentum);
-    const T* px = x.data<T>();
-    const T* ps = scale.data<T>();
-    const T* pb = bias.data<T>();
-    T* py = y.data<T>();
+    const T *px = x.data<T>(), *ps = io.scale.template data<T>(), *pb = io.bias.template data<T>();
     if (!a.is_test) {
       if (g.n * g.s == 0)
         throw_error(ErrorKind::InvalidArgument, "op '", op,
