@@ -349,6 +349,25 @@ TEST_CASE("conv2d and its gradient in NHWC compute the NCHW results in NHWC for 
   }
 }
 
+TEST_CASE("an NHWC conv2d and a fused_conv2d whose weights are trained convolve directly alike, where an "
+          "inference fused_conv2d of the same 3x3 geometry may run Winograd",
+          "[kernel][conv]") {
+  // 3x3, stride 1, channels in blocks of 16: Winograd's geometry. A zero
+  // bias adds nothing (-0 aside, which == ignores).
+  const Tensor x = filled<float>(Dims{2, 10, 9, 32}, -1, 1, 1), w = filled<float>(Dims{48, 32, 3, 3}, -1, 1, 2);
+  const Tensor zero = Tensor::zeros(Dims{48}, DataType::Float32);
+  const std::string nhwc = "NHWC";
+  const auto conv = run_op<Conv2dOp>({x, w}, V{1, 1}, V{1, 1}, V{1, 1}, std::int64_t{1}, nhwc).out().to_vector<float>();
+  const auto trained = run_op<FusedConv2dOp>({x, w, zero}, V{1, 1}, V{1, 1}, V{1, 1}, std::int64_t{1},
+                                             std::string("none"), nhwc, Value(), true)
+                           .out()
+                           .to_vector<float>();
+  REQUIRE(conv.size() == trained.size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < conv.size(); ++i) differ += !(conv[i] == trained[i]);
+  CHECK(differ == 0);
+}
+
 TEST_CASE("conv2d names an NHWC x that is not rank 4 and an unknown data_format", "[kernel][conv]") {
   const Tensor w = Tensor::zeros(Dims{2, 2, 1, 1}, DataType::Float32);
   CHECK_THROWS_WITH(run_op<Conv2dOp>({Tensor::zeros(Dims{1, 3, 3}, DataType::Float32), w}, V{1, 1}, V{0, 0},
