@@ -170,8 +170,8 @@ class ChannelsLast {
       Operation* op = ops_[i];
       if (has_placement(*op) || (allowed_ && !(*allowed_)[i])) continue;
       at_ = i;
-      if (op->isa<BatchNormOp>()) convert_batch_norm(op);
-      else if (op->isa<GradOf<BatchNormOp>>()) convert_batch_norm_grad(op);
+      if (op->isa<BatchNormOp>()) convert_on_twin<BatchNormOp>(op);
+      else if (op->isa<GradOf<BatchNormOp>>()) convert_grad<GradOf<BatchNormOp>>(op, 4);
       else if (op->isa<GradOf<Conv2dOp>>()) convs += convert_conv_grad(op);
       else if (op->num_results() != 1) continue;
       else if (op->isa<FusedConv2dOp>()) convs += convert_conv<FusedConv2dOp>(op);
@@ -182,7 +182,7 @@ class ChannelsLast {
       else if (op->isa<SumOp>()) convert_reduce<SumOp>(op);
       else if (op->isa<MaxOp>()) convert_reduce<MaxOp>(op);
       else if (op->isa<ConcatOp>()) convert_concat(op);
-      else if (op->isa<MaxPool2dOp>()) convert_max_pool(op);
+      else if (op->isa<MaxPool2dOp>()) convert_on_twin<MaxPool2dOp>(op);
       else if (op->isa<SliceOp>()) convert_slice(op);
       else if (op->isa<ReshapeOp>()) convert_shuffle(op);
       else if (op->isa<AddNOp>()) convert_add_n(op);
@@ -293,46 +293,46 @@ class ChannelsLast {
   // conv2d_grad(x, w, dout) -> (dx, dw) of f32 data, once x or dout has a
   // twin: x, dout and dx NHWC, w and dw as they are.
   std::size_t convert_conv_grad(Operation* op) {
-    auto a = GradOf<Conv2dOp>(op).attrs();
-    Value x = op->operand_source(0), dout = op->operand_source(2);
-    if (a.data_format == "NHWC" || !rank4(x) || shaped_data_type(x.type()) != DataType::Float32 ||
-        !(has_twin(x) || has_twin(dout)) || !twinnable(x) || !twinnable(dout) || !convertible(op))
+    if (shaped_data_type(op->operand_source(0).type()) != DataType::Float32 ||
+        !convert_grad<GradOf<Conv2dOp>>(op, 2))
       return 0;
-    Value tx = nhwc_of(x, op), td = nhwc_of(dout, op);
-    op->set_operand(0, tx);
-    op->set_operand(2, td);
-    a.data_format = "NHWC";
-    set_attrs<GradOf<Conv2dOp>>(op, a);
-    retype(op, 0);
     // NCHW, oneDNN reorders x (for dw), dx back, and dout once (shared).
-    if (!pointwise<GradOf<Conv2dOp>>(op)) regions_.gain(at_, 2 * elements(tx) + elements(td));
+    if (!pointwise<GradOf<Conv2dOp>>(op))
+      regions_.gain(at_, 2 * elements(op->operand_source(0)) + elements(op->operand_source(2)));
     return 1;
   }
 
-  // batch_norm of a value with a twin: y NHWC, the statistics as they are.
-  void convert_batch_norm(Operation* op) {
-    auto a = BatchNormOp(op).attrs();
+  // A gradient op OpT(x, …, dout at operand d, …) -> (dx, …) with a
+  // data_format, once x or dout has a twin: x, dout and dx NHWC, its other
+  // operands and results (a weight's, a scale's gradient) as they are.
+  // conv2d_grad (dout 2), batch_norm_grad (dy 4). False when unchanged.
+  template <typename OpT>
+  bool convert_grad(Operation* op, std::uint32_t d) {
+    auto a = OpT(op).attrs();
+    Value x = op->operand_source(0), dout = op->operand_source(d);
+    if (a.data_format == "NHWC" || !rank4(x) || !(has_twin(x) || has_twin(dout)) || !twinnable(x) ||
+        !twinnable(dout) || !convertible(op))
+      return false;
+    Value tx = nhwc_of(x, op), td = nhwc_of(dout, op);
+    op->set_operand(0, tx);
+    op->set_operand(d, td);
+    a.data_format = "NHWC";
+    set_attrs<OpT>(op, a);
+    retype(op, 0);
+    return true;
+  }
+
+  // An op OpT with a data_format (batch_norm, max_pool2d) of an x with a
+  // twin: reads the twin, its result 0 NHWC (batch_norm's statistics as
+  // they are).
+  template <typename OpT>
+  void convert_on_twin(Operation* op) {
+    auto a = OpT(op).attrs();
     Value x = op->operand_source(0);
     if (a.data_format == "NHWC" || !rank4(x) || !has_twin(x) || !convertible(op)) return;
     op->set_operand(0, twin(x));
     a.data_format = "NHWC";
-    set_attrs<BatchNormOp>(op, a);
-    retype(op, 0);
-  }
-
-  // batch_norm_grad(x, scale, mean, invstd, dy) once x or dy has a twin:
-  // x, dy and dx NHWC, dscale and dbias as they are.
-  void convert_batch_norm_grad(Operation* op) {
-    auto a = GradOf<BatchNormOp>(op).attrs();
-    Value x = op->operand_source(0), dy = op->operand_source(4);
-    if (a.data_format == "NHWC" || !rank4(x) || !(has_twin(x) || has_twin(dy)) || !twinnable(x) ||
-        !twinnable(dy) || !convertible(op))
-      return;
-    Value tx = nhwc_of(x, op), td = nhwc_of(dy, op);
-    op->set_operand(0, tx);
-    op->set_operand(4, td);
-    a.data_format = "NHWC";
-    set_attrs<GradOf<BatchNormOp>>(op, a);
+    set_attrs<OpT>(op, a);
     retype(op, 0);
   }
 
@@ -382,17 +382,6 @@ class ChannelsLast {
       any = any || has_twin(v);
     }
     if (any && convertible(op) && take_twins(op)) retype(op);
-  }
-
-  // A max pool of a value with a twin.
-  void convert_max_pool(Operation* op) {
-    auto a = MaxPool2dOp(op).attrs();
-    Value x = op->operand_source(0);
-    if (a.data_format == "NHWC" || !rank4(x) || !has_twin(x) || !convertible(op)) return;
-    op->set_operand(0, twin(x));
-    a.data_format = "NHWC";
-    set_attrs<MaxPool2dOp>(op, a);
-    retype(op);
   }
 
   // A slice of a value with a twin slices the twin, its axes renumbered.
