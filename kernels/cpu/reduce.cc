@@ -88,12 +88,50 @@ void reduce_rec(const Group* g, int m, const T* in, T* out, int split, std::int6
                      cur.reduced ? out : out + i * cur.out_stride, split - 1, b, e);
 }
 
+// Rows of `cols` contiguous elements reduced into one row, for each of
+// `outer` independent blocks of `rows` rows (NHWC pooling, a bias
+// gradient). The rows go in chunks whose size follows from the shape
+// alone, each chunk into an Acc partial row, and each column's partials
+// are combined in chunk order: the same bits at any thread count, and the
+// threads split the rows (reading what the previous op wrote on their
+// core) instead of every thread walking every row.
+template <typename T, typename R>
+void reduce_columns(const T* in, std::int64_t outer, std::int64_t rows, std::int64_t cols, T* out) {
+  using Acc = typename R::Acc;
+  constexpr std::int64_t kChunkElems = 4096, kMostItems = 64;
+  const std::int64_t fit = (rows * cols + kChunkElems - 1) / kChunkElems;
+  const std::int64_t chunks = std::clamp<std::int64_t>(kMostItems / outer, 1, std::max<std::int64_t>(fit, 1));
+  const std::int64_t chunk_rows = (rows + chunks - 1) / chunks;
+  Acc* part = scratch<Acc>(outer * chunks * cols);
+  const std::int64_t chunk_bytes = chunk_rows * cols * std::int64_t(sizeof(T));
+  parallel_for(outer * chunks, items_per_range(chunk_bytes), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) {
+      const std::int64_t r0 = std::min(rows, (i % chunks) * chunk_rows);
+      const std::int64_t r1 = std::min(rows, r0 + chunk_rows);
+      const T* __restrict src = in + ((i / chunks) * rows + r0) * cols;
+      Acc* __restrict acc = part + i * cols;
+      std::fill(acc, acc + cols, static_cast<Acc>(R::init()));
+      for (std::int64_t r = r0; r < r1; ++r, src += cols)
+        for (std::int64_t j = 0; j < cols; ++j) acc[j] = R::combine(acc[j], static_cast<Acc>(src[j]));
+    }
+  });
+  for (std::int64_t o = 0; o < outer; ++o) {
+    Acc* __restrict acc = part + o * chunks * cols;
+    for (std::int64_t c = 1; c < chunks; ++c)
+      for (std::int64_t j = 0; j < cols; ++j) acc[j] = R::combine(acc[j], acc[c * cols + j]);
+    for (std::int64_t j = 0; j < cols; ++j) out[o * cols + j] = static_cast<T>(acc[j]);
+  }
+}
+
 // reduce_rec over all of g, split across the kernel's threads along a
 // kept group: the outermost with an item per thread (whole rows each),
 // else the widest. Each output is one thread's, summed in the order one
 // thread would sum it, so any thread count gives the same bits.
+// [kept] reduced kept: reduce_columns.
 template <typename T, typename R>
 void reduce_groups(const Group* g, int m, const T* in, T* out, std::int64_t numel) {
+  if (m >= 2 && m <= 3 && !g[m - 1].reduced && g[m - 2].reduced && (m == 2 || !g[0].reduced))
+    return reduce_columns<T, R>(in, m == 3 ? g[0].extent : 1, g[m - 2].extent, g[m - 1].extent, out);
   int split = -1;
   for (int k = 0; k < m && (split < 0 || g[split].extent < intra_op_threads()); ++k)
     if (!g[k].reduced && (split < 0 || g[k].extent > g[split].extent)) split = k;

@@ -151,6 +151,20 @@ TEST_CASE("a large f32 sum stays accurate", "[kernel]") {
   CHECK(r.out().to_vector<float>()[0] == 16777216.f + float((1 << 20) - 1));
 }
 
+TEST_CASE("a large f32 sum over rows (an NHWC pool, a bias gradient) stays accurate", "[kernel]") {
+  // Column sums of 2^16 rows: a 2^24 then ones. Rounding the running sum
+  // to f32 after each row would stall every column at 2^24.
+  constexpr std::int64_t kRows = 1 << 16, kCols = 5;
+  std::vector<float> v(kRows * kCols, 1.f);
+  std::fill(v.begin(), v.begin() + kCols, 16777216.f);
+  const auto x = Tensor::from_vector<float>({2, kRows / 2, kCols}, v);
+  const float want = 16777216.f + float(kRows - 1);
+  auto rows = run_op<SumOp>({x}, std::vector<std::int64_t>{0, 1}, false);
+  CHECK(rows.out().to_vector<float>() == std::vector<float>(kCols, want));
+  auto pooled = run_op<MeanOp>({x.reshape({1, kRows, kCols})}, std::vector<std::int64_t>{1}, true);
+  CHECK(pooled.out().to_vector<float>() == std::vector<float>(kCols, want / float(kRows)));
+}
+
 TEST_CASE("reductions over empty axes: sum 0, mean NaN, max an error", "[kernel]") {
   auto e = Tensor::empty({0, 3}, DataType::Float32);
   auto s = run_op<SumOp>({e}, std::vector<std::int64_t>{0}, false);
