@@ -155,6 +155,7 @@ TEST_CASE("transposes, slices and concats give the same bits at any thread count
       [&] { return run_op<StridedSliceOp>({nhwc}, Axes{3}, Axes{58}, Axes{116}, Axes{1}); });
   same_bits_at_any_thread_count(
       [&] { return run_op<StridedSliceOp>({nhwc}, Axes{1, 3}, Axes{1, 0}, Axes{27, 116}, Axes{2, 3}); });
+  same_bits_at_any_thread_count([&] { return run_op<SliceOp>({nhwc}, Axes{3}, Axes{58}, Axes{116}); });
   const Tensor half = iota<float>({8, 28, 28, 58});
   same_bits_at_any_thread_count([&] {
     return run_op<GradOf<StridedSliceOp>>({nhwc, half}, Axes{3}, Axes{58}, Axes{116}, Axes{1});

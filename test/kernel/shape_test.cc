@@ -332,6 +332,10 @@ TEST_CASE("slice matches the index loop, counting negatives from the end and cla
   check_slice<std::int64_t>({3, 4, 5, 2}, {1, 3}, {1, 1}, {3, 2});
   check_slice<std::int32_t>({3, 4}, {0, 1}, {0, 0}, {0, 4});  // empty result
   check_slice<bool>({3, 4}, {1}, {1}, {2});
+  // Channel slices of NHWC data: runs of whole words, of bytes, and long runs.
+  check_slice<float>({2, 3, 5, 24}, {3}, {12}, {24});
+  check_slice<bool>({2, 3, 5, 7}, {-1}, {1}, {6});
+  check_slice<std::int64_t>({2, 3, 300}, {2}, {10}, {290});
 }
 
 TEST_CASE("slice rejects mismatched attribute lists, repeated and out-of-range axes", "[kernel]") {
