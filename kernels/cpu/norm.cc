@@ -18,6 +18,7 @@
 #include "vector_math.h"
 #include "kiln/dialect/data_format.h"
 #include "kiln/dialect/norm_ops.h"
+#include "kiln/dialect/unary_math.h"
 
 namespace kiln::cpu {
 namespace {
@@ -252,10 +253,58 @@ Nchw nchw_of(std::string_view op, const Dims& d) {
   return r;
 }
 
+// What a batch norm applies to its y (fused_batch_norm's activation, as
+// kiln.relu and kiln.clip to [0, 6] compute it) and what of dy its
+// gradient lets through, given the pre-activation z: relu's gradient reads
+// y > 0, which is z > 0; clip's reads 0 <= z <= 6. NaN: relu 0, clip NaN;
+// both gradients 0.
+struct NoAct {
+  static constexpr bool identity = true;
+  template <typename T>
+  KILN_SIMD_INLINE static T apply(T z) { return z; }
+  template <typename T>
+  KILN_SIMD_INLINE static T grad(T, T d) { return d; }
+};
+struct ReluAct {
+  static constexpr bool identity = false;
+  template <typename T>
+  KILN_SIMD_INLINE static T apply(T z) { return ReluMath::forward(z); }
+  template <typename T>
+  KILN_SIMD_INLINE static T grad(T z, T d) { return ReluMath::backward(ReluMath::forward(z), d); }
+};
+struct Relu6Act {
+  static constexpr bool identity = false;
+  template <typename T>
+  KILN_SIMD_INLINE static T apply(T z) {
+    const T v = z < T(0) ? T(0) : z;
+    return v > T(6) ? T(6) : v;
+  }
+  template <typename T>
+  KILN_SIMD_INLINE static T grad(T z, T d) {
+    const T below = z >= T(0) ? d : T(0);
+    return z <= T(6) ? below : T(0);
+  }
+};
+
+// y's per-channel factor and offset (y = x · k + off), from the statistics
+// that normalize x: what the forward kernels write y with and what the
+// fused gradients recompute the pre-activation with, the same bits.
+template <typename T>
+void affine_of(T scale, T bias, T mean, T invstd, T& k, T& off) {
+  k = invstd * scale;
+  off = bias - mean * k;
+}
+
+// The attributes the kernels read.
+struct BatchNormAttrs {
+  double momentum = 0.9, epsilon = 1e-5;
+  bool is_test = false;
+};
+
 // One channel of a training batch norm, every pass while the channel's rows
 // are in cache: its mean and variance (sums in batch order), the running
-// statistics, then y. Returns nothing; writes smean[c], sinv[c].
-template <typename T>
+// statistics, then y. Writes smean[c], sinv[c].
+template <typename T, typename Act>
 void batch_norm_channel(const T* px, T* py, const T* ps, const T* pb, T* smean, T* sinv, T* run_mean,
                         T* run_var, const Nchw& g, std::int64_t c, T eps, T mom) {
   const std::int64_t count = g.n * g.s;
@@ -269,11 +318,12 @@ void batch_norm_channel(const T* px, T* py, const T* ps, const T* pb, T* smean, 
   const T unbias = count > 1 ? static_cast<T>(count) / static_cast<T>(count - 1) : T(1);
   run_mean[c] = mom * run_mean[c] + (T(1) - mom) * smean[c];
   run_var[c] = mom * run_var[c] + (T(1) - mom) * v * unbias;
-  const T k = sinv[c] * ps[c], off = pb[c] - smean[c] * k;
+  T k, off;
+  affine_of(ps[c], pb[c], smean[c], sinv[c], k, off);
   for (std::int64_t n = 0; n < g.n; ++n) {
     const T* __restrict xr = px + (n * g.c + c) * g.s;
     T* __restrict yr = py + (n * g.c + c) * g.s;
-    for (std::int64_t j = 0; j < g.s; ++j) yr[j] = xr[j] * k + off;
+    for (std::int64_t j = 0; j < g.s; ++j) yr[j] = Act::apply(xr[j] * k + off);
   }
 }
 
@@ -297,6 +347,12 @@ struct BatchNormIo {
     y = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
   }
 };
+
+void require_batch(std::string_view op, std::int64_t rows, const Dims& xd) {
+  if (rows == 0)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' cannot compute batch statistics of an empty batch (x [",
+                xd.to_string(), "])");
+}
 
 // ---- batch_norm, NHWC ----
 
@@ -372,8 +428,8 @@ void nhwc_image_sums(const T* px, const T* center, std::vector<T>& part, const N
   });
 }
 
-// y = x · k + off per channel over rows [r0, r1) of c channels.
-template <typename T>
+// y = act(x · k + off) per channel over rows [r0, r1) of c channels.
+template <typename T, typename Act>
 struct NhwcScaleShift {
   KILN_SIMD_INLINE static void run(const T* px, T* py, const T* pk, const T* poff, std::int64_t r0,
                                    std::int64_t r1, std::int64_t c) {
@@ -382,7 +438,7 @@ struct NhwcScaleShift {
     for (std::int64_t r = r0; r < r1; ++r) {
       const T* __restrict xr = px + r * c;
       T* __restrict yr = py + r * c;
-      for (std::int64_t j = 0; j < c; ++j) yr[j] = xr[j] * k[j] + off[j];
+      for (std::int64_t j = 0; j < c; ++j) yr[j] = Act::apply(xr[j] * k[j] + off[j]);
     }
   }
 };
@@ -406,15 +462,14 @@ void batch_norm_nhwc_stats(const T* px, T* smean, T* sinv, T* run_mean, T* run_v
     sinv[c] = T(1) / std::sqrt(var + eps);
     run_mean[c] = mom * run_mean[c] + (T(1) - mom) * smean[c];
     run_var[c] = mom * run_var[c] + (T(1) - mom) * var * unbias;
-    k[c] = sinv[c] * ps[c];
-    off[c] = pb[c] - smean[c] * k[c];
+    affine_of(ps[c], pb[c], smean[c], sinv[c], k[c], off[c]);
   }
 }
 
 // batch_norm over NHWC x: the statistics (training: each image's sums on
 // one thread, the images split), then y with the rows split.
-template <typename T>
-void batch_norm_nhwc(KernelContext& ctx, const BatchNormOp::Attributes& a) {
+template <typename T, typename Act>
+void batch_norm_nhwc(KernelContext& ctx, const BatchNormAttrs& a) {
   const std::string_view op = ctx.op()->name();
   const Tensor x = typed_input<T>(ctx, 0);
   const Nhwc g = nhwc_of(op, x.dims());
@@ -425,231 +480,308 @@ void batch_norm_nhwc(KernelContext& ctx, const BatchNormOp::Attributes& a) {
   const std::int64_t rows = g.n * g.s;
   std::vector<T> k(static_cast<std::size_t>(g.c)), off(k.size());
   if (!a.is_test) {
-    if (rows == 0)
-      throw_error(ErrorKind::InvalidArgument, "op '", op, "' cannot compute batch statistics of an empty batch (x [",
-                  x.dims().to_string(), "])");
+    require_batch(op, rows, x.dims());
     batch_norm_nhwc_stats(px, smean, sinv, run_mean, run_var, k.data(), off.data(), ps, pb, g, eps, mom);
   } else {
     for (std::int64_t c = 0; c < g.c; ++c) {
       smean[c] = run_mean[c];
       sinv[c] = T(1) / std::sqrt(run_var[c] + eps);
-      k[c] = sinv[c] * ps[c];
-      off[c] = pb[c] - smean[c] * k[c];
+      affine_of(ps[c], pb[c], smean[c], sinv[c], k[c], off[c]);
     }
   }
   parallel_for(rows, items_per_range(2 * g.c * std::int64_t(sizeof(T))), [&](std::int64_t r0, std::int64_t r1) {
-    simd_dispatch<NhwcScaleShift<T>>(px, py, static_cast<const T*>(k.data()), static_cast<const T*>(off.data()),
-                                     r0, r1, g.c);
+    simd_dispatch<NhwcScaleShift<T, Act>>(px, py, static_cast<const T*>(k.data()),
+                                          static_cast<const T*>(off.data()), r0, r1, g.c);
   });
 }
 
-// a += dy, b += dy · (x - mu) over one row of c channels.
-template <typename T>
+// The gradient kernels' view of their operands: x, scale, (fused: bias,)
+// saved_mean, saved_invstd, dy; the outputs dx, dscale, dbias; and, fused,
+// the per-channel k / off that recompute the pre-activation.
+template <typename T, typename Act>
+struct BatchNormGradIo {
+  static constexpr std::uint32_t kStats = Act::identity ? 2 : 3;
+  Tensor x, scale, mean, invstd, dy;
+  T *dx, *dscale, *dbias;
+  std::vector<T> k, off;
+  BatchNormGradIo(KernelContext& ctx, std::int64_t c)
+      : x(typed_input<T>(ctx, 0)),
+        scale(sized_input<T>(ctx, 1, "scale", c)),
+        mean(sized_input<T>(ctx, kStats, "saved_mean", c)),
+        invstd(sized_input<T>(ctx, kStats + 1, "saved_invstd", c)),
+        dy(typed_input<T>(ctx, kStats + 2)) {
+    require_same_dims(ctx, x, dy, 0, kStats + 2);
+    if constexpr (!Act::identity) {
+      const T* pb = sized_input<T>(ctx, 2, "bias", c).template data<T>();
+      k.resize(static_cast<std::size_t>(c));
+      off.resize(k.size());
+      for (std::int64_t i = 0; i < c; ++i)
+        affine_of(scale.data<T>()[i], pb[i], mean.data<T>()[i], invstd.data<T>()[i], k[i], off[i]);
+    }
+    dx = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
+    dscale = ctx.alloc_output(1, scale.dims(), x.dtype()).template data<T>();
+    dbias = ctx.alloc_output(2, scale.dims(), x.dtype()).template data<T>();
+  }
+};
+
+// What of dy row dyr the activation lets through at channel j of a row of
+// x (NoAct: dy itself, k / off unread).
+template <typename T, typename Act>
+KILN_SIMD_INLINE T passed(const T* __restrict xr, const T* __restrict dyr, const T* __restrict k,
+                          const T* __restrict off, std::int64_t j) {
+  if constexpr (Act::identity) return dyr[j];
+  else return Act::grad(xr[j] * k[j] + off[j], dyr[j]);
+}
+
+// a += g, b += g · (x - mu) over one row of c channels, g what the
+// activation passes of dy.
+template <typename T, typename Act>
 KILN_SIMD_INLINE void add_grad_row(T* __restrict a, T* __restrict b, const T* __restrict xr,
-                                   const T* __restrict dyr, const T* __restrict mu, std::int64_t c) {
-  for (std::int64_t k = 0; k < c; ++k) {
-    a[k] += dyr[k];
-    b[k] += dyr[k] * (xr[k] - mu[k]);
+                                   const T* __restrict dyr, const T* __restrict mu, const T* __restrict k,
+                                   const T* __restrict off, std::int64_t c) {
+  for (std::int64_t j = 0; j < c; ++j) {
+    const T g = passed<T, Act>(xr, dyr, k, off, j);
+    a[j] += g;
+    b[j] += g * (xr[j] - mu[j]);
   }
 }
 
-// One image's sg = Σ dy and sgx = Σ dy · (x - mean) per channel, in
-// row_grad_sums' order; acc holds 2·kLanes·c.
-template <typename T>
+// One image's sg = Σ g and sgx = Σ g · (x - mean) per channel, in
+// row_grad_sums' order; acc holds 2·kLanes·c; k / off: the fused
+// activation's pre-activation.
+template <typename T, typename Act>
 struct NhwcImageGradSums {
-  KILN_SIMD_INLINE static void run(const T* xi, const T* dyi, const T* mean, T* sg, T* sgx, T* acc, std::int64_t s,
-                                   std::int64_t c) {
+  KILN_SIMD_INLINE static void run(const T* xi, const T* dyi, const T* mean, const T* k, const T* off, T* sg,
+                                   T* sgx, T* acc, std::int64_t s, std::int64_t c) {
     const std::int64_t full = s - s % kLanes, half = kLanes * c;
     std::fill(acc, acc + 2 * half, T(0));
     std::fill(sg, sg + c, T(0));
     std::fill(sgx, sgx + c, T(0));
     for (std::int64_t j = 0; j < full; ++j) {
       T* a = acc + (j % kLanes) * c;
-      add_grad_row(a, a + half, xi + j * c, dyi + j * c, mean, c);
+      add_grad_row<T, Act>(a, a + half, xi + j * c, dyi + j * c, mean, k, off, c);
     }
     add_lanes(sg, acc, c);
     add_lanes(sgx, acc + half, c);
-    for (std::int64_t j = full; j < s; ++j) add_grad_row(sg, sgx, xi + j * c, dyi + j * c, mean, c);
+    for (std::int64_t j = full; j < s; ++j) add_grad_row<T, Act>(sg, sgx, xi + j * c, dyi + j * c, mean, k, off, c);
   }
 };
 
-// dx over rows [r0, r1) of c channels: k · dy (is_test), else
-// k · (dy - mdy - (x - mu) · q), per channel k, mdy, mu, q.
+// The per-channel constants of dx: k · g (is_test), else
+// k · (g - mdy - (x - mu) · q), g what the activation passes of dy.
 template <typename T>
+struct DxConstants {
+  const T *k, *mdy, *mu, *q, *act_k, *act_off;
+};
+
+// dx over rows [r0, r1) of c channels.
+template <typename T, typename Act>
 struct NhwcBatchNormDx {
-  KILN_SIMD_INLINE static void run(const T* px, const T* pdy, T* pdx, const T* pk, const T* pmdy, const T* pmu,
-                                   const T* pq, std::int64_t r0, std::int64_t r1, std::int64_t c, bool is_test) {
-    const T* __restrict k = pk;
-    const T* __restrict mdy = pmdy;
-    const T* __restrict mu = pmu;
-    const T* __restrict q = pq;
+  KILN_SIMD_INLINE static void run(const T* px, const T* pdy, T* pdx, DxConstants<T> d, std::int64_t r0,
+                                   std::int64_t r1, std::int64_t c, bool is_test) {
+    const T* __restrict k = d.k;
+    const T* __restrict mdy = d.mdy;
+    const T* __restrict mu = d.mu;
+    const T* __restrict q = d.q;
     for (std::int64_t r = r0; r < r1; ++r) {
       const T* __restrict xr = px + r * c;
       const T* __restrict dyr = pdy + r * c;
       T* __restrict dxr = pdx + r * c;
       if (is_test)
-        for (std::int64_t j = 0; j < c; ++j) dxr[j] = k[j] * dyr[j];
+        for (std::int64_t j = 0; j < c; ++j) dxr[j] = k[j] * passed<T, Act>(xr, dyr, d.act_k, d.act_off, j);
       else
-        for (std::int64_t j = 0; j < c; ++j) dxr[j] = k[j] * (dyr[j] - mdy[j] - (xr[j] - mu[j]) * q[j]);
+        for (std::int64_t j = 0; j < c; ++j)
+          dxr[j] = k[j] * (passed<T, Act>(xr, dyr, d.act_k, d.act_off, j) - mdy[j] - (xr[j] - mu[j]) * q[j]);
     }
   }
 };
 
-// dbias = Σ dy and dscale = Σ dy · (x - mean) · invstd per channel: each
+// dbias = Σ g and dscale = Σ g · (x - mean) · invstd per channel: each
 // image's sums on one thread (the images split), added in batch order.
-template <typename T>
-void batch_norm_grad_nhwc_sums(const T* px, const T* pdy, const T* pm, const T* pi, T* dscale, T* dbias,
-                               const Nhwc& g) {
+template <typename T, typename Act>
+void batch_norm_grad_nhwc_sums(const BatchNormGradIo<T, Act>& io, const Nhwc& g) {
+  const T *px = io.x.template data<T>(), *pdy = io.dy.template data<T>(), *pm = io.mean.template data<T>();
   std::vector<T> sg(static_cast<std::size_t>(g.n * g.c)), sgx(sg.size());
   parallel_for(g.n, items_per_range(2 * g.s * g.c * std::int64_t(sizeof(T))), [&](std::int64_t n0, std::int64_t n1) {
     T* acc = scratch<T>(2 * kLanes * g.c);
     for (std::int64_t i = n0; i < n1; ++i)
-      simd_dispatch<NhwcImageGradSums<T>>(px + i * g.s * g.c, pdy + i * g.s * g.c, pm, sg.data() + i * g.c,
-                                          sgx.data() + i * g.c, acc, g.s, g.c);
+      simd_dispatch<NhwcImageGradSums<T, Act>>(px + i * g.s * g.c, pdy + i * g.s * g.c, pm, io.k.data(),
+                                               io.off.data(), sg.data() + i * g.c, sgx.data() + i * g.c, acc,
+                                               g.s, g.c);
   });
-  add_images(sg, dbias, g.n, g.c);
-  add_images(sgx, dscale, g.n, g.c);
-  for (std::int64_t c = 0; c < g.c; ++c) dscale[c] *= pi[c];
+  add_images(sg, io.dbias, g.n, g.c);
+  add_images(sgx, io.dscale, g.n, g.c);
+  const T* pi = io.invstd.template data<T>();
+  for (std::int64_t c = 0; c < g.c; ++c) io.dscale[c] *= pi[c];
 }
 
 // batch_norm_grad over NHWC x and dy: dbias and dscale, then dx with the
 // rows split; the NCHW kernel's formulas.
-template <typename T>
+template <typename T, typename Act>
 void batch_norm_grad_nhwc(KernelContext& ctx, bool is_test) {
-  const Tensor x = typed_input<T>(ctx, 0);
-  const Nhwc g = nhwc_of(ctx.op()->name(), x.dims());
-  const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c);
-  const Tensor mean = sized_input<T>(ctx, 2, "saved_mean", g.c);
-  const Tensor invstd = sized_input<T>(ctx, 3, "saved_invstd", g.c);
-  const Tensor dy = typed_input<T>(ctx, 4);
-  require_same_dims(ctx, x, dy, 0, 4);
-  T* dx = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
-  T* dscale = ctx.alloc_output(1, scale.dims(), x.dtype()).template data<T>();
-  T* dbias = ctx.alloc_output(2, scale.dims(), x.dtype()).template data<T>();
-  const T *px = x.data<T>(), *pdy = dy.data<T>(), *pm = mean.data<T>(), *pi = invstd.data<T>();
-  const T* ps = scale.data<T>();
-  batch_norm_grad_nhwc_sums(px, pdy, pm, pi, dscale, dbias, g);
+  const Nhwc g = nhwc_of(ctx.op()->name(), typed_input<T>(ctx, 0).dims());
+  const BatchNormGradIo<T, Act> io(ctx, g.c);
+  batch_norm_grad_nhwc_sums(io, g);
   const std::int64_t rows = g.n * g.s;
   const T inv_count = rows ? T(1) / static_cast<T>(rows) : T(0);
+  const T *ps = io.scale.template data<T>(), *pi = io.invstd.template data<T>();
   std::vector<T> k(static_cast<std::size_t>(g.c)), mdy(k.size()), q(k.size());
   for (std::int64_t c = 0; c < g.c; ++c) {
     k[c] = ps[c] * pi[c];
-    mdy[c] = dbias[c] * inv_count;
-    q[c] = dscale[c] * inv_count * pi[c];
+    mdy[c] = io.dbias[c] * inv_count;
+    q[c] = io.dscale[c] * inv_count * pi[c];
   }
+  const DxConstants<T> d{k.data(), mdy.data(), io.mean.template data<T>(), q.data(), io.k.data(), io.off.data()};
+  const T *px = io.x.template data<T>(), *pdy = io.dy.template data<T>();
   parallel_for(rows, items_per_range(3 * g.c * std::int64_t(sizeof(T))), [&](std::int64_t r0, std::int64_t r1) {
-    simd_dispatch<NhwcBatchNormDx<T>>(px, pdy, dx, static_cast<const T*>(k.data()), static_cast<const T*>(mdy.data()),
-                                      pm, static_cast<const T*>(q.data()), r0, r1, g.c, is_test);
+    simd_dispatch<NhwcBatchNormDx<T, Act>>(px, pdy, io.dx, d, r0, r1, g.c, is_test);
   });
+}
+
+// ---- the kernels ----
+
+// batch_norm over NCHW x: training, the channels split across the threads,
+// each channel whole on one; is_test, the rows split.
+template <typename T, typename Act>
+void batch_norm_nchw(KernelContext& ctx, const BatchNormAttrs& a) {
+  const std::string_view op = ctx.op()->name();
+  const Tensor x = typed_input<T>(ctx, 0);
+  const Nchw g = nchw_of(op, x.dims());
+  const BatchNormIo<T> io(ctx, x, g.c);
+  T *run_mean = io.run_mean, *run_var = io.run_var, *smean = io.smean, *sinv = io.sinv, *py = io.y;
+  const T eps = static_cast<T>(a.epsilon), mom = static_cast<T>(a.momentum);
+  const T *px = x.data<T>(), *ps = io.scale.template data<T>(), *pb = io.bias.template data<T>();
+  if (!a.is_test) {
+    require_batch(op, g.n * g.s, x.dims());
+    parallel_for(g.c, items_per_range(3 * g.n * g.s * std::int64_t(sizeof(T))), [&](std::int64_t c0, std::int64_t c1) {
+      for (std::int64_t c = c0; c < c1; ++c)
+        batch_norm_channel<T, Act>(px, py, ps, pb, smean, sinv, run_mean, run_var, g, c, eps, mom);
+    });
+    return;
+  }
+  for (std::int64_t c = 0; c < g.c; ++c) {
+    smean[c] = run_mean[c];
+    sinv[c] = T(1) / std::sqrt(run_var[c] + eps);
+  }
+  parallel_for(g.n * g.c, items_per_range(2 * g.s * std::int64_t(sizeof(T))), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::int64_t c = r % g.c;
+      T k, off;
+      affine_of(ps[c], pb[c], smean[c], sinv[c], k, off);
+      const T* __restrict xr = px + r * g.s;
+      T* __restrict yr = py + r * g.s;
+      for (std::int64_t j = 0; j < g.s; ++j) yr[j] = Act::apply(xr[j] * k + off);
+    }
+  });
+}
+
+// dx of one row: k · g (is_test), else k · (g - mdy - (x - mu) · q).
+template <typename T>
+void batch_norm_dx_row(const T* __restrict xr, const T* __restrict gr, T* __restrict dxr, std::int64_t s, T k,
+                       T mdy, T mu, T q, bool is_test) {
+  if (is_test) {
+    for (std::int64_t j = 0; j < s; ++j) dxr[j] = k * gr[j];
+    return;
+  }
+  for (std::int64_t j = 0; j < s; ++j) dxr[j] = k * (gr[j] - mdy - (xr[j] - mu) * q);
+}
+
+// One channel's gradients over NCHW x: dbias = Σ g, dscale = Σ g · x̂ (in
+// batch order), then its dx rows while they are in cache; g what the
+// activation passes of dy (fused: the channel's g first, into `passed`).
+template <typename T, typename Act>
+void batch_norm_grad_channel(const BatchNormGradIo<T, Act>& io, const Nchw& g, std::int64_t c, T inv_count,
+                             bool is_test, T* passed) {
+  const T *px = io.x.template data<T>(), *pdy = io.dy.template data<T>();
+  const T mu = io.mean.template data<T>()[c], pi = io.invstd.template data<T>()[c];
+  auto row = [&](std::int64_t n) { return (n * g.c + c) * g.s; };
+  auto g_row = [&](std::int64_t n) { return Act::identity ? pdy + row(n) : passed + n * g.s; };
+  if constexpr (!Act::identity)
+    for (std::int64_t n = 0; n < g.n; ++n)
+      for (std::int64_t j = 0; j < g.s; ++j)
+        passed[n * g.s + j] = Act::grad(px[row(n) + j] * io.k[c] + io.off[c], pdy[row(n) + j]);
+  T b = T(0), s = T(0);
+  for (std::int64_t n = 0; n < g.n; ++n) {
+    T sg, sgx;
+    row_grad_sums<T>(px + row(n), g_row(n), nullptr, g.s, mu, sg, sgx);
+    b += sg;
+    s += sgx;
+  }
+  io.dbias[c] = b;
+  io.dscale[c] = s * pi;
+  // dx = k · (g - mean(g) - x̂ · mean(g · x̂)), x̂ = (x - mean) · invstd
+  const T k = io.scale.template data<T>()[c] * pi;
+  const T mdy = io.dbias[c] * inv_count, q = io.dscale[c] * inv_count * pi;
+  for (std::int64_t n = 0; n < g.n; ++n)
+    batch_norm_dx_row(px + row(n), g_row(n), io.dx + row(n), g.s, k, mdy, mu, q, is_test);
+}
+
+// batch_norm_grad over NCHW x and dy: the channels split across the threads.
+template <typename T, typename Act>
+void batch_norm_grad_nchw(KernelContext& ctx, bool is_test) {
+  const Nchw g = nchw_of(ctx.op()->name(), typed_input<T>(ctx, 0).dims());
+  const BatchNormGradIo<T, Act> io(ctx, g.c);
+  const std::int64_t count = g.n * g.s;
+  const T inv_count = count ? T(1) / static_cast<T>(count) : T(0);
+  parallel_for(g.c, items_per_range(3 * count * std::int64_t(sizeof(T))), [&](std::int64_t c0, std::int64_t c1) {
+    T* passed = Act::identity ? nullptr : scratch<T>(count);
+    for (std::int64_t c = c0; c < c1; ++c) batch_norm_grad_channel(io, g, c, inv_count, is_test, passed);
+  });
+}
+
+template <typename T, typename Act>
+void batch_norm_forward(KernelContext& ctx, const BatchNormAttrs& a, const std::string& format) {
+  if (data_format::channels_last(ctx.op()->name(), format)) return batch_norm_nhwc<T, Act>(ctx, a);
+  batch_norm_nchw<T, Act>(ctx, a);
+}
+
+template <typename T, typename Act>
+void batch_norm_backward(KernelContext& ctx, bool is_test, const std::string& format) {
+  if (data_format::channels_last(ctx.op()->name(), format)) return batch_norm_grad_nhwc<T, Act>(ctx, is_test);
+  batch_norm_grad_nchw<T, Act>(ctx, is_test);
 }
 
 template <typename T>
 struct BatchNormK {
   static void run(KernelContext& ctx) {
-    const std::string_view op = ctx.op()->name();
     const auto& a = ctx.attrs<BatchNormOp>();
-    if (data_format::channels_last(op, a.data_format)) return batch_norm_nhwc<T>(ctx, a);
-    const Tensor x = typed_input<T>(ctx, 0);
-    const Nchw g = nchw_of(op, x.dims());
-    const BatchNormIo<T> io(ctx, x, g.c);
-    T *run_mean = io.run_mean, *run_var = io.run_var, *smean = io.smean, *sinv = io.sinv, *py = io.y;
-    const T eps = static_cast<T>(a.epsilon), mom = static_cast<T>(a.momentum);
-    const T *px = x.data<T>(), *ps = io.scale.template data<T>(), *pb = io.bias.template data<T>();
-    if (!a.is_test) {
-      if (g.n * g.s == 0)
-        throw_error(ErrorKind::InvalidArgument, "op '", op,
-                    "' cannot compute batch statistics of an empty batch (x [",
-                    x.dims().to_string(), "])");
-      // Channels split across the threads, each channel whole on one.
-      parallel_for(g.c, items_per_range(3 * g.n * g.s * std::int64_t(sizeof(T))),
-                   [&](std::int64_t c0, std::int64_t c1) {
-                     for (std::int64_t c = c0; c < c1; ++c)
-                       batch_norm_channel(px, py, ps, pb, smean, sinv, run_mean, run_var, g, c, eps, mom);
-                   });
-      return;
-    }
-    for (std::int64_t c = 0; c < g.c; ++c) {
-      smean[c] = run_mean[c];
-      sinv[c] = T(1) / std::sqrt(run_var[c] + eps);
-    }
-    parallel_for(g.n * g.c, items_per_range(2 * g.s * std::int64_t(sizeof(T))),
-                 [&](std::int64_t r0, std::int64_t r1) {
-                   for (std::int64_t r = r0; r < r1; ++r) {
-                     const std::int64_t c = r % g.c;
-                     const T k = sinv[c] * ps[c], off = pb[c] - smean[c] * k;
-                     const T* __restrict xr = px + r * g.s;
-                     T* __restrict yr = py + r * g.s;
-                     for (std::int64_t j = 0; j < g.s; ++j) yr[j] = xr[j] * k + off;
-                   }
-                 });
+    batch_norm_forward<T, NoAct>(ctx, {a.momentum, a.epsilon, a.is_test}, a.data_format);
   }
 };
 
 template <typename T>
 struct BatchNormGradK {
   static void run(KernelContext& ctx) {
-    const std::string_view op = ctx.op()->name();
-    const bool is_test = ctx.attrs<GradOf<BatchNormOp>>().is_test;
-    if (data_format::channels_last(op, ctx.attrs<GradOf<BatchNormOp>>().data_format))
-      return batch_norm_grad_nhwc<T>(ctx, is_test);
-    const Tensor x = typed_input<T>(ctx, 0);
-    const Nchw g = nchw_of(op, x.dims());
-    const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c);
-    const Tensor mean = sized_input<T>(ctx, 2, "saved_mean", g.c);
-    const Tensor invstd = sized_input<T>(ctx, 3, "saved_invstd", g.c);
-    const Tensor dy = typed_input<T>(ctx, 4);
-    require_same_dims(ctx, x, dy, 0, 4);
-    T* dx = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
-    T* __restrict dscale = ctx.alloc_output(1, scale.dims(), x.dtype()).template data<T>();
-    T* __restrict dbias = ctx.alloc_output(2, scale.dims(), x.dtype()).template data<T>();
-    const T* px = x.data<T>();
-    const T* pdy = dy.data<T>();
-    const T* pm = mean.data<T>();
-    const T* pi = invstd.data<T>();
-    const T* ps = scale.data<T>();
-    const std::int64_t count = g.n * g.s;
-    const T inv_count = count ? T(1) / static_cast<T>(count) : T(0);
-    // Channels split across the threads; each channel's sums (dbias = Σ dy,
-    // dscale = Σ dy · x̂, in batch order) and then its dx while its rows are
-    // still in cache.
-    parallel_for(g.c, items_per_range(3 * count * std::int64_t(sizeof(T))),
-                 [&](std::int64_t c0, std::int64_t c1) {
-                   for (std::int64_t c = c0; c < c1; ++c) {
-                     T b = T(0), s = T(0);
-                     for (std::int64_t n = 0; n < g.n; ++n) {
-                       const std::int64_t off = (n * g.c + c) * g.s;
-                       T sg, sgx;
-                       row_grad_sums<T>(px + off, pdy + off, nullptr, g.s, pm[c], sg, sgx);
-                       b += sg;
-                       s += sgx;
-                     }
-                     dbias[c] = b;
-                     dscale[c] = s * pi[c];
-                     for (std::int64_t n = 0; n < g.n; ++n)
-                       batch_norm_dx_row(px, pdy, dx, ps, pm, pi, dbias, dscale, g, n * g.c + c, inv_count,
-                                         is_test);
-                   }
-                 });
+    const auto& a = ctx.attrs<GradOf<BatchNormOp>>();
+    batch_norm_backward<T, NoAct>(ctx, a.is_test, a.data_format);
   }
+};
 
-  // dx of row r (image r / c, channel r % c).
-  static void batch_norm_dx_row(const T* px, const T* pdy, T* dx, const T* ps, const T* pm,
-                                const T* pi, const T* dbias, const T* dscale, const Nchw& g,
-                                std::int64_t r, T inv_count, bool is_test) {
-    const std::int64_t c = r % g.c, off = r * g.s;
-    const T* __restrict xr = px + off;
-    const T* __restrict dyr = pdy + off;
-    T* __restrict dxr = dx + off;
-    const T k = ps[c] * pi[c];
-    if (is_test) {
-      for (std::int64_t j = 0; j < g.s; ++j) dxr[j] = k * dyr[j];
-      return;
-    }
-    // dx = k · (dy - mean(dy) - x̂ · mean(dy · x̂)), x̂ = (x - mean) · invstd
-    const T mdy = dbias[c] * inv_count;
-    const T q = dscale[c] * inv_count * pi[c];  // mean(dy · x̂) · invstd
-    const T mu = pm[c];
-    for (std::int64_t j = 0; j < g.s; ++j) dxr[j] = k * (dyr[j] - mdy - (xr[j] - mu) * q);
+// fused_batch_norm's activation, as the attribute names it.
+template <typename Body>
+void with_activation(std::string_view op, const std::string& activation, Body&& body) {
+  if (activation == "relu") return body(ReluAct{});
+  if (activation == "relu6") return body(Relu6Act{});
+  throw_error(ErrorKind::InvalidArgument, "op '", op, "' activation '", activation,
+              "' has no CPU kernel (expected \"relu\" or \"relu6\")");
+}
+
+template <typename T>
+struct FusedBatchNormK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<FusedBatchNormOp>();
+    with_activation(ctx.op()->name(), a.activation, [&](auto act) {
+      batch_norm_forward<T, decltype(act)>(ctx, {a.momentum, a.epsilon, a.is_test}, a.data_format);
+    });
+  }
+};
+
+template <typename T>
+struct FusedBatchNormGradK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<GradOf<FusedBatchNormOp>>();
+    with_activation(ctx.op()->name(), a.activation,
+                    [&](auto act) { batch_norm_backward<T, decltype(act)>(ctx, a.is_test, a.data_format); });
   }
 };
 
@@ -661,5 +793,7 @@ KILN_REGISTER_KERNELS(RmsNormOp, Cpu, RmsNormK, float, double);
 KILN_REGISTER_KERNELS(GradOf<RmsNormOp>, Cpu, RmsNormGradK, float, double);
 KILN_REGISTER_KERNELS(BatchNormOp, Cpu, BatchNormK, float, double);
 KILN_REGISTER_KERNELS(GradOf<BatchNormOp>, Cpu, BatchNormGradK, float, double);
+KILN_REGISTER_KERNELS(FusedBatchNormOp, Cpu, FusedBatchNormK, float, double);
+KILN_REGISTER_KERNELS(GradOf<FusedBatchNormOp>, Cpu, FusedBatchNormGradK, float, double);
 
 }  // namespace kiln::cpu

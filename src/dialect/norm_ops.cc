@@ -3,6 +3,7 @@
 #include "kiln/dialect/norm_ops.h"
 
 #include <cmath>
+#include <initializer_list>
 #include <string>
 
 #include "kiln/dialect/data_format.h"
@@ -10,7 +11,7 @@
 namespace kiln {
 
 KILN_REGISTER_OP(LayerNormOp, GradOf<LayerNormOp>, RmsNormOp, GradOf<RmsNormOp>, BatchNormOp,
-                 GradOf<BatchNormOp>);
+                 GradOf<BatchNormOp>, FusedBatchNormOp, GradOf<FusedBatchNormOp>);
 
 namespace {
 
@@ -219,36 +220,52 @@ void BatchNormOp::build(Builder&, OperationArgument& arg, Value x, Value scale, 
   arg.attributes = to_named_attributes(Attributes{momentum, epsilon, is_test, std::move(data_format)});
 }
 
-std::vector<Type> BatchNormOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
-  auto a = from_attributes<Attributes>(attrs, name);
-  meta::require_count(name, in, 5);
-  const auto& xd = batch_norm_x(name, in);
-  check_epsilon(name, a.epsilon);
-  if (!(a.momentum >= 0 && a.momentum <= 1))
-    throw_error(ErrorKind::InvalidArgument, "op '", name, "' attribute momentum must be in [0, 1], got ",
-                a.momentum);
-  const std::int64_t c = batch_norm_channels(name, xd, a.data_format);
-  check_channel(name, in, 1, "scale", c);
-  check_channel(name, in, 2, "bias", c);
-  check_channel(name, in, 3, "running_mean", c);
-  check_channel(name, in, 4, "running_var", c);
-  meta::require_mutable(name, in[3]);
-  meta::require_mutable(name, in[4]);
+namespace {
+
+// batch_norm's and fused_batch_norm's result types, after their checks.
+std::vector<Type> batch_norm_meta(std::string_view op, const std::vector<Type>& in, double momentum,
+                                  double epsilon, const std::string& format) {
+  meta::require_count(op, in, 5);
+  const auto& xd = batch_norm_x(op, in);
+  check_epsilon(op, epsilon);
+  if (!(momentum >= 0 && momentum <= 1))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' attribute momentum must be in [0, 1], got ", momentum);
+  const std::int64_t c = batch_norm_channels(op, xd, format);
+  check_channel(op, in, 1, "scale", c);
+  check_channel(op, in, 2, "bias", c);
+  check_channel(op, in, 3, "running_mean", c);
+  check_channel(op, in, 4, "running_var", c);
+  meta::require_mutable(op, in[3]);
+  meta::require_mutable(op, in[4]);
   const DataType dt = shaped_data_type(in[0]);
   Type stat = meta::result_like(in, dt, {c});
   return {meta::result_like(in, dt, xd), in[3], in[4], stat, stat};
 }
 
+// The gradient ops' operands: x, scale, then `per_channel` more [C] ones
+// named in order, then dy like x.
+void check_batch_norm_grad(std::string_view op, const std::vector<Type>& in, double epsilon,
+                           const std::string& format, std::initializer_list<std::string_view> per_channel) {
+  const auto& xd = batch_norm_x(op, in);
+  check_epsilon(op, epsilon);
+  const std::int64_t c = batch_norm_channels(op, xd, format);
+  check_channel(op, in, 1, "scale", c);
+  std::size_t i = 2;
+  for (std::string_view what : per_channel) check_channel(op, in, i++, what, c);
+  meta::require_like(op, in, 0, i);
+}
+
+}  // namespace
+
+std::vector<Type> BatchNormOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  auto a = from_attributes<Attributes>(attrs, name);
+  return batch_norm_meta(name, in, a.momentum, a.epsilon, a.data_format);
+}
+
 void BatchNormOp::Grad::check(std::string_view op, const std::vector<Type>& in,
                               DictionaryAttribute attrs) {
   auto a = from_attributes<Attributes>(attrs, op);
-  const auto& xd = batch_norm_x(op, in);
-  check_epsilon(op, a.epsilon);
-  const std::int64_t c = batch_norm_channels(op, xd, a.data_format);
-  check_channel(op, in, 1, "scale", c);
-  check_channel(op, in, 2, "saved_mean", c);
-  check_channel(op, in, 3, "saved_invstd", c);
-  meta::require_like(op, in, 0, 4);
+  check_batch_norm_grad(op, in, a.epsilon, a.data_format, {"saved_mean", "saved_invstd"});
 }
 
 std::vector<Value> BatchNormOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
@@ -257,6 +274,49 @@ std::vector<Value> BatchNormOp::vjp(Builder& b, Operation* op, const std::vector
   if (!g[0]) return grads;
   auto grad = b.create<GradOf<BatchNormOp>>(op, op->operand_source(0), op->operand_source(1),
                                             op->result(3), op->result(4), g[0]);
+  for (std::uint32_t i = 0; i < 3; ++i) grads[i] = if_differentiable(op, i, grad.result(i));
+  return grads;
+}
+
+// ---- fused_batch_norm ----
+
+namespace {
+
+void check_activation(std::string_view op, const std::string& activation) {
+  if (activation != "relu" && activation != "relu6")
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' activation '", activation,
+                "' is not one it fuses (expected \"relu\" or \"relu6\")");
+}
+
+}  // namespace
+
+void FusedBatchNormOp::build(Builder&, OperationArgument& arg, Value x, Value scale, Value bias,
+                             Value running_mean, Value running_var, double momentum, double epsilon,
+                             bool is_test, std::string data_format, std::string activation) {
+  for (Value v : {x, scale, bias, running_mean, running_var}) arg.add_operand(v);
+  arg.attributes = to_named_attributes(
+      Attributes{momentum, epsilon, is_test, std::move(data_format), std::move(activation)});
+}
+
+std::vector<Type> FusedBatchNormOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  auto a = from_attributes<Attributes>(attrs, name);
+  check_activation(name, a.activation);
+  return batch_norm_meta(name, in, a.momentum, a.epsilon, a.data_format);
+}
+
+void FusedBatchNormOp::Grad::check(std::string_view op, const std::vector<Type>& in,
+                                   DictionaryAttribute attrs) {
+  auto a = from_attributes<Attributes>(attrs, op);
+  check_activation(op, a.activation);
+  check_batch_norm_grad(op, in, a.epsilon, a.data_format, {"bias", "saved_mean", "saved_invstd"});
+}
+
+std::vector<Value> FusedBatchNormOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  vjp::check_out_grads(op, g);
+  std::vector<Value> grads(5);
+  if (!g[0]) return grads;
+  auto grad = b.create<GradOf<FusedBatchNormOp>>(op, op->operand_source(0), op->operand_source(1),
+                                                 op->operand_source(2), op->result(3), op->result(4), g[0]);
   for (std::uint32_t i = 0; i < 3; ++i) grads[i] = if_differentiable(op, i, grad.result(i));
   return grads;
 }

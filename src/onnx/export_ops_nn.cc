@@ -217,23 +217,43 @@ void rms_norm(EmitContext& c) {
   if (c.used(1)) flat_stat(c, rstd, 1);
 }
 
-// Inference only: the running statistics normalize x.
-void batch_norm(EmitContext& c) {
-  const auto a = BatchNormOp::dyn_cast(c.op()).attrs();
-  if (!a.is_test)
+// Inference only: the running statistics normalize x, then the activation
+// ("" none, "relu", "relu6"). An NHWC op's x goes through a Transpose, its
+// y back (ONNX's BatchNormalization is NCHW).
+void batch_norm_nodes(EmitContext& c, double epsilon, double momentum, bool is_test, const std::string& format,
+                      const std::string& activation) {
+  if (!is_test)
     c.unsupported("batch_norm in training mode (is_test false); export the for-test clone "
                   "(kiln::clone_for_test)");
-  auto& n = c.node("BatchNormalization", {c.in(0), c.in(1), c.in(2), c.in(3), c.in(4)}, {c.out(0)});
-  set_attr(n, "epsilon", static_cast<float>(a.epsilon));
-  set_attr(n, "momentum", static_cast<float>(a.momentum));
+  const bool nhwc = format == "NHWC";
+  std::string x = c.in(0);
+  if (nhwc) set_attr(c.node("Transpose", {c.in(0)}, {x = c.fresh("nchw")}), "perm", std::vector<std::int64_t>{0, 3, 1, 2});
+  const std::string y = nhwc ? c.fresh("y_nchw") : c.out(0);
+  const std::string z = activation.empty() ? y : c.fresh("normalized");
+  auto& n = c.node("BatchNormalization", {x, c.in(1), c.in(2), c.in(3), c.in(4)}, {z});
+  set_attr(n, "epsilon", static_cast<float>(epsilon));
+  set_attr(n, "momentum", static_cast<float>(momentum));
+  if (activation == "relu") c.node("Relu", {z}, {y});
+  if (activation == "relu6") c.node("Clip", {z, c.scalar(c.in_dtype(0), 0.0), c.scalar(c.in_dtype(0), 6.0)}, {y});
+  if (nhwc) set_attr(c.node("Transpose", {y}, {c.out(0)}), "perm", std::vector<std::int64_t>{0, 2, 3, 1});
   // The running statistics pass through; the saved ones are what normalized.
   if (c.used(1)) c.node("Identity", {c.in(3)}, {c.out(1)});
   if (c.used(2)) c.node("Identity", {c.in(4)}, {c.out(2)});
   if (c.used(3)) c.node("Identity", {c.in(3)}, {c.out(3)});
   if (c.used(4))
     c.node("Reciprocal",
-           {c.node1("Sqrt", {c.node1("Add", {c.in(4), c.scalar(c.in_dtype(4), a.epsilon)})})},
+           {c.node1("Sqrt", {c.node1("Add", {c.in(4), c.scalar(c.in_dtype(4), epsilon)})})},
            {c.out(4)});
+}
+
+void batch_norm(EmitContext& c) {
+  const auto a = BatchNormOp::dyn_cast(c.op()).attrs();
+  batch_norm_nodes(c, a.epsilon, a.momentum, a.is_test, a.data_format, "");
+}
+
+void fused_batch_norm(EmitContext& c) {
+  const auto a = FusedBatchNormOp::dyn_cast(c.op()).attrs();
+  batch_norm_nodes(c, a.epsilon, a.momentum, a.is_test, a.data_format, a.activation);
 }
 
 // Inference (is_test, or p = 0): the identity; the mask, if read, all true.
@@ -402,6 +422,7 @@ void add_export_nn(ExportTable& t) {
   t["kiln.layer_norm"] = &layer_norm;
   t["kiln.rms_norm"] = &rms_norm;
   t["kiln.batch_norm"] = &batch_norm;
+  t["kiln.fused_batch_norm"] = &fused_batch_norm;
   t["kiln.dropout"] = &dropout;
   t["kiln.scaled_dot_product_attention"] = &attention;
   t["kiln.embedding"] = &embedding;

@@ -382,7 +382,7 @@ class GraphExporter {
       }
       // An in-place op overwrites its operand's variable: later readers of
       // the operand would see the result in kiln but the input in ONNX.
-      if (op->has_trait<Inplace>() && !BatchNormOp::dyn_cast(op))
+      if (op->has_trait<Inplace>() && !BatchNormOp::dyn_cast(op) && !FusedBatchNormOp::dyn_cast(op))
         for (std::uint32_t i = 0; i < op->num_operands(); ++i)
           if (ctx.read_later(i))
             ctx.unsupported("it overwrites operand #" + std::to_string(i) +

@@ -20,6 +20,7 @@
 #include "kiln/dialect/compare_ops.h"
 #include "kiln/dialect/conv_ops.h"
 #include "kiln/dialect/linalg_ops.h"
+#include "kiln/dialect/norm_ops.h"
 #include "kiln/dialect/reduce_ops.h"
 #include "kiln/dialect/tensor_ops.h"
 #include "kiln/dialect/unary_ops.h"
@@ -650,6 +651,98 @@ std::size_t fuse_conv_residual(Block& block, const ValueSet& keep, PassContext* 
   return made;
 }
 
+namespace {
+
+// A batch norm's activation (kiln.relu, kiln.clip to [0, 6]) and, in a
+// training program, that activation's gradient op and the batch norm's
+// gradient op that alone reads it.
+struct BatchNormEpilogue {
+  const char* activation = "";
+  Operation *act = nullptr, *act_grad = nullptr, *grad = nullptr;
+};
+
+// The gradient of bn's activation `act` whose dx only bn's gradient op
+// reads (as its dy), or null; sets e.grad.
+void find_batch_norm_grads(Operation* bn, const Block& block, const ValueSet& keep, BatchNormEpilogue& e) {
+  Operation* grad = nullptr;
+  for (auto use : bn->result(3).uses())
+    if (use.owner()->isa<GradOf<BatchNormOp>>() && use.owner()->operand_source(2) == bn->result(3)) grad = use.owner();
+  if (!e.act_grad && e.act->isa<ReluOp>())
+    for (auto use : e.act->result(0).uses())
+      if (use.owner()->isa<GradOf<ReluOp>>() && use.owner()->operand_source(0) == e.act->result(0))
+        e.act_grad = use.owner();
+  Operation* ag = e.act_grad;
+  const bool fusable = ag && grad && ag->parent_block() == &block && grad->parent_block() == &block &&
+                       !has_placement(*ag) && !has_placement(*grad) && !keep.count(key(ag->result(0))) &&
+                       sole_user(ag->result(0)) == grad && grad->operand_source(4) == ag->result(0) &&
+                       !barrier_between(ag, grad);
+  e.grad = fusable ? grad : nullptr;
+}
+
+// What of bn's y fuses: its activation alone (y's sole reader, a relu whose
+// gradient reads its output), or with the gradients. Nothing (null act)
+// when y is kept or read otherwise, or a clip's gradient (which reads y)
+// cannot fuse with bn's.
+BatchNormEpilogue batch_norm_epilogue(Operation* bn, const Block& block, const ValueSet& keep) {
+  Value y = bn->result(0);
+  if (keep.count(key(y)) || has_placement(*bn)) return {};
+  BatchNormEpilogue e;
+  for (auto use : y.uses()) {
+    Operation* user = use.owner();
+    if (!e.act && *conv_activation(user)) e.act = user;
+    else if (!e.act_grad && user->isa<GradOf<ClipOp>>() && user->operand_source(0) == y) e.act_grad = user;
+    else return {};
+  }
+  if (!e.act || e.act->parent_block() != &block || has_placement(*e.act) ||
+      (e.act_grad && !e.act->isa<ClipOp>()))
+    return {};
+  e.activation = conv_activation(e.act);
+  find_batch_norm_grads(bn, block, keep, e);
+  if (!e.grad) e.act_grad = e.act->isa<ClipOp>() ? e.act_grad : nullptr;
+  return e.act_grad && !e.grad ? BatchNormEpilogue{} : e;
+}
+
+// bn's gradient op (reading the activation's gradient) as the fused
+// op's, reading the activation's dout instead.
+void fuse_batch_norm_grad(Operation* fused, const BatchNormEpilogue& e, PassContext* ctx) {
+  Builder b(*e.grad->parent_block());
+  b.set_insertion_point(e.grad);
+  Operation* g = b.create<GradOf<FusedBatchNormOp>>(fused, fused->operand_source(0), fused->operand_source(1),
+                                                    fused->operand_source(2), fused->result(3), fused->result(4),
+                                                    e.act_grad->operand_source(1))
+                     .operation();
+  for (std::uint32_t i = 0; i < 3; ++i) replace_all_uses(e.grad->result(i), g->result(i), ctx);
+  erase_op(e.grad, ctx);
+  erase_op(e.act_grad, ctx);
+}
+
+}  // namespace
+
+std::size_t fuse_batch_norm_activation(Block& block, const ValueSet& keep, PassContext* ctx) {
+  std::size_t made = 0;
+  std::vector<Operation*> norms;
+  for (Operation* op : block)
+    if (op->isa<BatchNormOp>()) norms.push_back(op);
+  for (Operation* bn : norms) {
+    const BatchNormEpilogue e = batch_norm_epilogue(bn, block, keep);
+    if (!e.act) continue;
+    Builder b(block);
+    b.set_insertion_point(bn);  // where the running statistics are updated
+    const auto a = BatchNormOp(bn).attrs();
+    Operation* fused = b.create<FusedBatchNormOp>(bn->operand_source(0), bn->operand_source(1), bn->operand_source(2),
+                                                  bn->operand_source(3), bn->operand_source(4), a.momentum,
+                                                  a.epsilon, a.is_test, a.data_format, e.activation)
+                           .operation();
+    replace_all_uses(e.act->result(0), fused->result(0), ctx);
+    for (std::uint32_t i = 1; i < 5; ++i) replace_all_uses(bn->result(i), fused->result(i), ctx);
+    if (e.grad) fuse_batch_norm_grad(fused, e, ctx);
+    erase_op(e.act, ctx);
+    erase_op(bn, ctx);
+    made += e.grad ? 2 : 1;
+  }
+  return made;
+}
+
 std::size_t fuse_elementwise(Block& block, const ValueSet& keep, PassContext* ctx) {
   std::size_t made = 0;
   for (Operation* op : block)
@@ -662,7 +755,8 @@ std::size_t fuse_elementwise(Block& block, const ValueSet& keep, PassContext* ct
 namespace {
 
 // "fuse": fold_attention_transposes, fuse_softmax_cross_entropy,
-// fuse_conv_epilogue, fuse_conv_residual, channels_last, fuse_matmul_epilogue, fuse_elementwise, then
+// fuse_conv_epilogue, fuse_conv_residual, channels_last, fuse_batch_norm_activation,
+// fuse_matmul_epilogue, fuse_elementwise, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h) over the program
 // (regions included), keeping the context's live-out values. For a CUDA
 // target those whose ops have CUDA kernels: fold_attention_transposes
@@ -682,6 +776,7 @@ class FusePass : public Pass {
     fuse_conv_epilogue(program.block(), keep, &ctx);
     fuse_conv_residual(program.block(), keep, &ctx);
     convert_to_channels_last(program.block(), keep, &ctx);
+    fuse_batch_norm_activation(program.block(), live_out_set(ctx), &ctx);
     fuse_after_layout(program, live_out_set(ctx), ctx);
   }
 

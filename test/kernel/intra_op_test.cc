@@ -355,6 +355,28 @@ TEST_CASE("NHWC batch norm and its gradient, their statistics split by image and
   }
 }
 
+TEST_CASE("a batch norm fused with relu6 and its gradient give the same bits at any thread count, in "
+          "either layout",
+          "[kernel][intra_op]") {
+  for (const std::string format : {"NCHW", "NHWC"}) {
+    INFO(format);
+    const Dims d = format == "NHWC" ? Dims{8, 28, 28, 64} : Dims{8, 64, 28, 28};
+    const Tensor x = filled<float>(d, -2, 2, 1), dy = filled<float>(d, -1, 1, 6);
+    const Tensor scale = filled<float>(Dims{64}, 0.5, 1.5, 2), bias = filled<float>(Dims{64}, -1, 1, 3);
+    auto forward = [&] {
+      return run_op<FusedBatchNormOp>({x, scale, bias, filled<float>(Dims{64}, -0.1, 0.1, 4),
+                                       filled<float>(Dims{64}, 0.5, 1.5, 5)},
+                                      0.9, 1e-5, false, format, std::string("relu6"));
+    };
+    same_bits_at_any_thread_count(forward);
+    const auto fwd = forward();
+    same_bits_at_any_thread_count([&] {
+      return run_op<GradOf<FusedBatchNormOp>>({x, scale, bias, fwd.out(3), fwd.out(4), dy}, 0.9, 1e-5, false,
+                                              format, std::string("relu6"));
+    });
+  }
+}
+
 TEST_CASE("an NHWC max pool's gradient gives the same bits at any thread count", "[kernel][intra_op]") {
   const Tensor x = filled<float>(Dims{8, 56, 56, 24}, -4, 4, 1);
   const Tensor dout = filled<float>(Dims{8, 28, 28, 24}, -1, 1, 2);

@@ -4,6 +4,8 @@
 // statistics updated in place (training) or passed through (is_test); NHWC
 // batch_norm and its grad against the NCHW kernels on the transposed input.
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -320,4 +322,108 @@ TEST_CASE("batch_norm and its grad in NHWC reject an x that is not rank 4, namin
                    {"kiln.batch_norm", "[N, H, W, C]", "[2x3x4]"});
   KILN_CHECK_ERROR(kiln_test::run_kernel({x, c, c, c, x}, on_rank4(true)), InvalidArgument,
                    {"kiln.batch_norm_grad", "[N, H, W, C]", "[2x3x4]"});
+}
+
+namespace {
+
+// Equal bit for bit, or both NaN (a NaN's sign and payload depend on the
+// operation that made it).
+template <typename T>
+void check_same_values(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.dims() == want.dims());
+  const auto g = got.to_vector<T>(), w = want.to_vector<T>();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    INFO("element " << i << ": " << g[i] << " vs " << w[i]);
+    CHECK(((std::isnan(g[i]) && std::isnan(w[i])) || std::memcmp(&g[i], &w[i], sizeof(T)) == 0));
+  }
+}
+
+// x of dims d in `format` and its [C] operands: channel 0's pre-activation
+// exactly 0 (scale 0, bias 0), channel 1's exactly 6 (scale 0, bias 6),
+// channel 2 holding a NaN.
+template <typename T>
+struct FusedNormCase {
+  Tensor x, scale, bias, rm, rv, dy;
+  FusedNormCase(const Dims& d, bool nhwc, std::uint32_t seed) {
+    const std::int64_t c = nhwc ? d[3] : d[1];
+    auto xv = filled<T>(d, -3, 5, seed).template to_vector<T>();
+    xv[static_cast<std::size_t>(nhwc ? 2 : 2 * d[2] * d[3])] = std::numeric_limits<T>::quiet_NaN();
+    auto sv = filled<T>(Dims({c}), 0.5, 1.5, seed + 1).template to_vector<T>();
+    auto bv = filled<T>(Dims({c}), -1, 1, seed + 2).template to_vector<T>();
+    sv[0] = sv[1] = T(0);
+    bv[0] = T(0);
+    bv[1] = T(6);
+    x = Tensor::from_vector<T>(d, xv);
+    scale = Tensor::from_vector<T>(Dims({c}), sv);
+    bias = Tensor::from_vector<T>(Dims({c}), bv);
+    rm = filled<T>(Dims({c}), -0.5, 0.5, seed + 3);
+    rv = filled<T>(Dims({c}), 0.5, 2, seed + 4);
+    dy = filled<T>(d, -1, 1, seed + 5);
+  }
+};
+
+template <typename T>
+Tensor copy_of(const Tensor& t) {
+  return Tensor::from_vector<T>(t.dims(), t.to_vector<T>());
+}
+
+// fused_batch_norm and its gradient against batch_norm, then relu or
+// clip(0, 6), and batch_norm_grad of the activation's gradient: the same
+// values in every output, the running statistics updated alike.
+template <typename T>
+void check_fused_batch_norm(const Dims& d, const std::string& format, const std::string& act, bool is_test,
+                            std::uint32_t seed) {
+  INFO("x [" << d.to_string() << "] " << format << " " << act << " is_test " << is_test);
+  FusedNormCase<T> k(d, format == "NHWC", seed);
+  Tensor rm2 = copy_of<T>(k.rm), rv2 = copy_of<T>(k.rv);
+  auto bn = run_op<BatchNormOp>({k.x, k.scale, k.bias, k.rm, k.rv}, 0.9, 1e-5, is_test, format);
+  const Tensor y = bn.out(0);
+  const Tensor r = act == "relu" ? run_op<ReluOp>({y}).out() : run_op<ClipOp>({y}, 0.0, 6.0).out();
+  auto fused = run_op<FusedBatchNormOp>({k.x, k.scale, k.bias, rm2, rv2}, 0.9, 1e-5, is_test, format, act);
+  check_same_values<T>(fused.out(0), r);
+  for (std::size_t i = 1; i < 5; ++i) check_same_values<T>(fused.out(i), bn.out(i));
+  check_same_values<T>(rm2, k.rm);
+  check_same_values<T>(rv2, k.rv);
+
+  const Tensor dz = act == "relu" ? run_op<GradOf<ReluOp>>({r, k.dy}).out()
+                                  : run_op<GradOf<ClipOp>>({y, k.dy}, 0.0, 6.0).out();
+  auto want = run_op<GradOf<BatchNormOp>>({k.x, k.scale, bn.out(3), bn.out(4), dz}, 0.9, 1e-5, is_test, format);
+  auto got = run_op<GradOf<FusedBatchNormOp>>({k.x, k.scale, k.bias, bn.out(3), bn.out(4), k.dy}, 0.9, 1e-5,
+                                               is_test, format, act);
+  for (std::size_t i = 0; i < 3; ++i) check_same_values<T>(got.out(i), want.out(i));
+}
+
+}  // namespace
+
+TEST_CASE("fused_batch_norm gives batch_norm's y through relu or relu6, and its gradient batch_norm_grad's "
+          "of the activation's gradient, the same bits in either layout, at 0, 6 and NaN",
+          "[kernel][norm]") {
+  for (const std::string act : {"relu", "relu6"})
+    for (bool is_test : {false, true}) {
+      check_fused_batch_norm<float>(Dims{2, 5, 7, 9}, "NCHW", act, is_test, 21);
+      check_fused_batch_norm<float>(Dims{3, 20, 4, 4}, "NCHW", act, is_test, 22);
+      check_fused_batch_norm<float>(Dims{2, 7, 9, 5}, "NHWC", act, is_test, 23);
+      check_fused_batch_norm<float>(Dims{2, 6, 11, 37}, "NHWC", act, is_test, 24);
+      check_fused_batch_norm<double>(Dims{2, 6, 5, 7}, "NCHW", act, is_test, 25);
+      check_fused_batch_norm<double>(Dims{2, 6, 5, 7}, "NHWC", act, is_test, 26);
+    }
+}
+
+TEST_CASE("fused_batch_norm and its gradient refuse an activation they do not fuse, naming the op",
+          "[kernel][norm]") {
+  const Tensor x = filled<float>(Dims{2, 3, 4, 4}, -1, 1, 1), c = filled<float>(Dims{3}, 0.5, 1, 2);
+  KILN_CHECK_ERROR(run_op<FusedBatchNormOp>({x, c, c, c, c}, 0.9, 1e-5, false, std::string("NCHW"),
+                                            std::string("gelu")),
+                   InvalidArgument, {"kiln.fused_batch_norm", "'gelu'", "relu6"});
+  KILN_CHECK_ERROR(run_op<GradOf<FusedBatchNormOp>>({x, c, c, c, c, x}, 0.9, 1e-5, false, std::string("NCHW"),
+                                                    std::string("")),
+                   InvalidArgument, {"kiln.fused_batch_norm_grad", "activation ''"});
+  // dy not shaped like x; bias of the wrong size.
+  const Tensor small = filled<float>(Dims{2, 3, 4, 2}, -1, 1, 3), c4 = filled<float>(Dims{4}, 0.5, 1, 4);
+  KILN_CHECK_ERROR(run_op<GradOf<FusedBatchNormOp>>({x, c, c, c, c, small}, 0.9, 1e-5, false, std::string("NCHW"),
+                                                    std::string("relu")),
+                   InvalidArgument, {"kiln.fused_batch_norm_grad"});
+  KILN_CHECK_ERROR(run_op<GradOf<FusedBatchNormOp>>({x, c, c4, c, c, x}, 0.9, 1e-5, false, std::string("NCHW"),
+                                                    std::string("relu")),
+                   InvalidArgument, {"kiln.fused_batch_norm_grad", "bias"});
 }

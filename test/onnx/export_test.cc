@@ -495,8 +495,8 @@ TEST_CASE("the shape, indexing, constant and reduction ops export op by op", "[o
                    f);
 }
 
-TEST_CASE("conv2d_transpose, fused_conv2d, batch_norm, rms_norm, pools and attention export op by "
-          "op",
+TEST_CASE("conv2d_transpose, fused_conv2d, batch_norm, fused_batch_norm, rms_norm, pools and attention "
+          "export op by op",
           "[onnx][export]") {
   kiln::Program p, startup;
   std::vector<kiln::Value> f;
@@ -549,6 +549,19 @@ TEST_CASE("conv2d_transpose, fused_conv2d, batch_norm, rms_norm, pools and atten
     auto bn = b.create<kiln::BatchNormOp>(x, param("s", {2}), param("bb", {2}), param("m", {2}),
                                           param("v", {2}), 0.9, 1e-5, true);
     f.push_back(bn->result(0));
+    f.push_back(b.create<kiln::BatchNormOp>(b.create<kiln::TransposeOp>(x, std::vector<std::int64_t>{0, 2, 3, 1}).result(),
+                                            param("ns", {2}), param("nbb", {2}), param("nm", {2}), param("nv", {2}),
+                                            0.9, 1e-5, true, "NHWC")
+                    ->result(0));
+    // fused with its activation, NCHW and NHWC
+    f.push_back(b.create<kiln::FusedBatchNormOp>(x, param("fs", {2}), param("fbb", {2}), param("fm", {2}),
+                                                 param("fv", {2}), 0.9, 1e-5, true, "NCHW", "relu")
+                    ->result(0));
+    f.push_back(b.create<kiln::FusedBatchNormOp>(
+                     b.create<kiln::TransposeOp>(x, std::vector<std::int64_t>{0, 2, 3, 1}).result(),
+                     param("fs6", {2}), param("fbb6", {2}), param("fm6", {2}), param("fv6", {2}), 0.9, 1e-5,
+                     true, "NHWC", "relu6")
+                    ->result(0));
     auto rms = b.create<kiln::RmsNormOp>(x, param("g", {6, 6}), 2, 1e-6);
     f.push_back(rms->result(0));
     f.push_back(rms->result(1));

@@ -15,6 +15,8 @@
 #include "kiln/frontend/frontend.h"
 #include "kiln/frontend/optimizer.h"
 #include "kiln/kernel/random.h"
+#include "kiln/io/json.h"
+#include "kiln/passes/channels_last.h"
 #include "kiln/passes/fusion.h"
 #include "kiln/passes/pass_manager.h"
 #include "kiln/runtime/cuda_context.h"
@@ -700,4 +702,123 @@ TEST_CASE("a conv output or sum the caller keeps is not fused into a fused_conv2
   CHECK(fuse_conv_epilogue(f.p.block(), {sigmoid.impl()}) == 1);
   CHECK(count_top_ops(f.p, "kiln.sigmoid") == 1);
   CHECK(count_top_ops(f.p, "kiln.mul") == 1);
+}
+
+namespace {
+
+Tensor bn_filled(std::vector<std::int64_t> dims, float scale, int seed) {
+  std::vector<float> v(static_cast<std::size_t>(Dims(dims).numel()));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int((i * 37 + seed) % 23) - 11);
+  return Tensor::from_vector<float>(Dims(dims), v);
+}
+
+// A small CNN's training program as the frontend builds it: conv, batch
+// norm, relu; a stride-2 conv, batch norm, relu6 (a clip to [0, 6]); a
+// global average pool, a linear classifier, cross-entropy, momentum SGD.
+struct BatchNormNet {
+  Program main, startup;
+  Value loss;
+  FeedMap feeds;
+  BatchNormNet() {
+    UniqueNameGuard names;
+    {
+      ProgramGuard guard(main, startup);
+      Value x = data("x", {4, 3, 10, 10});
+      Value label = data("label", {4}, DataType::Int64);
+      nn::BatchNorm2D bn1(8), bn2(8);
+      Value y = nn::functional::relu(bn1(nn::Conv2D(3, 8, 3, 1, 1, 1, 1, false)(x)));
+      y = main_builder().create<ClipOp>(bn2(nn::Conv2D(8, 8, 3, 2, 1, 1, 1, false)(y)), 0.0, 6.0).result();
+      Value features = nn::functional::flatten(nn::functional::adaptive_avg_pool2d(y, {1, 1}));
+      loss = nn::functional::cross_entropy(nn::Linear(8, 5)(features), label);
+      optim::Momentum(0.05, 0.9).minimize(loss);
+    }
+    feeds = {{"x", bn_filled({4, 3, 10, 10}, 0.1f, 3)},
+             {"label", Tensor::from_vector<std::int64_t>({4}, std::vector<std::int64_t>{0, 3, 1, 4})}};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a training program's batch norms and their relu or relu6 fuse with their gradients, and it trains "
+          "bit for bit as the unfused program does, in either layout and after a JSON round trip",
+          "[passes][fusion]") {
+  for (bool nhwc : {false, true}) {
+    INFO((nhwc ? "NHWC" : "NCHW"));
+    BatchNormNet plain, fused;
+    if (nhwc)
+      for (BatchNormNet* net : {&plain, &fused})
+        REQUIRE(convert_to_channels_last(net->main.block(), {net->loss.impl()}, nullptr, true) > 0);
+    CHECK(fuse_batch_norm_activation(fused.main.block(), {fused.loss.impl()}) == 4);
+    fused.main.verify();
+    CHECK(count_top_ops(fused.main, "kiln.fused_batch_norm") == 2);
+    CHECK(count_top_ops(fused.main, "kiln.fused_batch_norm_grad") == 2);
+    for (const char* gone : {"kiln.batch_norm", "kiln.batch_norm_grad", "kiln.relu", "kiln.relu_grad", "kiln.clip",
+                             "kiln.clip_grad"})
+      CHECK(count_top_ops(fused.main, gone) == 0);
+    Program loaded = load_program_json(save_program_json(fused.main));
+    Value loaded_loss;  // the op at the loss's place in the loaded program
+    for (auto it = fused.main.block().begin(), lt = loaded.block().begin(); it != fused.main.block().end(); ++it, ++lt)
+      if (*it == fused.loss.defining_op()) loaded_loss = (*lt)->result(0);
+    Executor a(Place::cpu(), {.passes = ""}), b(Place::cpu(), {.passes = ""}), c(Place::cpu(), {.passes = ""});
+    for (Executor* e : {&a, &b, &c}) {
+      set_random_seed(5);
+      e->run(plain.startup);
+    }
+    for (int step = 0; step < 5; ++step) {
+      INFO("step " << step);
+      const Tensor la = a.run(plain.main, plain.feeds, {plain.loss})[0];
+      CHECK(same_bits(b.run(fused.main, fused.feeds, {fused.loss})[0], la));
+      CHECK(same_bits(c.run(loaded, fused.feeds, {loaded_loss})[0], la));
+    }
+    for (const auto& [name, p] : plain.main.parameters()) {  // the running statistics too
+      INFO(name);
+      CHECK(same_bits(b.scope().find_var(name)->get<Tensor>(), a.scope().find_var(name)->get<Tensor>()));
+    }
+  }
+}
+
+namespace {
+
+// batch_norm (x [2, 3, 4, 4]) then `act` ("relu" or "relu6"), and, with
+// `grads`, the activation's gradient and batch_norm_grad of it.
+struct BatchNormBlock {
+  Program p;
+  Operation *bn = nullptr, *act = nullptr, *act_grad = nullptr, *grad = nullptr;
+  BatchNormBlock(const std::string& activation, bool grads, bool is_test = false) {
+    Builder b(p);
+    auto in = [&](const char* name, std::vector<std::int64_t> dims) { return b.create<DataOp>(name, dims).result(); };
+    Value x = in("x", {2, 3, 4, 4}), scale = in("scale", {3}), bias = in("bias", {3});
+    bn = b.create<BatchNormOp>(x, scale, bias, in("mean", {3}), in("var", {3}), 0.9, 1e-5, is_test).operation();
+    Value y = bn->result(0);
+    act = activation == "relu" ? b.create<ReluOp>(y).operation() : b.create<ClipOp>(y, 0.0, 6.0).operation();
+    if (!grads) return;
+    Value dr = in("dr", {2, 3, 4, 4});
+    act_grad = activation == "relu" ? b.create<GradOf<ReluOp>>(act, act->result(0), dr).operation()
+                                    : b.create<GradOf<ClipOp>>(act, y, dr).operation();
+    grad = b.create<GradOf<BatchNormOp>>(bn, x, scale, bn->result(3), bn->result(4), act_grad->result(0)).operation();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a batch norm whose y is kept or read elsewhere stays; a relu whose gradient cannot fuse fuses "
+          "forward only, a clip (whose gradient reads y) not at all",
+          "[passes][fusion]") {
+  for (const std::string act : {"relu", "relu6"}) {
+    INFO(act);
+    BatchNormBlock kept(act, true);
+    CHECK(fuse_batch_norm_activation(kept.p.block(), {kept.bn->result(0).impl()}) == 0);
+    BatchNormBlock read(act, false);
+    Builder(read.p.block()).create<AddOp>(read.bn->result(0), read.bn->result(0));
+    CHECK(fuse_batch_norm_activation(read.p.block(), {}) == 0);
+    BatchNormBlock inference(act, false, true);
+    CHECK(fuse_batch_norm_activation(inference.p.block(), {}) == 1);
+    CHECK(count_top_ops(inference.p, "kiln.fused_batch_norm") == 1);
+    BatchNormBlock dz_kept(act, true);  // the activation's gradient fetched
+    CHECK(fuse_batch_norm_activation(dz_kept.p.block(), {dz_kept.act_grad->result(0).impl()}) ==
+          (act == "relu" ? 1u : 0u));
+    dz_kept.p.verify();
+    CHECK(count_top_ops(dz_kept.p, "kiln.batch_norm_grad") == 1);
+    CHECK(count_top_ops(dz_kept.p, "kiln.fused_batch_norm") == (act == "relu" ? 1u : 0u));
+  }
 }

@@ -112,4 +112,33 @@ struct BatchNormOp : Op<BatchNormOp, Inplace, InferMetaInterface, VjpInterface> 
   };
 };
 
+// kiln.fused_batch_norm: kiln.batch_norm (its operands, results, attributes
+// and in-place running statistics) with an activation applied to y in the
+// same pass, as Paddle's fused batch_norm_act: activation "relu" (as
+// kiln.relu) or "relu6" (as kiln.clip to [0, 6]). Its gradient op reads
+// bias too and recomputes the pre-activation from x and the saved
+// statistics, so the activation's gradient needs no tensor of its own:
+// fused_batch_norm_grad(x, scale, bias, saved_mean, saved_invstd, dy) ->
+// (dx, dscale, dbias), each result the bits batch_norm_grad gives for the
+// activation's gradient of dy. The fuse pass builds both from batch_norm +
+// relu / clip(0, 6) and their gradients (fuse_batch_norm_activation). CPU
+// kernels, f32 and f64.
+struct FusedBatchNormOp : Op<FusedBatchNormOp, Inplace, InferMetaInterface, VjpInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.fused_batch_norm";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
+  static constexpr int num_operands = 5, num_results = 5;
+  static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 2> inplace_map{
+      {{1, 3}, {2, 4}}};
+  KILN_ATTRIBUTES((double, momentum), (double, epsilon), (bool, is_test), (std::string, data_format),
+                  (std::string, activation));
+  static void build(Builder& b, OperationArgument& arg, Value x, Value scale, Value bias,
+                    Value running_mean, Value running_var, double momentum, double epsilon, bool is_test,
+                    std::string data_format, std::string activation);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  struct Grad : GradSpec<6, 0, 1, 2> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
+  };
+};
+
 }  // namespace kiln

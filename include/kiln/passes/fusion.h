@@ -57,6 +57,15 @@ inline std::size_t fuse_matmul_epilogue(Program& program, const ValueSet& keep =
   return fuse_matmul_epilogue(program.block(), keep);
 }
 
+// fuse_batch_norm_activation: kiln.batch_norm whose y only a kiln.relu or a
+// kiln.clip to [0, 6] reads becomes one kiln.fused_batch_norm, and, in a
+// training program, batch_norm_grad of that activation's gradient becomes
+// its fused_batch_norm_grad (reading the activation's dout). A clip's
+// gradient reads y, so a clip fuses only together with its gradient. Values
+// in `keep` are never fused away. The results are the unfused ops' bits.
+// Returns the number of fused ops created (forward and gradient ones).
+std::size_t fuse_batch_norm_activation(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr);
+
 // fuse_conv_epilogue: kiln.conv2d whose output only an add of a per-channel
 // bias reads (an [O] tensor reshaped to [1, O, 1, 1] or [O, 1, 1], as the
 // ONNX importer and the frontend's conv2d write it), and optionally a
@@ -77,7 +86,7 @@ std::size_t fuse_conv_residual(Block& block, const ValueSet& keep = {}, PassCont
 // The "fuse" pass: fuse_softmax_cross_entropy
 // (kiln/passes/fuse_softmax_cross_entropy.h), fuse_conv_epilogue,
 // fuse_conv_residual, convert_to_channels_last (kiln/passes/channels_last.h),
-// fuse_matmul_epilogue, then
+// fuse_batch_norm_activation, fuse_matmul_epilogue, then
 // fuse_elementwise, keeping the context's live-out values, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h). For a CUDA target
 // the rewrites whose ops have CUDA kernels: fold_attention_transposes
