@@ -53,7 +53,7 @@ class FramePlanBuilder {
   }
 
  private:
-  [[noreturn]] void fail(const Operation* op, std::uint32_t index, const std::string& what) {
+  [[noreturn]] static void fail(const Operation* op, std::uint32_t index, const std::string& what) {
     throw_error(ErrorKind::InvalidArgument, "op #", index, " '", op->name(), "' ", what);
   }
 
@@ -98,18 +98,13 @@ class FramePlanBuilder {
       if (op->num_regions())
         fail(op, i, "has regions; a program with dataflow ops cannot also run structured control "
                     "flow (lower it with the pass 'lower_to_dataflow')");
+      if (op->isa<ParameterOp>() || op->isa<DataOp>()) {
+        add_source(op, i);
+        continue;
+      }
       FrameNode n;
       n.op = op;
       n.op_index = i;
-      if (op->isa<ParameterOp>() || op->isa<DataOp>()) {
-        auto it = value_slot_.find(op->result(0).impl());
-        if (it == value_slot_.end()) continue;  // an unfed data op nothing reads
-        n.kind = FrameNode::Kind::Source;
-        n.slot = it->second;
-        n.num_outputs = 1;
-        add(std::move(n), op);
-        continue;
-      }
       n.kind = kind_of(*op);
       auto ins = instruction_of_.find(op);
       if (ins == instruction_of_.end())
@@ -120,85 +115,107 @@ class FramePlanBuilder {
       n.recv = op->isa<RecvOp>();
       fp_->has_async |= n.async;
       // The frame its operands live in (a next_iteration's target excepted).
-      const std::uint32_t data_operands =
-          n.kind == FrameNode::Kind::NextIteration ? 1 : op->num_operands();
-      std::uint32_t frame = data_operands ? frame_of(op->operand_source(0)) : 0;
-      for (std::uint32_t k = 1; k < data_operands; ++k)
-        if (frame_of(op->operand_source(k)) != frame)
-          fail(op, i, "reads values of " + frame_label(*fp_, frame) + " (operand #0) and of " +
-                          frame_label(*fp_, frame_of(op->operand_source(k))) + " (operand #" +
-                          std::to_string(k) +
-                          "); a value enters a frame through kiln.enter and leaves it through kiln.exit");
-      n.frame = frame;
-      n.num_inputs = data_operands;
-      n.num_forward = data_operands;  // a merge's back edges are added in layout()
-      std::uint32_t result_frame = frame;
-      switch (n.kind) {
-        case FrameNode::Kind::Enter: {
-          auto enter = op->dyn_cast<EnterOp>();
-          n.target_frame = child_frame(frame, enter, op, i);
-          n.constant_enter = enter.attrs().is_constant;
-          if (n.constant_enter) {
-            n.constant_index = static_cast<std::uint32_t>(fp_->frames[n.target_frame].constants.size());
-            fp_->frames[n.target_frame].constants.push_back(static_cast<std::uint32_t>(fp_->nodes.size()));
-          }
-          result_frame = n.target_frame;
-          break;
-        }
-        case FrameNode::Kind::Exit:
-          if (frame == 0) fail(op, i, "is at the top level: only a value inside a frame can exit");
-          result_frame = fp_->frames[frame].parent;
-          n.exit_index = static_cast<std::uint32_t>(fp_->frames[frame].exits.size());
-          fp_->frames[frame].exits.push_back(static_cast<std::uint32_t>(fp_->nodes.size()));
-          break;
-        case FrameNode::Kind::NextIteration: {
-          if (frame == 0)
-            fail(op, i, "is at the top level: a loop's next_iteration belongs to the frame of its loop");
-          Operation* merge = op->dyn_cast<NextIterationOp>().target();
-          auto m = node_of_.find(merge);
-          if (!merge || m == node_of_.end())
-            fail(op, i, "names no kiln.merge of the program's top block");
-          if (fp_->nodes[m->second].frame != frame)
-            fail(op, i, "feeds a kiln.merge of " + frame_label(*fp_, fp_->nodes[m->second].frame) +
-                            " from " + frame_label(*fp_, frame));
-          back_edges_[m->second].push_back(static_cast<std::uint32_t>(fp_->nodes.size()));
-          break;
-        }
-        default: break;
-      }
+      n.num_inputs = n.kind == FrameNode::Kind::NextIteration ? 1 : op->num_operands();
+      n.num_forward = n.num_inputs;  // a merge's back edges are added in layout()
+      n.frame = operand_frame(op, i, n.num_inputs);
+      const std::uint32_t result_frame = link_frames(n, op, i);
       n.num_outputs = n.kind == FrameNode::Kind::NextIteration ? 1 : op->num_results();
       n.unused_outputs = in.unused_outputs;
-      if (n.kind == FrameNode::Kind::Kernel) {
-        // Dead, forwarded and direct outputs are 64-bit masks per op.
-        if (in.writes.size() > 64)
-          fail(op, i, "has " + std::to_string(in.writes.size()) +
-                          " outputs; an op in a program with dataflow ops has at most 64");
-        n.out_slots.assign(in.writes.size(), kNoIndex);
-        // An in-place output writes the variable its operand's buffer is
-        // (a view's source); any other output is a value of its own, a
-        // view of a feed or parameter included.
-        std::uint64_t inplace_outputs = 0;
-        for (auto [o, j] : inplace_pairs(*op)) inplace_outputs |= std::uint64_t{1} << o;
-        for (std::uint32_t o = 0; o < in.writes.size(); ++o) {
-          const std::uint32_t s = in.writes[o];
-          const SlotKind k =
-              (inplace_outputs >> o) & 1 ? plan_.slots[plan_.slots[s].alias].kind : plan_.slots[s].kind;
-          if (k == SlotKind::Parameter || k == SlotKind::FetchOp || k == SlotKind::Feed) {
-            if (k == SlotKind::Feed)
-              fail(op, i, "writes a feed in place; in a program with dataflow ops it must work on a copy");
-            n.out_slots[o] = s;
-            n.direct_outputs |= std::uint64_t{1} << o;
-          }
-        }
-        for (auto [o, j] : inplace_pairs(*op))
-          if (!((n.direct_outputs >> o) & 1)) n.inplace.emplace_back(o, j);
-        if (auto send = op->dyn_cast<SendOp>()) {
-          const auto& a = send.attrs();
-          n.send_key = std::make_shared<const RendezvousKey>(a.src_place, a.dst_place, a.tensor_name);
-        }
-      }
+      if (n.kind == FrameNode::Kind::Kernel) kernel_outputs(n, in, op, i);
       add(std::move(n), op);
       for (std::uint32_t r = 0; r < op->num_results(); ++r) value_frame_[op->result(r).impl()] = result_frame;
+    }
+  }
+
+  // A fed data op or a parameter: a source node of its slot (none for an
+  // unfed data op nothing reads).
+  void add_source(Operation* op, std::uint32_t i) {
+    auto it = value_slot_.find(op->result(0).impl());
+    if (it == value_slot_.end()) return;
+    FrameNode n;
+    n.op = op;
+    n.op_index = i;
+    n.kind = FrameNode::Kind::Source;
+    n.slot = it->second;
+    n.num_outputs = 1;
+    add(std::move(n), op);
+  }
+
+  // The one frame op's first `count` operands live in.
+  std::uint32_t operand_frame(Operation* op, std::uint32_t i, std::uint32_t count) const {
+    const std::uint32_t frame = count ? frame_of(op->operand_source(0)) : 0;
+    for (std::uint32_t k = 1; k < count; ++k)
+      if (frame_of(op->operand_source(k)) != frame)
+        fail(op, i, "reads values of " + frame_label(*fp_, frame) + " (operand #0) and of " +
+                        frame_label(*fp_, frame_of(op->operand_source(k))) + " (operand #" + std::to_string(k) +
+                        "); a value enters a frame through kiln.enter and leaves it through kiln.exit");
+    return frame;
+  }
+
+  // What an enter, exit or next_iteration node `n` (in n.frame) links:
+  // the frame it enters, its frame's exits, its merge's back edges.
+  // Returns the frame its results live in.
+  std::uint32_t link_frames(FrameNode& n, Operation* op, std::uint32_t i) {
+    const std::uint32_t frame = n.frame, node = static_cast<std::uint32_t>(fp_->nodes.size());
+    switch (n.kind) {
+      case FrameNode::Kind::Enter: {
+        auto enter = op->dyn_cast<EnterOp>();
+        n.target_frame = child_frame(frame, enter, op, i);
+        n.constant_enter = enter.attrs().is_constant;
+        if (n.constant_enter) {
+          n.constant_index = static_cast<std::uint32_t>(fp_->frames[n.target_frame].constants.size());
+          fp_->frames[n.target_frame].constants.push_back(node);
+        }
+        return n.target_frame;
+      }
+      case FrameNode::Kind::Exit:
+        if (frame == 0) fail(op, i, "is at the top level: only a value inside a frame can exit");
+        n.exit_index = static_cast<std::uint32_t>(fp_->frames[frame].exits.size());
+        fp_->frames[frame].exits.push_back(node);
+        return fp_->frames[frame].parent;
+      case FrameNode::Kind::NextIteration: {
+        if (frame == 0) fail(op, i, "is at the top level: a loop's next_iteration belongs to the frame of its loop");
+        Operation* merge = op->dyn_cast<NextIterationOp>().target();
+        auto m = node_of_.find(merge);
+        if (!merge || m == node_of_.end()) fail(op, i, "names no kiln.merge of the program's top block");
+        if (fp_->nodes[m->second].frame != frame)
+          fail(op, i, "feeds a kiln.merge of " + frame_label(*fp_, fp_->nodes[m->second].frame) + " from " +
+                          frame_label(*fp_, frame));
+        back_edges_[m->second].push_back(node);
+        return frame;
+      }
+      default: return frame;
+    }
+  }
+
+  // A kernel node's outputs: those written straight into a parameter or
+  // fetch slot, its in-place pairs, a send's rendezvous key.
+  void kernel_outputs(FrameNode& n, const PlanInstruction& in, Operation* op, std::uint32_t i) {
+    // Dead, forwarded and direct outputs are 64-bit masks per op.
+    if (in.writes.size() > 64)
+      fail(op, i, "has " + std::to_string(in.writes.size()) +
+                      " outputs; an op in a program with dataflow ops has at most 64");
+    n.out_slots.assign(in.writes.size(), kNoIndex);
+    // An in-place output writes the variable its operand's buffer is (a
+    // view's source); any other output is a value of its own, a view of a
+    // feed or parameter included.
+    std::uint64_t inplace_outputs = 0;
+    for (auto [o, j] : inplace_pairs(*op)) inplace_outputs |= std::uint64_t{1} << o;
+    for (std::uint32_t o = 0; o < in.writes.size(); ++o) {
+      const std::uint32_t s = in.writes[o];
+      const SlotKind k = (inplace_outputs >> o) & 1 ? plan_.slots[plan_.slots[s].alias].kind : plan_.slots[s].kind;
+      if (k == SlotKind::Parameter || k == SlotKind::FetchOp || k == SlotKind::Feed) {
+        if (k == SlotKind::Feed)
+          fail(op, i, "writes a feed in place; in a program with dataflow ops it must work on a copy");
+        n.out_slots[o] = s;
+        n.direct_outputs |= std::uint64_t{1} << o;
+      }
+    }
+    for (auto [o, j] : inplace_pairs(*op))
+      if (!((n.direct_outputs >> o) & 1)) n.inplace.emplace_back(o, j);
+    if (auto send = op->dyn_cast<SendOp>()) {
+      const auto& a = send.attrs();
+      n.send_key = std::make_shared<const RendezvousKey>(a.src_place, a.dst_place, a.tensor_name);
     }
   }
 

@@ -295,15 +295,50 @@ class BlockFuser {
     return true;
   }
 
+  // Register numbers of the fused op's values (by impl).
+  using Registers = std::unordered_map<const void*, std::int64_t>;
+
   bool build(Group& g) {
     // Reads of a value an earlier group replaced now read its fused result.
     for (Candidate& c : g.steps)
       for (Value& v : c.reads)
         if (auto it = replaced_.find(key(v)); it != replaced_.end()) v = it->second;
-    std::unordered_map<const void*, std::int64_t> reg;
-    std::vector<Value> inputs;
-    // Operand 0 gives the shape: the first outside operand of the group's
-    // type, else a mean gradient's x (read for its shape only).
+    Registers reg;
+    const std::vector<Value> inputs = group_inputs(g, reg);
+    if (inputs.empty()) return false;
+    std::vector<Operation*> constants;
+    const FusedBody body = group_body(g, reg, static_cast<std::int64_t>(inputs.size()), constants);
+    // Results: members read outside the group.
+    std::vector<std::int64_t> outputs;
+    std::vector<Value> replaced;
+    for (Operation* m : g.members) {
+      Value v = m->result(0);
+      bool outside = v.use_empty();  // read by nobody: kept for DCE to decide
+      for (auto use : v.uses())
+        if (!member(g, use.owner())) outside = true;
+      if (outside) {
+        outputs.push_back(reg.at(key(v)));
+        replaced.push_back(v);
+      }
+    }
+    if (outputs.empty()) return false;  // nothing reads it: DCE's to remove
+    Operation* fused = place_fused(inputs, body, outputs);
+    for (std::size_t k = 0; k < replaced.size(); ++k) {
+      Value r = fused->result(static_cast<std::uint32_t>(k));
+      replace_all_uses(replaced[k], r, ctx_);
+      replaced_[key(replaced[k])] = r;
+    }
+    for (auto it = g.members.rbegin(); it != g.members.rend(); ++it) erase(*it);
+    for (Operation* c : constants)
+      if (c->result(0).use_empty() && !keep_.count(key(c->result(0)))) erase(c);
+    return true;
+  }
+
+  // The fused op's operands, each numbered in `reg`: operand 0 gives the
+  // shape (the first outside operand of the group's type, else a mean
+  // gradient's x, read for its shape only), then every other value the
+  // group reads from outside; none when nothing gives the shape.
+  std::vector<Value> group_inputs(const Group& g, Registers& reg) const {
     auto external = [&](Value v) {
       Operation* def = v.defining_op();
       return !(def && member(g, def)) && !constant_of(v, g.type);
@@ -318,8 +353,8 @@ class BlockFuser {
           shape = m->operand_source(0);
           break;
         }
-    if (!shape) return false;
-    inputs.push_back(shape);
+    if (!shape) return {};
+    std::vector<Value> inputs{shape};
     reg[key(shape)] = 0;
     for (const Candidate& c : g.steps)
       for (Value v : c.reads)
@@ -327,13 +362,16 @@ class BlockFuser {
           reg[key(v)] = static_cast<std::int64_t>(inputs.size());
           inputs.push_back(v);
         }
-    // Steps: constants first where read, then each member.
+    return inputs;
+  }
+
+  // The body: a constant's step where it is first read (its op into
+  // `constants`), then each member's, registers numbered from `next`.
+  FusedBody group_body(const Group& g, Registers& reg, std::int64_t next, std::vector<Operation*>& constants) const {
     FusedBody body;
-    body.set_first_register(static_cast<std::int32_t>(inputs.size()));
-    std::int64_t next = static_cast<std::int64_t>(inputs.size());
-    std::vector<Operation*> constants;
+    body.set_first_register(static_cast<std::int32_t>(next));
     for (std::size_t k = 0; k < g.members.size(); ++k) {
-      Candidate& c = g.steps[k];
+      const Candidate& c = g.steps[k];
       std::int32_t r[2] = {-1, -1};
       for (std::size_t i = 0; i < c.reads.size(); ++i) {
         Value v = c.reads[i];
@@ -354,23 +392,14 @@ class BlockFuser {
       body.add(s);
       reg[key(g.members[k]->result(0))] = next++;
     }
-    // Results: members read outside the group.
-    std::vector<std::int64_t> outputs;
-    std::vector<Value> replaced;
-    for (Operation* m : g.members) {
-      Value v = m->result(0);
-      bool outside = v.use_empty();  // read by nobody: kept for DCE to decide
-      for (auto use : v.uses())
-        if (!member(g, use.owner())) outside = true;
-      if (outside) {
-        outputs.push_back(reg.at(key(v)));
-        replaced.push_back(v);
-      }
-    }
-    if (outputs.empty()) return false;  // nothing reads it: DCE's to remove
+    return body;
+  }
 
-    // After the latest op that now defines an input (an earlier group's
-    // fused op may define one), and after the fused ops placed there before.
+  // The fused op, placed after the latest op that now defines an input (an
+  // earlier group's fused op may define one), and after the fused ops
+  // placed there before.
+  Operation* place_fused(const std::vector<Value>& inputs, const FusedBody& body,
+                         const std::vector<std::int64_t>& outputs) {
     Operation* anchor = nullptr;
     double at = -1;
     for (Value v : inputs)
@@ -386,23 +415,15 @@ class BlockFuser {
     Builder b(block_);
     if (after) b.set_insertion_point_after(after);
     else b.set_insertion_point(block_.front());
-    auto fused = b.create<FusedElementwiseOp>(inputs, body, outputs);
-    last = fused.operation();
+    last = b.create<FusedElementwiseOp>(inputs, body, outputs).operation();
     order_[last] = (after ? order_.at(after) : -1.0) + std::ldexp(1.0, -20);
-    for (std::size_t k = 0; k < replaced.size(); ++k) {
-      Value r = fused.operation()->result(static_cast<std::uint32_t>(k));
-      replace_all_uses(replaced[k], r, ctx_);
-      replaced_[key(replaced[k])] = r;
-    }
-    auto erase = [&](Operation* op) {
-      order_.erase(op);  // its address may come back as a new op's
-      placed_after_.erase(op);
-      erase_op(op, ctx_);
-    };
-    for (auto it = g.members.rbegin(); it != g.members.rend(); ++it) erase(*it);
-    for (Operation* c : constants)
-      if (c->result(0).use_empty() && !keep_.count(key(c->result(0)))) erase(c);
-    return true;
+    return last;
+  }
+
+  void erase(Operation* op) {
+    order_.erase(op);  // its address may come back as a new op's
+    placed_after_.erase(op);
+    erase_op(op, ctx_);
   }
 
   Block& block_;
