@@ -248,6 +248,26 @@ PlaceAttribute PlaceAttribute::load(const nlohmann::json& j) {
 
 // ---- array ----
 
+// The builtin attributes' get(): out of line, so that a file including
+// builtin_attributes.h does not instantiate the uniquing templates for each.
+#define KILN_SCALAR_ATTRIBUTE_GET(Class, T) \
+  Class Class::get(T v) { return get_uniqued(v); }
+KILN_SCALAR_ATTRIBUTE_GET(BoolAttribute, bool)
+KILN_SCALAR_ATTRIBUTE_GET(Int32Attribute, std::int32_t)
+KILN_SCALAR_ATTRIBUTE_GET(Int64Attribute, std::int64_t)
+KILN_SCALAR_ATTRIBUTE_GET(Float32Attribute, float)
+KILN_SCALAR_ATTRIBUTE_GET(Float64Attribute, double)
+KILN_SCALAR_ATTRIBUTE_GET(StrAttribute, std::string)
+KILN_SCALAR_ATTRIBUTE_GET(TypeAttribute, Type)
+KILN_SCALAR_ATTRIBUTE_GET(DataTypeAttribute, DataType)
+#undef KILN_SCALAR_ATTRIBUTE_GET
+
+PlaceAttribute PlaceAttribute::get(Place p) { return get_uniqued(p); }
+ArrayAttribute ArrayAttribute::get(std::vector<Attribute> elements) { return get_uniqued(elements); }
+
+bool ArrayAttributeStorage::operator==(const KeyTy& k) const { return elements == k; }
+bool DictionaryAttributeStorage::operator==(const KeyTy& k) const { return entries == k; }
+
 std::size_t ArrayAttributeStorage::hash_key(const KeyTy& k) {
   std::size_t h = k.size();
   for (auto a : k) h = hash_combine(h, std::hash<Attribute>()(a));

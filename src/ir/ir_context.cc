@@ -10,6 +10,12 @@
 
 namespace kiln {
 
+std::string detail::OpInfoImpl::operand_count() const {
+  std::string s = std::to_string(num_operands);
+  if (num_optional_operands > 0) s += " to " + std::to_string(num_operands + num_optional_operands);
+  return s;
+}
+
 void register_builtin_dialect(IrContext* ctx);  // dialect/builtin.cc
 void register_kiln_dialect(IrContext* ctx);     // dialect/kiln_dialect.cc
 

@@ -68,6 +68,31 @@ std::optional<DataType> to_data_type(Type t) {
   return std::nullopt;
 }
 
+// The builtin types' get(): out of line, so that a file including
+// builtin_types.h does not instantiate the uniquing templates for each.
+#define KILN_SCALAR_TYPE_GET(Class) \
+  Class Class::get() { return get_singleton(); }
+KILN_SCALAR_TYPE_GET(Float16Type)
+KILN_SCALAR_TYPE_GET(BFloat16Type)
+KILN_SCALAR_TYPE_GET(Float32Type)
+KILN_SCALAR_TYPE_GET(Float64Type)
+KILN_SCALAR_TYPE_GET(Int8Type)
+KILN_SCALAR_TYPE_GET(Int32Type)
+KILN_SCALAR_TYPE_GET(Int64Type)
+KILN_SCALAR_TYPE_GET(BoolType)
+KILN_SCALAR_TYPE_GET(UInt8Type)
+KILN_SCALAR_TYPE_GET(Int16Type)
+KILN_SCALAR_TYPE_GET(UInt16Type)
+KILN_SCALAR_TYPE_GET(UInt32Type)
+KILN_SCALAR_TYPE_GET(UInt64Type)
+#undef KILN_SCALAR_TYPE_GET
+
+bool ShapedTypeStorage::operator==(const KeyTy& k) const {
+  return element == k.first && dims == k.second;
+}
+bool VectorTypeStorage::operator==(const KeyTy& k) const { return elements == k; }
+VectorType VectorType::get(std::vector<Type> elements) { return get_uniqued(elements); }
+
 std::size_t ShapedTypeStorage::hash_key(const KeyTy& k) {
   std::size_t h = std::hash<Type>()(k.first);
   for (auto d : k.second) h = hash_combine(h, std::hash<std::int64_t>()(d));

@@ -41,7 +41,7 @@ struct ScalarAttributeStorage : AttributeStorage {
     using AttrBase::AttrBase;                                                   \
     using ValueType = T;                                                        \
     static constexpr std::string_view name = text;                              \
-    static Class get(T v) { return get_uniqued(v); }                            \
+    static Class get(T v);                                                      \
     T value() const { return storage()->value; }                                \
     void print(std::ostream& os) const;                                         \
     void save(nlohmann::json& j) const;                                         \
@@ -72,7 +72,7 @@ class PlaceAttribute : public AttrBase<PlaceAttribute, PlaceAttributeStorage> {
   using AttrBase::AttrBase;
   using ValueType = Place;
   static constexpr std::string_view name = "place";
-  static PlaceAttribute get(Place p) { return get_uniqued(p); }
+  static PlaceAttribute get(Place p);
   Place value() const { return storage()->value; }
   void print(std::ostream& os) const;
   void save(nlohmann::json& j) const;
@@ -82,7 +82,7 @@ class PlaceAttribute : public AttrBase<PlaceAttribute, PlaceAttributeStorage> {
 struct ArrayAttributeStorage : AttributeStorage {
   using KeyTy = std::vector<Attribute>;
   explicit ArrayAttributeStorage(const KeyTy& k) : elements(k) {}
-  bool operator==(const KeyTy& k) const { return elements == k; }
+  bool operator==(const KeyTy& k) const;
   static std::size_t hash_key(const KeyTy& k);
   std::vector<Attribute> elements;
 };
@@ -91,7 +91,7 @@ class ArrayAttribute : public AttrBase<ArrayAttribute, ArrayAttributeStorage> {
  public:
   using AttrBase::AttrBase;
   static constexpr std::string_view name = "array";
-  static ArrayAttribute get(std::vector<Attribute> elements) { return get_uniqued(elements); }
+  static ArrayAttribute get(std::vector<Attribute> elements);
   const std::vector<Attribute>& value() const { return storage()->elements; }
   std::size_t size() const { return value().size(); }
   Attribute operator[](std::size_t i) const { return value()[i]; }
@@ -105,7 +105,7 @@ using NamedAttribute = std::pair<std::string, Attribute>;
 struct DictionaryAttributeStorage : AttributeStorage {
   using KeyTy = std::vector<NamedAttribute>;  // sorted by name, unique names
   explicit DictionaryAttributeStorage(const KeyTy& k) : entries(k) {}
-  bool operator==(const KeyTy& k) const { return entries == k; }
+  bool operator==(const KeyTy& k) const;
   static std::size_t hash_key(const KeyTy& k);
   std::vector<NamedAttribute> entries;
 };

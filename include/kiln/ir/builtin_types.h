@@ -19,7 +19,7 @@ namespace kiln {
    public:                                                             \
     using TypeBase::TypeBase;                                          \
     static constexpr std::string_view name = text;                     \
-    static Class get() { return get_singleton(); }                     \
+    static Class get();                                                \
   };
 KILN_SCALAR_TYPE(Float16Type, "f16")
 KILN_SCALAR_TYPE(BFloat16Type, "bf16")
@@ -43,7 +43,7 @@ std::optional<DataType> to_data_type(Type scalar);
 struct ShapedTypeStorage : TypeStorage {
   using KeyTy = std::pair<Type, std::vector<std::int64_t>>;
   explicit ShapedTypeStorage(const KeyTy& k) : element(k.first), dims(k.second) {}
-  bool operator==(const KeyTy& k) const { return element == k.first && dims == k.second; }
+  bool operator==(const KeyTy& k) const;
   static std::size_t hash_key(const KeyTy& k);
 
   Type element;
@@ -91,7 +91,7 @@ class VTensorType : public ShapedTypeBase<VTensorType> {
 struct VectorTypeStorage : TypeStorage {
   using KeyTy = std::vector<Type>;
   explicit VectorTypeStorage(const KeyTy& k) : elements(k) {}
-  bool operator==(const KeyTy& k) const { return elements == k; }
+  bool operator==(const KeyTy& k) const;
   static std::size_t hash_key(const KeyTy& k);
   std::vector<Type> elements;
 };
@@ -100,7 +100,7 @@ class VectorType : public TypeBase<VectorType, VectorTypeStorage> {
  public:
   using TypeBase::TypeBase;
   static constexpr std::string_view name = "vector";
-  static VectorType get(std::vector<Type> elements) { return get_uniqued(elements); }
+  static VectorType get(std::vector<Type> elements);
 
   const std::vector<Type>& elements() const { return storage()->elements; }
   std::size_t size() const { return elements().size(); }
@@ -147,5 +147,9 @@ std::int64_t ShapedTypeBase<C>::numel() const {
   }
   return n;
 }
+
+// Compiled once, in libkiln (src/ir/types.cc).
+extern template class ShapedTypeBase<TensorType>;
+extern template class ShapedTypeBase<VTensorType>;
 
 }  // namespace kiln

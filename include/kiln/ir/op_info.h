@@ -43,11 +43,7 @@ struct OpInfoImpl {
                                 n <= std::size_t(num_operands + num_optional_operands));
   }
   // "3" or "3 or 4": for errors.
-  std::string operand_count() const {
-    std::string s = std::to_string(num_operands);
-    if (num_optional_operands > 0) s += " to " + std::to_string(num_operands + num_optional_operands);
-    return s;
-  }
+  std::string operand_count() const;
   int num_results = -1;
   int num_regions = 0;
   // (output index, input index) pairs of an Inplace op.

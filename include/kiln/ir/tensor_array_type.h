@@ -16,6 +16,9 @@ class TensorArrayType : public ShapedTypeBase<TensorArrayType> {
   static constexpr std::string_view name = "tensor_array";
 };
 
+// Compiled once, in libkiln (src/ir/types.cc).
+extern template class ShapedTypeBase<TensorArrayType>;
+
 // The element type of an array: tensor<dims x dtype>.
 inline TensorType array_element_type(TensorArrayType t) {
   return TensorType::get(t.element_type(), t.dims());
