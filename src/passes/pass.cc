@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <unordered_map>
 
 #include "kiln/passes/op_effects.h"
 #include "kiln/passes/pass_manager.h"
@@ -14,19 +15,39 @@ namespace kiln {
 
 // ---- PassContext ----
 
-PassContext::PassContext(const std::vector<Value>& live_out) {
+struct PassContext::State {
+  // value → the slots of live_out_ it fills (usually one)
+  std::unordered_map<const detail::ValueImpl*, std::vector<std::size_t>> slots;
+  std::function<void(Operation*)> erase_listener;
+  std::shared_ptr<const AliasInfo> aliases;
+};
+
+PassContext::PassContext() : state_(std::make_unique<State>()) {}
+
+PassContext::PassContext(const std::vector<Value>& live_out) : PassContext() {
   for (Value v : live_out) add_live_out(v);
 }
 
-void PassContext::invalidate_analyses() { aliases_.reset(); }
+PassContext::~PassContext() = default;
 
-bool PassContext::is_protected(Value v) const { return slots_.count(v.impl()) != 0; }
+void PassContext::set_erase_listener(std::function<void(Operation*)> f) {
+  state_->erase_listener = std::move(f);
+}
+
+void PassContext::set_program(Program* p) {
+  program_ = p;
+  state_->aliases.reset();
+}
+
+void PassContext::invalidate_analyses() { state_->aliases.reset(); }
+
+bool PassContext::is_protected(Value v) const { return state_->slots.count(v.impl()) != 0; }
 
 std::size_t PassContext::add_live_out(Value v) {
   if (!v) throw_error(ErrorKind::InvalidArgument, "a live-out value of a pass pipeline is null");
   const std::size_t k = live_out_.size();
   live_out_.push_back(v);
-  slots_[v.impl()].push_back(k);
+  state_->slots[v.impl()].push_back(k);
   return k;
 }
 
@@ -35,12 +56,13 @@ void PassContext::replace_all_uses(Value from, Value to) {
   if (from == to) return;
   from.replace_all_uses_with(to);
   ++values_replaced;
-  auto it = slots_.find(from.impl());
-  if (it == slots_.end()) return;
+  auto& slots = state_->slots;
+  auto it = slots.find(from.impl());
+  if (it == slots.end()) return;
   std::vector<std::size_t> moved = std::move(it->second);
-  slots_.erase(it);
+  slots.erase(it);
   for (std::size_t k : moved) live_out_[k] = to;
-  auto& dest = slots_[to.impl()];
+  auto& dest = slots[to.impl()];
   dest.insert(dest.end(), moved.begin(), moved.end());
 }
 
@@ -49,15 +71,16 @@ void PassContext::erase_op(Operation* op) {
     if (is_protected(op->result(i)))
       throw_error(ErrorKind::Internal, "a pass erased op '", op->name(), "' whose result #", i,
                   " is live-out (fetched or kept); replace it first");
-  if (erase_listener_) erase_listener_(op);
+  if (state_->erase_listener) state_->erase_listener(op);
   op->erase();
   ++ops_erased;
 }
 
 const AliasInfo* PassContext::aliases() const {
   if (!program_) return nullptr;
-  if (!aliases_) aliases_ = std::make_shared<const AliasInfo>(*program_);
-  return aliases_.get();
+  auto& aliases = state_->aliases;
+  if (!aliases) aliases = std::make_shared<const AliasInfo>(*program_);
+  return aliases.get();
 }
 
 // ---- Pass ----
@@ -82,6 +105,21 @@ void Pass::run_on_block(Block&, PassContext&) {}
 
 // ---- PassRegistry ----
 
+struct PassRegistry::Entries {
+  struct Entry {
+    PassFactory factory;
+    std::string description;
+  };
+  std::unordered_map<std::string, Entry> map;
+};
+
+PassRegistry::PassRegistry() : entries_(std::make_unique<Entries>()) {}
+PassRegistry::~PassRegistry() = default;
+
+PassRegistrar::PassRegistrar(std::string name, PassFactory factory, std::string description) {
+  PassRegistry::instance().add(std::move(name), std::move(factory), std::move(description));
+}
+
 PassRegistry& PassRegistry::instance() {
   static PassRegistry r;
   return r;
@@ -92,18 +130,18 @@ void PassRegistry::add(std::string name, PassFactory factory, std::string descri
     throw_error(ErrorKind::InvalidArgument, "pass name '", name,
                 "' is empty or holds ',' or spaces (pipelines separate names by ',')");
   if (!factory) throw_error(ErrorKind::InvalidArgument, "pass '", name, "' has no factory");
-  if (entries_.count(name))
+  if (entries_->map.count(name))
     throw_error(ErrorKind::AlreadyExists, "a pass named '", name, "' is already registered");
-  entries_.emplace(std::move(name), Entry{std::move(factory), std::move(description)});
+  entries_->map.emplace(std::move(name), Entries::Entry{std::move(factory), std::move(description)});
 }
 
 bool PassRegistry::contains(std::string_view name) const {
-  return entries_.count(std::string(name)) != 0;
+  return entries_->map.count(std::string(name)) != 0;
 }
 
 std::vector<std::string> PassRegistry::names() const {
   std::vector<std::string> out;
-  for (const auto& [n, e] : entries_) out.push_back(n);
+  for (const auto& [n, e] : entries_->map) out.push_back(n);
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -117,8 +155,8 @@ std::string known_passes(const PassRegistry& r) {
 }  // namespace
 
 std::unique_ptr<Pass> PassRegistry::create(std::string_view name) const {
-  auto it = entries_.find(std::string(name));
-  if (it == entries_.end())
+  auto it = entries_->map.find(std::string(name));
+  if (it == entries_->map.end())
     throw_error(ErrorKind::NotFound, "unknown pass '", name, "'; known passes: ", known_passes(*this));
   auto p = it->second.factory();
   if (!p) throw_error(ErrorKind::Internal, "the factory of pass '", name, "' made no pass");
@@ -126,8 +164,8 @@ std::unique_ptr<Pass> PassRegistry::create(std::string_view name) const {
 }
 
 const std::string& PassRegistry::description(std::string_view name) const {
-  auto it = entries_.find(std::string(name));
-  if (it == entries_.end())
+  auto it = entries_->map.find(std::string(name));
+  if (it == entries_->map.end())
     throw_error(ErrorKind::NotFound, "unknown pass '", name, "'; known passes: ", known_passes(*this));
   return it->second.description;
 }
@@ -157,6 +195,11 @@ std::vector<std::string> parse_pipeline(std::string_view pipeline) {
   }
   return names;
 }
+
+PassManager::PassManager(PassManagerOptions options) : options_(std::move(options)) {}
+PassManager::~PassManager() = default;
+PassManager::PassManager(PassManager&&) noexcept = default;
+PassManager& PassManager::operator=(PassManager&&) noexcept = default;
 
 PassManager& PassManager::add(std::unique_ptr<Pass> pass) {
   if (!pass) throw_error(ErrorKind::InvalidArgument, "cannot add a null pass to a PassManager");

@@ -9,8 +9,14 @@
 
 #include <algorithm>
 #include <set>
+#include <unordered_set>
 
 namespace kiln {
+
+PatternSet::PatternSet() = default;
+PatternSet::~PatternSet() = default;
+PatternSet::PatternSet(PatternSet&&) noexcept = default;
+PatternSet& PatternSet::operator=(PatternSet&&) noexcept = default;
 
 PatternSet& PatternSet::add(std::unique_ptr<RewritePattern> p) {
   patterns_.push_back(std::move(p));
@@ -18,6 +24,10 @@ PatternSet& PatternSet::add(std::unique_ptr<RewritePattern> p) {
 }
 
 // ---- PatternRewriter ----
+
+PatternRewriter::PatternRewriter(PassContext& ctx, RewriteListener* listener)
+    : ctx_(ctx), listener_(listener) {}
+PatternRewriter::~PatternRewriter() = default;
 
 void PatternRewriter::set_insertion_point(Operation* op) {
   if (!builder_) builder_.emplace(*op->parent_block());
@@ -179,6 +189,10 @@ GreedyRewriteResult apply_patterns_greedily(Block& block, const PatternSet& patt
                 config.max_iterations);
   return GreedyDriver(block, patterns, ctx).run(config);
 }
+
+PatternPass::PatternPass(std::string name, PatternSet patterns, GreedyRewriteConfig config)
+    : Pass(std::move(name)), patterns_(std::move(patterns)), config_(config) {}
+PatternPass::~PatternPass() = default;
 
 void PatternPass::run_on_block(Block& block, PassContext& ctx) {
   GreedyRewriteResult r = apply_patterns_greedily(block, patterns_, ctx, config_);

@@ -11,7 +11,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "kiln/ir/program.h"
@@ -27,8 +26,9 @@ class AliasInfo;
 // moves the protection — and the caller's slot — to the replacement.
 class PassContext {
  public:
-  PassContext() = default;
+  PassContext();
   explicit PassContext(const std::vector<Value>& live_out);
+  ~PassContext();
   PassContext(const PassContext&) = delete;
   PassContext& operator=(const PassContext&) = delete;
 
@@ -50,7 +50,7 @@ class PassContext {
 
   // Called with each op erase_op is about to erase (a caller keeping its
   // own map of values into the program drops the op's results from it).
-  void set_erase_listener(std::function<void(Operation*)> f) { erase_listener_ = std::move(f); }
+  void set_erase_listener(std::function<void(Operation*)> f);
 
   // The buffers of program() (kiln/passes/op_effects.h), computed on first
   // use and kept until invalidate_analyses(), which the PassManager calls
@@ -60,10 +60,7 @@ class PassContext {
 
   // The program the pipeline runs on (null outside a PassManager run).
   Program* program() const { return program_; }
-  void set_program(Program* p) {
-    program_ = p;
-    aliases_.reset();
-  }
+  void set_program(Program* p);
 
   // Where the program will run (the executor sets its place). Passes that
   // add ops choose by it: fold makes builtin.constant ops, which have only
@@ -79,12 +76,13 @@ class PassContext {
   std::size_t values_replaced = 0;
 
  private:
+  // The slots of each live-out value, the erase listener and the cached
+  // analyses (pass.cc): kept out of this header, which every pass and
+  // host file reads.
+  struct State;
   std::vector<Value> live_out_;
-  // value → the slots of live_out_ it fills (usually one)
-  std::unordered_map<const detail::ValueImpl*, std::vector<std::size_t>> slots_;
   Program* program_ = nullptr;
-  std::function<void(Operation*)> erase_listener_;
-  mutable std::shared_ptr<const AliasInfo> aliases_;
+  std::unique_ptr<State> state_;
 };
 
 class Pass {
@@ -131,18 +129,14 @@ class PassRegistry {
   const std::string& description(std::string_view name) const;
 
  private:
-  PassRegistry() = default;
-  struct Entry {
-    PassFactory factory;
-    std::string description;
-  };
-  std::unordered_map<std::string, Entry> entries_;
+  PassRegistry();
+  ~PassRegistry();
+  struct Entries;  // name → (factory, description), in pass.cc
+  std::unique_ptr<Entries> entries_;
 };
 
 struct PassRegistrar {
-  PassRegistrar(std::string name, PassFactory factory, std::string description = {}) {
-    PassRegistry::instance().add(std::move(name), std::move(factory), std::move(description));
-  }
+  PassRegistrar(std::string name, PassFactory factory, std::string description = {});
 };
 
 #define KILN_PASS_CAT2(a, b) a##b

@@ -49,7 +49,10 @@ struct PassTimingReport {
 
 class PassManager {
  public:
-  explicit PassManager(PassManagerOptions options = {}) : options_(std::move(options)) {}
+  explicit PassManager(PassManagerOptions options = {});
+  ~PassManager();
+  PassManager(PassManager&&) noexcept;
+  PassManager& operator=(PassManager&&) noexcept;
 
   // Appends a pass.
   PassManager& add(std::unique_ptr<Pass> pass);

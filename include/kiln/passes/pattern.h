@@ -11,8 +11,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -63,6 +61,10 @@ class OpRewritePattern : public RewritePattern {
 
 class PatternSet {
  public:
+  PatternSet();
+  ~PatternSet();
+  PatternSet(PatternSet&&) noexcept;
+  PatternSet& operator=(PatternSet&&) noexcept;
   PatternSet& add(std::unique_ptr<RewritePattern> p);
   template <typename P, typename... Args>
   PatternSet& add(Args&&... args) {
@@ -87,8 +89,8 @@ class RewriteListener {
 
 class PatternRewriter {
  public:
-  PatternRewriter(PassContext& ctx, RewriteListener* listener = nullptr)
-      : ctx_(ctx), listener_(listener) {}
+  PatternRewriter(PassContext& ctx, RewriteListener* listener = nullptr);
+  ~PatternRewriter();
 
   PassContext& context() const { return ctx_; }
 
@@ -157,8 +159,8 @@ GreedyRewriteResult apply_patterns_greedily(Block& block, const PatternSet& patt
 // naming the pass and the patterns still firing when it does not converge.
 class PatternPass : public Pass {
  public:
-  PatternPass(std::string name, PatternSet patterns, GreedyRewriteConfig config = {})
-      : Pass(std::move(name)), patterns_(std::move(patterns)), config_(config) {}
+  PatternPass(std::string name, PatternSet patterns, GreedyRewriteConfig config = {});
+  ~PatternPass() override;
   void run_on_block(Block& block, PassContext& ctx) override;
 
  private:
