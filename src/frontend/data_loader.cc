@@ -36,6 +36,16 @@ Dims batch_dims(std::int64_t rows, const Dims& dims) {
 
 // --- TensorDataset -------------------------------------------------------------
 
+TensorDataset::TensorDataset(std::initializer_list<Tensor> tensors)
+    : TensorDataset(std::vector<Tensor>(tensors)) {}
+
+DataLoader::EpochRange::iterator::iterator(DataLoader* loader) : loader_(loader) { ++*this; }
+
+DataLoader::EpochRange::iterator& DataLoader::EpochRange::iterator::operator++() {
+  batch_ = loader_->next();
+  return *this;
+}
+
 TensorDataset::TensorDataset(std::vector<Tensor> tensors, std::vector<std::string> names)
     : tensors_(std::move(tensors)), names_(std::move(names)) {
   if (tensors_.empty()) throw_error(ErrorKind::InvalidArgument, "TensorDataset: no tensors given");

@@ -246,6 +246,11 @@ void Operation::move_to_end(Block* block) {
   block->push_back(this);
 }
 
+Operation* Operation::clone() const {
+  IrMapping m;
+  return clone(m);
+}
+
 Operation* Operation::clone(IrMapping& map) const {
   std::vector<Value> ops;
   ops.reserve(num_operands_);

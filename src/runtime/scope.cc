@@ -4,31 +4,44 @@
 #include <algorithm>
 #include <mutex>
 #include <shared_mutex>
+#include <unordered_map>
 
 namespace kiln {
 
-class Scope::Mutex : public std::shared_mutex {};
+struct Scope::State {
+  struct StringHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+  std::shared_mutex mutex;  // guards vars and kids
+  std::unordered_map<std::string, std::unique_ptr<Variable>, StringHash, std::equal_to<>> vars;
+  std::vector<std::unique_ptr<Scope>> kids;
+  std::shared_ptr<const void> alive = std::make_shared<char>();
+};
 
-Scope::Scope() : mutex_(std::make_unique<Mutex>()), alive_(std::make_shared<char>()) {}
+Scope::Scope() : state_(std::make_unique<State>()) {}
 
-Scope::Scope(Scope* parent)
-    : parent_(parent), mutex_(std::make_unique<Mutex>()), alive_(std::make_shared<char>()) {}
+Scope::Scope(Scope* parent) : parent_(parent), state_(std::make_unique<State>()) {}
 
 Scope::~Scope() = default;
+
+std::weak_ptr<const void> Scope::lifetime() const { return state_->alive; }
 
 Scope& Scope::new_scope() {
   auto kid = std::unique_ptr<Scope>(new Scope(this));
   Scope& ref = *kid;
-  std::unique_lock<std::shared_mutex> lock(*mutex_);
-  kids_.push_back(std::move(kid));
+  std::unique_lock<std::shared_mutex> lock(state_->mutex);
+  state_->kids.push_back(std::move(kid));
   return ref;
 }
 
 void Scope::drop_kids() {
   std::vector<std::unique_ptr<Scope>> kids;
   {
-    std::unique_lock<std::shared_mutex> lock(*mutex_);
-    kids.swap(kids_);
+    std::unique_lock<std::shared_mutex> lock(state_->mutex);
+    kids.swap(state_->kids);
   }
   // Destroyed outside the lock: a variable's destructor may free buffers.
 }
@@ -36,11 +49,11 @@ void Scope::drop_kids() {
 bool Scope::drop_kid(Scope& kid) {
   std::unique_ptr<Scope> owned;
   {
-    std::unique_lock<std::shared_mutex> lock(*mutex_);
-    auto it = std::find_if(kids_.begin(), kids_.end(), [&](const auto& k) { return k.get() == &kid; });
-    if (it == kids_.end()) return false;
+    std::unique_lock<std::shared_mutex> lock(state_->mutex);
+    auto it = std::find_if(state_->kids.begin(), state_->kids.end(), [&](const auto& k) { return k.get() == &kid; });
+    if (it == state_->kids.end()) return false;
     owned = std::move(*it);
-    kids_.erase(it);
+    state_->kids.erase(it);
   }
   return true;  // destroyed here, outside the lock
 }
@@ -52,26 +65,26 @@ Scope& Scope::root() noexcept {
 }
 
 std::size_t Scope::kid_count() const {
-  std::shared_lock<std::shared_mutex> lock(*mutex_);
-  return kids_.size();
+  std::shared_lock<std::shared_mutex> lock(state_->mutex);
+  return state_->kids.size();
 }
 
 Variable& Scope::var(std::string_view name) {
   if (name.empty()) throw_error(ErrorKind::InvalidArgument, "Scope::var: empty variable name");
   {
-    std::shared_lock<std::shared_mutex> lock(*mutex_);
-    if (auto it = vars_.find(name); it != vars_.end()) return *it->second;
+    std::shared_lock<std::shared_mutex> lock(state_->mutex);
+    if (auto it = state_->vars.find(name); it != state_->vars.end()) return *it->second;
   }
-  std::unique_lock<std::shared_mutex> lock(*mutex_);
-  auto [it, inserted] = vars_.try_emplace(std::string(name), nullptr);
+  std::unique_lock<std::shared_mutex> lock(state_->mutex);
+  auto [it, inserted] = state_->vars.try_emplace(std::string(name), nullptr);
   if (inserted) it->second = std::make_unique<Variable>(std::string(name));
   return *it->second;
 }
 
 Variable* Scope::find_local_var(std::string_view name) const {
-  std::shared_lock<std::shared_mutex> lock(*mutex_);
-  auto it = vars_.find(name);
-  return it == vars_.end() ? nullptr : it->second.get();
+  std::shared_lock<std::shared_mutex> lock(state_->mutex);
+  auto it = state_->vars.find(name);
+  return it == state_->vars.end() ? nullptr : it->second.get();
 }
 
 Variable* Scope::find_var(std::string_view name) const {
@@ -87,21 +100,21 @@ const Scope* Scope::find_scope(std::string_view name) const {
 }
 
 std::size_t Scope::erase_one(std::string_view name) {
-  auto it = vars_.find(name);
-  if (it == vars_.end()) return 0;
-  vars_.erase(it);
+  auto it = state_->vars.find(name);
+  if (it == state_->vars.end()) return 0;
+  state_->vars.erase(it);
   return 1;
 }
 
 std::size_t Scope::erase_vars(std::span<const std::string> names) {
-  std::unique_lock<std::shared_mutex> lock(*mutex_);
+  std::unique_lock<std::shared_mutex> lock(state_->mutex);
   std::size_t n = 0;
   for (const auto& name : names) n += erase_one(name);
   return n;
 }
 
 std::size_t Scope::erase_vars(std::initializer_list<std::string_view> names) {
-  std::unique_lock<std::shared_mutex> lock(*mutex_);
+  std::unique_lock<std::shared_mutex> lock(state_->mutex);
   std::size_t n = 0;
   for (auto name : names) n += erase_one(name);
   return n;
@@ -110,17 +123,17 @@ std::size_t Scope::erase_vars(std::initializer_list<std::string_view> names) {
 std::vector<std::string> Scope::local_var_names() const {
   std::vector<std::string> names;
   {
-    std::shared_lock<std::shared_mutex> lock(*mutex_);
-    names.reserve(vars_.size());
-    for (const auto& [name, var] : vars_) names.push_back(name);
+    std::shared_lock<std::shared_mutex> lock(state_->mutex);
+    names.reserve(state_->vars.size());
+    for (const auto& [name, var] : state_->vars) names.push_back(name);
   }
   std::sort(names.begin(), names.end());
   return names;
 }
 
 std::size_t Scope::local_var_count() const {
-  std::shared_lock<std::shared_mutex> lock(*mutex_);
-  return vars_.size();
+  std::shared_lock<std::shared_mutex> lock(state_->mutex);
+  return state_->vars.size();
 }
 
 }  // namespace kiln

@@ -57,7 +57,7 @@ class TensorDataset final : public Dataset {
   // differs from the first's (naming both tensors and their types), or a
   // names list of another length; (Unimplemented) for a tensor off the host.
   explicit TensorDataset(std::vector<Tensor> tensors, std::vector<std::string> names = {});
-  TensorDataset(std::initializer_list<Tensor> tensors) : TensorDataset(std::vector<Tensor>(tensors)) {}
+  TensorDataset(std::initializer_list<Tensor> tensors);
 
   std::int64_t size() const override { return size_; }
   std::vector<DatasetColumn> columns() const override;
@@ -181,13 +181,10 @@ class DataLoader::EpochRange {
     using pointer = Batch*;
     using reference = Batch&;
     iterator() = default;
-    explicit iterator(DataLoader* loader) : loader_(loader) { ++*this; }
+    explicit iterator(DataLoader* loader);
     Batch& operator*() { return *batch_; }
     Batch* operator->() { return &*batch_; }
-    iterator& operator++() {
-      batch_ = loader_->next();
-      return *this;
-    }
+    iterator& operator++();
     void operator++(int) { ++*this; }
     bool operator==(std::default_sentinel_t) const { return !batch_; }
 

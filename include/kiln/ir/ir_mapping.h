@@ -2,7 +2,7 @@
 // clone's operands refer to the cloned definitions (seed 002 §3.3 passes).
 #pragma once
 
-#include <unordered_map>
+#include <memory>
 
 #include "kiln/ir/value.h"
 
@@ -10,6 +10,13 @@ namespace kiln {
 
 class IrMapping {
  public:
+  IrMapping();
+  ~IrMapping();
+  IrMapping(const IrMapping& other);
+  IrMapping& operator=(const IrMapping& other);
+  IrMapping(IrMapping&&);
+  IrMapping& operator=(IrMapping&&) noexcept;
+
   void map(Value from, Value to);
   void map(Block* from, Block* to);
   void map(Operation* from, Operation* to);
@@ -24,9 +31,10 @@ class IrMapping {
 
  private:
   // One map for the three kinds, keyed by address (a value's ValueImpl, a
-  // block, an op are distinct objects): one hash table type for every
-  // includer to instantiate instead of three.
-  std::unordered_map<const void*, void*> map_;
+  // block, an op are distinct objects), defined in ir_mapping.cc: no
+  // includer instantiates a hash table.
+  struct Map;
+  std::unique_ptr<Map> map_;
 };
 
 }  // namespace kiln

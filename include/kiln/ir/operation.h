@@ -108,10 +108,7 @@ class Operation {
   // A copy of this op, operands looked up in `map` (unmapped ones kept),
   // regions cloned recursively; every new value is recorded in `map`.
   Operation* clone(IrMapping& map) const;
-  Operation* clone() const {
-    IrMapping m;
-    return clone(m);
-  }
+  Operation* clone() const;
 
   // Unlinks every operand (and those of nested ops) from its value.
   void drop_all_references();

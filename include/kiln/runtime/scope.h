@@ -10,7 +10,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "kiln/runtime/variable.h"
@@ -39,7 +38,7 @@ class Scope {
   // Expires when this scope is destroyed: a holder of a kid it made (an
   // executor's run state) checks it before giving the kid back, and an
   // executor before reusing a core built for this scope.
-  std::weak_ptr<const void> lifetime() const { return alive_; }
+  std::weak_ptr<const void> lifetime() const;
 
   // The variable `name` in this scope, created empty if absent here (a
   // parent's variable of the same name is shadowed, not returned).
@@ -61,21 +60,15 @@ class Scope {
   std::size_t local_var_count() const;
 
  private:
-  struct StringHash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-  };
-  // A std::shared_mutex, defined in scope.cc: kept out of this header so
-  // that its includers do not read <shared_mutex>.
-  class Mutex;
+  // The variables, the kids, their lock (a std::shared_mutex) and the
+  // lifetime token, defined in scope.cc: kept out of this header so that
+  // its includers neither read <shared_mutex> nor instantiate the maps.
+  struct State;
   explicit Scope(Scope* parent);
-  std::size_t erase_one(std::string_view name);  // caller holds mutex_ exclusively
+  std::size_t erase_one(std::string_view name);  // caller holds the lock exclusively
 
   Scope* parent_ = nullptr;
-  std::unique_ptr<Mutex> mutex_;  // guards vars_ and kids_
-  std::unordered_map<std::string, std::unique_ptr<Variable>, StringHash, std::equal_to<>> vars_;
-  std::vector<std::unique_ptr<Scope>> kids_;
-  std::shared_ptr<const void> alive_;  // made by the constructors (scope.cc)
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace kiln
