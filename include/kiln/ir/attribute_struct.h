@@ -136,9 +136,9 @@ struct FieldsOfStruct {
   using type = typename FieldsOf<std::remove_cvref_t<decltype(boost::hana::accessors<S>())>>::type;
 };
 template <typename S>
-  requires requires { typename S::hana_accessors_impl::kiln_fields; }
+  requires requires { typename S::hana_accessors_impl::template kiln_fields<>; }
 struct FieldsOfStruct<S> {
-  using type = typename S::hana_accessors_impl::kiln_fields;
+  using type = typename S::hana_accessors_impl::template kiln_fields<>;
 };
 
 template <typename S>
