@@ -245,7 +245,8 @@ void silu_in_place(T* x, std::int64_t n) {
 }
 
 // block [channels, p] += bias[first + c] per channel, then `act`: one pass
-// over a block the GEMM has just written.
+// over a block the GEMM has just written. relu and relu6 give 0 for a NaN,
+// as kiln.relu and oneDNN's post-ops (kiln.clip keeps it).
 template <typename T>
 void bias_activation(T* __restrict block, const T* __restrict bias, std::int64_t first,
                      std::int64_t channels, std::int64_t p, ConvActivation act) {
@@ -255,9 +256,9 @@ void bias_activation(T* __restrict block, const T* __restrict bias, std::int64_t
     if (act == ConvActivation::Silu)
       simd_dispatch<SiluRow<T>>(row, b, p);
     else if (act == ConvActivation::Relu6)
-      for (std::int64_t i = 0; i < p; ++i) row[i] = std::min(std::max(row[i] + b, T(0)), T(6));
+      for (std::int64_t i = 0; i < p; ++i) row[i] = std::min(ReluMath::forward(row[i] + b), T(6));
     else if (act == ConvActivation::Relu)
-      for (std::int64_t i = 0; i < p; ++i) row[i] = std::max(row[i] + b, T(0));
+      for (std::int64_t i = 0; i < p; ++i) row[i] = ReluMath::forward(row[i] + b);
     else
       for (std::int64_t i = 0; i < p; ++i) row[i] += b;
   }
@@ -300,7 +301,7 @@ KILN_TARGET_AVX512 void direct_conv_image_avx512(const float* xp, std::int64_t h
     for (int o = 0; o < O; ++o) {
       const __m512 b = _mm512_set1_ps(bias ? bias[o] : 0.0f);
       __m512 r0 = _mm512_add_ps(a0[o], b), r1 = _mm512_add_ps(a1[o], b);
-      if (act != ConvActivation::None) {
+      if (act != ConvActivation::None) {  // a NaN gives 0, as kiln.relu and oneDNN's post-ops
         r0 = _mm512_max_ps(r0, _mm512_setzero_ps());
         r1 = _mm512_max_ps(r1, _mm512_setzero_ps());
       }
@@ -514,9 +515,9 @@ void add_residual(T* out, const T* residual, std::int64_t n, ConvActivation act)
     for (std::int64_t i = b; i < e; ++i) out[i] += residual[i];
     if (act == ConvActivation::Silu) simd_dispatch<SiluRow<T>>(out + b, T(0), e - b);
     if (act == ConvActivation::Relu6)
-      for (std::int64_t i = b; i < e; ++i) out[i] = std::min(std::max(out[i], T(0)), T(6));
+      for (std::int64_t i = b; i < e; ++i) out[i] = std::min(ReluMath::forward(out[i]), T(6));
     if (act == ConvActivation::Relu)
-      for (std::int64_t i = b; i < e; ++i) out[i] = std::max(out[i], T(0));
+      for (std::int64_t i = b; i < e; ++i) out[i] = ReluMath::forward(out[i]);
   });
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -283,6 +284,34 @@ Tensor swap_channels(const Tensor& t, bool to_nhwc) {
 }
 
 }  // namespace
+
+TEST_CASE("fused_conv2d's relu and relu6 give 0 for a NaN on every route, as kiln.relu and oneDNN's post-ops",
+          "[kernel][conv]") {
+  // oneDNN (NHWC, 5x5, 3x3) and kiln's GEMM (NCHW 1x1); a NaN bias makes its
+  // channel NaN before the activation.
+  const std::vector<Cfg> cfgs{{{2, 1, 28, 28}, {6, 1, 5, 5}, {1, 1}, {2, 2}, {1, 1}, 1},
+                              {{2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+                              {{3, 2, 5, 5}, {5, 2, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1}};
+  for (const auto& c : cfgs)
+    for (const std::string act : {"relu", "relu6"})
+      for (const std::string format : {"NCHW", "NHWC"}) {
+        INFO("x " << Dims(c.x).to_string() << " " << act << " " << format);
+        Tensor x = filled<float>(Dims(c.x), -2, 2, 1), w = filled<float>(Dims(c.w), -1, 1, 2);
+        auto bv = filled<float>(Dims{c.w[0]}, -1, 1, 3).to_vector<float>();
+        bv[1] = std::numeric_limits<float>::quiet_NaN();
+        const Tensor bias = Tensor::from_vector<float>(Dims{c.w[0]}, bv);
+        if (format == "NHWC") x = swap_channels<float>(x, true);
+        Tensor y = run_op<FusedConv2dOp>({x, w, bias}, c.strides, c.paddings, c.dilations, c.groups, act, format).out();
+        if (format == "NHWC") y = swap_channels<float>(y, false);
+        const auto v = y.to_vector<float>();
+        const std::int64_t per_channel = y.numel() / (y.dims()[0] * c.w[0]);
+        for (std::size_t i = 0; i < v.size(); ++i) {
+          const bool nan_channel = (std::int64_t(i) / per_channel) % c.w[0] == 1;
+          CHECK(!std::isnan(v[i]));
+          CHECK((nan_channel ? v[i] == 0.0f : (v[i] >= 0 && v[i] <= (act == "relu6" ? 6.0f : 1e9f))));
+        }
+      }
+}
 
 TEST_CASE("fused_conv2d in NHWC computes the NCHW result in NHWC for every geometry, f32 "
           "(oneDNN's channels-last primitive where built) and f64 (through NCHW copies)",
