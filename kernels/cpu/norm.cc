@@ -301,52 +301,61 @@ struct BatchNormAttrs {
   bool is_test = false;
 };
 
-// One channel of a training batch norm, every pass while the channel's rows
-// are in cache: its mean and variance (sums in batch order), the running
-// statistics, then y. Writes smean[c], sinv[c].
-template <typename T, typename Act>
-void batch_norm_channel(const T* px, T* py, const T* ps, const T* pb, T* smean, T* sinv, T* run_mean,
-                        T* run_var, const Nchw& g, std::int64_t c, T eps, T mom) {
-  const std::int64_t count = g.n * g.s;
-  const T inv_count = T(1) / static_cast<T>(count);
-  T m = T(0), v = T(0);
-  for (std::int64_t n = 0; n < g.n; ++n) m += row_sum(px + (n * g.c + c) * g.s, g.s);
-  smean[c] = m * inv_count;
-  for (std::int64_t n = 0; n < g.n; ++n) v += row_sum_sq(px + (n * g.c + c) * g.s, g.s, smean[c]);
-  v *= inv_count;
-  sinv[c] = T(1) / std::sqrt(v + eps);
-  const T unbias = count > 1 ? static_cast<T>(count) / static_cast<T>(count - 1) : T(1);
-  run_mean[c] = mom * run_mean[c] + (T(1) - mom) * smean[c];
-  run_var[c] = mom * run_var[c] + (T(1) - mom) * v * unbias;
-  T k, off;
-  affine_of(ps[c], pb[c], smean[c], sinv[c], k, off);
-  for (std::int64_t n = 0; n < g.n; ++n) {
-    const T* __restrict xr = px + (n * g.c + c) * g.s;
-    T* __restrict yr = py + (n * g.c + c) * g.s;
-    for (std::int64_t j = 0; j < g.s; ++j) yr[j] = Act::apply(xr[j] * k + off);
-  }
-}
-
-// batch_norm's per-channel operands (checked to hold c values), its
-// running statistics (updated in place), and its outputs: the saved
-// statistics and y like x. The Tensors keep the inputs alive while the
-// outputs are allocated.
+// What a batch_norm kernel reads and writes: x, its per-channel operands
+// (checked to hold c values), its running statistics (updated in place),
+// its outputs (the saved statistics, y like x), epsilon and momentum. The
+// Tensors keep the inputs alive while the outputs are allocated.
 template <typename T>
 struct BatchNormIo {
-  Tensor scale, bias, rm, rv;
-  T *run_mean, *run_var, *smean, *sinv, *y;
-  BatchNormIo(KernelContext& ctx, const Tensor& x, std::int64_t c)
-      : scale(sized_input<T>(ctx, 1, "scale", c)),
+  Tensor x, scale, bias, rm, rv;
+  const T *px, *ps, *pb;
+  T *run_mean, *run_var, *smean, *sinv, *py;
+  T eps, mom;
+  BatchNormIo(KernelContext& ctx, const Tensor& xt, std::int64_t c, const BatchNormAttrs& a)
+      : x(xt),
+        scale(sized_input<T>(ctx, 1, "scale", c)),
         bias(sized_input<T>(ctx, 2, "bias", c)),
         rm(sized_input<T>(ctx, 3, "running_mean", c)),
-        rv(sized_input<T>(ctx, 4, "running_var", c)) {
+        rv(sized_input<T>(ctx, 4, "running_var", c)),
+        px(x.data<T>()),
+        ps(scale.data<T>()),
+        pb(bias.data<T>()),
+        eps(static_cast<T>(a.epsilon)),
+        mom(static_cast<T>(a.momentum)) {
     run_mean = updated<T>(ctx, 1, 3, rm);
     run_var = updated<T>(ctx, 2, 4, rv);
     smean = ctx.alloc_output(3, Dims({c}), x.dtype()).template data<T>();
     sinv = ctx.alloc_output(4, Dims({c}), x.dtype()).template data<T>();
-    y = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
+    py = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
   }
 };
+
+// One channel of a training batch norm, every pass while the channel's rows
+// are in cache: its mean and variance (sums in batch order), the running
+// statistics, then y. Writes io.smean[c], io.sinv[c].
+template <typename T, typename Act>
+void batch_norm_channel(const BatchNormIo<T>& io, const Nchw& g, std::int64_t c) {
+  const std::int64_t count = g.n * g.s;
+  const T inv_count = T(1) / static_cast<T>(count);
+  const T mom = io.mom;
+  T m = T(0), v = T(0);
+  for (std::int64_t n = 0; n < g.n; ++n) m += row_sum(io.px + (n * g.c + c) * g.s, g.s);
+  const T mean = io.smean[c] = m * inv_count;
+  for (std::int64_t n = 0; n < g.n; ++n) v += row_sum_sq(io.px + (n * g.c + c) * g.s, g.s, mean);
+  v *= inv_count;
+  io.sinv[c] = T(1) / std::sqrt(v + io.eps);
+  const T unbias = count > 1 ? static_cast<T>(count) / static_cast<T>(count - 1) : T(1);
+  io.run_mean[c] = mom * io.run_mean[c] + (T(1) - mom) * mean;
+  io.run_var[c] = mom * io.run_var[c] + (T(1) - mom) * v * unbias;
+  T k, off;
+  affine_of(io.ps[c], io.pb[c], mean, io.sinv[c], k, off);
+  for (std::int64_t n = 0; n < g.n; ++n) {
+    const T* __restrict xr = io.px + (n * g.c + c) * g.s;
+    T* __restrict yr = io.py + (n * g.c + c) * g.s;
+    for (std::int64_t j = 0; j < g.s; ++j) yr[j] = Act::apply(xr[j] * k + off);
+  }
+}
+
 
 void require_batch(std::string_view op, std::int64_t rows, const Dims& xd) {
   if (rows == 0)
@@ -446,23 +455,35 @@ struct NhwcScaleShift {
 // A training NHWC batch norm's statistics: the NCHW kernel's mean and
 // variance (two passes), running statistics, and y's k / off per channel.
 template <typename T>
-void batch_norm_nhwc_stats(const T* px, T* smean, T* sinv, T* run_mean, T* run_var, T* k, T* off, const T* ps,
-                           const T* pb, const Nhwc& g, T eps, T mom) {
+void batch_norm_nhwc_stats(const BatchNormIo<T>& io, T* k, T* off, const Nhwc& g) {
   const std::int64_t count = g.n * g.s;
   const T inv_count = T(1) / static_cast<T>(count);
   const T unbias = count > 1 ? static_cast<T>(count) / static_cast<T>(count - 1) : T(1);
+  const T mom = io.mom;
+  T* smean = io.smean;
   std::vector<T> part(static_cast<std::size_t>(g.n * g.c)), v(static_cast<std::size_t>(g.c));
-  nhwc_image_sums<T, false>(px, nullptr, part, g);
+  nhwc_image_sums<T, false>(io.px, nullptr, part, g);
   add_images(part, smean, g.n, g.c);
   for (std::int64_t c = 0; c < g.c; ++c) smean[c] *= inv_count;
-  nhwc_image_sums<T, true>(px, smean, part, g);
+  nhwc_image_sums<T, true>(io.px, smean, part, g);
   add_images(part, v.data(), g.n, g.c);
   for (std::int64_t c = 0; c < g.c; ++c) {
     const T var = v[static_cast<std::size_t>(c)] * inv_count;
-    sinv[c] = T(1) / std::sqrt(var + eps);
-    run_mean[c] = mom * run_mean[c] + (T(1) - mom) * smean[c];
-    run_var[c] = mom * run_var[c] + (T(1) - mom) * var * unbias;
-    affine_of(ps[c], pb[c], smean[c], sinv[c], k[c], off[c]);
+    io.sinv[c] = T(1) / std::sqrt(var + io.eps);
+    io.run_mean[c] = mom * io.run_mean[c] + (T(1) - mom) * smean[c];
+    io.run_var[c] = mom * io.run_var[c] + (T(1) - mom) * var * unbias;
+    affine_of(io.ps[c], io.pb[c], smean[c], io.sinv[c], k[c], off[c]);
+  }
+}
+
+// is_test: the saved statistics are the running ones; y's k / off per
+// channel (either may be null).
+template <typename T>
+void batch_norm_test_stats(const BatchNormIo<T>& io, std::int64_t channels, T* k, T* off) {
+  for (std::int64_t c = 0; c < channels; ++c) {
+    io.smean[c] = io.run_mean[c];
+    io.sinv[c] = T(1) / std::sqrt(io.run_var[c] + io.eps);
+    if (k != nullptr) affine_of(io.ps[c], io.pb[c], io.smean[c], io.sinv[c], k[c], off[c]);
   }
 }
 
@@ -473,31 +494,26 @@ void batch_norm_nhwc(KernelContext& ctx, const BatchNormAttrs& a) {
   const std::string_view op = ctx.op()->name();
   const Tensor x = typed_input<T>(ctx, 0);
   const Nhwc g = nhwc_of(op, x.dims());
-  const BatchNormIo<T> io(ctx, x, g.c);
-  T *run_mean = io.run_mean, *run_var = io.run_var, *smean = io.smean, *sinv = io.sinv, *py = io.y;
-  const T eps = static_cast<T>(a.epsilon), mom = static_cast<T>(a.momentum);
-  const T *px = x.data<T>(), *ps = io.scale.template data<T>(), *pb = io.bias.template data<T>();
+  const BatchNormIo<T> io(ctx, x, g.c, a);
   const std::int64_t rows = g.n * g.s;
+  // Not the thread's scratch: the statistics' sums use it on this thread.
   std::vector<T> k(static_cast<std::size_t>(g.c)), off(k.size());
   if (!a.is_test) {
     require_batch(op, rows, x.dims());
-    batch_norm_nhwc_stats(px, smean, sinv, run_mean, run_var, k.data(), off.data(), ps, pb, g, eps, mom);
+    batch_norm_nhwc_stats(io, k.data(), off.data(), g);
   } else {
-    for (std::int64_t c = 0; c < g.c; ++c) {
-      smean[c] = run_mean[c];
-      sinv[c] = T(1) / std::sqrt(run_var[c] + eps);
-      affine_of(ps[c], pb[c], smean[c], sinv[c], k[c], off[c]);
-    }
+    batch_norm_test_stats(io, g.c, k.data(), off.data());
   }
   parallel_for(rows, items_per_range(2 * g.c * std::int64_t(sizeof(T))), [&](std::int64_t r0, std::int64_t r1) {
-    simd_dispatch<NhwcScaleShift<T, Act>>(px, py, static_cast<const T*>(k.data()),
+    simd_dispatch<NhwcScaleShift<T, Act>>(io.px, io.py, static_cast<const T*>(k.data()),
                                           static_cast<const T*>(off.data()), r0, r1, g.c);
   });
 }
 
 // The gradient kernels' view of their operands: x, scale, (fused: bias,)
 // saved_mean, saved_invstd, dy; the outputs dx, dscale, dbias; and, fused,
-// the per-channel k / off that recompute the pre-activation.
+// the per-channel k / off that recompute the pre-activation (vectors of
+// their own: the threads' scratch holds their passed dy).
 template <typename T, typename Act>
 struct BatchNormGradIo {
   static constexpr std::uint32_t kStats = Act::identity ? 2 : 3;
@@ -647,29 +663,22 @@ void batch_norm_nchw(KernelContext& ctx, const BatchNormAttrs& a) {
   const std::string_view op = ctx.op()->name();
   const Tensor x = typed_input<T>(ctx, 0);
   const Nchw g = nchw_of(op, x.dims());
-  const BatchNormIo<T> io(ctx, x, g.c);
-  T *run_mean = io.run_mean, *run_var = io.run_var, *smean = io.smean, *sinv = io.sinv, *py = io.y;
-  const T eps = static_cast<T>(a.epsilon), mom = static_cast<T>(a.momentum);
-  const T *px = x.data<T>(), *ps = io.scale.template data<T>(), *pb = io.bias.template data<T>();
+  const BatchNormIo<T> io(ctx, x, g.c, a);
   if (!a.is_test) {
     require_batch(op, g.n * g.s, x.dims());
     parallel_for(g.c, items_per_range(3 * g.n * g.s * std::int64_t(sizeof(T))), [&](std::int64_t c0, std::int64_t c1) {
-      for (std::int64_t c = c0; c < c1; ++c)
-        batch_norm_channel<T, Act>(px, py, ps, pb, smean, sinv, run_mean, run_var, g, c, eps, mom);
+      for (std::int64_t c = c0; c < c1; ++c) batch_norm_channel<T, Act>(io, g, c);
     });
     return;
   }
-  for (std::int64_t c = 0; c < g.c; ++c) {
-    smean[c] = run_mean[c];
-    sinv[c] = T(1) / std::sqrt(run_var[c] + eps);
-  }
+  batch_norm_test_stats<T>(io, g.c, nullptr, nullptr);
   parallel_for(g.n * g.c, items_per_range(2 * g.s * std::int64_t(sizeof(T))), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const std::int64_t c = r % g.c;
       T k, off;
-      affine_of(ps[c], pb[c], smean[c], sinv[c], k, off);
-      const T* __restrict xr = px + r * g.s;
-      T* __restrict yr = py + r * g.s;
+      affine_of(io.ps[c], io.pb[c], io.smean[c], io.sinv[c], k, off);
+      const T* __restrict xr = io.px + r * g.s;
+      T* __restrict yr = io.py + r * g.s;
       for (std::int64_t j = 0; j < g.s; ++j) yr[j] = Act::apply(xr[j] * k + off);
     }
   });

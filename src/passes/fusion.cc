@@ -682,8 +682,10 @@ struct BatchNormEpilogue {
   Operation *act = nullptr, *act_grad = nullptr, *grad = nullptr;
 };
 
-// The gradient of bn's activation `act` whose dx only bn's gradient op
-// reads (as its dy), or null; sets e.grad.
+// Sets e.grad to bn's gradient op where it fuses with the activation's
+// gradient (a clip's, found by the caller, or a relu's, found here into
+// e.act_grad): that gradient's dx is read by bn's gradient op alone, as its
+// dy. Else e.grad is null.
 void find_batch_norm_grads(Operation* bn, const Block& block, const ValueSet& keep, BatchNormEpilogue& e) {
   Operation* grad = nullptr;
   for (auto use : bn->result(3).uses())
@@ -719,8 +721,13 @@ BatchNormEpilogue batch_norm_epilogue(Operation* bn, const Block& block, const V
     return {};
   e.activation = conv_activation(e.act);
   find_batch_norm_grads(bn, block, keep, e);
-  if (!e.grad) e.act_grad = e.act->isa<ClipOp>() ? e.act_grad : nullptr;
-  return e.act_grad && !e.grad ? BatchNormEpilogue{} : e;
+  if (e.grad) return e;
+  // Without the gradients a relu still fuses (its gradient reads its own
+  // output, which the fused op gives); a clip does not (its gradient reads
+  // y, which fusing removes).
+  if (e.act->isa<ClipOp>() && e.act_grad) return {};
+  e.act_grad = nullptr;
+  return e;
 }
 
 // bn's gradient op (reading the activation's gradient) as the fused
