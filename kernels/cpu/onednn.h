@@ -42,10 +42,11 @@ struct WeightsIdentity {
 // run fails (the caller then computes all of out itself; a residual in out
 // may be gone), and for Silu on NCHW: oneDNN 2.6's swish post-op made its
 // blocked convolutions 2-3x slower, so kiln's conv_forward asks for None
-// there and runs SiLU over out itself. Its NHWC (brgconv) kernels apply
-// swish in the convolution's own pass, as fast as without it: no second
+// there and runs SiLU over out itself. Its dense NHWC (brgconv) kernels
+// apply swish in the convolution's own pass at little cost (no second
 // pass over out, which at two threads rereads half of it from the other
-// core's cache. allow_winograd: a 3x3 NHWC convolution may run as Winograd
+// core's cache); its depthwise NHWC kernel (brdgmm_dw) is memory bound
+// and ran twice as long with swish, so fused_conv2d asks for None there. allow_winograd: a 3x3 NHWC convolution may run as Winograd
 // (worth it only while w stays the same: its transform is slow).
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
                     const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights,

@@ -341,6 +341,31 @@ TEST_CASE("fused_conv2d in NHWC computes the NCHW result in NHWC for every geome
     }
 }
 
+TEST_CASE("a fused_conv2d's silu in NHWC gives kiln.sigmoid's and kiln.mul's bits over its convolution, "
+          "depthwise and dense, f32",
+          "[kernel][conv]") {
+  const std::vector<Cfg> cfgs{{{2, 16, 9, 9}, {16, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 16},
+                              {{1, 32, 8, 8}, {32, 1, 5, 5}, {2, 2}, {2, 2}, {1, 1}, 32},
+                              {{2, 16, 6, 6}, {32, 16, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1}};
+  for (const auto& c : cfgs) {
+    INFO("x " << Dims(c.x).to_string() << " w " << Dims(c.w).to_string());
+    const Tensor x = swap_channels<float>(filled<float>(Dims(c.x), -6, 6, 1), true);
+    const Tensor w = filled<float>(Dims(c.w), -1, 1, 2), bias = filled<float>(Dims{c.w[0]}, -1, 1, 3);
+    auto fused = [&](const std::string& act) {
+      return run_op<FusedConv2dOp>({x, w, bias}, c.strides, c.paddings, c.dilations, c.groups, act,
+                                   std::string("NHWC")).out();
+    };
+    const Tensor z = fused("none");
+    const Tensor want = run_op<MulOp>({z, run_op<SigmoidOp>({z}).out()}).out();
+    const auto got = fused("silu").to_vector<float>(), w_bits = want.to_vector<float>();
+    REQUIRE(got.size() == w_bits.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != w_bits[i];
+    if (c.groups > 1) CHECK(differ == 0);  // kiln's SiLU after oneDNN's depthwise convolution
+    else check_close<float>(fused("silu"), w_bits, 1e-5, 1e-5);  // oneDNN's swish post-op
+  }
+}
+
 TEST_CASE("conv2d and its gradient in NHWC compute the NCHW results in NHWC for every geometry, f32 "
           "(oneDNN's channels-last primitives) and f64 (through NCHW copies)",
           "[kernel][conv]") {
