@@ -356,7 +356,6 @@ void batch_norm_channel(const BatchNormIo<T>& io, const Nchw& g, std::int64_t c)
   }
 }
 
-
 void require_batch(std::string_view op, std::int64_t rows, const Dims& xd) {
   if (rows == 0)
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' cannot compute batch statistics of an empty batch (x [",
