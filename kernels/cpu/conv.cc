@@ -354,6 +354,20 @@ onednn::WeightsIdentity weights_identity(const Tensor& w) {
   return {b.id(), b.writes(), w.offset()};
 }
 
+// out = act(conv(x, w) + bias) by oneDNN's primitive, in NCHW or NHWC; with
+// own_silu a SiLU is kiln's pass over out after it (SiluRow's bits), not
+// oneDNN's swish post-op. False where oneDNN has none (out not written).
+bool onednn_convolve(const float* x, const float* w, const float* bias, float* out, const Conv2dGeometry& g,
+                     ConvActivation act, const onednn::WeightsIdentity& weights, bool own_silu,
+                     bool channels_last = false, bool allow_winograd = true) {
+  const bool silu = own_silu && act == ConvActivation::Silu;
+  if (!onednn::conv2d_forward(x, w, bias, out, g, silu ? ConvActivation::None : act, weights, channels_last,
+                              false, allow_winograd))
+    return false;
+  if (silu) silu_in_place(out, g.n * g.o * g.ho * g.wo);
+  return true;
+}
+
 // out [n, o, ho, wo] = conv2d(x [n, c, h, w], w [o, c/groups, kh, kw]),
 // plus bias[o] (when given) and through `act` — applied to each
 // image's and group's output block right after its GEMM wrote it (still in
@@ -367,13 +381,7 @@ void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g,
   // blocked primitive would add two reorders of x and out (measured: 2-3x
   // slower on MobileNet's pointwise convolutions).
   if constexpr (std::is_same_v<T, float>)
-    if (!direct(g)) {
-      const bool silu = act == ConvActivation::Silu;
-      if (onednn::conv2d_forward(x, w, bias, out, g, silu ? ConvActivation::None : act, weights)) {
-        if (silu) silu_in_place(out, g.n * g.o * g.ho * g.wo);
-        return;
-      }
-    }
+    if (!direct(g) && onednn_convolve(x, w, bias, out, g, act, weights, /*own_silu=*/true)) return;
 #ifdef KILN_HAS_SIMD_CLONES
   if constexpr (std::is_same_v<T, float>)
     if (direct_conv_fits(g) && act != ConvActivation::Silu)
@@ -561,13 +569,9 @@ struct FusedConv2dK {
     // kiln's SiLU over out after it costs.
     if constexpr (std::is_same_v<T, float>) {
       const bool depthwise = g.groups > 1 && g.groups == g.c && g.o == g.c;
-      const bool silu = act == ConvActivation::Silu && depthwise;
-      if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), bias.data<T>(), out.data<T>(), g,
-                                 silu ? ConvActivation::None : act, weights_identity(w), true, false,
-                                 allow_winograd)) {
-        if (silu) silu_in_place(out.data<T>(), out.numel());
+      if (onednn_convolve(x.data<T>(), w.data<T>(), bias.data<T>(), out.data<T>(), g, act, weights_identity(w),
+                          /*own_silu=*/depthwise, true, allow_winograd))
         return;
-      }
     }
     conv_forward_nhwc_by_copies(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
                                 weights_identity(w));
