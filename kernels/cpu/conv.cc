@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cpu_blas.h"
+#include "cpu_half.h"
 #include "cpu_kernel_util.h"
 #include "intra_op.h"
 #include "onednn.h"
@@ -32,6 +33,7 @@
 #include "kiln/dialect/conv_ops.h"
 #include "kiln/dialect/data_format.h"
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/kernel/half_via_f32.h"
 
 namespace kiln::cpu {
 namespace {
@@ -361,8 +363,8 @@ bool onednn_convolve(const float* x, const float* w, const float* bias, float* o
                      ConvActivation act, const onednn::WeightsIdentity& weights, bool own_silu,
                      bool channels_last = false, bool allow_winograd = true) {
   const bool silu = own_silu && act == ConvActivation::Silu;
-  if (!onednn::conv2d_forward(x, w, bias, out, g, silu ? ConvActivation::None : act, weights, channels_last,
-                              false, allow_winograd))
+  if (!onednn::conv2d_forward(x, w, bias, out, g, silu ? ConvActivation::None : act, weights,
+                              {.channels_last = channels_last, .allow_winograd = allow_winograd}))
     return false;
   if (silu) silu_in_place(out, g.n * g.o * g.ho * g.wo);
   return true;
@@ -529,6 +531,25 @@ void add_residual(T* out, const T* residual, std::int64_t n, ConvActivation act)
   });
 }
 
+ConvActivation fused_activation(const FusedConv2dOp::Attributes& a) {
+  return a.activation == "relu"    ? ConvActivation::Relu
+         : a.activation == "relu6" ? ConvActivation::Relu6
+         : a.activation == "silu"  ? ConvActivation::Silu
+                                   : ConvActivation::None;
+}
+
+void check_bias(const KernelContext& ctx, const Tensor& bias, const Conv2dGeometry& g) {
+  if (bias.dims() != Dims{g.o})
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' bias is [", bias.dims().to_string(),
+                "], the convolution has ", g.o, " output channels");
+}
+
+void check_residual(const KernelContext& ctx, const Tensor& residual, const Tensor& out) {
+  if (residual.dims() != out.dims())
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' residual is [",
+                residual.dims().to_string(), "], the result is [", out.dims().to_string(), "]");
+}
+
 template <typename T>
 struct FusedConv2dK {
   static void run(KernelContext& ctx) {
@@ -537,20 +558,13 @@ struct FusedConv2dK {
     const auto& a = ctx.attrs<FusedConv2dOp>();
     const bool nhwc = a.data_format == "NHWC";
     const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
-    if (bias.dims() != Dims{g.o})
-      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' bias is [",
-                  bias.dims().to_string(), "], the convolution has ", g.o, " output channels");
+    check_bias(ctx, bias, g);
     Tensor& out = ctx.alloc_output(0, nhwc ? Dims{g.n, g.ho, g.wo, g.o} : Dims{g.n, g.o, g.ho, g.wo},
                                    x.dtype());
-    const ConvActivation act = a.activation == "relu"    ? ConvActivation::Relu
-                               : a.activation == "relu6" ? ConvActivation::Relu6
-                               : a.activation == "silu"  ? ConvActivation::Silu
-                                                         : ConvActivation::None;
+    const ConvActivation act = fused_activation(a);
     if (ctx.num_inputs() == 4) {
       const Tensor residual = typed_input<T>(ctx, 3);
-      if (residual.dims() != out.dims())
-        throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' residual is [",
-                    residual.dims().to_string(), "], the result is [", out.dims().to_string(), "]");
+      check_residual(ctx, residual, out);
       if (out.numel() > 0) convolve_adding(x, w, bias, residual.data<T>(), out, g, act, nhwc, !a.weights_trained);
       return;
     }
@@ -588,7 +602,7 @@ struct FusedConv2dK {
       if (nhwc || (act != ConvActivation::Silu && !direct(g))) {  // NCHW 1x1: conv_forward's GEMM
         std::memcpy(po, residual, out.bytes());
         if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), bias.data<T>(), po, g, act, weights_identity(w),
-                                   nhwc, true, allow_winograd))
+                                   {nhwc, /*add_to_out=*/true, allow_winograd}))
           return;
       }
     convolve(x, w, bias, out, g, ConvActivation::None, nhwc, allow_winograd);
@@ -614,7 +628,7 @@ struct Conv2dK {
     // its weights change every step (kiln.fused_conv2d says so itself).
     if constexpr (std::is_same_v<T, float>)
       if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), none, out.data<T>(), g, ConvActivation::None,
-                                 weights_identity(w), true, false, /*allow_winograd=*/false))
+                                 weights_identity(w), {.channels_last = true, .allow_winograd = false}))
         return;
     conv_forward_nhwc_by_copies(x.data<T>(), w.data<T>(), out.data<T>(), g, none, ConvActivation::None,
                                 weights_identity(w));
@@ -689,6 +703,69 @@ struct Conv2dTransposeGradK {
   }
 };
 
+// bf16 convolutions: oneDNN's bf16 kernels (f32 accumulation, each result
+// rounded once) where the CPU computes bf16 natively and every operand is
+// bf16; otherwise the f32 kernel on widened operands (half_via_f32.h).
+template <typename OpT>
+struct Bf16ConvK {
+  static void run(KernelContext& ctx) {
+    if (!onednn::bf16_convolutions() || !all_bf16(ctx) || !native(ctx))
+      run_cpu_half_via_f32(ctx, TypeId::get<OpT>());
+  }
+  // Whether oneDNN computed every output.
+  static bool native(KernelContext& ctx);
+
+  static bool all_bf16(const KernelContext& ctx) {
+    for (std::uint32_t i = 0; i < ctx.num_inputs(); ++i)
+      if (ctx.input(i).dtype() != DataType::BFloat16) return false;
+    return true;
+  }
+};
+
+const std::uint16_t* bf16(const Tensor& t) { return static_cast<const std::uint16_t*>(t.raw_data()); }
+std::uint16_t* bf16(Tensor& t) { return static_cast<std::uint16_t*>(t.raw_data()); }
+
+template <>
+bool Bf16ConvK<Conv2dOp>::native(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &w = ctx.input(1);
+  const auto& a = ctx.attrs<Conv2dOp>();
+  const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
+  const bool nhwc = a.data_format == "NHWC";
+  Tensor& out = ctx.alloc_output(0, nhwc ? Dims{g.n, g.ho, g.wo, g.o} : Dims{g.n, g.o, g.ho, g.wo}, x.dtype());
+  return out.numel() == 0 || onednn::conv2d_forward(bf16(x), bf16(w), nullptr, bf16(out), g, ConvActivation::None,
+                                                    weights_identity(w), {.channels_last = nhwc, .allow_winograd = false});
+}
+
+template <>
+bool Bf16ConvK<FusedConv2dOp>::native(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &w = ctx.input(1), &bias = ctx.input(2);
+  const auto& a = ctx.attrs<FusedConv2dOp>();
+  const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
+  check_bias(ctx, bias, g);
+  const bool nhwc = a.data_format == "NHWC";
+  Tensor& out = ctx.alloc_output(0, nhwc ? Dims{g.n, g.ho, g.wo, g.o} : Dims{g.n, g.o, g.ho, g.wo}, x.dtype());
+  const bool residual = ctx.num_inputs() == 4;
+  if (residual) check_residual(ctx, ctx.input(3), out);
+  if (out.numel() == 0) return true;
+  if (residual) std::memcpy(out.raw_data(), ctx.input(3).raw_data(), out.bytes());
+  return onednn::conv2d_forward(bf16(x), bf16(w), bf16(bias), bf16(out), g, fused_activation(a), weights_identity(w),
+                                {nhwc, residual, /*allow_winograd=*/false});
+}
+
+template <>
+bool Bf16ConvK<GradOf<Conv2dOp>>::native(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &w = ctx.input(1), &dout = ctx.input(2);
+  const auto& a = ctx.attrs<GradOf<Conv2dOp>>();
+  const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
+  const bool nhwc = a.data_format == "NHWC";
+  conv::check_dout(ctx.op()->name(), dout.dims(), nhwc ? Dims{g.n, g.ho, g.wo, g.o} : Dims{g.n, g.o, g.ho, g.wo});
+  const bool want_dx = !ctx.output_unused(0) && x.numel() > 0, want_dw = !ctx.output_unused(1) && w.numel() > 0;
+  std::uint16_t* dx = want_dx ? bf16(ctx.alloc_output(0, x.dims(), x.dtype())) : nullptr;
+  std::uint16_t* dw = want_dw ? bf16(ctx.alloc_output(1, w.dims(), w.dtype())) : nullptr;
+  const onednn::ConvGrads done = onednn::conv2d_backward(bf16(x), bf16(w), bf16(dout), dx, dw, g, nhwc);
+  return (!want_dx || done.dx) && (!want_dw || done.dw);
+}
+
 }  // namespace
 
 KILN_REGISTER_KERNELS(Conv2dOp, Cpu, Conv2dK, float, double);
@@ -696,5 +773,13 @@ KILN_REGISTER_KERNELS(FusedConv2dOp, Cpu, FusedConv2dK, float, double);
 KILN_REGISTER_KERNELS(GradOf<Conv2dOp>, Cpu, Conv2dGradK, float, double);
 KILN_REGISTER_KERNELS(Conv2dTransposeOp, Cpu, Conv2dTransposeK, float, double);
 KILN_REGISTER_KERNELS(GradOf<Conv2dTransposeOp>, Cpu, Conv2dTransposeGradK, float, double);
+
+namespace {
+template <typename... OpTs>
+void register_bf16(OpTypeList<OpTs...>) {
+  (KernelRegistrar<OpTs>(PlaceKind::Cpu, DataType::BFloat16, &Bf16ConvK<OpTs>::run, OpTs::name.data()), ...);
+}
+[[maybe_unused]] const bool bf16_registered = (register_bf16(CpuOwnBf16Ops{}), true);
+}  // namespace
 
 }  // namespace kiln::cpu

@@ -6,7 +6,9 @@
 
 #include <cstdint>
 
+#include "kiln/kernel/kernel_context.h"
 #include "kiln/runtime/tensor.h"
+#include "kiln/support/type_id.h"
 #include "kiln/support/half.h"
 
 namespace kiln::cpu {
@@ -31,5 +33,10 @@ void round_half(const Tensor& f, Tensor& out) {
   for (std::int64_t i = 0, n = f.numel(); i < n; ++i)
     po[i] = D == DataType::Float16 ? float_to_half(pf[i]) : float_to_bfloat16(pf[i]);
 }
+
+// ctx's op (`op`) through its f32 CPU kernel: 16-bit inputs widened,
+// 16-bit outputs rounded once (kiln/kernel/half_via_f32.h). What a 16-bit
+// kernel of its own does where it cannot compute natively.
+void run_cpu_half_via_f32(KernelContext& ctx, TypeId op);
 
 }  // namespace kiln::cpu

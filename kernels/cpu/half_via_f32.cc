@@ -6,6 +6,7 @@
 // CUDA 16-bit kernels are held to; on the CPU they cost a widening and a
 // rounding pass per call.
 #include <cstdint>
+#include <type_traits>
 
 #include "cpu_half.h"
 #include "cpu_kernel_util.h"
@@ -29,20 +30,28 @@ void store(KernelContext& ctx, std::uint32_t o, const Tensor& t) { ctx.output_va
 
 constexpr HalfConversions kConversions{&widened, &store_rounded, &store};
 
+KernelFn f32_kernel(TypeId op) {
+  const KernelInfo* k = KernelRegistry::instance().find(op, PlaceKind::Cpu, DataType::Float32);
+  return k ? k->fn : nullptr;
+}
+
 template <typename OpT>
 struct HalfViaF32 {
   static void run(KernelContext& ctx) {
-    static const KernelFn f32 = [] {
-      const KernelInfo* k = KernelRegistry::instance().find(TypeId::get<OpT>(), PlaceKind::Cpu, DataType::Float32);
-      return k ? k->fn : nullptr;
-    }();
+    static const KernelFn f32 = f32_kernel(TypeId::get<OpT>());
     run_half_via_f32(ctx, f32, kConversions, ctx.allocator());
   }
 };
 
+template <typename OpT, typename... Own>
+constexpr bool own_bf16(OpTypeList<Own...>) {
+  return (std::is_same_v<OpT, Own> || ...);
+}
+
 template <typename OpT>
 void register_half(const char* name) {
-  KernelRegistrar<OpT>(PlaceKind::Cpu, DataType::BFloat16, &HalfViaF32<OpT>::run, name);
+  if constexpr (!own_bf16<OpT>(CpuOwnBf16Ops{}))
+    KernelRegistrar<OpT>(PlaceKind::Cpu, DataType::BFloat16, &HalfViaF32<OpT>::run, name);
   KernelRegistrar<OpT>(PlaceKind::Cpu, DataType::Float16, &HalfViaF32<OpT>::run, name);
 }
 
@@ -64,4 +73,9 @@ void register_unary_halves(MathList<Maths...>) {
 }();
 
 }  // namespace
+
+void run_cpu_half_via_f32(KernelContext& ctx, TypeId op) {
+  run_half_via_f32(ctx, f32_kernel(op), kConversions, ctx.allocator());
+}
+
 }  // namespace kiln::cpu

@@ -20,12 +20,14 @@
 #include <span>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "intra_op.h"
 #include "kiln/kernel/blas.h"
 #include "kiln/kernel/cpu_convolution.h"
+#include "kiln/support/half.h"
 
 namespace kiln::cpu::onednn {
 namespace {
@@ -72,8 +74,8 @@ class Scratch {
 };
 
 // What a conv primitive depends on: the geometry, the epilogue (bias, the
-// out's residual, the activation), the data layout and the thread count
-// (oneDNN splits the work when it creates the primitive).
+// out's residual, the activation), the data layout, the element type and
+// the thread count (oneDNN splits the work when it creates the primitive).
 struct ConvKey {
   Conv2dGeometry g;
   bool bias;
@@ -82,15 +84,17 @@ struct ConvKey {
   int threads;
   bool add_to_out = false;
   bool allow_winograd = true;
+  bool bf16 = false;  // x, w, bias and out (the data gradients too) bf16; else f32
   bool operator==(const ConvKey& o) const {
     return std::memcmp(&g, &o.g, sizeof g) == 0 && bias == o.bias && act == o.act &&
            channels_last == o.channels_last && threads == o.threads && add_to_out == o.add_to_out &&
-           allow_winograd == o.allow_winograd;
+           allow_winograd == o.allow_winograd && bf16 == o.bf16;
   }
+  memory::data_type type() const { return bf16 ? memory::data_type::bf16 : memory::data_type::f32; }
 };
 struct ConvKeyHash {
   std::size_t operator()(const ConvKey& k) const {
-    std::size_t h = std::size_t(k.threads) * 64 + k.allow_winograd * 32 + k.add_to_out * 16 +
+    std::size_t h = std::size_t(k.threads) * 256 + k.bf16 * 128 + k.allow_winograd * 32 + k.add_to_out * 16 +
                     k.channels_last * 8 + k.bias * 4 + std::size_t(k.act);
     const auto* v = reinterpret_cast<const std::int64_t*>(&k.g);
     for (std::size_t i = 0; i < sizeof k.g / sizeof *v; ++i) h = h * 1000003u ^ std::size_t(v[i]);
@@ -103,7 +107,7 @@ struct ConvKeyHash {
 // residual).
 struct ConvPlan {
   dnnl::convolution_forward conv;
-  memory::desc x_plain, w_plain, out_plain, x_md, w_md, out_md;
+  memory::desc x_plain, w_plain, out_plain, bias_md, x_md, w_md, out_md;
   std::optional<dnnl::reorder> to_x, to_w, from_out, to_out;
 };
 
@@ -117,14 +121,14 @@ memory::dims weight_dims(const Conv2dGeometry& g) {
 // data, where the caller allows it (not for a training program's kiln.conv2d,
 // whose weights change every step: transforming them into Winograd's
 // layout, one thread, cost 508 ms per ResNet-18 training step at batch 16
-// against 200 ms it saved). A third to a half of
-// the direct kernel's time on ResNet's convolutions (blocked layouts
+// against 200 ms it saved), nor in bf16 (oneDNN's is f32 only). A third to
+// a half of the direct kernel's time on ResNet's convolutions (blocked layouts
 // inside, so x and out are reordered around it; it still wins), with
 // errors of the same order as the direct one's reassociation.
 bool winograd(const ConvKey& k) {
   const Conv2dGeometry& g = k.g;
-  return k.channels_last && k.allow_winograd && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
-         g.dw == 1 && g.groups == 1 && g.c % 16 == 0 && g.o % 16 == 0;
+  return k.channels_last && k.allow_winograd && !k.bf16 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 &&
+         g.dh == 1 && g.dw == 1 && g.groups == 1 && g.c % 16 == 0 && g.o % 16 == 0;
 }
 
 // Whether oneDNN answered with its reference kernel: orders of magnitude
@@ -138,18 +142,18 @@ bool reference_kernel(const dnnl::primitive_desc_base& pd) {
 // its reference kernel for NHWC); throws dnnl::error when oneDNN has none.
 std::unique_ptr<ConvPlan> make_conv_plan(const ConvKey& k, dnnl::algorithm algorithm, bool nhwc_inside = true) {
   const Conv2dGeometry& g = k.g;
-  const auto f32 = memory::data_type::f32;
+  const auto type = k.type();
   const Tag data = k.channels_last ? Tag::nhwc : Tag::nchw;
   const bool wino = algorithm == dnnl::algorithm::convolution_winograd;
   const Tag chosen = k.channels_last && !wino && nhwc_inside ? Tag::nhwc : Tag::any;
   auto p = std::make_unique<ConvPlan>();
-  p->x_plain = memory::desc({g.n, g.c, g.h, g.w}, f32, data);
-  p->w_plain = memory::desc(weight_dims(g), f32, g.groups == 1 ? Tag::oihw : Tag::goihw);
-  p->out_plain = memory::desc({g.n, g.o, g.ho, g.wo}, f32, data);
-  const memory::desc bias = k.bias ? memory::desc({g.o}, f32, Tag::x) : memory::desc();
+  p->x_plain = memory::desc({g.n, g.c, g.h, g.w}, type, data);
+  p->w_plain = memory::desc(weight_dims(g), type, g.groups == 1 ? Tag::oihw : Tag::goihw);
+  p->out_plain = memory::desc({g.n, g.o, g.ho, g.wo}, type, data);
+  p->bias_md = k.bias ? memory::desc({g.o}, type, Tag::x) : memory::desc();
   const dnnl::convolution_forward::desc desc(
-      dnnl::prop_kind::forward_inference, algorithm, memory::desc({g.n, g.c, g.h, g.w}, f32, chosen), memory::desc(weight_dims(g), f32, Tag::any),
-      bias, memory::desc({g.n, g.o, g.ho, g.wo}, f32, chosen), {g.sh, g.sw},
+      dnnl::prop_kind::forward_inference, algorithm, memory::desc({g.n, g.c, g.h, g.w}, type, chosen), memory::desc(weight_dims(g), type, Tag::any),
+      p->bias_md, memory::desc({g.n, g.o, g.ho, g.wo}, type, chosen), {g.sh, g.sw},
       {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {g.pb, g.pr});
   dnnl::primitive_attr attr;
   dnnl::post_ops ops;
@@ -248,10 +252,10 @@ class WeightCache {
 
 // w in the plan's weight layout: w itself, a reorder into this thread's
 // buffer, or the cached reorder of w's contents.
-memory conv_weights(const ConvPlan& p, const float* w, const WeightsIdentity& weights,
+memory conv_weights(const ConvPlan& p, const void* w, const WeightsIdentity& weights,
                     dnnl::stream& s) {
   const auto& e = cpu_engine();
-  memory user(p.w_plain, e, const_cast<float*>(w));
+  memory user(p.w_plain, e, const_cast<void*>(w));
   if (!p.to_w) return user;
   thread_local Scratch buffer;
   thread_local WeightCache cache;
@@ -284,12 +288,12 @@ bool sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, flo
 
 namespace {
 
-void run_conv(const ConvPlan* p, const float* x, const float* w, const float* bias, float* out,
-              const Conv2dGeometry& g, const WeightsIdentity& weights) {
+void run_conv(const ConvPlan* p, const void* x, const void* w, const void* bias, void* out,
+              const WeightsIdentity& weights) {
   const auto& e = cpu_engine();
   dnnl::stream& s = thread_stream();
   thread_local Scratch x_buffer, out_buffer;
-  memory x_user(p->x_plain, e, const_cast<float*>(x)), out_user(p->out_plain, e, out);
+  memory x_user(p->x_plain, e, const_cast<void*>(x)), out_user(p->out_plain, e, out);
   memory x_mem = p->to_x ? memory(p->x_md, e, x_buffer.get(p->x_md.get_size())) : x_user;
   memory out_mem = p->from_out ? memory(p->out_md, e, out_buffer.get(p->out_md.get_size())) : out_user;
   if (p->to_x) p->to_x->execute(s, x_user, x_mem);
@@ -297,9 +301,7 @@ void run_conv(const ConvPlan* p, const float* x, const float* w, const float* bi
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, x_mem},
                                        {DNNL_ARG_WEIGHTS, conv_weights(*p, w, weights, s)},
                                        {DNNL_ARG_DST, out_mem}};
-  if (bias != nullptr)
-    args.emplace(DNNL_ARG_BIAS, memory({{g.o}, memory::data_type::f32, Tag::x}, e,
-                                       const_cast<float*>(bias)));
+  if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, memory(p->bias_md, e, const_cast<void*>(bias)));
   p->conv.execute(s, args);
   if (p->from_out) p->from_out->execute(s, out_mem, out_user);
   s.wait();
@@ -333,42 +335,42 @@ struct ConvGradPlan {
 };
 
 // The primitive descriptors of g's two gradients (made with a forward
-// one as their hint) with x and dout laid out as `data`.
+// one as their hint) with x and dout laid out as `data`, of `type`; the
+// weight gradient is f32 in either type (its slices are summed in f32).
 struct ConvGradDescs {
   dnnl::convolution_backward_data::primitive_desc data;
   dnnl::convolution_backward_weights::primitive_desc weights;
 };
 
-ConvGradDescs conv_grad_descs(const Conv2dGeometry& g, Tag data) {
-  const auto f32 = memory::data_type::f32;
+ConvGradDescs conv_grad_descs(const Conv2dGeometry& g, Tag data, memory::data_type type) {
   const auto& e = cpu_engine();
   const memory::dims strides{g.sh, g.sw}, dilates{g.dh - 1, g.dw - 1}, pl{g.pt, g.pl}, pr{g.pb, g.pr};
-  const memory::desc x({g.n, g.c, g.h, g.w}, f32, data), out({g.n, g.o, g.ho, g.wo}, f32, data),
-      w(weight_dims(g), f32, Tag::any);
+  const memory::desc x({g.n, g.c, g.h, g.w}, type, data), out({g.n, g.o, g.ho, g.wo}, type, data),
+      w(weight_dims(g), type, Tag::any), dw(weight_dims(g), memory::data_type::f32, Tag::any);
   const auto direct = dnnl::algorithm::convolution_direct;
   const dnnl::convolution_forward::primitive_desc hint(
       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, direct, x, w, memory::desc(), out,
                                       strides, dilates, pl, pr),
       e);
   return {{dnnl::convolution_backward_data::desc(direct, x, w, out, strides, dilates, pl, pr), e, hint},
-          {dnnl::convolution_backward_weights::desc(direct, x, w, out, strides, dilates, pl, pr), e, hint}};
+          {dnnl::convolution_backward_weights::desc(direct, x, dw, out, strides, dilates, pl, pr), e, hint}};
 }
 
 // Primitives for g's gradients; NCHW data with the layouts inside left to
 // oneDNN, or NHWC data taken as it is (channels_last) unless oneDNN has no
 // kernel or only its reference one for that (then reordered like NCHW
 // data). Throws dnnl::error when oneDNN has none.
-std::unique_ptr<ConvGradPlan> make_conv_grad_plan(const Conv2dGeometry& g, bool channels_last) {
+std::unique_ptr<ConvGradPlan> make_conv_grad_plan(const Conv2dGeometry& g, bool channels_last,
+                                                  memory::data_type type) {
   std::optional<ConvGradDescs> d;
   try {
-    if (channels_last) d = conv_grad_descs(g, Tag::nhwc);
+    if (channels_last) d = conv_grad_descs(g, Tag::nhwc, type);
   } catch (const dnnl::error&) {  // none for NHWC as it is: reordered, below
   }
-  if (!d || reference_kernel(d->data) || reference_kernel(d->weights)) d = conv_grad_descs(g, Tag::any);
-  const auto f32 = memory::data_type::f32;
-  const Tag plain = channels_last ? Tag::nhwc : Tag::nchw;
-  const memory::desc x_plain({g.n, g.c, g.h, g.w}, f32, plain), out_plain({g.n, g.o, g.ho, g.wo}, f32, plain),
-      w_plain(weight_dims(g), f32, g.groups == 1 ? Tag::oihw : Tag::goihw);
+  if (!d || reference_kernel(d->data) || reference_kernel(d->weights)) d = conv_grad_descs(g, Tag::any, type);
+  const Tag plain = channels_last ? Tag::nhwc : Tag::nchw, w_tag = g.groups == 1 ? Tag::oihw : Tag::goihw;
+  const memory::desc x_plain({g.n, g.c, g.h, g.w}, type, plain), out_plain({g.n, g.o, g.ho, g.wo}, type, plain),
+      w_plain(weight_dims(g), type, w_tag), dw_plain(weight_dims(g), memory::data_type::f32, w_tag);
   auto p = std::make_unique<ConvGradPlan>();
   p->data = dnnl::convolution_backward_data(d->data);
   p->weights = dnnl::convolution_backward_weights(d->weights);
@@ -377,28 +379,29 @@ std::unique_ptr<ConvGradPlan> make_conv_grad_plan(const Conv2dGeometry& g, bool 
   p->data_dx = operand(x_plain, d->data.diff_src_desc(), false);
   p->weights_x = operand(x_plain, d->weights.src_desc(), true);
   p->weights_dout = operand(out_plain, d->weights.diff_dst_desc(), true);
-  p->weights_dw = operand(w_plain, d->weights.diff_weights_desc(), false);
+  p->weights_dw = operand(dw_plain, d->weights.diff_weights_desc(), false);
   return p;
 }
 
 // This thread's gradient plan for g at `threads` threads; null when oneDNN
 // has none.
-ConvGradPlan* conv_grad_plan(const Conv2dGeometry& g, bool channels_last, int threads) {
+ConvGradPlan* conv_grad_plan(const Conv2dGeometry& g, bool channels_last, int threads, bool bf16) {
   thread_local std::unordered_map<ConvKey, std::unique_ptr<ConvGradPlan>, ConvKeyHash> plans;
-  const ConvKey k{g, false, ConvActivation::None, channels_last, threads};
+  ConvKey k{g, false, ConvActivation::None, channels_last, threads};
+  k.bf16 = bf16;
   auto it = plans.find(k);
   if (it != plans.end()) return it->second.get();
   std::unique_ptr<ConvGradPlan> p;
   try {
-    p = make_conv_grad_plan(g, channels_last);
+    p = make_conv_grad_plan(g, channels_last, k.type());
   } catch (const dnnl::error&) {
   }
   return plans.emplace(k, std::move(p)).first->second.get();
 }
 
 // Input operand o over p: p itself, or p reordered into `buffer`.
-memory input(const Operand& o, const float* p, Scratch& buffer, dnnl::stream& s) {
-  memory user(o.plain, cpu_engine(), const_cast<float*>(p));
+memory input(const Operand& o, const void* p, Scratch& buffer, dnnl::stream& s) {
+  memory user(o.plain, cpu_engine(), const_cast<void*>(p));
   if (!o.reorder) return user;
   memory m(o.chosen, cpu_engine(), buffer.get(o.chosen.get_size()));
   o.reorder->execute(s, user, m);
@@ -407,12 +410,12 @@ memory input(const Operand& o, const float* p, Scratch& buffer, dnnl::stream& s)
 
 // Output operand o over p: p itself, or `buffer` (finish_output moves it
 // into p).
-memory output(const Operand& o, float* p, Scratch& buffer) {
+memory output(const Operand& o, void* p, Scratch& buffer) {
   if (!o.reorder) return memory(o.plain, cpu_engine(), p);
   return memory(o.chosen, cpu_engine(), buffer.get(o.chosen.get_size()));
 }
 
-void finish_output(const Operand& o, memory m, float* p, dnnl::stream& s) {
+void finish_output(const Operand& o, memory m, void* p, dnnl::stream& s) {
   if (!o.reorder) return;
   memory user(o.plain, cpu_engine(), p);
   o.reorder->execute(s, m, user);
@@ -430,12 +433,13 @@ constexpr std::int64_t kWeightGradSlices = 4;
 struct SharedDout {
   const std::byte* data = nullptr;
   Tag tag = Tag::undef;
+  memory::data_type type = memory::data_type::f32;
   std::size_t image_bytes = 0;
 
   // Shared dout's images [first, first + md.dims()[0]) as md, when md is its layout.
   std::optional<memory> images(const memory::desc& md, std::int64_t first) const {
     const memory::dims d = md.dims();
-    if (data == nullptr || md != memory::desc(d, memory::data_type::f32, tag)) return std::nullopt;
+    if (data == nullptr || md != memory::desc(d, type, tag)) return std::nullopt;
     return memory(md, cpu_engine(), const_cast<std::byte*>(data) + first * image_bytes);
   }
 };
@@ -443,8 +447,8 @@ struct SharedDout {
 SharedDout share(const memory& dout, const memory::desc& md) {
   const memory::dims d = md.dims();
   for (Tag t : {Tag::nChw16c, Tag::nChw8c, Tag::nhwc})
-    if (md == memory::desc(d, memory::data_type::f32, t))
-      return {static_cast<const std::byte*>(dout.get_data_handle()), t, md.get_size() / d[0]};
+    if (md == memory::desc(d, md.data_type(), t))
+      return {static_cast<const std::byte*>(dout.get_data_handle()), t, md.data_type(), md.get_size() / d[0]};
   return {};
 }
 
@@ -456,33 +460,43 @@ void reorder_into(const memory::desc& src_md, void* src, const memory::desc& dst
   thread_stream().wait();
 }
 
-// Slice c of `slices` of g's batch: its weight gradient into `slot` in the
-// primitive's own layout, or in plain oihw when that one needs more than
-// slot_bytes; `layout` says which. On this thread alone.
-bool weight_grad_slice(const float* x, const float* dout, const SharedDout& shared,
+// The weight gradient's inputs: x and dout, f32 or bf16.
+struct WeightGradInputs {
+  const std::byte* x;
+  const std::byte* dout;
+  bool bf16;
+  std::int64_t elem_bytes() const { return bf16 ? 2 : 4; }
+};
+
+// Slice c of `slices` of g's batch: its weight gradient (f32) into `slot`
+// in the primitive's own layout, or in plain oihw when that one needs more
+// than slot_bytes; `layout` says which. On this thread alone.
+bool weight_grad_slice(const WeightGradInputs& in, const SharedDout& shared,
                        const Conv2dGeometry& g, bool channels_last, std::int64_t c, std::int64_t slices,
                        std::byte* slot, std::size_t slot_bytes, memory::desc& layout) {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // the primitive's team: this thread
   const std::int64_t first = g.n * c / slices;
   Conv2dGeometry part = g;
   part.n = g.n * (c + 1) / slices - first;
-  const ConvGradPlan* q = conv_grad_plan(part, channels_last, 1);
+  const ConvGradPlan* q = conv_grad_plan(part, channels_last, 1, in.bf16);
   if (q == nullptr) return false;
   try {
     dnnl::stream& s = thread_stream();
     thread_local Scratch x_buffer, dout_buffer;
     const std::optional<memory> in_place = shared.images(q->weights_dout.chosen, first);
     const memory dout_mem =
-        in_place ? *in_place : input(q->weights_dout, dout + first * g.o * g.ho * g.wo, dout_buffer, s);
+        in_place ? *in_place
+                 : input(q->weights_dout, in.dout + first * g.o * g.ho * g.wo * in.elem_bytes(), dout_buffer, s);
     layout = q->weights_dw.chosen.get_size() <= slot_bytes ? q->weights_dw.chosen : q->weights_dw.plain;
     thread_local Scratch dw_buffer;
     const memory dw_mem = layout == q->weights_dw.chosen
                               ? memory(layout, cpu_engine(), slot)
-                              : output(q->weights_dw, reinterpret_cast<float*>(slot), dw_buffer);
-    q->weights.execute(s, {{DNNL_ARG_SRC, input(q->weights_x, x + first * g.c * g.h * g.w, x_buffer, s)},
+                              : output(q->weights_dw, slot, dw_buffer);
+    const std::byte* x = in.x + first * g.c * g.h * g.w * in.elem_bytes();
+    q->weights.execute(s, {{DNNL_ARG_SRC, input(q->weights_x, x, x_buffer, s)},
                            {DNNL_ARG_DIFF_DST, dout_mem},
                            {DNNL_ARG_DIFF_WEIGHTS, dw_mem}});
-    if (layout != q->weights_dw.chosen) finish_output(q->weights_dw, dw_mem, reinterpret_cast<float*>(slot), s);
+    if (layout != q->weights_dw.chosen) finish_output(q->weights_dw, dw_mem, slot, s);
     s.wait();
   } catch (const dnnl::error&) {
     return false;
@@ -525,7 +539,7 @@ void sum_slices(std::byte* slots, std::size_t slot_bytes, std::span<memory::desc
   }
 }
 
-bool weight_grad_by_slices(const float* x, const float* dout, const SharedDout& shared, float* dw,
+bool weight_grad_by_slices(const WeightGradInputs& in, const SharedDout& shared, float* dw,
                            const Conv2dGeometry& g, bool channels_last, const ConvGradPlan& p) {
   const std::int64_t slices = std::min(g.n, kWeightGradSlices);
   const std::size_t slot_bytes =
@@ -536,7 +550,7 @@ bool weight_grad_by_slices(const float* x, const float* dout, const SharedDout& 
   std::atomic<bool> ok{true};
   parallel_for(slices, 1, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t c = c0; c < c1 && ok; ++c)
-      if (!weight_grad_slice(x, dout, shared, g, channels_last, c, slices, slots + c * slot_bytes, slot_bytes,
+      if (!weight_grad_slice(in, shared, g, channels_last, c, slices, slots + c * slot_bytes, slot_bytes,
                              layout[c]))
         ok = false;
   });
@@ -551,7 +565,7 @@ bool weight_grad_by_slices(const float* x, const float* dout, const SharedDout& 
 
 // dx through p's data primitive; dout's reordered copy, when there is one,
 // left in `shared` for the weight gradient.
-bool data_grad(const ConvGradPlan& p, const float* dout, const float* w, float* dx, SharedDout& shared) {
+bool data_grad(const ConvGradPlan& p, const void* dout, const void* w, void* dx, SharedDout& shared) {
   try {
     dnnl::stream& s = thread_stream();
     thread_local Scratch dout_buffer, w_buffer, dx_buffer;
@@ -569,34 +583,72 @@ bool data_grad(const ConvGradPlan& p, const float* dout, const float* w, float* 
   return true;
 }
 
-}  // namespace
-
-ConvGrads conv2d_backward(const float* x, const float* w, const float* dout, float* dx, float* dw,
-                          const Conv2dGeometry& g, bool channels_last) {
+// conv2d_backward of f32 or bf16 operands (dw f32 either way).
+ConvGrads backward(const void* x, const void* w, const void* dout, void* dx, float* dw, const Conv2dGeometry& g,
+                   bool channels_last, bool bf16) {
   ConvGrads done;
-  const ConvGradPlan* p = conv_grad_plan(g, channels_last, use_intra_op_threads());
+  const ConvGradPlan* p = conv_grad_plan(g, channels_last, use_intra_op_threads(), bf16);
   if (p == nullptr) return done;
   SharedDout shared;
   if (dx != nullptr) done.dx = data_grad(*p, dout, w, dx, shared);
-  if (dw != nullptr && g.n > 0 && g.ho * g.wo > 0)
-    done.dw = weight_grad_by_slices(x, dout, shared, dw, g, channels_last, *p);
+  const WeightGradInputs in{static_cast<const std::byte*>(x), static_cast<const std::byte*>(dout), bf16};
+  if (dw != nullptr && g.n > 0 && g.ho * g.wo > 0) done.dw = weight_grad_by_slices(in, shared, dw, g, channels_last, *p);
   return done;
 }
 
-bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
-                    const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights,
-                    bool channels_last, bool add_to_out, bool allow_winograd) {
-  if (act == ConvActivation::Silu && !channels_last) return false;  // see onednn.h
-  const int threads = use_intra_op_threads();
-  const ConvPlan* p =
-      conv_plan(ConvKey{g, bias != nullptr, act, channels_last, threads, add_to_out, allow_winograd});
+// conv2d_forward of f32 or bf16 operands.
+bool forward(const void* x, const void* w, const void* bias, void* out, const Conv2dGeometry& g,
+             ConvActivation act, const WeightsIdentity& weights, const ConvLayout& layout, bool bf16) {
+  if (act == ConvActivation::Silu && !layout.channels_last && !bf16) return false;  // see onednn.h
+  ConvKey k{g, bias != nullptr, act, layout.channels_last, use_intra_op_threads(), layout.add_to_out,
+            layout.allow_winograd};
+  k.bf16 = bf16;
+  const ConvPlan* p = conv_plan(k);
   if (p == nullptr) return false;
   try {
-    run_conv(p, x, w, bias, out, g, weights);
+    run_conv(p, x, w, bias, out, weights);
   } catch (const dnnl::error&) {
     return false;  // the caller's own convolution writes all of out
   }
   return true;
+}
+
+}  // namespace
+
+bool bf16_convolutions() {
+  static const bool native = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+    return (isa & bf16) == bf16;
+  }();
+  return native;
+}
+
+ConvGrads conv2d_backward(const float* x, const float* w, const float* dout, float* dx, float* dw,
+                          const Conv2dGeometry& g, bool channels_last) {
+  return backward(x, w, dout, dx, dw, g, channels_last, false);
+}
+
+ConvGrads conv2d_backward(const std::uint16_t* x, const std::uint16_t* w, const std::uint16_t* dout,
+                          std::uint16_t* dx, std::uint16_t* dw, const Conv2dGeometry& g, bool channels_last) {
+  if (!bf16_convolutions()) return {};
+  thread_local std::vector<float> dw32;
+  if (dw != nullptr) dw32.resize(static_cast<std::size_t>(g.o * (g.c / g.groups) * g.kh * g.kw));
+  ConvGrads done = backward(x, w, dout, dx, dw != nullptr ? dw32.data() : nullptr, g, channels_last, true);
+  if (done.dw)
+    for (std::size_t i = 0; i < dw32.size(); ++i) dw[i] = float_to_bfloat16(dw32[i]);
+  return done;
+}
+
+bool conv2d_forward(const float* x, const float* w, const float* bias, float* out, const Conv2dGeometry& g,
+                    ConvActivation act, const WeightsIdentity& weights, const ConvLayout& layout) {
+  return forward(x, w, bias, out, g, act, weights, layout, false);
+}
+
+bool conv2d_forward(const std::uint16_t* x, const std::uint16_t* w, const std::uint16_t* bias, std::uint16_t* out,
+                    const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights,
+                    const ConvLayout& layout) {
+  return bf16_convolutions() && forward(x, w, bias, out, g, act, weights, layout, true);
 }
 
 }  // namespace kiln::cpu::onednn

@@ -31,26 +31,45 @@ struct WeightsIdentity {
   std::uint64_t buffer = 0, writes = 0, offset = 0;
 };
 
+// How conv2d_forward lays out and writes its data. channels_last: x
+// [n, h, w, c] and out [n, ho, wo, o] as they are (no reorders: oneDNN's
+// NHWC convolutions run as fast as its blocked ones); else NCHW, blocked
+// layouts inside. add_to_out: out holds a residual on entry, added before
+// the activation (oneDNN's sum post-op). allow_winograd: a 3x3 NHWC f32
+// convolution may run as Winograd (worth it only while w stays the same:
+// its transform is slow).
+struct ConvLayout {
+  bool channels_last = false, add_to_out = false, allow_winograd = true;
+};
+
 // out [n, o, ho, wo] = conv2d(x [n, c, h, w], w [o, c/groups, kh, kw]) + bias
-// (when given), through `act`; NCHW in and out, blocked layouts
-// inside; with channels_last, x [n, h, w, c] and out [n, ho, wo, o] as
-// they are (no reorders: oneDNN's NHWC convolutions run as fast as its
-// blocked ones). w's blocked copy is kept while `weights` stays the same (a
-// parameter's between optimizer steps, an inference model's for ever).
-// With add_to_out, out holds a residual on entry, added before `act`
-// (oneDNN's sum post-op). False when oneDNN has no primitive for g or its
-// run fails (the caller then computes all of out itself; a residual in out
-// may be gone), and for Silu on NCHW: oneDNN 2.6's swish post-op made its
-// blocked convolutions 2-3x slower, so kiln's conv_forward asks for None
-// there and runs SiLU over out itself. Its dense NHWC (brgconv) kernels
-// apply swish in the convolution's own pass at little cost (no second
-// pass over out, which at two threads rereads half of it from the other
-// core's cache); its depthwise NHWC kernel (brdgmm_dw) is memory bound
-// and ran twice as long with swish, so fused_conv2d asks for None there. allow_winograd: a 3x3 NHWC convolution may run as Winograd
-// (worth it only while w stays the same: its transform is slow).
-bool conv2d_forward(const float* x, const float* w, const float* bias, float* out,
-                    const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights,
-                    bool channels_last = false, bool add_to_out = false, bool allow_winograd = true);
+// (when given), through `act`, laid out as `layout` says. w's blocked copy
+// is kept while `weights` stays the same (a parameter's between optimizer
+// steps, an inference model's for ever). False when oneDNN has no
+// primitive for g or its run fails (the caller then computes all of out
+// itself; a residual in out may be gone), and for an f32 Silu on NCHW:
+// oneDNN 2.6's swish post-op made its blocked convolutions 2-3x slower,
+// so kiln's conv_forward asks for None there and runs SiLU over out
+// itself. Its dense NHWC (brgconv) kernels apply swish in the
+// convolution's own pass at little cost (no second pass over out, which
+// at two threads rereads half of it from the other core's cache); its
+// depthwise NHWC kernel (brdgmm_dw) is memory bound and ran twice as long
+// with swish, so fused_conv2d asks for None there.
+bool conv2d_forward(const float* x, const float* w, const float* bias, float* out, const Conv2dGeometry& g,
+                    ConvActivation act, const WeightsIdentity& weights, const ConvLayout& layout = {});
+
+// Whether oneDNN computes bf16 convolutions natively on this CPU (its
+// AVX512-BF16 or AMX kernels: about twice its f32 speed); elsewhere it
+// would emulate them, slower than f32, and the bf16 overloads below
+// return false / nothing.
+bool bf16_convolutions();
+
+// conv2d_forward of bf16 x, w, bias and out (bit patterns), accumulated in
+// f32 with bias and activation applied in f32, out rounded once; false
+// where !bf16_convolutions().
+bool conv2d_forward(const std::uint16_t* x, const std::uint16_t* w, const std::uint16_t* bias,
+                    std::uint16_t* out, const Conv2dGeometry& g, ConvActivation act,
+                    const WeightsIdentity& weights, const ConvLayout& layout = {});
 
 // Which of conv2d_backward's gradients it wrote.
 struct ConvGrads {
@@ -71,5 +90,12 @@ struct ConvGrads {
 // failed) is the caller's to compute.
 ConvGrads conv2d_backward(const float* x, const float* w, const float* dout, float* dx, float* dw,
                           const Conv2dGeometry& g, bool channels_last = false);
+
+// conv2d_backward of bf16 operands: dx rounded once from oneDNN's f32
+// accumulation, dw summed over the slices in f32 and rounded once; nothing
+// where !bf16_convolutions().
+ConvGrads conv2d_backward(const std::uint16_t* x, const std::uint16_t* w, const std::uint16_t* dout,
+                          std::uint16_t* dx, std::uint16_t* dw, const Conv2dGeometry& g,
+                          bool channels_last = false);
 
 }  // namespace kiln::cpu::onednn

@@ -14,12 +14,24 @@ bool sgemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const fl
 }
 
 bool conv2d_forward(const float*, const float*, const float*, float*, const Conv2dGeometry&,
-                    ConvActivation, const WeightsIdentity&, bool, bool, bool) {
+                    ConvActivation, const WeightsIdentity&, const ConvLayout&) {
+  return false;
+}
+
+bool bf16_convolutions() { return false; }
+
+bool conv2d_forward(const std::uint16_t*, const std::uint16_t*, const std::uint16_t*, std::uint16_t*,
+                    const Conv2dGeometry&, ConvActivation, const WeightsIdentity&, const ConvLayout&) {
   return false;
 }
 
 ConvGrads conv2d_backward(const float*, const float*, const float*, float*, float*,
                           const Conv2dGeometry&, bool) {
+  return {};
+}
+
+ConvGrads conv2d_backward(const std::uint16_t*, const std::uint16_t*, const std::uint16_t*, std::uint16_t*,
+                          std::uint16_t*, const Conv2dGeometry&, bool) {
   return {};
 }
 

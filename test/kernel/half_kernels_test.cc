@@ -2,11 +2,16 @@
 // kiln.add_n, and a CNN's convolutions and pools through their f32
 // kernels, in bf16 and f16): f32 arithmetic on the widened operands,
 // rounded once, so each result is exactly the f32 kernel's result on the
-// widened inputs, rounded to nearest even. Bad operands are errors naming
-// the op.
+// widened inputs, rounded to nearest even. bf16 convolutions on a CPU with
+// AVX512-BF16 run oneDNN's native bf16 kernels, which sum in another order:
+// within a rounding of that result. Bad operands are errors naming the op.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernel/half_test_util.h"
@@ -20,6 +25,9 @@ using kiln_test::run_op;
 using kiln_test::to_half;
 
 namespace {
+
+using V = std::vector<std::int64_t>;
+using Make = std::function<Operation*(Builder&, const std::vector<Value>&)>;
 
 Tensor widen(const Tensor& t) {
   Tensor f = Tensor::empty(t.dims(), DataType::Float32);
@@ -85,10 +93,9 @@ TEST_CASE("a bf16 add_n sums in f32 and rounds once; mixed dtypes or shapes are 
                    InvalidArgument, {"kiln.add_n", "input #1"});
 }
 
-TEST_CASE("a bf16 or f16 conv2d, its gradient and the pools are the f32 kernels on the widened operands, "
-          "rounded once",
+TEST_CASE("an f16 conv2d and its gradient, and the bf16 or f16 pools, are the f32 kernels on the widened "
+          "operands, rounded once",
           "[kernel][half]") {
-  using Make = std::function<Operation*(Builder&, const std::vector<Value>&)>;
   const auto check = [](const char* what, const std::vector<Tensor>& half, const Make& make) {
     INFO(what);
     std::vector<Tensor> wide;
@@ -101,18 +108,19 @@ TEST_CASE("a bf16 or f16 conv2d, its gradient and the pools are the f32 kernels 
       CHECK(is_rounded(got.out(i), want.out(i)));
     }
   };
-  using V = std::vector<std::int64_t>;
   for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
     INFO(to_string(dt));
     const Tensor x = random_half({2, 4, 9, 9}, dt, 1), w = random_half({6, 2, 3, 3}, dt, 2);
     const Tensor dout = random_half({2, 6, 5, 5}, dt, 3), pooled = random_half({2, 4, 4, 4}, dt, 4);
-    check("conv2d", {x, w}, [](Builder& b, const std::vector<Value>& v) {
-      return b.create<Conv2dOp>(v[0], v[1], V{2, 2}, V{1, 1}, V{1, 1}, std::int64_t{2}).operation();
-    });
-    check("conv2d_grad", {x, w, dout}, [](Builder& b, const std::vector<Value>& v) {
-      return b.create<GradOf<Conv2dOp>>(Conv2dOp::Attributes{V{2, 2}, V{1, 1}, V{1, 1}, 2}, v[0], v[1], v[2])
-          .operation();
-    });
+    if (dt == DataType::Float16) {
+      check("conv2d", {x, w}, [](Builder& b, const std::vector<Value>& v) {
+        return b.create<Conv2dOp>(v[0], v[1], V{2, 2}, V{1, 1}, V{1, 1}, std::int64_t{2}).operation();
+      });
+      check("conv2d_grad", {x, w, dout}, [](Builder& b, const std::vector<Value>& v) {
+        return b.create<GradOf<Conv2dOp>>(Conv2dOp::Attributes{V{2, 2}, V{1, 1}, V{1, 1}, 2}, v[0], v[1], v[2])
+            .operation();
+      });
+    }
     check("max_pool2d", {x}, [](Builder& b, const std::vector<Value>& v) {
       return b.create<MaxPool2dOp>(v[0], V{2, 2}).operation();
     });
@@ -128,6 +136,89 @@ TEST_CASE("a bf16 or f16 conv2d, its gradient and the pools are the f32 kernels 
           .operation();
     });
   }
+}
+
+// Whether each element of `half` is within a bf16 rounding of `f32` (half
+// an ulp, 2^-9 relative, and room for a sum taken in another order).
+bool within_rounding(const Tensor& half, const Tensor& f32) {
+  if (half.dims() != f32.dims() || half.dtype() != DataType::BFloat16) return false;
+  const auto* p = static_cast<const std::uint16_t*>(half.raw_data());
+  const float* q = f32.data<float>();
+  float scale = 0;
+  for (std::int64_t i = 0; i < f32.numel(); ++i) scale = std::max(scale, std::fabs(q[i]));
+  for (std::int64_t i = 0; i < half.numel(); ++i)
+    if (!(std::fabs(from_half(p[i], DataType::BFloat16) - q[i]) <= std::ldexp(std::fabs(q[i]), -8) + 1e-5f * scale))
+      return false;
+  return true;
+}
+
+// Each output of make's op on bf16 `in` against the f32 kernel on the widened
+// operands.
+void check_bf16_conv(const char* what, const std::vector<Tensor>& in, const Make& make) {
+  INFO(what);
+  std::vector<Tensor> wide;
+  for (const Tensor& t : in) wide.push_back(t.dtype() == DataType::BFloat16 ? widen(t) : t);
+  const auto got = run_kernel(in, make), want = run_kernel(wide, make);
+  REQUIRE(got.results.size() == want.results.size());
+  for (std::size_t i = 0; i < got.results.size(); ++i) {
+    INFO("output #" << i);
+    CHECK(within_rounding(got.out(i), want.out(i)));
+  }
+}
+
+TEST_CASE("a bf16 conv2d, fused_conv2d and conv2d gradient are within a bf16 rounding of the f32 kernels on the "
+          "widened operands, in NCHW and NHWC, grouped and depthwise",
+          "[kernel][half][conv]") {
+  const DataType bf = DataType::BFloat16;
+  for (const char* layout : {"NCHW", "NHWC"}) {
+    INFO(layout);
+    const bool nhwc = std::string_view(layout) == "NHWC";
+    const auto dims = [&](std::int64_t n, std::int64_t c, std::int64_t h) { return nhwc ? Dims{n, h, h, c} : Dims{n, c, h, h}; };
+    const Tensor x = random_half(dims(3, 8, 9), bf, 1), w = random_half({12, 4, 3, 3}, bf, 2);
+    const Tensor dw_w = random_half({8, 1, 3, 3}, bf, 3), bias = random_half({12}, bf, 4);
+    const Tensor dout = random_half(dims(3, 12, 5), bf, 5), residual = random_half(dims(3, 12, 5), bf, 6);
+    const std::string f = layout;
+    check_bf16_conv("conv2d, 2 groups, stride 2", {x, w}, [f](Builder& b, const std::vector<Value>& v) {
+      return b.create<Conv2dOp>(v[0], v[1], V{2, 2}, V{1, 1}, V{1, 1}, std::int64_t{2}, f).operation();
+    });
+    check_bf16_conv("conv2d_grad", {x, w, dout}, [f](Builder& b, const std::vector<Value>& v) {
+      return b.create<GradOf<Conv2dOp>>(Conv2dOp::Attributes{V{2, 2}, V{1, 1}, V{1, 1}, 2, f}, v[0], v[1], v[2])
+          .operation();
+    });
+    for (const char* act : {"none", "relu", "relu6", "silu"}) {
+      INFO(act);
+      const std::string a = act;
+      check_bf16_conv("fused_conv2d", {x, w, bias}, [f, a](Builder& b, const std::vector<Value>& v) {
+        return b.create<FusedConv2dOp>(v[0], v[1], v[2], V{2, 2}, V{1, 1}, V{1, 1}, std::int64_t{2}, a, f).operation();
+      });
+      check_bf16_conv("fused_conv2d with a residual", {x, w, bias, residual},
+                      [f, a](Builder& b, const std::vector<Value>& v) {
+                        return b.create<FusedConv2dOp>(v[0], v[1], v[2], V{2, 2}, V{1, 1}, V{1, 1}, std::int64_t{2}, a,
+                                                       f, v[3])
+                            .operation();
+                      });
+    }
+    check_bf16_conv("depthwise fused_conv2d", {x, dw_w, random_half({8}, bf, 7)},
+                    [f](Builder& b, const std::vector<Value>& v) {
+                      return b.create<FusedConv2dOp>(v[0], v[1], v[2], V{1, 1}, V{1, 1}, V{1, 1}, std::int64_t{8},
+                                                     "silu", f)
+                          .operation();
+                    });
+  }
+}
+
+TEST_CASE("a bf16 fused_conv2d whose bias does not match its output channels is an error naming the op",
+          "[kernel][half][conv]") {
+  const DataType bf = DataType::BFloat16;
+  const Tensor x = random_half({2, 4, 7, 7}, bf, 1), w = random_half({6, 4, 3, 3}, bf, 2);
+  const Tensor short_bias = random_half({5}, bf, 4);
+  KILN_CHECK_ERROR(run_kernel({x, w, short_bias}, [bf](Builder& b, const std::vector<Value>& v) {
+                     const Value bias = b.create<DataOp>("bias", V{6}, bf).result();
+                     Operation* op = b.create<FusedConv2dOp>(v[0], v[1], bias).operation();
+                     op->set_operand(2, v[2]);  // past the builder's check: the kernel's own
+                     return op;
+                   }),
+                   InvalidArgument, {"kiln.fused_conv2d", "bias is [5]", "6 output channels"});
 }
 
 TEST_CASE("a bf16 or f16 layer_norm keeps its mean and rstd in f32, so its gradient stays accurate for rows far "

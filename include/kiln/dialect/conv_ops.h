@@ -18,7 +18,10 @@ namespace kiln {
 
 // out = kiln.conv2d(x, w): x [N, C, H, W], w [O, C / groups, kh, kw] ->
 // out [N, O, Ho, Wo], Ho = (H + pt + pb - dh·(kh - 1) - 1) / sh + 1 (Wo
-// alike). Cross-correlation, as PyTorch's Conv2d. f32, f64.
+// alike). Cross-correlation, as PyTorch's Conv2d. f32, f64; bf16 and f16
+// accumulated in f32 (on the CPU, bf16 runs oneDNN's native bf16 kernels
+// where the CPU has AVX512-BF16, else the f32 kernel on widened operands,
+// as f16 does).
 // data_format "NCHW" (default) or "NHWC": x [N, H, W, C] -> out [N, Ho, Wo,
 // O], w as in NCHW; CPU only, what the channels_last pass writes in a
 // training program (its gradient op takes the same layout).
@@ -85,7 +88,7 @@ struct Conv2dTransposeOp
 // activation while it is still in cache, instead of more passes over the
 // output (what ONNX Runtime's FusedConv does; the fuse_conv_epilogue pass
 // builds it). Attributes and x / w as conv2d's.
-// f32, f64. Its gradient is composed: the activation's gradient (relu's and
+// f32, f64, bf16 and f16 as conv2d. Its gradient is composed: the activation's gradient (relu's and
 // relu6's from the output; silu's from the pre-activation, computed again),
 // the bias's as its sum over N, H, W, and conv2d's gradient op.
 // data_format "NCHW" (default) or "NHWC": x [N, H, W, C] -> out [N, Ho, Wo,

@@ -32,6 +32,11 @@ using HalfViaF32Ops =
                GradOf<MaxPool2dOp>, AvgPool2dOp, GradOf<AvgPool2dOp>, AdaptiveAvgPool2dOp,
                GradOf<AdaptiveAvgPool2dOp>>;
 
+// Of HalfViaF32Ops, those whose bf16 CPU kernel is their own: oneDNN's
+// native bf16 convolutions (kernels/cpu/conv.cc), which run through the
+// f32 kernel as above on a CPU without them.
+using CpuOwnBf16Ops = OpTypeList<Conv2dOp, GradOf<Conv2dOp>, FusedConv2dOp>;
+
 // How one place's kernels move between 16-bit and f32 tensors.
 struct HalfConversions {
   // `half` (bf16 or f16) as a new f32 tensor at ctx's place, from `allocator`.
