@@ -6,8 +6,10 @@
 // runs the same networks in PyTorch eager beside it (`./run bench models`).
 //   BENCH model.{resnet18,mobilenet_v2}.t1, .t2     ms/step (medians after warm-up)
 //   BENCH model.{resnet18,mobilenet_v2}.t1.min      the fastest step at 1 thread
+//   BENCH model.{resnet18,mobilenet_v2}.amp_bf16.*  the same under mixed precision
+//                                                   O1 in bf16, convolutions included
 // Random but fixed data, fed every step. Filters: "", "models", "model",
-// "model.resnet18", "model.mobilenet_v2".
+// "model.resnet18", "model.mobilenet_v2", "model.<net>.amp_bf16".
 #include <algorithm>
 #include <fstream>
 #include <memory>
@@ -20,6 +22,7 @@
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/interpreter_core.h"
+#include "kiln/frontend/amp.h"
 #include "kiln/exec/thread_plan.h"
 
 namespace bench {
@@ -89,19 +92,29 @@ kiln::Value mobilenet_v2(kiln::Value x) {
   return relu6(conv_bn(x, in, 1280, 1, 1));
 }
 
+// name: "resnet18", "mobilenet_v2", or either + "_amp_bf16": mixed
+// precision O1 in bf16 with the convolutions on its allow list (PyTorch's
+// CPU autocast runs them in bf16 too).
 std::unique_ptr<Model> cnn_model(const std::string& name) {
+  const bool amp = name.ends_with("_amp_bf16");
+  const bool resnet = name.starts_with("resnet18");
   auto m = std::make_unique<Model>();
   {
     kiln::ProgramGuard guard(m->main, m->startup);
     auto x = kiln::data("x", {kBatch, 3, kImage, kImage});
     auto label = kiln::data("label", {kBatch}, kiln::DataType::Int64);
-    kiln::Value features = name == "resnet18" ? resnet18(x) : mobilenet_v2(x);
-    const std::int64_t width = name == "resnet18" ? 512 : 1280;
+    kiln::Value features = resnet ? resnet18(x) : mobilenet_v2(x);
+    const std::int64_t width = resnet ? 512 : 1280;
     features = kiln::nn::functional::flatten(
         kiln::nn::functional::adaptive_avg_pool2d(features, {1, 1}));
     kiln::nn::Linear head(width, kClasses);
     m->loss = kiln::nn::functional::cross_entropy(head(features), label);
-    kiln::optim::Momentum(/*learning_rate=*/0.01, /*momentum=*/0.9).minimize(m->loss);
+    kiln::optim::Momentum opt(/*learning_rate=*/0.01, /*momentum=*/0.9);
+    if (amp)
+      kiln::amp::decorate(opt, {.dtype = kiln::DataType::BFloat16, .allow = {"kiln.matmul", "kiln.conv2d"}})
+          .minimize(m->loss);
+    else
+      opt.minimize(m->loss);
   }
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -152,8 +165,9 @@ std::vector<double> step_ms(Model& m, unsigned threads, int steps) {
 
 int main(int argc, char** argv) {
   const std::string filter = argc > 1 ? argv[1] : "";
-  for (const std::string name : {"resnet18", "mobilenet_v2"}) {
-    const std::string key = "model." + name;
+  for (const std::string name : {"resnet18", "mobilenet_v2", "resnet18_amp_bf16", "mobilenet_v2_amp_bf16"}) {
+    const bool amp = name.ends_with("_amp_bf16");
+    const std::string key = "model." + name.substr(0, name.find("_amp")) + (amp ? ".amp_bf16" : "");
     if (!(filter.empty() || filter == "models" || filter == "model" || filter == key)) continue;
     auto m = bench::cnn_model(name);
     const auto t1 = bench::step_ms(*m, 1, 4), t2 = bench::step_ms(*m, 2, 4);

@@ -655,4 +655,5 @@ bool conv2d_forward(const std::uint16_t* x, const std::uint16_t* w, const std::u
 
 namespace kiln {
 bool cpu_convolutions_prefer_channels_last() { return true; }
+bool cpu_convolutions_compute_bf16() { return cpu::onednn::bf16_convolutions(); }
 }  // namespace kiln

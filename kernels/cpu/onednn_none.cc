@@ -39,4 +39,5 @@ ConvGrads conv2d_backward(const std::uint16_t*, const std::uint16_t*, const std:
 
 namespace kiln {
 bool cpu_convolutions_prefer_channels_last() { return false; }
+bool cpu_convolutions_compute_bf16() { return false; }
 }  // namespace kiln

@@ -25,6 +25,7 @@
 #include "kiln/dialect/pool_ops.h"
 #include "kiln/dialect/reduce_ops.h"
 #include "kiln/dialect/tensor_ops.h"
+#include "kiln/dialect/unary_ops.h"
 #include "kiln/ir/builder.h"
 #include "kiln/ir/builtin_types.h"
 #include "kiln/ir/ir_mapping.h"
@@ -40,6 +41,13 @@ const std::vector<std::int64_t> kToNhwc{0, 2, 3, 1}, kToNchw{0, 3, 1, 2};
 constexpr std::array<std::int64_t, 4> kNhwcAxis{0, 3, 1, 2};
 
 bool rank4(Value v) { return v && is_shaped(v.type()) && shaped_dims(v.type()).size() == 4; }
+
+// Whether the CPU convolves v's dtype fast enough for NHWC to pay: f32, and
+// bf16 where it computes bf16 natively.
+bool fast_conv_dtype(Value v) {
+  const DataType dt = shaped_data_type(v.type());
+  return dt == DataType::Float32 || (dt == DataType::BFloat16 && cpu_convolutions_compute_bf16());
+}
 
 bool one_element(Value v) {
   if (!v || !is_shaped(v.type())) return false;
@@ -269,13 +277,12 @@ class ChannelsLast {
     regions_.join(at_);
   }
 
-  // A (fused_)conv2d of f32 data.
+  // A (fused_)conv2d of f32 data (or bf16, convolved natively).
   template <typename OpT>
   std::size_t convert_conv(Operation* op) {
     auto a = OpT(op).attrs();
     Value x = op->operand_source(0);
-    if (a.data_format == "NHWC" || !rank4(x) || shaped_data_type(x.type()) != DataType::Float32 ||
-        !convertible(op))
+    if (a.data_format == "NHWC" || !rank4(x) || !fast_conv_dtype(x) || !convertible(op))
       return 0;
     const bool has_residual = std::is_same_v<OpT, FusedConv2dOp> && op->num_operands() == 4;
     Value r = has_residual ? nhwc_of(op->operand_source(3), op) : Value();
@@ -290,11 +297,11 @@ class ChannelsLast {
     return 1;
   }
 
-  // conv2d_grad(x, w, dout) -> (dx, dw) of f32 data, once x or dout has a
-  // twin: x, dout and dx NHWC, w and dw as they are.
+  // conv2d_grad(x, w, dout) -> (dx, dw) of f32 data (or bf16, convolved
+  // natively), once x or dout has a twin: x, dout and dx NHWC, w and dw as
+  // they are.
   std::size_t convert_conv_grad(Operation* op) {
-    if (shaped_data_type(op->operand_source(0).type()) != DataType::Float32 ||
-        !convert_grad<GradOf<Conv2dOp>>(op, 2))
+    if (!fast_conv_dtype(op->operand_source(0)) || !convert_grad<GradOf<Conv2dOp>>(op, 2))
       return 0;
     // NCHW, oneDNN reorders x (for dw), dx back, and dout once (shared).
     if (!pointwise<GradOf<Conv2dOp>>(op))
@@ -346,15 +353,16 @@ class ChannelsLast {
     retype(op);
   }
 
-  // An elementwise op of the fused families or kiln.clip (relu6), or one's
-  // gradient, once one operand has a twin or is a transpose of NHWC data to
-  // NCHW (ConvNeXt's permute back before its layer scale). A [C, 1, 1]
-  // operand is read as [C].
+  // An elementwise op of the fused families, kiln.clip (relu6) or kiln.cast
+  // (mixed precision's, around a bf16 convolution), or one's gradient, once
+  // one operand has a twin or is a transpose of NHWC data to NCHW
+  // (ConvNeXt's permute back before its layer scale). A [C, 1, 1] operand
+  // is read as [C].
   void convert_elementwise(Operation* op) {
     FusedStep s;
-    const bool clip = op->isa<ClipOp>() || op->isa<GradOf<ClipOp>>();
-    if (!(clip || fused_step_for(op->name(), s)) || !op->has_trait<ReadOnly>() || !convertible(op)) return;
-    if (!clip && s.kind != FusedStep::Kind::Unary && s.kind != FusedStep::Kind::UnaryGrad &&
+    const bool clip_or_cast = op->isa<ClipOp>() || op->isa<GradOf<ClipOp>>() || op->isa<CastOp>();
+    if (!(clip_or_cast || fused_step_for(op->name(), s)) || !op->has_trait<ReadOnly>() || !convertible(op)) return;
+    if (!clip_or_cast && s.kind != FusedStep::Kind::Unary && s.kind != FusedStep::Kind::UnaryGrad &&
         s.kind != FusedStep::Kind::Binary && s.kind != FusedStep::Kind::Scale)
       return;
     bool any = false;

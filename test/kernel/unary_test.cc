@@ -2,12 +2,14 @@
 // sqrt, square, abs, neg, the trigonometric and hyperbolic functions, erf,
 // floor, ceil, round, sign, scale), the in-place relu_ / sqrt_, and assign,
 // cast and full: each kernel against plain loops over std:: math.
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "kernel/kernel_test_util.h"
+#include "kiln/support/half.h"
 
 using namespace kiln;
 using kiln_test::run_op;
@@ -312,6 +314,30 @@ TEST_CASE("cast rounds to f16 and bf16 to nearest even and reads them back exact
   Tensor hu = run_op<CastOp>({u8}, DataType::Float16).out();
   CHECK(run_op<CastOp>({hu}, DataType::UInt8).out().to_vector<std::uint8_t>() ==
         std::vector<std::uint8_t>{200, 3});
+}
+
+TEST_CASE("cast between f32 and bf16 keeps every bit pattern's rounding, NaNs quiet, over a tensor long enough "
+          "to split across threads",
+          "[kernel]") {
+  // Every sign and exponent, mantissas near the rounding ties, NaNs, infinities and denormals.
+  std::vector<float> v;
+  for (std::uint32_t top = 0; top < 512; ++top)
+    for (std::uint32_t low : {0x0000u, 0x7fffu, 0x8000u, 0x8001u, 0x18000u, 0xffffu, 0x12345u, 0x7fffffu})
+      v.push_back(std::bit_cast<float>((top << 23) | (low & 0x7fffffu)));
+  const std::int64_t n = static_cast<std::int64_t>(v.size()) * 64;
+  std::vector<float> all;
+  for (int r = 0; r < 64; ++r) all.insert(all.end(), v.begin(), v.end());
+  const Tensor f = Tensor::from_vector<float>({n}, all);
+  const Tensor b = run_op<CastOp>({f}, DataType::BFloat16).out();
+  const auto* bits = static_cast<const std::uint16_t*>(b.raw_data());
+  std::int64_t wrong = 0;
+  for (std::int64_t i = 0; i < n; ++i) wrong += bits[i] != float_to_bfloat16(all[i]);
+  CHECK(wrong == 0);
+  const std::vector<float> back = run_op<CastOp>({b}, DataType::Float32).out().to_vector<float>();
+  std::int64_t changed = 0;
+  for (std::int64_t i = 0; i < n; ++i)
+    changed += std::bit_cast<std::uint32_t>(back[i]) != std::bit_cast<std::uint32_t>(bfloat16_to_float(bits[i]));
+  CHECK(changed == 0);
 }
 
 TEST_CASE("full fills every supported dtype and rejects values the dtype cannot hold", "[kernel]") {

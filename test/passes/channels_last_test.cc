@@ -9,6 +9,7 @@
 #include "test_util.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
+#include "kiln/frontend/amp.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/frontend/optimizer.h"
 #include "kiln/kernel/cpu_convolution.h"
@@ -287,11 +288,12 @@ namespace {
 // conv + batch norm + relu stem, a 3x3 stride-2 max pool, a basic block,
 // a stride-2 basic block with a 1x1 conv on its skip path, a global average
 // pool, a linear classifier, cross-entropy and momentum SGD.
+// amp: mixed precision O1 in bf16 with the convolutions on its allow list.
 struct TinyResNet {
   Program main, startup;
   Value loss;
   FeedMap feeds;
-  TinyResNet() {
+  explicit TinyResNet(bool amp = false) {
     UniqueNameGuard names;
     {
       ProgramGuard guard(main, startup);
@@ -309,7 +311,9 @@ struct TinyResNet {
       y = relu(add(conv_bn(relu(conv_bn(y, 8, 16, 3, 2)), 16, 16, 3, 1), conv_bn(y, 8, 16, 1, 2)));
       Value features = nn::functional::flatten(nn::functional::adaptive_avg_pool2d(y, {1, 1}));
       loss = nn::functional::cross_entropy(nn::Linear(16, 5)(features), label);
-      optim::Momentum(0.05, 0.9).minimize(loss);
+      optim::Momentum opt(0.05, 0.9);
+      if (amp) amp::decorate(opt, {.dtype = DataType::BFloat16, .allow = {"kiln.matmul", "kiln.conv2d"}}).minimize(loss);
+      else opt.minimize(loss);
     }
     feeds = {{"x", filled({4, 3, 12, 12}, 0.1f, 3)},
              {"label", Tensor::from_vector<std::int64_t>({4}, std::vector<std::int64_t>{0, 3, 1, 4})}};
@@ -356,6 +360,34 @@ TEST_CASE("a training program's convolutions, batch norms, max pool and their gr
   for (const auto& [name, p] : plain.main.parameters()) {
     INFO(name);
     check_close(b.scope().find_var(name)->get<Tensor>(), a.scope().find_var(name)->get<Tensor>());
+  }
+}
+
+TEST_CASE("a mixed-precision bf16 training program goes NHWC with its casts where the CPU convolves bf16 "
+          "natively, and trains as its NCHW program does",
+          "[passes][channels_last][amp]") {
+  TinyResNet plain(/*amp=*/true), nhwc(/*amp=*/true);
+  const bool native = cpu_convolutions_compute_bf16();
+  CHECK(convert_to_channels_last(nhwc.main.block(), {nhwc.loss.impl()}, nullptr, true) == (native ? 12u : 0u));
+  nhwc.main.verify();
+  if (!native) return;  // bf16 convolutions through f32 kernels: NCHW stays
+  for (auto [converted, all] : {nhwc_of_all<Conv2dOp>(nhwc.main), nhwc_of_all<GradOf<Conv2dOp>>(nhwc.main),
+                                nhwc_of_all<BatchNormOp>(nhwc.main), nhwc_of_all<GradOf<BatchNormOp>>(nhwc.main)}) {
+    CHECK(all > 0);
+    CHECK(converted == all);
+  }
+  // The casts between the bf16 convolutions and the f32 batch norms need no transposes.
+  CHECK(count_top_ops(nhwc.main, "kiln.transpose") == 3);
+  Executor a(Place::cpu(), {.passes = ""}), b(Place::cpu(), {.passes = ""});
+  set_random_seed(5);
+  a.run(plain.startup);
+  set_random_seed(5);
+  b.run(nhwc.startup);
+  for (int step = 0; step < 4; ++step) {
+    const float la = a.run(plain.main, plain.feeds, {plain.loss})[0].to_vector<float>()[0];
+    const float lb = b.run(nhwc.main, nhwc.feeds, {nhwc.loss})[0].to_vector<float>()[0];
+    INFO("step " << step);
+    CHECK(lb == Approx(la).epsilon(2e-2));  // bf16 results, rounded after sums in other orders
   }
 }
 
