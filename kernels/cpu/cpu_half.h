@@ -13,14 +13,22 @@
 
 namespace kiln::cpu {
 
+// n bf16 values to f32 and n f32 values rounded to bf16 (bfloat16_to_float's
+// and float_to_bfloat16's bits), vectorized, on the kernel's threads.
+void bf16_to_f32(const std::uint16_t* in, float* out, std::int64_t n);
+void f32_to_bf16(const float* in, std::uint16_t* out, std::int64_t n);
+
 template <DataType D>
 Tensor widen_half(const Tensor& t) {
   static_assert(D == DataType::Float16 || D == DataType::BFloat16);
   Tensor f = Tensor::empty(t.dims(), DataType::Float32);
   const auto* p = static_cast<const std::uint16_t*>(t.raw_data());
   float* q = f.data<float>();
-  for (std::int64_t i = 0, n = t.numel(); i < n; ++i)
-    q[i] = D == DataType::Float16 ? half_to_float(p[i]) : bfloat16_to_float(p[i]);
+  if constexpr (D == DataType::BFloat16) {
+    bf16_to_f32(p, q, t.numel());
+  } else {
+    for (std::int64_t i = 0, n = t.numel(); i < n; ++i) q[i] = half_to_float(p[i]);
+  }
   return f;
 }
 
@@ -30,8 +38,11 @@ void round_half(const Tensor& f, Tensor& out) {
   static_assert(D == DataType::Float16 || D == DataType::BFloat16);
   auto* po = static_cast<std::uint16_t*>(out.raw_data());
   const float* pf = f.data<float>();
-  for (std::int64_t i = 0, n = f.numel(); i < n; ++i)
-    po[i] = D == DataType::Float16 ? float_to_half(pf[i]) : float_to_bfloat16(pf[i]);
+  if constexpr (D == DataType::BFloat16) {
+    f32_to_bf16(pf, po, f.numel());
+  } else {
+    for (std::int64_t i = 0, n = f.numel(); i < n; ++i) po[i] = float_to_half(pf[i]);
+  }
 }
 
 // ctx's op (`op`) through its f32 CPU kernel: 16-bit inputs widened,

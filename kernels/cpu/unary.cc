@@ -17,6 +17,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "cpu_half.h"
 #include "cpu_kernel_util.h"
 #include "unary_kernel_math.h"
 #include "vector_math.h"
@@ -219,17 +220,14 @@ struct Bf16ToFloat {
   }
 };
 
-// The f32 <-> bf16 cast of n elements on the kernel's threads; false for
-// other dtypes.
+// The f32 <-> bf16 cast of n elements; false for other dtypes.
 bool cast_bf16(DataType from, DataType to, const void* in, void* out, std::int64_t n) {
-  const bool down = from == DataType::Float32 && to == DataType::BFloat16;
-  if (!down && !(from == DataType::BFloat16 && to == DataType::Float32)) return false;
-  parallel_for(n, items_per_range(6), [=](std::int64_t b, std::int64_t e) {
-    if (down)
-      simd_dispatch<FloatToBf16>(static_cast<const float*>(in) + b, static_cast<std::uint16_t*>(out) + b, e - b);
-    else
-      simd_dispatch<Bf16ToFloat>(static_cast<const std::uint16_t*>(in) + b, static_cast<float*>(out) + b, e - b);
-  });
+  if (from == DataType::Float32 && to == DataType::BFloat16)
+    f32_to_bf16(static_cast<const float*>(in), static_cast<std::uint16_t*>(out), n);
+  else if (from == DataType::BFloat16 && to == DataType::Float32)
+    bf16_to_f32(static_cast<const std::uint16_t*>(in), static_cast<float*>(out), n);
+  else
+    return false;
   return true;
 }
 
@@ -283,6 +281,18 @@ void cast_kernel(KernelContext& ctx) {
 }
 
 }  // namespace
+
+void bf16_to_f32(const std::uint16_t* in, float* out, std::int64_t n) {
+  parallel_for(n, items_per_range(6), [=](std::int64_t b, std::int64_t e) {
+    simd_dispatch<Bf16ToFloat>(in + b, out + b, e - b);
+  });
+}
+
+void f32_to_bf16(const float* in, std::uint16_t* out, std::int64_t n) {
+  parallel_for(n, items_per_range(6), [=](std::int64_t b, std::int64_t e) {
+    simd_dispatch<FloatToBf16>(in + b, out + b, e - b);
+  });
+}
 
 [[maybe_unused]] static const bool unary_family = register_family(UnaryFamily{});
 [[maybe_unused]] static const bool inplace_family = register_inplace_family(InplaceUnaryFamily{});
