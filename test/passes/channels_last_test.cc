@@ -2,7 +2,9 @@
 // transposes are, and that the converted program computes what the NCHW
 // one did.
 #include <cmath>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "catch.hpp"
@@ -329,6 +331,29 @@ std::pair<std::size_t, std::size_t> nhwc_of_all(const Program& p) {
   return {nhwc, all};
 }
 
+// Each (converted, all) pair counts some ops, all of them NHWC.
+void check_all_nhwc(std::initializer_list<std::pair<std::size_t, std::size_t>> counts) {
+  for (auto [converted, all] : counts) {
+    CHECK(all > 0);
+    CHECK(converted == all);
+  }
+}
+
+// plain's and nhwc's losses, each run from seed 5 on its own executor, over
+// `steps` steps: within `epsilon` of each other.
+void check_same_losses(TinyResNet& plain, TinyResNet& nhwc, Executor& a, Executor& b, int steps, double epsilon) {
+  set_random_seed(5);
+  a.run(plain.startup);
+  set_random_seed(5);
+  b.run(nhwc.startup);
+  for (int step = 0; step < steps; ++step) {
+    const float la = a.run(plain.main, plain.feeds, {plain.loss})[0].to_vector<float>()[0];
+    const float lb = b.run(nhwc.main, nhwc.feeds, {nhwc.loss})[0].to_vector<float>()[0];
+    INFO("step " << step);
+    CHECK(lb == Approx(la).epsilon(epsilon));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("a training program's convolutions, batch norms, max pool and their gradients go NHWC between "
@@ -337,26 +362,14 @@ TEST_CASE("a training program's convolutions, batch norms, max pool and their gr
   TinyResNet plain, nhwc;
   CHECK(convert_to_channels_last(nhwc.main.block(), {nhwc.loss.impl()}, nullptr, true) == 12);  // 6 convs, 6 grads
   nhwc.main.verify();
-  for (auto [converted, all] : {nhwc_of_all<Conv2dOp>(nhwc.main), nhwc_of_all<GradOf<Conv2dOp>>(nhwc.main),
-                                nhwc_of_all<BatchNormOp>(nhwc.main), nhwc_of_all<GradOf<BatchNormOp>>(nhwc.main),
-                                nhwc_of_all<MaxPool2dOp>(nhwc.main), nhwc_of_all<GradOf<MaxPool2dOp>>(nhwc.main)}) {
-    CHECK(all > 0);
-    CHECK(converted == all);
-  }
+  check_all_nhwc({nhwc_of_all<Conv2dOp>(nhwc.main), nhwc_of_all<GradOf<Conv2dOp>>(nhwc.main),
+                  nhwc_of_all<BatchNormOp>(nhwc.main), nhwc_of_all<GradOf<BatchNormOp>>(nhwc.main),
+                  nhwc_of_all<MaxPool2dOp>(nhwc.main), nhwc_of_all<GradOf<MaxPool2dOp>>(nhwc.main)});
   // x in; the last block's output back for the average pool, and its gradient in.
   CHECK(count_top_ops(nhwc.main, "kiln.transpose") == 3);
 
   Executor a(Place::cpu(), {.passes = ""}), b(Place::cpu(), {.passes = ""});
-  set_random_seed(5);
-  a.run(plain.startup);
-  set_random_seed(5);
-  b.run(nhwc.startup);
-  for (int step = 0; step < 6; ++step) {
-    const float la = a.run(plain.main, plain.feeds, {plain.loss})[0].to_vector<float>()[0];
-    const float lb = b.run(nhwc.main, nhwc.feeds, {nhwc.loss})[0].to_vector<float>()[0];
-    INFO("step " << step);
-    CHECK(lb == Approx(la).epsilon(1e-4));  // the convolutions' and norms' summation orders differ
-  }
+  check_same_losses(plain, nhwc, a, b, 6, 1e-4);  // the convolutions' and norms' summation orders differ
   for (const auto& [name, p] : plain.main.parameters()) {
     INFO(name);
     check_close(b.scope().find_var(name)->get<Tensor>(), a.scope().find_var(name)->get<Tensor>());
@@ -371,24 +384,12 @@ TEST_CASE("a mixed-precision bf16 training program goes NHWC with its casts wher
   CHECK(convert_to_channels_last(nhwc.main.block(), {nhwc.loss.impl()}, nullptr, true) == (native ? 12u : 0u));
   nhwc.main.verify();
   if (!native) return;  // bf16 convolutions through f32 kernels: NCHW stays
-  for (auto [converted, all] : {nhwc_of_all<Conv2dOp>(nhwc.main), nhwc_of_all<GradOf<Conv2dOp>>(nhwc.main),
-                                nhwc_of_all<BatchNormOp>(nhwc.main), nhwc_of_all<GradOf<BatchNormOp>>(nhwc.main)}) {
-    CHECK(all > 0);
-    CHECK(converted == all);
-  }
+  check_all_nhwc({nhwc_of_all<Conv2dOp>(nhwc.main), nhwc_of_all<GradOf<Conv2dOp>>(nhwc.main),
+                  nhwc_of_all<BatchNormOp>(nhwc.main), nhwc_of_all<GradOf<BatchNormOp>>(nhwc.main)});
   // The casts between the bf16 convolutions and the f32 batch norms need no transposes.
   CHECK(count_top_ops(nhwc.main, "kiln.transpose") == 3);
   Executor a(Place::cpu(), {.passes = ""}), b(Place::cpu(), {.passes = ""});
-  set_random_seed(5);
-  a.run(plain.startup);
-  set_random_seed(5);
-  b.run(nhwc.startup);
-  for (int step = 0; step < 4; ++step) {
-    const float la = a.run(plain.main, plain.feeds, {plain.loss})[0].to_vector<float>()[0];
-    const float lb = b.run(nhwc.main, nhwc.feeds, {nhwc.loss})[0].to_vector<float>()[0];
-    INFO("step " << step);
-    CHECK(lb == Approx(la).epsilon(2e-2));  // bf16 results, rounded after sums in other orders
-  }
+  check_same_losses(plain, nhwc, a, b, 4, 2e-2);  // bf16 results, rounded after sums in other orders
 }
 
 TEST_CASE("the fuse pass gives an imported-style CNN NHWC convolutions where the CPU prefers them, "
