@@ -24,10 +24,10 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "cpu_half.h"
 #include "intra_op.h"
 #include "kiln/kernel/blas.h"
 #include "kiln/kernel/cpu_convolution.h"
-#include "kiln/support/half.h"
 
 namespace kiln::cpu::onednn {
 namespace {
@@ -635,8 +635,7 @@ ConvGrads conv2d_backward(const std::uint16_t* x, const std::uint16_t* w, const 
   thread_local std::vector<float> dw32;
   if (dw != nullptr) dw32.resize(static_cast<std::size_t>(g.o * (g.c / g.groups) * g.kh * g.kw));
   ConvGrads done = backward(x, w, dout, dx, dw != nullptr ? dw32.data() : nullptr, g, channels_last, true);
-  if (done.dw)
-    for (std::size_t i = 0; i < dw32.size(); ++i) dw[i] = float_to_bfloat16(dw32[i]);
+  if (done.dw) f32_to_bf16(dw32.data(), dw, static_cast<std::int64_t>(dw32.size()));
   return done;
 }
 
