@@ -285,6 +285,27 @@ TEST_CASE("f32 matmuls give the same bits at any thread count, transposed or not
       }
 }
 
+TEST_CASE("bf16 convolutions and their gradients (oneDNN's bf16 kernels where the CPU has them) give the "
+          "same bits at any thread count, NHWC and NCHW",
+          "[kernel][intra_op][half]") {
+  const auto bf16 = [](const Tensor& t) { return run_op<CastOp>({t}, DataType::BFloat16).out(); };
+  for (const char* layout : {"NHWC", "NCHW"}) {
+    INFO(layout);
+    const bool nhwc = std::string(layout) == "NHWC";
+    const Tensor x = bf16(filled<float>(nhwc ? Dims{5, 14, 14, 32} : Dims{5, 32, 14, 14}, -1, 1, 1));
+    const Tensor w = bf16(filled<float>(Dims{48, 32, 3, 3}, -1, 1, 2)), b = bf16(filled<float>(Dims{48}, -1, 1, 4));
+    const Tensor dout = bf16(filled<float>(nhwc ? Dims{5, 14, 14, 48} : Dims{5, 48, 14, 14}, -1, 1, 3));
+    same_bits_at_any_thread_count([&] {
+      return run_op<FusedConv2dOp>({x, w, b}, Axes{1, 1}, Axes{1, 1}, Axes{1, 1}, std::int64_t{1},
+                                   std::string("silu"), std::string(layout));
+    });
+    same_bits_at_any_thread_count([&] {
+      return run_op<GradOf<Conv2dOp>>({x, w, dout}, Axes{1, 1}, Axes{1, 1}, Axes{1, 1}, std::int64_t{1},
+                                      std::string(layout));
+    });
+  }
+}
+
 TEST_CASE("a convolution's gradients give the same bits at any thread count", "[kernel][intra_op]") {
   const Tensor x = filled<float>(Dims{8, 16, 28, 28}, -1, 1, 1);
   const Tensor w = filled<float>(Dims{32, 16, 3, 3}, -1, 1, 2);
