@@ -13,6 +13,7 @@
 #include "catch.hpp"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
+#include "kiln/frontend/amp.h"
 #include "kiln/frontend/data.h"
 #include "kiln/frontend/functional.h"
 #include "kiln/frontend/optimizer.h"
@@ -43,9 +44,15 @@ Value fetched(const Program& p, const std::string& name) {
   return {};
 }
 
-// The model's output for its data set next to PyTorch's, within `tol`.
-void check_matches_pytorch(const fs::path& dir, double tol) {
+// The model's output for its data set next to PyTorch's, within `tol`;
+// with bf16, the imported program rewritten as mixed precision O1 with its
+// convolutions and matmuls in bf16.
+void check_matches_pytorch(const fs::path& dir, double tol, bool bf16 = false) {
   onnx::ImportedModel m = onnx::import_model((dir / "model.onnx").string());
+  if (bf16)
+    CHECK(amp::rewrite(m.main.block(), {.dtype = DataType::BFloat16,
+                                        .allow = {"kiln.conv2d", "kiln.fused_conv2d", "kiln.matmul"}})
+              .lowered_ops > 0);
   REQUIRE(m.inputs.size() == 1);
   REQUIRE(m.outputs.size() == 1);
   Executor exe;
@@ -64,6 +71,14 @@ TEST_CASE("a LeNet-5 exported by PyTorch gives PyTorch's logits to 1e-4", "[onnx
   const fs::path dir = model_dir("lenet");
   if (dir.empty()) return;
   check_matches_pytorch(dir, 1e-4);
+}
+
+TEST_CASE("a LeNet-5 exported by PyTorch, its convolutions and matmuls made bf16 by mixed precision, gives "
+          "PyTorch's logits to bf16's precision",
+          "[onnx][models][amp]") {
+  const fs::path dir = model_dir("lenet");
+  if (dir.empty()) return;
+  check_matches_pytorch(dir, 3e-2, /*bf16=*/true);
 }
 
 TEST_CASE("a char-transformer GPT exported by PyTorch gives PyTorch's logits to 1e-4",

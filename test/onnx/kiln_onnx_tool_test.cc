@@ -124,6 +124,23 @@ TEST_CASE("kiln-onnx bench reports latency percentiles and needs every symbolic 
   CHECK_THAT(usage.out, Catch::Contains("usage: kiln-onnx"));
 }
 
+TEST_CASE("kiln-onnx bench --precision bf16 runs a CNN's convolutions in bf16, says so, and names a precision "
+          "it does not know",
+          "[onnx][tool]") {
+  if (!have_tool()) return;
+  const std::string lenet = "bench " + models() + "/lenet/model.onnx --dim batch=2 --iters 3";
+  auto bf16 = tool(lenet + " --precision bf16");
+  INFO(bf16.out);
+  CHECK(bf16.status == 0);
+  CHECK_THAT(bf16.out, Catch::Contains("precision bf16 (") && Catch::Contains("ops in it)"));
+  auto f32 = tool(lenet);
+  CHECK(f32.status == 0);
+  CHECK_THAT(f32.out, Catch::Contains("precision f32\n"));
+  auto bad = tool(lenet + " --precision f8");
+  CHECK(bad.status == 1);
+  CHECK_THAT(bad.out, Catch::Contains("--precision 'f8'") && Catch::Contains("f32 or bf16"));
+}
+
 TEST_CASE("kiln-onnx bench runs the thread plan it is given, says which plan it kept, and "
           "names a plan it does not know",
           "[onnx][tool]") {

@@ -13,6 +13,7 @@
 //                           mismatch; --out writes the outputs as output_N.pb
 //   kiln-onnx bench MODEL [--dim NAME=N]... [--threads T] [--iters N]
 //                     [--int-max N] [--name BENCH_NAME] [--thread-plan P]
+//                     [--precision f32|bf16]
 //                           random inputs of the declared shapes (symbolic
 //                           dims from --dim; integers in [0, int-max), 10 by
 //                           default), warm-up, then latency p50/p90/p99 and
@@ -22,7 +23,9 @@
 //                           --trace FILE writes the last run as a Chrome trace;
 //                           --thread-plan auto|sequential|graph|blas sets
 //                           ExecutionOptions::thread_plan (the plan the run
-//                           kept is printed)
+//                           kept is printed); --precision bf16 runs the
+//                           convolutions and matmuls in bf16 (mixed
+//                           precision O1, kiln/frontend/amp.h; default f32)
 //   kiln-onnx export PROGRAM WEIGHTS OUT.onnx [--feed NAME]... [--fetch NAME]...
 //                           a kiln program (JSON, kiln/io/json.h) and its
 //                           weights file (kiln/io/weights.h) — e.g. what
@@ -48,6 +51,7 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
 #include "kiln/exec/interpreter_core.h"
+#include "kiln/frontend/amp.h"
 #include "kiln/io/file.h"
 #include "kiln/io/json.h"
 #include "kiln/io/weights.h"
@@ -68,6 +72,7 @@ int usage() {
       "       kiln-onnx run MODEL --data DIR [--out DIR] [--threads T] [--thread-plan P]\n"
       "       kiln-onnx bench MODEL [--dim NAME=N]... [--threads T] [--iters N] [--int-max N]\n"
       "                             [--name BENCH_NAME] [--trace FILE] [--thread-plan P]\n"
+      "                             [--precision f32|bf16]\n"
       "       kiln-onnx export PROGRAM WEIGHTS OUT.onnx [--feed NAME]... [--fetch NAME]...\n",
       stderr);
   return 2;
@@ -229,6 +234,19 @@ Tensor random_input(const onnx::TensorInfo& in, const std::map<std::string, std:
               "; kiln-onnx bench makes float, double, int32, int64, uint8, int8 and bool inputs");
 }
 
+// --precision: f32 runs the program as imported; bf16 rewrites it as mixed
+// precision O1 (kiln/frontend/amp.h) with its convolutions and matmuls in
+// bf16 and norms, softmax and reductions in f32 (fast where the CPU
+// computes bf16 natively). The ops made bf16; kiln::Error for another value.
+std::size_t lower_precision(Program& main, const std::string& precision) {
+  if (precision == "f32") return 0;
+  if (precision != "bf16")
+    throw_error(ErrorKind::InvalidArgument, "--precision '", precision, "' is not f32 or bf16");
+  const amp::RewriteResult r = amp::rewrite(
+      main.block(), {.dtype = DataType::BFloat16, .allow = {"kiln.conv2d", "kiln.fused_conv2d", "kiln.matmul"}});
+  return r.lowered_ops;
+}
+
 int bench_model(const Args& a) {
   std::map<std::string, std::int64_t> dims_by_name;
   if (auto d = a.options.find("--dim"); d != a.options.end())
@@ -243,6 +261,8 @@ int bench_model(const Args& a) {
   const onnx::ModelInfo info = onnx::read_model_info(a.model);
   const auto t0 = std::chrono::steady_clock::now();
   onnx::ImportedModel m = onnx::import_model(a.model);
+  const std::string precision = a.one("--precision", "f32");
+  const std::size_t lowered = lower_precision(m.main, precision);
   Executor exe = make_executor(a);
   exe.run(m.startup);
   std::mt19937_64 rng(7);
@@ -270,8 +290,11 @@ int bench_model(const Args& a) {
   auto pct = [&](double p) { return ms[std::min(ms.size() - 1, static_cast<std::size_t>(p * ms.size()))]; };
   std::int64_t batch = 1;
   if (!m.inputs.empty() && feed.at(m.inputs[0]).rank() > 0) batch = feed.at(m.inputs[0]).dims()[0];
-  std::printf("%s: %u runs, threads %s, thread plan %s\n", a.model.c_str(), iters,
-              a.one("--threads", "1").c_str(), std::string(to_string(exe.last_core()->thread_plan())).c_str());
+  std::printf("%s: %u runs, threads %s, thread plan %s, precision %s", a.model.c_str(), iters,
+              a.one("--threads", "1").c_str(), std::string(to_string(exe.last_core()->thread_plan())).c_str(),
+              precision.c_str());
+  if (precision != "f32") std::printf(" (%zu ops in it)", lowered);
+  std::printf("\n");
   std::printf("import + first run: %.3f ms\n", import_ms);
   std::printf("latency ms: p50 %.4f  p90 %.4f  p99 %.4f  min %.4f\n", pct(0.5), pct(0.9), pct(0.99), ms[0]);
   std::printf("throughput: %.1f runs/s, %.1f samples/s (batch %lld)\n", 1e3 / pct(0.5),
@@ -336,7 +359,7 @@ int main(int argc, char** argv) {
       return run_model(a);
     if (cmd == "bench" &&
         parse_args(argc, argv, {"--dim", "--threads", "--thread-plan", "--iters", "--int-max", "--name",
-                                     "--trace"}, a))
+                                     "--trace", "--precision"}, a))
       return bench_model(a);
     if (cmd == "export") return export_command(argc, argv);
   } catch (const kiln::Error& e) {
