@@ -531,6 +531,11 @@ void add_residual(T* out, const T* residual, std::int64_t n, ConvActivation act)
   });
 }
 
+// A convolution's result dims: [n, ho, wo, o] in NHWC, [n, o, ho, wo] in NCHW.
+Dims out_dims(const Conv2dGeometry& g, bool nhwc) {
+  return nhwc ? Dims{g.n, g.ho, g.wo, g.o} : Dims{g.n, g.o, g.ho, g.wo};
+}
+
 ConvActivation fused_activation(const FusedConv2dOp::Attributes& a) {
   return a.activation == "relu"    ? ConvActivation::Relu
          : a.activation == "relu6" ? ConvActivation::Relu6
@@ -559,8 +564,7 @@ struct FusedConv2dK {
     const bool nhwc = a.data_format == "NHWC";
     const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
     check_bias(ctx, bias, g);
-    Tensor& out = ctx.alloc_output(0, nhwc ? Dims{g.n, g.ho, g.wo, g.o} : Dims{g.n, g.o, g.ho, g.wo},
-                                   x.dtype());
+    Tensor& out = ctx.alloc_output(0, out_dims(g, nhwc), x.dtype());
     const ConvActivation act = fused_activation(a);
     if (ctx.num_inputs() == 4) {
       const Tensor residual = typed_input<T>(ctx, 3);
@@ -617,7 +621,7 @@ struct Conv2dK {
     const auto& a = ctx.attrs<Conv2dOp>();
     const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
     const bool nhwc = a.data_format == "NHWC";
-    Tensor& out = ctx.alloc_output(0, nhwc ? Dims{g.n, g.ho, g.wo, g.o} : Dims{g.n, g.o, g.ho, g.wo}, x.dtype());
+    Tensor& out = ctx.alloc_output(0, out_dims(g, nhwc), x.dtype());
     if (out.numel() == 0) return;
     const T* none = nullptr;
     if (!nhwc)
@@ -643,7 +647,7 @@ struct Conv2dGradK {
     const auto& a = ctx.attrs<GradOf<Conv2dOp>>();
     const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
     const bool nhwc = a.data_format == "NHWC";
-    conv::check_dout(ctx.op()->name(), dout.dims(), nhwc ? Dims{g.n, g.ho, g.wo, g.o} : Dims{g.n, g.o, g.ho, g.wo});
+    conv::check_dout(ctx.op()->name(), dout.dims(), out_dims(g, nhwc));
     // dx goes unread when x is a data op (a network's first layer): skip it.
     T* dx = ctx.output_unused(0) ? nullptr : ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
     T* dw = ctx.output_unused(1) ? nullptr : ctx.alloc_output(1, w.dims(), w.dtype()).template data<T>();
@@ -731,7 +735,7 @@ bool Bf16ConvK<Conv2dOp>::native(KernelContext& ctx) {
   const auto& a = ctx.attrs<Conv2dOp>();
   const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
   const bool nhwc = a.data_format == "NHWC";
-  Tensor& out = ctx.alloc_output(0, nhwc ? Dims{g.n, g.ho, g.wo, g.o} : Dims{g.n, g.o, g.ho, g.wo}, x.dtype());
+  Tensor& out = ctx.alloc_output(0, out_dims(g, nhwc), x.dtype());
   return out.numel() == 0 || onednn::conv2d_forward(bf16(x), bf16(w), nullptr, bf16(out), g, ConvActivation::None,
                                                     weights_identity(w), {.channels_last = nhwc, .allow_winograd = false});
 }
@@ -743,7 +747,7 @@ bool Bf16ConvK<FusedConv2dOp>::native(KernelContext& ctx) {
   const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
   check_bias(ctx, bias, g);
   const bool nhwc = a.data_format == "NHWC";
-  Tensor& out = ctx.alloc_output(0, nhwc ? Dims{g.n, g.ho, g.wo, g.o} : Dims{g.n, g.o, g.ho, g.wo}, x.dtype());
+  Tensor& out = ctx.alloc_output(0, out_dims(g, nhwc), x.dtype());
   const bool residual = ctx.num_inputs() == 4;
   if (residual) check_residual(ctx, ctx.input(3), out);
   if (out.numel() == 0) return true;
@@ -758,7 +762,7 @@ bool Bf16ConvK<GradOf<Conv2dOp>>::native(KernelContext& ctx) {
   const auto& a = ctx.attrs<GradOf<Conv2dOp>>();
   const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
   const bool nhwc = a.data_format == "NHWC";
-  conv::check_dout(ctx.op()->name(), dout.dims(), nhwc ? Dims{g.n, g.ho, g.wo, g.o} : Dims{g.n, g.o, g.ho, g.wo});
+  conv::check_dout(ctx.op()->name(), dout.dims(), out_dims(g, nhwc));
   const bool want_dx = !ctx.output_unused(0) && x.numel() > 0, want_dw = !ctx.output_unused(1) && w.numel() > 0;
   std::uint16_t* dx = want_dx ? bf16(ctx.alloc_output(0, x.dims(), x.dtype())) : nullptr;
   std::uint16_t* dw = want_dw ? bf16(ctx.alloc_output(1, w.dims(), w.dtype())) : nullptr;
