@@ -235,6 +235,9 @@ struct SiluRow {
       for (std::int64_t i = 0; i < m; ++i) r[i] *= s[i];
     }
   }
+#ifdef KILN_HAS_SIMD_CLONES
+  static void run_avx512(float* row, float b, std::int64_t p) { avx512::silu_row(row, b, p); }
+#endif
 };
 
 // x[i] = silu(x[i]) over n elements, on the kernel's threads (intra_op.h);
@@ -356,13 +359,16 @@ onednn::WeightsIdentity weights_identity(const Tensor& w) {
   return {b.id(), b.writes(), w.offset()};
 }
 
-// out = act(conv(x, w) + bias) by oneDNN's primitive, in NCHW or NHWC; with
-// own_silu a SiLU is kiln's pass over out after it (SiluRow's bits), not
-// oneDNN's swish post-op. False where oneDNN has none (out not written).
+// out = act(conv(x, w) + bias) by oneDNN's primitive, in NCHW or NHWC; a
+// SiLU is kiln's pass over out after it (SiluRow's bits, as kiln.sigmoid
+// and kiln.mul give), not oneDNN's swish post-op, which was slower on every
+// shape EfficientNet-B0 has (8x96x112x112 from 16 channels, 1x1: 6.2 ms
+// with the post-op, 3.3 + 1.7 without; a depthwise 3x3 on 8x144x56x56:
+// 3.3 with it, 1.4 without). False where oneDNN has none (out not written).
 bool onednn_convolve(const float* x, const float* w, const float* bias, float* out, const Conv2dGeometry& g,
-                     ConvActivation act, const onednn::WeightsIdentity& weights, bool own_silu,
-                     bool channels_last = false, bool allow_winograd = true) {
-  const bool silu = own_silu && act == ConvActivation::Silu;
+                     ConvActivation act, const onednn::WeightsIdentity& weights, bool channels_last = false,
+                     bool allow_winograd = true) {
+  const bool silu = act == ConvActivation::Silu;
   if (!onednn::conv2d_forward(x, w, bias, out, g, silu ? ConvActivation::None : act, weights,
                               {.channels_last = channels_last, .allow_winograd = allow_winograd}))
     return false;
@@ -383,7 +389,7 @@ void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g,
   // blocked primitive would add two reorders of x and out (measured: 2-3x
   // slower on MobileNet's pointwise convolutions).
   if constexpr (std::is_same_v<T, float>)
-    if (!direct(g) && onednn_convolve(x, w, bias, out, g, act, weights, /*own_silu=*/true)) return;
+    if (!direct(g) && onednn_convolve(x, w, bias, out, g, act, weights)) return;
 #ifdef KILN_HAS_SIMD_CLONES
   if constexpr (std::is_same_v<T, float>)
     if (direct_conv_fits(g) && act != ConvActivation::Silu)
@@ -581,16 +587,10 @@ struct FusedConv2dK {
     if (!nhwc)
       return conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
                           weights_identity(w));
-    // oneDNN's NHWC primitives apply SiLU as their swish post-op, except a
-    // depthwise one: its kernel is memory bound, and the post-op doubled
-    // its time (8x144x56x56, 3x3: 1.4 -> 3.3 ms at one thread), more than
-    // kiln's SiLU over out after it costs.
-    if constexpr (std::is_same_v<T, float>) {
-      const bool depthwise = g.groups > 1 && g.groups == g.c && g.o == g.c;
+    if constexpr (std::is_same_v<T, float>)
       if (onednn_convolve(x.data<T>(), w.data<T>(), bias.data<T>(), out.data<T>(), g, act, weights_identity(w),
-                          /*own_silu=*/depthwise, true, allow_winograd))
+                          true, allow_winograd))
         return;
-    }
     conv_forward_nhwc_by_copies(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
                                 weights_identity(w));
   }

@@ -34,8 +34,7 @@ void unary_apply(KernelContext& ctx) {
   const Tensor& x = typed_input<T>(ctx, 0);
   const std::int64_t n = x.numel();
   if (output_is_input(ctx, 0, 0)) {  // in place (relu_, sqrt_)
-    T* p = ctx.output(0).data<T>();
-    for (std::int64_t i = 0; i < n; ++i) p[i] = F::forward(p[i]);
+    map_elementwise_in_place<F, T>(ctx.output(0).data<T>(), n);
     return;
   }
   const T* px = x.data<T>();

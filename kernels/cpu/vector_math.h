@@ -119,7 +119,9 @@ inline SimdLevel cpu_simd_level() {
 // simd_dispatch<Body>(args...): runs Body::run(args...) compiled for the
 // widest of those levels the CPU has. Body::run must be KILN_SIMD_INLINE so
 // that it is compiled inside each level's wrapper (whose loops then
-// vectorize for that level), not called as one baseline copy.
+// vectorize for that level), not called as one baseline copy. A Body whose
+// AVX-512 form is written by hand (intrinsics, KILN_TARGET_AVX512) gives it
+// as Body::run_avx512(args...), which the AVX-512 level then calls instead.
 #define KILN_SIMD_INLINE [[gnu::always_inline]] inline
 namespace simd_detail {
 template <typename Body, typename... Args>
@@ -133,7 +135,10 @@ KILN_TARGET_AVX2 void simd_avx2(Args... args) {
 }
 template <typename Body, typename... Args>
 KILN_TARGET_AVX512 void simd_avx512(Args... args) {
-  Body::run(args...);
+  if constexpr (requires { Body::run_avx512(args...); })
+    Body::run_avx512(args...);
+  else
+    Body::run(args...);
 }
 #endif
 }  // namespace simd_detail
@@ -156,6 +161,23 @@ struct MapLoop {
   KILN_SIMD_INLINE static void run(const T* __restrict x, T* __restrict out, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i) out[i] = F::forward(x[i]);
   }
+  // F's own AVX-512 row, where it has one (F::map_avx512).
+  static void run_avx512(const T* x, T* out, std::int64_t n)
+    requires requires { F::map_avx512(x, out, n); }
+  {
+    F::map_avx512(x, out, n);
+  }
+};
+template <typename F, typename T>
+struct MapInPlaceLoop {
+  KILN_SIMD_INLINE static void run(T* __restrict x, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) x[i] = F::forward(x[i]);
+  }
+  static void run_avx512(T* x, std::int64_t n)
+    requires requires { F::map_avx512(x, x, n); }
+  {
+    F::map_avx512(x, x, n);
+  }
 };
 template <typename F, typename T>
 struct Map2Loop {
@@ -172,6 +194,13 @@ template <typename F, typename T>
 void map_elementwise(const T* x, T* out, std::int64_t n) {
   parallel_for(n, items_per_range(2 * sizeof(T)), [=](std::int64_t b, std::int64_t e) {
     simd_dispatch<simd_detail::MapLoop<F, T>>(x + b, out + b, e - b);
+  });
+}
+// x[i] = F::forward(x[i]), the same bits as map_elementwise's.
+template <typename F, typename T>
+void map_elementwise_in_place(T* x, std::int64_t n) {
+  parallel_for(n, items_per_range(2 * sizeof(T)), [=](std::int64_t b, std::int64_t e) {
+    simd_dispatch<simd_detail::MapInPlaceLoop<F, T>>(x + b, e - b);
   });
 }
 // out[i] = F::backward(x[i], y[i]); out overlaps neither.

@@ -166,6 +166,29 @@ TEST_CASE("f32 sigmoid of arguments below -87 is the smallest normal value it re
   }
 }
 
+TEST_CASE("f32 sigmoid gives a value the same bits wherever it sits in a tensor, in a full vector or "
+          "the tail, and keeps NaN",
+          "[kernel][unary]") {
+  const std::vector<float> v = kiln_test::filled<float>({48}, -20, 20, 3).to_vector<float>();
+  const auto sigmoid_of = [](std::vector<float> xs) {
+    const auto n = static_cast<std::int64_t>(xs.size());
+    return run_op<SigmoidOp>({Tensor::from_vector<float>({n}, std::move(xs))}).out().to_vector<float>();
+  };
+  const std::vector<float> whole = sigmoid_of(v);
+  for (std::size_t start : {0, 1, 5, 15, 16, 31})
+    for (std::size_t len : {1, 5, 15, 16, 17}) {
+      INFO("elements " << start << " to " << start + len);
+      const std::vector<float> part = sigmoid_of({v.begin() + start, v.begin() + start + len});
+      for (std::size_t i = 0; i < len; ++i)
+        CHECK(std::bit_cast<std::uint32_t>(part[i]) == std::bit_cast<std::uint32_t>(whole[start + i]));
+    }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> with_nan = sigmoid_of({nan, 1.0f, nan});
+  CHECK(std::isnan(with_nan[0]));
+  CHECK(std::fabs(with_nan[1] - 0.7310585786) < 1e-6);
+  CHECK(std::isnan(with_nan[2]));
+}
+
 TEST_CASE("scale applies bias after or before scaling, as Paddle", "[kernel]") {
   check_float_unary<ScaleOp>([](double v) { return 2.5 * v + 1.5; }, -3, 3, 2.5, 1.5, true);
   check_float_unary<ScaleOp>([](double v) { return 2.5 * (v + 1.5); }, -3, 3, 2.5, 1.5, false);
