@@ -126,29 +126,48 @@ KILN_SIMD_INLINE void max_pool_nhwc_row_2x2(const T* x, T* out, const Pool2dGeom
   }
 }
 
+// o[0, B) = the max_nan fold, in the window's row-major order, of channels
+// [0, B) of the window's pixels (x: the image's channel c0; B known at
+// compile time, so that the running maxima stay in registers). The window
+// is not empty.
+template <std::int64_t B, typename T>
+KILN_SIMD_INLINE void fold_window(const T* __restrict x, T* __restrict o, const PoolWindow& r,
+                                  std::int64_t w, std::int64_t c) {
+  T acc[B];
+  const T* __restrict first = x + (r.hs * w + r.ws) * c;
+  for (std::int64_t k = 0; k < B; ++k) acc[k] = first[k];
+  for (std::int64_t ih = r.hs; ih < r.he; ++ih)
+    for (std::int64_t iw = ih == r.hs ? r.ws + 1 : r.ws; iw < r.we; ++iw) {
+      const T* __restrict xs = x + (ih * w + iw) * c;
+      for (std::int64_t k = 0; k < B; ++k) acc[k] = max_nan(acc[k], xs[k]);
+    }
+  for (std::int64_t k = 0; k < B; ++k) o[k] = acc[k];
+}
+
 // One output row (n, oh) of max_pool2d over NHWC x [n, h, w, c]: each
-// output pixel's channels folded over its window with max_nan in the
-// window's row-major order (the NCHW kernel's values), the inner loop over
-// the channels.
+// output pixel's channels, in blocks of 32, 16, 8 and 1, folded over its
+// window with max_nan in the window's row-major order (the NCHW kernel's
+// values). One pass over the window per block, the maxima in registers:
+// ShuffleNet's 3x3 stride-2 pool over 8x112x112x24 took 1.05-1.14 ms at
+// one thread folding each window pixel into the output row, 0.68-0.80 so.
 template <typename T>
 KILN_SIMD_INLINE void max_pool_nhwc_row(const T* x, T* out, const Pool2dGeometry& g, std::int64_t n,
                                         std::int64_t oh) {
   if (is_2x2(g)) return max_pool_nhwc_row_2x2(x, out, g, n, oh);
-  const T start = std::is_floating_point_v<T> ? -std::numeric_limits<T>::infinity()
-                                              : std::numeric_limits<T>::lowest();
+  const T* image = x + n * g.h * g.w * g.c;
   for (std::int64_t ow = 0; ow < g.wo; ++ow) {
     T* __restrict o = out + ((n * g.ho + oh) * g.wo + ow) * g.c;
-    std::fill(o, o + g.c, start);
-    for (std::int64_t i = 0; i < g.kh; ++i) {
-      const std::int64_t ih = oh * g.sh - g.pt + i;
-      if (ih < 0 || ih >= g.h) continue;
-      for (std::int64_t j = 0; j < g.kw; ++j) {
-        const std::int64_t iw = ow * g.sw - g.pl + j;
-        if (iw < 0 || iw >= g.w) continue;
-        const T* __restrict xs = x + ((n * g.h + ih) * g.w + iw) * g.c;
-        for (std::int64_t c = 0; c < g.c; ++c) o[c] = max_nan(o[c], xs[c]);
-      }
+    const PoolWindow r = pool_window(g, oh, ow);
+    if (r.hs >= r.he || r.ws >= r.we) {  // all padding: the fold's start
+      std::fill(o, o + g.c, std::is_floating_point_v<T> ? -std::numeric_limits<T>::infinity()
+                                                        : std::numeric_limits<T>::lowest());
+      continue;
     }
+    std::int64_t c0 = 0;
+    for (; c0 + 32 <= g.c; c0 += 32) fold_window<32>(image + c0, o + c0, r, g.w, g.c);
+    if (c0 + 16 <= g.c) fold_window<16>(image + c0, o + c0, r, g.w, g.c), c0 += 16;
+    if (c0 + 8 <= g.c) fold_window<8>(image + c0, o + c0, r, g.w, g.c), c0 += 8;
+    for (; c0 < g.c; ++c0) fold_window<1>(image + c0, o + c0, r, g.w, g.c);
   }
 }
 

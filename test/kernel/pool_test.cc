@@ -98,25 +98,39 @@ TEST_CASE("max_pool2d in NHWC gives the NCHW result's values in NHWC, NaN winnin
                    InvalidArgument, {"kiln.max_pool2d"});
 }
 
+namespace {
+// x NCHW mostly -1, -0 and +0 (windows whose maximum is a tie of zeros,
+// where only the row-major order of the comparisons picks the sign) with
+// one NaN; the NHWC max pool of it must give the NCHW pool's bits.
+void check_nhwc_pool_bits(std::int64_t c, const V& kernel, const V& stride, const V& pads) {
+  INFO(c << " channels, window " << kernel[0] << "x" << kernel[1]);
+  const float values[] = {-1.0f, -0.0f, 0.0f};
+  std::mt19937 rng(static_cast<unsigned>(3 + c));
+  const Dims d{2, c, 6, 10};
+  std::vector<float> v(static_cast<std::size_t>(d.numel()));
+  for (float& e : v) e = values[rng() % 3];
+  v[v.size() / 3] = std::numeric_limits<float>::quiet_NaN();
+  const Tensor x = Tensor::from_vector<float>(d, v);
+  const Tensor want = to_nhwc<float>(run_op<MaxPool2dOp>({x}, kernel, stride, pads, false).out());
+  const Tensor got = run_op<MaxPool2dOp>({to_nhwc<float>(x)}, kernel, stride, pads, false, std::string("NHWC")).out();
+  REQUIRE(got.dims() == want.dims());
+  CHECK(std::memcmp(got.raw_data(), want.raw_data(), want.bytes()) == 0);
+}
+}  // namespace
+
 TEST_CASE("an NHWC 2x2 max pool of any channel count gives the NCHW pool's bits, signed zeros and NaN included",
           "[kernel][pool]") {
-  // Mostly -1, -0 and +0: windows whose maximum is a tie of zeros, where
-  // only the row-major order of the comparisons picks the sign.
-  const float values[] = {-1.0f, -0.0f, 0.0f};
-  std::mt19937 rng(3);
-  for (std::int64_t c = 1; c <= 17; ++c) {
-    INFO(c << " channels");
-    const Dims d{2, c, 6, 10};
-    std::vector<float> v(static_cast<std::size_t>(d.numel()));
-    for (float& e : v) e = values[rng() % 3];
-    v[v.size() / 3] = std::numeric_limits<float>::quiet_NaN();
-    const Tensor x = Tensor::from_vector<float>(d, v);
-    const Tensor want = to_nhwc<float>(run_op<MaxPool2dOp>({x}, V{2, 2}, V{2, 2}, V{0, 0}, false).out());
-    const Tensor got =
-        run_op<MaxPool2dOp>({to_nhwc<float>(x)}, V{2, 2}, V{2, 2}, V{0, 0}, false, std::string("NHWC")).out();
-    REQUIRE(got.dims() == want.dims());
-    CHECK(std::memcmp(got.raw_data(), want.raw_data(), want.bytes()) == 0);
-  }
+  for (std::int64_t c = 1; c <= 17; ++c) check_nhwc_pool_bits(c, V{2, 2}, V{2, 2}, V{0, 0});
+}
+
+TEST_CASE("an NHWC 3x3 padded max pool gives the NCHW pool's bits for channel counts filling every block "
+          "width, signed zeros and NaN included",
+          "[kernel][pool]") {
+  // Blocks of 32, 16, 8 and single channels: 1, 7, 8, 15, 16, 24, 31, 32,
+  // 33, 59 (32 + 16 + 8 + 3), 64 and 100 channels.
+  for (std::int64_t c : {1, 7, 8, 15, 16, 24, 31, 32, 33, 59, 64, 100})
+    check_nhwc_pool_bits(c, V{3, 3}, V{2, 2}, V{1, 1});
+  check_nhwc_pool_bits(24, V{3, 2}, V{1, 2}, V{1, 0, 1, 1});
 }
 
 TEST_CASE("max_pool2d with padding ignores the padded border", "[kernel][pool]") {
