@@ -537,6 +537,67 @@ void add_residual(T* out, const T* residual, std::int64_t n, ConvActivation act)
   });
 }
 
+// A 1x1, stride-1, unpadded, ungrouped convolution: in NHWC, one GEMM over
+// the pixels.
+bool pointwise(const Conv2dGeometry& g) {
+  return g.groups == 1 && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 &&
+         g.ho == g.h && g.wo == g.w && g.dh == 1 && g.dw == 1;
+}
+
+// Rows [0, rows) of out [·, o] (pixels by channels): + bias, + residual,
+// through act (SiLU excepted), in the unfused ops' order.
+template <typename T>
+struct PixelRowsEpilogue {
+  KILN_SIMD_INLINE static void run(T* out, const T* bias, const T* residual, std::int64_t rows, std::int64_t o,
+                                   ConvActivation act) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* __restrict row = out + r * o;
+      if (bias != nullptr)
+        for (std::int64_t k = 0; k < o; ++k) row[k] += bias[k];
+      if (residual != nullptr) {
+        const T* __restrict res = residual + r * o;
+        for (std::int64_t k = 0; k < o; ++k) row[k] += res[k];
+      }
+      if (act == ConvActivation::Relu)
+        for (std::int64_t k = 0; k < o; ++k) row[k] = ReluMath::forward(row[k]);
+      else if (act == ConvActivation::Relu6)
+        for (std::int64_t k = 0; k < o; ++k) row[k] = std::min(ReluMath::forward(row[k]), T(6));
+    }
+  }
+};
+
+// out [p, o] = act(x [p, c] · wᵀ + bias + residual) for a pointwise NHWC
+// convolution, as blocks of pixel rows: each a one-thread GEMM over all of
+// c, then its epilogue while it is in L2. Block bounds depend on the shape
+// alone, so the bits on the thread count not at all.
+void pointwise_nhwc(const float* x, const float* w, const float* bias, const float* residual, float* out,
+                    const Conv2dGeometry& g, ConvActivation act) {
+  const std::int64_t pixels = g.n * g.h * g.w;
+  const std::int64_t rows = std::clamp<std::int64_t>((std::int64_t{1} << 16) / g.o / 64 * 64, 64, 4096);
+  parallel_for((pixels + rows - 1) / rows, 1, [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t b = b0; b < b1; ++b) {
+      const std::int64_t r0 = b * rows, m = std::min(rows, pixels - r0);
+      float* block = out + r0 * g.o;
+      if (!onednn::sgemm(false, true, m, g.o, g.c, 1.0f, x + r0 * g.c, g.c, w, g.c, 0.0f, block, g.o))
+        gemm(false, true, m, g.o, g.c, x + r0 * g.c, g.c, w, g.c, 0.0f, block, g.o);
+      if (bias != nullptr || residual != nullptr || act != ConvActivation::None)
+        simd_dispatch<PixelRowsEpilogue<float>>(block, bias, residual ? residual + r0 * g.o : nullptr, m, g.o,
+                                                act);
+      if (act == ConvActivation::Silu) simd_dispatch<SiluRow<float>>(block, 0.0f, m * g.o);
+    }
+  });
+}
+
+// Whether pointwise_nhwc adds a residual to g's result rather than
+// oneDNN's primitive with its sum post-op: where g is pointwise over 16 Ki
+// pixels and more (an inverted residual block's projection at MobileNetV2's
+// and EfficientNet-B0's 56x56 stage, 144 -> 24 channels over 8x56x56: 2.2
+// ms there, 1.4-1.5 so). At 28x28 and below, and without a residual (the
+// epilogue's pass is then the only gain), the primitive ties or wins.
+bool pointwise_adding_by_gemm(const Conv2dGeometry& g) {
+  return pointwise(g) && g.n * g.h * g.w >= 16384;
+}
+
 // A convolution's result dims: [n, ho, wo, o] in NHWC, [n, o, ho, wo] in NCHW.
 Dims out_dims(const Conv2dGeometry& g, bool nhwc) {
   return nhwc ? Dims{g.n, g.ho, g.wo, g.o} : Dims{g.n, g.o, g.ho, g.wo};
@@ -595,20 +656,24 @@ struct FusedConv2dK {
                                 weights_identity(w));
   }
 
-  // out = act(conv(x, w) + bias + residual): oneDNN adds the residual (copied
-  // into out first) in the convolution's own pass; otherwise the
-  // convolution's result gets it, and the activation, in one more pass.
+  // out = act(conv(x, w) + bias + residual): a large pointwise NHWC one by
+  // pointwise_nhwc; else oneDNN adds the residual (copied into out first)
+  // in the convolution's own pass; otherwise the convolution's result gets
+  // it, and the activation, in one more pass.
   static void convolve_adding(const Tensor& x, const Tensor& w, const Tensor& bias, const T* residual,
                               Tensor& out, const Conv2dGeometry& g, ConvActivation act, bool nhwc,
                               bool allow_winograd) {
     T* po = out.data<T>();
-    if constexpr (std::is_same_v<T, float>)
+    if constexpr (std::is_same_v<T, float>) {
+      if (nhwc && pointwise_adding_by_gemm(g))
+        return pointwise_nhwc(x.data<T>(), w.data<T>(), bias.data<T>(), residual, po, g, act);
       if (nhwc || (act != ConvActivation::Silu && !direct(g))) {  // NCHW 1x1: conv_forward's GEMM
         std::memcpy(po, residual, out.bytes());
         if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), bias.data<T>(), po, g, act, weights_identity(w),
                                    {nhwc, /*add_to_out=*/true, allow_winograd}))
           return;
       }
+    }
     convolve(x, w, bias, out, g, ConvActivation::None, nhwc, allow_winograd);
     add_residual(po, residual, out.numel(), act);
   }

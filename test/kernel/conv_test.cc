@@ -457,7 +457,9 @@ TEST_CASE("fused_conv2d with a residual adds it to the convolution before the ac
   const std::vector<Cfg> cfgs{{{2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
                               {{1, 8, 9, 9}, {8, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 8},
                               {{3, 5, 5, 5}, {7, 5, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
-                              {{2, 16, 6, 6}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1}};
+                              {{2, 16, 6, 6}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+                              // pointwise over 16 Ki pixels: NHWC f32 as row blocks of one GEMM each
+                              {{1, 6, 130, 130}, {20, 6, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1}};
   for (const auto& c : cfgs)
     for (const std::string act : {"none", "relu", "relu6", "silu"})
       for (const std::string layout : {"NCHW", "NHWC"}) {

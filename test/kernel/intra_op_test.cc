@@ -207,6 +207,25 @@ TEST_CASE("an NHWC 3x3 convolution (oneDNN's Winograd where the CPU has it) give
   }
 }
 
+TEST_CASE("a large pointwise NHWC convolution adding a residual (row blocks of one GEMM each) gives the "
+          "same bits at any thread count",
+          "[kernel][intra_op]") {
+  // 1 x 130 x 130 pixels: over the 16 Ki where the GEMM route starts, in
+  // blocks of 3264 rows and a partial last one.
+  const Tensor x = filled<float>(Dims{1, 130, 130, 6}, -1, 1, 1), w = filled<float>(Dims{20, 6, 1, 1}, -1, 1, 2);
+  const Tensor b = filled<float>(Dims{20}, -1, 1, 3), r = filled<float>(Dims{1, 130, 130, 20}, -2, 2, 4);
+  for (const std::string act : {"none", "relu6", "silu"}) {
+    INFO(act);
+    same_bits_at_any_thread_count([&] {
+      return run_kernel({x, w, b, r}, [&](Builder& bb, const std::vector<Value>& v) {
+        return bb.create<FusedConv2dOp>(v[0], v[1], v[2], Axes{1, 1}, Axes{0, 0}, Axes{1, 1}, std::int64_t{1}, act,
+                                        std::string("NHWC"), v[3])
+            .operation();
+      });
+    });
+  }
+}
+
 TEST_CASE("an NHWC conv2d and its gradient (a training program's, direct, no Winograd) give the same bits "
           "at any thread count, batches of any size",
           "[kernel][intra_op]") {
