@@ -453,6 +453,25 @@ TEST_CASE("an image's few channels transposed to NHWC land in place at any threa
   }
 }
 
+TEST_CASE("an NHWC channel shuffle of two groups (ShuffleNet's) puts every element in its place at any "
+          "thread count",
+          "[kernel][intra_op]") {
+  for (std::int64_t half : {7, 16, 24, 40}) {  // a partial vector, one, one and a half, two and a half
+    INFO(half << " channels a group");
+    const Tensor x = iota<float>({2, 9, 11, 2, half});
+    const auto got = run_op<TransposeOp>({x}, Axes{0, 1, 2, 4, 3}).out().to_vector<float>();
+    const auto v = x.to_vector<float>();
+    bool ok = true;
+    for (std::int64_t p = 0; p < 2 * 9 * 11; ++p)
+      for (std::int64_t k = 0; k < half; ++k)
+        for (std::int64_t g = 0; g < 2; ++g)
+          ok = ok && got[static_cast<std::size_t>((p * half + k) * 2 + g)] ==
+                         v[static_cast<std::size_t>((p * 2 + g) * half + k)];
+    CHECK(ok);
+    same_bits_at_any_thread_count([&] { return run_op<TransposeOp>({x}, Axes{0, 1, 2, 4, 3}); });
+  }
+}
+
 TEST_CASE("add_n gives the same bits at any thread count", "[kernel][intra_op]") {
   const Tensor a = filled<float>(Dims{8, 32, 28, 28}, -1, 1, 1), b = filled<float>(Dims{8, 32, 28, 28}, -1, 1, 2),
                c = filled<float>(Dims{8, 32, 28, 28}, -1, 1, 3);
