@@ -47,14 +47,11 @@ struct ConvLayout {
 // is kept while `weights` stays the same (a parameter's between optimizer
 // steps, an inference model's for ever). False when oneDNN has no
 // primitive for g or its run fails (the caller then computes all of out
-// itself; a residual in out may be gone), and for an f32 Silu on NCHW:
-// oneDNN 2.6's swish post-op made its blocked convolutions 2-3x slower,
-// so kiln's conv_forward asks for None there and runs SiLU over out
-// itself. Its dense NHWC (brgconv) kernels apply swish in the
-// convolution's own pass at little cost (no second pass over out, which
-// at two threads rereads half of it from the other core's cache); its
-// depthwise NHWC kernel (brdgmm_dw) is memory bound and ran twice as long
-// with swish, so fused_conv2d asks for None there.
+// itself; a residual in out may be gone), and for an f32 Silu on NCHW.
+// oneDNN 2.6's swish post-op is slow (blocked and depthwise convolutions
+// 2-3x, EfficientNet's dense NHWC ones 1.25x): kiln's f32 convolution
+// kernels ask for None and run their own SiLU over out (the bf16 ones
+// still use it).
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out, const Conv2dGeometry& g,
                     ConvActivation act, const WeightsIdentity& weights, const ConvLayout& layout = {});
 
