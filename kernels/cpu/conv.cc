@@ -33,6 +33,7 @@
 #include "kiln/dialect/conv_ops.h"
 #include "kiln/dialect/data_format.h"
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/kernel/cpu_convolution.h"
 #include "kiln/kernel/half_via_f32.h"
 
 namespace kiln::cpu {
@@ -566,24 +567,60 @@ struct PixelRowsEpilogue {
   }
 };
 
+// Pixel rows per block of a pointwise NHWC convolution: ~64 KiB of output,
+// from the shape alone.
+std::int64_t pointwise_block_rows(const Conv2dGeometry& g) {
+  return std::clamp<std::int64_t>((std::int64_t{1} << 16) / g.o / 64 * 64, 64, 4096);
+}
+
+// Rows [r0, r0 + m) of a pointwise NHWC convolution: out = act(x · wᵀ +
+// bias + residual), a one-thread GEMM over all of c, then its epilogue
+// while the block is in L2.
+void pointwise_rows(const float* x, const float* w, const float* bias, const float* residual, float* out,
+                    std::int64_t r0, std::int64_t m, const Conv2dGeometry& g, ConvActivation act) {
+  float* block = out + r0 * g.o;
+  if (!onednn::sgemm(false, true, m, g.o, g.c, 1.0f, x + r0 * g.c, g.c, w, g.c, 0.0f, block, g.o))
+    gemm(false, true, m, g.o, g.c, x + r0 * g.c, g.c, w, g.c, 0.0f, block, g.o);
+  if (bias != nullptr || residual != nullptr || act != ConvActivation::None)
+    simd_dispatch<PixelRowsEpilogue<float>>(block, bias, residual ? residual + r0 * g.o : nullptr, m, g.o, act);
+  if (act == ConvActivation::Silu) simd_dispatch<SiluRow<float>>(block, 0.0f, m * g.o);
+}
+
 // out [p, o] = act(x [p, c] · wᵀ + bias + residual) for a pointwise NHWC
-// convolution, as blocks of pixel rows: each a one-thread GEMM over all of
-// c, then its epilogue while it is in L2. Block bounds depend on the shape
-// alone, so the bits on the thread count not at all.
+// convolution, as blocks of pixel rows (pointwise_rows). Block bounds depend
+// on the shape alone, so the bits on the thread count not at all.
 void pointwise_nhwc(const float* x, const float* w, const float* bias, const float* residual, float* out,
                     const Conv2dGeometry& g, ConvActivation act) {
-  const std::int64_t pixels = g.n * g.h * g.w;
-  const std::int64_t rows = std::clamp<std::int64_t>((std::int64_t{1} << 16) / g.o / 64 * 64, 64, 4096);
+  const std::int64_t pixels = g.n * g.h * g.w, rows = pointwise_block_rows(g);
   parallel_for((pixels + rows - 1) / rows, 1, [&](std::int64_t b0, std::int64_t b1) {
-    for (std::int64_t b = b0; b < b1; ++b) {
-      const std::int64_t r0 = b * rows, m = std::min(rows, pixels - r0);
-      float* block = out + r0 * g.o;
-      if (!onednn::sgemm(false, true, m, g.o, g.c, 1.0f, x + r0 * g.c, g.c, w, g.c, 0.0f, block, g.o))
-        gemm(false, true, m, g.o, g.c, x + r0 * g.c, g.c, w, g.c, 0.0f, block, g.o);
-      if (bias != nullptr || residual != nullptr || act != ConvActivation::None)
-        simd_dispatch<PixelRowsEpilogue<float>>(block, bias, residual ? residual + r0 * g.o : nullptr, m, g.o,
-                                                act);
-      if (act == ConvActivation::Silu) simd_dispatch<SiluRow<float>>(block, 0.0f, m * g.o);
+    for (std::int64_t b = b0; b < b1; ++b)
+      pointwise_rows(x, w, bias, residual, out, b * rows, std::min(rows, pixels - b * rows), g, act);
+  });
+}
+
+// pointwise_nhwc of x ⊙ scale without writing the product: each image's
+// blocks multiply by w ⊙ scale_n (o·c products per block), scale_n c
+// factors `image_stride` (c, or 0: one set for all images) apart. Blocks
+// stay within an image; their bounds, too, come from the shape alone.
+void pointwise_nhwc_scaled(const float* x, const float* scale, std::int64_t image_stride, const float* w,
+                           const float* bias, const float* residual, float* out, const Conv2dGeometry& g,
+                           ConvActivation act) {
+  // At least two blocks an image (a batch of one on two threads).
+  const std::int64_t pixels = g.h * g.w, rows = std::min(pointwise_block_rows(g), (pixels + 127) / 128 * 64);
+  const std::int64_t per_image = (pixels + rows - 1) / rows;
+  parallel_for(g.n * per_image, 1, [&](std::int64_t b0, std::int64_t b1) {
+    thread_local std::vector<float> scaled;
+    scaled.resize(std::size_t(g.o * g.c));
+    for (std::int64_t b = b0, image = -1; b < b1; ++b) {
+      if (b / per_image != image) {
+        image = b / per_image;
+        const float* s = scale + image * image_stride;
+        for (std::int64_t k = 0; k < g.o; ++k)
+          for (std::int64_t c = 0; c < g.c; ++c) scaled[std::size_t(k * g.c + c)] = w[k * g.c + c] * s[c];
+      }
+      const std::int64_t p0 = (b % per_image) * rows;
+      pointwise_rows(x, scaled.data(), bias, residual, out, image * pixels + p0, std::min(rows, pixels - p0), g,
+                     act);
     }
   });
 }
@@ -676,6 +713,75 @@ struct FusedConv2dK {
     }
     convolve(x, w, bias, out, g, ConvActivation::None, nhwc, allow_winograd);
     add_residual(po, residual, out.numel(), act);
+  }
+};
+
+// x ⊙ scale over x's pixels ([n, c, h, w] or [n, h, w, c]), each image's
+// c factors `image_stride` (c or 0) apart: kiln.mul's bits. Only where the
+// fuse pass would not have built the op (it folds nothing there).
+template <typename T>
+Tensor scale_channels(const Tensor& x, const T* scale, std::int64_t image_stride, const Conv2dGeometry& g,
+                      bool nhwc) {
+  Tensor r = Tensor::empty(x.dims(), x.dtype());
+  const T* px = x.data<T>();
+  T* pr = r.data<T>();
+  const std::int64_t pixels = g.h * g.w;
+  parallel_for(g.n * (nhwc ? pixels : g.c), items_per_range(std::int64_t(2 * sizeof(T)) * (nhwc ? g.c : pixels)),
+               [&](std::int64_t r0, std::int64_t r1) {
+                 for (std::int64_t row = r0; row < r1; ++row) {
+                   const std::int64_t len = nhwc ? g.c : pixels;
+                   const T* __restrict a = px + row * len;
+                   T* __restrict o = pr + row * len;
+                   if (nhwc) {
+                     const T* __restrict s = scale + row / pixels * image_stride;
+                     for (std::int64_t i = 0; i < len; ++i) o[i] = a[i] * s[i];
+                   } else {
+                     const T s = scale[row / g.c * image_stride + row % g.c];
+                     for (std::int64_t i = 0; i < len; ++i) o[i] = a[i] * s;
+                   }
+                 }
+               });
+  return r;
+}
+
+// The distance between images' factors in channel_scaled_conv2d's scale:
+// c for [n, c, 1, 1] ([n, 1, 1, c] in NHWC), 0 for one set of factors
+// ([1, c, 1, 1]) shared by every image; kiln::Error otherwise.
+std::int64_t check_scale(const KernelContext& ctx, const Tensor& scale, const Tensor& x, const Conv2dGeometry& g,
+                         bool nhwc) {
+  const Dims& d = scale.dims();
+  const bool fits = d.rank() == 4 && (d[0] == g.n || d[0] == 1) && d[nhwc ? 3 : 1] == g.c &&
+                    d[nhwc ? 1 : 2] == 1 && d[nhwc ? 2 : 3] == 1;
+  if (!fits)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' scale is [", d.to_string(), "], x [",
+                x.dims().to_string(), "] needs ", nhwc ? "[Nx1x1xC]" : "[NxCx1x1]", " with N = ", g.n, " or 1, C = ",
+                g.c);
+  return d[0] == 1 ? 0 : g.c;
+}
+
+template <typename T>
+struct ChannelScaledConv2dK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0), scale = typed_input<T>(ctx, 1), w = typed_input<T>(ctx, 2),
+                 bias = typed_input<T>(ctx, 3);
+    const auto& a = ctx.attrs<ChannelScaledConv2dOp>();
+    const bool nhwc = a.data_format == "NHWC";
+    const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
+    check_bias(ctx, bias, g);
+    const std::int64_t image_stride = check_scale(ctx, scale, x, g, nhwc);
+    const Tensor residual = ctx.num_inputs() == 5 ? typed_input<T>(ctx, 4) : Tensor();
+    Tensor& out = ctx.alloc_output(0, out_dims(g, nhwc), x.dtype());
+    if (residual.is_initialized()) check_residual(ctx, residual, out);
+    if (out.numel() == 0) return;
+    const ConvActivation act = fused_activation(a);
+    const T* res = residual.is_initialized() ? residual.data<T>() : nullptr;
+    if constexpr (std::is_same_v<T, float>)
+      if (nhwc && cpu_folds_channel_scale(g))
+        return pointwise_nhwc_scaled(x.data<T>(), scale.data<T>(), image_stride, w.data<T>(), bias.data<T>(), res,
+                                     out.data<T>(), g, act);
+    const Tensor scaled = scale_channels(x, scale.data<T>(), image_stride, g, nhwc);
+    if (res) return FusedConv2dK<T>::convolve_adding(scaled, w, bias, res, out, g, act, nhwc, !a.weights_trained);
+    FusedConv2dK<T>::convolve(scaled, w, bias, out, g, act, nhwc, !a.weights_trained);
   }
 };
 
@@ -839,6 +945,7 @@ bool Bf16ConvK<GradOf<Conv2dOp>>::native(KernelContext& ctx) {
 
 KILN_REGISTER_KERNELS(Conv2dOp, Cpu, Conv2dK, float, double);
 KILN_REGISTER_KERNELS(FusedConv2dOp, Cpu, FusedConv2dK, float, double);
+KILN_REGISTER_KERNELS(ChannelScaledConv2dOp, Cpu, ChannelScaledConv2dK, float, double);
 KILN_REGISTER_KERNELS(GradOf<Conv2dOp>, Cpu, Conv2dGradK, float, double);
 KILN_REGISTER_KERNELS(Conv2dTransposeOp, Cpu, Conv2dTransposeK, float, double);
 KILN_REGISTER_KERNELS(GradOf<Conv2dTransposeOp>, Cpu, Conv2dTransposeGradK, float, double);
@@ -852,3 +959,9 @@ void register_bf16(OpTypeList<OpTs...>) {
 }  // namespace
 
 }  // namespace kiln::cpu
+
+namespace kiln {
+
+bool cpu_folds_channel_scale(const Conv2dGeometry& g) { return cpu::pointwise(g) && g.h * g.w >= 4 * g.o; }
+
+}  // namespace kiln

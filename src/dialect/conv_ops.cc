@@ -15,7 +15,7 @@
 namespace kiln {
 
 KILN_REGISTER_OP(Conv2dOp, GradOf<Conv2dOp>, Conv2dTransposeOp, GradOf<Conv2dTransposeOp>,
-                 FusedConv2dOp);
+                 FusedConv2dOp, ChannelScaledConv2dOp);
 
 namespace conv {
 
@@ -262,47 +262,51 @@ using data_format::nhwc_to_nchw;
 
 namespace {
 
-// kiln::Error naming fused_conv2d unless its residual is typed like its result.
-void check_residual(Type residual, Type out) {
-  const Type r = meta::tensor_operand(FusedConv2dOp::name, {residual}, 0);
+// kiln::Error naming `op` unless its residual is typed like its result.
+void check_residual(std::string_view op, Type residual, Type out) {
+  const Type r = meta::tensor_operand(op, {residual}, 0);
   const auto& rd = shaped_dims(r);
   const auto& od = shaped_dims(out);
   bool fits = shaped_data_type(r) == shaped_data_type(out) && rd.size() == od.size();
   for (std::size_t i = 0; fits && i < rd.size(); ++i) fits = rd[i] < 0 || od[i] < 0 || rd[i] == od[i];
   if (!fits)
-    throw_error(ErrorKind::InvalidArgument, "op '", FusedConv2dOp::name, "' residual must be ",
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' residual must be ",
                 meta::dims_string(od), " of ", to_string(shaped_data_type(out)), " (the result's type), got ",
                 meta::dims_string(rd), " of ", to_string(shaped_data_type(r)));
+}
+
+// fused_conv2d's result type from (x, w, bias[, residual]); errors name `op`.
+std::vector<Type> fused_conv_meta(std::string_view op, const std::vector<Type>& in,
+                                  const FusedConv2dOp::Attributes& a) {
+  if (a.activation != "none" && a.activation != "relu" && a.activation != "relu6" &&
+      a.activation != "silu")
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' activation '", a.activation,
+                "' is not one of none, relu, relu6, silu");
+  const bool nhwc = channels_last(op, a.data_format);
+  std::vector<Type> xw{in[0], in[1]};
+  if (nhwc) {
+    const Type x = meta::float_operand(op, in, 0);
+    xw[0] = meta::result_like({x}, shaped_data_type(x), nhwc_to_nchw(shaped_dims(x)));
+  }
+  DataType dt;
+  auto dims = conv2d_shape(op, xw, Conv2dOp::Attributes{a.strides, a.paddings, a.dilations, a.groups, "NCHW"}, &dt);
+  const Type bias_type = meta::tensor_operand(op, in, 2);
+  const auto& bias = shaped_dims(bias_type);
+  if (shaped_data_type(bias_type) != dt || bias.size() != 1 ||
+      (bias[0] >= 0 && dims[1] >= 0 && bias[0] != dims[1]))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' bias must be [", dims[1], "] of ",
+                to_string(dt), " (one per output channel), got ", meta::dims_string(bias), " of ",
+                to_string(shaped_data_type(bias_type)));
+  Type out = meta::result_like(in, dt, nhwc ? nchw_to_nhwc(dims) : dims);
+  if (in.size() == 4) check_residual(op, in[3], out);
+  return {out};
 }
 
 }  // namespace
 
 std::vector<Type> FusedConv2dOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
   if (in.size() != 4) meta::require_count(name, in, 3);
-  const auto a = from_attributes<Attributes>(attrs, name);
-  if (a.activation != "none" && a.activation != "relu" && a.activation != "relu6" &&
-      a.activation != "silu")
-    throw_error(ErrorKind::InvalidArgument, "op '", name, "' activation '", a.activation,
-                "' is not one of none, relu, relu6, silu");
-  const bool nhwc = channels_last(name, a.data_format);
-  std::vector<Type> xw{in[0], in[1]};
-  if (nhwc) {
-    const Type x = meta::float_operand(name, in, 0);
-    xw[0] = meta::result_like({x}, shaped_data_type(x), nhwc_to_nchw(shaped_dims(x)));
-  }
-  DataType dt;
-  auto dims = conv2d_shape(name, xw,
-                           Conv2dOp::Attributes{a.strides, a.paddings, a.dilations, a.groups, "NCHW"}, &dt);
-  const Type bias_type = meta::tensor_operand(name, in, 2);
-  const auto& bias = shaped_dims(bias_type);
-  if (shaped_data_type(bias_type) != dt || bias.size() != 1 ||
-      (bias[0] >= 0 && dims[1] >= 0 && bias[0] != dims[1]))
-    throw_error(ErrorKind::InvalidArgument, "op '", name, "' bias must be [", dims[1], "] of ",
-                to_string(dt), " (one per output channel), got ", meta::dims_string(bias), " of ",
-                to_string(shaped_data_type(bias_type)));
-  Type out = meta::result_like(in, dt, nhwc ? nchw_to_nhwc(dims) : dims);
-  if (in.size() == 4) check_residual(in[3], out);
-  return {out};
+  return fused_conv_meta(name, in, from_attributes<Attributes>(attrs, name));
 }
 
 namespace {
@@ -354,6 +358,42 @@ std::vector<Value> FusedConv2dOp::vjp(Builder& b, Operation* op, const std::vect
   Value dx = grad.operation()->result(0);
   if (op->num_operands() == 4) return {dx, grad.operation()->result(1), dbias, d_pre};  // residual: as z
   return {dx, grad.operation()->result(1), dbias};
+}
+
+void ChannelScaledConv2dOp::build(Builder&, OperationArgument& arg, Value x, Value scale, Value w, Value bias,
+                                  Attributes attrs, Value residual) {
+  for (Value v : {x, scale, w, bias}) arg.add_operand(v);
+  if (residual) arg.add_operand(residual);
+  arg.attributes = to_named_attributes(std::move(attrs));
+}
+
+// fused_conv2d's result over (x, w, bias[, residual]), once scale is
+// [N, C, 1, 1] (NCHW) or [N, 1, 1, C] (NHWC) of x's dtype.
+std::vector<Type> ChannelScaledConv2dOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  if (in.size() != 5) meta::require_count(name, in, 4);
+  const auto a = from_attributes<Attributes>(attrs, name);
+  const bool nhwc = channels_last(name, a.data_format);
+  const Type x = meta::float_operand(name, in, 0), scale = meta::tensor_operand(name, in, 1);
+  const auto& xd = shaped_dims(x);
+  const auto& sd = shaped_dims(scale);
+  const std::size_t c = nhwc ? 3 : 1;
+  bool fits = xd.size() == 4 && sd.size() == 4 && shaped_data_type(scale) == shaped_data_type(x);
+  for (std::size_t i = 0; fits && i < 4; ++i) {
+    const std::int64_t want = i == 0 || i == c ? xd[i] : 1;
+    fits = sd[i] < 0 || want < 0 || sd[i] == want || (i == 0 && sd[i] == 1);
+  }
+  if (!fits) {
+    const std::vector<std::int64_t> want =
+        xd.size() == 4 ? (nhwc ? std::vector<std::int64_t>{xd[0], 1, 1, xd[3]} : std::vector<std::int64_t>{xd[0], xd[1], 1, 1})
+                       : std::vector<std::int64_t>{};
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' scale must be ", meta::dims_string(want), " of ",
+                to_string(shaped_data_type(x)), " (one factor per channel, per image or for all, of x ",
+                meta::dims_string(xd), "), got ", meta::dims_string(sd), " of ",
+                to_string(shaped_data_type(scale)));
+  }
+  std::vector<Type> conv_in{in[0], in[2], in[3]};
+  if (in.size() == 5) conv_in.push_back(in[4]);
+  return fused_conv_meta(name, conv_in, a);
 }
 
 void Conv2dTransposeOp::build(Builder&, OperationArgument& arg, Value x, Value w,

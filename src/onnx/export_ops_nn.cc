@@ -42,16 +42,17 @@ std::vector<std::int64_t> onnx_pads(EmitContext& c, const std::vector<std::int64
   return {p4[0], p4[2], p4[1], p4[3]};
 }
 
-std::vector<std::int64_t> kernel_shape(EmitContext& c) {
-  const auto& w = c.in_dims(1);
+// The kernel dims of the op's weight, its input #w_input.
+std::vector<std::int64_t> kernel_shape(EmitContext& c, std::size_t w_input = 1) {
+  const auto& w = c.in_dims(w_input);
   if (w.size() != 4 || w[2] < 0 || w[3] < 0) c.unsupported("a weight whose kernel dims are not known");
   return {w[2], w[3]};
 }
 
-// A Conv node's attributes from a kiln conv's.
+// A Conv node's attributes from a kiln conv's (its weight input #w_input).
 template <typename A>
-void set_conv_attrs(EmitContext& c, ::onnx::NodeProto& n, const A& a) {
-  set_attr(n, "kernel_shape", kernel_shape(c));
+void set_conv_attrs(EmitContext& c, ::onnx::NodeProto& n, const A& a, std::size_t w_input = 1) {
+  set_attr(n, "kernel_shape", kernel_shape(c, w_input));
   set_attr(n, "strides", a.strides);
   set_attr(n, "pads", onnx_pads(c, a.paddings));
   set_attr(n, "dilations", a.dilations);
@@ -63,28 +64,27 @@ void conv2d(EmitContext& c) {
                  Conv2dOp::dyn_cast(c.op()).attrs());
 }
 
-// Conv with its bias input, then Add of the residual when there is one, then
+// Conv with its bias input, then Add of the residual (when not empty), then
 // the activation: Relu, Clip(0, 6), or Sigmoid and Mul for silu. An NHWC
 // op's x and residual go through Transposes, its result back (ONNX's Conv
 // is NCHW).
-void fused_conv2d(EmitContext& c) {
-  const auto a = FusedConv2dOp::dyn_cast(c.op()).attrs();
+void emit_fused_conv(EmitContext& c, const FusedConv2dOp::Attributes& a, const std::string& x_in,
+                     std::size_t w_input, const std::string& bias, const std::string& residual) {
   const bool act = a.activation != "none", nhwc = a.data_format == "NHWC";
-  const bool residual = c.op()->num_operands() == 4;
   auto as_nchw = [&](const std::string& v) {
     if (!nhwc) return v;
     const std::string t = c.fresh("nchw");
     set_attr(c.node("Transpose", {v}, {t}), "perm", std::vector<std::int64_t>{0, 3, 1, 2});
     return t;
   };
-  const std::string x = as_nchw(c.in(0));
+  const std::string x = as_nchw(x_in);
   const std::string y = nhwc ? c.fresh("conv_nchw") : c.out(0);
-  const std::string conv_out = act || residual ? c.fresh("conv") : y;
-  set_conv_attrs(c, c.node("Conv", {x, c.in(1), c.in(2)}, {conv_out}), a);
+  const std::string conv_out = act || !residual.empty() ? c.fresh("conv") : y;
+  set_conv_attrs(c, c.node("Conv", {x, c.in(w_input), bias}, {conv_out}), a, w_input);
   std::string z = conv_out;
-  if (residual) {
+  if (!residual.empty()) {
     z = act ? c.fresh("sum") : y;
-    c.node("Add", {conv_out, as_nchw(c.in(3))}, {z});
+    c.node("Add", {conv_out, as_nchw(residual)}, {z});
   }
   if (a.activation == "relu") c.node("Relu", {z}, {y});
   if (a.activation == "relu6")
@@ -96,6 +96,19 @@ void fused_conv2d(EmitContext& c) {
   }
   if (nhwc)
     set_attr(c.node("Transpose", {y}, {c.out(0)}), "perm", std::vector<std::int64_t>{0, 2, 3, 1});
+}
+
+void fused_conv2d(EmitContext& c) {
+  emit_fused_conv(c, FusedConv2dOp::dyn_cast(c.op()).attrs(), c.in(0), 1, c.in(2),
+                  c.op()->num_operands() == 4 ? c.in(3) : std::string());
+}
+
+// Mul of x by its factors (broadcast as ONNX's Mul does), then fused_conv2d's nodes.
+void channel_scaled_conv2d(EmitContext& c) {
+  const std::string scaled = c.fresh("scaled");
+  c.node("Mul", {c.in(0), c.in(1)}, {scaled});
+  emit_fused_conv(c, ChannelScaledConv2dOp::dyn_cast(c.op()).attrs(), scaled, 2, c.in(3),
+                  c.op()->num_operands() == 5 ? c.in(4) : std::string());
 }
 
 void conv2d_transpose(EmitContext& c) {
@@ -413,6 +426,7 @@ void add_export_nn(ExportTable& t) {
   t["kiln.matmul"] = &matmul;
   t["kiln.conv2d"] = &conv2d;
   t["kiln.fused_conv2d"] = &fused_conv2d;
+  t["kiln.channel_scaled_conv2d"] = &channel_scaled_conv2d;
   t["kiln.conv2d_transpose"] = &conv2d_transpose;
   t["kiln.max_pool2d"] = &max_pool2d;
   t["kiln.avg_pool2d"] = &avg_pool2d;

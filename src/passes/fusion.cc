@@ -27,6 +27,7 @@
 #include "kiln/ir/builder.h"
 #include "kiln/ir/builtin_types.h"
 #include "kiln/ir/region.h"
+#include "kiln/kernel/cpu_convolution.h"
 #include "kiln/kernel/kernel_registry.h"
 
 namespace kiln {
@@ -674,6 +675,75 @@ std::size_t fuse_conv_residual(Block& block, const ValueSet& keep, PassContext* 
 
 namespace {
 
+// The per-channel factors s that `mul` multiplies an NHWC conv's x by: the
+// operand other than x, of x's dtype, [N or 1, 1, 1, C] against x's dims;
+// null if there is none.
+Value channel_factors(Operation* mul, Value product) {
+  for (std::uint32_t i = 0; i < 2; ++i) {
+    Value x = mul->operand_source(i), s = mul->operand_source(1 - i);
+    if (x.type() != product.type() || !is_shaped(s.type()) ||
+        shaped_data_type(s.type()) != shaped_data_type(x.type()))
+      continue;
+    const auto& xd = shaped_dims(x.type());
+    const auto& sd = shaped_dims(s.type());
+    const bool fits = xd.size() == 4 && sd.size() == 4 && xd[3] >= 0 && sd[3] == xd[3] && sd[1] == 1 && sd[2] == 1;
+    if (fits && (sd[0] == 1 || sd[0] == xd[0])) return s;
+  }
+  return Value();
+}
+
+// Whether the CPU kernel of the channel_scaled_conv2d that would replace
+// `conv` (NHWC, x's spatial dims and both channel counts known) folds its
+// factors into the weights rather than writing x ⊙ scale as the mul does.
+bool kernel_folds_scale(Operation* conv) {
+  const auto a = FusedConv2dOp(conv).attrs();
+  const auto& x = shaped_dims(conv->operand_source(0).type());
+  const auto& w = shaped_dims(conv->operand_source(1).type());
+  if (a.data_format != "NHWC" || x.size() != 4 || w.size() != 4) return false;
+  for (std::size_t i = 1; i < 4; ++i)
+    if (x[i] < 0 || w[i] < 0) return false;
+  if (w[0] < 0) return false;
+  const Conv2dGeometry g =
+      conv::geometry(FusedConv2dOp::name, Dims{1, x[3], x[1], x[2]}, Dims{w[0], w[1], w[2], w[3]}, a.strides,
+                     a.paddings, a.dilations, a.groups);
+  return cpu_folds_channel_scale(g);
+}
+
+}  // namespace
+
+std::size_t fuse_conv_input_scale(Block& block, const ValueSet& keep, PassContext* ctx) {
+  std::size_t made = 0;
+  std::vector<Operation*> convs;
+  for (Operation* op : block)
+    if (op->isa<FusedConv2dOp>() && !FusedConv2dOp(op).attrs().weights_trained && !has_placement(*op))
+      convs.push_back(op);
+  for (Operation* conv : convs) {
+    Value product = conv->operand_source(0);
+    Operation* mul = product.defining_op();
+    const DataType dt = shaped_data_type(product.type());
+    if (!mul || !mul->isa<MulOp>() || mul->parent_block() != &block || has_placement(*mul) ||
+        keep.count(key(product)) || sole_user(product) != conv || dt != DataType::Float32 ||
+        !kernel_folds_scale(conv) || barrier_between(mul, conv))
+      continue;
+    const auto a = FusedConv2dOp(conv).attrs();
+    const Value s = channel_factors(mul, product);
+    if (!s) continue;
+    const Value x = mul->operand_source(mul->operand_source(0) == s ? 1 : 0);
+    Builder b(block);
+    b.set_insertion_point(conv);
+    const Value residual = conv->num_operands() == 4 ? conv->operand_source(3) : Value();
+    Value fused = b.create<ChannelScaledConv2dOp>(x, s, conv->operand_source(1), conv->operand_source(2), a, residual)
+                      .result();
+    replace_all_uses(conv->result(0), fused, ctx);
+    erase_op(conv, ctx);
+    erase_op(mul, ctx);
+    ++made;
+  }
+  return made;
+}
+
+namespace {
+
 // A batch norm's activation (kiln.relu, kiln.clip to [0, 6]) and, in a
 // training program, that activation's gradient op and the batch norm's
 // gradient op that alone reads it.
@@ -783,7 +853,8 @@ std::size_t fuse_elementwise(Block& block, const ValueSet& keep, PassContext* ct
 namespace {
 
 // "fuse": fold_attention_transposes, fuse_softmax_cross_entropy,
-// fuse_conv_epilogue, fuse_conv_residual, channels_last, fuse_batch_norm_activation,
+// fuse_conv_epilogue, fuse_conv_residual, channels_last, fuse_conv_input_scale,
+// fuse_batch_norm_activation,
 // fuse_matmul_epilogue, fuse_elementwise, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h) over the program
 // (regions included), keeping the context's live-out values. For a CUDA
@@ -804,6 +875,7 @@ class FusePass : public Pass {
     fuse_conv_epilogue(program.block(), keep, &ctx);
     fuse_conv_residual(program.block(), keep, &ctx);
     convert_to_channels_last(program.block(), keep, &ctx);
+    fuse_conv_input_scale(program.block(), live_out_set(ctx), &ctx);
     fuse_batch_norm_activation(program.block(), live_out_set(ctx), &ctx);
     fuse_after_layout(program, live_out_set(ctx), ctx);
   }

@@ -206,3 +206,29 @@ TEST_CASE("fused_conv2d rejects a bias of the wrong length or dtype and an unkno
                                            std::string("none"), std::string("NCWH")),
                    InvalidArgument, {"kiln.fused_conv2d", "data_format 'NCWH'"});
 }
+
+TEST_CASE("channel_scaled_conv2d infers fused_conv2d's result and names factors that are not one per image "
+          "(or for all) and channel of x",
+          "[dialect][conv]") {
+  Program p;
+  const FusedConv2dOp::Attributes nhwc{V{1, 1}, V{0, 0}, V{1, 1}, 1, "silu", "NHWC", false};
+  auto build = [&](V scale, DataType dt = DataType::Float32, const FusedConv2dOp::Attributes* a = nullptr) {
+    return build_op<ChannelScaledConv2dOp>(p, {{F32, {-1, 5, 5, 4}}, {dt, scale}, {F32, {3, 4, 1, 1}}, {F32, {3}}},
+                                           a ? *a : nhwc);
+  };
+  CHECK(shaped_dims(build({-1, 1, 1, 4})->result_type(0)) == V{-1, 5, 5, 3});
+  CHECK(shaped_dims(build({1, 1, 1, 4})->result_type(0)) == V{-1, 5, 5, 3});
+  for (const V& bad : {V{2, 4, 1, 1}, V{-1, 1, 5, 4}, V{-1, 1, 1, 3}, V{-1, 4}})
+    KILN_CHECK_ERROR(build(bad), InvalidArgument, {"kiln.channel_scaled_conv2d", "scale must be [-1, 1, 1, 4]"});
+  KILN_CHECK_ERROR(build({-1, 1, 1, 4}, DataType::Float64), InvalidArgument,
+                   {"kiln.channel_scaled_conv2d", "scale must be"});
+  FusedConv2dOp::Attributes gelu = nhwc;
+  gelu.activation = "gelu";
+  KILN_CHECK_ERROR(build({-1, 1, 1, 4}, DataType::Float32, &gelu), InvalidArgument,
+                   {"kiln.channel_scaled_conv2d", "activation 'gelu'"});
+  FusedConv2dOp::Attributes nchw = nhwc;
+  nchw.data_format = "NCHW";
+  KILN_CHECK_ERROR(build_op<ChannelScaledConv2dOp>(
+                       p, {{F32, {2, 4, 5, 5}}, {F32, {2, 1, 1, 4}}, {F32, {3, 4, 1, 1}}, {F32, {3}}}, nchw),
+                   InvalidArgument, {"kiln.channel_scaled_conv2d", "scale must be [2, 4, 1, 1]"});
+}

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernel/kernel_test_util.h"
+#include "kiln/kernel/cpu_convolution.h"
 
 using namespace kiln;
 using namespace kiln_test;
@@ -532,4 +533,101 @@ TEST_CASE("conv2d sees weights written between runs, through data() or raw_data(
   for (float& v : negated) v = -v;
   std::memcpy(w.raw_data(), negated.data(), w.bytes());  // as a user's copy writes
   expect(run());
+}
+
+namespace {
+
+// A per-channel factor tensor for x (NCHW dims c.x) in `layout`: [N, C, 1,
+// 1] / [N, 1, 1, C], or with N = 1 when `shared`.
+template <typename T>
+Tensor channel_factors(const Cfg& c, const std::string& layout, bool shared, std::uint32_t seed) {
+  const std::int64_t n = shared ? 1 : c.x[0];
+  return filled<T>(layout == "NHWC" ? Dims{n, 1, 1, c.x[1]} : Dims{n, c.x[1], 1, 1}, 0.1, 1.5, seed);
+}
+
+// channel_scaled_conv2d(x, scale, w, bias[, residual]) in `layout` (x,
+// scale and residual given in it), and the unfused ops' result: kiln.mul,
+// then fused_conv2d.
+template <typename T>
+std::pair<Tensor, Tensor> scaled_and_unfused(const Cfg& c, const std::string& layout, const std::string& act,
+                                             const std::vector<Tensor>& in) {
+  const FusedConv2dOp::Attributes a{c.strides, c.paddings, c.dilations, c.groups, act, layout, false};
+  const bool residual = in.size() == 5;
+  Tensor got = run_kernel(in, [&](Builder& b, const std::vector<Value>& v) {
+                 return b.create<ChannelScaledConv2dOp>(v[0], v[1], v[2], v[3], a, residual ? v[4] : Value())
+                     .operation();
+               }).out();
+  const Tensor product = run_op<MulOp>({in[0], in[1]}).out();
+  std::vector<Tensor> conv_in{product, in[2], in[3]};
+  if (residual) conv_in.push_back(in[4]);
+  Tensor want = run_kernel(conv_in, [&](Builder& b, const std::vector<Value>& v) {
+                  return b.create<FusedConv2dOp>(v[0], v[1], v[2], c.strides, c.paddings, c.dilations, c.groups, act,
+                                                 layout, residual ? v[3] : Value())
+                      .operation();
+                }).out();
+  return {got, want};
+}
+
+}  // namespace
+
+TEST_CASE("channel_scaled_conv2d gives fused_conv2d of x times its per-channel factors: folded into the "
+          "weights within f32's rounding where it folds, the unfused ops' bits elsewhere",
+          "[kernel][conv]") {
+  const std::vector<Cfg> cfgs{// pointwise, 81 pixels an image >= 4 x 6 outputs: folds in NHWC f32
+                              {{2, 8, 9, 9}, {6, 8, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
+                              // pointwise over 200 pixels in two blocks an image, 17 channels
+                              {{3, 17, 10, 20}, {5, 17, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
+                              // pointwise, 16 pixels < 4 x 6: scales x first
+                              {{2, 8, 4, 4}, {6, 8, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
+                              // 3x3 and depthwise: scales x first
+                              {{2, 8, 6, 6}, {6, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+                              {{2, 8, 6, 6}, {8, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 8}};
+  for (const auto& c : cfgs) {
+    Conv2dGeometry g = conv::geometry("test", Dims(c.x), Dims(c.w), c.strides, c.paddings, c.dilations, c.groups);
+    for (const std::string layout : {"NCHW", "NHWC"})
+      for (const bool shared : {false, true})
+        for (const bool residual : {false, true})
+          for (const std::string act : {"none", "relu6", "silu"}) {
+            INFO("x " << Dims(c.x).to_string() << " w " << Dims(c.w).to_string() << " " << layout
+                      << (shared ? ", one set of factors" : ", factors per image")
+                      << (residual ? ", residual " : ", ") << act);
+            auto inputs = [&]<typename T>(T) {
+              Tensor x = filled<T>(Dims(c.x), -2, 2, 1);
+              if (layout == "NHWC") x = swap_channels<T>(x, true);
+              std::vector<Tensor> in{x, channel_factors<T>(c, layout, shared, 2), filled<T>(Dims(c.w), -1, 1, 3),
+                                     filled<T>(Dims{c.w[0]}, -1, 1, 4)};
+              if (residual) {
+                const Tensor conv = run_op<FusedConv2dOp>({in[0], in[2], in[3]}, c.strides, c.paddings, c.dilations,
+                                                          c.groups, std::string("none"), layout)
+                                        .out();
+                in.push_back(filled<T>(conv.dims(), -3, 3, 5));
+              }
+              return in;
+            };
+            const auto [got64, want64] = scaled_and_unfused<double>(c, layout, act, inputs(0.0));
+            CHECK(same_bits(got64, want64));
+            const auto [got, want] = scaled_and_unfused<float>(c, layout, act, inputs(0.0f));
+            if (layout == "NHWC" && cpu_folds_channel_scale(g)) {
+              check_close<float>(got, want.to_vector<float>(), 1e-5, 1e-5);
+              check_close<float>(got, [&] {  // and the exact result
+                const auto v = got64.to_vector<double>();
+                return std::vector<float>(v.begin(), v.end());
+              }(), 1e-5, 1e-5);
+            } else {
+              CHECK(same_bits(got, want));
+            }
+          }
+  }
+}
+
+TEST_CASE("channel_scaled_conv2d names a bias that is not one per output channel, as fused_conv2d does",
+          "[kernel][conv]") {
+  const FusedConv2dOp::Attributes a{V{1, 1}, V{0, 0}, V{1, 1}, 1, "none", "NHWC", false};
+  Tensor x = Tensor::zeros(Dims{2, 5, 5, 4}, DataType::Float32), w = Tensor::zeros(Dims{3, 4, 1, 1}, DataType::Float32);
+  CHECK_THROWS_WITH(
+      run_kernel({x, Tensor::zeros(Dims{2, 1, 1, 4}, DataType::Float32), w, Tensor::zeros(Dims{4}, DataType::Float32)},
+                 [&](Builder& b, const std::vector<Value>& v) {
+                   return b.create<ChannelScaledConv2dOp>(v[0], v[1], v[2], v[3], a).operation();
+                 }),
+      Catch::Contains("kiln.channel_scaled_conv2d") && Catch::Contains("bias must be [3]"));
 }

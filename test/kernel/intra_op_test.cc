@@ -477,3 +477,23 @@ TEST_CASE("add_n gives the same bits at any thread count", "[kernel][intra_op]")
                c = filled<float>(Dims{8, 32, 28, 28}, -1, 1, 3);
   same_bits_at_any_thread_count([&] { return run_op<AddNOp>({a, b, c}); });
 }
+
+TEST_CASE("a pointwise NHWC convolution of channel-scaled x, its factors folded into the weights per image, "
+          "gives the same bits at any thread count",
+          "[kernel][intra_op]") {
+  // 3 images of 40 x 30 pixels: two blocks an image (640 rows and 560);
+  // factors per image and shared.
+  const Tensor x = filled<float>(Dims{3, 40, 30, 24}, -1, 1, 1), w = filled<float>(Dims{16, 24, 1, 1}, -1, 1, 2);
+  const Tensor b = filled<float>(Dims{16}, -1, 1, 3), r = filled<float>(Dims{3, 40, 30, 16}, -2, 2, 4);
+  for (const std::int64_t n : {3, 1})
+    for (const std::string act : {"none", "silu"}) {
+      INFO(act << (n == 1 ? ", shared factors" : ", factors per image"));
+      const Tensor s = filled<float>(Dims{n, 1, 1, 24}, 0, 2, 5);
+      const FusedConv2dOp::Attributes a{Axes{1, 1}, Axes{0, 0}, Axes{1, 1}, 1, act, "NHWC", false};
+      same_bits_at_any_thread_count([&] {
+        return run_kernel({x, s, w, b, r}, [&](Builder& bb, const std::vector<Value>& v) {
+          return bb.create<ChannelScaledConv2dOp>(v[0], v[1], v[2], v[3], a, v[4]).operation();
+        });
+      });
+    }
+}

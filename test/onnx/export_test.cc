@@ -495,8 +495,8 @@ TEST_CASE("the shape, indexing, constant and reduction ops export op by op", "[o
                    f);
 }
 
-TEST_CASE("conv2d_transpose, fused_conv2d, batch_norm, fused_batch_norm, rms_norm, pools and attention "
-          "export op by op",
+TEST_CASE("conv2d_transpose, fused_conv2d, channel_scaled_conv2d, batch_norm, fused_batch_norm, rms_norm, pools "
+          "and attention export op by op",
           "[onnx][export]") {
   kiln::Program p, startup;
   std::vector<kiln::Value> f;
@@ -546,6 +546,22 @@ TEST_CASE("conv2d_transpose, fused_conv2d, batch_norm, fused_batch_norm, rms_nor
                      std::vector<std::int64_t>{3, 3}, std::vector<std::int64_t>{2, 2},
                      std::vector<std::int64_t>{1, 1}, false, "NHWC")
                     .result());
+    // channel-scaled, by factors per image (NHWC, silu) and by one set (NCHW, with a residual)
+    {
+      const auto xt = b.create<kiln::TransposeOp>(x, std::vector<std::int64_t>{0, 2, 3, 1}).result();
+      const auto per_image = b.create<kiln::MeanOp>(xt, std::vector<std::int64_t>{1, 2}, true).result();
+      const std::vector<std::int64_t> one{1, 1}, zero{0, 0};
+      f.push_back(b.create<kiln::ChannelScaledConv2dOp>(xt, per_image, param("sw", {3, 2, 1, 1}), param("sb", {3}),
+                                                        kiln::FusedConv2dOp::Attributes{one, zero, one, 1, "silu",
+                                                                                        "NHWC", false})
+                      .result());
+      f.push_back(b.create<kiln::ChannelScaledConv2dOp>(x, param("ss", {1, 2, 1, 1}), param("sw_res", {3, 2, 3, 3}),
+                                                        param("sb_res", {3}),
+                                                        kiln::FusedConv2dOp::Attributes{one, one, one, 1, "relu",
+                                                                                        "NCHW", false},
+                                                        nchw_skip)
+                      .result());
+    }
     auto bn = b.create<kiln::BatchNormOp>(x, param("s", {2}), param("bb", {2}), param("m", {2}),
                                           param("v", {2}), 0.9, 1e-5, true);
     f.push_back(bn->result(0));

@@ -16,6 +16,8 @@
 #include "kiln/frontend/optimizer.h"
 #include "kiln/kernel/random.h"
 #include "kiln/io/json.h"
+#include "kiln/ir/parser.h"
+#include "kiln/kernel/cpu_convolution.h"
 #include "kiln/passes/channels_last.h"
 #include "kiln/passes/fusion.h"
 #include "kiln/passes/pass_manager.h"
@@ -821,4 +823,157 @@ TEST_CASE("a batch norm whose y is kept or read elsewhere stays; a relu whose gr
     CHECK(count_top_ops(dz_kept.p, "kiln.batch_norm_grad") == 1);
     CHECK(count_top_ops(dz_kept.p, "kiln.fused_batch_norm") == (act == "relu" ? 1u : 0u));
   }
+}
+
+namespace {
+
+using Dims4 = std::vector<std::int64_t>;
+
+Tensor filled_f32(const Dims4& dims, float scale, int seed) {
+  std::vector<float> v(static_cast<std::size_t>(Dims(dims).numel()));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int((i * 37 + seed) % 23) - 11);
+  return Tensor::from_vector<float>(Dims(dims), v);
+}
+
+// A squeeze-and-excitation block's end as the fuse pass finds it after
+// channels_last: x [2, hw, hw, 8] (NHWC) times factors s of dims `s_dims`,
+// the product read by a pointwise NHWC fused_conv2d to `o` channels with a
+// SiLU (and a residual when asked).
+struct ScaledProjection {
+  Program p;
+  Value product, out;
+  FeedMap feeds;
+  struct Shape {
+    std::int64_t hw = 9, o = 6, k = 1;
+    Dims4 s_dims{2, 1, 1, 8};
+    bool swapped = false, residual = false, trained = false;
+    std::string data_format = "NHWC";
+  };
+  explicit ScaledProjection(const Shape& s) {
+    Builder b(p);
+    const bool nhwc = s.data_format == "NHWC";
+    const Dims4 xd = nhwc ? Dims4{2, s.hw, s.hw, 8} : Dims4{2, 8, s.hw, s.hw};
+    Value x = b.create<DataOp>("x", xd).result(), f = b.create<DataOp>("s", s.s_dims).result();
+    Value w = b.create<DataOp>("w", Dims4{s.o, 8, s.k, s.k}).result(), bias = b.create<DataOp>("b", Dims4{s.o}).result();
+    product = s.swapped ? b.create<MulOp>(f, x).result() : b.create<MulOp>(x, f).result();
+    const Dims4 od = nhwc ? Dims4{2, s.hw, s.hw, s.o} : Dims4{2, s.o, s.hw, s.hw};
+    Value r = s.residual ? b.create<DataOp>("r", od).result() : Value();
+    out = b.create<FusedConv2dOp>(product, w, bias, Dims4{1, 1}, Dims4{s.k / 2, s.k / 2}, Dims4{1, 1}, 1, "silu",
+                                  s.data_format, r, s.trained)
+              .result();
+    feeds = {{"x", filled_f32(xd, 0.25f, 1)}, {"s", filled_f32(s.s_dims, 0.1f, 2)},
+             {"w", filled_f32({s.o, 8, s.k, s.k}, 0.125f, 3)}, {"b", filled_f32({s.o}, 0.5f, 4)}};
+    if (s.residual) feeds["r"] = filled_f32(od, 0.5f, 5);
+  }
+  Tensor run() {
+    Executor exe(Place::cpu(), {.passes = ""});
+    return exe.run(p, feeds, {last_result(p)})[0];
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a pointwise NHWC conv that alone reads x times per-channel factors becomes one "
+          "channel_scaled_conv2d, within f32's rounding of the unfused result",
+          "[passes][fusion]") {
+  using S = ScaledProjection::Shape;
+  for (const S& s : {S{}, S{.s_dims = {1, 1, 1, 8}}, S{.swapped = true}, S{.residual = true}}) {
+    INFO("factors " << Dims(s.s_dims).to_string() << (s.swapped ? ", s · x" : "") << (s.residual ? ", residual" : ""));
+    ScaledProjection plain(s), fused(s);
+    CHECK(fuse_conv_input_scale(fused.p.block(), {}) == 1);
+    fused.p.verify();
+    CHECK(count_top_ops(fused.p, "kiln.mul") == 0);
+    CHECK(count_top_ops(fused.p, "kiln.fused_conv2d") == 0);
+    Operation* op = last_result(fused.p).defining_op();
+    REQUIRE(op->isa<ChannelScaledConv2dOp>());
+    CHECK(op->num_operands() == (s.residual ? 5u : 4u));
+    CHECK(ChannelScaledConv2dOp(op).attrs().activation == "silu");
+    const auto want = plain.run().to_vector<float>(), got = fused.run().to_vector<float>();
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-5).margin(1e-5));
+    // It saves and prints like any op, and loads back to the same program.
+    const Program loaded = load_program_json(save_program_json(fused.p));
+    CHECK(loaded.to_string() == fused.p.to_string());
+    CHECK(parse_program(fused.p.to_string()).to_string() == fused.p.to_string());
+  }
+}
+
+TEST_CASE("a scaled x is not fused into its conv where the kernel would not fold the factors into the weights, "
+          "the weights are trained, the product is kept or read again, or the factors are not per channel",
+          "[passes][fusion]") {
+  using S = ScaledProjection::Shape;
+  for (const S& s : {S{.hw = 4},  // 16 pixels an image < 4 x 6 outputs: the mul's own pass is as fast
+                     S{.k = 3}, S{.s_dims = {2, 8, 1, 1}, .data_format = "NCHW"}, S{.trained = true},
+                     S{.s_dims = {2, 9, 9, 8}}, S{.s_dims = {2, 1, 9, 8}}}) {
+    INFO("hw " << s.hw << " k " << s.k << " " << s.data_format << " factors " << Dims(s.s_dims).to_string()
+               << (s.trained ? ", trained" : ""));
+    ScaledProjection c(s);
+    CHECK(fuse_conv_input_scale(c.p.block(), {}) == 0);
+  }
+  ScaledProjection kept(S{});
+  CHECK(fuse_conv_input_scale(kept.p.block(), {kept.product.impl()}) == 0);
+  ScaledProjection twice(S{});
+  Builder b(twice.p);
+  b.create<ReluOp>(twice.product);
+  CHECK(fuse_conv_input_scale(twice.p.block(), {}) == 0);
+}
+
+TEST_CASE("the fuse pass gives a squeeze-and-excitation block built in NCHW one channel_scaled_conv2d where the "
+          "CPU prefers NHWC, with the unfused result",
+          "[passes][fusion]") {
+  struct SqueezeExcitation {
+    Program p;
+    Value out;
+    SqueezeExcitation() {
+      Builder b(p);
+      auto conv = [&](Value x, std::int64_t in, std::int64_t o, std::int64_t k, const std::string& name, bool silu) {
+        Value w = b.create<DataOp>(name + ".w", Dims4{o, in, k, k}).result();
+        Value bias = b.create<DataOp>(name + ".b", Dims4{o}).result();
+        Value y = b.create<Conv2dOp>(x, w, Dims4{1, 1}, Dims4{k / 2, k / 2}).result();
+        y = b.create<AddOp>(y, b.create<ReshapeOp>(bias, Dims4{1, o, 1, 1}).result()).result();
+        return silu ? b.create<MulOp>(y, b.create<SigmoidOp>(y).result()).result() : y;
+      };
+      Value x = b.create<DataOp>("x", Dims4{2, 3, 12, 12}).result();
+      Value y = conv(x, 3, 8, 3, "stem", true);
+      Value squeezed = conv(b.create<MeanOp>(y, Dims4{2, 3}, true).result(), 8, 2, 1, "squeeze", true);
+      Value gate = b.create<SigmoidOp>(conv(squeezed, 2, 8, 1, "excite", false)).result();
+      Value projected = conv(b.create<MulOp>(y, gate).result(), 8, 4, 1, "project", false);
+      out = conv(projected, 4, 4, 3, "head", true);
+    }
+  };
+  SqueezeExcitation plain, fused;
+  FeedMap feeds{{"x", filled_f32({2, 3, 12, 12}, 0.25f, 1)}};
+  for (const auto& [name, dims] : std::vector<std::pair<std::string, Dims4>>{
+           {"stem.w", {8, 3, 3, 3}}, {"squeeze.w", {2, 8, 1, 1}}, {"excite.w", {8, 2, 1, 1}},
+           {"project.w", {4, 8, 1, 1}}, {"head.w", {4, 4, 3, 3}}}) {
+    feeds[name] = filled_f32(dims, 0.0625f, int(feeds.size()));
+    feeds[name.substr(0, name.size() - 1) + "b"] = filled_f32({dims[0]}, 0.25f, int(feeds.size()));
+  }
+  Executor none(Place::cpu(), {.passes = ""});
+  const Tensor want = none.run(plain.p, feeds, {plain.out})[0];
+  PassContext ctx({fused.out});
+  PassManager::parse("fuse").run(fused.p, ctx);
+  fused.p.verify();
+  CHECK(count_top_ops(fused.p, "kiln.channel_scaled_conv2d") == (cpu_convolutions_prefer_channels_last() ? 1u : 0u));
+  const auto got = none.run(fused.p, feeds, {ctx.live_out()[0]})[0].to_vector<float>();
+  const auto w = want.to_vector<float>();
+  REQUIRE(got.size() == w.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(w[i]).epsilon(1e-5).margin(1e-5));
+}
+
+TEST_CASE("channel_scaled_conv2d names factors whose dims at run time fit neither x's images nor its channels",
+          "[passes][fusion]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", Dims4{-1, 5, 5, 4}).result(), s = b.create<DataOp>("s", Dims4{-1, 1, 1, 4}).result();
+  Value w = b.create<DataOp>("w", Dims4{3, 4, 1, 1}).result(), bias = b.create<DataOp>("b", Dims4{3}).result();
+  Value y = b.create<ChannelScaledConv2dOp>(x, s, w, bias,
+                                            FusedConv2dOp::Attributes{Dims4{1, 1}, Dims4{0, 0}, Dims4{1, 1}, 1, "none",
+                                                                      "NHWC", false})
+                .result();
+  Executor exe(Place::cpu(), {.passes = ""});
+  const FeedMap feeds{{"x", filled_f32({2, 5, 5, 4}, 1, 1)}, {"s", filled_f32({3, 1, 1, 4}, 1, 2)},
+                      {"w", filled_f32({3, 4, 1, 1}, 1, 3)}, {"b", filled_f32({3}, 1, 4)}};
+  KILN_CHECK_ERROR(exe.run(p, feeds, {y}), InvalidArgument,
+                   {"kiln.channel_scaled_conv2d", "scale is [3x1x1x4]", "needs [Nx1x1xC] with N = 2 or 1, C = 4"});
 }

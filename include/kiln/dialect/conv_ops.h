@@ -119,6 +119,33 @@ struct FusedConv2dOp : Op<FusedConv2dOp, ReadOnly, ValueSemantics, InferMetaInte
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
+// out = kiln.channel_scaled_conv2d(x, scale, w, bias[, residual]) {as
+// fused_conv2d}: fused_conv2d(x ⊙ scale, w, bias[, residual]), scale one
+// factor per image and input channel, broadcast over H and W: [N, C, 1, 1]
+// in NCHW, [N, 1, 1, C] in NHWC (or N = 1: the same for every image), x's
+// dtype. A squeeze-and-excitation
+// block's rescaled activations feeding its projection (EfficientNet,
+// MobileNetV3): the fuse pass builds it from kiln.mul and a fused_conv2d
+// that alone reads the product, for inference (w not trained), where the
+// CPU kernel folds each image's factors into the weights
+// (cpu_folds_channel_scale, kiln/kernel/cpu_convolution.h: a pointwise
+// NHWC f32 convolution over images of 4·O pixels and more): x (W ⊙ s_n)ᵀ
+// = (x ⊙ s_n) Wᵀ, O·C products per block of pixels instead of H·W·C, and
+// x ⊙ scale is never written. Its sums then round differently from the
+// unfused ops' (by f32's few ulps of a dot product); elsewhere the kernel
+// scales x first and matches the unfused ops bit for bit. f32, f64. No
+// gradient: a training program's projection reads the product for its
+// weight gradient, so the pass never builds it there.
+struct ChannelScaledConv2dOp : Op<ChannelScaledConv2dOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.channel_scaled_conv2d";
+  static constexpr int num_operands = 4, num_results = 1, num_optional_operands = 1;  // + residual
+  using Attributes = FusedConv2dOp::Attributes;
+  static void build(Builder& b, OperationArgument& arg, Value x, Value scale, Value w, Value bias,
+                    Attributes attrs, Value residual = Value());
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
 // The geometry of one conv2d: what the kernels and InferMeta share. For
 // conv2d_transpose it describes the conv2d it is the input gradient of
 // (c/h/w: the transpose's output, o/ho/wo: its input).

@@ -83,10 +83,19 @@ std::size_t fuse_conv_epilogue(Block& block, const ValueSet& keep = {}, PassCont
 // never fused away. Returns the number of fused ops created.
 std::size_t fuse_conv_residual(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr);
 
+// fuse_conv_input_scale: a kiln.fused_conv2d of an inference program
+// (weights_trained false) whose x is kiln.mul(v, s) read by that conv alone,
+// s one factor per channel of v ([N or 1, C, 1, 1], [N or 1, 1, 1, C] in
+// NHWC; a squeeze-and-excitation block's gate), becomes one
+// kiln.channel_scaled_conv2d(v, s, ...): the product is never written.
+// f32 and f64. Values in `keep` are never fused away. Returns the number of
+// fused ops created.
+std::size_t fuse_conv_input_scale(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr);
+
 // The "fuse" pass: fuse_softmax_cross_entropy
 // (kiln/passes/fuse_softmax_cross_entropy.h), fuse_conv_epilogue,
 // fuse_conv_residual, convert_to_channels_last (kiln/passes/channels_last.h),
-// fuse_batch_norm_activation, fuse_matmul_epilogue, then
+// fuse_conv_input_scale, fuse_batch_norm_activation, fuse_matmul_epilogue, then
 // fuse_elementwise, keeping the context's live-out values, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h). For a CUDA target
 // the rewrites whose ops have CUDA kernels: fold_attention_transposes
