@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "kiln/dialect/binary_ops.h"
+#include "kiln/dialect/builtin.h"
 #include "kiln/dialect/fused_ops.h"
 #include "kiln/dialect/loss_scaling_ops.h"
 #include "kiln/dialect/unary_ops.h"
@@ -24,7 +25,9 @@
 #include "kiln/ir/ir_context.h"
 #include "kiln/ir/traits.h"
 #include "kiln/kernel/kernel_registry.h"
+#include "kiln/ir/program.h"
 #include "kiln/runtime/scope.h"
+#include "kiln/support/half.h"
 #include "kiln/support/error.h"
 
 namespace kiln::amp {
@@ -441,6 +444,76 @@ std::vector<std::pair<Value, Value>> Decorated::minimize_scaled(Value loss) {
   optimizer_.apply_gradients(params_grads, found_inf_);
   scale_name_ = name;
   return params_grads;
+}
+
+namespace {
+
+// The casts to `dtype` that are all `p`'s readers; empty if any reader is
+// something else.
+std::vector<Operation*> sole_casts_to(Operation* p, DataType dtype) {
+  std::vector<Operation*> casts;
+  for (auto use : p->result(0).uses()) {
+    Operation* user = use.owner();
+    if (!user->isa<CastOp>() || CastOp(user).attrs().dtype != dtype) return {};
+    casts.push_back(user);
+  }
+  return casts;
+}
+
+// `name`'s f32 CPU tensor in `scope`, of `type`'s dims, rounded to `dtype`
+// as kiln.cast rounds it.
+Tensor rounded_parameter(const Scope& scope, const std::string& name, Type type, DataType dtype) {
+  const Variable* v = scope.find_var(name);
+  if (!v || !v->is_initialized())
+    throw_error(ErrorKind::NotFound, "amp::cast_parameters: the scope has no parameter '", name,
+                "' (run the startup program first)");
+  const Tensor& t = v->get<Tensor>();
+  if (t.dtype() != DataType::Float32 || !t.place().is_cpu() || t.dims().to_vector() != shaped_dims(type))
+    throw_error(ErrorKind::InvalidArgument, "amp::cast_parameters: parameter '", name, "' is ", t.type_string(),
+                " on ", t.place().to_string(), ", the program reads an f32 CPU tensor [",
+                Dims(shaped_dims(type)).to_string(), "]");
+  Tensor low = Tensor::empty(t.dims(), dtype);
+  const float* src = t.data<float>();
+  auto* dst = static_cast<std::uint16_t*>(low.raw_data());
+  for (std::int64_t i = 0, n = t.numel(); i < n; ++i)
+    dst[i] = dtype == DataType::BFloat16 ? float_to_bfloat16(src[i]) : float_to_half(src[i]);
+  return low;
+}
+
+}  // namespace
+
+std::size_t cast_parameters(Program& main, Scope& scope, DataType dtype) {
+  if (dtype != DataType::BFloat16 && dtype != DataType::Float16)
+    throw_error(ErrorKind::InvalidArgument, "amp::cast_parameters: dtype ", to_string(dtype), " is not bf16 or f16");
+  struct Cast {
+    Operation* parameter;
+    std::vector<Operation*> casts;
+    std::string name;
+    Tensor low;
+  };
+  std::vector<Cast> todo;  // every tensor rounded before anything changes
+  for (Operation* op : main.block()) {
+    if (!op->isa<ParameterOp>() || !is_shaped(op->result(0).type()) ||
+        shaped_data_type(op->result(0).type()) != DataType::Float32)
+      continue;
+    std::vector<Operation*> casts = sole_casts_to(op, dtype);
+    if (casts.empty()) continue;
+    const std::string name = ParameterOp(op).parameter_name();
+    todo.push_back({op, std::move(casts), name + "@" + std::string(to_string(dtype)),
+                    rounded_parameter(scope, name, op->result(0).type(), dtype)});
+  }
+  for (Cast& c : todo) {
+    scope.var(c.name).set(std::move(c.low));
+    Builder b(main.block());
+    b.set_insertion_point(c.parameter);
+    const Value low = b.create<ParameterOp>(c.name, c.casts.front()->result(0).type()).result();
+    for (Operation* cast : c.casts) {
+      cast->result(0).replace_all_uses_with(low);
+      cast->erase();
+    }
+    c.parameter->erase();
+  }
+  return todo.size();
 }
 
 double Decorated::loss_scale(const Scope& scope) const {

@@ -1187,3 +1187,80 @@ TEST_CASE("amp f16 on CUDA: an injected overflow skips that step and halves the 
   for (auto [param, grad] : m->grads) CHECK(same_bits(before.at(parameter_name(param)), after.at(parameter_name(param))));
   CHECK_FALSE(step(exe, *m, m->feed));
 }
+
+namespace {
+
+// An inference MLP over x[8, 16], lowered by amp O1 bf16, its startup run
+// into `exe`'s scope; also one parameter read in f32 (a bias row added to
+// the f32 output), which keeps its f32 reads.
+struct LoweredInference {
+  GuardedPrograms g;
+  Value out;
+  std::string f32_bias;
+  FeedMap feed{{"x", normal_f32({8, 16}, 5)}};
+  LoweredInference() {
+    Value h = nn::functional::gelu(nn::Linear(16, 32)(data("x", {8, 16})));
+    Value y = main_builder().create<CastOp>(nn::Linear(32, 4)(h), DataType::Float32).result();
+    Value bias = create_parameter("f32_bias", {4}, DataType::Float32, init::Normal(0, 1));
+    f32_bias = ParameterOp(bias.defining_op()).parameter_name();
+    out = main_builder().create<AddOp>(y, bias).result();
+    amp::rewrite(g.main.block(), {});
+  }
+};
+
+}  // namespace
+
+TEST_CASE("amp::cast_parameters rounds an inference program's weights into the scope once: the casts of them "
+          "go, the results keep their bits, and the f32 parameters stay",
+          "[frontend][amp]") {
+  LoweredInference m;
+  Executor exe;
+  exe.run(m.g.startup);
+  std::map<std::string, Tensor> before;
+  for (const auto& name : exe.scope().local_var_names())
+    before[name] = exe.scope().find_var(name)->get<Tensor>().clone();
+  REQUIRE(before.size() == 5);  // two weights, two biases, the f32 bias
+  const Tensor want = exe.run(m.g.main, m.feed, {m.out})[0];
+  const std::size_t casts_before = count_top_ops(m.g.main, "kiln.cast");
+  CHECK(amp::cast_parameters(m.g.main, exe.scope(), DataType::BFloat16) == 4);
+  m.g.main.verify();
+  CHECK(count_top_ops(m.g.main, "kiln.cast") == casts_before - 4);
+  for (Operation* op : m.g.main.block())
+    if (op->isa<ParameterOp>())
+      CHECK(shaped_data_type(op->result(0).type()) ==
+            (ParameterOp(op).parameter_name() == m.f32_bias ? DataType::Float32 : DataType::BFloat16));
+  CHECK(same_bits(exe.run(m.g.main, m.feed, {m.out})[0], want));
+  for (const auto& [name, t] : before) {
+    INFO(name);
+    CHECK(same_bits(exe.scope().find_var(name)->get<Tensor>(), t));
+    const Variable* low = exe.scope().find_var(name + "@bf16");
+    REQUIRE((low != nullptr) == (name != m.f32_bias));
+    if (low) CHECK(low->get<Tensor>().dtype() == DataType::BFloat16);
+  }
+  CHECK(amp::cast_parameters(m.g.main, exe.scope(), DataType::BFloat16) == 0);  // nothing left to cast
+}
+
+TEST_CASE("amp::cast_parameters names a dtype that is no 16-bit float, a parameter the scope lacks or holds in "
+          "another dtype, and changes nothing then",
+          "[frontend][amp]") {
+  LoweredInference m;
+  Executor exe;
+  const std::string text = m.g.main.to_string();
+  KILN_CHECK_ERROR(amp::cast_parameters(m.g.main, exe.scope(), DataType::Float32), InvalidArgument,
+                   {"amp::cast_parameters", "f32 is not bf16 or f16"});
+  KILN_CHECK_ERROR(amp::cast_parameters(m.g.main, exe.scope(), DataType::BFloat16), NotFound,
+                   {"amp::cast_parameters", "no parameter", "run the startup program first"});
+  CHECK(m.g.main.to_string() == text);
+  exe.run(m.g.startup);
+  Operation* first = nullptr;
+  for (Operation* op : m.g.main.block())
+    if (!first && op->isa<ParameterOp>() && ParameterOp(op).parameter_name() != m.f32_bias) first = op;
+  REQUIRE(first);
+  const std::string name = ParameterOp(first).parameter_name();
+  Variable& v = exe.scope().var(name);
+  v.set(Tensor::zeros(v.get<Tensor>().dims(), DataType::Float64));
+  KILN_CHECK_ERROR(amp::cast_parameters(m.g.main, exe.scope(), DataType::BFloat16), InvalidArgument,
+                   {"amp::cast_parameters", "parameter '" + name + "' is", "f64", "the program reads an f32 CPU tensor"});
+  CHECK(m.g.main.to_string() == text);
+  CHECK(exe.scope().find_var(name + "@bf16") == nullptr);
+}

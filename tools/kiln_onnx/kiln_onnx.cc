@@ -237,7 +237,9 @@ Tensor random_input(const onnx::TensorInfo& in, const std::map<std::string, std:
 // --precision: f32 runs the program as imported; bf16 rewrites it as mixed
 // precision O1 (kiln/frontend/amp.h) with its convolutions and matmuls in
 // bf16 and norms, softmax and reductions in f32 (fast where the CPU
-// computes bf16 natively). The ops made bf16; kiln::Error for another value.
+// computes bf16 natively), and bench_model then rounds the weights those
+// read to bf16 once (amp::cast_parameters). The ops made bf16; kiln::Error
+// for another value.
 std::size_t lower_precision(Program& main, const std::string& precision) {
   if (precision == "f32") return 0;
   if (precision != "bf16")
@@ -265,6 +267,8 @@ int bench_model(const Args& a) {
   const std::size_t lowered = lower_precision(m.main, precision);
   Executor exe = make_executor(a);
   exe.run(m.startup);
+  // An inference program: its weights rounded to bf16 once, not cast every run.
+  if (precision == "bf16") amp::cast_parameters(m.main, exe.scope(), DataType::BFloat16);
   std::mt19937_64 rng(7);
   FeedMap feed;
   for (std::size_t i = 0; i < m.inputs.size(); ++i)

@@ -60,6 +60,7 @@
 
 namespace kiln {
 
+class Program;
 class Scope;
 
 namespace optim {
@@ -147,6 +148,22 @@ struct RewriteResult {
 // block that already holds backward ops. Each names what is wrong. On an
 // error `block` is unchanged.
 RewriteResult rewrite(Block& block, const Options& options = {});
+
+// For an inference program that rewrite() lowered (no optimizer will update
+// its parameters): every builtin.parameter that only casts to `dtype` (bf16
+// or f16) read becomes a `dtype` parameter "<name>@<dtype>" (e.g.
+// "conv1.w@bf16"), which this writes into `scope` once, the f32 value
+// rounded as the cast kernel rounds it; the casts go. Each run then reads
+// its weights low as they are, instead of casting every weight again (and
+// oneDNN reorders each convolution weight once, not every run). The f32
+// parameters stay in `scope`, unchanged; call this again after they change.
+// Paddle's cast_parameters_to_fp16 for inference. Returns the parameters
+// cast. kiln::Error: a dtype other than bf16 / f16 (InvalidArgument), a
+// parameter `scope` does not hold (NotFound; run the startup program
+// first), one that is no f32 CPU tensor of the program's dims
+// (InvalidArgument), each naming the parameter. On an error `main` and
+// `scope` are unchanged.
+std::size_t cast_parameters(Program& main, Scope& scope, DataType dtype);
 
 // An optimizer whose minimize first rewrites the loss's program.
 class Decorated {
