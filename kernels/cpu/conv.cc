@@ -20,9 +20,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
+#include "column_means.h"
 #include "cpu_blas.h"
 #include "cpu_half.h"
 #include "cpu_kernel_util.h"
@@ -785,6 +787,34 @@ struct ChannelScaledConv2dK {
   }
 };
 
+// What fused_conv2d_mean runs over each chunk of pixel rows before summing
+// it: SiluRow (kiln.sigmoid's and kiln.mul's bits), or nothing.
+void silu_rows(float* block, std::int64_t elements) { simd_dispatch<SiluRow<float>>(block, 0.0f, elements); }
+void rows_as_they_are(float*, std::int64_t) {}
+
+// fused_conv2d (NHWC) and its mean over the pixels: the convolution without
+// its SiLU, then one pass that applies the SiLU to each chunk of rows and
+// sums the chunk (mean_over_rows).
+template <typename T>
+struct FusedConv2dMeanK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1), bias = typed_input<T>(ctx, 2);
+    const auto& a = ctx.attrs<FusedConv2dMeanOp>();
+    const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
+    check_bias(ctx, bias, g);
+    Tensor& out = ctx.alloc_output(0, out_dims(g, true), x.dtype());
+    T* mean = ctx.alloc_output(1, Dims{g.n, 1, 1, g.o}, x.dtype()).template data<T>();
+    if (out.numel() == 0) {  // no pixels: kiln.mean's NaN
+      std::fill(mean, mean + g.n * g.o, std::numeric_limits<T>::quiet_NaN());
+      return;
+    }
+    const ConvActivation act = fused_activation(a);
+    const bool silu = act == ConvActivation::Silu;
+    FusedConv2dK<T>::convolve(x, w, bias, out, g, silu ? ConvActivation::None : act, true, !a.weights_trained);
+    mean_over_rows(out.data<T>(), g.n, g.ho * g.wo, g.o, mean, silu ? &silu_rows : &rows_as_they_are);
+  }
+};
+
 template <typename T>
 struct Conv2dK {
   static void run(KernelContext& ctx) {
@@ -946,6 +976,7 @@ bool Bf16ConvK<GradOf<Conv2dOp>>::native(KernelContext& ctx) {
 KILN_REGISTER_KERNELS(Conv2dOp, Cpu, Conv2dK, float, double);
 KILN_REGISTER_KERNELS(FusedConv2dOp, Cpu, FusedConv2dK, float, double);
 KILN_REGISTER_KERNELS(ChannelScaledConv2dOp, Cpu, ChannelScaledConv2dK, float, double);
+KILN_REGISTER_KERNELS(FusedConv2dMeanOp, Cpu, FusedConv2dMeanK, float);
 KILN_REGISTER_KERNELS(GradOf<Conv2dOp>, Cpu, Conv2dGradK, float, double);
 KILN_REGISTER_KERNELS(Conv2dTransposeOp, Cpu, Conv2dTransposeK, float, double);
 KILN_REGISTER_KERNELS(GradOf<Conv2dTransposeOp>, Cpu, Conv2dTransposeGradK, float, double);

@@ -17,6 +17,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "column_means.h"
 #include "cpu_kernel_util.h"
 #include "vector_math.h"
 #include "kiln/dialect/reduce_ops.h"
@@ -112,27 +113,39 @@ struct ColumnRows {
   }
 };
 
-// Rows of `cols` contiguous elements reduced into one row, for each of
-// `outer` independent blocks of `rows` rows (NHWC pooling, a bias
-// gradient). The rows go in chunks whose size follows from the shape
-// alone, each chunk into an Acc partial row, and each column's partials
-// are combined in chunk order: the same bits at any thread count, and the
-// threads split the rows (reading what the previous op wrote on their
-// core) instead of every thread walking every row.
-template <typename T, typename R>
-void reduce_columns(const T* in, std::int64_t outer, std::int64_t rows, std::int64_t cols, T* out) {
-  using Acc = typename R::Acc;
+// How reduce_columns splits each of `outer` blocks of `rows` rows: into
+// `chunks` chunks of `chunk_rows` rows (the last may be shorter), from the
+// shape alone.
+struct ColumnChunks {
+  std::int64_t chunks, chunk_rows;
+};
+ColumnChunks column_chunks(std::int64_t outer, std::int64_t rows, std::int64_t cols) {
   constexpr std::int64_t kChunkElems = 4096, kMostItems = 64;
   const std::int64_t fit = (rows * cols + kChunkElems - 1) / kChunkElems;
   const std::int64_t chunks = std::clamp<std::int64_t>(kMostItems / outer, 1, std::max<std::int64_t>(fit, 1));
-  const std::int64_t chunk_rows = (rows + chunks - 1) / chunks;
+  return {chunks, (rows + chunks - 1) / chunks};
+}
+
+// Rows of `cols` contiguous elements reduced into one row, for each of
+// `outer` independent blocks of `rows` rows (NHWC pooling, a bias
+// gradient). The rows go in chunks whose size follows from the shape
+// alone (column_chunks), each chunk into an Acc partial row, after
+// prepare(chunk, elements) has run over it, and each column's partials are
+// combined in chunk order: the same bits at any thread count, and the
+// threads split the rows (reading what the previous op wrote on their
+// core) instead of every thread walking every row.
+template <typename T, typename R, typename Prepare>
+void reduce_columns(T* in, std::int64_t outer, std::int64_t rows, std::int64_t cols, T* out, Prepare prepare) {
+  using Acc = typename R::Acc;
+  const auto [chunks, chunk_rows] = column_chunks(outer, rows, cols);
   Acc* part = scratch<Acc>(outer * chunks * cols);
   const std::int64_t chunk_bytes = chunk_rows * cols * std::int64_t(sizeof(T));
   parallel_for(outer * chunks, items_per_range(chunk_bytes), [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t i = b; i < e; ++i) {
       const std::int64_t r0 = std::min(rows, (i % chunks) * chunk_rows);
       const std::int64_t r1 = std::min(rows, r0 + chunk_rows);
-      const T* __restrict src = in + ((i / chunks) * rows + r0) * cols;
+      T* src = in + ((i / chunks) * rows + r0) * cols;
+      prepare(src, (r1 - r0) * cols);
       Acc* __restrict acc = part + i * cols;
       std::fill(acc, acc + cols, static_cast<Acc>(R::init()));
       simd_dispatch<ColumnRows<T, R>>(src, acc, r1 - r0, cols);
@@ -154,7 +167,8 @@ void reduce_columns(const T* in, std::int64_t outer, std::int64_t rows, std::int
 template <typename T, typename R>
 void reduce_groups(const Group* g, int m, const T* in, T* out, std::int64_t numel) {
   if (m >= 2 && m <= 3 && !g[m - 1].reduced && g[m - 2].reduced && (m == 2 || !g[0].reduced))
-    return reduce_columns<T, R>(in, m == 3 ? g[0].extent : 1, g[m - 2].extent, g[m - 1].extent, out);
+    return reduce_columns<T, R>(const_cast<T*>(in), m == 3 ? g[0].extent : 1, g[m - 2].extent, g[m - 1].extent, out,
+                                [](const T*, std::int64_t) {});  // reads in only
   int split = -1;
   for (int k = 0; k < m && (split < 0 || g[split].extent < intra_op_threads()); ++k)
     if (!g[k].reduced && (split < 0 || g[k].extent > g[split].extent)) split = k;
@@ -409,5 +423,16 @@ KILN_REGISTER_KERNELS(GradOf<SumOp>, Cpu, SumGradK, float, double);
 KILN_REGISTER_KERNELS(GradOf<MeanOp>, Cpu, MeanGradK, float, double);
 KILN_REGISTER_KERNELS(GradOf<MaxOp>, Cpu, MaxGradK, float, double);
 KILN_REGISTER_KERNELS(GradOf<ProdOp>, Cpu, ProdGradK, float, double);
+
+}  // namespace kiln::cpu
+
+namespace kiln::cpu {
+
+void mean_over_rows(float* in, std::int64_t outer, std::int64_t rows, std::int64_t cols, float* out,
+                    void (*prepare)(float* block, std::int64_t elements)) {
+  reduce_columns<float, SumR<float>>(in, outer, rows, cols, out, prepare);
+  const float count = static_cast<float>(rows);
+  for (std::int64_t i = 0; i < outer * cols; ++i) out[i] /= count;
+}
 
 }  // namespace kiln::cpu

@@ -15,7 +15,7 @@
 namespace kiln {
 
 KILN_REGISTER_OP(Conv2dOp, GradOf<Conv2dOp>, Conv2dTransposeOp, GradOf<Conv2dTransposeOp>,
-                 FusedConv2dOp, ChannelScaledConv2dOp);
+                 FusedConv2dOp, ChannelScaledConv2dOp, FusedConv2dMeanOp);
 
 namespace conv {
 
@@ -394,6 +394,22 @@ std::vector<Type> ChannelScaledConv2dOp::infer_meta(const std::vector<Type>& in,
   std::vector<Type> conv_in{in[0], in[2], in[3]};
   if (in.size() == 5) conv_in.push_back(in[4]);
   return fused_conv_meta(name, conv_in, a);
+}
+
+void FusedConv2dMeanOp::build(Builder&, OperationArgument& arg, Value x, Value w, Value bias, Attributes attrs) {
+  for (Value v : {x, w, bias}) arg.add_operand(v);
+  arg.attributes = to_named_attributes(std::move(attrs));
+}
+
+// fused_conv2d's result, NHWC only, and its [N, 1, 1, O] mean.
+std::vector<Type> FusedConv2dMeanOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  meta::require_count(name, in, 3);
+  const auto a = from_attributes<Attributes>(attrs, name);
+  if (!channels_last(name, a.data_format))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' takes NHWC data only (its mean is over axes 1 and 2)");
+  const Type out = fused_conv_meta(name, in, a)[0];
+  const auto& d = shaped_dims(out);
+  return {out, meta::result_like({out}, shaped_data_type(out), {d[0], 1, 1, d[3]})};
 }
 
 void Conv2dTransposeOp::build(Builder&, OperationArgument& arg, Value x, Value w,

@@ -111,6 +111,14 @@ void channel_scaled_conv2d(EmitContext& c) {
                   c.op()->num_operands() == 5 ? c.in(4) : std::string());
 }
 
+// fused_conv2d's nodes, then ReduceMean of the result over axes 1 and 2.
+void fused_conv2d_mean(EmitContext& c) {
+  emit_fused_conv(c, FusedConv2dMeanOp::dyn_cast(c.op()).attrs(), c.in(0), 1, c.in(2), std::string());
+  auto& mean = c.node("ReduceMean", {c.out(0)}, {c.out(1)});
+  set_attr(mean, "axes", std::vector<std::int64_t>{1, 2});
+  set_attr(mean, "keepdims", std::int64_t{1});
+}
+
 void conv2d_transpose(EmitContext& c) {
   const auto a = Conv2dTransposeOp::dyn_cast(c.op()).attrs();
   auto& n = c.node("ConvTranspose", {c.in(0), c.in(1)}, {c.out(0)});
@@ -427,6 +435,7 @@ void add_export_nn(ExportTable& t) {
   t["kiln.conv2d"] = &conv2d;
   t["kiln.fused_conv2d"] = &fused_conv2d;
   t["kiln.channel_scaled_conv2d"] = &channel_scaled_conv2d;
+  t["kiln.fused_conv2d_mean"] = &fused_conv2d_mean;
   t["kiln.conv2d_transpose"] = &conv2d_transpose;
   t["kiln.max_pool2d"] = &max_pool2d;
   t["kiln.avg_pool2d"] = &avg_pool2d;

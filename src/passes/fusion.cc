@@ -744,6 +744,57 @@ std::size_t fuse_conv_input_scale(Block& block, const ValueSet& keep, PassContex
 
 namespace {
 
+// Whether `mean` is kiln.mean over an NHWC value's axes 1 and 2, kept:
+// the pixels of each image and channel.
+bool mean_over_pixels(Operation* mean) {
+  if (!mean->isa<MeanOp>()) return false;
+  const auto a = MeanOp(mean).attrs();
+  return a.keepdim && (a.axis == std::vector<std::int64_t>{1, 2} || a.axis == std::vector<std::int64_t>{-3, -2});
+}
+
+// The inference NHWC f32 fused_conv2d without residual that defines `y`,
+// if y's image has H·W > 1 pixels and O > 1 channels (kiln.mean's bits
+// then: its column sums); else null.
+Operation* pooled_conv(Value y, const Block& block) {
+  Operation* conv = y.defining_op();
+  if (!conv || !conv->isa<FusedConv2dOp>() || conv->num_operands() != 3 || conv->parent_block() != &block ||
+      has_placement(*conv) || shaped_data_type(y.type()) != DataType::Float32)
+    return nullptr;
+  const auto a = FusedConv2dOp(conv).attrs();
+  const auto& d = shaped_dims(y.type());
+  if (a.data_format != "NHWC" || a.weights_trained || d.size() != 4 || d[1] < 0 || d[2] < 0 || d[1] * d[2] < 2 ||
+      d[3] < 2)
+    return nullptr;
+  return conv;
+}
+
+}  // namespace
+
+std::size_t fuse_conv_channel_mean(Block& block, const ValueSet& keep, PassContext* ctx) {
+  (void)keep;  // both results stay: nothing is fused away
+  std::size_t made = 0;
+  std::vector<Operation*> means;
+  for (Operation* op : block)
+    if (mean_over_pixels(op) && !has_placement(*op)) means.push_back(op);
+  for (Operation* mean : means) {
+    Operation* conv = pooled_conv(mean->operand_source(0), block);
+    if (!conv || barrier_between(conv, mean)) continue;
+    Builder b(block);
+    b.set_insertion_point(conv);
+    Operation* fused = b.create<FusedConv2dMeanOp>(conv->operand_source(0), conv->operand_source(1),
+                                                   conv->operand_source(2), FusedConv2dOp(conv).attrs())
+                           .operation();
+    replace_all_uses(conv->result(0), fused->result(0), ctx);
+    replace_all_uses(mean->result(0), fused->result(1), ctx);
+    erase_op(mean, ctx);
+    erase_op(conv, ctx);
+    ++made;
+  }
+  return made;
+}
+
+namespace {
+
 // A batch norm's activation (kiln.relu, kiln.clip to [0, 6]) and, in a
 // training program, that activation's gradient op and the batch norm's
 // gradient op that alone reads it.
@@ -854,7 +905,7 @@ namespace {
 
 // "fuse": fold_attention_transposes, fuse_softmax_cross_entropy,
 // fuse_conv_epilogue, fuse_conv_residual, channels_last, fuse_conv_input_scale,
-// fuse_batch_norm_activation,
+// fuse_conv_channel_mean, fuse_batch_norm_activation,
 // fuse_matmul_epilogue, fuse_elementwise, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h) over the program
 // (regions included), keeping the context's live-out values. For a CUDA
@@ -876,6 +927,7 @@ class FusePass : public Pass {
     fuse_conv_residual(program.block(), keep, &ctx);
     convert_to_channels_last(program.block(), keep, &ctx);
     fuse_conv_input_scale(program.block(), live_out_set(ctx), &ctx);
+    fuse_conv_channel_mean(program.block(), live_out_set(ctx), &ctx);
     fuse_batch_norm_activation(program.block(), live_out_set(ctx), &ctx);
     fuse_after_layout(program, live_out_set(ctx), ctx);
   }

@@ -232,3 +232,18 @@ TEST_CASE("channel_scaled_conv2d infers fused_conv2d's result and names factors 
                        p, {{F32, {2, 4, 5, 5}}, {F32, {2, 1, 1, 4}}, {F32, {3, 4, 1, 1}}, {F32, {3}}}, nchw),
                    InvalidArgument, {"kiln.channel_scaled_conv2d", "scale must be [2, 4, 1, 1]"});
 }
+
+TEST_CASE("fused_conv2d_mean infers fused_conv2d's NHWC result and its [N, 1, 1, O] mean, and names NCHW data",
+          "[dialect][conv]") {
+  Program p;
+  FusedConv2dOp::Attributes a{V{1, 1}, V{1, 1}, V{1, 1}, 1, "silu", "NHWC", false};
+  auto* op = build_op<FusedConv2dMeanOp>(p, {{F32, {-1, 7, 7, 4}}, {F32, {6, 4, 3, 3}}, {F32, {6}}}, a);
+  CHECK(shaped_dims(op->result_type(0)) == V{-1, 7, 7, 6});
+  CHECK(shaped_dims(op->result_type(1)) == V{-1, 1, 1, 6});
+  a.data_format = "NCHW";
+  KILN_CHECK_ERROR(build_op<FusedConv2dMeanOp>(p, {{F32, {2, 4, 7, 7}}, {F32, {6, 4, 3, 3}}, {F32, {6}}}, a),
+                   InvalidArgument, {"kiln.fused_conv2d_mean", "NHWC data only"});
+  a.data_format = "NHWC";
+  KILN_CHECK_ERROR(build_op<FusedConv2dMeanOp>(p, {{F32, {2, 7, 7, 4}}, {F32, {6, 4, 3, 3}}, {F32, {5}}}, a),
+                   InvalidArgument, {"kiln.fused_conv2d_mean", "bias must be [6]"});
+}

@@ -631,3 +631,29 @@ TEST_CASE("channel_scaled_conv2d names a bias that is not one per output channel
                  }),
       Catch::Contains("kiln.channel_scaled_conv2d") && Catch::Contains("bias must be [3]"));
 }
+
+TEST_CASE("fused_conv2d_mean gives fused_conv2d's result and kiln.mean's over its pixels, bit for bit",
+          "[kernel][conv]") {
+  // x NCHW dims; NHWC below. Over 4096 elements an image: several chunks of rows.
+  const std::vector<Cfg> cfgs{{{2, 8, 9, 9}, {6, 8, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
+                              {{3, 16, 20, 20}, {16, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 16},
+                              {{1, 24, 30, 30}, {24, 1, 5, 5}, {2, 2}, {2, 2}, {1, 1}, 24},
+                              {{2, 5, 7, 3}, {17, 5, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1}};
+  for (const auto& c : cfgs)
+    for (const std::string act : {"none", "relu6", "silu"}) {
+      INFO("x " << Dims(c.x).to_string() << " w " << Dims(c.w).to_string() << " " << act);
+      const Tensor x = swap_channels<float>(filled<float>(Dims(c.x), -2, 2, 1), true);
+      const Tensor w = filled<float>(Dims(c.w), -1, 1, 2), bias = filled<float>(Dims{c.w[0]}, -1, 1, 3);
+      const FusedConv2dOp::Attributes a{c.strides, c.paddings, c.dilations, c.groups, act, "NHWC", false};
+      const KernelRun fused = run_kernel({x, w, bias}, [&](Builder& b, const std::vector<Value>& v) {
+        return b.create<FusedConv2dMeanOp>(v[0], v[1], v[2], a).operation();
+      });
+      const Tensor out = run_op<FusedConv2dOp>({x, w, bias}, c.strides, c.paddings, c.dilations, c.groups, act,
+                                               std::string("NHWC"))
+                             .out();
+      const Tensor mean = run_op<MeanOp>({out}, V{1, 2}, true).out();
+      CHECK(same_bits(fused.out(0), out));
+      CHECK(fused.out(1).dims() == Dims{c.x[0], 1, 1, c.w[0]});
+      CHECK(same_bits(fused.out(1), mean));
+    }
+}

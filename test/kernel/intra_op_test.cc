@@ -497,3 +497,19 @@ TEST_CASE("a pointwise NHWC convolution of channel-scaled x, its factors folded 
       });
     }
 }
+
+TEST_CASE("an NHWC convolution's SiLU summed into its mean over the pixels gives the same bits at any thread "
+          "count",
+          "[kernel][intra_op]") {
+  for (const std::int64_t batch : {3, 1}) {
+    INFO("batch " << batch);
+    const Tensor x = filled<float>(Dims{batch, 28, 28, 24}, -1, 1, 1), w = filled<float>(Dims{24, 1, 3, 3}, -1, 1, 2);
+    const Tensor b = filled<float>(Dims{24}, -1, 1, 3);
+    const FusedConv2dOp::Attributes a{Axes{1, 1}, Axes{1, 1}, Axes{1, 1}, 24, "silu", "NHWC", false};
+    same_bits_at_any_thread_count([&] {
+      return run_kernel({x, w, b}, [&](Builder& bb, const std::vector<Value>& v) {
+        return bb.create<FusedConv2dMeanOp>(v[0], v[1], v[2], a).operation();
+      });
+    });
+  }
+}

@@ -495,8 +495,8 @@ TEST_CASE("the shape, indexing, constant and reduction ops export op by op", "[o
                    f);
 }
 
-TEST_CASE("conv2d_transpose, fused_conv2d, channel_scaled_conv2d, batch_norm, fused_batch_norm, rms_norm, pools "
-          "and attention export op by op",
+TEST_CASE("conv2d_transpose, fused_conv2d, channel_scaled_conv2d, fused_conv2d_mean, batch_norm, fused_batch_norm, "
+          "rms_norm, pools and attention export op by op",
           "[onnx][export]") {
   kiln::Program p, startup;
   std::vector<kiln::Value> f;
@@ -561,6 +561,11 @@ TEST_CASE("conv2d_transpose, fused_conv2d, channel_scaled_conv2d, batch_norm, fu
                                                                                         "NCHW", false},
                                                         nchw_skip)
                       .result());
+      auto pooled = b.create<kiln::FusedConv2dMeanOp>(xt, param("mw", {3, 2, 3, 3}), param("mb", {3}),
+                                                      kiln::FusedConv2dOp::Attributes{one, one, one, 1, "silu",
+                                                                                      "NHWC", false});
+      f.push_back(pooled->result(0));
+      f.push_back(pooled->result(1));
     }
     auto bn = b.create<kiln::BatchNormOp>(x, param("s", {2}), param("bb", {2}), param("m", {2}),
                                           param("v", {2}), 0.9, 1e-5, true);

@@ -918,8 +918,8 @@ TEST_CASE("a scaled x is not fused into its conv where the kernel would not fold
   CHECK(fuse_conv_input_scale(twice.p.block(), {}) == 0);
 }
 
-TEST_CASE("the fuse pass gives a squeeze-and-excitation block built in NCHW one channel_scaled_conv2d where the "
-          "CPU prefers NHWC, with the unfused result",
+TEST_CASE("the fuse pass gives a squeeze-and-excitation block built in NCHW one fused_conv2d_mean and one "
+          "channel_scaled_conv2d where the CPU prefers NHWC, with the unfused result",
           "[passes][fusion]") {
   struct SqueezeExcitation {
     Program p;
@@ -954,7 +954,10 @@ TEST_CASE("the fuse pass gives a squeeze-and-excitation block built in NCHW one 
   PassContext ctx({fused.out});
   PassManager::parse("fuse").run(fused.p, ctx);
   fused.p.verify();
-  CHECK(count_top_ops(fused.p, "kiln.channel_scaled_conv2d") == (cpu_convolutions_prefer_channels_last() ? 1u : 0u));
+  const std::size_t nhwc = cpu_convolutions_prefer_channels_last() ? 1 : 0;
+  CHECK(count_top_ops(fused.p, "kiln.channel_scaled_conv2d") == nhwc);
+  CHECK(count_top_ops(fused.p, "kiln.fused_conv2d_mean") == nhwc);  // the stem and the squeeze's mean
+  CHECK(count_top_ops(fused.p, "kiln.mean") == 1 - nhwc);
   const auto got = none.run(fused.p, feeds, {ctx.live_out()[0]})[0].to_vector<float>();
   const auto w = want.to_vector<float>();
   REQUIRE(got.size() == w.size());
@@ -976,4 +979,67 @@ TEST_CASE("channel_scaled_conv2d names factors whose dims at run time fit neithe
                       {"w", filled_f32({3, 4, 1, 1}, 1, 3)}, {"b", filled_f32({3}, 1, 4)}};
   KILN_CHECK_ERROR(exe.run(p, feeds, {y}), InvalidArgument,
                    {"kiln.channel_scaled_conv2d", "scale is [3x1x1x4]", "needs [Nx1x1xC] with N = 2 or 1, C = 4"});
+}
+
+namespace {
+
+// An NHWC depthwise fused_conv2d (silu) over x [2, hw, hw, 8] and the mean
+// of its result over `axes`, both read by a product (the squeeze and the
+// activation it gates, as in a squeeze-and-excitation block; a relu of the
+// result where the mean drops its axes).
+struct PooledConv {
+  Program p;
+  Value y, mean, out;
+  struct Shape {
+    std::int64_t hw = 9;
+    Dims4 axes{1, 2};
+    bool keepdim = true, trained = false;
+  };
+  explicit PooledConv(const Shape& s) {
+    Builder b(p);
+    Value x = b.create<DataOp>("x", Dims4{2, s.hw, s.hw, 8}).result();
+    Value w = b.create<DataOp>("w", Dims4{8, 1, 3, 3}).result(), bias = b.create<DataOp>("b", Dims4{8}).result();
+    y = b.create<FusedConv2dOp>(x, w, bias, Dims4{1, 1}, Dims4{1, 1}, Dims4{1, 1}, 8, "silu", "NHWC", Value(),
+                                s.trained)
+            .result();
+    mean = b.create<MeanOp>(y, s.axes, s.keepdim).result();
+    out = s.keepdim ? b.create<MulOp>(y, mean).result() : b.create<ReluOp>(y).result();
+  }
+  std::vector<Tensor> run(const std::vector<Value>& fetch) {
+    Executor exe(Place::cpu(), {.passes = ""});
+    return exe.run(p, {{"x", filled_f32({2, 9, 9, 8}, 0.25f, 1)}, {"w", filled_f32({8, 1, 3, 3}, 0.125f, 2)},
+                       {"b", filled_f32({8}, 0.5f, 3)}},
+                   std::vector<FetchTarget>(fetch.begin(), fetch.end()));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("an NHWC conv's mean over its pixels becomes fused_conv2d_mean's second result, with the unfused bits",
+          "[passes][fusion]") {
+  for (const Dims4& axes : {Dims4{1, 2}, Dims4{-3, -2}}) {
+    INFO("axes " << Dims(axes).to_string());
+    PooledConv plain({.axes = axes}), fused({.axes = axes});
+    PassContext ctx({fused.out, fused.mean});
+    CHECK(fuse_conv_channel_mean(fused.p.block(), {}, &ctx) == 1);
+    fused.p.verify();
+    CHECK(count_top_ops(fused.p, "kiln.mean") == 0);
+    CHECK(count_top_ops(fused.p, "kiln.fused_conv2d") == 0);
+    const auto want = plain.run({plain.out, plain.mean});
+    const auto got = fused.run({ctx.live_out()[0], ctx.live_out()[1]});
+    CHECK(same_bits(got[0], want[0]));
+    CHECK(same_bits(got[1], want[1]));
+  }
+}
+
+TEST_CASE("a mean that drops its axes or spans other axes, of a trained conv's result, or over one pixel, stays "
+          "a kiln.mean",
+          "[passes][fusion]") {
+  using S = PooledConv::Shape;
+  for (const S& s : {S{.keepdim = false}, S{.axes = {2}}, S{.axes = {1, 2, 3}}, S{.trained = true}, S{.hw = 1}}) {
+    INFO("hw " << s.hw << " axes " << Dims(s.axes).to_string() << (s.keepdim ? "" : ", dropped")
+               << (s.trained ? ", trained" : ""));
+    PooledConv c(s);
+    CHECK(fuse_conv_channel_mean(c.p.block(), {}) == 0);
+  }
 }

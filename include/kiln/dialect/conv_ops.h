@@ -146,6 +146,24 @@ struct ChannelScaledConv2dOp : Op<ChannelScaledConv2dOp, ReadOnly, ValueSemantic
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
+// (out, mean) = kiln.fused_conv2d_mean(x, w, bias) {as fused_conv2d, with
+// data_format "NHWC"}: fused_conv2d's result and its mean over H and W,
+// [N, 1, 1, O] (kiln.mean(out, {1, 2}, keepdim)): the squeeze of a
+// squeeze-and-excitation block, read beside the activation it gates. The
+// fuse pass builds it from an NHWC f32 fused_conv2d and such a mean of its
+// result, for inference (w not trained), where H·W > 1 and O > 1: there
+// the CPU kernel sums each block of pixel rows in the pass that applies the
+// activation to it (out is not read a second time) and gives kiln.mean's
+// bits. f32. No gradient.
+struct FusedConv2dMeanOp : Op<FusedConv2dMeanOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.fused_conv2d_mean";
+  static constexpr int num_operands = 3, num_results = 2;
+  using Attributes = FusedConv2dOp::Attributes;
+  static void build(Builder& b, OperationArgument& arg, Value x, Value w, Value bias, Attributes attrs);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
 // The geometry of one conv2d: what the kernels and InferMeta share. For
 // conv2d_transpose it describes the conv2d it is the input gradient of
 // (c/h/w: the transpose's output, o/ho/wo: its input).

@@ -92,10 +92,18 @@ std::size_t fuse_conv_residual(Block& block, const ValueSet& keep = {}, PassCont
 // fused ops created.
 std::size_t fuse_conv_input_scale(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr);
 
+// fuse_conv_channel_mean: kiln.mean over axes 1 and 2 (kept) of an
+// inference NHWC f32 kiln.fused_conv2d's result (no residual; H·W > 1,
+// O > 1: a squeeze-and-excitation block's squeeze) becomes the second
+// result of one kiln.fused_conv2d_mean, which sums each block of pixels as
+// its activation pass writes it. The same bits as the unfused ops. Returns
+// the number of fused ops created.
+std::size_t fuse_conv_channel_mean(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr);
+
 // The "fuse" pass: fuse_softmax_cross_entropy
 // (kiln/passes/fuse_softmax_cross_entropy.h), fuse_conv_epilogue,
 // fuse_conv_residual, convert_to_channels_last (kiln/passes/channels_last.h),
-// fuse_conv_input_scale, fuse_batch_norm_activation, fuse_matmul_epilogue, then
+// fuse_conv_input_scale, fuse_conv_channel_mean, fuse_batch_norm_activation, fuse_matmul_epilogue, then
 // fuse_elementwise, keeping the context's live-out values, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h). For a CUDA target
 // the rewrites whose ops have CUDA kernels: fold_attention_transposes
