@@ -137,7 +137,10 @@ ColumnChunks column_chunks(std::int64_t outer, std::int64_t rows, std::int64_t c
 template <typename T, typename R, typename Prepare>
 void reduce_columns(T* in, std::int64_t outer, std::int64_t rows, std::int64_t cols, T* out, Prepare prepare) {
   using Acc = typename R::Acc;
-  const auto [chunks, chunk_rows] = column_chunks(outer, rows, cols);
+  const ColumnChunks split = column_chunks(outer, rows, cols);
+  // Plain locals: the lambda below captures them, which clang 14 cannot do
+  // with structured bindings.
+  const std::int64_t chunks = split.chunks, chunk_rows = split.chunk_rows;
   Acc* part = scratch<Acc>(outer * chunks * cols);
   const std::int64_t chunk_bytes = chunk_rows * cols * std::int64_t(sizeof(T));
   parallel_for(outer * chunks, items_per_range(chunk_bytes), [&](std::int64_t b, std::int64_t e) {

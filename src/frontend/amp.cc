@@ -23,12 +23,12 @@
 #include "kiln/ir/half_operands.h"
 #include "kiln/ir/interfaces.h"
 #include "kiln/ir/ir_context.h"
+#include "kiln/ir/program.h"
 #include "kiln/ir/traits.h"
 #include "kiln/kernel/kernel_registry.h"
-#include "kiln/ir/program.h"
 #include "kiln/runtime/scope.h"
-#include "kiln/support/half.h"
 #include "kiln/support/error.h"
+#include "kiln/support/half.h"
 
 namespace kiln::amp {
 namespace {
