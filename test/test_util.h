@@ -63,6 +63,15 @@ inline bool same_bits(const kiln::Tensor& a, const kiln::Tensor& b) {
          std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
 }
 
+// An f32 tensor of `dims` holding scale · ((i · 37 + seed) mod 23 − 11) at
+// flat index i: small integers times a scale, exact in f32, no two
+// neighbours alike.
+inline kiln::Tensor pattern_f32(const std::vector<std::int64_t>& dims, float scale, int seed) {
+  std::vector<float> v(static_cast<std::size_t>(kiln::Dims(dims).numel()));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int((i * 37 + seed) % 23) - 11);
+  return kiln::Tensor::from_vector<float>(kiln::Dims(dims), v);
+}
+
 // A one-shot barrier: threads wait() until a test open()s it.
 struct Gate {
   std::promise<void> promise;

@@ -34,11 +34,7 @@ std::size_t nhwc_convs(const Program& p) {
   return n;
 }
 
-Tensor filled(const V& dims, float scale, int seed) {
-  std::vector<float> v(static_cast<std::size_t>(Dims(dims).numel()));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int((i * 37 + seed) % 23) - 11);
-  return Tensor::from_vector<float>(Dims(dims), v);
-}
+Tensor filled(const V& dims, float scale, int seed) { return kiln_test::pattern_f32(dims, scale, seed); }
 
 // A small CNN as importers write it: a 3x3 conv (relu), a depthwise 3x3
 // stride-2 conv (relu6), a 1x1 conv added back (a residual), relu, a

@@ -26,6 +26,7 @@
 using namespace kiln;
 using kiln_test::same_bits;
 using kiln_test::count_top_ops;
+using kiln_test::pattern_f32;
 
 namespace {
 
@@ -568,11 +569,7 @@ Value last_result(Program& p) {
 }
 
 Tensor run_block(ConvBlock& c) {
-  auto fill = [](std::vector<std::int64_t> dims, float scale, int seed) {
-    std::vector<float> v(static_cast<std::size_t>(Dims(dims).numel()));
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int((i * 37 + seed) % 23) - 11);
-    return Tensor::from_vector<float>(Dims(dims), v);
-  };
+  const auto fill = pattern_f32;
   ExecutionOptions options;
   options.passes = "";  // the program as written (the fuse pass would fuse the plain one too)
   Executor exe(Place::cpu(), options);
@@ -630,11 +627,7 @@ struct ResidualBlock {
     if (act == "relu6") out = b.create<ClipOp>(sum, 0.0, 6.0).result();
   }
   Tensor run() {
-    auto fill = [](std::vector<std::int64_t> dims, float scale, int seed) {
-      std::vector<float> v(static_cast<std::size_t>(Dims(dims).numel()));
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int((i * 37 + seed) % 23) - 11);
-      return Tensor::from_vector<float>(Dims(dims), v);
-    };
+    const auto fill = pattern_f32;
     ExecutionOptions options;
     options.passes = "";
     Executor exe(Place::cpu(), options);
@@ -829,12 +822,6 @@ namespace {
 
 using Dims4 = std::vector<std::int64_t>;
 
-Tensor filled_f32(const Dims4& dims, float scale, int seed) {
-  std::vector<float> v(static_cast<std::size_t>(Dims(dims).numel()));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int((i * 37 + seed) % 23) - 11);
-  return Tensor::from_vector<float>(Dims(dims), v);
-}
-
 // A squeeze-and-excitation block's end as the fuse pass finds it after
 // channels_last: x [2, hw, hw, 8] (NHWC) times factors s of dims `s_dims`,
 // the product read by a pointwise NHWC fused_conv2d to `o` channels with a
@@ -861,9 +848,9 @@ struct ScaledProjection {
     out = b.create<FusedConv2dOp>(product, w, bias, Dims4{1, 1}, Dims4{s.k / 2, s.k / 2}, Dims4{1, 1}, 1, "silu",
                                   s.data_format, r, s.trained)
               .result();
-    feeds = {{"x", filled_f32(xd, 0.25f, 1)}, {"s", filled_f32(s.s_dims, 0.1f, 2)},
-             {"w", filled_f32({s.o, 8, s.k, s.k}, 0.125f, 3)}, {"b", filled_f32({s.o}, 0.5f, 4)}};
-    if (s.residual) feeds["r"] = filled_f32(od, 0.5f, 5);
+    feeds = {{"x", pattern_f32(xd, 0.25f, 1)}, {"s", pattern_f32(s.s_dims, 0.1f, 2)},
+             {"w", pattern_f32({s.o, 8, s.k, s.k}, 0.125f, 3)}, {"b", pattern_f32({s.o}, 0.5f, 4)}};
+    if (s.residual) feeds["r"] = pattern_f32(od, 0.5f, 5);
   }
   Tensor run() {
     Executor exe(Place::cpu(), {.passes = ""});
@@ -942,12 +929,12 @@ TEST_CASE("the fuse pass gives a squeeze-and-excitation block built in NCHW one 
     }
   };
   SqueezeExcitation plain, fused;
-  FeedMap feeds{{"x", filled_f32({2, 3, 12, 12}, 0.25f, 1)}};
+  FeedMap feeds{{"x", pattern_f32({2, 3, 12, 12}, 0.25f, 1)}};
   for (const auto& [name, dims] : std::vector<std::pair<std::string, Dims4>>{
            {"stem.w", {8, 3, 3, 3}}, {"squeeze.w", {2, 8, 1, 1}}, {"excite.w", {8, 2, 1, 1}},
            {"project.w", {4, 8, 1, 1}}, {"head.w", {4, 4, 3, 3}}}) {
-    feeds[name] = filled_f32(dims, 0.0625f, int(feeds.size()));
-    feeds[name.substr(0, name.size() - 1) + "b"] = filled_f32({dims[0]}, 0.25f, int(feeds.size()));
+    feeds[name] = pattern_f32(dims, 0.0625f, int(feeds.size()));
+    feeds[name.substr(0, name.size() - 1) + "b"] = pattern_f32({dims[0]}, 0.25f, int(feeds.size()));
   }
   Executor none(Place::cpu(), {.passes = ""});
   const Tensor want = none.run(plain.p, feeds, {plain.out})[0];
@@ -975,8 +962,8 @@ TEST_CASE("channel_scaled_conv2d names factors whose dims at run time fit neithe
                                                                       "NHWC", false})
                 .result();
   Executor exe(Place::cpu(), {.passes = ""});
-  const FeedMap feeds{{"x", filled_f32({2, 5, 5, 4}, 1, 1)}, {"s", filled_f32({3, 1, 1, 4}, 1, 2)},
-                      {"w", filled_f32({3, 4, 1, 1}, 1, 3)}, {"b", filled_f32({3}, 1, 4)}};
+  const FeedMap feeds{{"x", pattern_f32({2, 5, 5, 4}, 1, 1)}, {"s", pattern_f32({3, 1, 1, 4}, 1, 2)},
+                      {"w", pattern_f32({3, 4, 1, 1}, 1, 3)}, {"b", pattern_f32({3}, 1, 4)}};
   KILN_CHECK_ERROR(exe.run(p, feeds, {y}), InvalidArgument,
                    {"kiln.channel_scaled_conv2d", "scale is [3x1x1x4]", "needs [Nx1x1xC] with N = 2 or 1, C = 4"});
 }
@@ -1007,8 +994,8 @@ struct PooledConv {
   }
   std::vector<Tensor> run(const std::vector<Value>& fetch) {
     Executor exe(Place::cpu(), {.passes = ""});
-    return exe.run(p, {{"x", filled_f32({2, 9, 9, 8}, 0.25f, 1)}, {"w", filled_f32({8, 1, 3, 3}, 0.125f, 2)},
-                       {"b", filled_f32({8}, 0.5f, 3)}},
+    return exe.run(p, {{"x", pattern_f32({2, 9, 9, 8}, 0.25f, 1)}, {"w", pattern_f32({8, 1, 3, 3}, 0.125f, 2)},
+                       {"b", pattern_f32({8}, 0.5f, 3)}},
                    std::vector<FetchTarget>(fetch.begin(), fetch.end()));
   }
 };
