@@ -1016,6 +1016,9 @@ TEST_CASE("an NHWC conv's mean over its pixels becomes fused_conv2d_mean's secon
     const auto got = fused.run({ctx.live_out()[0], ctx.live_out()[1]});
     CHECK(same_bits(got[0], want[0]));
     CHECK(same_bits(got[1], want[1]));
+    // Both results save and print like any op's, and load back.
+    CHECK(load_program_json(save_program_json(fused.p)).to_string() == fused.p.to_string());
+    CHECK(parse_program(fused.p.to_string()).to_string() == fused.p.to_string());
   }
 }
 
