@@ -383,9 +383,8 @@ std::vector<Type> ChannelScaledConv2dOp::infer_meta(const std::vector<Type>& in,
     fits = sd[i] < 0 || want < 0 || sd[i] == want || (i == 0 && sd[i] == 1);
   }
   if (!fits) {
-    const std::vector<std::int64_t> want =
-        xd.size() == 4 ? (nhwc ? std::vector<std::int64_t>{xd[0], 1, 1, xd[3]} : std::vector<std::int64_t>{xd[0], xd[1], 1, 1})
-                       : std::vector<std::int64_t>{};
+    using D = std::vector<std::int64_t>;
+    const D want = xd.size() != 4 ? D{} : nhwc ? D{xd[0], 1, 1, xd[3]} : D{xd[0], xd[1], 1, 1};
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' scale must be ", meta::dims_string(want), " of ",
                 to_string(shaped_data_type(x)), " (one factor per channel, per image or for all, of x ",
                 meta::dims_string(xd), "), got ", meta::dims_string(sd), " of ",
