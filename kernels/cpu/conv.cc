@@ -310,12 +310,12 @@ KILN_TARGET_AVX512 void direct_conv_image_avx512(const float* xp, std::int64_t h
       const __m512 b = _mm512_set1_ps(bias ? bias[o] : 0.0f);
       __m512 r0 = _mm512_add_ps(a0[o], b), r1 = _mm512_add_ps(a1[o], b);
       if (act != ConvActivation::None) {  // a NaN gives 0, as kiln.relu and oneDNN's post-ops
-        r0 = _mm512_max_ps(r0, _mm512_setzero_ps());
-        r1 = _mm512_max_ps(r1, _mm512_setzero_ps());
+        r0 = _mm512_mask_max_ps(r0, avx512::kAll, r0, _mm512_setzero_ps());
+        r1 = _mm512_mask_max_ps(r1, avx512::kAll, r1, _mm512_setzero_ps());
       }
       if (act == ConvActivation::Relu6) {
-        r0 = _mm512_min_ps(r0, _mm512_set1_ps(6.0f));
-        r1 = _mm512_min_ps(r1, _mm512_set1_ps(6.0f));
+        r0 = _mm512_mask_min_ps(r0, avx512::kAll, r0, _mm512_set1_ps(6.0f));
+        r1 = _mm512_mask_min_ps(r1, avx512::kAll, r1, _mm512_set1_ps(6.0f));
       }
       float* orow = out + (o * g.ho + oh) * g.wo;
       _mm512_mask_storeu_ps(orow, m0, r0);
