@@ -151,9 +151,11 @@ KILN_SIMD_INLINE void fold_window(const T* __restrict x, T* __restrict o, const 
 // One output row (n, oh) of max_pool2d over NHWC x [n, h, w, c]: each
 // output pixel's channels, in blocks of 32, 16, 8 and 1, folded over its
 // window with max_nan in the window's row-major order (the NCHW kernel's
-// values). One pass over the window per block, the maxima in registers:
-// ShuffleNet's 3x3 stride-2 pool over 8x112x112x24 took 1.05-1.14 ms at
-// one thread folding each window pixel into the output row, 0.68-0.80 so.
+// values). One pass over the window per block, the maxima meant to stay in
+// registers; GCC 12 keeps its selects scalar, though (ShuffleNet's 3x3
+// stride-2 pool over 8x112x112x24: 5.3-6.4 ms at one thread on a Xeon, at
+// the baseline and AVX2 levels), so f32 on AVX-512 CPUs takes
+// max_pool_nhwc_row_avx512 below.
 template <typename T>
 KILN_SIMD_INLINE void max_pool_nhwc_row(const T* x, T* out, const Pool2dGeometry& g, std::int64_t n,
                                         std::int64_t oh) {
@@ -184,9 +186,7 @@ KILN_TARGET_AVX512 inline __m512 max_nan16(__m512 a, __m512 b) {
 
 // fold_window for V vectors of channels (x: the image's first channel of
 // them), the last one's lanes under `last`: the same folds in the same
-// order, written out (GCC 12 turned fold_window's selects into scalar
-// compares and moves: ShuffleNet's 3x3 stride-2 pool over 8x112x112x24 ran
-// 5.4 ms at one thread on a Xeon, ~1 ms so).
+// order, in intrinsics (ShuffleNet's pool above: 0.62 ms).
 template <int V>
 KILN_TARGET_AVX512 void fold_window_avx512(const float* x, float* o, const PoolWindow& r, std::int64_t w,
                                            std::int64_t c, __mmask16 last) {
