@@ -7,10 +7,6 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 #endif
-#ifdef __x86_64__
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -18,6 +14,7 @@
 #include <utility>
 
 #include "cpu_kernel_util.h"
+#include "sigmoid_avx512.h"
 #include "vector_math.h"
 #include "kiln/dialect/data_format.h"
 #include "kiln/dialect/kiln_dialect.h"
@@ -180,7 +177,7 @@ KILN_SIMD_INLINE void max_pool_nhwc_row(const T* x, T* out, const Pool2dGeometry
 #ifdef KILN_HAS_SIMD_CLONES
 // max_nan in 16 lanes: vmaxps(b, a) is b > a ? b : a, then a NaN b wins.
 KILN_TARGET_AVX512 inline __m512 max_nan16(__m512 a, __m512 b) {
-  const __m512 m = _mm512_mask_max_ps(a, 0xFFFF, b, a);  // masked form: no GCC 12 uninitialized warning
+  const __m512 m = _mm512_mask_max_ps(a, avx512::kAll, b, a);
   return _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q), b);
 }
 
@@ -192,12 +189,12 @@ KILN_TARGET_AVX512 void fold_window_avx512(const float* x, float* o, const PoolW
                                            std::int64_t c, __mmask16 last) {
   __m512 acc[V];
   const float* first = x + (r.hs * w + r.ws) * c;
-  for (int v = 0; v < V; ++v) acc[v] = _mm512_maskz_loadu_ps(v + 1 < V ? __mmask16(0xFFFF) : last, first + 16 * v);
+  for (int v = 0; v < V; ++v) acc[v] = _mm512_maskz_loadu_ps(v + 1 < V ? avx512::kAll : last, first + 16 * v);
   for (std::int64_t ih = r.hs; ih < r.he; ++ih)
     for (std::int64_t iw = ih == r.hs ? r.ws + 1 : r.ws; iw < r.we; ++iw) {
       const float* xs = x + (ih * w + iw) * c;
       for (int v = 0; v + 1 < V; ++v) acc[v] = max_nan16(acc[v], _mm512_loadu_ps(xs + 16 * v));
-      acc[V - 1] = max_nan16(acc[V - 1], last == 0xFFFF ? _mm512_loadu_ps(xs + 16 * (V - 1))
+      acc[V - 1] = max_nan16(acc[V - 1], last == avx512::kAll ? _mm512_loadu_ps(xs + 16 * (V - 1))
                                                          : _mm512_maskz_loadu_ps(last, xs + 16 * (V - 1)));
     }
   for (int v = 0; v + 1 < V; ++v) _mm512_storeu_ps(o + 16 * v, acc[v]);
@@ -220,7 +217,7 @@ KILN_TARGET_AVX512 void max_pool_nhwc_row_avx512(const float* x, float* out, con
     }
     for (std::int64_t c0 = 0; c0 < g.c; c0 += 64) {
       const std::int64_t left = std::min<std::int64_t>(g.c - c0, 64), vectors = (left + 15) / 16;
-      const __mmask16 last = left % 16 == 0 ? __mmask16(0xFFFF) : __mmask16((1u << (left % 16)) - 1);
+      const __mmask16 last = left % 16 == 0 ? avx512::kAll : avx512::tail_lanes(left % 16);
       folds[vectors - 1](image + c0, o + c0, r, g.w, g.c, last);
     }
   }

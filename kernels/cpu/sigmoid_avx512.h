@@ -5,7 +5,8 @@
 // clamps became compare-and-blend chains, 2^n a convert, add and shift);
 // with roundscale and scalef, ~0.16 ns. Same bits at every position of a
 // row (the tail is a masked vector, not a scalar loop), so at any thread
-// count.
+// count. Its lane masks (kAll, tail_lanes) serve the other hand-written
+// AVX-512 kernels too (pool.cc's max pool).
 #pragma once
 
 #include <cstdint>
