@@ -336,7 +336,7 @@ TEST_CASE("training an MLP with the memory plan gives the parameters training wi
   CHECK(train(true, 2) == want);
 }
 
-TEST_CASE("a static-shape program's memory plan and peak are known when its plan is built: the probe run "
+TEST_CASE("a static-shape program's memory plan and peak are known when its plan is built; the probe run "
           "finds the same",
           "[exec][memory]") {
   auto same = [](const MemoryPlan& built, const MemoryPlan& probed) {

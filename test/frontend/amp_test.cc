@@ -1210,7 +1210,7 @@ struct LoweredInference {
 
 }  // namespace
 
-TEST_CASE("amp::cast_parameters rounds an inference program's weights into the scope once: the casts of them "
+TEST_CASE("amp::cast_parameters rounds an inference program's weights into the scope once; the casts of them "
           "go, the results keep their bits, and the f32 parameters stay",
           "[frontend][amp]") {
   LoweredInference m;

@@ -598,7 +598,7 @@ const std::vector<std::vector<double>> kXW{{0.3, -0.2, 0.5}, {0.8, -0.6, 0.4}};
 
 }  // namespace
 
-TEST_CASE("the gradient of a while_loop runs the body's gradient in reverse iteration order: "
+TEST_CASE("the gradient of a while_loop runs the body's gradient in reverse iteration order; "
           "finite differences for trip counts fed at run time, zero included",
           "[frontend][cf][backward]") {
   TanhLoop t;

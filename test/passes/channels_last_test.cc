@@ -175,7 +175,7 @@ TEST_CASE("a max pool between convolutions runs NHWC too: one transpose in, one 
   check_close(exe.run(p, feeds, {ctx.live_out()[0]})[0], want);
 }
 
-TEST_CASE("ShuffleNet's channel shuffle and channel split stay NHWC between convolutions: "
+TEST_CASE("ShuffleNet's channel shuffle and channel split stay NHWC between convolutions; "
           "one transpose in, one out",
           "[passes][channels_last]") {
   // A ShuffleNet v2 unit as PyTorch exports it, with a run-time batch:
@@ -214,7 +214,7 @@ TEST_CASE("ShuffleNet's channel shuffle and channel split stay NHWC between conv
   check_close(exe.run(p, feeds, {ctx.live_out()[0]})[0], want);
 }
 
-TEST_CASE("ConvNeXt's permute back to NCHW, its [C, 1, 1] layer scale and its residual add stay NHWC: "
+TEST_CASE("ConvNeXt's permute back to NCHW, its [C, 1, 1] layer scale and its residual add stay NHWC; "
           "one transpose in, none between the blocks",
           "[passes][channels_last]") {
   // x → depthwise conv → permute to NHWC → relu (the block's MLP) →

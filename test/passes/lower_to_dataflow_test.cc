@@ -173,7 +173,7 @@ TEST_CASE("a program the pass cannot lower as a whole stays structured", "[passe
   KILN_CHECK_ERROR(exe.run(b.main, {}, {outs[0]}), OutOfRange, {"max_iterations"});
 }
 
-TEST_CASE("a body op of unknown effects that reads nothing of the loop runs each iteration: the loop "
+TEST_CASE("a body op of unknown effects that reads nothing of the loop runs each iteration; the loop "
           "stays structured instead of hoisting it",
           "[passes][frames]") {
   // ticks declares no traits (not ReadOnly): like DCE, the pass must assume
