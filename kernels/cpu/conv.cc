@@ -30,6 +30,7 @@
 #include "cpu_kernel_util.h"
 #include "intra_op.h"
 #include "onednn.h"
+#include "pointwise_depthwise.h"
 #include "unary_kernel_math.h"
 #include "vector_math.h"
 #include "kiln/dialect/conv_ops.h"
@@ -815,6 +816,36 @@ struct FusedConv2dMeanK {
   }
 };
 
+// pointwise_depthwise_conv2d: pointwise_depthwise_nhwc's one pass where
+// it fits; else the two fused_conv2d, the expanded tensor in between.
+template <typename T>
+struct PointwiseDepthwiseConv2dK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0), pw = typed_input<T>(ctx, 1), pb = typed_input<T>(ctx, 2),
+                 dw = typed_input<T>(ctx, 3), db = typed_input<T>(ctx, 4);
+    using Op = PointwiseDepthwiseConv2dOp;
+    const auto& a = ctx.attrs<Op>();
+    const auto pa = Op::pointwise_attrs(a);
+    const Conv2dGeometry g1 = layout_geometry(ctx, x, pw, pa);
+    check_bias(ctx, pb, g1);
+    const auto da = Op::depthwise_attrs(a, g1.o);
+    const Dims mid_dims = out_dims(g1, true);
+    const Conv2dGeometry g2 = conv::geometry(ctx.op()->name(), Dims{g1.n, g1.o, g1.ho, g1.wo}, dw.dims(),
+                                             da.strides, da.paddings, da.dilations, da.groups);
+    check_bias(ctx, db, g2);
+    Tensor& out = ctx.alloc_output(0, out_dims(g2, true), x.dtype());
+    if (out.numel() == 0) return;
+    if constexpr (std::is_same_v<T, float>)
+      if (pointwise_depthwise_fits(g1, g2))
+        return pointwise_depthwise_nhwc({x.data<T>(), pw.data<T>(), pb.data<T>(), dw.data<T>(), db.data<T>(),
+                                         out.data<T>(), g1, g2, fused_activation(pa), fused_activation(da),
+                                         weights_identity(pw), weights_identity(dw)});
+    Tensor mid = Tensor::empty(mid_dims, x.dtype());
+    if (mid.numel() > 0) FusedConv2dK<T>::convolve(x, pw, pb, mid, g1, fused_activation(pa), true, true);
+    FusedConv2dK<T>::convolve(mid, dw, db, out, g2, fused_activation(da), true, true);
+  }
+};
+
 template <typename T>
 struct Conv2dK {
   static void run(KernelContext& ctx) {
@@ -977,6 +1008,7 @@ KILN_REGISTER_KERNELS(Conv2dOp, Cpu, Conv2dK, float, double);
 KILN_REGISTER_KERNELS(FusedConv2dOp, Cpu, FusedConv2dK, float, double);
 KILN_REGISTER_KERNELS(ChannelScaledConv2dOp, Cpu, ChannelScaledConv2dK, float, double);
 KILN_REGISTER_KERNELS(FusedConv2dMeanOp, Cpu, FusedConv2dMeanK, float);
+KILN_REGISTER_KERNELS(PointwiseDepthwiseConv2dOp, Cpu, PointwiseDepthwiseConv2dK, float, double);
 KILN_REGISTER_KERNELS(GradOf<Conv2dOp>, Cpu, Conv2dGradK, float, double);
 KILN_REGISTER_KERNELS(Conv2dTransposeOp, Cpu, Conv2dTransposeK, float, double);
 KILN_REGISTER_KERNELS(GradOf<Conv2dTransposeOp>, Cpu, Conv2dTransposeGradK, float, double);
@@ -994,5 +1026,10 @@ void register_bf16(OpTypeList<OpTs...>) {
 namespace kiln {
 
 bool cpu_folds_channel_scale(const Conv2dGeometry& g) { return cpu::pointwise(g) && g.h * g.w >= 4 * g.o; }
+bool cpu_fuses_pointwise_depthwise(const Conv2dGeometry& expand, const Conv2dGeometry& depthwise) {
+  constexpr std::int64_t kMinExpandedBytes = std::int64_t{4} << 20;
+  return cpu::pointwise_depthwise_fits(expand, depthwise) &&
+         expand.h * expand.w * expand.o * std::int64_t(sizeof(float)) >= kMinExpandedBytes;
+}
 
 }  // namespace kiln

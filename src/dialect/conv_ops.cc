@@ -15,7 +15,7 @@
 namespace kiln {
 
 KILN_REGISTER_OP(Conv2dOp, GradOf<Conv2dOp>, Conv2dTransposeOp, GradOf<Conv2dTransposeOp>,
-                 FusedConv2dOp, ChannelScaledConv2dOp, FusedConv2dMeanOp);
+                 FusedConv2dOp, ChannelScaledConv2dOp, FusedConv2dMeanOp, PointwiseDepthwiseConv2dOp);
 
 namespace conv {
 
@@ -409,6 +409,37 @@ std::vector<Type> FusedConv2dMeanOp::infer_meta(const std::vector<Type>& in, Dic
   const Type out = fused_conv_meta(name, in, a)[0];
   const auto& d = shaped_dims(out);
   return {out, meta::result_like({out}, shaped_data_type(out), {d[0], 1, 1, d[3]})};
+}
+
+void PointwiseDepthwiseConv2dOp::build(Builder&, OperationArgument& arg, Value x, Value pw, Value pw_bias, Value dw,
+                                       Value dw_bias, Attributes attrs) {
+  for (Value v : {x, pw, pw_bias, dw, dw_bias}) arg.add_operand(v);
+  arg.attributes = to_named_attributes(std::move(attrs));
+}
+
+FusedConv2dOp::Attributes PointwiseDepthwiseConv2dOp::pointwise_attrs(const Attributes& a) {
+  return {{1, 1}, {0, 0}, {1, 1}, 1, a.pointwise_activation, "NHWC", false};
+}
+
+FusedConv2dOp::Attributes PointwiseDepthwiseConv2dOp::depthwise_attrs(const Attributes& a, std::int64_t channels) {
+  return {a.strides, a.paddings, a.dilations, channels, a.activation, "NHWC", false};
+}
+
+// The second fused_conv2d's result over the first's: pw [E, C, 1, 1] with
+// E known, dw [E, 1, kh, kw].
+std::vector<Type> PointwiseDepthwiseConv2dOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  meta::require_count(name, in, 5);
+  const auto a = from_attributes<Attributes>(attrs, name);
+  const auto& pw = shaped_dims(meta::tensor_operand(name, in, 1));
+  if (pw.size() != 4 || pw[0] < 0 || pw[2] != 1 || pw[3] != 1)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' pw must be [E, C, 1, 1] with E known (the 1x1 ",
+                "expansion's weights), got ", meta::dims_string(pw));
+  const Type mid = fused_conv_meta(name, {in[0], in[1], in[2]}, pointwise_attrs(a))[0];
+  const auto& dw = shaped_dims(meta::tensor_operand(name, in, 3));
+  if (dw.size() != 4 || (dw[0] >= 0 && dw[0] != pw[0]) || (dw[1] >= 0 && dw[1] != 1))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' dw must be [", pw[0], ", 1, kh, kw] (one filter ",
+                "per expanded channel), got ", meta::dims_string(dw));
+  return fused_conv_meta(name, {mid, in[3], in[4]}, depthwise_attrs(a, pw[0]));
 }
 
 void Conv2dTransposeOp::build(Builder&, OperationArgument& arg, Value x, Value w,

@@ -21,7 +21,8 @@ namespace {
 // threads are the thread plan's to set (BlasThreadsGuard).
 bool runs_gemms(Operation* op) {
   return op->isa<MatmulOp>() || op->isa<FusedMatmulOp>() || op->isa<Conv2dOp>() || op->isa<FusedConv2dOp>() ||
-         op->isa<ChannelScaledConv2dOp>() || op->isa<FusedConv2dMeanOp>() || op->isa<GradOf<Conv2dOp>>() ||
+         op->isa<ChannelScaledConv2dOp>() || op->isa<FusedConv2dMeanOp>() ||
+         op->isa<PointwiseDepthwiseConv2dOp>() || op->isa<GradOf<Conv2dOp>>() ||
          op->isa<Conv2dTransposeOp>() || op->isa<GradOf<Conv2dTransposeOp>>() ||
          op->isa<ScaledDotProductAttentionOp>() || op->isa<GradOf<ScaledDotProductAttentionOp>>() ||
          op->isa<RnnOp>() || op->isa<LstmOp>() || op->isa<GruOp>() || op->isa<RecurrentGradOp<RnnOp>>() ||

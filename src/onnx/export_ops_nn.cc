@@ -65,11 +65,12 @@ void conv2d(EmitContext& c) {
 }
 
 // Conv with its bias input, then Add of the residual (when not empty), then
-// the activation: Relu, Clip(0, 6), or Sigmoid and Mul for silu. An NHWC
-// op's x and residual go through Transposes, its result back (ONNX's Conv
-// is NCHW).
+// the activation: Relu, Clip(0, 6), or Sigmoid and Mul for silu, into
+// `out`. An NHWC op's x and residual go through Transposes, its result
+// back (ONNX's Conv is NCHW).
 void emit_fused_conv(EmitContext& c, const FusedConv2dOp::Attributes& a, const std::string& x_in,
-                     std::size_t w_input, const std::string& bias, const std::string& residual) {
+                     std::size_t w_input, const std::string& bias, const std::string& residual,
+                     const std::string& out) {
   const bool act = a.activation != "none", nhwc = a.data_format == "NHWC";
   auto as_nchw = [&](const std::string& v) {
     if (!nhwc) return v;
@@ -78,7 +79,7 @@ void emit_fused_conv(EmitContext& c, const FusedConv2dOp::Attributes& a, const s
     return t;
   };
   const std::string x = as_nchw(x_in);
-  const std::string y = nhwc ? c.fresh("conv_nchw") : c.out(0);
+  const std::string y = nhwc ? c.fresh("conv_nchw") : out;
   const std::string conv_out = act || !residual.empty() ? c.fresh("conv") : y;
   set_conv_attrs(c, c.node("Conv", {x, c.in(w_input), bias}, {conv_out}), a, w_input);
   std::string z = conv_out;
@@ -95,12 +96,12 @@ void emit_fused_conv(EmitContext& c, const FusedConv2dOp::Attributes& a, const s
     c.node("Mul", {z, sigmoid}, {y});
   }
   if (nhwc)
-    set_attr(c.node("Transpose", {y}, {c.out(0)}), "perm", std::vector<std::int64_t>{0, 2, 3, 1});
+    set_attr(c.node("Transpose", {y}, {out}), "perm", std::vector<std::int64_t>{0, 2, 3, 1});
 }
 
 void fused_conv2d(EmitContext& c) {
   emit_fused_conv(c, FusedConv2dOp::dyn_cast(c.op()).attrs(), c.in(0), 1, c.in(2),
-                  c.op()->num_operands() == 4 ? c.in(3) : std::string());
+                  c.op()->num_operands() == 4 ? c.in(3) : std::string(), c.out(0));
 }
 
 // Mul of x by its factors (broadcast as ONNX's Mul does), then fused_conv2d's nodes.
@@ -108,15 +109,25 @@ void channel_scaled_conv2d(EmitContext& c) {
   const std::string scaled = c.fresh("scaled");
   c.node("Mul", {c.in(0), c.in(1)}, {scaled});
   emit_fused_conv(c, ChannelScaledConv2dOp::dyn_cast(c.op()).attrs(), scaled, 2, c.in(3),
-                  c.op()->num_operands() == 5 ? c.in(4) : std::string());
+                  c.op()->num_operands() == 5 ? c.in(4) : std::string(), c.out(0));
 }
 
 // fused_conv2d's nodes, then ReduceMean of the result over axes 1 and 2.
 void fused_conv2d_mean(EmitContext& c) {
-  emit_fused_conv(c, FusedConv2dMeanOp::dyn_cast(c.op()).attrs(), c.in(0), 1, c.in(2), std::string());
+  emit_fused_conv(c, FusedConv2dMeanOp::dyn_cast(c.op()).attrs(), c.in(0), 1, c.in(2), std::string(), c.out(0));
   auto& mean = c.node("ReduceMean", {c.out(0)}, {c.out(1)});
   set_attr(mean, "axes", std::vector<std::int64_t>{1, 2});
   set_attr(mean, "keepdims", std::int64_t{1});
+}
+
+// The two fused_conv2d's nodes, the expanded tensor between them.
+void pointwise_depthwise_conv2d(EmitContext& c) {
+  using Op = PointwiseDepthwiseConv2dOp;
+  const auto a = Op::dyn_cast(c.op()).attrs();
+  const std::string expanded = c.fresh("expanded");
+  emit_fused_conv(c, Op::pointwise_attrs(a), c.in(0), 1, c.in(2), std::string(), expanded);
+  const std::int64_t channels = shaped_dims(c.op()->operand_source(1).type())[0];
+  emit_fused_conv(c, Op::depthwise_attrs(a, channels), expanded, 3, c.in(4), std::string(), c.out(0));
 }
 
 void conv2d_transpose(EmitContext& c) {
@@ -435,6 +446,7 @@ void add_export_nn(ExportTable& t) {
   t["kiln.conv2d"] = &conv2d;
   t["kiln.fused_conv2d"] = &fused_conv2d;
   t["kiln.channel_scaled_conv2d"] = &channel_scaled_conv2d;
+  t["kiln.pointwise_depthwise_conv2d"] = &pointwise_depthwise_conv2d;
   t["kiln.fused_conv2d_mean"] = &fused_conv2d_mean;
   t["kiln.conv2d_transpose"] = &conv2d_transpose;
   t["kiln.max_pool2d"] = &max_pool2d;

@@ -795,6 +795,71 @@ std::size_t fuse_conv_channel_mean(Block& block, const ValueSet& keep, PassConte
 
 namespace {
 
+// Whether `conv` is an NHWC fused_conv2d of an inference program without
+// residual, on the block, unplaced.
+bool plain_nhwc_conv(Operation* conv, const Block& block) {
+  if (!conv || !conv->isa<FusedConv2dOp>() || conv->num_operands() != 3 || conv->parent_block() != &block ||
+      has_placement(*conv))
+    return false;
+  const auto a = FusedConv2dOp(conv).attrs();
+  return a.data_format == "NHWC" && !a.weights_trained;
+}
+
+// The geometry of an NHWC fused_conv2d (image count 1) from its operand
+// types, if every dim but N is known.
+std::optional<Conv2dGeometry> static_geometry(Operation* conv) {
+  const auto a = FusedConv2dOp(conv).attrs();
+  const auto& x = shaped_dims(conv->operand_source(0).type());
+  const auto& w = shaped_dims(conv->operand_source(1).type());
+  if (x.size() != 4 || w.size() != 4) return std::nullopt;
+  for (std::size_t i = 0; i < 4; ++i)
+    if ((i > 0 && x[i] < 0) || w[i] < 0) return std::nullopt;
+  return conv::geometry(FusedConv2dOp::name, Dims{1, x[3], x[1], x[2]}, Dims{w[0], w[1], w[2], w[3]}, a.strides,
+                        a.paddings, a.dilations, a.groups);
+}
+
+// The 1x1 fused_conv2d whose result the depthwise fused_conv2d `dw` alone
+// reads, where the CPU computes the pair in one pass; else null.
+Operation* expansion_of(Operation* dw, const Block& block, const ValueSet& keep) {
+  Value mid = dw->operand_source(0);
+  Operation* pw = mid.defining_op();
+  if (!plain_nhwc_conv(pw, block) || keep.count(key(mid)) || sole_user(mid) != dw ||
+      shaped_data_type(mid.type()) != DataType::Float32 || barrier_between(pw, dw))
+    return nullptr;
+  const auto g1 = static_geometry(pw), g2 = static_geometry(dw);
+  if (!g1 || !g2 || g1->groups != 1 || g2->groups != g2->c || g2->o != g2->c) return nullptr;
+  return cpu_fuses_pointwise_depthwise(*g1, *g2) ? pw : nullptr;
+}
+
+}  // namespace
+
+std::size_t fuse_pointwise_depthwise(Block& block, const ValueSet& keep, PassContext* ctx) {
+  std::size_t made = 0;
+  std::vector<Operation*> convs;
+  for (Operation* op : block)
+    if (plain_nhwc_conv(op, block)) convs.push_back(op);
+  for (Operation* dw : convs) {
+    Operation* pw = expansion_of(dw, block, keep);
+    if (!pw) continue;
+    const auto pa = FusedConv2dOp(pw).attrs(), da = FusedConv2dOp(dw).attrs();
+    Builder b(block);
+    b.set_insertion_point(dw);
+    Value fused = b.create<PointwiseDepthwiseConv2dOp>(
+                       pw->operand_source(0), pw->operand_source(1), pw->operand_source(2), dw->operand_source(1),
+                       dw->operand_source(2),
+                       PointwiseDepthwiseConv2dOp::Attributes{da.strides, da.paddings, da.dilations, pa.activation,
+                                                              da.activation})
+                      .result();
+    replace_all_uses(dw->result(0), fused, ctx);
+    erase_op(dw, ctx);
+    erase_op(pw, ctx);
+    ++made;
+  }
+  return made;
+}
+
+namespace {
+
 // A batch norm's activation (kiln.relu, kiln.clip to [0, 6]) and, in a
 // training program, that activation's gradient op and the batch norm's
 // gradient op that alone reads it.
@@ -905,7 +970,7 @@ namespace {
 
 // "fuse": fold_attention_transposes, fuse_softmax_cross_entropy,
 // fuse_conv_epilogue, fuse_conv_residual, channels_last, fuse_conv_input_scale,
-// fuse_conv_channel_mean, fuse_batch_norm_activation,
+// fuse_conv_channel_mean, fuse_pointwise_depthwise, fuse_batch_norm_activation,
 // fuse_matmul_epilogue, fuse_elementwise, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h) over the program
 // (regions included), keeping the context's live-out values. For a CUDA
@@ -928,6 +993,7 @@ class FusePass : public Pass {
     convert_to_channels_last(program.block(), keep, &ctx);
     fuse_conv_input_scale(program.block(), live_out_set(ctx), &ctx);
     fuse_conv_channel_mean(program.block(), live_out_set(ctx), &ctx);
+    fuse_pointwise_depthwise(program.block(), live_out_set(ctx), &ctx);
     fuse_batch_norm_activation(program.block(), live_out_set(ctx), &ctx);
     fuse_after_layout(program, live_out_set(ctx), ctx);
   }

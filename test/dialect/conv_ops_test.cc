@@ -233,6 +233,31 @@ TEST_CASE("channel_scaled_conv2d infers fused_conv2d's result and names factors 
                    InvalidArgument, {"kiln.channel_scaled_conv2d", "scale must be [2, 4, 1, 1]"});
 }
 
+TEST_CASE("pointwise_depthwise_conv2d infers the depthwise convolution's NHWC result and names weights that are "
+          "not a 1x1 expansion and one filter per expanded channel",
+          "[dialect][conv]") {
+  Program p;
+  const PointwiseDepthwiseConv2dOp::Attributes a{V{2, 2}, V{1, 1}, V{1, 1}, "relu6", "relu6"};
+  auto build = [&](V pw, V dw, V x = V{-1, 9, 9, 4}) {
+    return build_op<PointwiseDepthwiseConv2dOp>(p, {{F32, x}, {F32, pw}, {F32, {pw[0]}}, {F32, dw}, {F32, {dw[0]}}},
+                                                a);
+  };
+  CHECK(shaped_dims(build({16, 4, 1, 1}, {16, 1, 3, 3})->result_type(0)) == V{-1, 5, 5, 16});
+  CHECK(shaped_dims(build({16, 4, 1, 1}, {16, 1, 3, 3}, V{2, -1, -1, 4})->result_type(0)) == V{2, -1, -1, 16});
+  KILN_CHECK_ERROR(build({16, 4, 3, 3}, {16, 1, 3, 3}), InvalidArgument,
+                   {"kiln.pointwise_depthwise_conv2d", "pw must be [E, C, 1, 1]", "[16, 4, 3, 3]"});
+  KILN_CHECK_ERROR(build({16, 5, 1, 1}, {16, 1, 3, 3}), InvalidArgument, {"kiln.pointwise_depthwise_conv2d"});
+  for (const V& dw : {V{8, 1, 3, 3}, V{16, 2, 3, 3}, V{16, 3, 3}})
+    KILN_CHECK_ERROR(build({16, 4, 1, 1}, dw), InvalidArgument,
+                     {"kiln.pointwise_depthwise_conv2d", "dw must be [16, 1, kh, kw]"});
+  PointwiseDepthwiseConv2dOp::Attributes gelu = a;
+  gelu.pointwise_activation = "gelu";
+  KILN_CHECK_ERROR(build_op<PointwiseDepthwiseConv2dOp>(
+                       p, {{F32, {1, 9, 9, 4}}, {F32, {16, 4, 1, 1}}, {F32, {16}}, {F32, {16, 1, 3, 3}}, {F32, {16}}},
+                       gelu),
+                   InvalidArgument, {"kiln.pointwise_depthwise_conv2d", "activation 'gelu'"});
+}
+
 TEST_CASE("fused_conv2d_mean infers fused_conv2d's NHWC result and its [N, 1, 1, O] mean, and names NCHW data",
           "[dialect][conv]") {
   Program p;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../../kernels/cpu/pointwise_depthwise.h"
 #include "kernel/kernel_test_util.h"
 #include "kiln/kernel/cpu_convolution.h"
 
@@ -630,6 +631,91 @@ TEST_CASE("channel_scaled_conv2d names a bias that is not one per output channel
                    return b.create<ChannelScaledConv2dOp>(v[0], v[1], v[2], v[3], a).operation();
                  }),
       Catch::Contains("kiln.channel_scaled_conv2d") && Catch::Contains("bias must be [3]"));
+}
+
+namespace {
+
+// One expansion + depthwise pair: x NHWC [N, H, W, C] to E channels, then
+// a kh x kw depthwise convolution.
+struct PairCfg {
+  V x;
+  std::int64_t e;
+  V kernel, strides, paddings, dilations;
+};
+
+// pointwise_depthwise_conv2d(x, pw, pw_bias, dw, dw_bias), and the two
+// fused_conv2d it stands for, run one after the other.
+template <typename T>
+std::pair<Tensor, Tensor> pair_and_unfused(const PairCfg& c, const std::string& pw_act, const std::string& act) {
+  const std::vector<Tensor> in{filled<T>(Dims(c.x), -1, 1, 1), filled<T>(Dims{c.e, c.x[3], 1, 1}, -1, 1, 2),
+                               filled<T>(Dims{c.e}, -1, 1, 3), filled<T>(Dims{c.e, 1, c.kernel[0], c.kernel[1]}, -1, 1, 4),
+                               filled<T>(Dims{c.e}, -1, 1, 5)};
+  const PointwiseDepthwiseConv2dOp::Attributes a{c.strides, c.paddings, c.dilations, pw_act, act};
+  Tensor got = run_kernel(in, [&](Builder& b, const std::vector<Value>& v) {
+                 return b.create<PointwiseDepthwiseConv2dOp>(v[0], v[1], v[2], v[3], v[4], a).operation();
+               }).out();
+  const Tensor mid = run_op<FusedConv2dOp>({in[0], in[1], in[2]}, V{1, 1}, V{0, 0}, V{1, 1}, std::int64_t{1}, pw_act,
+                                           std::string("NHWC"))
+                         .out();
+  Tensor want = run_op<FusedConv2dOp>({mid, in[3], in[4]}, c.strides, c.paddings, c.dilations, c.e, act,
+                                      std::string("NHWC"))
+                    .out();
+  return {got, want};
+}
+
+}  // namespace
+
+TEST_CASE("pointwise_depthwise_conv2d gives the expansion's and the depthwise convolution's result, within f32's "
+          "rounding where the kernel computes them in one pass and with their bits elsewhere",
+          "[kernel][conv]") {
+  const std::vector<PairCfg> cfgs{
+      {{2, 9, 11, 8}, 32, {3, 3}, {1, 1}, {1, 1}, {1, 1}},
+      {{1, 13, 10, 5}, 48, {3, 3}, {2, 2}, {1, 1}, {1, 1}},         // 3 vectors of channels
+      {{2, 12, 12, 17}, 80, {5, 5}, {2, 2}, {2, 2}, {1, 1}},        // 4 + 1 vectors, 5x5
+      {{1, 6, 19, 3}, 16, {3, 5}, {1, 2}, {0, 1, 2, 1}, {1, 1}},    // asymmetric
+      {{1, 40, 48, 6}, 96, {3, 3}, {1, 1}, {1, 1}, {1, 1}},         // rows expanded into a ring of 3
+      {{1, 40, 48, 6}, 96, {3, 3}, {2, 2}, {1, 1}, {1, 1}},         // the ring at stride 2
+      {{1, 5, 5, 4}, 16, {7, 7}, {1, 1}, {3, 3}, {1, 1}},           // no pixel with every tap inside
+      {{2, 7, 7, 8}, 24, {3, 3}, {1, 1}, {1, 1}, {1, 1}},           // 24 channels: two convolutions
+      {{1, 9, 9, 8}, 32, {3, 3}, {1, 1}, {2, 2}, {2, 2}}};          // dilated: two convolutions
+  for (const auto& c : cfgs) {
+    const Conv2dGeometry g1 =
+        conv::geometry("test", Dims{1, c.x[3], c.x[1], c.x[2]}, Dims{c.e, c.x[3], 1, 1}, V{1, 1}, V{0, 0}, V{1, 1}, 1);
+    const Conv2dGeometry g2 = conv::geometry("test", Dims{1, c.e, c.x[1], c.x[2]}, Dims{c.e, 1, c.kernel[0], c.kernel[1]},
+                                             c.strides, c.paddings, c.dilations, c.e);
+    for (const auto& [pw_act, act] : std::vector<std::pair<std::string, std::string>>{
+             {"relu6", "relu6"}, {"silu", "none"}, {"relu", "silu"}, {"none", "relu"}}) {
+      INFO("x " << Dims(c.x).to_string() << " to " << c.e << " channels, " << Dims(c.kernel).to_string()
+                << " depthwise, " << pw_act << " then " << act);
+      const auto [got64, want64] = pair_and_unfused<double>(c, pw_act, act);
+      CHECK(same_bits(got64, want64));
+      const auto [got, want] = pair_and_unfused<float>(c, pw_act, act);
+      REQUIRE(got.dims() == want.dims());
+      if (cpu::pointwise_depthwise_fits(g1, g2)) {
+        check_close<float>(got, want.to_vector<float>(), 1e-5, 1e-4);
+        const auto exact = got64.to_vector<double>();
+        check_close<float>(got, std::vector<float>(exact.begin(), exact.end()), 1e-5, 1e-4);
+      } else {
+        CHECK(same_bits(got, want));
+      }
+    }
+  }
+}
+
+TEST_CASE("pointwise_depthwise_conv2d names a bias that is not one per expanded channel", "[kernel][conv]") {
+  const PointwiseDepthwiseConv2dOp::Attributes a{V{1, 1}, V{1, 1}, V{1, 1}, "relu6", "relu6"};
+  const Tensor x = Tensor::zeros(Dims{1, 5, 5, 4}, DataType::Float32);
+  const Tensor pw = Tensor::zeros(Dims{16, 4, 1, 1}, DataType::Float32), dw = Tensor::zeros(Dims{16, 1, 3, 3}, DataType::Float32);
+  for (const int bad : {2, 4}) {
+    std::vector<Tensor> in{x, pw, Tensor::zeros(Dims{16}, DataType::Float32), dw, Tensor::zeros(Dims{16}, DataType::Float32)};
+    in[std::size_t(bad)] = Tensor::zeros(Dims{8}, DataType::Float32);
+    CHECK_THROWS_WITH(run_kernel(in,
+                                 [&](Builder& b, const std::vector<Value>& v) {
+                                   return b.create<PointwiseDepthwiseConv2dOp>(v[0], v[1], v[2], v[3], v[4], a)
+                                       .operation();
+                                 }),
+                      Catch::Contains("kiln.pointwise_depthwise_conv2d") && Catch::Contains("bias must be [16]"));
+  }
 }
 
 TEST_CASE("fused_conv2d_mean gives fused_conv2d's result and kiln.mean's over its pixels, bit for bit",

@@ -515,3 +515,24 @@ TEST_CASE("an NHWC convolution's SiLU summed into its mean over the pixels gives
     });
   }
 }
+
+TEST_CASE("an expansion and depthwise convolution computed in one pass give the same bits at any thread count",
+          "[kernel][intra_op]") {
+  // 40 x 48 x 96 expanded: a ring of rows; 14 x 14 x 96: whole images. A
+  // batch of one is split into bands of rows, which expand their first
+  // rows again.
+  for (const Axes& hw : {Axes{40, 48}, Axes{14, 14}})
+    for (const std::int64_t batch : {3, 1})
+      for (const std::int64_t stride : {1, 2}) {
+        INFO(hw[0] << "x" << hw[1] << ", batch " << batch << ", stride " << stride);
+        const Tensor x = filled<float>(Dims{batch, hw[0], hw[1], 8}, -1, 1, 1);
+        const Tensor pw = filled<float>(Dims{96, 8, 1, 1}, -1, 1, 2), pb = filled<float>(Dims{96}, -1, 1, 3);
+        const Tensor dw = filled<float>(Dims{96, 1, 3, 3}, -1, 1, 4), db = filled<float>(Dims{96}, -1, 1, 5);
+        const PointwiseDepthwiseConv2dOp::Attributes a{Axes{stride, stride}, Axes{1, 1}, Axes{1, 1}, "relu6", "silu"};
+        same_bits_at_any_thread_count([&] {
+          return run_kernel({x, pw, pb, dw, db}, [&](Builder& bb, const std::vector<Value>& v) {
+            return bb.create<PointwiseDepthwiseConv2dOp>(v[0], v[1], v[2], v[3], v[4], a).operation();
+          });
+        });
+      }
+}

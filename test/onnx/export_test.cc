@@ -495,8 +495,8 @@ TEST_CASE("the shape, indexing, constant and reduction ops export op by op", "[o
                    f);
 }
 
-TEST_CASE("conv2d_transpose, fused_conv2d, channel_scaled_conv2d, fused_conv2d_mean, batch_norm, fused_batch_norm, "
-          "rms_norm, pools and attention export op by op",
+TEST_CASE("conv2d_transpose, fused_conv2d, channel_scaled_conv2d, fused_conv2d_mean, pointwise_depthwise_conv2d, "
+          "batch_norm, fused_batch_norm, rms_norm, pools and attention export op by op",
           "[onnx][export]") {
   kiln::Program p, startup;
   std::vector<kiln::Value> f;
@@ -566,6 +566,12 @@ TEST_CASE("conv2d_transpose, fused_conv2d, channel_scaled_conv2d, fused_conv2d_m
                                                                                       "NHWC", false});
       f.push_back(pooled->result(0));
       f.push_back(pooled->result(1));
+      // an expansion to 16 channels and a stride-2 depthwise convolution
+      f.push_back(b.create<kiln::PointwiseDepthwiseConv2dOp>(
+                       xt, param("pw", {16, 2, 1, 1}), param("pb", {16}), param("dw", {16, 1, 3, 3}),
+                       param("db", {16}),
+                       kiln::PointwiseDepthwiseConv2dOp::Attributes{{2, 2}, one, one, "relu6", "silu"})
+                      .result());
     }
     auto bn = b.create<kiln::BatchNormOp>(x, param("s", {2}), param("bb", {2}), param("m", {2}),
                                           param("v", {2}), 0.9, 1e-5, true);

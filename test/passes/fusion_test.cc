@@ -951,6 +951,108 @@ TEST_CASE("the fuse pass gives a squeeze-and-excitation block built in NCHW one 
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(w[i]).epsilon(1e-5).margin(1e-5));
 }
 
+namespace {
+
+// An inverted residual block as an importer writes it, in NCHW, over two
+// hw x hw images: a 1x1 expansion of 8 channels to `e` (bias, clip to [0,
+// 6]), a 3x3 depthwise convolution (bias, clip), a 1x1 projection back to 8
+// channels. 128 x 128 x 64 floats: 4 MiB an image expanded.
+struct InvertedResidual {
+  struct Shape {
+    std::int64_t e = 64, stride = 1, hw = 128;
+  };
+  Program p;
+  Value expanded, out;
+  FeedMap feeds;
+  explicit InvertedResidual(Shape s) {
+    Builder b(p);
+    auto conv = [&](Value x, std::int64_t in, std::int64_t o, std::int64_t k, std::int64_t stride,
+                    std::int64_t groups, const std::string& name, bool relu6) {
+      Value w = b.create<DataOp>(name + ".w", Dims4{o, in / groups, k, k}).result();
+      Value bias = b.create<DataOp>(name + ".b", Dims4{o}).result();
+      feeds[name + ".w"] = pattern_f32({o, in / groups, k, k}, 0.0625f, int(feeds.size()));
+      feeds[name + ".b"] = pattern_f32({o}, 0.25f, int(feeds.size()));
+      Value y = b.create<Conv2dOp>(x, w, Dims4{stride, stride}, Dims4{k / 2, k / 2}, Dims4{1, 1}, groups).result();
+      y = b.create<AddOp>(y, b.create<ReshapeOp>(bias, Dims4{1, o, 1, 1}).result()).result();
+      return relu6 ? b.create<ClipOp>(y, 0.0, 6.0).result() : y;
+    };
+    Value x = b.create<DataOp>("x", Dims4{2, 8, s.hw, s.hw}).result();
+    feeds["x"] = pattern_f32({2, 8, s.hw, s.hw}, 0.25f, 99);
+    expanded = conv(x, 8, s.e, 1, 1, 1, "expand", true);
+    out = conv(conv(expanded, s.e, s.e, 3, s.stride, s.e, "depthwise", true), s.e, 8, 1, 1, 1, "project", false);
+  }
+  // The "fuse" pass, `also_kept` kept beside the result; the fused ops it made.
+  std::size_t fuse(std::vector<Value> also_kept = {}) {
+    also_kept.insert(also_kept.begin(), out);
+    PassContext ctx(also_kept);
+    PassManager::parse("fuse").run(p, ctx);
+    p.verify();
+    out = ctx.live_out()[0];
+    return count_top_ops(p, "kiln.pointwise_depthwise_conv2d");
+  }
+  Tensor run() {
+    Executor exe(Place::cpu(), {.passes = ""});
+    return exe.run(p, feeds, {out})[0];
+  }
+};
+
+// Whether the fuse pass makes an expansion of 8 channels to e and a 3x3
+// depthwise convolution over hw x hw images one op on this CPU.
+bool fuses_here(std::int64_t e, std::int64_t stride, std::int64_t hw) {
+  const Conv2dGeometry g1 =
+      conv::geometry("test", Dims{1, 8, hw, hw}, Dims{e, 8, 1, 1}, Dims4{1, 1}, Dims4{0, 0}, Dims4{1, 1}, 1);
+  const Conv2dGeometry g2 =
+      conv::geometry("test", Dims{1, e, hw, hw}, Dims{e, 1, 3, 3}, Dims4{stride, stride}, Dims4{1, 1}, Dims4{1, 1}, e);
+  return cpu_convolutions_prefer_channels_last() && cpu_fuses_pointwise_depthwise(g1, g2);
+}
+
+}  // namespace
+
+TEST_CASE("the fuse pass gives an inverted residual block's expansion and depthwise convolution one "
+          "pointwise_depthwise_conv2d where the CPU computes them in one pass, within f32's rounding of the "
+          "unfused result, and it saves, prints and exports",
+          "[passes][fusion]") {
+  for (const std::int64_t stride : {1, 2}) {
+    INFO("stride " << stride);
+    InvertedResidual plain({.stride = stride}), fused({.stride = stride});
+    const Tensor want = plain.run();
+    const bool here = fuses_here(64, stride, 128);
+    REQUIRE(fused.fuse() == (here ? 1u : 0u));
+    if (!here) continue;
+    Operation* op = nullptr;
+    for (Operation* o : fused.p.block())
+      if (o->isa<PointwiseDepthwiseConv2dOp>()) op = o;
+    REQUIRE(op != nullptr);
+    const auto a = PointwiseDepthwiseConv2dOp(op).attrs();
+    CHECK(a.pointwise_activation == "relu6");
+    CHECK(a.activation == "relu6");
+    CHECK(a.strides == std::vector<std::int64_t>{stride, stride});
+    CHECK(count_top_ops(fused.p, "kiln.fused_conv2d") == 1);  // the projection
+    const auto w = want.to_vector<float>(), got = fused.run().to_vector<float>();
+    REQUIRE(got.size() == w.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(w[i]).epsilon(1e-5).margin(1e-5));
+    const Program loaded = load_program_json(save_program_json(fused.p));
+    CHECK(loaded.to_string() == fused.p.to_string());
+    CHECK(parse_program(fused.p.to_string()).to_string() == fused.p.to_string());
+  }
+}
+
+TEST_CASE("an expansion is not fused into its depthwise convolution where its result is kept or read again, the "
+          "CPU would run the two convolutions anyway, or its images stay in cache between them",
+          "[passes][fusion]") {
+  InvertedResidual kept({});
+  CHECK(kept.fuse({kept.expanded}) == 0);
+  InvertedResidual twice({});
+  Builder b(twice.p);
+  twice.out = b.create<AddOp>(twice.out, b.create<SumOp>(twice.expanded, std::vector<std::int64_t>{0, 1, 2, 3}).result()).result();
+  CHECK(twice.fuse() == 0);
+  InvertedResidual narrow({.e = 24});  // not a multiple of 16 channels
+  CHECK(narrow.fuse() == 0);
+  InvertedResidual small({.hw = 40});  // 400 KB an image expanded: it stays in a cache between the two
+  CHECK(!fuses_here(64, 1, 40));
+  CHECK(small.fuse() == 0);
+}
+
 TEST_CASE("channel_scaled_conv2d names factors whose dims at run time fit neither x's images nor its channels",
           "[passes][fusion]") {
   Program p;

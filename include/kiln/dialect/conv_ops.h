@@ -164,6 +164,37 @@ struct FusedConv2dMeanOp : Op<FusedConv2dMeanOp, ReadOnly, ValueSemantics, Infer
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
+// out = kiln.pointwise_depthwise_conv2d(x, pw, pw_bias, dw, dw_bias)
+// {strides, paddings, dilations, pointwise_activation, activation}: an
+// inverted residual block's expansion and depthwise convolution, NHWC:
+// fused_conv2d(fused_conv2d(x, pw, pw_bias, activation =
+// pointwise_activation), dw, dw_bias, groups = E, activation) with x [N,
+// H, W, C], pw [E, C, 1, 1], dw [E, 1, kh, kw], the biases [E]; the
+// attributes are the depthwise convolution's. The fuse pass builds it
+// from two such fused_conv2d where the first's result is read by the
+// second alone, for inference (weights not trained), where the CPU kernel
+// computes the pair in one pass (cpu_fuses_pointwise_depthwise,
+// kiln/kernel/cpu_convolution.h): the expanded rows a depthwise row needs
+// are computed into a small ring, so the E-channel tensor between them
+// (MobileNetV2's largest) is never written. Its sums then round
+// differently from oneDNN's (f32's few ulps); elsewhere the kernel runs
+// the two convolutions and gives their bits. f32, f64. No gradient.
+struct PointwiseDepthwiseConv2dOp
+    : Op<PointwiseDepthwiseConv2dOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.pointwise_depthwise_conv2d";
+  static constexpr int num_operands = 5, num_results = 1;
+  KILN_ATTRIBUTES((std::vector<std::int64_t>, strides), (std::vector<std::int64_t>, paddings),
+                  (std::vector<std::int64_t>, dilations), (std::string, pointwise_activation),
+                  (std::string, activation));
+  static void build(Builder& b, OperationArgument& arg, Value x, Value pw, Value pw_bias, Value dw, Value dw_bias,
+                    Attributes attrs);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // The two fused_conv2d it stands for (data_format NHWC, weights not trained).
+  static FusedConv2dOp::Attributes pointwise_attrs(const Attributes& a);
+  static FusedConv2dOp::Attributes depthwise_attrs(const Attributes& a, std::int64_t channels);
+};
+
 // The geometry of one conv2d: what the kernels and InferMeta share. For
 // conv2d_transpose it describes the conv2d it is the input gradient of
 // (c/h/w: the transpose's output, o/ho/wo: its input).

@@ -100,10 +100,23 @@ std::size_t fuse_conv_input_scale(Block& block, const ValueSet& keep = {}, PassC
 // the number of fused ops created.
 std::size_t fuse_conv_channel_mean(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr);
 
+// fuse_pointwise_depthwise: an inference NHWC f32 kiln.fused_conv2d that is
+// depthwise (groups = channels in = channels out) and reads, alone, the
+// result of a 1x1 one (stride 1, unpadded, ungrouped; an inverted residual
+// block's expansion), neither with a residual, becomes one
+// kiln.pointwise_depthwise_conv2d where the CPU computes the pair in one
+// pass and that pays (cpu_fuses_pointwise_depthwise, a large expanded
+// tensor): that tensor is never written. Its sums round differently from
+// oneDNN's by f32's few ulps.
+// Values in `keep` are never fused away. Returns the number of fused ops
+// created.
+std::size_t fuse_pointwise_depthwise(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr);
+
 // The "fuse" pass: fuse_softmax_cross_entropy
 // (kiln/passes/fuse_softmax_cross_entropy.h), fuse_conv_epilogue,
 // fuse_conv_residual, convert_to_channels_last (kiln/passes/channels_last.h),
-// fuse_conv_input_scale, fuse_conv_channel_mean, fuse_batch_norm_activation, fuse_matmul_epilogue, then
+// fuse_conv_input_scale, fuse_conv_channel_mean, fuse_pointwise_depthwise,
+// fuse_batch_norm_activation, fuse_matmul_epilogue, then
 // fuse_elementwise, keeping the context's live-out values, then
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h). For a CUDA target
 // the rewrites whose ops have CUDA kernels: fold_attention_transposes
