@@ -331,26 +331,68 @@ inline bool direct_conv_fits(const Conv2dGeometry& g) {
          g.o <= 8 && g.wo >= 1 && g.wo <= 32 && cpu_simd_level() == SimdLevel::Avx512;
 }
 
+// One thread's direct convolutions of g's images: each copied into a
+// zero-padded buffer, then direct_conv_image_avx512.
+class DirectConv {
+ public:
+  DirectConv(const float* w, const Conv2dGeometry& g, const float* bias, ConvActivation act)
+      : w_(w), g_(g), bias_(bias), act_(act), hp_(g.h + g.pt + g.pb), wp_(g.w + g.pl + g.pr),
+        padded_(scratch<float>(g.c * hp_ * wp_)) {
+    std::fill(padded_, padded_ + g.c * hp_ * wp_, 0.0f);  // the padding stays 0 image after image
+  }
+  // dst [o, ho, wo] = the convolution of image xi [c, h, w].
+  void image(const float* xi, float* dst) {
+    using Fn = void (*)(const float*, std::int64_t, std::int64_t, const float*, float*, const Conv2dGeometry&,
+                        const float*, ConvActivation);
+    static constexpr Fn by_o[] = {direct_conv_image_avx512<1>, direct_conv_image_avx512<2>,
+                                  direct_conv_image_avx512<3>, direct_conv_image_avx512<4>,
+                                  direct_conv_image_avx512<5>, direct_conv_image_avx512<6>,
+                                  direct_conv_image_avx512<7>, direct_conv_image_avx512<8>};
+    for (std::int64_t c = 0; c < g_.c; ++c)
+      for (std::int64_t r = 0; r < g_.h; ++r)
+        std::memcpy(padded_ + (c * hp_ + g_.pt + r) * wp_ + g_.pl, xi + (c * g_.h + r) * g_.w,
+                    sizeof(float) * static_cast<std::size_t>(g_.w));
+    by_o[g_.o - 1](padded_, hp_, wp_, w_, dst, g_, bias_, act_);
+  }
+
+ private:
+  const float* w_;
+  const Conv2dGeometry& g_;
+  const float* bias_;
+  ConvActivation act_;
+  std::int64_t hp_, wp_;
+  float* padded_;  // this thread's scratch
+};
+
 void direct_conv_avx512(const float* x, const float* w, float* out, const Conv2dGeometry& g,
                         const float* bias, ConvActivation act) {
-  const std::int64_t hp = g.h + g.pt + g.pb, wp = g.w + g.pl + g.pr;
-  float* xp = scratch<float>(g.c * hp * wp);
-  std::fill(xp, xp + g.c * hp * wp, 0.0f);  // the padding stays 0 image after image
-  using Fn = void (*)(const float*, std::int64_t, std::int64_t, const float*, float*,
-                      const Conv2dGeometry&, const float*, ConvActivation);
-  static constexpr Fn by_o[] = {direct_conv_image_avx512<1>, direct_conv_image_avx512<2>,
-                                direct_conv_image_avx512<3>, direct_conv_image_avx512<4>,
-                                direct_conv_image_avx512<5>, direct_conv_image_avx512<6>,
-                                direct_conv_image_avx512<7>, direct_conv_image_avx512<8>};
-  const Fn fn = by_o[g.o - 1];
-  for (std::int64_t n = 0; n < g.n; ++n) {
-    const float* xi = x + n * g.c * g.h * g.w;
-    for (std::int64_t c = 0; c < g.c; ++c)
-      for (std::int64_t r = 0; r < g.h; ++r)
-        std::memcpy(xp + (c * hp + g.pt + r) * wp + g.pl, xi + (c * g.h + r) * g.w,
-                    sizeof(float) * static_cast<std::size_t>(g.w));
-    fn(xp, hp, wp, w, out + n * g.o * g.ho * g.wo, g, bias, act);
-  }
+  DirectConv conv(w, g, bias, act);
+  for (std::int64_t n = 0; n < g.n; ++n) conv.image(x + n * g.c * g.h * g.w, out + n * g.o * g.ho * g.wo);
+}
+
+// Whether an NHWC convolution runs as direct_conv_nhwc_one_channel: one
+// input channel (x then reads as NCHW) into few outputs (LeNet-5's first
+// convolution, 1 -> 6, 5x5: oneDNN 2.6's brgconv pads the 6 outputs to 16
+// and runs one multiply-add per tap and block).
+inline bool direct_conv_nhwc_fits(const Conv2dGeometry& g) { return g.c == 1 && direct_conv_fits(g); }
+
+// out [n, ho, wo, o] = conv2d of x [n, h, w, 1] by direct_conv_image_avx512,
+// images split across the kernel's threads, each image's [o, ho, wo] result
+// swapped into out's layout while in cache.
+void direct_conv_nhwc_one_channel(const float* x, const float* w, float* out, const Conv2dGeometry& g,
+                                  const float* bias, ConvActivation act) {
+  const std::int64_t pixels = g.ho * g.wo;
+  parallel_for(g.n, 1, [&](std::int64_t n0, std::int64_t n1) {
+    DirectConv conv(w, g, bias, act);
+    thread_local std::vector<float> block;
+    block.resize(std::size_t(g.o * pixels));
+    for (std::int64_t n = n0; n < n1; ++n) {
+      conv.image(x + n * g.h * g.w, block.data());
+      float* o = out + n * pixels * g.o;
+      for (std::int64_t p = 0; p < pixels; ++p)
+        for (std::int64_t k = 0; k < g.o; ++k) o[p * g.o + k] = block[std::size_t(k * pixels + p)];
+    }
+  });
 }
 #endif
 
@@ -688,6 +730,11 @@ struct FusedConv2dK {
     if (!nhwc)
       return conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
                           weights_identity(w));
+#ifdef KILN_HAS_SIMD_CLONES
+    if constexpr (std::is_same_v<T, float>)
+      if (direct_conv_nhwc_fits(g) && act != ConvActivation::Silu)
+        return direct_conv_nhwc_one_channel(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act);
+#endif
     if constexpr (std::is_same_v<T, float>)
       if (onednn_convolve(x.data<T>(), w.data<T>(), bias.data<T>(), out.data<T>(), g, act, weights_identity(w),
                           true, allow_winograd))

@@ -316,14 +316,19 @@ TEST_CASE("fused_conv2d's relu and relu6 give 0 for a NaN on every route, as kil
 }
 
 TEST_CASE("fused_conv2d in NHWC computes the NCHW result in NHWC for every geometry, f32 "
-          "(oneDNN's channels-last primitive where built) and f64 (through NCHW copies)",
+          "(oneDNN's channels-last primitive where built, kiln's direct kernel for one input channel) and f64 "
+          "(through NCHW copies)",
           "[kernel][conv]") {
   const std::vector<Cfg> cfgs{{{2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
                               {{1, 8, 9, 9}, {8, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 8},
                               {{1, 4, 9, 8}, {6, 2, 3, 2}, {2, 1}, {0, 1, 2, 0}, {1, 2}, 2},
                               {{3, 5, 5, 5}, {7, 5, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
                               // 3x3 stride 1, channels in blocks of 16: oneDNN's Winograd
-                              {{2, 32, 10, 9}, {48, 32, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1}};
+                              {{2, 32, 10, 9}, {48, 32, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+                              // one input channel into at most 8 (LeNet-5's first): kiln's direct kernel
+                              {{3, 1, 28, 28}, {6, 1, 5, 5}, {1, 1}, {0, 0}, {1, 1}, 1},
+                              {{2, 1, 9, 7}, {8, 1, 3, 3}, {1, 1}, {1, 2, 0, 1}, {1, 1}, 1},
+                              {{1, 1, 6, 40}, {1, 1, 3, 2}, {1, 1}, {1, 1}, {1, 1}, 1}};  // 40 wide: oneDNN
   for (const auto& c : cfgs)
     for (const std::string act : {"none", "relu", "relu6", "silu"}) {
       INFO("x " << Dims(c.x).to_string() << " w " << Dims(c.w).to_string() << " " << act);

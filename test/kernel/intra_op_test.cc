@@ -536,3 +536,14 @@ TEST_CASE("an expansion and depthwise convolution computed in one pass give the 
         });
       }
 }
+
+TEST_CASE("an NHWC convolution of one input channel, run by kiln's direct kernel, gives the same bits at any "
+          "thread count",
+          "[kernel][intra_op]") {
+  const Tensor x = filled<float>(Dims{5, 28, 28, 1}, -1, 1, 1), w = filled<float>(Dims{6, 1, 5, 5}, -1, 1, 2);
+  const Tensor b = filled<float>(Dims{6}, -1, 1, 3);
+  same_bits_at_any_thread_count([&] {
+    return run_op<FusedConv2dOp>({x, w, b}, Axes{1, 1}, Axes{2, 2}, Axes{1, 1}, std::int64_t{1}, std::string("relu"),
+                                 std::string("NHWC"));
+  });
+}
