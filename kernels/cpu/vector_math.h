@@ -121,7 +121,8 @@ inline SimdLevel cpu_simd_level() {
 // that it is compiled inside each level's wrapper (whose loops then
 // vectorize for that level), not called as one baseline copy. A Body whose
 // AVX-512 form is written by hand (intrinsics, KILN_TARGET_AVX512) gives it
-// as Body::run_avx512(args...), which the AVX-512 level then calls instead.
+// as Body::run_avx512(args...), which the AVX-512 level then calls instead;
+// likewise Body::run_avx2 (KILN_TARGET_AVX2) for the AVX2 level.
 #define KILN_SIMD_INLINE [[gnu::always_inline]] inline
 namespace simd_detail {
 template <typename Body, typename... Args>
@@ -131,7 +132,10 @@ void simd_base(Args... args) {
 #ifdef KILN_HAS_SIMD_CLONES
 template <typename Body, typename... Args>
 KILN_TARGET_AVX2 void simd_avx2(Args... args) {
-  Body::run(args...);
+  if constexpr (requires { Body::run_avx2(args...); })
+    Body::run_avx2(args...);
+  else
+    Body::run(args...);
 }
 template <typename Body, typename... Args>
 KILN_TARGET_AVX512 void simd_avx512(Args... args) {
