@@ -2,9 +2,9 @@
 // Each task runs a band of one image's output rows; for each row it
 // computes the expanded input rows the row's taps need and the ring does
 // not hold yet (in order, each once per band), then the depthwise row. The
-// expansion is a register-blocked GEMM of 6 pixels by 64 channels over
-// weights packed [c][e]; the depthwise, 4 pixels by 64 channels over
-// weights packed [tap][e].
+// expansion is a register-blocked GEMM of 6 pixels by up to 64 channels
+// over weights packed [c][e]; the depthwise, 4 pixels by up to 64 channels
+// over weights packed [tap][e].
 #include "pointwise_depthwise.h"
 
 #include <algorithm>
@@ -198,9 +198,9 @@ struct PackedWeights {
 };
 
 // The packed weights of the pairs this thread ran, by their buffers'
-// identities: packed again only when a buffer's writes changed (packing
-// MobileNetV2's 160 x 960 expansion took longer than its 7x7 convolution).
-// Past 256 MiB it starts over.
+// identities: packed again only when a buffer's writes changed, as
+// oneDNN's reordered weights are kept (onednn.cc's WeightCache), not on
+// every run. Past 256 MiB it starts over.
 class PackedCache {
  public:
   const PackedWeights& get(const PointwiseDepthwise& p) {
