@@ -1,7 +1,8 @@
 // kiln.pointwise_depthwise_conv2d's AVX-512 kernel (pointwise_depthwise.h).
-// Each task runs a band of one image's output rows; for each row it
-// computes the expanded input rows the row's taps need and the ring does
-// not hold yet (in order, each once per band), then the depthwise row. The
+// Each task runs a band of one image's output rows, one block of up to 64
+// channels at a time; for each row it computes the expanded input rows the
+// row's taps need and the ring does not hold yet (in order, each once per
+// band and block), then the depthwise row. The
 // expansion is a register-blocked GEMM of 6 pixels by up to 64 channels
 // over weights packed [c][e]; the depthwise, 4 pixels by up to 64 channels
 // over weights packed [tap][e].
@@ -49,10 +50,10 @@ inline int block_vectors(std::int64_t e, std::int64_t b) {
 }
 
 // row[p][j] = act(Σ_k x[p][k] · pw[k][j] + bias[j]) for P pixels (x's rows
-// c apart) and 16·J channels (pw's and row's rows e apart).
+// c apart, row's ld apart) and 16·J channels (pw's rows e apart).
 template <int P, int J>
 KILN_TARGET_AVX512 void expand_block(const float* x, std::int64_t c, const float* pw, std::int64_t e,
-                                     const float* bias, float* row, ConvActivation act) {
+                                     const float* bias, float* row, std::int64_t ld, ConvActivation act) {
   __m512 acc[P][J];
   for (int p = 0; p < P; ++p)
     for (int j = 0; j < J; ++j) acc[p][j] = _mm512_setzero_ps();
@@ -66,57 +67,55 @@ KILN_TARGET_AVX512 void expand_block(const float* x, std::int64_t c, const float
   }
   for (int j = 0; j < J; ++j) {
     const __m512 b = _mm512_loadu_ps(bias + 16 * j);
-    for (int p = 0; p < P; ++p) _mm512_storeu_ps(row + p * e + 16 * j, activate(_mm512_add_ps(acc[p][j], b), act));
+    for (int p = 0; p < P; ++p) _mm512_storeu_ps(row + p * ld + 16 * j, activate(_mm512_add_ps(acc[p][j], b), act));
   }
 }
 
 using ExpandBlock = void (*)(const float*, std::int64_t, const float*, std::int64_t, const float*, float*,
-                             ConvActivation);
+                             std::int64_t, ConvActivation);
 template <int P>
 constexpr ExpandBlock kExpandByJ[] = {expand_block<P, 1>, expand_block<P, 2>, expand_block<P, 3>,
                                       expand_block<P, 4>};
 constexpr const ExpandBlock* kExpand[] = {kExpandByJ<1>, kExpandByJ<2>, kExpandByJ<3>,
                                           kExpandByJ<4>, kExpandByJ<5>, kExpandByJ<6>};
 
-// `pixels` expanded pixels (one image row): out [pixels, e] from x
-// [pixels, c], 64 channels at a time (their c x 64 weights stay in L1
-// across the pixels).
+// The channels [j0, j0 + 16·vectors) of `pixels` expanded pixels (one image
+// row): out [pixels, 16·vectors] from x [pixels, c].
 KILN_TARGET_AVX512 void expand_pixels(const PointwiseDepthwise& p, const float* pw, const float* x,
-                                      std::int64_t pixels, float* out) {
-  const std::int64_t c = p.expand.c, e = p.expand.o;
-  for (std::int64_t b = 0, j0 = 0, vectors = 0; b < channel_blocks(e); ++b, j0 += 16 * vectors) {
-    vectors = block_vectors(e, b);
-    for (std::int64_t x0 = 0; x0 < pixels; x0 += 6) {
-      const int block = int(std::min<std::int64_t>(6, pixels - x0));
-      kExpand[block - 1][vectors - 1](x + x0 * c, c, pw + j0, e, p.pw_bias + j0, out + x0 * e + j0, p.expand_act);
-    }
+                                      std::int64_t pixels, std::int64_t j0, int vectors, float* out) {
+  const std::int64_t c = p.expand.c, e = p.expand.o, ld = 16 * vectors;
+  for (std::int64_t x0 = 0; x0 < pixels; x0 += 6) {
+    const int block = int(std::min<std::int64_t>(6, pixels - x0));
+    kExpand[block - 1][vectors - 1](x + x0 * c, c, pw + j0, e, p.pw_bias + j0, out + x0 * ld, ld, p.expand_act);
   }
 }
 
 // The expanded rows one output row's taps read, top to bottom, each [w,
-// e]; null where a tap row lies in the padding.
+// ld] (one block of channels); null where a tap row lies in the padding.
 struct TapRows {
   const float* rows[kMaxTaps];
 };
 
 // out[p][j] for P output pixels whose taps all lie inside the row:
 // Σ_taps in · w, + bias, through act. `in` is column x0 of the first
-// pixel, `out` its result, both at the block's first channel.
+// pixel in the tap rows (pixels ld apart), `out` its result (pixels e
+// apart), at the block's first channel.
 template <int P, int J>
-KILN_TARGET_AVX512 void depthwise_block(const TapRows& t, std::int64_t in, const Conv2dGeometry& g, std::int64_t e,
-                                        const float* dw, const float* bias, float* out, ConvActivation act) {
+KILN_TARGET_AVX512 void depthwise_block(const TapRows& t, std::int64_t in, std::int64_t ld, const Conv2dGeometry& g,
+                                        std::int64_t e, const float* dw, const float* bias, float* out,
+                                        ConvActivation act) {
   __m512 acc[P][J];
   for (int p = 0; p < P; ++p)
     for (int j = 0; j < J; ++j) acc[p][j] = _mm512_setzero_ps();
   for (std::int64_t i = 0; i < g.kh; ++i) {
     if (t.rows[i] == nullptr) continue;
     for (std::int64_t k = 0; k < g.kw; ++k) {
-      const float* src = t.rows[i] + in + k * e;
+      const float* src = t.rows[i] + in + k * ld;
       const float* wk = dw + (i * g.kw + k) * e;
       for (int j = 0; j < J; ++j) {
         const __m512 w = _mm512_loadu_ps(wk + 16 * j);
         for (int p = 0; p < P; ++p)
-          acc[p][j] = _mm512_fmadd_ps(_mm512_loadu_ps(src + p * g.sw * e + 16 * j), w, acc[p][j]);
+          acc[p][j] = _mm512_fmadd_ps(_mm512_loadu_ps(src + p * g.sw * ld + 16 * j), w, acc[p][j]);
       }
     }
   }
@@ -127,10 +126,10 @@ KILN_TARGET_AVX512 void depthwise_block(const TapRows& t, std::int64_t in, const
 }
 
 // depthwise_block for one output pixel at the row's edge, whose column x0
-// may leave the row (channels from j0): the taps outside are skipped, the
-// others summed in the same order.
+// may leave the row: the taps outside are skipped, the others summed in
+// the same order.
 template <int J>
-KILN_TARGET_AVX512 void depthwise_edge(const TapRows& t, std::int64_t x0, std::int64_t j0, const Conv2dGeometry& g,
+KILN_TARGET_AVX512 void depthwise_edge(const TapRows& t, std::int64_t x0, std::int64_t ld, const Conv2dGeometry& g,
                                        std::int64_t e, const float* dw, const float* bias, float* out,
                                        ConvActivation act) {
   __m512 acc[J];
@@ -139,7 +138,7 @@ KILN_TARGET_AVX512 void depthwise_edge(const TapRows& t, std::int64_t x0, std::i
     if (t.rows[i] == nullptr) continue;
     for (std::int64_t k = 0; k < g.kw; ++k) {
       if (x0 + k < 0 || x0 + k >= g.w) continue;
-      const float* src = t.rows[i] + (x0 + k) * e + j0;
+      const float* src = t.rows[i] + (x0 + k) * ld;
       const float* wk = dw + (i * g.kw + k) * e;
       for (int j = 0; j < J; ++j)
         acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(src + 16 * j), _mm512_loadu_ps(wk + 16 * j), acc[j]);
@@ -149,8 +148,8 @@ KILN_TARGET_AVX512 void depthwise_edge(const TapRows& t, std::int64_t x0, std::i
     _mm512_storeu_ps(out + 16 * j, activate(_mm512_add_ps(acc[j], _mm512_loadu_ps(bias + 16 * j)), act));
 }
 
-using DepthwiseBlock = void (*)(const TapRows&, std::int64_t, const Conv2dGeometry&, std::int64_t, const float*,
-                                const float*, float*, ConvActivation);
+using DepthwiseBlock = void (*)(const TapRows&, std::int64_t, std::int64_t, const Conv2dGeometry&, std::int64_t,
+                                const float*, const float*, float*, ConvActivation);
 template <int P>
 constexpr DepthwiseBlock kDepthwiseByJ[] = {depthwise_block<P, 1>, depthwise_block<P, 2>, depthwise_block<P, 3>,
                                             depthwise_block<P, 4>};
@@ -159,27 +158,26 @@ constexpr const DepthwiseBlock* kDepthwise[] = {kDepthwiseByJ<1>, kDepthwiseByJ<
 constexpr decltype(&depthwise_edge<1>) kEdge[] = {depthwise_edge<1>, depthwise_edge<2>, depthwise_edge<3>,
                                                   depthwise_edge<4>};
 
-// Output row `out` [wo, e] from its tap rows: the pixels whose taps all
-// lie inside the row in blocks of 4, the others one by one.
-KILN_TARGET_AVX512 void depthwise_row(const PointwiseDepthwise& p, const float* dw, const TapRows& t, float* out) {
+// The channels [j0, j0 + 16·vectors) of output row `out` [wo, e] from its
+// tap rows: the pixels whose taps all lie inside the row in blocks of 4,
+// the others one by one.
+KILN_TARGET_AVX512 void depthwise_row(const PointwiseDepthwise& p, const float* dw, const TapRows& t, std::int64_t j0,
+                                      int vectors, float* out) {
   const Conv2dGeometry& g = p.depthwise;
-  const std::int64_t e = g.c;
+  const std::int64_t e = g.c, ld = 16 * vectors;
   // Interior pixels: ox·sw - pl >= 0 and ox·sw - pl + kw <= w.
   const std::int64_t first = std::min(g.wo, (g.pl + g.sw - 1) / g.sw);
   const std::int64_t room = g.w - g.kw + g.pl;
   const std::int64_t last = room < 0 ? first : std::max(first, std::min(g.wo, room / g.sw + 1));
-  for (std::int64_t b = 0, j0 = 0, vectors = 0; b < channel_blocks(e); ++b, j0 += 16 * vectors) {
-    vectors = block_vectors(e, b);
-    const float *wj = dw + j0, *bj = p.dw_bias + j0;
-    for (std::int64_t ox = 0; ox < first; ++ox)
-      kEdge[vectors - 1](t, ox * g.sw - g.pl, j0, g, e, wj, bj, out + ox * e + j0, p.act);
-    for (std::int64_t ox = first; ox < last; ox += 4) {
-      const int pixels = int(std::min<std::int64_t>(4, last - ox));
-      kDepthwise[pixels - 1][vectors - 1](t, (ox * g.sw - g.pl) * e + j0, g, e, wj, bj, out + ox * e + j0, p.act);
-    }
-    for (std::int64_t ox = last; ox < g.wo; ++ox)
-      kEdge[vectors - 1](t, ox * g.sw - g.pl, j0, g, e, wj, bj, out + ox * e + j0, p.act);
+  const float *wj = dw + j0, *bj = p.dw_bias + j0;
+  for (std::int64_t ox = 0; ox < first; ++ox)
+    kEdge[vectors - 1](t, ox * g.sw - g.pl, ld, g, e, wj, bj, out + ox * e + j0, p.act);
+  for (std::int64_t ox = first; ox < last; ox += 4) {
+    const int pixels = int(std::min<std::int64_t>(4, last - ox));
+    kDepthwise[pixels - 1][vectors - 1](t, (ox * g.sw - g.pl) * ld, ld, g, e, wj, bj, out + ox * e + j0, p.act);
   }
+  for (std::int64_t ox = last; ox < g.wo; ++ox)
+    kEdge[vectors - 1](t, ox * g.sw - g.pl, ld, g, e, wj, bj, out + ox * e + j0, p.act);
 }
 
 // Weights as the blocks read them: pw [c][e], dw [tap][e].
@@ -251,28 +249,34 @@ const PackedWeights& packed_weights(const PointwiseDepthwise& p, PackedWeights& 
   return cache.get(p);
 }
 
-// Output rows [r0, r1) of image n. The expanded rows live in `ring`: input
-// row ih in slot ih mod kh, computed when first read.
+// Output rows [r0, r1) of image n, one block of channels at a time (its
+// expanded rows, kh x w x at most 64 floats, stay in L1 while its
+// depthwise rows read them). The expanded rows live in `ring`: input row
+// ih in slot ih mod kh, computed when first read.
 KILN_TARGET_AVX512 void band(const PointwiseDepthwise& p, const PackedWeights& k, std::int64_t n, std::int64_t r0,
                              std::int64_t r1, float* ring) {
   const Conv2dGeometry& g = p.depthwise;
-  const std::int64_t row_size = g.w * g.c, c = p.expand.c;
+  const std::int64_t c = p.expand.c;
   const float* x = p.x + n * g.h * g.w * c;
   float* out = p.out + n * g.ho * g.wo * g.c;
-  std::int64_t done = -1;  // the last input row expanded into the ring
-  for (std::int64_t r = r0; r < r1; ++r) {
-    TapRows t{};
-    for (std::int64_t i = 0; i < g.kh; ++i) {
-      const std::int64_t ih = r * g.sh - g.pt + i;
-      if (ih < 0 || ih >= g.h) continue;
-      float* slot = ring + (ih % g.kh) * row_size;
-      if (ih > done) {
-        expand_pixels(p, k.pw.data(), x + ih * g.w * c, g.w, slot);
-        done = ih;
+  for (std::int64_t b = 0, j0 = 0, vectors = 0; b < channel_blocks(g.c); ++b, j0 += 16 * vectors) {
+    vectors = block_vectors(g.c, b);
+    const std::int64_t row_size = g.w * 16 * vectors;
+    std::int64_t done = -1;  // the last input row expanded into the ring
+    for (std::int64_t r = r0; r < r1; ++r) {
+      TapRows t{};
+      for (std::int64_t i = 0; i < g.kh; ++i) {
+        const std::int64_t ih = r * g.sh - g.pt + i;
+        if (ih < 0 || ih >= g.h) continue;
+        float* slot = ring + (ih % g.kh) * row_size;
+        if (ih > done) {
+          expand_pixels(p, k.pw.data(), x + ih * g.w * c, g.w, j0, int(vectors), slot);
+          done = ih;
+        }
+        t.rows[i] = slot;
       }
-      t.rows[i] = slot;
+      depthwise_row(p, k.dw.data(), t, j0, int(vectors), out + r * g.wo * g.c);
     }
-    depthwise_row(p, k.dw.data(), t, out + r * g.wo * g.c);
   }
 }
 
@@ -299,7 +303,7 @@ void pointwise_depthwise_nhwc(const PointwiseDepthwise& p) {
       threads > 1 && g.n < 2 * threads ? std::min(g.ho, (2 * threads + g.n - 1) / g.n) : std::int64_t{1};
   parallel_for(g.n * bands, 1, [&](std::int64_t b0, std::int64_t b1) {
     thread_local std::vector<float> ring;
-    ring.resize(std::size_t(g.kh * g.w * g.c));
+    ring.resize(std::size_t(g.kh * g.w * 64));
     for (std::int64_t b = b0; b < b1; ++b) {
       const std::int64_t n = b / bands, part = b % bands;
       band(p, k, n, part * g.ho / bands, (part + 1) * g.ho / bands, ring.data());
