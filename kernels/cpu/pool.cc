@@ -201,26 +201,37 @@ KILN_TARGET_AVX512 void fold_window_avx512(const float* x, float* o, const PoolW
   _mm512_mask_storeu_ps(o + 16 * (V - 1), last, acc[V - 1]);
 }
 
+// For each output pixel of the f32 NHWC row (n, oh): fold(image, o, r),
+// where image is x's image n, o the pixel's output and r its window, which
+// holds a pixel; all-padding windows get the fold's start, -inf. The rows
+// of the hand-written folds below.
+template <typename Fold>
+KILN_SIMD_INLINE void for_each_window(const float* x, float* out, const Pool2dGeometry& g, std::int64_t n,
+                                      std::int64_t oh, Fold fold) {
+  const float* image = x + n * g.h * g.w * g.c;
+  for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+    float* o = out + ((n * g.ho + oh) * g.wo + ow) * g.c;
+    const PoolWindow r = pool_window(g, oh, ow);
+    if (r.hs >= r.he || r.ws >= r.we)
+      std::fill(o, o + g.c, -std::numeric_limits<float>::infinity());
+    else
+      fold(image, o, r);
+  }
+}
+
 // max_pool_nhwc_row in f32 by fold_window_avx512, 64 channels at a time.
 KILN_TARGET_AVX512 void max_pool_nhwc_row_avx512(const float* x, float* out, const Pool2dGeometry& g,
                                                  std::int64_t n, std::int64_t oh) {
   using Fold = void (*)(const float*, float*, const PoolWindow&, std::int64_t, std::int64_t, __mmask16);
   static constexpr Fold folds[] = {fold_window_avx512<1>, fold_window_avx512<2>, fold_window_avx512<3>,
                                    fold_window_avx512<4>};
-  const float* image = x + n * g.h * g.w * g.c;
-  for (std::int64_t ow = 0; ow < g.wo; ++ow) {
-    float* o = out + ((n * g.ho + oh) * g.wo + ow) * g.c;
-    const PoolWindow r = pool_window(g, oh, ow);
-    if (r.hs >= r.he || r.ws >= r.we) {  // all padding: the fold's start
-      std::fill(o, o + g.c, -std::numeric_limits<float>::infinity());
-      continue;
-    }
+  for_each_window(x, out, g, n, oh, [&](const float* image, float* o, const PoolWindow& r) {
     for (std::int64_t c0 = 0; c0 < g.c; c0 += 64) {
       const std::int64_t left = std::min<std::int64_t>(g.c - c0, 64), vectors = (left + 15) / 16;
       const __mmask16 last = left % 16 == 0 ? avx512::kAll : avx512::tail_lanes(left % 16);
       folds[vectors - 1](image + c0, o + c0, r, g.w, g.c, last);
     }
-  }
+  });
 }
 #endif
 
@@ -255,19 +266,11 @@ KILN_TARGET_AVX2 void max_pool_nhwc_row_avx2(const float* x, float* out, const P
   using Fold = void (*)(const float*, float*, const PoolWindow&, std::int64_t, std::int64_t);
   static constexpr Fold folds[] = {fold_window_avx2<1>, fold_window_avx2<2>, fold_window_avx2<3>,
                                    fold_window_avx2<4>};
-  const float* image = x + n * g.h * g.w * g.c;
-  for (std::int64_t ow = 0; ow < g.wo; ++ow) {
-    float* o = out + ((n * g.ho + oh) * g.wo + ow) * g.c;
-    const PoolWindow r = pool_window(g, oh, ow);
-    if (r.hs >= r.he || r.ws >= r.we) {  // all padding: the fold's start
-      std::fill(o, o + g.c, -std::numeric_limits<float>::infinity());
-      continue;
-    }
-    std::int64_t c0 = 0;
-    for (; c0 + 8 <= g.c; c0 += 32)
+  for_each_window(x, out, g, n, oh, [&](const float* image, float* o, const PoolWindow& r) {
+    for (std::int64_t c0 = 0; c0 + 8 <= g.c; c0 += 32)
       folds[std::min<std::int64_t>(4, (g.c - c0) / 8) - 1](image + c0, o + c0, r, g.w, g.c);
-    for (c0 = g.c / 8 * 8; c0 < g.c; ++c0) fold_window<1>(image + c0, o + c0, r, g.w, g.c);
-  }
+    for (std::int64_t c0 = g.c / 8 * 8; c0 < g.c; ++c0) fold_window<1>(image + c0, o + c0, r, g.w, g.c);
+  });
 }
 #endif
 
