@@ -42,6 +42,15 @@
 namespace kiln::cpu {
 namespace {
 
+// dst [n, cols, rows] = src [n, rows, cols]: NHWC -> NCHW with rows = H·W
+// and cols = C, NCHW -> NHWC with rows = C and cols = H·W.
+template <typename T>
+void swap_last_axes(const T* src, T* dst, std::int64_t n, std::int64_t rows, std::int64_t cols) {
+  for (std::int64_t i = 0; i < n; ++i, src += rows * cols, dst += rows * cols)
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+}
+
 template <typename T>
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
           std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
@@ -388,9 +397,7 @@ void direct_conv_nhwc_one_channel(const float* x, const float* w, float* out, co
     block.resize(std::size_t(g.o * pixels));
     for (std::int64_t n = n0; n < n1; ++n) {
       conv.image(x + n * g.h * g.w, block.data());
-      float* o = out + n * pixels * g.o;
-      for (std::int64_t p = 0; p < pixels; ++p)
-        for (std::int64_t k = 0; k < g.o; ++k) o[p * g.o + k] = block[std::size_t(k * pixels + p)];
+      swap_last_axes(block.data(), out + n * pixels * g.o, 1, g.o, pixels);
     }
   });
 }
@@ -546,15 +553,6 @@ Conv2dGeometry transpose_geometry(const KernelContext& ctx, const Tensor& x, con
   g.w = (g.wo - 1) * g.sw - g.pl - g.pr + g.dw * (g.kw - 1) + a.output_padding.at(1) + 1;
   if (g.h < 1 || g.w < 1) bad_shapes(ctx, x, w, "would have an empty output");
   return g;
-}
-
-// dst [n, cols, rows] = src [n, rows, cols]: NHWC -> NCHW with rows = H·W
-// and cols = C, NCHW -> NHWC with rows = C and cols = H·W.
-template <typename T>
-void swap_last_axes(const T* src, T* dst, std::int64_t n, std::int64_t rows, std::int64_t cols) {
-  for (std::int64_t i = 0; i < n; ++i, src += rows * cols, dst += rows * cols)
-    for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
 }
 
 // An NHWC conv through NCHW copies: the path of f64 and of geometries that
