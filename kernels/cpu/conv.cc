@@ -412,6 +412,14 @@ onednn::WeightsIdentity weights_identity(const Tensor& w) {
   return {b.id(), b.writes(), w.offset()};
 }
 
+// Which contents an activation holds, for oneDNN's kept blocked results
+// (onednn::name_result): an arena piece's too, whose bytes hold one value
+// while it lives and are written through Tensors, which count the writes.
+onednn::WeightsIdentity contents_identity(const Tensor& t) {
+  if (t.place().kind != PlaceKind::Cpu) return {};
+  return {t.buffer()->id(), t.buffer()->writes(), t.offset()};
+}
+
 // out = act(conv(x, w) + bias) by oneDNN's primitive, in NCHW or NHWC; a
 // SiLU is kiln's pass over out after it (SiluRow's bits, as kiln.sigmoid
 // and kiln.mul give), not oneDNN's swish post-op, which was slower on every
@@ -420,10 +428,11 @@ onednn::WeightsIdentity weights_identity(const Tensor& w) {
 // 3.3 with it, 1.4 without). False where oneDNN has none (out not written).
 bool onednn_convolve(const float* x, const float* w, const float* bias, float* out, const Conv2dGeometry& g,
                      ConvActivation act, const onednn::WeightsIdentity& weights, bool channels_last = false,
-                     bool allow_winograd = true) {
+                     bool allow_winograd = true, const onednn::WeightsIdentity& x_contents = {}) {
   const bool silu = act == ConvActivation::Silu;
   if (!onednn::conv2d_forward(x, w, bias, out, g, silu ? ConvActivation::None : act, weights,
-                              {.channels_last = channels_last, .allow_winograd = allow_winograd}))
+                              {.channels_last = channels_last, .allow_winograd = allow_winograd,
+                               .x_contents = x_contents}))
     return false;
   if (silu) silu_in_place(out, g.n * g.o * g.ho * g.wo);
   return true;
@@ -711,20 +720,26 @@ struct FusedConv2dK {
     const bool nhwc = a.data_format == "NHWC";
     const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
     check_bias(ctx, bias, g);
+    const onednn::WeightsIdentity x_contents = contents_identity(x);  // before out is written
     Tensor& out = ctx.alloc_output(0, out_dims(g, nhwc), x.dtype());
     const ConvActivation act = fused_activation(a);
     if (ctx.num_inputs() == 4) {
       const Tensor residual = typed_input<T>(ctx, 3);
       check_residual(ctx, residual, out);
-      if (out.numel() > 0) convolve_adding(x, w, bias, residual.data<T>(), out, g, act, nhwc, !a.weights_trained);
+      if (out.numel() > 0)
+        convolve_adding(x, w, bias, residual.data<T>(), out, g, act, nhwc, !a.weights_trained, x_contents);
       return;
     }
-    if (out.numel() > 0) convolve(x, w, bias, out, g, act, nhwc, !a.weights_trained);
+    if (out.numel() > 0) convolve(x, w, bias, out, g, act, nhwc, !a.weights_trained, x_contents);
   }
 
-  // out = act(conv(x, w) + bias) in either layout.
+  // out = act(conv(x, w) + bias) in either layout. x_contents: x's
+  // (contents_identity) where oneDNN's primitive may read a blocked copy it
+  // kept of them; out is then named for the next convolution, unless a
+  // SiLU pass wrote it after the primitive.
   static void convolve(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
-                       const Conv2dGeometry& g, ConvActivation act, bool nhwc, bool allow_winograd) {
+                       const Conv2dGeometry& g, ConvActivation act, bool nhwc, bool allow_winograd,
+                       const onednn::WeightsIdentity& x_contents = {}) {
     if (!nhwc)
       return conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
                           weights_identity(w));
@@ -735,8 +750,10 @@ struct FusedConv2dK {
 #endif
     if constexpr (std::is_same_v<T, float>)
       if (onednn_convolve(x.data<T>(), w.data<T>(), bias.data<T>(), out.data<T>(), g, act, weights_identity(w),
-                          true, allow_winograd))
+                          true, allow_winograd, x_contents)) {
+        if (act != ConvActivation::Silu) onednn::name_result(contents_identity(out));
         return;
+      }
     conv_forward_nhwc_by_copies(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
                                 weights_identity(w));
   }
@@ -747,7 +764,7 @@ struct FusedConv2dK {
   // it, and the activation, in one more pass.
   static void convolve_adding(const Tensor& x, const Tensor& w, const Tensor& bias, const T* residual,
                               Tensor& out, const Conv2dGeometry& g, ConvActivation act, bool nhwc,
-                              bool allow_winograd) {
+                              bool allow_winograd, const onednn::WeightsIdentity& x_contents = {}) {
     T* po = out.data<T>();
     if constexpr (std::is_same_v<T, float>) {
       if (nhwc && pointwise_adding_by_gemm(g))
@@ -755,8 +772,10 @@ struct FusedConv2dK {
       if (nhwc || (act != ConvActivation::Silu && !direct(g))) {  // NCHW 1x1: conv_forward's GEMM
         std::memcpy(po, residual, out.bytes());
         if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), bias.data<T>(), po, g, act, weights_identity(w),
-                                   {nhwc, /*add_to_out=*/true, allow_winograd}))
+                                   {nhwc, /*add_to_out=*/true, allow_winograd, x_contents})) {
+          onednn::name_result(contents_identity(out));
           return;
+        }
       }
     }
     convolve(x, w, bias, out, g, ConvActivation::None, nhwc, allow_winograd);

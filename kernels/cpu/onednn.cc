@@ -288,15 +288,65 @@ bool sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, flo
 
 namespace {
 
+// The blocked copies of the last two results this thread's primitives
+// computed in a blocked layout and reordered into kiln's (name_result).
+// A convolution writes its blocked result into the slot its x was not
+// read from; the result is named only once its kernel is done with out.
+class BlockedResults {
+ public:
+  // The slot holding `contents` in layout md, or -1.
+  int find(const WeightsIdentity& contents, const memory::desc& md) const {
+    for (int i = 0; i < 2; ++i)
+      if (slots_[i].contents.known_as(contents) && slots_[i].md == md) return i;
+    return -1;
+  }
+  void* data(int slot) { return slots_[slot].data.get(slots_[slot].md.get_size()); }
+  // The slot for a new blocked result in layout md (not `reading`): its
+  // copy forgotten until name() names it.
+  int begin(const memory::desc& md, int reading) {
+    const int slot = reading >= 0 ? 1 - reading : 1 - newest_;
+    slots_[slot].contents = {};
+    slots_[slot].md = md;
+    return slot;
+  }
+  void finish(int slot) { pending_ = slot; }  // -1: the last result has no copy
+  void name(const WeightsIdentity& contents) {
+    if (pending_ < 0) return;
+    slots_[pending_].contents = contents;
+    newest_ = pending_;
+    pending_ = -1;
+  }
+
+ private:
+  struct Slot {
+    WeightsIdentity contents;
+    memory::desc md;
+    Scratch data;
+  };
+  Slot slots_[2];
+  int newest_ = 1, pending_ = -1;
+};
+
+BlockedResults& blocked_results() {
+  thread_local BlockedResults results;
+  return results;
+}
+
 void run_conv(const ConvPlan* p, const void* x, const void* w, const void* bias, void* out,
-              const WeightsIdentity& weights) {
+              const WeightsIdentity& weights, const WeightsIdentity& x_contents) {
   const auto& e = cpu_engine();
   dnnl::stream& s = thread_stream();
-  thread_local Scratch x_buffer, out_buffer;
+  BlockedResults& kept = blocked_results();
+  kept.finish(-1);
+  thread_local Scratch x_buffer;
   memory x_user(p->x_plain, e, const_cast<void*>(x)), out_user(p->out_plain, e, out);
-  memory x_mem = p->to_x ? memory(p->x_md, e, x_buffer.get(p->x_md.get_size())) : x_user;
-  memory out_mem = p->from_out ? memory(p->out_md, e, out_buffer.get(p->out_md.get_size())) : out_user;
-  if (p->to_x) p->to_x->execute(s, x_user, x_mem);
+  const int x_slot = p->to_x ? kept.find(x_contents, p->x_md) : -1;
+  memory x_mem = !p->to_x        ? x_user
+                 : x_slot >= 0 ? memory(p->x_md, e, kept.data(x_slot))
+                               : memory(p->x_md, e, x_buffer.get(p->x_md.get_size()));
+  const int out_slot = p->from_out ? kept.begin(p->out_md, x_slot) : -1;
+  memory out_mem = p->from_out ? memory(p->out_md, e, kept.data(out_slot)) : out_user;
+  if (p->to_x && x_slot < 0) p->to_x->execute(s, x_user, x_mem);
   if (p->to_out) p->to_out->execute(s, out_user, out_mem);  // the residual the sum post-op adds
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, x_mem},
                                        {DNNL_ARG_WEIGHTS, conv_weights(*p, w, weights, s)},
@@ -305,6 +355,7 @@ void run_conv(const ConvPlan* p, const void* x, const void* w, const void* bias,
   p->conv.execute(s, args);
   if (p->from_out) p->from_out->execute(s, out_mem, out_user);
   s.wait();
+  kept.finish(out_slot);
 }
 
 }  // namespace
@@ -606,7 +657,7 @@ bool forward(const void* x, const void* w, const void* bias, void* out, const Co
   const ConvPlan* p = conv_plan(k);
   if (p == nullptr) return false;
   try {
-    run_conv(p, x, w, bias, out, weights);
+    run_conv(p, x, w, bias, out, weights, layout.x_contents);
   } catch (const dnnl::error&) {
     return false;  // the caller's own convolution writes all of out
   }
@@ -614,6 +665,8 @@ bool forward(const void* x, const void* w, const void* bias, void* out, const Co
 }
 
 }  // namespace
+
+void name_result(const WeightsIdentity& out_contents) { blocked_results().name(out_contents); }
 
 bool bf16_convolutions() {
   static const bool native = [] {

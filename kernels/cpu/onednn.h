@@ -27,8 +27,12 @@ enum class ConvActivation { None, Relu, Relu6, Silu };
 
 // Which contents a weight tensor holds: its buffer's Buffer::id() and
 // writes() and its byte offset. buffer 0: unknown, reordered every call.
+// The same for an activation (ConvLayout::x_contents, name_result).
 struct WeightsIdentity {
   std::uint64_t buffer = 0, writes = 0, offset = 0;
+  bool known_as(const WeightsIdentity& o) const {
+    return buffer != 0 && buffer == o.buffer && writes == o.writes && offset == o.offset;
+  }
 };
 
 // How conv2d_forward lays out and writes its data. channels_last: x
@@ -38,8 +42,13 @@ struct WeightsIdentity {
 // the activation (oneDNN's sum post-op). allow_winograd: a 3x3 NHWC f32
 // convolution may run as Winograd (worth it only while w stays the same:
 // its transform is slow).
+// x_contents: x's, where the caller knows them (taken before its kernel
+// wrote anything): when they are a result this thread's last convolutions
+// left in a blocked layout (name_result), the primitive reads that copy
+// instead of reordering x into it again.
 struct ConvLayout {
   bool channels_last = false, add_to_out = false, allow_winograd = true;
+  WeightsIdentity x_contents = {};
 };
 
 // out [n, o, ho, wo] = conv2d(x [n, c, h, w], w [o, c/groups, kh, kw]) + bias
@@ -54,6 +63,17 @@ struct ConvLayout {
 // still use it).
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out, const Conv2dGeometry& g,
                     ConvActivation act, const WeightsIdentity& weights, const ConvLayout& layout = {});
+
+// Names the result the last conv2d_forward on this thread wrote (out's
+// contents now): call it right after that call returned true, before
+// anything else writes out. Where its primitive computed out in a blocked
+// layout and reordered it into kiln's, that blocked copy is kept under
+// this name (the last two such results), for the next convolution whose
+// x_contents are these: a chain of Winograd convolutions reorders each
+// result once instead of twice. A write through a Tensor's non-const
+// accessor changes the name, so a changed out is never mistaken for the
+// copy; memory written another way must not be named.
+void name_result(const WeightsIdentity& out_contents);
 
 // Whether oneDNN computes bf16 convolutions natively on this CPU (its
 // AVX512-BF16 or AMX kernels: about twice its f32 speed); elsewhere it

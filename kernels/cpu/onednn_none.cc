@@ -18,6 +18,8 @@ bool conv2d_forward(const float*, const float*, const float*, float*, const Conv
   return false;
 }
 
+void name_result(const WeightsIdentity&) {}
+
 bool bf16_convolutions() { return false; }
 
 bool conv2d_forward(const std::uint16_t*, const std::uint16_t*, const std::uint16_t*, std::uint16_t*,

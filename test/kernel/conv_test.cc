@@ -494,6 +494,56 @@ TEST_CASE("fused_conv2d with a residual adds it to the convolution before the ac
       }
 }
 
+namespace {
+
+// fused_conv2d in NHWC (f32, inference: Winograd where oneDNN has it) of x
+// [n, h, w, 16] by w [16, 16, 3, 3], through relu, plus `residual` when given.
+Tensor nhwc_conv3x3(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor* residual = nullptr) {
+  std::vector<Tensor> in{x, w, bias};
+  if (residual) in.push_back(*residual);
+  return run_kernel(in, [&](Builder& b, const std::vector<Value>& v) {
+           return b.create<FusedConv2dOp>(v[0], v[1], v[2], std::vector<std::int64_t>{1, 1},
+                                          std::vector<std::int64_t>{1, 1}, std::vector<std::int64_t>{1, 1}, 1,
+                                          "relu", "NHWC", residual ? v[3] : Value())
+               .operation();
+         }).out();
+}
+
+Tensor copy_of(const Tensor& t) { return Tensor::from_vector<float>(t.dims(), t.to_vector<float>()); }
+
+}  // namespace
+
+TEST_CASE("an NHWC convolution that reads the result of the one before gives the bits it gives on a copy "
+          "of it, and sees that result written afterwards through data() or raw_data()",
+          "[kernel][conv]") {
+  // oneDNN's Winograd computes these in a blocked layout and keeps each
+  // result's blocked copy for the next convolution that reads it unchanged.
+  const Tensor x = filled<float>(Dims{2, 10, 9, 16}, -1, 1, 1), r = filled<float>(Dims{2, 10, 9, 16}, -1, 1, 2);
+  const Tensor wa = filled<float>(Dims{16, 16, 3, 3}, -0.3, 0.3, 3), ba = filled<float>(Dims{16}, -1, 1, 4);
+  const Tensor wb = filled<float>(Dims{16, 16, 3, 3}, -0.3, 0.3, 5), bb = filled<float>(Dims{16}, -1, 1, 6);
+  for (const bool with_residual : {false, true}) {
+    INFO("the first convolution " << (with_residual ? "adds a residual" : "has none"));
+    auto first = [&] { return nhwc_conv3x3(x, wa, ba, with_residual ? &r : nullptr); };
+    // Each result is compared with its copy's only after it is computed: a
+    // convolution on the copy would take the kept slot.
+    Tensor a = first();
+    const Tensor b = nhwc_conv3x3(a, wb, bb);
+    CHECK(b.to_vector<float>() == nhwc_conv3x3(copy_of(a), wb, bb).to_vector<float>());
+    a = first();
+    a.data<float>()[37] += 2.0f;  // as an in-place op writes
+    const Tensor c = nhwc_conv3x3(a, wb, bb);
+    CHECK(c.to_vector<float>() == nhwc_conv3x3(copy_of(a), wb, bb).to_vector<float>());
+    CHECK(c.to_vector<float>() != b.to_vector<float>());
+    a = first();
+    std::vector<float> negated = a.to_vector<float>();
+    for (float& v : negated) v = -v;
+    std::memcpy(a.raw_data(), negated.data(), a.bytes());  // as a user's copy writes
+    const Tensor d = nhwc_conv3x3(a, wb, bb);
+    CHECK(d.to_vector<float>() == nhwc_conv3x3(copy_of(a), wb, bb).to_vector<float>());
+    CHECK(d.to_vector<float>() != b.to_vector<float>());
+  }
+}
+
 TEST_CASE("fused_conv2d names a data_format other than NCHW or NHWC", "[kernel][conv]") {
   Tensor x = Tensor::zeros(Dims{1, 1, 3, 3}, DataType::Float32);
   Tensor w = Tensor::zeros(Dims{2, 1, 2, 2}, DataType::Float32);
