@@ -725,9 +725,11 @@ struct FusedConv2dK {
     const ConvActivation act = fused_activation(a);
     if (ctx.num_inputs() == 4) {
       const Tensor residual = typed_input<T>(ctx, 3);
+      const onednn::WeightsIdentity residual_contents = contents_identity(residual);  // out may be its buffer
       check_residual(ctx, residual, out);
       if (out.numel() > 0)
-        convolve_adding(x, w, bias, residual.data<T>(), out, g, act, nhwc, !a.weights_trained, x_contents);
+        convolve_adding(x, w, bias, residual.data<T>(), out, g, act, nhwc, !a.weights_trained, x_contents,
+                        residual_contents);
       return;
     }
     if (out.numel() > 0) convolve(x, w, bias, out, g, act, nhwc, !a.weights_trained, x_contents);
@@ -764,15 +766,19 @@ struct FusedConv2dK {
   // it, and the activation, in one more pass.
   static void convolve_adding(const Tensor& x, const Tensor& w, const Tensor& bias, const T* residual,
                               Tensor& out, const Conv2dGeometry& g, ConvActivation act, bool nhwc,
-                              bool allow_winograd, const onednn::WeightsIdentity& x_contents = {}) {
+                              bool allow_winograd, const onednn::WeightsIdentity& x_contents = {},
+                              const onednn::WeightsIdentity& residual_contents = {}) {
     T* po = out.data<T>();
     if constexpr (std::is_same_v<T, float>) {
       if (nhwc && pointwise_adding_by_gemm(g))
         return pointwise_nhwc(x.data<T>(), w.data<T>(), bias.data<T>(), residual, po, g, act);
       if (nhwc || (act != ConvActivation::Silu && !direct(g))) {  // NCHW 1x1: conv_forward's GEMM
-        std::memcpy(po, residual, out.bytes());
         if (onednn::conv2d_forward(x.data<T>(), w.data<T>(), bias.data<T>(), po, g, act, weights_identity(w),
-                                   {nhwc, /*add_to_out=*/true, allow_winograd, x_contents})) {
+                                   {.channels_last = nhwc,
+                                    .allow_winograd = allow_winograd,
+                                    .residual = residual,
+                                    .x_contents = x_contents,
+                                    .residual_contents = residual_contents})) {
           onednn::name_result(contents_identity(out));
           return;
         }
@@ -1047,9 +1053,9 @@ bool Bf16ConvK<FusedConv2dOp>::native(KernelContext& ctx) {
   const bool residual = ctx.num_inputs() == 4;
   if (residual) check_residual(ctx, ctx.input(3), out);
   if (out.numel() == 0) return true;
-  if (residual) std::memcpy(out.raw_data(), ctx.input(3).raw_data(), out.bytes());
-  return onednn::conv2d_forward(bf16(x), bf16(w), bf16(bias), bf16(out), g, fused_activation(a), weights_identity(w),
-                                {nhwc, residual, /*allow_winograd=*/false});
+  return onednn::conv2d_forward(
+      bf16(x), bf16(w), bf16(bias), bf16(out), g, fused_activation(a), weights_identity(w),
+      {.channels_last = nhwc, .allow_winograd = false, .residual = residual ? ctx.input(3).raw_data() : nullptr});
 }
 
 template <>

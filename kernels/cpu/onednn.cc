@@ -332,22 +332,35 @@ BlockedResults& blocked_results() {
   return results;
 }
 
+// The residual the sum post-op adds, into out_mem (out itself, or the
+// blocked result's slot, which may hold the residual's copy already).
+void place_residual(const ConvPlan* p, const ConvLayout& layout, bool in_slot, memory& out_mem, void* out,
+                    dnnl::stream& s) {
+  if (!p->to_out) {
+    if (layout.residual != out) std::memcpy(out, layout.residual, p->out_plain.get_size());
+  } else if (!in_slot) {
+    memory residual(p->out_plain, cpu_engine(), const_cast<void*>(layout.residual));
+    p->to_out->execute(s, residual, out_mem);
+  }
+}
+
 void run_conv(const ConvPlan* p, const void* x, const void* w, const void* bias, void* out,
-              const WeightsIdentity& weights, const WeightsIdentity& x_contents) {
+              const WeightsIdentity& weights, const ConvLayout& layout) {
   const auto& e = cpu_engine();
   dnnl::stream& s = thread_stream();
   BlockedResults& kept = blocked_results();
   kept.finish(-1);
   thread_local Scratch x_buffer;
   memory x_user(p->x_plain, e, const_cast<void*>(x)), out_user(p->out_plain, e, out);
-  const int x_slot = p->to_x ? kept.find(x_contents, p->x_md) : -1;
+  const int x_slot = p->to_x ? kept.find(layout.x_contents, p->x_md) : -1;
   memory x_mem = !p->to_x        ? x_user
                  : x_slot >= 0 ? memory(p->x_md, e, kept.data(x_slot))
                                : memory(p->x_md, e, x_buffer.get(p->x_md.get_size()));
-  const int out_slot = p->from_out ? kept.begin(p->out_md, x_slot) : -1;
+  const int residual_slot = layout.residual && p->to_out ? kept.find(layout.residual_contents, p->out_md) : -1;
+  const int out_slot = p->from_out ? kept.begin(p->out_md, x_slot) : -1;  // its bytes stay
   memory out_mem = p->from_out ? memory(p->out_md, e, kept.data(out_slot)) : out_user;
   if (p->to_x && x_slot < 0) p->to_x->execute(s, x_user, x_mem);
-  if (p->to_out) p->to_out->execute(s, out_user, out_mem);  // the residual the sum post-op adds
+  if (layout.residual) place_residual(p, layout, residual_slot >= 0 && residual_slot == out_slot, out_mem, out, s);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, x_mem},
                                        {DNNL_ARG_WEIGHTS, conv_weights(*p, w, weights, s)},
                                        {DNNL_ARG_DST, out_mem}};
@@ -651,13 +664,13 @@ ConvGrads backward(const void* x, const void* w, const void* dout, void* dx, flo
 bool forward(const void* x, const void* w, const void* bias, void* out, const Conv2dGeometry& g,
              ConvActivation act, const WeightsIdentity& weights, const ConvLayout& layout, bool bf16) {
   if (act == ConvActivation::Silu && !layout.channels_last && !bf16) return false;  // see onednn.h
-  ConvKey k{g, bias != nullptr, act, layout.channels_last, use_intra_op_threads(), layout.add_to_out,
+  ConvKey k{g, bias != nullptr, act, layout.channels_last, use_intra_op_threads(), layout.residual != nullptr,
             layout.allow_winograd};
   k.bf16 = bf16;
   const ConvPlan* p = conv_plan(k);
   if (p == nullptr) return false;
   try {
-    run_conv(p, x, w, bias, out, weights, layout.x_contents);
+    run_conv(p, x, w, bias, out, weights, layout);
   } catch (const dnnl::error&) {
     return false;  // the caller's own convolution writes all of out
   }

@@ -38,17 +38,18 @@ struct WeightsIdentity {
 // How conv2d_forward lays out and writes its data. channels_last: x
 // [n, h, w, c] and out [n, ho, wo, o] as they are (no reorders: oneDNN's
 // NHWC convolutions run as fast as its blocked ones); else NCHW, blocked
-// layouts inside. add_to_out: out holds a residual on entry, added before
-// the activation (oneDNN's sum post-op). allow_winograd: a 3x3 NHWC f32
-// convolution may run as Winograd (worth it only while w stays the same:
-// its transform is slow).
-// x_contents: x's, where the caller knows them (taken before its kernel
-// wrote anything): when they are a result this thread's last convolutions
-// left in a blocked layout (name_result), the primitive reads that copy
-// instead of reordering x into it again.
+// layouts inside. allow_winograd: a 3x3 NHWC f32 convolution may run as
+// Winograd (worth it only while w stays the same: its transform is slow).
+// residual: laid out as out (it may be out), added before the activation
+// (oneDNN's sum post-op). x_contents, residual_contents: theirs, where the
+// caller knows them (taken before its kernel wrote anything): where they
+// are a result this thread's last convolutions left in a blocked layout
+// (name_result), the primitive reads that copy instead of reordering them
+// into it again.
 struct ConvLayout {
-  bool channels_last = false, add_to_out = false, allow_winograd = true;
-  WeightsIdentity x_contents = {};
+  bool channels_last = false, allow_winograd = true;
+  const void* residual = nullptr;
+  WeightsIdentity x_contents = {}, residual_contents = {};
 };
 
 // out [n, o, ho, wo] = conv2d(x [n, c, h, w], w [o, c/groups, kh, kw]) + bias

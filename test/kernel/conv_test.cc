@@ -544,6 +544,24 @@ TEST_CASE("an NHWC convolution that reads the result of the one before gives the
   }
 }
 
+TEST_CASE("an NHWC convolution adding the result from two convolutions before gives the bits it gives on "
+          "copies, and sees that result written afterwards",
+          "[kernel][conv]") {
+  // A residual block: a, then b from a, then c from b plus a (the sum
+  // post-op reads a's kept blocked copy where it has one).
+  const Tensor x = filled<float>(Dims{1, 12, 11, 16}, -1, 1, 7);
+  const Tensor w = filled<float>(Dims{16, 16, 3, 3}, -0.3, 0.3, 8), bias = filled<float>(Dims{16}, -1, 1, 9);
+  for (const bool written : {false, true}) {
+    INFO((written ? "a written after b" : "a unchanged"));
+    Tensor a = nhwc_conv3x3(x, w, bias);
+    const Tensor b = nhwc_conv3x3(a, w, bias);
+    if (written) a.data<float>()[11] -= 3.0f;
+    const Tensor c = nhwc_conv3x3(b, w, bias, &a);
+    const Tensor a_copy = copy_of(a);
+    CHECK(c.to_vector<float>() == nhwc_conv3x3(copy_of(b), w, bias, &a_copy).to_vector<float>());
+  }
+}
+
 TEST_CASE("fused_conv2d names a data_format other than NCHW or NHWC", "[kernel][conv]") {
   Tensor x = Tensor::zeros(Dims{1, 1, 3, 3}, DataType::Float32);
   Tensor w = Tensor::zeros(Dims{2, 1, 2, 2}, DataType::Float32);
