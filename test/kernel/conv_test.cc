@@ -289,11 +289,12 @@ Tensor swap_channels(const Tensor& t, bool to_nhwc) {
 
 TEST_CASE("fused_conv2d's relu and relu6 give 0 for a NaN on every route, as kiln.relu and oneDNN's post-ops",
           "[kernel][conv]") {
-  // oneDNN (NHWC, 5x5, 3x3) and kiln's GEMM (NCHW 1x1); a NaN bias makes its
-  // channel NaN before the activation.
+  // oneDNN (NHWC, 5x5, 3x3) and kiln's GEMM (NCHW 1x1, NHWC one-pixel
+  // images); a NaN bias makes its channel NaN before the activation.
   const std::vector<Cfg> cfgs{{{2, 1, 28, 28}, {6, 1, 5, 5}, {1, 1}, {2, 2}, {1, 1}, 1},
                               {{2, 3, 7, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
-                              {{3, 2, 5, 5}, {5, 2, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1}};
+                              {{3, 2, 5, 5}, {5, 2, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
+                              {{4, 24, 1, 1}, {6, 24, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1}};
   for (const auto& c : cfgs)
     for (const std::string act : {"relu", "relu6"})
       for (const std::string format : {"NCHW", "NHWC"}) {
@@ -328,7 +329,9 @@ TEST_CASE("fused_conv2d in NHWC computes the NCHW result in NHWC for every geome
                               // one input channel into at most 8 (LeNet-5's first): kiln's direct kernel
                               {{3, 1, 28, 28}, {6, 1, 5, 5}, {1, 1}, {0, 0}, {1, 1}, 1},
                               {{2, 1, 9, 7}, {8, 1, 3, 3}, {1, 1}, {1, 2, 0, 1}, {1, 1}, 1},
-                              {{1, 1, 6, 40}, {1, 1, 3, 2}, {1, 1}, {1, 1}, {1, 1}, 1}};  // 40 wide: oneDNN
+                              {{1, 1, 6, 40}, {1, 1, 3, 2}, {1, 1}, {1, 1}, {1, 1}, 1},  // 40 wide: oneDNN
+                              // a one-pixel image (a squeeze-and-excitation layer): one GEMM
+                              {{3, 40, 1, 1}, {12, 40, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1}};
   for (const auto& c : cfgs)
     for (const std::string act : {"none", "relu", "relu6", "silu"}) {
       INFO("x " << Dims(c.x).to_string() << " w " << Dims(c.w).to_string() << " " << act);
