@@ -406,7 +406,7 @@ void direct_conv_nhwc_one_channel(const float* x, const float* w, float* out, co
 // Which contents w holds, for oneDNN's reordered-weights cache: only a
 // buffer an allocator owns (kiln writes it through Tensors, which count the
 // writes); external or arena-wrapped memory is reordered every call.
-onednn::WeightsIdentity weights_identity(const Tensor& w) {
+onednn::ContentsIdentity weights_identity(const Tensor& w) {
   const Buffer& b = *w.buffer();
   if (b.allocator() == nullptr || w.place().kind != PlaceKind::Cpu) return {};
   return {b.id(), b.writes(), w.offset()};
@@ -415,7 +415,7 @@ onednn::WeightsIdentity weights_identity(const Tensor& w) {
 // Which contents an activation holds, for oneDNN's kept blocked results
 // (onednn::name_result): an arena piece's too, whose bytes hold one value
 // while it lives and are written through Tensors, which count the writes.
-onednn::WeightsIdentity contents_identity(const Tensor& t) {
+onednn::ContentsIdentity contents_identity(const Tensor& t) {
   if (t.place().kind != PlaceKind::Cpu) return {};
   return {t.buffer()->id(), t.buffer()->writes(), t.offset()};
 }
@@ -427,8 +427,8 @@ onednn::WeightsIdentity contents_identity(const Tensor& t) {
 // with the post-op, 3.3 + 1.7 without; a depthwise 3x3 on 8x144x56x56:
 // 3.3 with it, 1.4 without). False where oneDNN has none (out not written).
 bool onednn_convolve(const float* x, const float* w, const float* bias, float* out, const Conv2dGeometry& g,
-                     ConvActivation act, const onednn::WeightsIdentity& weights, bool channels_last = false,
-                     bool allow_winograd = true, const onednn::WeightsIdentity& x_contents = {}) {
+                     ConvActivation act, const onednn::ContentsIdentity& weights, bool channels_last = false,
+                     bool allow_winograd = true, const onednn::ContentsIdentity& x_contents = {}) {
   const bool silu = act == ConvActivation::Silu;
   if (!onednn::conv2d_forward(x, w, bias, out, g, silu ? ConvActivation::None : act, weights,
                               {.channels_last = channels_last, .allow_winograd = allow_winograd,
@@ -446,7 +446,7 @@ bool onednn_convolve(const float* x, const float* w, const float* bias, float* o
 template <typename T>
 void conv_forward(const T* x, const T* w, T* out, const Conv2dGeometry& g,
                   const T* bias = nullptr, ConvActivation act = ConvActivation::None,
-                  const onednn::WeightsIdentity& weights = {}) {
+                  const onednn::ContentsIdentity& weights = {}) {
   // A 1x1 convolution with stride 1 is one GEMM on NCHW as it is; oneDNN's
   // blocked primitive would add two reorders of x and out (measured: 2-3x
   // slower on MobileNet's pointwise convolutions).
@@ -569,7 +569,7 @@ Conv2dGeometry transpose_geometry(const KernelContext& ctx, const Tensor& x, con
 template <typename T>
 void conv_forward_nhwc_by_copies(const T* x, const T* w, T* out, const Conv2dGeometry& g,
                                  const T* bias, ConvActivation act,
-                                 const onednn::WeightsIdentity& weights) {
+                                 const onednn::ContentsIdentity& weights) {
   std::vector<T> xt(static_cast<std::size_t>(g.n * g.c * g.h * g.w)),
       ot(static_cast<std::size_t>(g.n * g.o * g.ho * g.wo));
   swap_last_axes(x, xt.data(), g.n, g.h * g.w, g.c);
@@ -720,12 +720,12 @@ struct FusedConv2dK {
     const bool nhwc = a.data_format == "NHWC";
     const Conv2dGeometry g = layout_geometry(ctx, x, w, a);
     check_bias(ctx, bias, g);
-    const onednn::WeightsIdentity x_contents = contents_identity(x);  // before out is written
+    const onednn::ContentsIdentity x_contents = contents_identity(x);  // before out is written
     Tensor& out = ctx.alloc_output(0, out_dims(g, nhwc), x.dtype());
     const ConvActivation act = fused_activation(a);
     if (ctx.num_inputs() == 4) {
       const Tensor residual = typed_input<T>(ctx, 3);
-      const onednn::WeightsIdentity residual_contents = contents_identity(residual);  // out may be its buffer
+      const onednn::ContentsIdentity residual_contents = contents_identity(residual);  // out may be its buffer
       check_residual(ctx, residual, out);
       if (out.numel() > 0)
         convolve_adding(x, w, bias, residual.data<T>(), out, g, act, nhwc, !a.weights_trained, x_contents,
@@ -741,7 +741,7 @@ struct FusedConv2dK {
   // SiLU pass wrote it after the primitive.
   static void convolve(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out,
                        const Conv2dGeometry& g, ConvActivation act, bool nhwc, bool allow_winograd,
-                       const onednn::WeightsIdentity& x_contents = {}) {
+                       const onednn::ContentsIdentity& x_contents = {}) {
     if (!nhwc)
       return conv_forward(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
                           weights_identity(w));
@@ -769,8 +769,8 @@ struct FusedConv2dK {
   // it, and the activation, in one more pass.
   static void convolve_adding(const Tensor& x, const Tensor& w, const Tensor& bias, const T* residual,
                               Tensor& out, const Conv2dGeometry& g, ConvActivation act, bool nhwc,
-                              bool allow_winograd, const onednn::WeightsIdentity& x_contents = {},
-                              const onednn::WeightsIdentity& residual_contents = {}) {
+                              bool allow_winograd, const onednn::ContentsIdentity& x_contents = {},
+                              const onednn::ContentsIdentity& residual_contents = {}) {
     T* po = out.data<T>();
     if constexpr (std::is_same_v<T, float>) {
       if (nhwc && pointwise_adding_by_gemm(g))

@@ -219,7 +219,7 @@ class WeightCache {
 
   // The entry for w under plan, with `bytes` of memory; its contents are
   // current when entry.writes == w.writes (the caller sets it after a fill).
-  Entry& get(const WeightsIdentity& w, const ConvPlan* plan, std::size_t bytes) {
+  Entry& get(const ContentsIdentity& w, const ConvPlan* plan, std::size_t bytes) {
     const Key key{w.buffer, w.offset, plan};
     auto it = index_.find(key);
     if (it != index_.end()) {
@@ -252,7 +252,7 @@ class WeightCache {
 
 // w in the plan's weight layout: w itself, a reorder into this thread's
 // buffer, or the cached reorder of w's contents.
-memory conv_weights(const ConvPlan& p, const void* w, const WeightsIdentity& weights,
+memory conv_weights(const ConvPlan& p, const void* w, const ContentsIdentity& weights,
                     dnnl::stream& s) {
   const auto& e = cpu_engine();
   memory user(p.w_plain, e, const_cast<void*>(w));
@@ -295,7 +295,7 @@ namespace {
 class BlockedResults {
  public:
   // The slot holding `contents` in layout md, or -1.
-  int find(const WeightsIdentity& contents, const memory::desc& md) const {
+  int find(const ContentsIdentity& contents, const memory::desc& md) const {
     for (int i = 0; i < 2; ++i)
       if (slots_[i].contents.known_as(contents) && slots_[i].md == md) return i;
     return -1;
@@ -310,7 +310,7 @@ class BlockedResults {
     return slot;
   }
   void finish(int slot) { pending_ = slot; }  // -1: the last result has no copy
-  void name(const WeightsIdentity& contents) {
+  void name(const ContentsIdentity& contents) {
     if (pending_ < 0) return;
     slots_[pending_].contents = contents;
     newest_ = pending_;
@@ -319,7 +319,7 @@ class BlockedResults {
 
  private:
   struct Slot {
-    WeightsIdentity contents;
+    ContentsIdentity contents;
     memory::desc md;
     Scratch data;
   };
@@ -345,7 +345,7 @@ void place_residual(const ConvPlan* p, const ConvLayout& layout, bool in_slot, m
 }
 
 void run_conv(const ConvPlan* p, const void* x, const void* w, const void* bias, void* out,
-              const WeightsIdentity& weights, const ConvLayout& layout) {
+              const ContentsIdentity& weights, const ConvLayout& layout) {
   const auto& e = cpu_engine();
   dnnl::stream& s = thread_stream();
   BlockedResults& kept = blocked_results();
@@ -662,7 +662,7 @@ ConvGrads backward(const void* x, const void* w, const void* dout, void* dx, flo
 
 // conv2d_forward of f32 or bf16 operands.
 bool forward(const void* x, const void* w, const void* bias, void* out, const Conv2dGeometry& g,
-             ConvActivation act, const WeightsIdentity& weights, const ConvLayout& layout, bool bf16) {
+             ConvActivation act, const ContentsIdentity& weights, const ConvLayout& layout, bool bf16) {
   if (act == ConvActivation::Silu && !layout.channels_last && !bf16) return false;  // see onednn.h
   ConvKey k{g, bias != nullptr, act, layout.channels_last, use_intra_op_threads(), layout.residual != nullptr,
             layout.allow_winograd};
@@ -679,7 +679,7 @@ bool forward(const void* x, const void* w, const void* bias, void* out, const Co
 
 }  // namespace
 
-void name_result(const WeightsIdentity& out_contents) { blocked_results().name(out_contents); }
+void name_result(const ContentsIdentity& out_contents) { blocked_results().name(out_contents); }
 
 bool bf16_convolutions() {
   static const bool native = [] {
@@ -706,12 +706,12 @@ ConvGrads conv2d_backward(const std::uint16_t* x, const std::uint16_t* w, const 
 }
 
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out, const Conv2dGeometry& g,
-                    ConvActivation act, const WeightsIdentity& weights, const ConvLayout& layout) {
+                    ConvActivation act, const ContentsIdentity& weights, const ConvLayout& layout) {
   return forward(x, w, bias, out, g, act, weights, layout, false);
 }
 
 bool conv2d_forward(const std::uint16_t* x, const std::uint16_t* w, const std::uint16_t* bias, std::uint16_t* out,
-                    const Conv2dGeometry& g, ConvActivation act, const WeightsIdentity& weights,
+                    const Conv2dGeometry& g, ConvActivation act, const ContentsIdentity& weights,
                     const ConvLayout& layout) {
   return bf16_convolutions() && forward(x, w, bias, out, g, act, weights, layout, true);
 }

@@ -25,12 +25,13 @@ bool sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, flo
 // min(max(·, 0), 6), or SiLU (x·sigmoid(x)).
 enum class ConvActivation { None, Relu, Relu6, Silu };
 
-// Which contents a weight tensor holds: its buffer's Buffer::id() and
-// writes() and its byte offset. buffer 0: unknown, reordered every call.
-// The same for an activation (ConvLayout::x_contents, name_result).
-struct WeightsIdentity {
+// Which contents a tensor holds: its buffer's Buffer::id() and writes()
+// and its byte offset; what the caches of data derived from a tensor are
+// keyed by (reordered weights, kept blocked results: ConvLayout,
+// name_result). buffer 0: unknown, never found in a cache.
+struct ContentsIdentity {
   std::uint64_t buffer = 0, writes = 0, offset = 0;
-  bool known_as(const WeightsIdentity& o) const {
+  bool known_as(const ContentsIdentity& o) const {
     return buffer != 0 && buffer == o.buffer && writes == o.writes && offset == o.offset;
   }
 };
@@ -49,7 +50,7 @@ struct WeightsIdentity {
 struct ConvLayout {
   bool channels_last = false, allow_winograd = true;
   const void* residual = nullptr;
-  WeightsIdentity x_contents = {}, residual_contents = {};
+  ContentsIdentity x_contents = {}, residual_contents = {};
 };
 
 // out [n, o, ho, wo] = conv2d(x [n, c, h, w], w [o, c/groups, kh, kw]) + bias
@@ -63,7 +64,7 @@ struct ConvLayout {
 // kernels ask for None and run their own SiLU over out (the bf16 ones
 // still use it).
 bool conv2d_forward(const float* x, const float* w, const float* bias, float* out, const Conv2dGeometry& g,
-                    ConvActivation act, const WeightsIdentity& weights, const ConvLayout& layout = {});
+                    ConvActivation act, const ContentsIdentity& weights, const ConvLayout& layout = {});
 
 // Names the result the last conv2d_forward on this thread wrote (out's
 // contents now): call it right after that call returned true, before
@@ -74,7 +75,7 @@ bool conv2d_forward(const float* x, const float* w, const float* bias, float* ou
 // result once instead of twice. A write through a Tensor's non-const
 // accessor changes the name, so a changed out is never mistaken for the
 // copy; memory written another way must not be named.
-void name_result(const WeightsIdentity& out_contents);
+void name_result(const ContentsIdentity& out_contents);
 
 // Whether oneDNN computes bf16 convolutions natively on this CPU (its
 // AVX512-BF16 or AMX kernels: about twice its f32 speed); elsewhere it
@@ -87,7 +88,7 @@ bool bf16_convolutions();
 // where !bf16_convolutions().
 bool conv2d_forward(const std::uint16_t* x, const std::uint16_t* w, const std::uint16_t* bias,
                     std::uint16_t* out, const Conv2dGeometry& g, ConvActivation act,
-                    const WeightsIdentity& weights, const ConvLayout& layout = {});
+                    const ContentsIdentity& weights, const ConvLayout& layout = {});
 
 // Which of conv2d_backward's gradients it wrote.
 struct ConvGrads {

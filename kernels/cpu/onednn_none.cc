@@ -14,16 +14,16 @@ bool sgemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const fl
 }
 
 bool conv2d_forward(const float*, const float*, const float*, float*, const Conv2dGeometry&,
-                    ConvActivation, const WeightsIdentity&, const ConvLayout&) {
+                    ConvActivation, const ContentsIdentity&, const ConvLayout&) {
   return false;
 }
 
-void name_result(const WeightsIdentity&) {}
+void name_result(const ContentsIdentity&) {}
 
 bool bf16_convolutions() { return false; }
 
 bool conv2d_forward(const std::uint16_t*, const std::uint16_t*, const std::uint16_t*, std::uint16_t*,
-                    const Conv2dGeometry&, ConvActivation, const WeightsIdentity&, const ConvLayout&) {
+                    const Conv2dGeometry&, ConvActivation, const ContentsIdentity&, const ConvLayout&) {
   return false;
 }
 

@@ -22,7 +22,7 @@ struct PointwiseDepthwise {
   float* out;
   Conv2dGeometry expand, depthwise;
   onednn::ConvActivation expand_act, act;
-  onednn::WeightsIdentity pw_weights, dw_weights;
+  onednn::ContentsIdentity pw_weights, dw_weights;
 };
 
 // Whether pointwise_depthwise_nhwc computes this pair on this CPU:
