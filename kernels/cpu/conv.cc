@@ -750,15 +750,15 @@ struct FusedConv2dK {
       if (direct_conv_nhwc_fits(g) && act != ConvActivation::Silu)
         return direct_conv_nhwc_one_channel(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act);
 #endif
-    if constexpr (std::is_same_v<T, float>)
+    if constexpr (std::is_same_v<T, float>) {
       if (pointwise(g) && g.h * g.w == 1)  // a fully connected layer: one GEMM, no primitive's overhead
         return pointwise_nhwc(x.data<T>(), w.data<T>(), bias.data<T>(), nullptr, out.data<T>(), g, act);
-    if constexpr (std::is_same_v<T, float>)
       if (onednn_convolve(x.data<T>(), w.data<T>(), bias.data<T>(), out.data<T>(), g, act, weights_identity(w),
                           true, allow_winograd, x_contents)) {
         if (act != ConvActivation::Silu) onednn::name_result(contents_identity(out));
         return;
       }
+    }
     conv_forward_nhwc_by_copies(x.data<T>(), w.data<T>(), out.data<T>(), g, bias.data<T>(), act,
                                 weights_identity(w));
   }
