@@ -30,10 +30,6 @@ namespace {
 
 constexpr std::int64_t kBatch = 16, kImage = 224, kClasses = 1000;
 
-kiln::Value add(kiln::Value a, kiln::Value b) {
-  return kiln::main_builder().create<kiln::AddOp>(a, b).result();
-}
-
 kiln::Value relu6(kiln::Value x) {
   return kiln::main_builder().create<kiln::ClipOp>(x, 0.0, 6.0).result();
 }
@@ -52,7 +48,7 @@ kiln::Value basic_block(kiln::Value x, std::int64_t in, std::int64_t out, std::i
   kiln::Value y = kiln::nn::functional::relu(conv_bn(x, in, out, 3, stride));
   y = conv_bn(y, out, out, 3, 1);
   kiln::Value skip = stride != 1 || in != out ? conv_bn(x, in, out, 1, stride) : x;
-  return kiln::nn::functional::relu(add(y, skip));
+  return kiln::nn::functional::relu(kiln::add(y, skip));
 }
 
 kiln::Value resnet18(kiln::Value x) {
@@ -75,7 +71,7 @@ kiln::Value inverted_residual(kiln::Value x, std::int64_t in, std::int64_t out,
   kiln::Value y = expand == 1 ? x : relu6(conv_bn(x, in, hidden, 1, 1));
   y = relu6(conv_bn(y, hidden, hidden, 3, stride, hidden));
   y = conv_bn(y, hidden, out, 1, 1);
-  return stride == 1 && in == out ? add(y, x) : y;
+  return stride == 1 && in == out ? kiln::add(y, x) : y;
 }
 
 kiln::Value mobilenet_v2(kiln::Value x) {

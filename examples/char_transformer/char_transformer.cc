@@ -69,8 +69,7 @@ int main(int argc, char** argv) try {
     kiln::nn::Embedding tok(vocab, kModel, -1, std::make_shared<kiln::init::Normal>(0.0, 0.02));
     auto pos = kiln::create_parameter("pos_emb", {kSeq, kModel}, kiln::DataType::Float32,
                                       kiln::init::Normal(0.0, 0.02));
-    auto b = kiln::main_builder();
-    kiln::Value h = b.create<kiln::AddOp>(tok(ids), pos).result();  // [B, L, d] + [L, d]
+    kiln::Value h = kiln::add(tok(ids), pos);  // [B, L, d] + [L, d]
     std::vector<std::unique_ptr<kiln::nn::TransformerEncoderLayer>> blocks;
     for (int l = 0; l < kLayers; ++l) {
       blocks.push_back(std::make_unique<kiln::nn::TransformerEncoderLayer>(

@@ -2,6 +2,7 @@
 // both CPU kernels, registered here; then trained through like any kiln op.
 #include <cmath>
 #include "common/fit_target.h"
+#include "kiln/extension.h"
 using namespace kiln;
 
 struct SwishOp : Op<SwishOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {

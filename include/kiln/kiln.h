@@ -1,12 +1,11 @@
-// Everything a user program needs, in one include: the op set (and what
-// defining one's own op takes: Op<>, traits, interfaces, GradOf,
-// KILN_REGISTER_OP), the kernel registry, the executor, the frontend
-// (ProgramGuard, data, layers, losses, optimizers, schedules, metrics), the
-// data loader, the io: JSON programs, weights, inference models, CSV, and
-// the passes (PassManager, rewrite patterns, dce / cse / fold / simplify).
+// What a user program needs, in one include: build a model with the
+// frontend (ProgramGuard, data, layers, losses, optimizers, schedules,
+// metrics), run and train it with the executor, feed it from the data
+// loader, and save and load it (JSON programs, weights, inference models,
+// CSV). Extending kiln — its op classes, defining one's own op, kernels,
+// passes — is kiln/extension.h, which includes this header too.
 #pragma once
 
-#include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
 #include "kiln/exec/step_stats.h"
 #include "kiln/frontend/data_loader.h"
@@ -15,12 +14,5 @@
 #include "kiln/io/inference_model.h"
 #include "kiln/io/json.h"
 #include "kiln/io/weights.h"
-#include "kiln/kernel/kernel_registry.h"
-#include "kiln/passes/constant_fold.h"
-#include "kiln/passes/cse.h"
-#include "kiln/passes/dce.h"
-#include "kiln/passes/pass_manager.h"
-#include "kiln/passes/pattern.h"
-#include "kiln/passes/simplify.h"
 #include "kiln/runtime/cpu_allocator.h"
 #include "kiln/runtime/scope.h"

@@ -1,4 +1,4 @@
-// The comparison, logic and constant helpers of kiln/frontend/math.h.
+// The arithmetic, comparison, logic and constant helpers of kiln/frontend/math.h.
 #include "kiln/frontend/math.h"
 
 #include <string_view>
@@ -42,6 +42,25 @@ Value with_scalar(std::string_view fn, Value x, double y) {
 }
 
 }  // namespace
+
+Value add(Value x, Value y) { return binary<AddOp>("add", x, y); }
+Value subtract(Value x, Value y) { return binary<SubOp>("subtract", x, y); }
+Value multiply(Value x, Value y) { return binary<MulOp>("multiply", x, y); }
+Value divide(Value x, Value y) { return binary<DivOp>("divide", x, y); }
+Value maximum(Value x, Value y) { return binary<MaximumOp>("maximum", x, y); }
+Value minimum(Value x, Value y) { return binary<MinimumOp>("minimum", x, y); }
+Value add(Value x, double y) { return with_scalar<AddOp>("add", x, y); }
+Value subtract(Value x, double y) { return with_scalar<SubOp>("subtract", x, y); }
+Value multiply(Value x, double y) { return with_scalar<MulOp>("multiply", x, y); }
+Value divide(Value x, double y) { return with_scalar<DivOp>("divide", x, y); }
+Value maximum(Value x, double y) { return with_scalar<MaximumOp>("maximum", x, y); }
+Value minimum(Value x, double y) { return with_scalar<MinimumOp>("minimum", x, y); }
+
+Value matmul(Value x, Value y, bool transpose_x, bool transpose_y) {
+  checked("matmul", "x", x);
+  checked("matmul", "y", y);
+  return main_builder().create<MatmulOp>(x, y, transpose_x, transpose_y).result();
+}
 
 Value equal(Value x, Value y) { return binary<EqualOp>("equal", x, y); }
 Value not_equal(Value x, Value y) { return binary<NotEqualOp>("not_equal", x, y); }

@@ -14,7 +14,6 @@ namespace {
 
 Operation* last_op(const Program& p) { return p.block().back(); }
 
-Value add(Value a, Value b) { return main_builder().create<AddOp>(a, b).result(); }
 
 Value i64_scalar(double v) { return full({1}, v, DataType::Int64); }
 
@@ -521,8 +520,6 @@ namespace {
 
 Value square(Value v) { return main_builder().create<SquareOp>(v).result(); }
 Value mean_all(Value v) { return main_builder().create<MeanOp>(v).result(); }
-Value mul(Value a, Value b) { return main_builder().create<MulOp>(a, b).result(); }
-Value matmul(Value a, Value b) { return main_builder().create<MatmulOp>(a, b).result(); }
 
 }  // namespace
 
@@ -581,11 +578,11 @@ struct TanhLoop {
     set_stop_gradient(w, false);
     auto outs = while_loop([&](const std::vector<Value>& v) { return less_than(v[0], n); },
                            [&](const std::vector<Value>& v) {
-                             Value h = F::tanh(add(mul(v[1], w), x));
+                             Value h = F::tanh(add(multiply(v[1], w), x));
                              return std::vector<Value>{increment(v[0]), h};
                            },
                            {full({1}, 0, DataType::Int64), x});
-    loss = add(mean_all(square(outs[1])), mean_all(mul(outs[1], w)));
+    loss = add(mean_all(square(outs[1])), mean_all(multiply(outs[1], w)));
     grads = append_backward(loss, {x, w});
   }
 };
@@ -696,7 +693,7 @@ TEST_CASE("the gradient of nested loops, of a loop nested in an if, and of both,
           return while_loop(
               [](const std::vector<Value>& u) { return less_than(u[0], 2); },
               [&](const std::vector<Value>& u) {
-                return std::vector<Value>{increment(u[0]), F::tanh(add(mul(u[1], w), x))};
+                return std::vector<Value>{increment(u[0]), F::tanh(add(multiply(u[1], w), x))};
               },
               {full({}, 0, DataType::Int64), h0})[1];
         };
@@ -709,7 +706,7 @@ TEST_CASE("the gradient of nested loops, of a loop nested in an if, and of both,
               },
               {full({}, 0, DataType::Int64), x})[1];
         };
-        Value y = in_if ? cond(pred, loops, [&] { return F::sigmoid(mul(x, w)); }) : loops();
+        Value y = in_if ? cond(pred, loops, [&] { return F::sigmoid(multiply(x, w)); }) : loops();
         loss = mean_all(square(y));
         grads = append_backward(loss, {x, w});
       }

@@ -52,7 +52,6 @@ std::string parse_error(const std::string& text, ErrorKind kind,
                                  "parse_program of:\n" + text);
 }
 
-Value add(Value a, Value b) { return main_builder().create<AddOp>(a, b).result(); }
 
 }  // namespace
 

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "kiln/kiln.h"
+#include "kiln/extension.h"
 
 int main(int argc, char** argv) try {
   if (argc != 2) {

@@ -15,7 +15,7 @@
 
 #include "catch.hpp"
 #include "kiln/ir/tensor_attribute.h"
-#include "kiln/kiln.h"
+#include "kiln/extension.h"
 #include "kiln/onnx/export.h"
 #include "kiln/onnx/import.h"
 #include "test_util.h"

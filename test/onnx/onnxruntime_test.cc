@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "catch.hpp"
-#include "kiln/kiln.h"
+#include "kiln/extension.h"
 #include "kiln/onnx/export.h"
 #include "kiln/onnx/test_data.h"
 

@@ -22,8 +22,6 @@ namespace F = kiln::nn::functional;
 
 namespace {
 
-Value add(Value a, Value b) { return main_builder().create<AddOp>(a, b).result(); }
-Value mul(Value a, Value b) { return main_builder().create<MulOp>(a, b).result(); }
 Value i64_scalar(double v) { return full({1}, v, DataType::Int64); }
 Tensor i64(std::int64_t v) { return Tensor::from_vector<std::int64_t>(Dims({1}), {v}); }
 
@@ -96,7 +94,7 @@ TEST_CASE("lowering a while_loop gives the structured results, for zero iteratio
 TEST_CASE("lowering a cond gives the structured results on both branches", "[passes][frames]") {
   GuardedPrograms b;
   Value x = data("x", {1}, DataType::Int64);
-  Value y = cond(greater_than(x, 0), [&] { return mul(x, i64_scalar(2)); },
+  Value y = cond(greater_than(x, 0), [&] { return multiply(x, i64_scalar(2)); },
                  [&] { return add(x, i64_scalar(-1)); });
   // A branch that yields a constant: the constant is live in both branches.
   Value z = cond(greater_than(x, 0), [&] { return i64_scalar(7); }, [&] { return x; });
@@ -364,7 +362,7 @@ TEST_CASE("loops whose iterations cannot overlap stay structured with the defaul
     Value limit = data("limit", {1});
     auto outs = while_loop(
         [&](const std::vector<Value>& v) {
-          Value e = mul(main_builder().create<ExpOp>(x).result(), main_builder().create<CastOp>(v[0], DataType::Float32).result());
+          Value e = multiply(main_builder().create<ExpOp>(x).result(), main_builder().create<CastOp>(v[0], DataType::Float32).result());
           Value s = main_builder().create<SumOp>(e, std::vector<std::int64_t>{0, 1}, false).result();
           return less_than(main_builder().create<ReshapeOp>(s, std::vector<std::int64_t>{1}).result(), limit);
         },

@@ -24,4 +24,4 @@
 
 #include "catch.hpp"
 #include "kiln/exec/interpreter_core.h"
-#include "kiln/kiln.h"
+#include "kiln/extension.h"

@@ -11,8 +11,12 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/ir/builder.h"
+#include "kiln/ir/value.h"
 #include "kiln/support/data_type.h"
+
+namespace kiln {
+class Builder;  // kiln/ir/builder.h: an initializer's own emit() builds through it
+}  // namespace kiln
 
 namespace kiln::init {
 

@@ -12,8 +12,11 @@
 #include <string>
 #include <utility>
 
-#include "kiln/ir/builder.h"
 #include "kiln/ir/value.h"
+
+namespace kiln {
+class Builder;  // kiln/ir/builder.h: a schedule's own build() builds through it
+}  // namespace kiln
 
 namespace kiln::lr {
 

@@ -1,6 +1,6 @@
-// Comparisons, logic and constants for building conditions (Paddle's
-// paddle.equal … paddle.logical_not, paddle.full / fill_constant and
-// paddle.increment). Each builds one op at the current block (main_builder():
+// Arithmetic, comparisons, logic and constants (Paddle's paddle.add …
+// paddle.matmul, paddle.equal … paddle.logical_not, paddle.full /
+// fill_constant and paddle.increment). Each builds one op at the current block (main_builder():
 // the block being filled — a control-flow region while its function runs)
 // and returns its result. Operands broadcast numpy-style and must share a
 // dtype; a number in place of an operand becomes a 0-d constant of the other
@@ -14,6 +14,26 @@
 #include "kiln/support/data_type.h"
 
 namespace kiln {
+
+// x + y, x - y, x * y, x / y, max(x, y), min(x, y) (numeric
+// dtypes; gradients flow to both operands, summed over broadcast axes).
+Value add(Value x, Value y);
+Value subtract(Value x, Value y);
+Value multiply(Value x, Value y);
+Value divide(Value x, Value y);
+Value maximum(Value x, Value y);
+Value minimum(Value x, Value y);
+Value add(Value x, double y);
+Value subtract(Value x, double y);
+Value multiply(Value x, double y);
+Value divide(Value x, double y);
+Value maximum(Value x, double y);
+Value minimum(Value x, double y);
+
+// x @ y (paddle.matmul): the last two axes multiply, the leading ones
+// broadcast; a 1-d operand is a vector. transpose_x / transpose_y swap an
+// operand's last two axes first.
+Value matmul(Value x, Value y, bool transpose_x = false, bool transpose_y = false);
 
 // x == y, x != y, x < y, x <= y, x > y, x >= y (f32, f64, i32, i64; equal /
 // not_equal take bool too).

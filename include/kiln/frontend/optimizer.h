@@ -17,10 +17,14 @@
 #include <vector>
 
 #include "kiln/frontend/lr_scheduler.h"
-#include "kiln/ir/builder.h"
 #include "kiln/ir/value.h"
 #include "kiln/runtime/scope.h"
 #include "kiln/support/data_type.h"
+
+namespace kiln {
+class Builder;  // kiln/ir/builder.h: an optimizer's own append_update() builds through it
+class Program;
+}  // namespace kiln
 
 namespace kiln::optim {
 

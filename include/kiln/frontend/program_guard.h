@@ -11,10 +11,11 @@
 // ahead of the control-flow op, created only after its blocks are built.
 #pragma once
 
-#include "kiln/ir/builder.h"
 #include "kiln/ir/program.h"
 
 namespace kiln {
+
+class Builder;  // kiln/ir/builder.h, for main_builder() / startup_builder()
 
 class ProgramGuard {
  public:

@@ -1,0 +1,105 @@
+// The frontend's arithmetic (kiln/frontend/math.h): add … minimum and matmul
+// build one op each (a number becoming a 0-d constant of the other operand's
+// dtype), compute what their formulas say, pass gradients, and reject bad
+// operands with errors naming the helper. The comparisons and constants are
+// tested with the control-flow frontend (control_flow_test.cc).
+#include "frontend/frontend_test_util.h"
+
+using namespace kiln;
+using namespace kiln_frontend_test;
+
+TEST_CASE("arithmetic helpers build one op each and compute x op y, broadcasting numpy-style",
+          "[frontend]") {
+  GuardedPrograms b;
+  Value x = data("x", {2, 3});
+  Value y = data("y", {3});
+  std::vector<Value> got{add(x, y),     subtract(x, y), multiply(x, y),
+                         divide(x, y),  maximum(x, y),  minimum(x, y)};
+  const std::vector<std::string> names{"kiln.add", "kiln.sub", "kiln.mul",
+                                       "kiln.div", "kiln.maximum", "kiln.minimum"};
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    CHECK(got[i].defining_op()->name() == names[i]);
+    CHECK(got[i].type() == TensorType::get(DataType::Float32, {2, 3}));
+  }
+  const std::vector<float> xs{1, -2, 3, 4, 5, -6}, ys{2, 4, -3};
+  Executor exe;
+  std::vector<FetchTarget> fetch(got.begin(), got.end());
+  auto out = exe.run(b.main, {{"x", f32({2, 3}, xs)}, {"y", f32({3}, ys)}}, fetch);
+  for (std::size_t k = 0; k < xs.size(); ++k) {
+    const float a = xs[k], c = ys[k % 3];
+    INFO("element " << k);
+    CHECK(out[0].to_vector<float>()[k] == a + c);
+    CHECK(out[1].to_vector<float>()[k] == a - c);
+    CHECK(out[2].to_vector<float>()[k] == a * c);
+    CHECK(out[3].to_vector<float>()[k] == a / c);
+    CHECK(out[4].to_vector<float>()[k] == std::max(a, c));
+    CHECK(out[5].to_vector<float>()[k] == std::min(a, c));
+  }
+}
+
+TEST_CASE("an arithmetic helper given a number makes it a 0-d constant of the tensor's dtype",
+          "[frontend]") {
+  GuardedPrograms b;
+  Value i = data("i", {3}, DataType::Int64);
+  Value twice = multiply(i, 2);
+  CHECK(twice.type() == TensorType::get(DataType::Int64, {3}));
+  Value two = twice.defining_op()->operand_source(1);
+  CHECK(two.type() == TensorType::get(DataType::Int64, {}));
+  CHECK(FullOp(two.defining_op()).attrs().value == 2.0);
+  Value clipped = minimum(maximum(subtract(divide(add(twice, 1), 1), 3), 0), 4);
+  Executor exe;
+  auto out = exe.run(b.main, {{"i", Tensor::from_vector<std::int64_t>({3}, {0, 2, 5})}},
+                     {clipped});
+  CHECK(out[0].to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 2, 4});
+}
+
+TEST_CASE("matmul multiplies the last two axes, transposing an operand when asked",
+          "[frontend]") {
+  GuardedPrograms b;
+  Value x = data("x", {2, 3});
+  Value w = data("w", {2, 3});
+  Value xwt = matmul(x, w, /*transpose_x=*/false, /*transpose_y=*/true);
+  Value xtw = matmul(x, w, /*transpose_x=*/true, /*transpose_y=*/false);
+  CHECK(xwt.defining_op()->name() == "kiln.matmul");
+  CHECK(xwt.type() == TensorType::get(DataType::Float32, {2, 2}));
+  CHECK(xtw.type() == TensorType::get(DataType::Float32, {3, 3}));
+  Executor exe;
+  auto out = exe.run(b.main,
+                     {{"x", f32({2, 3}, {1, 2, 3, 4, 5, 6})}, {"w", f32({2, 3}, {1, 0, 1, 0, 1, 0})}},
+                     {xwt, xtw});
+  CHECK(out[0].to_vector<float>() == std::vector<float>{4, 2, 10, 5});
+  CHECK(out[1].to_vector<float>() == std::vector<float>{1, 4, 1, 2, 5, 2, 3, 6, 3});
+}
+
+TEST_CASE("gradients flow through the arithmetic helpers and matmul", "[frontend]") {
+  GuardedPrograms b;
+  Value x = data("x", {2, 2}, DataType::Float64);
+  Value y = data("y", {2}, DataType::Float64);
+  Value w = data("w", {2, 2}, DataType::Float64);
+  for (Value v : {x, y, w}) set_stop_gradient(v, false);
+  Value h = maximum(divide(multiply(add(x, y), subtract(x, 0.5)), add(y, 3)), minimum(x, y));
+  Value loss = main_builder().create<MeanOp>(matmul(h, w, false, true)).result();
+  auto grads = append_backward(loss, {x, y, w});
+  REQUIRE(grads.size() == 3);
+  check_grads_by_finite_differences(b.main, loss, grads, {"x", "y", "w"},
+                                    {{0.3, -1.2, 2.1, 0.7}, {0.4, -0.9}, {1.5, -0.5, 0.25, 2.0}},
+                                    {{2, 2}, {2}, {2, 2}}, {});
+}
+
+TEST_CASE("arithmetic helpers reject bad operands with errors naming the helper", "[frontend]") {
+  GuardedPrograms b;
+  Value f = data("f", {2});
+  Value i = data("i", {2}, DataType::Int64);
+  KILN_CHECK_ERROR(add(Value(), f), InvalidArgument, {"add", "x", "null"});
+  KILN_CHECK_ERROR(multiply(f, Value()), InvalidArgument, {"multiply", "y", "null"});
+  KILN_CHECK_ERROR(subtract(f, i), InvalidArgument, {"kiln.sub"});
+  KILN_CHECK_ERROR(matmul(f, data("g", {3})), InvalidArgument, {"kiln.matmul"});
+  KILN_CHECK_ERROR(matmul(Value(), f), InvalidArgument, {"matmul", "x", "null"});
+  Program other;
+  Value foreign;
+  {
+    ProgramGuard g(other);
+    foreign = data("z", {2});
+  }
+  KILN_CHECK_ERROR(divide(f, foreign), InvalidArgument, {"divide", "current main program"});
+}
