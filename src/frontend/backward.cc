@@ -630,11 +630,9 @@ void emit_path(Builder& b, const std::vector<Operation*>& path, Contribs& contri
   }
 }
 
-}  // namespace
-
-std::vector<std::pair<Value, Value>> append_backward(Value loss,
-                                                     const std::vector<Value>& parameters,
-                                                     const std::vector<Value>& no_grad_set) {
+// Throws kiln::Error unless `loss` is the result of an op in a block and a
+// floating-point tensor of one element.
+void check_backward_loss(Value loss) {
   if (!loss) throw_error(ErrorKind::InvalidArgument, "append_backward: the loss is a null value");
   Operation* loss_op = loss.defining_op();
   if (!loss_op || !loss_op->parent_block())
@@ -644,15 +642,16 @@ std::vector<std::pair<Value, Value>> append_backward(Value loss,
   if (!is_floating_tensor(lt))
     throw_error(ErrorKind::InvalidArgument, "append_backward: the loss (result of ",
                 describe_op(loss_op), ") must be a floating-point tensor, got ", lt.to_string());
-  {
-    std::int64_t n = 1;
-    for (auto d : shaped_dims(lt)) n = d < 0 ? -1 : n * d;
-    if (n != 1)
-      throw_error(ErrorKind::InvalidArgument, "append_backward: the loss (result of ",
-                  describe_op(loss_op), ") must be a scalar or hold one element, got ",
-                  lt.to_string(), " (reduce it, e.g. with kiln.mean)");
-  }
-  Block& block = *loss_op->parent_block();
+  std::int64_t n = 1;
+  for (auto d : shaped_dims(lt)) n = d < 0 ? -1 : n * d;
+  if (n != 1)
+    throw_error(ErrorKind::InvalidArgument, "append_backward: the loss (result of ",
+                describe_op(loss_op), ") must be a scalar or hold one element, got ",
+                lt.to_string(), " (reduce it, e.g. with kiln.mean)");
+}
+
+// Throws kiln::Error unless every parameter is a value of `block`.
+void check_backward_parameters(const std::vector<Value>& parameters, const Block& block) {
   for (Value p : parameters) {
     if (!p) throw_error(ErrorKind::InvalidArgument, "append_backward: a parameter is a null value");
     if (block_of(p) != &block)
@@ -660,9 +659,26 @@ std::vector<std::pair<Value, Value>> append_backward(Value loss,
                   parameter_name(p).empty() ? std::string("value") : "'" + parameter_name(p) + "'",
                   " is not in the loss's block");
   }
+}
 
-  // 1. Which values have a gradient: the sources, and every result of an op
-  // with such an operand; minus stop_gradient, no_grad_set and non-floats.
+// The ops of `block` up to and including `last`, in program order.
+std::vector<Operation*> ops_up_to(Block& block, Operation* last) {
+  std::vector<Operation*> ops;
+  for (Operation* op : block) {
+    ops.push_back(op);
+    if (op == last) break;
+  }
+  return ops;
+}
+
+// Which values of `block` (its arguments and the results of `ops`) have a
+// gradient: the sources, and every result of an op with such an operand;
+// minus stop_gradient, `no_grad_set` and non-floats. The sources are
+// `parameters`, or when there are none the results of parameter and data ops.
+std::unordered_set<Value> values_requiring_grad(const Block& block,
+                                                const std::vector<Operation*>& ops,
+                                                const std::vector<Value>& parameters,
+                                                const std::vector<Value>& no_grad_set) {
   const std::unordered_set<Value> cut_set(no_grad_set.begin(), no_grad_set.end());
   const std::unordered_set<Value> explicit_sources(parameters.begin(), parameters.end());
   auto cut = [&](Value v) {
@@ -671,9 +687,7 @@ std::vector<std::pair<Value, Value>> append_backward(Value loss,
   std::unordered_set<Value> requires_grad;
   for (Value a : block.arguments())
     if (explicit_sources.count(a) && !cut(a)) requires_grad.insert(a);
-  std::vector<Operation*> ops;  // the block's ops up to the loss's
-  for (Operation* op : block) {
-    ops.push_back(op);
+  for (Operation* op : ops) {
     bool any_in = false;
     for (std::uint32_t i = 0; i < op->num_operands() && !any_in; ++i)
       any_in = requires_grad.count(op->operand_source(i)) > 0;
@@ -685,8 +699,113 @@ std::vector<std::pair<Value, Value>> append_backward(Value loss,
                                              : explicit_sources.count(v) > 0;
       if ((source || any_in) && !cut(v)) requires_grad.insert(v);
     }
-    if (op == loss_op) break;
   }
+  return requires_grad;
+}
+
+// The parameters whose gradients are returned: `parameters`, or when there
+// are none the result of every parameter op of `ops` not marked stop_gradient.
+std::vector<Value> returned_parameters(const std::vector<Operation*>& ops,
+                                       const std::vector<Value>& parameters) {
+  if (!parameters.empty()) return parameters;
+  std::vector<Value> wanted;
+  for (Operation* op : ops)
+    if (op->isa<ParameterOp>() && !stop_gradient(op->result(0))) wanted.push_back(op->result(0));
+  return wanted;
+}
+
+// The (parameter, gradient) pairs of `wanted`, in its order without repeats,
+// for those with a gradient; each gradient is the sum of the parameter's
+// contributions, and replaces them in `contribs`.
+std::vector<std::pair<Value, Value>> sum_parameter_grads(
+    Builder& b, const std::vector<Value>& wanted, Contribs& contribs,
+    const std::unordered_set<Value>& requires_grad) {
+  std::vector<std::pair<Value, Value>> result;
+  std::unordered_set<Value> seen;
+  for (Value p : wanted) {
+    if (!seen.insert(p).second) continue;
+    auto it = contribs.find(p);
+    if (it == contribs.end() || !requires_grad.count(p)) continue;
+    Value g = sum_grads(b, it->second);
+    it->second = {g};
+    result.emplace_back(p, g);
+  }
+  return result;
+}
+
+// Removes the grad ops after `mark` that nobody reads (gradients of inputs
+// that need none): those without side effects whose results have no use and
+// are none of the gradients of `result`.
+void erase_unread_grad_ops(Block& block, Operation* mark,
+                           const std::vector<std::pair<Value, Value>>& result) {
+  std::unordered_set<Value> keep;
+  for (auto& [p, g] : result) keep.insert(g);
+  for (Operation* op = block.back(); op && op != mark;) {
+    Operation* prev = op->prev_in_block();
+    bool dead = !op->has_trait<SideEffect>();
+    for (std::uint32_t r = 0; r < op->num_results() && dead; ++r)
+      dead = op->result(r).use_empty() && !keep.count(op->result(r));
+    if (dead) block.erase(op);
+    op = prev;
+  }
+}
+
+// Erases the grad ops appended after ctx.mark and puts back the ops they
+// replaced, leaving `block` as it was before append_backward.
+void undo_backward(Block& block, BackwardContext& ctx) {
+  for (Operation* op = block.back(); op && op != ctx.mark;) {
+    Operation* prev = op->prev_in_block();
+    op->drop_all_references();
+    op = prev;
+  }
+  ctx.undo();
+  while (block.back() != ctx.mark) block.erase(block.back());
+}
+
+// Appends to `block` the gradient ops of `path`, from a gradient of 1 for
+// `loss`, and returns the gradients of `wanted`; on any error it rolls
+// `block` back and rethrows.
+std::vector<std::pair<Value, Value>> emit_backward(Block& block, Value loss,
+                                                   const std::vector<Operation*>& path,
+                                                   const std::unordered_set<Value>& requires_grad,
+                                                   const std::unordered_set<Value>& reaches,
+                                                   const std::vector<Value>& wanted) {
+  BackwardContext ctx;
+  ctx.top = &block;
+  ctx.mark = block.back();
+  Builder b(block);
+  const Type lt = loss.type();
+  try {
+    Contribs contribs;
+    contribs[loss].push_back(
+        b.create<FullOp>(shaped_dims(lt), 1.0, shaped_data_type(lt)).result());
+    emit_path(b, path, contribs, requires_grad, reaches, ctx);
+    std::vector<std::pair<Value, Value>> result =
+        sum_parameter_grads(b, wanted, contribs, requires_grad);
+    erase_unread_grad_ops(block, ctx.mark, result);
+    set_op_role_after(block, ctx.mark, OpRole::Backward);
+    ctx.commit();
+    return result;
+  } catch (...) {
+    undo_backward(block, ctx);
+    throw;
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<Value, Value>> append_backward(Value loss,
+                                                     const std::vector<Value>& parameters,
+                                                     const std::vector<Value>& no_grad_set) {
+  check_backward_loss(loss);
+  Operation* loss_op = loss.defining_op();
+  Block& block = *loss_op->parent_block();
+  check_backward_parameters(parameters, block);
+
+  // 1. Which values have a gradient.
+  const std::vector<Operation*> ops = ops_up_to(block, loss_op);
+  const std::unordered_set<Value> requires_grad =
+      values_requiring_grad(block, ops, parameters, no_grad_set);
   if (!requires_grad.count(loss)) return {};
 
   // 2. Which of them lead to the loss; the ops on a path are those with a
@@ -694,59 +813,9 @@ std::vector<std::pair<Value, Value>> append_backward(Value loss,
   std::unordered_set<Value> reaches{loss};
   const std::vector<Operation*> path = path_to(ops, requires_grad, reaches);
 
-  // The parameters whose gradients are returned.
-  std::vector<Value> wanted;
-  if (parameters.empty()) {
-    for (Operation* op : ops)
-      if (op->isa<ParameterOp>() && !stop_gradient(op->result(0))) wanted.push_back(op->result(0));
-  } else {
-    wanted = parameters;
-  }
-
   // 3. Emit, rolling back on any error.
-  BackwardContext ctx;
-  ctx.top = &block;
-  ctx.mark = block.back();
-  Builder b(block);
-  std::vector<std::pair<Value, Value>> result;
-  try {
-    Contribs contribs;
-    contribs[loss].push_back(
-        b.create<FullOp>(shaped_dims(lt), 1.0, shaped_data_type(lt)).result());
-    emit_path(b, path, contribs, requires_grad, reaches, ctx);
-    std::unordered_set<Value> seen;
-    for (Value p : wanted) {
-      if (!seen.insert(p).second) continue;
-      auto it = contribs.find(p);
-      if (it == contribs.end() || !requires_grad.count(p)) continue;
-      Value g = sum_grads(b, it->second);
-      it->second = {g};
-      result.emplace_back(p, g);
-    }
-    // 4. Remove the grad ops nobody reads (gradients of inputs that need none).
-    std::unordered_set<Value> keep;
-    for (auto& [p, g] : result) keep.insert(g);
-    for (Operation* op = block.back(); op && op != ctx.mark;) {
-      Operation* prev = op->prev_in_block();
-      bool dead = !op->has_trait<SideEffect>();
-      for (std::uint32_t r = 0; r < op->num_results() && dead; ++r)
-        dead = op->result(r).use_empty() && !keep.count(op->result(r));
-      if (dead) block.erase(op);
-      op = prev;
-    }
-    set_op_role_after(block, ctx.mark, OpRole::Backward);
-    ctx.commit();
-  } catch (...) {
-    for (Operation* op = block.back(); op && op != ctx.mark;) {
-      Operation* prev = op->prev_in_block();
-      op->drop_all_references();
-      op = prev;
-    }
-    ctx.undo();
-    while (block.back() != ctx.mark) block.erase(block.back());
-    throw;
-  }
-  return result;
+  return emit_backward(block, loss, path, requires_grad, reaches,
+                       returned_parameters(ops, parameters));
 }
 
 }  // namespace kiln
