@@ -54,15 +54,21 @@ std::string describe(Value v) {
   return def ? "result of op '" + std::string(def->name()) + "'" : std::string("a block argument");
 }
 
-}  // namespace
-
-PartitionedProgram partition(const Program& program, const std::vector<Value>& fetch,
-                             Place default_place) {
-  const Block& block = program.block();
-  std::unordered_set<ValueKey> top;
+// What pass 1 of partition() finds: each op's part and the top-level values
+// it reads (both by the op's index in the block), and for each value, its
+// op's part and the other parts that read it.
+struct PartAssignment {
+  std::vector<std::size_t> op_part;
+  std::vector<std::vector<Value>> op_uses;
   std::unordered_map<ValueKey, std::size_t> owner;  // top-level value → part index
-  PartitionedProgram pp;
-  pp.num_fetches = fetch.size();
+  std::unordered_map<ValueKey, std::vector<std::size_t>> readers;  // value → parts, first-use order
+};
+
+// Pass 1 of partition(): adds to `pp` one part per place the ops of
+// `program` run on (in first-use order, each with the program's
+// parameters), and returns each op's part and, for each value, the other
+// parts that read it.
+PartAssignment assign_parts(const Program& program, Place default_place, PartitionedProgram& pp) {
   std::map<std::pair<PlaceKind, int>, std::size_t> part_of_place;
   auto part_for = [&](Place p) {
     auto [it, added] = part_of_place.try_emplace({p.kind, p.device}, pp.parts.size());
@@ -74,79 +80,120 @@ PartitionedProgram partition(const Program& program, const std::vector<Value>& f
     }
     return it->second;
   };
-
-  // Pass 1: each op's part, and for each value, the other parts that read it.
-  std::vector<std::size_t> op_part;
-  std::vector<std::vector<Value>> op_uses;
-  std::unordered_map<ValueKey, std::vector<std::size_t>> readers;  // value → parts, first-use order
-  for (Operation* op : block) {
+  PartAssignment a;
+  std::unordered_set<ValueKey> top;
+  for (Operation* op : program.block()) {
     const std::size_t k = part_for(op_place(op, default_place));
-    op_part.push_back(k);
+    a.op_part.push_back(k);
     std::vector<Value> uses;
     std::unordered_set<ValueKey> seen;
     top_level_uses(op, top, uses, seen);
     for (Value v : uses) {
-      const std::size_t from = owner.at(key_of(v));
-      auto& r = readers[key_of(v)];
+      const std::size_t from = a.owner.at(key_of(v));
+      auto& r = a.readers[key_of(v)];
       if (from != k && std::find(r.begin(), r.end(), k) == r.end()) r.push_back(k);
     }
-    op_uses.push_back(std::move(uses));
+    a.op_uses.push_back(std::move(uses));
     for (std::uint32_t i = 0; i < op->num_results(); ++i) {
       top.insert(key_of(op->result(i)));
-      owner[key_of(op->result(i))] = k;
+      a.owner[key_of(op->result(i))] = k;
     }
   }
+  return a;
+}
 
-  // Pass 2: clone in program order; a value another part reads is sent right
-  // after its op, and received in that part before its first reader.
-  // In a dataflow program a value may arrive dead: its receiving part passes it on dead.
-  const bool passes_dead = has_dataflow_ops(block);
-  std::vector<IrMapping> maps(pp.parts.size());
-  std::unordered_map<ValueKey, std::string> edge_name;
-  std::size_t index = 0;
-  for (Operation* op : block) {
-    const std::size_t k = op_part[index];
-    ProgramPart& part = pp.parts[k];
+// Pass 2 of partition(): clones the ops into their parts in program order;
+// a value another part reads is sent right after its op, and received in
+// that part before its first reader.
+class PartCloner {
+ public:
+  // In a dataflow program a value may arrive dead: with `passes_dead`, its
+  // receiving part passes it on dead.
+  PartCloner(const PartAssignment& assigned, PartitionedProgram& pp, bool passes_dead)
+      : assigned_(assigned), pp_(pp), passes_dead_(passes_dead), maps_(pp.parts.size()) {}
+
+  // Clones `op`, the block's op #`index`, into its part, with the receives
+  // before it and the sends after it.
+  void clone(Operation* op, std::size_t index) {
+    const std::size_t k = assigned_.op_part[index];
+    ProgramPart& part = pp_.parts[k];
     Builder b(part.program);
-    for (Value v : op_uses[index]) {
-      const std::size_t from = owner.at(key_of(v));
-      if (from == k || maps[k].lookup(v)) continue;
-      const std::string& name = edge_name.at(key_of(v));
-      Value got = b.create<RecvOp>(name, shaped_data_type(v.type()), shaped_dims(v.type()),
-                                   pp.parts[from].place, part.place, passes_dead)
-                      .result();
-      maps[k].map(v, got);
-    }
-    Operation* copy = op->clone(maps[k]);
+    receive_uses(b, k, assigned_.op_uses[index]);
+    Operation* copy = op->clone(maps_[k]);
     copy->set_attributes(copy->attributes().without(kPlaceAttr));
     part.program.block().push_back(copy);
     if (auto d = op->dyn_cast<DataOp>()) part.feeds.push_back(d.attrs().name);
+    send_read_results(b, k, op);
+  }
+
+  // Gives each value of `fetch` to its part's fetch list.
+  void add_fetches(const std::vector<Value>& fetch) {
+    for (std::size_t f = 0; f < fetch.size(); ++f) {
+      auto o = assigned_.owner.find(key_of(fetch[f]));
+      if (!fetch[f] || o == assigned_.owner.end())
+        throw_error(ErrorKind::InvalidArgument, "partition: fetch #", f,
+                    " is not a value of the program's top-level block");
+      ProgramPart& part = pp_.parts[o->second];
+      part.fetch.push_back(maps_[o->second].lookup(fetch[f]));
+      part.fetch_of.push_back(f);
+    }
+  }
+
+ private:
+  // Receives into part `k` each value of `uses` that another part defines
+  // and `k` has not received yet.
+  void receive_uses(Builder& b, std::size_t k, const std::vector<Value>& uses) {
+    ProgramPart& part = pp_.parts[k];
+    for (Value v : uses) {
+      const std::size_t from = assigned_.owner.at(key_of(v));
+      if (from == k || maps_[k].lookup(v)) continue;
+      const std::string& name = edge_name_.at(key_of(v));
+      Value got = b.create<RecvOp>(name, shaped_data_type(v.type()), shaped_dims(v.type()),
+                                   pp_.parts[from].place, part.place, passes_dead_)
+                      .result();
+      maps_[k].map(v, got);
+    }
+  }
+
+  // Sends each result of `op` (of part `k`) that other parts read to each of
+  // them, over one new edge per result.
+  void send_read_results(Builder& b, std::size_t k, Operation* op) {
+    ProgramPart& part = pp_.parts[k];
     for (std::uint32_t i = 0; i < op->num_results(); ++i) {
       Value v = op->result(i);
-      auto r = readers.find(key_of(v));
-      if (r == readers.end() || r->second.empty()) continue;
+      auto r = assigned_.readers.find(key_of(v));
+      if (r == assigned_.readers.end() || r->second.empty()) continue;
       if (!is_shaped(v.type()))
         throw_error(ErrorKind::Unimplemented, "partition: ", describe(v), " #", i, " (",
                     v.type().to_string(), ") is read on another place; only tensors are sent");
-      const std::string name = "edge" + std::to_string(edge_name.size()) + ":" + std::string(op->name());
-      edge_name.emplace(key_of(v), name);
+      const std::string name =
+          "edge" + std::to_string(edge_name_.size()) + ":" + std::string(op->name());
+      edge_name_.emplace(key_of(v), name);
       for (std::size_t to : r->second) {
-        b.create<SendOp>(maps[k].lookup(v), name, part.place, pp.parts[to].place);
-        ++pp.transfers;
+        b.create<SendOp>(maps_[k].lookup(v), name, part.place, pp_.parts[to].place);
+        ++pp_.transfers;
       }
     }
-    ++index;
   }
 
-  for (std::size_t f = 0; f < fetch.size(); ++f) {
-    auto o = owner.find(key_of(fetch[f]));
-    if (!fetch[f] || o == owner.end())
-      throw_error(ErrorKind::InvalidArgument, "partition: fetch #", f,
-                  " is not a value of the program's top-level block");
-    ProgramPart& part = pp.parts[o->second];
-    part.fetch.push_back(maps[o->second].lookup(fetch[f]));
-    part.fetch_of.push_back(f);
-  }
+  const PartAssignment& assigned_;
+  PartitionedProgram& pp_;
+  const bool passes_dead_;
+  std::vector<IrMapping> maps_;                          // per part: original value → its copy
+  std::unordered_map<ValueKey, std::string> edge_name_;  // value sent → its edge's name
+};
+
+}  // namespace
+
+PartitionedProgram partition(const Program& program, const std::vector<Value>& fetch,
+                             Place default_place) {
+  PartitionedProgram pp;
+  pp.num_fetches = fetch.size();
+  const PartAssignment assigned = assign_parts(program, default_place, pp);
+  PartCloner cloner(assigned, pp, has_dataflow_ops(program.block()));
+  std::size_t index = 0;
+  for (Operation* op : program.block()) cloner.clone(op, index++);
+  cloner.add_fetches(fetch);
   return pp;
 }
 
