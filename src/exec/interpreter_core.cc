@@ -58,6 +58,40 @@ struct InterpreterCore::Optimized {
   static std::shared_ptr<const Optimized> make(const Program& source,
                                                const std::vector<FetchTarget>& fetch,
                                                const ExecutionOptions& options, unsigned num_threads);
+
+  // The copy's top-level ops → their position in the caller's (dropped when
+  // a pass erases one).
+  using OpNumbers = std::unordered_map<const Operation*, std::uint32_t>;
+  // The copy's values → the caller's, so that erased ones drop out.
+  using CallerValues = std::unordered_map<const detail::ValueImpl*, const detail::ValueImpl*>;
+  // Where the live-out values are in PassContext::live_out(): per fetch
+  // target given by value (the others unset), and per skip_gc value.
+  struct LiveOutSlots {
+    std::vector<std::size_t> fetch, gc;
+  };
+
+  // Copies the parameters and top-level ops of `source` into `program`.
+  OpNumbers copy_ops(const Program& source, IrMapping& map);
+  // Records in `values` and `back` every value of `block` (nested ones too)
+  // that `map` has a copy of.
+  void map_values(const Block& block, const IrMapping& map, CallerValues& back);
+  // The copy of the caller's `v`; kiln::Error when it has none.
+  Value mapped(Value v, const char* what) const;
+  // Makes live-out in `ctx` the copies of the fetch targets, of the values
+  // that fetches by name refer to, and of the skip_gc values.
+  LiveOutSlots add_live_outs(PassContext& ctx, const Program& source,
+                             const std::vector<FetchTarget>& caller_fetch,
+                             const ExecutionOptions& caller_options) const;
+  // Runs `pm` on `program`, then numbers its top-level ops.
+  void run_passes(PassManager& pm, PassContext& ctx, OpNumbers& number, CallerValues& back);
+  // Drops from `values` the values defined by `op` and the ops nested in it.
+  void forget_values_of(Operation* op, CallerValues& back);
+  // Sets `fetch` and `options` to the caller's, with the live-out values
+  // replaced by what the passes left in their slots, and maps the caller's
+  // live-out values to those.
+  void take_live_outs(const PassContext& ctx, const LiveOutSlots& slots,
+                      const std::vector<FetchTarget>& caller_fetch,
+                      const ExecutionOptions& caller_options);
 };
 
 std::shared_ptr<const InterpreterCore::Optimized> InterpreterCore::Optimized::make(
@@ -67,86 +101,115 @@ std::shared_ptr<const InterpreterCore::Optimized> InterpreterCore::Optimized::ma
   PassManager pm = PassManager::parse(options.passes);  // a bad pipeline fails before any copy
   auto out = std::make_shared<Optimized>();
   IrMapping map;
-  for (const auto& [name, param] : source.parameters()) out->program.set_parameter(name, param);
-  // The copy's top-level ops → their position in the caller's (dropped when a pass erases one).
-  std::unordered_map<const Operation*, std::uint32_t> number;
-  for (Operation* op : source.block()) {
-    Operation* c = op->clone(map);
-    number.emplace(c, static_cast<std::uint32_t>(number.size()));
-    out->program.block().push_back(c);
-  }
-  // Every caller value → its copy, and back, so that erased ones drop out.
-  std::unordered_map<const detail::ValueImpl*, const detail::ValueImpl*> back;
-  auto record = [&](Value v) {
-    Value c = map.lookup(v);
-    if (!c) return;
-    out->values[v.impl()] = c;
-    back[c.impl()] = v.impl();
-  };
-  auto walk = [&](auto& self, const Block& b) -> void {
-    for (Value a : b.arguments()) record(a);
-    for (Operation* op : b) {
-      for (Value r : op->results()) record(r);
-      for (std::uint32_t r = 0; r < op->num_regions(); ++r)
-        for (Block* inner : op->region(r)) self(self, *inner);
-    }
-  };
-  walk(walk, source.block());
+  OpNumbers number = out->copy_ops(source, map);
+  CallerValues back;
+  out->map_values(source.block(), map, back);
 
   PassContext ctx;
   ctx.target_place = options.place;
   ctx.num_threads = num_threads;
-  std::vector<std::size_t> fetch_slot(fetch.size(), ~std::size_t{0}), gc_slot;
-  auto mapped = [&](Value v, const char* what) {
-    auto it = out->values.find(v.impl());
-    if (it == out->values.end())
-      throw_error(ErrorKind::InvalidArgument, what, " value is not a value of the program");
-    return it->second;
+  const LiveOutSlots slots = out->add_live_outs(ctx, source, fetch, options);
+  out->run_passes(pm, ctx, number, back);
+  out->take_live_outs(ctx, slots, fetch, options);
+  return out;
+}
+
+InterpreterCore::Optimized::OpNumbers InterpreterCore::Optimized::copy_ops(const Program& source,
+                                                                         IrMapping& map) {
+  for (const auto& [name, param] : source.parameters()) program.set_parameter(name, param);
+  OpNumbers number;
+  for (Operation* op : source.block()) {
+    Operation* c = op->clone(map);
+    number.emplace(c, static_cast<std::uint32_t>(number.size()));
+    program.block().push_back(c);
+  }
+  return number;
+}
+
+void InterpreterCore::Optimized::map_values(const Block& block, const IrMapping& map,
+                                            CallerValues& back) {
+  auto record = [&](Value v) {
+    Value c = map.lookup(v);
+    if (!c) return;
+    values[v.impl()] = c;
+    back[c.impl()] = v.impl();
   };
-  for (std::size_t k = 0; k < fetch.size(); ++k)
-    if (fetch[k].value) {
-      require_fetchable(fetch[k].value, k);  // before the passes move region values about
-      fetch_slot[k] = ctx.add_live_out(mapped(fetch[k].value, "a fetch target's"));
+  for (Value a : block.arguments()) record(a);
+  for (Operation* op : block) {
+    for (Value r : op->results()) record(r);
+    for (std::uint32_t r = 0; r < op->num_regions(); ++r)
+      for (Block* inner : op->region(r)) map_values(*inner, map, back);
+  }
+}
+
+Value InterpreterCore::Optimized::mapped(Value v, const char* what) const {
+  auto it = values.find(v.impl());
+  if (it == values.end())
+    throw_error(ErrorKind::InvalidArgument, what, " value is not a value of the program");
+  return it->second;
+}
+
+InterpreterCore::Optimized::LiveOutSlots InterpreterCore::Optimized::add_live_outs(
+    PassContext& ctx, const Program& source, const std::vector<FetchTarget>& caller_fetch,
+    const ExecutionOptions& caller_options) const {
+  LiveOutSlots slots;
+  slots.fetch.assign(caller_fetch.size(), ~std::size_t{0});
+  for (std::size_t k = 0; k < caller_fetch.size(); ++k)
+    if (Value target = caller_fetch[k].value) {
+      require_fetchable(target, k);  // before the passes move region values about
+      slots.fetch[k] = ctx.add_live_out(mapped(target, "a fetch target's"));
     } else {
       // A fetch by name: the value it names stays (dce would drop an unused
       // parameter op, and the name with it); the plan finds it by name again.
       Operation* fetch_op = nullptr;
-      if (Value v = find_named_fetch(source.block(), fetch[k].name, &fetch_op); v && !fetch_op)
+      if (Value v = find_named_fetch(source.block(), caller_fetch[k].name, &fetch_op);
+          v && !fetch_op)
         ctx.add_live_out(mapped(v, "a fetch target's"));
     }
-  for (Value v : options.skip_gc) gc_slot.push_back(ctx.add_live_out(mapped(v, "a skip_gc")));
-  auto drop = [&](auto& self, Operation* op) -> void {
-    for (Value r : op->results())
-      if (auto it = back.find(r.impl()); it != back.end()) {
-        out->values.erase(it->second);
-        back.erase(it);
-      }
-    for (std::uint32_t r = 0; r < op->num_regions(); ++r)
-      for (Block* inner : op->region(r))
-        for (Operation* o : *inner) self(self, o);
-  };
+  for (Value v : caller_options.skip_gc)
+    slots.gc.push_back(ctx.add_live_out(mapped(v, "a skip_gc")));
+  return slots;
+}
+
+void InterpreterCore::Optimized::run_passes(PassManager& pm, PassContext& ctx, OpNumbers& number,
+                                            CallerValues& back) {
   ctx.set_erase_listener([&](Operation* op) {
     number.erase(op);
-    drop(drop, op);
+    forget_values_of(op, back);
   });
-  pm.run(out->program, ctx);
+  pm.run(program, ctx);
   ctx.set_erase_listener(nullptr);
-  for (Operation* op : out->program.block()) {
+  for (Operation* op : program.block()) {
     auto it = number.find(op);
-    out->op_numbers.push_back(it == number.end() ? kNoIndex : it->second);
+    op_numbers.push_back(it == number.end() ? kNoIndex : it->second);
   }
+}
 
-  out->fetch = fetch;
+void InterpreterCore::Optimized::forget_values_of(Operation* op, CallerValues& back) {
+  for (Value r : op->results())
+    if (auto it = back.find(r.impl()); it != back.end()) {
+      values.erase(it->second);
+      back.erase(it);
+    }
+  for (std::uint32_t r = 0; r < op->num_regions(); ++r)
+    for (Block* inner : op->region(r))
+      for (Operation* o : *inner) forget_values_of(o, back);
+}
+
+void InterpreterCore::Optimized::take_live_outs(const PassContext& ctx, const LiveOutSlots& slots,
+                                                const std::vector<FetchTarget>& caller_fetch,
+                                                const ExecutionOptions& caller_options) {
+  fetch = caller_fetch;
   for (std::size_t k = 0; k < fetch.size(); ++k)
-    if (fetch[k].value) out->fetch[k].value = ctx.live_out()[fetch_slot[k]];
-  out->options = options;
-  for (std::size_t k = 0; k < gc_slot.size(); ++k) out->options.skip_gc[k] = ctx.live_out()[gc_slot[k]];
+    if (caller_fetch[k].value) fetch[k].value = ctx.live_out()[slots.fetch[k]];
+  options = caller_options;
+  for (std::size_t k = 0; k < slots.gc.size(); ++k)
+    options.skip_gc[k] = ctx.live_out()[slots.gc[k]];
   // Live-out values a pass replaced: the caller's value now stands for the replacement.
   for (std::size_t k = 0; k < fetch.size(); ++k)
-    if (fetch[k].value) out->values[fetch[k].value.impl()] = out->fetch[k].value;
-  for (std::size_t k = 0; k < gc_slot.size(); ++k)
-    out->values[options.skip_gc[k].impl()] = out->options.skip_gc[k];
-  return out;
+    if (caller_fetch[k].value) values[caller_fetch[k].value.impl()] = fetch[k].value;
+  for (std::size_t k = 0; k < slots.gc.size(); ++k)
+    values[caller_options.skip_gc[k].impl()] = options.skip_gc[k];
 }
 
 void require_place_runs(Place place) {
