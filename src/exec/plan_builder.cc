@@ -104,6 +104,29 @@ PlanInstruction copy_instruction(std::string name, Operation* op, std::uint32_t 
   return in;
 }
 
+// The instruction that runs `kernel` for op #`index` on `lane` at `place`,
+// reading slots `ins` and writing slots `outs`.
+PlanInstruction kernel_instruction(Operation* op, std::uint32_t index, const KernelInfo& kernel,
+                                   Lane lane, Place place, std::vector<std::uint32_t> ins,
+                                   std::vector<std::uint32_t> outs) {
+  PlanInstruction in;
+  in.name = std::string(op->name());
+  in.op_index = index;
+  in.op = op;
+  in.fn = kernel.fn;
+  in.async_fn = kernel.async_fn;
+  in.attrs = kernel.decode_attrs ? kernel.decode_attrs(op) : nullptr;
+  if (op->has_trait<Random>()) in.order |= kOrderRandom;
+  if (op->has_trait<Communication>()) in.order |= kOrderCommunication;
+  if (op->has_trait<SideEffect>()) in.order |= kOrderSideEffect;
+  in.lane = lane;
+  in.place = place;
+  in.calls_blas = runs_gemms(op) && !is_device(place);
+  in.reads = std::move(ins);
+  in.writes = std::move(outs);
+  return in;
+}
+
 }  // namespace
 
 PlanBuilder::PlanBuilder(const Program& program, std::vector<std::string> feed_names,
@@ -457,8 +480,28 @@ void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index) {
   std::vector<std::uint32_t> ins;
   for (std::uint32_t i = 0; i < op->num_operands(); ++i) ins.push_back(operand_slot(op, i, place, lane));
   std::vector<std::uint32_t> outs(op->num_results(), kNoIndex);
-  // In-place outputs whose input lives at another place: the op updates a
-  // copy, written back to the input's variable after it (write_back).
+  const auto write_back = bind_inplace_outputs(op, place, lane, ins, outs);
+  for (std::uint32_t o = 0; o < outs.size(); ++o)
+    if (outs[o] == kNoIndex) {
+      outs[o] = new_slot(SlotKind::Temporary, place, false);
+      plan().slots[outs[o]].type = op->result_type(o);
+    }
+  for (auto [o, i] : op->info().impl()->view_map) plan().slots[outs[o]].alias = plan().slots[ins[i]].alias;
+  // Tensors an array shares its elements' buffers with.
+  if (op->isa<ArrayWriteOp>()) array_elements_.insert(plan().slots[ins[2]].alias);
+  else if (op->isa<ArrayFromTensorOp>()) array_elements_.insert(plan().slots[ins[0]].alias);
+  else if (op->isa<ArrayReadOp>() || op->isa<ArrayReadOrZerosOp>()) array_elements_.insert(outs[0]);
+  add_instruction(kernel_instruction(op, index, *kernel, lane, place, std::move(ins), outs));
+  for (std::uint32_t o = 0; o < op->num_results(); ++o) value_slot_[op->result(o).impl()] = outs[o];
+  for (auto [o, home] : write_back) {
+    add_transfer(outs[o], home, op, lane);
+    value_slot_[op->result(o).impl()] = home;
+  }
+}
+
+std::vector<std::pair<std::uint32_t, std::uint32_t>> PlanBuilder::bind_inplace_outputs(
+    Operation* op, Place place, Lane lane, std::vector<std::uint32_t>& ins,
+    std::vector<std::uint32_t>& outs) {
   std::vector<std::pair<std::uint32_t, std::uint32_t>> write_back;  // (out slot, home slot)
   for (auto [o, i] : inplace_pairs(*op)) {
     std::uint32_t s = ins[i];
@@ -489,37 +532,7 @@ void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index) {
     }
     outs[o] = s;
   }
-  for (std::uint32_t o = 0; o < outs.size(); ++o)
-    if (outs[o] == kNoIndex) {
-      outs[o] = new_slot(SlotKind::Temporary, place, false);
-      plan().slots[outs[o]].type = op->result_type(o);
-    }
-  for (auto [o, i] : op->info().impl()->view_map) plan().slots[outs[o]].alias = plan().slots[ins[i]].alias;
-  // Tensors an array shares its elements' buffers with.
-  if (op->isa<ArrayWriteOp>()) array_elements_.insert(plan().slots[ins[2]].alias);
-  else if (op->isa<ArrayFromTensorOp>()) array_elements_.insert(plan().slots[ins[0]].alias);
-  else if (op->isa<ArrayReadOp>() || op->isa<ArrayReadOrZerosOp>()) array_elements_.insert(outs[0]);
-  PlanInstruction in;
-  in.name = std::string(op->name());
-  in.op_index = index;
-  in.op = op;
-  in.fn = kernel->fn;
-  in.async_fn = kernel->async_fn;
-  in.attrs = kernel->decode_attrs ? kernel->decode_attrs(op) : nullptr;
-  if (op->has_trait<Random>()) in.order |= kOrderRandom;
-  if (op->has_trait<Communication>()) in.order |= kOrderCommunication;
-  if (op->has_trait<SideEffect>()) in.order |= kOrderSideEffect;
-  in.lane = lane;
-  in.place = place;
-  in.calls_blas = runs_gemms(op) && !is_device(place);
-  in.reads = std::move(ins);
-  in.writes = outs;
-  add_instruction(std::move(in));
-  for (std::uint32_t o = 0; o < op->num_results(); ++o) value_slot_[op->result(o).impl()] = outs[o];
-  for (auto [o, home] : write_back) {
-    add_transfer(outs[o], home, op, lane);
-    value_slot_[op->result(o).impl()] = home;
-  }
+  return write_back;
 }
 
 // ---- phase: fetches, after every op ----

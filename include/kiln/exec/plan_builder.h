@@ -74,6 +74,13 @@ class PlanBuilder {
     Place place;  // where it runs: the plan's place, or the CPU in a device program
   };
   KernelChoice choose_kernel(Operation* op, std::uint32_t index);
+  // Gives each in-place output of kernel op `op` its input's slot in `ins`,
+  // or a copy of it (replacing it in `ins`) where the input must not change;
+  // sets them in `outs`. Returns the (output, home slot) pairs whose input
+  // lives at another place: the op updates a copy, written back after it.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> bind_inplace_outputs(
+      Operation* op, Place place, Lane lane, std::vector<std::uint32_t>& ins,
+      std::vector<std::uint32_t>& outs);
 
   // Helpers.
   std::uint32_t new_slot(SlotKind kind, Place place, bool persistent, std::string name = {});
