@@ -12,6 +12,7 @@
 #include "kiln/exec/interpreter_core.h"
 #include "kiln/exec/work_queue.h"
 #include "kiln/ir/program.h"
+#include "kiln/ir/region.h"
 #include "kiln/ir/structural_hash.h"
 #include "kiln/runtime/scope.h"
 #include "kiln/runtime/spin_lock.h"

@@ -6,6 +6,7 @@
 
 #include "kiln/exec/control_flow.h"
 #include "kiln/exec/plan_builder.h"
+#include "kiln/ir/region.h"
 #include "kiln/kernel/blas.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/passes/pass_manager.h"

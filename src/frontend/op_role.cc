@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "kiln/ir/block.h"
+
 namespace kiln {
 
 void set_op_role(Operation* op, OpRole role) {

@@ -9,6 +9,7 @@
 #include "kiln/dialect/io_ops.h"
 #include "kiln/frontend/op_role.h"
 #include "kiln/ir/ir_mapping.h"
+#include "kiln/ir/region.h"
 #include "kiln/passes/op_effects.h"
 #include "kiln/support/error.h"
 

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "kiln/ir/region.h"
 #include "kiln/passes/op_effects.h"
 #include "kiln/passes/pass_manager.h"
 

@@ -7,10 +7,11 @@
 #include <string_view>
 #include <vector>
 
-#include "kiln/ir/block.h"
 #include "kiln/ir/value.h"
 
 namespace kiln {
+
+class Block;  // kiln/ir/block.h
 
 // The values that ops of `blocks` use and that are defined outside all of
 // them, in first-use order (blocks in order, ops in order, operands in

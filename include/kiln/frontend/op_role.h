@@ -10,11 +10,10 @@
 #include <cstdint>
 #include <string_view>
 
-#include "kiln/ir/block.h"
-#include "kiln/ir/builtin_attributes.h"
-#include "kiln/ir/operation.h"
-
 namespace kiln {
+
+class Block;      // kiln/ir/block.h
+class Operation;  // kiln/ir/operation.h
 
 inline constexpr std::string_view kOpRoleAttr = "op_role";
 

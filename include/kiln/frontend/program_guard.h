@@ -12,6 +12,7 @@
 #pragma once
 
 #include "kiln/ir/program.h"
+#include "kiln/ir/value.h"
 
 namespace kiln {
 

@@ -13,6 +13,7 @@
 #include <ostream>
 #include <unordered_map>
 
+#include "kiln/ir/block.h"
 #include "kiln/ir/program.h"
 
 namespace kiln {

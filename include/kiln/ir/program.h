@@ -11,9 +11,11 @@
 #include <string>
 #include <string_view>
 
-#include "kiln/ir/region.h"
+#include "kiln/ir/type.h"
 
 namespace kiln {
+
+class Block;  // kiln/ir/block.h
 
 struct Parameter {
   Type type;

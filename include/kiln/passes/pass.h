@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/ir/block.h"
 #include "kiln/ir/program.h"
 #include "kiln/support/place.h"
 
