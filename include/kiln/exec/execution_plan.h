@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "kiln/exec/execution_options.h"
-#include "kiln/exec/stream_analyzer.h"
+#include "kiln/exec/successor_kind.h"
 #include "kiln/ir/program.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/runtime/tensor.h"
