@@ -9,11 +9,10 @@
 #include <unordered_set>
 
 #include "kiln/dialect/kiln_dialect.h"
-#include "kiln/exec/executor.h"
-#include "kiln/ir/ir_mapping.h"
 #include "kiln/ir/tensor_attribute.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/onnx/import.h"
+#include "kiln/passes/constant_fold.h"
 #include "kiln/passes/fusion.h"
 #include "kiln/support/error.h"
 #include "external_data.h"
@@ -138,43 +137,39 @@ DataType data_type(std::int32_t elem_type, const std::string& what) {
 constexpr std::int64_t kMaxFoldedElements = 1 << 16;
 
 // When every input of `node` is known at import, runs the kiln ops its
-// builder added (after `mark`) on those values in a scratch program and
-// records the node's outputs as known too: Reshape after Shape → Gather →
-// Concat (PyTorch's exported shape arithmetic) then has a constant shape.
-// Small tensors only; a failure only means nothing is folded (running the
-// model reports it).
+// builder added (after `mark`) on those values, op by op, with the fold
+// pass's evaluator (each op's own CPU kernel), and records the node's
+// outputs as known too: Reshape after Shape → Gather → Concat (PyTorch's
+// exported shape arithmetic) then has a constant shape. Small tensors only;
+// an op folding may not run (random, side effects, regions) or that fails
+// leaves its results unknown (running the model reports a failure).
 void fold_constants(Block& block, Operation* mark, const ::onnx::NodeProto& node,
                     const detail::NodeContext& ctx, const std::vector<Value>& results,
                     std::unordered_map<std::string, Tensor>& constants) {
-  bool any = false;
+  std::unordered_map<Value, Tensor> known;
   for (std::size_t i = 0; i < ctx.inputs.size(); ++i) {
     if (!ctx.inputs[i]) continue;
     if (!ctx.constants[i] || ctx.constants[i]->numel() > kMaxFoldedElements) return;
-    any = true;
+    known.emplace(ctx.inputs[i], *ctx.constants[i]);
   }
-  if (!any) return;
-  try {
-    Program scratch;
-    Builder sb(scratch);
-    IrMapping map;
-    for (std::size_t i = 0; i < ctx.inputs.size(); ++i)
-      if (ctx.inputs[i]) map.map(ctx.inputs[i], detail::constant_value(sb, *ctx.constants[i]));
-    for (Operation* op = mark ? mark->next_in_block() : block.front(); op;
-         op = op->next_in_block())
-      sb.insert(op->clone(map));
-    std::vector<FetchTarget> fetch;
-    std::vector<std::string> names;
-    for (int k = 0; k < node.output_size() && k < static_cast<int>(results.size()); ++k) {
-      if (node.output(k).empty() || !results[static_cast<std::size_t>(k)]) continue;
-      fetch.emplace_back(map.lookup_or_self(results[static_cast<std::size_t>(k)]));
-      names.push_back(node.output(k));
+  if (known.empty()) return;
+  for (Operation* op = mark ? mark->next_in_block() : block.front(); op;
+       op = op->next_in_block()) {
+    std::vector<Tensor> operands;
+    for (std::uint32_t i = 0; i < op->num_operands(); ++i) {
+      auto it = known.find(op->operand_source(i));
+      if (it == known.end()) break;
+      operands.push_back(it->second);
     }
-    if (fetch.empty()) return;
-    Executor exe;
-    std::vector<Tensor> got = exe.run(scratch, {}, fetch);
-    for (std::size_t k = 0; k < got.size(); ++k)
-      if (got[k].numel() <= kMaxFoldedElements) constants.emplace(names[k], std::move(got[k]));
-  } catch (const Error&) {
+    if (operands.size() != op->num_operands()) continue;
+    std::vector<Tensor> got = evaluate_on_cpu(op, operands);
+    for (std::size_t r = 0; r < got.size(); ++r)
+      if (got[r].numel() <= kMaxFoldedElements) known.emplace(op->result(r), std::move(got[r]));
+  }
+  for (int k = 0; k < node.output_size() && k < static_cast<int>(results.size()); ++k) {
+    const Value v = results[static_cast<std::size_t>(k)];
+    if (node.output(k).empty() || !v) continue;
+    if (auto it = known.find(v); it != known.end()) constants.emplace(node.output(k), it->second);
   }
 }
 

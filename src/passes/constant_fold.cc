@@ -43,6 +43,17 @@ bool on_cpu(const Operation& op) {
   return p && p.value().is_cpu();
 }
 
+// Whether a result tensor is what `op`'s result type `t` says: its dtype,
+// its rank, and each dim the type knows (a -1 dim matches any size).
+bool matches_type(const Tensor& r, Type t) {
+  if (!r.is_initialized() || r.dtype() != shaped_data_type(t)) return false;
+  const std::vector<std::int64_t> want = shaped_dims(t), got = r.dims().to_vector();
+  if (want.size() != got.size()) return false;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    if (want[i] >= 0 && want[i] != got[i]) return false;
+  return true;
+}
+
 // Runs `op`'s CPU kernel on `inputs`; the result tensors, or empty when
 // there is no synchronous CPU kernel or it fails (the run will report it).
 std::vector<Tensor> evaluate(Operation* op, const std::vector<Tensor>& inputs) {
@@ -69,9 +80,7 @@ std::vector<Tensor> evaluate(Operation* op, const std::vector<Tensor>& inputs) {
   for (std::uint32_t i = 0; i < op->num_results(); ++i) {
     if (!out_vars[i].is<Tensor>()) return {};
     const Tensor& t = out_vars[i].get<Tensor>();
-    if (!t.is_initialized() || t.dtype() != shaped_data_type(op->result_type(i)) ||
-        t.dims().to_vector() != shaped_dims(op->result_type(i)))
-      return {};
+    if (!matches_type(t, op->result_type(i))) return {};
     out.push_back(t);
   }
   return out;
@@ -83,12 +92,18 @@ Tensor tensor_of(TensorAttribute a) {
   return t;
 }
 
-bool foldable(const Operation& op, std::size_t max_bytes, const PassContext& ctx) {
-  if (op.num_operands() == 0 || op.num_results() == 0 || op.num_regions() != 0) return false;
+// An op whose results depend on its operands alone, computed once:
+// no regions, reads its operands only (or views them), and neither random,
+// nor a side effect, communication, an in-place update or a terminator.
+bool pure(const Operation& op) {
+  if (op.num_results() == 0 || op.num_regions() != 0) return false;
   if (!op.has_trait<ReadOnly>() && !op.has_trait<ViewLike>()) return false;
-  if (op.has_trait<Random>() || op.has_trait<SideEffect>() || op.has_trait<Communication>() ||
-      op.has_trait<Inplace>() || op.has_trait<Terminator>())
-    return false;
+  return !(op.has_trait<Random>() || op.has_trait<SideEffect>() || op.has_trait<Communication>() ||
+           op.has_trait<Inplace>() || op.has_trait<Terminator>());
+}
+
+bool foldable(const Operation& op, std::size_t max_bytes, const PassContext& ctx) {
+  if (op.num_operands() == 0 || !pure(op)) return false;
   if (!on_cpu(op) || has_placement(op)) return false;
   for (std::uint32_t i = 0; i < op.num_results(); ++i) {
     const std::int64_t b = static_bytes(op.result_type(i));
@@ -182,6 +197,11 @@ std::optional<double> splat_of(std::string_view bytes) {
 }
 
 }  // namespace
+
+std::vector<Tensor> evaluate_on_cpu(Operation* op, const std::vector<Tensor>& operands) {
+  if (!op || !pure(*op) || operands.size() != op->num_operands()) return {};
+  return evaluate(op, operands);
+}
 
 bool is_constant_value(Value v, const PassContext* ctx) {
   Operation* def = v.defining_op();

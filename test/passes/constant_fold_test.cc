@@ -103,6 +103,28 @@ TEST_CASE("fold leaves random ops, ops over them and ops over feeds alone", "[pa
   CHECK(count_ops(p, "builtin.constant") == 0);
 }
 
+TEST_CASE("evaluate_on_cpu runs a pure op's kernel on given values, unknown dims included, and "
+          "refuses random ops and operand counts that do not fit",
+          "[passes][fold]") {
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", std::vector<std::int64_t>{-1, 2}).result();
+  Operation* add = b.create<AddOp>(x, x).operation();
+  std::vector<Tensor> got =
+      evaluate_on_cpu(add, {Tensor::from_vector<float>({3, 2}, {1, 2, 3, 4, 5, 6}),
+                            Tensor::from_vector<float>({3, 2}, {1, 1, 1, 1, 1, 1})});
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].dims().to_vector() == std::vector<std::int64_t>{3, 2});
+  CHECK(got[0].to_vector<float>() == std::vector<float>{2, 3, 4, 5, 6, 7});
+  // A result the kernel cannot make fit the op's type: f64 operands of an f32 add.
+  CHECK(evaluate_on_cpu(add, {Tensor::from_vector<double>({1, 2}, {1, 2}),
+                              Tensor::from_vector<double>({1, 2}, {1, 2})})
+            .empty());
+  CHECK(evaluate_on_cpu(add, {Tensor::from_vector<float>({1, 2}, {1, 2})}).empty());
+  Operation* noise = b.create<DropoutOp>(x, 0.5).operation();
+  CHECK(evaluate_on_cpu(noise, {Tensor::from_vector<float>({1, 2}, {1, 2})}).empty());
+}
+
 TEST_CASE("fold, cse and fuse leave an op the user put on an execution stream as written",
           "[passes][fold]") {
   Program p;

@@ -27,6 +27,16 @@ struct ConstantFoldOptions {
 
 std::unique_ptr<Pass> create_constant_fold_pass(ConstantFoldOptions options = {});
 
+// Runs `op` once with its synchronous CPU kernel on `operands` (a tensor
+// for each) and returns its results: what the pass computes for an op it
+// folds, for a caller that knows the operands' values itself (the ONNX
+// importer folds exporters' shape arithmetic with it). Empty when `op` is
+// not an op folding may run (regions; neither ReadOnly nor ViewLike;
+// Random, SideEffect, Communication, Inplace, a terminator), has no such
+// kernel, throws kiln::Error, or gives a result whose dtype or rank differs
+// from its result type, or a dim the type knows (a -1 dim matches any).
+std::vector<Tensor> evaluate_on_cpu(Operation* op, const std::vector<Tensor>& operands);
+
 // Whether `v` is a compile-time constant folding can read: a result of
 // builtin.constant holding a tensor, or of kiln.full on the CPU, that no op
 // updates in place.
