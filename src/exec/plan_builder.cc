@@ -502,7 +502,7 @@ void PlanBuilder::add_kernel_op(Operation* op, std::uint32_t index) {
 std::vector<std::pair<std::uint32_t, std::uint32_t>> PlanBuilder::bind_inplace_outputs(
     Operation* op, Place place, Lane lane, std::vector<std::uint32_t>& ins,
     std::vector<std::uint32_t>& outs) {
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> write_back;  // (out slot, home slot)
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> write_back;  // (output index, home slot)
   for (auto [o, i] : inplace_pairs(*op)) {
     std::uint32_t s = ins[i];
     // Only a parameter needs it: a temporary's later readers read the

@@ -1,6 +1,7 @@
 // The arithmetic, comparison, logic and constant helpers of kiln/frontend/math.h.
 #include "kiln/frontend/math.h"
 
+#include <cmath>
 #include <string_view>
 
 #include "kiln/dialect/kiln_dialect.h"
@@ -32,12 +33,17 @@ Value binary(std::string_view fn, Value x, Value y) {
   return main_builder().create<OpT>(x, y).result();
 }
 
-// y as a 0-d constant of x's dtype.
+// y as a 0-d constant of x's dtype; kiln::Error naming `fn` when x is an
+// integer tensor and y no whole number (kiln does not promote dtypes).
 template <typename OpT>
 Value with_scalar(std::string_view fn, Value x, double y) {
   checked(fn, "x", x);
+  const DataType dt = shaped_data_type(x.type());
+  if (is_integer(dt) && y != std::trunc(y))
+    throw_error(ErrorKind::InvalidArgument, fn, ": ", y, " is not a whole number, and x is ",
+                to_string(dt), " (cast x to a floating dtype first)");
   Builder b = main_builder();
-  Value c = b.create<FullOp>(std::vector<std::int64_t>{}, y, shaped_data_type(x.type())).result();
+  Value c = b.create<FullOp>(std::vector<std::int64_t>{}, y, dt).result();
   return b.create<OpT>(x, c).result();
 }
 

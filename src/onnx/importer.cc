@@ -140,9 +140,10 @@ constexpr std::int64_t kMaxFoldedElements = 1 << 16;
 // builder added (after `mark`) on those values, op by op, with the fold
 // pass's evaluator (each op's own CPU kernel), and records the node's
 // outputs as known too: Reshape after Shape → Gather → Concat (PyTorch's
-// exported shape arithmetic) then has a constant shape. Small tensors only;
-// an op folding may not run (random, side effects, regions) or that fails
-// leaves its results unknown (running the model reports a failure).
+// exported shape arithmetic) then has a constant shape. Small inputs and
+// outputs only; an op folding may not run (random, side effects, control
+// flow) or that fails leaves its results unknown (running the model reports
+// a failure).
 void fold_constants(Block& block, Operation* mark, const ::onnx::NodeProto& node,
                     const detail::NodeContext& ctx, const std::vector<Value>& results,
                     std::unordered_map<std::string, Tensor>& constants) {
@@ -163,13 +164,13 @@ void fold_constants(Block& block, Operation* mark, const ::onnx::NodeProto& node
     }
     if (operands.size() != op->num_operands()) continue;
     std::vector<Tensor> got = evaluate_on_cpu(op, operands);
-    for (std::size_t r = 0; r < got.size(); ++r)
-      if (got[r].numel() <= kMaxFoldedElements) known.emplace(op->result(r), std::move(got[r]));
+    for (std::size_t r = 0; r < got.size(); ++r) known.emplace(op->result(r), std::move(got[r]));
   }
   for (int k = 0; k < node.output_size() && k < static_cast<int>(results.size()); ++k) {
     const Value v = results[static_cast<std::size_t>(k)];
     if (node.output(k).empty() || !v) continue;
-    if (auto it = known.find(v); it != known.end()) constants.emplace(node.output(k), it->second);
+    if (auto it = known.find(v); it != known.end() && it->second.numel() <= kMaxFoldedElements)
+      constants.emplace(node.output(k), it->second);
   }
 }
 

@@ -95,6 +95,8 @@ TEST_CASE("arithmetic helpers reject bad operands with errors naming the helper"
   KILN_CHECK_ERROR(subtract(f, i), InvalidArgument, {"kiln.sub"});
   KILN_CHECK_ERROR(matmul(f, data("g", {3})), InvalidArgument, {"kiln.matmul"});
   KILN_CHECK_ERROR(matmul(Value(), f), InvalidArgument, {"matmul", "x", "null"});
+  KILN_CHECK_ERROR(multiply(i, 2.5), InvalidArgument, {"multiply", "2.5", "whole number", "i64"});
+  CHECK_NOTHROW(multiply(f, 2.5));
   Program other;
   Value foreign;
   {

@@ -116,7 +116,11 @@ TEST_CASE("evaluate_on_cpu runs a pure op's kernel on given values, unknown dims
   REQUIRE(got.size() == 1);
   CHECK(got[0].dims().to_vector() == std::vector<std::int64_t>{3, 2});
   CHECK(got[0].to_vector<float>() == std::vector<float>{2, 3, 4, 5, 6, 7});
-  // A result the kernel cannot make fit the op's type: f64 operands of an f32 add.
+  // A result whose known dim differs from the op's type ([-1, 2]).
+  CHECK(evaluate_on_cpu(add, {Tensor::from_vector<float>({1, 3}, {1, 2, 3}),
+                              Tensor::from_vector<float>({1, 3}, {1, 2, 3})})
+            .empty());
+  // Operands the kernel refuses (f64 into an f32 add): no results, no error.
   CHECK(evaluate_on_cpu(add, {Tensor::from_vector<double>({1, 2}, {1, 2}),
                               Tensor::from_vector<double>({1, 2}, {1, 2})})
             .empty());

@@ -76,8 +76,9 @@ class PlanBuilder {
   KernelChoice choose_kernel(Operation* op, std::uint32_t index);
   // Gives each in-place output of kernel op `op` its input's slot in `ins`,
   // or a copy of it (replacing it in `ins`) where the input must not change;
-  // sets them in `outs`. Returns the (output, home slot) pairs whose input
-  // lives at another place: the op updates a copy, written back after it.
+  // sets them in `outs`. Returns the (output index, home slot) pairs of the
+  // outputs that update a copy of a parameter (one staged into another slot,
+  // e.g. at another place): written back to the parameter after the op.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> bind_inplace_outputs(
       Operation* op, Place place, Lane lane, std::vector<std::uint32_t>& ins,
       std::vector<std::uint32_t>& outs);

@@ -1,10 +1,12 @@
 // Arithmetic, comparisons, logic and constants (Paddle's paddle.add …
 // paddle.matmul, paddle.equal … paddle.logical_not, paddle.full /
-// fill_constant and paddle.increment). Each builds one op at the current block (main_builder():
-// the block being filled — a control-flow region while its function runs)
-// and returns its result. Operands broadcast numpy-style and must share a
-// dtype; a number in place of an operand becomes a 0-d constant of the other
-// operand's dtype. Comparisons and logic give bool tensors (no gradient).
+// fill_constant and paddle.increment). Each builds its op at the current
+// block (main_builder(): the block being filled — a control-flow region
+// while its function runs) and returns its result. Operands broadcast
+// numpy-style and must share a dtype; a number in place of an operand
+// becomes a 0-d kiln.full of the other operand's dtype (a whole number when
+// that dtype is an integer one: kiln::Error otherwise, since kiln does not
+// promote dtypes). Comparisons and logic give bool tensors (no gradient).
 #pragma once
 
 #include <cstdint>
