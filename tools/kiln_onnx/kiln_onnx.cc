@@ -244,8 +244,10 @@ std::size_t lower_precision(Program& main, const std::string& precision) {
   if (precision == "f32") return 0;
   if (precision != "bf16")
     throw_error(ErrorKind::InvalidArgument, "--precision '", precision, "' is not f32 or bf16");
-  const amp::RewriteResult r = amp::rewrite(
-      main.block(), {.dtype = DataType::BFloat16, .allow = {"kiln.conv2d", "kiln.fused_conv2d", "kiln.matmul"}});
+  amp::Options o;
+  o.dtype = DataType::BFloat16;
+  o.allow = {"kiln.conv2d", "kiln.fused_conv2d", "kiln.matmul"};
+  const amp::RewriteResult r = amp::rewrite(main.block(), o);
   return r.lowered_ops;
 }
 
