@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "kiln/ir/block.h"
 #include "kiln/ir/program.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/support/error.h"
