@@ -470,21 +470,80 @@ KILN_SIMD_INLINE void fold_nhwc_pixel(const T* __restrict xs, T* __restrict best
   }
 }
 
+// One 2x2 window's gradient: gr at its first maximum (row-major, NaN wins:
+// pool_argmax's rule), 0 at its other three places. The window is a b / c
+// e; its gradient goes to ga gb / gc ge. 0 / 1 flags as T and one-level
+// selects only: GCC 12 if-converts those (not bool & / | or nested ?:),
+// so the loops calling it vectorize.
+template <typename T>
+KILN_SIMD_INLINE void window_2x2_grad(T a, T b, T c, T e, T gr, T& ga, T& gb, T& gc, T& ge) {
+  const T fb = replaces_max(a, b);
+  const T mab = fb != T(0) ? b : a;
+  const T fc = replaces_max(mab, c);
+  const T mabc = fc != T(0) ? c : mab;
+  const T fe = replaces_max(mabc, e);
+  const T kc = fc * (T(1) - fe), kb = fb * (T(1) - fc) * (T(1) - fe);
+  const T ka = (T(1) - fb) * (T(1) - fc) * (T(1) - fe);
+  ge = fe != T(0) ? gr : T(0);
+  gc = kc != T(0) ? gr : T(0);
+  gb = kb != T(0) ? gr : T(0);
+  ga = ka != T(0) ? gr : T(0);
+}
+
+#ifdef KILN_HAS_SIMD_CLONES
+// replaces_max over 16 lanes: q replaces m where !(q <= m) and m is not NaN.
+KILN_TARGET_AVX512 inline __mmask16 replaces_max16(__m512 m, __m512 q) {
+  return _mm512_cmp_ps_mask(q, m, _CMP_NLE_UQ) & _mm512_cmp_ps_mask(m, m, _CMP_ORD_Q);
+}
+
+// An f32 2x2 stride-2 NHWC pool's image of window_2x2_grad, 16 channels a
+// vector and the last one masked: a few channels (LeNet's 6) run as one
+// vector, where the compiler's loop would run them one at a time with its
+// selects compiled to branches (0.9 ms for LeNet's 64x28x28x6 on ReLU
+// outputs, whose ties the branches mispredict; 0.2 so).
+KILN_TARGET_AVX512 void windows_2x2_avx512(const float* x, const float* d, float* dx, const Pool2dGeometry& g) {
+  const std::int64_t row = g.w * g.c, c = g.c;
+  for (std::int64_t oh = 0; oh < g.ho; ++oh)
+    for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+      const std::int64_t at = 2 * oh * row + 2 * ow * c;
+      const float* gr = d + (oh * g.wo + ow) * c;
+      for (std::int64_t k = 0; k < c; k += 16) {
+        const __mmask16 lanes = c - k >= 16 ? avx512::kAll : avx512::tail_lanes(c - k);
+        const std::int64_t p[4] = {at + k, at + c + k, at + row + k, at + row + c + k};  // a b / e f
+        const __m512 a = _mm512_maskz_loadu_ps(lanes, x + p[0]), b = _mm512_maskz_loadu_ps(lanes, x + p[1]);
+        const __m512 e = _mm512_maskz_loadu_ps(lanes, x + p[2]), f = _mm512_maskz_loadu_ps(lanes, x + p[3]);
+        const __mmask16 fb = replaces_max16(a, b);
+        const __m512 mab = _mm512_mask_blend_ps(fb, a, b);
+        const __mmask16 fe = replaces_max16(mab, e);
+        const __mmask16 ff = replaces_max16(_mm512_mask_blend_ps(fe, mab, e), f);
+        const __mmask16 won[4] = {__mmask16(~(fb | fe | ff)), __mmask16(fb & ~fe & ~ff), __mmask16(fe & ~ff), ff};
+        const __m512 grad = _mm512_maskz_loadu_ps(lanes, gr + k);
+        for (int i = 0; i < 4; ++i) _mm512_mask_storeu_ps(dx + p[i], lanes, _mm512_maskz_mov_ps(won[i], grad));
+      }
+    }
+}
+#endif
+
 // Images [n0, n1) of an NHWC max-pool gradient: per output pixel, each
 // channel's first maximum in its window (row-major, NaN wins: pool_argmax's,
 // starting from the window's first element), then dout added there in (oh,
 // ow) order, the NCHW kernel's sums; a 2x2 stride-2 pool (windows apart)
-// stores it, as the NCHW kernel's own loop does. Writes all of dx's images.
+// by window_2x2_grad, as the NCHW kernel's own loop. Writes all of dx's
+// images.
 template <typename T>
 struct MaxPoolGradNhwcImages {
   KILN_SIMD_INLINE static void run(const T* px, const T* pd, T* pdx, const Pool2dGeometry* pg, T* best,
                                    std::int64_t* at, std::int64_t n0, std::int64_t n1) {
     const Pool2dGeometry& g = *pg;
-    const bool store = is_2x2(g);
     for (std::int64_t n = n0; n < n1; ++n) {
       const T* x = px + n * g.h * g.w * g.c;
       T* dx = pdx + n * g.h * g.w * g.c;
-      std::fill(dx, dx + g.h * g.w * g.c, T(0));
+      if (!is_2x2(g) || 2 * g.ho != g.h || 2 * g.wo != g.w)  // else the windows cover dx
+        std::fill(dx, dx + g.h * g.w * g.c, T(0));
+      if (is_2x2(g)) {
+        windows_2x2(x, pd + n * g.ho * g.wo * g.c, dx, g);
+        continue;
+      }
       for (std::int64_t oh = 0; oh < g.ho; ++oh)
         for (std::int64_t ow = 0; ow < g.wo; ++ow) {
           const PoolWindow r = pool_window(g, oh, ow);
@@ -495,12 +554,34 @@ struct MaxPoolGradNhwcImages {
             for (std::int64_t iw = r.ws; iw < r.we; ++iw)
               fold_nhwc_pixel(x + (ih * g.w + iw) * g.c, best, at, ih * g.w + iw, g.c);
           const T* d = pd + ((n * g.ho + oh) * g.wo + ow) * g.c;
-          if (store)
-            for (std::int64_t k = 0; k < g.c; ++k) dx[at[k] * g.c + k] = d[k];
-          else
-            for (std::int64_t k = 0; k < g.c; ++k) dx[at[k] * g.c + k] += d[k];
+          for (std::int64_t k = 0; k < g.c; ++k) dx[at[k] * g.c + k] += d[k];
         }
     }
+  }
+
+  // A 2x2 stride-2 pool's image (windows apart, LeNet's): each output
+  // pixel's windows across its channels.
+  KILN_SIMD_INLINE static void windows_2x2(const T* x, const T* d, T* dx, const Pool2dGeometry& g) {
+#ifdef KILN_HAS_SIMD_CLONES
+    if constexpr (std::is_same_v<T, float>)
+      if (cpu_simd_level() == SimdLevel::Avx512) return windows_2x2_avx512(x, d, dx, g);
+#endif
+    const std::int64_t row = g.w * g.c, c = g.c;
+    for (std::int64_t oh = 0; oh < g.ho; ++oh)
+      for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+        const std::int64_t at = 2 * oh * row + 2 * ow * c;
+        pixel_windows_2x2(x + at, x + at + c, x + at + row, x + at + row + c, d + (oh * g.wo + ow) * c, dx + at,
+                          dx + at + c, dx + at + row, dx + at + row + c, c);
+      }
+  }
+
+  // window_2x2_grad for c channels: the windows' places a b / e f, their
+  // gradients' ga gb / ge gf.
+  KILN_SIMD_INLINE static void pixel_windows_2x2(const T* __restrict a, const T* __restrict b,
+                                                 const T* __restrict e, const T* __restrict f,
+                                                 const T* __restrict gr, T* __restrict ga, T* __restrict gb,
+                                                 T* __restrict ge, T* __restrict gf, std::int64_t c) {
+    for (std::int64_t k = 0; k < c; ++k) window_2x2_grad(a[k], b[k], e[k], f[k], gr[k], ga[k], gb[k], ge[k], gf[k]);
   }
 };
 
@@ -555,23 +636,9 @@ struct MaxPoolGradK {
           T* __restrict d0 = pdx + at;
           T* __restrict d1 = d0 + g.w;
           const T* __restrict d = pd + (pl * g.ho + oh) * g.wo;
-          for (std::int64_t ow = 0; ow < g.wo; ++ow) {
-            // 0 / 1 flags as T and one-level selects only: GCC 12 if-converts
-            // those (not bool & / | or nested ?:), so the loop vectorizes.
-            const T a = x0[2 * ow], b = x0[2 * ow + 1], c = x1[2 * ow], e = x1[2 * ow + 1];
-            const T fb = replaces_max(a, b);
-            const T mab = fb != T(0) ? b : a;
-            const T fc = replaces_max(mab, c);
-            const T mabc = fc != T(0) ? c : mab;
-            const T fe = replaces_max(mabc, e);
-            const T kc = fc * (T(1) - fe), kb = fb * (T(1) - fc) * (T(1) - fe);
-            const T ka = (T(1) - fb) * (T(1) - fc) * (T(1) - fe);
-            const T gr = d[ow];
-            d1[2 * ow + 1] = fe != T(0) ? gr : T(0);
-            d1[2 * ow] = kc != T(0) ? gr : T(0);
-            d0[2 * ow + 1] = kb != T(0) ? gr : T(0);
-            d0[2 * ow] = ka != T(0) ? gr : T(0);
-          }
+          for (std::int64_t ow = 0; ow < g.wo; ++ow)
+            window_2x2_grad(x0[2 * ow], x0[2 * ow + 1], x1[2 * ow], x1[2 * ow + 1], d[ow], d0[2 * ow], d0[2 * ow + 1],
+                            d1[2 * ow], d1[2 * ow + 1]);
         }
       return;
     }
