@@ -1,5 +1,8 @@
-// CUDA kernels of kiln.conv2d and its gradient through cuDNN (NCHW, f32 /
-// f64, full precision: CUDNN_FMA_MATH, no TF32, as cuBLAS here). The CPU's
+// CUDA kernels of kiln.conv2d and its gradient through cuDNN (NCHW). f32 and
+// f64 at full precision (CUDNN_FMA_MATH, no TF32, as cuBLAS here); bf16 and
+// f16 on tensor cores (CUDNN_TENSOR_OP_MATH), their sums in f32 and each
+// result rounded once, as the CPU's bf16 convolutions (the weight gradient
+// too: cuDNN accumulates it in f32 before it writes dw). The CPU's
 // geometry and checks (conv_ops.h); cuDNN's heuristics pick the algorithm
 // per shape (cached per thread) and its workspace comes from the stream's
 // cache. cuDNN pads symmetrically: a conv with other paddings runs on a
@@ -57,11 +60,61 @@ int to_int(const KernelContext& ctx, std::int64_t v) {
   return static_cast<int>(v);
 }
 
+// What a kiln dtype is to cuDNN: its element, cuDNN's name for it, the
+// type its sums run in, the math that runs them, and the type of the alpha
+// and beta scalars (the compute type's).
+template <DataType D>
+struct CudnnType;
+template <>
+struct CudnnType<DataType::Float32> {
+  using T = float;
+  using Scale = float;
+  static constexpr cudnnDataType_t data = CUDNN_DATA_FLOAT, compute = CUDNN_DATA_FLOAT;
+  static constexpr cudnnMathType_t math = CUDNN_FMA_MATH;
+};
+template <>
+struct CudnnType<DataType::Float64> {
+  using T = double;
+  using Scale = double;
+  static constexpr cudnnDataType_t data = CUDNN_DATA_DOUBLE, compute = CUDNN_DATA_DOUBLE;
+  static constexpr cudnnMathType_t math = CUDNN_FMA_MATH;
+};
+template <>
+struct CudnnType<DataType::BFloat16> {
+  using T = std::uint16_t;
+  using Scale = float;
+  static constexpr cudnnDataType_t data = CUDNN_DATA_BFLOAT16, compute = CUDNN_DATA_FLOAT;
+  static constexpr cudnnMathType_t math = CUDNN_TENSOR_OP_MATH;
+};
+template <>
+struct CudnnType<DataType::Float16> {
+  using T = std::uint16_t;
+  using Scale = float;
+  static constexpr cudnnDataType_t data = CUDNN_DATA_HALF, compute = CUDNN_DATA_FLOAT;
+  static constexpr cudnnMathType_t math = CUDNN_TENSOR_OP_MATH;
+};
+
+// Input i, of dtype D; kiln::Error naming the op otherwise.
+template <DataType D>
+const Tensor& dtype_input(const KernelContext& ctx, std::uint32_t i) {
+  const Tensor& t = ctx.input(i);
+  if (t.dtype() != D) throw_input_dtype(ctx, i, D);
+  return t;
+}
+
+// A tensor's elements as T (for bf16 and f16, their bits), its dtype
+// checked by the caller.
 template <typename T>
-constexpr cudnnDataType_t cudnn_type = sizeof(T) == 4 ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
+const T* elements(const Tensor& t) {
+  return static_cast<const T*>(t.raw_data());
+}
+template <typename T>
+T* elements(Tensor& t) {
+  return static_cast<T*>(t.raw_data());
+}
 
 // The descriptors of one conv2d (x possibly the zero-padded copy): RAII.
-template <typename T>
+template <DataType D>
 struct ConvDescriptors {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
@@ -73,7 +126,7 @@ struct ConvDescriptors {
     check_cudnn(ctx, cudnnCreateTensorDescriptor(&y), "descriptor creation");
     check_cudnn(ctx, cudnnCreateFilterDescriptor(&w), "descriptor creation");
     check_cudnn(ctx, cudnnCreateConvolutionDescriptor(&conv), "descriptor creation");
-    const cudnnDataType_t dt = cudnn_type<T>;
+    const cudnnDataType_t dt = CudnnType<D>::data;
     check_cudnn(ctx,
                 cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, to_int(ctx, g.n),
                                            to_int(ctx, g.c), to_int(ctx, xh), to_int(ctx, xw)),
@@ -90,10 +143,10 @@ struct ConvDescriptors {
     check_cudnn(ctx,
                 cudnnSetConvolution2dDescriptor(conv, ph, pw, to_int(ctx, g.sh), to_int(ctx, g.sw),
                                                 to_int(ctx, g.dh), to_int(ctx, g.dw),
-                                                CUDNN_CROSS_CORRELATION, dt),
+                                                CUDNN_CROSS_CORRELATION, CudnnType<D>::compute),
                 "describing the convolution");
     check_cudnn(ctx, cudnnSetConvolutionGroupCount(conv, to_int(ctx, g.groups)), "setting groups");
-    check_cudnn(ctx, cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH), "setting the math type");
+    check_cudnn(ctx, cudnnSetConvolutionMathType(conv, CudnnType<D>::math), "setting the math type");
   }
   ~ConvDescriptors() {
     cudnnDestroyConvolutionDescriptor(conv);
@@ -110,9 +163,9 @@ struct ConvDescriptors {
 using ConvKey = std::tuple<int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                            std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                            std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
-ConvKey conv_key(int pass, int dtype_size, const Conv2dGeometry& g, std::int64_t xh,
+ConvKey conv_key(int pass, DataType dtype, const Conv2dGeometry& g, std::int64_t xh,
                  std::int64_t xw) {
-  return {pass, dtype_size, g.n, g.c, xh, xw, g.o, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.groups,
+  return {pass, static_cast<int>(dtype), g.n, g.c, xh, xw, g.o, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.groups,
           g.ho, g.wo};
 }
 
@@ -157,25 +210,26 @@ void copy_planes(const void* from, void* to, int width, std::int64_t planes, std
 template <typename T>
 ConvInput<T> conv_input(const KernelContext& ctx, const Tensor& x, const Conv2dGeometry& g) {
   if (symmetric(g))
-    return {x.data<T>(), g.h, g.w, to_int(ctx, g.pt), to_int(ctx, g.pl), {}};
+    return {elements<T>(x), g.h, g.w, to_int(ctx, g.pt), to_int(ctx, g.pl), {}};
   const std::int64_t hp = g.h + g.pt + g.pb, wp = g.w + g.pl + g.pr;
   const std::int64_t count = g.n * g.c * hp * wp;
   BufferRef buf = scratch_buffer(ctx, sizeof(T) * count);
   T* p = static_cast<T*>(buf->data());
   const cudaStream_t s = stream_of(ctx);
   if (count) launch_fill(p, count, sizeof(T), 0, s);
-  copy_planes(x.data<T>(), p + g.pt * wp + g.pl, sizeof(T), g.n * g.c, g.h, g.w, g.h, g.w, hp, wp,
+  copy_planes(elements<T>(x), p + g.pt * wp + g.pl, sizeof(T), g.n * g.c, g.h, g.w, g.h, g.w, hp, wp,
               s);
   check_launch(ctx);
   return {p, hp, wp, 0, 0, std::move(buf)};
 }
 
-template <typename T>
+template <DataType D>
 struct Conv2dK {
+  using T = typename CudnnType<D>::T;
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<Conv2dOp>();
     data_format::require_nchw_kernel(ctx.op()->name(), a.data_format, "CUDA");
-    const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1);
+    const Tensor x = dtype_input<D>(ctx, 0), w = dtype_input<D>(ctx, 1);
     const Conv2dGeometry g = conv::geometry(ctx.op()->name(), x.dims(), w.dims(), a.strides,
                                             a.paddings, a.dilations, a.groups);
     Tensor& out = ctx.alloc_output(0, Dims{g.n, g.o, g.ho, g.wo}, x.dtype());
@@ -185,32 +239,32 @@ struct Conv2dK {
       return;
     }
     const ConvInput<T> in = conv_input<T>(ctx, x, g);
-    ConvDescriptors<T> d(ctx, g, in.h, in.w, in.ph, in.pw);
+    ConvDescriptors<D> d(ctx, g, in.h, in.w, in.ph, in.pw);
     cudnnHandle_t h = cudnn_of(ctx);
     const auto algo = pick<cudnnConvolutionFwdAlgoPerf_t>(
-        ctx, conv_key(0, sizeof(T), g, in.h, in.w), [&](auto* perf, int n, int* count) {
+        ctx, conv_key(0, D, g, in.h, in.w), [&](auto* perf, int n, int* count) {
           return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, count, perf);
         });
     std::size_t bytes = 0;
     check_cudnn(ctx, cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, algo, &bytes),
                 "workspace query");
     BufferRef ws = bytes ? scratch_buffer(ctx, bytes) : BufferRef{};
-    const T one = 1, zero = 0;
+    const typename CudnnType<D>::Scale one = 1, zero = 0;
     check_cudnn(ctx,
-                cudnnConvolutionForward(h, &one, d.x, in.data, d.w, w.data<T>(), d.conv, algo,
+                cudnnConvolutionForward(h, &one, d.x, in.data, d.w, elements<T>(w), d.conv, algo,
                                         ws ? ws->data() : nullptr, bytes, &zero, d.y,
-                                        out.data<T>()),
+                                        elements<T>(out)),
                 "convolution");
   }
 };
 
-template <typename T>
+template <DataType D>
 struct Conv2dGradK {
+  using T = typename CudnnType<D>::T;
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<GradOf<Conv2dOp>>();
     data_format::require_nchw_kernel(ctx.op()->name(), a.data_format, "CUDA");
-    const Tensor x = typed_input<T>(ctx, 0), w = typed_input<T>(ctx, 1),
-                 dout = typed_input<T>(ctx, 2);
+    const Tensor x = dtype_input<D>(ctx, 0), w = dtype_input<D>(ctx, 1), dout = dtype_input<D>(ctx, 2);
     const Conv2dGeometry g = conv::geometry(ctx.op()->name(), x.dims(), w.dims(), a.strides,
                                             a.paddings, a.dilations, a.groups);
     conv::check_dout(ctx.op()->name(), dout.dims(), Dims{g.n, g.o, g.ho, g.wo});
@@ -225,15 +279,15 @@ struct Conv2dGradK {
       return;
     }
     const ConvInput<T> in = want_dw || !symmetric(g) ? conv_input<T>(ctx, x, g)
-                                                     : ConvInput<T>{x.data<T>(), g.h, g.w,
+                                                     : ConvInput<T>{elements<T>(x), g.h, g.w,
                                                                     to_int(ctx, g.pt),
                                                                     to_int(ctx, g.pl), {}};
-    ConvDescriptors<T> d(ctx, g, in.h, in.w, in.ph, in.pw);
+    ConvDescriptors<D> d(ctx, g, in.h, in.w, in.ph, in.pw);
     cudnnHandle_t h = cudnn_of(ctx);
-    const T one = 1, zero = 0;
+    const typename CudnnType<D>::Scale one = 1, zero = 0;
     if (dw) {
       const auto algo = pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
-          ctx, conv_key(1, sizeof(T), g, in.h, in.w), [&](auto* perf, int n, int* count) {
+          ctx, conv_key(1, D, g, in.h, in.w), [&](auto* perf, int n, int* count) {
             return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, count,
                                                                  perf);
           });
@@ -244,14 +298,14 @@ struct Conv2dGradK {
                   "workspace query");
       BufferRef ws = bytes ? scratch_buffer(ctx, bytes) : BufferRef{};
       check_cudnn(ctx,
-                  cudnnConvolutionBackwardFilter(h, &one, d.x, in.data, d.y, dout.data<T>(), d.conv,
+                  cudnnConvolutionBackwardFilter(h, &one, d.x, in.data, d.y, elements<T>(dout), d.conv,
                                                  algo, ws ? ws->data() : nullptr, bytes, &zero, d.w,
-                                                 dw->data<T>()),
+                                                 elements<T>(*dw)),
                   "filter gradient");
     }
     if (dx) {
       const auto algo = pick<cudnnConvolutionBwdDataAlgoPerf_t>(
-          ctx, conv_key(2, sizeof(T), g, in.h, in.w), [&](auto* perf, int n, int* count) {
+          ctx, conv_key(2, D, g, in.h, in.w), [&](auto* perf, int n, int* count) {
             return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, count,
                                                                perf);
           });
@@ -264,14 +318,14 @@ struct Conv2dGradK {
       // dx of the padded copy when cuDNN sees one, then its interior.
       BufferRef padded_dx =
           symmetric(g) ? BufferRef{} : scratch_buffer(ctx, sizeof(T) * g.n * g.c * in.h * in.w);
-      T* target = padded_dx ? static_cast<T*>(padded_dx->data()) : dx->data<T>();
+      T* target = padded_dx ? static_cast<T*>(padded_dx->data()) : elements<T>(*dx);
       check_cudnn(ctx,
-                  cudnnConvolutionBackwardData(h, &one, d.w, w.data<T>(), d.y, dout.data<T>(),
+                  cudnnConvolutionBackwardData(h, &one, d.w, elements<T>(w), d.y, elements<T>(dout),
                                                d.conv, algo, ws ? ws->data() : nullptr, bytes,
                                                &zero, d.x, target),
                   "input gradient");
       if (padded_dx) {
-        copy_planes(target + g.pt * in.w + g.pl, dx->data<T>(), sizeof(T), g.n * g.c, g.h, g.w,
+        copy_planes(target + g.pt * in.w + g.pl, elements<T>(*dx), sizeof(T), g.n * g.c, g.h, g.w,
                     in.h, in.w, g.h, g.w, s);
         check_launch(ctx);
       }
@@ -281,7 +335,13 @@ struct Conv2dGradK {
 
 }  // namespace
 
-KILN_REGISTER_KERNELS(Conv2dOp, Cuda, Conv2dK, float, double);
-KILN_REGISTER_KERNELS(GradOf<Conv2dOp>, Cuda, Conv2dGradK, float, double);
+KILN_REGISTER_KERNEL(Conv2dOp, Cuda, Float32, Conv2dK<DataType::Float32>::run);
+KILN_REGISTER_KERNEL(Conv2dOp, Cuda, Float64, Conv2dK<DataType::Float64>::run);
+KILN_REGISTER_KERNEL(Conv2dOp, Cuda, BFloat16, Conv2dK<DataType::BFloat16>::run);
+KILN_REGISTER_KERNEL(Conv2dOp, Cuda, Float16, Conv2dK<DataType::Float16>::run);
+KILN_REGISTER_KERNEL(GradOf<Conv2dOp>, Cuda, Float32, Conv2dGradK<DataType::Float32>::run);
+KILN_REGISTER_KERNEL(GradOf<Conv2dOp>, Cuda, Float64, Conv2dGradK<DataType::Float64>::run);
+KILN_REGISTER_KERNEL(GradOf<Conv2dOp>, Cuda, BFloat16, Conv2dGradK<DataType::BFloat16>::run);
+KILN_REGISTER_KERNEL(GradOf<Conv2dOp>, Cuda, Float16, Conv2dGradK<DataType::Float16>::run);
 
 }  // namespace kiln::cuda

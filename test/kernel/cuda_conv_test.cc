@@ -3,11 +3,17 @@
 // strides, symmetric and asymmetric paddings, dilations, groups, ceil_mode,
 // exclusive and inclusive averages. Convolutions to 1e-5 in f32 and 1e-12 in
 // f64 (cuDNN sums in other orders than the CPU's GEMMs); pools exactly (the
-// same windows, the same order of additions).
+// same windows, the same order of additions). bf16 and f16 convolutions (on
+// tensor cores, summed in f32) against the CPU's f32 convolution of the
+// same values, rounded once: within two units of the 16-bit type (2^-7
+// relative for bf16, 2^-9 for f16; either side may round to a neighbour)
+// plus 1e-3 absolute for sums that cancel.
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "kernel/cuda_test_util.h"
+#include "kernel/half_test_util.h"
 #include "kiln/dialect/conv_ops.h"
 #include "kiln/dialect/pool_ops.h"
 
@@ -70,6 +76,62 @@ TEST_CASE("CUDA conv2d and its gradient (cuDNN) match the CPU's", "[cuda][kernel
   KILN_CHECK_ERROR(run_cuda_op<Conv2dOp>({filled<float>({1, 3, 8, 8}), filled<float>({4, 2, 3, 3})},
                                          V{1, 1}, V{0, 0}, V{1, 1}, std::int64_t{1}),
                    InvalidArgument, {"kiln.conv2d"});
+}
+
+namespace {
+
+// t's values (bf16 or f16) as an f32 tensor: exact.
+Tensor widened_copy(const Tensor& t) {
+  std::vector<float> v;
+  const auto* p = static_cast<const std::uint16_t*>(t.raw_data());
+  for (std::int64_t i = 0; i < t.numel(); ++i) v.push_back(kiln_test::from_half(p[i], t.dtype()));
+  return Tensor::from_vector<float>(t.dims(), v);
+}
+
+// got (16-bit) against want (f32) rounded once, as the file header says.
+void check_rounded_once(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.dims() == want.dims());
+  const double unit = got.dtype() == DataType::BFloat16 ? 0x1p-7 : 0x1p-9;
+  const std::vector<float> w = want.to_vector<float>();
+  const std::vector<float> g = widened_copy(got).to_vector<float>();
+  std::int64_t bad = 0, first = -1;
+  for (std::size_t i = 0; i < w.size(); ++i)
+    if (!(std::abs(g[i] - w[i]) <= unit * std::abs(w[i]) + 1e-3) && bad++ == 0) first = std::int64_t(i);
+  INFO(bad << " of " << w.size() << " elements apart, the first at " << first);
+  CHECK(bad == 0);
+}
+
+void compare_half_conv(const ConvCase& c, DataType dt) {
+  INFO("x [" << c.x.to_string() << "] w [" << c.w.to_string() << "] groups " << c.groups << " "
+             << to_string(dt));
+  const Tensor x = kiln_test::random_half(c.x, dt, 1), w = kiln_test::random_half(c.w, dt, 2);
+  const Tensor want = run_op<Conv2dOp>({widened_copy(x), widened_copy(w)}, c.strides, c.paddings, c.dilations, c.groups).out();
+  const Tensor got = run_cuda_op<Conv2dOp>({x, w}, c.strides, c.paddings, c.dilations, c.groups).out();
+  CHECK(got.dtype() == dt);
+  check_rounded_once(got, want);
+  const Tensor dout = kiln_test::random_half(want.dims(), dt, 3);
+  auto gcpu = run_op<GradOf<Conv2dOp>>({widened_copy(x), widened_copy(w), widened_copy(dout)}, c.strides, c.paddings,
+                                       c.dilations, c.groups);
+  auto gdev = run_cuda_op<GradOf<Conv2dOp>>({x, w, dout}, c.strides, c.paddings, c.dilations, c.groups);
+  INFO("dx");
+  check_rounded_once(gdev.results[0], gcpu.results[0]);
+  INFO("dw");
+  check_rounded_once(gdev.results[1], gcpu.results[1]);
+}
+
+}  // namespace
+
+TEST_CASE("CUDA bf16 and f16 conv2d and its gradient (cuDNN, tensor cores) are the f32 results rounded once",
+          "[cuda][kernel][half]") {
+  if (!have_cuda()) return;
+  const std::vector<ConvCase> cases = {
+      {{2, 16, 8, 8}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},    // channels tensor cores take as they are
+      {{2, 3, 9, 9}, {8, 3, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 1},       // an RGB stem: 3 channels
+      {{1, 8, 7, 7}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 8},       // depthwise
+      {{2, 2, 7, 7}, {3, 2, 2, 3}, {1, 1}, {0, 1, 1, 2}, {1, 1}, 1},  // asymmetric: the padded copy
+  };
+  for (const ConvCase& c : cases)
+    for (DataType dt : {DataType::BFloat16, DataType::Float16}) compare_half_conv(c, dt);
 }
 
 namespace {
