@@ -29,7 +29,9 @@ void blas_set_num_threads(int n) {
 }
 
 namespace {
-thread_local int t_kernel_threads = 0;  // this thread's limit; 0: none
+// This thread's limit; 0: none. Initial-exec: read and set on every run,
+// and a shared library's default TLS model makes each access a call.
+[[gnu::tls_model("initial-exec")]] thread_local int t_kernel_threads = 0;
 }  // namespace
 
 void set_kernel_threads_on_this_thread(int n) { t_kernel_threads = n < 0 ? 0 : n; }

@@ -4,14 +4,9 @@
 
 namespace kiln {
 
-void Dims::assign(const std::int64_t* first, std::size_t n) {
-  if (n > static_cast<std::size_t>(kMaxRank))
-    throw_error(ErrorKind::InvalidArgument, "dims: rank ", n, " exceeds the maximum rank ", kMaxRank);
-  for (std::size_t i = 0; i < n; ++i) dims_[i] = first[i];
-  rank_ = static_cast<std::uint8_t>(n);
+void Dims::throw_rank(std::size_t n) {
+  throw_error(ErrorKind::InvalidArgument, "dims: rank ", n, " exceeds the maximum rank ", kMaxRank);
 }
-
-Dims::Dims(std::initializer_list<std::int64_t> dims) { assign(dims.begin(), dims.size()); }
 
 std::int64_t Dims::at(int i) const {
   if (i < 0 || i >= rank_)

@@ -63,11 +63,23 @@ class Dims {
   }
 
  private:
+  // Inline (kernels make a Dims per output they allocate); the rank check's
+  // message is built out of line, in throw_rank.
   void assign(const std::int64_t* first, std::size_t n);
+  [[noreturn, gnu::cold]] static void throw_rank(std::size_t n);
 
   std::array<std::int64_t, kMaxRank> dims_{};
   std::uint8_t rank_ = 0;
 };
+
+inline void Dims::assign(const std::int64_t* first, std::size_t n) {
+  if (n > static_cast<std::size_t>(kMaxRank)) [[unlikely]]
+    throw_rank(n);
+  for (std::size_t i = 0; i < n; ++i) dims_[i] = first[i];
+  rank_ = static_cast<std::uint8_t>(n);
+}
+
+inline Dims::Dims(std::initializer_list<std::int64_t> dims) { assign(dims.begin(), dims.size()); }
 
 template <typename R>
   requires(!std::is_same_v<std::remove_cvref_t<R>, Dims>) &&
