@@ -30,7 +30,9 @@ void blas_set_num_threads(int n) {
 
 namespace {
 // This thread's limit; 0: none. Initial-exec: read and set on every run,
-// and a shared library's default TLS model makes each access a call.
+// and a shared library's default TLS model makes each access a call. A
+// libkiln.so loaded by dlopen takes these 4 bytes from glibc's spare
+// static TLS.
 [[gnu::tls_model("initial-exec")]] thread_local int t_kernel_threads = 0;
 }  // namespace
 

@@ -2,7 +2,9 @@
 // f64 at full precision (CUDNN_FMA_MATH, no TF32, as cuBLAS here); bf16 and
 // f16 on tensor cores (CUDNN_TENSOR_OP_MATH), their sums in f32 and each
 // result rounded once, as the CPU's bf16 convolutions (the weight gradient
-// too: cuDNN accumulates it in f32 before it writes dw). The CPU's
+// too: cuDNN accumulates it in f32 before it writes dw). cuDNN runs bf16
+// convolutions on compute capability 8.0 and up only; on an older GPU a
+// bf16 one is the Unimplemented error `pick` throws. The CPU's
 // geometry and checks (conv_ops.h); cuDNN's heuristics pick the algorithm
 // per shape (cached per thread) and its workspace comes from the stream's
 // cache. cuDNN pads symmetrically: a conv with other paddings runs on a

@@ -1,8 +1,8 @@
 // CUDA's bf16 / f16 kernels, computed through its f32 kernels
 // (kernels/cuda/half_via_f32.cc) or, for the unary and binary families,
-// gelu (elementwise_half.cu), reduce_as (reduce.cc) and conv2d and its
-// gradient (cuDNN on tensor cores, conv.cc), by kernels of their own:
-// registered for exactly the listed ops that have an f32 CUDA kernel
+// gelu (elementwise_half.cu) and reduce_as (reduce.cc), by kernels of their
+// own (conv2d and its gradient have theirs too, cuDNN on tensor cores,
+// tested to a tolerance in cuda_conv_test.cc): registered for exactly the listed ops that have an f32 CUDA kernel
 // (checked without a device), in bf16 against the CPU's half_via_f32
 // kernels on the same inputs ([cuda]), and the own kernels bit for bit
 // against the f32 CUDA kernel on the widened inputs, rounded once ([cuda]).

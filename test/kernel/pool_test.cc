@@ -360,6 +360,7 @@ TEST_CASE("max_pool2d_grad in NHWC gives the NCHW gradient's bits in NHWC, ties,
     // ResNet's 3x3 stride 2 pad 1 (overlapping windows add up), and 2x2 stride 2.
     check_nhwc_max_pool_grad({2, c, 12, 11}, {3, 3}, {2, 2}, {1, 1}, false, 1);
     check_nhwc_max_pool_grad({2, c, 8, 9}, {2, 2}, {2, 2}, {0, 0}, false, 2);
+    check_nhwc_max_pool_grad({2, c, 8, 8}, {2, 2}, {2, 2}, {0, 0}, false, 5);  // windows cover dx: no zero fill
     check_nhwc_max_pool_grad({1, c, 7, 7}, {2, 2}, {2, 2}, {0, 0}, true, 3);
     check_nhwc_max_pool_grad({1, c, 6, 5}, {3, 2}, {1, 2}, {1, 0, 1, 1}, false, 4);
   }
