@@ -98,20 +98,22 @@ enum class SimdLevel { Baseline, Avx2, Avx512 };
 // The widest level the CPU has, or a narrower one named by the environment
 // variable KILN_CPU_SIMD (baseline, avx2), so that tests can run the
 // narrower code paths on a wide machine.
-inline SimdLevel cpu_simd_level() {
-  static const SimdLevel level = [] {
-    SimdLevel best = SimdLevel::Baseline;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512dq"))
-      best = SimdLevel::Avx512;
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-      best = SimdLevel::Avx2;
-    const char* cap = std::getenv("KILN_CPU_SIMD");
-    if (cap != nullptr && std::strcmp(cap, "baseline") == 0) return SimdLevel::Baseline;
-    if (cap != nullptr && std::strcmp(cap, "avx2") == 0 && best == SimdLevel::Avx512)
-      return SimdLevel::Avx2;
-    return best;
-  }();
+// The detection, once, out of line: cpu_simd_level() inlines to a guard
+// check and a load (a dispatching kernel asks on every call).
+[[gnu::noinline, gnu::cold]] inline SimdLevel detect_simd_level() {
+  SimdLevel best = SimdLevel::Baseline;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq"))
+    best = SimdLevel::Avx512;
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    best = SimdLevel::Avx2;
+  const char* cap = std::getenv("KILN_CPU_SIMD");
+  if (cap != nullptr && std::strcmp(cap, "baseline") == 0) return SimdLevel::Baseline;
+  if (cap != nullptr && std::strcmp(cap, "avx2") == 0 && best == SimdLevel::Avx512) return SimdLevel::Avx2;
+  return best;
+}
+[[gnu::always_inline]] inline SimdLevel cpu_simd_level() {
+  static const SimdLevel level = detect_simd_level();
   return level;
 }
 #endif
