@@ -15,7 +15,13 @@ namespace kiln {
 
 class ThreadPlanTuner {
  public:
-  static constexpr int kTrials = 3;
+  // Runs of each candidate; the fastest counts. A plan's first runs pay
+  // its warm-up (under Blas, oneDNN's primitives for the new thread count
+  // are created and OpenBLAS's team wakes: LeNet-5's first Blas run took
+  // 4-55 ms, its second 0.6-1.2, against 0.35 warm), so with 3 runs the
+  // Blas plan lost to Sequential on 3 of 24 starts; 5 leave it three
+  // warm ones.
+  static constexpr int kTrials = 5;
 
   // `requested`: the options' plan. The candidates of Auto: Graph (with a
   // pool and a DAG that has independent work, or with streams: then the
