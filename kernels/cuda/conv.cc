@@ -81,20 +81,18 @@ struct CudnnType<DataType::Float64> {
   static constexpr cudnnDataType_t data = CUDNN_DATA_DOUBLE, compute = CUDNN_DATA_DOUBLE;
   static constexpr cudnnMathType_t math = CUDNN_FMA_MATH;
 };
-template <>
-struct CudnnType<DataType::BFloat16> {
+// bf16 and f16: 16-bit data on tensor cores, sums and scalars in f32.
+template <cudnnDataType_t Data>
+struct CudnnHalfType {
   using T = std::uint16_t;
   using Scale = float;
-  static constexpr cudnnDataType_t data = CUDNN_DATA_BFLOAT16, compute = CUDNN_DATA_FLOAT;
+  static constexpr cudnnDataType_t data = Data, compute = CUDNN_DATA_FLOAT;
   static constexpr cudnnMathType_t math = CUDNN_TENSOR_OP_MATH;
 };
 template <>
-struct CudnnType<DataType::Float16> {
-  using T = std::uint16_t;
-  using Scale = float;
-  static constexpr cudnnDataType_t data = CUDNN_DATA_HALF, compute = CUDNN_DATA_FLOAT;
-  static constexpr cudnnMathType_t math = CUDNN_TENSOR_OP_MATH;
-};
+struct CudnnType<DataType::BFloat16> : CudnnHalfType<CUDNN_DATA_BFLOAT16> {};
+template <>
+struct CudnnType<DataType::Float16> : CudnnHalfType<CUDNN_DATA_HALF> {};
 
 // Input i, of dtype D; kiln::Error naming the op otherwise.
 template <DataType D>
