@@ -41,6 +41,9 @@
 //                                  fused kernels); the peer times
 //                                  F.scaled_dot_product_attention's forward
 //                                  and backward on the same shape
+// `cuda_bench GROUP` runs one group of these (a prefix: cuda.seed,
+// cuda.gpt2s.amp_bf16, ...; `cuda_bench --groups` lists them), as the GPU
+// bundle's run-bench.sh does, each in a process of its own.
 // The models' batches stay on the device (data ops placed there), as the
 // peer's do. Each is the median of several repetitions after warm-up; the PyTorch peer
 // (bench/peers/cuda_torch.py) prints cuda.*.torch.step in the same run and
@@ -49,6 +52,7 @@
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -295,12 +299,101 @@ void gpt2s_adamw_bench() {
   emit("cuda.gpt2s.adamw.merge_speedup", unmerged / merged, "ratio");
 }
 
+// ---- the groups: each a process of its own in run-bench.sh ----
+
+void op_overhead_bench() {
+  const double chain = executor_chain_us(15), loop = plain_loop_us(15);
+  emit("cuda.op_overhead", chain - loop, "us");
+  emit("cuda.op_overhead.executor", chain, "us");
+  emit("cuda.op_overhead.loop", loop, "us");
+}
+
+// The batch stays on the device, as in PyTorch's peer (fed once, not
+// copied every step); the loss comes back to the host each step.
+void seed_bench() {
+  auto m = seed_model(kiln::Place::cuda(0));
+  const double launches = step_us(*m, false, 200, 9), graph = step_us(*m, true, 200, 9);
+  emit("cuda.seed.step", launches, "us");
+  emit("cuda.seed.graph.step", graph, "us");
+  emit("cuda.graph.speedup", launches / graph, "ratio");
+  auto host = seed_model();
+  emit("cuda.seed.step.host_feeds", step_us(*host, false, 200, 9), "us");
+}
+
+void mlp256_bench() {
+  auto m = mlp_model(256, kiln::Place::cuda(0));
+  emit("cuda.mlp256.step", step_us(*m, false, 50, 9) / 1e3, "ms");
+}
+
+void small_gpt_bench() {
+  auto m = gpt_model(kiln::Place::cuda(0));
+  emit("cuda.gpt.step", step_us(*m, false, 20, 9) / 1e3, "ms");
+  emit("cuda.gpt.graph.step", step_us(*m, true, 20, 9) / 1e3, "ms");
+}
+
+void gpt2s_f32_bench() {
+  auto m = gpt_model(kiln::Place::cuda(0), gpt2_small());
+  emit("cuda.gpt2s.f32.step", step_us(*m, false, 5, 5) / 1e3, "ms");
+  emit("cuda.gpt2s.f32.peak", peak_mib(*m), "MiB");
+  print_step_stats(*m, "cuda.gpt2s.f32");
+}
+
+void gpt2s_tf32_bench() {
+  auto m = gpt_model(kiln::Place::cuda(0), gpt2_small());
+  kiln::set_float32_matmul_precision(kiln::MatmulPrecision::High);
+  emit("cuda.gpt2s.tf32.step", step_us(*m, false, 5, 5) / 1e3, "ms");
+  kiln::set_float32_matmul_precision(kiln::MatmulPrecision::Highest);
+}
+
+// amp O1 bf16, then the same with each block recomputed in the backward.
+void gpt2s_amp_bench() {
+  {
+    auto m = gpt_model(kiln::Place::cuda(0), gpt2_small(), /*amp=*/true);
+    emit("cuda.gpt2s.amp_bf16.step", step_us(*m, false, 5, 5) / 1e3, "ms");
+    emit("cuda.gpt2s.amp_bf16.peak", peak_mib(*m), "MiB");
+    print_step_stats(*m, "cuda.gpt2s.amp_bf16");
+  }
+  auto r = gpt_model(kiln::Place::cuda(0), gpt2_small(), /*amp=*/true);
+  kiln::recompute(r->main, r->checkpoints);
+  emit("cuda.gpt2s.amp_bf16.recompute.step", step_us(*r, false, 5, 5) / 1e3, "ms");
+  emit("cuda.gpt2s.amp_bf16.recompute.peak", peak_mib(*r), "MiB");
+}
+
+struct Group {
+  const char* name;  // the prefix of its figures' names
+  void (*run)();
+};
+
+constexpr Group kGroups[] = {
+    {"cuda.op_overhead", op_overhead_bench}, {"cuda.seed", seed_bench},
+    {"cuda.mlp256", mlp256_bench},           {"cuda.gpt", small_gpt_bench},
+    {"cuda.layer_norm", layer_norm_bench},   {"cuda.attention", attention_bench},
+    {"cuda.gpt2s.adamw", gpt2s_adamw_bench}, {"cuda.gpt2s.f32", gpt2s_f32_bench},
+    {"cuda.gpt2s.tf32", gpt2s_tf32_bench},   {"cuda.gpt2s.amp_bf16", gpt2s_amp_bench},
+};
+
+// Whether `filter` runs group `g`: everything ("" or "cuda"), the group by
+// name, a family of groups ("cuda.gpt2s"), or one of its figures
+// ("cuda.gpt2s.amp_bf16.recompute.step"); names match whole dotted parts.
+bool selects(std::string_view filter, std::string_view g) {
+  auto within = [](std::string_view a, std::string_view b) {  // a is b or under it
+    return a == b || (a.size() > b.size() && a.substr(0, b.size()) == b && a[b.size()] == '.');
+  };
+  return filter.empty() || filter == "cuda" || within(g, filter) || within(filter, g);
+}
+
 }  // namespace
 }  // namespace bench
 
+// cuda_bench [FILTER]: the groups FILTER selects; cuda_bench --groups: their
+// names, a line each.
 int main(int argc, char** argv) {
   using namespace bench;
   const std::string filter = argc > 1 ? argv[1] : "";
+  if (filter == "--groups") {
+    for (const Group& g : kGroups) std::printf("%s\n", g.name);
+    return 0;
+  }
   if (!filter.empty() && filter.rfind("cuda", 0) != 0) return 0;
   if (kiln::cuda_device_count() == 0) {
     std::printf("# cuda benchmarks skipped: %s\n",
@@ -311,54 +404,10 @@ int main(int argc, char** argv) {
   kiln::set_warning_handler([](std::string_view m) {
     std::printf("# %.*s\n", static_cast<int>(m.size()), m.data());
   });
-  const double chain = executor_chain_us(15), loop = plain_loop_us(15);
-  emit("cuda.op_overhead", chain - loop, "us");
-  emit("cuda.op_overhead.executor", chain, "us");
-  emit("cuda.op_overhead.loop", loop, "us");
-  // The batch stays on the device, as in PyTorch's peer (fed once, not
-  // copied every step); the loss comes back to the host each step.
-  const kiln::Place dev = kiln::Place::cuda(0);
-  {
-    auto m = seed_model(dev);
-    const double launches = step_us(*m, false, 200, 9), graph = step_us(*m, true, 200, 9);
-    emit("cuda.seed.step", launches, "us");
-    emit("cuda.seed.graph.step", graph, "us");
-    emit("cuda.graph.speedup", launches / graph, "ratio");
-    auto host = seed_model();
-    emit("cuda.seed.step.host_feeds", step_us(*host, false, 200, 9), "us");
-  }
-  {
-    auto m = mlp_model(256, dev);
-    emit("cuda.mlp256.step", step_us(*m, false, 50, 9) / 1e3, "ms");
-  }
-  {
-    auto m = gpt_model(dev);
-    emit("cuda.gpt.step", step_us(*m, false, 20, 9) / 1e3, "ms");
-    emit("cuda.gpt.graph.step", step_us(*m, true, 20, 9) / 1e3, "ms");
-  }
-  if (filter.empty() || filter == "cuda" || filter.rfind("cuda.layer_norm", 0) == 0) layer_norm_bench();
-  if (filter.empty() || filter == "cuda" || filter.rfind("cuda.attention", 0) == 0) attention_bench();
-  if (filter.empty() || filter == "cuda" || filter.rfind("cuda.gpt2s", 0) == 0) {
-    gpt2s_adamw_bench();
-    {
-      auto m = gpt_model(dev, gpt2_small());
-      emit("cuda.gpt2s.f32.step", step_us(*m, false, 5, 5) / 1e3, "ms");
-      emit("cuda.gpt2s.f32.peak", peak_mib(*m), "MiB");
-      print_step_stats(*m, "cuda.gpt2s.f32");
-      kiln::set_float32_matmul_precision(kiln::MatmulPrecision::High);
-      emit("cuda.gpt2s.tf32.step", step_us(*m, false, 5, 5) / 1e3, "ms");
-      kiln::set_float32_matmul_precision(kiln::MatmulPrecision::Highest);
+  for (const Group& g : kGroups)
+    if (selects(filter, g.name)) {
+      g.run();
+      std::fflush(stdout);  // a later group's crash keeps this one's lines
     }
-    {
-      auto m = gpt_model(dev, gpt2_small(), /*amp=*/true);
-      emit("cuda.gpt2s.amp_bf16.step", step_us(*m, false, 5, 5) / 1e3, "ms");
-      emit("cuda.gpt2s.amp_bf16.peak", peak_mib(*m), "MiB");
-      print_step_stats(*m, "cuda.gpt2s.amp_bf16");
-    }
-    auto r = gpt_model(dev, gpt2_small(), /*amp=*/true);
-    kiln::recompute(r->main, r->checkpoints);
-    emit("cuda.gpt2s.amp_bf16.recompute.step", step_us(*r, false, 5, 5) / 1e3, "ms");
-    emit("cuda.gpt2s.amp_bf16.recompute.peak", peak_mib(*r), "MiB");
-  }
   return 0;
 }
