@@ -21,7 +21,9 @@
 #include "kiln/runtime/cuda_context.h"
 #include "kiln/frontend/op_role.h"
 #include "kiln/frontend/parameter.h"
+#include "kiln/exec/execution_options.h"
 #include "kiln/passes/fuse_optimizer.h"
+#include "kiln/passes/pass_manager.h"
 #include "kiln/support/warning.h"
 
 using namespace kiln;
@@ -308,12 +310,15 @@ TEST_CASE("amp O1 bf16 on CUDA (cuBLAS on tensor cores) trains the MLP to within
 
 namespace {
 
-// `model` built plain and decorated with O2 bf16, trained side by side on
-// CUDA for `steps` steps: the losses within 2 %. The ops that still run on
-// the CPU, as the plan's warnings name them, are reported.
-void check_o2_on_cuda(std::unique_ptr<AmpModel> (*model)(const amp::Options*), int steps) {
+// `model` built plain and decorated with bf16 at `level` (its kernels
+// looked up on CUDA), trained side by side on CUDA for `steps` steps: the
+// losses within 2 %. The ops that still run on the CPU, as the plan's
+// warnings name them, are reported.
+void check_tracks_f32_on_cuda(std::unique_ptr<AmpModel> (*model)(const amp::Options*), int steps,
+                              amp::Level level = amp::Level::O2) {
   amp::Options o;
-  o.level = amp::Level::O2;
+  o.level = level;
+  o.place = Place::cuda(0);
   auto plain = model(nullptr);
   auto low = model(&o);
   std::vector<std::string> warnings;
@@ -334,7 +339,7 @@ TEST_CASE("amp O2 bf16 on CUDA (16-bit kernels through the f32 ones on the devic
     WARN("no CUDA device: the amp O2 training on CUDA is not tried");
     return;
   }
-  check_o2_on_cuda(&mlp, 30);
+  check_tracks_f32_on_cuda(&mlp, 30);
 }
 
 TEST_CASE("amp O2 bf16 on CUDA trains a small CNN (convolutions and pools in bf16) to within 2 % of the "
@@ -344,7 +349,20 @@ TEST_CASE("amp O2 bf16 on CUDA trains a small CNN (convolutions and pools in bf1
     WARN("no CUDA device: the amp O2 CNN training on CUDA is not tried");
     return;
   }
-  check_o2_on_cuda(&cnn, 20);
+  check_tracks_f32_on_cuda(&cnn, 20);
+}
+
+TEST_CASE("amp O1 and O2 bf16 on CUDA train transformer blocks and a GPT in miniature (fused attention, "
+          "layer norm and cross-entropy on the device) to within 2 % of the f32 loss",
+          "[frontend][amp][cuda]") {
+  if (cuda_device_count() == 0) {
+    WARN("no CUDA device: the amp transformer training on CUDA is not tried");
+    return;
+  }
+  SECTION("transformer blocks, O1") { check_tracks_f32_on_cuda(&transformer, 20, amp::Level::O1); }
+  SECTION("transformer blocks, O2") { check_tracks_f32_on_cuda(&transformer, 20, amp::Level::O2); }
+  SECTION("a GPT, O1") { check_tracks_f32_on_cuda(&gpt, 20, amp::Level::O1); }
+  SECTION("a GPT, O2") { check_tracks_f32_on_cuda(&gpt, 20, amp::Level::O2); }
 }
 
 TEST_CASE("amp: f16 O1 without loss scaling builds and runs; O0 changes nothing", "[frontend][amp]") {
@@ -785,6 +803,47 @@ TEST_CASE("amp looks kernels up at Options::place: a host stream's are the CPU's
       KILN_CHECK_ERROR(amp::rewrite(h.g.main.block(), o), InvalidArgument, {"place cuda:0", "no kernels"});
     CHECK(h.g.main.to_string() == before);
   }
+}
+
+// The ops of `m`'s main program, after the default passes for a CUDA
+// target (as an Executor on cuda:0 runs them), that have no CUDA kernel for
+// their dtype: a device run would take them to the CPU and back.
+std::vector<std::string> ops_without_cuda_kernels(AmpModel& m) {
+  Program& p = m.g.main;
+  PassContext ctx;
+  ctx.target_place = Place::cuda(0);
+  ctx.add_live_out(m.loss);
+  PassManager::parse(kDefaultPasses).run(p, ctx);
+  std::vector<std::string> missing;
+  for (Operation* op : p.block()) {
+    if (op->isa<DataOp>() || op->isa<FetchOp>() || op->isa<ParameterOp>() || op->isa<SetParameterOp>())
+      continue;
+    const DataType dt = kernel_dtype(*op);
+    if (!KernelRegistry::instance().find(op->info().id(), PlaceKind::Cuda, dt))
+      missing.push_back(std::string(op->name()) + " in " + std::string(to_string(dt)));
+  }
+  return missing;
+}
+
+// Checked without a device: the kernels are registered in any build with CUDA.
+TEST_CASE("the MLP, transformer, GPT and CNN training programs, f32 and under amp O1 and O2 in bf16 and "
+          "f16, have a CUDA kernel for every op after a CUDA executor's passes, so none runs on the CPU",
+          "[frontend][amp]") {
+  if (!built_with_cuda()) return;  // no CUDA kernels registered to look at
+  using Build = std::unique_ptr<AmpModel> (*)(const amp::Options*);
+  const std::pair<const char*, Build> models[] = {
+      {"mlp", mlp}, {"transformer", transformer}, {"gpt", gpt}, {"cnn", cnn}};
+  for (const auto& [name, build] : models)
+    for (int mode = 0; mode < 5; ++mode) {
+      amp::Options o;
+      o.place = Place::cuda(0);
+      o.level = mode >= 3 ? amp::Level::O2 : amp::Level::O1;
+      o.dtype = mode == 2 || mode == 4 ? DataType::Float16 : DataType::BFloat16;
+      auto m = build(mode == 0 ? nullptr : &o);
+      INFO(name << (mode == 0 ? " f32" : mode == 1 ? " O1 bf16" : mode == 2 ? " O1 f16" : mode == 3 ? " O2 bf16" : " O2 f16"));
+      CHECK(ops_without_cuda_kernels(*m) == std::vector<std::string>{});
+      if (mode == 2) CHECK_FALSE(m->scale_name.empty());  // f16 scales its loss
+    }
 }
 
 TEST_CASE("amp gives kiln.shape and kiln.numel a bf16 value as it is: they read only its dims", "[frontend][amp]") {
