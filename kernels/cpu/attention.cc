@@ -5,14 +5,6 @@
 // into a per-thread scratch, the softmax runs on those rows in place, and a
 // second GEMM multiplies by V. The gradient recomputes the tile's
 // probabilities from q, k and the saved log-sum-exp instead of storing them.
-// -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
-// leaves loops of unknown trip count scalar; kernels want them vectorized.
-// no-trapping-math: kiln never traps on floating-point exceptions, and
-// without it GCC keeps a float comparison (a clamp, a choice) as a branch,
-// which stops the loop from vectorizing.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
-#endif
 
 #include <algorithm>
 #include <bit>

@@ -4,14 +4,6 @@
 // Math::forward — plus maximum_grad /
 // minimum_grad and add_n. Same-shape and scalar operands take flat loops;
 // everything else runs the collapsed broadcast plan (cpu_kernel_util.h).
-// -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
-// leaves loops of unknown trip count scalar; kernels want them vectorized.
-// no-trapping-math: kiln never traps on floating-point exceptions, and
-// without it GCC keeps a float comparison (a clamp, a choice) as a branch,
-// which stops the loop from vectorizing.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
-#endif
 #include <type_traits>
 
 #include "cpu_half.h"

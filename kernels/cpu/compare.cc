@@ -2,9 +2,6 @@
 // logical binaries take flat loops for same-shape and scalar operands and the
 // collapsed broadcast plan (cpu_kernel_util.h) otherwise; where and
 // masked_fill walk a three-operand plan built here the same way.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
-#endif
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

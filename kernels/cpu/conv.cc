@@ -7,12 +7,6 @@
 // conv2d's forward and its weight grad is conv2d's weight grad with the
 // roles of input and output swapped. The column buffer is a per-thread
 // scratch; a 1x1 kernel with stride 1 and no padding uses x itself.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
-// im2col's and col2im's rows are short (an image row): GCC would turn their
-// copy loops into memcpy calls, whose per-call cost dominated the copy.
-#pragma GCC optimize("no-tree-loop-distribute-patterns")
-#endif
 #ifdef __x86_64__
 #include <immintrin.h>
 #endif

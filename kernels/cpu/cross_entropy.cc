@@ -6,9 +6,6 @@
 // computed in f32 (loss and lse f32), and the gradient rounded once. Rows
 // are split across the kernel's threads, a row to one thread: the same
 // bits at any thread count.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
-#endif
 #include <cmath>
 #include <cstdint>
 #include <cstring>

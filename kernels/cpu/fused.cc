@@ -6,9 +6,6 @@
 // the results are the unfused kernels' bit for bit. Registers that hold one
 // value for every element (one-element operands, constants, steps over
 // those only) are computed once and broadcast.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
-#endif
 #include <algorithm>
 #include <array>
 #include <memory>

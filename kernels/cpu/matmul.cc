@@ -257,12 +257,15 @@ void product_into(KernelContext& ctx, const Tensor& x, const Tensor& y, const Ma
   }
 }
 
+[[noreturn, gnu::cold]] void throw_two_dtypes(const KernelContext& ctx, DataType x, DataType y) {
+  throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' operands must have one dtype, got ",
+              to_string(x), " and ", to_string(y));
+}
+
 // Both operands must have one dtype.
-void require_one_dtype(const KernelContext& ctx, const Tensor& x, const Tensor& y) {
-  if (x.dtype() != y.dtype())
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
-                "' operands must have one dtype, got ", to_string(x.dtype()), " and ",
-                to_string(y.dtype()));
+inline void require_one_dtype(const KernelContext& ctx, const Tensor& x, const Tensor& y) {
+  if (x.dtype() != y.dtype()) [[unlikely]]
+    throw_two_dtypes(ctx, x.dtype(), y.dtype());
 }
 
 // Output 0 = x · y (inputs 0 and 1) with these transposes.

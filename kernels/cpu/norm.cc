@@ -6,9 +6,6 @@
 // same order. The
 // gradient ops compute every gradient in one kernel. Row reductions keep 8
 // partial sums so they vectorize without -ffast-math.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
-#endif
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -4,9 +4,6 @@
 // CUDA kernels share). Run in place, each output is its input's variable and the
 // kernel updates that buffer; run out of place (an output with its own
 // variable), the output is first a copy of the input, then updated.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
-#endif
 #include <cmath>
 #include <cstring>
 #include <type_traits>

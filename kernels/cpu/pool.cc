@@ -4,9 +4,6 @@
 // clipped to the input; max_pool2d's grad recomputes each window's first
 // maximum from x. A 2x2 max pool with stride 2 and no padding (LeNet's) has
 // its own loops over pairs of input rows, forward and backward.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
-#endif
 #include <algorithm>
 #include <cstring>
 #include <limits>

@@ -4,14 +4,6 @@
 // group is a contiguous reduction (8 independent accumulators; f32 sums
 // accumulate in f64), a kept innermost group is a vectorizable
 // out[i] ⊕= in[i] row update.
-// -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
-// leaves loops of unknown trip count scalar; kernels want them vectorized.
-// no-trapping-math: kiln never traps on floating-point exceptions, and
-// without it GCC keeps a float comparison (a clamp, a choice) as a branch,
-// which stops the loop from vectorizing.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
-#endif
 #include <algorithm>
 #include <cmath>
 #include <limits>

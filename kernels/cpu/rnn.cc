@@ -5,9 +5,6 @@
 // r ∘ h against R's h block, once r is known) and the gate math row by
 // row, one gate's contiguous slice at a time. Batch entries past their
 // sequence length keep their state and write zeros into Y.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
-#endif
 
 #include <algorithm>
 #include <climits>

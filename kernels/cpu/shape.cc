@@ -420,11 +420,8 @@ void split_kernel(KernelContext& ctx) {
 // Copies `runs` runs of `run` bytes, run n from src + n · stride, packed
 // into dst, the runs split across the threads. Short runs of whole words
 // (an NHWC channel slice: a few dozen floats per pixel) go through a word
-// loop, not a memcpy call each (vectorized: GCC's -O2 cost model leaves a
-// loop of unknown trip count scalar).
-#if defined(__GNUC__) && !defined(__clang__)
-[[gnu::optimize("vect-cost-model=dynamic")]]
-#endif
+// loop, not a memcpy call each (vectorized: the kernels compile with
+// GCC's dynamic vectorizer cost model, meson.build).
 void copy_strided_runs(const char* src, std::int64_t stride, std::int64_t run, std::int64_t runs, char* dst) {
   using Word [[gnu::may_alias]] = std::uint32_t;
   parallel_for(runs, items_per_range(2 * run), [=](std::int64_t b, std::int64_t e) {

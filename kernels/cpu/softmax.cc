@@ -5,14 +5,6 @@
 // axis, the common case) runs contiguous rows; otherwise columns are
 // processed a row of `inner` at a time with per-column max / sum kept in a
 // per-thread scratch buffer.
-// -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
-// leaves loops of unknown trip count scalar; kernels want them vectorized.
-// no-trapping-math: kiln never traps on floating-point exceptions, and
-// without it GCC keeps a float comparison (a clamp, a choice) as a branch,
-// which stops the loop from vectorizing.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
-#endif
 #include <cmath>
 #include <limits>
 #include <vector>

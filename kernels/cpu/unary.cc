@@ -3,14 +3,6 @@
 // functions, erf, floor, ceil, round, sign) and its gradient ops expanded
 // from the Math structs, the in-place relu_ / sqrt_ (the output variable is
 // the input variable), gelu and gelu_grad, scale, assign and cast.
-// -O2 (debugoptimized) uses GCC's "very-cheap" vectorizer cost model, which
-// leaves loops of unknown trip count scalar; kernels want them vectorized.
-// no-trapping-math: kiln never traps on floating-point exceptions, and
-// without it GCC keeps a float comparison (a clamp, a choice) as a branch,
-// which stops the loop from vectorizing.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
-#endif
 #include <bit>
 #include <cmath>
 #include <cstring>

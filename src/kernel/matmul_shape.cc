@@ -49,14 +49,13 @@ MatmulShape matmul_shape(std::string_view op, const Dims& xs, const Dims& ys, bo
   return s;
 }
 
-void check_matmul_bias(std::string_view op, DataType bias, std::int64_t bias_elements, DataType product,
+void throw_matmul_bias(std::string_view op, DataType bias, std::int64_t bias_elements, DataType product,
                        std::int64_t n) {
   if (bias != product)
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' bias is ", to_string(bias), ", the product ",
                 to_string(product));
-  if (bias_elements != n && bias_elements != 1)
-    throw_error(ErrorKind::InvalidArgument, "op '", op, "' bias has ", bias_elements,
-                " elements: it must have the product's last dim (", n, ") or one");
+  throw_error(ErrorKind::InvalidArgument, "op '", op, "' bias has ", bias_elements,
+              " elements: it must have the product's last dim (", n, ") or one");
 }
 
 }  // namespace kiln

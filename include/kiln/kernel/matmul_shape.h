@@ -28,10 +28,17 @@ struct MatmulShape {
 MatmulShape matmul_shape(std::string_view op, const Dims& x, const Dims& y, bool transpose_x,
                          bool transpose_y);
 
+// The error check_matmul_bias throws (out of line: kernels check on every run).
+[[noreturn, gnu::cold]] void throw_matmul_bias(std::string_view op, DataType bias, std::int64_t bias_elements,
+                                               DataType product, std::int64_t n);
+
 // kiln.fused_matmul's bias against its product (dtype `product`, last dim
 // n): kiln::Error (InvalidArgument) naming `op` unless the bias has the
 // product's dtype and n elements or one.
-void check_matmul_bias(std::string_view op, DataType bias, std::int64_t bias_elements, DataType product,
-                       std::int64_t n);
+inline void check_matmul_bias(std::string_view op, DataType bias, std::int64_t bias_elements,
+                              DataType product, std::int64_t n) {
+  if (bias != product || (bias_elements != n && bias_elements != 1)) [[unlikely]]
+    throw_matmul_bias(op, bias, bias_elements, product, n);
+}
 
 }  // namespace kiln
