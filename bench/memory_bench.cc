@@ -15,6 +15,10 @@
 // (kiln/frontend/recompute.h), beside the plain one:
 //   BENCH mem.gpt.recompute.live / .footprint   MiB
 //   BENCH mem.gpt.recompute.live_ratio / .step_ratio   over the plain step's
+// GPT-2 small's step planned from its types, not run (the CUDA benchmark's
+// model: its bytes without a device), f32, amp O1 bf16 and amp recomputed:
+//   BENCH mem.gpt2s.<mode>.persistent / .live / .total   MiB
+//   BENCH mem.gpt2s.amp_bf16.recompute.live_ratio / .total_ratio   over amp's
 // `./run bench mem` (also run by `./run bench passes`).
 #include <chrono>
 #include <cstdio>
@@ -25,6 +29,8 @@
 #include "bench_util.h"
 #include "kiln/exec/interpreter_core.h"
 #include "kiln/exec/memory_plan.h"
+#include "kiln/exec/plan_builder.h"
+#include "kiln/passes/pass_manager.h"
 #include "kiln/frontend/recompute.h"
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/cpu_allocator.h"
@@ -141,6 +147,63 @@ void run_recompute(const std::string& name, bench::Model& plain, bench::Model& r
   bench::emit(p + ".step_ratio", bench::median(ratio), "ratio");
 }
 
+// GPT-2 small's step (bench_models.h's gpt2_small, the CUDA benchmark's
+// model) planned from its types, without running it: the program after the
+// passes an executor runs on any place (dce, cse, fold, simplify; a CUDA
+// executor's fusions would drop a few more temporaries), planned as the
+// CPU executor plans it. Its bytes: the parameters and their AdamW state
+// (what every step keeps), and the temporaries' live-set minimum (the most
+// live at once in program order, which a caching allocator's peak is at
+// least). The total is what a device step holds at least, beside which a
+// GPU run's cuda.gpt2s.<mode>.peak reads its allocator's overhead.
+struct PlannedStep {
+  double persistent = 0, live = 0;
+};
+
+PlannedStep plan_of(bench::Model& m) {
+  Program& p = m.main;
+  PassContext ctx;
+  ctx.add_live_out(m.loss);
+  PassManager::parse("dce,cse,fold,simplify").run(p, ctx);
+  std::vector<std::string> feeds;
+  PlannedStep s;
+  for (Operation* op : p.block()) {
+    if (auto data = op->dyn_cast<DataOp>()) feeds.push_back(data.attrs().name);
+    if (op->isa<ParameterOp>()) {
+      const Type t = op->result(0).type();
+      s.persistent += static_cast<double>(Dims(shaped_dims(t)).numel() * size_of(shaped_data_type(t)));
+    }
+  }
+  ExecutionOptions o;
+  o.num_threads = 1;
+  o.passes = "";
+  const auto plan = PlanBuilder(p, std::move(feeds), {}, std::move(o)).build();
+  if (const auto mp = plan_memory_from_types(*plan)) s.live = static_cast<double>(mp->live_bytes);
+  return s;
+}
+
+void planned_gpt2s() {
+  auto f32 = bench::gpt_model(Place::cpu(), bench::gpt2_small());
+  auto amp = bench::gpt_model(Place::cpu(), bench::gpt2_small(), /*amp=*/true);
+  auto rec = bench::gpt_model(Place::cpu(), bench::gpt2_small(), /*amp=*/true);
+  recompute(rec->main, rec->checkpoints);
+  const std::pair<const char*, bench::Model*> modes[] = {
+      {"f32", f32.get()}, {"amp_bf16", amp.get()}, {"amp_bf16.recompute", rec.get()}};
+  double amp_total = 0, amp_live = 0;
+  for (const auto& [mode, m] : modes) {
+    const PlannedStep s = plan_of(*m);
+    const std::string p = std::string("mem.gpt2s.") + mode;
+    bench::emit(p + ".persistent", s.persistent / kMiB, "MiB");
+    bench::emit(p + ".live", s.live / kMiB, "MiB");
+    bench::emit(p + ".total", (s.persistent + s.live) / kMiB, "MiB");
+    if (m == amp.get()) amp_total = s.persistent + s.live, amp_live = s.live;
+    if (m == rec.get() && amp_live > 0) {
+      bench::emit(p + ".live_ratio", s.live / amp_live, "ratio");
+      bench::emit(p + ".total_ratio", (s.persistent + s.live) / amp_total, "ratio");
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -167,5 +230,6 @@ int main(int argc, char** argv) {
     recompute(r->main, r->checkpoints);
     run_recompute("gpt", *m, *r, 5);
   }
+  if (wants("gpt2s")) planned_gpt2s();
   return 0;
 }
