@@ -8,6 +8,7 @@
 // 75 % of it; then samples a few lines from the for-test clone.
 //
 //   char_transformer [steps (default 300)] [text (default GPL-3)]
+//                    [--device cpu|cuda] [--amp off|o1|o2]   (../common/train_options.h)
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/train_options.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -37,8 +39,10 @@ std::string read_text(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 300;
-  const std::string path = argc > 2 ? argv[2] : "/usr/share/common-licenses/GPL-3";
+  const kiln_examples::TrainOptions options = kiln_examples::parse_train_options(argc, argv);
+  const auto& args = options.positional;
+  const int steps = args.size() > 0 ? std::atoi(args[0].c_str()) : 300;
+  const std::string path = args.size() > 1 ? args[1] : "/usr/share/common-licenses/GPL-3";
   const std::string text = read_text(path);
   if (text.size() < 4 * kSeq)
     throw kiln::Error(kiln::ErrorKind::InvalidArgument, "'" + path + "' is too short");
@@ -81,13 +85,14 @@ int main(int argc, char** argv) try {
     // Classes along the last dim, [B, L] targets: no reshape, so the
     // gradient is written over the logits (the inplace pass).
     loss = kiln::nn::functional::cross_entropy(logits, targets);
-    kiln::optim::AdamW(kiln::lr::CosineWithWarmup(/*base_lr=*/3e-3, steps / 10, steps, 3e-4),
-                       /*beta1=*/0.9, /*beta2=*/0.99, /*epsilon=*/1e-8, /*weight_decay=*/0.01)
-        .minimize(loss);
+    kiln::optim::AdamW opt(kiln::lr::CosineWithWarmup(/*base_lr=*/3e-3, steps / 10, steps, 3e-4),
+                           /*beta1=*/0.9, /*beta2=*/0.99, /*epsilon=*/1e-8, /*weight_decay=*/0.01);
+    options.minimize(opt, loss);
   }
 
   // ---- train on random windows of the text ----
-  kiln::Executor exe;
+  std::printf("training on %s\n", options.describe().c_str());
+  kiln::Executor exe(options.place);
   exe.run(startup);
   std::mt19937 rng(5);
   std::uniform_int_distribution<std::size_t> start(0, tokens.size() - kSeq - 1);
@@ -125,9 +130,10 @@ int main(int argc, char** argv) try {
     for (std::size_t i = 0; i < n; ++i)
       window[i] = id_of[(unsigned char)out[out.size() - n + i]];
     auto lv = exe.run(sampler, {{"ids", kiln::Tensor::from_vector<std::int64_t>({1, kSeq}, window)}},
-                      {sample_logits})[0].to_vector<float>();
+                      {sample_logits})[0];
+    const std::vector<float> lv_f = kiln_examples::to_floats(lv);
     std::vector<double> p(vocab);
-    const float* row = &lv[(n - 1) * vocab];
+    const float* row = &lv_f[(n - 1) * vocab];
     const float mx = *std::max_element(row, row + vocab);
     for (std::int64_t v = 0; v < vocab; ++v) p[v] = std::exp((row[v] - mx) / 0.8);  // temperature 0.8
     std::discrete_distribution<std::int64_t> d(p.begin(), p.end());

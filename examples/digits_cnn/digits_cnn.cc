@@ -11,6 +11,7 @@
 // on any difference after the reload.
 //
 //   digits_cnn <digits.csv> [epochs (default 20)] [export prefix]
+//              [--device cpu|cuda] [--amp off|o1|o2]   (../common/train_options.h)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "../common/train_options.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -44,7 +46,7 @@ std::pair<kiln::Tensor, kiln::Tensor> split(const std::vector<float>& table,
 }
 
 std::vector<std::int64_t> argmax_rows(const kiln::Tensor& logits) {
-  auto v = logits.to_vector<float>();
+  const std::vector<float> v = kiln_examples::to_floats(logits);  // bf16 under amp
   std::vector<std::int64_t> out(v.size() / kClasses);
   for (std::size_t i = 0; i < out.size(); ++i) {
     auto row = v.begin() + static_cast<std::ptrdiff_t>(i * kClasses);
@@ -67,22 +69,25 @@ void progress(int epoch, int epochs, std::int64_t done, std::int64_t total, doub
 }  // namespace
 
 int main(int argc, char** argv) try {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s <digits.csv> [epochs] [export prefix]\n", argv[0]);
+  const kiln_examples::TrainOptions options = kiln_examples::parse_train_options(argc, argv);
+  const auto& args = options.positional;
+  if (args.empty()) {
+    std::fprintf(stderr, "usage: %s <digits.csv> [epochs] [export prefix] [--device cpu|cuda] [--amp off|o1|o2]\n",
+                 argv[0]);
     return 2;
   }
-  const int epochs = argc > 2 ? std::atoi(argv[2]) : 20;
+  const int epochs = args.size() > 1 ? std::atoi(args[1].c_str()) : 20;
   const std::string prefix =
-      argc > 3 ? argv[3]
-               : (std::filesystem::temp_directory_path() /
-                  ("kiln_digits_cnn_" + std::to_string(::getpid())))
-                     .string();
+      args.size() > 2 ? args[2]
+                      : (std::filesystem::temp_directory_path() /
+                         ("kiln_digits_cnn_" + std::to_string(::getpid())))
+                            .string();
 
   // ---- data: 80 % train, 20 % held out ----
-  kiln::Tensor table = kiln::read_csv_f32(argv[1]);
+  kiln::Tensor table = kiln::read_csv_f32(args[0]);
   if (table.dims().size() != 2 || table.dims()[1] != kPixels + 1)
     throw kiln::Error(kiln::ErrorKind::InvalidArgument,
-                      std::string(argv[1]) + ": expected rows of 64 pixels and a label, got " +
+                      args[0] + ": expected rows of 64 pixels and a label, got " +
                           table.type_string());
   const auto values = table.to_vector<float>();
   std::vector<std::int64_t> order(table.dims()[0]);
@@ -114,9 +119,9 @@ int main(int argc, char** argv) try {
     // A rate that warms up over the first epoch, then follows a cosine to 0
     // over the rest (computed in the program from its step counter).
     const std::int64_t steps_per_epoch = (n_train + kBatch - 1) / kBatch;
-    kiln::optim::Adam(kiln::lr::CosineWithWarmup(/*base_lr=*/5e-3, steps_per_epoch,
-                                                 epochs * steps_per_epoch))
-        .minimize(loss);
+    kiln::optim::Adam opt(
+        kiln::lr::CosineWithWarmup(/*base_lr=*/5e-3, steps_per_epoch, epochs * steps_per_epoch));
+    options.minimize(opt, loss);
   }
   // The evaluation program: inference mode, without backward and updates,
   // pruned to the logits (so it needs no label feed).
@@ -126,7 +131,8 @@ int main(int argc, char** argv) try {
   const kiln::Value test_logits = to_pruned.lookup(to_clone.lookup(logits));
 
   // ---- train ----
-  kiln::Executor exe;
+  std::printf("training on %s\n", options.describe().c_str());
+  kiln::Executor exe(options.place);
   exe.run(startup);
   kiln::DataLoader loader(kiln::TensorDataset({train_x, train_y}, {"x", "label"}),
                           {.batch_size = kBatch, .shuffle = true, .seed = 1});
@@ -155,7 +161,7 @@ int main(int argc, char** argv) try {
   kiln::save_inference_model(prefix, {"x"}, {logits}, main_prog, exe.scope());
   kiln::Scope fresh;
   kiln::InferenceModel model = kiln::load_inference_model(prefix, fresh);
-  kiln::Executor inference;
+  kiln::Executor inference(options.place);
   auto reloaded = argmax_rows(
       inference.run(model.program, {{model.feed_names[0], test_x}}, model.fetch_targets, fresh)[0]);
   std::filesystem::remove(kiln::inference_program_path(prefix));
