@@ -1,12 +1,14 @@
 // CUDA kernels of kiln.conv2d and its gradient through cuDNN (NCHW). f32 and
-// f64 at full precision (CUDNN_FMA_MATH, no TF32, as cuBLAS here); bf16 and
-// f16 on tensor cores (CUDNN_TENSOR_OP_MATH), their sums in f32 and each
-// result rounded once, as the CPU's bf16 convolutions (the weight gradient
-// too: cuDNN accumulates it in f32 before it writes dw). cuDNN runs bf16
-// convolutions on compute capability 8.0 and up only; on an older GPU a
-// bf16 one is the Unimplemented error `pick` throws. The CPU's
-// geometry and checks (conv_ops.h); cuDNN's heuristics pick the algorithm
-// per shape (cached per thread) and its workspace comes from the stream's
+// f64 at full precision (CUDNN_FMA_MATH algorithms only, no TF32, as cuBLAS
+// here); bf16 and f16 on tensor cores (CUDNN_TENSOR_OP_MATH), their sums in
+// f32 and each result rounded once, as the CPU's bf16 convolutions (the
+// weight gradient too: cuDNN accumulates it in f32 before it writes dw).
+// cuDNN runs bf16 convolutions on compute capability 8.0 and up only; on an
+// older GPU a bf16 one is an error from cuDNN's algorithm choice naming the
+// op. The CPU's geometry and checks (conv_ops.h); cuDNN's heuristics rank
+// the algorithms per shape, and `pick` takes the first deterministic one
+// in an allowed math type (cached per thread), whose math type is set on
+// the descriptor; its workspace comes from the stream's
 // cache. cuDNN pads symmetrically: a conv with other paddings runs on a
 // zero-padded copy of x (its dx cropped back out of the padded one).
 // conv2d_transpose and fused_conv2d have no CUDA kernel (CPU between copies).
@@ -14,6 +16,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <tuple>
 
 #include "cuda_host.h"
@@ -158,28 +161,74 @@ struct ConvDescriptors {
   ConvDescriptors& operator=(const ConvDescriptors&) = delete;
 };
 
-// The algorithm cuDNN's heuristics rank first for a conv, per thread and
-// shape (the query costs more than a small conv).
+// The algorithm chosen for a conv, per thread and shape (the query costs
+// more than a small conv), and the math it runs in: cuDNN's heuristics list
+// algorithms of other math types than the descriptor's, so the choice's is
+// set on the descriptor before its workspace query and its call.
 using ConvKey = std::tuple<int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                            std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                           std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
-ConvKey conv_key(int pass, DataType dtype, const Conv2dGeometry& g, std::int64_t xh,
-                 std::int64_t xw) {
+                           std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int>;
+ConvKey conv_key(int pass, DataType dtype, const Conv2dGeometry& g, std::int64_t xh, std::int64_t xw,
+                 int ph, int pw) {
   return {pass, static_cast<int>(dtype), g.n, g.c, xh, xw, g.o, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.groups,
-          g.ho, g.wo};
+          g.ho, g.wo, ph, pw};
 }
 
-template <typename Perf, typename Query>
-decltype(Perf{}.algo) pick(const KernelContext& ctx, const ConvKey& key, Query query) {
-  thread_local std::map<ConvKey, decltype(Perf{}.algo)> chosen;
+template <typename Algo>
+struct ConvChoice {
+  Algo algo;
+  cudnnMathType_t math;
+};
+
+// Whether kiln runs an offered algorithm's math for dtype D: f32 and f64
+// only on CUDA cores (cuDNN's default math allows TF32 on Ampere and newer,
+// which rounds the operands), bf16 and f16 any.
+template <DataType D>
+bool math_allowed(cudnnMathType_t m) {
+  return CudnnType<D>::math == CUDNN_TENSOR_OP_MATH || m == CUDNN_FMA_MATH;
+}
+
+// The first algorithm in the heuristics' ranking that succeeds, in allowed
+// math, and is deterministic (the same bits run to run, as kiln's other
+// kernels give), else the first that succeeds in allowed math.
+template <DataType D, typename Perf, typename Query>
+ConvChoice<decltype(Perf{}.algo)> pick(const KernelContext& ctx, const ConvKey& key, Query query) {
+  using Choice = ConvChoice<decltype(Perf{}.algo)>;
+  thread_local std::map<ConvKey, Choice> chosen;
   if (auto it = chosen.find(key); it != chosen.end()) return it->second;
-  Perf perf[8];
+  constexpr int kOffers = 16;  // each algorithm may be listed once per math type
+  Perf perf[kOffers];
   int count = 0;
-  check_cudnn(ctx, query(perf, 8, &count), "algorithm choice");
-  for (int i = 0; i < count; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS) return chosen[key] = perf[i].algo;
-  throw_error(ErrorKind::Unimplemented, "op '", ctx.op()->name(),
-              "': cuDNN offers no algorithm for this convolution");
+  check_cudnn(ctx, query(perf, kOffers, &count), "algorithm choice");
+  const Perf* best = nullptr;
+  for (int i = 0; i < count; ++i) {
+    const Perf& offer = perf[i];
+    if (offer.status != CUDNN_STATUS_SUCCESS || !math_allowed<D>(offer.mathType)) continue;
+    if (offer.determinism == CUDNN_DETERMINISTIC) {
+      best = &offer;
+      break;
+    }
+    if (!best) best = &offer;
+  }
+  if (!best)
+    throw_error(ErrorKind::Unimplemented, "op '", ctx.op()->name(), "': cuDNN offers no algorithm for this ",
+                to_string(D), " convolution");
+  return chosen[key] = Choice{best->algo, best->mathType};
+}
+
+// Sets the choice's math on the descriptor; then cuDNN's status for `what`
+// (a query or the call), a kiln::Error naming the algorithm and math unless
+// it succeeded.
+template <typename Algo>
+void use_math(const KernelContext& ctx, cudnnConvolutionDescriptor_t conv, const ConvChoice<Algo>& c) {
+  check_cudnn(ctx, cudnnSetConvolutionMathType(conv, c.math), "math type setting");
+}
+template <typename Algo>
+void check_conv(const KernelContext& ctx, cudnnStatus_t status, const char* what, const ConvChoice<Algo>& c) {
+  if (status == CUDNN_STATUS_SUCCESS) return;
+  const std::string with = std::string(what) + " (algorithm " + std::to_string(static_cast<int>(c.algo)) +
+                           ", math type " + std::to_string(static_cast<int>(c.math)) + ")";
+  check_cudnn(ctx, status, with.c_str());
 }
 
 // x as cuDNN sees it: x itself (symmetric padding) or a zero-padded copy.
@@ -241,20 +290,20 @@ struct Conv2dK {
     const ConvInput<T> in = conv_input<T>(ctx, x, g);
     ConvDescriptors<D> d(ctx, g, in.h, in.w, in.ph, in.pw);
     cudnnHandle_t h = cudnn_of(ctx);
-    const auto algo = pick<cudnnConvolutionFwdAlgoPerf_t>(
-        ctx, conv_key(0, D, g, in.h, in.w), [&](auto* perf, int n, int* count) {
+    const auto c = pick<D, cudnnConvolutionFwdAlgoPerf_t>(
+        ctx, conv_key(0, D, g, in.h, in.w, in.ph, in.pw), [&](auto* perf, int n, int* count) {
           return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, count, perf);
         });
+    use_math(ctx, d.conv, c);
     std::size_t bytes = 0;
-    check_cudnn(ctx, cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, algo, &bytes),
-                "workspace query");
+    check_conv(ctx, cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, c.algo, &bytes),
+               "workspace query", c);
     BufferRef ws = bytes ? scratch_buffer(ctx, bytes) : BufferRef{};
     const typename CudnnType<D>::Scale one = 1, zero = 0;
-    check_cudnn(ctx,
-                cudnnConvolutionForward(h, &one, d.x, in.data, d.w, elements<T>(w), d.conv, algo,
-                                        ws ? ws->data() : nullptr, bytes, &zero, d.y,
-                                        elements<T>(out)),
-                "convolution");
+    check_conv(ctx,
+               cudnnConvolutionForward(h, &one, d.x, in.data, d.w, elements<T>(w), d.conv, c.algo,
+                                       ws ? ws->data() : nullptr, bytes, &zero, d.y, elements<T>(out)),
+               "convolution", c);
   }
 };
 
@@ -286,44 +335,43 @@ struct Conv2dGradK {
     cudnnHandle_t h = cudnn_of(ctx);
     const typename CudnnType<D>::Scale one = 1, zero = 0;
     if (dw) {
-      const auto algo = pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
-          ctx, conv_key(1, D, g, in.h, in.w), [&](auto* perf, int n, int* count) {
+      const auto c = pick<D, cudnnConvolutionBwdFilterAlgoPerf_t>(
+          ctx, conv_key(1, D, g, in.h, in.w, in.ph, in.pw), [&](auto* perf, int n, int* count) {
             return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, count,
                                                                  perf);
           });
+      use_math(ctx, d.conv, c);
       std::size_t bytes = 0;
-      check_cudnn(ctx,
-                  cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, algo,
-                                                                 &bytes),
-                  "workspace query");
+      check_conv(ctx,
+                 cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w, c.algo, &bytes),
+                 "workspace query", c);
       BufferRef ws = bytes ? scratch_buffer(ctx, bytes) : BufferRef{};
-      check_cudnn(ctx,
-                  cudnnConvolutionBackwardFilter(h, &one, d.x, in.data, d.y, elements<T>(dout), d.conv,
-                                                 algo, ws ? ws->data() : nullptr, bytes, &zero, d.w,
-                                                 elements<T>(*dw)),
-                  "filter gradient");
+      check_conv(ctx,
+                 cudnnConvolutionBackwardFilter(h, &one, d.x, in.data, d.y, elements<T>(dout), d.conv,
+                                                c.algo, ws ? ws->data() : nullptr, bytes, &zero, d.w,
+                                                elements<T>(*dw)),
+                 "filter gradient", c);
     }
     if (dx) {
-      const auto algo = pick<cudnnConvolutionBwdDataAlgoPerf_t>(
-          ctx, conv_key(2, D, g, in.h, in.w), [&](auto* perf, int n, int* count) {
+      const auto c = pick<D, cudnnConvolutionBwdDataAlgoPerf_t>(
+          ctx, conv_key(2, D, g, in.h, in.w, in.ph, in.pw), [&](auto* perf, int n, int* count) {
             return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, count,
                                                                perf);
           });
+      use_math(ctx, d.conv, c);
       std::size_t bytes = 0;
-      check_cudnn(ctx,
-                  cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, algo,
-                                                               &bytes),
-                  "workspace query");
+      check_conv(ctx,
+                 cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, c.algo, &bytes),
+                 "workspace query", c);
       BufferRef ws = bytes ? scratch_buffer(ctx, bytes) : BufferRef{};
       // dx of the padded copy when cuDNN sees one, then its interior.
       BufferRef padded_dx =
           symmetric(g) ? BufferRef{} : scratch_buffer(ctx, sizeof(T) * g.n * g.c * in.h * in.w);
       T* target = padded_dx ? static_cast<T*>(padded_dx->data()) : elements<T>(*dx);
-      check_cudnn(ctx,
-                  cudnnConvolutionBackwardData(h, &one, d.w, elements<T>(w), d.y, elements<T>(dout),
-                                               d.conv, algo, ws ? ws->data() : nullptr, bytes,
-                                               &zero, d.x, target),
-                  "input gradient");
+      check_conv(ctx,
+                 cudnnConvolutionBackwardData(h, &one, d.w, elements<T>(w), d.y, elements<T>(dout), d.conv,
+                                              c.algo, ws ? ws->data() : nullptr, bytes, &zero, d.x, target),
+                 "input gradient", c);
       if (padded_dx) {
         copy_planes(target + g.pt * in.w + g.pl, elements<T>(*dx), sizeof(T), g.n * g.c, g.h, g.w,
                     in.h, in.w, g.h, g.w, s);
