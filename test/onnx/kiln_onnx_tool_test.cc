@@ -93,6 +93,25 @@ TEST_CASE("kiln-onnx run exits 1 and says MISMATCH when an output differs from t
   CHECK_THAT(r.out, Catch::Contains("MISMATCH (10 elements") && Catch::Contains("max abs error"));
 }
 
+TEST_CASE("kiln-onnx run compares within the --rtol and --atol given, and names a tolerance that is no "
+          "number >= 0",
+          "[onnx][tool]") {
+  if (!have_tool()) return;
+  const std::string run = "run " + models() + "/lenet/model.onnx --data " + models() + "/lenet/bad_data/wrong_output";
+  auto wide = tool(run + " --atol 1 --rtol 0");
+  CHECK(wide.status == 0);
+  CHECK_THAT(wide.out, Catch::Contains("comparing within rtol 0, atol 1") && Catch::Contains("matches"));
+  auto tight = tool(run + " --atol 0.1");  // the largest error is 0.135
+  CHECK(tight.status == 1);
+  CHECK_THAT(tight.out, Catch::Contains("MISMATCH"));
+  auto negative = tool(run + " --atol -1");
+  CHECK(negative.status == 1);
+  CHECK_THAT(negative.out, Catch::Contains("--atol '-1' is not a number >= 0"));
+  auto text = tool(run + " --rtol abc");
+  CHECK(text.status == 1);
+  CHECK_THAT(text.out, Catch::Contains("--rtol 'abc' is not a number >= 0"));
+}
+
 TEST_CASE("kiln-onnx info lists every part of a model kiln cannot import and exits 1",
           "[onnx][tool]") {
   if (!have_tool()) return;

@@ -5,12 +5,16 @@
 //                           and everything kiln cannot import, all at once
 //                           (exit 1 if anything)
 //   kiln-onnx run MODEL --data DIR [--out DIR] [--threads T] [--thread-plan P]
+//                 [--rtol R] [--atol A]
 //                           feeds DIR/input_N.pb (ONNX's data-set layout: one
 //                           TensorProto per graph input, in order), runs the
-//                           model; when DIR holds output_N.pb, compares with
-//                           ONNX's tolerances (rtol 1e-3, atol 1e-7), prints
-//                           each output's max abs and rel error, exit 1 on a
-//                           mismatch; --out writes the outputs as output_N.pb
+//                           model; when DIR holds output_N.pb, compares
+//                           (|got - want| <= atol + rtol·|want|; by default
+//                           ONNX's backend-test tolerances, rtol 1e-3 and atol
+//                           1e-7, which a deep f32 network's outputs near zero
+//                           can miss by rounding alone), prints each output's
+//                           max abs and rel error, exit 1 on a mismatch; --out
+//                           writes the outputs as output_N.pb
 //   kiln-onnx bench MODEL [--dim NAME=N]... [--threads T] [--iters N]
 //                     [--int-max N] [--name BENCH_NAME] [--thread-plan P]
 //                     [--precision f32|bf16]
@@ -40,6 +44,7 @@
 // written) or on a mismatch; 2 for a bad command line.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -70,6 +75,7 @@ int usage() {
   std::fputs(
       "usage: kiln-onnx info MODEL\n"
       "       kiln-onnx run MODEL --data DIR [--out DIR] [--threads T] [--thread-plan P]\n"
+      "                           [--rtol R] [--atol A]\n"
       "       kiln-onnx bench MODEL [--dim NAME=N]... [--threads T] [--iters N] [--int-max N]\n"
       "                             [--name BENCH_NAME] [--trace FILE] [--thread-plan P]\n"
       "                             [--precision f32|bf16]\n"
@@ -109,6 +115,15 @@ unsigned positive(const std::string& text, const std::string& what) {
   if (text.empty() || *end != '\0' || v < 1 || v > 1 << 20)
     throw_error(ErrorKind::InvalidArgument, what, " '", text, "' is not a positive integer");
   return static_cast<unsigned>(v);
+}
+
+// A tolerance: a finite number >= 0.
+double tolerance(const std::string& text, const std::string& what) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(v >= 0) || v == HUGE_VAL)
+    throw_error(ErrorKind::InvalidArgument, what, " '", text, "' is not a number >= 0");
+  return v;
 }
 
 ThreadPlan thread_plan(const std::string& text) {
@@ -155,6 +170,8 @@ void check_fits(const Tensor& t, const onnx::TensorInfo& in, const fs::path& fil
 int run_model(const Args& a) {
   if (a.one("--data").empty()) return usage();
   const fs::path data = a.one("--data");
+  const double rtol = a.one("--rtol").empty() ? onnx::kOnnxRtol : tolerance(a.one("--rtol"), "--rtol");
+  const double atol = a.one("--atol").empty() ? onnx::kOnnxAtol : tolerance(a.one("--atol"), "--atol");
   if (!fs::is_directory(data))
     throw_error(ErrorKind::NotFound, "data folder '", data.string(), "' does not exist");
   const onnx::ModelInfo info = onnx::read_model_info(a.model);
@@ -175,13 +192,15 @@ int run_model(const Args& a) {
   exe.run(m.startup);
   const auto got = exe.run(m.main, feed, std::vector<FetchTarget>(m.outputs.begin(), m.outputs.end()));
   const auto expected = onnx::numbered_entries(data, "output_");
+  if (!expected.empty()) std::printf("comparing within rtol %g, atol %g\n", rtol, atol);
   int rc = 0;
   for (std::size_t k = 0; k < got.size(); ++k) {
     std::printf("output %s: %s [%s]", m.outputs[k].c_str(), std::string(to_string(got[k].dtype())).c_str(),
                 got[k].dims().to_string().c_str());
     if (k < expected.size()) {
       const auto c = onnx::compare_tensors(
-          got[k], onnx::as_declared(onnx::read_tensor_proto(expected[k].string()), got[k].dtype()));
+          got[k], onnx::as_declared(onnx::read_tensor_proto(expected[k].string()), got[k].dtype()), rtol,
+          atol);
       std::printf("  max abs error %.3g, max rel error %.3g: %s", c.max_abs, c.max_rel,
                   c.matches ? "matches" : ("MISMATCH (" + std::to_string(c.mismatched) +
                                            " elements; " + c.first + ")").c_str());
@@ -361,7 +380,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     Args a;
-    if (cmd == "run" && parse_args(argc, argv, {"--data", "--out", "--threads", "--thread-plan"}, a))
+    if (cmd == "run" &&
+        parse_args(argc, argv, {"--data", "--out", "--threads", "--thread-plan", "--rtol", "--atol"}, a))
       return run_model(a);
     if (cmd == "bench" &&
         parse_args(argc, argv, {"--dim", "--threads", "--thread-plan", "--iters", "--int-max", "--name",
