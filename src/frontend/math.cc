@@ -1,8 +1,11 @@
-// The arithmetic, comparison, logic and constant helpers of kiln/frontend/math.h.
+// The tensor functions of kiln/frontend/math.h: arithmetic, comparisons,
+// logic, constants, shapes, dtypes and reductions.
 #include "kiln/frontend/math.h"
 
 #include <cmath>
+#include <string>
 #include <string_view>
+#include <utility>
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/frontend/program_guard.h"
@@ -109,5 +112,83 @@ Value increment(Value x, double step) {
   checked("increment", "x", x);
   return main_builder().create<ScaleOp>(x, 1.0, step).result();
 }
+
+// ---- shapes, dtypes, reductions ----
+
+namespace {
+
+// One op of one operand x and its arguments, built after x is checked.
+template <typename OpT, typename... Args>
+Value unary(std::string_view fn, Value x, Args&&... args) {
+  checked(fn, "x", x);
+  return main_builder().create<OpT>(x, std::forward<Args>(args)...).result();
+}
+
+// One op over the tensors xs (at least one).
+template <typename OpT>
+Value of_all(std::string_view fn, const std::vector<Value>& xs, std::int64_t axis) {
+  if (xs.empty()) throw_error(ErrorKind::InvalidArgument, fn, ": no tensors given");
+  for (std::size_t k = 0; k < xs.size(); ++k) checked(fn, "xs[" + std::to_string(k) + "]", xs[k]);
+  return main_builder().create<OpT>(xs, axis).result();
+}
+
+std::vector<Value> results_of(Operation* op) {
+  std::vector<Value> out;
+  for (Value r : op->results()) out.push_back(r);
+  return out;
+}
+
+}  // namespace
+
+Value reshape(Value x, const std::vector<std::int64_t>& shape) {
+  return unary<ReshapeOp>("reshape", x, shape);
+}
+Value transpose(Value x, const std::vector<std::int64_t>& perm) {
+  return unary<TransposeOp>("transpose", x, perm);
+}
+Value concat(const std::vector<Value>& xs, std::int64_t axis) { return of_all<ConcatOp>("concat", xs, axis); }
+Value stack(const std::vector<Value>& xs, std::int64_t axis) { return of_all<StackOp>("stack", xs, axis); }
+
+std::vector<Value> split(Value x, std::int64_t num, std::int64_t axis) {
+  checked("split", "x", x);
+  if (num < 1) throw_error(ErrorKind::InvalidArgument, "split: ", num, " parts (expected >= 1)");
+  return results_of(main_builder().create<SplitOp>(x, num, axis).operation());
+}
+
+std::vector<Value> split(Value x, const std::vector<std::int64_t>& sections, std::int64_t axis) {
+  checked("split", "x", x);
+  if (sections.empty()) throw_error(ErrorKind::InvalidArgument, "split: no section sizes given");
+  return results_of(main_builder().create<SplitOp>(x, sections, axis).operation());
+}
+
+Value slice(Value x, const std::vector<std::int64_t>& axes, const std::vector<std::int64_t>& starts,
+            const std::vector<std::int64_t>& ends) {
+  if (axes.size() != starts.size() || axes.size() != ends.size())
+    throw_error(ErrorKind::InvalidArgument, "slice: ", axes.size(), " axes, ", starts.size(), " starts and ",
+                ends.size(), " ends (expected one of each per axis)");
+  return unary<SliceOp>("slice", x, axes, starts, ends);
+}
+
+Value squeeze(Value x, const std::vector<std::int64_t>& axes) { return unary<SqueezeOp>("squeeze", x, axes); }
+Value unsqueeze(Value x, const std::vector<std::int64_t>& axes) {
+  return unary<UnsqueezeOp>("unsqueeze", x, axes);
+}
+Value cast(Value x, DataType dtype) { return unary<CastOp>("cast", x, dtype); }
+
+Value sum(Value x, const std::vector<std::int64_t>& axis, bool keepdim) {
+  return unary<SumOp>("sum", x, axis, keepdim);
+}
+Value mean(Value x, const std::vector<std::int64_t>& axis, bool keepdim) {
+  return unary<MeanOp>("mean", x, axis, keepdim);
+}
+Value max(Value x, const std::vector<std::int64_t>& axis, bool keepdim) {
+  return unary<MaxOp>("max", x, axis, keepdim);
+}
+
+Value exp(Value x) { return unary<ExpOp>("exp", x); }
+Value log(Value x) { return unary<LogOp>("log", x); }
+Value sqrt(Value x) { return unary<SqrtOp>("sqrt", x); }
+Value square(Value x) { return unary<SquareOp>("square", x); }
+Value abs(Value x) { return unary<AbsOp>("abs", x); }
 
 }  // namespace kiln

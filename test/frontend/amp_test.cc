@@ -840,7 +840,8 @@ TEST_CASE("the MLP, transformer, GPT and CNN training programs, f32 and under am
       o.level = mode >= 3 ? amp::Level::O2 : amp::Level::O1;
       o.dtype = mode == 2 || mode == 4 ? DataType::Float16 : DataType::BFloat16;
       auto m = build(mode == 0 ? nullptr : &o);
-      INFO(name << (mode == 0 ? " f32" : mode == 1 ? " O1 bf16" : mode == 2 ? " O1 f16" : mode == 3 ? " O2 bf16" : " O2 f16"));
+      static constexpr const char* kModes[] = {"f32", "O1 bf16", "O1 f16", "O2 bf16", "O2 f16"};
+      INFO(name << " " << kModes[mode]);
       CHECK(ops_without_cuda_kernels(*m) == std::vector<std::string>{});
       if (mode == 2) CHECK_FALSE(m->scale_name.empty());  // f16 scales its loss
     }

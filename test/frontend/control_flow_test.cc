@@ -518,7 +518,6 @@ TEST_CASE("a counter while (i < 10) i = i + 1 gives 10", "[frontend][cf]") {
 
 namespace {
 
-Value square(Value v) { return main_builder().create<SquareOp>(v).result(); }
 Value mean_all(Value v) { return main_builder().create<MeanOp>(v).result(); }
 
 }  // namespace

@@ -1,8 +1,10 @@
-// The frontend's arithmetic (kiln/frontend/math.h): add … minimum and matmul
-// build one op each (a number becoming a 0-d constant of the other operand's
-// dtype), compute what their formulas say, pass gradients, and reject bad
-// operands with errors naming the helper. The comparisons and constants are
-// tested with the control-flow frontend (control_flow_test.cc).
+// The frontend's tensor functions (kiln/frontend/math.h): add … minimum and
+// matmul, the shape, dtype and reduction helpers and the elementwise ones
+// build one op each (a number becoming a 0-d constant of the other
+// operand's dtype), compute what their formulas say, pass gradients, and
+// reject bad operands with errors naming the helper or its op. The
+// comparisons and constants are tested with the control-flow frontend
+// (control_flow_test.cc).
 #include "frontend/frontend_test_util.h"
 
 using namespace kiln;
@@ -104,4 +106,108 @@ TEST_CASE("arithmetic helpers reject bad operands with errors naming the helper"
     foreign = data("z", {2});
   }
   KILN_CHECK_ERROR(divide(f, foreign), InvalidArgument, {"divide", "current main program"});
+}
+
+TEST_CASE("the shape helpers build one op each and move x's elements as numpy's reshape, transpose, "
+          "concat, stack, split, slice, squeeze and unsqueeze do",
+          "[frontend]") {
+  GuardedPrograms b;
+  Value x = data("x", {2, 3});
+  Value y = data("y", {2, 3});
+  Value r = reshape(x, {3, -1});
+  Value t = transpose(x, {1, 0});
+  Value c = concat({x, y}, -1);
+  Value s = stack({x, y}, 0);
+  const std::vector<Value> halves = split(c, 2, 1);
+  const std::vector<Value> parts = split(x, {1, -1}, 1);
+  Value sl = slice(x, {1}, {-2}, {100});
+  Value sq = squeeze(unsqueeze(x, {0, 3}));
+  CHECK(r.type() == TensorType::get(DataType::Float32, {3, 2}));
+  CHECK(t.type() == TensorType::get(DataType::Float32, {3, 2}));
+  CHECK(c.type() == TensorType::get(DataType::Float32, {2, 6}));
+  CHECK(s.type() == TensorType::get(DataType::Float32, {2, 2, 3}));
+  REQUIRE(halves.size() == 2);
+  REQUIRE(parts.size() == 2);
+  CHECK(parts[1].type() == TensorType::get(DataType::Float32, {2, 2}));
+  CHECK(sl.type() == TensorType::get(DataType::Float32, {2, 2}));
+  CHECK(unsqueeze(x, {0, 3}).type() == TensorType::get(DataType::Float32, {1, 2, 3, 1}));
+  CHECK(sq.type() == TensorType::get(DataType::Float32, {2, 3}));
+  Executor exe;
+  const FeedMap feed{{"x", f32({2, 3}, {0, 1, 2, 3, 4, 5})}, {"y", f32({2, 3}, {6, 7, 8, 9, 10, 11})}};
+  auto out = exe.run(b.main, feed, {r, t, c, s, halves[1], parts[0], sl, sq});
+  using F = std::vector<float>;
+  CHECK(out[0].to_vector<float>() == F{0, 1, 2, 3, 4, 5});
+  CHECK(out[1].to_vector<float>() == F{0, 3, 1, 4, 2, 5});
+  CHECK(out[2].to_vector<float>() == F{0, 1, 2, 6, 7, 8, 3, 4, 5, 9, 10, 11});
+  CHECK(out[3].to_vector<float>() == F{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  CHECK(out[4].to_vector<float>() == F{6, 7, 8, 9, 10, 11});
+  CHECK(out[5].to_vector<float>() == F{0, 3});
+  CHECK(out[6].to_vector<float>() == F{1, 2, 4, 5});
+  CHECK(out[7].to_vector<float>() == F{0, 1, 2, 3, 4, 5});
+}
+
+TEST_CASE("sum, mean and max reduce over the axes given (all when none), keeping them as 1 when asked; "
+          "cast and the elementwise helpers compute what their names say",
+          "[frontend]") {
+  GuardedPrograms b;
+  Value x = data("x", {2, 3});
+  std::vector<Value> got{sum(x), mean(x, {0}), max(x, {-1}, true), cast(x, DataType::Int64),
+                         exp(x), log(abs(x)), sqrt(square(x)), cast(x, DataType::BFloat16)};
+  CHECK(got[0].type() == TensorType::get(DataType::Float32, {}));
+  CHECK(got[1].type() == TensorType::get(DataType::Float32, {3}));
+  CHECK(got[2].type() == TensorType::get(DataType::Float32, {2, 1}));
+  CHECK(got[3].type() == TensorType::get(DataType::Int64, {2, 3}));
+  CHECK(got[7].type() == TensorType::get(DataType::BFloat16, {2, 3}));
+  const std::vector<float> xs{1.5f, -2, 3, 4, -5.25f, 6};
+  Executor exe;
+  std::vector<FetchTarget> fetch(got.begin(), got.end() - 1);
+  auto out = exe.run(b.main, {{"x", f32({2, 3}, xs)}}, fetch);
+  CHECK(out[0].to_vector<float>() == std::vector<float>{7.25f});
+  CHECK(out[1].to_vector<float>() == std::vector<float>{2.75f, -3.625f, 4.5f});
+  CHECK(out[2].to_vector<float>() == std::vector<float>{3, 6});
+  CHECK(out[3].to_vector<std::int64_t>() == std::vector<std::int64_t>{1, -2, 3, 4, -5, 6});
+  for (std::size_t k = 0; k < xs.size(); ++k) {
+    INFO("element " << k);
+    CHECK(out[4].to_vector<float>()[k] == std::exp(xs[k]));
+    CHECK(out[5].to_vector<float>()[k] == std::log(std::abs(xs[k])));
+    CHECK(out[6].to_vector<float>()[k] == std::abs(xs[k]));
+  }
+}
+
+TEST_CASE("gradients flow through the shape, reduction and elementwise helpers", "[frontend]") {
+  GuardedPrograms b;
+  Value x = data("x", {2, 3}, DataType::Float64);
+  Value y = data("y", {2, 3}, DataType::Float64);
+  for (Value v : {x, y}) set_stop_gradient(v, false);
+  const std::vector<Value> parts = split(concat({x, y}, 1), {2, -1}, 1);
+  Value h = add(transpose(reshape(parts[1], {4, 2}), {1, 0}), 1.0);  // [2, 4]
+  Value m = mean(multiply(exp(slice(h, {1}, {1}, {4})), log(square(slice(h, {1}, {0}, {3})))), {1}, true);
+  Value loss = sum(add(squeeze(stack({m, sqrt(abs(m))}, 0), {2}), max(x, {1}, true)));  // [2, 2]
+  auto grads = append_backward(loss, {x, y});
+  REQUIRE(grads.size() == 2);
+  check_grads_by_finite_differences(b.main, loss, grads, {"x", "y"},
+                                    {{0.3, -1.2, 2.1, 0.7, 0.4, -0.9}, {1.5, -0.5, 0.25, 2.0, -0.75, 1.25}},
+                                    {{2, 3}, {2, 3}}, {});
+}
+
+TEST_CASE("the shape and reduction helpers reject bad operands and shapes with errors naming the helper "
+          "or the op",
+          "[frontend]") {
+  GuardedPrograms b;
+  Value x = data("x", {2, 3});
+  KILN_CHECK_ERROR(reshape(Value(), {6}), InvalidArgument, {"reshape", "x", "null"});
+  KILN_CHECK_ERROR(reshape(x, {4}), InvalidArgument, {"kiln.reshape"});
+  KILN_CHECK_ERROR(transpose(x, {0, 0}), InvalidArgument, {"kiln.transpose"});
+  KILN_CHECK_ERROR(concat({}, 0), InvalidArgument, {"concat", "no tensors"});
+  KILN_CHECK_ERROR(concat({x, data("z", {3, 3})}, 1), InvalidArgument, {"kiln.concat"});
+  KILN_CHECK_ERROR(stack({x, Value()}), InvalidArgument, {"stack", "xs[1]", "null"});
+  KILN_CHECK_ERROR(split(x, 0, 1), InvalidArgument, {"split", "0 parts"});
+  KILN_CHECK_ERROR(split(x, 2, 1), InvalidArgument, {"kiln.split"});
+  KILN_CHECK_ERROR(split(x, std::vector<std::int64_t>{}, 1), InvalidArgument, {"split", "no section"});
+  KILN_CHECK_ERROR(slice(x, {0, 1}, {0}, {1}), InvalidArgument, {"slice", "2 axes, 1 starts and 1 ends"});
+  CHECK(squeeze(x, {0}).type() == x.type());  // a dim that is not 1 stays
+  KILN_CHECK_ERROR(squeeze(x, {2}), InvalidArgument, {"kiln.squeeze"});
+  KILN_CHECK_ERROR(sum(x, {2}), InvalidArgument, {"kiln.sum"});
+  KILN_CHECK_ERROR(mean(data("i", {2}, DataType::Int64)), InvalidArgument, {"kiln.mean"});
+  KILN_CHECK_ERROR(exp(Value()), InvalidArgument, {"exp", "x", "null"});
 }
