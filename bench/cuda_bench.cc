@@ -41,9 +41,10 @@
 //                                  fused kernels); the peer times
 //                                  F.scaled_dot_product_attention's forward
 //                                  and backward on the same shape
-// `cuda_bench GROUP` runs one group of these (a prefix: cuda.seed,
-// cuda.gpt2s.amp_bf16, ...; `cuda_bench --groups` lists them), as the GPU
-// bundle's run-bench.sh does, each in a process of its own.
+// `cuda_bench GROUP` runs one group of these (cuda.seed, cuda.gpt2s.amp_bf16,
+// ...; `cuda_bench --groups` lists them), as the GPU bundle's run-bench.sh
+// does, each in a process of its own; a filter names whole dotted parts: a
+// group, a family of groups (cuda.gpt2s) or a figure of one group.
 // The models' batches stay on the device (data ops placed there), as the
 // peer's do. Each is the median of several repetitions after warm-up; the PyTorch peer
 // (bench/peers/cuda_torch.py) prints cuda.*.torch.step in the same run and

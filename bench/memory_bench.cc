@@ -148,14 +148,14 @@ void run_recompute(const std::string& name, bench::Model& plain, bench::Model& r
 }
 
 // GPT-2 small's step (bench_models.h's gpt2_small, the CUDA benchmark's
-// model) planned from its types, without running it: the program after the
-// passes an executor runs on any place (dce, cse, fold, simplify; a CUDA
-// executor's fusions would drop a few more temporaries), planned as the
-// CPU executor plans it. Its bytes: the parameters and their AdamW state
-// (what every step keeps), and the temporaries' live-set minimum (the most
-// live at once in program order, which a caching allocator's peak is at
-// least). The total is what a device step holds at least, beside which a
-// GPU run's cuda.gpt2s.<mode>.peak reads its allocator's overhead.
+// model) estimated from its types, without running it: the program after
+// the passes an executor runs on any place (dce, cse, fold, simplify; a
+// CUDA executor's bias epilogues would drop a temporary per linear layer;
+// amp decides by the CPU's kernels), planned as the CPU executor plans it.
+// Its bytes: the parameters and their AdamW state (what every step keeps),
+// and the temporaries' live-set minimum (the most live at once in program
+// order). Beside it a GPU run's cuda.gpt2s.<mode>.peak reads what the
+// device's plan and allocator add.
 struct PlannedStep {
   double persistent = 0, live = 0;
 };

@@ -3,8 +3,8 @@
 //   --amp off|o1|o2            mixed precision in bf16 (kiln/frontend/amp.h),
 //                              its kernels looked up at the device (default off)
 // The other arguments stay positional, in their order. A flag without a
-// value, or a value not listed, is a kiln::Error naming the flag and what
-// it takes.
+// value, a value not listed, or another argument starting with "--" (as
+// --amp=o2) is a kiln::Error naming the flag and what it takes.
 #pragma once
 
 #include <cstdint>
@@ -84,6 +84,9 @@ inline TrainOptions parse_train_options(int argc, char** argv) {
         throw kiln::Error(kiln::ErrorKind::InvalidArgument,
                           "--amp '" + v + "': expected " + std::string(takes));
       }
+    } else if (a.rfind("--", 0) == 0) {
+      throw kiln::Error(kiln::ErrorKind::InvalidArgument,
+                        "unknown flag '" + std::string(a) + "': expected --device or --amp, each then its value");
     } else {
       o.positional.emplace_back(a);
     }

@@ -1,7 +1,8 @@
 // CUDA kernels of kiln.conv2d and its gradient through cuDNN (NCHW). f32 and
-// f64 at full precision (CUDNN_FMA_MATH algorithms only, no TF32, as cuBLAS
-// here); bf16 and f16 on tensor cores (CUDNN_TENSOR_OP_MATH), their sums in
-// f32 and each result rounded once, as the CPU's bf16 convolutions (the
+// f64 at full precision (no TF32: f32 takes CUDNN_FMA_MATH algorithms only,
+// as cuBLAS here); bf16 and f16 with tensor-core math allowed (the
+// descriptor's CUDNN_TENSOR_OP_MATH, or the math of the algorithm chosen),
+// their sums in f32 and each result rounded once, as the CPU's bf16 convolutions (the
 // weight gradient too: cuDNN accumulates it in f32 before it writes dw).
 // cuDNN runs bf16 convolutions on compute capability 8.0 and up only; on an
 // older GPU a bf16 one is an error from cuDNN's algorithm choice naming the
@@ -180,12 +181,15 @@ struct ConvChoice {
   cudnnMathType_t math;
 };
 
-// Whether kiln runs an offered algorithm's math for dtype D: f32 and f64
-// only on CUDA cores (cuDNN's default math allows TF32 on Ampere and newer,
-// which rounds the operands), bf16 and f16 any.
+// Whether kiln runs an offered algorithm's math for dtype D: f32 only on
+// CUDA cores (cuDNN's default math allows TF32 on Ampere and newer, which
+// rounds the operands), f64 in FMA or default math (TF32 never applies to
+// it), bf16 and f16 any.
 template <DataType D>
 bool math_allowed(cudnnMathType_t m) {
-  return CudnnType<D>::math == CUDNN_TENSOR_OP_MATH || m == CUDNN_FMA_MATH;
+  if constexpr (D == DataType::Float32) return m == CUDNN_FMA_MATH;
+  else if constexpr (D == DataType::Float64) return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
+  else return true;
 }
 
 // The first algorithm in the heuristics' ranking that succeeds, in allowed
@@ -196,7 +200,9 @@ ConvChoice<decltype(Perf{}.algo)> pick(const KernelContext& ctx, const ConvKey& 
   using Choice = ConvChoice<decltype(Perf{}.algo)>;
   thread_local std::map<ConvKey, Choice> chosen;
   if (auto it = chosen.find(key); it != chosen.end()) return it->second;
-  constexpr int kOffers = 16;  // each algorithm may be listed once per math type
+  // Room for every algorithm once per math type (8 forward algorithms, 3
+  // math types kiln may see), so that no allowed one is cut off.
+  constexpr int kOffers = 32;
   Perf perf[kOffers];
   int count = 0;
   check_cudnn(ctx, query(perf, kOffers, &count), "algorithm choice");

@@ -45,12 +45,13 @@ TEST_CASE("--device picks the executor's place and --amp the mixed-precision lev
   CHECK_FALSE(parse({"--amp", "o1", "--amp", "off"}).amp);
 }
 
-TEST_CASE("an example's flag without a value, or with a value it does not take, is an error naming the "
-          "flag and what it takes",
+TEST_CASE("an example's flag without a value, with a value it does not take, or unknown, is an error "
+          "naming the flag and what it takes",
           "[examples]") {
   KILN_CHECK_ERROR(parse({"--amp", "o3"}), InvalidArgument, {"--amp 'o3'", "off, o1 or o2"});
   KILN_CHECK_ERROR(parse({"--amp"}), InvalidArgument, {"--amp needs a value"});
   KILN_CHECK_ERROR(parse({"--device", "tpu"}), InvalidArgument, {"--device 'tpu'", "cpu, cuda or cuda:N"});
   KILN_CHECK_ERROR(parse({"--device", "host_stream:1"}), InvalidArgument, {"--device 'host_stream:1'"});
   KILN_CHECK_ERROR(parse({"300", "--device"}), InvalidArgument, {"--device needs a value"});
+  KILN_CHECK_ERROR(parse({"--amp=o2"}), InvalidArgument, {"unknown flag '--amp=o2'", "--device or --amp"});
 }

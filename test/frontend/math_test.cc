@@ -6,6 +6,7 @@
 // comparisons and constants are tested with the control-flow frontend
 // (control_flow_test.cc).
 #include "frontend/frontend_test_util.h"
+#include "kiln/support/half.h"
 
 using namespace kiln;
 using namespace kiln_frontend_test;
@@ -132,6 +133,11 @@ TEST_CASE("the shape helpers build one op each and move x's elements as numpy's 
   CHECK(sl.type() == TensorType::get(DataType::Float32, {2, 2}));
   CHECK(unsqueeze(x, {0, 3}).type() == TensorType::get(DataType::Float32, {1, 2, 3, 1}));
   CHECK(sq.type() == TensorType::get(DataType::Float32, {2, 3}));
+  const std::vector<std::pair<Value, std::string>> ops{
+      {r, "kiln.reshape"}, {t, "kiln.transpose"}, {c, "kiln.concat"}, {s, "kiln.stack"},
+      {halves[0], "kiln.split"}, {sl, "kiln.slice"}, {sq, "kiln.squeeze"}};
+  for (const auto& [v, name] : ops) CHECK(v.defining_op()->name() == name);
+  CHECK(halves[0].defining_op() == halves[1].defining_op());  // one op, two results
   Executor exe;
   const FeedMap feed{{"x", f32({2, 3}, {0, 1, 2, 3, 4, 5})}, {"y", f32({2, 3}, {6, 7, 8, 9, 10, 11})}};
   auto out = exe.run(b.main, feed, {r, t, c, s, halves[1], parts[0], sl, sq});
@@ -158,10 +164,15 @@ TEST_CASE("sum, mean and max reduce over the axes given (all when none), keeping
   CHECK(got[2].type() == TensorType::get(DataType::Float32, {2, 1}));
   CHECK(got[3].type() == TensorType::get(DataType::Int64, {2, 3}));
   CHECK(got[7].type() == TensorType::get(DataType::BFloat16, {2, 3}));
+  const std::vector<std::string> names{"kiln.sum", "kiln.mean", "kiln.max", "kiln.cast",
+                                       "kiln.exp", "kiln.log", "kiln.sqrt", "kiln.cast"};
+  for (std::size_t k = 0; k < got.size(); ++k) CHECK(got[k].defining_op()->name() == names[k]);
   const std::vector<float> xs{1.5f, -2, 3, 4, -5.25f, 6};
   Executor exe;
-  std::vector<FetchTarget> fetch(got.begin(), got.end() - 1);
+  std::vector<FetchTarget> fetch(got.begin(), got.end());
   auto out = exe.run(b.main, {{"x", f32({2, 3}, xs)}}, fetch);
+  const auto* bf16 = static_cast<const std::uint16_t*>(out[7].raw_data());
+  for (std::size_t k = 0; k < xs.size(); ++k) CHECK(bfloat16_to_float(bf16[k]) == xs[k]);  // exact in bf16
   CHECK(out[0].to_vector<float>() == std::vector<float>{7.25f});
   CHECK(out[1].to_vector<float>() == std::vector<float>{2.75f, -3.625f, 4.5f});
   CHECK(out[2].to_vector<float>() == std::vector<float>{3, 6});

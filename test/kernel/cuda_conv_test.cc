@@ -69,6 +69,9 @@ TEST_CASE("CUDA conv2d and its gradient (cuDNN) match the CPU's", "[cuda][kernel
       {{2, 2, 7, 7}, {3, 2, 2, 3}, {1, 1}, {0, 1, 1, 2}, {1, 1}, 1},  // asymmetric
       {{1, 4, 6, 6}, {4, 1, 3, 3}, {2, 2}, {1, 2, 0, 1}, {1, 1}, 4},  // depthwise, asymmetric
       {{3, 8, 16, 16}, {16, 8, 5, 5}, {1, 1}, {2, 2}, {1, 1}, 1},
+      // Two paddings with one output size: each its own cached algorithm.
+      {{1, 2, 6, 6}, {3, 2, 1, 1}, {4, 4}, {1, 1}, {1, 1}, 1},
+      {{1, 2, 6, 6}, {3, 2, 1, 1}, {4, 4}, {0, 0}, {1, 1}, 1},
   };
   for (const ConvCase& c : cases) {
     compare_conv<float>(c, 1e-5);

@@ -110,6 +110,9 @@ TEST_CASE("kiln-onnx run compares within the --rtol and --atol given, and names 
   auto text = tool(run + " --rtol abc");
   CHECK(text.status == 1);
   CHECK_THAT(text.out, Catch::Contains("--rtol 'abc' is not a number >= 0"));
+  auto empty = tool(run + " --atol ''");
+  CHECK(empty.status == 1);
+  CHECK_THAT(empty.out, Catch::Contains("--atol '' is not a number >= 0"));
 }
 
 TEST_CASE("kiln-onnx info lists every part of a model kiln cannot import and exits 1",

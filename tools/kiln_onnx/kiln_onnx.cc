@@ -43,6 +43,7 @@
 // feed or fetch, an op with no ONNX equivalent, an output that cannot be
 // written) or on a mismatch; 2 for a bad command line.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -121,7 +122,8 @@ unsigned positive(const std::string& text, const std::string& what) {
 double tolerance(const std::string& text, const std::string& what) {
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !(v >= 0) || v == HUGE_VAL)
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || *end != '\0' || !(v >= 0) ||
+      v == HUGE_VAL)
     throw_error(ErrorKind::InvalidArgument, what, " '", text, "' is not a number >= 0");
   return v;
 }
@@ -170,8 +172,8 @@ void check_fits(const Tensor& t, const onnx::TensorInfo& in, const fs::path& fil
 int run_model(const Args& a) {
   if (a.one("--data").empty()) return usage();
   const fs::path data = a.one("--data");
-  const double rtol = a.one("--rtol").empty() ? onnx::kOnnxRtol : tolerance(a.one("--rtol"), "--rtol");
-  const double atol = a.one("--atol").empty() ? onnx::kOnnxAtol : tolerance(a.one("--atol"), "--atol");
+  const double rtol = a.options.count("--rtol") ? tolerance(a.one("--rtol"), "--rtol") : onnx::kOnnxRtol;
+  const double atol = a.options.count("--atol") ? tolerance(a.one("--atol"), "--atol") : onnx::kOnnxAtol;
   if (!fs::is_directory(data))
     throw_error(ErrorKind::NotFound, "data folder '", data.string(), "' does not exist");
   const onnx::ModelInfo info = onnx::read_model_info(a.model);

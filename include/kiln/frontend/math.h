@@ -83,6 +83,8 @@ Value concat(const std::vector<Value>& xs, std::int64_t axis = 0);
 // x cut along `axis` into `num` equal parts.
 std::vector<Value> split(Value x, std::int64_t num, std::int64_t axis = 0);
 // x cut along `axis` into parts of these sizes (one may be -1: the rest).
+// Spell one size as std::vector<std::int64_t>{n}: a braced {n} reads as the
+// count of equal parts above.
 std::vector<Value> split(Value x, const std::vector<std::int64_t>& sections, std::int64_t axis);
 // x[starts[k]:ends[k]] along each axes[k] (numpy's clamping of the bounds).
 Value slice(Value x, const std::vector<std::int64_t>& axes, const std::vector<std::int64_t>& starts,
