@@ -1,5 +1,6 @@
 #include "kiln/kernel/kernel_registry.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "kiln/ir/builtin_types.h"
@@ -37,10 +38,15 @@ bool KernelRegistry::has_backend(PlaceKind backend) const {
   return false;
 }
 
+// In DataType's order, not registration order: that is static
+// initialization's, which follows the link order of the kernels' files (an
+// error's list of the dtypes that have kernels read differently when a file
+// moved to another library).
 std::vector<DataType> KernelRegistry::dtypes_for(TypeId op, PlaceKind backend) const {
   std::vector<DataType> out;
   for (const auto& e : entries_)
     if (e.op == op && e.backend == backend) out.push_back(e.dtype);
+  std::sort(out.begin(), out.end());
   return out;
 }
 

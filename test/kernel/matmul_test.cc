@@ -186,6 +186,21 @@ TEST_CASE("matmul has f32 and f64 kernels and reports other dtypes as unimplemen
   KILN_CHECK_ERROR(run_op<MatmulOp>({x, x}), Unimplemented, {"kiln.matmul", "i32"});
 }
 
+namespace {
+struct RegistryOrderProbe {};  // a type of its own: kernels registered only below
+}  // namespace
+
+TEST_CASE("the kernel registry lists an op's dtypes in DataType's order, whatever order they were "
+          "registered in",
+          "[kernel]") {
+  KernelRegistry& r = KernelRegistry::instance();
+  const TypeId probe = TypeId::get<RegistryOrderProbe>();
+  for (DataType dt : {DataType::Int64, DataType::Float64, DataType::BFloat16, DataType::Float32})
+    r.add(probe, "test.registry_order", PlaceKind::Cpu, dt, KernelInfo{[](KernelContext&) {}});
+  CHECK(r.dtypes_for(probe, PlaceKind::Cpu) ==
+        std::vector<DataType>{DataType::BFloat16, DataType::Float32, DataType::Float64, DataType::Int64});
+}
+
 TEST_CASE("blas_set_num_threads sets OpenBLAS's thread count", "[kernel]") {
   int before = blas_num_threads();
   blas_set_num_threads(1);
