@@ -41,6 +41,16 @@
 //                                  fused kernels); the peer times
 //                                  F.scaled_dot_product_attention's forward
 //                                  and backward on the same shape
+//   BENCH cuda.{resnet18,mobilenet_v2}.<mode>.step  ms: the CNN's training
+//                                  step (bench_cnns.h) at batch 64, 224x224,
+//                                  SGD with momentum, cuDNN's timed algorithm
+//                                  search (ConvAlgorithmSearch::Benchmark):
+//                                  f32 (FMA convolutions and GEMMs), tf32
+//                                  (ResNet-18: both in TF32), amp_bf16 (O1,
+//                                  convolutions and matmuls in bf16)
+//   BENCH cuda.<net>.amp_bf16.heuristic.step  ms: amp with cuDNN's heuristic
+//                                  choice (the default) instead
+//   BENCH cuda.<net>.amp_bf16.peak MiB: as cuda.gpt2s.<mode>.peak
 // `cuda_bench GROUP` runs one group of these (cuda.seed, cuda.gpt2s.amp_bf16,
 // ...; `cuda_bench --groups` lists them), as the GPU bundle's run-bench.sh
 // does, each in a process of its own; a filter names whole dotted parts: a
@@ -57,12 +67,14 @@
 #include <utility>
 #include <vector>
 
+#include "bench_cnns.h"
 #include "bench_models.h"
 #include "bench_util.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/step_stats.h"
 #include "kiln/frontend/recompute.h"
 #include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/conv_options.h"
 #include "kiln/runtime/cuda_context.h"
 #include "kiln/runtime/matmul_precision.h"
 #include "kiln/support/warning.h"
@@ -360,6 +372,39 @@ void gpt2s_amp_bench() {
   emit("cuda.gpt2s.amp_bf16.recompute.peak", peak_mib(*r), "MiB");
 }
 
+// A real CNN's training step (bench_cnns.h: batch 64, SGD with momentum)
+// in f32 (FMA convolutions and GEMMs), tf32 (both in TF32: PyTorch's
+// cuDNN default, with TF32 matmuls as its peer) and amp O1 bf16 (its
+// convolutions and matmuls in bf16), each with cuDNN's timed algorithm
+// search (the peer's cudnn.benchmark = True); amp also with the heuristic
+// choice, and its step stats.
+void cnn_bench(const std::string& net, bool tf32) {
+  constexpr std::int64_t kCnnBatch = 64;
+  const std::string fig = "cuda." + net;
+  kiln::set_conv_algorithm_search(kiln::ConvAlgorithmSearch::Benchmark);
+  {
+    auto m = cnn_model(net, kCnnBatch, kiln::Place::cuda(0));
+    emit(fig + ".f32.step", step_us(*m, false, 5, 5) / 1e3, "ms");
+  }
+  if (tf32) {
+    kiln::set_float32_conv_precision(kiln::MatmulPrecision::High);
+    kiln::set_float32_matmul_precision(kiln::MatmulPrecision::High);
+    auto m = cnn_model(net, kCnnBatch, kiln::Place::cuda(0));
+    emit(fig + ".tf32.step", step_us(*m, false, 5, 5) / 1e3, "ms");
+    kiln::set_float32_conv_precision(kiln::MatmulPrecision::Highest);
+    kiln::set_float32_matmul_precision(kiln::MatmulPrecision::Highest);
+  }
+  auto amp = cnn_model(net + "_amp_bf16", kCnnBatch, kiln::Place::cuda(0));
+  emit(fig + ".amp_bf16.step", step_us(*amp, false, 5, 5) / 1e3, "ms");
+  emit(fig + ".amp_bf16.peak", peak_mib(*amp), "MiB");
+  print_step_stats(*amp, (fig + ".amp_bf16").c_str());
+  kiln::set_conv_algorithm_search(kiln::ConvAlgorithmSearch::Heuristic);
+  emit(fig + ".amp_bf16.heuristic.step", step_us(*amp, false, 5, 5) / 1e3, "ms");
+}
+
+void resnet18_bench() { cnn_bench("resnet18", /*tf32=*/true); }
+void mobilenet_v2_bench() { cnn_bench("mobilenet_v2", /*tf32=*/false); }
+
 struct Group {
   const char* name;  // the prefix of its figures' names
   void (*run)();
@@ -371,6 +416,7 @@ constexpr Group kGroups[] = {
     {"cuda.layer_norm", layer_norm_bench},   {"cuda.attention", attention_bench},
     {"cuda.gpt2s.adamw", gpt2s_adamw_bench}, {"cuda.gpt2s.f32", gpt2s_f32_bench},
     {"cuda.gpt2s.tf32", gpt2s_tf32_bench},   {"cuda.gpt2s.amp_bf16", gpt2s_amp_bench},
+    {"cuda.resnet18", resnet18_bench},       {"cuda.mobilenet_v2", mobilenet_v2_bench},
 };
 
 // Whether `filter` runs group `g`: everything ("" or "cuda"), the group by

@@ -14,6 +14,13 @@ The same models, shapes, losses and optimizers as kiln's cuda.* figures:
   attention  F.scaled_dot_product_attention forward and backward (autograd.grad
           of q, k, v), [8, 12, 512, 64], causal, bf16 and f32 (TF32 off):
           BENCH cuda.attention.fused.<dtype>.torch.fwd_bwd, in us
+  resnet18, mobilenet_v2  torchvision's networks layer for layer (written out
+          here: the GPU machine may lack torchvision), batch 64 of 224x224
+          images, 1000 classes, cross-entropy, SGD(0.01, momentum 0.9, fused
+          where this torch has it), cudnn.benchmark on: .f32 (TF32 off),
+          .tf32 (TF32 convolutions and matmuls: PyTorch's cuDNN default),
+          .amp_bf16 (bf16 autocast), each the faster of NCHW and channels_last
+          (a # line gives both), and amp's peak memory
 each fed one fixed batch (on the device) every step. A step ends with
 torch.cuda.synchronize() (kiln's step ends with the loss on the host). Prints
   BENCH cuda.<model>.torch.step <value> us|ms   median of 9 repetitions
@@ -140,6 +147,105 @@ def gpt2s_step(mode):
     return step
 
 
+def conv_bn(cin, cout, k, stride=1, groups=1):
+    return [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.body = nn.Sequential(*conv_bn(cin, cout, 3, stride), nn.ReLU(inplace=True),
+                                  *conv_bn(cout, cout, 3))
+        self.skip = (nn.Sequential(*conv_bn(cin, cout, 1, stride))
+                     if stride != 1 or cin != cout else nn.Identity())
+
+    def forward(self, x):
+        return F.relu(self.body(x) + self.skip(x))
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin, cout, stride, expand):
+        super().__init__()
+        hidden = cin * expand
+        layers = [] if expand == 1 else [*conv_bn(cin, hidden, 1), nn.ReLU6(inplace=True)]
+        layers += [*conv_bn(hidden, hidden, 3, stride, hidden), nn.ReLU6(inplace=True),
+                   *conv_bn(hidden, cout, 1)]
+        self.body, self.residual = nn.Sequential(*layers), stride == 1 and cin == cout
+
+    def forward(self, x):
+        return x + self.body(x) if self.residual else self.body(x)
+
+
+def resnet18():
+    layers, cin = [*conv_bn(3, 64, 7, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)], 64
+    for cout in (64, 128, 256, 512):
+        layers += [BasicBlock(cin, cout, 1 if cout == 64 else 2), BasicBlock(cout, cout, 1)]
+        cin = cout
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000))
+
+
+def mobilenet_v2():
+    table = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+             (6, 160, 3, 2), (6, 320, 1, 1))
+    layers, cin = [*conv_bn(3, 32, 3, 2), nn.ReLU6(inplace=True)], 32
+    for expand, cout, repeats, stride in table:
+        for i in range(repeats):
+            layers.append(InvertedResidual(cin, cout, stride if i == 0 else 1, expand))
+            cin = cout
+    layers += [*conv_bn(cin, 1280, 1), nn.ReLU6(inplace=True), nn.AdaptiveAvgPool2d(1),
+               nn.Flatten(), nn.Linear(1280, 1000)]
+    return nn.Sequential(*layers)
+
+
+def cnn_step(net, mode, channels_last):
+    """mode: f32 (TF32 off), tf32, amp_bf16 (autocast; TF32 on for what stays f32)."""
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = mode != "f32"
+    torch.backends.cudnn.allow_tf32 = mode != "f32"
+    torch.manual_seed(0)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    model = globals()[net]().to(DEV, memory_format=fmt).train()
+    try:
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, fused=True)
+    except (TypeError, RuntimeError):  # a torch without fused SGD
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    g = torch.Generator().manual_seed(17)
+    x = torch.randn(64, 3, 224, 224, generator=g).to(DEV).contiguous(memory_format=fmt)
+    y = torch.randint(0, 1000, (64,), generator=g).to(DEV)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode == "amp_bf16"):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return step
+
+
+def cnn_figures(net):
+    for mode in ("f32", "tf32", "amp_bf16") if net == "resnet18" else ("f32", "amp_bf16"):
+        best = None
+        for cl in (False, True):
+            t = timed(cnn_step(net, mode, cl), 5, reps=5)
+            print(f"# cuda.{net}.{mode}.torch[{'channels_last' if cl else 'NCHW'}] {t * 1e3:.3f} ms")
+            best = t if best is None else min(best, t)
+        print(f"BENCH cuda.{net}.{mode}.torch.step {best * 1e3:.3f} ms")
+        if mode == "amp_bf16":
+            step = cnn_step(net, mode, True)
+            torch.cuda.reset_peak_memory_stats()
+            for _ in range(3):
+                step()
+            print(f"BENCH cuda.{net}.{mode}.torch.peak "
+                  f"{torch.cuda.max_memory_allocated() / 2**20:.1f} MiB")
+            del step
+        torch.cuda.empty_cache()
+        sys.stdout.flush()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.benchmark = False
+
+
 def attention_step(dtype):
     torch.manual_seed(3)
     shape = (8, 12, 512, 64)
@@ -184,6 +290,9 @@ def main():
         for name, dtype in (("bf16", torch.bfloat16), ("f32", torch.float32)):
             t = timed(attention_step(dtype), 20)
             print(f"BENCH cuda.attention.fused.{name}.torch.fwd_bwd {t * 1e6:.3f} us")
+    for net in ("resnet18", "mobilenet_v2"):
+        if FILTER in ("", "cuda") or FILTER.startswith("cuda." + net):
+            cnn_figures(net)
     print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}")
     sys.stdout.flush()
 

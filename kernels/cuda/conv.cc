@@ -1,15 +1,18 @@
 // CUDA kernels of kiln.conv2d and its gradient through cuDNN (NCHW). f32 and
-// f64 at full precision (no TF32: f32 takes CUDNN_FMA_MATH algorithms only,
-// as cuBLAS here); bf16 and f16 with tensor-core math allowed (the
+// f64 at full precision by default (f32 takes CUDNN_FMA_MATH algorithms
+// only, as cuBLAS here; under float32_conv_precision() High also TF32's
+// default math); bf16 and f16 with tensor-core math allowed (the
 // descriptor's CUDNN_TENSOR_OP_MATH, or the math of the algorithm chosen),
 // their sums in f32 and each result rounded once, as the CPU's bf16 convolutions (the
 // weight gradient too: cuDNN accumulates it in f32 before it writes dw).
 // cuDNN runs bf16 convolutions on compute capability 8.0 and up only; on an
 // older GPU a bf16 one is an error from cuDNN's algorithm choice naming the
-// op. The CPU's geometry and checks (conv_ops.h); cuDNN's heuristics rank
-// the algorithms per shape, and `pick` takes the first deterministic one
-// in an allowed math type (cached per thread), whose math type is set on
-// the descriptor; its workspace comes from the stream's
+// op. The CPU's geometry and checks (conv_ops.h). `pick` chooses an
+// algorithm per shape (cached per thread, with the settings of
+// kiln/runtime/conv_options.h in the key): from cuDNN's heuristic ranking
+// the first deterministic one in an allowed math type, or, under
+// ConvAlgorithmSearch::Benchmark, the fastest cudnnFind timed; the choice's
+// math type is set on the descriptor; its workspace comes from the stream's
 // cache. cuDNN pads symmetrically: a conv with other paddings runs on a
 // zero-padded copy of x (its dx cropped back out of the padded one).
 // conv2d_transpose and fused_conv2d have no CUDA kernel (CPU between copies).
@@ -26,6 +29,7 @@
 #include "kiln/dialect/data_format.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/conv_options.h"
 #include "kiln/runtime/cuda_context.h"
 
 namespace kiln::cuda {
@@ -117,6 +121,17 @@ T* elements(Tensor& t) {
   return static_cast<T*>(t.raw_data());
 }
 
+// Whether f32 convolutions may run in TF32 (kiln/runtime/conv_options.h).
+bool tf32_allowed() { return float32_conv_precision() == MatmulPrecision::High; }
+
+// The descriptor's math before an algorithm is chosen: f32's default math
+// (TF32 on Ampere and newer) where TF32 is allowed, else the dtype's.
+template <DataType D>
+cudnnMathType_t initial_math() {
+  if constexpr (D == DataType::Float32) return tf32_allowed() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  else return CudnnType<D>::math;
+}
+
 // The descriptors of one conv2d (x possibly the zero-padded copy): RAII.
 template <DataType D>
 struct ConvDescriptors {
@@ -150,7 +165,7 @@ struct ConvDescriptors {
                                                 CUDNN_CROSS_CORRELATION, CudnnType<D>::compute),
                 "describing the convolution");
     check_cudnn(ctx, cudnnSetConvolutionGroupCount(conv, to_int(ctx, g.groups)), "setting groups");
-    check_cudnn(ctx, cudnnSetConvolutionMathType(conv, CudnnType<D>::math), "setting the math type");
+    check_cudnn(ctx, cudnnSetConvolutionMathType(conv, initial_math<D>()), "setting the math type");
   }
   ~ConvDescriptors() {
     cudnnDestroyConvolutionDescriptor(conv);
@@ -168,11 +183,13 @@ struct ConvDescriptors {
 // set on the descriptor before its workspace query and its call.
 using ConvKey = std::tuple<int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                            std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                           std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int>;
+                           std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int,
+                           bool, bool>;
 ConvKey conv_key(int pass, DataType dtype, const Conv2dGeometry& g, std::int64_t xh, std::int64_t xw,
                  int ph, int pw) {
   return {pass, static_cast<int>(dtype), g.n, g.c, xh, xw, g.o, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.groups,
-          g.ho, g.wo, ph, pw};
+          g.ho, g.wo, ph, pw, tf32_allowed(),
+          conv_algorithm_search() == ConvAlgorithmSearch::Benchmark};
 }
 
 template <typename Algo>
@@ -183,20 +200,47 @@ struct ConvChoice {
 
 // Whether kiln runs an offered algorithm's math for dtype D: f32 only on
 // CUDA cores (cuDNN's default math allows TF32 on Ampere and newer, which
-// rounds the operands), f64 in FMA or default math (TF32 never applies to
-// it), bf16 and f16 any.
+// rounds the operands) unless TF32 is allowed, and never in a math that
+// converts it to 16 bits; f64 in FMA or default math (TF32 never applies
+// to it); bf16 and f16 any.
 template <DataType D>
 bool math_allowed(cudnnMathType_t m) {
-  if constexpr (D == DataType::Float32) return m == CUDNN_FMA_MATH;
+  if constexpr (D == DataType::Float32)
+    return m == CUDNN_FMA_MATH || (m == CUDNN_DEFAULT_MATH && tf32_allowed());
   else if constexpr (D == DataType::Float64) return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
   else return true;
 }
 
-// The first algorithm in the heuristics' ranking that succeeds, in allowed
-// math, and is deterministic (the same bits run to run, as kiln's other
-// kernels give), else the first that succeeds in allowed math.
-template <DataType D, typename Perf, typename Query>
-ConvChoice<decltype(Perf{}.algo)> pick(const KernelContext& ctx, const ConvKey& key, Query query) {
+// The first offer that succeeded in an allowed math, preferring (when
+// asked) the first deterministic one; null when none did.
+template <DataType D, typename Perf>
+const Perf* first_allowed(const Perf* perf, int count, bool prefer_deterministic) {
+  const Perf* best = nullptr;
+  for (int i = 0; i < count; ++i) {
+    const Perf& offer = perf[i];
+    if (offer.status != CUDNN_STATUS_SUCCESS || !math_allowed<D>(offer.mathType)) continue;
+    if (!best) best = &offer;
+    if (!prefer_deterministic || offer.determinism == CUDNN_DETERMINISTIC) return &offer;
+  }
+  return best;
+}
+
+// Whether ctx's stream is being captured into a CUDA graph, where cudnnFind
+// cannot time algorithms.
+bool capturing(const KernelContext& ctx) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream_of(ctx), &status) == cudaSuccess &&
+         status != cudaStreamCaptureStatusNone;
+}
+
+// The algorithm for `key`: under ConvAlgorithmSearch::Benchmark the fastest
+// that `timed` (cudnnFind, fastest first) measured in an allowed math;
+// otherwise, or when timing fails or cannot run, the first deterministic
+// one in the `ranked` heuristics (else their first) in an allowed math. A
+// heuristic stand-in for a timed choice is not cached.
+template <DataType D, typename Perf, typename Ranked, typename Timed>
+ConvChoice<decltype(Perf{}.algo)> pick(const KernelContext& ctx, const ConvKey& key, Ranked ranked,
+                                       Timed timed) {
   using Choice = ConvChoice<decltype(Perf{}.algo)>;
   thread_local std::map<ConvKey, Choice> chosen;
   if (auto it = chosen.find(key); it != chosen.end()) return it->second;
@@ -205,21 +249,21 @@ ConvChoice<decltype(Perf{}.algo)> pick(const KernelContext& ctx, const ConvKey& 
   constexpr int kOffers = 32;
   Perf perf[kOffers];
   int count = 0;
-  check_cudnn(ctx, query(perf, kOffers, &count), "algorithm choice");
+  const bool benchmark = conv_algorithm_search() == ConvAlgorithmSearch::Benchmark;
+  const bool timing = benchmark && !capturing(ctx);
   const Perf* best = nullptr;
-  for (int i = 0; i < count; ++i) {
-    const Perf& offer = perf[i];
-    if (offer.status != CUDNN_STATUS_SUCCESS || !math_allowed<D>(offer.mathType)) continue;
-    if (offer.determinism == CUDNN_DETERMINISTIC) {
-      best = &offer;
-      break;
-    }
-    if (!best) best = &offer;
+  if (timing && timed(perf, kOffers, &count) == CUDNN_STATUS_SUCCESS)
+    best = first_allowed<D>(perf, count, /*prefer_deterministic=*/false);
+  if (!best) {
+    check_cudnn(ctx, ranked(perf, kOffers, &count), "algorithm choice");
+    best = first_allowed<D>(perf, count, /*prefer_deterministic=*/true);
   }
   if (!best)
     throw_error(ErrorKind::Unimplemented, "op '", ctx.op()->name(), "': cuDNN offers no algorithm for this ",
                 to_string(D), " convolution");
-  return chosen[key] = Choice{best->algo, best->mathType};
+  const Choice c{best->algo, best->mathType};
+  if (benchmark && !timing) return c;
+  return chosen[key] = c;
 }
 
 // Sets the choice's math on the descriptor; then cuDNN's status for `what`
@@ -299,6 +343,9 @@ struct Conv2dK {
     const auto c = pick<D, cudnnConvolutionFwdAlgoPerf_t>(
         ctx, conv_key(0, D, g, in.h, in.w, in.ph, in.pw), [&](auto* perf, int n, int* count) {
           return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, count, perf);
+        },
+        [&](auto* perf, int n, int* count) {
+          return cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.conv, d.y, n, count, perf);
         });
     use_math(ctx, d.conv, c);
     std::size_t bytes = 0;
@@ -345,6 +392,9 @@ struct Conv2dGradK {
           ctx, conv_key(1, D, g, in.h, in.w, in.ph, in.pw), [&](auto* perf, int n, int* count) {
             return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, count,
                                                                  perf);
+          },
+          [&](auto* perf, int n, int* count) {
+            return cudnnFindConvolutionBackwardFilterAlgorithm(h, d.x, d.y, d.conv, d.w, n, count, perf);
           });
       use_math(ctx, d.conv, c);
       std::size_t bytes = 0;
@@ -363,6 +413,9 @@ struct Conv2dGradK {
           ctx, conv_key(2, D, g, in.h, in.w, in.ph, in.pw), [&](auto* perf, int n, int* count) {
             return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, count,
                                                                perf);
+          },
+          [&](auto* perf, int n, int* count) {
+            return cudnnFindConvolutionBackwardDataAlgorithm(h, d.w, d.y, d.conv, d.x, n, count, perf);
           });
       use_math(ctx, d.conv, c);
       std::size_t bytes = 0;

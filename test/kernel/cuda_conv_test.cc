@@ -17,6 +17,7 @@
 #include "kernel/half_test_util.h"
 #include "kiln/dialect/conv_ops.h"
 #include "kiln/dialect/pool_ops.h"
+#include "kiln/runtime/conv_options.h"
 
 using namespace kiln;
 using kiln_test::filled;
@@ -80,6 +81,30 @@ TEST_CASE("CUDA conv2d and its gradient (cuDNN) match the CPU's", "[cuda][kernel
   KILN_CHECK_ERROR(run_cuda_op<Conv2dOp>({filled<float>({1, 3, 8, 8}), filled<float>({4, 2, 3, 3})},
                                          V{1, 1}, V{0, 0}, V{1, 1}, std::int64_t{1}),
                    InvalidArgument, {"kiln.conv2d"});
+}
+
+TEST_CASE("CUDA conv2d under benchmark search or TF32 stays near the CPU; the settings key the choice",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  // Shapes no other case runs, so that each setting below chooses afresh.
+  const ConvCase tf32_first{{2, 16, 20, 20}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1};
+  const ConvCase timed{{4, 24, 18, 18}, {40, 24, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1};
+  // TF32 rounds each operand to 10 mantissa bits: sums of 144 products of
+  // [-1, 1] values stay within 2e-2 of f32's.
+  set_float32_conv_precision(MatmulPrecision::High);
+  compare_conv<float>(tf32_first, 2e-2);
+  compare_conv<double>(tf32_first, 1e-12);
+  // Back at Highest the same shape is chosen again in FMA math: f32's
+  // tolerance, which a TF32 algorithm kept from the line above would miss.
+  set_float32_conv_precision(MatmulPrecision::Highest);
+  compare_conv<float>(tf32_first, 1e-5);
+  // Timed algorithms (FFT and Winograd among them) sum in other orders.
+  set_conv_algorithm_search(ConvAlgorithmSearch::Benchmark);
+  compare_conv<float>(timed, 1e-4);
+  compare_conv<double>(timed, 1e-11);
+  compare_conv<float>(tf32_first, 1e-4);
+  set_conv_algorithm_search(ConvAlgorithmSearch::Heuristic);
+  compare_conv<float>(timed, 1e-5);
 }
 
 namespace {
