@@ -68,7 +68,26 @@ void RunState::allocate_counters() {
   }
 }
 
+// The CUDA streams this state made (named ones) die with it: their device's
+// allocator hands the blocks it keeps for them to the compute stream, the
+// cached ones now and the live ones (this state's buffers, freed after this
+// destructor's body) when freed, so they are used again.
+namespace {
+void retire_owned_cuda_streams(const ExecutionPlan& p, const std::vector<Stream*>& streams,
+                               const std::vector<std::unique_ptr<Stream>>& owned) noexcept {
+  for (std::size_t k = 0; k < streams.size() && k < p.stream_places.size(); ++k) {
+    if (p.stream_places[k].kind != PlaceKind::Cuda) continue;
+    for (const auto& mine : owned)
+      if (mine.get() == streams[k]) try {
+          retire_cuda_stream(p.stream_places[k].device, *streams[k]);
+        } catch (...) {  // a device error: the blocks stay cached under the stream
+        }
+  }
+}
+}  // namespace
+
 RunState::~RunState() {
+  retire_owned_cuda_streams(*plan_, streams_, owned_streams_);
   // Every run ends with its streams synchronized; stopping them here first
   // still guarantees no stream task touches the state after this point.
   streams_.clear();

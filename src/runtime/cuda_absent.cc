@@ -26,6 +26,8 @@ Allocator& cuda_stream_allocator(int device, Stream&) {
   throw_error(ErrorKind::Unimplemented, "a CUDA stream's allocator: kiln was built without CUDA");
 }
 
+void retire_cuda_stream(int device, Stream&) { cuda_context(device); }  // throws: no CUDA
+
 Allocator& pinned_allocator() { return cpu_allocator(); }
 
 std::unique_ptr<Event> new_cuda_timing_event(int device) {

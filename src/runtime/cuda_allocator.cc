@@ -65,6 +65,29 @@ Allocator& CudaAllocator::for_stream(const CudaStream& stream) {
   return *a;
 }
 
+void CudaAllocator::retire_stream(const CudaStream& stream) {
+  const CudaStreamHandle dead = stream.handle();
+  if (dead == default_stream_) return;
+  std::vector<void*> cached;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (auto it = free_.lower_bound(Key{dead, 0}); it != free_.end() && it->first.first == dead;) {
+      stats_.cached_bytes -= it->first.second * it->second.size();
+      cached.insert(cached.end(), it->second.begin(), it->second.end());
+      it = free_.erase(it);
+    }
+    for (auto it = owner_.begin(); it != owner_.end();)
+      if (it->second == dead) {
+        orphans_.insert(it->first);
+        it = owner_.erase(it);
+      } else {
+        ++it;
+      }
+  }
+  use_cuda_device(device_);
+  for (void* p : cached) cudaFree(p);
+}
+
 Allocation CudaAllocator::allocate_on(std::size_t bytes, CudaStreamHandle stream) {
   if (bytes == 0) return {nullptr, 0, place()};
   if (bytes > CpuAllocator::kMaxBytes)
@@ -108,7 +131,14 @@ void* CudaAllocator::device_malloc(std::size_t size, std::size_t requested) {
 
 void CudaAllocator::deallocate(const Allocation& a) noexcept {
   if (!a.ptr) return;
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::unique_lock<std::mutex> guard(mutex_);
+  if (orphans_.erase(a.ptr)) {  // its stream retired: back to the driver
+    stats_.bytes_in_use -= a.size;
+    guard.unlock();
+    cudaSetDevice(device_);  // no throw here: a failure leaves cudaFree to fail alike
+    cudaFree(a.ptr);
+    return;
+  }
   auto it = owner_.find(a.ptr);
   if (it == owner_.end()) return;  // not ours: never happens with Allocations from allocate()
   const CudaStreamHandle stream = it->second;

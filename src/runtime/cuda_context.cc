@@ -81,6 +81,14 @@ Allocator& cuda_stream_allocator(int device, Stream& stream) {
   return cuda_context(device).allocator().for_stream(*cuda);
 }
 
+void retire_cuda_stream(int device, Stream& stream) {
+  auto* cuda = dynamic_cast<CudaStream*>(&stream);
+  if (!cuda || cuda->device() != device)
+    throw_error(ErrorKind::InvalidArgument, "retire_cuda_stream: the stream is not a stream of cuda:", device);
+  cuda->synchronize();
+  cuda_context(device).allocator().retire_stream(*cuda);
+}
+
 Allocator& pinned_allocator() { return pinned_host_allocator(); }
 
 std::unique_ptr<Event> new_cuda_timing_event(int device) {

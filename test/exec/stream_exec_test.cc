@@ -4,7 +4,9 @@
 // cross-stream edges wait on events, host successors of stream work block on
 // them (sync), variables a stream still uses are not freed early, stream
 // kernel errors reach the caller naming the op, and random programs spread
-// over two streams and the host match sequential host-only runs bit for bit.
+// over two streams and the host match sequential host-only runs bit for bit;
+// on a CUDA device ([cuda]), the streams a run state makes give their
+// memory back when it dies.
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -15,6 +17,9 @@
 
 #include "exec/exec_test_util.h"
 #include "exec/random_program.h"
+#include "kernel/cuda_test_util.h"
+#include "kiln/exec/executor.h"
+#include "kiln/runtime/cuda_context.h"
 #include "kiln/dialect/placement_attributes.h"
 #include "kiln/kernel/random.h"
 
@@ -322,6 +327,28 @@ TEST_CASE("an execution_stream attribute that is not a non-empty string is an er
   on_stream(r, "");
   KILN_CHECK_ERROR(InterpreterCore(p, scope, {}, {r.result()}, ExecutionOptions{}), InvalidArgument,
                    {"op #1 'kiln.relu'", "'execution_stream'"});
+}
+
+TEST_CASE("executors whose device programs name streams of their own leave no memory cached behind",
+          "[exec][stream][cuda]") {
+  if (!kiln_test::have_cuda()) return;
+  Program p;
+  Builder b(p);
+  constexpr std::int64_t kWidth = 1 << 16;
+  auto x = b.create<DataOp>("x", std::vector<std::int64_t>{kWidth});
+  auto r = b.create<ReluOp>(x.result());
+  auto s = b.create<AddOp>(r.result(), r.result());
+  on_stream(r, "side");  // a CUDA stream the run state makes and destroys
+  CudaAllocator& alloc = cuda_context(0).allocator();
+  const FeedMap feed{{"x", Tensor::zeros({kWidth}, DataType::Float32)}};
+  auto run_in_new_executor = [&] {
+    Executor exe(Place::cuda(0));
+    for (int i = 0; i < 2; ++i) CHECK(exe.run(p, feed, {s.result()})[0].numel() == kWidth);
+  };
+  run_in_new_executor();
+  const std::size_t reserved = alloc.reserved_bytes();
+  for (int i = 0; i < 3; ++i) run_in_new_executor();
+  CHECK(alloc.reserved_bytes() <= reserved);
 }
 
 TEST_CASE("a host_stream place launches every op onto its default stream", "[exec][stream]") {

@@ -75,6 +75,33 @@ TEST_CASE("a stream's allocator serves that stream's list: its freed blocks go t
   CHECK(alloc.release_cache() == 2048);
 }
 
+TEST_CASE("a retired stream's cached blocks go back to the driver at once, its live ones when freed",
+          "[cuda][runtime]") {
+  if (!have_cuda()) return;
+  CudaStream compute(0);
+  CudaAllocator alloc(0, compute);
+  Allocation kept = alloc.allocate(1000);
+  alloc.deallocate(kept);  // cached for the compute stream: retiring another keeps it
+  Allocation live;
+  {
+    CudaStream named(0);
+    Allocator& on_named = alloc.for_stream(named);
+    Allocation cached = on_named.allocate(3000);  // a 3072-byte block
+    live = on_named.allocate(5000);               // a 5120-byte block
+    on_named.deallocate(cached);
+    CHECK(alloc.reserved_bytes() == 1024 + 3072 + 5120);
+    named.synchronize();
+    alloc.retire_stream(named);
+    CHECK(alloc.reserved_bytes() == 1024 + 5120);
+    CHECK(alloc.stats().cached_bytes == 1024);
+  }
+  alloc.deallocate(live);
+  CHECK(alloc.reserved_bytes() == 1024);
+  CHECK(alloc.stats().bytes_in_use == 0);
+  alloc.retire_stream(compute);  // the default stream: nothing changes
+  CHECK(alloc.allocate(900).ptr == kept.ptr);
+}
+
 TEST_CASE("cuda_stream_allocator refuses a stream that is not one of the device's CUDA streams",
           "[runtime]") {
   if (!built_with_cuda()) return;

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -44,6 +45,14 @@ class CudaAllocator final : public Allocator {
   // a compute kernel that reads it is still queued would be written by the
   // other stream's copy too early). Kept as long as this allocator.
   Allocator& for_stream(const CudaStream& stream);
+  // `stream`, done with its work and about to be destroyed, gives its
+  // blocks back to the driver: the cached ones now, the live ones when
+  // they are freed. Otherwise they would stay cached under a handle no
+  // stream uses (until a new stream happened to get it), and a program run
+  // by executor after executor, each with streams of its own, would hold
+  // more memory each time. cudaFree waits for the device. No-op for the
+  // default stream.
+  void retire_stream(const CudaStream& stream);
   void deallocate(const Allocation& allocation) noexcept override;
   Place place() const noexcept override { return Place::cuda(static_cast<std::int16_t>(device_)); }
   AllocatorStats stats() const override;
@@ -68,6 +77,7 @@ class CudaAllocator final : public Allocator {
   mutable std::mutex mutex_;
   std::map<Key, std::vector<void*>> free_;             // guarded by mutex_
   std::unordered_map<void*, CudaStreamHandle> owner_;  // live block → its stream; mutex_
+  std::unordered_set<void*> orphans_;  // live blocks of a retired stream; mutex_
   std::map<CudaStreamHandle, std::unique_ptr<StreamAllocator>> for_stream_;  // guarded by mutex_
   AllocatorStats stats_;                               // guarded by mutex_
 };

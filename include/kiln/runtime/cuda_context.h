@@ -64,6 +64,12 @@ std::unique_ptr<Stream> new_cuda_stream(int device);
 // stream's instructions. Errors as cuda_context's.
 Allocator& cuda_stream_allocator(int device, Stream& stream);
 
+// Before an executor destroys a stream it made with new_cuda_stream: waits
+// for the stream's work, then hands the blocks cuda:`device`'s allocator
+// keeps for it to the compute stream (CudaAllocator::retire_stream). Errors
+// as cuda_stream_allocator's.
+void retire_cuda_stream(int device, Stream& stream);
+
 // A CUDA event that keeps a device timestamp, for profiling; and the
 // milliseconds from `start` to `end` (two such events that completed).
 // Errors as cuda_context's.
