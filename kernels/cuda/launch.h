@@ -221,17 +221,26 @@ std::int64_t norm_grad_chunks(std::int64_t m);
 
 // ---- batch_norm (reduce.cu): x as [n, c, s] ----
 
+// The activation the batch_norm kernels apply to y (fused_batch_norm's):
+// none (batch_norm), kiln.relu, or kiln.clip to [0, 6] ("relu6").
+enum class BatchNormAct { None, Relu, Relu6 };
+
 // Training: the batch's mean (smean), inverse std (sinv) and the running
 // statistics updated in place (scratch: c elements); is_test: smean and
-// sinv from the running statistics. Then y.
+// sinv from the running statistics. Then y = act(x · k + off) per channel,
+// k = sinv · scale, off = bias - smean · k.
 template <typename T>
 void launch_batch_norm(const T* x, const T* scale, const T* bias, T* run_mean, T* run_var, T* smean,
                        T* sinv, T* y, T* scratch, std::int64_t n, std::int64_t c, std::int64_t s,
-                       T eps, T momentum, bool is_test, cudaStream_t st);
+                       T eps, T momentum, bool is_test, BatchNormAct act, cudaStream_t st);
+// dx, dscale, dbias of g, what the activation's gradient passes of dy at
+// the pre-activation x · k + off (recomputed from scale, bias and the saved
+// statistics, as the forward computes it; act None: g = dy, bias unread).
 template <typename T>
-void launch_batch_norm_grad(const T* x, const T* scale, const T* mean, const T* invstd, const T* dy,
-                            T* dx, T* dscale, T* dbias, std::int64_t n, std::int64_t c,
-                            std::int64_t s, bool is_test, cudaStream_t st);
+void launch_batch_norm_grad(const T* x, const T* scale, const T* bias, const T* mean,
+                            const T* invstd, const T* dy, T* dx, T* dscale, T* dbias,
+                            std::int64_t n, std::int64_t c, std::int64_t s, bool is_test,
+                            BatchNormAct act, cudaStream_t st);
 
 // ---- indices: gather, embedding, their gradients (train.cu) ----
 

@@ -1,10 +1,12 @@
-// Host halves of the CUDA kernels in reduce.cu (reductions and reduce_as, softmax,
-// cross-entropy, layer_norm / rms_norm, batch_norm, with their gradients): each reads
-// its op's attributes, checks shapes and labels with the CPU kernels'
-// messages, allocates outputs and launches (launch.h); registered for
-// PlaceKind::Cuda with the dtypes the CPU registers.
+// Host halves of the CUDA kernels in reduce.cu (reductions and reduce_as,
+// softmax, cross-entropy, layer_norm / rms_norm, batch_norm and
+// fused_batch_norm, with their gradients): each reads its op's attributes,
+// checks shapes and labels with the CPU kernels' messages, allocates outputs
+// and launches (launch.h); registered for PlaceKind::Cuda with the dtypes
+// the CPU registers.
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -631,60 +633,109 @@ Nchw nchw_of(std::string_view op, const Dims& d) {
   return r;
 }
 
+// The attributes the forward kernels read.
+struct BatchNormAttrs {
+  double momentum, epsilon;
+  bool is_test;
+  const std::string& data_format;
+};
+
+// fused_batch_norm's activation, as the attribute names it.
+BatchNormAct batch_norm_act(std::string_view op, const std::string& activation) {
+  if (activation == "relu") return BatchNormAct::Relu;
+  if (activation == "relu6") return BatchNormAct::Relu6;
+  throw_error(ErrorKind::InvalidArgument, "op '", op, "' activation '", activation,
+              "' has no CUDA kernel (expected \"relu\" or \"relu6\")");
+}
+
+// batch_norm (act None) or fused_batch_norm over NCHW x.
+template <typename T>
+void batch_norm_forward(KernelContext& ctx, const BatchNormAttrs& a, BatchNormAct act) {
+  const std::string_view op = ctx.op()->name();
+  data_format::require_nchw_kernel(op, a.data_format, "CUDA");
+  const Tensor x = typed_input<T>(ctx, 0);
+  const Nchw g = nchw_of(op, x.dims());
+  const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c);
+  const Tensor bias = sized_input<T>(ctx, 2, "bias", g.c);
+  const Tensor rm = sized_input<T>(ctx, 3, "running_mean", g.c);
+  const Tensor rv = sized_input<T>(ctx, 4, "running_var", g.c);
+  T* run_mean = updated<T>(ctx, 1, 3, rm);
+  T* run_var = updated<T>(ctx, 2, 4, rv);
+  const Dims cd({g.c});
+  T* smean = ctx.alloc_output(3, cd, x.dtype()).template data<T>();
+  T* sinv = ctx.alloc_output(4, cd, x.dtype()).template data<T>();
+  Tensor& y = ctx.alloc_output(0, x.dims(), x.dtype());
+  if (!a.is_test && g.n * g.s == 0)
+    throw_error(ErrorKind::InvalidArgument, "op '", op,
+                "' cannot compute batch statistics of an empty batch (x [", x.dims().to_string(),
+                "])");
+  BufferRef scratch;
+  if (!a.is_test) scratch = scratch_buffer(ctx, static_cast<std::size_t>(g.c) * sizeof(T));
+  launch_batch_norm<T>(x.data<T>(), scale.data<T>(), bias.data<T>(), run_mean, run_var, smean,
+                       sinv, y.data<T>(), scratch ? static_cast<T*>(scratch->data()) : nullptr,
+                       g.n, g.c, g.s, static_cast<T>(a.epsilon), static_cast<T>(a.momentum),
+                       a.is_test, act, stream_of(ctx));
+  check_launch(ctx);
+}
+
+// batch_norm_grad(x, scale, saved_mean, saved_invstd, dy) (act None) or
+// fused_batch_norm_grad(x, scale, bias, saved_mean, saved_invstd, dy) over
+// NCHW x.
+template <typename T>
+void batch_norm_backward(KernelContext& ctx, bool is_test, const std::string& format,
+                         BatchNormAct act) {
+  const std::string_view op = ctx.op()->name();
+  data_format::require_nchw_kernel(op, format, "CUDA");
+  const std::uint32_t stats = act == BatchNormAct::None ? 2 : 3;  // saved_mean's operand
+  const Tensor x = typed_input<T>(ctx, 0);
+  const Nchw g = nchw_of(op, x.dims());
+  const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c);
+  const T* bias =
+      act == BatchNormAct::None ? nullptr : sized_input<T>(ctx, 2, "bias", g.c).template data<T>();
+  const Tensor mean = sized_input<T>(ctx, stats, "saved_mean", g.c);
+  const Tensor invstd = sized_input<T>(ctx, stats + 1, "saved_invstd", g.c);
+  const Tensor dy = typed_input<T>(ctx, stats + 2);
+  if (x.dims() != dy.dims())
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' inputs #0 [", x.dims().to_string(),
+                "] and #", stats + 2, " [", dy.dims().to_string(), "] must have one shape");
+  T* dx = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
+  T* dscale = ctx.alloc_output(1, scale.dims(), x.dtype()).template data<T>();
+  T* dbias = ctx.alloc_output(2, scale.dims(), x.dtype()).template data<T>();
+  launch_batch_norm_grad<T>(x.data<T>(), scale.data<T>(), bias, mean.data<T>(), invstd.data<T>(),
+                            dy.data<T>(), dx, dscale, dbias, g.n, g.c, g.s, is_test, act,
+                            stream_of(ctx));
+  check_launch(ctx);
+}
+
 template <typename T>
 struct BatchNormK {
   static void run(KernelContext& ctx) {
-    const std::string_view op = ctx.op()->name();
     const auto& a = ctx.attrs<BatchNormOp>();
-    data_format::require_nchw_kernel(op, a.data_format, "CUDA");
-    const Tensor x = typed_input<T>(ctx, 0);
-    const Nchw g = nchw_of(op, x.dims());
-    const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c);
-    const Tensor bias = sized_input<T>(ctx, 2, "bias", g.c);
-    const Tensor rm = sized_input<T>(ctx, 3, "running_mean", g.c);
-    const Tensor rv = sized_input<T>(ctx, 4, "running_var", g.c);
-    T* run_mean = updated<T>(ctx, 1, 3, rm);
-    T* run_var = updated<T>(ctx, 2, 4, rv);
-    const Dims cd({g.c});
-    T* smean = ctx.alloc_output(3, cd, x.dtype()).template data<T>();
-    T* sinv = ctx.alloc_output(4, cd, x.dtype()).template data<T>();
-    Tensor& y = ctx.alloc_output(0, x.dims(), x.dtype());
-    if (!a.is_test && g.n * g.s == 0)
-      throw_error(ErrorKind::InvalidArgument, "op '", op,
-                  "' cannot compute batch statistics of an empty batch (x [", x.dims().to_string(),
-                  "])");
-    BufferRef scratch;
-    if (!a.is_test) scratch = scratch_buffer(ctx, static_cast<std::size_t>(g.c) * sizeof(T));
-    launch_batch_norm<T>(x.data<T>(), scale.data<T>(), bias.data<T>(), run_mean, run_var, smean,
-                         sinv, y.data<T>(), scratch ? static_cast<T*>(scratch->data()) : nullptr,
-                         g.n, g.c, g.s, static_cast<T>(a.epsilon), static_cast<T>(a.momentum),
-                         a.is_test, stream_of(ctx));
-    check_launch(ctx);
+    batch_norm_forward<T>(ctx, {a.momentum, a.epsilon, a.is_test, a.data_format},
+                          BatchNormAct::None);
   }
 };
-
 template <typename T>
 struct BatchNormGradK {
   static void run(KernelContext& ctx) {
-    const std::string_view op = ctx.op()->name();
-    const bool is_test = ctx.attrs<GradOf<BatchNormOp>>().is_test;
-    data_format::require_nchw_kernel(op, ctx.attrs<GradOf<BatchNormOp>>().data_format, "CUDA");
-    const Tensor x = typed_input<T>(ctx, 0);
-    const Nchw g = nchw_of(op, x.dims());
-    const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c);
-    const Tensor mean = sized_input<T>(ctx, 2, "saved_mean", g.c);
-    const Tensor invstd = sized_input<T>(ctx, 3, "saved_invstd", g.c);
-    const Tensor dy = typed_input<T>(ctx, 4);
-    if (x.dims() != dy.dims())
-      throw_error(ErrorKind::InvalidArgument, "op '", op, "' inputs #0 [", x.dims().to_string(),
-                  "] and #4 [", dy.dims().to_string(), "] must have one shape");
-    T* dx = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
-    T* dscale = ctx.alloc_output(1, scale.dims(), x.dtype()).template data<T>();
-    T* dbias = ctx.alloc_output(2, scale.dims(), x.dtype()).template data<T>();
-    launch_batch_norm_grad<T>(x.data<T>(), scale.data<T>(), mean.data<T>(), invstd.data<T>(),
-                              dy.data<T>(), dx, dscale, dbias, g.n, g.c, g.s, is_test,
-                              stream_of(ctx));
-    check_launch(ctx);
+    const auto& a = ctx.attrs<GradOf<BatchNormOp>>();
+    batch_norm_backward<T>(ctx, a.is_test, a.data_format, BatchNormAct::None);
+  }
+};
+template <typename T>
+struct FusedBatchNormK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<FusedBatchNormOp>();
+    batch_norm_forward<T>(ctx, {a.momentum, a.epsilon, a.is_test, a.data_format},
+                          batch_norm_act(ctx.op()->name(), a.activation));
+  }
+};
+template <typename T>
+struct FusedBatchNormGradK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<GradOf<FusedBatchNormOp>>();
+    batch_norm_backward<T>(ctx, a.is_test, a.data_format,
+                           batch_norm_act(ctx.op()->name(), a.activation));
   }
 };
 
@@ -714,5 +765,7 @@ KILN_REGISTER_KERNELS(RmsNormOp, Cuda, RmsNormK, float, double);
 KILN_REGISTER_KERNELS(GradOf<RmsNormOp>, Cuda, RmsNormGradK, float, double);
 KILN_REGISTER_KERNELS(BatchNormOp, Cuda, BatchNormK, float, double);
 KILN_REGISTER_KERNELS(GradOf<BatchNormOp>, Cuda, BatchNormGradK, float, double);
+KILN_REGISTER_KERNELS(FusedBatchNormOp, Cuda, FusedBatchNormK, float, double);
+KILN_REGISTER_KERNELS(GradOf<FusedBatchNormOp>, Cuda, FusedBatchNormGradK, float, double);
 
 }  // namespace kiln::cuda

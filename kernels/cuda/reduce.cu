@@ -1,11 +1,13 @@
 // CUDA kernels that reduce rows: sum / mean / max / prod over axes and their
 // gradients, softmax / log_softmax along any axis, softmax_with_cross_entropy,
-// layer_norm / rms_norm and batch_norm, each with its gradient. A row (an
-// output element of a reduction, a channel, a softmax or norm row) gets `Lanes` threads — one, a
-// warp, or the whole block when the row is long — that each accumulate a strided part and combine
-// through warp shuffles (and shared memory across the block's warps); softmax along an inner axis
-// gives each column one thread, so neighbouring threads read neighbouring addresses. Launched by
-// reduce.cc (launch.h).
+// layer_norm / rms_norm and batch_norm (with fused_batch_norm's relu / relu6
+// on y), each with its gradient. A row (an output element of a reduction, a
+// channel, a softmax or norm row) gets `Lanes` threads — one, a warp, or the
+// whole block when the row is long — that each accumulate a strided part and
+// combine through warp shuffles (and shared memory across the block's
+// warps); softmax along an inner axis gives each column one thread, so
+// neighbouring threads read neighbouring addresses. Launched by reduce.cc
+// (launch.h).
 //
 // They compute what the CPU kernels compute (f32 sums of a reduction in
 // f64, as there), in another summation order: equal to the CPU's up to
@@ -21,6 +23,7 @@
 #include <cuda_fp16.h>
 
 #include "grid_stride.cuh"
+#include "kiln/dialect/unary_math.h"
 #include "launch.h"
 
 namespace kiln::cuda {
@@ -565,13 +568,77 @@ struct LoadSqDev {  // (x - mean[c])²
     return d * d;
   }
 };
+
+// Products and sums each rounded on its own, never contracted into an fma:
+// the pre-activation is the same bits in the forward kernel that writes
+// act(z) and in the gradient kernels that recompute z, and the CPU's.
+__device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ inline float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ inline double add_rn(double a, double b) { return __dadd_rn(a, b); }
+__device__ inline float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+__device__ inline double sub_rn(double a, double b) { return __dsub_rn(a, b); }
+
+// Channel c's pre-activation z = x · k + off, k = invstd · scale,
+// off = bias - mean · k (the CPU kernels' affine_of; bias unread by
+// BatchNormAct::None's gradient, which reads no z).
 template <typename T>
-struct LoadDyDev {  // dy · (x - mean[c])
+struct BatchNormAffine {
+  const T* scale;
+  const T* bias;
+  const T* mean;
+  const T* invstd;
+  __device__ T operator()(T x, std::int64_t c) const {
+    const T k = mul_rn(invstd[c], scale[c]);
+    return add_rn(mul_rn(x, k), sub_rn(bias[c], mul_rn(mean[c], k)));
+  }
+};
+
+// act(z), and what of d the activation's gradient passes at z, as the CPU
+// kernels compute them: kiln.relu's (z > 0; its gradient reads relu(z) > 0)
+// and kiln.clip's to [0, 6] (max first, then min; its gradient passes
+// 0 <= z <= 6, both ends included). NaN: relu 0, relu6 NaN, both
+// gradients 0.
+template <BatchNormAct A, typename T>
+__device__ T bn_activate(T z) {
+  if constexpr (A == BatchNormAct::Relu) {
+    return ReluMath::forward(z);
+  } else if constexpr (A == BatchNormAct::Relu6) {
+    const T v = z < T(0) ? T(0) : z;
+    return v > T(6) ? T(6) : v;
+  } else {
+    return z;
+  }
+}
+template <BatchNormAct A, typename T>
+__device__ T bn_passed(T z, T d) {
+  if constexpr (A == BatchNormAct::Relu) {
+    return ReluMath::backward(ReluMath::forward(z), d);
+  } else if constexpr (A == BatchNormAct::Relu6) {
+    const T below = z >= T(0) ? d : T(0);
+    return z <= T(6) ? below : T(0);
+  } else {
+    return d;
+  }
+}
+
+template <typename T, BatchNormAct A>
+struct LoadPassed {  // g = what the activation passes of dy (None: dy, x unread)
   const T* x;
   const T* dy;
-  const T* mean;
+  BatchNormAffine<T> z;
   __device__ T operator()(std::int64_t off, std::int64_t c) const {
-    return dy[off] * (x[off] - mean[c]);
+    if constexpr (A == BatchNormAct::None)
+      return dy[off];
+    else
+      return bn_passed<A>(z(x[off], c), dy[off]);
+  }
+};
+template <typename T, BatchNormAct A>
+struct LoadPassedDev {  // g · (x - mean[c])
+  LoadPassed<T, A> g;
+  __device__ T operator()(std::int64_t off, std::int64_t c) const {
+    return g(off, c) * (g.x[off] - g.z.mean[c]);
   }
 };
 template <typename T>
@@ -616,35 +683,43 @@ __global__ void batch_norm_stats(const T* sq, T* smean, T* sinv, T* run_mean, T*
   }
 }
 
-template <typename T>
-__global__ void batch_norm_apply(const T* x, const T* scale, const T* bias, const T* smean,
-                                 const T* sinv, T* y, std::int64_t total, std::int64_t c,
-                                 std::int64_t s) {
-  KILN_GRID_STRIDE(i, total) {
-    const std::int64_t k = (i / s) % c;
-    const T m = sinv[k] * scale[k], off = bias[k] - smean[k] * m;
-    y[i] = x[i] * m + off;
-  }
+template <typename T, BatchNormAct A>
+__global__ void batch_norm_apply(const T* x, BatchNormAffine<T> z, T* y, std::int64_t total,
+                                 std::int64_t c, std::int64_t s) {
+  KILN_GRID_STRIDE(i, total) { y[i] = bn_activate<A>(z(x[i], (i / s) % c)); }
 }
 
-// dx = k · dy (is_test) or k · (dy - mean(dy) - (x - mean) · q), k = scale · invstd,
-// q = mean(dy · x̂) · invstd.
-template <typename T>
-__global__ void batch_norm_dx(const T* x, const T* dy, const T* scale, const T* mean,
-                              const T* invstd, const T* dscale, const T* dbias, T* dx,
+// dx = k · g (is_test) or k · (g - mean(g) - (x - mean) · q), k = scale · invstd,
+// q = mean(g · x̂) · invstd; g what the activation passes of dy.
+template <typename T, BatchNormAct A>
+__global__ void batch_norm_dx(LoadPassed<T, A> g, const T* dscale, const T* dbias, T* dx,
                               std::int64_t total, std::int64_t c, std::int64_t s, T inv_count,
                               bool is_test) {
   KILN_GRID_STRIDE(i, total) {
     const std::int64_t k = (i / s) % c;
-    const T m = scale[k] * invstd[k];
+    const T invstd = g.z.invstd[k];
+    const T m = g.z.scale[k] * invstd;
+    const T gi = g(i, k);
     if (is_test) {
-      dx[i] = m * dy[i];
+      dx[i] = m * gi;
     } else {
       const T mdy = dbias[k] * inv_count;
-      const T q = dscale[k] * inv_count * invstd[k];
-      dx[i] = m * (dy[i] - mdy - (x[i] - mean[k]) * q);
+      const T q = dscale[k] * inv_count * invstd;
+      dx[i] = m * (gi - mdy - (g.x[i] - g.z.mean[k]) * q);
     }
   }
+}
+
+// body(std::integral_constant<BatchNormAct, act>{}): act as a template argument.
+template <typename Body>
+void with_batch_norm_act(BatchNormAct act, Body&& body) {
+  using C = BatchNormAct;
+  switch (act) {
+    case C::Relu: return body(std::integral_constant<C, C::Relu>{});
+    case C::Relu6: return body(std::integral_constant<C, C::Relu6>{});
+    case C::None: break;
+  }
+  body(std::integral_constant<C, C::None>{});
 }
 
 }  // namespace
@@ -931,7 +1006,7 @@ void launch_norm_grad(bool rms, const T* x, const T* dy, const T* w, const T* me
 template <typename T>
 void launch_batch_norm(const T* x, const T* scale, const T* bias, T* run_mean, T* run_var, T* smean,
                        T* sinv, T* y, T* scratch, std::int64_t n, std::int64_t c, std::int64_t s,
-                       T eps, T momentum, bool is_test, cudaStream_t st) {
+                       T eps, T momentum, bool is_test, BatchNormAct act, cudaStream_t st) {
   if (c == 0) return;
   const std::int64_t count = n * s;
   const T inv_count = count ? T(1) / static_cast<T>(count) : T(0);
@@ -944,24 +1019,33 @@ void launch_batch_norm(const T* x, const T* scale, const T* bias, T* run_mean, T
   batch_norm_stats<<<blocks_for(c), kThreads, 0, st>>>(scratch, smean, sinv, run_mean, run_var, c,
                                                        inv_count, unbias, eps, momentum, is_test);
   const std::int64_t total = n * c * s;
-  if (total)
-    batch_norm_apply<<<blocks_for(total), kThreads, 0, st>>>(x, scale, bias, smean, sinv, y, total,
-                                                             c, s);
+  if (total == 0) return;
+  const BatchNormAffine<T> z{scale, bias, smean, sinv};
+  with_batch_norm_act(act, [&](auto a) {
+    batch_norm_apply<T, decltype(a)::value>
+        <<<blocks_for(total), kThreads, 0, st>>>(x, z, y, total, c, s);
+  });
 }
 
 template <typename T>
-void launch_batch_norm_grad(const T* x, const T* scale, const T* mean, const T* invstd, const T* dy,
-                            T* dx, T* dscale, T* dbias, std::int64_t n, std::int64_t c,
-                            std::int64_t s, bool is_test, cudaStream_t st) {
+void launch_batch_norm_grad(const T* x, const T* scale, const T* bias, const T* mean,
+                            const T* invstd, const T* dy, T* dx, T* dscale, T* dbias,
+                            std::int64_t n, std::int64_t c, std::int64_t s, bool is_test,
+                            BatchNormAct act, cudaStream_t st) {
   if (c == 0) return;
   const ReduceWalk w = channel_walk(n, c, s);
-  reduce_with<Plus<T>>(w, LoadX<T, T>{dy}, StoreTimes<T>{dbias, nullptr, T(1)}, st);
-  reduce_with<Plus<T>>(w, LoadDyDev<T>{x, dy, mean}, StoreTimes<T>{dscale, invstd, T(1)}, st);
   const std::int64_t count = n * s, total = n * c * s;
   const T inv_count = count ? T(1) / static_cast<T>(count) : T(0);
-  if (total)
-    batch_norm_dx<<<blocks_for(total), kThreads, 0, st>>>(x, dy, scale, mean, invstd, dscale, dbias,
-                                                          dx, total, c, s, inv_count, is_test);
+  const BatchNormAffine<T> z{scale, bias, mean, invstd};
+  with_batch_norm_act(act, [&](auto a) {
+    constexpr BatchNormAct A = decltype(a)::value;
+    const LoadPassed<T, A> g{x, dy, z};
+    reduce_with<Plus<T>>(w, g, StoreTimes<T>{dbias, nullptr, T(1)}, st);
+    reduce_with<Plus<T>>(w, LoadPassedDev<T, A>{g}, StoreTimes<T>{dscale, invstd, T(1)}, st);
+    if (total)
+      batch_norm_dx<T, A><<<blocks_for(total), kThreads, 0, st>>>(g, dscale, dbias, dx, total, c,
+                                                                  s, inv_count, is_test);
+  });
 }
 
 // ---- explicit instantiations: the dtypes reduce.cc registers ----
@@ -1012,10 +1096,10 @@ KILN_REDUCE(std::int64_t)
                                     T*, T*, T*, std::int64_t, std::int64_t, T, cudaStream_t);     \
   template void launch_batch_norm<T>(const T*, const T*, const T*, T*, T*, T*, T*, T*, T*,        \
                                      std::int64_t, std::int64_t, std::int64_t, T, T, bool,        \
-                                     cudaStream_t);                                               \
-  template void launch_batch_norm_grad<T>(const T*, const T*, const T*, const T*, const T*, T*,   \
-                                          T*, T*, std::int64_t, std::int64_t, std::int64_t, bool, \
-                                          cudaStream_t);
+                                     BatchNormAct, cudaStream_t);                                 \
+  template void launch_batch_norm_grad<T>(const T*, const T*, const T*, const T*, const T*,       \
+                                          const T*, T*, T*, T*, std::int64_t, std::int64_t,       \
+                                          std::int64_t, bool, BatchNormAct, cudaStream_t);
 KILN_FLOAT_FAMILIES(float)
 KILN_FLOAT_FAMILIES(double)
 

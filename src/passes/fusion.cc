@@ -932,11 +932,28 @@ void fuse_batch_norm_grad(Operation* fused, const BatchNormEpilogue& e, PassCont
 
 }  // namespace
 
-std::size_t fuse_batch_norm_activation(Block& block, const ValueSet& keep, PassContext* ctx) {
+namespace {
+
+// Whether the target runs fused_batch_norm and its gradient in bn's dtype:
+// the CPU always (its kernels' dtypes are batch_norm's), another place
+// where both have a kernel there.
+bool fused_batch_norm_runs(const Operation& bn, const Place& target) {
+  if (target.is_cpu()) return true;
+  const DataType dt = kernel_dtype(bn);
+  const KernelRegistry& kernels = KernelRegistry::instance();
+  IrContext* ir = IrContext::instance();
+  return kernels.find(ir->op_info<FusedBatchNormOp>().id(), target.kind, dt) &&
+         kernels.find(ir->op_info<GradOf<FusedBatchNormOp>>().id(), target.kind, dt);
+}
+
+}  // namespace
+
+std::size_t fuse_batch_norm_activation(Block& block, const ValueSet& keep, PassContext* ctx,
+                                       const Place& target) {
   std::size_t made = 0;
   std::vector<Operation*> norms;
   for (Operation* op : block)
-    if (op->isa<BatchNormOp>()) norms.push_back(op);
+    if (op->isa<BatchNormOp>() && fused_batch_norm_runs(*op, target)) norms.push_back(op);
   for (Operation* bn : norms) {
     const BatchNormEpilogue e = batch_norm_epilogue(bn, block, keep);
     if (!e.act) continue;
@@ -976,8 +993,9 @@ namespace {
 // (regions included), keeping the context's live-out values. For a CUDA
 // target those whose ops have CUDA kernels: fold_attention_transposes
 // (where the flash kernels read BLHD), fuse_softmax_cross_entropy,
-// fuse_matmul_epilogue (relu the only activation: cuBLASLt's epilogues)
-// and fuse_optimizer_updates; for other targets nothing.
+// fuse_batch_norm_activation (f32, f64), fuse_matmul_epilogue (relu the
+// only activation: cuBLASLt's epilogues) and fuse_optimizer_updates; for
+// other targets nothing.
 class FusePass : public Pass {
  public:
   FusePass() : Pass("fuse") {}
@@ -1010,6 +1028,7 @@ class FusePass : public Pass {
     fold_attention_transposes(program.block(), live_out_set(ctx), &ctx, ctx.target_place);
     const ValueSet keep = live_out_set(ctx);
     fuse_softmax_cross_entropy(program.block(), keep, &ctx);
+    fuse_batch_norm_activation(program.block(), live_out_set(ctx), &ctx, ctx.target_place);
     fuse_matmul_epilogue(program.block(), live_out_set(ctx), &ctx, ctx.target_place);
     fuse_optimizer_updates(program.block(), &ctx);
   }
@@ -1022,7 +1041,8 @@ std::unique_ptr<Pass> create_fuse_pass() { return std::make_unique<FusePass>(); 
 KILN_REGISTER_PASS("fuse", [] { return create_fuse_pass(); },
                    "attention's head transposes into its layout, softmax + cross-entropy into "
                    "kiln.cross_entropy (CPU, CUDA), conv2d + bias + relu / relu6 / silu into "
-                   "kiln.fused_conv2d (then NHWC where the CPU's convolutions prefer it), matmul + bias + "
+                   "kiln.fused_conv2d (then NHWC where the CPU's convolutions prefer it), batch_norm + "
+                   "relu / relu6 into kiln.fused_batch_norm (CPU, CUDA), matmul + bias + "
                    "activation into kiln.fused_matmul (CPU; CUDA: bias + relu), elementwise chains into "
                    "kiln.fused_elementwise (CPU), optimizer updates into kiln.merged_*_ (CPU, CUDA)");
 

@@ -1,6 +1,7 @@
 // The CUDA kernels of reduce.cu — sum / mean / max / prod and reduce_as,
 // softmax / log_softmax, softmax_with_cross_entropy, layer_norm / rms_norm,
-// each with its gradient — against the CPU kernels on the same inputs
+// batch_norm and fused_batch_norm, each with its gradient — against the CPU
+// kernels on the same inputs
 // ([cuda]: skipped without a device). Tolerances: exact for max, for
 // integer reductions and for the gradients that only copy, scale or pick
 // (sum / mean / max / cross-entropy grads); sums and means of floats
@@ -9,9 +10,11 @@
 // order (and CUDA's exp / log against glibc's and the CPU's f32 fast_exp),
 // so f32 is compared to 1e-5 relative and 1e-6 absolute, f64 to 1e-12
 // relative and 1e-13 absolute.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "kernel/cuda_test_util.h"
@@ -414,4 +417,107 @@ TEST_CASE("CUDA batch_norm, training and test, and its gradient match the CPU's"
   KILN_CHECK_ERROR(
       run_cuda_op<BatchNormOp>({e, one, one, one.clone(), one.clone()}, 0.9, 1e-5, false),
       InvalidArgument, {"kiln.batch_norm", "empty batch"});
+}
+
+namespace {
+
+// fused_batch_norm's operands over NCHW x of dims d (C >= 5). Channels 0
+// and 1: pre-activation exactly 0 and 6 at k = 0 (scale 0, bias 0 or 6).
+// Channel 2 holds a NaN. Channels 3 and 4: x all 0 and running mean 0, so
+// x̂ = 0 and the pre-activation is exactly their bias, 0 and 6, at k != 0
+// (dx shows the mask). The rest random on both sides of 0 and 6; for the
+// seeds the test uses, in training at least 1e-3 from either (checked off
+// line), farther than the two devices' f32 batch statistics differ.
+template <typename T>
+struct FusedBatchNormCase {
+  Tensor x, scale, bias, rm, rv, dy;
+  FusedBatchNormCase(const Dims& d, std::uint32_t seed) {
+    const std::int64_t c = d[1], s = d.numel() / (d[0] * c);
+    auto xv = filled<T>(d, -3, 5, seed).template to_vector<T>();
+    for (std::int64_t n = 0; n < d[0]; ++n)
+      for (std::int64_t ch : {3, 4}) std::fill_n(xv.begin() + (n * c + ch) * s, s, T(0));
+    xv[static_cast<std::size_t>(2 * s)] = std::numeric_limits<T>::quiet_NaN();
+    auto sv = filled<T>(Dims({c}), 1, 4, seed + 1).template to_vector<T>();
+    auto bv = filled<T>(Dims({c}), 0, 3, seed + 2).template to_vector<T>();
+    auto mv = filled<T>(Dims({c}), -0.5, 0.5, seed + 3).template to_vector<T>();
+    sv[0] = sv[1] = T(0);
+    bv[0] = bv[3] = T(0);
+    bv[1] = bv[4] = T(6);
+    mv[3] = mv[4] = T(0);
+    x = Tensor::from_vector<T>(d, xv);
+    scale = Tensor::from_vector<T>(Dims({c}), sv);
+    bias = Tensor::from_vector<T>(Dims({c}), bv);
+    rm = Tensor::from_vector<T>(Dims({c}), mv);
+    rv = filled<T>(Dims({c}), 0.5, 2, seed + 4);
+    dy = filled<T>(d, -1, 1, seed + 5);
+  }
+};
+
+// f32's batch statistics and gradient sums run in another order on each
+// device: 1e-4 relative, 1e-3 absolute (a mask flipped moves a result by a
+// whole dy). f64: 1e-11 relative and absolute.
+template <typename T>
+void check_fused_near(const Tensor& got, const Tensor& want) {
+  if constexpr (std::is_same_v<T, float>)
+    check_reduced<T>(got, want, 1e-4, 1e-3);
+  else
+    check_reduced<T>(got, want, 1e-11, 1e-11);
+}
+
+// fused_batch_norm (activation act) and its gradient on CUDA against the
+// CPU kernels on the same inputs: all five forward results (the running
+// statistics updated in place alike), then dx, dscale and dbias; dbias
+// shows what each activation passes at 0 (relu nothing, relu6 all) and at
+// 6 (both all).
+template <typename T>
+void check_fused_batch_norm_on_cuda(const Dims& d, const std::string& act, bool is_test,
+                                    std::uint32_t seed) {
+  INFO("x [" << d.to_string() << "] " << to_string(data_type_of<T>) << " " << act << " is_test "
+             << is_test);
+  const FusedBatchNormCase<T> k(d, seed);
+  const std::string nchw = "NCHW";
+  auto got = run_cuda_op<FusedBatchNormOp>({k.x, k.scale, k.bias, k.rm.clone(), k.rv.clone()},
+                                           0.9, 1e-5, is_test, nchw, act);
+  auto want = run_op<FusedBatchNormOp>({k.x, k.scale, k.bias, k.rm.clone(), k.rv.clone()}, 0.9,
+                                       1e-5, is_test, nchw, act);
+  for (int i = 0; i < 5; ++i) check_fused_near<T>(got.out(i), want.out(i));
+  const std::vector<Tensor> in{k.x, k.scale, k.bias, want.out(3), want.out(4), k.dy};
+  auto gg = run_cuda_op<GradOf<FusedBatchNormOp>>(in, 0.9, 1e-5, is_test, nchw, act);
+  auto gw = run_op<GradOf<FusedBatchNormOp>>(in, 0.9, 1e-5, is_test, nchw, act);
+  for (int i = 0; i < 3; ++i) check_fused_near<T>(gg.out(i), gw.out(i));
+  const std::vector<T> db = gg.out(2).template to_vector<T>();
+  for (std::size_t ch : {0, 3}) CHECK((db[ch] == T(0)) == (act == "relu"));
+  for (std::size_t ch : {1, 4}) CHECK(db[ch] != T(0));
+}
+
+}  // namespace
+
+TEST_CASE("CUDA fused_batch_norm with relu or relu6 and its gradient match the CPU's, training and "
+          "test, f32 and f64, at pre-activations exactly 0 and 6 and at NaN",
+          "[cuda][kernel][norm]") {
+  if (!have_cuda()) return;
+  // Channels and images of no whole number of blocks; a channel long enough
+  // for a whole block (2442 elements); one element per image and channel.
+  const std::pair<Dims, std::uint32_t> cases[] = {
+      {Dims{2, 7, 7, 9}, 41}, {Dims{3, 300, 3, 3}, 42}, {Dims{2, 6, 33, 37}, 42}, {Dims{4, 6}, 41}};
+  for (const std::string act : {"relu", "relu6"})
+    for (bool is_test : {false, true})
+      for (const auto& [d, seed] : cases) {
+        check_fused_batch_norm_on_cuda<float>(d, act, is_test, seed);
+        check_fused_batch_norm_on_cuda<double>(d, act, is_test, seed);
+      }
+}
+
+TEST_CASE("CUDA fused_batch_norm and its gradient refuse NHWC and a dy not shaped like x, naming the "
+          "op",
+          "[cuda][kernel][norm]") {
+  if (!have_cuda()) return;
+  const Tensor x = filled<float>(Dims{2, 4, 4, 3}, -1, 1, 1), c = filled<float>(Dims{3}, 0.5, 1, 2);
+  KILN_CHECK_ERROR(run_cuda_op<FusedBatchNormOp>({x, c, c, c.clone(), c.clone()}, 0.9, 1e-5, false,
+                                                 std::string("NHWC"), std::string("relu")),
+                   Unimplemented, {"kiln.fused_batch_norm", "NHWC", "CUDA"});
+  const Tensor xn = filled<float>(Dims{2, 3, 4, 4}, -1, 1, 3), small = filled<float>(Dims{2, 3, 4, 2});
+  KILN_CHECK_ERROR(run_cuda_op<GradOf<FusedBatchNormOp>>({xn, c, c, c, c, small}, 0.9, 1e-5, false,
+                                                         std::string("NCHW"), std::string("relu6")),
+                   InvalidArgument, {"kiln.fused_batch_norm_grad"});
 }

@@ -10,6 +10,7 @@
 #include "catch.hpp"
 #include "test_util.h"
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/exec/execution_options.h"
 #include "kiln/exec/executor.h"
 #include "kiln/exec/interpreter_core.h"
 #include "kiln/frontend/frontend.h"
@@ -18,6 +19,7 @@
 #include "kiln/io/json.h"
 #include "kiln/ir/parser.h"
 #include "kiln/kernel/cpu_convolution.h"
+#include "kiln/kernel/kernel_registry.h"
 #include "kiln/passes/channels_last.h"
 #include "kiln/passes/fusion.h"
 #include "kiln/passes/pass_manager.h"
@@ -770,6 +772,43 @@ TEST_CASE("a training program's batch norms and their relu or relu6 fuse with th
       CHECK(same_bits(b.scope().find_var(name)->get<Tensor>(), a.scope().find_var(name)->get<Tensor>()));
     }
   }
+}
+
+namespace {
+
+// The ops of `p` that have no CUDA kernel for their dtype (feeds, fetches
+// and parameters aside): a device run would take them to the CPU and back.
+std::vector<std::string> ops_without_cuda_kernels(const Program& p) {
+  std::vector<std::string> missing;
+  for (Operation* op : p.block()) {
+    if (op->isa<DataOp>() || op->isa<FetchOp>() || op->isa<ParameterOp>() || op->isa<SetParameterOp>())
+      continue;
+    const DataType dt = kernel_dtype(*op);
+    if (!KernelRegistry::instance().find(op->info().id(), PlaceKind::Cuda, dt))
+      missing.push_back(std::string(op->name()) + " in " + std::string(to_string(dt)));
+  }
+  return missing;
+}
+
+}  // namespace
+
+// Checked without a device: the kernels are registered in any build with CUDA.
+TEST_CASE("for a CUDA target a training program's batch norms fuse with their relu or relu6 and their "
+          "gradients, and every op after the default passes has a CUDA kernel",
+          "[passes][fusion]") {
+  if (!built_with_cuda()) return;  // no CUDA kernels registered to look at
+  BatchNormNet net;
+  PassContext ctx;
+  ctx.target_place = Place::cuda(0);
+  ctx.add_live_out(net.loss);
+  PassManager::parse(kDefaultPasses).run(net.main, ctx);  // as an Executor on cuda:0 runs them
+  net.main.verify();
+  CHECK(count_top_ops(net.main, "kiln.fused_batch_norm") == 2);
+  CHECK(count_top_ops(net.main, "kiln.fused_batch_norm_grad") == 2);
+  for (const char* gone : {"kiln.batch_norm", "kiln.batch_norm_grad", "kiln.relu", "kiln.relu_", "kiln.relu_grad",
+                           "kiln.clip", "kiln.clip_grad"})
+    CHECK(count_top_ops(net.main, gone) == 0);
+  CHECK(ops_without_cuda_kernels(net.main) == std::vector<std::string>{});
 }
 
 namespace {

@@ -121,8 +121,9 @@ struct BatchNormOp : Op<BatchNormOp, Inplace, InferMetaInterface, VjpInterface> 
 // fused_batch_norm_grad(x, scale, bias, saved_mean, saved_invstd, dy) ->
 // (dx, dscale, dbias), each result the bits batch_norm_grad gives for the
 // activation's gradient of dy. The fuse pass builds both from batch_norm +
-// relu / clip(0, 6) and their gradients (fuse_batch_norm_activation). CPU
-// kernels, f32 and f64.
+// relu / clip(0, 6) and their gradients (fuse_batch_norm_activation), for
+// CPU and CUDA targets. Kernels: CPU (NCHW and NHWC) and CUDA (NCHW), f32
+// and f64.
 struct FusedBatchNormOp : Op<FusedBatchNormOp, Inplace, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.fused_batch_norm";

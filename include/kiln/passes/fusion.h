@@ -64,7 +64,11 @@ inline std::size_t fuse_matmul_epilogue(Program& program, const ValueSet& keep =
 // gradient reads y, so a clip fuses only together with its gradient. Values
 // in `keep` are never fused away. The results are the unfused ops' bits.
 // Returns the number of fused ops created (forward and gradient ones).
-std::size_t fuse_batch_norm_activation(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr);
+// For the CPU (`target`): every batch norm. For another place: those whose
+// dtype has kernels there for fused_batch_norm and its gradient (CUDA: f32
+// and f64).
+std::size_t fuse_batch_norm_activation(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr,
+                                       const Place& target = Place::cpu());
 
 // fuse_conv_epilogue: kiln.conv2d whose output only an add of a per-channel
 // bias reads (an [O] tensor reshaped to [1, O, 1, 1] or [O, 1, 1], as the
@@ -121,8 +125,8 @@ std::size_t fuse_pointwise_depthwise(Block& block, const ValueSet& keep = {}, Pa
 // fuse_optimizer_updates (kiln/passes/fuse_optimizer.h). For a CUDA target
 // the rewrites whose ops have CUDA kernels: fold_attention_transposes
 // (where the flash kernels read BLHD in place), fuse_softmax_cross_entropy,
-// fuse_matmul_epilogue (bias and relu) and fuse_optimizer_updates; for any
-// other target nothing.
+// fuse_batch_norm_activation, fuse_matmul_epilogue (bias and relu) and
+// fuse_optimizer_updates; for any other target nothing.
 std::unique_ptr<Pass> create_fuse_pass();
 
 }  // namespace kiln
