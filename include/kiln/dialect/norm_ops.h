@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "kiln/dialect/grad_op.h"
+#include "kiln/ir/mixed_half.h"
 
 namespace kiln {
 
@@ -100,13 +101,15 @@ inline DataType batch_norm_param_dtype(DataType dt) { return norm_stats_dtype(dt
 //   saved statistics f32, and the gradient's dy and dx x's dtype, dscale
 //   and dbias f32; the kernels compute in f32. Any other mix of dtypes is
 //   a kiln::Error naming the operand.
-struct BatchNormOp : Op<BatchNormOp, Inplace, InferMetaInterface, VjpInterface> {
+struct BatchNormOp : Op<BatchNormOp, Inplace, InferMetaInterface, VjpInterface, MixedHalfInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.batch_norm";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 5, num_results = 5;
   static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 2> inplace_map{
       {{1, 3}, {2, 4}}};
+  // x may be bf16 / f16 beside f32 parameters; y follows it.
+  static constexpr std::array<std::uint32_t, 1> mixed_half_operands{0}, mixed_half_results{0};
   KILN_ATTRIBUTES((double, momentum), (double, epsilon), (bool, is_test), (std::string, data_format));
   // A program saved before `data_format` existed loads as NCHW.
   static std::vector<NamedAttribute> attribute_defaults() {
@@ -136,13 +139,15 @@ struct BatchNormOp : Op<BatchNormOp, Inplace, InferMetaInterface, VjpInterface> 
 // relu / clip(0, 6) and their gradients (fuse_batch_norm_activation), for
 // CPU and CUDA targets. Kernels: CPU (NCHW and NHWC) and CUDA (NCHW), f32
 // and f64, and bf16 / f16 x with f32 parameters as batch_norm's.
-struct FusedBatchNormOp : Op<FusedBatchNormOp, Inplace, InferMetaInterface, VjpInterface> {
+struct FusedBatchNormOp : Op<FusedBatchNormOp, Inplace, InferMetaInterface, VjpInterface, MixedHalfInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.fused_batch_norm";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 5, num_results = 5;
   static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 2> inplace_map{
       {{1, 3}, {2, 4}}};
+  // x may be bf16 / f16 beside f32 parameters; y follows it.
+  static constexpr std::array<std::uint32_t, 1> mixed_half_operands{0}, mixed_half_results{0};
   KILN_ATTRIBUTES((double, momentum), (double, epsilon), (bool, is_test), (std::string, data_format),
                   (std::string, activation));
   static void build(Builder& b, OperationArgument& arg, Value x, Value scale, Value bias,
