@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "frontend/frontend_test_util.h"
+#include "kernel/cuda_test_util.h"
 #include "kiln/frontend/amp.h"
 #include "kiln/ir/half_operands.h"
 #include "kiln/kernel/kernel_registry.h"
@@ -814,15 +815,7 @@ std::vector<std::string> ops_without_cuda_kernels(AmpModel& m) {
   ctx.target_place = Place::cuda(0);
   ctx.add_live_out(m.loss);
   PassManager::parse(kDefaultPasses).run(p, ctx);
-  std::vector<std::string> missing;
-  for (Operation* op : p.block()) {
-    if (op->isa<DataOp>() || op->isa<FetchOp>() || op->isa<ParameterOp>() || op->isa<SetParameterOp>())
-      continue;
-    const DataType dt = kernel_dtype(*op);
-    if (!KernelRegistry::instance().find(op->info().id(), PlaceKind::Cuda, dt))
-      missing.push_back(std::string(op->name()) + " in " + std::string(to_string(dt)));
-  }
-  return missing;
+  return kiln_test::ops_without_cuda_kernels(p);
 }
 
 // Checked without a device: the kernels are registered in any build with CUDA.

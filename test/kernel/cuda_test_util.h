@@ -101,4 +101,20 @@ kiln::Tensor integers(const kiln::Dims& dims, std::uint32_t seed, double lo, dou
   return kiln::Tensor::from_vector<T>(dims, v);
 }
 
+// The ops of `p` that have no CUDA kernel for their dtype (feeds, fetches
+// and parameters aside): a device run would take them to the CPU and back.
+// Needs no device: kernels are registered in any build with CUDA.
+inline std::vector<std::string> ops_without_cuda_kernels(const kiln::Program& p) {
+  using namespace kiln;
+  std::vector<std::string> missing;
+  for (Operation* op : p.block()) {
+    if (op->isa<DataOp>() || op->isa<FetchOp>() || op->isa<ParameterOp>() || op->isa<SetParameterOp>())
+      continue;
+    const DataType dt = kernel_dtype(*op);
+    if (!KernelRegistry::instance().find(op->info().id(), PlaceKind::Cuda, dt))
+      missing.push_back(std::string(op->name()) + " in " + std::string(to_string(dt)));
+  }
+  return missing;
+}
+
 }  // namespace kiln_test

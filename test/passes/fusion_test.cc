@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "kernel/cuda_test_util.h"
 #include "test_util.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/execution_options.h"
@@ -774,24 +775,6 @@ TEST_CASE("a training program's batch norms and their relu or relu6 fuse with th
   }
 }
 
-namespace {
-
-// The ops of `p` that have no CUDA kernel for their dtype (feeds, fetches
-// and parameters aside): a device run would take them to the CPU and back.
-std::vector<std::string> ops_without_cuda_kernels(const Program& p) {
-  std::vector<std::string> missing;
-  for (Operation* op : p.block()) {
-    if (op->isa<DataOp>() || op->isa<FetchOp>() || op->isa<ParameterOp>() || op->isa<SetParameterOp>())
-      continue;
-    const DataType dt = kernel_dtype(*op);
-    if (!KernelRegistry::instance().find(op->info().id(), PlaceKind::Cuda, dt))
-      missing.push_back(std::string(op->name()) + " in " + std::string(to_string(dt)));
-  }
-  return missing;
-}
-
-}  // namespace
-
 // Checked without a device: the kernels are registered in any build with CUDA.
 TEST_CASE("for a CUDA target a training program's batch norms fuse with their relu or relu6 and their "
           "gradients, and every op after the default passes has a CUDA kernel",
@@ -808,7 +791,7 @@ TEST_CASE("for a CUDA target a training program's batch norms fuse with their re
   for (const char* gone : {"kiln.batch_norm", "kiln.batch_norm_grad", "kiln.relu", "kiln.relu_", "kiln.relu_grad",
                            "kiln.clip", "kiln.clip_grad"})
     CHECK(count_top_ops(net.main, gone) == 0);
-  CHECK(ops_without_cuda_kernels(net.main) == std::vector<std::string>{});
+  CHECK(kiln_test::ops_without_cuda_kernels(net.main) == std::vector<std::string>{});
 }
 
 namespace {
