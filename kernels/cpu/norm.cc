@@ -1,4 +1,6 @@
-// CPU kernels of the ops of kiln/dialect/norm_ops.h (f32, f64): layer_norm
+// CPU kernels of the ops of kiln/dialect/norm_ops.h (f32, f64; batch_norm
+// and fused_batch_norm also take bf16 / f16 x with f32 parameters, through
+// the f32 kernels on x widened, y / dx rounded once): layer_norm
 // and rms_norm see x as [M, N] contiguous rows and make two passes over each
 // row (statistics, then the output) while it is in cache; batch_norm sees x
 // as [N, C, S] and makes its per-channel sums over contiguous runs of S, or
@@ -11,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu_half.h"
 #include "cpu_kernel_util.h"
 #include "vector_math.h"
 #include "kiln/dialect/data_format.h"
@@ -789,6 +792,44 @@ struct FusedBatchNormGradK {
                     [&](auto act) { batch_norm_backward<T, decltype(act)>(ctx, a.is_test, a.data_format); });
   }
 };
+
+// Output o of a 16-bit batch norm = t, an f32 output of its f32 kernel: a
+// running statistic (output 1 or 2, input o + 2's variable) copied into
+// that input's buffer, so it stays updated in place; any other as it is.
+void keep_in_place(KernelContext& ctx, std::uint32_t o, const Tensor& t) {
+  if ((o == 1 || o == 2) && output_is_input(ctx, o, o + 2)) {
+    Tensor& running = ctx.output(o);
+    if (t.bytes()) std::memcpy(running.raw_data(), t.raw_data(), t.bytes());
+    return;
+  }
+  ctx.output_var(o).set(t);
+}
+
+// The bf16 / f16 kernel of OpT, a batch norm or its gradient: its f32
+// kernel on x (and dy) widened to f32, the f32 parameters and statistics as
+// they are, y (dx) rounded once to x's dtype (cpu_half.h); so the f32
+// kernel's arithmetic, f32 statistics and accumulation.
+template <typename OpT>
+struct BatchNormHalfK {
+  static void run(KernelContext& ctx) {
+    static const KernelFn f32 = KernelRegistry::instance().find(TypeId::get<OpT>(), PlaceKind::Cpu,
+                                                                DataType::Float32)->fn;
+    HalfConversions conversions = cpu_half_conversions();
+    conversions.keep = &keep_in_place;
+    run_half_via_f32(ctx, f32, conversions, ctx.allocator());
+  }
+};
+
+template <typename... OpTs>
+void register_batch_norm_halves() {
+  for (DataType dt : {DataType::BFloat16, DataType::Float16})
+    (KernelRegistrar<OpTs>(PlaceKind::Cpu, dt, &BatchNormHalfK<OpTs>::run, OpTs::name.data()), ...);
+}
+
+[[maybe_unused]] const bool halves_registered = [] {
+  register_batch_norm_halves<BatchNormOp, GradOf<BatchNormOp>, FusedBatchNormOp, GradOf<FusedBatchNormOp>>();
+  return true;
+}();
 
 }  // namespace
 

@@ -225,20 +225,25 @@ std::int64_t norm_grad_chunks(std::int64_t m);
 // none (batch_norm), kiln.relu, or kiln.clip to [0, 6] ("relu6").
 enum class BatchNormAct { None, Relu, Relu6 };
 
+// x, y, dy and dx are stored as `xd`: T's own dtype, or bf16 / f16 with T
+// f32 (each element widened to f32 where it is read, each result rounded
+// once where it is written); the per-channel operands, statistics and
+// every sum are T.
+//
 // Training: the batch's mean (smean), inverse std (sinv) and the running
 // statistics updated in place (scratch: c elements); is_test: smean and
 // sinv from the running statistics. Then y = act(x · k + off) per channel,
 // k = sinv · scale, off = bias - smean · k.
 template <typename T>
-void launch_batch_norm(const T* x, const T* scale, const T* bias, T* run_mean, T* run_var, T* smean,
-                       T* sinv, T* y, T* scratch, std::int64_t n, std::int64_t c, std::int64_t s,
+void launch_batch_norm(DataType xd, const void* x, const T* scale, const T* bias, T* run_mean, T* run_var,
+                       T* smean, T* sinv, void* y, T* scratch, std::int64_t n, std::int64_t c, std::int64_t s,
                        T eps, T momentum, bool is_test, BatchNormAct act, cudaStream_t st);
 // dx, dscale, dbias of g, what the activation's gradient passes of dy at
 // the pre-activation x · k + off (recomputed from scale, bias and the saved
 // statistics, as the forward computes it; act None: g = dy, bias unread).
 template <typename T>
-void launch_batch_norm_grad(const T* x, const T* scale, const T* bias, const T* mean,
-                            const T* invstd, const T* dy, T* dx, T* dscale, T* dbias,
+void launch_batch_norm_grad(DataType xd, const void* x, const T* scale, const T* bias, const T* mean,
+                            const T* invstd, const void* dy, void* dx, T* dscale, T* dbias,
                             std::int64_t n, std::int64_t c, std::int64_t s, bool is_test,
                             BatchNormAct act, cudaStream_t st);
 

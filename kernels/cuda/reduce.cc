@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "cuda_host.h"
@@ -648,12 +649,22 @@ BatchNormAct batch_norm_act(std::string_view op, const std::string& activation) 
               "' has no CUDA kernel (expected \"relu\" or \"relu6\")");
 }
 
-// batch_norm (act None) or fused_batch_norm over NCHW x.
-template <typename T>
+// Input i, x or dy, stored as XD: T's own dtype, or bf16 / f16 with T f32.
+template <typename T, DataType XD>
+Tensor stored_input(const KernelContext& ctx, std::uint32_t i) {
+  static_assert(XD == data_type_of<T> || std::is_same_v<T, float>);
+  const Tensor& t = ctx.input(i);
+  if (t.dtype() != XD) throw_input_dtype(ctx, i, XD);
+  return t;
+}
+
+// batch_norm (act None) or fused_batch_norm over NCHW x (stored as XD; the
+// [C] operands, statistics and sums T).
+template <typename T, DataType XD>
 void batch_norm_forward(KernelContext& ctx, const BatchNormAttrs& a, BatchNormAct act) {
   const std::string_view op = ctx.op()->name();
   data_format::require_nchw_kernel(op, a.data_format, "CUDA");
-  const Tensor x = typed_input<T>(ctx, 0);
+  const Tensor x = stored_input<T, XD>(ctx, 0);
   const Nchw g = nchw_of(op, x.dims());
   const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c);
   const Tensor bias = sized_input<T>(ctx, 2, "bias", g.c);
@@ -662,82 +673,98 @@ void batch_norm_forward(KernelContext& ctx, const BatchNormAttrs& a, BatchNormAc
   T* run_mean = updated<T>(ctx, 1, 3, rm);
   T* run_var = updated<T>(ctx, 2, 4, rv);
   const Dims cd({g.c});
-  T* smean = ctx.alloc_output(3, cd, x.dtype()).template data<T>();
-  T* sinv = ctx.alloc_output(4, cd, x.dtype()).template data<T>();
-  Tensor& y = ctx.alloc_output(0, x.dims(), x.dtype());
+  T* smean = ctx.alloc_output(3, cd, data_type_of<T>).template data<T>();
+  T* sinv = ctx.alloc_output(4, cd, data_type_of<T>).template data<T>();
+  Tensor& y = ctx.alloc_output(0, x.dims(), XD);
   if (!a.is_test && g.n * g.s == 0)
     throw_error(ErrorKind::InvalidArgument, "op '", op,
                 "' cannot compute batch statistics of an empty batch (x [", x.dims().to_string(),
                 "])");
   BufferRef scratch;
   if (!a.is_test) scratch = scratch_buffer(ctx, static_cast<std::size_t>(g.c) * sizeof(T));
-  launch_batch_norm<T>(x.data<T>(), scale.data<T>(), bias.data<T>(), run_mean, run_var, smean,
-                       sinv, y.data<T>(), scratch ? static_cast<T*>(scratch->data()) : nullptr,
-                       g.n, g.c, g.s, static_cast<T>(a.epsilon), static_cast<T>(a.momentum),
-                       a.is_test, act, stream_of(ctx));
+  launch_batch_norm<T>(XD, x.raw_data(), scale.data<T>(), bias.data<T>(), run_mean, run_var, smean, sinv,
+                       y.raw_data(), scratch ? static_cast<T*>(scratch->data()) : nullptr, g.n, g.c, g.s,
+                       static_cast<T>(a.epsilon), static_cast<T>(a.momentum), a.is_test, act, stream_of(ctx));
   check_launch(ctx);
 }
 
 // batch_norm_grad(x, scale, saved_mean, saved_invstd, dy) (act None) or
 // fused_batch_norm_grad(x, scale, bias, saved_mean, saved_invstd, dy) over
-// NCHW x.
-template <typename T>
+// NCHW x (x, dy and dx stored as XD; the rest T).
+template <typename T, DataType XD>
 void batch_norm_backward(KernelContext& ctx, bool is_test, const std::string& format,
                          BatchNormAct act) {
   const std::string_view op = ctx.op()->name();
   data_format::require_nchw_kernel(op, format, "CUDA");
   const std::uint32_t stats = act == BatchNormAct::None ? 2 : 3;  // saved_mean's operand
-  const Tensor x = typed_input<T>(ctx, 0);
+  const Tensor x = stored_input<T, XD>(ctx, 0);
   const Nchw g = nchw_of(op, x.dims());
   const Tensor scale = sized_input<T>(ctx, 1, "scale", g.c);
   const T* bias =
       act == BatchNormAct::None ? nullptr : sized_input<T>(ctx, 2, "bias", g.c).template data<T>();
   const Tensor mean = sized_input<T>(ctx, stats, "saved_mean", g.c);
   const Tensor invstd = sized_input<T>(ctx, stats + 1, "saved_invstd", g.c);
-  const Tensor dy = typed_input<T>(ctx, stats + 2);
+  const Tensor dy = stored_input<T, XD>(ctx, stats + 2);
   if (x.dims() != dy.dims())
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' inputs #0 [", x.dims().to_string(),
                 "] and #", stats + 2, " [", dy.dims().to_string(), "] must have one shape");
-  T* dx = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
-  T* dscale = ctx.alloc_output(1, scale.dims(), x.dtype()).template data<T>();
-  T* dbias = ctx.alloc_output(2, scale.dims(), x.dtype()).template data<T>();
-  launch_batch_norm_grad<T>(x.data<T>(), scale.data<T>(), bias, mean.data<T>(), invstd.data<T>(),
-                            dy.data<T>(), dx, dscale, dbias, g.n, g.c, g.s, is_test, act,
-                            stream_of(ctx));
+  void* dx = ctx.alloc_output(0, x.dims(), XD).raw_data();
+  T* dscale = ctx.alloc_output(1, scale.dims(), data_type_of<T>).template data<T>();
+  T* dbias = ctx.alloc_output(2, scale.dims(), data_type_of<T>).template data<T>();
+  launch_batch_norm_grad<T>(XD, x.raw_data(), scale.data<T>(), bias, mean.data<T>(), invstd.data<T>(),
+                            dy.raw_data(), dx, dscale, dbias, g.n, g.c, g.s, is_test, act, stream_of(ctx));
   check_launch(ctx);
 }
 
-template <typename T>
+// The kernels: T f32 / f64 with x in T (KILN_REGISTER_KERNELS), or T f32
+// with x in XD bf16 / f16.
+template <typename T, DataType XD = data_type_of<T>>
 struct BatchNormK {
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<BatchNormOp>();
-    batch_norm_forward<T>(ctx, {a.momentum, a.epsilon, a.is_test, a.data_format},
-                          BatchNormAct::None);
+    batch_norm_forward<T, XD>(ctx, {a.momentum, a.epsilon, a.is_test, a.data_format}, BatchNormAct::None);
   }
 };
-template <typename T>
+template <typename T, DataType XD = data_type_of<T>>
 struct BatchNormGradK {
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<GradOf<BatchNormOp>>();
-    batch_norm_backward<T>(ctx, a.is_test, a.data_format, BatchNormAct::None);
+    batch_norm_backward<T, XD>(ctx, a.is_test, a.data_format, BatchNormAct::None);
   }
 };
-template <typename T>
+template <typename T, DataType XD = data_type_of<T>>
 struct FusedBatchNormK {
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<FusedBatchNormOp>();
-    batch_norm_forward<T>(ctx, {a.momentum, a.epsilon, a.is_test, a.data_format},
-                          batch_norm_act(ctx.op()->name(), a.activation));
+    batch_norm_forward<T, XD>(ctx, {a.momentum, a.epsilon, a.is_test, a.data_format},
+                              batch_norm_act(ctx.op()->name(), a.activation));
   }
 };
-template <typename T>
+template <typename T, DataType XD = data_type_of<T>>
 struct FusedBatchNormGradK {
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<GradOf<FusedBatchNormOp>>();
-    batch_norm_backward<T>(ctx, a.is_test, a.data_format,
-                           batch_norm_act(ctx.op()->name(), a.activation));
+    batch_norm_backward<T, XD>(ctx, a.is_test, a.data_format, batch_norm_act(ctx.op()->name(), a.activation));
   }
 };
+
+// The bf16 / f16 batch norms (x, y, dy, dx 16-bit, the rest f32).
+template <DataType XD>
+void register_batch_norm_halves() {
+  KernelRegistrar<BatchNormOp>(PlaceKind::Cuda, XD, &BatchNormK<float, XD>::run, "BatchNormOp/BatchNormK");
+  KernelRegistrar<GradOf<BatchNormOp>>(PlaceKind::Cuda, XD, &BatchNormGradK<float, XD>::run,
+                                       "GradOf<BatchNormOp>/BatchNormGradK");
+  KernelRegistrar<FusedBatchNormOp>(PlaceKind::Cuda, XD, &FusedBatchNormK<float, XD>::run,
+                                    "FusedBatchNormOp/FusedBatchNormK");
+  KernelRegistrar<GradOf<FusedBatchNormOp>>(PlaceKind::Cuda, XD, &FusedBatchNormGradK<float, XD>::run,
+                                            "GradOf<FusedBatchNormOp>/FusedBatchNormGradK");
+}
+
+[[maybe_unused]] const bool batch_norm_halves_registered = [] {
+  register_batch_norm_halves<DataType::BFloat16>();
+  register_batch_norm_halves<DataType::Float16>();
+  return true;
+}();
 
 }  // namespace
 

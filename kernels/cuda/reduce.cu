@@ -1,8 +1,9 @@
 // CUDA kernels that reduce rows: sum / mean / max / prod over axes and their
 // gradients, softmax / log_softmax along any axis, softmax_with_cross_entropy,
 // layer_norm / rms_norm and batch_norm (with fused_batch_norm's relu / relu6
-// on y), each with its gradient. A row (an output element of a reduction, a
-// channel, a softmax or norm row) gets `Lanes` threads — one, a warp, or the
+// on y; x, y, dy and dx also bf16 / f16 beside f32 parameters, widened
+// where read and rounded once where written), each with its gradient. A row
+// (an output element of a reduction, a channel, a softmax or norm row) gets `Lanes` threads — one, a warp, or the
 // whole block when the row is long — that each accumulate a strided part and
 // combine through warp shuffles (and shared memory across the block's
 // warps); softmax along an inner axis gives each column one thread, so
@@ -559,12 +560,19 @@ __global__ void column_finish(const Acc* part, T* out, std::int64_t chunks, std:
 
 // ---- batch_norm: x as [N, C, S], per-channel sums over N and S ----
 
-template <typename T>
+// x, y, dy, dx are stored as X (T, or bf16 / f16 with T f32): read
+// through widened, written through narrowed<X>.
+template <typename T, typename X>
+struct LoadWide {  // x, as T
+  const X* x;
+  __device__ T operator()(std::int64_t off, std::int64_t) const { return widened(x[off]); }
+};
+template <typename T, typename X>
 struct LoadSqDev {  // (x - mean[c])²
-  const T* x;
+  const X* x;
   const T* mean;
   __device__ T operator()(std::int64_t off, std::int64_t c) const {
-    const T d = x[off] - mean[c];
+    const T d = widened(x[off]) - mean[c];
     return d * d;
   }
 };
@@ -622,23 +630,23 @@ __device__ T bn_passed(T z, T d) {
   }
 }
 
-template <typename T, BatchNormAct A>
+template <typename T, typename X, BatchNormAct A>
 struct LoadPassed {  // g = what the activation passes of dy (None: dy, x unread)
-  const T* x;
-  const T* dy;
+  const X* x;
+  const X* dy;
   BatchNormAffine<T> z;
   __device__ T operator()(std::int64_t off, std::int64_t c) const {
     if constexpr (A == BatchNormAct::None)
-      return dy[off];
+      return widened(dy[off]);
     else
-      return bn_passed<A>(z(x[off], c), dy[off]);
+      return bn_passed<A>(z(widened(x[off]), c), T(widened(dy[off])));
   }
 };
-template <typename T, BatchNormAct A>
+template <typename T, typename X, BatchNormAct A>
 struct LoadPassedDev {  // g · (x - mean[c])
-  LoadPassed<T, A> g;
+  LoadPassed<T, X, A> g;
   __device__ T operator()(std::int64_t off, std::int64_t c) const {
-    return g(off, c) * (g.x[off] - g.z.mean[c]);
+    return g(off, c) * (widened(g.x[off]) - g.z.mean[c]);
   }
 };
 template <typename T>
@@ -683,16 +691,16 @@ __global__ void batch_norm_stats(const T* sq, T* smean, T* sinv, T* run_mean, T*
   }
 }
 
-template <typename T, BatchNormAct A>
-__global__ void batch_norm_apply(const T* x, BatchNormAffine<T> z, T* y, std::int64_t total,
+template <typename T, typename X, BatchNormAct A>
+__global__ void batch_norm_apply(const X* x, BatchNormAffine<T> z, X* y, std::int64_t total,
                                  std::int64_t c, std::int64_t s) {
-  KILN_GRID_STRIDE(i, total) { y[i] = bn_activate<A>(z(x[i], (i / s) % c)); }
+  KILN_GRID_STRIDE(i, total) { y[i] = narrowed<X>(bn_activate<A>(z(widened(x[i]), (i / s) % c))); }
 }
 
 // dx = k · g (is_test) or k · (g - mean(g) - (x - mean) · q), k = scale · invstd,
 // q = mean(g · x̂) · invstd; g what the activation passes of dy.
-template <typename T, BatchNormAct A>
-__global__ void batch_norm_dx(LoadPassed<T, A> g, const T* dscale, const T* dbias, T* dx,
+template <typename T, typename X, BatchNormAct A>
+__global__ void batch_norm_dx(LoadPassed<T, X, A> g, const T* dscale, const T* dbias, X* dx,
                               std::int64_t total, std::int64_t c, std::int64_t s, T inv_count,
                               bool is_test) {
   KILN_GRID_STRIDE(i, total) {
@@ -701,11 +709,11 @@ __global__ void batch_norm_dx(LoadPassed<T, A> g, const T* dscale, const T* dbia
     const T m = g.z.scale[k] * invstd;
     const T gi = g(i, k);
     if (is_test) {
-      dx[i] = m * gi;
+      dx[i] = narrowed<X>(m * gi);
     } else {
       const T mdy = dbias[k] * inv_count;
       const T q = dscale[k] * inv_count * invstd;
-      dx[i] = m * (gi - mdy - (g.x[i] - g.z.mean[k]) * q);
+      dx[i] = narrowed<X>(m * (gi - mdy - (widened(g.x[i]) - g.z.mean[k]) * q));
     }
   }
 }
@@ -1003,17 +1011,20 @@ void launch_norm_grad(bool rms, const T* x, const T* dy, const T* w, const T* me
     launch_norm_grad_columns<T, false>(x, dy, mean, rstd, dw, db, scratch, m, n, s);
 }
 
-template <typename T>
-void launch_batch_norm(const T* x, const T* scale, const T* bias, T* run_mean, T* run_var, T* smean,
-                       T* sinv, T* y, T* scratch, std::int64_t n, std::int64_t c, std::int64_t s,
-                       T eps, T momentum, bool is_test, BatchNormAct act, cudaStream_t st) {
+namespace {
+
+// launch_batch_norm with x and y stored as X.
+template <typename T, typename X>
+void batch_norm_launch(const X* x, const T* scale, const T* bias, T* run_mean, T* run_var, T* smean, T* sinv,
+                       X* y, T* scratch, std::int64_t n, std::int64_t c, std::int64_t s, T eps, T momentum,
+                       bool is_test, BatchNormAct act, cudaStream_t st) {
   if (c == 0) return;
   const std::int64_t count = n * s;
   const T inv_count = count ? T(1) / static_cast<T>(count) : T(0);
   if (!is_test) {
     const ReduceWalk w = channel_walk(n, c, s);
-    reduce_with<Plus<T>>(w, LoadX<T, T>{x}, StoreTimes<T>{smean, nullptr, inv_count}, st);
-    reduce_with<Plus<T>>(w, LoadSqDev<T>{x, smean}, StoreTimes<T>{scratch, nullptr, T(1)}, st);
+    reduce_with<Plus<T>>(w, LoadWide<T, X>{x}, StoreTimes<T>{smean, nullptr, inv_count}, st);
+    reduce_with<Plus<T>>(w, LoadSqDev<T, X>{x, smean}, StoreTimes<T>{scratch, nullptr, T(1)}, st);
   }
   const T unbias = count > 1 ? static_cast<T>(count) / static_cast<T>(count - 1) : T(1);
   batch_norm_stats<<<blocks_for(c), kThreads, 0, st>>>(scratch, smean, sinv, run_mean, run_var, c,
@@ -1022,16 +1033,16 @@ void launch_batch_norm(const T* x, const T* scale, const T* bias, T* run_mean, T
   if (total == 0) return;
   const BatchNormAffine<T> z{scale, bias, smean, sinv};
   with_batch_norm_act(act, [&](auto a) {
-    batch_norm_apply<T, decltype(a)::value>
+    batch_norm_apply<T, X, decltype(a)::value>
         <<<blocks_for(total), kThreads, 0, st>>>(x, z, y, total, c, s);
   });
 }
 
-template <typename T>
-void launch_batch_norm_grad(const T* x, const T* scale, const T* bias, const T* mean,
-                            const T* invstd, const T* dy, T* dx, T* dscale, T* dbias,
-                            std::int64_t n, std::int64_t c, std::int64_t s, bool is_test,
-                            BatchNormAct act, cudaStream_t st) {
+// launch_batch_norm_grad with x, dy and dx stored as X.
+template <typename T, typename X>
+void batch_norm_grad_launch(const X* x, const T* scale, const T* bias, const T* mean, const T* invstd,
+                            const X* dy, X* dx, T* dscale, T* dbias, std::int64_t n, std::int64_t c,
+                            std::int64_t s, bool is_test, BatchNormAct act, cudaStream_t st) {
   if (c == 0) return;
   const ReduceWalk w = channel_walk(n, c, s);
   const std::int64_t count = n * s, total = n * c * s;
@@ -1039,12 +1050,47 @@ void launch_batch_norm_grad(const T* x, const T* scale, const T* bias, const T* 
   const BatchNormAffine<T> z{scale, bias, mean, invstd};
   with_batch_norm_act(act, [&](auto a) {
     constexpr BatchNormAct A = decltype(a)::value;
-    const LoadPassed<T, A> g{x, dy, z};
+    const LoadPassed<T, X, A> g{x, dy, z};
     reduce_with<Plus<T>>(w, g, StoreTimes<T>{dbias, nullptr, T(1)}, st);
-    reduce_with<Plus<T>>(w, LoadPassedDev<T, A>{g}, StoreTimes<T>{dscale, invstd, T(1)}, st);
+    reduce_with<Plus<T>>(w, LoadPassedDev<T, X, A>{g}, StoreTimes<T>{dscale, invstd, T(1)}, st);
     if (total)
-      batch_norm_dx<T, A><<<blocks_for(total), kThreads, 0, st>>>(g, dscale, dbias, dx, total, c,
-                                                                  s, inv_count, is_test);
+      batch_norm_dx<T, X, A><<<blocks_for(total), kThreads, 0, st>>>(g, dscale, dbias, dx, total, c,
+                                                                     s, inv_count, is_test);
+  });
+}
+
+// body(X{}): X the storage type of dtype xd, T's own or (T f32) bf16 / f16.
+template <typename T, typename Body>
+void with_storage(DataType xd, Body&& body) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (xd == DataType::BFloat16) return body(__nv_bfloat16{});
+    if (xd == DataType::Float16) return body(__half{});
+  }
+  body(T{});
+}
+
+}  // namespace
+
+template <typename T>
+void launch_batch_norm(DataType xd, const void* x, const T* scale, const T* bias, T* run_mean, T* run_var,
+                       T* smean, T* sinv, void* y, T* scratch, std::int64_t n, std::int64_t c, std::int64_t s,
+                       T eps, T momentum, bool is_test, BatchNormAct act, cudaStream_t st) {
+  with_storage<T>(xd, [&](auto v) {
+    using X = decltype(v);
+    batch_norm_launch<T, X>(static_cast<const X*>(x), scale, bias, run_mean, run_var, smean, sinv,
+                            static_cast<X*>(y), scratch, n, c, s, eps, momentum, is_test, act, st);
+  });
+}
+
+template <typename T>
+void launch_batch_norm_grad(DataType xd, const void* x, const T* scale, const T* bias, const T* mean,
+                            const T* invstd, const void* dy, void* dx, T* dscale, T* dbias,
+                            std::int64_t n, std::int64_t c, std::int64_t s, bool is_test,
+                            BatchNormAct act, cudaStream_t st) {
+  with_storage<T>(xd, [&](auto v) {
+    using X = decltype(v);
+    batch_norm_grad_launch<T, X>(static_cast<const X*>(x), scale, bias, mean, invstd, static_cast<const X*>(dy),
+                                 static_cast<X*>(dx), dscale, dbias, n, c, s, is_test, act, st);
   });
 }
 
@@ -1094,12 +1140,13 @@ KILN_REDUCE(std::int64_t)
                                std::int64_t, T, T, cudaStream_t);                                 \
   template void launch_norm_grad<T>(bool, const T*, const T*, const T*, const T*, const T*, T*,   \
                                     T*, T*, T*, std::int64_t, std::int64_t, T, cudaStream_t);     \
-  template void launch_batch_norm<T>(const T*, const T*, const T*, T*, T*, T*, T*, T*, T*,        \
-                                     std::int64_t, std::int64_t, std::int64_t, T, T, bool,        \
-                                     BatchNormAct, cudaStream_t);                                 \
-  template void launch_batch_norm_grad<T>(const T*, const T*, const T*, const T*, const T*,       \
-                                          const T*, T*, T*, T*, std::int64_t, std::int64_t,       \
-                                          std::int64_t, bool, BatchNormAct, cudaStream_t);
+  template void launch_batch_norm<T>(DataType, const void*, const T*, const T*, T*, T*, T*, T*,  \
+                                     void*, T*, std::int64_t, std::int64_t, std::int64_t, T, T,   \
+                                     bool, BatchNormAct, cudaStream_t);                           \
+  template void launch_batch_norm_grad<T>(DataType, const void*, const T*, const T*, const T*,    \
+                                          const T*, const void*, void*, T*, T*, std::int64_t,     \
+                                          std::int64_t, std::int64_t, bool, BatchNormAct,         \
+                                          cudaStream_t);
 KILN_FLOAT_FAMILIES(float)
 KILN_FLOAT_FAMILIES(double)
 

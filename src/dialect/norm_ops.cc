@@ -80,11 +80,14 @@ void check_stats(std::string_view op, const std::vector<Type>& in, std::size_t i
                 meta::dims_string(d), " must be [", m, "]");
 }
 
-// batch_norm's per-channel operand i: x's dtype, [C].
+// batch_norm's per-channel operand i: batch_norm_param_dtype of x's, [C].
 void check_channel(std::string_view op, const std::vector<Type>& in, std::size_t i,
                    std::string_view what, std::int64_t c) {
   Type t = meta::tensor_operand(op, in, i);
-  meta::require_same_dtype(op, shaped_data_type(in[0]), shaped_data_type(t), 0, i);
+  const DataType x = shaped_data_type(in[0]), want = batch_norm_param_dtype(x), got = shaped_data_type(t);
+  if (got != want)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", what, " (operand #", i, ") is ", to_string(got),
+                ", expected ", to_string(want), " for x (operand #0) of ", to_string(x));
   const auto& d = shaped_dims(t);
   if (!meta::compatible_dims(d, {c}))
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", what, " (operand #", i, ") ",
@@ -238,7 +241,7 @@ std::vector<Type> batch_norm_meta(std::string_view op, const std::vector<Type>& 
   meta::require_mutable(op, in[3]);
   meta::require_mutable(op, in[4]);
   const DataType dt = shaped_data_type(in[0]);
-  Type stat = meta::result_like(in, dt, {c});
+  Type stat = meta::result_like(in, batch_norm_param_dtype(dt), {c});
   return {meta::result_like(in, dt, xd), in[3], in[4], stat, stat};
 }
 

@@ -22,6 +22,7 @@
 #include "kiln/ir/builtin_types.h"
 #include "kiln/ir/half_operands.h"
 #include "kiln/ir/interfaces.h"
+#include "kiln/ir/mixed_half.h"
 #include "kiln/ir/ir_context.h"
 #include "kiln/ir/program.h"
 #include "kiln/ir/traits.h"
@@ -169,6 +170,17 @@ class LowPolicy {
   bool reads_low_as_is(Operation& op, std::uint32_t i) const {
     const auto half = op.dyn_cast<HalfOperandsInterface>();
     return half && half.reads_half_as_f32(i) && has_kernel(op.info().id(), backend_, low_);
+  }
+
+  // Whether `op` reads its MixedHalfInterface operands as they are, each
+  // made low (its other operands kept f32), its following results then
+  // low: it declares them and has a kernel for the low dtype at the target.
+  bool reads_mixed_half(Operation& op, const LowSet& lowered) const {
+    const auto mixed = op.dyn_cast<MixedHalfInterface>();
+    if (!mixed || !has_kernel(op.info().id(), backend_, low_)) return false;
+    for (std::uint32_t i : mixed.half_operands())
+      if (!lowered.count(op.operand_source(i).impl())) return false;
+    return true;
   }
 
  private:
@@ -320,18 +332,30 @@ const std::vector<std::string>& default_deny_list() {
 
 namespace {
 
-// `op` runs low: its f32 operands read low casts; its results are retyped,
-// and those now low join `lowered`.
-void lower(Operation& op, DataType low, LowSet& lowered, Casts& casts) {
-  for (std::uint32_t i = 0; i < op.num_operands(); ++i) {
-    Value v = op.operand(i).source();
-    if (of_dtype(v, DataType::Float32)) op.set_operand(i, casts.get(v, low, &op));
-  }
+// Whether operand i of `op` turns low when op runs low: any, but for an op
+// with MixedHalfInterface only those it declares (the others stay f32).
+bool lowers_operand(Operation& op, std::uint32_t i) {
+  const auto mixed = op.dyn_cast<MixedHalfInterface>();
+  return !mixed || mixed.reads_half(i);
+}
+
+// op's results are retyped by its InferMeta, and those now low join `lowered`.
+void retype(Operation& op, DataType low, LowSet& lowered) {
   const std::vector<Type> types = op.dyn_cast<InferMetaInterface>().infer_meta();
   for (std::uint32_t r = 0; r < op.num_results(); ++r) {
     op.result(r).set_type(types.at(r));
     if (of_dtype(op.result(r), low)) lowered.insert(op.result(r).impl());
   }
+}
+
+// `op` runs low: its f32 operands (lowers_operand) read low casts; its
+// results are retyped.
+void lower(Operation& op, DataType low, LowSet& lowered, Casts& casts) {
+  for (std::uint32_t i = 0; i < op.num_operands(); ++i) {
+    Value v = op.operand(i).source();
+    if (of_dtype(v, DataType::Float32) && lowers_operand(op, i)) op.set_operand(i, casts.get(v, low, &op));
+  }
+  retype(op, low, lowered);
 }
 
 bool same_result_types(Operation& op) {
@@ -342,16 +366,21 @@ bool same_result_types(Operation& op) {
 }
 
 // `op` stays f32: it reads each value made low through a cast back to f32,
-// or as it is where it declares so (LowPolicy::reads_low_as_is) — unless
-// its InferMeta then gives other result types, against the declaration.
-void read_low_operands(Operation& op, const LowPolicy& policy, const LowSet& lowered, Casts& casts) {
+// or as it is where it declares so — its MixedHalfInterface operands, all
+// made low (LowPolicy::reads_mixed_half; its results are then retyped, the
+// following ones low), or its HalfOperandsInterface ones
+// (LowPolicy::reads_low_as_is) unless its InferMeta then gives other result
+// types, against the declaration.
+void read_low_operands(Operation& op, const LowPolicy& policy, DataType low, LowSet& lowered, Casts& casts) {
+  const bool mixed = policy.reads_mixed_half(op, lowered);
   std::vector<std::uint32_t> as_is;
   for (std::uint32_t i = 0; i < op.num_operands(); ++i) {
     Value v = op.operand(i).source();
-    if (!lowered.count(v.impl())) continue;
+    if (!lowered.count(v.impl()) || (mixed && lowers_operand(op, i))) continue;
     if (policy.reads_low_as_is(op, i)) as_is.push_back(i);
     else op.set_operand(i, casts.get(v, DataType::Float32, &op));
   }
+  if (mixed) retype(op, low, lowered);
   if (as_is.empty() || same_result_types(op)) return;
   for (std::uint32_t i : as_is) op.set_operand(i, casts.get(op.operand(i).source(), DataType::Float32, &op));
 }
@@ -371,7 +400,7 @@ RewriteResult rewrite(Block& block, const Options& options) {
       lower(*op, options.dtype, lowered, casts);
       ++result.lowered_ops;
     } else {
-      read_low_operands(*op, policy, lowered, casts);
+      read_low_operands(*op, policy, options.dtype, lowered, casts);
     }
   }
   result.casts = casts.count;

@@ -230,3 +230,59 @@ TEST_CASE("batch_norm in NHWC takes its channels from the last axis, and names a
   KILN_CHECK_ERROR(bn({2, 5, 3}, 3, "NHWC"), InvalidArgument, {"kiln.batch_norm", "NHWC needs a rank-4 x"});
   KILN_CHECK_ERROR(bn({2, 3, 5, 5}, 3, "CHWN"), InvalidArgument, {"kiln.batch_norm", "data_format 'CHWN'"});
 }
+
+TEST_CASE("batch_norm and fused_batch_norm take a bf16 or f16 x with f32 parameters: y in x's dtype, saved "
+          "statistics f32, and their gradients dx in x's dtype, dscale and dbias f32",
+          "[dialect][norm][half]") {
+  Program p;
+  const std::vector<std::int64_t> xd{2, 3, 4, 4}, cd{3};
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    INFO(to_string(dt));
+    std::vector<kiln_test::TypeSpec> in{{dt, xd}, {F32, cd}, {F32, cd}, {F32, cd}, {F32, cd}};
+    for (Operation* op : {build_op<BatchNormOp>(p, in, 0.9, 1e-5, false),
+                          build_op<FusedBatchNormOp>(p, in, 0.9, 1e-5, false, std::string("NCHW"),
+                                                     std::string("relu"))}) {
+      CHECK(shaped_data_type(op->result_type(0)) == dt);
+      for (std::uint32_t r = 1; r < 5; ++r) CHECK(shaped_data_type(op->result_type(r)) == F32);
+    }
+    Operation* g = build_op<GradOf<BatchNormOp>>(p, {{dt, xd}, {F32, cd}, {F32, cd}, {F32, cd}, {dt, xd}}, 0.9,
+                                                  1e-5, false, std::string("NCHW"));
+    CHECK(shaped_data_type(g->result_type(0)) == dt);
+    CHECK(shaped_data_type(g->result_type(1)) == F32);
+    CHECK(shaped_data_type(g->result_type(2)) == F32);
+    Operation* fg = build_op<GradOf<FusedBatchNormOp>>(
+        p, {{dt, xd}, {F32, cd}, {F32, cd}, {F32, cd}, {F32, cd}, {dt, xd}}, 0.9, 1e-5, false,
+        std::string("NCHW"), std::string("relu6"));
+    CHECK(shaped_data_type(fg->result_type(0)) == dt);
+    CHECK(shaped_data_type(fg->result_type(1)) == F32);
+  }
+}
+
+TEST_CASE("batch_norm and its gradients name the op and the operand for any other mix of dtypes",
+          "[dialect][norm][half]") {
+  Program p;
+  const auto BF16 = DataType::BFloat16, F16 = DataType::Float16, F64 = DataType::Float64;
+  const std::vector<std::int64_t> xd{2, 3, 4}, cd{3};
+  auto bn = [&](DataType x, DataType s, DataType rm) {
+    return build_op<BatchNormOp>(p, {{x, xd}, {s, cd}, {s, cd}, {rm, cd}, {rm, cd}}, 0.9, 1e-5, false);
+  };
+  KILN_CHECK_ERROR(bn(F16, BF16, F32), InvalidArgument, {"kiln.batch_norm", "scale (operand #1)", "bf16", "f32"});
+  KILN_CHECK_ERROR(bn(BF16, BF16, BF16), InvalidArgument, {"kiln.batch_norm", "scale (operand #1)", "bf16"});
+  KILN_CHECK_ERROR(bn(F32, F64, F64), InvalidArgument, {"kiln.batch_norm", "scale (operand #1)", "f64"});
+  KILN_CHECK_ERROR(bn(BF16, F32, F16), InvalidArgument, {"kiln.batch_norm", "running_mean (operand #3)", "f16"});
+  KILN_CHECK_ERROR(bn(F64, F32, F32), InvalidArgument, {"kiln.batch_norm", "scale (operand #1)", "f32"});
+  KILN_CHECK_ERROR(build_op<FusedBatchNormOp>(p, {{F16, xd}, {F32, cd}, {F16, cd}, {F32, cd}, {F32, cd}}, 0.9, 1e-5,
+                                              false, std::string("NCHW"), std::string("relu")),
+                   InvalidArgument, {"kiln.fused_batch_norm", "bias (operand #2)", "f16"});
+  auto grad = [&](DataType x, DataType s, DataType dy) {
+    return build_op<GradOf<BatchNormOp>>(p, {{x, xd}, {s, cd}, {F32, cd}, {F32, cd}, {dy, xd}}, 0.9, 1e-5, false,
+                                         std::string("NCHW"));
+  };
+  KILN_CHECK_ERROR(grad(BF16, F32, F32), InvalidArgument, {"kiln.batch_norm_grad", "#4"});
+  KILN_CHECK_ERROR(grad(BF16, F32, F16), InvalidArgument, {"kiln.batch_norm_grad", "#4"});
+  KILN_CHECK_ERROR(grad(F16, BF16, F16), InvalidArgument, {"kiln.batch_norm_grad", "scale (operand #1)"});
+  KILN_CHECK_ERROR(build_op<GradOf<FusedBatchNormOp>>(p, {{BF16, xd}, {F32, cd}, {F32, cd}, {BF16, cd}, {F32, cd},
+                                                          {BF16, xd}},
+                                                      0.9, 1e-5, false, std::string("NCHW"), std::string("relu")),
+                   InvalidArgument, {"kiln.fused_batch_norm_grad", "saved_mean (operand #3)", "bf16"});
+}

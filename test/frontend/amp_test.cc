@@ -15,6 +15,7 @@
 #include "kernel/cuda_test_util.h"
 #include "kiln/frontend/amp.h"
 #include "kiln/ir/half_operands.h"
+#include "kiln/ir/mixed_half.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/frontend/clone_for_test.h"
 #include "kiln/io/json.h"
@@ -106,6 +107,25 @@ std::unique_ptr<AmpModel> cnn(const amp::Options* amp_options) {
   for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int64_t>(i * 3 % 10);
   m->feed = {{"x", normal_f32({8, 3, 12, 12}, 5)},
              {"label", Tensor::from_vector<std::int64_t>(Dims({8}), y)}};
+  return m;
+}
+
+// x[8, 3, 12, 12] → two blocks of conv (no bias, as before a batch norm),
+// batch norm, relu → adaptive avg pool → linear head → cross-entropy
+// against 10 classes; Momentum, decorated when `amp`.
+std::unique_ptr<AmpModel> conv_bn(const amp::Options* amp_options) {
+  auto m = std::make_unique<AmpModel>();
+  Value h = data("x", {8, 3, 12, 12});
+  Value label = data("label", {8}, DataType::Int64);
+  namespace F = nn::functional;
+  h = F::relu(nn::BatchNorm2D(8)(nn::Conv2D(3, 8, 3, 1, 1, 1, 1, /*bias=*/false)(h)));
+  h = F::relu(nn::BatchNorm2D(8)(nn::Conv2D(8, 8, 3, 1, 1, 1, 1, /*bias=*/false)(h)));
+  m->loss = F::cross_entropy(nn::Linear(8, 10)(F::flatten(F::adaptive_avg_pool2d(h, {1, 1}))), label);
+  auto opt = optim::Momentum(0.05, 0.9);
+  m->minimize(opt, amp_options);
+  std::vector<std::int64_t> y(8);
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int64_t>(i * 3 % 10);
+  m->feed = {{"x", normal_f32({8, 3, 12, 12}, 5)}, {"label", Tensor::from_vector<std::int64_t>(Dims({8}), y)}};
   return m;
 }
 
@@ -825,11 +845,12 @@ TEST_CASE("the MLP, transformer, GPT and CNN training programs, f32 and under am
   if (!built_with_cuda()) return;  // no CUDA kernels registered to look at
   using Build = std::unique_ptr<AmpModel> (*)(const amp::Options*);
   const std::pair<const char*, Build> models[] = {
-      {"mlp", mlp}, {"transformer", transformer}, {"gpt", gpt}, {"cnn", cnn}};
+      {"mlp", mlp}, {"transformer", transformer}, {"gpt", gpt}, {"cnn", cnn}, {"conv_bn", conv_bn}};
   for (const auto& [name, build] : models)
     for (int mode = 0; mode < 5; ++mode) {
       amp::Options o;
       o.place = Place::cuda(0);
+      if (std::string(name) == "conv_bn") o.allow = {"kiln.conv2d", "kiln.matmul"};  // batch norms read low x
       o.level = mode >= 3 ? amp::Level::O2 : amp::Level::O1;
       o.dtype = mode == 2 || mode == 4 ? DataType::Float16 : DataType::BFloat16;
       auto m = build(mode == 0 ? nullptr : &o);
@@ -916,11 +937,120 @@ TEST_CASE("amp O2 bf16 runs a CNN's convolutions, their gradients, its pools and
   CHECK(in_bf16["kiln.max_pool2d"] == 1);
   CHECK(in_bf16["kiln.avg_pool2d"] == 1);
   CHECK(in_bf16["kiln.adaptive_avg_pool2d"] == 1);
-  CHECK(in_bf16["kiln.batch_norm"] == 0);  // denied: it reads an f32 cast
+  CHECK(in_bf16["kiln.batch_norm"] == 1);  // its x as it is, its parameters f32
+  CHECK(in_bf16["kiln.batch_norm_grad"] == 1);
   // The loss reads the head's bf16 logits as they are (no f32 copy), and its
   // gradient comes back in bf16.
   CHECK(in_bf16["kiln.cross_entropy"] == 1);
   CHECK(in_bf16["kiln.cross_entropy_grad"] == 1);
+}
+
+// ---- batch norm in its x's dtype ----
+
+namespace {
+
+// One batch norm and what it reads: x straight from a conv (no cast
+// between them), x and y low, the running statistics the f32 parameters
+// themselves (never a cast), the saved statistics f32.
+void check_batch_norm_reads_conv(Operation* bn, DataType low) {
+  Operation* def = bn->operand_source(0).defining_op();
+  REQUIRE(def);
+  CHECK(def->name() == "kiln.conv2d");
+  CHECK(dtype_of(bn->operand_source(0)) == low);
+  CHECK(dtype_of(bn->result(0)) == low);
+  for (std::uint32_t i = 1; i < 5; ++i) {
+    INFO("operand #" << i);
+    CHECK(dtype_of(bn->operand_source(i)) == DataType::Float32);
+    REQUIRE(bn->operand_source(i).defining_op());
+    CHECK(bn->operand_source(i).defining_op()->isa<ParameterOp>());
+  }
+  for (std::uint32_t r = 1; r < 5; ++r) CHECK(dtype_of(bn->result(r)) == DataType::Float32);
+}
+
+// Every batch norm of `p` as above (`n` of them), and their gradients: dx
+// low, dscale and dbias f32.
+void check_batch_norms_low(const Program& p, DataType low, int n) {
+  int norms = 0, grads = 0;
+  for (Operation* op : p.block()) {
+    if (op->isa<BatchNormOp>()) ++norms, check_batch_norm_reads_conv(op, low);
+    if (!op->isa<GradOf<BatchNormOp>>()) continue;
+    ++grads;
+    CHECK(dtype_of(op->operand_source(4)) == low);
+    CHECK(dtype_of(op->result(0)) == low);
+    CHECK(dtype_of(op->result(1)) == DataType::Float32);
+    CHECK(dtype_of(op->result(2)) == DataType::Float32);
+  }
+  CHECK(norms == n);
+  CHECK(grads == n);
+}
+
+// A BatchNorm2D's running statistic: "<layer>.mean_<k>" or "<layer>.variance_<k>".
+bool is_running_stat(const std::string& name) {
+  const bool stat = name.find(".mean_") != std::string::npos || name.find(".variance_") != std::string::npos;
+  return stat && name.find("velocity") == std::string::npos;
+}
+
+// The batch norms' running statistics in b's scope: f32, within `tol` of
+// a's (relative, plus `tol` absolute); how many.
+int check_running_stats(Executor& a, Executor& b, float tol) {
+  int stats = 0;
+  for (const std::string& name : b.scope().local_var_names()) {
+    if (!is_running_stat(name)) continue;
+    INFO(name);
+    const Tensor& t = b.scope().find_var(name)->get<Tensor>();
+    CHECK(t.dtype() == DataType::Float32);
+    const auto tv = t.to_vector<float>(), fv = a.scope().find_var(name)->get<Tensor>().to_vector<float>();
+    for (std::size_t i = 0; i < tv.size(); ++i) CHECK(std::abs(tv[i] - fv[i]) <= tol * (1 + std::abs(fv[i])));
+    ++stats;
+  }
+  return stats;
+}
+
+}  // namespace
+
+TEST_CASE("amp O1 (conv2d allowed) and O2 run conv, batch norm, relu blocks with no cast between conv and batch "
+          "norm, the running statistics f32 variables, and train within 2 % of the f32 loss",
+          "[frontend][amp]") {
+  for (amp::Level level : {amp::Level::O1, amp::Level::O2}) {
+    INFO("level O" << int(level));
+    amp::Options o;
+    o.level = level;
+    if (level == amp::Level::O1) o.allow = {"kiln.conv2d", "kiln.matmul"};
+    auto plain = conv_bn(nullptr);
+    auto low = conv_bn(&o);
+    INFO(low->g.main.to_string());
+    low->g.main.verify();
+    check_batch_norms_low(low->g.main, DataType::BFloat16, 2);
+    Executor a, b;
+    a.run(plain->g.startup);
+    b.run(low->g.startup);
+    copy_scope(a, b);
+    float la = 0, lb = 0;
+    for (int s = 0; s < 20; ++s) {
+      la = a.run(plain->g.main, plain->feed, {plain->loss})[0].to_vector<float>().at(0);
+      lb = b.run(low->g.main, low->feed, {low->loss})[0].to_vector<float>().at(0);
+    }
+    INFO("f32 loss " << la << ", bf16 loss " << lb);
+    CHECK(std::isfinite(lb));
+    CHECK(std::abs(lb - la) <= 0.02 * std::abs(la));
+    CHECK(check_running_stats(a, b, 0.05f) == 4);
+  }
+}
+
+TEST_CASE("amp lowers only a batch norm's x when a given allow list names it: its parameters and running "
+          "statistics stay f32",
+          "[frontend][amp]") {
+  REQUIRE(IrContext::instance()->find_op("kiln.batch_norm").has_interface<MixedHalfInterface>());
+  REQUIRE(IrContext::instance()->find_op("kiln.fused_batch_norm").has_interface<MixedHalfInterface>());
+  amp::Options o;
+  o.allow = {"kiln.conv2d", "kiln.batch_norm"};
+  auto m = conv_bn(&o);
+  INFO(m->g.main.to_string());
+  m->g.main.verify();
+  check_batch_norms_low(m->g.main, DataType::BFloat16, 2);
+  Executor exe;
+  exe.run(m->g.startup);
+  CHECK(std::isfinite(exe.run(m->g.main, m->feed, {m->loss})[0].to_vector<float>().at(0)));
 }
 
 // ---- the loss ----

@@ -1,7 +1,8 @@
 // The CUDA kernels of reduce.cu — sum / mean / max / prod and reduce_as,
 // softmax / log_softmax, softmax_with_cross_entropy, layer_norm / rms_norm,
-// batch_norm and fused_batch_norm, each with its gradient — against the CPU
-// kernels on the same inputs
+// batch_norm and fused_batch_norm, each with its gradient (and their bf16 /
+// f16 forms with f32 parameters, also against the CUDA f32 kernels on the
+// widened inputs, rounded once) — against the CPU kernels on the same inputs
 // ([cuda]: skipped without a device). Tolerances: exact for max, for
 // integer reductions and for the gradients that only copy, scale or pick
 // (sum / mean / max / cross-entropy grads); sums and means of floats
@@ -520,4 +521,112 @@ TEST_CASE("CUDA fused_batch_norm and its gradient refuse NHWC and a dy not shape
   KILN_CHECK_ERROR(run_cuda_op<GradOf<FusedBatchNormOp>>({xn, c, c, c, c, small}, 0.9, 1e-5, false,
                                                          std::string("NCHW"), std::string("relu6")),
                    InvalidArgument, {"kiln.fused_batch_norm_grad"});
+}
+
+namespace {
+
+using kiln_test::KernelRun;
+
+Tensor widened_half(const Tensor& t) {
+  Tensor f = Tensor::empty(t.dims(), DataType::Float32);
+  const auto* p = static_cast<const std::uint16_t*>(t.raw_data());
+  for (std::int64_t i = 0; i < t.numel(); ++i) f.data<float>()[i] = kiln_test::from_half(p[i], t.dtype());
+  return f;
+}
+
+// got (16-bit) is want (f32) rounded to got's dtype, element for element.
+void check_rounded(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.dims() == want.dims());
+  const auto* p = static_cast<const std::uint16_t*>(got.raw_data());
+  const auto w = want.to_vector<float>();
+  for (std::int64_t i = 0; i < got.numel(); ++i) {
+    INFO("element " << i);
+    CHECK(p[i] == kiln_test::to_half(w[std::size_t(i)], got.dtype()));
+  }
+}
+
+// got and want (16-bit, one dtype): within a rounding of each other, the
+// f32 statistics they were computed from differing in summation order.
+void check_half_near(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.dims() == want.dims());
+  REQUIRE(got.dtype() == want.dtype());
+  const DataType dt = got.dtype();
+  const auto* pg = static_cast<const std::uint16_t*>(got.raw_data());
+  const auto* pw = static_cast<const std::uint16_t*>(want.raw_data());
+  for (std::int64_t i = 0; i < got.numel(); ++i) {
+    const float a = kiln_test::from_half(pg[i], dt), b = kiln_test::from_half(pw[i], dt);
+    INFO("element " << i << ": " << a << " vs " << b);
+    CHECK(std::abs(a - b) <= 1e-3f + std::abs(b) * (dt == DataType::BFloat16 ? 1.0f / 128 : 1.0f / 1024));
+  }
+}
+
+// batch_norm (act empty) or fused_batch_norm, on CUDA when `cuda`.
+KernelRun bn_forward(bool cuda, const std::vector<Tensor>& in, bool is_test, const std::string& act) {
+  const std::string nchw = "NCHW";
+  if (act.empty())
+    return cuda ? run_cuda_op<BatchNormOp>(in, 0.9, 1e-5, is_test, nchw)
+                : run_op<BatchNormOp>(in, 0.9, 1e-5, is_test, nchw);
+  return cuda ? run_cuda_op<FusedBatchNormOp>(in, 0.9, 1e-5, is_test, nchw, act)
+              : run_op<FusedBatchNormOp>(in, 0.9, 1e-5, is_test, nchw, act);
+}
+
+// Its gradient on {x, scale, (fused: bias,) saved_mean, saved_invstd, dy}.
+KernelRun bn_backward(bool cuda, const std::vector<Tensor>& in, bool is_test, const std::string& act) {
+  const std::string nchw = "NCHW";
+  if (act.empty())
+    return cuda ? run_cuda_op<GradOf<BatchNormOp>>(in, 0.9, 1e-5, is_test, nchw)
+                : run_op<GradOf<BatchNormOp>>(in, 0.9, 1e-5, is_test, nchw);
+  return cuda ? run_cuda_op<GradOf<FusedBatchNormOp>>(in, 0.9, 1e-5, is_test, nchw, act)
+              : run_op<GradOf<FusedBatchNormOp>>(in, 0.9, 1e-5, is_test, nchw, act);
+}
+
+std::vector<Tensor> bn_grad_inputs(const Tensor& x, const Tensor& scale, const Tensor& bias, const KernelRun& fwd,
+                                   const Tensor& dy, const std::string& act) {
+  if (act.empty()) return {x, scale, fwd.out(3), fwd.out(4), dy};
+  return {x, scale, bias, fwd.out(3), fwd.out(4), dy};
+}
+
+// The 16-bit batch norm and its gradient on CUDA: y and dx the CUDA f32
+// kernels' results on the widened x and dy rounded once, the f32 results
+// their bits; and within a rounding of the CPU's 16-bit kernels.
+void check_mixed_batch_norm_on_cuda(const Dims& d, DataType dt, const std::string& act, bool is_test,
+                                    unsigned seed) {
+  INFO(to_string(dt) << " x [" << d.to_string() << "] '" << act << "' is_test " << is_test);
+  const std::int64_t c = d[1];
+  const Tensor x = kiln_test::random_half(d, dt, seed), dy = kiln_test::random_half(d, dt, seed + 1);
+  const Tensor scale = filled<float>({c}, 0.5, 1.5, seed + 2), bias = filled<float>({c}, -1, 1, seed + 3);
+  const Tensor rm = filled<float>({c}, -0.1, 0.1, seed + 4), rv = filled<float>({c}, 0.5, 1.5, seed + 5);
+  const Tensor wx = widened_half(x), wdy = widened_half(dy);
+  const auto got = bn_forward(true, {x, scale, bias, rm.clone(), rv.clone()}, is_test, act);
+  const auto wide = bn_forward(true, {wx, scale, bias, rm.clone(), rv.clone()}, is_test, act);
+  const auto cpu = bn_forward(false, {x, scale, bias, rm.clone(), rv.clone()}, is_test, act);
+  REQUIRE(got.out(0).dtype() == dt);
+  check_rounded(got.out(0), wide.out(0));
+  check_half_near(got.out(0), cpu.out(0));
+  for (int k = 1; k < 5; ++k) CHECK(kiln_test::same_bits(got.out(k), wide.out(k)));
+  const auto gg = bn_backward(true, bn_grad_inputs(x, scale, bias, got, dy, act), is_test, act);
+  const auto gw = bn_backward(true, bn_grad_inputs(wx, scale, bias, wide, wdy, act), is_test, act);
+  const auto gc = bn_backward(false, bn_grad_inputs(x, scale, bias, got, dy, act), is_test, act);
+  REQUIRE(gg.out(0).dtype() == dt);
+  check_rounded(gg.out(0), gw.out(0));
+  check_half_near(gg.out(0), gc.out(0));
+  for (int k = 1; k < 3; ++k) {
+    CHECK(kiln_test::same_bits(gg.out(k), gw.out(k)));
+    check_fused_near<float>(gg.out(k), gc.out(k));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("CUDA bf16 and f16 batch_norm and fused_batch_norm with f32 parameters, and their gradients, are the "
+          "f32 kernels on the widened x and dy rounded once, and match the CPU's",
+          "[cuda][kernel][norm][half]") {
+  if (!have_cuda()) return;
+  for (DataType dt : {DataType::BFloat16, DataType::Float16})
+    for (const std::string act : {"", "relu", "relu6"})
+      for (bool is_test : {false, true}) {
+        check_mixed_batch_norm_on_cuda(Dims{8, 3, 5, 5}, dt, act, is_test, 51);
+        check_mixed_batch_norm_on_cuda(Dims{2, 6, 33, 37}, dt, act, is_test, 52);
+        check_mixed_batch_norm_on_cuda(Dims{4, 6}, dt, act, is_test, 53);
+      }
 }

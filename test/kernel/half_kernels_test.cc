@@ -258,3 +258,88 @@ TEST_CASE("a 16-bit layer_norm_grad given statistics in x's dtype instead of f32
   KILN_CHECK_ERROR(run_op<GradOf<LayerNormOp>>({x, w, s, s, x}, std::int64_t{1}, 1e-5), InvalidArgument,
                    {"kiln.layer_norm_grad", "f32"});
 }
+
+namespace {
+
+// A mixed batch norm's operands: x and dy in `dt`, the [C] ones f32.
+struct MixedNormCase {
+  Tensor x, dy, scale, bias, rm, rv;
+  MixedNormCase(const Dims& d, std::int64_t c, DataType dt, unsigned seed)
+      : x(random_half(d, dt, seed)),
+        dy(random_half(d, dt, seed + 1)),
+        scale(kiln_test::filled<float>(Dims{c}, 0.5, 1.5, seed + 2)),
+        bias(kiln_test::filled<float>(Dims{c}, -1, 1, seed + 3)),
+        rm(kiln_test::filled<float>(Dims{c}, -0.5, 0.5, seed + 4)),
+        rv(kiln_test::filled<float>(Dims{c}, 0.5, 2, seed + 5)) {}
+};
+
+Tensor f32_copy(const Tensor& t) { return Tensor::from_vector<float>(t.dims(), t.to_vector<float>()); }
+
+// batch_norm (act empty) or fused_batch_norm (act relu / relu6) forward,
+// in `format`: {x, scale, bias, rm, rv}.
+kiln_test::KernelRun mixed_forward(const std::vector<Tensor>& in, bool is_test, const std::string& format,
+                                  const std::string& act) {
+  if (act.empty()) return run_op<BatchNormOp>(in, 0.9, 1e-5, is_test, format);
+  return run_op<FusedBatchNormOp>(in, 0.9, 1e-5, is_test, format, act);
+}
+
+// Its gradient: x, scale, (fused: bias,) saved_mean, saved_invstd, dy.
+kiln_test::KernelRun mixed_backward(const MixedNormCase& k, const Tensor& x, const Tensor& dy,
+                                   const kiln_test::KernelRun& fwd, bool is_test, const std::string& format,
+                                   const std::string& act) {
+  if (act.empty())
+    return run_op<GradOf<BatchNormOp>>({x, k.scale, fwd.out(3), fwd.out(4), dy}, 0.9, 1e-5, is_test, format);
+  return run_op<GradOf<FusedBatchNormOp>>({x, k.scale, k.bias, fwd.out(3), fwd.out(4), dy}, 0.9, 1e-5, is_test,
+                                          format, act);
+}
+
+// The 16-bit batch norm and its gradient against the f32 kernels on the
+// widened x and dy: y and dx those results rounded once, the saved
+// statistics, dscale, dbias and the running statistics (updated in place)
+// the same f32 bits.
+void check_mixed_batch_norm(const Dims& d, DataType dt, const std::string& format, const std::string& act,
+                            bool is_test, unsigned seed) {
+  INFO(to_string(dt) << " x [" << d.to_string() << "] " << format << " '" << act << "' is_test " << is_test);
+  const MixedNormCase k(d, format == "NHWC" ? d[3] : d[1], dt, seed);
+  Tensor rm = f32_copy(k.rm), rv = f32_copy(k.rv);
+  const auto got = mixed_forward({k.x, k.scale, k.bias, k.rm, k.rv}, is_test, format, act);
+  const auto want = mixed_forward({widen(k.x), k.scale, k.bias, rm, rv}, is_test, format, act);
+  REQUIRE(got.out(0).dtype() == dt);
+  CHECK(is_rounded(got.out(0), want.out(0)));
+  for (std::uint32_t r = 1; r < 5; ++r) {
+    INFO("result #" << r);
+    CHECK(kiln_test::same_bits(got.out(r), want.out(r)));
+  }
+  CHECK(kiln_test::same_bits(k.rm, rm));  // the f32 running statistics, updated in place alike
+  CHECK(kiln_test::same_bits(k.rv, rv));
+  const auto grad = mixed_backward(k, k.x, k.dy, got, is_test, format, act);
+  const auto wgrad = mixed_backward(k, widen(k.x), widen(k.dy), want, is_test, format, act);
+  REQUIRE(grad.out(0).dtype() == dt);
+  CHECK(is_rounded(grad.out(0), wgrad.out(0)));
+  CHECK(kiln_test::same_bits(grad.out(1), wgrad.out(1)));
+  CHECK(kiln_test::same_bits(grad.out(2), wgrad.out(2)));
+}
+
+}  // namespace
+
+TEST_CASE("a bf16 or f16 batch_norm or fused_batch_norm with f32 parameters and its gradient are the f32 "
+          "kernels on the widened x and dy, y and dx rounded once, the running statistics f32 and in place",
+          "[kernel][half][norm]") {
+  for (DataType dt : {DataType::BFloat16, DataType::Float16})
+    for (const std::string act : {"", "relu", "relu6"})
+      for (bool is_test : {false, true}) {
+        check_mixed_batch_norm(Dims{2, 5, 7, 9}, dt, "NCHW", act, is_test, 31);
+        check_mixed_batch_norm(Dims{3, 20, 4, 4}, dt, "NCHW", act, is_test, 32);
+        check_mixed_batch_norm(Dims{2, 7, 9, 5}, dt, "NHWC", act, is_test, 33);
+      }
+}
+
+TEST_CASE("a 16-bit batch_norm whose running statistics are its own variables updates them in place, f32",
+          "[kernel][half][norm]") {
+  const MixedNormCase k(Dims{4, 3, 2, 2}, 3, DataType::BFloat16, 41);
+  const Tensor rm0 = f32_copy(k.rm);
+  const auto r = run_op<BatchNormOp>({k.x, k.scale, k.bias, k.rm, k.rv}, 0.9, 1e-5, false, std::string("NCHW"));
+  CHECK(k.rm.dtype() == DataType::Float32);
+  CHECK(!kiln_test::same_bits(k.rm, rm0));
+  CHECK(kiln_test::same_bits(r.out(1), k.rm));
+}

@@ -2,7 +2,8 @@
 // whose kernel makes one pass per row (or per channel), with one fused
 // gradient op (GradOf) computing every operand's gradient in one pass. The
 // statistics the backward needs (mean / rstd, or the batch mean / invstd) are
-// results of the forward op, as in Paddle. f32 and f64.
+// results of the forward op, as in Paddle. f32 and f64 (and 16-bit x where an
+// op says so).
 #pragma once
 
 #include <array>
@@ -11,6 +12,7 @@
 #include <utility>
 
 #include "kiln/dialect/grad_op.h"
+#include "kiln/ir/mixed_half.h"
 
 namespace kiln {
 
@@ -69,6 +71,13 @@ struct RmsNormOp : Op<RmsNormOp, ReadOnly, ValueSemantics, InferMetaInterface, V
   };
 };
 
+// The dtype of batch_norm's and fused_batch_norm's per-channel operands
+// (scale, bias, running_mean, running_var), saved statistics and dscale /
+// dbias for x of `dt`: f32 for bf16 / f16 x (cuDNN's and PyTorch's mixed
+// batch norm: the parameters and running statistics stay f32, y and dx
+// are x's dtype), else dt.
+inline DataType batch_norm_param_dtype(DataType dt) { return norm_stats_dtype(dt); }
+
 // (y, running_mean_out, running_var_out, saved_mean, saved_invstd) =
 //   kiln.batch_norm(x, scale, bias, running_mean, running_var)
 //   {momentum, epsilon, is_test}
@@ -87,14 +96,20 @@ struct RmsNormOp : Op<RmsNormOp, ReadOnly, ValueSemantics, InferMetaInterface, V
 //   scale and bias; the running statistics get none. data_format "NCHW"
 //   (default: channels on axis 1) or "NHWC" (x rank 4, [N, H, W, C]:
 //   channels last; CPU only, what the channels_last pass writes; the
-//   gradient op takes the same layout).
-struct BatchNormOp : Op<BatchNormOp, Inplace, InferMetaInterface, VjpInterface> {
+//   gradient op takes the same layout). x may be bf16 or f16 with the
+//   [C] operands f32 (batch_norm_param_dtype): y is then x's dtype, the
+//   saved statistics f32, and the gradient's dy and dx x's dtype, dscale
+//   and dbias f32; the kernels compute in f32. Any other mix of dtypes is
+//   a kiln::Error naming the operand.
+struct BatchNormOp : Op<BatchNormOp, Inplace, InferMetaInterface, VjpInterface, MixedHalfInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.batch_norm";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 5, num_results = 5;
   static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 2> inplace_map{
       {{1, 3}, {2, 4}}};
+  // x may be bf16 / f16 beside f32 parameters; y follows it.
+  static constexpr std::array<std::uint32_t, 1> mixed_half_operands{0}, mixed_half_results{0};
   KILN_ATTRIBUTES((double, momentum), (double, epsilon), (bool, is_test), (std::string, data_format));
   // A program saved before `data_format` existed loads as NCHW.
   static std::vector<NamedAttribute> attribute_defaults() {
@@ -123,14 +138,16 @@ struct BatchNormOp : Op<BatchNormOp, Inplace, InferMetaInterface, VjpInterface> 
 // activation's gradient of dy. The fuse pass builds both from batch_norm +
 // relu / clip(0, 6) and their gradients (fuse_batch_norm_activation), for
 // CPU and CUDA targets. Kernels: CPU (NCHW and NHWC) and CUDA (NCHW), f32
-// and f64.
-struct FusedBatchNormOp : Op<FusedBatchNormOp, Inplace, InferMetaInterface, VjpInterface> {
+// and f64, and bf16 / f16 x with f32 parameters as batch_norm's.
+struct FusedBatchNormOp : Op<FusedBatchNormOp, Inplace, InferMetaInterface, VjpInterface, MixedHalfInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.fused_batch_norm";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
   static constexpr int num_operands = 5, num_results = 5;
   static constexpr std::array<std::pair<std::uint32_t, std::uint32_t>, 2> inplace_map{
       {{1, 3}, {2, 4}}};
+  // x may be bf16 / f16 beside f32 parameters; y follows it.
+  static constexpr std::array<std::uint32_t, 1> mixed_half_operands{0}, mixed_half_results{0};
   KILN_ATTRIBUTES((double, momentum), (double, epsilon), (bool, is_test), (std::string, data_format),
                   (std::string, activation));
   static void build(Builder& b, OperationArgument& arg, Value x, Value scale, Value bias,

@@ -25,7 +25,14 @@
 // reads f64 or the other 16-bit float keeps its dtypes. An op kept f32
 // reads each value made low through a cast back to f32, or as it is where
 // the op's kernels read 16-bit floats there (kiln/ir/half_operands.h:
-// cross_entropy's logits). One cast per (value, dtype), placed before its
+// cross_entropy's logits). A batch norm (kiln.batch_norm,
+// kiln.fused_batch_norm: on the deny list, its statistics and parameters
+// f32) runs in its x's dtype (kiln/ir/mixed_half.h, MixedHalfInterface):
+// where its x was made low and Options::place has its 16-bit kernel, it
+// reads x as it is and its y is low, as cuDNN's under autocast; its f32
+// scale, bias and running statistics (updated in place: they stay the f32
+// variables) are never cast. Elsewhere it reads x through a cast to f32,
+// as any deny-list op. One cast per (value, dtype), placed before its
 // first reader, shared by every later reader. The backward that
 // append_backward (or an optimizer's minimize) then builds runs the
 // lowered ops' gradients in the low dtype too, and the casts' gradients
@@ -112,13 +119,14 @@ struct Options {
   std::vector<std::string> allow;
   // O1: the ops run in their floating operands' dtype; empty: default_follow_list().
   std::vector<std::string> follow;
-  // O1 and O2: the ops kept in f32; empty: default_deny_list().
+  // O1 and O2: the ops kept in f32; empty: default_deny_list(). Those with
+  // MixedHalfInterface (batch norms) keep only their f32 operands f32.
   std::vector<std::string> deny;
   Scaling scaling = Scaling::Auto;
   LossScaling loss_scaling;
   // Where the program will run (the Executor's place): the kernels the
   // rewrite asks for — the allow list's, O2's, those of the ops that read a
-  // 16-bit operand as it is (kiln/ir/half_operands.h) — are looked up there
+  // 16-bit operand as it is (kiln/ir/half_operands.h, kiln/ir/mixed_half.h) — are looked up there
   // (a host stream runs the CPU's).
   Place place = Place::cpu();
 };
