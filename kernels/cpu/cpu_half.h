@@ -18,6 +18,30 @@ namespace kiln::cpu {
 // and float_to_bfloat16's bits), vectorized, on the kernel's threads.
 void bf16_to_f32(const std::uint16_t* in, float* out, std::int64_t n);
 void f32_to_bf16(const float* in, std::uint16_t* out, std::int64_t n);
+// The same on the calling thread only (inside a kernel's own parallel loop).
+void bf16_to_f32_serial(const std::uint16_t* in, float* out, std::int64_t n);
+void f32_to_bf16_serial(const float* in, std::uint16_t* out, std::int64_t n);
+
+// n values of 16-bit dtype D to f32, and n f32 values rounded to D, on the
+// calling thread.
+template <DataType D>
+void widen_half_row(const std::uint16_t* in, float* out, std::int64_t n) {
+  static_assert(D == DataType::Float16 || D == DataType::BFloat16);
+  if constexpr (D == DataType::BFloat16) {
+    bf16_to_f32_serial(in, out, n);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = half_to_float(in[i]);
+  }
+}
+template <DataType D>
+void round_half_row(const float* in, std::uint16_t* out, std::int64_t n) {
+  static_assert(D == DataType::Float16 || D == DataType::BFloat16);
+  if constexpr (D == DataType::BFloat16) {
+    f32_to_bf16_serial(in, out, n);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = float_to_half(in[i]);
+  }
+}
 
 template <DataType D>
 Tensor widen_half(const Tensor& t) {

@@ -1,16 +1,17 @@
 // CPU kernels of the ops of kiln/dialect/norm_ops.h (f32, f64; batch_norm
-// and fused_batch_norm also take bf16 / f16 x with f32 parameters, through
-// the f32 kernels on x widened, y / dx rounded once): layer_norm
-// and rms_norm see x as [M, N] contiguous rows and make two passes over each
-// row (statistics, then the output) while it is in cache; batch_norm sees x
-// as [N, C, S] and makes its per-channel sums over contiguous runs of S, or
-// (NHWC) as rows of C channels and makes them across the channels, in the
-// same order. The
-// gradient ops compute every gradient in one kernel. Row reductions keep 8
-// partial sums so they vectorize without -ffast-math.
+// and fused_batch_norm also take bf16 / f16 x with f32 parameters: each
+// channel widened into f32 scratch, the f32 arithmetic, y / dx rounded
+// once): layer_norm and rms_norm see x as [M, N] contiguous rows and make
+// two passes over each row (statistics, then the output) while it is in
+// cache; batch_norm sees x as [N, C, S] and makes its per-channel sums over
+// contiguous runs of S, or (NHWC) as rows of C channels and makes them
+// across the channels, in the same order. The gradient ops compute every
+// gradient in one kernel. Row reductions keep 8 partial sums so they
+// vectorize without -ffast-math.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_half.h"
@@ -94,6 +95,13 @@ Rows rows_of(std::string_view op, const Dims& d, std::int64_t begin_norm_axis) {
   Rows r;
   for (std::int64_t i = 0; i < rank; ++i) (i < a ? r.m : r.n) *= d[static_cast<int>(i)];
   return r;
+}
+
+// Input i, of dtype d; kiln::Error naming the op otherwise.
+const Tensor& input_of(const KernelContext& ctx, std::uint32_t i, DataType d) {
+  const Tensor& t = ctx.input(i);
+  if (t.dtype() != d) throw_input_dtype(ctx, i, d);
+  return t;
 }
 
 // Input i of T with `numel` elements; kiln::Error naming the op otherwise.
@@ -301,32 +309,44 @@ struct BatchNormAttrs {
   bool is_test = false;
 };
 
+// The pointers the kernels compute with: x and y, the per-channel operands
+// and statistics (indexed by channel), epsilon and momentum.
+template <typename T>
+struct BatchNormPtrs {
+  const T *px = nullptr, *ps = nullptr, *pb = nullptr;
+  T *run_mean = nullptr, *run_var = nullptr, *smean = nullptr, *sinv = nullptr, *py = nullptr;
+  T eps = T(0), mom = T(0);
+};
+
 // What a batch_norm kernel reads and writes: x, its per-channel operands
 // (checked to hold c values), its running statistics (updated in place),
 // its outputs (the saved statistics, y like x), epsilon and momentum. The
-// Tensors keep the inputs alive while the outputs are allocated.
-template <typename T>
-struct BatchNormIo {
+// Tensors keep the inputs alive while the outputs are allocated. S: x's and
+// y's storage type, T the parameters' and statistics' (S = T, or S 16-bit
+// and T float: then px and py stay null).
+template <typename T, typename S = T>
+struct BatchNormIo : BatchNormPtrs<T> {
   Tensor x, scale, bias, rm, rv;
-  const T *px, *ps, *pb;
-  T *run_mean, *run_var, *smean, *sinv, *py;
-  T eps, mom;
+  S* y = nullptr;
   BatchNormIo(KernelContext& ctx, const Tensor& xt, std::int64_t c, const BatchNormAttrs& a)
       : x(xt),
         scale(sized_input<T>(ctx, 1, "scale", c)),
         bias(sized_input<T>(ctx, 2, "bias", c)),
         rm(sized_input<T>(ctx, 3, "running_mean", c)),
-        rv(sized_input<T>(ctx, 4, "running_var", c)),
-        px(x.data<T>()),
-        ps(scale.data<T>()),
-        pb(bias.data<T>()),
-        eps(static_cast<T>(a.epsilon)),
-        mom(static_cast<T>(a.momentum)) {
-    run_mean = updated<T>(ctx, 1, 3, rm);
-    run_var = updated<T>(ctx, 2, 4, rv);
-    smean = ctx.alloc_output(3, Dims({c}), x.dtype()).template data<T>();
-    sinv = ctx.alloc_output(4, Dims({c}), x.dtype()).template data<T>();
-    py = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
+        rv(sized_input<T>(ctx, 4, "running_var", c)) {
+    this->ps = scale.data<T>();
+    this->pb = bias.data<T>();
+    this->eps = static_cast<T>(a.epsilon);
+    this->mom = static_cast<T>(a.momentum);
+    this->run_mean = updated<T>(ctx, 1, 3, rm);
+    this->run_var = updated<T>(ctx, 2, 4, rv);
+    this->smean = ctx.alloc_output(3, Dims({c}), scale.dtype()).template data<T>();
+    this->sinv = ctx.alloc_output(4, Dims({c}), scale.dtype()).template data<T>();
+    y = static_cast<S*>(ctx.alloc_output(0, x.dims(), x.dtype()).raw_data());
+    if constexpr (std::is_same_v<S, T>) {
+      this->px = x.data<T>();
+      this->py = y;
+    }
   }
 };
 
@@ -334,7 +354,7 @@ struct BatchNormIo {
 // are in cache: its mean and variance (sums in batch order), the running
 // statistics, then y. Writes io.smean[c], io.sinv[c].
 template <typename T, typename Act>
-void batch_norm_channel(const BatchNormIo<T>& io, const Nchw& g, std::int64_t c) {
+void batch_norm_channel(const BatchNormPtrs<T>& io, const Nchw& g, std::int64_t c) {
   const std::int64_t count = g.n * g.s;
   const T inv_count = T(1) / static_cast<T>(count);
   const T mom = io.mom;
@@ -478,7 +498,7 @@ void batch_norm_nhwc_stats(const BatchNormIo<T>& io, T* k, T* off, const Nhwc& g
 // is_test: the saved statistics are the running ones; y's k / off per
 // channel (either may be null).
 template <typename T>
-void batch_norm_test_stats(const BatchNormIo<T>& io, std::int64_t channels, T* k, T* off) {
+void batch_norm_test_stats(const BatchNormPtrs<T>& io, std::int64_t channels, T* k, T* off) {
   for (std::int64_t c = 0; c < channels; ++c) {
     io.smean[c] = io.run_mean[c];
     io.sinv[c] = T(1) / std::sqrt(io.run_var[c] + io.eps);
@@ -509,22 +529,32 @@ void batch_norm_nhwc(KernelContext& ctx, const BatchNormAttrs& a) {
   });
 }
 
+// The NCHW gradient's pointers: x, dy, dx, and the per-channel scale,
+// saved statistics, fused k / off, dscale and dbias (indexed by channel).
+template <typename T>
+struct BatchNormGradPtrs {
+  const T *x, *dy, *scale, *mean, *invstd, *k, *off;
+  T *dx, *dscale, *dbias;
+};
+
 // The gradient kernels' view of their operands: x, scale, (fused: bias,)
 // saved_mean, saved_invstd, dy; the outputs dx, dscale, dbias; and, fused,
 // the per-channel k / off that recompute the pre-activation (vectors of
-// their own: the threads' scratch holds their passed dy).
+// their own: the threads' scratch holds their passed dy). x, dy and dx in
+// `xd` (T's dtype, or bf16 / f16 with T float: then dx stays null).
 template <typename T, typename Act>
 struct BatchNormGradIo {
   static constexpr std::uint32_t kStats = Act::identity ? 2 : 3;
   Tensor x, scale, mean, invstd, dy;
-  T *dx, *dscale, *dbias;
+  T *dx = nullptr, *dscale, *dbias;
+  void* dx_raw;
   std::vector<T> k, off;
-  BatchNormGradIo(KernelContext& ctx, std::int64_t c)
-      : x(typed_input<T>(ctx, 0)),
+  BatchNormGradIo(KernelContext& ctx, std::int64_t c, DataType xd = data_type_of<T>)
+      : x(input_of(ctx, 0, xd)),
         scale(sized_input<T>(ctx, 1, "scale", c)),
         mean(sized_input<T>(ctx, kStats, "saved_mean", c)),
         invstd(sized_input<T>(ctx, kStats + 1, "saved_invstd", c)),
-        dy(typed_input<T>(ctx, kStats + 2)) {
+        dy(input_of(ctx, kStats + 2, xd)) {
     require_same_dims(ctx, x, dy, 0, kStats + 2);
     if constexpr (!Act::identity) {
       const T* pb = sized_input<T>(ctx, 2, "bias", c).template data<T>();
@@ -533,9 +563,17 @@ struct BatchNormGradIo {
       for (std::int64_t i = 0; i < c; ++i)
         affine_of(scale.data<T>()[i], pb[i], mean.data<T>()[i], invstd.data<T>()[i], k[i], off[i]);
     }
-    dx = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
-    dscale = ctx.alloc_output(1, scale.dims(), x.dtype()).template data<T>();
-    dbias = ctx.alloc_output(2, scale.dims(), x.dtype()).template data<T>();
+    dx_raw = ctx.alloc_output(0, x.dims(), x.dtype()).raw_data();
+    if (xd == data_type_of<T>) dx = static_cast<T*>(dx_raw);
+    dscale = ctx.alloc_output(1, scale.dims(), scale.dtype()).template data<T>();
+    dbias = ctx.alloc_output(2, scale.dims(), scale.dtype()).template data<T>();
+  }
+  // The pointers, x and dy read as T (xd T's dtype).
+  BatchNormGradPtrs<T> ptrs() const {
+    const T* px = dx ? x.template data<T>() : nullptr;
+    const T* pdy = dx ? dy.template data<T>() : nullptr;
+    return {px, pdy, scale.template data<T>(), mean.template data<T>(), invstd.template data<T>(),
+            k.data(), off.data(), dx, dscale, dbias};
   }
 };
 
@@ -698,10 +736,10 @@ void batch_norm_dx_row(const T* __restrict xr, const T* __restrict gr, T* __rest
 // batch order), then its dx rows while they are in cache; g what the
 // activation passes of dy (fused: the channel's g first, into `passed`).
 template <typename T, typename Act>
-void batch_norm_grad_channel(const BatchNormGradIo<T, Act>& io, const Nchw& g, std::int64_t c, T inv_count,
+void batch_norm_grad_channel(const BatchNormGradPtrs<T>& io, const Nchw& g, std::int64_t c, T inv_count,
                              bool is_test, T* passed) {
-  const T *px = io.x.template data<T>(), *pdy = io.dy.template data<T>();
-  const T mu = io.mean.template data<T>()[c], pi = io.invstd.template data<T>()[c];
+  const T *px = io.x, *pdy = io.dy;
+  const T mu = io.mean[c], pi = io.invstd[c];
   auto row = [&](std::int64_t n) { return (n * g.c + c) * g.s; };
   auto g_row = [&](std::int64_t n) { return Act::identity ? pdy + row(n) : passed + n * g.s; };
   if constexpr (!Act::identity)
@@ -718,7 +756,7 @@ void batch_norm_grad_channel(const BatchNormGradIo<T, Act>& io, const Nchw& g, s
   io.dbias[c] = b;
   io.dscale[c] = s * pi;
   // dx = k · (g - mean(g) - x̂ · mean(g · x̂)), x̂ = (x - mean) · invstd
-  const T k = io.scale.template data<T>()[c] * pi;
+  const T k = io.scale[c] * pi;
   const T mdy = io.dbias[c] * inv_count, q = io.dscale[c] * inv_count * pi;
   for (std::int64_t n = 0; n < g.n; ++n)
     batch_norm_dx_row(px + row(n), g_row(n), io.dx + row(n), g.s, k, mdy, mu, q, is_test);
@@ -728,12 +766,13 @@ void batch_norm_grad_channel(const BatchNormGradIo<T, Act>& io, const Nchw& g, s
 template <typename T, typename Act>
 void batch_norm_grad_nchw(KernelContext& ctx, bool is_test) {
   const Nchw g = nchw_of(ctx.op()->name(), typed_input<T>(ctx, 0).dims());
-  const BatchNormGradIo<T, Act> io(ctx, g.c);
+  const BatchNormGradIo<T, Act> gio(ctx, g.c);
+  const BatchNormGradPtrs<T> io = gio.ptrs();
   const std::int64_t count = g.n * g.s;
   const T inv_count = count ? T(1) / static_cast<T>(count) : T(0);
   parallel_for(g.c, items_per_range(3 * count * std::int64_t(sizeof(T))), [&](std::int64_t c0, std::int64_t c1) {
     T* passed = Act::identity ? nullptr : scratch<T>(count);
-    for (std::int64_t c = c0; c < c1; ++c) batch_norm_grad_channel(io, g, c, inv_count, is_test, passed);
+    for (std::int64_t c = c0; c < c1; ++c) batch_norm_grad_channel<T, Act>(io, g, c, inv_count, is_test, passed);
   });
 }
 
@@ -805,29 +844,171 @@ void keep_in_place(KernelContext& ctx, std::uint32_t o, const Tensor& t) {
   ctx.output_var(o).set(t);
 }
 
-// The bf16 / f16 kernel of OpT, a batch norm or its gradient: its f32
-// kernel on x (and dy) widened to f32, the f32 parameters and statistics as
-// they are, y (dx) rounded once to x's dtype (cpu_half.h); so the f32
-// kernel's arithmetic, f32 statistics and accumulation.
+// OpT's bf16 / f16 kernel where x is NHWC: its f32 kernel on x (and dy)
+// widened to f32, the f32 parameters and statistics as they are, y (dx)
+// rounded once to x's dtype (cpu_half.h).
 template <typename OpT>
+void batch_norm_half_via_f32(KernelContext& ctx) {
+  static const KernelFn f32 =
+      KernelRegistry::instance().find(TypeId::get<OpT>(), PlaceKind::Cpu, DataType::Float32)->fn;
+  HalfConversions conversions = cpu_half_conversions();
+  conversions.keep = &keep_in_place;
+  run_half_via_f32(ctx, f32, conversions, ctx.allocator());
+}
+
+// ---- batch_norm in mixed precision, NCHW: bf16 / f16 x, y, dy, dx ----
+// Each channel's rows are widened into the thread's f32 scratch, the f32
+// kernels' channel passes run over them (the same sums in the same order,
+// so the f32 kernels' bits on the widened x), and y / dx are rounded once
+// on the way out: no f32 copy of a whole tensor.
+
+using HalfBatchNormIo = BatchNormIo<float, std::uint16_t>;
+
+const std::uint16_t* half_data(const Tensor& t) { return static_cast<const std::uint16_t*>(t.raw_data()); }
+
+// Channel c's n rows of s values at `from` ([N, C, S]) into `to`
+// ([N, S]) as f32, or back rounded to D.
+template <DataType D>
+void widen_channel(const std::uint16_t* from, float* to, const Nchw& g, std::int64_t c) {
+  for (std::int64_t n = 0; n < g.n; ++n) widen_half_row<D>(from + (n * g.c + c) * g.s, to + n * g.s, g.s);
+}
+template <DataType D>
+void round_channel(const float* from, std::uint16_t* to, const Nchw& g, std::int64_t c) {
+  for (std::int64_t n = 0; n < g.n; ++n) round_half_row<D>(from + n * g.s, to + (n * g.c + c) * g.s, g.s);
+}
+
+// One channel of a training batch norm; buf holds 2·n·s floats.
+template <DataType D, typename Act>
+void batch_norm_half_channel(const HalfBatchNormIo& io, const Nchw& g, std::int64_t c, float* buf) {
+  const std::int64_t count = g.n * g.s;
+  widen_channel<D>(half_data(io.x), buf, g, c);
+  BatchNormPtrs<float> one = io;
+  one.px = buf;
+  one.py = buf + count;
+  for (float** p : {&one.run_mean, &one.run_var, &one.smean, &one.sinv}) *p += c;
+  one.ps += c;
+  one.pb += c;
+  batch_norm_channel<float, Act>(one, Nchw{g.n, 1, g.s}, 0);
+  round_channel<D>(buf + count, io.y, g, c);
+}
+
+// is_test: y row by row with the running statistics.
+template <DataType D, typename Act>
+void batch_norm_half_test(const HalfBatchNormIo& io, const Nchw& g) {
+  batch_norm_test_stats<float>(io, g.c, nullptr, nullptr);
+  parallel_for(g.n * g.c, items_per_range(4 * g.s), [&](std::int64_t r0, std::int64_t r1) {
+    float* row = scratch<float>(g.s);
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::int64_t c = r % g.c;
+      float k, off;
+      affine_of(io.ps[c], io.pb[c], io.smean[c], io.sinv[c], k, off);
+      widen_half_row<D>(half_data(io.x) + r * g.s, row, g.s);
+      for (std::int64_t j = 0; j < g.s; ++j) row[j] = Act::apply(row[j] * k + off);
+      round_half_row<D>(row, io.y + r * g.s, g.s);
+    }
+  });
+}
+
+template <DataType D, typename Act>
+void batch_norm_half_nchw(KernelContext& ctx, const BatchNormAttrs& a) {
+  const std::string_view op = ctx.op()->name();
+  const Tensor x = input_of(ctx, 0, D);
+  const Nchw g = nchw_of(op, x.dims());
+  const HalfBatchNormIo io(ctx, x, g.c, a);
+  if (a.is_test) return batch_norm_half_test<D, Act>(io, g);
+  const std::int64_t count = g.n * g.s;
+  require_batch(op, count, x.dims());
+  parallel_for(g.c, items_per_range(3 * count * 2), [&](std::int64_t c0, std::int64_t c1) {
+    float* buf = scratch<float>(2 * count);
+    for (std::int64_t c = c0; c < c1; ++c) batch_norm_half_channel<D, Act>(io, g, c, buf);
+  });
+}
+
+// One channel's gradients; buf holds 3·n·s floats (4 with an activation).
+template <DataType D, typename Act>
+void batch_norm_grad_half_channel(const BatchNormGradIo<float, Act>& gio, const BatchNormGradPtrs<float>& io,
+                                  const Nchw& g, std::int64_t c, float inv_count, bool is_test, float* buf) {
+  const std::int64_t count = g.n * g.s;
+  float *xs = buf, *dys = buf + count, *dxs = buf + 2 * count;
+  widen_channel<D>(half_data(gio.x), xs, g, c);
+  widen_channel<D>(half_data(gio.dy), dys, g, c);
+  const BatchNormGradPtrs<float> one{xs,      dys,      io.scale + c, io.mean + c,   io.invstd + c,
+                                     io.k ? io.k + c : nullptr,     io.off ? io.off + c : nullptr,
+                                     dxs,     io.dscale + c,          io.dbias + c};
+  batch_norm_grad_channel<float, Act>(one, Nchw{g.n, 1, g.s}, 0, inv_count, is_test, buf + 3 * count);
+  round_channel<D>(dxs, static_cast<std::uint16_t*>(gio.dx_raw), g, c);
+}
+
+template <DataType D, typename Act>
+void batch_norm_grad_half_nchw(KernelContext& ctx, bool is_test) {
+  const Nchw g = nchw_of(ctx.op()->name(), input_of(ctx, 0, D).dims());
+  const BatchNormGradIo<float, Act> gio(ctx, g.c, D);
+  const BatchNormGradPtrs<float> io = gio.ptrs();
+  const std::int64_t count = g.n * g.s;
+  const float inv_count = count ? 1.0f / static_cast<float>(count) : 0.0f;
+  parallel_for(g.c, items_per_range(3 * count * 2), [&](std::int64_t c0, std::int64_t c1) {
+    float* buf = scratch<float>((Act::identity ? 3 : 4) * count);
+    for (std::int64_t c = c0; c < c1; ++c) batch_norm_grad_half_channel<D, Act>(gio, io, g, c, inv_count, is_test, buf);
+  });
+}
+
+// The bf16 / f16 kernels of the four batch norm ops: NCHW natively as
+// above, NHWC through the f32 kernel (batch_norm_half_via_f32).
+template <DataType D>
 struct BatchNormHalfK {
   static void run(KernelContext& ctx) {
-    static const KernelFn f32 = KernelRegistry::instance().find(TypeId::get<OpT>(), PlaceKind::Cpu,
-                                                                DataType::Float32)->fn;
-    HalfConversions conversions = cpu_half_conversions();
-    conversions.keep = &keep_in_place;
-    run_half_via_f32(ctx, f32, conversions, ctx.allocator());
+    const auto& a = ctx.attrs<BatchNormOp>();
+    if (data_format::channels_last(ctx.op()->name(), a.data_format)) return batch_norm_half_via_f32<BatchNormOp>(ctx);
+    batch_norm_half_nchw<D, NoAct>(ctx, {a.momentum, a.epsilon, a.is_test});
   }
 };
 
-template <typename... OpTs>
+template <DataType D>
+struct BatchNormGradHalfK {
+  static void run(KernelContext& ctx) {
+    using OpT = GradOf<BatchNormOp>;
+    const auto& a = ctx.attrs<OpT>();
+    if (data_format::channels_last(ctx.op()->name(), a.data_format)) return batch_norm_half_via_f32<OpT>(ctx);
+    batch_norm_grad_half_nchw<D, NoAct>(ctx, a.is_test);
+  }
+};
+
+template <DataType D>
+struct FusedBatchNormHalfK {
+  static void run(KernelContext& ctx) {
+    const auto& a = ctx.attrs<FusedBatchNormOp>();
+    if (data_format::channels_last(ctx.op()->name(), a.data_format))
+      return batch_norm_half_via_f32<FusedBatchNormOp>(ctx);
+    with_activation(ctx.op()->name(), a.activation, [&](auto act) {
+      batch_norm_half_nchw<D, decltype(act)>(ctx, {a.momentum, a.epsilon, a.is_test});
+    });
+  }
+};
+
+template <DataType D>
+struct FusedBatchNormGradHalfK {
+  static void run(KernelContext& ctx) {
+    using OpT = GradOf<FusedBatchNormOp>;
+    const auto& a = ctx.attrs<OpT>();
+    if (data_format::channels_last(ctx.op()->name(), a.data_format)) return batch_norm_half_via_f32<OpT>(ctx);
+    with_activation(ctx.op()->name(), a.activation,
+                    [&](auto act) { batch_norm_grad_half_nchw<D, decltype(act)>(ctx, a.is_test); });
+  }
+};
+
+template <DataType D>
 void register_batch_norm_halves() {
-  for (DataType dt : {DataType::BFloat16, DataType::Float16})
-    (KernelRegistrar<OpTs>(PlaceKind::Cpu, dt, &BatchNormHalfK<OpTs>::run, OpTs::name.data()), ...);
+  KernelRegistrar<BatchNormOp>(PlaceKind::Cpu, D, &BatchNormHalfK<D>::run, BatchNormOp::name.data());
+  KernelRegistrar<GradOf<BatchNormOp>>(PlaceKind::Cpu, D, &BatchNormGradHalfK<D>::run,
+                                       GradOf<BatchNormOp>::name.data());
+  KernelRegistrar<FusedBatchNormOp>(PlaceKind::Cpu, D, &FusedBatchNormHalfK<D>::run, FusedBatchNormOp::name.data());
+  KernelRegistrar<GradOf<FusedBatchNormOp>>(PlaceKind::Cpu, D, &FusedBatchNormGradHalfK<D>::run,
+                                            GradOf<FusedBatchNormOp>::name.data());
 }
 
 [[maybe_unused]] const bool halves_registered = [] {
-  register_batch_norm_halves<BatchNormOp, GradOf<BatchNormOp>, FusedBatchNormOp, GradOf<FusedBatchNormOp>>();
+  register_batch_norm_halves<DataType::BFloat16>();
+  register_batch_norm_halves<DataType::Float16>();
   return true;
 }();
 

@@ -285,6 +285,14 @@ void f32_to_bf16(const float* in, std::uint16_t* out, std::int64_t n) {
   });
 }
 
+void bf16_to_f32_serial(const std::uint16_t* in, float* out, std::int64_t n) {
+  simd_dispatch<Bf16ToFloat>(in, out, n);
+}
+
+void f32_to_bf16_serial(const float* in, std::uint16_t* out, std::int64_t n) {
+  simd_dispatch<FloatToBf16>(in, out, n);
+}
+
 [[maybe_unused]] static const bool unary_family = register_family(UnaryFamily{});
 [[maybe_unused]] static const bool inplace_family = register_inplace_family(InplaceUnaryFamily{});
 KILN_REGISTER_KERNELS(GeluOp, Cpu, GeluK, float, double);

@@ -237,17 +237,27 @@ bool LowPolicy::o2_runs_low(const Operation& op, const LowSet& lowered) const {
   return in.other == 0 && has_kernel(op.info().id(), backend_, low_);
 }
 
+// Whether a bias of dims `bias` is one value per channel of an NCHW
+// result of dims `y`, as a convolution's bias is added: [C, 1, 1] or
+// [1, C, 1, 1], C y's (known) dim 1.
+bool is_channel_bias(const std::vector<std::int64_t>& bias, const std::vector<std::int64_t>& y) {
+  if (y.size() != 4 || y[1] < 0) return false;
+  return bias == std::vector<std::int64_t>{y[1], 1, 1} || bias == std::vector<std::int64_t>{1, y[1], 1, 1};
+}
+
 // Whether `op` is kiln.add(y, b) or (b, y) with y an allow-list op's low
-// result and b an f32 bias row of y: a linear layer's bias add, which
-// PyTorch's autocast runs low inside F.linear.
+// result and b an f32 bias of y: a linear layer's bias row, or a
+// convolution's bias per channel; PyTorch's autocast adds both low, inside
+// F.linear and F.conv2d.
 bool LowPolicy::adds_bias_to_allowed(const Operation& op, const LowSet& lowered) const {
   if (!bias_add_runs_low_ || !op.isa<AddOp>()) return false;
   for (std::uint32_t i = 0; i < 2; ++i) {
     const Value y = op.operand(i).source(), b = op.operand(1 - i).source();
     const Operation* def = y.defining_op();
-    if (lowered.count(y.impl()) && def && allow_.count(def->info().id()) && of_dtype(b, DataType::Float32) &&
-        is_row_bias(shaped_dims(b.type()), shaped_dims(y.type())))
-      return true;
+    if (!lowered.count(y.impl()) || !def || !allow_.count(def->info().id()) || !of_dtype(b, DataType::Float32))
+      continue;
+    const auto &bd = shaped_dims(b.type()), &yd = shaped_dims(y.type());
+    if (is_row_bias(bd, yd) || is_channel_bias(bd, yd)) return true;
   }
   return false;
 }

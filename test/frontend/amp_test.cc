@@ -110,16 +110,16 @@ std::unique_ptr<AmpModel> cnn(const amp::Options* amp_options) {
   return m;
 }
 
-// x[8, 3, 12, 12] → two blocks of conv (no bias, as before a batch norm),
+// x[8, 3, 12, 12] → two blocks of conv (with a bias when `conv_bias`),
 // batch norm, relu → adaptive avg pool → linear head → cross-entropy
 // against 10 classes; Momentum, decorated when `amp`.
-std::unique_ptr<AmpModel> conv_bn(const amp::Options* amp_options) {
+std::unique_ptr<AmpModel> conv_bn_with(const amp::Options* amp_options, bool conv_bias) {
   auto m = std::make_unique<AmpModel>();
   Value h = data("x", {8, 3, 12, 12});
   Value label = data("label", {8}, DataType::Int64);
   namespace F = nn::functional;
-  h = F::relu(nn::BatchNorm2D(8)(nn::Conv2D(3, 8, 3, 1, 1, 1, 1, /*bias=*/false)(h)));
-  h = F::relu(nn::BatchNorm2D(8)(nn::Conv2D(8, 8, 3, 1, 1, 1, 1, /*bias=*/false)(h)));
+  h = F::relu(nn::BatchNorm2D(8)(nn::Conv2D(3, 8, 3, 1, 1, 1, 1, conv_bias)(h)));
+  h = F::relu(nn::BatchNorm2D(8)(nn::Conv2D(8, 8, 3, 1, 1, 1, 1, conv_bias)(h)));
   m->loss = F::cross_entropy(nn::Linear(8, 10)(F::flatten(F::adaptive_avg_pool2d(h, {1, 1}))), label);
   auto opt = optim::Momentum(0.05, 0.9);
   m->minimize(opt, amp_options);
@@ -128,6 +128,9 @@ std::unique_ptr<AmpModel> conv_bn(const amp::Options* amp_options) {
   m->feed = {{"x", normal_f32({8, 3, 12, 12}, 5)}, {"label", Tensor::from_vector<std::int64_t>(Dims({8}), y)}};
   return m;
 }
+
+// conv_bn_with, its convs without bias (as before a batch norm).
+std::unique_ptr<AmpModel> conv_bn(const amp::Options* amp_options) { return conv_bn_with(amp_options, false); }
 
 // A GPT in miniature (bench's gpt_model): token and position embeddings,
 // two causal pre-norm blocks (GELU), a final layer norm and a linear head
@@ -1035,6 +1038,44 @@ TEST_CASE("amp O1 (conv2d allowed) and O2 run conv, batch norm, relu blocks with
     CHECK(std::abs(lb - la) <= 0.02 * std::abs(la));
     CHECK(check_running_stats(a, b, 0.05f) == 4);
   }
+}
+
+TEST_CASE("amp O1 (conv2d allowed) adds a convolution's bias low, as autocast inside F.conv2d: the batch "
+          "norm after a biased conv reads the low sum with no cast, and training tracks f32 within 2 %",
+          "[frontend][amp]") {
+  amp::Options o;
+  o.allow = {"kiln.conv2d", "kiln.matmul"};
+  auto plain = conv_bn_with(nullptr, true);
+  auto low = conv_bn_with(&o, true);
+  INFO(low->g.main.to_string());
+  low->g.main.verify();
+  int norms = 0;
+  for (Operation* op : low->g.main.block()) {
+    if (!op->isa<BatchNormOp>()) continue;
+    ++norms;
+    Operation* add = op->operand_source(0).defining_op();
+    REQUIRE(add);
+    CHECK(add->isa<AddOp>());
+    CHECK(dtype_of(add->result(0)) == DataType::BFloat16);
+    Operation* conv = add->operand_source(0).defining_op();
+    REQUIRE(conv);
+    CHECK(conv->isa<Conv2dOp>());
+    CHECK(dtype_of(add->operand_source(1)) == DataType::BFloat16);  // the [1, C, 1, 1] bias, cast once
+    CHECK(dtype_of(op->result(0)) == DataType::BFloat16);
+  }
+  CHECK(norms == 2);
+  Executor a, b;
+  a.run(plain->g.startup);
+  b.run(low->g.startup);
+  copy_scope(a, b);
+  float la = 0, lb = 0;
+  for (int s = 0; s < 20; ++s) {
+    la = a.run(plain->g.main, plain->feed, {plain->loss})[0].to_vector<float>().at(0);
+    lb = b.run(low->g.main, low->feed, {low->loss})[0].to_vector<float>().at(0);
+  }
+  INFO("f32 loss " << la << ", bf16 loss " << lb);
+  CHECK(std::isfinite(lb));
+  CHECK(std::abs(lb - la) <= 0.02 * std::abs(la));
 }
 
 TEST_CASE("amp lowers only a batch norm's x when a given allow list names it: its parameters and running "

@@ -330,6 +330,7 @@ TEST_CASE("a bf16 or f16 batch_norm or fused_batch_norm with f32 parameters and 
       for (bool is_test : {false, true}) {
         check_mixed_batch_norm(Dims{2, 5, 7, 9}, dt, "NCHW", act, is_test, 31);
         check_mixed_batch_norm(Dims{3, 20, 4, 4}, dt, "NCHW", act, is_test, 32);
+        check_mixed_batch_norm(Dims{5, 6, 13, 11}, dt, "NCHW", act, is_test, 34);
         check_mixed_batch_norm(Dims{2, 7, 9, 5}, dt, "NHWC", act, is_test, 33);
       }
 }

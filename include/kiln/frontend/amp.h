@@ -18,10 +18,12 @@
 //   deny   — runs f32, as does every op on no list (a user's op amp knows
 //            nothing about). Default: default_deny_list().
 // And one rule of its own: kiln.add(y, b), y the low result of an allow-list
-// op and b an f32 bias row of y (one element, or y's last dim), runs low and
-// reads b through a low cast — a linear layer's bias add, which PyTorch's
-// autocast runs low inside F.linear. Without it each linear layer's result
-// would go back to f32 at once and every op after it with it. An op that
+// op and b an f32 bias of y — a row (one element, or y's last dim) or, y
+// NCHW, one value per channel ([C, 1, 1] or [1, C, 1, 1]) — runs low and
+// reads b through a low cast: a linear layer's or a convolution's bias
+// add, which PyTorch's autocast runs low inside F.linear and F.conv2d.
+// Without it each such layer's result would go back to f32 at once and
+// every op after it with it. An op that
 // reads f64 or the other 16-bit float keeps its dtypes. An op kept f32
 // reads each value made low through a cast back to f32, or as it is where
 // the op's kernels read 16-bit floats there (kiln/ir/half_operands.h:
@@ -77,7 +79,7 @@ class Optimizer;
 namespace amp {
 
 // O0: nothing changes. O1: the allow list's ops run low, the follow list's
-// in their operands' dtype, linear layers' bias adds low (above). O2:
+// in their operands' dtype, linear and conv layers' bias adds low (above). O2:
 // every op runs low that has a floating first operand, a floating result
 // and a kernel for the dtype at Options::place, unless the deny list names it
 // (default_deny_list: losses, reductions, exp / log, softmax, norms keep
