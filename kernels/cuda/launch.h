@@ -378,6 +378,11 @@ bool launch_cast(DataType from, DataType to, const void* in, void* out, std::int
 // out = min(max(x, lo), hi) as the CPU orders it. T: f32, f64, the integers.
 template <typename T>
 void launch_clip(const T* x, T* out, std::int64_t n, T lo, T hi, cudaStream_t s);
+// dx = dout where lo <= x <= hi (both ends included), else +0 (NaN x too),
+// as the CPU's kiln.clip_grad. T: f32, f64.
+template <typename T>
+void launch_clip_grad(const T* x, const T* dout, T* dx, std::int64_t n, T lo, T hi,
+                      cudaStream_t s);
 // out = scale · x + bias (floats: in T, the product rounded first; integers:
 // in f64, then converted). T: f32, f64, i32, i64.
 template <typename T>

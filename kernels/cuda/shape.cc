@@ -1,9 +1,9 @@
 // Host halves of the CUDA data-movement kernels in shape.cu — full,
 // zeros_like, transpose, concat, split, slice and its gradient, split_as,
-// cast, clip, scale — registered for PlaceKind::Cuda. Each reads its op's
-// attributes and checks its inputs with the CPU kernel's messages
-// (kernels/cpu/shape.cc, unary.cc, compare.cc), allocates outputs and
-// launches (launch.h). The copies are one strided walk of 1-, 2-, 4- or
+// cast, clip and its gradient, scale — registered for PlaceKind::Cuda. Each
+// reads its op's attributes and checks its inputs with the CPU kernel's
+// messages (kernels/cpu/shape.cc, unary.cc, compare.cc), allocates outputs
+// and launches (launch.h). The copies are one strided walk of 1-, 2-, 4- or
 // 8-byte words, whatever the dtype: dims of 1 are dropped, dims contiguous
 // in both source and destination merged, and a contiguous innermost run
 // copied in the widest word that divides it.
@@ -432,7 +432,7 @@ void cast_kernel(KernelContext& ctx) {
   cast_through_host(ctx, x, out);
 }
 
-// ---- clip, scale ----
+// ---- clip, clip_grad, scale ----
 
 template <typename T>
 T clip_bound(double b) {
@@ -458,6 +458,26 @@ struct ClipK {
     if (n == 0) return;
     launch_clip(x.data<T>(), out.data<T>(), n, clip_bound<T>(a.min), clip_bound<T>(a.max),
                 stream_of(ctx));
+    check_launch(ctx);
+  }
+};
+
+// The CPU's bounds (static_cast of the attributes) and its shape check's
+// message (kernels/cpu/compare.cc).
+template <typename T>
+struct ClipGradK {
+  static void run(KernelContext& ctx) {
+    const Tensor x = typed_input<T>(ctx, 0), dout = typed_input<T>(ctx, 1);
+    if (x.dims() != dout.dims())
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' inputs #0 [",
+                  x.dims().to_string(), "] and #1 [", dout.dims().to_string(),
+                  "] must have one shape");
+    const auto& a = ctx.attrs<GradOf<ClipOp>>();
+    Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
+    const std::int64_t n = x.numel();
+    if (n == 0) return;
+    launch_clip_grad(x.data<T>(), dout.data<T>(), dx.data<T>(), n, static_cast<T>(a.min),
+                     static_cast<T>(a.max), stream_of(ctx));
     check_launch(ctx);
   }
 };
@@ -510,6 +530,7 @@ KILN_REGISTER_KERNEL(CastOp, Cuda, BFloat16, cast_kernel);
 KILN_REGISTER_KERNEL(CastOp, Cuda, Float16, cast_kernel);
 KILN_REGISTER_KERNELS(ClipOp, Cuda, ClipK, float, double, std::int8_t, std::int16_t, std::int32_t,
                       std::int64_t, std::uint8_t, std::uint16_t, std::uint32_t, std::uint64_t);
+KILN_REGISTER_KERNELS(GradOf<ClipOp>, Cuda, ClipGradK, float, double);
 KILN_REGISTER_KERNELS(ScaleOp, Cuda, ScaleK, float, double, std::int32_t, std::int64_t);
 
 }  // namespace kiln::cuda

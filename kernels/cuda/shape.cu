@@ -4,8 +4,8 @@
 // and split_as (each op's layout becomes a walk over at most kMaxRank dims
 // with a source and a destination stride per dim), cast between f32 and
 // bf16 / f16, and between f32, f64,
-// i32, i64, bool, u8 and i8 with the CPU's conversion rules, and clip and
-// scale element by element.
+// i32, i64, bool, u8 and i8 with the CPU's conversion rules, and clip, its
+// gradient and scale element by element.
 //
 // The copies move bytes only, so they are exact; casts follow the CPU's
 // rules (float → integer saturates, NaN → 0); scale's products are rounded
@@ -110,13 +110,22 @@ bool with_type(DataType t, F&& f) {
   }
 }
 
-// ---- clip, scale ----
+// ---- clip, clip_grad, scale ----
 
 template <typename T>
 __global__ void clip(const T* __restrict__ x, T* __restrict__ out, std::int64_t n, T lo, T hi) {
   KILN_GRID_STRIDE(i, n) {  // max first, then min, as on the CPU
     const T v = x[i] < lo ? lo : x[i];
     out[i] = v > hi ? hi : v;
+  }
+}
+
+template <typename T>
+__global__ void clip_grad(const T* __restrict__ x, const T* __restrict__ dout, T* __restrict__ dx,
+                          std::int64_t n, T lo, T hi) {
+  KILN_GRID_STRIDE(i, n) {  // dout where lo <= x <= hi, else (NaN too) +0, as on the CPU
+    const T v = x[i];
+    dx[i] = v >= lo && v <= hi ? dout[i] : T(0);
   }
 }
 
@@ -188,6 +197,12 @@ void launch_clip(const T* x, T* out, std::int64_t n, T lo, T hi, cudaStream_t s)
 }
 
 template <typename T>
+void launch_clip_grad(const T* x, const T* dout, T* dx, std::int64_t n, T lo, T hi,
+                      cudaStream_t s) {
+  clip_grad<<<blocks_for(n), kThreads, 0, s>>>(x, dout, dx, n, lo, hi);
+}
+
+template <typename T>
 void launch_scale(const T* x, T* out, std::int64_t n, double scale_, double bias, cudaStream_t s) {
   scale<<<blocks_for(n), kThreads, 0, s>>>(x, out, n, scale_, bias);
 }
@@ -203,6 +218,10 @@ KILN_CLIP(std::uint8_t)
 KILN_CLIP(std::uint16_t)
 KILN_CLIP(std::uint32_t)
 KILN_CLIP(std::uint64_t)
+#define KILN_CLIP_GRAD(T)                                                              \
+  template void launch_clip_grad<T>(const T*, const T*, T*, std::int64_t, T, T, cudaStream_t);
+KILN_CLIP_GRAD(float)
+KILN_CLIP_GRAD(double)
 #define KILN_SCALE(T) \
   template void launch_scale<T>(const T*, T*, std::int64_t, double, double, cudaStream_t);
 KILN_SCALE(float)

@@ -1,13 +1,17 @@
 // The CUDA data-movement kernels of shape.cu — full, zeros_like, transpose,
-// concat, split, slice and its gradient, split_as, cast, clip, scale —
-// against the CPU kernels on the same inputs ([cuda]: skipped without a
-// device). Copies must give the CPU's bytes; casts and arithmetic the
-// CPU's values (NaN equal to NaN: a device's NaN may carry another payload,
-// as CUDA's f32 -> f16 gives 0x7fff where the CPU gives 0x7e00).
+// concat, split, slice and its gradient, split_as, cast, clip and its
+// gradient, scale — against the CPU kernels on the same inputs ([cuda]:
+// skipped without a device). Copies and clip_grad (a select) must give the
+// CPU's bytes; casts and arithmetic the CPU's values (NaN equal to NaN: a
+// device's NaN may carry another payload, as CUDA's f32 -> f16 gives 0x7fff
+// where the CPU gives 0x7e00).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernel/cuda_test_util.h"
@@ -88,6 +92,24 @@ void check_move(const std::vector<Tensor>& in, Args... args) {
   const auto dev = run_cuda_op<OpT>(in, args...);
   REQUIRE(dev.results.size() == cpu.results.size());
   for (std::size_t i = 0; i < cpu.results.size(); ++i) check_bytes(dev.out(i), cpu.out(i));
+}
+
+// clip_grad's operands, n elements of T: x every third element one of the
+// bounds (as T), a step either side of each, ±inf, ±0 or NaN, else in
+// [-8, 8); dout in [-2, 2) with -0 and NaN among them.
+template <typename T>
+std::pair<Tensor, Tensor> clip_grad_operands(const Dims& dims, double lo, double hi) {
+  const T l = static_cast<T>(lo), h = static_cast<T>(hi), inf = std::numeric_limits<T>::infinity();
+  const T special[] = {l, h, std::nextafter(l, -inf), std::nextafter(l, inf), std::nextafter(h, -inf),
+                       std::nextafter(h, inf), -inf, inf, T(-0.0), T(0), std::numeric_limits<T>::quiet_NaN()};
+  std::vector<T> x = filled<T>(dims, -8, 8, 2).template to_vector<T>();
+  std::vector<T> d = filled<T>(dims, -2, 2, 3).template to_vector<T>();
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (i % 3 == 0) x[i] = special[(i / 3) % std::size(special)];
+    if (i % 7 == 0) d[i] = T(-0.0);
+    if (i % 11 == 0) d[i] = std::numeric_limits<T>::quiet_NaN();
+  }
+  return {Tensor::from_vector<T>(dims, x), Tensor::from_vector<T>(dims, d)};
 }
 
 }  // namespace
@@ -257,4 +279,40 @@ TEST_CASE("CUDA clip and scale compute the CPU's values", "[cuda][kernel]") {
       check_values(run_cuda_op<ScaleOp>({x}, 0.3, 1.7, after).out(),
                    run_op<ScaleOp>({x}, 0.3, 1.7, after).out());
     }
+}
+
+TEST_CASE("CUDA clip_grad gives the CPU's bits: dout where min <= x <= max, both bounds included, "
+          "0 beyond them and for NaN",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  const double inf = std::numeric_limits<double>::infinity();
+  // relu6, bounds that round in f32, fused_conv2d's relu6 gradient (below 6), min > max
+  const std::pair<double, double> bounds[] = {
+      {0.0, 6.0}, {-1.5, 0.1}, {-inf, std::nextafter(6.0, 0.0)}, {2.0, 1.0}};
+  for (auto [lo, hi] : bounds)
+    for (const Dims& dims : {Dims({7, 143}), Dims({1}), Dims({0}), Dims({4, 0})}) {
+      INFO("[" << lo << ", " << hi << "] on " << dims.to_string());
+      const auto [xf, df] = clip_grad_operands<float>(dims, lo, hi);
+      check_bytes(run_cuda_op<GradOf<ClipOp>>({xf, df}, lo, hi).out(),
+                  run_op<GradOf<ClipOp>>({xf, df}, lo, hi).out());
+      const auto [xd, dd] = clip_grad_operands<double>(dims, lo, hi);
+      check_bytes(run_cuda_op<GradOf<ClipOp>>({xd, dd}, lo, hi).out(),
+                  run_op<GradOf<ClipOp>>({xd, dd}, lo, hi).out());
+    }
+}
+
+TEST_CASE("CUDA clip_grad rejects an x and a dout of different shapes with the CPU's error",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  // Dims unknown at build time, so that only the kernel can see them differ.
+  const auto make = [](Builder& b, const std::vector<Value>&) {
+    const auto in = [&](const char* name) {
+      return b.create<DataOp>(name, std::vector<std::int64_t>{-1, 3}).result();
+    };
+    return b.create<GradOf<ClipOp>>(ClipOp::Attributes{0.0, 6.0}, in("x"), in("dout")).operation();
+  };
+  const std::vector<Tensor> in = {filled<float>(Dims({2, 3})), filled<float>(Dims({4, 3}))};
+  const std::string cuda = KILN_CHECK_ERROR(run_cuda_kernel(in, make), InvalidArgument,
+                                            {"kiln.clip_grad", "[2x3]", "[4x3]", "one shape"});
+  CHECK(cuda == KILN_CHECK_ERROR(run_kernel(in, make), InvalidArgument, {}));
 }

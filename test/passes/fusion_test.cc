@@ -796,6 +796,42 @@ TEST_CASE("for a CUDA target a training program's batch norms fuse with their re
 
 namespace {
 
+// Linear, relu6 as a clip to [0, 6] that follows no batch norm, Linear,
+// cross entropy, Momentum.
+struct Relu6Mlp {
+  Program main, startup;
+  Value loss;
+  Relu6Mlp() {
+    UniqueNameGuard names;
+    ProgramGuard guard(main, startup);
+    Value x = data("x", {8, 16});
+    Value label = data("label", {8}, DataType::Int64);
+    Value h = main_builder().create<ClipOp>(nn::Linear(16, 32)(x), 0.0, 6.0).result();
+    loss = nn::functional::cross_entropy(nn::Linear(32, 5)(h), label);
+    optim::Momentum(0.05, 0.9).minimize(loss);
+  }
+};
+
+}  // namespace
+
+// Checked without a device: the kernels are registered in any build with CUDA.
+TEST_CASE("for a CUDA target a training program's relu6 that follows no batch norm stays a clip and a "
+          "clip_grad after the default passes, and every op has a CUDA kernel",
+          "[passes][fusion]") {
+  if (!built_with_cuda()) return;  // no CUDA kernels registered to look at
+  Relu6Mlp net;
+  PassContext ctx;
+  ctx.target_place = Place::cuda(0);
+  ctx.add_live_out(net.loss);
+  PassManager::parse(kDefaultPasses).run(net.main, ctx);  // as an Executor on cuda:0 runs them
+  net.main.verify();
+  CHECK(count_top_ops(net.main, "kiln.clip") == 1);
+  CHECK(count_top_ops(net.main, "kiln.clip_grad") == 1);
+  CHECK(kiln_test::ops_without_cuda_kernels(net.main) == std::vector<std::string>{});
+}
+
+namespace {
+
 // batch_norm (x [2, 3, 4, 4]) then `act` ("relu" or "relu6"), and, with
 // `grads`, the activation's gradient and batch_norm_grad of it.
 struct BatchNormBlock {
