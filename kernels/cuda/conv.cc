@@ -409,6 +409,9 @@ struct Conv2dGradK {
                  "filter gradient", c);
     }
     if (dx) {
+      // dw's choice left its math on the descriptor: dx's is chosen from the
+      // dtype's, as when dw is not asked for.
+      if (dw) check_cudnn(ctx, cudnnSetConvolutionMathType(d.conv, initial_math<D>()), "setting the math type");
       const auto c = pick<D, cudnnConvolutionBwdDataAlgoPerf_t>(
           ctx, conv_key(2, D, g, in.h, in.w, in.ph, in.pw), [&](auto* perf, int n, int* count) {
             return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, count,
