@@ -6,7 +6,6 @@
 
 #include <cstdint>
 
-#include "kiln/kernel/half_via_f32.h"
 #include "kiln/kernel/kernel_context.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/support/type_id.h"
@@ -74,9 +73,5 @@ void round_half(const Tensor& f, Tensor& out) {
 // 16-bit outputs rounded once (kiln/kernel/half_via_f32.h). What a 16-bit
 // kernel of its own does where it cannot compute natively.
 void run_cpu_half_via_f32(KernelContext& ctx, TypeId op);
-
-// The conversions run_cpu_half_via_f32 uses (kiln/kernel/half_via_f32.h),
-// for a kernel that runs run_half_via_f32 with one of them changed.
-const HalfConversions& cpu_half_conversions();
 
 }  // namespace kiln::cpu

@@ -74,8 +74,6 @@ void register_unary_halves(MathList<Maths...>) {
 
 }  // namespace
 
-const HalfConversions& cpu_half_conversions() { return kConversions; }
-
 void run_cpu_half_via_f32(KernelContext& ctx, TypeId op) {
   run_half_via_f32(ctx, f32_kernel(op), kConversions, ctx.allocator());
 }

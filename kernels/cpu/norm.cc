@@ -9,6 +9,7 @@
 // gradient in one kernel. Row reductions keep 8 partial sums so they
 // vectorize without -ffast-math.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -384,6 +385,38 @@ void require_batch(std::string_view op, std::int64_t rows, const Dims& xd) {
 
 // ---- batch_norm, NHWC ----
 
+// The NHWC kernels' storage S of x, y, dy and dx: T itself, or a bf16 /
+// f16 (Bf16Bits, F16Bits) widened to f32 as the SIMD loops load it and
+// rounded once to nearest even (kiln/support/half.h's bits) as they store
+// it: the f32 arithmetic on the widened values, the same bits as the f32
+// kernel on a widened x.
+struct Bf16Bits {
+  std::uint16_t bits;
+};
+struct F16Bits {
+  std::uint16_t bits;
+};
+template <DataType D>
+using HalfBits = std::conditional_t<D == DataType::BFloat16, Bf16Bits, F16Bits>;
+
+template <typename T>
+KILN_SIMD_INLINE T widened(T v) { return v; }
+KILN_SIMD_INLINE float widened(Bf16Bits v) { return std::bit_cast<float>(static_cast<std::uint32_t>(v.bits) << 16); }
+KILN_SIMD_INLINE float widened(F16Bits v) { return half_to_float(v.bits); }
+
+template <typename S, typename T>
+KILN_SIMD_INLINE S stored(T v) {
+  if constexpr (std::is_same_v<S, Bf16Bits>) {  // float_to_bfloat16 as a select, so it vectorizes
+    const std::uint32_t u = std::bit_cast<std::uint32_t>(v);
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
+    return Bf16Bits{static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded)};
+  } else if constexpr (std::is_same_v<S, F16Bits>) {
+    return F16Bits{float_to_half(v)};
+  } else {
+    return v;
+  }
+}
+
 // NHWC x [N, H, W, C] as N images of s = H·W rows of c channels; kiln::Error
 // naming the op unless x has rank 4.
 struct Nhwc {
@@ -403,14 +436,14 @@ Nhwc nhwc_of(std::string_view op, const Dims& d) {
 // across the channels.
 
 // a += one row of c channels: x (Sq: (x - ce)²).
-template <typename T, bool Sq>
-KILN_SIMD_INLINE void add_row(T* __restrict a, const T* __restrict xr, const T* __restrict ce, std::int64_t c) {
+template <typename T, bool Sq, typename S>
+KILN_SIMD_INLINE void add_row(T* __restrict a, const S* __restrict xr, const T* __restrict ce, std::int64_t c) {
   for (std::int64_t k = 0; k < c; ++k) {
     if constexpr (Sq) {
-      const T d = xr[k] - ce[k];
+      const T d = widened(xr[k]) - ce[k];
       a[k] += d * d;
     } else {
-      a[k] += xr[k];
+      a[k] += widened(xr[k]);
     }
   }
 }
@@ -425,15 +458,15 @@ KILN_SIMD_INLINE void add_lanes(T* __restrict tot, const T* __restrict acc, std:
 
 // out = one image's Σ x (Sq: Σ (x - center)²) per channel over its s rows;
 // acc holds kLanes·c.
-template <typename T, bool Sq>
+template <typename T, bool Sq, typename S = T>
 struct NhwcImageSums {
-  KILN_SIMD_INLINE static void run(const T* xi, const T* center, T* out, T* acc, std::int64_t s, std::int64_t c) {
+  KILN_SIMD_INLINE static void run(const S* xi, const T* center, T* out, T* acc, std::int64_t s, std::int64_t c) {
     const std::int64_t full = s - s % kLanes;
     std::fill(acc, acc + kLanes * c, T(0));
     std::fill(out, out + c, T(0));
-    for (std::int64_t j = 0; j < full; ++j) add_row<T, Sq>(acc + (j % kLanes) * c, xi + j * c, center, c);
+    for (std::int64_t j = 0; j < full; ++j) add_row<T, Sq, S>(acc + (j % kLanes) * c, xi + j * c, center, c);
     add_lanes(out, acc, c);
-    for (std::int64_t j = full; j < s; ++j) add_row<T, Sq>(out, xi + j * c, center, c);
+    for (std::int64_t j = full; j < s; ++j) add_row<T, Sq, S>(out, xi + j * c, center, c);
   }
 };
 
@@ -447,44 +480,45 @@ void add_images(const std::vector<T>& part, T* sum, std::int64_t n, std::int64_t
 
 // Per image, its sums (NhwcImageSums) into part [n, c], the images split
 // across the threads.
-template <typename T, bool Sq>
-void nhwc_image_sums(const T* px, const T* center, std::vector<T>& part, const Nhwc& g) {
-  parallel_for(g.n, items_per_range(g.s * g.c * std::int64_t(sizeof(T))), [&](std::int64_t n0, std::int64_t n1) {
+template <typename T, bool Sq, typename S>
+void nhwc_image_sums(const S* px, const T* center, std::vector<T>& part, const Nhwc& g) {
+  parallel_for(g.n, items_per_range(g.s * g.c * std::int64_t(sizeof(S))), [&](std::int64_t n0, std::int64_t n1) {
     T* acc = scratch<T>(kLanes * g.c);
     for (std::int64_t i = n0; i < n1; ++i)
-      simd_dispatch<NhwcImageSums<T, Sq>>(px + i * g.s * g.c, center, part.data() + i * g.c, acc, g.s, g.c);
+      simd_dispatch<NhwcImageSums<T, Sq, S>>(px + i * g.s * g.c, center, part.data() + i * g.c, acc, g.s, g.c);
   });
 }
 
 // y = act(x · k + off) per channel over rows [r0, r1) of c channels.
-template <typename T, typename Act>
+template <typename T, typename Act, typename S = T>
 struct NhwcScaleShift {
-  KILN_SIMD_INLINE static void run(const T* px, T* py, const T* pk, const T* poff, std::int64_t r0,
+  KILN_SIMD_INLINE static void run(const S* px, S* py, const T* pk, const T* poff, std::int64_t r0,
                                    std::int64_t r1, std::int64_t c) {
     const T* __restrict k = pk;
     const T* __restrict off = poff;
     for (std::int64_t r = r0; r < r1; ++r) {
-      const T* __restrict xr = px + r * c;
-      T* __restrict yr = py + r * c;
-      for (std::int64_t j = 0; j < c; ++j) yr[j] = Act::apply(xr[j] * k[j] + off[j]);
+      const S* __restrict xr = px + r * c;
+      S* __restrict yr = py + r * c;
+      for (std::int64_t j = 0; j < c; ++j) yr[j] = stored<S>(Act::apply(widened(xr[j]) * k[j] + off[j]));
     }
   }
 };
 
 // A training NHWC batch norm's statistics: the NCHW kernel's mean and
 // variance (two passes), running statistics, and y's k / off per channel.
-template <typename T>
-void batch_norm_nhwc_stats(const BatchNormIo<T>& io, T* k, T* off, const Nhwc& g) {
+template <typename T, typename S>
+void batch_norm_nhwc_stats(const BatchNormIo<T, S>& io, T* k, T* off, const Nhwc& g) {
+  const S* px = static_cast<const S*>(io.x.raw_data());
   const std::int64_t count = g.n * g.s;
   const T inv_count = T(1) / static_cast<T>(count);
   const T unbias = count > 1 ? static_cast<T>(count) / static_cast<T>(count - 1) : T(1);
   const T mom = io.mom;
   T* smean = io.smean;
   std::vector<T> part(static_cast<std::size_t>(g.n * g.c)), v(static_cast<std::size_t>(g.c));
-  nhwc_image_sums<T, false>(io.px, nullptr, part, g);
+  nhwc_image_sums<T, false>(px, static_cast<const T*>(nullptr), part, g);
   add_images(part, smean, g.n, g.c);
   for (std::int64_t c = 0; c < g.c; ++c) smean[c] *= inv_count;
-  nhwc_image_sums<T, true>(io.px, smean, part, g);
+  nhwc_image_sums<T, true>(px, static_cast<const T*>(smean), part, g);
   add_images(part, v.data(), g.n, g.c);
   for (std::int64_t c = 0; c < g.c; ++c) {
     const T var = v[static_cast<std::size_t>(c)] * inv_count;
@@ -506,14 +540,15 @@ void batch_norm_test_stats(const BatchNormPtrs<T>& io, std::int64_t channels, T*
   }
 }
 
-// batch_norm over NHWC x: the statistics (training: each image's sums on
-// one thread, the images split), then y with the rows split.
-template <typename T, typename Act>
-void batch_norm_nhwc(KernelContext& ctx, const BatchNormAttrs& a) {
+// batch_norm over NHWC x (stored as S, of dtype xd): the statistics
+// (training: each image's sums on one thread, the images split), then y
+// with the rows split.
+template <typename T, typename Act, typename S = T>
+void batch_norm_nhwc(KernelContext& ctx, const BatchNormAttrs& a, DataType xd = data_type_of<T>) {
   const std::string_view op = ctx.op()->name();
-  const Tensor x = typed_input<T>(ctx, 0);
+  const Tensor x = input_of(ctx, 0, xd);
   const Nhwc g = nhwc_of(op, x.dims());
-  const BatchNormIo<T> io(ctx, x, g.c, a);
+  const BatchNormIo<T, S> io(ctx, x, g.c, a);
   const std::int64_t rows = g.n * g.s;
   // Not the thread's scratch: the statistics' sums use it on this thread.
   std::vector<T> k(static_cast<std::size_t>(g.c)), off(k.size());
@@ -523,8 +558,8 @@ void batch_norm_nhwc(KernelContext& ctx, const BatchNormAttrs& a) {
   } else {
     batch_norm_test_stats(io, g.c, k.data(), off.data());
   }
-  parallel_for(rows, items_per_range(2 * g.c * std::int64_t(sizeof(T))), [&](std::int64_t r0, std::int64_t r1) {
-    simd_dispatch<NhwcScaleShift<T, Act>>(io.px, io.py, static_cast<const T*>(k.data()),
+  parallel_for(rows, items_per_range(2 * g.c * std::int64_t(sizeof(S))), [&](std::int64_t r0, std::int64_t r1) {
+    simd_dispatch<NhwcScaleShift<T, Act, S>>(static_cast<const S*>(io.x.raw_data()), io.y, static_cast<const T*>(k.data()),
                                           static_cast<const T*>(off.data()), r0, r1, g.c);
   });
 }
@@ -579,32 +614,32 @@ struct BatchNormGradIo {
 
 // What of dy row dyr the activation lets through at channel j of a row of
 // x (NoAct: dy itself, k / off unread).
-template <typename T, typename Act>
-KILN_SIMD_INLINE T passed(const T* __restrict xr, const T* __restrict dyr, const T* __restrict k,
+template <typename T, typename Act, typename S>
+KILN_SIMD_INLINE T passed(const S* __restrict xr, const S* __restrict dyr, const T* __restrict k,
                           const T* __restrict off, std::int64_t j) {
-  if constexpr (Act::identity) return dyr[j];
-  else return Act::grad(xr[j] * k[j] + off[j], dyr[j]);
+  if constexpr (Act::identity) return widened(dyr[j]);
+  else return Act::grad(widened(xr[j]) * k[j] + off[j], widened(dyr[j]));
 }
 
 // a += g, b += g · (x - mu) over one row of c channels, g what the
 // activation passes of dy.
-template <typename T, typename Act>
-KILN_SIMD_INLINE void add_grad_row(T* __restrict a, T* __restrict b, const T* __restrict xr,
-                                   const T* __restrict dyr, const T* __restrict mu, const T* __restrict k,
+template <typename T, typename Act, typename S>
+KILN_SIMD_INLINE void add_grad_row(T* __restrict a, T* __restrict b, const S* __restrict xr,
+                                   const S* __restrict dyr, const T* __restrict mu, const T* __restrict k,
                                    const T* __restrict off, std::int64_t c) {
   for (std::int64_t j = 0; j < c; ++j) {
-    const T g = passed<T, Act>(xr, dyr, k, off, j);
+    const T g = passed<T, Act, S>(xr, dyr, k, off, j);
     a[j] += g;
-    b[j] += g * (xr[j] - mu[j]);
+    b[j] += g * (widened(xr[j]) - mu[j]);
   }
 }
 
 // One image's sg = Σ g and sgx = Σ g · (x - mean) per channel, in
 // row_grad_sums' order; acc holds 2·kLanes·c; k / off: the fused
 // activation's pre-activation.
-template <typename T, typename Act>
+template <typename T, typename Act, typename S = T>
 struct NhwcImageGradSums {
-  KILN_SIMD_INLINE static void run(const T* xi, const T* dyi, const T* mean, const T* k, const T* off, T* sg,
+  KILN_SIMD_INLINE static void run(const S* xi, const S* dyi, const T* mean, const T* k, const T* off, T* sg,
                                    T* sgx, T* acc, std::int64_t s, std::int64_t c) {
     const std::int64_t full = s - s % kLanes, half = kLanes * c;
     std::fill(acc, acc + 2 * half, T(0));
@@ -612,11 +647,11 @@ struct NhwcImageGradSums {
     std::fill(sgx, sgx + c, T(0));
     for (std::int64_t j = 0; j < full; ++j) {
       T* a = acc + (j % kLanes) * c;
-      add_grad_row<T, Act>(a, a + half, xi + j * c, dyi + j * c, mean, k, off, c);
+      add_grad_row<T, Act, S>(a, a + half, xi + j * c, dyi + j * c, mean, k, off, c);
     }
     add_lanes(sg, acc, c);
     add_lanes(sgx, acc + half, c);
-    for (std::int64_t j = full; j < s; ++j) add_grad_row<T, Act>(sg, sgx, xi + j * c, dyi + j * c, mean, k, off, c);
+    for (std::int64_t j = full; j < s; ++j) add_grad_row<T, Act, S>(sg, sgx, xi + j * c, dyi + j * c, mean, k, off, c);
   }
 };
 
@@ -628,37 +663,40 @@ struct DxConstants {
 };
 
 // dx over rows [r0, r1) of c channels.
-template <typename T, typename Act>
+template <typename T, typename Act, typename S = T>
 struct NhwcBatchNormDx {
-  KILN_SIMD_INLINE static void run(const T* px, const T* pdy, T* pdx, DxConstants<T> d, std::int64_t r0,
+  KILN_SIMD_INLINE static void run(const S* px, const S* pdy, S* pdx, DxConstants<T> d, std::int64_t r0,
                                    std::int64_t r1, std::int64_t c, bool is_test) {
     const T* __restrict k = d.k;
     const T* __restrict mdy = d.mdy;
     const T* __restrict mu = d.mu;
     const T* __restrict q = d.q;
     for (std::int64_t r = r0; r < r1; ++r) {
-      const T* __restrict xr = px + r * c;
-      const T* __restrict dyr = pdy + r * c;
-      T* __restrict dxr = pdx + r * c;
+      const S* __restrict xr = px + r * c;
+      const S* __restrict dyr = pdy + r * c;
+      S* __restrict dxr = pdx + r * c;
       if (is_test)
-        for (std::int64_t j = 0; j < c; ++j) dxr[j] = k[j] * passed<T, Act>(xr, dyr, d.act_k, d.act_off, j);
+        for (std::int64_t j = 0; j < c; ++j)
+          dxr[j] = stored<S>(k[j] * passed<T, Act, S>(xr, dyr, d.act_k, d.act_off, j));
       else
         for (std::int64_t j = 0; j < c; ++j)
-          dxr[j] = k[j] * (passed<T, Act>(xr, dyr, d.act_k, d.act_off, j) - mdy[j] - (xr[j] - mu[j]) * q[j]);
+          dxr[j] = stored<S>(k[j] * (passed<T, Act, S>(xr, dyr, d.act_k, d.act_off, j) - mdy[j] -
+                                     (widened(xr[j]) - mu[j]) * q[j]));
     }
   }
 };
 
 // dbias = Σ g and dscale = Σ g · (x - mean) · invstd per channel: each
 // image's sums on one thread (the images split), added in batch order.
-template <typename T, typename Act>
+template <typename T, typename Act, typename S>
 void batch_norm_grad_nhwc_sums(const BatchNormGradIo<T, Act>& io, const Nhwc& g) {
-  const T *px = io.x.template data<T>(), *pdy = io.dy.template data<T>(), *pm = io.mean.template data<T>();
+  const S *px = static_cast<const S*>(io.x.raw_data()), *pdy = static_cast<const S*>(io.dy.raw_data());
+  const T* pm = io.mean.template data<T>();
   std::vector<T> sg(static_cast<std::size_t>(g.n * g.c)), sgx(sg.size());
-  parallel_for(g.n, items_per_range(2 * g.s * g.c * std::int64_t(sizeof(T))), [&](std::int64_t n0, std::int64_t n1) {
+  parallel_for(g.n, items_per_range(2 * g.s * g.c * std::int64_t(sizeof(S))), [&](std::int64_t n0, std::int64_t n1) {
     T* acc = scratch<T>(2 * kLanes * g.c);
     for (std::int64_t i = n0; i < n1; ++i)
-      simd_dispatch<NhwcImageGradSums<T, Act>>(px + i * g.s * g.c, pdy + i * g.s * g.c, pm, io.k.data(),
+      simd_dispatch<NhwcImageGradSums<T, Act, S>>(px + i * g.s * g.c, pdy + i * g.s * g.c, pm, io.k.data(),
                                                io.off.data(), sg.data() + i * g.c, sgx.data() + i * g.c, acc,
                                                g.s, g.c);
   });
@@ -668,13 +706,13 @@ void batch_norm_grad_nhwc_sums(const BatchNormGradIo<T, Act>& io, const Nhwc& g)
   for (std::int64_t c = 0; c < g.c; ++c) io.dscale[c] *= pi[c];
 }
 
-// batch_norm_grad over NHWC x and dy: dbias and dscale, then dx with the
-// rows split; the NCHW kernel's formulas.
-template <typename T, typename Act>
-void batch_norm_grad_nhwc(KernelContext& ctx, bool is_test) {
-  const Nhwc g = nhwc_of(ctx.op()->name(), typed_input<T>(ctx, 0).dims());
-  const BatchNormGradIo<T, Act> io(ctx, g.c);
-  batch_norm_grad_nhwc_sums(io, g);
+// batch_norm_grad over NHWC x and dy (stored as S, of dtype xd): dbias and
+// dscale, then dx with the rows split; the NCHW kernel's formulas.
+template <typename T, typename Act, typename S = T>
+void batch_norm_grad_nhwc(KernelContext& ctx, bool is_test, DataType xd = data_type_of<T>) {
+  const Nhwc g = nhwc_of(ctx.op()->name(), input_of(ctx, 0, xd).dims());
+  const BatchNormGradIo<T, Act> io(ctx, g.c, xd);
+  batch_norm_grad_nhwc_sums<T, Act, S>(io, g);
   const std::int64_t rows = g.n * g.s;
   const T inv_count = rows ? T(1) / static_cast<T>(rows) : T(0);
   const T *ps = io.scale.template data<T>(), *pi = io.invstd.template data<T>();
@@ -685,9 +723,10 @@ void batch_norm_grad_nhwc(KernelContext& ctx, bool is_test) {
     q[c] = io.dscale[c] * inv_count * pi[c];
   }
   const DxConstants<T> d{k.data(), mdy.data(), io.mean.template data<T>(), q.data(), io.k.data(), io.off.data()};
-  const T *px = io.x.template data<T>(), *pdy = io.dy.template data<T>();
-  parallel_for(rows, items_per_range(3 * g.c * std::int64_t(sizeof(T))), [&](std::int64_t r0, std::int64_t r1) {
-    simd_dispatch<NhwcBatchNormDx<T, Act>>(px, pdy, io.dx, d, r0, r1, g.c, is_test);
+  const S *px = static_cast<const S*>(io.x.raw_data()), *pdy = static_cast<const S*>(io.dy.raw_data());
+  S* pdx = static_cast<S*>(io.dx_raw);
+  parallel_for(rows, items_per_range(3 * g.c * std::int64_t(sizeof(S))), [&](std::int64_t r0, std::int64_t r1) {
+    simd_dispatch<NhwcBatchNormDx<T, Act, S>>(px, pdy, pdx, d, r0, r1, g.c, is_test);
   });
 }
 
@@ -832,35 +871,12 @@ struct FusedBatchNormGradK {
   }
 };
 
-// Output o of a 16-bit batch norm = t, an f32 output of its f32 kernel: a
-// running statistic (output 1 or 2, input o + 2's variable) copied into
-// that input's buffer, so it stays updated in place; any other as it is.
-void keep_in_place(KernelContext& ctx, std::uint32_t o, const Tensor& t) {
-  if ((o == 1 || o == 2) && output_is_input(ctx, o, o + 2)) {
-    Tensor& running = ctx.output(o);
-    if (t.bytes()) std::memcpy(running.raw_data(), t.raw_data(), t.bytes());
-    return;
-  }
-  ctx.output_var(o).set(t);
-}
-
-// OpT's bf16 / f16 kernel where x is NHWC: its f32 kernel on x (and dy)
-// widened to f32, the f32 parameters and statistics as they are, y (dx)
-// rounded once to x's dtype (cpu_half.h).
-template <typename OpT>
-void batch_norm_half_via_f32(KernelContext& ctx) {
-  static const KernelFn f32 =
-      KernelRegistry::instance().find(TypeId::get<OpT>(), PlaceKind::Cpu, DataType::Float32)->fn;
-  HalfConversions conversions = cpu_half_conversions();
-  conversions.keep = &keep_in_place;
-  run_half_via_f32(ctx, f32, conversions, ctx.allocator());
-}
-
-// ---- batch_norm in mixed precision, NCHW: bf16 / f16 x, y, dy, dx ----
-// Each channel's rows are widened into the thread's f32 scratch, the f32
-// kernels' channel passes run over them (the same sums in the same order,
-// so the f32 kernels' bits on the widened x), and y / dx are rounded once
-// on the way out: no f32 copy of a whole tensor.
+// ---- batch_norm in mixed precision: bf16 / f16 x, y, dy, dx ----
+// NCHW: each channel's rows are widened into the thread's f32 scratch, the
+// f32 kernels' channel passes run over them (the same sums in the same
+// order, so the f32 kernels' bits on the widened x), and y / dx are
+// rounded once on the way out. NHWC: the NHWC kernels with x, y, dy and dx
+// stored 16-bit (HalfBits). No f32 copy of a whole tensor either way.
 
 using HalfBatchNormIo = BatchNormIo<float, std::uint16_t>;
 
@@ -952,14 +968,15 @@ void batch_norm_grad_half_nchw(KernelContext& ctx, bool is_test) {
   });
 }
 
-// The bf16 / f16 kernels of the four batch norm ops: NCHW natively as
-// above, NHWC through the f32 kernel (batch_norm_half_via_f32).
+// The bf16 / f16 kernels of the four batch norm ops.
 template <DataType D>
 struct BatchNormHalfK {
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<BatchNormOp>();
-    if (data_format::channels_last(ctx.op()->name(), a.data_format)) return batch_norm_half_via_f32<BatchNormOp>(ctx);
-    batch_norm_half_nchw<D, NoAct>(ctx, {a.momentum, a.epsilon, a.is_test});
+    const BatchNormAttrs attrs{a.momentum, a.epsilon, a.is_test};
+    if (data_format::channels_last(ctx.op()->name(), a.data_format))
+      return batch_norm_nhwc<float, NoAct, HalfBits<D>>(ctx, attrs, D);
+    batch_norm_half_nchw<D, NoAct>(ctx, attrs);
   }
 };
 
@@ -968,7 +985,8 @@ struct BatchNormGradHalfK {
   static void run(KernelContext& ctx) {
     using OpT = GradOf<BatchNormOp>;
     const auto& a = ctx.attrs<OpT>();
-    if (data_format::channels_last(ctx.op()->name(), a.data_format)) return batch_norm_half_via_f32<OpT>(ctx);
+    if (data_format::channels_last(ctx.op()->name(), a.data_format))
+      return batch_norm_grad_nhwc<float, NoAct, HalfBits<D>>(ctx, a.is_test, D);
     batch_norm_grad_half_nchw<D, NoAct>(ctx, a.is_test);
   }
 };
@@ -977,10 +995,12 @@ template <DataType D>
 struct FusedBatchNormHalfK {
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<FusedBatchNormOp>();
-    if (data_format::channels_last(ctx.op()->name(), a.data_format))
-      return batch_norm_half_via_f32<FusedBatchNormOp>(ctx);
+    const BatchNormAttrs attrs{a.momentum, a.epsilon, a.is_test};
+    const bool nhwc = data_format::channels_last(ctx.op()->name(), a.data_format);
     with_activation(ctx.op()->name(), a.activation, [&](auto act) {
-      batch_norm_half_nchw<D, decltype(act)>(ctx, {a.momentum, a.epsilon, a.is_test});
+      using Act = decltype(act);
+      if (nhwc) return batch_norm_nhwc<float, Act, HalfBits<D>>(ctx, attrs, D);
+      batch_norm_half_nchw<D, Act>(ctx, attrs);
     });
   }
 };
@@ -990,9 +1010,12 @@ struct FusedBatchNormGradHalfK {
   static void run(KernelContext& ctx) {
     using OpT = GradOf<FusedBatchNormOp>;
     const auto& a = ctx.attrs<OpT>();
-    if (data_format::channels_last(ctx.op()->name(), a.data_format)) return batch_norm_half_via_f32<OpT>(ctx);
-    with_activation(ctx.op()->name(), a.activation,
-                    [&](auto act) { batch_norm_grad_half_nchw<D, decltype(act)>(ctx, a.is_test); });
+    const bool nhwc = data_format::channels_last(ctx.op()->name(), a.data_format);
+    with_activation(ctx.op()->name(), a.activation, [&](auto act) {
+      using Act = decltype(act);
+      if (nhwc) return batch_norm_grad_nhwc<float, Act, HalfBits<D>>(ctx, a.is_test, D);
+      batch_norm_grad_half_nchw<D, Act>(ctx, a.is_test);
+    });
   }
 };
 

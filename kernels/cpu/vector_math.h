@@ -79,7 +79,8 @@ inline NormalCdfPdf normal_cdf_pdf(float x) {
 inline float normal_cdf(float x) { return normal_cdf_pdf(x).cdf; }
 inline double normal_cdf(double x) { return 0.5 * std::erfc(-x * 0.70710678118654752440); }
 
-// Elementwise loops compiled three times — for AVX-512 (16 f32 lanes), for
+// Elementwise loops compiled three times — for AVX-512 (16 f32 lanes; BW
+// too, so that loops over bf16 / f16 bits use 512-bit vectors), for
 // AVX2 with FMA (8 lanes, fused multiply-adds) and for the x86-64 baseline
 // the library is built for (SSE2, 4 lanes) — and run in the widest form the
 // CPU has (checked once). Anywhere else, the one loop.
@@ -89,10 +90,10 @@ inline double normal_cdf(double x) { return 0.5 * std::erfc(-x * 0.7071067811865
 // 512-bit vectors wanted explicitly: both compilers otherwise prefer 256.
 #ifdef __clang__
 #define KILN_TARGET_AVX512 \
-  __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma"), min_vector_width(512)))
+  __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"), min_vector_width(512)))
 #else
 #define KILN_TARGET_AVX512 \
-  __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma,prefer-vector-width=512")))
+  __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma,prefer-vector-width=512")))
 #endif
 enum class SimdLevel { Baseline, Avx2, Avx512 };
 // The widest level the CPU has, or a narrower one named by the environment
@@ -103,7 +104,7 @@ enum class SimdLevel { Baseline, Avx2, Avx512 };
 [[gnu::noinline, gnu::cold]] inline SimdLevel detect_simd_level() {
   SimdLevel best = SimdLevel::Baseline;
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512dq"))
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw"))
     best = SimdLevel::Avx512;
   else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
     best = SimdLevel::Avx2;

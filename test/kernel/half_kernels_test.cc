@@ -332,6 +332,7 @@ TEST_CASE("a bf16 or f16 batch_norm or fused_batch_norm with f32 parameters and 
         check_mixed_batch_norm(Dims{3, 20, 4, 4}, dt, "NCHW", act, is_test, 32);
         check_mixed_batch_norm(Dims{5, 6, 13, 11}, dt, "NCHW", act, is_test, 34);
         check_mixed_batch_norm(Dims{2, 7, 9, 5}, dt, "NHWC", act, is_test, 33);
+        check_mixed_batch_norm(Dims{3, 6, 5, 37}, dt, "NHWC", act, is_test, 35);
       }
 }
 
