@@ -968,26 +968,33 @@ void batch_norm_grad_half_nchw(KernelContext& ctx, bool is_test) {
   });
 }
 
+template <DataType D, typename Act>
+void batch_norm_half_forward(KernelContext& ctx, const BatchNormAttrs& a, const std::string& format) {
+  if (data_format::channels_last(ctx.op()->name(), format)) return batch_norm_nhwc<float, Act, HalfBits<D>>(ctx, a, D);
+  batch_norm_half_nchw<D, Act>(ctx, a);
+}
+
+template <DataType D, typename Act>
+void batch_norm_half_backward(KernelContext& ctx, bool is_test, const std::string& format) {
+  if (data_format::channels_last(ctx.op()->name(), format))
+    return batch_norm_grad_nhwc<float, Act, HalfBits<D>>(ctx, is_test, D);
+  batch_norm_grad_half_nchw<D, Act>(ctx, is_test);
+}
+
 // The bf16 / f16 kernels of the four batch norm ops.
 template <DataType D>
 struct BatchNormHalfK {
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<BatchNormOp>();
-    const BatchNormAttrs attrs{a.momentum, a.epsilon, a.is_test};
-    if (data_format::channels_last(ctx.op()->name(), a.data_format))
-      return batch_norm_nhwc<float, NoAct, HalfBits<D>>(ctx, attrs, D);
-    batch_norm_half_nchw<D, NoAct>(ctx, attrs);
+    batch_norm_half_forward<D, NoAct>(ctx, {a.momentum, a.epsilon, a.is_test}, a.data_format);
   }
 };
 
 template <DataType D>
 struct BatchNormGradHalfK {
   static void run(KernelContext& ctx) {
-    using OpT = GradOf<BatchNormOp>;
-    const auto& a = ctx.attrs<OpT>();
-    if (data_format::channels_last(ctx.op()->name(), a.data_format))
-      return batch_norm_grad_nhwc<float, NoAct, HalfBits<D>>(ctx, a.is_test, D);
-    batch_norm_grad_half_nchw<D, NoAct>(ctx, a.is_test);
+    const auto& a = ctx.attrs<GradOf<BatchNormOp>>();
+    batch_norm_half_backward<D, NoAct>(ctx, a.is_test, a.data_format);
   }
 };
 
@@ -995,12 +1002,8 @@ template <DataType D>
 struct FusedBatchNormHalfK {
   static void run(KernelContext& ctx) {
     const auto& a = ctx.attrs<FusedBatchNormOp>();
-    const BatchNormAttrs attrs{a.momentum, a.epsilon, a.is_test};
-    const bool nhwc = data_format::channels_last(ctx.op()->name(), a.data_format);
     with_activation(ctx.op()->name(), a.activation, [&](auto act) {
-      using Act = decltype(act);
-      if (nhwc) return batch_norm_nhwc<float, Act, HalfBits<D>>(ctx, attrs, D);
-      batch_norm_half_nchw<D, Act>(ctx, attrs);
+      batch_norm_half_forward<D, decltype(act)>(ctx, {a.momentum, a.epsilon, a.is_test}, a.data_format);
     });
   }
 };
@@ -1008,14 +1011,9 @@ struct FusedBatchNormHalfK {
 template <DataType D>
 struct FusedBatchNormGradHalfK {
   static void run(KernelContext& ctx) {
-    using OpT = GradOf<FusedBatchNormOp>;
-    const auto& a = ctx.attrs<OpT>();
-    const bool nhwc = data_format::channels_last(ctx.op()->name(), a.data_format);
-    with_activation(ctx.op()->name(), a.activation, [&](auto act) {
-      using Act = decltype(act);
-      if (nhwc) return batch_norm_grad_nhwc<float, Act, HalfBits<D>>(ctx, a.is_test, D);
-      batch_norm_grad_half_nchw<D, Act>(ctx, a.is_test);
-    });
+    const auto& a = ctx.attrs<GradOf<FusedBatchNormOp>>();
+    with_activation(ctx.op()->name(), a.activation,
+                    [&](auto act) { batch_norm_half_backward<D, decltype(act)>(ctx, a.is_test, a.data_format); });
   }
 };
 

@@ -1064,15 +1064,7 @@ TEST_CASE("amp O1 (conv2d allowed) adds a convolution's bias low, as autocast in
     CHECK(dtype_of(op->result(0)) == DataType::BFloat16);
   }
   CHECK(norms == 2);
-  Executor a, b;
-  a.run(plain->g.startup);
-  b.run(low->g.startup);
-  copy_scope(a, b);
-  float la = 0, lb = 0;
-  for (int s = 0; s < 20; ++s) {
-    la = a.run(plain->g.main, plain->feed, {plain->loss})[0].to_vector<float>().at(0);
-    lb = b.run(low->g.main, low->feed, {low->loss})[0].to_vector<float>().at(0);
-  }
+  const auto [la, lb] = train_both(*plain, *low, 20);
   INFO("f32 loss " << la << ", bf16 loss " << lb);
   CHECK(std::isfinite(lb));
   CHECK(std::abs(lb - la) <= 0.02 * std::abs(la));
