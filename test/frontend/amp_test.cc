@@ -1040,8 +1040,8 @@ TEST_CASE("amp O1 (conv2d allowed) and O2 run conv, batch norm, relu blocks with
   }
 }
 
-TEST_CASE("amp O1 (conv2d allowed) adds a convolution's bias low, as autocast inside F.conv2d: the batch "
-          "norm after a biased conv reads the low sum with no cast, and training tracks f32 within 2 %",
+TEST_CASE("amp O1 adds a conv's bias low, as autocast does: with conv2d allowed, the batch norm after a "
+          "biased conv reads the low sum with no cast, and training tracks f32 within 2 %",
           "[frontend][amp]") {
   amp::Options o;
   o.allow = {"kiln.conv2d", "kiln.matmul"};
