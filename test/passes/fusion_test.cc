@@ -775,17 +775,27 @@ TEST_CASE("a training program's batch norms and their relu or relu6 fuse with th
   }
 }
 
+namespace {
+
+// The default passes over `main` as an Executor on cuda:0 runs them, `loss`
+// live out; `main` then verifies.
+void run_default_passes_for_cuda(Program& main, Value loss) {
+  PassContext ctx;
+  ctx.target_place = Place::cuda(0);
+  ctx.add_live_out(loss);
+  PassManager::parse(kDefaultPasses).run(main, ctx);
+  main.verify();
+}
+
+}  // namespace
+
 // Checked without a device: the kernels are registered in any build with CUDA.
 TEST_CASE("for a CUDA target a training program's batch norms fuse with their relu or relu6 and their "
           "gradients, and every op after the default passes has a CUDA kernel",
           "[passes][fusion]") {
   if (!built_with_cuda()) return;  // no CUDA kernels registered to look at
   BatchNormNet net;
-  PassContext ctx;
-  ctx.target_place = Place::cuda(0);
-  ctx.add_live_out(net.loss);
-  PassManager::parse(kDefaultPasses).run(net.main, ctx);  // as an Executor on cuda:0 runs them
-  net.main.verify();
+  run_default_passes_for_cuda(net.main, net.loss);
   CHECK(count_top_ops(net.main, "kiln.fused_batch_norm") == 2);
   CHECK(count_top_ops(net.main, "kiln.fused_batch_norm_grad") == 2);
   for (const char* gone : {"kiln.batch_norm", "kiln.batch_norm_grad", "kiln.relu", "kiln.relu_", "kiln.relu_grad",
@@ -820,11 +830,7 @@ TEST_CASE("for a CUDA target a training program's relu6 that follows no batch no
           "[passes][fusion]") {
   if (!built_with_cuda()) return;  // no CUDA kernels registered to look at
   Relu6Mlp net;
-  PassContext ctx;
-  ctx.target_place = Place::cuda(0);
-  ctx.add_live_out(net.loss);
-  PassManager::parse(kDefaultPasses).run(net.main, ctx);  // as an Executor on cuda:0 runs them
-  net.main.verify();
+  run_default_passes_for_cuda(net.main, net.loss);
   CHECK(count_top_ops(net.main, "kiln.clip") == 1);
   CHECK(count_top_ops(net.main, "kiln.clip_grad") == 1);
   CHECK(kiln_test::ops_without_cuda_kernels(net.main) == std::vector<std::string>{});
