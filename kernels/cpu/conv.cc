@@ -1083,7 +1083,7 @@ KILN_REGISTER_KERNELS(GradOf<Conv2dTransposeOp>, Cpu, Conv2dTransposeGradK, floa
 namespace {
 template <typename... OpTs>
 void register_bf16(OpTypeList<OpTs...>) {
-  (KernelRegistrar<OpTs>(PlaceKind::Cpu, DataType::BFloat16, &Bf16ConvK<OpTs>::run, OpTs::name.data()), ...);
+  (KernelRegistrar<OpTs>(PlaceKind::Cpu, DataType::BFloat16, &Bf16ConvK<OpTs>::run, OpTs::name), ...);
 }
 [[maybe_unused]] const bool bf16_registered = (register_bf16(CpuOwnBf16Ops{}), true);
 }  // namespace

@@ -49,7 +49,7 @@ constexpr bool own_bf16(OpTypeList<Own...>) {
 }
 
 template <typename OpT>
-void register_half(const char* name) {
+void register_half(std::string_view name) {
   if constexpr (!own_bf16<OpT>(CpuOwnBf16Ops{}))
     KernelRegistrar<OpT>(PlaceKind::Cpu, DataType::BFloat16, &HalfViaF32<OpT>::run, name);
   KernelRegistrar<OpT>(PlaceKind::Cpu, DataType::Float16, &HalfViaF32<OpT>::run, name);
@@ -57,7 +57,7 @@ void register_half(const char* name) {
 
 template <typename... OpTs>
 void register_halves(OpTypeList<OpTs...>) {
-  (register_half<OpTs>(OpTs::name.data()), ...);
+  (register_half<OpTs>(OpTs::name), ...);
 }
 
 // The unary family and its gradients.

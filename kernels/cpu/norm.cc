@@ -1019,12 +1019,12 @@ struct FusedBatchNormGradHalfK {
 
 template <DataType D>
 void register_batch_norm_halves() {
-  KernelRegistrar<BatchNormOp>(PlaceKind::Cpu, D, &BatchNormHalfK<D>::run, BatchNormOp::name.data());
+  KernelRegistrar<BatchNormOp>(PlaceKind::Cpu, D, &BatchNormHalfK<D>::run, BatchNormOp::name);
   KernelRegistrar<GradOf<BatchNormOp>>(PlaceKind::Cpu, D, &BatchNormGradHalfK<D>::run,
-                                       GradOf<BatchNormOp>::name.data());
-  KernelRegistrar<FusedBatchNormOp>(PlaceKind::Cpu, D, &FusedBatchNormHalfK<D>::run, FusedBatchNormOp::name.data());
+                                       GradOf<BatchNormOp>::name);
+  KernelRegistrar<FusedBatchNormOp>(PlaceKind::Cpu, D, &FusedBatchNormHalfK<D>::run, FusedBatchNormOp::name);
   KernelRegistrar<GradOf<FusedBatchNormOp>>(PlaceKind::Cpu, D, &FusedBatchNormGradHalfK<D>::run,
-                                            GradOf<FusedBatchNormOp>::name.data());
+                                            GradOf<FusedBatchNormOp>::name);
 }
 
 [[maybe_unused]] const bool halves_registered = [] {

@@ -100,8 +100,8 @@ constexpr bool skipped_on_cuda =
 template <typename OpT>
 void register_half() {
   if constexpr (!skipped_on_cuda<OpT>) {
-    KernelRegistrar<OpT>(PlaceKind::Cuda, DataType::BFloat16, &HalfViaF32<OpT>::run, OpT::name.data());
-    KernelRegistrar<OpT>(PlaceKind::Cuda, DataType::Float16, &HalfViaF32<OpT>::run, OpT::name.data());
+    KernelRegistrar<OpT>(PlaceKind::Cuda, DataType::BFloat16, &HalfViaF32<OpT>::run, OpT::name);
+    KernelRegistrar<OpT>(PlaceKind::Cuda, DataType::Float16, &HalfViaF32<OpT>::run, OpT::name);
   }
 }
 

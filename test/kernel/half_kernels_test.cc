@@ -16,6 +16,7 @@
 
 #include "kernel/half_test_util.h"
 #include "kernel/kernel_test_util.h"
+#include "kiln/kernel/half_via_f32.h"
 
 using namespace kiln;
 using kiln_test::from_half;
@@ -344,4 +345,32 @@ TEST_CASE("a 16-bit batch_norm whose running statistics are its own variables up
   CHECK(k.rm.dtype() == DataType::Float32);
   CHECK(!kiln_test::same_bits(k.rm, rm0));
   CHECK(kiln_test::same_bits(r.out(1), k.rm));
+}
+
+namespace {
+template <typename... OpTs>
+void check_half_kernel_names(OpTypeList<OpTs...>) {
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    INFO(to_string(dt));
+    const auto check = [&](TypeId op, std::string_view name) {
+      INFO(name);
+      const KernelInfo* k = KernelRegistry::instance().find(op, PlaceKind::Cpu, dt);
+      REQUIRE(k != nullptr);
+      CHECK(k->name.size() == name.size());
+      CHECK(k->name == name);
+    };
+    (check(TypeId::get<OpTs>(), OpTs::name), ...);
+  }
+}
+}  // namespace
+
+TEST_CASE("a gradient op's name ends in a NUL, and its 16-bit kernels carry that name whole",
+          "[kernel][half]") {
+  // A name built from the forward op's (GradName) is read as a C string by
+  // code that registers kernels under it; without the NUL the read runs past it.
+  STATIC_REQUIRE(GradOf<Conv2dOp>::name == "kiln.conv2d_grad");
+  STATIC_REQUIRE(GradOf<Conv2dOp>::name.data()[GradOf<Conv2dOp>::name.size()] == '\0');
+  STATIC_REQUIRE(GradOf<BatchNormOp>::name.data()[GradOf<BatchNormOp>::name.size()] == '\0');
+  check_half_kernel_names(HalfViaF32Ops{});
+  check_half_kernel_names(OpTypeList<GradOf<BatchNormOp>, GradOf<FusedBatchNormOp>>{});
 }

@@ -39,17 +39,18 @@ struct GradSpec {
 
 namespace detail {
 
-// "kiln.tanh" + "_grad", as a constant.
+// "kiln.tanh" + "_grad", as a constant. The characters end in a NUL, as a
+// literal's do, so name.data() is a C string for a gradient op too.
 template <typename Fwd>
 struct GradName {
   static constexpr std::string_view suffix = "_grad";
   static constexpr auto chars = [] {
-    std::array<char, Fwd::name.size() + suffix.size()> a{};
+    std::array<char, Fwd::name.size() + suffix.size() + 1> a{};
     for (std::size_t i = 0; i < Fwd::name.size(); ++i) a[i] = Fwd::name[i];
     for (std::size_t i = 0; i < suffix.size(); ++i) a[Fwd::name.size() + i] = suffix[i];
     return a;
   }();
-  static constexpr std::string_view value{chars.data(), chars.size()};
+  static constexpr std::string_view value{chars.data(), chars.size() - 1};
 };
 
 // Fwd's Attributes, when it declares any.

@@ -74,16 +74,16 @@ std::shared_ptr<const void> decode_op_attributes(Operation* op) {
 // for each of several dtypes.
 template <typename OpT>
 struct KernelRegistrar {
-  KernelRegistrar(PlaceKind backend, DataType dtype, KernelFn fn, const char* name) {
+  KernelRegistrar(PlaceKind backend, DataType dtype, KernelFn fn, std::string_view name) {
     KernelRegistry::instance().add(TypeId::get<OpT>(), OpT::name, backend, dtype,
-                                   KernelInfo{fn, name, &decode_op_attributes<OpT>});
+                                   KernelInfo{fn, std::string(name), &decode_op_attributes<OpT>});
   }
-  KernelRegistrar(PlaceKind backend, DataType dtype, AsyncKernelFn fn, const char* name) {
+  KernelRegistrar(PlaceKind backend, DataType dtype, AsyncKernelFn fn, std::string_view name) {
     KernelRegistry::instance().add(TypeId::get<OpT>(), OpT::name, backend, dtype,
-                                   KernelInfo{nullptr, name, &decode_op_attributes<OpT>, fn});
+                                   KernelInfo{nullptr, std::string(name), &decode_op_attributes<OpT>, fn});
   }
   template <template <typename> class Kernel, typename... Ts>
-  static KernelRegistrar for_dtypes(PlaceKind backend, const char* name) {
+  static KernelRegistrar for_dtypes(PlaceKind backend, std::string_view name) {
     (KernelRegistrar(backend, data_type_of<Ts>, &Kernel<Ts>::run, name), ...);
     return KernelRegistrar();
   }
