@@ -5,6 +5,7 @@
 // minimum_grad and add_n. Same-shape and scalar operands take flat loops;
 // everything else runs the collapsed broadcast plan (cpu_kernel_util.h).
 #include <type_traits>
+#include <string_view>
 
 #include "cpu_half.h"
 #include "cpu_kernel_util.h"
@@ -66,7 +67,7 @@ void binary_half_kernel(KernelContext& ctx) {
 template <typename Math>
 void register_binary() {
   using Registrar = KernelRegistrar<BinaryOp<Math>>;
-  const char* name = Math::name.data();
+  constexpr std::string_view name = Math::name;
   if constexpr (!integer_only_math<Math>) {
     Registrar::template for_dtypes<Binary<Math>::template K, float, double>(PlaceKind::Cpu, name);
     Registrar(PlaceKind::Cpu, DataType::Float16, &binary_half_kernel<Math, DataType::Float16>, name);

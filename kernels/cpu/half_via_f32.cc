@@ -60,14 +60,7 @@ void register_halves(OpTypeList<OpTs...>) {
   (register_half<OpTs>(OpTs::name), ...);
 }
 
-// The unary family and its gradients.
-template <typename... Maths>
-void register_unary_halves(MathList<Maths...>) {
-  register_halves(OpTypeList<UnaryOp<Maths>..., GradOf<UnaryOp<Maths>>...>{});
-}
-
 [[maybe_unused]] const bool registered = [] {
-  register_unary_halves(UnaryFamily{});
   register_halves(HalfViaF32Ops{});
   return true;
 }();

@@ -1,11 +1,14 @@
 // CPU kernels of the unary ops of unary_ops.h: the family (relu, tanh,
 // sigmoid, exp, log, sqrt, square, abs, neg, the trigonometric and hyperbolic
 // functions, erf, floor, ceil, round, sign) and its gradient ops expanded
-// from the Math structs, the in-place relu_ / sqrt_ (the output variable is
+// from the Math structs (f32, f64, integers where the math allows; bf16 and
+// f16 through the f32 loops chunk by chunk), the in-place relu_ / sqrt_ (the output variable is
 // the input variable), gelu and gelu_grad, scale, assign and cast.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <string_view>
 #include <limits>
 #include <type_traits>
 
@@ -57,29 +60,87 @@ struct UnaryKernels {
   };
 };
 
+// ---- the family in bf16 / f16 ----
+// x (and the gradient's dout) widened chunk by chunk into the thread's f32
+// scratch, the f32 kernel's own loop run over the chunk (F's AVX-512 row
+// where it has one), the result rounded once into out: the f32 kernel's
+// bits on the widened x, without an f32 copy of the tensor.
+constexpr std::int64_t kHalfChunk = 2048;
+
+const Tensor& half_input(const KernelContext& ctx, std::uint32_t i, DataType d) {
+  const Tensor& t = ctx.input(i);
+  if (t.dtype() != d) throw_input_dtype(ctx, i, d);
+  return t;
+}
+
+template <typename F, DataType D>
+void unary_half_apply(KernelContext& ctx) {
+  const Tensor x = half_input(ctx, 0, D);
+  const auto* px = static_cast<const std::uint16_t*>(x.raw_data());
+  void* out = output_is_input(ctx, 0, 0) ? ctx.output(0).raw_data() : ctx.alloc_output(0, x.dims(), D).raw_data();
+  auto* po = static_cast<std::uint16_t*>(out);
+  parallel_for(x.numel(), items_per_range(4), [=](std::int64_t b, std::int64_t e) {
+    float* buf = scratch<float>(kHalfChunk);
+    for (std::int64_t i = b; i < e; i += kHalfChunk) {
+      const std::int64_t m = std::min(kHalfChunk, e - i);
+      widen_half_row<D>(px + i, buf, m);
+      simd_dispatch<simd_detail::MapInPlaceLoop<F, float>>(buf, m);
+      round_half_row<D>(buf, po + i, m);
+    }
+  });
+}
+
+template <typename F, DataType D>
+void unary_half_grad(KernelContext& ctx) {
+  const Tensor a = half_input(ctx, 0, D), d = half_input(ctx, 1, D);
+  require_same_dims(ctx, a, d, 0, 1);
+  const auto* pa = static_cast<const std::uint16_t*>(a.raw_data());
+  const auto* pd = static_cast<const std::uint16_t*>(d.raw_data());
+  auto* po = static_cast<std::uint16_t*>(ctx.alloc_output(0, a.dims(), D).raw_data());
+  parallel_for(a.numel(), items_per_range(6), [=](std::int64_t b, std::int64_t e) {
+    float* buf = scratch<float>(3 * kHalfChunk);
+    for (std::int64_t i = b; i < e; i += kHalfChunk) {
+      const std::int64_t m = std::min(kHalfChunk, e - i);
+      widen_half_row<D>(pa + i, buf, m);
+      widen_half_row<D>(pd + i, buf + kHalfChunk, m);
+      simd_dispatch<simd_detail::Map2Loop<F, float>>(buf, buf + kHalfChunk, buf + 2 * kHalfChunk, m);
+      round_half_row<D>(buf + 2 * kHalfChunk, po + i, m);
+    }
+  });
+}
+
+template <typename Math, DataType D>
+void register_unary_half() {
+  KernelRegistrar<UnaryOp<Math>>(PlaceKind::Cpu, D, &unary_half_apply<KernelMath<Math>, D>, Math::name);
+  KernelRegistrar<GradOf<UnaryOp<Math>>>(PlaceKind::Cpu, D, &unary_half_grad<Math, D>,
+                                         GradOf<UnaryOp<Math>>::name);
+}
+
 template <typename Math>
 void register_unary() {
   using K = UnaryKernels<Math>;
   constexpr auto cpu = PlaceKind::Cpu;
-  const char* name = Math::name.data();
+  constexpr std::string_view name = Math::name, grad_name = GradOf<UnaryOp<Math>>::name;
   if constexpr (Math::floating_only)
     KernelRegistrar<UnaryOp<Math>>::template for_dtypes<K::template Forward, float, double>(cpu, name);
   else
     KernelRegistrar<UnaryOp<Math>>::template for_dtypes<K::template Forward, float, double,
                                                         std::int32_t, std::int64_t>(cpu, name);
   KernelRegistrar<GradOf<UnaryOp<Math>>>::template for_dtypes<K::template Backward, float, double>(
-      cpu, name);
+      cpu, grad_name);
+  register_unary_half<Math, DataType::BFloat16>();
+  register_unary_half<Math, DataType::Float16>();
 }
 template <typename Math>
 void register_inplace_unary() {
   using K = UnaryKernels<Math>;
   if constexpr (Math::floating_only)
     KernelRegistrar<InplaceUnaryOp<Math>>::template for_dtypes<K::template Forward, float, double>(
-        PlaceKind::Cpu, Math::inplace_name.data());
+        PlaceKind::Cpu, Math::inplace_name);
   else
     KernelRegistrar<InplaceUnaryOp<Math>>::template for_dtypes<K::template Forward, float, double,
                                                                std::int32_t, std::int64_t>(
-        PlaceKind::Cpu, Math::inplace_name.data());
+        PlaceKind::Cpu, Math::inplace_name);
 }
 template <typename... Maths>
 bool register_family(MathList<Maths...>) {

@@ -18,58 +18,56 @@ using Floats = Types<float, double>;
 using Ints = Types<std::int8_t, std::int16_t, std::int32_t, std::int64_t, std::uint8_t,
                    std::uint16_t, std::uint32_t, std::uint64_t>;
 
-template <typename OpT, typename Math, void (*Kernel)(KernelContext&), typename T>
-void add(const char* name) {
-  KernelRegistrar<OpT>(PlaceKind::Cuda, data_type_of<T>, Kernel, name);
+template <typename OpT, void (*Kernel)(KernelContext&), typename T>
+void add() {
+  KernelRegistrar<OpT>(PlaceKind::Cuda, data_type_of<T>, Kernel, OpT::name);
 }
 
 template <typename Math, typename... Ts>
 void add_binary(Types<Ts...>) {
-  (add<BinaryOp<Math>, Math, &binary_kernel<Math, Ts>, Ts>(Math::name.data()), ...);
+  (add<BinaryOp<Math>, &binary_kernel<Math, Ts>, Ts>(), ...);
 }
 
-template <typename OpT, typename Math, void (*Bf16)(KernelContext&), void (*F16)(KernelContext&)>
-void add_halves(const char* name) {
-  KernelRegistrar<OpT>(PlaceKind::Cuda, DataType::BFloat16, Bf16, name);
-  KernelRegistrar<OpT>(PlaceKind::Cuda, DataType::Float16, F16, name);
+template <typename OpT, void (*Bf16)(KernelContext&), void (*F16)(KernelContext&)>
+void add_halves() {
+  KernelRegistrar<OpT>(PlaceKind::Cuda, DataType::BFloat16, Bf16, OpT::name);
+  KernelRegistrar<OpT>(PlaceKind::Cuda, DataType::Float16, F16, OpT::name);
 }
 
 template <typename Math>
 void register_binary() {
   if constexpr (!integer_only_math<Math>) {
     add_binary<Math>(Floats{});
-    add_halves<BinaryOp<Math>, Math, &binary_half_kernel<Math, DataType::BFloat16>,
-               &binary_half_kernel<Math, DataType::Float16>>(Math::name.data());
+    add_halves<BinaryOp<Math>, &binary_half_kernel<Math, DataType::BFloat16>,
+               &binary_half_kernel<Math, DataType::Float16>>();
   }
   if constexpr (!Math::floating_only) add_binary<Math>(Ints{});
 }
 
 template <typename Math, typename... Ts>
 void add_unary(Types<Ts...>) {
-  (add<UnaryOp<Math>, Math, &unary_kernel<Math, Ts>, Ts>(Math::name.data()), ...);
+  (add<UnaryOp<Math>, &unary_kernel<Math, Ts>, Ts>(), ...);
 }
 
 template <typename Math>
 void register_unary() {
   add_unary<Math>(Floats{});
   if constexpr (!Math::floating_only) add_unary<Math>(Types<std::int32_t, std::int64_t>{});
-  add<GradOf<UnaryOp<Math>>, Math, &unary_grad_kernel<Math, float>, float>(Math::name.data());
-  add<GradOf<UnaryOp<Math>>, Math, &unary_grad_kernel<Math, double>, double>(Math::name.data());
-  add_halves<UnaryOp<Math>, Math, &unary_half_kernel<Math, DataType::BFloat16>,
-             &unary_half_kernel<Math, DataType::Float16>>(Math::name.data());
-  add_halves<GradOf<UnaryOp<Math>>, Math, &unary_half_grad_kernel<Math, DataType::BFloat16>,
-             &unary_half_grad_kernel<Math, DataType::Float16>>(Math::name.data());
+  add<GradOf<UnaryOp<Math>>, &unary_grad_kernel<Math, float>, float>();
+  add<GradOf<UnaryOp<Math>>, &unary_grad_kernel<Math, double>, double>();
+  add_halves<UnaryOp<Math>, &unary_half_kernel<Math, DataType::BFloat16>,
+             &unary_half_kernel<Math, DataType::Float16>>();
+  add_halves<GradOf<UnaryOp<Math>>, &unary_half_grad_kernel<Math, DataType::BFloat16>,
+             &unary_half_grad_kernel<Math, DataType::Float16>>();
 }
 
 template <typename Math>
 void register_inplace_unary() {
-  add<InplaceUnaryOp<Math>, Math, &unary_kernel<Math, float>, float>(Math::inplace_name.data());
-  add<InplaceUnaryOp<Math>, Math, &unary_kernel<Math, double>, double>(Math::inplace_name.data());
+  add<InplaceUnaryOp<Math>, &unary_kernel<Math, float>, float>();
+  add<InplaceUnaryOp<Math>, &unary_kernel<Math, double>, double>();
   if constexpr (!Math::floating_only) {
-    add<InplaceUnaryOp<Math>, Math, &unary_kernel<Math, std::int32_t>, std::int32_t>(
-        Math::inplace_name.data());
-    add<InplaceUnaryOp<Math>, Math, &unary_kernel<Math, std::int64_t>, std::int64_t>(
-        Math::inplace_name.data());
+    add<InplaceUnaryOp<Math>, &unary_kernel<Math, std::int32_t>, std::int32_t>();
+    add<InplaceUnaryOp<Math>, &unary_kernel<Math, std::int64_t>, std::int64_t>();
   }
 }
 
@@ -91,7 +89,7 @@ bool register_inplace(MathList<Maths...>) {
 
 template <typename OpT, typename Math, typename... Ts>
 void add_compare(Types<Ts...>) {
-  (add<OpT, Math, &compare_kernel<Math, Ts>, Ts>(Math::name.data()), ...);
+  (add<OpT, &compare_kernel<Math, Ts>, Ts>(), ...);
 }
 template <typename... Maths>
 bool register_compare(CompareMathList<Maths...>) {
@@ -110,8 +108,8 @@ bool register_logical(CompareMathList<Maths...>) {
 }
 template <typename... Maths>
 bool register_predicates(CompareMathList<Maths...>) {
-  (add<PredicateOp<Maths>, Maths, &predicate_kernel<Maths, float>, float>(Maths::name.data()), ...);
-  (add<PredicateOp<Maths>, Maths, &predicate_kernel<Maths, double>, double>(Maths::name.data()),
+  (add<PredicateOp<Maths>, &predicate_kernel<Maths, float>, float>(), ...);
+  (add<PredicateOp<Maths>, &predicate_kernel<Maths, double>, double>(),
    ...);
   return true;
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,33 @@ bool is_rounded(const Tensor& half, const Tensor& f32) {
   for (std::int64_t i = 0; i < half.numel(); ++i)
     if (p[i] != to_half(f32.data<float>()[i], half.dtype())) return false;
   return true;
+}
+
+// is_rounded, where a NaN of f32 may be any NaN of `half`'s dtype.
+bool is_rounded_or_nan(const Tensor& half, const Tensor& f32) {
+  if (half.dims() != f32.dims()) return false;
+  const auto* p = static_cast<const std::uint16_t*>(half.raw_data());
+  for (std::int64_t i = 0; i < half.numel(); ++i) {
+    const float w = f32.data<float>()[i];
+    if (std::isnan(w) ? !std::isnan(from_half(p[i], half.dtype())) : p[i] != to_half(w, half.dtype()))
+      return false;
+  }
+  return true;
+}
+
+// The op `make` builds, on 16-bit operands and on their widened values:
+// each 16-bit result is the f32 result rounded once.
+void check_rounded(const char* what, const std::vector<Tensor>& half, const Make& make) {
+  INFO(what);
+  std::vector<Tensor> wide;
+  for (const Tensor& t : half) wide.push_back(widen(t));
+  const auto got = run_kernel(half, make), want = run_kernel(wide, make);
+  REQUIRE(got.results.size() == want.results.size());
+  for (std::size_t i = 0; i < got.results.size(); ++i) {
+    INFO("output #" << i);
+    CHECK(got.out(i).dtype() == half[0].dtype());
+    CHECK(is_rounded_or_nan(got.out(i), want.out(i)));
+  }
 }
 
 Tensor matmul(const Tensor& x, const Tensor& y, bool tx, bool ty) {
@@ -97,18 +125,7 @@ TEST_CASE("a bf16 add_n sums in f32 and rounds once; mixed dtypes or shapes are 
 TEST_CASE("an f16 conv2d and its gradient, and the bf16 or f16 pools, are the f32 kernels on the widened "
           "operands, rounded once",
           "[kernel][half]") {
-  const auto check = [](const char* what, const std::vector<Tensor>& half, const Make& make) {
-    INFO(what);
-    std::vector<Tensor> wide;
-    for (const Tensor& t : half) wide.push_back(widen(t));
-    const auto got = run_kernel(half, make), want = run_kernel(wide, make);
-    REQUIRE(got.results.size() == want.results.size());
-    for (std::size_t i = 0; i < got.results.size(); ++i) {
-      INFO("output #" << i);
-      CHECK(got.out(i).dtype() == half[0].dtype());
-      CHECK(is_rounded(got.out(i), want.out(i)));
-    }
-  };
+  const auto& check = check_rounded;
   for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
     INFO(to_string(dt));
     const Tensor x = random_half({2, 4, 9, 9}, dt, 1), w = random_half({6, 2, 3, 3}, dt, 2);
@@ -349,8 +366,9 @@ TEST_CASE("a 16-bit batch_norm whose running statistics are its own variables up
 
 namespace {
 template <typename... OpTs>
-void check_half_kernel_names(OpTypeList<OpTs...>) {
-  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+void check_kernel_names(OpTypeList<OpTs...>,
+                        std::initializer_list<DataType> dtypes = {DataType::BFloat16, DataType::Float16}) {
+  for (DataType dt : dtypes) {
     INFO(to_string(dt));
     const auto check = [&](TypeId op, std::string_view name) {
       INFO(name);
@@ -362,15 +380,50 @@ void check_half_kernel_names(OpTypeList<OpTs...>) {
     (check(TypeId::get<OpTs>(), OpTs::name), ...);
   }
 }
+// The unary family's kernels, f32 ones included, under their own op's name:
+// "kiln.tanh_grad" for the gradient, not the forward's.
+template <typename... Maths>
+void check_unary_kernel_names(MathList<Maths...>) {
+  check_kernel_names(OpTypeList<UnaryOp<Maths>..., GradOf<UnaryOp<Maths>>...>{},
+                     {DataType::BFloat16, DataType::Float16, DataType::Float32, DataType::Float64});
+}
 }  // namespace
 
-TEST_CASE("a gradient op's name ends in a NUL, and its 16-bit kernels carry that name whole",
+TEST_CASE("a gradient op's name ends in a NUL, and its kernels carry that name whole",
           "[kernel][half]") {
   // A name built from the forward op's (GradName) is read as a C string by
   // code that registers kernels under it; without the NUL the read runs past it.
   STATIC_REQUIRE(GradOf<Conv2dOp>::name == "kiln.conv2d_grad");
   STATIC_REQUIRE(GradOf<Conv2dOp>::name.data()[GradOf<Conv2dOp>::name.size()] == '\0');
   STATIC_REQUIRE(GradOf<BatchNormOp>::name.data()[GradOf<BatchNormOp>::name.size()] == '\0');
-  check_half_kernel_names(HalfViaF32Ops{});
-  check_half_kernel_names(OpTypeList<GradOf<BatchNormOp>, GradOf<FusedBatchNormOp>>{});
+  check_kernel_names(HalfViaF32Ops{});
+  check_kernel_names(OpTypeList<GradOf<BatchNormOp>, GradOf<FusedBatchNormOp>>{});
+  check_unary_kernel_names(UnaryFamily{});
+}
+
+namespace {
+template <typename... Maths>
+void check_unary_family(MathList<Maths...>, DataType dt) {
+  // Long enough for several of the kernels' chunks and both threads; values
+  // in [-2, 2), so log, sqrt, acosh and the rest also meet NaNs.
+  const Tensor x = random_half({3, 2501}, dt, 11), d = random_half({3, 2501}, dt, 12);
+  const auto one = [&]<typename Math>(Math*) {
+    check_rounded(Math::name.data(), {x}, [](Builder& b, const std::vector<Value>& v) {
+      return b.create<UnaryOp<Math>>(v[0]).operation();
+    });
+    check_rounded(GradOf<UnaryOp<Math>>::name.data(), {x, d}, [](Builder& b, const std::vector<Value>& v) {
+      return b.create<GradOf<UnaryOp<Math>>>(v[0], v[1]).operation();
+    });
+  };
+  (one(static_cast<Maths*>(nullptr)), ...);
+}
+}  // namespace
+
+TEST_CASE("the bf16 and f16 unary family and its gradients are the f32 kernels on the widened "
+          "operands, rounded once",
+          "[kernel][half]") {
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    INFO(to_string(dt));
+    check_unary_family(UnaryFamily{}, dt);
+  }
 }
