@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -74,7 +75,7 @@ class Reader {
     header();
     std::vector<Record> records;
     records.reserve(count_);
-    std::map<std::string_view, std::size_t> seen;
+    std::map<std::string, std::size_t> seen;  // owns its keys: records may move
     for (std::uint64_t i = 0; i < count_; ++i) {
       records.push_back(record(i));
       auto [it, fresh] = seen.emplace(records.back().name, i);
