@@ -107,6 +107,8 @@ std::unique_ptr<detail::OpInfoImpl> Op<ConcreteOp, Ts...>::make_info() {
   static_assert(sizeof(ConcreteOp) == sizeof(OpBase),
                 "op classes carry no data members: everything lives in the Operation");
   static_assert(requires { ConcreteOp::name; }, "an op needs `static constexpr std::string_view name`");
+  static_assert(ConcreteOp::name.data()[ConcreteOp::name.size()] == '\0',
+                "an op's name ends in a NUL, as a literal's does, so name.data() is a C string");
   auto info = std::make_unique<detail::OpInfoImpl>();
   info->id = TypeId::get<ConcreteOp>();
   info->name = std::string(ConcreteOp::name);
