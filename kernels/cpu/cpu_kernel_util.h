@@ -21,6 +21,15 @@ namespace kiln::cpu {
 using kiln::output_is_input;
 using kiln::typed_input;
 
+// Input i, of dtype d (typed_input for a dtype with no C++ type, bf16 and
+// f16); kiln::Error naming the op otherwise.
+inline const Tensor& input_of(const KernelContext& ctx, std::uint32_t i, DataType d) {
+  const Tensor& t = ctx.input(i);
+  if (t.dtype() != d) [[unlikely]]
+    throw_input_dtype(ctx, i, d);
+  return t;
+}
+
 // Both inputs must have one shape (the activation grads' operands).
 // Output o, which aliases input i: in place, the input's buffer; otherwise
 // output o's own buffer holding a copy of input i.

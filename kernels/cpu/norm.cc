@@ -98,13 +98,6 @@ Rows rows_of(std::string_view op, const Dims& d, std::int64_t begin_norm_axis) {
   return r;
 }
 
-// Input i, of dtype d; kiln::Error naming the op otherwise.
-const Tensor& input_of(const KernelContext& ctx, std::uint32_t i, DataType d) {
-  const Tensor& t = ctx.input(i);
-  if (t.dtype() != d) throw_input_dtype(ctx, i, d);
-  return t;
-}
-
 // Input i of T with `numel` elements; kiln::Error naming the op otherwise.
 template <typename T>
 const Tensor& sized_input(const KernelContext& ctx, std::uint32_t i, std::string_view what,

@@ -8,8 +8,8 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <string_view>
 #include <limits>
+#include <string_view>
 #include <type_traits>
 
 #include "cpu_half.h"
@@ -67,15 +67,9 @@ struct UnaryKernels {
 // bits on the widened x, without an f32 copy of the tensor.
 constexpr std::int64_t kHalfChunk = 2048;
 
-const Tensor& half_input(const KernelContext& ctx, std::uint32_t i, DataType d) {
-  const Tensor& t = ctx.input(i);
-  if (t.dtype() != d) throw_input_dtype(ctx, i, d);
-  return t;
-}
-
 template <typename F, DataType D>
 void unary_half_apply(KernelContext& ctx) {
-  const Tensor x = half_input(ctx, 0, D);
+  const Tensor& x = input_of(ctx, 0, D);
   const auto* px = static_cast<const std::uint16_t*>(x.raw_data());
   void* out = output_is_input(ctx, 0, 0) ? ctx.output(0).raw_data() : ctx.alloc_output(0, x.dims(), D).raw_data();
   auto* po = static_cast<std::uint16_t*>(out);
@@ -92,7 +86,7 @@ void unary_half_apply(KernelContext& ctx) {
 
 template <typename F, DataType D>
 void unary_half_grad(KernelContext& ctx) {
-  const Tensor a = half_input(ctx, 0, D), d = half_input(ctx, 1, D);
+  const Tensor &a = input_of(ctx, 0, D), &d = input_of(ctx, 1, D);
   require_same_dims(ctx, a, d, 0, 1);
   const auto* pa = static_cast<const std::uint16_t*>(a.raw_data());
   const auto* pd = static_cast<const std::uint16_t*>(d.raw_data());

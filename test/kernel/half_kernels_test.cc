@@ -61,7 +61,7 @@ bool is_rounded_or_nan(const Tensor& half, const Tensor& f32) {
 
 // The op `make` builds, on 16-bit operands and on their widened values:
 // each 16-bit result is the f32 result rounded once.
-void check_rounded(const char* what, const std::vector<Tensor>& half, const Make& make) {
+void check_rounded(std::string_view what, const std::vector<Tensor>& half, const Make& make) {
   INFO(what);
   std::vector<Tensor> wide;
   for (const Tensor& t : half) wide.push_back(widen(t));
@@ -408,10 +408,10 @@ void check_unary_family(MathList<Maths...>, DataType dt) {
   // in [-2, 2), so log, sqrt, acosh and the rest also meet NaNs.
   const Tensor x = random_half({3, 2501}, dt, 11), d = random_half({3, 2501}, dt, 12);
   const auto one = [&]<typename Math>(Math*) {
-    check_rounded(Math::name.data(), {x}, [](Builder& b, const std::vector<Value>& v) {
+    check_rounded(Math::name, {x}, [](Builder& b, const std::vector<Value>& v) {
       return b.create<UnaryOp<Math>>(v[0]).operation();
     });
-    check_rounded(GradOf<UnaryOp<Math>>::name.data(), {x, d}, [](Builder& b, const std::vector<Value>& v) {
+    check_rounded(GradOf<UnaryOp<Math>>::name, {x, d}, [](Builder& b, const std::vector<Value>& v) {
       return b.create<GradOf<UnaryOp<Math>>>(v[0], v[1]).operation();
     });
   };

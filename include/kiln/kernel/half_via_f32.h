@@ -20,10 +20,8 @@ struct OpTypeList {};
 
 // The ops of a transformer's, an MLP's and a CNN's forward and backward
 // that have no 16-bit CPU kernel of their own (the binary family, matmul,
-// add_n, cast, full and the dtype-agnostic data movement have theirs),
-// besides the unary family (UnaryFamily) and its gradients, which CUDA runs
-// this way too (the CPU's go through the f32 loops chunk by chunk instead,
-// kernels/cpu/unary.cc).
+// add_n, cast, full, the unary family and its gradients, and the
+// dtype-agnostic data movement have theirs).
 using HalfViaF32Ops =
     OpTypeList<GeluOp, GradOf<GeluOp>, ScaleOp, LayerNormOp, GradOf<LayerNormOp>, RmsNormOp, GradOf<RmsNormOp>,
                ScaledDotProductAttentionOp, GradOf<ScaledDotProductAttentionOp>, SoftmaxOp, GradOf<SoftmaxOp>,
