@@ -49,8 +49,9 @@ inline void require_same_dims(const KernelContext& ctx, const Tensor& a, const T
 }
 
 // A per-thread buffer of n elements, grown once and then reused: the run
-// path allocates nothing but tensor buffers.
-template <typename T>
+// path allocates nothing but tensor buffers. Each Slot is a buffer of its
+// own, for a caller whose callees take slot 0 of the same T.
+template <typename T, int Slot = 0>
 T* scratch(std::int64_t n) {
   thread_local std::vector<T> buf;
   if (static_cast<std::int64_t>(buf.size()) < n) buf.resize(static_cast<std::size_t>(n));

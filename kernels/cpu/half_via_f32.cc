@@ -44,13 +44,14 @@ struct HalfViaF32 {
 };
 
 template <typename OpT, typename... Own>
-constexpr bool own_bf16(OpTypeList<Own...>) {
+constexpr bool listed(OpTypeList<Own...>) {
   return (std::is_same_v<OpT, Own> || ...);
 }
 
 template <typename OpT>
 void register_half(std::string_view name) {
-  if constexpr (!own_bf16<OpT>(CpuOwnBf16Ops{}))
+  if constexpr (listed<OpT>(CpuOwnHalfOps{})) return;
+  if constexpr (!listed<OpT>(CpuOwnBf16Ops{}))
     KernelRegistrar<OpT>(PlaceKind::Cpu, DataType::BFloat16, &HalfViaF32<OpT>::run, name);
   KernelRegistrar<OpT>(PlaceKind::Cpu, DataType::Float16, &HalfViaF32<OpT>::run, name);
 }

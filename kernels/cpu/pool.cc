@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cpu_half.h"
 #include "cpu_kernel_util.h"
 #include "sigmoid_avx512.h"
 #include "vector_math.h"
@@ -620,32 +621,158 @@ struct MaxPoolGradK {
     T* pdx = dx.data<T>();
     const T* px = x.data<T>();
     const T* pd = dout.data<T>();
-    const std::int64_t planes = g.n * g.c;
-    if (is_2x2(g)) {
-      std::memset(pdx, 0, dx.bytes());
-      // Windows do not overlap: each gets its gradient at its first maximum
-      // (NaN wins, as argmax) and 0 at its other three places, branch-free.
-      for (std::int64_t pl = 0; pl < planes; ++pl)
-        for (std::int64_t oh = 0; oh < g.ho; ++oh) {
-          const std::int64_t at = pl * g.h * g.w + 2 * oh * g.w;
-          const T* __restrict x0 = px + at;
-          const T* __restrict x1 = x0 + g.w;
-          T* __restrict d0 = pdx + at;
-          T* __restrict d1 = d0 + g.w;
-          const T* __restrict d = pd + (pl * g.ho + oh) * g.wo;
-          for (std::int64_t ow = 0; ow < g.wo; ++ow)
-            window_2x2_grad(x0[2 * ow], x0[2 * ow + 1], x1[2 * ow], x1[2 * ow + 1], d[ow], d0[2 * ow], d0[2 * ow + 1],
-                            d1[2 * ow], d1[2 * ow + 1]);
-        }
+    const std::int64_t plane_bytes = 2 * g.h * g.w * std::int64_t(sizeof(T));
+    parallel_for(g.n * g.c, items_per_range(plane_bytes), [&](std::int64_t p0, std::int64_t p1) {
+      grad_planes(px, pd, pdx, g, p0, p1);
+    });
+  }
+
+  // Planes [p0, p1) of an NCHW max-pool gradient; writes all of their dx.
+  static void grad_planes(const T* px, const T* pd, T* pdx, const Pool2dGeometry& g, std::int64_t p0,
+                          std::int64_t p1) {
+    for (std::int64_t pl = p0; pl < p1; ++pl) {
+      const T* xp = px + pl * g.h * g.w;
+      const T* d = pd + pl * g.ho * g.wo;
+      T* dp = pdx + pl * g.h * g.w;
+      if (is_2x2(g))
+        grad_plane_2x2(xp, d, dp, g);
+      else
+        max_pool_grad_plane(xp, d, dp, g);
+    }
+  }
+
+  // A 2x2 stride-2 pool's plane: windows do not overlap, so each gets its
+  // gradient at its first maximum (NaN wins, as argmax) and 0 at its other
+  // three places, branch-free.
+  static void grad_plane_2x2(const T* px, const T* pd, T* pdx, const Pool2dGeometry& g) {
+    std::fill(pdx, pdx + g.h * g.w, T(0));
+    for (std::int64_t oh = 0; oh < g.ho; ++oh) {
+      const T* __restrict x0 = px + 2 * oh * g.w;
+      const T* __restrict x1 = x0 + g.w;
+      T* __restrict d0 = pdx + 2 * oh * g.w;
+      T* __restrict d1 = d0 + g.w;
+      const T* __restrict d = pd + oh * g.wo;
+      for (std::int64_t ow = 0; ow < g.wo; ++ow)
+        window_2x2_grad(x0[2 * ow], x0[2 * ow + 1], x1[2 * ow], x1[2 * ow + 1], d[ow], d0[2 * ow], d0[2 * ow + 1],
+                        d1[2 * ow], d1[2 * ow + 1]);
+    }
+  }
+};
+
+// The bf16 and f16 max pools and gradients: each NCHW plane, NHWC run of
+// output rows or NHWC image widened into the thread's f32 buffer, the f32
+// loops above run on it, and the result rounded once: the f32 kernel's
+// values on the widened tensors (a maximum rounds to itself), without an f32
+// copy of either tensor.
+template <DataType D>
+struct HalfMaxPoolK {
+  using Half = std::uint16_t;
+
+  static void run(KernelContext& ctx) {
+    const Tensor& x = input_of(ctx, 0, D);
+    const auto& a = ctx.attrs<MaxPool2dOp>();
+    const bool nhwc = a.data_format == "NHWC";
+    const Dims& d = x.dims();
+    if (nhwc && x.rank() != 4)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
+                  "' x must be [N, H, W, C] (rank 4, data_format NHWC), got [", d.to_string(), "]");
+    const Pool2dGeometry g = pool::geometry(ctx.op()->name(), nhwc ? Dims{d[0], d[3], d[1], d[2]} : d, a);
+    Tensor& out = ctx.alloc_output(0, nhwc ? Dims{g.n, g.ho, g.wo, g.c} : Dims{g.n, g.c, g.ho, g.wo}, D);
+    if (out.numel() == 0) return;
+    const auto* px = static_cast<const Half*>(x.raw_data());
+    auto* po = static_cast<Half*>(out.raw_data());
+    if (nhwc) {
+      parallel_for(g.n * g.ho, items_per_range(g.wo * g.c * g.kh * g.kw * 2),
+                   [&](std::int64_t r0, std::int64_t r1) { nhwc_rows(px, po, g, r0, r1); });
       return;
     }
-    const std::int64_t plane_bytes = 2 * g.h * g.w * std::int64_t(sizeof(T));
-    parallel_for(planes, items_per_range(plane_bytes), [&](std::int64_t p0, std::int64_t p1) {
-      for (std::int64_t pl = p0; pl < p1; ++pl)
-        max_pool_grad_plane(px + pl * g.h * g.w, pd + pl * g.ho * g.wo, pdx + pl * g.h * g.w, g);
+    const std::int64_t plane = g.h * g.w, pooled = g.ho * g.wo;
+    parallel_for(g.n * g.c, items_per_range(plane * 2), [&](std::int64_t p0, std::int64_t p1) {
+      float* buf = scratch<float, 1>(plane + pooled);
+      for (std::int64_t pl = p0; pl < p1; ++pl) {
+        widen_half_row<D>(px + pl * plane, buf, plane);
+        MaxPoolK<float>::pool_planes(buf, buf + plane, g, 0, 1);
+        round_half_row<D>(buf + plane, po + pl * pooled, pooled);
+      }
+    });
+  }
+
+  // NHWC output rows [r0, r1) (r = n · ho + oh), up to kRows of one image at
+  // a time: the input rows they read widened, pooled as an image of those
+  // rows alone (its top padding shifted so each window reads what it read).
+  static void nhwc_rows(const Half* x, Half* out, const Pool2dGeometry& g, std::int64_t r0, std::int64_t r1) {
+    constexpr std::int64_t kRows = 8;
+    const std::int64_t row = g.w * g.c, pooled_row = g.wo * g.c;
+    float* buf = scratch<float, 1>(((kRows - 1) * g.sh + g.kh) * row + kRows * pooled_row);
+    for (std::int64_t r = r0; r < r1;) {
+      const std::int64_t n = r / g.ho, oh0 = r % g.ho, oh1 = std::min({g.ho, oh0 + kRows, oh0 + r1 - r});
+      const std::int64_t lo = std::max<std::int64_t>(0, oh0 * g.sh - g.pt);
+      const std::int64_t hi = std::clamp<std::int64_t>((oh1 - 1) * g.sh - g.pt + g.kh, lo, g.h);
+      Pool2dGeometry part = g;
+      part.n = 1, part.h = hi - lo, part.ho = oh1 - oh0, part.pt = g.pt + lo - oh0 * g.sh;
+      float* pooled = buf + (hi - lo) * row;
+      widen_half_row<D>(x + (n * g.h + lo) * row, buf, (hi - lo) * row);
+      simd_dispatch<MaxPoolNhwcRows<float>>(buf, pooled, &part, std::int64_t{0}, part.ho);
+      round_half_row<D>(pooled, out + r * pooled_row, part.ho * pooled_row);
+      r += oh1 - oh0;
+    }
+  }
+};
+
+template <DataType D>
+struct HalfMaxPoolGradK {
+  using Half = std::uint16_t;
+
+  static void run(KernelContext& ctx) {
+    const Tensor &x = input_of(ctx, 0, D), &dout = input_of(ctx, 1, D);
+    const std::string_view op = ctx.op()->name();
+    const bool nhwc = ctx.attrs<GradOf<MaxPool2dOp>>().data_format == "NHWC";
+    const Dims& d = x.dims();
+    if (nhwc && x.rank() != 4)
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' x must be [N, H, W, C] (rank 4, data_format NHWC), got [",
+                  d.to_string(), "]");
+    const Pool2dGeometry g =
+        pool::geometry(op, nhwc ? Dims{d[0], d[3], d[1], d[2]} : d, ctx.attrs<GradOf<MaxPool2dOp>>());
+    if (nhwc)
+      conv::check_dout(op, dout.dims(), Dims{g.n, g.ho, g.wo, g.c});
+    else
+      pool::check_dout(op, dout.dims(), g);
+    Tensor& dx = ctx.alloc_output(0, d, D);
+    if (dx.numel() == 0) return;
+    const auto* px = static_cast<const Half*>(x.raw_data());
+    const auto* pd = static_cast<const Half*>(dout.raw_data());
+    auto* pdx = static_cast<Half*>(dx.raw_data());
+    // An NHWC image or an NCHW plane at a time (the f32 kernels' units).
+    const std::int64_t unit = nhwc ? g.h * g.w * g.c : g.h * g.w, pooled = nhwc ? g.ho * g.wo * g.c : g.ho * g.wo;
+    parallel_for(nhwc ? g.n : g.n * g.c, items_per_range(unit * 4), [&](std::int64_t u0, std::int64_t u1) {
+      float* xs = scratch<float, 1>(2 * unit + pooled);
+      float *ds = xs + unit, *dxs = ds + pooled;
+      float* best = nhwc ? scratch<float>(g.c) : nullptr;
+      std::int64_t* at = nhwc ? scratch<std::int64_t>(g.c) : nullptr;
+      for (std::int64_t u = u0; u < u1; ++u) {
+        widen_half_row<D>(px + u * unit, xs, unit);
+        widen_half_row<D>(pd + u * pooled, ds, pooled);
+        if (nhwc)
+          simd_dispatch<MaxPoolGradNhwcImages<float>>(xs, ds, dxs, &g, best, at, std::int64_t{0}, std::int64_t{1});
+        else
+          MaxPoolGradK<float>::grad_planes(xs, ds, dxs, g, 0, 1);
+        round_half_row<D>(dxs, pdx + u * unit, unit);
+      }
     });
   }
 };
+
+template <DataType D>
+void register_half_max_pools() {
+  KernelRegistrar<MaxPool2dOp>(PlaceKind::Cpu, D, &HalfMaxPoolK<D>::run, MaxPool2dOp::name);
+  KernelRegistrar<GradOf<MaxPool2dOp>>(PlaceKind::Cpu, D, &HalfMaxPoolGradK<D>::run, GradOf<MaxPool2dOp>::name);
+}
+
+[[maybe_unused]] const bool half_max_pools_registered = [] {
+  register_half_max_pools<DataType::BFloat16>();
+  register_half_max_pools<DataType::Float16>();
+  return true;
+}();
 
 template <typename T>
 struct AvgPoolK {

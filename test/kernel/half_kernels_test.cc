@@ -427,3 +427,75 @@ TEST_CASE("the bf16 and f16 unary family and its gradients are the f32 kernels o
     check_unary_family(UnaryFamily{}, dt);
   }
 }
+
+namespace {
+// `t` with ties and NaNs: every third element on an integer (so windows
+// hold equal maxima) and every 29th a NaN.
+Tensor with_ties_and_nans(Tensor t) {
+  auto* p = static_cast<std::uint16_t*>(t.raw_data());
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    if (i % 3 == 0) p[i] = to_half(std::round(from_half(p[i], t.dtype())), t.dtype());
+    if (i % 29 == 0) p[i] = to_half(std::nanf(""), t.dtype());
+  }
+  return t;
+}
+
+struct MaxPoolCase {
+  V kernel, strides, paddings;
+  bool ceil_mode;
+};
+
+void check_max_pool(const MaxPoolCase& c, const Tensor& x, const std::string& format, unsigned seed) {
+  const MaxPool2dOp::Attributes attrs{c.kernel, c.strides, c.paddings, c.ceil_mode, format};
+  const Make forward = [&](Builder& b, const std::vector<Value>& v) {
+    return b.create<MaxPool2dOp>(v[0], c.kernel, c.strides, c.paddings, c.ceil_mode, format).operation();
+  };
+  check_rounded("max_pool2d", {x}, forward);
+  const Dims pooled = run_kernel({widen(x)}, forward).out().dims();
+  check_rounded("max_pool2d_grad", {x, random_half(pooled, x.dtype(), seed)},
+                [&](Builder& b, const std::vector<Value>& v) {
+                  return b.create<GradOf<MaxPool2dOp>>(attrs, v[0], v[1]).operation();
+                });
+}
+}  // namespace
+
+TEST_CASE("a bf16 or f16 max_pool2d and its gradient, NCHW or NHWC, are the f32 kernels on the widened "
+          "operands, rounded once, ties and NaNs included",
+          "[kernel][half]") {
+  const MaxPoolCase cases[] = {{V{2, 2}, V{2, 2}, V{0, 0}, false}, {V{3, 3}, V{2, 2}, V{1, 1}, false},
+                               {V{3, 3}, V{1, 1}, V{1, 1}, false}, {V{2, 2}, V{2, 2}, V{0, 0}, true},
+                               {V{3, 2}, V{3, 3}, V{1, 0}, true}};
+  for (DataType dt : {DataType::BFloat16, DataType::Float16})
+    for (const MaxPoolCase& c : cases) {
+      INFO(to_string(dt) << ", kernel " << c.kernel[0] << "x" << c.kernel[1] << ", stride " << c.strides[0]
+                         << ", padding " << c.paddings[0] << ", ceil " << c.ceil_mode);
+      // Odd sizes; NHWC with a channel count past one vector and more
+      // output rows than one widened run.
+      check_max_pool(c, with_ties_and_nans(random_half({3, 4, 21, 19}, dt, 21)), "NCHW", 22);
+      check_max_pool(c, with_ties_and_nans(random_half({3, 23, 19, 37}, dt, 23)), "NHWC", 24);
+      check_max_pool(c, with_ties_and_nans(random_half({2, 6, 7, 3}, dt, 25)), "NHWC", 26);
+    }
+}
+
+TEST_CASE("a bf16 max_pool2d_grad whose dout does not have the pooled shape is an error naming the op",
+          "[kernel][half]") {
+  const Tensor x = random_half({1, 2, 8, 8}, DataType::BFloat16, 27);
+  for (const std::string format : {"NCHW", "NHWC"}) {
+    INFO(format);
+    const Dims pooled = format == "NCHW" ? Dims{1, 2, 4, 4} : Dims{1, 1, 4, 8};
+    const Tensor wrong = random_half({1, 2, 3, 3}, DataType::BFloat16, 28);
+    KILN_CHECK_ERROR(run_kernel({x, wrong},
+                                [&](Builder& b, const std::vector<Value>& v) {
+                                  const Value dout =
+                                      b.create<DataOp>("dout", pooled.to_vector(), DataType::BFloat16).result();
+                                  Operation* op = b.create<GradOf<MaxPool2dOp>>(
+                                                       MaxPool2dOp::Attributes{V{2, 2}, V{2, 2}, V{0, 0}, false,
+                                                                               format},
+                                                       v[0], dout)
+                                                      .operation();
+                                  op->set_operand(1, v[1]);  // past the builder's check: the kernel's own
+                                  return op;
+                                }),
+                     InvalidArgument, {"kiln.max_pool2d_grad", "dout"});
+  }
+}

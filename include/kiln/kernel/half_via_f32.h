@@ -37,6 +37,10 @@ using HalfViaF32Ops =
 // f32 kernel as above on a CPU without them.
 using CpuOwnBf16Ops = OpTypeList<Conv2dOp, GradOf<Conv2dOp>, FusedConv2dOp>;
 
+// Of HalfViaF32Ops, those whose bf16 and f16 CPU kernels are their own: the
+// max pools (kernels/cpu/pool.cc), which widen one plane or image at a time.
+using CpuOwnHalfOps = OpTypeList<MaxPool2dOp, GradOf<MaxPool2dOp>>;
+
 // How one place's kernels move between 16-bit and f32 tensors.
 struct HalfConversions {
   // `half` (bf16 or f16) as a new f32 tensor at ctx's place, from `allocator`.
