@@ -1012,7 +1012,7 @@ struct Conv2dTransposeGradK {
 template <typename OpT>
 struct Bf16ConvK {
   static void run(KernelContext& ctx) {
-    if (!onednn::bf16_convolutions() || !all_bf16(ctx) || !native(ctx))
+    if (!onednn::native_bf16() || !all_bf16(ctx) || !native(ctx))
       run_cpu_half_via_f32(ctx, TypeId::get<OpT>());
   }
   // Whether oneDNN computed every output.

@@ -19,6 +19,19 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, doub
           const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta,
           double* c, std::int64_t ldc);
 
+// Whether gemm_bf16 computes natively here (oneDNN's AVX512-BF16 or AMX
+// kernels: 2-3x the f32 GEMM's speed); elsewhere bf16 products are widened
+// to f32 by their callers.
+bool native_bf16_gemm();
+
+// c = op(a) · op(b) of bf16 matrices (bit patterns), row-major, each sum
+// taken in f32 and rounded once to nearest even (oneDNN's matmul), split
+// across the threads as the f32 GEMM is (the same bits at any thread
+// count). False where !native_bf16_gemm() or oneDNN had no kernel for a
+// part of c; c is then unspecified and the caller computes all of it.
+bool gemm_bf16(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const std::uint16_t* a,
+               std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, std::uint16_t* c, std::int64_t ldc);
+
 // "openblas" or "onednn": where f32 GEMMs of at least kOnednnMinFlops
 // multiply-adds go.
 const char* sgemm_library();

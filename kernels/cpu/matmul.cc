@@ -3,12 +3,14 @@
 // transpose_y), batch dims broadcast numpy-style. One GEMM call when y has no
 // batch (x's batch rows fold into M), otherwise one call per output matrix.
 // The BLAS thread count is left alone (kiln/kernel/blas.h). bf16 and f16
-// operands multiply in f32 (widened, rounded once). Also kiln.det.
+// operands sum in f32 and round once (oneDNN's bf16 products where the CPU
+// has them, else widened). Also kiln.det.
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/dialect/kiln_dialect.h"
@@ -169,11 +171,30 @@ bool small_gemv(bool ta, bool tb, int m, int n, int k, const T* a, int lda, cons
   return true;
 }
 
+// A bf16 element's bits: what product_into multiplies for a CPU with native
+// bf16 products (cpu::gemm_bf16).
+using Bf16Bits = std::uint16_t;
+
 template <typename T>
-void gemm(bool ta, bool tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T* c,
-          int ldc) {
-  if (small_gemv(ta, tb, m, n, k, a, lda, b, ldb, c, ldc)) return;
-  cpu::gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc);
+const T* elements(const Tensor& t) {
+  if constexpr (std::is_same_v<T, Bf16Bits>) return static_cast<const Bf16Bits*>(t.raw_data());
+  else return t.data<T>();
+}
+template <typename T>
+T* elements(Tensor& t) {
+  if constexpr (std::is_same_v<T, Bf16Bits>) return static_cast<Bf16Bits*>(t.raw_data());
+  else return t.data<T>();
+}
+
+// c = op(a) · op(b); false (c unspecified) where a bf16 product was not done.
+template <typename T>
+bool gemm(bool ta, bool tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T* c, int ldc) {
+  if constexpr (std::is_same_v<T, Bf16Bits>) {
+    return cpu::gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+  } else {
+    if (!small_gemv(ta, tb, m, n, k, a, lda, b, ldb, c, ldc)) cpu::gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc);
+    return true;
+  }
 }
 
 [[noreturn, gnu::cold]] void throw_beyond_blas_int(const KernelContext& ctx, std::int64_t v) {
@@ -187,33 +208,39 @@ inline int to_blas_int(const KernelContext& ctx, std::int64_t v) {
   return static_cast<int>(v);
 }
 
+// What matrix_product did.
+enum class Product { NeedsShape, Done, NotDone };
+
 // Two matrices (no batch dims, the common case): no MatmulShape to fill.
-// False when the dims need matmul_shape (batches, or its error).
+// NeedsShape when the dims need matmul_shape (batches, or its error);
+// NotDone when gemm did not do it.
 template <typename T, typename Alloc>
-bool matrix_product(KernelContext& ctx, const Tensor& x, const Tensor& y, bool tx, bool ty, Alloc&& alloc) {
+Product matrix_product(KernelContext& ctx, const Tensor& x, const Tensor& y, bool tx, bool ty, Alloc&& alloc) {
   const Dims& xd = x.dims();
   const Dims& yd = y.dims();
-  if (xd.rank() != 2 || yd.rank() != 2) return false;
+  if (xd.rank() != 2 || yd.rank() != 2) return Product::NeedsShape;
   const std::int64_t m = tx ? xd[1] : xd[0], k = tx ? xd[0] : xd[1];
   const std::int64_t ky = ty ? yd[1] : yd[0], n = ty ? yd[0] : yd[1];
-  if (k != ky) return false;
+  if (k != ky) return Product::NeedsShape;
   Tensor& out = alloc(Dims{m, n});
-  T* o = out.data<T>();
-  if (m == 0 || n == 0) return true;
+  T* o = elements<T>(out);
+  if (m == 0 || n == 0) return Product::Done;
   if (k == 0) {  // empty sum: zeros (and no BLAS call with a zero leading dim)
     std::memset(o, 0, out.bytes());
-    return true;
+    return Product::Done;
   }
   const int im = to_blas_int(ctx, m), in = to_blas_int(ctx, n), ik = to_blas_int(ctx, k);
-  gemm(tx, ty, im, in, ik, x.data<T>(), tx ? im : ik, y.data<T>(), ty ? ik : in, o, in);
-  return true;
+  const bool done = gemm(tx, ty, im, in, ik, elements<T>(x), tx ? im : ik, elements<T>(y), ty ? ik : in, o, in);
+  return done ? Product::Done : Product::NotDone;
 }
 
-// x · y with these transposes, into the tensor alloc(dims) returns.
+// x · y with these transposes, into the tensor alloc(dims) returns; false
+// (its contents unspecified) where gemm did not do a product.
 template <typename T, typename Alloc>
-void product_into(KernelContext& ctx, const Tensor& x, const Tensor& y, const MatmulOp::Attributes& a,
+bool product_into(KernelContext& ctx, const Tensor& x, const Tensor& y, const MatmulOp::Attributes& a,
                   Alloc&& alloc) {
-  if (matrix_product<T>(ctx, x, y, a.transpose_x, a.transpose_y, alloc)) return;
+  if (const Product p = matrix_product<T>(ctx, x, y, a.transpose_x, a.transpose_y, alloc); p != Product::NeedsShape)
+    return p == Product::Done;
   const MatmulShape s =
       matmul_shape(ctx.op()->name(), x.dims(), y.dims(), a.transpose_x, a.transpose_y);
   const std::int64_t m = s.m, n = s.n, k = s.k, batch = s.batch, y_count = s.y_count;
@@ -222,29 +249,26 @@ void product_into(KernelContext& ctx, const Tensor& x, const Tensor& y, const Ma
   const std::int64_t* x_step = s.x_step;
   const std::int64_t* y_step = s.y_step;
   Tensor& out = alloc(s.out_dims);
-  T* o = out.data<T>();
-  const T* xp = x.data<T>();
-  const T* yp = y.data<T>();
-  if (batch == 0 || m == 0 || n == 0) return;
+  T* o = elements<T>(out);
+  const T* xp = elements<T>(x);
+  const T* yp = elements<T>(y);
+  if (batch == 0 || m == 0 || n == 0) return true;
   if (k == 0) {  // empty sum: zeros (and no BLAS call with a zero leading dim)
     std::memset(o, 0, out.bytes());
-    return;
+    return true;
   }
   const int ik = to_blas_int(ctx, k), in = to_blas_int(ctx, n);
   const int lda = a.transpose_x ? to_blas_int(ctx, m) : ik;
   const int ldb = a.transpose_y ? ik : in;
-  if (y_count == 1 && !a.transpose_x) {
-    // y is one matrix and x's matrices are consecutive rows: one GEMM.
-    gemm(false, a.transpose_y, to_blas_int(ctx, batch * m), in, ik, xp, lda, yp, ldb, o, in);
-    return;
-  }
+  if (y_count == 1 && !a.transpose_x)  // y is one matrix and x's matrices are consecutive rows: one GEMM
+    return gemm(false, a.transpose_y, to_blas_int(ctx, batch * m), in, ik, xp, lda, yp, ldb, o, in);
   const int im = to_blas_int(ctx, m);
   const std::int64_t x_mat = m * k, y_mat = k * n, o_mat = m * n;
   std::int64_t idx[Dims::kMaxRank] = {};
   std::int64_t xo = 0, yo = 0;
   for (std::int64_t b = 0; b < batch; ++b) {
-    gemm(a.transpose_x, a.transpose_y, im, in, ik, xp + xo * x_mat, lda, yp + yo * y_mat, ldb,
-         o + b * o_mat, in);
+    if (!gemm(a.transpose_x, a.transpose_y, im, in, ik, xp + xo * x_mat, lda, yp + yo * y_mat, ldb, o + b * o_mat, in))
+      return false;
     // Odometer over the output batch index, moving x's and y's matrix index along.
     for (int i = br - 1; i >= 0; --i) {
       xo += x_step[i];
@@ -255,6 +279,7 @@ void product_into(KernelContext& ctx, const Tensor& x, const Tensor& y, const Ma
       idx[i] = 0;
     }
   }
+  return true;
 }
 
 [[noreturn, gnu::cold]] void throw_two_dtypes(const KernelContext& ctx, DataType x, DataType y) {
@@ -282,15 +307,23 @@ void matmul_kernel(KernelContext& ctx) {
   matmul_product<T>(ctx, ctx.attrs<MatmulOp>());
 }
 
-// The 16-bit floats (mixed precision): both operands widened to f32, the
-// f32 product (f32 accumulation), rounded once to D at the end.
+// The 16-bit floats (mixed precision): f32 sums rounded once to D. bf16 on
+// a CPU with native bf16 products through cpu::gemm_bf16 (oneDNN, the
+// operands as they are, summed in its order: within a rounding of the
+// widened product); otherwise both operands widened to f32 and the f32
+// product rounded at the end.
 template <DataType D>
 void matmul_half_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& y = ctx.input(1);
   require_one_dtype(ctx, x, y);
+  const auto& a = ctx.attrs<MatmulOp>();
+  if constexpr (D == DataType::BFloat16)
+    if (cpu::native_bf16_gemm() &&
+        product_into<Bf16Bits>(ctx, x, y, a, [&](const Dims& d) -> Tensor& { return ctx.alloc_output(0, d, D); }))
+      return;
   Tensor product;
-  product_into<float>(ctx, cpu::widen_half<D>(x), cpu::widen_half<D>(y), ctx.attrs<MatmulOp>(),
+  product_into<float>(ctx, cpu::widen_half<D>(x), cpu::widen_half<D>(y), a,
                       [&](const Dims& d) -> Tensor& { return product = Tensor::empty(d, DataType::Float32); });
   cpu::round_half<D>(product, ctx.alloc_output(0, product.dims(), D));
 }

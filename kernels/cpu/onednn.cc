@@ -278,6 +278,71 @@ memory conv_weights(const ConvPlan& p, const void* w, const ContentsIdentity& we
 
 bool available() { return true; }
 
+namespace {
+
+// A bf16 product's shape and strides: what its primitive depends on.
+struct GemmKey {
+  bool ta, tb;
+  std::int64_t m, n, k, lda, ldb, ldc;
+  bool operator==(const GemmKey&) const = default;
+};
+struct GemmKeyHash {
+  std::size_t operator()(const GemmKey& g) const {
+    std::size_t h = std::size_t(g.ta) * 2 + g.tb;
+    for (const std::int64_t v : {g.m, g.n, g.k, g.lda, g.ldb, g.ldc}) h = h * 1000003u ^ std::size_t(v);
+    return h;
+  }
+};
+
+// A one-thread matmul primitive and its operands' layouts.
+struct GemmPlan {
+  dnnl::matmul matmul;
+  memory::desc a, b, c;
+};
+
+// g's plan (made with the calling thread's OpenMP count at 1); none where
+// oneDNN has no primitive for it or only its reference kernel.
+std::optional<GemmPlan> make_gemm_plan(const GemmKey& g) {
+  const auto bf16 = memory::data_type::bf16;
+  GemmPlan p;
+  p.a = memory::desc({g.m, g.k}, bf16, g.ta ? memory::dims{1, g.lda} : memory::dims{g.lda, 1});
+  p.b = memory::desc({g.k, g.n}, bf16, g.tb ? memory::dims{1, g.ldb} : memory::dims{g.ldb, 1});
+  p.c = memory::desc({g.m, g.n}, bf16, memory::dims{g.ldc, 1});
+  try {
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a, p.b, p.c), cpu_engine());
+    if (reference_kernel(pd)) return std::nullopt;
+    p.matmul = dnnl::matmul(pd);
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
+  return p;
+}
+
+}  // namespace
+
+bool bf16_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const std::uint16_t* a,
+               std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, std::uint16_t* c, std::int64_t ldc) {
+  if (!native_bf16()) return false;
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+  thread_local std::unordered_map<GemmKey, std::optional<GemmPlan>, GemmKeyHash> plans;
+  const GemmKey key{ta, tb, m, n, k, lda, ldb, ldc};
+  auto it = plans.find(key);
+  if (it == plans.end()) it = plans.emplace(key, make_gemm_plan(key)).first;
+  if (!it->second) return false;
+  const GemmPlan& p = *it->second;
+  const auto& e = cpu_engine();
+  try {
+    dnnl::stream& s = thread_stream();
+    p.matmul.execute(s, {{DNNL_ARG_SRC, memory(p.a, e, const_cast<std::uint16_t*>(a))},
+                         {DNNL_ARG_WEIGHTS, memory(p.b, e, const_cast<std::uint16_t*>(b))},
+                         {DNNL_ARG_DST, memory(p.c, e, c)}});
+    s.wait();
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  return true;
+}
+
 bool sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
            const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
            std::int64_t ldc) {
@@ -681,7 +746,7 @@ bool forward(const void* x, const void* w, const void* bias, void* out, const Co
 
 void name_result(const ContentsIdentity& out_contents) { blocked_results().name(out_contents); }
 
-bool bf16_convolutions() {
+bool native_bf16() {
   static const bool native = [] {
     const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
     const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
@@ -697,7 +762,7 @@ ConvGrads conv2d_backward(const float* x, const float* w, const float* dout, flo
 
 ConvGrads conv2d_backward(const std::uint16_t* x, const std::uint16_t* w, const std::uint16_t* dout,
                           std::uint16_t* dx, std::uint16_t* dw, const Conv2dGeometry& g, bool channels_last) {
-  if (!bf16_convolutions()) return {};
+  if (!native_bf16()) return {};
   thread_local std::vector<float> dw32;
   if (dw != nullptr) dw32.resize(static_cast<std::size_t>(g.o * (g.c / g.groups) * g.kh * g.kw));
   ConvGrads done = backward(x, w, dout, dx, dw != nullptr ? dw32.data() : nullptr, g, channels_last, true);
@@ -713,12 +778,12 @@ bool conv2d_forward(const float* x, const float* w, const float* bias, float* ou
 bool conv2d_forward(const std::uint16_t* x, const std::uint16_t* w, const std::uint16_t* bias, std::uint16_t* out,
                     const Conv2dGeometry& g, ConvActivation act, const ContentsIdentity& weights,
                     const ConvLayout& layout) {
-  return bf16_convolutions() && forward(x, w, bias, out, g, act, weights, layout, true);
+  return native_bf16() && forward(x, w, bias, out, g, act, weights, layout, true);
 }
 
 }  // namespace kiln::cpu::onednn
 
 namespace kiln {
 bool cpu_convolutions_prefer_channels_last() { return true; }
-bool cpu_convolutions_compute_bf16() { return cpu::onednn::bf16_convolutions(); }
+bool cpu_convolutions_compute_bf16() { return cpu::onednn::native_bf16(); }
 }  // namespace kiln

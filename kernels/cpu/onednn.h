@@ -77,15 +77,22 @@ bool conv2d_forward(const float* x, const float* w, const float* bias, float* ou
 // copy; memory written another way must not be named.
 void name_result(const ContentsIdentity& out_contents);
 
-// Whether oneDNN computes bf16 convolutions natively on this CPU (its
-// AVX512-BF16 or AMX kernels: about twice its f32 speed); elsewhere it
-// would emulate them, slower than f32, and the bf16 overloads below
-// return false / nothing.
-bool bf16_convolutions();
+// Whether oneDNN computes bf16 convolutions and products natively on this
+// CPU (its AVX512-BF16 or AMX kernels: about twice its f32 speed, 2-3x for
+// products); elsewhere it would emulate them, slower than f32, and the
+// bf16 overloads below and bf16_gemm return false / nothing.
+bool native_bf16();
+
+// c = op(a) · op(b) of row-major bf16 matrices (bit patterns), each sum
+// taken in f32 and rounded once into c, on the calling thread alone (one
+// primitive per shape and thread, kept); false where !native_bf16() or
+// oneDNN has only its reference kernel for the shape (c then unspecified).
+bool bf16_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const std::uint16_t* a,
+               std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, std::uint16_t* c, std::int64_t ldc);
 
 // conv2d_forward of bf16 x, w, bias and out (bit patterns), accumulated in
 // f32 with bias and activation applied in f32, out rounded once; false
-// where !bf16_convolutions().
+// where !native_bf16().
 bool conv2d_forward(const std::uint16_t* x, const std::uint16_t* w, const std::uint16_t* bias,
                     std::uint16_t* out, const Conv2dGeometry& g, ConvActivation act,
                     const ContentsIdentity& weights, const ConvLayout& layout = {});
@@ -112,7 +119,7 @@ ConvGrads conv2d_backward(const float* x, const float* w, const float* dout, flo
 
 // conv2d_backward of bf16 operands: dx rounded once from oneDNN's f32
 // accumulation, dw summed over the slices in f32 and rounded once; nothing
-// where !bf16_convolutions().
+// where !native_bf16().
 ConvGrads conv2d_backward(const std::uint16_t* x, const std::uint16_t* w, const std::uint16_t* dout,
                           std::uint16_t* dx, std::uint16_t* dw, const Conv2dGeometry& g,
                           bool channels_last = false);

@@ -20,7 +20,12 @@ bool conv2d_forward(const float*, const float*, const float*, float*, const Conv
 
 void name_result(const ContentsIdentity&) {}
 
-bool bf16_convolutions() { return false; }
+bool native_bf16() { return false; }
+
+bool bf16_gemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, const std::uint16_t*, std::int64_t,
+               const std::uint16_t*, std::int64_t, std::uint16_t*, std::int64_t) {
+  return false;
+}
 
 bool conv2d_forward(const std::uint16_t*, const std::uint16_t*, const std::uint16_t*, std::uint16_t*,
                     const Conv2dGeometry&, ConvActivation, const ContentsIdentity&, const ConvLayout&) {

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../../kernels/cpu/cpu_blas.h"
 #include "kernel/half_test_util.h"
 #include "kernel/kernel_test_util.h"
 #include "kiln/kernel/half_via_f32.h"
@@ -74,6 +75,20 @@ void check_rounded(std::string_view what, const std::vector<Tensor>& half, const
   }
 }
 
+// Whether each element of `half` is within a bf16 rounding of `f32` (half
+// an ulp, 2^-9 relative, and room for a sum taken in another order).
+bool within_rounding(const Tensor& half, const Tensor& f32) {
+  if (half.dims() != f32.dims() || half.dtype() != DataType::BFloat16) return false;
+  const auto* p = static_cast<const std::uint16_t*>(half.raw_data());
+  const float* q = f32.data<float>();
+  float scale = 0;
+  for (std::int64_t i = 0; i < f32.numel(); ++i) scale = std::max(scale, std::fabs(q[i]));
+  for (std::int64_t i = 0; i < half.numel(); ++i)
+    if (!(std::fabs(from_half(p[i], DataType::BFloat16) - q[i]) <= std::ldexp(std::fabs(q[i]), -8) + 1e-5f * scale))
+      return false;
+  return true;
+}
+
 Tensor matmul(const Tensor& x, const Tensor& y, bool tx, bool ty) {
   return run_kernel({x, y}, [&](Builder& b, const std::vector<Value>& v) {
            return b.create<MatmulOp>(v[0], v[1], tx, ty).operation();
@@ -82,22 +97,35 @@ Tensor matmul(const Tensor& x, const Tensor& y, bool tx, bool ty) {
 
 }  // namespace
 
-TEST_CASE("a bf16 or f16 matmul is the f32 matmul of its widened operands, rounded once, with any "
-          "transposes and batch dims",
+TEST_CASE("an f16 matmul, and a bf16 one on a CPU without native bf16 products, is the f32 matmul of its widened "
+          "operands, rounded once; a bf16 one with them is within a rounding of it; any transposes and batch dims",
           "[kernel][half]") {
   for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
     INFO(to_string(dt));
+    const bool native = dt == DataType::BFloat16 && cpu::native_bf16_gemm();
+    const auto check = [&](const Tensor& got, const Tensor& f32) {
+      CHECK(got.dtype() == dt);
+      CHECK((native ? within_rounding(got, f32) : is_rounded(got, f32)));
+    };
     for (bool tx : {false, true})
       for (bool ty : {false, true}) {
         INFO("transposes " << tx << ty);
         const Tensor x = random_half(tx ? Dims{70, 33} : Dims{33, 70}, dt, 1);
         const Tensor y = random_half(ty ? Dims{45, 70} : Dims{70, 45}, dt, 2);
-        const Tensor got = matmul(x, y, tx, ty);
-        CHECK(got.dtype() == dt);
-        CHECK(is_rounded(got, matmul(widen(x), widen(y), tx, ty)));
+        check(matmul(x, y, tx, ty), matmul(widen(x), widen(y), tx, ty));
+        // Batches of x against one y (one product of their rows) and
+        // batches of both, y broadcast.
+        const Tensor bx = random_half(tx ? Dims{2, 3, 70, 33} : Dims{2, 3, 33, 70}, dt, 3);
+        const Tensor by = random_half(ty ? Dims{3, 45, 70} : Dims{3, 70, 45}, dt, 4);
+        check(matmul(bx, y, tx, ty), matmul(widen(bx), widen(y), tx, ty));
+        check(matmul(bx, by, tx, ty), matmul(widen(bx), widen(by), tx, ty));
       }
-    const Tensor bx = random_half(Dims{3, 5, 7}, dt, 3), by = random_half(Dims{3, 7, 4}, dt, 4);
-    CHECK(is_rounded(matmul(bx, by, false, false), matmul(widen(bx), widen(by), false, false)));
+    // A sum of 4096 products: f32 accumulation, not bf16.
+    const Tensor lx = random_half({8, 4096}, dt, 5), ly = random_half({4096, 8}, dt, 6);
+    check(matmul(lx, ly, false, false), matmul(widen(lx), widen(ly), false, false));
+    // Empty products: zeros, and nothing to multiply.
+    check(matmul(random_half({4, 0}, dt, 7), random_half({0, 5}, dt, 8), false, false),
+          Tensor::zeros(Dims{4, 5}, DataType::Float32));
   }
 }
 
@@ -154,20 +182,6 @@ TEST_CASE("an f16 conv2d and its gradient, and the bf16 or f16 pools, are the f3
           .operation();
     });
   }
-}
-
-// Whether each element of `half` is within a bf16 rounding of `f32` (half
-// an ulp, 2^-9 relative, and room for a sum taken in another order).
-bool within_rounding(const Tensor& half, const Tensor& f32) {
-  if (half.dims() != f32.dims() || half.dtype() != DataType::BFloat16) return false;
-  const auto* p = static_cast<const std::uint16_t*>(half.raw_data());
-  const float* q = f32.data<float>();
-  float scale = 0;
-  for (std::int64_t i = 0; i < f32.numel(); ++i) scale = std::max(scale, std::fabs(q[i]));
-  for (std::int64_t i = 0; i < half.numel(); ++i)
-    if (!(std::fabs(from_half(p[i], DataType::BFloat16) - q[i]) <= std::ldexp(std::fabs(q[i]), -8) + 1e-5f * scale))
-      return false;
-  return true;
 }
 
 // Each output of make's op on bf16 `in` against the f32 kernel on the widened

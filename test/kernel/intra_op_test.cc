@@ -306,6 +306,22 @@ TEST_CASE("f32 matmuls give the same bits at any thread count, transposed or not
       }
 }
 
+TEST_CASE("bf16 matmuls (oneDNN's bf16 products where the CPU has them) give the same bits at any thread "
+          "count, transposed or not, batched or not",
+          "[kernel][intra_op][half]") {
+  const auto bf16 = [](const Tensor& t) { return run_op<CastOp>({t}, DataType::BFloat16).out(); };
+  for (const auto& [m, n, k] : {std::tuple{1, 1000, 1280}, {16, 512, 1000}, {33, 16, 4096}, {256, 768, 300}})
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true}) {
+        INFO(m << "x" << n << "x" << k << (ta ? ", a transposed" : "") << (tb ? ", b transposed" : ""));
+        const Tensor a = bf16(filled<float>(ta ? Dims{k, m} : Dims{m, k}, -1, 1, 1));
+        const Tensor b = bf16(filled<float>(tb ? Dims{n, k} : Dims{k, n}, -1, 1, 2));
+        same_bits_at_any_thread_count([&] { return run_op<MatmulOp>({a, b}, ta, tb); });
+      }
+  const Tensor a = bf16(filled<float>(Dims{3, 64, 200}, -1, 1, 3)), b = bf16(filled<float>(Dims{3, 200, 96}, -1, 1, 4));
+  same_bits_at_any_thread_count([&] { return run_op<MatmulOp>({a, b}, false, false); });
+}
+
 TEST_CASE("bf16 convolutions and their gradients (oneDNN's bf16 kernels where the CPU has them) give the "
           "same bits at any thread count, NHWC and NCHW",
           "[kernel][intra_op][half]") {
