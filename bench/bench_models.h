@@ -128,12 +128,14 @@ inline constexpr std::int64_t kVocab = 96, kModel = 128, kHeads = 4, kFF = 512, 
                        kSeq = 64, kBatch = 16;
 
 // A GPT's sizes: the small char GPT by default; gpt2_small() is GPT-2
-// small's (124M parameters) at sequence 512, batch 8.
+// small's (124M parameters) at sequence 512, batch 8; gpt_d512() between.
 struct GptShape {
   std::int64_t vocab = kVocab, model = kModel, heads = kHeads, ff = kFF, layers = kLayers, seq = kSeq,
                batch = kBatch;
 };
 inline GptShape gpt2_small() { return {50257, 768, 12, 3072, 12, 512, 8}; }
+// A GPT of the size a CPU trains (17 M parameters, 1024 tokens a step).
+inline GptShape gpt_d512() { return {8192, 512, 8, 2048, 4, 128, 8}; }
 
 // Token and position embeddings, `layers` causal post-norm blocks (GELU),
 // a final layer norm and a linear head; next-token cross-entropy; AdamW.

@@ -11,6 +11,10 @@
 //            AdamW(3e-4, weight_decay 0.01).
 //   RNN:     Elman RNN (tanh) as examples/rnn builds it, input 64, hidden
 //            128, seq 32, batch 32, time-major; linear head to 10; MSE; SGD(0.01).
+//   GPT d512: the GPT at vocab 8192, d_model 512, 8 heads, FF 2048, 4
+//            blocks, seq 128, batch 8 (bench_models.h's gpt_d512()), in f32
+//            and under amp O1 in bf16 (oneDNN's bf16 matmuls where the CPU
+//            has them).
 // Data: random but fixed (one batch, fed every step).
 //   BENCH model.{lenet,gpt,rnn}.t1, .t2           ms/step (medians after warm-up)
 //         .t1 at 1 thread; .t2 at 2 threads, the executor's default
@@ -19,6 +23,8 @@
 //         executors) in which it kept Blas, .t2.plan_is_sequential: Sequential;
 //         .t2.graph / .t2.blas: each plan forced (2 graph workers with BLAS
 //         at 1, or 1 graph thread with BLAS at 2)
+//   BENCH model.gpt_d512.{t1,t2}, model.gpt_d512.amp_bf16.{t1,t2}  ms/step
+//         (medians of 2 interleaved rounds of 3 steps after warm-up)
 //   BENCH model.{lenet,gpt}.t1.cpu, .t1.min      CPU time / fastest repetition (ms)
 //   BENCH model.gpt.floor.t1                      ms: every GEMM of a GPT step
 //         (forward and backward, the dense layers' and the attention's per
@@ -35,7 +41,8 @@
 // Comment lines (#): the loss over 20 training steps from a fresh start (it
 // must fall) and each model's per-op breakdown of a profiled step at 1
 // thread, biggest first; KILN_BENCH_DETAIL=1 also prints each main program.
-// Filters: "models" / "model" (all), "model.lenet", "model.gpt", "model.rnn".
+// Filters: "models" / "model" (all), "model.lenet", "model.gpt", "model.rnn",
+// "model.gpt_d512".
 // `model_bench model.loop.{lenet,gpt,rnn} [seconds] [threads] [auto | graph | blas
 // | sequential]` only runs steps (a target for perf), printing nothing.
 #include <algorithm>
@@ -399,6 +406,47 @@ void run_gpt() {
   emit("model.gpt.fused.ceiling", median(without).wall / floor.wall, "ratio");
 }
 
+// ms per step of `steps` steps after the warm-up the thread-plan tuner
+// needs, from a fresh executor (step_ms's lean form, for a model whose step
+// takes a large part of a second); the loss after them in *loss.
+std::vector<double> steps_ms(Model& m, unsigned threads, int steps, float* loss) {
+  kiln::Executor exe(kiln::Place::cpu(), options(threads));
+  exe.run(m.startup);
+  const std::vector<kiln::FetchTarget> fetch{m.loss};
+  std::vector<kiln::Tensor> out(1);
+  // The first steps create oneDNN's primitives and fill the allocator's
+  // cache (the amp step at one thread: 1.6, 1.0, 0.9, 0.9 s, then 0.43).
+  const int warm = threads > 1 ? 2 + 2 * kiln::ThreadPlanTuner::kTrials : 5;
+  for (int i = 0; i < warm; ++i) exe.run(m.main, m.feeds, fetch, out);
+  std::vector<double> t;
+  for (int i = 0; i < steps; ++i) t.push_back(time_ns([&] { exe.run(m.main, m.feeds, fetch, out); }) / 1e6);
+  *loss = out[0].to_vector<float>()[0];
+  kiln::blas_set_num_threads(1);  // as step_ms leaves it
+  if (threads > 1) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  return t;
+}
+
+// model.gpt_d512 in f32 and under amp O1 in bf16, at 1 and 2 threads, in
+// two interleaved rounds.
+void run_gpt_d512() {
+  const std::string name[2] = {"model.gpt_d512", "model.gpt_d512.amp_bf16"};
+  std::unique_ptr<Model> m[2] = {gpt_model(kiln::Place::cpu(), gpt_d512()),
+                                 gpt_model(kiln::Place::cpu(), gpt_d512(), /*amp=*/true)};
+  std::vector<double> t1[2], t2[2];
+  float loss[2] = {};
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 2; ++i) {
+      for (double v : steps_ms(*m[i], 1, 3, &loss[i])) t1[i].push_back(v);
+      for (double v : steps_ms(*m[i], 2, 3, &loss[i])) t2[i].push_back(v);
+    }
+  for (int i = 0; i < 2; ++i) {
+    std::printf("# %s: loss %.5f after %d steps at 2 threads\n", name[i].c_str(), double(loss[i]),
+                3 + 2 + 2 * kiln::ThreadPlanTuner::kTrials);  // warm-up and timed
+    emit(name[i] + ".t1", median(t1[i]), "ms");
+    emit(name[i] + ".t2", median(t2[i]), "ms");
+  }
+}
+
 void run_rnn() {
   auto m = rnn_model();
   if (detail()) std::printf("# model.rnn main program:\n%s", m->main.to_string().c_str());
@@ -439,5 +487,6 @@ int main(int argc, char** argv) {
   if (all || filter == "model.lenet") run_lenet();
   if (all || filter == "model.gpt") run_gpt();
   if (all || filter == "model.rnn" || filter == "cf") run_rnn();
+  if (all || filter == "model.gpt_d512") run_gpt_d512();
   return 0;
 }

@@ -23,7 +23,14 @@ Prints, in ms per training step, medians of several repetitions after warm-up:
 and every variant and setting as a # line. Debian's torch calls OpenBLAS
 (pthreads build) for its GEMMs, whose thread count torch.set_num_threads
 does not set: it is set through ctypes (torch_threads.py).
-Usage: gpt_torch.py [filter]  (runs for "", "models", "model", "model.gpt")
+
+model.gpt_d512 (kiln's model_bench model.gpt_d512): the same GPT at vocab
+8192, d_model 512, 8 heads, FF 2048, 4 blocks, seq 128, batch 8, as the
+sdpa variant (the fastest there), in f32 and under CPU autocast in bf16
+(oneDNN's bf16 matmuls), the best of the thread settings above for t2:
+  BENCH model.gpt_d512.torch.t1, .t2, model.gpt_d512.amp_bf16.torch.t1, .t2  ms
+Usage: gpt_torch.py [filter]  (runs for "", "models", "model", "model.gpt",
+"model.gpt_d512")
 """
 import math
 import os
@@ -32,7 +39,7 @@ import sys
 import time
 
 FILTER = sys.argv[1] if len(sys.argv) > 1 else ""
-if __name__ == "__main__" and FILTER not in ("", "models", "model", "model.gpt"):
+if __name__ == "__main__" and FILTER not in ("", "models", "model", "model.gpt", "model.gpt_d512"):
     sys.exit(0)
 
 import torch  # noqa: E402
@@ -41,29 +48,32 @@ from torch_threads import set_threads, time_steps  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 VOCAB, D, HEADS, FF, LAYERS, SEQ, BATCH = 96, 128, 4, 512, 2, 64, 16
+TINY = (VOCAB, D, HEADS, FF, LAYERS, SEQ, BATCH)
+D512 = (8192, 512, 8, 2048, 4, 128, 8)
 
 
 class Block(nn.Module):
     """Pre-LN causal block, as kiln's TransformerEncoderLayer(x, causal=true)."""
 
-    def __init__(self, use_sdpa):
+    def __init__(self, use_sdpa, shape=TINY):
         super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(D), nn.LayerNorm(D)
-        self.qkv, self.out = nn.Linear(D, 3 * D), nn.Linear(D, D)
-        self.linear1, self.linear2 = nn.Linear(D, FF), nn.Linear(FF, D)
+        _, d, self.heads, ff, _, seq, _ = shape
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.linear1, self.linear2 = nn.Linear(d, ff), nn.Linear(ff, d)
         self.use_sdpa = use_sdpa
-        mask = torch.full((SEQ, SEQ), float("-inf")).triu(1)
+        mask = torch.full((seq, seq), float("-inf")).triu(1)
         self.register_buffer("mask", mask)
 
     def attention(self, x):
-        b, l, _ = x.shape
-        q, k, v = self.qkv(x).view(b, l, 3, HEADS, D // HEADS).permute(2, 0, 3, 1, 4).unbind(0)
+        b, l, d = x.shape
+        q, k, v = self.qkv(x).view(b, l, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
         if self.use_sdpa:
             o = F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
         else:
-            s = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(D // HEADS)) + self.mask
+            s = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(d // self.heads)) + self.mask
             o = torch.matmul(torch.softmax(s, dim=-1), v)
-        return self.out(o.transpose(1, 2).reshape(b, l, D))
+        return self.out(o.transpose(1, 2).reshape(b, l, d))
 
     def forward(self, x):
         x = x + self.attention(self.norm1(x))
@@ -71,20 +81,21 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, variant):
+    def __init__(self, variant, shape=TINY):
         super().__init__()
-        self.tok, self.pos = nn.Embedding(VOCAB, D), nn.Embedding(SEQ, D)
+        vocab, d, heads, ff, layers, seq, _ = shape
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
         self.variant = variant
         if variant == "layer":
             self.blocks = nn.ModuleList(
-                nn.TransformerEncoderLayer(D, HEADS, FF, dropout=0.0, activation="gelu",
+                nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, activation="gelu",
                                            batch_first=True, norm_first=True)
-                for _ in range(LAYERS))
-            self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(SEQ))
+                for _ in range(layers))
+            self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq))
         else:
-            self.blocks = nn.ModuleList(Block(variant == "sdpa") for _ in range(LAYERS))
-        self.norm, self.head = nn.LayerNorm(D), nn.Linear(D, VOCAB)
-        self.register_buffer("positions", torch.arange(SEQ))
+            self.blocks = nn.ModuleList(Block(variant == "sdpa", shape) for _ in range(layers))
+        self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, vocab)
+        self.register_buffer("positions", torch.arange(seq))
 
     def forward(self, ids):
         x = self.tok(ids) + self.pos(self.positions)
@@ -93,23 +104,48 @@ class GPT(nn.Module):
         return self.head(self.norm(x))
 
 
-def build(variant):
+def build(variant, shape=TINY, amp=False):
+    """One training step of the GPT (`amp`: its forward under CPU autocast in bf16)."""
+    vocab, _, _, _, _, seq_len, batch = shape
     torch.manual_seed(0)
-    model = GPT(variant)
+    model = GPT(variant, shape)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
     g = torch.Generator().manual_seed(12)
-    seq = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g, dtype=torch.int64)
+    seq = torch.randint(0, vocab, (batch, seq_len + 1), generator=g, dtype=torch.int64)
     ids, label = seq[:, :-1].contiguous(), seq[:, 1:].reshape(-1).contiguous()
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(ids).reshape(-1, VOCAB), label)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            logits = model(ids)
+        loss = F.cross_entropy(logits.float().reshape(-1, vocab), label)
         loss.backward()
         opt.step()
         return loss
 
     return step
+
+
+def main_d512():
+    """model.gpt_d512 in f32 and amp_bf16: t1, and t2 as the best thread setting."""
+    steps = {"": build("sdpa", D512), ".amp_bf16": build("sdpa", D512, amp=True)}
+    settings = {"t1": (1, 1), "t2": (2, 2), "t2.intra2_blas1": (2, 1), "t2.intra1_blas2": (1, 2)}
+    samples = {(m, k): [] for m in steps for k in settings}
+    for _ in range(2):
+        for m, step in steps.items():
+            for k, (intra, blas) in settings.items():
+                set_threads(intra, blas)
+                samples[(m, k)] += time_steps(step, 1, 3, warm=2)
+                set_threads(1, 1)
+                time.sleep(0.25)
+    for m in steps:
+        med = {k: statistics.median(samples[(m, k)]) for k in settings}
+        for k, v in med.items():
+            print(f"# model.gpt_d512{m}.torch.{k}: median {v:.1f} ms")
+        print(f"BENCH model.gpt_d512{m}.torch.t1 {med['t1']:.3f} ms")
+        print(f"BENCH model.gpt_d512{m}.torch.t2 {min(v for k, v in med.items() if k != 't1'):.3f} ms")
+    sys.stdout.flush()
 
 
 def main():
@@ -149,4 +185,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if FILTER != "model.gpt_d512":
+        main()
+    if FILTER in ("", "models", "model", "model.gpt_d512"):
+        main_d512()
