@@ -4,8 +4,9 @@
 // Math::forward — plus maximum_grad /
 // minimum_grad and add_n. Same-shape and scalar operands take flat loops;
 // everything else runs the collapsed broadcast plan (cpu_kernel_util.h).
-#include <type_traits>
+#include <algorithm>
 #include <string_view>
+#include <type_traits>
 
 #include "cpu_half.h"
 #include "cpu_kernel_util.h"
@@ -42,24 +43,77 @@ struct Binary {
   };
 };
 
-// The 16-bit floats: both operands widened to f32, Math::forward in f32,
-// the result rounded back to nearest even (one rounding, as PyTorch's CPU
-// half kernels).
+// ---- the 16-bit floats: Math::forward in f32 on the widened operands, each
+// result rounded once (PyTorch's CPU half kernels' rule) ----
+
+// How a 16-bit operand lines up with the flat output: element i of the
+// output reads element i (Full), its one element (Scalar), or element
+// i mod len (Row: its dims are the output's trailing dims, a bias).
+struct HalfOperand {
+  enum class Kind { Full, Scalar, Row, Other } kind;
+  std::int64_t len;
+};
+
+HalfOperand half_operand(const Dims& d, const Dims& od) {
+  const std::int64_t n = d.numel();
+  if (n == od.numel()) return {HalfOperand::Kind::Full, n};
+  if (n == 1) return {HalfOperand::Kind::Scalar, 1};
+  int lead = 0;  // d without its leading 1s must be od's trailing dims
+  while (lead < d.rank() && d[lead] == 1) ++lead;
+  const int k = d.rank() - lead, shift = od.rank() - k;
+  bool row = shift >= 0;
+  for (int i = 0; row && i < k; ++i) row = d[lead + i] == od[shift + i];
+  return {row ? HalfOperand::Kind::Row : HalfOperand::Kind::Other, n};
+}
+
+// Elements [i, i + m) of the output's view of operand p, widened into out.
+template <DataType D>
+void widen_operand(const std::uint16_t* p, const HalfOperand& o, std::int64_t i, std::int64_t m, float* out) {
+  if (o.kind == HalfOperand::Kind::Full) return widen_half_row<D>(p + i, out, m);
+  if (o.kind == HalfOperand::Kind::Scalar) {
+    widen_half_row<D>(p, out, 1);
+    return std::fill(out + 1, out + m, out[0]);
+  }
+  for (std::int64_t done = 0, j = i % o.len; done < m; j = 0) {
+    const std::int64_t take = std::min(m - done, o.len - j);
+    widen_half_row<D>(p + j, out + done, take);
+    done += take;
+  }
+}
+
+constexpr std::int64_t kHalfChunk = 2048;
+
+// Same-shape, scalar and row operands: a chunk of the output at a time
+// through the thread's f32 scratch, without f32 copies of the tensors;
+// other broadcasts widen both tensors whole. The f32 kernel's bits either
+// way (one elementwise operation per output).
 template <typename Math, DataType D>
 void binary_half_kernel(KernelContext& ctx) {
-  auto widen = [&](const Tensor& t) {
-    if (t.dtype() != D)
-      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' operands must both be ",
-                  to_string(D), ", got ", to_string(t.dtype()));
-    return widen_half<D>(t);
-  };
-  const Tensor x = widen(ctx.input(0)), y = widen(ctx.input(1));
+  const Tensor x = input_of(ctx, 0, D), y = input_of(ctx, 1, D);  // copies: alive past alloc_output
   const Dims od = broadcast_dims(ctx.op()->name(), x.dims(), y.dims());
-  Tensor r = Tensor::empty(od, DataType::Float32);
-  if (od.numel())
-    run_broadcast<MathForward<Math>>(make_broadcast_plan(x.dims(), y.dims(), od), x.data<float>(),
-                                     y.data<float>(), r.data<float>());
-  round_half<D>(r, ctx.alloc_output(0, od, D));
+  const HalfOperand ox = half_operand(x.dims(), od), oy = half_operand(y.dims(), od);
+  if (ox.kind == HalfOperand::Kind::Other || oy.kind == HalfOperand::Kind::Other) {
+    const Tensor wx = widen_half<D>(x), wy = widen_half<D>(y);
+    Tensor r = Tensor::empty(od, DataType::Float32);
+    if (od.numel())
+      run_broadcast<MathForward<Math>>(make_broadcast_plan(x.dims(), y.dims(), od), wx.data<float>(),
+                                       wy.data<float>(), r.data<float>());
+    return round_half<D>(r, ctx.alloc_output(0, od, D));
+  }
+  const auto* px = static_cast<const std::uint16_t*>(x.raw_data());
+  const auto* py = static_cast<const std::uint16_t*>(y.raw_data());
+  auto* po = static_cast<std::uint16_t*>(ctx.alloc_output(0, od, D).raw_data());
+  parallel_for(od.numel(), items_per_range(6), [=](std::int64_t b, std::int64_t e) {
+    float* buf = scratch<float>(3 * kHalfChunk);
+    float *a = buf, *c = buf + kHalfChunk, *r = buf + 2 * kHalfChunk;
+    for (std::int64_t i = b; i < e; i += kHalfChunk) {
+      const std::int64_t m = std::min(kHalfChunk, e - i);
+      widen_operand<D>(px, ox, i, m, a);
+      widen_operand<D>(py, oy, i, m, c);
+      for (std::int64_t k = 0; k < m; ++k) r[k] = MathForward<Math>::apply(a[k], c[k]);
+      round_half_row<D>(r, po + i, m);
+    }
+  });
 }
 
 // One registration per member of BinaryFamily (binary_ops.h): the floats

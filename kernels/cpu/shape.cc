@@ -609,10 +609,46 @@ void sum_groups(const T* px, const Dims& xd, const Dims& td, Acc* acc) {
   }
 }
 
+// How reduce_as reads and writes elements of type T: as they are, f32 sums
+// taken in f64 (as kiln.sum does).
 template <typename T>
+struct PlainSums {
+  using Stored = T;
+  using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
+  static const Tensor& input(const KernelContext& ctx) { return typed_input<T>(ctx, 0); }
+  static T store(Acc a) { return static_cast<T>(a); }
+};
+
+// A bf16 or f16 element's bits, read as its value (exact in f32 and f64).
+template <DataType D>
+struct HalfValue {
+  std::uint16_t bits;
+  explicit operator double() const {
+    return D == DataType::BFloat16 ? bfloat16_to_float(bits) : half_to_float(bits);
+  }
+};
+
+// bf16 and f16 read where they lie, summed in f64 and stored through f32
+// as the f32 kernel's results on the widened x are, rounded once: its bits
+// without an f32 copy of x (a bias gradient's [B·L, N] → [N]).
+template <DataType D>
+struct HalfSums {
+  using Stored = HalfValue<D>;
+  using Acc = double;
+  static const Tensor& input(const KernelContext& ctx) { return input_of(ctx, 0, D); }
+  static Stored store(double a) {
+    const float f = static_cast<float>(a);
+    return {D == DataType::BFloat16 ? float_to_bfloat16(f) : float_to_half(f)};
+  }
+};
+
+template <typename Sums>
 struct ReduceAsK {
+  using Stored = typename Sums::Stored;
+  using Acc = typename Sums::Acc;
+
   static void run(KernelContext& ctx) {
-    const Tensor& xin = typed_input<T>(ctx, 0);
+    const Tensor& xin = Sums::input(ctx);
     const Dims td = ctx.input(1).dims();
     const Dims& xd = xin.dims();
     const int rx = xd.rank(), rt = td.rank(), lead = rx - rt;
@@ -622,26 +658,27 @@ struct ReduceAsK {
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' cannot sum [",
                   xd.to_string(), "] down to [", td.to_string(),
                   "] (the target's dims must equal x's trailing dims or be 1)");
-    using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
     const std::int64_t on = td.numel(), xn = xin.numel();
     if (on == 1 && xn > 1) {  // everything into one element (a bias of [1]): sum_groups' one run
-      const Acc total = sum_run<Acc>(xin.data<T>(), xn);
-      ctx.alloc_output(0, td, xin.dtype()).template data<T>()[0] = static_cast<T>(total);
+      const Acc total = sum_run<Acc>(elements(xin), xn);
+      *static_cast<Stored*>(ctx.alloc_output(0, td, xin.dtype()).raw_data()) = Sums::store(total);
       return;
     }
     const Tensor x = xin;  // a copy: alive while the output is (re)allocated
     Tensor& out = ctx.alloc_output(0, td, x.dtype());
-    const T* px = x.data<T>();
-    T* po = out.data<T>();
+    const Stored* px = elements(x);
+    auto* po = static_cast<Stored*>(out.raw_data());
     if (on == xn) {  // nothing summed (only size-1 dims differ)
-      if (xn) std::memcpy(po, px, static_cast<std::size_t>(xn) * sizeof(T));
+      if (xn) std::memcpy(po, px, static_cast<std::size_t>(xn) * sizeof(Stored));
       return;
     }
     Acc* acc = scratch<Acc>(on);  // f32 sums accumulate in f64, as kiln.sum does
     std::fill(acc, acc + on, Acc(0));
     if (xn > 0) sum_groups(px, xd, td, acc);
-    for (std::int64_t j = 0; j < on; ++j) po[j] = static_cast<T>(acc[j]);
+    for (std::int64_t j = 0; j < on; ++j) po[j] = Sums::store(acc[j]);
   }
+
+  static const Stored* elements(const Tensor& t) { return static_cast<const Stored*>(t.raw_data()); }
 };
 
 // ---- reshape_as: a view (ViewLike {0, 0}), any dtype ----
@@ -783,7 +820,15 @@ struct SliceGradK {
 KILN_REGISTER_KERNELS(FullOp, Cpu, FullK, float, double, std::int8_t, std::int32_t, std::int64_t, bool);
 KILN_REGISTER_KERNEL(FullOp, Cpu, BFloat16, full_half_kernel<DataType::BFloat16>);
 KILN_REGISTER_KERNEL(FullOp, Cpu, Float16, full_half_kernel<DataType::Float16>);
-KILN_REGISTER_KERNELS(ReduceAsOp, Cpu, ReduceAsK, float, double);
+template <typename T>
+using PlainReduceAsK = ReduceAsK<PlainSums<T>>;
+KILN_REGISTER_KERNELS(ReduceAsOp, Cpu, PlainReduceAsK, float, double);
+[[maybe_unused]] const bool half_reduce_as_registered =
+    (KernelRegistrar<ReduceAsOp>(PlaceKind::Cpu, DataType::BFloat16, &ReduceAsK<HalfSums<DataType::BFloat16>>::run,
+                                 ReduceAsOp::name),
+     KernelRegistrar<ReduceAsOp>(PlaceKind::Cpu, DataType::Float16, &ReduceAsK<HalfSums<DataType::Float16>>::run,
+                                 ReduceAsOp::name),
+     true);
 KILN_REGISTER_KERNEL(ReshapeAsOp, Cpu, Undefined, reshape_as_kernel);
 KILN_REGISTER_KERNEL(ReshapeAsOp, Cuda, Undefined, reshape_as_kernel);  // a view, as reshape
 KILN_REGISTER_KERNEL(ZerosLikeOp, Cpu, Undefined, zeros_like_kernel);

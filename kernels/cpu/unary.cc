@@ -3,7 +3,7 @@
 // functions, erf, floor, ceil, round, sign) and its gradient ops expanded
 // from the Math structs (f32, f64, integers where the math allows; bf16 and
 // f16 through the f32 loops chunk by chunk), the in-place relu_ / sqrt_ (the output variable is
-// the input variable), gelu and gelu_grad, scale, assign and cast.
+// the input variable), gelu and gelu_grad (bf16 and f16 chunked alike), scale, assign and cast.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -172,6 +172,32 @@ struct GeluGradK {
     else unary_grad<GeluErfG, T>(ctx);
   }
 };
+
+// gelu and its gradient in bf16 / f16: the family's chunked 16-bit loops
+// over gelu's f32 math (its bits on the widened operands, rounded once).
+template <DataType D>
+struct GeluHalfK {
+  static void run(KernelContext& ctx) {
+    if (ctx.attrs<GeluOp>().approximate) unary_half_apply<GeluTanhMath, D>(ctx);
+    else unary_half_apply<GeluErfF, D>(ctx);
+  }
+};
+template <DataType D>
+struct GeluHalfGradK {
+  static void run(KernelContext& ctx) {
+    if (ctx.attrs<GradOf<GeluOp>>().approximate) unary_half_grad<GeluTanhMath, D>(ctx);
+    else unary_half_grad<GeluErfG, D>(ctx);
+  }
+};
+
+template <DataType D>
+void register_gelu_half() {
+  KernelRegistrar<GeluOp>(PlaceKind::Cpu, D, &GeluHalfK<D>::run, GeluOp::name);
+  KernelRegistrar<GradOf<GeluOp>>(PlaceKind::Cpu, D, &GeluHalfGradK<D>::run, GradOf<GeluOp>::name);
+}
+
+[[maybe_unused]] const bool gelu_halves_registered = (register_gelu_half<DataType::BFloat16>(),
+                                                      register_gelu_half<DataType::Float16>(), true);
 
 template <typename T>
 struct ScaleK {

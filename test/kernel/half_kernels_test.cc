@@ -433,12 +433,22 @@ void check_unary_family(MathList<Maths...>, DataType dt) {
 }
 }  // namespace
 
-TEST_CASE("the bf16 and f16 unary family and its gradients are the f32 kernels on the widened "
+TEST_CASE("the bf16 and f16 unary family and gelu, and their gradients, are the f32 kernels on the widened "
           "operands, rounded once",
           "[kernel][half]") {
   for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
     INFO(to_string(dt));
     check_unary_family(UnaryFamily{}, dt);
+    const Tensor x = random_half({3, 2501}, dt, 13), d = random_half({3, 2501}, dt, 14);
+    for (bool approximate : {false, true}) {
+      INFO("approximate " << approximate);
+      check_rounded("gelu", {x}, [&](Builder& b, const std::vector<Value>& v) {
+        return b.create<GeluOp>(v[0], approximate).operation();
+      });
+      check_rounded("gelu_grad", {x, d}, [&](Builder& b, const std::vector<Value>& v) {
+        return b.create<GradOf<GeluOp>>(GradOf<GeluOp>::Attributes{approximate}, v[0], v[1]).operation();
+      });
+    }
   }
 }
 
@@ -512,4 +522,67 @@ TEST_CASE("a bf16 max_pool2d_grad whose dout does not have the pooled shape is a
                                 }),
                      InvalidArgument, {"kiln.max_pool2d_grad", "dout"});
   }
+}
+
+TEST_CASE("a bf16 or f16 reduce_as is the f32 kernel on the widened x, rounded once, for every way of summing",
+          "[kernel][half]") {
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    INFO(to_string(dt));
+    const Tensor x = random_half({4, 33, 65}, dt, 30);
+    // A bias gradient's rows, a column sum, all into one, nothing summed.
+    for (const Dims& target : {Dims{65}, Dims{1, 65}, Dims{33, 1}, Dims{4, 1, 65}, Dims{1}, Dims{4, 33, 65}}) {
+      INFO("to [" << target.to_string() << "]");
+      check_rounded("reduce_as", {x, random_half(target, dt, 31)}, [](Builder& b, const std::vector<Value>& v) {
+        return b.create<ReduceAsOp>(v[0], v[1]).operation();
+      });
+    }
+    KILN_CHECK_ERROR(run_kernel({x, random_half({5}, dt, 32)},
+                                [&](Builder& b, const std::vector<Value>& v) {
+                                  const Value fits = b.create<DataOp>("fits", V{65}, dt).result();
+                                  Operation* op = b.create<ReduceAsOp>(v[0], fits).operation();
+                                  op->set_operand(1, v[1]);  // past the builder's check: the kernel's own
+                                  return op;
+                                }),
+                     InvalidArgument, {"kiln.reduce_as", "cannot sum [4x33x65] down to [5]"});
+  }
+}
+
+namespace {
+template <typename... Maths>
+void check_binary_family(BinaryMathList<Maths...>, DataType dt) {
+  // Several chunks and both threads; rows, a scalar and a column (the
+  // broadcast that widens whole) on either side.
+  const Tensor x = with_ties_and_nans(random_half({3, 2501}, dt, 40)), same = random_half({3, 2501}, dt, 41);
+  const Tensor row = random_half({2501}, dt, 42), row1 = random_half({1, 2501}, dt, 43);
+  const Tensor scalar = random_half({}, dt, 44), one = random_half({1}, dt, 45), column = random_half({3, 1}, dt, 46);
+  const auto each = [&]<typename Math>(Math*) {
+    if constexpr (!integer_only_math<Math>) {
+      for (const Tensor* other : {&same, &row, &row1, &scalar, &one, &column}) {
+        INFO(Math::name << " with [" << other->dims().to_string() << "]");
+        const Make make = [](Builder& b, const std::vector<Value>& v) {
+          return b.create<BinaryOp<Math>>(v[0], v[1]).operation();
+        };
+        check_rounded(Math::name, {x, *other}, make);
+        check_rounded(Math::name, {*other, x}, make);
+      }
+    }
+  };
+  (each(static_cast<Maths*>(nullptr)), ...);
+}
+}  // namespace
+
+TEST_CASE("the bf16 and f16 binary family, broadcast any way, is the f32 kernel on the widened operands, rounded "
+          "once; an operand of another dtype is an error naming the op",
+          "[kernel][half]") {
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    INFO(to_string(dt));
+    check_binary_family(BinaryFamily{}, dt);
+  }
+  const Tensor bf = random_half({4, 9}, DataType::BFloat16, 47), f16 = random_half({4, 9}, DataType::Float16, 48);
+  KILN_CHECK_ERROR(run_kernel({bf, f16}, [](Builder& b, const std::vector<Value>& v) {
+                     Operation* op = b.create<AddOp>(v[0], v[0]).operation();
+                     op->set_operand(1, v[1]);  // past the builder's check: the kernel's own
+                     return op;
+                   }),
+                   InvalidArgument, {"kiln.add", "input #1 is f16"});
 }

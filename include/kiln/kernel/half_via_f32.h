@@ -37,9 +37,11 @@ using HalfViaF32Ops =
 // f32 kernel as above on a CPU without them.
 using CpuOwnBf16Ops = OpTypeList<Conv2dOp, GradOf<Conv2dOp>, FusedConv2dOp>;
 
-// Of HalfViaF32Ops, those whose bf16 and f16 CPU kernels are their own: the
-// max pools (kernels/cpu/pool.cc), which widen one plane or image at a time.
-using CpuOwnHalfOps = OpTypeList<MaxPool2dOp, GradOf<MaxPool2dOp>>;
+// Of HalfViaF32Ops, those whose bf16 and f16 CPU kernels are their own:
+// the max pools (kernels/cpu/pool.cc), which widen one plane or image at a
+// time, gelu (kernels/cpu/unary.cc), a chunk at a time, and reduce_as
+// (kernels/cpu/shape.cc), which reads x where it lies.
+using CpuOwnHalfOps = OpTypeList<MaxPool2dOp, GradOf<MaxPool2dOp>, GeluOp, GradOf<GeluOp>, ReduceAsOp>;
 
 // How one place's kernels move between 16-bit and f32 tensors.
 struct HalfConversions {
