@@ -93,8 +93,8 @@ void openblas_sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64
 // streams the other operand for few multiply-adds (a linear layer at batch
 // 1 reads its 1280 x 1000 weights, 5 MB, for 1.3 M), at ~16 times a
 // GEMM's cost each. block(a, b, c, mb, nb) runs one block (a, b and c
-// moved to its first row or column; mb x nb of C); false when any did not
-// run (true) the others.
+// moved to its first row or column; mb x nb of C). Every block runs; false
+// when any block's call returned false.
 template <typename T, typename Out, typename Block>
 bool for_each_block(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
                     std::int64_t lda, const T* b, std::int64_t ldb, Out* c, std::int64_t ldc, Block block) {
@@ -148,9 +148,11 @@ bool native_bf16_gemm() { return onednn::native_bf16(); }
 bool gemm_bf16(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const std::uint16_t* a,
                std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, std::uint16_t* c, std::int64_t ldc) {
   if (!onednn::native_bf16()) return false;
+  using Bits = std::uint16_t;
   return for_each_block(ta, tb, m, n, k, a, lda, b, ldb, c, ldc,
-                        [&](const std::uint16_t* ab, const std::uint16_t* bb, std::uint16_t* cb, std::int64_t mb,
-                            std::int64_t nb) { return onednn::bf16_gemm(ta, tb, mb, nb, k, ab, lda, bb, ldb, cb, ldc); });
+                        [&](const Bits* ab, const Bits* bb, Bits* cb, std::int64_t mb, std::int64_t nb) {
+                          return onednn::bf16_gemm(ta, tb, mb, nb, k, ab, lda, bb, ldb, cb, ldc);
+                        });
 }
 
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,

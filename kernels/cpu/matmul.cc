@@ -192,7 +192,8 @@ bool gemm(bool ta, bool tb, int m, int n, int k, const T* a, int lda, const T* b
   if constexpr (std::is_same_v<T, Bf16Bits>) {
     return cpu::gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
   } else {
-    if (!small_gemv(ta, tb, m, n, k, a, lda, b, ldb, c, ldc)) cpu::gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc);
+    if (!small_gemv(ta, tb, m, n, k, a, lda, b, ldb, c, ldc))
+      cpu::gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc);
     return true;
   }
 }

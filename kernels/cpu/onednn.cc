@@ -305,10 +305,10 @@ struct GemmPlan {
 std::optional<GemmPlan> make_gemm_plan(const GemmKey& g) {
   const auto bf16 = memory::data_type::bf16;
   GemmPlan p;
-  p.a = memory::desc({g.m, g.k}, bf16, g.ta ? memory::dims{1, g.lda} : memory::dims{g.lda, 1});
-  p.b = memory::desc({g.k, g.n}, bf16, g.tb ? memory::dims{1, g.ldb} : memory::dims{g.ldb, 1});
-  p.c = memory::desc({g.m, g.n}, bf16, memory::dims{g.ldc, 1});
   try {
+    p.a = memory::desc({g.m, g.k}, bf16, g.ta ? memory::dims{1, g.lda} : memory::dims{g.lda, 1});
+    p.b = memory::desc({g.k, g.n}, bf16, g.tb ? memory::dims{1, g.ldb} : memory::dims{g.ldb, 1});
+    p.c = memory::desc({g.m, g.n}, bf16, memory::dims{g.ldc, 1});
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a, p.b, p.c), cpu_engine());
     if (reference_kernel(pd)) return std::nullopt;
     p.matmul = dnnl::matmul(pd);
@@ -324,6 +324,9 @@ bool bf16_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
                std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, std::uint16_t* c, std::int64_t ldc) {
   if (!native_bf16()) return false;
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+  // Kept for good, as the convolutions' plans are: a static graph's products
+  // have a few shapes (a batch folded into m included), each jitted once per
+  // thread.
   thread_local std::unordered_map<GemmKey, std::optional<GemmPlan>, GemmKeyHash> plans;
   const GemmKey key{ta, tb, m, n, k, lda, ldb, ldc};
   auto it = plans.find(key);

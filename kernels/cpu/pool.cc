@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -49,6 +50,17 @@ inline void valid_columns(std::int64_t off, std::int64_t s, std::int64_t w, std:
   hi = w - off <= 0 ? 0 : (w - off + s - 1) / s;
   lo = std::min(lo, wo);
   hi = std::clamp(hi, lo, wo);
+}
+
+// A max pool's geometry over x (dims d) in NCHW or, with nhwc, NHWC;
+// kiln::Error naming the op when NHWC x is not rank 4.
+template <typename Attrs>
+Pool2dGeometry max_pool_geometry(std::string_view op, const Dims& d, const Attrs& a, bool nhwc) {
+  if (!nhwc) return pool::geometry(op, d, a);
+  if (d.rank() != 4)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' x must be [N, H, W, C] (rank 4, data_format NHWC), got [",
+                d.to_string(), "]");
+  return pool::geometry(op, Dims{d[0], d[3], d[1], d[2]}, a);
 }
 
 // One plane's max pool, a whole output row at a time: each window offset
@@ -358,11 +370,7 @@ struct MaxPoolK {
   }
 
   static void run_nhwc(KernelContext& ctx, const Tensor& x, const MaxPool2dOp::Attributes& a) {
-    const Dims& d = x.dims();
-    if (x.rank() != 4)
-      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
-                  "' x must be [N, H, W, C] (rank 4, data_format NHWC), got [", d.to_string(), "]");
-    const Pool2dGeometry g = pool::geometry(ctx.op()->name(), Dims{d[0], d[3], d[1], d[2]}, a);
+    const Pool2dGeometry g = max_pool_geometry(ctx.op()->name(), x.dims(), a, true);
     Tensor& out = ctx.alloc_output(0, Dims{g.n, g.ho, g.wo, g.c}, x.dtype());
     if (out.numel() > 0) max_pool_nhwc(x.data<T>(), out.data<T>(), g);
   }
@@ -589,13 +597,9 @@ struct MaxPoolGradNhwcImages {
 template <typename T>
 void max_pool_grad_nhwc(KernelContext& ctx, const Tensor& x, const Tensor& dout) {
   const std::string_view op = ctx.op()->name();
-  const Dims& d = x.dims();
-  if (x.rank() != 4)
-    throw_error(ErrorKind::InvalidArgument, "op '", op, "' x must be [N, H, W, C] (rank 4, data_format NHWC), got [",
-                d.to_string(), "]");
-  const Pool2dGeometry g = pool::geometry(op, Dims{d[0], d[3], d[1], d[2]}, ctx.attrs<GradOf<MaxPool2dOp>>());
+  const Pool2dGeometry g = max_pool_geometry(op, x.dims(), ctx.attrs<GradOf<MaxPool2dOp>>(), true);
   conv::check_dout(op, dout.dims(), Dims{g.n, g.ho, g.wo, g.c});
-  Tensor& dx = ctx.alloc_output(0, d, x.dtype());
+  Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
   if (dx.numel() == 0) return;
   const T* px = x.data<T>();
   const T* pd = dout.data<T>();
@@ -669,14 +673,10 @@ struct HalfMaxPoolK {
   using Half = std::uint16_t;
 
   static void run(KernelContext& ctx) {
-    const Tensor& x = input_of(ctx, 0, D);
+    const Tensor x = input_of(ctx, 0, D);  // a copy: alive past alloc_output
     const auto& a = ctx.attrs<MaxPool2dOp>();
     const bool nhwc = a.data_format == "NHWC";
-    const Dims& d = x.dims();
-    if (nhwc && x.rank() != 4)
-      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(),
-                  "' x must be [N, H, W, C] (rank 4, data_format NHWC), got [", d.to_string(), "]");
-    const Pool2dGeometry g = pool::geometry(ctx.op()->name(), nhwc ? Dims{d[0], d[3], d[1], d[2]} : d, a);
+    const Pool2dGeometry g = max_pool_geometry(ctx.op()->name(), x.dims(), a, nhwc);
     Tensor& out = ctx.alloc_output(0, nhwc ? Dims{g.n, g.ho, g.wo, g.c} : Dims{g.n, g.c, g.ho, g.wo}, D);
     if (out.numel() == 0) return;
     const auto* px = static_cast<const Half*>(x.raw_data());
@@ -724,20 +724,16 @@ struct HalfMaxPoolGradK {
   using Half = std::uint16_t;
 
   static void run(KernelContext& ctx) {
-    const Tensor &x = input_of(ctx, 0, D), &dout = input_of(ctx, 1, D);
+    const Tensor x = input_of(ctx, 0, D), dout = input_of(ctx, 1, D);  // copies: alive past alloc_output
     const std::string_view op = ctx.op()->name();
-    const bool nhwc = ctx.attrs<GradOf<MaxPool2dOp>>().data_format == "NHWC";
-    const Dims& d = x.dims();
-    if (nhwc && x.rank() != 4)
-      throw_error(ErrorKind::InvalidArgument, "op '", op, "' x must be [N, H, W, C] (rank 4, data_format NHWC), got [",
-                  d.to_string(), "]");
-    const Pool2dGeometry g =
-        pool::geometry(op, nhwc ? Dims{d[0], d[3], d[1], d[2]} : d, ctx.attrs<GradOf<MaxPool2dOp>>());
+    const auto& a = ctx.attrs<GradOf<MaxPool2dOp>>();
+    const bool nhwc = a.data_format == "NHWC";
+    const Pool2dGeometry g = max_pool_geometry(op, x.dims(), a, nhwc);
     if (nhwc)
       conv::check_dout(op, dout.dims(), Dims{g.n, g.ho, g.wo, g.c});
     else
       pool::check_dout(op, dout.dims(), g);
-    Tensor& dx = ctx.alloc_output(0, d, D);
+    Tensor& dx = ctx.alloc_output(0, x.dims(), D);
     if (dx.numel() == 0) return;
     const auto* px = static_cast<const Half*>(x.raw_data());
     const auto* pd = static_cast<const Half*>(dout.raw_data());

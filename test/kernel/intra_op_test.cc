@@ -322,6 +322,23 @@ TEST_CASE("bf16 matmuls (oneDNN's bf16 products where the CPU has them) give the
   same_bits_at_any_thread_count([&] { return run_op<MatmulOp>({a, b}, false, false); });
 }
 
+TEST_CASE("bf16 adds of a row, NHWC max pools and their gradients, and reduce_as (through the thread's f32 "
+          "chunks) give the same bits at any thread count",
+          "[kernel][intra_op][half]") {
+  const auto bf16 = [](const Tensor& t) { return run_op<CastOp>({t}, DataType::BFloat16).out(); };
+  const Tensor x = bf16(filled<float>(Dims{64, 1000}, -1, 1, 1)), row = bf16(filled<float>(Dims{1000}, -1, 1, 2));
+  same_bits_at_any_thread_count([&] { return run_op<AddOp>({x, row}); });
+  same_bits_at_any_thread_count([&] { return run_op<ReduceAsOp>({x, row}); });
+  const Tensor image = bf16(filled<float>(Dims{3, 57, 56, 24}, -4, 4, 3));
+  const Tensor dout = bf16(filled<float>(Dims{3, 29, 28, 24}, -1, 1, 4));
+  same_bits_at_any_thread_count([&] {
+    return run_op<MaxPool2dOp>({image}, Axes{3, 3}, Axes{2, 2}, Axes{1, 1}, false, std::string("NHWC"));
+  });
+  same_bits_at_any_thread_count([&] {
+    return run_op<GradOf<MaxPool2dOp>>({image, dout}, Axes{3, 3}, Axes{2, 2}, Axes{1, 1}, false, std::string("NHWC"));
+  });
+}
+
 TEST_CASE("bf16 convolutions and their gradients (oneDNN's bf16 kernels where the CPU has them) give the "
           "same bits at any thread count, NHWC and NCHW",
           "[kernel][intra_op][half]") {

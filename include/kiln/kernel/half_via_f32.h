@@ -19,9 +19,11 @@ template <typename... Ops>
 struct OpTypeList {};
 
 // The ops of a transformer's, an MLP's and a CNN's forward and backward
-// that have no 16-bit CPU kernel of their own (the binary family, matmul,
-// add_n, cast, full, the unary family and its gradients, and the
-// dtype-agnostic data movement have theirs).
+// whose 16-bit kernels go through their f32 ones on CUDA, on the CPU or
+// both (the binary family, matmul, add_n, cast, full, the unary family and
+// its gradients, and the dtype-agnostic data movement have their own on
+// both; CpuOwnBf16Ops and CpuOwnHalfOps below list the CPU's own among
+// these, kernels/cuda/half_via_f32.cc CUDA's).
 using HalfViaF32Ops =
     OpTypeList<GeluOp, GradOf<GeluOp>, ScaleOp, LayerNormOp, GradOf<LayerNormOp>, RmsNormOp, GradOf<RmsNormOp>,
                ScaledDotProductAttentionOp, GradOf<ScaledDotProductAttentionOp>, SoftmaxOp, GradOf<SoftmaxOp>,
@@ -38,9 +40,9 @@ using HalfViaF32Ops =
 using CpuOwnBf16Ops = OpTypeList<Conv2dOp, GradOf<Conv2dOp>, FusedConv2dOp>;
 
 // Of HalfViaF32Ops, those whose bf16 and f16 CPU kernels are their own:
-// the max pools (kernels/cpu/pool.cc), which widen one plane or image at a
-// time, gelu (kernels/cpu/unary.cc), a chunk at a time, and reduce_as
-// (kernels/cpu/shape.cc), which reads x where it lies.
+// the max pools (kernels/cpu/pool.cc), which widen a plane, a run of rows
+// or an image at a time, gelu (kernels/cpu/unary.cc), a chunk at a time,
+// and reduce_as (kernels/cpu/shape.cc), which reads x where it lies.
 using CpuOwnHalfOps = OpTypeList<MaxPool2dOp, GradOf<MaxPool2dOp>, GeluOp, GradOf<GeluOp>, ReduceAsOp>;
 
 // How one place's kernels move between 16-bit and f32 tensors.
