@@ -2,9 +2,11 @@
 // softmax_with_cross_entropy (classes on the last axis; kiln.cross_entropy
 // is in cross_entropy.cc).
 // The softmax's input is seen as [outer, C, inner]: inner == 1 (the last
-// axis, the common case) runs contiguous rows; otherwise columns are
-// processed a row of `inner` at a time with per-column max / sum kept in a
-// per-thread scratch buffer.
+// axis, the common case) runs contiguous rows (max and sum in 16 lanes);
+// otherwise columns are processed a row of `inner` at a time with
+// per-column max / sum kept in a per-thread scratch buffer. The forward's
+// rows or blocks are split across the kernel's threads and compiled for
+// each SIMD level.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -20,31 +22,50 @@
 namespace kiln::cpu {
 namespace {
 
+// Lanes of a row's max and sum: 16 partial results, combined in a fixed
+// order, so the reductions vectorize (a single running sum cannot be
+// reordered) and give the same bits at every thread count.
+constexpr std::int64_t kRowLanes = 16;
+
 // One contiguous row of C: out = softmax(x) or log_softmax(x).
 template <typename T, bool Log>
-void softmax_row(const T* __restrict x, T* __restrict out, std::int64_t c) {
-  T m = x[0];
-  for (std::int64_t j = 1; j < c; ++j) m = x[j] > m ? x[j] : m;
+KILN_SIMD_INLINE void softmax_row(const T* __restrict x, T* __restrict out, std::int64_t c) {
+  T lane[kRowLanes];
+  for (std::int64_t k = 0; k < kRowLanes; ++k) lane[k] = x[0];
+  std::int64_t j = 0;
+  for (; j + kRowLanes <= c; j += kRowLanes)
+    for (std::int64_t k = 0; k < kRowLanes; ++k) lane[k] = x[j + k] > lane[k] ? x[j + k] : lane[k];
+  for (; j < c; ++j) lane[0] = x[j] > lane[0] ? x[j] : lane[0];
+  T m = lane[0];
+  for (std::int64_t k = 1; k < kRowLanes; ++k) m = lane[k] > m ? lane[k] : m;
   if (std::isinf(m) && m < 0) m = 0;  // a row of -inf: avoid (-inf) - (-inf)
-  T s = 0;
-  if constexpr (Log) {
-    for (std::int64_t j = 0; j < c; ++j) s += fast_exp(x[j] - m);
-    const T lse = m + std::log(s);
-    for (std::int64_t j = 0; j < c; ++j) out[j] = x[j] - lse;
-  } else {
-    for (std::int64_t j = 0; j < c; ++j) {
-      out[j] = fast_exp(x[j] - m);
-      s += out[j];
+  for (std::int64_t k = 0; k < kRowLanes; ++k) lane[k] = 0;
+  for (j = 0; j + kRowLanes <= c; j += kRowLanes)
+    for (std::int64_t k = 0; k < kRowLanes; ++k) {
+      const T e = fast_exp(x[j + k] - m);
+      if constexpr (!Log) out[j + k] = e;
+      lane[k] += e;
     }
+  for (; j < c; ++j) {
+    const T e = fast_exp(x[j] - m);
+    if constexpr (!Log) out[j] = e;
+    lane[0] += e;
+  }
+  T s = 0;
+  for (std::int64_t k = 0; k < kRowLanes; ++k) s += lane[k];
+  if constexpr (Log) {
+    const T lse = m + std::log(s);
+    for (j = 0; j < c; ++j) out[j] = x[j] - lse;
+  } else {
     const T inv = T(1) / s;
-    for (std::int64_t j = 0; j < c; ++j) out[j] *= inv;
+    for (j = 0; j < c; ++j) out[j] *= inv;
   }
 }
 
 // A [C, inner] block (stride `inner` between classes): softmax along C for
 // each of the inner columns.
 template <typename T, bool Log>
-void softmax_block(const T* x, T* out, std::int64_t c, std::int64_t inner, T* m, T* s) {
+KILN_SIMD_INLINE void softmax_block(const T* x, T* out, std::int64_t c, std::int64_t inner, T* m, T* s) {
   for (std::int64_t k = 0; k < inner; ++k) m[k] = x[k];
   for (std::int64_t j = 1; j < c; ++j) {
     const T* __restrict xr = x + j * inner;
@@ -80,6 +101,22 @@ void softmax_block(const T* x, T* out, std::int64_t c, std::int64_t inner, T* m,
 }
 
 
+// Rows [r0, r1) of a softmax seen as [outer, C, inner], compiled for each
+// SIMD level (simd_dispatch).
+template <typename T, bool Log>
+struct SoftmaxRows {
+  KILN_SIMD_INLINE static void run(const T* x, T* out, std::int64_t c, std::int64_t inner, std::int64_t r0,
+                                   std::int64_t r1) {
+    if (inner == 1) {
+      for (std::int64_t r = r0; r < r1; ++r) softmax_row<T, Log>(x + r * c, out + r * c, c);
+      return;
+    }
+    T* m = scratch<T>(2 * inner);
+    for (std::int64_t r = r0; r < r1; ++r)
+      softmax_block<T, Log>(x + r * c * inner, out + r * c * inner, c, inner, m, m + inner);
+  }
+};
+
 template <typename OpT, typename T, bool Log>
 void softmax_kernel(KernelContext& ctx) {
   const Tensor& x = typed_input<T>(ctx, 0);
@@ -99,13 +136,12 @@ void softmax_kernel(KernelContext& ctx) {
   if (c == 0 || outer == 0 || inner == 0) return;
   const T* px = src.data<T>();
   T* po = out.data<T>();
-  if (inner == 1) {
-    for (std::int64_t r = 0; r < outer; ++r) softmax_row<T, Log>(px + r * c, po + r * c, c);
-  } else {
-    T* m = scratch<T>(2 * inner);
-    for (std::int64_t r = 0; r < outer; ++r)
-      softmax_block<T, Log>(px + r * c * inner, po + r * c * inner, c, inner, m, m + inner);
-  }
+  // Rows (inner == 1) or [C, inner] blocks split across the kernel's
+  // threads, each one's by one thread.
+  const std::int64_t row_bytes = c * inner * std::int64_t(sizeof(T));
+  parallel_for(outer, items_per_range(row_bytes), [&](std::int64_t r0, std::int64_t r1) {
+    simd_dispatch<SoftmaxRows<T, Log>>(px, po, c, inner, r0, r1);
+  });
 }
 
 template <typename T>

@@ -142,6 +142,17 @@ TEST_CASE("cross_entropy and its gradient give the same bits at any thread count
       [&] { return run_op<GradOf<CrossEntropyOp>>({x, lse, label, dloss}, std::int64_t{-100}); });
 }
 
+TEST_CASE("softmax and log_softmax, rows or columns, give the same bits at any thread count",
+          "[kernel][intra_op]") {
+  const Tensor rows = filled<float>(Dims{300, 1000}, -8, 8, 1), columns = filled<float>(Dims{40, 200, 64}, -8, 8, 2);
+  for (const std::int64_t axis : {std::int64_t{-1}, std::int64_t{1}}) {
+    INFO("axis " << axis);
+    const Tensor& x = axis == -1 ? rows : columns;
+    same_bits_at_any_thread_count([&] { return run_op<SoftmaxOp>({x}, axis); });
+    same_bits_at_any_thread_count([&] { return run_op<LogSoftmaxOp>({x}, axis); });
+  }
+}
+
 TEST_CASE("transposes, slices and concats give the same bits at any thread count",
           "[kernel][intra_op]") {
   const Tensor x = iota<float>({8, 2, 58, 28, 28});

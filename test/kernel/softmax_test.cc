@@ -43,7 +43,7 @@ void check_softmax(bool log, double tol) {
   struct Case { Dims d; int axis; };
   for (const auto& c : std::vector<Case>{{{5}, -1}, {{3, 7}, -1}, {{3, 7}, 1}, {{3, 7}, 0},
                                          {{2, 3, 4}, 1}, {{2, 3, 4}, -3}, {{4, 1}, 1},
-                                         {{2, 130}, -1}, {{0, 3}, 1}}) {
+                                         {{2, 130}, -1}, {{0, 3}, 1}, {{37, 1001}, -1}, {{3, 300, 40}, 1}}) {
     INFO(OpT::name << " " << to_string(data_type_of<T>) << " [" << c.d.to_string() << "] axis "
                    << c.axis);
     auto x = kiln_test::filled<T>(c.d, -5, 5, 3);
