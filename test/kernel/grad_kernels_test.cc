@@ -263,6 +263,29 @@ TEMPLATE_TEST_CASE("softmax_grad and log_softmax_grad match their formulas along
                      InvalidArgument, {"kiln.softmax_grad", "axis 3"});
 }
 
+TEMPLATE_TEST_CASE("softmax_grad and log_softmax_grad along the last axis of long rows match the formula",
+                   "[kernel][grad]", float, double) {
+  using T = TestType;
+  const std::int64_t rows = 7, c = 1001;  // lanes of 16 and a tail
+  auto y = filled<double>({rows, c}, 0.0001, 0.002, 6).to_vector<double>();
+  auto d = filled<double>({rows, c}, -1, 1, 7).to_vector<double>();
+  std::vector<double> sm(y.size()), lsm(y.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double s1 = 0, s2 = 0;
+    for (std::int64_t j = 0; j < c; ++j) {
+      s1 += d[r * c + j] * y[r * c + j];
+      s2 += d[r * c + j];
+    }
+    for (std::int64_t j = 0; j < c; ++j) {
+      const std::int64_t i = r * c + j;
+      sm[i] = y[i] * (d[i] - s1);
+      lsm[i] = d[i] - std::exp(y[i]) * s2;
+    }
+  }
+  check_close<T>(run_op<GradOf<SoftmaxOp>>({t<T>({rows, c}, y), t<T>({rows, c}, d)}, -1).out(), as<T>(sm));
+  check_close<T>(run_op<GradOf<LogSoftmaxOp>>({t<T>({rows, c}, y), t<T>({rows, c}, d)}, 1).out(), as<T>(lsm));
+}
+
 TEMPLATE_TEST_CASE("softmax_with_cross_entropy_grad is (softmax - onehot) · dloss, 0 when ignored",
                    "[kernel][grad]", float, double) {
   using T = TestType;

@@ -142,7 +142,7 @@ TEST_CASE("cross_entropy and its gradient give the same bits at any thread count
       [&] { return run_op<GradOf<CrossEntropyOp>>({x, lse, label, dloss}, std::int64_t{-100}); });
 }
 
-TEST_CASE("softmax and log_softmax, rows or columns, give the same bits at any thread count",
+TEST_CASE("softmax, log_softmax and their gradients, rows or columns, give the same bits at any thread count",
           "[kernel][intra_op]") {
   const Tensor rows = filled<float>(Dims{300, 1000}, -8, 8, 1), columns = filled<float>(Dims{40, 200, 64}, -8, 8, 2);
   for (const std::int64_t axis : {std::int64_t{-1}, std::int64_t{1}}) {
@@ -150,6 +150,9 @@ TEST_CASE("softmax and log_softmax, rows or columns, give the same bits at any t
     const Tensor& x = axis == -1 ? rows : columns;
     same_bits_at_any_thread_count([&] { return run_op<SoftmaxOp>({x}, axis); });
     same_bits_at_any_thread_count([&] { return run_op<LogSoftmaxOp>({x}, axis); });
+    const Tensor y = run_op<SoftmaxOp>({x}, axis).out(), dy = filled<float>(x.dims(), -1, 1, 3);
+    same_bits_at_any_thread_count([&] { return run_op<GradOf<SoftmaxOp>>({y, dy}, axis); });
+    same_bits_at_any_thread_count([&] { return run_op<GradOf<LogSoftmaxOp>>({y, dy}, axis); });
   }
 }
 
