@@ -81,8 +81,6 @@ void widen_operand(const std::uint16_t* p, const HalfOperand& o, std::int64_t i,
   }
 }
 
-constexpr std::int64_t kHalfChunk = 2048;
-
 // Same-shape, scalar and row operands: a chunk of the output at a time
 // through the thread's f32 scratch, without f32 copies of the tensors;
 // other broadcasts widen both tensors whole. The f32 kernel's bits either

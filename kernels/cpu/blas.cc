@@ -95,9 +95,9 @@ void openblas_sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64
 // GEMM's cost each. block(a, b, c, mb, nb) runs one block (a, b and c
 // moved to its first row or column; mb x nb of C). Every block runs; false
 // when any block's call returned false.
-template <typename T, typename Out, typename Block>
+template <typename T, typename Block>
 bool for_each_block(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
-                    std::int64_t lda, const T* b, std::int64_t ldb, Out* c, std::int64_t ldc, Block block) {
+                    std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc, Block block) {
   constexpr std::int64_t kMinBlock = 64, kBlockMacs = std::int64_t{1} << 20;
   static const std::int64_t max_blocks = std::clamp<std::int64_t>(std::thread::hardware_concurrency(), 1, 8);
   const bool by_rows = m >= n;
@@ -111,7 +111,7 @@ bool for_each_block(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64
       const std::int64_t first = bound(i), size = bound(i + 1) - first;
       const T* ab = by_rows ? a + (ta ? first : first * lda) : a;
       const T* bb = by_rows ? b : b + (tb ? first * ldb : first);
-      Out* cb = c + (by_rows ? first * ldc : first);
+      T* cb = c + (by_rows ? first * ldc : first);
       if (!block(ab, bb, cb, by_rows ? size : m, by_rows ? n : size)) all.store(false, std::memory_order_relaxed);
     }
   });

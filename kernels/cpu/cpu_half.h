@@ -4,6 +4,7 @@
 // compute the same way).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 #include "kiln/kernel/kernel_context.h"
@@ -20,6 +21,31 @@ void f32_to_bf16(const float* in, std::uint16_t* out, std::int64_t n);
 // The same on the calling thread only (inside a kernel's own parallel loop).
 void bf16_to_f32_serial(const std::uint16_t* in, float* out, std::int64_t n);
 void f32_to_bf16_serial(const float* in, std::uint16_t* out, std::int64_t n);
+
+// The elements a 16-bit kernel widens at a time into its thread's f32 scratch.
+inline constexpr std::int64_t kHalfChunk = 2048;
+
+// One value of 16-bit dtype D as a float (exact), and a float rounded once
+// to D: half_to_float's / bfloat16_to_float's and float_to_half's /
+// float_to_bfloat16's bits, bf16's rounding as one select so that a loop
+// over it vectorizes (float_to_bfloat16's early return for NaN kept such
+// loops scalar).
+template <DataType D>
+float half_value(std::uint16_t bits) {
+  static_assert(D == DataType::Float16 || D == DataType::BFloat16);
+  return D == DataType::BFloat16 ? bfloat16_to_float(bits) : half_to_float(bits);
+}
+template <DataType D>
+std::uint16_t rounded_half(float v) {
+  static_assert(D == DataType::Float16 || D == DataType::BFloat16);
+  if constexpr (D == DataType::Float16) {
+    return float_to_half(v);
+  } else {
+    const std::uint32_t u = std::bit_cast<std::uint32_t>(v);
+    const std::uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
+    return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest);
+  }
+}
 
 // n values of 16-bit dtype D to f32, and n f32 values rounded to D, on the
 // calling thread.

@@ -6,13 +6,13 @@
 // computed in f32 (loss and lse f32), and the gradient rounded once. Rows
 // are split across the kernel's threads, a row to one thread: the same
 // bits at any thread count.
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
 #include "class_rows.h"
+#include "cpu_half.h"
 #include "cpu_kernel_util.h"
 #include "intra_op.h"
 #include "vector_math.h"
@@ -37,18 +37,8 @@ struct HalfLogits {
   using Store = std::uint16_t;
   using Acc = float;
   static constexpr DataType dtype = D;
-  static float load(std::uint16_t b) { return D == DataType::Float16 ? half_to_float(b) : bfloat16_to_float(b); }
-  // float_to_bfloat16's bits as one select, so the gradient's row loop
-  // vectorizes (its early return for NaN kept the loop scalar).
-  static std::uint16_t store(float v) {
-    if constexpr (D == DataType::Float16) {
-      return float_to_half(v);
-    } else {
-      const std::uint32_t u = std::bit_cast<std::uint32_t>(v);
-      const std::uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
-      return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest);
-    }
-  }
+  static float load(std::uint16_t b) { return half_value<D>(b); }
+  static std::uint16_t store(float v) { return rounded_half<D>(v); }
 };
 
 // Lanes of the row reductions: 16 partial maxima / sums, combined in a

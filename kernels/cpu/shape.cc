@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu_half.h"
 #include "cpu_kernel_util.h"
 #include "vector_math.h"
 #include "kiln/dialect/kiln_dialect.h"
@@ -623,9 +624,7 @@ struct PlainSums {
 template <DataType D>
 struct HalfValue {
   std::uint16_t bits;
-  explicit operator double() const {
-    return D == DataType::BFloat16 ? bfloat16_to_float(bits) : half_to_float(bits);
-  }
+  explicit operator double() const { return half_value<D>(bits); }
 };
 
 // bf16 and f16 read where they lie, summed in f64 and stored through f32
@@ -636,10 +635,7 @@ struct HalfSums {
   using Stored = HalfValue<D>;
   using Acc = double;
   static const Tensor& input(const KernelContext& ctx) { return input_of(ctx, 0, D); }
-  static Stored store(double a) {
-    const float f = static_cast<float>(a);
-    return {D == DataType::BFloat16 ? float_to_bfloat16(f) : float_to_half(f)};
-  }
+  static Stored store(double a) { return {rounded_half<D>(static_cast<float>(a))}; }
 };
 
 template <typename Sums>

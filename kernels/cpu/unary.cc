@@ -65,7 +65,6 @@ struct UnaryKernels {
 // scratch, the f32 kernel's own loop run over the chunk (F's AVX-512 row
 // where it has one), the result rounded once into out: the f32 kernel's
 // bits on the widened x, without an f32 copy of the tensor.
-constexpr std::int64_t kHalfChunk = 2048;
 
 template <typename F, DataType D>
 void unary_half_apply(KernelContext& ctx) {
