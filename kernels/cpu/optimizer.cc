@@ -12,6 +12,7 @@
 #endif
 
 #include "cpu_kernel_util.h"
+#include "intra_op.h"
 #include "kiln/dialect/merged_optimizer_ops.h"
 #include "kiln/dialect/optimizer_ops.h"
 #include "kiln/kernel/optimizer_math.h"
@@ -114,7 +115,9 @@ void sgd_update(KernelContext& ctx, const S& s) {
   const T* g = checked_input<Sgd_Op, T>(ctx, s, 1, n).template data<T>();
   const T lr = *checked_input<Sgd_Op, T>(ctx, s, 2, 1).template data<T>();
   T* po = updated_at<T>(ctx, s, 0, 0, p);
-  for (std::int64_t i = 0; i < n; ++i) po[i] = sgd_step(po[i], g[i], lr);
+  parallel_for(n, items_per_range(3 * sizeof(T)), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) po[i] = sgd_step(po[i], g[i], lr);
+  });
 }
 
 template <typename T, typename S>
@@ -128,11 +131,14 @@ void momentum_update(KernelContext& ctx, const S& s,
   const T mu = static_cast<T>(a.mu);
   T* po = updated_at<T>(ctx, s, 0, 0, p);
   T* vo = updated_at<T>(ctx, s, 1, 2, v);
-  if (a.use_nesterov) {
-    for (std::int64_t i = 0; i < n; ++i) momentum_step(po[i], vo[i], g[i], lr, mu, true);
-  } else {
-    for (std::int64_t i = 0; i < n; ++i) momentum_step(po[i], vo[i], g[i], lr, mu, false);
-  }
+  const bool nesterov = a.use_nesterov;
+  parallel_for(n, items_per_range(5 * sizeof(T)), [&](std::int64_t b, std::int64_t e) {
+    if (nesterov) {
+      for (std::int64_t i = b; i < e; ++i) momentum_step(po[i], vo[i], g[i], lr, mu, true);
+    } else {
+      for (std::int64_t i = b; i < e; ++i) momentum_step(po[i], vo[i], g[i], lr, mu, false);
+    }
+  });
 }
 
 template <typename T>
@@ -150,24 +156,25 @@ struct MomentumK {
   }
 };
 
-// The element loop of adam: m1, m2 and p updated in place. std::sqrt may set
-// errno, so GCC keeps this loop scalar (a sqrt and a div per element: 1.24 ms
-// per step for the 668k parameters of the 784-512-512-10 MLP at batch 64,
-// two thirds of its GEMM time), and `#pragma GCC optimize("no-math-errno")`
-// does not change that. So the f32 loop runs by hand: 8 lanes where the CPU
-// has AVX (checked at run time; 0.16 ms), else 4 with SSE2 (0.31 ms). The
-// same operations in the same order (no FMA), each correctly rounded: the
-// same bits as the scalar loop.
+// The element loop of adam_ and adamw_: p scaled by `keep` (adamw_'s decay,
+// 1 - lr · coeff; adam_ passes 1, which changes no value), then m1, m2 and
+// p updated in place — one pass over the five arrays (adamw_ had a second,
+// for the decay, before it). std::sqrt may set errno, so GCC keeps the
+// scalar loop scalar (a sqrt and a div per element), and `#pragma GCC
+// optimize("no-math-errno")` does not change that. So the f32 loop runs by
+// hand: 8 lanes where the CPU has AVX (checked at run time), else 4 with
+// SSE2. The same operations in the same order (no FMA), each correctly
+// rounded: the same bits as the scalar loop.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define KILN_ADAM_AVX 1
 // Elements [0, n rounded down to 8) of adam_elements<float>; returns that count.
 __attribute__((target("avx"))) std::int64_t adam_f32_avx(float* p, float* m1, float* m2,
                                                          const float* g, std::int64_t n,
-                                                         float beta1, float beta2, float lr_t,
-                                                         float eps_t) {
-  const __m256 b1 = _mm256_set1_ps(beta1), c1 = _mm256_set1_ps(1.0f - beta1);
-  const __m256 b2 = _mm256_set1_ps(beta2), c2 = _mm256_set1_ps(1.0f - beta2);
-  const __m256 lr = _mm256_set1_ps(lr_t), eps = _mm256_set1_ps(eps_t);
+                                                         const AdamStep<float>& s, float keep_by) {
+  const __m256 b1 = _mm256_set1_ps(s.beta1), c1 = _mm256_set1_ps(1.0f - s.beta1);
+  const __m256 b2 = _mm256_set1_ps(s.beta2), c2 = _mm256_set1_ps(1.0f - s.beta2);
+  const __m256 lr = _mm256_set1_ps(s.lr_t), eps = _mm256_set1_ps(s.eps_t);
+  const __m256 keep = _mm256_set1_ps(keep_by);
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 gi = _mm256_loadu_ps(g + i);
@@ -179,44 +186,58 @@ __attribute__((target("avx"))) std::int64_t adam_f32_avx(float* p, float* m1, fl
     _mm256_storeu_ps(m2 + i, v);
     const __m256 step =
         _mm256_mul_ps(lr, _mm256_div_ps(a, _mm256_add_ps(_mm256_sqrt_ps(v), eps)));
-    _mm256_storeu_ps(p + i, _mm256_sub_ps(_mm256_loadu_ps(p + i), step));
+    const __m256 kept = _mm256_mul_ps(_mm256_loadu_ps(p + i), keep);
+    _mm256_storeu_ps(p + i, _mm256_sub_ps(kept, step));
+  }
+  return i;
+}
+#endif
+
+// Elements [i, n) of adam_elements<float> with SSE2's 4 lanes; returns the
+// first one left.
+#if defined(__SSE2__)
+std::int64_t adam_f32_sse2(float* p, float* m1, float* m2, const float* g, std::int64_t i,
+                           std::int64_t n, const AdamStep<float>& s, float keep_by) {
+  const __m128 b1 = _mm_set1_ps(s.beta1), c1 = _mm_set1_ps(1.0f - s.beta1);
+  const __m128 b2 = _mm_set1_ps(s.beta2), c2 = _mm_set1_ps(1.0f - s.beta2);
+  const __m128 lr = _mm_set1_ps(s.lr_t), eps = _mm_set1_ps(s.eps_t);
+  const __m128 keep = _mm_set1_ps(keep_by);
+  for (; i + 4 <= n; i += 4) {
+    const __m128 gi = _mm_loadu_ps(g + i);
+    const __m128 a = _mm_add_ps(_mm_mul_ps(b1, _mm_loadu_ps(m1 + i)), _mm_mul_ps(c1, gi));
+    const __m128 v =
+        _mm_add_ps(_mm_mul_ps(b2, _mm_loadu_ps(m2 + i)), _mm_mul_ps(_mm_mul_ps(c2, gi), gi));
+    _mm_storeu_ps(m1 + i, a);
+    _mm_storeu_ps(m2 + i, v);
+    const __m128 step = _mm_mul_ps(lr, _mm_div_ps(a, _mm_add_ps(_mm_sqrt_ps(v), eps)));
+    _mm_storeu_ps(p + i, _mm_sub_ps(_mm_mul_ps(_mm_loadu_ps(p + i), keep), step));
   }
   return i;
 }
 #endif
 
 template <typename T>
-void adam_elements(T* p, T* m1, T* m2, const T* g, std::int64_t n, T beta1, T beta2, T lr_t,
-                   T eps_t) {
+void adam_elements(T* p, T* m1, T* m2, const T* g, std::int64_t n, const AdamStep<T>& step,
+                   T keep) {
   std::int64_t i = 0;
-#if defined(KILN_ADAM_AVX)
   if constexpr (std::is_same_v<T, float>) {
+#if defined(KILN_ADAM_AVX)
     static const bool avx = __builtin_cpu_supports("avx");
-    if (avx) i = adam_f32_avx(p, m1, m2, g, n, beta1, beta2, lr_t, eps_t);
-  }
+    if (avx) i = adam_f32_avx(p, m1, m2, g, n, step, keep);
 #endif
 #if defined(__SSE2__)
-  if constexpr (std::is_same_v<T, float>) {
-    const __m128 b1 = _mm_set1_ps(beta1), c1 = _mm_set1_ps(T(1) - beta1);
-    const __m128 b2 = _mm_set1_ps(beta2), c2 = _mm_set1_ps(T(1) - beta2);
-    const __m128 lr = _mm_set1_ps(lr_t), eps = _mm_set1_ps(eps_t);
-    for (; i + 4 <= n; i += 4) {
-      const __m128 gi = _mm_loadu_ps(g + i);
-      const __m128 a = _mm_add_ps(_mm_mul_ps(b1, _mm_loadu_ps(m1 + i)), _mm_mul_ps(c1, gi));
-      const __m128 v =
-          _mm_add_ps(_mm_mul_ps(b2, _mm_loadu_ps(m2 + i)), _mm_mul_ps(_mm_mul_ps(c2, gi), gi));
-      _mm_storeu_ps(m1 + i, a);
-      _mm_storeu_ps(m2 + i, v);
-      const __m128 step = _mm_mul_ps(lr, _mm_div_ps(a, _mm_add_ps(_mm_sqrt_ps(v), eps)));
-      _mm_storeu_ps(p + i, _mm_sub_ps(_mm_loadu_ps(p + i), step));
-    }
-  }
+    i = adam_f32_sse2(p, m1, m2, g, i, n, step, keep);
 #endif
-  const AdamStep<T> step{beta1, beta2, lr_t, eps_t};
-  for (; i < n; ++i) adam_element(p[i], m1[i], m2[i], g[i], step);
+  }
+  for (; i < n; ++i) {
+    p[i] *= keep;
+    adam_element(p[i], m1[i], m2[i], g[i], step);
+  }
 }
 
-// adam_ (coeff = 0, decay off) and adamw_.
+// adam_ (coeff = 0, decay off) and adamw_. The elements are split across
+// the kernel's threads: each is computed alone, so the bits do not depend
+// on the thread count.
 template <typename OpT, typename T, typename S>
 void adam_update(KernelContext& ctx, const S& s, double beta1_d, double beta2_d, double eps_d, double coeff_d,
                  bool decay) {
@@ -238,11 +259,10 @@ void adam_update(KernelContext& ctx, const S& s, double beta1_d, double beta2_d,
   T* m2o = updated_at<T>(ctx, s, 2, 4, m2);
   T* b1po = updated_at<T>(ctx, s, 3, 5, b1p_in);
   T* b2po = updated_at<T>(ctx, s, 4, 6, b2p_in);
-  if (decay) {
-    const T keep = T(1) - lr * static_cast<T>(coeff_d);  // param -= lr * coeff * param
-    for (std::int64_t i = 0; i < n; ++i) po[i] *= keep;
-  }
-  adam_elements(po, m1o, m2o, g, n, beta1, beta2, step.lr_t, step.eps_t);
+  const T keep = decay ? T(1) - lr * static_cast<T>(coeff_d) : T(1);  // param -= lr * coeff * param
+  parallel_for(n, items_per_range(7 * sizeof(T)), [&](std::int64_t b, std::int64_t e) {
+    adam_elements(po + b, m1o + b, m2o + b, g + b, e - b, step, keep);
+  });
   *b1po = b1p * beta1;
   *b2po = b2p * beta2;
 }

@@ -14,6 +14,8 @@
 #include "catch.hpp"
 #include "kernel_test_util.h"
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/dialect/merged_optimizer_ops.h"
+#include "kiln/dialect/optimizer_ops.h"
 #include "kiln/kernel/blas.h"
 
 using namespace kiln;
@@ -525,6 +527,36 @@ TEST_CASE("add_n gives the same bits at any thread count", "[kernel][intra_op]")
   const Tensor a = filled<float>(Dims{8, 32, 28, 28}, -1, 1, 1), b = filled<float>(Dims{8, 32, 28, 28}, -1, 1, 2),
                c = filled<float>(Dims{8, 32, 28, 28}, -1, 1, 3);
   same_bits_at_any_thread_count([&] { return run_op<AddNOp>({a, b, c}); });
+}
+
+TEST_CASE("sgd_, momentum_, adamw_ and merged_adamw_ give the same bits at any thread count",
+          "[kernel][intra_op]") {
+  // Each run updates fresh copies (the ops write their operands in place).
+  const Dims d{3001, 7};
+  const Tensor p0 = filled<float>(d, -1, 1, 1), g = filled<float>(d, -1, 1, 2);
+  const Tensor m0 = filled<float>(d, -0.1f, 0.1f, 3), v0 = filled<float>(d, 0, 0.01f, 4);
+  const Tensor lr = Tensor::from_vector<float>(Dims{1}, {0.01f});
+  const Tensor b1p = Tensor::from_vector<float>(Dims{1}, {0.81f});
+  const Tensor b2p = Tensor::from_vector<float>(Dims{1}, {0.9f});
+  auto copy = [](const Tensor& t) { return t.clone(); };
+  same_bits_at_any_thread_count([&] { return run_op<Sgd_Op>({copy(p0), g, lr}); });
+  same_bits_at_any_thread_count([&] { return run_op<Momentum_Op>({copy(p0), g, copy(m0), lr}, 0.9, true); });
+  same_bits_at_any_thread_count([&] {
+    return run_op<AdamW_Op>({copy(p0), g, lr, copy(m0), copy(v0), copy(b1p), copy(b2p)}, 0.9, 0.999, 1e-8,
+                            0.01);
+  });
+  const Tensor small = filled<float>(Dims{5}, -1, 1, 5);
+  same_bits_at_any_thread_count([&] {
+    // The learning rate, then each parameter's p, g, m1, m2, beta1^t, beta2^t.
+    const Tensor z = Tensor::zeros(Dims{5}, DataType::Float32);
+    return run_kernel({lr, copy(p0), g, copy(m0), copy(v0), copy(b1p), copy(b2p), copy(small), small, z.clone(),
+                       z.clone(), copy(b1p), copy(b2p)},
+                      [](Builder& b, const std::vector<Value>& x) {
+                        const std::vector<Value> members(x.begin() + 1, x.end());
+                        return b.create<MergedAdamW_Op>(x[0], members, AdamW_Op::Attributes{0.9, 0.999, 1e-8, 0.01})
+                            .operation();
+                      });
+  });
 }
 
 TEST_CASE("a pointwise NHWC convolution of channel-scaled x, its factors folded into the weights per image, "

@@ -12,6 +12,7 @@
 #include "kiln/dialect/optimizer_ops.h"
 #include "kiln/exec/executor.h"
 #include "kiln/exec/interpreter_core.h"
+#include "kiln/kernel/optimizer_math.h"
 #include "kiln/runtime/cpu_allocator.h"
 #include "kiln/runtime/scope.h"
 
@@ -175,6 +176,33 @@ TEST_CASE("adamw_ decays the parameter by lr * coeff before the adam step (f32, 
                              scalar(0.999)},
                             0.9, 0.999, 1e-8, 0.5);
   CHECK(r.out(0).to_vector<double>()[0] == Approx(2.0 - 0.1 * 0.5 * 2.0).epsilon(1e-12));
+}
+
+TEST_CASE("adam_ and adamw_ on f32 give the scalar update's bits in every lane of every vector width",
+          "[kernel][optim]") {
+  // 45 elements: five rows of 8 lanes (AVX), one of 4 (SSE2), one left alone.
+  const Dims d{45};
+  const float lr = 0.01f, beta1 = 0.8f, beta2 = 0.95f, eps = 1e-6f;
+  for (const double coeff : {0.0, 0.1}) {
+    INFO("coeff " << coeff);
+    Tensor p = filled<float>(d, -1, 1, 6), m1 = filled<float>(d, -0.1f, 0.1f, 7);
+    Tensor m2 = filled<float>(d, 0, 0.01f, 8), g = filled<float>(d, -1, 1, 9);
+    std::vector<float> rp = p.to_vector<float>(), rm1 = m1.to_vector<float>(), rm2 = m2.to_vector<float>();
+    const std::vector<float> gv = g.to_vector<float>();
+    const float b1p = 0.8f * 0.8f, b2p = 0.95f * 0.95f;
+    const AdamStep<float> step = adam_step_of(lr, b1p, b2p, beta1, beta2, eps);
+    const float keep = coeff > 0 ? 1.0f - lr * static_cast<float>(coeff) : 1.0f;
+    for (std::size_t i = 0; i < rp.size(); ++i) {
+      if (coeff > 0) rp[i] *= keep;
+      adam_element(rp[i], rm1[i], rm2[i], gv[i], step);
+    }
+    std::vector<Tensor> in{p, g, scalar(lr), m1, m2, scalar(b1p), scalar(b2p)};
+    const auto r = coeff > 0 ? run_op<AdamW_Op>(in, beta1, beta2, eps, coeff)
+                             : run_op<Adam_Op>(in, beta1, beta2, eps);
+    CHECK(r.out(0).to_vector<float>() == rp);
+    CHECK(r.out(1).to_vector<float>() == rm1);
+    CHECK(r.out(2).to_vector<float>() == rm2);
+  }
 }
 
 TEST_CASE("an update op run out of place leaves its input untouched", "[kernel][optim]") {
