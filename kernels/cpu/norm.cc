@@ -135,6 +135,8 @@ struct NormForwardRows {
     }
   }
 };
+// dx for rows [0, m) (the pointers at the first row), and each row's dy · x̂
+// and dy added into dw and db in row order.
 template <typename T, bool Rms>
 struct NormBackwardRows {
   KILN_SIMD_INLINE static void run(const T* px, const T* pdy, const T* __restrict pw,
@@ -159,6 +161,24 @@ struct NormBackwardRows {
   }
 };
 
+// Rows per block of the gradient's parameter sums: each block's dw and db
+// are summed apart (a block to one thread), then the blocks in order.
+constexpr std::int64_t kGradRowBlock = 64;
+
+// out[j] = Σ over `blocks` of part[b · stride + j], in block order, for
+// columns [j0, j1).
+template <typename T>
+struct BlockSums {
+  KILN_SIMD_INLINE static void run(const T* part, T* __restrict out, std::int64_t blocks, std::int64_t stride,
+                                   std::int64_t j0, std::int64_t j1) {
+    for (std::int64_t j = j0; j < j1; ++j) out[j] = part[j];
+    for (std::int64_t b = 1; b < blocks; ++b) {
+      const T* __restrict row = part + b * stride;
+      for (std::int64_t j = j0; j < j1; ++j) out[j] += row[j];
+    }
+  }
+};
+
 template <typename T, bool Rms>
 void norm_forward(KernelContext& ctx, std::int64_t begin_norm_axis, double epsilon) {
   const std::string_view op = ctx.op()->name();
@@ -179,11 +199,19 @@ void norm_forward(KernelContext& ctx, std::int64_t begin_norm_axis, double epsil
   const T* __restrict pw = w.data<T>();
   const T* __restrict pb = Rms ? nullptr : bias.data<T>();
   T* py = y.data<T>();
-  simd_dispatch<NormForwardRows<T, Rms>>(px, pw, pb, py, mean, rstd, r.m, r.n, eps, inv_n);
+  // Rows split across the kernel's threads (each row computed alone).
+  parallel_for(r.m, items_per_range(2 * r.n * std::int64_t(sizeof(T))), [&](std::int64_t i0, std::int64_t i1) {
+    simd_dispatch<NormForwardRows<T, Rms>>(px + i0 * r.n, pw, pb, py + i0 * r.n, Rms ? nullptr : mean + i0,
+                                           rstd + i0, i1 - i0, r.n, eps, inv_n);
+  });
 }
 
 // dx = rstd · (g - mean(g) - x̂ · mean(g · x̂)), g = dy · w, x̂ = (x - mean) ·
-// rstd (rms_norm: mean = 0 and no mean(g) term); dw += dy · x̂, db += dy.
+// rstd (rms_norm: mean = 0 and no mean(g) term); dw = Σ dy · x̂, db = Σ dy
+// over the rows. The rows go in blocks of kGradRowBlock, split across the
+// kernel's threads; each block sums its rows' dw and db apart, and the
+// blocks' sums are added in order: the same bits at any thread count, with
+// one pass over x and dy.
 template <typename T, bool Rms>
 void norm_backward(KernelContext& ctx, std::int64_t begin_norm_axis) {
   const std::string_view op = ctx.op()->name();
@@ -197,18 +225,40 @@ void norm_backward(KernelContext& ctx, std::int64_t begin_norm_axis) {
   const Tensor dy = typed_input<T>(ctx, idy);
   require_same_dims(ctx, x, dy, 0, static_cast<int>(idy));
   T* dx = ctx.alloc_output(0, x.dims(), x.dtype()).template data<T>();
-  T* __restrict dw = ctx.alloc_output(1, w.dims(), w.dtype()).template data<T>();
-  T* __restrict db = nullptr;
+  T* dw = ctx.alloc_output(1, w.dims(), w.dtype()).template data<T>();
+  T* db = nullptr;
   if constexpr (!Rms) db = ctx.alloc_output(2, w.dims(), w.dtype()).template data<T>();
-  std::fill(dw, dw + r.n, T(0));
-  if constexpr (!Rms) std::fill(db, db + r.n, T(0));
-  if (r.m == 0 || r.n == 0) return;
+  if (r.m == 0 || r.n == 0) {
+    std::fill(dw, dw + r.n, T(0));
+    if constexpr (!Rms) std::fill(db, db + r.n, T(0));
+    return;
+  }
   const T inv_n = T(1) / static_cast<T>(r.n);
-  const T* __restrict pw = w.data<T>();
+  const T* pw = w.data<T>();
   const T* pm = Rms ? nullptr : mean.data<T>();
   const T* prs = rstd.data<T>();
-  simd_dispatch<NormBackwardRows<T, Rms>>(x.data<T>(), dy.data<T>(), pw, pm, prs, dx, dw, db, r.m,
-                                          r.n, inv_n);
+  const T* px = x.data<T>();
+  const T* pdy = dy.data<T>();
+  // Block b's sums: dw at part + b · 2n, db after it.
+  const std::int64_t blocks = (r.m + kGradRowBlock - 1) / kGradRowBlock, stride = 2 * r.n;
+  T* part = scratch<T, 2>(blocks * stride);
+  const std::int64_t per_range = items_per_range(3 * kGradRowBlock * r.n * std::int64_t(sizeof(T)));
+  parallel_for(blocks, per_range, [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t b = b0; b < b1; ++b) {
+      const std::int64_t i0 = b * kGradRowBlock, rows = std::min(kGradRowBlock, r.m - i0);
+      T* pdw = part + b * stride;
+      std::fill(pdw, pdw + stride, T(0));
+      simd_dispatch<NormBackwardRows<T, Rms>>(px + i0 * r.n, pdy + i0 * r.n, pw, Rms ? nullptr : pm + i0,
+                                              prs + i0, dx + i0 * r.n, pdw, pdw + r.n, rows, r.n, inv_n);
+    }
+  });
+  // The blocks' sums by column: part's columns [0, n) are dw's, [n, 2n) db's.
+  parallel_for(Rms ? r.n : stride, items_per_range(blocks * std::int64_t(sizeof(T))),
+               [&](std::int64_t j0, std::int64_t j1) {
+                 if (j0 < r.n) simd_dispatch<BlockSums<T>>(part, dw, blocks, stride, j0, std::min(j1, r.n));
+                 if (j1 > r.n)
+                   simd_dispatch<BlockSums<T>>(part + r.n, db, blocks, stride, std::max(j0, r.n) - r.n, j1 - r.n);
+               });
 }
 
 template <typename T>

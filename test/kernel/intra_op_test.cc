@@ -529,6 +529,24 @@ TEST_CASE("add_n gives the same bits at any thread count", "[kernel][intra_op]")
   same_bits_at_any_thread_count([&] { return run_op<AddNOp>({a, b, c}); });
 }
 
+TEST_CASE("layer_norm, rms_norm and their gradients (dw and db summed over the rows) give the same bits at "
+          "any thread count",
+          "[kernel][intra_op]") {
+  // 300 rows of 257: split by rows for y and dx, by columns for dw and db.
+  const Dims d{3, 100, 257};
+  const Tensor x = filled<float>(d, -3, 3, 1), dy = filled<float>(d, -1, 1, 2);
+  const Tensor w = filled<float>(Dims{257}, 0.5f, 1.5f, 3), b = filled<float>(Dims{257}, -1, 1, 4);
+  same_bits_at_any_thread_count([&] { return run_op<LayerNormOp>({x, w, b}, std::int64_t{2}, 1e-5); });
+  same_bits_at_any_thread_count([&] { return run_op<RmsNormOp>({x, w}, std::int64_t{2}, 1e-6); });
+  const auto ln = run_op<LayerNormOp>({x, w, b}, std::int64_t{2}, 1e-5);
+  same_bits_at_any_thread_count([&] {
+    return run_op<GradOf<LayerNormOp>>({x, w, ln.out(1), ln.out(2), dy}, std::int64_t{2}, 1e-5);
+  });
+  const auto rms = run_op<RmsNormOp>({x, w}, std::int64_t{2}, 1e-6);
+  same_bits_at_any_thread_count(
+      [&] { return run_op<GradOf<RmsNormOp>>({x, w, rms.out(1), dy}, std::int64_t{2}, 1e-6); });
+}
+
 TEST_CASE("sgd_, momentum_, adamw_ and merged_adamw_ give the same bits at any thread count",
           "[kernel][intra_op]") {
   // Each run updates fresh copies (the ops write their operands in place).
