@@ -529,6 +529,22 @@ TEST_CASE("add_n gives the same bits at any thread count", "[kernel][intra_op]")
   same_bits_at_any_thread_count([&] { return run_op<AddNOp>({a, b, c}); });
 }
 
+TEST_CASE("reduce_as of a bias gradient (rows summed into a row, its columns split across threads) gives the "
+          "general path's bits at any thread count",
+          "[kernel][intra_op]") {
+  const auto bf16 = [](const Tensor& t) { return run_op<CastOp>({t}, DataType::BFloat16).out(); };
+  // 5001 columns: two ranges of whole rows at 2 and 3 threads.
+  const Tensor f = filled<float>(Dims{2, 37, 5001}, -1, 1, 1);
+  for (const Tensor& x : {f, bf16(f)}) {
+    INFO(to_string(x.dtype()));
+    const Tensor row = Tensor::zeros(Dims{5001}, x.dtype());
+    same_bits_at_any_thread_count([&] { return run_op<ReduceAsOp>({x, row}); });
+    // A target of [1, 1, 5001] goes the general way (sum_groups) over the same sums.
+    const Tensor general = run_op<ReduceAsOp>({x, Tensor::zeros(Dims{1, 1, 5001}, x.dtype())}).out();
+    CHECK(same_bits(run_op<ReduceAsOp>({x, row}).out().reshape(Dims{1, 1, 5001}), general));
+  }
+}
+
 TEST_CASE("layer_norm, rms_norm and their gradients (dw and db summed over the rows) give the same bits at "
           "any thread count",
           "[kernel][intra_op]") {
