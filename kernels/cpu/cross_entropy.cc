@@ -6,10 +6,12 @@
 // computed in f32 (loss and lse f32), and the gradient rounded once. Rows
 // are split across the kernel's threads, a row to one thread: the same
 // bits at any thread count.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "class_rows.h"
 #include "cpu_half.h"
@@ -98,12 +100,32 @@ struct LseRows {
   }
 };
 
+// bf16 / f16 rows [r0, r1): widened a block of rows at a time into the
+// thread's f32 scratch, then the f32 rows' loop over them (its bits: the
+// widening is exact). Read in place, the 16-bit loads kept the row maxima
+// scalar (integer selects): bf16 logits took 1.7x f32's time.
+template <DataType D, typename L>
+void half_lse_rows(const std::uint16_t* x, const L* label, float* loss, float* lse, std::int64_t c,
+                   std::int64_t ignore, std::int64_t r0, std::int64_t r1) {
+  const std::int64_t block = std::max<std::int64_t>(1, 4 * kHalfChunk / c);
+  float* buf = scratch<float>(block * c);
+  for (std::int64_t r = r0; r < r1; r += block) {
+    const std::int64_t rows = std::min(block, r1 - r);
+    widen_half_row<D>(x + r * c, buf, rows * c);
+    simd_dispatch<LseRows<PlainLogits<float>, L>>(buf, label + r, loss + r, lse + r, c, ignore, std::int64_t{0},
+                                                  rows);
+  }
+}
+
 template <typename LT, typename L>
 void lse_rows(const typename LT::Store* x, const L* label, typename LT::Acc* loss,
               typename LT::Acc* lse, std::int64_t n, std::int64_t c, std::int64_t ignore) {
   const std::int64_t per_range = items_per_range(c * std::int64_t(sizeof(typename LT::Store)));
   parallel_for(n, per_range, [&](std::int64_t r0, std::int64_t r1) {
-    simd_dispatch<LseRows<LT, L>>(x, label, loss, lse, c, ignore, r0, r1);
+    if constexpr (std::is_same_v<typename LT::Store, std::uint16_t>)
+      half_lse_rows<LT::dtype>(x, label, loss, lse, c, ignore, r0, r1);
+    else
+      simd_dispatch<LseRows<LT, L>>(x, label, loss, lse, c, ignore, r0, r1);
   });
 }
 
