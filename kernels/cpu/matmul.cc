@@ -336,6 +336,19 @@ std::vector<ActivationFn<T>> activation_table(MathList<Maths...>) {
   return {&cpu::map_elementwise<cpu::KernelMath<Maths>, T>...};
 }
 
+// The activation over n elements of x in place, a tile at a time from a
+// copy (the unary kernels' loop reads and writes distinct memory).
+template <typename T>
+void epilogue_activation(ActivationFn<T> act, T* x, std::int64_t n) {
+  constexpr std::int64_t kTile = 512;
+  T tile[kTile];
+  for (std::int64_t t0 = 0; t0 < n; t0 += kTile) {
+    const std::int64_t len = std::min(kTile, n - t0);
+    std::copy(x + t0, x + t0 + len, tile);
+    act(tile, x + t0, len);
+  }
+}
+
 // kiln.fused_matmul: the product, then out[…, j] = out[…, j] + bias[j] (as
 // kiln.add's broadcast loop computes it), then the activation through the
 // unary kernels' loop, a tile at a time from a copy (the loop reads and
@@ -357,32 +370,33 @@ void fused_matmul_kernel(KernelContext& ctx) {
   const std::int64_t total = out.numel();
   if (total == 0) return;
   T* o = out.data<T>();
+  const std::int64_t n = out.dims().rank() ? out.dims()[out.dims().rank() - 1] : 1;
+  const T* b = nullptr;
+  std::int64_t bn = 0;
   if (bias) {
-    const Tensor& bias_ref = *bias;
-    const std::int64_t n = out.dims().rank() ? out.dims()[out.dims().rank() - 1] : 1;
-    const std::int64_t bn = bias_ref.numel();
-    check_matmul_bias(ctx.op()->name(), bias_ref.dtype(), bn, out.dtype(), n);
-    const T* b = bias_ref.data<T>();
-    if (bn == 1) {
+    bn = bias->numel();
+    check_matmul_bias(ctx.op()->name(), bias->dtype(), bn, out.dtype(), n);
+    b = bias->data<T>();
+  }
+  const ActivationFn<T> act =
+      a.activation.index >= 0 ? activations[static_cast<std::size_t>(a.activation.index)] : nullptr;
+  if (!b && !act) return;
+  // Rows of the product split across the kernel's threads: each element's
+  // sum and activation computed alone, the same bits at any thread count.
+  cpu::parallel_for(total / n, cpu::items_per_range(4 * n * std::int64_t(sizeof(T))), [&](std::int64_t r0, std::int64_t r1) {
+    T* rows = o + r0 * n;
+    const std::int64_t len = (r1 - r0) * n;
+    if (b && bn == 1) {
       const T b0 = b[0];
-      for (std::int64_t i = 0; i < total; ++i) o[i] = AddMath::forward(o[i], b0);
-    } else {
-      for (std::int64_t r = 0; r < total; r += n) {
-        T* __restrict row = o + r;
+      for (std::int64_t i = 0; i < len; ++i) rows[i] = AddMath::forward(rows[i], b0);
+    } else if (b) {
+      for (std::int64_t r = 0; r < len; r += n) {
+        T* __restrict row = rows + r;
         for (std::int64_t j = 0; j < n; ++j) row[j] = AddMath::forward(row[j], b[j]);
       }
     }
-  }
-  if (a.activation.index >= 0) {
-    const ActivationFn<T> act = activations[static_cast<std::size_t>(a.activation.index)];
-    constexpr std::int64_t kTile = 512;
-    T tile[kTile];
-    for (std::int64_t t0 = 0; t0 < total; t0 += kTile) {
-      const std::int64_t len = std::min(kTile, total - t0);
-      std::copy(o + t0, o + t0 + len, tile);
-      act(tile, o + t0, len);
-    }
-  }
+    if (act) epilogue_activation(act, rows, len);
+  });
 }
 
 // kiln.det: per matrix, LU with partial pivoting in double.

@@ -545,6 +545,27 @@ TEST_CASE("reduce_as of a bias gradient (rows summed into a row, its columns spl
   }
 }
 
+TEST_CASE("fused_matmul's bias and activation, split by rows of the product, give the same bits at any thread "
+          "count and the unfused ops' bits",
+          "[kernel][intra_op]") {
+  const Tensor x = filled<float>(Dims{2, 150, 64}, -1, 1, 1), w = filled<float>(Dims{64, 300}, -1, 1, 2);
+  const Tensor bias = filled<float>(Dims{300}, -1, 1, 3), one = filled<float>(Dims{1}, -1, 1, 4);
+  for (const char* act : {"", "kiln.relu", "kiln.tanh"})
+    for (const Tensor* b : {&bias, &one}) {
+      INFO((*act ? act : "no activation") << ", bias of " << b->numel());
+      auto run = [&] {
+        return run_kernel({x, w, *b}, [&](Builder& bl, const std::vector<Value>& v) {
+          return bl.create<FusedMatmulOp>(v[0], v[1], v[2], false, false, std::string(act)).operation();
+        });
+      };
+      same_bits_at_any_thread_count(run);
+      Tensor want = run_op<AddOp>({run_op<MatmulOp>({x, w}, false, false).out(), *b}).out();
+      if (std::string(act) == "kiln.relu") want = run_op<ReluOp>({want}).out();
+      if (std::string(act) == "kiln.tanh") want = run_op<TanhOp>({want}).out();
+      CHECK(same_bits(run().out(), want));
+    }
+}
+
 TEST_CASE("layer_norm, rms_norm and their gradients (dw and db summed over the rows) give the same bits at "
           "any thread count",
           "[kernel][intra_op]") {
