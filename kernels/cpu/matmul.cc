@@ -351,8 +351,7 @@ void epilogue_activation(ActivationFn<T> act, T* x, std::int64_t n) {
 
 // kiln.fused_matmul: the product, then out[…, j] = out[…, j] + bias[j] (as
 // kiln.add's broadcast loop computes it), then the activation through the
-// unary kernels' loop, a tile at a time from a copy (the loop reads and
-// writes distinct memory).
+// unary kernels' loop (epilogue_activation).
 template <typename T>
 void fused_matmul_kernel(KernelContext& ctx) {
   static const std::vector<ActivationFn<T>> activations = activation_table<T>(UnaryFamily{});
@@ -383,7 +382,8 @@ void fused_matmul_kernel(KernelContext& ctx) {
   if (!b && !act) return;
   // Rows of the product split across the kernel's threads: each element's
   // sum and activation computed alone, the same bits at any thread count.
-  cpu::parallel_for(total / n, cpu::items_per_range(4 * n * std::int64_t(sizeof(T))), [&](std::int64_t r0, std::int64_t r1) {
+  const std::int64_t per_range = cpu::items_per_range(4 * n * std::int64_t(sizeof(T)));
+  cpu::parallel_for(total / n, per_range, [&](std::int64_t r0, std::int64_t r1) {
     T* rows = o + r0 * n;
     const std::int64_t len = (r1 - r0) * n;
     if (b && bn == 1) {

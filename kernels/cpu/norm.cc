@@ -239,8 +239,8 @@ void norm_backward(KernelContext& ctx, std::int64_t begin_norm_axis) {
   const T* prs = rstd.data<T>();
   const T* px = x.data<T>();
   const T* pdy = dy.data<T>();
-  // Block b's sums: dw at part + b · 2n, db after it.
-  const std::int64_t blocks = (r.m + kGradRowBlock - 1) / kGradRowBlock, stride = 2 * r.n;
+  // Block b's sums: dw at part + b · stride, db (layer_norm) after it.
+  const std::int64_t blocks = (r.m + kGradRowBlock - 1) / kGradRowBlock, stride = Rms ? r.n : 2 * r.n;
   T* part = scratch<T, 2>(blocks * stride);
   const std::int64_t per_range = items_per_range(3 * kGradRowBlock * r.n * std::int64_t(sizeof(T)));
   parallel_for(blocks, per_range, [&](std::int64_t b0, std::int64_t b1) {
@@ -249,11 +249,12 @@ void norm_backward(KernelContext& ctx, std::int64_t begin_norm_axis) {
       T* pdw = part + b * stride;
       std::fill(pdw, pdw + stride, T(0));
       simd_dispatch<NormBackwardRows<T, Rms>>(px + i0 * r.n, pdy + i0 * r.n, pw, Rms ? nullptr : pm + i0,
-                                              prs + i0, dx + i0 * r.n, pdw, pdw + r.n, rows, r.n, inv_n);
+                                              prs + i0, dx + i0 * r.n, pdw, Rms ? nullptr : pdw + r.n, rows, r.n,
+                                              inv_n);
     }
   });
   // The blocks' sums by column: part's columns [0, n) are dw's, [n, 2n) db's.
-  parallel_for(Rms ? r.n : stride, items_per_range(blocks * std::int64_t(sizeof(T))),
+  parallel_for(stride, items_per_range(blocks * std::int64_t(sizeof(T))),
                [&](std::int64_t j0, std::int64_t j1) {
                  if (j0 < r.n) simd_dispatch<BlockSums<T>>(part, dw, blocks, stride, j0, std::min(j1, r.n));
                  if (j1 > r.n)

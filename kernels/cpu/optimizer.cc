@@ -158,13 +158,12 @@ struct MomentumK {
 
 // The element loop of adam_ and adamw_: p scaled by `keep` (adamw_'s decay,
 // 1 - lr · coeff; adam_ passes 1, which changes no value), then m1, m2 and
-// p updated in place — one pass over the five arrays (adamw_ had a second,
-// for the decay, before it). std::sqrt may set errno, so GCC keeps the
-// scalar loop scalar (a sqrt and a div per element), and `#pragma GCC
-// optimize("no-math-errno")` does not change that. So the f32 loop runs by
-// hand: 8 lanes where the CPU has AVX (checked at run time), else 4 with
-// SSE2. The same operations in the same order (no FMA), each correctly
-// rounded: the same bits as the scalar loop.
+// p updated in place, in one pass over the five arrays. std::sqrt may set
+// errno, so GCC keeps the scalar loop scalar (a sqrt and a div per
+// element), and `#pragma GCC optimize("no-math-errno")` does not change
+// that. So the f32 loop runs by hand: 8 lanes where the CPU has AVX
+// (checked at run time), else 4 with SSE2. The same operations in the same
+// order (no FMA), each correctly rounded: the same bits as the scalar loop.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define KILN_ADAM_AVX 1
 // Elements [0, n rounded down to 8) of adam_elements<float>; returns that count.

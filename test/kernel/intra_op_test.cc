@@ -533,15 +533,15 @@ TEST_CASE("reduce_as of a bias gradient (rows summed into a row, its columns spl
           "general path's bits at any thread count",
           "[kernel][intra_op]") {
   const auto bf16 = [](const Tensor& t) { return run_op<CastOp>({t}, DataType::BFloat16).out(); };
-  // 5001 columns: two ranges of whole rows at 2 and 3 threads.
-  const Tensor f = filled<float>(Dims{2, 37, 5001}, -1, 1, 1);
+  // 6500 columns: two ranges of columns at 2 threads, three at 3.
+  const Tensor f = filled<float>(Dims{2, 37, 6500}, -1, 1, 1);
   for (const Tensor& x : {f, bf16(f)}) {
     INFO(to_string(x.dtype()));
-    const Tensor row = Tensor::zeros(Dims{5001}, x.dtype());
+    const Tensor row = Tensor::zeros(Dims{6500}, x.dtype());
     same_bits_at_any_thread_count([&] { return run_op<ReduceAsOp>({x, row}); });
-    // A target of [1, 1, 5001] goes the general way (sum_groups) over the same sums.
-    const Tensor general = run_op<ReduceAsOp>({x, Tensor::zeros(Dims{1, 1, 5001}, x.dtype())}).out();
-    CHECK(same_bits(run_op<ReduceAsOp>({x, row}).out().reshape(Dims{1, 1, 5001}), general));
+    // A target of [1, 1, 6500] goes the general way (sum_groups) over the same sums.
+    const Tensor general = run_op<ReduceAsOp>({x, Tensor::zeros(Dims{1, 1, 6500}, x.dtype())}).out();
+    CHECK(same_bits(run_op<ReduceAsOp>({x, row}).out().reshape(Dims{1, 1, 6500}), general));
   }
 }
 
@@ -569,10 +569,12 @@ TEST_CASE("fused_matmul's bias and activation, split by rows of the product, giv
 TEST_CASE("layer_norm, rms_norm and their gradients (dw and db summed over the rows) give the same bits at "
           "any thread count",
           "[kernel][intra_op]") {
-  // 300 rows of 257: split by rows for y and dx, by columns for dw and db.
-  const Dims d{3, 100, 257};
+  // 4070 rows of 400: y and dx split by rows; 64 blocks of rows (the last
+  // one short) whose dw and db columns, 800 in all, split at 2 and 3
+  // threads, one range crossing from dw's columns into db's.
+  const Dims d{2, 2035, 400};
   const Tensor x = filled<float>(d, -3, 3, 1), dy = filled<float>(d, -1, 1, 2);
-  const Tensor w = filled<float>(Dims{257}, 0.5f, 1.5f, 3), b = filled<float>(Dims{257}, -1, 1, 4);
+  const Tensor w = filled<float>(Dims{400}, 0.5f, 1.5f, 3), b = filled<float>(Dims{400}, -1, 1, 4);
   same_bits_at_any_thread_count([&] { return run_op<LayerNormOp>({x, w, b}, std::int64_t{2}, 1e-5); });
   same_bits_at_any_thread_count([&] { return run_op<RmsNormOp>({x, w}, std::int64_t{2}, 1e-6); });
   const auto ln = run_op<LayerNormOp>({x, w, b}, std::int64_t{2}, 1e-5);
