@@ -549,7 +549,7 @@ void full_half_kernel(KernelContext& ctx) {
 // The sum of n contiguous elements in Acc: kLanes partial sums (they
 // vectorize), the elements past the last whole group, then the lanes.
 template <typename Acc, typename T>
-Acc sum_run(const T* __restrict row, std::int64_t n) {
+KILN_SIMD_INLINE Acc sum_run(const T* __restrict row, std::int64_t n) {
   constexpr std::int64_t kLanes = 8;
   Acc lane[kLanes] = {};
   std::int64_t j = 0;
@@ -561,6 +561,12 @@ Acc sum_run(const T* __restrict row, std::int64_t n) {
   return total;
 }
 
+// a[j] += row[j] for j in [0, n).
+template <typename Acc, typename T>
+KILN_SIMD_INLINE void add_run(Acc* __restrict a, const T* __restrict row, std::int64_t n) {
+  for (std::int64_t j = 0; j < n; ++j) a[j] += static_cast<Acc>(row[j]);
+}
+
 // acc[target index] += x over x's dims, the target aligned with x's
 // trailing dims (a target dim of 1, or a leading dim of x, is summed). x's
 // dims are merged into maximal runs that are all summed or all kept, so the
@@ -568,7 +574,7 @@ Acc sum_run(const T* __restrict row, std::int64_t n) {
 // kLanes partial sums, which vectorize) or added onto a contiguous stretch of
 // acc (a conv bias's [N, C, H·W] → [C] is N·C stretches of H·W).
 template <typename T, typename Acc>
-void sum_groups(const T* px, const Dims& xd, const Dims& td, Acc* acc) {
+KILN_SIMD_INLINE void sum_groups(const T* px, const Dims& xd, const Dims& td, Acc* acc) {
   struct Run {
     std::int64_t n;
     bool summed;
@@ -595,12 +601,8 @@ void sum_groups(const T* px, const Dims& xd, const Dims& td, Acc* acc) {
   std::int64_t o = 0;
   for (std::int64_t r = 0; r < outer; ++r) {
     const T* __restrict row = px + r * inner.n;
-    if (inner.summed) {
-      acc[o] += sum_run<Acc>(row, inner.n);
-    } else {
-      Acc* __restrict a = acc + o;
-      for (std::int64_t j = 0; j < inner.n; ++j) a[j] += static_cast<Acc>(row[j]);
-    }
+    if (inner.summed) acc[o] += sum_run<Acc>(row, inner.n);
+    else add_run(acc + o, row, inner.n);
     for (int d = nr - 2; d >= 0; --d) {  // odometer over the outer runs
       o += runs[d].out_stride;
       if (++idx[d] < runs[d].n) break;
@@ -610,18 +612,24 @@ void sum_groups(const T* px, const Dims& xd, const Dims& td, Acc* acc) {
   }
 }
 
-// acc[j] += x[r, j] over the rows r in order, for columns [j0, j1) of x
-// as [rows, n] (a bias gradient's [B·L, N] → [N]): sum_groups' sums for
-// that shape, the same bits, compiled for each SIMD level.
+// reduce_as's sums, compiled for each SIMD level (simd_dispatch): all of x
+// into one number; x into acc by sum_groups; and acc[j] += x[r, j] over the
+// rows r in order, for columns [j0, j1) of x as [rows, n] (a bias
+// gradient's [B·L, N] → [N]: sum_groups' sums for that shape, the same
+// bits, split by columns).
+template <typename Acc, typename T>
+struct SumAll {
+  KILN_SIMD_INLINE static void run(const T* px, std::int64_t n, Acc* total) { *total = sum_run<Acc>(px, n); }
+};
+template <typename Acc, typename T>
+struct SumGroups {
+  KILN_SIMD_INLINE static void run(const T* px, Dims xd, Dims td, Acc* acc) { sum_groups(px, xd, td, acc); }
+};
 template <typename Acc, typename T>
 struct ColumnSums {
   KILN_SIMD_INLINE static void run(const T* px, Acc* acc, std::int64_t rows, std::int64_t n, std::int64_t j0,
                                    std::int64_t j1) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const T* __restrict row = px + r * n;
-      Acc* __restrict a = acc;
-      for (std::int64_t j = j0; j < j1; ++j) a[j] += static_cast<Acc>(row[j]);
-    }
+    for (std::int64_t r = 0; r < rows; ++r) add_run(acc + j0, px + r * n + j0, j1 - j0);
   }
 };
 
@@ -682,7 +690,8 @@ struct ReduceAsK {
                   "] (the target's dims must equal x's trailing dims or be 1)");
     const std::int64_t on = td.numel(), xn = xin.numel();
     if (on == 1 && xn > 1) {  // everything into one element (a bias of [1]): sum_groups' one run
-      const Acc total = sum_run<Acc>(elements(xin), xn);
+      Acc total = 0;
+      simd_dispatch<SumAll<Acc, Stored>>(elements(xin), xn, &total);
       *static_cast<Stored*>(ctx.alloc_output(0, td, xin.dtype()).raw_data()) = Sums::store(total);
       return;
     }
@@ -707,7 +716,7 @@ struct ReduceAsK {
         simd_dispatch<ColumnSums<Acc, Stored>>(px, acc, rows, on, j0, j1);
       });
     } else if (xn > 0) {
-      sum_groups(px, xd, td, acc);
+      simd_dispatch<SumGroups<Acc, Stored>>(px, xd, td, acc);
     }
     for (std::int64_t j = 0; j < on; ++j) po[j] = Sums::store(acc[j]);
   }
