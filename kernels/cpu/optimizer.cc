@@ -1,9 +1,11 @@
 // CPU kernels of the optimizer update ops (sgd_, momentum_, adam_, adamw_ and
 // their merged forms, which run the same update per parameter;
-// f32 and f64; the element math is kiln/kernel/optimizer_math.h's, which the
+// f32 and f64, an f32 parameter's gradient also bf16 or f16, widened as it
+// is read; the element math is kiln/kernel/optimizer_math.h's, which the
 // CUDA kernels share). Run in place, each output is its input's variable and the
 // kernel updates that buffer; run out of place (an output with its own
 // variable), the output is first a copy of the input, then updated.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -11,6 +13,7 @@
 #include <immintrin.h>
 #endif
 
+#include "cpu_half.h"
 #include "cpu_kernel_util.h"
 #include "intra_op.h"
 #include "kiln/dialect/merged_optimizer_ops.h"
@@ -68,6 +71,57 @@ template <typename OpT, typename T, typename S>
   return t;
 }
 
+// The gradient an update reads: of T or, for an f32 parameter, bf16 or f16
+// (accepts_gradient), which for_gradient widens as it is read.
+struct GradientIn {
+  const void* data;
+  DataType dtype;
+};
+
+template <typename OpT, typename S>
+[[noreturn, gnu::noinline]] void gradient_dtype_error(const KernelContext& ctx, const S& s, const Tensor& t,
+                                                     DataType param) {
+  throw_error(ErrorKind::InvalidArgument, "op '", ctx.op() ? ctx.op()->name() : OpT::name, "' operand ",
+              s.label(kGradOperand), " must be ", to_string(param),
+              param == DataType::Float32 ? ", bf16 or f16" : "", " for 'param' of ",
+              to_string(param), ", got ", to_string(t.dtype()));
+}
+
+// The gradient (single operand kGradOperand) of an update of T with `numel`
+// elements; kiln::Error naming the op and operand otherwise.
+template <typename OpT, typename T, typename S>
+[[gnu::always_inline]] inline GradientIn checked_gradient(const KernelContext& ctx, const S& s,
+                                                          std::int64_t numel) {
+  const Tensor& t = ctx.input(s.in(kGradOperand));
+  if (!accepts_gradient(data_type_of<T>, t.dtype())) [[unlikely]]
+    gradient_dtype_error<OpT>(ctx, s, t, data_type_of<T>);
+  if (t.numel() != numel) [[unlikely]]
+    size_error<OpT>(ctx, s, kGradOperand, t, numel);
+  return {t.raw_data(), t.dtype()};
+}
+
+// Calls f(g, b, e) on the elements [begin, end) of the gradient, g[0] being
+// element b: the gradient itself when it is of T, else its bf16 / f16
+// values widened (exactly) into the thread's buffer, kHalfChunk at a time.
+template <typename T, typename F>
+[[gnu::always_inline]] inline void for_gradient(const GradientIn& g, std::int64_t begin, std::int64_t end,
+                                                F&& f) {
+  if (g.dtype == data_type_of<T>) [[likely]] {
+    f(static_cast<const T*>(g.data) + begin, begin, end);
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    const auto* h = static_cast<const std::uint16_t*>(g.data);
+    float wide[kHalfChunk];
+    for (std::int64_t b = begin; b < end; b += kHalfChunk) {
+      const std::int64_t e = std::min(end, b + kHalfChunk);
+      if (g.dtype == DataType::BFloat16) widen_half_row<DataType::BFloat16>(h + b, wide, e - b);
+      else widen_half_row<DataType::Float16>(h + b, wide, e - b);
+      f(static_cast<const float*>(wide), b, e);
+    }
+  }
+}
+
 // Single output r, which aliases single operand i: in place, the input's
 // buffer; otherwise `updated`'s copy.
 template <typename T, typename S>
@@ -112,11 +166,13 @@ template <typename T, typename S>
 void sgd_update(KernelContext& ctx, const S& s) {
   const Tensor& p = typed_input<T>(ctx, s.in(0));
   const std::int64_t n = p.numel();
-  const T* g = checked_input<Sgd_Op, T>(ctx, s, 1, n).template data<T>();
+  const GradientIn grad = checked_gradient<Sgd_Op, T>(ctx, s, n);
   const T lr = *checked_input<Sgd_Op, T>(ctx, s, 2, 1).template data<T>();
   T* po = updated_at<T>(ctx, s, 0, 0, p);
-  parallel_for(n, items_per_range(3 * sizeof(T)), [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) po[i] = sgd_step(po[i], g[i], lr);
+  parallel_for(n, items_per_range(3 * sizeof(T)), [&](std::int64_t begin, std::int64_t end) {
+    for_gradient<T>(grad, begin, end, [&](const T* g, std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) po[i] = sgd_step(po[i], g[i - b], lr);
+    });
   });
 }
 
@@ -125,19 +181,21 @@ void momentum_update(KernelContext& ctx, const S& s,
                      const Momentum_Op::Attributes& a) {
   const Tensor& p = typed_input<T>(ctx, s.in(0));
   const std::int64_t n = p.numel();
-  const T* g = checked_input<Momentum_Op, T>(ctx, s, 1, n).template data<T>();
+  const GradientIn grad = checked_gradient<Momentum_Op, T>(ctx, s, n);
   const Tensor& v = checked_input<Momentum_Op, T>(ctx, s, 2, n);
   const T lr = *checked_input<Momentum_Op, T>(ctx, s, 3, 1).template data<T>();
   const T mu = static_cast<T>(a.mu);
   T* po = updated_at<T>(ctx, s, 0, 0, p);
   T* vo = updated_at<T>(ctx, s, 1, 2, v);
   const bool nesterov = a.use_nesterov;
-  parallel_for(n, items_per_range(5 * sizeof(T)), [&](std::int64_t b, std::int64_t e) {
-    if (nesterov) {
-      for (std::int64_t i = b; i < e; ++i) momentum_step(po[i], vo[i], g[i], lr, mu, true);
-    } else {
-      for (std::int64_t i = b; i < e; ++i) momentum_step(po[i], vo[i], g[i], lr, mu, false);
-    }
+  parallel_for(n, items_per_range(5 * sizeof(T)), [&](std::int64_t begin, std::int64_t end) {
+    for_gradient<T>(grad, begin, end, [&](const T* g, std::int64_t b, std::int64_t e) {
+      if (nesterov) {
+        for (std::int64_t i = b; i < e; ++i) momentum_step(po[i], vo[i], g[i - b], lr, mu, true);
+      } else {
+        for (std::int64_t i = b; i < e; ++i) momentum_step(po[i], vo[i], g[i - b], lr, mu, false);
+      }
+    });
   });
 }
 
@@ -242,7 +300,7 @@ void adam_update(KernelContext& ctx, const S& s, double beta1_d, double beta2_d,
                  bool decay) {
   const Tensor& p = typed_input<T>(ctx, s.in(0));
   const std::int64_t n = p.numel();
-  const T* g = checked_input<OpT, T>(ctx, s, 1, n).template data<T>();
+  const GradientIn grad = checked_gradient<OpT, T>(ctx, s, n);
   const T lr = *checked_input<OpT, T>(ctx, s, 2, 1).template data<T>();
   const Tensor& m1 = checked_input<OpT, T>(ctx, s, 3, n);
   const Tensor& m2 = checked_input<OpT, T>(ctx, s, 4, n);
@@ -259,8 +317,10 @@ void adam_update(KernelContext& ctx, const S& s, double beta1_d, double beta2_d,
   T* b1po = updated_at<T>(ctx, s, 3, 5, b1p_in);
   T* b2po = updated_at<T>(ctx, s, 4, 6, b2p_in);
   const T keep = decay ? T(1) - lr * static_cast<T>(coeff_d) : T(1);  // param -= lr * coeff * param
-  parallel_for(n, items_per_range(7 * sizeof(T)), [&](std::int64_t b, std::int64_t e) {
-    adam_elements(po + b, m1o + b, m2o + b, g + b, e - b, step, keep);
+  parallel_for(n, items_per_range(7 * sizeof(T)), [&](std::int64_t begin, std::int64_t end) {
+    for_gradient<T>(grad, begin, end, [&](const T* g, std::int64_t b, std::int64_t e) {
+      adam_elements(po + b, m1o + b, m2o + b, g, e - b, step, keep);
+    });
   });
   *b1po = b1p * beta1;
   *b2po = b2p * beta2;

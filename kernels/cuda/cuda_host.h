@@ -7,8 +7,11 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "context_stream.h"
+#include "launch.h"
 #include "kiln/runtime/buffer.h"
 
 namespace kiln::cuda {
@@ -32,6 +35,13 @@ BadIndex find_bad_index(const KernelContext& ctx, const Tensor& ids, std::int64_
 // swapped, [D0, D2, D1, D3], on ctx's stream (shape.cc's strided copy).
 void swap_axes_12(const KernelContext& ctx, const void* src, void* dst, std::int64_t es,
                   const std::int64_t (&dims)[4]);
+
+// An optimizer update's gradient: input i of ctx's op, `numel` elements of
+// the parameter's dtype `param` or, for f32, bf16 or f16 (accepts_gradient
+// in kiln/dialect/optimizer_ops.h). kiln::Error naming `op` and `operand`
+// ("'grad' (#1)") otherwise, with the CPU kernels' messages.
+GradientIn gradient_input(const KernelContext& ctx, std::uint32_t i, DataType param, std::int64_t numel,
+                          std::string_view op, const std::string& operand);
 
 // Output o, which aliases input i: in place, the input's buffer; otherwise
 // output o's own buffer holding a device copy of `in`.

@@ -270,16 +270,25 @@ void launch_scatter_add(const I* ids, std::int64_t count, const T* src, T* dst, 
 // `skip`: the update's skip flag on the device, or null; when it holds true
 // the kernels write nothing.
 
+// The gradient an update reads: of the parameter's type T or, for an f32
+// parameter, bf16 or f16 bits that the kernels widen (exactly) as they read
+// them (kiln/dialect/optimizer_ops.h's accepts_gradient).
+enum class GradientType : std::uint8_t { Param, BFloat16, Float16 };
+struct GradientIn {
+  const void* data = nullptr;
+  GradientType type = GradientType::Param;
+};
+
 template <typename T>
-void launch_sgd(T* p, const T* g, const T* lr, const bool* skip, std::int64_t n, cudaStream_t s);
+void launch_sgd(T* p, GradientIn g, const T* lr, const bool* skip, std::int64_t n, cudaStream_t s);
 template <typename T>
-void launch_momentum(T* p, T* v, const T* g, const T* lr, const bool* skip, T mu, bool nesterov,
+void launch_momentum(T* p, T* v, GradientIn g, const T* lr, const bool* skip, T mu, bool nesterov,
                      std::int64_t n, cudaStream_t s);
 // adam_ (decay false) or adamw_ (p *= 1 - lr · coeff first); reads the
 // beta powers from b1p / b2p and then writes b1p · beta1, b2p · beta2 to
 // b1p_out / b2p_out (which may be the same buffers).
 template <typename T>
-void launch_adam(T* p, T* m1, T* m2, const T* g, const T* lr, const bool* skip, const T* b1p,
+void launch_adam(T* p, T* m1, T* m2, GradientIn g, const T* lr, const bool* skip, const T* b1p,
                  const T* b2p, T* b1p_out, T* b2p_out, T beta1, T beta2, T eps, T coeff, bool decay,
                  std::int64_t n, cudaStream_t s);
 
@@ -294,7 +303,7 @@ struct ParameterUpdate {
   std::int64_t n = 0;
   T* p = nullptr;
   T* state[2] = {};  // momentum_: velocity; adam_: moment1, moment2
-  const T* g = nullptr;
+  GradientIn g;
   const T* beta_pow[2] = {};  // adam_: beta1_pow, beta2_pow as read
   T* beta_pow_out[2] = {};    // adam_: where they go times beta (may be the same buffers)
 };

@@ -3,7 +3,8 @@
 // merged_optimizer.cu): each checks every parameter's operands with the CPU
 // kernels' messages, gives each result its buffer (in place, or a copy of
 // its operand) and launches the multi-tensor kernels on the op's stream.
-// f32 and f64, the single updates' dtypes; the skip flag stays on the device.
+// f32 and f64, the single updates' dtypes (an f32 parameter's gradient also
+// bf16 or f16, each parameter's its own); the skip flag stays on the device.
 //
 // The multi-tensor launches run all parameters' updates at once, which is
 // the single updates' order only when no two parameters share memory (nor
@@ -55,7 +56,9 @@ template <typename Merged, typename T>
 void read_operands(const KernelContext& ctx, std::uint32_t k, ParameterUpdate<T>& u) {
   using Single = typename Merged::SingleOp;
   u.n = member<Merged, T>(ctx, k, 0, -1).numel();
-  u.g = member<Merged, T>(ctx, k, 1, u.n).template data<T>();
+  const std::uint32_t at = MergedLayout<Single>::operand(k, kGradOperand);
+  u.g = gradient_input(ctx, at, data_type_of<T>, u.n, Merged::name,
+                       "'grad' of parameter #" + std::to_string(k) + " (#" + std::to_string(at) + ")");
   if constexpr (std::is_same_v<Single, Momentum_Op>) {
     (void)member<Merged, T>(ctx, k, 2, u.n);
   } else if constexpr (!std::is_same_v<Single, Sgd_Op>) {  // adam_, adamw_

@@ -11,6 +11,7 @@
 // so a merged update gives the unmerged updates' bits.
 #include <cstdint>
 
+#include "gradient_in.cuh"
 #include "grid_stride.cuh"
 #include "kiln/kernel/optimizer_math.h"
 #include "launch.h"
@@ -23,14 +24,16 @@ constexpr std::int64_t kChunk = 65536;  // elements of one work item
 constexpr int kItems = 320;             // work items (blocks) per launch
 
 // One launch's parameters: up to kTensors of them, each with L pointers
-// and its element count, and the launch's work items (the parameter's slot
-// and its chunk). 2 KiB of pointers, so that the whole stays under the
-// 4 KiB of kernel arguments every CUDA device takes.
+// (the gradient's as T*, read through its GradientType), its element count
+// and its gradient's type, and the launch's work items (the parameter's
+// slot and its chunk). 2 KiB of pointers, so that the whole stays under
+// the 4 KiB of kernel arguments every CUDA device takes.
 template <typename T, int L>
 struct TensorTable {
-  static constexpr int kTensors = 2048 / (L * sizeof(T*) + sizeof(std::int64_t));
+  static constexpr int kTensors = 2048 / (L * sizeof(T*) + sizeof(std::int64_t) + sizeof(GradientType));
   T* ptr[L][kTensors];
   std::int64_t n[kTensors];
+  GradientType grad_type[kTensors];
   std::int32_t chunk[kItems];
   std::uint8_t slot[kItems];
   int tensors = 0, items = 0;
@@ -64,7 +67,8 @@ __global__ void __launch_bounds__(kChunkThreads)
   const ChunkRange r = block_chunk(t);
   T* p = t.ptr[0][r.slot];
   const T* g = t.ptr[1][r.slot];
-  KILN_CHUNK_STRIDE(i, r) p[i] = sgd_step(p[i], g[i], rate);
+  const GradientType gt = t.grad_type[r.slot];
+  KILN_CHUNK_STRIDE(i, r) p[i] = sgd_step(p[i], gradient_at<T>(g, gt, i), rate);
 }
 
 template <typename T>
@@ -76,7 +80,8 @@ __global__ void __launch_bounds__(kChunkThreads)
   T* p = t.ptr[0][r.slot];
   T* v = t.ptr[1][r.slot];
   const T* g = t.ptr[2][r.slot];
-  KILN_CHUNK_STRIDE(i, r) momentum_step(p[i], v[i], g[i], rate, mu, nesterov);
+  const GradientType gt = t.grad_type[r.slot];
+  KILN_CHUNK_STRIDE(i, r) momentum_step(p[i], v[i], gradient_at<T>(g, gt, i), rate, mu, nesterov);
 }
 
 // Pointers: param, moment1, moment2, grad, beta1_pow, beta2_pow (the last
@@ -94,10 +99,11 @@ __global__ void __launch_bounds__(kChunkThreads)
   T* m1 = t.ptr[1][r.slot];
   T* m2 = t.ptr[2][r.slot];
   const T* g = t.ptr[3][r.slot];
+  const GradientType gt = t.grad_type[r.slot];
   KILN_CHUNK_STRIDE(i, r) {
     T pi = p[i];
     if (decay) pi = mul_rn(pi, keep);
-    adam_element(pi, m1[i], m2[i], g[i], step);
+    adam_element(pi, m1[i], m2[i], gradient_at<T>(g, gt, i), step);
     p[i] = pi;
   }
 }
@@ -140,6 +146,7 @@ void for_each_table(const ParameterUpdate<T>* u, int count, Set&& set, Launch&& 
       const int slot = t.tensors++;
       set(t, slot, u[k]);
       t.n[slot] = u[k].n;
+      t.grad_type[slot] = u[k].g.type;
       for (; c < chunks && t.items < kItems; ++c, ++t.items) {
         t.slot[t.items] = static_cast<std::uint8_t>(slot);
         t.chunk[t.items] = static_cast<std::int32_t>(c);
@@ -158,7 +165,7 @@ void launch_merged_sgd(const ParameterUpdate<T>* u, int count, const T* lr, cons
       u, count,
       [](TensorTable<T, 2>& t, int slot, const ParameterUpdate<T>& p) {
         t.ptr[0][slot] = p.p;
-        t.ptr[1][slot] = const_cast<T*>(p.g);
+        t.ptr[1][slot] = static_cast<T*>(const_cast<void*>(p.g.data));
       },
       [&](const TensorTable<T, 2>& t) { merged_sgd<<<t.items, kChunkThreads, 0, s>>>(t, lr, skip); });
 }
@@ -171,7 +178,7 @@ void launch_merged_momentum(const ParameterUpdate<T>* u, int count, const T* lr,
       [](TensorTable<T, 3>& t, int slot, const ParameterUpdate<T>& p) {
         t.ptr[0][slot] = p.p;
         t.ptr[1][slot] = p.state[0];
-        t.ptr[2][slot] = const_cast<T*>(p.g);
+        t.ptr[2][slot] = static_cast<T*>(const_cast<void*>(p.g.data));
       },
       [&](const TensorTable<T, 3>& t) {
         merged_momentum<<<t.items, kChunkThreads, 0, s>>>(t, lr, skip, mu, nesterov);
@@ -187,7 +194,7 @@ void launch_merged_adam(const ParameterUpdate<T>* u, int count, const T* lr, con
         t.ptr[0][slot] = p.p;
         t.ptr[1][slot] = p.state[0];
         t.ptr[2][slot] = p.state[1];
-        t.ptr[3][slot] = const_cast<T*>(p.g);
+        t.ptr[3][slot] = static_cast<T*>(const_cast<void*>(p.g.data));
         t.ptr[4][slot] = const_cast<T*>(p.beta_pow[0]);
         t.ptr[5][slot] = const_cast<T*>(p.beta_pow[1]);
       },

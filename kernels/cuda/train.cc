@@ -244,6 +244,32 @@ const Tensor& checked_input(const KernelContext& ctx, std::uint32_t i, std::int6
   return t;
 }
 
+}  // namespace
+
+GradientIn gradient_input(const KernelContext& ctx, std::uint32_t i, DataType param, std::int64_t numel,
+                          std::string_view op, const std::string& operand) {
+  const Tensor& t = ctx.input(i);
+  if (!accepts_gradient(param, t.dtype()))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' operand ", operand, " must be ", to_string(param),
+                param == DataType::Float32 ? ", bf16 or f16" : "", " for 'param' of ",
+                to_string(param), ", got ", to_string(t.dtype()));
+  if (t.numel() != numel)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' operand ", operand, " has ", t.numel(),
+                " elements (shape [", t.dims().to_string(), "]), expected ", numel);
+  const GradientType type = t.dtype() == param                  ? GradientType::Param
+                            : t.dtype() == DataType::BFloat16 ? GradientType::BFloat16
+                                                              : GradientType::Float16;
+  return {t.raw_data(), type};
+}
+
+namespace {
+
+// The gradient of OpT's update of T with `numel` elements.
+template <typename OpT, typename T>
+GradientIn checked_gradient(const KernelContext& ctx, std::int64_t numel) {
+  return gradient_input(ctx, kGradOperand, data_type_of<T>, numel, OpT::name, label<OpT>(kGradOperand));
+}
+
 // The optional skip flag after OpT's operands (on the device), or null.
 template <typename OpT>
 const bool* skip_flag(const KernelContext& ctx) {
@@ -260,10 +286,10 @@ struct SgdK {
   static void run(KernelContext& ctx) {
     const Tensor p = typed_input<T>(ctx, 0);
     const std::int64_t n = p.numel();
-    const Tensor g = checked_input<Sgd_Op, T>(ctx, 1, n);
+    const GradientIn g = checked_gradient<Sgd_Op, T>(ctx, n);
     const Tensor lr = checked_input<Sgd_Op, T>(ctx, 2, 1);
     T* po = updated<T>(ctx, 0, 0, p);
-    launch_sgd(po, g.data<T>(), lr.data<T>(), skip_flag<Sgd_Op>(ctx), n, stream_of(ctx));
+    launch_sgd(po, g, lr.data<T>(), skip_flag<Sgd_Op>(ctx), n, stream_of(ctx));
     check_launch(ctx);
   }
 };
@@ -274,12 +300,12 @@ struct MomentumK {
     const auto& a = ctx.attrs<Momentum_Op>();
     const Tensor p = typed_input<T>(ctx, 0);
     const std::int64_t n = p.numel();
-    const Tensor g = checked_input<Momentum_Op, T>(ctx, 1, n);
+    const GradientIn g = checked_gradient<Momentum_Op, T>(ctx, n);
     const Tensor v = checked_input<Momentum_Op, T>(ctx, 2, n);
     const Tensor lr = checked_input<Momentum_Op, T>(ctx, 3, 1);
     T* po = updated<T>(ctx, 0, 0, p);
     T* vo = updated<T>(ctx, 1, 2, v);
-    launch_momentum(po, vo, g.data<T>(), lr.data<T>(), skip_flag<Momentum_Op>(ctx),
+    launch_momentum(po, vo, g, lr.data<T>(), skip_flag<Momentum_Op>(ctx),
                     static_cast<T>(a.mu), a.use_nesterov, n, stream_of(ctx));
     check_launch(ctx);
   }
@@ -290,7 +316,7 @@ void adam_update(KernelContext& ctx, double beta1, double beta2, double eps, dou
                  bool decay) {
   const Tensor p = typed_input<T>(ctx, 0);
   const std::int64_t n = p.numel();
-  const Tensor g = checked_input<OpT, T>(ctx, 1, n);
+  const GradientIn g = checked_gradient<OpT, T>(ctx, n);
   const Tensor lr = checked_input<OpT, T>(ctx, 2, 1);
   const Tensor m1 = checked_input<OpT, T>(ctx, 3, n);
   const Tensor m2 = checked_input<OpT, T>(ctx, 4, n);
@@ -301,7 +327,7 @@ void adam_update(KernelContext& ctx, double beta1, double beta2, double eps, dou
   T* m2o = updated<T>(ctx, 2, 4, m2);
   T* b1po = updated<T>(ctx, 3, 5, b1p);
   T* b2po = updated<T>(ctx, 4, 6, b2p);
-  launch_adam(po, m1o, m2o, g.data<T>(), lr.data<T>(), skip_flag<OpT>(ctx), b1p.data<T>(),
+  launch_adam(po, m1o, m2o, g, lr.data<T>(), skip_flag<OpT>(ctx), b1p.data<T>(),
               b2p.data<T>(), b1po, b2po,
               static_cast<T>(beta1), static_cast<T>(beta2), static_cast<T>(eps),
               static_cast<T>(coeff), decay, n, stream_of(ctx));

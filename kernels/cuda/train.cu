@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gradient_in.cuh"
 #include "grid_stride.cuh"
 #include "kiln/kernel/loss_scaling_math.h"
 #include "kiln/kernel/optimizer_math.h"
@@ -65,22 +66,22 @@ __global__ void scatter_add(const I* ids, std::int64_t count, const T* src, T* d
 __device__ inline bool skipped(const bool* skip) { return skip && *skip; }
 
 template <typename T>
-__global__ void sgd(T* p, const T* g, const T* lr, const bool* skip, std::int64_t n) {
+__global__ void sgd(T* p, GradientIn g, const T* lr, const bool* skip, std::int64_t n) {
   if (skipped(skip)) return;
   const T rate = *lr;
-  KILN_GRID_STRIDE(i, n) p[i] = sgd_step(p[i], g[i], rate);
+  KILN_GRID_STRIDE(i, n) p[i] = sgd_step(p[i], gradient_at<T>(g, i), rate);
 }
 
 template <typename T>
-__global__ void momentum(T* p, T* v, const T* g, const T* lr, const bool* skip, T mu, bool nesterov,
+__global__ void momentum(T* p, T* v, GradientIn g, const T* lr, const bool* skip, T mu, bool nesterov,
                          std::int64_t n) {
   if (skipped(skip)) return;
   const T rate = *lr;
-  KILN_GRID_STRIDE(i, n) momentum_step(p[i], v[i], g[i], rate, mu, nesterov);
+  KILN_GRID_STRIDE(i, n) momentum_step(p[i], v[i], gradient_at<T>(g, i), rate, mu, nesterov);
 }
 
 template <typename T>
-__global__ void adam(T* p, T* m1, T* m2, const T* g, const T* lr, const bool* skip, const T* b1p,
+__global__ void adam(T* p, T* m1, T* m2, GradientIn g, const T* lr, const bool* skip, const T* b1p,
                      const T* b2p, T beta1, T beta2, T eps, T coeff, bool decay, std::int64_t n) {
   if (skipped(skip)) return;
   const T rate = *lr;
@@ -89,7 +90,7 @@ __global__ void adam(T* p, T* m1, T* m2, const T* g, const T* lr, const bool* sk
   KILN_GRID_STRIDE(i, n) {
     T pi = p[i];
     if (decay) pi = mul_rn(pi, keep);
-    adam_element(pi, m1[i], m2[i], g[i], step);
+    adam_element(pi, m1[i], m2[i], gradient_at<T>(g, i), step);
     p[i] = pi;
   }
 }
@@ -226,18 +227,18 @@ void launch_scatter_add(const I* ids, std::int64_t count, const T* src, T* dst, 
 }
 
 template <typename T>
-void launch_sgd(T* p, const T* g, const T* lr, const bool* skip, std::int64_t n, cudaStream_t s) {
+void launch_sgd(T* p, GradientIn g, const T* lr, const bool* skip, std::int64_t n, cudaStream_t s) {
   if (n) sgd<<<blocks_for(n), kThreads, 0, s>>>(p, g, lr, skip, n);
 }
 
 template <typename T>
-void launch_momentum(T* p, T* v, const T* g, const T* lr, const bool* skip, T mu, bool nesterov,
+void launch_momentum(T* p, T* v, GradientIn g, const T* lr, const bool* skip, T mu, bool nesterov,
                      std::int64_t n, cudaStream_t s) {
   if (n) momentum<<<blocks_for(n), kThreads, 0, s>>>(p, v, g, lr, skip, mu, nesterov, n);
 }
 
 template <typename T>
-void launch_adam(T* p, T* m1, T* m2, const T* g, const T* lr, const bool* skip, const T* b1p,
+void launch_adam(T* p, T* m1, T* m2, GradientIn g, const T* lr, const bool* skip, const T* b1p,
                  const T* b2p, T* b1p_out, T* b2p_out, T beta1, T beta2, T eps, T coeff, bool decay,
                  std::int64_t n, cudaStream_t s) {
   if (n)
@@ -302,10 +303,10 @@ KILN_INDEX(std::int32_t)
 KILN_INDEX(std::int64_t)
 
 #define KILN_TRAIN(T)                                                                              \
-  template void launch_sgd<T>(T*, const T*, const T*, const bool*, std::int64_t, cudaStream_t);    \
-  template void launch_momentum<T>(T*, T*, const T*, const T*, const bool*, T, bool, std::int64_t, \
+  template void launch_sgd<T>(T*, GradientIn, const T*, const bool*, std::int64_t, cudaStream_t);  \
+  template void launch_momentum<T>(T*, T*, GradientIn, const T*, const bool*, T, bool, std::int64_t, \
                                    cudaStream_t);                                                  \
-  template void launch_adam<T>(T*, T*, T*, const T*, const T*, const bool*, const T*, const T*,    \
+  template void launch_adam<T>(T*, T*, T*, GradientIn, const T*, const bool*, const T*, const T*,  \
                                T*, T*, T, T, T, T, bool, std::int64_t, cudaStream_t);              \
   template void launch_uniform<T>(T*, std::int64_t, std::uint64_t, double, double, T, T,           \
                                   cudaStream_t);                                                   \

@@ -15,6 +15,11 @@ KILN_REGISTER_OP(Momentum_Op);
 KILN_REGISTER_OP(Adam_Op);
 KILN_REGISTER_OP(AdamW_Op);
 
+static_assert(Sgd_Op::operand_names[kGradOperand] == "grad" &&
+              Momentum_Op::operand_names[kGradOperand] == "grad" &&
+              Adam_Op::operand_names[kGradOperand] == "grad" &&
+              AdamW_Op::operand_names[kGradOperand] == "grad");
+
 namespace {
 
 std::string operand_label(std::span<const std::string_view> names, std::size_t i) {
@@ -82,6 +87,10 @@ std::vector<Type> infer_optimizer_update(std::string_view op, const std::vector<
                 " must be f32 or f64, got ", to_string(dt));
   const auto& pdims = shaped_dims(in[0]);
   auto require_dtype = [&](std::uint32_t i) {
+    if (i == kGradOperand && accepts_gradient(dt, shaped_data_type(in[i]))) return;
+    if (i == kGradOperand && dt == DataType::Float32)
+      throw_error(ErrorKind::InvalidArgument, "op '", op, "' operand ", operand_label(names, i),
+                  " must be f32, bf16 or f16 for 'param' of f32, got ", to_string(shaped_data_type(in[i])));
     if (shaped_data_type(in[i]) != dt)
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' operand ", operand_label(names, i),
                   " must have the dtype of 'param' (", to_string(dt), "), got ",

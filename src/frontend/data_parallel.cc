@@ -10,6 +10,7 @@
 
 #include "kiln/dialect/builtin.h"
 #include "kiln/dialect/collective_ops.h"
+#include "kiln/dialect/unary_ops.h"
 #include "kiln/frontend/op_role.h"
 #include "kiln/frontend/parameter.h"
 #include "kiln/ir/builder.h"
@@ -43,6 +44,21 @@ std::string parameter_of(Value grad) {
     }
   }
   return {};
+}
+
+// A bf16 / f16 gradient that an update reads as it is (an f32 parameter's,
+// kiln/frontend/optimizer.h) is averaged in f32, as every f32 parameter's
+// gradient is: a cast to f32 right after it, which the optimize ops read
+// instead.
+void average_in_f32(Program& main, ParameterGradient& g) {
+  const DataType dt = shaped_data_type(g.gradient.type());
+  if (dt != DataType::BFloat16 && dt != DataType::Float16) return;
+  Builder builder(main);
+  builder.set_insertion_point_after(g.gradient.defining_op());
+  Operation* cast = builder.create<CastOp>(g.gradient, DataType::Float32).operation();
+  set_op_role(cast, OpRole::Backward);
+  g.gradient.replace_uses_if(cast->result(0), reads_as_optimize);
+  g.gradient = cast->result(0);
 }
 
 std::size_t static_bytes(Type t) {
@@ -83,7 +99,7 @@ std::vector<ParameterGradient> parameter_gradients(const Program& main) {
 }
 
 DataParallelPlan insert_gradient_allreduce(Program& main, const DataParallelOptions& options) {
-  const std::vector<ParameterGradient> grads = parameter_gradients(main);
+  std::vector<ParameterGradient> grads = parameter_gradients(main);
   if (grads.empty()) {
     for (Operation* op : main.block())
       if (op->isa<AllReduceOp>() && op_role(op) == OpRole::Backward)
@@ -94,6 +110,7 @@ DataParallelPlan insert_gradient_allreduce(Program& main, const DataParallelOpti
                 "data_parallel: the program has no gradient that an optimize op reads "
                 "(build it with an optimizer's minimize first)");
   }
+  for (ParameterGradient& g : grads) average_in_f32(main, g);
   // Buckets in the order gradients become ready; one open bucket per dtype.
   DataParallelPlan plan;
   std::map<DataType, std::size_t> open;  // dtype → index into plan.buckets

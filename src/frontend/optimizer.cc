@@ -22,6 +22,26 @@ void require_finite_nonneg(std::string_view kind, std::string_view what, double 
   if (!(v >= 0.0) || std::isinf(v))
     throw_error(ErrorKind::InvalidArgument, kind, ": ", what, " must be finite and >= 0, got ", v);
 }
+
+// A kiln update op whose gradient is a cast of a bf16 / f16 value to the
+// parameter's f32 (mixed precision: the gradient of a parameter the
+// forward read through a low cast) reads that value instead: its kernels
+// widen each element exactly, so the update has the same bits, without
+// the cast's pass over the gradient and its f32 copy. The cast stays for
+// whoever else reads it (minimize returns it); run, an unread cast is
+// dead code and goes.
+void read_half_gradient(Operation* update) {
+  if (!update || !(update->isa<Sgd_Op>() || update->isa<Momentum_Op>() || update->isa<Adam_Op>() ||
+                   update->isa<AdamW_Op>()))
+    return;
+  Operation* cast = update->operand_source(kGradOperand).defining_op();
+  if (!cast || !cast->isa<CastOp>()) return;
+  const Value low = cast->operand_source(0);
+  const Type param = update->operand_source(0).type();
+  if (!is_shaped(low.type()) || !is_shaped(param)) return;
+  const DataType from = shaped_data_type(low.type()), to = shaped_data_type(param);
+  if (from != to && accepts_gradient(to, from)) update->set_operand(kGradOperand, low);
+}
 }  // namespace
 
 ClipGradByGlobalNorm::ClipGradByGlobalNorm(double max_norm) : max_norm_(max_norm) {
@@ -214,6 +234,7 @@ std::vector<Operation*> Optimizer::apply_gradients(
     Value lr = learning_rate_value(shaped_data_type(p.type()));
     Builder b = main_builder();
     ops.push_back(append_update(b, parameter_name(p), p, g, lr, skip));
+    read_half_gradient(ops.back());
   }
   set_op_role_after(block, mark, OpRole::Optimize);
   return ops;

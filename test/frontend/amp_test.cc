@@ -13,6 +13,7 @@
 
 #include "frontend/frontend_test_util.h"
 #include "kernel/cuda_test_util.h"
+#include "kiln/dialect/optimizer_ops.h"
 #include "kiln/frontend/amp.h"
 #include "kiln/ir/half_operands.h"
 #include "kiln/ir/mixed_half.h"
@@ -230,6 +231,42 @@ TEST_CASE("amp O1 runs an MLP's linear layers with their bias adds, its activati
   for (auto [param, grad] : m->grads) {
     CHECK(dtype_of(param) == DataType::Float32);
     CHECK(dtype_of(grad) == DataType::Float32);
+  }
+}
+
+TEST_CASE("amp O1 bf16: each update reads its weight's or bias's bf16 gradient as it is, with the bits of "
+          "updates that read the gradient's f32 cast, which nothing then reads",
+          "[frontend][amp]") {
+  const amp::Options o;
+  auto low = mlp(&o), widened = mlp(&o);  // each with its own names, the same ones
+  int updates = 0;
+  for (Operation* op : low->g.main.block())
+    if (op->isa<Adam_Op>()) {
+      ++updates;
+      CHECK(dtype_of(op->operand_source(kGradOperand)) == DataType::BFloat16);
+    }
+  CHECK(updates == 8);  // four weights, four biases
+  // minimize's gradients are the f32 casts backward made; no update reads them.
+  for (auto [param, grad] : low->grads) CHECK(grad.use_empty());
+  // `widened`: every update put back on the f32 cast of its gradient.
+  for (auto [param, grad] : widened->grads)
+    for (OpOperand use : grad.defining_op()->operand_source(0).uses())
+      if (use.owner()->isa<Adam_Op>()) use.owner()->set_operand(kGradOperand, grad);
+  for (Operation* op : widened->g.main.block())
+    if (op->isa<Adam_Op>()) CHECK(dtype_of(op->operand_source(kGradOperand)) == DataType::Float32);
+  Executor a(Place::cpu()), b(Place::cpu());
+  a.run(low->g.startup);
+  b.run(widened->g.startup);
+  copy_scope(a, b);
+  for (int step = 0; step < 3; ++step) {
+    const Tensor la = a.run(low->g.main, low->feed, {low->loss})[0];
+    const Tensor lb = b.run(widened->g.main, widened->feed, {widened->loss})[0];
+    CHECK(same_bits(la, lb));
+  }
+  for (auto [param, grad] : low->grads) {
+    const std::string name = parameter_name(param);
+    INFO(name);
+    CHECK(same_bits(a.scope().find_var(name)->get<Tensor>(), b.scope().find_var(name)->get<Tensor>()));
   }
 }
 

@@ -9,7 +9,9 @@
 #include "catch.hpp"
 #include "frontend/frontend_test_util.h"
 #include "kiln/dialect/collective_ops.h"
+#include "kiln/dialect/optimizer_ops.h"
 #include "kiln/exec/executor.h"
+#include "kiln/frontend/amp.h"
 #include "kiln/frontend/data_parallel.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/frontend/op_role.h"
@@ -25,14 +27,17 @@ using namespace kiln_frontend_test;
 
 namespace {
 
-// A 3-layer MLP (6 parameters) trained with Adam.
-Value build_mlp(GuardedPrograms& g) {
+// A 3-layer MLP (6 parameters) trained with Adam, under amp O1 bf16 when
+// `amp` (its updates then read the weights' and biases' bf16 gradients).
+Value build_mlp(GuardedPrograms& g, bool amp = false) {
   Value x = data("x", {-1, 8});
   Value label = data("label", {-1}, DataType::Int64);
   nn::Linear fc1(8, 16), fc2(16, 16), fc3(16, 3);
   nn::ReLU relu;
   Value loss = nn::CrossEntropyLoss()(fc3(relu(fc2(relu(fc1(x))))), label);
-  optim::Adam(1e-2).minimize(loss);
+  optim::Adam opt(1e-2);
+  if (amp) amp::decorate(opt).minimize(loss);
+  else opt.minimize(loss);
   (void)g;
   return loss;
 }
@@ -128,17 +133,40 @@ TEST_CASE("data_parallel refuses a root outside the job", "[data_parallel]") {
                     Catch::Contains("root 1 is not a rank of rank 0 of 1 (local)"));
 }
 
-TEST_CASE("data-parallel training over one local rank matches plain training", "[data_parallel]") {
+TEST_CASE("data_parallel averages the bf16 gradients that an amp program's updates read in f32",
+          "[data_parallel]") {
+  GuardedPrograms g;
+  build_mlp(g, /*amp=*/true);
+  const auto before = parameter_gradients(g.main);
+  REQUIRE(before.size() == 6);
+  for (const ParameterGradient& pg : before) CHECK(shaped_data_type(pg.gradient.type()) == DataType::BFloat16);
+  const DataParallelPlan plan = insert_gradient_allreduce(g.main);
+  REQUIRE(plan.buckets.size() == 1);
+  CHECK(plan.buckets[0].dtype == DataType::Float32);
+  CHECK(plan.buckets[0].bytes == (8 * 16 + 16 + 16 * 16 + 16 + 16 * 3 + 3) * 4);
+  for (const ParameterGradient& pg : plan.buckets[0].gradients) CHECK_FALSE(pg.parameter.empty());
+  // Every update reads an f32 average.
+  for (Operation* op : g.main.block())
+    if (op_role(op) == OpRole::Optimize && op->isa<Adam_Op>()) {
+      CHECK(op->operand_source(kGradOperand).defining_op() == plan.buckets[0].allreduce);
+      CHECK(shaped_data_type(op->operand_source(kGradOperand).type()) == DataType::Float32);
+    }
+}
+
+TEST_CASE("data-parallel training over one local rank matches plain training, f32 and under amp",
+          "[data_parallel]") {
+  const bool amp = GENERATE(false, true);
+  INFO((amp ? "amp O1 bf16" : "f32"));
   GuardedPrograms plain, parallel;
   Value plain_loss, parallel_loss;
   {
     ProgramGuard guard(plain.main, plain.startup);
-    plain_loss = build_mlp(plain);
+    plain_loss = build_mlp(plain, amp);
   }
   {
     UniqueNameGuard names;  // the same parameter names
     ProgramGuard guard(parallel.main, parallel.startup);
-    parallel_loss = build_mlp(parallel);
+    parallel_loss = build_mlp(parallel, amp);
   }
   Scope plain_scope, parallel_scope;  // outlive the executors that ran in them
   ExecutionOptions options;

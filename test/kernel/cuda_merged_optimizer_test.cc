@@ -17,6 +17,7 @@
 #include "frontend/frontend_test_util.h"
 #include "kernel/cuda_test_util.h"
 #include "kiln/dialect/merged_optimizer_ops.h"
+#include "kiln/dialect/unary_ops.h"
 #include "kiln/exec/executor.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/frontend/optimizer.h"
@@ -91,13 +92,20 @@ std::vector<Tensor> merged_inputs(const std::vector<std::int64_t>& sizes, bool s
   return in;
 }
 
+// A parameter's gradient `g` in dtype `dtype` (kiln.cast's CPU kernel).
+Tensor gradient_as(const Tensor& g, DataType dtype) {
+  return g.dtype() == dtype ? g : kiln_test::run_op<CastOp>({g}, dtype).out();
+}
+
 // `steps` steps of the merged CUDA kernel on parameters of `sizes`, each
 // against the single CUDA kernel per parameter and the merged CPU kernel
 // (bit for bit); the results feed the next step with new gradients. With
 // `skip_steps` non-empty, the skip flag operand holds skip_steps[step].
+// Parameter k's gradient has dtype grad_types[k % size] (mixed precision:
+// bf16 or f16 for f32), or T where grad_types is empty.
 template <typename Merged, typename T, typename... Attrs>
-void check_steps(const std::vector<std::int64_t>& sizes, const std::vector<bool>& skip_steps, int steps,
-                 Attrs... attrs) {
+void check_steps_with(const std::vector<std::int64_t>& sizes, const std::vector<bool>& skip_steps,
+                      const std::vector<DataType>& grad_types, int steps, Attrs... attrs) {
   using Single = typename Merged::SingleOp;
   using Layout = MergedLayout<Single>;
   const UpdateOps<Merged, Attrs...> ops(attrs...);
@@ -105,6 +113,11 @@ void check_steps(const std::vector<std::int64_t>& sizes, const std::vector<bool>
   INFO((has_skip ? "with a skip flag" : "without a skip flag"));
   std::vector<Tensor> in = merged_inputs<Single, T>(sizes, has_skip);
   const auto count = static_cast<std::uint32_t>(sizes.size());
+  const auto grad_type = [&](std::uint32_t k) {
+    return grad_types.empty() ? data_type_of<T> : grad_types[k % grad_types.size()];
+  };
+  for (std::uint32_t k = 0; k < count; ++k)
+    in[Layout::operand(k, kGradOperand)] = gradient_as(in[Layout::operand(k, kGradOperand)], grad_type(k));
   const auto make = [&](Builder& b, const std::vector<Value>& v) {
     const std::vector<Value> members(v.begin() + 1, v.begin() + 1 + count * Layout::operands);
     return ops.merged(b, v[0], members, has_skip ? v.back() : Value{});
@@ -132,9 +145,16 @@ void check_steps(const std::vector<std::int64_t>& sizes, const std::vector<bool>
     }
     for (std::uint32_t k = 0; k < count; ++k) {
       for (auto [r, i] : Single::inplace_map) in[Layout::operand(k, i)] = cuda.out(Layout::result(k, r));
-      in[Layout::operand(k, 1)] = operand_value<T>("grad", sizes[k], 1000 + 10 * step + k);
+      in[Layout::operand(k, kGradOperand)] =
+          gradient_as(operand_value<T>("grad", sizes[k], 1000 + 10 * step + k), grad_type(k));
     }
   }
+}
+
+template <typename Merged, typename T, typename... Attrs>
+void check_steps(const std::vector<std::int64_t>& sizes, const std::vector<bool>& skip_steps, int steps,
+                 Attrs... attrs) {
+  check_steps_with<Merged, T>(sizes, skip_steps, {}, steps, attrs...);
 }
 
 // 13 parameters of odd sizes, one beyond a chunk.
@@ -169,6 +189,20 @@ TEST_CASE("CUDA merged sgd_, momentum_, adam_ and adamw_ give the single CUDA up
   SECTION("adamw f64") {
     for (const auto& skip : skips)
       check_steps<MergedAdamW_Op, double>(kOddSizes, skip, 3, 0.9, 0.99, 1e-6, 0.1);
+  }
+}
+
+TEST_CASE("CUDA updates read an f32 parameter's bf16 or f16 gradient, each parameter's its own, with the CPU "
+          "kernels' bits, merged and single",
+          "[cuda][kernel][merged]") {
+  if (!have_cuda()) return;
+  const std::vector<DataType> mixed{DataType::BFloat16, DataType::Float32, DataType::Float16};
+  const std::vector<std::vector<bool>> skips{{}, {false, true, false}};
+  for (const auto& skip : skips) {
+    check_steps_with<MergedSgd_Op, float>(kOddSizes, skip, mixed, 3);
+    check_steps_with<MergedMomentum_Op, float>(kOddSizes, skip, mixed, 3, 0.9, true);
+    check_steps_with<MergedAdam_Op, float>(kOddSizes, skip, mixed, 3, 0.9, 0.999, 1e-8);
+    check_steps_with<MergedAdamW_Op, float>(kOddSizes, skip, mixed, 3, 0.9, 0.999, 1e-8, 0.01);
   }
 }
 

@@ -1,6 +1,8 @@
 // Reference tests of the optimizer update ops (sgd_, momentum_, adam_,
 // adamw_): several steps of each kernel against plain loops, in f32 and f64;
-// their InferMeta and run-time errors; and, through the executor, that an
+// an f32 parameter's bf16 / f16 gradient read with the bits of its f32
+// cast, by the single and the merged ops; their InferMeta and run-time
+// errors; and, through the executor, that an
 // update's outputs are the parameter's and state's own variables and that the
 // update runs after the parameter's readers (WAR).
 #include <cmath>
@@ -9,7 +11,9 @@
 #include <vector>
 
 #include "kernel/kernel_test_util.h"
+#include "kiln/dialect/merged_optimizer_ops.h"
 #include "kiln/dialect/optimizer_ops.h"
+#include "kiln/dialect/unary_ops.h"
 #include "kiln/exec/executor.h"
 #include "kiln/exec/interpreter_core.h"
 #include "kiln/kernel/optimizer_math.h"
@@ -128,6 +132,24 @@ void check_adam(double coeff) {
   CHECK(b2p.to_vector<T>()[0] == Approx(std::pow(beta2, 6)).epsilon(tol<T>() * 10));
 }
 
+// `t` cast to `dtype` by kiln.cast's kernel.
+Tensor cast_to(const Tensor& t, DataType dtype) { return run_op<CastOp>({t}, dtype).out(); }
+
+// Runs `update(grad)` on fresh copies of the state twice, once with `low`
+// (a bf16 / f16 gradient) and once with its f32 cast: every result has the
+// same bits.
+template <typename Update>
+void check_reads_low_gradient(const Tensor& low, Update&& update) {
+  INFO(to_string(low.dtype()) << " gradient");
+  const auto want = update(cast_to(low, DataType::Float32));
+  const auto got = update(low);
+  REQUIRE(got.results.size() == want.results.size());
+  for (std::size_t i = 0; i < got.results.size(); ++i) {
+    INFO("result #" << i);
+    CHECK(kiln_test::same_bits(got.out(i), want.out(i)));
+  }
+}
+
 // A program: parameters w (f32 [2]) and lr (f32 [1]) held in `scope`.
 void set_params(Scope& scope) {
   scope.var("w").set(Tensor::from_vector<float>(Dims{2}, {1.f, 2.f}));
@@ -205,6 +227,65 @@ TEST_CASE("adam_ and adamw_ on f32 give the scalar update's bits in every lane o
   }
 }
 
+TEST_CASE("every update op reads an f32 parameter's bf16 or f16 gradient with the bits of its f32 cast",
+          "[kernel][optim]") {
+  // 5003 elements: widened in chunks of 2048 and a last partial one, through
+  // the vector lanes and the scalar tail.
+  const Dims d{5003};
+  const Tensor p0 = filled<float>(d, -1, 1, 1), m0 = filled<float>(d, -0.1f, 0.1f, 2);
+  const Tensor v0 = filled<float>(d, 0, 0.01f, 3), lr = scalar(0.01f);
+  const Tensor b1p = scalar(0.81f), b2p = scalar(0.9f);
+  auto c = [](const Tensor& t) { return t.clone(); };
+  for (const DataType low : {DataType::BFloat16, DataType::Float16}) {
+    const Tensor g = cast_to(filled<float>(d, -2, 2, 4), low);
+    check_reads_low_gradient(g, [&](const Tensor& grad) { return run_op<Sgd_Op>({c(p0), grad, lr}); });
+    for (const bool nesterov : {false, true})
+      check_reads_low_gradient(g, [&](const Tensor& grad) {
+        return run_op<Momentum_Op>({c(p0), grad, c(v0), lr}, 0.9, nesterov);
+      });
+    check_reads_low_gradient(g, [&](const Tensor& grad) {
+      return run_op<Adam_Op>({c(p0), grad, lr, c(m0), c(v0), c(b1p), c(b2p)}, 0.9, 0.999, 1e-8);
+    });
+    check_reads_low_gradient(g, [&](const Tensor& grad) {
+      return run_op<AdamW_Op>({c(p0), grad, lr, c(m0), c(v0), c(b1p), c(b2p)}, 0.9, 0.999, 1e-8, 0.01);
+    });
+  }
+}
+
+TEST_CASE("a merged update reads each parameter's gradient in its own dtype, f32, bf16 or f16",
+          "[kernel][optim]") {
+  // Three parameters; the second gradient and then the third is low, the
+  // results the same bits as with every gradient cast to f32.
+  const Tensor lr = scalar(0.01f), b1p = scalar(0.81f), b2p = scalar(0.9f);
+  std::vector<Tensor> p, g, m, v;
+  for (std::int64_t k = 0; k < 3; ++k) {
+    const Dims d{2100 + 7 * k};
+    const auto seed = static_cast<std::uint32_t>(10 * k);
+    p.push_back(filled<float>(d, -1, 1, seed + 1));
+    g.push_back(filled<float>(d, -2, 2, seed + 2));
+    m.push_back(filled<float>(d, -0.1f, 0.1f, seed + 3));
+    v.push_back(filled<float>(d, 0, 0.01f, seed + 4));
+  }
+  const std::vector<Tensor> low{g[0], cast_to(g[1], DataType::BFloat16), cast_to(g[2], DataType::Float16)};
+  const auto run = [&](bool widened) {
+    std::vector<Tensor> in{lr};
+    for (std::size_t k = 0; k < 3; ++k)
+      for (const Tensor& t : {p[k].clone(), widened ? cast_to(low[k], DataType::Float32) : low[k], m[k].clone(),
+                              v[k].clone(), b1p.clone(), b2p.clone()})
+        in.push_back(t);
+    return kiln_test::run_kernel(in, [](Builder& b, const std::vector<Value>& x) {
+      const std::vector<Value> members(x.begin() + 1, x.end());
+      return b.create<MergedAdamW_Op>(x[0], members, AdamW_Op::Attributes{0.9, 0.999, 1e-8, 0.01}).operation();
+    });
+  };
+  const auto want = run(true), got = run(false);
+  REQUIRE(got.results.size() == 15);
+  for (std::size_t i = 0; i < got.results.size(); ++i) {
+    INFO("result #" << i);
+    CHECK(kiln_test::same_bits(got.out(i), want.out(i)));
+  }
+}
+
 TEST_CASE("an update op run out of place leaves its input untouched", "[kernel][optim]") {
   // What the kernels do when an output has its own variable: copy, then update.
   Tensor p = Tensor::from_vector<float>(Dims{3}, {1.f, 2.f, 3.f});
@@ -240,6 +321,19 @@ TEST_CASE("update ops reject operands of the wrong shape, dtype or kind, naming 
                      InvalidArgument, {"kiln.sgd_", "'grad'", "[3]", "[4]"});
   KILN_CHECK_ERROR((build_op<Sgd_Op>(p, {TS{f32, {3}}, TS{f64, {3}}, TS{f32, {1}}})),
                      InvalidArgument, {"kiln.sgd_", "'grad'", "f32", "f64"});
+  // A 16-bit gradient only for an f32 parameter (mixed precision), and
+  // only the gradient.
+  const auto bf16 = DataType::BFloat16, f16 = DataType::Float16;
+  CHECK_NOTHROW(build_op<Sgd_Op>(p, {TS{f32, {3}}, TS{bf16, {3}}, TS{f32, {1}}}));
+  CHECK_NOTHROW(build_op<Momentum_Op>(p, {TS{f32, {3}}, TS{f16, {3}}, TS{f32, {3}}, TS{f32, {1}}}));
+  KILN_CHECK_ERROR((build_op<Sgd_Op>(p, {TS{f32, {3}}, TS{DataType::Int32, {3}}, TS{f32, {1}}})),
+                   InvalidArgument, {"kiln.sgd_", "'grad'", "f32, bf16 or f16", "i32"});
+  KILN_CHECK_ERROR((build_op<Sgd_Op>(p, {TS{f64, {3}}, TS{bf16, {3}}, TS{f64, {1}}})), InvalidArgument,
+                   {"kiln.sgd_", "'grad'", "f64", "bf16"});
+  KILN_CHECK_ERROR((build_op<Momentum_Op>(p, {TS{f32, {3}}, TS{f32, {3}}, TS{bf16, {3}}, TS{f32, {1}}})),
+                   InvalidArgument, {"kiln.momentum_", "'velocity'", "f32", "bf16"});
+  KILN_CHECK_ERROR((build_op<Sgd_Op>(p, {TS{f32, {3}}, TS{bf16, {4}}, TS{f32, {1}}})), InvalidArgument,
+                   {"kiln.sgd_", "'grad'", "[3]", "[4]"});
   KILN_CHECK_ERROR((build_op<Sgd_Op>(p, {TS{f32, {3}}, TS{f32, {3}}, TS{f32, {2}}})),
                      InvalidArgument, {"kiln.sgd_", "'learning_rate'", "one element"});
   KILN_CHECK_ERROR((build_op<Sgd_Op>(p, {TS{DataType::Int64, {3}}, TS{DataType::Int64, {3}},

@@ -25,7 +25,8 @@
 namespace kiln {
 
 // InferMeta of the update ops (shared): `names[i]` names operand i; operands
-// in `same_as_param` must have param's dtype and shape, those in `scalars`
+// in `same_as_param` must have param's dtype (the
+// gradient: accepts_gradient's) and shape, those in `scalars`
 // param's dtype and exactly one element, those in `written` must be mutable
 // tensors. Errors name the op and the operand ("op 'kiln.adam_' operand
 // 'moment1' (#3) …"). Returns the types of the written operands, in order.
@@ -34,6 +35,20 @@ std::vector<Type> infer_optimizer_update(std::string_view op, const std::vector<
                                          std::span<const std::uint32_t> same_as_param,
                                          std::span<const std::uint32_t> scalars,
                                          std::span<const std::uint32_t> written);
+
+// The gradient's operand index in every update op (and in each
+// parameter's group of a merged one). Mixed precision: an f32 parameter's
+// gradient may be bf16 or f16 as backward made it (the f32 master weights
+// of Paddle's multi_precision, PyTorch's autocast); the kernels widen each
+// element exactly, so the update has the bits it has on the gradient cast
+// to f32, without the cast's pass and f32 copy. Any other gradient has the
+// parameter's dtype.
+inline constexpr std::uint32_t kGradOperand = 1;
+// Whether an update of a `param` parameter reads a `grad` gradient.
+constexpr bool accepts_gradient(DataType param, DataType grad) {
+  return grad == param || (param == DataType::Float32 &&
+                           (grad == DataType::BFloat16 || grad == DataType::Float16));
+}
 
 // The optional `skip` operand's name in errors.
 inline constexpr std::string_view kSkipOperandName = "skip";

@@ -67,7 +67,9 @@ std::vector<ParameterGradient> parameter_gradients(const Program& main);
 // Rewrites `main`: each bucket's gradients go through one kiln.allreduce
 // {reduce = "mean"}, placed after the op that defines the bucket's last
 // gradient and marked backward; the optimize ops read the averaged
-// gradients. kiln::Error (InvalidArgument) when `main` has no gradient an
+// gradients. A bf16 / f16 gradient an update reads as it is (mixed
+// precision) is averaged in f32, through a cast to f32 after it, as an f32
+// parameter's gradient always is. kiln::Error (InvalidArgument) when `main` has no gradient an
 // optimize op reads (run minimize first).
 DataParallelPlan insert_gradient_allreduce(Program& main, const DataParallelOptions& options = {});
 

@@ -83,7 +83,11 @@ class Optimizer {
   // program is marked OpRole::Optimize (kiln/frontend/op_role.h). Returns
   // the update ops. `skip`: a bool value of one element; when it holds true
   // at run time every update leaves its parameter and state as they were
-  // (loss scaling's overflow, kiln/dialect/loss_scaling_ops.h).
+  // (loss scaling's overflow, kiln/dialect/loss_scaling_ops.h). Mixed
+  // precision: an update whose gradient is a cast of a bf16 / f16 value to
+  // its f32 parameter reads that value as it is (the update ops widen it
+  // exactly: the same bits, without the cast's pass and f32 copy; the cast
+  // stays for other readers, and goes at run time when none reads it).
   std::vector<Operation*> apply_gradients(std::vector<std::pair<Value, Value>> params_grads,
                                           Value skip = {});
 
