@@ -69,9 +69,9 @@ void RunState::allocate_counters() {
 }
 
 // The CUDA streams this state made (named ones) die with it: their device's
-// allocator hands the blocks it keeps for them to the compute stream, the
-// cached ones now and the live ones (this state's buffers, freed after this
-// destructor's body) when freed, so they are used again.
+// allocator frees the blocks it keeps for them, the cached ones now and the
+// live ones (this state's buffers, released after this destructor's body)
+// when released, so no memory stays cached under a stream no one uses.
 namespace {
 void retire_owned_cuda_streams(const ExecutionPlan& p, const std::vector<Stream*>& streams,
                                const std::vector<std::unique_ptr<Stream>>& owned) noexcept {

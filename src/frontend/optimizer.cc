@@ -37,10 +37,12 @@ void read_half_gradient(Operation* update) {
   Operation* cast = update->operand_source(kGradOperand).defining_op();
   if (!cast || !cast->isa<CastOp>()) return;
   const Value low = cast->operand_source(0);
-  const Type param = update->operand_source(0).type();
-  if (!is_shaped(low.type()) || !is_shaped(param)) return;
+  const Type param = update->operand_source(0).type(), grad = cast->result(0).type();
+  if (!is_shaped(low.type()) || !is_shaped(param) || !is_shaped(grad)) return;
   const DataType from = shaped_data_type(low.type()), to = shaped_data_type(param);
-  if (from != to && accepts_gradient(to, from)) update->set_operand(kGradOperand, low);
+  // Only a cast up to the parameter's dtype is exact (f16 → bf16 rounds).
+  if (shaped_data_type(grad) == to && from != to && accepts_gradient(to, from))
+    update->set_operand(kGradOperand, low);
 }
 }  // namespace
 

@@ -68,6 +68,7 @@ Allocator& CudaAllocator::for_stream(const CudaStream& stream) {
 void CudaAllocator::retire_stream(const CudaStream& stream) {
   const CudaStreamHandle dead = stream.handle();
   if (dead == default_stream_) return;
+  use_cuda_device(device_);  // before the cache changes: a throw here loses no block
   std::vector<void*> cached;
   {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -84,7 +85,6 @@ void CudaAllocator::retire_stream(const CudaStream& stream) {
         ++it;
       }
   }
-  use_cuda_device(device_);
   for (void* p : cached) cudaFree(p);
 }
 
@@ -135,8 +135,12 @@ void CudaAllocator::deallocate(const Allocation& a) noexcept {
   if (orphans_.erase(a.ptr)) {  // its stream retired: back to the driver
     stats_.bytes_in_use -= a.size;
     guard.unlock();
-    cudaSetDevice(device_);  // no throw here: a failure leaves cudaFree to fail alike
-    cudaFree(a.ptr);
+    // No throw here; the caller's thread keeps its device and no error of ours.
+    int previous = device_;
+    cudaGetDevice(&previous);
+    cudaSetDevice(device_);
+    if (cudaFree(a.ptr) != cudaSuccess) cudaGetLastError();
+    cudaSetDevice(previous);
     return;
   }
   auto it = owner_.find(a.ptr);

@@ -467,3 +467,30 @@ TEST_CASE("a minimize that fails on a parameter's dtype leaves both programs unc
   CHECK(startup.block().size() == startup_ops);
   CHECK(main_prog.parameters().size() == params);
 }
+
+TEST_CASE("apply_gradients points an update at the bf16 or f16 value whose exact f32 cast is its gradient, "
+          "and at no other cast's input",
+          "[frontend][optim]") {
+  using namespace kiln;
+  UniqueNameGuard names;
+  Program main_prog, startup;
+  ProgramGuard guard(main_prog, startup);
+  Builder b = main_builder();
+  const std::vector<std::int64_t> dims{3};
+  Value h16 = b.create<DataOp>("h16", dims, DataType::Float16).result();
+  Value h32 = b.create<DataOp>("h32", dims, DataType::Float32).result();
+  Value up = b.create<CastOp>(h16, DataType::Float32).result();        // exact: f16 → f32
+  Value rounded = b.create<CastOp>(h16, DataType::BFloat16).result();  // f16 → bf16 rounds
+  Value same = b.create<CastOp>(h32, DataType::Float32).result();      // f32 → f32
+  std::vector<std::pair<Value, Value>> pairs;
+  for (Value g : {up, rounded, same}) {
+    Value w = create_parameter(unique_name("w"), dims, DataType::Float32, init::Constant(1));
+    pairs.emplace_back(w, g);
+  }
+  const auto ops = optim::AdamW(0.1).apply_gradients(pairs);
+  REQUIRE(ops.size() == 3);  // sorted by parameter name: w_0, w_1, w_2
+  CHECK(ops[0]->operand_source(kGradOperand) == h16);
+  CHECK(ops[1]->operand_source(kGradOperand) == rounded);
+  CHECK(ops[2]->operand_source(kGradOperand) == same);
+  main_prog.verify();
+}

@@ -65,9 +65,9 @@ std::unique_ptr<Stream> new_cuda_stream(int device);
 Allocator& cuda_stream_allocator(int device, Stream& stream);
 
 // Before an executor destroys a stream it made with new_cuda_stream: waits
-// for the stream's work, then hands the blocks cuda:`device`'s allocator
-// keeps for it to the compute stream (CudaAllocator::retire_stream). Errors
-// as cuda_stream_allocator's.
+// for the stream's work, then frees the blocks cuda:`device`'s allocator
+// keeps cached for it, and its live ones as they are released
+// (CudaAllocator::retire_stream). Errors as cuda_stream_allocator's.
 void retire_cuda_stream(int device, Stream& stream);
 
 // A CUDA event that keeps a device timestamp, for profiling; and the
