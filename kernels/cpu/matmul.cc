@@ -18,6 +18,7 @@
 #include "kiln/kernel/matmul_shape.h"
 #include "cpu_blas.h"
 #include "cpu_half.h"
+#include "cpu_kernel_util.h"
 #include "unary_kernel_math.h"
 #include "vector_math.h"
 
@@ -314,11 +315,10 @@ void matmul_kernel(KernelContext& ctx) {
 // widened product); otherwise both operands widened to f32 and the f32
 // product rounded at the end.
 template <DataType D>
-void matmul_half_kernel(KernelContext& ctx) {
+void matmul_half_product(KernelContext& ctx, const MatmulOp::Attributes& a) {
   const Tensor& x = ctx.input(0);
   const Tensor& y = ctx.input(1);
   require_one_dtype(ctx, x, y);
-  const auto& a = ctx.attrs<MatmulOp>();
   if constexpr (D == DataType::BFloat16)
     if (cpu::native_bf16_gemm() &&
         product_into<Bf16Bits>(ctx, x, y, a, [&](const Dims& d) -> Tensor& { return ctx.alloc_output(0, d, D); }))
@@ -327,6 +327,11 @@ void matmul_half_kernel(KernelContext& ctx) {
   product_into<float>(ctx, cpu::widen_half<D>(x), cpu::widen_half<D>(y), a,
                       [&](const Dims& d) -> Tensor& { return product = Tensor::empty(d, DataType::Float32); });
   cpu::round_half<D>(product, ctx.alloc_output(0, product.dims(), D));
+}
+
+template <DataType D>
+void matmul_half_kernel(KernelContext& ctx) {
+  matmul_half_product<D>(ctx, ctx.attrs<MatmulOp>());
 }
 
 template <typename T>
@@ -349,6 +354,25 @@ void epilogue_activation(ActivationFn<T> act, T* x, std::int64_t n) {
   }
 }
 
+// kiln.fused_matmul's bias (input 2), or null: a tensor that outlives the
+// product's allocation (its variable holds it, unless that variable is the
+// output's too: then `copy` keeps it).
+const Tensor* fused_matmul_bias(const KernelContext& ctx, Tensor& copy) {
+  if (ctx.num_inputs() <= 2) return nullptr;
+  if (&ctx.input_var(2) != &ctx.output_var(0)) return &ctx.input(2);
+  copy = ctx.input(2);
+  return &copy;
+}
+
+// The product's last dim; the bias checked against it (none: 0 elements).
+std::int64_t checked_bias_row(const KernelContext& ctx, const Tensor* bias, const Tensor& out,
+                              std::int64_t& bias_elements) {
+  const std::int64_t n = out.dims().rank() ? out.dims()[out.dims().rank() - 1] : 1;
+  bias_elements = bias ? bias->numel() : 0;
+  if (bias) check_matmul_bias(ctx.op()->name(), bias->dtype(), bias_elements, out.dtype(), n);
+  return n;
+}
+
 // kiln.fused_matmul: the product, then out[…, j] = out[…, j] + bias[j] (as
 // kiln.add's broadcast loop computes it), then the activation through the
 // unary kernels' loop (epilogue_activation).
@@ -356,27 +380,16 @@ template <typename T>
 void fused_matmul_kernel(KernelContext& ctx) {
   static const std::vector<ActivationFn<T>> activations = activation_table<T>(UnaryFamily{});
   const auto& a = ctx.attrs<FusedMatmulOp>();
-  // The bias tensor outlives the product's allocation: its variable holds
-  // it, unless that variable is the output's too (then a copy keeps it).
-  const Tensor* bias = ctx.num_inputs() > 2 ? &ctx.input(2) : nullptr;
   Tensor bias_copy;
-  if (bias && &ctx.input_var(2) == &ctx.output_var(0)) {
-    bias_copy = *bias;
-    bias = &bias_copy;
-  }
+  const Tensor* bias = fused_matmul_bias(ctx, bias_copy);
   matmul_product<T>(ctx, MatmulOp::Attributes{a.transpose_x, a.transpose_y});
   Tensor& out = ctx.output(0);
   const std::int64_t total = out.numel();
   if (total == 0) return;
   T* o = out.data<T>();
-  const std::int64_t n = out.dims().rank() ? out.dims()[out.dims().rank() - 1] : 1;
-  const T* b = nullptr;
   std::int64_t bn = 0;
-  if (bias) {
-    bn = bias->numel();
-    check_matmul_bias(ctx.op()->name(), bias->dtype(), bn, out.dtype(), n);
-    b = bias->data<T>();
-  }
+  const std::int64_t n = checked_bias_row(ctx, bias, out, bn);
+  const T* b = bias ? bias->data<T>() : nullptr;
   const ActivationFn<T> act =
       a.activation.index >= 0 ? activations[static_cast<std::size_t>(a.activation.index)] : nullptr;
   if (!b && !act) return;
@@ -396,6 +409,71 @@ void fused_matmul_kernel(KernelContext& ctx) {
       }
     }
     if (act) epilogue_activation(act, rows, len);
+  });
+}
+
+// The unary family's f32 loops over a 16-bit chunk widened in place, as
+// its bf16 / f16 kernels run them (unary.cc: MapInPlaceLoop of KernelMath).
+using InPlaceFn = void (*)(float* x, std::int64_t n);
+template <typename F>
+void in_place_f32(float* x, std::int64_t n) {
+  cpu::simd_dispatch<cpu::simd_detail::MapInPlaceLoop<F, float>>(x, n);
+}
+template <typename... Maths>
+std::vector<InPlaceFn> in_place_table(MathList<Maths...>) {
+  return {&in_place_f32<cpu::KernelMath<Maths>>...};
+}
+
+// kiln.fused_matmul in bf16 / f16: the 16-bit product (kiln.matmul's,
+// rounded once), then, a chunk of its elements at a time, the bias add and
+// the activation as kiln.add's and the unary family's 16-bit kernels
+// compute them: widened, in f32, each rounded once. The unfused ops' bits,
+// without their passes over the product.
+template <DataType D>
+void fused_matmul_half_kernel(KernelContext& ctx) {
+  static const std::vector<InPlaceFn> activations = in_place_table(UnaryFamily{});
+  const auto& a = ctx.attrs<FusedMatmulOp>();
+  Tensor bias_copy;
+  const Tensor* bias = fused_matmul_bias(ctx, bias_copy);
+  matmul_half_product<D>(ctx, MatmulOp::Attributes{a.transpose_x, a.transpose_y});
+  Tensor& out = ctx.output(0);
+  const std::int64_t total = out.numel();
+  if (total == 0) return;
+  std::int64_t bn = 0;
+  const std::int64_t n = checked_bias_row(ctx, bias, out, bn);
+  const InPlaceFn act =
+      a.activation.index >= 0 ? activations[static_cast<std::size_t>(a.activation.index)] : nullptr;
+  if (!bias && !act) return;
+  std::vector<float> b;  // the bias widened, once
+  if (bias) {
+    b.resize(static_cast<std::size_t>(bn));
+    cpu::widen_half_row<D>(static_cast<const std::uint16_t*>(bias->raw_data()), b.data(), bn);
+  }
+  auto* o = static_cast<std::uint16_t*>(out.raw_data());
+  // Elements split across the kernel's threads: each computed alone, the
+  // same bits at any thread count.
+  cpu::parallel_for(total, cpu::items_per_range(8), [&](std::int64_t begin, std::int64_t end) {
+    float* buf = cpu::scratch<float>(cpu::kHalfChunk);
+    for (std::int64_t i = begin; i < end; i += cpu::kHalfChunk) {
+      const std::int64_t m = std::min(cpu::kHalfChunk, end - i);
+      cpu::widen_half_row<D>(o + i, buf, m);
+      if (bn == 1) {
+        for (std::int64_t k = 0; k < m; ++k) buf[k] = AddMath::forward(buf[k], b[0]);
+      } else if (bias) {
+        for (std::int64_t k = 0, j = i % n; k < m;) {  // row pieces: bias[j..]
+          const std::int64_t run = std::min(m - k, n - j);
+          for (std::int64_t t = 0; t < run; ++t) buf[k + t] = AddMath::forward(buf[k + t], b[j + t]);
+          k += run;
+          j = 0;
+        }
+      }
+      if (bias && act) {  // the add's result as kiln.add stores it
+        cpu::round_half_row<D>(buf, o + i, m);
+        cpu::widen_half_row<D>(o + i, buf, m);
+      }
+      if (act) act(buf, m);
+      cpu::round_half_row<D>(buf, o + i, m);
+    }
   });
 }
 
@@ -453,6 +531,8 @@ KILN_REGISTER_KERNEL(MatmulOp, Cpu, Float64, matmul_kernel<double>);
 KILN_REGISTER_KERNEL(MatmulOp, Cpu, BFloat16, matmul_half_kernel<DataType::BFloat16>);
 KILN_REGISTER_KERNEL(MatmulOp, Cpu, Float16, matmul_half_kernel<DataType::Float16>);
 KILN_REGISTER_KERNEL(FusedMatmulOp, Cpu, Float32, fused_matmul_kernel<float>);
+KILN_REGISTER_KERNEL(FusedMatmulOp, Cpu, BFloat16, fused_matmul_half_kernel<DataType::BFloat16>);
+KILN_REGISTER_KERNEL(FusedMatmulOp, Cpu, Float16, fused_matmul_half_kernel<DataType::Float16>);
 KILN_REGISTER_KERNEL(FusedMatmulOp, Cpu, Float64, fused_matmul_kernel<double>);
 KILN_REGISTER_KERNEL(DetOp, Cpu, Float32, det_kernel<float>);
 KILN_REGISTER_KERNEL(DetOp, Cpu, Float64, det_kernel<double>);

@@ -472,7 +472,6 @@ namespace {
 bool fused_matmul_runs(Type t, const Place& target) {
   if (!is_shaped(t)) return false;
   const DataType dt = shaped_data_type(t);
-  if (target.is_cpu() && dt != DataType::Float32 && dt != DataType::Float64) return false;  // bit-identical only
   return KernelRegistry::instance().find(IrContext::instance()->op_info<FusedMatmulOp>().id(), target.kind, dt) != nullptr;
 }
 

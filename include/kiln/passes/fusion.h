@@ -46,8 +46,9 @@ inline std::size_t fuse_elementwise(Program& program, const ValueSet& keep = {})
 // the unary family that only reads that sum, become one kiln.fused_matmul
 // (bias and activation applied while the product is in cache). Values in
 // `keep` are never fused away. Returns the number of fused ops created.
-// For the CPU (`target`): f32 and f64 (the fused kernel's results are the
-// unfused ops' bits), any activation. For another place: the dtypes with a
+// For the CPU (`target`): f32, f64, bf16 and f16 (the fused kernels'
+// results are the unfused ops' bits: 16-bit ones rounded after the add and
+// after the activation, as the unfused ops round), any activation. For another place: the dtypes with a
 // kernel there, and kiln.relu the only activation (on CUDA, cuBLASLt's
 // epilogue; 16-bit results of one GEMM with a row bias rounded once instead
 // of after each op, kernels/cuda/fused_matmul.cc).
