@@ -354,23 +354,38 @@ void epilogue_activation(ActivationFn<T> act, T* x, std::int64_t n) {
   }
 }
 
-// kiln.fused_matmul's bias (input 2), or null: a tensor that outlives the
-// product's allocation (its variable holds it, unless that variable is the
-// output's too: then `copy` keeps it).
-const Tensor* fused_matmul_bias(const KernelContext& ctx, Tensor& copy) {
-  if (ctx.num_inputs() <= 2) return nullptr;
-  if (&ctx.input_var(2) != &ctx.output_var(0)) return &ctx.input(2);
-  copy = ctx.input(2);
-  return &copy;
-}
+// What kiln.fused_matmul's epilogue works from, once the product is made:
+// the bias (input 2; null: none), a tensor that outlives the product's
+// allocation (its variable holds it, unless that variable is the output's
+// too: then `bias_copy` keeps it); the output's element count and last
+// dim, the bias's element count (checked against that dim) and the
+// activation's index in the unary family (-1: none).
+struct FusedEpilogue {
+  Tensor bias_copy;
+  const Tensor* bias = nullptr;
+  std::int64_t total = 0, n = 1, bias_elements = 0;
+  int activation = -1;
 
-// The product's last dim; the bias checked against it (none: 0 elements).
-std::int64_t checked_bias_row(const KernelContext& ctx, const Tensor* bias, const Tensor& out,
-                              std::int64_t& bias_elements) {
-  const std::int64_t n = out.dims().rank() ? out.dims()[out.dims().rank() - 1] : 1;
-  bias_elements = bias ? bias->numel() : 0;
-  if (bias) check_matmul_bias(ctx.op()->name(), bias->dtype(), bias_elements, out.dtype(), n);
-  return n;
+  bool empty() const { return total == 0 || (!bias && activation < 0); }
+};
+
+// Output 0 = the product, made by product(attributes); then e's fields.
+template <typename Product>
+void fused_matmul_product(KernelContext& ctx, FusedEpilogue& e, Product&& product) {
+  const auto& a = ctx.attrs<FusedMatmulOp>();
+  if (ctx.num_inputs() > 2) {
+    const bool shared = &ctx.input_var(2) == &ctx.output_var(0);
+    if (shared) e.bias_copy = ctx.input(2);
+    e.bias = shared ? &e.bias_copy : &ctx.input(2);
+  }
+  product(MatmulOp::Attributes{a.transpose_x, a.transpose_y});
+  const Tensor& out = ctx.output(0);
+  e.total = out.numel();
+  e.activation = a.activation.index;
+  if (e.total == 0) return;
+  e.n = out.dims().rank() ? out.dims()[out.dims().rank() - 1] : 1;
+  e.bias_elements = e.bias ? e.bias->numel() : 0;
+  if (e.bias) check_matmul_bias(ctx.op()->name(), e.bias->dtype(), e.bias_elements, out.dtype(), e.n);
 }
 
 // kiln.fused_matmul: the product, then out[…, j] = out[…, j] + bias[j] (as
@@ -379,20 +394,13 @@ std::int64_t checked_bias_row(const KernelContext& ctx, const Tensor* bias, cons
 template <typename T>
 void fused_matmul_kernel(KernelContext& ctx) {
   static const std::vector<ActivationFn<T>> activations = activation_table<T>(UnaryFamily{});
-  const auto& a = ctx.attrs<FusedMatmulOp>();
-  Tensor bias_copy;
-  const Tensor* bias = fused_matmul_bias(ctx, bias_copy);
-  matmul_product<T>(ctx, MatmulOp::Attributes{a.transpose_x, a.transpose_y});
-  Tensor& out = ctx.output(0);
-  const std::int64_t total = out.numel();
-  if (total == 0) return;
-  T* o = out.data<T>();
-  std::int64_t bn = 0;
-  const std::int64_t n = checked_bias_row(ctx, bias, out, bn);
-  const T* b = bias ? bias->data<T>() : nullptr;
-  const ActivationFn<T> act =
-      a.activation.index >= 0 ? activations[static_cast<std::size_t>(a.activation.index)] : nullptr;
-  if (!b && !act) return;
+  FusedEpilogue e;
+  fused_matmul_product(ctx, e, [&](const MatmulOp::Attributes& m) { matmul_product<T>(ctx, m); });
+  if (e.empty()) return;
+  T* o = ctx.output(0).data<T>();
+  const std::int64_t total = e.total, n = e.n, bn = e.bias_elements;
+  const T* b = e.bias ? e.bias->data<T>() : nullptr;
+  const ActivationFn<T> act = e.activation >= 0 ? activations[static_cast<std::size_t>(e.activation)] : nullptr;
   // Rows of the product split across the kernel's threads: each element's
   // sum and activation computed alone, the same bits at any thread count.
   const std::int64_t per_range = cpu::items_per_range(4 * n * std::int64_t(sizeof(T)));
@@ -432,24 +440,18 @@ std::vector<InPlaceFn> in_place_table(MathList<Maths...>) {
 template <DataType D>
 void fused_matmul_half_kernel(KernelContext& ctx) {
   static const std::vector<InPlaceFn> activations = in_place_table(UnaryFamily{});
-  const auto& a = ctx.attrs<FusedMatmulOp>();
-  Tensor bias_copy;
-  const Tensor* bias = fused_matmul_bias(ctx, bias_copy);
-  matmul_half_product<D>(ctx, MatmulOp::Attributes{a.transpose_x, a.transpose_y});
-  Tensor& out = ctx.output(0);
-  const std::int64_t total = out.numel();
-  if (total == 0) return;
-  std::int64_t bn = 0;
-  const std::int64_t n = checked_bias_row(ctx, bias, out, bn);
-  const InPlaceFn act =
-      a.activation.index >= 0 ? activations[static_cast<std::size_t>(a.activation.index)] : nullptr;
-  if (!bias && !act) return;
+  FusedEpilogue e;
+  fused_matmul_product(ctx, e, [&](const MatmulOp::Attributes& m) { matmul_half_product<D>(ctx, m); });
+  if (e.empty()) return;
+  const Tensor* bias = e.bias;
+  const std::int64_t total = e.total, n = e.n, bn = e.bias_elements;
+  const InPlaceFn act = e.activation >= 0 ? activations[static_cast<std::size_t>(e.activation)] : nullptr;
   std::vector<float> b;  // the bias widened, once
   if (bias) {
     b.resize(static_cast<std::size_t>(bn));
     cpu::widen_half_row<D>(static_cast<const std::uint16_t*>(bias->raw_data()), b.data(), bn);
   }
-  auto* o = static_cast<std::uint16_t*>(out.raw_data());
+  auto* o = static_cast<std::uint16_t*>(ctx.output(0).raw_data());
   // Elements split across the kernel's threads: each computed alone, the
   // same bits at any thread count.
   cpu::parallel_for(total, cpu::items_per_range(8), [&](std::int64_t begin, std::int64_t end) {
