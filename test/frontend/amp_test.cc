@@ -1066,6 +1066,7 @@ TEST_CASE("amp O1 (conv2d allowed) and O2 run conv, batch norm, relu blocks with
     low->g.main.verify();
     check_batch_norms_low(low->g.main, DataType::BFloat16, 2);
     Executor a, b;
+    set_random_seed(kDefaultRandomSeed);  // the initial values of a fresh process
     a.run(plain->g.startup);
     b.run(low->g.startup);
     copy_scope(a, b);
@@ -1327,6 +1328,7 @@ TEST_CASE("amp f16 with loss scaling trains the MLP and transformer blocks to wi
   const amp::Options o = f16_options();  // PyTorch's defaults: 65536, halve on every overflow
   auto check = [&](std::unique_ptr<AmpModel> plain, std::unique_ptr<AmpModel> low, int steps) {
     Executor a, b;
+    set_random_seed(kDefaultRandomSeed);  // the initial values of a fresh process
     a.run(plain->g.startup);
     b.run(low->g.startup);
     copy_scope(a, b);
