@@ -446,11 +446,10 @@ void fused_matmul_half_kernel(KernelContext& ctx) {
   const Tensor* bias = e.bias;
   const std::int64_t total = e.total, n = e.n, bn = e.bias_elements;
   const InPlaceFn act = e.activation >= 0 ? activations[static_cast<std::size_t>(e.activation)] : nullptr;
-  std::vector<float> b;  // the bias widened, once
-  if (bias) {
-    b.resize(static_cast<std::size_t>(bn));
-    cpu::widen_half_row<D>(static_cast<const std::uint16_t*>(bias->raw_data()), b.data(), bn);
-  }
+  // The bias widened once, in the calling thread's second scratch slot
+  // (each thread's chunk buffer is its first).
+  float* b = bias ? cpu::scratch<float, 1>(bn) : nullptr;
+  if (bias) cpu::widen_half_row<D>(static_cast<const std::uint16_t*>(bias->raw_data()), b, bn);
   auto* o = static_cast<std::uint16_t*>(ctx.output(0).raw_data());
   // Elements split across the kernel's threads: each computed alone, the
   // same bits at any thread count.

@@ -78,15 +78,6 @@ struct GradientIn {
   DataType dtype;
 };
 
-template <typename OpT, typename S>
-[[noreturn, gnu::noinline]] void gradient_dtype_error(const KernelContext& ctx, const S& s, const Tensor& t,
-                                                     DataType param) {
-  throw_error(ErrorKind::InvalidArgument, "op '", ctx.op() ? ctx.op()->name() : OpT::name, "' operand ",
-              s.label(kGradOperand), " must be ", to_string(param),
-              param == DataType::Float32 ? ", bf16 or f16" : "", " for 'param' of ",
-              to_string(param), ", got ", to_string(t.dtype()));
-}
-
 // The gradient (single operand kGradOperand) of an update of T with `numel`
 // elements; kiln::Error naming the op and operand otherwise.
 template <typename OpT, typename T, typename S>
@@ -94,7 +85,8 @@ template <typename OpT, typename T, typename S>
                                                           std::int64_t numel) {
   const Tensor& t = ctx.input(s.in(kGradOperand));
   if (!accepts_gradient(data_type_of<T>, t.dtype())) [[unlikely]]
-    gradient_dtype_error<OpT>(ctx, s, t, data_type_of<T>);
+    throw_gradient_dtype(ctx.op() ? ctx.op()->name() : OpT::name, s.label(kGradOperand), data_type_of<T>,
+                         t.dtype());
   if (t.numel() != numel) [[unlikely]]
     size_error<OpT>(ctx, s, kGradOperand, t, numel);
   return {t.raw_data(), t.dtype()};

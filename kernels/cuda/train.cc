@@ -249,10 +249,7 @@ const Tensor& checked_input(const KernelContext& ctx, std::uint32_t i, std::int6
 GradientIn gradient_input(const KernelContext& ctx, std::uint32_t i, DataType param, std::int64_t numel,
                           std::string_view op, const std::string& operand) {
   const Tensor& t = ctx.input(i);
-  if (!accepts_gradient(param, t.dtype()))
-    throw_error(ErrorKind::InvalidArgument, "op '", op, "' operand ", operand, " must be ", to_string(param),
-                param == DataType::Float32 ? ", bf16 or f16" : "", " for 'param' of ",
-                to_string(param), ", got ", to_string(t.dtype()));
+  if (!accepts_gradient(param, t.dtype())) throw_gradient_dtype(op, operand, param, t.dtype());
   if (t.numel() != numel)
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' operand ", operand, " has ", t.numel(),
                 " elements (shape [", t.dims().to_string(), "]), expected ", numel);

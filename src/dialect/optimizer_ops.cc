@@ -68,6 +68,12 @@ void check_skip_operand(std::string_view op, Type t, std::size_t index) {
 
 }  // namespace
 
+void throw_gradient_dtype(std::string_view op, std::string_view operand, DataType param, DataType grad) {
+  throw_error(ErrorKind::InvalidArgument, "op '", op, "' operand ", operand, " must be ", to_string(param),
+              param == DataType::Float32 ? ", bf16 or f16" : "", " for 'param' of ", to_string(param), ", got ",
+              to_string(grad));
+}
+
 std::vector<Type> infer_optimizer_update(std::string_view op, const std::vector<Type>& in,
                                          std::span<const std::string_view> names,
                                          std::span<const std::uint32_t> same_as_param,
@@ -87,10 +93,11 @@ std::vector<Type> infer_optimizer_update(std::string_view op, const std::vector<
                 " must be f32 or f64, got ", to_string(dt));
   const auto& pdims = shaped_dims(in[0]);
   auto require_dtype = [&](std::uint32_t i) {
-    if (i == kGradOperand && accepts_gradient(dt, shaped_data_type(in[i]))) return;
-    if (i == kGradOperand && dt == DataType::Float32)
-      throw_error(ErrorKind::InvalidArgument, "op '", op, "' operand ", operand_label(names, i),
-                  " must be f32, bf16 or f16 for 'param' of f32, got ", to_string(shaped_data_type(in[i])));
+    if (i == kGradOperand) {
+      if (!accepts_gradient(dt, shaped_data_type(in[i])))
+        throw_gradient_dtype(op, operand_label(names, i), dt, shaped_data_type(in[i]));
+      return;
+    }
     if (shaped_data_type(in[i]) != dt)
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' operand ", operand_label(names, i),
                   " must have the dtype of 'param' (", to_string(dt), "), got ",

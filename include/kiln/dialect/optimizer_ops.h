@@ -49,6 +49,12 @@ constexpr bool accepts_gradient(DataType param, DataType grad) {
   return grad == param || (param == DataType::Float32 &&
                            (grad == DataType::BFloat16 || grad == DataType::Float16));
 }
+// kiln::Error(InvalidArgument) for a gradient accepts_gradient refuses:
+// "op 'kiln.sgd_' operand 'grad' (#1) must be f32, bf16 or f16 for 'param'
+// of f32, got i32" (`operand` names it as the caller's op does). InferMeta
+// and the CPU and CUDA kernels raise it alike.
+[[noreturn]] void throw_gradient_dtype(std::string_view op, std::string_view operand, DataType param,
+                                       DataType grad);
 
 // The optional `skip` operand's name in errors.
 inline constexpr std::string_view kSkipOperandName = "skip";
