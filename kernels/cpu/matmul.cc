@@ -340,6 +340,15 @@ template <typename T, typename... Maths>
 std::vector<ActivationFn<T>> activation_table(MathList<Maths...>) {
   return {&cpu::map_elementwise<cpu::KernelMath<Maths>, T>...};
 }
+// The epilogue's activation as its own kernel computes it (the unary
+// family's loops; gelu's as unary.cc's GeluK); null for none.
+template <typename T>
+ActivationFn<T> activation_fn(const EpilogueActivation& a) {
+  static const std::vector<ActivationFn<T>> family = activation_table<T>(UnaryFamily{});
+  if (a.gelu == EpilogueActivation::Gelu::Erf) return &cpu::map_elementwise<cpu::GeluErfF, T>;
+  if (a.gelu == EpilogueActivation::Gelu::Tanh) return &cpu::map_elementwise<GeluTanhMath, T>;
+  return a.index >= 0 ? family[static_cast<std::size_t>(a.index)] : nullptr;
+}
 
 // The activation over n elements of x in place, a tile at a time from a
 // copy (the unary kernels' loop reads and writes distinct memory).
@@ -356,32 +365,36 @@ void epilogue_activation(ActivationFn<T> act, T* x, std::int64_t n) {
 
 // What kiln.fused_matmul's epilogue works from, once the product is made:
 // the bias (input 2; null: none), a tensor that outlives the product's
-// allocation (its variable holds it, unless that variable is the output's
+// allocation (its variable holds it, unless that variable is an output's
 // too: then `bias_copy` keeps it); the output's element count and last
-// dim, the bias's element count (checked against that dim) and the
-// activation's index in the unary family (-1: none).
+// dim, the bias's element count (checked against that dim), the
+// activation, and the pre-activation output (null unless kept).
 struct FusedEpilogue {
   Tensor bias_copy;
   const Tensor* bias = nullptr;
+  Tensor* pre = nullptr;
   std::int64_t total = 0, n = 1, bias_elements = 0;
-  int activation = -1;
+  const EpilogueActivation* activation = nullptr;
 
-  bool empty() const { return total == 0 || (!bias && activation < 0); }
+  bool empty() const { return total == 0 || (!bias && activation->empty()); }
 };
 
-// Output 0 = the product, made by product(attributes); then e's fields.
+// Output 0 = the product, made by product(attributes); then e's fields
+// (output 1 allocated where the op keeps its pre-activation).
 template <typename Product>
 void fused_matmul_product(KernelContext& ctx, FusedEpilogue& e, Product&& product) {
   const auto& a = ctx.attrs<FusedMatmulOp>();
   if (ctx.num_inputs() > 2) {
-    const bool shared = &ctx.input_var(2) == &ctx.output_var(0);
+    const bool shared = &ctx.input_var(2) == &ctx.output_var(0) ||
+                        (a.keep_pre_activation && &ctx.input_var(2) == &ctx.output_var(1));
     if (shared) e.bias_copy = ctx.input(2);
     e.bias = shared ? &e.bias_copy : &ctx.input(2);
   }
   product(MatmulOp::Attributes{a.transpose_x, a.transpose_y});
   const Tensor& out = ctx.output(0);
+  e.activation = &a.activation;
+  if (a.keep_pre_activation) e.pre = &ctx.alloc_output(1, out.dims(), out.dtype());
   e.total = out.numel();
-  e.activation = a.activation.index;
   if (e.total == 0) return;
   e.n = out.dims().rank() ? out.dims()[out.dims().rank() - 1] : 1;
   e.bias_elements = e.bias ? e.bias->numel() : 0;
@@ -389,18 +402,19 @@ void fused_matmul_product(KernelContext& ctx, FusedEpilogue& e, Product&& produc
 }
 
 // kiln.fused_matmul: the product, then out[…, j] = out[…, j] + bias[j] (as
-// kiln.add's broadcast loop computes it), then the activation through the
-// unary kernels' loop (epilogue_activation).
+// kiln.add's broadcast loop computes it), then the activation through its
+// own kernel's loop: in place (epilogue_activation), or from the kept
+// pre-activation.
 template <typename T>
 void fused_matmul_kernel(KernelContext& ctx) {
-  static const std::vector<ActivationFn<T>> activations = activation_table<T>(UnaryFamily{});
   FusedEpilogue e;
   fused_matmul_product(ctx, e, [&](const MatmulOp::Attributes& m) { matmul_product<T>(ctx, m); });
   if (e.empty()) return;
   T* o = ctx.output(0).data<T>();
+  T* pre = e.pre ? e.pre->data<T>() : nullptr;
   const std::int64_t total = e.total, n = e.n, bn = e.bias_elements;
   const T* b = e.bias ? e.bias->data<T>() : nullptr;
-  const ActivationFn<T> act = e.activation >= 0 ? activations[static_cast<std::size_t>(e.activation)] : nullptr;
+  const ActivationFn<T> act = activation_fn<T>(*e.activation);
   // Rows of the product split across the kernel's threads: each element's
   // sum and activation computed alone, the same bits at any thread count.
   const std::int64_t per_range = cpu::items_per_range(4 * n * std::int64_t(sizeof(T)));
@@ -416,12 +430,15 @@ void fused_matmul_kernel(KernelContext& ctx) {
         for (std::int64_t j = 0; j < n; ++j) row[j] = AddMath::forward(row[j], b[j]);
       }
     }
-    if (act) epilogue_activation(act, rows, len);
+    if (pre) std::copy(rows, rows + len, pre + r0 * n);
+    if (pre && act) act(pre + r0 * n, rows, len);
+    else if (act) epilogue_activation(act, rows, len);
   });
 }
 
 // The unary family's f32 loops over a 16-bit chunk widened in place, as
-// its bf16 / f16 kernels run them (unary.cc: MapInPlaceLoop of KernelMath).
+// its bf16 / f16 kernels run them (unary.cc: MapInPlaceLoop of KernelMath;
+// gelu's of its own math).
 using InPlaceFn = void (*)(float* x, std::int64_t n);
 template <typename F>
 void in_place_f32(float* x, std::int64_t n) {
@@ -431,26 +448,32 @@ template <typename... Maths>
 std::vector<InPlaceFn> in_place_table(MathList<Maths...>) {
   return {&in_place_f32<cpu::KernelMath<Maths>>...};
 }
+InPlaceFn in_place_activation(const EpilogueActivation& a) {
+  static const std::vector<InPlaceFn> family = in_place_table(UnaryFamily{});
+  if (a.gelu == EpilogueActivation::Gelu::Erf) return &in_place_f32<cpu::GeluErfF>;
+  if (a.gelu == EpilogueActivation::Gelu::Tanh) return &in_place_f32<GeluTanhMath>;
+  return a.index >= 0 ? family[static_cast<std::size_t>(a.index)] : nullptr;
+}
 
 // kiln.fused_matmul in bf16 / f16: the 16-bit product (kiln.matmul's,
 // rounded once), then, a chunk of its elements at a time, the bias add and
-// the activation as kiln.add's and the unary family's 16-bit kernels
-// compute them: widened, in f32, each rounded once. The unfused ops' bits,
-// without their passes over the product.
+// the activation as kiln.add's and the unary family's (gelu's) 16-bit
+// kernels compute them: widened, in f32, each rounded once. The unfused
+// ops' bits, without their passes over the product.
 template <DataType D>
 void fused_matmul_half_kernel(KernelContext& ctx) {
-  static const std::vector<InPlaceFn> activations = in_place_table(UnaryFamily{});
   FusedEpilogue e;
   fused_matmul_product(ctx, e, [&](const MatmulOp::Attributes& m) { matmul_half_product<D>(ctx, m); });
   if (e.empty()) return;
   const Tensor* bias = e.bias;
   const std::int64_t total = e.total, n = e.n, bn = e.bias_elements;
-  const InPlaceFn act = e.activation >= 0 ? activations[static_cast<std::size_t>(e.activation)] : nullptr;
+  const InPlaceFn act = in_place_activation(*e.activation);
   // The bias widened once, in the calling thread's second scratch slot
   // (each thread's chunk buffer is its first).
   float* b = bias ? cpu::scratch<float, 1>(bn) : nullptr;
   if (bias) cpu::widen_half_row<D>(static_cast<const std::uint16_t*>(bias->raw_data()), b, bn);
   auto* o = static_cast<std::uint16_t*>(ctx.output(0).raw_data());
+  auto* pre = e.pre ? static_cast<std::uint16_t*>(e.pre->raw_data()) : nullptr;
   // Elements split across the kernel's threads: each computed alone, the
   // same bits at any thread count.
   cpu::parallel_for(total, cpu::items_per_range(8), [&](std::int64_t begin, std::int64_t end) {
@@ -468,9 +491,10 @@ void fused_matmul_half_kernel(KernelContext& ctx) {
           j = 0;
         }
       }
-      if (bias && act) {  // the add's result as kiln.add stores it
-        cpu::round_half_row<D>(buf, o + i, m);
-        cpu::widen_half_row<D>(o + i, buf, m);
+      if ((bias && act) || pre) {  // the add's result as kiln.add stores it
+        std::uint16_t* sum = pre ? pre + i : o + i;
+        cpu::round_half_row<D>(buf, sum, m);
+        cpu::widen_half_row<D>(sum, buf, m);
       }
       if (act) act(buf, m);
       cpu::round_half_row<D>(buf, o + i, m);

@@ -146,9 +146,6 @@ bool register_inplace_family(MathList<Maths...>) {
   return true;
 }
 
-struct GeluErfF {  // x · Φ(x) = 0.5·x·(1 + erf(x/√2)); Φ from vector_math.h
-  template <typename T> static T forward(T x) { return x * normal_cdf(x); }
-};
 template <typename T>
 struct GeluK {
   static void run(KernelContext& ctx) {

@@ -37,4 +37,10 @@ struct KernelMath<SigmoidMath> : SigmoidMath {
 #endif
 };
 
+// gelu's exact form as its CPU kernels compute it: x · Φ(x), Φ from
+// vector_math.h (the tanh form is GeluTanhMath's).
+struct GeluErfF {
+  template <typename T> static T forward(T x) { return x * normal_cdf(x); }
+};
+
 }  // namespace kiln::cpu

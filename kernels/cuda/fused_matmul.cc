@@ -5,12 +5,18 @@
 // with a bias of the last dim's size; otherwise kiln.matmul's product and
 // one pass adding the bias (launch_bias_activation), as the unfused ops
 // compute them (16-bit results: rounded after the product and again after
-// the bias, where the first route rounds once). Activations: none or
-// kiln.relu, applied by launch_bias_activation on both routes: cuBLASLt's
-// RELU_BIAS epilogue was seen to keep a NaN (on an H200), where kiln.relu
-// gives 0 for it. The fuse pass makes no other for a CUDA
-// target. f32 (TF32 under MatmulPrecision::High, as kiln.matmul), bf16 and
-// f16 (f32 accumulation) on cuBLASLt; f64 by the second route.
+// the bias, where the first route rounds once). Activations: none,
+// kiln.relu, kiln.gelu and kiln.gelu_tanh, applied by
+// launch_bias_activation after either route (from the kept pre-activation
+// where the op keeps it), with the activation's own CUDA math — except
+// gelu's tanh form on the first route, which cuBLASLt's GELU_BIAS epilogue
+// (GELU_AUX_BIAS where the pre-activation is kept: its "aux" output)
+// applies in the GEMM, with cuBLASLt's own tanh, where it has an algorithm
+// for it. cuBLASLt's RELU_BIAS epilogue was seen to keep a NaN (on an
+// H200), where kiln.relu gives 0 for it, so relu is not left to it. The
+// fuse pass makes no other for a CUDA target. f32 (TF32 under
+// MatmulPrecision::High, as kiln.matmul), bf16 and f16 (f32 accumulation)
+// on cuBLASLt; f64 by the second route.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -83,6 +89,8 @@ struct LtGemm {
   bool transpose_y;
   const void *x, *y, *bias;
   void* out;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  void* aux = nullptr;  // GELU_AUX_BIAS: the pre-activation, laid out as out
 };
 
 // The descriptors of one call, destroyed with it.
@@ -117,9 +125,13 @@ void describe(const KernelContext& ctx, const LtGemm& g, LtDescs& ds) {
   check_lt(ctx, cublasLtMatmulDescCreate(&ds.op, t.compute, CUDA_R_32F), "descriptor");
   set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_TRANSA, g.transpose_y ? CUBLAS_OP_T : CUBLAS_OP_N);
   set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
-  set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+  set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue);
   set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, t.data);
+  if (g.aux) {
+    set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
+    set_desc(ctx, ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<std::int64_t>(g.n));
+  }
   const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
   // y: [k, n] row-major is n × k column-major (ld n); transposed, [n, k] is k × n (ld k).
   check_lt(ctx,
@@ -146,12 +158,13 @@ struct LtAlgo {
   std::size_t workspace = 0;
 };
 using AlgoKey = std::tuple<int, DataType, int, std::int64_t, std::int64_t, std::int64_t, bool, std::uint32_t,
-                           std::uint32_t, std::uint32_t, std::uint32_t>;
+                           std::uint32_t, std::uint32_t, std::uint32_t, int, std::uint32_t>;
 LtAlgo find_algo(cublasLtHandle_t h, int device, const LtGemm& g, const LtDescs& ds) {
   static std::mutex mu;
   static std::map<AlgoKey, LtAlgo> cache;
   const AlgoKey key{device, g.dtype, static_cast<int>(g.types.compute), g.rows, g.n, g.k,
-                    g.transpose_y, alignment(g.x), alignment(g.y), alignment(g.out), alignment(g.bias)};
+                    g.transpose_y, alignment(g.x), alignment(g.y), alignment(g.out), alignment(g.bias),
+                    static_cast<int>(g.epilogue), g.aux ? alignment(g.aux) : 0u};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it == cache.end()) {
@@ -186,50 +199,79 @@ bool lt_matmul(const KernelContext& ctx, const LtGemm& g) {
   return true;
 }
 
-void check_activation(const KernelContext& ctx, const UnaryActivation& act) {
-  if (act.index >= 0 && act.name != "kiln.relu")
-    throw_error(ErrorKind::Unimplemented, "op '", ctx.op()->name(), "' on CUDA applies no activation or kiln.relu, ",
-                "not '", act.name, "'");
+// The activation the epilogue applies; kiln::Error(Unimplemented) for one
+// of the unary family other than relu.
+EpilogueAct epilogue_act(const KernelContext& ctx, const EpilogueActivation& act) {
+  if (act.gelu != EpilogueActivation::Gelu::None)
+    return act.gelu == EpilogueActivation::Gelu::Tanh ? EpilogueAct::GeluTanh : EpilogueAct::GeluErf;
+  if (act.index < 0) return EpilogueAct::None;
+  if (act.name != "kiln.relu")
+    throw_error(ErrorKind::Unimplemented, "op '", ctx.op()->name(), "' on CUDA applies no activation, kiln.relu, ",
+                "kiln.gelu or kiln.gelu_tanh, not '", act.name, "'");
+  return EpilogueAct::Relu;
 }
 
+// What the cuBLASLt route did: nothing (none enqueued), the product and
+// bias (into output 1 where the pre-activation is kept, else output 0),
+// or those and the activation too (gelu's tanh form: output 0, and
+// output 1 where kept).
+enum class LtRoute : std::uint8_t { None, Bias, BiasActivation };
+
 // The product through cuBLASLt with the epilogue when it is one GEMM with a
-// row bias (see the file comment); false when it is not.
-bool try_lt(KernelContext& ctx, DataType dt, const FusedMatmulOp::Attributes& a, const Tensor& x, const Tensor& y,
-            const Tensor* bias) {
-  if (dt == DataType::Float64 || !bias || a.transpose_x || alignment(bias->raw_data()) < 16) return false;
-  if (x.dtype() != dt || y.dtype() != dt || y.dims().rank() != 2 || x.dims().rank() < 2) return false;
+// row bias (see the file comment).
+LtRoute try_lt(KernelContext& ctx, DataType dt, const FusedMatmulOp::Attributes& a, const Tensor& x,
+               const Tensor& y, const Tensor* bias, EpilogueAct act) {
+  if (dt == DataType::Float64 || !bias || a.transpose_x || alignment(bias->raw_data()) < 16) return LtRoute::None;
+  if (x.dtype() != dt || y.dtype() != dt || y.dims().rank() != 2 || x.dims().rank() < 2) return LtRoute::None;
   const MatmulShape s = matmul_shape(ctx.op()->name(), x.dims(), y.dims(), false, a.transpose_y);
   check_matmul_bias(ctx.op()->name(), bias->dtype(), bias->numel(), dt, s.n);
   const std::int64_t rows = s.batch * s.m;
   if (bias->numel() != s.n || rows == 0 || s.n == 0 || s.k == 0 || rows > INT_MAX || s.n > INT_MAX ||
       s.k > INT_MAX)
-    return false;
-  Tensor& out = ctx.alloc_output(0, s.out_dims, dt);
-  const LtGemm g{dt, lt_types(dt), rows, s.n, s.k, a.transpose_y, x.raw_data(), y.raw_data(), bias->raw_data(),
-                 out.raw_data()};
-  return lt_matmul(ctx, g);
+    return LtRoute::None;
+  const bool keep = a.keep_pre_activation;
+  LtGemm g{dt, lt_types(dt), rows, s.n, s.k, a.transpose_y, x.raw_data(), y.raw_data(), bias->raw_data(), nullptr};
+  if (act == EpilogueAct::GeluTanh) {
+    g.out = ctx.alloc_output(0, s.out_dims, dt).raw_data();
+    g.aux = keep ? ctx.alloc_output(1, s.out_dims, dt).raw_data() : nullptr;
+    g.epilogue = keep ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
+    // The aux matrix's leading dim must be a multiple of 8.
+    if ((!keep || (s.n % 8 == 0 && alignment(g.aux) >= 16)) && lt_matmul(ctx, g)) return LtRoute::BiasActivation;
+  }
+  g.epilogue = CUBLASLT_EPILOGUE_BIAS;
+  g.aux = nullptr;
+  g.out = ctx.alloc_output(keep ? 1 : 0, s.out_dims, dt).raw_data();
+  return lt_matmul(ctx, g) ? LtRoute::Bias : LtRoute::None;
 }
 
 template <DataType D>
 void fused_matmul_kernel(KernelContext& ctx) {
   const auto& a = ctx.attrs<FusedMatmulOp>();
-  check_activation(ctx, a.activation);
-  // Copies: the operands outlive the output's allocation should its
-  // variable be one of theirs.
+  const EpilogueAct act = epilogue_act(ctx, a.activation);
+  // Copies: the operands outlive the outputs' allocations should a
+  // variable of theirs be one of them.
   const Tensor x = ctx.input(0), y = ctx.input(1);
   Tensor bias;
   if (ctx.num_inputs() > 2) bias = ctx.input(2);
   const Tensor* b = ctx.num_inputs() > 2 ? &bias : nullptr;
-  const bool relu = a.activation.index >= 0;
-  // What the epilogue pass still adds: the bias unless cuBLASLt did, relu.
-  const bool lt = try_lt(ctx, D, a, x, y, b);
-  if (lt) b = nullptr;
-  Tensor& out = lt ? ctx.output(0) : matmul_product(ctx, x, y, D, a.transpose_x, a.transpose_y);
+  const bool keep = a.keep_pre_activation;
+  const LtRoute lt = try_lt(ctx, D, a, x, y, b, act);
+  if (lt == LtRoute::BiasActivation || (lt == LtRoute::Bias && act == EpilogueAct::None)) return;
+  if (lt == LtRoute::Bias) {  // the activation from the sum cuBLASLt made
+    const Tensor& sum = ctx.output(keep ? 1 : 0);
+    Tensor& out = keep ? ctx.alloc_output(0, sum.dims(), D) : ctx.output(0);
+    launch_bias_activation(D, sum.raw_data(), out.raw_data(), nullptr, nullptr, sum.numel(), 1, false, act,
+                           stream_of(ctx));
+    check_launch(ctx);
+    return;
+  }
+  Tensor& out = matmul_product(ctx, x, y, D, a.transpose_x, a.transpose_y);
   const std::int64_t n = out.dims().rank() ? out.dims()[out.dims().rank() - 1] : 1;
   if (b) check_matmul_bias(ctx.op()->name(), b->dtype(), b->numel(), D, n);
-  if (!b && !relu) return;
-  launch_bias_activation(D, out.raw_data(), b ? b->raw_data() : nullptr, out.numel(), n, b && b->numel() == 1, relu,
-                         stream_of(ctx));
+  if (!b && act == EpilogueAct::None) return;
+  void* pre = keep ? ctx.alloc_output(1, out.dims(), D).raw_data() : nullptr;
+  launch_bias_activation(D, out.raw_data(), out.raw_data(), pre, b ? b->raw_data() : nullptr, out.numel(), n,
+                         b && b->numel() == 1, act, stream_of(ctx));
   check_launch(ctx);
 }
 

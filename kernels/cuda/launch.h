@@ -353,12 +353,17 @@ void launch_dropout_grad(const T* d, const bool* mask, T* out, std::int64_t n, T
 
 // ---- kiln.fused_matmul's epilogue (matmul_epilogue.cu) ----
 
-// y[i] += bias[i mod n] (or bias[0] when one_bias; nothing when bias is
-// null), then relu when asked,
-// in place over the `total` elements of a product whose last dim is n. dt:
-// f32, f64, bf16, f16 (16-bit: the bits; summed in f32, rounded once).
-void launch_bias_activation(DataType dt, void* y, const void* bias, std::int64_t total, std::int64_t n,
-                            bool one_bias, bool relu, cudaStream_t s);
+// The activations the epilogue applies.
+enum class EpilogueAct : std::uint8_t { None, Relu, GeluErf, GeluTanh };
+
+// Over the `total` elements of a product x whose last dim is n: the sum
+// s = x[i] + bias[i mod n] (bias[0] when one_bias; x[i] when bias is
+// null), stored into pre[i] when pre is not null, then y[i] = act(s). y
+// may be x. dt: f32, f64, bf16, f16 (16-bit: the bits; each step in f32,
+// rounded after the sum where an activation follows, as kiln.add's and the
+// activation's kernels store them, and after the activation).
+void launch_bias_activation(DataType dt, const void* x, void* y, void* pre, const void* bias, std::int64_t total,
+                            std::int64_t n, bool one_bias, EpilogueAct act, cudaStream_t s);
 
 // ---- data movement (shape.cu) ----
 

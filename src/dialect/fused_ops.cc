@@ -257,21 +257,27 @@ void FusedElementwiseOp::verify() const {
                   " is not a register its body defines ($", n, " … $", total - 1, ")");
 }
 
-UnaryActivation::UnaryActivation(const std::string& n) : name(n) {
+EpilogueActivation::EpilogueActivation(const std::string& n) : name(n) {
   if (n.empty()) return;
+  if (n == gelu_activation_name(false) || n == gelu_activation_name(true)) {
+    gelu = n == gelu_activation_name(true) ? Gelu::Tanh : Gelu::Erf;
+    return;
+  }
   FusedStep s;
   if (!fused_step_for(n, s) || s.kind != FusedStep::Kind::Unary)
     throw_error(ErrorKind::InvalidArgument, "op 'kiln.fused_matmul' activation '", n,
-                "' is not an op of the unary family");
+                "' is not an op of the unary family, kiln.gelu or kiln.gelu_tanh");
   index = s.fn;
 }
 
 void FusedMatmulOp::build(Builder&, OperationArgument& arg, Value x, Value y, Value bias,
-                          bool transpose_x, bool transpose_y, const std::string& activation) {
+                          bool transpose_x, bool transpose_y, const std::string& activation,
+                          bool keep_pre_activation) {
   arg.add_operand(x);
   arg.add_operand(y);
   if (bias) arg.add_operand(bias);
-  arg.attributes = to_named_attributes(Attributes{transpose_x, transpose_y, activation});
+  arg.attributes =
+      to_named_attributes(Attributes{transpose_x, transpose_y, activation, keep_pre_activation});
 }
 
 std::vector<Type> FusedMatmulOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
@@ -297,6 +303,10 @@ std::vector<Type> FusedMatmulOp::infer_meta(const std::vector<Type>& in, Diction
       throw_error(ErrorKind::InvalidArgument, "op '", name, "' bias has ", bn,
                   " elements: it must have the product's last dim (", last, ") or one");
   }
+  if (a.keep_pre_activation && a.activation.empty())
+    throw_error(ErrorKind::InvalidArgument, "op '", name,
+                "' keeps its pre-activation, but has no activation: it would be the product itself");
+  if (a.keep_pre_activation) out.push_back(out[0]);
   return out;
 }
 

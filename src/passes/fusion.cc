@@ -487,17 +487,46 @@ Value matmul_bias(Operation* add, Value prod, Type t) {
   return bias;
 }
 
-// The op of the unary family that alone reads `sum` (of type t) and that
-// the target's kernel applies as an epilogue (CUDA: kiln.relu, cuBLASLt's),
-// or null.
-Operation* epilogue_activation(Value sum, const Block& block, Type t, const Place& target) {
-  Operation* act = sole_user(sum);
+// The activation a fused matmul applies after its biased sum `sum`, and
+// whether the sum's other readers need it kept (a second result).
+struct EpilogueMatch {
+  Operation* act = nullptr;
+  std::string name;  // its EpilogueActivation name
+  bool keep_pre = false;
+};
+
+// The name `op` has as the epilogue's activation at `target`, or "" where
+// the target's kernel does not apply it: an op of the unary family (CUDA:
+// kiln.relu only) or kiln.gelu (either form), reading one operand of type
+// t into one result of type t.
+std::string epilogue_activation_name(Operation* op, Type t, const Place& target) {
   FusedStep s;
-  if (!act || act->parent_block() != &block || has_placement(*act) || act->num_results() != 1 ||
-      act->num_operands() != 1 || !fused_step_for(act->name(), s) || s.kind != FusedStep::Kind::Unary ||
-      act->result(0).type() != t)
-    return nullptr;
-  return target.is_cpu() || act->isa<ReluOp>() ? act : nullptr;
+  if (has_placement(*op) || op->num_results() != 1 || op->num_operands() != 1 || op->result(0).type() != t)
+    return {};
+  if (op->isa<GeluOp>()) return gelu_activation_name(GeluOp(op).attrs().approximate);
+  if (!fused_step_for(op->name(), s) || s.kind != FusedStep::Kind::Unary) return {};
+  return target.is_cpu() || op->isa<ReluOp>() ? std::string(op->name()) : std::string();
+}
+
+// The first op after `add` (in its block) that reads its sum (of type t),
+// where it is an activation the target applies: taken, with the sum kept
+// when other ops (all later in the block: a training program's gelu_grad)
+// read it too. No activation when a reader lies in another block.
+EpilogueMatch epilogue_activation(Operation* add, const Block& block, Type t, const Place& target) {
+  const Value sum = add->result(0);
+  std::size_t readers = 0;
+  for (auto use : sum.uses()) {
+    if (use.owner()->parent_block() != &block) return {};
+    ++readers;  // each use: an op reading sum twice is no activation
+  }
+  Operation* first = nullptr;
+  for (Operation* o = add->next_in_block(); o && !first; o = o->next_in_block())
+    for (std::uint32_t i = 0; i < o->num_operands(); ++i)
+      if (o->operand_source(i) == sum) first = o;
+  if (!first) return {};
+  EpilogueMatch m{first, epilogue_activation_name(first, t, target), readers > 1};
+  if (m.name.empty()) return {};
+  return m;
 }
 
 }  // namespace
@@ -520,16 +549,19 @@ std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep, PassContext
       continue;
     Value bias = matmul_bias(add, prod, t);
     if (!bias) continue;
-    Operation* act = keep.count(key(add->result(0))) ? nullptr : epilogue_activation(add->result(0), block, t, target);
-    Operation* last_op = act ? act : add;
+    const EpilogueMatch m =
+        keep.count(key(add->result(0))) ? EpilogueMatch{} : epilogue_activation(add, block, t, target);
+    Operation* last_op = m.act ? m.act : add;
     if (barrier_between(mm, last_op)) continue;
     const auto ma = from_attributes<MatmulOp::Attributes>(mm->attributes(), MatmulOp::name);
     Builder b(block);
     b.set_insertion_point(last_op);
     auto fused = b.create<FusedMatmulOp>(mm->operand_source(0), mm->operand_source(1), bias, ma.transpose_x,
-                                         ma.transpose_y, act ? std::string(act->name()) : std::string());
+                                         ma.transpose_y, m.name, m.keep_pre);
+    // The sum's later readers read the kept pre-activation.
+    if (m.keep_pre) replace_all_uses(add->result(0), fused.operation()->result(1), ctx);
     replace_all_uses(last_op->result(0), fused.operation()->result(0), ctx);
-    if (act) erase_op(act, ctx);
+    if (m.act) erase_op(m.act, ctx);
     erase_op(add, ctx);
     erase_op(mm, ctx);
     ++made;
@@ -992,8 +1024,9 @@ namespace {
 // (regions included), keeping the context's live-out values. For a CUDA
 // target those whose ops have CUDA kernels: fold_attention_transposes
 // (where the flash kernels read BLHD), fuse_softmax_cross_entropy,
-// fuse_batch_norm_activation (f32, f64), fuse_matmul_epilogue (relu the
-// only activation: cuBLASLt's epilogues) and fuse_optimizer_updates; for
+// fuse_batch_norm_activation (f32, f64), fuse_matmul_epilogue (relu and
+// gelu the activations: cuBLASLt's epilogues, or one pass after them) and
+// fuse_optimizer_updates; for
 // other targets nothing.
 class FusePass : public Pass {
  public:
@@ -1042,7 +1075,7 @@ KILN_REGISTER_PASS("fuse", [] { return create_fuse_pass(); },
                    "kiln.cross_entropy (CPU, CUDA), conv2d + bias + relu / relu6 / silu into "
                    "kiln.fused_conv2d (then NHWC where the CPU's convolutions prefer it), batch_norm + "
                    "relu / relu6 into kiln.fused_batch_norm (CPU, CUDA), matmul + bias + "
-                   "activation into kiln.fused_matmul (CPU; CUDA: bias + relu), elementwise chains into "
+                   "activation into kiln.fused_matmul (CPU; CUDA: bias + relu / gelu), elementwise chains into "
                    "kiln.fused_elementwise (CPU), optimizer updates into kiln.merged_*_ (CPU, CUDA)");
 
 }  // namespace kiln

@@ -4,6 +4,7 @@
 // whole numbers small enough that every sum is exact in any order and
 // every result exact in the dtype, so each route must give the CPU's bits
 // (16-bit: the f32 CPU kernel on the widened operands, rounded once).
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -159,4 +160,51 @@ TEST_CASE("a NaN before a fused_matmul's relu gives 0 on CUDA, as on the CPU, on
     for (std::int64_t r = 0; r < 5; ++r) CHECK(cpu.to_vector<float>()[std::size_t(r * 6 + 2)] == 0.0f);
     CHECK(kiln_test::same_bits(gpu, cpu));
   }
+}
+
+namespace {
+
+// |got - want| <= abs + rel·|want| elementwise, both read as f32.
+void check_close(const Tensor& got, const Tensor& want, float abs, float rel) {
+  REQUIRE(got.dtype() == want.dtype());
+  const std::vector<float> g = converted(got, DataType::Float32).to_vector<float>();
+  const std::vector<float> w = converted(want, DataType::Float32).to_vector<float>();
+  REQUIRE(g.size() == w.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) bad += !(std::abs(g[i] - w[i]) <= abs + rel * std::abs(w[i]));
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+// gelu after the product and bias: the erf form by the kernel's own pass
+// (erfc on the device; the CPU's Φ comes from a vectorized exp), the tanh
+// form in cuBLASLt's GELU_BIAS / GELU_AUX_BIAS epilogue where it is one
+// GEMM with a row bias (cuBLASLt's tanh), else by the pass. The sums are
+// whole numbers, exact in every dtype, so the kept pre-activation is the
+// CPU's bits; the activation within f32's or the dtype's rounding.
+TEST_CASE("a fused_matmul's gelu on CUDA, either form, tracks the CPU's, and the pre-activation it keeps is "
+          "the CPU's bits",
+          "[kernel][half][cuda]") {
+  if (!have_cuda()) return;
+  const std::vector<Case> gelu_cases = {
+      {"one GEMM with a row bias (cuBLASLt)", {2, 5, 8}, {8, 16}, {16}, false, false, ""},
+      {"x transposed (product, then epilogue)", {2, 8, 5}, {8, 16}, {16}, true, false, ""},
+      {"one-element bias (product, then epilogue)", {3, 8}, {8, 16}, {1}, false, false, ""},
+  };
+  for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float16})
+    for (const char* form : {"kiln.gelu", "kiln.gelu_tanh"})
+      for (bool keep : {false, true})
+        for (const Case& c : gelu_cases) {
+          INFO(to_string(dt) << ", " << form << (keep ? ", kept" : "") << ": " << c.what);
+          const std::vector<Tensor> in = operands(c, dt);
+          auto make = [&](Builder& b, const std::vector<Value>& v) {
+            return b.create<FusedMatmulOp>(v[0], v[1], v[2], c.tx, c.ty, form, keep).operation();
+          };
+          const auto cpu = run_kernel(in, make);
+          const auto gpu = run_cuda_kernel(in, make);
+          const float rel = dt == DataType::Float32 ? 1e-4f : dt == DataType::BFloat16 ? 1e-2f : 2e-3f;
+          check_close(gpu.out(), cpu.out(), 1e-4f, rel);
+          if (keep) CHECK(kiln_test::same_bits(gpu.out(1), cpu.out(1)));
+        }
 }

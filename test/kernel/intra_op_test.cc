@@ -549,29 +549,36 @@ TEST_CASE("fused_matmul's bias and activation, split across the threads, give th
           "count and the unfused ops' bits, in f32, bf16 and f16",
           "[kernel][intra_op]") {
   // 16-bit: 90000 elements widened in chunks of 2048, which start and end
-  // inside rows of 300.
+  // inside rows of 300. Gelu (either form) also keeping its pre-activation,
+  // the add's bits.
   const DataType dt = GENERATE(DataType::Float32, DataType::BFloat16, DataType::Float16);
   const auto as_dt = [&](const Tensor& t) { return dt == t.dtype() ? t : run_op<CastOp>({t}, dt).out(); };
   const Tensor x = as_dt(filled<float>(Dims{2, 150, 64}, -1, 1, 1)), w = as_dt(filled<float>(Dims{64, 300}, -1, 1, 2));
   const Tensor bias = as_dt(filled<float>(Dims{300}, -1, 1, 3)), one = as_dt(filled<float>(Dims{1}, -1, 1, 4));
-  for (const char* act : {"", "kiln.relu", "kiln.tanh"})
-    for (const Tensor* b : std::initializer_list<const Tensor*>{&bias, nullptr, &one}) {
-      if (!b && !*act) continue;
-      INFO(to_string(dt) << ", " << (*act ? act : "no activation") << ", bias of " << (b ? b->numel() : 0));
-      const std::vector<Tensor> in = b ? std::vector<Tensor>{x, w, *b} : std::vector<Tensor>{x, w};
-      auto run = [&] {
-        return run_kernel(in, [&](Builder& bl, const std::vector<Value>& v) {
-          const Value bv = v.size() > 2 ? v[2] : Value();
-          return bl.create<FusedMatmulOp>(v[0], v[1], bv, false, false, std::string(act)).operation();
-        });
-      };
-      same_bits_at_any_thread_count(run);
-      Tensor want = run_op<MatmulOp>({x, w}, false, false).out();
-      if (b) want = run_op<AddOp>({want, *b}).out();
-      if (std::string(act) == "kiln.relu") want = run_op<ReluOp>({want}).out();
-      if (std::string(act) == "kiln.tanh") want = run_op<TanhOp>({want}).out();
-      CHECK(same_bits(run().out(), want));
-    }
+  for (const std::string act : {"", "kiln.relu", "kiln.tanh", "kiln.gelu", "kiln.gelu_tanh"})
+    for (const Tensor* b : std::initializer_list<const Tensor*>{&bias, nullptr, &one})
+      for (const bool keep : {false, true}) {
+        if ((!b && act.empty()) || (keep && act.empty())) continue;
+        INFO(to_string(dt) << ", " << (act.empty() ? "no activation" : act) << ", bias of " << (b ? b->numel() : 0)
+                           << (keep ? ", keeping the pre-activation" : ""));
+        const std::vector<Tensor> in = b ? std::vector<Tensor>{x, w, *b} : std::vector<Tensor>{x, w};
+        auto run = [&] {
+          return run_kernel(in, [&](Builder& bl, const std::vector<Value>& v) {
+            const Value bv = v.size() > 2 ? v[2] : Value();
+            return bl.create<FusedMatmulOp>(v[0], v[1], bv, false, false, act, keep).operation();
+          });
+        };
+        same_bits_at_any_thread_count(run);
+        Tensor sum = run_op<MatmulOp>({x, w}, false, false).out();
+        if (b) sum = run_op<AddOp>({sum, *b}).out();
+        Tensor want = sum;
+        if (act == "kiln.relu") want = run_op<ReluOp>({sum}).out();
+        if (act == "kiln.tanh") want = run_op<TanhOp>({sum}).out();
+        if (act == "kiln.gelu" || act == "kiln.gelu_tanh") want = run_op<GeluOp>({sum}, act == "kiln.gelu_tanh").out();
+        const auto got = run();
+        CHECK(same_bits(got.out(), want));
+        if (keep) CHECK(same_bits(got.out(1), sum));
+      }
 }
 
 TEST_CASE("layer_norm, rms_norm and their gradients (dw and db summed over the rows) give the same bits at "

@@ -86,26 +86,40 @@ struct FusedElementwiseOp : Op<FusedElementwiseOp, ReadOnly, ValueSemantics, Inf
   void verify() const;
 };
 
-// kiln.fused_matmul(x, y[, bias]) {transpose_x, transpose_y, activation}:
-// matmul's product, then bias added along the last dim (bias has that
-// dim's size, or one element), then `activation` — "" or an op of the
-// unary family ("kiln.relu", "kiln.tanh", …) — in one kernel: the epilogue
-// runs on the product while it is in cache. Bit-identical to matmul, add
-// and the activation run one after another.
-// An activation by name ("" for none), its index in fused_unary_names()
-// resolved once, when the op's attributes are decoded (-1: none). Kept as
-// an attribute of type str; an unknown name is a kiln::Error.
-struct UnaryActivation {
+// kiln.fused_matmul(x, y[, bias]) {transpose_x, transpose_y, activation,
+// keep_pre_activation}: matmul's product, then bias added along the last
+// dim (bias has that dim's size, or one element), then `activation`, in
+// one kernel: the epilogue runs on the product while it is in cache.
+// Bit-identical to matmul, add and the activation run one after another
+// (CUDA: see kernels/cuda/fused_matmul.cc). keep_pre_activation (default
+// false; an activation needed): a second result, the biased product the
+// activation read — what a gradient that reads the activation's input
+// (gelu_grad) reads in a training program, cuBLASLt's GELU "aux" output.
+//
+// Its activation: "" (none), an op of the unary family ("kiln.relu",
+// "kiln.tanh", …; `index` its place in fused_unary_names()), "kiln.gelu"
+// (gelu's exact erf form) or "kiln.gelu_tanh" (gelu's tanh approximation,
+// kiln.gelu{approximate = true}); resolved once, when the op's attributes
+// are decoded. Kept as an attribute of type str; an unknown name is a
+// kiln::Error.
+struct EpilogueActivation {
+  enum class Gelu : std::uint8_t { None, Erf, Tanh };
   std::string name;
-  int index = -1;
-  UnaryActivation() = default;
-  UnaryActivation(const std::string& n);  // NOLINT(google-explicit-constructor): decoded from str
+  int index = -1;  // in the unary family
+  Gelu gelu = Gelu::None;
+  EpilogueActivation() = default;
+  EpilogueActivation(const std::string& n);  // NOLINT(google-explicit-constructor): decoded from str
   operator std::string() const { return name; }  // NOLINT: encoded as str
+  bool empty() const { return index < 0 && gelu == Gelu::None; }
 };
 template <>
-struct AttributeFor<UnaryActivation> {
+struct AttributeFor<EpilogueActivation> {
   using type = StrAttribute;
 };
+// The name kiln.fused_matmul gives gelu's form (above).
+inline std::string gelu_activation_name(bool approximate) {
+  return approximate ? "kiln.gelu_tanh" : "kiln.gelu";
+}
 
 // Whether a bias of dims `bias` is a row of a product of dims `product`,
 // as a linear layer adds it: no more dims, every dim known, and one
@@ -116,10 +130,18 @@ bool is_row_bias(const std::vector<std::int64_t>& bias, const std::vector<std::i
 struct FusedMatmulOp : Op<FusedMatmulOp, ReadOnly, ValueSemantics, InferMetaInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.fused_matmul";
-  static constexpr int num_operands = -1, num_results = 1;
-  KILN_ATTRIBUTES((bool, transpose_x), (bool, transpose_y), (UnaryActivation, activation));
+  static constexpr int num_operands = -1, num_results = -1;
+  KILN_ATTRIBUTES((bool, transpose_x), (bool, transpose_y), (EpilogueActivation, activation),
+                  (bool, keep_pre_activation));
+  // A program saved before keep_pre_activation existed loads with one result.
+  static std::vector<NamedAttribute> attribute_defaults() {
+    return {{"keep_pre_activation", BoolAttribute::get(false)}};
+  }
   static void build(Builder& b, OperationArgument& arg, Value x, Value y, Value bias, bool transpose_x,
-                    bool transpose_y, const std::string& activation);
+                    bool transpose_y, const std::string& activation, bool keep_pre_activation = false);
+  // The product's type; twice with keep_pre_activation. kiln::Error: an
+  // operand count other than 2 or 3, a bias of another dtype or size,
+  // keep_pre_activation without an activation.
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 

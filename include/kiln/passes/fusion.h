@@ -42,16 +42,20 @@ inline std::size_t fuse_elementwise(Program& program, const ValueSet& keep = {})
 }
 
 // fuse_matmul_epilogue: kiln.matmul whose product only an add of a bias
-// (the product's last dim, or one element) reads, and optionally an op of
-// the unary family that only reads that sum, become one kiln.fused_matmul
-// (bias and activation applied while the product is in cache). Values in
-// `keep` are never fused away. Returns the number of fused ops created.
-// For the CPU (`target`): f32, f64, bf16 and f16 (the fused kernels'
-// results are the unfused ops' bits: 16-bit ones rounded after the add and
-// after the activation, as the unfused ops round), any activation. For another place: the dtypes with a
-// kernel there, and kiln.relu the only activation (on CUDA, cuBLASLt's
-// epilogue; 16-bit results of one GEMM with a row bias rounded once instead
-// of after each op, kernels/cuda/fused_matmul.cc).
+// (the product's last dim, or one element) reads, and optionally the
+// activation that first reads that sum — an op of the unary family or
+// kiln.gelu — become one kiln.fused_matmul (bias and activation applied
+// while the product is in cache). Where ops after the activation read the
+// sum too (a training program's gelu_grad), the fused op keeps it as its
+// second result and they read that. Values in `keep` are never fused away.
+// Returns the number of fused ops created. For the CPU (`target`): f32,
+// f64, bf16 and f16 (the fused kernels' results are the unfused ops' bits:
+// 16-bit ones rounded after the add and after the activation, as the
+// unfused ops round), any such activation. For another place: the dtypes
+// with a kernel there, and kiln.relu and kiln.gelu the activations (on
+// CUDA, cuBLASLt's epilogue; 16-bit results of one GEMM with a row bias
+// rounded once instead of after each op, gelu's tanh form cuBLASLt's own,
+// kernels/cuda/fused_matmul.cc).
 std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep = {}, PassContext* ctx = nullptr,
                                  const Place& target = Place::cpu());
 inline std::size_t fuse_matmul_epilogue(Program& program, const ValueSet& keep = {}) {
