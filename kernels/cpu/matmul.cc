@@ -402,9 +402,9 @@ void fused_matmul_product(KernelContext& ctx, FusedEpilogue& e, Product&& produc
 }
 
 // kiln.fused_matmul: the product, then out[…, j] = out[…, j] + bias[j] (as
-// kiln.add's broadcast loop computes it), then the activation through its
-// own kernel's loop: in place (epilogue_activation), or from the kept
-// pre-activation.
+// kiln.add's broadcast loop computes it; into the kept pre-activation
+// where there is one), then the activation through its own kernel's loop:
+// in place (epilogue_activation), or from the kept pre-activation.
 template <typename T>
 void fused_matmul_kernel(KernelContext& ctx) {
   FusedEpilogue e;
@@ -420,18 +420,18 @@ void fused_matmul_kernel(KernelContext& ctx) {
   const std::int64_t per_range = cpu::items_per_range(4 * n * std::int64_t(sizeof(T)));
   cpu::parallel_for(total / n, per_range, [&](std::int64_t r0, std::int64_t r1) {
     T* rows = o + r0 * n;
+    T* sum = pre ? pre + r0 * n : rows;  // where the biased product goes
     const std::int64_t len = (r1 - r0) * n;
     if (b && bn == 1) {
       const T b0 = b[0];
-      for (std::int64_t i = 0; i < len; ++i) rows[i] = AddMath::forward(rows[i], b0);
+      for (std::int64_t i = 0; i < len; ++i) sum[i] = AddMath::forward(rows[i], b0);
     } else if (b) {
-      for (std::int64_t r = 0; r < len; r += n) {
-        T* __restrict row = rows + r;
-        for (std::int64_t j = 0; j < n; ++j) row[j] = AddMath::forward(row[j], b[j]);
-      }
+      for (std::int64_t r = 0; r < len; r += n)
+        for (std::int64_t j = 0; j < n; ++j) sum[r + j] = AddMath::forward(rows[r + j], b[j]);
+    } else if (pre) {
+      std::copy(rows, rows + len, sum);
     }
-    if (pre) std::copy(rows, rows + len, pre + r0 * n);
-    if (pre && act) act(pre + r0 * n, rows, len);
+    if (pre && act) act(sum, rows, len);
     else if (act) epilogue_activation(act, rows, len);
   });
 }
