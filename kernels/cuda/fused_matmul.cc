@@ -12,7 +12,11 @@
 // gelu's tanh form on the first route, which cuBLASLt's GELU_BIAS epilogue
 // (GELU_AUX_BIAS where the pre-activation is kept: its "aux" output)
 // applies in the GEMM, with cuBLASLt's own tanh, where it has an algorithm
-// for it. cuBLASLt's RELU_BIAS epilogue was seen to keep a NaN (on an
+// for it: there the activation reads the f32 sum, not the sum rounded to a
+// 16-bit output, and its tanh is cuBLASLt's (likely the hardware's
+// approximate one), so those results differ from the other route's in the
+// last bits, and which route runs depends on the shape (the kept sum's
+// leading dim a multiple of 8) and the operands' alignment. cuBLASLt's RELU_BIAS epilogue was seen to keep a NaN (on an
 // H200), where kiln.relu gives 0 for it, so relu is not left to it. The
 // fuse pass makes no other for a CUDA target. f32 (TF32 under
 // MatmulPrecision::High, as kiln.matmul), bf16 and f16 (f32 accumulation)
@@ -180,7 +184,8 @@ LtAlgo find_algo(cublasLtHandle_t h, int device, const LtGemm& g, const LtDescs&
 }
 
 // The fused GEMM through cuBLASLt; false (nothing enqueued) when it has no
-// algorithm for it.
+// algorithm for it, or, for a GELU epilogue, refuses the one its heuristic
+// gave (NOT_SUPPORTED: the caller falls back to the BIAS epilogue).
 bool lt_matmul(const KernelContext& ctx, const LtGemm& g) {
   auto* stream = dynamic_cast<CudaStream*>(ctx.stream());
   if (!stream) stream_of(ctx);  // the error naming the op
@@ -192,10 +197,11 @@ bool lt_matmul(const KernelContext& ctx, const LtGemm& g) {
   if (!algo.found) return false;
   const BufferRef workspace = algo.workspace ? scratch_buffer(ctx, algo.workspace) : BufferRef();
   const float one = 1.0f, zero = 0.0f;
-  check_lt(ctx,
-           cublasLtMatmul(h, ds.op, &one, g.y, ds.a, g.x, ds.b, &zero, g.out, ds.d, g.out, ds.d, &algo.algo,
-                          workspace ? workspace->data() : nullptr, algo.workspace, stream->handle()),
-           "matmul");
+  const cublasStatus_t st =
+      cublasLtMatmul(h, ds.op, &one, g.y, ds.a, g.x, ds.b, &zero, g.out, ds.d, g.out, ds.d, &algo.algo,
+                     workspace ? workspace->data() : nullptr, algo.workspace, stream->handle());
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED && g.epilogue != CUBLASLT_EPILOGUE_BIAS) return false;
+  check_lt(ctx, st, "matmul");
   return true;
 }
 

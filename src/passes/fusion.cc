@@ -549,8 +549,9 @@ std::size_t fuse_matmul_epilogue(Block& block, const ValueSet& keep, PassContext
       continue;
     Value bias = matmul_bias(add, prod, t);
     if (!bias) continue;
-    const EpilogueMatch m =
+    EpilogueMatch m =
         keep.count(key(add->result(0))) ? EpilogueMatch{} : epilogue_activation(add, block, t, target);
+    if (m.act && barrier_between(mm, m.act)) m = {};  // the bias alone, where nothing bars it
     Operation* last_op = m.act ? m.act : add;
     if (barrier_between(mm, last_op)) continue;
     const auto ma = from_attributes<MatmulOp::Attributes>(mm->attributes(), MatmulOp::name);

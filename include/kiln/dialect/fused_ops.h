@@ -90,8 +90,9 @@ struct FusedElementwiseOp : Op<FusedElementwiseOp, ReadOnly, ValueSemantics, Inf
 // keep_pre_activation}: matmul's product, then bias added along the last
 // dim (bias has that dim's size, or one element), then `activation`, in
 // one kernel: the epilogue runs on the product while it is in cache.
-// Bit-identical to matmul, add and the activation run one after another
-// (CUDA: see kernels/cuda/fused_matmul.cc). keep_pre_activation (default
+// Bit-identical to matmul, add and the activation run one after another on
+// the CPU; CUDA rounds a 16-bit sum once and may apply gelu's tanh form
+// with cuBLASLt's own tanh (kernels/cuda/fused_matmul.cc). keep_pre_activation (default
 // false; an activation needed): a second result, the biased product the
 // activation read — what a gradient that reads the activation's input
 // (gelu_grad) reads in a training program, cuBLASLt's GELU "aux" output.
