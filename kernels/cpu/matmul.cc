@@ -334,33 +334,31 @@ void matmul_half_kernel(KernelContext& ctx) {
   matmul_half_product<D>(ctx, ctx.attrs<MatmulOp>());
 }
 
+// The epilogue's activation over one thread's elements, through its own
+// kernel's SIMD loop (the unary family's; gelu's as unary.cc's GeluK):
+// from x into out, or in place, the same bits. Called inside the epilogue's
+// split across threads, so not map_elementwise, which splits again.
 template <typename T>
-using ActivationFn = void (*)(const T* x, T* out, std::int64_t n);
+struct ActivationLoop {
+  void (*map)(const T* x, T* out, std::int64_t n) = nullptr;
+  void (*in_place)(T* x, std::int64_t n) = nullptr;
+};
+template <typename F, typename T>
+ActivationLoop<T> activation_loop_of() {
+  return {[](const T* x, T* out, std::int64_t n) { cpu::simd_dispatch<cpu::simd_detail::MapLoop<F, T>>(x, out, n); },
+          [](T* x, std::int64_t n) { cpu::simd_dispatch<cpu::simd_detail::MapInPlaceLoop<F, T>>(x, n); }};
+}
 template <typename T, typename... Maths>
-std::vector<ActivationFn<T>> activation_table(MathList<Maths...>) {
-  return {&cpu::map_elementwise<cpu::KernelMath<Maths>, T>...};
+std::vector<ActivationLoop<T>> activation_table(MathList<Maths...>) {
+  return {activation_loop_of<cpu::KernelMath<Maths>, T>()...};
 }
-// The epilogue's activation as its own kernel computes it (the unary
-// family's loops; gelu's as unary.cc's GeluK); null for none.
+// Null loops for none.
 template <typename T>
-ActivationFn<T> activation_fn(const EpilogueActivation& a) {
-  static const std::vector<ActivationFn<T>> family = activation_table<T>(UnaryFamily{});
-  if (a.gelu == EpilogueActivation::Gelu::Erf) return &cpu::map_elementwise<cpu::GeluErfF, T>;
-  if (a.gelu == EpilogueActivation::Gelu::Tanh) return &cpu::map_elementwise<GeluTanhMath, T>;
-  return a.index >= 0 ? family[static_cast<std::size_t>(a.index)] : nullptr;
-}
-
-// The activation over n elements of x in place, a tile at a time from a
-// copy (the unary kernels' loop reads and writes distinct memory).
-template <typename T>
-void epilogue_activation(ActivationFn<T> act, T* x, std::int64_t n) {
-  constexpr std::int64_t kTile = 512;
-  T tile[kTile];
-  for (std::int64_t t0 = 0; t0 < n; t0 += kTile) {
-    const std::int64_t len = std::min(kTile, n - t0);
-    std::copy(x + t0, x + t0 + len, tile);
-    act(tile, x + t0, len);
-  }
+ActivationLoop<T> activation_loop(const EpilogueActivation& a) {
+  static const std::vector<ActivationLoop<T>> family = activation_table<T>(UnaryFamily{});
+  if (a.gelu == EpilogueActivation::Gelu::Erf) return activation_loop_of<cpu::GeluErfF, T>();
+  if (a.gelu == EpilogueActivation::Gelu::Tanh) return activation_loop_of<GeluTanhMath, T>();
+  return a.index >= 0 ? family[static_cast<std::size_t>(a.index)] : ActivationLoop<T>{};
 }
 
 // What kiln.fused_matmul's epilogue works from, once the product is made:
@@ -404,7 +402,7 @@ void fused_matmul_product(KernelContext& ctx, FusedEpilogue& e, Product&& produc
 // kiln.fused_matmul: the product, then out[…, j] = out[…, j] + bias[j] (as
 // kiln.add's broadcast loop computes it; into the kept pre-activation
 // where there is one), then the activation through its own kernel's loop:
-// in place (epilogue_activation), or from the kept pre-activation.
+// in place, or from the kept pre-activation.
 template <typename T>
 void fused_matmul_kernel(KernelContext& ctx) {
   FusedEpilogue e;
@@ -414,7 +412,7 @@ void fused_matmul_kernel(KernelContext& ctx) {
   T* pre = e.pre ? e.pre->data<T>() : nullptr;
   const std::int64_t total = e.total, n = e.n, bn = e.bias_elements;
   const T* b = e.bias ? e.bias->data<T>() : nullptr;
-  const ActivationFn<T> act = activation_fn<T>(*e.activation);
+  const ActivationLoop<T> act = activation_loop<T>(*e.activation);
   // Rows of the product split across the kernel's threads: each element's
   // sum and activation computed alone, the same bits at any thread count.
   const std::int64_t per_range = cpu::items_per_range(4 * n * std::int64_t(sizeof(T)));
@@ -431,8 +429,8 @@ void fused_matmul_kernel(KernelContext& ctx) {
     } else if (pre) {
       std::copy(rows, rows + len, sum);
     }
-    if (pre && act) act(sum, rows, len);
-    else if (act) epilogue_activation(act, rows, len);
+    if (pre && act.map) act.map(sum, rows, len);
+    else if (act.in_place) act.in_place(rows, len);
   });
 }
 
