@@ -41,6 +41,15 @@
 //                                  fused kernels); the peer times
 //                                  F.scaled_dot_product_attention's forward
 //                                  and backward on the same shape
+//   BENCH cuda.ffn.<gelu>.{fused,unfused}  µs: a GPT-2-small FFN link in
+//                                  bf16 ([4096, 768] · [768, 3072] + bias,
+//                                  gelu, gelu_grad reading the
+//                                  pre-activation, · [3072, 768]), with the
+//                                  fuse pass (one fused_matmul keeping the
+//                                  pre-activation: cuBLASLt's GELU_AUX_BIAS
+//                                  for gelu_tanh, the BIAS epilogue and a
+//                                  pass for the exact gelu) and without
+//   BENCH cuda.ffn.<gelu>.speedup  ratio unfused ÷ fused
 //   BENCH cuda.{resnet18,mobilenet_v2}.<mode>.step  ms: the CNN's training
 //                                  step (bench_cnns.h) at batch 64, 224x224,
 //                                  SGD with momentum, cuDNN's timed algorithm
@@ -271,6 +280,49 @@ void attention_bench() {
   emit("cuda.attention.fused.f32.fwd_bwd", attention_us(kiln::DataType::Float32, 5, 5), "us");
 }
 
+// µs per link of GPT-2 small's FFN in bf16, its gelu's gradient read too
+// (as a training step reads the pre-activation), under `passes`.
+double ffn_us(bool approximate, const char* passes, int reps, int runs) {
+  constexpr std::int64_t kRows = 4096, kModel = 768, kHidden = 3072;
+  const kiln::Place dev = kiln::Place::cuda(0);
+  const kiln::DataType bf16 = kiln::DataType::BFloat16;
+  kiln::Program p, startup;
+  kiln::ProgramGuard guard(p, startup);
+  kiln::Value x = kiln::data("x", {kRows, kModel}, bf16, dev);
+  kiln::Builder b = kiln::main_builder();
+  auto full = [&](std::vector<std::int64_t> shape, double v) {
+    return b.create<kiln::FullOp>(std::move(shape), v, bf16, dev).result();
+  };
+  const kiln::Value w1 = full({kModel, kHidden}, 0.01), b1 = full({kHidden}, 0.01);
+  const kiln::Value w2 = full({kHidden, kModel}, 0.01);
+  for (int r = 0; r < reps; ++r) {
+    kiln::Value z = b.create<kiln::AddOp>(b.create<kiln::MatmulOp>(x, w1).result(), b1).result();
+    kiln::Value y = b.create<kiln::GeluOp>(z, approximate).result();
+    kiln::Value dz = b.create<kiln::GradOf<kiln::GeluOp>>(kiln::GeluOp::Attributes{approximate}, z, y).result();
+    x = b.create<kiln::MatmulOp>(b.create<kiln::AddOp>(y, dz).result(), w2).result();
+  }
+  kiln::Value total = b.create<kiln::SumOp>(b.create<kiln::CastOp>(x, kiln::DataType::Float32).result()).result();
+  kiln::Executor exe(dev, {.num_threads = 1, .passes = passes});
+  const kiln::FeedMap feed{{"x", kiln::Tensor::zeros(kiln::Dims{kRows, kModel}, bf16, dev)}};
+  const std::vector<kiln::FetchTarget> fetch{total};
+  std::vector<kiln::Tensor> out(1);
+  exe.run(startup);
+  for (int i = 0; i < 3; ++i) exe.run(p, feed, fetch, out);
+  std::vector<double> t;
+  for (int i = 0; i < runs; ++i) t.push_back(time_ns([&] { exe.run(p, feed, fetch, out); }));
+  return median(t) / 1e3 / reps;
+}
+
+void ffn_bench() {
+  for (const bool approximate : {false, true}) {
+    const std::string name = std::string("cuda.ffn.") + (approximate ? "gelu_tanh" : "gelu");
+    const double fused = ffn_us(approximate, "fuse", 8, 9), unfused = ffn_us(approximate, "", 8, 9);
+    emit(name + ".fused", fused, "us");
+    emit(name + ".unfused", unfused, "us");
+    emit(name + ".speedup", unfused / fused, "ratio");
+  }
+}
+
 // ms per run of the AdamW update of GPT-2 small's parameters, one adamw_
 // per parameter (no passes) and merged (fuse_optimizer), the gradients
 // device tensors fed once.
@@ -414,6 +466,7 @@ constexpr Group kGroups[] = {
     {"cuda.op_overhead", op_overhead_bench}, {"cuda.seed", seed_bench},
     {"cuda.mlp256", mlp256_bench},           {"cuda.gpt", small_gpt_bench},
     {"cuda.layer_norm", layer_norm_bench},   {"cuda.attention", attention_bench},
+    {"cuda.ffn", ffn_bench},
     {"cuda.gpt2s.adamw", gpt2s_adamw_bench}, {"cuda.gpt2s.f32", gpt2s_f32_bench},
     {"cuda.gpt2s.tf32", gpt2s_tf32_bench},   {"cuda.gpt2s.amp_bf16", gpt2s_amp_bench},
     {"cuda.resnet18", resnet18_bench},       {"cuda.mobilenet_v2", mobilenet_v2_bench},

@@ -5,22 +5,24 @@
 // with a bias of the last dim's size; otherwise kiln.matmul's product and
 // one pass adding the bias (launch_bias_activation), as the unfused ops
 // compute them (16-bit results: rounded after the product and again after
-// the bias, where the first route rounds once). Activations: none,
-// kiln.relu, kiln.gelu and kiln.gelu_tanh, applied by
+// the bias, where the first route rounds once).
+//
+// Activations: none, kiln.relu, kiln.gelu and kiln.gelu_tanh, applied by
 // launch_bias_activation after either route (from the kept pre-activation
-// where the op keeps it), with the activation's own CUDA math — except
-// gelu's tanh form on the first route, which cuBLASLt's GELU_BIAS epilogue
-// (GELU_AUX_BIAS where the pre-activation is kept: its "aux" output)
-// applies in the GEMM, with cuBLASLt's own tanh, where it has an algorithm
-// for it: there the activation reads the f32 sum, not the sum rounded to a
-// 16-bit output, and its tanh is cuBLASLt's (likely the hardware's
-// approximate one), so those results differ from the other route's in the
-// last bits, and which route runs depends on the shape (the kept sum's
-// leading dim a multiple of 8) and the operands' alignment. cuBLASLt's RELU_BIAS epilogue was seen to keep a NaN (on an
-// H200), where kiln.relu gives 0 for it, so relu is not left to it. The
-// fuse pass makes no other for a CUDA target. f32 (TF32 under
-// MatmulPrecision::High, as kiln.matmul), bf16 and f16 (f32 accumulation)
-// on cuBLASLt; f64 by the second route.
+// where the op keeps it), with the activation's own CUDA math. cuBLASLt's
+// RELU_BIAS epilogue was seen to keep a NaN (on an H200), where kiln.relu
+// gives 0 for it, so relu is not left to it. Gelu's tanh form on the first
+// route goes to cuBLASLt's GELU_BIAS epilogue (GELU_AUX_BIAS where the
+// pre-activation is kept: its "aux" output) where cuBLASLt has an
+// algorithm for it: there the activation reads the f32 sum, not the sum
+// rounded to a 16-bit output, with cuBLASLt's own tanh (likely the
+// hardware's approximate one), so its results differ from the other
+// routes' in the last bits, and which route runs depends on the shape (the
+// kept sum's leading dim a multiple of 8) and the operands' alignment. The
+// fuse pass makes no other activation for a CUDA target.
+//
+// f32 (TF32 under MatmulPrecision::High, as kiln.matmul), bf16 and f16 (f32
+// accumulation) on cuBLASLt; f64 by the second route.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
