@@ -546,12 +546,12 @@ TEST_CASE("reduce_as of a bias gradient (rows summed into a row, its columns spl
 }
 
 TEST_CASE("fused_matmul's bias and activation, split across the threads, give the same bits at any thread "
-          "count and the unfused ops' bits, in f32, bf16 and f16",
+          "count and the unfused ops' bits, in f32, bf16 and f16 (f64: the unfused ops' bits)",
           "[kernel][intra_op]") {
   // 16-bit: 90000 elements widened in chunks of 2048, which start and end
   // inside rows of 300. Gelu (either form) also keeping its pre-activation,
   // the add's bits.
-  const DataType dt = GENERATE(DataType::Float32, DataType::BFloat16, DataType::Float16);
+  const DataType dt = GENERATE(DataType::Float32, DataType::Float64, DataType::BFloat16, DataType::Float16);
   const auto as_dt = [&](const Tensor& t) { return dt == t.dtype() ? t : run_op<CastOp>({t}, dt).out(); };
   const Tensor x = as_dt(filled<float>(Dims{2, 150, 64}, -1, 1, 1)), w = as_dt(filled<float>(Dims{64, 300}, -1, 1, 2));
   const Tensor bias = as_dt(filled<float>(Dims{300}, -1, 1, 3)), one = as_dt(filled<float>(Dims{1}, -1, 1, 4));
@@ -568,7 +568,10 @@ TEST_CASE("fused_matmul's bias and activation, split across the threads, give th
             return bl.create<FusedMatmulOp>(v[0], v[1], bv, false, false, act, keep).operation();
           });
         };
-        same_bits_at_any_thread_count(run);
+        // f64's product is OpenBLAS's dgemm, whose sums depend on its
+        // thread count: its epilogue is checked against the unfused ops at
+        // one thread count.
+        if (dt != DataType::Float64) same_bits_at_any_thread_count(run);
         Tensor sum = run_op<MatmulOp>({x, w}, false, false).out();
         if (b) sum = run_op<AddOp>({sum, *b}).out();
         Tensor want = sum;
