@@ -546,7 +546,7 @@ TEST_CASE("reduce_as of a bias gradient (rows summed into a row, its columns spl
 }
 
 TEST_CASE("fused_matmul's bias and activation, split across the threads, give the same bits at any thread "
-          "count and the unfused ops' bits, in f32, bf16 and f16 (f64: the unfused ops' bits)",
+          "count and the unfused ops' bits, in f32, bf16 and f16, and f64 the unfused ops' bits",
           "[kernel][intra_op]") {
   // 16-bit: 90000 elements widened in chunks of 2048, which start and end
   // inside rows of 300. Gelu (either form) also keeping its pre-activation,
