@@ -94,6 +94,17 @@ namespace {
 constexpr int kChain = 1000;
 constexpr std::int64_t kChainWidth = 256;
 
+// Median µs of `runs` runs of `p` fetching `total`, after `warm` runs.
+double median_run_us(kiln::Executor& exe, kiln::Program& p, const kiln::FeedMap& feed, kiln::Value total, int warm,
+                     int runs) {
+  const std::vector<kiln::FetchTarget> fetch{total};
+  std::vector<kiln::Tensor> out(1);
+  for (int i = 0; i < warm; ++i) exe.run(p, feed, fetch, out);
+  std::vector<double> t;
+  for (int i = 0; i < runs; ++i) t.push_back(time_ns([&] { exe.run(p, feed, fetch, out); }));
+  return median(t) / 1e3;
+}
+
 // The Executor's run of `chain` relus, µs per op.
 double executor_chain_us(int reps) {
   kiln::Program p;
@@ -105,12 +116,7 @@ double executor_chain_us(int reps) {
   }
   kiln::Executor exe(kiln::Place::cuda(0), {.num_threads = 1});
   kiln::FeedMap feed{{"x", kiln::Tensor::zeros({kChainWidth}, kiln::DataType::Float32)}};
-  const std::vector<kiln::FetchTarget> fetch{v};
-  std::vector<kiln::Tensor> out(1);
-  for (int i = 0; i < 20; ++i) exe.run(p, feed, fetch, out);
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) t.push_back(time_ns([&] { exe.run(p, feed, fetch, out); }));
-  return median(t) / 1e3 / kChain;
+  return median_run_us(exe, p, feed, v, 20, reps) / kChain;
 }
 
 // The same relu kernel launched kChain times on the compute stream (two
@@ -208,12 +214,7 @@ double chain_us(std::int64_t rows, std::int64_t cols, int reps, int runs, Link&&
   kiln::Value total = b.create<kiln::SumOp>(v).result();
   kiln::Executor exe(dev, {.num_threads = 1});
   const kiln::FeedMap feed{{"x", kiln::Tensor::zeros(kiln::Dims{rows, cols}, kiln::DataType::Float32, dev)}};
-  const std::vector<kiln::FetchTarget> fetch{total};
-  std::vector<kiln::Tensor> out(1);
-  for (int i = 0; i < 5; ++i) exe.run(p, feed, fetch, out);
-  std::vector<double> t;
-  for (int i = 0; i < runs; ++i) t.push_back(time_ns([&] { exe.run(p, feed, fetch, out); }));
-  return median(t) / 1e3 / reps;
+  return median_run_us(exe, p, feed, total, 5, runs) / reps;
 }
 
 // layer_norm forward and backward per link (the gradient's dx feeds the
@@ -267,12 +268,7 @@ double attention_us(kiln::DataType dt, int reps, int runs) {
   const kiln::FeedMap feed{{"q", kiln::Tensor::zeros(dims, dt, dev)},
                            {"k", kiln::Tensor::zeros(dims, dt, dev)},
                            {"v", kiln::Tensor::zeros(dims, dt, dev)}};
-  const std::vector<kiln::FetchTarget> fetch{total};
-  std::vector<kiln::Tensor> out(1);
-  for (int i = 0; i < 3; ++i) exe.run(p, feed, fetch, out);
-  std::vector<double> t;
-  for (int i = 0; i < runs; ++i) t.push_back(time_ns([&] { exe.run(p, feed, fetch, out); }));
-  return median(t) / 1e3 / reps;
+  return median_run_us(exe, p, feed, total, 3, runs) / reps;
 }
 
 void attention_bench() {
@@ -304,13 +300,8 @@ double ffn_us(bool approximate, const char* passes, int reps, int runs) {
   kiln::Value total = b.create<kiln::SumOp>(b.create<kiln::CastOp>(x, kiln::DataType::Float32).result()).result();
   kiln::Executor exe(dev, {.num_threads = 1, .passes = passes});
   const kiln::FeedMap feed{{"x", kiln::Tensor::zeros(kiln::Dims{kRows, kModel}, bf16, dev)}};
-  const std::vector<kiln::FetchTarget> fetch{total};
-  std::vector<kiln::Tensor> out(1);
   exe.run(startup);
-  for (int i = 0; i < 3; ++i) exe.run(p, feed, fetch, out);
-  std::vector<double> t;
-  for (int i = 0; i < runs; ++i) t.push_back(time_ns([&] { exe.run(p, feed, fetch, out); }));
-  return median(t) / 1e3 / reps;
+  return median_run_us(exe, p, feed, total, 3, runs) / reps;
 }
 
 void ffn_bench() {
