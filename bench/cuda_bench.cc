@@ -41,6 +41,11 @@
 //                                  fused kernels); the peer times
 //                                  F.scaled_dot_product_attention's forward
 //                                  and backward on the same shape
+//   BENCH cuda.attention.fused_wmma.bf16.fwd_bwd  µs: the same in bf16 on
+//                                  the shared-memory kernels
+//                                  (KILN_CUDA_FLASH=wmma), and
+//                                  ...bf16.speedup_over_wmma their ratio to
+//                                  the register-tile kernels' figure
 //   BENCH cuda.ffn.<gelu>.{fused,unfused}  µs: a GPT-2-small FFN link in
 //                                  bf16 ([4096, 768] · [768, 3072] + bias,
 //                                  gelu, gelu_grad reading the
@@ -70,6 +75,7 @@
 // ./run prints the ratios. A # line lists the ops each model runs on the
 // CPU (no CUDA kernel yet), which its step time includes.
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -272,7 +278,13 @@ double attention_us(kiln::DataType dt, int reps, int runs) {
 }
 
 void attention_bench() {
-  emit("cuda.attention.fused.bf16.fwd_bwd", attention_us(kiln::DataType::BFloat16, 10, 9), "us");
+  const double mma = attention_us(kiln::DataType::BFloat16, 10, 9);
+  emit("cuda.attention.fused.bf16.fwd_bwd", mma, "us");
+  ::setenv("KILN_CUDA_FLASH", "wmma", 1);  // the shared-memory kernels, read per call
+  const double wmma = attention_us(kiln::DataType::BFloat16, 10, 9);
+  ::unsetenv("KILN_CUDA_FLASH");
+  emit("cuda.attention.fused_wmma.bf16.fwd_bwd", wmma, "us");
+  emit("cuda.attention.fused.bf16.speedup_over_wmma", wmma / mma, "ratio");
   emit("cuda.attention.fused.f32.fwd_bwd", attention_us(kiln::DataType::Float32, 5, 5), "us");
 }
 

@@ -1,5 +1,7 @@
-// Fused scaled-dot-product attention on CUDA: the scores never leave shared
-// memory. Each block owns one (batch·head, tile of rows) pair and walks the
+// Fused scaled-dot-product attention on CUDA, tile by tile through shared
+// memory: f32's kernels, and bf16 / f16's where KILN_CUDA_FLASH=wmma (else
+// those dtypes run flash_attention_mma.cu's register tiles). The scores never
+// leave shared memory. Each block owns one (batch·head, tile of rows) pair and walks the
 // tiles of the other side, so a head's [Lq, Lk] matrix is never held whole.
 //
 //   forward     a block per (head, tile of query rows): for each tile of keys,
@@ -31,76 +33,22 @@
 //
 // Rows are read in place through their strides, either layout: element
 // (row r, column c) of head i lies at head_offset(i) + r·row_step + c.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <mma.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 #include <type_traits>
 
-#include "grid_stride.cuh"
-#include "kiln/runtime/cuda_stream.h"
-#include "launch.h"
+#include "flash_attention_common.cuh"
 
 namespace kiln::cuda {
 namespace {
 
-constexpr int kFlashThreads = 128, kFlashWarps = kFlashThreads / 32;
-
-// An operand's element type in shared memory (E: float, __half,
-// __nv_bfloat16) and in global memory (f32, or the 16-bit dtypes' bits).
-template <typename E>
-using Global = std::conditional_t<std::is_same_v<E, float>, float, std::uint16_t>;
-
-template <typename E>
-__device__ E load_elem(const Global<E>* p) {
-  if constexpr (std::is_same_v<E, float>) return *p;
-  else if constexpr (std::is_same_v<E, __half>) return __ushort_as_half(*p);
-  else return __ushort_as_bfloat16(*p);
-}
-template <typename E>
-__device__ E narrow(float x) {
-  if constexpr (std::is_same_v<E, float>) return x;
-  else if constexpr (std::is_same_v<E, __half>) return __float2half_rn(x);
-  else return __float2bfloat16_rn(x);
-}
-__device__ float widen(float x) { return x; }
-__device__ float widen(__half x) { return __half2float(x); }
-__device__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename E>
-__device__ void store_elem(Global<E>* p, float x) {
-  if constexpr (std::is_same_v<E, float>) *p = x;
-  else if constexpr (std::is_same_v<E, __half>) *p = __half_as_ushort(__float2half_rn(x));
-  else *p = __bfloat16_as_ushort(__float2bfloat16_rn(x));
-}
-
-__device__ float warp_max(float x) {
-  for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-// A butterfly: every lane ends with the same bits (a + b == b + a).
-__device__ float warp_sum(float x) {
-  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-
-// Where head i (= batch·H + head) of a tensor with `len` rows of `width`
-// begins, and the step from one of its rows to the next (AttentionDims').
-__device__ std::int64_t head_offset(const FlashAttentionShape& s, std::int64_t i, std::int64_t len,
-                                    std::int64_t width) {
-  return s.heads_inner ? ((i / s.h) * len * s.h + i % s.h) * width : i * len * width;
-}
-__device__ std::int64_t row_step(const FlashAttentionShape& s, std::int64_t width) {
-  return s.heads_inner ? s.h * width : width;
-}
-// How many keys query row i sees (top-left causal alignment).
-__device__ std::int64_t keys_seen(const FlashAttentionShape& s, std::int64_t i) {
-  return s.causal ? (i + 1 < s.lk ? i + 1 : s.lk) : s.lk;
-}
+using namespace flash;
 
 // ---- shared-memory tiles ----
 
@@ -468,42 +416,13 @@ __global__ void __launch_bounds__(kFlashThreads)
 
 // ---- host side ----
 
-// The tiles' head dim for D and Dv: 32, 64 or 128 (0: neither fits).
-int tile_dim(const FlashAttentionShape& s) {
-  const std::int64_t w = std::max(s.d, s.dv);
-  return w <= 32 ? 32 : w <= 64 ? 64 : w <= 128 ? 128 : 0;
-}
-
-// f.template operator()<E, DH>() for dtype dt and head dim dh (32, 64, 128).
-template <typename E, typename F>
-void with_dim(int dh, F&& f) {
-  if (dh == 32) f.template operator()<E, 32>();
-  else if (dh == 64) f.template operator()<E, 64>();
-  else f.template operator()<E, 128>();
-}
-template <typename F>
-void with_types(DataType dt, int dh, F&& f) {
-  if (dt == DataType::BFloat16) with_dim<__nv_bfloat16>(dh, f);
-  else if (dt == DataType::Float16) with_dim<__half>(dh, f);
-  else with_dim<float>(dh, f);
-}
-
-std::int64_t tiles(std::int64_t n, int rows) { return (n + rows - 1) / rows; }
-
-// Lets `kernel` launch with `bytes` of dynamic shared memory on the current
-// device: set once per device (not a stream operation, so after the first
-// run none happens while a CUDA graph records).
-template <auto kernel>
-void allow_shared_memory(std::size_t bytes) {
-  constexpr int kDevices = 64;
-  static std::atomic<bool> done[kDevices] = {};
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "finding the current CUDA device");
-  if (device < kDevices && done[device].load(std::memory_order_acquire)) return;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(bytes)),
-             "setting the fused attention kernel's shared memory");
-  if (device < kDevices) done[device].store(true, std::memory_order_release);
+// Whether bf16 / f16 run flash_attention_mma.cu's register-tile kernels:
+// yes unless KILN_CUDA_FLASH=wmma asks for this file's shared-memory ones
+// (read per call, so a test or benchmark can run both in one process).
+bool register_tiles(DataType dt) {
+  if (dt == DataType::Float32) return false;
+  const char* kernels = std::getenv("KILN_CUDA_FLASH");
+  return kernels == nullptr || std::string_view(kernels) != "wmma";
 }
 
 }  // namespace
@@ -520,6 +439,7 @@ const char* flash_attention_refusal(DataType dt, const FlashAttentionShape& s) {
                      BackwardLayout<E, DH, false>::bytes});
     rows = std::min(ForwardLayout<E, DH>::kRows, BackwardLayout<E, DH, true>::kRows);
   });
+  if (dt != DataType::Float32) smem = std::max(smem, mma_shared_bytes(dh));
   if (s.bh > INT_MAX || tiles(std::max(s.lq, s.lk), rows) > 65535 ||
       tiles(s.bh * s.lq, kFlashWarps) > INT_MAX)
     return "more than 2^31 heads or 65535 tiles of rows";
@@ -535,6 +455,7 @@ const char* flash_attention_refusal(DataType dt, const FlashAttentionShape& s) {
 void launch_flash_attention_forward(DataType dt, const FlashAttentionShape& s, const void* q,
                                     const void* k, const void* v, void* out, void* lse,
                                     cudaStream_t st) {
+  if (register_tiles(dt)) return launch_mma_forward(dt, s, q, k, v, out, lse, st);
   with_types(dt, tile_dim(s), [&]<typename E, int DH>() {
     using L = ForwardLayout<E, DH>;
     using G = Global<E>;
@@ -557,6 +478,7 @@ void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, 
     const auto* gl = static_cast<const float*>(lse);
     flash_delta<E><<<static_cast<unsigned>(tiles(s.bh * s.lq, kFlashWarps)), kFlashThreads, 0, st>>>(
         s, static_cast<const G*>(out), gdo, delta);
+    if (register_tiles(dt)) return launch_mma_backward(dt, s, q, k, v, lse, dout, dq, dk, dv, delta, st);
     using KV = BackwardLayout<E, DH, true>;
     allow_shared_memory<flash_backward_kv<E, DH>>(KV::bytes);
     const dim3 kv_grid(static_cast<unsigned>(s.bh), static_cast<unsigned>(tiles(s.lk, KV::kRows)));

@@ -1,7 +1,10 @@
-// The fused CUDA attention kernels (flash_attention.cu) and their gradient
-// against the CPU's kernels on the same inputs ([cuda]: skipped without a
-// device): both layouts, causal or not, L ∈ {1, 17, 64, 130, 512}, Lq != Lk,
-// D ∈ {32, 64, 128} and head dims between them, D != Dv.
+// The fused CUDA attention kernels and their gradient against the CPU's
+// kernels on the same inputs ([cuda]: skipped without a device): both
+// layouts, causal or not, L ∈ {1, 17, 64, 130, 512}, Lq != Lk,
+// D ∈ {32, 64, 128} and head dims between them, D != Dv. bf16 and f16 run
+// both kernel sets: the register tiles (flash_attention_mma.cu, the default)
+// and the shared-memory ones (flash_attention.cu, KILN_CUDA_FLASH=wmma),
+// f32's only kernels.
 //
 // Tolerances, per element: |got - want| <= rtol·|want| + atol·max(1, max|want|).
 //   f32   rtol = atol = 1e-5 (the CPU sums in other orders and its exp is a
@@ -14,6 +17,7 @@
 // The gradients get the CPU forward's out and lse as inputs on both sides.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -32,6 +36,18 @@ using kiln_test::run_op;
 namespace flash_attention_test {
 
 using Grad = GradOf<ScaledDotProductAttentionOp>;
+
+// The 16-bit kernel sets, as KILN_CUDA_FLASH names them.
+const char* const kHalfKernels[] = {"mma", "wmma"};
+
+// KILN_CUDA_FLASH = `kernels` while it lives (the kernels read it per call).
+class FlashKernels {
+ public:
+  explicit FlashKernels(const char* kernels) { ::setenv("KILN_CUDA_FLASH", kernels, 1); }
+  ~FlashKernels() { ::unsetenv("KILN_CUDA_FLASH"); }
+  FlashKernels(const FlashKernels&) = delete;
+  FlashKernels& operator=(const FlashKernels&) = delete;
+};
 
 struct Case {
   std::int64_t b, h, lq, lk, d, dv;
@@ -122,6 +138,17 @@ void compare_fused(DataType dt, const Case& c, bool causal, const std::string& l
   }
 }
 
+// f() under each kernel set that runs dtype dt.
+template <typename F>
+void each_kernel_set(DataType dt, F&& f) {
+  if (dt == DataType::Float32) return f();
+  for (const char* kernels : kHalfKernels) {
+    INFO("KILN_CUDA_FLASH=" << kernels);
+    const FlashKernels set(kernels);
+    f();
+  }
+}
+
 // Each length and head dim of the file's header, both layouts, causal or not.
 void sweep(DataType dt) {
   for (const std::string layout : {"BHLD", "BLHD"})
@@ -177,14 +204,15 @@ TEST_CASE("fused CUDA attention matches the CPU in f32 for each length, head dim
 TEST_CASE("fused CUDA attention matches the CPU in bf16 and f16 for each length, head dim and layout",
           "[cuda][kernel]") {
   if (!have_cuda()) return;
-  fat::sweep(DataType::BFloat16);
-  fat::sweep(DataType::Float16);
+  for (DataType dt : {DataType::BFloat16, DataType::Float16})
+    fat::each_kernel_set(dt, [&] { fat::sweep(dt); });
 }
 
 TEST_CASE("fused CUDA attention matches the CPU with Lq != Lk, D != Dv and a given scale",
           "[cuda][kernel]") {
   if (!have_cuda()) return;
-  for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float16}) fat::uneven(dt);
+  for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float16})
+    fat::each_kernel_set(dt, [&] { fat::uneven(dt); });
 }
 
 // Small cases, cheap enough for compute-sanitizer (run-checks.sh runs [sanitize]).
@@ -192,18 +220,22 @@ TEST_CASE("fused CUDA attention on small cases of every dtype and layout matches
           "[cuda][kernel][sanitize]") {
   if (!have_cuda()) return;
   for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float16})
-    for (const std::string layout : {"BHLD", "BLHD"})
-      for (bool causal : {false, true}) {
-        fat::compare_fused(dt, {1, 2, 17, 70, 32, 64}, causal, layout);
-        fat::compare_fused(dt, {2, 1, 70, 17, 128, 8}, causal, layout);
-      }
+    fat::each_kernel_set(dt, [&] {
+      for (const std::string layout : {"BHLD", "BLHD"})
+        for (bool causal : {false, true}) {
+          fat::compare_fused(dt, {1, 2, 17, 70, 32, 64}, causal, layout);
+          fat::compare_fused(dt, {2, 1, 70, 17, 128, 8}, causal, layout);
+        }
+    });
 }
 
 TEST_CASE("fused CUDA attention and its gradient are bit-identical run to run",
           "[cuda][kernel]") {
   if (!have_cuda()) return;
   for (DataType dt : {DataType::Float32, DataType::BFloat16})
-    for (const std::string layout : {"BHLD", "BLHD"}) fat::check_deterministic(dt, layout);
+    fat::each_kernel_set(dt, [&] {
+      for (const std::string layout : {"BHLD", "BLHD"}) fat::check_deterministic(dt, layout);
+    });
 }
 
 TEST_CASE("fused CUDA attention with no keys or no head dims gives the CPU's results in 16 bits",

@@ -1,0 +1,228 @@
+// The register-tile attention kernels (kernels/cuda/flash_attention_mma.cuh)
+// run on the CPU under warp_emulation.h, against attention computed in f64
+// from the same 16-bit inputs: the kernels' indexing, fragment layouts,
+// masks, online softmax and copy pipeline checked on any machine (the
+// [cuda] tests check them on a device too).
+//
+// Tolerance per element: |got - want| <= tol·|want| + tol·max(1, max|want|),
+// tol 2e-2 for bf16 and 5e-3 for f16 (P and dS are rounded to the operand
+// dtype for their products, results rounded once; as
+// cuda_flash_attention_test.cc). The gradients are bounded by their largest
+// element across dq, dk and dv (dq and dk are sums of terms that cancel).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernel/warp_emulation.h"
+
+namespace kiln::cuda::flash {
+// The kernels' shared memory: the emulation runs one block at a time.
+alignas(128) unsigned char smem[128 * 1024];
+}  // namespace kiln::cuda::flash
+
+#include "flash_attention_mma.cuh"
+
+namespace {
+
+using kiln::cuda::FlashAttentionShape;
+namespace flash = kiln::cuda::flash;
+namespace emu = kiln_test::warp_emulation;
+
+template <typename E>
+std::uint16_t to_bits(float x) {
+  if constexpr (std::is_same_v<E, __half>) return __half_as_ushort(__float2half_rn(x));
+  else return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+template <typename E>
+double from_bits(std::uint16_t b) {
+  return emu::widen_bits<E>(b);
+}
+
+// One attention call's tensors in either layout, 16-bit bits, and the
+// reference's f64 results.
+struct Problem {
+  FlashAttentionShape s;
+  std::vector<std::uint16_t> q, k, v, dout;
+  std::vector<double> out, dq, dk, dv;
+  std::vector<float> lse, delta;
+};
+
+// Element (head i, row r, column c) of a tensor of `len` rows of `width`.
+std::size_t at(const FlashAttentionShape& s, std::int64_t i, std::int64_t r, std::int64_t c,
+               std::int64_t len, std::int64_t width) {
+  const std::int64_t head = s.heads_inner ? ((i / s.h) * len * s.h + i % s.h) * width : i * len * width;
+  return static_cast<std::size_t>(head + r * (s.heads_inner ? s.h * width : width) + c);
+}
+
+template <typename E>
+std::vector<std::uint16_t> random_bits(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-2.f, 2.f);
+  std::vector<std::uint16_t> out(n);
+  for (auto& b : out) b = to_bits<E>(dist(gen));
+  return out;
+}
+
+// Forward and gradient in f64 (top-left causal alignment); Δ from out
+// rounded to E, as the device computes it from the stored out.
+template <typename E>
+void reference(Problem& p) {
+  const FlashAttentionShape& s = p.s;
+  const auto Q = [&](auto i, auto r, auto c) { return from_bits<E>(p.q[at(s, i, r, c, s.lq, s.d)]); };
+  const auto K = [&](auto i, auto r, auto c) { return from_bits<E>(p.k[at(s, i, r, c, s.lk, s.d)]); };
+  const auto V = [&](auto i, auto r, auto c) { return from_bits<E>(p.v[at(s, i, r, c, s.lk, s.dv)]); };
+  const auto dO = [&](auto i, auto r, auto c) { return from_bits<E>(p.dout[at(s, i, r, c, s.lq, s.dv)]); };
+  p.out.assign(p.dout.size(), 0);
+  p.dq.assign(p.q.size(), 0);
+  p.dk.assign(p.k.size(), 0);
+  p.dv.assign(p.v.size(), 0);
+  p.lse.assign(static_cast<std::size_t>(s.bh * s.lq), 0);
+  p.delta.assign(p.lse.size(), 0);
+  for (std::int64_t i = 0; i < s.bh; ++i)
+    for (std::int64_t r = 0; r < s.lq; ++r) {
+      const std::int64_t seen = s.causal ? std::min(r + 1, s.lk) : s.lk;
+      std::vector<double> prob(static_cast<std::size_t>(seen)), dprob(prob.size());
+      double mx = -INFINITY;
+      for (std::int64_t j = 0; j < seen; ++j) {
+        double dot = 0;
+        for (std::int64_t c = 0; c < s.d; ++c) dot += Q(i, r, c) * K(i, j, c);
+        prob[j] = s.scale * dot;
+        mx = std::max(mx, prob[j]);
+      }
+      double sum = 0;
+      for (double& x : prob) sum += (x = std::exp(x - mx));
+      for (double& x : prob) x /= sum;
+      p.lse[i * s.lq + r] = static_cast<float>(mx + std::log(sum));
+      double delta = 0;
+      for (std::int64_t c = 0; c < s.dv; ++c) {
+        double o = 0;
+        for (std::int64_t j = 0; j < seen; ++j) o += prob[j] * V(i, j, c);
+        p.out[at(s, i, r, c, s.lq, s.dv)] = o;
+        delta += from_bits<E>(to_bits<E>(static_cast<float>(o))) * dO(i, r, c);
+      }
+      p.delta[i * s.lq + r] = static_cast<float>(delta);
+      for (std::int64_t j = 0; j < seen; ++j) {
+        double dp = 0;
+        for (std::int64_t c = 0; c < s.dv; ++c) dp += dO(i, r, c) * V(i, j, c);
+        const double ds = s.scale * prob[j] * (dp - delta);
+        for (std::int64_t c = 0; c < s.d; ++c) {
+          p.dq[at(s, i, r, c, s.lq, s.d)] += ds * K(i, j, c);
+          p.dk[at(s, i, j, c, s.lk, s.d)] += ds * Q(i, r, c);
+        }
+        for (std::int64_t c = 0; c < s.dv; ++c) p.dv[at(s, i, j, c, s.lk, s.dv)] += prob[j] * dO(i, r, c);
+      }
+    }
+}
+
+template <typename E>
+std::vector<double> widened(const std::vector<std::uint16_t>& bits) {
+  std::vector<double> out(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) out[i] = from_bits<E>(bits[i]);
+  return out;
+}
+
+double peak_of(const std::vector<double>& x, double floor = 1) {
+  for (double v : x) floor = std::max(floor, std::abs(v));
+  return floor;
+}
+
+void check_near(const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
+                double tol, double peak) {
+  REQUIRE(got.size() == want.size());
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (!(std::abs(got[i] - want[i]) <= tol * std::abs(want[i]) + tol * peak)) {
+      if (bad++ == 0) first = i;
+    }
+  INFO(what << ": " << bad << " of " << got.size() << " elements differ; the first, #" << first
+            << ": got " << (bad ? got[first] : 0) << ", want " << (bad ? want[first] : 0));
+  CHECK(bad == 0);
+}
+
+// The three kernels on one problem under the emulation, against the
+// reference.
+template <typename E, int DH>
+void check_kernels(const FlashAttentionShape& s, double tol) {
+  INFO((std::is_same_v<E, __half> ? "f16" : "bf16")
+       << (s.heads_inner ? " BLHD" : " BHLD") << " BH " << s.bh << " Lq " << s.lq << " Lk " << s.lk
+       << " D " << s.d << " Dv " << s.dv << " causal " << s.causal);
+  Problem p;
+  p.s = s;
+  p.q = random_bits<E>(static_cast<std::size_t>(s.bh * s.lq * s.d), 1);
+  p.k = random_bits<E>(static_cast<std::size_t>(s.bh * s.lk * s.d), 2);
+  p.v = random_bits<E>(static_cast<std::size_t>(s.bh * s.lk * s.dv), 3);
+  p.dout = random_bits<E>(static_cast<std::size_t>(s.bh * s.lq * s.dv), 4);
+  reference<E>(p);
+  const bool vec = s.d % 8 == 0 && s.dv % 8 == 0;  // std::vector's data is 16-byte aligned
+  const auto tiles = [](std::int64_t n) { return static_cast<unsigned>((n + 63) / 64); };
+  const dim3 q_grid(static_cast<unsigned>(s.bh), tiles(s.lq)), kv_grid(static_cast<unsigned>(s.bh), tiles(s.lk));
+  std::vector<std::uint16_t> out(p.dout.size()), dq(p.q.size()), dk(p.k.size()), dv(p.v.size());
+  std::vector<float> lse(p.lse.size());
+  emu::launch(q_grid, flash::kMmaThreads, flash::smem, flash::kForwardBytes<E, DH>, [&] {
+    flash::mma_forward<E, DH>(s, vec, p.q.data(), p.k.data(), p.v.data(), out.data(), lse.data());
+  });
+  emu::launch(kv_grid, flash::kMmaThreads, flash::smem, flash::kKvBytes<E, DH>, [&] {
+    flash::mma_backward_kv<E, DH>(s, vec, p.q.data(), p.k.data(), p.v.data(), p.lse.data(),
+                                  p.dout.data(), p.delta.data(), dk.data(), dv.data());
+  });
+  emu::launch(q_grid, flash::kMmaThreads, flash::smem, flash::kQBytes<E, DH>, [&] {
+    flash::mma_backward_q<E, DH>(s, vec, p.q.data(), p.k.data(), p.v.data(), p.lse.data(),
+                                 p.dout.data(), p.delta.data(), dq.data());
+  });
+  const std::vector<std::string> faults = emu::faults();
+  INFO((faults.empty() ? std::string("no faults") : faults.front()));
+  CHECK(faults.empty());
+  check_near("out", widened<E>(out), p.out, tol, peak_of(p.out));
+  check_near("lse", std::vector<double>(lse.begin(), lse.end()),
+             std::vector<double>(p.lse.begin(), p.lse.end()), tol, 1);
+  const double grad_peak = peak_of(p.dv, peak_of(p.dk, peak_of(p.dq)));
+  check_near("dq", widened<E>(dq), p.dq, tol, grad_peak);
+  check_near("dk", widened<E>(dk), p.dk, tol, grad_peak);
+  check_near("dv", widened<E>(dv), p.dv, tol, grad_peak);
+}
+
+FlashAttentionShape shape(std::int64_t b, std::int64_t h, std::int64_t lq, std::int64_t lk, std::int64_t d,
+                          std::int64_t dv, bool heads_inner, bool causal) {
+  return {.bh = b * h, .h = h, .lq = lq, .lk = lk, .d = d, .dv = dv, .heads_inner = heads_inner,
+          .causal = causal, .scale = static_cast<float>(1 / std::sqrt(static_cast<double>(d ? d : 1)))};
+}
+
+}  // namespace
+
+TEST_CASE("emulated register-tile attention matches f64 attention at head dim 64, causal or not",
+          "[kernel][attention][emulated]") {
+  for (bool causal : {false, true}) {
+    check_kernels<__nv_bfloat16, 64>(shape(1, 2, 130, 130, 64, 64, false, causal), 2e-2);
+    check_kernels<__half, 64>(shape(1, 2, 70, 150, 64, 64, true, causal), 5e-3);
+  }
+}
+
+TEST_CASE("emulated register-tile attention is right with copies landing as they are issued",
+          "[kernel][attention][emulated]") {
+  emu::copy_timing = emu::CopyTiming::AtIssue;
+  for (bool causal : {false, true})
+    check_kernels<__nv_bfloat16, 64>(shape(1, 2, 200, 200, 64, 64, false, causal), 2e-2);
+  emu::copy_timing = emu::CopyTiming::AtWait;
+}
+
+TEST_CASE("emulated register-tile attention handles Lq != Lk, D != Dv and unaligned head dims",
+          "[kernel][attention][emulated]") {
+  for (bool causal : {false, true}) {
+    check_kernels<__nv_bfloat16, 32>(shape(2, 1, 17, 70, 24, 32, false, causal), 2e-2);
+    check_kernels<__half, 128>(shape(1, 1, 80, 33, 100, 72, true, causal), 5e-3);
+    check_kernels<__half, 32>(shape(1, 2, 7, 19, 5, 3, false, causal), 5e-3);
+  }
+}
+
+TEST_CASE("emulated register-tile attention with one query or one key matches f64 attention",
+          "[kernel][attention][emulated]") {
+  for (bool causal : {false, true}) {
+    check_kernels<__nv_bfloat16, 64>(shape(1, 3, 1, 64, 64, 64, true, causal), 2e-2);
+    check_kernels<__nv_bfloat16, 64>(shape(1, 3, 64, 1, 64, 64, false, causal), 2e-2);
+  }
+}
