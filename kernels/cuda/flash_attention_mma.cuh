@@ -253,7 +253,13 @@ __device__ void online_softmax(float (&sc)[kBlockRows / 8][4], float (&o)[DH / 8
 template <typename E, int DH>
 constexpr std::size_t kForwardBytes = sizeof(E) * 5 * kBlockRows * kLd<DH>;
 
-// Block (head blockIdx.x, query rows blockIdx.y · 64 ..).
+// The query tile of block row blockIdx.y: the last first, so that under a
+// causal mask the blocks with the most keys to see start first.
+inline __device__ std::int64_t query_tile_start() {
+  return static_cast<std::int64_t>(gridDim.y - 1 - blockIdx.y) * kBlockRows;
+}
+
+// Block (head blockIdx.x, query rows query_tile_start() ..).
 template <typename E, int DH>
 __global__ void __launch_bounds__(kMmaThreads)
     mma_forward(FlashAttentionShape s, bool vec, const Global<E>* q, const Global<E>* k,
@@ -263,7 +269,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   E* qt = reinterpret_cast<E*>(smem);
   E* kv_tiles = qt + R * ld;  // stage i: k at 2i, v at 2i + 1 tiles of R rows
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
-  const std::int64_t bh = blockIdx.x, q0 = static_cast<std::int64_t>(blockIdx.y) * R;
+  const std::int64_t bh = blockIdx.x, q0 = query_tile_start();
   const std::int64_t qk_step = row_step(s, s.d), v_step = row_step(s, s.dv);
   const Global<E>* kh = k + head_offset(s, bh, s.lk, s.d);
   const Global<E>* vh = v + head_offset(s, bh, s.lk, s.dv);
@@ -417,7 +423,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 template <typename E, int DH>
 constexpr std::size_t kQBytes = sizeof(E) * 6 * kBlockRows * kLd<DH>;
 
-// Block (head blockIdx.x, query rows blockIdx.y · 64 ..): dQ of those rows.
+// Block (head blockIdx.x, query rows query_tile_start() ..): dQ of those rows.
 template <typename E, int DH>
 __global__ void __launch_bounds__(kMmaThreads)
     mma_backward_q(FlashAttentionShape s, bool vec, const Global<E>* q, const Global<E>* k,
@@ -428,7 +434,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   E* qt = reinterpret_cast<E*>(smem);
   E *dot = qt + R * ld, *kv_tiles = dot + R * ld;  // stage i: k at 2i, v at 2i + 1
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-  const std::int64_t bh = blockIdx.x, i0 = static_cast<std::int64_t>(blockIdx.y) * R;
+  const std::int64_t bh = blockIdx.x, i0 = query_tile_start();
   const std::int64_t qk_step = row_step(s, s.d), v_step = row_step(s, s.dv);
   const Global<E>* kh = k + head_offset(s, bh, s.lk, s.d);
   const Global<E>* vh = v + head_offset(s, bh, s.lk, s.dv);

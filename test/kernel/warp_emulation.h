@@ -20,7 +20,8 @@
 // when a thread ends, are recorded as faults (faults()).
 //
 // Include this before the kernel header, in a file of its own (it defines
-// threadIdx, blockIdx, __syncthreads and __shfl_xor_sync as macros).
+// threadIdx, blockIdx, gridDim, __syncthreads and __shfl_xor_sync as
+// macros).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -41,6 +42,7 @@
 namespace kiln_test::warp_emulation {
 
 inline thread_local uint3 thread_idx{}, block_idx{};
+inline dim3 grid_dim;
 
 enum class CopyTiming { AtWait, AtIssue };
 inline CopyTiming copy_timing = CopyTiming::AtWait;
@@ -183,6 +185,7 @@ inline void wait_copies(int pending) {
 // filled with NaN bits before each block.
 template <typename F>
 void launch(dim3 grid, int threads, unsigned char* smem, std::size_t smem_bytes, F&& kernel) {
+  grid_dim = grid;
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
@@ -230,6 +233,7 @@ void wait_copies() {
 
 #define threadIdx ::kiln_test::warp_emulation::thread_idx
 #define blockIdx ::kiln_test::warp_emulation::block_idx
+#define gridDim ::kiln_test::warp_emulation::grid_dim
 #define __syncthreads() ::kiln_test::warp_emulation::sync_threads()
 #define __shfl_xor_sync(mask, x, offset) ::kiln_test::warp_emulation::shfl_xor(x, offset)
 #define __launch_bounds__(...)
