@@ -215,7 +215,9 @@ TEST_CASE("fused CUDA attention matches the CPU with Lq != Lk, D != Dv and a giv
     fat::each_kernel_set(dt, [&] { fat::uneven(dt); });
 }
 
-// Small cases, cheap enough for compute-sanitizer (run-checks.sh runs [sanitize]).
+// Small cases, cheap enough for compute-sanitizer (run-checks.sh runs
+// [sanitize]); 200 rows are four tiles, so the copy pipeline refills each
+// stage at least once.
 TEST_CASE("fused CUDA attention on small cases of every dtype and layout matches the CPU",
           "[cuda][kernel][sanitize]") {
   if (!have_cuda()) return;
@@ -225,6 +227,7 @@ TEST_CASE("fused CUDA attention on small cases of every dtype and layout matches
         for (bool causal : {false, true}) {
           fat::compare_fused(dt, {1, 2, 17, 70, 32, 64}, causal, layout);
           fat::compare_fused(dt, {2, 1, 70, 17, 128, 8}, causal, layout);
+          fat::compare_fused(dt, {1, 1, 200, 200, 64, 64}, causal, layout);
         }
     });
 }

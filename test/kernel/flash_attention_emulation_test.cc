@@ -144,13 +144,26 @@ void check_near(const std::string& what, const std::vector<double>& got, const s
   CHECK(bad == 0);
 }
 
+// Which loads the kernels are told to use: 16-byte vectors where the head
+// dims allow them (as the launcher decides), or element by element always.
+enum class Loads { AsLauncher, Scalar };
+
+// The copy timing for one scope, restored when it ends (also by a failed
+// REQUIRE).
+struct CopyTimingScope {
+  explicit CopyTimingScope(emu::CopyTiming t) : saved(emu::copy_timing) { emu::copy_timing = t; }
+  ~CopyTimingScope() { emu::copy_timing = saved; }
+  emu::CopyTiming saved;
+};
+
 // The three kernels on one problem under the emulation, against the
 // reference.
 template <typename E, int DH>
-void check_kernels(const FlashAttentionShape& s, double tol) {
+void check_kernels(const FlashAttentionShape& s, double tol, Loads loads = Loads::AsLauncher) {
   INFO((std::is_same_v<E, __half> ? "f16" : "bf16")
        << (s.heads_inner ? " BLHD" : " BHLD") << " BH " << s.bh << " Lq " << s.lq << " Lk " << s.lk
-       << " D " << s.d << " Dv " << s.dv << " causal " << s.causal);
+       << " D " << s.d << " Dv " << s.dv << " causal " << s.causal
+       << (loads == Loads::Scalar ? " scalar loads" : ""));
   Problem p;
   p.s = s;
   p.q = random_bits<E>(static_cast<std::size_t>(s.bh * s.lq * s.d), 1);
@@ -158,7 +171,8 @@ void check_kernels(const FlashAttentionShape& s, double tol) {
   p.v = random_bits<E>(static_cast<std::size_t>(s.bh * s.lk * s.dv), 3);
   p.dout = random_bits<E>(static_cast<std::size_t>(s.bh * s.lq * s.dv), 4);
   reference<E>(p);
-  const bool vec = s.d % 8 == 0 && s.dv % 8 == 0;  // std::vector's data is 16-byte aligned
+  // std::vector's data is 16-byte aligned
+  const bool vec = loads == Loads::AsLauncher && s.d % 8 == 0 && s.dv % 8 == 0;
   const auto tiles = [](std::int64_t n) { return static_cast<unsigned>((n + 63) / 64); };
   const dim3 q_grid(static_cast<unsigned>(s.bh), tiles(s.lq)), kv_grid(static_cast<unsigned>(s.bh), tiles(s.lk));
   std::vector<std::uint16_t> out(p.dout.size()), dq(p.q.size()), dk(p.k.size()), dv(p.v.size());
@@ -204,10 +218,27 @@ TEST_CASE("emulated register-tile attention matches f64 attention at head dim 64
 
 TEST_CASE("emulated register-tile attention is right with copies landing as they are issued",
           "[kernel][attention][emulated]") {
-  emu::copy_timing = emu::CopyTiming::AtIssue;
+  const CopyTimingScope at_issue(emu::CopyTiming::AtIssue);
   for (bool causal : {false, true})
     check_kernels<__nv_bfloat16, 64>(shape(1, 2, 200, 200, 64, 64, false, causal), 2e-2);
-  emu::copy_timing = emu::CopyTiming::AtWait;
+}
+
+TEST_CASE("emulated register-tile attention at head dim 128 is right whenever its copies land",
+          "[kernel][attention][emulated]") {
+  for (emu::CopyTiming timing : {emu::CopyTiming::AtWait, emu::CopyTiming::AtIssue}) {
+    const CopyTimingScope scope(timing);
+    INFO("copies land " << (timing == emu::CopyTiming::AtWait ? "at the wait" : "as issued"));
+    check_kernels<__half, 128>(shape(1, 1, 200, 130, 128, 128, false, true), 5e-3);
+    check_kernels<__nv_bfloat16, 128>(shape(1, 1, 130, 200, 128, 128, true, false), 2e-2);
+  }
+}
+
+TEST_CASE("emulated register-tile attention loading element by element matches f64 attention",
+          "[kernel][attention][emulated]") {
+  for (bool causal : {false, true}) {
+    check_kernels<__nv_bfloat16, 64>(shape(1, 2, 130, 100, 64, 64, false, causal), 2e-2, Loads::Scalar);
+    check_kernels<__half, 128>(shape(1, 1, 70, 90, 128, 128, true, causal), 5e-3, Loads::Scalar);
+  }
 }
 
 TEST_CASE("emulated register-tile attention handles Lq != Lk, D != Dv and unaligned head dims",
