@@ -29,16 +29,19 @@
 // (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..), the lower column in the low half.
 // B (16×8, k × n) registers: (k 2t..2t+1, n g), (k 2t+8.., n g).
 // C / D (16×8 f32): (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
-// A and B fragments of a matrix stored row by row along k are single 32-bit
-// loads; B fragments of a matrix stored row by row along n (V in P·V, dO,
-// Q and K in the backward's products) come from ldmatrix .trans.
+// A and B fragments of a matrix stored row by row along k come from
+// ldmatrix (.x4: an A fragment, or two B fragments); B fragments of a
+// matrix stored row by row along n (V in P·V, dO, Q and K in the
+// backward's products) from ldmatrix .trans. The forward keeps its warp's
+// Q fragments in registers for all key tiles.
 //
 // The warp-level instructions (mma, ldmatrix, cp.async) come from
 // warp_mma.cuh, which an includer puts first: flash_attention_mma.cu, or a
 // test's CPU emulation of them.
 //
-// Shared-memory rows are DH + 8 elements (a multiple of 16 bytes, and 8
-// rows' 32-bit fragment loads fall in 32 distinct banks). Columns past D or
+// Shared-memory rows are DH + 8 elements (a multiple of 16 bytes, and the
+// 16 bytes ldmatrix reads from each of 8 consecutive rows fall in distinct
+// banks). Columns past D or
 // Dv and rows past L hold zeros. Global rows are read 16 bytes at a time
 // where every operand allows it (aligned, D and Dv multiples of 8), else
 // element by element.
@@ -66,11 +69,6 @@ constexpr int kLd = DH + 8;
 template <int DH>
 constexpr int kKvQueryRows = DH == 128 ? 32 : 64;
 
-// Two adjacent 16-bit elements of shared memory as one register.
-template <typename E>
-__device__ std::uint32_t pair_at(const E* p) {
-  return *reinterpret_cast<const std::uint32_t*>(p);
-}
 // lo and hi rounded to E, lo in the low half.
 template <typename E>
 __device__ std::uint32_t pack(float lo, float hi) {
@@ -83,25 +81,21 @@ __device__ std::uint32_t pack(float lo, float hi) {
 }
 
 // The A fragment of rows [0, 16) and columns [k0, k0 + 16) of a row-major
-// tile (ld elements a row).
+// tile (ld elements a row): one ldmatrix of its four 8×8 quarters, lanes
+// 0–15 giving rows 0–15 at k0 and lanes 16–31 the same rows at k0 + 8.
 template <typename E>
 __device__ void load_a(std::uint32_t (&a)[4], const E* tile, int ld, int k0) {
-  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-  const E* p = tile + g * ld + k0 + 2 * t;
-  a[0] = pair_at(p);
-  a[1] = pair_at(p + 8 * ld);
-  a[2] = pair_at(p + 8);
-  a[3] = pair_at(p + 8 * ld + 8);
+  const int l = threadIdx.x % 32;
+  load_matrix_x4(a, tile + (l % 16) * ld + k0 + l / 16 * 8);
 }
-// The B fragment (k in [k0, k0 + 16), n in [n0, n0 + 8)) of B = Mᵀ, M the
-// row-major tile (rows n, columns k): two 32-bit loads.
+// The B fragments (k in [k0, k0 + 16), n in [n0, n0 + 8) in b[0], b[1] and
+// n in [n0 + 8, n0 + 16) in b[2], b[3]) of B = Mᵀ, M the row-major tile
+// (rows n, columns k): one ldmatrix, lanes 0–15 giving rows n0.. at k0 and
+// k0 + 8, lanes 16–31 rows n0 + 8.. likewise.
 template <typename E>
-__device__ void load_b_rows(std::uint32_t& b0, std::uint32_t& b1, const E* tile, int ld, int n0,
-                            int k0) {
-  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-  const E* p = tile + (n0 + g) * ld + k0 + 2 * t;
-  b0 = pair_at(p);
-  b1 = pair_at(p + 8);
+__device__ void load_b_rows(std::uint32_t (&b)[4], const E* tile, int ld, int n0, int k0) {
+  const int l = threadIdx.x % 32;
+  load_matrix_x4(b, tile + (n0 + l / 16 * 8 + l % 8) * ld + k0 + l / 8 % 2 * 8);
 }
 // The B fragment (k in [k0, k0 + 16), n in [n0, n0 + 8)) of B = M itself,
 // M the row-major tile (rows k, columns n): two transposed 8×8 matrices,
@@ -156,23 +150,42 @@ __device__ void store_acc(Global<E>* x, const float (&acc)[DH / 8][4], std::int6
     }
 }
 
+// acc (a warp's [16, N] scores) += A·Bᵀ over columns [ks·16, ks·16 + 16):
+// af A's fragment there, B the rows [0, N) of a row-major tile.
+template <int N, int DH, typename E>
+__device__ void scores_step(float (&acc)[N / 8][4], const std::uint32_t (&af)[4], const E* b, int ks) {
+#pragma unroll
+  for (int nb = 0; nb < N / 8; nb += 2) {
+    std::uint32_t bf[4];
+    load_b_rows(bf, b, kLd<DH>, nb * 8, ks * 16);
+    mma<E>(acc[nb], af, bf[0], bf[1]);
+    mma<E>(acc[nb + 1], af, bf[2], bf[3]);
+  }
+}
+template <int N>
+__device__ void zero(float (&acc)[N / 8][4]) {
+#pragma unroll
+  for (int nb = 0; nb < N / 8; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.f;
+}
+
 // acc (a warp's [16, N] scores) = A·Bᵀ over DH: A the warp's 16 rows of a
 // row-major tile, B the rows [0, N) of another.
 template <int N, int DH, typename E>
 __device__ void scores_of(float (&acc)[N / 8][4], const E* a, const E* b) {
-#pragma unroll
-  for (int nb = 0; nb < N / 8; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.f;
+  zero<N>(acc);
 #pragma unroll
   for (int ks = 0; ks < DH / 16; ++ks) {
     std::uint32_t af[4];
     load_a(af, a, kLd<DH>, ks * 16);
-#pragma unroll
-    for (int nb = 0; nb < N / 8; ++nb) {
-      std::uint32_t b0, b1;
-      load_b_rows(b0, b1, b, kLd<DH>, nb * 8, ks * 16);
-      mma<E>(acc[nb], af, b0, b1);
-    }
+    scores_step<N, DH>(acc, af, b, ks);
   }
+}
+// The same with A's fragments held in registers (a[ks] for columns ks·16..).
+template <int N, int DH, typename E>
+__device__ void scores_of(float (&acc)[N / 8][4], const std::uint32_t (&a)[DH / 16][4], const E* b) {
+  zero<N>(acc);
+#pragma unroll
+  for (int ks = 0; ks < DH / 16; ++ks) scores_step<N, DH>(acc, a[ks], b, ks);
 }
 
 // acc ([16, DH]) += P·M: P the warp's [16, K] f32 fragments rounded to E as
@@ -283,14 +296,18 @@ __global__ void __launch_bounds__(kMmaThreads)
   const std::int64_t row0 = q0 + warp * kWarpRows;
   const std::int64_t seen[2] = {keys_seen(s, row0 + g), keys_seen(s, row0 + g + 8)};
   float o[DH / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  std::uint32_t qf[DH / 16][4];
   const std::int64_t key_end = s.causal ? std::min<std::int64_t>(s.lk, q0 + R) : s.lk;
   for (std::int64_t j0 = 0, stage = 0; j0 < key_end; j0 += R, stage ^= 1) {
     if (j0 + R < key_end) start_keys(j0 + R, stage ^ 1);  // into the stage read last tile
     commit_copies();
     wait_copies<1>();  // this tile's copies (and q's) have landed
     __syncthreads();
+    if (j0 == 0)  // the warp's query fragments, read once: they stay in registers
+#pragma unroll
+      for (int ks = 0; ks < DH / 16; ++ks) load_a(qf[ks], qt + warp * kWarpRows * ld, ld, ks * 16);
     float sc[R / 8][4];
-    scores_of<R, DH>(sc, qt + warp * kWarpRows * ld, kv_tiles + 2 * stage * R * ld);
+    scores_of<R, DH, E>(sc, qf, kv_tiles + 2 * stage * R * ld);
     const int tile_seen[2] = {seen_in_tile(seen[0], j0), seen_in_tile(seen[1], j0)};
     online_softmax<DH>(sc, o, m, l, tile_seen, s.scale * kLog2e);
     accumulate_product<R, DH>(o, sc, kv_tiles + (2 * stage + 1) * R * ld);

@@ -1,6 +1,6 @@
 // The warp-level tensor-core and copy instructions kiln's register-tile
 // kernels use, as inline PTX (sm_80 and later; kiln builds for sm_90):
-// mma.sync m16n8k16 with f32 accumulators, ldmatrix, and cp.async with its
+// mma.sync m16n8k16 with f32 accumulators, ldmatrix (.x4, and .x2 .trans), and cp.async with its
 // groups. Device code private to kernels/cuda; a CPU emulation of the same
 // functions (test/kernel/warp_emulation.h) stands in for it in tests.
 #pragma once
@@ -43,6 +43,17 @@ __device__ inline void load_matrix_x2_trans(std::uint32_t& r0, std::uint32_t& r1
   const auto at = static_cast<unsigned>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
                : "=r"(r0), "=r"(r1)
+               : "r"(at));
+}
+
+// Four 8×8 matrices of 16-bit elements in shared memory: lanes 8m–8m+7
+// give the rows of matrix m (16-byte aligned); lane l gets (row l / 4,
+// columns 2(l % 4) and the one after it) of each, the lower column in the
+// low half.
+__device__ inline void load_matrix_x4(std::uint32_t (&r)[4], const void* row) {
+  const auto at = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(at));
 }
 
