@@ -32,7 +32,7 @@
 // A and B fragments of a matrix stored row by row along k come from
 // ldmatrix (.x4: an A fragment, or two B fragments); B fragments of a
 // matrix stored row by row along n (V in P·V, dO, Q and K in the
-// backward's products) from ldmatrix .trans. The forward keeps its warp's
+// backward's products) from ldmatrix .x4 .trans, two at a time. The forward keeps its warp's
 // Q fragments in registers for all key tiles.
 //
 // The warp-level instructions (mma, ldmatrix, cp.async) come from
@@ -97,13 +97,14 @@ __device__ void load_b_rows(std::uint32_t (&b)[4], const E* tile, int ld, int n0
   const int l = threadIdx.x % 32;
   load_matrix_x4(b, tile + (n0 + l / 16 * 8 + l % 8) * ld + k0 + l / 8 % 2 * 8);
 }
-// The B fragment (k in [k0, k0 + 16), n in [n0, n0 + 8)) of B = M itself,
-// M the row-major tile (rows k, columns n): two transposed 8×8 matrices,
-// rows k0.. and k0 + 8.., their row addresses from lanes 0–15.
+// The B fragments (k in [k0, k0 + 16), n in [n0, n0 + 8) in b[0], b[1] and
+// n in [n0 + 8, n0 + 16) in b[2], b[3]) of B = M itself, M the row-major
+// tile (rows k, columns n): one transposing ldmatrix, lanes 0–15 giving
+// rows k0..k0 + 15 at n0 and lanes 16–31 the same rows at n0 + 8.
 template <typename E>
-__device__ void load_b_cols(std::uint32_t& b0, std::uint32_t& b1, const E* tile, int ld, int k0,
-                            int n0) {
-  load_matrix_x2_trans(b0, b1, tile + (k0 + threadIdx.x % 16) * ld + n0);
+__device__ void load_b_cols(std::uint32_t (&b)[4], const E* tile, int ld, int k0, int n0) {
+  const int l = threadIdx.x % 32;
+  load_matrix_x4_trans(b, tile + (k0 + l % 16) * ld + n0 + l / 16 * 8);
 }
 
 // Starts copying rows [row0, row0 + R) of one head of x (`rows` rows of
@@ -198,10 +199,11 @@ __device__ void accumulate_product(float (&acc)[DH / 8][4], const float (&p)[K /
                                  pack<E>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                                  pack<E>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
 #pragma unroll
-    for (int nb = 0; nb < DH / 8; ++nb) {
-      std::uint32_t b0, b1;
-      load_b_cols(b0, b1, m, kLd<DH>, kk * 16, nb * 8);
-      mma<E>(acc[nb], pa, b0, b1);
+    for (int nb = 0; nb < DH / 8; nb += 2) {
+      std::uint32_t bf[4];
+      load_b_cols(bf, m, kLd<DH>, kk * 16, nb * 8);
+      mma<E>(acc[nb], pa, bf[0], bf[1]);
+      mma<E>(acc[nb + 1], pa, bf[2], bf[3]);
     }
   }
 }

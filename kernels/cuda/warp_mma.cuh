@@ -1,6 +1,6 @@
 // The warp-level tensor-core and copy instructions kiln's register-tile
 // kernels use, as inline PTX (sm_80 and later; kiln builds for sm_90):
-// mma.sync m16n8k16 with f32 accumulators, ldmatrix (.x4, and .x2 .trans), and cp.async with its
+// mma.sync m16n8k16 with f32 accumulators, ldmatrix (.x4, plain and .trans), and cp.async with its
 // groups. Device code private to kernels/cuda; a CPU emulation of the same
 // functions (test/kernel/warp_emulation.h) stands in for it in tests.
 #pragma once
@@ -35,14 +35,14 @@ __device__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0
 #endif
 }
 
-// Two 8×8 matrices of 16-bit elements in shared memory, transposed: lanes
-// 0–7 give the rows of the first, 8–15 of the second (16-byte aligned); lane
-// l gets (row 2(l % 4), column l / 4) and the row after it of each, the
-// lower row in the low half.
-__device__ inline void load_matrix_x2_trans(std::uint32_t& r0, std::uint32_t& r1, const void* row) {
+// Four 8×8 matrices of 16-bit elements in shared memory, transposed: lanes
+// 8m–8m+7 give the rows of matrix m (16-byte aligned); lane l gets (row
+// 2(l % 4), column l / 4) and the row after it of each, the lower row in
+// the low half.
+__device__ inline void load_matrix_x4_trans(std::uint32_t (&r)[4], const void* row) {
   const auto at = static_cast<unsigned>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r0), "=r"(r1)
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(at));
 }
 

@@ -9,7 +9,7 @@
 //     warp's arrays between two barriers over its 32 lanes;
 //   - mma and ldmatrix give each lane what the PTX ISA's fragment layouts
 //     give it (mma.m16n8k16 with .bf16 / .f16 operands and f32
-//     accumulators; ldmatrix .m8n8 .x4, and .x2 .trans), with f32
+//     accumulators; ldmatrix .m8n8 .x4, plain and .trans), with f32
 //     products and sums;
 //   - cp.async copies land either at the wait_group that covers their group
 //     (CopyTiming::AtWait, the latest the hardware may land them: a read
@@ -140,33 +140,20 @@ inline std::uint32_t row_elem(const Warp& w, int m, int r, int c) {
   return v;
 }
 
-// ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16: matrix m's row r at
-// lane m·8 + r's address; lane l gets (2t, g) low and (2t + 1, g) high.
-inline void load_matrix_x2_trans(std::uint32_t& r0, std::uint32_t& r1, const void* row) {
-  Warp& w = warp();
-  const int l = lane();
-  if (l < 16 && reinterpret_cast<std::uintptr_t>(row) % 16 != 0)  // .x2 reads lanes 0-15's
-    fault("ldmatrix row not 16-byte aligned");
-  w.rows[l] = row;
-  w.sync.arrive_and_wait();
-  const auto elem = [&](int m, int r, int c) { return row_elem(w, m, r, c); };
-  const int g = l / 4, t = l % 4;
-  r0 = elem(0, 2 * t, g) | elem(0, 2 * t + 1, g) << 16;
-  r1 = elem(1, 2 * t, g) | elem(1, 2 * t + 1, g) << 16;
-  w.sync.arrive_and_wait();
-}
-
-// ldmatrix.sync.aligned.m8n8.x4.shared.b16: matrix m's row r at lane
-// m·8 + r's address; lane l gets (g, 2t) low and (g, 2t + 1) high of each.
-inline void load_matrix_x4(std::uint32_t (&regs)[4], const void* row) {
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: matrix m's row r at
+// lane m·8 + r's address; lane l gets (g, 2t) low and (g, 2t + 1) high of
+// each, or with .trans (2t, g) low and (2t + 1, g) high.
+template <bool trans>
+void load_matrix_x4(std::uint32_t (&regs)[4], const void* row) {
   Warp& w = warp();
   const int l = lane();
   if (reinterpret_cast<std::uintptr_t>(row) % 16 != 0) fault("ldmatrix row not 16-byte aligned");
   w.rows[l] = row;
   w.sync.arrive_and_wait();
-  const auto elem = [&](int m, int r, int c) { return row_elem(w, m, r, c); };
   const int g = l / 4, t = l % 4;
-  for (int m = 0; m < 4; ++m) regs[m] = elem(m, g, 2 * t) | elem(m, g, 2 * t + 1) << 16;
+  for (int m = 0; m < 4; ++m)
+    regs[m] = trans ? row_elem(w, m, 2 * t, g) | row_elem(w, m, 2 * t + 1, g) << 16
+                    : row_elem(w, m, g, 2 * t) | row_elem(w, m, g, 2 * t + 1) << 16;
   w.sync.arrive_and_wait();
 }
 
@@ -234,11 +221,11 @@ template <typename E>
 void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
   kiln_test::warp_emulation::mma<E>(d, a, b0, b1);
 }
-inline void load_matrix_x2_trans(std::uint32_t& r0, std::uint32_t& r1, const void* row) {
-  kiln_test::warp_emulation::load_matrix_x2_trans(r0, r1, row);
-}
 inline void load_matrix_x4(std::uint32_t (&r)[4], const void* row) {
-  kiln_test::warp_emulation::load_matrix_x4(r, row);
+  kiln_test::warp_emulation::load_matrix_x4<false>(r, row);
+}
+inline void load_matrix_x4_trans(std::uint32_t (&r)[4], const void* row) {
+  kiln_test::warp_emulation::load_matrix_x4<true>(r, row);
 }
 inline void copy_async16(void* dst, const void* src, bool valid) {
   kiln_test::warp_emulation::start_copy(dst, src, 16, valid);
