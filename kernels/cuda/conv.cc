@@ -8,10 +8,11 @@
 // cuDNN runs bf16 convolutions on compute capability 8.0 and up only; on an
 // older GPU a bf16 one is an error from cuDNN's algorithm choice naming the
 // op. The CPU's geometry and checks (conv_ops.h). `pick` chooses an
-// algorithm per shape (cached per thread, with the settings of
-// kiln/runtime/conv_options.h in the key): from cuDNN's heuristic ranking
-// the first deterministic one in an allowed math type, or, under
-// ConvAlgorithmSearch::Benchmark, the fastest cudnnFind timed; the choice's
+// algorithm per shape (cached per thread and device, with the settings of
+// kiln/runtime/conv_options.h in the key: conv_key.h): from cuDNN's
+// heuristic ranking the first deterministic one in an allowed math type,
+// or, under ConvAlgorithmSearch::Benchmark, the fastest cudnnFind timed
+// (a failed timing falls back to the heuristic's, asked once); the choice's
 // math type is set on the descriptor; its workspace comes from the stream's
 // cache. cuDNN pads symmetrically: a conv with other paddings runs on a
 // zero-padded copy of x (its dx cropped back out of the padded one).
@@ -21,8 +22,8 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include <tuple>
 
+#include "conv_key.h"
 #include "cuda_host.h"
 #include "launch.h"
 #include "kiln/dialect/conv_ops.h"
@@ -177,21 +178,17 @@ struct ConvDescriptors {
   ConvDescriptors& operator=(const ConvDescriptors&) = delete;
 };
 
-// The algorithm chosen for a conv, per thread and shape (the query costs
-// more than a small conv), and the math it runs in: cuDNN's heuristics list
-// algorithms of other math types than the descriptor's, so the choice's is
-// set on the descriptor before its workspace query and its call.
-using ConvKey = std::tuple<int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                           std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                           std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int,
-                           bool, bool>;
-ConvKey conv_key(int pass, DataType dtype, const Conv2dGeometry& g, std::int64_t xh, std::int64_t xw,
-                 int ph, int pw) {
-  return {pass, static_cast<int>(dtype), g.n, g.c, xh, xw, g.o, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.groups,
-          g.ho, g.wo, ph, pw, tf32_allowed(),
-          conv_algorithm_search() == ConvAlgorithmSearch::Benchmark};
+// The device of ctx's CUDA stream (stream_of's error without one).
+int device_of(const KernelContext& ctx) {
+  stream_of(ctx);
+  return static_cast<CudaStream*>(ctx.stream())->device();
 }
 
+// The algorithm chosen for a conv, per thread, device and shape (the query
+// costs more than a small conv; conv_key.h), and the math it runs in:
+// cuDNN's heuristics list algorithms of other math types than the
+// descriptor's, so the choice's is set on the descriptor before its
+// workspace query and its call.
 template <typename Algo>
 struct ConvChoice {
   Algo algo;
@@ -236,8 +233,11 @@ bool capturing(const KernelContext& ctx) {
 // The algorithm for `key`: under ConvAlgorithmSearch::Benchmark the fastest
 // that `timed` (cudnnFind, fastest first) measured in an allowed math;
 // otherwise, or when timing fails or cannot run, the first deterministic
-// one in the `ranked` heuristics (else their first) in an allowed math. A
-// heuristic stand-in for a timed choice is not cached.
+// one in the `ranked` heuristics (else their first) in an allowed math.
+// Cached as keep_conv_choice says: a failed timing is not retried. Timing
+// runs only with no CUDA error pending on the thread, since cudnnFind's own
+// failed cudaMalloc is cleared after it (it is not the next launch's
+// error) and would take an earlier error with it.
 template <DataType D, typename Perf, typename Ranked, typename Timed>
 ConvChoice<decltype(Perf{}.algo)> pick(const KernelContext& ctx, const ConvKey& key, Ranked ranked,
                                        Timed timed) {
@@ -250,15 +250,14 @@ ConvChoice<decltype(Perf{}.algo)> pick(const KernelContext& ctx, const ConvKey& 
   Perf perf[kOffers];
   int count = 0;
   const bool benchmark = conv_algorithm_search() == ConvAlgorithmSearch::Benchmark;
-  const bool timing = benchmark && !capturing(ctx);
+  const bool timing = benchmark && !capturing(ctx) && cudaPeekAtLastError() == cudaSuccess;
   const Perf* best = nullptr;
   if (timing) {
     if (timed(perf, kOffers, &count) == CUDNN_STATUS_SUCCESS)
       best = first_allowed<D>(perf, count, /*prefer_deterministic=*/false);
     else
-      (void)cudaGetLastError();  // cudnnFind's own failed cudaMalloc, not the next launch's error
+      (void)cudaGetLastError();  // cudnnFind's own failure: none was pending before it
   }
-  const bool timed_choice = best != nullptr;
   if (!best) {
     check_cudnn(ctx, ranked(perf, kOffers, &count), "algorithm choice");
     best = first_allowed<D>(perf, count, /*prefer_deterministic=*/true);
@@ -267,7 +266,7 @@ ConvChoice<decltype(Perf{}.algo)> pick(const KernelContext& ctx, const ConvKey& 
     throw_error(ErrorKind::Unimplemented, "op '", ctx.op()->name(), "': cuDNN offers no algorithm for this ",
                 to_string(D), " convolution");
   const Choice c{best->algo, best->mathType};
-  if (benchmark && !timed_choice) return c;  // timed on a later run
+  if (!keep_conv_choice(benchmark, timing)) return c;  // timed on a later run
   return chosen[key] = c;
 }
 
@@ -345,8 +344,9 @@ struct Conv2dK {
     const ConvInput<T> in = conv_input<T>(ctx, x, g);
     ConvDescriptors<D> d(ctx, g, in.h, in.w, in.ph, in.pw);
     cudnnHandle_t h = cudnn_of(ctx);
+    const int device = device_of(ctx);
     const auto c = pick<D, cudnnConvolutionFwdAlgoPerf_t>(
-        ctx, conv_key(0, D, g, in.h, in.w, in.ph, in.pw), [&](auto* perf, int n, int* count) {
+        ctx, conv_key(device, 0, D, g, in.h, in.w, in.ph, in.pw), [&](auto* perf, int n, int* count) {
           return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, count, perf);
         },
         [&](auto* perf, int n, int* count) {
@@ -391,10 +391,11 @@ struct Conv2dGradK {
                                                                     to_int(ctx, g.pl), {}};
     ConvDescriptors<D> d(ctx, g, in.h, in.w, in.ph, in.pw);
     cudnnHandle_t h = cudnn_of(ctx);
+    const int device = device_of(ctx);
     const typename CudnnType<D>::Scale one = 1, zero = 0;
     if (dw) {
       const auto c = pick<D, cudnnConvolutionBwdFilterAlgoPerf_t>(
-          ctx, conv_key(1, D, g, in.h, in.w, in.ph, in.pw), [&](auto* perf, int n, int* count) {
+          ctx, conv_key(device, 1, D, g, in.h, in.w, in.ph, in.pw), [&](auto* perf, int n, int* count) {
             return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, count,
                                                                  perf);
           },
@@ -418,7 +419,7 @@ struct Conv2dGradK {
       // dtype's, as when dw is not asked for.
       if (dw) check_cudnn(ctx, cudnnSetConvolutionMathType(d.conv, initial_math<D>()), "setting the math type");
       const auto c = pick<D, cudnnConvolutionBwdDataAlgoPerf_t>(
-          ctx, conv_key(2, D, g, in.h, in.w, in.ph, in.pw), [&](auto* perf, int n, int* count) {
+          ctx, conv_key(device, 2, D, g, in.h, in.w, in.ph, in.pw), [&](auto* perf, int n, int* count) {
             return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, count,
                                                                perf);
           },

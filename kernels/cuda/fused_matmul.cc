@@ -157,7 +157,7 @@ void describe(const KernelContext& ctx, const LtGemm& g, LtDescs& ds) {
 // The heuristic's first algorithm for this problem (its shapes, dtypes,
 // epilogue and the operands' alignments) and the workspace it needs,
 // looked up once per process and device; found false when cuBLASLt has
-// none.
+// none (any failed query) or refused the one it gave (refuse_algo).
 struct LtAlgo {
   bool found = false;
   cublasLtMatmulAlgo_t algo{};
@@ -165,29 +165,52 @@ struct LtAlgo {
 };
 using AlgoKey = std::tuple<int, DataType, int, std::int64_t, std::int64_t, std::int64_t, bool, std::uint32_t,
                            std::uint32_t, std::uint32_t, std::uint32_t, int, std::uint32_t>;
-LtAlgo find_algo(cublasLtHandle_t h, int device, const LtGemm& g, const LtDescs& ds) {
-  static std::mutex mu;
-  static std::map<AlgoKey, LtAlgo> cache;
-  const AlgoKey key{device, g.dtype, static_cast<int>(g.types.compute), g.rows, g.n, g.k,
-                    g.transpose_y, alignment(g.x), alignment(g.y), alignment(g.out), alignment(g.bias),
-                    static_cast<int>(g.epilogue), g.aux ? alignment(g.aux) : 0u};
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(key);
-  if (it == cache.end()) {
+AlgoKey algo_key(int device, const LtGemm& g) {
+  return {device, g.dtype, static_cast<int>(g.types.compute), g.rows, g.n, g.k,
+          g.transpose_y, alignment(g.x), alignment(g.y), alignment(g.out), alignment(g.bias),
+          static_cast<int>(g.epilogue), g.aux ? alignment(g.aux) : 0u};
+}
+struct AlgoCache {
+  std::mutex mu;
+  std::map<AlgoKey, LtAlgo> by_key;
+};
+AlgoCache& algo_cache() {
+  static AlgoCache cache;
+  return cache;
+}
+LtAlgo find_algo(cublasLtHandle_t h, const AlgoKey& key, const LtDescs& ds) {
+  AlgoCache& cache = algo_cache();
+  std::lock_guard<std::mutex> lock(cache.mu);
+  auto it = cache.by_key.find(key);
+  if (it == cache.by_key.end()) {
     cublasLtMatmulHeuristicResult_t result;
     std::memset(&result, 0, sizeof result);
     int found = 0;
     const cublasStatus_t st =
         cublasLtMatmulAlgoGetHeuristic(h, ds.op, ds.a, ds.b, ds.d, ds.d, ds.pref, 1, &result, &found);
     const bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.workspaceSize <= kLtWorkspace;
-    it = cache.emplace(key, LtAlgo{ok, result.algo, result.workspaceSize}).first;
+    it = cache.by_key.emplace(key, LtAlgo{ok, result.algo, result.workspaceSize}).first;
   }
   return it->second;
+}
+// Later launches of `key` take the fallback without asking cuBLASLt again.
+void refuse_algo(const AlgoKey& key) {
+  AlgoCache& cache = algo_cache();
+  std::lock_guard<std::mutex> lock(cache.mu);
+  cache.by_key[key].found = false;
+}
+
+// Whether cuBLASLt turned a call down before running it (the operation,
+// its parameters or the device not supported by the algorithm), as opposed
+// to failing while it ran (EXECUTION_FAILED and the like, errors).
+bool refused(cublasStatus_t st) {
+  return st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE ||
+         st == CUBLAS_STATUS_ARCH_MISMATCH;
 }
 
 // The fused GEMM through cuBLASLt; false (nothing enqueued) when it has no
 // algorithm for it, or, for a GELU epilogue, refuses the one its heuristic
-// gave (NOT_SUPPORTED: the caller falls back to the BIAS epilogue).
+// gave (the caller falls back to the BIAS epilogue; the refusal is kept).
 bool lt_matmul(const KernelContext& ctx, const LtGemm& g) {
   auto* stream = dynamic_cast<CudaStream*>(ctx.stream());
   if (!stream) stream_of(ctx);  // the error naming the op
@@ -195,14 +218,18 @@ bool lt_matmul(const KernelContext& ctx, const LtGemm& g) {
   const cublasLtHandle_t h = lt_handle(ctx, device);
   LtDescs ds;
   describe(ctx, g, ds);
-  const LtAlgo algo = find_algo(h, device, g, ds);
+  const AlgoKey key = algo_key(device, g);
+  const LtAlgo algo = find_algo(h, key, ds);
   if (!algo.found) return false;
   const BufferRef workspace = algo.workspace ? scratch_buffer(ctx, algo.workspace) : BufferRef();
   const float one = 1.0f, zero = 0.0f;
   const cublasStatus_t st =
       cublasLtMatmul(h, ds.op, &one, g.y, ds.a, g.x, ds.b, &zero, g.out, ds.d, g.out, ds.d, &algo.algo,
                      workspace ? workspace->data() : nullptr, algo.workspace, stream->handle());
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED && g.epilogue != CUBLASLT_EPILOGUE_BIAS) return false;
+  if (refused(st) && g.epilogue != CUBLASLT_EPILOGUE_BIAS) {
+    refuse_algo(key);
+    return false;
+  }
   check_lt(ctx, st, "matmul");
   return true;
 }

@@ -21,6 +21,20 @@ void note_allocation(AllocatorStats& s, std::size_t size, bool hit) {
   s.peak_bytes_in_use = std::max(s.peak_bytes_in_use, s.bytes_in_use);
 }
 
+// The calling thread's current device, put back when the scope ends: for
+// the allocator's calls that may come from a thread working on another
+// device. Throws nothing (cudaGetDevice failing leaves `fallback`).
+class KeepCurrentDevice {
+ public:
+  explicit KeepCurrentDevice(int fallback) noexcept : previous_(fallback) { cudaGetDevice(&previous_); }
+  ~KeepCurrentDevice() { cudaSetDevice(previous_); }
+  KeepCurrentDevice(const KeepCurrentDevice&) = delete;
+  KeepCurrentDevice& operator=(const KeepCurrentDevice&) = delete;
+
+ private:
+  int previous_;
+};
+
 }  // namespace
 
 // ---- CudaAllocator ----
@@ -68,6 +82,7 @@ Allocator& CudaAllocator::for_stream(const CudaStream& stream) {
 void CudaAllocator::retire_stream(const CudaStream& stream) {
   const CudaStreamHandle dead = stream.handle();
   if (dead == default_stream_) return;
+  const KeepCurrentDevice keep(device_);
   use_cuda_device(device_);  // before the cache changes: a throw here loses no block
   std::vector<void*> cached;
   {
@@ -136,11 +151,9 @@ void CudaAllocator::deallocate(const Allocation& a) noexcept {
     stats_.bytes_in_use -= a.size;
     guard.unlock();
     // No throw here; the caller's thread keeps its device and no error of ours.
-    int previous = device_;
-    cudaGetDevice(&previous);
+    const KeepCurrentDevice keep(device_);
     cudaSetDevice(device_);
     if (cudaFree(a.ptr) != cudaSuccess) cudaGetLastError();
-    cudaSetDevice(previous);
     return;
   }
   auto it = owner_.find(a.ptr);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "../../kernels/cuda/conv_key.h"
 #include "kernel/cuda_test_util.h"
 #include "kernel/half_test_util.h"
 #include "kiln/dialect/conv_ops.h"
@@ -105,6 +106,33 @@ TEST_CASE("CUDA conv2d under benchmark search or TF32 stays near the CPU; the se
   compare_conv<float>(tf32_first, 1e-4);
   set_conv_algorithm_search(ConvAlgorithmSearch::Heuristic);
   compare_conv<float>(timed, 1e-5);
+}
+
+// The algorithm cache's key and keep rule (kernels/cuda/conv_key.h): host
+// logic, checked without a device.
+TEST_CASE("a CUDA conv's cached algorithm is one per device, pass and setting, kept unless timing could "
+          "not run",
+          "[kernel][conv]") {
+  Conv2dGeometry g;
+  g.n = 2, g.c = 3, g.h = g.w = 8, g.o = 4, g.ho = g.wo = 8, g.kh = g.kw = 3;
+  const auto key = [&](int device, int pass, DataType dt = DataType::Float32) {
+    return cuda::conv_key(device, pass, dt, g, 10, 10, 0, 0);
+  };
+  const cuda::ConvKey first = key(0, 0);
+  CHECK(key(0, 0) == first);
+  CHECK(key(1, 0) != first);  // two GPUs of one process choose apart
+  CHECK(key(0, 1) != first);
+  CHECK(key(0, 0, DataType::Float64) != first);
+  set_conv_algorithm_search(ConvAlgorithmSearch::Benchmark);
+  CHECK(key(0, 0) != first);
+  set_conv_algorithm_search(ConvAlgorithmSearch::Heuristic);
+  set_float32_conv_precision(MatmulPrecision::High);
+  CHECK(key(0, 0) != first);
+  set_float32_conv_precision(MatmulPrecision::Highest);
+  CHECK(key(0, 0) == first);
+  CHECK(cuda::keep_conv_choice(/*benchmark=*/false, /*timing_ran=*/false));
+  CHECK(cuda::keep_conv_choice(true, true));  // timed, or timing failed: not asked again
+  CHECK_FALSE(cuda::keep_conv_choice(true, false));  // no timing during a capture: timed later
 }
 
 namespace {

@@ -181,9 +181,11 @@ void check_close(const Tensor& got, const Tensor& want, float abs, float rel) {
 // gelu after the product and bias: the erf form by the kernel's own pass
 // (erfc on the device; the CPU's Φ comes from a vectorized exp), the tanh
 // form in cuBLASLt's GELU_BIAS / GELU_AUX_BIAS epilogue where it is one
-// GEMM with a row bias (cuBLASLt's tanh), else by the pass. The sums are
-// whole numbers, exact in every dtype, so the kept pre-activation is the
-// CPU's bits; the activation within f32's or the dtype's rounding.
+// GEMM with a row bias (cuBLASLt's tanh), else by the pass (also where
+// cuBLASLt turns the epilogue down: the refusal is kept, so each case runs
+// twice, the second launch from the cache). The sums are whole numbers,
+// exact in every dtype, so the kept pre-activation is the CPU's bits; the
+// activation within f32's or the dtype's rounding.
 TEST_CASE("a fused_matmul's gelu on CUDA, either form, tracks the CPU's, and the pre-activation it keeps is "
           "the CPU's bits",
           "[kernel][half][cuda]") {
@@ -210,5 +212,9 @@ TEST_CASE("a fused_matmul's gelu on CUDA, either form, tracks the CPU's, and the
           const float abs = std::string(form) == "kiln.gelu_tanh" ? 2e-3f : 1e-4f;
           check_close(gpu.out(), cpu.out(), abs, rel);
           if (keep) CHECK(kiln_test::same_bits(gpu.out(1), cpu.out(1)));
+          // Again: cuBLASLt's algorithm, or its refusal, now from the cache.
+          const auto again = run_cuda_kernel(in, make);
+          check_close(again.out(), cpu.out(), abs, rel);
+          if (keep) CHECK(kiln_test::same_bits(again.out(1), cpu.out(1)));
         }
 }

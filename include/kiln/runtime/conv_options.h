@@ -15,7 +15,8 @@ namespace kiln {
 // its own) and takes the fastest, deterministic or not: faster steps for a
 // real CNN, a slower first step, and last bits that may differ between
 // processes. A shape first met while a CUDA graph is being captured gets
-// the heuristic choice (timing cannot run inside a capture).
+// the heuristic choice (timing cannot run inside a capture); one whose
+// timing fails (cudnnFind out of memory) keeps the heuristic choice.
 enum class ConvAlgorithmSearch { Heuristic, Benchmark };
 
 // Thread-safe; takes effect for shapes chosen after the call.
