@@ -227,8 +227,9 @@ inline __device__ int seen_in_tile(std::int64_t seen, std::int64_t j0) {
 // the warp, which see the tile's first `seen` columns): scaled to log2
 // units and masked, the running max m moved on, sc = exp2(sc - m), the
 // partial sums l and the output accumulator o rescaled to the new max,
-// l += this tile's sums.
-template <int DH>
+// l += this tile's sums. kMasked false: every row sees the whole tile (no
+// comparisons; the causal diagonal's tile and a tile past Lk mask).
+template <int DH, bool kMasked>
 __device__ void online_softmax(float (&sc)[kBlockRows / 8][4], float (&o)[DH / 8][4], float (&m)[2],
                                float (&l)[2], const int (&seen)[2], float scale_log2) {
   const int t = threadIdx.x % 4;
@@ -237,7 +238,7 @@ __device__ void online_softmax(float (&sc)[kBlockRows / 8][4], float (&o)[DH / 8
   for (int nb = 0; nb < kBlockRows / 8; ++nb)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      sc[nb][e] = nb * 8 + 2 * t + e % 2 < seen[e / 2] ? sc[nb][e] * scale_log2 : -INFINITY;
+      sc[nb][e] = !kMasked || nb * 8 + 2 * t + e % 2 < seen[e / 2] ? sc[nb][e] * scale_log2 : -INFINITY;
       mx[e / 2] = fmaxf(mx[e / 2], sc[nb][e]);
     }
   float base[2];
@@ -297,6 +298,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   commit_copies();
   const std::int64_t row0 = q0 + warp * kWarpRows;
   const std::int64_t seen[2] = {keys_seen(s, row0 + g), keys_seen(s, row0 + g + 8)};
+  const std::int64_t warp_seen = keys_seen(s, row0);  // the fewest of its rows (keys_seen grows with i)
   float o[DH / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   std::uint32_t qf[DH / 16][4];
   const std::int64_t key_end = s.causal ? std::min<std::int64_t>(s.lk, q0 + R) : s.lk;
@@ -311,7 +313,10 @@ __global__ void __launch_bounds__(kMmaThreads)
     float sc[R / 8][4];
     scores_of<R, DH, E>(sc, qf, kv_tiles + 2 * stage * R * ld);
     const int tile_seen[2] = {seen_in_tile(seen[0], j0), seen_in_tile(seen[1], j0)};
-    online_softmax<DH>(sc, o, m, l, tile_seen, s.scale * kLog2e);
+    if (seen_in_tile(warp_seen, j0) == R)  // the same for the whole warp
+      online_softmax<DH, false>(sc, o, m, l, tile_seen, s.scale * kLog2e);
+    else
+      online_softmax<DH, true>(sc, o, m, l, tile_seen, s.scale * kLog2e);
     accumulate_product<R, DH>(o, sc, kv_tiles + (2 * stage + 1) * R * ld);
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
