@@ -73,7 +73,9 @@
 // peer's do. Each is the median of several repetitions after warm-up; the PyTorch peer
 // (bench/peers/cuda_torch.py) prints cuda.*.torch.step in the same run and
 // ./run prints the ratios. A # line lists the ops each model runs on the
-// CPU (no CUDA kernel yet), which its step time includes.
+// CPU (no CUDA kernel yet), which its step time includes. The GPT-2 and CNN
+// groups print their step stats per op kind as # lines, and beside them
+// the bandwidth each kind reached (bytes by type over device time).
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -85,6 +87,7 @@
 #include "bench_cnns.h"
 #include "bench_models.h"
 #include "bench_util.h"
+#include "step_traffic.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/step_stats.h"
 #include "kiln/frontend/recompute.h"
@@ -192,6 +195,23 @@ double step_us(Model& m, bool graph, int steps, int reps) {
   return median(t) / 1e3;
 }
 
+// Prints, as "# " lines, the bandwidth each op kind of `m`'s step reached
+// in `stats`: the bytes its ops read and write by their types
+// (step_traffic.h) over their device time, beside its calls in the plan
+// and in the program the passes made (equal unless the executor rewrote
+// more).
+void print_bandwidths(Model& m, const kiln::StepStats& stats, const char* name) {
+  const auto traffic = bench::step_traffic(m.main, m.loss, kiln::Place::cuda(0));
+  std::printf("# bandwidth of %s: kind, calls (run / typed), ms, MiB, GB/s\n", name);
+  for (const kiln::OpSummary& s : kiln::summarize(stats)) {
+    const auto it = traffic.find(s.op_name);
+    if (it == traffic.end() || s.total_ns <= 0) continue;
+    std::printf("# %-40s %4llu / %4d %9.3f %9.1f %8.1f\n", s.op_name.c_str(),
+                static_cast<unsigned long long>(s.calls), it->second.ops, double(s.total_ns) / 1e6,
+                it->second.bytes / (1024.0 * 1024.0), it->second.bytes / double(s.total_ns));
+  }
+}
+
 // Prints, as "# " lines, kiln's per-op-kind step stats of one training step
 // of `m` on cuda:0 (after warm-up steps): where a model's step time goes.
 void print_step_stats(Model& m, const char* name) {
@@ -204,6 +224,7 @@ void print_step_stats(Model& m, const char* name) {
   std::printf("# step stats of %s\n", name);
   std::istringstream table(kiln::summary_table(stats));
   for (std::string line; std::getline(table, line);) std::printf("# %s\n", line.c_str());
+  print_bandwidths(m, stats, name);
 }
 
 // A program of `reps` links, each `link(builder, value)` → value, on a

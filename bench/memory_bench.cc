@@ -19,6 +19,8 @@
 // model: its bytes without a device), f32, amp O1 bf16 and amp recomputed:
 //   BENCH mem.gpt2s.<mode>.persistent / .live / .total   MiB
 //   BENCH mem.gpt2s.amp_bf16.recompute.live_ratio / .total_ratio   over amp's
+//   BENCH mem.gpt2s.<mode>.cuda_traffic   MiB its ops read and write after a
+//         CUDA executor's passes (step_traffic.h), with "# " lines per op kind
 // `./run bench mem` (also run by `./run bench passes`).
 #include <chrono>
 #include <cstdio>
@@ -27,6 +29,7 @@
 
 #include "bench_models.h"
 #include "bench_util.h"
+#include "step_traffic.h"
 #include "kiln/exec/interpreter_core.h"
 #include "kiln/exec/memory_plan.h"
 #include "kiln/exec/plan_builder.h"
@@ -182,6 +185,16 @@ PlannedStep plan_of(bench::Model& m) {
   return s;
 }
 
+// The bytes the step's ops move on a CUDA device (step_traffic.h: by their
+// types, after a CUDA executor's passes), in all and per op kind.
+void print_traffic(const std::string& prefix, bench::Model& m) {
+  const auto by_kind = bench::step_traffic(m.main, m.loss, Place::cuda(0));
+  bench::emit(prefix + ".cuda_traffic", bench::total_bytes(by_kind) / kMiB, "MiB");
+  for (const auto& [kind, t] : by_kind)
+    std::printf("# %s.cuda_traffic %-40s %4d ops %9.1f MiB\n", prefix.c_str(), kind.c_str(), t.ops,
+                t.bytes / kMiB);
+}
+
 void planned_gpt2s() {
   auto f32 = bench::gpt_model(Place::cpu(), bench::gpt2_small());
   auto amp = bench::gpt_model(Place::cpu(), bench::gpt2_small(), /*amp=*/true);
@@ -197,6 +210,7 @@ void planned_gpt2s() {
     bench::emit(p + ".live", s.live / kMiB, "MiB");
     bench::emit(p + ".total", (s.persistent + s.live) / kMiB, "MiB");
     if (m == amp.get()) amp_total = s.persistent + s.live, amp_live = s.live;
+    print_traffic(p, *m);
     if (m == rec.get() && amp_live > 0) {
       bench::emit(p + ".live_ratio", s.live / amp_live, "ratio");
       bench::emit(p + ".total_ratio", (s.persistent + s.live) / amp_total, "ratio");
