@@ -133,6 +133,17 @@ __device__ void start_tile(E* t, const Global<E>* x, std::int64_t row0, std::int
   }
 }
 
+// Starts copying keys [j0, j0 + 64) of one head's k and v (kh, vh) into
+// stage `stage` of kv_tiles (k at tile 2·stage, v at 2·stage + 1, each
+// [64][kLd<DH>]): start_tile's rules.
+template <int DH, typename E>
+__device__ void start_key_tiles(E* kv_tiles, int stage, const FlashAttentionShape& s, const Global<E>* kh,
+                                const Global<E>* vh, std::int64_t j0, bool vec) {
+  constexpr int R = kBlockRows, ld = kLd<DH>;
+  start_tile<R, DH>(kv_tiles + 2 * stage * R * ld, kh, j0, s.lk, s.d, row_step(s, s.d), vec);
+  start_tile<R, DH>(kv_tiles + (2 * stage + 1) * R * ld, vh, j0, s.lk, s.dv, row_step(s, s.dv), vec);
+}
+
 // A warp's [16, DH] f32 accumulator (fragments acc[DH / 8]) into rows
 // row0 + [0, 16) of x (those < rows, columns < width), each scaled by
 // row_scale (rows g and g + 8).
@@ -290,8 +301,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const Global<E>* kh = k + head_offset(s, bh, s.lk, s.d);
   const Global<E>* vh = v + head_offset(s, bh, s.lk, s.dv);
   const auto start_keys = [&](std::int64_t j0, int stage) {
-    start_tile<R, DH>(kv_tiles + 2 * stage * R * ld, kh, j0, s.lk, s.d, qk_step, vec);
-    start_tile<R, DH>(kv_tiles + (2 * stage + 1) * R * ld, vh, j0, s.lk, s.dv, v_step, vec);
+    start_key_tiles<DH>(kv_tiles, stage, s, kh, vh, j0, vec);
   };
   start_tile<R, DH>(qt, q + head_offset(s, bh, s.lq, s.d), q0, s.lq, s.d, qk_step, vec);
   start_keys(0, 0);
@@ -463,8 +473,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const Global<E>* kh = k + head_offset(s, bh, s.lk, s.d);
   const Global<E>* vh = v + head_offset(s, bh, s.lk, s.dv);
   const auto start_keys = [&](std::int64_t j0, int stage) {
-    start_tile<R, DH>(kv_tiles + 2 * stage * R * ld, kh, j0, s.lk, s.d, qk_step, vec);
-    start_tile<R, DH>(kv_tiles + (2 * stage + 1) * R * ld, vh, j0, s.lk, s.dv, v_step, vec);
+    start_key_tiles<DH>(kv_tiles, stage, s, kh, vh, j0, vec);
   };
   start_tile<R, DH>(qt, q + head_offset(s, bh, s.lq, s.d), i0, s.lq, s.d, qk_step, vec);
   start_tile<R, DH>(dot, dout + head_offset(s, bh, s.lq, s.dv), i0, s.lq, s.dv, v_step, vec);
