@@ -46,6 +46,11 @@
 //                                  (KILN_CUDA_FLASH=wmma), and
 //                                  ...bf16.speedup_over_wmma their ratio to
 //                                  the register-tile kernels' figure
+//   BENCH cuda.attention.fused_atomic_dq.bf16.fwd_bwd  µs: the same with
+//                                  dQ summed by atomics
+//                                  (AttentionGradSum::Atomic), and
+//                                  ...bf16.atomic_dq_speedup the
+//                                  deterministic figure over it
 //   BENCH cuda.ffn.<gelu>.{fused,unfused}  µs: a GPT-2-small FFN link in
 //                                  bf16 ([4096, 768] · [768, 3072] + bias,
 //                                  gelu, gelu_grad reading the
@@ -92,6 +97,7 @@
 #include "kiln/exec/step_stats.h"
 #include "kiln/frontend/recompute.h"
 #include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/attention_options.h"
 #include "kiln/runtime/conv_options.h"
 #include "kiln/runtime/cuda_context.h"
 #include "kiln/runtime/matmul_precision.h"
@@ -306,6 +312,11 @@ void attention_bench() {
   ::unsetenv("KILN_CUDA_FLASH");
   emit("cuda.attention.fused_wmma.bf16.fwd_bwd", wmma, "us");
   emit("cuda.attention.fused.bf16.speedup_over_wmma", wmma / mma, "ratio");
+  kiln::set_attention_grad_sum(kiln::AttentionGradSum::Atomic);
+  const double atomic = attention_us(kiln::DataType::BFloat16, 10, 9);
+  kiln::set_attention_grad_sum(kiln::AttentionGradSum::Deterministic);
+  emit("cuda.attention.fused_atomic_dq.bf16.fwd_bwd", atomic, "us");
+  emit("cuda.attention.fused.bf16.atomic_dq_speedup", mma / atomic, "ratio");
   emit("cuda.attention.fused.f32.fwd_bwd", attention_us(kiln::DataType::Float32, 5, 5), "us");
 }
 

@@ -31,6 +31,7 @@
 #include "kiln/dialect/attention_ops.h"
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/kernel/kernel_registry.h"
+#include "kiln/runtime/attention_options.h"
 
 namespace kiln::cuda {
 namespace {
@@ -260,10 +261,13 @@ void attention_grad_kernel(KernelContext& ctx) {
   const FlashAttentionShape fs = flash_shape(a, attrs.causal, attrs.scale);
   if (use_fused<T, D>(ctx, a, fs)) {
     BufferRef delta = scratch_buffer(ctx, sizeof(float) * a.bh * a.lq);
+    const bool atomic = attention_grad_sum() == AttentionGradSum::Atomic && flash_attention_sums_dq(D);
+    BufferRef dq_sum = atomic ? scratch_buffer(ctx, sizeof(float) * dq.numel()) : BufferRef();
     launch_flash_attention_backward(D, fs, in[0].raw_data(), in[1].raw_data(), in[2].raw_data(),
                                     in[3].raw_data(), in[4].raw_data(), in[5].raw_data(),
                                     dq.raw_data(), dk.raw_data(), dv.raw_data(),
-                                    static_cast<float*>(delta->data()), stream_of(ctx));
+                                    static_cast<float*>(delta->data()),
+                                    atomic ? static_cast<float*>(dq_sum->data()) : nullptr, stream_of(ctx));
     check_launch(ctx);
   } else if constexpr (!std::is_same_v<T, std::uint16_t>) {
     cublas_attention_grad<T>(ctx, a, attrs.causal, static_cast<T>(attention_scale(attrs.scale, a.d)),

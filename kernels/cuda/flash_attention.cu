@@ -427,6 +427,8 @@ bool register_tiles(DataType dt) {
 
 }  // namespace
 
+bool flash_attention_sums_dq(DataType dt) { return register_tiles(dt); }
+
 const char* flash_attention_refusal(DataType dt, const FlashAttentionShape& s) {
   if (dt != DataType::Float32 && dt != DataType::BFloat16 && dt != DataType::Float16)
     return "dtypes other than f32, bf16 and f16";
@@ -470,7 +472,7 @@ void launch_flash_attention_forward(DataType dt, const FlashAttentionShape& s, c
 void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, const void* q,
                                      const void* k, const void* v, const void* out,
                                      const void* lse, const void* dout, void* dq, void* dk,
-                                     void* dv, float* delta, cudaStream_t st) {
+                                     void* dv, float* delta, float* dq_sum, cudaStream_t st) {
   with_types(dt, tile_dim(s), [&]<typename E, int DH>() {
     using G = Global<E>;
     const auto *gq = static_cast<const G*>(q), *gk = static_cast<const G*>(k),
@@ -478,7 +480,11 @@ void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, 
     const auto* gl = static_cast<const float*>(lse);
     flash_delta<E><<<static_cast<unsigned>(tiles(s.bh * s.lq, kFlashWarps)), kFlashThreads, 0, st>>>(
         s, static_cast<const G*>(out), gdo, delta);
-    if (register_tiles(dt)) return launch_mma_backward(dt, s, q, k, v, lse, dout, dq, dk, dv, delta, st);
+    if (register_tiles(dt)) {
+      launch_mma_backward(dt, s, q, k, v, lse, dout, dq, dk, dv, delta, dq_sum, st);
+      if (dq_sum) launch_cast(DataType::Float32, dt, dq_sum, dq, s.bh * s.lq * s.d, st);
+      return;
+    }
     using KV = BackwardLayout<E, DH, true>;
     allow_shared_memory<flash_backward_kv<E, DH>>(KV::bytes);
     const dim3 kv_grid(static_cast<unsigned>(s.bh), static_cast<unsigned>(tiles(s.lk, KV::kRows)));

@@ -31,7 +31,7 @@ void with_half_types(DataType dt, int dh, F&& f) {
 std::size_t mma_shared_bytes(int dh) {
   std::size_t bytes = 0;
   with_dim<__half>(dh, [&]<typename E, int DH>() {
-    bytes = std::max({kForwardBytes<E, DH>, kKvBytes<E, DH>, kQBytes<E, DH>});
+    bytes = std::max({kForwardBytes<E, DH>, kKvAtomicBytes<E, DH>, kQBytes<E, DH>});
   });
   return bytes;
 }
@@ -52,17 +52,24 @@ void launch_mma_forward(DataType dt, const FlashAttentionShape& s, const void* q
 
 void launch_mma_backward(DataType dt, const FlashAttentionShape& s, const void* q, const void* k,
                          const void* v, const void* lse, const void* dout, void* dq, void* dk,
-                         void* dv, const float* delta, cudaStream_t st) {
+                         void* dv, const float* delta, float* dq_sum, cudaStream_t st) {
   const bool vec = vector_rows(s, {q, k, v, dout});
   with_half_types(dt, tile_dim(s), [&]<typename E, int DH>() {
     using G = Global<E>;
     const auto *gq = static_cast<const G*>(q), *gk = static_cast<const G*>(k),
                *gv = static_cast<const G*>(v), *gdo = static_cast<const G*>(dout);
     const auto* gl = static_cast<const float*>(lse);
-    allow_shared_memory<mma_backward_kv<E, DH>>(kKvBytes<E, DH>);
     const dim3 kv_grid(static_cast<unsigned>(s.bh), static_cast<unsigned>(tiles(s.lk, kBlockRows)));
-    mma_backward_kv<E, DH><<<kv_grid, kMmaThreads, kKvBytes<E, DH>, st>>>(
-        s, vec, gq, gk, gv, gl, gdo, delta, static_cast<G*>(dk), static_cast<G*>(dv));
+    if (dq_sum) {
+      cudaMemsetAsync(dq_sum, 0, sizeof(float) * s.bh * s.lq * s.d, st);
+      allow_shared_memory<mma_backward_kv<E, DH, true>>(kKvAtomicBytes<E, DH>);
+      mma_backward_kv<E, DH, true><<<kv_grid, kMmaThreads, kKvAtomicBytes<E, DH>, st>>>(
+          s, vec, gq, gk, gv, gl, gdo, delta, static_cast<G*>(dk), static_cast<G*>(dv), dq_sum);
+      return;
+    }
+    allow_shared_memory<mma_backward_kv<E, DH, false>>(kKvBytes<E, DH>);
+    mma_backward_kv<E, DH, false><<<kv_grid, kMmaThreads, kKvBytes<E, DH>, st>>>(
+        s, vec, gq, gk, gv, gl, gdo, delta, static_cast<G*>(dk), static_cast<G*>(dv), nullptr);
     allow_shared_memory<mma_backward_q<E, DH>>(kQBytes<E, DH>);
     const dim3 q_grid(static_cast<unsigned>(s.bh), static_cast<unsigned>(tiles(s.lq, kBlockRows)));
     mma_backward_q<E, DH><<<q_grid, kMmaThreads, kQBytes<E, DH>, st>>>(s, vec, gq, gk, gv, gl, gdo,

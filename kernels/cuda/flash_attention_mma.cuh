@@ -382,13 +382,56 @@ constexpr std::size_t kKvStageBytes =
     sizeof(E) * 2 * kKvQueryRows<DH> * kLd<DH> + sizeof(float) * 2 * kKvQueryRows<DH>;
 template <typename E, int DH>
 constexpr std::size_t kKvBytes = sizeof(E) * 2 * kBlockRows * kLd<DH> + 2 * kKvStageBytes<E, DH>;
-
-// Block (head blockIdx.x, keys blockIdx.y · 64 ..): dK and dV of those keys.
+// With dQ summed by atomics, then dS of the stage's queries ([QR] rows of
+// the block's 64 keys).
+constexpr int kLdScores = kBlockRows + 8;
 template <typename E, int DH>
+constexpr std::size_t kKvAtomicBytes = kKvBytes<E, DH> + sizeof(E) * kKvQueryRows<DH> * kLdScores;
+
+// The atomic kv kernel's dQ share of one query tile: dQ[i0 + ..] += dS·K
+// over the block's 64 keys, dS ([QR][kLdScores], rows queries) from shared
+// memory. Warp w takes query rows (w % (QR / 16))·16 .. + 16 and, at QR =
+// 32, half of the columns; its f32 sums go to the head's rows of a
+// q-shaped f32 tensor (dq_head, zeroed before the kernel) by atomic adds.
+template <int QR, int DH, typename E>
+__device__ void add_query_grad(const FlashAttentionShape& s, float* dq_head, std::int64_t i0, const E* ds,
+                               const E* kt) {
+  constexpr int kRowGroups = QR / 16, kCols = DH * kRowGroups / 4;
+  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  const int rows0 = warp % kRowGroups * 16, col0 = warp / kRowGroups * kCols;
+  float acc[kCols / 8][4];
+  zero<kCols>(acc);
+#pragma unroll
+  for (int kk = 0; kk < kBlockRows / 16; ++kk) {
+    std::uint32_t af[4];
+    load_a(af, ds + rows0 * kLdScores, kLdScores, kk * 16);
+#pragma unroll
+    for (int nb = 0; nb < kCols / 8; nb += 2) {
+      std::uint32_t bf[4];
+      load_b_cols(bf, kt, kLd<DH>, kk * 16, col0 + nb * 8);
+      mma<E>(acc[nb], af, bf[0], bf[1]);
+      mma<E>(acc[nb + 1], af, bf[2], bf[3]);
+    }
+  }
+  const std::int64_t step = row_step(s, s.d);
+#pragma unroll
+  for (int nb = 0; nb < kCols / 8; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const std::int64_t row = i0 + rows0 + g + (e / 2) * 8;
+      const int col = col0 + nb * 8 + 2 * t + e % 2;
+      if (row < s.lq && col < s.d) atomicAdd(dq_head + row * step + col, acc[nb][e]);
+    }
+}
+
+// Block (head blockIdx.x, keys blockIdx.y · 64 ..): dK and dV of those keys;
+// kAtomicDq: also their share of every query row's dQ, added to dq_acc
+// (add_query_grad), so that no q kernel runs.
+template <typename E, int DH, bool kAtomicDq>
 __global__ void __launch_bounds__(kMmaThreads)
     mma_backward_kv(FlashAttentionShape s, bool vec, const Global<E>* q, const Global<E>* k,
                     const Global<E>* v, const float* lse, const Global<E>* dout,
-                    const float* delta, Global<E>* dk, Global<E>* dv) {
+                    const float* delta, Global<E>* dk, Global<E>* dv, float* dq_acc) {
   constexpr int R = kBlockRows, QR = kKvQueryRows<DH>, ld = kLd<DH>;
   extern __shared__ __align__(128) unsigned char smem[];
   E* kt = reinterpret_cast<E*>(smem);
@@ -444,6 +487,16 @@ __global__ void __launch_bounds__(kMmaThreads)
       }
     accumulate_product<QR, DH>(dv_acc, st, dot);
     accumulate_product<QR, DH>(dk_acc, dpt, qt);
+    if constexpr (kAtomicDq) {
+      E* ds = reinterpret_cast<E*>(stages + 2 * kKvStageBytes<E, DH>);
+#pragma unroll
+      for (int nb = 0; nb < QR / 8; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)  // dSᵀ's (key, query) as dS's (query, key), rounded as for dK
+          ds[(nb * 8 + 2 * t + e % 2) * kLdScores + warp * kWarpRows + g + (e / 2) * 8] = narrow<E>(dpt[nb][e]);
+      __syncthreads();
+      add_query_grad<QR, DH>(s, dq_acc + head_offset(s, bh, s.lq, s.d), i0, ds, kt);
+    }
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
   wait_copies<0>();

@@ -180,12 +180,19 @@ void launch_flash_attention_forward(DataType dt, const FlashAttentionShape& s, c
                                     const void* k, const void* v, void* out, void* lse,
                                     cudaStream_t st);
 // dq, dk, dv (every element written) from the forward's out and lse (f32)
-// and the incoming dout; delta is device scratch of bh·lq floats. Deterministic:
-// no atomics, every sum in a fixed order. Needs lq > 0, lk > 0 and bh > 0.
+// and the incoming dout; delta is device scratch of bh·lq floats. With
+// dq_sum null, deterministic: no atomics, every sum in a fixed order. Else
+// dq_sum is device scratch of q's element count floats, and where dt's
+// kernels can (bf16 and f16 on register tiles, flash_attention_sums_dq) the
+// key-tile pass adds each key tile's share of dQ there by f32 atomics
+// (FlashAttention-2's five products instead of seven; dQ's last bits may
+// differ run to run), then rounds it into dq. Needs lq > 0, lk > 0 and bh > 0.
 void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, const void* q,
                                      const void* k, const void* v, const void* out,
                                      const void* lse, const void* dout, void* dq, void* dk,
-                                     void* dv, float* delta, cudaStream_t st);
+                                     void* dv, float* delta, float* dq_sum, cudaStream_t st);
+// Whether launch_flash_attention_backward sums dq in dq_sum for dt.
+bool flash_attention_sums_dq(DataType dt);
 
 // ---- max_pool2d / avg_pool2d (pool.cu), NCHW ----
 

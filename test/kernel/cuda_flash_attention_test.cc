@@ -25,6 +25,7 @@
 #include "kernel/cuda_test_util.h"
 #include "kernel/half_test_util.h"
 #include "kiln/dialect/attention_ops.h"
+#include "kiln/runtime/attention_options.h"
 
 using namespace kiln;
 using kiln_test::filled;
@@ -191,6 +192,45 @@ void check_deterministic(DataType dt, const std::string& layout) {
   for (int i = 0; i < 3; ++i) CHECK(same(g1.results[i], g2.results[i]));
 }
 
+// The attention gradient summing dQ by atomics (AttentionGradSum::Atomic)
+// while it lives.
+class AtomicDq {
+ public:
+  AtomicDq() { set_attention_grad_sum(AttentionGradSum::Atomic); }
+  ~AtomicDq() { set_attention_grad_sum(AttentionGradSum::Deterministic); }
+  AtomicDq(const AtomicDq&) = delete;
+  AtomicDq& operator=(const AtomicDq&) = delete;
+};
+
+// The gradient with dQ summed by atomics: dq near the deterministic one
+// (compare_fused's tolerance against the CPU), dk and dv its bits (the
+// key-tile pass computes them the same way).
+void compare_atomic_dq(DataType dt, const Case& c, bool causal, const std::string& layout) {
+  INFO(to_string(dt) << " " << layout << " B " << c.b << " H " << c.h << " Lq " << c.lq << " Lk "
+                     << c.lk << " D " << c.d << " Dv " << c.dv << " causal " << causal);
+  const Tensor q = operand(dt, layout_dims(c, layout, c.lq, c.d), 1),
+               k = operand(dt, layout_dims(c, layout, c.lk, c.d), 2),
+               v = operand(dt, layout_dims(c, layout, c.lk, c.dv), 3);
+  auto cpu = run_op<ScaledDotProductAttentionOp>({q, k, v}, causal, 0.0, layout);
+  const Tensor dout = operand(dt, cpu.results[0].dims(), 4);
+  const std::vector<Tensor> in{q, k, v, cpu.results[0], cpu.results[1], dout};
+  auto gcpu = run_op<Grad>(in, causal, 0.0, layout);
+  auto fixed = run_cuda_op<Grad>(in, causal, 0.0, layout);
+  std::vector<Tensor> summed;
+  {
+    const AtomicDq atomic;
+    summed = run_cuda_op<Grad>(in, causal, 0.0, layout).results;
+  }
+  double grad_peak = 1;
+  for (int i = 0; i < 3; ++i) grad_peak = peak_of(gcpu.results[i], grad_peak);
+  const double tol = tolerance(dt);
+  check_near(summed[0], gcpu.results[0], tol, tol, grad_peak);
+  for (int i = 1; i < 3; ++i) {
+    INFO("gradient #" << i << " (dk, dv): the deterministic kernels' bits");
+    CHECK(std::memcmp(summed[i].raw_data(), fixed.results[i].raw_data(), summed[i].bytes()) == 0);
+  }
+}
+
 }  // namespace flash_attention_test
 
 namespace fat = flash_attention_test;
@@ -263,4 +303,16 @@ TEST_CASE("a head dim above 128 takes the cuBLAS path in f32 and is an error nam
                         fat::operand(DataType::BFloat16, big, 3)},
                        false, 0.0, std::string("BHLD")),
                    Unimplemented, {"kiln.scaled_dot_product_attention", "bf16", "D 160", "128"});
+}
+
+TEST_CASE("fused CUDA attention's gradient summing dQ by atomics matches the CPU and keeps dK and dV",
+          "[cuda][kernel][sanitize]") {
+  if (!have_cuda()) return;
+  for (DataType dt : {DataType::BFloat16, DataType::Float16})
+    for (const std::string layout : {"BHLD", "BLHD"})
+      for (bool causal : {false, true}) {
+        fat::compare_atomic_dq(dt, {1, 2, 200, 130, 64, 64}, causal, layout);
+        fat::compare_atomic_dq(dt, {2, 1, 70, 17, 128, 128}, causal, layout);
+        fat::compare_atomic_dq(dt, {1, 2, 33, 90, 32, 24}, causal, layout);
+      }
 }

@@ -147,6 +147,9 @@ void check_near(const std::string& what, const std::vector<double>& got, const s
 // Which loads the kernels are told to use: 16-byte vectors where the head
 // dims allow them (as the launcher decides), or element by element always.
 enum class Loads { AsLauncher, Scalar };
+// How dQ is summed: by the q kernel, or by the kv kernel's atomic adds
+// into f32 (AttentionGradSum::Atomic), rounded once after.
+enum class DqSum { QKernel, Atomic };
 
 // The copy timing for one scope, restored when it ends (also by a failed
 // REQUIRE).
@@ -159,11 +162,12 @@ struct CopyTimingScope {
 // The three kernels on one problem under the emulation, against the
 // reference.
 template <typename E, int DH>
-void check_kernels(const FlashAttentionShape& s, double tol, Loads loads = Loads::AsLauncher) {
+void check_kernels(const FlashAttentionShape& s, double tol, Loads loads = Loads::AsLauncher,
+                   DqSum dq_sum = DqSum::QKernel) {
   INFO((std::is_same_v<E, __half> ? "f16" : "bf16")
        << (s.heads_inner ? " BLHD" : " BHLD") << " BH " << s.bh << " Lq " << s.lq << " Lk " << s.lk
        << " D " << s.d << " Dv " << s.dv << " causal " << s.causal
-       << (loads == Loads::Scalar ? " scalar loads" : ""));
+       << (loads == Loads::Scalar ? " scalar loads" : "") << (dq_sum == DqSum::Atomic ? " atomic dQ" : ""));
   Problem p;
   p.s = s;
   p.q = random_bits<E>(static_cast<std::size_t>(s.bh * s.lq * s.d), 1);
@@ -180,14 +184,23 @@ void check_kernels(const FlashAttentionShape& s, double tol, Loads loads = Loads
   emu::launch(q_grid, flash::kMmaThreads, flash::smem, flash::kForwardBytes<E, DH>, [&] {
     flash::mma_forward<E, DH>(s, vec, p.q.data(), p.k.data(), p.v.data(), out.data(), lse.data());
   });
-  emu::launch(kv_grid, flash::kMmaThreads, flash::smem, flash::kKvBytes<E, DH>, [&] {
-    flash::mma_backward_kv<E, DH>(s, vec, p.q.data(), p.k.data(), p.v.data(), p.lse.data(),
-                                  p.dout.data(), p.delta.data(), dk.data(), dv.data());
-  });
-  emu::launch(q_grid, flash::kMmaThreads, flash::smem, flash::kQBytes<E, DH>, [&] {
-    flash::mma_backward_q<E, DH>(s, vec, p.q.data(), p.k.data(), p.v.data(), p.lse.data(),
-                                 p.dout.data(), p.delta.data(), dq.data());
-  });
+  if (dq_sum == DqSum::Atomic) {
+    std::vector<float> sum(dq.size(), 0.f);
+    emu::launch(kv_grid, flash::kMmaThreads, flash::smem, flash::kKvAtomicBytes<E, DH>, [&] {
+      flash::mma_backward_kv<E, DH, true>(s, vec, p.q.data(), p.k.data(), p.v.data(), p.lse.data(),
+                                          p.dout.data(), p.delta.data(), dk.data(), dv.data(), sum.data());
+    });
+    for (std::size_t i = 0; i < dq.size(); ++i) dq[i] = to_bits<E>(sum[i]);
+  } else {
+    emu::launch(kv_grid, flash::kMmaThreads, flash::smem, flash::kKvBytes<E, DH>, [&] {
+      flash::mma_backward_kv<E, DH, false>(s, vec, p.q.data(), p.k.data(), p.v.data(), p.lse.data(),
+                                           p.dout.data(), p.delta.data(), dk.data(), dv.data(), nullptr);
+    });
+    emu::launch(q_grid, flash::kMmaThreads, flash::smem, flash::kQBytes<E, DH>, [&] {
+      flash::mma_backward_q<E, DH>(s, vec, p.q.data(), p.k.data(), p.v.data(), p.lse.data(),
+                                   p.dout.data(), p.delta.data(), dq.data());
+    });
+  }
   const std::vector<std::string> faults = emu::faults();
   INFO((faults.empty() ? std::string("no faults") : faults.front()));
   CHECK(faults.empty());
@@ -255,5 +268,17 @@ TEST_CASE("emulated register-tile attention with one query or one key matches f6
   for (bool causal : {false, true}) {
     check_kernels<__nv_bfloat16, 64>(shape(1, 3, 1, 64, 64, 64, true, causal), 2e-2);
     check_kernels<__nv_bfloat16, 64>(shape(1, 3, 64, 1, 64, 64, false, causal), 2e-2);
+  }
+}
+
+TEST_CASE("emulated register-tile attention summing dQ by atomic adds matches f64 attention",
+          "[kernel][attention][emulated]") {
+  for (bool causal : {false, true}) {
+    check_kernels<__nv_bfloat16, 64>(shape(1, 2, 200, 130, 64, 64, false, causal), 2e-2, Loads::AsLauncher,
+                                     DqSum::Atomic);
+    check_kernels<__half, 128>(shape(1, 1, 130, 200, 128, 128, true, causal), 5e-3, Loads::AsLauncher,
+                               DqSum::Atomic);
+    check_kernels<__half, 32>(shape(2, 1, 17, 70, 24, 32, false, causal), 5e-3, Loads::AsLauncher,
+                              DqSum::Atomic);
   }
 }

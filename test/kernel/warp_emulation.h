@@ -11,6 +11,7 @@
 //     give it (mma.m16n8k16 with .bf16 / .f16 operands and f32
 //     accumulators; ldmatrix .m8n8 .x4, plain and .trans), with f32
 //     products and sums;
+//   - atomicAdd on f32 is std::atomic_ref's fetch_add;
 //   - cp.async copies land either at the wait_group that covers their group
 //     (CopyTiming::AtWait, the latest the hardware may land them: a read
 //     that no wait and barrier order after its copy sees the NaN fill) or
@@ -29,6 +30,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <barrier>
 #include <cstdint>
 #include <cstring>
@@ -239,6 +241,11 @@ void wait_copies() {
   kiln_test::warp_emulation::wait_copies(pending);
 }
 }  // namespace kiln::cuda
+
+// CUDA's atomicAdd on f32, where the kernels look it up.
+inline float atomicAdd(float* address, float value) {
+  return std::atomic_ref<float>(*address).fetch_add(value);
+}
 
 #define threadIdx ::kiln_test::warp_emulation::thread_idx
 #define blockIdx ::kiln_test::warp_emulation::block_idx

@@ -1,0 +1,16 @@
+#include "kiln/runtime/attention_options.h"
+
+#include <atomic>
+
+namespace kiln {
+namespace {
+// relaxed: a launch around the call may see either setting.
+std::atomic<AttentionGradSum> g_attention_grad_sum{AttentionGradSum::Deterministic};
+}  // namespace
+
+void set_attention_grad_sum(AttentionGradSum sum) noexcept {
+  g_attention_grad_sum.store(sum, std::memory_order_relaxed);
+}
+AttentionGradSum attention_grad_sum() noexcept { return g_attention_grad_sum.load(std::memory_order_relaxed); }
+
+}  // namespace kiln
