@@ -200,6 +200,20 @@ __device__ void scores_of(float (&acc)[N / 8][4], const std::uint32_t (&a)[DH / 
   for (int ks = 0; ks < DH / 16; ++ks) scores_step<N, DH>(acc, a[ks], b, ks);
 }
 
+// acc ([16, N]) += A·M over M's rows [k0, k0 + 16): af A's fragment there,
+// M a row-major tile (ld elements a row) read from column n0 on.
+template <int N, typename E>
+__device__ void product_step(float (&acc)[N / 8][4], const std::uint32_t (&af)[4], const E* m, int ld, int k0,
+                             int n0) {
+#pragma unroll
+  for (int nb = 0; nb < N / 8; nb += 2) {
+    std::uint32_t bf[4];
+    load_b_cols(bf, m, ld, k0, n0 + nb * 8);
+    mma<E>(acc[nb], af, bf[0], bf[1]);
+    mma<E>(acc[nb + 1], af, bf[2], bf[3]);
+  }
+}
+
 // acc ([16, DH]) += P·M: P the warp's [16, K] f32 fragments rounded to E as
 // A fragments, M rows [0, K) of a row-major [K][kLd<DH>] tile.
 template <int K, int DH, typename E>
@@ -209,13 +223,7 @@ __device__ void accumulate_product(float (&acc)[DH / 8][4], const float (&p)[K /
     const std::uint32_t pa[4] = {pack<E>(p[2 * kk][0], p[2 * kk][1]), pack<E>(p[2 * kk][2], p[2 * kk][3]),
                                  pack<E>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                                  pack<E>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-#pragma unroll
-    for (int nb = 0; nb < DH / 8; nb += 2) {
-      std::uint32_t bf[4];
-      load_b_cols(bf, m, kLd<DH>, kk * 16, nb * 8);
-      mma<E>(acc[nb], pa, bf[0], bf[1]);
-      mma<E>(acc[nb + 1], pa, bf[2], bf[3]);
-    }
+    product_step<DH>(acc, pa, m, kLd<DH>, kk * 16, 0);
   }
 }
 
@@ -405,13 +413,7 @@ __device__ void add_query_grad(const FlashAttentionShape& s, float* dq_head, std
   for (int kk = 0; kk < kBlockRows / 16; ++kk) {
     std::uint32_t af[4];
     load_a(af, ds + rows0 * kLdScores, kLdScores, kk * 16);
-#pragma unroll
-    for (int nb = 0; nb < kCols / 8; nb += 2) {
-      std::uint32_t bf[4];
-      load_b_cols(bf, kt, kLd<DH>, kk * 16, col0 + nb * 8);
-      mma<E>(acc[nb], af, bf[0], bf[1]);
-      mma<E>(acc[nb + 1], af, bf[2], bf[3]);
-    }
+    product_step<kCols>(acc, af, kt, kLd<DH>, kk * 16, col0);
   }
   const std::int64_t step = row_step(s, s.d);
 #pragma unroll
