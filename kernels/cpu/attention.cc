@@ -1,7 +1,8 @@
 // CPU kernels of kiln.scaled_dot_product_attention and its gradient. Each
 // (batch, head) pair is processed in tiles of kTileRows query rows: the
 // tile's scores against the keys it sees (all keys, or keys up to the tile's
-// last row when causal: later key blocks are skipped) go through one GEMM
+// last row when causal, and within the batch's key_lengths: later key
+// blocks are skipped) go through one GEMM
 // into a per-thread scratch, the softmax runs on those rows in place, and a
 // second GEMM multiplies by V. The gradient recomputes the tile's
 // probabilities from q, k and the saved log-sum-exp instead of storing them.
@@ -46,6 +47,28 @@ AttentionDims attn_dims(const KernelContext& ctx, const std::string& layout, con
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has a dim of ", x,
                   ", beyond what the BLAS takes");
   return a;
+}
+
+// Each batch's key count from input i (key_lengths, int32 or int64 [B]),
+// checked; empty when the op has no such input.
+std::vector<std::int64_t> key_lengths(const KernelContext& ctx, std::uint32_t i, const AttentionDims& a) {
+  std::vector<std::int64_t> n;
+  if (ctx.num_inputs() <= i) return n;
+  const Tensor& t = ctx.input(i);
+  check_key_lengths_tensor(ctx.op()->name(), t.dtype(), t.dims(), a.b);
+  for (std::int64_t b = 0; b < a.b; ++b)
+    n.push_back(checked_key_length(ctx.op()->name(), b,
+                                   t.dtype() == DataType::Int32 ? t.data<std::int32_t>()[b] : t.data<std::int64_t>()[b],
+                                   a.lk));
+  return n;
+}
+
+// The keys the query rows [i0, i0 + rows) of head bh see between them: the
+// first kend (causal: up to the last row; key_lengths: the batch's count).
+std::int64_t tile_keys(const AttentionDims& a, const std::vector<std::int64_t>& lens, bool causal,
+                       std::int64_t bh, std::int64_t i0, std::int64_t rows) {
+  const std::int64_t kend = causal ? std::min(a.lk, i0 + rows) : a.lk;
+  return lens.empty() ? kend : std::min(kend, lens[static_cast<std::size_t>(bh / a.h)]);
 }
 
 // exp for the softmax rows (vector_math.h: a polynomial for f32). Below
@@ -150,6 +173,7 @@ struct ForwardTile {
   T *out, *lse;
   T scale;
   bool causal;
+  const std::vector<std::int64_t>& lens;  // key_lengths per batch, or empty
 
   void operator()(std::int64_t bh, std::int64_t i0, T* s) const {
     const int d = static_cast<int>(a.d), dv = static_cast<int>(a.dv);
@@ -161,8 +185,13 @@ struct ForwardTile {
     const T* vb = v + a.head_offset(bh, a.lk, a.dv);
     T* ob = out + a.head_offset(bh, a.lq, a.dv) + i0 * ld_v;
     const std::int64_t rows = std::min(kTileRows, a.lq - i0);
-    const std::int64_t kend = causal ? std::min(a.lk, i0 + rows) : a.lk;
+    const std::int64_t kend = tile_keys(a, lens, causal, bh, i0, rows);
     const int ik = static_cast<int>(kend);
+    if (kend == 0) {  // a batch without keys: empty sums
+      for (std::int64_t r = 0; r < rows; ++r) std::fill(ob + r * ld_v, ob + r * ld_v + dv, T(0));
+      std::fill(lse + bh * a.lq + i0, lse + bh * a.lq + i0 + rows, -std::numeric_limits<T>::infinity());
+      return;
+    }
     if (d == 0) std::fill(s, s + rows * kend, T(0));
     else gemm(false, true, static_cast<int>(rows), ik, d, scale, qb, ld_qk, kb, ld_qk, T(0), s, ik);
     simd_dispatch<SoftmaxTile<T>>(s, rows, kend, i0, causal, lse + bh * a.lq + i0);
@@ -176,6 +205,7 @@ struct AttentionK {
     const auto& attrs = ctx.attrs<ScaledDotProductAttentionOp>();
     const Tensor q = typed_input<T>(ctx, 0), k = typed_input<T>(ctx, 1), v = typed_input<T>(ctx, 2);
     const AttentionDims a = attn_dims(ctx, attrs.layout, q, k, v);
+    const std::vector<std::int64_t> lens = key_lengths(ctx, 3, a);
     const std::int64_t lse_shape[] = {a.b, a.h, a.lq};
     Tensor& out = ctx.alloc_output(0, a.out_dims(), q.dtype());
     Tensor& lse = ctx.alloc_output(1, Dims(std::span<const std::int64_t>(lse_shape, 3)), q.dtype());
@@ -188,7 +218,7 @@ struct AttentionK {
       return;
     }
     const ForwardTile<T> tile{a, q.data<T>(), k.data<T>(), v.data<T>(), po, pl,
-                              static_cast<T>(attention_scale(attrs.scale, a.d)), attrs.causal};
+                              static_cast<T>(attention_scale(attrs.scale, a.d)), attrs.causal, lens};
     // Items: (head, tile of kTileRows query rows), each written by one call
     // of the same GEMMs on any thread.
     const std::int64_t tiles = (a.lq + kTileRows - 1) / kTileRows;
@@ -210,6 +240,7 @@ struct BackwardHead {
   T *dq, *dk, *dv;
   T scale;
   bool causal;
+  const std::vector<std::int64_t>& lens;  // key_lengths per batch, or empty
 
   void operator()(std::int64_t bh, T* p) const {
     T* dp = p + kTileRows * a.lk;
@@ -230,8 +261,9 @@ struct BackwardHead {
     for (std::int64_t i0 = 0; i0 < a.lq; i0 += kTileRows) {
       const std::int64_t rows = std::min(kTileRows, a.lq - i0);
       const int ir = static_cast<int>(rows);
-      const std::int64_t kend = causal ? std::min(a.lk, i0 + rows) : a.lk;
+      const std::int64_t kend = tile_keys(a, lens, causal, bh, i0, rows);
       const int ik = static_cast<int>(kend);
+      if (kend == 0) continue;  // rows without keys: no gradient
       // P = exp(scale · Q Kᵀ - lse), 0 where masked.
       if (d == 0) std::fill(p, p + rows * kend, T(0));
       else gemm(false, true, ir, ik, d, scale, qb + i0 * ld_qk, ld_qk, kb, ld_qk, T(0), p, ik);
@@ -272,11 +304,12 @@ struct AttentionGradK {
     if (dq.numel() > 0) std::memset(dq.data<T>(), 0, dq.bytes());
     if (dk.numel() > 0) std::memset(dk.data<T>(), 0, dk.bytes());
     if (dvt.numel() > 0) std::memset(dvt.data<T>(), 0, dvt.bytes());
+    const std::vector<std::int64_t> lens = key_lengths(ctx, 6, a);
     if (a.bh == 0 || a.lq == 0 || a.lk == 0 || (a.d == 0 && a.dv == 0)) return;
     const BackwardHead<T> head{a,          q.data<T>(),  k.data<T>(),  v.data<T>(),
                                o.data<T>(), lse.data<T>(), dout.data<T>(), dq.data<T>(),
                                dk.data<T>(), dvt.data<T>(), static_cast<T>(attention_scale(attrs.scale, a.d)),
-                               attrs.causal};
+                               attrs.causal, lens};
     // Items: heads, each accumulating its dK and dV over its tiles in order.
     const std::int64_t head_work = std::max<std::int64_t>(a.lq * a.lk * (2 * a.d + 2 * a.dv), 1);
     parallel_for(a.bh, std::max<std::int64_t>(1, kRangeWork / head_work), [&](std::int64_t h0, std::int64_t h1) {

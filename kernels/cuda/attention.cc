@@ -85,10 +85,22 @@ class HeadsOuter {
   T* next_;
 };
 
+// The op's key_lengths (input i), when it has one: int32 or int64 [B].
+KeyLengths key_lengths_of(const KernelContext& ctx, std::uint32_t i, const AttentionDims& a) {
+  if (ctx.num_inputs() <= i) return {};
+  const Tensor& t = ctx.input(i);
+  check_key_lengths_tensor(ctx.op()->name(), t.dtype(), t.dims(), a.b);
+  return {.lengths = t.raw_data(), .wide = t.dtype() == DataType::Int64};
+}
+
+AttentionRows attention_rows(const AttentionDims& a, bool causal, KeyLengths keys) {
+  return {.rows = a.bh * a.lq, .lq = a.lq, .lk = a.lk, .h = a.h, .causal = causal, .keys = keys};
+}
+
 // The cuBLAS path's forward on checked dims (lq, lk and bh > 0): the
 // scores of every head into scratch, their softmax, the product by V.
 template <typename T>
-void cublas_attention(const KernelContext& ctx, const AttentionDims& a, bool causal, T scale,
+void cublas_attention(const KernelContext& ctx, const AttentionDims& a, bool causal, KeyLengths keys, T scale,
                       const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                       Tensor& lse) {
   const std::int64_t rows = a.bh * a.lq;
@@ -105,7 +117,7 @@ void cublas_attention(const KernelContext& ctx, const AttentionDims& a, bool cau
     po = staged->place(out.numel());
   }
   scores(ctx, a, scale, pq, pk, s);
-  launch_attention_softmax(s, lse.data<T>(), rows, a.lq, a.lk, causal, stream_of(ctx));
+  launch_attention_softmax(s, lse.data<T>(), attention_rows(a, causal, keys), stream_of(ctx));
   check_launch(ctx);
   if (a.dv > 0)
     row_major_gemm<T>(ctx, false, false, a.lq, a.dv, a.lk, T(1), s, a.lk, a.lq * a.lk, pv, a.dv,
@@ -115,7 +127,7 @@ void cublas_attention(const KernelContext& ctx, const AttentionDims& a, bool cau
 
 // The cuBLAS path's gradient (lq, lk and bh > 0; d or dv > 0).
 template <typename T>
-void cublas_attention_grad(const KernelContext& ctx, const AttentionDims& a, bool causal,
+void cublas_attention_grad(const KernelContext& ctx, const AttentionDims& a, bool causal, KeyLengths keys,
                            T scale, const Tensor (&in)[6], Tensor& dq, Tensor& dk, Tensor& dv) {
   const Tensor &q = in[0], &k = in[1], &v = in[2], &o = in[3], &lse = in[4], &dout = in[5];
   const cudaStream_t st = stream_of(ctx);
@@ -141,8 +153,8 @@ void cublas_attention_grad(const KernelContext& ctx, const AttentionDims& a, boo
   }
   // P = exp(scale · Q·Kᵀ - lse), 0 where masked; Δ = rowsum(dO ∘ O).
   scores(ctx, a, scale, pq, pk, p);
-  launch_attention_probabilities(p, lse.data<T>(), pdo, po, delta, rows, a.lq, a.lk, a.dv,
-                                 causal, st);
+  launch_attention_probabilities(p, lse.data<T>(), pdo, po, delta, attention_rows(a, causal, keys), a.dv,
+                                 st);
   check_launch(ctx);
   if (a.dv > 0) {
     // dV = Pᵀ·dO; dP = dO·Vᵀ
@@ -178,10 +190,10 @@ const Tensor& input_of(const KernelContext& ctx, std::uint32_t i, DataType dtype
   return t;
 }
 
-FlashAttentionShape flash_shape(const AttentionDims& a, bool causal, double scale) {
+FlashAttentionShape flash_shape(const AttentionDims& a, bool causal, double scale, KeyLengths keys) {
   return {.bh = a.bh, .h = a.h, .lq = a.lq, .lk = a.lk, .d = a.d, .dv = a.dv,
           .heads_inner = a.heads_inner, .causal = causal,
-          .scale = static_cast<float>(attention_scale(scale, a.d))};
+          .scale = static_cast<float>(attention_scale(scale, a.d)), .keys = keys};
 }
 
 // The fused kernels take f32 within their dims, bf16 and f16 always (a
@@ -216,6 +228,7 @@ void attention_kernel(KernelContext& ctx) {
   const std::string_view op = ctx.op()->name();
   const AttentionDims a = attention_dims(op, q.dims(), k.dims(), v.dims(),
                                          attention_heads_inner(op, attrs.layout));
+  const KeyLengths keys = key_lengths_of(ctx, 3, a);
   const std::int64_t lse_shape[] = {a.b, a.h, a.lq};
   Tensor& out = ctx.alloc_output(0, a.out_dims(), D);
   const DataType lse_dt = attention_lse_dtype(D);
@@ -229,14 +242,14 @@ void attention_kernel(KernelContext& ctx) {
     check_launch(ctx);
     return;
   }
-  const FlashAttentionShape fs = flash_shape(a, attrs.causal, attrs.scale);
+  const FlashAttentionShape fs = flash_shape(a, attrs.causal, attrs.scale, keys);
   if (use_fused<T, D>(ctx, a, fs)) {
     launch_flash_attention_forward(D, fs, q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
                                    lse.raw_data(), st);
     check_launch(ctx);
   } else if constexpr (!std::is_same_v<T, std::uint16_t>) {
-    cublas_attention<T>(ctx, a, attrs.causal, static_cast<T>(attention_scale(attrs.scale, a.d)), q, k,
-                        v, out, lse);
+    cublas_attention<T>(ctx, a, attrs.causal, keys, static_cast<T>(attention_scale(attrs.scale, a.d)), q,
+                        k, v, out, lse);
   }
 }
 
@@ -249,6 +262,7 @@ void attention_grad_kernel(KernelContext& ctx) {
   const AttentionDims a = attention_dims(op, in[0].dims(), in[1].dims(), in[2].dims(),
                                          attention_heads_inner(op, attrs.layout));
   check_attention_grad_operands(op, a, in[3].dims(), in[4].dims(), in[5].dims());
+  const KeyLengths keys = key_lengths_of(ctx, 6, a);
   Tensor& dq = ctx.alloc_output(0, in[0].dims(), D);
   Tensor& dk = ctx.alloc_output(1, in[1].dims(), D);
   Tensor& dv = ctx.alloc_output(2, in[2].dims(), D);
@@ -258,7 +272,7 @@ void attention_grad_kernel(KernelContext& ctx) {
     zero(ctx, dv);
     return;
   }
-  const FlashAttentionShape fs = flash_shape(a, attrs.causal, attrs.scale);
+  const FlashAttentionShape fs = flash_shape(a, attrs.causal, attrs.scale, keys);
   if (use_fused<T, D>(ctx, a, fs)) {
     BufferRef delta = scratch_buffer(ctx, sizeof(float) * a.bh * a.lq);
     const bool atomic = attention_grad_sum() == AttentionGradSum::Atomic && flash_attention_sums_dq(D);
@@ -270,7 +284,7 @@ void attention_grad_kernel(KernelContext& ctx) {
                                     atomic ? static_cast<float*>(dq_sum->data()) : nullptr, stream_of(ctx));
     check_launch(ctx);
   } else if constexpr (!std::is_same_v<T, std::uint16_t>) {
-    cublas_attention_grad<T>(ctx, a, attrs.causal, static_cast<T>(attention_scale(attrs.scale, a.d)),
+    cublas_attention_grad<T>(ctx, a, attrs.causal, keys, static_cast<T>(attention_scale(attrs.scale, a.d)),
                              in, dq, dk, dv);
   }
 }

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "grid_stride.cuh"
+#include "key_lengths.cuh"
 #include "launch.h"
 
 namespace kiln::cuda {
@@ -30,17 +31,16 @@ __device__ T block_combine(T v) {
   return v;
 }
 
-// How many keys query row i sees.
-__device__ std::int64_t visible_keys(bool causal, std::int64_t i, std::int64_t lk) {
-  return causal ? (i + 1 < lk ? i + 1 : lk) : lk;
+// How many keys row `row` of all heads' scores sees.
+__device__ std::int64_t visible_keys(const AttentionRows& a, std::int64_t row) {
+  return keys_seen(a.causal, key_count(a.keys, row / a.lq / a.h, a.lk), row % a.lq);
 }
 
 template <typename T>
-__global__ void softmax_rows(T* __restrict__ s, T* __restrict__ lse, std::int64_t lq,
-                             std::int64_t lk, bool causal) {
-  const std::int64_t row = blockIdx.x;
+__global__ void softmax_rows(T* __restrict__ s, T* __restrict__ lse, AttentionRows a) {
+  const std::int64_t row = blockIdx.x, lk = a.lk;
   T* r = s + row * lk;
-  const std::int64_t n = visible_keys(causal, row % lq, lk);
+  const std::int64_t n = visible_keys(a, row);
   T m = -std::numeric_limits<T>::infinity();
   for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) m = r[j] > m ? r[j] : m;
   m = block_combine<true>(m);
@@ -59,12 +59,11 @@ __global__ void softmax_rows(T* __restrict__ s, T* __restrict__ lse, std::int64_
 template <typename T>
 __global__ void probability_rows(T* __restrict__ p, const T* __restrict__ lse,
                                  const T* __restrict__ dout, const T* __restrict__ out,
-                                 T* __restrict__ delta, std::int64_t lq, std::int64_t lk,
-                                 std::int64_t dv, bool causal) {
-  const std::int64_t row = blockIdx.x;
+                                 T* __restrict__ delta, AttentionRows a, std::int64_t dv) {
+  const std::int64_t row = blockIdx.x, lk = a.lk;
   T* r = p + row * lk;
-  const std::int64_t n = visible_keys(causal, row % lq, lk);
-  const T l = lse[row];
+  const std::int64_t n = visible_keys(a, row);
+  const T l = lse[row];  // -inf when n is 0: no exp taken
   for (std::int64_t j = threadIdx.x; j < lk; j += blockDim.x) r[j] = j < n ? exp(r[j] - l) : T(0);
   T acc = 0;
   for (std::int64_t c = threadIdx.x; c < dv; c += blockDim.x) acc += dout[row * dv + c] * out[row * dv + c];
@@ -81,18 +80,15 @@ __global__ void score_grad(T* __restrict__ p, const T* __restrict__ dp, const T*
 }  // namespace
 
 template <typename T>
-void launch_attention_softmax(T* s, T* lse, std::int64_t rows, std::int64_t lq, std::int64_t lk,
-                              bool causal, cudaStream_t st) {
-  if (rows) softmax_rows<<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(s, lse, lq, lk, causal);
+void launch_attention_softmax(T* s, T* lse, const AttentionRows& r, cudaStream_t st) {
+  if (r.rows) softmax_rows<<<static_cast<unsigned>(r.rows), kRowThreads, 0, st>>>(s, lse, r);
 }
 
 template <typename T>
 void launch_attention_probabilities(T* p, const T* lse, const T* dout, const T* out, T* delta,
-                                    std::int64_t rows, std::int64_t lq, std::int64_t lk,
-                                    std::int64_t dv, bool causal, cudaStream_t st) {
-  if (rows)
-    probability_rows<<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(p, lse, dout, out, delta,
-                                                                          lq, lk, dv, causal);
+                                    const AttentionRows& r, std::int64_t dv, cudaStream_t st) {
+  if (r.rows)
+    probability_rows<<<static_cast<unsigned>(r.rows), kRowThreads, 0, st>>>(p, lse, dout, out, delta, r, dv);
 }
 
 template <typename T>
@@ -103,11 +99,9 @@ void launch_attention_score_grad(T* p, const T* dp, const T* delta, std::int64_t
 }
 
 #define KILN_ATTENTION(T)                                                                          \
-  template void launch_attention_softmax<T>(T*, T*, std::int64_t, std::int64_t, std::int64_t,     \
-                                            bool, cudaStream_t);                                   \
+  template void launch_attention_softmax<T>(T*, T*, const AttentionRows&, cudaStream_t);          \
   template void launch_attention_probabilities<T>(T*, const T*, const T*, const T*, T*,            \
-                                                  std::int64_t, std::int64_t, std::int64_t,        \
-                                                  std::int64_t, bool, cudaStream_t);               \
+                                                  const AttentionRows&, std::int64_t, cudaStream_t); \
   template void launch_attention_score_grad<T>(T*, const T*, const T*, std::int64_t, std::int64_t, \
                                                cudaStream_t);
 KILN_ATTENTION(float)

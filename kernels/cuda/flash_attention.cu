@@ -186,17 +186,17 @@ __device__ void tile_product(const E* a, int lda, const E* b, int ldb, float* c,
 // ---- forward ----
 
 // One key tile (keys j0..) of the online softmax, a warp per query row (q0
-// + r): the row's scores scaled and masked, its running max and sum moved
+// + r, of a head with `keys` keys): the row's scores scaled and masked, its running max and sum moved
 // on, probs = exp(score - max), and the output accumulated so far rescaled
 // to the new max.
 template <typename L, typename E>
-__device__ void online_softmax(const FlashAttentionShape& s, std::int64_t q0, std::int64_t j0,
-                               const float* scores, E* probs, float* acc, float* row_max,
+__device__ void online_softmax(const FlashAttentionShape& s, std::int64_t keys, std::int64_t q0,
+                               std::int64_t j0, const float* scores, E* probs, float* acc, float* row_max,
                                float* row_sum) {
   constexpr int kPerLane = L::kRows / 32;
   const int lane = threadIdx.x % 32;
   for (int r = threadIdx.x / 32; r < L::kRows; r += kFlashWarps) {
-    const std::int64_t seen = keys_seen(s, q0 + r) - j0;  // columns [0, seen) are seen
+    const std::int64_t seen = keys_seen(s.causal, keys, q0 + r) - j0;  // columns [0, seen) are seen
     float x[kPerLane];
     float tile_max = -INFINITY;
 #pragma unroll
@@ -248,7 +248,8 @@ __global__ void __launch_bounds__(kFlashThreads)
     row_max[r] = -INFINITY;
     row_sum[r] = 0.f;
   }
-  const std::int64_t key_end = s.causal ? std::min<std::int64_t>(s.lk, q0 + R) : s.lk;
+  const std::int64_t keys = head_keys(s, bh);
+  const std::int64_t key_end = s.causal ? std::min<std::int64_t>(keys, q0 + R) : keys;
   for (std::int64_t j0 = 0; j0 < key_end; j0 += R) {
     __syncthreads();  // the last tile's products are done with kt, vt, probs
     load_rows<R, DH>(kt, L::kLdOperand, kh, j0, s.lk, s.d, qk_step);
@@ -257,7 +258,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     tile_product<R, R, DH, false, true>(qt, L::kLdOperand, kt, L::kLdOperand, scores, L::kLdScores,
                                         false);
     __syncthreads();
-    online_softmax<L>(s, q0, j0, scores, probs, acc, row_max, row_sum);
+    online_softmax<L>(s, keys, q0, j0, scores, probs, acc, row_max, row_sum);
     __syncthreads();
     tile_product<R, DH, R, false, false>(probs, L::kLdProbs, vt, L::kLdOperand, acc, L::kLdAcc,
                                          true);
@@ -266,8 +267,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   Global<E>* oh = out + head_offset(s, bh, s.lq, s.dv);
   for (int e = threadIdx.x; e < R * DH; e += kFlashThreads) {
     const int r = e / DH, c = e % DH;
-    if (q0 + r < s.lq && c < s.dv)
-      store_elem<E>(oh + (q0 + r) * v_step + c, acc[r * L::kLdAcc + c] / row_sum[r]);
+    if (q0 + r < s.lq && c < s.dv)  // a row that saw no key: an empty sum, 0
+      store_elem<E>(oh + (q0 + r) * v_step + c, row_sum[r] > 0.f ? acc[r * L::kLdAcc + c] / row_sum[r] : 0.f);
   }
   for (int r = threadIdx.x; r < R; r += kFlashThreads)
     if (q0 + r < s.lq) lse[bh * s.lq + q0 + r] = row_max[r] + logf(row_sum[r]);
@@ -309,18 +310,19 @@ __device__ void load_query_tile(const FlashAttentionShape& s, std::int64_t bh, s
   }
 }
 
-// Query rows i0.. against keys j0..: P = exp(scale · S - lse) where the row
-// sees the key (0 elsewhere and on rows past Lq), into probs unless null,
-// and dS = scale · P ∘ (dP - Δ) into dscores.
+// Query rows i0.. against keys j0.. of a head with `keys` keys: P =
+// exp(scale · S - lse) where the row sees the key (0 elsewhere and on rows
+// past Lq), into probs unless null, and dS = scale · P ∘ (dP - Δ) into
+// dscores.
 template <typename L, typename E>
-__device__ void score_grads(const FlashAttentionShape& s, std::int64_t i0, std::int64_t j0,
+__device__ void score_grads(const FlashAttentionShape& s, std::int64_t keys, std::int64_t i0, std::int64_t j0,
                             const float* scores, const float* dprobs, const float* lse_t,
                             const float* delta_t, E* probs, E* dscores) {
   constexpr int R = L::kRows;
   for (int e = threadIdx.x; e < R * R; e += kFlashThreads) {
     const int r = e / R, c = e % R;
     const std::int64_t i = i0 + r;
-    const bool seen = i < s.lq && j0 + c < keys_seen(s, i);
+    const bool seen = i < s.lq && j0 + c < keys_seen(s.causal, keys, i);
     const float p = seen ? expf(scores[r * L::kLdScores + c] * s.scale - lse_t[r]) : 0.f;
     if (probs) probs[r * L::kLdProbs + c] = narrow<E>(p);
     dscores[r * L::kLdProbs + c] =
@@ -349,8 +351,10 @@ __global__ void __launch_bounds__(kFlashThreads)
   load_rows<R, DH>(vt, L::kLdOperand, v + head_offset(s, bh, s.lk, s.dv), j0, s.lk, s.dv, v_step);
   zero_tile<R, DH>(dk_acc, L::kLdAcc);
   zero_tile<R, DH>(dv_acc, L::kLdAcc);
-  // Causal: rows before j0 see none of these keys.
-  for (std::int64_t i0 = s.causal ? j0 : 0; i0 < s.lq; i0 += R) {
+  // Causal: rows before j0 see none of these keys; keys past the head's
+  // key count none see.
+  const std::int64_t keys = head_keys(s, bh);
+  for (std::int64_t i0 = j0 >= keys ? s.lq : s.causal ? j0 : 0; i0 < s.lq; i0 += R) {
     __syncthreads();  // the last tile's products are done with the query tiles
     load_query_tile<L>(s, bh, i0, q, dout, lse, delta, qt, dout_t, lse_t, delta_t);
     __syncthreads();
@@ -359,7 +363,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     tile_product<R, R, DH, false, true>(dout_t, L::kLdOperand, vt, L::kLdOperand, dprobs,
                                         L::kLdScores, false);
     __syncthreads();
-    score_grads<L>(s, i0, j0, scores, dprobs, lse_t, delta_t, probs, dscores);
+    score_grads<L>(s, keys, i0, j0, scores, dprobs, lse_t, delta_t, probs, dscores);
     __syncthreads();
     tile_product<R, DH, R, true, false>(probs, L::kLdProbs, dout_t, L::kLdOperand, dv_acc,
                                         L::kLdAcc, true);
@@ -393,7 +397,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   const Global<E>* vh = v + head_offset(s, bh, s.lk, s.dv);
   load_query_tile<L>(s, bh, i0, q, dout, lse, delta, qt, dout_t, lse_t, delta_t);
   zero_tile<R, DH>(dq_acc, L::kLdAcc);
-  const std::int64_t key_end = s.causal ? std::min<std::int64_t>(s.lk, i0 + R) : s.lk;
+  const std::int64_t keys = head_keys(s, bh);
+  const std::int64_t key_end = s.causal ? std::min<std::int64_t>(keys, i0 + R) : keys;
   for (std::int64_t j0 = 0; j0 < key_end; j0 += R) {
     __syncthreads();  // the last tile's product is done with kt
     load_rows<R, DH>(kt, L::kLdOperand, kh, j0, s.lk, s.d, qk_step);
@@ -404,7 +409,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     tile_product<R, R, DH, false, true>(dout_t, L::kLdOperand, vt, L::kLdOperand, dprobs,
                                         L::kLdScores, false);
     __syncthreads();
-    score_grads<L>(s, i0, j0, scores, dprobs, lse_t, delta_t, static_cast<E*>(nullptr), dscores);
+    score_grads<L>(s, keys, i0, j0, scores, dprobs, lse_t, delta_t, static_cast<E*>(nullptr), dscores);
     __syncthreads();
     tile_product<R, DH, R, false, false>(dscores, L::kLdProbs, kt, L::kLdOperand, dq_acc,
                                          L::kLdAcc, true);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "key_lengths.cuh"
 #include "kiln/runtime/cuda_stream.h"
 #include "launch.h"
 
@@ -69,9 +70,9 @@ inline __device__ std::int64_t head_offset(const FlashAttentionShape& s, std::in
 inline __device__ std::int64_t row_step(const FlashAttentionShape& s, std::int64_t width) {
   return s.heads_inner ? s.h * width : width;
 }
-// How many keys query row i sees (top-left causal alignment).
-inline __device__ std::int64_t keys_seen(const FlashAttentionShape& s, std::int64_t i) {
-  return s.causal ? (i + 1 < s.lk ? i + 1 : s.lk) : s.lk;
+// Head bh's key count: its batch's key_lengths entry (clamped), or Lk.
+inline __device__ std::int64_t head_keys(const FlashAttentionShape& s, std::int64_t bh) {
+  return key_count(s.keys, bh / s.h, s.lk);
 }
 
 inline std::int64_t tiles(std::int64_t n, int rows) { return (n + rows - 1) / rows; }

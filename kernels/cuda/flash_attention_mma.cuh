@@ -314,12 +314,13 @@ __global__ void __launch_bounds__(kMmaThreads)
   start_tile<R, DH>(qt, q + head_offset(s, bh, s.lq, s.d), q0, s.lq, s.d, qk_step, vec);
   start_keys(0, 0);
   commit_copies();
-  const std::int64_t row0 = q0 + warp * kWarpRows;
-  const std::int64_t seen[2] = {keys_seen(s, row0 + g), keys_seen(s, row0 + g + 8)};
-  const std::int64_t warp_seen = keys_seen(s, row0);  // the fewest of its rows (keys_seen grows with i)
+  const std::int64_t row0 = q0 + warp * kWarpRows, keys = head_keys(s, bh);
+  const std::int64_t seen[2] = {keys_seen(s.causal, keys, row0 + g), keys_seen(s.causal, keys, row0 + g + 8)};
+  // The fewest of its rows see (keys_seen grows with i).
+  const std::int64_t warp_seen = keys_seen(s.causal, keys, row0);
   float o[DH / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   std::uint32_t qf[DH / 16][4];
-  const std::int64_t key_end = s.causal ? std::min<std::int64_t>(s.lk, q0 + R) : s.lk;
+  const std::int64_t key_end = s.causal ? std::min<std::int64_t>(keys, q0 + R) : keys;
   for (std::int64_t j0 = 0, stage = 0; j0 < key_end; j0 += R, stage ^= 1) {
     if (j0 + R < key_end) start_keys(j0 + R, stage ^ 1);  // into the stage read last tile
     commit_copies();
@@ -343,7 +344,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     l[i] = quad_sum(l[i]);
-    inv[i] = 1.f / l[i];
+    inv[i] = l[i] > 0.f ? 1.f / l[i] : 0.f;  // a row that saw no key: an empty sum, 0
   }
   store_acc<DH, E>(out + head_offset(s, bh, s.lq, s.dv), o, row0, s.lq, s.dv, v_step, inv);
   if (threadIdx.x % 4 == 0)
@@ -365,17 +366,18 @@ inline __device__ void score_grad(const FlashAttentionShape& s, float& sc, float
 }
 
 // Query i0 + col sees a key where col < rows and col >= first (the key's
-// first query, causal; 0 otherwise; rows where the key is past Lk).
+// first query, causal; 0 otherwise; QR where the key is past the head's
+// `keys`).
 struct QueryRange {
   int rows, first[2];
 };
 template <int QR>
-__device__ QueryRange queries_seeing(const FlashAttentionShape& s, std::int64_t i0,
+__device__ QueryRange queries_seeing(const FlashAttentionShape& s, std::int64_t keys, std::int64_t i0,
                                      std::int64_t key_row) {
   QueryRange r{static_cast<int>(std::min<std::int64_t>(s.lq - i0, QR)), {0, 0}};
   for (int i = 0; i < 2; ++i) {
     const std::int64_t key = key_row + 8 * i;
-    r.first[i] = key >= s.lk   ? QR
+    r.first[i] = key >= keys   ? QR
                  : s.causal ? static_cast<int>(std::clamp<std::int64_t>(key - i0, 0, QR))
                             : 0;
   }
@@ -462,7 +464,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   };
   start_tile<R, DH>(kt, k + head_offset(s, bh, s.lk, s.d), j0, s.lk, s.d, qk_step, vec);
   start_tile<R, DH>(vt, v + head_offset(s, bh, s.lk, s.dv), j0, s.lk, s.dv, v_step, vec);
-  const std::int64_t first_query = s.causal ? j0 : 0;  // earlier rows see none of these keys
+  // Earlier rows see none of these keys (none does past the head's keys).
+  const std::int64_t keys = head_keys(s, bh), first_query = j0 >= keys ? s.lq : s.causal ? j0 : 0;
   if (first_query < s.lq) start_queries(first_query, 0);
   commit_copies();
   const std::int64_t key0 = j0 + warp * kWarpRows;
@@ -478,7 +481,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     float st[QR / 8][4], dpt[QR / 8][4];  // Sᵀ and dPᵀ: rows keys, columns queries
     scores_of<QR, DH>(st, kt + warp * kWarpRows * ld, qt);
     scores_of<QR, DH>(dpt, vt + warp * kWarpRows * ld, dot);
-    const QueryRange seen = queries_seeing<QR>(s, i0, key0 + g);
+    const QueryRange seen = queries_seeing<QR>(s, keys, i0, key0 + g);
 #pragma unroll
     for (int nb = 0; nb < QR / 8; ++nb)
 #pragma unroll
@@ -534,17 +537,17 @@ __global__ void __launch_bounds__(kMmaThreads)
   start_tile<R, DH>(dot, dout + head_offset(s, bh, s.lq, s.dv), i0, s.lq, s.dv, v_step, vec);
   start_keys(0, 0);
   commit_copies();
-  const std::int64_t row0 = i0 + warp * kWarpRows;
+  const std::int64_t row0 = i0 + warp * kWarpRows, keys = head_keys(s, bh);
   float row_lse[2], row_delta[2];
   std::int64_t seen[2];  // keys each row sees; none past Lq
   for (int i = 0; i < 2; ++i) {
     const std::int64_t row = row0 + g + 8 * i;
     row_lse[i] = row < s.lq ? lse[bh * s.lq + row] : 0.f;
     row_delta[i] = row < s.lq ? delta[bh * s.lq + row] : 0.f;
-    seen[i] = row < s.lq ? keys_seen(s, row) : 0;
+    seen[i] = row < s.lq ? keys_seen(s.causal, keys, row) : 0;
   }
   float dq_acc[DH / 8][4] = {};
-  const std::int64_t key_end = s.causal ? std::min<std::int64_t>(s.lk, i0 + R) : s.lk;
+  const std::int64_t key_end = s.causal ? std::min<std::int64_t>(keys, i0 + R) : keys;
   for (std::int64_t j0 = 0, stage = 0; j0 < key_end; j0 += R, stage ^= 1) {
     if (j0 + R < key_end) start_keys(j0 + R, stage ^ 1);
     commit_copies();

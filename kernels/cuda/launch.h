@@ -143,18 +143,29 @@ void launch_cross_entropy_lse_grad_half(DataType dt, const void* x, const float*
 
 // ---- scaled-dot-product attention (attention.cu), rows of all heads' scores ----
 
-// Each of `rows` rows of s ([rows, lk]; query row index = row % lq) → its
-// softmax over the keys it sees (0 beyond them when causal); lse[row] = the
-// row's log-sum-exp.
+// An attention op's key_lengths operand: batch b's rows see only its first
+// key_lengths[b] keys (int64 when wide, else int32; device memory; clamped
+// to [0, Lk]). Null lengths: every row sees all Lk (before a causal mask).
+struct KeyLengths {
+  const void* lengths = nullptr;
+  bool wide = false;
+};
+// Which keys the rows of all heads' [B·H·Lq, Lk] scores see: query row
+// index row % lq, batch row / lq / h.
+struct AttentionRows {
+  std::int64_t rows = 0, lq = 0, lk = 0, h = 1;
+  bool causal = false;
+  KeyLengths keys;
+};
+// Each row of s ([rows, lk]) → its softmax over the keys it sees (0 beyond
+// them); lse[row] = the row's log-sum-exp (-inf for a row that sees none).
 template <typename T>
-void launch_attention_softmax(T* s, T* lse, std::int64_t rows, std::int64_t lq, std::int64_t lk,
-                              bool causal, cudaStream_t st);
+void launch_attention_softmax(T* s, T* lse, const AttentionRows& r, cudaStream_t st);
 // Gradient: scores → probabilities exp(s - lse) (0 where masked) in place;
 // delta[row] = Σ dout[row] ∘ out[row] over dv.
 template <typename T>
 void launch_attention_probabilities(T* p, const T* lse, const T* dout, const T* out, T* delta,
-                                    std::int64_t rows, std::int64_t lq, std::int64_t lk,
-                                    std::int64_t dv, bool causal, cudaStream_t st);
+                                    const AttentionRows& r, std::int64_t dv, cudaStream_t st);
 // dS = P ∘ (dP - delta[row]), in place of P.
 template <typename T>
 void launch_attention_score_grad(T* p, const T* dp, const T* delta, std::int64_t rows,
@@ -164,11 +175,13 @@ void launch_attention_score_grad(T* p, const T* dp, const T* delta, std::int64_t
 
 // One attention call as the fused kernels see it: q [B, H, Lq, D],
 // k [B, H, Lk, D], v [B, H, Lk, Dv] (or [B, L, H, ·] each when heads_inner),
-// bh = B·H, scale already resolved (attention_scale).
+// bh = B·H, scale already resolved (attention_scale), keys the op's
+// key_lengths (if any).
 struct FlashAttentionShape {
   std::int64_t bh = 0, h = 0, lq = 0, lk = 0, d = 0, dv = 0;
   bool heads_inner = false, causal = false;
   float scale = 1;
+  KeyLengths keys;
 };
 // nullptr when the fused kernels take the call (dtype f32, bf16 or f16,
 // D and Dv at most 128, the grid and the tiles' shared memory within the

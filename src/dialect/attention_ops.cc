@@ -43,6 +43,19 @@ AttentionDims attention_dims(std::string_view op, const Dims& q, const Dims& k, 
           .heads_inner = heads_inner};
 }
 
+std::int64_t checked_key_length(std::string_view op, std::int64_t b, std::int64_t n, std::int64_t lk) {
+  if (n < 0 || n > lk)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' key_lengths[", b, "] is ", n,
+                ", expected a key count in [0, ", lk, "] (Lk)");
+  return n;
+}
+
+void check_key_lengths_tensor(std::string_view op, DataType dt, const Dims& dims, std::int64_t batch) {
+  if (dims.rank() != 1 || dims[0] != batch || (dt != DataType::Int32 && dt != DataType::Int64))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' key_lengths is ", to_string(dt), " [",
+                dims.to_string(), "], expected int32 or int64 [", batch, "] (one key count per batch)");
+}
+
 void check_attention_grad_operands(std::string_view op, const AttentionDims& a, const Dims& out,
                                    const Dims& lse, const Dims& dout) {
   const Dims od = a.out_dims();
@@ -102,6 +115,18 @@ std::array<std::int64_t, 6> check_qkv(std::string_view op, const std::vector<Typ
           meta::known_dim(k[l], v[l]), meta::known_dim(q[3], k[3]), v[3]};
 }
 
+// key_lengths (operand i of `in`, when there): int32 or int64 [B].
+void check_key_lengths(std::string_view op, const std::vector<Type>& in, std::size_t i,
+                       std::int64_t batch) {
+  if (in.size() <= i) return;
+  Type t = meta::tensor_operand(op, in, i);
+  const auto& dims = shaped_dims(t);
+  if (!meta::is_index_dtype(shaped_data_type(t)) || dims.size() != 1 || !meta::dim_fits(dims[0], batch))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' key_lengths (operand #", i, ") is ",
+                to_string(shaped_data_type(t)), " ", meta::dims_string(dims),
+                ", expected int32 or int64 [", batch, "] (one key count per batch)");
+}
+
 // out's dims in the layout: [B, H, Lq, Dv] or [B, Lq, H, Dv].
 std::vector<std::int64_t> out_dims(const std::array<std::int64_t, 6>& d, bool heads_inner) {
   if (heads_inner) return {d[0], d[2], d[1], d[5]};
@@ -111,10 +136,18 @@ std::vector<std::int64_t> out_dims(const std::array<std::int64_t, 6>& d, bool he
 }  // namespace
 
 void ScaledDotProductAttentionOp::build(Builder&, OperationArgument& arg, Value q, Value k, Value v,
-                                        bool causal, double scale, std::string layout) {
+                                        bool causal, double scale, std::string layout,
+                                        Value key_lengths) {
   arg.add_operand(q);
   arg.add_operand(k);
   arg.add_operand(v);
+  if (key_lengths) arg.add_operand(key_lengths);
+  arg.attributes = to_named_attributes(Attributes{causal, scale, std::move(layout)});
+}
+
+void ScaledDotProductAttentionOp::build(Builder&, OperationArgument& arg, const std::vector<Value>& operands,
+                                        bool causal, double scale, std::string layout) {
+  for (Value v : operands) arg.add_operand(v);
   arg.attributes = to_named_attributes(Attributes{causal, scale, std::move(layout)});
 }
 
@@ -122,8 +155,11 @@ std::vector<Type> ScaledDotProductAttentionOp::infer_meta(const std::vector<Type
                                                           DictionaryAttribute attrs) {
   const auto a = from_attributes<Attributes>(attrs, name);
   const bool heads_inner = attention_heads_inner(name, a.layout);
-  meta::require_count(name, in, 3);
+  if (in.size() != 3 && in.size() != 4)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' takes q, k, v and optionally key_lengths, got ",
+                in.size(), " operands");
   const auto d = check_qkv(name, in, heads_inner);
+  check_key_lengths(name, in, 3, d[0]);
   if (!std::isfinite(a.scale))
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' scale must be finite, got ", a.scale);
   const DataType dt = shaped_data_type(in[0]);
@@ -134,7 +170,11 @@ std::vector<Type> ScaledDotProductAttentionOp::infer_meta(const std::vector<Type
 void ScaledDotProductAttentionOp::Grad::check(std::string_view op, const std::vector<Type>& in,
                                               DictionaryAttribute attrs) {
   const bool heads_inner = attention_heads_inner(op, from_attributes<Attributes>(attrs, op).layout);
+  if (in.size() != 6 && in.size() != 7)
+    throw_error(ErrorKind::InvalidArgument, "op '", op,
+                "' takes q, k, v, out, lse, dout and optionally key_lengths, got ", in.size(), " operands");
   const auto d = check_qkv(op, in, heads_inner);
+  check_key_lengths(op, in, 6, d[0]);
   const DataType dt = shaped_data_type(in[0]);
   const std::vector<std::int64_t> out = out_dims(d, heads_inner), lse{d[0], d[1], d[2]};
   const char* names[] = {"out", "lse", "dout"};
@@ -159,12 +199,21 @@ std::vector<Value> ScaledDotProductAttentionOp::vjp(Builder& b, Operation* op,
   if (g[1])
     throw_error(ErrorKind::Unimplemented, "op '", name,
                 "' has no gradient through its lse result (the saved log-sum-exp)");
-  if (!g[0] || !vjp::differentiable(op->operand_source(0))) return {Value(), Value(), Value()};
-  auto grad = b.create<GradOf<ScaledDotProductAttentionOp>>(
-      op, op->operand_source(0), op->operand_source(1), op->operand_source(2), op->result(0),
-      op->result(1), g[0]);
-  Operation* gop = grad.operation();
-  return {gop->result(0), gop->result(1), gop->result(2)};
+  const bool masked = op->num_operands() == 4;
+  std::vector<Value> none(op->num_operands());
+  if (!g[0] || !vjp::differentiable(op->operand_source(0))) return none;
+  Operation* gop =
+      masked ? b.create<GradOf<ScaledDotProductAttentionOp>>(
+                    op, op->operand_source(0), op->operand_source(1), op->operand_source(2),
+                    op->result(0), op->result(1), g[0], op->operand_source(3))
+                   .operation()
+             : b.create<GradOf<ScaledDotProductAttentionOp>>(op, op->operand_source(0), op->operand_source(1),
+                                                             op->operand_source(2), op->result(0),
+                                                             op->result(1), g[0])
+                   .operation();
+  std::vector<Value> grads{gop->result(0), gop->result(1), gop->result(2)};
+  if (masked) grads.emplace_back();  // key_lengths: integers, no gradient
+  return grads;
 }
 
 }  // namespace kiln

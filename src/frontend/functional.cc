@@ -244,11 +244,14 @@ Value flatten(Value x, std::int64_t start_axis, std::int64_t stop_axis) {
   return main_builder().create<FlattenOp>(x, start_axis, stop_axis).result();
 }
 
-Value scaled_dot_product_attention(Value q, Value k, Value v, bool causal, double scale) {
+Value scaled_dot_product_attention(Value q, Value k, Value v, bool causal, double scale,
+                                   Value key_lengths) {
   check_value("scaled_dot_product_attention", "q", q);
   check_value("scaled_dot_product_attention", "k", k);
   check_value("scaled_dot_product_attention", "v", v);
-  return main_builder().create<ScaledDotProductAttentionOp>(q, k, v, causal, scale).result(0);
+  return main_builder()
+      .create<ScaledDotProductAttentionOp>(q, k, v, causal, scale, "BHLD", key_lengths)
+      .result(0);
 }
 
 Value mse_loss(Value input, Value label, Reduction reduction) {

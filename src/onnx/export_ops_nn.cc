@@ -310,8 +310,46 @@ std::string swap_heads(EmitContext& c, const std::string& x) {
   return r;
 }
 
-// softmax(scale · q·kᵀ [causal: -inf above the diagonal]) · v, in BHLD
-// (layout BLHD: q, k, v transposed in and out transposed back).
+// The causal mask of scores s ([.., Lq, Lk]): row i sees keys 0..i (top-left
+// aligned); a constant when both lengths are known.
+std::string causal_mask(EmitContext& c, const std::string& s, std::int64_t lq, std::int64_t lk) {
+  if (lq >= 0 && lk >= 0) {
+    std::string bytes(static_cast<std::size_t>(lq * lk), '\0');
+    for (std::int64_t i = 0; i < lq; ++i)
+      for (std::int64_t j = 0; j <= i && j < lk; ++j) bytes[static_cast<std::size_t>(i * lk + j)] = 1;
+    return c.constant(DataType::Bool, {lq, lk}, bytes);
+  }
+  ::onnx::NodeProto* shape = nullptr;
+  const std::string lq_lk = c.node1("Shape", {s}, &shape);
+  set_attr(*shape, "start", std::int64_t{-2});
+  ::onnx::NodeProto* ones = nullptr;
+  const std::string all = c.node1("ConstantOfShape", {lq_lk}, &ones);
+  set_attr(*ones, "value", tensor_proto(DataType::Bool, {1}, std::string(1, '\1'), c.where()));
+  ::onnx::NodeProto* tri = nullptr;
+  const std::string mask = c.node1("Trilu", {all}, &tri);
+  set_attr(*tri, "upper", std::int64_t{0});
+  return mask;
+}
+
+// The mask of key_lengths (operand 3), [B, 1, 1, Lk]: key j < key_lengths[b];
+// k's sequence axis is `axis`.
+std::string key_length_mask(EmitContext& c, std::size_t axis) {
+  ::onnx::NodeProto* shape = nullptr;
+  const std::string lk = c.node1("Shape", {c.in(1)}, &shape);
+  set_attr(*shape, "start", static_cast<std::int64_t>(axis));
+  set_attr(*shape, "end", static_cast<std::int64_t>(axis + 1));
+  const std::string keys = c.node1(
+      "Range", {c.scalar(DataType::Int64, 0), c.node1("Squeeze", {lk}), c.scalar(DataType::Int64, 1)});
+  ::onnx::NodeProto* cast = nullptr;
+  const std::string n = c.node1("Cast", {c.in(3)}, &cast);
+  set_attr(*cast, "to", std::int64_t{::onnx::TensorProto_DataType_INT64});
+  return c.node1("Less", {keys, c.node1("Reshape", {n, c.const_i64({-1, 1, 1, 1})})});
+}
+
+// softmax(scale · q·kᵀ [causal: -inf above the diagonal; key_lengths: -inf
+// from batch b's length on]) · v, in BHLD (layout BLHD: q, k, v transposed
+// in and out transposed back). A row that sees no key is NaN in ONNX's
+// Softmax where kiln gives 0.
 void attention(EmitContext& c) {
   const auto a = ScaledDotProductAttentionOp::dyn_cast(c.op()).attrs();
   const bool heads_inner = attention_heads_inner(ScaledDotProductAttentionOp::name, a.layout);
@@ -326,26 +364,12 @@ void attention(EmitContext& c) {
   auto in = [&](int i) { return heads_inner ? swap_heads(c, c.in(i)) : c.in(i); };
   std::string s = c.node1("Mul", {c.node1("MatMul", {in(0), swap_last_two(c, in(1), 4)}),
                                   c.scalar(dt, scale)});
-  if (a.causal) {
-    std::string mask;
-    if (lq >= 0 && lk >= 0) {  // row i sees keys 0..i (top-left aligned)
-      std::string bytes(static_cast<std::size_t>(lq * lk), '\0');
-      for (std::int64_t i = 0; i < lq; ++i)
-        for (std::int64_t j = 0; j <= i && j < lk; ++j) bytes[static_cast<std::size_t>(i * lk + j)] = 1;
-      mask = c.constant(DataType::Bool, {lq, lk}, bytes);
-    } else {
-      ::onnx::NodeProto* shape = nullptr;
-      const std::string lq_lk = c.node1("Shape", {s}, &shape);
-      set_attr(*shape, "start", std::int64_t{-2});
-      ::onnx::NodeProto* ones = nullptr;
-      const std::string all = c.node1("ConstantOfShape", {lq_lk}, &ones);
-      set_attr(*ones, "value", tensor_proto(DataType::Bool, {1}, std::string(1, '\1'), c.where()));
-      ::onnx::NodeProto* tri = nullptr;
-      mask = c.node1("Trilu", {all}, &tri);
-      set_attr(*tri, "upper", std::int64_t{0});
-    }
-    s = c.node1("Where", {mask, s, c.scalar(dt, -std::numeric_limits<double>::infinity())});
+  std::string mask = a.causal ? causal_mask(c, s, lq, lk) : std::string();
+  if (c.num_operands() == 4) {
+    const std::string lengths = key_length_mask(c, l);
+    mask = mask.empty() ? lengths : c.node1("And", {mask, lengths});
   }
+  if (!mask.empty()) s = c.node1("Where", {mask, s, c.scalar(dt, -std::numeric_limits<double>::infinity())});
   ::onnx::NodeProto* sm = nullptr;
   const std::string p = c.node1("Softmax", {s}, &sm);
   set_attr(*sm, "axis", std::int64_t{-1});

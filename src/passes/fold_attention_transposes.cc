@@ -136,12 +136,15 @@ void fold(Operation* op, const ValueSet& keep, PassContext* ctx) {
   Builder b(*op->parent_block());
   b.set_insertion_point(op);
   std::vector<Value> in;
+  const std::size_t lengths = forward ? 3 : 6;  // key_lengths' place, when there
   for (std::size_t i = 0; i < old.size(); ++i)
-    in.push_back(!forward && i == 4 ? old[i] : other_layout(b, old[i]));
+    in.push_back((!forward && i == 4) || i == lengths ? old[i] : other_layout(b, old[i]));
+  const Value key_lengths = old.size() > lengths ? in[lengths] : Value();
   Operation* twin =
-      forward ? b.create<ScaledDotProductAttentionOp>(in[0], in[1], in[2], a.causal, a.scale, a.layout)
-                    .operation()
-              : b.create<AttentionGradOp>(a, in[0], in[1], in[2], in[3], in[4], in[5]).operation();
+      forward ? b.create<ScaledDotProductAttentionOp>(in, a.causal, a.scale, a.layout).operation()
+      : key_lengths
+          ? b.create<AttentionGradOp>(a, in[0], in[1], in[2], in[3], in[4], in[5], key_lengths).operation()
+          : b.create<AttentionGradOp>(a, in[0], in[1], in[2], in[3], in[4], in[5]).operation();
   for (std::uint32_t r = 0; r < op->num_results(); ++r) {
     if (forward && r == 1) replace_all_uses(op->result(r), twin->result(r), ctx);
     else replace_in_other_layout(op->result(r), twin->result(r), keep, ctx);

@@ -290,3 +290,61 @@ TEST_CASE("a saved attention gradient op without a layout loads as BHLD, as the 
   KILN_CHECK_ERROR(parse_program(bad), InvalidArgument,
                    {"'kiln.scaled_dot_product_attention_grad'", "layout"});
 }
+
+TEST_CASE("scaled_dot_product_attention takes int32 or int64 key_lengths [B] and its gradient op carries them",
+          "[dialect][attention]") {
+  const Type q = tf({2, 4, 5, 8}), k = tf({2, 4, 7, 8}), v = tf({2, 4, 7, 3});
+  for (DataType dt : {DataType::Int32, DataType::Int64}) {
+    const auto r = ScaledDotProductAttentionOp::infer_meta({q, k, v, tf({2}, dt)}, attrs(true));
+    REQUIRE(r.size() == 2);
+    CHECK(r[0] == tf({2, 4, 5, 3}));
+    CHECK(sdpa_grad({q, k, v, r[0], r[1], r[0], tf({2}, dt)}).size() == 3);
+  }
+  // A batch size known only at run time fits any count.
+  CHECK(ScaledDotProductAttentionOp::infer_meta({tf({-1, 4, 5, 8}), k, v, tf({2}, DataType::Int64)}, attrs())
+            .size() == 2);
+}
+
+TEST_CASE("scaled_dot_product_attention refuses key_lengths that are not one integer per batch",
+          "[dialect][attention]") {
+  const Type q = tf({2, 4, 5, 8}), k = tf({2, 4, 7, 8}), v = tf({2, 4, 7, 3});
+  auto fwd = [&](Type lengths) { return ScaledDotProductAttentionOp::infer_meta({q, k, v, lengths}, attrs()); };
+  KILN_CHECK_ERROR(fwd(tf({2})), InvalidArgument, {kOp, "key_lengths (operand #3)", "int32 or int64 [2]"});
+  KILN_CHECK_ERROR(fwd(tf({3}, DataType::Int64)), InvalidArgument, {kOp, "key_lengths", "[3]"});
+  KILN_CHECK_ERROR(fwd(tf({2, 1}, DataType::Int32)), InvalidArgument, {kOp, "key_lengths"});
+  KILN_CHECK_ERROR(ScaledDotProductAttentionOp::infer_meta({q, k, v, tf({2}, DataType::Int32), tf({2})}, attrs()),
+                   InvalidArgument, {kOp, "got 5 operands"});
+  const Type out = tf({2, 4, 5, 3}), lse = tf({2, 4, 5});
+  KILN_CHECK_ERROR(sdpa_grad({q, k, v, out, lse, out, tf({2}, DataType::Float32)}), InvalidArgument,
+                   {kGradOp, "key_lengths (operand #6)"});
+  KILN_CHECK_ERROR(sdpa_grad({q, k, v, out, lse}), InvalidArgument, {kGradOp, "got 5 operands"});
+}
+
+TEST_CASE("scaled_dot_product_attention's vjp with key_lengths matches finite differences",
+          "[dialect][vjp][attention]") {
+  GradCheckOptions o;
+  o.result_grads = {true, false};
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    const auto report = check_vjp({random_f64({3, 2, 4, 3}, -1, 1, 21), random_f64({3, 2, 5, 3}, -1, 1, 22),
+                                   random_f64({3, 2, 5, 2}, -1, 1, 23), i64({3}, {5, 2, 0})},
+                                  make_op<ScaledDotProductAttentionOp>(causal, 0.0), o);
+    REQUIRE(report.grads.size() == 4);
+    CHECK(!report.grads[3].is_initialized());  // the lengths get no gradient
+  }
+}
+
+TEST_CASE("an attention with key_lengths prints and loads back, as text and as JSON",
+          "[dialect][attention][io]") {
+  Program p;
+  Builder b(p);
+  Value q = b.create<DataOp>("q", Shape{2, 1, 3, 4}, DataType::Float32).result();
+  Value n = b.create<DataOp>("n", Shape{2}, DataType::Int32).result();
+  b.create<ScaledDotProductAttentionOp>(q, q, q, true, 0.0, "BLHD", n);
+  p.verify();
+  const Program text = parse_program(p.to_string());
+  CHECK(text.to_string() == p.to_string());
+  CHECK(first_op<ScaledDotProductAttentionOp>(text)->num_operands() == 4);
+  const Program json = load_program_json(program_to_json(p).dump());
+  CHECK(json.to_string() == p.to_string());
+}

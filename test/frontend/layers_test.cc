@@ -309,6 +309,45 @@ TEST_CASE("MultiHeadAttention with a separate key and value matches self-attenti
   check_close(got[1].to_vector<float>(), std::vector<double>(a.begin(), a.end()), 1e-5);
 }
 
+TEST_CASE("MultiHeadAttention with key_lengths ignores each batch's padded keys and matches the "
+          "unpadded batch",
+          "[frontend][layers]") {
+  Program main_prog, startup;
+  Value padded, first, second;
+  {
+    ProgramGuard guard(main_prog, startup);
+    nn::MultiHeadAttention mha(6, 3);
+    Value x = data("x", {2, 4, 6}), kv = data("kv", {2, 5, 6}), lengths = data("n", {2}, DataType::Int64);
+    padded = mha(x, kv, kv, false, lengths);
+    // Each batch alone, its keys unpadded: batch 0 sees 3 keys, batch 1 all 5.
+    Value x0 = data("x0", {1, 4, 6}), kv0 = data("kv0", {1, 3, 6});
+    Value x1 = data("x1", {1, 4, 6}), kv1 = data("kv1", {1, 5, 6});
+    first = mha(x0, kv0, kv0);
+    second = mha(x1, kv1, kv1);
+  }
+  Executor exe;
+  exe.run(startup);
+  const auto xv = wave(48), kvv = wave(60);
+  auto run = [&](std::vector<float> kv_values) {
+    const std::vector<float> kv0(kv_values.begin(), kv_values.begin() + 18), kv1(kv_values.begin() + 30, kv_values.end());
+    return exe.run(main_prog,
+                   {{"x", f32({2, 4, 6}, xv)}, {"kv", f32({2, 5, 6}, kv_values)},
+                    {"n", Tensor::from_vector<std::int64_t>({2}, {3, 5})},
+                    {"x0", f32({1, 4, 6}, std::vector<float>(xv.begin(), xv.begin() + 24))}, {"kv0", f32({1, 3, 6}, kv0)},
+                    {"x1", f32({1, 4, 6}, std::vector<float>(xv.begin() + 24, xv.end()))}, {"kv1", f32({1, 5, 6}, kv1)}},
+                   {padded, first, second});
+  };
+  auto changed = kvv;
+  for (std::size_t i = 18; i < 30; ++i) changed[i] = 100.f + static_cast<float>(i);  // batch 0's padding
+  const auto a = run(kvv), b = run(changed);
+  const auto pa = a[0].to_vector<float>(), pb = b[0].to_vector<float>();
+  CHECK(pa == pb);  // the padding is never read into a result
+  std::vector<double> want;
+  for (int i : {1, 2})
+    for (float v : a[i].to_vector<float>()) want.push_back(v);
+  check_close(pa, want, 1e-5);
+}
+
 TEST_CASE("a causal TransformerEncoderLayer's output at a position does not depend on later "
           "positions; a non-causal one's does",
           "[frontend][layers]") {

@@ -219,3 +219,102 @@ TEST_CASE("scaled_dot_product_attention stays finite for large scores", "[kernel
   for (float x : r.out(0).to_vector<float>()) CHECK(std::isfinite(x));
   for (float x : r.out(1).to_vector<float>()) CHECK(std::isfinite(x));
 }
+
+namespace {
+
+// Rows [from, from + n) of axis 2 of batch b of a [B, H, L, W] tensor, as a
+// [1, H, n, W] tensor.
+Tensor batch_rows(const Tensor& t, std::int64_t b, std::int64_t from, std::int64_t n) {
+  const Dims& d = t.dims();
+  const std::vector<double> x = t.to_vector<double>();
+  std::vector<double> y;
+  for (std::int64_t h = 0; h < d[1]; ++h)
+    for (std::int64_t i = from; i < from + n; ++i)
+      for (std::int64_t c = 0; c < d[3]; ++c) y.push_back(x[static_cast<std::size_t>(((b * d[1] + h) * d[2] + i) * d[3] + c)]);
+  return Tensor::from_vector<double>({1, d[1], n, d[3]}, y);
+}
+
+// With key_lengths, batch b's results are those of attention over its first
+// key_lengths[b] keys alone, and keys past them get no gradient.
+void check_key_lengths(const Tensor& lengths, bool causal) {
+  std::vector<std::int64_t> lens;
+  if (lengths.dtype() == DataType::Int32)
+    for (std::int32_t n : lengths.to_vector<std::int32_t>()) lens.push_back(n);
+  else
+    lens = lengths.to_vector<std::int64_t>();
+  const std::int64_t nb = static_cast<std::int64_t>(lens.size()), h = 2, lq = 70, lk = 9, d = 4;
+  INFO("key_lengths " << to_string(lengths.dtype()) << " causal " << causal);
+  const Tensor q = filled<double>({nb, h, lq, d}, -1, 1, 1), k = filled<double>({nb, h, lk, d}, -1, 1, 2),
+               v = filled<double>({nb, h, lk, d}, -1, 1, 3), dout = filled<double>({nb, h, lq, d}, -1, 1, 4);
+  auto fwd = run_op<ScaledDotProductAttentionOp>({q, k, v, lengths}, causal, 0.0);
+  auto bwd = run_op<GradOf<ScaledDotProductAttentionOp>>({q, k, v, fwd.out(0), fwd.out(1), dout, lengths},
+                                                          causal, 0.0, std::string("BHLD"));
+  for (std::int64_t b = 0; b < nb; ++b) {
+    const std::int64_t n = lens[static_cast<std::size_t>(b)];
+    INFO("batch " << b << " sees " << n << " keys");
+    const Tensor qb = batch_rows(q, b, 0, lq), kb = batch_rows(k, b, 0, n), vb = batch_rows(v, b, 0, n),
+                 dob = batch_rows(dout, b, 0, lq);
+    auto f1 = run_op<ScaledDotProductAttentionOp>({qb, kb, vb}, causal, 0.0);
+    check_close(batch_rows(fwd.out(0), b, 0, lq), f1.out(0).to_vector<double>(), 1e-12, 1e-12);
+    auto b1 = run_op<GradOf<ScaledDotProductAttentionOp>>({qb, kb, vb, f1.out(0), f1.out(1), dob}, causal, 0.0,
+                                                           std::string("BHLD"));
+    check_close(batch_rows(bwd.out(0), b, 0, lq), b1.out(0).to_vector<double>(), 1e-12, 1e-12);
+    check_close(batch_rows(bwd.out(1), b, 0, n), b1.out(1).to_vector<double>(), 1e-12, 1e-12);
+    check_close(batch_rows(bwd.out(2), b, 0, n), b1.out(2).to_vector<double>(), 1e-12, 1e-12);
+    for (int g = 1; g < 3; ++g)
+      for (double x : batch_rows(bwd.out(g), b, n, lk - n).to_vector<double>()) CHECK(x == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("scaled_dot_product_attention with key_lengths attends to each batch's first keys only",
+          "[kernel][attention]") {
+  for (bool causal : {false, true}) {
+    check_key_lengths(Tensor::from_vector<std::int32_t>({3}, {9, 2, 5}), causal);
+    check_key_lengths(Tensor::from_vector<std::int64_t>({2}, {1, 7}), causal);
+  }
+}
+
+TEST_CASE("scaled_dot_product_attention gives a batch without keys zeros and lse -inf",
+          "[kernel][attention]") {
+  const Tensor q = filled<float>({2, 1, 3, 4}, -1, 1, 1), k = filled<float>({2, 1, 5, 4}, -1, 1, 2),
+               v = filled<float>({2, 1, 5, 4}, -1, 1, 3), dout = filled<float>({2, 1, 3, 4}, -1, 1, 4);
+  const Tensor lengths = Tensor::from_vector<std::int64_t>({2}, {0, 5});
+  for (bool causal : {false, true}) {
+    auto fwd = run_op<ScaledDotProductAttentionOp>({q, k, v, lengths}, causal, 0.0);
+    const std::vector<float> out = fwd.out(0).to_vector<float>(), lse = fwd.out(1).to_vector<float>();
+    for (std::size_t i = 0; i < 12; ++i) CHECK(out[i] == 0.f);
+    for (std::size_t i = 0; i < 3; ++i) CHECK(lse[i] == -std::numeric_limits<float>::infinity());
+    for (std::size_t i = 3; i < 6; ++i) CHECK(std::isfinite(lse[i]));
+    auto bwd = run_op<GradOf<ScaledDotProductAttentionOp>>({q, k, v, fwd.out(0), fwd.out(1), dout, lengths},
+                                                            causal, 0.0, std::string("BHLD"));
+    for (int g = 0; g < 3; ++g) {
+      const std::vector<float> grad = bwd.out(g).to_vector<float>();
+      for (std::size_t i = 0; i < grad.size() / 2; ++i) CHECK(grad[i] == 0.f);
+    }
+  }
+}
+
+TEST_CASE("scaled_dot_product_attention refuses a key length outside [0, Lk] on the CPU",
+          "[kernel][attention]") {
+  const Tensor q = filled<float>({2, 1, 3, 4}), k = filled<float>({2, 1, 5, 4}), v = filled<float>({2, 1, 5, 4});
+  KILN_CHECK_ERROR(run_op<ScaledDotProductAttentionOp>({q, k, v, Tensor::from_vector<std::int32_t>({2}, {5, 6})},
+                                                       false, 0.0),
+                   InvalidArgument, {"'kiln.scaled_dot_product_attention'", "key_lengths[1] is 6", "[0, 5]"});
+  KILN_CHECK_ERROR(run_op<ScaledDotProductAttentionOp>({q, k, v, Tensor::from_vector<std::int64_t>({2}, {-1, 2})},
+                                                       false, 0.0),
+                   InvalidArgument, {"key_lengths[0] is -1"});
+}
+
+TEST_CASE("scaled_dot_product_attention with key_lengths in layout BLHD gives BHLD's results",
+          "[kernel][attention]") {
+  const Tensor q = filled<float>({3, 2, 6, 4}, -1, 1, 5), k = filled<float>({3, 2, 7, 4}, -1, 1, 6),
+               v = filled<float>({3, 2, 7, 4}, -1, 1, 7);
+  const Tensor lengths = Tensor::from_vector<std::int32_t>({3}, {7, 3, 0});
+  auto bhld = run_op<ScaledDotProductAttentionOp>({q, k, v, lengths}, true, 0.0, std::string("BHLD"));
+  auto blhd = run_op<ScaledDotProductAttentionOp>({swap12<float>(q), swap12<float>(k), swap12<float>(v), lengths},
+                                                  true, 0.0, std::string("BLHD"));
+  CHECK(blhd.out(0).to_vector<float>() == swap12<float>(bhld.out(0)).to_vector<float>());
+  CHECK(blhd.out(1).to_vector<float>() == bhld.out(1).to_vector<float>());
+}

@@ -104,18 +104,21 @@ Dims layout_dims(const Case& c, const std::string& layout, std::int64_t len, std
   return layout == "BLHD" ? Dims{c.b, len, c.h, width} : Dims{c.b, c.h, len, width};
 }
 
-// The CUDA forward and gradient against the CPU's on one case.
+// The CUDA forward and gradient against the CPU's on one case (with
+// key_lengths when `lengths` is given).
 void compare_fused(DataType dt, const Case& c, bool causal, const std::string& layout,
-                   double scale = 0) {
+                   double scale = 0, const Tensor* lengths = nullptr) {
   INFO(to_string(dt) << " " << layout << " B " << c.b << " H " << c.h << " Lq " << c.lq << " Lk "
                      << c.lk << " D " << c.d << " Dv " << c.dv << " causal " << causal
-                     << " scale " << scale);
+                     << " scale " << scale << (lengths ? " with key_lengths" : ""));
   const double tol = tolerance(dt);
   const Tensor q = operand(dt, layout_dims(c, layout, c.lq, c.d), 1),
                k = operand(dt, layout_dims(c, layout, c.lk, c.d), 2),
                v = operand(dt, layout_dims(c, layout, c.lk, c.dv), 3);
-  auto cpu = run_op<ScaledDotProductAttentionOp>({q, k, v}, causal, scale, layout);
-  auto dev = run_cuda_op<ScaledDotProductAttentionOp>({q, k, v}, causal, scale, layout);
+  std::vector<Tensor> fwd_in{q, k, v};
+  if (lengths) fwd_in.push_back(*lengths);
+  auto cpu = run_op<ScaledDotProductAttentionOp>(fwd_in, causal, scale, layout);
+  auto dev = run_cuda_op<ScaledDotProductAttentionOp>(fwd_in, causal, scale, layout);
   {
     INFO("out");
     check_near(dev.results[0], cpu.results[0], tol, tol);
@@ -125,7 +128,8 @@ void compare_fused(DataType dt, const Case& c, bool causal, const std::string& l
     check_near(dev.results[1], cpu.results[1], tol, tol);
   }
   const Tensor dout = operand(dt, cpu.results[0].dims(), 4);
-  const std::vector<Tensor> in{q, k, v, cpu.results[0], cpu.results[1], dout};
+  std::vector<Tensor> in{q, k, v, cpu.results[0], cpu.results[1], dout};
+  if (lengths) in.push_back(*lengths);
   auto gcpu = run_op<Grad>(in, causal, scale, layout);
   auto gdev = run_cuda_op<Grad>(in, causal, scale, layout);
   // dq and dk are sums of terms P·(dP − D) that cancel (exactly, where a
@@ -315,4 +319,29 @@ TEST_CASE("fused CUDA attention's gradient summing dQ by atomics matches the CPU
         fat::compare_atomic_dq(dt, {2, 1, 70, 17, 128, 128}, causal, layout);
         fat::compare_atomic_dq(dt, {1, 2, 33, 90, 32, 24}, causal, layout);
       }
+}
+
+TEST_CASE("CUDA attention with key_lengths matches the CPU on every kernel path",
+          "[cuda][kernel][sanitize]") {
+  if (!have_cuda()) return;
+  // Batches cut inside a tile, at a tile's end, without keys; int32 and int64.
+  const Tensor n32 = Tensor::from_vector<std::int32_t>({3}, {70, 64, 0});
+  const Tensor n64 = Tensor::from_vector<std::int64_t>({2}, {1, 129});
+  for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float16})
+    fat::each_kernel_set(dt, [&] {
+      for (const std::string layout : {"BHLD", "BLHD"})
+        for (bool causal : {false, true}) {
+          fat::compare_fused(dt, {3, 2, 100, 130, 64, 64}, causal, layout, 0, &n32);
+          fat::compare_fused(dt, {2, 1, 150, 140, 128, 128}, causal, layout, 0, &n64);
+        }
+    });
+  for (bool causal : {false, true}) {  // the cuBLAS path (head dims above 128)
+    fat::compare_fused(DataType::Float32, {3, 2, 33, 80, 160, 160}, causal, "BHLD", 0, &n32);
+    fat::compare_fused(DataType::Float32, {2, 1, 20, 140, 16, 200}, causal, "BLHD", 0, &n64);
+  }
+  {
+    const fat::AtomicDq atomic;
+    for (bool causal : {false, true})
+      fat::compare_fused(DataType::BFloat16, {3, 2, 100, 130, 64, 64}, causal, "BLHD", 0, &n32);
+  }
 }

@@ -75,11 +75,7 @@ inline KernelRun run_cuda_kernel(
 template <typename OpT, typename... Args>
 KernelRun run_cuda_op(const std::vector<kiln::Tensor>& inputs, Args&&... args) {
   return run_cuda_kernel(inputs, [&](kiln::Builder& b, const std::vector<kiln::Value>& v) {
-    if constexpr (OpT::num_operands < 0)
-      return b.create<OpT>(v, args...).operation();
-    else
-      return detail::create_fixed<OpT>(b, v, std::make_index_sequence<OpT::num_operands>{},
-                                       args...);
+    return detail::create_op<OpT>(b, v, args...);
   });
 }
 

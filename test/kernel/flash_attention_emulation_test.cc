@@ -68,8 +68,19 @@ std::vector<std::uint16_t> random_bits(std::size_t n, unsigned seed) {
   return out;
 }
 
-// Forward and gradient in f64 (top-left causal alignment); Δ from out
-// rounded to E, as the device computes it from the stored out.
+// The keys head i's rows see before a causal mask: its batch's key_lengths
+// entry (int32 or int64; clamped to [0, Lk]) or Lk.
+std::int64_t head_key_count(const FlashAttentionShape& s, std::int64_t i) {
+  if (!s.keys.lengths) return s.lk;
+  const std::int64_t b = i / s.h;
+  const std::int64_t n = s.keys.wide ? static_cast<const std::int64_t*>(s.keys.lengths)[b]
+                                     : static_cast<const std::int32_t*>(s.keys.lengths)[b];
+  return std::clamp<std::int64_t>(n, 0, s.lk);
+}
+
+// Forward and gradient in f64 (top-left causal alignment; a row without
+// keys: out 0, lse -inf); Δ from out rounded to E, as the device computes
+// it from the stored out.
 template <typename E>
 void reference(Problem& p) {
   const FlashAttentionShape& s = p.s;
@@ -85,7 +96,7 @@ void reference(Problem& p) {
   p.delta.assign(p.lse.size(), 0);
   for (std::int64_t i = 0; i < s.bh; ++i)
     for (std::int64_t r = 0; r < s.lq; ++r) {
-      const std::int64_t seen = s.causal ? std::min(r + 1, s.lk) : s.lk;
+      const std::int64_t keys = head_key_count(s, i), seen = s.causal ? std::min(r + 1, keys) : keys;
       std::vector<double> prob(static_cast<std::size_t>(seen)), dprob(prob.size());
       double mx = -INFINITY;
       for (std::int64_t j = 0; j < seen; ++j) {
@@ -97,7 +108,7 @@ void reference(Problem& p) {
       double sum = 0;
       for (double& x : prob) sum += (x = std::exp(x - mx));
       for (double& x : prob) x /= sum;
-      p.lse[i * s.lq + r] = static_cast<float>(mx + std::log(sum));
+      p.lse[i * s.lq + r] = seen ? static_cast<float>(mx + std::log(sum)) : -INFINITY;
       double delta = 0;
       for (std::int64_t c = 0; c < s.dv; ++c) {
         double o = 0;
@@ -136,7 +147,7 @@ void check_near(const std::string& what, const std::vector<double>& got, const s
   REQUIRE(got.size() == want.size());
   std::size_t bad = 0, first = 0;
   for (std::size_t i = 0; i < got.size(); ++i)
-    if (!(std::abs(got[i] - want[i]) <= tol * std::abs(want[i]) + tol * peak)) {
+    if (!(got[i] == want[i] || std::abs(got[i] - want[i]) <= tol * std::abs(want[i]) + tol * peak)) {
       if (bad++ == 0) first = i;
     }
   INFO(what << ": " << bad << " of " << got.size() << " elements differ; the first, #" << first
@@ -166,7 +177,7 @@ void check_kernels(const FlashAttentionShape& s, double tol, Loads loads = Loads
                    DqSum dq_sum = DqSum::QKernel) {
   INFO((std::is_same_v<E, __half> ? "f16" : "bf16")
        << (s.heads_inner ? " BLHD" : " BHLD") << " BH " << s.bh << " Lq " << s.lq << " Lk " << s.lk
-       << " D " << s.d << " Dv " << s.dv << " causal " << s.causal
+       << " D " << s.d << " Dv " << s.dv << " causal " << s.causal << (s.keys.lengths ? " key_lengths" : "")
        << (loads == Loads::Scalar ? " scalar loads" : "") << (dq_sum == DqSum::Atomic ? " atomic dQ" : ""));
   Problem p;
   p.s = s;
@@ -280,5 +291,21 @@ TEST_CASE("emulated register-tile attention summing dQ by atomic adds matches f6
                                DqSum::Atomic);
     check_kernels<__half, 32>(shape(2, 1, 17, 70, 24, 32, false, causal), 5e-3, Loads::AsLauncher,
                               DqSum::Atomic);
+  }
+}
+
+TEST_CASE("emulated register-tile attention sees only each batch's key_lengths keys",
+          "[kernel][attention][emulated]") {
+  // Batches: keys cut inside a tile, at a tile's end, none, more than Lk (clamped).
+  const std::vector<std::int32_t> counts32 = {70, 64, 0, 500};
+  const std::vector<std::int64_t> counts64 = {1, 129};
+  for (bool causal : {false, true}) {
+    FlashAttentionShape s = shape(4, 2, 100, 130, 64, 64, false, causal);
+    s.keys = {.lengths = counts32.data(), .wide = false};
+    check_kernels<__nv_bfloat16, 64>(s, 2e-2);
+    check_kernels<__nv_bfloat16, 64>(s, 2e-2, Loads::AsLauncher, DqSum::Atomic);
+    FlashAttentionShape t = shape(2, 1, 150, 140, 128, 128, true, causal);
+    t.keys = {.lengths = counts64.data(), .wide = true};
+    check_kernels<__half, 128>(t, 5e-3);
   }
 }

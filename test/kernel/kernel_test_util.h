@@ -126,6 +126,26 @@ kiln::Operation* create_fixed(kiln::Builder& b, const std::vector<kiln::Value>& 
     return b.create<OpT>(v[I]..., std::forward<Args>(args)...).operation();
 #pragma GCC diagnostic pop
 }
+// A gradient op with optional operands (GradSpec<-1, …>): create_fixed at
+// v's count, up to 8.
+template <typename OpT, std::size_t N = 1, typename... Args>
+kiln::Operation* create_grad(kiln::Builder& b, const std::vector<kiln::Value>& v, Args&&... args) {
+  if constexpr (N < 8)
+    if (v.size() != N) return create_grad<OpT, N + 1>(b, v, std::forward<Args>(args)...);
+  return create_fixed<OpT>(b, v, std::make_index_sequence<N>{}, std::forward<Args>(args)...);
+}
+// OpT on the values v: a variadic op (num_operands = -1) gets them as one
+// std::vector<Value> argument, a gradient op with optional operands as
+// create_grad, a fixed-arity op one by one.
+template <typename OpT, typename... Args>
+kiln::Operation* create_op(kiln::Builder& b, const std::vector<kiln::Value>& v, Args&&... args) {
+  if constexpr (OpT::num_operands < 0 && requires { typename OpT::Spec; })
+    return create_grad<OpT>(b, v, std::forward<Args>(args)...);
+  else if constexpr (OpT::num_operands < 0)
+    return b.create<OpT>(v, std::forward<Args>(args)...).operation();
+  else
+    return create_fixed<OpT>(b, v, std::make_index_sequence<OpT::num_operands>{}, std::forward<Args>(args)...);
+}
 }  // namespace detail
 
 // run_op<SubOp>({x, y}); run_op<ScaleOp>({x}, 2.0f, 1.0f, true);
@@ -134,11 +154,7 @@ kiln::Operation* create_fixed(kiln::Builder& b, const std::vector<kiln::Value>& 
 template <typename OpT, typename... Args>
 KernelRun run_op(const std::vector<kiln::Tensor>& inputs, Args&&... args) {
   return run_kernel(inputs, [&](kiln::Builder& b, const std::vector<kiln::Value>& v) {
-    if constexpr (OpT::num_operands < 0)
-      return b.create<OpT>(v, args...).operation();
-    else
-      return detail::create_fixed<OpT>(b, v, std::make_index_sequence<OpT::num_operands>{},
-                                       args...);
+    return detail::create_op<OpT>(b, v, args...);
   });
 }
 
@@ -154,10 +170,7 @@ kiln::Operation* build_op(kiln::Program& p, const std::vector<TypeSpec>& ins, Ar
   std::vector<kiln::Value> v;
   for (std::size_t i = 0; i < ins.size(); ++i)
     v.push_back(b.create<kiln::DataOp>("in" + std::to_string(i), ins[i].dims, ins[i].dtype).result());
-  if constexpr (OpT::num_operands < 0)
-    return b.create<OpT>(v, args...).operation();
-  else
-    return detail::create_fixed<OpT>(b, v, std::make_index_sequence<OpT::num_operands>{}, args...);
+  return detail::create_op<OpT>(b, v, args...);
 }
 
 

@@ -623,6 +623,10 @@ TEST_CASE("conv2d_transpose, fused_conv2d, channel_scaled_conv2d, fused_conv2d_m
     auto blhd = b.create<kiln::ScaledDotProductAttentionOp>(q, q, q, true, 0.0, "BLHD");
     f.push_back(blhd->result(0));
     f.push_back(blhd->result(1));
+    // key_lengths: a mask from the lengths, with and without the causal one.
+    auto n = kiln::data("n", {2}, kiln::DataType::Int32);
+    f.push_back(b.create<kiln::ScaledDotProductAttentionOp>(q, q, q, true, 0.0, "BHLD", n)->result(0));
+    f.push_back(b.create<kiln::ScaledDotProductAttentionOp>(q, q, q, false, 0.0, "BLHD", n)->result(0));
   }
   kiln::Executor exe;
   exe.run(startup);
@@ -630,7 +634,9 @@ TEST_CASE("conv2d_transpose, fused_conv2d, channel_scaled_conv2d, fused_conv2d_m
   kiln::Tensor x = floats({2, 2, 6, 6}, 8);
   float* px = x.data<float>();
   for (int i = 0; i < 4; ++i) px[i] = static_cast<float>(i);
-  check_round_trip(p, exe.scope(), {{"x", x}, {"q", floats({2, 2, 5, 4}, 9)}}, f);
+  check_round_trip(p, exe.scope(),
+                   {{"x", x}, {"q", floats({2, 2, 5, 4}, 9)}, {"n", kiln::Tensor::from_vector<std::int32_t>({2}, {2, 1})}},
+                   f);
 }
 
 TEST_CASE("an in-place op exports unless a later op reads the operand it overwrites",

@@ -290,3 +290,41 @@ TEST_CASE("a transformer layer trained on CUDA with its head transposes folded t
     CHECK(std::abs(a - b) <= 1e-4f * std::abs(a) + 1e-6f);
   }
 }
+
+TEST_CASE("attention with key_lengths folds its head transposes, keeps its lengths and trains the "
+          "same bit for bit",
+          "[passes][fold_attention_transposes]") {
+  struct Masked {
+    Program main, startup;
+    Value loss;
+    Masked() {
+      UniqueNameGuard names;
+      ProgramGuard guard(main, startup);
+      nn::MultiHeadAttention mha(16, 2);
+      Value x = data("x", {3, 5, 16});
+      Value y = mha(x, x, x, true, data("n", {3}, DataType::Int32));
+      loss = main_builder().create<MeanOp>(main_builder().create<MulOp>(y, y).result()).result();
+      optim::Adam(1e-2).minimize(loss);
+    }
+  } plain, folded;
+  CHECK(fold_attention_transposes(folded.main) == 2);
+  folded.main.verify();
+  CHECK(layouts(folded.main) == std::vector<std::string>{"BLHD", "BLHD"});
+  for (Operation* op : folded.main.block()) {
+    if (op->isa<ScaledDotProductAttentionOp>()) CHECK(op->num_operands() == 4);
+    if (op->isa<GradOf<ScaledDotProductAttentionOp>>()) CHECK(op->num_operands() == 7);
+  }
+  std::vector<float> xs(3 * 5 * 16);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 37) % 23) / 11.f - 1.f;
+  const FeedMap feeds{{"x", Tensor::from_vector<float>({3, 5, 16}, xs)},
+                      {"n", Tensor::from_vector<std::int32_t>({3}, {5, 2, 0})}};
+  Executor a(Place::cpu(), {.passes = ""}), b(Place::cpu(), {.passes = ""});
+  set_random_seed(7);
+  a.run(plain.startup);
+  set_random_seed(7);
+  b.run(folded.startup);
+  for (int step = 0; step < 3; ++step) {
+    INFO("step " << step);
+    REQUIRE(same_bits(a.run(plain.main, feeds, {plain.loss})[0], b.run(folded.main, feeds, {folded.loss})[0]));
+  }
+}

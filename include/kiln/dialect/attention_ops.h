@@ -1,4 +1,4 @@
-// Scaled dot-product attention (fused, optional causal mask).
+// Scaled dot-product attention (fused, optional causal and key-length masks).
 #pragma once
 
 #include "kiln/dialect/grad_op.h"
@@ -6,7 +6,8 @@
 
 namespace kiln {
 
-// (out, lse) = kiln.scaled_dot_product_attention(q, k, v) {causal, scale, layout}
+// (out, lse) = kiln.scaled_dot_product_attention(q, k, v[, key_lengths])
+//   {causal, scale, layout}
 //   layout "BHLD": q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv], out
 //   [B, H, Lq, Dv]; layout "BLHD" (FlashAttention's, what a linear layer's
 //   [B, L, H·D] result is once reshaped): q [B, Lq, H, D], k [B, Lk, H, D],
@@ -16,6 +17,12 @@ namespace kiln {
 //   s[i, j] = scale · q[b, h, i] · k[b, h, j] (scale 0 means 1 / sqrt(D)) and,
 //   when causal, s[i, j] = -inf for j > i (PyTorch's is_causal: the mask is
 //   aligned at the top-left, so row i sees keys 0..i also when Lq != Lk);
+//   with key_lengths (an optional 4th operand, int32 or int64 [B]: a padded
+//   batch's key counts, PyTorch's key_padding_mask for right padding), row i
+//   of batch b also sees only keys j < key_lengths[b]; a row that sees no key
+//   is an empty sum: out 0, lse -inf, no gradient. A length outside [0, Lk]
+//   is a kiln::Error on the CPU; CUDA's kernels clamp it (checking it would
+//   cost a copy to the host and a wait each call).
 //   lse [B, H, Lq] (either layout; the operands' dtype, f32 for bf16 / f16) is the
 //   per-row log Σ_j exp(s[i, j]) that the gradient uses to recompute the
 //   probabilities (FlashAttention's saved statistic); it carries no gradient
@@ -27,21 +34,25 @@ struct ScaledDotProductAttentionOp
   using Op::Op;
   static constexpr std::string_view name = "kiln.scaled_dot_product_attention";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
-  static constexpr int num_operands = 3, num_results = 2;
+  static constexpr int num_operands = -1, num_results = 2;  // q, k, v[, key_lengths]
   KILN_ATTRIBUTES((bool, causal), (double, scale), (std::string, layout));
   // A program saved before `layout` existed loads as BHLD.
   static std::vector<NamedAttribute> attribute_defaults() {
     return {{"layout", StrAttribute::get("BHLD")}};
   }
   static void build(Builder& b, OperationArgument& arg, Value q, Value k, Value v,
+                    bool causal = false, double scale = 0, std::string layout = "BHLD",
+                    Value key_lengths = Value());
+  // operands: q, k, v[, key_lengths] (as a pass or an importer has them).
+  static void build(Builder& b, OperationArgument& arg, const std::vector<Value>& operands,
                     bool causal = false, double scale = 0, std::string layout = "BHLD");
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
-  // scaled_dot_product_attention_grad(q, k, v, out, lse, dout) {causal, scale}
-  //   -> (dq, dk, dv), typed like q, k, v (out and dout in the layout of
+  // scaled_dot_product_attention_grad(q, k, v, out, lse, dout[, key_lengths])
+  //   {causal, scale} -> (dq, dk, dv), typed like q, k, v (out and dout in the layout of
   //   the attributes, as the forward's out). P is recomputed per tile from q,
   //   k and lse; with Δ_i = Σ dout[i] ∘ out[i]: dv = Pᵀ·dout,
   //   dS = P ∘ (dout·vᵀ − Δ), dq = scale · dS·k, dk = scale · dSᵀ·q.
-  struct Grad : GradSpec<6, 0, 1, 2> {
+  struct Grad : GradSpec<-1, 0, 1, 2> {  // 6 operands, or 7 with key_lengths
     static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
   };
 };
@@ -79,6 +90,13 @@ struct AttentionDims {
 };
 AttentionDims attention_dims(std::string_view op, const Dims& q, const Dims& k, const Dims& v,
                              bool heads_inner = false);
+// The key count batch b's rows see from its key_lengths entry `n` (any
+// integer dtype's value): n itself; kiln::Error naming `op` and the batch
+// unless 0 <= n <= lk.
+std::int64_t checked_key_length(std::string_view op, std::int64_t b, std::int64_t n, std::int64_t lk);
+// A kernel's check of its key_lengths tensor: kiln::Error naming `op`
+// unless it is int32 or int64 [batch].
+void check_key_lengths_tensor(std::string_view op, DataType dt, const Dims& dims, std::int64_t batch);
 // The gradient's out, lse and dout checked against q and v's dims.
 void check_attention_grad_operands(std::string_view op, const AttentionDims& a, const Dims& out,
                                    const Dims& lse, const Dims& dout);

@@ -79,9 +79,11 @@ Value adaptive_avg_pool2d(Value x, std::vector<std::int64_t> output_size);
 Value flatten(Value x, std::int64_t start_axis = 1, std::int64_t stop_axis = -1);
 
 // softmax(q · kᵀ · scale (+ causal mask)) · v over q [B, H, Lq, D],
-// k [B, H, Lk, D], v [B, H, Lk, Dv] (scale 0: 1 / √D); one fused op.
+// k [B, H, Lk, D], v [B, H, Lk, Dv] (scale 0: 1 / √D); one fused op. With
+// key_lengths (int32 or int64 [B]), batch b's rows see only its first
+// key_lengths[b] keys: a right-padded batch's key padding mask.
 Value scaled_dot_product_attention(Value q, Value k, Value v, bool causal = false,
-                                   double scale = 0.0);
+                                   double scale = 0.0, Value key_lengths = Value());
 
 // (input - label)²; input and label of one shape (kiln::Error otherwise).
 Value mse_loss(Value input, Value label, Reduction reduction = Reduction::Mean);

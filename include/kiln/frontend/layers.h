@@ -263,8 +263,11 @@ class MultiHeadAttention : public Layer {
   using Layer::operator();
   Value forward(Value x) const override;
   Value operator()(Value x, bool causal) const { return (*this)(x, x, x, causal); }
-  // query [B, Lq, E], key and value [B, Lk, E] → [B, Lq, E].
-  Value operator()(Value query, Value key, Value value, bool causal = false) const;
+  // query [B, Lq, E], key and value [B, Lk, E] → [B, Lq, E]; with
+  // key_lengths (int32 or int64 [B]) batch b attends to its first
+  // key_lengths[b] keys only (right padding masked).
+  Value operator()(Value query, Value key, Value value, bool causal = false,
+                   Value key_lengths = Value()) const;
   std::int64_t num_heads() const { return num_heads_; }
 
  private:
