@@ -146,11 +146,11 @@ __device__ void start_key_tiles(E* kv_tiles, int stage, const FlashAttentionShap
 
 // A warp's [16, DH] f32 accumulator (fragments acc[DH / 8]) into rows
 // row0 + [0, 16) of x (those < rows, columns < width), each scaled by
-// row_scale (rows g and g + 8).
+// row_scale (rows g and g + 8); rows from zero_from on get zeros.
 template <int DH, typename E>
 __device__ void store_acc(Global<E>* x, const float (&acc)[DH / 8][4], std::int64_t row0,
                           std::int64_t rows, std::int64_t width, std::int64_t step,
-                          const float (&row_scale)[2]) {
+                          const float (&row_scale)[2], std::int64_t zero_from = INT64_MAX) {
   const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
 #pragma unroll
   for (int nb = 0; nb < DH / 8; ++nb)
@@ -158,7 +158,8 @@ __device__ void store_acc(Global<E>* x, const float (&acc)[DH / 8][4], std::int6
     for (int e = 0; e < 4; ++e) {
       const std::int64_t row = row0 + g + (e / 2) * 8;
       const int col = nb * 8 + 2 * t + e % 2;
-      if (row < rows && col < width) store_elem<E>(x + row * step + col, acc[nb][e] * row_scale[e / 2]);
+      if (row < rows && col < width)
+        store_elem<E>(x + row * step + col, row < zero_from ? acc[nb][e] * row_scale[e / 2] : 0.f);
     }
 }
 
@@ -366,8 +367,7 @@ inline __device__ void score_grad(const FlashAttentionShape& s, float& sc, float
 }
 
 // Query i0 + col sees a key where col < rows and col >= first (the key's
-// first query, causal; 0 otherwise; QR where the key is past the head's
-// `keys`).
+// first query, causal; 0 otherwise; QR for a key from `keys` on).
 struct QueryRange {
   int rows, first[2];
 };
@@ -464,8 +464,12 @@ __global__ void __launch_bounds__(kMmaThreads)
   };
   start_tile<R, DH>(kt, k + head_offset(s, bh, s.lk, s.d), j0, s.lk, s.d, qk_step, vec);
   start_tile<R, DH>(vt, v + head_offset(s, bh, s.lk, s.dv), j0, s.lk, s.dv, v_step, vec);
-  // Earlier rows see none of these keys (none does past the head's keys).
-  const std::int64_t keys = head_keys(s, bh), first_query = j0 >= keys ? s.lq : s.causal ? j0 : 0;
+  // Earlier rows see none of these keys; none sees a key past the head's
+  // count. The deterministic pass runs its padded tiles anyway, storing
+  // zeros: reading the count before its loop costs it registers it spills
+  // (ptxas, sm_90) and nothing computed there reaches another row.
+  const std::int64_t keys = kAtomicDq ? head_keys(s, bh) : s.lk;
+  const std::int64_t first_query = j0 >= keys ? s.lq : s.causal ? j0 : 0;
   if (first_query < s.lq) start_queries(first_query, 0);
   commit_copies();
   const std::int64_t key0 = j0 + warp * kWarpRows;
@@ -481,6 +485,9 @@ __global__ void __launch_bounds__(kMmaThreads)
     float st[QR / 8][4], dpt[QR / 8][4];  // Sᵀ and dPᵀ: rows keys, columns queries
     scores_of<QR, DH>(st, kt + warp * kWarpRows * ld, qt);
     scores_of<QR, DH>(dpt, vt + warp * kWarpRows * ld, dot);
+    // Keys past the head's count: the atomic pass's dS·K reads every key
+    // row's dS, so it masks them; each key row's dK and dV are its own, so
+    // the deterministic pass computes them as seen and stores zeros.
     const QueryRange seen = queries_seeing<QR>(s, keys, i0, key0 + g);
 #pragma unroll
     for (int nb = 0; nb < QR / 8; ++nb)
@@ -506,8 +513,9 @@ __global__ void __launch_bounds__(kMmaThreads)
   }
   wait_copies<0>();
   const float one[2] = {1.f, 1.f};
-  store_acc<DH, E>(dk + head_offset(s, bh, s.lk, s.d), dk_acc, key0, s.lk, s.d, qk_step, one);
-  store_acc<DH, E>(dv + head_offset(s, bh, s.lk, s.dv), dv_acc, key0, s.lk, s.dv, v_step, one);
+  const std::int64_t live = head_keys(s, bh);  // rows from here on: zeros
+  store_acc<DH, E>(dk + head_offset(s, bh, s.lk, s.d), dk_acc, key0, s.lk, s.d, qk_step, one, live);
+  store_acc<DH, E>(dv + head_offset(s, bh, s.lk, s.dv), dv_acc, key0, s.lk, s.dv, v_step, one, live);
 }
 
 // The q kernel's shared memory: q and dout [64] rows of DH, then k and v
