@@ -249,6 +249,7 @@ Value scaled_dot_product_attention(Value q, Value k, Value v, bool causal, doubl
   check_value("scaled_dot_product_attention", "q", q);
   check_value("scaled_dot_product_attention", "k", k);
   check_value("scaled_dot_product_attention", "v", v);
+  if (key_lengths) check_value("scaled_dot_product_attention", "key_lengths", key_lengths);
   return main_builder()
       .create<ScaledDotProductAttentionOp>(q, k, v, causal, scale, "BHLD", key_lengths)
       .result(0);

@@ -409,6 +409,9 @@ TEST_CASE("functional forms reject values they cannot use, naming the function",
   Value x = data("x", {2, 3}), l = data("l", {3, 2});
   KILN_CHECK_ERROR(F::relu(foreign), InvalidArgument, {"relu", "current main program"});
   KILN_CHECK_ERROR(F::relu(Value{}), InvalidArgument, {"relu", "null"});
+  Value q = data("q", {2, 1, 3, 4});
+  KILN_CHECK_ERROR(F::scaled_dot_product_attention(q, q, q, false, 0.0, foreign), InvalidArgument,
+                   {"scaled_dot_product_attention", "key_lengths", "current main program"});
   KILN_CHECK_ERROR(F::mse_loss(x, l), InvalidArgument, {"mse_loss", "[2, 3]", "[3, 2]"});
   KILN_CHECK_ERROR(F::l1_loss(x, l), InvalidArgument, {"l1_loss", "same shape"});
   KILN_CHECK_ERROR(F::linear(x, x), InvalidArgument, {"kiln.matmul"});  // [2,3]·[2,3]
