@@ -51,6 +51,12 @@
 //                                  (AttentionGradSum::Atomic), and
 //                                  ...bf16.atomic_dq_speedup the
 //                                  deterministic figure over it
+//   BENCH cuda.attention.fused.bf16.padded_fwd_bwd  µs: the bf16 figure
+//                                  with key_lengths 512, 448, …, 64 (a
+//                                  right-padded batch: 56 % of the keys),
+//                                  and ...bf16.padded_speedup the unpadded
+//                                  figure over it; the peer masks the same
+//                                  keys with a boolean attn_mask
 //   BENCH cuda.ffn.<gelu>.{fused,unfused}  µs: a GPT-2-small FFN link in
 //                                  bf16 ([4096, 768] · [768, 3072] + bias,
 //                                  gelu, gelu_grad reading the
@@ -276,31 +282,39 @@ void layer_norm_bench() {
   emit("cuda.layer_norm.bandwidth_fraction", (5.0 / ln) / (2.0 / copy), "ratio");
 }
 
+// Key counts of a right-padded batch of 8 sequences of up to 512.
+const std::vector<std::int64_t> kPaddedKeys{512, 448, 384, 320, 256, 192, 128, 64};
+
 // scaled_dot_product_attention forward and backward per link, causal, on
 // [8, 12, 512, 64] q, k, v of dtype dt fed on cuda:0 (the gradient's dq is
-// the next link's q; dout is the forward's out).
-double attention_us(kiln::DataType dt, int reps, int runs) {
+// the next link's q; dout is the forward's out); padded: with key_lengths
+// kPaddedKeys.
+double attention_us(kiln::DataType dt, int reps, int runs, bool padded = false) {
   const kiln::Place dev = kiln::Place::cuda(0);
   const std::vector<std::int64_t> shape{8, 12, 512, 64};
   kiln::Program p, startup;
   kiln::ProgramGuard guard(p, startup);
   kiln::Value q = kiln::data("q", shape, dt, dev), k = kiln::data("k", shape, dt, dev),
               v = kiln::data("v", shape, dt, dev);
+  const kiln::Value n = padded ? kiln::data("n", {8}, kiln::DataType::Int64, dev) : kiln::Value();
   kiln::Builder b = kiln::main_builder();
   using Attention = kiln::ScaledDotProductAttentionOp;
+  using Grad = kiln::GradOf<Attention>;
+  const Attention::Attributes attrs{true, 0.0, "BHLD"};
   for (int r = 0; r < reps; ++r) {
-    kiln::Operation* f = b.create<Attention>(q, k, v, true).operation();
-    q = b.create<kiln::GradOf<Attention>>(Attention::Attributes{true, 0.0, "BHLD"}, q, k, v, f->result(0),
-                                          f->result(1), f->result(0))
+    kiln::Operation* f = b.create<Attention>(q, k, v, true, 0.0, "BHLD", n).operation();
+    const kiln::Value out = f->result(0), lse = f->result(1);
+    q = (padded ? b.create<Grad>(attrs, q, k, v, out, lse, out, n) : b.create<Grad>(attrs, q, k, v, out, lse, out))
             .result(0);
   }
   if (dt != kiln::DataType::Float32) q = b.create<kiln::CastOp>(q, kiln::DataType::Float32).result();
   kiln::Value total = b.create<kiln::SumOp>(q).result();
   kiln::Executor exe(dev, {.num_threads = 1});
   const kiln::Dims dims(shape);
-  const kiln::FeedMap feed{{"q", kiln::Tensor::zeros(dims, dt, dev)},
-                           {"k", kiln::Tensor::zeros(dims, dt, dev)},
-                           {"v", kiln::Tensor::zeros(dims, dt, dev)}};
+  kiln::FeedMap feed{{"q", kiln::Tensor::zeros(dims, dt, dev)},
+                     {"k", kiln::Tensor::zeros(dims, dt, dev)},
+                     {"v", kiln::Tensor::zeros(dims, dt, dev)}};
+  if (padded) feed["n"] = kiln::copy_to_place(kiln::Tensor::from_vector<std::int64_t>({8}, kPaddedKeys), dev);
   return median_run_us(exe, p, feed, total, 3, runs) / reps;
 }
 
@@ -317,6 +331,9 @@ void attention_bench() {
   kiln::set_attention_grad_sum(kiln::AttentionGradSum::Deterministic);
   emit("cuda.attention.fused_atomic_dq.bf16.fwd_bwd", atomic, "us");
   emit("cuda.attention.fused.bf16.atomic_dq_speedup", mma / atomic, "ratio");
+  const double padded = attention_us(kiln::DataType::BFloat16, 10, 9, true);
+  emit("cuda.attention.fused.bf16.padded_fwd_bwd", padded, "us");
+  emit("cuda.attention.fused.bf16.padded_speedup", mma / padded, "ratio");
   emit("cuda.attention.fused.f32.fwd_bwd", attention_us(kiln::DataType::Float32, 5, 5), "us");
 }
 

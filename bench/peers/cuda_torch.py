@@ -13,7 +13,9 @@ The same models, shapes, losses and optimizers as kiln's cuda.* figures:
           device memory (torch.cuda.max_memory_allocated) over 3 steps
   attention  F.scaled_dot_product_attention forward and backward (autograd.grad
           of q, k, v), [8, 12, 512, 64], causal, bf16 and f32 (TF32 off):
-          BENCH cuda.attention.fused.<dtype>.torch.fwd_bwd, in us
+          BENCH cuda.attention.fused.<dtype>.torch.fwd_bwd, in us; bf16 with
+          the keys past 512, 448, ..., 64 masked too (a boolean attn_mask, the
+          causal mask folded in): ...bf16.torch.padded_fwd_bwd
   resnet18, mobilenet_v2  torchvision's networks layer for layer (written out
           here: the GPU machine may lack torchvision), batch 64 of 224x224
           images, 1000 classes, cross-entropy, SGD(0.01, momentum 0.9, fused
@@ -246,14 +248,25 @@ def cnn_figures(net):
     torch.backends.cudnn.benchmark = False
 
 
-def attention_step(dtype):
+PADDED_KEYS = (512, 448, 384, 320, 256, 192, 128, 64)
+
+
+def attention_step(dtype, padded=False):
     torch.manual_seed(3)
     shape = (8, 12, 512, 64)
     q, k, v = (torch.randn(shape, device=DEV, dtype=dtype, requires_grad=True) for _ in range(3))
     dout = torch.randn(shape, device=DEV, dtype=dtype)
+    mask = None
+    if padded:  # [8, 1, 512, 512]: key j seen by row i when j <= i and j < the batch's count
+        keys = torch.arange(512, device=DEV)
+        lengths = torch.tensor(PADDED_KEYS, device=DEV).view(8, 1, 1, 1)
+        mask = (keys.view(1, 1, 1, 512) <= keys.view(1, 1, 512, 1)) & (keys.view(1, 1, 1, 512) < lengths)
 
     def step():
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if mask is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return torch.autograd.grad(out, (q, k, v), dout)
     return step
 
@@ -290,6 +303,8 @@ def main():
         for name, dtype in (("bf16", torch.bfloat16), ("f32", torch.float32)):
             t = timed(attention_step(dtype), 20)
             print(f"BENCH cuda.attention.fused.{name}.torch.fwd_bwd {t * 1e6:.3f} us")
+        t = timed(attention_step(torch.bfloat16, padded=True), 20)
+        print(f"BENCH cuda.attention.fused.bf16.torch.padded_fwd_bwd {t * 1e6:.3f} us")
     for net in ("resnet18", "mobilenet_v2"):
         if FILTER in ("", "cuda") or FILTER.startswith("cuda." + net):
             cnn_figures(net)
