@@ -186,7 +186,8 @@ __device__ void tile_product(const E* a, int lda, const E* b, int ldb, float* c,
 // ---- forward ----
 
 // One key tile (keys j0..) of the online softmax, a warp per query row (q0
-// + r, of a head with `keys` keys): the row's scores scaled and masked, its running max and sum moved
+// + r, of a head with `keys` keys): the row's scores scaled and masked,
+// its running max and sum moved
 // on, probs = exp(score - max), and the output accumulated so far rescaled
 // to the new max.
 template <typename L, typename E>
@@ -252,8 +253,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   const std::int64_t key_end = s.causal ? std::min<std::int64_t>(keys, q0 + R) : keys;
   for (std::int64_t j0 = 0; j0 < key_end; j0 += R) {
     __syncthreads();  // the last tile's products are done with kt, vt, probs
-    load_rows<R, DH>(kt, L::kLdOperand, kh, j0, s.lk, s.d, qk_step);
-    load_rows<R, DH>(vt, L::kLdOperand, vh, j0, s.lk, s.dv, v_step);
+    load_rows<R, DH>(kt, L::kLdOperand, kh, j0, keys, s.d, qk_step);  // zeros for the padding
+    load_rows<R, DH>(vt, L::kLdOperand, vh, j0, keys, s.dv, v_step);
     __syncthreads();
     tile_product<R, R, DH, false, true>(qt, L::kLdOperand, kt, L::kLdOperand, scores, L::kLdScores,
                                         false);
@@ -347,13 +348,13 @@ __global__ void __launch_bounds__(kFlashThreads)
         *lse_t = tile_at<float>(smem, L::lse), *delta_t = tile_at<float>(smem, L::delta);
   const std::int64_t bh = blockIdx.x, j0 = static_cast<std::int64_t>(blockIdx.y) * R;
   const std::int64_t qk_step = row_step(s, s.d), v_step = row_step(s, s.dv);
-  load_rows<R, DH>(kt, L::kLdOperand, k + head_offset(s, bh, s.lk, s.d), j0, s.lk, s.d, qk_step);
-  load_rows<R, DH>(vt, L::kLdOperand, v + head_offset(s, bh, s.lk, s.dv), j0, s.lk, s.dv, v_step);
+  const std::int64_t keys = head_keys(s, bh);  // zeros for the padding
+  load_rows<R, DH>(kt, L::kLdOperand, k + head_offset(s, bh, s.lk, s.d), j0, keys, s.d, qk_step);
+  load_rows<R, DH>(vt, L::kLdOperand, v + head_offset(s, bh, s.lk, s.dv), j0, keys, s.dv, v_step);
   zero_tile<R, DH>(dk_acc, L::kLdAcc);
   zero_tile<R, DH>(dv_acc, L::kLdAcc);
   // Causal: rows before j0 see none of these keys; keys past the head's
   // key count none see.
-  const std::int64_t keys = head_keys(s, bh);
   for (std::int64_t i0 = j0 >= keys ? s.lq : s.causal ? j0 : 0; i0 < s.lq; i0 += R) {
     __syncthreads();  // the last tile's products are done with the query tiles
     load_query_tile<L>(s, bh, i0, q, dout, lse, delta, qt, dout_t, lse_t, delta_t);
@@ -401,8 +402,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   const std::int64_t key_end = s.causal ? std::min<std::int64_t>(keys, i0 + R) : keys;
   for (std::int64_t j0 = 0; j0 < key_end; j0 += R) {
     __syncthreads();  // the last tile's product is done with kt
-    load_rows<R, DH>(kt, L::kLdOperand, kh, j0, s.lk, s.d, qk_step);
-    load_rows<R, DH>(vt, L::kLdOperand, vh, j0, s.lk, s.dv, v_step);
+    load_rows<R, DH>(kt, L::kLdOperand, kh, j0, keys, s.d, qk_step);  // zeros for the padding
+    load_rows<R, DH>(vt, L::kLdOperand, vh, j0, keys, s.dv, v_step);
     __syncthreads();
     tile_product<R, R, DH, false, true>(qt, L::kLdOperand, kt, L::kLdOperand, scores, L::kLdScores,
                                         false);

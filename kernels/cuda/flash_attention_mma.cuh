@@ -135,13 +135,14 @@ __device__ void start_tile(E* t, const Global<E>* x, std::int64_t row0, std::int
 
 // Starts copying keys [j0, j0 + 64) of one head's k and v (kh, vh) into
 // stage `stage` of kv_tiles (k at tile 2·stage, v at 2·stage + 1, each
-// [64][kLd<DH>]): start_tile's rules.
+// [64][kLd<DH>]): start_tile's rules, the head's `keys` its rows (zeros
+// for the padding past them, never read).
 template <int DH, typename E>
 __device__ void start_key_tiles(E* kv_tiles, int stage, const FlashAttentionShape& s, const Global<E>* kh,
-                                const Global<E>* vh, std::int64_t j0, bool vec) {
+                                const Global<E>* vh, std::int64_t keys, std::int64_t j0, bool vec) {
   constexpr int R = kBlockRows, ld = kLd<DH>;
-  start_tile<R, DH>(kv_tiles + 2 * stage * R * ld, kh, j0, s.lk, s.d, row_step(s, s.d), vec);
-  start_tile<R, DH>(kv_tiles + (2 * stage + 1) * R * ld, vh, j0, s.lk, s.dv, row_step(s, s.dv), vec);
+  start_tile<R, DH>(kv_tiles + 2 * stage * R * ld, kh, j0, keys, s.d, row_step(s, s.d), vec);
+  start_tile<R, DH>(kv_tiles + (2 * stage + 1) * R * ld, vh, j0, keys, s.dv, row_step(s, s.dv), vec);
 }
 
 // A warp's [16, DH] f32 accumulator (fragments acc[DH / 8]) into rows
@@ -305,17 +306,17 @@ __global__ void __launch_bounds__(kMmaThreads)
   E* qt = reinterpret_cast<E*>(smem);
   E* kv_tiles = qt + R * ld;  // stage i: k at 2i, v at 2i + 1 tiles of R rows
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
-  const std::int64_t bh = blockIdx.x, q0 = query_tile_start();
+  const std::int64_t bh = blockIdx.x, q0 = query_tile_start(), keys = head_keys(s, bh);
   const std::int64_t qk_step = row_step(s, s.d), v_step = row_step(s, s.dv);
   const Global<E>* kh = k + head_offset(s, bh, s.lk, s.d);
   const Global<E>* vh = v + head_offset(s, bh, s.lk, s.dv);
   const auto start_keys = [&](std::int64_t j0, int stage) {
-    start_key_tiles<DH>(kv_tiles, stage, s, kh, vh, j0, vec);
+    start_key_tiles<DH>(kv_tiles, stage, s, kh, vh, keys, j0, vec);
   };
   start_tile<R, DH>(qt, q + head_offset(s, bh, s.lq, s.d), q0, s.lq, s.d, qk_step, vec);
   start_keys(0, 0);
   commit_copies();
-  const std::int64_t row0 = q0 + warp * kWarpRows, keys = head_keys(s, bh);
+  const std::int64_t row0 = q0 + warp * kWarpRows;
   const std::int64_t seen[2] = {keys_seen(s.causal, keys, row0 + g), keys_seen(s.causal, keys, row0 + g + 8)};
   // The fewest of its rows see (keys_seen grows with i).
   const std::int64_t warp_seen = keys_seen(s.causal, keys, row0);
@@ -462,13 +463,15 @@ __global__ void __launch_bounds__(kMmaThreads)
       copy_async4(row_stats(stage, 1) + r, delta + at, valid);
     }
   };
-  start_tile<R, DH>(kt, k + head_offset(s, bh, s.lk, s.d), j0, s.lk, s.d, qk_step, vec);
-  start_tile<R, DH>(vt, v + head_offset(s, bh, s.lk, s.dv), j0, s.lk, s.dv, v_step, vec);
   // Earlier rows see none of these keys; none sees a key past the head's
   // count. The deterministic pass runs its padded tiles anyway, storing
   // zeros: reading the count before its loop costs it registers it spills
-  // (ptxas, sm_90) and nothing computed there reaches another row.
+  // (ptxas, sm_90) and nothing computed there reaches another row. The
+  // atomic pass reads zeros for the padding (its dS·K would carry a NaN
+  // there into dQ).
   const std::int64_t keys = kAtomicDq ? head_keys(s, bh) : s.lk;
+  start_tile<R, DH>(kt, k + head_offset(s, bh, s.lk, s.d), j0, keys, s.d, qk_step, vec);
+  start_tile<R, DH>(vt, v + head_offset(s, bh, s.lk, s.dv), j0, keys, s.dv, v_step, vec);
   const std::int64_t first_query = j0 >= keys ? s.lq : s.causal ? j0 : 0;
   if (first_query < s.lq) start_queries(first_query, 0);
   commit_copies();
@@ -534,18 +537,18 @@ __global__ void __launch_bounds__(kMmaThreads)
   E* qt = reinterpret_cast<E*>(smem);
   E *dot = qt + R * ld, *kv_tiles = dot + R * ld;  // stage i: k at 2i, v at 2i + 1
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-  const std::int64_t bh = blockIdx.x, i0 = query_tile_start();
+  const std::int64_t bh = blockIdx.x, i0 = query_tile_start(), keys = head_keys(s, bh);
   const std::int64_t qk_step = row_step(s, s.d), v_step = row_step(s, s.dv);
   const Global<E>* kh = k + head_offset(s, bh, s.lk, s.d);
   const Global<E>* vh = v + head_offset(s, bh, s.lk, s.dv);
   const auto start_keys = [&](std::int64_t j0, int stage) {
-    start_key_tiles<DH>(kv_tiles, stage, s, kh, vh, j0, vec);
+    start_key_tiles<DH>(kv_tiles, stage, s, kh, vh, keys, j0, vec);
   };
   start_tile<R, DH>(qt, q + head_offset(s, bh, s.lq, s.d), i0, s.lq, s.d, qk_step, vec);
   start_tile<R, DH>(dot, dout + head_offset(s, bh, s.lq, s.dv), i0, s.lq, s.dv, v_step, vec);
   start_keys(0, 0);
   commit_copies();
-  const std::int64_t row0 = i0 + warp * kWarpRows, keys = head_keys(s, bh);
+  const std::int64_t row0 = i0 + warp * kWarpRows;
   float row_lse[2], row_delta[2];
   std::int64_t seen[2];  // keys each row sees; none past Lq
   for (int i = 0; i < 2; ++i) {

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -358,4 +359,56 @@ TEST_CASE("CUDA attention with key_lengths on a small case of every dtype matche
     });
   const fat::AtomicDq atomic;
   fat::compare_fused(DataType::BFloat16, {3, 1, 30, 70, 32, 32}, true, "BHLD", 0, &lengths);
+}
+
+namespace flash_attention_test {
+
+// t ([B, H, L, W], dtype dt) with NaN in the rows of batch b from
+// lengths[b] on.
+void poison_padding(Tensor& t, DataType dt, const std::vector<std::int64_t>& lengths) {
+  const Dims& d = t.dims();
+  for (std::int64_t b = 0; b < d[0]; ++b)
+    for (std::int64_t h = 0; h < d[1]; ++h)
+      for (std::int64_t j = lengths[static_cast<std::size_t>(b)]; j < d[2]; ++j)
+        for (std::int64_t c = 0; c < d[3]; ++c) {
+          const std::int64_t i = ((b * d[1] + h) * d[2] + j) * d[3] + c;
+          if (dt == DataType::Float32) static_cast<float*>(t.raw_data())[i] = NAN;
+          else static_cast<std::uint16_t*>(t.raw_data())[i] = dt == DataType::BFloat16 ? 0x7FC0 : 0x7E00;
+        }
+}
+
+bool all_finite(const Tensor& t) {
+  for (double x : values(t))
+    if (!std::isfinite(x) && x != -INFINITY) return false;
+  return true;
+}
+
+}  // namespace flash_attention_test
+
+TEST_CASE("fused CUDA attention never reads a NaN past a batch's key_lengths into a result",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  const std::vector<std::int64_t> counts{70, 64, 0};
+  const Tensor lengths = Tensor::from_vector<std::int64_t>({3}, counts);
+  for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float16})
+    fat::each_kernel_set(dt, [&] {
+      for (bool causal : {false, true}) {
+        INFO(to_string(dt) << " causal " << causal);
+        const Tensor q = fat::operand(dt, {3, 2, 100, 64}, 1);
+        Tensor k = fat::operand(dt, {3, 2, 130, 64}, 2), v = fat::operand(dt, {3, 2, 130, 64}, 3);
+        fat::poison_padding(k, dt, counts);
+        fat::poison_padding(v, dt, counts);
+        auto f = run_cuda_op<ScaledDotProductAttentionOp>({q, k, v, lengths}, causal, 0.0, std::string("BHLD"));
+        CHECK(fat::all_finite(f.results[0]));
+        CHECK(fat::all_finite(f.results[1]));  // -inf for the batch without keys
+        const Tensor dout = fat::operand(dt, f.results[0].dims(), 4);
+        for (bool atomic : {false, true}) {
+          std::optional<fat::AtomicDq> sum;
+          if (atomic) sum.emplace();
+          auto g = run_cuda_op<fat::Grad>({q, k, v, f.results[0], f.results[1], dout, lengths}, causal, 0.0,
+                                          std::string("BHLD"));
+          for (int i = 0; i < 3; ++i) CHECK(fat::all_finite(g.results[i]));
+        }
+      }
+    });
 }

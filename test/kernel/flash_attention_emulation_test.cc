@@ -161,6 +161,9 @@ enum class Loads { AsLauncher, Scalar };
 // How dQ is summed: by the q kernel, or by the kv kernel's atomic adds
 // into f32 (AttentionGradSum::Atomic), rounded once after.
 enum class DqSum { QKernel, Atomic };
+// What the keys and values past a head's key_lengths count hold: random
+// values, or NaN (which must reach no result).
+enum class Padding { Random, NaN };
 
 // The copy timing for one scope, restored when it ends (also by a failed
 // REQUIRE).
@@ -174,17 +177,24 @@ struct CopyTimingScope {
 // reference.
 template <typename E, int DH>
 void check_kernels(const FlashAttentionShape& s, double tol, Loads loads = Loads::AsLauncher,
-                   DqSum dq_sum = DqSum::QKernel) {
+                   DqSum dq_sum = DqSum::QKernel, Padding padding = Padding::Random) {
   INFO((std::is_same_v<E, __half> ? "f16" : "bf16")
        << (s.heads_inner ? " BLHD" : " BHLD") << " BH " << s.bh << " Lq " << s.lq << " Lk " << s.lk
        << " D " << s.d << " Dv " << s.dv << " causal " << s.causal << (s.keys.lengths ? " key_lengths" : "")
-       << (loads == Loads::Scalar ? " scalar loads" : "") << (dq_sum == DqSum::Atomic ? " atomic dQ" : ""));
+       << (loads == Loads::Scalar ? " scalar loads" : "") << (dq_sum == DqSum::Atomic ? " atomic dQ" : "")
+       << (padding == Padding::NaN ? " NaN padding" : ""));
   Problem p;
   p.s = s;
   p.q = random_bits<E>(static_cast<std::size_t>(s.bh * s.lq * s.d), 1);
   p.k = random_bits<E>(static_cast<std::size_t>(s.bh * s.lk * s.d), 2);
   p.v = random_bits<E>(static_cast<std::size_t>(s.bh * s.lk * s.dv), 3);
   p.dout = random_bits<E>(static_cast<std::size_t>(s.bh * s.lq * s.dv), 4);
+  if (padding == Padding::NaN)
+    for (std::int64_t i = 0; i < s.bh; ++i)
+      for (std::int64_t j = head_key_count(s, i); j < s.lk; ++j) {
+        for (std::int64_t c = 0; c < s.d; ++c) p.k[at(s, i, j, c, s.lk, s.d)] = to_bits<E>(NAN);
+        for (std::int64_t c = 0; c < s.dv; ++c) p.v[at(s, i, j, c, s.lk, s.dv)] = to_bits<E>(NAN);
+      }
   reference<E>(p);
   // std::vector's data is 16-byte aligned
   const bool vec = loads == Loads::AsLauncher && s.d % 8 == 0 && s.dv % 8 == 0;
@@ -308,5 +318,17 @@ TEST_CASE("emulated register-tile attention sees only each batch's key_lengths k
     t.keys = {.lengths = counts64.data(), .wide = true};
     check_kernels<__half, 128>(t, 5e-3);
     check_kernels<__half, 128>(t, 5e-3, Loads::AsLauncher, DqSum::Atomic);  // 32-row query tiles
+  }
+}
+
+TEST_CASE("emulated register-tile attention never reads a NaN past a batch's key_lengths into a result",
+          "[kernel][attention][emulated]") {
+  const std::vector<std::int32_t> counts = {70, 64, 0, 1};
+  for (bool causal : {false, true}) {
+    FlashAttentionShape s = shape(4, 1, 70, 130, 64, 64, true, causal);
+    s.keys = {.lengths = counts.data(), .wide = false};
+    for (DqSum sum : {DqSum::QKernel, DqSum::Atomic})
+      check_kernels<__nv_bfloat16, 64>(s, 2e-2, Loads::AsLauncher, sum, Padding::NaN);
+    check_kernels<__half, 64>(s, 5e-3, Loads::Scalar, DqSum::QKernel, Padding::NaN);
   }
 }

@@ -22,10 +22,10 @@ namespace kiln {
 //   of batch b also sees only keys j < key_lengths[b]; a row that sees no key
 //   is an empty sum: out 0, lse -inf, no gradient. A length outside [0, Lk]
 //   is a kiln::Error on the CPU; CUDA's kernels clamp it (checking it would
-//   cost a copy to the host and a wait each call). The padded keys and
-//   values must be finite: CUDA's kernels read whole tiles and multiply
-//   padded rows by zero probabilities (0 · NaN is NaN, as under PyTorch's
-//   masks), where the CPU's never read them.
+//   cost a copy to the host and a wait each call). No kernel lets a padded
+//   key or value reach a result (a NaN there stays there), but CUDA's
+//   cuBLAS path (f64, f32 head dims above 128), which multiplies padded
+//   rows by zero probabilities (0 · NaN is NaN, as under PyTorch's masks).
 //   lse [B, H, Lq] (either layout; the operands' dtype, f32 for bf16 / f16) is the
 //   per-row log Σ_j exp(s[i, j]) that the gradient uses to recompute the
 //   probabilities (FlashAttention's saved statistic); it carries no gradient
