@@ -187,9 +187,8 @@ __device__ void tile_product(const E* a, int lda, const E* b, int ldb, float* c,
 
 // One key tile (keys j0..) of the online softmax, a warp per query row (q0
 // + r, of a head with `keys` keys): the row's scores scaled and masked,
-// its running max and sum moved
-// on, probs = exp(score - max), and the output accumulated so far rescaled
-// to the new max.
+// its running max and sum moved on, probs = exp(score - max), and the
+// output accumulated so far rescaled to the new max.
 template <typename L, typename E>
 __device__ void online_softmax(const FlashAttentionShape& s, std::int64_t keys, std::int64_t q0,
                                std::int64_t j0, const float* scores, E* probs, float* acc, float* row_max,
