@@ -135,14 +135,12 @@ std::vector<std::int64_t> out_dims(const std::array<std::int64_t, 6>& d, bool he
 
 }  // namespace
 
-void ScaledDotProductAttentionOp::build(Builder&, OperationArgument& arg, Value q, Value k, Value v,
+void ScaledDotProductAttentionOp::build(Builder& b, OperationArgument& arg, Value q, Value k, Value v,
                                         bool causal, double scale, std::string layout,
                                         Value key_lengths) {
-  arg.add_operand(q);
-  arg.add_operand(k);
-  arg.add_operand(v);
-  if (key_lengths) arg.add_operand(key_lengths);
-  arg.attributes = to_named_attributes(Attributes{causal, scale, std::move(layout)});
+  std::vector<Value> operands{q, k, v};
+  if (key_lengths) operands.push_back(key_lengths);
+  build(b, arg, operands, causal, scale, std::move(layout));
 }
 
 void ScaledDotProductAttentionOp::build(Builder&, OperationArgument& arg, const std::vector<Value>& operands,
