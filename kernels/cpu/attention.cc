@@ -6,6 +6,9 @@
 // into a per-thread scratch, the softmax runs on those rows in place, and a
 // second GEMM multiplies by V. The gradient recomputes the tile's
 // probabilities from q, k and the saved log-sum-exp instead of storing them.
+// A mask operand is applied to a tile's scores between the GEMM and the
+// softmax; its float form's gradient (AttentionMaskGradOp) recomputes the
+// gradient's tiles and sums their dS into the mask's shape.
 
 #include <algorithm>
 #include <bit>
@@ -49,11 +52,18 @@ AttentionDims attn_dims(const KernelContext& ctx, const std::string& layout, con
   return a;
 }
 
+// Where the op's optional inputs are, past its `fixed` ones.
+AttentionOptionals optionals(const KernelContext& ctx, std::size_t fixed) {
+  std::vector<DataType> dt;
+  for (std::uint32_t i = 0; i < ctx.num_inputs(); ++i) dt.push_back(ctx.input(i).dtype());
+  return attention_optionals(ctx.op()->name(), dt, fixed);
+}
+
 // Each batch's key count from input i (key_lengths, int32 or int64 [B]),
-// checked; empty when the op has no such input.
-std::vector<std::int64_t> key_lengths(const KernelContext& ctx, std::uint32_t i, const AttentionDims& a) {
+// checked; empty when i < 0 (the op has no such input).
+std::vector<std::int64_t> key_lengths(const KernelContext& ctx, int i, const AttentionDims& a) {
   std::vector<std::int64_t> n;
-  if (ctx.num_inputs() <= i) return n;
+  if (i < 0) return n;
   const Tensor& t = ctx.input(i);
   check_key_lengths_tensor(ctx.op()->name(), t.dtype(), t.dims(), a.b);
   for (std::int64_t b = 0; b < a.b; ++b)
@@ -70,6 +80,43 @@ std::int64_t tile_keys(const AttentionDims& a, const std::vector<std::int64_t>& 
   const std::int64_t kend = causal ? std::min(a.lk, i0 + rows) : a.lk;
   return lens.empty() ? kend : std::min(kend, lens[static_cast<std::size_t>(bh / a.h)]);
 }
+
+// The op's mask, when it has one (data null when not): bool (false: the
+// score becomes -inf) or T (added to the score), read through its broadcast
+// strides.
+template <typename T>
+struct ScoreMask {
+  const void* data = nullptr;
+  bool boolean = false;
+  AttentionMaskStrides st;
+  std::int64_t heads = 1;  // H
+
+  // Input i (or none when i < 0), checked against a.
+  static ScoreMask of(const KernelContext& ctx, int i, const AttentionDims& a) {
+    if (i < 0) return {};
+    const Tensor& m = ctx.input(static_cast<std::uint32_t>(i));
+    return {m.raw_data(), m.dtype() == DataType::Bool,
+            attention_mask_strides(ctx.op()->name(), m.dtype(), m.dims(), DataTypeOf<T>::value, a), a.h};
+  }
+  explicit operator bool() const { return data != nullptr; }
+  // Where row i of head bh begins.
+  std::int64_t row(std::int64_t bh, std::int64_t i) const { return st.head(bh / heads, bh % heads) + i * st.si; }
+  // s (rows × kend: head bh's query rows from i0 against its first kend keys), masked.
+  void apply(T* s, std::int64_t rows, std::int64_t kend, std::int64_t bh, std::int64_t i0) const {
+    constexpr T kNone = -std::numeric_limits<T>::infinity();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* __restrict x = s + r * kend;
+      const std::int64_t o = row(bh, i0 + r), sj = st.sj;
+      if (boolean) {
+        const bool* m = static_cast<const bool*>(data) + o;
+        for (std::int64_t j = 0; j < kend; ++j) x[j] = m[j * sj] ? x[j] : kNone;
+      } else {
+        const T* m = static_cast<const T*>(data) + o;
+        for (std::int64_t j = 0; j < kend; ++j) x[j] += m[j * sj];
+      }
+    }
+  }
+};
 
 // exp for the softmax rows (vector_math.h: a polynomial for f32). Below
 // -87 it gives exp(-87) ~ 1.6e-38, nothing next to a row's largest term, 1.
@@ -129,9 +176,38 @@ struct SoftmaxTile {
     }
   }
 };
+// The same for masked scores: a -inf score gives exactly 0, and a row
+// whose scores are all -inf is an empty sum (zeros, lse -inf).
+template <typename T>
+struct MaskedSoftmaxTile {
+  KILN_SIMD_INLINE static void run(T* s, std::int64_t rows, std::int64_t kend, std::int64_t i0,
+                                   bool causal, T* lse) {
+    constexpr T kNone = -std::numeric_limits<T>::infinity();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* __restrict row = s + r * kend;
+      const std::int64_t n = visible(causal, i0 + r, kend);
+      const T m = row_max(row, n);
+      if (m == kNone) {
+        std::fill(row, row + kend, T(0));
+        lse[r] = kNone;
+        continue;
+      }
+      T sum = 0;
+      for (std::int64_t j = 0; j < n; ++j) {
+        const T e = row[j] == kNone ? T(0) : exp_row(row[j] - m);
+        row[j] = e;
+        sum += e;
+      }
+      const T inv = T(1) / sum;
+      for (std::int64_t j = 0; j < n; ++j) row[j] *= inv;
+      for (std::int64_t j = n; j < kend; ++j) row[j] = 0;
+      lse[r] = m + std::log(sum);
+    }
+  }
+};
 // Gradient: scores → probabilities exp(s - lse) (0 where masked), and
 // delta[r] = Σ dout ∘ out over row r (rows ld apart in dout and out).
-template <typename T>
+template <typename T, bool kMasked>
 struct ProbabilityTile {
   KILN_SIMD_INLINE static void run(T* p, std::int64_t rows, std::int64_t kend, std::int64_t i0,
                                    bool causal, const T* lse, const T* dout, const T* out,
@@ -140,7 +216,12 @@ struct ProbabilityTile {
       T* __restrict row = p + r * kend;
       const std::int64_t n = visible(causal, i0 + r, kend);
       const T l = lse[r];
-      for (std::int64_t j = 0; j < n; ++j) row[j] = exp_row(row[j] - l);
+      if constexpr (kMasked) {  // a -inf score, or a row without keys (lse -inf): 0
+        constexpr T kNone = -std::numeric_limits<T>::infinity();
+        for (std::int64_t j = 0; j < n; ++j) row[j] = row[j] == kNone || l == kNone ? T(0) : exp_row(row[j] - l);
+      } else {
+        for (std::int64_t j = 0; j < n; ++j) row[j] = exp_row(row[j] - l);
+      }
       for (std::int64_t j = n; j < kend; ++j) row[j] = 0;
       const T* __restrict dor = dout + r * ld;
       const T* __restrict orow = out + r * ld;
@@ -174,6 +255,7 @@ struct ForwardTile {
   T scale;
   bool causal;
   const std::vector<std::int64_t>& lens;  // key_lengths per batch, or empty
+  const ScoreMask<T>& mask;
 
   void operator()(std::int64_t bh, std::int64_t i0, T* s) const {
     const int d = static_cast<int>(a.d), dv = static_cast<int>(a.dv);
@@ -194,7 +276,12 @@ struct ForwardTile {
     }
     if (d == 0) std::fill(s, s + rows * kend, T(0));
     else gemm(false, true, static_cast<int>(rows), ik, d, scale, qb, ld_qk, kb, ld_qk, T(0), s, ik);
-    simd_dispatch<SoftmaxTile<T>>(s, rows, kend, i0, causal, lse + bh * a.lq + i0);
+    if (mask) {
+      mask.apply(s, rows, kend, bh, i0);
+      simd_dispatch<MaskedSoftmaxTile<T>>(s, rows, kend, i0, causal, lse + bh * a.lq + i0);
+    } else {
+      simd_dispatch<SoftmaxTile<T>>(s, rows, kend, i0, causal, lse + bh * a.lq + i0);
+    }
     if (dv > 0) gemm(false, false, static_cast<int>(rows), dv, ik, T(1), s, ik, vb, ld_v, T(0), ob, ld_v);
   }
 };
@@ -205,7 +292,9 @@ struct AttentionK {
     const auto& attrs = ctx.attrs<ScaledDotProductAttentionOp>();
     const Tensor q = typed_input<T>(ctx, 0), k = typed_input<T>(ctx, 1), v = typed_input<T>(ctx, 2);
     const AttentionDims a = attn_dims(ctx, attrs.layout, q, k, v);
-    const std::vector<std::int64_t> lens = key_lengths(ctx, 3, a);
+    const AttentionOptionals opt = optionals(ctx, 3);
+    const std::vector<std::int64_t> lens = key_lengths(ctx, opt.key_lengths, a);
+    const ScoreMask<T> mask = ScoreMask<T>::of(ctx, opt.mask, a);
     const std::int64_t lse_shape[] = {a.b, a.h, a.lq};
     Tensor& out = ctx.alloc_output(0, a.out_dims(), q.dtype());
     Tensor& lse = ctx.alloc_output(1, Dims(std::span<const std::int64_t>(lse_shape, 3)), q.dtype());
@@ -217,8 +306,8 @@ struct AttentionK {
       std::fill(pl, pl + a.bh * a.lq, -std::numeric_limits<T>::infinity());
       return;
     }
-    const ForwardTile<T> tile{a, q.data<T>(), k.data<T>(), v.data<T>(), po, pl,
-                              static_cast<T>(attention_scale(attrs.scale, a.d)), attrs.causal, lens};
+    const ForwardTile<T> tile{a,  q.data<T>(), k.data<T>(), v.data<T>(), po, pl,
+                              static_cast<T>(attention_scale(attrs.scale, a.d)), attrs.causal, lens, mask};
     // Items: (head, tile of kTileRows query rows), each written by one call
     // of the same GEMMs on any thread.
     const std::int64_t tiles = (a.lq + kTileRows - 1) / kTileRows;
@@ -231,90 +320,175 @@ struct AttentionK {
   }
 };
 
-// One item of the backward: head bh's dQ, dK and dV, tile after tile of
-// kTileRows query rows; scratch p holds 2 · kTileRows · lk + kTileRows.
+// The gradient's operands and its per-tile work: P, dP and dS of query
+// rows [i0, i0 + rows) of head bh against the keys they see, in scratch of
+// 2 · kTileRows · lk + kTileRows (p, dp, delta).
 template <typename T>
-struct BackwardHead {
+struct BackwardTiles {
   const AttentionDims& a;
   const T *q, *k, *v, *o, *lse, *dout;
-  T *dq, *dk, *dv;
   T scale;
   bool causal;
   const std::vector<std::int64_t>& lens;  // key_lengths per batch, or empty
+  const ScoreMask<T>& mask;
 
-  void operator()(std::int64_t bh, T* p) const {
-    T* dp = p + kTileRows * a.lk;
-    T* delta = dp + kTileRows * a.lk;
-    const int d = static_cast<int>(a.d), ndv = static_cast<int>(a.dv);
-    // Row steps of q, k and their gradients, of v, out, dout and dv.
-    const int ld_qk = static_cast<int>(std::max<std::int64_t>(a.row_step(a.d), 1)),
-              ld_v = static_cast<int>(std::max<std::int64_t>(a.row_step(a.dv), 1));
-    const T* qb = q + a.head_offset(bh, a.lq, a.d);
+  // Row steps of q, k and their gradients, of v, out, dout and dv.
+  int ld_qk() const { return static_cast<int>(std::max<std::int64_t>(a.row_step(a.d), 1)); }
+  int ld_v() const { return static_cast<int>(std::max<std::int64_t>(a.row_step(a.dv), 1)); }
+  std::int64_t keys(std::int64_t bh, std::int64_t i0) const {
+    return tile_keys(a, lens, causal, bh, i0, std::min(kTileRows, a.lq - i0));
+  }
+  // P = exp(scale · Q Kᵀ [+ mask] - lse) (0 where masked) into p, and Δ.
+  void probabilities(std::int64_t bh, std::int64_t i0, std::int64_t kend, T* p, T* delta) const {
+    const std::int64_t rows = std::min(kTileRows, a.lq - i0);
+    const T* qb = q + a.head_offset(bh, a.lq, a.d) + i0 * ld_qk();
     const T* kb = k + a.head_offset(bh, a.lk, a.d);
-    const T* vb = v + a.head_offset(bh, a.lk, a.dv);
-    const T* ob = o + a.head_offset(bh, a.lq, a.dv);
-    const T* dob = dout + a.head_offset(bh, a.lq, a.dv);
-    const T* lb = lse + bh * a.lq;
-    T* dqb = dq + a.head_offset(bh, a.lq, a.d);
-    T* dkb = dk + a.head_offset(bh, a.lk, a.d);
-    T* dvb = dv + a.head_offset(bh, a.lk, a.dv);
-    for (std::int64_t i0 = 0; i0 < a.lq; i0 += kTileRows) {
-      const std::int64_t rows = std::min(kTileRows, a.lq - i0);
-      const int ir = static_cast<int>(rows);
-      const std::int64_t kend = tile_keys(a, lens, causal, bh, i0, rows);
-      const int ik = static_cast<int>(kend);
-      if (kend == 0) continue;  // rows without keys: no gradient
-      // P = exp(scale · Q Kᵀ - lse), 0 where masked.
-      if (d == 0) std::fill(p, p + rows * kend, T(0));
-      else gemm(false, true, ir, ik, d, scale, qb + i0 * ld_qk, ld_qk, kb, ld_qk, T(0), p, ik);
-      simd_dispatch<ProbabilityTile<T>>(p, rows, kend, i0, causal, lb + i0, dob + i0 * ld_v,
-                                        ob + i0 * ld_v, a.dv, std::int64_t{ld_v}, delta);
-      if (ndv > 0) {
-        // dV[:kend] += Pᵀ · dO
-        gemm(true, false, ik, ndv, ir, T(1), p, ik, dob + i0 * ld_v, ld_v, T(1), dvb, ld_v);
-        // dP = dO · Vᵀ
-        gemm(false, true, ir, ik, ndv, T(1), dob + i0 * ld_v, ld_v, vb, ld_v, T(0), dp, ik);
-      } else {
-        std::fill(dp, dp + rows * kend, T(0));
-      }
-      // dS = P ∘ (dP - Δ), in place of P.
-      simd_dispatch<ScoreGradTile<T>>(p, static_cast<const T*>(dp), rows, kend, static_cast<const T*>(delta));
-      if (d > 0) {
-        // dQ = scale · dS · K; dK[:kend] += scale · dSᵀ · Q
-        gemm(false, false, ir, d, ik, scale, p, ik, kb, ld_qk, T(0), dqb + i0 * ld_qk, ld_qk);
-        gemm(true, false, ik, d, ir, scale, p, ik, qb + i0 * ld_qk, ld_qk, T(1), dkb, ld_qk);
-      }
+    const std::int64_t out_rows = a.head_offset(bh, a.lq, a.dv) + i0 * ld_v();
+    const int ik = static_cast<int>(kend);
+    if (a.d == 0) std::fill(p, p + rows * kend, T(0));
+    else gemm(false, true, static_cast<int>(rows), ik, static_cast<int>(a.d), scale, qb, ld_qk(), kb, ld_qk(), T(0), p, ik);
+    const T* lb = lse + bh * a.lq + i0;
+    if (mask) {
+      mask.apply(p, rows, kend, bh, i0);
+      simd_dispatch<ProbabilityTile<T, true>>(p, rows, kend, i0, causal, lb, dout + out_rows, o + out_rows, a.dv,
+                                              std::int64_t{ld_v()}, delta);
+    } else {
+      simd_dispatch<ProbabilityTile<T, false>>(p, rows, kend, i0, causal, lb, dout + out_rows, o + out_rows, a.dv,
+                                               std::int64_t{ld_v()}, delta);
     }
   }
+  // dP = dO · Vᵀ into dp, then dS = P ∘ (dP - Δ) in place of P.
+  void score_grads(std::int64_t bh, std::int64_t i0, std::int64_t kend, T* p, T* dp, const T* delta) const {
+    const std::int64_t rows = std::min(kTileRows, a.lq - i0);
+    const int ik = static_cast<int>(kend);
+    if (a.dv > 0)
+      gemm(false, true, static_cast<int>(rows), ik, static_cast<int>(a.dv), T(1),
+           dout + a.head_offset(bh, a.lq, a.dv) + i0 * ld_v(), ld_v(), v + a.head_offset(bh, a.lk, a.dv), ld_v(),
+           T(0), dp, ik);
+    else
+      std::fill(dp, dp + rows * kend, T(0));
+    simd_dispatch<ScoreGradTile<T>>(p, static_cast<const T*>(dp), rows, kend, delta);
+  }
+};
+
+// One item of the backward: head bh's dQ, dK and dV, tile after tile of
+// kTileRows query rows.
+template <typename T>
+void backward_head(const BackwardTiles<T>& t, std::int64_t bh, T* p, T* dq, T* dk, T* dv) {
+  const AttentionDims& a = t.a;
+  T* dp = p + kTileRows * a.lk;
+  T* delta = dp + kTileRows * a.lk;
+  const int d = static_cast<int>(a.d), ndv = static_cast<int>(a.dv), ld_qk = t.ld_qk(), ld_v = t.ld_v();
+  const T* qb = t.q + a.head_offset(bh, a.lq, a.d);
+  const T* kb = t.k + a.head_offset(bh, a.lk, a.d);
+  const T* dob = t.dout + a.head_offset(bh, a.lq, a.dv);
+  T* dqb = dq + a.head_offset(bh, a.lq, a.d);
+  T* dkb = dk + a.head_offset(bh, a.lk, a.d);
+  T* dvb = dv + a.head_offset(bh, a.lk, a.dv);
+  for (std::int64_t i0 = 0; i0 < a.lq; i0 += kTileRows) {
+    const int ir = static_cast<int>(std::min(kTileRows, a.lq - i0));
+    const std::int64_t kend = t.keys(bh, i0);
+    const int ik = static_cast<int>(kend);
+    if (kend == 0) continue;  // rows without keys: no gradient
+    t.probabilities(bh, i0, kend, p, delta);
+    // dV[:kend] += Pᵀ · dO
+    if (ndv > 0) gemm(true, false, ik, ndv, ir, T(1), p, ik, dob + i0 * ld_v, ld_v, T(1), dvb, ld_v);
+    t.score_grads(bh, i0, kend, p, dp, delta);
+    if (d > 0) {
+      // dQ = scale · dS · K; dK[:kend] += scale · dSᵀ · Q
+      gemm(false, false, ir, d, ik, t.scale, p, ik, kb, ld_qk, T(0), dqb + i0 * ld_qk, ld_qk);
+      gemm(true, false, ik, d, ir, t.scale, p, ik, qb + i0 * ld_qk, ld_qk, T(1), dkb, ld_qk);
+    }
+  }
+}
+
+// The gradient ops' operands, checked, and their BackwardTiles.
+template <typename T>
+struct GradInputs {
+  Tensor q, k, v, o, lse, dout;
+  AttentionDims a;
+  std::vector<std::int64_t> lens;
+  ScoreMask<T> mask;
+
+  explicit GradInputs(const KernelContext& ctx)
+      : q(typed_input<T>(ctx, 0)), k(typed_input<T>(ctx, 1)), v(typed_input<T>(ctx, 2)),
+        o(typed_input<T>(ctx, 3)), lse(typed_input<T>(ctx, 4)), dout(typed_input<T>(ctx, 5)),
+        a(attn_dims(ctx, ctx.attrs<GradOf<ScaledDotProductAttentionOp>>().layout, q, k, v)) {
+    check_attention_grad_operands(ctx.op()->name(), a, o.dims(), lse.dims(), dout.dims());
+    const AttentionOptionals opt = optionals(ctx, 6);
+    lens = key_lengths(ctx, opt.key_lengths, a);
+    mask = ScoreMask<T>::of(ctx, opt.mask, a);
+  }
+  BackwardTiles<T> tiles(const KernelContext& ctx) const {
+    const auto& attrs = ctx.attrs<GradOf<ScaledDotProductAttentionOp>>();
+    return {a, q.data<T>(), k.data<T>(), v.data<T>(), o.data<T>(), lse.data<T>(), dout.data<T>(),
+            static_cast<T>(attention_scale(attrs.scale, a.d)), attrs.causal, lens, mask};
+  }
+  bool empty() const { return a.bh == 0 || a.lq == 0 || a.lk == 0; }
 };
 
 template <typename T>
 struct AttentionGradK {
   static void run(KernelContext& ctx) {
-    const std::string_view op = ctx.op()->name();
-    const auto& attrs = ctx.attrs<GradOf<ScaledDotProductAttentionOp>>();
-    const Tensor q = typed_input<T>(ctx, 0), k = typed_input<T>(ctx, 1), v = typed_input<T>(ctx, 2);
-    const Tensor o = typed_input<T>(ctx, 3), lse = typed_input<T>(ctx, 4),
-                 dout = typed_input<T>(ctx, 5);
-    const AttentionDims a = attn_dims(ctx, attrs.layout, q, k, v);
-    check_attention_grad_operands(op, a, o.dims(), lse.dims(), dout.dims());
-    Tensor& dq = ctx.alloc_output(0, q.dims(), q.dtype());
-    Tensor& dk = ctx.alloc_output(1, k.dims(), k.dtype());
-    Tensor& dvt = ctx.alloc_output(2, v.dims(), v.dtype());
-    if (dq.numel() > 0) std::memset(dq.data<T>(), 0, dq.bytes());
-    if (dk.numel() > 0) std::memset(dk.data<T>(), 0, dk.bytes());
-    if (dvt.numel() > 0) std::memset(dvt.data<T>(), 0, dvt.bytes());
-    const std::vector<std::int64_t> lens = key_lengths(ctx, 6, a);
-    if (a.bh == 0 || a.lq == 0 || a.lk == 0 || (a.d == 0 && a.dv == 0)) return;
-    const BackwardHead<T> head{a,          q.data<T>(),  k.data<T>(),  v.data<T>(),
-                               o.data<T>(), lse.data<T>(), dout.data<T>(), dq.data<T>(),
-                               dk.data<T>(), dvt.data<T>(), static_cast<T>(attention_scale(attrs.scale, a.d)),
-                               attrs.causal, lens};
+    const GradInputs<T> in(ctx);
+    Tensor& dq = ctx.alloc_output(0, in.q.dims(), in.q.dtype());
+    Tensor& dk = ctx.alloc_output(1, in.k.dims(), in.k.dtype());
+    Tensor& dvt = ctx.alloc_output(2, in.v.dims(), in.v.dtype());
+    for (Tensor* t : {&dq, &dk, &dvt})
+      if (t->numel() > 0) std::memset(t->raw_data(), 0, t->bytes());
+    const AttentionDims& a = in.a;
+    if (in.empty() || (a.d == 0 && a.dv == 0)) return;
+    const BackwardTiles<T> tiles = in.tiles(ctx);
     // Items: heads, each accumulating its dK and dV over its tiles in order.
     const std::int64_t head_work = std::max<std::int64_t>(a.lq * a.lk * (2 * a.d + 2 * a.dv), 1);
     parallel_for(a.bh, std::max<std::int64_t>(1, kRangeWork / head_work), [&](std::int64_t h0, std::int64_t h1) {
       T* p = scratch<T>(2 * kTileRows * a.lk + kTileRows);
-      for (std::int64_t bh = h0; bh < h1; ++bh) head(bh, p);
+      for (std::int64_t bh = h0; bh < h1; ++bh) backward_head(tiles, bh, p, dq.data<T>(), dk.data<T>(), dvt.data<T>());
+    });
+  }
+};
+
+// Adds head bh's dS (tile after tile) into dmask through the mask's strides.
+template <typename T>
+void mask_grad_head(const BackwardTiles<T>& t, std::int64_t bh, T* p, T* dmask) {
+  const AttentionDims& a = t.a;
+  T* dp = p + kTileRows * a.lk;
+  T* delta = dp + kTileRows * a.lk;
+  for (std::int64_t i0 = 0; i0 < a.lq; i0 += kTileRows) {
+    const std::int64_t rows = std::min(kTileRows, a.lq - i0), kend = t.keys(bh, i0);
+    if (kend == 0) continue;
+    t.probabilities(bh, i0, kend, p, delta);
+    t.score_grads(bh, i0, kend, p, dp, delta);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* __restrict m = dmask + t.mask.row(bh, i0 + r);
+      const T* __restrict ds = p + r * kend;
+      for (std::int64_t j = 0; j < kend; ++j) m[j * t.mask.st.sj] += ds[j];
+    }
+  }
+}
+
+// dmask: the heads that add into one slice of the mask (the same offset
+// through its batch and head strides) run in order on one thread.
+template <typename T>
+struct AttentionMaskGradK {
+  static void run(KernelContext& ctx) {
+    const GradInputs<T> in(ctx);
+    if (!in.mask || in.mask.boolean)
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' needs a float mask");
+    const Tensor& m = ctx.input(ctx.num_inputs() - 1);
+    Tensor& dmask = ctx.alloc_output(0, m.dims(), m.dtype());
+    if (dmask.numel() > 0) std::memset(dmask.raw_data(), 0, dmask.bytes());
+    const AttentionDims& a = in.a;
+    if (in.empty()) return;
+    const BackwardTiles<T> tiles = in.tiles(ctx);
+    const std::int64_t nb = in.mask.st.sb ? a.b : 1, nh = in.mask.st.sh ? a.h : 1;
+    const std::int64_t slice_work = std::max<std::int64_t>(a.bh / (nb * nh) * a.lq * a.lk * (a.d + a.dv), 1);
+    parallel_for(nb * nh, std::max<std::int64_t>(1, kRangeWork / slice_work), [&](std::int64_t s0, std::int64_t s1) {
+      T* p = scratch<T>(2 * kTileRows * a.lk + kTileRows);
+      for (std::int64_t s = s0; s < s1; ++s)
+        for (std::int64_t bh = 0; bh < a.bh; ++bh)
+          if ((nb == 1 || bh / a.h == s / nh) && (nh == 1 || bh % a.h == s % nh))
+            mask_grad_head(tiles, bh, p, dmask.data<T>());
     });
   }
 };
@@ -323,5 +497,6 @@ struct AttentionGradK {
 
 KILN_REGISTER_KERNELS(ScaledDotProductAttentionOp, Cpu, AttentionK, float, double);
 KILN_REGISTER_KERNELS(GradOf<ScaledDotProductAttentionOp>, Cpu, AttentionGradK, float, double);
+KILN_REGISTER_KERNELS(AttentionMaskGradOp, Cpu, AttentionMaskGradK, float, double);
 
 }  // namespace kiln::cpu

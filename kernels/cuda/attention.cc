@@ -15,6 +15,11 @@
 //   by V (and, for the gradient, by dO, K and Q). Layout "BLHD" is staged:
 //   q, k, v (and out, dout) are copied into [B, H, L, D] scratch, the BHLD
 //   algorithm runs there, and the results are copied back.
+//
+// A mask operand takes the cuBLAS path in every dtype (its row passes apply
+// it; bf16 and f16 widened to f32 around the f32 kernel), as PyTorch's
+// arbitrary masks leave its flash kernel; so does the float mask's gradient
+// (AttentionMaskGradOp), dS summed into the mask's shape.
 #include <cuda_runtime_api.h>
 
 #include <bit>
@@ -85,22 +90,46 @@ class HeadsOuter {
   T* next_;
 };
 
-// The op's key_lengths (input i), when it has one: int32 or int64 [B].
-KeyLengths key_lengths_of(const KernelContext& ctx, std::uint32_t i, const AttentionDims& a) {
-  if (ctx.num_inputs() <= i) return {};
-  const Tensor& t = ctx.input(i);
+// Where the op's optional inputs are, past its `fixed` ones.
+AttentionOptionals optionals(const KernelContext& ctx, std::size_t fixed) {
+  std::vector<DataType> dt;
+  for (std::uint32_t i = 0; i < ctx.num_inputs(); ++i) dt.push_back(ctx.input(i).dtype());
+  return attention_optionals(ctx.op()->name(), dt, fixed);
+}
+
+// The op's key_lengths (input i, none when i < 0): int32 or int64 [B].
+KeyLengths key_lengths_of(const KernelContext& ctx, int i, const AttentionDims& a) {
+  if (i < 0) return {};
+  const Tensor& t = ctx.input(static_cast<std::uint32_t>(i));
   check_key_lengths_tensor(ctx.op()->name(), t.dtype(), t.dims(), a.b);
   return {.lengths = t.raw_data(), .wide = t.dtype() == DataType::Int64};
 }
 
-AttentionRows attention_rows(const AttentionDims& a, bool causal, KeyLengths keys) {
-  return {.rows = a.bh * a.lq, .lq = a.lq, .lk = a.lk, .h = a.h, .causal = causal, .keys = keys};
+// The op's mask (input i, none when i < 0): bool or dt, broadcasting to the scores.
+ScoreMaskRef mask_of(const KernelContext& ctx, int i, const AttentionDims& a, DataType dt) {
+  if (i < 0) return {};
+  const Tensor& m = ctx.input(static_cast<std::uint32_t>(i));
+  const AttentionMaskStrides st = attention_mask_strides(ctx.op()->name(), m.dtype(), m.dims(), dt, a);
+  return {.data = m.raw_data(), .boolean = m.dtype() == DataType::Bool, .sb = st.sb, .sh = st.sh, .si = st.si,
+          .sj = st.sj};
+}
+
+// What masks the scores' rows: causal, key_lengths and the mask operand.
+struct RowMasks {
+  bool causal = false;
+  KeyLengths keys;
+  ScoreMaskRef mask;
+};
+
+AttentionRows attention_rows(const AttentionDims& a, const RowMasks& m) {
+  return {.rows = a.bh * a.lq, .lq = a.lq, .lk = a.lk, .h = a.h, .causal = m.causal, .keys = m.keys,
+          .mask = m.mask};
 }
 
 // The cuBLAS path's forward on checked dims (lq, lk and bh > 0): the
 // scores of every head into scratch, their softmax, the product by V.
 template <typename T>
-void cublas_attention(const KernelContext& ctx, const AttentionDims& a, bool causal, KeyLengths keys, T scale,
+void cublas_attention(const KernelContext& ctx, const AttentionDims& a, const RowMasks& masks, T scale,
                       const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                       Tensor& lse) {
   const std::int64_t rows = a.bh * a.lq;
@@ -117,7 +146,7 @@ void cublas_attention(const KernelContext& ctx, const AttentionDims& a, bool cau
     po = staged->place(out.numel());
   }
   scores(ctx, a, scale, pq, pk, s);
-  launch_attention_softmax(s, lse.data<T>(), attention_rows(a, causal, keys), stream_of(ctx));
+  launch_attention_softmax(s, lse.data<T>(), attention_rows(a, masks), stream_of(ctx));
   check_launch(ctx);
   if (a.dv > 0)
     row_major_gemm<T>(ctx, false, false, a.lq, a.dv, a.lk, T(1), s, a.lk, a.lq * a.lk, pv, a.dv,
@@ -125,10 +154,16 @@ void cublas_attention(const KernelContext& ctx, const AttentionDims& a, bool cau
   if (staged) staged->unstage(po, out, a.lq, a.dv);
 }
 
-// The cuBLAS path's gradient (lq, lk and bh > 0; d or dv > 0).
+// What the cuBLAS path's gradient writes: dq, dk and dv, or (the mask's
+// gradient op) dmask only.
+struct AttentionGrads {
+  Tensor *dq = nullptr, *dk = nullptr, *dv = nullptr, *dmask = nullptr;
+};
+
+// The cuBLAS path's gradient (lq, lk and bh > 0; d or dv > 0 unless dmask).
 template <typename T>
-void cublas_attention_grad(const KernelContext& ctx, const AttentionDims& a, bool causal, KeyLengths keys,
-                           T scale, const Tensor (&in)[6], Tensor& dq, Tensor& dk, Tensor& dv) {
+void cublas_attention_grad(const KernelContext& ctx, const AttentionDims& a, const RowMasks& masks, T scale,
+                           const Tensor (&in)[6], const AttentionGrads& g) {
   const Tensor &q = in[0], &k = in[1], &v = in[2], &o = in[3], &lse = in[4], &dout = in[5];
   const cudaStream_t st = stream_of(ctx);
   const std::int64_t rows = a.bh * a.lq, plane = a.lq * a.lk;
@@ -138,7 +173,8 @@ void cublas_attention_grad(const KernelContext& ctx, const AttentionDims& a, boo
   T* delta = dp + rows * a.lk;
   const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>(), *po = o.data<T>(),
           *pdo = dout.data<T>();
-  T *pdq = dq.data<T>(), *pdk = dk.data<T>(), *pdv = dv.data<T>();
+  T *pdq = g.dq ? g.dq->data<T>() : nullptr, *pdk = g.dk ? g.dk->data<T>() : nullptr,
+    *pdv = g.dv ? g.dv->data<T>() : nullptr;
   std::optional<HeadsOuter<T>> staged;
   if (a.heads_inner) {
     staged.emplace(ctx, a, 2 * (q.numel() + k.numel() + v.numel()) + o.numel() + dout.numel());
@@ -147,19 +183,21 @@ void cublas_attention_grad(const KernelContext& ctx, const AttentionDims& a, boo
     pv = staged->stage(v, a.lk, a.dv);
     po = staged->stage(o, a.lq, a.dv);
     pdo = staged->stage(dout, a.lq, a.dv);
-    pdq = staged->place(q.numel());
-    pdk = staged->place(k.numel());
-    pdv = staged->place(v.numel());
+    if (!g.dmask) {
+      pdq = staged->place(q.numel());
+      pdk = staged->place(k.numel());
+      pdv = staged->place(v.numel());
+    }
   }
   // P = exp(scale · Q·Kᵀ - lse), 0 where masked; Δ = rowsum(dO ∘ O).
   scores(ctx, a, scale, pq, pk, p);
-  launch_attention_probabilities(p, lse.data<T>(), pdo, po, delta, attention_rows(a, causal, keys), a.dv,
-                                 st);
+  launch_attention_probabilities(p, lse.data<T>(), pdo, po, delta, attention_rows(a, masks), a.dv, st);
   check_launch(ctx);
   if (a.dv > 0) {
     // dV = Pᵀ·dO; dP = dO·Vᵀ
-    row_major_gemm<T>(ctx, true, false, a.lk, a.dv, a.lq, T(1), p, a.lk, plane, pdo, a.dv,
-                      a.lq * a.dv, T(0), pdv, a.dv, a.lk * a.dv, a.bh);
+    if (pdv)
+      row_major_gemm<T>(ctx, true, false, a.lk, a.dv, a.lq, T(1), p, a.lk, plane, pdo, a.dv, a.lq * a.dv, T(0),
+                        pdv, a.dv, a.lk * a.dv, a.bh);
     row_major_gemm<T>(ctx, false, true, a.lq, a.lk, a.dv, T(1), pdo, a.dv, a.lq * a.dv, pv,
                       a.dv, a.lk * a.dv, T(0), dp, a.lk, plane, a.bh);
   } else {
@@ -169,6 +207,11 @@ void cublas_attention_grad(const KernelContext& ctx, const AttentionDims& a, boo
   launch_attention_score_grad(p, static_cast<const T*>(dp), static_cast<const T*>(delta), rows,
                               a.lk, st);
   check_launch(ctx);
+  if (g.dmask) {
+    launch_attention_mask_grad(static_cast<const T*>(p), g.dmask->data<T>(), attention_rows(a, masks), a.b, st);
+    check_launch(ctx);
+    return;
+  }
   if (a.d > 0) {
     // dQ = scale · dS·K; dK = scale · dSᵀ·Q
     row_major_gemm<T>(ctx, false, false, a.lq, a.d, a.lk, scale, p, a.lk, plane, pk, a.d,
@@ -177,9 +220,9 @@ void cublas_attention_grad(const KernelContext& ctx, const AttentionDims& a, boo
                       a.lq * a.d, T(0), pdk, a.d, a.lk * a.d, a.bh);
   }
   if (staged) {
-    staged->unstage(pdq, dq, a.lq, a.d);
-    staged->unstage(pdk, dk, a.lk, a.d);
-    staged->unstage(pdv, dv, a.lk, a.dv);
+    staged->unstage(pdq, *g.dq, a.lq, a.d);
+    staged->unstage(pdk, *g.dk, a.lk, a.d);
+    staged->unstage(pdv, *g.dv, a.lk, a.dv);
   }
 }
 
@@ -228,7 +271,10 @@ void attention_kernel(KernelContext& ctx) {
   const std::string_view op = ctx.op()->name();
   const AttentionDims a = attention_dims(op, q.dims(), k.dims(), v.dims(),
                                          attention_heads_inner(op, attrs.layout));
-  const KeyLengths keys = key_lengths_of(ctx, 3, a);
+  const AttentionOptionals opt = optionals(ctx, 3);
+  if constexpr (std::is_same_v<T, std::uint16_t>)
+    if (opt.mask >= 0) return run_through_f32(ctx, &attention_kernel<float, DataType::Float32>);
+  const RowMasks masks{attrs.causal, key_lengths_of(ctx, opt.key_lengths, a), mask_of(ctx, opt.mask, a, D)};
   const std::int64_t lse_shape[] = {a.b, a.h, a.lq};
   Tensor& out = ctx.alloc_output(0, a.out_dims(), D);
   const DataType lse_dt = attention_lse_dtype(D);
@@ -242,27 +288,41 @@ void attention_kernel(KernelContext& ctx) {
     check_launch(ctx);
     return;
   }
-  const FlashAttentionShape fs = flash_shape(a, attrs.causal, attrs.scale, keys);
-  if (use_fused<T, D>(ctx, a, fs)) {
+  const FlashAttentionShape fs = flash_shape(a, attrs.causal, attrs.scale, masks.keys);
+  if (!masks.mask.data && use_fused<T, D>(ctx, a, fs)) {
     launch_flash_attention_forward(D, fs, q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
                                    lse.raw_data(), st);
     check_launch(ctx);
   } else if constexpr (!std::is_same_v<T, std::uint16_t>) {
-    cublas_attention<T>(ctx, a, attrs.causal, keys, static_cast<T>(attention_scale(attrs.scale, a.d)), q,
-                        k, v, out, lse);
+    cublas_attention<T>(ctx, a, masks, static_cast<T>(attention_scale(attrs.scale, a.d)), q, k, v, out, lse);
   }
 }
 
+// The gradient ops' six fixed inputs, checked, and their dims.
+template <DataType D>
+struct GradInputs {
+  Tensor in[6];
+  AttentionDims a;
+  explicit GradInputs(const KernelContext& ctx)
+      : in{input_of(ctx, 0, D), input_of(ctx, 1, D), input_of(ctx, 2, D),
+           input_of(ctx, 3, D), input_of(ctx, 4, attention_lse_dtype(D)), input_of(ctx, 5, D)} {
+    const std::string_view op = ctx.op()->name();
+    a = attention_dims(op, in[0].dims(), in[1].dims(), in[2].dims(),
+                       attention_heads_inner(op, ctx.attrs<GradOf<ScaledDotProductAttentionOp>>().layout));
+    check_attention_grad_operands(op, a, in[3].dims(), in[4].dims(), in[5].dims());
+  }
+};
+
 template <typename T, DataType D>
 void attention_grad_kernel(KernelContext& ctx) {
-  const std::string_view op = ctx.op()->name();
   const auto& attrs = ctx.attrs<GradOf<ScaledDotProductAttentionOp>>();
-  const Tensor in[6] = {input_of(ctx, 0, D), input_of(ctx, 1, D), input_of(ctx, 2, D),
-                        input_of(ctx, 3, D), input_of(ctx, 4, attention_lse_dtype(D)), input_of(ctx, 5, D)};
-  const AttentionDims a = attention_dims(op, in[0].dims(), in[1].dims(), in[2].dims(),
-                                         attention_heads_inner(op, attrs.layout));
-  check_attention_grad_operands(op, a, in[3].dims(), in[4].dims(), in[5].dims());
-  const KeyLengths keys = key_lengths_of(ctx, 6, a);
+  const AttentionOptionals opt = optionals(ctx, 6);
+  if constexpr (std::is_same_v<T, std::uint16_t>)
+    if (opt.mask >= 0) return run_through_f32(ctx, &attention_grad_kernel<float, DataType::Float32>);
+  const GradInputs<D> g(ctx);
+  const AttentionDims& a = g.a;
+  const Tensor(&in)[6] = g.in;
+  const RowMasks masks{attrs.causal, key_lengths_of(ctx, opt.key_lengths, a), mask_of(ctx, opt.mask, a, D)};
   Tensor& dq = ctx.alloc_output(0, in[0].dims(), D);
   Tensor& dk = ctx.alloc_output(1, in[1].dims(), D);
   Tensor& dv = ctx.alloc_output(2, in[2].dims(), D);
@@ -272,8 +332,8 @@ void attention_grad_kernel(KernelContext& ctx) {
     zero(ctx, dv);
     return;
   }
-  const FlashAttentionShape fs = flash_shape(a, attrs.causal, attrs.scale, keys);
-  if (use_fused<T, D>(ctx, a, fs)) {
+  const FlashAttentionShape fs = flash_shape(a, attrs.causal, attrs.scale, masks.keys);
+  if (!masks.mask.data && use_fused<T, D>(ctx, a, fs)) {
     BufferRef delta = scratch_buffer(ctx, sizeof(float) * a.bh * a.lq);
     const bool atomic = attention_grad_sum() == AttentionGradSum::Atomic && flash_attention_sums_dq(D);
     BufferRef dq_sum = atomic ? scratch_buffer(ctx, sizeof(float) * dq.numel()) : BufferRef();
@@ -284,9 +344,30 @@ void attention_grad_kernel(KernelContext& ctx) {
                                     atomic ? static_cast<float*>(dq_sum->data()) : nullptr, stream_of(ctx));
     check_launch(ctx);
   } else if constexpr (!std::is_same_v<T, std::uint16_t>) {
-    cublas_attention_grad<T>(ctx, a, attrs.causal, keys, static_cast<T>(attention_scale(attrs.scale, a.d)),
-                             in, dq, dk, dv);
+    cublas_attention_grad<T>(ctx, a, masks, static_cast<T>(attention_scale(attrs.scale, a.d)), in,
+                             {.dq = &dq, .dk = &dk, .dv = &dv});
   }
+}
+
+// A float mask's gradient, f32 or f64 (bf16 and f16 through f32:
+// half_via_f32.cc): the cuBLAS path's dS summed into the mask's shape.
+template <typename T, DataType D>
+void attention_mask_grad_kernel(KernelContext& ctx) {
+  const auto& attrs = ctx.attrs<AttentionMaskGradOp>();
+  const AttentionOptionals opt = optionals(ctx, 6);
+  const GradInputs<D> g(ctx);
+  const AttentionDims& a = g.a;
+  const RowMasks masks{attrs.causal, key_lengths_of(ctx, opt.key_lengths, a), mask_of(ctx, opt.mask, a, D)};
+  if (!masks.mask.data || masks.mask.boolean)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' needs a float mask");
+  const Tensor& m = ctx.input(static_cast<std::uint32_t>(opt.mask));
+  Tensor& dmask = ctx.alloc_output(0, m.dims(), D);
+  if (a.bh == 0 || a.lq == 0 || a.lk == 0) {
+    zero(ctx, dmask);
+    return;
+  }
+  cublas_attention_grad<T>(ctx, a, masks, static_cast<T>(attention_scale(attrs.scale, a.d)), g.in,
+                           {.dmask = &dmask});
 }
 
 }  // namespace
@@ -305,5 +386,7 @@ KILN_REGISTER_KERNEL(GradOf<ScaledDotProductAttentionOp>, Cuda, BFloat16,
                      attention_grad_kernel<std::uint16_t, DataType::BFloat16>);
 KILN_REGISTER_KERNEL(GradOf<ScaledDotProductAttentionOp>, Cuda, Float16,
                      attention_grad_kernel<std::uint16_t, DataType::Float16>);
+KILN_REGISTER_KERNEL(AttentionMaskGradOp, Cuda, Float32, attention_mask_grad_kernel<float, DataType::Float32>);
+KILN_REGISTER_KERNEL(AttentionMaskGradOp, Cuda, Float64, attention_mask_grad_kernel<double, DataType::Float64>);
 
 }  // namespace kiln::cuda

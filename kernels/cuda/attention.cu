@@ -1,7 +1,8 @@
 // Device halves of the CUDA scaled-dot-product attention (attention.cc runs
 // the GEMMs through cuBLAS): the row passes between them. Rows are the
 // [B·H·Lq, Lk] score matrix of all heads; one block per row, its threads
-// striding along the keys.
+// striding along the keys. A mask applies to a score as the row pass reads
+// it; a -inf score gives exactly 0 probability, a row of them an empty sum.
 #include <cstdint>
 #include <limits>
 
@@ -36,35 +37,58 @@ __device__ std::int64_t visible_keys(const AttentionRows& a, std::int64_t row) {
   return keys_seen(a.causal, key_count(a.keys, row / a.lq / a.h, a.lk), row % a.lq);
 }
 
+// Where row `row`'s mask elements begin (its key j at + j · sj).
+__device__ std::int64_t mask_row(const AttentionRows& a, std::int64_t row) {
+  const std::int64_t bh = row / a.lq;
+  return bh / a.h * a.mask.sb + bh % a.h * a.mask.sh + row % a.lq * a.mask.si;
+}
+
+// Score x of key j in a row whose mask elements begin at `at`, masked.
+template <typename T>
+__device__ T masked(const AttentionRows& a, std::int64_t at, std::int64_t j, T x) {
+  if (!a.mask.data) return x;
+  const std::int64_t o = at + j * a.mask.sj;
+  if (a.mask.boolean) return static_cast<const bool*>(a.mask.data)[o] ? x : -std::numeric_limits<T>::infinity();
+  return x + static_cast<const T*>(a.mask.data)[o];
+}
+
 template <typename T>
 __global__ void softmax_rows(T* __restrict__ s, T* __restrict__ lse, AttentionRows a) {
-  const std::int64_t row = blockIdx.x, lk = a.lk;
+  constexpr T kNone = -std::numeric_limits<T>::infinity();
+  const std::int64_t row = blockIdx.x, lk = a.lk, at = mask_row(a, row);
   T* r = s + row * lk;
   const std::int64_t n = visible_keys(a, row);
-  T m = -std::numeric_limits<T>::infinity();
-  for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) m = r[j] > m ? r[j] : m;
+  T m = kNone;
+  for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    r[j] = masked(a, at, j, r[j]);
+    m = r[j] > m ? r[j] : m;
+  }
   m = block_combine<true>(m);
   T sum = 0;
   for (std::int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const T e = exp(r[j] - m);
+    const T e = r[j] == kNone ? T(0) : exp(r[j] - m);
     r[j] = e;
     sum += e;
   }
   sum = block_combine<false>(sum);
-  const T inv = T(1) / sum;
+  const T inv = sum > 0 ? T(1) / sum : T(0);
   for (std::int64_t j = threadIdx.x; j < lk; j += blockDim.x) r[j] = j < n ? r[j] * inv : T(0);
-  if (threadIdx.x == 0) lse[row] = m + log(sum);
+  if (threadIdx.x == 0) lse[row] = sum > 0 ? m + log(sum) : kNone;
 }
 
 template <typename T>
 __global__ void probability_rows(T* __restrict__ p, const T* __restrict__ lse,
                                  const T* __restrict__ dout, const T* __restrict__ out,
                                  T* __restrict__ delta, AttentionRows a, std::int64_t dv) {
-  const std::int64_t row = blockIdx.x, lk = a.lk;
+  constexpr T kNone = -std::numeric_limits<T>::infinity();
+  const std::int64_t row = blockIdx.x, lk = a.lk, at = mask_row(a, row);
   T* r = p + row * lk;
   const std::int64_t n = visible_keys(a, row);
-  const T l = lse[row];  // -inf when n is 0: no exp taken
-  for (std::int64_t j = threadIdx.x; j < lk; j += blockDim.x) r[j] = j < n ? exp(r[j] - l) : T(0);
+  const T l = lse[row];  // -inf for a row without keys: no exp taken
+  for (std::int64_t j = threadIdx.x; j < lk; j += blockDim.x) {
+    const T x = j < n && l != kNone ? masked(a, at, j, r[j]) : kNone;
+    r[j] = x == kNone ? T(0) : exp(x - l);
+  }
   T acc = 0;
   for (std::int64_t c = threadIdx.x; c < dv; c += blockDim.x) acc += dout[row * dv + c] * out[row * dv + c];
   acc = block_combine<false>(acc);
@@ -75,6 +99,26 @@ template <typename T>
 __global__ void score_grad(T* __restrict__ p, const T* __restrict__ dp, const T* __restrict__ delta,
                            std::int64_t lk, std::int64_t n) {
   KILN_GRID_STRIDE(i, n) p[i] *= dp[i] - delta[i / lk];
+}
+
+// dmask element e of [nb, nh, ni, nj]: Σ of dS over the dims the mask
+// broadcasts over (a dim of 1 there and not in the scores).
+template <typename T>
+__global__ void mask_grad(const T* __restrict__ ds, T* __restrict__ dmask, AttentionRows a, std::int64_t b,
+                          std::int64_t n) {
+  const std::int64_t nb = a.mask.sb ? b : 1, nh = a.mask.sh ? a.h : 1, ni = a.mask.si ? a.lq : 1,
+                     nj = a.mask.sj ? a.lk : 1;
+  KILN_GRID_STRIDE(e, n) {
+    const std::int64_t j0 = e % nj, i0 = e / nj % ni, h0 = e / nj / ni % nh, b0 = e / nj / ni / nh;
+    T acc = 0;
+    for (std::int64_t bi = nb > 1 ? b0 : 0; bi < (nb > 1 ? b0 + 1 : b); ++bi)
+      for (std::int64_t hi = nh > 1 ? h0 : 0; hi < (nh > 1 ? h0 + 1 : a.h); ++hi)
+        for (std::int64_t i = ni > 1 ? i0 : 0; i < (ni > 1 ? i0 + 1 : a.lq); ++i) {
+          const T* row = ds + ((bi * a.h + hi) * a.lq + i) * a.lk;
+          for (std::int64_t j = nj > 1 ? j0 : 0; j < (nj > 1 ? j0 + 1 : a.lk); ++j) acc += row[j];
+        }
+    dmask[e] = acc;
+  }
 }
 
 }  // namespace
@@ -98,12 +142,22 @@ void launch_attention_score_grad(T* p, const T* dp, const T* delta, std::int64_t
   if (n) score_grad<<<blocks_for(n), kThreads, 0, st>>>(p, dp, delta, lk, n);
 }
 
+template <typename T>
+void launch_attention_mask_grad(const T* ds, T* dmask, const AttentionRows& r, std::int64_t b,
+                                cudaStream_t st) {
+  const std::int64_t n = (r.mask.sb ? b : 1) * (r.mask.sh ? r.h : 1) * (r.mask.si ? r.lq : 1) *
+                         (r.mask.sj ? r.lk : 1);
+  if (n) mask_grad<<<blocks_for(n), kThreads, 0, st>>>(ds, dmask, r, b, n);
+}
+
 #define KILN_ATTENTION(T)                                                                          \
   template void launch_attention_softmax<T>(T*, T*, const AttentionRows&, cudaStream_t);          \
   template void launch_attention_probabilities<T>(T*, const T*, const T*, const T*, T*,            \
                                                   const AttentionRows&, std::int64_t, cudaStream_t); \
   template void launch_attention_score_grad<T>(T*, const T*, const T*, std::int64_t, std::int64_t, \
-                                               cudaStream_t);
+                                               cudaStream_t);                                      \
+  template void launch_attention_mask_grad<T>(const T*, T*, const AttentionRows&, std::int64_t,     \
+                                              cudaStream_t);
 KILN_ATTENTION(float)
 KILN_ATTENTION(double)
 

@@ -150,12 +150,22 @@ struct KeyLengths {
   const void* lengths = nullptr;
   bool wide = false;
 };
+// An attention op's mask operand (device memory; null data: none): bool
+// (false: the score is -inf) or the scores' dtype (added to the score);
+// element (b, h, i, j) at b·sb + h·sh + i·si + j·sj (0 along a dim it
+// broadcasts over).
+struct ScoreMaskRef {
+  const void* data = nullptr;
+  bool boolean = false;
+  std::int64_t sb = 0, sh = 0, si = 0, sj = 0;
+};
 // Which keys the rows of all heads' [B·H·Lq, Lk] scores see: query row
 // index row % lq, batch row / lq / h.
 struct AttentionRows {
   std::int64_t rows = 0, lq = 0, lk = 0, h = 1;
   bool causal = false;
   KeyLengths keys;
+  ScoreMaskRef mask;
 };
 // Each row of s ([rows, lk]) → its softmax over the keys it sees (0 beyond
 // them); lse[row] = the row's log-sum-exp (-inf for a row that sees none).
@@ -170,6 +180,13 @@ void launch_attention_probabilities(T* p, const T* lse, const T* dout, const T* 
 template <typename T>
 void launch_attention_score_grad(T* p, const T* dp, const T* delta, std::int64_t rows,
                                  std::int64_t lk, cudaStream_t st);
+// A float mask's gradient: dmask (the mask's elements, [nb, nh, ni, nj]
+// row-major, each 1 or B, H, Lq, Lk by whether it broadcasts) = dS ([rows,
+// lk]) summed over the dims the mask broadcasts over, one thread per dmask
+// element (deterministic).
+template <typename T>
+void launch_attention_mask_grad(const T* ds, T* dmask, const AttentionRows& r, std::int64_t b,
+                                cudaStream_t st);
 
 // ---- fused scaled-dot-product attention (flash_attention.cu) ----
 

@@ -10,7 +10,7 @@
 
 namespace kiln {
 
-KILN_REGISTER_OP(ScaledDotProductAttentionOp, GradOf<ScaledDotProductAttentionOp>);
+KILN_REGISTER_OP(ScaledDotProductAttentionOp, GradOf<ScaledDotProductAttentionOp>, AttentionMaskGradOp);
 
 double attention_scale(double scale, std::int64_t head_dim) {
   if (scale != 0) return scale;
@@ -54,6 +54,43 @@ void check_key_lengths_tensor(std::string_view op, DataType dt, const Dims& dims
   if (dims.rank() != 1 || dims[0] != batch || (dt != DataType::Int32 && dt != DataType::Int64))
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' key_lengths is ", to_string(dt), " [",
                 dims.to_string(), "], expected int32 or int64 [", batch, "] (one key count per batch)");
+}
+
+AttentionOptionals attention_optionals(std::string_view op, const std::vector<DataType>& dtypes,
+                                       std::size_t fixed) {
+  AttentionOptionals o;
+  std::size_t i = fixed;
+  if (i < dtypes.size() && (dtypes[i] == DataType::Int32 || dtypes[i] == DataType::Int64))
+    o.key_lengths = static_cast<int>(i++);
+  if (i < dtypes.size() && (dtypes[i] == DataType::Bool || is_floating(dtypes[i])))
+    o.mask = static_cast<int>(i++);
+  if (dtypes.size() < fixed || i != dtypes.size())
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' takes ",
+                fixed == 3 ? "q, k, v" : "q, k, v, out, lse, dout",
+                ", then optionally key_lengths (int32 or int64) and a mask (bool or floating), in that order; got ",
+                dtypes.size(), " operands",
+                dtypes.size() > i ? std::string(", operand #") + std::to_string(i) + " being " + std::string(to_string(dtypes[i]))
+                                  : std::string());
+  return o;
+}
+
+AttentionMaskStrides attention_mask_strides(std::string_view op, DataType mask_dt, const Dims& mask,
+                                            DataType dt, const AttentionDims& a) {
+  const std::int64_t full[] = {a.b, a.h, a.lq, a.lk};
+  const int r = static_cast<int>(mask.rank());
+  bool fits = (mask_dt == DataType::Bool || mask_dt == dt) && r >= 2 && r <= 4;
+  std::int64_t s[4] = {}, step = 1;
+  for (int k = 3; fits && k >= 4 - r; --k) {
+    const std::int64_t n = mask[static_cast<std::size_t>(k - (4 - r))];
+    fits = n == 1 || n == full[k];
+    s[k] = n == 1 ? 0 : step;
+    step *= n;
+  }
+  if (!fits)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' mask is ", to_string(mask_dt), " [",
+                mask.to_string(), "], expected bool or ", to_string(dt), " broadcasting to [B, H, Lq, Lk] = [",
+                a.b, ", ", a.h, ", ", a.lq, ", ", a.lk, "] (rank 2 to 4, each dim 1 or equal)");
+  return {.sb = s[0], .sh = s[1], .si = s[2], .sj = s[3]};
 }
 
 void check_attention_grad_operands(std::string_view op, const AttentionDims& a, const Dims& out,
@@ -127,6 +164,31 @@ void check_key_lengths(std::string_view op, const std::vector<Type>& in, std::si
                 ", expected int32 or int64 [", batch, "] (one key count per batch)");
 }
 
+std::vector<DataType> dtypes_of(const std::vector<Type>& in) {
+  std::vector<DataType> dt;
+  for (Type t : in) dt.push_back(t && is_shaped(t) ? shaped_data_type(t) : DataType::Undefined);
+  return dt;
+}
+
+// mask (operand i of `in`, when i >= 0): bool or the operands' dtype `dt`,
+// rank 2 to 4, its dims right-aligned with d's [B, H, Lq, Lk], each 1 or equal.
+void check_mask(std::string_view op, const std::vector<Type>& in, int i,
+                const std::array<std::int64_t, 6>& d, DataType dt) {
+  if (i < 0) return;
+  Type t = meta::tensor_operand(op, in, static_cast<std::size_t>(i));
+  const auto& dims = shaped_dims(t);
+  const std::int64_t full[] = {d[0], d[1], d[2], d[3]};
+  const DataType mdt = shaped_data_type(t);
+  bool fits = (mdt == DataType::Bool || mdt == dt) && dims.size() >= 2 && dims.size() <= 4;
+  for (std::size_t m = 0; fits && m < dims.size(); ++m)
+    fits = dims[m] == 1 || meta::dim_fits(dims[m], full[4 - dims.size() + m]);
+  if (!fits)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' mask (operand #", i, ") is ", to_string(mdt), " ",
+                meta::dims_string(dims), ", expected bool or ", to_string(dt), " broadcasting to [B, H, Lq, Lk] = ",
+                meta::dims_string({d[0], d[1], d[2], d[3]}),
+                " (rank 2 to 4, each dim 1 or equal; key_lengths are int32 or int64 [B])");
+}
+
 // out's dims in the layout: [B, H, Lq, Dv] or [B, Lq, H, Dv].
 std::vector<std::int64_t> out_dims(const std::array<std::int64_t, 6>& d, bool heads_inner) {
   if (heads_inner) return {d[0], d[2], d[1], d[5]};
@@ -137,9 +199,10 @@ std::vector<std::int64_t> out_dims(const std::array<std::int64_t, 6>& d, bool he
 
 void ScaledDotProductAttentionOp::build(Builder& b, OperationArgument& arg, Value q, Value k, Value v,
                                         bool causal, double scale, std::string layout,
-                                        Value key_lengths) {
+                                        Value key_lengths, Value mask) {
   std::vector<Value> operands{q, k, v};
   if (key_lengths) operands.push_back(key_lengths);
+  if (mask) operands.push_back(mask);
   build(b, arg, operands, causal, scale, std::move(layout));
 }
 
@@ -153,11 +216,10 @@ std::vector<Type> ScaledDotProductAttentionOp::infer_meta(const std::vector<Type
                                                           DictionaryAttribute attrs) {
   const auto a = from_attributes<Attributes>(attrs, name);
   const bool heads_inner = attention_heads_inner(name, a.layout);
-  if (in.size() != 3 && in.size() != 4)
-    throw_error(ErrorKind::InvalidArgument, "op '", name, "' takes q, k, v and optionally key_lengths, got ",
-                in.size(), " operands");
+  const AttentionOptionals opt = attention_optionals(name, dtypes_of(in), 3);
   const auto d = check_qkv(name, in, heads_inner);
-  check_key_lengths(name, in, 3, d[0]);
+  if (opt.key_lengths >= 0) check_key_lengths(name, in, 3, d[0]);
+  check_mask(name, in, opt.mask, d, shaped_data_type(in[0]));
   if (!std::isfinite(a.scale))
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' scale must be finite, got ", a.scale);
   const DataType dt = shaped_data_type(in[0]);
@@ -168,12 +230,11 @@ std::vector<Type> ScaledDotProductAttentionOp::infer_meta(const std::vector<Type
 void ScaledDotProductAttentionOp::Grad::check(std::string_view op, const std::vector<Type>& in,
                                               DictionaryAttribute attrs) {
   const bool heads_inner = attention_heads_inner(op, from_attributes<Attributes>(attrs, op).layout);
-  if (in.size() != 6 && in.size() != 7)
-    throw_error(ErrorKind::InvalidArgument, "op '", op,
-                "' takes q, k, v, out, lse, dout and optionally key_lengths, got ", in.size(), " operands");
+  const AttentionOptionals opt = attention_optionals(op, dtypes_of(in), 6);
   const auto d = check_qkv(op, in, heads_inner);
-  check_key_lengths(op, in, 6, d[0]);
+  if (opt.key_lengths >= 0) check_key_lengths(op, in, 6, d[0]);
   const DataType dt = shaped_data_type(in[0]);
+  check_mask(op, in, opt.mask, d, dt);
   const std::vector<std::int64_t> out = out_dims(d, heads_inner), lse{d[0], d[1], d[2]};
   const char* names[] = {"out", "lse", "dout"};
   const std::vector<std::int64_t>* want[] = {&out, &lse, &out};
@@ -197,21 +258,38 @@ std::vector<Value> ScaledDotProductAttentionOp::vjp(Builder& b, Operation* op,
   if (g[1])
     throw_error(ErrorKind::Unimplemented, "op '", name,
                 "' has no gradient through its lse result (the saved log-sum-exp)");
-  const bool masked = op->num_operands() == 4;
-  std::vector<Value> none(op->num_operands());
-  if (!g[0] || !vjp::differentiable(op->operand_source(0))) return none;
-  Operation* gop =
-      masked ? b.create<GradOf<ScaledDotProductAttentionOp>>(
-                    op, op->operand_source(0), op->operand_source(1), op->operand_source(2),
-                    op->result(0), op->result(1), g[0], op->operand_source(3))
-                   .operation()
-             : b.create<GradOf<ScaledDotProductAttentionOp>>(op, op->operand_source(0), op->operand_source(1),
-                                                             op->operand_source(2), op->result(0),
-                                                             op->result(1), g[0])
-                   .operation();
-  std::vector<Value> grads{gop->result(0), gop->result(1), gop->result(2)};
-  if (masked) grads.emplace_back();  // key_lengths: integers, no gradient
+  std::vector<Value> grads(op->num_operands());  // key_lengths: integers, no gradient
+  if (!g[0] || !vjp::differentiable(op->operand_source(0))) return grads;
+  std::vector<Value> in{op->operand_source(0), op->operand_source(1), op->operand_source(2),
+                        op->result(0), op->result(1), g[0]};
+  for (std::uint32_t i = 3; i < op->num_operands(); ++i) in.push_back(op->operand_source(i));
+  Operation* gop = b.create<GradOf<ScaledDotProductAttentionOp>>(op, in).operation();
+  for (std::uint32_t i = 0; i < 3; ++i) grads[i] = gop->result(i);
+  Value mask = op->num_operands() > 3 ? op->operand_source(op->num_operands() - 1) : Value();
+  if (mask && vjp::differentiable(mask))  // a float mask (a bool one has no gradient)
+    grads.back() = b.create<AttentionMaskGradOp>(op, in).result();
   return grads;
+}
+
+void AttentionMaskGradOp::build(Builder&, OperationArgument& arg, Operation* fwd,
+                                const std::vector<Value>& operands) {
+  for (Value v : operands) arg.add_operand(v);
+  for (const auto& [k, v] : fwd->attributes()) arg.add_attribute(k, v);
+}
+
+void AttentionMaskGradOp::build(Builder&, OperationArgument& arg, const std::vector<Value>& operands,
+                                bool causal, double scale, std::string layout) {
+  for (Value v : operands) arg.add_operand(v);
+  arg.attributes = to_named_attributes(Attributes{causal, scale, std::move(layout)});
+}
+
+std::vector<Type> AttentionMaskGradOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  ScaledDotProductAttentionOp::Grad::check(name, in, attrs);
+  const AttentionOptionals opt = attention_optionals(name, dtypes_of(in), 6);
+  if (opt.mask < 0 || !is_floating(shaped_data_type(in[static_cast<std::size_t>(opt.mask)])))
+    throw_error(ErrorKind::InvalidArgument, "op '", name,
+                "' needs a float mask as its last operand (a bool mask has no gradient)");
+  return {in[static_cast<std::size_t>(opt.mask)]};
 }
 
 }  // namespace kiln

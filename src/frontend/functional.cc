@@ -245,13 +245,14 @@ Value flatten(Value x, std::int64_t start_axis, std::int64_t stop_axis) {
 }
 
 Value scaled_dot_product_attention(Value q, Value k, Value v, bool causal, double scale,
-                                   Value key_lengths) {
+                                   Value key_lengths, Value attn_mask) {
   check_value("scaled_dot_product_attention", "q", q);
   check_value("scaled_dot_product_attention", "k", k);
   check_value("scaled_dot_product_attention", "v", v);
   if (key_lengths) check_value("scaled_dot_product_attention", "key_lengths", key_lengths);
+  if (attn_mask) check_value("scaled_dot_product_attention", "attn_mask", attn_mask);
   return main_builder()
-      .create<ScaledDotProductAttentionOp>(q, k, v, causal, scale, "BHLD", key_lengths)
+      .create<ScaledDotProductAttentionOp>(q, k, v, causal, scale, "BHLD", key_lengths, attn_mask)
       .result(0);
 }
 

@@ -234,7 +234,7 @@ MultiHeadAttention::MultiHeadAttention(std::int64_t embed_dim, std::int64_t num_
 Value MultiHeadAttention::forward(Value x) const { return (*this)(x, x, x, false); }
 
 Value MultiHeadAttention::operator()(Value query, Value key, Value value, bool causal,
-                                     Value key_lengths) const {
+                                     Value key_lengths, Value attn_mask) const {
   const auto& qd = shaped_dims(query.type());
   if (qd.size() != 3 || (qd[2] >= 0 && qd[2] != embed_dim_))
     throw_error(ErrorKind::InvalidArgument, "MultiHeadAttention '", full_name_, "': query ",
@@ -263,7 +263,7 @@ Value MultiHeadAttention::operator()(Value query, Value key, Value value, bool c
     return b.create<TransposeOp>(r, std::vector<std::int64_t>{0, 2, 1, 3}).result();
   };
   Value o = functional::scaled_dot_product_attention(heads(q), heads(k), heads(v), causal, 0.0,
-                                                     key_lengths);
+                                                     key_lengths, attn_mask);
   o = b.create<TransposeOp>(o, std::vector<std::int64_t>{0, 2, 1, 3}).result();
   o = b.create<ReshapeOp>(o, std::vector<std::int64_t>{0, 0, embed_dim_}).result();
   return (*out_proj_)(o);

@@ -346,10 +346,11 @@ std::string key_length_mask(EmitContext& c, std::size_t axis) {
   return c.node1("Less", {keys, c.node1("Reshape", {n, c.const_i64({-1, 1, 1, 1})})});
 }
 
-// softmax(scale · q·kᵀ [causal: -inf above the diagonal; key_lengths: -inf
-// from batch b's length on]) · v, in BHLD (layout BLHD: q, k, v transposed
-// in and out transposed back). A row that sees no key is NaN in ONNX's
-// Softmax where kiln gives 0.
+// softmax(scale · q·kᵀ [+ a float mask] [causal: -inf above the diagonal;
+// key_lengths: -inf from batch b's length on; a bool mask: -inf where
+// false]) · v, in BHLD (layout BLHD: q, k, v transposed in and out
+// transposed back; a mask is [.., Lq, Lk] in both). A row that sees no key
+// is NaN in ONNX's Softmax where kiln gives 0.
 void attention(EmitContext& c) {
   const auto a = ScaledDotProductAttentionOp::dyn_cast(c.op()).attrs();
   const bool heads_inner = attention_heads_inner(ScaledDotProductAttentionOp::name, a.layout);
@@ -365,10 +366,14 @@ void attention(EmitContext& c) {
   std::string s = c.node1("Mul", {c.node1("MatMul", {in(0), swap_last_two(c, in(1), 4)}),
                                   c.scalar(dt, scale)});
   std::string mask = a.causal ? causal_mask(c, s, lq, lk) : std::string();
-  if (c.num_operands() == 4) {
-    const std::string lengths = key_length_mask(c, l);
-    mask = mask.empty() ? lengths : c.node1("And", {mask, lengths});
-  }
+  auto and_mask = [&](const std::string& m) { mask = mask.empty() ? m : c.node1("And", {mask, m}); };
+  std::vector<DataType> dtypes;
+  for (std::size_t i = 0; i < c.num_operands(); ++i) dtypes.push_back(c.in_dtype(i));
+  const AttentionOptionals opt = attention_optionals(ScaledDotProductAttentionOp::name, dtypes, 3);
+  if (opt.key_lengths >= 0) and_mask(key_length_mask(c, l));
+  const std::size_t m = static_cast<std::size_t>(opt.mask);
+  if (opt.mask >= 0 && c.in_dtype(m) == DataType::Bool) and_mask(c.in(m));
+  else if (opt.mask >= 0) s = c.node1("Add", {s, c.in(m)});
   if (!mask.empty()) s = c.node1("Where", {mask, s, c.scalar(dt, -std::numeric_limits<double>::infinity())});
   ::onnx::NodeProto* sm = nullptr;
   const std::string p = c.node1("Softmax", {s}, &sm);

@@ -247,12 +247,31 @@ bool is_causal_mask(const Tensor& t) {
   return true;
 }
 
-// out = softmax(q · kᵀ · s [+ causal mask]) · v, with kᵀ a Transpose of k
+// Whether `mask` can be attention's float mask over the scores of q and
+// k ([B, H, Lq, D], [B, H, Lk, D]): q's dtype, rank 2 to 4, each dim 1 or
+// the scores' (or unknown).
+bool fits_scores(Value mask, Value q, Value k) {
+  if (!is_float_tensor(mask) || shaped_data_type(mask.type()) != shaped_data_type(q.type())) return false;
+  const auto& md = shaped_dims(mask.type());
+  const auto& qd = shaped_dims(q.type());
+  const auto& kd = shaped_dims(k.type());
+  const std::int64_t full[] = {qd[0], qd[1], qd[2], kd[2]};
+  if (md.size() < 2 || md.size() > 4) return false;
+  for (std::size_t i = 0; i < md.size(); ++i) {
+    const std::int64_t m = md[i], f = full[4 - md.size() + i];
+    if (m != 1 && m != f && m >= 0 && f >= 0) return false;
+  }
+  return true;
+}
+
+// out = softmax(q · kᵀ · s [+ mask]) · v, with kᵀ a Transpose of k
 // swapping its last two axes:
 //   t = Transpose(k), a = MatMul(q, t), m = Mul(a, s) (or Div(a, 1/s)),
 //   [c = Add(m, mask)], p = Softmax(c, axis -1), o = MatMul(p, v)
-// -> kiln.scaled_dot_product_attention(q, k, v) {causal, scale = s}
-// for rank-4 [B, H, L, D] operands.
+// -> kiln.scaled_dot_product_attention(q, k, v[, mask]) {causal, scale = s}
+// for rank-4 [B, H, L, D] operands: a constant causal mask is the causal
+// attribute, any other float mask that broadcasts to the scores (a BERT's
+// padding mask, a bias) the op's mask operand.
 std::optional<Fused> attention(Chain& c, int first, Builder& b) {
   const auto& tr = c.node(first);
   if (tr.op_type() != "Transpose" || tr.input_size() != 1) return std::nullopt;
@@ -284,13 +303,19 @@ std::optional<Fused> attention(Chain& c, int first, Builder& b) {
     s = n.output(0);
   }
   bool causal = false;
+  Value mask;
   if (int add = c.sole_reader(s, "Add"); add >= 0) {
-    const std::string* mask = c.other_input(add, s);
-    const Tensor* m = mask ? c.constant(*mask) : nullptr;
-    if (!m || !is_causal_mask(*m)) return std::nullopt;
+    const std::string* name = c.other_input(add, s);
+    if (!name) return std::nullopt;
+    const Tensor* m = c.constant(*name);
     const auto& qd = shaped_dims(q.type());
-    if (qd[2] != m->dims()[0] || shaped_dims(k.type())[2] != m->dims()[0]) return std::nullopt;
-    causal = true;
+    if (m && is_causal_mask(*m) && qd[2] == m->dims()[0] && shaped_dims(k.type())[2] == m->dims()[0]) {
+      causal = true;
+    } else {
+      mask = c.value(*name);
+      if (!mask && m) mask = c.parameter(*name, *m);  // a constant other than the causal one
+      if (!mask || !fits_scores(mask, q, k)) return std::nullopt;
+    }
     c.cover(add);
     s = c.node(add).output(0);
   }
@@ -306,7 +331,7 @@ std::optional<Fused> attention(Chain& c, int first, Builder& b) {
       shaped_data_type(v.type()) != shaped_data_type(q.type()))
     return std::nullopt;
   c.cover(pv);
-  Value out = b.create<ScaledDotProductAttentionOp>(q, k, v, causal, scale).result(0);
+  Value out = b.create<ScaledDotProductAttentionOp>(q, k, v, causal, scale, "BHLD", Value(), mask).result(0);
   return Fused{c.nodes(), c.node(pv).output(0), out};
 }
 

@@ -309,14 +309,18 @@ TEST_CASE("scaled_dot_product_attention refuses key_lengths that are not one int
           "[dialect][attention]") {
   const Type q = tf({2, 4, 5, 8}), k = tf({2, 4, 7, 8}), v = tf({2, 4, 7, 3});
   auto fwd = [&](Type lengths) { return ScaledDotProductAttentionOp::infer_meta({q, k, v, lengths}, attrs()); };
-  KILN_CHECK_ERROR(fwd(tf({2})), InvalidArgument, {kOp, "key_lengths (operand #3)", "int32 or int64 [2]"});
+  // A float operand past v is a mask: a float [B] is refused as one, naming key_lengths' dtypes.
+  KILN_CHECK_ERROR(fwd(tf({2})), InvalidArgument, {kOp, "mask (operand #3)", "key_lengths are int32 or int64 [B]"});
   KILN_CHECK_ERROR(fwd(tf({3}, DataType::Int64)), InvalidArgument, {kOp, "key_lengths", "[3]"});
   KILN_CHECK_ERROR(fwd(tf({2, 1}, DataType::Int32)), InvalidArgument, {kOp, "key_lengths"});
-  KILN_CHECK_ERROR(ScaledDotProductAttentionOp::infer_meta({q, k, v, tf({2}, DataType::Int32), tf({2})}, attrs()),
-                   InvalidArgument, {kOp, "got 5 operands"});
+  KILN_CHECK_ERROR(ScaledDotProductAttentionOp::infer_meta(
+                       {q, k, v, tf({2}, DataType::Int32), tf({5, 7}), tf({2}, DataType::Int32)}, attrs()),
+                   InvalidArgument, {kOp, "got 6 operands", "operand #5 being i32"});
   const Type out = tf({2, 4, 5, 3}), lse = tf({2, 4, 5});
   KILN_CHECK_ERROR(sdpa_grad({q, k, v, out, lse, out, tf({2}, DataType::Float32)}), InvalidArgument,
-                   {kGradOp, "key_lengths (operand #6)"});
+                   {kGradOp, "mask (operand #6)"});
+  KILN_CHECK_ERROR(sdpa_grad({q, k, v, out, lse, out, tf({3}, DataType::Int32)}), InvalidArgument,
+                   {kGradOp, "key_lengths (operand #6)", "int32 or int64 [2]"});
   KILN_CHECK_ERROR(sdpa_grad({q, k, v, out, lse}), InvalidArgument, {kGradOp, "got 5 operands"});
 }
 
@@ -345,6 +349,100 @@ TEST_CASE("an attention with key_lengths prints and loads back, as text and as J
   const Program text = parse_program(p.to_string());
   CHECK(text.to_string() == p.to_string());
   CHECK(first_op<ScaledDotProductAttentionOp>(text)->num_operands() == 4);
+  const Program json = load_program_json(program_to_json(p).dump());
+  CHECK(json.to_string() == p.to_string());
+}
+
+TEST_CASE("scaled_dot_product_attention takes a bool or float mask that broadcasts to [B, H, Lq, Lk]",
+          "[dialect][attention][mask]") {
+  const Type q = tf({2, 4, 5, 8}), k = tf({2, 4, 7, 8}), v = tf({2, 4, 7, 3});
+  const Type out = tf({2, 4, 5, 3}), lse = tf({2, 4, 5});
+  for (const Type& m : {tf({5, 7}), tf({2, 4, 5, 7}), tf({1, 4, 1, 7}), tf({4, 5, 1}), tf({2, 1, 1, 7}, DataType::Bool),
+                        tf({-1, 7}), tf({1, 1})}) {
+    INFO(m.to_string());
+    CHECK(ScaledDotProductAttentionOp::infer_meta({q, k, v, m}, attrs(true)) == std::vector<Type>{out, lse});
+    CHECK(ScaledDotProductAttentionOp::infer_meta({q, k, v, tf({2}, DataType::Int64), m}, attrs()).size() == 2);
+    CHECK(sdpa_grad({q, k, v, out, lse, out, m}).size() == 3);
+    CHECK(sdpa_grad({q, k, v, out, lse, out, tf({2}, DataType::Int32), m}).size() == 3);
+  }
+  // The float mask's gradient op is typed like the mask.
+  CHECK(AttentionMaskGradOp::infer_meta({q, k, v, out, lse, out, tf({1, 4, 1, 7})}, attrs()) ==
+        std::vector<Type>{tf({1, 4, 1, 7})});
+}
+
+TEST_CASE("scaled_dot_product_attention refuses a mask of another dtype or shape, naming it",
+          "[dialect][attention][mask]") {
+  const Type q = tf({2, 4, 5, 8}), k = tf({2, 4, 7, 8}), v = tf({2, 4, 7, 3});
+  auto fwd = [&](Type m) { return ScaledDotProductAttentionOp::infer_meta({q, k, v, m}, attrs()); };
+  KILN_CHECK_ERROR(fwd(tf({5, 7}, DataType::Float64)), InvalidArgument,
+                   {kOp, "mask (operand #3) is f64", "expected bool or f32", "[2, 4, 5, 7]"});
+  KILN_CHECK_ERROR(fwd(tf({5, 6})), InvalidArgument, {kOp, "mask (operand #3)", "broadcasting"});
+  KILN_CHECK_ERROR(fwd(tf({3, 4, 5, 7})), InvalidArgument, {kOp, "mask"});
+  KILN_CHECK_ERROR(fwd(tf({1, 2, 4, 5, 7})), InvalidArgument, {kOp, "rank 2 to 4"});
+  const Type out = tf({2, 4, 5, 3}), lse = tf({2, 4, 5});
+  KILN_CHECK_ERROR(AttentionMaskGradOp::infer_meta({q, k, v, out, lse, out, tf({5, 7}, DataType::Bool)}, attrs()),
+                   InvalidArgument, {"'kiln.scaled_dot_product_attention_mask_grad'", "float mask"});
+  KILN_CHECK_ERROR(AttentionMaskGradOp::infer_meta({q, k, v, out, lse, out}, attrs()), InvalidArgument,
+                   {"'kiln.scaled_dot_product_attention_mask_grad'", "float mask"});
+}
+
+TEST_CASE("scaled_dot_product_attention's vjp with a float mask gives the mask its gradient, matching finite "
+          "differences",
+          "[dialect][vjp][attention][mask]") {
+  GradCheckOptions o;
+  o.result_grads = {true, false};
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    auto report = check_vjp({random_f64({2, 2, 4, 3}, -1, 1, 31), random_f64({2, 2, 5, 3}, -1, 1, 32),
+                             random_f64({2, 2, 5, 2}, -1, 1, 33), random_f64({2, 1, 4, 5}, -2, 2, 34)},
+                            make_op<ScaledDotProductAttentionOp>(causal, 0.0), o);
+    REQUIRE(report.grads.size() == 4);
+    CHECK(report.grads[3].is_initialized());
+    // With key_lengths before it, and broadcast over batches and rows.
+    report = check_vjp({random_f64({3, 2, 4, 3}, -1, 1, 35), random_f64({3, 2, 5, 3}, -1, 1, 36),
+                        random_f64({3, 2, 5, 2}, -1, 1, 37), i64({3}, {5, 2, 0}), random_f64({2, 1, 5}, -2, 2, 38)},
+                       make_op<ScaledDotProductAttentionOp>(causal, 0.0), o);
+    REQUIRE(report.grads.size() == 5);
+    CHECK(!report.grads[3].is_initialized());
+    CHECK(report.grads[4].is_initialized());
+  }
+}
+
+TEST_CASE("scaled_dot_product_attention's vjp adds the mask's gradient op for a float mask only",
+          "[dialect][vjp][attention][mask]") {
+  Program p;
+  Builder b(p);
+  auto mk = [&](const char* n, Shape s, DataType dt = DataType::Float64) {
+    return b.create<DataOp>(n, s, dt).result();
+  };
+  Value q = mk("q", {1, 2, 3, 4}), fmask = mk("f", {3, 3}), bmask = mk("m", {3, 3}, DataType::Bool);
+  auto with_float = b.create<ScaledDotProductAttentionOp>(q, q, q, false, 0.0, "BHLD", Value(), fmask);
+  auto g = call_vjp(b, with_float.operation(), {with_float.result(0), Value()});
+  REQUIRE(g.size() == 4);
+  REQUIRE(g[3]);
+  CHECK(g[3].defining_op()->isa<AttentionMaskGradOp>());
+  CHECK(g[3].type() == fmask.type());
+  auto with_bool = b.create<ScaledDotProductAttentionOp>(q, q, q, false, 0.0, "BHLD", Value(), bmask);
+  g = call_vjp(b, with_bool.operation(), {with_bool.result(0), Value()});
+  REQUIRE(g.size() == 4);
+  CHECK(g[0]);
+  CHECK(!g[3]);
+}
+
+TEST_CASE("an attention with a mask and its gradients print and load back, as text and as JSON",
+          "[dialect][attention][mask][io]") {
+  Program p;
+  Builder b(p);
+  Value q = b.create<DataOp>("q", Shape{2, 1, 3, 4}, DataType::Float32).result();
+  Value n = b.create<DataOp>("n", Shape{2}, DataType::Int32).result();
+  Value m = b.create<DataOp>("m", Shape{1, 1, 3, 3}, DataType::Float32).result();
+  auto op = b.create<ScaledDotProductAttentionOp>(q, q, q, true, 0.0, "BHLD", n, m);
+  call_vjp(b, op.operation(), {op.result(0), Value()});
+  p.verify();
+  const Program text = parse_program(p.to_string());
+  CHECK(text.to_string() == p.to_string());
+  CHECK(first_op<ScaledDotProductAttentionOp>(text)->num_operands() == 5);
+  CHECK(first_op<AttentionMaskGradOp>(text)->num_operands() == 8);
   const Program json = load_program_json(program_to_json(p).dump());
   CHECK(json.to_string() == p.to_string());
 }

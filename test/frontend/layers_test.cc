@@ -348,6 +348,67 @@ TEST_CASE("MultiHeadAttention with key_lengths ignores each batch's padded keys 
   check_close(pa, want, 1e-5);
 }
 
+TEST_CASE("MultiHeadAttention with a lower-triangular bool attn_mask gives causal attention's result",
+          "[frontend][layers][mask]") {
+  Program main_prog, startup;
+  Value masked, causal, biased;
+  {
+    ProgramGuard guard(main_prog, startup);
+    nn::MultiHeadAttention mha(6, 3);
+    Value x = data("x", {2, 5, 6}), mask = data("mask", {5, 5}, DataType::Bool);
+    Value bias = data("bias", {1, 1, 5, 5});
+    masked = mha(x, x, x, false, Value(), mask);
+    causal = mha(x, true);
+    biased = mha(x, x, x, false, Value(), bias);  // 0 / -inf: the same mask, added
+  }
+  Executor exe;
+  exe.run(startup);
+  Tensor tri = Tensor::empty(Dims({5, 5}), DataType::Bool);
+  std::vector<float> add(25);
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 5; ++j) {
+      tri.data<bool>()[i * 5 + j] = j <= i;
+      add[static_cast<std::size_t>(i * 5 + j)] = j <= i ? 0.f : -INFINITY;
+    }
+  auto got = exe.run(main_prog, {{"x", f32({2, 5, 6}, wave(60))}, {"mask", tri}, {"bias", f32({1, 1, 5, 5}, add)}},
+                     {masked, causal, biased});
+  const auto c = got[1].to_vector<float>();
+  check_close(got[0].to_vector<float>(), std::vector<double>(c.begin(), c.end()), 1e-6);
+  check_close(got[2].to_vector<float>(), std::vector<double>(c.begin(), c.end()), 1e-6);
+}
+
+TEST_CASE("a learned attention bias passed as attn_mask gets a gradient and trains",
+          "[frontend][layers][mask]") {
+  // The bias alone can make row i attend to key (i + 1) % L: training it
+  // (the only parameter) toward that target lowers the loss.
+  constexpr std::int64_t L = 4;
+  Program main_prog, startup;
+  Value loss, bias;
+  {
+    ProgramGuard guard(main_prog, startup);
+    Value q = data("q", {1, 1, L, 2}), v = data("v", {1, 1, L, L}), target = data("t", {1, 1, L, L});
+    bias = create_parameter("bias", {1, 1, L, L}, DataType::Float32, init::Constant(0.0));
+    Value out = F::scaled_dot_product_attention(q, q, v, false, 0.0, Value(), bias);
+    loss = F::mse_loss(out, target);
+    const auto grads = append_backward(loss);
+    REQUIRE(grads.size() == 1);
+    CHECK(grads[0].second.defining_op()->isa<AttentionMaskGradOp>());
+    optim::SGD(5.0).apply_gradients(grads);
+  }
+  Executor exe;
+  exe.run(startup);
+  std::vector<float> eye(L * L, 0.f), shifted(L * L, 0.f);
+  for (std::int64_t i = 0; i < L; ++i) {
+    eye[static_cast<std::size_t>(i * L + i)] = 1.f;
+    shifted[static_cast<std::size_t>(i * L + (i + 1) % L)] = 1.f;
+  }
+  FeedMap feed{{"q", f32({1, 1, L, 2}, wave(2 * L))}, {"v", f32({1, 1, L, L}, eye)}, {"t", f32({1, 1, L, L}, shifted)}};
+  const float first = exe.run(main_prog, feed, {loss})[0].to_vector<float>()[0];
+  float last = first;
+  for (int s = 0; s < 50; ++s) last = exe.run(main_prog, feed, {loss})[0].to_vector<float>()[0];
+  CHECK(last < 0.3f * first);
+}
+
 TEST_CASE("a causal TransformerEncoderLayer's output at a position does not depend on later "
           "positions; a non-causal one's does",
           "[frontend][layers]") {

@@ -2,7 +2,8 @@
 // attention and its gradient against a plain reference computed with loops
 // in double (softmax(q kᵀ · scale + mask) · v, the whole score matrix
 // materialized), causal and not, Lq != Lk, several query tiles, the default
-// scale, f32 and f64.
+// scale, f32 and f64; key_lengths; masks (bool and float, broadcast) and a
+// float mask's gradient.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -19,15 +20,19 @@ struct Shape {
   std::int64_t b, h, lq, lk, d, dv;
 };
 
-// The reference: out, lse and, given dout, dq / dk / dv, all in double.
+// The reference: out, lse and, given dout, dq / dk / dv and dS (the
+// scores' gradient, [B, H, Lq, Lk]), all in double. bias, when not empty,
+// is added to every head's scores ([B, H, Lq, Lk], -inf: masked); a row
+// without keys gives 0, lse -inf and no gradient.
 struct Reference {
-  std::vector<double> out, lse, dq, dk, dv;
+  std::vector<double> out, lse, dq, dk, dv, ds;
 };
 
 Reference reference(const Shape& s, const std::vector<double>& q, const std::vector<double>& k,
                     const std::vector<double>& v, const std::vector<double>& dout, bool causal,
-                    double scale) {
+                    double scale, const std::vector<double>& bias = {}) {
   Reference r;
+  r.ds.assign(s.b * s.h * s.lq * s.lk, 0);
   r.out.assign(s.b * s.h * s.lq * s.dv, 0);
   r.lse.assign(s.b * s.h * s.lq, 0);
   r.dq.assign(q.size(), 0);
@@ -46,14 +51,15 @@ Reference reference(const Shape& s, const std::vector<double>& q, const std::vec
         double x = 0;
         for (std::int64_t c = 0; c < s.d; ++c) x += Q(i, c) * K(j, c);
         x *= scale;
+        if (!bias.empty()) x += bias[(bh * s.lq + i) * s.lk + j];
         if (causal && j > i) x = ninf;  // the mask, added to the scores
         p[i * s.lk + j] = x;
         m = std::max(m, x);
       }
       double sum = 0;
-      for (std::int64_t j = 0; j < s.lk; ++j) sum += std::exp(p[i * s.lk + j] - m);
-      r.lse[bh * s.lq + i] = m + std::log(sum);
-      for (std::int64_t j = 0; j < s.lk; ++j) p[i * s.lk + j] = std::exp(p[i * s.lk + j] - m) / sum;
+      for (std::int64_t j = 0; j < s.lk && m != ninf; ++j) sum += std::exp(p[i * s.lk + j] - m);
+      r.lse[bh * s.lq + i] = m == ninf ? ninf : m + std::log(sum);
+      for (std::int64_t j = 0; j < s.lk; ++j) p[i * s.lk + j] = m == ninf ? 0 : std::exp(p[i * s.lk + j] - m) / sum;
       for (std::int64_t c = 0; c < s.dv; ++c) {
         double o = 0;
         for (std::int64_t j = 0; j < s.lk; ++j) o += p[i * s.lk + j] * V(j, c);
@@ -71,6 +77,7 @@ Reference reference(const Shape& s, const std::vector<double>& q, const std::vec
       for (std::int64_t j = 0; j < s.lk; ++j) {
         const double pij = p[i * s.lk + j];
         const double ds = pij * (dp[j] - dot);
+        r.ds[(bh * s.lq + i) * s.lk + j] = ds;
         for (std::int64_t c = 0; c < s.dv; ++c) r.dv[(bh * s.lk + j) * s.dv + c] += pij * dO(i, c);
         for (std::int64_t c = 0; c < s.d; ++c) {
           r.dq[(bh * s.lq + i) * s.d + c] += scale * ds * K(j, c);
@@ -317,4 +324,175 @@ TEST_CASE("scaled_dot_product_attention with key_lengths in layout BLHD gives BH
                                                   true, 0.0, std::string("BLHD"));
   CHECK(blhd.out(0).to_vector<float>() == swap12<float>(bhld.out(0)).to_vector<float>());
   CHECK(blhd.out(1).to_vector<float>() == bhld.out(1).to_vector<float>());
+}
+
+namespace {
+
+// Element (b, h, i, j) of [B, H, Lq, Lk] in a mask of dims md (right-aligned,
+// a dim of 1 broadcast).
+std::size_t mask_index(const std::vector<std::int64_t>& md, std::int64_t b, std::int64_t h, std::int64_t i,
+                       std::int64_t j) {
+  const std::int64_t full[] = {b, h, i, j};
+  const std::size_t skip = 4 - md.size();
+  std::int64_t at = 0;
+  for (std::size_t a = 0; a < md.size(); ++a) at = at * md[a] + (md[a] == 1 ? 0 : full[skip + a]);
+  return static_cast<std::size_t>(at);
+}
+
+// A float mask of dims md: values in [-2, 2], every seventh one -inf.
+std::vector<double> mask_values(const std::vector<std::int64_t>& md) {
+  std::vector<double> m = filled<double>(md, -2, 2, 9).to_vector<double>();
+  for (std::size_t i = 3; i < m.size(); i += 7) m[i] = -std::numeric_limits<double>::infinity();
+  return m;
+}
+
+void check_lse(const Tensor& got, const std::vector<double>& want) {
+  const std::vector<double> g = got.to_vector<double>();
+  REQUIRE(g.size() == want.size());
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    INFO("lse element " << i);
+    if (std::isinf(want[i])) CHECK(g[i] == want[i]);
+    else CHECK(std::abs(g[i] - want[i]) <= 1e-12 * (1 + std::abs(want[i])));
+  }
+}
+
+// Attention with a float mask of dims md and with its bool form (false
+// where the float one is -inf) against the reference over the broadcast
+// bias; the float mask's gradient against dS summed into md.
+void check_mask(const Shape& s, const std::vector<std::int64_t>& md, bool causal) {
+  INFO("shape [" << s.b << ", " << s.h << ", " << s.lq << "/" << s.lk << "] mask rank " << md.size()
+                 << " causal " << causal);
+  const Tensor q = filled<double>({s.b, s.h, s.lq, s.d}, -1, 1, 1), k = filled<double>({s.b, s.h, s.lk, s.d}, -1, 1, 2),
+               v = filled<double>({s.b, s.h, s.lk, s.dv}, -1, 1, 3),
+               dout = filled<double>({s.b, s.h, s.lq, s.dv}, -1, 1, 4);
+  const std::vector<double> mv = mask_values(md);
+  std::vector<double> bias, flags;  // the float mask and the bool one, broadcast
+  std::vector<std::uint8_t> keep(mv.size());
+  for (std::size_t i = 0; i < mv.size(); ++i) keep[i] = std::isfinite(mv[i]);
+  for (std::int64_t b = 0; b < s.b; ++b)
+    for (std::int64_t h = 0; h < s.h; ++h)
+      for (std::int64_t i = 0; i < s.lq; ++i)
+        for (std::int64_t j = 0; j < s.lk; ++j) {
+          const double x = mv[mask_index(md, b, h, i, j)];
+          bias.push_back(x);
+          flags.push_back(std::isfinite(x) ? 0 : x);
+        }
+  const Tensor fmask = Tensor::from_vector<double>(md, mv);
+  Tensor bmask = Tensor::empty(Dims(md), DataType::Bool);
+  for (std::size_t i = 0; i < keep.size(); ++i) bmask.data<bool>()[i] = keep[i];
+  const std::string bhld = "BHLD";
+  for (const bool boolean : {false, true}) {
+    INFO((boolean ? "bool mask" : "float mask"));
+    const Tensor& mask = boolean ? bmask : fmask;
+    const Reference r = reference(s, q.to_vector<double>(), k.to_vector<double>(), v.to_vector<double>(),
+                                  dout.to_vector<double>(), causal, 1 / std::sqrt(double(s.d)), boolean ? flags : bias);
+    auto fwd = run_op<ScaledDotProductAttentionOp>({q, k, v, mask}, causal, 0.0);
+    check_close(fwd.out(0), r.out, 1e-12, 1e-12);
+    check_lse(fwd.out(1), r.lse);
+    const std::vector<Tensor> in{q, k, v, fwd.out(0), fwd.out(1), dout, mask};
+    auto bwd = run_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, 0.0, bhld);
+    check_close(bwd.out(0), r.dq, 1e-12, 1e-12);
+    check_close(bwd.out(1), r.dk, 1e-12, 1e-12);
+    check_close(bwd.out(2), r.dv, 1e-12, 1e-12);
+    if (boolean) continue;
+    std::vector<double> dmask(mv.size(), 0.0);
+    for (std::int64_t b = 0; b < s.b; ++b)
+      for (std::int64_t h = 0; h < s.h; ++h)
+        for (std::int64_t i = 0; i < s.lq; ++i)
+          for (std::int64_t j = 0; j < s.lk; ++j)
+            dmask[mask_index(md, b, h, i, j)] += r.ds[static_cast<std::size_t>(((b * s.h + h) * s.lq + i) * s.lk + j)];
+    auto mg = run_op<AttentionMaskGradOp>(in, causal, 0.0, bhld);
+    CHECK(mg.out(0).dims() == fmask.dims());
+    check_close(mg.out(0), dmask, 1e-11, 1e-12);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("scaled_dot_product_attention with a mask matches the reference with the mask added to the scores",
+          "[kernel][attention][mask]") {
+  for (bool causal : {false, true}) {
+    check_mask({2, 3, 5, 7, 4, 3}, {2, 3, 5, 7}, causal);    // one mask per head
+    check_mask({2, 2, 70, 66, 4, 4}, {70, 66}, causal);      // one for all heads, two query tiles
+    check_mask({2, 3, 6, 5, 3, 2}, {1, 3, 6, 5}, causal);    // per head, shared by the batches
+    check_mask({3, 2, 4, 6, 2, 2}, {3, 1, 1, 6}, causal);    // per batch and key: a padding mask
+    check_mask({2, 3, 4, 5, 2, 2}, {3, 1, 5}, causal);       // rank 3: per head and key
+    check_mask({2, 2, 6, 4, 3, 3}, {2, 1, 6, 1}, causal);    // per batch and query row
+  }
+}
+
+TEST_CASE("scaled_dot_product_attention gives a row its mask leaves without keys zeros, lse -inf and no gradient",
+          "[kernel][attention][mask]") {
+  const Tensor q = filled<float>({1, 2, 3, 4}, -1, 1, 1), k = filled<float>({1, 2, 5, 4}, -1, 1, 2),
+               v = filled<float>({1, 2, 5, 4}, -1, 1, 3), dout = filled<float>({1, 2, 3, 4}, -1, 1, 4);
+  Tensor mask = Tensor::empty(Dims({3, 5}), DataType::Bool);
+  for (std::int64_t i = 0; i < 15; ++i) mask.data<bool>()[i] = i / 5 != 1;  // row 1 sees nothing
+  auto fwd = run_op<ScaledDotProductAttentionOp>({q, k, v, mask}, false, 0.0);
+  const std::vector<float> out = fwd.out(0).to_vector<float>(), lse = fwd.out(1).to_vector<float>();
+  for (std::int64_t h = 0; h < 2; ++h) {
+    CHECK(lse[static_cast<std::size_t>(h * 3 + 1)] == -std::numeric_limits<float>::infinity());
+    CHECK(std::isfinite(lse[static_cast<std::size_t>(h * 3)]));
+    for (std::size_t c = 0; c < 4; ++c) CHECK(out[static_cast<std::size_t>((h * 3 + 1) * 4) + c] == 0.f);
+  }
+  auto bwd = run_op<GradOf<ScaledDotProductAttentionOp>>({q, k, v, fwd.out(0), fwd.out(1), dout, mask}, false,
+                                                          0.0, std::string("BHLD"));
+  const std::vector<float> dq = bwd.out(0).to_vector<float>();
+  for (std::int64_t h = 0; h < 2; ++h)
+    for (std::size_t c = 0; c < 4; ++c) CHECK(dq[static_cast<std::size_t>((h * 3 + 1) * 4) + c] == 0.f);
+  for (float x : bwd.out(1).to_vector<float>()) CHECK(std::isfinite(x));
+}
+
+TEST_CASE("scaled_dot_product_attention with key_lengths and a mask applies both", "[kernel][attention][mask]") {
+  // Lengths 4 and 2 as a bool mask [B, 1, 1, Lk], And-ed with a random one,
+  // give what the two operands give together.
+  const Tensor q = filled<double>({2, 2, 6, 3}, -1, 1, 1), k = filled<double>({2, 2, 5, 3}, -1, 1, 2),
+               v = filled<double>({2, 2, 5, 3}, -1, 1, 3);
+  const Tensor lengths = Tensor::from_vector<std::int32_t>({2}, {4, 2});
+  const std::vector<double> mv = mask_values({6, 5});
+  const Tensor fmask = Tensor::from_vector<double>({6, 5}, mv);
+  std::vector<double> both;
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t i = 0; i < 6; ++i)
+      for (std::int64_t j = 0; j < 5; ++j)
+        both.push_back(j < (b == 0 ? 4 : 2) ? mv[static_cast<std::size_t>(i * 5 + j)]
+                                            : -std::numeric_limits<double>::infinity());
+  const Tensor combined = Tensor::from_vector<double>({2, 1, 6, 5}, both);
+  for (bool causal : {false, true}) {
+    auto two = run_op<ScaledDotProductAttentionOp>({q, k, v, lengths, fmask}, causal, 0.0);
+    auto one = run_op<ScaledDotProductAttentionOp>({q, k, v, combined}, causal, 0.0);
+    check_close(two.out(0), one.out(0).to_vector<double>(), 1e-13, 1e-13);
+    check_lse(two.out(1), one.out(1).to_vector<double>());
+  }
+}
+
+TEST_CASE("scaled_dot_product_attention with a mask in layout BLHD gives BHLD's results",
+          "[kernel][attention][mask]") {
+  const Tensor q = filled<float>({2, 3, 6, 4}, -1, 1, 5), k = filled<float>({2, 3, 7, 4}, -1, 1, 6),
+               v = filled<float>({2, 3, 7, 4}, -1, 1, 7), dout = filled<float>({2, 3, 6, 4}, -1, 1, 8);
+  const Tensor mask = filled<float>({1, 3, 6, 7}, -3, 3, 9);
+  const std::string bhld = "BHLD", blhd = "BLHD";
+  auto f1 = run_op<ScaledDotProductAttentionOp>({q, k, v, mask}, true, 0.0, bhld);
+  auto f2 = run_op<ScaledDotProductAttentionOp>({swap12<float>(q), swap12<float>(k), swap12<float>(v), mask}, true,
+                                                0.0, blhd);
+  CHECK(f2.out(0).to_vector<float>() == swap12<float>(f1.out(0)).to_vector<float>());
+  auto g1 = run_op<AttentionMaskGradOp>({q, k, v, f1.out(0), f1.out(1), dout, mask}, true, 0.0, bhld);
+  auto g2 = run_op<AttentionMaskGradOp>({swap12<float>(q), swap12<float>(k), swap12<float>(v), f2.out(0), f2.out(1),
+                                         swap12<float>(dout), mask},
+                                        true, 0.0, blhd);
+  CHECK(g2.out(0).to_vector<float>() == g1.out(0).to_vector<float>());
+}
+
+TEST_CASE("scaled_dot_product_attention refuses a mask that does not broadcast to its scores, naming it",
+          "[kernel][attention][mask]") {
+  const Tensor q = filled<float>({2, 3, 4, 5}), k = filled<float>({2, 3, 6, 5}), v = filled<float>({2, 3, 6, 5});
+  KILN_CHECK_ERROR(run_op<ScaledDotProductAttentionOp>({q, k, v, filled<float>({4, 5})}, false, 0.0),
+                   InvalidArgument, {"'kiln.scaled_dot_product_attention'", "mask", "[2, 3, 4, 6]"});
+  KILN_CHECK_ERROR(run_op<ScaledDotProductAttentionOp>({q, k, v, filled<float>({3, 3, 4, 6})}, false, 0.0),
+                   InvalidArgument, {"mask", "broadcasting"});
+  KILN_CHECK_ERROR(run_op<ScaledDotProductAttentionOp>({q, k, v, filled<double>({4, 6})}, false, 0.0),
+                   InvalidArgument, {"mask", "f64", "expected bool or f32"});
+  // A mask before key_lengths: the operands' order is q, k, v, key_lengths, mask.
+  KILN_CHECK_ERROR(run_op<ScaledDotProductAttentionOp>(
+                       {q, k, v, filled<float>({4, 6}), Tensor::from_vector<std::int32_t>({2}, {6, 6})}, false, 0.0),
+                   InvalidArgument, {"key_lengths (int32 or int64) and a mask", "operand #4 being i32"});
 }

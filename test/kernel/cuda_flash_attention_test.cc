@@ -106,18 +106,21 @@ Dims layout_dims(const Case& c, const std::string& layout, std::int64_t len, std
 }
 
 // The CUDA forward and gradient against the CPU's on one case (with
-// key_lengths when `lengths` is given).
+// key_lengths when `lengths` is given, a mask when `mask` is, and then the
+// gradient of a float mask too).
 void compare_fused(DataType dt, const Case& c, bool causal, const std::string& layout,
-                   double scale = 0, const Tensor* lengths = nullptr) {
+                   double scale = 0, const Tensor* lengths = nullptr, const Tensor* mask = nullptr) {
   INFO(to_string(dt) << " " << layout << " B " << c.b << " H " << c.h << " Lq " << c.lq << " Lk "
                      << c.lk << " D " << c.d << " Dv " << c.dv << " causal " << causal
-                     << " scale " << scale << (lengths ? " with key_lengths" : ""));
+                     << " scale " << scale << (lengths ? " with key_lengths" : "")
+                     << (mask ? " with a mask" : ""));
   const double tol = tolerance(dt);
   const Tensor q = operand(dt, layout_dims(c, layout, c.lq, c.d), 1),
                k = operand(dt, layout_dims(c, layout, c.lk, c.d), 2),
                v = operand(dt, layout_dims(c, layout, c.lk, c.dv), 3);
   std::vector<Tensor> fwd_in{q, k, v};
   if (lengths) fwd_in.push_back(*lengths);
+  if (mask) fwd_in.push_back(*mask);
   auto cpu = run_op<ScaledDotProductAttentionOp>(fwd_in, causal, scale, layout);
   auto dev = run_cuda_op<ScaledDotProductAttentionOp>(fwd_in, causal, scale, layout);
   {
@@ -131,6 +134,7 @@ void compare_fused(DataType dt, const Case& c, bool causal, const std::string& l
   const Tensor dout = operand(dt, cpu.results[0].dims(), 4);
   std::vector<Tensor> in{q, k, v, cpu.results[0], cpu.results[1], dout};
   if (lengths) in.push_back(*lengths);
+  if (mask) in.push_back(*mask);
   auto gcpu = run_op<Grad>(in, causal, scale, layout);
   auto gdev = run_cuda_op<Grad>(in, causal, scale, layout);
   // dq and dk are sums of terms P·(dP − D) that cancel (exactly, where a
@@ -141,6 +145,12 @@ void compare_fused(DataType dt, const Case& c, bool causal, const std::string& l
   for (int i = 0; i < 3; ++i) {
     INFO("gradient #" << i << " (dq, dk, dv)");
     check_near(gdev.results[i], gcpu.results[i], tol, tol, grad_peak);
+  }
+  if (mask && mask->dtype() != DataType::Bool) {
+    INFO("the mask's gradient");
+    auto mcpu = run_op<AttentionMaskGradOp>(in, causal, scale, layout);
+    auto mdev = run_cuda_op<AttentionMaskGradOp>(in, causal, scale, layout);
+    check_near(mdev.results[0], mcpu.results[0], tol, tol, peak_of(mcpu.results[0]));
   }
 }
 
@@ -359,6 +369,49 @@ TEST_CASE("CUDA attention with key_lengths on a small case of every dtype matche
     });
   const fat::AtomicDq atomic;
   fat::compare_fused(DataType::BFloat16, {3, 1, 30, 70, 32, 32}, true, "BHLD", 0, &lengths);
+}
+
+namespace flash_attention_test {
+
+// A bool mask of dims `dims` (every fifth element false) and a float one of dt (values in [-2, 2], every
+// seventh -inf).
+Tensor bool_mask(const Dims& dims) {
+  Tensor m = Tensor::empty(dims, DataType::Bool);
+  for (std::int64_t i = 0; i < m.numel(); ++i) m.data<bool>()[i] = i % 5 != 2;
+  return m;
+}
+Tensor float_mask(DataType dt, const Dims& dims) {
+  Tensor f = filled<float>(dims, -2, 2, 11);
+  for (std::int64_t i = 3; i < f.numel(); i += 7) f.data<float>()[i] = -INFINITY;
+  return dt == DataType::Float32 ? f : run_op<CastOp>({f}, dt).results[0];
+}
+
+}  // namespace flash_attention_test
+
+TEST_CASE("CUDA attention with a bool or float mask and the float mask's gradient match the CPU in every dtype",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  const Tensor lengths = Tensor::from_vector<std::int32_t>({2}, {90, 33});
+  for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float16})
+    for (const std::string layout : {"BHLD", "BLHD"})
+      for (bool causal : {false, true}) {
+        const Tensor per_head = fat::float_mask(dt, {1, 3, 70, 90}), rows = fat::bool_mask({2, 1, 70, 1});
+        const Tensor keys = fat::float_mask(dt, {2, 1, 1, 90});
+        fat::compare_fused(dt, {2, 3, 70, 90, 64, 64}, causal, layout, 0, nullptr, &per_head);
+        fat::compare_fused(dt, {2, 3, 70, 90, 32, 16}, causal, layout, 0.4, &lengths, &rows);
+        fat::compare_fused(dt, {2, 3, 70, 90, 64, 64}, causal, layout, 0, &lengths, &keys);
+      }
+}
+
+// A small case for compute-sanitizer: a float mask per head and a bool one
+// shared by all, in each dtype.
+TEST_CASE("CUDA attention with a mask on a small case of every dtype matches the CPU", "[cuda][kernel][sanitize]") {
+  if (!have_cuda()) return;
+  for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float16}) {
+    const Tensor fm = fat::float_mask(dt, {2, 1, 9, 13}), bm = fat::bool_mask({9, 13});
+    fat::compare_fused(dt, {2, 2, 9, 13, 8, 8}, true, "BLHD", 0, nullptr, &fm);
+    fat::compare_fused(dt, {2, 2, 9, 13, 8, 8}, false, "BHLD", 0, nullptr, &bm);
+  }
 }
 
 namespace flash_attention_test {

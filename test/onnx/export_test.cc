@@ -627,7 +627,16 @@ TEST_CASE("conv2d_transpose, fused_conv2d, channel_scaled_conv2d, fused_conv2d_m
     auto n = kiln::data("n", {2}, kiln::DataType::Int32);
     f.push_back(b.create<kiln::ScaledDotProductAttentionOp>(q, q, q, true, 0.0, "BHLD", n)->result(0));
     f.push_back(b.create<kiln::ScaledDotProductAttentionOp>(q, q, q, false, 0.0, "BLHD", n)->result(0));
+    // Masks: a float one added to the scores; a bool one And-ed with the
+    // causal and key_lengths masks.
+    auto fm = kiln::data("score_bias", {5, 5});
+    auto bm = kiln::data("key_mask", {2, 1, 1, 5}, kiln::DataType::Bool);
+    f.push_back(b.create<kiln::ScaledDotProductAttentionOp>(q, q, q, false, 0.0, "BHLD", kiln::Value(), fm)
+                    ->result(0));
+    f.push_back(b.create<kiln::ScaledDotProductAttentionOp>(q, q, q, true, 0.0, "BHLD", n, bm)->result(0));
   }
+  kiln::Tensor bm = kiln::Tensor::empty(kiln::Dims({2, 1, 1, 5}), kiln::DataType::Bool);
+  for (int i = 0; i < 10; ++i) bm.data<bool>()[i] = i != 1;  // batch 0's key 1 (no row left without keys)
   kiln::Executor exe;
   exe.run(startup);
   // Embedding ids in [0, 5) from the first row of x, scaled.
@@ -635,7 +644,8 @@ TEST_CASE("conv2d_transpose, fused_conv2d, channel_scaled_conv2d, fused_conv2d_m
   float* px = x.data<float>();
   for (int i = 0; i < 4; ++i) px[i] = static_cast<float>(i);
   check_round_trip(p, exe.scope(),
-                   {{"x", x}, {"q", floats({2, 2, 5, 4}, 9)}, {"n", kiln::Tensor::from_vector<std::int32_t>({2}, {2, 1})}},
+                   {{"x", x}, {"q", floats({2, 2, 5, 4}, 9)}, {"n", kiln::Tensor::from_vector<std::int32_t>({2}, {2, 1})},
+                    {"score_bias", floats({5, 5}, 12)}, {"key_mask", bm}},
                    f);
 }
 

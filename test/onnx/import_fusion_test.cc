@@ -349,3 +349,94 @@ TEST_CASE("PyTorch's LeNet imports each Conv with its bias and Relu as one kiln.
   for (Operation* op : m.main.block())
     if (op->isa<FusedConv2dOp>()) CHECK(FusedConv2dOp(op).attrs().activation == "relu");
 }
+
+namespace {
+
+// softmax(q·kᵀ · 0.5 + mask) · v as exporters write attention with an
+// additive mask (BERT's padding mask, a bias): q, k, v [2, 2, 3, 4] graph
+// inputs; the mask a graph input m [2, 1, 1, 3], or (constant) an
+// initializer [3, 3].
+std::string masked_attention_model(bool constant) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  for (const char* name : {"q", "k", "v"}) add_float_input(g, name, {2, 2, 3, 4});
+  if (constant) add_pattern(g, "m", {3, 3}, 0.3f);
+  else add_float_input(g, "m", {2, 1, 1, 3});
+  add_scalar(g, "half", 0.5f);
+  auto* perm = add_node(g, "Transpose", {"k"}, "kt")->add_attribute();
+  perm->set_name("perm");
+  perm->set_type(::onnx::AttributeProto_AttributeType_INTS);
+  for (int a : {0, 1, 3, 2}) perm->add_ints(a);
+  add_node(g, "MatMul", {"q", "kt"}, "a");
+  add_node(g, "Mul", {"a", "half"}, "s");
+  add_node(g, "Add", {"s", "m"}, "c");
+  auto* axis = add_node(g, "Softmax", {"c"}, "p")->add_attribute();
+  axis->set_name("axis");
+  axis->set_type(::onnx::AttributeProto_AttributeType_INT);
+  axis->set_i(-1);
+  add_node(g, "MatMul", {"p", "v"}, "o");
+  g->add_output()->set_name("o");
+  std::string bytes;
+  REQUIRE(m.SerializeToString(&bytes));
+  return bytes;
+}
+
+// The same attention with loops in double; mask(b, i, j) the added value.
+template <typename Mask>
+std::vector<float> reference_masked_attention(const std::vector<float>& q, const std::vector<float>& k,
+                                              const std::vector<float>& v, Mask mask) {
+  std::vector<float> o(q.size());
+  for (int bh = 0; bh < 4; ++bh)
+    for (int i = 0; i < 3; ++i) {
+      double s[3], mx = -INFINITY, z = 0;
+      for (int j = 0; j < 3; ++j) {
+        double dot = 0;
+        for (int c = 0; c < 4; ++c) dot += double(q[(bh * 3 + i) * 4 + c]) * k[(bh * 3 + j) * 4 + c];
+        s[j] = 0.5 * dot + mask(bh / 2, i, j);
+        mx = std::max(mx, s[j]);
+      }
+      for (double x : s) z += std::exp(x - mx);
+      for (int c = 0; c < 4; ++c) {
+        double acc = 0;
+        for (int j = 0; j < 3; ++j) acc += std::exp(s[j] - mx) / z * v[(bh * 3 + j) * 4 + c];
+        o[static_cast<std::size_t>((bh * 3 + i) * 4 + c)] = static_cast<float>(acc);
+      }
+    }
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("an attention chain with an additive mask imports as one kiln.scaled_dot_product_attention with the mask",
+          "[onnx][fusion][mask]") {
+  std::vector<float> q(48), k(48), v(48);
+  for (int i = 0; i < 48; ++i) {
+    q[i] = float((i * 5) % 13) / 6.f - 1.f;
+    k[i] = float((i * 7) % 11) / 5.f - 1.f;
+    v[i] = float((i * 3) % 7) / 3.f - 1.f;
+  }
+  const FeedMap qkv{{"q", Tensor::from_vector<float>({2, 2, 3, 4}, q)},
+                    {"k", Tensor::from_vector<float>({2, 2, 3, 4}, k)},
+                    {"v", Tensor::from_vector<float>({2, 2, 3, 4}, v)}};
+  for (bool constant : {false, true}) {
+    INFO((constant ? "constant mask" : "mask input"));
+    kiln::onnx::ImportedModel m = kiln::onnx::import_model_from_bytes(masked_attention_model(constant));
+    auto ops = op_counts(m.main);
+    CHECK(ops["kiln.scaled_dot_product_attention"] == 1);
+    CHECK(ops["kiln.softmax"] == 0);
+    for (Operation* op : m.main.block())
+      if (op->isa<ScaledDotProductAttentionOp>()) CHECK(op->num_operands() == 4);
+    Executor exe;
+    exe.run(m.startup);
+    FeedMap feeds = qkv;
+    const std::vector<float> pad{0, 0, -1e4f, 0, 0, 0};  // batch 0's key 2 padded
+    if (!constant) feeds["m"] = Tensor::from_vector<float>({2, 1, 1, 3}, pad);
+    const auto got = exe.run(m.main, feeds, {"o"})[0].to_vector<float>();
+    const auto want = reference_masked_attention(q, k, v, [&](int b, int i, int j) {
+      return constant ? 0.3 * double(((i * 3 + j) * 7) % 11 - 5) : double(pad[static_cast<std::size_t>(b * 3 + j)]);
+    });
+    for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-5));
+  }
+}

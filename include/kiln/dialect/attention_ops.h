@@ -6,7 +6,7 @@
 
 namespace kiln {
 
-// (out, lse) = kiln.scaled_dot_product_attention(q, k, v[, key_lengths])
+// (out, lse) = kiln.scaled_dot_product_attention(q, k, v[, key_lengths][, mask])
 //   {causal, scale, layout}
 //   layout "BHLD": q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv], out
 //   [B, H, Lq, Dv]; layout "BLHD" (FlashAttention's, what a linear layer's
@@ -26,6 +26,15 @@ namespace kiln {
 //   key or value reach a result (a NaN there stays there), but CUDA's
 //   cuBLAS path (f64, f32 head dims above 128), which multiplies padded
 //   rows by zero probabilities (0 · NaN is NaN, as under PyTorch's masks).
+//   mask (optional, after key_lengths when both are there; PyTorch's
+//   attn_mask) is bool, where true means the key takes part, or the
+//   operands' float dtype, added to s; its dims broadcast to [B, H, Lq, Lk]
+//   in either layout (rank 2 to 4, right-aligned, each 1 or equal). It
+//   combines with causal and key_lengths; a row it leaves without keys (all
+//   false or -inf) is an empty sum as above. Keys it masks are read, so a
+//   NaN there reaches the row as under PyTorch. A float mask has a gradient,
+//   dS summed over the dims it broadcasts over (a learned bias: ALiBi's
+//   slopes, T5's or Swin's relative positions), from AttentionMaskGradOp.
 //   lse [B, H, Lq] (either layout; the operands' dtype, f32 for bf16 / f16) is the
 //   per-row log Σ_j exp(s[i, j]) that the gradient uses to recompute the
 //   probabilities (FlashAttention's saved statistic); it carries no gradient
@@ -37,7 +46,7 @@ struct ScaledDotProductAttentionOp
   using Op::Op;
   static constexpr std::string_view name = "kiln.scaled_dot_product_attention";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
-  static constexpr int num_operands = -1, num_results = 2;  // q, k, v[, key_lengths]
+  static constexpr int num_operands = -1, num_results = 2;  // q, k, v[, key_lengths][, mask]
   KILN_ATTRIBUTES((bool, causal), (double, scale), (std::string, layout));
   // A program saved before `layout` existed loads as BHLD.
   static std::vector<NamedAttribute> attribute_defaults() {
@@ -45,20 +54,53 @@ struct ScaledDotProductAttentionOp
   }
   static void build(Builder& b, OperationArgument& arg, Value q, Value k, Value v,
                     bool causal = false, double scale = 0, std::string layout = "BHLD",
-                    Value key_lengths = Value());
-  // operands: q, k, v[, key_lengths] (as a pass or an importer has them).
+                    Value key_lengths = Value(), Value mask = Value());
+  // operands: q, k, v[, key_lengths][, mask] (as a pass or an importer has them).
   static void build(Builder& b, OperationArgument& arg, const std::vector<Value>& operands,
                     bool causal = false, double scale = 0, std::string layout = "BHLD");
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
-  // scaled_dot_product_attention_grad(q, k, v, out, lse, dout[, key_lengths])
+  // scaled_dot_product_attention_grad(q, k, v, out, lse, dout[, key_lengths][, mask])
   //   {causal, scale} -> (dq, dk, dv), typed like q, k, v (out and dout in the layout of
   //   the attributes, as the forward's out). P is recomputed per tile from q,
   //   k and lse; with Δ_i = Σ dout[i] ∘ out[i]: dv = Pᵀ·dout,
   //   dS = P ∘ (dout·vᵀ − Δ), dq = scale · dS·k, dk = scale · dSᵀ·q.
-  struct Grad : GradSpec<-1, 0, 1, 2> {  // 6 operands, or 7 with key_lengths
+  struct Grad : GradSpec<-1, 0, 1, 2> {  // 6 operands, 7 or 8 with key_lengths and mask
     static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
   };
 };
+
+// dmask = kiln.scaled_dot_product_attention_mask_grad(q, k, v, out, lse,
+//   dout[, key_lengths], mask) {causal, scale, layout}: the gradient of a
+//   float mask, typed like it: dS = P ∘ (dout·vᵀ − Δ) (the gradient op's
+//   dS, before the scale) summed over the dims the mask broadcasts over.
+//   The attention's Vjp adds it for every float mask and dead-code removal
+//   drops it where nothing reads the mask's gradient; its kernels recompute
+//   P per tile as the gradient op's do.
+struct AttentionMaskGradOp : Op<AttentionMaskGradOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.scaled_dot_product_attention_mask_grad";
+  static constexpr int num_operands = -1, num_results = 1;
+  using Attributes = ScaledDotProductAttentionOp::Attributes;
+  static std::vector<NamedAttribute> attribute_defaults() {
+    return ScaledDotProductAttentionOp::attribute_defaults();
+  }
+  // The forward op's attributes, and the gradient op's operands (mask last).
+  static void build(Builder& b, OperationArgument& arg, Operation* fwd, const std::vector<Value>& operands);
+  static void build(Builder& b, OperationArgument& arg, const std::vector<Value>& operands, bool causal = false,
+                    double scale = 0, std::string layout = "BHLD");
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+// Where an attention op's optional operands are among its operands'
+// dtypes, past its `fixed` ones (3 for the op, 6 for its gradients):
+// key_lengths (int32 or int64) first, then mask (bool or floating); -1 for
+// one that is absent. kiln::Error naming `op` for any other dtype, order or
+// count.
+struct AttentionOptionals {
+  int key_lengths = -1, mask = -1;
+};
+AttentionOptionals attention_optionals(std::string_view op, const std::vector<DataType>& dtypes,
+                                       std::size_t fixed);
 
 // The scale an attention op applies: `scale`, or 1 / sqrt(head_dim) when it is 0.
 double attention_scale(double scale, std::int64_t head_dim);
@@ -100,6 +142,18 @@ std::int64_t checked_key_length(std::string_view op, std::int64_t b, std::int64_
 // A kernel's check of its key_lengths tensor: kiln::Error naming `op`
 // unless it is int32 or int64 [batch].
 void check_key_lengths_tensor(std::string_view op, DataType dt, const Dims& dims, std::int64_t batch);
+// Where element (b, h, i, j) of a mask broadcast over [B, H, Lq, Lk] is:
+// b·sb + h·sh + i·si + j·sj elements in (0 along a dim it broadcasts over).
+struct AttentionMaskStrides {
+  std::int64_t sb = 0, sh = 0, si = 0, sj = 0;
+  std::int64_t head(std::int64_t b, std::int64_t h) const { return b * sb + h * sh; }
+};
+// A kernel's check of its mask: kiln::Error naming `op` unless its dtype is
+// bool or `dt` and its dims broadcast to a's [B, H, Lq, Lk] (rank 2 to 4,
+// right-aligned, each 1 or equal).
+AttentionMaskStrides attention_mask_strides(std::string_view op, DataType mask_dt, const Dims& mask,
+                                            DataType dt, const AttentionDims& a);
+
 // The gradient's out, lse and dout checked against q and v's dims.
 void check_attention_grad_operands(std::string_view op, const AttentionDims& a, const Dims& out,
                                    const Dims& lse, const Dims& dout);

@@ -101,6 +101,18 @@ struct GradOf : Op<GradOf<Fwd>, ReadOnly, ValueSemantics, InferMetaInterface>,
     (arg.add_operand(operands), ...);
     arg.attributes = to_named_attributes(attrs);
   }
+  // The same two with the operands in a vector (a run-time count: a Grad
+  // whose num_operands is -1).
+  static void build(Builder&, OperationArgument& arg, Operation* fwd, const std::vector<Value>& operands) {
+    for (Value v : operands) arg.add_operand(v);
+    for (const auto& [k, v] : fwd->attributes()) arg.add_attribute(k, v);
+  }
+  template <typename A>
+    requires detail::is_attributes_of_v<A, Fwd>
+  static void build(Builder&, OperationArgument& arg, const A& attrs, const std::vector<Value>& operands) {
+    for (Value v : operands) arg.add_operand(v);
+    arg.attributes = to_named_attributes(attrs);
+  }
   // Directly, for a forward op without attributes.
   template <typename... V>
     requires(!detail::has_attributes_v<Fwd> && (std::is_convertible_v<V, Value> && ...))

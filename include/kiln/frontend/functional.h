@@ -81,9 +81,12 @@ Value flatten(Value x, std::int64_t start_axis = 1, std::int64_t stop_axis = -1)
 // softmax(q · kᵀ · scale (+ causal mask)) · v over q [B, H, Lq, D],
 // k [B, H, Lk, D], v [B, H, Lk, Dv] (scale 0: 1 / √D); one fused op. With
 // key_lengths (int32 or int64 [B]), batch b's rows see only its first
-// key_lengths[b] keys: a right-padded batch's key padding mask.
+// key_lengths[b] keys: a right-padded batch's key padding mask. attn_mask
+// (PyTorch's): bool (true: the key takes part) or q's dtype (added to the
+// scores, and given a gradient), broadcasting to [B, H, Lq, Lk].
 Value scaled_dot_product_attention(Value q, Value k, Value v, bool causal = false,
-                                   double scale = 0.0, Value key_lengths = Value());
+                                   double scale = 0.0, Value key_lengths = Value(),
+                                   Value attn_mask = Value());
 
 // (input - label)²; input and label of one shape (kiln::Error otherwise).
 Value mse_loss(Value input, Value label, Reduction reduction = Reduction::Mean);

@@ -265,9 +265,11 @@ class MultiHeadAttention : public Layer {
   Value operator()(Value x, bool causal) const { return (*this)(x, x, x, causal); }
   // query [B, Lq, E], key and value [B, Lk, E] → [B, Lq, E]; with
   // key_lengths (int32 or int64 [B]) batch b attends to its first
-  // key_lengths[b] keys only (right padding masked).
+  // key_lengths[b] keys only (right padding masked); attn_mask as
+  // functional::scaled_dot_product_attention's ([B|1, H|1, Lq, Lk], bool or
+  // the layer's dtype).
   Value operator()(Value query, Value key, Value value, bool causal = false,
-                   Value key_lengths = Value()) const;
+                   Value key_lengths = Value(), Value attn_mask = Value()) const;
   std::int64_t num_heads() const { return num_heads_; }
 
  private:

@@ -26,9 +26,9 @@ struct OpTypeList {};
 // these, kernels/cuda/half_via_f32.cc CUDA's).
 using HalfViaF32Ops =
     OpTypeList<GeluOp, GradOf<GeluOp>, ScaleOp, LayerNormOp, GradOf<LayerNormOp>, RmsNormOp, GradOf<RmsNormOp>,
-               ScaledDotProductAttentionOp, GradOf<ScaledDotProductAttentionOp>, SoftmaxOp, GradOf<SoftmaxOp>,
-               LogSoftmaxOp, GradOf<LogSoftmaxOp>, SumOp, GradOf<SumOp>, MeanOp, GradOf<MeanOp>, MaxOp,
-               GradOf<MaxOp>, ReduceAsOp, SplitAsOp, GradOf<SliceOp>, DropoutOp, GradOf<DropoutOp>,
+               ScaledDotProductAttentionOp, GradOf<ScaledDotProductAttentionOp>, AttentionMaskGradOp, SoftmaxOp,
+               GradOf<SoftmaxOp>, LogSoftmaxOp, GradOf<LogSoftmaxOp>, SumOp, GradOf<SumOp>, MeanOp,
+               GradOf<MeanOp>, MaxOp, GradOf<MaxOp>, ReduceAsOp, SplitAsOp, GradOf<SliceOp>, DropoutOp, GradOf<DropoutOp>,
                GradOf<MaximumOp>, GradOf<MinimumOp>, GradOf<EmbeddingOp>, GradOf<GatherOp>, Conv2dOp,
                GradOf<Conv2dOp>, Conv2dTransposeOp, GradOf<Conv2dTransposeOp>, FusedConv2dOp, MaxPool2dOp,
                GradOf<MaxPool2dOp>, AvgPool2dOp, GradOf<AvgPool2dOp>, AdaptiveAvgPool2dOp,
