@@ -57,6 +57,12 @@
 //                                  and ...bf16.padded_speedup the unpadded
 //                                  figure over it; the peer masks the same
 //                                  keys with a boolean attn_mask
+//   BENCH cuda.attention.biased.bf16.fwd_bwd  µs: the bf16 figure with an
+//                                  ALiBi bias ([1, 12, 512, 512] bf16 mask
+//                                  operand: the cuBLAS path, widened to f32),
+//                                  and ...bf16.biased_slowdown it over the
+//                                  unbiased figure; the peer passes the bias
+//                                  (the causal mask folded in) as attn_mask
 //   BENCH cuda.ffn.<gelu>.{fused,unfused}  µs: a GPT-2-small FFN link in
 //                                  bf16 ([4096, 768] · [768, 3072] + bias,
 //                                  gelu, gelu_grad reading the
@@ -87,6 +93,7 @@
 // CPU (no CUDA kernel yet), which its step time includes. The GPT-2 and CNN
 // groups print their step stats per op kind as # lines, and beside them
 // the bandwidth each kind reached (bytes by type over device time).
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -107,6 +114,7 @@
 #include "kiln/runtime/conv_options.h"
 #include "kiln/runtime/cuda_context.h"
 #include "kiln/runtime/matmul_precision.h"
+#include "kiln/support/half.h"
 #include "kiln/support/warning.h"
 
 namespace bench {
@@ -285,27 +293,49 @@ void layer_norm_bench() {
 // Key counts of a right-padded batch of 8 sequences of up to 512.
 const std::vector<std::int64_t> kPaddedKeys{512, 448, 384, 320, 256, 192, 128, 64};
 
+// ALiBi's bias for 12 heads over 512 × 512 scores, f32 or bf16: head h
+// adds -2^(-8 (h + 1) / 12) · (i - j) to score (i, j).
+kiln::Tensor alibi_bias(kiln::DataType dt) {
+  std::vector<float> bias(12 * 512 * 512);
+  for (int h = 0; h < 12; ++h)
+    for (int i = 0; i < 512; ++i)
+      for (int j = 0; j < 512; ++j)
+        bias[static_cast<std::size_t>((h * 512 + i) * 512 + j)] =
+            -std::exp2(-8.0f * float(h + 1) / 12.0f) * float(i - j);
+  if (dt == kiln::DataType::Float32) return kiln::Tensor::from_vector<float>({1, 12, 512, 512}, bias);
+  kiln::Tensor t = kiln::Tensor::empty(kiln::Dims{1, 12, 512, 512}, kiln::DataType::BFloat16);
+  auto* bits = static_cast<std::uint16_t*>(t.raw_data());
+  for (std::size_t i = 0; i < bias.size(); ++i) bits[i] = kiln::float_to_bfloat16(bias[i]);
+  return t;
+}
+
+enum class AttentionMasks { Causal, Padded, Biased };
+
 // scaled_dot_product_attention forward and backward per link, causal, on
 // [8, 12, 512, 64] q, k, v of dtype dt fed on cuda:0 (the gradient's dq is
-// the next link's q; dout is the forward's out); padded: with key_lengths
-// kPaddedKeys.
-double attention_us(kiln::DataType dt, int reps, int runs, bool padded = false) {
+// the next link's q; dout is the forward's out); Padded: with key_lengths
+// kPaddedKeys; Biased: with ALiBi's bias as the mask operand.
+double attention_us(kiln::DataType dt, int reps, int runs, AttentionMasks masks = AttentionMasks::Causal) {
   const kiln::Place dev = kiln::Place::cuda(0);
   const std::vector<std::int64_t> shape{8, 12, 512, 64};
   kiln::Program p, startup;
   kiln::ProgramGuard guard(p, startup);
   kiln::Value q = kiln::data("q", shape, dt, dev), k = kiln::data("k", shape, dt, dev),
               v = kiln::data("v", shape, dt, dev);
-  const kiln::Value n = padded ? kiln::data("n", {8}, kiln::DataType::Int64, dev) : kiln::Value();
+  std::vector<kiln::Value> extra;  // key_lengths or the mask
+  if (masks == AttentionMasks::Padded) extra.push_back(kiln::data("n", {8}, kiln::DataType::Int64, dev));
+  if (masks == AttentionMasks::Biased) extra.push_back(kiln::data("bias", {1, 12, 512, 512}, dt, dev));
   kiln::Builder b = kiln::main_builder();
   using Attention = kiln::ScaledDotProductAttentionOp;
   using Grad = kiln::GradOf<Attention>;
   const Attention::Attributes attrs{true, 0.0, "BHLD"};
   for (int r = 0; r < reps; ++r) {
-    kiln::Operation* f = b.create<Attention>(q, k, v, true, 0.0, "BHLD", n).operation();
-    const kiln::Value out = f->result(0), lse = f->result(1);
-    q = (padded ? b.create<Grad>(attrs, q, k, v, out, lse, out, n) : b.create<Grad>(attrs, q, k, v, out, lse, out))
-            .result(0);
+    std::vector<kiln::Value> in{q, k, v};
+    in.insert(in.end(), extra.begin(), extra.end());
+    kiln::Operation* f = b.create<Attention>(in, true, 0.0, "BHLD").operation();
+    std::vector<kiln::Value> grad_in{q, k, v, f->result(0), f->result(1), f->result(0)};
+    grad_in.insert(grad_in.end(), extra.begin(), extra.end());
+    q = b.create<Grad>(attrs, grad_in).result(0);
   }
   if (dt != kiln::DataType::Float32) q = b.create<kiln::CastOp>(q, kiln::DataType::Float32).result();
   kiln::Value total = b.create<kiln::SumOp>(q).result();
@@ -314,7 +344,9 @@ double attention_us(kiln::DataType dt, int reps, int runs, bool padded = false) 
   kiln::FeedMap feed{{"q", kiln::Tensor::zeros(dims, dt, dev)},
                      {"k", kiln::Tensor::zeros(dims, dt, dev)},
                      {"v", kiln::Tensor::zeros(dims, dt, dev)}};
-  if (padded) feed["n"] = kiln::copy_to_place(kiln::Tensor::from_vector<std::int64_t>({8}, kPaddedKeys), dev);
+  if (masks == AttentionMasks::Padded)
+    feed["n"] = kiln::copy_to_place(kiln::Tensor::from_vector<std::int64_t>({8}, kPaddedKeys), dev);
+  if (masks == AttentionMasks::Biased) feed["bias"] = kiln::copy_to_place(alibi_bias(dt), dev);
   return median_run_us(exe, p, feed, total, 3, runs) / reps;
 }
 
@@ -331,9 +363,12 @@ void attention_bench() {
   kiln::set_attention_grad_sum(kiln::AttentionGradSum::Deterministic);
   emit("cuda.attention.fused_atomic_dq.bf16.fwd_bwd", atomic, "us");
   emit("cuda.attention.fused.bf16.atomic_dq_speedup", mma / atomic, "ratio");
-  const double padded = attention_us(kiln::DataType::BFloat16, 10, 9, true);
+  const double padded = attention_us(kiln::DataType::BFloat16, 10, 9, AttentionMasks::Padded);
   emit("cuda.attention.fused.bf16.padded_fwd_bwd", padded, "us");
   emit("cuda.attention.fused.bf16.padded_speedup", mma / padded, "ratio");
+  const double biased = attention_us(kiln::DataType::BFloat16, 5, 5, AttentionMasks::Biased);
+  emit("cuda.attention.biased.bf16.fwd_bwd", biased, "us");
+  emit("cuda.attention.biased.bf16.biased_slowdown", biased / mma, "ratio");
   emit("cuda.attention.fused.f32.fwd_bwd", attention_us(kiln::DataType::Float32, 5, 5), "us");
 }
 

@@ -15,7 +15,9 @@ The same models, shapes, losses and optimizers as kiln's cuda.* figures:
           of q, k, v), [8, 12, 512, 64], causal, bf16 and f32 (TF32 off):
           BENCH cuda.attention.fused.<dtype>.torch.fwd_bwd, in us; bf16 with
           the keys past 512, 448, ..., 64 masked too (a boolean attn_mask, the
-          causal mask folded in): ...bf16.torch.padded_fwd_bwd
+          causal mask folded in): ...bf16.torch.padded_fwd_bwd; bf16 with
+          ALiBi's bias as a float attn_mask [1, 12, 512, 512] (the causal
+          mask folded in): cuda.attention.biased.bf16.torch.fwd_bwd
   resnet18, mobilenet_v2  torchvision's networks layer for layer (written out
           here: the GPU machine may lack torchvision), batch 64 of 224x224
           images, 1000 classes, cross-entropy, SGD(0.01, momentum 0.9, fused
@@ -251,16 +253,21 @@ def cnn_figures(net):
 PADDED_KEYS = (512, 448, 384, 320, 256, 192, 128, 64)
 
 
-def attention_step(dtype, padded=False):
+def attention_step(dtype, padded=False, biased=False):
     torch.manual_seed(3)
     shape = (8, 12, 512, 64)
     q, k, v = (torch.randn(shape, device=DEV, dtype=dtype, requires_grad=True) for _ in range(3))
     dout = torch.randn(shape, device=DEV, dtype=dtype)
     mask = None
+    keys = torch.arange(512, device=DEV)
     if padded:  # [8, 1, 512, 512]: key j seen by row i when j <= i and j < the batch's count
-        keys = torch.arange(512, device=DEV)
         lengths = torch.tensor(PADDED_KEYS, device=DEV).view(8, 1, 1, 1)
         mask = (keys.view(1, 1, 1, 512) <= keys.view(1, 1, 512, 1)) & (keys.view(1, 1, 1, 512) < lengths)
+    if biased:  # ALiBi: head h adds -2^(-8 (h + 1) / 12) * (i - j); -inf above the diagonal
+        slopes = torch.exp2(-8.0 * torch.arange(1, 13, device=DEV) / 12).view(1, 12, 1, 1)
+        distance = (keys.view(1, 1, 512, 1) - keys.view(1, 1, 1, 512)).float()
+        bias = (-slopes * distance).masked_fill(distance < 0, float("-inf"))
+        mask = bias.to(dtype)
 
     def step():
         if mask is None:
@@ -305,6 +312,8 @@ def main():
             print(f"BENCH cuda.attention.fused.{name}.torch.fwd_bwd {t * 1e6:.3f} us")
         t = timed(attention_step(torch.bfloat16, padded=True), 20)
         print(f"BENCH cuda.attention.fused.bf16.torch.padded_fwd_bwd {t * 1e6:.3f} us")
+        t = timed(attention_step(torch.bfloat16, biased=True), 20)
+        print(f"BENCH cuda.attention.biased.bf16.torch.fwd_bwd {t * 1e6:.3f} us")
     for net in ("resnet18", "mobilenet_v2"):
         if FILTER in ("", "cuda") or FILTER.startswith("cuda." + net):
             cnn_figures(net)
