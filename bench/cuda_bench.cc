@@ -59,8 +59,9 @@
 //                                  keys with a boolean attn_mask
 //   BENCH cuda.attention.biased.bf16.fwd_bwd  µs: the bf16 figure with an
 //                                  ALiBi bias ([1, 12, 512, 512] bf16 mask
-//                                  operand: the cuBLAS path, widened to f32),
-//                                  and ...bf16.biased_slowdown it over the
+//                                  operand: the shared-memory tiles, reading
+//                                  the bias per score), and
+//                                  ...bf16.biased_slowdown it over the
 //                                  unbiased figure; the peer passes the bias
 //                                  (the causal mask folded in) as attn_mask
 //   BENCH cuda.ffn.<gelu>.{fused,unfused}  µs: a GPT-2-small FFN link in

@@ -16,10 +16,11 @@
 //   q, k, v (and out, dout) are copied into [B, H, L, D] scratch, the BHLD
 //   algorithm runs there, and the results are copied back.
 //
-// A mask operand takes the cuBLAS path in every dtype (its row passes apply
-// it; bf16 and f16 widened to f32 around the f32 kernel), as PyTorch's
-// arbitrary masks leave its flash kernel; so does the float mask's gradient
-// (AttentionMaskGradOp), dS summed into the mask's shape.
+// A mask operand is read by the fused shared-memory kernels (also in bf16
+// and f16: the register tiles have no registers to spare for it), or by the
+// cuBLAS path's row passes; the float mask's gradient (AttentionMaskGradOp)
+// takes the cuBLAS path, dS summed into the mask's shape (bf16 and f16
+// widened to f32 around its f32 kernel: half_via_f32.cc).
 #include <cuda_runtime_api.h>
 
 #include <bit>
@@ -233,10 +234,10 @@ const Tensor& input_of(const KernelContext& ctx, std::uint32_t i, DataType dtype
   return t;
 }
 
-FlashAttentionShape flash_shape(const AttentionDims& a, bool causal, double scale, KeyLengths keys) {
+FlashAttentionShape flash_shape(const AttentionDims& a, const RowMasks& m, double scale) {
   return {.bh = a.bh, .h = a.h, .lq = a.lq, .lk = a.lk, .d = a.d, .dv = a.dv,
-          .heads_inner = a.heads_inner, .causal = causal,
-          .scale = static_cast<float>(attention_scale(scale, a.d)), .keys = keys};
+          .heads_inner = a.heads_inner, .causal = m.causal,
+          .scale = static_cast<float>(attention_scale(scale, a.d)), .keys = m.keys, .mask = m.mask};
 }
 
 // The fused kernels take f32 within their dims, bf16 and f16 always (a
@@ -272,8 +273,6 @@ void attention_kernel(KernelContext& ctx) {
   const AttentionDims a = attention_dims(op, q.dims(), k.dims(), v.dims(),
                                          attention_heads_inner(op, attrs.layout));
   const AttentionOptionals opt = optionals(ctx, 3);
-  if constexpr (std::is_same_v<T, std::uint16_t>)
-    if (opt.mask >= 0) return run_through_f32(ctx, &attention_kernel<float, DataType::Float32>);
   const RowMasks masks{attrs.causal, key_lengths_of(ctx, opt.key_lengths, a), mask_of(ctx, opt.mask, a, D)};
   const std::int64_t lse_shape[] = {a.b, a.h, a.lq};
   Tensor& out = ctx.alloc_output(0, a.out_dims(), D);
@@ -288,8 +287,8 @@ void attention_kernel(KernelContext& ctx) {
     check_launch(ctx);
     return;
   }
-  const FlashAttentionShape fs = flash_shape(a, attrs.causal, attrs.scale, masks.keys);
-  if (!masks.mask.data && use_fused<T, D>(ctx, a, fs)) {
+  const FlashAttentionShape fs = flash_shape(a, masks, attrs.scale);
+  if (use_fused<T, D>(ctx, a, fs)) {
     launch_flash_attention_forward(D, fs, q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
                                    lse.raw_data(), st);
     check_launch(ctx);
@@ -317,8 +316,6 @@ template <typename T, DataType D>
 void attention_grad_kernel(KernelContext& ctx) {
   const auto& attrs = ctx.attrs<GradOf<ScaledDotProductAttentionOp>>();
   const AttentionOptionals opt = optionals(ctx, 6);
-  if constexpr (std::is_same_v<T, std::uint16_t>)
-    if (opt.mask >= 0) return run_through_f32(ctx, &attention_grad_kernel<float, DataType::Float32>);
   const GradInputs<D> g(ctx);
   const AttentionDims& a = g.a;
   const Tensor(&in)[6] = g.in;
@@ -332,10 +329,10 @@ void attention_grad_kernel(KernelContext& ctx) {
     zero(ctx, dv);
     return;
   }
-  const FlashAttentionShape fs = flash_shape(a, attrs.causal, attrs.scale, masks.keys);
-  if (!masks.mask.data && use_fused<T, D>(ctx, a, fs)) {
+  const FlashAttentionShape fs = flash_shape(a, masks, attrs.scale);
+  if (use_fused<T, D>(ctx, a, fs)) {
     BufferRef delta = scratch_buffer(ctx, sizeof(float) * a.bh * a.lq);
-    const bool atomic = attention_grad_sum() == AttentionGradSum::Atomic && flash_attention_sums_dq(D);
+    const bool atomic = attention_grad_sum() == AttentionGradSum::Atomic && flash_attention_sums_dq(D, fs);
     BufferRef dq_sum = atomic ? scratch_buffer(ctx, sizeof(float) * dq.numel()) : BufferRef();
     launch_flash_attention_backward(D, fs, in[0].raw_data(), in[1].raw_data(), in[2].raw_data(),
                                     in[3].raw_data(), in[4].raw_data(), in[5].raw_data(),

@@ -71,9 +71,9 @@ __global__ void softmax_rows(T* __restrict__ s, T* __restrict__ lse, AttentionRo
     sum += e;
   }
   sum = block_combine<false>(sum);
-  const T inv = sum > 0 ? T(1) / sum : T(0);
+  const T inv = m == kNone ? T(0) : T(1) / sum;  // a row without keys: an empty sum
   for (std::int64_t j = threadIdx.x; j < lk; j += blockDim.x) r[j] = j < n ? r[j] * inv : T(0);
-  if (threadIdx.x == 0) lse[row] = sum > 0 ? m + log(sum) : kNone;
+  if (threadIdx.x == 0) lse[row] = m == kNone ? kNone : m + log(sum);
 }
 
 template <typename T>

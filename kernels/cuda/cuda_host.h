@@ -12,7 +12,6 @@
 
 #include "context_stream.h"
 #include "launch.h"
-#include "kiln/kernel/kernel_registry.h"
 #include "kiln/runtime/buffer.h"
 
 namespace kiln::cuda {
@@ -21,11 +20,6 @@ namespace kiln::cuda {
 // stream's cache when the last reference dies, so kernels still queued may
 // read it.
 BufferRef scratch_buffer(const KernelContext& ctx, std::size_t bytes);
-
-// A bf16 or f16 kernel computed by the op's f32 CUDA kernel `f32`
-// (half_via_f32.cc): the 16-bit inputs widened, the outputs rounded to the
-// dtypes their result types name, all on ctx's stream.
-void run_through_f32(KernelContext& ctx, KernelFn f32);
 
 // The first element of `ids` (a device tensor, i32 or i64) outside [0, n)
 // and not equal to `skip`: its position (-1 when none) and value. Waits for

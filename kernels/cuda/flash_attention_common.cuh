@@ -75,6 +75,19 @@ inline __device__ std::int64_t head_keys(const FlashAttentionShape& s, std::int6
   return key_count(s.keys, bh / s.h, s.lk);
 }
 
+// Scaled score x of query row i and key j of head bh under the op's mask,
+// if it has one: x plus the mask's element (of the operands' dtype E), or
+// -inf where a bool mask is false. i < Lq and j < Lk.
+template <typename E>
+inline __device__ float masked_score(const FlashAttentionShape& s, std::int64_t bh, std::int64_t i, std::int64_t j,
+                                     float x) {
+  const ScoreMaskRef& m = s.mask;
+  if (!m.data) return x;
+  const std::int64_t at = bh / s.h * m.sb + bh % s.h * m.sh + i * m.si + j * m.sj;
+  if (m.boolean) return static_cast<const bool*>(m.data)[at] ? x : -INFINITY;
+  return x + widen(load_elem<E>(static_cast<const Global<E>*>(m.data) + at));
+}
+
 inline std::int64_t tiles(std::int64_t n, int rows) { return (n + rows - 1) / rows; }
 
 // Lets `kernel` launch with `bytes` of dynamic shared memory on the current

@@ -73,24 +73,16 @@ struct HalfViaF32 {
       const KernelInfo* k = KernelRegistry::instance().find(TypeId::get<OpT>(), PlaceKind::Cuda, DataType::Float32);
       return k ? k->fn : nullptr;
     }();
-    run_through_f32(ctx, f32);
+    auto* device = dynamic_cast<CudaAllocator*>(&ctx.allocator());
+    auto* stream = dynamic_cast<CudaStream*>(ctx.stream());
+    if (!device || !stream) {
+      run_half_via_f32(ctx, f32, kConversions, ctx.allocator());
+      return;
+    }
+    StreamAllocator on_stream(*device, *stream);
+    run_half_via_f32(ctx, f32, kConversions, on_stream);
   }
 };
-
-}  // namespace
-
-void run_through_f32(KernelContext& ctx, KernelFn f32) {
-  auto* device = dynamic_cast<CudaAllocator*>(&ctx.allocator());
-  auto* stream = dynamic_cast<CudaStream*>(ctx.stream());
-  if (!device || !stream) {
-    run_half_via_f32(ctx, f32, kConversions, ctx.allocator());
-    return;
-  }
-  StreamAllocator on_stream(*device, *stream);
-  run_half_via_f32(ctx, f32, kConversions, on_stream);
-}
-
-namespace {
 
 // The listed ops that have no f32 CUDA kernel, and those whose CUDA kernels
 // compute in bf16 / f16 themselves (the fused attention,

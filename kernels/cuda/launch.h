@@ -183,7 +183,8 @@ void launch_attention_score_grad(T* p, const T* dp, const T* delta, std::int64_t
 // A float mask's gradient: dmask (the mask's elements, [nb, nh, ni, nj]
 // row-major, each 1 or B, H, Lq, Lk by whether it broadcasts) = dS ([rows,
 // lk]) summed over the dims the mask broadcasts over, one thread per dmask
-// element (deterministic).
+// element (deterministic; a mask broadcast over most of the scores, as
+// [B, 1, 1, Lk], gets few threads that each sum many elements).
 template <typename T>
 void launch_attention_mask_grad(const T* ds, T* dmask, const AttentionRows& r, std::int64_t b,
                                 cudaStream_t st);
@@ -199,6 +200,7 @@ struct FlashAttentionShape {
   bool heads_inner = false, causal = false;
   float scale = 1;
   KeyLengths keys;
+  ScoreMaskRef mask;  // the shared-memory kernels' only (flash_attention_tiles.cuh)
 };
 // nullptr when the fused kernels take the call (dtype f32, bf16 or f16,
 // D and Dv at most 128, the grid and the tiles' shared memory within the
@@ -212,17 +214,18 @@ void launch_flash_attention_forward(DataType dt, const FlashAttentionShape& s, c
 // dq, dk, dv (every element written) from the forward's out and lse (f32)
 // and the incoming dout; delta is device scratch of bh·lq floats. With
 // dq_sum null, deterministic: no atomics, every sum in a fixed order. Else
-// dq_sum is device scratch of q's element count floats, and where dt's
-// kernels can (bf16 and f16 on register tiles, flash_attention_sums_dq) the
-// key-tile pass adds each key tile's share of dQ there by f32 atomics
-// (FlashAttention-2's five products instead of seven; dQ's last bits may
-// differ run to run), then rounds it into dq. Needs lq > 0, lk > 0 and bh > 0.
+// dq_sum is device scratch of q's element count floats, and where the
+// kernels can (bf16 and f16 on register tiles, without a mask:
+// flash_attention_sums_dq) the key-tile pass adds each key tile's share of
+// dQ there by f32 atomics (FlashAttention-2's five products instead of
+// seven; dQ's last bits may differ run to run), then rounds it into dq.
+// Needs lq > 0, lk > 0 and bh > 0.
 void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, const void* q,
                                      const void* k, const void* v, const void* out,
                                      const void* lse, const void* dout, void* dq, void* dk,
                                      void* dv, float* delta, float* dq_sum, cudaStream_t st);
-// Whether launch_flash_attention_backward sums dq in dq_sum for dt.
-bool flash_attention_sums_dq(DataType dt);
+// Whether launch_flash_attention_backward sums dq in dq_sum for dt and s.
+bool flash_attention_sums_dq(DataType dt, const FlashAttentionShape& s);
 
 // ---- max_pool2d / avg_pool2d (pool.cu), NCHW ----
 

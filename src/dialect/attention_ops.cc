@@ -161,7 +161,7 @@ void check_key_lengths(std::string_view op, const std::vector<Type>& in, std::si
   if (!meta::is_index_dtype(shaped_data_type(t)) || dims.size() != 1 || !meta::dim_fits(dims[0], batch))
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' key_lengths (operand #", i, ") is ",
                 to_string(shaped_data_type(t)), " ", meta::dims_string(dims),
-                ", expected int32 or int64 [", batch, "] (one key count per batch)");
+                ", expected int32 or int64 [", batch, "] (one key count per batch; a mask is bool or float)");
 }
 
 std::vector<DataType> dtypes_of(const std::vector<Type>& in) {

@@ -25,6 +25,7 @@ bool runs_gemms(Operation* op) {
          op->isa<PointwiseDepthwiseConv2dOp>() || op->isa<GradOf<Conv2dOp>>() ||
          op->isa<Conv2dTransposeOp>() || op->isa<GradOf<Conv2dTransposeOp>>() ||
          op->isa<ScaledDotProductAttentionOp>() || op->isa<GradOf<ScaledDotProductAttentionOp>>() ||
+         op->isa<AttentionMaskGradOp>() ||
          op->isa<RnnOp>() || op->isa<LstmOp>() || op->isa<GruOp>() || op->isa<RecurrentGradOp<RnnOp>>() ||
          op->isa<RecurrentGradOp<GruOp>>() || op->isa<RecurrentGradOp<LstmOp>>();
 }

@@ -271,7 +271,8 @@ bool fits_scores(Value mask, Value q, Value k) {
 // -> kiln.scaled_dot_product_attention(q, k, v[, mask]) {causal, scale = s}
 // for rank-4 [B, H, L, D] operands: a constant causal mask is the causal
 // attribute, any other float mask that broadcasts to the scores (a BERT's
-// padding mask, a bias) the op's mask operand.
+// padding mask, a bias) the op's mask operand. A row the mask leaves all
+// -inf gives 0 where ONNX's Softmax gives NaN.
 std::optional<Fused> attention(Chain& c, int first, Builder& b) {
   const auto& tr = c.node(first);
   if (tr.op_type() != "Transpose" || tr.input_size() != 1) return std::nullopt;
@@ -313,7 +314,6 @@ std::optional<Fused> attention(Chain& c, int first, Builder& b) {
       causal = true;
     } else {
       mask = c.value(*name);
-      if (!mask && m) mask = c.parameter(*name, *m);  // a constant other than the causal one
       if (!mask || !fits_scores(mask, q, k)) return std::nullopt;
     }
     c.cover(add);

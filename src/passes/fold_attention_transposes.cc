@@ -89,25 +89,13 @@ void erase_dead_swaps(std::vector<Value> operands, const ValueSet& keep, PassCon
   for (Operation* op : dead) erase_op(op, ctx);
 }
 
-// Whether an attention op has a mask operand (bool or floating, past
-// its q, k, v or its gradient's six).
-bool has_mask(const Operation& op) {
-  const std::uint32_t fixed = op.isa<ScaledDotProductAttentionOp>() ? 3 : 6;
-  for (std::uint32_t i = fixed; i < op.num_operands(); ++i) {
-    const Type t = op.operand_source(i).type();
-    if (is_shaped(t) && !meta::is_index_dtype(shaped_data_type(t))) return true;
-  }
-  return false;
-}
-
 // Whether the target's kernel reads layout BLHD in place: the CPU's always;
 // CUDA's fused (flash) kernels, which take f32, bf16 and f16 with head
 // dims up to 128 (kernels/cuda/attention.cc; its cuBLAS path for the rest
-// stages BLHD through BHLD copies, the transposes' work again; so does
-// every op with a mask).
+// stages BLHD through BHLD copies, the transposes' work again).
 bool reads_blhd_in_place(const Operation& op, const Place& target) {
   if (target.is_cpu()) return true;
-  if (target.kind != PlaceKind::Cuda || has_mask(op)) return false;
+  if (target.kind != PlaceKind::Cuda || op.isa<AttentionMaskGradOp>()) return false;  // the mask's gradient: cuBLAS
   const Type q = op.operand_source(0).type(), v = op.operand_source(2).type();
   if (!is_shaped(q) || !is_shaped(v) || shaped_dims(q).empty() || shaped_dims(v).empty()) return false;
   const DataType dt = shaped_data_type(q);
@@ -136,12 +124,14 @@ std::vector<Value> operands_of(Operation* op) {
   return v;
 }
 
-// Replaces `op` (forward or gradient) by its BLHD twin reading its operands
-// in the other layout (lse, the gradient's operand #4, is [B, H, Lq] in
-// both; key_lengths and the mask are the same in both), and gives its results' readers the twin's: the forward's lse as it
-// is, every other result through replace_in_other_layout.
+// Replaces `op` (forward, gradient or the mask's gradient) by its BLHD twin
+// reading its operands in the other layout (lse, the gradients' operand #4,
+// is [B, H, Lq] in both; key_lengths and the mask are the same in both),
+// and gives its results' readers the twin's: the forward's lse and the
+// mask's gradient as they are, every other result through
+// replace_in_other_layout.
 void fold(Operation* op, const ValueSet& keep, PassContext* ctx) {
-  const bool forward = op->isa<ScaledDotProductAttentionOp>();
+  const bool forward = op->isa<ScaledDotProductAttentionOp>(), mask_grad = op->isa<AttentionMaskGradOp>();
   Attrs a = from_attributes<Attrs>(op->attributes(), op->name());
   a.layout = "BLHD";
   const std::vector<Value> old = operands_of(op);
@@ -151,10 +141,11 @@ void fold(Operation* op, const ValueSet& keep, PassContext* ctx) {
   const std::size_t optionals = forward ? 3 : 6;  // key_lengths' and the mask's place, when there
   for (std::size_t i = 0; i < old.size(); ++i)
     in.push_back((!forward && i == 4) || i >= optionals ? old[i] : other_layout(b, old[i]));
-  Operation* twin = forward ? b.create<ScaledDotProductAttentionOp>(in, a.causal, a.scale, a.layout).operation()
-                            : b.create<AttentionGradOp>(a, in).operation();
+  Operation* twin = forward     ? b.create<ScaledDotProductAttentionOp>(in, a.causal, a.scale, a.layout).operation()
+                    : mask_grad ? b.create<AttentionMaskGradOp>(in, a.causal, a.scale, a.layout).operation()
+                                : b.create<AttentionGradOp>(a, in).operation();
   for (std::uint32_t r = 0; r < op->num_results(); ++r) {
-    if (forward && r == 1) replace_all_uses(op->result(r), twin->result(r), ctx);
+    if ((forward && r == 1) || mask_grad) replace_all_uses(op->result(r), twin->result(r), ctx);
     else replace_in_other_layout(op->result(r), twin->result(r), keep, ctx);
   }
   erase_op(op, ctx);
@@ -169,7 +160,8 @@ std::size_t fold_attention_transposes(Block& block, const ValueSet& keep, PassCo
   for (Operation* op : block) {
     for (std::uint32_t r = 0; r < op->num_regions(); ++r)
       for (Block* inner : op->region(r)) made += fold_attention_transposes(*inner, keep, ctx, target);
-    if (op->isa<ScaledDotProductAttentionOp>() || op->isa<AttentionGradOp>()) ops.push_back(op);
+    if (op->isa<ScaledDotProductAttentionOp>() || op->isa<AttentionGradOp>() || op->isa<AttentionMaskGradOp>())
+      ops.push_back(op);
   }
   for (Operation* op : ops) {
     if (!foldable(op, keep, target)) continue;

@@ -388,7 +388,8 @@ Tensor float_mask(DataType dt, const Dims& dims) {
 
 }  // namespace flash_attention_test
 
-TEST_CASE("CUDA attention with a bool or float mask and the float mask's gradient match the CPU in every dtype",
+TEST_CASE("CUDA attention with a bool or float mask and the float mask's gradient match the CPU in every dtype "
+          "and on the cuBLAS path",
           "[cuda][kernel]") {
   if (!have_cuda()) return;
   const Tensor lengths = Tensor::from_vector<std::int32_t>({2}, {90, 33});
@@ -401,6 +402,13 @@ TEST_CASE("CUDA attention with a bool or float mask and the float mask's gradien
         fat::compare_fused(dt, {2, 3, 70, 90, 32, 16}, causal, layout, 0.4, &lengths, &rows);
         fat::compare_fused(dt, {2, 3, 70, 90, 64, 64}, causal, layout, 0, &lengths, &keys);
       }
+  // The cuBLAS path's row passes (head dims above 128).
+  const Tensor lengths2 = Tensor::from_vector<std::int64_t>({2}, {40, 17});
+  const Tensor per_key = fat::float_mask(DataType::Float32, {2, 1, 1, 40}), rows = fat::bool_mask({33, 1});
+  for (bool causal : {false, true}) {
+    fat::compare_fused(DataType::Float32, {2, 3, 33, 40, 160, 160}, causal, "BHLD", 0, &lengths2, &per_key);
+    fat::compare_fused(DataType::Float32, {2, 3, 33, 40, 16, 200}, causal, "BLHD", 0, nullptr, &rows);
+  }
 }
 
 // A small case for compute-sanitizer: a float mask per head and a bool one

@@ -18,13 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "kernel/warp_emulation.h"
-
-namespace kiln::cuda::flash {
-// The kernels' shared memory: the emulation runs one block at a time.
-alignas(128) unsigned char smem[128 * 1024];
-}  // namespace kiln::cuda::flash
-
+#include "kernel/flash_emulation_util.h"
 #include "flash_attention_mma.cuh"
 
 namespace {
@@ -32,6 +26,7 @@ namespace {
 using kiln::cuda::FlashAttentionShape;
 namespace flash = kiln::cuda::flash;
 namespace emu = kiln_test::warp_emulation;
+using kiln_test::flash_emulation::at;
 
 template <typename E>
 std::uint16_t to_bits(float x) {
@@ -51,13 +46,6 @@ struct Problem {
   std::vector<double> out, dq, dk, dv;
   std::vector<float> lse, delta;
 };
-
-// Element (head i, row r, column c) of a tensor of `len` rows of `width`.
-std::size_t at(const FlashAttentionShape& s, std::int64_t i, std::int64_t r, std::int64_t c,
-               std::int64_t len, std::int64_t width) {
-  const std::int64_t head = s.heads_inner ? ((i / s.h) * len * s.h + i % s.h) * width : i * len * width;
-  return static_cast<std::size_t>(head + r * (s.heads_inner ? s.h * width : width) + c);
-}
 
 template <typename E>
 std::vector<std::uint16_t> random_bits(std::size_t n, unsigned seed) {
@@ -237,7 +225,8 @@ void check_kernels(const FlashAttentionShape& s, double tol, Loads loads = Loads
 FlashAttentionShape shape(std::int64_t b, std::int64_t h, std::int64_t lq, std::int64_t lk, std::int64_t d,
                           std::int64_t dv, bool heads_inner, bool causal) {
   return {.bh = b * h, .h = h, .lq = lq, .lk = lk, .d = d, .dv = dv, .heads_inner = heads_inner,
-          .causal = causal, .scale = static_cast<float>(1 / std::sqrt(static_cast<double>(d ? d : 1)))};
+          .causal = causal, .scale = static_cast<float>(1 / std::sqrt(static_cast<double>(d ? d : 1))), .keys = {},
+          .mask = {}};
 }
 
 }  // namespace

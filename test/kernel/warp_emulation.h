@@ -1,10 +1,12 @@
 // A CPU emulation of the CUDA execution model, enough to run kiln's
 // register-tile kernels (kernels/cuda/*.cuh written against warp_mma.cuh's
-// instructions) in a test on a machine without a GPU:
+// instructions) and the f32 shared-memory attention tiles in a test on a
+// machine without a GPU:
 //   - each thread of a block is an OS thread; blocks run one at a time, so
 //     one static buffer (the includer's `smem`, filled with NaN bits before
 //     each block) is shared memory;
-//   - __syncthreads is a barrier over the block; a warp's collectives
+//   - __syncthreads is a barrier over the block, __syncwarp over the warp
+//     (every lane must reach it); a warp's collectives
 //     (__shfl_xor_sync, mma, ldmatrix) exchange their operands through the
 //     warp's arrays between two barriers over its 32 lanes;
 //   - mma and ldmatrix give each lane what the PTX ISA's fragment layouts
@@ -79,6 +81,7 @@ inline std::vector<std::string> faults() {
 inline int lane() { return static_cast<int>(thread_idx.x % 32); }
 inline Warp& warp() { return current_block->warps[thread_idx.x / 32]; }
 inline void sync_threads() { current_block->sync.arrive_and_wait(); }
+inline void sync_warp() { warp().sync.arrive_and_wait(); }
 
 inline float shfl_xor(float x, int offset) {
   Warp& w = warp();
@@ -251,5 +254,6 @@ inline float atomicAdd(float* address, float value) {
 #define blockIdx ::kiln_test::warp_emulation::block_idx
 #define gridDim ::kiln_test::warp_emulation::grid_dim
 #define __syncthreads() ::kiln_test::warp_emulation::sync_threads()
+#define __syncwarp() ::kiln_test::warp_emulation::sync_warp()
 #define __shfl_xor_sync(mask, x, offset) ::kiln_test::warp_emulation::shfl_xor(x, offset)
 #define __launch_bounds__(...)

@@ -339,8 +339,8 @@ TEST_CASE("attention with key_lengths folds its head transposes, keeps its lengt
   check_trains_the_same(plain, folded, Tensor::from_vector<std::int32_t>({3}, {5, 2, 0}));
 }
 
-TEST_CASE("attention with a learned mask folds its head transposes on the CPU, keeps its mask and trains the "
-          "same bit for bit; for CUDA it is left as it is",
+TEST_CASE("attention with a learned mask folds its head transposes, for the CPU or CUDA, keeps its mask and "
+          "trains the same bit for bit",
           "[passes][fold_attention_transposes][mask]") {
   struct Biased {
     Program main, startup;
@@ -358,17 +358,19 @@ TEST_CASE("attention with a learned mask folds its head transposes on the CPU, k
   } plain, folded, cuda;
   PassContext cuda_ctx({cuda.loss});
   cuda_ctx.target_place = Place::cuda(0);
-  const std::size_t swaps = head_swaps(cuda.main);
   PassManager::parse("fold_attention_transposes").run(cuda.main, cuda_ctx);
-  CHECK(head_swaps(cuda.main) == swaps);  // the cuBLAS path a mask takes stages BLHD itself
-  CHECK(fold_attention_transposes(folded.main) == 2);
+  CHECK(layouts(cuda.main) == std::vector<std::string>{"BLHD", "BLHD"});  // the fused kernels read masks
+  CHECK(fold_attention_transposes(folded.main) == 3);  // the forward, its gradient and the mask's
   folded.main.verify();
   CHECK(layouts(folded.main) == std::vector<std::string>{"BLHD", "BLHD"});
+  CHECK(head_swaps(folded.main) == 0);
   std::size_t mask_grads = 0;
   for (Operation* op : folded.main.block()) {
     if (op->isa<ScaledDotProductAttentionOp>()) CHECK(op->num_operands() == 5);
     if (op->isa<GradOf<ScaledDotProductAttentionOp>>()) CHECK(op->num_operands() == 8);
-    mask_grads += op->isa<AttentionMaskGradOp>();
+    if (!op->isa<AttentionMaskGradOp>()) continue;
+    ++mask_grads;
+    CHECK(from_attributes<ScaledDotProductAttentionOp::Attributes>(op->attributes(), op->name()).layout == "BLHD");
   }
   CHECK(mask_grads == 1);
   check_trains_the_same(plain, folded, Tensor::from_vector<std::int64_t>({3}, {5, 3, 1}));

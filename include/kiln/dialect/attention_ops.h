@@ -1,4 +1,4 @@
-// Scaled dot-product attention (fused, optional causal and key-length masks).
+// Scaled dot-product attention (fused; optional causal, key-length and arbitrary masks).
 #pragma once
 
 #include "kiln/dialect/grad_op.h"
@@ -24,12 +24,16 @@ namespace kiln {
 //   is a kiln::Error on the CPU; CUDA's kernels clamp it (checking it would
 //   cost a copy to the host and a wait each call). No kernel lets a padded
 //   key or value reach a result (a NaN there stays there), but CUDA's
-//   cuBLAS path (f64, f32 head dims above 128), which multiplies padded
-//   rows by zero probabilities (0 · NaN is NaN, as under PyTorch's masks).
-//   mask (optional, after key_lengths when both are there; PyTorch's
-//   attn_mask) is bool, where true means the key takes part, or the
-//   operands' float dtype, added to s; its dims broadcast to [B, H, Lq, Lk]
-//   in either layout (rank 2 to 4, right-aligned, each 1 or equal). It
+//   cuBLAS path (f64, f32 head dims above 128) and the mask's gradient,
+//   which multiply padded rows by zero probabilities (0 · NaN is NaN, as
+//   under PyTorch's masks).
+//   mask (optional, after key_lengths when both are there; the attn_mask of
+//   PyTorch's F.scaled_dot_product_attention) is bool, where true means the
+//   key takes part (nn.MultiheadAttention's bool mask means the opposite),
+//   or the operands' float dtype, added to s; its dims broadcast to
+//   [B, H, Lq, Lk] in either layout (rank 2 to 4, right-aligned, each 1 or
+//   equal: a rank-3 mask is [H, Lq, Lk], not nn.MultiheadAttention's
+//   [B·H, Lq, Lk]). It
 //   combines with causal and key_lengths; a row it leaves without keys (all
 //   false or -inf) is an empty sum as above. Keys it masks are read, so a
 //   NaN there reaches the row as under PyTorch. A float mask has a gradient,

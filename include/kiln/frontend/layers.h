@@ -267,7 +267,8 @@ class MultiHeadAttention : public Layer {
   // key_lengths (int32 or int64 [B]) batch b attends to its first
   // key_lengths[b] keys only (right padding masked); attn_mask as
   // functional::scaled_dot_product_attention's ([B|1, H|1, Lq, Lk], bool or
-  // the layer's dtype).
+  // the layer's dtype; a bool true means the key takes part, the opposite
+  // of nn.MultiheadAttention's bool mask).
   Value operator()(Value query, Value key, Value value, bool causal = false,
                    Value key_lengths = Value(), Value attn_mask = Value()) const;
   std::int64_t num_heads() const { return num_heads_; }
