@@ -108,8 +108,8 @@ struct ScoreMask {
       T* __restrict x = s + r * kend;
       const std::int64_t o = row(bh, i0 + r), sj = st.sj;
       if (boolean) {
-        const bool* m = static_cast<const bool*>(data) + o;
-        for (std::int64_t j = 0; j < kend; ++j) x[j] = m[j * sj] ? x[j] : kNone;
+        const std::uint8_t* m = static_cast<const std::uint8_t*>(data) + o;  // a bool tensor's bytes
+        for (std::int64_t j = 0; j < kend; ++j) x[j] = m[j * sj] != 0 ? x[j] : kNone;
       } else {
         const T* m = static_cast<const T*>(data) + o;
         for (std::int64_t j = 0; j < kend; ++j) x[j] += m[j * sj];

@@ -48,7 +48,8 @@ template <typename T>
 __device__ T masked(const AttentionRows& a, std::int64_t at, std::int64_t j, T x) {
   if (!a.mask.data) return x;
   const std::int64_t o = at + j * a.mask.sj;
-  if (a.mask.boolean) return static_cast<const bool*>(a.mask.data)[o] ? x : -std::numeric_limits<T>::infinity();
+  if (a.mask.boolean)
+    return static_cast<const std::uint8_t*>(a.mask.data)[o] != 0 ? x : -std::numeric_limits<T>::infinity();
   return x + static_cast<const T*>(a.mask.data)[o];
 }
 

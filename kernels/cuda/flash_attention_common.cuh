@@ -84,7 +84,7 @@ inline __device__ float masked_score(const FlashAttentionShape& s, std::int64_t 
   const ScoreMaskRef& m = s.mask;
   if (!m.data) return x;
   const std::int64_t at = bh / s.h * m.sb + bh % s.h * m.sh + i * m.si + j * m.sj;
-  if (m.boolean) return static_cast<const bool*>(m.data)[at] ? x : -INFINITY;
+  if (m.boolean) return static_cast<const std::uint8_t*>(m.data)[at] != 0 ? x : -INFINITY;
   return x + widen(load_elem<E>(static_cast<const Global<E>*>(m.data) + at));
 }
 

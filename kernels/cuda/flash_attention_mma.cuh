@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     l[i] = quad_sum(l[i]);
-    inv[i] = l[i] > 0.f ? 1.f / l[i] : 0.f;  // a row that saw no key: an empty sum, 0
+    inv[i] = m[i] == -INFINITY ? 0.f : 1.f / l[i];  // a row that saw no key: an empty sum, 0 (NaN stays NaN)
   }
   store_acc<DH, E>(out + head_offset(s, bh, s.lq, s.dv), o, row0, s.lq, s.dv, v_step, inv);
   if (threadIdx.x % 4 == 0)

@@ -272,8 +272,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   Global<E>* oh = out + head_offset(s, bh, s.lq, s.dv);
   for (int e = threadIdx.x; e < R * DH; e += kFlashThreads) {
     const int r = e / DH, c = e % DH;
-    if (q0 + r < s.lq && c < s.dv)  // a row that saw no key: an empty sum, 0
-      store_elem<E>(oh + (q0 + r) * v_step + c, row_sum[r] > 0.f ? acc[r * L::kLdAcc + c] / row_sum[r] : 0.f);
+    if (q0 + r < s.lq && c < s.dv)  // a row that saw no key: an empty sum, 0 (a NaN row stays NaN)
+      store_elem<E>(oh + (q0 + r) * v_step + c, row_max[r] == -INFINITY ? 0.f : acc[r * L::kLdAcc + c] / row_sum[r]);
   }
   for (int r = threadIdx.x; r < R; r += kFlashThreads)
     if (q0 + r < s.lq) lse[bh * s.lq + q0 + r] = row_max[r] + logf(row_sum[r]);

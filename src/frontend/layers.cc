@@ -294,9 +294,10 @@ TransformerEncoderLayer::TransformerEncoderLayer(std::int64_t d_model, std::int6
 
 Value TransformerEncoderLayer::forward(Value x) const { return (*this)(x, false); }
 
-Value TransformerEncoderLayer::operator()(Value x, bool causal) const {
+Value TransformerEncoderLayer::operator()(Value x, bool causal, Value key_lengths, Value attn_mask) const {
   Builder b = main_builder();
-  Value a = (*dropout1_)((*attn_)((*norm1_)(x), causal));
+  const Value n = (*norm1_)(x);
+  Value a = (*dropout1_)((*attn_)(n, n, n, causal, key_lengths, attn_mask));
   x = b.create<AddOp>(x, a).result();
   Value h = (*linear1_)((*norm2_)(x));
   h = activation_ == "gelu" ? functional::gelu(h) : functional::relu(h);

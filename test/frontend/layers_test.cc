@@ -437,6 +437,40 @@ TEST_CASE("a causal TransformerEncoderLayer's output at a position does not depe
   CHECK(moved > 1e-3);
 }
 
+TEST_CASE("a TransformerEncoderLayer with key_lengths gives each batch's real positions what its unpadded "
+          "batch gives, and with a triangular attn_mask what a causal one gives",
+          "[frontend][layers][mask]") {
+  Program main_prog, startup;
+  Value padded, alone, masked, causal;
+  {
+    ProgramGuard guard(main_prog, startup);
+    nn::TransformerEncoderLayer block(8, 2, 16, /*dropout=*/0.0, "gelu");
+    Value x = data("x", {2, 5, 8}), first = data("first", {1, 3, 8});
+    Value lengths = data("n", {2}, DataType::Int32), tri = data("tri", {5, 5}, DataType::Bool);
+    padded = block(x, false, lengths);
+    alone = block(first);  // batch 0's 3 real positions, unpadded
+    masked = block(x, false, Value(), tri);
+    causal = block(x, true);
+  }
+  Executor exe;
+  exe.run(startup);
+  auto xv = wave(80);
+  for (std::size_t i = 24; i < 40; ++i) xv[i] = 50.f;  // batch 0's padding (positions 3, 4)
+  Tensor tri = Tensor::empty(Dims({5, 5}), DataType::Bool);
+  for (int i = 0; i < 25; ++i) tri.data<bool>()[i] = i % 5 <= i / 5;
+  auto got = exe.run(main_prog,
+                     {{"x", f32({2, 5, 8}, xv)},
+                      {"first", f32({1, 3, 8}, std::vector<float>(xv.begin(), xv.begin() + 24))},
+                      {"n", Tensor::from_vector<std::int32_t>({2}, {3, 5})},
+                      {"tri", tri}},
+                     {padded, alone, masked, causal});
+  const auto p = got[0].to_vector<float>();
+  const auto a = got[1].to_vector<float>();
+  check_close(std::vector<float>(p.begin(), p.begin() + 24), std::vector<double>(a.begin(), a.end()), 1e-5);
+  const auto c = got[3].to_vector<float>();
+  check_close(got[2].to_vector<float>(), std::vector<double>(c.begin(), c.end()), 1e-6);
+}
+
 TEST_CASE("Sequential chains its layers, gathers their parameters and passes train()/eval() "
           "down to them",
           "[frontend][layers]") {

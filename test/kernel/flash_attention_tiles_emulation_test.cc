@@ -73,7 +73,7 @@ std::vector<double> probabilities(const Problem& p, std::int64_t bh, std::int64_
   lse = -INFINITY;
   if (mx == -INFINITY) return {};
   for (double& e : x) sum += (e = std::exp(e - mx));
-  for (double& e : x) e /= sum;
+  for (double& e : x) e = e == 0 ? 0 : e / sum;  // a masked key's probability is 0, also in a NaN row
   lse = mx + std::log(sum);
   return x;
 }
@@ -121,17 +121,18 @@ void check_near(const std::string& what, const std::vector<float>& got, const st
   REQUIRE(got.size() == want.size());
   std::size_t bad = 0, first = 0;
   for (std::size_t i = 0; i < got.size(); ++i)
-    if (!(got[i] == want[i] || std::abs(got[i] - want[i]) <= kTol * std::abs(want[i]) + kTol * peak))
+    if (!(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i])) ||
+          std::abs(got[i] - want[i]) <= kTol * std::abs(want[i]) + kTol * peak))
       if (bad++ == 0) first = i;
   INFO(what << ": " << bad << " of " << got.size() << " elements differ; the first, #" << first << ": got "
             << (bad ? got[first] : 0) << ", want " << (bad ? want[first] : 0));
   CHECK(bad == 0);
 }
 
-// The forward, Δ and the two gradient kernels on p under the emulation,
-// against the reference.
+// The forward, Δ and the two gradient kernels (or, not `gradients`, the
+// forward alone) on p under the emulation, against the reference.
 template <int DH>
-void check_tiles(Problem& p) {
+void check_tiles(Problem& p, bool gradients = true) {
   const FlashAttentionShape& s = p.s;
   INFO((s.heads_inner ? "BLHD" : "BHLD") << " BH " << s.bh << " Lq " << s.lq << " Lk " << s.lk << " D " << s.d
                                         << " Dv " << s.dv << " causal " << s.causal
@@ -148,6 +149,9 @@ void check_tiles(Problem& p) {
       dv(p.v.size());
   emu::launch(grid(s.lq, Fwd::kRows), flash::kFlashThreads, flash::smem, Fwd::bytes,
               [&] { flash::flash_forward<float, DH>(s, p.q.data(), p.k.data(), p.v.data(), out.data(), lse.data()); });
+  check_near("out", out, p.out, peak_of(p.out));
+  check_near("lse", lse, p.lse, 1);
+  if (!gradients) return;
   const auto rows = static_cast<unsigned>((s.bh * s.lq + flash::kFlashWarps - 1) / flash::kFlashWarps);
   emu::launch(dim3(rows), flash::kFlashThreads, flash::smem, 0,
               [&] { flash::flash_delta<float>(s, out.data(), p.dout.data(), delta.data()); });
@@ -162,8 +166,6 @@ void check_tiles(Problem& p) {
   const std::vector<std::string> faults = emu::faults();
   INFO((faults.empty() ? std::string("no faults") : faults.front()));
   CHECK(faults.empty());
-  check_near("out", out, p.out, peak_of(p.out));
-  check_near("lse", lse, p.lse, 1);
   const double grad_peak = peak_of(p.dv, peak_of(p.dk, peak_of(p.dq)));
   check_near("dq", dq, p.dq, grad_peak);
   check_near("dk", dk, p.dk, grad_peak);
@@ -182,17 +184,22 @@ Problem problem(std::int64_t b, std::int64_t h, std::int64_t lq, std::int64_t lk
   return p;
 }
 
+// Elements past a mask's end, which no kernel may read: NaN for a float
+// mask, false for a bool one (either would change a result).
+constexpr std::size_t kGuard = 4096;
+
 // A mask over dims {nb, nh, ni, nj} (each 1 or the scores'), its strides
 // those of that row-major shape with 0 along a dim of 1: float values in
 // [-2, 2] with every seventh -inf, or bool with every fifth false.
 void set_mask(Problem& p, std::int64_t nb, std::int64_t nh, std::int64_t ni, std::int64_t nj, bool boolean) {
-  const std::int64_t n = nb * nh * ni * nj;
+  const auto n = static_cast<std::size_t>(nb * nh * ni * nj);
   if (boolean) {
-    p.bmask.resize(static_cast<std::size_t>(n));
-    for (std::int64_t e = 0; e < n; ++e) p.bmask[static_cast<std::size_t>(e)] = e % 5 != 2;
+    p.bmask.assign(n + kGuard, 0);
+    for (std::size_t e = 0; e < n; ++e) p.bmask[e] = e % 5 != 2;
   } else {
-    p.fmask = random_floats(static_cast<std::size_t>(n), 9);
-    for (std::size_t e = 3; e < p.fmask.size(); e += 7) p.fmask[e] = -INFINITY;
+    p.fmask = random_floats(n, 9);
+    for (std::size_t e = 3; e < n; e += 7) p.fmask[e] = -INFINITY;
+    p.fmask.resize(n + kGuard, NAN);
   }
   auto& m = p.s.mask;
   m = {.data = boolean ? static_cast<const void*>(p.bmask.data()) : p.fmask.data(), .boolean = boolean,
@@ -239,5 +246,18 @@ TEST_CASE("the f32 shared-memory attention tiles apply a float or bool mask, wit
     Problem p = problem(1, 2, 66, 70, 64, 64, true, false);
     set_mask(p, 1, 1, 66, 70, false);
     check_tiles<64>(p);
+  }
+  {  // causal, key_lengths and a float mask per head together, head dim 128 (32-row tiles), head 0's row 40
+     // all -inf (no key left)
+    Problem p = problem(2, 2, 70, 75, 128, 128, false, true);
+    set_mask(p, 1, 2, 70, 75, false);
+    set_lengths(p, {75, 60});
+    for (std::size_t j = 0; j < 75; ++j) p.fmask[40 * 75 + j] = -INFINITY;
+    check_tiles<128>(p);
+    // A NaN in head 1's row 50 makes that row's out and lse NaN (not an empty row's 0), as on the CPU;
+    // the other rows keep their values.
+    p.fmask[(70 + 50) * 75 + 7] = NAN;
+    check_tiles<128>(p, false);
+    CHECK(std::isnan(p.lse[70 + 50]));
   }
 }

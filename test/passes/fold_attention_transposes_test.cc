@@ -359,7 +359,11 @@ TEST_CASE("attention with a learned mask folds its head transposes, for the CPU 
   PassContext cuda_ctx({cuda.loss});
   cuda_ctx.target_place = Place::cuda(0);
   PassManager::parse("fold_attention_transposes").run(cuda.main, cuda_ctx);
+  cuda.main.verify();
   CHECK(layouts(cuda.main) == std::vector<std::string>{"BLHD", "BLHD"});  // the fused kernels read masks
+  for (Operation* op : cuda.main.block())  // the mask's gradient (cuBLAS) stays BHLD
+    if (op->isa<AttentionMaskGradOp>())
+      CHECK(from_attributes<ScaledDotProductAttentionOp::Attributes>(op->attributes(), op->name()).layout == "BHLD");
   CHECK(fold_attention_transposes(folded.main) == 3);  // the forward, its gradient and the mask's
   folded.main.verify();
   CHECK(layouts(folded.main) == std::vector<std::string>{"BLHD", "BLHD"});

@@ -293,7 +293,9 @@ class TransformerEncoderLayer : public Layer {
                           DataType dtype = DataType::Float32);
   using Layer::operator();
   Value forward(Value x) const override;
-  Value operator()(Value x, bool causal) const;
+  // x [B, L, d_model]; key_lengths and attn_mask as MultiHeadAttention's
+  // (PyTorch's src_key_padding_mask for right padding, and src_mask).
+  Value operator()(Value x, bool causal, Value key_lengths = Value(), Value attn_mask = Value()) const;
 
  private:
   std::string activation_;
