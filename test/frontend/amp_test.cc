@@ -359,6 +359,70 @@ TEST_CASE("amp O1 bf16 trains an MLP, transformer blocks, a GPT and a CNN to wit
   check_tracks_f32(amp::Options{});
 }
 
+namespace {
+
+// Two transformer blocks over x[4, 16, 32] padded to each batch's key_lengths
+// n, sharing a learned attention bias [1, 4, 16, 16] (a float mask), and a
+// linear head; Adam, decorated when `amp`.
+std::unique_ptr<AmpModel> masked_transformer(const amp::Options* amp_options) {
+  auto m = std::make_unique<AmpModel>();
+  Value h = data("x", {4, 16, 32});
+  Value label = data("label", {4, 16, 32});
+  Value lengths = data("n", {4}, DataType::Int32);
+  Value bias = create_parameter("bias", {1, 4, 16, 16}, DataType::Float32, init::Uniform(-0.5, 0.5, 7));
+  for (int k = 0; k < 2; ++k) h = nn::TransformerEncoderLayer(32, 4, 64, 0.0, "gelu")(h, false, lengths, bias);
+  m->loss = nn::MSELoss()(nn::Linear(32, 32)(h), label);
+  auto opt = optim::Adam(3e-3);
+  m->minimize(opt, amp_options);
+  m->feed = {{"x", normal_f32({4, 16, 32}, 3)},
+             {"label", normal_f32({4, 16, 32}, 4)},
+             {"n", Tensor::from_vector<std::int32_t>(Dims({4}), {16, 12, 9, 16})}};
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("amp O1 and O2 bf16 run attention with key_lengths and a learned mask low (the mask through one bf16 "
+          "cast, the lengths as they are), give the mask its gradient (f32 under O1) and train to within 2 % of the f32 "
+          "loss",
+          "[frontend][amp][mask]") {
+  for (const amp::Level level : {amp::Level::O1, amp::Level::O2}) {
+    INFO("level " << (level == amp::Level::O1 ? "O1" : "O2"));
+    amp::Options o;
+    o.level = level;
+    auto low = masked_transformer(&o);
+    low->g.main.verify();
+    std::size_t forwards = 0, mask_grads = 0;
+    for (Operation* op : low->g.main.block()) {
+      if (op->isa<ScaledDotProductAttentionOp>()) {
+        ++forwards;
+        CHECK(dtype_of(op->operand_source(0)) == DataType::BFloat16);
+        CHECK(dtype_of(op->operand_source(3)) == DataType::Int32);
+        CHECK(dtype_of(op->operand_source(4)) == DataType::BFloat16);
+      }
+      if (op->isa<AttentionMaskGradOp>()) {
+        ++mask_grads;
+        CHECK(dtype_of(op->result(0)) == DataType::BFloat16);
+      }
+    }
+    CHECK(forwards == 2);
+    CHECK(mask_grads == 2);
+    CHECK(one_cast_per_value_and_dtype(low->g.main));
+    bool bias_grad = false;
+    for (auto [param, grad] : low->grads)
+      if (parameter_name(param) == "bias") {
+        bias_grad = true;
+        if (level == amp::Level::O1) CHECK(dtype_of(grad) == DataType::Float32);
+      }
+    CHECK(bias_grad);
+    auto plain = masked_transformer(nullptr);
+    const auto [lf, lb] = train_both(*plain, *low, 20);
+    INFO("f32 loss " << lf << ", low-precision loss " << lb);
+    CHECK(std::isfinite(lb));
+    CHECK(std::abs(lb - lf) <= 0.02 * std::abs(lf));
+  }
+}
+
 TEST_CASE("amp O1 bf16 on CUDA (cuBLAS on tensor cores) trains the MLP to within 2 % of the f32 loss",
           "[frontend][amp][cuda]") {
   if (cuda_device_count() == 0) {
