@@ -137,10 +137,16 @@ KILN_SIMD_INLINE T row_max(const T* __restrict x, std::int64_t n) {
   for (; j < n; ++j) m = x[j] > m ? x[j] : m;
   return m;
 }
-// x[j] = exp(x[j] - sub) for j < n; returns their sum (in kLanes lanes).
-template <typename T>
+// x[j] = exp(x[j] - sub) for j < n (kMasked: 0 for a -inf x[j]); returns
+// their sum (in kLanes lanes).
+template <typename T, bool kMasked = false>
 KILN_SIMD_INLINE T exp_sub_sum(T* __restrict x, std::int64_t n, T sub) {
-  for (std::int64_t j = 0; j < n; ++j) x[j] = exp_row(x[j] - sub);
+  if constexpr (kMasked) {
+    constexpr T kNone = -std::numeric_limits<T>::infinity();
+    for (std::int64_t j = 0; j < n; ++j) x[j] = x[j] == kNone ? T(0) : exp_row(x[j] - sub);
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) x[j] = exp_row(x[j] - sub);
+  }
   T lane[kLanes] = {};
   std::int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
@@ -192,12 +198,7 @@ struct MaskedSoftmaxTile {
         lse[r] = kNone;
         continue;
       }
-      T sum = 0;
-      for (std::int64_t j = 0; j < n; ++j) {
-        const T e = row[j] == kNone ? T(0) : exp_row(row[j] - m);
-        row[j] = e;
-        sum += e;
-      }
+      const T sum = exp_sub_sum<T, true>(row, n, m);
       const T inv = T(1) / sum;
       for (std::int64_t j = 0; j < n; ++j) row[j] *= inv;
       for (std::int64_t j = n; j < kend; ++j) row[j] = 0;
