@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <string_view>
 #include <thread>
 
 #include <cblas.h>
@@ -51,21 +50,14 @@ int blas_num_threads() {
 namespace cpu {
 namespace {
 
-// Whether OpenBLAS's kernel uses the widest vectors this CPU has (its core
-// names for AVX-512 and AVX2 kernels).
-bool openblas_matches_cpu() {
-  const std::string_view core = openblas_get_corename();
-  const bool avx512 = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
-  const bool avx2 = avx512 || core == "Haswell" || core == "Zen";
-#if defined(__x86_64__) || defined(__i386__)
-  if (__builtin_cpu_supports("avx512f")) return avx512;
-  if (__builtin_cpu_supports("avx2")) return avx2;
-#endif
-  return true;
-}
-
+// f32 GEMMs of kOnednnMinFlops or more go to oneDNN wherever kiln has it:
+// split by for_each_block, they give the same bits at any thread count,
+// which OpenBLAS's own threading does not (it cuts a thin product's k, e.g.
+// m 2, n 3072, k 1000, differently at 1, 2 and 3 threads). oneDNN also
+// picks its kernel by instruction set where Debian's OpenBLAS picks by CPU
+// model (a virtual machine that hides the model gets its SSE3 fallback).
 bool sgemm_on_onednn() {
-  static const bool onednn = onednn::available() && !openblas_matches_cpu();
+  static const bool onednn = onednn::available();
   return onednn;
 }
 

@@ -1,9 +1,9 @@
 // The GEMM every CPU kernel calls, and the intra-op thread count it and
-// oneDNN's primitives run with. f32 GEMMs go to oneDNN's sgemm instead of
-// OpenBLAS when OpenBLAS runs a kernel for an older core than the CPU's
-// (Debian's OpenBLAS picks its kernel by CPU model, and on a virtual machine
-// that hides the model it falls back to SSE3: 5x slower on an AVX-512 CPU,
-// while oneDNN picks by instruction set). f64 is OpenBLAS's.
+// oneDNN's primitives run with. f32 GEMMs (but the smallest) go to oneDNN's
+// sgemm where kiln has oneDNN, cut into blocks that give the same bits at
+// any thread count (OpenBLAS's threading does not; and Debian's OpenBLAS
+// picks its kernel by CPU model, which a virtual machine may hide: SSE3
+// then, 5x slower on an AVX-512 CPU). f64 is OpenBLAS's.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +33,7 @@ bool gemm_bf16(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
                std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, std::uint16_t* c, std::int64_t ldc);
 
 // "openblas" or "onednn": where f32 GEMMs of at least kOnednnMinFlops
-// multiply-adds go.
+// multiply-adds go (oneDNN wherever kiln was built with it).
 const char* sgemm_library();
 // Below this many multiply-adds OpenBLAS's lower call cost wins even on its
 // fallback kernel (measured: 16x16x16 ties, 4x4x4 is 4x faster).
