@@ -64,6 +64,14 @@
 //                                  ...bf16.biased_slowdown it over the
 //                                  unbiased figure; the peer passes the bias
 //                                  (the causal mask folded in) as attn_mask
+//   BENCH cuda.attention.gqa.bf16.fwd_bwd  µs: the bf16 figure with k
+//                                  and v of 4 heads (grouped-query
+//                                  attention, 3 query heads each: the
+//                                  same products, a third of k and v's
+//                                  bytes, and dk, dv summed per group
+//                                  after), and ...bf16.gqa_slowdown it over
+//                                  the 12-head figure; the peer passes
+//                                  enable_gqa=True
 //   BENCH cuda.ffn.<gelu>.{fused,unfused}  µs: a GPT-2-small FFN link in
 //                                  bf16 ([4096, 768] · [768, 3072] + bias,
 //                                  gelu, gelu_grad reading the
@@ -313,16 +321,18 @@ kiln::Tensor alibi_bias(kiln::DataType dt) {
 enum class AttentionMasks { Causal, Padded, Biased };
 
 // scaled_dot_product_attention forward and backward per link, causal, on
-// [8, 12, 512, 64] q, k, v of dtype dt fed on cuda:0 (the gradient's dq is
-// the next link's q; dout is the forward's out); Padded: with key_lengths
-// kPaddedKeys; Biased: with ALiBi's bias as the mask operand.
-double attention_us(kiln::DataType dt, int reps, int runs, AttentionMasks masks = AttentionMasks::Causal) {
+// [8, 12, 512, 64] q and [8, kv_heads, 512, 64] k, v of dtype dt fed on
+// cuda:0 (the gradient's dq is the next link's q; dout is the forward's
+// out); Padded: with key_lengths kPaddedKeys; Biased: with ALiBi's bias as
+// the mask operand.
+double attention_us(kiln::DataType dt, int reps, int runs, AttentionMasks masks = AttentionMasks::Causal,
+                     std::int64_t kv_heads = 12) {
   const kiln::Place dev = kiln::Place::cuda(0);
-  const std::vector<std::int64_t> shape{8, 12, 512, 64};
+  const std::vector<std::int64_t> shape{8, 12, 512, 64}, kv_shape{8, kv_heads, 512, 64};
   kiln::Program p, startup;
   kiln::ProgramGuard guard(p, startup);
-  kiln::Value q = kiln::data("q", shape, dt, dev), k = kiln::data("k", shape, dt, dev),
-              v = kiln::data("v", shape, dt, dev);
+  kiln::Value q = kiln::data("q", shape, dt, dev), k = kiln::data("k", kv_shape, dt, dev),
+              v = kiln::data("v", kv_shape, dt, dev);
   std::vector<kiln::Value> extra;  // key_lengths or the mask
   if (masks == AttentionMasks::Padded) extra.push_back(kiln::data("n", {8}, kiln::DataType::Int64, dev));
   if (masks == AttentionMasks::Biased) extra.push_back(kiln::data("bias", {1, 12, 512, 512}, dt, dev));
@@ -341,10 +351,10 @@ double attention_us(kiln::DataType dt, int reps, int runs, AttentionMasks masks 
   if (dt != kiln::DataType::Float32) q = b.create<kiln::CastOp>(q, kiln::DataType::Float32).result();
   kiln::Value total = b.create<kiln::SumOp>(q).result();
   kiln::Executor exe(dev, {.num_threads = 1});
-  const kiln::Dims dims(shape);
+  const kiln::Dims dims(shape), kv_dims(kv_shape);
   kiln::FeedMap feed{{"q", kiln::Tensor::zeros(dims, dt, dev)},
-                     {"k", kiln::Tensor::zeros(dims, dt, dev)},
-                     {"v", kiln::Tensor::zeros(dims, dt, dev)}};
+                     {"k", kiln::Tensor::zeros(kv_dims, dt, dev)},
+                     {"v", kiln::Tensor::zeros(kv_dims, dt, dev)}};
   if (masks == AttentionMasks::Padded)
     feed["n"] = kiln::copy_to_place(kiln::Tensor::from_vector<std::int64_t>({8}, kPaddedKeys), dev);
   if (masks == AttentionMasks::Biased) feed["bias"] = kiln::copy_to_place(alibi_bias(dt), dev);
@@ -370,6 +380,9 @@ void attention_bench() {
   const double biased = attention_us(kiln::DataType::BFloat16, 5, 5, AttentionMasks::Biased);
   emit("cuda.attention.biased.bf16.fwd_bwd", biased, "us");
   emit("cuda.attention.biased.bf16.biased_slowdown", biased / mma, "ratio");
+  const double grouped = attention_us(kiln::DataType::BFloat16, 10, 9, AttentionMasks::Causal, 4);
+  emit("cuda.attention.gqa.bf16.fwd_bwd", grouped, "us");
+  emit("cuda.attention.gqa.bf16.gqa_slowdown", grouped / mma, "ratio");
   emit("cuda.attention.fused.f32.fwd_bwd", attention_us(kiln::DataType::Float32, 5, 5), "us");
 }
 

@@ -17,7 +17,9 @@ The same models, shapes, losses and optimizers as kiln's cuda.* figures:
           the keys past 512, 448, ..., 64 masked too (a boolean attn_mask, the
           causal mask folded in): ...bf16.torch.padded_fwd_bwd; bf16 with
           ALiBi's bias as a float attn_mask [1, 12, 512, 512] (the causal
-          mask folded in): cuda.attention.biased.bf16.torch.fwd_bwd
+          mask folded in): cuda.attention.biased.bf16.torch.fwd_bwd; bf16
+          with k and v of 4 heads (enable_gqa=True, PyTorch 2.5 or later):
+          cuda.attention.gqa.bf16.torch.fwd_bwd
   resnet18, mobilenet_v2  torchvision's networks layer for layer (written out
           here: the GPU machine may lack torchvision), batch 64 of 224x224
           images, 1000 classes, cross-entropy, SGD(0.01, momentum 0.9, fused
@@ -253,10 +255,11 @@ def cnn_figures(net):
 PADDED_KEYS = (512, 448, 384, 320, 256, 192, 128, 64)
 
 
-def attention_step(dtype, padded=False, biased=False):
+def attention_step(dtype, padded=False, biased=False, kv_heads=12):
     torch.manual_seed(3)
-    shape = (8, 12, 512, 64)
-    q, k, v = (torch.randn(shape, device=DEV, dtype=dtype, requires_grad=True) for _ in range(3))
+    shape, kv_shape = (8, 12, 512, 64), (8, kv_heads, 512, 64)
+    q = torch.randn(shape, device=DEV, dtype=dtype, requires_grad=True)
+    k, v = (torch.randn(kv_shape, device=DEV, dtype=dtype, requires_grad=True) for _ in range(2))
     dout = torch.randn(shape, device=DEV, dtype=dtype)
     mask = None
     keys = torch.arange(512, device=DEV)
@@ -270,7 +273,9 @@ def attention_step(dtype, padded=False, biased=False):
         mask = bias.to(dtype)
 
     def step():
-        if mask is None:
+        if kv_heads != 12:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        elif mask is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -314,6 +319,11 @@ def main():
         print(f"BENCH cuda.attention.fused.bf16.torch.padded_fwd_bwd {t * 1e6:.3f} us")
         t = timed(attention_step(torch.bfloat16, biased=True), 20)
         print(f"BENCH cuda.attention.biased.bf16.torch.fwd_bwd {t * 1e6:.3f} us")
+        try:
+            t = timed(attention_step(torch.bfloat16, kv_heads=4), 20)
+            print(f"BENCH cuda.attention.gqa.bf16.torch.fwd_bwd {t * 1e6:.3f} us")
+        except TypeError as e:  # a torch before 2.5 has no enable_gqa
+            print(f"# cuda.attention.gqa.bf16.torch unavailable: {e}")
     for net in ("resnet18", "mobilenet_v2"):
         if FILTER in ("", "cuda") or FILTER.startswith("cuda." + net):
             cnn_figures(net)

@@ -45,7 +45,7 @@ AttentionDims attn_dims(const KernelContext& ctx, const std::string& layout, con
   const std::string_view op = ctx.op()->name();
   const AttentionDims a =
       attention_dims(op, q.dims(), k.dims(), v.dims(), attention_heads_inner(op, layout));
-  for (std::int64_t x : {a.lq, a.lk, a.d, a.dv, a.row_step(a.d), a.row_step(a.dv)})
+  for (std::int64_t x : {a.lq, a.lk, a.d, a.dv, a.row_step(a.d), a.row_step(a.dv)})  // kv_row_step's <= row_step's
     if (x * kTileRows > INT_MAX)
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has a dim of ", x,
                   ", beyond what the BLAS takes");
@@ -246,6 +246,17 @@ struct ScoreGradTile {
   }
 };
 
+// The BLAS's row steps (at least 1) of q and dq, k and dk (kv_row_step of
+// D), v and dv (of Dv), out and dout (row_step of Dv): a head's width, or
+// all heads' in BLHD.
+struct RowSteps {
+  int q, k, v, o;
+  explicit RowSteps(const AttentionDims& a)
+      : q(step(a.row_step(a.d))), k(step(a.kv_row_step(a.d))), v(step(a.kv_row_step(a.dv))),
+        o(step(a.row_step(a.dv))) {}
+  static int step(std::int64_t x) { return static_cast<int>(std::max<std::int64_t>(x, 1)); }
+};
+
 // One item of the forward: query rows [i0, i0 + kTileRows) of head bh,
 // their scores in s (kTileRows × lk scratch), out and lse rows written.
 template <typename T>
@@ -260,30 +271,28 @@ struct ForwardTile {
 
   void operator()(std::int64_t bh, std::int64_t i0, T* s) const {
     const int d = static_cast<int>(a.d), dv = static_cast<int>(a.dv);
-    // Row steps of q and k, of v and out: the head's width, or all heads' in BLHD.
-    const int ld_qk = static_cast<int>(std::max<std::int64_t>(a.row_step(a.d), 1)),
-              ld_v = static_cast<int>(std::max<std::int64_t>(a.row_step(a.dv), 1));
-    const T* qb = q + a.head_offset(bh, a.lq, a.d) + i0 * ld_qk;
-    const T* kb = k + a.head_offset(bh, a.lk, a.d);
-    const T* vb = v + a.head_offset(bh, a.lk, a.dv);
-    T* ob = out + a.head_offset(bh, a.lq, a.dv) + i0 * ld_v;
+    const RowSteps ld(a);
+    const T* qb = q + a.head_offset(bh, a.lq, a.d) + i0 * ld.q;
+    const T* kb = k + a.kv_offset(bh, a.lk, a.d);
+    const T* vb = v + a.kv_offset(bh, a.lk, a.dv);
+    T* ob = out + a.head_offset(bh, a.lq, a.dv) + i0 * ld.o;
     const std::int64_t rows = std::min(kTileRows, a.lq - i0);
     const std::int64_t kend = tile_keys(a, lens, causal, bh, i0, rows);
     const int ik = static_cast<int>(kend);
     if (kend == 0) {  // a batch without keys: empty sums
-      for (std::int64_t r = 0; r < rows; ++r) std::fill(ob + r * ld_v, ob + r * ld_v + dv, T(0));
+      for (std::int64_t r = 0; r < rows; ++r) std::fill(ob + r * ld.o, ob + r * ld.o + dv, T(0));
       std::fill(lse + bh * a.lq + i0, lse + bh * a.lq + i0 + rows, -std::numeric_limits<T>::infinity());
       return;
     }
     if (d == 0) std::fill(s, s + rows * kend, T(0));
-    else gemm(false, true, static_cast<int>(rows), ik, d, scale, qb, ld_qk, kb, ld_qk, T(0), s, ik);
+    else gemm(false, true, static_cast<int>(rows), ik, d, scale, qb, ld.q, kb, ld.k, T(0), s, ik);
     if (mask) {
       mask.apply(s, rows, kend, bh, i0);
       simd_dispatch<MaskedSoftmaxTile<T>>(s, rows, kend, i0, causal, lse + bh * a.lq + i0);
     } else {
       simd_dispatch<SoftmaxTile<T>>(s, rows, kend, i0, causal, lse + bh * a.lq + i0);
     }
-    if (dv > 0) gemm(false, false, static_cast<int>(rows), dv, ik, T(1), s, ik, vb, ld_v, T(0), ob, ld_v);
+    if (dv > 0) gemm(false, false, static_cast<int>(rows), dv, ik, T(1), s, ik, vb, ld.v, T(0), ob, ld.o);
   }
 };
 
@@ -333,59 +342,59 @@ struct BackwardTiles {
   const std::vector<std::int64_t>& lens;  // key_lengths per batch, or empty
   const ScoreMask<T>& mask;
 
-  // Row steps of q, k and their gradients, of v, out, dout and dv.
-  int ld_qk() const { return static_cast<int>(std::max<std::int64_t>(a.row_step(a.d), 1)); }
-  int ld_v() const { return static_cast<int>(std::max<std::int64_t>(a.row_step(a.dv), 1)); }
   std::int64_t keys(std::int64_t bh, std::int64_t i0) const {
     return tile_keys(a, lens, causal, bh, i0, std::min(kTileRows, a.lq - i0));
   }
   // P = exp(scale · Q Kᵀ [+ mask] - lse) (0 where masked) into p, and Δ.
   void probabilities(std::int64_t bh, std::int64_t i0, std::int64_t kend, T* p, T* delta) const {
     const std::int64_t rows = std::min(kTileRows, a.lq - i0);
-    const T* qb = q + a.head_offset(bh, a.lq, a.d) + i0 * ld_qk();
-    const T* kb = k + a.head_offset(bh, a.lk, a.d);
-    const std::int64_t out_rows = a.head_offset(bh, a.lq, a.dv) + i0 * ld_v();
+    const RowSteps ld(a);
+    const T* qb = q + a.head_offset(bh, a.lq, a.d) + i0 * ld.q;
+    const T* kb = k + a.kv_offset(bh, a.lk, a.d);
+    const std::int64_t out_rows = a.head_offset(bh, a.lq, a.dv) + i0 * ld.o;
     const int ik = static_cast<int>(kend);
     if (a.d == 0) std::fill(p, p + rows * kend, T(0));
-    else gemm(false, true, static_cast<int>(rows), ik, static_cast<int>(a.d), scale, qb, ld_qk(), kb, ld_qk(), T(0), p, ik);
+    else gemm(false, true, static_cast<int>(rows), ik, static_cast<int>(a.d), scale, qb, ld.q, kb, ld.k, T(0), p, ik);
     const T* lb = lse + bh * a.lq + i0;
     if (mask) {
       mask.apply(p, rows, kend, bh, i0);
       simd_dispatch<ProbabilityTile<T, true>>(p, rows, kend, i0, causal, lb, dout + out_rows, o + out_rows, a.dv,
-                                              std::int64_t{ld_v()}, delta);
+                                              std::int64_t{ld.o}, delta);
     } else {
       simd_dispatch<ProbabilityTile<T, false>>(p, rows, kend, i0, causal, lb, dout + out_rows, o + out_rows, a.dv,
-                                               std::int64_t{ld_v()}, delta);
+                                               std::int64_t{ld.o}, delta);
     }
   }
   // dP = dO · Vᵀ into dp, then dS = P ∘ (dP - Δ) in place of P.
   void score_grads(std::int64_t bh, std::int64_t i0, std::int64_t kend, T* p, T* dp, const T* delta) const {
     const std::int64_t rows = std::min(kTileRows, a.lq - i0);
     const int ik = static_cast<int>(kend);
+    const RowSteps ld(a);
     if (a.dv > 0)
       gemm(false, true, static_cast<int>(rows), ik, static_cast<int>(a.dv), T(1),
-           dout + a.head_offset(bh, a.lq, a.dv) + i0 * ld_v(), ld_v(), v + a.head_offset(bh, a.lk, a.dv), ld_v(),
-           T(0), dp, ik);
+           dout + a.head_offset(bh, a.lq, a.dv) + i0 * ld.o, ld.o, v + a.kv_offset(bh, a.lk, a.dv), ld.v, T(0), dp,
+           ik);
     else
       std::fill(dp, dp + rows * kend, T(0));
     simd_dispatch<ScoreGradTile<T>>(p, static_cast<const T*>(dp), rows, kend, delta);
   }
 };
 
-// One item of the backward: head bh's dQ, dK and dV, tile after tile of
-// kTileRows query rows.
+// One item of the backward: head bh's dQ, and its share of its k / v
+// head's dK and dV added in, tile after tile of kTileRows query rows.
 template <typename T>
 void backward_head(const BackwardTiles<T>& t, std::int64_t bh, T* p, T* dq, T* dk, T* dv) {
   const AttentionDims& a = t.a;
   T* dp = p + kTileRows * a.lk;
   T* delta = dp + kTileRows * a.lk;
-  const int d = static_cast<int>(a.d), ndv = static_cast<int>(a.dv), ld_qk = t.ld_qk(), ld_v = t.ld_v();
+  const int d = static_cast<int>(a.d), ndv = static_cast<int>(a.dv);
+  const RowSteps ld(a);
   const T* qb = t.q + a.head_offset(bh, a.lq, a.d);
-  const T* kb = t.k + a.head_offset(bh, a.lk, a.d);
+  const T* kb = t.k + a.kv_offset(bh, a.lk, a.d);
   const T* dob = t.dout + a.head_offset(bh, a.lq, a.dv);
   T* dqb = dq + a.head_offset(bh, a.lq, a.d);
-  T* dkb = dk + a.head_offset(bh, a.lk, a.d);
-  T* dvb = dv + a.head_offset(bh, a.lk, a.dv);
+  T* dkb = dk + a.kv_offset(bh, a.lk, a.d);
+  T* dvb = dv + a.kv_offset(bh, a.lk, a.dv);
   for (std::int64_t i0 = 0; i0 < a.lq; i0 += kTileRows) {
     const int ir = static_cast<int>(std::min(kTileRows, a.lq - i0));
     const std::int64_t kend = t.keys(bh, i0);
@@ -393,12 +402,12 @@ void backward_head(const BackwardTiles<T>& t, std::int64_t bh, T* p, T* dq, T* d
     if (kend == 0) continue;  // rows without keys: no gradient
     t.probabilities(bh, i0, kend, p, delta);
     // dV[:kend] += Pᵀ · dO
-    if (ndv > 0) gemm(true, false, ik, ndv, ir, T(1), p, ik, dob + i0 * ld_v, ld_v, T(1), dvb, ld_v);
+    if (ndv > 0) gemm(true, false, ik, ndv, ir, T(1), p, ik, dob + i0 * ld.o, ld.o, T(1), dvb, ld.v);
     t.score_grads(bh, i0, kend, p, dp, delta);
     if (d > 0) {
       // dQ = scale · dS · K; dK[:kend] += scale · dSᵀ · Q
-      gemm(false, false, ir, d, ik, t.scale, p, ik, kb, ld_qk, T(0), dqb + i0 * ld_qk, ld_qk);
-      gemm(true, false, ik, d, ir, t.scale, p, ik, qb + i0 * ld_qk, ld_qk, T(1), dkb, ld_qk);
+      gemm(false, false, ir, d, ik, t.scale, p, ik, kb, ld.k, T(0), dqb + i0 * ld.q, ld.q);
+      gemm(true, false, ik, d, ir, t.scale, p, ik, qb + i0 * ld.q, ld.q, T(1), dkb, ld.k);
     }
   }
 }
@@ -440,11 +449,16 @@ struct AttentionGradK {
     const AttentionDims& a = in.a;
     if (in.empty() || (a.d == 0 && a.dv == 0)) return;
     const BackwardTiles<T> tiles = in.tiles(ctx);
-    // Items: heads, each accumulating its dK and dV over its tiles in order.
-    const std::int64_t head_work = std::max<std::int64_t>(a.lq * a.lk * (2 * a.d + 2 * a.dv), 1);
-    parallel_for(a.bh, std::max<std::int64_t>(1, kRangeWork / head_work), [&](std::int64_t h0, std::int64_t h1) {
+    // Items: k / v heads, each accumulating its dK and dV over its query
+    // heads' tiles in order (one query head each without grouped-query
+    // attention).
+    const std::int64_t g = a.group();
+    const std::int64_t head_work = std::max<std::int64_t>(g * a.lq * a.lk * (2 * a.d + 2 * a.dv), 1);
+    parallel_for(a.b * a.hk, std::max<std::int64_t>(1, kRangeWork / head_work), [&](std::int64_t h0, std::int64_t h1) {
       T* p = scratch<T>(2 * kTileRows * a.lk + kTileRows);
-      for (std::int64_t bh = h0; bh < h1; ++bh) backward_head(tiles, bh, p, dq.data<T>(), dk.data<T>(), dvt.data<T>());
+      for (std::int64_t kv = h0; kv < h1; ++kv)
+        for (std::int64_t bh = kv / a.hk * a.h + kv % a.hk * g, r = 0; r < g; ++r, ++bh)
+          backward_head(tiles, bh, p, dq.data<T>(), dk.data<T>(), dvt.data<T>());
     });
   }
 };

@@ -16,6 +16,12 @@
 //   q, k, v (and out, dout) are copied into [B, H, L, D] scratch, the BHLD
 //   algorithm runs there, and the results are copied back.
 //
+// Grouped-query attention (k and v with fewer heads than q): the fused
+// kernels read each query head's k / v head in place and write each query
+// head's share of dk and dv into scratch, summed per group afterwards
+// (FlashAttention-2's way); the cuBLAS path runs on k and v repeated to
+// q's heads.
+//
 // A mask operand is read by the fused shared-memory kernels (also in bf16
 // and f16: the register tiles have no registers to spare for it), or by the
 // cuBLAS path's row passes; the float mask's gradient (AttentionMaskGradOp)
@@ -29,6 +35,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <tuple>
 #include <type_traits>
 
 #include "cublas_util.h"
@@ -126,6 +133,83 @@ AttentionRows attention_rows(const AttentionDims& a, const RowMasks& m) {
   return {.rows = a.bh * a.lq, .lq = a.lq, .lk = a.lk, .h = a.h, .causal = m.causal, .keys = m.keys,
           .mask = m.mask};
 }
+
+// A k / v tensor of `width` per head seen as [outer, Hk, inner] (and its
+// q-head-shaped twin as [outer, H, inner]): outer B and inner Lk·W in
+// layout BHLD, outer B·Lk and inner W in BLHD.
+struct HeadGroups {
+  std::int64_t outer = 0, inner = 0;
+};
+HeadGroups head_groups(const AttentionDims& a, std::int64_t width) {
+  return a.heads_inner ? HeadGroups{a.b * a.lk, width} : HeadGroups{a.b, a.lk * width};
+}
+
+// dk and dv of grouped-query attention (dims a) from each query head's
+// share (q-head-shaped, at sk and sv), summed per group.
+void sum_group_shares(const KernelContext& ctx, const AttentionDims& a, const void* sk, const void* sv, Tensor& dk,
+                      Tensor& dv) {
+  const std::tuple<const void*, Tensor*, std::int64_t> pairs[] = {{sk, &dk, a.d}, {sv, &dv, a.dv}};
+  for (const auto& [from, to, width] : pairs) {
+    const HeadGroups hg = head_groups(a, width);
+    launch_sum_head_groups(to->dtype(), from, to->raw_data(), hg.outer, a.hk, a.group(), hg.inner, stream_of(ctx));
+  }
+  check_launch(ctx);
+}
+
+// Grouped-query attention on the cuBLAS path: k and v copied to every
+// query head of their group (PyTorch's math path repeats them too), so
+// that the path runs as plain multi-head attention on dims `a` (hk = h);
+// the gradient's dk and dv come back per query head (grads()) and
+// sum_groups adds them per group.
+class RepeatedKv {
+ public:
+  // with_grads: room for dk() and dv() too.
+  RepeatedKv(const KernelContext& ctx, const AttentionDims& grouped, const Tensor& k, const Tensor& v,
+             bool with_grads)
+      : ctx_(ctx), grouped_(grouped), a_(grouped) {
+    a_.hk = a_.h;
+    const std::size_t es = size_of(k.dtype());
+    const std::int64_t nk = a_.bh * a_.lk * a_.d, nv = a_.bh * a_.lk * a_.dv;
+    buf_ = scratch_buffer(ctx, es * static_cast<std::size_t>((with_grads ? 2 : 1) * (nk + nv)));
+    auto* p = static_cast<unsigned char*>(buf_->data());
+    k_ = view(p, k, a_.d);
+    v_ = view(p + es * nk, v, a_.dv);
+    if (with_grads) {
+      dk_ = view(p + es * (nk + nv), k, a_.d);
+      dv_ = view(p + es * (2 * nk + nv), v, a_.dv);
+    }
+    repeat(k, k_, a_.d);
+    repeat(v, v_, a_.dv);
+  }
+  const AttentionDims& dims() const { return a_; }  // the dims the path runs on: hk = h
+  const Tensor& k() const { return k_; }
+  const Tensor& v() const { return v_; }
+  Tensor& dk() { return dk_; }  // room for the per-query-head gradients
+  Tensor& dv() { return dv_; }
+  // dk() and dv() summed per group into the op's dk and dv.
+  void sum_groups(Tensor& dk, Tensor& dv) const {
+    sum_group_shares(ctx_, grouped_, dk_.raw_data(), dv_.raw_data(), dk, dv);
+  }
+
+ private:
+  // x's dims with q's head count, over device memory at p.
+  Tensor view(unsigned char* p, const Tensor& x, std::int64_t width) const {
+    const std::int64_t hd[] = {a_.b, a_.h, a_.lk, width}, ld[] = {a_.b, a_.lk, a_.h, width};
+    const Dims dims(std::span<const std::int64_t>(a_.heads_inner ? ld : hd, 4));
+    return Tensor::from_external(p, size_of(x.dtype()) * static_cast<std::size_t>(dims.numel()), dims,
+                                 x.dtype(), x.place());
+  }
+  void repeat(const Tensor& from, Tensor& to, std::int64_t width) const {
+    const HeadGroups hg = head_groups(a_, width);
+    repeat_heads(ctx_, from.raw_data(), to.raw_data(), static_cast<std::int64_t>(size_of(from.dtype())),
+                 hg.outer, grouped_.hk, grouped_.group(), hg.inner);
+  }
+
+  const KernelContext& ctx_;
+  AttentionDims grouped_, a_;
+  BufferRef buf_;
+  Tensor k_, v_, dk_, dv_;
+};
 
 // The cuBLAS path's forward on checked dims (lq, lk and bh > 0): the
 // scores of every head into scratch, their softmax, the product by V.
@@ -235,7 +319,7 @@ const Tensor& input_of(const KernelContext& ctx, std::uint32_t i, DataType dtype
 }
 
 FlashAttentionShape flash_shape(const AttentionDims& a, const RowMasks& m, double scale) {
-  return {.bh = a.bh, .h = a.h, .lq = a.lq, .lk = a.lk, .d = a.d, .dv = a.dv,
+  return {.bh = a.bh, .h = a.h, .lq = a.lq, .lk = a.lk, .d = a.d, .dv = a.dv, .hk = a.hk,
           .heads_inner = a.heads_inner, .causal = m.causal,
           .scale = static_cast<float>(attention_scale(scale, a.d)), .keys = m.keys, .mask = m.mask};
 }
@@ -293,7 +377,10 @@ void attention_kernel(KernelContext& ctx) {
                                    lse.raw_data(), st);
     check_launch(ctx);
   } else if constexpr (!std::is_same_v<T, std::uint16_t>) {
-    cublas_attention<T>(ctx, a, masks, static_cast<T>(attention_scale(attrs.scale, a.d)), q, k, v, out, lse);
+    const T scale = static_cast<T>(attention_scale(attrs.scale, a.d));
+    if (a.hk == a.h) return cublas_attention<T>(ctx, a, masks, scale, q, k, v, out, lse);
+    const RepeatedKv kv(ctx, a, k, v, false);
+    cublas_attention<T>(ctx, kv.dims(), masks, scale, q, kv.k(), kv.v(), out, lse);
   }
 }
 
@@ -334,15 +421,24 @@ void attention_grad_kernel(KernelContext& ctx) {
     BufferRef delta = scratch_buffer(ctx, sizeof(float) * a.bh * a.lq);
     const bool atomic = attention_grad_sum() == AttentionGradSum::Atomic && flash_attention_sums_dq(D, fs);
     BufferRef dq_sum = atomic ? scratch_buffer(ctx, sizeof(float) * dq.numel()) : BufferRef();
+    // Grouped-query attention: the kernels write each query head's share.
+    const std::int64_t nk = a.bh * a.lk * a.d, nv = a.bh * a.lk * a.dv;
+    BufferRef shares = a.hk != a.h ? scratch_buffer(ctx, size_of(D) * static_cast<std::size_t>(nk + nv)) : BufferRef();
+    void* pdk = shares ? shares->data() : dk.raw_data();
+    void* pdv = shares ? static_cast<unsigned char*>(shares->data()) + size_of(D) * nk : dv.raw_data();
     launch_flash_attention_backward(D, fs, in[0].raw_data(), in[1].raw_data(), in[2].raw_data(),
-                                    in[3].raw_data(), in[4].raw_data(), in[5].raw_data(),
-                                    dq.raw_data(), dk.raw_data(), dv.raw_data(),
+                                    in[3].raw_data(), in[4].raw_data(), in[5].raw_data(), dq.raw_data(), pdk, pdv,
                                     static_cast<float*>(delta->data()),
                                     atomic ? static_cast<float*>(dq_sum->data()) : nullptr, stream_of(ctx));
     check_launch(ctx);
+    if (shares) sum_group_shares(ctx, a, pdk, pdv, dk, dv);
   } else if constexpr (!std::is_same_v<T, std::uint16_t>) {
-    cublas_attention_grad<T>(ctx, a, masks, static_cast<T>(attention_scale(attrs.scale, a.d)), in,
-                             {.dq = &dq, .dk = &dk, .dv = &dv});
+    const T scale = static_cast<T>(attention_scale(attrs.scale, a.d));
+    if (a.hk == a.h) return cublas_attention_grad<T>(ctx, a, masks, scale, in, {.dq = &dq, .dk = &dk, .dv = &dv});
+    RepeatedKv kv(ctx, a, in[1], in[2], true);
+    const Tensor repeated[6] = {in[0], kv.k(), kv.v(), in[3], in[4], in[5]};
+    cublas_attention_grad<T>(ctx, kv.dims(), masks, scale, repeated, {.dq = &dq, .dk = &kv.dk(), .dv = &kv.dv()});
+    kv.sum_groups(dk, dv);
   }
 }
 
@@ -363,8 +459,11 @@ void attention_mask_grad_kernel(KernelContext& ctx) {
     zero(ctx, dmask);
     return;
   }
-  cublas_attention_grad<T>(ctx, a, masks, static_cast<T>(attention_scale(attrs.scale, a.d)), g.in,
-                           {.dmask = &dmask});
+  const T scale = static_cast<T>(attention_scale(attrs.scale, a.d));
+  if (a.hk == a.h) return cublas_attention_grad<T>(ctx, a, masks, scale, g.in, {.dmask = &dmask});
+  const RepeatedKv kv(ctx, a, g.in[1], g.in[2], false);
+  const Tensor repeated[6] = {g.in[0], kv.k(), kv.v(), g.in[3], g.in[4], g.in[5]};
+  cublas_attention_grad<T>(ctx, kv.dims(), masks, scale, repeated, {.dmask = &dmask});
 }
 
 }  // namespace

@@ -36,6 +36,12 @@ BadIndex find_bad_index(const KernelContext& ctx, const Tensor& ids, std::int64_
 void swap_axes_12(const KernelContext& ctx, const void* src, void* dst, std::int64_t es,
                   const std::int64_t (&dims)[4]);
 
+// dst [outer, hk, group, inner] = src [outer, hk, inner] repeated along
+// the group axis (es bytes per element), on ctx's stream: k or v copied to
+// every query head of its group (shape.cc's strided copy).
+void repeat_heads(const KernelContext& ctx, const void* src, void* dst, std::int64_t es, std::int64_t outer,
+                  std::int64_t hk, std::int64_t group, std::int64_t inner);
+
 // An optimizer update's gradient: input i of ctx's op, `numel` elements of
 // the parameter's dtype `param` or, for f32, bf16 or f16 (accepts_gradient
 // in kiln/dialect/optimizer_ops.h). kiln::Error naming `op` and `operand`

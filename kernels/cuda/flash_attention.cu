@@ -30,7 +30,41 @@ bool register_tiles(DataType dt, const FlashAttentionShape& s) {
   return kernels == nullptr || std::string_view(kernels) != "wmma";
 }
 
+// out[o, j, c] = Σ_r x[o, j, r, c] over r < group (n = outer · hk · inner
+// outputs): E's elements summed in f32, or doubles in f64.
+template <typename E>
+__global__ void sum_head_groups(const E* x, E* out, std::int64_t n, std::int64_t group, std::int64_t inner) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x) {
+    const E* src = x + i / inner * group * inner + i % inner;
+    if constexpr (std::is_same_v<E, double>) {
+      double acc = 0;
+      for (std::int64_t r = 0; r < group; ++r) acc += src[r * inner];
+      out[i] = acc;
+    } else {
+      float acc = 0.f;
+      for (std::int64_t r = 0; r < group; ++r) acc += widen(src[r * inner]);
+      out[i] = narrow<E>(acc);
+    }
+  }
+}
+
 }  // namespace
+
+void launch_sum_head_groups(DataType dt, const void* x, void* out, std::int64_t outer, std::int64_t hk,
+                            std::int64_t group, std::int64_t inner, cudaStream_t st) {
+  const std::int64_t n = outer * hk * inner;
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  const unsigned blocks = static_cast<unsigned>(std::min<std::int64_t>(tiles(n, kThreads), 65535LL * 16));
+  const auto run = [&]<typename E>() {
+    sum_head_groups<E><<<blocks, kThreads, 0, st>>>(static_cast<const E*>(x), static_cast<E*>(out), n, group, inner);
+  };
+  if (dt == DataType::BFloat16) run.template operator()<__nv_bfloat16>();
+  else if (dt == DataType::Float16) run.template operator()<__half>();
+  else if (dt == DataType::Float64) run.template operator()<double>();
+  else run.template operator()<float>();
+}
 
 bool flash_attention_sums_dq(DataType dt, const FlashAttentionShape& s) { return register_tiles(dt, s); }
 

@@ -70,6 +70,16 @@ inline __device__ std::int64_t head_offset(const FlashAttentionShape& s, std::in
 inline __device__ std::int64_t row_step(const FlashAttentionShape& s, std::int64_t width) {
   return s.heads_inner ? s.h * width : width;
 }
+// The same for k, v (and the kernels' reads of them) seen from query head
+// bh: its group's k / v head (AttentionDims::kv_offset).
+inline __device__ std::int64_t kv_head_offset(const FlashAttentionShape& s, std::int64_t bh, std::int64_t len,
+                                              std::int64_t width) {
+  const std::int64_t j = bh / (s.h / s.hk);  // batch · Hk + its k / v head (H = group · Hk)
+  return s.heads_inner ? ((j / s.hk) * len * s.hk + j % s.hk) * width : j * len * width;
+}
+inline __device__ std::int64_t kv_row_step(const FlashAttentionShape& s, std::int64_t width) {
+  return s.heads_inner ? s.hk * width : width;
+}
 // Head bh's key count: its batch's key_lengths entry (clamped), or Lk.
 inline __device__ std::int64_t head_keys(const FlashAttentionShape& s, std::int64_t bh) {
   return key_count(s.keys, bh / s.h, s.lk);

@@ -141,8 +141,8 @@ template <int DH, typename E>
 __device__ void start_key_tiles(E* kv_tiles, int stage, const FlashAttentionShape& s, const Global<E>* kh,
                                 const Global<E>* vh, std::int64_t keys, std::int64_t j0, bool vec) {
   constexpr int R = kBlockRows, ld = kLd<DH>;
-  start_tile<R, DH>(kv_tiles + 2 * stage * R * ld, kh, j0, keys, s.d, row_step(s, s.d), vec);
-  start_tile<R, DH>(kv_tiles + (2 * stage + 1) * R * ld, vh, j0, keys, s.dv, row_step(s, s.dv), vec);
+  start_tile<R, DH>(kv_tiles + 2 * stage * R * ld, kh, j0, keys, s.d, kv_row_step(s, s.d), vec);
+  start_tile<R, DH>(kv_tiles + (2 * stage + 1) * R * ld, vh, j0, keys, s.dv, kv_row_step(s, s.dv), vec);
 }
 
 // A warp's [16, DH] f32 accumulator (fragments acc[DH / 8]) into rows
@@ -308,8 +308,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
   const std::int64_t bh = blockIdx.x, q0 = query_tile_start(), keys = head_keys(s, bh);
   const std::int64_t qk_step = row_step(s, s.d), v_step = row_step(s, s.dv);
-  const Global<E>* kh = k + head_offset(s, bh, s.lk, s.d);
-  const Global<E>* vh = v + head_offset(s, bh, s.lk, s.dv);
+  const Global<E>* kh = k + kv_head_offset(s, bh, s.lk, s.d);
+  const Global<E>* vh = v + kv_head_offset(s, bh, s.lk, s.dv);
   const auto start_keys = [&](std::int64_t j0, int stage) {
     start_key_tiles<DH>(kv_tiles, stage, s, kh, vh, keys, j0, vec);
   };
@@ -470,8 +470,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   // atomic pass reads zeros for the padding (its dS·K would carry a NaN
   // there into dQ).
   const std::int64_t keys = kAtomicDq ? head_keys(s, bh) : s.lk;
-  start_tile<R, DH>(kt, k + head_offset(s, bh, s.lk, s.d), j0, keys, s.d, qk_step, vec);
-  start_tile<R, DH>(vt, v + head_offset(s, bh, s.lk, s.dv), j0, keys, s.dv, v_step, vec);
+  start_tile<R, DH>(kt, k + kv_head_offset(s, bh, s.lk, s.d), j0, keys, s.d, kv_row_step(s, s.d), vec);
+  start_tile<R, DH>(vt, v + kv_head_offset(s, bh, s.lk, s.dv), j0, keys, s.dv, kv_row_step(s, s.dv), vec);
   const std::int64_t first_query = j0 >= keys ? s.lq : s.causal ? j0 : 0;
   if (first_query < s.lq) start_queries(first_query, 0);
   commit_copies();
@@ -517,6 +517,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   wait_copies<0>();
   const float one[2] = {1.f, 1.f};
   const std::int64_t live = head_keys(s, bh);  // rows from here on: zeros
+  // dk, dv: query-head-shaped (each query head's share, summed per group
+  // afterwards under grouped-query attention).
   store_acc<DH, E>(dk + head_offset(s, bh, s.lk, s.d), dk_acc, key0, s.lk, s.d, qk_step, one, live);
   store_acc<DH, E>(dv + head_offset(s, bh, s.lk, s.dv), dv_acc, key0, s.lk, s.dv, v_step, one, live);
 }
@@ -539,8 +541,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   const std::int64_t bh = blockIdx.x, i0 = query_tile_start(), keys = head_keys(s, bh);
   const std::int64_t qk_step = row_step(s, s.d), v_step = row_step(s, s.dv);
-  const Global<E>* kh = k + head_offset(s, bh, s.lk, s.d);
-  const Global<E>* vh = v + head_offset(s, bh, s.lk, s.dv);
+  const Global<E>* kh = k + kv_head_offset(s, bh, s.lk, s.d);
+  const Global<E>* vh = v + kv_head_offset(s, bh, s.lk, s.dv);
   const auto start_keys = [&](std::int64_t j0, int stage) {
     start_key_tiles<DH>(kv_tiles, stage, s, kh, vh, keys, j0, vec);
   };

@@ -244,10 +244,10 @@ __global__ void __launch_bounds__(kFlashThreads)
   float *scores = tile_at<float>(smem, L::scores), *acc = tile_at<float>(smem, L::acc),
         *row_max = tile_at<float>(smem, L::row_max), *row_sum = tile_at<float>(smem, L::row_sum);
   const std::int64_t bh = blockIdx.x, q0 = static_cast<std::int64_t>(blockIdx.y) * R;
-  const std::int64_t qk_step = row_step(s, s.d), v_step = row_step(s, s.dv);
-  const Global<E>* kh = k + head_offset(s, bh, s.lk, s.d);
-  const Global<E>* vh = v + head_offset(s, bh, s.lk, s.dv);
-  load_rows<R, DH>(qt, L::kLdOperand, q + head_offset(s, bh, s.lq, s.d), q0, s.lq, s.d, qk_step);
+  const std::int64_t k_step = kv_row_step(s, s.d), v_step = kv_row_step(s, s.dv);
+  const Global<E>* kh = k + kv_head_offset(s, bh, s.lk, s.d);
+  const Global<E>* vh = v + kv_head_offset(s, bh, s.lk, s.dv);
+  load_rows<R, DH>(qt, L::kLdOperand, q + head_offset(s, bh, s.lq, s.d), q0, s.lq, s.d, row_step(s, s.d));
   zero_tile<R, DH>(acc, L::kLdAcc);
   for (int r = threadIdx.x; r < R; r += kFlashThreads) {
     row_max[r] = -INFINITY;
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   const std::int64_t key_end = s.causal ? std::min<std::int64_t>(keys, q0 + R) : keys;
   for (std::int64_t j0 = 0; j0 < key_end; j0 += R) {
     __syncthreads();  // the last tile's products are done with kt, vt, probs
-    load_rows<R, DH>(kt, L::kLdOperand, kh, j0, keys, s.d, qk_step);  // zeros for the padding
+    load_rows<R, DH>(kt, L::kLdOperand, kh, j0, keys, s.d, k_step);  // zeros for the padding
     load_rows<R, DH>(vt, L::kLdOperand, vh, j0, keys, s.dv, v_step);
     __syncthreads();
     tile_product<R, R, DH, false, true>(qt, L::kLdOperand, kt, L::kLdOperand, scores, L::kLdScores,
@@ -270,10 +270,11 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
   __syncthreads();
   Global<E>* oh = out + head_offset(s, bh, s.lq, s.dv);
+  const std::int64_t out_step = row_step(s, s.dv);
   for (int e = threadIdx.x; e < R * DH; e += kFlashThreads) {
     const int r = e / DH, c = e % DH;
     if (q0 + r < s.lq && c < s.dv)  // a row that saw no key: an empty sum, 0 (a NaN row stays NaN)
-      store_elem<E>(oh + (q0 + r) * v_step + c, row_max[r] == -INFINITY ? 0.f : acc[r * L::kLdAcc + c] / row_sum[r]);
+      store_elem<E>(oh + (q0 + r) * out_step + c, row_max[r] == -INFINITY ? 0.f : acc[r * L::kLdAcc + c] / row_sum[r]);
   }
   for (int r = threadIdx.x; r < R; r += kFlashThreads)
     if (q0 + r < s.lq) lse[bh * s.lq + q0 + r] = row_max[r] + logf(row_sum[r]);
@@ -353,10 +354,10 @@ __global__ void __launch_bounds__(kFlashThreads)
         *dk_acc = tile_at<float>(smem, L::acc), *dv_acc = tile_at<float>(smem, L::acc2),
         *lse_t = tile_at<float>(smem, L::lse), *delta_t = tile_at<float>(smem, L::delta);
   const std::int64_t bh = blockIdx.x, j0 = static_cast<std::int64_t>(blockIdx.y) * R;
-  const std::int64_t qk_step = row_step(s, s.d), v_step = row_step(s, s.dv);
   const std::int64_t keys = head_keys(s, bh);  // zeros for the padding
-  load_rows<R, DH>(kt, L::kLdOperand, k + head_offset(s, bh, s.lk, s.d), j0, keys, s.d, qk_step);
-  load_rows<R, DH>(vt, L::kLdOperand, v + head_offset(s, bh, s.lk, s.dv), j0, keys, s.dv, v_step);
+  load_rows<R, DH>(kt, L::kLdOperand, k + kv_head_offset(s, bh, s.lk, s.d), j0, keys, s.d, kv_row_step(s, s.d));
+  load_rows<R, DH>(vt, L::kLdOperand, v + kv_head_offset(s, bh, s.lk, s.dv), j0, keys, s.dv,
+                   kv_row_step(s, s.dv));
   zero_tile<R, DH>(dk_acc, L::kLdAcc);
   zero_tile<R, DH>(dv_acc, L::kLdAcc);
   // Causal: rows before j0 see none of these keys; keys past the head's
@@ -378,10 +379,12 @@ __global__ void __launch_bounds__(kFlashThreads)
                                         L::kLdAcc, true);
   }
   __syncthreads();
+  // dk, dv: query-head-shaped (each query head's share, summed per group
+  // afterwards under grouped-query attention).
   store_rows<R, DH, E>(dk + head_offset(s, bh, s.lk, s.d), dk_acc, L::kLdAcc, j0, s.lk, s.d,
-                       qk_step);
+                       row_step(s, s.d));
   store_rows<R, DH, E>(dv + head_offset(s, bh, s.lk, s.dv), dv_acc, L::kLdAcc, j0, s.lk, s.dv,
-                       v_step);
+                       row_step(s, s.dv));
 }
 
 // Block (head blockIdx.x, query rows blockIdx.y · R ..): dQ of those rows.
@@ -399,16 +402,16 @@ __global__ void __launch_bounds__(kFlashThreads)
         *dq_acc = tile_at<float>(smem, L::acc), *lse_t = tile_at<float>(smem, L::lse),
         *delta_t = tile_at<float>(smem, L::delta);
   const std::int64_t bh = blockIdx.x, i0 = static_cast<std::int64_t>(blockIdx.y) * R;
-  const std::int64_t qk_step = row_step(s, s.d), v_step = row_step(s, s.dv);
-  const Global<E>* kh = k + head_offset(s, bh, s.lk, s.d);
-  const Global<E>* vh = v + head_offset(s, bh, s.lk, s.dv);
+  const std::int64_t k_step = kv_row_step(s, s.d), v_step = kv_row_step(s, s.dv);
+  const Global<E>* kh = k + kv_head_offset(s, bh, s.lk, s.d);
+  const Global<E>* vh = v + kv_head_offset(s, bh, s.lk, s.dv);
   load_query_tile<L>(s, bh, i0, q, dout, lse, delta, qt, dout_t, lse_t, delta_t);
   zero_tile<R, DH>(dq_acc, L::kLdAcc);
   const std::int64_t keys = head_keys(s, bh);
   const std::int64_t key_end = s.causal ? std::min<std::int64_t>(keys, i0 + R) : keys;
   for (std::int64_t j0 = 0; j0 < key_end; j0 += R) {
     __syncthreads();  // the last tile's product is done with kt
-    load_rows<R, DH>(kt, L::kLdOperand, kh, j0, keys, s.d, qk_step);  // zeros for the padding
+    load_rows<R, DH>(kt, L::kLdOperand, kh, j0, keys, s.d, k_step);  // zeros for the padding
     load_rows<R, DH>(vt, L::kLdOperand, vh, j0, keys, s.dv, v_step);
     __syncthreads();
     tile_product<R, R, DH, false, true>(qt, L::kLdOperand, kt, L::kLdOperand, scores, L::kLdScores,
@@ -423,7 +426,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
   __syncthreads();
   store_rows<R, DH, E>(dq + head_offset(s, bh, s.lq, s.d), dq_acc, L::kLdAcc, i0, s.lq, s.d,
-                       qk_step);
+                       row_step(s, s.d));
 }
 
 }  // namespace kiln::cuda::flash

@@ -192,11 +192,12 @@ void launch_attention_mask_grad(const T* ds, T* dmask, const AttentionRows& r, s
 // ---- fused scaled-dot-product attention (flash_attention.cu) ----
 
 // One attention call as the fused kernels see it: q [B, H, Lq, D],
-// k [B, H, Lk, D], v [B, H, Lk, Dv] (or [B, L, H, ·] each when heads_inner),
-// bh = B·H, scale already resolved (attention_scale), keys the op's
-// key_lengths (if any).
+// k [B, Hk, Lk, D], v [B, Hk, Lk, Dv] (or [B, L, H, ·] each when
+// heads_inner; Hk divides H: grouped-query attention), bh = B·H, scale
+// already resolved (attention_scale), keys the op's key_lengths (if any).
 struct FlashAttentionShape {
   std::int64_t bh = 0, h = 0, lq = 0, lk = 0, d = 0, dv = 0;
+  std::int64_t hk = 0;  // k and v's heads (H without grouped-query attention)
   bool heads_inner = false, causal = false;
   float scale = 1;
   KeyLengths keys;
@@ -224,6 +225,16 @@ void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, 
                                      const void* k, const void* v, const void* out,
                                      const void* lse, const void* dout, void* dq, void* dk,
                                      void* dv, float* delta, float* dq_sum, cudaStream_t st);
+// Under grouped-query attention (s.hk < s.h) dk and dv above are shaped
+// as q's heads (q's head count, k's / v's length and width, s's layout):
+// each query head's share, which launch_sum_head_groups adds per group.
+//
+// out [outer, hk, inner] = x [outer, hk, group, inner] summed over group:
+// a k / v head's gradient from its query heads' shares (outer B and inner
+// Lk·W in layout BHLD; outer B·Lk and inner W in BLHD). dt f32, f64, bf16
+// or f16; the 16-bit dtypes summed in f32.
+void launch_sum_head_groups(DataType dt, const void* x, void* out, std::int64_t outer, std::int64_t hk,
+                            std::int64_t group, std::int64_t inner, cudaStream_t st);
 // Whether launch_flash_attention_backward sums dq in dq_sum for dt and s.
 bool flash_attention_sums_dq(DataType dt, const FlashAttentionShape& s);
 

@@ -508,6 +508,14 @@ void swap_axes_12(const KernelContext& ctx, const void* src, void* dst, std::int
   copy_walk(ctx, src, dst, es, 4, od, step, out_stride);
 }
 
+void repeat_heads(const KernelContext& ctx, const void* src, void* dst, std::int64_t es, std::int64_t outer,
+                  std::int64_t hk, std::int64_t group, std::int64_t inner) {
+  const std::int64_t dims[] = {outer, hk, group, inner};
+  const std::int64_t from[] = {hk * inner, inner, 0, 1};
+  const std::int64_t to[] = {hk * group * inner, group * inner, inner, 1};
+  copy_walk(ctx, src, dst, es, 4, dims, from, to);
+}
+
 KILN_REGISTER_KERNELS(FullOp, Cuda, FullK, float, double, std::int8_t, std::int32_t, std::int64_t,
                       bool);
 KILN_REGISTER_KERNEL(FullOp, Cuda, BFloat16, full_half_kernel<DataType::BFloat16>);

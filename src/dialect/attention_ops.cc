@@ -25,6 +25,13 @@ bool attention_heads_inner(std::string_view op, std::string_view layout) {
   return false;
 }
 
+namespace {
+// Whether k / v's hk heads serve q's h: hk is h, or divides it (both known).
+bool heads_divide(std::int64_t h, std::int64_t hk) {
+  return h == hk || (h >= 0 && hk > 0 && h % hk == 0);
+}
+}  // namespace
+
 Dims AttentionDims::out_dims() const {
   const std::int64_t hd[] = {b, h, lq, dv}, ld[] = {b, lq, h, dv};
   return Dims(std::span<const std::int64_t>(heads_inner ? ld : hd, 4));
@@ -34,13 +41,14 @@ AttentionDims attention_dims(std::string_view op, const Dims& q, const Dims& k, 
                              bool heads_inner) {
   const int l = heads_inner ? 1 : 2, hx = heads_inner ? 2 : 1;  // the length and head axes
   if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4 || q[0] != k[0] || q[0] != v[0] ||
-      q[hx] != k[hx] || q[hx] != v[hx] || q[3] != k[3] || k[l] != v[l])
+      !heads_divide(q[hx], k[hx]) || k[hx] != v[hx] || q[3] != k[3] || k[l] != v[l])
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' q [", q.to_string(), "], k [",
                 k.to_string(), "], v [", v.to_string(), "] do not fit ",
-                heads_inner ? "layout BLHD: q [B, Lq, H, D], k [B, Lk, H, D], v [B, Lk, H, Dv]"
-                            : "q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv]");
+                heads_inner ? "layout BLHD: q [B, Lq, H, D], k [B, Lk, Hk, D], v [B, Lk, Hk, Dv]"
+                            : "q [B, H, Lq, D], k [B, Hk, Lk, D], v [B, Hk, Lk, Dv]",
+                " (Hk divides H)");
   return {.b = q[0], .h = q[hx], .bh = q[0] * q[hx], .lq = q[l], .lk = k[l], .d = q[3], .dv = v[3],
-          .heads_inner = heads_inner};
+          .hk = k[hx], .heads_inner = heads_inner};
 }
 
 std::int64_t checked_key_length(std::string_view op, std::int64_t b, std::int64_t n, std::int64_t lk) {
@@ -138,17 +146,18 @@ std::array<std::int64_t, 6> check_qkv(std::string_view op, const std::vector<Typ
   const auto& k = shaped_dims(in[1]);
   const auto& v = shaped_dims(in[2]);
   const std::size_t l = heads_inner ? 1 : 2, h = heads_inner ? 2 : 1;
-  if (!meta::dim_fits(q[0], k[0]) || !meta::dim_fits(q[0], v[0]) || !meta::dim_fits(k[0], v[0]) ||
-      !meta::dim_fits(q[h], k[h]) || !meta::dim_fits(q[h], v[h]) || !meta::dim_fits(k[h], v[h]))
+  if (!meta::dim_fits(q[0], k[0]) || !meta::dim_fits(q[0], v[0]) || !meta::dim_fits(k[0], v[0]))
+    qkv_error(op, in, heads_inner, "needs q, k and v with one batch (dim 0)");
+  if (!meta::dim_fits(k[h], v[h]) || (q[h] >= 0 && k[h] >= 0 && !heads_divide(q[h], k[h])))
     qkv_error(op, in, heads_inner,
-              heads_inner ? "needs q, k and v with one batch and head count (dims 0 and 2)"
-                          : "needs q, k and v with one batch and head count (dims 0 and 1)");
+              heads_inner ? "needs k and v with one head count (dim 2) that divides q's (grouped-query attention)"
+                          : "needs k and v with one head count (dim 1) that divides q's (grouped-query attention)");
   if (!meta::dim_fits(q[3], k[3])) qkv_error(op, in, heads_inner, "needs q and k with one head dim (dim 3)");
   if (!meta::dim_fits(k[l], v[l]))
     qkv_error(op, in, heads_inner,
               heads_inner ? "needs k and v with one sequence length (dim 1)"
                           : "needs k and v with one sequence length (dim 2)");
-  return {meta::known_dim(meta::known_dim(q[0], k[0]), v[0]), meta::known_dim(meta::known_dim(q[h], k[h]), v[h]), q[l],
+  return {meta::known_dim(meta::known_dim(q[0], k[0]), v[0]), q[h], q[l],
           meta::known_dim(k[l], v[l]), meta::known_dim(q[3], k[3]), v[3]};
 }
 

@@ -245,12 +245,20 @@ Value flatten(Value x, std::int64_t start_axis, std::int64_t stop_axis) {
 }
 
 Value scaled_dot_product_attention(Value q, Value k, Value v, bool causal, double scale,
-                                   Value key_lengths, Value attn_mask) {
+                                   Value key_lengths, Value attn_mask, bool enable_gqa) {
   check_value("scaled_dot_product_attention", "q", q);
   check_value("scaled_dot_product_attention", "k", k);
   check_value("scaled_dot_product_attention", "v", v);
   if (key_lengths) check_value("scaled_dot_product_attention", "key_lengths", key_lengths);
   if (attn_mask) check_value("scaled_dot_product_attention", "attn_mask", attn_mask);
+  const auto& qd = shaped_dims(q.type());
+  const auto& kd = shaped_dims(k.type());
+  const auto& vd = shaped_dims(v.type());
+  for (const auto* x : {&kd, &vd})
+    if (!enable_gqa && qd.size() == 4 && x->size() == 4 && qd[1] >= 0 && (*x)[1] >= 0 && qd[1] != (*x)[1])
+      throw_error(ErrorKind::InvalidArgument, "scaled_dot_product_attention: q has ", qd[1], " heads, ",
+                  x == &kd ? "k" : "v", " has ", (*x)[1],
+                  " (pass enable_gqa = true for grouped-query attention, where k and v's heads divide q's)");
   return main_builder()
       .create<ScaledDotProductAttentionOp>(q, k, v, causal, scale, "BHLD", key_lengths, attn_mask)
       .result(0);

@@ -346,6 +346,14 @@ std::string key_length_mask(EmitContext& c, std::size_t axis) {
   return c.node1("Less", {keys, c.node1("Reshape", {n, c.const_i64({-1, 1, 1, 1})})});
 }
 
+// x (BHLD [B, Hk, L, w]) repeated to h heads, each k / v head once per
+// query head of its group: Unsqueeze at 2, Expand by h / hk there, Reshape.
+std::string repeat_heads(EmitContext& c, const std::string& x, std::int64_t h, std::int64_t hk, std::int64_t w) {
+  const std::string e =
+      c.node1("Expand", {c.node1("Unsqueeze", {x, c.const_i64({2})}), c.const_i64({1, 1, h / hk, 1, 1})});
+  return c.node1("Reshape", {e, c.const_i64({0, h, -1, w})});
+}
+
 // softmax(scale · q·kᵀ [+ a float mask] [causal: -inf above the diagonal;
 // key_lengths: -inf from batch b's length on; a bool mask: -inf where
 // false]) · v, in BHLD (layout BLHD: q, k, v transposed in and out
@@ -360,9 +368,15 @@ void attention(EmitContext& c) {
   if (q.size() != 4 || k.size() != 4) c.unsupported("q or k of a rank other than 4");
   if (a.scale == 0 && q[3] < 0) c.unsupported("a head size that is not known (for the default scale)");
   const double scale = attention_scale(a.scale, q[3]);
-  const std::size_t l = heads_inner ? 1 : 2;  // the sequence axis
-  const std::int64_t lq = q[l], lk = k[l];
-  auto in = [&](int i) { return heads_inner ? swap_heads(c, c.in(i)) : c.in(i); };
+  const std::size_t l = heads_inner ? 1 : 2, hx = 3 - l;  // the sequence and head axes
+  const std::int64_t lq = q[l], lk = k[l], h = q[hx], hk = k[hx], dv = c.in_dims(2).back();
+  const bool grouped = h != hk;  // grouped-query attention: k and v repeated to q's heads
+  if (grouped && (h < 0 || hk < 0 || k[3] < 0 || dv < 0))
+    c.unsupported("grouped-query attention with a head count or size that is not known");
+  auto in = [&](int i) {
+    const std::string x = heads_inner ? swap_heads(c, c.in(i)) : c.in(i);
+    return grouped && i > 0 ? repeat_heads(c, x, h, hk, i == 1 ? k[3] : dv) : x;
+  };
   std::string s = c.node1("Mul", {c.node1("MatMul", {in(0), swap_last_two(c, in(1), 4)}),
                                   c.scalar(dt, scale)});
   std::string mask = a.causal ? causal_mask(c, s, lq, lk) : std::string();
@@ -382,7 +396,7 @@ void attention(EmitContext& c) {
     auto& back = c.node("Transpose", {c.node1("MatMul", {p, in(2)})}, {c.out(0)});
     set_attr(back, "perm", std::vector<std::int64_t>{0, 2, 1, 3});
   } else {
-    c.node("MatMul", {p, c.in(2)}, {c.out(0)});
+    c.node("MatMul", {p, in(2)}, {c.out(0)});
   }
   if (c.used(1)) {
     auto& n = c.node("ReduceLogSumExp", {s}, {c.out(1)});

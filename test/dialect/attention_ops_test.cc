@@ -116,7 +116,7 @@ TEST_CASE("scaled_dot_product_attention in layout BLHD reads [B, L, H, D] and gi
   // Heads are dim 2 and lengths dim 1 in this layout.
   KILN_CHECK_ERROR(ScaledDotProductAttentionOp::infer_meta(
                        {tf({2, 5, 4, 8}), tf({2, 7, 3, 8}), tf({2, 7, 3, 3})}, attrs(false, 0, "BLHD")),
-                   InvalidArgument, {kOp, "one batch and head count (dims 0 and 2)", "BLHD"});
+                   InvalidArgument, {kOp, "one head count (dim 2) that divides q's", "BLHD"});
   KILN_CHECK_ERROR(ScaledDotProductAttentionOp::infer_meta(
                        {tf({2, 5, 4, 8}), tf({2, 7, 4, 8}), tf({2, 6, 4, 3})}, attrs(false, 0, "BLHD")),
                    InvalidArgument, {kOp, "one sequence length (dim 1)"});
@@ -149,9 +149,15 @@ TEST_CASE("scaled_dot_product_attention rejects bad shapes and dtypes at build t
   }
   SECTION("different batch or head counts") {
     KILN_CHECK_ERROR(sdpa(tf({2, 4, 5, 8}), tf({3, 4, 7, 8}), tf({2, 4, 7, 3})), InvalidArgument,
-                     {kOp, "one batch and head count"});
+                     {kOp, "one batch (dim 0)"});
     KILN_CHECK_ERROR(sdpa(tf({2, 4, 5, 8}), tf({2, 4, 7, 8}), tf({2, 2, 7, 3})), InvalidArgument,
-                     {kOp, "one batch and head count", "v is [2, 2, 7, 3]"});
+                     {kOp, "k and v with one head count (dim 1)", "v is [2, 2, 7, 3]"});
+  }
+  SECTION("k and v heads that do not divide q's") {
+    KILN_CHECK_ERROR(sdpa(tf({2, 4, 5, 8}), tf({2, 3, 7, 8}), tf({2, 3, 7, 3})), InvalidArgument,
+                     {kOp, "divides q's (grouped-query attention)", "k is [2, 3, 7, 8]"});
+    KILN_CHECK_ERROR(sdpa(tf({2, 2, 5, 8}), tf({2, 4, 7, 8}), tf({2, 4, 7, 3})), InvalidArgument,
+                     {kOp, "divides q's"});
   }
   SECTION("k and v with different lengths") {
     KILN_CHECK_ERROR(sdpa(tf({2, 4, 5, 8}), tf({2, 4, 7, 8}), tf({2, 4, 6, 3})), InvalidArgument,
@@ -169,6 +175,23 @@ TEST_CASE("scaled_dot_product_attention rejects bad shapes and dtypes at build t
                           std::numeric_limits<double>::infinity()),
                      InvalidArgument, {kOp, "scale"});
   }
+}
+
+TEST_CASE("grouped-query attention takes k and v whose head count divides q's, in either layout",
+          "[dialect][attention][gqa]") {
+  auto r = sdpa(tf({2, 8, 5, 4}), tf({2, 2, 7, 4}), tf({2, 2, 7, 3}));
+  CHECK(r[0] == tf({2, 8, 5, 3}));
+  CHECK(r[1] == tf({2, 8, 5}));
+  CHECK(sdpa(tf({2, 8, 5, 4}), tf({2, 1, 7, 4}), tf({2, 1, 7, 3}))[0] == tf({2, 8, 5, 3}));  // multi-query
+  CHECK(sdpa(tf({2, -1, 5, 4}), tf({2, 2, 7, 4}), tf({2, 2, 7, 3}))[0] == tf({2, -1, 5, 3}));
+  auto blhd = ScaledDotProductAttentionOp::infer_meta({tf({2, 5, 8, 4}), tf({2, 7, 2, 4}), tf({2, 7, 2, 3})},
+                                                      attrs(false, 0, "BLHD"));
+  CHECK(blhd[0] == tf({2, 5, 8, 3}));
+  CHECK(blhd[1] == tf({2, 8, 5}));
+  const Type q = tf({2, 8, 5, 4}), k = tf({2, 2, 7, 4}), v = tf({2, 2, 7, 3}), out = tf({2, 8, 5, 3});
+  auto g = sdpa_grad({q, k, v, out, tf({2, 8, 5}), out});
+  CHECK(g[1] == k);
+  CHECK(g[2] == v);
 }
 
 TEST_CASE("scaled_dot_product_attention_grad types dq, dk, dv like q, k, v and checks its operands",
@@ -322,6 +345,20 @@ TEST_CASE("scaled_dot_product_attention refuses key_lengths that are not one int
   KILN_CHECK_ERROR(sdpa_grad({q, k, v, out, lse, out, tf({3}, DataType::Int32)}), InvalidArgument,
                    {kGradOp, "key_lengths (operand #6)", "int32 or int64 [2]"});
   KILN_CHECK_ERROR(sdpa_grad({q, k, v, out, lse}), InvalidArgument, {kGradOp, "got 5 operands"});
+}
+
+TEST_CASE("grouped-query attention's vjp matches finite differences", "[dialect][vjp][attention][gqa]") {
+  GradCheckOptions o;
+  o.result_grads = {true, false};
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    check_vjp({random_f64({2, 4, 3, 3}, -1, 1, 31), random_f64({2, 2, 4, 3}, -1, 1, 32),
+               random_f64({2, 2, 4, 2}, -1, 1, 33)},
+              make_op<ScaledDotProductAttentionOp>(causal, 0.0), o);
+    check_vjp({random_f64({1, 5, 3, 2}, -1, 1, 34), random_f64({1, 3, 1, 2}, -1, 1, 35),  // BLHD, multi-query
+               random_f64({1, 3, 1, 2}, -1, 1, 36)},
+              make_op<ScaledDotProductAttentionOp>(causal, 0.0, std::string("BLHD")), o);
+  }
 }
 
 TEST_CASE("scaled_dot_product_attention's vjp with key_lengths matches finite differences",

@@ -409,6 +409,40 @@ TEST_CASE("a learned attention bias passed as attn_mask gets a gradient and trai
   CHECK(last < 0.3f * first);
 }
 
+TEST_CASE("grouped-query attention needs enable_gqa, and then its k and v of fewer heads get gradients and train",
+          "[frontend][layers][gqa]") {
+  constexpr std::int64_t L = 4;
+  Program main_prog, startup;
+  Value loss, k, v;
+  std::vector<std::pair<Value, Value>> grads;
+  {
+    ProgramGuard guard(main_prog, startup);
+    Value q = data("q", {1, 4, L, 2}), target = data("t", {1, 4, L, L});
+    k = create_parameter("k", {1, 2, L, 2}, DataType::Float32, init::Uniform(-1.0, 1.0));
+    v = create_parameter("v", {1, 2, L, L}, DataType::Float32, init::Constant(0.0));
+    KILN_CHECK_ERROR(F::scaled_dot_product_attention(q, k, v), InvalidArgument,
+                     {"scaled_dot_product_attention", "q has 4 heads, k has 2", "enable_gqa"});
+    Value out = F::scaled_dot_product_attention(q, k, v, false, 0.0, Value(), Value(), /*enable_gqa=*/true);
+    CHECK(shaped_dims(out.type()) == std::vector<std::int64_t>{1, 4, L, L});
+    loss = F::mse_loss(out, target);
+    grads = append_backward(loss);
+    REQUIRE(grads.size() == 2);
+    optim::SGD(2.0).apply_gradients(grads);
+  }
+  for (const auto& [param, grad] : grads) CHECK(shaped_dims(grad.type()) == shaped_dims(param.type()));
+  Executor exe;
+  exe.run(startup);
+  // Query heads 0, 1 share k / v head 0, heads 2, 3 head 1: each pair's
+  // target row is the same, which the shared v can fit.
+  std::vector<float> target(4 * L * L);
+  for (std::size_t i = 0; i < target.size(); ++i) target[i] = static_cast<float>((i / (2 * L * L)) + 1) * 0.5f;
+  FeedMap feed{{"q", f32({1, 4, L, 2}, wave(8 * L))}, {"t", f32({1, 4, L, L}, target)}};
+  const float first = exe.run(main_prog, feed, {loss})[0].to_vector<float>()[0];
+  float last = first;
+  for (int s = 0; s < 40; ++s) last = exe.run(main_prog, feed, {loss})[0].to_vector<float>()[0];
+  CHECK(last < 0.1f * first);
+}
+
 TEST_CASE("a causal TransformerEncoderLayer's output at a position does not depend on later "
           "positions; a non-causal one's does",
           "[frontend][layers]") {

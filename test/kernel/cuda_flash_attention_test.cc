@@ -1,7 +1,8 @@
 // The fused CUDA attention kernels and their gradient against the CPU's
 // kernels on the same inputs ([cuda]: skipped without a device): both
 // layouts, causal or not, L ∈ {1, 17, 64, 130, 512}, Lq != Lk,
-// D ∈ {32, 64, 128} and head dims between them, D != Dv. bf16 and f16 run
+// D ∈ {32, 64, 128} and head dims between them, D != Dv, grouped-query
+// attention (k and v of fewer heads). bf16 and f16 run
 // both kernel sets: the register tiles (flash_attention_mma.cu, the default)
 // and the shared-memory ones (flash_attention.cu, KILN_CUDA_FLASH=wmma),
 // f32's only kernels.
@@ -53,6 +54,8 @@ class FlashKernels {
 
 struct Case {
   std::int64_t b, h, lq, lk, d, dv;
+  std::int64_t hk = 0;  // k and v's heads (grouped-query attention); 0: h
+  std::int64_t kv_heads() const { return hk ? hk : h; }
 };
 
 // Values in [-2, 2) of dtype dt (the 16-bit ones exact in their dtype).
@@ -101,8 +104,11 @@ double tolerance(DataType dt) {
   return dt == DataType::Float32 ? 1e-5 : dt == DataType::BFloat16 ? 2e-2 : 5e-3;
 }
 
-Dims layout_dims(const Case& c, const std::string& layout, std::int64_t len, std::int64_t width) {
-  return layout == "BLHD" ? Dims{c.b, len, c.h, width} : Dims{c.b, c.h, len, width};
+// q-like dims of `len` rows of `width` in the layout (or k / v-like: the
+// case's k / v heads, when kv).
+Dims layout_dims(const Case& c, const std::string& layout, std::int64_t len, std::int64_t width, bool kv = false) {
+  const std::int64_t h = kv ? c.kv_heads() : c.h;
+  return layout == "BLHD" ? Dims{c.b, len, h, width} : Dims{c.b, h, len, width};
 }
 
 // The CUDA forward and gradient against the CPU's on one case (with
@@ -110,14 +116,14 @@ Dims layout_dims(const Case& c, const std::string& layout, std::int64_t len, std
 // gradient of a float mask too).
 void compare_fused(DataType dt, const Case& c, bool causal, const std::string& layout,
                    double scale = 0, const Tensor* lengths = nullptr, const Tensor* mask = nullptr) {
-  INFO(to_string(dt) << " " << layout << " B " << c.b << " H " << c.h << " Lq " << c.lq << " Lk "
-                     << c.lk << " D " << c.d << " Dv " << c.dv << " causal " << causal
+  INFO(to_string(dt) << " " << layout << " B " << c.b << " H " << c.h << " Hk " << c.kv_heads() << " Lq " << c.lq
+                     << " Lk " << c.lk << " D " << c.d << " Dv " << c.dv << " causal " << causal
                      << " scale " << scale << (lengths ? " with key_lengths" : "")
                      << (mask ? " with a mask" : ""));
   const double tol = tolerance(dt);
   const Tensor q = operand(dt, layout_dims(c, layout, c.lq, c.d), 1),
-               k = operand(dt, layout_dims(c, layout, c.lk, c.d), 2),
-               v = operand(dt, layout_dims(c, layout, c.lk, c.dv), 3);
+               k = operand(dt, layout_dims(c, layout, c.lk, c.d, true), 2),
+               v = operand(dt, layout_dims(c, layout, c.lk, c.dv, true), 3);
   std::vector<Tensor> fwd_in{q, k, v};
   if (lengths) fwd_in.push_back(*lengths);
   if (mask) fwd_in.push_back(*mask);
@@ -221,11 +227,11 @@ class AtomicDq {
 // (compare_fused's tolerance against the CPU), dk and dv its bits (the
 // key-tile pass computes them the same way).
 void compare_atomic_dq(DataType dt, const Case& c, bool causal, const std::string& layout) {
-  INFO(to_string(dt) << " " << layout << " B " << c.b << " H " << c.h << " Lq " << c.lq << " Lk "
-                     << c.lk << " D " << c.d << " Dv " << c.dv << " causal " << causal);
+  INFO(to_string(dt) << " " << layout << " B " << c.b << " H " << c.h << " Hk " << c.kv_heads() << " Lq " << c.lq
+                     << " Lk " << c.lk << " D " << c.d << " Dv " << c.dv << " causal " << causal);
   const Tensor q = operand(dt, layout_dims(c, layout, c.lq, c.d), 1),
-               k = operand(dt, layout_dims(c, layout, c.lk, c.d), 2),
-               v = operand(dt, layout_dims(c, layout, c.lk, c.dv), 3);
+               k = operand(dt, layout_dims(c, layout, c.lk, c.d, true), 2),
+               v = operand(dt, layout_dims(c, layout, c.lk, c.dv, true), 3);
   auto cpu = run_op<ScaledDotProductAttentionOp>({q, k, v}, causal, 0.0, layout);
   const Tensor dout = operand(dt, cpu.results[0].dims(), 4);
   const std::vector<Tensor> in{q, k, v, cpu.results[0], cpu.results[1], dout};
@@ -472,4 +478,35 @@ TEST_CASE("fused CUDA attention never reads a NaN past a batch's key_lengths int
         }
       }
     });
+}
+
+TEST_CASE("CUDA grouped-query attention matches the CPU on every kernel path", "[cuda][kernel][gqa]") {
+  if (!have_cuda()) return;
+  const Tensor lengths = Tensor::from_vector<std::int32_t>({2}, {90, 33});
+  for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float16})
+    fat::each_kernel_set(dt, [&] {
+      for (const std::string layout : {"BHLD", "BLHD"})
+        for (bool causal : {false, true}) {
+          fat::compare_fused(dt, {2, 6, 130, 130, 64, 64, 2}, causal, layout);  // three query heads per k / v head
+          fat::compare_fused(dt, {2, 4, 70, 90, 128, 128, 1}, causal, layout, 0, &lengths);  // multi-query
+        }
+    });
+  const Tensor mask = fat::float_mask(DataType::Float32, {1, 4, 70, 90});  // the shared-memory tiles' mask pass
+  for (bool causal : {false, true}) {
+    fat::compare_fused(DataType::Float32, {2, 4, 70, 90, 32, 32, 2}, causal, "BLHD", 0, &lengths, &mask);
+    // The cuBLAS path (head dims above 128): k and v repeated, dk and dv summed.
+    fat::compare_fused(DataType::Float32, {2, 4, 70, 90, 160, 160, 2}, causal, "BHLD", 0, &lengths, &mask);
+    fat::compare_fused(DataType::Float32, {2, 4, 20, 40, 16, 200, 1}, causal, "BLHD");
+  }
+  const fat::AtomicDq atomic;
+  for (bool causal : {false, true}) fat::compare_atomic_dq(DataType::BFloat16, {2, 6, 130, 130, 64, 64, 3}, causal, "BLHD");
+}
+
+// A small case for compute-sanitizer: two query heads per k / v head, in each dtype and kernel set.
+TEST_CASE("CUDA grouped-query attention on a small case of every dtype matches the CPU",
+          "[cuda][kernel][gqa][sanitize]") {
+  if (!have_cuda()) return;
+  for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float16})
+    fat::each_kernel_set(dt, [&] { fat::compare_fused(dt, {2, 4, 30, 70, 32, 32, 2}, true, "BLHD"); });
+  fat::compare_fused(DataType::Float32, {1, 2, 9, 13, 8, 160, 1}, false, "BHLD");  // the cuBLAS path
 }

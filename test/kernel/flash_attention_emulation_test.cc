@@ -27,6 +27,7 @@ using kiln::cuda::FlashAttentionShape;
 namespace flash = kiln::cuda::flash;
 namespace emu = kiln_test::warp_emulation;
 using kiln_test::flash_emulation::at;
+using kiln_test::flash_emulation::at_kv;
 
 template <typename E>
 std::uint16_t to_bits(float x) {
@@ -68,18 +69,19 @@ std::int64_t head_key_count(const FlashAttentionShape& s, std::int64_t i) {
 
 // Forward and gradient in f64 (top-left causal alignment; a row without
 // keys: out 0, lse -inf); Δ from out rounded to E, as the device computes
-// it from the stored out.
+// it from the stored out. dk and dv per query head (shaped like q's heads),
+// as the kv kernel writes them under grouped-query attention.
 template <typename E>
 void reference(Problem& p) {
   const FlashAttentionShape& s = p.s;
   const auto Q = [&](auto i, auto r, auto c) { return from_bits<E>(p.q[at(s, i, r, c, s.lq, s.d)]); };
-  const auto K = [&](auto i, auto r, auto c) { return from_bits<E>(p.k[at(s, i, r, c, s.lk, s.d)]); };
-  const auto V = [&](auto i, auto r, auto c) { return from_bits<E>(p.v[at(s, i, r, c, s.lk, s.dv)]); };
+  const auto K = [&](auto i, auto r, auto c) { return from_bits<E>(p.k[at_kv(s, i, r, c, s.lk, s.d)]); };
+  const auto V = [&](auto i, auto r, auto c) { return from_bits<E>(p.v[at_kv(s, i, r, c, s.lk, s.dv)]); };
   const auto dO = [&](auto i, auto r, auto c) { return from_bits<E>(p.dout[at(s, i, r, c, s.lq, s.dv)]); };
   p.out.assign(p.dout.size(), 0);
   p.dq.assign(p.q.size(), 0);
-  p.dk.assign(p.k.size(), 0);
-  p.dv.assign(p.v.size(), 0);
+  p.dk.assign(static_cast<std::size_t>(s.bh * s.lk * s.d), 0);  // each query head's share
+  p.dv.assign(static_cast<std::size_t>(s.bh * s.lk * s.dv), 0);
   p.lse.assign(static_cast<std::size_t>(s.bh * s.lq), 0);
   p.delta.assign(p.lse.size(), 0);
   for (std::int64_t i = 0; i < s.bh; ++i)
@@ -168,27 +170,29 @@ void check_kernels(const FlashAttentionShape& s, double tol, Loads loads = Loads
                    DqSum dq_sum = DqSum::QKernel, Padding padding = Padding::Random) {
   INFO((std::is_same_v<E, __half> ? "f16" : "bf16")
        << (s.heads_inner ? " BLHD" : " BHLD") << " BH " << s.bh << " Lq " << s.lq << " Lk " << s.lk
-       << " D " << s.d << " Dv " << s.dv << " causal " << s.causal << (s.keys.lengths ? " key_lengths" : "")
+       << " Hk " << s.hk << " D " << s.d << " Dv " << s.dv << " causal " << s.causal
+       << (s.keys.lengths ? " key_lengths" : "")
        << (loads == Loads::Scalar ? " scalar loads" : "") << (dq_sum == DqSum::Atomic ? " atomic dQ" : "")
        << (padding == Padding::NaN ? " NaN padding" : ""));
   Problem p;
   p.s = s;
   p.q = random_bits<E>(static_cast<std::size_t>(s.bh * s.lq * s.d), 1);
-  p.k = random_bits<E>(static_cast<std::size_t>(s.bh * s.lk * s.d), 2);
-  p.v = random_bits<E>(static_cast<std::size_t>(s.bh * s.lk * s.dv), 3);
+  const std::int64_t kv_heads = s.bh / s.h * s.hk;
+  p.k = random_bits<E>(static_cast<std::size_t>(kv_heads * s.lk * s.d), 2);
+  p.v = random_bits<E>(static_cast<std::size_t>(kv_heads * s.lk * s.dv), 3);
   p.dout = random_bits<E>(static_cast<std::size_t>(s.bh * s.lq * s.dv), 4);
   if (padding == Padding::NaN)
     for (std::int64_t i = 0; i < s.bh; ++i)
       for (std::int64_t j = head_key_count(s, i); j < s.lk; ++j) {
-        for (std::int64_t c = 0; c < s.d; ++c) p.k[at(s, i, j, c, s.lk, s.d)] = to_bits<E>(NAN);
-        for (std::int64_t c = 0; c < s.dv; ++c) p.v[at(s, i, j, c, s.lk, s.dv)] = to_bits<E>(NAN);
+        for (std::int64_t c = 0; c < s.d; ++c) p.k[at_kv(s, i, j, c, s.lk, s.d)] = to_bits<E>(NAN);
+        for (std::int64_t c = 0; c < s.dv; ++c) p.v[at_kv(s, i, j, c, s.lk, s.dv)] = to_bits<E>(NAN);
       }
   reference<E>(p);
   // std::vector's data is 16-byte aligned
   const bool vec = loads == Loads::AsLauncher && s.d % 8 == 0 && s.dv % 8 == 0;
   const auto tiles = [](std::int64_t n) { return static_cast<unsigned>((n + 63) / 64); };
   const dim3 q_grid(static_cast<unsigned>(s.bh), tiles(s.lq)), kv_grid(static_cast<unsigned>(s.bh), tiles(s.lk));
-  std::vector<std::uint16_t> out(p.dout.size()), dq(p.q.size()), dk(p.k.size()), dv(p.v.size());
+  std::vector<std::uint16_t> out(p.dout.size()), dq(p.q.size()), dk(p.dk.size()), dv(p.dv.size());
   std::vector<float> lse(p.lse.size());
   emu::launch(q_grid, flash::kMmaThreads, flash::smem, flash::kForwardBytes<E, DH>, [&] {
     flash::mma_forward<E, DH>(s, vec, p.q.data(), p.k.data(), p.v.data(), out.data(), lse.data());
@@ -222,9 +226,10 @@ void check_kernels(const FlashAttentionShape& s, double tol, Loads loads = Loads
   check_near("dv", widened<E>(dv), p.dv, tol, grad_peak);
 }
 
+// hk: k and v's heads (0: h).
 FlashAttentionShape shape(std::int64_t b, std::int64_t h, std::int64_t lq, std::int64_t lk, std::int64_t d,
-                          std::int64_t dv, bool heads_inner, bool causal) {
-  return {.bh = b * h, .h = h, .lq = lq, .lk = lk, .d = d, .dv = dv, .heads_inner = heads_inner,
+                          std::int64_t dv, bool heads_inner, bool causal, std::int64_t hk = 0) {
+  return {.bh = b * h, .h = h, .lq = lq, .lk = lk, .d = d, .dv = dv, .hk = hk ? hk : h, .heads_inner = heads_inner,
           .causal = causal, .scale = static_cast<float>(1 / std::sqrt(static_cast<double>(d ? d : 1))), .keys = {},
           .mask = {}};
 }
@@ -319,5 +324,17 @@ TEST_CASE("emulated register-tile attention never reads a NaN past a batch's key
     for (DqSum sum : {DqSum::QKernel, DqSum::Atomic})
       check_kernels<__nv_bfloat16, 64>(s, 2e-2, Loads::AsLauncher, sum, Padding::NaN);
     check_kernels<__half, 64>(s, 5e-3, Loads::Scalar, DqSum::QKernel, Padding::NaN);
+  }
+}
+
+TEST_CASE("emulated register-tile attention reads each query head's k / v head under grouped-query attention",
+          "[kernel][attention][emulated][gqa]") {
+  const std::vector<std::int32_t> counts = {70, 130};
+  for (bool causal : {false, true}) {
+    check_kernels<__nv_bfloat16, 64>(shape(2, 4, 130, 100, 64, 64, true, causal, 2), 2e-2);
+    check_kernels<__half, 64>(shape(1, 3, 70, 130, 64, 64, false, causal, 1), 5e-3);  // multi-query
+    FlashAttentionShape s = shape(2, 4, 100, 130, 128, 128, true, causal, 1);
+    s.keys = {.lengths = counts.data(), .wide = false};
+    check_kernels<__half, 128>(s, 5e-3, Loads::AsLauncher, DqSum::Atomic, Padding::NaN);
   }
 }

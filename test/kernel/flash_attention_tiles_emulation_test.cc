@@ -27,6 +27,7 @@ using kiln::cuda::FlashAttentionShape;
 namespace flash = kiln::cuda::flash;
 namespace emu = kiln_test::warp_emulation;
 using kiln_test::flash_emulation::at;
+using kiln_test::flash_emulation::at_kv;
 
 std::vector<float> random_floats(std::size_t n, unsigned seed) {
   std::mt19937 gen(seed);
@@ -66,7 +67,7 @@ std::vector<double> probabilities(const Problem& p, std::int64_t bh, std::int64_
   double mx = -INFINITY, sum = 0;
   for (std::int64_t j = 0; j < seen; ++j) {
     double dot = 0;
-    for (std::int64_t c = 0; c < s.d; ++c) dot += double(p.q[at(s, bh, r, c, s.lq, s.d)]) * p.k[at(s, bh, j, c, s.lk, s.d)];
+    for (std::int64_t c = 0; c < s.d; ++c) dot += double(p.q[at(s, bh, r, c, s.lq, s.d)]) * p.k[at_kv(s, bh, j, c, s.lk, s.d)];
     x[j] = s.scale * dot + bias(p, bh, r, j);
     mx = std::max(mx, x[j]);
   }
@@ -82,8 +83,8 @@ void reference(Problem& p) {
   const FlashAttentionShape& s = p.s;
   p.out.assign(p.dout.size(), 0);
   p.dq.assign(p.q.size(), 0);
-  p.dk.assign(p.k.size(), 0);
-  p.dv.assign(p.v.size(), 0);
+  p.dk.assign(static_cast<std::size_t>(s.bh * s.lk * s.d), 0);  // each query head's share, as the kernel writes it
+  p.dv.assign(static_cast<std::size_t>(s.bh * s.lk * s.dv), 0);
   p.lse.assign(static_cast<std::size_t>(s.bh * s.lq), 0);
   for (std::int64_t i = 0; i < s.bh; ++i)
     for (std::int64_t r = 0; r < s.lq; ++r) {
@@ -91,17 +92,17 @@ void reference(Problem& p) {
       double delta = 0;
       for (std::int64_t c = 0; c < s.dv; ++c) {
         double o = 0;
-        for (std::size_t j = 0; j < prob.size(); ++j) o += prob[j] * p.v[at(s, i, std::int64_t(j), c, s.lk, s.dv)];
+        for (std::size_t j = 0; j < prob.size(); ++j) o += prob[j] * p.v[at_kv(s, i, std::int64_t(j), c, s.lk, s.dv)];
         p.out[at(s, i, r, c, s.lq, s.dv)] = o;
         delta += o * p.dout[at(s, i, r, c, s.lq, s.dv)];
       }
       for (std::size_t jj = 0; jj < prob.size(); ++jj) {
         const auto j = static_cast<std::int64_t>(jj);
         double dp = 0;
-        for (std::int64_t c = 0; c < s.dv; ++c) dp += double(p.dout[at(s, i, r, c, s.lq, s.dv)]) * p.v[at(s, i, j, c, s.lk, s.dv)];
+        for (std::int64_t c = 0; c < s.dv; ++c) dp += double(p.dout[at(s, i, r, c, s.lq, s.dv)]) * p.v[at_kv(s, i, j, c, s.lk, s.dv)];
         const double ds = s.scale * prob[jj] * (dp - delta);
         for (std::int64_t c = 0; c < s.d; ++c) {
-          p.dq[at(s, i, r, c, s.lq, s.d)] += ds * p.k[at(s, i, j, c, s.lk, s.d)];
+          p.dq[at(s, i, r, c, s.lq, s.d)] += ds * p.k[at_kv(s, i, j, c, s.lk, s.d)];
           p.dk[at(s, i, j, c, s.lk, s.d)] += ds * p.q[at(s, i, r, c, s.lq, s.d)];
         }
         for (std::int64_t c = 0; c < s.dv; ++c) p.dv[at(s, i, j, c, s.lk, s.dv)] += prob[jj] * p.dout[at(s, i, r, c, s.lq, s.dv)];
@@ -134,7 +135,7 @@ void check_near(const std::string& what, const std::vector<float>& got, const st
 template <int DH>
 void check_tiles(Problem& p, bool gradients = true) {
   const FlashAttentionShape& s = p.s;
-  INFO((s.heads_inner ? "BLHD" : "BHLD") << " BH " << s.bh << " Lq " << s.lq << " Lk " << s.lk << " D " << s.d
+  INFO((s.heads_inner ? "BLHD" : "BHLD") << " BH " << s.bh << " Hk " << s.hk << " Lq " << s.lq << " Lk " << s.lk << " D " << s.d
                                         << " Dv " << s.dv << " causal " << s.causal
                                         << (p.lengths.empty() ? "" : " key_lengths")
                                         << (!s.mask.data ? "" : s.mask.boolean ? " bool mask" : " float mask"));
@@ -145,8 +146,8 @@ void check_tiles(Problem& p, bool gradients = true) {
   const auto grid = [&](std::int64_t n, int rows) {
     return dim3(static_cast<unsigned>(s.bh), static_cast<unsigned>((n + rows - 1) / rows));
   };
-  std::vector<float> out(p.dout.size()), lse(p.lse.size()), delta(p.lse.size()), dq(p.q.size()), dk(p.k.size()),
-      dv(p.v.size());
+  std::vector<float> out(p.dout.size()), lse(p.lse.size()), delta(p.lse.size()), dq(p.q.size()), dk(p.dk.size()),
+      dv(p.dv.size());
   emu::launch(grid(s.lq, Fwd::kRows), flash::kFlashThreads, flash::smem, Fwd::bytes,
               [&] { flash::flash_forward<float, DH>(s, p.q.data(), p.k.data(), p.v.data(), out.data(), lse.data()); });
   check_near("out", out, p.out, peak_of(p.out));
@@ -172,14 +173,17 @@ void check_tiles(Problem& p, bool gradients = true) {
   check_near("dv", dv, p.dv, grad_peak);
 }
 
+// hk: k and v's heads (0: h).
 Problem problem(std::int64_t b, std::int64_t h, std::int64_t lq, std::int64_t lk, std::int64_t d, std::int64_t dv,
-                bool heads_inner, bool causal) {
+                bool heads_inner, bool causal, std::int64_t hk = 0) {
   Problem p;
-  p.s = {.bh = b * h, .h = h, .lq = lq, .lk = lk, .d = d, .dv = dv, .heads_inner = heads_inner, .causal = causal,
-         .scale = static_cast<float>(1 / std::sqrt(static_cast<double>(d))), .keys = {}, .mask = {}};
+  hk = hk ? hk : h;
+  p.s = {.bh = b * h, .h = h, .lq = lq, .lk = lk, .d = d, .dv = dv, .hk = hk, .heads_inner = heads_inner,
+         .causal = causal, .scale = static_cast<float>(1 / std::sqrt(static_cast<double>(d))), .keys = {},
+         .mask = {}};
   p.q = random_floats(static_cast<std::size_t>(b * h * lq * d), 1);
-  p.k = random_floats(static_cast<std::size_t>(b * h * lk * d), 2);
-  p.v = random_floats(static_cast<std::size_t>(b * h * lk * dv), 3);
+  p.k = random_floats(static_cast<std::size_t>(b * hk * lk * d), 2);
+  p.v = random_floats(static_cast<std::size_t>(b * hk * lk * dv), 3);
   p.dout = random_floats(static_cast<std::size_t>(b * h * lq * dv), 4);
   return p;
 }
@@ -259,5 +263,18 @@ TEST_CASE("the f32 shared-memory attention tiles apply a float or bool mask, wit
     p.fmask[(70 + 50) * 75 + 7] = NAN;
     check_tiles<128>(p, false);
     CHECK(std::isnan(p.lse[70 + 50]));
+  }
+}
+
+TEST_CASE("the f32 shared-memory attention tiles read each query head's k / v head under grouped-query "
+          "attention, under the emulation",
+          "[kernel][attention][emulation][gqa]") {
+  for (bool causal : {false, true}) {
+    Problem p = problem(2, 4, 70, 75, 32, 32, true, causal, 2);
+    check_tiles<32>(p);
+    Problem m = problem(1, 3, 40, 70, 20, 16, false, causal, 1);  // multi-query, with a mask and key_lengths
+    set_mask(m, 1, 3, 40, 70, false);
+    set_lengths(m, {50});
+    check_tiles<32>(m);
   }
 }

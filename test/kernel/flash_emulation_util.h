@@ -1,6 +1,6 @@
 // What the emulated attention kernel tests share (flash_attention_*_emulation_test.cc):
 // the kernels' shared memory and where an element of a head lies in either
-// layout. Include it (it includes warp_emulation.h) before the kernel header.
+// layout (of a q-like tensor, or of k / v under grouped-query attention). Include it (it includes warp_emulation.h) before the kernel header.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +22,14 @@ inline std::size_t at(const kiln::cuda::FlashAttentionShape& s, std::int64_t i, 
                       std::int64_t len, std::int64_t width) {
   const std::int64_t head = s.heads_inner ? ((i / s.h) * len * s.h + i % s.h) * width : i * len * width;
   return static_cast<std::size_t>(head + r * (s.heads_inner ? s.h * width : width) + c);
+}
+
+// The same in k or v (s.hk heads) for query head i: its group's k / v head.
+inline std::size_t at_kv(const kiln::cuda::FlashAttentionShape& s, std::int64_t i, std::int64_t r, std::int64_t c,
+                         std::int64_t len, std::int64_t width) {
+  const std::int64_t b = i / s.h, j = i % s.h / (s.h / s.hk);
+  const std::int64_t head = s.heads_inner ? (b * len * s.hk + j) * width : (b * s.hk + j) * len * width;
+  return static_cast<std::size_t>(head + r * (s.heads_inner ? s.hk * width : width) + c);
 }
 
 }  // namespace kiln_test::flash_emulation

@@ -649,6 +649,29 @@ TEST_CASE("conv2d_transpose, fused_conv2d, channel_scaled_conv2d, fused_conv2d_m
                    f);
 }
 
+TEST_CASE("grouped-query attention exports with k and v repeated to q's heads and imports back to the same "
+          "outputs",
+          "[onnx][export][gqa]") {
+  kiln::Program p, startup;
+  std::vector<kiln::Value> f;
+  {
+    kiln::ProgramGuard guard(p, startup);
+    auto q = kiln::data("q", {2, 4, -1, 4}), k = kiln::data("k", {2, 2, -1, 4}), v = kiln::data("v", {2, 2, -1, 3});
+    auto b = kiln::main_builder();
+    auto att = b.create<kiln::ScaledDotProductAttentionOp>(q, k, v, true, 0.0);
+    f.push_back(att->result(0));
+    f.push_back(att->result(1));
+    // Multi-query in layout BLHD: [B, L, H, D] with one k / v head.
+    auto qi = kiln::data("qi", {2, -1, 4, 4}), ki = kiln::data("ki", {2, -1, 1, 4}), vi = kiln::data("vi", {2, -1, 1, 3});
+    f.push_back(b.create<kiln::ScaledDotProductAttentionOp>(qi, ki, vi, false, 0.0, "BLHD")->result(0));
+  }
+  kiln::Scope scope;
+  check_round_trip(p, scope,
+                   {{"q", floats({2, 4, 5, 4}, 1)}, {"k", floats({2, 2, 6, 4}, 2)}, {"v", floats({2, 2, 6, 3}, 3)},
+                    {"qi", floats({2, 5, 4, 4}, 4)}, {"ki", floats({2, 6, 1, 4}, 5)}, {"vi", floats({2, 6, 1, 3}, 6)}},
+                   f);
+}
+
 TEST_CASE("an in-place op exports unless a later op reads the operand it overwrites",
           "[onnx][export]") {
   kiln::Program p, startup;

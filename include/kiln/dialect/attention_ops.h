@@ -8,13 +8,17 @@ namespace kiln {
 
 // (out, lse) = kiln.scaled_dot_product_attention(q, k, v[, key_lengths][, mask])
 //   {causal, scale, layout}
-//   layout "BHLD": q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv], out
+//   layout "BHLD": q [B, H, Lq, D], k [B, Hk, Lk, D], v [B, Hk, Lk, Dv], out
 //   [B, H, Lq, Dv]; layout "BLHD" (FlashAttention's, what a linear layer's
-//   [B, L, H·D] result is once reshaped): q [B, Lq, H, D], k [B, Lk, H, D],
-//   v [B, Lk, H, Dv], out [B, Lq, H, Dv]. f32, f64, bf16 or f16, one dtype.
+//   [B, L, H·D] result is once reshaped): q [B, Lq, H, D], k [B, Lk, Hk, D],
+//   v [B, Lk, Hk, Dv], out [B, Lq, H, Dv]. f32, f64, bf16 or f16, one dtype.
 //   Both layouts compute the same numbers: only the rows' addresses differ.
-//   out[b, h, i] = Σ_j softmax_j(s[i, j]) · v[b, h, j] with
-//   s[i, j] = scale · q[b, h, i] · k[b, h, j] (scale 0 means 1 / sqrt(D)) and,
+//   Hk is H, or divides it: grouped-query attention (PyTorch's enable_gqa,
+//   Llama's n_kv_heads; Hk 1 is multi-query), where query head h reads
+//   k / v head h / (H / Hk) and a k / v head's gradient sums its group's.
+//   out[b, h, i] = Σ_j softmax_j(s[i, j]) · v[b, g(h), j] with
+//   s[i, j] = scale · q[b, h, i] · k[b, g(h), j] (g(h) = h / (H / Hk);
+//   scale 0 means 1 / sqrt(D)) and,
 //   when causal, s[i, j] = -inf for j > i (PyTorch's is_causal: the mask is
 //   aligned at the top-left, so row i sees keys 0..i also when Lq != Lk);
 //   with key_lengths (an optional 4th operand, int32 or int64 [B]: a padded
@@ -122,18 +126,29 @@ bool attention_heads_inner(std::string_view op, std::string_view layout);
 
 // The dims of one attention call at run time (InferMeta may have seen -1
 // dims), every kernel's check: kiln::Error naming `op` and the three shapes
-// unless they fit the layout (q [B, H, Lq, D], k [B, H, Lk, D],
-// v [B, H, Lk, Dv], or [B, L, H, ·] each when heads_inner).
+// unless they fit the layout (q [B, H, Lq, D], k [B, Hk, Lk, D],
+// v [B, Hk, Lk, Dv], or [B, L, H, ·] each when heads_inner, Hk dividing H).
 struct AttentionDims {
   std::int64_t b = 0, h = 0, bh = 0, lq = 0, lk = 0, d = 0, dv = 0;
+  std::int64_t hk = 0;  // k and v's heads: H, or H / group under grouped-query attention
   bool heads_inner = false;  // layout "BLHD"
 
-  // Where head `i` (= batch · H + head) of a tensor of `len` rows of
-  // `width` elements per head begins, and the step from one row to the next.
+  // Where head `i` (= batch · H + head) of a q-like tensor of `len` rows
+  // of `width` elements per head begins, and the step from one row to the next.
   std::int64_t head_offset(std::int64_t i, std::int64_t len, std::int64_t width) const {
     return heads_inner ? ((i / h) * len * h + i % h) * width : i * len * width;
   }
   std::int64_t row_step(std::int64_t width) const { return heads_inner ? h * width : width; }
+  // Query heads per k / v head (1 unless grouped-query attention).
+  std::int64_t group() const { return hk > 0 ? h / hk : 1; }
+  // The k / v head (batch · Hk + head) query head i reads.
+  std::int64_t kv_head(std::int64_t i) const { return (i / h) * hk + i % h / group(); }
+  // head_offset and row_step of k, v and their gradients, for query head i.
+  std::int64_t kv_offset(std::int64_t i, std::int64_t len, std::int64_t width) const {
+    const std::int64_t j = kv_head(i);
+    return heads_inner ? ((j / hk) * len * hk + j % hk) * width : j * len * width;
+  }
+  std::int64_t kv_row_step(std::int64_t width) const { return heads_inner ? hk * width : width; }
   // An out-like tensor's dims: [B, H, Lq, Dv] or [B, Lq, H, Dv].
   Dims out_dims() const;
 };

@@ -84,9 +84,12 @@ Value flatten(Value x, std::int64_t start_axis = 1, std::int64_t stop_axis = -1)
 // key_lengths[b] keys: a right-padded batch's key padding mask. attn_mask
 // (PyTorch's): bool (true: the key takes part) or q's dtype (added to the
 // scores, and given a gradient), broadcasting to [B, H, Lq, Lk].
+// enable_gqa (PyTorch's): k and v may have Hk heads, Hk dividing H
+// (grouped-query attention; query head h reads k / v head h / (H / Hk));
+// without it, head counts that differ are a kiln::Error.
 Value scaled_dot_product_attention(Value q, Value k, Value v, bool causal = false,
                                    double scale = 0.0, Value key_lengths = Value(),
-                                   Value attn_mask = Value());
+                                   Value attn_mask = Value(), bool enable_gqa = false);
 
 // (input - label)²; input and label of one shape (kiln::Error otherwise).
 Value mse_loss(Value input, Value label, Reduction reduction = Reduction::Mean);
