@@ -8,7 +8,11 @@
 // probabilities from q, k and the saved log-sum-exp instead of storing them.
 // A mask operand is applied to a tile's scores between the GEMM and the
 // softmax; its float form's gradient (AttentionMaskGradOp) recomputes the
-// gradient's tiles and sums their dS into the mask's shape.
+// gradient's tiles and sums their dS into the mask's shape. Under
+// grouped-query attention a query head reads its group's k / v head in
+// place, and the gradient writes each query head's share of dK and dV into
+// scratch, summed per group after in head order (the same bits at any
+// thread count).
 
 #include <algorithm>
 #include <bit>
@@ -16,6 +20,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
+#include <vector>
 
 #include "cpu_blas.h"
 #include "cpu_kernel_util.h"
@@ -45,7 +51,8 @@ AttentionDims attn_dims(const KernelContext& ctx, const std::string& layout, con
   const std::string_view op = ctx.op()->name();
   const AttentionDims a =
       attention_dims(op, q.dims(), k.dims(), v.dims(), attention_heads_inner(op, layout));
-  for (std::int64_t x : {a.lq, a.lk, a.d, a.dv, a.row_step(a.d), a.row_step(a.dv)})  // kv_row_step's <= row_step's
+  // (kv_row_step's are at most row_step's)
+  for (std::int64_t x : {a.lq, a.lk, a.d, a.dv, a.row_step(a.d), a.row_step(a.dv)})
     if (x * kTileRows > INT_MAX)
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' has a dim of ", x,
                   ", beyond what the BLAS takes");
@@ -246,9 +253,10 @@ struct ScoreGradTile {
   }
 };
 
-// The BLAS's row steps (at least 1) of q and dq, k and dk (kv_row_step of
-// D), v and dv (of Dv), out and dout (row_step of Dv): a head's width, or
-// all heads' in BLHD.
+// The BLAS's row steps (at least 1) of q (row_step of D), k (kv_row_step
+// of D), v (of Dv) and out (row_step of Dv): a head's width, or all heads'
+// in BLHD. The gradients are q-head-shaped: dq and dk step as q, dout and
+// dv as out.
 struct RowSteps {
   int q, k, v, o;
   explicit RowSteps(const AttentionDims& a)
@@ -380,8 +388,9 @@ struct BackwardTiles {
   }
 };
 
-// One item of the backward: head bh's dQ, and its share of its k / v
-// head's dK and dV added in, tile after tile of kTileRows query rows.
+// One item of the backward: head bh's dQ, and its dK and dV added into
+// dk and dv, q-head-shaped (grouped-query attention: the head's share of
+// its k / v head's), tile after tile of kTileRows query rows.
 template <typename T>
 void backward_head(const BackwardTiles<T>& t, std::int64_t bh, T* p, T* dq, T* dk, T* dv) {
   const AttentionDims& a = t.a;
@@ -393,8 +402,8 @@ void backward_head(const BackwardTiles<T>& t, std::int64_t bh, T* p, T* dq, T* d
   const T* kb = t.k + a.kv_offset(bh, a.lk, a.d);
   const T* dob = t.dout + a.head_offset(bh, a.lq, a.dv);
   T* dqb = dq + a.head_offset(bh, a.lq, a.d);
-  T* dkb = dk + a.kv_offset(bh, a.lk, a.d);
-  T* dvb = dv + a.kv_offset(bh, a.lk, a.dv);
+  T* dkb = dk + a.head_offset(bh, a.lk, a.d);
+  T* dvb = dv + a.head_offset(bh, a.lk, a.dv);
   for (std::int64_t i0 = 0; i0 < a.lq; i0 += kTileRows) {
     const int ir = static_cast<int>(std::min(kTileRows, a.lq - i0));
     const std::int64_t kend = t.keys(bh, i0);
@@ -402,14 +411,32 @@ void backward_head(const BackwardTiles<T>& t, std::int64_t bh, T* p, T* dq, T* d
     if (kend == 0) continue;  // rows without keys: no gradient
     t.probabilities(bh, i0, kend, p, delta);
     // dV[:kend] += Pᵀ · dO
-    if (ndv > 0) gemm(true, false, ik, ndv, ir, T(1), p, ik, dob + i0 * ld.o, ld.o, T(1), dvb, ld.v);
+    if (ndv > 0) gemm(true, false, ik, ndv, ir, T(1), p, ik, dob + i0 * ld.o, ld.o, T(1), dvb, ld.o);
     t.score_grads(bh, i0, kend, p, dp, delta);
     if (d > 0) {
       // dQ = scale · dS · K; dK[:kend] += scale · dSᵀ · Q
       gemm(false, false, ir, d, ik, t.scale, p, ik, kb, ld.k, T(0), dqb + i0 * ld.q, ld.q);
-      gemm(true, false, ik, d, ir, t.scale, p, ik, qb + i0 * ld.q, ld.q, T(1), dkb, ld.k);
+      gemm(true, false, ik, d, ir, t.scale, p, ik, qb + i0 * ld.q, ld.q, T(1), dkb, ld.q);
     }
   }
+}
+
+// out [outer, hk, inner] = x [outer, hk, group, inner] summed over group
+// in order: a k / v head's gradient from its query heads' shares (outer B
+// and inner Lk · W in layout BHLD, outer B · Lk and inner W in BLHD).
+template <typename T>
+void sum_head_groups(const T* x, T* out, std::int64_t outer, std::int64_t hk, std::int64_t group,
+                     std::int64_t inner) {
+  const std::int64_t item_work = std::max<std::int64_t>(group * inner, 1);
+  parallel_for(outer * hk, std::max<std::int64_t>(1, kRangeWork / item_work), [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      T* __restrict o = out + i * inner;
+      const T* src = x + i * group * inner;
+      std::copy(src, src + inner, o);
+      for (std::int64_t r = 1; r < group; ++r)
+        for (std::int64_t c = 0; c < inner; ++c) o[c] += src[r * inner + c];
+    }
+  });
 }
 
 // The gradient ops' operands, checked, and their BackwardTiles.
@@ -449,17 +476,23 @@ struct AttentionGradK {
     const AttentionDims& a = in.a;
     if (in.empty() || (a.d == 0 && a.dv == 0)) return;
     const BackwardTiles<T> tiles = in.tiles(ctx);
-    // Items: k / v heads, each accumulating its dK and dV over its query
-    // heads' tiles in order (one query head each without grouped-query
-    // attention).
-    const std::int64_t g = a.group();
-    const std::int64_t head_work = std::max<std::int64_t>(g * a.lq * a.lk * (2 * a.d + 2 * a.dv), 1);
-    parallel_for(a.b * a.hk, std::max<std::int64_t>(1, kRangeWork / head_work), [&](std::int64_t h0, std::int64_t h1) {
+    // Grouped-query attention: each query head's dK and dV go into shares
+    // (q-head-shaped), summed per group below.
+    const std::int64_t g = a.group(), nk = a.bh * a.lk * a.d;
+    std::vector<T> shares(static_cast<std::size_t>(g > 1 ? nk + a.bh * a.lk * a.dv : 0));
+    T* pdk = g > 1 ? shares.data() : dk.data<T>();
+    T* pdv = g > 1 ? shares.data() + nk : dvt.data<T>();
+    // Items: heads, each accumulating its dK and dV over its tiles in order.
+    const std::int64_t head_work = std::max<std::int64_t>(a.lq * a.lk * (2 * a.d + 2 * a.dv), 1);
+    parallel_for(a.bh, std::max<std::int64_t>(1, kRangeWork / head_work), [&](std::int64_t h0, std::int64_t h1) {
       T* p = scratch<T>(2 * kTileRows * a.lk + kTileRows);
-      for (std::int64_t kv = h0; kv < h1; ++kv)
-        for (std::int64_t bh = kv / a.hk * a.h + kv % a.hk * g, r = 0; r < g; ++r, ++bh)
-          backward_head(tiles, bh, p, dq.data<T>(), dk.data<T>(), dvt.data<T>());
+      for (std::int64_t bh = h0; bh < h1; ++bh) backward_head(tiles, bh, p, dq.data<T>(), pdk, pdv);
     });
+    if (g == 1) return;
+    for (auto [from, to, width] : {std::tuple{pdk, dk.data<T>(), a.d}, std::tuple{pdv, dvt.data<T>(), a.dv}}) {
+      const std::int64_t outer = a.heads_inner ? a.b * a.lk : a.b, inner = a.heads_inner ? width : a.lk * width;
+      sum_head_groups<T>(from, to, outer, a.hk, g, inner);
+    }
   }
 };
 

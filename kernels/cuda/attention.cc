@@ -378,9 +378,12 @@ void attention_kernel(KernelContext& ctx) {
     check_launch(ctx);
   } else if constexpr (!std::is_same_v<T, std::uint16_t>) {
     const T scale = static_cast<T>(attention_scale(attrs.scale, a.d));
-    if (a.hk == a.h) return cublas_attention<T>(ctx, a, masks, scale, q, k, v, out, lse);
-    const RepeatedKv kv(ctx, a, k, v, false);
-    cublas_attention<T>(ctx, kv.dims(), masks, scale, q, kv.k(), kv.v(), out, lse);
+    if (a.hk == a.h) {
+      cublas_attention<T>(ctx, a, masks, scale, q, k, v, out, lse);
+    } else {
+      const RepeatedKv kv(ctx, a, k, v, false);
+      cublas_attention<T>(ctx, kv.dims(), masks, scale, q, kv.k(), kv.v(), out, lse);
+    }
   }
 }
 
@@ -434,11 +437,14 @@ void attention_grad_kernel(KernelContext& ctx) {
     if (shares) sum_group_shares(ctx, a, pdk, pdv, dk, dv);
   } else if constexpr (!std::is_same_v<T, std::uint16_t>) {
     const T scale = static_cast<T>(attention_scale(attrs.scale, a.d));
-    if (a.hk == a.h) return cublas_attention_grad<T>(ctx, a, masks, scale, in, {.dq = &dq, .dk = &dk, .dv = &dv});
-    RepeatedKv kv(ctx, a, in[1], in[2], true);
-    const Tensor repeated[6] = {in[0], kv.k(), kv.v(), in[3], in[4], in[5]};
-    cublas_attention_grad<T>(ctx, kv.dims(), masks, scale, repeated, {.dq = &dq, .dk = &kv.dk(), .dv = &kv.dv()});
-    kv.sum_groups(dk, dv);
+    if (a.hk == a.h) {
+      cublas_attention_grad<T>(ctx, a, masks, scale, in, {.dq = &dq, .dk = &dk, .dv = &dv});
+    } else {
+      RepeatedKv kv(ctx, a, in[1], in[2], true);
+      const Tensor repeated[6] = {in[0], kv.k(), kv.v(), in[3], in[4], in[5]};
+      cublas_attention_grad<T>(ctx, kv.dims(), masks, scale, repeated, {.dq = &dq, .dk = &kv.dk(), .dv = &kv.dv()});
+      kv.sum_groups(dk, dv);
+    }
   }
 }
 
@@ -460,10 +466,13 @@ void attention_mask_grad_kernel(KernelContext& ctx) {
     return;
   }
   const T scale = static_cast<T>(attention_scale(attrs.scale, a.d));
-  if (a.hk == a.h) return cublas_attention_grad<T>(ctx, a, masks, scale, g.in, {.dmask = &dmask});
-  const RepeatedKv kv(ctx, a, g.in[1], g.in[2], false);
-  const Tensor repeated[6] = {g.in[0], kv.k(), kv.v(), g.in[3], g.in[4], g.in[5]};
-  cublas_attention_grad<T>(ctx, kv.dims(), masks, scale, repeated, {.dmask = &dmask});
+  if (a.hk == a.h) {
+    cublas_attention_grad<T>(ctx, a, masks, scale, g.in, {.dmask = &dmask});
+  } else {
+    const RepeatedKv kv(ctx, a, g.in[1], g.in[2], false);
+    const Tensor repeated[6] = {g.in[0], kv.k(), kv.v(), g.in[3], g.in[4], g.in[5]};
+    cublas_attention_grad<T>(ctx, kv.dims(), masks, scale, repeated, {.dmask = &dmask});
+  }
 }
 
 }  // namespace

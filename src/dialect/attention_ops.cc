@@ -26,10 +26,8 @@ bool attention_heads_inner(std::string_view op, std::string_view layout) {
 }
 
 namespace {
-// Whether k / v's hk heads serve q's h: hk is h, or divides it (both known).
-bool heads_divide(std::int64_t h, std::int64_t hk) {
-  return h == hk || (h >= 0 && hk > 0 && h % hk == 0);
-}
+// Whether k / v's hk heads serve q's h (both known): hk is h, or divides it.
+bool heads_divide(std::int64_t h, std::int64_t hk) { return h == hk || (h > 0 && hk > 0 && h % hk == 0); }
 }  // namespace
 
 Dims AttentionDims::out_dims() const {
@@ -123,8 +121,8 @@ const char* const kOperandNames[] = {"q", "k", "v"};
               meta::dims_string(shaped_dims(in[0])), ", k is ",
               meta::dims_string(shaped_dims(in[1])), ", v is ",
               meta::dims_string(shaped_dims(in[2])),
-              heads_inner ? " (expected layout BLHD: q [B, Lq, H, D], k [B, Lk, H, D], v [B, Lk, H, Dv])"
-                          : " (expected q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, Dv])");
+              heads_inner ? " (expected layout BLHD: q [B, Lq, H, D], k [B, Lk, Hk, D], v [B, Lk, Hk, Dv])"
+                          : " (expected q [B, H, Lq, D], k [B, Hk, Lk, D], v [B, Hk, Lk, Dv])");
 }
 
 // Checks q, k, v (operands 0..2 of `in`) in their layout and returns
@@ -148,7 +146,8 @@ std::array<std::int64_t, 6> check_qkv(std::string_view op, const std::vector<Typ
   const std::size_t l = heads_inner ? 1 : 2, h = heads_inner ? 2 : 1;
   if (!meta::dim_fits(q[0], k[0]) || !meta::dim_fits(q[0], v[0]) || !meta::dim_fits(k[0], v[0]))
     qkv_error(op, in, heads_inner, "needs q, k and v with one batch (dim 0)");
-  if (!meta::dim_fits(k[h], v[h]) || (q[h] >= 0 && k[h] >= 0 && !heads_divide(q[h], k[h])))
+  const std::int64_t hk = meta::known_dim(k[h], v[h]);
+  if (!meta::dim_fits(k[h], v[h]) || (q[h] >= 0 && hk >= 0 && !heads_divide(q[h], hk)))
     qkv_error(op, in, heads_inner,
               heads_inner ? "needs k and v with one head count (dim 2) that divides q's (grouped-query attention)"
                           : "needs k and v with one head count (dim 1) that divides q's (grouped-query attention)");

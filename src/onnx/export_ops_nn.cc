@@ -369,13 +369,16 @@ void attention(EmitContext& c) {
   if (a.scale == 0 && q[3] < 0) c.unsupported("a head size that is not known (for the default scale)");
   const double scale = attention_scale(a.scale, q[3]);
   const std::size_t l = heads_inner ? 1 : 2, hx = 3 - l;  // the sequence and head axes
-  const std::int64_t lq = q[l], lk = k[l], h = q[hx], hk = k[hx], dv = c.in_dims(2).back();
-  const bool grouped = h != hk;  // grouped-query attention: k and v repeated to q's heads
-  if (grouped && (h < 0 || hk < 0 || k[3] < 0 || dv < 0))
-    c.unsupported("grouped-query attention with a head count or size that is not known");
+  const std::int64_t lq = q[l], lk = k[l], h = q[hx], hk = k[hx], d = q[3] >= 0 ? q[3] : k[3],
+                     dv = c.in_dims(2).back();
+  // Grouped-query attention (head counts known and different): k and v
+  // repeated to q's heads. A head count known only at run time exports as
+  // multi-head attention.
+  const bool grouped = h >= 0 && hk >= 0 && h != hk;
+  if (grouped && (d < 0 || dv < 0)) c.unsupported("grouped-query attention with a head size that is not known");
   auto in = [&](int i) {
     const std::string x = heads_inner ? swap_heads(c, c.in(i)) : c.in(i);
-    return grouped && i > 0 ? repeat_heads(c, x, h, hk, i == 1 ? k[3] : dv) : x;
+    return grouped && i > 0 ? repeat_heads(c, x, h, hk, i == 1 ? d : dv) : x;
   };
   std::string s = c.node1("Mul", {c.node1("MatMul", {in(0), swap_last_two(c, in(1), 4)}),
                                   c.scalar(dt, scale)});

@@ -158,6 +158,9 @@ TEST_CASE("scaled_dot_product_attention rejects bad shapes and dtypes at build t
                      {kOp, "divides q's (grouped-query attention)", "k is [2, 3, 7, 8]"});
     KILN_CHECK_ERROR(sdpa(tf({2, 2, 5, 8}), tf({2, 4, 7, 8}), tf({2, 4, 7, 3})), InvalidArgument,
                      {kOp, "divides q's"});
+    // k's head count known only at run time: v's is checked.
+    KILN_CHECK_ERROR(sdpa(tf({2, 4, 5, 8}), tf({2, -1, 7, 8}), tf({2, 3, 7, 3})), InvalidArgument,
+                     {kOp, "divides q's"});
   }
   SECTION("k and v with different lengths") {
     KILN_CHECK_ERROR(sdpa(tf({2, 4, 5, 8}), tf({2, 4, 7, 8}), tf({2, 4, 6, 3})), InvalidArgument,

@@ -496,7 +496,25 @@ TEST_CASE("CUDA grouped-query attention matches the CPU on every kernel path", "
     fat::compare_fused(DataType::Float32, {2, 4, 70, 90, 32, 32, 2}, causal, "BLHD", 0, &lengths, &mask);
     // The cuBLAS path (head dims above 128): k and v repeated, dk and dv summed.
     fat::compare_fused(DataType::Float32, {2, 4, 70, 90, 160, 160, 2}, causal, "BHLD", 0, &lengths, &mask);
+    fat::compare_fused(DataType::Float32, {2, 4, 20, 40, 16, 200, 2}, causal, "BLHD");
     fat::compare_fused(DataType::Float32, {2, 4, 20, 40, 16, 200, 1}, causal, "BLHD");
+    // A bf16 float mask's gradient (widened to f32 around the cuBLAS path's).
+    const Tensor bias = fat::float_mask(DataType::BFloat16, {2, 1, 70, 90});
+    fat::compare_fused(DataType::BFloat16, {2, 4, 70, 90, 64, 64, 2}, causal, "BHLD", 0, nullptr, &bias);
+  }
+  // f64: the cuBLAS path's repeated k and v and the group sum of doubles.
+  for (const std::string layout : {"BHLD", "BLHD"}) {
+    const bool inner = layout == "BLHD";
+    const Tensor q = filled<double>(inner ? Dims{2, 9, 4, 8} : Dims{2, 4, 9, 8}, -1, 1, 1),
+                 k = filled<double>(inner ? Dims{2, 11, 2, 8} : Dims{2, 2, 11, 8}, -1, 1, 2),
+                 v = filled<double>(inner ? Dims{2, 11, 2, 8} : Dims{2, 2, 11, 8}, -1, 1, 3);
+    auto cpu = run_op<ScaledDotProductAttentionOp>({q, k, v}, true, 0.0, layout);
+    auto dev = run_cuda_op<ScaledDotProductAttentionOp>({q, k, v}, true, 0.0, layout);
+    fat::check_near(dev.results[0], cpu.results[0], 1e-12, 1e-12);
+    const std::vector<Tensor> in{q, k, v, cpu.results[0], cpu.results[1], q};
+    auto gcpu = run_op<fat::Grad>(in, true, 0.0, layout);
+    auto gdev = run_cuda_op<fat::Grad>(in, true, 0.0, layout);
+    for (int i = 0; i < 3; ++i) fat::check_near(gdev.results[i], gcpu.results[i], 1e-12, 1e-12);
   }
   const fat::AtomicDq atomic;
   for (bool causal : {false, true}) fat::compare_atomic_dq(DataType::BFloat16, {2, 6, 130, 130, 64, 64, 3}, causal, "BLHD");

@@ -113,7 +113,7 @@ TEST_CASE("grouped-query attention equals attention over k and v repeated to q's
     check_grouped({2, 4, 2, 5, 7, 4, 3, causal, {}});    // two query heads per k / v head
     check_grouped({1, 6, 1, 70, 66, 8, 8, causal, {}});  // multi-query: one k / v head, two query tiles
     check_grouped({2, 6, 3, 4, 9, 3, 5, causal, {}});    // Dv != D
-    check_grouped({3, 2, 2, 3, 3, 2, 2, causal, {}});    // Hk = H: plain multi-head attention
+    check_grouped({4, 8, 2, 9, 9, 4, 4, causal, {}});    // four query heads per k / v head
   }
 }
 

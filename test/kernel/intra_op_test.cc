@@ -287,21 +287,26 @@ TEST_CASE("conv2d_transpose and its gradient give the same bits at any thread co
 
 TEST_CASE("attention and its gradient, split by head and query tile, give the same bits at any thread count",
           "[kernel][intra_op]") {
-  // 130 query rows: two full tiles of 64 and a partial one; 4 heads of 64.
+  // 130 query rows: two full tiles of 64 and a partial one; 4 heads of 64,
+  // and k and v of 4 heads or of 2 (grouped-query attention: dK and dV
+  // summed from each query head's share).
   for (const std::string layout : {"BHLD", "BLHD"}) {
-    const bool bhld = layout == "BHLD";
-    const Dims shape = bhld ? Dims{2, 4, 130, 64} : Dims{2, 130, 4, 64};
-    const Tensor q = filled<float>(shape, -1, 1, 1), k = filled<float>(shape, -1, 1, 2),
-                 v = filled<float>(shape, -1, 1, 3), dout = filled<float>(shape, -1, 1, 4);
-    for (const bool causal : {false, true}) {
-      INFO(layout << (causal ? ", causal" : ""));
-      const auto fwd = run_op<ScaledDotProductAttentionOp>({q, k, v}, causal, 0.0, layout);
-      same_bits_at_any_thread_count(
-          [&] { return run_op<ScaledDotProductAttentionOp>({q, k, v}, causal, 0.0, layout); });
-      same_bits_at_any_thread_count([&] {
-        return run_op<GradOf<ScaledDotProductAttentionOp>>({q, k, v, fwd.out(0), fwd.out(1), dout}, causal,
-                                                           0.0, layout);
-      });
+    for (const std::int64_t hk : {4, 2}) {
+      const bool bhld = layout == "BHLD";
+      const Dims shape = bhld ? Dims{2, 4, 130, 64} : Dims{2, 130, 4, 64};
+      const Dims kv_shape = bhld ? Dims{2, hk, 130, 64} : Dims{2, 130, hk, 64};
+      const Tensor q = filled<float>(shape, -1, 1, 1), k = filled<float>(kv_shape, -1, 1, 2),
+                   v = filled<float>(kv_shape, -1, 1, 3), dout = filled<float>(shape, -1, 1, 4);
+      for (const bool causal : {false, true}) {
+        INFO(layout << " Hk " << hk << (causal ? ", causal" : ""));
+        const auto fwd = run_op<ScaledDotProductAttentionOp>({q, k, v}, causal, 0.0, layout);
+        same_bits_at_any_thread_count(
+            [&] { return run_op<ScaledDotProductAttentionOp>({q, k, v}, causal, 0.0, layout); });
+        same_bits_at_any_thread_count([&] {
+          return run_op<GradOf<ScaledDotProductAttentionOp>>({q, k, v, fwd.out(0), fwd.out(1), dout}, causal,
+                                                             0.0, layout);
+        });
+      }
     }
   }
 }

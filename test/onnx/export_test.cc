@@ -664,11 +664,15 @@ TEST_CASE("grouped-query attention exports with k and v repeated to q's heads an
     // Multi-query in layout BLHD: [B, L, H, D] with one k / v head.
     auto qi = kiln::data("qi", {2, -1, 4, 4}), ki = kiln::data("ki", {2, -1, 1, 4}), vi = kiln::data("vi", {2, -1, 1, 3});
     f.push_back(b.create<kiln::ScaledDotProductAttentionOp>(qi, ki, vi, false, 0.0, "BLHD")->result(0));
+    // A head count known only at run time exports as multi-head attention.
+    auto qd = kiln::data("qd", {2, -1, 5, 4}), kd = kiln::data("kd", {2, 3, 6, 4});
+    f.push_back(b.create<kiln::ScaledDotProductAttentionOp>(qd, kd, kd, true, 0.0)->result(0));
   }
   kiln::Scope scope;
   check_round_trip(p, scope,
                    {{"q", floats({2, 4, 5, 4}, 1)}, {"k", floats({2, 2, 6, 4}, 2)}, {"v", floats({2, 2, 6, 3}, 3)},
-                    {"qi", floats({2, 5, 4, 4}, 4)}, {"ki", floats({2, 6, 1, 4}, 5)}, {"vi", floats({2, 6, 1, 3}, 6)}},
+                    {"qi", floats({2, 5, 4, 4}, 4)}, {"ki", floats({2, 6, 1, 4}, 5)}, {"vi", floats({2, 6, 1, 3}, 6)},
+                    {"qd", floats({2, 3, 5, 4}, 7)}, {"kd", floats({2, 3, 6, 4}, 8)}},
                    f);
 }
 

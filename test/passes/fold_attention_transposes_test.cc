@@ -339,6 +339,39 @@ TEST_CASE("attention with key_lengths folds its head transposes, keeps its lengt
   check_trains_the_same(plain, folded, Tensor::from_vector<std::int32_t>({3}, {5, 2, 0}));
 }
 
+TEST_CASE("grouped-query attention folds its head transposes and trains the same bit for bit",
+          "[passes][fold_attention_transposes][gqa]") {
+  // q: 4 heads of 4; k and v: 2 heads of 4 (two query heads each).
+  struct Grouped {
+    Program main, startup;
+    Value loss;
+    Grouped() {
+      UniqueNameGuard names;
+      ProgramGuard guard(main, startup);
+      Builder b = main_builder();
+      Value x = data("x", {3, 5, 16});
+      auto heads = [&](Value w, std::int64_t h) {
+        Value r = b.create<ReshapeOp>(nn::functional::linear(x, w), std::vector<std::int64_t>{0, 0, h, 4}).result();
+        return b.create<TransposeOp>(r, std::vector<std::int64_t>{0, 2, 1, 3}).result();
+      };
+      auto weight = [](const char* name, std::int64_t out) {
+        return create_parameter(name, {16, out}, DataType::Float32, init::Uniform(-0.5, 0.5));
+      };
+      Value q = heads(weight("wq", 16), 4), k = heads(weight("wk", 8), 2), v = heads(weight("wv", 8), 2);
+      Value o = nn::functional::scaled_dot_product_attention(q, k, v, true, 0.0, data("n", {3}, DataType::Int32),
+                                                             Value(), /*enable_gqa=*/true);
+      o = b.create<TransposeOp>(o, std::vector<std::int64_t>{0, 2, 1, 3}).result();
+      Value y = b.create<ReshapeOp>(o, std::vector<std::int64_t>{0, 0, 16}).result();
+      loss = b.create<MeanOp>(b.create<MulOp>(y, y).result()).result();
+      optim::Adam(1e-2).minimize(loss);
+    }
+  } plain, folded;
+  CHECK(fold_attention_transposes(folded.main) == 2);
+  folded.main.verify();
+  CHECK(layouts(folded.main) == std::vector<std::string>{"BLHD", "BLHD"});
+  check_trains_the_same(plain, folded, Tensor::from_vector<std::int32_t>({3}, {5, 3, 1}));
+}
+
 TEST_CASE("attention with a learned mask folds its head transposes, for the CPU or CUDA, keeps its mask and "
           "trains the same bit for bit",
           "[passes][fold_attention_transposes][mask]") {

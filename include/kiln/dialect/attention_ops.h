@@ -141,8 +141,8 @@ struct AttentionDims {
   std::int64_t row_step(std::int64_t width) const { return heads_inner ? h * width : width; }
   // Query heads per k / v head (1 unless grouped-query attention).
   std::int64_t group() const { return hk > 0 ? h / hk : 1; }
-  // The k / v head (batch · Hk + head) query head i reads.
-  std::int64_t kv_head(std::int64_t i) const { return (i / h) * hk + i % h / group(); }
+  // The k / v head (batch · Hk + head) query head i reads (H = group · Hk).
+  std::int64_t kv_head(std::int64_t i) const { return i / group(); }
   // head_offset and row_step of k, v and their gradients, for query head i.
   std::int64_t kv_offset(std::int64_t i, std::int64_t len, std::int64_t width) const {
     const std::int64_t j = kv_head(i);
