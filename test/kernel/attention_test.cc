@@ -120,20 +120,6 @@ void check_attention(const Shape& s, bool causal, double scale, double rtol, dou
   check_close(bwd.out(2), cast<T>(r.dv), rtol, atol);
 }
 
-// t [D0, D1, D2, D3] with axes 1 and 2 swapped.
-template <typename T>
-Tensor swap12(const Tensor& t) {
-  const Dims& d = t.dims();
-  const std::vector<T> x = t.to_vector<T>();
-  std::vector<T> y(x.size());
-  for (std::int64_t a = 0; a < d[0]; ++a)
-    for (std::int64_t i = 0; i < d[1]; ++i)
-      for (std::int64_t j = 0; j < d[2]; ++j)
-        for (std::int64_t c = 0; c < d[3]; ++c)
-          y[((a * d[2] + j) * d[1] + i) * d[3] + c] = x[((a * d[1] + i) * d[2] + j) * d[3] + c];
-  return Tensor::from_vector<T>({d[0], d[2], d[1], d[3]}, y);
-}
-
 // Layout BLHD on the swapped operands gives BHLD's results swapped, bit
 // for bit (the same arithmetic on rows at other addresses).
 template <typename T>

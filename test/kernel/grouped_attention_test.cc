@@ -44,20 +44,6 @@ std::vector<double> sum_groups(const Tensor& t, std::int64_t group) {
   return y;
 }
 
-// t [D0, D1, D2, D3] with axes 1 and 2 swapped.
-Tensor swap12(const Tensor& t) {
-  const Dims& d = t.dims();
-  const std::vector<double> x = t.to_vector<double>();
-  std::vector<double> y(x.size());
-  for (std::int64_t a = 0; a < d[0]; ++a)
-    for (std::int64_t i = 0; i < d[1]; ++i)
-      for (std::int64_t j = 0; j < d[2]; ++j)
-        for (std::int64_t c = 0; c < d[3]; ++c)
-          y[static_cast<std::size_t>(((a * d[2] + j) * d[1] + i) * d[3] + c)] =
-              x[static_cast<std::size_t>(((a * d[1] + i) * d[2] + j) * d[3] + c)];
-  return Tensor::from_vector<double>({d[0], d[2], d[1], d[3]}, y);
-}
-
 struct GroupedCase {
   std::int64_t b, h, hk, lq, lk, d, dv;
   bool causal;
@@ -79,8 +65,8 @@ void check_grouped(const GroupedCase& c) {
   for (const std::string layout : {"BHLD", "BLHD"}) {
     INFO("layout " << layout);
     const bool inner = layout == "BLHD";
-    auto in = [&](const Tensor& t) { return inner ? swap12(t) : t; };
-    auto back = [&](const Tensor& t) { return inner ? swap12(t) : t; };
+    auto in = [&](const Tensor& t) { return inner ? swap12<double>(t) : t; };
+    auto back = [&](const Tensor& t) { return inner ? swap12<double>(t) : t; };
     auto with = [&](std::vector<Tensor> v) {
       v.insert(v.end(), c.optionals.begin(), c.optionals.end());
       return v;

@@ -205,5 +205,20 @@ kiln::Tensor filled(const kiln::Dims& dims, double lo = -1.0, double hi = 1.0, s
   return kiln::Tensor::from_vector<T>(dims, v);
 }
 
-}  // namespace kiln_test
+// t [D0, D1, D2, D3] with axes 1 and 2 swapped (an attention operand
+// between layouts BHLD and BLHD).
+template <typename T>
+kiln::Tensor swap12(const kiln::Tensor& t) {
+  const kiln::Dims& d = t.dims();
+  const std::vector<T> x = t.to_vector<T>();
+  std::vector<T> y(x.size());
+  for (std::int64_t a = 0; a < d[0]; ++a)
+    for (std::int64_t i = 0; i < d[1]; ++i)
+      for (std::int64_t j = 0; j < d[2]; ++j)
+        for (std::int64_t c = 0; c < d[3]; ++c)
+          y[static_cast<std::size_t>(((a * d[2] + j) * d[1] + i) * d[3] + c)] =
+              x[static_cast<std::size_t>(((a * d[1] + i) * d[2] + j) * d[3] + c)];
+  return kiln::Tensor::from_vector<T>({d[0], d[2], d[1], d[3]}, y);
+}
 
+}  // namespace kiln_test
