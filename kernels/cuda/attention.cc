@@ -159,7 +159,7 @@ void sum_group_shares(const KernelContext& ctx, const AttentionDims& a, const vo
 // Grouped-query attention on the cuBLAS path: k and v copied to every
 // query head of their group (PyTorch's math path repeats them too), so
 // that the path runs as plain multi-head attention on dims `a` (hk = h);
-// the gradient's dk and dv come back per query head (grads()) and
+// the gradient's dk and dv come back per query head (dk(), dv()) and
 // sum_groups adds them per group.
 class RepeatedKv {
  public:

@@ -676,6 +676,20 @@ TEST_CASE("grouped-query attention exports with k and v repeated to q's heads an
                    f);
 }
 
+TEST_CASE("grouped-query attention with a head size known only at run time does not export, naming the op",
+          "[onnx][export][gqa]") {
+  kiln::Program p, startup;
+  kiln::Value out;
+  {
+    kiln::ProgramGuard guard(p, startup);
+    auto q = kiln::data("q", {2, 4, 5, -1}), k = kiln::data("k", {2, 2, 6, -1}), v = kiln::data("v", {2, 2, 6, 3});
+    out = kiln::main_builder().create<kiln::ScaledDotProductAttentionOp>(q, k, v, false, 0.5)->result(0);
+  }
+  kiln::Scope scope;
+  KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(p, scope, {"q", "k", "v"}, {out}), Unimplemented,
+                   {"'kiln.scaled_dot_product_attention'", "grouped-query attention", "head size"});
+}
+
 TEST_CASE("an in-place op exports unless a later op reads the operand it overwrites",
           "[onnx][export]") {
   kiln::Program p, startup;
