@@ -137,7 +137,7 @@ inline GptShape gpt2_small() { return {50257, 768, 12, 3072, 12, 512, 8}; }
 // A GPT of the size a CPU trains (17 M parameters, 1024 tokens a step).
 inline GptShape gpt_d512() { return {8192, 512, 8, 2048, 4, 128, 8}; }
 
-// Token and position embeddings, `layers` causal post-norm blocks (GELU),
+// Token and position embeddings, `layers` causal pre-norm blocks (GELU, as GPT-2's),
 // a final layer norm and a linear head; next-token cross-entropy; AdamW.
 // `amp`: mixed precision O1 in bf16 (kiln/frontend/amp.h), its kernels
 // looked up at `feed_place`.

@@ -6,7 +6,7 @@ The same models, shapes, losses and optimizers as kiln's cuda.* figures:
   mlp256  784-512-512-10 ReLU MLP, batch 256, cross-entropy, Adam(1e-3)
   gpt     the GPT of gpt_torch.py (its GPT class, the fastest of its
           variants), batch 16, seq 64, AdamW(3e-4, weight decay 0.01)
-  gpt2s   GPT-2 small (vocab 50257, d 768, 12 heads, 12 post-norm GELU
+  gpt2s   GPT-2 small (vocab 50257, d 768, 12 heads, 12 pre-norm GELU
           blocks, seq 512, batch 8), AdamW(fused=True): fp32 with TF32 off
           (.f32), TF32 matmuls (.tf32), bf16 autocast (.amp_bf16); the loss
           read on the host every step, as kiln's; and each mode's peak
@@ -118,7 +118,7 @@ class GPT2S(nn.Module):
         self.tok, self.pos = nn.Embedding(self.V, self.D), nn.Embedding(self.SEQ, self.D)
         self.blocks = nn.ModuleList(
             nn.TransformerEncoderLayer(self.D, self.H, self.FF, dropout=0.0, activation="gelu",
-                                       batch_first=True)
+                                       batch_first=True, norm_first=True)
             for _ in range(self.L))
         self.norm, self.head = nn.LayerNorm(self.D), nn.Linear(self.D, self.V)
         self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(self.SEQ))

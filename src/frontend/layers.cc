@@ -272,8 +272,8 @@ Value MultiHeadAttention::operator()(Value query, Value key, Value value, bool c
 TransformerEncoderLayer::TransformerEncoderLayer(std::int64_t d_model, std::int64_t nhead,
                                                  std::int64_t dim_feedforward, double dropout,
                                                  std::string activation, double layer_norm_eps,
-                                                 DataType dtype)
-    : Layer("transformer_encoder_layer"), activation_(std::move(activation)) {
+                                                 DataType dtype, bool norm_first)
+    : Layer("transformer_encoder_layer"), activation_(std::move(activation)), norm_first_(norm_first) {
   check_positive("TransformerEncoderLayer", "dim_feedforward", dim_feedforward);
   if (activation_ != "relu" && activation_ != "gelu")
     throw_error(ErrorKind::InvalidArgument, "TransformerEncoderLayer: activation '", activation_,
@@ -294,15 +294,24 @@ TransformerEncoderLayer::TransformerEncoderLayer(std::int64_t d_model, std::int6
 
 Value TransformerEncoderLayer::forward(Value x) const { return (*this)(x, false); }
 
+Value TransformerEncoderLayer::attention_branch(Value x, bool causal, Value key_lengths, Value attn_mask) const {
+  return (*dropout1_)((*attn_)(x, x, x, causal, key_lengths, attn_mask));
+}
+
+Value TransformerEncoderLayer::feed_forward_branch(Value x) const {
+  Value h = (*linear1_)(x);
+  h = activation_ == "gelu" ? functional::gelu(h) : functional::relu(h);
+  return (*dropout2_)((*linear2_)((*dropout_)(h)));
+}
+
 Value TransformerEncoderLayer::operator()(Value x, bool causal, Value key_lengths, Value attn_mask) const {
   Builder b = main_builder();
-  const Value n = (*norm1_)(x);
-  Value a = (*dropout1_)((*attn_)(n, n, n, causal, key_lengths, attn_mask));
-  x = b.create<AddOp>(x, a).result();
-  Value h = (*linear1_)((*norm2_)(x));
-  h = activation_ == "gelu" ? functional::gelu(h) : functional::relu(h);
-  h = (*dropout2_)((*linear2_)((*dropout_)(h)));
-  return b.create<AddOp>(x, h).result();
+  if (!norm_first_) {
+    x = (*norm1_)(b.create<AddOp>(x, attention_branch(x, causal, key_lengths, attn_mask)).result());
+    return (*norm2_)(b.create<AddOp>(x, feed_forward_branch(x)).result());
+  }
+  x = b.create<AddOp>(x, attention_branch((*norm1_)(x), causal, key_lengths, attn_mask)).result();
+  return b.create<AddOp>(x, feed_forward_branch((*norm2_)(x))).result();
 }
 
 Sequential::Sequential(std::initializer_list<std::shared_ptr<Layer>> layers) {

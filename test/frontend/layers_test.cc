@@ -443,6 +443,45 @@ TEST_CASE("grouped-query attention needs enable_gqa, and then its k and v of few
   CHECK(last < 0.01f * first);
 }
 
+TEST_CASE("a post-norm TransformerEncoderLayer (norm_first false) ends in a layer norm and stays causal; "
+          "a pre-norm one ends in a residual sum",
+          "[frontend][layers]") {
+  Program main_prog, startup;
+  Value post_y, pre_y, post_causal;
+  {
+    ProgramGuard guard(main_prog, startup);
+    nn::TransformerEncoderLayer post(8, 2, 16, /*dropout=*/0.0, "gelu", 1e-5, DataType::Float32,
+                                     /*norm_first=*/false);
+    nn::TransformerEncoderLayer pre(8, 2, 16, /*dropout=*/0.0, "gelu");
+    CHECK(!post.norm_first());
+    CHECK(pre.norm_first());
+    CHECK(post.parameters().size() == 12);
+    Value x = data("x", {1, 4, 8});
+    post_y = post(x), pre_y = pre(x), post_causal = post(x, true);
+  }
+  Executor exe;
+  exe.run(startup);
+  auto xv = wave(32), changed = xv;
+  for (int d = 0; d < 8; ++d) changed[3 * 8 + d] += 0.5f * float(d);  // the last position only
+  auto a = exe.run(main_prog, {{"x", f32({1, 4, 8}, xv)}}, {post_y, pre_y, post_causal});
+  auto b = exe.run(main_prog, {{"x", f32({1, 4, 8}, changed)}}, {post_causal});
+  // norm2's weight 1 and bias 0 at init: each position of the post-norm
+  // output has mean 0 and variance 1; the pre-norm output has not.
+  const auto post_v = a[0].to_vector<float>(), pre_v = a[1].to_vector<float>();
+  double pre_off = 0;
+  for (int i = 0; i < 4; ++i) {
+    double mean = 0, var = 0, pre_mean = 0;
+    for (int d = 0; d < 8; ++d) mean += post_v[i * 8 + d] / 8.0, pre_mean += pre_v[i * 8 + d] / 8.0;
+    for (int d = 0; d < 8; ++d) var += (post_v[i * 8 + d] - mean) * (post_v[i * 8 + d] - mean) / 8.0;
+    CHECK(std::abs(mean) < 1e-5);
+    CHECK(std::abs(var - 1) < 1e-3);
+    pre_off += std::abs(pre_mean);
+  }
+  CHECK(pre_off > 1e-2);
+  const auto ac = a[2].to_vector<float>(), bc = b[0].to_vector<float>();
+  for (int i = 0; i < 3 * 8; ++i) CHECK(ac[i] == bc[i]);
+}
+
 TEST_CASE("a causal TransformerEncoderLayer's output at a position does not depend on later "
           "positions; a non-causal one's does",
           "[frontend][layers]") {

@@ -279,26 +279,38 @@ class MultiHeadAttention : public Layer {
   std::shared_ptr<Linear> out_proj_;
 };
 
-// One pre-norm transformer encoder block (PyTorch's
-// TransformerEncoderLayer with norm_first=True):
+// One transformer encoder block, PyTorch's TransformerEncoderLayer:
+// norm_first (pre-norm, GPT-2's and kiln's default; PyTorch's default is
+// false):
 //   x = x + dropout(attention(norm1(x)))
 //   x = x + dropout(linear2(dropout(activation(linear1(norm2(x))))))
+// else (post-norm, the original Transformer's and BERT's):
+//   x = norm1(x + dropout(attention(x)))
+//   x = norm2(x + dropout(linear2(dropout(activation(linear1(x))))))
 // activation "relu" or "gelu"; causal masks future positions (a decoder-only
-// model's block).
+// model's block). dropout applies to the residual branches and the
+// feed-forward's hidden layer, not (as PyTorch's also does) to the
+// attention probabilities.
 class TransformerEncoderLayer : public Layer {
  public:
   TransformerEncoderLayer(std::int64_t d_model, std::int64_t nhead,
                           std::int64_t dim_feedforward = 2048, double dropout = 0.1,
                           std::string activation = "relu", double layer_norm_eps = 1e-5,
-                          DataType dtype = DataType::Float32);
+                          DataType dtype = DataType::Float32, bool norm_first = true);
   using Layer::operator();
   Value forward(Value x) const override;
   // x [B, L, d_model]; key_lengths and attn_mask as MultiHeadAttention's
   // (PyTorch's src_key_padding_mask for right padding, and src_mask).
   Value operator()(Value x, bool causal, Value key_lengths = Value(), Value attn_mask = Value()) const;
+  bool norm_first() const { return norm_first_; }
 
  private:
+  // The residual branches: dropout(attention(x)) and the feed-forward's.
+  Value attention_branch(Value x, bool causal, Value key_lengths, Value attn_mask) const;
+  Value feed_forward_branch(Value x) const;
+
   std::string activation_;
+  bool norm_first_;
   std::shared_ptr<MultiHeadAttention> attn_;
   std::shared_ptr<LayerNorm> norm1_, norm2_;
   std::shared_ptr<Linear> linear1_, linear2_;
