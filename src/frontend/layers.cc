@@ -314,6 +314,48 @@ Value TransformerEncoderLayer::operator()(Value x, bool causal, Value key_length
   return b.create<AddOp>(x, feed_forward_branch((*norm2_)(x))).result();
 }
 
+TransformerDecoderLayer::TransformerDecoderLayer(std::int64_t d_model, std::int64_t nhead,
+                                                 std::int64_t dim_feedforward, double dropout,
+                                                 std::string activation, double layer_norm_eps,
+                                                 DataType dtype, bool norm_first)
+    : Layer("transformer_decoder_layer"), activation_(std::move(activation)), norm_first_(norm_first) {
+  check_positive("TransformerDecoderLayer", "dim_feedforward", dim_feedforward);
+  if (activation_ != "relu" && activation_ != "gelu")
+    throw_error(ErrorKind::InvalidArgument, "TransformerDecoderLayer: activation '", activation_,
+                "' must be \"relu\" or \"gelu\"");
+  self_attn_ = add_sublayer(std::make_shared<MultiHeadAttention>(d_model, nhead, true, dtype));
+  cross_attn_ = add_sublayer(std::make_shared<MultiHeadAttention>(d_model, nhead, true, dtype));
+  for (auto* norm : {&norm1_, &norm2_, &norm3_})
+    *norm = add_sublayer(std::make_shared<LayerNorm>(std::vector<std::int64_t>{d_model}, layer_norm_eps, true,
+                                                     dtype));
+  linear1_ = add_sublayer(std::make_shared<Linear>(d_model, dim_feedforward, true, nullptr, nullptr, dtype));
+  linear2_ = add_sublayer(std::make_shared<Linear>(dim_feedforward, d_model, true, nullptr, nullptr, dtype));
+  for (auto* d : {&dropout_, &dropout1_, &dropout2_, &dropout3_}) *d = add_sublayer(std::make_shared<Dropout>(dropout));
+}
+
+Value TransformerDecoderLayer::feed_forward_branch(Value x) const {
+  Value h = (*linear1_)(x);
+  h = activation_ == "gelu" ? functional::gelu(h) : functional::relu(h);
+  return (*dropout3_)((*linear2_)((*dropout_)(h)));
+}
+
+Value TransformerDecoderLayer::operator()(Value tgt, Value memory, bool tgt_is_causal, Value tgt_key_lengths,
+                                          Value memory_key_lengths, Value tgt_mask, Value memory_mask) const {
+  Builder b = main_builder();
+  // x + branch(norm(x)) (pre-norm) or norm(x + branch(x)) (post-norm).
+  const auto residual = [&](Value x, const LayerNorm& norm, const auto& branch) -> Value {
+    if (!norm_first_) return norm(b.create<AddOp>(x, branch(x)).result());
+    return b.create<AddOp>(x, branch(norm(x))).result();
+  };
+  Value x = residual(tgt, *norm1_, [&](Value n) {
+    return (*dropout1_)((*self_attn_)(n, n, n, tgt_is_causal, tgt_key_lengths, tgt_mask));
+  });
+  x = residual(x, *norm2_, [&](Value n) {
+    return (*dropout2_)((*cross_attn_)(n, memory, memory, false, memory_key_lengths, memory_mask));
+  });
+  return residual(x, *norm3_, [&](Value n) { return feed_forward_branch(n); });
+}
+
 Sequential::Sequential(std::initializer_list<std::shared_ptr<Layer>> layers) {
   for (const auto& l : layers) add_sublayer(l);
 }

@@ -594,3 +594,71 @@ TEST_CASE("model layers reject bad configurations and inputs, naming the layer o
                    InvalidArgument, {"conv2d", "bias must be [4]"});
   KILN_CHECK_ERROR(nn::ReLU().forward(Value{}), InvalidArgument, {"relu"});
 }
+
+TEST_CASE("a TransformerDecoderLayer's output at a target position ignores later target positions when causal and "
+          "memory past its key lengths, and follows the rest of the memory",
+          "[frontend][layers][decoder]") {
+  Program main_prog, startup;
+  Value y;
+  {
+    ProgramGuard guard(main_prog, startup);
+    nn::TransformerDecoderLayer dec(8, 2, 16, /*dropout=*/0.0, "gelu");
+    CHECK(dec.parameters().size() == 18);  // two attentions (4 each), three norms, two linears
+    KILN_CHECK_ERROR(dec(data("lone", {1, 4, 8})), InvalidArgument, {"transformer_decoder_layer", "no single input"});
+    y = dec(data("tgt", {1, 4, 8}), data("mem", {1, 5, 8}), /*tgt_is_causal=*/true, Value(),
+            data("mem_len", {1}, DataType::Int64));
+  }
+  Executor exe;
+  exe.run(startup);
+  const auto tgt = wave(32), mem = wave(40, 0.7f);
+  const Tensor len = Tensor::from_vector<std::int64_t>({1}, {3});
+  auto run = [&](const std::vector<float>& t, const std::vector<float>& m) {
+    return exe.run(main_prog, {{"tgt", f32({1, 4, 8}, t)}, {"mem", f32({1, 5, 8}, m)}, {"mem_len", len}}, {y})[0]
+        .to_vector<float>();
+  };
+  const auto base = run(tgt, mem);
+  auto later = tgt, padded = mem, seen = mem;
+  for (int d = 0; d < 8; ++d) later[3 * 8 + d] += 0.5f * float(d);  // the last target position
+  for (int d = 0; d < 8; ++d) padded[4 * 8 + d] += 1.0f + float(d);  // memory position 4, past length 3
+  for (int d = 0; d < 8; ++d) seen[0 * 8 + d] += 0.5f * float(d);    // memory position 0
+  const auto a = run(later, mem), p = run(tgt, padded), s = run(tgt, seen);
+  for (int i = 0; i < 3 * 8; ++i) CHECK(a[i] == base[i]);
+  CHECK(p == base);
+  double moved = 0;
+  for (std::size_t i = 0; i < base.size(); ++i) moved += std::abs(s[i] - base[i]);
+  CHECK(moved > 1e-3);
+}
+
+TEST_CASE("a post-norm TransformerDecoderLayer ends in its third layer norm, and a decoder layer trains",
+          "[frontend][layers][decoder]") {
+  Program main_prog, startup;
+  Value y, loss;
+  {
+    ProgramGuard guard(main_prog, startup);
+    nn::TransformerDecoderLayer dec(8, 2, 16, /*dropout=*/0.0, "relu", 1e-5, DataType::Float32,
+                                    /*norm_first=*/false);
+    CHECK(!dec.norm_first());
+    y = dec(data("tgt", {2, 4, 8}), data("mem", {2, 5, 8}), true);
+    loss = F::mse_loss(y, data("label", {2, 4, 8}));
+    optim::Adam(0.01).minimize(loss);
+  }
+  Executor exe;
+  exe.run(startup);
+  FeedMap feed{{"tgt", f32({2, 4, 8}, wave(64))}, {"mem", f32({2, 5, 8}, wave(80, 0.3f))},
+               {"label", f32({2, 4, 8}, wave(64, 1.1f))}};
+  auto first = exe.run(main_prog, feed, {y, loss});
+  const auto v = first[0].to_vector<float>();
+  for (int i = 0; i < 8; ++i) {  // norm3's weight 1 and bias 0 at init
+    double mean = 0, var = 0;
+    for (int d = 0; d < 8; ++d) mean += v[i * 8 + d] / 8.0;
+    for (int d = 0; d < 8; ++d) var += (v[i * 8 + d] - mean) * (v[i * 8 + d] - mean) / 8.0;
+    CHECK(std::abs(mean) < 1e-5);
+    CHECK(std::abs(var - 1) < 1e-3);
+  }
+  const float start = first[1].to_vector<float>()[0];
+  float last = start;
+  for (int step = 0; step < 60; ++step) last = exe.run(main_prog, feed, {loss})[0].to_vector<float>()[0];
+  CHECK(last < 0.5f * start);
+  KILN_CHECK_ERROR(nn::TransformerDecoderLayer(8, 2, 16, 0.1, "swish"), InvalidArgument,
+                   {"TransformerDecoderLayer", "swish"});
+}

@@ -317,6 +317,44 @@ class TransformerEncoderLayer : public Layer {
   std::shared_ptr<Dropout> dropout_, dropout1_, dropout2_;
 };
 
+// One transformer decoder block, PyTorch's TransformerDecoderLayer: self-
+// attention over the target, attention from the target to the encoder's
+// memory, a feed-forward; norm_first (pre-norm, kiln's default):
+//   x = x + dropout(self_attention(norm1(x)))
+//   x = x + dropout(attention(norm2(x), memory))
+//   x = x + dropout(linear2(dropout(activation(linear1(norm3(x))))))
+// else (post-norm, PyTorch's default) each sum is normalized instead:
+// x = norm1(x + …), norm2, norm3. The arguments as TransformerEncoderLayer's.
+// It has no one-input call (forward throws): it needs the memory.
+class TransformerDecoderLayer : public Layer {
+ public:
+  TransformerDecoderLayer(std::int64_t d_model, std::int64_t nhead,
+                          std::int64_t dim_feedforward = 2048, double dropout = 0.1,
+                          std::string activation = "relu", double layer_norm_eps = 1e-5,
+                          DataType dtype = DataType::Float32, bool norm_first = true);
+  using Layer::operator();
+  // tgt [B, Lt, d_model], memory [B, Lm, d_model] → [B, Lt, d_model].
+  // tgt_is_causal masks later target positions (PyTorch's tgt_is_causal
+  // with its square subsequent mask); the key lengths (int32 or int64 [B])
+  // mask right padding of the target in self-attention and of the memory
+  // in the cross-attention (tgt_ / memory_key_padding_mask); the masks are
+  // MultiHeadAttention's attn_mask for each attention (tgt_mask,
+  // memory_mask).
+  Value operator()(Value tgt, Value memory, bool tgt_is_causal = false, Value tgt_key_lengths = Value(),
+                   Value memory_key_lengths = Value(), Value tgt_mask = Value(), Value memory_mask = Value()) const;
+  bool norm_first() const { return norm_first_; }
+
+ private:
+  Value feed_forward_branch(Value x) const;
+
+  std::string activation_;
+  bool norm_first_;
+  std::shared_ptr<MultiHeadAttention> self_attn_, cross_attn_;
+  std::shared_ptr<LayerNorm> norm1_, norm2_, norm3_;
+  std::shared_ptr<Linear> linear1_, linear2_;
+  std::shared_ptr<Dropout> dropout_, dropout1_, dropout2_, dropout3_;
+};
+
 // Layers called one after another: y = ln(… l2(l1(x))).
 class Sequential : public Layer {
  public:
