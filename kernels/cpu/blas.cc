@@ -50,14 +50,20 @@ int blas_num_threads() {
 namespace cpu {
 namespace {
 
-// f32 GEMMs of kOnednnMinFlops or more go to oneDNN wherever kiln has it:
-// split by for_each_block, they give the same bits at any thread count,
-// which OpenBLAS's own threading does not (it cuts a thin product's k, e.g.
-// m 2, n 3072, k 1000, differently at 1, 2 and 3 threads). oneDNN also
-// picks its kernel by instruction set where Debian's OpenBLAS picks by CPU
-// model (a virtual machine that hides the model gets its SSE3 fallback).
+// f32 GEMMs of kOnednnMinFlops or more go to oneDNN wherever kiln has it
+// and its sgemm is compiled for the CPU (x86 with AVX2; elsewhere it may
+// run its reference code): split by for_each_block, they give the same
+// bits at any thread count, which OpenBLAS's own threading does not (it
+// cuts a thin product's k, e.g. m 2, n 3072, k 1000, differently at 1, 2
+// and 3 threads). oneDNN also picks its kernel by instruction set where
+// Debian's OpenBLAS picks by CPU model (a virtual machine that hides the
+// model gets its SSE3 fallback).
 bool sgemm_on_onednn() {
-  static const bool onednn = onednn::available();
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool onednn = onednn::available() && __builtin_cpu_supports("avx2");
+#else
+  static const bool onednn = false;
+#endif
   return onednn;
 }
 
@@ -124,8 +130,6 @@ void onednn_sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t
 }
 
 }  // namespace
-
-const char* sgemm_library() { return sgemm_on_onednn() ? "onednn" : "openblas"; }
 
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
           const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,

@@ -1,6 +1,6 @@
 // The GEMM every CPU kernel calls, and the intra-op thread count it and
 // oneDNN's primitives run with. f32 GEMMs (but the smallest) go to oneDNN's
-// sgemm where kiln has oneDNN, cut into blocks that give the same bits at
+// sgemm where kiln has oneDNN (on x86 with AVX2), cut into blocks that give the same bits at
 // any thread count (OpenBLAS's threading does not; and Debian's OpenBLAS
 // picks its kernel by CPU model, which a virtual machine may hide: SSE3
 // then, 5x slower on an AVX-512 CPU). f64 is OpenBLAS's.
@@ -32,9 +32,6 @@ bool native_bf16_gemm();
 bool gemm_bf16(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const std::uint16_t* a,
                std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, std::uint16_t* c, std::int64_t ldc);
 
-// "openblas" or "onednn": where f32 GEMMs of at least kOnednnMinFlops
-// multiply-adds go (oneDNN wherever kiln was built with it).
-const char* sgemm_library();
 // Below this many multiply-adds OpenBLAS's lower call cost wins even on its
 // fallback kernel (measured: 16x16x16 ties, 4x4x4 is 4x faster).
 inline constexpr std::int64_t kOnednnMinFlops = 16 * 16 * 16;

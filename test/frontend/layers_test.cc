@@ -662,3 +662,38 @@ TEST_CASE("a post-norm TransformerDecoderLayer ends in its third layer norm, and
   KILN_CHECK_ERROR(nn::TransformerDecoderLayer(8, 2, 16, 0.1, "swish"), InvalidArgument,
                    {"TransformerDecoderLayer", "swish"});
 }
+
+TEST_CASE("a TransformerDecoderLayer masks the target by its key lengths and the memory by memory_mask",
+          "[frontend][layers][decoder]") {
+  Program main_prog, startup;
+  Value y;
+  {
+    ProgramGuard guard(main_prog, startup);
+    nn::TransformerDecoderLayer dec(8, 2, 16, /*dropout=*/0.0, "gelu");
+    y = dec(data("tgt", {1, 4, 8}), data("mem", {1, 5, 8}), /*tgt_is_causal=*/false,
+            data("tgt_len", {1}, DataType::Int32), Value(), Value(), data("mem_mask", {4, 5}, DataType::Bool));
+  }
+  Executor exe;
+  exe.run(startup);
+  Tensor mask = Tensor::empty(Dims({4, 5}), DataType::Bool);
+  for (int i = 0; i < 20; ++i) mask.data<bool>()[i] = i % 5 != 1;  // no target position sees memory position 1
+  const Tensor len = Tensor::from_vector<std::int32_t>({1}, {3});
+  auto run = [&](const std::vector<float>& t, const std::vector<float>& m) {
+    return exe.run(main_prog, {{"tgt", f32({1, 4, 8}, t)}, {"mem", f32({1, 5, 8}, m)}, {"tgt_len", len},
+                               {"mem_mask", mask}},
+                   {y})[0]
+        .to_vector<float>();
+  };
+  const auto tgt = wave(32), mem = wave(40, 0.7f);
+  const auto base = run(tgt, mem);
+  auto padded_tgt = tgt, hidden = mem, seen = mem;
+  for (int d = 0; d < 8; ++d) padded_tgt[3 * 8 + d] += 0.5f * float(d);  // target position 3, past length 3
+  for (int d = 0; d < 8; ++d) hidden[1 * 8 + d] += 1.0f + float(d);      // memory position 1, masked
+  for (int d = 0; d < 8; ++d) seen[2 * 8 + d] += 0.5f * float(d);        // memory position 2
+  const auto a = run(padded_tgt, mem), h = run(tgt, hidden), s = run(tgt, seen);
+  for (int i = 0; i < 3 * 8; ++i) CHECK(a[i] == base[i]);  // only position 3's own output moves
+  CHECK(h == base);
+  double moved = 0;
+  for (std::size_t i = 0; i < base.size(); ++i) moved += std::abs(s[i] - base[i]);
+  CHECK(moved > 1e-3);
+}

@@ -1,4 +1,4 @@
-// Reference tests of kiln.matmul's CPU kernel (OpenBLAS): every transpose
+// Reference tests of kiln.matmul's CPU kernel (OpenBLAS, oneDNN): every transpose
 // combination, unbatched and batched with broadcast batch dims, f32 and f64,
 // against a triple loop written here, and det (pivoting, batches); plus
 // bad-input errors at build time (InferMeta) and at run time (dims unknown

@@ -254,7 +254,7 @@ class Flatten : public Layer {
 // kiln.scaled_dot_product_attention per head (E / num_heads wide), and an
 // output projection. num_heads must divide embed_dim (kiln::Error naming
 // the layer). The fused kernel has no dropout on the attention weights;
-// TransformerEncoderLayer drops out the attention output instead.
+// the transformer layers drop out the attention output instead.
 class MultiHeadAttention : public Layer {
  public:
   MultiHeadAttention(std::int64_t embed_dim, std::int64_t num_heads, bool bias = true,
@@ -288,9 +288,11 @@ class MultiHeadAttention : public Layer {
 //   x = norm1(x + dropout(attention(x)))
 //   x = norm2(x + dropout(linear2(dropout(activation(linear1(x))))))
 // activation "relu" or "gelu"; causal masks future positions (a decoder-only
-// model's block). dropout applies to the residual branches and the
-// feed-forward's hidden layer, not (as PyTorch's also does) to the
-// attention probabilities.
+// model's block: kiln applies the causal mask itself, combined with
+// attn_mask; PyTorch's is_causal is a hint beside its mask). dropout applies
+// to the residual branches and the feed-forward's hidden layer; PyTorch's
+// also drops attention probabilities, kiln's does not. A bool attn_mask is
+// true where the key takes part: the opposite of nn.Transformer*'s.
 class TransformerEncoderLayer : public Layer {
  public:
   TransformerEncoderLayer(std::int64_t d_model, std::int64_t nhead,
@@ -324,8 +326,10 @@ class TransformerEncoderLayer : public Layer {
 //   x = x + dropout(attention(norm2(x), memory))
 //   x = x + dropout(linear2(dropout(activation(linear1(norm3(x))))))
 // else (post-norm, PyTorch's default) each sum is normalized instead:
-// x = norm1(x + …), norm2, norm3. The arguments as TransformerEncoderLayer's.
-// It has no one-input call (forward throws): it needs the memory.
+// x = norm1(x + …), norm2, norm3. The arguments, masks (a bool one true
+// where the key takes part: the opposite of nn.Transformer*'s) and dropout
+// as TransformerEncoderLayer's. It has no one-input call (forward throws):
+// it needs the memory.
 class TransformerDecoderLayer : public Layer {
  public:
   TransformerDecoderLayer(std::int64_t d_model, std::int64_t nhead,

@@ -1,5 +1,5 @@
-// The BLAS kiln's CPU kernels call (OpenBLAS): a thin handle on its thread
-// count. Kernels never change it; whoever decides between graph-level and
+// The intra-op thread count of kiln's CPU kernels: the BLAS's (OpenBLAS's)
+// and kiln's own splits (oneDNN's f32 GEMMs, kernels/cpu/cpu_blas.h). Kernels never change it; whoever decides between graph-level and
 // GEMM-level parallelism (the executor) calls this once (DESIGN.md: two
 // spinning pools, workers + BLAS, made PyTorch's MLP 3x slower).
 #pragma once
