@@ -269,15 +269,40 @@ Value MultiHeadAttention::operator()(Value query, Value key, Value value, bool c
   return (*out_proj_)(o);
 }
 
+namespace {
+
+// The transformer layers' checks of their feed-forward width and activation.
+void check_block(std::string_view layer, std::int64_t dim_feedforward, const std::string& activation) {
+  check_positive(layer, "dim_feedforward", dim_feedforward);
+  if (activation != "relu" && activation != "gelu")
+    throw_error(ErrorKind::InvalidArgument, layer, ": activation '", activation, "' must be \"relu\" or \"gelu\"");
+}
+
+// A transformer layer's residual step: x + branch(norm(x)) (pre-norm) or
+// norm(x + branch(x)) (post-norm).
+template <typename Branch>
+Value residual(bool norm_first, Value x, const LayerNorm& norm, const Branch& branch) {
+  Builder b = main_builder();
+  if (!norm_first) return norm(b.create<AddOp>(x, branch(x)).result());
+  return b.create<AddOp>(x, branch(norm(x))).result();
+}
+
+// out(linear2(hidden(activation(linear1(x))))): the feed-forward branch.
+Value feed_forward(const Linear& linear1, const Linear& linear2, const Dropout& hidden, const Dropout& out,
+                   const std::string& activation, Value x) {
+  Value h = linear1(x);
+  h = activation == "gelu" ? functional::gelu(h) : functional::relu(h);
+  return out(linear2(hidden(h)));
+}
+
+}  // namespace
+
 TransformerEncoderLayer::TransformerEncoderLayer(std::int64_t d_model, std::int64_t nhead,
                                                  std::int64_t dim_feedforward, double dropout,
                                                  std::string activation, double layer_norm_eps,
                                                  DataType dtype, bool norm_first)
     : Layer("transformer_encoder_layer"), activation_(std::move(activation)), norm_first_(norm_first) {
-  check_positive("TransformerEncoderLayer", "dim_feedforward", dim_feedforward);
-  if (activation_ != "relu" && activation_ != "gelu")
-    throw_error(ErrorKind::InvalidArgument, "TransformerEncoderLayer: activation '", activation_,
-                "' must be \"relu\" or \"gelu\"");
+  check_block("TransformerEncoderLayer", dim_feedforward, activation_);
   attn_ = add_sublayer(std::make_shared<MultiHeadAttention>(d_model, nhead, true, dtype));
   norm1_ = add_sublayer(std::make_shared<LayerNorm>(std::vector<std::int64_t>{d_model},
                                                     layer_norm_eps, true, dtype));
@@ -294,24 +319,12 @@ TransformerEncoderLayer::TransformerEncoderLayer(std::int64_t d_model, std::int6
 
 Value TransformerEncoderLayer::forward(Value x) const { return (*this)(x, false); }
 
-Value TransformerEncoderLayer::attention_branch(Value x, bool causal, Value key_lengths, Value attn_mask) const {
-  return (*dropout1_)((*attn_)(x, x, x, causal, key_lengths, attn_mask));
-}
-
-Value TransformerEncoderLayer::feed_forward_branch(Value x) const {
-  Value h = (*linear1_)(x);
-  h = activation_ == "gelu" ? functional::gelu(h) : functional::relu(h);
-  return (*dropout2_)((*linear2_)((*dropout_)(h)));
-}
-
 Value TransformerEncoderLayer::operator()(Value x, bool causal, Value key_lengths, Value attn_mask) const {
-  Builder b = main_builder();
-  if (!norm_first_) {
-    x = (*norm1_)(b.create<AddOp>(x, attention_branch(x, causal, key_lengths, attn_mask)).result());
-    return (*norm2_)(b.create<AddOp>(x, feed_forward_branch(x)).result());
-  }
-  x = b.create<AddOp>(x, attention_branch((*norm1_)(x), causal, key_lengths, attn_mask)).result();
-  return b.create<AddOp>(x, feed_forward_branch((*norm2_)(x))).result();
+  x = residual(norm_first_, x, *norm1_,
+               [&](Value n) { return (*dropout1_)((*attn_)(n, n, n, causal, key_lengths, attn_mask)); });
+  return residual(norm_first_, x, *norm2_, [&](Value n) {
+    return feed_forward(*linear1_, *linear2_, *dropout_, *dropout2_, activation_, n);
+  });
 }
 
 TransformerDecoderLayer::TransformerDecoderLayer(std::int64_t d_model, std::int64_t nhead,
@@ -319,10 +332,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(std::int64_t d_model, std::int6
                                                  std::string activation, double layer_norm_eps,
                                                  DataType dtype, bool norm_first)
     : Layer("transformer_decoder_layer"), activation_(std::move(activation)), norm_first_(norm_first) {
-  check_positive("TransformerDecoderLayer", "dim_feedforward", dim_feedforward);
-  if (activation_ != "relu" && activation_ != "gelu")
-    throw_error(ErrorKind::InvalidArgument, "TransformerDecoderLayer: activation '", activation_,
-                "' must be \"relu\" or \"gelu\"");
+  check_block("TransformerDecoderLayer", dim_feedforward, activation_);
   self_attn_ = add_sublayer(std::make_shared<MultiHeadAttention>(d_model, nhead, true, dtype));
   cross_attn_ = add_sublayer(std::make_shared<MultiHeadAttention>(d_model, nhead, true, dtype));
   for (auto* norm : {&norm1_, &norm2_, &norm3_})
@@ -333,27 +343,17 @@ TransformerDecoderLayer::TransformerDecoderLayer(std::int64_t d_model, std::int6
   for (auto* d : {&dropout_, &dropout1_, &dropout2_, &dropout3_}) *d = add_sublayer(std::make_shared<Dropout>(dropout));
 }
 
-Value TransformerDecoderLayer::feed_forward_branch(Value x) const {
-  Value h = (*linear1_)(x);
-  h = activation_ == "gelu" ? functional::gelu(h) : functional::relu(h);
-  return (*dropout3_)((*linear2_)((*dropout_)(h)));
-}
-
 Value TransformerDecoderLayer::operator()(Value tgt, Value memory, bool tgt_is_causal, Value tgt_key_lengths,
                                           Value memory_key_lengths, Value tgt_mask, Value memory_mask) const {
-  Builder b = main_builder();
-  // x + branch(norm(x)) (pre-norm) or norm(x + branch(x)) (post-norm).
-  const auto residual = [&](Value x, const LayerNorm& norm, const auto& branch) -> Value {
-    if (!norm_first_) return norm(b.create<AddOp>(x, branch(x)).result());
-    return b.create<AddOp>(x, branch(norm(x))).result();
-  };
-  Value x = residual(tgt, *norm1_, [&](Value n) {
+  Value x = residual(norm_first_, tgt, *norm1_, [&](Value n) {
     return (*dropout1_)((*self_attn_)(n, n, n, tgt_is_causal, tgt_key_lengths, tgt_mask));
   });
-  x = residual(x, *norm2_, [&](Value n) {
+  x = residual(norm_first_, x, *norm2_, [&](Value n) {
     return (*dropout2_)((*cross_attn_)(n, memory, memory, false, memory_key_lengths, memory_mask));
   });
-  return residual(x, *norm3_, [&](Value n) { return feed_forward_branch(n); });
+  return residual(norm_first_, x, *norm3_, [&](Value n) {
+    return feed_forward(*linear1_, *linear2_, *dropout_, *dropout3_, activation_, n);
+  });
 }
 
 Sequential::Sequential(std::initializer_list<std::shared_ptr<Layer>> layers) {

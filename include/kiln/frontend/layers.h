@@ -307,10 +307,6 @@ class TransformerEncoderLayer : public Layer {
   bool norm_first() const { return norm_first_; }
 
  private:
-  // The residual branches: dropout(attention(x)) and the feed-forward's.
-  Value attention_branch(Value x, bool causal, Value key_lengths, Value attn_mask) const;
-  Value feed_forward_branch(Value x) const;
-
   std::string activation_;
   bool norm_first_;
   std::shared_ptr<MultiHeadAttention> attn_;
@@ -349,8 +345,6 @@ class TransformerDecoderLayer : public Layer {
   bool norm_first() const { return norm_first_; }
 
  private:
-  Value feed_forward_branch(Value x) const;
-
   std::string activation_;
   bool norm_first_;
   std::shared_ptr<MultiHeadAttention> self_attn_, cross_attn_;
