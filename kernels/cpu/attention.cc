@@ -12,7 +12,9 @@
 // grouped-query attention a query head reads its group's k / v head in
 // place, and the gradient writes each query head's share of dK and dV into
 // scratch, summed per group after in head order (the same bits at any
-// thread count).
+// thread count). Attention dropout (kiln/kernel/attention_dropout.h)
+// zeroes and scales a tile's probabilities after the softmax; the
+// gradient draws the same keep mask from the same key.
 
 #include <algorithm>
 #include <bit>
@@ -28,6 +30,7 @@
 #include "vector_math.h"
 #include "kiln/dialect/attention_ops.h"
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/kernel/attention_dropout.h"
 
 namespace kiln::cpu {
 namespace {
@@ -124,6 +127,51 @@ struct ScoreMask {
     }
   }
 };
+
+// The op's dropout rule: inactive without dropout (dropout_p 0 or
+// is_test), else drawn from its dropout_key input (u64 [1], checked).
+template <typename Attrs>
+AttentionDropout dropout_of(const KernelContext& ctx, const Attrs& attrs, int key, const AttentionDims& a) {
+  const double p = attention_dropout_p(ctx.op()->name(), attrs.dropout_p, attrs.is_test, key >= 0);
+  if (p == 0) return {};
+  const Tensor& t = ctx.input(static_cast<std::uint32_t>(key));
+  check_dropout_key_tensor(ctx.op()->name(), t.dtype(), t.dims());
+  return attention_dropout(p, t.data<std::uint64_t>()[0], a.lk);
+}
+
+// Dropout of a tile's probabilities p (rows × kend; its first row is
+// `row0` = head · Lq + query row): kept ones scaled, dropped ones 0.
+template <typename T>
+void drop_tile(const AttentionDropout& drop, T* p, std::int64_t rows, std::int64_t kend, std::int64_t row0) {
+  const T scale = static_cast<T>(drop.scale);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* __restrict x = p + r * kend;
+    for (std::int64_t j0 = 0; j0 < kend; j0 += 4) {
+      const std::uint64_t bits = drop.word(row0 + r, j0 >> 2);
+      for (std::int64_t j = j0; j < std::min(j0 + 4, kend); ++j) x[j] = drop.keeps(bits, j) ? x[j] * scale : T(0);
+    }
+  }
+}
+// Gradient under dropout: dS = P ∘ (Z ∘ dP - Δ) in place of dP, and
+// P ∘ Z (what weighed v) in place of P, Z being the keep mask times the scale.
+template <typename T>
+void drop_score_grads(const AttentionDropout& drop, T* p, T* dp, std::int64_t rows, std::int64_t kend,
+                      std::int64_t row0, const T* delta) {
+  const T scale = static_cast<T>(drop.scale);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* __restrict pr = p + r * kend;
+    T* __restrict dpr = dp + r * kend;
+    const T dl = delta[r];
+    for (std::int64_t j0 = 0; j0 < kend; j0 += 4) {
+      const std::uint64_t bits = drop.word(row0 + r, j0 >> 2);
+      for (std::int64_t j = j0; j < std::min(j0 + 4, kend); ++j) {
+        const T z = drop.keeps(bits, j) ? scale : T(0);
+        dpr[j] = pr[j] * (z * dpr[j] - dl);
+        pr[j] *= z;
+      }
+    }
+  }
+}
 
 // exp for the softmax rows (vector_math.h: a polynomial for f32). Below
 // -87 it gives exp(-87) ~ 1.6e-38, nothing next to a row's largest term, 1.
@@ -239,16 +287,16 @@ struct ProbabilityTile {
     }
   }
 };
-// Gradient: dS = P ∘ (dP - Δ), in place of P.
+// Gradient: dS = P ∘ (dP - Δ), in place of dP.
 template <typename T>
 struct ScoreGradTile {
-  KILN_SIMD_INLINE static void run(T* p, const T* dp, std::int64_t rows, std::int64_t kend,
+  KILN_SIMD_INLINE static void run(const T* p, T* dp, std::int64_t rows, std::int64_t kend,
                                    const T* delta) {
     for (std::int64_t r = 0; r < rows; ++r) {
-      T* __restrict row = p + r * kend;
-      const T* __restrict dpr = dp + r * kend;
+      const T* __restrict row = p + r * kend;
+      T* __restrict dpr = dp + r * kend;
       const T dl = delta[r];
-      for (std::int64_t j = 0; j < kend; ++j) row[j] *= dpr[j] - dl;
+      for (std::int64_t j = 0; j < kend; ++j) dpr[j] = row[j] * (dpr[j] - dl);
     }
   }
 };
@@ -276,6 +324,7 @@ struct ForwardTile {
   bool causal;
   const std::vector<std::int64_t>& lens;  // key_lengths per batch, or empty
   const ScoreMask<T>& mask;
+  const AttentionDropout& drop;
 
   void operator()(std::int64_t bh, std::int64_t i0, T* s) const {
     const int d = static_cast<int>(a.d), dv = static_cast<int>(a.dv);
@@ -300,6 +349,7 @@ struct ForwardTile {
     } else {
       simd_dispatch<SoftmaxTile<T>>(s, rows, kend, i0, causal, lse + bh * a.lq + i0);
     }
+    if (drop.active()) drop_tile(drop, s, rows, kend, bh * a.lq + i0);
     if (dv > 0) gemm(false, false, static_cast<int>(rows), dv, ik, T(1), s, ik, vb, ld.v, T(0), ob, ld.o);
   }
 };
@@ -313,6 +363,7 @@ struct AttentionK {
     const AttentionOptionals opt = optionals(ctx, 3);
     const std::vector<std::int64_t> lens = key_lengths(ctx, opt.key_lengths, a);
     const ScoreMask<T> mask = ScoreMask<T>::of(ctx, opt.mask, a);
+    const AttentionDropout drop = dropout_of(ctx, attrs, opt.dropout_key, a);
     const std::int64_t lse_shape[] = {a.b, a.h, a.lq};
     Tensor& out = ctx.alloc_output(0, a.out_dims(), q.dtype());
     Tensor& lse = ctx.alloc_output(1, Dims(std::span<const std::int64_t>(lse_shape, 3)), q.dtype());
@@ -325,7 +376,7 @@ struct AttentionK {
       return;
     }
     const ForwardTile<T> tile{a,  q.data<T>(), k.data<T>(), v.data<T>(), po, pl,
-                              static_cast<T>(attention_scale(attrs.scale, a.d)), attrs.causal, lens, mask};
+                              static_cast<T>(attention_scale(attrs.scale, a.d)), attrs.causal, lens, mask, drop};
     // Items: (head, tile of kTileRows query rows), each written by one call
     // of the same GEMMs on any thread.
     const std::int64_t tiles = (a.lq + kTileRows - 1) / kTileRows;
@@ -349,6 +400,7 @@ struct BackwardTiles {
   bool causal;
   const std::vector<std::int64_t>& lens;  // key_lengths per batch, or empty
   const ScoreMask<T>& mask;
+  const AttentionDropout& drop;
 
   std::int64_t keys(std::int64_t bh, std::int64_t i0) const {
     return tile_keys(a, lens, causal, bh, i0, std::min(kTileRows, a.lq - i0));
@@ -373,7 +425,8 @@ struct BackwardTiles {
                                                std::int64_t{ld.o}, delta);
     }
   }
-  // dP = dO · Vᵀ into dp, then dS = P ∘ (dP - Δ) in place of P.
+  // dP = dO · Vᵀ into dp, then dS = P ∘ (dP - Δ) in place of dP (under
+  // dropout P ∘ (Z ∘ dP - Δ), and P ∘ Z in place of P).
   void score_grads(std::int64_t bh, std::int64_t i0, std::int64_t kend, T* p, T* dp, const T* delta) const {
     const std::int64_t rows = std::min(kTileRows, a.lq - i0);
     const int ik = static_cast<int>(kend);
@@ -384,7 +437,8 @@ struct BackwardTiles {
            ik);
     else
       std::fill(dp, dp + rows * kend, T(0));
-    simd_dispatch<ScoreGradTile<T>>(p, static_cast<const T*>(dp), rows, kend, delta);
+    if (drop.active()) drop_score_grads(drop, p, dp, rows, kend, bh * a.lq + i0, delta);
+    else simd_dispatch<ScoreGradTile<T>>(static_cast<const T*>(p), dp, rows, kend, delta);
   }
 };
 
@@ -410,13 +464,13 @@ void backward_head(const BackwardTiles<T>& t, std::int64_t bh, T* p, T* dq, T* d
     const int ik = static_cast<int>(kend);
     if (kend == 0) continue;  // rows without keys: no gradient
     t.probabilities(bh, i0, kend, p, delta);
-    // dV[:kend] += Pᵀ · dO
-    if (ndv > 0) gemm(true, false, ik, ndv, ir, T(1), p, ik, dob + i0 * ld.o, ld.o, T(1), dvb, ld.o);
     t.score_grads(bh, i0, kend, p, dp, delta);
+    // dV[:kend] += (P ∘ Z)ᵀ · dO
+    if (ndv > 0) gemm(true, false, ik, ndv, ir, T(1), p, ik, dob + i0 * ld.o, ld.o, T(1), dvb, ld.o);
     if (d > 0) {
       // dQ = scale · dS · K; dK[:kend] += scale · dSᵀ · Q
-      gemm(false, false, ir, d, ik, t.scale, p, ik, kb, ld.k, T(0), dqb + i0 * ld.q, ld.q);
-      gemm(true, false, ik, d, ir, t.scale, p, ik, qb + i0 * ld.q, ld.q, T(1), dkb, ld.q);
+      gemm(false, false, ir, d, ik, t.scale, dp, ik, kb, ld.k, T(0), dqb + i0 * ld.q, ld.q);
+      gemm(true, false, ik, d, ir, t.scale, dp, ik, qb + i0 * ld.q, ld.q, T(1), dkb, ld.q);
     }
   }
 }
@@ -446,6 +500,8 @@ struct GradInputs {
   AttentionDims a;
   std::vector<std::int64_t> lens;
   ScoreMask<T> mask;
+  AttentionDropout drop;
+  int mask_input = -1;
 
   explicit GradInputs(const KernelContext& ctx)
       : q(typed_input<T>(ctx, 0)), k(typed_input<T>(ctx, 1)), v(typed_input<T>(ctx, 2)),
@@ -455,11 +511,13 @@ struct GradInputs {
     const AttentionOptionals opt = optionals(ctx, 6);
     lens = key_lengths(ctx, opt.key_lengths, a);
     mask = ScoreMask<T>::of(ctx, opt.mask, a);
+    drop = dropout_of(ctx, ctx.attrs<GradOf<ScaledDotProductAttentionOp>>(), opt.dropout_key, a);
+    mask_input = opt.mask;
   }
   BackwardTiles<T> tiles(const KernelContext& ctx) const {
     const auto& attrs = ctx.attrs<GradOf<ScaledDotProductAttentionOp>>();
     return {a, q.data<T>(), k.data<T>(), v.data<T>(), o.data<T>(), lse.data<T>(), dout.data<T>(),
-            static_cast<T>(attention_scale(attrs.scale, a.d)), attrs.causal, lens, mask};
+            static_cast<T>(attention_scale(attrs.scale, a.d)), attrs.causal, lens, mask, drop};
   }
   bool empty() const { return a.bh == 0 || a.lq == 0 || a.lk == 0; }
 };
@@ -509,7 +567,7 @@ void mask_grad_head(const BackwardTiles<T>& t, std::int64_t bh, T* p, T* dmask) 
     t.score_grads(bh, i0, kend, p, dp, delta);
     for (std::int64_t r = 0; r < rows; ++r) {
       T* __restrict m = dmask + t.mask.row(bh, i0 + r);
-      const T* __restrict ds = p + r * kend;
+      const T* __restrict ds = dp + r * kend;
       for (std::int64_t j = 0; j < kend; ++j) m[j * t.mask.st.sj] += ds[j];
     }
   }
@@ -523,7 +581,7 @@ struct AttentionMaskGradK {
     const GradInputs<T> in(ctx);
     if (!in.mask || in.mask.boolean)
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' needs a float mask");
-    const Tensor& m = ctx.input(ctx.num_inputs() - 1);
+    const Tensor& m = ctx.input(static_cast<std::uint32_t>(in.mask_input));
     Tensor& dmask = ctx.alloc_output(0, m.dims(), m.dtype());
     if (dmask.numel() > 0) std::memset(dmask.raw_data(), 0, dmask.bytes());
     const AttentionDims& a = in.a;

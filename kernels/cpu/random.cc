@@ -115,6 +115,13 @@ void dropout_kernel(KernelContext& ctx) {
 
 }  // namespace
 
+void random_key_kernel(KernelContext& ctx) {
+  const std::int64_t one[] = {1};
+  Tensor& out = ctx.alloc_output(0, Dims(std::span<const std::int64_t>(one, 1)), DataType::UInt64);
+  out.data<std::uint64_t>()[0] = random_key(ctx.attrs<RandomKeyOp>().seed);
+}
+
+KILN_REGISTER_KERNEL(RandomKeyOp, Cpu, UInt64, random_key_kernel);
 KILN_REGISTER_KERNEL(UniformRandomOp, Cpu, Float32, uniform_random_kernel<float>);
 KILN_REGISTER_KERNEL(UniformRandomOp, Cpu, Float64, uniform_random_kernel<double>);
 KILN_REGISTER_KERNEL(GaussianRandomOp, Cpu, Float32, gaussian_random_kernel<float>);

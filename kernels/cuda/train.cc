@@ -439,6 +439,13 @@ void gaussian_random_kernel(KernelContext& ctx) {
   check_launch(ctx);
 }
 
+void random_key_kernel(KernelContext& ctx) {
+  const std::int64_t one[] = {1};
+  Tensor& out = ctx.alloc_output(0, Dims(std::span<const std::int64_t>(one, 1)), DataType::UInt64);
+  launch_fill(out.raw_data(), 1, 8, random_key(ctx.attrs<RandomKeyOp>().seed), stream_of(ctx));
+  check_launch(ctx);
+}
+
 template <typename T>
 void dropout_kernel(KernelContext& ctx) {
   const auto& a = ctx.attrs<DropoutOp>();
@@ -509,6 +516,7 @@ KILN_REGISTER_KERNELS(Adam_Op, Cuda, AdamK, float, double);
 KILN_REGISTER_KERNELS(AdamW_Op, Cuda, AdamWK, float, double);
 KILN_REGISTER_KERNEL(CheckFiniteAndUnscaleOp, Cuda, Float32, check_finite_and_unscale_kernel);
 KILN_REGISTER_KERNEL(UpdateLossScaling_Op, Cuda, Bool, update_loss_scaling_kernel);
+KILN_REGISTER_KERNEL(RandomKeyOp, Cuda, UInt64, random_key_kernel);
 KILN_REGISTER_KERNEL(UniformRandomOp, Cuda, Float32, uniform_random_kernel<float>);
 KILN_REGISTER_KERNEL(UniformRandomOp, Cuda, Float64, uniform_random_kernel<double>);
 KILN_REGISTER_KERNEL(GaussianRandomOp, Cuda, Float32, gaussian_random_kernel<float>);

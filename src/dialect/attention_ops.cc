@@ -70,14 +70,33 @@ AttentionOptionals attention_optionals(std::string_view op, const std::vector<Da
     o.key_lengths = static_cast<int>(i++);
   if (i < dtypes.size() && (dtypes[i] == DataType::Bool || is_floating(dtypes[i])))
     o.mask = static_cast<int>(i++);
+  if (i < dtypes.size() && dtypes[i] == DataType::UInt64) o.dropout_key = static_cast<int>(i++);
   if (dtypes.size() < fixed || i != dtypes.size())
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' takes ",
                 fixed == 3 ? "q, k, v" : "q, k, v, out, lse, dout",
-                ", then optionally key_lengths (int32 or int64) and a mask (bool or floating), in that order; got ",
+                ", then optionally key_lengths (int32 or int64), a mask (bool or floating) and a dropout key "
+                "(u64), in that order; got ",
                 dtypes.size(), " operands",
                 dtypes.size() > i ? std::string(", operand #") + std::to_string(i) + " being " + std::string(to_string(dtypes[i]))
                                   : std::string());
   return o;
+}
+
+double attention_dropout_p(std::string_view op, double dropout_p, bool is_test, bool has_key) {
+  if (!(dropout_p >= 0 && dropout_p < 1))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' dropout_p must lie in [0, 1), got ", dropout_p);
+  if (is_test || dropout_p == 0) return 0;
+  if (!has_key)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' has dropout_p ", dropout_p,
+                " but no dropout_key operand (u64 [1], e.g. from kiln.random_key) to draw which "
+                "probabilities drop");
+  return dropout_p;
+}
+
+void check_dropout_key_tensor(std::string_view op, DataType dt, const Dims& dims) {
+  if (dt != DataType::UInt64 || dims.rank() != 1 || dims[0] != 1)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' dropout_key is ", to_string(dt), " [",
+                dims.to_string(), "], expected u64 [1]");
 }
 
 AttentionMaskStrides attention_mask_strides(std::string_view op, DataType mask_dt, const Dims& mask,
@@ -197,6 +216,17 @@ void check_mask(std::string_view op, const std::vector<Type>& in, int i,
                 " (rank 2 to 4, each dim 1 or equal; key_lengths are int32 or int64 [B])");
 }
 
+// The dropout attributes and dropout_key (operand i of `in`, when i >= 0):
+// u64 [1], there when dropout_p > 0 and not is_test.
+void check_dropout(std::string_view op, const std::vector<Type>& in, int i, double dropout_p, bool is_test) {
+  attention_dropout_p(op, dropout_p, is_test, i >= 0);
+  if (i < 0) return;
+  const auto& dims = shaped_dims(meta::tensor_operand(op, in, static_cast<std::size_t>(i)));
+  if (dims.size() != 1 || !meta::dim_fits(dims[0], 1))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' dropout_key (operand #", i, ") is u64 ",
+                meta::dims_string(dims), ", expected u64 [1]");
+}
+
 // out's dims in the layout: [B, H, Lq, Dv] or [B, Lq, H, Dv].
 std::vector<std::int64_t> out_dims(const std::array<std::int64_t, 6>& d, bool heads_inner) {
   if (heads_inner) return {d[0], d[2], d[1], d[5]};
@@ -205,19 +235,31 @@ std::vector<std::int64_t> out_dims(const std::array<std::int64_t, 6>& d, bool he
 
 }  // namespace
 
+std::vector<NamedAttribute> ScaledDotProductAttentionOp::attribute_defaults() {
+  return {{"layout", StrAttribute::get("BHLD")},
+          {"dropout_p", Float64Attribute::get(0.0)},
+          {"is_test", BoolAttribute::get(false)}};
+}
+
 void ScaledDotProductAttentionOp::build(Builder& b, OperationArgument& arg, Value q, Value k, Value v,
                                         bool causal, double scale, std::string layout,
-                                        Value key_lengths, Value mask) {
+                                        Value key_lengths, Value mask, double dropout_p, Value dropout_key) {
   std::vector<Value> operands{q, k, v};
-  if (key_lengths) operands.push_back(key_lengths);
-  if (mask) operands.push_back(mask);
-  build(b, arg, operands, causal, scale, std::move(layout));
+  for (Value x : {key_lengths, mask, dropout_key})
+    if (x) operands.push_back(x);
+  build(b, arg, operands, causal, scale, std::move(layout), dropout_p);
+}
+
+void ScaledDotProductAttentionOp::build(Builder& b, OperationArgument& arg, const std::vector<Value>& operands,
+                                        bool causal, double scale, std::string layout, double dropout_p,
+                                        bool is_test) {
+  build(b, arg, operands, Attributes{causal, scale, std::move(layout), dropout_p, is_test});
 }
 
 void ScaledDotProductAttentionOp::build(Builder&, OperationArgument& arg, const std::vector<Value>& operands,
-                                        bool causal, double scale, std::string layout) {
+                                        const Attributes& attrs) {
   for (Value v : operands) arg.add_operand(v);
-  arg.attributes = to_named_attributes(Attributes{causal, scale, std::move(layout)});
+  arg.attributes = to_named_attributes(attrs);
 }
 
 std::vector<Type> ScaledDotProductAttentionOp::infer_meta(const std::vector<Type>& in,
@@ -228,6 +270,7 @@ std::vector<Type> ScaledDotProductAttentionOp::infer_meta(const std::vector<Type
   const auto d = check_qkv(name, in, heads_inner);
   if (opt.key_lengths >= 0) check_key_lengths(name, in, 3, d[0]);
   check_mask(name, in, opt.mask, d, shaped_data_type(in[0]));
+  check_dropout(name, in, opt.dropout_key, a.dropout_p, a.is_test);
   if (!std::isfinite(a.scale))
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' scale must be finite, got ", a.scale);
   const DataType dt = shaped_data_type(in[0]);
@@ -237,12 +280,14 @@ std::vector<Type> ScaledDotProductAttentionOp::infer_meta(const std::vector<Type
 
 void ScaledDotProductAttentionOp::Grad::check(std::string_view op, const std::vector<Type>& in,
                                               DictionaryAttribute attrs) {
-  const bool heads_inner = attention_heads_inner(op, from_attributes<Attributes>(attrs, op).layout);
+  const auto a = from_attributes<Attributes>(attrs, op);
+  const bool heads_inner = attention_heads_inner(op, a.layout);
   const AttentionOptionals opt = attention_optionals(op, dtypes_of(in), 6);
   const auto d = check_qkv(op, in, heads_inner);
   if (opt.key_lengths >= 0) check_key_lengths(op, in, 6, d[0]);
   const DataType dt = shaped_data_type(in[0]);
   check_mask(op, in, opt.mask, d, dt);
+  check_dropout(op, in, opt.dropout_key, a.dropout_p, a.is_test);
   const std::vector<std::int64_t> out = out_dims(d, heads_inner), lse{d[0], d[1], d[2]};
   const char* names[] = {"out", "lse", "dout"};
   const std::vector<std::int64_t>* want[] = {&out, &lse, &out};
@@ -273,9 +318,11 @@ std::vector<Value> ScaledDotProductAttentionOp::vjp(Builder& b, Operation* op,
   for (std::uint32_t i = 3; i < op->num_operands(); ++i) in.push_back(op->operand_source(i));
   Operation* gop = b.create<GradOf<ScaledDotProductAttentionOp>>(op, in).operation();
   for (std::uint32_t i = 0; i < 3; ++i) grads[i] = gop->result(i);
-  Value mask = op->num_operands() > 3 ? op->operand_source(op->num_operands() - 1) : Value();
-  if (mask && vjp::differentiable(mask))  // a float mask (a bool one has no gradient)
-    grads.back() = b.create<AttentionMaskGradOp>(op, in).result();
+  std::vector<DataType> dt;
+  for (std::uint32_t i = 0; i < op->num_operands(); ++i) dt.push_back(shaped_data_type(op->operand_source(i).type()));
+  const int m = attention_optionals(name, dt, 3).mask;
+  if (m >= 0 && vjp::differentiable(op->operand_source(static_cast<std::uint32_t>(m))))  // a float mask
+    grads[static_cast<std::size_t>(m)] = b.create<AttentionMaskGradOp>(op, in).result();
   return grads;
 }
 
@@ -285,10 +332,15 @@ void AttentionMaskGradOp::build(Builder&, OperationArgument& arg, Operation* fwd
   for (const auto& [k, v] : fwd->attributes()) arg.add_attribute(k, v);
 }
 
-void AttentionMaskGradOp::build(Builder&, OperationArgument& arg, const std::vector<Value>& operands,
+void AttentionMaskGradOp::build(Builder& b, OperationArgument& arg, const std::vector<Value>& operands,
                                 bool causal, double scale, std::string layout) {
+  build(b, arg, operands, Attributes{causal, scale, std::move(layout), 0.0, false});
+}
+
+void AttentionMaskGradOp::build(Builder&, OperationArgument& arg, const std::vector<Value>& operands,
+                                const Attributes& attrs) {
   for (Value v : operands) arg.add_operand(v);
-  arg.attributes = to_named_attributes(Attributes{causal, scale, std::move(layout)});
+  arg.attributes = to_named_attributes(attrs);
 }
 
 std::vector<Type> AttentionMaskGradOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {

@@ -1,5 +1,5 @@
 // The random ops of kiln/dialect/random_ops.h: uniform_random,
-// gaussian_random and dropout (with its gradient op).
+// gaussian_random, random_key and dropout (with its gradient op).
 #include "kiln/dialect/infer_meta_util.h"
 #include "kiln/dialect/random_ops.h"
 
@@ -63,7 +63,16 @@ std::vector<Type> DropoutOp::infer_meta(const std::vector<Type>& in, DictionaryA
 
 void DropoutOp::verify() const { check_dropout_p(name, attrs().p); }
 
-KILN_REGISTER_OP(UniformRandomOp, GaussianRandomOp, DropoutOp, GradOf<DropoutOp>);
+KILN_REGISTER_OP(UniformRandomOp, GaussianRandomOp, RandomKeyOp, DropoutOp, GradOf<DropoutOp>);
+
+void RandomKeyOp::build(Builder&, OperationArgument& arg, std::int64_t seed, Place place) {
+  arg.attributes = to_named_attributes(Attributes{seed, place});
+}
+
+std::vector<Type> RandomKeyOp::infer_meta(const std::vector<Type>&, DictionaryAttribute attrs) {
+  from_attributes<Attributes>(attrs, name);
+  return {TensorType::get(DataType::UInt64, {1})};
+}
 
 void UniformRandomOp::build(Builder&, OperationArgument& arg, const std::vector<std::int64_t>& shape,
                             double min, double max, std::int64_t seed, DataType dtype, Place place) {

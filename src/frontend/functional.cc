@@ -245,7 +245,8 @@ Value flatten(Value x, std::int64_t start_axis, std::int64_t stop_axis) {
 }
 
 Value scaled_dot_product_attention(Value q, Value k, Value v, bool causal, double scale,
-                                   Value key_lengths, Value attn_mask, bool enable_gqa) {
+                                   Value key_lengths, Value attn_mask, bool enable_gqa, double dropout_p,
+                                   std::int64_t seed) {
   check_value("scaled_dot_product_attention", "q", q);
   check_value("scaled_dot_product_attention", "k", k);
   check_value("scaled_dot_product_attention", "v", v);
@@ -259,8 +260,12 @@ Value scaled_dot_product_attention(Value q, Value k, Value v, bool causal, doubl
       throw_error(ErrorKind::InvalidArgument, "scaled_dot_product_attention: q has ", qd[1], " heads, ",
                   x == &kd ? "k" : "v", " has ", (*x)[1],
                   " (pass enable_gqa = true for grouped-query attention, where k and v's heads divide q's)");
-  return main_builder()
-      .create<ScaledDotProductAttentionOp>(q, k, v, causal, scale, "BHLD", key_lengths, attn_mask)
+  if (!(dropout_p >= 0 && dropout_p < 1))
+    throw_error(ErrorKind::InvalidArgument, "scaled_dot_product_attention: dropout_p must lie in [0, 1), got ",
+                dropout_p);
+  Builder b = main_builder();
+  Value key = dropout_p > 0 ? b.create<RandomKeyOp>(seed).result() : Value();
+  return b.create<ScaledDotProductAttentionOp>(q, k, v, causal, scale, "BHLD", key_lengths, attn_mask, dropout_p, key)
       .result(0);
 }
 

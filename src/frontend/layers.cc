@@ -215,10 +215,12 @@ Value AdaptiveAvgPool2D::forward(Value x) const {
 }
 
 MultiHeadAttention::MultiHeadAttention(std::int64_t embed_dim, std::int64_t num_heads, bool bias,
-                                       DataType dtype)
-    : Layer("multi_head_attention"), embed_dim_(embed_dim), num_heads_(num_heads) {
+                                       DataType dtype, double dropout)
+    : Layer("multi_head_attention"), embed_dim_(embed_dim), num_heads_(num_heads), dropout_(dropout) {
   check_positive("MultiHeadAttention", "embed_dim", embed_dim);
   check_positive("MultiHeadAttention", "num_heads", num_heads);
+  if (!(dropout >= 0 && dropout < 1))
+    throw_error(ErrorKind::InvalidArgument, "MultiHeadAttention: dropout must lie in [0, 1), got ", dropout);
   if (embed_dim % num_heads != 0)
     throw_error(ErrorKind::InvalidArgument, "MultiHeadAttention: num_heads (", num_heads,
                 ") must divide embed_dim (", embed_dim, ")");
@@ -262,8 +264,8 @@ Value MultiHeadAttention::operator()(Value query, Value key, Value value, bool c
     Value r = b.create<ReshapeOp>(x, std::vector<std::int64_t>{0, 0, num_heads_, hd}).result();
     return b.create<TransposeOp>(r, std::vector<std::int64_t>{0, 2, 1, 3}).result();
   };
-  Value o = functional::scaled_dot_product_attention(heads(q), heads(k), heads(v), causal, 0.0,
-                                                     key_lengths, attn_mask);
+  Value o = functional::scaled_dot_product_attention(heads(q), heads(k), heads(v), causal, 0.0, key_lengths,
+                                                     attn_mask, false, training() ? dropout_ : 0.0);
   o = b.create<TransposeOp>(o, std::vector<std::int64_t>{0, 2, 1, 3}).result();
   o = b.create<ReshapeOp>(o, std::vector<std::int64_t>{0, 0, embed_dim_}).result();
   return (*out_proj_)(o);
@@ -303,7 +305,7 @@ TransformerEncoderLayer::TransformerEncoderLayer(std::int64_t d_model, std::int6
                                                  DataType dtype, bool norm_first)
     : Layer("transformer_encoder_layer"), activation_(std::move(activation)), norm_first_(norm_first) {
   check_block("TransformerEncoderLayer", dim_feedforward, activation_);
-  attn_ = add_sublayer(std::make_shared<MultiHeadAttention>(d_model, nhead, true, dtype));
+  attn_ = add_sublayer(std::make_shared<MultiHeadAttention>(d_model, nhead, true, dtype, dropout));
   norm1_ = add_sublayer(std::make_shared<LayerNorm>(std::vector<std::int64_t>{d_model},
                                                     layer_norm_eps, true, dtype));
   norm2_ = add_sublayer(std::make_shared<LayerNorm>(std::vector<std::int64_t>{d_model},
@@ -333,8 +335,8 @@ TransformerDecoderLayer::TransformerDecoderLayer(std::int64_t d_model, std::int6
                                                  DataType dtype, bool norm_first)
     : Layer("transformer_decoder_layer"), activation_(std::move(activation)), norm_first_(norm_first) {
   check_block("TransformerDecoderLayer", dim_feedforward, activation_);
-  self_attn_ = add_sublayer(std::make_shared<MultiHeadAttention>(d_model, nhead, true, dtype));
-  cross_attn_ = add_sublayer(std::make_shared<MultiHeadAttention>(d_model, nhead, true, dtype));
+  self_attn_ = add_sublayer(std::make_shared<MultiHeadAttention>(d_model, nhead, true, dtype, dropout));
+  cross_attn_ = add_sublayer(std::make_shared<MultiHeadAttention>(d_model, nhead, true, dtype, dropout));
   for (auto* norm : {&norm1_, &norm2_, &norm3_})
     *norm = add_sublayer(std::make_shared<LayerNorm>(std::vector<std::int64_t>{d_model}, layer_norm_eps, true,
                                                      dtype));

@@ -302,6 +302,16 @@ void dropout(EmitContext& c) {
   }
 }
 
+// A key drawn at run time has no ONNX form; what reads it (attention
+// dropout) is off in an inference graph, so a constant 0 stands in.
+void random_key(EmitContext& c) {
+  const std::uint64_t zero = 0;
+  ::onnx::TensorProto t = tensor_proto(DataType::UInt64, {1},
+                                       std::string(reinterpret_cast<const char*>(&zero), sizeof zero), c.where());
+  auto& n = c.node("Constant", {}, {c.out(0)});
+  set_attr(n, "value", t);
+}
+
 // [B, X, Y, W] → [B, Y, X, W]: BLHD ↔ BHLD.
 std::string swap_heads(EmitContext& c, const std::string& x) {
   ::onnx::NodeProto* n = nullptr;
@@ -358,9 +368,13 @@ std::string repeat_heads(EmitContext& c, const std::string& x, std::int64_t h, s
 // key_lengths: -inf from batch b's length on; a bool mask: -inf where
 // false]) · v, in BHLD (layout BLHD: q, k, v transposed in and out
 // transposed back; a mask is [.., Lq, Lk] in both). A row that sees no key
-// is NaN in ONNX's Softmax where kiln gives 0.
+// is NaN in ONNX's Softmax where kiln gives 0. Inference only: dropout off
+// (is_test, or dropout_p 0); its key, if any, is not read.
 void attention(EmitContext& c) {
   const auto a = ScaledDotProductAttentionOp::dyn_cast(c.op()).attrs();
+  if (!a.is_test && a.dropout_p != 0)
+    c.unsupported("attention dropout in training mode (is_test false); export the for-test clone "
+                  "(kiln::clone_for_test)");
   const bool heads_inner = attention_heads_inner(ScaledDotProductAttentionOp::name, a.layout);
   const auto& q = c.in_dims(0);
   const auto& k = c.in_dims(1);
@@ -505,6 +519,7 @@ void add_export_nn(ExportTable& t) {
   t["kiln.batch_norm"] = &batch_norm;
   t["kiln.fused_batch_norm"] = &fused_batch_norm;
   t["kiln.dropout"] = &dropout;
+  t["kiln.random_key"] = &random_key;
   t["kiln.scaled_dot_product_attention"] = &attention;
   t["kiln.embedding"] = &embedding;
 }

@@ -138,11 +138,11 @@ void fold(Operation* op, const ValueSet& keep, PassContext* ctx) {
   Builder b(*op->parent_block());
   b.set_insertion_point(op);
   std::vector<Value> in;
-  const std::size_t optionals = forward ? 3 : 6;  // key_lengths' and the mask's place, when there
+  const std::size_t optionals = forward ? 3 : 6;  // key_lengths', the mask's and the dropout key's place
   for (std::size_t i = 0; i < old.size(); ++i)
     in.push_back((!forward && i == 4) || i >= optionals ? old[i] : other_layout(b, old[i]));
-  Operation* twin = forward     ? b.create<ScaledDotProductAttentionOp>(in, a.causal, a.scale, a.layout).operation()
-                    : mask_grad ? b.create<AttentionMaskGradOp>(in, a.causal, a.scale, a.layout).operation()
+  Operation* twin = forward     ? b.create<ScaledDotProductAttentionOp>(in, a).operation()
+                    : mask_grad ? b.create<AttentionMaskGradOp>(in, a).operation()
                                 : b.create<AttentionGradOp>(a, in).operation();
   for (std::uint32_t r = 0; r < op->num_results(); ++r) {
     if ((forward && r == 1) || mask_grad) replace_all_uses(op->result(r), twin->result(r), ctx);

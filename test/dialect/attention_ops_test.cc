@@ -486,3 +486,92 @@ TEST_CASE("an attention with a mask and its gradients print and load back, as te
   const Program json = load_program_json(program_to_json(p).dump());
   CHECK(json.to_string() == p.to_string());
 }
+
+namespace {
+Tensor dropout_key(std::uint64_t key) { return Tensor::from_vector<std::uint64_t>({1}, {key}); }
+ScaledDotProductAttentionOp::Attributes dropout_attrs(bool causal, double p, bool is_test = false) {
+  return {causal, 0.0, "BHLD", p, is_test};
+}
+}  // namespace
+
+TEST_CASE("scaled_dot_product_attention's vjp with dropout matches finite differences under its fixed key",
+          "[dialect][vjp][attention][dropout]") {
+  GradCheckOptions o;
+  o.result_grads = {true, false};
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    auto report = check_vjp({random_f64({2, 2, 4, 3}, -1, 1, 41), random_f64({2, 2, 6, 3}, -1, 1, 42),
+                             random_f64({2, 2, 6, 2}, -1, 1, 43), dropout_key(5)},
+                            make_op<ScaledDotProductAttentionOp>(dropout_attrs(causal, 0.4)), o);
+    REQUIRE(report.grads.size() == 4);
+    CHECK(!report.grads[3].is_initialized());  // the key gets no gradient
+    // With key_lengths and a float mask before the key (the mask's gradient drops too).
+    report = check_vjp({random_f64({3, 2, 4, 3}, -1, 1, 44), random_f64({3, 2, 5, 3}, -1, 1, 45),
+                        random_f64({3, 2, 5, 2}, -1, 1, 46), i64({3}, {5, 2, 0}), random_f64({2, 1, 5}, -2, 2, 47),
+                        dropout_key(6)},
+                       make_op<ScaledDotProductAttentionOp>(dropout_attrs(causal, 0.3)), o);
+    REQUIRE(report.grads.size() == 6);
+    CHECK(report.grads[4].is_initialized());
+    CHECK(!report.grads[5].is_initialized());
+  }
+}
+
+TEST_CASE("attention's gradient ops read the forward's dropout key and attributes",
+          "[dialect][vjp][attention][dropout]") {
+  Program p;
+  Builder b(p);
+  Value q = b.create<DataOp>("q", Shape{1, 2, 3, 4}, DataType::Float64).result();
+  Value m = b.create<DataOp>("m", Shape{3, 3}, DataType::Float64).result();
+  Value key = b.create<RandomKeyOp>(std::int64_t{9}).result();
+  CHECK(key.type() == Type(TensorType::get(DataType::UInt64, {1})));
+  auto op = b.create<ScaledDotProductAttentionOp>(q, q, q, true, 0.0, "BHLD", Value(), m, 0.25, key);
+  const auto g = call_vjp(b, op.operation(), {op.result(0), Value()});
+  REQUIRE(g.size() == 5);
+  CHECK(!g[4]);
+  for (Operation* grad : {g[0].defining_op(), g[3].defining_op()}) {
+    INFO(grad->name());
+    CHECK(grad->operand_source(grad->num_operands() - 1) == key);
+    CHECK(grad->attributes().find("dropout_p") == Attribute(Float64Attribute::get(0.25)));
+    CHECK(grad->attributes().find("is_test") == Attribute(BoolAttribute::get(false)));
+  }
+  CHECK(g[3].defining_op()->isa<AttentionMaskGradOp>());
+  p.verify();
+}
+
+TEST_CASE("an attention with dropout prints and loads back as text and JSON; one saved before dropout loads "
+          "without it",
+          "[dialect][attention][dropout][io]") {
+  Program p;
+  Builder b(p);
+  Value q = b.create<DataOp>("q", Shape{2, 1, 3, 4}, DataType::Float32).result();
+  Value key = b.create<RandomKeyOp>().result();
+  auto op = b.create<ScaledDotProductAttentionOp>(q, q, q, true, 0.0, "BHLD", Value(), Value(), 0.1, key);
+  call_vjp(b, op.operation(), {op.result(0), Value()});
+  p.verify();
+  const Program text = parse_program(p.to_string());
+  CHECK(text.to_string() == p.to_string());
+  const Program json = load_program_json(program_to_json(p).dump());
+  CHECK(json.to_string() == p.to_string());
+  // A program printed before the dropout attributes existed.
+  Program plain;
+  Builder pb(plain);
+  Value x = pb.create<DataOp>("q", Shape{2, 1, 3, 4}, DataType::Float32).result();
+  pb.create<ScaledDotProductAttentionOp>(x, x, x, true, 0.0);
+  std::string old = plain.to_string();
+  for (const std::string cut : {"dropout_p = 0.0, ", ", is_test = false"}) {
+    const std::size_t at = old.find(cut);
+    REQUIRE(at != std::string::npos);
+    old.erase(at, cut.size());
+  }
+  const Program loaded = parse_program(old);
+  CHECK(loaded.to_string() == plain.to_string());
+}
+
+TEST_CASE("random_key gives a u64 [1] key and is a random op", "[dialect][random][dropout]") {
+  Program p;
+  Builder b(p);
+  auto key = b.create<RandomKeyOp>(std::int64_t{3});
+  CHECK(key.result().type() == Type(TensorType::get(DataType::UInt64, {1})));
+  CHECK(key.operation()->has_trait<Random>());
+  CHECK(key.attrs().seed == 3);
+}

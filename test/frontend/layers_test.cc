@@ -697,3 +697,76 @@ TEST_CASE("a TransformerDecoderLayer masks the target by its key lengths and the
   for (std::size_t i = 0; i < base.size(); ++i) moved += std::abs(s[i] - base[i]);
   CHECK(moved > 1e-3);
 }
+
+TEST_CASE("MultiHeadAttention with dropout drops attention probabilities while training, a new mask each run; "
+          "eval() and the for-test clone attend without dropout",
+          "[frontend][layers][dropout]") {
+  constexpr int B = 2, L = 6, E = 8, H = 2;
+  Program main_prog, startup, eval_prog;
+  Value y, y_eval;
+  std::unique_ptr<nn::MultiHeadAttention> mha;
+  {
+    ProgramGuard guard(main_prog, startup);
+    mha = std::make_unique<nn::MultiHeadAttention>(E, H, true, DataType::Float32, 0.5);
+    y = (*mha)(data("x", {B, L, E}), true);
+  }
+  CHECK(count_top_ops(main_prog, "kiln.random_key") == 1);
+  Operation* att = nullptr;
+  for (Operation* op : main_prog.block())
+    if (op->isa<ScaledDotProductAttentionOp>()) att = op;
+  REQUIRE(att);
+  CHECK(ScaledDotProductAttentionOp::dyn_cast(att).attrs().dropout_p == 0.5);
+  {
+    ProgramGuard guard(eval_prog, startup);
+    mha->eval();
+    y_eval = (*mha)(data("x", {B, L, E}), true);
+  }
+  CHECK(count_top_ops(eval_prog, "kiln.random_key") == 0);
+  Executor exe;
+  exe.run(startup);
+  const FeedMap feed{{"x", f32({B, L, E}, wave(B * L * E))}};
+  const auto first = exe.run(main_prog, feed, {y})[0].to_vector<float>();
+  const auto second = exe.run(main_prog, feed, {y})[0].to_vector<float>();
+  CHECK(first != second);
+  const auto plain = exe.run(eval_prog, feed, {y_eval})[0].to_vector<float>();
+  CHECK(first != plain);
+  IrMapping map;
+  const Program test = clone_for_test(main_prog, &map);
+  CHECK(exe.run(test, feed, {map.lookup(y)})[0].to_vector<float>() == plain);
+}
+
+TEST_CASE("attention dropout with a fixed seed draws the same mask every run, with seed 0 a new one; "
+          "its gradient trains",
+          "[frontend][layers][dropout]") {
+  constexpr std::int64_t L = 8;
+  Program fwd, main_prog, startup;
+  Value fixed, fresh, loss;
+  const FeedMap feed{{"q", f32({1, 2, L, 4}, wave(2 * L * 4))}, {"t", f32({1, 2, L, 4}, wave(2 * L * 4, 1.f))}};
+  {
+    ProgramGuard guard(fwd, startup);
+    Value q = data("q", {1, 2, L, 4});
+    KILN_CHECK_ERROR(F::scaled_dot_product_attention(q, q, q, false, 0.0, Value(), Value(), false, 1.0),
+                     InvalidArgument, {"scaled_dot_product_attention", "dropout_p must lie in [0, 1)"});
+    fixed = F::scaled_dot_product_attention(q, q, q, false, 0.0, Value(), Value(), false, 0.25, /*seed=*/17);
+    fresh = F::scaled_dot_product_attention(q, q, q, false, 0.0, Value(), Value(), false, 0.25);
+  }
+  {
+    ProgramGuard guard(main_prog, startup);
+    Value q = data("q", {1, 2, L, 4}), target = data("t", {1, 2, L, 4});
+    Value v = create_parameter("v", {1, 2, L, 4}, DataType::Float32, init::Constant(0.0));
+    loss = F::mse_loss(F::scaled_dot_product_attention(q, q, v, false, 0.0, Value(), Value(), false, 0.25, 17),
+                       target);
+    optim::SGD(5.0).minimize(loss);
+  }
+  Executor exe;
+  exe.run(startup);
+  const FeedMap q_only{{"q", feed.at("q")}};
+  const auto a = exe.run(fwd, q_only, {fixed, fresh});
+  const auto b = exe.run(fwd, q_only, {fixed, fresh});
+  CHECK(a[0].to_vector<float>() == b[0].to_vector<float>());
+  CHECK(a[1].to_vector<float>() != b[1].to_vector<float>());
+  const float first = exe.run(main_prog, feed, {loss})[0].to_vector<float>()[0];
+  float last = first;
+  for (int s = 0; s < 60; ++s) last = exe.run(main_prog, feed, {loss})[0].to_vector<float>()[0];
+  CHECK(last < 0.5f * first);
+}

@@ -181,3 +181,35 @@ TEST_CASE("recompute: bad checkpoints and programs without a backward are clear 
   Value out = nn::functional::gelu(h);
   KILN_CHECK_ERROR(recompute(inference.main, {h, out}), InvalidArgument, {"no backward ops"});
 }
+
+TEST_CASE("recompute clones attention with dropout but not its random key: the recomputed forward drops the "
+          "same probabilities and training gives the same bits",
+          "[frontend][recompute][dropout]") {
+  // Two attention blocks over x [2, 2, 16, 8] (BHLD), dropout 0.3 with
+  // seeds, so that both programs draw the same keys.
+  auto build = [] {
+    auto m = std::make_unique<Model>();
+    Value h = data("x", {2, 2, 16, 8});
+    Value label = data("label", {2, 2, 16, 8});
+    m->checkpoints.push_back(h);
+    for (int k = 0; k < 2; ++k) {
+      Value q = nn::Linear(8, 8)(h), kk = nn::Linear(8, 8)(h), v = nn::Linear(8, 8)(h);
+      h = nn::functional::gelu(
+          nn::functional::scaled_dot_product_attention(q, kk, v, true, 0.0, Value(), Value(), false, 0.3, 11 + k));
+      m->checkpoints.push_back(h);
+    }
+    m->loss = nn::MSELoss()(h, label);
+    optim::Adam(1e-2).minimize(m->loss);
+    m->feed = {{"x", normal_f32({2, 2, 16, 8}, 5)}, {"label", normal_f32({2, 2, 16, 8}, 6)}};
+    return m;
+  };
+  auto plain = build();
+  auto rec = build();
+  const std::size_t attentions = count_top_ops(rec->g.main, "kiln.scaled_dot_product_attention");
+  const RecomputeResult r = recompute(rec->g.main, rec->checkpoints);
+  rec->g.main.verify();
+  CHECK(r.segments == 2);
+  CHECK(count_top_ops(rec->g.main, "kiln.random_key") == 2);
+  CHECK(count_top_ops(rec->g.main, "kiln.scaled_dot_product_attention") == attentions + 2);
+  train_side_by_side(*plain, *rec, 3);
+}

@@ -480,5 +480,5 @@ TEST_CASE("scaled_dot_product_attention refuses a mask that does not broadcast t
   // A mask before key_lengths: the operands' order is q, k, v, key_lengths, mask.
   KILN_CHECK_ERROR(run_op<ScaledDotProductAttentionOp>(
                        {q, k, v, filled<float>({4, 6}), Tensor::from_vector<std::int32_t>({2}, {6, 6})}, false, 0.0),
-                   InvalidArgument, {"key_lengths (int32 or int64) and a mask", "operand #4 being i32"});
+                   InvalidArgument, {"key_lengths (int32 or int64), a mask", "operand #4 being i32"});
 }

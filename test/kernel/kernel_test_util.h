@@ -127,10 +127,10 @@ kiln::Operation* create_fixed(kiln::Builder& b, const std::vector<kiln::Value>& 
 #pragma GCC diagnostic pop
 }
 // A gradient op with optional operands (GradSpec<-1, …>): create_fixed at
-// v's count, up to 8.
+// v's count, up to 9.
 template <typename OpT, std::size_t N = 1, typename... Args>
 kiln::Operation* create_grad(kiln::Builder& b, const std::vector<kiln::Value>& v, Args&&... args) {
-  if constexpr (N < 8)
+  if constexpr (N < 9)
     if (v.size() != N) return create_grad<OpT, N + 1>(b, v, std::forward<Args>(args)...);
   return create_fixed<OpT>(b, v, std::make_index_sequence<N>{}, std::forward<Args>(args)...);
 }

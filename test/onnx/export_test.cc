@@ -290,6 +290,33 @@ TEST_CASE("an op with no ONNX equivalent is an error naming its kind and positio
                    {"op #2 'kiln.print'", "no ONNX equivalent"});
 }
 
+TEST_CASE("a training program's attention dropout is an export error; its for-test clone exports without it",
+          "[onnx][export][dropout]") {
+  kiln::Program main, startup;
+  kiln::Value out;
+  {
+    kiln::ProgramGuard guard(main, startup);
+    auto x = kiln::data("x", {2, 5, 8});
+    out = kiln::nn::MultiHeadAttention(8, 2, true, kiln::DataType::Float32, 0.3)(x, true);
+  }
+  kiln::Executor exe;
+  exe.run(startup);
+  KILN_CHECK_ERROR(kiln::onnx::export_model_to_bytes(main, exe.scope(), {"x"}, {out}), Unimplemented,
+                   {"'kiln.scaled_dot_product_attention'", "attention dropout in training mode", "clone_for_test"});
+  kiln::IrMapping map;
+  const kiln::Program test = kiln::clone_for_test(main, &map);
+  const std::string bytes = kiln::onnx::export_model_to_bytes(test, exe.scope(), {"x"}, {map.lookup(out)});
+  full_check(bytes);
+  std::vector<float> xs(80);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.7f * static_cast<float>(i));
+  const kiln::Tensor x = kiln::Tensor::from_vector<float>({2, 5, 8}, xs);
+  kiln::onnx::ImportedModel back = kiln::onnx::import_model_from_bytes(bytes);
+  kiln::Executor back_exe;
+  back_exe.run(back.startup);
+  check_close(back_exe.run(back.main, {{"x", x}}, {back.outputs[0]}).at(0),
+              exe.run(test, {{"x", x}}, {map.lookup(out)}).at(0));
+}
+
 TEST_CASE("a training program's dropout and a parameter missing from the scope are errors",
           "[onnx][export]") {
   kiln::Program main, startup;

@@ -56,12 +56,12 @@ struct Model {
   Value loss;
   FeedMap feeds;
   // `heads` heads of embed / heads dims each.
-  explicit Model(std::int64_t heads = 4, std::int64_t embed = 32) {
+  explicit Model(std::int64_t heads = 4, std::int64_t embed = 32, double dropout = 0.0) {
     UniqueNameGuard names;
     {
       ProgramGuard guard(main, startup);
       Value x = data("x", {2, 6, embed});
-      nn::TransformerEncoderLayer layer(embed, heads, 64, /*dropout=*/0.0, "gelu");
+      nn::TransformerEncoderLayer layer(embed, heads, 64, dropout, "gelu");
       Value y = layer(x, /*causal=*/true);
       loss = main_builder().create<MeanOp>(main_builder().create<MulOp>(y, y).result()).result();
       optim::Adam(1e-2).minimize(loss);
@@ -411,4 +411,30 @@ TEST_CASE("attention with a learned mask folds its head transposes, for the CPU 
   }
   CHECK(mask_grads == 1);
   check_trains_the_same(plain, folded, Tensor::from_vector<std::int64_t>({3}, {5, 3, 1}));
+}
+
+TEST_CASE("a transformer layer with attention dropout folds its head transposes and drops the same "
+          "probabilities: training gives the same bits",
+          "[passes][fold_attention_transposes][dropout]") {
+  Model plain(4, 32, 0.2), folded(4, 32, 0.2);
+  CHECK(fold_attention_transposes(folded.main) == 2);
+  folded.main.verify();
+  CHECK(layouts(folded.main) == std::vector<std::string>{"BLHD", "BLHD"});
+  Executor a(Place::cpu(), {.passes = ""}), b(Place::cpu(), {.passes = ""});
+  set_random_seed(7);
+  a.run(plain.startup);
+  set_random_seed(7);
+  b.run(folded.startup);
+  for (int step = 0; step < 3; ++step) {
+    INFO("step " << step);
+    set_random_seed(100 + step);  // both runs draw the same keys
+    const Tensor la = a.run(plain.main, plain.feeds, {plain.loss})[0];
+    set_random_seed(100 + step);
+    const Tensor lb = b.run(folded.main, folded.feeds, {folded.loss})[0];
+    REQUIRE(same_bits(la, lb));
+  }
+  for (const auto& [name, p] : plain.main.parameters()) {
+    INFO(name);
+    CHECK(same_bits(a.scope().find_var(name)->get<Tensor>(), b.scope().find_var(name)->get<Tensor>()));
+  }
 }

@@ -6,8 +6,8 @@
 
 namespace kiln {
 
-// (out, lse) = kiln.scaled_dot_product_attention(q, k, v[, key_lengths][, mask])
-//   {causal, scale, layout}
+// (out, lse) = kiln.scaled_dot_product_attention(q, k, v[, key_lengths][, mask]
+//   [, dropout_key]) {causal, scale, layout, dropout_p, is_test}
 //   layout "BHLD": q [B, H, Lq, D], k [B, Hk, Lk, D], v [B, Hk, Lk, Dv], out
 //   [B, H, Lq, Dv]; layout "BLHD" (FlashAttention's, what a linear layer's
 //   [B, L, H·D] result is once reshaped): q [B, Lq, H, D], k [B, Lk, Hk, D],
@@ -43,6 +43,15 @@ namespace kiln {
 //   NaN there reaches the row as under PyTorch. A float mask has a gradient,
 //   dS summed over the dims it broadcasts over (a learned bias: ALiBi's
 //   slopes, T5's or Swin's relative positions), from AttentionMaskGradOp.
+//   dropout_p (PyTorch's SDPA dropout_p, Paddle's attn_dropout_rate; in
+//   [0, 1)) drops each probability with that chance and scales the kept ones
+//   by 1 / (1 - dropout_p) before they weigh v, unless is_test (the for-test
+//   clone sets it). Which ones drop is a pure function of dropout_key (u64
+//   [1], the last operand, needed when dropout_p > 0 and not is_test;
+//   kiln.random_key draws one per run) and the score's place
+//   (kiln/kernel/attention_dropout.h), so the gradient ops, handed the same
+//   key, drop the same ones, and a recomputed forward repeats them. lse is
+//   the softmax's before dropout.
 //   lse [B, H, Lq] (either layout; the operands' dtype, f32 for bf16 / f16) is the
 //   per-row log Σ_j exp(s[i, j]) that the gradient uses to recompute the
 //   probabilities (FlashAttention's saved statistic); it carries no gradient
@@ -54,31 +63,37 @@ struct ScaledDotProductAttentionOp
   using Op::Op;
   static constexpr std::string_view name = "kiln.scaled_dot_product_attention";
   static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
-  static constexpr int num_operands = -1, num_results = 2;  // q, k, v[, key_lengths][, mask]
-  KILN_ATTRIBUTES((bool, causal), (double, scale), (std::string, layout));
-  // A program saved before `layout` existed loads as BHLD.
-  static std::vector<NamedAttribute> attribute_defaults() {
-    return {{"layout", StrAttribute::get("BHLD")}};
-  }
+  static constexpr int num_operands = -1, num_results = 2;  // q, k, v[, key_lengths][, mask][, dropout_key]
+  KILN_ATTRIBUTES((bool, causal), (double, scale), (std::string, layout), (double, dropout_p), (bool, is_test));
+  // A program saved before `layout` existed loads as BHLD; one saved
+  // before dropout_p and is_test, without dropout.
+  static std::vector<NamedAttribute> attribute_defaults();
   static void build(Builder& b, OperationArgument& arg, Value q, Value k, Value v,
                     bool causal = false, double scale = 0, std::string layout = "BHLD",
-                    Value key_lengths = Value(), Value mask = Value());
-  // operands: q, k, v[, key_lengths][, mask] (as a pass or an importer has them).
+                    Value key_lengths = Value(), Value mask = Value(), double dropout_p = 0,
+                    Value dropout_key = Value());
+  // operands: q, k, v[, key_lengths][, mask][, dropout_key] (as a pass or
+  // an importer has them).
   static void build(Builder& b, OperationArgument& arg, const std::vector<Value>& operands,
-                    bool causal = false, double scale = 0, std::string layout = "BHLD");
+                    bool causal = false, double scale = 0, std::string layout = "BHLD",
+                    double dropout_p = 0, bool is_test = false);
+  static void build(Builder& b, OperationArgument& arg, const std::vector<Value>& operands,
+                    const Attributes& attrs);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
-  // scaled_dot_product_attention_grad(q, k, v, out, lse, dout[, key_lengths][, mask])
-  //   {causal, scale} -> (dq, dk, dv), typed like q, k, v (out and dout in the layout of
-  //   the attributes, as the forward's out). P is recomputed per tile from q,
-  //   k and lse; with Δ_i = Σ dout[i] ∘ out[i]: dv = Pᵀ·dout,
-  //   dS = P ∘ (dout·vᵀ − Δ), dq = scale · dS·k, dk = scale · dSᵀ·q.
-  struct Grad : GradSpec<-1, 0, 1, 2> {  // 6 operands, 7 or 8 with key_lengths and mask
+  // scaled_dot_product_attention_grad(q, k, v, out, lse, dout[, key_lengths][, mask]
+  //   [, dropout_key]) {the forward's} -> (dq, dk, dv), typed like q, k, v
+  //   (out and dout in the layout of the attributes, as the forward's out).
+  //   P is recomputed per tile from q, k and lse; with Δ_i = Σ dout[i] ∘
+  //   out[i] and Z the dropout's keep mask times 1 / (1 - p) (all 1
+  //   without dropout): dv = (P ∘ Z)ᵀ·dout, dS = P ∘ (Z ∘ dout·vᵀ − Δ),
+  //   dq = scale · dS·k, dk = scale · dSᵀ·q.
+  struct Grad : GradSpec<-1, 0, 1, 2> {  // 6 operands, up to 9 with key_lengths, mask and dropout_key
     static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
   };
 };
 
 // dmask = kiln.scaled_dot_product_attention_mask_grad(q, k, v, out, lse,
-//   dout[, key_lengths], mask) {causal, scale, layout}: the gradient of a
+//   dout[, key_lengths], mask[, dropout_key]) {the forward's}: the gradient of a
 //   float mask, typed like it: dS = P ∘ (dout·vᵀ − Δ) (the gradient op's
 //   dS, before the scale) summed over the dims the mask broadcasts over.
 //   The attention's Vjp adds it for every float mask and dead-code removal
@@ -92,23 +107,33 @@ struct AttentionMaskGradOp : Op<AttentionMaskGradOp, ReadOnly, ValueSemantics, I
   static std::vector<NamedAttribute> attribute_defaults() {
     return ScaledDotProductAttentionOp::attribute_defaults();
   }
-  // The forward op's attributes, and the gradient op's operands (mask last).
+  // The forward op's attributes, and the gradient op's operands.
   static void build(Builder& b, OperationArgument& arg, Operation* fwd, const std::vector<Value>& operands);
   static void build(Builder& b, OperationArgument& arg, const std::vector<Value>& operands, bool causal = false,
                     double scale = 0, std::string layout = "BHLD");
+  static void build(Builder& b, OperationArgument& arg, const std::vector<Value>& operands, const Attributes& attrs);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
 // Where an attention op's optional operands are among its operands'
 // dtypes, past its `fixed` ones (3 for the op, 6 for its gradients):
-// key_lengths (int32 or int64) first, then mask (bool or floating); -1 for
-// one that is absent. kiln::Error naming `op` for any other dtype, order or
-// count.
+// key_lengths (int32 or int64) first, then mask (bool or floating), then
+// dropout_key (u64); -1 for one that is absent. kiln::Error naming `op`
+// for any other dtype, order or count.
 struct AttentionOptionals {
-  int key_lengths = -1, mask = -1;
+  int key_lengths = -1, mask = -1, dropout_key = -1;
 };
 AttentionOptionals attention_optionals(std::string_view op, const std::vector<DataType>& dtypes,
                                        std::size_t fixed);
+
+// The dropout probability an attention op applies: its dropout_p, or 0
+// under is_test; kiln::Error naming `op` unless dropout_p is in [0, 1), or
+// when it is above 0 (not is_test) and the op has no dropout_key
+// (has_key).
+double attention_dropout_p(std::string_view op, double dropout_p, bool is_test, bool has_key);
+// A kernel's check of its dropout_key tensor: kiln::Error naming `op`
+// unless it is u64 [1].
+void check_dropout_key_tensor(std::string_view op, DataType dt, const Dims& dims);
 
 // The scale an attention op applies: `scale`, or 1 / sqrt(head_dim) when it is 0.
 double attention_scale(double scale, std::int64_t head_dim);

@@ -1,4 +1,4 @@
-// Random ops: uniform_random, gaussian_random and dropout. All carry the
+// Random ops: uniform_random, gaussian_random, random_key and dropout. All carry the
 // Random trait, so the executor keeps them in program order among themselves
 // (seed 001 §3.3.1: a random op missing from that order broke convergence).
 // Numbers are deterministic: see kiln/kernel/random.h for how `seed` is used
@@ -34,6 +34,21 @@ struct GaussianRandomOp : Op<GaussianRandomOp, Random, InferMetaInterface> {
                     DataType dtype = DataType::Float32, Place place = Place::cpu());
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
   void verify() const;
+};
+
+// key = kiln.random_key() {seed, place}: the u64 [1] key one run of a
+// random kernel would draw (random_key(seed) of kiln/kernel/random.h: seed
+// != 0 the same key every run, 0 the process-wide generator's next), as a
+// value, for draws that more than one op must repeat: attention dropout's
+// forward and gradient ops read it as their dropout_key, and a recomputed
+// forward reads the same one.
+struct RandomKeyOp : Op<RandomKeyOp, Random, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.random_key";
+  static constexpr int num_operands = 0, num_results = 1;
+  KILN_ATTRIBUTES((std::int64_t, seed), (Place, place));
+  static void build(Builder& b, OperationArgument& arg, std::int64_t seed = 0, Place place = Place::cpu());
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };
 
 // dropout(x) -> (out, mask), "upscale_in_train" as PyTorch: in training each

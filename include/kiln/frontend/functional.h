@@ -86,10 +86,16 @@ Value flatten(Value x, std::int64_t start_axis = 1, std::int64_t stop_axis = -1)
 // scores, and given a gradient), broadcasting to [B, H, Lq, Lk].
 // enable_gqa (PyTorch's): k and v may have Hk heads, Hk dividing H
 // (grouped-query attention; query head h reads k / v head h / (H / Hk));
-// without it, head counts that differ are a kiln::Error.
+// without it, head counts that differ are a kiln::Error. dropout_p
+// (PyTorch's; in [0, 1)) drops attention probabilities, the kept ones
+// scaled by 1 / (1 - dropout_p), as a training run would (the for-test
+// clone turns it off); which drop is new each run (a kiln.random_key op
+// with `seed`: 0 draws from the process-wide generator, another value the
+// same mask every run) and the gradient drops the same ones.
 Value scaled_dot_product_attention(Value q, Value k, Value v, bool causal = false,
                                    double scale = 0.0, Value key_lengths = Value(),
-                                   Value attn_mask = Value(), bool enable_gqa = false);
+                                   Value attn_mask = Value(), bool enable_gqa = false,
+                                   double dropout_p = 0.0, std::int64_t seed = 0);
 
 // (input - label)²; input and label of one shape (kiln::Error otherwise).
 Value mse_loss(Value input, Value label, Reduction reduction = Reduction::Mean);

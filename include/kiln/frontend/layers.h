@@ -253,12 +253,13 @@ class Flatten : public Layer {
 // [E, 3E] weight, so self-attention is one GEMM), the fused
 // kiln.scaled_dot_product_attention per head (E / num_heads wide), and an
 // output projection. num_heads must divide embed_dim (kiln::Error naming
-// the layer). The fused kernel has no dropout on the attention weights;
-// the transformer layers drop out the attention output instead.
+// the layer). dropout (PyTorch's) drops attention probabilities inside
+// the fused op while the layer is training (train(), the default; eval()
+// or the for-test clone: none).
 class MultiHeadAttention : public Layer {
  public:
   MultiHeadAttention(std::int64_t embed_dim, std::int64_t num_heads, bool bias = true,
-                     DataType dtype = DataType::Float32);
+                     DataType dtype = DataType::Float32, double dropout = 0.0);
   // Self-attention.
   using Layer::operator();
   Value forward(Value x) const override;
@@ -275,6 +276,7 @@ class MultiHeadAttention : public Layer {
 
  private:
   std::int64_t embed_dim_, num_heads_;
+  double dropout_;
   Value qkv_weight_, qkv_bias_;
   std::shared_ptr<Linear> out_proj_;
 };
@@ -290,9 +292,10 @@ class MultiHeadAttention : public Layer {
 // activation "relu" or "gelu"; causal masks future positions (a decoder-only
 // model's block: kiln applies the causal mask itself, combined with
 // attn_mask; PyTorch's is_causal is a hint beside its mask). dropout applies
-// to the residual branches and the feed-forward's hidden layer; PyTorch's
-// also drops attention probabilities, kiln's does not. A bool attn_mask is
-// true where the key takes part: the opposite of nn.Transformer*'s.
+// to the residual branches, the feed-forward's hidden layer and, as
+// PyTorch's, the attention probabilities (MultiHeadAttention's dropout). A
+// bool attn_mask is true where the key takes part: the opposite of
+// nn.Transformer*'s.
 class TransformerEncoderLayer : public Layer {
  public:
   TransformerEncoderLayer(std::int64_t d_model, std::int64_t nhead,
