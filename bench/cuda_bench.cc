@@ -72,6 +72,14 @@
 //                                  after), and ...bf16.gqa_slowdown it over
 //                                  the 12-head figure; the peer passes
 //                                  enable_gqa=True
+//   BENCH cuda.attention.dropout.bf16.fwd_bwd  µs: the bf16 figure with
+//                                  attention dropout 0.1 (a kiln.random_key
+//                                  per link; the shared-memory tiles draw
+//                                  the keep mask per score in the forward
+//                                  and again in the gradient), and
+//                                  ...bf16.dropout_slowdown it over the
+//                                  figure without; the peer passes
+//                                  dropout_p=0.1
 //   BENCH cuda.ffn.<gelu>.{fused,unfused}  µs: a GPT-2-small FFN link in
 //                                  bf16 ([4096, 768] · [768, 3072] + bias,
 //                                  gelu, gelu_grad reading the
@@ -318,13 +326,13 @@ kiln::Tensor alibi_bias(kiln::DataType dt) {
   return t;
 }
 
-enum class AttentionMasks { Causal, Padded, Biased };
+enum class AttentionMasks { Causal, Padded, Biased, Dropout };
 
 // scaled_dot_product_attention forward and backward per link, causal, on
 // [8, 12, 512, 64] q and [8, kv_heads, 512, 64] k, v of dtype dt fed on
 // cuda:0 (the gradient's dq is the next link's q; dout is the forward's
 // out); Padded: with key_lengths kPaddedKeys; Biased: with ALiBi's bias as
-// the mask operand.
+// the mask operand; Dropout: attention dropout 0.1 under a key drawn per run.
 double attention_us(kiln::DataType dt, int reps, int runs, AttentionMasks masks = AttentionMasks::Causal,
                      std::int64_t kv_heads = 12) {
   const kiln::Place dev = kiln::Place::cuda(0);
@@ -339,11 +347,12 @@ double attention_us(kiln::DataType dt, int reps, int runs, AttentionMasks masks 
   kiln::Builder b = kiln::main_builder();
   using Attention = kiln::ScaledDotProductAttentionOp;
   using Grad = kiln::GradOf<Attention>;
-  const Attention::Attributes attrs{true, 0.0, "BHLD"};
+  const Attention::Attributes attrs{true, 0.0, "BHLD", masks == AttentionMasks::Dropout ? 0.1 : 0.0, false};
+  if (masks == AttentionMasks::Dropout) extra.push_back(b.create<kiln::RandomKeyOp>().result());
   for (int r = 0; r < reps; ++r) {
     std::vector<kiln::Value> in{q, k, v};
     in.insert(in.end(), extra.begin(), extra.end());
-    kiln::Operation* f = b.create<Attention>(in, true, 0.0, "BHLD").operation();
+    kiln::Operation* f = b.create<Attention>(in, attrs).operation();
     std::vector<kiln::Value> grad_in{q, k, v, f->result(0), f->result(1), f->result(0)};
     grad_in.insert(grad_in.end(), extra.begin(), extra.end());
     q = b.create<Grad>(attrs, grad_in).result(0);
@@ -383,6 +392,9 @@ void attention_bench() {
   const double grouped = attention_us(kiln::DataType::BFloat16, 10, 9, AttentionMasks::Causal, 4);
   emit("cuda.attention.gqa.bf16.fwd_bwd", grouped, "us");
   emit("cuda.attention.gqa.bf16.gqa_slowdown", grouped / mma, "ratio");
+  const double dropped = attention_us(kiln::DataType::BFloat16, 10, 9, AttentionMasks::Dropout);
+  emit("cuda.attention.dropout.bf16.fwd_bwd", dropped, "us");
+  emit("cuda.attention.dropout.bf16.dropout_slowdown", dropped / mma, "ratio");
   emit("cuda.attention.fused.f32.fwd_bwd", attention_us(kiln::DataType::Float32, 5, 5), "us");
 }
 

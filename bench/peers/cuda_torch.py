@@ -19,7 +19,8 @@ The same models, shapes, losses and optimizers as kiln's cuda.* figures:
           ALiBi's bias as a float attn_mask [1, 12, 512, 512] (the causal
           mask folded in): cuda.attention.biased.bf16.torch.fwd_bwd; bf16
           with k and v of 4 heads (enable_gqa=True, PyTorch 2.5 or later):
-          cuda.attention.gqa.bf16.torch.fwd_bwd
+          cuda.attention.gqa.bf16.torch.fwd_bwd; bf16 with dropout_p=0.1:
+          cuda.attention.dropout.bf16.torch.fwd_bwd
   resnet18, mobilenet_v2  torchvision's networks layer for layer (written out
           here: the GPU machine may lack torchvision), batch 64 of 224x224
           images, 1000 classes, cross-entropy, SGD(0.01, momentum 0.9, fused
@@ -255,7 +256,7 @@ def cnn_figures(net):
 PADDED_KEYS = (512, 448, 384, 320, 256, 192, 128, 64)
 
 
-def attention_step(dtype, padded=False, biased=False, kv_heads=12):
+def attention_step(dtype, padded=False, biased=False, kv_heads=12, dropout_p=0.0):
     torch.manual_seed(3)
     shape, kv_shape = (8, 12, 512, 64), (8, kv_heads, 512, 64)
     q = torch.randn(shape, device=DEV, dtype=dtype, requires_grad=True)
@@ -275,6 +276,8 @@ def attention_step(dtype, padded=False, biased=False, kv_heads=12):
     def step():
         if kv_heads != 12:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        elif dropout_p:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
         elif mask is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
@@ -324,6 +327,8 @@ def main():
             print(f"BENCH cuda.attention.gqa.bf16.torch.fwd_bwd {t * 1e6:.3f} us")
         except TypeError as e:  # a torch before 2.5 has no enable_gqa
             print(f"# cuda.attention.gqa.bf16.torch unavailable: {e}")
+        t = timed(attention_step(torch.bfloat16, dropout_p=0.1), 20)
+        print(f"BENCH cuda.attention.dropout.bf16.torch.fwd_bwd {t * 1e6:.3f} us")
     for net in ("resnet18", "mobilenet_v2"):
         if FILTER in ("", "cuda") or FILTER.startswith("cuda." + net):
             cnn_figures(net)
