@@ -139,38 +139,50 @@ AttentionDropout dropout_of(const KernelContext& ctx, const Attrs& attrs, int ke
   return attention_dropout(p, t.data<std::uint64_t>()[0], a.lk);
 }
 
-// Dropout of a tile's probabilities p (rows × kend; its first row is
-// `row0` = head · Lq + query row): kept ones scaled, dropped ones 0.
+// Attention dropout over a tile's rows (rows × kend, its first row
+// `row0` = head · Lq + query row), compiled for the CPU's widest SIMD level:
+// a row's draws go into `bits` (4 · ⌈kend / 4⌉ 16-bit shares: a draw's
+// little-endian halves are AttentionDropout::keeps' shifts), then each
+// score is kept (scaled) or zeroed. Without dp: P ∘ Z in place of P (the
+// forward). With dp (the gradient): dS = P ∘ (Z ∘ dP - Δ) in place of dP
+// and P ∘ Z in place of P, Z being the keep mask times the scale.
+static_assert(std::endian::native == std::endian::little, "attention dropout reads a draw's 16-bit shares in place");
 template <typename T>
-void drop_tile(const AttentionDropout& drop, T* p, std::int64_t rows, std::int64_t kend, std::int64_t row0) {
-  const T scale = static_cast<T>(drop.scale);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    T* __restrict x = p + r * kend;
-    for (std::int64_t j0 = 0; j0 < kend; j0 += 4) {
-      const std::uint64_t bits = drop.word(row0 + r, j0 >> 2);
-      for (std::int64_t j = j0; j < std::min(j0 + 4, kend); ++j) x[j] = drop.keeps(bits, j) ? x[j] * scale : T(0);
-    }
-  }
-}
-// Gradient under dropout: dS = P ∘ (Z ∘ dP - Δ) in place of dP, and
-// P ∘ Z (what weighed v) in place of P, Z being the keep mask times the scale.
-template <typename T>
-void drop_score_grads(const AttentionDropout& drop, T* p, T* dp, std::int64_t rows, std::int64_t kend,
-                      std::int64_t row0, const T* delta) {
-  const T scale = static_cast<T>(drop.scale);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    T* __restrict pr = p + r * kend;
-    T* __restrict dpr = dp + r * kend;
-    const T dl = delta[r];
-    for (std::int64_t j0 = 0; j0 < kend; j0 += 4) {
-      const std::uint64_t bits = drop.word(row0 + r, j0 >> 2);
-      for (std::int64_t j = j0; j < std::min(j0 + 4, kend); ++j) {
-        const T z = drop.keeps(bits, j) ? scale : T(0);
-        dpr[j] = pr[j] * (z * dpr[j] - dl);
-        pr[j] *= z;
+struct DropoutTile {
+  KILN_SIMD_INLINE static void run(const AttentionDropout* drop, T* p, T* dp, std::int64_t rows, std::int64_t kend,
+                                   std::int64_t row0, const T* delta, std::uint16_t* bits) {
+    const T scale = static_cast<T>(drop->scale);
+    const std::uint16_t t = static_cast<std::uint16_t>(drop->threshold);
+    const std::int64_t words = (kend + 3) / 4;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::uint64_t first = static_cast<std::uint64_t>((row0 + r) * drop->row_words);
+      for (std::int64_t w = 0; w < words; ++w) {
+        const std::uint64_t b = random_bits(drop->key, first + static_cast<std::uint64_t>(w));
+        std::memcpy(bits + 4 * w, &b, sizeof b);
+      }
+      T* __restrict x = p + r * kend;
+      const std::uint16_t* __restrict u = bits;
+      if (!dp) {
+        for (std::int64_t j = 0; j < kend; ++j) x[j] = u[j] >= t ? x[j] * scale : T(0);
+        continue;
+      }
+      T* __restrict g = dp + r * kend;
+      const T dl = delta[r];
+      for (std::int64_t j = 0; j < kend; ++j) {
+        const T z = u[j] >= t ? scale : T(0);
+        g[j] = x[j] * (z * g[j] - dl);
+        x[j] *= z;
       }
     }
   }
+};
+// DropoutTile on the calling thread's scratch for a row's draws.
+template <typename T>
+void drop_tile(const AttentionDropout& drop, T* p, T* dp, std::int64_t rows, std::int64_t kend, std::int64_t row0,
+               const T* delta = nullptr) {
+  thread_local std::vector<std::uint16_t> bits;
+  bits.resize(static_cast<std::size_t>(4 * ((kend + 3) / 4)));
+  simd_dispatch<DropoutTile<T>>(&drop, p, dp, rows, kend, row0, delta, bits.data());
 }
 
 // exp for the softmax rows (vector_math.h: a polynomial for f32). Below
@@ -349,7 +361,7 @@ struct ForwardTile {
     } else {
       simd_dispatch<SoftmaxTile<T>>(s, rows, kend, i0, causal, lse + bh * a.lq + i0);
     }
-    if (drop.active()) drop_tile(drop, s, rows, kend, bh * a.lq + i0);
+    if (drop.active()) drop_tile<T>(drop, s, nullptr, rows, kend, bh * a.lq + i0);
     if (dv > 0) gemm(false, false, static_cast<int>(rows), dv, ik, T(1), s, ik, vb, ld.v, T(0), ob, ld.o);
   }
 };
@@ -437,7 +449,7 @@ struct BackwardTiles {
            ik);
     else
       std::fill(dp, dp + rows * kend, T(0));
-    if (drop.active()) drop_score_grads(drop, p, dp, rows, kend, bh * a.lq + i0, delta);
+    if (drop.active()) drop_tile<T>(drop, p, dp, rows, kend, bh * a.lq + i0, delta);
     else simd_dispatch<ScoreGradTile<T>>(static_cast<const T*>(p), dp, rows, kend, delta);
   }
 };
