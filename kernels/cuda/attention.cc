@@ -27,6 +27,14 @@
 // cuBLAS path's row passes; the float mask's gradient (AttentionMaskGradOp)
 // takes the cuBLAS path, dS summed into the mask's shape (bf16 and f16
 // widened to f32 around its f32 kernel: half_via_f32.cc).
+//
+// Attention dropout (kiln/kernel/attention_dropout.h: dropout_p, unless
+// is_test) takes the same kernels as a mask: the fused shared-memory ones
+// (bf16 and f16 too), or the cuBLAS path's row passes, which drop out the
+// softmax's probabilities before the product by V and, in the gradient,
+// give dV = (P ∘ Z)ᵀ·dO and dS = P ∘ (Z ∘ dP - Δ). Every kernel reads the
+// dropout_key where it lies, on the device, and draws the CPU's keep mask
+// bit for bit.
 #include <cuda_runtime_api.h>
 
 #include <bit>
@@ -43,6 +51,7 @@
 #include "launch.h"
 #include "kiln/dialect/attention_ops.h"
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/kernel/attention_dropout.h"
 #include "kiln/kernel/kernel_registry.h"
 #include "kiln/runtime/attention_options.h"
 
@@ -122,16 +131,40 @@ ScoreMaskRef mask_of(const KernelContext& ctx, int i, const AttentionDims& a, Da
           .sj = st.sj};
 }
 
-// What masks the scores' rows: causal, key_lengths and the mask operand.
+// The op's dropout (none when dropout_p is 0 or is_test): its rule for
+// Lk keys and the address of its dropout_key (input i, u64 [1], checked),
+// which stays on the device.
+template <typename Attrs>
+DropoutRef dropout_of(const KernelContext& ctx, const Attrs& attrs, int i, const AttentionDims& a) {
+  const double p = attention_dropout_p(ctx.op()->name(), attrs.dropout_p, attrs.is_test, i >= 0);
+  if (p == 0) return {};
+  const Tensor& t = ctx.input(static_cast<std::uint32_t>(i));
+  check_dropout_key_tensor(ctx.op()->name(), t.dtype(), t.dims());
+  const AttentionDropout rule = attention_dropout(p, 0, a.lk);
+  return {.key = static_cast<const std::uint64_t*>(t.raw_data()), .threshold = rule.threshold,
+          .row_words = rule.row_words, .scale = rule.scale};
+}
+
+// What masks the scores' rows (causal, key_lengths and the mask operand)
+// and drops their probabilities.
 struct RowMasks {
   bool causal = false;
   KeyLengths keys;
   ScoreMaskRef mask;
+  DropoutRef dropout;
 };
+
+// The op's RowMasks from its attributes and optional inputs (dt: its dtype).
+template <typename Attrs>
+RowMasks row_masks(const KernelContext& ctx, const Attrs& attrs, const AttentionOptionals& opt,
+                   const AttentionDims& a, DataType dt) {
+  return {attrs.causal, key_lengths_of(ctx, opt.key_lengths, a), mask_of(ctx, opt.mask, a, dt),
+          dropout_of(ctx, attrs, opt.dropout_key, a)};
+}
 
 AttentionRows attention_rows(const AttentionDims& a, const RowMasks& m) {
   return {.rows = a.bh * a.lq, .lq = a.lq, .lk = a.lk, .h = a.h, .causal = m.causal, .keys = m.keys,
-          .mask = m.mask};
+          .mask = m.mask, .dropout = m.dropout};
 }
 
 // A k / v tensor of `width` per head seen as [outer, Hk, inner] (and its
@@ -212,7 +245,8 @@ class RepeatedKv {
 };
 
 // The cuBLAS path's forward on checked dims (lq, lk and bh > 0): the
-// scores of every head into scratch, their softmax, the product by V.
+// scores of every head into scratch, their softmax (dropped out under
+// dropout; lse the softmax's), the product by V.
 template <typename T>
 void cublas_attention(const KernelContext& ctx, const AttentionDims& a, const RowMasks& masks, T scale,
                       const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
@@ -278,30 +312,29 @@ void cublas_attention_grad(const KernelContext& ctx, const AttentionDims& a, con
   scores(ctx, a, scale, pq, pk, p);
   launch_attention_probabilities(p, lse.data<T>(), pdo, po, delta, attention_rows(a, masks), a.dv, st);
   check_launch(ctx);
-  if (a.dv > 0) {
-    // dV = Pᵀ·dO; dP = dO·Vᵀ
-    if (pdv)
-      row_major_gemm<T>(ctx, true, false, a.lk, a.dv, a.lq, T(1), p, a.lk, plane, pdo, a.dv, a.lq * a.dv, T(0),
-                        pdv, a.dv, a.lk * a.dv, a.bh);
+  // dP = dO·Vᵀ
+  if (a.dv > 0)
     row_major_gemm<T>(ctx, false, true, a.lq, a.lk, a.dv, T(1), pdo, a.dv, a.lq * a.dv, pv,
                       a.dv, a.lk * a.dv, T(0), dp, a.lk, plane, a.bh);
-  } else {
+  else
     check_cuda(cudaMemsetAsync(dp, 0, sizeof(T) * rows * a.lk, st), "zeroing attention dP");
-  }
-  // dS = P ∘ (dP - Δ), in place of P.
-  launch_attention_score_grad(p, static_cast<const T*>(dp), static_cast<const T*>(delta), rows,
-                              a.lk, st);
+  // dS = P ∘ (Z ∘ dP - Δ) in place of dP; under dropout P ∘ Z in place of P.
+  launch_attention_score_grad(p, dp, static_cast<const T*>(delta), attention_rows(a, masks), st);
   check_launch(ctx);
   if (g.dmask) {
-    launch_attention_mask_grad(static_cast<const T*>(p), g.dmask->data<T>(), attention_rows(a, masks), a.b, st);
+    launch_attention_mask_grad(static_cast<const T*>(dp), g.dmask->data<T>(), attention_rows(a, masks), a.b, st);
     check_launch(ctx);
     return;
   }
+  // dV = (P ∘ Z)ᵀ·dO
+  if (a.dv > 0)
+    row_major_gemm<T>(ctx, true, false, a.lk, a.dv, a.lq, T(1), p, a.lk, plane, pdo, a.dv, a.lq * a.dv, T(0),
+                      pdv, a.dv, a.lk * a.dv, a.bh);
   if (a.d > 0) {
     // dQ = scale · dS·K; dK = scale · dSᵀ·Q
-    row_major_gemm<T>(ctx, false, false, a.lq, a.d, a.lk, scale, p, a.lk, plane, pk, a.d,
+    row_major_gemm<T>(ctx, false, false, a.lq, a.d, a.lk, scale, dp, a.lk, plane, pk, a.d,
                       a.lk * a.d, T(0), pdq, a.d, a.lq * a.d, a.bh);
-    row_major_gemm<T>(ctx, true, false, a.lk, a.d, a.lq, scale, p, a.lk, plane, pq, a.d,
+    row_major_gemm<T>(ctx, true, false, a.lk, a.d, a.lq, scale, dp, a.lk, plane, pq, a.d,
                       a.lq * a.d, T(0), pdk, a.d, a.lk * a.d, a.bh);
   }
   if (staged) {
@@ -321,7 +354,8 @@ const Tensor& input_of(const KernelContext& ctx, std::uint32_t i, DataType dtype
 FlashAttentionShape flash_shape(const AttentionDims& a, const RowMasks& m, double scale) {
   return {.bh = a.bh, .h = a.h, .lq = a.lq, .lk = a.lk, .d = a.d, .dv = a.dv, .hk = a.hk,
           .heads_inner = a.heads_inner, .causal = m.causal,
-          .scale = static_cast<float>(attention_scale(scale, a.d)), .keys = m.keys, .mask = m.mask};
+          .scale = static_cast<float>(attention_scale(scale, a.d)), .keys = m.keys, .mask = m.mask,
+          .dropout = m.dropout};
 }
 
 // The fused kernels take f32 within their dims, bf16 and f16 always (a
@@ -356,8 +390,7 @@ void attention_kernel(KernelContext& ctx) {
   const std::string_view op = ctx.op()->name();
   const AttentionDims a = attention_dims(op, q.dims(), k.dims(), v.dims(),
                                          attention_heads_inner(op, attrs.layout));
-  const AttentionOptionals opt = optionals(ctx, 3);
-  const RowMasks masks{attrs.causal, key_lengths_of(ctx, opt.key_lengths, a), mask_of(ctx, opt.mask, a, D)};
+  const RowMasks masks = row_masks(ctx, attrs, optionals(ctx, 3), a, D);
   const std::int64_t lse_shape[] = {a.b, a.h, a.lq};
   Tensor& out = ctx.alloc_output(0, a.out_dims(), D);
   const DataType lse_dt = attention_lse_dtype(D);
@@ -409,7 +442,7 @@ void attention_grad_kernel(KernelContext& ctx) {
   const GradInputs<D> g(ctx);
   const AttentionDims& a = g.a;
   const Tensor(&in)[6] = g.in;
-  const RowMasks masks{attrs.causal, key_lengths_of(ctx, opt.key_lengths, a), mask_of(ctx, opt.mask, a, D)};
+  const RowMasks masks = row_masks(ctx, attrs, opt, a, D);
   Tensor& dq = ctx.alloc_output(0, in[0].dims(), D);
   Tensor& dk = ctx.alloc_output(1, in[1].dims(), D);
   Tensor& dv = ctx.alloc_output(2, in[2].dims(), D);
@@ -456,7 +489,7 @@ void attention_mask_grad_kernel(KernelContext& ctx) {
   const AttentionOptionals opt = optionals(ctx, 6);
   const GradInputs<D> g(ctx);
   const AttentionDims& a = g.a;
-  const RowMasks masks{attrs.causal, key_lengths_of(ctx, opt.key_lengths, a), mask_of(ctx, opt.mask, a, D)};
+  const RowMasks masks = row_masks(ctx, attrs, opt, a, D);
   if (!masks.mask.data || masks.mask.boolean)
     throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' needs a float mask");
   const Tensor& m = ctx.input(static_cast<std::uint32_t>(opt.mask));

@@ -3,6 +3,8 @@
 // [B·H·Lq, Lk] score matrix of all heads; one block per row, its threads
 // striding along the keys. A mask applies to a score as the row pass reads
 // it; a -inf score gives exactly 0 probability, a row of them an empty sum.
+// Dropout (kiln/kernel/attention_dropout.h) draws a row's keep mask four
+// keys to a thread, one random word each, row index the matrix's row.
 #include <cstdint>
 #include <limits>
 
@@ -73,7 +75,17 @@ __global__ void softmax_rows(T* __restrict__ s, T* __restrict__ lse, AttentionRo
   }
   sum = block_combine<false>(sum);
   const T inv = m == kNone ? T(0) : T(1) / sum;  // a row without keys: an empty sum
-  for (std::int64_t j = threadIdx.x; j < lk; j += blockDim.x) r[j] = j < n ? r[j] * inv : T(0);
+  const AttentionDropout drop = dropout_rule(a.dropout);
+  if (!drop.active()) {
+    for (std::int64_t j = threadIdx.x; j < lk; j += blockDim.x) r[j] = j < n ? r[j] * inv : T(0);
+  } else {
+    const T scale = static_cast<T>(drop.scale);
+    for (std::int64_t w = threadIdx.x; w < drop.row_words; w += blockDim.x) {
+      const std::uint64_t bits = drop.word(row, w);
+      for (std::int64_t j = 4 * w; j < 4 * w + 4 && j < lk; ++j)
+        r[j] = j < n && drop.keeps(bits, j) ? r[j] * inv * scale : T(0);
+    }
+  }
   if (threadIdx.x == 0) lse[row] = m == kNone ? kNone : m + log(sum);
 }
 
@@ -97,9 +109,29 @@ __global__ void probability_rows(T* __restrict__ p, const T* __restrict__ lse,
 }
 
 template <typename T>
-__global__ void score_grad(T* __restrict__ p, const T* __restrict__ dp, const T* __restrict__ delta,
+__global__ void score_grad(const T* __restrict__ p, T* __restrict__ dp, const T* __restrict__ delta,
                            std::int64_t lk, std::int64_t n) {
-  KILN_GRID_STRIDE(i, n) p[i] *= dp[i] - delta[i / lk];
+  KILN_GRID_STRIDE(i, n) dp[i] = p[i] * (dp[i] - delta[i / lk]);
+}
+
+// The same under dropout, a thread per random word (four keys of a row):
+// dS = P ∘ (Z ∘ dP - Δ) in place of dP, P ∘ Z in place of P.
+template <typename T>
+__global__ void drop_score_grad(T* __restrict__ p, T* __restrict__ dp, const T* __restrict__ delta,
+                                DropoutRef dropout, std::int64_t lk, std::int64_t n) {
+  const AttentionDropout drop = dropout_rule(dropout);
+  const T scale = static_cast<T>(drop.scale);
+  KILN_GRID_STRIDE(e, n) {
+    const std::int64_t row = e / drop.row_words, w = e % drop.row_words;
+    const std::uint64_t bits = drop.word(row, w);
+    const T dl = delta[row];
+    for (std::int64_t j = 4 * w; j < 4 * w + 4 && j < lk; ++j) {
+      const std::int64_t i = row * lk + j;
+      const T z = drop.keeps(bits, j) ? scale : T(0);
+      dp[i] = p[i] * (z * dp[i] - dl);
+      p[i] *= z;
+    }
+  }
 }
 
 // dmask element e of [nb, nh, ni, nj]: Σ of dS over the dims the mask
@@ -137,10 +169,15 @@ void launch_attention_probabilities(T* p, const T* lse, const T* dout, const T* 
 }
 
 template <typename T>
-void launch_attention_score_grad(T* p, const T* dp, const T* delta, std::int64_t rows,
-                                 std::int64_t lk, cudaStream_t st) {
-  const std::int64_t n = rows * lk;
-  if (n) score_grad<<<blocks_for(n), kThreads, 0, st>>>(p, dp, delta, lk, n);
+void launch_attention_score_grad(T* p, T* dp, const T* delta, const AttentionRows& r, cudaStream_t st) {
+  if (r.rows == 0 || r.lk == 0) return;
+  if (r.dropout.key) {
+    const std::int64_t n = r.rows * r.dropout.row_words;
+    drop_score_grad<<<blocks_for(n), kThreads, 0, st>>>(p, dp, delta, r.dropout, r.lk, n);
+  } else {
+    const std::int64_t n = r.rows * r.lk;
+    score_grad<<<blocks_for(n), kThreads, 0, st>>>(static_cast<const T*>(p), dp, delta, r.lk, n);
+  }
 }
 
 template <typename T>
@@ -155,8 +192,7 @@ void launch_attention_mask_grad(const T* ds, T* dmask, const AttentionRows& r, s
   template void launch_attention_softmax<T>(T*, T*, const AttentionRows&, cudaStream_t);          \
   template void launch_attention_probabilities<T>(T*, const T*, const T*, const T*, T*,            \
                                                   const AttentionRows&, std::int64_t, cudaStream_t); \
-  template void launch_attention_score_grad<T>(T*, const T*, const T*, std::int64_t, std::int64_t, \
-                                               cudaStream_t);                                      \
+  template void launch_attention_score_grad<T>(T*, T*, const T*, const AttentionRows&, cudaStream_t); \
   template void launch_attention_mask_grad<T>(const T*, T*, const AttentionRows&, std::int64_t,     \
                                               cudaStream_t);
 KILN_ATTENTION(float)

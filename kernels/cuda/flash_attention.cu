@@ -1,7 +1,8 @@
 // The host side of the shared-memory attention kernels
 // (flash_attention_tiles.cuh, f32's, and bf16 / f16's under
-// KILN_CUDA_FLASH=wmma or with a mask) and the dispatch between them and the
-// register tiles (flash_attention_mma.cu): the shape checks, the launches.
+// KILN_CUDA_FLASH=wmma or with a mask or dropout) and the dispatch between
+// them and the register tiles (flash_attention_mma.cu): the shape checks,
+// the launches.
 #include <algorithm>
 #include <climits>
 #include <cstddef>
@@ -20,12 +21,12 @@ using namespace flash;
 // ---- host side ----
 
 // Whether bf16 / f16 run flash_attention_mma.cu's register-tile kernels:
-// yes unless the op has a mask (which only the shared-memory kernels read:
-// the register tiles have no registers to spare for it) or KILN_CUDA_FLASH=wmma
-// asks for the shared-memory ones (read per call, so a test or benchmark can
-// run both in one process).
+// yes unless the op has a mask or dropout (which only the shared-memory
+// kernels apply: the register tiles have no registers to spare for them) or
+// KILN_CUDA_FLASH=wmma asks for the shared-memory ones (read per call, so a
+// test or benchmark can run both in one process).
 bool register_tiles(DataType dt, const FlashAttentionShape& s) {
-  if (dt == DataType::Float32 || s.mask.data) return false;
+  if (dt == DataType::Float32 || s.mask.data || s.dropout.key) return false;
   const char* kernels = std::getenv("KILN_CUDA_FLASH");
   return kernels == nullptr || std::string_view(kernels) != "wmma";
 }

@@ -1,7 +1,7 @@
 // Fused scaled-dot-product attention on CUDA, tile by tile through shared
 // memory: f32's kernels, and bf16 / f16's where KILN_CUDA_FLASH=wmma or an
-// op has a mask (else those dtypes run flash_attention_mma.cuh's register
-// tiles); flash_attention.cu launches them. Apart from the 16-bit tensor-core
+// op has a mask or dropout (else those dtypes run flash_attention_mma.cuh's
+// register tiles); flash_attention.cu launches them. Apart from the 16-bit tensor-core
 // products, the kernels also run on the CPU under test/kernel/warp_emulation.h. The scores never
 // leave shared memory. Each block owns one (batch·head, tile of rows) pair and walks the
 // tiles of the other side, so a head's [Lq, Lk] matrix is never held whole.
@@ -18,6 +18,11 @@
 //               dK += dSᵀ·Q.
 //   backward q  a block per (head, tile of query rows), looping over the key
 //               tiles they see: dQ += dS·K.
+// Attention dropout (kiln/kernel/attention_dropout.h, row bh·Lq + i of
+// score (i, j) of head bh) multiplies the probabilities that weigh V by Z,
+// the keep mask times 1 / (1 - p): the forward's P after its running sum
+// took them (so l and lse are the softmax's), the gradient's P in dV +=
+// (P ∘ Z)ᵀ·dO, and dS = scale · P ∘ (Z ∘ dP - Δ).
 // No atomics: each output element is summed by one thread (or one warp's
 // fragment) in a fixed order, so results are bit-identical run to run.
 //
@@ -191,13 +196,15 @@ __device__ void tile_product(const E* a, int lda, const E* b, int ldb, float* c,
 // One key tile (keys j0..) of the online softmax, a warp per query row (q0
 // + r, of head bh with `keys` keys): the row's scores scaled and masked,
 // its running max and sum moved on, probs = exp(score - max) (0 for a -inf
-// score), and the output accumulated so far rescaled to the new max.
+// score; then dropped out under drop, after the sum took them), and the
+// output accumulated so far rescaled to the new max.
 template <typename L, typename E>
-__device__ void tile_softmax(const FlashAttentionShape& s, std::int64_t bh, std::int64_t keys, std::int64_t q0,
-                             std::int64_t j0, const float* scores, E* probs, float* acc, float* row_max,
-                             float* row_sum) {
+__device__ void tile_softmax(const FlashAttentionShape& s, const AttentionDropout& drop, std::int64_t bh,
+                             std::int64_t keys, std::int64_t q0, std::int64_t j0, const float* scores, E* probs,
+                             float* acc, float* row_max, float* row_sum) {
   constexpr int kPerLane = L::kRows / 32;
   const int lane = threadIdx.x % 32;
+  const float keep_scale = static_cast<float>(drop.scale);
   for (int r = threadIdx.x / 32; r < L::kRows; r += kFlashWarps) {
     const std::int64_t seen = keys_seen(s.causal, keys, q0 + r) - j0;  // columns [0, seen) are seen
     const bool row = q0 + r < s.lq;  // a row past Lq reads no mask (nor is it stored)
@@ -217,7 +224,8 @@ __device__ void tile_softmax(const FlashAttentionShape& s, std::int64_t bh, std:
 #pragma unroll
     for (int t = 0; t < kPerLane; ++t) {
       const float p = x[t] == -INFINITY ? 0.f : expf(x[t] - base);
-      probs[r * L::kLdProbs + lane + 32 * t] = narrow<E>(p);
+      const bool kept = !drop.active() || drop.keep(bh * s.lq + q0 + r, j0 + lane + 32 * t);
+      probs[r * L::kLdProbs + lane + 32 * t] = narrow<E>(!kept ? 0.f : drop.active() ? p * keep_scale : p);
       sum += p;
     }
     sum = warp_sum(sum);
@@ -255,6 +263,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
   const std::int64_t keys = head_keys(s, bh);
   const std::int64_t key_end = s.causal ? std::min<std::int64_t>(keys, q0 + R) : keys;
+  const AttentionDropout drop = dropout_rule(s.dropout);
   for (std::int64_t j0 = 0; j0 < key_end; j0 += R) {
     __syncthreads();  // the last tile's products are done with kt, vt, probs
     load_rows<R, DH>(kt, L::kLdOperand, kh, j0, keys, s.d, k_step);  // zeros for the padding
@@ -263,7 +272,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     tile_product<R, R, DH, false, true>(qt, L::kLdOperand, kt, L::kLdOperand, scores, L::kLdScores,
                                         false);
     __syncthreads();
-    tile_softmax<L>(s, bh, keys, q0, j0, scores, probs, acc, row_max, row_sum);
+    tile_softmax<L>(s, drop, bh, keys, q0, j0, scores, probs, acc, row_max, row_sum);
     __syncthreads();
     tile_product<R, DH, R, false, false>(probs, L::kLdProbs, vt, L::kLdOperand, acc, L::kLdAcc,
                                          true);
@@ -319,22 +328,32 @@ __device__ void load_query_tile(const FlashAttentionShape& s, std::int64_t bh, s
 // Query rows i0.. against keys j0.. of head bh with `keys` keys: P =
 // exp(scale · S [+ mask] - lse) where the row sees the key (0 elsewhere, on
 // rows past Lq and for a masked -inf score, also in a row without keys,
-// whose lse is -inf), into probs unless null, and dS = scale · P ∘ (dP - Δ)
-// into dscores.
+// whose lse is -inf), P ∘ Z into probs unless null, and dS = scale · P ∘
+// (Z ∘ dP - Δ) into dscores, Z being drop's keep mask times its scale (1
+// without dropout; under it a thread takes a row's four keys of one
+// random word).
 template <typename L, typename E>
-__device__ void score_grads(const FlashAttentionShape& s, std::int64_t bh, std::int64_t keys, std::int64_t i0,
-                            std::int64_t j0, const float* scores, const float* dprobs, const float* lse_t,
-                            const float* delta_t, E* probs, E* dscores) {
+__device__ void score_grads(const FlashAttentionShape& s, const AttentionDropout& drop, std::int64_t bh,
+                            std::int64_t keys, std::int64_t i0, std::int64_t j0, const float* scores,
+                            const float* dprobs, const float* lse_t, const float* delta_t, E* probs, E* dscores) {
   constexpr int R = L::kRows;
-  for (int e = threadIdx.x; e < R * R; e += kFlashThreads) {
-    const int r = e / R, c = e % R;
+  const auto grad = [&](int r, int c, float z) {
     const std::int64_t i = i0 + r;
     const bool seen = i < s.lq && j0 + c < keys_seen(s.causal, keys, i);
     const float x = seen ? masked_score<E>(s, bh, i, j0 + c, scores[r * L::kLdScores + c] * s.scale) : -INFINITY;
     const float p = x == -INFINITY ? 0.f : expf(x - lse_t[r]);
-    if (probs) probs[r * L::kLdProbs + c] = narrow<E>(p);
-    dscores[r * L::kLdProbs + c] =
-        narrow<E>(s.scale * p * (dprobs[r * L::kLdScores + c] - delta_t[r]));
+    if (probs) probs[r * L::kLdProbs + c] = narrow<E>(p * z);
+    dscores[r * L::kLdProbs + c] = narrow<E>(s.scale * p * (z * dprobs[r * L::kLdScores + c] - delta_t[r]));
+  };
+  if (!drop.active()) {
+    for (int e = threadIdx.x; e < R * R; e += kFlashThreads) grad(e / R, e % R, 1.f);
+    return;
+  }
+  const float keep_scale = static_cast<float>(drop.scale);
+  for (int e = threadIdx.x; e < R * R / 4; e += kFlashThreads) {
+    const int r = e / (R / 4), c = e % (R / 4) * 4;  // j0 + c: a multiple of 4
+    const std::uint64_t bits = drop.word(bh * s.lq + i0 + r, (j0 + c) / 4);
+    for (int u = 0; u < 4; ++u) grad(r, c + u, drop.keeps(bits, j0 + c + u) ? keep_scale : 0.f);
   }
 }
 
@@ -360,6 +379,7 @@ __global__ void __launch_bounds__(kFlashThreads)
                    kv_row_step(s, s.dv));
   zero_tile<R, DH>(dk_acc, L::kLdAcc);
   zero_tile<R, DH>(dv_acc, L::kLdAcc);
+  const AttentionDropout drop = dropout_rule(s.dropout);
   // Causal: rows before j0 see none of these keys; keys past the head's
   // key count none see.
   for (std::int64_t i0 = j0 >= keys ? s.lq : s.causal ? j0 : 0; i0 < s.lq; i0 += R) {
@@ -371,7 +391,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     tile_product<R, R, DH, false, true>(dout_t, L::kLdOperand, vt, L::kLdOperand, dprobs,
                                         L::kLdScores, false);
     __syncthreads();
-    score_grads<L>(s, bh, keys, i0, j0, scores, dprobs, lse_t, delta_t, probs, dscores);
+    score_grads<L>(s, drop, bh, keys, i0, j0, scores, dprobs, lse_t, delta_t, probs, dscores);
     __syncthreads();
     tile_product<R, DH, R, true, false>(probs, L::kLdProbs, dout_t, L::kLdOperand, dv_acc,
                                         L::kLdAcc, true);
@@ -409,6 +429,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   zero_tile<R, DH>(dq_acc, L::kLdAcc);
   const std::int64_t keys = head_keys(s, bh);
   const std::int64_t key_end = s.causal ? std::min<std::int64_t>(keys, i0 + R) : keys;
+  const AttentionDropout drop = dropout_rule(s.dropout);
   for (std::int64_t j0 = 0; j0 < key_end; j0 += R) {
     __syncthreads();  // the last tile's product is done with kt
     load_rows<R, DH>(kt, L::kLdOperand, kh, j0, keys, s.d, k_step);  // zeros for the padding
@@ -419,7 +440,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     tile_product<R, R, DH, false, true>(dout_t, L::kLdOperand, vt, L::kLdOperand, dprobs,
                                         L::kLdScores, false);
     __syncthreads();
-    score_grads<L>(s, bh, keys, i0, j0, scores, dprobs, lse_t, delta_t, static_cast<E*>(nullptr), dscores);
+    score_grads<L>(s, drop, bh, keys, i0, j0, scores, dprobs, lse_t, delta_t, static_cast<E*>(nullptr), dscores);
     __syncthreads();
     tile_product<R, DH, R, false, false>(dscores, L::kLdProbs, kt, L::kLdOperand, dq_acc,
                                          L::kLdAcc, true);

@@ -1,10 +1,11 @@
-// The device side of KeyLengths (launch.h): how many keys a batch's rows
-// see, shared by the fused attention kernels and the cuBLAS path's row
-// passes.
+// The device side of KeyLengths and DropoutRef (launch.h): how many keys
+// a batch's rows see and which probabilities dropout keeps, shared by the
+// fused attention kernels and the cuBLAS path's row passes.
 #pragma once
 
 #include <cstdint>
 
+#include "kiln/kernel/attention_dropout.h"
 #include "launch.h"
 
 namespace kiln::cuda {
@@ -22,6 +23,13 @@ inline __device__ std::int64_t key_count(const KeyLengths& keys, std::int64_t b,
 // alignment: keys 0..i).
 inline __device__ std::int64_t keys_seen(bool causal, std::int64_t keys, std::int64_t i) {
   return causal ? (i + 1 < keys ? i + 1 : keys) : keys;
+}
+
+// The dropout's rule with its key read from device memory (inactive
+// without a key).
+inline __device__ AttentionDropout dropout_rule(const DropoutRef& d) {
+  if (!d.key) return {};
+  return {.key = *d.key, .threshold = d.threshold, .row_words = d.row_words, .scale = d.scale};
 }
 
 }  // namespace kiln::cuda

@@ -159,16 +159,29 @@ struct ScoreMaskRef {
   bool boolean = false;
   std::int64_t sb = 0, sh = 0, si = 0, sj = 0;
 };
+// An attention op's dropout (kiln/kernel/attention_dropout.h): the rule's
+// threshold, row_words and scale (attention_dropout(p, 0, Lk)'s) and the
+// address of its dropout_key (device memory, u64 [1]), which each kernel
+// reads into the rule (key_lengths.cuh: dropout_rule). Null key: none.
+struct DropoutRef {
+  const std::uint64_t* key = nullptr;
+  std::uint32_t threshold = 0;
+  std::int64_t row_words = 0;
+  double scale = 1;
+};
 // Which keys the rows of all heads' [B·H·Lq, Lk] scores see: query row
-// index row % lq, batch row / lq / h.
+// index row % lq, batch row / lq / h; the dropout's row is `row` itself.
 struct AttentionRows {
   std::int64_t rows = 0, lq = 0, lk = 0, h = 1;
   bool causal = false;
   KeyLengths keys;
   ScoreMaskRef mask;
+  DropoutRef dropout;
 };
 // Each row of s ([rows, lk]) → its softmax over the keys it sees (0 beyond
-// them); lse[row] = the row's log-sum-exp (-inf for a row that sees none).
+// them), then dropped out (kept ones scaled, dropped ones 0) under
+// r.dropout; lse[row] = the softmax's log-sum-exp (-inf for a row that
+// sees none).
 template <typename T>
 void launch_attention_softmax(T* s, T* lse, const AttentionRows& r, cudaStream_t st);
 // Gradient: scores → probabilities exp(s - lse) (0 where masked) in place;
@@ -176,10 +189,11 @@ void launch_attention_softmax(T* s, T* lse, const AttentionRows& r, cudaStream_t
 template <typename T>
 void launch_attention_probabilities(T* p, const T* lse, const T* dout, const T* out, T* delta,
                                     const AttentionRows& r, std::int64_t dv, cudaStream_t st);
-// dS = P ∘ (dP - delta[row]), in place of P.
+// dS = P ∘ (Z ∘ dP - delta[row]) in place of dP ([r.rows, r.lk] each),
+// Z the dropout's keep mask times its scale under r.dropout (then P ∘ Z,
+// what weighed V, in place of P), else 1.
 template <typename T>
-void launch_attention_score_grad(T* p, const T* dp, const T* delta, std::int64_t rows,
-                                 std::int64_t lk, cudaStream_t st);
+void launch_attention_score_grad(T* p, T* dp, const T* delta, const AttentionRows& r, cudaStream_t st);
 // A float mask's gradient: dmask (the mask's elements, [nb, nh, ni, nj]
 // row-major, each 1 or B, H, Lq, Lk by whether it broadcasts) = dS ([rows,
 // lk]) summed over the dims the mask broadcasts over, one thread per dmask
@@ -194,14 +208,16 @@ void launch_attention_mask_grad(const T* ds, T* dmask, const AttentionRows& r, s
 // One attention call as the fused kernels see it: q [B, H, Lq, D],
 // k [B, Hk, Lk, D], v [B, Hk, Lk, Dv] (or [B, L, H, ·] each when
 // heads_inner; Hk divides H: grouped-query attention), bh = B·H, scale
-// already resolved (attention_scale), keys the op's key_lengths (if any).
+// already resolved (attention_scale), keys the op's key_lengths (if any),
+// dropout its attention dropout (score (i, j) of head bh: row bh·Lq + i).
 struct FlashAttentionShape {
   std::int64_t bh = 0, h = 0, lq = 0, lk = 0, d = 0, dv = 0;
   std::int64_t hk = 0;  // k and v's heads (H without grouped-query attention)
   bool heads_inner = false, causal = false;
   float scale = 1;
   KeyLengths keys;
-  ScoreMaskRef mask;  // the shared-memory kernels' only (flash_attention_tiles.cuh)
+  ScoreMaskRef mask;   // the shared-memory kernels' only (flash_attention_tiles.cuh)
+  DropoutRef dropout;  // likewise
 };
 // nullptr when the fused kernels take the call (dtype f32, bf16 or f16,
 // D and Dv at most 128, the grid and the tiles' shared memory within the
@@ -216,7 +232,7 @@ void launch_flash_attention_forward(DataType dt, const FlashAttentionShape& s, c
 // and the incoming dout; delta is device scratch of bh·lq floats. With
 // dq_sum null, deterministic: no atomics, every sum in a fixed order. Else
 // dq_sum is device scratch of q's element count floats, and where the
-// kernels can (bf16 and f16 on register tiles, without a mask:
+// kernels can (bf16 and f16 on register tiles, without a mask or dropout:
 // flash_attention_sums_dq) the key-tile pass adds each key tile's share of
 // dQ there by f32 atomics (FlashAttention-2's five products instead of
 // seven; dQ's last bits may differ run to run), then rounds it into dq.

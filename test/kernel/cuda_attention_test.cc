@@ -1,8 +1,9 @@
 // The CUDA scaled-dot-product attention and its gradient against the CPU's
 // kernels on the same inputs ([cuda]: skipped without a device): causal and
-// not, Lq != Lk, a given scale, f32 (the fused kernels) to 1e-5 and f64 (the
-// cuBLAS path) to 1e-12 (the GPU sums in other orders; the CPU's f32 exp is
-// a polynomial). cuda_flash_attention_test.cc covers the fused kernels' dims.
+// not, Lq != Lk, a given scale, attention dropout, f32 (the fused kernels)
+// to 1e-5 and f64 (the cuBLAS path) to 1e-12 (the GPU sums in other orders;
+// the CPU's f32 exp is a polynomial). cuda_flash_attention_test.cc covers
+// the fused kernels' dims.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -28,23 +29,27 @@ struct Shape {
   std::int64_t b, h, lq, lk, d, dv;
 };
 
+// dropout > 0: attention dropout with that probability.
 template <typename T>
-void compare_attention(const Shape& s, bool causal, double scale, double tol) {
+void compare_attention(const Shape& s, bool causal, double scale, double tol, double dropout = 0) {
   INFO("B " << s.b << " H " << s.h << " Lq " << s.lq << " Lk " << s.lk << " D " << s.d << " Dv "
-            << s.dv << " causal " << causal << " scale " << scale << " "
+            << s.dv << " causal " << causal << " scale " << scale << " dropout " << dropout << " "
             << to_string(data_type_of<T>));
   const Tensor q = filled<T>({s.b, s.h, s.lq, s.d}, -1, 1, 1),
                k = filled<T>({s.b, s.h, s.lk, s.d}, -1, 1, 2),
                v = filled<T>({s.b, s.h, s.lk, s.dv}, -1, 1, 3);
-  auto cpu = run_op<ScaledDotProductAttentionOp>({q, k, v}, causal, scale);
-  auto dev = run_cuda_op<ScaledDotProductAttentionOp>({q, k, v}, causal, scale);
+  const std::string layout = "BHLD";
+  std::vector<Tensor> fwd_in{q, k, v};
+  if (dropout > 0) fwd_in.push_back(Tensor::from_vector<std::uint64_t>({1}, {0x5eedULL}));
+  auto cpu = run_op<ScaledDotProductAttentionOp>(fwd_in, causal, scale, layout, dropout);
+  auto dev = run_cuda_op<ScaledDotProductAttentionOp>(fwd_in, causal, scale, layout, dropout);
   check_attention<T>(dev.results[0], cpu.results[0], tol);
   if (s.lk > 0) check_attention<T>(dev.results[1], cpu.results[1], tol);
   const Tensor dout = filled<T>(cpu.results[0].dims(), -1, 1, 4);
-  const std::vector<Tensor> in{q, k, v, cpu.results[0], cpu.results[1], dout};
-  auto gcpu = run_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, scale, std::string("BHLD"));
-  auto gdev =
-      run_cuda_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, scale, std::string("BHLD"));
+  std::vector<Tensor> in{q, k, v, cpu.results[0], cpu.results[1], dout};
+  in.insert(in.end(), fwd_in.begin() + 3, fwd_in.end());
+  auto gcpu = run_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, scale, layout, dropout);
+  auto gdev = run_cuda_op<GradOf<ScaledDotProductAttentionOp>>(in, causal, scale, layout, dropout);
   for (int i = 0; i < 3; ++i) {
     INFO("gradient #" << i);
     check_attention<T>(gdev.results[i], gcpu.results[i], tol);
@@ -88,6 +93,20 @@ void compare_blhd(const Shape& s, bool causal, double tol) {
     INFO("gradient #" << i);
     check_attention<T>(gdev.results[i], gcpu.results[i], tol);
   }
+}
+
+TEST_CASE("CUDA attention with dropout and its gradient match the CPU's, f32 on the fused kernels and f64 on "
+          "cuBLAS",
+          "[cuda][kernel][dropout]") {
+  if (!have_cuda()) return;
+  const std::vector<Shape> shapes = {{2, 4, 16, 16, 8, 8}, {1, 2, 65, 65, 32, 32}, {2, 1, 7, 19, 5, 3},
+                                     {1, 1, 19, 7, 4, 6}, {1, 1, 200, 200, 16, 16}};
+  for (const Shape& s : shapes)
+    for (bool causal : {false, true}) {
+      compare_attention<float>(s, causal, 0, 1e-5, 0.25);
+      compare_attention<double>(s, causal, 0, 1e-12, 0.25);
+    }
+  compare_attention<double>({2, 2, 9, 9, 4, 4}, true, 0.7, 1e-12, 0.9);
 }
 
 TEST_CASE("CUDA attention in layout BLHD and its gradient match the CPU's", "[cuda][kernel]") {

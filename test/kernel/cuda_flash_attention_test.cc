@@ -5,7 +5,11 @@
 // attention (k and v of fewer heads). bf16 and f16 run
 // both kernel sets: the register tiles (flash_attention_mma.cu, the default)
 // and the shared-memory ones (flash_attention.cu, KILN_CUDA_FLASH=wmma),
-// f32's only kernels.
+// f32's only kernels. Attention dropout runs every dtype on its kernels:
+// f32, bf16 and f16 on the shared-memory tiles (also where the register
+// tiles are asked for: they refuse dropout), f64 and f32 with head dims
+// above 128 on the cuBLAS path; against the CPU to the same tolerances, so
+// the devices drop the same probabilities.
 //
 // Tolerances, per element: |got - want| <= rtol·|want| + atol·max(1, max|want|).
 //   f32   rtol = atol = 1e-5 (the CPU sums in other orders and its exp is a
@@ -14,7 +18,8 @@
 //         operands, results rounded once): the fused kernel rounds P and dS to
 //         bf16 (8 bits) for the tensor-core products, and either side may round
 //         a result to the neighbouring bf16 (2^-8 relative);
-//   f16   5e-3 likewise (11 bits).
+//   f16   5e-3 likewise (11 bits);
+//   f64   1e-12 (the cuBLAS path).
 // The gradients get the CPU forward's out and lse as inputs on both sides.
 #include <cmath>
 #include <cstdint>
@@ -61,6 +66,7 @@ struct Case {
 // Values in [-2, 2) of dtype dt (the 16-bit ones exact in their dtype).
 Tensor operand(DataType dt, const Dims& dims, unsigned seed) {
   if (dt == DataType::Float32) return filled<float>(dims, -2, 2, seed);
+  if (dt == DataType::Float64) return filled<double>(dims, -2, 2, seed);
   return kiln_test::random_half(dims, dt, seed);
 }
 
@@ -101,8 +107,16 @@ void check_near(const Tensor& got, const Tensor& want, double rtol, double atol,
 }
 
 double tolerance(DataType dt) {
-  return dt == DataType::Float32 ? 1e-5 : dt == DataType::BFloat16 ? 2e-2 : 5e-3;
+  switch (dt) {
+    case DataType::Float64: return 1e-12;
+    case DataType::Float32: return 1e-5;
+    case DataType::BFloat16: return 2e-2;
+    default: return 5e-3;
+  }
 }
+
+// The dropout_key of the dropout cases.
+Tensor dropout_key() { return Tensor::from_vector<std::uint64_t>({1}, {0x6b696c6e0d0bULL}); }
 
 // q-like dims of `len` rows of `width` in the layout (or k / v-like: the
 // case's k / v heads, when kv).
@@ -113,13 +127,15 @@ Dims layout_dims(const Case& c, const std::string& layout, std::int64_t len, std
 
 // The CUDA forward and gradient against the CPU's on one case (with
 // key_lengths when `lengths` is given, a mask when `mask` is, and then the
-// gradient of a float mask too).
+// gradient of a float mask too; attention dropout with probability
+// `dropout` under dropout_key() when it is above 0).
 void compare_fused(DataType dt, const Case& c, bool causal, const std::string& layout,
-                   double scale = 0, const Tensor* lengths = nullptr, const Tensor* mask = nullptr) {
+                   double scale = 0, const Tensor* lengths = nullptr, const Tensor* mask = nullptr,
+                   double dropout = 0) {
   INFO(to_string(dt) << " " << layout << " B " << c.b << " H " << c.h << " Hk " << c.kv_heads() << " Lq " << c.lq
                      << " Lk " << c.lk << " D " << c.d << " Dv " << c.dv << " causal " << causal
                      << " scale " << scale << (lengths ? " with key_lengths" : "")
-                     << (mask ? " with a mask" : ""));
+                     << (mask ? " with a mask" : "") << " dropout " << dropout);
   const double tol = tolerance(dt);
   const Tensor q = operand(dt, layout_dims(c, layout, c.lq, c.d), 1),
                k = operand(dt, layout_dims(c, layout, c.lk, c.d, true), 2),
@@ -127,8 +143,9 @@ void compare_fused(DataType dt, const Case& c, bool causal, const std::string& l
   std::vector<Tensor> fwd_in{q, k, v};
   if (lengths) fwd_in.push_back(*lengths);
   if (mask) fwd_in.push_back(*mask);
-  auto cpu = run_op<ScaledDotProductAttentionOp>(fwd_in, causal, scale, layout);
-  auto dev = run_cuda_op<ScaledDotProductAttentionOp>(fwd_in, causal, scale, layout);
+  if (dropout > 0) fwd_in.push_back(dropout_key());
+  auto cpu = run_op<ScaledDotProductAttentionOp>(fwd_in, causal, scale, layout, dropout);
+  auto dev = run_cuda_op<ScaledDotProductAttentionOp>(fwd_in, causal, scale, layout, dropout);
   {
     INFO("out");
     check_near(dev.results[0], cpu.results[0], tol, tol);
@@ -139,10 +156,9 @@ void compare_fused(DataType dt, const Case& c, bool causal, const std::string& l
   }
   const Tensor dout = operand(dt, cpu.results[0].dims(), 4);
   std::vector<Tensor> in{q, k, v, cpu.results[0], cpu.results[1], dout};
-  if (lengths) in.push_back(*lengths);
-  if (mask) in.push_back(*mask);
-  auto gcpu = run_op<Grad>(in, causal, scale, layout);
-  auto gdev = run_cuda_op<Grad>(in, causal, scale, layout);
+  in.insert(in.end(), fwd_in.begin() + 3, fwd_in.end());
+  auto gcpu = run_op<Grad>(in, causal, scale, layout, dropout);
+  auto gdev = run_cuda_op<Grad>(in, causal, scale, layout, dropout);
   // dq and dk are sums of terms P·(dP − D) that cancel (exactly, where a
   // row sees one key), of the scale of dv's elements: their rounding is
   // bounded by the largest gradient element, not by their own.
@@ -154,8 +170,9 @@ void compare_fused(DataType dt, const Case& c, bool causal, const std::string& l
   }
   if (mask && mask->dtype() != DataType::Bool) {
     INFO("the mask's gradient");
-    auto mcpu = run_op<AttentionMaskGradOp>(in, causal, scale, layout);
-    auto mdev = run_cuda_op<AttentionMaskGradOp>(in, causal, scale, layout);
+    const AttentionMaskGradOp::Attributes attrs{causal, scale, layout, dropout, false};
+    auto mcpu = run_op<AttentionMaskGradOp>(in, attrs);
+    auto mdev = run_cuda_op<AttentionMaskGradOp>(in, attrs);
     check_near(mdev.results[0], mcpu.results[0], tol, tol, peak_of(mcpu.results[0]));
   }
 }
@@ -527,4 +544,69 @@ TEST_CASE("CUDA grouped-query attention on a small case of every dtype matches t
   for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float16})
     fat::each_kernel_set(dt, [&] { fat::compare_fused(dt, {2, 4, 30, 70, 32, 32, 2}, true, "BLHD"); });
   fat::compare_fused(DataType::Float32, {1, 2, 9, 13, 8, 160, 1}, false, "BHLD");  // the cuBLAS path
+}
+
+TEST_CASE("CUDA attention dropout drops what the CPU drops on every kernel path, forward and gradients",
+          "[cuda][kernel][dropout]") {
+  if (!have_cuda()) return;
+  const Tensor lengths = Tensor::from_vector<std::int32_t>({2}, {90, 33});
+  const Tensor per_key = fat::float_mask(DataType::Float32, {2, 1, 1, 90});
+  // The shared-memory tiles, under either 16-bit kernel set.
+  for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float16})
+    fat::each_kernel_set(dt, [&] {
+      for (const std::string layout : {"BHLD", "BLHD"})
+        for (bool causal : {false, true}) {
+          fat::compare_fused(dt, {2, 3, 70, 90, 64, 64}, causal, layout, 0, nullptr, nullptr, 0.3);
+          fat::compare_fused(dt, {1, 2, 33, 90, 128, 72}, causal, layout, 0, nullptr, nullptr, 0.1);
+          fat::compare_fused(dt, {2, 4, 70, 90, 32, 32, 2}, causal, layout, 0, &lengths, nullptr, 0.5);  // GQA
+        }
+    });
+  // With a float mask (and its gradient, the cuBLAS path's): f32 also with key_lengths (nine operands).
+  for (bool causal : {false, true}) {
+    fat::compare_fused(DataType::Float32, {2, 3, 70, 90, 64, 64}, causal, "BLHD", 0, &lengths, &per_key, 0.3);
+    for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+      const Tensor bias = fat::float_mask(dt, {1, 3, 70, 90});
+      fat::compare_fused(dt, {2, 3, 70, 90, 32, 32}, causal, "BHLD", 0, nullptr, &bias, 0.2);
+    }
+  }
+  // The cuBLAS path: f64, and f32 with head dims above 128; k and v repeated under GQA, BLHD staged.
+  const Tensor lengths2 = Tensor::from_vector<std::int64_t>({2}, {40, 17});
+  const Tensor per_head = fat::float_mask(DataType::Float64, {1, 4, 33, 40});
+  for (const std::string layout : {"BHLD", "BLHD"})
+    for (bool causal : {false, true}) {
+      fat::compare_fused(DataType::Float64, {2, 3, 33, 40, 16, 16}, causal, layout, 0, &lengths2, nullptr, 0.3);
+      fat::compare_fused(DataType::Float64, {2, 4, 33, 40, 8, 12, 2}, causal, layout, 0, nullptr, &per_head, 0.5);
+      fat::compare_fused(DataType::Float32, {2, 3, 33, 40, 160, 160}, causal, layout, 0, &lengths2, nullptr, 0.3);
+      fat::compare_fused(DataType::Float32, {2, 4, 20, 41, 16, 200, 1}, causal, layout, 0, nullptr, nullptr, 0.2);
+    }
+  // Summing dQ by atomics is the register tiles' only: with dropout the deterministic kernels run.
+  const fat::AtomicDq atomic;
+  fat::compare_fused(DataType::BFloat16, {2, 3, 130, 90, 64, 64}, true, "BLHD", 0, nullptr, nullptr, 0.3);
+}
+
+TEST_CASE("CUDA attention under is_test, or with dropout_p 0, drops nothing", "[cuda][kernel][dropout]") {
+  if (!have_cuda()) return;
+  for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float64}) {
+    INFO(to_string(dt));
+    const Dims dims{2, 3, 40, 32};
+    const Tensor q = fat::operand(dt, dims, 1), k = fat::operand(dt, dims, 2), v = fat::operand(dt, dims, 3);
+    const std::string layout = "BHLD";
+    auto plain = run_cuda_op<ScaledDotProductAttentionOp>({q, k, v}, true, 0.0, layout);
+    auto test = run_cuda_op<ScaledDotProductAttentionOp>({q, k, v, fat::dropout_key()}, true, 0.0, layout, 0.5, true);
+    auto zero = run_cuda_op<ScaledDotProductAttentionOp>({q, k, v, fat::dropout_key()}, true, 0.0, layout, 0.0);
+    for (const auto* run : {&test, &zero})
+      for (int i = 0; i < 2; ++i)
+        CHECK(std::memcmp(run->results[i].raw_data(), plain.results[i].raw_data(), plain.results[i].bytes()) == 0);
+  }
+}
+
+// A small case of every dtype and path for compute-sanitizer.
+TEST_CASE("CUDA attention dropout on a small case of every dtype matches the CPU", "[cuda][kernel][dropout][sanitize]") {
+  if (!have_cuda()) return;
+  for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float16, DataType::Float64}) {
+    const Tensor fm = fat::float_mask(dt, {2, 1, 9, 13});
+    fat::compare_fused(dt, {2, 2, 9, 13, 8, 8}, true, "BLHD", 0, nullptr, &fm, 0.4);
+    fat::compare_fused(dt, {2, 4, 9, 13, 8, 8, 2}, false, "BHLD", 0, nullptr, nullptr, 0.4);
+  }
+  fat::compare_fused(DataType::Float32, {1, 2, 9, 13, 8, 160, 1}, false, "BLHD", 0, nullptr, nullptr, 0.4);
 }

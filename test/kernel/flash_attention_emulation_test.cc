@@ -231,7 +231,7 @@ FlashAttentionShape shape(std::int64_t b, std::int64_t h, std::int64_t lq, std::
                           std::int64_t dv, bool heads_inner, bool causal, std::int64_t hk = 0) {
   return {.bh = b * h, .h = h, .lq = lq, .lk = lk, .d = d, .dv = dv, .hk = hk ? hk : h, .heads_inner = heads_inner,
           .causal = causal, .scale = static_cast<float>(1 / std::sqrt(static_cast<double>(d ? d : 1))), .keys = {},
-          .mask = {}};
+          .mask = {}, .dropout = {}};
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // in f32 run on the CPU under warp_emulation.h, against attention computed in
 // f64 from the same inputs: their tiles, online softmax, causal, key_lengths
 // and mask handling (bool and float masks broadcast over batches, heads,
-// rows or keys, rows the mask leaves without keys) checked on any machine;
+// rows or keys, rows the mask leaves without keys) and attention dropout
+// (the reference keeps what kiln/kernel/attention_dropout.h's rule keeps)
+// checked on any machine;
 // the [cuda] tests check them on a device, bf16 and f16 too (whose
 // tensor-core products the emulation does not run).
 //
@@ -20,6 +22,7 @@
 
 #include "kernel/flash_emulation_util.h"
 #include "flash_attention_tiles.cuh"
+#include "kiln/kernel/attention_dropout.h"
 
 namespace {
 
@@ -37,15 +40,29 @@ std::vector<float> random_floats(std::size_t n, unsigned seed) {
   return out;
 }
 
-// One call's f32 tensors, the mask's elements (bool as bytes or f32) and
-// the f64 results.
+// The dropout row of score (i, j) of head bh: bh · Lq + i.
+std::int64_t dropout_row(const FlashAttentionShape& s, std::int64_t bh, std::int64_t i) { return bh * s.lq + i; }
+
+// One call's f32 tensors, the mask's elements (bool as bytes or f32), the
+// dropout key and rule (with the row the reference draws a score's bits
+// for) and the f64 results.
 struct Problem {
   FlashAttentionShape s;
   std::vector<float> q, k, v, dout, fmask;
   std::vector<std::uint8_t> bmask;
   std::vector<std::int32_t> lengths;
+  std::vector<std::uint64_t> key;
+  kiln::AttentionDropout drop;
+  std::int64_t (*row_of)(const FlashAttentionShape&, std::int64_t, std::int64_t) = dropout_row;
   std::vector<double> out, lse, dq, dk, dv;
 };
+
+// What the reference multiplies probability (i, j) of head bh by: 1
+// without dropout, else the scale where the rule keeps it and 0 where not.
+double keep_weight(const Problem& p, std::int64_t bh, std::int64_t i, std::int64_t j) {
+  if (!p.drop.active()) return 1;
+  return p.drop.keep(p.row_of(p.s, bh, i), j) ? p.drop.scale : 0;
+}
 
 // What the mask adds to score (i, j) of head bh: 0 without one, -inf where
 // a bool one is false.
@@ -89,10 +106,12 @@ void reference(Problem& p) {
   for (std::int64_t i = 0; i < s.bh; ++i)
     for (std::int64_t r = 0; r < s.lq; ++r) {
       const std::vector<double> prob = probabilities(p, i, r, p.lse[static_cast<std::size_t>(i * s.lq + r)]);
+      std::vector<double> z(prob.size());
+      for (std::size_t j = 0; j < prob.size(); ++j) z[j] = keep_weight(p, i, r, std::int64_t(j));
       double delta = 0;
       for (std::int64_t c = 0; c < s.dv; ++c) {
         double o = 0;
-        for (std::size_t j = 0; j < prob.size(); ++j) o += prob[j] * p.v[at_kv(s, i, std::int64_t(j), c, s.lk, s.dv)];
+        for (std::size_t j = 0; j < prob.size(); ++j) o += prob[j] * z[j] * p.v[at_kv(s, i, std::int64_t(j), c, s.lk, s.dv)];
         p.out[at(s, i, r, c, s.lq, s.dv)] = o;
         delta += o * p.dout[at(s, i, r, c, s.lq, s.dv)];
       }
@@ -100,12 +119,13 @@ void reference(Problem& p) {
         const auto j = static_cast<std::int64_t>(jj);
         double dp = 0;
         for (std::int64_t c = 0; c < s.dv; ++c) dp += double(p.dout[at(s, i, r, c, s.lq, s.dv)]) * p.v[at_kv(s, i, j, c, s.lk, s.dv)];
-        const double ds = s.scale * prob[jj] * (dp - delta);
+        const double ds = s.scale * prob[jj] * (z[jj] * dp - delta);
         for (std::int64_t c = 0; c < s.d; ++c) {
           p.dq[at(s, i, r, c, s.lq, s.d)] += ds * p.k[at_kv(s, i, j, c, s.lk, s.d)];
           p.dk[at(s, i, j, c, s.lk, s.d)] += ds * p.q[at(s, i, r, c, s.lq, s.d)];
         }
-        for (std::int64_t c = 0; c < s.dv; ++c) p.dv[at(s, i, j, c, s.lk, s.dv)] += prob[jj] * p.dout[at(s, i, r, c, s.lq, s.dv)];
+        for (std::int64_t c = 0; c < s.dv; ++c)
+          p.dv[at(s, i, j, c, s.lk, s.dv)] += prob[jj] * z[jj] * p.dout[at(s, i, r, c, s.lq, s.dv)];
       }
     }
 }
@@ -116,29 +136,44 @@ double peak_of(const std::vector<double>& x, double floor = 1) {
   return floor;
 }
 
-void check_near(const std::string& what, const std::vector<float>& got, const std::vector<double>& want,
-                double peak) {
+// How many elements of got lie beyond the tolerance from want; the first's index in *first.
+std::size_t mismatches(const std::vector<float>& got, const std::vector<double>& want, double peak,
+                       std::size_t* first = nullptr) {
   constexpr double kTol = 2e-4;
   REQUIRE(got.size() == want.size());
-  std::size_t bad = 0, first = 0;
+  std::size_t bad = 0;
   for (std::size_t i = 0; i < got.size(); ++i)
     if (!(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i])) ||
           std::abs(got[i] - want[i]) <= kTol * std::abs(want[i]) + kTol * peak))
-      if (bad++ == 0) first = i;
+      if (bad++ == 0 && first) *first = i;
+  return bad;
+}
+
+void check_near(const std::string& what, const std::vector<float>& got, const std::vector<double>& want,
+                double peak) {
+  std::size_t first = 0;
+  const std::size_t bad = mismatches(got, want, peak, &first);
   INFO(what << ": " << bad << " of " << got.size() << " elements differ; the first, #" << first << ": got "
             << (bad ? got[first] : 0) << ", want " << (bad ? want[first] : 0));
   CHECK(bad == 0);
 }
 
+// What the kernels wrote.
+struct Outputs {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
 // The forward, Δ and the two gradient kernels (or, not `gradients`, the
-// forward alone) on p under the emulation, against the reference.
+// forward alone) on p under the emulation, against the reference; what
+// they wrote.
 template <int DH>
-void check_tiles(Problem& p, bool gradients = true) {
+Outputs check_tiles(Problem& p, bool gradients = true) {
   const FlashAttentionShape& s = p.s;
   INFO((s.heads_inner ? "BLHD" : "BHLD") << " BH " << s.bh << " Hk " << s.hk << " Lq " << s.lq << " Lk " << s.lk << " D " << s.d
                                         << " Dv " << s.dv << " causal " << s.causal
                                         << (p.lengths.empty() ? "" : " key_lengths")
-                                        << (!s.mask.data ? "" : s.mask.boolean ? " bool mask" : " float mask"));
+                                        << (!s.mask.data ? "" : s.mask.boolean ? " bool mask" : " float mask")
+                                        << (p.drop.active() ? " dropout" : ""));
   reference(p);
   using Fwd = flash::ForwardLayout<float, DH>;
   using Kv = flash::BackwardLayout<float, DH, true>;
@@ -152,7 +187,7 @@ void check_tiles(Problem& p, bool gradients = true) {
               [&] { flash::flash_forward<float, DH>(s, p.q.data(), p.k.data(), p.v.data(), out.data(), lse.data()); });
   check_near("out", out, p.out, peak_of(p.out));
   check_near("lse", lse, p.lse, 1);
-  if (!gradients) return;
+  if (!gradients) return {out, lse, {}, {}, {}};
   const auto rows = static_cast<unsigned>((s.bh * s.lq + flash::kFlashWarps - 1) / flash::kFlashWarps);
   emu::launch(dim3(rows), flash::kFlashThreads, flash::smem, 0,
               [&] { flash::flash_delta<float>(s, out.data(), p.dout.data(), delta.data()); });
@@ -171,6 +206,7 @@ void check_tiles(Problem& p, bool gradients = true) {
   check_near("dq", dq, p.dq, grad_peak);
   check_near("dk", dk, p.dk, grad_peak);
   check_near("dv", dv, p.dv, grad_peak);
+  return {out, lse, dq, dk, dv};
 }
 
 // hk: k and v's heads (0: h).
@@ -180,7 +216,7 @@ Problem problem(std::int64_t b, std::int64_t h, std::int64_t lq, std::int64_t lk
   hk = hk ? hk : h;
   p.s = {.bh = b * h, .h = h, .lq = lq, .lk = lk, .d = d, .dv = dv, .hk = hk, .heads_inner = heads_inner,
          .causal = causal, .scale = static_cast<float>(1 / std::sqrt(static_cast<double>(d))), .keys = {},
-         .mask = {}};
+         .mask = {}, .dropout = {}};
   p.q = random_floats(static_cast<std::size_t>(b * h * lq * d), 1);
   p.k = random_floats(static_cast<std::size_t>(b * hk * lk * d), 2);
   p.v = random_floats(static_cast<std::size_t>(b * hk * lk * dv), 3);
@@ -213,6 +249,27 @@ void set_mask(Problem& p, std::int64_t nb, std::int64_t nh, std::int64_t ni, std
 void set_lengths(Problem& p, std::vector<std::int32_t> lengths) {
   p.lengths = std::move(lengths);
   p.s.keys = {.lengths = p.lengths.data(), .wide = false};
+}
+
+// Dropout with probability `prob` under `key`: the kernels get the rule as
+// the CUDA host passes it (attention_dropout(prob, 0, Lk), the key's
+// address), the reference the rule with the key.
+void set_dropout(Problem& p, double prob, std::uint64_t key) {
+  p.key = {key};
+  const kiln::AttentionDropout rule = kiln::attention_dropout(prob, 0, p.s.lk);
+  p.s.dropout = {.key = p.key.data(), .threshold = rule.threshold, .row_words = rule.row_words,
+                 .scale = rule.scale};
+  p.drop = kiln::attention_dropout(prob, key, p.s.lk);
+}
+
+// The fraction of p's scores (every row against every key) that its
+// dropout keeps.
+double kept_fraction(const Problem& p) {
+  std::int64_t kept = 0;
+  for (std::int64_t bh = 0; bh < p.s.bh; ++bh)
+    for (std::int64_t i = 0; i < p.s.lq; ++i)
+      for (std::int64_t j = 0; j < p.s.lk; ++j) kept += p.drop.keep(dropout_row(p.s, bh, i), j);
+  return static_cast<double>(kept) / static_cast<double>(p.s.bh * p.s.lq * p.s.lk);
 }
 
 }  // namespace
@@ -276,5 +333,57 @@ TEST_CASE("the f32 shared-memory attention tiles read each query head's k / v he
     set_mask(m, 1, 3, 40, 70, false);
     set_lengths(m, {50});
     check_tiles<32>(m);
+  }
+}
+
+TEST_CASE("the f32 shared-memory attention tiles drop out the probabilities the dropout rule drops, with causal, "
+          "key_lengths, a mask and grouped-query attention, under the emulation",
+          "[kernel][attention][emulation][dropout]") {
+  for (bool heads_inner : {false, true}) {  // causal, key_lengths cutting inside a tile
+    Problem p = problem(2, 2, 70, 75, 20, 32, heads_inner, true);
+    set_lengths(p, {75, 50});
+    set_dropout(p, 0.3, 0x5eed0001u);
+    CHECK(std::abs(kept_fraction(p) - 0.7) < 0.02);  // a real mask, not one that keeps everything
+    check_tiles<32>(p);
+  }
+  {  // head dim 128 (32-row tiles) with a float mask per head
+    Problem p = problem(1, 2, 70, 75, 128, 128, false, false);
+    set_mask(p, 1, 2, 70, 75, false);
+    set_dropout(p, 0.2, 0x5eed0002u);
+    check_tiles<128>(p);
+  }
+  for (bool causal : {false, true}) {  // two query heads per k / v head
+    Problem p = problem(2, 4, 70, 75, 32, 32, true, causal, 2);
+    set_dropout(p, 0.5, 0x5eed0003u);
+    CHECK(std::abs(kept_fraction(p) - 0.5) < 0.02);
+    check_tiles<32>(p);
+  }
+  {  // Lk not a multiple of 4 (a row's last random word covers fewer keys), most scores dropped
+    Problem p = problem(1, 3, 9, 7, 8, 8, true, false);
+    set_dropout(p, 0.85, 0x5eed0004u);
+    check_tiles<32>(p);
+  }
+}
+
+TEST_CASE("the f32 shared-memory attention tiles' dropout would not match a rule drawn at another row, under "
+          "the emulation",
+          "[kernel][attention][emulation][dropout]") {
+  Problem p = problem(2, 4, 70, 75, 32, 32, true, false, 2);
+  set_dropout(p, 0.3, 0x5eed0005u);
+  const Outputs got = check_tiles<32>(p);
+  // Rows counted in keys, in BLHD's memory order, or by k / v head: each
+  // draws other bits, so the kernels' results are far from that reference.
+  using RowOf = std::int64_t (*)(const FlashAttentionShape&, std::int64_t, std::int64_t);
+  const RowOf wrong[] = {
+      [](const FlashAttentionShape& s, std::int64_t bh, std::int64_t i) { return bh * s.lk + i; },
+      [](const FlashAttentionShape& s, std::int64_t bh, std::int64_t i) {
+        return (bh / s.h * s.lq + i) * s.h + bh % s.h;
+      },
+      [](const FlashAttentionShape& s, std::int64_t bh, std::int64_t i) { return bh / (s.h / s.hk) * s.lq + i; }};
+  for (RowOf row_of : wrong) {
+    p.row_of = row_of;
+    reference(p);
+    CHECK(mismatches(got.out, p.out, peak_of(p.out)) > got.out.size() / 2);
+    CHECK(mismatches(got.dv, p.dv, peak_of(p.dv)) > got.dv.size() / 2);
   }
 }
