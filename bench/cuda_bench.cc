@@ -73,10 +73,10 @@
 //                                  the 12-head figure; the peer passes
 //                                  enable_gqa=True
 //   BENCH cuda.attention.dropout.bf16.fwd_bwd  µs: the bf16 figure with
-//                                  attention dropout 0.1 (a kiln.random_key
-//                                  per link; the shared-memory tiles draw
-//                                  the keep mask per score in the forward
-//                                  and again in the gradient), and
+//                                  attention dropout 0.1 (one kiln.random_key
+//                                  per run, read by every link; the register
+//                                  tiles' dropout forms draw the keep mask in
+//                                  the forward and again in the gradient), and
 //                                  ...bf16.dropout_slowdown it over the
 //                                  figure without; the peer passes
 //                                  dropout_p=0.1

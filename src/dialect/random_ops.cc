@@ -66,7 +66,7 @@ void DropoutOp::verify() const { check_dropout_p(name, attrs().p); }
 KILN_REGISTER_OP(UniformRandomOp, GaussianRandomOp, RandomKeyOp, DropoutOp, GradOf<DropoutOp>);
 
 void RandomKeyOp::build(Builder&, OperationArgument& arg, std::int64_t seed, Place place) {
-  arg.attributes = to_named_attributes(Attributes{seed, place});
+  arg.attributes = to_named_attributes(Attributes{seed, false, place});
 }
 
 std::vector<Type> RandomKeyOp::infer_meta(const std::vector<Type>&, DictionaryAttribute attrs) {

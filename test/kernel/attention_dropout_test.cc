@@ -154,7 +154,7 @@ TEST_CASE("attention dropout reaches a float mask's gradient", "[kernel][attenti
 TEST_CASE("attention dropout keeps about 1 - p of the probabilities and leaves the expectation unchanged",
           "[kernel][attention][dropout]") {
   // q = 0: every probability of a row is 1 / Lk, so with v all ones each
-  // output is (kept keys / Lk) / (1 - p): 1 on average.
+  // output is (kept keys / Lk) · scale (the inverse keep rate): 1 on average.
   const std::int64_t lq = 64, lk = 2048;
   const Tensor q = Tensor::from_vector<double>({1, 1, lq, 4}, std::vector<double>(lq * 4, 0.0));
   const Tensor k = filled<double>({1, 1, lk, 4}, -1, 1, 2);
@@ -169,8 +169,9 @@ TEST_CASE("attention dropout keeps about 1 - p of the probabilities and leaves t
     const double kept = mean * (1 - p);
     CHECK(std::abs(kept - (1 - p)) < 0.01);
     CHECK(std::abs(mean - 1) < 0.02);
+    const double scale = attention_dropout(p, 3, lk).scale;  // 1 / (1 - p) to within 2⁻¹⁷
     for (double o : out) {  // each row: a whole number of kept keys
-      const double keys = o * (1 - p) * lk;
+      const double keys = o / scale * lk;
       CHECK(std::abs(keys - std::round(keys)) < 1e-6);
     }
   }
@@ -239,4 +240,26 @@ TEST_CASE("attention refuses a bad dropout_p or dropout_key, naming the op", "[k
                                                          with_dropout(false, 0.1)),
                    InvalidArgument, {"in that order"});
   CHECK_NOTHROW(build_op<ScaledDotProductAttentionOp>(p, {q, q, q}, with_dropout(false, 0.1, "BHLD", true)));
+}
+
+TEST_CASE("attention dropout's rule scales kept scores by the inverse keep rate and drops nothing for a p "
+          "below its resolution",
+          "[kernel][attention][dropout]") {
+  for (double p : {0.1, 0.5, 1.0 / 3, 0.999, 0.99999}) {
+    INFO("p " << p);
+    const AttentionDropout d = attention_dropout(p, 1, 16);
+    REQUIRE(d.active());
+    CHECK(d.scale * (65536 - d.threshold) == 65536);  // unbiased: keep rate times scale is 1
+    CHECK(std::abs(d.threshold / 65536.0 - p) <= 0x1p-17);
+  }
+  CHECK(attention_dropout(0.1, 1, 16).scale == Approx(1 / 0.9).epsilon(1e-4));
+  CHECK_FALSE(attention_dropout(1e-6, 1, 16).active());
+  CHECK_FALSE(attention_dropout(0.0, 1, 16).active());
+  // The kernel: a p that drops nothing gives the results without dropout.
+  const Shape s{1, 2, 2, 5, 6, 4, 4};
+  const Operands x = operands(s);
+  CHECK(run_op<ScaledDotProductAttentionOp>({x.q, x.k, x.v, key_tensor(3)}, with_dropout(false, 1e-6))
+            .out(0)
+            .to_vector<double>() ==
+        run_op<ScaledDotProductAttentionOp>({x.q, x.k, x.v}, false, 0.0).out(0).to_vector<double>());
 }

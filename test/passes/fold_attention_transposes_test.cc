@@ -413,8 +413,8 @@ TEST_CASE("attention with a learned mask folds its head transposes, for the CPU 
   check_trains_the_same(plain, folded, Tensor::from_vector<std::int64_t>({3}, {5, 3, 1}));
 }
 
-TEST_CASE("a transformer layer with attention dropout folds its head transposes and drops the same "
-          "probabilities: training gives the same bits",
+TEST_CASE("a transformer layer with attention dropout folds its head transposes, drops the same "
+          "probabilities and trains to the same bits",
           "[passes][fold_attention_transposes][dropout]") {
   Model plain(4, 32, 0.2), folded(4, 32, 0.2);
   CHECK(fold_attention_transposes(folded.main) == 2);

@@ -45,7 +45,7 @@ namespace kiln {
 //   slopes, T5's or Swin's relative positions), from AttentionMaskGradOp.
 //   dropout_p (PyTorch's SDPA dropout_p, Paddle's attn_dropout_rate; in
 //   [0, 1)) drops each probability with that chance and scales the kept ones
-//   by 1 / (1 - dropout_p) before they weigh v, unless is_test (the for-test
+//   by the inverse keep rate (1 / (1 - dropout_p)) before they weigh v, unless is_test (the for-test
 //   clone sets it). Which ones drop is a pure function of dropout_key (u64
 //   [1], the last operand, needed when dropout_p > 0 and not is_test;
 //   kiln.random_key draws one per run) and the score's place
@@ -84,7 +84,7 @@ struct ScaledDotProductAttentionOp
   //   [, dropout_key]) {the forward's} -> (dq, dk, dv), typed like q, k, v
   //   (out and dout in the layout of the attributes, as the forward's out).
   //   P is recomputed per tile from q, k and lse; with Δ_i = Σ dout[i] ∘
-  //   out[i] and Z the dropout's keep mask times 1 / (1 - p) (all 1
+  //   out[i] and Z the dropout's keep mask times the inverse keep rate (all 1
   //   without dropout): dv = (P ∘ Z)ᵀ·dout, dS = P ∘ (Z ∘ dout·vᵀ − Δ),
   //   dq = scale · dS·k, dk = scale · dSᵀ·q.
   struct Grad : GradSpec<-1, 0, 1, 2> {  // 6 operands, up to 9 with key_lengths, mask and dropout_key

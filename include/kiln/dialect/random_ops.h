@@ -41,12 +41,13 @@ struct GaussianRandomOp : Op<GaussianRandomOp, Random, InferMetaInterface> {
 // != 0 the same key every run, 0 the process-wide generator's next), as a
 // value, for draws that more than one op must repeat: attention dropout's
 // forward and gradient ops read it as their dropout_key, and a recomputed
-// forward reads the same one.
+// forward reads the same one. is_test (the for-test clone sets it): no key
+// is drawn (the process-wide generator does not move) and the result is 0.
 struct RandomKeyOp : Op<RandomKeyOp, Random, InferMetaInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.random_key";
   static constexpr int num_operands = 0, num_results = 1;
-  KILN_ATTRIBUTES((std::int64_t, seed), (Place, place));
+  KILN_ATTRIBUTES((std::int64_t, seed), (bool, is_test), (Place, place));
   static void build(Builder& b, OperationArgument& arg, std::int64_t seed = 0, Place place = Place::cpu());
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
 };

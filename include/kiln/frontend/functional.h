@@ -88,7 +88,7 @@ Value flatten(Value x, std::int64_t start_axis = 1, std::int64_t stop_axis = -1)
 // (grouped-query attention; query head h reads k / v head h / (H / Hk));
 // without it, head counts that differ are a kiln::Error. dropout_p
 // (PyTorch's; in [0, 1)) drops attention probabilities, the kept ones
-// scaled by 1 / (1 - dropout_p), as a training run would (the for-test
+// scaled by the inverse keep rate (1 / (1 - dropout_p)), as a training run would (the for-test
 // clone turns it off); which drop is new each run (a kiln.random_key op
 // with `seed`: 0 draws from the process-wide generator, another value the
 // same mask every run) and the gradient drops the same ones.

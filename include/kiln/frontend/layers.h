@@ -29,9 +29,9 @@ class Layer {
   // other inputs (MultiHeadAttention's query, key, value) throws kiln::Error.
   virtual Value forward(Value x) const;
   Value operator()(Value x) const { return forward(x); }
-  // Dropout and batch norm build training or inference ops according to
-  // this flag (read when the layer is called: the program is static). Set
-  // on this layer and all its sublayers.
+  // Dropout, batch norm and MultiHeadAttention's dropout build training or
+  // inference ops according to this flag (read when the layer is called:
+  // the program is static). Set on this layer and all its sublayers.
   void train() { set_training(true); }
   void eval() { set_training(false); }
   bool training() const { return training_; }
@@ -260,6 +260,9 @@ class MultiHeadAttention : public Layer {
  public:
   MultiHeadAttention(std::int64_t embed_dim, std::int64_t num_heads, bool bias = true,
                      DataType dtype = DataType::Float32, double dropout = 0.0);
+  // PyTorch's order (embed_dim, num_heads, dropout, …) would turn a dropout
+  // into bias = true: kiln's dropout comes last, and this does not compile.
+  MultiHeadAttention(std::int64_t embed_dim, std::int64_t num_heads, double dropout, bool bias = true) = delete;
   // Self-attention.
   using Layer::operator();
   Value forward(Value x) const override;

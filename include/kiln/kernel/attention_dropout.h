@@ -8,10 +8,11 @@
 // (kiln/kernel/random.h), so four neighbouring keys of one row share a draw
 // (a CUDA thread holding keys 2t and 2t + 1 hashes once). The score is kept
 // when those bits are at least threshold = round(p · 65536) (at most
-// 65535), and a kept probability is scaled by 1 / (1 - p) (PyTorch's
-// "upscale in train"). The keep rate is 1 - threshold / 65536: p to within
-// 2⁻¹⁷ (FlashAttention's 8-bit rule is within 2⁻⁹); a p below 2⁻¹⁷ keeps
-// every score.
+// 65535), and a kept probability is scaled by the inverse keep rate,
+// 65536 / (65536 - threshold) (PyTorch's "upscale in train": 1 / (1 - p)
+// when p is a multiple of 2⁻¹⁶, and unbiased always). The drop rate is p to
+// within 2⁻¹⁷ (FlashAttention's 8-bit rule is within 2⁻⁹); a p below 2⁻¹⁷
+// drops nothing (the rule is inactive).
 #pragma once
 
 #include <cmath>
@@ -26,7 +27,7 @@ struct AttentionDropout {
   std::uint64_t key = 0;
   std::uint32_t threshold = 0;    // 0: every score kept (no dropout)
   std::int64_t row_words = 0;     // ⌈Lk / 4⌉: draws per row
-  double scale = 1;               // 1 / (1 - p)
+  double scale = 1;               // 1 / the keep rate
 
   KILN_HOST_DEVICE bool active() const { return threshold != 0; }
   // The 64 random bits of keys 4w .. 4w + 3 of `row` (w = j / 4).
@@ -41,14 +42,13 @@ struct AttentionDropout {
 };
 
 // The rule for dropout probability p (in [0, 1)) over Lk keys under `key`;
-// inactive when p is 0.
+// inactive when p rounds to no 16-bit threshold (p below 2⁻¹⁷, or 0).
 inline AttentionDropout attention_dropout(double p, std::uint64_t key, std::int64_t lk) {
-  if (!(p > 0)) return {};
-  const double t = std::nearbyint(p * 65536.0);
-  return {.key = key,
-          .threshold = static_cast<std::uint32_t>(t > 65535.0 ? 65535.0 : t),
-          .row_words = (lk + 3) / 4,
-          .scale = 1.0 / (1.0 - p)};
+  const double t = std::floor(p * 65536.0 + 0.5);
+  if (!(t >= 1)) return {};
+  const std::uint32_t threshold = static_cast<std::uint32_t>(t > 65535.0 ? 65535.0 : t);
+  return {.key = key, .threshold = threshold, .row_words = (lk + 3) / 4,
+          .scale = 65536.0 / static_cast<double>(65536 - threshold)};
 }
 
 }  // namespace kiln

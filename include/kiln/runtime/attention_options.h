@@ -8,7 +8,8 @@ namespace kiln {
 // (dK, dV) and another over them per block of queries (dQ, recomputing the
 // scores and dP): seven tensor-core products per tile pair, every sum in a
 // fixed order, the same bits on every run. Atomic (bf16 and f16 on the
-// register-tile kernels; f32 and KILN_CUDA_FLASH=wmma stay deterministic):
+// register-tile kernels; f32, KILN_CUDA_FLASH=wmma, a mask operand and
+// attention dropout stay deterministic):
 // the key pass also adds each key tile's share of dQ to an f32 sum by
 // atomic adds, as FlashAttention-2 and PyTorch's flash backward do — five
 // products, no second pass, dQ's last bits may differ run to run.
