@@ -141,6 +141,7 @@ DropoutRef dropout_of(const KernelContext& ctx, const Attrs& attrs, int i, const
   const Tensor& t = ctx.input(static_cast<std::uint32_t>(i));
   check_dropout_key_tensor(ctx.op()->name(), t.dtype(), t.dims());
   const AttentionDropout rule = attention_dropout(p, 0, a.lk);
+  if (!rule.active()) return {};  // a p too small for the rule's 16 bits drops nothing
   return {.key = static_cast<const std::uint64_t*>(t.raw_data()), .threshold = rule.threshold,
           .row_words = rule.row_words, .scale = rule.scale};
 }
@@ -354,8 +355,7 @@ const Tensor& input_of(const KernelContext& ctx, std::uint32_t i, DataType dtype
 FlashAttentionShape flash_shape(const AttentionDims& a, const RowMasks& m, double scale) {
   return {.bh = a.bh, .h = a.h, .lq = a.lq, .lk = a.lk, .d = a.d, .dv = a.dv, .hk = a.hk,
           .heads_inner = a.heads_inner, .causal = m.causal,
-          .scale = static_cast<float>(attention_scale(scale, a.d)), .keys = m.keys, .mask = m.mask,
-          .dropout = m.dropout};
+          .scale = static_cast<float>(attention_scale(scale, a.d)), .keys = m.keys, .mask = m.mask};
 }
 
 // The fused kernels take f32 within their dims, bf16 and f16 always (a
@@ -406,7 +406,7 @@ void attention_kernel(KernelContext& ctx) {
   }
   const FlashAttentionShape fs = flash_shape(a, masks, attrs.scale);
   if (use_fused<T, D>(ctx, a, fs)) {
-    launch_flash_attention_forward(D, fs, q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
+    launch_flash_attention_forward(D, fs, masks.dropout, q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(),
                                    lse.raw_data(), st);
     check_launch(ctx);
   } else if constexpr (!std::is_same_v<T, std::uint16_t>) {
@@ -455,14 +455,14 @@ void attention_grad_kernel(KernelContext& ctx) {
   const FlashAttentionShape fs = flash_shape(a, masks, attrs.scale);
   if (use_fused<T, D>(ctx, a, fs)) {
     BufferRef delta = scratch_buffer(ctx, sizeof(float) * a.bh * a.lq);
-    const bool atomic = attention_grad_sum() == AttentionGradSum::Atomic && flash_attention_sums_dq(D, fs);
+    const bool atomic = attention_grad_sum() == AttentionGradSum::Atomic && flash_attention_sums_dq(D, fs, masks.dropout);
     BufferRef dq_sum = atomic ? scratch_buffer(ctx, sizeof(float) * dq.numel()) : BufferRef();
     // Grouped-query attention: the kernels write each query head's share.
     const std::int64_t nk = a.bh * a.lk * a.d, nv = a.bh * a.lk * a.dv;
     BufferRef shares = a.hk != a.h ? scratch_buffer(ctx, size_of(D) * static_cast<std::size_t>(nk + nv)) : BufferRef();
     void* pdk = shares ? shares->data() : dk.raw_data();
     void* pdv = shares ? static_cast<unsigned char*>(shares->data()) + size_of(D) * nk : dv.raw_data();
-    launch_flash_attention_backward(D, fs, in[0].raw_data(), in[1].raw_data(), in[2].raw_data(),
+    launch_flash_attention_backward(D, fs, masks.dropout, in[0].raw_data(), in[1].raw_data(), in[2].raw_data(),
                                     in[3].raw_data(), in[4].raw_data(), in[5].raw_data(), dq.raw_data(), pdk, pdv,
                                     static_cast<float*>(delta->data()),
                                     atomic ? static_cast<float*>(dq_sum->data()) : nullptr, stream_of(ctx));

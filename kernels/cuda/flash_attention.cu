@@ -21,12 +21,12 @@ using namespace flash;
 // ---- host side ----
 
 // Whether bf16 / f16 run flash_attention_mma.cu's register-tile kernels:
-// yes unless the op has a mask or dropout (which only the shared-memory
-// kernels apply: the register tiles have no registers to spare for them) or
+// yes unless the op has a mask (which only the shared-memory kernels apply:
+// the register tiles have no registers to spare for it) or
 // KILN_CUDA_FLASH=wmma asks for the shared-memory ones (read per call, so a
 // test or benchmark can run both in one process).
 bool register_tiles(DataType dt, const FlashAttentionShape& s) {
-  if (dt == DataType::Float32 || s.mask.data || s.dropout.key) return false;
+  if (dt == DataType::Float32 || s.mask.data) return false;
   const char* kernels = std::getenv("KILN_CUDA_FLASH");
   return kernels == nullptr || std::string_view(kernels) != "wmma";
 }
@@ -67,7 +67,10 @@ void launch_sum_head_groups(DataType dt, const void* x, void* out, std::int64_t 
   else run.template operator()<float>();
 }
 
-bool flash_attention_sums_dq(DataType dt, const FlashAttentionShape& s) { return register_tiles(dt, s); }
+// The atomic kv kernel has no dropout form: with dropout dQ comes from the q kernel.
+bool flash_attention_sums_dq(DataType dt, const FlashAttentionShape& s, const DropoutRef& dropout) {
+  return register_tiles(dt, s) && !dropout.key;
+}
 
 const char* flash_attention_refusal(DataType dt, const FlashAttentionShape& s) {
   if (dt != DataType::Float32 && dt != DataType::BFloat16 && dt != DataType::Float16)
@@ -94,23 +97,23 @@ const char* flash_attention_refusal(DataType dt, const FlashAttentionShape& s) {
   return nullptr;
 }
 
-void launch_flash_attention_forward(DataType dt, const FlashAttentionShape& s, const void* q,
-                                    const void* k, const void* v, void* out, void* lse,
+void launch_flash_attention_forward(DataType dt, const FlashAttentionShape& s, const DropoutRef& dropout,
+                                    const void* q, const void* k, const void* v, void* out, void* lse,
                                     cudaStream_t st) {
-  if (register_tiles(dt, s)) return launch_mma_forward(dt, s, q, k, v, out, lse, st);
+  if (register_tiles(dt, s)) return launch_mma_forward(dt, s, dropout, q, k, v, out, lse, st);
   with_types(dt, tile_dim(s), [&]<typename E, int DH>() {
     using L = ForwardLayout<E, DH>;
     using G = Global<E>;
     allow_shared_memory<flash_forward<E, DH>>(L::bytes);
     const dim3 grid(static_cast<unsigned>(s.bh), static_cast<unsigned>(tiles(s.lq, L::kRows)));
     flash_forward<E, DH><<<grid, kFlashThreads, L::bytes, st>>>(
-        s, static_cast<const G*>(q), static_cast<const G*>(k), static_cast<const G*>(v),
+        s, dropout, static_cast<const G*>(q), static_cast<const G*>(k), static_cast<const G*>(v),
         static_cast<G*>(out), static_cast<float*>(lse));
   });
 }
 
-void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, const void* q,
-                                     const void* k, const void* v, const void* out,
+void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, const DropoutRef& dropout,
+                                     const void* q, const void* k, const void* v, const void* out,
                                      const void* lse, const void* dout, void* dq, void* dk,
                                      void* dv, float* delta, float* dq_sum, cudaStream_t st) {
   with_types(dt, tile_dim(s), [&]<typename E, int DH>() {
@@ -121,7 +124,7 @@ void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, 
     flash_delta<E><<<static_cast<unsigned>(tiles(s.bh * s.lq, kFlashWarps)), kFlashThreads, 0, st>>>(
         s, static_cast<const G*>(out), gdo, delta);
     if (register_tiles(dt, s)) {
-      launch_mma_backward(dt, s, q, k, v, lse, dout, dq, dk, dv, delta, dq_sum, st);
+      launch_mma_backward(dt, s, dropout, q, k, v, lse, dout, dq, dk, dv, delta, dq_sum, st);
       if (dq_sum) launch_cast(DataType::Float32, dt, dq_sum, dq, s.bh * s.lq * s.d, st);
       return;
     }
@@ -129,11 +132,11 @@ void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, 
     allow_shared_memory<flash_backward_kv<E, DH>>(KV::bytes);
     const dim3 kv_grid(static_cast<unsigned>(s.bh), static_cast<unsigned>(tiles(s.lk, KV::kRows)));
     flash_backward_kv<E, DH><<<kv_grid, kFlashThreads, KV::bytes, st>>>(
-        s, gq, gk, gv, gl, gdo, delta, static_cast<G*>(dk), static_cast<G*>(dv));
+        s, dropout, gq, gk, gv, gl, gdo, delta, static_cast<G*>(dk), static_cast<G*>(dv));
     using Q = BackwardLayout<E, DH, false>;
     allow_shared_memory<flash_backward_q<E, DH>>(Q::bytes);
     const dim3 q_grid(static_cast<unsigned>(s.bh), static_cast<unsigned>(tiles(s.lq, Q::kRows)));
-    flash_backward_q<E, DH><<<q_grid, kFlashThreads, Q::bytes, st>>>(s, gq, gk, gv, gl, gdo, delta,
+    flash_backward_q<E, DH><<<q_grid, kFlashThreads, Q::bytes, st>>>(s, dropout, gq, gk, gv, gl, gdo, delta,
                                                                      static_cast<G*>(dq));
   });
 }

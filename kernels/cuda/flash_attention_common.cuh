@@ -141,11 +141,12 @@ void with_types(DataType dt, int dh, F&& f) {
 // Their largest dynamic shared memory at tile head dim dh (32, 64, 128).
 std::size_t mma_shared_bytes(int dh);
 // As launch_flash_attention_forward, dt bf16 or f16.
-void launch_mma_forward(DataType dt, const FlashAttentionShape& s, const void* q, const void* k,
-                        const void* v, void* out, void* lse, cudaStream_t st);
+void launch_mma_forward(DataType dt, const FlashAttentionShape& s, const DropoutRef& dropout, const void* q,
+                        const void* k, const void* v, void* out, void* lse, cudaStream_t st);
 // dq, dk and dv as launch_flash_attention_backward, from Δ already in delta;
-// dq_sum non-null: dQ summed there by atomics (zeroed here), dq not written.
-void launch_mma_backward(DataType dt, const FlashAttentionShape& s, const void* q, const void* k,
+// dq_sum non-null (never with dropout): dQ summed there by atomics
+// (zeroed here), dq not written.
+void launch_mma_backward(DataType dt, const FlashAttentionShape& s, const DropoutRef& dropout, const void* q, const void* k,
                          const void* v, const void* lse, const void* dout, void* dq, void* dk,
                          void* dv, const float* delta, float* dq_sum, cudaStream_t st);
 

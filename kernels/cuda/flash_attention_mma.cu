@@ -36,22 +36,26 @@ std::size_t mma_shared_bytes(int dh) {
   return bytes;
 }
 
-void launch_mma_forward(DataType dt, const FlashAttentionShape& s, const void* q, const void* k,
-                        const void* v, void* out, void* lse, cudaStream_t st) {
+void launch_mma_forward(DataType dt, const FlashAttentionShape& s, const DropoutRef& dropout, const void* q,
+                        const void* k, const void* v, void* out, void* lse, cudaStream_t st) {
   const bool vec = vector_rows(s, {q, k, v});
   with_half_types(dt, tile_dim(s), [&]<typename E, int DH>() {
     using G = Global<E>;
     constexpr std::size_t bytes = kForwardBytes<E, DH>;
-    allow_shared_memory<mma_forward<E, DH>>(bytes);
     const dim3 grid(static_cast<unsigned>(s.bh), static_cast<unsigned>(tiles(s.lq, kBlockRows)));
-    mma_forward<E, DH><<<grid, kMmaThreads, bytes, st>>>(
-        s, vec, static_cast<const G*>(q), static_cast<const G*>(k), static_cast<const G*>(v),
-        static_cast<G*>(out), static_cast<float*>(lse));
+    const auto run = [&]<bool kDropout>() {
+      allow_shared_memory<mma_forward<E, DH, kDropout>>(bytes);
+      mma_forward<E, DH, kDropout><<<grid, kMmaThreads, bytes, st>>>(
+          s, dropout, vec, static_cast<const G*>(q), static_cast<const G*>(k), static_cast<const G*>(v),
+          static_cast<G*>(out), static_cast<float*>(lse));
+    };
+    if (dropout.key) run.template operator()<true>();
+    else run.template operator()<false>();
   });
 }
 
-void launch_mma_backward(DataType dt, const FlashAttentionShape& s, const void* q, const void* k,
-                         const void* v, const void* lse, const void* dout, void* dq, void* dk,
+void launch_mma_backward(DataType dt, const FlashAttentionShape& s, const DropoutRef& dropout, const void* q,
+                         const void* k, const void* v, const void* lse, const void* dout, void* dq, void* dk,
                          void* dv, const float* delta, float* dq_sum, cudaStream_t st) {
   const bool vec = vector_rows(s, {q, k, v, dout});
   with_half_types(dt, tile_dim(s), [&]<typename E, int DH>() {
@@ -64,16 +68,20 @@ void launch_mma_backward(DataType dt, const FlashAttentionShape& s, const void* 
       cudaMemsetAsync(dq_sum, 0, sizeof(float) * s.bh * s.lq * s.d, st);
       allow_shared_memory<mma_backward_kv<E, DH, true>>(kKvAtomicBytes<E, DH>);
       mma_backward_kv<E, DH, true><<<kv_grid, kMmaThreads, kKvAtomicBytes<E, DH>, st>>>(
-          s, vec, gq, gk, gv, gl, gdo, delta, static_cast<G*>(dk), static_cast<G*>(dv), dq_sum);
+          s, DropoutRef{}, vec, gq, gk, gv, gl, gdo, delta, static_cast<G*>(dk), static_cast<G*>(dv), dq_sum);
       return;
     }
-    allow_shared_memory<mma_backward_kv<E, DH, false>>(kKvBytes<E, DH>);
-    mma_backward_kv<E, DH, false><<<kv_grid, kMmaThreads, kKvBytes<E, DH>, st>>>(
-        s, vec, gq, gk, gv, gl, gdo, delta, static_cast<G*>(dk), static_cast<G*>(dv), nullptr);
-    allow_shared_memory<mma_backward_q<E, DH>>(kQBytes<E, DH>);
     const dim3 q_grid(static_cast<unsigned>(s.bh), static_cast<unsigned>(tiles(s.lq, kBlockRows)));
-    mma_backward_q<E, DH><<<q_grid, kMmaThreads, kQBytes<E, DH>, st>>>(s, vec, gq, gk, gv, gl, gdo,
-                                                                       delta, static_cast<G*>(dq));
+    const auto run = [&]<bool kDropout>() {
+      allow_shared_memory<mma_backward_kv<E, DH, false, kDropout>>(kKvBytes<E, DH>);
+      mma_backward_kv<E, DH, false, kDropout><<<kv_grid, kMmaThreads, kKvBytes<E, DH>, st>>>(
+          s, dropout, vec, gq, gk, gv, gl, gdo, delta, static_cast<G*>(dk), static_cast<G*>(dv), nullptr);
+      allow_shared_memory<mma_backward_q<E, DH, kDropout>>(kQBytes<E, DH>);
+      mma_backward_q<E, DH, kDropout><<<q_grid, kMmaThreads, kQBytes<E, DH>, st>>>(
+          s, dropout, vec, gq, gk, gv, gl, gdo, delta, static_cast<G*>(dq));
+    };
+    if (dropout.key) run.template operator()<true>();
+    else run.template operator()<false>();
   });
 }
 

@@ -24,6 +24,14 @@
 // is one thread's accumulator, summed in a fixed order, so results are
 // bit-identical run to run.
 //
+// Attention dropout (kDropout, a DropoutRef beside the shape; the atomic
+// kv kernel has none): the forward multiplies P by the keep mask and its
+// scale Z after the online softmax's sums (lse stays the softmax's), the
+// backward uses P ∘ Z for dV and dS = scale · P ∘ (Z ∘ dP - Δ). A lane's
+// keys 2t and 2t + 1 of an 8-key group share one draw in the forward and
+// the q kernel (kiln/kernel/attention_dropout.h); the kv kernel's lanes
+// hold other rows' keys and draw per score.
+//
 // Fragments (PTX ISA, mma.m16n8k16 with .bf16 / .f16 operands): lane l, g =
 // l / 4, t = l % 4. A (16×16, row-major) registers: (g, 2t..2t+1),
 // (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..), the lower column in the low half.
@@ -296,10 +304,28 @@ inline __device__ std::int64_t query_tile_start() {
   return static_cast<std::int64_t>(gridDim.y - 1 - blockIdx.y) * kBlockRows;
 }
 
+// p (a warp's [16, 64] probabilities from key j0 on, rows `row` and
+// row + 8 of the dropout's rows) times the keep mask and its scale: keys
+// 2t and 2t + 1 of each 8 share a draw.
+inline __device__ void drop_probabilities(float (&p)[kBlockRows / 8][4], const AttentionDropout& drop,
+                                          std::int64_t row, std::int64_t j0) {
+  const int t = threadIdx.x % 4;
+  const float scale = static_cast<float>(drop.scale);
+#pragma unroll
+  for (int nb = 0; nb < kBlockRows / 8; ++nb)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const std::int64_t j = j0 + nb * 8 + 2 * t;
+      const std::uint64_t bits = drop.word(row + 8 * i, j >> 2);
+      p[nb][2 * i] *= drop.keeps(bits, j) ? scale : 0.f;
+      p[nb][2 * i + 1] *= drop.keeps(bits, j + 1) ? scale : 0.f;
+    }
+}
+
 // Block (head blockIdx.x, query rows query_tile_start() ..).
-template <typename E, int DH>
+template <typename E, int DH, bool kDropout = false>
 __global__ void __launch_bounds__(kMmaThreads)
-    mma_forward(FlashAttentionShape s, bool vec, const Global<E>* q, const Global<E>* k,
+    mma_forward(FlashAttentionShape s, DropoutRef dropout, bool vec, const Global<E>* q, const Global<E>* k,
                 const Global<E>* v, Global<E>* out, float* lse) {
   constexpr int R = kBlockRows, ld = kLd<DH>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -322,6 +348,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const std::int64_t warp_seen = keys_seen(s.causal, keys, row0);
   float o[DH / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   std::uint32_t qf[DH / 16][4];
+  const AttentionDropout drop = kDropout ? dropout_rule(dropout) : AttentionDropout{};
   const std::int64_t key_end = s.causal ? std::min<std::int64_t>(keys, q0 + R) : keys;
   for (std::int64_t j0 = 0, stage = 0; j0 < key_end; j0 += R, stage ^= 1) {
     if (j0 + R < key_end) start_keys(j0 + R, stage ^ 1);  // into the stage read last tile
@@ -338,6 +365,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       online_softmax<DH, false>(sc, o, m, l, tile_seen, s.scale * kLog2e);
     else
       online_softmax<DH, true>(sc, o, m, l, tile_seen, s.scale * kLog2e);
+    if constexpr (kDropout) drop_probabilities(sc, drop, bh * s.lq + row0 + g, j0);
     accumulate_product<R, DH>(o, sc, kv_tiles + (2 * stage + 1) * R * ld);
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
@@ -365,6 +393,14 @@ inline __device__ void score_grad(const FlashAttentionShape& s, float& sc, float
   const float p = seen ? exp2f(sc * (s.scale * kLog2e) - lse * kLog2e) : 0.f;
   sc = p;
   dp = s.scale * p * (dp - delta);
+}
+// The same under dropout, z the score's keep mask times its scale:
+// p ∘ z in place of s, ds = scale · p ∘ (z ∘ dp - Δ) in place of dp.
+inline __device__ void dropped_score_grad(const FlashAttentionShape& s, float& sc, float& dp, bool seen,
+                                          float lse, float delta, float z) {
+  const float p = seen ? exp2f(sc * (s.scale * kLog2e) - lse * kLog2e) : 0.f;
+  sc = p * z;
+  dp = s.scale * p * (z * dp - delta);
 }
 
 // Query i0 + col sees a key where col < rows and col >= first (the key's
@@ -429,12 +465,35 @@ __device__ void add_query_grad(const FlashAttentionShape& s, float* dq_head, std
     }
 }
 
+// The kv kernel's score_grad over a warp's transposed tiles (rows keys
+// `key` and key + 8, columns the tile's queries from dropout row `row0`)
+// under dropout: each score draws its own bits (a lane's two queries are
+// two rows, its two keys 8 apart).
+template <int QR>
+__device__ void dropped_score_grads_t(const FlashAttentionShape& s, const AttentionDropout& drop,
+                                      float (&st)[QR / 8][4], float (&dpt)[QR / 8][4], const QueryRange& seen,
+                                      const float* lse_t, const float* delta_t, std::int64_t row0,
+                                      std::int64_t key) {
+  const int t = threadIdx.x % 4;
+  const float scale = static_cast<float>(drop.scale);
+#pragma unroll
+  for (int nb = 0; nb < QR / 8; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = nb * 8 + 2 * t + e % 2;
+      const std::int64_t j = key + 8 * (e / 2);
+      const float z = drop.keep(row0 + col, j) ? scale : 0.f;
+      dropped_score_grad(s, st[nb][e], dpt[nb][e], col < seen.rows && col >= seen.first[e / 2], lse_t[col],
+                         delta_t[col], z);
+    }
+}
+
 // Block (head blockIdx.x, keys blockIdx.y · 64 ..): dK and dV of those keys;
 // kAtomicDq: also their share of every query row's dQ, added to dq_acc
 // (add_query_grad), so that no q kernel runs.
-template <typename E, int DH, bool kAtomicDq>
+template <typename E, int DH, bool kAtomicDq, bool kDropout = false>
 __global__ void __launch_bounds__(kMmaThreads)
-    mma_backward_kv(FlashAttentionShape s, bool vec, const Global<E>* q, const Global<E>* k,
+    mma_backward_kv(FlashAttentionShape s, DropoutRef dropout, bool vec, const Global<E>* q, const Global<E>* k,
                     const Global<E>* v, const float* lse, const Global<E>* dout,
                     const float* delta, Global<E>* dk, Global<E>* dv, float* dq_acc) {
   constexpr int R = kBlockRows, QR = kKvQueryRows<DH>, ld = kLd<DH>;
@@ -477,6 +536,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   commit_copies();
   const std::int64_t key0 = j0 + warp * kWarpRows;
   float dk_acc[DH / 8][4] = {}, dv_acc[DH / 8][4] = {};
+  const AttentionDropout drop = kDropout ? dropout_rule(dropout) : AttentionDropout{};
   int stage = 0;
   for (std::int64_t i0 = first_query; i0 < s.lq; i0 += QR, stage ^= 1) {
     if (i0 + QR < s.lq) start_queries(i0 + QR, stage ^ 1);
@@ -492,14 +552,18 @@ __global__ void __launch_bounds__(kMmaThreads)
     // row's dS, so it masks them; each key row's dK and dV are its own, so
     // the deterministic pass computes them as seen and stores zeros.
     const QueryRange seen = queries_seeing<QR>(s, keys, i0, key0 + g);
+    if constexpr (kDropout) {
+      dropped_score_grads_t<QR>(s, drop, st, dpt, seen, lse_t, delta_t, bh * s.lq + i0, key0 + g);
+    } else {
 #pragma unroll
-    for (int nb = 0; nb < QR / 8; ++nb)
+      for (int nb = 0; nb < QR / 8; ++nb)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = nb * 8 + 2 * t + e % 2;
-        score_grad(s, st[nb][e], dpt[nb][e], col < seen.rows && col >= seen.first[e / 2],
-                   lse_t[col], delta_t[col]);
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int col = nb * 8 + 2 * t + e % 2;
+          score_grad(s, st[nb][e], dpt[nb][e], col < seen.rows && col >= seen.first[e / 2],
+                     lse_t[col], delta_t[col]);
+        }
+    }
     accumulate_product<QR, DH>(dv_acc, st, dot);
     accumulate_product<QR, DH>(dk_acc, dpt, qt);
     if constexpr (kAtomicDq) {
@@ -523,15 +587,40 @@ __global__ void __launch_bounds__(kMmaThreads)
   store_acc<DH, E>(dv + head_offset(s, bh, s.lk, s.dv), dv_acc, key0, s.lk, s.dv, v_step, one, live);
 }
 
+// The q kernel's score_grad over a warp's tiles (rows `row` and row + 8 of
+// the dropout's, keys from j0) under dropout: keys 2t and 2t + 1 of each 8
+// share a draw.
+template <int R>
+__device__ void dropped_score_grads(const FlashAttentionShape& s, const AttentionDropout& drop,
+                                    float (&sc)[R / 8][4], float (&dp)[R / 8][4], const int (&tile_seen)[2],
+                                    const float (&row_lse)[2], const float (&row_delta)[2], std::int64_t row,
+                                    std::int64_t j0) {
+  const int t = threadIdx.x % 4;
+  const float scale = static_cast<float>(drop.scale);
+#pragma unroll
+  for (int nb = 0; nb < R / 8; ++nb)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const std::int64_t j = j0 + nb * 8 + 2 * t;
+      const std::uint64_t bits = drop.word(row + 8 * i, j >> 2);
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int e = 2 * i + u;
+        dropped_score_grad(s, sc[nb][e], dp[nb][e], nb * 8 + 2 * t + u < tile_seen[i], row_lse[i], row_delta[i],
+                           drop.keeps(bits, j + u) ? scale : 0.f);
+      }
+    }
+}
+
 // The q kernel's shared memory: q and dout [64] rows of DH, then k and v
 // [64] rows twice.
 template <typename E, int DH>
 constexpr std::size_t kQBytes = sizeof(E) * 6 * kBlockRows * kLd<DH>;
 
 // Block (head blockIdx.x, query rows query_tile_start() ..): dQ of those rows.
-template <typename E, int DH>
+template <typename E, int DH, bool kDropout = false>
 __global__ void __launch_bounds__(kMmaThreads)
-    mma_backward_q(FlashAttentionShape s, bool vec, const Global<E>* q, const Global<E>* k,
+    mma_backward_q(FlashAttentionShape s, DropoutRef dropout, bool vec, const Global<E>* q, const Global<E>* k,
                    const Global<E>* v, const float* lse, const Global<E>* dout,
                    const float* delta, Global<E>* dq) {
   constexpr int R = kBlockRows, ld = kLd<DH>;
@@ -560,6 +649,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     seen[i] = row < s.lq ? keys_seen(s.causal, keys, row) : 0;
   }
   float dq_acc[DH / 8][4] = {};
+  const AttentionDropout drop = kDropout ? dropout_rule(dropout) : AttentionDropout{};
   const std::int64_t key_end = s.causal ? std::min<std::int64_t>(keys, i0 + R) : keys;
   for (std::int64_t j0 = 0, stage = 0; j0 < key_end; j0 += R, stage ^= 1) {
     if (j0 + R < key_end) start_keys(j0 + R, stage ^ 1);
@@ -571,12 +661,16 @@ __global__ void __launch_bounds__(kMmaThreads)
     scores_of<R, DH>(sc, qt + warp * kWarpRows * ld, kt);
     scores_of<R, DH>(dp, dot + warp * kWarpRows * ld, vt);
     const int tile_seen[2] = {seen_in_tile(seen[0], j0), seen_in_tile(seen[1], j0)};
+    if constexpr (kDropout) {
+      dropped_score_grads<R>(s, drop, sc, dp, tile_seen, row_lse, row_delta, bh * s.lq + row0 + g, j0);
+    } else {
 #pragma unroll
-    for (int nb = 0; nb < R / 8; ++nb)
+      for (int nb = 0; nb < R / 8; ++nb)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        score_grad(s, sc[nb][e], dp[nb][e], nb * 8 + 2 * t + e % 2 < tile_seen[e / 2],
-                   row_lse[e / 2], row_delta[e / 2]);
+        for (int e = 0; e < 4; ++e)
+          score_grad(s, sc[nb][e], dp[nb][e], nb * 8 + 2 * t + e % 2 < tile_seen[e / 2],
+                     row_lse[e / 2], row_delta[e / 2]);
+    }
     accumulate_product<R, DH>(dq_acc, dp, kt);
     __syncthreads();  // every warp is done with this stage before it is refilled
   }

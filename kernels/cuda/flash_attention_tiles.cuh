@@ -20,7 +20,7 @@
 //               tiles they see: dQ += dS·K.
 // Attention dropout (kiln/kernel/attention_dropout.h, row bh·Lq + i of
 // score (i, j) of head bh) multiplies the probabilities that weigh V by Z,
-// the keep mask times 1 / (1 - p): the forward's P after its running sum
+// the keep mask times the inverse keep rate: the forward's P after its running sum
 // took them (so l and lse are the softmax's), the gradient's P in dV +=
 // (P ∘ Z)ᵀ·dO, and dS = scale · P ∘ (Z ∘ dP - Δ).
 // No atomics: each output element is summed by one thread (or one warp's
@@ -242,7 +242,7 @@ __device__ void tile_softmax(const FlashAttentionShape& s, const AttentionDropou
 // Block (head blockIdx.x, query rows blockIdx.y · R ..).
 template <typename E, int DH>
 __global__ void __launch_bounds__(kFlashThreads)
-    flash_forward(FlashAttentionShape s, const Global<E>* q, const Global<E>* k,
+    flash_forward(FlashAttentionShape s, DropoutRef dropout, const Global<E>* q, const Global<E>* k,
                   const Global<E>* v, Global<E>* out, float* lse) {
   using L = ForwardLayout<E, DH>;
   constexpr int R = L::kRows;
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
   const std::int64_t keys = head_keys(s, bh);
   const std::int64_t key_end = s.causal ? std::min<std::int64_t>(keys, q0 + R) : keys;
-  const AttentionDropout drop = dropout_rule(s.dropout);
+  const AttentionDropout drop = dropout_rule(dropout);
   for (std::int64_t j0 = 0; j0 < key_end; j0 += R) {
     __syncthreads();  // the last tile's products are done with kt, vt, probs
     load_rows<R, DH>(kt, L::kLdOperand, kh, j0, keys, s.d, k_step);  // zeros for the padding
@@ -360,7 +360,7 @@ __device__ void score_grads(const FlashAttentionShape& s, const AttentionDropout
 // Block (head blockIdx.x, keys blockIdx.y · R ..): dK and dV of those keys.
 template <typename E, int DH>
 __global__ void __launch_bounds__(kFlashThreads)
-    flash_backward_kv(FlashAttentionShape s, const Global<E>* q, const Global<E>* k,
+    flash_backward_kv(FlashAttentionShape s, DropoutRef dropout, const Global<E>* q, const Global<E>* k,
                       const Global<E>* v, const float* lse, const Global<E>* dout,
                       const float* delta, Global<E>* dk, Global<E>* dv) {
   using L = BackwardLayout<E, DH, true>;
@@ -379,7 +379,7 @@ __global__ void __launch_bounds__(kFlashThreads)
                    kv_row_step(s, s.dv));
   zero_tile<R, DH>(dk_acc, L::kLdAcc);
   zero_tile<R, DH>(dv_acc, L::kLdAcc);
-  const AttentionDropout drop = dropout_rule(s.dropout);
+  const AttentionDropout drop = dropout_rule(dropout);
   // Causal: rows before j0 see none of these keys; keys past the head's
   // key count none see.
   for (std::int64_t i0 = j0 >= keys ? s.lq : s.causal ? j0 : 0; i0 < s.lq; i0 += R) {
@@ -410,7 +410,7 @@ __global__ void __launch_bounds__(kFlashThreads)
 // Block (head blockIdx.x, query rows blockIdx.y · R ..): dQ of those rows.
 template <typename E, int DH>
 __global__ void __launch_bounds__(kFlashThreads)
-    flash_backward_q(FlashAttentionShape s, const Global<E>* q, const Global<E>* k,
+    flash_backward_q(FlashAttentionShape s, DropoutRef dropout, const Global<E>* q, const Global<E>* k,
                      const Global<E>* v, const float* lse, const Global<E>* dout,
                      const float* delta, Global<E>* dq) {
   using L = BackwardLayout<E, DH, false>;
@@ -429,7 +429,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   zero_tile<R, DH>(dq_acc, L::kLdAcc);
   const std::int64_t keys = head_keys(s, bh);
   const std::int64_t key_end = s.causal ? std::min<std::int64_t>(keys, i0 + R) : keys;
-  const AttentionDropout drop = dropout_rule(s.dropout);
+  const AttentionDropout drop = dropout_rule(dropout);
   for (std::int64_t j0 = 0; j0 < key_end; j0 += R) {
     __syncthreads();  // the last tile's product is done with kt
     load_rows<R, DH>(kt, L::kLdOperand, kh, j0, keys, s.d, k_step);  // zeros for the padding

@@ -208,16 +208,18 @@ void launch_attention_mask_grad(const T* ds, T* dmask, const AttentionRows& r, s
 // One attention call as the fused kernels see it: q [B, H, Lq, D],
 // k [B, Hk, Lk, D], v [B, Hk, Lk, Dv] (or [B, L, H, ·] each when
 // heads_inner; Hk divides H: grouped-query attention), bh = B·H, scale
-// already resolved (attention_scale), keys the op's key_lengths (if any),
-// dropout its attention dropout (score (i, j) of head bh: row bh·Lq + i).
+// already resolved (attention_scale), keys the op's key_lengths (if any).
+// The kernels take it by value: 128 bytes, the size up to which nvcc loads
+// a parameter struct's fields into registers (the register tiles'
+// registers were counted so); the op's dropout goes beside it, a
+// DropoutRef of its own (score (i, j) of head bh: dropout row bh·Lq + i).
 struct FlashAttentionShape {
   std::int64_t bh = 0, h = 0, lq = 0, lk = 0, d = 0, dv = 0;
   std::int64_t hk = 0;  // k and v's heads (H without grouped-query attention)
   bool heads_inner = false, causal = false;
   float scale = 1;
   KeyLengths keys;
-  ScoreMaskRef mask;   // the shared-memory kernels' only (flash_attention_tiles.cuh)
-  DropoutRef dropout;  // likewise
+  ScoreMaskRef mask;  // the shared-memory kernels' only (flash_attention_tiles.cuh)
 };
 // nullptr when the fused kernels take the call (dtype f32, bf16 or f16,
 // D and Dv at most 128, the grid and the tiles' shared memory within the
@@ -225,8 +227,8 @@ struct FlashAttentionShape {
 const char* flash_attention_refusal(DataType dt, const FlashAttentionShape& s);
 // out (the layout's [.., Dv]) and lse ([B·H, Lq]), every element written;
 // q, k, v, out of dtype dt, lse f32. Needs lq > 0, lk > 0 and bh > 0.
-void launch_flash_attention_forward(DataType dt, const FlashAttentionShape& s, const void* q,
-                                    const void* k, const void* v, void* out, void* lse,
+void launch_flash_attention_forward(DataType dt, const FlashAttentionShape& s, const DropoutRef& dropout,
+                                    const void* q, const void* k, const void* v, void* out, void* lse,
                                     cudaStream_t st);
 // dq, dk, dv (every element written) from the forward's out and lse (f32)
 // and the incoming dout; delta is device scratch of bh·lq floats. With
@@ -237,8 +239,8 @@ void launch_flash_attention_forward(DataType dt, const FlashAttentionShape& s, c
 // dQ there by f32 atomics (FlashAttention-2's five products instead of
 // seven; dQ's last bits may differ run to run), then rounds it into dq.
 // Needs lq > 0, lk > 0 and bh > 0.
-void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, const void* q,
-                                     const void* k, const void* v, const void* out,
+void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, const DropoutRef& dropout,
+                                     const void* q, const void* k, const void* v, const void* out,
                                      const void* lse, const void* dout, void* dq, void* dk,
                                      void* dv, float* delta, float* dq_sum, cudaStream_t st);
 // Under grouped-query attention (s.hk < s.h) dk and dv above are shaped
@@ -251,8 +253,9 @@ void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, 
 // or f16; the 16-bit dtypes summed in f32.
 void launch_sum_head_groups(DataType dt, const void* x, void* out, std::int64_t outer, std::int64_t hk,
                             std::int64_t group, std::int64_t inner, cudaStream_t st);
-// Whether launch_flash_attention_backward sums dq in dq_sum for dt and s.
-bool flash_attention_sums_dq(DataType dt, const FlashAttentionShape& s);
+// Whether launch_flash_attention_backward sums dq in dq_sum for dt, s and
+// dropout.
+bool flash_attention_sums_dq(DataType dt, const FlashAttentionShape& s, const DropoutRef& dropout);
 
 // ---- max_pool2d / avg_pool2d (pool.cu), NCHW ----
 

@@ -20,6 +20,7 @@
 
 #include "kernel/flash_emulation_util.h"
 #include "flash_attention_mma.cuh"
+#include "kiln/kernel/attention_dropout.h"
 
 namespace {
 
@@ -39,10 +40,14 @@ double from_bits(std::uint16_t b) {
   return emu::widen_bits<E>(b);
 }
 
-// One attention call's tensors in either layout, 16-bit bits, and the
+// One attention call's tensors in either layout, 16-bit bits, its dropout
+// (as the kernels get it and as the reference draws it) and the
 // reference's f64 results.
 struct Problem {
   FlashAttentionShape s;
+  std::vector<std::uint64_t> key;
+  kiln::cuda::DropoutRef dropout;
+  kiln::AttentionDropout drop;
   std::vector<std::uint16_t> q, k, v, dout;
   std::vector<double> out, dq, dk, dv;
   std::vector<float> lse, delta;
@@ -70,7 +75,9 @@ std::int64_t head_key_count(const FlashAttentionShape& s, std::int64_t i) {
 // Forward and gradient in f64 (top-left causal alignment; a row without
 // keys: out 0, lse -inf); Δ from out rounded to E, as the device computes
 // it from the stored out. dk and dv per query head (shaped like q's heads),
-// as the kv kernel writes them under grouped-query attention.
+// as the kv kernel writes them under grouped-query attention. Under
+// dropout, probability (r, j) of head i weighs V and dP by the keep mask
+// times the scale at dropout row i · Lq + r.
 template <typename E>
 void reference(Problem& p) {
   const FlashAttentionShape& s = p.s;
@@ -87,7 +94,9 @@ void reference(Problem& p) {
   for (std::int64_t i = 0; i < s.bh; ++i)
     for (std::int64_t r = 0; r < s.lq; ++r) {
       const std::int64_t keys = head_key_count(s, i), seen = s.causal ? std::min(r + 1, keys) : keys;
-      std::vector<double> prob(static_cast<std::size_t>(seen)), dprob(prob.size());
+      std::vector<double> prob(static_cast<std::size_t>(seen)), z(prob.size(), 1.0);
+      for (std::int64_t j = 0; j < seen && p.drop.active(); ++j)
+        z[j] = p.drop.keep(i * s.lq + r, j) ? p.drop.scale : 0.0;
       double mx = -INFINITY;
       for (std::int64_t j = 0; j < seen; ++j) {
         double dot = 0;
@@ -102,7 +111,7 @@ void reference(Problem& p) {
       double delta = 0;
       for (std::int64_t c = 0; c < s.dv; ++c) {
         double o = 0;
-        for (std::int64_t j = 0; j < seen; ++j) o += prob[j] * V(i, j, c);
+        for (std::int64_t j = 0; j < seen; ++j) o += prob[j] * z[j] * V(i, j, c);
         p.out[at(s, i, r, c, s.lq, s.dv)] = o;
         delta += from_bits<E>(to_bits<E>(static_cast<float>(o))) * dO(i, r, c);
       }
@@ -110,12 +119,12 @@ void reference(Problem& p) {
       for (std::int64_t j = 0; j < seen; ++j) {
         double dp = 0;
         for (std::int64_t c = 0; c < s.dv; ++c) dp += dO(i, r, c) * V(i, j, c);
-        const double ds = s.scale * prob[j] * (dp - delta);
+        const double ds = s.scale * prob[j] * (z[j] * dp - delta);
         for (std::int64_t c = 0; c < s.d; ++c) {
           p.dq[at(s, i, r, c, s.lq, s.d)] += ds * K(i, j, c);
           p.dk[at(s, i, j, c, s.lk, s.d)] += ds * Q(i, r, c);
         }
-        for (std::int64_t c = 0; c < s.dv; ++c) p.dv[at(s, i, j, c, s.lk, s.dv)] += prob[j] * dO(i, r, c);
+        for (std::int64_t c = 0; c < s.dv; ++c) p.dv[at(s, i, j, c, s.lk, s.dv)] += prob[j] * z[j] * dO(i, r, c);
       }
     }
 }
@@ -165,17 +174,58 @@ struct CopyTimingScope {
 
 // The three kernels on one problem under the emulation, against the
 // reference.
+// The kernels' launches on p, dropout's form or not.
+template <typename E, int DH, bool kDropout>
+void launch_kernels(const Problem& p, bool vec, DqSum dq_sum, std::vector<std::uint16_t>& out,
+                    std::vector<float>& lse, std::vector<std::uint16_t>& dq, std::vector<std::uint16_t>& dk,
+                    std::vector<std::uint16_t>& dv) {
+  const FlashAttentionShape& s = p.s;
+  const auto tiles = [](std::int64_t n) { return static_cast<unsigned>((n + 63) / 64); };
+  const dim3 q_grid(static_cast<unsigned>(s.bh), tiles(s.lq)), kv_grid(static_cast<unsigned>(s.bh), tiles(s.lk));
+  emu::launch(q_grid, flash::kMmaThreads, flash::smem, flash::kForwardBytes<E, DH>, [&] {
+    flash::mma_forward<E, DH, kDropout>(s, p.dropout, vec, p.q.data(), p.k.data(), p.v.data(), out.data(),
+                                        lse.data());
+  });
+  if (dq_sum == DqSum::Atomic) {
+    std::vector<float> sum(dq.size(), 0.f);
+    emu::launch(kv_grid, flash::kMmaThreads, flash::smem, flash::kKvAtomicBytes<E, DH>, [&] {
+      flash::mma_backward_kv<E, DH, true>(s, p.dropout, vec, p.q.data(), p.k.data(), p.v.data(), p.lse.data(),
+                                          p.dout.data(), p.delta.data(), dk.data(), dv.data(), sum.data());
+    });
+    for (std::size_t i = 0; i < dq.size(); ++i) dq[i] = to_bits<E>(sum[i]);
+    return;
+  }
+  emu::launch(kv_grid, flash::kMmaThreads, flash::smem, flash::kKvBytes<E, DH>, [&] {
+    flash::mma_backward_kv<E, DH, false, kDropout>(s, p.dropout, vec, p.q.data(), p.k.data(), p.v.data(),
+                                                   p.lse.data(), p.dout.data(), p.delta.data(), dk.data(),
+                                                   dv.data(), nullptr);
+  });
+  emu::launch(q_grid, flash::kMmaThreads, flash::smem, flash::kQBytes<E, DH>, [&] {
+    flash::mma_backward_q<E, DH, kDropout>(s, p.dropout, vec, p.q.data(), p.k.data(), p.v.data(), p.lse.data(),
+                                           p.dout.data(), p.delta.data(), dq.data());
+  });
+}
+
+// dropout > 0: attention dropout with that probability under a fixed key
+// (never with DqSum::Atomic: the atomic kv kernel has no dropout form).
 template <typename E, int DH>
 void check_kernels(const FlashAttentionShape& s, double tol, Loads loads = Loads::AsLauncher,
-                   DqSum dq_sum = DqSum::QKernel, Padding padding = Padding::Random) {
+                   DqSum dq_sum = DqSum::QKernel, Padding padding = Padding::Random, double dropout = 0) {
   INFO((std::is_same_v<E, __half> ? "f16" : "bf16")
        << (s.heads_inner ? " BLHD" : " BHLD") << " BH " << s.bh << " Lq " << s.lq << " Lk " << s.lk
        << " Hk " << s.hk << " D " << s.d << " Dv " << s.dv << " causal " << s.causal
        << (s.keys.lengths ? " key_lengths" : "")
        << (loads == Loads::Scalar ? " scalar loads" : "") << (dq_sum == DqSum::Atomic ? " atomic dQ" : "")
-       << (padding == Padding::NaN ? " NaN padding" : ""));
+       << (padding == Padding::NaN ? " NaN padding" : "") << " dropout " << dropout);
+  REQUIRE((dropout == 0 || dq_sum == DqSum::QKernel));
   Problem p;
   p.s = s;
+  if (dropout > 0) {
+    p.key = {0x5eed5eedu + static_cast<std::uint64_t>(dropout * 1000)};
+    const kiln::AttentionDropout rule = kiln::attention_dropout(dropout, 0, s.lk);
+    p.dropout = {.key = p.key.data(), .threshold = rule.threshold, .row_words = rule.row_words, .scale = rule.scale};
+    p.drop = kiln::attention_dropout(dropout, p.key[0], s.lk);
+  }
   p.q = random_bits<E>(static_cast<std::size_t>(s.bh * s.lq * s.d), 1);
   const std::int64_t kv_heads = s.bh / s.h * s.hk;
   p.k = random_bits<E>(static_cast<std::size_t>(kv_heads * s.lk * s.d), 2);
@@ -190,30 +240,10 @@ void check_kernels(const FlashAttentionShape& s, double tol, Loads loads = Loads
   reference<E>(p);
   // std::vector's data is 16-byte aligned
   const bool vec = loads == Loads::AsLauncher && s.d % 8 == 0 && s.dv % 8 == 0;
-  const auto tiles = [](std::int64_t n) { return static_cast<unsigned>((n + 63) / 64); };
-  const dim3 q_grid(static_cast<unsigned>(s.bh), tiles(s.lq)), kv_grid(static_cast<unsigned>(s.bh), tiles(s.lk));
   std::vector<std::uint16_t> out(p.dout.size()), dq(p.q.size()), dk(p.dk.size()), dv(p.dv.size());
   std::vector<float> lse(p.lse.size());
-  emu::launch(q_grid, flash::kMmaThreads, flash::smem, flash::kForwardBytes<E, DH>, [&] {
-    flash::mma_forward<E, DH>(s, vec, p.q.data(), p.k.data(), p.v.data(), out.data(), lse.data());
-  });
-  if (dq_sum == DqSum::Atomic) {
-    std::vector<float> sum(dq.size(), 0.f);
-    emu::launch(kv_grid, flash::kMmaThreads, flash::smem, flash::kKvAtomicBytes<E, DH>, [&] {
-      flash::mma_backward_kv<E, DH, true>(s, vec, p.q.data(), p.k.data(), p.v.data(), p.lse.data(),
-                                          p.dout.data(), p.delta.data(), dk.data(), dv.data(), sum.data());
-    });
-    for (std::size_t i = 0; i < dq.size(); ++i) dq[i] = to_bits<E>(sum[i]);
-  } else {
-    emu::launch(kv_grid, flash::kMmaThreads, flash::smem, flash::kKvBytes<E, DH>, [&] {
-      flash::mma_backward_kv<E, DH, false>(s, vec, p.q.data(), p.k.data(), p.v.data(), p.lse.data(),
-                                           p.dout.data(), p.delta.data(), dk.data(), dv.data(), nullptr);
-    });
-    emu::launch(q_grid, flash::kMmaThreads, flash::smem, flash::kQBytes<E, DH>, [&] {
-      flash::mma_backward_q<E, DH>(s, vec, p.q.data(), p.k.data(), p.v.data(), p.lse.data(),
-                                   p.dout.data(), p.delta.data(), dq.data());
-    });
-  }
+  if (dropout > 0) launch_kernels<E, DH, true>(p, vec, dq_sum, out, lse, dq, dk, dv);
+  else launch_kernels<E, DH, false>(p, vec, dq_sum, out, lse, dq, dk, dv);
   const std::vector<std::string> faults = emu::faults();
   INFO((faults.empty() ? std::string("no faults") : faults.front()));
   CHECK(faults.empty());
@@ -231,7 +261,7 @@ FlashAttentionShape shape(std::int64_t b, std::int64_t h, std::int64_t lq, std::
                           std::int64_t dv, bool heads_inner, bool causal, std::int64_t hk = 0) {
   return {.bh = b * h, .h = h, .lq = lq, .lk = lk, .d = d, .dv = dv, .hk = hk ? hk : h, .heads_inner = heads_inner,
           .causal = causal, .scale = static_cast<float>(1 / std::sqrt(static_cast<double>(d ? d : 1))), .keys = {},
-          .mask = {}, .dropout = {}};
+          .mask = {}};
 }
 
 }  // namespace
@@ -336,5 +366,21 @@ TEST_CASE("emulated register-tile attention reads each query head's k / v head u
     FlashAttentionShape s = shape(2, 4, 100, 130, 128, 128, true, causal, 1);
     s.keys = {.lengths = counts.data(), .wide = false};
     check_kernels<__half, 128>(s, 5e-3, Loads::AsLauncher, DqSum::Atomic, Padding::NaN);
+  }
+}
+
+TEST_CASE("emulated register-tile attention drops out the probabilities the dropout rule drops",
+          "[kernel][attention][emulated][dropout]") {
+  const std::vector<std::int32_t> counts = {70, 130};
+  for (bool causal : {false, true}) {
+    check_kernels<__nv_bfloat16, 64>(shape(1, 2, 130, 130, 64, 64, false, causal), 2e-2, Loads::AsLauncher,
+                                     DqSum::QKernel, Padding::Random, 0.3);
+    check_kernels<__half, 128>(shape(1, 1, 90, 75, 128, 128, true, causal), 5e-3, Loads::AsLauncher,
+                               DqSum::QKernel, Padding::Random, 0.2);
+    check_kernels<__half, 32>(shape(1, 2, 17, 37, 24, 32, false, causal), 5e-3, Loads::Scalar, DqSum::QKernel,
+                              Padding::Random, 0.6);
+    FlashAttentionShape s = shape(2, 4, 100, 130, 64, 64, true, causal, 2);  // GQA, key lengths, NaN padding
+    s.keys = {.lengths = counts.data(), .wide = false};
+    check_kernels<__nv_bfloat16, 64>(s, 2e-2, Loads::AsLauncher, DqSum::QKernel, Padding::NaN, 0.5);
   }
 }

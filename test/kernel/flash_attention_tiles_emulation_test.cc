@@ -52,7 +52,8 @@ struct Problem {
   std::vector<std::uint8_t> bmask;
   std::vector<std::int32_t> lengths;
   std::vector<std::uint64_t> key;
-  kiln::AttentionDropout drop;
+  kiln::cuda::DropoutRef dropout;  // as the kernels get it
+  kiln::AttentionDropout drop;     // as the reference draws it
   std::int64_t (*row_of)(const FlashAttentionShape&, std::int64_t, std::int64_t) = dropout_row;
   std::vector<double> out, lse, dq, dk, dv;
 };
@@ -184,7 +185,7 @@ Outputs check_tiles(Problem& p, bool gradients = true) {
   std::vector<float> out(p.dout.size()), lse(p.lse.size()), delta(p.lse.size()), dq(p.q.size()), dk(p.dk.size()),
       dv(p.dv.size());
   emu::launch(grid(s.lq, Fwd::kRows), flash::kFlashThreads, flash::smem, Fwd::bytes,
-              [&] { flash::flash_forward<float, DH>(s, p.q.data(), p.k.data(), p.v.data(), out.data(), lse.data()); });
+              [&] { flash::flash_forward<float, DH>(s, p.dropout, p.q.data(), p.k.data(), p.v.data(), out.data(), lse.data()); });
   check_near("out", out, p.out, peak_of(p.out));
   check_near("lse", lse, p.lse, 1);
   if (!gradients) return {out, lse, {}, {}, {}};
@@ -192,11 +193,11 @@ Outputs check_tiles(Problem& p, bool gradients = true) {
   emu::launch(dim3(rows), flash::kFlashThreads, flash::smem, 0,
               [&] { flash::flash_delta<float>(s, out.data(), p.dout.data(), delta.data()); });
   emu::launch(grid(s.lk, Kv::kRows), flash::kFlashThreads, flash::smem, Kv::bytes, [&] {
-    flash::flash_backward_kv<float, DH>(s, p.q.data(), p.k.data(), p.v.data(), lse.data(), p.dout.data(),
+    flash::flash_backward_kv<float, DH>(s, p.dropout, p.q.data(), p.k.data(), p.v.data(), lse.data(), p.dout.data(),
                                         delta.data(), dk.data(), dv.data());
   });
   emu::launch(grid(s.lq, Q::kRows), flash::kFlashThreads, flash::smem, Q::bytes, [&] {
-    flash::flash_backward_q<float, DH>(s, p.q.data(), p.k.data(), p.v.data(), lse.data(), p.dout.data(),
+    flash::flash_backward_q<float, DH>(s, p.dropout, p.q.data(), p.k.data(), p.v.data(), lse.data(), p.dout.data(),
                                        delta.data(), dq.data());
   });
   const std::vector<std::string> faults = emu::faults();
@@ -216,7 +217,7 @@ Problem problem(std::int64_t b, std::int64_t h, std::int64_t lq, std::int64_t lk
   hk = hk ? hk : h;
   p.s = {.bh = b * h, .h = h, .lq = lq, .lk = lk, .d = d, .dv = dv, .hk = hk, .heads_inner = heads_inner,
          .causal = causal, .scale = static_cast<float>(1 / std::sqrt(static_cast<double>(d))), .keys = {},
-         .mask = {}, .dropout = {}};
+         .mask = {}};
   p.q = random_floats(static_cast<std::size_t>(b * h * lq * d), 1);
   p.k = random_floats(static_cast<std::size_t>(b * hk * lk * d), 2);
   p.v = random_floats(static_cast<std::size_t>(b * hk * lk * dv), 3);
@@ -257,8 +258,8 @@ void set_lengths(Problem& p, std::vector<std::int32_t> lengths) {
 void set_dropout(Problem& p, double prob, std::uint64_t key) {
   p.key = {key};
   const kiln::AttentionDropout rule = kiln::attention_dropout(prob, 0, p.s.lk);
-  p.s.dropout = {.key = p.key.data(), .threshold = rule.threshold, .row_words = rule.row_words,
-                 .scale = rule.scale};
+  p.dropout = {.key = p.key.data(), .threshold = rule.threshold, .row_words = rule.row_words,
+               .scale = rule.scale};
   p.drop = kiln::attention_dropout(prob, key, p.s.lk);
 }
 
