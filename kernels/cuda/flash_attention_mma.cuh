@@ -304,21 +304,21 @@ inline __device__ std::int64_t query_tile_start() {
   return static_cast<std::int64_t>(gridDim.y - 1 - blockIdx.y) * kBlockRows;
 }
 
-// p (a warp's [16, 64] probabilities from key j0 on, rows `row` and
-// row + 8 of the dropout's rows) times the keep mask and its scale: keys
-// 2t and 2t + 1 of each 8 share a draw.
-inline __device__ void drop_probabilities(float (&p)[kBlockRows / 8][4], const AttentionDropout& drop,
-                                          std::int64_t row, std::int64_t j0) {
+// f(nb, e, z) for each element e of each fragment nb of a warp's [16, N]
+// scores from key j0 on (rows `row` and row + 8 of the dropout's rows), z
+// the keep mask times its scale: keys 2t and 2t + 1 of each 8 share a draw.
+template <int N, typename F>
+__device__ void for_each_keep(const AttentionDropout& drop, std::int64_t row, std::int64_t j0, F&& f) {
   const int t = threadIdx.x % 4;
   const float scale = static_cast<float>(drop.scale);
 #pragma unroll
-  for (int nb = 0; nb < kBlockRows / 8; ++nb)
+  for (int nb = 0; nb < N / 8; ++nb)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const std::int64_t j = j0 + nb * 8 + 2 * t;
       const std::uint64_t bits = drop.word(row + 8 * i, j >> 2);
-      p[nb][2 * i] *= drop.keeps(bits, j) ? scale : 0.f;
-      p[nb][2 * i + 1] *= drop.keeps(bits, j + 1) ? scale : 0.f;
+      f(nb, 2 * i, drop.keeps(bits, j) ? scale : 0.f);
+      f(nb, 2 * i + 1, drop.keeps(bits, j + 1) ? scale : 0.f);
     }
 }
 
@@ -365,7 +365,8 @@ __global__ void __launch_bounds__(kMmaThreads)
       online_softmax<DH, false>(sc, o, m, l, tile_seen, s.scale * kLog2e);
     else
       online_softmax<DH, true>(sc, o, m, l, tile_seen, s.scale * kLog2e);
-    if constexpr (kDropout) drop_probabilities(sc, drop, bh * s.lq + row0 + g, j0);
+    if constexpr (kDropout)
+      for_each_keep<R>(drop, bh * s.lq + row0 + g, j0, [&](int nb, int e, float z) { sc[nb][e] *= z; });
     accumulate_product<R, DH>(o, sc, kv_tiles + (2 * stage + 1) * R * ld);
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
@@ -587,31 +588,6 @@ __global__ void __launch_bounds__(kMmaThreads)
   store_acc<DH, E>(dv + head_offset(s, bh, s.lk, s.dv), dv_acc, key0, s.lk, s.dv, v_step, one, live);
 }
 
-// The q kernel's score_grad over a warp's tiles (rows `row` and row + 8 of
-// the dropout's, keys from j0) under dropout: keys 2t and 2t + 1 of each 8
-// share a draw.
-template <int R>
-__device__ void dropped_score_grads(const FlashAttentionShape& s, const AttentionDropout& drop,
-                                    float (&sc)[R / 8][4], float (&dp)[R / 8][4], const int (&tile_seen)[2],
-                                    const float (&row_lse)[2], const float (&row_delta)[2], std::int64_t row,
-                                    std::int64_t j0) {
-  const int t = threadIdx.x % 4;
-  const float scale = static_cast<float>(drop.scale);
-#pragma unroll
-  for (int nb = 0; nb < R / 8; ++nb)
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const std::int64_t j = j0 + nb * 8 + 2 * t;
-      const std::uint64_t bits = drop.word(row + 8 * i, j >> 2);
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int e = 2 * i + u;
-        dropped_score_grad(s, sc[nb][e], dp[nb][e], nb * 8 + 2 * t + u < tile_seen[i], row_lse[i], row_delta[i],
-                           drop.keeps(bits, j + u) ? scale : 0.f);
-      }
-    }
-}
-
 // The q kernel's shared memory: q and dout [64] rows of DH, then k and v
 // [64] rows twice.
 template <typename E, int DH>
@@ -662,7 +638,10 @@ __global__ void __launch_bounds__(kMmaThreads)
     scores_of<R, DH>(dp, dot + warp * kWarpRows * ld, vt);
     const int tile_seen[2] = {seen_in_tile(seen[0], j0), seen_in_tile(seen[1], j0)};
     if constexpr (kDropout) {
-      dropped_score_grads<R>(s, drop, sc, dp, tile_seen, row_lse, row_delta, bh * s.lq + row0 + g, j0);
+      for_each_keep<R>(drop, bh * s.lq + row0 + g, j0, [&](int nb, int e, float z) {
+        dropped_score_grad(s, sc[nb][e], dp[nb][e], nb * 8 + 2 * t + e % 2 < tile_seen[e / 2], row_lse[e / 2],
+                           row_delta[e / 2], z);
+      });
     } else {
 #pragma unroll
       for (int nb = 0; nb < R / 8; ++nb)
