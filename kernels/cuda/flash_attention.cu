@@ -124,8 +124,9 @@ void launch_flash_attention_backward(DataType dt, const FlashAttentionShape& s, 
     flash_delta<E><<<static_cast<unsigned>(tiles(s.bh * s.lq, kFlashWarps)), kFlashThreads, 0, st>>>(
         s, static_cast<const G*>(out), gdo, delta);
     if (register_tiles(dt, s)) {
-      launch_mma_backward(dt, s, dropout, q, k, v, lse, dout, dq, dk, dv, delta, dq_sum, st);
-      if (dq_sum) launch_cast(DataType::Float32, dt, dq_sum, dq, s.bh * s.lq * s.d, st);
+      float* sum = dropout.key ? nullptr : dq_sum;  // the atomic kv kernel has no dropout form
+      launch_mma_backward(dt, s, dropout, q, k, v, lse, dout, dq, dk, dv, delta, sum, st);
+      if (sum) launch_cast(DataType::Float32, dt, sum, dq, s.bh * s.lq * s.d, st);
       return;
     }
     using KV = BackwardLayout<E, DH, true>;

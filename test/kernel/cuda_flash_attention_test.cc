@@ -6,10 +6,10 @@
 // both kernel sets: the register tiles (flash_attention_mma.cu, the default)
 // and the shared-memory ones (flash_attention.cu, KILN_CUDA_FLASH=wmma),
 // f32's only kernels. Attention dropout runs every dtype on its kernels:
-// f32, bf16 and f16 on the shared-memory tiles (also where the register
-// tiles are asked for: they refuse dropout), f64 and f32 with head dims
-// above 128 on the cuBLAS path; against the CPU to the same tolerances, so
-// the devices drop the same probabilities.
+// bf16 and f16 on both kernel sets (the register tiles' dropout forms and
+// the shared-memory tiles), f32 on the shared-memory tiles, f64 and f32
+// with head dims above 128 on the cuBLAS path; against the CPU to the same
+// tolerances, so the devices drop the same probabilities.
 //
 // Tolerances, per element: |got - want| <= rtol·|want| + atol·max(1, max|want|).
 //   f32   rtol = atol = 1e-5 (the CPU sums in other orders and its exp is a
@@ -551,7 +551,7 @@ TEST_CASE("CUDA attention dropout drops what the CPU drops on every kernel path,
   if (!have_cuda()) return;
   const Tensor lengths = Tensor::from_vector<std::int32_t>({2}, {90, 33});
   const Tensor per_key = fat::float_mask(DataType::Float32, {2, 1, 1, 90});
-  // The shared-memory tiles, under either 16-bit kernel set.
+  // f32's shared-memory tiles; bf16 and f16 on either kernel set.
   for (DataType dt : {DataType::Float32, DataType::BFloat16, DataType::Float16})
     fat::each_kernel_set(dt, [&] {
       for (const std::string layout : {"BHLD", "BLHD"})

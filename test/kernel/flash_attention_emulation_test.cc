@@ -172,9 +172,7 @@ struct CopyTimingScope {
   emu::CopyTiming saved;
 };
 
-// The three kernels on one problem under the emulation, against the
-// reference.
-// The kernels' launches on p, dropout's form or not.
+// The three kernels' launches on p under the emulation, dropout's form or not.
 template <typename E, int DH, bool kDropout>
 void launch_kernels(const Problem& p, bool vec, DqSum dq_sum, std::vector<std::uint16_t>& out,
                     std::vector<float>& lse, std::vector<std::uint16_t>& dq, std::vector<std::uint16_t>& dk,
@@ -206,8 +204,10 @@ void launch_kernels(const Problem& p, bool vec, DqSum dq_sum, std::vector<std::u
   });
 }
 
-// dropout > 0: attention dropout with that probability under a fixed key
-// (never with DqSum::Atomic: the atomic kv kernel has no dropout form).
+// The three kernels on one problem under the emulation, against the
+// reference; dropout > 0: attention dropout with that probability under a
+// fixed key (never with DqSum::Atomic: the atomic kv kernel has no dropout
+// form).
 template <typename E, int DH>
 void check_kernels(const FlashAttentionShape& s, double tol, Loads loads = Loads::AsLauncher,
                    DqSum dq_sum = DqSum::QKernel, Padding padding = Padding::Random, double dropout = 0) {
