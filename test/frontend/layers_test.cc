@@ -778,3 +778,59 @@ TEST_CASE("attention dropout with a fixed seed draws the same mask every run, wi
   for (int s = 0; s < 60; ++s) last = exe.run(main_prog, feed, {loss})[0].to_vector<float>()[0];
   CHECK(last < 0.5f * first);
 }
+
+TEST_CASE("a TransformerEncoder runs its layers in turn, each with parameters of its own, then its norm",
+          "[frontend][layers][encoder]") {
+  Program main_prog, startup;
+  Value y, by_hand, unnormed;
+  {
+    ProgramGuard guard(main_prog, startup);
+    const auto make = [] { return std::make_shared<nn::TransformerEncoderLayer>(8, 2, 16, 0.0, "gelu"); };
+    nn::TransformerEncoder enc(make, 3, std::make_shared<nn::LayerNorm>(std::vector<std::int64_t>{8}));
+    nn::TransformerEncoder bare(make, 2);
+    CHECK(enc.num_layers() == 3);
+    CHECK(enc.parameters().size() == 3 * 12 + 2);  // per layer: attention 4, two norms, two linears; the norm
+    CHECK_FALSE(enc.layer(0).parameters()[0] == enc.layer(1).parameters()[0]);
+    Value x = data("x", {2, 5, 8}), n = data("n", {2}, DataType::Int32);
+    y = enc(x, /*causal=*/true, n);
+    Value h = x;
+    for (std::size_t i = 0; i < 3; ++i) h = enc.layer(i)(h, true, n);
+    by_hand = nn::LayerNorm({8})(h);  // a fresh norm: weight 1, bias 0, as enc's before training
+    unnormed = bare(x);
+    KILN_CHECK_ERROR(nn::TransformerEncoder(make, 0), InvalidArgument, {"TransformerEncoder", "num_layers"});
+    KILN_CHECK_ERROR(nn::TransformerEncoder([] { return std::shared_ptr<nn::TransformerEncoderLayer>(); }, 2),
+                     InvalidArgument, {"TransformerEncoder", "make_layer gave no layer for layer 0"});
+  }
+  Executor exe;
+  exe.run(startup);
+  const FeedMap feed{{"x", f32({2, 5, 8}, wave(80))}, {"n", Tensor::from_vector<std::int32_t>({2}, {5, 3})}};
+  const auto got = exe.run(main_prog, feed, {y, by_hand, unnormed});
+  CHECK(got[0].to_vector<float>() == got[1].to_vector<float>());
+  CHECK(got[2].to_vector<float>() != got[0].to_vector<float>());
+}
+
+TEST_CASE("a TransformerDecoder runs its layers in turn over one memory, then its norm, and needs the memory",
+          "[frontend][layers][decoder]") {
+  Program main_prog, startup;
+  Value y, by_hand;
+  {
+    ProgramGuard guard(main_prog, startup);
+    const auto make = [] { return std::make_shared<nn::TransformerDecoderLayer>(8, 2, 16, 0.0, "relu"); };
+    nn::TransformerDecoder dec(make, 2, std::make_shared<nn::LayerNorm>(std::vector<std::int64_t>{8}));
+    CHECK(dec.num_layers() == 2);
+    CHECK(dec.parameters().size() == 2 * 18 + 2);
+    Value tgt = data("tgt", {1, 4, 8}), mem = data("mem", {1, 6, 8}), ml = data("ml", {1}, DataType::Int64);
+    KILN_CHECK_ERROR(dec(tgt), InvalidArgument, {"transformer_decoder", "no single input"});
+    y = dec(tgt, mem, /*tgt_is_causal=*/true, Value(), ml);
+    Value h = tgt;
+    for (std::size_t i = 0; i < 2; ++i) h = dec.layer(i)(h, mem, true, Value(), ml);
+    by_hand = nn::LayerNorm({8})(h);
+    KILN_CHECK_ERROR(nn::TransformerDecoder(make, -1), InvalidArgument, {"TransformerDecoder", "num_layers"});
+  }
+  Executor exe;
+  exe.run(startup);
+  const FeedMap feed{{"tgt", f32({1, 4, 8}, wave(32))}, {"mem", f32({1, 6, 8}, wave(48, 0.3f))},
+                     {"ml", Tensor::from_vector<std::int64_t>({1}, {4})}};
+  const auto got = exe.run(main_prog, feed, {y, by_hand});
+  CHECK(got[0].to_vector<float>() == got[1].to_vector<float>());
+}
