@@ -279,19 +279,21 @@ TEST_CASE("a program saved before attention had a layout loads as layout BHLD, a
   Operation* att = first_op<ScaledDotProductAttentionOp>(p);
   CHECK(att->attributes().find("layout") == Attribute(StrAttribute::get("BHLD")));
   p.verify();
-  // The same through JSON: drop the attribute from the saved form.
+  CHECK(att->attributes().find("dropout_p") == Attribute(Float64Attribute::get(0.0)));
+  CHECK(att->attributes().find("is_test") == Attribute(BoolAttribute::get(false)));
+  // The same through JSON: drop the attributes added since from the saved form.
   nlohmann::json j = program_to_json(p);
   std::size_t dropped = 0;
   std::function<void(nlohmann::json&)> drop = [&](nlohmann::json& x) {
     if (x.is_object()) {
-      dropped += x.erase("layout");
+      for (const char* key : {"layout", "dropout_p", "is_test"}) dropped += x.erase(key);
       for (auto& [k, v] : x.items()) drop(v);
     } else if (x.is_array()) {
       for (auto& v : x) drop(v);
     }
   };
   drop(j);
-  REQUIRE(dropped == 1);
+  REQUIRE(dropped == 3);
   const std::string old_json = j.dump();
   Program q = load_program_json(old_json);
   CHECK(q.to_string() == p.to_string());
@@ -310,6 +312,8 @@ TEST_CASE("a saved attention gradient op without a layout loads as BHLD, as the 
   Program p = parse_program(old_text);
   Operation* grad = first_op<GradOf<ScaledDotProductAttentionOp>>(p);
   CHECK(grad->attributes().find("layout") == Attribute(StrAttribute::get("BHLD")));
+  CHECK(grad->attributes().find("dropout_p") == Attribute(Float64Attribute::get(0.0)));  // saved before dropout
+  CHECK(grad->attributes().find("is_test") == Attribute(BoolAttribute::get(false)));
   // A layout of another kind is still an error naming the op and the attribute.
   std::string bad = old_text;
   bad.replace(bad.find("causal = false,"), 15, "causal = false, layout = 3 : i64,");
