@@ -1,7 +1,9 @@
 // kiln::nn layers (include/kiln/frontend/layers.h).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <memory>
+#include <tuple>
 
 #include "kiln/frontend/layers.h"
 #include "kiln/frontend/parameter.h"
@@ -215,19 +217,30 @@ Value AdaptiveAvgPool2D::forward(Value x) const {
 }
 
 MultiHeadAttention::MultiHeadAttention(std::int64_t embed_dim, std::int64_t num_heads, bool bias,
-                                       DataType dtype, double dropout)
-    : Layer("multi_head_attention"), embed_dim_(embed_dim), num_heads_(num_heads), dropout_(dropout) {
+                                       DataType dtype, double dropout, std::int64_t kdim, std::int64_t vdim)
+    : Layer("multi_head_attention"), embed_dim_(embed_dim), num_heads_(num_heads), kdim_(kdim ? kdim : embed_dim),
+      vdim_(vdim ? vdim : embed_dim), dropout_(dropout) {
   check_positive("MultiHeadAttention", "embed_dim", embed_dim);
   check_positive("MultiHeadAttention", "num_heads", num_heads);
+  check_positive("MultiHeadAttention", "kdim", kdim_);
+  check_positive("MultiHeadAttention", "vdim", vdim_);
   if (!(dropout >= 0 && dropout < 1))
     throw_error(ErrorKind::InvalidArgument, "MultiHeadAttention: dropout must lie in [0, 1), got ", dropout);
   if (embed_dim % num_heads != 0)
     throw_error(ErrorKind::InvalidArgument, "MultiHeadAttention: num_heads (", num_heads,
                 ") must divide embed_dim (", embed_dim, ")");
-  // PyTorch's in_proj init: Xavier-uniform weight, zero bias.
-  const double bound = std::sqrt(6.0 / double(embed_dim + 3 * embed_dim));
-  qkv_weight_ = add_parameter("qkv_w", {embed_dim, 3 * embed_dim}, dtype,
-                              init::Uniform(-bound, bound));
+  // PyTorch's in_proj init: Xavier-uniform weights, zero bias.
+  const auto xavier = [&](const char* name, std::int64_t in, std::int64_t out) {
+    const double bound = std::sqrt(6.0 / double(in + out));
+    return add_parameter(name, {in, out}, dtype, init::Uniform(-bound, bound));
+  };
+  if (kdim_ == embed_dim && vdim_ == embed_dim) {
+    qkv_weight_ = xavier("qkv_w", embed_dim, 3 * embed_dim);
+  } else {
+    q_weight_ = xavier("q_w", embed_dim, embed_dim);
+    k_weight_ = xavier("k_w", kdim_, embed_dim);
+    v_weight_ = xavier("v_w", vdim_, embed_dim);
+  }
   if (bias) qkv_bias_ = add_parameter("qkv_b", {3 * embed_dim}, dtype, init::Constant(0.0));
   out_proj_ = add_sublayer(std::make_shared<Linear>(embed_dim, embed_dim, bias, nullptr,
                                                      std::make_shared<init::Constant>(0.0), dtype));
@@ -241,23 +254,14 @@ Value MultiHeadAttention::operator()(Value query, Value key, Value value, bool c
   if (qd.size() != 3 || (qd[2] >= 0 && qd[2] != embed_dim_))
     throw_error(ErrorKind::InvalidArgument, "MultiHeadAttention '", full_name_, "': query ",
                 meta::dims_string(qd), " must be [B, L, ", embed_dim_, "]");
-  Builder b = main_builder();
-  Value w = use(qkv_weight_), bias = use(qkv_bias_);
-  Value q, k, v;
-  if (query == key && key == value) {
-    // Self-attention: one [E, 3E] GEMM, split into q, k, v.
-    Value qkv = functional::linear(query, w, bias);
-    auto parts = b.create<SplitOp>(qkv, std::int64_t{3}, std::int64_t{-1}).operation();
-    q = parts->result(0), k = parts->result(1), v = parts->result(2);
-  } else {
-    auto ws = b.create<SplitOp>(w, std::int64_t{3}, std::int64_t{1}).operation();
-    Operation* bs = bias ? b.create<SplitOp>(bias, std::int64_t{3}, std::int64_t{0}).operation()
-                         : nullptr;
-    auto proj = [&](Value x, std::uint32_t i) {
-      return functional::linear(x, ws->result(i), bs ? bs->result(i) : Value());
-    };
-    q = proj(query, 0), k = proj(key, 1), v = proj(value, 2);
+  for (const auto& [x, width, what] : {std::tuple{key, kdim_, "key"}, std::tuple{value, vdim_, "value"}}) {
+    const auto& d = shaped_dims(x.type());
+    if (d.size() != 3 || (d[2] >= 0 && d[2] != width))
+      throw_error(ErrorKind::InvalidArgument, "MultiHeadAttention '", full_name_, "': ", what, " ",
+                  meta::dims_string(d), " must be [B, L, ", width, "]", width != embed_dim_ ? " (its kdim / vdim)" : "");
   }
+  Builder b = main_builder();
+  const auto [q, k, v] = project(query, key, value);
   const std::int64_t hd = embed_dim_ / num_heads_;
   // [B, L, E] → [B, H, L, E / H]
   auto heads = [&](Value x) {
@@ -269,6 +273,28 @@ Value MultiHeadAttention::operator()(Value query, Value key, Value value, bool c
   o = b.create<TransposeOp>(o, std::vector<std::int64_t>{0, 2, 1, 3}).result();
   o = b.create<ReshapeOp>(o, std::vector<std::int64_t>{0, 0, embed_dim_}).result();
   return (*out_proj_)(o);
+}
+
+std::array<Value, 3> MultiHeadAttention::project(Value query, Value key, Value value) const {
+  Builder b = main_builder();
+  const Value bias = use(qkv_bias_);
+  if (query == key && key == value && !separate()) {
+    Value qkv = functional::linear(query, use(qkv_weight_), bias);
+    auto parts = b.create<SplitOp>(qkv, std::int64_t{3}, std::int64_t{-1}).operation();
+    return {parts->result(0), parts->result(1), parts->result(2)};
+  }
+  std::array<Value, 3> w;
+  if (separate()) {
+    w = {use(q_weight_), use(k_weight_), use(v_weight_)};
+  } else {
+    Operation* ws = b.create<SplitOp>(use(qkv_weight_), std::int64_t{3}, std::int64_t{1}).operation();
+    w = {ws->result(0), ws->result(1), ws->result(2)};
+  }
+  Operation* bs = bias ? b.create<SplitOp>(bias, std::int64_t{3}, std::int64_t{0}).operation() : nullptr;
+  const Value in[] = {query, key, value};
+  std::array<Value, 3> out;
+  for (std::uint32_t i = 0; i < 3; ++i) out[i] = functional::linear(in[i], w[i], bs ? bs->result(i) : Value());
+  return out;
 }
 
 namespace {

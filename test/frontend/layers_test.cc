@@ -834,3 +834,55 @@ TEST_CASE("a TransformerDecoder runs its layers in turn over one memory, then it
   const auto got = exe.run(main_prog, feed, {y, by_hand});
   CHECK(got[0].to_vector<float>() == got[1].to_vector<float>());
 }
+
+TEST_CASE("MultiHeadAttention with kdim and vdim attends to a memory of other widths with weights of its own",
+          "[frontend][layers]") {
+  constexpr int B = 2, Lq = 3, Lk = 4, E = 4, H = 2, D = E / H, KD = 6, VD = 3;
+  Program main_prog, startup;
+  Value y;
+  std::unique_ptr<nn::MultiHeadAttention> mha;
+  {
+    ProgramGuard guard(main_prog, startup);
+    mha = std::make_unique<nn::MultiHeadAttention>(E, H, true, DataType::Float32, 0.0, KD, VD);
+    Value q = data("q", {B, Lq, E}), k = data("k", {B, Lk, KD}), v = data("v", {B, Lk, VD});
+    KILN_CHECK_ERROR((*mha)(q), InvalidArgument, {"multi_head_attention", "key", "must be [B, L, 6]", "kdim"});
+    KILN_CHECK_ERROR((*mha)(q, k, k), InvalidArgument, {"multi_head_attention", "value", "must be [B, L, 3]"});
+    y = (*mha)(q, k, v);
+  }
+  KILN_CHECK_ERROR(nn::MultiHeadAttention(E, H, true, DataType::Float32, 0.0, -1), InvalidArgument,
+                   {"MultiHeadAttention", "kdim"});
+  const auto params = mha->parameters();  // q_w, k_w, v_w, qkv_b, out_proj w, b
+  REQUIRE(params.size() == 6);
+  CHECK(shaped_dims(params[1].type()) == std::vector<std::int64_t>{KD, E});
+  CHECK(shaped_dims(params[2].type()) == std::vector<std::int64_t>{VD, E});
+  Executor exe;
+  exe.run(startup);
+  const auto qv = wave(B * Lq * E), kv = wave(B * Lk * KD, 0.4f), vv = wave(B * Lk * VD, 0.9f);
+  auto got = exe.run(main_prog, {{"q", f32({B, Lq, E}, qv)}, {"k", f32({B, Lk, KD}, kv)}, {"v", f32({B, Lk, VD}, vv)}},
+                     {y, params[0], params[1], params[2], params[3], params[4], params[5]});
+  const auto bias = got[4].to_vector<float>();
+  const std::vector<float> bq(bias.begin(), bias.begin() + E), bk(bias.begin() + E, bias.begin() + 2 * E),
+      bv(bias.begin() + 2 * E, bias.end());
+  const auto qp = affine(std::vector<double>(qv.begin(), qv.end()), got[1].to_vector<float>(), bq, E, E);
+  const auto kp = affine(std::vector<double>(kv.begin(), kv.end()), got[2].to_vector<float>(), bk, KD, E);
+  const auto vp = affine(std::vector<double>(vv.begin(), vv.end()), got[3].to_vector<float>(), bv, VD, E);
+  std::vector<double> o(B * Lq * E);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < Lq; ++i) {
+        std::vector<double> s(Lk);
+        double mx = -INFINITY, z = 0;
+        for (int j = 0; j < Lk; ++j) {
+          double dot = 0;
+          for (int d = 0; d < D; ++d) dot += qp[(b * Lq + i) * E + h * D + d] * kp[(b * Lk + j) * E + h * D + d];
+          mx = std::max(mx, s[j] = dot / std::sqrt(double(D)));
+        }
+        for (int j = 0; j < Lk; ++j) z += std::exp(s[j] - mx);
+        for (int d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int j = 0; j < Lk; ++j) acc += std::exp(s[j] - mx) / z * vp[(b * Lk + j) * E + h * D + d];
+          o[(b * Lq + i) * E + h * D + d] = acc;
+        }
+      }
+  check_close(got[0].to_vector<float>(), affine(o, got[5].to_vector<float>(), got[6].to_vector<float>(), E, E), 1e-5);
+}

@@ -4,6 +4,7 @@
 // Names are Paddle's: Linear → "linear_0", its weight "linear_0.w_0".
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -259,8 +260,13 @@ class Flatten : public Layer {
 // or the for-test clone: none).
 class MultiHeadAttention : public Layer {
  public:
+  // kdim, vdim (PyTorch's; 0: embed_dim): the widths of key and value, for
+  // attention to a memory of another width (then q, k and v have weights
+  // of their own, [E, E], [kdim, E], [vdim, E], as PyTorch's
+  // q/k/v_proj_weight; else one [E, 3E] weight).
   MultiHeadAttention(std::int64_t embed_dim, std::int64_t num_heads, bool bias = true,
-                     DataType dtype = DataType::Float32, double dropout = 0.0);
+                     DataType dtype = DataType::Float32, double dropout = 0.0, std::int64_t kdim = 0,
+                     std::int64_t vdim = 0);
   // PyTorch's order (embed_dim, num_heads, dropout, …) would turn a dropout
   // into bias = true: kiln's dropout comes last, and this does not compile.
   MultiHeadAttention(std::int64_t embed_dim, std::int64_t num_heads, double dropout, bool bias = true) = delete;
@@ -268,7 +274,7 @@ class MultiHeadAttention : public Layer {
   using Layer::operator();
   Value forward(Value x) const override;
   Value operator()(Value x, bool causal) const { return (*this)(x, x, x, causal); }
-  // query [B, Lq, E], key and value [B, Lk, E] → [B, Lq, E]; with
+  // query [B, Lq, E], key [B, Lk, kdim] and value [B, Lk, vdim] → [B, Lq, E]; with
   // key_lengths (int32 or int64 [B]) batch b attends to its first
   // key_lengths[b] keys only (right padding masked); attn_mask as
   // functional::scaled_dot_product_attention's ([B|1, H|1, Lq, Lk], bool or
@@ -279,9 +285,15 @@ class MultiHeadAttention : public Layer {
   std::int64_t num_heads() const { return num_heads_; }
 
  private:
-  std::int64_t embed_dim_, num_heads_;
+  // q, k and v's weights (kdim or vdim other than embed_dim), else the one qkv_weight_.
+  bool separate() const { return static_cast<bool>(k_weight_); }
+  // query, key and value projected to E: one [E, 3E] GEMM for
+  // self-attention through qkv_weight_, else a GEMM each.
+  std::array<Value, 3> project(Value query, Value key, Value value) const;
+
+  std::int64_t embed_dim_, num_heads_, kdim_, vdim_;
   double dropout_;
-  Value qkv_weight_, qkv_bias_;
+  Value qkv_weight_, qkv_bias_, q_weight_, k_weight_, v_weight_;
   std::shared_ptr<Linear> out_proj_;
 };
 
