@@ -384,54 +384,48 @@ Value TransformerDecoderLayer::operator()(Value tgt, Value memory, bool tgt_is_c
   });
 }
 
-namespace {
-
-// num_layers layers from make_layer, each passed through keep (the
-// stack's add_sublayer); kiln::Error naming `what` for a count below 1 or
-// a null layer.
-template <typename L, typename Keep>
-std::vector<std::shared_ptr<L>> make_layers(std::string_view what, const std::function<std::shared_ptr<L>()>& make_layer,
-                                            std::int64_t num_layers, const Keep& keep) {
+template <typename L>
+LayerStack<L>::LayerStack(std::string_view name_prefix, std::string_view what,
+                          const std::function<std::shared_ptr<L>()>& make_layer, std::int64_t num_layers,
+                          std::shared_ptr<LayerNorm> norm)
+    : Layer(name_prefix) {
   check_positive(what, "num_layers", num_layers);
-  std::vector<std::shared_ptr<L>> layers;
   for (std::int64_t i = 0; i < num_layers; ++i) {
     std::shared_ptr<L> l = make_layer ? make_layer() : nullptr;
     if (!l) throw_error(ErrorKind::InvalidArgument, what, ": make_layer gave no layer for layer ", i);
-    layers.push_back(keep(std::move(l)));
+    layers_.push_back(add_sublayer(std::move(l)));
   }
-  return layers;
+  if (norm) norm_ = add_sublayer(std::move(norm));
 }
 
-}  // namespace
+template <typename L>
+Value LayerStack<L>::normed(Value x) const {
+  return norm_ ? (*norm_)(x) : x;
+}
+
+template class LayerStack<TransformerEncoderLayer>;
+template class LayerStack<TransformerDecoderLayer>;
 
 TransformerEncoder::TransformerEncoder(const std::function<std::shared_ptr<TransformerEncoderLayer>()>& make_layer,
                                        std::int64_t num_layers, std::shared_ptr<LayerNorm> norm)
-    : Layer("transformer_encoder") {
-  layers_ = make_layers("TransformerEncoder", make_layer, num_layers,
-                        [this](std::shared_ptr<TransformerEncoderLayer> l) { return add_sublayer(std::move(l)); });
-  if (norm) norm_ = add_sublayer(std::move(norm));
-}
+    : LayerStack("transformer_encoder", "TransformerEncoder", make_layer, num_layers, std::move(norm)) {}
 
 Value TransformerEncoder::forward(Value x) const { return (*this)(x, false); }
 
 Value TransformerEncoder::operator()(Value x, bool causal, Value key_lengths, Value attn_mask) const {
   for (const auto& l : layers_) x = (*l)(x, causal, key_lengths, attn_mask);
-  return norm_ ? (*norm_)(x) : x;
+  return normed(x);
 }
 
 TransformerDecoder::TransformerDecoder(const std::function<std::shared_ptr<TransformerDecoderLayer>()>& make_layer,
                                        std::int64_t num_layers, std::shared_ptr<LayerNorm> norm)
-    : Layer("transformer_decoder") {
-  layers_ = make_layers("TransformerDecoder", make_layer, num_layers,
-                        [this](std::shared_ptr<TransformerDecoderLayer> l) { return add_sublayer(std::move(l)); });
-  if (norm) norm_ = add_sublayer(std::move(norm));
-}
+    : LayerStack("transformer_decoder", "TransformerDecoder", make_layer, num_layers, std::move(norm)) {}
 
 Value TransformerDecoder::operator()(Value tgt, Value memory, bool tgt_is_causal, Value tgt_key_lengths,
                                      Value memory_key_lengths, Value tgt_mask, Value memory_mask) const {
   for (const auto& l : layers_)
     tgt = (*l)(tgt, memory, tgt_is_causal, tgt_key_lengths, memory_key_lengths, tgt_mask, memory_mask);
-  return norm_ ? (*norm_)(tgt) : tgt;
+  return normed(tgt);
 }
 
 Sequential::Sequential(std::initializer_list<std::shared_ptr<Layer>> layers) {

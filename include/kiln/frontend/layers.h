@@ -372,12 +372,31 @@ class TransformerDecoderLayer : public Layer {
   std::shared_ptr<Dropout> dropout_, dropout1_, dropout2_, dropout3_;
 };
 
-// PyTorch's TransformerEncoder: num_layers encoder layers, each built by
-// make_layer (so each has parameters of its own, as PyTorch's deep copies
-// of one layer do), called in turn with the same causal flag, key lengths
-// and mask, then `norm` when given (the final LayerNorm a pre-norm stack
-// ends with). num_layers < 1 or a null layer is a kiln::Error naming it.
-class TransformerEncoder : public Layer {
+// What TransformerEncoder and TransformerDecoder share: num_layers layers
+// of type L, each built by make_layer (so each has parameters of its own,
+// as PyTorch's deep copies of one layer do), then `norm` when given (the
+// final LayerNorm a pre-norm stack ends with). num_layers < 1 or a null
+// layer is a kiln::Error naming the stack.
+template <typename L>
+class LayerStack : public Layer {
+ public:
+  std::size_t num_layers() const { return layers_.size(); }
+  L& layer(std::size_t i) const { return *layers_.at(i); }
+
+ protected:
+  LayerStack(std::string_view name_prefix, std::string_view what,
+             const std::function<std::shared_ptr<L>()>& make_layer, std::int64_t num_layers,
+             std::shared_ptr<LayerNorm> norm);
+  // x through the final norm, when there is one.
+  Value normed(Value x) const;
+
+  std::vector<std::shared_ptr<L>> layers_;
+  std::shared_ptr<LayerNorm> norm_;
+};
+
+// PyTorch's TransformerEncoder: the layers called in turn with the same
+// causal flag, key lengths and mask, then the norm.
+class TransformerEncoder : public LayerStack<TransformerEncoderLayer> {
  public:
   TransformerEncoder(const std::function<std::shared_ptr<TransformerEncoderLayer>()>& make_layer,
                      std::int64_t num_layers, std::shared_ptr<LayerNorm> norm = nullptr);
@@ -386,18 +405,12 @@ class TransformerEncoder : public Layer {
   // x [B, L, d_model]; as TransformerEncoderLayer's call (PyTorch's mask,
   // src_key_padding_mask for right padding, is_causal).
   Value operator()(Value x, bool causal, Value key_lengths = Value(), Value attn_mask = Value()) const;
-  std::size_t num_layers() const { return layers_.size(); }
-  TransformerEncoderLayer& layer(std::size_t i) const { return *layers_.at(i); }
-
- private:
-  std::vector<std::shared_ptr<TransformerEncoderLayer>> layers_;
-  std::shared_ptr<LayerNorm> norm_;
 };
 
-// PyTorch's TransformerDecoder: num_layers decoder layers built by
-// make_layer, each reading the same memory, then `norm` when given. No
-// one-input call (forward throws: it needs the memory).
-class TransformerDecoder : public Layer {
+// PyTorch's TransformerDecoder: the layers called in turn, each reading the
+// same memory, then the norm. No one-input call (forward throws: it needs
+// the memory).
+class TransformerDecoder : public LayerStack<TransformerDecoderLayer> {
  public:
   TransformerDecoder(const std::function<std::shared_ptr<TransformerDecoderLayer>()>& make_layer,
                      std::int64_t num_layers, std::shared_ptr<LayerNorm> norm = nullptr);
@@ -405,12 +418,6 @@ class TransformerDecoder : public Layer {
   // As TransformerDecoderLayer's call, for every layer.
   Value operator()(Value tgt, Value memory, bool tgt_is_causal = false, Value tgt_key_lengths = Value(),
                    Value memory_key_lengths = Value(), Value tgt_mask = Value(), Value memory_mask = Value()) const;
-  std::size_t num_layers() const { return layers_.size(); }
-  TransformerDecoderLayer& layer(std::size_t i) const { return *layers_.at(i); }
-
- private:
-  std::vector<std::shared_ptr<TransformerDecoderLayer>> layers_;
-  std::shared_ptr<LayerNorm> norm_;
 };
 
 // Layers called one after another: y = ln(… l2(l1(x))).
