@@ -394,8 +394,9 @@ void attention(EmitContext& c) {
     const std::string x = heads_inner ? swap_heads(c, c.in(i)) : c.in(i);
     return grouped && i > 0 ? repeat_heads(c, x, h, hk, i == 1 ? d : dv) : x;
   };
-  std::string s = c.node1("Mul", {c.node1("MatMul", {in(0), swap_last_two(c, in(1), 4)}),
-                                  c.scalar(dt, scale)});
+  // q, k and v first: an importer fusing the chain from kᵀ on finds v defined.
+  const std::string qh = in(0), kh = in(1), vh = in(2);
+  std::string s = c.node1("Mul", {c.node1("MatMul", {qh, swap_last_two(c, kh, 4)}), c.scalar(dt, scale)});
   std::string mask = a.causal ? causal_mask(c, s, lq, lk) : std::string();
   auto and_mask = [&](const std::string& m) { mask = mask.empty() ? m : c.node1("And", {mask, m}); };
   std::vector<DataType> dtypes;
@@ -410,10 +411,10 @@ void attention(EmitContext& c) {
   const std::string p = c.node1("Softmax", {s}, &sm);
   set_attr(*sm, "axis", std::int64_t{-1});
   if (heads_inner) {
-    auto& back = c.node("Transpose", {c.node1("MatMul", {p, in(2)})}, {c.out(0)});
+    auto& back = c.node("Transpose", {c.node1("MatMul", {p, vh})}, {c.out(0)});
     set_attr(back, "perm", std::vector<std::int64_t>{0, 2, 1, 3});
   } else {
-    c.node("MatMul", {p, in(2)}, {c.out(0)});
+    c.node("MatMul", {p, vh}, {c.out(0)});
   }
   if (c.used(1)) {
     auto& n = c.node("ReduceLogSumExp", {s}, {c.out(1)});

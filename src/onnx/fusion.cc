@@ -1,16 +1,19 @@
-// Import-time fusion (fusion.h): the chains PyTorch's exporter writes for a
-// layer norm, an exact GELU and a (masked) scaled dot-product attention,
-// each built as kiln's fused op.
+// Import-time fusion (fusion.h): the chains PyTorch's exporter (and kiln's)
+// writes for a layer norm, an exact GELU and a (masked, causal,
+// grouped-query) scaled dot-product attention, each built as kiln's fused op.
 #include "fusion.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/frontend/fold_batch_norm.h"
 #include "kiln/ir/builtin_types.h"
 #include "op_table.h"
+#include "shape_values.h"
 
 namespace kiln::onnx::detail {
 
@@ -53,25 +56,26 @@ class Chain {
     return it == uses_.consumers.end() ? nullptr : &it->second;
   }
 
-  // `name`'s value when it is a one-element constant (an initializer, a
-  // Constant node's value, a folded value), as a double.
-  std::optional<double> scalar(const std::string& name) const {
-    const Tensor* t = scope_.constant(name);
-    Tensor from_node;
-    if (!t) {
-      auto p = uses_.producer.find(name);
-      if (p == uses_.producer.end()) return std::nullopt;
-      const auto& n = node(p->second);
-      if (n.op_type() != "Constant" || n.attribute_size() != 1 || n.attribute(0).name() != "value")
-        return std::nullopt;
-      try {
-        from_node = tensor_of(n.attribute(0).t(), "Constant");
-      } catch (const Error&) {
-        return std::nullopt;
-      }
-      t = &from_node;
+  // `name`'s value when known at import: an initializer, a folded value,
+  // or a Constant node's value (imported yet or not).
+  std::optional<Tensor> known(const std::string& name) const {
+    if (const Tensor* t = scope_.constant(name)) return *t;
+    auto p = uses_.producer.find(name);
+    if (p == uses_.producer.end()) return std::nullopt;
+    const auto& n = node(p->second);
+    if (n.op_type() != "Constant" || n.attribute_size() != 1 || n.attribute(0).name() != "value")
+      return std::nullopt;
+    try {
+      return tensor_of(n.attribute(0).t(), "Constant");
+    } catch (const Error&) {
+      return std::nullopt;
     }
-    if (t->numel() != 1) return std::nullopt;
+  }
+
+  // `name`'s value when it is a one-element float constant, as a double.
+  std::optional<double> scalar(const std::string& name) const {
+    const std::optional<Tensor> t = known(name);
+    if (!t || t->numel() != 1) return std::nullopt;
     switch (t->dtype()) {
       case DataType::Float32: return static_cast<double>(t->data<float>()[0]);
       case DataType::Float64: return t->data<double>()[0];
@@ -247,6 +251,62 @@ bool is_causal_mask(const Tensor& t) {
   return true;
 }
 
+// Whether `t` is a bool [lq, lk] mask true where key j <= row i (kiln's
+// causal rule, top-left aligned).
+bool is_causal_bool(const Tensor& t, std::int64_t lq, std::int64_t lk) {
+  if (t.dtype() != DataType::Bool || t.dims().to_vector() != std::vector<std::int64_t>{lq, lk}) return false;
+  for (std::int64_t i = 0; i < lq; ++i)
+    for (std::int64_t j = 0; j < lk; ++j)
+      if (t.data<bool>()[i * lk + j] != (j <= i)) return false;
+  return true;
+}
+
+// Whether node n is ConstantOfShape filled with bool true.
+bool fills_true(const ::onnx::NodeProto& n) {
+  if (n.attribute_size() != 1 || n.attribute(0).name() != "value") return false;
+  try {
+    const Tensor t = tensor_of(n.attribute(0).t(), "ConstantOfShape");
+    return t.dtype() == DataType::Bool && t.numel() == 1 && t.data<bool>()[0];
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// The scores s made causal as kiln's exporter writes it: Where(tril, s,
+// -inf), tril a constant bool lower triangle [lq, lk], or, lengths known
+// only at run time, Trilu(ConstantOfShape(Shape(s, start -2), true),
+// upper 0). Covers those nodes and returns the Where's result; nullopt
+// (nothing covered) when s has other readers or a part differs.
+std::optional<std::string> causal_where(Chain& c, const std::string& s, std::int64_t lq, std::int64_t lk) {
+  const auto* readers = c.readers_of(s);
+  if (!readers || readers->empty() || readers->size() > 2) return std::nullopt;
+  int where = -1, shape = -1;
+  for (int r : *readers) {
+    const auto& n = c.node(r);
+    if (!n.domain().empty()) return std::nullopt;
+    if (n.op_type() == "Where" && n.input_size() == 3 && n.input(1) == s && n.input(0) != s) where = r;
+    else if (n.op_type() == "Shape" && n.attribute_size() == 1 && int_attr(n, "start", 0) == -2) shape = r;
+  }
+  if (where < 0 || (readers->size() == 2) != (shape >= 0)) return std::nullopt;
+  const auto& w = c.node(where);
+  const auto fill = c.scalar(w.input(2));
+  if (!fill || !std::isinf(*fill) || *fill > 0) return std::nullopt;
+  if (shape < 0) {
+    const std::optional<Tensor> m = c.known(w.input(0));
+    if (!m || !is_causal_bool(*m, lq, lk)) return std::nullopt;
+  } else {
+    const int ones = c.sole_reader(c.node(shape).output(0), "ConstantOfShape");
+    const int tri = ones < 0 ? -1 : c.sole_reader(c.node(ones).output(0), "Trilu");
+    if (tri < 0 || !fills_true(c.node(ones)) || c.node(tri).input_size() != 1 ||
+        int_attr(c.node(tri), "upper", 1) != 0 || c.sole_reader(c.node(tri).output(0), "Where") != where ||
+        w.input(0) != c.node(tri).output(0))
+      return std::nullopt;
+    for (int n : {shape, ones, tri}) c.cover(n);
+  }
+  c.cover(where);
+  return w.output(0);
+}
+
 // Whether `mask` can be attention's float mask over the scores of q and
 // k ([B, H, Lq, D], [B, H, Lk, D]): q's dtype, rank 2 to 4, each dim 1 or
 // the scores' (or unknown).
@@ -264,15 +324,107 @@ bool fits_scores(Value mask, Value q, Value k) {
   return true;
 }
 
+// One entry of the shape a kiln.expand / expand_by or reshape / reshape_by
+// gives its result: its value where known at import, else (the run-time
+// ops) which dim of which value it is, where that is known.
+struct ShapeEntry {
+  std::optional<std::int64_t> value;
+  std::optional<DimOrigin> origin;
+};
+
+// The target shape of `op` (one of those four; empty for any other op, and
+// for a reshape_by whose 0 is a 0 dim).
+std::vector<ShapeEntry> target_shape(Operation* op) {
+  std::vector<ShapeEntry> out;
+  if (op->isa<ExpandOp>() || op->isa<ReshapeOp>()) {
+    const std::vector<std::int64_t> s = op->isa<ExpandOp>() ? ExpandOp(op).attrs().shape : ReshapeOp(op).attrs().shape;
+    for (std::int64_t v : s) out.push_back({v, std::nullopt});
+  } else if (op->isa<ExpandByOp>() || (op->isa<ReshapeByOp>() && !ReshapeByOp(op).attrs().allowzero)) {
+    const auto known = shape_values(op->operand_source(1));
+    const auto origins = shape_origins(op->operand_source(1), 16);
+    if (origins.size() != known.size()) return {};
+    for (std::size_t i = 0; i < known.size(); ++i) out.push_back({known[i], origins[i]});
+  }
+  return out;
+}
+
+// Whether entry `e` is x's dim d at run time: a positive value equal to
+// that dim known at import, or the same origin.
+bool is_dim_of(const ShapeEntry& e, Value x, std::int64_t d) {
+  if (e.origin && *e.origin == dim_origin(x, d)) return true;
+  const std::int64_t xd = shaped_dims(x.type())[static_cast<std::size_t>(d)];
+  return e.value && *e.value > 0 && *e.value == xd;
+}
+
+// The op defining v when it is one of Ops; null otherwise.
+template <typename... Ops>
+Operation* made_by(Value v) {
+  Operation* op = v ? v.defining_op() : nullptr;
+  return op && (op->isa<Ops>() || ...) ? op : nullptr;
+}
+
+// r = Reshape(Expand(Unsqueeze(x, [2]), [B, Hk, n, L, D]), [B, Hk·n, L, D])
+// for x [B, Hk, L, D] (Hk known): each head of x n times in a row, what
+// HF Llama's repeat_kv and kiln's own grouped-query export write. The dims
+// are checked by value where known at import and by origin where not, so
+// a batch or length of 1 that Expand would stretch never matches.
+struct RepeatedHeads {
+  Value x;
+  std::int64_t n = 0;
+};
+std::optional<RepeatedHeads> repeated_heads(Value r) {
+  Operation* reshape = made_by<ReshapeOp, ReshapeByOp>(r);
+  Operation* expand = reshape ? made_by<ExpandOp, ExpandByOp>(reshape->operand_source(0)) : nullptr;
+  Operation* unsqueeze = expand ? made_by<UnsqueezeOp>(expand->operand_source(0)) : nullptr;
+  if (!unsqueeze || UnsqueezeOp(unsqueeze).attrs().axes != std::vector<std::int64_t>{2}) return std::nullopt;
+  const Value x = unsqueeze->operand_source(0);
+  const auto to = target_shape(expand), as = target_shape(reshape);
+  if (!x || !is_shaped(x.type()) || shaped_dims(x.type()).size() != 4 || to.size() != 5 || as.size() != 4)
+    return std::nullopt;
+  const std::int64_t hk = shaped_dims(x.type())[1];
+  if (hk < 1 || !to[2].value || *to[2].value < 1) return std::nullopt;
+  const std::int64_t n = *to[2].value;
+  // Expand keeps x's dims but the new one: a 1 (expand's -1), or x's dim.
+  for (auto [i, xi] : {std::pair{0, 0}, {1, 1}, {3, 2}, {4, 3}}) {
+    const auto& e = to[static_cast<std::size_t>(i)];
+    const bool keeps = e.value && (*e.value == 1 || (*e.value == -1 && expand->isa<ExpandOp>()));
+    if (!keeps && !is_dim_of(e, x, xi)) return std::nullopt;
+  }
+  // Reshape to [B, Hk·n, L, D]: one entry may be -1 (then inferred right),
+  // the first may be 0 (it copies B).
+  int inferred = 0;
+  for (std::int64_t i = 0; i < 4; ++i) {
+    const auto& e = as[static_cast<std::size_t>(i)];
+    if (e.value == -1) ++inferred;
+    else if (i == 1 ? e.value != hk * n : !(i == 0 && e.value == 0) && !is_dim_of(e, x, i)) return std::nullopt;
+  }
+  if (inferred > 1) return std::nullopt;
+  return RepeatedHeads{x, n};
+}
+
+// k and v as attention reads them: where both are the same repeat of
+// Hk-headed values to q's heads, those values (grouped-query attention,
+// no repeated copy at run time); else k and v.
+std::pair<Value, Value> grouped_kv(Value q, Value k, Value v) {
+  const auto rk = repeated_heads(k), rv = repeated_heads(v);
+  if (!rk || !rv || rk->n != rv->n) return {k, v};
+  const std::int64_t h = shaped_dims(q.type())[1], hk = shaped_dims(rk->x.type())[1];
+  if (shaped_dims(rv->x.type())[1] != hk || h != hk * rk->n) return {k, v};
+  return {rk->x, rv->x};
+}
+
 // out = softmax(q · kᵀ · s [+ mask]) · v, with kᵀ a Transpose of k
 // swapping its last two axes:
 //   t = Transpose(k), a = MatMul(q, t), m = Mul(a, s) (or Div(a, 1/s)),
-//   [c = Add(m, mask)], p = Softmax(c, axis -1), o = MatMul(p, v)
+//   [c = Add(m, mask)], [Where(causal, ., -inf)], p = Softmax(., axis -1),
+//   o = MatMul(p, v)
 // -> kiln.scaled_dot_product_attention(q, k, v[, mask]) {causal, scale = s}
-// for rank-4 [B, H, L, D] operands: a constant causal mask is the causal
-// attribute, any other float mask that broadcasts to the scores (a BERT's
-// padding mask, a bias) the op's mask operand. A row the mask leaves all
-// -inf gives 0 where ONNX's Softmax gives NaN.
+// for rank-4 [B, H, L, D] operands: a constant causal mask, and kiln's
+// exported causal Where (causal_where), are the causal attribute, any other
+// float mask that broadcasts to the scores (a BERT's padding mask, a bias)
+// the op's mask operand. A row the mask leaves all
+// -inf gives 0 where ONNX's Softmax gives NaN. k and v repeated to q's
+// heads (repeated_heads) are read as they were before the repeat.
 std::optional<Fused> attention(Chain& c, int first, Builder& b) {
   const auto& tr = c.node(first);
   if (tr.op_type() != "Transpose" || tr.input_size() != 1) return std::nullopt;
@@ -305,7 +457,11 @@ std::optional<Fused> attention(Chain& c, int first, Builder& b) {
   }
   bool causal = false;
   Value mask;
-  if (int add = c.sole_reader(s, "Add"); add >= 0) {
+  const std::int64_t lq = shaped_dims(q.type())[2], lk = shaped_dims(k.type())[2];
+  if (auto w = causal_where(c, s, lq, lk)) {
+    causal = true;
+    s = *w;
+  } else if (int add = c.sole_reader(s, "Add"); add >= 0) {
     const std::string* name = c.other_input(add, s);
     if (!name) return std::nullopt;
     const Tensor* m = c.constant(*name);
@@ -318,6 +474,10 @@ std::optional<Fused> attention(Chain& c, int first, Builder& b) {
     }
     c.cover(add);
     s = c.node(add).output(0);
+    if (auto w = causal ? std::nullopt : causal_where(c, s, lq, lk)) {
+      causal = true;
+      s = *w;
+    }
   }
   const int softmax = c.sole_reader(s, "Softmax");
   if (softmax < 0) return std::nullopt;
@@ -331,6 +491,7 @@ std::optional<Fused> attention(Chain& c, int first, Builder& b) {
       shaped_data_type(v.type()) != shaped_data_type(q.type()))
     return std::nullopt;
   c.cover(pv);
+  std::tie(k, v) = grouped_kv(q, k, v);
   Value out = b.create<ScaledDotProductAttentionOp>(q, k, v, causal, scale, "BHLD", Value(), mask).result(0);
   return Fused{c.nodes(), c.node(pv).output(0), out};
 }

@@ -38,6 +38,12 @@ struct DimOrigin {
 // The origin of dim d of v (kiln/ops_shape.cc lists the ops it follows).
 DimOrigin dim_origin(Value v, std::int64_t d);
 
+// Per entry of the 1-D integer value v, the dim of a value's Shape it is
+// at run time (through Gather, Unsqueeze, Concat, Cast, Reshape), nullopt
+// where it is none; `depth` bounds the ops followed. Empty when v's length
+// is not known.
+std::vector<std::optional<DimOrigin>> shape_origins(Value v, int depth);
+
 // A run-time Reshape's shape as a static kiln.reshape can take it: each
 // entry known at import, or 0 where the entry is x's own dim at its index
 // (by origin: Gather(Shape(y), k) with y's dim k and x's dim i one dim);

@@ -701,6 +701,42 @@ TEST_CASE("grouped-query attention exports with k and v repeated to q's heads an
                     {"qi", floats({2, 5, 4, 4}, 4)}, {"ki", floats({2, 6, 1, 4}, 5)}, {"vi", floats({2, 6, 1, 3}, 6)},
                     {"qd", floats({2, 3, 5, 4}, 7)}, {"kd", floats({2, 3, 6, 4}, 8)}},
                    f);
+  // Imported back, the multi-query attention (the one without a causal
+  // Where, which the import fuses) reads its one k / v head as it is.
+  const std::vector<kiln::FetchTarget> targets(f.begin(), f.end());
+  const auto m = kiln::onnx::import_model_from_bytes(
+      kiln::onnx::export_model_to_bytes(p, scope, {"q", "k", "v", "qi", "ki", "vi", "qd", "kd"}, targets));
+  std::vector<std::int64_t> kv_heads;
+  for (kiln::Operation* op : m.main.block())
+    if (op->isa<kiln::ScaledDotProductAttentionOp>())
+      for (std::uint32_t i : {1u, 2u}) kv_heads.push_back(kiln::shaped_dims(op->operand_source(i).type())[1]);
+  CHECK(kv_heads == std::vector<std::int64_t>{1, 1, 3, 3});
+}
+
+TEST_CASE("kiln's exported causal attention imports back as one causal attention op, lengths known at "
+          "import or not",
+          "[onnx][export][fusion]") {
+  kiln::Program p, startup;
+  std::vector<kiln::Value> f;
+  {
+    kiln::ProgramGuard guard(p, startup);
+    auto q = kiln::data("q", {2, 3, 5, 4}), k = kiln::data("k", {2, 3, 6, 4}), qd = kiln::data("qd", {2, 3, -1, 4});
+    auto b = kiln::main_builder();
+    f.push_back(b.create<kiln::ScaledDotProductAttentionOp>(q, k, k, true, 0.0)->result(0));
+    f.push_back(b.create<kiln::ScaledDotProductAttentionOp>(qd, qd, qd, true, 0.0)->result(0));
+  }
+  kiln::Scope scope;
+  const kiln::FeedMap feeds{{"q", floats({2, 3, 5, 4}, 1)}, {"k", floats({2, 3, 6, 4}, 2)}, {"qd", floats({2, 3, 7, 4}, 3)}};
+  check_round_trip(p, scope, feeds, f);
+  const std::vector<kiln::FetchTarget> targets(f.begin(), f.end());
+  const auto m = kiln::onnx::import_model_from_bytes(kiln::onnx::export_model_to_bytes(p, scope, {"q", "k", "qd"}, targets));
+  int causal = 0, softmax = 0;
+  for (kiln::Operation* op : m.main.block()) {
+    if (auto a = kiln::ScaledDotProductAttentionOp::dyn_cast(op)) causal += a.attrs().causal;
+    softmax += op->name() == "kiln.softmax";
+  }
+  CHECK(causal == 2);
+  CHECK(softmax == 0);
 }
 
 TEST_CASE("grouped-query attention with a head size known only at run time does not export, naming the op",

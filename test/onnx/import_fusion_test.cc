@@ -440,3 +440,147 @@ TEST_CASE("an attention chain with an additive mask imports as one kiln.scaled_d
     for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-5));
   }
 }
+
+namespace {
+
+// How a model repeats k and v ([B, 2, L, D]) to q's 4 heads.
+enum class Repeat {
+  Grouped,         // each head twice in a row (HF Llama's repeat_kv): head h reads head h / 2
+  Tiled,           // the heads twice over (unsqueezed at 1): head h reads head h % 2
+  StretchedBatch,  // grouped, and a batch of 1 stretched to q's 2 by the same Expand
+};
+
+void add_ints(::onnx::GraphProto* g, const std::string& name, const std::vector<std::int64_t>& v,
+              bool scalar = false) {
+  auto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(::onnx::TensorProto_DataType_INT64);
+  if (!scalar) t->add_dims(static_cast<std::int64_t>(v.size()));
+  for (auto x : v) t->add_int64_data(x);
+}
+
+// A float input; a dim of -1 is a named one (known only at run time).
+void add_input(::onnx::GraphProto* g, const std::string& name, const std::vector<std::int64_t>& dims) {
+  auto* shape = g->add_input();
+  shape->set_name(name);
+  auto* tt = shape->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(::onnx::TensorProto_DataType_FLOAT);
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    auto* d = tt->mutable_shape()->add_dim();
+    if (dims[i] < 0) d->set_dim_param("d" + std::to_string(i));
+    else d->set_dim_value(dims[i]);
+  }
+}
+
+// x ([B, 2, L, w]) repeated to 4 heads, as PyTorch exports it with B and L
+// known only at run time: Unsqueeze, Expand to Concat(B, …, L, w) with B
+// and L gathered from Shape(x), Reshape to Concat(B, 4, L, w); constant
+// shapes for StretchedBatch (x [1, 2, 3, w]). Returns the repeated name.
+std::string repeat_kv(::onnx::GraphProto* g, const std::string& x, std::int64_t w, Repeat how) {
+  auto n = [&](const std::string& s) { return x + "_" + s; };
+  add_ints(g, n("axis"), {how == Repeat::Tiled ? 1 : 2});
+  add_node(g, "Unsqueeze", {x, n("axis")}, n("u"));
+  if (how == Repeat::StretchedBatch) {
+    add_ints(g, n("to"), {2, 2, 2, 3, w});
+    add_ints(g, n("as"), {2, 4, 3, w});
+  } else {
+    add_node(g, "Shape", {x}, n("shape"));
+    for (int d : {0, 2}) {
+      add_ints(g, n("at") + std::to_string(d), {d}, true);
+      add_node(g, "Gather", {n("shape"), n("at") + std::to_string(d)}, n("dim") + std::to_string(d));
+      add_node(g, "Unsqueeze", {n("dim") + std::to_string(d), "zero_axis"}, n("d") + std::to_string(d));
+    }
+    add_ints(g, n("two"), {2});
+    add_ints(g, n("four"), {4});
+    add_ints(g, n("w"), {w});
+    for (auto* c : {add_node(g, "Concat", {n("d0"), n("two"), n("two"), n("d2"), n("w")}, n("to")),
+                    add_node(g, "Concat", {n("d0"), n("four"), n("d2"), n("w")}, n("as"))}) {
+      auto* a = c->add_attribute();
+      a->set_name("axis");
+      a->set_type(::onnx::AttributeProto_AttributeType_INT);
+      a->set_i(0);
+    }
+  }
+  add_node(g, "Expand", {n("u"), n("to")}, n("e"));
+  add_node(g, "Reshape", {n("e"), n("as")}, n("r"));
+  return n("r");
+}
+
+// softmax(q · kᵀ / 2) · v for q [B, 4, L, 4] and k, v repeated from 2 heads.
+std::string repeated_kv_attention_model(Repeat how) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  const bool fixed = how == Repeat::StretchedBatch;
+  add_input(g, "q", {fixed ? 2 : -1, 4, fixed ? 3 : -1, 4});
+  add_input(g, "k", {fixed ? 1 : -1, 2, fixed ? 3 : -1, 4});
+  add_input(g, "v", {fixed ? 1 : -1, 2, fixed ? 3 : -1, 3});
+  add_ints(g, "zero_axis", {0});
+  add_scalar(g, "half", 0.5f);
+  const std::string k = repeat_kv(g, "k", 4, how), v = repeat_kv(g, "v", 3, how);
+  auto* perm = add_node(g, "Transpose", {k}, "kt")->add_attribute();
+  perm->set_name("perm");
+  perm->set_type(::onnx::AttributeProto_AttributeType_INTS);
+  for (int a : {0, 1, 3, 2}) perm->add_ints(a);
+  add_node(g, "MatMul", {"q", "kt"}, "a");
+  add_node(g, "Mul", {"a", "half"}, "s");
+  add_node(g, "Softmax", {"s"}, "p");
+  add_node(g, "MatMul", {"p", v}, "o");
+  g->add_output()->set_name("o");
+  std::string bytes;
+  REQUIRE(m.SerializeToString(&bytes));
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("k and v repeated to q's heads import as grouped-query attention reading them unrepeated, "
+          "other repeats as multi-head attention",
+          "[onnx][fusion][gqa]") {
+  for (Repeat how : {Repeat::Grouped, Repeat::Tiled, Repeat::StretchedBatch}) {
+    INFO("repeat " << static_cast<int>(how));
+    const int kb = how == Repeat::StretchedBatch ? 1 : 2;
+    std::vector<float> q(2 * 4 * 3 * 4), k(kb * 2 * 3 * 4), v(kb * 2 * 3 * 3);
+    for (std::size_t i = 0; i < q.size(); ++i) q[i] = float((i * 5) % 13) / 6.f - 1.f;
+    for (std::size_t i = 0; i < k.size(); ++i) k[i] = float((i * 7) % 11) / 5.f - 1.f;
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = float((i * 3) % 7) / 3.f - 1.f;
+    kiln::onnx::ImportedModel m = kiln::onnx::import_model_from_bytes(repeated_kv_attention_model(how));
+    CHECK(op_counts(m.main)["kiln.softmax"] == 0);
+    int attentions = 0;
+    for (Operation* op : m.main.block())
+      if (op->isa<ScaledDotProductAttentionOp>()) {
+        ++attentions;
+        // Grouped: k and v as fed, 2 heads; the others read the 4 repeated heads.
+        CHECK(shaped_dims(op->operand_source(1).type())[1] == (how == Repeat::Grouped ? 2 : 4));
+        CHECK(shaped_dims(op->operand_source(2).type())[1] == (how == Repeat::Grouped ? 2 : 4));
+      }
+    CHECK(attentions == 1);
+    Executor exe;
+    exe.run(m.startup);
+    const auto got = exe.run(m.main,
+                             {{"q", Tensor::from_vector<float>({2, 4, 3, 4}, q)},
+                              {"k", Tensor::from_vector<float>({kb, 2, 3, 4}, k)},
+                              {"v", Tensor::from_vector<float>({kb, 2, 3, 3}, v)}},
+                             {"o"})[0]
+                         .to_vector<float>();
+    REQUIRE(got.size() == 2 * 4 * 3 * 3);
+    for (int b = 0; b < 2; ++b)
+      for (int h = 0; h < 4; ++h) {
+        const int kv = (b % kb) * 2 + (how == Repeat::Tiled ? h % 2 : h / 2);
+        for (int i = 0; i < 3; ++i) {
+          double s[3], z = 0;
+          for (int j = 0; j < 3; ++j) {
+            double dot = 0;
+            for (int c = 0; c < 4; ++c) dot += double(q[((b * 4 + h) * 3 + i) * 4 + c]) * k[(kv * 3 + j) * 4 + c];
+            z += s[j] = std::exp(0.5 * dot);
+          }
+          for (int c = 0; c < 3; ++c) {
+            double want = 0;
+            for (int j = 0; j < 3; ++j) want += s[j] / z * v[(kv * 3 + j) * 3 + c];
+            CHECK(got[static_cast<std::size_t>(((b * 4 + h) * 3 + i) * 3 + c)] == Approx(want).margin(1e-5));
+          }
+        }
+      }
+  }
+}
