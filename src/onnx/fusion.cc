@@ -29,6 +29,18 @@ GraphUses::GraphUses(const ::onnx::GraphProto& g) {
 
 namespace {
 
+std::int64_t int_attr(const ::onnx::NodeProto& n, const std::string& name, std::int64_t fallback) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return a.i();
+  return fallback;
+}
+
+// Whether ONNX element type `t` is a floating-point one.
+bool is_float_type(std::int64_t t) {
+  return t == ::onnx::TensorProto_DataType_FLOAT || t == ::onnx::TensorProto_DataType_DOUBLE ||
+         t == ::onnx::TensorProto_DataType_FLOAT16 || t == ::onnx::TensorProto_DataType_BFLOAT16;
+}
+
 // The matching state of one attempt: the graph, who reads what, and the
 // nodes covered so far.
 class Chain {
@@ -82,6 +94,39 @@ class Chain {
       default: return std::nullopt;
     }
   }
+  // `name`'s one value where import can compute it: a float constant, an
+  // integer entry known at import (a dim read by Shape), or a Cast,
+  // Identity, Sqrt, Reciprocal, Mul or Div of those (PyTorch's exported
+  // 1 / sqrt(head dim)).
+  std::optional<double> computed_scalar(const std::string& name, int depth = 8) const {
+    if (auto v = scalar(name)) return v;
+    if (Value x = value(name)) {
+      const auto e = shape_values(x);
+      if (e.size() == 1 && e[0]) return static_cast<double>(*e[0]);
+    }
+    const ::onnx::NodeProto* n = made_by(name);
+    if (!n || depth <= 0 || n->input_size() < 1 || n->input_size() > 2) return std::nullopt;
+    const auto a = computed_scalar(n->input(0), depth - 1);
+    const auto b = n->input_size() == 2 ? computed_scalar(n->input(1), depth - 1) : std::nullopt;
+    const std::string& op = n->op_type();
+    if (!a) return std::nullopt;
+    if (op == "Identity" || (op == "Cast" && is_float_type(int_attr(*n, "to", 0)))) return a;
+    if (op == "Sqrt" && *a >= 0) return std::sqrt(*a);
+    if (op == "Reciprocal" && *a != 0) return 1 / *a;
+    if (op == "Mul" && b) return *a * *b;
+    if (op == "Div" && b && *b != 0) return *a / *b;
+    return std::nullopt;
+  }
+  // The node making `name` (of type `op` when given, in the default domain); null when none.
+  const ::onnx::NodeProto* made_by(const std::string& name, std::string_view op = {}) const {
+    const int i = producer(name);
+    return i >= 0 && node(i).domain().empty() && (op.empty() || node(i).op_type() == op) ? &node(i) : nullptr;
+  }
+  // The index of the node making `name`; -1 when none.
+  int producer(const std::string& name) const {
+    auto p = uses_.producer.find(name);
+    return p == uses_.producer.end() ? -1 : p->second;
+  }
   bool scalar_is(const std::string& name, double want, double tol) const {
     auto v = scalar(name);
     return v && std::abs(*v - want) <= tol;
@@ -108,12 +153,6 @@ class Chain {
   const FusionScope& scope_;
   std::vector<int> nodes_;
 };
-
-std::int64_t int_attr(const ::onnx::NodeProto& n, const std::string& name, std::int64_t fallback) {
-  for (const auto& a : n.attribute())
-    if (a.name() == name) return a.i();
-  return fallback;
-}
 
 // A ReduceMean over the last axis of a rank-`rank` input, keeping it.
 bool mean_over_last(const ::onnx::NodeProto& n, std::size_t rank) {
@@ -413,50 +452,115 @@ std::pair<Value, Value> grouped_kv(Value q, Value k, Value v) {
   return {rk->x, rv->x};
 }
 
-// out = softmax(q · kᵀ · s [+ mask]) · v, with kᵀ a Transpose of k
-// swapping its last two axes:
-//   t = Transpose(k), a = MatMul(q, t), m = Mul(a, s) (or Div(a, 1/s)),
-//   [c = Add(m, mask)], [Where(causal, ., -inf)], p = Softmax(., axis -1),
-//   o = MatMul(p, v)
-// -> kiln.scaled_dot_product_attention(q, k, v[, mask]) {causal, scale = s}
-// for rank-4 [B, H, L, D] operands: a constant causal mask, and kiln's
-// exported causal Where (causal_where), are the causal attribute, any other
-// float mask that broadcasts to the scores (a BERT's padding mask, a bias)
-// the op's mask operand. A row the mask leaves all
-// -inf gives 0 where ONNX's Softmax gives NaN. k and v repeated to q's
-// heads (repeated_heads) are read as they were before the repeat.
-std::optional<Fused> attention(Chain& c, int first, Builder& b) {
-  const auto& tr = c.node(first);
-  if (tr.op_type() != "Transpose" || tr.input_size() != 1) return std::nullopt;
-  for (const auto& a : tr.attribute())
-    if (a.name() == "perm" &&
-        !(a.ints_size() == 4 && a.ints(0) == 0 && a.ints(1) == 1 && a.ints(2) == 3 && a.ints(3) == 2))
-      return std::nullopt;
-  if (tr.attribute_size() != 1) return std::nullopt;
-  Value k = c.value(tr.input(0));
-  if (!is_float_tensor(k) || shaped_dims(k.type()).size() != 4) return std::nullopt;
-  c.cover(first);
-  const int qk = c.sole_reader(tr.output(0), "MatMul");
-  if (qk < 0 || c.node(qk).input(1) != tr.output(0)) return std::nullopt;
-  Value q = c.value(c.node(qk).input(0));
-  if (!is_float_tensor(q) || shaped_dims(q.type()).size() != 4 ||
-      shaped_data_type(q.type()) != shaped_data_type(k.type()))
-    return std::nullopt;
-  c.cover(qk);
-  std::string s = c.node(qk).output(0);
+// The operand of a Mul node that is not a scalar import can compute, and
+// that scalar (factor); nullopt when neither operand is one.
+std::optional<std::pair<std::string, double>> scaled_operand(const Chain& c, const ::onnx::NodeProto& mul) {
+  if (mul.op_type() != "Mul" || mul.input_size() != 2) return std::nullopt;
+  for (int i : {1, 0})
+    if (auto f = c.computed_scalar(mul.input(i))) return std::pair{mul.input(1 - i), *f};
+  return std::nullopt;
+}
+
+// The scaled scores of an attention chain starting at a Transpose of k
+// (its last two axes swapped): q·kᵀ, then a Mul or Div by a scalar, or
+// (PyTorch's SDPA export) q and kᵀ each multiplied by sqrt(scale) first.
+struct Scores {
+  Value q, k;
+  std::string q_name, k_name, s;  // s: the scaled scores' name
   double scale = 1.0;
-  const auto* readers = c.readers_of(s);
+};
+std::optional<Scores> scaled_scores(Chain& c, int first) {
+  const auto& tr = c.node(first);
+  if (tr.op_type() != "Transpose" || tr.input_size() != 1 || tr.attribute_size() != 1) return std::nullopt;
+  const auto& perm = tr.attribute(0);
+  if (perm.name() != "perm" || perm.ints_size() != 4 || perm.ints(0) != 0 || perm.ints(1) != 1 ||
+      perm.ints(2) != 3 || perm.ints(3) != 2)
+    return std::nullopt;
+  Scores r{{}, c.value(tr.input(0)), {}, tr.input(0), {}, 1.0};
+  if (!is_float_tensor(r.k) || shaped_dims(r.k.type()).size() != 4) return std::nullopt;
+  c.cover(first);
+  std::string kt = tr.output(0);
+  if (const int m = c.sole_reader(kt, "Mul"); m >= 0) {  // kᵀ · sqrt(scale)
+    const auto f = scaled_operand(c, c.node(m));
+    if (!f || f->first != kt) return std::nullopt;
+    r.scale = f->second;
+    c.cover(m);
+    kt = c.node(m).output(0);
+  }
+  const int qk = c.sole_reader(kt, "MatMul");
+  if (qk < 0 || c.node(qk).input(1) != kt) return std::nullopt;
+  c.cover(qk);
+  r.q_name = c.node(qk).input(0);
+  if (const auto* m = c.made_by(r.q_name, "Mul"); m && !c.value(r.q_name)) {  // q · sqrt(scale), made after kᵀ
+    const auto f = scaled_operand(c, *m);
+    if (!f || c.sole_reader(r.q_name, "MatMul") != qk) return std::nullopt;
+    c.cover(c.producer(r.q_name));
+    r.q_name = f->first;
+    r.scale *= f->second;
+  }
+  r.q = c.value(r.q_name);
+  if (!is_float_tensor(r.q) || shaped_dims(r.q.type()).size() != 4 ||
+      shaped_data_type(r.q.type()) != shaped_data_type(r.k.type()))
+    return std::nullopt;
+  r.s = c.node(qk).output(0);
+  const auto* readers = c.readers_of(r.s);
   if (!readers || readers->size() != 1) return std::nullopt;
   if (const auto& n = c.node(readers->front()); n.op_type() == "Mul" || n.op_type() == "Div") {
-    const std::string* f = c.other_input(readers->front(), s);
-    const auto v = f ? c.scalar(*f) : std::nullopt;
-    if (!v || *v == 0 || (n.op_type() == "Div" && n.input(0) != s)) return std::nullopt;
-    scale = n.op_type() == "Mul" ? *v : 1.0 / *v;
+    const std::string* f = c.other_input(readers->front(), r.s);
+    const auto v = f ? c.computed_scalar(*f) : std::nullopt;
+    if (!v || *v == 0 || (n.op_type() == "Div" && n.input(0) != r.s)) return std::nullopt;
+    r.scale *= n.op_type() == "Mul" ? *v : 1.0 / *v;
     c.cover(readers->front());
-    s = n.output(0);
+    r.s = n.output(0);
   }
+  return r;
+}
+
+// Whether `name` is the causal mask PyTorch's SDPA export builds from q's
+// and k's shapes: Where(Equal(Trilu(Expand(1, Concat(Slice(Shape(q), -2,
+// -1), Slice(Shape(k), -2, -1))), upper 0), 0), -inf, 0).
+bool is_exported_causal_mask(const Chain& c, const std::string& name, const std::string& q, const std::string& k) {
+  auto is = [&](const std::string& x, double want) {
+    const auto v = c.scalar(x);
+    return v && (*v == want || (std::isinf(want) && std::isinf(*v) && (*v < 0) == (want < 0)));
+  };
+  auto ints_are = [&](const std::string& x, std::int64_t want) {
+    const auto t = c.known(x);
+    return t && t->dtype() == DataType::Int64 && t->numel() == 1 && t->data<std::int64_t>()[0] == want;
+  };
+  auto length_of = [&](const std::string& x, const std::string& of) {
+    const auto* sl = c.made_by(x, "Slice");
+    const auto* sh = sl && sl->input_size() >= 3 ? c.made_by(sl->input(0), "Shape") : nullptr;
+    return sh && sh->input(0) == of && sh->attribute_size() == 0 && ints_are(sl->input(1), -2) &&
+           ints_are(sl->input(2), -1) && (sl->input_size() < 4 || ints_are(sl->input(3), 0));
+  };
+  const auto* where = c.made_by(name, "Where");
+  if (!where || where->input_size() != 3 || !is(where->input(1), -INFINITY) || !is(where->input(2), 0)) return false;
+  const auto* eq = c.made_by(where->input(0), "Equal");
+  const auto* tri = eq && eq->input_size() == 2 && is(eq->input(1), 0) ? c.made_by(eq->input(0), "Trilu") : nullptr;
+  const auto* ex = tri && tri->input_size() == 1 && int_attr(*tri, "upper", 1) == 0 ? c.made_by(tri->input(0), "Expand")
+                                                                                    : nullptr;
+  const auto* cat = ex && ex->input_size() == 2 && is(ex->input(0), 1) ? c.made_by(ex->input(1), "Concat") : nullptr;
+  return cat && cat->input_size() == 2 && length_of(cat->input(0), q) && length_of(cat->input(1), k);
+}
+
+// out = softmax(scaled scores [+ mask]) · v (scaled_scores):
+//   [c = Add(s, mask)], [Where(causal, ., -inf)], p = Softmax(., axis -1),
+//   o = MatMul(p, v)
+// -> kiln.scaled_dot_product_attention(q, k, v[, mask]) {causal, scale}
+// for rank-4 [B, H, L, D] operands: a constant causal mask, kiln's
+// exported causal Where (causal_where) and PyTorch's exported causal mask
+// are the causal attribute, any other float mask that broadcasts to the
+// scores (a BERT's padding mask, a bias) the op's mask operand. A row the
+// mask leaves all -inf gives 0 where ONNX's Softmax gives NaN. k and v
+// repeated to q's heads (repeated_heads) are read as they were before the
+// repeat.
+std::optional<Fused> attention(Chain& c, int first, Builder& b) {
+  auto sc = scaled_scores(c, first);
+  if (!sc) return std::nullopt;
+  Value q = sc->q, k = sc->k, mask;
+  std::string s = sc->s;
   bool causal = false;
-  Value mask;
   const std::int64_t lq = shaped_dims(q.type())[2], lk = shaped_dims(k.type())[2];
   if (auto w = causal_where(c, s, lq, lk)) {
     causal = true;
@@ -465,8 +569,8 @@ std::optional<Fused> attention(Chain& c, int first, Builder& b) {
     const std::string* name = c.other_input(add, s);
     if (!name) return std::nullopt;
     const Tensor* m = c.constant(*name);
-    const auto& qd = shaped_dims(q.type());
-    if (m && is_causal_mask(*m) && qd[2] == m->dims()[0] && shaped_dims(k.type())[2] == m->dims()[0]) {
+    if ((m && is_causal_mask(*m) && lq == m->dims()[0] && lk == m->dims()[0]) ||
+        is_exported_causal_mask(c, *name, sc->q_name, sc->k_name)) {
       causal = true;
     } else {
       mask = c.value(*name);
@@ -492,7 +596,7 @@ std::optional<Fused> attention(Chain& c, int first, Builder& b) {
     return std::nullopt;
   c.cover(pv);
   std::tie(k, v) = grouped_kv(q, k, v);
-  Value out = b.create<ScaledDotProductAttentionOp>(q, k, v, causal, scale, "BHLD", Value(), mask).result(0);
+  Value out = b.create<ScaledDotProductAttentionOp>(q, k, v, causal, sc->scale, "BHLD", Value(), mask).result(0);
   return Fused{c.nodes(), c.node(pv).output(0), out};
 }
 

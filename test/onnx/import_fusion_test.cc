@@ -12,7 +12,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -580,6 +582,128 @@ TEST_CASE("k and v repeated to q's heads import as grouped-query attention readi
             for (int j = 0; j < 3; ++j) want += s[j] / z * v[(kv * 3 + j) * 3 + c];
             CHECK(got[static_cast<std::size_t>(((b * 4 + h) * 3 + i) * 3 + c)] == Approx(want).margin(1e-5));
           }
+        }
+      }
+  }
+}
+
+namespace {
+
+void set_int(::onnx::NodeProto* n, const std::string& name, std::int64_t v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(::onnx::AttributeProto_AttributeType_INT);
+  a->set_i(v);
+}
+
+// Attention as PyTorch's exporter writes F.scaled_dot_product_attention
+// (opset 14): q and kᵀ each multiplied by sqrt(scale) before their product;
+// without a given scale, 1 / sqrt(head dim) computed from Shape(q); with
+// is_causal, an additive mask built from the lengths in q's and k's shapes
+// (Expand, Trilu, Equal, Where). q, k, v [B, 2, L, 4], B and L known only at
+// run time.
+std::string sdpa_export_model(std::optional<float> scale, bool causal) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(14);
+  auto* g = m.mutable_graph();
+  for (const char* name : {"q", "k", "v"}) add_input(g, name, {-1, 2, -1, 4});
+  add_ints(g, "minus1", {-1});
+  add_ints(g, "minus2", {-2});
+  add_ints(g, "end", {std::numeric_limits<std::int64_t>::max()});
+  add_scalar(g, "one", 1.f);
+  add_scalar(g, "zero", 0.f);
+  add_scalar(g, "neg_inf", -INFINITY);
+  std::string sc = "given_scale";
+  if (scale) {
+    add_scalar(g, sc, *scale);
+  } else {
+    add_node(g, "Shape", {"q"}, "q_shape");
+    add_node(g, "Slice", {"q_shape", "minus1", "end"}, "head_dim");
+    set_int(add_node(g, "Cast", {"head_dim"}, "head_dim_f"), "to", ::onnx::TensorProto_DataType_FLOAT);
+    add_node(g, "Sqrt", {"head_dim_f"}, "root_d");
+    add_node(g, "Div", {"one", "root_d"}, "inverse");
+    set_int(add_node(g, "Cast", {"inverse"}, "scale"), "to", ::onnx::TensorProto_DataType_FLOAT);
+    sc = "scale";
+  }
+  if (causal) {
+    add_node(g, "Shape", {"q"}, "q_dims");
+    add_node(g, "Shape", {"k"}, "k_dims");
+    add_node(g, "Slice", {"q_dims", "minus2", "minus1"}, "lq");
+    add_node(g, "Slice", {"k_dims", "minus2", "minus1"}, "lk");
+    set_int(add_node(g, "Concat", {"lq", "lk"}, "lq_lk"), "axis", 0);
+    add_node(g, "Expand", {"one", "lq_lk"}, "ones");
+    set_int(add_node(g, "Trilu", {"ones"}, "lower"), "upper", 0);
+    add_node(g, "Equal", {"lower", "zero"}, "above");
+    add_node(g, "Where", {"above", "neg_inf", "zero"}, "causal_mask");
+  }
+  auto* perm = add_node(g, "Transpose", {"k"}, "kt")->add_attribute();
+  perm->set_name("perm");
+  perm->set_type(::onnx::AttributeProto_AttributeType_INTS);
+  for (int a : {0, 1, 3, 2}) perm->add_ints(a);
+  add_node(g, "Sqrt", {sc}, "root_q");
+  add_node(g, "Mul", {"q", "root_q"}, "q_scaled");
+  add_node(g, "Sqrt", {sc}, "root_k");
+  add_node(g, "Mul", {"kt", "root_k"}, "kt_scaled");
+  add_node(g, "MatMul", {"q_scaled", "kt_scaled"}, "s");
+  if (causal) add_node(g, "Add", {"s", "causal_mask"}, "s_masked");
+  set_int(add_node(g, "Softmax", {causal ? "s_masked" : "s"}, "p"), "axis", -1);
+  add_node(g, "MatMul", {"p", "v"}, "o");
+  g->add_output()->set_name("o");
+  std::string bytes;
+  REQUIRE(m.SerializeToString(&bytes));
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("PyTorch's exported scaled_dot_product_attention imports as one attention op with its scale "
+          "and is_causal",
+          "[onnx][fusion]") {
+  const int b = 2, h = 2, l = 3, d = 4;
+  std::vector<float> q(b * h * l * d), k(q.size()), v(q.size());
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    q[i] = float((i * 5) % 13) / 6.f - 1.f;
+    k[i] = float((i * 7) % 11) / 5.f - 1.f;
+    v[i] = float((i * 3) % 7) / 3.f - 1.f;
+  }
+  for (auto [scale, causal] : {std::pair<std::optional<float>, bool>{std::nullopt, true},
+                               {std::nullopt, false}, {0.3f, false}, {0.3f, true}}) {
+    INFO("scale " << (scale ? *scale : -1.f) << ", causal " << causal);
+    kiln::onnx::ImportedModel m = kiln::onnx::import_model_from_bytes(sdpa_export_model(scale, causal));
+    CHECK(op_counts(m.main)["kiln.softmax"] == 0);
+    int attentions = 0;
+    for (Operation* op : m.main.block())
+      if (auto a = ScaledDotProductAttentionOp::dyn_cast(op)) {
+        ++attentions;
+        CHECK(a.attrs().causal == causal);
+        CHECK(a.attrs().scale == Approx(scale ? *scale : 0.5).epsilon(1e-6));
+        CHECK(op->num_operands() == 3);  // no mask operand
+      }
+    CHECK(attentions == 1);
+    Executor exe;
+    exe.run(m.startup);
+    const Dims dims{b, h, l, d};
+    const auto got = exe.run(m.main,
+                             {{"q", Tensor::from_vector<float>(dims, q)},
+                              {"k", Tensor::from_vector<float>(dims, k)},
+                              {"v", Tensor::from_vector<float>(dims, v)}},
+                             {"o"})[0]
+                         .to_vector<float>();
+    REQUIRE(got.size() == q.size());
+    const double s = scale ? double(*scale) : 0.5;
+    for (int bh = 0; bh < b * h; ++bh)
+      for (int i = 0; i < l; ++i) {
+        double e[l], z = 0;
+        for (int j = 0; j < l; ++j) {
+          double dot = 0;
+          for (int c = 0; c < d; ++c) dot += double(q[(bh * l + i) * d + c]) * k[(bh * l + j) * d + c];
+          z += e[j] = causal && j > i ? 0.0 : std::exp(s * dot);
+        }
+        for (int c = 0; c < d; ++c) {
+          double want = 0;
+          for (int j = 0; j < l; ++j) want += e[j] / z * v[(bh * l + j) * d + c];
+          CHECK(got[static_cast<std::size_t>((bh * l + i) * d + c)] == Approx(want).margin(1e-5));
         }
       }
   }
