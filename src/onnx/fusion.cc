@@ -12,6 +12,7 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/frontend/fold_batch_norm.h"
 #include "kiln/ir/builtin_types.h"
+#include "kiln/support/half.h"
 #include "op_table.h"
 #include "shape_values.h"
 
@@ -35,12 +36,6 @@ std::int64_t int_attr(const ::onnx::NodeProto& n, const std::string& name, std::
   return fallback;
 }
 
-// Whether ONNX element type `t` is a floating-point one.
-bool is_float_type(std::int64_t t) {
-  return t == ::onnx::TensorProto_DataType_FLOAT || t == ::onnx::TensorProto_DataType_DOUBLE ||
-         t == ::onnx::TensorProto_DataType_FLOAT16 || t == ::onnx::TensorProto_DataType_BFLOAT16;
-}
-
 // The matching state of one attempt: the graph, who reads what, and the
 // nodes covered so far.
 class Chain {
@@ -49,6 +44,14 @@ class Chain {
       : g_(g), uses_(uses), scope_(scope) {}
 
   const ::onnx::NodeProto& node(int i) const { return g_.node(i); }
+  // Node i's input k and output k; "" where a malformed node has none
+  // (no node reads or makes "").
+  const std::string& in(int i, int k) const {
+    return k < node(i).input_size() ? node(i).input(k) : none_;
+  }
+  const std::string& out(int i, int k = 0) const {
+    return k < node(i).output_size() ? node(i).output(k) : none_;
+  }
   void cover(int i) { nodes_.push_back(i); }
   const std::vector<int>& nodes() const { return nodes_; }
 
@@ -87,7 +90,7 @@ class Chain {
   // `name`'s value when it is a one-element float constant, as a double.
   std::optional<double> scalar(const std::string& name) const {
     const std::optional<Tensor> t = known(name);
-    if (!t || t->numel() != 1) return std::nullopt;
+    if (!t || t->numel() != 1 || t->dims().rank() > 1) return std::nullopt;  // no rank it would add
     switch (t->dtype()) {
       case DataType::Float32: return static_cast<double>(t->data<float>()[0]);
       case DataType::Float64: return t->data<double>()[0];
@@ -97,25 +100,10 @@ class Chain {
   // `name`'s one value where import can compute it: a float constant, an
   // integer entry known at import (a dim read by Shape), or a Cast,
   // Identity, Sqrt, Reciprocal, Mul or Div of those (PyTorch's exported
-  // 1 / sqrt(head dim)).
-  std::optional<double> computed_scalar(const std::string& name, int depth = 8) const {
-    if (auto v = scalar(name)) return v;
-    if (Value x = value(name)) {
-      const auto e = shape_values(x);
-      if (e.size() == 1 && e[0]) return static_cast<double>(*e[0]);
-    }
-    const ::onnx::NodeProto* n = made_by(name);
-    if (!n || depth <= 0 || n->input_size() < 1 || n->input_size() > 2) return std::nullopt;
-    const auto a = computed_scalar(n->input(0), depth - 1);
-    const auto b = n->input_size() == 2 ? computed_scalar(n->input(1), depth - 1) : std::nullopt;
-    const std::string& op = n->op_type();
-    if (!a) return std::nullopt;
-    if (op == "Identity" || (op == "Cast" && is_float_type(int_attr(*n, "to", 0)))) return a;
-    if (op == "Sqrt" && *a >= 0) return std::sqrt(*a);
-    if (op == "Reciprocal" && *a != 0) return 1 / *a;
-    if (op == "Mul" && b) return *a * *b;
-    if (op == "Div" && b && *b != 0) return *a / *b;
-    return std::nullopt;
+  // 1 / sqrt(head dim)); integers only as far as a Cast to a float type.
+  std::optional<double> computed_scalar(const std::string& name) const {
+    const auto n = computed_number(name, 8);
+    return n && !n->integer ? std::optional(n->value) : std::nullopt;
   }
   // The node making `name` (of type `op` when given, in the default domain); null when none.
   const ::onnx::NodeProto* made_by(const std::string& name, std::string_view op = {}) const {
@@ -126,6 +114,43 @@ class Chain {
   int producer(const std::string& name) const {
     auto p = uses_.producer.find(name);
     return p == uses_.producer.end() ? -1 : p->second;
+  }
+  struct Number {
+    double value;
+    bool integer;
+  };
+  std::optional<Number> computed_number(const std::string& name, int depth) const {
+    if (auto v = scalar(name)) return Number{*v, false};
+    if (Value x = value(name)) {
+      const auto e = shape_values(x);
+      if (e.size() == 1 && e[0]) return Number{static_cast<double>(*e[0]), true};
+    }
+    const ::onnx::NodeProto* n = made_by(name);
+    if (!n || depth <= 0 || n->input_size() < 1 || n->input_size() > 2) return std::nullopt;
+    const auto a = computed_number(n->input(0), depth - 1);
+    const std::string& op = n->op_type();
+    if (!a) return std::nullopt;
+    if (op == "Identity") return a;
+    if (op == "Cast") return cast_number(a->value, int_attr(*n, "to", 0));
+    if (a->integer) return std::nullopt;  // ONNX's Div of integers truncates: not followed
+    if (op == "Sqrt" && a->value >= 0) return Number{std::sqrt(a->value), false};
+    if (op == "Reciprocal" && a->value != 0) return Number{1 / a->value, false};
+    const auto b = n->input_size() == 2 ? computed_number(n->input(1), depth - 1) : std::nullopt;
+    if (!b || b->integer) return std::nullopt;
+    if (op == "Mul") return Number{a->value * b->value, false};
+    if (op == "Div" && b->value != 0) return Number{a->value / b->value, false};
+    return std::nullopt;
+  }
+  // v cast to ONNX element type `to`, when that is a float type (rounded to it).
+  static std::optional<Number> cast_number(double v, std::int64_t to) {
+    switch (to) {
+      case ::onnx::TensorProto_DataType_DOUBLE: return Number{v, false};
+      case ::onnx::TensorProto_DataType_FLOAT: return Number{static_cast<float>(v), false};
+      case ::onnx::TensorProto_DataType_FLOAT16: return Number{half_to_float(double_to_half(v)), false};
+      case ::onnx::TensorProto_DataType_BFLOAT16:
+        return Number{bfloat16_to_float(float_to_bfloat16(static_cast<float>(v))), false};
+      default: return std::nullopt;
+    }
   }
   bool scalar_is(const std::string& name, double want, double tol) const {
     auto v = scalar(name);
@@ -152,6 +177,7 @@ class Chain {
   const GraphUses& uses_;
   const FusionScope& scope_;
   std::vector<int> nodes_;
+  const std::string none_;
 };
 
 // A ReduceMean over the last axis of a rank-`rank` input, keeping it.
@@ -184,34 +210,34 @@ std::optional<Fused> layer_norm(Chain& c, int first, Builder& b) {
   const auto& dims = shaped_dims(xv.type());
   if (dims.empty() || dims.back() <= 0 || !mean_over_last(mean, dims.size())) return std::nullopt;
   c.cover(first);
-  const int sub = c.sole_reader(mean.output(0), "Sub");
-  if (sub < 0 || c.node(sub).input(0) != x || c.node(sub).input(1) != mean.output(0))
+  const int sub = c.sole_reader(c.out(first), "Sub");
+  if (sub < 0 || c.in(sub, 0) != x || c.in(sub, 1) != mean.output(0))
     return std::nullopt;
   c.cover(sub);
-  const std::string& d = c.node(sub).output(0);
+  const std::string& d = c.out(sub);
   const auto* d_readers = c.readers_of(d);
   if (!d_readers || d_readers->size() != 2) return std::nullopt;
   int square = -1, div = -1;
   for (int r : *d_readers) {
     const auto& n = c.node(r);
-    if (n.op_type() == "Pow" && n.input(0) == d && c.scalar_is(n.input(1), 2.0, 0)) square = r;
+    if (n.op_type() == "Pow" && n.input(0) == d && c.scalar_is(c.in(r, 1), 2.0, 0)) square = r;
     else if (n.op_type() == "Mul" && n.input_size() == 2 && n.input(0) == d && n.input(1) == d) square = r;
     else if (n.op_type() == "Div" && n.input(0) == d) div = r;
   }
   if (square < 0 || div < 0) return std::nullopt;
   c.cover(square);
-  const int var = c.sole_reader(c.node(square).output(0), "ReduceMean");
+  const int var = c.sole_reader(c.out(square), "ReduceMean");
   if (var < 0 || !mean_over_last(c.node(var), dims.size())) return std::nullopt;
   c.cover(var);
-  const int add_eps = c.sole_reader(c.node(var).output(0), "Add");
+  const int add_eps = c.sole_reader(c.out(var), "Add");
   if (add_eps < 0) return std::nullopt;
-  const std::string* eps_name = c.other_input(add_eps, c.node(var).output(0));
+  const std::string* eps_name = c.other_input(add_eps, c.out(var));
   const auto eps = eps_name ? c.scalar(*eps_name) : std::nullopt;
   if (!eps || !(*eps > 0)) return std::nullopt;
   c.cover(add_eps);
-  const int sqrt = c.sole_reader(c.node(add_eps).output(0), "Sqrt");
-  if (sqrt < 0 || c.sole_reader(c.node(sqrt).output(0), "Div") != div ||
-      c.node(div).input(1) != c.node(sqrt).output(0))
+  const int sqrt = c.sole_reader(c.out(add_eps), "Sqrt");
+  if (sqrt < 0 || c.sole_reader(c.out(sqrt), "Div") != div ||
+      c.in(div, 1) != c.out(sqrt))
     return std::nullopt;
   c.cover(sqrt);
   c.cover(div);
@@ -225,16 +251,16 @@ std::optional<Fused> layer_norm(Chain& c, int first, Builder& b) {
       return {};
     return v;
   };
-  std::string out = c.node(div).output(0);
+  std::string out = c.out(div);
   Value gamma, beta;
   if (int mul = c.sole_reader(out, "Mul"); mul >= 0) {
     if ((gamma = per_feature(c.other_input(mul, out)))) {
       c.cover(mul);
-      out = c.node(mul).output(0);
+      out = c.out(mul);
       if (int add = c.sole_reader(out, "Add"); add >= 0) {
         if ((beta = per_feature(c.other_input(add, out)))) {
           c.cover(add);
-          out = c.node(add).output(0);
+          out = c.out(add);
         }
       }
     }
@@ -257,22 +283,22 @@ std::optional<Fused> gelu(Chain& c, int first, Builder& b) {
   Value xv = c.value(x);
   if ((!div && !mul) || !is_float_tensor(xv)) return std::nullopt;
   c.cover(first);
-  const int erf = c.sole_reader(scale.output(0), "Erf");
+  const int erf = c.sole_reader(c.out(first), "Erf");
   if (erf < 0) return std::nullopt;
   c.cover(erf);
-  const int plus = c.sole_reader(c.node(erf).output(0), "Add");
-  const std::string* one = plus < 0 ? nullptr : c.other_input(plus, c.node(erf).output(0));
+  const int plus = c.sole_reader(c.out(erf), "Add");
+  const std::string* one = plus < 0 ? nullptr : c.other_input(plus, c.out(erf));
   if (!one || !c.scalar_is(*one, 1.0, 0)) return std::nullopt;
   c.cover(plus);
-  const int times_x = c.sole_reader(c.node(plus).output(0), "Mul");
-  const std::string* other = times_x < 0 ? nullptr : c.other_input(times_x, c.node(plus).output(0));
+  const int times_x = c.sole_reader(c.out(plus), "Mul");
+  const std::string* other = times_x < 0 ? nullptr : c.other_input(times_x, c.out(plus));
   if (!other || *other != x) return std::nullopt;
   c.cover(times_x);
-  const int half = c.sole_reader(c.node(times_x).output(0), "Mul");
-  const std::string* h = half < 0 ? nullptr : c.other_input(half, c.node(times_x).output(0));
+  const int half = c.sole_reader(c.out(times_x), "Mul");
+  const std::string* h = half < 0 ? nullptr : c.other_input(half, c.out(times_x));
   if (!h || !c.scalar_is(*h, 0.5, 0)) return std::nullopt;
   c.cover(half);
-  return Fused{c.nodes(), c.node(half).output(0), b.create<GeluOp>(xv, false).result()};
+  return Fused{c.nodes(), c.out(half), b.create<GeluOp>(xv, false).result()};
 }
 
 // Whether `t` is a causal mask for an [L, L] score matrix: 0 on and below
@@ -334,16 +360,16 @@ std::optional<std::string> causal_where(Chain& c, const std::string& s, std::int
     const std::optional<Tensor> m = c.known(w.input(0));
     if (!m || !is_causal_bool(*m, lq, lk)) return std::nullopt;
   } else {
-    const int ones = c.sole_reader(c.node(shape).output(0), "ConstantOfShape");
-    const int tri = ones < 0 ? -1 : c.sole_reader(c.node(ones).output(0), "Trilu");
+    const int ones = c.sole_reader(c.out(shape), "ConstantOfShape");
+    const int tri = ones < 0 ? -1 : c.sole_reader(c.out(ones), "Trilu");
     if (tri < 0 || !fills_true(c.node(ones)) || c.node(tri).input_size() != 1 ||
-        int_attr(c.node(tri), "upper", 1) != 0 || c.sole_reader(c.node(tri).output(0), "Where") != where ||
-        w.input(0) != c.node(tri).output(0))
+        int_attr(c.node(tri), "upper", 1) != 0 || c.sole_reader(c.out(tri), "Where") != where ||
+        w.input(0) != c.out(tri))
       return std::nullopt;
     for (int n : {shape, ones, tri}) c.cover(n);
   }
   c.cover(where);
-  return w.output(0);
+  return c.out(where);
 }
 
 // Whether `mask` can be attention's float mask over the scores of q and
@@ -479,18 +505,18 @@ std::optional<Scores> scaled_scores(Chain& c, int first) {
   Scores r{{}, c.value(tr.input(0)), {}, tr.input(0), {}, 1.0};
   if (!is_float_tensor(r.k) || shaped_dims(r.k.type()).size() != 4) return std::nullopt;
   c.cover(first);
-  std::string kt = tr.output(0);
+  std::string kt = c.out(first);
   if (const int m = c.sole_reader(kt, "Mul"); m >= 0) {  // kᵀ · sqrt(scale)
     const auto f = scaled_operand(c, c.node(m));
     if (!f || f->first != kt) return std::nullopt;
     r.scale = f->second;
     c.cover(m);
-    kt = c.node(m).output(0);
+    kt = c.out(m);
   }
   const int qk = c.sole_reader(kt, "MatMul");
-  if (qk < 0 || c.node(qk).input(1) != kt) return std::nullopt;
+  if (qk < 0 || c.in(qk, 1) != kt) return std::nullopt;
   c.cover(qk);
-  r.q_name = c.node(qk).input(0);
+  r.q_name = c.in(qk, 0);
   if (const auto* m = c.made_by(r.q_name, "Mul"); m && !c.value(r.q_name)) {  // q · sqrt(scale), made after kᵀ
     const auto f = scaled_operand(c, *m);
     if (!f || c.sole_reader(r.q_name, "MatMul") != qk) return std::nullopt;
@@ -502,7 +528,7 @@ std::optional<Scores> scaled_scores(Chain& c, int first) {
   if (!is_float_tensor(r.q) || shaped_dims(r.q.type()).size() != 4 ||
       shaped_data_type(r.q.type()) != shaped_data_type(r.k.type()))
     return std::nullopt;
-  r.s = c.node(qk).output(0);
+  r.s = c.out(qk);
   const auto* readers = c.readers_of(r.s);
   if (!readers || readers->size() != 1) return std::nullopt;
   if (const auto& n = c.node(readers->front()); n.op_type() == "Mul" || n.op_type() == "Div") {
@@ -511,8 +537,10 @@ std::optional<Scores> scaled_scores(Chain& c, int first) {
     if (!v || *v == 0 || (n.op_type() == "Div" && n.input(0) != r.s)) return std::nullopt;
     r.scale *= n.op_type() == "Mul" ? *v : 1.0 / *v;
     c.cover(readers->front());
-    r.s = n.output(0);
+    r.s = c.out(readers->front());
   }
+  // kiln reads scale 0 as 1/sqrt(D): a zero factor does not fuse.
+  if (r.scale == 0 || !std::isfinite(r.scale)) return std::nullopt;
   return r;
 }
 
@@ -531,7 +559,7 @@ bool is_exported_causal_mask(const Chain& c, const std::string& name, const std:
   auto length_of = [&](const std::string& x, const std::string& of) {
     const auto* sl = c.made_by(x, "Slice");
     const auto* sh = sl && sl->input_size() >= 3 ? c.made_by(sl->input(0), "Shape") : nullptr;
-    return sh && sh->input(0) == of && sh->attribute_size() == 0 && ints_are(sl->input(1), -2) &&
+    return sh && sh->input_size() == 1 && sh->input(0) == of && sh->attribute_size() == 0 && ints_are(sl->input(1), -2) &&
            ints_are(sl->input(2), -1) && (sl->input_size() < 4 || ints_are(sl->input(3), 0));
   };
   const auto* where = c.made_by(name, "Where");
@@ -577,7 +605,7 @@ std::optional<Fused> attention(Chain& c, int first, Builder& b) {
       if (!mask || !fits_scores(mask, q, k)) return std::nullopt;
     }
     c.cover(add);
-    s = c.node(add).output(0);
+    s = c.out(add);
     if (auto w = causal ? std::nullopt : causal_where(c, s, lq, lk)) {
       causal = true;
       s = *w;
@@ -585,19 +613,19 @@ std::optional<Fused> attention(Chain& c, int first, Builder& b) {
   }
   const int softmax = c.sole_reader(s, "Softmax");
   if (softmax < 0) return std::nullopt;
-  const std::int64_t axis = int_attr(c.node(softmax), "axis", -1);
+  const std::int64_t axis = int_attr(c.node(softmax), "axis", c.opset() >= 13 ? -1 : 1);
   if (axis != -1 && axis != 3) return std::nullopt;
   c.cover(softmax);
-  const int pv = c.sole_reader(c.node(softmax).output(0), "MatMul");
-  if (pv < 0 || c.node(pv).input(0) != c.node(softmax).output(0)) return std::nullopt;
-  Value v = c.value(c.node(pv).input(1));
+  const int pv = c.sole_reader(c.out(softmax), "MatMul");
+  if (pv < 0 || c.in(pv, 0) != c.out(softmax)) return std::nullopt;
+  Value v = c.value(c.in(pv, 1));
   if (!is_float_tensor(v) || shaped_dims(v.type()).size() != 4 ||
       shaped_data_type(v.type()) != shaped_data_type(q.type()))
     return std::nullopt;
   c.cover(pv);
   std::tie(k, v) = grouped_kv(q, k, v);
   Value out = b.create<ScaledDotProductAttentionOp>(q, k, v, causal, sc->scale, "BHLD", Value(), mask).result(0);
-  return Fused{c.nodes(), c.node(pv).output(0), out};
+  return Fused{c.nodes(), c.out(pv), out};
 }
 
 float float_attr(const ::onnx::NodeProto& n, const std::string& name, float fallback) {
@@ -643,8 +671,9 @@ std::optional<Fused> conv_batch_norm(Chain& c, int first, Builder& b) {
     return std::nullopt;
   const auto& bn = c.node(bn_at);
   const auto stats = batch_norm_constants(c, bn, w->dims()[0], w->dtype());
-  const std::string wname = bn.output(0) + "/folded_weight", bname = bn.output(0) + "/folded_bias";
-  if (stats.empty() || bn.input(0) != conv.output(0) || c.value(wname) || c.value(bname)) return std::nullopt;
+  const std::string wname = c.out(bn_at) + "/folded_weight", bname = c.out(bn_at) + "/folded_bias";
+  if (stats.empty() || c.out(bn_at).empty() || bn.input(0) != conv.output(0) || c.value(wname) || c.value(bname))
+    return std::nullopt;
   const double eps = float_attr(bn, "epsilon", 1e-5f);
   FoldedConv f = fold_batch_norm(*w, bias, *stats[0], *stats[1], *stats[2], *stats[3], eps);
   NodeContext ctx{b, conv, c.opset(), {x, c.parameter(wname, f.weight), c.parameter(bname, f.bias)}, {}, {}, {}, {}, {}, {}};
@@ -652,7 +681,7 @@ std::optional<Fused> conv_batch_norm(Chain& c, int first, Builder& b) {
     ctx.constants.push_back(t);
   c.cover(first);
   c.cover(bn_at);
-  return Fused{c.nodes(), bn.output(0), op_table().at("Conv").build(ctx).at(0)};
+  return Fused{c.nodes(), c.out(bn_at), op_table().at("Conv").build(ctx).at(0)};
 }
 
 }  // namespace

@@ -196,6 +196,13 @@ std::vector<Value> tile(NodeContext& c) {
 
 // ---- dims known only at run time, by where they come from ----
 
+namespace {
+// Axis a of a rank-`rank` value counted from the front.
+std::int64_t normalized_axis(std::int64_t a, std::size_t rank) {
+  return a < 0 ? a + static_cast<std::int64_t>(rank) : a;
+}
+}  // namespace
+
 // Dim d of v followed back through ops whose result dim d is, by the op's
 // definition, one dim of one operand: transposes, reshapes that copy it
 // (a 0 entry), concats and slices along another axis, convolutions and
@@ -218,10 +225,11 @@ DimOrigin dim_origin(Value v, std::int64_t d) {
       const auto shape = ReshapeOp(op).attrs().shape;
       if (d < static_cast<std::int64_t>(shape.size()) && shape[static_cast<std::size_t>(d)] == 0) from = d;
     } else if (op->isa<ConcatOp>()) {
-      if (ConcatOp(op).attrs().axis != d) from = d;
+      if (normalized_axis(ConcatOp(op).attrs().axis, od.size()) != d) from = d;
     } else if (op->isa<SliceOp>()) {
       const auto axes = SliceOp(op).attrs().axes;
-      if (std::find(axes.begin(), axes.end(), d) == axes.end()) from = d;
+      if (std::none_of(axes.begin(), axes.end(), [&](std::int64_t a) { return normalized_axis(a, od.size()) == d; }))
+        from = d;
     } else if (d == 0 && (op->isa<FusedConv2dOp>() || op->isa<Conv2dOp>() || op->isa<MaxPool2dOp>() ||
                           op->isa<AvgPool2dOp>())) {
       from = 0;
