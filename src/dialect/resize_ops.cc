@@ -61,8 +61,8 @@ std::vector<Type> ResizeOp::infer_meta(const std::vector<Type>& in, DictionaryAt
   require_one_of("mode", a.mode, std::array<std::string_view, 3>{"nearest", "linear", "cubic"});
   require_one_of(
       "coordinate_transformation_mode", a.coordinate_transformation_mode,
-      std::array<std::string_view, 6>{"half_pixel", "pytorch_half_pixel", "align_corners",
-                                      "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize"});
+      std::array<std::string_view, 7>{"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                                      "tf_half_pixel_for_nn", "tf_crop_and_resize", "half_pixel_symmetric"});
   require_one_of(
       "nearest_mode", a.nearest_mode,
       std::array<std::string_view, 4>{"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"});
@@ -80,10 +80,12 @@ std::vector<Type> ResizeOp::infer_meta(const std::vector<Type>& in, DictionaryAt
 
 namespace {
 
-// The source position of output position x; `length` = scale · in.
-double source_position(const ResizeSampling& m, double x, double scale, double in, double length,
+// The source position of output position x; `length` = scale · in, `out`
+// the output size.
+double source_position(const ResizeSampling& m, double x, double scale, double in, double length, double out,
                        double roi_start, double roi_end) {
   const std::string& t = m.coordinates;
+  if (t == "half_pixel_symmetric") return in / 2 * (1 - out / length) + (x + 0.5) / scale - 0.5;
   if (t == "align_corners") return length == 1 ? 0.0 : x * (in - 1) / (length - 1);
   if (t == "asymmetric") return x / scale;
   if (t == "tf_half_pixel_for_nn") return (x + 0.5) / scale;
@@ -140,8 +142,8 @@ ResizeAxisTable resize_axis_table(const ResizeSampling& m, std::int64_t in, std:
   t.outside.assign(static_cast<std::size_t>(out), 0);
   const double length = scale * static_cast<double>(in);
   for (std::int64_t j = 0; j < out; ++j) {
-    const double s = source_position(m, static_cast<double>(j), scale, static_cast<double>(in),
-                                     length, roi_start, roi_end);
+    const double s = source_position(m, static_cast<double>(j), scale, static_cast<double>(in), length,
+                                     static_cast<double>(out), roi_start, roi_end);
     if (m.coordinates == "tf_crop_and_resize" && (s < 0 || s > static_cast<double>(in - 1)))
       t.outside[static_cast<std::size_t>(j)] = 1;
     const double fl = std::floor(s);

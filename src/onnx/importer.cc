@@ -83,6 +83,13 @@ std::vector<std::int64_t> NodeContext::constant_ints(std::size_t i, const std::s
   return v;
 }
 
+std::vector<std::int64_t> NodeContext::ints_input_or_attr(std::size_t i, const std::string& attr,
+                                                          std::int64_t input_since, const std::string& what) const {
+  if (opset < input_since) return ints_attr(attr);
+  if (i >= inputs.size() || !inputs[i]) return {};
+  return constant_ints(i, what);
+}
+
 std::int64_t NodeContext::constant_int(std::size_t i, const std::string& what) const {
   const std::vector<std::int64_t> v = constant_ints(i, what);
   if (v.size() != 1)
@@ -124,8 +131,6 @@ const OpTable& op_table() {
 }  // namespace detail
 
 namespace {
-
-constexpr std::int64_t kMaxOpset = 17;
 
 // The kiln dtype of an ONNX element type; kiln::Error naming `what` otherwise.
 DataType data_type(std::int32_t elem_type, const std::string& what) {
@@ -497,9 +502,9 @@ ImportedModel import_parsed(const ::onnx::ModelProto& model, std::string_view wh
   // A model of the training domain alone (ONNX's optimizer tests) imports
   // no default opset; its nodes of the default domain, if any, are errors.
   const bool only_training = out.opset == 0 && out.training_opset != 0 && !uses_default_domain(model.graph());
-  if (!only_training && (out.opset < 1 || out.opset > kMaxOpset))
+  if (!only_training && (out.opset < 1 || out.opset > detail::kMaxOpset))
     throw_error(ErrorKind::Unimplemented, "ONNX model ", what, " uses opset ", out.opset,
-                " of the default domain; kiln imports opsets 1 to ", kMaxOpset);
+                " of the default domain; kiln imports opsets 1 to ", detail::kMaxOpset);
   const auto& g = model.graph();
   GraphImporter importer(out, what);
   importer.collect_problems(problems);

@@ -70,6 +70,10 @@ struct NodeContext {
   // Input i's value as integers, known at import; kiln::Error naming the
   // node and `what` when the input is computed at run time.
   std::vector<std::int64_t> constant_ints(std::size_t i, const std::string& what) const;
+  // Integers from attribute `attr` before opset `input_since`, since then
+  // from input i (constant_ints; empty when the input is absent).
+  std::vector<std::int64_t> ints_input_or_attr(std::size_t i, const std::string& attr, std::int64_t input_since,
+                                               const std::string& what) const;
   // Input i's elements; kiln::Error naming the node when it is no sequence.
   const std::vector<Value>& sequence(std::size_t i) const;
   // The one integer input i holds, known at import; kiln::Error naming the
@@ -89,10 +93,13 @@ Value pad_at_run_time(NodeContext& c, Value x, Value pads, Value fill, const std
 
 using NodeBuilder = std::vector<Value> (*)(NodeContext& ctx);
 
+// The newest default-domain opset kiln imports (ONNX 1.17's).
+inline constexpr std::int64_t kMaxOpset = 22;
+
 struct OpEntry {
   NodeBuilder build;
-  std::int64_t since = 1;   // the first opset version the builder covers
-  std::int64_t until = 17;  // the last
+  std::int64_t since = 1;          // the first opset version the builder covers
+  std::int64_t until = kMaxOpset;  // the last
 };
 
 using OpTable = std::map<std::string, OpEntry, std::less<>>;

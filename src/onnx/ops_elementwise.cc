@@ -204,9 +204,26 @@ std::vector<Value> hard_sigmoid(NodeContext& c) {
 }
 
 // log(exp(x) + 1), as ONNX defines it
-std::vector<Value> softplus(NodeContext& c) {
-  Value e = c.b.create<ExpOp>(c.input(0)).result();
-  return {c.b.create<LogOp>(c.b.create<ScaleOp>(e, 1.0, 1.0).result()).result()};
+// log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): no exp overflows.
+Value softplus_of(NodeContext& c, Value x) {
+  Value e = c.b.create<ExpOp>(c.b.create<NegOp>(c.b.create<AbsOp>(x).result()).result()).result();
+  Value tail = c.b.create<LogOp>(c.b.create<ScaleOp>(e, 1.0, 1.0).result()).result();
+  return c.b.create<AddOp>(c.b.create<ReluOp>(x).result(), tail).result();
+}
+std::vector<Value> softplus(NodeContext& c) { return {softplus_of(c, c.input(0))}; }
+
+// Mish (opset 18): x · tanh(softplus(x)).
+std::vector<Value> mish(NodeContext& c) {
+  Value x = c.input(0);
+  return {c.b.create<MulOp>(x, c.b.create<TanhOp>(softplus_of(c, x)).result()).result()};
+}
+
+// Gelu (opset 20): approximate none (erf) or tanh, kiln.gelu's two forms.
+std::vector<Value> gelu(NodeContext& c) {
+  const auto* a = c.attribute("approximate");
+  const std::string form = a ? a->s() : "none";
+  if (form != "none" && form != "tanh") c.unsupported("approximate '" + form + "'");
+  return {c.b.create<GeluOp>(c.input(0), form == "tanh").result()};
 }
 
 // x / (1 + |x|)
@@ -343,6 +360,8 @@ void add_elementwise_ops(OpTable& t) {
   t["Selu"] = {&selu, 1};
   t["HardSigmoid"] = {&hard_sigmoid, 1};
   t["Softplus"] = {&softplus, 1};
+  t["Mish"] = {&mish, 18};
+  t["Gelu"] = {&gelu, 20};
   t["Softsign"] = {&softsign, 1};
   // Numpy broadcasting from opset 7 (before: the `broadcast` and `axis`
   // attributes, legacy_broadcast_operand).

@@ -87,9 +87,30 @@ Value pad_at_run_time(NodeContext& c, Value x, Value pads, Value fill, const std
 
 namespace {
 
+// Pad's pads for every axis of a rank-`rank` input from pads for `axes`
+// (opset 18: begins then ends, one per axis named; the others get 0).
+std::vector<std::int64_t> pads_of_axes(NodeContext& c, const std::vector<std::int64_t>& pads,
+                                       const std::vector<std::int64_t>& axes, std::int64_t rank) {
+  const std::size_t n = axes.size();
+  if (pads.size() != 2 * n)
+    c.unsupported("pads of length " + std::to_string(pads.size()) + " for " + std::to_string(n) + " axes");
+  std::vector<std::int64_t> all(static_cast<std::size_t>(2 * rank), 0);
+  std::vector<bool> named(static_cast<std::size_t>(rank), false);
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
+    if (a < 0 || a >= rank || named[static_cast<std::size_t>(a)])
+      c.unsupported("axes entry " + std::to_string(axes[k]) + " (out of range or repeated) for rank " +
+                    std::to_string(rank));
+    named[static_cast<std::size_t>(a)] = true;
+    all[static_cast<std::size_t>(a)] = pads[k];
+    all[static_cast<std::size_t>(a + rank)] = pads[k + n];
+  }
+  return all;
+}
+
 // Pads: [x1_begin, x2_begin, …, x1_end, x2_end, …] (an attribute before
 // opset 11, a constant input since, or computed at run time); negative
-// pads crop.
+// pads crop; since opset 18 an axes input names the axes the pads are for.
 std::vector<Value> pad(NodeContext& c) {
   Value x = c.input(0);
   const auto rank = static_cast<std::int64_t>(shaped_dims(x.type()).size());
@@ -101,15 +122,19 @@ std::vector<Value> pad(NodeContext& c) {
     pads = c.ints_attr(c.opset < 2 ? "paddings" : "pads");
     value = c.float_attr("value", 0.0f);
   } else {
-    if (c.inputs.size() > 3 && c.inputs[3]) c.unsupported("Pad's axes input");
+    Value pads_value = c.input(1);
+    if (c.inputs.size() > 3 && c.inputs[3]) {  // opset 18: pads for these axes only
+      pads = pads_of_axes(c, c.constant_ints(1, "Pad's pads (with axes)"), c.constant_ints(3, "Pad's axes"), rank);
+      pads_value = constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{2 * rank}, pads));
+    }
     if (!c.constants[1] || (c.inputs.size() > 2 && c.inputs[2] && !c.constants[2]))
       return {pad_at_run_time(
-          c, c.input(0), c.input(1),
+          c, c.input(0), pads_value,
           c.inputs.size() > 2 && c.inputs[2]
               ? c.b.create<ReshapeOp>(c.inputs[2], std::vector<std::int64_t>{}).result()
               : scalar(c, dtype_of(c.input(0)), 0.0),
           mode)};
-    pads = c.constant_ints(1, "Pad's pads");
+    if (pads.empty()) pads = c.constant_ints(1, "Pad's pads");
     if (c.inputs.size() > 2 && c.inputs[2]) value = scalar_value(c, 2, "Pad's constant_value");
   }
   if (static_cast<std::int64_t>(pads.size()) != 2 * rank)
@@ -278,6 +303,35 @@ std::vector<Value> instance_norm(NodeContext& c) {
   return {c.b.create<AddOp>(y, c.b.create<ReshapeOp>(c.input(2), per_channel).result()).result()};
 }
 
+// GroupNormalization (opset 18): per image and group of num_groups
+// channel groups, over the group's channels and the spatial dims; then
+// scale and B, one per group in opset 18 (each group's for its channels)
+// and one per channel since 21. The channel count must be known at import.
+std::vector<Value> group_norm(NodeContext& c) {
+  Value x = c.input(0);
+  const std::vector<std::int64_t> d = shaped_dims(x.type());
+  const auto rank = static_cast<std::int64_t>(d.size());
+  if (rank < 3) c.unsupported("an input of rank below 3");
+  const std::int64_t groups = c.int_attr("num_groups", 0), ch = d[1];
+  if (groups < 1 || ch < 0 || ch % groups != 0)
+    c.unsupported("num_groups " + std::to_string(groups) + " for " + std::to_string(ch) +
+                  " channels (known at import, a multiple of the groups)");
+  Value grouped = c.b.create<ReshapeOp>(x, std::vector<std::int64_t>{0, groups, -1}).result();
+  Value y = c.b.create<ReshapeAsOp>(normalize(c, grouped, {2}, c.float_attr("epsilon", 1e-5f)), x).result();
+  std::vector<std::int64_t> per_channel(static_cast<std::size_t>(rank), 1);
+  per_channel[1] = ch;
+  auto channel = [&](std::size_t i) {
+    Value p = c.input(i);
+    if (c.opset < 21)
+      p = c.b.create<ExpandOp>(c.b.create<ReshapeOp>(p, std::vector<std::int64_t>{groups, 1}).result(),
+                               std::vector<std::int64_t>{groups, ch / groups})
+              .result();
+    return c.b.create<ReshapeOp>(p, per_channel).result();
+  };
+  y = c.b.create<MulOp>(y, channel(1)).result();
+  return {c.b.create<AddOp>(y, channel(2)).result()};
+}
+
 // (x - E[x]) / (sqrt(E[(x - E[x])²]) + 1e-9) over `axes` (default 0, 2, 3),
 // as ONNX's function body.
 std::vector<Value> mean_variance_norm(NodeContext& c) {
@@ -329,6 +383,7 @@ void add_layout_ops(OpTable& t) {
   t["TopK"] = {&top_k, 1};
   t["OneHot"] = {&one_hot, 9};
   t["InstanceNormalization"] = {&instance_norm, 1};
+  t["GroupNormalization"] = {&group_norm, 18};
   t["MeanVarianceNormalization"] = {&mean_variance_norm, 9};
   t["LRN"] = {&lrn, 1};
 }

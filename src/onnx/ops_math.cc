@@ -338,8 +338,9 @@ std::vector<Value> window(NodeContext& c) {
 constexpr WindowCoefficients kHann{0.5, 0.5, 0.0}, kHamming{25.0 / 46, 21.0 / 46, 0.0},
     kBlackman{0.42, 0.5, 0.08};
 
-// DFT (opset 17) along `axis` of x [..., n, ..., 1 or 2] (real or
-// complex), as matrix products with constant cosine and sine tables: the
+// DFT (opset 17; since 20 the axis is an input, default -2) along `axis`
+// of x [..., n, ..., 1 or 2] (real or complex), as matrix products with
+// constant cosine and sine tables: the
 // axis moved last, Re' = re·C + im·S and Im' = im·C - re·S (inverse: the
 // signs of the S terms flipped and the result / N), with C[j][k] = cos(2πjk/N),
 // S[j][k] = sin(2πjk/N) for the N = dft_length points (the input cut or
@@ -348,11 +349,12 @@ std::vector<Value> dft(NodeContext& c) {
   Value x = c.input(0);
   const std::vector<std::int64_t> d = shaped_dims(x.type());
   const auto rank = static_cast<std::int64_t>(d.size());
-  std::int64_t axis = c.int_attr("axis", 1);
-  if (axis < 0) axis += rank;
+  const std::int64_t given = c.opset < 20                              ? c.int_attr("axis", 1)
+                             : c.inputs.size() > 2 && c.inputs[2] ? c.constant_int(2, "DFT's axis")
+                                                                    : -2;
+  const std::int64_t axis = given < 0 ? given + rank : given;
   if (rank < 3 || axis < 1 || axis > rank - 2)
-    c.unsupported("axis " + std::to_string(c.int_attr("axis", 1)) + " for an input of rank " +
-                  std::to_string(rank));
+    c.unsupported("axis " + std::to_string(given) + " for an input of rank " + std::to_string(rank));
   const std::int64_t n = d[static_cast<std::size_t>(axis)], parts = d.back();
   if (n < 1 || (parts != 1 && parts != 2)) c.unsupported("DFT of an input " + meta::dims_string(d));
   std::int64_t len = n;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kiln/dialect/kiln_dialect.h"
+#include "model_proto.h"
 #include "op_table.h"
 
 namespace kiln::onnx::detail {
@@ -75,13 +76,27 @@ Value optional_input(const NodeContext& c, std::size_t i) {
   return i < c.inputs.size() ? c.inputs[i] : Value();
 }
 
+// Opset 21's blocked quantization (block_size > 0) is not imported.
+void per_tensor_or_axis(NodeContext& c) {
+  if (c.int_attr("block_size", 0) != 0) c.unsupported("block_size " + std::to_string(c.int_attr("block_size", 0)));
+}
+
 std::vector<Value> dequantize_linear(NodeContext& c) {
+  per_tensor_or_axis(c);
   return {dequantize(c, c.input(0), c.input(1), optional_input(c, 2), c.int_attr("axis", 1))};
 }
 
+// y's type: the zero point's, else opset 21's output_dtype, else u8.
 std::vector<Value> quantize_linear(NodeContext& c) {
+  per_tensor_or_axis(c);
   Value zp = optional_input(c, 2);
-  const DataType dt = zp ? shaped_data_type(zp.type()) : DataType::UInt8;
+  DataType dt = zp ? shaped_data_type(zp.type()) : DataType::UInt8;
+  if (const std::int64_t od = c.int_attr("output_dtype", 0); od != 0) {
+    const auto want = kiln_data_type(static_cast<std::int32_t>(od));
+    if (!want || (zp && *want != dt))
+      c.unsupported("output_dtype " + std::to_string(od) + " (a type kiln imports, the zero point's)");
+    dt = *want;
+  }
   return {quantize(c, c.input(0), c.input(1), zp, c.int_attr("axis", 1), dt)};
 }
 

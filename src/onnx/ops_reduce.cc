@@ -1,9 +1,13 @@
 // ONNX's reductions: ReduceSum, ReduceMean, ReduceMax, ReduceProd as kiln's; ReduceMin,
 // ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp composed.
-// Axes are an attribute until ReduceSum's opset 13 (the others' 18, past
-// kiln's range); as an input computed at run time they are kiln.sum_by's
-// operand (their count must be known at import). No axes reduce every dim,
-// unless noop_with_empty_axes = 1 (then the input is the result).
+// Axes are an attribute until ReduceSum's opset 13 and the others' 18, an
+// input since; computed at run time they are kiln.sum_by's operand for
+// ReduceSum (their count must be known at import) and an error for the
+// others. No axes reduce every dim, unless noop_with_empty_axes = 1: then
+// kiln's four give the input, and the composed ones are an error (ONNX's
+// reference applies their elementwise part, the spec says the input).
+#include <type_traits>
+
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/dialect/shape_ops.h"
 #include "op_table.h"
@@ -12,32 +16,38 @@ namespace kiln::onnx::detail {
 
 namespace {
 
-template <typename OpT, bool AxesInputFrom13>
+// Whether node c reduces nothing: no axes and noop_with_empty_axes.
+bool reduces_nothing(NodeContext& c, const std::vector<std::int64_t>& axes) {
+  return axes.empty() && c.int_attr("noop_with_empty_axes", 0) != 0;
+}
+
+template <typename OpT, std::int64_t AxesInputSince>
 std::vector<Value> reduce(NodeContext& c) {
+  const bool keepdims = c.int_attr("keepdims", 1) != 0;
   std::vector<std::int64_t> axes;
-  if (AxesInputFrom13 && c.opset >= 13) {
-    if (c.inputs.size() > 1 && c.inputs[1] && !c.constants[1]) {
-      const auto& ad = shaped_dims(c.inputs[1].type());
-      if (ad.size() != 1 || ad[0] < 0) c.unsupported("axes computed at run time of a length not known at import");
-      if (ad[0] > 0)
-        return {c.b.create<SumByOp>(c.input(0), c.inputs[1], c.int_attr("keepdims", 1) != 0).result()};
-    } else if (c.inputs.size() > 1 && c.inputs[1]) {
-      axes = c.constant_ints(1, "the axes");
-    }
+  if (std::is_same_v<OpT, SumOp> && c.opset >= AxesInputSince && c.inputs.size() > 1 && c.inputs[1] &&
+      !c.constants[1]) {
+    const auto& ad = shaped_dims(c.inputs[1].type());
+    if (ad.size() != 1 || ad[0] < 0) c.unsupported("axes computed at run time of a length not known at import");
+    if (ad[0] > 0) return {c.b.create<SumByOp>(c.input(0), c.inputs[1], keepdims).result()};
   } else {
-    axes = c.ints_attr("axes");
+    axes = c.ints_input_or_attr(1, "axes", AxesInputSince, "the axes");
   }
-  if (axes.empty() && c.int_attr("noop_with_empty_axes", 0) != 0) return {c.input(0)};
-  return {c.b.create<OpT>(c.input(0), axes, c.int_attr("keepdims", 1) != 0).result()};
+  if (reduces_nothing(c, axes)) return {c.input(0)};
+  return {c.b.create<OpT>(c.input(0), axes, keepdims).result()};
 }
 
 // The reductions kiln has no op for, composed: before(x) reduced by Sum or
-// Max, then after(result). Axes are attributes in every opset kiln imports.
+// Max, then after(result).
 struct Composed {
   std::vector<std::int64_t> axes;
   bool keepdims;
 };
-Composed composed_axes(NodeContext& c) { return {c.ints_attr("axes"), c.int_attr("keepdims", 1) != 0}; }
+Composed composed_axes(NodeContext& c) {
+  Composed a{c.ints_input_or_attr(1, "axes", 18, "the axes"), c.int_attr("keepdims", 1) != 0};
+  if (reduces_nothing(c, a.axes)) c.unsupported("noop_with_empty_axes with no axes");
+  return a;
+}
 
 template <typename Reduce, typename Pre, typename Post>
 std::vector<Value> compose(NodeContext& c, Pre pre, Post post) {
@@ -74,10 +84,10 @@ std::vector<Value> reduce_log_sum_exp(NodeContext& c) {  // as ONNX defines it: 
 }  // namespace
 
 void add_reduce_ops(OpTable& t) {
-  t["ReduceSum"] = {&reduce<SumOp, true>, 1};
-  t["ReduceMean"] = {&reduce<MeanOp, false>, 1};
-  t["ReduceMax"] = {&reduce<MaxOp, false>, 1};
-  t["ReduceProd"] = {&reduce<ProdOp, false>, 1};
+  t["ReduceSum"] = {&reduce<SumOp, 13>, 1};
+  t["ReduceMean"] = {&reduce<MeanOp, 18>, 1};
+  t["ReduceMax"] = {&reduce<MaxOp, 18>, 1};
+  t["ReduceProd"] = {&reduce<ProdOp, 18>, 1};
   t["ReduceMin"] = {&reduce_min, 1};
   t["ReduceSumSquare"] = {&reduce_sum_square, 1};
   t["ReduceL1"] = {&reduce_l1, 1};

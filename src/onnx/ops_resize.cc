@@ -10,6 +10,7 @@
 // run time. Also GridSample: sampling at positions a grid gives at run time
 // (see grid_sample below).
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "kiln/dialect/kiln_dialect.h"
@@ -173,7 +174,39 @@ std::vector<Value> resize_at_run_time(NodeContext& c, const ResizeMode& m, std::
 
 constexpr std::size_t kOmitted = 99;
 
-// Opset 11 on: X, roi, scales, sizes (roi optional from 13); opset 10: X,
+// roi, scales and sizes given for `axes` (opset 18) made whole: the axes
+// not named keep their size (scale 1, roi [0, 1]).
+void over_every_axis(NodeContext& c, const std::vector<std::int64_t>& axes, std::vector<double>& roi,
+                     std::vector<double>& scales, std::vector<std::int64_t>& sizes) {
+  const std::vector<std::int64_t> d = shaped_dims(c.input(0).type());
+  const auto rank = static_cast<std::int64_t>(d.size());
+  const std::size_t n = axes.size();
+  if ((!roi.empty() && roi.size() != 2 * n) || (!scales.empty() && scales.size() != n) ||
+      (!sizes.empty() && sizes.size() != n))
+    c.unsupported("roi, scales or sizes of another length than " + std::to_string(n) + " axes (2 each for roi)");
+  std::vector<double> all_roi(static_cast<std::size_t>(2 * rank), 0.0), all_scales(static_cast<std::size_t>(rank), 1.0);
+  std::vector<std::int64_t> all_sizes = d;
+  std::vector<bool> named(static_cast<std::size_t>(rank), false);
+  for (std::int64_t a = 0; a < rank; ++a) all_roi[static_cast<std::size_t>(a + rank)] = 1.0;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
+    if (a < 0 || a >= rank || named[static_cast<std::size_t>(a)])
+      c.unsupported("axes entry " + std::to_string(axes[k]) + " (out of range or repeated) for rank " +
+                    std::to_string(rank));
+    const auto i = static_cast<std::size_t>(a);
+    named[i] = true;
+    if (!roi.empty()) all_roi[i] = roi[k], all_roi[i + static_cast<std::size_t>(rank)] = roi[k + n];
+    if (!scales.empty()) all_scales[i] = scales[k];
+    if (!sizes.empty()) all_sizes[i] = sizes[k];
+  }
+  if (!roi.empty()) roi = all_roi;
+  if (!scales.empty()) scales = all_scales;
+  if (!sizes.empty()) sizes = all_sizes;
+}
+
+// Opset 11 on: X, roi, scales, sizes (roi optional from 13; opset 18: axes
+// naming the axes they are for, antialias 0 and keep_aspect_ratio_policy
+// stretch only; 19: half_pixel_symmetric coordinates); opset 10: X,
 // scales, asymmetric coordinates, nearest rounding down.
 std::vector<Value> resize(NodeContext& c) {
   ResizeMode m;
@@ -186,21 +219,33 @@ std::vector<Value> resize(NodeContext& c) {
     return resize_with(c, m, doubles_of(c, 1, "Resize's scales"), {}, {});
   }
   m.coordinates = string_attr(c, "coordinate_transformation_mode", "half_pixel");
+  const std::array<std::string_view, 7> known{"half_pixel",           "pytorch_half_pixel", "align_corners",
+                                              "asymmetric",           "tf_half_pixel_for_nn",
+                                              "tf_crop_and_resize",   "half_pixel_symmetric"};
+  if (std::find(known.begin(), known.end(), m.coordinates) == known.end() ||
+      (m.coordinates == "half_pixel_symmetric" && c.opset < 19))
+    c.unsupported("coordinate_transformation_mode '" + m.coordinates + "'");
   m.nearest = string_attr(c, "nearest_mode", "round_prefer_floor");
   m.cubic_a = c.float_attr("cubic_coeff_a", -0.75f);
   m.exclude_outside = c.int_attr("exclude_outside", 0) != 0;
   m.extrapolation = c.float_attr("extrapolation_value", 0.0f);
-  if (c.has_attr("axes")) c.unsupported("Resize's axes attribute");
+  if (c.int_attr("antialias", 0) != 0) c.unsupported("antialias");
+  const std::vector<std::int64_t> axes = c.ints_attr("axes");  // opset 18
   const bool crop = m.coordinates == "tf_crop_and_resize";
   if ((crop && !known_at_import(c, 1)) || !known_at_import(c, 2) || !known_at_import(c, 3) ||
-      !dims_known(c.input(0)))
+      !dims_known(c.input(0))) {
+    if (!axes.empty()) c.unsupported("axes with scales, sizes, roi or dims known only at run time");
     return resize_at_run_time(c, m, crop ? 1 : kOmitted, 2, 3);
+  }
   std::vector<double> roi, scales;
   std::vector<std::int64_t> sizes;
   if (crop && c.inputs.size() > 1 && c.inputs[1]) roi = doubles_of(c, 1, "Resize's roi");
   if (c.inputs.size() > 2 && c.inputs[2] && (!c.constants[2] || c.constants[2]->numel() > 0))
     scales = doubles_of(c, 2, "Resize's scales");
   if (c.inputs.size() > 3 && c.inputs[3]) sizes = c.constant_ints(3, "Resize's sizes");
+  if (!sizes.empty() && string_attr(c, "keep_aspect_ratio_policy", "stretch") != "stretch")
+    c.unsupported("keep_aspect_ratio_policy '" + string_attr(c, "keep_aspect_ratio_policy", "") + "'");
+  if (!axes.empty()) over_every_axis(c, axes, roi, scales, sizes);
   return resize_with(c, m, scales, sizes, roi);
 }
 
@@ -224,7 +269,7 @@ std::vector<Value> upsample(NodeContext& c) {
   return resize_with(c, m, scales, {}, {});
 }
 
-// GridSample (opset 16): output position (i, j) samples X at the grid's
+// GridSample (opset 16, 20 in 2-D): output position (i, j) samples X at the grid's
 // (x, y) there, mapped from [-1, 1] to pixel coordinates; border padding
 // clamps them into the image, reflection folds them back into it. The
 // samples read (nearest: 1, bilinear: 2 × 2, bicubic: 4 × 4 points with
@@ -333,10 +378,12 @@ std::vector<Value> grid_sample(NodeContext& c) {
     if (e < 0) c.unsupported("GridSample of an input with a dim known only at run time");
   if (gd[1] < 0 || gd[2] < 0)
     c.unsupported("GridSample with a grid whose size is known only at run time");
-  const std::string mode = string_attr(c, "mode", "bilinear"),
+  // Opset 20 names the modes linear and cubic (and takes N-D inputs).
+  const std::string given = string_attr(c, "mode", c.opset >= 20 ? "linear" : "bilinear"),
                     padding = string_attr(c, "padding_mode", "zeros");
-  if (mode != "bilinear" && mode != "nearest" && mode != "bicubic")
-    c.unsupported("mode '" + mode + "'");
+  const std::string mode = c.opset < 20 ? given : given == "linear" ? "bilinear" : given == "cubic" ? "bicubic"
+                                                : given == "nearest" ? given : "";
+  if (mode != "bilinear" && mode != "nearest" && mode != "bicubic") c.unsupported("mode '" + given + "'");
   if (padding != "zeros" && padding != "border" && padding != "reflection")
     c.unsupported("padding_mode '" + padding + "'");
   GridSampler g{

@@ -147,14 +147,6 @@ std::vector<Value> shape(NodeContext& c) {
   return {constant_value(c.b, value)};
 }
 
-// Integers from input i (constant) or attribute `attr` (before `input_since`).
-std::vector<std::int64_t> ints_input_or_attr(NodeContext& c, std::size_t i, const std::string& attr,
-                                             std::int64_t input_since, const std::string& what) {
-  if (c.opset < input_since) return c.ints_attr(attr);
-  if (i >= c.inputs.size() || !c.inputs[i]) return {};
-  return c.constant_ints(i, what);
-}
-
 // numpy take along `axis`; negative indices count from the end (of a dim
 // read at run time when it is not known at import).
 std::vector<Value> gather(NodeContext& c) {
@@ -241,13 +233,36 @@ std::vector<Value> expand(NodeContext& c) {
   return {c.b.create<ExpandOp>(x, out).result()};
 }
 
+// The sizes of Split's num_outputs parts (opset 18) along a dim of `dim`
+// elements: ⌈dim / parts⌉ each, the last what is left; empty when the dim
+// is known only at run time (equal parts then).
+std::vector<std::int64_t> split_parts(NodeContext& c, std::int64_t dim, std::int64_t parts) {
+  if (parts < 1 || parts != c.node.output_size())
+    c.unsupported("num_outputs " + std::to_string(parts) + " for " + std::to_string(c.node.output_size()) +
+                  " outputs");
+  if (dim < 0) return {};
+  const std::int64_t each = (dim + parts - 1) / parts, last = dim - each * (parts - 1);
+  if (last < 0)
+    c.unsupported("a dim of " + std::to_string(dim) + " in num_outputs " + std::to_string(parts) + " parts");
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(parts), each);
+  sizes.back() = last;
+  return sizes;
+}
+
 // Parts along `axis`: sizes from the attribute (before opset 13) or the
-// constant input, else equal parts, one per output; sizes computed at run
-// time: kiln.split_by.
+// constant input, else (opset 18) num_outputs parts, else equal parts, one
+// per output; sizes computed at run time: kiln.split_by.
 std::vector<Value> split(NodeContext& c) {
   const std::int64_t axis = c.int_attr("axis", 0);
   if (run_time_input(c, 1)) return c.b.create<SplitByOp>(c.input(0), c.input(1), axis)->results();
-  std::vector<std::int64_t> sizes = ints_input_or_attr(c, 1, "split", 13, "the split sizes");
+  std::vector<std::int64_t> sizes = c.ints_input_or_attr(1, "split", 13, "the split sizes");
+  if (c.opset >= 18 && c.has_attr("num_outputs")) {
+    if (!sizes.empty()) c.unsupported("both num_outputs and the split sizes");
+    const auto& d = shaped_dims(c.input(0).type());
+    const auto rank = static_cast<std::int64_t>(d.size());
+    if (axis < -rank || axis >= rank) c.unsupported("axis out of range");
+    sizes = split_parts(c, d[static_cast<std::size_t>(axis < 0 ? axis + rank : axis)], c.int_attr("num_outputs", 0));
+  }
   Operation* op = sizes.empty()
                       ? c.b.create<SplitOp>(c.input(0), std::int64_t{c.node.output_size()}, axis)
                       : c.b.create<SplitOp>(c.input(0), sizes, axis);

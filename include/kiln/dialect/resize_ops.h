@@ -17,7 +17,9 @@ namespace kiln {
 // floor(scales[i]·dim) with scales[i] > 0.
 // Attributes (ONNX's names and values): mode nearest / linear / cubic;
 // coordinate_transformation_mode half_pixel / pytorch_half_pixel /
-// align_corners / asymmetric / tf_half_pixel_for_nn / tf_crop_and_resize;
+// align_corners / asymmetric / tf_half_pixel_for_nn / tf_crop_and_resize /
+// half_pixel_symmetric (ONNX opset 19: half_pixel shifted by
+// in/2 · (1 − out / (scale·in)), centring a floored output);
 // nearest_mode round_prefer_floor / round_prefer_ceil / floor / ceil;
 // cubic_coeff_a; exclude_outside (weights of points outside x set to 0, the
 // rest renormalized); extrapolation_value (tf_crop_and_resize's value for
