@@ -180,15 +180,21 @@ class Chain {
   const std::string none_;
 };
 
-// A ReduceMean over the last axis of a rank-`rank` input, keeping it.
-bool mean_over_last(const ::onnx::NodeProto& n, std::size_t rank) {
-  if (n.op_type() != "ReduceMean" || n.input_size() != 1 || int_attr(n, "keepdims", 1) != 1)
+// A ReduceMean over the last axis of a rank-`rank` input, keeping it (its
+// axes an attribute, or since opset 18 a constant input).
+bool mean_over_last(const Chain& c, const ::onnx::NodeProto& n, std::size_t rank) {
+  if (n.op_type() != "ReduceMean" || n.input_size() < 1 || n.input_size() > 2 || int_attr(n, "keepdims", 1) != 1)
     return false;
-  for (const auto& a : n.attribute())
-    if (a.name() == "axes")
-      return a.ints_size() == 1 &&
-             (a.ints(0) == -1 || a.ints(0) == static_cast<std::int64_t>(rank) - 1);
-  return false;  // no axes: every axis
+  std::vector<std::int64_t> axes;
+  if (n.input_size() == 2) {
+    const auto t = c.known(n.input(1));
+    if (!t || t->dtype() != DataType::Int64) return false;
+    axes = t->to_vector<std::int64_t>();
+  } else {
+    for (const auto& a : n.attribute())
+      if (a.name() == "axes") axes.assign(a.ints().begin(), a.ints().end());
+  }
+  return axes.size() == 1 && (axes[0] == -1 || axes[0] == static_cast<std::int64_t>(rank) - 1);
 }
 
 bool is_float_tensor(Value v) {
@@ -203,12 +209,12 @@ bool is_float_tensor(Value v) {
 // -> kiln.layer_norm(x, gamma or ones, beta or zeros).
 std::optional<Fused> layer_norm(Chain& c, int first, Builder& b) {
   const auto& mean = c.node(first);
-  if (mean.op_type() != "ReduceMean" || mean.input_size() != 1) return std::nullopt;
+  if (mean.op_type() != "ReduceMean" || mean.input_size() < 1) return std::nullopt;
   const std::string& x = mean.input(0);
   Value xv = c.value(x);
   if (!is_float_tensor(xv)) return std::nullopt;
   const auto& dims = shaped_dims(xv.type());
-  if (dims.empty() || dims.back() <= 0 || !mean_over_last(mean, dims.size())) return std::nullopt;
+  if (dims.empty() || dims.back() <= 0 || !mean_over_last(c, mean, dims.size())) return std::nullopt;
   c.cover(first);
   const int sub = c.sole_reader(c.out(first), "Sub");
   if (sub < 0 || c.in(sub, 0) != x || c.in(sub, 1) != mean.output(0))
@@ -227,7 +233,7 @@ std::optional<Fused> layer_norm(Chain& c, int first, Builder& b) {
   if (square < 0 || div < 0) return std::nullopt;
   c.cover(square);
   const int var = c.sole_reader(c.out(square), "ReduceMean");
-  if (var < 0 || !mean_over_last(c.node(var), dims.size())) return std::nullopt;
+  if (var < 0 || !mean_over_last(c, c.node(var), dims.size())) return std::nullopt;
   c.cover(var);
   const int add_eps = c.sole_reader(c.out(var), "Add");
   if (add_eps < 0) return std::nullopt;

@@ -123,6 +123,7 @@ const OpTable& op_table() {
     add_sequence_ops(t);
     add_rnn_ops(t);
     add_quantize_ops(t);
+    add_attention_ops(t);
     return t;
   }();
   return table;

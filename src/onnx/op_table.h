@@ -93,8 +93,8 @@ Value pad_at_run_time(NodeContext& c, Value x, Value pads, Value fill, const std
 
 using NodeBuilder = std::vector<Value> (*)(NodeContext& ctx);
 
-// The newest default-domain opset kiln imports (ONNX 1.17's).
-inline constexpr std::int64_t kMaxOpset = 22;
+// The newest default-domain opset kiln imports (ONNX 1.19's).
+inline constexpr std::int64_t kMaxOpset = 24;
 
 struct OpEntry {
   NodeBuilder build;
@@ -124,6 +124,7 @@ void add_shape_ops(OpTable& t);
 void add_sequence_ops(OpTable& t);
 void add_rnn_ops(OpTable& t);
 void add_quantize_ops(OpTable& t);
+void add_attention_ops(OpTable& t);
 
 // ONNX's training domain (ops_training.cc): its own table, its own opset.
 inline constexpr std::string_view kTrainingDomain = "ai.onnx.preview.training";

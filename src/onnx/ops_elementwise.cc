@@ -203,12 +203,15 @@ std::vector<Value> hard_sigmoid(NodeContext& c) {
   return {c.b.create<ClipOp>(lin, 0.0, 1.0).result()};
 }
 
-// log(exp(x) + 1), as ONNX defines it
-// log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): no exp overflows.
+// log(1 + exp(x)), as x where x > 20 (PyTorch's threshold: there they
+// agree in f32 and f64's 1e-9), exp read at min(x, 20): no exp overflows,
+// into the result or its gradient (0.5 at 0, as the formula's).
 Value softplus_of(NodeContext& c, Value x) {
-  Value e = c.b.create<ExpOp>(c.b.create<NegOp>(c.b.create<AbsOp>(x).result()).result()).result();
-  Value tail = c.b.create<LogOp>(c.b.create<ScaleOp>(e, 1.0, 1.0).result()).result();
-  return c.b.create<AddOp>(c.b.create<ReluOp>(x).result(), tail).result();
+  const DataType dt = shaped_data_type(x.type());
+  Value twenty = c.b.create<FullOp>(std::vector<std::int64_t>{}, 20.0, dt).result();
+  Value e = c.b.create<ExpOp>(c.b.create<MinimumOp>(x, twenty).result()).result();
+  Value soft = c.b.create<LogOp>(c.b.create<ScaleOp>(e, 1.0, 1.0).result()).result();
+  return c.b.create<WhereOp>(c.b.create<GreaterThanOp>(x, twenty).result(), x, soft).result();
 }
 std::vector<Value> softplus(NodeContext& c) { return {softplus_of(c, c.input(0))}; }
 
@@ -216,6 +219,13 @@ std::vector<Value> softplus(NodeContext& c) { return {softplus_of(c, c.input(0))
 std::vector<Value> mish(NodeContext& c) {
   Value x = c.input(0);
   return {c.b.create<MulOp>(x, c.b.create<TanhOp>(softplus_of(c, x)).result()).result()};
+}
+
+// Swish (opset 24): x · sigmoid(alpha · x).
+std::vector<Value> swish(NodeContext& c) {
+  Value x = c.input(0);
+  Value gate = c.b.create<SigmoidOp>(c.b.create<ScaleOp>(x, c.float_attr("alpha", 1.0f)).result()).result();
+  return {c.b.create<MulOp>(x, gate).result()};
 }
 
 // Gelu (opset 20): approximate none (erf) or tanh, kiln.gelu's two forms.
@@ -362,6 +372,7 @@ void add_elementwise_ops(OpTable& t) {
   t["Softplus"] = {&softplus, 1};
   t["Mish"] = {&mish, 18};
   t["Gelu"] = {&gelu, 20};
+  t["Swish"] = {&swish, 24};
   t["Softsign"] = {&softsign, 1};
   // Numpy broadcasting from opset 7 (before: the `broadcast` and `axis`
   // attributes, legacy_broadcast_operand).

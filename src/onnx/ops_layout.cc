@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "kiln/dialect/kiln_dialect.h"
+#include "kiln/dialect/shape_ops.h"
 #include "node_helpers.h"
 #include "op_table.h"
 
@@ -307,6 +308,7 @@ std::vector<Value> instance_norm(NodeContext& c) {
 // channel groups, over the group's channels and the spatial dims; then
 // scale and B, one per group in opset 18 (each group's for its channels)
 // and one per channel since 21. The channel count must be known at import.
+// Differentiable (the reshape back is kiln.reshape_by).
 std::vector<Value> group_norm(NodeContext& c) {
   Value x = c.input(0);
   const std::vector<std::int64_t> d = shaped_dims(x.type());
@@ -316,8 +318,15 @@ std::vector<Value> group_norm(NodeContext& c) {
   if (groups < 1 || ch < 0 || ch % groups != 0)
     c.unsupported("num_groups " + std::to_string(groups) + " for " + std::to_string(ch) +
                   " channels (known at import, a multiple of the groups)");
-  Value grouped = c.b.create<ReshapeOp>(x, std::vector<std::int64_t>{0, groups, -1}).result();
-  Value y = c.b.create<ReshapeAsOp>(normalize(c, grouped, {2}, c.float_attr("epsilon", 1e-5f)), x).result();
+  // stash_type 1 (the default): 16-bit inputs normalized in f32
+  const DataType dt = dtype_of(x);
+  const bool widen = (dt == DataType::Float16 || dt == DataType::BFloat16) && c.int_attr("stash_type", 1) == 1;
+  Value grouped = c.b.create<ReshapeOp>(widen ? c.b.create<CastOp>(x, DataType::Float32).result() : x,
+                                        std::vector<std::int64_t>{0, groups, -1})
+                      .result();
+  Value y = normalize(c, grouped, {2}, c.float_attr("epsilon", 1e-5f));
+  if (widen) y = c.b.create<CastOp>(y, dt).result();
+  y = c.b.create<ReshapeByOp>(y, c.b.create<ShapeOp>(x).result()).result();
   std::vector<std::int64_t> per_channel(static_cast<std::size_t>(rank), 1);
   per_channel[1] = ch;
   auto channel = [&](std::size_t i) {

@@ -358,7 +358,7 @@ std::vector<Value> dft(NodeContext& c) {
   const std::int64_t n = d[static_cast<std::size_t>(axis)], parts = d.back();
   if (n < 1 || (parts != 1 && parts != 2)) c.unsupported("DFT of an input " + meta::dims_string(d));
   std::int64_t len = n;
-  if (c.inputs.size() > 1 && c.inputs[1]) len = c.constant_ints(1, "DFT's dft_length").at(0);
+  if (c.inputs.size() > 1 && c.inputs[1]) len = c.constant_int(1, "DFT's dft_length");
   if (len < 1) c.unsupported("dft_length " + std::to_string(len));
   const bool inverse = c.int_attr("inverse", 0) != 0, onesided = c.int_attr("onesided", 0) != 0;
   if (inverse && onesided) c.unsupported("an inverse onesided DFT");

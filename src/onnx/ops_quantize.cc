@@ -81,18 +81,30 @@ void per_tensor_or_axis(NodeContext& c) {
   if (c.int_attr("block_size", 0) != 0) c.unsupported("block_size " + std::to_string(c.int_attr("block_size", 0)));
 }
 
+// The result's type: f32 before opset 19, the scale's since, or opset
+// 23's output_dtype.
 std::vector<Value> dequantize_linear(NodeContext& c) {
   per_tensor_or_axis(c);
-  return {dequantize(c, c.input(0), c.input(1), optional_input(c, 2), c.int_attr("axis", 1))};
+  Value x = dequantize(c, c.input(0), c.input(1), optional_input(c, 2), c.int_attr("axis", 1));
+  DataType want = c.opset >= 19 ? shaped_data_type(c.input(1).type()) : DataType::Float32;
+  if (const std::int64_t od = c.int_attr("output_dtype", 0); od != 0) {
+    const auto given = od > 0 && od < 64 ? kiln_data_type(static_cast<std::int32_t>(od)) : std::nullopt;
+    if (!given || !is_floating(*given)) c.unsupported("output_dtype " + std::to_string(od) + " (a float type)");
+    want = *given;
+  }
+  return {cast_to(c, x, want)};
 }
 
 // y's type: the zero point's, else opset 21's output_dtype, else u8.
 std::vector<Value> quantize_linear(NodeContext& c) {
   per_tensor_or_axis(c);
+  // opset 23's precision: the type y / scale is computed in (kiln: f32)
+  if (const std::int64_t p = c.int_attr("precision", 0); p != 0 && p != ::onnx::TensorProto_DataType_FLOAT)
+    c.unsupported("precision " + std::to_string(p) + " (float only)");
   Value zp = optional_input(c, 2);
   DataType dt = zp ? shaped_data_type(zp.type()) : DataType::UInt8;
   if (const std::int64_t od = c.int_attr("output_dtype", 0); od != 0) {
-    const auto want = kiln_data_type(static_cast<std::int32_t>(od));
+    const auto want = od > 0 && od < 64 ? kiln_data_type(static_cast<std::int32_t>(od)) : std::nullopt;
     if (!want || (zp && *want != dt))
       c.unsupported("output_dtype " + std::to_string(od) + " (a type kiln imports, the zero point's)");
     dt = *want;

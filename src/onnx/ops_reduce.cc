@@ -56,9 +56,20 @@ std::vector<Value> compose(NodeContext& c, Pre pre, Post post) {
   return {post(c.b.create<Reduce>(x, a.axes, a.keepdims).result())};
 }
 
-std::vector<Value> reduce_min(NodeContext& c) {  // -max(-x)
-  auto neg = [&](Value v) { return c.b.create<NegOp>(v).result(); };
-  return compose<MaxOp>(c, neg, neg);
+// -max(-x); unsigned integers negated as i64 (exact but for u64, an error).
+std::vector<Value> reduce_min(NodeContext& c) {
+  const DataType dt = shaped_data_type(c.input(0).type());
+  const bool wide = dt == DataType::UInt8 || dt == DataType::UInt16 || dt == DataType::UInt32;
+  if (dt == DataType::UInt64) c.unsupported("ReduceMin of u64");
+  auto neg = [&](Value v) {
+    if (wide && shaped_data_type(v.type()) == dt) v = c.b.create<CastOp>(v, DataType::Int64).result();
+    return c.b.create<NegOp>(v).result();
+  };
+  auto back = [&](Value v) {
+    Value y = c.b.create<NegOp>(v).result();
+    return wide ? c.b.create<CastOp>(y, dt).result() : y;
+  };
+  return compose<MaxOp>(c, neg, back);
 }
 std::vector<Value> reduce_sum_square(NodeContext& c) {
   return compose<SumOp>(c, [&](Value v) { return c.b.create<SquareOp>(v).result(); },

@@ -229,7 +229,10 @@ std::vector<Value> resize(NodeContext& c) {
   m.cubic_a = c.float_attr("cubic_coeff_a", -0.75f);
   m.exclude_outside = c.int_attr("exclude_outside", 0) != 0;
   m.extrapolation = c.float_attr("extrapolation_value", 0.0f);
-  if (c.int_attr("antialias", 0) != 0) c.unsupported("antialias");
+  if (c.int_attr("antialias", 0) != 0 && m.mode != "nearest") c.unsupported("antialias");
+  const bool sized = c.inputs.size() > 3 && c.inputs[3];
+  if (sized && string_attr(c, "keep_aspect_ratio_policy", "stretch") != "stretch")
+    c.unsupported("keep_aspect_ratio_policy '" + string_attr(c, "keep_aspect_ratio_policy", "") + "'");
   const std::vector<std::int64_t> axes = c.ints_attr("axes");  // opset 18
   const bool crop = m.coordinates == "tf_crop_and_resize";
   if ((crop && !known_at_import(c, 1)) || !known_at_import(c, 2) || !known_at_import(c, 3) ||
@@ -242,9 +245,7 @@ std::vector<Value> resize(NodeContext& c) {
   if (crop && c.inputs.size() > 1 && c.inputs[1]) roi = doubles_of(c, 1, "Resize's roi");
   if (c.inputs.size() > 2 && c.inputs[2] && (!c.constants[2] || c.constants[2]->numel() > 0))
     scales = doubles_of(c, 2, "Resize's scales");
-  if (c.inputs.size() > 3 && c.inputs[3]) sizes = c.constant_ints(3, "Resize's sizes");
-  if (!sizes.empty() && string_attr(c, "keep_aspect_ratio_policy", "stretch") != "stretch")
-    c.unsupported("keep_aspect_ratio_policy '" + string_attr(c, "keep_aspect_ratio_policy", "") + "'");
+  if (sized) sizes = c.constant_ints(3, "Resize's sizes");
   if (!axes.empty()) over_every_axis(c, axes, roi, scales, sizes);
   return resize_with(c, m, scales, sizes, roi);
 }

@@ -235,18 +235,30 @@ std::vector<Value> expand(NodeContext& c) {
 
 // The sizes of Split's num_outputs parts (opset 18) along a dim of `dim`
 // elements: ⌈dim / parts⌉ each, the last what is left; empty when the dim
-// is known only at run time (equal parts then).
+// is known only at run time (split_parts_at_run_time then).
 std::vector<std::int64_t> split_parts(NodeContext& c, std::int64_t dim, std::int64_t parts) {
   if (parts < 1 || parts != c.node.output_size())
     c.unsupported("num_outputs " + std::to_string(parts) + " for " + std::to_string(c.node.output_size()) +
                   " outputs");
   if (dim < 0) return {};
-  const std::int64_t each = (dim + parts - 1) / parts, last = dim - each * (parts - 1);
+  const std::int64_t each = dim / parts + (dim % parts != 0), last = dim - each * (parts - 1);
   if (last < 0)
     c.unsupported("a dim of " + std::to_string(dim) + " in num_outputs " + std::to_string(parts) + " parts");
   std::vector<std::int64_t> sizes(static_cast<std::size_t>(parts), each);
   sizes.back() = last;
   return sizes;
+}
+
+// split_parts's sizes as an i64 [parts] computed at run time from x's dim `axis`.
+Value split_parts_at_run_time(NodeContext& c, Value x, std::int64_t axis, std::int64_t parts) {
+  Value at = constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{1}, {axis}));
+  Value dim = c.b.create<GatherOp>(c.b.create<ShapeOp>(x).result(), at, 0).result();  // [1]
+  auto i64 = [&](std::int64_t v) { return constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{1}, {v})); };
+  Value each = c.b.create<DivOp>(c.b.create<AddOp>(dim, i64(parts - 1)).result(), i64(parts)).result();  // ⌈dim / parts⌉
+  Value last = c.b.create<SubOp>(dim, c.b.create<MulOp>(each, i64(parts - 1)).result()).result();
+  std::vector<Value> sizes(static_cast<std::size_t>(parts - 1), each);
+  sizes.push_back(last);
+  return c.b.create<ConcatOp>(sizes, 0).result();
 }
 
 // Parts along `axis`: sizes from the attribute (before opset 13) or the
@@ -261,7 +273,10 @@ std::vector<Value> split(NodeContext& c) {
     const auto& d = shaped_dims(c.input(0).type());
     const auto rank = static_cast<std::int64_t>(d.size());
     if (axis < -rank || axis >= rank) c.unsupported("axis out of range");
-    sizes = split_parts(c, d[static_cast<std::size_t>(axis < 0 ? axis + rank : axis)], c.int_attr("num_outputs", 0));
+    const std::int64_t a = axis < 0 ? axis + rank : axis, parts = c.int_attr("num_outputs", 0);
+    sizes = split_parts(c, d[static_cast<std::size_t>(a)], parts);
+    if (sizes.empty())
+      return c.b.create<SplitByOp>(c.input(0), split_parts_at_run_time(c, c.input(0), a, parts), axis)->results();
   }
   Operation* op = sizes.empty()
                       ? c.b.create<SplitOp>(c.input(0), std::int64_t{c.node.output_size()}, axis)

@@ -52,10 +52,11 @@ void add_scalar(::onnx::GraphProto* g, const std::string& name, float v) {
 
 // PyTorch's opset-13 layer norm over the last axis of x [2, 5] with gamma
 // and beta; `also_output` makes the centered values a graph output too.
-std::string layer_norm_model(bool also_output) {
+// At opset 18 the ReduceMeans read their axes from an input.
+std::string layer_norm_model(bool also_output, std::int64_t opset = 13) {
   ::onnx::ModelProto m;
   m.set_ir_version(7);
-  m.add_opset_import()->set_version(13);
+  m.add_opset_import()->set_version(opset);
   auto* g = m.mutable_graph();
   auto* in = g->add_input();
   in->set_name("x");
@@ -72,7 +73,16 @@ std::string layer_norm_model(bool also_output) {
     t->add_dims(5);
     for (int k = 0; k < 5; ++k) t->add_float_data(name[0] == 'g' ? 1.f + 0.5f * k : 0.25f * k);
   }
-  auto axes = [](::onnx::NodeProto* n) {
+  auto* last = g->add_initializer();
+  last->set_name("last");
+  last->set_data_type(::onnx::TensorProto_DataType_INT64);
+  last->add_dims(1);
+  last->add_int64_data(-1);
+  auto axes = [&](::onnx::NodeProto* n) {
+    if (opset >= 18) {
+      n->add_input("last");
+      return;
+    }
     auto* a = n->add_attribute();
     a->set_name("axes");
     a->set_type(::onnx::AttributeProto_AttributeType_INTS);
@@ -286,7 +296,9 @@ TEST_CASE("a Conv followed by Sigmoid and Mul (SiLU) imports as one kiln.fused_c
 
 TEST_CASE("an exported layer-norm chain imports as one kiln.layer_norm with the chain's result",
           "[onnx][fusion]") {
-  kiln::onnx::ImportedModel m = kiln::onnx::import_model_from_bytes(layer_norm_model(false));
+  const std::int64_t opset = GENERATE(13, 18);  // 18: the axes an input
+  INFO("opset " << opset);
+  kiln::onnx::ImportedModel m = kiln::onnx::import_model_from_bytes(layer_norm_model(false, opset));
   auto ops = op_counts(m.main);
   CHECK(ops["kiln.layer_norm"] == 1);
   CHECK(ops["kiln.pow"] == 0);

@@ -108,8 +108,8 @@ TEST_CASE("import problems is empty for a model kiln imports, and names an opset
 
   const auto future = kiln::onnx::import_problems_from_bytes(model_with_three_problems(99));
   REQUIRE(future.size() == 1);
-  CHECK_THAT(future[0], Catch::Contains("opset 99") && Catch::Contains("opsets 1 to 22"));
+  CHECK_THAT(future[0], Catch::Contains("opset 99") && Catch::Contains("opsets 1 to 24"));
   CHECK_THROWS_WITH(kiln::onnx::import_model_from_bytes(model_with_three_problems(99)),
-                    Catch::Contains("opset 99") && Catch::Contains("opsets 1 to 22"));
+                    Catch::Contains("opset 99") && Catch::Contains("opsets 1 to 24"));
   CHECK_THROWS_AS(kiln::onnx::import_problems_from_bytes("not a model"), Error);
 }
