@@ -43,6 +43,20 @@ std::map<std::string, int> op_counts(const Program& p) {
   return n;
 }
 
+// kᵀ = Transpose(k) swapping its last two axes, named "kt".
+void add_key_transpose(::onnx::GraphProto* g, const std::string& k) {
+  auto* perm = add_node(g, "Transpose", {k}, "kt")->add_attribute();
+  perm->set_name("perm");
+  perm->set_type(::onnx::AttributeProto_AttributeType_INTS);
+  for (int a : {0, 1, 3, 2}) perm->add_ints(a);
+}
+
+std::string serialized(const ::onnx::ModelProto& m) {
+  std::string bytes;
+  REQUIRE(m.SerializeToString(&bytes));
+  return bytes;
+}
+
 void add_scalar(::onnx::GraphProto* g, const std::string& name, float v) {
   auto* t = g->add_initializer();
   t->set_name(name);
@@ -99,9 +113,7 @@ std::string layer_norm_model(bool also_output, std::int64_t opset = 13) {
   add_node(g, "Add", {"y", "beta"}, "z");
   g->add_output()->set_name("z");
   if (also_output) g->add_output()->set_name("d");
-  std::string bytes;
-  REQUIRE(m.SerializeToString(&bytes));
-  return bytes;
+  return serialized(m);
 }
 
 std::vector<float> reference_layer_norm(const std::vector<float>& x) {
@@ -165,9 +177,7 @@ std::string conv_clip_model(float hi, bool silu = false) {
     add_node(g, "Clip", {"c", "lo", "hi"}, "y");
   }
   g->add_output()->set_name("y");
-  std::string bytes;
-  REQUIRE(m.SerializeToString(&bytes));
-  return bytes;
+  return serialized(m);
 }
 
 // conv_clip_model's result for x, computed directly.
@@ -214,9 +224,7 @@ std::string conv_batch_norm_model(bool conv_bias, bool conv_out) {
   eps->set_f(1e-3f);
   g->add_output()->set_name("y");
   if (conv_out) g->add_output()->set_name("c");
-  std::string bytes;
-  REQUIRE(m.SerializeToString(&bytes));
-  return bytes;
+  return serialized(m);
 }
 
 }  // namespace
@@ -379,10 +387,7 @@ std::string masked_attention_model(bool constant) {
   if (constant) add_pattern(g, "m", {3, 3}, 0.3f);
   else add_float_input(g, "m", {2, 1, 1, 3});
   add_scalar(g, "half", 0.5f);
-  auto* perm = add_node(g, "Transpose", {"k"}, "kt")->add_attribute();
-  perm->set_name("perm");
-  perm->set_type(::onnx::AttributeProto_AttributeType_INTS);
-  for (int a : {0, 1, 3, 2}) perm->add_ints(a);
+  add_key_transpose(g, "k");
   add_node(g, "MatMul", {"q", "kt"}, "a");
   add_node(g, "Mul", {"a", "half"}, "s");
   add_node(g, "Add", {"s", "m"}, "c");
@@ -392,9 +397,7 @@ std::string masked_attention_model(bool constant) {
   axis->set_i(-1);
   add_node(g, "MatMul", {"p", "v"}, "o");
   g->add_output()->set_name("o");
-  std::string bytes;
-  REQUIRE(m.SerializeToString(&bytes));
-  return bytes;
+  return serialized(m);
 }
 
 // The same attention with loops in double; mask(b, i, j) the added value.
@@ -533,18 +536,13 @@ std::string repeated_kv_attention_model(Repeat how) {
   add_ints(g, "zero_axis", {0});
   add_scalar(g, "half", 0.5f);
   const std::string k = repeat_kv(g, "k", 4, how), v = repeat_kv(g, "v", 3, how);
-  auto* perm = add_node(g, "Transpose", {k}, "kt")->add_attribute();
-  perm->set_name("perm");
-  perm->set_type(::onnx::AttributeProto_AttributeType_INTS);
-  for (int a : {0, 1, 3, 2}) perm->add_ints(a);
+  add_key_transpose(g, k);
   add_node(g, "MatMul", {"q", "kt"}, "a");
   add_node(g, "Mul", {"a", "half"}, "s");
   add_node(g, "Softmax", {"s"}, "p");
   add_node(g, "MatMul", {"p", v}, "o");
   g->add_output()->set_name("o");
-  std::string bytes;
-  REQUIRE(m.SerializeToString(&bytes));
-  return bytes;
+  return serialized(m);
 }
 
 }  // namespace
@@ -649,10 +647,7 @@ std::string sdpa_export_model(std::optional<float> scale, bool causal) {
     add_node(g, "Equal", {"lower", "zero"}, "above");
     add_node(g, "Where", {"above", "neg_inf", "zero"}, "causal_mask");
   }
-  auto* perm = add_node(g, "Transpose", {"k"}, "kt")->add_attribute();
-  perm->set_name("perm");
-  perm->set_type(::onnx::AttributeProto_AttributeType_INTS);
-  for (int a : {0, 1, 3, 2}) perm->add_ints(a);
+  add_key_transpose(g, "k");
   add_node(g, "Sqrt", {sc}, "root_q");
   add_node(g, "Mul", {"q", "root_q"}, "q_scaled");
   add_node(g, "Sqrt", {sc}, "root_k");
@@ -662,9 +657,7 @@ std::string sdpa_export_model(std::optional<float> scale, bool causal) {
   set_int(add_node(g, "Softmax", {causal ? "s_masked" : "s"}, "p"), "axis", -1);
   add_node(g, "MatMul", {"p", "v"}, "o");
   g->add_output()->set_name("o");
-  std::string bytes;
-  REQUIRE(m.SerializeToString(&bytes));
-  return bytes;
+  return serialized(m);
 }
 
 }  // namespace
@@ -733,19 +726,14 @@ std::string scaled_attention_model(std::int64_t opset, Scale scale, bool softmax
   auto* g = m.mutable_graph();
   for (const char* name : {"q", "k", "v"}) add_input(g, name, {-1, 2, 3, 4});
   const std::string factor = scale(g);
-  auto* perm = add_node(g, "Transpose", {"k"}, "kt")->add_attribute();
-  perm->set_name("perm");
-  perm->set_type(::onnx::AttributeProto_AttributeType_INTS);
-  for (int a : {0, 1, 3, 2}) perm->add_ints(a);
+  add_key_transpose(g, "k");
   add_node(g, "MatMul", {"q", "kt"}, "a");
   add_node(g, "Mul", {"a", factor}, "s");
   auto* sm = add_node(g, "Softmax", {"s"}, "p");
   if (softmax_axis) set_int(sm, "axis", -1);
   add_node(g, "MatMul", {"p", "v"}, "o");
   g->add_output()->set_name("o");
-  std::string bytes;
-  REQUIRE(m.SerializeToString(&bytes));
-  return bytes;
+  return serialized(m);
 }
 
 // The model's o for q, k, v [2, 2, 3, 4] of fixed patterns, and how many
@@ -832,16 +820,11 @@ TEST_CASE("an attention chain whose scale node has no output is an import error 
   auto* g = m.mutable_graph();
   for (const char* name : {"q", "k"}) add_input(g, name, {2, 2, 3, 4});
   add_scalar(g, "half", 0.5f);
-  auto* perm = add_node(g, "Transpose", {"k"}, "kt")->add_attribute();
-  perm->set_name("perm");
-  perm->set_type(::onnx::AttributeProto_AttributeType_INTS);
-  for (int a : {0, 1, 3, 2}) perm->add_ints(a);
+  add_key_transpose(g, "k");
   add_node(g, "Mul", {"kt", "half"}, "unused")->clear_output();
   g->add_output()->set_name("kt");
-  std::string bytes;
-  REQUIRE(m.SerializeToString(&bytes));
   try {
-    kiln::onnx::import_model_from_bytes(bytes);
+    kiln::onnx::import_model_from_bytes(serialized(m));
   } catch (const kiln::Error& e) {
     CHECK_THAT(e.message(), Catch::Contains("Mul"));
   }
@@ -876,18 +859,13 @@ TEST_CASE("k and v whose batch of 1 is sliced off along axis -4 and stretched by
     add_node(g, "Expand", {x + "_u", x + "_to"}, x + "_e");
     add_node(g, "Reshape", {x + "_e", x + "_as"}, x);
   }
-  auto* perm = add_node(g, "Transpose", {"k"}, "kt")->add_attribute();
-  perm->set_name("perm");
-  perm->set_type(::onnx::AttributeProto_AttributeType_INTS);
-  for (int a : {0, 1, 3, 2}) perm->add_ints(a);
+  add_key_transpose(g, "k");
   add_node(g, "MatMul", {"q", "kt"}, "a");
   add_node(g, "Mul", {"a", "half"}, "s");
   set_int(add_node(g, "Softmax", {"s"}, "p"), "axis", -1);
   add_node(g, "MatMul", {"p", "v"}, "o");
   g->add_output()->set_name("o");
-  std::string bytes;
-  REQUIRE(m.SerializeToString(&bytes));
-  kiln::onnx::ImportedModel model = kiln::onnx::import_model_from_bytes(bytes);
+  kiln::onnx::ImportedModel model = kiln::onnx::import_model_from_bytes(serialized(m));
   for (Operation* op : model.main.block())
     if (op->isa<ScaledDotProductAttentionOp>()) CHECK(shaped_dims(op->operand_source(1).type())[1] == 4);
   std::vector<float> q(96), k(48), v(48);
