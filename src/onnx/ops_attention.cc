@@ -8,8 +8,8 @@
 // the scale has the normalized dims (else composed), RotaryEmbedding
 // composed (half-split or interleaved pairs, a tail past
 // rotary_embedding_dim passed through). What kiln's op has no form for is
-// an error naming it: softcap, the qk_matmul_output output, is_causal with
-// more than one new query over a past.
+// an error naming it: softcap, the qk_matmul_output output, q, k and v of
+// different ranks. is_causal over a past (j <= i + P) is a bool mask.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -46,10 +46,29 @@ Value attention_mask(NodeContext& c, Value mask, DataType dt) {
   return m == DataType::Bool || m == dt ? mask : c.b.create<CastOp>(mask, dt).result();
 }
 
+// The bool mask [Lq, T] of queries q [B, H, Lq, D] over keys k [B, Hk, T,
+// D] (a past and the new ones): key j is seen from query i when j <= i + T - Lq.
+Value causal_over_past(NodeContext& c, Value q, Value k) {
+  auto dim = [&](Value x) {  // x's dim 2 as an i64 scalar, read at run time
+    Value at = constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{}, {2}));
+    return c.b.create<GatherOp>(c.b.create<ShapeOp>(x).result(), at, 0).result();
+  };
+  Value zero = constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{}, {0}));
+  Value one = constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{}, {1}));
+  Value lq = dim(q), t = dim(k);
+  Value rows = c.b.create<UnsqueezeOp>(c.b.create<RangeOp>(zero, lq, one).result(), std::vector<std::int64_t>{1}).result();
+  Value cols = c.b.create<UnsqueezeOp>(c.b.create<RangeOp>(zero, t, one).result(), std::vector<std::int64_t>{0}).result();
+  Value ahead = c.b.create<SubOp>(cols, rows).result();  // j - i
+  return c.b.create<LessEqualOp>(ahead, c.b.create<SubOp>(t, lq).result()).result();
+}
+
 std::vector<Value> attention_op(NodeContext& c) {
   if (c.float_attr("softcap", 0.f) != 0.f) c.unsupported("softcap");
   if (output_used(c, 3)) c.unsupported("the qk_matmul_output output");
   const bool three_d = shaped_dims(c.input(0).type()).size() == 3, past = given(c, 4) || given(c, 5);
+  for (std::size_t i : {1, 2})
+    if (shaped_dims(c.input(i).type()).size() != shaped_dims(c.input(0).type()).size())
+      c.unsupported("q, k and v of different ranks");
   if (given(c, 4) != given(c, 5)) c.unsupported("past_key without past_value or the reverse");
   const bool causal = c.int_attr("is_causal", 0) != 0;
   Value q = as_heads(c, c.input(0), "q_num_heads"), k = as_heads(c, c.input(1), "kv_num_heads"),
@@ -60,14 +79,18 @@ std::vector<Value> attention_op(NodeContext& c) {
     layout = "BHLD";
     k = c.b.create<ConcatOp>(std::vector<Value>{c.input(4), k}, 2).result();
     v = c.b.create<ConcatOp>(std::vector<Value>{c.input(5), v}, 2).result();
-    // Causal over a past aligns the new queries with the last keys; one query sees them all.
-    if (causal && shaped_dims(q.type())[2] != 1) c.unsupported("is_causal over a past with more than one query");
   }
   const DataType dt = shaped_data_type(q.type());
   Value mask = given(c, 3) ? attention_mask(c, c.inputs[3], dt) : Value();
   Value lengths = given(c, 6) ? c.inputs[6] : Value();  // opset 24's nonpad_kv_seqlen
   if (lengths && (past || causal)) c.unsupported("nonpad_kv_seqlen with a past or is_causal");
-  if (mask && causal && c.opset < 24) c.unsupported("attn_mask with is_causal (opset 24 combines them)");
+  // Causal over a past sees the keys up to its own position among them, j <= i + P (a mask, as kiln's
+  // causal attribute is top-left aligned); one new query sees every key.
+  const bool one_query = shaped_dims(q.type())[2] == 1;
+  if (past && causal && !one_query) {
+    if (mask) c.unsupported("attn_mask with is_causal over a past");
+    mask = causal_over_past(c, q, k);
+  }
   const double scale = c.has_attr("scale") ? c.float_attr("scale", 0.f) : 0.0;
   if (c.has_attr("scale") && scale == 0) c.unsupported("scale 0");
   Value y = c.b.create<ScaledDotProductAttentionOp>(q, k, v, causal && !past, scale, layout, lengths, mask)
@@ -97,9 +120,14 @@ std::vector<Value> rms_normalization(NodeContext& c) {
     return {c.b.create<RmsNormOp>(x, scale, axis, eps).result(0)};
   std::vector<std::int64_t> axes;
   for (std::int64_t a = axis; a < rank; ++a) axes.push_back(a);
-  Value ms = c.b.create<MeanOp>(c.b.create<SquareOp>(x).result(), axes, true).result();
+  const DataType dt = shaped_data_type(x.type());
+  const bool widen = dt == DataType::Float16 || dt == DataType::BFloat16;  // stash_type 1: in f32
+  Value xs = widen ? c.b.create<CastOp>(x, DataType::Float32).result() : x;
+  Value ms = c.b.create<MeanOp>(c.b.create<SquareOp>(xs).result(), axes, true).result();
   Value root = c.b.create<SqrtOp>(c.b.create<ScaleOp>(ms, 1.0, eps).result()).result();
-  return {c.b.create<MulOp>(c.b.create<DivOp>(x, root).result(), scale).result()};
+  Value y = c.b.create<DivOp>(xs, root).result();
+  if (widen) y = c.b.create<CastOp>(y, dt).result();
+  return {c.b.create<MulOp>(y, scale).result()};
 }
 
 Value slice_last(NodeContext& c, Value x, std::int64_t start, std::int64_t end, std::int64_t step = 1) {

@@ -203,15 +203,20 @@ std::vector<Value> hard_sigmoid(NodeContext& c) {
   return {c.b.create<ClipOp>(lin, 0.0, 1.0).result()};
 }
 
-// log(1 + exp(x)), as x where x > 20 (PyTorch's threshold: there they
-// agree in f32 and f64's 1e-9), exp read at min(x, 20): no exp overflows,
-// into the result or its gradient (0.5 at 0, as the formula's).
+// log(1 + exp(x)), as x where exp(-x) is below the type's precision (x > 20
+// in f32, 40 in f64: PyTorch's threshold form), exp read at min(x, that):
+// no exp overflows, into the result or its gradient (the sigmoid, 0.5 at
+// 0). 16-bit inputs in f32 (exp(12) is inf in f16), rounded once.
 Value softplus_of(NodeContext& c, Value x) {
   const DataType dt = shaped_data_type(x.type());
-  Value twenty = c.b.create<FullOp>(std::vector<std::int64_t>{}, 20.0, dt).result();
-  Value e = c.b.create<ExpOp>(c.b.create<MinimumOp>(x, twenty).result()).result();
+  const bool widen = dt == DataType::Float16 || dt == DataType::BFloat16;
+  const DataType ct = widen ? DataType::Float32 : dt;
+  Value xs = widen ? c.b.create<CastOp>(x, ct).result() : x;
+  Value edge = c.b.create<FullOp>(std::vector<std::int64_t>{}, dt == DataType::Float64 ? 40.0 : 20.0, ct).result();
+  Value e = c.b.create<ExpOp>(c.b.create<MinimumOp>(xs, edge).result()).result();
   Value soft = c.b.create<LogOp>(c.b.create<ScaleOp>(e, 1.0, 1.0).result()).result();
-  return c.b.create<WhereOp>(c.b.create<GreaterThanOp>(x, twenty).result(), x, soft).result();
+  Value y = c.b.create<WhereOp>(c.b.create<GreaterThanOp>(xs, edge).result(), xs, soft).result();
+  return widen ? c.b.create<CastOp>(y, dt).result() : y;
 }
 std::vector<Value> softplus(NodeContext& c) { return {softplus_of(c, c.input(0))}; }
 

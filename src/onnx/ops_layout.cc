@@ -326,7 +326,7 @@ std::vector<Value> group_norm(NodeContext& c) {
                       .result();
   Value y = normalize(c, grouped, {2}, c.float_attr("epsilon", 1e-5f));
   if (widen) y = c.b.create<CastOp>(y, dt).result();
-  y = c.b.create<ReshapeByOp>(y, c.b.create<ShapeOp>(x).result()).result();
+  y = c.b.create<ReshapeByOp>(y, c.b.create<ShapeOp>(x).result(), false, d).result();  // x's known dims kept
   std::vector<std::int64_t> per_channel(static_cast<std::size_t>(rank), 1);
   per_channel[1] = ch;
   auto channel = [&](std::size_t i) {

@@ -56,10 +56,12 @@ std::vector<Value> compose(NodeContext& c, Pre pre, Post post) {
   return {post(c.b.create<Reduce>(x, a.axes, a.keepdims).result())};
 }
 
-// -max(-x); unsigned integers negated as i64 (exact but for u64, an error).
+// -max(-x); integers of 32 bits or fewer negated as i64 (no wrap at 0 or
+// at their minimum); u64 is an error, i64's minimum wraps.
 std::vector<Value> reduce_min(NodeContext& c) {
   const DataType dt = shaped_data_type(c.input(0).type());
-  const bool wide = dt == DataType::UInt8 || dt == DataType::UInt16 || dt == DataType::UInt32;
+  const bool wide = dt == DataType::UInt8 || dt == DataType::UInt16 || dt == DataType::UInt32 ||
+                    dt == DataType::Int8 || dt == DataType::Int16 || dt == DataType::Int32;
   if (dt == DataType::UInt64) c.unsupported("ReduceMin of u64");
   auto neg = [&](Value v) {
     if (wide && shaped_data_type(v.type()) == dt) v = c.b.create<CastOp>(v, DataType::Int64).result();

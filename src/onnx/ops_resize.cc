@@ -230,7 +230,7 @@ std::vector<Value> resize(NodeContext& c) {
   m.exclude_outside = c.int_attr("exclude_outside", 0) != 0;
   m.extrapolation = c.float_attr("extrapolation_value", 0.0f);
   if (c.int_attr("antialias", 0) != 0 && m.mode != "nearest") c.unsupported("antialias");
-  const bool sized = c.inputs.size() > 3 && c.inputs[3];
+  const bool sized = c.inputs.size() > 3 && c.inputs[3] && !(c.constants[3] && c.constants[3]->numel() == 0);
   if (sized && string_attr(c, "keep_aspect_ratio_policy", "stretch") != "stretch")
     c.unsupported("keep_aspect_ratio_policy '" + string_attr(c, "keep_aspect_ratio_policy", "") + "'");
   const std::vector<std::int64_t> axes = c.ints_attr("axes");  // opset 18

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -555,6 +556,14 @@ TEST_CASE("the opset 23 and 24 ops kiln imports give ONNX Runtime's outputs", "[
         .fed("v", {2, 2, 1, 8}, pattern(32, 3, 7)).omitted().fed("past_key", {2, 2, 4, 8}, pattern(128, 9, 19))
         .fed("past_value", {2, 2, 4, 8}, pattern(128, 13, 23)).attr("is_causal", 1).check_against_onnxruntime(3);
   }
+  SECTION("is_causal over a past with three new queries (j <= i + P), and with a mask at opset 23") {
+    OneNode(23, "Attention").fed("q", {1, 2, 3, 4}, pattern(24, 5, 13)).fed("k", {1, 2, 3, 4}, pattern(24, 7, 11))
+        .fed("v", {1, 2, 3, 4}, pattern(24, 3, 7)).omitted().fed("past_key", {1, 2, 2, 4}, pattern(16, 9, 19))
+        .fed("past_value", {1, 2, 2, 4}, pattern(16, 13, 23)).attr("is_causal", 1).check_against_onnxruntime(3);
+    OneNode(23, "Attention").fed("q", {2, 2, 3, 4}, pattern(48, 5, 13)).fed("k", {2, 2, 3, 4}, pattern(48, 7, 11))
+        .fed("v", {2, 2, 3, 4}, pattern(48, 3, 7)).fed("mask", {3, 3}, pattern(9, 11, 17)).attr("is_causal", 1)
+        .check_against_onnxruntime();
+  }
   SECTION("opset 24's nonpad_kv_seqlen") {
     OneNode(24, "Attention").fed("q", {2, 2, 3, 4}, pattern(48, 5, 13)).fed("k", {2, 2, 5, 4}, pattern(80, 7, 11))
         .fed("v", {2, 2, 5, 4}, pattern(80, 3, 7)).omitted().omitted().omitted().ints("nonpad", {5, 2})
@@ -591,9 +600,60 @@ TEST_CASE("opset-23 Attention forms kiln has no op for are errors naming them", 
              Catch::Contains("softcap"));
   CHECK_THAT(q().fed("q", {1, 2, 16}, z).fed("k", {1, 2, 16}, z).fed("v", {1, 2, 16}, z).error(),
              Catch::Contains("q_num_heads"));
-  CHECK_THAT(q().fed("q", {1, 2, 2, 8}, z).fed("k", {1, 2, 2, 8}, z).fed("v", {1, 2, 2, 8}, z).omitted()
-                 .fed("pk", {1, 2, 2, 8}, z).fed("pv", {1, 2, 2, 8}, z).attr("is_causal", 1).error(3),
-             Catch::Contains("is_causal over a past"));
+  CHECK_THAT(q().fed("q", {1, 2, 16}, z).fed("k", {1, 2, 2, 8}, z).fed("v", {1, 2, 2, 8}, z)
+                 .attr("q_num_heads", 2).error(),
+             Catch::Contains("different ranks"));
   CHECK_THAT(q().fed("q", {1, 2, 2, 8}, z).fed("k", {1, 2, 2, 8}, z).fed("v", {1, 2, 2, 8}, z).error(4),
              Catch::Contains("qk_matmul_output"));
+}
+
+namespace {
+
+std::string f16_bytes(const std::vector<double>& v) {
+  std::vector<std::uint16_t> bits;
+  for (double x : v) bits.push_back(kiln::double_to_half(x));
+  return bytes_of(bits);
+}
+
+std::vector<double> f16_values(const kiln::Tensor& t) {
+  REQUIRE(t.dtype() == kiln::DataType::Float16);
+  const auto* h = static_cast<const std::uint16_t*>(t.raw_data());
+  std::vector<double> v;
+  for (std::int64_t i = 0; i < t.numel(); ++i) v.push_back(kiln::half_to_float(h[i]));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("Softplus, Mish and a composed RMSNormalization of f16 compute in f32 and round once",
+          "[onnx][opset18]") {
+  const std::string x = f16_bytes({-20, 0, 1, 15, 21});
+  const auto sp = f16_values(OneNode(13, "Softplus").raw("x", ::onnx::TensorProto_DataType_FLOAT16, {5}, x).tensors()[0]);
+  const std::vector<double> want{2.06e-9, 0.6931, 1.3133, 15, 21};
+  for (std::size_t i = 0; i < 5; ++i) CHECK(sp[i] == Approx(want[i]).epsilon(1e-3).margin(1e-6));
+  const auto mish = f16_values(OneNode(18, "Mish").raw("x", ::onnx::TensorProto_DataType_FLOAT16, {5}, x).tensors()[0]);
+  CHECK(mish[4] == 21);  // x · tanh(21): no inf · 0
+  // rms of 300, 1, 2, 3 is 150.01: 300² overflows f16
+  const auto rms = f16_values(OneNode(23, "RMSNormalization")
+                                  .raw("x", ::onnx::TensorProto_DataType_FLOAT16, {4}, f16_bytes({300, 1, 2, 3}))
+                                  .raw("scale", ::onnx::TensorProto_DataType_FLOAT16, {1}, f16_bytes({1}))
+                                  .tensors()[0]);
+  const std::vector<double> want_rms{2.0, 1 / 150.01, 2 / 150.01, 3 / 150.01};
+  for (std::size_t i = 0; i < 4; ++i) CHECK(rms[i] == Approx(want_rms[i]).epsilon(2e-3));
+}
+
+TEST_CASE("GroupNormalization keeps its input's dims known at import", "[onnx][opset18]") {
+  auto m = OneNode(21, "GroupNormalization").fed("x", {1, 4, 2}, std::vector<float>(8, 1.f))
+               .floats("scale", {1, 2, 3, 4}).floats("bias", {0, 1, 0, -1}).attr("num_groups", 2).imported();
+  for (kiln::Operation* op : m.main.block())
+    if (auto f = kiln::FetchOp::dyn_cast(op))
+      CHECK(kiln::shaped_dims(op->operand_source(0).type()) == std::vector<std::int64_t>{1, 4, 2});
+}
+
+TEST_CASE("ReduceMin of signed integers reaches their minimum without wrapping", "[onnx][opset18]") {
+  const auto y = OneNode(13, "ReduceMin")
+                     .raw("x", ::onnx::TensorProto_DataType_INT32, {2},
+                          bytes_of(std::vector<std::int32_t>{std::numeric_limits<std::int32_t>::min(), 5}))
+                     .attr("keepdims", 0).tensors()[0];
+  CHECK(y.to_vector<std::int32_t>() == std::vector<std::int32_t>{std::numeric_limits<std::int32_t>::min()});
 }
