@@ -8,10 +8,15 @@
 // the scale has the normalized dims (else composed), RotaryEmbedding
 // composed (half-split or interleaved pairs, a tail past
 // rotary_embedding_dim passed through). What kiln's op has no form for is
-// an error naming it: softcap, the qk_matmul_output output, q, k and v of
-// different ranks. is_causal over a past (j <= i + P) is a bool mask.
+// an error naming it: q, k and v of different ranks, qk_matmul_output_mode
+// other than 0. is_causal over a past (j <= i + P) is a bool mask; softcap
+// and the qk_matmul_output output take attention composed of kiln ops.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kiln/dialect/kiln_dialect.h"
@@ -46,9 +51,10 @@ Value attention_mask(NodeContext& c, Value mask, DataType dt) {
   return m == DataType::Bool || m == dt ? mask : c.b.create<CastOp>(mask, dt).result();
 }
 
-// The bool mask [Lq, T] of queries q [B, H, Lq, D] over keys k [B, Hk, T,
-// D] (a past and the new ones): key j is seen from query i when j <= i + T - Lq.
-Value causal_over_past(NodeContext& c, Value q, Value k) {
+// The causal bool mask [Lq, T] of queries q [B, H, Lq, D] over keys k [B,
+// Hk, T, D]: key j is seen from query i when j <= i (top-left), or over a
+// past when j <= i + T - Lq (the new queries are the last T - P keys').
+Value causal_mask(NodeContext& c, Value q, Value k, bool past) {
   auto dim = [&](Value x) {  // x's dim 2 as an i64 scalar, read at run time
     Value at = constant_value(c.b, Tensor::from_vector<std::int64_t>(Dims{}, {2}));
     return c.b.create<GatherOp>(c.b.create<ShapeOp>(x).result(), at, 0).result();
@@ -59,12 +65,51 @@ Value causal_over_past(NodeContext& c, Value q, Value k) {
   Value rows = c.b.create<UnsqueezeOp>(c.b.create<RangeOp>(zero, lq, one).result(), std::vector<std::int64_t>{1}).result();
   Value cols = c.b.create<UnsqueezeOp>(c.b.create<RangeOp>(zero, t, one).result(), std::vector<std::int64_t>{0}).result();
   Value ahead = c.b.create<SubOp>(cols, rows).result();  // j - i
-  return c.b.create<LessEqualOp>(ahead, c.b.create<SubOp>(t, lq).result()).result();
+  return c.b.create<LessEqualOp>(ahead, past ? c.b.create<SubOp>(t, lq).result() : zero).result();
+}
+
+// x [B, Hk, T, D] (D known) with each head repeated `group` times in a row.
+Value repeated_heads(NodeContext& c, Value x, std::int64_t group) {
+  const auto d = shaped_dims(x.type());
+  Value e = c.b.create<ExpandOp>(c.b.create<UnsqueezeOp>(x, std::vector<std::int64_t>{2}).result(),
+                                 std::vector<std::int64_t>{-1, -1, group, -1, -1})
+                .result();
+  return c.b.create<ReshapeOp>(e, std::vector<std::int64_t>{0, d[1] * group, -1, d[3]}).result();
+}
+
+// Attention of kiln ops, for what the fused op has no form for (softcap,
+// the qk_matmul_output output): q, k, v in BHLD (k and v with their past),
+// mask as attention_mask gives it. Returns y and the scaled scores (mode 0).
+std::pair<Value, Value> composed_attention(NodeContext& c, Value q, Value k, Value v, Value mask, bool causal,
+                                           bool past, double scale) {
+  const auto qd = shaped_dims(q.type()), kd = shaped_dims(k.type()), vd = shaped_dims(v.type());
+  const std::int64_t hq = qd[1], hk = kd[1];
+  if (hq != hk) {
+    if (hq < 1 || hk < 1 || hq % hk != 0 || kd[3] < 0 || vd[3] < 0)
+      c.unsupported("softcap or qk_matmul_output with head counts or head sizes known only at run time");
+    k = repeated_heads(c, k, hq / hk), v = repeated_heads(c, v, hq / hk);
+  }
+  if (scale == 0 && qd[3] < 1) c.unsupported("the default scale of a head size known only at run time");
+  const DataType dt = shaped_data_type(q.type());
+  auto full = [&](double x) { return c.b.create<FullOp>(std::vector<std::int64_t>{}, x, dt).result(); };
+  Value qk = c.b.create<MatmulOp>(q, k, false, true).result();
+  qk = c.b.create<ScaleOp>(qk, scale != 0 ? scale : 1 / std::sqrt(static_cast<double>(qd[3]))).result();
+  Value s = qk;
+  if (const double cap = c.float_attr("softcap", 0.f); cap != 0)  // cap · tanh(s / cap), before the mask
+    s = c.b.create<ScaleOp>(c.b.create<TanhOp>(c.b.create<ScaleOp>(s, 1 / cap).result()).result(), cap).result();
+  const Value none = full(-std::numeric_limits<double>::infinity());
+  if (mask && shaped_data_type(mask.type()) == DataType::Bool) s = c.b.create<WhereOp>(mask, s, none).result();
+  else if (mask) s = c.b.create<AddOp>(s, mask).result();
+  if (causal) s = c.b.create<WhereOp>(causal_mask(c, q, k, past), s, none).result();
+  Value p = c.b.create<SoftmaxOp>(s, -1).result();
+  p = c.b.create<WhereOp>(c.b.create<IsNanOp>(p).result(), full(0), p).result();  // a row without keys: 0
+  return {c.b.create<MatmulOp>(p, v).result(), qk};
 }
 
 std::vector<Value> attention_op(NodeContext& c) {
-  if (c.float_attr("softcap", 0.f) != 0.f) c.unsupported("softcap");
-  if (output_used(c, 3)) c.unsupported("the qk_matmul_output output");
+  const bool composed = c.float_attr("softcap", 0.f) != 0.f || output_used(c, 3);
+  if (composed && c.int_attr("qk_matmul_output_mode", 0) != 0)
+    c.unsupported("qk_matmul_output_mode " + std::to_string(c.int_attr("qk_matmul_output_mode", 0)));
   const bool three_d = shaped_dims(c.input(0).type()).size() == 3, past = given(c, 4) || given(c, 5);
   for (std::size_t i : {1, 2})
     if (shaped_dims(c.input(i).type()).size() != shaped_dims(c.input(0).type()).size())
@@ -84,24 +129,32 @@ std::vector<Value> attention_op(NodeContext& c) {
   Value mask = given(c, 3) ? attention_mask(c, c.inputs[3], dt) : Value();
   Value lengths = given(c, 6) ? c.inputs[6] : Value();  // opset 24's nonpad_kv_seqlen
   if (lengths && (past || causal)) c.unsupported("nonpad_kv_seqlen with a past or is_causal");
-  // Causal over a past sees the keys up to its own position among them, j <= i + P (a mask, as kiln's
-  // causal attribute is top-left aligned); one new query sees every key.
-  const bool one_query = shaped_dims(q.type())[2] == 1;
-  if (past && causal && !one_query) {
-    if (mask) c.unsupported("attn_mask with is_causal over a past");
-    mask = causal_over_past(c, q, k);
-  }
   const double scale = c.has_attr("scale") ? c.float_attr("scale", 0.f) : 0.0;
   if (c.has_attr("scale") && scale == 0) c.unsupported("scale 0");
-  Value y = c.b.create<ScaledDotProductAttentionOp>(q, k, v, causal && !past, scale, layout, lengths, mask)
-                .result(0);
+  if (layout == "BLHD" && composed) q = transposed_heads(c, q), k = transposed_heads(c, k), v = transposed_heads(c, v);
+  if (composed) layout = "BHLD";
+  Value y, qk;
+  if (composed) {
+    if (lengths) c.unsupported("nonpad_kv_seqlen with softcap or qk_matmul_output");
+    std::tie(y, qk) = composed_attention(c, q, k, v, mask, causal, past, scale);
+  } else {
+    // Causal over a past sees the keys up to its own position among them, j <= i + P (a mask, as
+    // kiln's causal attribute is top-left aligned); one new query sees every key.
+    if (past && causal && shaped_dims(q.type())[2] != 1) {
+      if (mask) c.unsupported("attn_mask with is_causal over a past");
+      mask = causal_mask(c, q, k, true);
+    }
+    y = c.b.create<ScaledDotProductAttentionOp>(q, k, v, causal && !past, scale, layout, lengths, mask).result(0);
+  }
   if (three_d) {
     if (layout == "BHLD") y = transposed_heads(c, y);
     y = c.b.create<ReshapeOp>(y, std::vector<std::int64_t>{0, 0, -1}).result();
   }
   // present_key / present_value: the keys and values read, [B, Hkv, T, D] (BHLD)
-  if (layout == "BLHD") return {y, transposed_heads(c, k), transposed_heads(c, v)};
-  return {y, k, v};
+  if (layout == "BLHD") k = transposed_heads(c, k), v = transposed_heads(c, v);
+  std::vector<Value> out{y, k, v};
+  if (qk) out.push_back(qk);
+  return out;
 }
 
 // x / sqrt(mean(x², dims from axis on) + epsilon) · scale.
