@@ -141,8 +141,13 @@ std::vector<Value> attention_op(NodeContext& c) {
     // Causal over a past sees the keys up to its own position among them, j <= i + P (a mask, as
     // kiln's causal attribute is top-left aligned); one new query sees every key.
     if (past && causal && shaped_dims(q.type())[2] != 1) {
-      if (mask) c.unsupported("attn_mask with is_causal over a past");
-      mask = causal_mask(c, q, k, true);
+      Value seen = causal_mask(c, q, k, true);
+      if (!mask) mask = seen;
+      else if (shaped_data_type(mask.type()) == DataType::Bool) mask = c.b.create<LogicalAndOp>(mask, seen).result();
+      else mask = c.b.create<WhereOp>(seen, mask, c.b.create<FullOp>(std::vector<std::int64_t>{},
+                                                                     -std::numeric_limits<double>::infinity(), dt)
+                                                  .result())
+                      .result();
     }
     y = c.b.create<ScaledDotProductAttentionOp>(q, k, v, causal && !past, scale, layout, lengths, mask).result(0);
   }

@@ -572,6 +572,18 @@ TEST_CASE("the opset 23 and 24 ops kiln imports give ONNX Runtime's outputs", "[
         .fed("v", {1, 2, 3, 4}, pattern(24, 3, 7)).fed("mask", {2, 3}, pattern(6, 11, 17)).omitted()
         .omitted().attr("softcap", 0.3f).check_against_onnxruntime(4);
   }
+  SECTION("is_causal over a past with a bool and with a float mask") {
+    std::string keep(15, '\1');
+    keep[1] = keep[7] = '\0';
+    OneNode(24, "Attention").fed("q", {1, 2, 3, 4}, pattern(24, 5, 13)).fed("k", {1, 2, 3, 4}, pattern(24, 7, 11))
+        .fed("v", {1, 2, 3, 4}, pattern(24, 3, 7)).raw("mask", ::onnx::TensorProto_DataType_BOOL, {3, 5}, keep)
+        .fed("past_key", {1, 2, 2, 4}, pattern(16, 9, 19)).fed("past_value", {1, 2, 2, 4}, pattern(16, 13, 23))
+        .attr("is_causal", 1).check_against_onnxruntime(3);
+    OneNode(24, "Attention").fed("q", {1, 2, 3, 4}, pattern(24, 5, 13)).fed("k", {1, 2, 3, 4}, pattern(24, 7, 11))
+        .fed("v", {1, 2, 3, 4}, pattern(24, 3, 7)).fed("mask", {3, 5}, pattern(15, 11, 17))
+        .fed("past_key", {1, 2, 2, 4}, pattern(16, 9, 19)).fed("past_value", {1, 2, 2, 4}, pattern(16, 13, 23))
+        .attr("is_causal", 1).check_against_onnxruntime(3);
+  }
   SECTION("opset 24's nonpad_kv_seqlen") {
     OneNode(24, "Attention").fed("q", {2, 2, 3, 4}, pattern(48, 5, 13)).fed("k", {2, 2, 5, 4}, pattern(80, 7, 11))
         .fed("v", {2, 2, 5, 4}, pattern(80, 3, 7)).omitted().omitted().omitted().ints("nonpad", {5, 2})
