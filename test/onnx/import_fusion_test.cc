@@ -460,6 +460,41 @@ TEST_CASE("an attention chain with an additive mask imports as one kiln.scaled_d
 
 namespace {
 
+// softmax(scale · q·kᵀ) · v in f64 (causal: row i sees keys j <= i) for q
+// [B, H, L, D] and k, v [.., L, D] / [.., L, Dv], whose head kv(b, h)
+// (counted across batches) query head h of batch b reads; row-major out.
+template <typename Kv>
+std::vector<double> reference_attention(const std::vector<float>& q, const std::vector<float>& k,
+                                        const std::vector<float>& v, int batch, int heads, int l, int d, int dv,
+                                        double scale, bool causal, Kv kv) {
+  std::vector<double> out;
+  for (int bh = 0; bh < batch * heads; ++bh) {
+    const int g = kv(bh / heads, bh % heads);
+    for (int i = 0; i < l; ++i) {
+      std::vector<double> e(static_cast<std::size_t>(l));
+      double z = 0;
+      for (int j = 0; j < l; ++j) {
+        double dot = 0;
+        for (int c = 0; c < d; ++c)
+          dot += double(q[static_cast<std::size_t>((bh * l + i) * d + c)]) * k[static_cast<std::size_t>((g * l + j) * d + c)];
+        z += e[static_cast<std::size_t>(j)] = causal && j > i ? 0.0 : std::exp(scale * dot);
+      }
+      for (int c = 0; c < dv; ++c) {
+        double want = 0;
+        for (int j = 0; j < l; ++j)
+          want += e[static_cast<std::size_t>(j)] / z * v[static_cast<std::size_t>((g * l + j) * dv + c)];
+        out.push_back(want);
+      }
+    }
+  }
+  return out;
+}
+
+void check_near(const std::vector<float>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-5));
+}
+
 // How a model repeats k and v ([B, 2, L, D]) to q's 4 heads.
 enum class Repeat {
   Grouped,         // each head twice in a row (HF Llama's repeat_kv): head h reads head h / 2
@@ -576,24 +611,9 @@ TEST_CASE("k and v repeated to q's heads import as grouped-query attention readi
                               {"v", Tensor::from_vector<float>({kb, 2, 3, 3}, v)}},
                              {"o"})[0]
                          .to_vector<float>();
-    REQUIRE(got.size() == 2 * 4 * 3 * 3);
-    for (int b = 0; b < 2; ++b)
-      for (int h = 0; h < 4; ++h) {
-        const int kv = (b % kb) * 2 + (how == Repeat::Tiled ? h % 2 : h / 2);
-        for (int i = 0; i < 3; ++i) {
-          double s[3], z = 0;
-          for (int j = 0; j < 3; ++j) {
-            double dot = 0;
-            for (int c = 0; c < 4; ++c) dot += double(q[((b * 4 + h) * 3 + i) * 4 + c]) * k[(kv * 3 + j) * 4 + c];
-            z += s[j] = std::exp(0.5 * dot);
-          }
-          for (int c = 0; c < 3; ++c) {
-            double want = 0;
-            for (int j = 0; j < 3; ++j) want += s[j] / z * v[(kv * 3 + j) * 3 + c];
-            CHECK(got[static_cast<std::size_t>(((b * 4 + h) * 3 + i) * 3 + c)] == Approx(want).margin(1e-5));
-          }
-        }
-      }
+    check_near(got, reference_attention(q, k, v, 2, 4, 3, 4, 3, 0.5, false, [&](int b, int h) {
+                 return (b % kb) * 2 + (how == Repeat::Tiled ? h % 2 : h / 2);
+               }));
   }
 }
 
@@ -695,22 +715,8 @@ TEST_CASE("PyTorch's exported scaled_dot_product_attention imports as one attent
                               {"v", Tensor::from_vector<float>(dims, v)}},
                              {"o"})[0]
                          .to_vector<float>();
-    REQUIRE(got.size() == q.size());
-    const double s = scale ? double(*scale) : 0.5;
-    for (int bh = 0; bh < b * h; ++bh)
-      for (int i = 0; i < l; ++i) {
-        double e[l], z = 0;
-        for (int j = 0; j < l; ++j) {
-          double dot = 0;
-          for (int c = 0; c < d; ++c) dot += double(q[(bh * l + i) * d + c]) * k[(bh * l + j) * d + c];
-          z += e[j] = causal && j > i ? 0.0 : std::exp(s * dot);
-        }
-        for (int c = 0; c < d; ++c) {
-          double want = 0;
-          for (int j = 0; j < l; ++j) want += e[j] / z * v[(bh * l + j) * d + c];
-          CHECK(got[static_cast<std::size_t>((bh * l + i) * d + c)] == Approx(want).margin(1e-5));
-        }
-      }
+    check_near(got, reference_attention(q, k, v, b, h, l, d, d, scale ? double(*scale) : 0.5, causal,
+                                        [&](int bb, int hh) { return bb * h + hh; }));
   }
 }
 
@@ -879,21 +885,6 @@ TEST_CASE("k and v whose batch of 1 is sliced off along axis -4 and stretched by
                             {"v_full", Tensor::from_vector<float>({2, 2, 3, 4}, v)}},
                            {"o"})[0]
                        .to_vector<float>();
-  REQUIRE(got.size() == 96);
-  for (int b = 0; b < 2; ++b)
-    for (int h = 0; h < 4; ++h)
-      for (int i = 0; i < 3; ++i) {
-        const int kv = h / 2;  // batch 0's heads for every batch
-        double e[3], z = 0;
-        for (int j = 0; j < 3; ++j) {
-          double dot = 0;
-          for (int c = 0; c < 4; ++c) dot += double(q[((b * 4 + h) * 3 + i) * 4 + c]) * k[(kv * 3 + j) * 4 + c];
-          z += e[j] = std::exp(0.5 * dot);
-        }
-        for (int c = 0; c < 4; ++c) {
-          double want = 0;
-          for (int j = 0; j < 3; ++j) want += e[j] / z * v[(kv * 3 + j) * 4 + c];
-          CHECK(got[static_cast<std::size_t>(((b * 4 + h) * 3 + i) * 4 + c)] == Approx(want).margin(1e-5));
-        }
-      }
+  // batch 0's heads for every batch
+  check_near(got, reference_attention(q, k, v, 2, 4, 3, 4, 4, 0.5, false, [](int, int h) { return h / 2; }));
 }
