@@ -1,6 +1,7 @@
 // kiln::onnx::import_model (kiln/onnx/import.h): the graph's inputs become
 // kiln.data ops, each node goes through its op-table entry (op_table.h),
 // the graph's outputs become kiln.fetch ops named like them.
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -81,6 +82,17 @@ std::vector<std::int64_t> NodeContext::constant_ints(std::size_t i, const std::s
     unsupported(what + " (input #" + std::to_string(i) + ") is " + std::string(to_string(t.dtype())) +
                 ", expected int32 or int64");
   return v;
+}
+
+std::vector<std::int64_t> NodeContext::distinct_axes(const std::vector<std::int64_t>& axes, std::int64_t rank) const {
+  std::vector<std::int64_t> out;
+  for (std::int64_t a : axes) {
+    const std::int64_t at = a < 0 ? a + rank : a;
+    if (at < 0 || at >= rank || std::find(out.begin(), out.end(), at) != out.end())
+      unsupported("axes entry " + std::to_string(a) + " (out of range or repeated) for rank " + std::to_string(rank));
+    out.push_back(at);
+  }
+  return out;
 }
 
 std::vector<std::int64_t> NodeContext::ints_input_or_attr(std::size_t i, const std::string& attr,

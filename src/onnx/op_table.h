@@ -70,6 +70,9 @@ struct NodeContext {
   // Input i's value as integers, known at import; kiln::Error naming the
   // node and `what` when the input is computed at run time.
   std::vector<std::int64_t> constant_ints(std::size_t i, const std::string& what) const;
+  // `axes` of a rank-`rank` input counted from the front; kiln::Error
+  // naming the node when one is out of range or named twice.
+  std::vector<std::int64_t> distinct_axes(const std::vector<std::int64_t>& axes, std::int64_t rank) const;
   // Integers from attribute `attr` before opset `input_since`, since then
   // from input i (constant_ints; empty when the input is absent).
   std::vector<std::int64_t> ints_input_or_attr(std::size_t i, const std::string& attr, std::int64_t input_since,

@@ -96,15 +96,10 @@ std::vector<std::int64_t> pads_of_axes(NodeContext& c, const std::vector<std::in
   if (pads.size() != 2 * n)
     c.unsupported("pads of length " + std::to_string(pads.size()) + " for " + std::to_string(n) + " axes");
   std::vector<std::int64_t> all(static_cast<std::size_t>(2 * rank), 0);
-  std::vector<bool> named(static_cast<std::size_t>(rank), false);
+  const std::vector<std::int64_t> at = c.distinct_axes(axes, rank);
   for (std::size_t k = 0; k < n; ++k) {
-    const std::int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
-    if (a < 0 || a >= rank || named[static_cast<std::size_t>(a)])
-      c.unsupported("axes entry " + std::to_string(axes[k]) + " (out of range or repeated) for rank " +
-                    std::to_string(rank));
-    named[static_cast<std::size_t>(a)] = true;
-    all[static_cast<std::size_t>(a)] = pads[k];
-    all[static_cast<std::size_t>(a + rank)] = pads[k + n];
+    all[static_cast<std::size_t>(at[k])] = pads[k];
+    all[static_cast<std::size_t>(at[k] + rank)] = pads[k + n];
   }
   return all;
 }

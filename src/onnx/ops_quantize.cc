@@ -5,6 +5,7 @@
 // integer ops is exact (MatMulInteger, ConvInteger).
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "kiln/dialect/kiln_dialect.h"
@@ -76,6 +77,11 @@ Value optional_input(const NodeContext& c, std::size_t i) {
   return i < c.inputs.size() ? c.inputs[i] : Value();
 }
 
+// The element type an int attribute names (output_dtype), when kiln imports it.
+std::optional<DataType> type_named(std::int64_t t) {
+  return t > 0 && t < 64 ? kiln_data_type(static_cast<std::int32_t>(t)) : std::nullopt;
+}
+
 // Opset 21's blocked quantization (block_size > 0) is not imported.
 void per_tensor_or_axis(NodeContext& c) {
   if (c.int_attr("block_size", 0) != 0) c.unsupported("block_size " + std::to_string(c.int_attr("block_size", 0)));
@@ -88,7 +94,7 @@ std::vector<Value> dequantize_linear(NodeContext& c) {
   Value x = dequantize(c, c.input(0), c.input(1), optional_input(c, 2), c.int_attr("axis", 1));
   DataType want = c.opset >= 19 ? shaped_data_type(c.input(1).type()) : DataType::Float32;
   if (const std::int64_t od = c.int_attr("output_dtype", 0); od != 0) {
-    const auto given = od > 0 && od < 64 ? kiln_data_type(static_cast<std::int32_t>(od)) : std::nullopt;
+    const auto given = type_named(od);
     if (!given || !is_floating(*given)) c.unsupported("output_dtype " + std::to_string(od) + " (a float type)");
     want = *given;
   }
@@ -104,7 +110,7 @@ std::vector<Value> quantize_linear(NodeContext& c) {
   Value zp = optional_input(c, 2);
   DataType dt = zp ? shaped_data_type(zp.type()) : DataType::UInt8;
   if (const std::int64_t od = c.int_attr("output_dtype", 0); od != 0) {
-    const auto want = od > 0 && od < 64 ? kiln_data_type(static_cast<std::int32_t>(od)) : std::nullopt;
+    const auto want = type_named(od);
     if (!want || (zp && *want != dt))
       c.unsupported("output_dtype " + std::to_string(od) + " (a type kiln imports, the zero point's)");
     dt = *want;

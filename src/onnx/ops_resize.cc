@@ -186,15 +186,10 @@ void over_every_axis(NodeContext& c, const std::vector<std::int64_t>& axes, std:
     c.unsupported("roi, scales or sizes of another length than " + std::to_string(n) + " axes (2 each for roi)");
   std::vector<double> all_roi(static_cast<std::size_t>(2 * rank), 0.0), all_scales(static_cast<std::size_t>(rank), 1.0);
   std::vector<std::int64_t> all_sizes = d;
-  std::vector<bool> named(static_cast<std::size_t>(rank), false);
   for (std::int64_t a = 0; a < rank; ++a) all_roi[static_cast<std::size_t>(a + rank)] = 1.0;
+  const std::vector<std::int64_t> at = c.distinct_axes(axes, rank);
   for (std::size_t k = 0; k < n; ++k) {
-    const std::int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
-    if (a < 0 || a >= rank || named[static_cast<std::size_t>(a)])
-      c.unsupported("axes entry " + std::to_string(axes[k]) + " (out of range or repeated) for rank " +
-                    std::to_string(rank));
-    const auto i = static_cast<std::size_t>(a);
-    named[i] = true;
+    const auto i = static_cast<std::size_t>(at[k]);
     if (!roi.empty()) all_roi[i] = roi[k], all_roi[i + static_cast<std::size_t>(rank)] = roi[k + n];
     if (!scales.empty()) all_scales[i] = scales[k];
     if (!sizes.empty()) all_sizes[i] = sizes[k];
