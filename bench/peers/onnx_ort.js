@@ -12,15 +12,18 @@
 //   BENCH onnx.<name>.infer.ort.t<T> <ms> ms
 //   BENCH onnx.<name>.infer.ort.t<T>.min <ms> ms
 // With CNN_DIR (bench/peers/cnn_export.py's models), also each CNN at batch
-// 1 and 8 (224x224 images): BENCH onnx.<cnn>.b<B>.infer.ort.t<T>.
-// Usage: node onnx_ort.js MODELS_DIR [filter] [CNN_DIR]
+// 1 and 8 (224x224 images): BENCH onnx.<cnn>.b<B>.infer.ort.t<T>. With
+// TRANSFORMER_DIR (bench/peers/transformer_export.py's models), also
+// bert_base and gpt2_small at batch 1: BENCH onnx.<name>.b1.infer.ort.t<T>,
+// and .import_ms: the session's creation and its first run.
+// Usage: node onnx_ort.js MODELS_DIR [filter] [CNN_DIR] [TRANSFORMER_DIR]
 //        (runs for "", "onnx", "onnx.<name>")
 // onnxruntime-node comes from NODE_PATH (./run installs it with
 // `npm install --ignore-scripts` into .cache/onnxruntime-node).
 'use strict';
 const path = require('path');
 
-const [modelsDir, filter = '', cnnDir = ''] = process.argv.slice(2);
+const [modelsDir, filter = '', cnnDir = '', transformerDir = ''] = process.argv.slice(2);
 const MODELS = [
   {name: 'lenet', input: 'image', dtype: 'float32', dims: [64, 1, 28, 28], runs: 100},
   {name: 'gpt', input: 'ids', dtype: 'int64', dims: [16, 64], intMax: 96, runs: 20},
@@ -33,6 +36,14 @@ if (cnnDir !== '') {
     [1, 8].forEach((batch, k) => MODELS.push({
       name: cnn, tag: `${cnn}.b${batch}`, dir: cnnDir, input: 'image', dtype: 'float32',
       dims: [batch, 3, 224, 224], runs: runs[k]}));
+  }
+}
+// The transformers at batch 1: ids [1, seq] below the vocabulary's size.
+const TRANSFORMERS = {bert_base: {seq: 128, runs: 6}, gpt2_small: {seq: 256, runs: 3}};
+if (transformerDir !== '') {
+  for (const [name, t] of Object.entries(TRANSFORMERS)) {
+    MODELS.push({name, tag: `${name}.b1`, dir: transformerDir, input: 'ids', dtype: 'int64',
+                 dims: [1, t.seq], intMax: 30000, runs: t.runs, importMs: true});
   }
 }
 
@@ -80,11 +91,14 @@ async function main() {
     if (!wanted(m.name)) continue;
     const feeds = {[m.input]: input(ort, m)};
     for (const threads of [1, 2]) {
+      const t0 = process.hrtime.bigint();
       const session = await ort.InferenceSession.create(path.join(m.dir || modelsDir, m.name, 'model.onnx'), {
         intraOpNumThreads: threads, interOpNumThreads: 1, executionMode: 'sequential',
         graphOptimizationLevel: 'all',
       });
-      for (let i = 0; i < Math.max(5, m.runs / 5); ++i) await session.run(feeds);
+      await session.run(feeds);
+      const importMs = Number(process.hrtime.bigint() - t0) / 1e6;
+      for (let i = 1; i < Math.max(5, m.runs / 5); ++i) await session.run(feeds);
       const reps = [];
       let fastest = Infinity;
       for (let rep = 0; rep < 5; ++rep) {
@@ -100,6 +114,7 @@ async function main() {
       const tag = m.tag || m.name;
       console.log(`BENCH onnx.${tag}.infer.ort.t${threads} ${median(reps).toFixed(4)} ms`);
       console.log(`BENCH onnx.${tag}.infer.ort.t${threads}.min ${fastest.toFixed(4)} ms`);
+      if (m.importMs) console.log(`BENCH onnx.${tag}.infer.ort.t${threads}.import_ms ${importMs.toFixed(1)} ms`);
       await session.release();
     }
   }

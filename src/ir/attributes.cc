@@ -251,7 +251,7 @@ PlaceAttribute PlaceAttribute::load(const nlohmann::json& j) {
 // The builtin attributes' get(): out of line, so that a file including
 // builtin_attributes.h does not instantiate the uniquing templates for each.
 #define KILN_SCALAR_ATTRIBUTE_GET(Class, T) \
-  Class Class::get(T v) { return get_uniqued(v); }
+  Class Class::get(T v) { return get_uniqued(std::move(v)); }
 KILN_SCALAR_ATTRIBUTE_GET(BoolAttribute, bool)
 KILN_SCALAR_ATTRIBUTE_GET(Int32Attribute, std::int32_t)
 KILN_SCALAR_ATTRIBUTE_GET(Int64Attribute, std::int64_t)
@@ -263,7 +263,9 @@ KILN_SCALAR_ATTRIBUTE_GET(DataTypeAttribute, DataType)
 #undef KILN_SCALAR_ATTRIBUTE_GET
 
 PlaceAttribute PlaceAttribute::get(Place p) { return get_uniqued(p); }
-ArrayAttribute ArrayAttribute::get(std::vector<Attribute> elements) { return get_uniqued(elements); }
+ArrayAttribute ArrayAttribute::get(std::vector<Attribute> elements) {
+  return get_uniqued(std::move(elements));
+}
 
 bool ArrayAttributeStorage::operator==(const KeyTy& k) const { return elements == k; }
 bool DictionaryAttributeStorage::operator==(const KeyTy& k) const { return entries == k; }
@@ -336,7 +338,7 @@ DictionaryAttribute DictionaryAttribute::get(std::vector<NamedAttribute> entries
       throw_error(ErrorKind::InvalidArgument, "attribute '", entries[i].first,
                   "' is given twice");
   }
-  return get_uniqued(entries);
+  return get_uniqued(std::move(entries));
 }
 
 Attribute DictionaryAttribute::find(std::string_view key) const {
@@ -353,13 +355,13 @@ DictionaryAttribute DictionaryAttribute::with(std::string_view key, Attribute v)
                              [](const NamedAttribute& a, std::string_view k) { return a.first < k; });
   if (it != e.end() && it->first == key) it->second = v;
   else e.insert(it, {std::string(key), v});
-  return get_uniqued(e);
+  return get_uniqued(std::move(e));
 }
 
 DictionaryAttribute DictionaryAttribute::without(std::string_view key) const {
   auto e = value();
   std::erase_if(e, [&](const NamedAttribute& a) { return a.first == key; });
-  return get_uniqued(e);
+  return get_uniqued(std::move(e));
 }
 
 void DictionaryAttribute::print(std::ostream& os) const {

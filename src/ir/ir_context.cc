@@ -69,7 +69,7 @@ IrContext* IrContext::instance() {
 }
 
 const void* IrContext::unique(const detail::AbstractKind* kind, std::size_t key_hash,
-                              const void* key, const UniqueFns& fns) {
+                              void* key, const UniqueFns& fns) {
   std::size_t h = hash_combine(std::hash<const void*>()(kind), key_hash);
   {
     std::shared_lock lock(impl_->storage_mutex);

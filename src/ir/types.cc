@@ -91,7 +91,9 @@ bool ShapedTypeStorage::operator==(const KeyTy& k) const {
   return element == k.first && dims == k.second;
 }
 bool VectorTypeStorage::operator==(const KeyTy& k) const { return elements == k; }
-VectorType VectorType::get(std::vector<Type> elements) { return get_uniqued(elements); }
+VectorType VectorType::get(std::vector<Type> elements) {
+  return get_uniqued(std::move(elements));
+}
 
 std::size_t ShapedTypeStorage::hash_key(const KeyTy& k) {
   std::size_t h = std::hash<Type>()(k.first);

@@ -2,9 +2,11 @@
 // kiln.data ops, each node goes through its op-table entry (op_table.h),
 // the graph's outputs become kiln.fetch ops named like them.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -112,8 +114,11 @@ std::int64_t NodeContext::constant_int(std::size_t i, const std::string& what) c
 
 Value constant_value(Builder& b, const Tensor& t) {
   std::string bytes(static_cast<const char*>(t.raw_data()), t.bytes());
-  TensorAttribute a = TensorAttribute::get(t.dtype(), t.dims().to_vector(), std::move(bytes));
-  return b.create<ConstantOp>(a, TensorType::get(t.dtype(), t.dims().to_vector())).result();
+  return constant_of(b, TensorAttribute::get(t.dtype(), t.dims().to_vector(), std::move(bytes)));
+}
+
+Value constant_of(Builder& b, TensorAttribute a) {
+  return b.create<ConstantOp>(a, TensorType::get(a.dtype(), a.dims())).result();
 }
 
 const OpTable& op_table() {
@@ -192,6 +197,36 @@ void fold_constants(Block& block, Operation* mark, const ::onnx::NodeProto& node
   }
 }
 
+// A value known at import: the attribute a constant or parameter is made
+// of, and the tensor the builders read.
+struct KnownConstant {
+  TensorAttribute attribute;
+  Tensor tensor;
+};
+
+KnownConstant copied_constant(Tensor t) {
+  std::string bytes(static_cast<const char*>(t.raw_data()), t.bytes());
+  return {TensorAttribute::get(t.dtype(), t.dims().to_vector(), std::move(bytes)), std::move(t)};
+}
+
+// `tp`'s raw data moved into the attribute (no copy), and the builders'
+// tensor over the attribute's bytes where the tensor is too large to fold
+// (the uniqued attribute lives as long as the process's IrContext, and no
+// importer step writes a constant it reads); anything else copied.
+KnownConstant taken_constant(::onnx::TensorProto& tp, const std::string& what) {
+  if (tp.raw_data().empty()) return copied_constant(detail::tensor_of(tp, what));
+  detail::TensorLayout l = detail::layout_of(tp, what);
+  const TensorAttribute a = TensorAttribute::get(l.dtype, std::move(l.dims), std::move(*tp.mutable_raw_data()));
+  const std::string_view bytes = a.bytes();
+  const Dims dims(a.dims());
+  if (static_cast<std::int64_t>(l.numel) > kMaxFoldedElements &&
+      reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(std::max_align_t) == 0)
+    return {a, Tensor::from_external(const_cast<char*>(bytes.data()), bytes.size(), dims, a.dtype())};
+  Tensor t = Tensor::empty(dims, a.dtype());
+  if (!bytes.empty()) std::memcpy(t.raw_data(), bytes.data(), bytes.size());
+  return {a, std::move(t)};
+}
+
 // One import, phase by phase: initializers, graph inputs, each node, graph
 // outputs. `values` maps ONNX names to kiln values; `constants` holds the
 // values known at import (initializers, Constant nodes, Shape of static
@@ -230,34 +265,42 @@ class GraphImporter {
   // Initializers: parameters set by the startup program from their values
   // (so the imported model trains like one built by the frontend); in a
   // subgraph, constants of its block.
-  void import_initializers(const ::onnx::GraphProto& g) {
+  // A main graph's initializers hand their raw data to the parameters'
+  // attributes (`owned`: the parsed model is the import's own, and a
+  // model's weights are then copied once, by the parse); a subgraph's are
+  // copied.
+  void import_initializers(const ::onnx::GraphProto& g, ::onnx::GraphProto* owned = nullptr) {
     if (g.sparse_initializer_size() > 0)
       throw_error(ErrorKind::Unimplemented, "ONNX model ", what_, " has sparse initializers (first '",
                   g.sparse_initializer(0).values().name(), "'); kiln does not import them");
-    for (const auto& init : g.initializer()) {
-      if (poisoned_.count(init.name())) continue;  // its external data failed
-      Tensor t;
-      if (!recorded([&] { t = detail::tensor_of(init, "initializer '" + init.name() + "'"); },
-                    {init.name()}))
+    for (int i = 0; i < g.initializer_size(); ++i) {
+      const std::string& name = g.initializer(i).name();
+      if (poisoned_.count(name)) continue;  // its external data failed
+      const std::string what = "initializer '" + name + "'";
+      std::optional<KnownConstant> c;
+      if (!recorded([&] {
+            c = owned ? taken_constant(*owned->mutable_initializer(i), what)
+                      : copied_constant(detail::tensor_of(g.initializer(i), what));
+          }, {name}))
         continue;
-      values_[init.name()] = add_initializer(init.name(), std::move(t));
+      values_[name] = add_initializer(name, std::move(*c));
     }
   }
 
   // `name`'s value known at import: a parameter the startup program sets
   // (a subgraph's: a constant), its tensor kept for the builders.
-  Value add_initializer(const std::string& name, Tensor t) {
+  Value add_initializer(const std::string& name, KnownConstant c) {
     Value v;
     if (parent_) {
-      v = detail::constant_value(b_, t);
+      v = detail::constant_of(b_, c.attribute);
     } else {
-      const Type type = TensorType::get(t.dtype(), t.dims().to_vector());
-      sb_.create<SetParameterOp>(detail::constant_value(sb_, t), name);
+      const Type type = TensorType::get(c.attribute.dtype(), c.attribute.dims());
+      sb_.create<SetParameterOp>(detail::constant_of(sb_, c.attribute), name);
       out_.startup.set_parameter(name, Parameter{type, true});
       out_.main.set_parameter(name, Parameter{type, true});
       v = b_.create<ParameterOp>(name, type).result();
     }
-    constants_.emplace(name, std::move(t));
+    constants_.emplace(name, std::move(c.tensor));
     return v;
   }
 
@@ -317,7 +360,7 @@ class GraphImporter {
     const detail::FusionScope scope{[this](const std::string& n) { return lookup(n); },
                                     [this](const std::string& n) { return lookup_constant(n); },
                                     [this](const std::string& n, Tensor t) {
-                                      return values_[n] = add_initializer(n, std::move(t));
+                                      return values_[n] = add_initializer(n, copied_constant(std::move(t)));
                                     },
                                     out_.opset};
     std::vector<bool> fused(static_cast<std::size_t>(g.node_size()), false);
@@ -504,7 +547,7 @@ bool uses_default_domain(const ::onnx::GraphProto& g) {
 
 // The import, stopping at the first error (`problems` null) or recording
 // each one there and going on as far as the model allows.
-ImportedModel import_parsed(const ::onnx::ModelProto& model, std::string_view what,
+ImportedModel import_parsed(::onnx::ModelProto& model, std::string_view what,
                             std::vector<std::string>* problems,
                             const std::unordered_set<std::string>& failed = {}) {
   ImportedModel out;
@@ -522,7 +565,7 @@ ImportedModel import_parsed(const ::onnx::ModelProto& model, std::string_view wh
   GraphImporter importer(out, what);
   importer.collect_problems(problems);
   importer.poison(failed);
-  importer.import_initializers(g);
+  importer.import_initializers(g, model.mutable_graph());
   importer.import_inputs(g);
   importer.import_nodes(g);
   importer.import_outputs(g);
@@ -564,11 +607,13 @@ std::string folder_of(const std::string& path) {
 }  // namespace
 
 std::vector<std::string> import_problems(const std::string& path) {
-  return import_problems_from_bytes(detail::read_file_bytes(path), "'" + path + "'", folder_of(path));
+  const detail::FileBytes file(path);
+  return import_problems_from_bytes(file.view(), "'" + path + "'", folder_of(path));
 }
 
 ImportedModel import_model(const std::string& path) {
-  return import_model_from_bytes(detail::read_file_bytes(path), "'" + path + "'", folder_of(path));
+  const detail::FileBytes file(path);
+  return import_model_from_bytes(file.view(), "'" + path + "'", folder_of(path));
 }
 
 // ---- TensorProto ----
@@ -591,28 +636,34 @@ Tensor tensor_from_bytes(std::string_view bytes, std::string_view what) {
   return detail::tensor_of(tp, what);
 }
 
-Tensor detail::tensor_of(const ::onnx::TensorProto& tp, std::string_view what) {
+detail::TensorLayout detail::layout_of(const ::onnx::TensorProto& tp, std::string_view what) {
   if (tp.data_location() == ::onnx::TensorProto_DataLocation_EXTERNAL)
     throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " keeps its data in an external "
                 "file that was not read (kiln reads external data when it imports a model file, "
                 "or model bytes with the model's folder)");
-  const DataType dt = data_type(tp.data_type(), "tensor " + std::string(what));
-  std::vector<std::int64_t> dims(tp.dims().begin(), tp.dims().end());
+  TensorLayout l{data_type(tp.data_type(), "tensor " + std::string(what)),
+                 std::vector<std::int64_t>(tp.dims().begin(), tp.dims().end()), 1};
   // The element count, checked against the data held before anything is
   // allocated: dims may promise far more than the model holds.
-  std::uint64_t n = 1;
-  for (auto d : dims) {
+  for (auto d : l.dims) {
     if (d < 0) throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " has dim ", d);
     const auto u = static_cast<std::uint64_t>(d);
-    if (u != 0 && n > std::numeric_limits<std::uint64_t>::max() / 16 / u)
+    if (u != 0 && l.numel > std::numeric_limits<std::uint64_t>::max() / 16 / u)
       throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " has dims too large to hold");
-    n *= u;
+    l.numel *= u;
   }
-  const std::uint64_t bytes = n * static_cast<std::uint64_t>(size_of(dt));
+  if (!tp.raw_data().empty() && tp.raw_data().size() != l.numel * size_of(l.dtype))
+    throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " has ", tp.raw_data().size(),
+                " bytes of raw data for ", l.numel, " elements of ", to_string(l.dtype));
+  return l;
+}
+
+Tensor detail::tensor_of(const ::onnx::TensorProto& tp, std::string_view what) {
+  const TensorLayout l = layout_of(tp, what);
+  const DataType dt = l.dtype;
+  const std::vector<std::int64_t>& dims = l.dims;
+  const std::uint64_t n = l.numel;
   if (!tp.raw_data().empty()) {
-    if (tp.raw_data().size() != bytes)
-      throw_error(ErrorKind::InvalidArgument, "ONNX tensor ", what, " has ", tp.raw_data().size(),
-                  " bytes of raw data for ", n, " elements of ", to_string(dt));
     Tensor t = Tensor::empty(Dims(dims), dt);
     if (n) std::memcpy(t.raw_data(), tp.raw_data().data(), t.bytes());
     return t;
@@ -658,7 +709,8 @@ Tensor detail::tensor_of(const ::onnx::TensorProto& tp, std::string_view what) {
 
 Tensor read_tensor_proto(const std::string& path) {
   try {
-    return tensor_from_bytes(detail::read_file_bytes(path), "'" + path + "'");
+    const detail::FileBytes file(path);
+    return tensor_from_bytes(file.view(), "'" + path + "'");
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::NotFound)
       throw Error(ErrorKind::NotFound, "cannot open ONNX tensor file '" + path + "'");

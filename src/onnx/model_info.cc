@@ -2,9 +2,14 @@
 // protobuf classes of Debian's libonnx-dev.
 #include "kiln/onnx/model_info.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
-#include <fstream>
+#include <cerrno>
 #include <limits>
 #include <sstream>
 #include <unordered_set>
@@ -32,13 +37,32 @@ namespace detail {
   return model;
 }
 
-std::string read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw_error(ErrorKind::NotFound, "cannot open ONNX model file '", path, "'");
-  std::ostringstream os;
-  os << in.rdbuf();
-  if (in.bad()) throw_error(ErrorKind::NotFound, "cannot read ONNX model file '", path, "'");
-  return std::move(os).str();
+FileBytes::FileBytes(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw_error(ErrorKind::NotFound, "cannot open ONNX model file '", path, "'");
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    void* p = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p != MAP_FAILED) {
+      mapped_ = static_cast<const char*>(p);
+      size_ = static_cast<std::size_t>(st.st_size);
+      ::close(fd);
+      return;
+    }
+  }
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n > 0) { read_.append(chunk, static_cast<std::size_t>(n)); continue; }
+    if (n < 0 && errno == EINTR) continue;
+    ::close(fd);
+    if (n < 0) throw_error(ErrorKind::NotFound, "cannot read ONNX model file '", path, "'");
+    return;
+  }
+}
+
+FileBytes::~FileBytes() {
+  if (mapped_) ::munmap(const_cast<char*>(mapped_), size_);
 }
 
 std::string elem_type_name(std::int32_t elem_type) {
@@ -140,7 +164,8 @@ ModelInfo read_model_info_from_bytes(std::string_view bytes, std::string_view wh
 }
 
 ModelInfo read_model_info(const std::string& path) {
-  return read_model_info_from_bytes(detail::read_file_bytes(path), "'" + path + "'");
+  const detail::FileBytes file(path);
+  return read_model_info_from_bytes(file.view(), "'" + path + "'");
 }
 
 std::string to_string(const ModelInfo& info) {

@@ -13,8 +13,24 @@
 namespace kiln::onnx::detail {
 
 ::onnx::ModelProto parse_model(std::string_view bytes, std::string_view what);
-// The file's bytes; kiln::Error(NotFound) naming it when it cannot be read.
-std::string read_file_bytes(const std::string& path);
+
+// A file's bytes for as long as this lives: a regular file mapped read-only
+// (a model of a few hundred MB is parsed from the page cache, not copied
+// into the heap first), anything else (a pipe) read. kiln::Error(NotFound)
+// naming the file when it cannot be opened or read.
+class FileBytes {
+ public:
+  explicit FileBytes(const std::string& path);
+  ~FileBytes();
+  FileBytes(const FileBytes&) = delete;
+  FileBytes& operator=(const FileBytes&) = delete;
+  std::string_view view() const { return mapped_ ? std::string_view(mapped_, size_) : read_; }
+
+ private:
+  const char* mapped_ = nullptr;
+  std::size_t size_ = 0;
+  std::string read_;
+};
 // ONNX's element type name, lower case ("float", "int64", "bfloat16").
 std::string elem_type_name(std::int32_t elem_type);
 // ONNX's element type of a kiln dtype and back: one table for import, export

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kiln/ir/builder.h"
+#include "kiln/ir/tensor_attribute.h"
 #include "kiln/runtime/tensor.h"
 
 namespace kiln::onnx::detail {
@@ -84,10 +85,21 @@ struct NodeContext {
   std::int64_t constant_int(std::size_t i, const std::string& what) const;
 };
 
+// An ONNX TensorProto's element type, dims and element count, checked
+// (its data not external, no negative dim, raw data of the size they give);
+// kiln::Error naming the tensor as `what`.
+struct TensorLayout {
+  DataType dtype;
+  std::vector<std::int64_t> dims;
+  std::uint64_t numel;
+};
+TensorLayout layout_of(const ::onnx::TensorProto& t, std::string_view what);
 // An ONNX TensorProto as a kiln tensor (see kiln/onnx/import.h).
 Tensor tensor_of(const ::onnx::TensorProto& t, std::string_view what);
 // A tensor's bytes as a builtin.constant; its value.
 Value constant_value(Builder& b, const Tensor& t);
+// A builtin.constant of `a`; its value.
+Value constant_of(Builder& b, TensorAttribute a);
 
 // x padded by `pads` (1-D i32/i64 [2·rank]: begins, then ends; negative
 // crops) computed at run time, in ONNX Pad's mode constant (with the scalar

@@ -1,9 +1,13 @@
 // kiln::onnx::read_model_info (kiln/onnx/model_info.h) on models of ONNX's
 // backend test suite, and the errors for files that are not ONNX models.
+#include <sys/stat.h>
+
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 
 #include "catch.hpp"
 #include "kiln/onnx/model_info.h"
@@ -88,4 +92,21 @@ TEST_CASE("a file that is not ONNX, and a missing file, are clear errors naming 
   KILN_CHECK_ERROR(onnx::read_model_info(empty), InvalidArgument, {"empty.onnx", "no graph"});
   KILN_CHECK_ERROR(onnx::read_model_info_from_bytes("\x08\x07", "bytes"), InvalidArgument,
                    {"bytes", "no graph"});
+}
+
+TEST_CASE("a model read through a pipe gives what its file gives; a folder is a clear error naming it",
+          "[onnx]") {
+  if (!have_suite()) return;
+  const std::string file = suite_model("pytorch-converted/test_Conv2d");
+  const std::string fifo = "/tmp/kiln_onnx_test_model_fifo.onnx";
+  std::remove(fifo.c_str());
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // The writer blocks until the reader opens the pipe, then writes it all.
+  std::thread writer([&] { std::ofstream(fifo, std::ios::binary) << file_bytes(file); });
+  const onnx::ModelInfo piped = onnx::read_model_info(fifo);
+  writer.join();
+  std::remove(fifo.c_str());
+  CHECK(onnx::to_string(piped) == onnx::to_string(onnx::read_model_info(file)));
+  const std::string folder = std::filesystem::temp_directory_path().string();
+  KILN_CHECK_ERROR(onnx::read_model_info(folder), NotFound, {"'" + folder + "'"});
 }

@@ -54,7 +54,7 @@ class AttrBase : public Attribute {
 
  protected:
   template <typename Key>
-  static Concrete get_uniqued(const Key& key);
+  static Concrete get_uniqued(Key&& key);
 };
 
 }  // namespace kiln

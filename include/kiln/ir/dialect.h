@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "kiln/ir/ir_context.h"
 
@@ -76,27 +77,30 @@ D* IrContext::get_or_register_dialect() {
 }
 
 namespace detail {
+// A new storage moves its key in when the caller hands it over (a tensor
+// attribute's bytes are not copied again), else copies it.
 template <typename Concrete, typename Storage, typename Key>
-const Storage* unique_storage(const AbstractKind* kind, const Key& key) {
+const Storage* unique_storage(const AbstractKind* kind, Key&& key) {
+  using K = std::remove_cvref_t<Key>;
   static constexpr IrContext::UniqueFns fns{
       [](const void* s, const void* k) {
-        return *static_cast<const Storage*>(s) == *static_cast<const Key*>(k);
+        return *static_cast<const Storage*>(s) == *static_cast<const K*>(k);
       },
-      [](const void* k, const AbstractKind* kind) -> void* {
-        auto* s = new Storage(*static_cast<const Key*>(k));
+      [](void* k, const AbstractKind* kind) -> void* {
+        auto* s = new Storage(std::forward<Key>(*static_cast<K*>(k)));
         s->kind = kind;
         return s;
       },
       [](void* s) { delete static_cast<Storage*>(s); }};
-  return static_cast<const Storage*>(
-      IrContext::instance()->unique(kind, Storage::hash_key(key), &key, fns));
+  return static_cast<const Storage*>(IrContext::instance()->unique(
+      kind, Storage::hash_key(key), const_cast<K*>(std::addressof(key)), fns));
 }
 
 template <typename Storage>
 const Storage* unique_singleton(const AbstractKind* kind) {
   static constexpr IrContext::UniqueFns fns{
       [](const void*, const void*) { return true; },
-      [](const void*, const AbstractKind* kind) -> void* {
+      [](void*, const AbstractKind* kind) -> void* {
         auto* s = new Storage();
         s->kind = kind;
         return s;
@@ -108,9 +112,9 @@ const Storage* unique_singleton(const AbstractKind* kind) {
 
 template <typename Concrete, typename Storage>
 template <typename Key>
-Concrete TypeBase<Concrete, Storage>::get_uniqued(const Key& key) {
+Concrete TypeBase<Concrete, Storage>::get_uniqued(Key&& key) {
   auto* kind = IrContext::instance()->type_kind<Concrete>();
-  return Concrete(detail::unique_storage<Concrete, Storage>(kind, key));
+  return Concrete(detail::unique_storage<Concrete, Storage>(kind, std::forward<Key>(key)));
 }
 
 template <typename Concrete, typename Storage>
@@ -122,9 +126,9 @@ Concrete TypeBase<Concrete, Storage>::get_singleton() {
 
 template <typename Concrete, typename Storage>
 template <typename Key>
-Concrete AttrBase<Concrete, Storage>::get_uniqued(const Key& key) {
+Concrete AttrBase<Concrete, Storage>::get_uniqued(Key&& key) {
   auto* kind = IrContext::instance()->attribute_kind<Concrete>();
-  return Concrete(detail::unique_storage<Concrete, Storage>(kind, key));
+  return Concrete(detail::unique_storage<Concrete, Storage>(kind, std::forward<Key>(key)));
 }
 
 }  // namespace kiln

@@ -28,11 +28,12 @@ class IrContext {
   // ---- uniquing (thread-safe) -------------------------------------------
   struct UniqueFns {
     bool (*equal)(const void* storage, const void* key);
-    void* (*create)(const void* key, const detail::AbstractKind* kind);
+    void* (*create)(void* key, const detail::AbstractKind* kind);  // may move from key
     void (*destroy)(void* storage);
   };
-  // The storage of kind `kind` whose key equals `key`, created on first use.
-  const void* unique(const detail::AbstractKind* kind, std::size_t key_hash, const void* key,
+  // The storage of kind `kind` whose key equals `key`, created on first use
+  // (fns.create may then move from `key`).
+  const void* unique(const detail::AbstractKind* kind, std::size_t key_hash, void* key,
                      const UniqueFns& fns);
 
   // ---- kinds -------------------------------------------------------------

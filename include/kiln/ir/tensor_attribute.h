@@ -23,7 +23,7 @@ struct TensorAttributeStorage : AttributeStorage {
     std::vector<std::int64_t> dims;
     std::string bytes;
   };
-  explicit TensorAttributeStorage(const KeyTy& k) : key(k) {}
+  explicit TensorAttributeStorage(KeyTy k) : key(std::move(k)) {}
   bool operator==(const KeyTy& k) const {
     return key.dtype == k.dtype && key.dims == k.dims && key.bytes == k.bytes;
   }

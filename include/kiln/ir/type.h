@@ -65,7 +65,7 @@ class TypeBase : public Type {
  protected:
   // Parametric: the uniqued instance for `key`. Singleton: the one instance.
   template <typename Key>
-  static Concrete get_uniqued(const Key& key);
+  static Concrete get_uniqued(Key&& key);
   static Concrete get_singleton();
 };
 
