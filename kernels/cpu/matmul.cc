@@ -357,7 +357,7 @@ template <typename T>
 ActivationLoop<T> activation_loop(const EpilogueActivation& a) {
   static const std::vector<ActivationLoop<T>> family = activation_table<T>(UnaryFamily{});
   if (a.gelu == EpilogueActivation::Gelu::Erf) return activation_loop_of<cpu::GeluErfF, T>();
-  if (a.gelu == EpilogueActivation::Gelu::Tanh) return activation_loop_of<GeluTanhMath, T>();
+  if (a.gelu == EpilogueActivation::Gelu::Tanh) return activation_loop_of<cpu::GeluTanhF, T>();
   return a.index >= 0 ? family[static_cast<std::size_t>(a.index)] : ActivationLoop<T>{};
 }
 
@@ -449,7 +449,7 @@ std::vector<InPlaceFn> in_place_table(MathList<Maths...>) {
 InPlaceFn in_place_activation(const EpilogueActivation& a) {
   static const std::vector<InPlaceFn> family = in_place_table(UnaryFamily{});
   if (a.gelu == EpilogueActivation::Gelu::Erf) return &in_place_f32<cpu::GeluErfF>;
-  if (a.gelu == EpilogueActivation::Gelu::Tanh) return &in_place_f32<GeluTanhMath>;
+  if (a.gelu == EpilogueActivation::Gelu::Tanh) return &in_place_f32<cpu::GeluTanhF>;
   return a.index >= 0 ? family[static_cast<std::size_t>(a.index)] : nullptr;
 }
 

@@ -149,7 +149,7 @@ bool register_inplace_family(MathList<Maths...>) {
 template <typename T>
 struct GeluK {
   static void run(KernelContext& ctx) {
-    if (ctx.attrs<GeluOp>().approximate) unary_apply<GeluTanhMath, T>(ctx);
+    if (ctx.attrs<GeluOp>().approximate) unary_apply<GeluTanhF, T>(ctx);
     else unary_apply<GeluErfF, T>(ctx);
   }
 };
@@ -164,7 +164,7 @@ struct GeluErfG {  // Φ(x) + x·φ(x); both from one exp in f32 (vector_math.h)
 template <typename T>
 struct GeluGradK {
   static void run(KernelContext& ctx) {
-    if (ctx.attrs<GradOf<GeluOp>>().approximate) unary_grad<GeluTanhMath, T>(ctx);
+    if (ctx.attrs<GradOf<GeluOp>>().approximate) unary_grad<GeluTanhG, T>(ctx);
     else unary_grad<GeluErfG, T>(ctx);
   }
 };
@@ -174,14 +174,14 @@ struct GeluGradK {
 template <DataType D>
 struct GeluHalfK {
   static void run(KernelContext& ctx) {
-    if (ctx.attrs<GeluOp>().approximate) unary_half_apply<GeluTanhMath, D>(ctx);
+    if (ctx.attrs<GeluOp>().approximate) unary_half_apply<GeluTanhF, D>(ctx);
     else unary_half_apply<GeluErfF, D>(ctx);
   }
 };
 template <DataType D>
 struct GeluHalfGradK {
   static void run(KernelContext& ctx) {
-    if (ctx.attrs<GradOf<GeluOp>>().approximate) unary_half_grad<GeluTanhMath, D>(ctx);
+    if (ctx.attrs<GradOf<GeluOp>>().approximate) unary_half_grad<GeluTanhG, D>(ctx);
     else unary_half_grad<GeluErfG, D>(ctx);
   }
 };

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
+#include <optional>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -307,6 +310,85 @@ std::optional<Fused> gelu(Chain& c, int first, Builder& b) {
   return Fused{c.nodes(), c.out(half), b.create<GeluOp>(xv, false).result()};
 }
 
+// The output of the sole reader of `at`, an `op` node whose other input
+// is a scalar within `tol` of `want` (covered); nullopt otherwise.
+std::optional<std::string> by_scalar(Chain& c, const std::string& at, const char* op, double want, double tol) {
+  const int r = c.sole_reader(at, op);
+  const std::string* other = r < 0 ? nullptr : c.other_input(r, at);
+  if (!other || !c.scalar_is(*other, want, tol)) return std::nullopt;
+  c.cover(r);
+  return c.out(r);
+}
+
+// x³ where the chain starts: Pow(x, 3), or Mul(x, x) read only by a Mul
+// with x (covered); nullopt otherwise.
+std::optional<std::string> cube_of(Chain& c, int first, const std::string& x) {
+  const auto& n = c.node(first);
+  if (n.op_type() == "Pow" && c.scalar_is(n.input(1), 3.0, 0)) {
+    c.cover(first);
+    return c.out(first);
+  }
+  if (n.op_type() != "Mul" || n.input(1) != x) return std::nullopt;
+  c.cover(first);
+  const int m = c.sole_reader(c.out(first), "Mul");
+  const std::string* other = m < 0 ? nullptr : c.other_input(m, c.out(first));
+  if (!other || *other != x) return std::nullopt;
+  c.cover(m);
+  return c.out(m);
+}
+
+// 0.5 · x · p where p is read: (x · p) · 0.5, x · (0.5 · p) or (0.5 · x) · p
+// (the half of x covered when it is made later and read only here); the
+// product's name, or nullopt.
+std::optional<std::string> half_x_times(Chain& c, const std::string& p, const std::string& x) {
+  const int m = c.sole_reader(p, "Mul");
+  const std::string* f = m < 0 ? nullptr : c.other_input(m, p);
+  if (!f) return std::nullopt;
+  c.cover(m);
+  if (*f == x) return by_scalar(c, c.out(m), "Mul", 0.5, 0);
+  if (c.scalar_is(*f, 0.5, 0)) {
+    const int mx = c.sole_reader(c.out(m), "Mul");
+    const std::string* other = mx < 0 ? nullptr : c.other_input(mx, c.out(m));
+    if (!other || *other != x) return std::nullopt;
+    c.cover(mx);
+    return c.out(mx);
+  }
+  const auto* h = c.made_by(*f, "Mul");
+  if (!h || h->input_size() != 2 ||
+      !((h->input(0) == x && c.scalar_is(h->input(1), 0.5, 0)) ||
+        (h->input(1) == x && c.scalar_is(h->input(0), 0.5, 0))))
+    return std::nullopt;
+  if (!c.value(*f) && c.sole_reader(*f, "Mul") == m) c.cover(c.producer(*f));
+  return c.out(m);
+}
+
+// y = 0.5 · x · (1 + tanh(sqrt(2/π) · (x + 0.044715 · x³))), GPT-2's GELU,
+// from x³ (cube_of) as PyTorch writes F.gelu(approximate="tanh") and
+// Hugging Face's gelu_new: Mul(x³, 0.044715), Add(x, .), Mul(., sqrt(2/π)),
+// Tanh, Add(., 1), then 0.5 · x · that (half_x_times)
+// -> kiln.gelu(x, approximate).
+std::optional<Fused> gelu_tanh(Chain& c, int first, Builder& b) {
+  const auto& n = c.node(first);
+  if (n.input_size() != 2) return std::nullopt;
+  const std::string& x = n.input(0);
+  Value xv = c.value(x);
+  if (!is_float_tensor(xv)) return std::nullopt;
+  const auto cube = cube_of(c, first, x);
+  const auto inner = cube ? by_scalar(c, *cube, "Mul", 0.044715, 1e-6) : std::nullopt;
+  const int sum = inner ? c.sole_reader(*inner, "Add") : -1;
+  const std::string* other = sum < 0 ? nullptr : c.other_input(sum, *inner);
+  if (!other || *other != x) return std::nullopt;
+  c.cover(sum);
+  const auto arg = by_scalar(c, c.out(sum), "Mul", std::sqrt(2.0 / std::numbers::pi), 1e-6);
+  const int tanh = arg ? c.sole_reader(*arg, "Tanh") : -1;
+  if (tanh < 0) return std::nullopt;
+  c.cover(tanh);
+  const auto p = by_scalar(c, c.out(tanh), "Add", 1.0, 0);
+  const auto y = p ? half_x_times(c, *p, x) : std::nullopt;
+  if (!y) return std::nullopt;
+  return Fused{c.nodes(), *y, b.create<GeluOp>(xv, true).result()};
+}
+
 // Whether `t` is a causal mask for an [L, L] score matrix: 0 on and below
 // the diagonal, -inf above it.
 bool is_causal_mask(const Tensor& t) {
@@ -378,15 +460,14 @@ std::optional<std::string> causal_where(Chain& c, const std::string& s, std::int
   return c.out(where);
 }
 
-// Whether `mask` can be attention's float mask over the scores of q and
-// k ([B, H, Lq, D], [B, H, Lk, D]): q's dtype, rank 2 to 4, each dim 1 or
-// the scores' (or unknown).
-bool fits_scores(Value mask, Value q, Value k) {
+// Whether `mask` can be attention's float mask over the scores of q
+// [B, H, Lq, D] and lk keys: q's dtype, rank 2 to 4, each dim 1 or the
+// scores' (or unknown).
+bool fits_scores(Value mask, Value q, std::int64_t lk) {
   if (!is_float_tensor(mask) || shaped_data_type(mask.type()) != shaped_data_type(q.type())) return false;
   const auto& md = shaped_dims(mask.type());
   const auto& qd = shaped_dims(q.type());
-  const auto& kd = shaped_dims(k.type());
-  const std::int64_t full[] = {qd[0], qd[1], qd[2], kd[2]};
+  const std::int64_t full[] = {qd[0], qd[1], qd[2], lk};
   if (md.size() < 2 || md.size() > 4) return false;
   for (std::size_t i = 0; i < md.size(); ++i) {
     const std::int64_t m = md[i], f = full[4 - md.size() + i];
@@ -494,21 +575,26 @@ std::optional<std::pair<std::string, double>> scaled_operand(const Chain& c, con
 }
 
 // The scaled scores of an attention chain starting at a Transpose of k
-// (its last two axes swapped): q·kᵀ, then a Mul or Div by a scalar, or
-// (PyTorch's SDPA export) q and kᵀ each multiplied by sqrt(scale) first.
+// (its last two axes swapped; or k [B, L, H, D] taken straight to
+// [B, H, D, L], the one Transpose PyTorch writes for Hugging Face's
+// `transpose_for_scores(k).transpose(-1, -2)`): q·kᵀ, then a Mul or Div by
+// a scalar, or (PyTorch's SDPA export) q and kᵀ each multiplied by
+// sqrt(scale) first.
 struct Scores {
   Value q, k;
   std::string q_name, k_name, s;  // s: the scaled scores' name
   double scale = 1.0;
+  bool k_blhd = false;  // k is [B, L, H, D]
+  std::int64_t keys() const { return shaped_dims(k.type())[k_blhd ? 1 : 2]; }
 };
 std::optional<Scores> scaled_scores(Chain& c, int first) {
   const auto& tr = c.node(first);
   if (tr.op_type() != "Transpose" || tr.input_size() != 1 || tr.attribute_size() != 1) return std::nullopt;
   const auto& perm = tr.attribute(0);
-  if (perm.name() != "perm" || perm.ints_size() != 4 || perm.ints(0) != 0 || perm.ints(1) != 1 ||
-      perm.ints(2) != 3 || perm.ints(3) != 2)
-    return std::nullopt;
-  Scores r{{}, c.value(tr.input(0)), {}, tr.input(0), {}, 1.0};
+  if (perm.name() != "perm" || perm.ints_size() != 4 || perm.ints(0) != 0) return std::nullopt;
+  const std::vector<std::int64_t> p(perm.ints().begin(), perm.ints().end());
+  if (p != std::vector<std::int64_t>{0, 1, 3, 2} && p != std::vector<std::int64_t>{0, 2, 3, 1}) return std::nullopt;
+  Scores r{{}, c.value(tr.input(0)), {}, tr.input(0), {}, 1.0, p[1] == 2};
   if (!is_float_tensor(r.k) || shaped_dims(r.k.type()).size() != 4) return std::nullopt;
   c.cover(first);
   std::string kt = c.out(first);
@@ -582,7 +668,9 @@ bool is_exported_causal_mask(const Chain& c, const std::string& name, const std:
 //   [c = Add(s, mask)], [Where(causal, ., -inf)], p = Softmax(., axis -1),
 //   o = MatMul(p, v)
 // -> kiln.scaled_dot_product_attention(q, k, v[, mask]) {causal, scale}
-// for rank-4 [B, H, L, D] operands: a constant causal mask, kiln's
+// for rank-4 [B, H, L, D] operands (k also [B, L, H, D]: scaled_scores;
+// it is then swapped to BHLD, a swap the fuse pass folds with q's and
+// v's into the op's BLHD layout): a constant causal mask, kiln's
 // exported causal Where (causal_where) and PyTorch's exported causal mask
 // are the causal attribute, any other float mask that broadcasts to the
 // scores (a BERT's padding mask, a bias) the op's mask operand. A row the
@@ -595,7 +683,7 @@ std::optional<Fused> attention(Chain& c, int first, Builder& b) {
   Value q = sc->q, k = sc->k, mask;
   std::string s = sc->s;
   bool causal = false;
-  const std::int64_t lq = shaped_dims(q.type())[2], lk = shaped_dims(k.type())[2];
+  const std::int64_t lq = shaped_dims(q.type())[2], lk = sc->keys();
   if (auto w = causal_where(c, s, lq, lk)) {
     causal = true;
     s = *w;
@@ -608,7 +696,7 @@ std::optional<Fused> attention(Chain& c, int first, Builder& b) {
       causal = true;
     } else {
       mask = c.value(*name);
-      if (!mask || !fits_scores(mask, q, k)) return std::nullopt;
+      if (!mask || !fits_scores(mask, q, lk)) return std::nullopt;
     }
     c.cover(add);
     s = c.out(add);
@@ -629,6 +717,7 @@ std::optional<Fused> attention(Chain& c, int first, Builder& b) {
       shaped_data_type(v.type()) != shaped_data_type(q.type()))
     return std::nullopt;
   c.cover(pv);
+  if (sc->k_blhd) k = b.create<TransposeOp>(k, std::vector<std::int64_t>{0, 2, 1, 3}).result();
   std::tie(k, v) = grouped_kv(q, k, v);
   Value out = b.create<ScaledDotProductAttentionOp>(q, k, v, causal, sc->scale, "BHLD", Value(), mask).result(0);
   return Fused{c.nodes(), c.out(pv), out};
@@ -695,7 +784,7 @@ std::optional<Fused> conv_batch_norm(Chain& c, int first, Builder& b) {
 std::optional<Fused> fuse_at(const ::onnx::GraphProto& g, const GraphUses& uses, int first,
                              Builder& b, const FusionScope& scope) {
   using Matcher = std::optional<Fused> (*)(Chain&, int, Builder&);
-  for (Matcher m : {&layer_norm, &gelu, &attention, &conv_batch_norm}) {
+  for (Matcher m : {&layer_norm, &gelu, &gelu_tanh, &attention, &conv_batch_norm}) {
     Chain chain(g, uses, scope);
     std::optional<Fused> f;
     try {

@@ -157,6 +157,9 @@ DataType data_type(std::int32_t elem_type, const std::string& what) {
               detail::elem_type_name(elem_type), "; kiln imports ", detail::kImportedElemTypes);
 }
 
+// The most elements a value folded at import has. Initializers larger than
+// this are read in place of their attributes' bytes (taken_constant): the
+// fold's kernels, which may write their operands, never see them.
 constexpr std::int64_t kMaxFoldedElements = 1 << 16;
 
 // When every input of `node` is known at import, runs the kiln ops its
@@ -607,12 +610,12 @@ std::string folder_of(const std::string& path) {
 }  // namespace
 
 std::vector<std::string> import_problems(const std::string& path) {
-  const detail::FileBytes file(path);
+  const detail::FileBytes file(path, "ONNX model file");
   return import_problems_from_bytes(file.view(), "'" + path + "'", folder_of(path));
 }
 
 ImportedModel import_model(const std::string& path) {
-  const detail::FileBytes file(path);
+  const detail::FileBytes file(path, "ONNX model file");
   return import_model_from_bytes(file.view(), "'" + path + "'", folder_of(path));
 }
 
@@ -708,14 +711,8 @@ Tensor detail::tensor_of(const ::onnx::TensorProto& tp, std::string_view what) {
 }
 
 Tensor read_tensor_proto(const std::string& path) {
-  try {
-    const detail::FileBytes file(path);
-    return tensor_from_bytes(file.view(), "'" + path + "'");
-  } catch (const Error& e) {
-    if (e.kind() == ErrorKind::NotFound)
-      throw Error(ErrorKind::NotFound, "cannot open ONNX tensor file '" + path + "'");
-    throw;
-  }
+  const detail::FileBytes file(path, "ONNX tensor file");
+  return tensor_from_bytes(file.view(), "'" + path + "'");
 }
 
 }  // namespace kiln::onnx

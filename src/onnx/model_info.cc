@@ -3,13 +3,13 @@
 #include "kiln/onnx/model_info.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <unordered_set>
@@ -37,32 +37,48 @@ namespace detail {
   return model;
 }
 
-FileBytes::FileBytes(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_error(ErrorKind::NotFound, "cannot open ONNX model file '", path, "'");
-  struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-    void* p = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p != MAP_FAILED) {
-      mapped_ = static_cast<const char*>(p);
-      size_ = static_cast<std::size_t>(st.st_size);
-      ::close(fd);
-      return;
-    }
+namespace {
+
+// An open file descriptor, closed on every path out.
+struct OpenFile {
+  int fd;
+  ~OpenFile() {
+    if (fd >= 0) ::close(fd);
   }
-  char chunk[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n > 0) { read_.append(chunk, static_cast<std::size_t>(n)); continue; }
-    if (n < 0 && errno == EINTR) continue;
-    ::close(fd);
-    if (n < 0) throw_error(ErrorKind::NotFound, "cannot read ONNX model file '", path, "'");
-    return;
-  }
+};
+
+[[noreturn]] void read_failed(const std::string& path, std::string_view noun, int err) {
+  throw_error(ErrorKind::DataLoss, "cannot read ", noun, " '", path, "': ", std::strerror(err));
 }
 
-FileBytes::~FileBytes() {
-  if (mapped_) ::munmap(const_cast<char*>(mapped_), size_);
+}  // namespace
+
+FileBytes::FileBytes(const std::string& path, std::string_view noun) {
+  const OpenFile f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) throw_error(ErrorKind::NotFound, "cannot open ", noun, " '", path, "': ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) read_failed(path, noun, errno);
+  if (S_ISDIR(st.st_mode)) throw_error(ErrorKind::InvalidArgument, "'", path, "' is a folder, not an ", noun);
+  if (S_ISREG(st.st_mode)) {
+    const auto want = static_cast<std::size_t>(st.st_size);
+    file_.reset(new char[std::max<std::size_t>(want, 1)]);
+    while (size_ < want) {
+      const ssize_t n = ::pread(f.fd, file_.get() + size_, want - size_, static_cast<off_t>(size_));
+      if (n > 0) size_ += static_cast<std::size_t>(n);
+      else if (n == 0) break;  // shrunk since fstat
+      else if (errno != EINTR) read_failed(path, noun, errno);
+    }
+    return;
+  }
+  constexpr std::size_t kChunk = 1 << 16;
+  for (;;) {
+    const std::size_t had = stream_.size();
+    stream_.resize(had + kChunk);
+    const ssize_t n = ::read(f.fd, stream_.data() + had, kChunk);
+    stream_.resize(had + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+    if (n == 0) return;
+    if (n < 0 && errno != EINTR) read_failed(path, noun, errno);
+  }
 }
 
 std::string elem_type_name(std::int32_t elem_type) {
@@ -164,7 +180,7 @@ ModelInfo read_model_info_from_bytes(std::string_view bytes, std::string_view wh
 }
 
 ModelInfo read_model_info(const std::string& path) {
-  const detail::FileBytes file(path);
+  const detail::FileBytes file(path, "ONNX model file");
   return read_model_info_from_bytes(file.view(), "'" + path + "'");
 }
 

@@ -4,6 +4,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,22 +15,21 @@ namespace kiln::onnx::detail {
 
 ::onnx::ModelProto parse_model(std::string_view bytes, std::string_view what);
 
-// A file's bytes for as long as this lives: a regular file mapped read-only
-// (a model of a few hundred MB is parsed from the page cache, not copied
-// into the heap first), anything else (a pipe) read. kiln::Error(NotFound)
-// naming the file when it cannot be opened or read.
+// A file's bytes, read once: into a buffer of the size the file has (a
+// regular file; one that shrinks meanwhile gives what is left, a truncated
+// model: mapping it instead would kill the process with SIGBUS) or as a
+// stream delivers them (a pipe). kiln::Error naming the file, as `noun`
+// ("ONNX model file"), and the system's reason: NotFound when it cannot be
+// opened, InvalidArgument for a folder, DataLoss when reading fails.
 class FileBytes {
  public:
-  explicit FileBytes(const std::string& path);
-  ~FileBytes();
-  FileBytes(const FileBytes&) = delete;
-  FileBytes& operator=(const FileBytes&) = delete;
-  std::string_view view() const { return mapped_ ? std::string_view(mapped_, size_) : read_; }
+  FileBytes(const std::string& path, std::string_view noun);
+  std::string_view view() const { return file_ ? std::string_view(file_.get(), size_) : stream_; }
 
  private:
-  const char* mapped_ = nullptr;
+  std::unique_ptr<char[]> file_;  // uninitialized until read: no page is written twice
   std::size_t size_ = 0;
-  std::string read_;
+  std::string stream_;
 };
 // ONNX's element type name, lower case ("float", "int64", "bfloat16").
 std::string elem_type_name(std::int32_t elem_type);

@@ -51,7 +51,13 @@ std::vector<Value> variadic(NodeContext& c) {
   return {acc};
 }
 
-std::vector<Value> identity(NodeContext& c) { return {c.input(0)}; }
+// x itself; known at import when x is (the same tensor, not a copy: an
+// exporter's Identity of a large constant, such as each block's causal
+// mask, stays one).
+std::vector<Value> identity(NodeContext& c) {
+  if (!c.constants.empty() && c.constants[0]) c.known_outputs = {*c.constants[0]};
+  return {c.input(0)};
+}
 
 std::vector<Value> reciprocal(NodeContext& c) {
   Value x = c.input(0);

@@ -888,3 +888,160 @@ TEST_CASE("k and v whose batch of 1 is sliced off along axis -4 and stretched by
   // batch 0's heads for every batch
   check_near(got, reference_attention(q, k, v, 2, 4, 3, 4, 4, 0.5, false, [](int, int h) { return h / 2; }));
 }
+
+namespace {
+
+void set_perm(::onnx::NodeProto* n, const std::vector<std::int64_t>& perm) {
+  auto* a = n->add_attribute();
+  a->set_name("perm");
+  a->set_type(::onnx::AttributeProto_AttributeType_INTS);
+  for (auto p : perm) a->add_ints(p);
+}
+
+// Attention as PyTorch exports a Hugging Face block: q, k, v [B, L, H, D]
+// graph inputs, q and v swapped to [B, H, L, D], k taken straight to
+// [B, H, D, L] by one Transpose (transpose_for_scores, then
+// .transpose(-1, -2)), the scores divided by 2, then (causal) the block's
+// 0 / -inf [L, L] mask buffer added through an Identity, as the exporter
+// writes it for every block after the first.
+std::string hf_attention_model(std::int64_t l, bool causal) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  for (const char* name : {"q_in", "k_in", "v_in"}) add_float_input(g, name, {1, l, 2, 4});
+  if (causal) {  // the exporter writes the Identities first
+    auto* mask = g->add_initializer();
+    mask->set_name("mask_buffer");
+    mask->set_data_type(::onnx::TensorProto_DataType_FLOAT);
+    mask->add_dims(l);
+    mask->add_dims(l);
+    std::vector<float> tri(static_cast<std::size_t>(l * l));
+    for (std::int64_t i = 0; i < l; ++i)
+      for (std::int64_t j = 0; j < l; ++j) tri[static_cast<std::size_t>(i * l + j)] = j <= i ? 0.f : -INFINITY;
+    mask->set_raw_data(std::string(reinterpret_cast<const char*>(tri.data()), tri.size() * sizeof(float)));
+    add_node(g, "Identity", {"mask_buffer"}, "mask");
+  }
+  set_perm(add_node(g, "Transpose", {"q_in"}, "q"), {0, 2, 1, 3});
+  set_perm(add_node(g, "Transpose", {"v_in"}, "v"), {0, 2, 1, 3});
+  set_perm(add_node(g, "Transpose", {"k_in"}, "kt"), {0, 2, 3, 1});
+  add_node(g, "MatMul", {"q", "kt"}, "a");
+  add_scalar(g, "two", 2.f);
+  add_node(g, "Div", {"a", "two"}, "s");
+  if (causal) add_node(g, "Add", {"s", "mask"}, "sm");
+  set_int(add_node(g, "Softmax", {causal ? "sm" : "s"}, "p"), "axis", -1);
+  add_node(g, "MatMul", {"p", "v"}, "o");
+  g->add_output()->set_name("o");
+  return serialized(m);
+}
+
+// x [B, L, H, D] from its [B, H, L, D] elements.
+std::vector<float> to_blhd(const std::vector<float>& x, int h, int l, int d) {
+  std::vector<float> y(x.size());
+  for (int hh = 0; hh < h; ++hh)
+    for (int i = 0; i < l; ++i)
+      for (int c = 0; c < d; ++c)
+        y[static_cast<std::size_t>((i * h + hh) * d + c)] = x[static_cast<std::size_t>((hh * l + i) * d + c)];
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("Hugging Face attention whose kᵀ is taken straight from [B, L, H, D] imports as one "
+          "attention op, causal through an Identity of its large mask buffer",
+          "[onnx][fusion]") {
+  const int h = 2, d = 4;
+  for (bool causal : {false, true}) {
+    const int l = causal ? 300 : 5;  // 300² mask elements: more than import folds
+    INFO((causal ? "causal" : "not causal") << ", L " << l);
+    kiln::onnx::ImportedModel model = kiln::onnx::import_model_from_bytes(hf_attention_model(l, causal));
+    auto ops = op_counts(model.main);
+    CHECK(ops["kiln.scaled_dot_product_attention"] == 1);
+    CHECK(ops["kiln.softmax"] == 0);
+    CHECK(ops["kiln.add"] == 0);
+    for (Operation* op : model.main.block())
+      if (op->isa<ScaledDotProductAttentionOp>()) CHECK(ScaledDotProductAttentionOp(op).attrs().causal == causal);
+    std::vector<float> q(static_cast<std::size_t>(h * l * d)), k(q.size()), v(q.size());
+    for (std::size_t i = 0; i < q.size(); ++i) {
+      q[i] = float((i * 5) % 13) / 6.f - 1.f;
+      k[i] = float((i * 7) % 11) / 5.f - 1.f;
+      v[i] = float((i * 3) % 7) / 3.f - 1.f;
+    }
+    Executor exe;
+    exe.run(model.startup);
+    const Dims blhd{1, l, h, d};
+    const auto got = exe.run(model.main,
+                             {{"q_in", Tensor::from_vector<float>(blhd, to_blhd(q, h, l, d))},
+                              {"k_in", Tensor::from_vector<float>(blhd, to_blhd(k, h, l, d))},
+                              {"v_in", Tensor::from_vector<float>(blhd, to_blhd(v, h, l, d))}},
+                             {"o"})[0]
+                         .to_vector<float>();
+    check_near(got, reference_attention(q, k, v, 1, h, l, d, d, 0.5, causal, [](int, int hh) { return hh; }));
+  }
+}
+
+namespace {
+
+// GPT-2's GELU, 0.5 · x · (1 + tanh(sqrt(2/π) · (x + 0.044715 · x³))), of
+// x [2, 6] as PyTorch exports F.gelu(approximate="tanh") (x³ = x · (x · x),
+// then ((x · p) · 0.5)), or as Hugging Face's gelu_new exports (Pow(x, 3),
+// then (0.5 · x) · p, the half of x made first).
+std::string gelu_tanh_model(bool pytorch) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  add_float_input(g, "x", {2, 6});
+  add_scalar(g, "c", 0.044715f);
+  add_scalar(g, "k", 0.7978845834732056f);
+  add_scalar(g, "one", 1.f);
+  add_scalar(g, "half", 0.5f);
+  add_scalar(g, "three", 3.f);
+  if (pytorch) {
+    add_node(g, "Mul", {"x", "x"}, "x2");
+    add_node(g, "Mul", {"x", "x2"}, "x3");
+  } else {
+    add_node(g, "Mul", {"half", "x"}, "hx");
+    add_node(g, "Pow", {"x", "three"}, "x3");
+  }
+  add_node(g, "Mul", {"c", "x3"}, "cx3");
+  add_node(g, "Add", {"x", "cx3"}, "inner");
+  add_node(g, "Mul", {"k", "inner"}, "arg");
+  add_node(g, "Tanh", {"arg"}, "t");
+  add_node(g, "Add", {"one", "t"}, "p");
+  if (pytorch) {
+    add_node(g, "Mul", {"x", "p"}, "xp");
+    add_node(g, "Mul", {"half", "xp"}, "y");
+  } else {
+    add_node(g, "Mul", {"hx", "p"}, "y");
+  }
+  g->add_output()->set_name("y");
+  return serialized(m);
+}
+
+}  // namespace
+
+TEST_CASE("GELU's tanh form as PyTorch and Hugging Face export it imports as one approximate kiln.gelu",
+          "[onnx][fusion]") {
+  std::vector<float> x(12);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 7 % 12) - 6) / 1.5f;
+  for (bool pytorch : {true, false}) {
+    INFO((pytorch ? "PyTorch's form" : "Hugging Face's form"));
+    kiln::onnx::ImportedModel model = kiln::onnx::import_model_from_bytes(gelu_tanh_model(pytorch));
+    auto ops = op_counts(model.main);
+    CHECK(ops["kiln.gelu"] == 1);
+    CHECK(ops["kiln.tanh"] == 0);
+    CHECK(ops["kiln.pow"] == 0);
+    for (Operation* op : model.main.block())
+      if (op->isa<GeluOp>()) CHECK(GeluOp(op).attrs().approximate);
+    Executor exe;
+    exe.run(model.startup);
+    const auto y = exe.run(model.main, {{"x", Tensor::from_vector<float>({2, 6}, x)}}, {"y"})[0].to_vector<float>();
+    REQUIRE(y.size() == x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double v = x[i];
+      const double want = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+      CHECK(y[i] == Approx(want).epsilon(1e-5).margin(1e-6));
+    }
+  }
+}

@@ -4,6 +4,7 @@
 // place (a Conv's weight folded with a BatchNormalization) gives the same
 // results as when it is not folded, and keeps its values.
 #include <onnx/onnx_pb.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -98,8 +99,8 @@ TEST_CASE("a model's raw-data weights reach its parameters bit for bit and give 
   add_node(g, "Add", {"xw", "b"}, "y");
   g->add_output()->set_name("y");
   const std::string bytes = serialized(m);
-  const std::string path = "/tmp/kiln_onnx_test_raw_weights.onnx";
-  std::ofstream(path, std::ios::binary) << bytes;
+  const std::string path = "/tmp/kiln_onnx_test_raw_weights_" + std::to_string(::getpid()) + ".onnx";
+  REQUIRE(static_cast<bool>(std::ofstream(path, std::ios::binary) << bytes));
 
   const FeedMap feed{{"x", Tensor::from_vector<float>({2, kIn}, x)}};
   std::vector<float> first;

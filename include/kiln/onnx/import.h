@@ -39,11 +39,11 @@ struct ImportedModel {
 // kiln::Error: the file's errors (kiln/onnx/model_info.h), an opset of the
 // default domain outside 1…24, and each node kiln cannot import.
 //
-// A model file is mapped, not read into memory; each initializer's values
-// are copied once by the protobuf parse and then held by the startup
-// program's constant (a uniqued attribute, which lives as long as the
-// process's IrContext), and once more by the scope the startup program
-// runs in.
+// Memory: the file is read once; an initializer stored as raw data (what
+// exporters write) is copied by the protobuf parse and then held, without
+// another copy, by the startup program's constant (a uniqued attribute,
+// which lives as long as the process's IrContext), and once more by the
+// scope the startup program runs in.
 //
 // External data (weights kept in side files beside the model): import_model
 // reads them relative to the model file's folder; import_model_from_bytes

@@ -5,9 +5,10 @@
 // The protobuf classes stay inside the implementation (src/onnx/): this
 // header needs no ONNX or protobuf headers.
 //
-// Errors are kiln::Error naming the file: NotFound when it cannot be read,
-// InvalidArgument when it is not an ONNX ModelProto (not protobuf, or
-// truncated) or has no graph.
+// Errors are kiln::Error naming the file: NotFound when it cannot be
+// opened (with the system's reason), InvalidArgument for a folder or when it
+// is not an ONNX ModelProto (not protobuf, or truncated) or has no graph,
+// DataLoss when reading it fails.
 #pragma once
 
 #include <cstdint>
