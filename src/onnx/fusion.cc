@@ -280,17 +280,22 @@ std::optional<Fused> layer_norm(Chain& c, int first, Builder& b) {
   return Fused{c.nodes(), out, y};
 }
 
+// Whether v can be the x of an elementwise chain the matchers fuse: a float
+// tensor of rank 1 or more (the chains' scalars may be [1], which would
+// make a rank-0 x's result [1]).
+bool is_elementwise_operand(Value v) { return is_float_tensor(v) && !shaped_dims(v.type()).empty(); }
+
 // y = x * 0.5 * (1 + erf(x / sqrt(2))):
 //   a = Div(x, sqrt 2) (or Mul(x, 1/sqrt 2)), e = Erf(a), p = Add(e, 1),
 //   m = Mul(x, p), y = Mul(m, 0.5)  -> kiln.gelu(x) (exact).
 std::optional<Fused> gelu(Chain& c, int first, Builder& b) {
   const auto& scale = c.node(first);
-  if (scale.input_size() != 2) return std::nullopt;
+  if (scale.input_size() != 2 || !scale.domain().empty()) return std::nullopt;
   const std::string& x = scale.input(0);
   const bool div = scale.op_type() == "Div" && c.scalar_is(scale.input(1), std::sqrt(2.0), 1e-4);
   const bool mul = scale.op_type() == "Mul" && c.scalar_is(scale.input(1), std::sqrt(0.5), 1e-5);
   Value xv = c.value(x);
-  if ((!div && !mul) || !is_float_tensor(xv)) return std::nullopt;
+  if ((!div && !mul) || !is_elementwise_operand(xv)) return std::nullopt;
   c.cover(first);
   const int erf = c.sole_reader(c.out(first), "Erf");
   if (erf < 0) return std::nullopt;
@@ -369,10 +374,10 @@ std::optional<std::string> half_x_times(Chain& c, const std::string& p, const st
 // -> kiln.gelu(x, approximate).
 std::optional<Fused> gelu_tanh(Chain& c, int first, Builder& b) {
   const auto& n = c.node(first);
-  if (n.input_size() != 2) return std::nullopt;
+  if (n.input_size() != 2 || !n.domain().empty()) return std::nullopt;
   const std::string& x = n.input(0);
   Value xv = c.value(x);
-  if (!is_float_tensor(xv)) return std::nullopt;
+  if (!is_elementwise_operand(xv)) return std::nullopt;
   const auto cube = cube_of(c, first, x);
   const auto inner = cube ? by_scalar(c, *cube, "Mul", 0.044715, 1e-6) : std::nullopt;
   const int sum = inner ? c.sole_reader(*inner, "Add") : -1;
@@ -691,8 +696,9 @@ std::optional<Fused> attention(Chain& c, int first, Builder& b) {
     const std::string* name = c.other_input(add, s);
     if (!name) return std::nullopt;
     const Tensor* m = c.constant(*name);
+    // PyTorch's SDPA export reads Lk from a BHLD k's shape (dim -2).
     if ((m && is_causal_mask(*m) && lq == m->dims()[0] && lk == m->dims()[0]) ||
-        is_exported_causal_mask(c, *name, sc->q_name, sc->k_name)) {
+        (!sc->k_blhd && is_exported_causal_mask(c, *name, sc->q_name, sc->k_name))) {
       causal = true;
     } else {
       mask = c.value(*name);
@@ -787,10 +793,13 @@ std::optional<Fused> fuse_at(const ::onnx::GraphProto& g, const GraphUses& uses,
   for (Matcher m : {&layer_norm, &gelu, &gelu_tanh, &attention, &conv_batch_norm}) {
     Chain chain(g, uses, scope);
     std::optional<Fused> f;
+    Operation* const last = b.block()->back();
     try {
       f = m(chain, first, b);
-    } catch (const Error&) {  // a fused op's own checks: import node by node instead
-      f.reset();
+    } catch (const Error&) {  // a fused op's own checks: import node by node instead,
+      f.reset();              // without the ops the matcher had built (at the block's end)
+      if (!b.insertion_point())
+        while (b.block()->back() != last) b.block()->back()->erase();
     }
     if (f) return f;
   }

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <sstream>
 #include <unordered_set>
 #include <utility>
@@ -55,13 +56,19 @@ struct OpenFile {
 
 FileBytes::FileBytes(const std::string& path, std::string_view noun) {
   const OpenFile f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) throw_error(ErrorKind::NotFound, "cannot open ", noun, " '", path, "': ", std::strerror(errno));
+  if (f.fd < 0) {
+    const int err = errno;
+    throw_error(err == ENOENT || err == ENOTDIR ? ErrorKind::NotFound : ErrorKind::Unavailable, "cannot open ",
+                noun, " '", path, "': ", std::strerror(err));
+  }
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) read_failed(path, noun, errno);
   if (S_ISDIR(st.st_mode)) throw_error(ErrorKind::InvalidArgument, "'", path, "' is a folder, not an ", noun);
-  if (S_ISREG(st.st_mode)) {
+  if (S_ISREG(st.st_mode) && st.st_size > 0) {  // (procfs files say 0: read as a stream)
     const auto want = static_cast<std::size_t>(st.st_size);
-    file_.reset(new char[std::max<std::size_t>(want, 1)]);
+    file_.reset(new (std::nothrow) char[want]);
+    if (!file_)
+      throw_error(ErrorKind::OutOfRange, noun, " '", path, "' is ", want, " bytes, more than can be held");
     while (size_ < want) {
       const ssize_t n = ::pread(f.fd, file_.get() + size_, want - size_, static_cast<off_t>(size_));
       if (n > 0) size_ += static_cast<std::size_t>(n);

@@ -19,8 +19,10 @@ namespace kiln::onnx::detail {
 // regular file; one that shrinks meanwhile gives what is left, a truncated
 // model: mapping it instead would kill the process with SIGBUS) or as a
 // stream delivers them (a pipe). kiln::Error naming the file, as `noun`
-// ("ONNX model file"), and the system's reason: NotFound when it cannot be
-// opened, InvalidArgument for a folder, DataLoss when reading fails.
+// ("ONNX model file"), and the system's reason: NotFound when it does not
+// exist, Unavailable when it cannot be opened otherwise (permissions, no
+// descriptor left), InvalidArgument for a folder, OutOfRange when it is too
+// large to hold, DataLoss when reading fails.
 class FileBytes {
  public:
   FileBytes(const std::string& path, std::string_view noun);

@@ -904,12 +904,14 @@ void set_perm(::onnx::NodeProto* n, const std::vector<std::int64_t>& perm) {
 // .transpose(-1, -2)), the scores divided by 2, then (causal) the block's
 // 0 / -inf [L, L] mask buffer added through an Identity, as the exporter
 // writes it for every block after the first.
-std::string hf_attention_model(std::int64_t l, bool causal) {
+std::string hf_attention_model(std::int64_t l, bool causal, std::int64_t batch = 1, std::int64_t k_batch = 1) {
   ::onnx::ModelProto m;
   m.set_ir_version(7);
   m.add_opset_import()->set_version(13);
   auto* g = m.mutable_graph();
-  for (const char* name : {"q_in", "k_in", "v_in"}) add_float_input(g, name, {1, l, 2, 4});
+  add_float_input(g, "q_in", {batch, l, 2, 4});
+  add_float_input(g, "k_in", {k_batch, l, 2, 4});
+  add_float_input(g, "v_in", {batch, l, 2, 4});
   if (causal) {  // the exporter writes the Identities first
     auto* mask = g->add_initializer();
     mask->set_name("mask_buffer");
@@ -986,17 +988,23 @@ namespace {
 // x [2, 6] as PyTorch exports F.gelu(approximate="tanh") (x³ = x · (x · x),
 // then ((x · p) · 0.5)), or as Hugging Face's gelu_new exports (Pow(x, 3),
 // then (0.5 · x) · p, the half of x made first).
-std::string gelu_tanh_model(bool pytorch) {
+// With `rank0`, x is a scalar and the constants are [1]: the result is [1].
+std::string gelu_tanh_model(bool pytorch, bool rank0 = false) {
   ::onnx::ModelProto m;
   m.set_ir_version(7);
   m.add_opset_import()->set_version(13);
   auto* g = m.mutable_graph();
-  add_float_input(g, "x", {2, 6});
-  add_scalar(g, "c", 0.044715f);
-  add_scalar(g, "k", 0.7978845834732056f);
-  add_scalar(g, "one", 1.f);
-  add_scalar(g, "half", 0.5f);
-  add_scalar(g, "three", 3.f);
+  add_float_input(g, "x", rank0 ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{2, 6});
+  g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();  // rank 0, not unknown
+  const auto constant = [&](const std::string& name, float v) {
+    add_scalar(g, name, v);
+    if (rank0) g->mutable_initializer(g->initializer_size() - 1)->add_dims(1);
+  };
+  constant("c", 0.044715f);
+  constant("k", 0.7978845834732056f);
+  constant("one", 1.f);
+  constant("half", 0.5f);
+  constant("three", 3.f);
   if (pytorch) {
     add_node(g, "Mul", {"x", "x"}, "x2");
     add_node(g, "Mul", {"x", "x2"}, "x3");
@@ -1043,5 +1051,111 @@ TEST_CASE("GELU's tanh form as PyTorch and Hugging Face export it imports as one
       const double want = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
       CHECK(y[i] == Approx(want).epsilon(1e-5).margin(1e-6));
     }
+  }
+}
+
+TEST_CASE("an attention chain with kᵀ from [B, L, H, D] that kiln's op rejects imports node by node "
+          "without a stray transpose",
+          "[onnx][fusion]") {
+  // k's batch of 1 against q's 2: MatMul broadcasts it, kiln's attention op does not take it
+  const int h = 2, l = 3, d = 4;
+  kiln::onnx::ImportedModel model = kiln::onnx::import_model_from_bytes(hf_attention_model(l, false, 2, 1));
+  auto ops = op_counts(model.main);
+  CHECK(ops["kiln.scaled_dot_product_attention"] == 0);
+  CHECK(ops["kiln.transpose"] == 3);  // q's, k's and v's, none left by the failed fusion
+  std::vector<float> q(static_cast<std::size_t>(2 * h * l * d)), v(q.size()), k(q.size() / 2);
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = float((i * 5) % 13) / 6.f - 1.f, v[i] = float((i * 3) % 7) / 3.f - 1.f;
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = float((i * 7) % 11) / 5.f - 1.f;
+  std::vector<float> q_in, v_in;
+  for (int b = 0; b < 2; ++b) {
+    const auto half = [&](const std::vector<float>& x) {
+      return std::vector<float>(x.begin() + b * h * l * d, x.begin() + (b + 1) * h * l * d);
+    };
+    for (float x : to_blhd(half(q), h, l, d)) q_in.push_back(x);
+    for (float x : to_blhd(half(v), h, l, d)) v_in.push_back(x);
+  }
+  std::vector<float> k2 = k;  // batch 1's k is batch 0's, as the reference reads it
+  k2.insert(k2.end(), k.begin(), k.end());
+  Executor exe;
+  exe.run(model.startup);
+  const auto got = exe.run(model.main,
+                           {{"q_in", Tensor::from_vector<float>({2, l, h, d}, q_in)},
+                            {"k_in", Tensor::from_vector<float>({1, l, h, d}, to_blhd(k, h, l, d))},
+                            {"v_in", Tensor::from_vector<float>({2, l, h, d}, v_in)}},
+                           {"o"})[0]
+                       .to_vector<float>();
+  std::vector<float> v_by_head = v;  // the reference reads v through the same head map as k
+  check_near(got, reference_attention(q, k2, v_by_head, 2, h, l, d, d, 0.5, false, [&](int b, int hh) {
+               return b * h + hh;
+             }));
+}
+
+TEST_CASE("a mask built from the shape of a [B, L, H, D] k is added as the graph says, not taken as "
+          "PyTorch's causal mask",
+          "[onnx][fusion]") {
+  // PyTorch's SDPA causal mask reads Lk as dim -2 of k's shape; of a BLHD k
+  // with one head that is 1, and the mask [Lq, 1] is all zeros.
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(14);
+  auto* g = m.mutable_graph();
+  const int l = 4, d = 8;
+  add_float_input(g, "q", {1, 1, l, d});
+  add_float_input(g, "k_in", {1, l, 1, d});
+  add_float_input(g, "v", {1, 1, l, d});
+  add_ints(g, "minus1", {-1});
+  add_ints(g, "minus2", {-2});
+  add_scalar(g, "one", 1.f);
+  add_scalar(g, "zero", 0.f);
+  add_scalar(g, "neg_inf", -INFINITY);
+  add_scalar(g, "root_d", std::sqrt(float(d)));
+  add_node(g, "Shape", {"q"}, "q_dims");
+  add_node(g, "Shape", {"k_in"}, "k_dims");
+  add_node(g, "Slice", {"q_dims", "minus2", "minus1"}, "lq");
+  add_node(g, "Slice", {"k_dims", "minus2", "minus1"}, "lk");
+  set_int(add_node(g, "Concat", {"lq", "lk"}, "lq_lk"), "axis", 0);
+  add_node(g, "Expand", {"one", "lq_lk"}, "ones");
+  set_int(add_node(g, "Trilu", {"ones"}, "lower"), "upper", 0);
+  add_node(g, "Equal", {"lower", "zero"}, "above");
+  add_node(g, "Where", {"above", "neg_inf", "zero"}, "mask");
+  set_perm(add_node(g, "Transpose", {"k_in"}, "kt"), {0, 2, 3, 1});
+  add_node(g, "MatMul", {"q", "kt"}, "a");
+  add_node(g, "Div", {"a", "root_d"}, "s");
+  add_node(g, "Add", {"s", "mask"}, "sm");
+  set_int(add_node(g, "Softmax", {"sm"}, "p"), "axis", -1);
+  add_node(g, "MatMul", {"p", "v"}, "o");
+  g->add_output()->set_name("o");
+  kiln::onnx::ImportedModel model = kiln::onnx::import_model_from_bytes(serialized(m));
+  for (Operation* op : model.main.block())
+    if (op->isa<ScaledDotProductAttentionOp>()) CHECK_FALSE(ScaledDotProductAttentionOp(op).attrs().causal);
+  std::vector<float> q(l * d), k(q.size()), v(q.size());
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    q[i] = float((i * 5) % 13) / 6.f - 1.f;
+    k[i] = float((i * 7) % 11) / 5.f - 1.f;
+    v[i] = float((i * 3) % 7) / 3.f - 1.f;
+  }
+  Executor exe;
+  exe.run(model.startup);
+  const auto got = exe.run(model.main,
+                           {{"q", Tensor::from_vector<float>({1, 1, l, d}, q)},
+                            {"k_in", Tensor::from_vector<float>({1, l, 1, d}, k)},
+                            {"v", Tensor::from_vector<float>({1, 1, l, d}, v)}},
+                           {"o"})[0]
+                       .to_vector<float>();
+  check_near(got, reference_attention(q, k, v, 1, 1, l, d, d, 1 / std::sqrt(double(d)), false,
+                                      [](int, int) { return 0; }));
+}
+
+TEST_CASE("GELU's tanh chain over a rank-0 x with [1] constants gives the graph's [1] result",
+          "[onnx][fusion]") {
+  for (bool pytorch : {true, false}) {
+    INFO((pytorch ? "PyTorch's form" : "Hugging Face's form"));
+    kiln::onnx::ImportedModel model = kiln::onnx::import_model_from_bytes(gelu_tanh_model(pytorch, true));
+    Executor exe;
+    exe.run(model.startup);
+    const Tensor y = exe.run(model.main, {{"x", Tensor::from_vector<float>({}, {1.5f})}}, {"y"})[0];
+    CHECK(y.dims() == Dims{1});
+    const double want = 0.75 * (1 + std::tanh(std::sqrt(2 / M_PI) * (1.5 + 0.044715 * 3.375)));
+    CHECK(y.to_vector<float>()[0] == Approx(want).epsilon(1e-5));
   }
 }

@@ -5,10 +5,11 @@
 // The protobuf classes stay inside the implementation (src/onnx/): this
 // header needs no ONNX or protobuf headers.
 //
-// Errors are kiln::Error naming the file: NotFound when it cannot be
-// opened (with the system's reason), InvalidArgument for a folder or when it
-// is not an ONNX ModelProto (not protobuf, or truncated) or has no graph,
-// DataLoss when reading it fails.
+// Errors are kiln::Error naming the file (with the system's reason where
+// it has one): NotFound when it does not exist, Unavailable when it cannot
+// be opened otherwise, InvalidArgument for a folder or when it is not an
+// ONNX ModelProto (not protobuf, or truncated) or has no graph, DataLoss
+// when reading it fails.
 #pragma once
 
 #include <cstdint>
