@@ -626,6 +626,22 @@ void set_int(::onnx::NodeProto* n, const std::string& name, std::int64_t v) {
   a->set_i(v);
 }
 
+// PyTorch's SDPA export of is_causal: Where(Equal(Trilu(Expand(1,
+// Concat(Slice(Shape(q), -2, -1), Slice(Shape(k), -2, -1))), upper 0), 0),
+// -inf, 0) as `out`, from the graph's minus1, minus2, one, zero and neg_inf.
+void add_exported_causal_mask(::onnx::GraphProto* g, const std::string& q, const std::string& k,
+                              const std::string& out) {
+  add_node(g, "Shape", {q}, "q_dims");
+  add_node(g, "Shape", {k}, "k_dims");
+  add_node(g, "Slice", {"q_dims", "minus2", "minus1"}, "lq");
+  add_node(g, "Slice", {"k_dims", "minus2", "minus1"}, "lk");
+  set_int(add_node(g, "Concat", {"lq", "lk"}, "lq_lk"), "axis", 0);
+  add_node(g, "Expand", {"one", "lq_lk"}, "ones");
+  set_int(add_node(g, "Trilu", {"ones"}, "lower"), "upper", 0);
+  add_node(g, "Equal", {"lower", "zero"}, "above");
+  add_node(g, "Where", {"above", "neg_inf", "zero"}, out);
+}
+
 // Attention as PyTorch's exporter writes F.scaled_dot_product_attention
 // (opset 14): q and kᵀ each multiplied by sqrt(scale) before their product;
 // without a given scale, 1 / sqrt(head dim) computed from Shape(q); with
@@ -657,15 +673,7 @@ std::string sdpa_export_model(std::optional<float> scale, bool causal) {
     sc = "scale";
   }
   if (causal) {
-    add_node(g, "Shape", {"q"}, "q_dims");
-    add_node(g, "Shape", {"k"}, "k_dims");
-    add_node(g, "Slice", {"q_dims", "minus2", "minus1"}, "lq");
-    add_node(g, "Slice", {"k_dims", "minus2", "minus1"}, "lk");
-    set_int(add_node(g, "Concat", {"lq", "lk"}, "lq_lk"), "axis", 0);
-    add_node(g, "Expand", {"one", "lq_lk"}, "ones");
-    set_int(add_node(g, "Trilu", {"ones"}, "lower"), "upper", 0);
-    add_node(g, "Equal", {"lower", "zero"}, "above");
-    add_node(g, "Where", {"above", "neg_inf", "zero"}, "causal_mask");
+    add_exported_causal_mask(g, "q", "k", "causal_mask");
   }
   add_key_transpose(g, "k");
   add_node(g, "Sqrt", {sc}, "root_q");
@@ -1109,15 +1117,7 @@ TEST_CASE("a mask built from the shape of a [B, L, H, D] k is added as the graph
   add_scalar(g, "zero", 0.f);
   add_scalar(g, "neg_inf", -INFINITY);
   add_scalar(g, "root_d", std::sqrt(float(d)));
-  add_node(g, "Shape", {"q"}, "q_dims");
-  add_node(g, "Shape", {"k_in"}, "k_dims");
-  add_node(g, "Slice", {"q_dims", "minus2", "minus1"}, "lq");
-  add_node(g, "Slice", {"k_dims", "minus2", "minus1"}, "lk");
-  set_int(add_node(g, "Concat", {"lq", "lk"}, "lq_lk"), "axis", 0);
-  add_node(g, "Expand", {"one", "lq_lk"}, "ones");
-  set_int(add_node(g, "Trilu", {"ones"}, "lower"), "upper", 0);
-  add_node(g, "Equal", {"lower", "zero"}, "above");
-  add_node(g, "Where", {"above", "neg_inf", "zero"}, "mask");
+  add_exported_causal_mask(g, "q", "k_in", "mask");
   set_perm(add_node(g, "Transpose", {"k_in"}, "kt"), {0, 2, 3, 1});
   add_node(g, "MatMul", {"q", "kt"}, "a");
   add_node(g, "Div", {"a", "root_d"}, "s");
