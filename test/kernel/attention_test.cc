@@ -155,6 +155,9 @@ void check_shapes(double rtol, double atol) {
     check_attention<T>({2, 1, 6, 3, 4, 2}, causal, 0, rtol, atol);     // Lq > Lk
     check_attention<T>({1, 2, 70, 70, 8, 8}, causal, 0, rtol, atol);   // two query tiles
     check_attention<T>({1, 1, 130, 90, 4, 6}, causal, 0.3, rtol, atol);  // three tiles, Lq > Lk
+    // rows of 128 keys or more: the softmax's one-pass exp and sum, with a tail
+    check_attention<T>({1, 2, 40, 203, 8, 8}, causal, 0, rtol, atol);
+    check_attention<T>({1, 1, 150, 150, 4, 4}, causal, 0, rtol, atol);
   }
 }
 
