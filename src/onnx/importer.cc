@@ -112,10 +112,7 @@ std::int64_t NodeContext::constant_int(std::size_t i, const std::string& what) c
   return v[0];
 }
 
-Value constant_value(Builder& b, const Tensor& t) {
-  std::string bytes(static_cast<const char*>(t.raw_data()), t.bytes());
-  return constant_of(b, TensorAttribute::get(t.dtype(), t.dims().to_vector(), std::move(bytes)));
-}
+Value constant_value(Builder& b, const Tensor& t) { return constant_of(b, attribute_from_tensor(t)); }
 
 Value constant_of(Builder& b, TensorAttribute a) {
   return b.create<ConstantOp>(a, TensorType::get(a.dtype(), a.dims())).result();
@@ -207,10 +204,7 @@ struct KnownConstant {
   Tensor tensor;
 };
 
-KnownConstant copied_constant(Tensor t) {
-  std::string bytes(static_cast<const char*>(t.raw_data()), t.bytes());
-  return {TensorAttribute::get(t.dtype(), t.dims().to_vector(), std::move(bytes)), std::move(t)};
-}
+KnownConstant copied_constant(Tensor t) { return {attribute_from_tensor(t), std::move(t)}; }
 
 // `tp`'s raw data moved into the attribute (no copy), and the builders'
 // tensor over the attribute's bytes where the tensor is too large to fold
@@ -221,13 +215,10 @@ KnownConstant taken_constant(::onnx::TensorProto& tp, const std::string& what) {
   detail::TensorLayout l = detail::layout_of(tp, what);
   const TensorAttribute a = TensorAttribute::get(l.dtype, std::move(l.dims), std::move(*tp.mutable_raw_data()));
   const std::string_view bytes = a.bytes();
-  const Dims dims(a.dims());
   if (static_cast<std::int64_t>(l.numel) > kMaxFoldedElements &&
       reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(std::max_align_t) == 0)
-    return {a, Tensor::from_external(const_cast<char*>(bytes.data()), bytes.size(), dims, a.dtype())};
-  Tensor t = Tensor::empty(dims, a.dtype());
-  if (!bytes.empty()) std::memcpy(t.raw_data(), bytes.data(), bytes.size());
-  return {a, std::move(t)};
+    return {a, Tensor::from_external(const_cast<char*>(bytes.data()), bytes.size(), Dims(a.dims()), a.dtype())};
+  return {a, tensor_from_attribute(a)};
 }
 
 // One import, phase by phase: initializers, graph inputs, each node, graph

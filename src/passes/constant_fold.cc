@@ -86,12 +86,6 @@ std::vector<Tensor> evaluate(Operation* op, const std::vector<Tensor>& inputs) {
   return out;
 }
 
-Tensor tensor_of(TensorAttribute a) {
-  Tensor t = Tensor::empty(Dims(a.dims()), a.dtype());
-  if (t.bytes()) std::memcpy(t.raw_data(), a.bytes().data(), t.bytes());
-  return t;
-}
-
 // An op whose results depend on its operands alone, computed once:
 // no regions, reads its operands only (or views them), and neither random,
 // nor a side effect, communication, an in-place update or a terminator.
@@ -136,7 +130,7 @@ class ConstantFoldPass : public Pass {
       if (auto it = known.find(v.impl()); it != known.end()) return &it->second;
       Operation* def = v.defining_op();
       if (auto c = def->dyn_cast<ConstantOp>()) {
-        return &known.emplace(v.impl(), tensor_of(c.value().cast<TensorAttribute>())).first->second;
+        return &known.emplace(v.impl(), tensor_from_attribute(c.value().cast<TensorAttribute>())).first->second;
       }
       std::vector<Tensor> r = evaluate(def, {});  // kiln.full
       if (r.size() != 1) return nullptr;
@@ -168,10 +162,7 @@ class ConstantFoldPass : public Pass {
     Builder b(*op->parent_block());
     b.set_insertion_point(op);
     for (std::uint32_t i = 0; i < op->num_results(); ++i) {
-      const Tensor& t = results[i];
-      std::string bytes(static_cast<const char*>(t.bytes() ? t.raw_data() : nullptr), t.bytes());
-      auto attr = TensorAttribute::get(t.dtype(), t.dims().to_vector(), std::move(bytes));
-      auto c = b.create<ConstantOp>(attr, op->result_type(i));
+      auto c = b.create<ConstantOp>(attribute_from_tensor(results[i]), op->result_type(i));
       ctx.replace_all_uses(op->result(i), c.result());
     }
     for (std::uint32_t i = 0; i < op->num_operands(); ++i)
@@ -197,6 +188,17 @@ std::optional<double> splat_of(std::string_view bytes) {
 }
 
 }  // namespace
+
+Tensor tensor_from_attribute(TensorAttribute a) {
+  Tensor t = Tensor::empty(Dims(a.dims()), a.dtype());
+  if (t.bytes()) std::memcpy(t.raw_data(), a.bytes().data(), t.bytes());
+  return t;
+}
+
+TensorAttribute attribute_from_tensor(const Tensor& t) {
+  const auto* p = static_cast<const char*>(t.bytes() ? t.raw_data() : nullptr);
+  return TensorAttribute::get(t.dtype(), t.dims().to_vector(), std::string(p, t.bytes()));
+}
 
 std::vector<Tensor> evaluate_on_cpu(Operation* op, const std::vector<Tensor>& operands) {
   if (!op || !pure(*op) || operands.size() != op->num_operands()) return {};

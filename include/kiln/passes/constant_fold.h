@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 
+#include "kiln/ir/tensor_attribute.h"
 #include "kiln/passes/pass.h"
 #include "kiln/runtime/tensor.h"
 
@@ -36,6 +37,11 @@ std::unique_ptr<Pass> create_constant_fold_pass(ConstantFoldOptions options = {}
 // kernel, throws kiln::Error, or gives a result whose dtype or rank differs
 // from its result type, or a dim the type knows (a -1 dim matches any).
 std::vector<Tensor> evaluate_on_cpu(Operation* op, const std::vector<Tensor>& operands);
+
+// A tensor attribute's values as a new CPU tensor, and a CPU tensor's values
+// as a tensor attribute (builtin.constant's value): the bytes copied.
+Tensor tensor_from_attribute(TensorAttribute a);
+TensorAttribute attribute_from_tensor(const Tensor& t);
 
 // Whether `v` is a compile-time constant folding can read: a result of
 // builtin.constant holding a tensor, or of kiln.full on the CPU, that no op
