@@ -205,6 +205,30 @@ const ExecutionOptions& Executor::options() const { return state_->options; }
 InterpreterCore* Executor::last_core() const { return state_->last_core; }
 std::size_t Executor::num_cores_built() const { return state_->cores_built; }
 std::size_t Executor::cache_size() const { return state_->lru.size(); }
+
+void Executor::evict(const Program& program) {
+  std::vector<std::shared_ptr<InterpreterCore>> dropped;  // destroyed after the locks
+  {
+    std::lock_guard lock(state_->mutex);
+    const std::uint64_t hash = state_->memo_for(program).hash;
+    const std::string_view prefix(reinterpret_cast<const char*>(&hash), sizeof hash);
+    for (auto it = state_->lru.begin(); it != state_->lru.end();) {
+      if (!it->key.starts_with(prefix)) {
+        ++it;
+        continue;
+      }
+      dropped.push_back(std::move(it->core));
+      state_->index.erase(it->key);
+      it = state_->lru.erase(it);
+    }
+    state_->memos.erase(&program);
+  }
+  std::lock_guard fast(state_->last_lock);
+  for (const auto& core : dropped) {
+    if (state_->last_run.core == core) state_->last_run = {};
+    if (state_->last_core == core.get()) state_->last_core = nullptr;
+  }
+}
 const std::shared_ptr<WorkQueue>& Executor::work_queue() const { return state_->queue; }
 
 std::shared_ptr<InterpreterCore> Executor::State::core_for(const Program& program, const FeedMap& feed,

@@ -11,6 +11,7 @@
 #include "kiln/ir/op.h"
 #include "kiln/ir/program.h"
 #include "kiln/ir/region.h"
+#include "kiln/ir/tensor_attribute.h"
 #include "kiln/ir/traits.h"
 
 namespace kiln {
@@ -48,6 +49,35 @@ void Operation::throw_index_out_of_range(const char* what, std::uint32_t i,
 
 std::size_t Operation::prefix_bytes() const { return result_prefix_bytes(num_results_); }
 
+namespace {
+
+// The held tensor attributes among `attrs`' values, in order.
+template <typename F>
+void for_each_held_tensor(DictionaryAttribute attrs, F&& f) {
+  for (const NamedAttribute& a : attrs)
+    if (auto t = a.second.dyn_cast<TensorAttribute>(); t && t.held()) f(t.storage());
+}
+
+// Counts one more holder of each held tensor in `attrs`; throws, having
+// changed nothing, when one was released.
+void hold_tensors(DictionaryAttribute attrs, std::string_view op_name) {
+  std::vector<const TensorAttributeStorage*> held;
+  for_each_held_tensor(attrs, [&](const TensorAttributeStorage* s) {
+    if (s->add_holder()) return held.push_back(s);
+    for (const auto* h : held) h->drop_holder();
+    std::ostringstream os;
+    TensorAttribute(s).print(os);
+    throw_error(ErrorKind::PreconditionNotMet, "op '", op_name, "' cannot carry ", os.str(),
+                ": its bytes were freed when the last op carrying it was destroyed");
+  });
+}
+
+void drop_tensors(DictionaryAttribute attrs) {
+  for_each_held_tensor(attrs, [](const TensorAttributeStorage* s) { s->drop_holder(); });
+}
+
+}  // namespace
+
 Operation* Operation::create(const std::vector<Value>& operands,
                              const std::vector<Type>& result_types, DictionaryAttribute attributes,
                              OpInfo info, std::uint32_t num_regions) {
@@ -60,6 +90,7 @@ Operation* Operation::create(const std::vector<Value>& operands,
       throw_error(ErrorKind::InvalidArgument, "op '", info.name(), "' result #", i,
                   " has no type");
   if (!attributes) attributes = DictionaryAttribute::get();
+  hold_tensors(attributes, info.name());
 
   const std::size_t n = result_types.size();
   const std::size_t prefix = result_prefix_bytes(n);
@@ -167,6 +198,7 @@ void Operation::destroy_unchecked() {
     auto* r = result(i).impl();
     while (auto* u = r->first_use()) u->unlink();
   }
+  drop_tensors(attributes_);
   char* base = reinterpret_cast<char*>(this) - prefix_bytes();
   this->~Operation();
   ::operator delete(base);
@@ -213,12 +245,16 @@ void Operation::set_attribute(std::string_view name, Attribute value) {
   if (!value)
     throw_error(ErrorKind::InvalidArgument, "op '", this->name(), "' attribute '", name,
                 "' set to null");
-  attributes_ = attributes_.with(name, value);
-  detail::bump_ir_epoch();
+  set_attributes(attributes_.with(name, value));
 }
 
-void Operation::erase_attribute(std::string_view name) {
-  attributes_ = attributes_.without(name);
+void Operation::erase_attribute(std::string_view name) { set_attributes(attributes_.without(name)); }
+
+void Operation::set_attributes(DictionaryAttribute attrs) {
+  if (!attrs) attrs = DictionaryAttribute::get();
+  hold_tensors(attrs, name());
+  drop_tensors(attributes_);
+  attributes_ = attrs;
   detail::bump_ir_epoch();
 }
 

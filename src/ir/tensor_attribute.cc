@@ -17,10 +17,28 @@
 namespace kiln {
 
 std::size_t TensorAttributeStorage::hash_key(const KeyTy& k) {
+  if (k.held_id) return std::hash<std::uint64_t>()(k.held_id);
   std::size_t h = static_cast<std::size_t>(xxh64(k.bytes));
   h = hash_combine(h, static_cast<std::size_t>(k.dtype));
   for (auto d : k.dims) h = hash_combine(h, std::hash<std::int64_t>()(d));
   return h;
+}
+
+bool TensorAttributeStorage::add_holder() const {
+  std::uint32_t n = holders.load(std::memory_order_relaxed);
+  do {
+    if (n == kReleased) return false;
+  } while (!holders.compare_exchange_weak(n, n + 1, std::memory_order_acq_rel));
+  return true;
+}
+
+// The last holder frees the bytes, unless another op took the attribute
+// between its count reaching 0 and the exchange (then that op holds them).
+void TensorAttributeStorage::drop_holder() const {
+  if (holders.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  std::uint32_t zero = 0;
+  if (holders.compare_exchange_strong(zero, kReleased, std::memory_order_acq_rel))
+    std::string().swap(const_cast<std::string&>(key.bytes));
 }
 
 namespace {
@@ -37,7 +55,6 @@ std::int64_t checked_numel(const std::vector<std::int64_t>& dims) {
   return n;
 }
 
-
 template <typename T>
 T element(std::string_view bytes, std::int64_t i) {
   T v;
@@ -45,10 +62,8 @@ T element(std::string_view bytes, std::int64_t i) {
   return v;
 }
 
-}  // namespace
-
-TensorAttribute TensorAttribute::get(DataType dtype, std::vector<std::int64_t> dims,
-                                     std::string bytes) {
+void check_tensor_bytes(DataType dtype, const std::vector<std::int64_t>& dims,
+                        const std::string& bytes) {
   if (dtype == DataType::Undefined)
     throw_error(ErrorKind::InvalidArgument, "tensor attribute of an undefined dtype");
   const std::int64_t n = checked_numel(dims);
@@ -56,7 +71,29 @@ TensorAttribute TensorAttribute::get(DataType dtype, std::vector<std::int64_t> d
     throw_error(ErrorKind::InvalidArgument, "tensor attribute of ", n, " ", kiln::to_string(dtype),
                 " elements needs ", static_cast<std::size_t>(n) * size_of(dtype), " bytes, got ",
                 bytes.size());
+}
+
+}  // namespace
+
+TensorAttribute TensorAttribute::get(DataType dtype, std::vector<std::int64_t> dims,
+                                     std::string bytes) {
+  check_tensor_bytes(dtype, dims, bytes);
   return get_uniqued(TensorAttributeStorage::KeyTy{dtype, std::move(dims), std::move(bytes)});
+}
+
+TensorAttribute TensorAttribute::get_held(DataType dtype, std::vector<std::int64_t> dims,
+                                          std::string bytes) {
+  static std::atomic<std::uint64_t> last_id{0};
+  check_tensor_bytes(dtype, dims, bytes);
+  const std::uint64_t id = last_id.fetch_add(1, std::memory_order_relaxed) + 1;
+  return get_uniqued(TensorAttributeStorage::KeyTy{dtype, std::move(dims), std::move(bytes), id});
+}
+
+void TensorAttribute::throw_released() const {
+  std::ostringstream os;
+  print(os);
+  throw_error(ErrorKind::PreconditionNotMet, "the bytes of ", os.str(),
+              " were freed when the last op carrying it was destroyed");
 }
 
 std::int64_t TensorAttribute::numel() const {
@@ -68,14 +105,20 @@ std::int64_t TensorAttribute::numel() const {
 void TensorAttribute::print(std::ostream& os) const {
   os << "tensor<";
   for (auto d : dims()) os << d << 'x';
-  os << kiln::to_string(dtype()) << "> [";
+  os << kiln::to_string(dtype()) << ">";
+  if (released()) {
+    os << " <released>";
+    return;
+  }
+  const std::string_view b = bytes();
+  os << " [";
   // Every value, floats in their shortest round-trip form: the text form of
   // a program must read back to the same constant (kiln/ir/parser.h).
   detail::with_storage_type(dtype(), [&](auto tag) {
     using T = decltype(tag);
     for (std::int64_t i = 0; i < numel(); ++i) {
       if (i) os << ", ";
-      const T v = element<T>(bytes(), i);
+      const T v = element<T>(b, i);
       if constexpr (std::is_same_v<T, bool>) os << (v ? "true" : "false");
       else if constexpr (std::is_floating_point_v<T>) print_shortest_float(os, v);
       else if constexpr (sizeof(T) == 1) os << static_cast<int>(v);
@@ -90,10 +133,11 @@ void TensorAttribute::save(nlohmann::json& j) const {
   j["dtype"] = std::string(kiln::to_string(dtype()));
   j["dims"] = dims();
   nlohmann::json values = nlohmann::json::array();
+  const std::string_view b = bytes();
   detail::with_storage_type(dtype(), [&](auto tag) {
     using T = decltype(tag);
     for (std::int64_t i = 0; i < numel(); ++i) {
-      const T v = element<T>(bytes(), i);
+      const T v = element<T>(b, i);
       if constexpr (std::is_floating_point_v<T>) {
         // JSON has no NaN or infinity (nlohmann writes them as null): the
         // text form's spelling, as a string, as float attributes do.

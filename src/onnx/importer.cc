@@ -206,17 +206,19 @@ struct KnownConstant {
 
 KnownConstant copied_constant(Tensor t) { return {attribute_from_tensor(t), std::move(t)}; }
 
-// `tp`'s raw data moved into the attribute (no copy), and the builders'
-// tensor over the attribute's bytes where the tensor is too large to fold
-// (the uniqued attribute lives as long as the process's IrContext, and no
-// importer step writes a constant it reads); anything else copied.
+// `tp`'s raw data moved into the attribute (no copy). A tensor too large to
+// fold is a held attribute (freed with the last op carrying it: the startup
+// program's constant, and the builders' tensor is a view of its bytes: no
+// importer step writes a constant it reads, and the op outlives the import);
+// a smaller one is uniqued, and anything else copied.
 KnownConstant taken_constant(::onnx::TensorProto& tp, const std::string& what) {
   if (tp.raw_data().empty()) return copied_constant(detail::tensor_of(tp, what));
   detail::TensorLayout l = detail::layout_of(tp, what);
-  const TensorAttribute a = TensorAttribute::get(l.dtype, std::move(l.dims), std::move(*tp.mutable_raw_data()));
+  const bool large = static_cast<std::int64_t>(l.numel) > kMaxFoldedElements;
+  const TensorAttribute a = (large ? TensorAttribute::get_held : TensorAttribute::get)(
+      l.dtype, std::move(l.dims), std::move(*tp.mutable_raw_data()));
   const std::string_view bytes = a.bytes();
-  if (static_cast<std::int64_t>(l.numel) > kMaxFoldedElements &&
-      reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(std::max_align_t) == 0)
+  if (large && reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(std::max_align_t) == 0)
     return {a, Tensor::from_external(const_cast<char*>(bytes.data()), bytes.size(), Dims(a.dims()), a.dtype())};
   return {a, tensor_from_attribute(a)};
 }

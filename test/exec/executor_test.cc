@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "exec/exec_test_util.h"
+#include "kiln/ir/tensor_attribute.h"
 
 using namespace kiln;
 using namespace kiln_exec_test;
@@ -455,6 +456,60 @@ TEST_CASE("the executor cache evicts the least recently used core", "[exec]") {
   CHECK(exe.num_cores_built() == 3);
   CHECK(exe.run(*progs[1], feed, {outs[1]})[0].to_vector<float>() == std::vector<float>(3, 2.f));
   CHECK(exe.num_cores_built() == 4);
+}
+
+TEST_CASE("evicting a program drops its compiled copies, and only those; its next run compiles "
+          "it anew",
+          "[exec]") {
+  Program p, q;
+  Value out_p = build_small(p, 1.0), out_q = build_small(q, 5.0);
+  Executor exe;
+  FeedMap feed{{"x", filled_f32({3}, 1.f)}};
+  exe.run(p, feed, {out_p});
+  exe.run(p, feed, {});
+  exe.run(q, feed, {out_q});
+  REQUIRE(exe.cache_size() == 3);
+  exe.evict(p);
+  CHECK(exe.cache_size() == 1);
+  CHECK(exe.last_core() != nullptr);  // q's, still cached
+  exe.run(q, feed, {out_q});
+  CHECK(exe.num_cores_built() == 3);
+  exe.evict(q);
+  CHECK(exe.cache_size() == 0);
+  CHECK(exe.last_core() == nullptr);
+  exe.evict(q);  // nothing left: nothing happens
+  CHECK(exe.run(p, feed, {out_p})[0].to_vector<float>() == std::vector<float>(3, 2.f));
+  CHECK(exe.num_cores_built() == 4);
+}
+
+TEST_CASE("a held constant's bytes are freed once its program is gone and no executor keeps a "
+          "compiled copy",
+          "[exec]") {
+  const std::vector<float> v{1, 2, 3};
+  // Runs a program of one constant holding `held` in `exe`, then drops the
+  // program (having evicted it or not).
+  const auto run_once = [&](Executor& exe, bool evict) {
+    const TensorAttribute held = TensorAttribute::get_held(
+        DataType::Float32, {3}, std::string(reinterpret_cast<const char*>(v.data()), 3 * sizeof(float)));
+    {
+      Program p;
+      Builder b(p);
+      Value c = b.create<ConstantOp>(held, TensorType::get(DataType::Float32, {3})).result();
+      CHECK(exe.run(p, {}, {c})[0].to_vector<float>() == v);
+      if (evict) exe.evict(p);
+      CHECK_FALSE(held.released());  // p still carries it
+    }
+    return held;
+  };
+  TensorAttribute cached;
+  {
+    Executor keeps;
+    cached = run_once(keeps, false);
+    CHECK_FALSE(cached.released());  // the executor's compiled copy carries it
+  }
+  CHECK(cached.released());
+  Executor exe;
+  CHECK(run_once(exe, true).released());
 }
 
 TEST_CASE("cores built and dropped in a loop while the pool is busy stay correct", "[exec]") {

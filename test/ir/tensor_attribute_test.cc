@@ -1,12 +1,14 @@
 // TensorAttribute (kiln/ir/tensor_attribute.h): uniqued by content, printed
-// summarized, saved and loaded exactly for every dtype, its errors; and
+// summarized, saved and loaded exactly for every dtype, its errors;
 // builtin.constant holding one, checked by the verifier and run by its
-// kernel.
+// kernel; and held attributes, whose bytes the ops carrying them own.
 #include "kiln/ir/tensor_attribute.h"
 
 #include <bit>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "catch.hpp"
@@ -28,6 +30,15 @@ std::string bytes_of(const std::vector<T>& v) {
 
 TensorAttribute f32s(std::vector<std::int64_t> dims, const std::vector<float>& v) {
   return TensorAttribute::get(DataType::Float32, std::move(dims), bytes_of(v));
+}
+
+TensorAttribute held_f32s(std::vector<std::int64_t> dims, const std::vector<float>& v) {
+  return TensorAttribute::get_held(DataType::Float32, std::move(dims), bytes_of(v));
+}
+
+Operation* constant_op(Program& p, TensorAttribute v) {
+  Builder b(p);
+  return b.create<ConstantOp>(v, TensorType::get(v.dtype(), v.dims())).operation();
 }
 
 }  // namespace
@@ -118,4 +129,104 @@ TEST_CASE("builtin.constant returns its tensor each run; the verifier checks it 
   Builder bb(bad);
   bb.create<ConstantOp>(v, TensorType::get(DataType::Float32, {4}));
   KILN_CHECK_ERROR(bad.verify(), InvalidArgument, {"builtin.constant", "[2, 2]", "tensor<4xf32>"});
+}
+
+TEST_CASE("a held tensor attribute is a new attribute on every call, with the same checks",
+          "[ir][attribute]") {
+  TensorAttribute a = held_f32s({2}, {1, 2});
+  CHECK(a.held());
+  CHECK_FALSE(f32s({2}, {1, 2}).held());
+  CHECK(a != held_f32s({2}, {1, 2}));
+  CHECK(a != f32s({2}, {1, 2}));
+  CHECK(a.bytes() == f32s({2}, {1, 2}).bytes());
+  KILN_CHECK_ERROR(TensorAttribute::get_held(DataType::Float32, {3}, bytes_of<float>({1, 2})),
+                   InvalidArgument, {"needs 12 bytes, got 8"});
+  KILN_CHECK_ERROR(TensorAttribute::get_held(DataType::Float32, {-1}, ""), InvalidArgument,
+                   {"dim -1"});
+}
+
+TEST_CASE("a held tensor attribute's bytes are freed when the last op carrying it is destroyed",
+          "[ir][attribute]") {
+  TensorAttribute v = held_f32s({2, 2}, {1, 2, 3, 4});
+  auto p = std::make_unique<Program>();
+  constant_op(*p, v);
+  constant_op(*p, v);
+  {
+    Program copy = p->clone();
+    p.reset();
+    CHECK_FALSE(v.released());  // the clone's op still carries it
+    Executor exe;
+    const Value c = copy.block().front()->result(0);
+    auto got = exe.run(copy, {}, {c});
+    CHECK(got[0].to_vector<float>() == std::vector<float>{1, 2, 3, 4});
+  }
+  CHECK(v.released());
+  CHECK(v.dims() == std::vector<std::int64_t>{2, 2});
+  CHECK(v.to_string() == "tensor<2x2xf32> <released>");
+  KILN_CHECK_ERROR(v.bytes(), PreconditionNotMet, {"tensor<2x2xf32>", "freed", "last op"});
+  nlohmann::json j;
+  KILN_CHECK_ERROR(v.save(j), PreconditionNotMet, {"freed"});
+}
+
+TEST_CASE("a held tensor attribute no op has carried yet keeps its bytes", "[ir][attribute]") {
+  TensorAttribute v = held_f32s({1}, {7});
+  { Program p; }
+  CHECK_FALSE(v.released());
+  Program p;
+  constant_op(p, v);
+  CHECK(p.block().front()->attribute<TensorAttribute>("value").bytes() == v.bytes());
+}
+
+TEST_CASE("replacing or erasing an op's held tensor attribute frees its bytes; setting the same "
+          "one again keeps them",
+          "[ir][attribute]") {
+  TensorAttribute v = held_f32s({1}, {1});
+  TensorAttribute w = held_f32s({1}, {2});
+  Program p;
+  Operation* op = constant_op(p, v);
+  op->set_attribute("value", v);
+  op->set_attributes(op->attributes());
+  CHECK_FALSE(v.released());
+  op->set_attribute("value", w);
+  CHECK(v.released());
+  op->set_attribute("extra", w);
+  op->erase_attribute("value");
+  CHECK_FALSE(w.released());  // "extra" still carries it
+  op->erase_attribute("extra");
+  CHECK(w.released());
+}
+
+TEST_CASE("an op given a held tensor attribute whose bytes were freed is a clear error that "
+          "changes nothing",
+          "[ir][attribute]") {
+  TensorAttribute gone = held_f32s({1}, {1});
+  { Program p; constant_op(p, gone); }
+  REQUIRE(gone.released());
+  Program p;
+  KILN_CHECK_ERROR(constant_op(p, gone), PreconditionNotMet,
+                   {"builtin.constant", "tensor<1xf32> <released>", "freed"});
+  CHECK(p.block().empty());
+  TensorAttribute kept = held_f32s({1}, {2});
+  Operation* op = constant_op(p, kept);
+  KILN_CHECK_ERROR(op->set_attribute("z_other", gone), PreconditionNotMet, {"builtin.constant"});
+  CHECK(op->attribute("value") == kept);
+  CHECK_FALSE(op->attributes().contains("z_other"));
+  op->erase();
+  CHECK(kept.released());  // the failed set took no extra hold
+}
+
+TEST_CASE("ops carrying one held tensor attribute are created and destroyed on many threads "
+          "without freeing its bytes early",
+          "[ir][attribute]") {
+  TensorAttribute v = held_f32s({3}, {1, 2, 3});
+  Program p;
+  constant_op(p, v);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&p] {
+      for (int i = 0; i < 500; ++i) Program copy = p.clone();
+    });
+  for (auto& t : threads) t.join();
+  REQUIRE_FALSE(v.released());
+  CHECK(v.bytes() == f32s({3}, {1, 2, 3}).bytes());
 }

@@ -2,7 +2,8 @@
 // the startup program sets bit for bit, whether the model comes from bytes
 // or from a file, and a weight large enough that the importer reads it in
 // place (a Conv's weight folded with a BatchNormalization) gives the same
-// results as when it is not folded, and keeps its values.
+// results as when it is not folded, and keeps its values; a large weight's
+// bytes are freed with the last program holding them.
 #include <onnx/onnx_pb.h>
 #include <unistd.h>
 
@@ -11,11 +12,14 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "catch.hpp"
+#include "kiln/dialect/builtin.h"
 #include "kiln/exec/executor.h"
+#include "kiln/ir/tensor_attribute.h"
 #include "kiln/onnx/import.h"
 
 using namespace kiln;
@@ -162,4 +166,42 @@ TEST_CASE("a Conv whose large raw-data weight is folded with a BatchNormalizatio
   REQUIRE(got.size() == static_cast<std::size_t>(kOut * 4));
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-4).margin(1e-4));
+}
+
+TEST_CASE("an imported model's large weights are freed with the last program holding them, and "
+          "the parameters its startup program set keep their values",
+          "[onnx]") {
+  constexpr std::int64_t kIn = 300, kOut = 300;  // w: 90000 elements, b: 300
+  const std::vector<float> w = weights(kIn * kOut, 10), b = weights(kOut, 11);
+  ::onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", {1, kIn});
+  add_raw(g, "w", {kIn, kOut}, w);
+  add_raw(g, "b", {kOut}, b);
+  add_node(g, "MatMul", {"x", "w"}, "xw");
+  add_node(g, "Add", {"xw", "b"}, "y");
+  g->add_output()->set_name("y");
+  std::optional<kiln::onnx::ImportedModel> model = kiln::onnx::import_model_from_bytes(serialized(m));
+  std::map<std::int64_t, TensorAttribute> by_size;
+  for (Operation* op : model->startup.block())
+    if (auto c = op->dyn_cast<ConstantOp>()) {
+      auto a = c.value().dyn_cast<TensorAttribute>();
+      if (a) by_size[a.numel()] = a;
+    }
+  REQUIRE(by_size.count(kIn * kOut));
+  REQUIRE(by_size.count(kOut));
+  const TensorAttribute large = by_size[kIn * kOut], small = by_size[kOut];
+  CHECK(large.held());
+  CHECK_FALSE(small.held());  // small enough to fold: uniqued by content
+  Executor exe;
+  exe.run(model->startup);
+  exe.evict(model->startup);  // its compiled copy would carry the weights too
+  std::optional<Program> copy = model->startup.clone();
+  model.reset();
+  CHECK_FALSE(large.released());  // the clone holds it
+  copy.reset();
+  CHECK(large.released());
+  CHECK_FALSE(small.released());
+  CHECK(same_bits(parameter(exe, "w"), w));
+  CHECK(same_bits(parameter(exe, "b"), b));
 }

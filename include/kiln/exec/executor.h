@@ -92,6 +92,13 @@ class Executor {
   InterpreterCore* last_core() const;
   std::size_t num_cores_built() const;
   std::size_t cache_size() const;
+  // Drops the compiled copies of `program` (and of any program of the same
+  // structure) from the cache; the copies' constants, such as an imported
+  // model's weights (held tensor attributes, kiln/ir/tensor_attribute.h),
+  // are freed with them once no run in flight uses them and no program
+  // carries them. A later run compiles the program anew; the scope is
+  // untouched. For a program run once, as a startup program is.
+  void evict(const Program& program);
   const std::shared_ptr<WorkQueue>& work_queue() const;
 
  private:

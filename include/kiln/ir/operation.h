@@ -2,7 +2,10 @@
 // order, the out-of-line results (7th and later, reversed), the inline
 // results (first six, reversed), the Operation itself, its operands and its
 // regions. Attributes are one uniqued DictionaryAttribute; the OpInfo says
-// what kind of op it is.
+// what kind of op it is. An op holds the bytes of the held tensor attributes
+// it carries (kiln/ir/tensor_attribute.h) from its creation, or the setter
+// that gives them to it, until its destruction or the setter that takes them
+// away; giving it one whose bytes were freed is a kiln::Error.
 #pragma once
 
 #include <cstdint>
@@ -89,10 +92,7 @@ class Operation {
   template <typename A> A attribute(std::string_view name) const;
   void set_attribute(std::string_view name, Attribute value);
   void erase_attribute(std::string_view name);
-  void set_attributes(DictionaryAttribute attrs) {
-    attributes_ = attrs;
-    detail::bump_ir_epoch();
-  }
+  void set_attributes(DictionaryAttribute attrs);
 
   // ---- position ----
   Block* parent_block() const { return parent_; }

@@ -1,12 +1,25 @@
 // A tensor's value as an attribute (MLIR's DenseElementsAttr, Paddle's
 // assign_value values): dtype, dims and the elements' bytes, row-major. What
 // builtin.constant holds and what an ONNX initializer or Constant node
-// becomes. Uniqued in the IrContext by content (xxHash of the bytes), so two
-// equal constants are one attribute; it lives as long as the context. JSON
-// keeps the values as numbers (exact for every dtype kiln has; f16 and bf16
-// as their bit patterns).
+// becomes. JSON keeps the values as numbers (exact for every dtype kiln has;
+// f16 and bf16 as their bit patterns).
+//
+// Two kinds, one attribute class:
+//   - get(): uniqued in the IrContext by content (xxHash of the bytes), so
+//     two equal constants are one attribute; its bytes live as long as the
+//     context (the process).
+//   - get_held(): a new attribute on every call, whose bytes belong to the
+//     ops that carry it as an attribute (MLIR's resource blobs, with the ops
+//     as owners): the last such op to be destroyed frees them, so destroying
+//     a program frees its weights. Until an op first carries it, the
+//     attribute keeps its bytes. What large weights use (the ONNX importer's
+//     initializers). Only an op's own attributes hold it, not an array or
+//     dictionary nested in them (there it stays as long as the context).
+// A held attribute whose bytes were freed keeps its dtype and dims; reading
+// its bytes, or giving it to a new op, is a kiln::Error (PreconditionNotMet).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -22,13 +35,24 @@ struct TensorAttributeStorage : AttributeStorage {
     DataType dtype;
     std::vector<std::int64_t> dims;
     std::string bytes;
+    std::uint64_t held_id = 0;  // 0: uniqued by content; else get_held's, one per call
   };
   explicit TensorAttributeStorage(KeyTy k) : key(std::move(k)) {}
   bool operator==(const KeyTy& k) const {
+    if (key.held_id || k.held_id) return key.held_id == k.held_id;
     return key.dtype == k.dtype && key.dims == k.dims && key.bytes == k.bytes;
   }
   static std::size_t hash_key(const KeyTy& k);
+
+  // Held attributes: the ops carrying it (Operation counts itself in and
+  // out); kReleased once the last one went and the bytes were freed.
+  static constexpr std::uint32_t kReleased = ~std::uint32_t{0};
+  bool add_holder() const;  // false (nothing changed) when released
+  void drop_holder() const;
+  bool released() const { return holders.load(std::memory_order_acquire) == kReleased; }
+
   KeyTy key;
+  mutable std::atomic<std::uint32_t> holders{0};
 };
 
 class TensorAttribute : public AttrBase<TensorAttribute, TensorAttributeStorage> {
@@ -38,18 +62,31 @@ class TensorAttribute : public AttrBase<TensorAttribute, TensorAttributeStorage>
   // kiln::Error (InvalidArgument) for a dim below 0, an undefined dtype, or
   // bytes that are not numel × the dtype's size.
   static TensorAttribute get(DataType dtype, std::vector<std::int64_t> dims, std::string bytes);
+  // Same checks; held by the ops that carry it (see the top of this file).
+  static TensorAttribute get_held(DataType dtype, std::vector<std::int64_t> dims,
+                                  std::string bytes);
   DataType dtype() const { return storage()->key.dtype; }
   const std::vector<std::int64_t>& dims() const { return storage()->key.dims; }
-  std::string_view bytes() const { return storage()->key.bytes; }
+  // kiln::Error (PreconditionNotMet) when held and released.
+  std::string_view bytes() const {
+    if (storage()->released()) throw_released();
+    return storage()->key.bytes;
+  }
   std::int64_t numel() const;
+  bool held() const { return storage()->key.held_id != 0; }
+  bool released() const { return storage()->released(); }
 
   // "tensor<2x3xf32> [1, 2, 3, 4, 5, 6]": every value (f16 / bf16 as their
   // bit patterns), floats in their shortest round-trip form.
+  // A released attribute prints as "tensor<2x3xf32> <released>".
   void print(std::ostream& os) const;
   // {"dtype": "f32", "dims": [2, 3], "values": [1, 2, 3, 4, 5, 6]}; NaN and
   // infinities as the strings "nan", "-inf", "nan(0x7fc00001)", ….
   void save(nlohmann::json& j) const;
   static TensorAttribute load(const nlohmann::json& j);
+
+ private:
+  [[noreturn, gnu::cold]] void throw_released() const;
 };
 
 }  // namespace kiln

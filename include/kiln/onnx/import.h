@@ -41,9 +41,13 @@ struct ImportedModel {
 //
 // Memory: the file is read once; an initializer stored as raw data (what
 // exporters write) is copied by the protobuf parse and then held, without
-// another copy, by the startup program's constant (a uniqued attribute,
-// which lives as long as the process's IrContext), and once more by the
-// scope the startup program runs in.
+// another copy, by the startup program's constant, and once more by the
+// scope the startup program runs in. A weight of more than 65536 elements
+// is a held attribute (kiln/ir/tensor_attribute.h): its bytes are freed
+// with the last op carrying it, so to keep a model's weights once, in the
+// scope, run the startup program, evict it from the executor and drop it:
+//   exe.run(model.startup); exe.evict(model.startup); model.startup = {};
+// Smaller ones are uniqued constants, kept for the process's life.
 //
 // External data (weights kept in side files beside the model): import_model
 // reads them relative to the model file's folder; import_model_from_bytes
