@@ -547,6 +547,7 @@ ImportedModel import_parsed(::onnx::ModelProto& model, std::string_view what,
                             std::vector<std::string>* problems,
                             const std::unordered_set<std::string>& failed = {}) {
   ImportedModel out;
+  out.info = detail::model_info_of(model);
   for (const auto& o : model.opset_import()) {
     if (o.domain().empty() || o.domain() == "ai.onnx") out.opset = o.version();
     if (o.domain() == detail::kTrainingDomain) out.training_opset = o.version();
@@ -579,8 +580,9 @@ ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view w
 }
 
 std::vector<std::string> import_problems_from_bytes(std::string_view bytes, std::string_view what,
-                                                    const std::string& base_dir) {
+                                                    const std::string& base_dir, ModelInfo* info) {
   ::onnx::ModelProto model = detail::parse_model(bytes, what);
+  if (info) *info = detail::model_info_of(model);
   std::vector<std::string> problems;
   std::unordered_set<std::string> failed;
   detail::load_external_data(model, base_dir, what, &problems, &failed);
@@ -602,9 +604,9 @@ std::string folder_of(const std::string& path) {
 
 }  // namespace
 
-std::vector<std::string> import_problems(const std::string& path) {
+std::vector<std::string> import_problems(const std::string& path, ModelInfo* info) {
   const detail::FileBytes file(path, "ONNX model file");
-  return import_problems_from_bytes(file.view(), "'" + path + "'", folder_of(path));
+  return import_problems_from_bytes(file.view(), "'" + path + "'", folder_of(path), info);
 }
 
 ImportedModel import_model(const std::string& path) {

@@ -166,8 +166,7 @@ void count_ops(const ::onnx::GraphProto& g, ModelInfo& info) {
 
 }  // namespace
 
-ModelInfo read_model_info_from_bytes(std::string_view bytes, std::string_view what) {
-  const ::onnx::ModelProto model = detail::parse_model(bytes, what);
+ModelInfo detail::model_info_of(const ::onnx::ModelProto& model) {
   ModelInfo info;
   info.ir_version = model.ir_version();
   if (!model.producer_name().empty())
@@ -184,6 +183,10 @@ ModelInfo read_model_info_from_bytes(std::string_view bytes, std::string_view wh
   for (const auto& v : g.output()) info.outputs.push_back(tensor_info(v));
   count_ops(g, info);
   return info;
+}
+
+ModelInfo read_model_info_from_bytes(std::string_view bytes, std::string_view what) {
+  return detail::model_info_of(detail::parse_model(bytes, what));
 }
 
 ModelInfo read_model_info(const std::string& path) {

@@ -9,11 +9,14 @@
 #include <string>
 #include <string_view>
 
+#include "kiln/onnx/model_info.h"
 #include "kiln/support/data_type.h"
 
 namespace kiln::onnx::detail {
 
 ::onnx::ModelProto parse_model(std::string_view bytes, std::string_view what);
+// What `model` declares (kiln/onnx/model_info.h).
+ModelInfo model_info_of(const ::onnx::ModelProto& model);
 
 // A file's bytes, read once: into a buffer of the size the file has (a
 // regular file; one that shrinks meanwhile gives what is left, a truncated

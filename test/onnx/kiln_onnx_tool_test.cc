@@ -21,13 +21,13 @@ struct ToolResult {
   std::string out;   // stdout and stderr together
 };
 
-// kiln-onnx with `args`; nullopt-like (status -2) when the tool or the
-// source root is unknown (not run by meson test).
-ToolResult tool(const std::string& args) {
+// kiln-onnx with `args` (after the shell words `before`, if any); status
+// -2 when the tool or the source root is unknown (not run by meson test).
+ToolResult tool(const std::string& args, const std::string& before = {}) {
   const char* exe = std::getenv("KILN_ONNX_TOOL");
   if (!exe) return {-2, ""};
   ToolResult r;
-  FILE* p = popen(("'" + std::string(exe) + "' " + args + " 2>&1").c_str(), "r");
+  FILE* p = popen((before + "'" + std::string(exe) + "' " + args + " 2>&1").c_str(), "r");
   REQUIRE(p);
   char buf[4096];
   std::size_t n;
@@ -128,6 +128,24 @@ TEST_CASE("kiln-onnx info lists every part of a model kiln cannot import and exi
     CHECK(bad.status == 1);
     CHECK_THAT(bad.out, Catch::Contains("kiln cannot import (1)") && Catch::Contains("Cast to element type string"));
   }
+}
+
+TEST_CASE("kiln-onnx reads its model once, so info, run and bench take one from a pipe",
+          "[onnx][tool]") {
+  if (!have_tool()) return;
+  const std::string piped = "cat '" + models() + "/lenet/model.onnx' | timeout 120 ";
+  auto info = tool("info /dev/stdin", piped);
+  INFO(info.out);
+  CHECK(info.status == 0);
+  CHECK_THAT(info.out, Catch::Contains("kiln imports every node"));
+  auto run = tool("run /dev/stdin --data " + models() + "/lenet/test_data_set_0", piped);
+  INFO(run.out);
+  CHECK(run.status == 0);
+  CHECK_THAT(run.out, Catch::Contains("matches"));
+  auto bench = tool("bench /dev/stdin --dim batch=1 --iters 2", piped);
+  INFO(bench.out);
+  CHECK(bench.status == 0);
+  CHECK_THAT(bench.out, Catch::Contains("latency ms: p50"));
 }
 
 TEST_CASE("kiln-onnx bench reports latency percentiles and needs every symbolic dim",

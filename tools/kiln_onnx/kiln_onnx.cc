@@ -176,8 +176,8 @@ int run_model(const Args& a) {
   const double atol = a.options.count("--atol") ? tolerance(a.one("--atol"), "--atol") : onnx::kOnnxAtol;
   if (!fs::is_directory(data))
     throw_error(ErrorKind::NotFound, "data folder '", data.string(), "' does not exist");
-  const onnx::ModelInfo info = onnx::read_model_info(a.model);
   onnx::ImportedModel m = onnx::import_model(a.model);
+  const onnx::ModelInfo& info = m.info;
   const auto inputs = onnx::numbered_entries(data, "input_");
   if (inputs.size() != m.inputs.size())
     throw_error(ErrorKind::InvalidArgument, "data folder '", data.string(), "' holds ",
@@ -192,6 +192,8 @@ int run_model(const Args& a) {
   }
   Executor exe = make_executor(a);
   exe.run(m.startup);
+  exe.evict(m.startup);  // the weights stay once, in the scope
+  m.startup = {};
   const auto got = exe.run(m.main, feed, std::vector<FetchTarget>(m.outputs.begin(), m.outputs.end()));
   const auto expected = onnx::numbered_entries(data, "output_");
   if (!expected.empty()) std::printf("comparing within rtol %g, atol %g\n", rtol, atol);
@@ -283,13 +285,15 @@ int bench_model(const Args& a) {
     }
   const unsigned iters = positive(a.one("--iters", "200"), "--iters");
   const std::int64_t int_max = positive(a.one("--int-max", "10"), "--int-max");
-  const onnx::ModelInfo info = onnx::read_model_info(a.model);
   const auto t0 = std::chrono::steady_clock::now();
   onnx::ImportedModel m = onnx::import_model(a.model);
+  const onnx::ModelInfo& info = m.info;
   const std::string precision = a.one("--precision", "f32");
   const std::size_t lowered = lower_precision(m.main, precision);
   Executor exe = make_executor(a);
   exe.run(m.startup);
+  exe.evict(m.startup);  // the weights stay once, in the scope
+  m.startup = {};
   // An inference program: its weights rounded to bf16 once, not cast every run.
   if (precision == "bf16") amp::cast_parameters(m.main, exe.scope(), DataType::BFloat16);
   std::mt19937_64 rng(7);
@@ -371,8 +375,9 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   try {
     if (cmd == "info" && argc == 3) {
-      std::fputs(kiln::onnx::to_string(kiln::onnx::read_model_info(argv[2])).c_str(), stdout);
-      const auto problems = kiln::onnx::import_problems(argv[2]);
+      kiln::onnx::ModelInfo info;
+      const auto problems = kiln::onnx::import_problems(argv[2], &info);
+      std::fputs(kiln::onnx::to_string(info).c_str(), stdout);
       if (problems.empty()) {
         std::puts("kiln imports every node");
         return 0;

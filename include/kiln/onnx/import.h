@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kiln/ir/program.h"
+#include "kiln/onnx/model_info.h"
 #include "kiln/runtime/tensor.h"
 
 namespace kiln::onnx {
@@ -34,6 +35,7 @@ struct ImportedModel {
   std::vector<std::string> outputs;   // the kiln.fetch ops' names = fetch names, in graph order
   std::int64_t opset = 0;             // of the default (ai.onnx) domain
   std::int64_t training_opset = 0;    // of ai.onnx.preview.training; 0: not imported
+  ModelInfo info;                     // what the model declares (kiln/onnx/model_info.h)
 };
 
 // kiln::Error: the file's errors (kiln/onnx/model_info.h), an opset of the
@@ -64,11 +66,13 @@ ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view w
 // import_model would raise, one per graph input, initializer or node that
 // fails (a node reading what failed is skipped: its error would repeat the
 // cause). Empty when import_model succeeds. kiln::Error only for a file
-// that cannot be read or is not ONNX.
-std::vector<std::string> import_problems(const std::string& path);
+// that cannot be read or is not ONNX. `info`, when given, receives what the
+// model declares (the file is read and parsed once for both).
+std::vector<std::string> import_problems(const std::string& path, ModelInfo* info = nullptr);
 std::vector<std::string> import_problems_from_bytes(std::string_view bytes,
                                                     std::string_view what = "model",
-                                                    const std::string& base_dir = {});
+                                                    const std::string& base_dir = {},
+                                                    ModelInfo* info = nullptr);
 
 // A serialized onnx.TensorProto (the backend test suite's input_N.pb and
 // output_N.pb) as a kiln tensor: float, double, int32, int64 and bool.
