@@ -76,6 +76,7 @@ struct Executor::State {
   LastRun last_run;
   std::size_t cores_built = 0;
   std::atomic<std::int64_t> in_flight{0};  // asynchronous runs not yet done
+  std::atomic<std::uint64_t> evictions{0};  // evict() calls; bumped under mutex
   std::mutex mutex;     // guards memos, lru, index, cores_built
   SpinLock last_lock;   // guards last_run, last_core
 };
@@ -222,12 +223,16 @@ void Executor::evict(const Program& program) {
       it = state_->lru.erase(it);
     }
     state_->memos.erase(&program);
+    state_->evictions.fetch_add(1, std::memory_order_relaxed);
   }
   std::lock_guard fast(state_->last_lock);
-  for (const auto& core : dropped) {
-    if (state_->last_run.core == core) state_->last_run = {};
-    if (state_->last_core == core.get()) state_->last_core = nullptr;
+  const auto& last = state_->last_run;
+  if (last.program == &program || std::find(dropped.begin(), dropped.end(), last.core) != dropped.end()) {
+    dropped.push_back(std::move(state_->last_run.core));
+    state_->last_run = {};
   }
+  for (const auto& core : dropped)
+    if (state_->last_core == core.get()) state_->last_core = nullptr;
 }
 const std::shared_ptr<WorkQueue>& Executor::work_queue() const { return state_->queue; }
 
@@ -243,12 +248,16 @@ std::shared_ptr<InterpreterCore> Executor::State::core_for(const Program& progra
     }
   }
   std::shared_ptr<InterpreterCore> core;
+  std::uint64_t evicted;
   {
     std::lock_guard lock(mutex);  // may build a core: waiters sleep
     core = find_or_build_core(program, feed, fetch, scope);
+    evicted = evictions.load(std::memory_order_relaxed);
   }
   std::lock_guard fast(last_lock);
-  remember_last_run(program, feed, fetch, scope, core);
+  // An evict() since the look-up may have dropped this core: not remembered.
+  if (evicted == evictions.load(std::memory_order_relaxed))
+    remember_last_run(program, feed, fetch, scope, core);
   last_core = core.get();
   return core;
 }

@@ -62,6 +62,7 @@ void for_each_held_tensor(DictionaryAttribute attrs, F&& f) {
 // changed nothing, when one was released.
 void hold_tensors(DictionaryAttribute attrs, std::string_view op_name) {
   std::vector<const TensorAttributeStorage*> held;
+  held.reserve(attrs.size());  // no push_back throws between a hold and its record
   for_each_held_tensor(attrs, [&](const TensorAttributeStorage* s) {
     if (s->add_holder()) return held.push_back(s);
     for (const auto* h : held) h->drop_holder();
@@ -97,7 +98,13 @@ Operation* Operation::create(const std::vector<Value>& operands,
   const std::size_t bytes = prefix + sizeof(Operation) + operands.size() * sizeof(OpOperandImpl) +
                             num_regions * sizeof(Region);
   detail::bump_ir_epoch();
-  char* mem = static_cast<char*>(::operator new(bytes));
+  char* mem;
+  try {
+    mem = static_cast<char*>(::operator new(bytes));
+  } catch (...) {
+    drop_tensors(attributes);
+    throw;
+  }
   auto* op = new (mem + prefix)
       Operation(info, attributes, static_cast<std::uint32_t>(n),
                 static_cast<std::uint32_t>(operands.size()), num_regions);

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/ir/tensor_attribute.h"
@@ -204,7 +205,15 @@ struct KnownConstant {
   Tensor tensor;
 };
 
-KnownConstant copied_constant(Tensor t) { return {attribute_from_tensor(t), std::move(t)}; }
+// `t` copied into the attribute: held when too large to fold (a weight in
+// typed fields, a Conv weight folded with its BatchNormalization), as
+// taken_constant's.
+KnownConstant copied_constant(Tensor t) {
+  if (t.numel() <= kMaxFoldedElements) return {attribute_from_tensor(t), std::move(t)};
+  const auto* bytes = static_cast<const char*>(std::as_const(t).raw_data());
+  return {TensorAttribute::get_held(t.dtype(), t.dims().to_vector(), std::string(bytes, t.bytes())),
+          std::move(t)};
+}
 
 // `tp`'s raw data moved into the attribute (no copy). A tensor too large to
 // fold is a held attribute (freed with the last op carrying it: the startup

@@ -230,3 +230,39 @@ TEST_CASE("ops carrying one held tensor attribute are created and destroyed on m
   REQUIRE_FALSE(v.released());
   CHECK(v.bytes() == f32s({3}, {1, 2, 3}).bytes());
 }
+
+TEST_CASE("an op made from a held tensor attribute while its last other holder is destroyed either "
+          "fails or keeps the bytes",
+          "[ir][attribute]") {
+  std::atomic<int> go{0}, done{0};
+  std::atomic<bool> stop{false};
+  TensorAttribute current;
+  std::atomic<int> bad{0};  // ops made that saw the bytes freed
+  std::thread taker([&] {
+    for (int seen = 1; !stop.load();) {
+      if (go.load(std::memory_order_acquire) != seen) {
+        std::this_thread::yield();
+        continue;
+      }
+      try {
+        Program p;
+        constant_op(p, current);
+        if (current.released() || current.bytes() != bytes_of<float>({1, 2, 3})) ++bad;
+      } catch (const Error&) {
+      }
+      done.store(seen++, std::memory_order_release);
+    }
+  });
+  for (int i = 1; i <= 5000; ++i) {  // each a race of the taker's op with the last drop
+    current = held_f32s({3}, {1, 2, 3});
+    auto p = std::make_unique<Program>();
+    constant_op(*p, current);
+    go.store(i, std::memory_order_release);
+    p.reset();
+    while (done.load(std::memory_order_acquire) != i) std::this_thread::yield();
+    CHECK(current.released());
+  }
+  stop = true;
+  taker.join();
+  CHECK(bad == 0);
+}

@@ -205,3 +205,59 @@ TEST_CASE("an imported model's large weights are freed with the last program hol
   CHECK(same_bits(parameter(exe, "w"), w));
   CHECK(same_bits(parameter(exe, "b"), b));
 }
+
+TEST_CASE("a Conv's large weight folded with a BatchNormalization at import is held like the "
+          "model's own large weights, and freed with the startup program",
+          "[onnx][fusion]") {
+  constexpr std::int64_t kOut = 2600;  // w [2600, 3, 3, 3]: 70200 elements, as is its folded weight
+  const std::vector<float> w = weights(kOut * 27, 4);
+  std::vector<float> var = weights(kOut, 6);
+  for (float& v : var) v = std::fabs(v) + 0.5f;
+  ::onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", {1, 3, 4, 4});
+  add_raw(g, "w", {kOut, 3, 3, 3}, w);
+  add_raw(g, "scale", {kOut}, weights(kOut, 7));
+  add_raw(g, "beta", {kOut}, weights(kOut, 8));
+  add_raw(g, "mean", {kOut}, weights(kOut, 9));
+  add_raw(g, "var", {kOut}, var);
+  add_node(g, "Conv", {"x", "w"}, "c");
+  add_node(g, "BatchNormalization", {"c", "scale", "beta", "mean", "var"}, "y");
+  g->add_output()->set_name("y");
+  std::optional<kiln::onnx::ImportedModel> model = kiln::onnx::import_model_from_bytes(serialized(m));
+  REQUIRE(op_counts(model->main)["kiln.sqrt"] == 0);  // folded
+  std::vector<TensorAttribute> large;  // the startup program's constants of kOut * 27 elements
+  for (Operation* op : model->startup.block())
+    if (auto c = op->dyn_cast<ConstantOp>())
+      if (auto a = c.value().dyn_cast<TensorAttribute>(); a && a.numel() == kOut * 27) large.push_back(a);
+  REQUIRE(large.size() == 2);  // the model's weight and the folded one
+  for (const TensorAttribute& a : large) CHECK(a.held());
+  model.reset();
+  for (const TensorAttribute& a : large) CHECK(a.released());
+}
+
+TEST_CASE("an imported model's large weight stored in float_data, not raw data, is held too",
+          "[onnx]") {
+  constexpr std::int64_t kIn = 300, kOut = 300;  // w: 90000 elements
+  const std::vector<float> w = weights(kIn * kOut, 12);
+  ::onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", {1, kIn});
+  auto* t = g->add_initializer();
+  t->set_name("w");
+  t->set_data_type(::onnx::TensorProto_DataType_FLOAT);
+  t->add_dims(kIn);
+  t->add_dims(kOut);
+  for (float f : w) t->add_float_data(f);
+  add_node(g, "MatMul", {"x", "w"}, "y");
+  g->add_output()->set_name("y");
+  std::optional<kiln::onnx::ImportedModel> model = kiln::onnx::import_model_from_bytes(serialized(m));
+  std::optional<TensorAttribute> large;
+  for (Operation* op : model->startup.block())
+    if (auto c = op->dyn_cast<ConstantOp>())
+      if (auto a = c.value().dyn_cast<TensorAttribute>(); a && a.numel() == kIn * kOut) large = a;
+  REQUIRE(large);
+  CHECK(large->held());
+  model.reset();
+  CHECK(large->released());
+}

@@ -92,8 +92,9 @@ class Executor {
   InterpreterCore* last_core() const;
   std::size_t num_cores_built() const;
   std::size_t cache_size() const;
-  // Drops the compiled copies of `program` (and of any program of the same
-  // structure) from the cache; the copies' constants, such as an imported
+  // Drops the compiled copies of `program` as it is now (and of any program
+  // of the same structure; copies compiled before it changed are left to
+  // the LRU) from the cache; the copies' constants, such as an imported
   // model's weights (held tensor attributes, kiln/ir/tensor_attribute.h),
   // are freed with them once no run in flight uses them and no program
   // carries them. A later run compiles the program anew; the scope is

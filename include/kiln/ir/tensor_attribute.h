@@ -10,11 +10,12 @@
 //     context (the process).
 //   - get_held(): a new attribute on every call, whose bytes belong to the
 //     ops that carry it as an attribute (MLIR's resource blobs, with the ops
-//     as owners): the last such op to be destroyed frees them, so destroying
-//     a program frees its weights. Until an op first carries it, the
-//     attribute keeps its bytes. What large weights use (the ONNX importer's
-//     initializers). Only an op's own attributes hold it, not an array or
-//     dictionary nested in them (there it stays as long as the context).
+//     as owners): when the last such op is destroyed, or a setter takes it
+//     from that op, the bytes are freed, so destroying a program frees its
+//     weights. Until an op first carries it, the attribute keeps its bytes.
+//     What large weights use (the ONNX importer's). Only an op's own
+//     attributes count: inside an array or dictionary attribute it holds
+//     nothing, and its bytes go with the last op carrying it directly.
 // A held attribute whose bytes were freed keeps its dtype and dims; reading
 // its bytes, or giving it to a new op, is a kiln::Error (PreconditionNotMet).
 #pragma once
