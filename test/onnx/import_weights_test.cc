@@ -87,6 +87,28 @@ std::map<std::string, int> op_counts(const Program& p) {
   return n;
 }
 
+// x [1, 3, 4, 4] → Conv (weight w [kConvOut, 3, 3, 3], raw data) →
+// BatchNormalization → y; with `conv_out` the Conv's result is an output too
+// (read elsewhere: not folded). var's values are made positive.
+constexpr std::int64_t kConvOut = 2600;  // w: 70200 elements, read in place at import
+kiln::onnx::ImportedModel conv_bn_model(const std::vector<float>& w, bool conv_out) {
+  std::vector<float> var = weights(kConvOut, 6);
+  for (float& v : var) v = std::fabs(v) + 0.5f;
+  ::onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", {1, 3, 4, 4});
+  add_raw(g, "w", {kConvOut, 3, 3, 3}, w);
+  add_raw(g, "scale", {kConvOut}, weights(kConvOut, 7));
+  add_raw(g, "beta", {kConvOut}, weights(kConvOut, 8));
+  add_raw(g, "mean", {kConvOut}, weights(kConvOut, 9));
+  add_raw(g, "var", {kConvOut}, var);
+  add_node(g, "Conv", {"x", "w"}, "c");
+  add_node(g, "BatchNormalization", {"c", "scale", "beta", "mean", "var"}, "y");
+  g->add_output()->set_name("y");
+  if (conv_out) g->add_output()->set_name("c");
+  return kiln::onnx::import_model_from_bytes(serialized(m));
+}
+
 }  // namespace
 
 TEST_CASE("a model's raw-data weights reach its parameters bit for bit and give its results, imported "
@@ -133,26 +155,8 @@ TEST_CASE("a model's raw-data weights reach its parameters bit for bit and give 
 TEST_CASE("a Conv whose large raw-data weight is folded with a BatchNormalization at import gives "
           "the unfolded result and leaves the weight's parameter as the model holds it",
           "[onnx][fusion]") {
-  constexpr std::int64_t kOut = 2600;  // w [2600, 3, 3, 3]: 70200 elements, read in place at import
-  const std::vector<float> w = weights(kOut * 27, 4), x = weights(3 * 16, 5);
-  std::vector<float> var = weights(kOut, 6);
-  for (float& v : var) v = std::fabs(v) + 0.5f;
-  const auto model = [&](bool conv_out) {
-    ::onnx::ModelProto m;
-    auto* g = m.mutable_graph();
-    add_input(g, "x", {1, 3, 4, 4});
-    add_raw(g, "w", {kOut, 3, 3, 3}, w);
-    add_raw(g, "scale", {kOut}, weights(kOut, 7));
-    add_raw(g, "beta", {kOut}, weights(kOut, 8));
-    add_raw(g, "mean", {kOut}, weights(kOut, 9));
-    add_raw(g, "var", {kOut}, var);
-    add_node(g, "Conv", {"x", "w"}, "c");
-    add_node(g, "BatchNormalization", {"c", "scale", "beta", "mean", "var"}, "y");
-    g->add_output()->set_name("y");
-    if (conv_out) g->add_output()->set_name("c");  // read elsewhere: not folded
-    return kiln::onnx::import_model_from_bytes(serialized(m));
-  };
-  kiln::onnx::ImportedModel folded = model(false), apart = model(true);
+  const std::vector<float> w = weights(kConvOut * 27, 4), x = weights(3 * 16, 5);
+  kiln::onnx::ImportedModel folded = conv_bn_model(w, false), apart = conv_bn_model(w, true);
   CHECK(op_counts(folded.main)["kiln.sqrt"] == 0);
   CHECK(op_counts(apart.main)["kiln.sqrt"] == 1);
   Executor a, b;
@@ -163,7 +167,7 @@ TEST_CASE("a Conv whose large raw-data weight is folded with a BatchNormalizatio
   const FeedMap feed{{"x", Tensor::from_vector<float>({1, 3, 4, 4}, x)}};
   const auto got = a.run(folded.main, feed, {"y"})[0].to_vector<float>();
   const auto want = b.run(apart.main, feed, {"y"})[0].to_vector<float>();
-  REQUIRE(got.size() == static_cast<std::size_t>(kOut * 4));
+  REQUIRE(got.size() == static_cast<std::size_t>(kConvOut * 4));
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-4).margin(1e-4));
 }
@@ -209,27 +213,12 @@ TEST_CASE("an imported model's large weights are freed with the last program hol
 TEST_CASE("a Conv's large weight folded with a BatchNormalization at import is held like the "
           "model's own large weights, and freed with the startup program",
           "[onnx][fusion]") {
-  constexpr std::int64_t kOut = 2600;  // w [2600, 3, 3, 3]: 70200 elements, as is its folded weight
-  const std::vector<float> w = weights(kOut * 27, 4);
-  std::vector<float> var = weights(kOut, 6);
-  for (float& v : var) v = std::fabs(v) + 0.5f;
-  ::onnx::ModelProto m;
-  auto* g = m.mutable_graph();
-  add_input(g, "x", {1, 3, 4, 4});
-  add_raw(g, "w", {kOut, 3, 3, 3}, w);
-  add_raw(g, "scale", {kOut}, weights(kOut, 7));
-  add_raw(g, "beta", {kOut}, weights(kOut, 8));
-  add_raw(g, "mean", {kOut}, weights(kOut, 9));
-  add_raw(g, "var", {kOut}, var);
-  add_node(g, "Conv", {"x", "w"}, "c");
-  add_node(g, "BatchNormalization", {"c", "scale", "beta", "mean", "var"}, "y");
-  g->add_output()->set_name("y");
-  std::optional<kiln::onnx::ImportedModel> model = kiln::onnx::import_model_from_bytes(serialized(m));
+  std::optional<kiln::onnx::ImportedModel> model = conv_bn_model(weights(kConvOut * 27, 4), false);
   REQUIRE(op_counts(model->main)["kiln.sqrt"] == 0);  // folded
-  std::vector<TensorAttribute> large;  // the startup program's constants of kOut * 27 elements
+  std::vector<TensorAttribute> large;  // the startup program's constants of kConvOut * 27 elements
   for (Operation* op : model->startup.block())
     if (auto c = op->dyn_cast<ConstantOp>())
-      if (auto a = c.value().dyn_cast<TensorAttribute>(); a && a.numel() == kOut * 27) large.push_back(a);
+      if (auto a = c.value().dyn_cast<TensorAttribute>(); a && a.numel() == kConvOut * 27) large.push_back(a);
   REQUIRE(large.size() == 2);  // the model's weight and the folded one
   for (const TensorAttribute& a : large) CHECK(a.held());
   model.reset();
