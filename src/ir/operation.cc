@@ -51,30 +51,38 @@ std::size_t Operation::prefix_bytes() const { return result_prefix_bytes(num_res
 
 namespace {
 
-// The held tensor attributes among `attrs`' values, in order.
-template <typename F>
-void for_each_held_tensor(DictionaryAttribute attrs, F&& f) {
-  for (const NamedAttribute& a : attrs)
-    if (auto t = a.second.dyn_cast<TensorAttribute>(); t && t.held()) f(t.storage());
+// The held tensor attribute among `attrs`' values at `a`, or null.
+const TensorAttributeStorage* held_tensor_at(const NamedAttribute& a) {
+  auto t = a.second.dyn_cast<TensorAttribute>();
+  return t && t.held() ? t.storage() : nullptr;
+}
+
+// Takes back hold_tensors' counts of the first `n` entries of `attrs`, for
+// an op that was never made (an attribute no op carried keeps its bytes).
+void undo_holds(DictionaryAttribute attrs, std::size_t n) {
+  for (std::size_t j = 0; j < n; ++j)
+    if (const auto* h = held_tensor_at(attrs.value()[j])) h->undo_add_holder();
 }
 
 // Counts one more holder of each held tensor in `attrs`; throws, having
-// changed nothing, when one was released.
+// changed nothing, when one was released. No allocation: every op's
+// creation comes here.
 void hold_tensors(DictionaryAttribute attrs, std::string_view op_name) {
-  std::vector<const TensorAttributeStorage*> held;
-  held.reserve(attrs.size());  // no push_back throws between a hold and its record
-  for_each_held_tensor(attrs, [&](const TensorAttributeStorage* s) {
-    if (s->add_holder()) return held.push_back(s);
-    for (const auto* h : held) h->drop_holder();
+  const auto& entries = attrs.value();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const TensorAttributeStorage* s = held_tensor_at(entries[i]);
+    if (!s || s->add_holder()) continue;
+    undo_holds(attrs, i);
     std::ostringstream os;
     TensorAttribute(s).print(os);
     throw_error(ErrorKind::PreconditionNotMet, "op '", op_name, "' cannot carry ", os.str(),
                 ": its bytes were freed when the last op carrying it was destroyed");
-  });
+  }
 }
 
 void drop_tensors(DictionaryAttribute attrs) {
-  for_each_held_tensor(attrs, [](const TensorAttributeStorage* s) { s->drop_holder(); });
+  for (const NamedAttribute& a : attrs)
+    if (const auto* s = held_tensor_at(a)) s->drop_holder();
 }
 
 }  // namespace
@@ -102,7 +110,7 @@ Operation* Operation::create(const std::vector<Value>& operands,
   try {
     mem = static_cast<char*>(::operator new(bytes));
   } catch (...) {
-    drop_tensors(attributes);
+    undo_holds(attributes, attributes.size());
     throw;
   }
   auto* op = new (mem + prefix)

@@ -213,6 +213,12 @@ TEST_CASE("an op given a held tensor attribute whose bytes were freed is a clear
   CHECK_FALSE(op->attributes().contains("z_other"));
   op->erase();
   CHECK(kept.released());  // the failed set took no extra hold
+  TensorAttribute fresh = held_f32s({1}, {3});
+  op = constant_op(p, held_f32s({1}, {4}));
+  KILN_CHECK_ERROR(op->set_attributes(DictionaryAttribute::get({{"a_fresh", fresh}, {"z_other", gone}})),
+                   PreconditionNotMet, {"builtin.constant"});
+  CHECK_FALSE(fresh.released());  // never carried: it keeps its bytes
+  CHECK(fresh.bytes() == f32s({1}, {3}).bytes());
 }
 
 TEST_CASE("ops carrying one held tensor attribute are created and destroyed on many threads "

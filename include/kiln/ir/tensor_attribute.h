@@ -50,6 +50,8 @@ struct TensorAttributeStorage : AttributeStorage {
   static constexpr std::uint32_t kReleased = ~std::uint32_t{0};
   bool add_holder() const;  // false (nothing changed) when released
   void drop_holder() const;
+  // Takes back an add_holder() of an op that was never made: frees nothing.
+  void undo_add_holder() const { holders.fetch_sub(1, std::memory_order_acq_rel); }
   bool released() const { return holders.load(std::memory_order_acquire) == kReleased; }
 
   KeyTy key;
