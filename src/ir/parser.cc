@@ -873,7 +873,7 @@ TensorAttribute Parser::tensor_values(TensorType type, std::size_t at) {
     fail(at, ErrorKind::InvalidArgument, "tensor constant ", type.to_string(), " needs ", numel,
          " value(s), found ", count);
   where_ = at;
-  return TensorAttribute::get(dtype, type.dims(), std::move(bytes));
+  return TensorAttribute::get_or_hold(dtype, type.dims(), std::move(bytes));
 }
 
 }  // namespace

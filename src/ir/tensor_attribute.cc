@@ -89,6 +89,12 @@ TensorAttribute TensorAttribute::get_held(DataType dtype, std::vector<std::int64
   return get_uniqued(TensorAttributeStorage::KeyTy{dtype, std::move(dims), std::move(bytes), id});
 }
 
+TensorAttribute TensorAttribute::get_or_hold(DataType dtype, std::vector<std::int64_t> dims,
+                                             std::string bytes) {
+  return (checked_numel(dims) > kMaxUniquedElements ? get_held : get)(dtype, std::move(dims),
+                                                                      std::move(bytes));
+}
+
 void TensorAttribute::throw_released() const {
   std::ostringstream os;
   print(os);
@@ -200,7 +206,7 @@ TensorAttribute TensorAttribute::load(const nlohmann::json& j) {
       std::memcpy(bytes.data() + static_cast<std::size_t>(i) * sizeof(T), &x, sizeof(T));
     }
   });
-  return get(*dtype, std::move(dims), std::move(bytes));
+  return get_or_hold(*dtype, std::move(dims), std::move(bytes));
 }
 
 }  // namespace kiln

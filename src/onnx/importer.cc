@@ -155,10 +155,11 @@ DataType data_type(std::int32_t elem_type, const std::string& what) {
               detail::elem_type_name(elem_type), "; kiln imports ", detail::kImportedElemTypes);
 }
 
-// The most elements a value folded at import has. Initializers larger than
-// this are read in place of their attributes' bytes (taken_constant): the
-// fold's kernels, which may write their operands, never see them.
-constexpr std::int64_t kMaxFoldedElements = 1 << 16;
+// The most elements a value folded at import has: those above are held
+// attributes (TensorAttribute::get_or_hold's limit), read in place of their
+// bytes (taken_constant), which the fold's kernels, which may write their
+// operands, never see.
+constexpr std::int64_t kMaxFoldedElements = TensorAttribute::kMaxUniquedElements;
 
 // When every input of `node` is known at import, runs the kiln ops its
 // builder added (after `mark`) on those values, op by op, with the fold

@@ -1,7 +1,8 @@
 // TensorAttribute (kiln/ir/tensor_attribute.h): uniqued by content, printed
 // summarized, saved and loaded exactly for every dtype, its errors;
 // builtin.constant holding one, checked by the verifier and run by its
-// kernel; and held attributes, whose bytes the ops carrying them own.
+// kernel; held attributes, whose bytes the ops carrying them own; and the
+// large constants of a loaded or parsed program, which are held.
 #include "kiln/ir/tensor_attribute.h"
 
 #include <bit>
@@ -15,6 +16,7 @@
 #include "kiln/dialect/kiln_dialect.h"
 #include "kiln/exec/executor.h"
 #include "kiln/io/json.h"
+#include "kiln/ir/parser.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -271,4 +273,33 @@ TEST_CASE("an op made from a held tensor attribute while its last other holder i
   stop = true;
   taker.join();
   CHECK(bad == 0);
+}
+
+TEST_CASE("a large constant loaded from JSON or parsed from text is freed with its program, and "
+          "a constant up to the limit stays one attribute per content",
+          "[ir][attribute][json][parser]") {
+  const std::int64_t limit = TensorAttribute::kMaxUniquedElements;
+  std::vector<float> large(static_cast<std::size_t>(limit) + 1);
+  for (std::size_t i = 0; i < large.size(); ++i) large[i] = static_cast<float>(i % 251) * 0.5f;
+  const std::vector<float> at_limit(large.begin(), large.end() - 1);
+  Program source;
+  constant_op(source, held_f32s({limit + 1}, large));
+  constant_op(source, held_f32s({limit}, at_limit));
+  const std::string json = save_program_json(source);
+  const std::string text = source.to_string();
+  for (const bool from_json : {true, false}) {
+    INFO((from_json ? "loaded from JSON" : "parsed from text"));
+    auto p = std::make_unique<Program>(from_json ? load_program_json(json) : parse_program(text));
+    const Operation* first = p->block().front();
+    const auto held = first->attribute<TensorAttribute>("value");
+    const auto uniqued = first->next_in_block()->attribute<TensorAttribute>("value");
+    CHECK(held.held());
+    CHECK(held.bytes() == bytes_of(large));
+    CHECK_FALSE(uniqued.held());
+    CHECK(uniqued == f32s({limit}, at_limit));
+    CHECK((from_json ? save_program_json(*p) : p->to_string()) == (from_json ? json : text));
+    p.reset();
+    CHECK(held.released());
+    CHECK_FALSE(uniqued.released());
+  }
 }

@@ -18,7 +18,10 @@ class Program;
 //
 // Stable within one process only: types and attributes are hashed by the
 // identity of their uniqued storage (std::hash<Type> / std::hash<Attribute>),
-// which the process-wide IrContext keeps for the life of the process. Use
+// which the process-wide IrContext keeps for the life of the process. A large
+// constant's tensor is a held attribute (TensorAttribute::get_or_hold), one
+// per load, parse or import: two loads of one program with such a constant
+// hash differently (compiled twice, never confused). Use
 // content_hash (kiln/io/json.h) for a hash that other processes can compare.
 //
 // Never throws for a malformed program: a null operand, or one using a value

@@ -13,11 +13,14 @@
 //     as owners): when the last such op is destroyed, or a setter takes it
 //     from that op, the bytes are freed, so destroying a program frees its
 //     weights. Until an op first carries it, the attribute keeps its bytes.
-//     What large weights use (the ONNX importer's). Only an op's own
+//     What large constants use. Only an op's own
 //     attributes count: inside an array or dictionary attribute it holds
 //     nothing, and its bytes go with the last op carrying it directly.
 // A held attribute whose bytes were freed keeps its dtype and dims; reading
 // its bytes, or giving it to a new op, is a kiln::Error (PreconditionNotMet).
+// get_or_hold() chooses by size, as the text parser, JSON load and the ONNX
+// importer do: small constants (shapes, scalars, what folding and CSE compare)
+// stay one attribute per content, and a program's large ones go with it.
 #pragma once
 
 #include <atomic>
@@ -68,6 +71,11 @@ class TensorAttribute : public AttrBase<TensorAttribute, TensorAttributeStorage>
   // Same checks; held by the ops that carry it (see the top of this file).
   static TensorAttribute get_held(DataType dtype, std::vector<std::int64_t> dims,
                                   std::string bytes);
+  // The most elements get_or_hold() uniques.
+  static constexpr std::int64_t kMaxUniquedElements = std::int64_t{1} << 16;
+  // get() up to kMaxUniquedElements elements, get_held() above; same checks.
+  static TensorAttribute get_or_hold(DataType dtype, std::vector<std::int64_t> dims,
+                                     std::string bytes);
   DataType dtype() const { return storage()->key.dtype; }
   const std::vector<std::int64_t>& dims() const { return storage()->key.dims; }
   // kiln::Error (PreconditionNotMet) when held and released.
