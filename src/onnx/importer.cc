@@ -209,12 +209,7 @@ struct KnownConstant {
 // `t` copied into the attribute: held when too large to fold (a weight in
 // typed fields, a Conv weight folded with its BatchNormalization), as
 // taken_constant's.
-KnownConstant copied_constant(Tensor t) {
-  if (t.numel() <= kMaxFoldedElements) return {attribute_from_tensor(t), std::move(t)};
-  const auto* bytes = static_cast<const char*>(std::as_const(t).raw_data());
-  return {TensorAttribute::get_held(t.dtype(), t.dims().to_vector(), std::string(bytes, t.bytes())),
-          std::move(t)};
-}
+KnownConstant copied_constant(Tensor t) { return {attribute_from_tensor(t), std::move(t)}; }
 
 // `tp`'s raw data moved into the attribute (no copy). A tensor too large to
 // fold is a held attribute (freed with the last op carrying it: the startup
@@ -224,11 +219,10 @@ KnownConstant copied_constant(Tensor t) {
 KnownConstant taken_constant(::onnx::TensorProto& tp, const std::string& what) {
   if (tp.raw_data().empty()) return copied_constant(detail::tensor_of(tp, what));
   detail::TensorLayout l = detail::layout_of(tp, what);
-  const bool large = static_cast<std::int64_t>(l.numel) > kMaxFoldedElements;
-  const TensorAttribute a = (large ? TensorAttribute::get_held : TensorAttribute::get)(
-      l.dtype, std::move(l.dims), std::move(*tp.mutable_raw_data()));
+  const TensorAttribute a = TensorAttribute::get_or_hold(l.dtype, std::move(l.dims),
+                                                         std::move(*tp.mutable_raw_data()));
   const std::string_view bytes = a.bytes();
-  if (large && reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(std::max_align_t) == 0)
+  if (a.held() && reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(std::max_align_t) == 0)
     return {a, Tensor::from_external(const_cast<char*>(bytes.data()), bytes.size(), Dims(a.dims()), a.dtype())};
   return {a, tensor_from_attribute(a)};
 }

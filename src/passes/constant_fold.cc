@@ -197,7 +197,7 @@ Tensor tensor_from_attribute(TensorAttribute a) {
 
 TensorAttribute attribute_from_tensor(const Tensor& t) {
   const auto* p = static_cast<const char*>(t.bytes() ? t.raw_data() : nullptr);
-  return TensorAttribute::get(t.dtype(), t.dims().to_vector(), std::string(p, t.bytes()));
+  return TensorAttribute::get_or_hold(t.dtype(), t.dims().to_vector(), std::string(p, t.bytes()));
 }
 
 std::vector<Tensor> evaluate_on_cpu(Operation* op, const std::vector<Tensor>& operands) {

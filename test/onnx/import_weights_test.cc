@@ -250,3 +250,43 @@ TEST_CASE("an imported model's large weight stored in float_data, not raw data, 
   model.reset();
   CHECK(large->released());
 }
+
+TEST_CASE("a large tensor in a Constant node is held and freed with the imported model, and "
+          "gives its values",
+          "[onnx]") {
+  constexpr std::int64_t kIn = 300, kOut = 300;  // the constant: 90000 elements
+  const std::vector<float> w = weights(kIn * kOut, 13), x = weights(kIn, 14);
+  ::onnx::ModelProto m;
+  auto* g = m.mutable_graph();
+  add_input(g, "x", {1, kIn});
+  auto* value = add_node(g, "Constant", {}, "w")->add_attribute();
+  value->set_name("value");
+  value->set_type(::onnx::AttributeProto_AttributeType_TENSOR);
+  value->mutable_t()->set_data_type(::onnx::TensorProto_DataType_FLOAT);
+  value->mutable_t()->add_dims(kIn);
+  value->mutable_t()->add_dims(kOut);
+  value->mutable_t()->set_raw_data(std::string(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(float)));
+  add_node(g, "MatMul", {"x", "w"}, "y");
+  g->add_output()->set_name("y");
+  std::optional<kiln::onnx::ImportedModel> model = kiln::onnx::import_model_from_bytes(serialized(m));
+  std::optional<TensorAttribute> large;
+  for (Operation* op : model->main.block())
+    if (auto c = op->dyn_cast<ConstantOp>())
+      if (auto a = c.value().dyn_cast<TensorAttribute>(); a && a.numel() == kIn * kOut) large = a;
+  REQUIRE(large);
+  CHECK(large->held());
+  std::vector<float> y;
+  {
+    Executor exe;
+    exe.run(model->startup);
+    y = exe.run(model->main, {{"x", Tensor::from_vector<float>({1, kIn}, x)}}, {"y"})[0].to_vector<float>();
+  }
+  REQUIRE(y.size() == static_cast<std::size_t>(kOut));
+  for (std::int64_t j : {std::int64_t{0}, kOut / 2, kOut - 1}) {
+    double want = 0;
+    for (std::int64_t k = 0; k < kIn; ++k) want += double(x[std::size_t(k)]) * w[std::size_t(k * kOut + j)];
+    CHECK(y[std::size_t(j)] == Approx(want).margin(1e-3));
+  }
+  model.reset();
+  CHECK(large->released());
+}

@@ -39,7 +39,8 @@ std::unique_ptr<Pass> create_constant_fold_pass(ConstantFoldOptions options = {}
 std::vector<Tensor> evaluate_on_cpu(Operation* op, const std::vector<Tensor>& operands);
 
 // A tensor attribute's values as a new CPU tensor, and a CPU tensor's values
-// as a tensor attribute (builtin.constant's value): the bytes copied.
+// as a tensor attribute (builtin.constant's value): the bytes copied; a
+// large one is held (TensorAttribute::get_or_hold).
 Tensor tensor_from_attribute(TensorAttribute a);
 TensorAttribute attribute_from_tensor(const Tensor& t);
 
