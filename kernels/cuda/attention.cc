@@ -29,8 +29,9 @@
 // widened to f32 around its f32 kernel: half_via_f32.cc).
 //
 // Attention dropout (kiln/kernel/attention_dropout.h: dropout_p, unless
-// is_test) takes the same kernels as a mask: the fused shared-memory ones
-// (bf16 and f16 too), or the cuBLAS path's row passes, which drop out the
+// is_test) is drawn by every fused kernel (the register tiles for bf16 and
+// f16, the shared-memory ones for f32, a mask or KILN_CUDA_FLASH=wmma), or
+// by the cuBLAS path's row passes, which drop out the
 // softmax's probabilities before the product by V and, in the gradient,
 // give dV = (P ∘ Z)ᵀ·dO and dS = P ∘ (Z ∘ dP - Δ). Every kernel reads the
 // dropout_key where it lies, on the device, and draws the CPU's keep mask

@@ -1,6 +1,6 @@
 // The host side of the shared-memory attention kernels
 // (flash_attention_tiles.cuh, f32's, and bf16 / f16's under
-// KILN_CUDA_FLASH=wmma or with a mask or dropout) and the dispatch between
+// KILN_CUDA_FLASH=wmma or with a mask) and the dispatch between
 // them and the register tiles (flash_attention_mma.cu): the shape checks,
 // the launches.
 #include <algorithm>

@@ -65,7 +65,8 @@ void launch_mma_backward(DataType dt, const FlashAttentionShape& s, const Dropou
     const auto* gl = static_cast<const float*>(lse);
     const dim3 kv_grid(static_cast<unsigned>(s.bh), static_cast<unsigned>(tiles(s.lk, kBlockRows)));
     if (dq_sum) {
-      cudaMemsetAsync(dq_sum, 0, sizeof(float) * s.bh * s.lq * s.d, st);
+      check_cuda(cudaMemsetAsync(dq_sum, 0, sizeof(float) * s.bh * s.lq * s.d, st),
+                 "zeroing the fused attention's dQ sums");
       allow_shared_memory<mma_backward_kv<E, DH, true>>(kKvAtomicBytes<E, DH>);
       mma_backward_kv<E, DH, true><<<kv_grid, kMmaThreads, kKvAtomicBytes<E, DH>, st>>>(
           s, DropoutRef{}, vec, gq, gk, gv, gl, gdo, delta, static_cast<G*>(dk), static_cast<G*>(dv), dq_sum);

@@ -20,15 +20,18 @@
 //               dSᵀ = scale · Pᵀ ∘ (dPᵀ - Δ), then dV += Pᵀ·dO, dK += dSᵀ·Q.
 //   backward q  a block per (head, 64 query rows); per tile of 64 keys,
 //               S, dP, P and dS as above, dQ += dS·K.
-// Δ comes from flash_attention.cu's kernel. No atomics: each output element
-// is one thread's accumulator, summed in a fixed order, so results are
-// bit-identical run to run.
+// Δ comes from flash_attention.cu's kernel. Each output element is one
+// thread's accumulator, summed in a fixed order, so results are bit-identical
+// run to run; only where the attention gradient's sums are asked to be
+// atomic (AttentionGradSum::Atomic) does the kv kernel also add its share of
+// dQ into an f32 buffer by atomic adds (not bit-identical), and the q
+// kernel is not run.
 //
 // Attention dropout (kDropout, a DropoutRef beside the shape; the atomic
 // kv kernel has none): the forward multiplies P by the keep mask and its
 // scale Z after the online softmax's sums (lse stays the softmax's), the
 // backward uses P ∘ Z for dV and dS = scale · P ∘ (Z ∘ dP - Δ). A lane's
-// keys 2t and 2t + 1 of an 8-key group share one draw in the forward and
+// keys 2t and 2t + 1 (of one 4-key group) share one draw in the forward and
 // the q kernel (kiln/kernel/attention_dropout.h); the kv kernel's lanes
 // hold other rows' keys and draw per score.
 //

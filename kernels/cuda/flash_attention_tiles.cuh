@@ -1,6 +1,6 @@
 // Fused scaled-dot-product attention on CUDA, tile by tile through shared
 // memory: f32's kernels, and bf16 / f16's where KILN_CUDA_FLASH=wmma or an
-// op has a mask or dropout (else those dtypes run flash_attention_mma.cuh's
+// op has a mask (else those dtypes run flash_attention_mma.cuh's
 // register tiles); flash_attention.cu launches them. Apart from the 16-bit tensor-core
 // products, the kernels also run on the CPU under test/kernel/warp_emulation.h. The scores never
 // leave shared memory. Each block owns one (batch·head, tile of rows) pair and walks the

@@ -71,10 +71,11 @@ __device__ inline void copy_async4(void* dst, const void* src, bool valid) {
 }
 // The copies this thread started since its last commit form one group.
 __device__ inline void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
-// Waits until at most `pending` of this thread's groups are in flight.
+// Waits until at most `pending` of this thread's groups are in flight; no
+// plain shared-memory access moves across it.
 template <int pending>
 __device__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
 }
 
 }  // namespace kiln::cuda
