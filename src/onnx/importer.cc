@@ -574,18 +574,15 @@ ImportedModel import_parsed(::onnx::ModelProto& model, std::string_view what,
   return out;
 }
 
-}  // namespace
-
-ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what,
-                                     const std::string& base_dir) {
-  ::onnx::ModelProto model = detail::parse_model(bytes, what);
+// A parsed model with its external data, imported.
+ImportedModel import_with_data(::onnx::ModelProto& model, std::string_view what, const std::string& base_dir) {
   detail::load_external_data(model, base_dir, what);
   return import_parsed(model, what, nullptr);
 }
 
-std::vector<std::string> import_problems_from_bytes(std::string_view bytes, std::string_view what,
-                                                    const std::string& base_dir, ModelInfo* info) {
-  ::onnx::ModelProto model = detail::parse_model(bytes, what);
+// All that importing a parsed model finds unsupported (import_problems).
+std::vector<std::string> problems_of(::onnx::ModelProto& model, std::string_view what,
+                                     const std::string& base_dir, ModelInfo* info) {
   if (info) *info = detail::model_info_of(model);
   std::vector<std::string> problems;
   std::unordered_set<std::string> failed;
@@ -598,8 +595,6 @@ std::vector<std::string> import_problems_from_bytes(std::string_view bytes, std:
   return problems;
 }
 
-namespace {
-
 // The folder a model file's external data locations are relative to.
 std::string folder_of(const std::string& path) {
   const std::string dir = std::filesystem::path(path).parent_path().string();
@@ -608,14 +603,26 @@ std::string folder_of(const std::string& path) {
 
 }  // namespace
 
+ImportedModel import_model_from_bytes(std::string_view bytes, std::string_view what,
+                                     const std::string& base_dir) {
+  ::onnx::ModelProto model = detail::parse_model(bytes, what);
+  return import_with_data(model, what, base_dir);
+}
+
+std::vector<std::string> import_problems_from_bytes(std::string_view bytes, std::string_view what,
+                                                    const std::string& base_dir, ModelInfo* info) {
+  ::onnx::ModelProto model = detail::parse_model(bytes, what);
+  return problems_of(model, what, base_dir, info);
+}
+
 std::vector<std::string> import_problems(const std::string& path, ModelInfo* info) {
-  const detail::FileBytes file(path, "ONNX model file");
-  return import_problems_from_bytes(file.view(), "'" + path + "'", folder_of(path), info);
+  ::onnx::ModelProto model = detail::parse_model_file(path);
+  return problems_of(model, "'" + path + "'", folder_of(path), info);
 }
 
 ImportedModel import_model(const std::string& path) {
-  const detail::FileBytes file(path, "ONNX model file");
-  return import_model_from_bytes(file.view(), "'" + path + "'", folder_of(path));
+  ::onnx::ModelProto model = detail::parse_model_file(path);
+  return import_with_data(model, "'" + path + "'", folder_of(path));
 }
 
 // ---- TensorProto ----

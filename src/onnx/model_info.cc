@@ -3,6 +3,7 @@
 #include "kiln/onnx/model_info.h"
 
 #include <fcntl.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -52,18 +53,50 @@ struct OpenFile {
   throw_error(ErrorKind::DataLoss, "cannot read ", noun, " '", path, "': ", std::strerror(err));
 }
 
-}  // namespace
-
-FileBytes::FileBytes(const std::string& path, std::string_view noun) {
-  const OpenFile f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+// `path` opened for reading, and what fstat says of it; FileBytes's errors.
+OpenFile open_file(const std::string& path, std::string_view noun, struct stat& st) {
+  OpenFile f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0) {
     const int err = errno;
     throw_error(err == ENOENT || err == ENOTDIR ? ErrorKind::NotFound : ErrorKind::Unavailable, "cannot open ",
                 noun, " '", path, "': ", std::strerror(err));
   }
-  struct stat st {};
   if (::fstat(f.fd, &st) != 0) read_failed(path, noun, errno);
   if (S_ISDIR(st.st_mode)) throw_error(ErrorKind::InvalidArgument, "'", path, "' is a folder, not an ", noun);
+  return f;
+}
+
+}  // namespace
+
+::onnx::ModelProto parse_model_file(const std::string& path) {
+  constexpr std::string_view kNoun = "ONNX model file";
+  const std::string what = "'" + path + "'";
+  struct stat st {};
+  const OpenFile f = open_file(path, kNoun, st);
+  constexpr auto kMaxBytes = static_cast<std::size_t>(std::numeric_limits<int>::max());
+  const auto too_large = [&](std::size_t bytes) {
+    throw_error(ErrorKind::InvalidArgument, "ONNX model ", what, " is ", bytes,
+                " bytes; a ModelProto holds at most 2 GiB (store weights as external data)");
+  };
+  if (S_ISREG(st.st_mode) && static_cast<std::size_t>(st.st_size) > kMaxBytes) too_large(st.st_size);
+  google::protobuf::io::FileInputStream in(f.fd, 1 << 20);
+  ::onnx::ModelProto model;
+  const bool parsed = model.ParseFromZeroCopyStream(&in);
+  if (in.GetErrno() != 0) read_failed(path, kNoun, in.GetErrno());
+  if (!parsed && static_cast<std::size_t>(in.ByteCount()) >= kMaxBytes) too_large(in.ByteCount());
+  if (!parsed)
+    throw_error(ErrorKind::InvalidArgument, "ONNX model ", what,
+                " is not a valid ONNX ModelProto (not protobuf, or truncated; ", in.ByteCount(),
+                " bytes read)");
+  if (!model.has_graph())
+    throw_error(ErrorKind::InvalidArgument, "ONNX model ", what,
+                " has no graph (not an ONNX model, or truncated)");
+  return model;
+}
+
+FileBytes::FileBytes(const std::string& path, std::string_view noun) {
+  struct stat st {};
+  const OpenFile f = open_file(path, noun, st);
   if (S_ISREG(st.st_mode) && st.st_size > 0) {  // (procfs files say 0: read as a stream)
     const auto want = static_cast<std::size_t>(st.st_size);
     file_.reset(new (std::nothrow) char[want]);
@@ -189,10 +222,7 @@ ModelInfo read_model_info_from_bytes(std::string_view bytes, std::string_view wh
   return detail::model_info_of(detail::parse_model(bytes, what));
 }
 
-ModelInfo read_model_info(const std::string& path) {
-  const detail::FileBytes file(path, "ONNX model file");
-  return read_model_info_from_bytes(file.view(), "'" + path + "'");
-}
+ModelInfo read_model_info(const std::string& path) { return detail::model_info_of(detail::parse_model_file(path)); }
 
 std::string to_string(const ModelInfo& info) {
   std::ostringstream os;
