@@ -87,6 +87,15 @@ std::map<std::string, int> op_counts(const Program& p) {
   return n;
 }
 
+// The tensor attributes of `p`'s constants of `numel` elements.
+std::vector<TensorAttribute> constants_of(const Program& p, std::int64_t numel) {
+  std::vector<TensorAttribute> found;
+  for (Operation* op : p.block())
+    if (auto c = op->dyn_cast<ConstantOp>())
+      if (auto a = c.value().dyn_cast<TensorAttribute>(); a && a.numel() == numel) found.push_back(a);
+  return found;
+}
+
 // x [1, 3, 4, 4] → Conv (weight w [kConvOut, 3, 3, 3], raw data) →
 // BatchNormalization → y; with `conv_out` the Conv's result is an output too
 // (read elsewhere: not folded). var's values are made positive.
@@ -216,10 +225,7 @@ TEST_CASE("a Conv's large weight folded with a BatchNormalization at import is h
           "[onnx][fusion]") {
   std::optional<kiln::onnx::ImportedModel> model = conv_bn_model(weights(kConvOut * 27, 4), false);
   REQUIRE(op_counts(model->main)["kiln.sqrt"] == 0);  // folded
-  std::vector<TensorAttribute> large;  // the startup program's constants of kConvOut * 27 elements
-  for (Operation* op : model->startup.block())
-    if (auto c = op->dyn_cast<ConstantOp>())
-      if (auto a = c.value().dyn_cast<TensorAttribute>(); a && a.numel() == kConvOut * 27) large.push_back(a);
+  const std::vector<TensorAttribute> large = constants_of(model->startup, kConvOut * 27);
   REQUIRE(large.size() == 2);  // the model's weight and the folded one
   for (const TensorAttribute& a : large) CHECK(a.held());
   model.reset();
@@ -242,11 +248,9 @@ TEST_CASE("an imported model's large weight stored in float_data, not raw data, 
   add_node(g, "MatMul", {"x", "w"}, "y");
   g->add_output()->set_name("y");
   std::optional<kiln::onnx::ImportedModel> model = kiln::onnx::import_model_from_bytes(serialized(m));
-  std::optional<TensorAttribute> large;
-  for (Operation* op : model->startup.block())
-    if (auto c = op->dyn_cast<ConstantOp>())
-      if (auto a = c.value().dyn_cast<TensorAttribute>(); a && a.numel() == kIn * kOut) large = a;
-  REQUIRE(large);
+  const std::vector<TensorAttribute> found = constants_of(model->startup, kIn * kOut);
+  REQUIRE(found.size() == 1);
+  const std::optional<TensorAttribute> large = found[0];
   CHECK(large->held());
   model.reset();
   CHECK(large->released());
@@ -270,11 +274,9 @@ TEST_CASE("a large tensor in a Constant node is held and freed with the imported
   add_node(g, "MatMul", {"x", "w"}, "y");
   g->add_output()->set_name("y");
   std::optional<kiln::onnx::ImportedModel> model = kiln::onnx::import_model_from_bytes(serialized(m));
-  std::optional<TensorAttribute> large;
-  for (Operation* op : model->main.block())
-    if (auto c = op->dyn_cast<ConstantOp>())
-      if (auto a = c.value().dyn_cast<TensorAttribute>(); a && a.numel() == kIn * kOut) large = a;
-  REQUIRE(large);
+  const std::vector<TensorAttribute> found = constants_of(model->main, kIn * kOut);
+  REQUIRE(found.size() == 1);
+  const std::optional<TensorAttribute> large = found[0];
   CHECK(large->held());
   std::vector<float> y;
   {
