@@ -24,22 +24,28 @@ namespace kiln::onnx {
 
 namespace detail {
 
-::onnx::ModelProto parse_model(std::string_view bytes, std::string_view what) {
-  if (bytes.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
-    throw_error(ErrorKind::InvalidArgument, "ONNX model ", what, " is ", bytes.size(),
-                " bytes; a ModelProto holds at most 2 GiB (store weights as external data)");
-  ::onnx::ModelProto model;
-  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+namespace {
+
+constexpr auto kMaxModelBytes = static_cast<std::size_t>(std::numeric_limits<int>::max());
+
+[[noreturn]] void model_too_large(std::string_view what, std::size_t bytes) {
+  throw_error(ErrorKind::InvalidArgument, "ONNX model ", what, " is ", bytes,
+              " bytes; a ModelProto holds at most 2 GiB (store weights as external data)");
+}
+
+// `model` as parsing `bytes` bytes of it left it (`parsed`: protobuf took
+// them), or the error naming `what`.
+::onnx::ModelProto checked_model(::onnx::ModelProto model, bool parsed, std::size_t bytes,
+                                 std::string_view what) {
+  if (!parsed && bytes >= kMaxModelBytes) model_too_large(what, bytes);
+  if (!parsed)
     throw_error(ErrorKind::InvalidArgument, "ONNX model ", what,
-                " is not a valid ONNX ModelProto (not protobuf, or truncated; ", bytes.size(),
-                " bytes)");
+                " is not a valid ONNX ModelProto (not protobuf, or truncated; ", bytes, " bytes)");
   if (!model.has_graph())
     throw_error(ErrorKind::InvalidArgument, "ONNX model ", what,
                 " has no graph (not an ONNX model, or truncated)");
   return model;
 }
-
-namespace {
 
 // An open file descriptor, closed on every path out.
 struct OpenFile {
@@ -68,30 +74,25 @@ OpenFile open_file(const std::string& path, std::string_view noun, struct stat& 
 
 }  // namespace
 
+::onnx::ModelProto parse_model(std::string_view bytes, std::string_view what) {
+  if (bytes.size() > kMaxModelBytes) model_too_large(what, bytes.size());
+  ::onnx::ModelProto model;
+  const bool parsed = model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+  return checked_model(std::move(model), parsed, bytes.size(), what);
+}
+
 ::onnx::ModelProto parse_model_file(const std::string& path) {
   constexpr std::string_view kNoun = "ONNX model file";
   const std::string what = "'" + path + "'";
   struct stat st {};
   const OpenFile f = open_file(path, kNoun, st);
-  constexpr auto kMaxBytes = static_cast<std::size_t>(std::numeric_limits<int>::max());
-  const auto too_large = [&](std::size_t bytes) {
-    throw_error(ErrorKind::InvalidArgument, "ONNX model ", what, " is ", bytes,
-                " bytes; a ModelProto holds at most 2 GiB (store weights as external data)");
-  };
-  if (S_ISREG(st.st_mode) && static_cast<std::size_t>(st.st_size) > kMaxBytes) too_large(st.st_size);
+  if (S_ISREG(st.st_mode) && static_cast<std::size_t>(st.st_size) > kMaxModelBytes)
+    model_too_large(what, static_cast<std::size_t>(st.st_size));
   google::protobuf::io::FileInputStream in(f.fd, 1 << 20);
   ::onnx::ModelProto model;
   const bool parsed = model.ParseFromZeroCopyStream(&in);
   if (in.GetErrno() != 0) read_failed(path, kNoun, in.GetErrno());
-  if (!parsed && static_cast<std::size_t>(in.ByteCount()) >= kMaxBytes) too_large(in.ByteCount());
-  if (!parsed)
-    throw_error(ErrorKind::InvalidArgument, "ONNX model ", what,
-                " is not a valid ONNX ModelProto (not protobuf, or truncated; ", in.ByteCount(),
-                " bytes read)");
-  if (!model.has_graph())
-    throw_error(ErrorKind::InvalidArgument, "ONNX model ", what,
-                " has no graph (not an ONNX model, or truncated)");
-  return model;
+  return checked_model(std::move(model), parsed, static_cast<std::size_t>(in.ByteCount()), what);
 }
 
 FileBytes::FileBytes(const std::string& path, std::string_view noun) {
