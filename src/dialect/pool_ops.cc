@@ -6,11 +6,12 @@
 #include "kiln/dialect/data_format.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace kiln {
 
 KILN_REGISTER_OP(MaxPool2dOp, GradOf<MaxPool2dOp>, AvgPool2dOp, GradOf<AvgPool2dOp>,
-                 AdaptiveAvgPool2dOp, GradOf<AdaptiveAvgPool2dOp>);
+                 AdaptiveAvgPool2dOp, GradOf<AdaptiveAvgPool2dOp>, RoiAlignOp, GradOf<RoiAlignOp>);
 
 namespace pool {
 
@@ -217,6 +218,77 @@ void AdaptiveAvgPool2dOp::Grad::check(std::string_view op, const std::vector<Typ
 std::vector<Value> AdaptiveAvgPool2dOp::vjp(Builder& b, Operation* op,
                                             const std::vector<Value>& g) {
   return pool_vjp<AdaptiveAvgPool2dOp>(b, op, g);
+}
+
+void pool::check_roi_align(std::string_view op, const RoiAlignOp::Attributes& a) {
+  if (a.output_size.size() != 2 || a.output_size[0] < 1 || a.output_size[1] < 1)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' output_size must be two entries, each >= 1, got ",
+                meta::dims_string(a.output_size));
+  if (!std::isfinite(a.spatial_scale) || a.spatial_scale <= 0)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' spatial_scale must be finite and > 0, got ",
+                a.spatial_scale);
+  if (a.sampling_ratio < 0)
+    throw_error(ErrorKind::InvalidArgument, "op '", op,
+                "' sampling_ratio must be >= 0 (0: adaptive), got ", a.sampling_ratio);
+  if (a.mode != "avg" && a.mode != "max")
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' mode must be 'avg' or 'max', got '", a.mode, "'");
+}
+
+namespace {
+// roi_align's result dims [R, C, oh, ow] from x, rois and batch_indices.
+std::vector<std::int64_t> roi_align_dims(std::string_view op, const std::vector<Type>& in,
+                                         const RoiAlignOp::Attributes& a) {
+  pool::check_roi_align(op, a);
+  Type x = meta::float_operand(op, in, 0);
+  const auto& xd = shaped_dims(x);
+  const auto& rd = shaped_dims(meta::tensor_operand(op, in, 1));
+  Type bi = meta::tensor_operand(op, in, 2);
+  const auto& bd = shaped_dims(bi);
+  if (xd.size() != 4)
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' x must be [N, C, H, W] (rank 4), got ",
+                meta::dims_string(xd));
+  meta::require_same_dtype(op, shaped_data_type(x), shaped_data_type(in[1]), 0, 1);
+  if (rd.size() != 2 || (rd[1] >= 0 && rd[1] != 4))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' rois must be [R, 4] (x1, y1, x2, y2), got ",
+                meta::dims_string(rd));
+  if (!meta::is_index_dtype(shaped_data_type(bi)) || bd.size() != 1 ||
+      !meta::compatible_dims({bd[0]}, {rd[0]}))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' batch_indices must be i32 or i64 [R] for rois ",
+                meta::dims_string(rd), ", got ", to_string(shaped_data_type(bi)), " ", meta::dims_string(bd));
+  return {rd[0] >= 0 ? rd[0] : bd[0], xd[1], a.output_size[0], a.output_size[1]};
+}
+}  // namespace
+
+void RoiAlignOp::build(Builder&, OperationArgument& arg, Value x, Value rois, Value batch_indices,
+                       std::vector<std::int64_t> output_size, double spatial_scale,
+                       std::int64_t sampling_ratio, bool aligned, std::string mode) {
+  arg.add_operands({x, rois, batch_indices});
+  arg.attributes = to_named_attributes(
+      Attributes{std::move(output_size), spatial_scale, sampling_ratio, aligned, std::move(mode)});
+}
+std::vector<Type> RoiAlignOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  meta::require_count(name, in, 3);
+  auto dims = roi_align_dims(name, in, from_attributes<Attributes>(attrs, name));
+  return {meta::result_like(in, shaped_data_type(in[0]), dims)};
+}
+void RoiAlignOp::Grad::check(std::string_view op, const std::vector<Type>& in,
+                             DictionaryAttribute attrs) {
+  const auto dims = roi_align_dims(op, in, from_attributes<Attributes>(attrs, op));
+  Type d = meta::tensor_operand(op, in, 3);
+  meta::require_same_dtype(op, shaped_data_type(in[0]), shaped_data_type(d), 0, 3);
+  if (!meta::compatible_dims(shaped_dims(d), dims))
+    throw_error(ErrorKind::InvalidArgument, "op '", op, "' dout ", meta::dims_string(shaped_dims(d)),
+                " must have the forward result's shape ", meta::dims_string(dims));
+}
+// Only x gets a gradient: a region's corners move the sampling grid, which
+// torchvision and Paddle do not differentiate either.
+std::vector<Value> RoiAlignOp::vjp(Builder& b, Operation* op, const std::vector<Value>& g) {
+  Value d = vjp::single_grad(op, g);
+  if (!d || !vjp::differentiable(op->operand_source(0))) return {Value(), Value(), Value()};
+  return {b.create<GradOf<RoiAlignOp>>(op, op->operand_source(0), op->operand_source(1),
+                                       op->operand_source(2), d)
+              .result(),
+          Value(), Value()};
 }
 
 }  // namespace kiln

@@ -239,6 +239,17 @@ Value adaptive_avg_pool2d(Value x, std::vector<std::int64_t> output_size) {
   return main_builder().create<AdaptiveAvgPool2dOp>(x, pair(std::move(output_size))).result();
 }
 
+Value roi_align(Value x, Value boxes, Value batch_indices, std::vector<std::int64_t> output_size,
+                double spatial_scale, std::int64_t sampling_ratio, bool aligned) {
+  check_value("roi_align", "x", x);
+  check_value("roi_align", "boxes", boxes);
+  check_value("roi_align", "batch_indices", batch_indices);
+  return main_builder()
+      .create<RoiAlignOp>(x, boxes, batch_indices, pair(std::move(output_size)), spatial_scale,
+                          sampling_ratio, aligned)
+      .result();
+}
+
 Value flatten(Value x, std::int64_t start_axis, std::int64_t stop_axis) {
   check_value("flatten", "x", x);
   return main_builder().create<FlattenOp>(x, start_axis, stop_axis).result();

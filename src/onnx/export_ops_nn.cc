@@ -188,6 +188,24 @@ void adaptive_avg_pool2d(EmitContext& c) {
   set_attr(n, "strides", k);
 }
 
+// RoiAlign (opset 16); ONNX's batch_indices are int64, so an i32 operand
+// is cast.
+void roi_align(EmitContext& c) {
+  const auto a = RoiAlignOp::dyn_cast(c.op()).attrs();
+  std::string indices = c.in(2);
+  if (c.in_dtype(2) != DataType::Int64) {
+    indices = c.fresh("batch_indices");
+    set_attr(c.node("Cast", {c.in(2)}, {indices}), "to", static_cast<std::int64_t>(::onnx::TensorProto::INT64));
+  }
+  auto& n = c.node("RoiAlign", {c.in(0), c.in(1), indices}, {c.out(0)});
+  set_attr(n, "coordinate_transformation_mode", std::string(a.aligned ? "half_pixel" : "output_half_pixel"));
+  set_attr(n, "mode", a.mode);
+  set_attr(n, "output_height", a.output_size[0]);
+  set_attr(n, "output_width", a.output_size[1]);
+  set_attr(n, "sampling_ratio", a.sampling_ratio);
+  set_attr(n, "spatial_scale", static_cast<float>(a.spatial_scale));
+}
+
 template <typename SoftmaxT>
 void softmax(EmitContext& c) {
   auto& n = c.node(std::is_same_v<SoftmaxT, SoftmaxOp> ? "Softmax" : "LogSoftmax", {c.in(0)},
@@ -513,6 +531,7 @@ void add_export_nn(ExportTable& t) {
   t["kiln.max_pool2d"] = &max_pool2d;
   t["kiln.avg_pool2d"] = &avg_pool2d;
   t["kiln.adaptive_avg_pool2d"] = &adaptive_avg_pool2d;
+  t["kiln.roi_align"] = &roi_align;
   t["kiln.softmax"] = &softmax<SoftmaxOp>;
   t["kiln.log_softmax"] = &softmax<LogSoftmaxOp>;
   t["kiln.layer_norm"] = &layer_norm;

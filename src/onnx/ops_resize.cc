@@ -8,7 +8,7 @@
 // their sum, when the input's dims, the scales or sizes and the roi are
 // known at import; otherwise the node is kiln.resize, which reads them at
 // run time. Also GridSample: sampling at positions a grid gives at run time
-// (see grid_sample below).
+// (see grid_sample below), and RoiAlign (kiln.roi_align).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -434,10 +434,28 @@ std::vector<Value> grid_sample(NodeContext& c) {
   return {y};
 }
 
+// RoiAlign (opset 10; 16 adds coordinate_transformation_mode, half_pixel
+// by default; before it, output_half_pixel): kiln.roi_align, aligned for
+// half_pixel. batch_indices is int64 in ONNX.
+std::vector<Value> roi_align(NodeContext& c) {
+  const std::string coordinates =
+      c.opset < 16 ? "output_half_pixel" : string_attr(c, "coordinate_transformation_mode", "half_pixel");
+  if (coordinates != "half_pixel" && coordinates != "output_half_pixel")
+    c.unsupported("coordinate_transformation_mode '" + coordinates + "'");
+  const std::string mode = string_attr(c, "mode", "avg");
+  if (mode != "avg" && mode != "max") c.unsupported("mode '" + mode + "'");
+  const std::vector<std::int64_t> out{c.int_attr("output_height", 1), c.int_attr("output_width", 1)};
+  return {c.b
+              .create<RoiAlignOp>(c.input(0), c.input(1), c.input(2), out, c.float_attr("spatial_scale", 1.0f),
+                                  c.int_attr("sampling_ratio", 0), coordinates == "half_pixel", mode)
+              .result()};
+}
+
 }  // namespace
 
 void add_resize_ops(OpTable& t) {
   t["GridSample"] = {&grid_sample, 16};
+  t["RoiAlign"] = {&roi_align, 10};
   t["Resize"] = {&resize, 10};
   t["Upsample"] = {&upsample, 7, 9};
 }

@@ -34,6 +34,9 @@ struct GradCheckOptions {
   // Per result: false = its out_grad is a null Value (no gradient flows).
   // Missing entries: true for floating results, false for the others.
   std::vector<bool> result_grads;
+  // Floating inputs the op gives no gradient by design (checked null): a
+  // region's corners.
+  std::vector<std::size_t> without_grad;
 };
 
 // The numbers the check compared (for tests that assert more).

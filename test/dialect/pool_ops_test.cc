@@ -135,3 +135,66 @@ TEST_CASE("adaptive_avg_pool2d's vjp matches finite differences", "[dialect][vjp
   check_vjp({random_f64({2, 2, 5, 7})}, make_op<AdaptiveAvgPool2dOp>(V{3, 2}));
   check_vjp({random_f64({1, 1, 2, 3})}, make_op<AdaptiveAvgPool2dOp>(V{4, 4}));
 }
+
+TEST_CASE("roi_align gives one [C, oh, ow] result per region and names bad regions, indices and attributes",
+          "[dialect][pool]") {
+  Program p;
+  const DataType I64 = DataType::Int64, I32 = DataType::Int32;
+  auto* op = build_op<RoiAlignOp>(p, {{F32, {2, 256, 50, 68}}, {F32, {-1, 4}}, {I64, {-1}}}, V{7, 7});
+  CHECK(shaped_dims(op->result_type(0)) == V{-1, 256, 7, 7});
+  op = build_op<RoiAlignOp>(p, {{F64, {1, 3, 8, 8}}, {F64, {-1, 4}}, {I32, {5}}}, V{2, 3}, 0.25);
+  CHECK(shaped_dims(op->result_type(0)) == V{5, 3, 2, 3});
+  CHECK(shaped_data_type(op->result_type(0)) == F64);
+  KILN_CHECK_ERROR(build_op<RoiAlignOp>(p, {{F32, {1, 3, 8}}, {F32, {2, 4}}, {I64, {2}}}, V{2, 2}),
+                   InvalidArgument, {"kiln.roi_align", "[N, C, H, W]"});
+  KILN_CHECK_ERROR(build_op<RoiAlignOp>(p, {{F32, {1, 3, 8, 8}}, {F32, {2, 5}}, {I64, {2}}}, V{2, 2}),
+                   InvalidArgument, {"kiln.roi_align", "rois must be [R, 4]"});
+  KILN_CHECK_ERROR(build_op<RoiAlignOp>(p, {{F32, {1, 3, 8, 8}}, {F64, {2, 4}}, {I64, {2}}}, V{2, 2}),
+                   InvalidArgument, {"kiln.roi_align"});
+  KILN_CHECK_ERROR(build_op<RoiAlignOp>(p, {{F32, {1, 3, 8, 8}}, {F32, {2, 4}}, {I64, {3}}}, V{2, 2}),
+                   InvalidArgument, {"kiln.roi_align", "batch_indices must be i32 or i64 [R]"});
+  KILN_CHECK_ERROR(build_op<RoiAlignOp>(p, {{F32, {1, 3, 8, 8}}, {F32, {2, 4}}, {F32, {2}}}, V{2, 2}),
+                   InvalidArgument, {"kiln.roi_align", "batch_indices must be i32 or i64"});
+  const std::vector<kiln_test::TypeSpec> ok{{F32, {1, 3, 8, 8}}, {F32, {2, 4}}, {I64, {2}}};
+  KILN_CHECK_ERROR(build_op<RoiAlignOp>(p, ok, V{0, 2}), InvalidArgument, {"kiln.roi_align", "output_size"});
+  KILN_CHECK_ERROR(build_op<RoiAlignOp>(p, ok, V{2, 2}, 0.0), InvalidArgument,
+                   {"kiln.roi_align", "spatial_scale", "> 0"});
+  KILN_CHECK_ERROR(build_op<RoiAlignOp>(p, ok, V{2, 2}, 1.0, std::int64_t{-1}), InvalidArgument,
+                   {"kiln.roi_align", "sampling_ratio", "-1"});
+  KILN_CHECK_ERROR(build_op<RoiAlignOp>(p, ok, V{2, 2}, 1.0, std::int64_t{0}, true, std::string("mean")),
+                   InvalidArgument, {"kiln.roi_align", "mode", "'mean'"});
+  KILN_CHECK_ERROR(build_op<GradOf<RoiAlignOp>>(p, {{F32, {1, 3, 8, 8}}, {F32, {2, 4}}, {I64, {2}}, {F32, {2, 3, 2, 3}}},
+                                                V{2, 2}, 1.0, std::int64_t{0}, true, std::string("avg")),
+                   InvalidArgument, {"kiln.roi_align_grad", "dout", "[2, 3, 2, 2]"});
+}
+
+TEST_CASE("roi_align's vjp matches finite differences for x, averaged or maxed, aligned or not, and gives the "
+          "regions none",
+          "[dialect][vjp][pool]") {
+  // Regions inside, across the edge and past it; corners off the pixel grid
+  // so that no sample sits on a kink of the bilinear weights.
+  const std::vector<double> corners{0.3, 0.7, 3.9, 4.6, -1.7, 2.2, 2.9, 6.1, 3.1, -0.6, 7.4, 2.35};
+  for (const char* mode : {"avg", "max"})
+    for (bool aligned : {true, false})
+      for (std::int64_t ratio : {0, 2}) {
+        INFO("mode " << mode << " aligned " << aligned << " sampling_ratio " << ratio);
+        GradCheckOptions options;
+        options.without_grad = {1};
+        const Tensor rois = Tensor::from_vector<double>({3, 4}, corners);
+        auto report = check_vjp({random_f64({2, 2, 6, 7}), rois, i64({3}, {1, 0, 1})},
+                                make_op<RoiAlignOp>(V{2, 3}, 1.0, ratio, aligned, std::string(mode)), options);
+        CHECK(report.compared == 2 * 2 * 6 * 7);
+      }
+  Program p;
+  Builder b(p);
+  Value x = b.create<DataOp>("x", V{1, 1, 4, 4}, F64).result();
+  Value rois = b.create<DataOp>("rois", V{1, 4}, F64).result();
+  Value bi = b.create<DataOp>("bi", V{1}, DataType::Int64).result();
+  auto* op = b.create<RoiAlignOp>(x, rois, bi, V{2, 2}).operation();
+  Value dout = b.create<DataOp>("dout", V{1, 1, 2, 2}, F64).result();
+  auto grads = call_vjp(b, op, {dout});
+  REQUIRE(grads.size() == 3);
+  CHECK(grads[0]);
+  CHECK(!grads[1]);
+  CHECK(!grads[2]);
+}

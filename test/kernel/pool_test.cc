@@ -396,3 +396,129 @@ TEST_CASE("max_pool2d_grad in NHWC rejects an x that is not rank 4 and a dout th
   KILN_CHECK_ERROR(run_kernel({x, nchw_dout}, built_on_valid), InvalidArgument,
                    {"kiln.max_pool2d_grad", "dout", "[1x3x2x2]"});
 }
+
+namespace {
+
+// x [2, 2, 8, 10]: image b, channel c holds the plane f(y, x) = 2y + 3x +
+// 10c + 100b, linear, so that bilinear sampling is exact and a bin's
+// average is f at the bin's centre.
+template <typename T = double>
+Tensor roi_ramp() {
+  std::vector<T> v;
+  for (int b = 0; b < 2; ++b)
+    for (int c = 0; c < 2; ++c)
+      for (int y = 0; y < 8; ++y)
+        for (int x = 0; x < 10; ++x) v.push_back(2 * y + 3 * x + 10 * c + 100 * b);
+  return Tensor::from_vector<T>({2, 2, 8, 10}, v);
+}
+
+double roi_ramp_at(double y, double x, int c, int b) { return 2 * y + 3 * x + 10 * c + 100 * b; }
+
+}  // namespace
+
+TEST_CASE("roi_align averages each bin of a region of its image to the value at the bin's centre",
+          "[kernel][pool]") {
+  // Region (x1, y1, x2, y2) = (2.5, 1.5, 6.5, 5.5) of image 1, half-pixel
+  // aligned: it starts at (y 1, x 2), 4 x 4, so 2 x 2 bins centre on y 2, 4
+  // and x 3, 5; then the same region given at twice the scale, not aligned.
+  const Tensor aligned_roi = Tensor::from_vector<double>({1, 4}, {2.5, 1.5, 6.5, 5.5});
+  const Tensor image1 = Tensor::from_vector<std::int64_t>({1}, {1});
+  std::vector<double> want;
+  for (int c = 0; c < 2; ++c)
+    for (double y : {2.0, 4.0})
+      for (double x : {3.0, 5.0}) want.push_back(roi_ramp_at(y, x, c, 1));
+  for (std::int64_t ratio : {0, 2, 3}) {
+    INFO("sampling_ratio " << ratio);
+    auto r = run_op<RoiAlignOp>({roi_ramp(), aligned_roi, image1}, V{2, 2}, 1.0, ratio, true);
+    CHECK(r.out().dims().to_vector() == V{1, 2, 2, 2});
+    check_close<double>(r.out(), want, 1e-12, 1e-12);
+  }
+  const Tensor scaled = Tensor::from_vector<double>({1, 4}, {4, 2, 12, 10});
+  auto s = run_op<RoiAlignOp>({roi_ramp(), scaled, Tensor::from_vector<std::int32_t>({1}, {1})}, V{2, 2}, 0.5,
+                              std::int64_t{2}, false);
+  check_close<double>(s.out(), want, 1e-12, 1e-12);
+  // Two regions of different images in one call, f32.
+  const Tensor rois = Tensor::from_vector<float>({2, 4}, {2.5f, 1.5f, 6.5f, 5.5f, 4, 2, 10, 8});
+  auto f = run_op<RoiAlignOp>({roi_ramp<float>(), rois, Tensor::from_vector<std::int64_t>({2}, {0, 1})}, V{1, 1},
+                              1.0, std::int64_t{2}, true);
+  CHECK(f.out().dims().to_vector() == V{2, 2, 1, 1});
+  auto at = [](double y, double x, int c, int b) { return static_cast<float>(roi_ramp_at(y, x, c, b)); };
+  check_close<float>(f.out(), {at(3, 4, 0, 0), at(3, 4, 1, 0), at(4.5, 6.5, 0, 1), at(4.5, 6.5, 1, 1)});
+}
+
+TEST_CASE("roi_align reads 0 for samples over a pixel outside the image, the edge within one, and counts both",
+          "[kernel][pool]") {
+  // 4 x 4 image of 4s; region x from -6 to 2, y from 0 to 8 (not aligned),
+  // 1 x 2 bins of one sample: x -4 (outside: 0), x 0 (inside); y 4 (on the
+  // far edge: the last row).
+  const Tensor x = Tensor::from_vector<double>({1, 1, 4, 4}, std::vector<double>(16, 4.0));
+  const Tensor bi = Tensor::from_vector<std::int64_t>({1}, {0});
+  auto r = run_op<RoiAlignOp>({x, Tensor::from_vector<double>({1, 4}, {-6, 0, 2, 8}), bi}, V{1, 2}, 1.0,
+                              std::int64_t{1}, false);
+  check_close<double>(r.out(), {0.0, 4.0});
+  // Two samples per bin, one outside: the average still divides by 2.
+  auto half = run_op<RoiAlignOp>({x, Tensor::from_vector<double>({1, 4}, {-6, 0, 2, 8}), bi}, V{1, 1}, 1.0,
+                                 std::int64_t{2}, false);
+  // x samples -4 (out) and 0 (in); y samples 2 and 6 (6 > 4: out).
+  check_close<double>(half.out(), {4.0 * 1 / 4});
+  // Between -1 and 0 a sample reads the edge pixel.
+  const Tensor ramp = Tensor::from_vector<double>({1, 1, 1, 3}, {7, 8, 9});
+  auto edge = run_op<RoiAlignOp>({ramp, Tensor::from_vector<double>({1, 4}, {-1, 0, 0, 1}), bi}, V{1, 1}, 1.0,
+                                 std::int64_t{1}, false);
+  check_close<double>(edge.out(), {7.0});
+}
+
+TEST_CASE("roi_align's max mode takes the largest weighted corner of any sample, as ONNX defines it",
+          "[kernel][pool]") {
+  const Tensor x = Tensor::from_vector<double>({1, 1, 6, 6}, std::vector<double>(36, 5.0));
+  const Tensor roi = Tensor::from_vector<double>({1, 4}, {0, 0, 4, 4});
+  const Tensor bi = Tensor::from_vector<std::int64_t>({1}, {0});
+  // One sample per bin at (1, 1), (1, 3), ...: on pixels, weight 1.
+  auto on = run_op<RoiAlignOp>({x, roi, bi}, V{2, 2}, 1.0, std::int64_t{1}, false, std::string("max"));
+  check_close<double>(on.out(), {5, 5, 5, 5});
+  // Samples at 0.5, 1.5: each corner weighs 1/4, so the max is 5 / 4.
+  auto between = run_op<RoiAlignOp>({x, roi, bi}, V{2, 2}, 1.0, std::int64_t{2}, false, std::string("max"));
+  check_close<double>(between.out(), {1.25, 1.25, 1.25, 1.25});
+  // Past the last pixel a sample reads it with weight 1 (3.5 of 4 pixels).
+  auto edge = run_op<RoiAlignOp>({Tensor::from_vector<double>({1, 1, 4, 4}, std::vector<double>(16, 5.0)), roi, bi},
+                                 V{2, 2}, 1.0, std::int64_t{2}, false, std::string("max"));
+  check_close<double>(edge.out(), {1.25, 2.5, 2.5, 5});
+  auto mixed = run_op<RoiAlignOp>({from_one<double>({1, 1, 4, 4}), roi, bi}, V{1, 1}, 1.0, std::int64_t{1},
+                                  false, std::string("max"));
+  check_close<double>(mixed.out(), {11});  // one sample at (2, 2): x[2][2] = 11
+}
+
+TEST_CASE("roi_align's grad gives each pixel its weight in every sample that reads it", "[kernel][pool]") {
+  // One bin over a 3 x 3 image, 2 x 2 samples at 0.5 and 1.5: each spreads a
+  // quarter of its quarter of dout to four pixels; the centre is in all four.
+  const Tensor x = from_one<double>({1, 1, 3, 3});
+  const Tensor roi = Tensor::from_vector<double>({1, 4}, {0, 0, 2, 2});
+  const Tensor bi = Tensor::from_vector<std::int64_t>({1}, {0});
+  const Tensor dout = Tensor::from_vector<double>({1, 1, 1, 1}, {16});
+  auto r = run_op<GradOf<RoiAlignOp>>({x, roi, bi, dout}, V{1, 1}, 1.0, std::int64_t{2}, false, std::string("avg"));
+  check_close<double>(r.out(), {1, 2, 1, 2, 4, 2, 1, 2, 1});
+  // max: the whole of dout to the winning term's pixel, times its weight.
+  auto m = run_op<GradOf<RoiAlignOp>>({x, roi, bi, dout}, V{1, 1}, 1.0, std::int64_t{2}, false, std::string("max"));
+  // samples' largest terms: 0.25·x at the far corner; the largest is x[2][2] = 9 at (1.5, 1.5).
+  check_close<double>(m.out(), {0, 0, 0, 0, 0, 0, 0, 0, 4});
+}
+
+TEST_CASE("roi_align names a region whose image is not in x, a corner that is not finite, and a bin of too many "
+          "samples",
+          "[kernel][pool]") {
+  const Tensor x = from_one<float>({2, 1, 4, 4});
+  const Tensor roi = Tensor::from_vector<float>({2, 4}, {0, 0, 2, 2, 1, 1, 3, 3});
+  KILN_CHECK_ERROR(run_op<RoiAlignOp>({x, roi, Tensor::from_vector<std::int64_t>({2}, {0, 2})}, V{2, 2}),
+                   InvalidArgument, {"kiln.roi_align", "region 1", "image 2", "x's 2"});
+  KILN_CHECK_ERROR(run_op<RoiAlignOp>({x, roi, Tensor::from_vector<std::int32_t>({2}, {-1, 0})}, V{2, 2}),
+                   InvalidArgument, {"kiln.roi_align", "region 0", "image -1"});
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  KILN_CHECK_ERROR(run_op<RoiAlignOp>({x, Tensor::from_vector<float>({1, 4}, {0, nan, 2, 2}),
+                                       Tensor::from_vector<std::int64_t>({1}, {0})},
+                                      V{2, 2}),
+                   InvalidArgument, {"kiln.roi_align", "region 0", "not finite"});
+  KILN_CHECK_ERROR(run_op<RoiAlignOp>({x, Tensor::from_vector<float>({1, 4}, {0, 0, 1e7f, 1e7f}),
+                                       Tensor::from_vector<std::int64_t>({1}, {0})},
+                                      V{1, 1}),
+                   InvalidArgument, {"kiln.roi_align", "region 0", "points per bin", "sampling_ratio"});
+}

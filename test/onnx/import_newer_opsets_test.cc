@@ -2,7 +2,8 @@
 // write): the ops whose behaviour changed there import with their new
 // inputs and attributes (reductions' axes input, Split's num_outputs, Pad's
 // axes, Resize's axes and half_pixel_symmetric, DFT's axis input,
-// GridSample's mode names, QuantizeLinear's output_dtype) and the ops new
+// GridSample's mode names, QuantizeLinear's output_dtype, RoiAlign's
+// coordinate_transformation_mode of opset 16) and the ops new
 // there that kiln composes (Mish, Gelu, GroupNormalization); each against
 // the same computation at an older opset or against values worked out by
 // hand. What kiln does not take (antialias, keep_aspect_ratio_policy,
@@ -675,4 +676,28 @@ TEST_CASE("ReduceMin of signed integers reaches their minimum without wrapping",
                           bytes_of(std::vector<std::int32_t>{std::numeric_limits<std::int32_t>::min(), 5}))
                      .attr("keepdims", 0).tensors()[0];
   CHECK(y.to_vector<std::int32_t>() == std::vector<std::int32_t>{std::numeric_limits<std::int32_t>::min()});
+}
+
+TEST_CASE("RoiAlign of opset 10 samples regions without the half-pixel shift, of opset 16 with it unless told, "
+          "as ONNX Runtime does",
+          "[onnx][opset18][onnxruntime]") {
+  std::vector<float> x(2 * 2 * 6 * 7);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 23) - 11.f;
+  const std::vector<float> rois{0.5f, 1.f, 5.f, 4.5f, -2.f, 3.f, 9.f, 7.f, 2.f, 2.f, 2.f, 2.f};
+  auto node = [&](std::int64_t opset) {
+    return OneNode(opset, "RoiAlign").fed("x", {2, 2, 6, 7}, x).floats("rois", rois, {3, 4}).ints("batch_indices", {1, 0, 1})
+        .attr("output_height", 2).attr("output_width", 3).attr("spatial_scale", 0.8f);
+  };
+  const auto old = node(10).run()[0];
+  CHECK(node(16).attr("coordinate_transformation_mode", "output_half_pixel").run()[0] == old);
+  CHECK(node(16).run()[0] != old);
+  CHECK(node(16).attr("coordinate_transformation_mode", "half_pixel").run()[0] == node(16).run()[0]);
+  node(10).check_against_onnxruntime();
+  node(10).attr("mode", "max").attr("sampling_ratio", 2).check_against_onnxruntime();
+  node(16).check_against_onnxruntime();
+  node(16).attr("mode", "max").check_against_onnxruntime();
+  CHECK_THAT(node(16).attr("coordinate_transformation_mode", "align_corners").error(),
+             Catch::Contains("coordinate_transformation_mode 'align_corners'"));
+  CHECK_THAT(node(16).attr("mode", "sum").error(), Catch::Contains("mode 'sum'"));
+  CHECK_THAT(node(16).attr("sampling_ratio", -2).error(), Catch::Contains("sampling_ratio"));
 }

@@ -137,3 +137,37 @@ TEST_CASE("kiln's trained char transformer, exported, gives kiln's logits in ONN
   REQUIRE(got.size() == 1);
   check_matches(got[0], want);
 }
+
+TEST_CASE("kiln.roi_align, exported, gives kiln's regions in ONNX Runtime, averaged or maxed, aligned or not",
+          "[onnx][onnxruntime]") {
+  if (!have_onnxruntime()) return;
+  Program main, startup;
+  std::vector<Value> outs;
+  {
+    ProgramGuard guard(main, startup);
+    auto x = data("x", {-1, 3, 12, 16});
+    auto rois = data("rois", {-1, 4});
+    auto images = data("images", {-1}, DataType::Int32);
+    auto b = main_builder();
+    outs.push_back(nn::functional::roi_align(x, rois, images, {3, 2}, 0.5, 2, true));
+    outs.push_back(nn::functional::roi_align(x, rois, images, {2}, 0.5, 0, false));
+    outs.push_back(b.create<RoiAlignOp>(x, rois, images, std::vector<std::int64_t>{2, 2}, 0.5, 3, true,
+                                        std::string("max"))
+                       .result());
+  }
+  // Regions inside the image, across its edges, past them, and of no area.
+  const Tensor rois = Tensor::from_vector<float>(
+      {5, 4}, {1.2f, 2.5f, 20.f, 17.f, -6.f, -3.f, 9.f, 30.f, 28.f, 1.f, 40.f, 30.f, 5.f, 5.f, 5.f, 5.f, 0, 0, 32, 24});
+  const Tensor images = Tensor::from_vector<std::int32_t>({5}, {1, 0, 1, 0, 1});
+  const Tensor x = uniform(Dims{2, 3, 12, 16}, 3);
+  Executor exe;
+  const std::vector<FetchTarget> fetch(outs.begin(), outs.end());
+  const auto want = exe.run(main, {{"x", x}, {"rois", rois}, {"images", images}}, fetch);
+  const std::string model = onnx::export_model_to_bytes(main, exe.scope(), {"x", "rois", "images"}, fetch);
+  const auto got = run_in_onnxruntime(model, {{"x", x}, {"rois", rois}, {"images", images}});
+  REQUIRE(got.size() == 3);
+  for (std::size_t k = 0; k < 3; ++k) {
+    INFO("output #" << k);
+    check_matches(got[k], want[k]);
+  }
+}

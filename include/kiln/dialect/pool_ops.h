@@ -1,5 +1,6 @@
 // Max_pool2d, avg_pool2d, adaptive_avg_pool2d (NCHW): x [N, C, H, W] ->
-// [N, C, Ho, Wo]. f32, f64. Each has a gradient op (x, dout) -> dx.
+// [N, C, Ho, Wo]. f32, f64. Each has a gradient op (x, dout) -> dx. Also
+// roi_align: bins of regions of x, read by bilinear sampling.
 //
 // max_pool2d / avg_pool2d attributes: kernel_size [kh, kw] (> 0), strides
 // [sh, sw] (> 0; empty = kernel_size, as PyTorch), paddings [ph, pw] or
@@ -86,6 +87,37 @@ struct AdaptiveAvgPool2dOp
   };
 };
 
+// Region pooling by bilinear sampling (ONNX RoiAlign, torchvision's
+// roi_align, Paddle's vision.ops.roi_align): x [N, C, H, W] (f32, f64),
+// rois [R, 4] (x's dtype) as (x1, y1, x2, y2) in input-image units,
+// batch_indices [R] (i32 / i64: the image of each region) -> [R, C, oh, ow].
+// A region, scaled by spatial_scale (and shifted by -0.5 when aligned,
+// ONNX's half_pixel; not aligned, its sides are at least 1), is cut into
+// oh x ow bins; each bin samples a grid of sampling_ratio x sampling_ratio
+// points (0: ceil(bin size) points per axis, adaptively) at the centres of
+// the grid's cells, read by bilinear interpolation (a point more than one
+// pixel outside x reads 0; between -1 and 0, the edge). mode "avg" averages
+// a bin's samples; "max" takes the largest weighted corner term (w · x) of
+// any sample (ONNX's definition). The grad op takes (x, rois,
+// batch_indices, dout) -> dx: each sample's share back to its four pixels
+// (max: only the winning term's pixel). rois and batch_indices get none.
+struct RoiAlignOp : Op<RoiAlignOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.roi_align";
+  static std::vector<Value> vjp(Builder& b, Operation* op, const std::vector<Value>& out_grads);
+  static constexpr int num_operands = 3, num_results = 1;
+  KILN_ATTRIBUTES((std::vector<std::int64_t>, output_size), (double, spatial_scale),
+                  (std::int64_t, sampling_ratio), (bool, aligned), (std::string, mode));
+  static void build(Builder& b, OperationArgument& arg, Value x, Value rois, Value batch_indices,
+                    std::vector<std::int64_t> output_size, double spatial_scale = 1.0,
+                    std::int64_t sampling_ratio = 0, bool aligned = true, std::string mode = "avg");
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // roi_align_grad(x, rois, batch_indices, dout) -> dx
+  struct Grad : GradSpec<4, 0> {
+    static void check(std::string_view op, const std::vector<Type>& in, DictionaryAttribute attrs);
+  };
+};
+
 namespace pool {
 // The geometry of a pool over x dims [N, C, H, W] (-1 entries give -1
 // extents); kiln::Error naming `op` for bad attributes or a window larger
@@ -106,6 +138,10 @@ void check_dout(std::string_view op, const Dims& dout, const Pool2dGeometry& g);
 // kiln::Error naming `op` unless x is [N, C, H, W] and output_size two
 // sizes >= 1.
 Pool2dGeometry adaptive_geometry(std::string_view op, const Dims& x, const std::vector<std::int64_t>& output_size);
+// roi_align's attributes checked: output_size two sizes >= 1, a finite
+// spatial_scale > 0, sampling_ratio >= 0, mode avg or max; kiln::Error
+// naming `op` otherwise.
+void check_roi_align(std::string_view op, const RoiAlignOp::Attributes& a);
 }  // namespace pool
 
 }  // namespace kiln
