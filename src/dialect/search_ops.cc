@@ -3,13 +3,14 @@
 #include "kiln/dialect/infer_meta_util.h"
 #include "kiln/dialect/search_ops.h"
 
+#include <algorithm>
 #include <utility>
 
 
 namespace kiln {
 
 KILN_REGISTER_OP(ArgMaxOp, ArgMinOp, TopKOp, GradOf<TopKOp>, OneHotOp, NonzeroOp, UniqueOp,
-                 NonMaxSuppressionOp);
+                 NonMaxSuppressionOp, TfIdfVectorizerOp);
 
 namespace {
 void require_searchable(std::string_view op, DataType dt) {
@@ -187,6 +188,59 @@ std::vector<Type> NonMaxSuppressionOp::infer_meta(const std::vector<Type>& in,
   for (std::size_t i = 3; i <= 4; ++i)
     meta::require_same_dtype(name, dt, shaped_data_type(meta::tensor_operand(name, in, i)), 0, i);
   return {meta::result_like(in, DataType::Int64, {-1, 3})};
+}
+
+// ---- tfidf_vectorizer ----
+
+void TfIdfVectorizerOp::build(Builder&, OperationArgument& arg, Value x, Value weights, Attributes attrs) {
+  arg.add_operands({x, weights});
+  arg.attributes = to_named_attributes(attrs);
+}
+
+std::int64_t TfIdfVectorizerOp::output_size(std::string_view op, const Attributes& a) {
+  auto bad = [&](auto&&... what) { throw_error(ErrorKind::InvalidArgument, "op '", op, "' ", what...); };
+  if (a.mode != "TF" && a.mode != "IDF" && a.mode != "TFIDF") bad("mode must be TF, IDF or TFIDF, got '", a.mode, "'");
+  if (a.min_gram_length < 1 || a.max_gram_length < a.min_gram_length)
+    bad("gram lengths must satisfy 1 <= min_gram_length <= max_gram_length, got ", a.min_gram_length, " and ",
+        a.max_gram_length);
+  if (a.max_skip_count < 0) bad("max_skip_count must be >= 0, got ", a.max_skip_count);
+  const auto pool = static_cast<std::int64_t>(a.pool.size());
+  std::int64_t grams = 0;
+  for (std::size_t i = 0; i < a.ngram_counts.size(); ++i) {
+    const std::int64_t start = a.ngram_counts[i], end = i + 1 < a.ngram_counts.size() ? a.ngram_counts[i + 1] : pool;
+    const auto n = static_cast<std::int64_t>(i + 1);
+    if ((i == 0 && start != 0) || start < 0 || end < start || end > pool || (end - start) % n != 0)
+      bad("ngram_counts ", meta::dims_string(a.ngram_counts), " must start at 0 and cut the pool of ", pool,
+          " tokens into whole n-grams (", n, "-grams from ", start, ")");
+    grams += (end - start) / n;
+  }
+  if (a.ngram_counts.empty() && pool > 0) bad("ngram_counts is empty for a pool of ", pool, " tokens");
+  if (static_cast<std::int64_t>(a.ngram_indexes.size()) != grams)
+    bad("ngram_indexes has ", a.ngram_indexes.size(), " entries for the pool's ", grams, " n-grams");
+  std::int64_t k = 0;
+  for (std::int64_t i : a.ngram_indexes) {
+    if (i < 0) bad("ngram_indexes holds ", i, ", expected indices >= 0");
+    k = std::max(k, i + 1);
+  }
+  if (k == 0) bad("has an empty vocabulary (no ngram_indexes)");
+  return k;
+}
+
+std::vector<Type> TfIdfVectorizerOp::infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs) {
+  meta::require_count(name, in, 2);
+  const std::int64_t k = output_size(name, from_attributes<Attributes>(attrs, name));
+  Type x = meta::tensor_operand(name, in, 0), w = meta::tensor_operand(name, in, 1);
+  const auto& xd = shaped_dims(x);
+  if (!meta::is_index_dtype(shaped_data_type(x)) || xd.size() > 2)
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' x must be i32 or i64 tokens [C] or [B, C], got ",
+                to_string(shaped_data_type(x)), " ", meta::dims_string(xd));
+  const auto& wd = shaped_dims(w);
+  if (shaped_data_type(w) != DataType::Float32 || wd.size() != 1 || (wd[0] >= 0 && wd[0] != 0 && wd[0] != k))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' weights must be f32 [", k, "] (one per column) or [0], got ",
+                to_string(shaped_data_type(w)), " ", meta::dims_string(wd));
+  std::vector<std::int64_t> y{k};
+  if (xd.size() == 2) y.insert(y.begin(), xd[0]);
+  return {meta::result_like(in, DataType::Float32, std::move(y))};
 }
 
 }  // namespace kiln

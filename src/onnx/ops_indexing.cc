@@ -6,7 +6,8 @@
 // (kiln.nonzero), Compress (a gather of the condition's non-zero
 // positions), Unique (kiln.unique), NonMaxSuppression
 // (kiln.non_max_suppression); and ReverseSequence (take_along_axis of
-// positions reversed below each sequence's length).
+// positions reversed below each sequence's length). TfIdfVectorizer of
+// integer tokens is kiln.tfidf_vectorizer (n-grams looked up in its pool).
 #include <limits>
 
 #include "kiln/dialect/kiln_dialect.h"
@@ -116,9 +117,31 @@ std::vector<Value> non_max_suppression(NodeContext& c) {
               .result()};
 }
 
+// TfIdfVectorizer over integer tokens (pool_int64s): kiln.tfidf_vectorizer,
+// its weights a constant operand ([0] when the node has none). String
+// tokens (pool_strings) are not imported: kiln has no string tensors.
+std::vector<Value> tfidf_vectorizer(NodeContext& c) {
+  if (c.has_attr("pool_strings")) c.unsupported("pool_strings (string tokens; kiln has no string tensors)");
+  TfIdfVectorizerOp::Attributes a;
+  const auto* mode = c.attribute("mode");
+  a.mode = mode ? mode->s() : "";
+  a.min_gram_length = c.int_attr("min_gram_length", 0);
+  a.max_gram_length = c.int_attr("max_gram_length", 0);
+  a.max_skip_count = c.int_attr("max_skip_count", 0);
+  a.ngram_counts = c.ints_attr("ngram_counts");
+  a.ngram_indexes = c.ints_attr("ngram_indexes");
+  a.pool = c.ints_attr("pool_int64s");
+  std::vector<float> w;
+  if (const auto* weights = c.attribute("weights")) w.assign(weights->floats().begin(), weights->floats().end());
+  const auto count = static_cast<std::int64_t>(w.size());
+  Value weights = constant_value(c.b, Tensor::from_vector<float>(Dims{count}, w));
+  return {c.b.create<TfIdfVectorizerOp>(c.input(0), weights, std::move(a)).result()};
+}
+
 }  // namespace
 
 void add_indexing_ops(OpTable& t) {
+  t["TfIdfVectorizer"] = {&tfidf_vectorizer, 9};
   t["NonMaxSuppression"] = {&non_max_suppression, 10};
   t["NonZero"] = {&non_zero, 9};
   t["Compress"] = {&compress, 9};

@@ -2,8 +2,8 @@
 // argmax / argmin (any axis, keepdim, first index on ties, NaN wins, int
 // dtypes), topk (largest / smallest, sorted, ties by index, NaN as the
 // largest, inner axes), topk_grad (the grad written at the indices) and
-// one_hot (i32 / i64 ids, out-of-range ids), nonzero, unique and
-// non_max_suppression.
+// one_hot (i32 / i64 ids, out-of-range ids), nonzero, unique,
+// non_max_suppression and tfidf_vectorizer.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -204,4 +204,72 @@ TEST_CASE("non_max_suppression rejects boxes not of 4 coordinates and mismatched
       (build_op<NonMaxSuppressionOp>(
           p, {{DataType::Float32, {1, 3, 4}}, {DataType::Float32, {1, 1, 3}}, f, f, f})),
       InvalidArgument, {"kiln.non_max_suppression", "max_per_class"});
+}
+
+namespace {
+
+// A vocabulary of the 1-grams 1, 2, 3 and the 2-grams (1, 2), (2, 3), in
+// columns 0 to 4 unless `columns` says otherwise.
+TfIdfVectorizerOp::Attributes small_vocabulary(std::string mode, std::int64_t min_gram, std::int64_t skip,
+                                               V columns = {0, 1, 2, 3, 4}) {
+  return {std::move(mode), min_gram, 2, skip, V{0, 3}, std::move(columns), V{1, 2, 3, 1, 2, 2, 3}};
+}
+
+Tensor no_weights() { return Tensor::from_vector<float>({0}, {}); }
+
+std::vector<float> tfidf(const Tensor& tokens, const TfIdfVectorizerOp::Attributes& a, const Tensor& weights) {
+  return run_op<TfIdfVectorizerOp>({tokens, weights}, a).out().to_vector<float>();
+}
+
+}  // namespace
+
+TEST_CASE("tfidf_vectorizer counts a row's n-grams found in its vocabulary, skipping tokens up to the limit",
+          "[kernel][search]") {
+  const Tensor repeats = Tensor::from_vector<std::int64_t>({5}, {1, 2, 3, 2, 3});
+  CHECK(tfidf(repeats, small_vocabulary("TF", 1, 0), no_weights()) == std::vector<float>{1, 2, 2, 1, 2});
+  // (1, 2) only with one token skipped; 1-grams count once whatever the skip.
+  const Tensor gap = Tensor::from_vector<std::int32_t>({4}, {1, 5, 2, 3});
+  CHECK(tfidf(gap, small_vocabulary("TF", 1, 0), no_weights()) == std::vector<float>{1, 1, 1, 0, 1});
+  CHECK(tfidf(gap, small_vocabulary("TF", 1, 1), no_weights()) == std::vector<float>{1, 1, 1, 1, 1});
+  CHECK(tfidf(gap, small_vocabulary("TF", 2, 3), no_weights()) == std::vector<float>{0, 0, 0, 1, 1});
+  // Columns as ngram_indexes places them; rows of a batch apart.
+  const Tensor batch = Tensor::from_vector<std::int64_t>({2, 4}, {1, 5, 2, 3, 3, 3, 3, 9});
+  auto r = run_op<TfIdfVectorizerOp>({batch, no_weights()}, small_vocabulary("TF", 1, 1, V{4, 3, 2, 1, 0}));
+  CHECK(r.out().dims().to_vector() == V{2, 5});
+  CHECK(r.out().to_vector<float>() == std::vector<float>{1, 1, 1, 1, 1, 0, 0, 3, 0, 0});
+}
+
+TEST_CASE("tfidf_vectorizer's IDF mode marks the columns present, TFIDF weighs the counts", "[kernel][search]") {
+  const Tensor repeats = Tensor::from_vector<std::int64_t>({5}, {1, 2, 3, 2, 3});
+  const Tensor w = Tensor::from_vector<float>({5}, {0.5f, 1, 2, 4, 8});
+  const Tensor gap = Tensor::from_vector<std::int64_t>({4}, {1, 5, 2, 3});
+  CHECK(tfidf(gap, small_vocabulary("IDF", 1, 0), w) == std::vector<float>{0.5f, 1, 2, 0, 8});
+  CHECK(tfidf(gap, small_vocabulary("IDF", 1, 0), no_weights()) == std::vector<float>{1, 1, 1, 0, 1});
+  CHECK(tfidf(repeats, small_vocabulary("TFIDF", 1, 0), w) == std::vector<float>{0.5f, 2, 4, 4, 16});
+  CHECK(tfidf(repeats, small_vocabulary("TFIDF", 1, 0), no_weights()) == std::vector<float>{1, 2, 2, 1, 2});
+  // No tokens: a row of zeros.
+  CHECK(tfidf(Tensor::from_vector<std::int64_t>({0}, {}), small_vocabulary("TF", 1, 0), no_weights()) ==
+        std::vector<float>(5, 0.0f));
+}
+
+TEST_CASE("tfidf_vectorizer names a bad mode, a pool not cut into whole n-grams, indices that do not match it "
+          "and weights of another length",
+          "[kernel][search]") {
+  const Tensor x = Tensor::from_vector<std::int64_t>({3}, {1, 2, 3});
+  auto a = small_vocabulary("BM25", 1, 0);
+  KILN_CHECK_ERROR(tfidf(x, a, no_weights()), InvalidArgument, {"kiln.tfidf_vectorizer", "mode", "'BM25'"});
+  a = small_vocabulary("TF", 1, 0);
+  a.ngram_counts = {0, 2};  // 2-grams from 2: five tokens
+  KILN_CHECK_ERROR(tfidf(x, a, no_weights()), InvalidArgument, {"kiln.tfidf_vectorizer", "ngram_counts", "whole n-grams"});
+  a = small_vocabulary("TF", 1, 0, V{0, 1, 2, 3});
+  KILN_CHECK_ERROR(tfidf(x, a, no_weights()), InvalidArgument, {"kiln.tfidf_vectorizer", "4 entries", "5 n-grams"});
+  a = small_vocabulary("TF", 3, 0);
+  a.max_gram_length = 2;
+  KILN_CHECK_ERROR(tfidf(x, a, no_weights()), InvalidArgument, {"kiln.tfidf_vectorizer", "min_gram_length"});
+  KILN_CHECK_ERROR(tfidf(x, small_vocabulary("TF", 1, -1), no_weights()), InvalidArgument,
+                   {"kiln.tfidf_vectorizer", "max_skip_count"});
+  KILN_CHECK_ERROR(tfidf(x, small_vocabulary("TFIDF", 1, 0), Tensor::from_vector<float>({2}, {1, 2})),
+                   InvalidArgument, {"kiln.tfidf_vectorizer", "weights", "[5]"});
+  KILN_CHECK_ERROR(tfidf(Tensor::from_vector<float>({3}, {1, 2, 3}), small_vocabulary("TF", 1, 0), no_weights()),
+                   InvalidArgument, {"kiln.tfidf_vectorizer", "i32 or i64 tokens"});
 }

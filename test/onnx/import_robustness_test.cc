@@ -163,3 +163,51 @@ TEST_CASE("ONNX scalar operands known at import that hold no value are errors na
                       with_empty_operand("Dropout", 12, {2}, {"", "mode"}, ::onnx::TensorProto_DataType_BOOL)),
                   kiln::Error);
 }
+
+TEST_CASE("a TfIdfVectorizer of string tokens, or of a pool its counts do not cut into n-grams, is an error "
+          "naming the node",
+          "[onnx]") {
+  auto model = [](bool strings, std::vector<std::int64_t> counts, bool string_input = false) {
+    ::onnx::ModelProto m;
+    REQUIRE(m.ParseFromString(one_node("TfIdfVectorizer", 0, 9)));
+    auto* g = m.mutable_graph();
+    auto* in = g->add_input();
+    in->set_name("x");
+    auto* t = in->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(string_input ? ::onnx::TensorProto_DataType_STRING : ::onnx::TensorProto_DataType_INT64);
+    t->mutable_shape()->add_dim()->set_dim_value(4);
+    auto* n = g->mutable_node(0);
+    n->add_input("x");
+    auto attr = [&](const char* name, ::onnx::AttributeProto_AttributeType type) {
+      auto* a = n->add_attribute();
+      a->set_name(name);
+      a->set_type(type);
+      return a;
+    };
+    attr("mode", ::onnx::AttributeProto_AttributeType_STRING)->set_s("TF");
+    attr("min_gram_length", ::onnx::AttributeProto_AttributeType_INT)->set_i(1);
+    attr("max_gram_length", ::onnx::AttributeProto_AttributeType_INT)->set_i(2);
+    attr("max_skip_count", ::onnx::AttributeProto_AttributeType_INT)->set_i(0);
+    auto* c = attr("ngram_counts", ::onnx::AttributeProto_AttributeType_INTS);
+    for (auto v : counts) c->add_ints(v);
+    auto* idx = attr("ngram_indexes", ::onnx::AttributeProto_AttributeType_INTS);
+    for (int i = 0; i < 3; ++i) idx->add_ints(i);
+    if (strings) {
+      auto* p = attr("pool_strings", ::onnx::AttributeProto_AttributeType_STRINGS);
+      for (const char* s : {"a", "b", "a", "b"}) p->add_strings(s);
+    } else {
+      auto* p = attr("pool_int64s", ::onnx::AttributeProto_AttributeType_INTS);
+      for (int v : {1, 2, 1, 2}) p->add_ints(v);
+    }
+    std::string bytes;
+    REQUIRE(m.SerializeToString(&bytes));
+    return bytes;
+  };
+  CHECK_NOTHROW(kiln::onnx::import_model_from_bytes(model(false, {0, 2})));
+  KILN_CHECK_ERROR(kiln::onnx::import_model_from_bytes(model(true, {0, 2})), Unimplemented,
+                   {"TfIdfVectorizer", "pool_strings"});
+  KILN_CHECK_ERROR(kiln::onnx::import_model_from_bytes(model(true, {0, 2}, true)), Unimplemented,
+                   {"graph input 'x'", "element type string"});
+  KILN_CHECK_ERROR(kiln::onnx::import_model_from_bytes(model(false, {0, 1})), InvalidArgument,
+                   {"TfIdfVectorizer", "kiln.tfidf_vectorizer", "ngram_counts"});
+}

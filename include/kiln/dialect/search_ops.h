@@ -1,8 +1,9 @@
 // Search ops: argmax / argmin along an axis (one family, declared once as a
 // list of math structs), topk (values and their indices, with a gradient
 // through the values), one_hot, and nonzero / unique / non_max_suppression,
-// whose result lengths depend on the data (-1 until run time). Pure
-// (ReadOnly, ValueSemantics).
+// whose result lengths depend on the data (-1 until run time);
+// tfidf_vectorizer, rows of tokens looked up as n-grams in a vocabulary.
+// Pure (ReadOnly, ValueSemantics).
 #pragma once
 
 #include <cmath>
@@ -130,6 +131,33 @@ struct NonMaxSuppressionOp : Op<NonMaxSuppressionOp, ReadOnly, ValueSemantics, I
   static void build(Builder& b, OperationArgument& arg, Value boxes, Value scores, Value max_per_class,
                     Value iou_threshold, Value score_threshold, bool center_point_box = false);
   static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+};
+
+// kiln.tfidf_vectorizer(x, weights) -> y f32 (ONNX TfIdfVectorizer over
+// integer tokens; scikit-learn's CountVectorizer / TfidfVectorizer with a
+// fixed vocabulary): x i32 / i64 [C] or [B, C] (rows of tokens) -> [K] or
+// [B, K]. The vocabulary: `pool` holds its 1-grams, then its 2-grams, ...,
+// one token after another, the n-grams of n tokens starting at
+// ngram_counts[n - 1]; the i-th n-gram of the pool counts into output
+// column ngram_indexes[i]; K = max(ngram_indexes) + 1. Only n-grams of
+// min_gram_length to max_gram_length tokens count, taken with a skip of 0
+// to max_skip_count tokens between neighbours (one skip per n-gram;
+// 1-grams count once, whatever the skip). mode "TF": the counts; "IDF":
+// weights[k] (1 without weights) where column k's count is > 0, else 0;
+// "TFIDF": weights[k] · count (the count without weights). weights: f32
+// [K], or [0] for none. No grad.
+struct TfIdfVectorizerOp : Op<TfIdfVectorizerOp, ReadOnly, ValueSemantics, InferMetaInterface> {
+  using Op::Op;
+  static constexpr std::string_view name = "kiln.tfidf_vectorizer";
+  static constexpr int num_operands = 2, num_results = 1;
+  KILN_ATTRIBUTES((std::string, mode), (std::int64_t, min_gram_length), (std::int64_t, max_gram_length),
+                  (std::int64_t, max_skip_count), (std::vector<std::int64_t>, ngram_counts),
+                  (std::vector<std::int64_t>, ngram_indexes), (std::vector<std::int64_t>, pool));
+  static void build(Builder& b, OperationArgument& arg, Value x, Value weights, Attributes attrs);
+  static std::vector<Type> infer_meta(const std::vector<Type>& in, DictionaryAttribute attrs);
+  // K, after checking the attributes (mode, gram lengths, skips, the pool
+  // cut into whole n-grams, one index per n-gram); kiln::Error naming `op`.
+  static std::int64_t output_size(std::string_view op, const Attributes& a);
 };
 
 }  // namespace kiln
