@@ -19,33 +19,69 @@ namespace {
 
 // Where one sample coordinate reads along an axis of `size` pixels: pixels
 // lo and hi with weights wlo and whi. Not `inside` (the sample reads 0): a
-// coordinate more than one pixel outside the axis, or NaN.
+// coordinate more than one pixel outside the axis, or NaN. In T, as ONNX
+// Runtime and torchvision compute it (an f32 model's positions in f32).
 struct RoiAxisTap {
   std::int64_t lo = 0, hi = 0;
   double wlo = 0, whi = 0;
   bool inside = false;
 };
 
-RoiAxisTap roi_axis_tap(double v, std::int64_t size) {
+template <typename T>
+RoiAxisTap roi_axis_tap(T v, std::int64_t size) {
   RoiAxisTap t;
-  if (size < 1 || !(v >= -1.0 && v <= static_cast<double>(size))) return t;
-  v = std::max(v, 0.0);
+  if (size < 1 || !(v >= T(-1) && v <= static_cast<T>(size))) return t;
+  v = std::max(v, T(0));
   t.lo = static_cast<std::int64_t>(v);
   if (t.lo >= size - 1) {
     t.lo = t.hi = size - 1;
-    v = static_cast<double>(t.lo);
+    v = static_cast<T>(t.lo);
   } else {
     t.hi = t.lo + 1;
   }
-  t.whi = v - static_cast<double>(t.lo);
-  t.wlo = 1.0 - t.whi;
+  const T whi = v - static_cast<T>(t.lo);
+  t.whi = static_cast<double>(whi), t.wlo = static_cast<double>(T(1) - whi);
   t.inside = true;
   return t;
 }
 
-// A bin may take at most this many samples (a region's adaptive grid is
-// ceil(bin size) per axis): 1024 x 1024.
-constexpr double kMaxRoiSamplesPerBin = 1 << 20;
+// A bin may take at most 2^12 samples along an axis and 2^20 in all (a
+// region's adaptive grid is ceil(bin size) per axis).
+constexpr double kMaxRoiSamplesPerAxis = 1 << 12, kMaxRoiSamplesPerBin = 1 << 20;
+
+// One region's geometry in x's pixels: its start, extent and samples per
+// bin along each axis (0 and 0 when either axis has none: the region
+// reads nothing, its bins are 0).
+template <typename T>
+struct RoiGeometry {
+  T y0, x0, height, width;
+  std::int64_t grid_h, grid_w;
+};
+
+// Region r's geometry; kiln::Error naming the op and the region for
+// corners that are not finite or bins of too many samples.
+template <typename T>
+RoiGeometry<T> roi_geometry(const KernelContext& ctx, const RoiAlignOp::Attributes& a, const T* roi, std::int64_t r) {
+  if (!std::isfinite(roi[0]) || !std::isfinite(roi[1]) || !std::isfinite(roi[2]) || !std::isfinite(roi[3]))
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' region ", r,
+                " has a corner that is not finite: (", roi[0], ", ", roi[1], ", ", roi[2], ", ", roi[3], ")");
+  const T scale = static_cast<T>(a.spatial_scale), shift = a.aligned ? T(0.5) : T(0);
+  RoiGeometry<T> g{roi[1] * scale - shift, roi[0] * scale - shift, 0, 0, 0, 0};
+  g.height = roi[3] * scale - shift - g.y0, g.width = roi[2] * scale - shift - g.x0;
+  if (!a.aligned) g.width = std::max(g.width, T(1)), g.height = std::max(g.height, T(1));
+  auto grid = [&](T extent, std::int64_t bins) {
+    if (a.sampling_ratio > 0) return static_cast<double>(a.sampling_ratio);
+    return std::max(0.0, static_cast<double>(std::ceil(extent / static_cast<T>(bins))));
+  };
+  const double gh = grid(g.height, a.output_size[0]), gw = grid(g.width, a.output_size[1]);
+  if (gh == 0 || gw == 0) return g;
+  if (gh > kMaxRoiSamplesPerAxis || gw > kMaxRoiSamplesPerAxis || gh * gw > kMaxRoiSamplesPerBin)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' region ", r, " (", roi[0], ", ", roi[1],
+                ", ", roi[2], ", ", roi[3], ") would sample ", gh, " x ", gw,
+                " points per bin; at most 2^12 per axis and 2^20 in all are taken (set sampling_ratio)");
+  g.grid_h = static_cast<std::int64_t>(gh), g.grid_w = static_cast<std::int64_t>(gw);
+  return g;
+}
 
 // One region's sampling: grid_h sample rows per output row (rows[ph ·
 // grid_h + iy]), grid_w sample columns per output column; a bin's average
@@ -58,45 +94,26 @@ struct RoiRegionTaps {
 
 // The sample coordinates along one axis: `bins` bins of `extent` / bins
 // from `start`, `grid` samples each at the centres of its cells.
-std::vector<RoiAxisTap> roi_axis_taps(double start, double extent, std::int64_t bins, std::int64_t grid,
-                               std::int64_t size) {
+template <typename T>
+std::vector<RoiAxisTap> roi_axis_taps(T start, T extent, std::int64_t bins, std::int64_t grid, std::int64_t size) {
   std::vector<RoiAxisTap> taps(static_cast<std::size_t>(bins * grid));
-  const double bin = extent / static_cast<double>(bins);
+  const T bin = extent / static_cast<T>(bins);
   for (std::int64_t p = 0; p < bins; ++p)
     for (std::int64_t i = 0; i < grid; ++i)
-      taps[static_cast<std::size_t>(p * grid + i)] =
-          roi_axis_tap(start + static_cast<double>(p) * bin +
-                       (static_cast<double>(i) + 0.5) * bin / static_cast<double>(grid),
-                   size);
+      taps[static_cast<std::size_t>(p * grid + i)] = roi_axis_tap<T>(
+          start + static_cast<T>(p) * bin + (static_cast<T>(i) + T(0.5)) * bin / static_cast<T>(grid), size);
   return taps;
 }
 
-// Region r's taps over an [h, w] plane; kiln::Error naming the op and the
-// region for corners that are not finite or bins of too many samples.
-RoiRegionTaps roi_region_taps(const KernelContext& ctx, const RoiAlignOp::Attributes& a, const double (&roi)[4],
-                       std::int64_t r, std::int64_t h, std::int64_t w) {
-  if (!std::isfinite(roi[0]) || !std::isfinite(roi[1]) || !std::isfinite(roi[2]) || !std::isfinite(roi[3]))
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' region ", r,
-                " has a corner that is not finite: (", roi[0], ", ", roi[1], ", ", roi[2], ", ", roi[3], ")");
-  const double shift = a.aligned ? 0.5 : 0.0;
-  const double x0 = roi[0] * a.spatial_scale - shift, y0 = roi[1] * a.spatial_scale - shift;
-  double width = roi[2] * a.spatial_scale - shift - x0, height = roi[3] * a.spatial_scale - shift - y0;
-  if (!a.aligned) width = std::max(width, 1.0), height = std::max(height, 1.0);
-  const std::int64_t oh = a.output_size[0], ow = a.output_size[1];
-  auto grid = [&](double extent, std::int64_t bins) {
-    if (a.sampling_ratio > 0) return static_cast<double>(a.sampling_ratio);
-    return std::max(0.0, std::ceil(extent / static_cast<double>(bins)));
-  };
-  const double gh = grid(height, oh), gw = grid(width, ow);
-  if (gh * gw > kMaxRoiSamplesPerBin)
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' region ", r, " (", roi[0], ", ",
-                roi[1], ", ", roi[2], ", ", roi[3], ") would sample ", gh, " x ", gw,
-                " points per bin; at most 2^20 are taken (set sampling_ratio)");
+// A region's taps over an [h, w] plane, from its checked geometry.
+template <typename T>
+RoiRegionTaps roi_region_taps(const RoiAlignOp::Attributes& a, const RoiGeometry<T>& g, std::int64_t h,
+                              std::int64_t w) {
   RoiRegionTaps t;
-  t.grid_h = static_cast<std::int64_t>(gh), t.grid_w = static_cast<std::int64_t>(gw);
-  t.count = std::max(gh * gw, 1.0);
-  t.rows = roi_axis_taps(y0, height, oh, t.grid_h, h);
-  t.cols = roi_axis_taps(x0, width, ow, t.grid_w, w);
+  t.grid_h = g.grid_h, t.grid_w = g.grid_w;
+  t.count = std::max(static_cast<double>(g.grid_h * g.grid_w), 1.0);
+  t.rows = roi_axis_taps(g.y0, g.height, a.output_size[0], t.grid_h, h);
+  t.cols = roi_axis_taps(g.x0, g.width, a.output_size[1], t.grid_w, w);
   return t;
 }
 
@@ -128,11 +145,6 @@ RoiAlignInputs roi_align_inputs(const KernelContext& ctx, const RoiAlignOp::Attr
     s.image[static_cast<std::size_t>(r)] = b;
   }
   return s;
-}
-
-template <typename T>
-void roi_corners(const T* rois, std::int64_t r, double (&roi)[4]) {
-  for (int k = 0; k < 4; ++k) roi[k] = static_cast<double>(rois[r * 4 + k]);
 }
 
 // Calls f(offset, weight) for the four pixels of every sample of bin (ph,
@@ -185,47 +197,73 @@ RoiBinMax roi_bin_max(const T* plane, const RoiRegionTaps& t, std::int64_t ph, s
   return best;
 }
 
+// Every region's geometry, checked before any is sampled (the first bad
+// region is the one an error names, whatever the threads).
+template <typename T>
+std::vector<RoiGeometry<T>> roi_geometries(const KernelContext& ctx, const RoiAlignOp::Attributes& a,
+                                           const Tensor& rois, std::int64_t regions) {
+  std::vector<RoiGeometry<T>> g;
+  g.reserve(static_cast<std::size_t>(regions));
+  for (std::int64_t r = 0; r < regions; ++r) g.push_back(roi_geometry(ctx, a, rois.data<T>() + r * 4, r));
+  return g;
+}
+
+// Region r's bins of one channel plane xp into out (oh · ow values).
+template <typename T>
+void roi_align_plane(const T* xp, const RoiRegionTaps& t, bool max, std::int64_t oh, std::int64_t ow,
+                     std::int64_t w, T* out) {
+  for (std::int64_t ph = 0; ph < oh; ++ph)
+    for (std::int64_t pw = 0; pw < ow; ++pw) {
+      double v = 0;
+      if (max) {
+        v = roi_bin_max(xp, t, ph, pw, w).value;
+      } else {
+        for_each_roi_tap(t, ph, pw, w, [&](std::int64_t o, double wt) { v += wt * static_cast<double>(xp[o]); });
+        v /= t.count;
+      }
+      out[ph * ow + pw] = static_cast<T>(v);
+    }
+}
+
 template <typename T>
 struct RoiAlignK {
   static void run(KernelContext& ctx) {
     const Tensor x = typed_input<T>(ctx, 0), rois = typed_input<T>(ctx, 1);
     const auto& a = ctx.attrs<RoiAlignOp>();
     const RoiAlignInputs s = roi_align_inputs(ctx, a);
+    const std::vector<RoiGeometry<T>> geometry = roi_geometries<T>(ctx, a, rois, s.regions);
     Tensor& y = ctx.alloc_output(0, Dims{s.regions, s.c, s.oh, s.ow}, x.dtype());
     if (y.numel() == 0) return;
     const bool max = a.mode == "max";
-    const T* px = x.data<T>();
-    const T* pr = rois.data<T>();
-    T* py = y.data<T>();
     const std::int64_t plane = s.h * s.w, bins = s.oh * s.ow;
     parallel_for(s.regions, items_per_range(s.c * bins * 16 * std::int64_t(sizeof(T))),
                  [&](std::int64_t r0, std::int64_t r1) {
                    for (std::int64_t r = r0; r < r1; ++r) {
-                     double roi[4];
-                     roi_corners(pr, r, roi);
-                     const RoiRegionTaps t = roi_region_taps(ctx, a, roi, r, s.h, s.w);
-                     const T* xb = px + s.image[static_cast<std::size_t>(r)] * s.c * plane;
-                     for (std::int64_t ch = 0; ch < s.c; ++ch) {
-                       const T* xp = xb + ch * plane;
-                       T* out = py + (r * s.c + ch) * bins;
-                       for (std::int64_t ph = 0; ph < s.oh; ++ph)
-                         for (std::int64_t pw = 0; pw < s.ow; ++pw) {
-                           double v = 0;
-                           if (max) {
-                             v = roi_bin_max(xp, t, ph, pw, s.w).value;
-                           } else {
-                             for_each_roi_tap(t, ph, pw, s.w, [&](std::int64_t o, double wt) {
-                               v += wt * static_cast<double>(xp[o]);
-                             });
-                             v /= t.count;
-                           }
-                           out[ph * s.ow + pw] = static_cast<T>(v);
-                         }
-                     }
+                     const RoiRegionTaps t = roi_region_taps(a, geometry[static_cast<std::size_t>(r)], s.h, s.w);
+                     const T* xb = x.data<T>() + s.image[static_cast<std::size_t>(r)] * s.c * plane;
+                     for (std::int64_t ch = 0; ch < s.c; ++ch)
+                       roi_align_plane(xb + ch * plane, t, max, s.oh, s.ow, s.w, y.data<T>() + (r * s.c + ch) * bins);
                    }
                  });
   }
 };
+
+// dout's share of region r's bins added into one channel plane dp of dx
+// (xp: that plane of x, for the max's winners).
+template <typename T>
+void roi_align_plane_grad(const T* xp, const T* d, const RoiRegionTaps& t, bool max, std::int64_t oh, std::int64_t ow,
+                          std::int64_t w, T* dp) {
+  for (std::int64_t ph = 0; ph < oh; ++ph)
+    for (std::int64_t pw = 0; pw < ow; ++pw) {
+      const double g = static_cast<double>(d[ph * ow + pw]);
+      if (max) {
+        const RoiBinMax m = roi_bin_max(xp, t, ph, pw, w);
+        if (m.at >= 0) dp[m.at] += static_cast<T>(g * m.weight);
+      } else {
+        for_each_roi_tap(t, ph, pw, w, [&](std::int64_t o, double wt) { dp[o] += static_cast<T>(g * wt / t.count); });
+      }
+    }
+}
 
 template <typename T>
 struct RoiAlignGradK {
@@ -233,45 +271,26 @@ struct RoiAlignGradK {
     const Tensor x = typed_input<T>(ctx, 0), rois = typed_input<T>(ctx, 1), dout = typed_input<T>(ctx, 3);
     const auto& a = ctx.attrs<GradOf<RoiAlignOp>>();
     const RoiAlignInputs s = roi_align_inputs(ctx, a);
-    if (dout.dims() != Dims{s.regions, s.c, s.oh, s.ow})
+    const Dims want{s.regions, s.c, s.oh, s.ow};
+    if (dout.dims() != want)
       throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' dout [", dout.dims().to_string(),
-                  "] must be the forward result's [", Dims{s.regions, s.c, s.oh, s.ow}.to_string(), "]");
+                  "] must be the forward result's [", want.to_string(), "]");
+    const std::vector<RoiGeometry<T>> geometry = roi_geometries<T>(ctx, a, rois, s.regions);
     Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
     if (dx.numel() == 0) return;
     std::memset(dx.data<T>(), 0, dx.bytes());
-    const T* pr = rois.data<T>();
-    std::vector<RoiRegionTaps> taps;
-    taps.reserve(static_cast<std::size_t>(s.regions));
-    for (std::int64_t r = 0; r < s.regions; ++r) {
-      double roi[4];
-      roi_corners(pr, r, roi);
-      taps.push_back(roi_region_taps(ctx, a, roi, r, s.h, s.w));
-    }
     const bool max = a.mode == "max";
-    const T* px = x.data<T>();
-    const T* pd = dout.data<T>();
-    T* pdx = dx.data<T>();
     const std::int64_t plane = s.h * s.w, bins = s.oh * s.ow;
+    // Channels in parallel: regions share x's planes, a channel's are one range's own.
     parallel_for(s.c, items_per_range(s.regions * bins * 16 * std::int64_t(sizeof(T))),
                  [&](std::int64_t c0, std::int64_t c1) {
                    for (std::int64_t r = 0; r < s.regions; ++r) {
-                     const RoiRegionTaps& t = taps[static_cast<std::size_t>(r)];
+                     const RoiRegionTaps t = roi_region_taps(a, geometry[static_cast<std::size_t>(r)], s.h, s.w);
                      const std::int64_t img = s.image[static_cast<std::size_t>(r)];
                      for (std::int64_t ch = c0; ch < c1; ++ch) {
                        const std::int64_t at = (img * s.c + ch) * plane;
-                       const T* d = pd + (r * s.c + ch) * bins;
-                       for (std::int64_t ph = 0; ph < s.oh; ++ph)
-                         for (std::int64_t pw = 0; pw < s.ow; ++pw) {
-                           const double g = static_cast<double>(d[ph * s.ow + pw]);
-                           if (max) {
-                             const RoiBinMax m = roi_bin_max(px + at, t, ph, pw, s.w);
-                             if (m.at >= 0) pdx[at + m.at] += static_cast<T>(g * m.weight);
-                           } else {
-                             for_each_roi_tap(t, ph, pw, s.w, [&](std::int64_t o, double wt) {
-                               pdx[at + o] += static_cast<T>(g * wt / t.count);
-                             });
-                           }
-                         }
+                       roi_align_plane_grad(x.data<T>() + at, dout.data<T>() + (r * s.c + ch) * bins, t, max, s.oh,
+                                            s.ow, s.w, dx.data<T>() + at);
                      }
                    }
                  });

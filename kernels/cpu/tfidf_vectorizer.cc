@@ -68,6 +68,7 @@ void count_row_ngrams(const NgramTrie& trie, const TfIdfVectorizerOp::Attributes
                std::int64_t* counts) {
   std::int64_t shortest = a.min_gram_length;
   for (std::int64_t d = 1; d <= a.max_skip_count + 1; ++d) {
+    if (shortest > 1 && d * (shortest - 1) >= len) break;  // no n-gram fits at this skip or a longer one
     for (std::int64_t start = 0; start + d * (shortest - 1) < len; ++start) {
       std::int64_t node = 0;
       for (std::int64_t n = 1, at = start; n <= a.max_gram_length && at < len; ++n, at += d) {
@@ -88,14 +89,15 @@ struct TfIdfVectorizerK {
     const std::int64_t k = TfIdfVectorizerOp::output_size(op, a);
     const Tensor x = typed_input<T>(ctx, 0), w = typed_input<float>(ctx, 1);
     const Dims& xd = x.dims();
-    if (xd.rank() > 2 || w.dims().rank() != 1 || (w.numel() != 0 && w.numel() != k))
+    if (xd.rank() > 2 || w.dims().rank() != 1 || (w.numel() != 0 && w.numel() < k))
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' x [", xd.to_string(), "] and weights [",
-                  w.dims().to_string(), "] must be [C] or [B, C] and [", k, "] or [0]");
+                  w.dims().to_string(), "] must be [C] or [B, C] and [", k, "] or longer or [0]");
     const std::int64_t rows = xd.rank() == 2 ? xd[0] : 1, len = xd.rank() == 0 ? 1 : xd[xd.rank() - 1];
     Tensor& y = ctx.alloc_output(0, xd.rank() == 2 ? Dims{rows, k} : Dims{k}, DataType::Float32);
     std::vector<std::int64_t> counts(static_cast<std::size_t>(k));
     const NgramTrie trie(a);
     const float* pw = w.numel() ? w.data<float>() : nullptr;
+    const bool tf = a.mode == "TF", idf = a.mode == "IDF";
     for (std::int64_t r = 0; r < rows; ++r) {
       std::fill(counts.begin(), counts.end(), 0);
       count_row_ngrams(trie, a, x.data<T>() + r * len, len, counts.data());
@@ -103,7 +105,7 @@ struct TfIdfVectorizerK {
       for (std::int64_t c = 0; c < k; ++c) {
         const auto n = static_cast<float>(counts[static_cast<std::size_t>(c)]);
         const float weight = pw ? pw[c] : 1.0f;
-        out[c] = a.mode == "TF" ? n : a.mode == "IDF" ? (n > 0 ? weight : 0.0f) : weight * n;
+        out[c] = tf ? n : idf ? (n > 0 ? weight : 0.0f) : weight * n;
       }
     }
   }

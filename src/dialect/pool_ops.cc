@@ -227,9 +227,6 @@ void pool::check_roi_align(std::string_view op, const RoiAlignOp::Attributes& a)
   if (!std::isfinite(a.spatial_scale) || a.spatial_scale <= 0)
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' spatial_scale must be finite and > 0, got ",
                 a.spatial_scale);
-  if (a.sampling_ratio < 0)
-    throw_error(ErrorKind::InvalidArgument, "op '", op,
-                "' sampling_ratio must be >= 0 (0: adaptive), got ", a.sampling_ratio);
   if (a.mode != "avg" && a.mode != "max")
     throw_error(ErrorKind::InvalidArgument, "op '", op, "' mode must be 'avg' or 'max', got '", a.mode, "'");
 }

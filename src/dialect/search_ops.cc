@@ -192,6 +192,12 @@ std::vector<Type> NonMaxSuppressionOp::infer_meta(const std::vector<Type>& in,
 
 // ---- tfidf_vectorizer ----
 
+namespace {
+// Columns, gram lengths and skips stay below this (their loops and counts
+// in 64 bits).
+constexpr std::int64_t kMaxTfIdfCount = std::int64_t{1} << 30;
+}  // namespace
+
 void TfIdfVectorizerOp::build(Builder&, OperationArgument& arg, Value x, Value weights, Attributes attrs) {
   arg.add_operands({x, weights});
   arg.attributes = to_named_attributes(attrs);
@@ -203,7 +209,9 @@ std::int64_t TfIdfVectorizerOp::output_size(std::string_view op, const Attribute
   if (a.min_gram_length < 1 || a.max_gram_length < a.min_gram_length)
     bad("gram lengths must satisfy 1 <= min_gram_length <= max_gram_length, got ", a.min_gram_length, " and ",
         a.max_gram_length);
-  if (a.max_skip_count < 0) bad("max_skip_count must be >= 0, got ", a.max_skip_count);
+  if (a.max_gram_length > kMaxTfIdfCount) bad("max_gram_length ", a.max_gram_length, " is beyond 2^30");
+  if (a.max_skip_count < 0 || a.max_skip_count > kMaxTfIdfCount)
+    bad("max_skip_count must be in [0, 2^30], got ", a.max_skip_count);
   const auto pool = static_cast<std::int64_t>(a.pool.size());
   std::int64_t grams = 0;
   for (std::size_t i = 0; i < a.ngram_counts.size(); ++i) {
@@ -219,7 +227,7 @@ std::int64_t TfIdfVectorizerOp::output_size(std::string_view op, const Attribute
     bad("ngram_indexes has ", a.ngram_indexes.size(), " entries for the pool's ", grams, " n-grams");
   std::int64_t k = 0;
   for (std::int64_t i : a.ngram_indexes) {
-    if (i < 0) bad("ngram_indexes holds ", i, ", expected indices >= 0");
+    if (i < 0 || i >= kMaxTfIdfCount) bad("ngram_indexes holds ", i, ", expected columns in [0, 2^30)");
     k = std::max(k, i + 1);
   }
   if (k == 0) bad("has an empty vocabulary (no ngram_indexes)");
@@ -235,8 +243,8 @@ std::vector<Type> TfIdfVectorizerOp::infer_meta(const std::vector<Type>& in, Dic
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' x must be i32 or i64 tokens [C] or [B, C], got ",
                 to_string(shaped_data_type(x)), " ", meta::dims_string(xd));
   const auto& wd = shaped_dims(w);
-  if (shaped_data_type(w) != DataType::Float32 || wd.size() != 1 || (wd[0] >= 0 && wd[0] != 0 && wd[0] != k))
-    throw_error(ErrorKind::InvalidArgument, "op '", name, "' weights must be f32 [", k, "] (one per column) or [0], got ",
+  if (shaped_data_type(w) != DataType::Float32 || wd.size() != 1 || (wd[0] >= 0 && wd[0] != 0 && wd[0] < k))
+    throw_error(ErrorKind::InvalidArgument, "op '", name, "' weights must be f32 [", k, "] or longer (one per column) or [0], got ",
                 to_string(shaped_data_type(w)), " ", meta::dims_string(wd));
   std::vector<std::int64_t> y{k};
   if (xd.size() == 2) y.insert(y.begin(), xd[0]);

@@ -468,6 +468,34 @@ TEST_CASE("roi_align reads 0 for samples over a pixel outside the image, the edg
   check_close<double>(edge.out(), {7.0});
 }
 
+TEST_CASE("roi_align's adaptive grid takes ceil(bin size) samples per axis and divides by all of them",
+          "[kernel][pool]") {
+  // A 1 x 4 row of 4s; region x from -3 to 2.5, one bin: 6 samples (5.5
+  // rounded up), at -2.54, -1.63 (outside: 0), -0.71 (the edge), 0.21,
+  // 1.13, 2.04: 4 · 4 / 6. A grid of floor(5.5) = 5 would give 3 · 4 / 5.
+  const Tensor x = Tensor::from_vector<double>({1, 1, 1, 4}, {4, 4, 4, 4});
+  const Tensor bi = Tensor::from_vector<std::int64_t>({1}, {0});
+  for (std::int64_t ratio : {0, -1}) {
+    auto r = run_op<RoiAlignOp>({x, Tensor::from_vector<double>({1, 4}, {-3, 0, 2.5, 1}), bi}, V{1, 1}, 1.0, ratio,
+                                false);
+    check_close<double>(r.out(), {16.0 / 6});
+  }
+  // An aligned region of no width samples nothing, however tall: its bins are 0.
+  auto flat = run_op<RoiAlignOp>({x, Tensor::from_vector<double>({1, 4}, {1, 0, 1, 1e12}), bi}, V{1, 1}, 1.0,
+                                 std::int64_t{0}, true);
+  check_close<double>(flat.out(), {0.0});
+}
+
+TEST_CASE("roi_align places an f32 model's samples in f32, as ONNX Runtime and torchvision do", "[kernel][pool]") {
+  // 20 · 0.1f is 2 in f32 (2.0000000298 in f64): a grid of 2 x 2 samples
+  // at 0.5 and 1.5, each reading a quarter of the centre's 9.
+  const Tensor x = Tensor::from_vector<float>({1, 1, 3, 3}, {0, 0, 0, 0, 9, 0, 0, 0, 0});
+  auto r = run_op<RoiAlignOp>({x, Tensor::from_vector<float>({1, 4}, {0, 0, 20, 20}),
+                               Tensor::from_vector<std::int64_t>({1}, {0})},
+                              V{1, 1}, static_cast<double>(0.1f), std::int64_t{0}, false);
+  check_close<float>(r.out(), {2.25f});
+}
+
 TEST_CASE("roi_align's max mode takes the largest weighted corner of any sample, as ONNX defines it",
           "[kernel][pool]") {
   const Tensor x = Tensor::from_vector<double>({1, 1, 6, 6}, std::vector<double>(36, 5.0));

@@ -247,6 +247,11 @@ TEST_CASE("tfidf_vectorizer's IDF mode marks the columns present, TFIDF weighs t
   CHECK(tfidf(gap, small_vocabulary("IDF", 1, 0), no_weights()) == std::vector<float>{1, 1, 1, 0, 1});
   CHECK(tfidf(repeats, small_vocabulary("TFIDF", 1, 0), w) == std::vector<float>{0.5f, 2, 4, 4, 16});
   CHECK(tfidf(repeats, small_vocabulary("TFIDF", 1, 0), no_weights()) == std::vector<float>{1, 2, 2, 1, 2});
+  // Weights belong to columns, not to the pool's order; longer weights than
+  // columns (ONNX's one per n-gram) read the first K.
+  const Tensor w6 = Tensor::from_vector<float>({6}, {0.5f, 1, 2, 4, 8, 99});
+  CHECK(tfidf(repeats, small_vocabulary("TFIDF", 1, 0, V{4, 3, 2, 1, 0}), w6) ==
+        std::vector<float>{1, 1, 4, 8, 8});
   // No tokens: a row of zeros.
   CHECK(tfidf(Tensor::from_vector<std::int64_t>({0}, {}), small_vocabulary("TF", 1, 0), no_weights()) ==
         std::vector<float>(5, 0.0f));
@@ -268,6 +273,11 @@ TEST_CASE("tfidf_vectorizer names a bad mode, a pool not cut into whole n-grams,
   KILN_CHECK_ERROR(tfidf(x, a, no_weights()), InvalidArgument, {"kiln.tfidf_vectorizer", "min_gram_length"});
   KILN_CHECK_ERROR(tfidf(x, small_vocabulary("TF", 1, -1), no_weights()), InvalidArgument,
                    {"kiln.tfidf_vectorizer", "max_skip_count"});
+  KILN_CHECK_ERROR(tfidf(x, small_vocabulary("TF", 1, std::int64_t{1} << 62), no_weights()), InvalidArgument,
+                   {"kiln.tfidf_vectorizer", "max_skip_count"});
+  KILN_CHECK_ERROR(tfidf(x, small_vocabulary("TF", 1, 0, V{0, 1, 2, 3, std::numeric_limits<std::int64_t>::max()}),
+                         no_weights()),
+                   InvalidArgument, {"kiln.tfidf_vectorizer", "ngram_indexes holds", "2^30"});
   KILN_CHECK_ERROR(tfidf(x, small_vocabulary("TFIDF", 1, 0), Tensor::from_vector<float>({2}, {1, 2})),
                    InvalidArgument, {"kiln.tfidf_vectorizer", "weights", "[5]"});
   KILN_CHECK_ERROR(tfidf(Tensor::from_vector<float>({3}, {1, 2, 3}), small_vocabulary("TF", 1, 0), no_weights()),

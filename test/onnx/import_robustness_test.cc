@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "kiln/exec/executor.h"
 #include "kiln/onnx/import.h"
 #include "kiln/support/error.h"
 #include "test_util.h"
@@ -203,7 +204,12 @@ TEST_CASE("a TfIdfVectorizer of string tokens, or of a pool its counts do not cu
     REQUIRE(m.SerializeToString(&bytes));
     return bytes;
   };
-  CHECK_NOTHROW(kiln::onnx::import_model_from_bytes(model(false, {0, 2})));
+  // The pool's 1-grams 1, 2 and 2-gram (1, 2) in columns 0, 1, 2.
+  auto m = kiln::onnx::import_model_from_bytes(model(false, {0, 2}));
+  kiln::Executor exe;
+  exe.run(m.startup);
+  const auto y = exe.run(m.main, {{"x", kiln::Tensor::from_vector<std::int64_t>({4}, {1, 2, 1, 2})}}, {"y"});
+  CHECK(y.at(0).to_vector<float>() == std::vector<float>{2, 2, 2});
   KILN_CHECK_ERROR(kiln::onnx::import_model_from_bytes(model(true, {0, 2})), Unimplemented,
                    {"TfIdfVectorizer", "pool_strings"});
   KILN_CHECK_ERROR(kiln::onnx::import_model_from_bytes(model(true, {0, 2}, true)), Unimplemented,

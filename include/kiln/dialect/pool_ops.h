@@ -94,7 +94,8 @@ struct AdaptiveAvgPool2dOp
 // A region, scaled by spatial_scale (and shifted by -0.5 when aligned,
 // ONNX's half_pixel; not aligned, its sides are at least 1), is cut into
 // oh x ow bins; each bin samples a grid of sampling_ratio x sampling_ratio
-// points (0: ceil(bin size) points per axis, adaptively) at the centres of
+// points (<= 0, torchvision's and Paddle's -1 too: ceil(bin size) points
+// per axis, adaptively; 0 along both axes when either has none) at the centres of
 // the grid's cells, read by bilinear interpolation (a point more than one
 // pixel outside x reads 0; between -1 and 0, the edge). mode "avg" averages
 // a bin's samples; "max" takes the largest weighted corner term (w · x) of
@@ -139,7 +140,7 @@ void check_dout(std::string_view op, const Dims& dout, const Pool2dGeometry& g);
 // sizes >= 1.
 Pool2dGeometry adaptive_geometry(std::string_view op, const Dims& x, const std::vector<std::int64_t>& output_size);
 // roi_align's attributes checked: output_size two sizes >= 1, a finite
-// spatial_scale > 0, sampling_ratio >= 0, mode avg or max; kiln::Error
+// spatial_scale > 0, mode avg or max; kiln::Error
 // naming `op` otherwise.
 void check_roi_align(std::string_view op, const RoiAlignOp::Attributes& a);
 }  // namespace pool

@@ -145,7 +145,9 @@ struct NonMaxSuppressionOp : Op<NonMaxSuppressionOp, ReadOnly, ValueSemantics, I
 // 1-grams count once, whatever the skip). mode "TF": the counts; "IDF":
 // weights[k] (1 without weights) where column k's count is > 0, else 0;
 // "TFIDF": weights[k] · count (the count without weights). weights: f32
-// [K], or [0] for none. No grad.
+// [W >= K] (ONNX gives one per n-gram; column k reads weights[k], as ONNX
+// Runtime does), or [0] for none. A pool's n-gram listed twice counts into
+// its last column. Columns, gram lengths and skips are below 2^30. No grad.
 struct TfIdfVectorizerOp : Op<TfIdfVectorizerOp, ReadOnly, ValueSemantics, InferMetaInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.tfidf_vectorizer";

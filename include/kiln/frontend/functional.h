@@ -77,7 +77,7 @@ Value adaptive_avg_pool2d(Value x, std::vector<std::int64_t> output_size);
 // Region pooling (Paddle's vision.ops.roi_align, torchvision's roi_align
 // with aligned = true): x [N, C, H, W], boxes [R, 4] as (x1, y1, x2, y2) in
 // image units, batch_indices [R] (the image of each box) -> [R, C, oh, ow];
-// output_size 1 or 2 numbers; sampling_ratio 0 samples adaptively. See
+// output_size 1 or 2 numbers; sampling_ratio <= 0 samples adaptively. See
 // kiln.roi_align (kiln/dialect/pool_ops.h). x gets a gradient.
 Value roi_align(Value x, Value boxes, Value batch_indices, std::vector<std::int64_t> output_size,
                 double spatial_scale = 1.0, std::int64_t sampling_ratio = 0, bool aligned = true);
