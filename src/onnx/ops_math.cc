@@ -5,7 +5,8 @@
 // constant: its input's dims must be known at import); Det (kiln.det);
 // Einsum (composed: see einsum below); the Hann, Hamming and Blackman
 // windows (cosines of a kiln.range); DFT (products with constant cosine and
-// sine tables).
+// sine tables); STFT and MelWeightMatrix (kiln.stft, kiln.mel_weight_matrix:
+// their sizes are read at run time).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -412,9 +413,41 @@ std::vector<Value> dft(NodeContext& c) {
   return {c.b.create<StackOp>(std::vector<Value>{out_re, out_im}, rank - 1).result()};
 }
 
+// STFT (opset 17): kiln.stft. Without a window, a window of ones of
+// frame_length points (read at run time); with one, frame_length is its
+// length.
+std::vector<Value> stft(NodeContext& c) {
+  Value signal = c.input(0);
+  const bool onesided = c.int_attr("onesided", 1) != 0;
+  Value window = c.inputs.size() > 2 ? c.inputs[2] : Value();
+  if (!window) {
+    if (c.inputs.size() < 4 || !c.inputs[3]) c.unsupported("an STFT with neither a window nor a frame_length");
+    Value length = c.b.create<ReshapeOp>(c.inputs[3], std::vector<std::int64_t>{1}).result();
+    window = c.b.create<FullByOp>(length, 1.0, dtype_of(signal)).result();
+  }
+  return {c.b.create<StftOp>(signal, c.input(1), window, onesided).result()};
+}
+
+// MelWeightMatrix (opset 17): kiln.mel_weight_matrix, in f32 or f64 (other
+// output_datatypes: f32 cast to them).
+std::vector<Value> mel_weight_matrix(NodeContext& c) {
+  const auto want = c.int_attr("output_datatype", ::onnx::TensorProto_DataType_FLOAT);
+  const DataType dt = want == ::onnx::TensorProto_DataType_DOUBLE ? DataType::Float64 : DataType::Float32;
+  Value m = c.b.create<MelWeightMatrixOp>(c.input(0), c.input(1), c.input(2), c.input(3), c.input(4), dt).result();
+  switch (want) {
+    case ::onnx::TensorProto_DataType_FLOAT:
+    case ::onnx::TensorProto_DataType_DOUBLE: return {m};
+    case ::onnx::TensorProto_DataType_FLOAT16: return {c.b.create<CastOp>(m, DataType::Float16).result()};
+    case ::onnx::TensorProto_DataType_BFLOAT16: return {c.b.create<CastOp>(m, DataType::BFloat16).result()};
+    default: c.unsupported("output_datatype " + std::to_string(want));
+  }
+}
+
 }  // namespace
 
 void add_math_ops(OpTable& t) {
+  t["STFT"] = {&stft, 17};
+  t["MelWeightMatrix"] = {&mel_weight_matrix, 17};
   t["DFT"] = {&dft, 17};
   t["HannWindow"] = {&window<kHann>, 17};
   t["HammingWindow"] = {&window<kHamming>, 17};

@@ -18,7 +18,7 @@ using namespace kiln_test;
 
 namespace {
 
-struct Shape {
+struct DropoutShape {
   std::int64_t b, h, hk, lq, lk, d, dv;
 };
 
@@ -28,14 +28,14 @@ Tensor key_tensor(std::uint64_t key) { return Tensor::from_vector<std::uint64_t>
 // q [B, H, Lq, D], k [B, Hk, Lk, D], v [B, Hk, Lk, Dv] (BHLD) in f64,
 // the probability matrix materialized; lens: key counts per batch (empty:
 // all); bias [B·H, Lq, Lk] added to the scores (empty: none).
-struct Reference {
+struct DropoutReference {
   std::vector<double> out, dq, dk, dv, ds;
 };
-Reference reference(const Shape& s, const std::vector<double>& q, const std::vector<double>& k,
+DropoutReference dropout_reference(const DropoutShape& s, const std::vector<double>& q, const std::vector<double>& k,
                     const std::vector<double>& v, const std::vector<double>& dout, bool causal,
                     const AttentionDropout& drop, const std::vector<std::int64_t>& lens = {},
                     const std::vector<double>& bias = {}) {
-  Reference r{std::vector<double>(s.b * s.h * s.lq * s.dv), std::vector<double>(q.size()),
+  DropoutReference r{std::vector<double>(s.b * s.h * s.lq * s.dv), std::vector<double>(q.size()),
               std::vector<double>(k.size()), std::vector<double>(v.size()),
               std::vector<double>(s.b * s.h * s.lq * s.lk)};
   const double scale = 1 / std::sqrt(double(s.d));
@@ -78,29 +78,29 @@ Reference reference(const Shape& s, const std::vector<double>& q, const std::vec
   return r;
 }
 
-using Attrs = ScaledDotProductAttentionOp::Attributes;
+using DropoutAttrs = ScaledDotProductAttentionOp::Attributes;
 
-Attrs with_dropout(bool causal, double p, std::string layout = "BHLD", bool is_test = false) {
+DropoutAttrs with_dropout(bool causal, double p, std::string layout = "BHLD", bool is_test = false) {
   return {causal, 0.0, std::move(layout), p, is_test};
 }
 
-struct Operands {
+struct DropoutOperands {
   Tensor q, k, v, dout;
 };
-Operands operands(const Shape& s) {
+DropoutOperands dropout_operands(const DropoutShape& s) {
   return {filled<double>({s.b, s.h, s.lq, s.d}, -1, 1, 1), filled<double>({s.b, s.hk, s.lk, s.d}, -1, 1, 2),
           filled<double>({s.b, s.hk, s.lk, s.dv}, -1, 1, 3), filled<double>({s.b, s.h, s.lq, s.dv}, -1, 1, 4)};
 }
 
 // The forward and gradient with dropout p under `key` (optionals: key
 // lengths and / or a mask before the key) against the reference.
-void check_dropout(const Shape& s, bool causal, double p, std::uint64_t key,
+void check_dropout(const DropoutShape& s, bool causal, double p, std::uint64_t key,
                    const std::vector<std::int64_t>& lens = {}) {
   INFO("B " << s.b << " H " << s.h << "/" << s.hk << " Lq " << s.lq << " Lk " << s.lk << " causal " << causal
             << " p " << p << " lens " << lens.size());
-  const Operands x = operands(s);
+  const DropoutOperands x = dropout_operands(s);
   const AttentionDropout drop = attention_dropout(p, key, s.lk);
-  const Reference r = reference(s, x.q.to_vector<double>(), x.k.to_vector<double>(), x.v.to_vector<double>(),
+  const DropoutReference r = dropout_reference(s, x.q.to_vector<double>(), x.k.to_vector<double>(), x.v.to_vector<double>(),
                                 x.dout.to_vector<double>(), causal, drop, lens);
   std::vector<Tensor> in{x.q, x.k, x.v};
   if (!lens.empty()) in.push_back(Tensor::from_vector<std::int64_t>({s.b}, lens));
@@ -129,8 +129,8 @@ TEST_CASE("attention dropout drops the probabilities its rule draws, forward and
 }
 
 TEST_CASE("attention dropout reaches a float mask's gradient", "[kernel][attention][dropout][mask]") {
-  const Shape s{2, 2, 2, 6, 9, 4, 3};
-  const Operands x = operands(s);
+  const DropoutShape s{2, 2, 2, 6, 9, 4, 3};
+  const DropoutOperands x = dropout_operands(s);
   const Tensor mask = filled<double>({1, 2, 6, 9}, -2, 2, 9);  // per head, shared by the batches
   std::vector<double> bias;
   for (std::int64_t b = 0; b < s.b; ++b) {
@@ -138,7 +138,7 @@ TEST_CASE("attention dropout reaches a float mask's gradient", "[kernel][attenti
     bias.insert(bias.end(), m.begin(), m.end());
   }
   const AttentionDropout drop = attention_dropout(0.25, 7, s.lk);
-  const Reference r = reference(s, x.q.to_vector<double>(), x.k.to_vector<double>(), x.v.to_vector<double>(),
+  const DropoutReference r = dropout_reference(s, x.q.to_vector<double>(), x.k.to_vector<double>(), x.v.to_vector<double>(),
                                 x.dout.to_vector<double>(), true, drop, {}, bias);
   auto fwd = run_op<ScaledDotProductAttentionOp>({x.q, x.k, x.v, mask, key_tensor(7)}, with_dropout(true, 0.25));
   check_close(fwd.out(0), r.out, 1e-12, 1e-12);
@@ -179,8 +179,8 @@ TEST_CASE("attention dropout keeps about 1 - p of the probabilities and leaves t
 
 TEST_CASE("attention dropout draws another mask under another key and the same under the same",
           "[kernel][attention][dropout]") {
-  const Shape s{1, 2, 2, 8, 12, 4, 4};
-  const Operands x = operands(s);
+  const DropoutShape s{1, 2, 2, 8, 12, 4, 4};
+  const DropoutOperands x = dropout_operands(s);
   auto run = [&](std::uint64_t key) {
     return run_op<ScaledDotProductAttentionOp>({x.q, x.k, x.v, key_tensor(key)}, with_dropout(false, 0.5))
         .out(0)
@@ -192,8 +192,8 @@ TEST_CASE("attention dropout draws another mask under another key and the same u
 
 TEST_CASE("attention under is_test or with dropout_p 0 gives the results without dropout, bit for bit",
           "[kernel][attention][dropout]") {
-  const Shape s{2, 2, 2, 6, 9, 4, 4};
-  const Operands x = operands(s);
+  const DropoutShape s{2, 2, 2, 6, 9, 4, 4};
+  const DropoutOperands x = dropout_operands(s);
   const auto plain = run_op<ScaledDotProductAttentionOp>({x.q, x.k, x.v}, true, 0.0).out(0).to_vector<double>();
   CHECK(run_op<ScaledDotProductAttentionOp>({x.q, x.k, x.v, key_tensor(5)}, with_dropout(true, 0.5, "BHLD", true))
             .out(0)
@@ -207,8 +207,8 @@ TEST_CASE("attention under is_test or with dropout_p 0 gives the results without
 }
 
 TEST_CASE("attention dropout in layout BLHD drops what BHLD drops", "[kernel][attention][dropout]") {
-  const Shape s{2, 3, 3, 7, 10, 4, 5};
-  const Operands x = operands(s);
+  const DropoutShape s{2, 3, 3, 7, 10, 4, 5};
+  const DropoutOperands x = dropout_operands(s);
   const Tensor key = key_tensor(9);
   auto fwd = run_op<ScaledDotProductAttentionOp>({x.q, x.k, x.v, key}, with_dropout(true, 0.4));
   auto bwd = run_op<GradOf<ScaledDotProductAttentionOp>>({x.q, x.k, x.v, fwd.out(0), fwd.out(1), x.dout, key}, true,
@@ -256,8 +256,8 @@ TEST_CASE("attention dropout's rule scales kept scores by the inverse keep rate 
   CHECK_FALSE(attention_dropout(1e-6, 1, 16).active());
   CHECK_FALSE(attention_dropout(0.0, 1, 16).active());
   // The kernel: a p that drops nothing gives the results without dropout.
-  const Shape s{1, 2, 2, 5, 6, 4, 4};
-  const Operands x = operands(s);
+  const DropoutShape s{1, 2, 2, 5, 6, 4, 4};
+  const DropoutOperands x = dropout_operands(s);
   CHECK(run_op<ScaledDotProductAttentionOp>({x.q, x.k, x.v, key_tensor(3)}, with_dropout(false, 1e-6))
             .out(0)
             .to_vector<double>() ==

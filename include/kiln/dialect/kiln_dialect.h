@@ -28,6 +28,7 @@
 #include "kiln/dialect/rnn_ops.h"
 #include "kiln/dialect/search_ops.h"
 #include "kiln/dialect/send_recv_ops.h"
+#include "kiln/dialect/signal_ops.h"
 #include "kiln/dialect/collective_ops.h"
 #include "kiln/dialect/shape_ops.h"
 #include "kiln/dialect/tensor_array_ops.h"
