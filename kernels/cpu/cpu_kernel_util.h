@@ -30,6 +30,25 @@ inline const Tensor& input_of(const KernelContext& ctx, std::uint32_t i, DataTyp
   return t;
 }
 
+// Input i's one value (i32, i64, f32 or f64) read on the host, as a
+// double; kiln::Error naming the op and `what` unless it holds exactly one
+// of those.
+inline double host_scalar(const KernelContext& ctx, std::uint32_t i, const char* what) {
+  const Tensor& t = ctx.input(i);
+  if (t.numel() != 1)
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' ", what, " (input #", i,
+                ") must hold one value, got [", t.dims().to_string(), "]");
+  switch (t.dtype()) {
+    case DataType::Int32: return t.data<std::int32_t>()[0];
+    case DataType::Int64: return static_cast<double>(t.data<std::int64_t>()[0]);
+    case DataType::Float32: return t.data<float>()[0];
+    case DataType::Float64: return t.data<double>()[0];
+    default:
+      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' ", what, " has dtype ",
+                  to_string(t.dtype()));
+  }
+}
+
 // Both inputs must have one shape (the activation grads' operands).
 // Output o, which aliases input i: in place, the input's buffer; otherwise
 // output o's own buffer holding a copy of input i.

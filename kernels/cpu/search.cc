@@ -351,27 +351,6 @@ struct UniqueK {
 
 // ---- non_max_suppression ----
 
-// Input i, one number read on the host, as a double.
-double host_scalar(const KernelContext& ctx, std::uint32_t i, const char* what) {
-  const Tensor& t = ctx.input(i);
-  if (t.numel() != 1)
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' ", what, " (input #", i,
-                ") must hold one value, got [", t.dims().to_string(), "]");
-  switch (t.dtype()) {
-    case DataType::Float32:
-      return t.data<float>()[0];
-    case DataType::Float64:
-      return t.data<double>()[0];
-    case DataType::Int32:
-      return t.data<std::int32_t>()[0];
-    case DataType::Int64:
-      return static_cast<double>(t.data<std::int64_t>()[0]);
-    default:
-      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' ", what, " has dtype ",
-                  to_string(t.dtype()));
-  }
-}
-
 template <typename T>
 struct NonMaxSuppressionK {
   struct Box {

@@ -13,24 +13,6 @@
 namespace kiln::cpu {
 namespace {
 
-// Input i's one value as a double; kiln::Error naming the op and `what`
-// unless it holds exactly one i32, i64, f32 or f64.
-double signal_scalar(const KernelContext& ctx, std::uint32_t i, const char* what) {
-  const Tensor& t = ctx.input(i);
-  if (t.numel() != 1)
-    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' ", what, " must hold one value, got [",
-                t.dims().to_string(), "]");
-  switch (t.dtype()) {
-    case DataType::Int32: return t.data<std::int32_t>()[0];
-    case DataType::Int64: return static_cast<double>(t.data<std::int64_t>()[0]);
-    case DataType::Float32: return t.data<float>()[0];
-    case DataType::Float64: return t.data<double>()[0];
-    default:
-      throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' ", what, " has dtype ",
-                  to_string(t.dtype()));
-  }
-}
-
 template <typename T>
 struct StftK {
   static void run(KernelContext& ctx) {
@@ -42,7 +24,7 @@ struct StftK {
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' signal [", sd.to_string(), "] must be [B, L, 1]",
                   onesided ? " (onesided: real)" : " or [B, L, 2]");
     const std::int64_t b = sd[0], len = sd[1], parts = sd[2], n = window.numel();
-    const double step = signal_scalar(ctx, 1, "frame_step");
+    const double step = host_scalar(ctx, 1, "frame_step");
     if (!(step >= 1) || step != std::floor(step))
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' frame_step must be a whole number >= 1, got ", step);
     if (n < 1 || n > len)
@@ -100,9 +82,9 @@ template <typename Int>
 struct MelWeightMatrixK {
   static void run(KernelContext& ctx) {
     const std::string_view op = ctx.op()->name();
-    const double mel_bins = signal_scalar(ctx, 0, "num_mel_bins"), dft = signal_scalar(ctx, 1, "dft_length");
-    const double rate = signal_scalar(ctx, 2, "sample_rate"), low = signal_scalar(ctx, 3, "lower_edge_hertz"),
-                 high = signal_scalar(ctx, 4, "upper_edge_hertz");
+    const double mel_bins = host_scalar(ctx, 0, "num_mel_bins"), dft = host_scalar(ctx, 1, "dft_length");
+    const double rate = host_scalar(ctx, 2, "sample_rate"), low = host_scalar(ctx, 3, "lower_edge_hertz"),
+                 high = host_scalar(ctx, 4, "upper_edge_hertz");
     if (mel_bins < 1 || dft < 1 || rate < 1 || mel_bins > 1 << 16 || dft > 1 << 24)
       throw_error(ErrorKind::InvalidArgument, "op '", op, "' num_mel_bins (", mel_bins, "), dft_length (", dft,
                   ") and sample_rate (", rate, ") must be >= 1 (at most 2^16 mel bins, 2^24 points)");
