@@ -147,21 +147,33 @@ RoiAlignInputs roi_align_inputs(const KernelContext& ctx, const RoiAlignOp::Attr
   return s;
 }
 
-// Calls f(offset, weight) for the four pixels of every sample of bin (ph,
-// pw) inside the plane.
+// Calls f(inside, at, wt) for every sample of bin (ph, pw): its four
+// pixels' offsets in the plane and their weights (unset when not inside).
 template <typename F>
-void for_each_roi_tap(const RoiRegionTaps& t, std::int64_t ph, std::int64_t pw, std::int64_t w, F&& f) {
+void for_each_roi_sample(const RoiRegionTaps& t, std::int64_t ph, std::int64_t pw, std::int64_t w, F&& f) {
   for (std::int64_t iy = 0; iy < t.grid_h; ++iy) {
     const RoiAxisTap& y = t.rows[static_cast<std::size_t>(ph * t.grid_h + iy)];
     for (std::int64_t ix = 0; ix < t.grid_w; ++ix) {
       const RoiAxisTap& x = t.cols[static_cast<std::size_t>(pw * t.grid_w + ix)];
-      if (!y.inside || !x.inside) continue;
-      f(y.lo * w + x.lo, y.wlo * x.wlo);
-      f(y.lo * w + x.hi, y.wlo * x.whi);
-      f(y.hi * w + x.lo, y.whi * x.wlo);
-      f(y.hi * w + x.hi, y.whi * x.whi);
+      std::int64_t at[4] = {};
+      double wt[4] = {};
+      if (y.inside && x.inside) {
+        at[0] = y.lo * w + x.lo, at[1] = y.lo * w + x.hi, at[2] = y.hi * w + x.lo, at[3] = y.hi * w + x.hi;
+        wt[0] = y.wlo * x.wlo, wt[1] = y.wlo * x.whi, wt[2] = y.whi * x.wlo, wt[3] = y.whi * x.whi;
+      }
+      f(y.inside && x.inside, at, wt);
     }
   }
+}
+
+// Calls f(offset, weight) for the four pixels of every sample of bin (ph,
+// pw) inside the plane.
+template <typename F>
+void for_each_roi_tap(const RoiRegionTaps& t, std::int64_t ph, std::int64_t pw, std::int64_t w, F&& f) {
+  for_each_roi_sample(t, ph, pw, w, [&](bool inside, const std::int64_t(&at)[4], const double(&wt)[4]) {
+    if (inside)
+      for (int k = 0; k < 4; ++k) f(at[k], wt[k]);
+  });
 }
 
 // ONNX's max mode: the largest weighted corner term w · x of any sample (a
@@ -178,22 +190,13 @@ template <typename T>
 RoiBinMax roi_bin_max(const T* plane, const RoiRegionTaps& t, std::int64_t ph, std::int64_t pw, std::int64_t w) {
   RoiBinMax best;
   bool first = true;
-  for (std::int64_t iy = 0; iy < t.grid_h; ++iy) {
-    const RoiAxisTap& y = t.rows[static_cast<std::size_t>(ph * t.grid_h + iy)];
-    for (std::int64_t ix = 0; ix < t.grid_w; ++ix) {
-      const RoiAxisTap& x = t.cols[static_cast<std::size_t>(pw * t.grid_w + ix)];
-      RoiBinMax s;
-      if (y.inside && x.inside) {
-        const std::int64_t at[4] = {y.lo * w + x.lo, y.lo * w + x.hi, y.hi * w + x.lo, y.hi * w + x.hi};
-        const double wt[4] = {y.wlo * x.wlo, y.wlo * x.whi, y.whi * x.wlo, y.whi * x.whi};
-        for (int k = 0; k < 4; ++k)
-          if (const double q = wt[k] * static_cast<double>(plane[at[k]]); k == 0 || q > s.value)
-            s = {q, at[k], wt[k]};
-      }
-      if (first || s.value > best.value) best = s;
-      first = false;
-    }
-  }
+  for_each_roi_sample(t, ph, pw, w, [&](bool inside, const std::int64_t(&at)[4], const double(&wt)[4]) {
+    RoiBinMax s;
+    for (int k = 0; inside && k < 4; ++k)
+      if (const double q = wt[k] * static_cast<double>(plane[at[k]]); k == 0 || q > s.value) s = {q, at[k], wt[k]};
+    if (first || s.value > best.value) best = s;
+    first = false;
+  });
   return best;
 }
 
