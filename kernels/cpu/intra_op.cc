@@ -16,9 +16,10 @@ namespace kiln::cpu {
 
 int intra_op_threads() {
 #ifdef _OPENMP
-  int n = blas_num_threads();
+  // The executor's limit for this thread (a Blas run's caller: the run's
+  // threads, whether or not the plan has GEMMs); outside a run, BLAS's count.
   const int limit = kernel_threads_on_this_thread();
-  if (limit > 0 && n > limit) n = limit;
+  const int n = limit > 0 ? limit : blas_num_threads();
   return n < 1 ? 1 : n;
 #else
   return 1;

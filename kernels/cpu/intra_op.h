@@ -1,10 +1,10 @@
 // Intra-op parallelism for kiln's own CPU kernels: a loop over independent
 // items split across the OpenMP threads oneDNN's primitives also run on
-// (one team per calling thread, no second pool), as many as
-// blas_num_threads() allows within the calling thread's limit
-// (kernel_threads_on_this_thread, kiln/kernel/blas.h) — which the executor
-// sets: the run's threads for a Blas plan's caller, 1 for everything else,
-// so graph workers and one-thread runs never open teams.
+// (one team per calling thread, no second pool), as many as the calling
+// thread's limit allows (kernel_threads_on_this_thread, kiln/kernel/blas.h;
+// without one, blas_num_threads()) — which the executor sets: the run's
+// threads for a Blas plan's caller, 1 for everything else, so graph workers
+// and one-thread runs never open teams.
 //
 // The split depends only on the item count and the thread count, never on
 // timing, and each item is computed by exactly one call of the body: a

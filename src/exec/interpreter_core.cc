@@ -241,7 +241,7 @@ InterpreterCore::InterpreterCore(const Program& program, Scope& scope, std::vect
       queue_(usable_queue(plan_->options, std::move(queue))),
       num_threads_(thread_count(plan_->options, queue_)),
       costs_(plan_->size()),
-      tuner_(plan_->options.thread_plan, queue_ != nullptr, plan_->has_blas, plan_->has_parallelism,
+      tuner_(plan_->options.thread_plan, queue_ != nullptr, plan_->has_intra_op, plan_->has_parallelism,
              plan_->has_streams()),
       primary_(std::make_unique<RunState>(plan_, scope)) {
   idle_.store(primary_.get(), std::memory_order_relaxed);

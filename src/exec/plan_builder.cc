@@ -30,6 +30,30 @@ bool runs_gemms(Operation* op) {
          op->isa<RecurrentGradOp<GruOp>>() || op->isa<RecurrentGradOp<LstmOp>>();
 }
 
+// Whether op's CPU kernel could use the run's threads on its own loops
+// (kernels/cpu/intra_op.h splits only ranges of ~64 KiB or more): some
+// operand or result has at least 32768 elements, or a size known only at
+// run time. The tuner then measures the Blas plan for a plan without GEMMs
+// too (a model of pooling, norms and elementwise ops gets the threads).
+bool may_split_loops(Operation* op) {
+  constexpr std::int64_t kWorthSplitting = 32768;
+  auto large = [](Value v) {
+    if (!is_shaped(v.type())) return false;
+    std::int64_t n = 1;
+    for (std::int64_t d : shaped_dims(v.type())) {
+      if (d < 0) return true;
+      if (d == 0) return false;
+      n = n > kWorthSplitting ? n : n * d;  // saturates: no overflow
+    }
+    return n >= kWorthSplitting;
+  };
+  for (std::uint32_t i = 0; i < op->num_operands(); ++i)
+    if (large(op->operand(i).source())) return true;
+  for (std::uint32_t i = 0; i < op->num_results(); ++i)
+    if (large(op->result(i))) return true;
+  return false;
+}
+
 // "op #3 'kiln.add'" (its position in the caller's program), or for an op a
 // pass made, "op 'kiln.fused_elementwise' (made by a pass)".
 std::string op_ref(std::uint32_t index, const Operation& op) {
@@ -123,6 +147,7 @@ PlanInstruction kernel_instruction(Operation* op, std::uint32_t index, const Ker
   in.lane = lane;
   in.place = place;
   in.calls_blas = runs_gemms(op) && !is_device(place);
+  in.may_split = kernel.fn != nullptr && !is_device(place) && (in.calls_blas || may_split_loops(op));
   in.reads = std::move(ins);
   in.writes = std::move(outs);
   return in;
@@ -363,6 +388,7 @@ void PlanBuilder::add_control_flow_op(Operation* op, std::uint32_t index, Lane l
       }
       for (const PlanInstruction& ci : rp.plan->instructions) in.order |= ci.order;
       in.calls_blas = in.calls_blas || rp.plan->has_blas;
+      in.may_split = in.may_split || rp.plan->has_intra_op;
     }
     cf->regions.push_back(std::move(rp));
   }
@@ -806,6 +832,8 @@ void PlanBuilder::summarize_for_thread_plan() {
   ExecutionPlan& p = plan();
   p.has_blas = std::any_of(p.instructions.begin(), p.instructions.end(),
                            [](const PlanInstruction& in) { return in.calls_blas; });
+  p.has_intra_op = std::any_of(p.instructions.begin(), p.instructions.end(),
+                               [](const PlanInstruction& in) { return in.may_split; });
   p.has_async = std::any_of(p.instructions.begin(), p.instructions.end(),
                             [](const PlanInstruction& in) { return in.async_fn != nullptr; });
   p.has_parallelism = p.roots.size() > 1;

@@ -6,20 +6,20 @@
 
 namespace kiln {
 
-ThreadPlanTuner::ThreadPlanTuner(ThreadPlan requested, bool has_pool, bool has_blas,
+ThreadPlanTuner::ThreadPlanTuner(ThreadPlan requested, bool has_pool, bool has_intra_op,
                                  bool has_parallelism, bool has_streams)
     : requested_(requested) {
   ThreadPlan only = ThreadPlan::Auto;
   switch (requested) {
     case ThreadPlan::Sequential: only = ThreadPlan::Sequential; break;
     case ThreadPlan::Graph: only = ThreadPlan::Graph; break;
-    case ThreadPlan::Blas: only = has_pool && has_blas ? ThreadPlan::Blas : ThreadPlan::Sequential; break;
+    case ThreadPlan::Blas: only = has_pool && has_intra_op ? ThreadPlan::Blas : ThreadPlan::Sequential; break;
     case ThreadPlan::Auto:
       // With streams, the DAG's order (host work first, syncs last) never
       // loses to program order, which blocks the host at every sync.
       if ((has_pool && has_parallelism) || has_streams) candidates_[num_candidates_++] = ThreadPlan::Graph;
       if (!has_streams) candidates_[num_candidates_++] = ThreadPlan::Sequential;
-      if (has_pool && has_blas) candidates_[num_candidates_++] = ThreadPlan::Blas;
+      if (has_pool && has_intra_op) candidates_[num_candidates_++] = ThreadPlan::Blas;
       if (num_candidates_ == 1) only = candidates_[0];
       break;
   }

@@ -109,6 +109,45 @@ TEST_CASE("a program without BLAS kernels leaves BLAS's thread count alone", "[e
   blas_set_num_threads(1);
 }
 
+TEST_CASE("a program without GEMMs whose values are large gives its kernels the run's threads under "
+          "the Blas plan and leaves BLAS's thread count alone",
+          "[exec][threads]") {
+  Program p;
+  Builder b(p);
+  Value v = b.create<FullOp>(std::vector<std::int64_t>{256, 256}, -1.0).result();
+  v = b.create<ReluOp>(v).result();
+  Value tagged = b.create<ThreadOp>(v, 11).result();
+  Scope scope;
+  blas_set_num_threads(1);
+  clear_threads();
+  InterpreterCore core(p, scope, {}, {tagged}, config(2, ThreadPlan::Blas),
+                       std::make_shared<WorkQueue>(1));
+  CHECK(core.thread_plan() == ThreadPlan::Blas);
+  auto out = core.run();
+  CHECK(out[0].to_vector<float>() == std::vector<float>(256 * 256, 0.f));
+  CHECK(kernel_threads_of(11) == 2);
+  CHECK(blas_num_threads() == 1);
+  CHECK(kernel_threads_on_this_thread() == 0);
+}
+
+TEST_CASE("Auto measures the Blas plan for a chain of large elementwise ops but not for a chain of "
+          "small ones",
+          "[exec][threads]") {
+  for (const auto [n, measured] : {std::pair{std::int64_t{8}, false}, std::pair{std::int64_t{1} << 16, true}}) {
+    INFO(n << " elements");
+    Program p;
+    Builder b(p);
+    Value v = b.create<FullOp>(std::vector<std::int64_t>{n}, 1.0).result();
+    for (int k = 0; k < 4; ++k) v = b.create<ReluOp>(v).result();
+    Scope scope;
+    InterpreterCore core(p, scope, {}, {v}, config(2, ThreadPlan::Auto), std::make_shared<WorkQueue>(1));
+    CHECK(core.thread_plan_decided() != measured);
+    for (int run = 0; run < CostModel::kCalibrationRuns + 2 * ThreadPlanTuner::kTrials + 1; ++run)
+      REQUIRE(core.run()[0].to_vector<float>() == std::vector<float>(static_cast<std::size_t>(n), 1.f));
+    CHECK(core.thread_plan_decided());
+  }
+}
+
 TEST_CASE("kiln's own kernels split their loops only in a Blas run's caller: graph workers and "
           "other plans' runs get one thread, whatever BLAS's count",
           "[exec][threads]") {

@@ -34,7 +34,8 @@ struct FetchTarget {
 //   Sequential: the caller alone runs every op in program order (no
 //               dependency counters; seed 001's "trace" mode).
 //   Graph:      pool workers run independent ops; BLAS single-threaded.
-//   Blas:       the caller runs every op; BLAS's GEMMs get the threads.
+//   Blas:       the caller runs every op; BLAS's GEMMs and kiln's own
+//               kernels' loops get the threads.
 // Never graph workers and BLAS threads at once: two spinning pools on the
 // same cores made PyTorch's MLP 3x slower on 2 cores.
 //   Auto:       measured (ThreadPlanTuner): after the cost model's first

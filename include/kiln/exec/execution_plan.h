@@ -69,6 +69,9 @@ struct PlanInstruction {
   Place place = Place::cpu();
   bool pinned = false;
   bool calls_blas = false;        // its kernel runs GEMMs (the thread plan's concern)
+  // Its CPU kernel may split its loops over a Blas run's threads: it runs
+  // GEMMs, or its values are large or of unknown size.
+  bool may_split = false;
   // Bit k: output k is read by no instruction and fetched by no target, so
   // its kernel may leave it uncomputed (KernelContext::output_unused).
   std::uint64_t unused_outputs = 0;
@@ -143,9 +146,11 @@ struct ExecutionPlan {
   std::vector<std::uint8_t> records_event;
   std::vector<std::uint32_t> wait_off, wait;
 
-  // For the thread plan: any kernel calls BLAS; the DAG has independent work
-  // (some instruction has two successors, or several roots).
+  // For the thread plan: any kernel calls BLAS; any kernel may split its
+  // loops (the Blas plan is then worth measuring); the DAG has independent
+  // work (some instruction has two successors, or several roots).
   bool has_blas = false;
+  bool has_intra_op = false;
   bool has_parallelism = false;
   // Some instruction's kernel is asynchronous (kiln/kernel/async_kernel.h):
   // runs count their outstanding work and resume after its callbacks.

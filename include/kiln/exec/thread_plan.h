@@ -26,9 +26,10 @@ class ThreadPlanTuner {
   // `requested`: the options' plan. The candidates of Auto: Graph (with a
   // pool and a DAG that has independent work, or with streams: then the
   // caller alone walks the DAG when there is no pool), Sequential (without
-  // streams), and Blas (with a pool and a BLAS kernel). A forced Blas plan
-  // without a pool or BLAS kernels is Sequential.
-  ThreadPlanTuner(ThreadPlan requested, bool has_pool, bool has_blas, bool has_parallelism,
+  // streams), and Blas (with a pool and a kernel that may split its loops:
+  // ExecutionPlan::has_intra_op). A forced Blas plan without a pool or such
+  // a kernel is Sequential.
+  ThreadPlanTuner(ThreadPlan requested, bool has_pool, bool has_intra_op, bool has_parallelism,
                   bool has_streams);
 
   struct Choice {

@@ -13,9 +13,9 @@ void blas_set_num_threads(int n);
 // OpenBLAS directly is not seen.
 int blas_num_threads();
 
-// The most threads kiln's own CPU kernels may split a loop across on the
-// calling thread (kernels/cpu/intra_op.h; never more than
-// blas_num_threads()); 0, the default, sets no limit. The executor gives a
+// The threads kiln's own CPU kernels may split a loop across on the
+// calling thread (kernels/cpu/intra_op.h); 0, the default, means
+// blas_num_threads(). The executor gives a
 // run's caller the run's threads under the Blas plan and 1 under any other,
 // and its pool workers 1: a kernel on a graph worker or in a one-thread
 // run never opens a team, whatever BLAS's process-wide count is.
