@@ -10,6 +10,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "cpu_half.h"
 #include "cpu_kernel_util.h"
@@ -52,6 +53,16 @@ inline void valid_columns(std::int64_t off, std::int64_t s, std::int64_t w, std:
   hi = std::clamp(hi, lo, wo);
 }
 
+// Per window column j, the outputs [lo, hi) of a row that read inside the
+// input (valid_columns of j − pl): the same for every row of every plane.
+struct WindowColumns {
+  std::vector<std::int64_t> lo, hi;
+  explicit WindowColumns(const Pool2dGeometry& g)
+      : lo(static_cast<std::size_t>(g.kw)), hi(static_cast<std::size_t>(g.kw)) {
+    for (std::int64_t j = 0; j < g.kw; ++j) valid_columns(j - g.pl, g.sw, g.w, g.wo, lo[j], hi[j]);
+  }
+};
+
 // A max pool's geometry over x (dims d) in NCHW or, with nhwc, NHWC;
 // kiln::Error naming the op when NHWC x is not rank 4.
 template <typename Attrs>
@@ -69,7 +80,7 @@ Pool2dGeometry max_pool_geometry(std::string_view op, const Dims& d, const Attrs
 // first maximum; NaN wins) and the inner loop vectorizes. Floating point
 // only (-inf starts every output).
 template <typename T>
-void max_pool_plane(const T* __restrict xp, T* __restrict o, const Pool2dGeometry& g) {
+void max_pool_plane(const T* __restrict xp, T* __restrict o, const Pool2dGeometry& g, const WindowColumns& wc) {
   for (std::int64_t oh = 0; oh < g.ho; ++oh) {
     T* __restrict row = o + oh * g.wo;
     std::fill(row, row + g.wo, -std::numeric_limits<T>::infinity());
@@ -78,8 +89,7 @@ void max_pool_plane(const T* __restrict xp, T* __restrict o, const Pool2dGeometr
       if (ih < 0 || ih >= g.h) continue;
       const T* __restrict xr = xp + ih * g.w;
       for (std::int64_t j = 0; j < g.kw; ++j) {
-        std::int64_t lo, hi;
-        valid_columns(j - g.pl, g.sw, g.w, g.wo, lo, hi);
+        const std::int64_t lo = wc.lo[j], hi = wc.hi[j];
         const T* __restrict xs = xr + (j - g.pl);
         if (g.sw == 1) {
           for (std::int64_t ow = lo; ow < hi; ++ow) row[ow] = max_nan(row[ow], xs[ow]);
@@ -356,13 +366,16 @@ struct MaxPoolK {
         }
       return;
     }
+    // (Compiled for wider SIMD levels it measured no faster: a 3x3 stride-2
+    // pool of [8, 64, 112, 112] is bound by reading x.)
+    if constexpr (std::is_floating_point_v<T>) {
+      const WindowColumns wc(g);
+      for (std::int64_t pl = p0; pl < p1; ++pl) max_pool_plane(px + pl * g.h * g.w, po + pl * g.ho * g.wo, g, wc);
+      return;
+    }
     for (std::int64_t pl = p0; pl < p1; ++pl) {
       const T* xp = px + pl * g.h * g.w;
       T* o = po + pl * g.ho * g.wo;
-      if constexpr (std::is_floating_point_v<T>) {
-        max_pool_plane(xp, o, g);
-        continue;
-      }
       for (std::int64_t oh = 0; oh < g.ho; ++oh)
         for (std::int64_t ow = 0; ow < g.wo; ++ow)
           o[oh * g.wo + ow] = xp[pool_argmax(xp, g, pool_window(g, oh, ow))];
@@ -770,6 +783,108 @@ void register_half_max_pools() {
   return true;
 }();
 
+// avg_pool_count's factor along one axis for output o: the window of k
+// starting at o·s − p0, clipped to the input of n (exclusive) or to the
+// input padded by p1 at its end.
+inline std::int64_t avg_pool_extent(std::int64_t o, std::int64_t k, std::int64_t s, std::int64_t p0,
+                                    std::int64_t p1, std::int64_t n, bool exclusive) {
+  const std::int64_t start = o * s - p0;
+  if (!exclusive) return std::min(start + k, n + p1) - start;
+  return std::min(start + k, n) - std::max<std::int64_t>(start, 0);
+}
+
+// avg_pool_extent along W for every output column, as T: a divisor is
+// T(rows) · cols[ow], which is T(rows · cols) (both factors exact, the
+// product rounded once), so a row divides in one vector loop.
+template <typename T>
+std::vector<T> avg_pool_column_extents(const Pool2dGeometry& g, bool exclusive) {
+  std::vector<T> cols(static_cast<std::size_t>(g.wo));
+  for (std::int64_t ow = 0; ow < g.wo; ++ow)
+    cols[ow] = T(avg_pool_extent(ow, g.kw, g.sw, g.pl, g.pr, g.w, exclusive));
+  return cols;
+}
+
+// One plane's average pool, a whole output row at a time: each window
+// offset (i, j) adds one shifted input row into the row's sums, in the
+// window's row-major order (each sum adds what the window holds in the
+// order a loop over the window would: the same bits), then each sum is
+// divided by avg_pool_count's divisor, its row extent times its column's.
+template <typename T>
+KILN_SIMD_INLINE void avg_pool_plane(const T* __restrict xp, T* __restrict o, const Pool2dGeometry& g,
+                                     const WindowColumns& wc, const T* __restrict cols, bool exclusive) {
+  for (std::int64_t oh = 0; oh < g.ho; ++oh) {
+    T* __restrict row = o + oh * g.wo;
+    std::fill(row, row + g.wo, T(0));
+    for (std::int64_t i = 0; i < g.kh; ++i) {
+      const std::int64_t ih = oh * g.sh - g.pt + i;
+      if (ih < 0 || ih >= g.h) continue;
+      const T* __restrict xr = xp + ih * g.w;
+      for (std::int64_t j = 0; j < g.kw; ++j) {
+        const std::int64_t lo = wc.lo[j], hi = wc.hi[j];
+        const T* __restrict xs = xr + (j - g.pl);
+        if (g.sw == 1) {
+          for (std::int64_t ow = lo; ow < hi; ++ow) row[ow] += xs[ow];
+        } else {
+          for (std::int64_t ow = lo; ow < hi; ++ow) row[ow] += xs[ow * g.sw];
+        }
+      }
+    }
+    const T rows = T(avg_pool_extent(oh, g.kh, g.sh, g.pt, g.pb, g.h, exclusive));
+    for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+      const T cnt = rows * cols[ow];
+      row[ow] = cnt > T(0) ? row[ow] / cnt : T(0);
+    }
+  }
+}
+
+// One plane's average-pool gradient, a whole dout row at a time: the row's
+// shares (dout / divisor) added into each shifted input row the window
+// offsets (i, j) read. j runs backwards so that every dx element takes its
+// shares in the order of the outputs (oh, ow) it feeds, as a loop over the
+// outputs' windows would: the same bits.
+template <typename T>
+KILN_SIMD_INLINE void avg_pool_grad_plane(const T* __restrict d, T* __restrict dp, T* __restrict share,
+                                          const Pool2dGeometry& g, const WindowColumns& wc,
+                                          const T* __restrict cols, bool exclusive) {
+  std::fill(dp, dp + g.h * g.w, T(0));
+  for (std::int64_t oh = 0; oh < g.ho; ++oh) {
+    const T rows = T(avg_pool_extent(oh, g.kh, g.sh, g.pt, g.pb, g.h, exclusive));
+    for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+      const T cnt = rows * cols[ow];
+      share[ow] = cnt > T(0) ? d[oh * g.wo + ow] / cnt : T(0);
+    }
+    for (std::int64_t i = 0; i < g.kh; ++i) {
+      const std::int64_t ih = oh * g.sh - g.pt + i;
+      if (ih < 0 || ih >= g.h) continue;
+      T* __restrict xr = dp + ih * g.w;
+      for (std::int64_t j = g.kw - 1; j >= 0; --j) {
+        const std::int64_t lo = wc.lo[j], hi = wc.hi[j];
+        T* __restrict xs = xr + (j - g.pl);
+        for (std::int64_t ow = lo; ow < hi; ++ow) xs[ow * g.sw] += share[ow];
+      }
+    }
+  }
+}
+
+// Planes [p0, p1) of an NCHW average pool and of its gradient (share: a
+// row of wo), compiled for each SIMD level (simd_dispatch).
+template <typename T>
+struct AvgPoolPlanes {
+  KILN_SIMD_INLINE static void run(const T* px, T* po, const Pool2dGeometry* g, const WindowColumns* wc,
+                                   const T* cols, bool exclusive, std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t pl = p0; pl < p1; ++pl)
+      avg_pool_plane(px + pl * g->h * g->w, po + pl * g->ho * g->wo, *g, *wc, cols, exclusive);
+  }
+};
+template <typename T>
+struct AvgPoolGradPlanes {
+  KILN_SIMD_INLINE static void run(const T* pd, T* pdx, T* share, const Pool2dGeometry* g, const WindowColumns* wc,
+                                   const T* cols, bool exclusive, std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t pl = p0; pl < p1; ++pl)
+      avg_pool_grad_plane(pd + pl * g->ho * g->wo, pdx + pl * g->h * g->w, share, *g, *wc, cols, exclusive);
+  }
+};
+
 template <typename T>
 struct AvgPoolK {
   static void run(KernelContext& ctx) {
@@ -780,28 +895,12 @@ struct AvgPoolK {
     if (out.numel() == 0) return;
     const T* px = x.data<T>();
     T* po = out.data<T>();
+    const std::vector<T> cols = avg_pool_column_extents<T>(g, a.exclusive);
+    const WindowColumns wc(g);
     const std::int64_t plane_bytes = g.h * g.w * std::int64_t(sizeof(T));
     parallel_for(g.n * g.c, items_per_range(plane_bytes), [&](std::int64_t p0, std::int64_t p1) {
-      avg_pool_planes(px, po, g, a.exclusive, p0, p1);
+      simd_dispatch<AvgPoolPlanes<T>>(px, po, &g, &wc, cols.data(), bool(a.exclusive), p0, p1);
     });
-  }
-
-  // Planes [p0, p1) of an NCHW average pool.
-  static void avg_pool_planes(const T* px, T* po, const Pool2dGeometry& g, bool exclusive,
-                              std::int64_t p0, std::int64_t p1) {
-    for (std::int64_t pl = p0; pl < p1; ++pl) {
-      const T* xp = px + pl * g.h * g.w;
-      T* o = po + pl * g.ho * g.wo;
-      for (std::int64_t oh = 0; oh < g.ho; ++oh)
-        for (std::int64_t ow = 0; ow < g.wo; ++ow) {
-          const PoolWindow r = pool_window(g, oh, ow);
-          T s = 0;
-          for (std::int64_t ih = r.hs; ih < r.he; ++ih)
-            for (std::int64_t iw = r.ws; iw < r.we; ++iw) s += xp[ih * g.w + iw];
-          const std::int64_t cnt = avg_pool_count(g, oh, ow, exclusive);
-          o[oh * g.wo + ow] = cnt > 0 ? s / T(cnt) : T(0);
-        }
-    }
   }
 };
 
@@ -815,22 +914,14 @@ struct AvgPoolGradK {
     Tensor& dx = ctx.alloc_output(0, x.dims(), x.dtype());
     if (dx.numel() == 0) return;
     T* pdx = dx.data<T>();
-    std::memset(pdx, 0, dx.bytes());
     const T* pd = dout.data<T>();
-    const std::int64_t planes = g.n * g.c;
-    for (std::int64_t pl = 0; pl < planes; ++pl) {
-      T* dp = pdx + pl * g.h * g.w;
-      const T* d = pd + pl * g.ho * g.wo;
-      for (std::int64_t oh = 0; oh < g.ho; ++oh)
-        for (std::int64_t ow = 0; ow < g.wo; ++ow) {
-          const PoolWindow r = pool_window(g, oh, ow);
-          const std::int64_t cnt = avg_pool_count(g, oh, ow, a.exclusive);
-          if (cnt == 0) continue;
-          const T v = d[oh * g.wo + ow] / T(cnt);
-          for (std::int64_t ih = r.hs; ih < r.he; ++ih)
-            for (std::int64_t iw = r.ws; iw < r.we; ++iw) dp[ih * g.w + iw] += v;
-        }
-    }
+    const std::vector<T> cols = avg_pool_column_extents<T>(g, a.exclusive);
+    const WindowColumns wc(g);
+    const std::int64_t plane_bytes = g.h * g.w * std::int64_t(sizeof(T));
+    parallel_for(g.n * g.c, items_per_range(plane_bytes), [&](std::int64_t p0, std::int64_t p1) {
+      std::vector<T> share(static_cast<std::size_t>(g.wo));
+      simd_dispatch<AvgPoolGradPlanes<T>>(pd, pdx, share.data(), &g, &wc, cols.data(), bool(a.exclusive), p0, p1);
+    });
   }
 };
 

@@ -413,6 +413,14 @@ TEST_CASE("a max pool's gradient gives the same bits at any thread count", "[ker
   });
 }
 
+TEST_CASE("an average pool's gradient gives the same bits at any thread count", "[kernel][intra_op]") {
+  const Tensor x = filled<float>(Dims{8, 24, 56, 56}, -4, 4, 1);
+  const Tensor dout = filled<float>(Dims{8, 24, 28, 28}, -1, 1, 2);
+  same_bits_at_any_thread_count([&] {
+    return run_op<GradOf<AvgPool2dOp>>({x, dout}, Axes{3, 3}, Axes{2, 2}, Axes{1, 1}, false, true);
+  });
+}
+
 TEST_CASE("batch norm and its gradient give the same bits at any thread count", "[kernel][intra_op]") {
   const Tensor x = filled<float>(Dims{8, 32, 28, 28}, -2, 2, 1);
   const Tensor scale = filled<float>(Dims{32}, 0.5, 1.5, 2), bias = filled<float>(Dims{32}, -1, 1, 3);

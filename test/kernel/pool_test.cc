@@ -218,6 +218,84 @@ TEST_CASE("avg_pool2d's grad spreads dout evenly over each window", "[kernel][po
   check_close<double>(inc.out(), {4.0 / 9, 4.0 / 9, 4.0 / 9, 4.0 / 9});
 }
 
+namespace {
+// avg_pool2d and its grad as loops over each output's window (pool_window,
+// avg_pool_count), in the window's row-major order and the outputs' order.
+template <typename T>
+std::vector<T> avg_pool_by_windows(const std::vector<T>& x, const Pool2dGeometry& g, bool exclusive) {
+  std::vector<T> out(static_cast<std::size_t>(g.n * g.c * g.ho * g.wo));
+  for (std::int64_t pl = 0; pl < g.n * g.c; ++pl)
+    for (std::int64_t oh = 0; oh < g.ho; ++oh)
+      for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+        const PoolWindow r = pool_window(g, oh, ow);
+        T s = 0;
+        for (std::int64_t ih = r.hs; ih < r.he; ++ih)
+          for (std::int64_t iw = r.ws; iw < r.we; ++iw) s += x[(pl * g.h + ih) * g.w + iw];
+        const std::int64_t cnt = avg_pool_count(g, oh, ow, exclusive);
+        out[(pl * g.ho + oh) * g.wo + ow] = cnt > 0 ? s / T(cnt) : T(0);
+      }
+  return out;
+}
+
+template <typename T>
+std::vector<T> avg_pool_grad_by_windows(const std::vector<T>& d, const Pool2dGeometry& g, bool exclusive) {
+  std::vector<T> dx(static_cast<std::size_t>(g.n * g.c * g.h * g.w), T(0));
+  for (std::int64_t pl = 0; pl < g.n * g.c; ++pl)
+    for (std::int64_t oh = 0; oh < g.ho; ++oh)
+      for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+        const PoolWindow r = pool_window(g, oh, ow);
+        const std::int64_t cnt = avg_pool_count(g, oh, ow, exclusive);
+        if (cnt == 0) continue;
+        const T v = d[(pl * g.ho + oh) * g.wo + ow] / T(cnt);
+        for (std::int64_t ih = r.hs; ih < r.he; ++ih)
+          for (std::int64_t iw = r.ws; iw < r.we; ++iw) dx[(pl * g.h + ih) * g.w + iw] += v;
+      }
+  return dx;
+}
+
+template <typename T>
+void check_avg_pool_against_windows() {
+  struct Case {
+    V kernel, strides, pads;
+    bool ceil;
+  };
+  const std::vector<Case> cases = {{{3, 3}, {1, 1}, {1, 1}, false}, {{3, 3}, {2, 2}, {1, 1}, false},
+                                   {{2, 2}, {2, 2}, {0, 0}, false}, {{3, 3}, {3, 3}, {0, 0}, true},
+                                   {{5, 4}, {2, 3}, {2, 1}, true},  {{1, 1}, {1, 1}, {0, 0}, false},
+                                   {{4, 3}, {3, 1}, {1, 2, 0, 1}, true}, {{7, 9}, {1, 1}, {0, 0}, false}};
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(-3, 3);
+  for (const Case& c : cases)
+    for (const bool exclusive : {true, false}) {
+      INFO("kernel " << c.kernel[0] << "x" << c.kernel[1] << " strides " << c.strides[0] << "," << c.strides[1]
+                     << " pads " << c.pads.size() << " ceil " << c.ceil << " exclusive " << exclusive);
+      const V dims{2, 3, 7, 9};
+      std::vector<T> xv(2 * 3 * 7 * 9);
+      for (T& v : xv) v = T(u(rng));
+      const Tensor x = Tensor::from_vector<T>(Dims(dims), xv);
+      auto fwd = run_op<AvgPool2dOp>({x}, c.kernel, c.strides, c.pads, c.ceil, exclusive);
+      Pool2dGeometry g;
+      g.n = 2, g.c = 3, g.h = 7, g.w = 9, g.ho = fwd.out().dims()[2], g.wo = fwd.out().dims()[3];
+      g.kh = c.kernel[0], g.kw = c.kernel[1], g.sh = c.strides[0], g.sw = c.strides[1];
+      if (c.pads.size() == 2) g.pt = g.pb = c.pads[0], g.pl = g.pr = c.pads[1];
+      else g.pt = c.pads[0], g.pb = c.pads[1], g.pl = c.pads[2], g.pr = c.pads[3];
+      CHECK(fwd.out().template to_vector<T>() == avg_pool_by_windows(xv, g, exclusive));
+      std::vector<T> dv(static_cast<std::size_t>(fwd.out().numel()));
+      for (T& v : dv) v = T(u(rng));
+      const Tensor dout = Tensor::from_vector<T>(fwd.out().dims(), dv);
+      auto bwd = run_op<GradOf<AvgPool2dOp>>({x, dout}, c.kernel, c.strides, c.pads, c.ceil, exclusive);
+      CHECK(bwd.out().template to_vector<T>() == avg_pool_grad_by_windows(dv, g, exclusive));
+    }
+}
+}  // namespace
+
+TEST_CASE("avg_pool2d and its grad equal loops over each window bit for bit, whatever the window, stride, "
+          "padding and ceil mode",
+          "[kernel][pool]") {
+  check_avg_pool_against_windows<float>();
+  check_avg_pool_against_windows<double>();
+}
+
 TEST_CASE("adaptive_avg_pool2d averages floor/ceil-bounded windows", "[kernel][pool]") {
   auto r = run_op<AdaptiveAvgPool2dOp>({from_one<float>({1, 1, 3, 3})}, V{2, 2});
   CHECK(r.out().dims().to_vector() == V{1, 1, 2, 2});
