@@ -74,30 +74,39 @@ Pool2dGeometry max_pool_geometry(std::string_view op, const Dims& d, const Attrs
   return pool::geometry(op, Dims{d[0], d[3], d[1], d[2]}, a);
 }
 
-// One plane's max pool, a whole output row at a time: each window offset
-// (i, j) folds one shifted input row into the row with max_nan, in the
-// window's row-major order, so each output is pool_argmax's value (the
-// first maximum; NaN wins) and the inner loop vectorizes. Floating point
-// only (-inf starts every output).
+// Output row oh of one plane folded over its windows, a window offset
+// (i, j) at a time in the window's row-major order: row[ow] = fold(row[ow],
+// v) for each input v the offset reads there (a shifted input row, unit
+// stride or strided by sw), so each output folds its window in the order a
+// loop over the window would, and the inner loop vectorizes.
+template <typename T, typename Fold>
+KILN_SIMD_INLINE void fold_pool_row(const T* __restrict xp, T* __restrict row, const Pool2dGeometry& g,
+                                    const WindowColumns& wc, std::int64_t oh, Fold fold) {
+  for (std::int64_t i = 0; i < g.kh; ++i) {
+    const std::int64_t ih = oh * g.sh - g.pt + i;
+    if (ih < 0 || ih >= g.h) continue;
+    const T* __restrict xr = xp + ih * g.w;
+    for (std::int64_t j = 0; j < g.kw; ++j) {
+      const std::int64_t lo = wc.lo[j], hi = wc.hi[j];
+      const T* __restrict xs = xr + (j - g.pl);
+      if (g.sw == 1) {
+        for (std::int64_t ow = lo; ow < hi; ++ow) row[ow] = fold(row[ow], xs[ow]);
+      } else {
+        for (std::int64_t ow = lo; ow < hi; ++ow) row[ow] = fold(row[ow], xs[ow * g.sw]);
+      }
+    }
+  }
+}
+
+// One plane's max pool, a row at a time (fold_pool_row with max_nan): each
+// output is pool_argmax's value (the first maximum; NaN wins). Floating
+// point only (-inf starts every output).
 template <typename T>
 void max_pool_plane(const T* __restrict xp, T* __restrict o, const Pool2dGeometry& g, const WindowColumns& wc) {
   for (std::int64_t oh = 0; oh < g.ho; ++oh) {
     T* __restrict row = o + oh * g.wo;
     std::fill(row, row + g.wo, -std::numeric_limits<T>::infinity());
-    for (std::int64_t i = 0; i < g.kh; ++i) {
-      const std::int64_t ih = oh * g.sh - g.pt + i;
-      if (ih < 0 || ih >= g.h) continue;
-      const T* __restrict xr = xp + ih * g.w;
-      for (std::int64_t j = 0; j < g.kw; ++j) {
-        const std::int64_t lo = wc.lo[j], hi = wc.hi[j];
-        const T* __restrict xs = xr + (j - g.pl);
-        if (g.sw == 1) {
-          for (std::int64_t ow = lo; ow < hi; ++ow) row[ow] = max_nan(row[ow], xs[ow]);
-        } else {
-          for (std::int64_t ow = lo; ow < hi; ++ow) row[ow] = max_nan(row[ow], xs[ow * g.sw]);
-        }
-      }
-    }
+    fold_pool_row(xp, row, g, wc, oh, [](T m, T v) { return max_nan(m, v); });
   }
 }
 
@@ -804,31 +813,16 @@ std::vector<T> avg_pool_column_extents(const Pool2dGeometry& g, bool exclusive) 
   return cols;
 }
 
-// One plane's average pool, a whole output row at a time: each window
-// offset (i, j) adds one shifted input row into the row's sums, in the
-// window's row-major order (each sum adds what the window holds in the
-// order a loop over the window would: the same bits), then each sum is
-// divided by avg_pool_count's divisor, its row extent times its column's.
+// One plane's average pool, a row at a time: fold_pool_row's sums (the
+// bits of a loop over each window), each divided by avg_pool_count's
+// divisor, its row extent times its column's.
 template <typename T>
 KILN_SIMD_INLINE void avg_pool_plane(const T* __restrict xp, T* __restrict o, const Pool2dGeometry& g,
                                      const WindowColumns& wc, const T* __restrict cols, bool exclusive) {
   for (std::int64_t oh = 0; oh < g.ho; ++oh) {
     T* __restrict row = o + oh * g.wo;
     std::fill(row, row + g.wo, T(0));
-    for (std::int64_t i = 0; i < g.kh; ++i) {
-      const std::int64_t ih = oh * g.sh - g.pt + i;
-      if (ih < 0 || ih >= g.h) continue;
-      const T* __restrict xr = xp + ih * g.w;
-      for (std::int64_t j = 0; j < g.kw; ++j) {
-        const std::int64_t lo = wc.lo[j], hi = wc.hi[j];
-        const T* __restrict xs = xr + (j - g.pl);
-        if (g.sw == 1) {
-          for (std::int64_t ow = lo; ow < hi; ++ow) row[ow] += xs[ow];
-        } else {
-          for (std::int64_t ow = lo; ow < hi; ++ow) row[ow] += xs[ow * g.sw];
-        }
-      }
-    }
+    fold_pool_row(xp, row, g, wc, oh, [](T s, T v) { return s + v; });
     const T rows = T(avg_pool_extent(oh, g.kh, g.sh, g.pt, g.pb, g.h, exclusive));
     for (std::int64_t ow = 0; ow < g.wo; ++ow) {
       const T cnt = rows * cols[ow];
