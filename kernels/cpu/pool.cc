@@ -792,16 +792,6 @@ void register_half_max_pools() {
   return true;
 }();
 
-// avg_pool_count's factor along one axis for output o: the window of k
-// starting at o·s − p0, clipped to the input of n (exclusive) or to the
-// input padded by p1 at its end.
-inline std::int64_t avg_pool_extent(std::int64_t o, std::int64_t k, std::int64_t s, std::int64_t p0,
-                                    std::int64_t p1, std::int64_t n, bool exclusive) {
-  const std::int64_t start = o * s - p0;
-  if (!exclusive) return std::min(start + k, n + p1) - start;
-  return std::min(start + k, n) - std::max<std::int64_t>(start, 0);
-}
-
 // avg_pool_extent along W for every output column, as T: a divisor is
 // T(rows) · cols[ow], which is T(rows · cols) (both factors exact, the
 // product rounded once), so a row divides in one vector loop.

@@ -51,16 +51,25 @@ KILN_HOST_DEVICE inline std::int64_t pool_argmax(const T* x, const Pool2dGeometr
   return best;
 }
 
+// avg_pool2d's divisor along one axis for output o: the window of k
+// starting at o·s − p0, clipped to the input of n (exclusive) or to the
+// input padded by p1 at its end (its start left unclipped).
+KILN_HOST_DEVICE inline std::int64_t avg_pool_extent(std::int64_t o, std::int64_t k, std::int64_t s,
+                                                     std::int64_t p0, std::int64_t p1, std::int64_t n,
+                                                     bool exclusive) {
+  const std::int64_t start = o * s - p0;
+  const std::int64_t bound = exclusive ? n : n + p1;
+  const std::int64_t end = start + k < bound ? start + k : bound;
+  return end - (exclusive && start < 0 ? 0 : start);
+}
+
 // The divisor of avg_pool2d's window at (oh, ow): its input elements
-// (exclusive) or its extent clipped to the padded input.
+// (exclusive) or its extent clipped to the padded input — the product of
+// its extents along H and W.
 KILN_HOST_DEVICE inline std::int64_t avg_pool_count(const Pool2dGeometry& g, std::int64_t oh,
                                                     std::int64_t ow, bool exclusive) {
-  const PoolWindow r = pool_window(g, oh, ow);
-  if (exclusive) return (r.he - r.hs) * (r.we - r.ws);
-  const std::int64_t hs = oh * g.sh - g.pt, ws = ow * g.sw - g.pl;
-  const std::int64_t he = hs + g.kh < g.h + g.pb ? hs + g.kh : g.h + g.pb;
-  const std::int64_t we = ws + g.kw < g.w + g.pr ? ws + g.kw : g.w + g.pr;
-  return (he - hs) * (we - ws);
+  return avg_pool_extent(oh, g.kh, g.sh, g.pt, g.pb, g.h, exclusive) *
+         avg_pool_extent(ow, g.kw, g.sw, g.pl, g.pr, g.w, exclusive);
 }
 
 // The outputs whose windows hold input row (or column) i: [first, last],
