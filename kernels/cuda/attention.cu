@@ -5,6 +5,7 @@
 // it; a -inf score gives exactly 0 probability, a row of them an empty sum.
 // Dropout (kiln/kernel/attention_dropout.h) draws a row's keep mask four
 // keys to a thread, one random word each, row index the matrix's row.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -55,10 +56,11 @@ __device__ T masked(const AttentionRows& a, std::int64_t at, std::int64_t j, T x
   return x + static_cast<const T*>(a.mask.data)[o];
 }
 
+// Row `row` of the scores s: its softmax, dropped out, and its lse.
 template <typename T>
-__global__ void softmax_rows(T* __restrict__ s, T* __restrict__ lse, AttentionRows a) {
+__device__ void softmax_row(T* __restrict__ s, T* __restrict__ lse, const AttentionRows& a, std::int64_t row) {
   constexpr T kNone = -std::numeric_limits<T>::infinity();
-  const std::int64_t row = blockIdx.x, lk = a.lk, at = mask_row(a, row);
+  const std::int64_t lk = a.lk, at = mask_row(a, row);
   T* r = s + row * lk;
   const std::int64_t n = visible_keys(a, row);
   T m = kNone;
@@ -89,12 +91,18 @@ __global__ void softmax_rows(T* __restrict__ s, T* __restrict__ lse, AttentionRo
   if (threadIdx.x == 0) lse[row] = m == kNone ? kNone : m + log(sum);
 }
 
+// A block per row, each block taking rows a grid apart.
 template <typename T>
-__global__ void probability_rows(T* __restrict__ p, const T* __restrict__ lse,
-                                 const T* __restrict__ dout, const T* __restrict__ out,
-                                 T* __restrict__ delta, AttentionRows a, std::int64_t dv) {
+__global__ void softmax_rows(T* __restrict__ s, T* __restrict__ lse, AttentionRows a) {
+  for (std::int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) softmax_row(s, lse, a, row);
+}
+
+template <typename T>
+__device__ void probability_row(T* __restrict__ p, const T* __restrict__ lse, const T* __restrict__ dout,
+                                const T* __restrict__ out, T* __restrict__ delta, const AttentionRows& a,
+                                std::int64_t dv, std::int64_t row) {
   constexpr T kNone = -std::numeric_limits<T>::infinity();
-  const std::int64_t row = blockIdx.x, lk = a.lk, at = mask_row(a, row);
+  const std::int64_t lk = a.lk, at = mask_row(a, row);
   T* r = p + row * lk;
   const std::int64_t n = visible_keys(a, row);
   const T l = lse[row];  // -inf for a row without keys: no exp taken
@@ -106,6 +114,14 @@ __global__ void probability_rows(T* __restrict__ p, const T* __restrict__ lse,
   for (std::int64_t c = threadIdx.x; c < dv; c += blockDim.x) acc += dout[row * dv + c] * out[row * dv + c];
   acc = block_combine<false>(acc);
   if (threadIdx.x == 0) delta[row] = acc;
+}
+
+template <typename T>
+__global__ void probability_rows(T* __restrict__ p, const T* __restrict__ lse,
+                                 const T* __restrict__ dout, const T* __restrict__ out,
+                                 T* __restrict__ delta, AttentionRows a, std::int64_t dv) {
+  for (std::int64_t row = blockIdx.x; row < a.rows; row += gridDim.x)
+    probability_row(p, lse, dout, out, delta, a, dv, row);
 }
 
 template <typename T>
@@ -154,18 +170,22 @@ __global__ void mask_grad(const T* __restrict__ ds, T* __restrict__ dmask, Atten
   }
 }
 
+// Blocks for the row passes: one per row up to the grid's cap (past 2^31
+// rows an unsigned count would wrap), then each takes several.
+unsigned row_grid(std::int64_t rows) { return static_cast<unsigned>(std::min<std::int64_t>(rows, 65535LL * 16)); }
+
 }  // namespace
 
 template <typename T>
 void launch_attention_softmax(T* s, T* lse, const AttentionRows& r, cudaStream_t st) {
-  if (r.rows) softmax_rows<<<static_cast<unsigned>(r.rows), kRowThreads, 0, st>>>(s, lse, r);
+  if (r.rows) softmax_rows<<<row_grid(r.rows), kRowThreads, 0, st>>>(s, lse, r);
 }
 
 template <typename T>
 void launch_attention_probabilities(T* p, const T* lse, const T* dout, const T* out, T* delta,
                                     const AttentionRows& r, std::int64_t dv, cudaStream_t st) {
   if (r.rows)
-    probability_rows<<<static_cast<unsigned>(r.rows), kRowThreads, 0, st>>>(p, lse, dout, out, delta, r, dv);
+    probability_rows<<<row_grid(r.rows), kRowThreads, 0, st>>>(p, lse, dout, out, delta, r, dv);
 }
 
 template <typename T>
