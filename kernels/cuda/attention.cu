@@ -1,11 +1,11 @@
 // Device halves of the CUDA scaled-dot-product attention (attention.cc runs
 // the GEMMs through cuBLAS): the row passes between them. Rows are the
-// [B·H·Lq, Lk] score matrix of all heads; one block per row, its threads
-// striding along the keys. A mask applies to a score as the row pass reads
+// [B·H·Lq, Lk] score matrix of all heads; a block per row (past the grid's
+// cap, each block takes rows a grid apart), its threads striding along the
+// keys. A mask applies to a score as the row pass reads
 // it; a -inf score gives exactly 0 probability, a row of them an empty sum.
 // Dropout (kiln/kernel/attention_dropout.h) draws a row's keep mask four
 // keys to a thread, one random word each, row index the matrix's row.
-#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -170,22 +170,18 @@ __global__ void mask_grad(const T* __restrict__ ds, T* __restrict__ dmask, Atten
   }
 }
 
-// Blocks for the row passes: one per row up to the grid's cap (past 2^31
-// rows an unsigned count would wrap), then each takes several.
-unsigned row_grid(std::int64_t rows) { return static_cast<unsigned>(std::min<std::int64_t>(rows, 65535LL * 16)); }
-
 }  // namespace
 
 template <typename T>
 void launch_attention_softmax(T* s, T* lse, const AttentionRows& r, cudaStream_t st) {
-  if (r.rows) softmax_rows<<<row_grid(r.rows), kRowThreads, 0, st>>>(s, lse, r);
+  if (r.rows) softmax_rows<<<blocks_over(r.rows), kRowThreads, 0, st>>>(s, lse, r);
 }
 
 template <typename T>
 void launch_attention_probabilities(T* p, const T* lse, const T* dout, const T* out, T* delta,
                                     const AttentionRows& r, std::int64_t dv, cudaStream_t st) {
   if (r.rows)
-    probability_rows<<<row_grid(r.rows), kRowThreads, 0, st>>>(p, lse, dout, out, delta, r, dv);
+    probability_rows<<<blocks_over(r.rows), kRowThreads, 0, st>>>(p, lse, dout, out, delta, r, dv);
 }
 
 template <typename T>

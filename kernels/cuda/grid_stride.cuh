@@ -11,12 +11,15 @@ namespace kiln::cuda {
 
 constexpr int kThreads = 256;
 
+// Blocks for a kernel whose blocks take `units` items (rows, tiles) a grid
+// apart: one each, up to a cap past which each block takes several.
+inline unsigned blocks_over(std::int64_t units) {
+  return static_cast<unsigned>(std::clamp<std::int64_t>(units, 1, 65535LL * 16));
+}
+
 // Blocks for a grid-stride loop over n elements (capped: each thread then
 // takes several).
-inline unsigned blocks_for(std::int64_t n) {
-  const std::int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::clamp<std::int64_t>(b, 1, 65535LL * 16));
-}
+inline unsigned blocks_for(std::int64_t n) { return blocks_over((n + kThreads - 1) / kThreads); }
 
 #define KILN_GRID_STRIDE(i, n)                                                          \
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; \
