@@ -32,7 +32,9 @@ each fed one fixed batch (on the device) every step. A step ends with
 torch.cuda.synchronize() (kiln's step ends with the loss on the host). Prints
   BENCH cuda.<model>.torch.step <value> us|ms   median of 9 repetitions
 Nothing without a CUDA device (a # line says so).
-Usage: cuda_torch.py [filter]  (runs for "" and names starting with "cuda")
+Usage: cuda_torch.py [filter]: "" or "cuda" runs every model; otherwise a
+comma-separated list of groups as cuda_bench names them (cuda.gpt2s,
+cuda.attention, cuda.resnet18, ...), each running its model's figures only
 """
 import statistics
 import sys
@@ -41,6 +43,16 @@ import time
 FILTER = sys.argv[1] if len(sys.argv) > 1 else ""
 if FILTER and not FILTER.startswith("cuda"):
     sys.exit(0)
+
+
+def wanted(group):
+    """Whether FILTER selects `group` ("cuda.gpt2s"): everything, the group,
+    a family above it or a figure under it, as cuda_bench's selects()."""
+    if FILTER in ("", "cuda"):
+        return True
+    return any(f == group or f.startswith(group + ".") or group.startswith(f + ".")
+               for f in FILTER.split(","))
+
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
@@ -286,9 +298,7 @@ def attention_step(dtype, padded=False, biased=False, kv_heads=12, dropout_p=0.0
     return step
 
 
-def main():
-    print(f"BENCH cuda.seed.torch.step {timed(seed_step(), 200) * 1e6:.3f} us")
-    print(f"BENCH cuda.mlp256.torch.step {timed(mlp_step(256), 50) * 1e3:.4f} ms")
+def gpt_figures():
     best = None
     for variant in ("layer", "manual", "sdpa"):
         try:
@@ -300,7 +310,16 @@ def main():
         best = t if best is None else min(best, t)
     if best is not None:
         print(f"BENCH cuda.gpt.torch.step {best * 1e3:.4f} ms")
-    if FILTER in ("", "cuda") or FILTER.startswith("cuda.gpt2s"):
+
+
+def main():
+    if wanted("cuda.seed"):
+        print(f"BENCH cuda.seed.torch.step {timed(seed_step(), 200) * 1e6:.3f} us")
+    if wanted("cuda.mlp256"):
+        print(f"BENCH cuda.mlp256.torch.step {timed(mlp_step(256), 50) * 1e3:.4f} ms")
+    if wanted("cuda.gpt"):
+        gpt_figures()
+    if wanted("cuda.gpt2s"):
         for mode in ("f32", "tf32", "amp_bf16"):
             step = gpt2s_step(mode)
             print(f"BENCH cuda.gpt2s.{mode}.torch.step {timed(step, 5, reps=5) * 1e3:.3f} ms")
@@ -313,7 +332,7 @@ def main():
             torch.cuda.empty_cache()
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = True
-    if FILTER in ("", "cuda") or FILTER.startswith("cuda.attention"):
+    if wanted("cuda.attention"):
         torch.backends.cuda.matmul.allow_tf32 = False
         for name, dtype in (("bf16", torch.bfloat16), ("f32", torch.float32)):
             t = timed(attention_step(dtype), 20)
@@ -330,7 +349,7 @@ def main():
         t = timed(attention_step(torch.bfloat16, dropout_p=0.1), 20)
         print(f"BENCH cuda.attention.dropout.bf16.torch.fwd_bwd {t * 1e6:.3f} us")
     for net in ("resnet18", "mobilenet_v2"):
-        if FILTER in ("", "cuda") or FILTER.startswith("cuda." + net):
+        if wanted("cuda." + net):
             cnn_figures(net)
     print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}")
     sys.stdout.flush()
