@@ -353,10 +353,14 @@ TEST_CASE("executors whose device programs name streams of their own leave no me
     }
     deferred_free_queue().drain();
   };
+  // A leak keeps the side stream's relu block (kWidth floats) per executor:
+  // eight executors would keep eight. The default stream's cache may need a
+  // block or two more, once, when a step's buffers are still parked as the
+  // next step allocates (a race with the GPU; one block on an H200).
   run_in_new_executor();
   const std::size_t reserved = reserved_bytes();
-  for (int i = 0; i < 3; ++i) run_in_new_executor();
-  CHECK(reserved_bytes() <= reserved);
+  for (int i = 0; i < 8; ++i) run_in_new_executor();
+  CHECK(reserved_bytes() <= reserved + 2 * kWidth * sizeof(float));
 }
 
 TEST_CASE("a host_stream place launches every op onto its default stream", "[exec][stream]") {

@@ -99,9 +99,12 @@ TEST_CASE("CUDA conv2d under benchmark search or TF32 stays near the CPU; the se
   // tolerance, which a TF32 algorithm kept from the line above would miss.
   set_float32_conv_precision(MatmulPrecision::Highest);
   compare_conv<float>(tf32_first, 1e-5);
-  // Timed algorithms (FFT and Winograd among them) sum in other orders.
+  // Timed algorithms (FFT and Winograd among them) sum in other orders, and
+  // FFT's rounding scales with the summed terms, not the sum: dw's elements
+  // add 4 * 18 * 18 products, and an H200's timed choice missed 1e-4 by
+  // 0.8e-4 on an element of 0.085.
   set_conv_algorithm_search(ConvAlgorithmSearch::Benchmark);
-  compare_conv<float>(timed, 1e-4);
+  compare_conv<float>(timed, 1e-3);
   compare_conv<double>(timed, 1e-11);
   compare_conv<float>(tf32_first, 1e-4);
   set_conv_algorithm_search(ConvAlgorithmSearch::Heuristic);
