@@ -19,12 +19,28 @@ std::int64_t steady_ns() {
       .count();
 }
 
+// A parameter the scope holds on the host for a device slot (loaded from a
+// file, set by the user), or on a device for a host slot or another device,
+// is copied to the slot's place once, in the scope: the kernels read it there.
+void place_parameters(const ExecutionPlan& plan, Scope& root) {
+  for (const PlanSlot& s : plan.slots) {
+    if (s.kind != SlotKind::Parameter) continue;
+    Variable* v = root.find_local_var(s.name);
+    if (!v || !v->is<Tensor>() || !v->get<Tensor>().is_initialized()) continue;
+    const Place held = v->get<Tensor>().place();
+    const bool device_held = held.kind == PlaceKind::Cuda, device_slot = s.place.kind == PlaceKind::Cuda;
+    if (device_held != device_slot || (device_slot && held != s.place))
+      v->set(copy_to_place(v->get<Tensor>(), device_slot ? s.place : Place::cpu()));
+  }
+}
+
 }  // namespace
 
 RunState::RunState(std::shared_ptr<const ExecutionPlan> plan, Scope& scope)
     : plan_(std::move(plan)), scope_(&scope), scope_alive_(scope.lifetime()) {
   Scope& root = scope.root();
   check_parameters(root);  // before anything in the scope tree changes
+  place_parameters(*plan_, root);
   local_scope_ = &scope.new_scope();
   try {
     bind_variables(root);
@@ -47,6 +63,7 @@ RunState::RunState(std::shared_ptr<const ExecutionPlan> region_plan, Scope& root
                    std::span<Variable* const> arguments)
     : plan_(std::move(region_plan)), scope_(&root), blocking_(true) {
   check_parameters(root);
+  place_parameters(*plan_, root);
   bind_variables(root, arguments);
   build_contexts(root);
   allocate_counters();

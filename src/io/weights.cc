@@ -12,6 +12,7 @@
 
 #include "kiln/io/file.h"
 #include "kiln/ir/builtin_types.h"
+#include "kiln/runtime/cuda_context.h"
 #include "kiln/support/hash.h"
 #include "kiln/support/warning.h"
 
@@ -194,10 +195,9 @@ std::string save_weights_bytes(const Scope& scope, const Program& program) {
                   !var ? std::string("no variable of that name")
                        : "the variable holds " + std::string(to_string(var->kind())),
                   "; run the startup program first)");
-    const Tensor& t = var->get<Tensor>();
-    if (!t.place().is_cpu())
-      throw_error(ErrorKind::Unimplemented, "cannot save weights: parameter '", name, "' is on ",
-                  t.place().to_string(), "; only CPU tensors are saved");
+    // A device's tensor is saved from a host copy (waited for).
+    const Tensor& held = var->get<Tensor>();
+    const Tensor t = held.place().kind == PlaceKind::Cuda ? copy_to_place(held, Place::cpu()) : held;
     const DataType want = shaped_data_type(type);
     const auto& want_dims = shaped_dims(type);
     const auto dims = t.dims().to_vector();
@@ -264,12 +264,17 @@ void load_weights_bytes(std::string_view bytes, Scope& scope, const Program& pro
                   "' (a parameter of the program)");
 
   // 3. Every tensor made before the scope changes, so a failed allocation
-  // leaves it as it was.
+  // leaves it as it was; one replacing a device's tensor is copied there
+  // (as PyTorch's load_state_dict keeps each parameter's device).
   std::vector<Tensor> tensors;
   tensors.reserve(loaded.size());
   for (const Record* r : loaded) {
     Tensor t = Tensor::empty(Dims(r->dims), r->dtype);
     if (!r->data.empty()) std::memcpy(t.raw_data(), r->data.data(), r->data.size());
+    const Variable* existing = scope.find_var(r->name);
+    if (existing && existing->is<Tensor>() && existing->get<Tensor>().is_initialized() &&
+        existing->get<Tensor>().place().kind == PlaceKind::Cuda)
+      t = copy_to_place(t, existing->get<Tensor>().place());
     tensors.push_back(std::move(t));
   }
   std::vector<Variable*> vars;

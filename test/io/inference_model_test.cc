@@ -19,6 +19,7 @@
 #include "kiln/io/inference_model.h"
 #include "kiln/io/json.h"
 #include "kiln/io/weights.h"
+#include "kiln/runtime/cuda_context.h"
 #include "kiln/support/warning.h"
 
 using namespace kiln;
@@ -32,6 +33,7 @@ namespace {
 // x[-1,4] → Linear(4,8) → tanh → Dropout(0.3) → Linear(8,1) → pred (with a
 // kiln.fetch op "pred"); MSE against label; Adam; trained 2 steps.
 struct Trained {
+  explicit Trained(Place place = Place::cpu()) : exe(place) {}
   Program main, startup;
   Value pred;
   std::vector<std::pair<Value, Value>> params_grads;
@@ -125,6 +127,32 @@ TEST_CASE("a trained model saved with save_inference_model predicts the same aft
     // The kiln.fetch op keeps the original's name: fetching by name works too.
     CHECK(fresh.run(m.program, {{"x", x}}, {"pred"})[0].to_vector<float>() == got);
   }
+}
+
+TEST_CASE("a model trained on CUDA saves from the device and predicts the same loaded on CUDA or "
+          "the CPU; weights loaded over device parameters stay on the device",
+          "[io][inference_model][cuda]") {
+  if (cuda_device_count() == 0) return;
+  Trained t(Place::cuda(0));
+  train(t);
+  TempDir dir;
+  const std::string prefix = dir.file("model");
+  save_inference_model(prefix, {"x"}, {t.pred}, t.main, t.exe.scope());
+  const Tensor x = batch(5, 0.37f);
+  const std::vector<float> want = reference(t, x);
+  for (Place place : {Place::cuda(0), Place::cpu()}) {
+    INFO("loaded for " << place.to_string());
+    Executor fresh(place);
+    InferenceModel m = load_inference_model(prefix, fresh.scope());
+    const auto got = fresh.run(m.program, {{m.feed_names[0], x}}, m.fetch_targets)[0].to_vector<float>();
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-5));
+    for (const std::string& name : parameter_names(m.program))
+      CHECK(fresh.scope().find_var(name)->get<Tensor>().place() == place);  // moved by the run
+  }
+  load_inference_model(prefix, t.exe.scope());  // its weights over the device's parameters
+  CHECK(t.exe.scope().find_var("linear_0.w_0")->get<Tensor>().place() == Place::cuda(0));
+  CHECK(reference(t, x) == want);
 }
 
 TEST_CASE("a CNN saved with save_inference_model has each batch norm folded into the convolution "

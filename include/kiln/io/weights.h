@@ -28,14 +28,17 @@ inline constexpr std::uint32_t kWeightsFormatVersion = 1;
 // atomically (temporary + rename: a failed save leaves an existing file
 // untouched). kiln::Error naming the parameter when the scope lacks it, holds
 // no initialized tensor under its name, or holds one whose dtype or shape
-// differs from the program's; naming the file when it cannot be written.
+// differs from the program's; naming the file when it cannot be written. A
+// tensor on a CUDA device is saved from a copy on the host.
 void save_weights(const std::string& path, const Scope& scope, const Program& program);
 
 // Reads `path` and sets each parameter of `program` in `scope` (its variable
 // created in `scope` when absent) to a new tensor with the file's data. The
 // whole file is checked first — magic, version, truncation, checksums, every
 // program parameter present in the file, dtypes and shapes equal to the
-// program's — so on any kiln::Error the scope is unchanged. Tensors of the
+// program's — so on any kiln::Error the scope is unchanged. A tensor is
+// loaded on the CPU, or on the CUDA device of the tensor it replaces (as
+// PyTorch's load_state_dict keeps each parameter's device). Tensors of the
 // file that are not parameters of the program (e.g. optimizer state in a
 // file saved from the training program) are not loaded: one warning
 // (kiln/support/warning.h) names them after the load. Errors name the file
