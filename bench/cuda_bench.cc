@@ -395,7 +395,20 @@ void attention_bench() {
   const double dropped = attention_us(kiln::DataType::BFloat16, 10, 9, AttentionMasks::Dropout);
   emit("cuda.attention.dropout.bf16.fwd_bwd", dropped, "us");
   emit("cuda.attention.dropout.bf16.dropout_slowdown", dropped / mma, "ratio");
-  emit("cuda.attention.fused.f32.fwd_bwd", attention_us(kiln::DataType::Float32, 5, 5), "us");
+  // f32 on each of its kernel sets (Auto, the default, takes the
+  // materialized one at this size), and the materialized one in TF32.
+  kiln::set_attention_f32_kernels(kiln::AttentionF32Kernels::Fused);
+  const double tiles = attention_us(kiln::DataType::Float32, 5, 5);
+  kiln::set_attention_f32_kernels(kiln::AttentionF32Kernels::Materialized);
+  const double materialized = attention_us(kiln::DataType::Float32, 5, 5);
+  kiln::set_float32_matmul_precision(kiln::MatmulPrecision::High);
+  const double tf32 = attention_us(kiln::DataType::Float32, 5, 5);
+  kiln::set_float32_matmul_precision(kiln::MatmulPrecision::Highest);
+  kiln::set_attention_f32_kernels(kiln::AttentionF32Kernels::Auto);
+  emit("cuda.attention.fused.f32.fwd_bwd", tiles, "us");
+  emit("cuda.attention.materialized.f32.fwd_bwd", materialized, "us");
+  emit("cuda.attention.materialized.tf32.fwd_bwd", tf32, "us");
+  emit("cuda.attention.f32.materialized_speedup", tiles / materialized, "ratio");
 }
 
 // µs per link of GPT-2 small's FFN in bf16, its gelu's gradient read too

@@ -1,14 +1,16 @@
 // CUDA kernels of kiln.scaled_dot_product_attention and its gradient, two
 // paths:
 //
-// - fused (flash_attention.cu): f32, bf16 and f16 with D and Dv up to 128.
+// - fused (flash_attention.cu): bf16 and f16, and f32 whose scores outgrow
+//   the materialized path's budget (attention_f32_kernels()), with D and Dv
+//   up to 128.
 //   Tiles of query rows against tiles of keys in shared memory with an
 //   online softmax, so no [Lq, Lk] matrix exists; the gradient recomputes
 //   the probabilities per tile from q, k and the saved log-sum-exp. Both
 //   layouts are read in place through their row strides. bf16 and f16 have
 //   no other kernel: dims the fused kernels do not take are a kiln::Error.
-// - cuBLAS (below and attention.cu): f64, and f32 with a head dim above
-//   128. The CPU's algorithm over all heads at once — the scores of every
+// - cuBLAS, materialized (below and attention.cu): f64, and f32 with a
+//   head dim above 128 or scores within the budget. The CPU's algorithm over all heads at once — the scores of every
 //   (batch, head) pair through one strided-batched GEMM into device scratch
 //   ([B·H, Lq, Lk]: B·H·Lq·Lk values, 2× that for the gradient, freed to the
 //   stream's cache after the op), the row passes of attention.cu, then GEMMs
@@ -359,11 +361,26 @@ FlashAttentionShape flash_shape(const AttentionDims& a, const RowMasks& m, doubl
           .scale = static_cast<float>(attention_scale(scale, a.d)), .keys = m.keys, .mask = m.mask};
 }
 
-// The fused kernels take f32 within their dims, bf16 and f16 always (a
-// kiln::Error naming the op and the dims otherwise: they have no other
-// kernel); cuBLAS takes the rest of f32 and f64.
+// Whether f32 attention of dims `a` takes the materialized (cuBLAS) path
+// under attention_f32_kernels(): Auto while the gradient's two score
+// matrices fit kAttentionScoresBudget.
+bool f32_materialized(const AttentionDims& a) {
+  switch (attention_f32_kernels()) {
+    case AttentionF32Kernels::Fused: return false;
+    case AttentionF32Kernels::Materialized: return true;
+    case AttentionF32Kernels::Auto: break;
+  }
+  const double scores = 2.0 * sizeof(float) * double(a.bh) * double(a.lq) * double(a.lk);
+  return scores <= double(kAttentionScoresBudget);
+}
+
+// The fused kernels take f32 within their dims (unless f32_materialized),
+// bf16 and f16 always (a kiln::Error naming the op and the dims otherwise:
+// they have no other kernel); cuBLAS takes the rest of f32 and f64.
 template <typename T, DataType D>
 bool use_fused(const KernelContext& ctx, const AttentionDims& a, const FlashAttentionShape& fs) {
+  if constexpr (D == DataType::Float32)
+    if (f32_materialized(a)) return false;
   const char* refusal = flash_attention_refusal(D, fs);
   if (!refusal) return true;
   if constexpr (std::is_same_v<T, std::uint16_t>)

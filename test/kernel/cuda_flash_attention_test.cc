@@ -177,10 +177,19 @@ void compare_fused(DataType dt, const Case& c, bool causal, const std::string& l
   }
 }
 
-// f() under each kernel set that runs dtype dt.
+// f() under each kernel set that runs dtype dt: f32's fused tiles and its
+// materialized cuBLAS path, bf16's and f16's register tiles and wmma ones.
 template <typename F>
 void each_kernel_set(DataType dt, F&& f) {
-  if (dt == DataType::Float32) return f();
+  if (dt == DataType::Float32) {
+    for (AttentionF32Kernels set : {AttentionF32Kernels::Fused, AttentionF32Kernels::Materialized}) {
+      INFO("f32 kernels " << (set == AttentionF32Kernels::Fused ? "fused" : "materialized"));
+      set_attention_f32_kernels(set);
+      f();
+    }
+    set_attention_f32_kernels(AttentionF32Kernels::Auto);
+    return;
+  }
   for (const char* kernels : kHalfKernels) {
     INFO("KILN_CUDA_FLASH=" << kernels);
     const FlashKernels set(kernels);
@@ -273,10 +282,10 @@ void compare_atomic_dq(DataType dt, const Case& c, bool causal, const std::strin
 
 namespace fat = flash_attention_test;
 
-TEST_CASE("fused CUDA attention matches the CPU in f32 for each length, head dim and layout",
+TEST_CASE("fused and materialized CUDA attention match the CPU in f32 for each length, head dim and layout",
           "[cuda][kernel]") {
   if (!have_cuda()) return;
-  fat::sweep(DataType::Float32);
+  fat::each_kernel_set(DataType::Float32, [] { fat::sweep(DataType::Float32); });
 }
 
 TEST_CASE("fused CUDA attention matches the CPU in bf16 and f16 for each length, head dim and layout",

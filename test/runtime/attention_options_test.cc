@@ -37,3 +37,13 @@ TEST_CASE("attention's dQ summation is deterministic by default and leaves the C
   for (std::size_t i = 0; i < 3; ++i)
     CHECK(std::memcmp(plain[i].raw_data(), set[i].raw_data(), plain[i].bytes()) == 0);
 }
+
+TEST_CASE("f32 attention's kernels are chosen automatically by default, and settable", "[runtime]") {
+  CHECK(attention_f32_kernels() == AttentionF32Kernels::Auto);
+  set_attention_f32_kernels(AttentionF32Kernels::Fused);
+  CHECK(attention_f32_kernels() == AttentionF32Kernels::Fused);
+  set_attention_f32_kernels(AttentionF32Kernels::Materialized);
+  CHECK(attention_f32_kernels() == AttentionF32Kernels::Materialized);
+  set_attention_f32_kernels(AttentionF32Kernels::Auto);
+  CHECK(attention_f32_kernels() == AttentionF32Kernels::Auto);
+}

@@ -1,5 +1,5 @@
-// How CUDA's fused attention gradient sums dQ: process-wide, read at each
-// launch of kiln.scaled_dot_product_attention_grad. The CPU ignores it.
+// How CUDA's attention runs: process-wide settings, read at each launch of
+// kiln.scaled_dot_product_attention and its gradient. The CPU ignores them.
 #pragma once
 
 namespace kiln {
@@ -18,5 +18,21 @@ enum class AttentionGradSum { Deterministic, Atomic };
 // Thread-safe; takes effect for launches after the call.
 void set_attention_grad_sum(AttentionGradSum sum) noexcept;
 AttentionGradSum attention_grad_sum() noexcept;
+
+// Which kernels f32 attention runs on (bf16 and f16 always take the fused
+// ones; f64 and head dims above 128 the materialized ones), as PyTorch's
+// SDPA backend switches choose. Auto, the default: materialized while the
+// gradient's scores fit kAttentionScoresBudget, fused beyond. Fused: the
+// shared-memory tiles with an online softmax, no [Lq, Lk] matrix in memory
+// (FMA math, several times slower than the GEMMs on an H200). Materialized:
+// every head's scores through strided-batched cuBLAS GEMMs into scratch
+// (B·H·Lq·Lk floats, twice that in the gradient) and row passes, its GEMMs
+// in TF32 under float32_matmul_precision() High.
+enum class AttentionF32Kernels { Auto, Fused, Materialized };
+inline constexpr unsigned long long kAttentionScoresBudget = 1ull << 30;  // bytes
+
+// Thread-safe; takes effect for launches after the call.
+void set_attention_f32_kernels(AttentionF32Kernels kernels) noexcept;
+AttentionF32Kernels attention_f32_kernels() noexcept;
 
 }  // namespace kiln
