@@ -88,13 +88,24 @@ struct AddNOperands {
   bool accumulate;  // out += Σ in (a later group) rather than out = Σ in
 };
 
-template <typename T>
+// K operands, a compile-time count: the pointers stay in registers (a
+// loop to a runtime count indexes the parameter array, which nvcc copies to
+// local memory and reads per element). Sums in operand order.
+template <int K, typename T>
 __global__ void add_n_group(AddNOperands<T> ops, T* __restrict__ out, std::int64_t n) {
   KILN_GRID_STRIDE(i, n) {
-    T acc = ops.accumulate ? out[i] : ops.in[0][i];
-    for (int k = ops.accumulate ? 0 : 1; k < ops.count; ++k) acc += ops.in[k][i];
+    T acc = ops.accumulate ? out[i] + ops.in[0][i] : ops.in[0][i];
+#pragma unroll
+    for (int k = 1; k < K; ++k) acc += ops.in[k][i];
     out[i] = acc;
   }
+}
+
+template <int K = 1, typename T>
+void launch_add_n_group(const AddNOperands<T>& ops, T* out, std::int64_t n, cudaStream_t s) {
+  if constexpr (K < kAddNInputs)
+    if (ops.count > K) return launch_add_n_group<K + 1>(ops, out, n, s);
+  add_n_group<K><<<blocks_for(n), kThreads, 0, s>>>(ops, out, n);
 }
 
 }  // namespace
@@ -141,7 +152,7 @@ void launch_add_n(const T* const* in, int k, T* out, std::int64_t n, cudaStream_
     ops.count = std::min(kAddNInputs, k - first);
     ops.accumulate = first > 0;
     for (int j = 0; j < ops.count; ++j) ops.in[j] = in[first + j];
-    add_n_group<<<blocks_for(n), kThreads, 0, s>>>(ops, out, n);
+    launch_add_n_group(ops, out, n, s);
   }
 }
 
