@@ -1,9 +1,18 @@
 // Device halves of the CUDA max_pool2d / avg_pool2d / adaptive_avg_pool2d
-// and their gradients (NCHW), from the CPU's window functions (kiln/dialect/pool_window.h): one
-// thread per output element forward; one per input element backward,
-// gathering from the windows that hold it in the CPU's (oh, ow) order — no
-// atomics, so the gradients are the CPU's bit for bit.
+// and their gradients (NCHW), from the CPU's window functions
+// (kiln/dialect/pool_window.h). Forward: one thread per output element.
+// max_pool2d's and avg_pool2d's gradients: a block per tile of dx (a few
+// planes' rows and columns) finds, once, each covering window's first
+// maximum (max) or dout / divisor (avg) into shared memory, then each
+// thread gathers its dx elements' windows from there in the CPU's (oh, ow)
+// order — no atomics, so the gradients are the CPU's bit for bit. A tile
+// whose windows overflow shared memory, and adaptive_avg_pool2d's
+// gradient, gather per dx element from global memory. Index math is 32-bit
+// where the planes allow (fits_int32), else 64-bit.
+#include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 #include "grid_stride.cuh"
 #include "launch.h"
@@ -11,38 +20,216 @@
 namespace kiln::cuda {
 namespace {
 
-template <typename T>
-__global__ void max_pool(const T* __restrict__ x, T* __restrict__ out, Pool2dGeometry g,
-                         std::int64_t n) {
-  KILN_GRID_STRIDE(i, n) {
-    const std::int64_t plane = i / (g.ho * g.wo), at = i % (g.ho * g.wo);
-    const T* xp = x + plane * g.h * g.w;
-    out[i] = xp[pool_argmax(xp, g, pool_window(g, at / g.wo, at % g.wo))];
-  }
+// A plane's extents, window, strides and leading paddings, as I.
+template <typename I>
+struct Plane {
+  I h, w, ho, wo, kh, kw, sh, sw, pt, pl;
+};
+
+template <typename I>
+Plane<I> plane_of(const Pool2dGeometry& g) {
+  return {I(g.h), I(g.w), I(g.ho), I(g.wo), I(g.kh), I(g.kw), I(g.sh), I(g.sw), I(g.pt), I(g.pl)};
+}
+
+// Whether int32 holds the index math over g's planes and a grid-stride loop
+// over `count` items: each extent, window, stride and padding at most 2^27
+// (their sums, window origins included, stay under 2^30) and the plane
+// sizes and count at most 2^30 (a loop index plus a grid's threads, under
+// 2^29, stays under 2^31).
+bool fits_int32(const Pool2dGeometry& g, std::int64_t count) {
+  constexpr std::int64_t term = std::int64_t{1} << 27, total = std::int64_t{1} << 30;
+  for (std::int64_t v : {g.h, g.w, g.ho, g.wo, g.kh, g.kw, g.sh, g.sw, g.pt, g.pb, g.pl, g.pr})
+    if (v > term) return false;
+  return g.h * g.w <= total && g.ho * g.wo <= total && count <= total;
+}
+
+// The square window side the kernels unroll (2 or 3), else 0.
+int unrolled_side(const Pool2dGeometry& g) {
+  return g.kh == g.kw && (g.kh == 2 || g.kh == 3) ? static_cast<int>(g.kh) : 0;
 }
 
 template <typename T>
-__global__ void avg_pool(const T* __restrict__ x, T* __restrict__ out, Pool2dGeometry g,
-                         bool exclusive, std::int64_t n) {
-  KILN_GRID_STRIDE(i, n) {
-    const std::int64_t plane = i / (g.ho * g.wo), at = i % (g.ho * g.wo);
-    const std::int64_t oh = at / g.wo, ow = at % g.wo;
-    const T* xp = x + plane * g.h * g.w;
-    const PoolWindow r = pool_window(g, oh, ow);
-    T s = 0;
-    for (std::int64_t ih = r.hs; ih < r.he; ++ih)
-      for (std::int64_t iw = r.ws; iw < r.we; ++iw) s += xp[ih * g.w + iw];
-    const std::int64_t cnt = avg_pool_count(g, oh, ow, exclusive);
-    out[i] = cnt > 0 ? s / T(cnt) : T(0);
+__device__ __forceinline__ T lowest() {
+  if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
+  else return std::numeric_limits<T>::lowest();
+}
+
+// f(index in the plane) for each input element of window (oh, ow), clipped
+// to the plane, in row-major order: pool_window's elements. K > 0: the
+// window is K x K, its loops unrolled.
+template <int K, typename I, typename F>
+__device__ __forceinline__ void each_in_window(const Plane<I>& g, I oh, I ow, F f) {
+  const I h0 = oh * g.sh - g.pt, w0 = ow * g.sw - g.pl;
+  if constexpr (K > 0) {
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+#pragma unroll
+      for (int j = 0; j < K; ++j) {
+        const I ih = h0 + i, iw = w0 + j;
+        if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) f(ih * g.w + iw);
+      }
+  } else {
+    const I hs = h0 > 0 ? h0 : I(0), he = h0 + g.kh < g.h ? h0 + g.kh : g.h;
+    const I ws = w0 > 0 ? w0 : I(0), we = w0 + g.kw < g.w ? w0 + g.kw : g.w;
+    for (I ih = hs; ih < he; ++ih)
+      for (I iw = ws; iw < we; ++iw) f(ih * g.w + iw);
   }
 }
 
-// dx at input (plane, ih, iw): Σ over the windows holding it, (oh, ow)
-// row-major, of max: dout where it is the window's first maximum; avg:
-// dout / the window's divisor.
+// pool_argmax of window (oh, ow) of plane xp (its first maximum, row-major;
+// NaN wins), m its value. Folded from the lowest value: an element equal
+// to it takes over nothing, so a window of lowest values keeps its first,
+// as pool_argmax, which starts from that element.
+template <int K, typename I, typename T>
+__device__ __forceinline__ I window_argmax(const T* __restrict__ xp, const Plane<I>& g, I oh, I ow, T& m) {
+  m = lowest<T>();
+  I best = -1;
+  each_in_window<K>(g, oh, ow, [&](I k) {
+    const T v = xp[k];
+    if (v > m || (v != v && m == m)) {
+      m = v;
+      best = k;
+    }
+  });
+  if (best >= 0) return best;
+  const I h0 = oh * g.sh - g.pt, w0 = ow * g.sw - g.pl;
+  return (h0 > 0 ? h0 : I(0)) * g.w + (w0 > 0 ? w0 : I(0));
+}
+
+// One thread per output element (i over n = N·C·Ho·Wo): its window's
+// maximum, or its sum in row-major order over avg_pool_count.
+template <int K, bool is_max, typename I, typename T>
+__global__ void pool_forward(const T* __restrict__ x, T* __restrict__ out, Plane<I> g, Pool2dGeometry full,
+                             bool exclusive, I n) {
+  const I pooled = g.ho * g.wo, stride = I(blockDim.x) * I(gridDim.x);
+  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < n; i += stride) {
+    const I plane = i / pooled, at = i - plane * pooled, oh = at / g.wo, ow = at - oh * g.wo;
+    const T* xp = x + static_cast<std::int64_t>(plane) * (g.h * g.w);
+    if constexpr (is_max) {
+      T m;
+      window_argmax<K>(xp, g, oh, ow, m);
+      out[i] = m;
+    } else {
+      T s = 0;
+      each_in_window<K>(g, oh, ow, [&](I k) { s += xp[k]; });
+      const std::int64_t cnt = avg_pool_count(full, oh, ow, exclusive);
+      out[i] = cnt > 0 ? s / T(cnt) : T(0);
+    }
+  }
+}
+
+// pool_outputs_covering in I: the outputs [first, last] whose windows hold
+// input row (or column) i.
+template <typename I>
+__device__ __forceinline__ void covering(I i, I k, I s, I p0, I out, I& first, I& last) {
+  const I hi = i + p0, lo = hi - k + 1;
+  first = lo <= 0 ? I(0) : (lo + s - 1) / s;
+  last = hi / s;
+  if (last > out - 1) last = out - 1;
+}
+
+// dx elements per block tile: 4 a thread.
+constexpr int kTileSlots = 1024;
+
+// A gradient block's tile: 2^lg_th rows x 2^lg_tw columns of each of
+// 2^lg_p planes (kTileSlots in all), at (tile / tiles_w, tile % tiles_w)
+// in tile units, planes a group of 2^lg_p; the windows covering its rows
+// (columns) lie within wr (wc) consecutive output rows (columns) from the
+// first covering its first row (column). nwin: 2^lg_p · wr · wc, rounded
+// up to even so that shared memory's arrays after the T array align.
+struct GradTile {
+  int lg_th, lg_tw, lg_p, wr, wc, nwin;
+  std::int64_t tiles_w, tiles, groups;
+};
+
+// Phase one of a tile (rows from ih0, columns from iw0, planes from p0):
+// tab's first / last covering output per tile row, then per column; per
+// covering window j (plane, oh0 + row, ow0 + column), win_d[j] its dout
+// (max) or dout / its divisor (avg, 0 for a divisor of 0, which adds
+// nothing as no sum here is -0) and, max, win_at[j] its pool_argmax.
+template <int K, bool is_max, typename I, typename T>
+__device__ __forceinline__ void tile_windows(const T* __restrict__ x, const T* __restrict__ dout, const Plane<I>& g,
+                                             const Pool2dGeometry& full, bool exclusive, const GradTile& t,
+                                             std::int64_t planes, std::int64_t p0, I ih0, I iw0, I oh0, I ow0,
+                                             T* win_d, I* win_at, I* tab) {
+  const int th = 1 << t.lg_th, tw = 1 << t.lg_tw;
+  for (int q = threadIdx.x; q < th + tw; q += blockDim.x) {
+    if (q < th) covering(ih0 + q, g.kh, g.sh, g.pt, g.ho, tab[2 * q], tab[2 * q + 1]);
+    else covering(iw0 + (q - th), g.kw, g.sw, g.pl, g.wo, tab[2 * q], tab[2 * q + 1]);
+  }
+  const unsigned per_plane = unsigned(t.wr) * unsigned(t.wc), nwin = per_plane << t.lg_p;
+  for (unsigned j = threadIdx.x; j < nwin; j += blockDim.x) {
+    const unsigned p = j / per_plane, rc = j - p * per_plane, r = rc / unsigned(t.wc);
+    const I oh = oh0 + I(r), ow = ow0 + I(rc - r * unsigned(t.wc));
+    const std::int64_t plane = p0 + p;
+    if (plane >= planes || oh >= g.ho || ow >= g.wo) continue;
+    const T d = dout[plane * (g.ho * g.wo) + oh * g.wo + ow];
+    if constexpr (is_max) {
+      T m;
+      win_at[j] = window_argmax<K>(x + plane * (g.h * g.w), g, oh, ow, m);
+      win_d[j] = d;
+    } else {
+      const std::int64_t cnt = avg_pool_count(full, oh, ow, exclusive);
+      win_d[j] = cnt > 0 ? d / T(cnt) : T(0);
+    }
+  }
+}
+
+// max_pool2d's (is_max) or avg_pool2d's gradient, a tile a block: the
+// tile's windows into shared memory (tile_windows), then per dx element
+// (plane, ih, iw) the sum over the windows holding it, (oh, ow)
+// row-major, of max: dout where (ih, iw) is the window's pool_argmax;
+// avg: dout / the window's divisor. Grid: tiles along x, plane groups
+// along y, each block looping over both.
+template <int K, bool is_max, typename I, typename T>
+__global__ void pool_grad_tiled(const T* __restrict__ x, const T* __restrict__ dout, T* __restrict__ dx,
+                                Plane<I> g, Pool2dGeometry full, bool exclusive, GradTile t,
+                                std::int64_t planes) {
+  extern __shared__ __align__(16) unsigned char pool_shared[];
+  T* win_d = reinterpret_cast<T*>(pool_shared);
+  I* win_at = reinterpret_cast<I*>(win_d + t.nwin);
+  I* tab = win_at + (is_max ? t.nwin : 0);  // first, last per tile row, then per tile column
+  const int th = 1 << t.lg_th, tw = 1 << t.lg_tw, per_plane = t.wr * t.wc;
+  const I hw = g.h * g.w;
+  for (std::int64_t grp = blockIdx.y; grp < t.groups; grp += gridDim.y)
+    for (std::int64_t tile = blockIdx.x; tile < t.tiles; tile += gridDim.x) {
+      const std::int64_t p0 = grp << t.lg_p;
+      const I ih0 = I(tile / t.tiles_w) << t.lg_th, iw0 = I(tile % t.tiles_w) << t.lg_tw;
+      I oh0, ow0, unused;
+      covering(ih0, g.kh, g.sh, g.pt, g.ho, oh0, unused);
+      covering(iw0, g.kw, g.sw, g.pl, g.wo, ow0, unused);
+      __syncthreads();  // the previous tile's reads of shared memory are done
+      tile_windows<K, is_max>(x, dout, g, full, exclusive, t, planes, p0, ih0, iw0, oh0, ow0, win_d, win_at, tab);
+      __syncthreads();
+      const int c = threadIdx.x & (tw - 1);
+      const I iw = iw0 + c, ow_a = tab[2 * (th + c)], ow_b = tab[2 * (th + c) + 1];
+      for (int slot = threadIdx.x; slot < kTileSlots; slot += blockDim.x) {
+        const int p = slot >> (t.lg_th + t.lg_tw), r = (slot >> t.lg_tw) & (th - 1);
+        const I ih = ih0 + r;
+        if (p0 + p >= planes || ih >= g.h || iw >= g.w) continue;
+        const I at = ih * g.w + iw;
+        T acc = 0;
+        for (I oh = tab[2 * r]; oh <= tab[2 * r + 1]; ++oh) {
+          const I row = I(p * per_plane) + (oh - oh0) * I(t.wc) - ow0;  // + ow: the window's j
+          for (I ow = ow_a; ow <= ow_b; ++ow) {
+            if constexpr (is_max) {
+              if (win_at[row + ow] == at) acc += win_d[row + ow];
+            } else {
+              acc += win_d[row + ow];
+            }
+          }
+        }
+        dx[(p0 + p) * hw + at] = acc;
+      }
+    }
+}
+
+// pool_grad_tiled's sums, a thread per dx element reading the windows from
+// global memory (each window's maximum found anew for each element it
+// holds): for tiles whose windows overflow shared memory.
 template <bool is_max, typename T>
-__global__ void pool_grad(const T* __restrict__ x, const T* __restrict__ dout, T* __restrict__ dx,
-                          Pool2dGeometry g, bool exclusive, std::int64_t n) {
+__global__ void pool_grad_gather(const T* __restrict__ x, const T* __restrict__ dout, T* __restrict__ dx,
+                                 Pool2dGeometry g, bool exclusive, std::int64_t n) {
   KILN_GRID_STRIDE(i, n) {
     const std::int64_t plane = i / (g.h * g.w), at = i % (g.h * g.w);
     const std::int64_t ih = at / g.w, iw = at % g.w;
@@ -110,6 +297,56 @@ __global__ void adaptive_avg_pool_grad(const T* __restrict__ dout, T* __restrict
   }
 }
 
+static_assert(kThreads % 64 == 0 && kTileSlots % kThreads == 0,
+              "a gradient thread's tile slots share one column (a tile is at most 64 wide)");
+
+// The smallest e with 2^e >= v (v >= 1).
+int ceil_log2(std::int64_t v) {
+  int e = 0;
+  while ((std::int64_t{1} << e) < v) ++e;
+  return e;
+}
+
+// pool_grad_tiled's tile for g: as wide as a plane up to 64 columns, as
+// tall as it up to kTileSlots in all, as many planes as fill the rest;
+// false when its shared memory (bytes, with index_bytes-wide indices)
+// would pass the 48 KiB a launch gets without opting in.
+bool grad_tile(const Pool2dGeometry& g, bool max, std::size_t value_bytes, std::size_t index_bytes,
+               GradTile& t, std::size_t& bytes) {
+  t.lg_tw = ceil_log2(std::min<std::int64_t>(g.w, 64));
+  t.lg_th = ceil_log2(std::min<std::int64_t>(g.h, kTileSlots >> t.lg_tw));
+  t.lg_p = ceil_log2(kTileSlots) - t.lg_tw - t.lg_th;
+  const std::int64_t th = std::int64_t{1} << t.lg_th, tw = std::int64_t{1} << t.lg_tw;
+  // A tile's rows [ih0, ih0 + th) meet the windows from covering's first of
+  // ih0 to its last of ih0 + th − 1: at most (th + kh − 2) / sh + 1 rows.
+  const std::int64_t wr = std::min(g.ho, (th + g.kh - 2) / g.sh + 1);
+  const std::int64_t wc = std::min(g.wo, (tw + g.kw - 2) / g.sw + 1);
+  const std::int64_t nwin = ((wr * wc << t.lg_p) + 1) / 2 * 2;
+  bytes = static_cast<std::size_t>(nwin) * (value_bytes + (max ? index_bytes : 0)) +
+          static_cast<std::size_t>(2 * (th + tw)) * index_bytes;
+  if (nwin > (std::int64_t{48} << 10) || bytes > (std::size_t{48} << 10)) return false;
+  t.wr = static_cast<int>(wr), t.wc = static_cast<int>(wc), t.nwin = static_cast<int>(nwin);
+  t.tiles_w = (g.w + tw - 1) / tw;
+  t.tiles = (g.h + th - 1) / th * t.tiles_w;
+  t.groups = ((g.n * g.c) + (std::int64_t{1} << t.lg_p) - 1) >> t.lg_p;
+  return true;
+}
+
+template <int K, typename I, typename T>
+void forward(bool max, const T* x, T* out, const Pool2dGeometry& g, bool exclusive, std::int64_t n,
+             cudaStream_t s) {
+  if (max) pool_forward<K, true, I><<<blocks_for(n), kThreads, 0, s>>>(x, out, plane_of<I>(g), g, exclusive, I(n));
+  else pool_forward<K, false, I><<<blocks_for(n), kThreads, 0, s>>>(x, out, plane_of<I>(g), g, exclusive, I(n));
+}
+
+template <int K, bool is_max, typename I, typename T>
+void grad_tiled(const T* x, const T* dout, T* dx, const Pool2dGeometry& g, bool exclusive, const GradTile& t,
+                std::size_t bytes, cudaStream_t s) {
+  const dim3 grid(blocks_over(t.tiles), static_cast<unsigned>(std::min<std::int64_t>(t.groups, 65535)));
+  pool_grad_tiled<K, is_max, I><<<grid, kThreads, bytes, s>>>(x, dout, dx, plane_of<I>(g), g, exclusive, t,
+                                                               g.n * g.c);
+}
+
 }  // namespace
 
 template <typename T>
@@ -129,8 +366,12 @@ void launch_pool(bool max, const T* x, T* out, const Pool2dGeometry& g, bool exc
                  cudaStream_t s) {
   const std::int64_t n = g.n * g.c * g.ho * g.wo;
   if (n == 0) return;
-  if (max) max_pool<<<blocks_for(n), kThreads, 0, s>>>(x, out, g, n);
-  else avg_pool<<<blocks_for(n), kThreads, 0, s>>>(x, out, g, exclusive, n);
+  if (!fits_int32(g, n)) return forward<0, std::int64_t>(max, x, out, g, exclusive, n, s);
+  switch (unrolled_side(g)) {
+    case 3: return forward<3, std::int32_t>(max, x, out, g, exclusive, n, s);
+    case 2: return forward<2, std::int32_t>(max, x, out, g, exclusive, n, s);
+    default: return forward<0, std::int32_t>(max, x, out, g, exclusive, n, s);
+  }
 }
 
 template <typename T>
@@ -138,8 +379,24 @@ void launch_pool_grad(bool max, const T* x, const T* dout, T* dx, const Pool2dGe
                       bool exclusive, cudaStream_t s) {
   const std::int64_t n = g.n * g.c * g.h * g.w;
   if (n == 0) return;
-  if (max) pool_grad<true><<<blocks_for(n), kThreads, 0, s>>>(x, dout, dx, g, exclusive, n);
-  else pool_grad<false><<<blocks_for(n), kThreads, 0, s>>>(x, dout, dx, g, exclusive, n);
+  const bool narrow = fits_int32(g, 0);  // the tiles' loops are 64-bit
+  GradTile t;
+  std::size_t bytes = 0;
+  if (!grad_tile(g, max, sizeof(T), narrow ? 4 : 8, t, bytes)) {
+    if (max) pool_grad_gather<true><<<blocks_for(n), kThreads, 0, s>>>(x, dout, dx, g, exclusive, n);
+    else pool_grad_gather<false><<<blocks_for(n), kThreads, 0, s>>>(x, dout, dx, g, exclusive, n);
+    return;
+  }
+  if (!narrow) {
+    if (max) return grad_tiled<0, true, std::int64_t>(x, dout, dx, g, exclusive, t, bytes, s);
+    return grad_tiled<0, false, std::int64_t>(x, dout, dx, g, exclusive, t, bytes, s);
+  }
+  if (!max) return grad_tiled<0, false, std::int32_t>(x, dout, dx, g, exclusive, t, bytes, s);
+  switch (unrolled_side(g)) {
+    case 3: return grad_tiled<3, true, std::int32_t>(x, dout, dx, g, exclusive, t, bytes, s);
+    case 2: return grad_tiled<2, true, std::int32_t>(x, dout, dx, g, exclusive, t, bytes, s);
+    default: return grad_tiled<0, true, std::int32_t>(x, dout, dx, g, exclusive, t, bytes, s);
+  }
 }
 
 #define KILN_POOL(T)                                                                        \
