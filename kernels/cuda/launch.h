@@ -301,9 +301,9 @@ enum class BatchNormAct { None, Relu, Relu6 };
 // every sum are T.
 //
 // Training: the batch's mean (smean), inverse std (sinv) and the running
-// statistics updated in place (scratch: c elements); is_test: smean and
-// sinv from the running statistics. Then y = act(x · k + off) per channel,
-// k = sinv · scale, off = bias - smean · k.
+// statistics updated in place; is_test: smean and sinv from the running
+// statistics. Then y = act(x · k + off) per channel, k = sinv · scale,
+// off = bias - smean · k. scratch: batch_norm_scratch(n, c, s) elements.
 template <typename T>
 void launch_batch_norm(DataType xd, const void* x, const T* scale, const T* bias, T* run_mean, T* run_var,
                        T* smean, T* sinv, void* y, T* scratch, std::int64_t n, std::int64_t c, std::int64_t s,
@@ -311,11 +311,15 @@ void launch_batch_norm(DataType xd, const void* x, const T* scale, const T* bias
 // dx, dscale, dbias of g, what the activation's gradient passes of dy at
 // the pre-activation x · k + off (recomputed from scale, bias and the saved
 // statistics, as the forward computes it; act None: g = dy, bias unread).
+// scratch: batch_norm_scratch(n, c, s) elements.
 template <typename T>
 void launch_batch_norm_grad(DataType xd, const void* x, const T* scale, const T* bias, const T* mean,
-                            const T* invstd, const void* dy, void* dx, T* dscale, T* dbias,
+                            const T* invstd, const void* dy, void* dx, T* dscale, T* dbias, T* scratch,
                             std::int64_t n, std::int64_t c, std::int64_t s, bool is_test,
                             BatchNormAct act, cudaStream_t st);
+// The elements (of T) of scratch both batch norms take: per-channel
+// constants and each channel's partials, 2 per 4096 of its n · s elements.
+std::int64_t batch_norm_scratch(std::int64_t n, std::int64_t c, std::int64_t s);
 
 // ---- indices: gather, embedding, their gradients (train.cu) ----
 

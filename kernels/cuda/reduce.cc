@@ -658,6 +658,13 @@ Tensor stored_input(const KernelContext& ctx, std::uint32_t i) {
   return t;
 }
 
+// The scratch the batch norm kernels take over x as g (none for no channels).
+template <typename T>
+BufferRef batch_norm_scratch_of(const KernelContext& ctx, const Nchw& g) {
+  const std::int64_t n = batch_norm_scratch(g.n, g.c, g.s);
+  return n ? scratch_buffer(ctx, static_cast<std::size_t>(n) * sizeof(T)) : BufferRef();
+}
+
 // batch_norm (act None) or fused_batch_norm over NCHW x (stored as XD; the
 // [C] operands, statistics and sums T).
 template <typename T, DataType XD>
@@ -680,8 +687,7 @@ void batch_norm_forward(KernelContext& ctx, const BatchNormAttrs& a, BatchNormAc
     throw_error(ErrorKind::InvalidArgument, "op '", op,
                 "' cannot compute batch statistics of an empty batch (x [", x.dims().to_string(),
                 "])");
-  BufferRef scratch;
-  if (!a.is_test) scratch = scratch_buffer(ctx, static_cast<std::size_t>(g.c) * sizeof(T));
+  const BufferRef scratch = batch_norm_scratch_of<T>(ctx, g);
   launch_batch_norm<T>(XD, x.raw_data(), scale.data<T>(), bias.data<T>(), run_mean, run_var, smean, sinv,
                        y.raw_data(), scratch ? static_cast<T*>(scratch->data()) : nullptr, g.n, g.c, g.s,
                        static_cast<T>(a.epsilon), static_cast<T>(a.momentum), a.is_test, act, stream_of(ctx));
@@ -711,8 +717,10 @@ void batch_norm_backward(KernelContext& ctx, bool is_test, const std::string& fo
   void* dx = ctx.alloc_output(0, x.dims(), XD).raw_data();
   T* dscale = ctx.alloc_output(1, scale.dims(), data_type_of<T>).template data<T>();
   T* dbias = ctx.alloc_output(2, scale.dims(), data_type_of<T>).template data<T>();
+  const BufferRef scratch = batch_norm_scratch_of<T>(ctx, g);
   launch_batch_norm_grad<T>(XD, x.raw_data(), scale.data<T>(), bias, mean.data<T>(), invstd.data<T>(),
-                            dy.raw_data(), dx, dscale, dbias, g.n, g.c, g.s, is_test, act, stream_of(ctx));
+                            dy.raw_data(), dx, dscale, dbias, scratch ? static_cast<T*>(scratch->data()) : nullptr,
+                            g.n, g.c, g.s, is_test, act, stream_of(ctx));
   check_launch(ctx);
 }
 

@@ -3,12 +3,13 @@
 // layer_norm / rms_norm and batch_norm (with fused_batch_norm's relu / relu6
 // on y; x, y, dy and dx also bf16 / f16 beside f32 parameters, widened
 // where read and rounded once where written), each with its gradient. A row
-// (an output element of a reduction, a channel, a softmax or norm row) gets `Lanes` threads — one, a warp, or the
+// (an output element of a reduction, a softmax or norm row) gets `Lanes` threads — one, a warp, or the
 // whole block when the row is long — that each accumulate a strided part and
 // combine through warp shuffles (and shared memory across the block's
 // warps); softmax along an inner axis gives each column one thread, so
 // neighbouring threads read neighbouring addresses. Launched by reduce.cc
-// (launch.h).
+// (launch.h). batch_norm reduces each channel in chunks, a block each, and
+// then the chunks' partials (its section below).
 //
 // They compute what the CPU kernels compute (f32 sums of a reduction in
 // f64, as there), in another summation order: equal to the CPU's up to
@@ -17,6 +18,7 @@
 // fast_exp, within 2 ulp of exp).
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <type_traits>
 
@@ -522,6 +524,128 @@ void launch_norm_grad_columns(const T* x, const T* dy, const T* mean, const T* r
   norm_grad_finish<T, Rms><<<blocks_for(n), kThreads, 0, s>>>(pw, pb, dw, db, chunks, n);
 }
 
+// f32 rows of at most 32 · C columns: the row pass and the parameter
+// gradients' partials in one read of x and dy. A warp per row, lane l
+// holding columns l, l + 32, ... in registers; block b takes the rows of
+// chunk b (warp k every kNormWarps-th row from the chunk's k-th), each lane
+// adding dy · x̂ and dy for its columns; the warps then add their sums in
+// warp order through shared memory into chunk b's partials (pw, pb:
+// [chunks, n]). Deterministic.
+constexpr int kNormWarps = kThreads / 32;
+
+template <bool Rms, int C>
+__global__ void __launch_bounds__(kThreads)
+    norm_grad_fused(const float* x, const float* dy, const float* w, const float* mean, const float* rstd,
+                    float* dx, float* pw, float* pb, std::int64_t m, int n, std::int64_t rows_per_chunk,
+                    float inv_n) {
+  const int warp = threadIdx.x / 32, ln = threadIdx.x % 32;
+  float wv[C], aw[C], ab[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    wv[c] = ln + 32 * c < n ? w[ln + 32 * c] : 0.f;
+    aw[c] = ab[c] = 0.f;
+  }
+  const std::int64_t r0 = std::int64_t(blockIdx.x) * rows_per_chunk;
+  const std::int64_t r1 = r0 + rows_per_chunk < m ? r0 + rows_per_chunk : m;
+  for (std::int64_t r = r0 + warp; r < r1; r += kNormWarps) {
+    const float *xr = x + r * n, *dyr = dy + r * n;
+    const float mu = Rms ? 0.f : mean[r], rs = rstd[r];
+    float xc[C], g[C], sg = 0.f, sgx = 0.f;  // x - mean, dy; the row's sums
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const bool in = ln + 32 * c < n;
+      g[c] = in ? dyr[ln + 32 * c] : 0.f;
+      xc[c] = in ? xr[ln + 32 * c] - mu : 0.f;
+      sg += g[c] * wv[c];
+      sgx += g[c] * wv[c] * xc[c];
+    }
+    sg = lanes_combine<32, Plus<float>>(sg);
+    sgx = lanes_combine<32, Plus<float>>(sgx);
+    const float a = Rms ? 0.f : sg * inv_n, k = sgx * rs * inv_n;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      if (ln + 32 * c < n) dx[r * n + ln + 32 * c] = rs * (g[c] * wv[c] - a - xc[c] * rs * k);
+      aw[c] += g[c] * (xc[c] * rs);
+      ab[c] += g[c];
+    }
+  }
+  __shared__ float sw[32 * C], sb[32 * C];
+  for (int k = 0; k < kNormWarps; ++k) {
+    if (warp == k) {
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const int i = ln + 32 * c;
+        sw[i] = k == 0 ? aw[c] : sw[i] + aw[c];
+        sb[i] = k == 0 ? ab[c] : sb[i] + ab[c];
+      }
+    }
+    __syncthreads();
+  }
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    pw[std::int64_t(blockIdx.x) * n + j] = sw[j];
+    if constexpr (!Rms) pb[std::int64_t(blockIdx.x) * n + j] = sb[j];
+  }
+}
+
+// dw and db from the chunks' partials: a block per 32 columns, each of its
+// 8 row strides adding every 8th chunk, then the strides added in order.
+template <bool Rms>
+__global__ void norm_grad_finish_columns(const float* pw, const float* pb, float* dw, float* db,
+                                         std::int64_t chunks, std::int64_t n) {
+  __shared__ float sw[kNormRowStrides][kNormColumns + 1], sb[kNormRowStrides][kNormColumns + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const std::int64_t j = std::int64_t(blockIdx.x) * kNormColumns + tx;
+  float aw = 0.f, ab = 0.f;
+  if (j < n)
+    for (std::int64_t c = ty; c < chunks; c += kNormRowStrides) {
+      aw += pw[c * n + j];
+      if constexpr (!Rms) ab += pb[c * n + j];
+    }
+  sw[ty][tx] = aw;
+  sb[ty][tx] = ab;
+  __syncthreads();
+  if (ty != 0 || j >= n) return;
+  float tw = 0.f, tb = 0.f;
+  for (int k = 0; k < kNormRowStrides; ++k) {
+    tw += sw[k][tx];
+    tb += sb[k][tx];
+  }
+  dw[j] = tw;
+  if constexpr (!Rms) db[j] = tb;
+}
+
+// The fused backward for rows of C · 32 columns or fewer (m > 0): one block
+// per chunk of norm_grad_chunks(m), the partials in scratch as before.
+template <bool Rms, int C>
+void launch_norm_grad_fused(const float* x, const float* dy, const float* w, const float* mean, const float* rstd,
+                            float* dx, float* dw, float* db, float* scratch, std::int64_t m, std::int64_t n,
+                            float inv_n, cudaStream_t s) {
+  const std::int64_t chunks = norm_grad_chunks(m);
+  float *pw = scratch, *pb = scratch + chunks * n;
+  norm_grad_fused<Rms, C><<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(
+      x, dy, w, mean, rstd, dx, pw, pb, m, static_cast<int>(n), (m + chunks - 1) / chunks, inv_n);
+  const unsigned column_blocks = static_cast<unsigned>((n + kNormColumns - 1) / kNormColumns);
+  norm_grad_finish_columns<Rms>
+      <<<column_blocks, dim3(kNormColumns, kNormRowStrides), 0, s>>>(pw, pb, dw, db, chunks, n);
+}
+
+// Whether f32 rows of n columns took the fused backward (n <= 1024).
+template <bool Rms>
+bool norm_grad_fused_f32(const float* x, const float* dy, const float* w, const float* mean, const float* rstd,
+                         float* dx, float* dw, float* db, float* scratch, std::int64_t m, std::int64_t n,
+                         float inv_n, cudaStream_t s) {
+  if (m <= 0 || n > 1024) return false;
+  if (n <= 256)
+    launch_norm_grad_fused<Rms, 8>(x, dy, w, mean, rstd, dx, dw, db, scratch, m, n, inv_n, s);
+  else if (n <= 512)
+    launch_norm_grad_fused<Rms, 16>(x, dy, w, mean, rstd, dx, dw, db, scratch, m, n, inv_n, s);
+  else if (n <= 768)
+    launch_norm_grad_fused<Rms, 24>(x, dy, w, mean, rstd, dx, dw, db, scratch, m, n, inv_n, s);
+  else
+    launch_norm_grad_fused<Rms, 32>(x, dy, w, mean, rstd, dx, dw, db, scratch, m, n, inv_n, s);
+  return true;
+}
+
 // Sums over the rows of a row-major [rows, cols] (a bias gradient): the
 // same two steps, partials in Acc (f64 for f32, as reduce_rows sums, and
 // for bf16 / f16, read widened); `divisor` >= 0 divides as Store does
@@ -559,23 +683,98 @@ __global__ void column_finish(const Acc* part, T* out, std::int64_t chunks, std:
 }
 
 // ---- batch_norm: x as [N, C, S], per-channel sums over N and S ----
+//
+// A channel's N·S elements are cut into chunks of kBnChunk: block (q, c) of
+// batch_norm_partials (batch_norm_grad_partials) reduces chunk q of channel
+// c to a partial in scratch, each thread its elements in turn and then the
+// block's threads in a fixed tree; batch_norm_finish (batch_norm_grad_finish)
+// combines a channel's partials, again in a fixed order. No atomics: the
+// same bits on every run, and the same for x in bf16 / f16 as in f32 (the
+// order depends on S only). y and dx are then written group by group, the
+// channel's constants read from scratch. x, y, dy, dx are stored as X (T,
+// or bf16 / f16 with T f32): read through widened, written through
+// narrowed<X>.
 
-// x, y, dy, dx are stored as X (T, or bf16 / f16 with T f32): read
-// through widened, written through narrowed<X>.
-template <typename T, typename X>
-struct LoadWide {  // x, as T
-  const X* x;
-  __device__ T operator()(std::int64_t off, std::int64_t) const { return widened(x[off]); }
-};
-template <typename T, typename X>
-struct LoadSqDev {  // (x - mean[c])²
-  const X* x;
-  const T* mean;
-  __device__ T operator()(std::int64_t off, std::int64_t c) const {
-    const T d = widened(x[off]) - mean[c];
-    return d * d;
+constexpr std::int64_t kBnChunk = 4096;                             // elements of a channel per block
+constexpr int kBnPerThread = static_cast<int>(kBnChunk / kThreads);  // 16
+constexpr std::int64_t kBnConstants = 5;  // per-channel constants in scratch, ahead of the partials
+
+std::int64_t bn_chunks(std::int64_t count) { return (count + kBnChunk - 1) / kBnChunk; }
+
+// n / d for 0 <= n < 2^63 and a d >= 1 fixed at launch, by a multiply-high
+// and a shift (Granlund and Montgomery's round-up multiplier
+// m = ⌊2^64 (2^shift - d) / d⌋ + 1, shift = ⌈log2 d⌉): no 64-bit division
+// per element.
+struct FastDiv {
+  std::uint64_t m = 1;
+  int shift = 0;
+  __device__ std::int64_t operator()(std::int64_t n) const {
+    const auto u = static_cast<std::uint64_t>(n);
+    return static_cast<std::int64_t>((__umul64hi(u, m) + u) >> shift);
   }
 };
+FastDiv fast_div(std::int64_t d) {
+  __extension__ typedef unsigned __int128 U;
+  const auto ud = static_cast<std::uint64_t>(d);
+  FastDiv f;
+  while ((std::uint64_t{1} << f.shift) < ud) ++f.shift;
+  f.m = static_cast<std::uint64_t>(((U{1} << 64) * ((U{1} << f.shift) - ud)) / ud + 1);
+  return f;
+}
+
+// A channel's elements as the reductions walk them: element e (< N·S) of
+// channel ch at (e / S)·C·S + ch·S + e % S.
+struct BnShape {
+  std::int64_t c, s, cs, count, chunks;  // cs = C·S, count = N·S
+  FastDiv per_s;
+  __device__ std::int64_t offset(std::int64_t ch, std::int64_t e) const {
+    const std::int64_t n = per_s(e);
+    return n * cs + ch * s + (e - n * s);
+  }
+};
+BnShape bn_shape(std::int64_t n, std::int64_t c, std::int64_t s) {
+  return {c, s, c * s, n * s, bn_chunks(n * s), fast_div(s > 0 ? s : 1)};
+}
+// Blocks (chunk, channel) of the partials kernels (each loops over what
+// passes the grid's limits).
+dim3 bn_grid(const BnShape& g) {
+  return dim3(blocks_over(g.chunks), static_cast<unsigned>(g.c < 65535 ? g.c : 65535));
+}
+
+// Group i (V elements of one plane n·C + c, S a multiple of V)'s channel c.
+struct BnPlanes {
+  FastDiv per_plane, per_image;  // by S / V, by C
+  std::int64_t c;
+  __device__ std::int64_t channel(std::int64_t i) const {
+    const std::int64_t p = per_plane(i);
+    return p - per_image(p) * c;
+  }
+};
+BnPlanes bn_planes(std::int64_t c, std::int64_t s, int v) { return {fast_div(s / v), fast_div(c), c}; }
+
+// V elements read or written at once (packed: p aligned to the group).
+template <typename X, int V>
+struct alignas(sizeof(X) * V) BnPack {
+  X v[V];
+};
+template <int V, typename T, typename X>
+__device__ void bn_load(const X* p, bool packed, T (&out)[V]) {
+  if (packed) {
+    const BnPack<X, V> w = *reinterpret_cast<const BnPack<X, V>*>(p);
+#pragma unroll
+    for (int e = 0; e < V; ++e) out[e] = widened(w.v[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) out[e] = widened(p[e]);
+  }
+}
+template <int V, typename T, typename X>
+__device__ void bn_store(X* p, const T (&in)[V]) {  // p aligned to the group
+  BnPack<X, V> w;
+#pragma unroll
+  for (int e = 0; e < V; ++e) w.v[e] = narrowed<X>(in[e]);
+  *reinterpret_cast<BnPack<X, V>*>(p) = w;
+}
 
 // Products and sums each rounded on its own, never contracted into an fma:
 // the pre-activation is the same bits in the forward kernel that writes
@@ -588,19 +787,19 @@ __device__ inline float sub_rn(float a, float b) { return __fsub_rn(a, b); }
 __device__ inline double sub_rn(double a, double b) { return __dsub_rn(a, b); }
 
 // Channel c's pre-activation z = x · k + off, k = invstd · scale,
-// off = bias - mean · k (the CPU kernels' affine_of; bias unread by
-// BatchNormAct::None's gradient, which reads no z).
+// off = bias - mean · k (the CPU kernels' affine_of).
 template <typename T>
-struct BatchNormAffine {
-  const T* scale;
-  const T* bias;
-  const T* mean;
-  const T* invstd;
-  __device__ T operator()(T x, std::int64_t c) const {
-    const T k = mul_rn(invstd[c], scale[c]);
-    return add_rn(mul_rn(x, k), sub_rn(bias[c], mul_rn(mean[c], k)));
-  }
-};
+__device__ T bn_factor(T scale, T invstd) {
+  return mul_rn(invstd, scale);
+}
+template <typename T>
+__device__ T bn_offset(T bias, T mean, T k) {
+  return sub_rn(bias, mul_rn(mean, k));
+}
+template <typename T>
+__device__ T bn_pre(T x, T k, T off) {
+  return add_rn(mul_rn(x, k), off);
+}
 
 // act(z), and what of d the activation's gradient passes at z, as the CPU
 // kernels compute them: kiln.relu's (z > 0; its gradient reads relu(z) > 0)
@@ -630,91 +829,254 @@ __device__ T bn_passed(T z, T d) {
   }
 }
 
-template <typename T, typename X, BatchNormAct A>
-struct LoadPassed {  // g = what the activation passes of dy (None: dy, x unread)
-  const X* x;
-  const X* dy;
-  BatchNormAffine<T> z;
-  __device__ T operator()(std::int64_t off, std::int64_t c) const {
-    if constexpr (A == BatchNormAct::None)
-      return widened(dy[off]);
-    else
-      return bn_passed<A>(z(widened(x[off]), c), T(widened(dy[off])));
-  }
-};
-template <typename T, typename X, BatchNormAct A>
-struct LoadPassedDev {  // g · (x - mean[c])
-  LoadPassed<T, X, A> g;
-  __device__ T operator()(std::int64_t off, std::int64_t c) const {
-    return g(off, c) * (widened(g.x[off]) - g.z.mean[c]);
-  }
-};
+// ---- batch_norm's forward kernels ----
+
+// The forward's per-channel operands and results; k and off are y's factor
+// and offset (scratch).
 template <typename T>
-struct StoreTimes {  // out[c] = v · k[c] (k null: v · k0)
-  T* out;
-  const T* k;
-  T k0;
-  __device__ void operator()(std::int64_t c, T v) const { out[c] = v * (k ? k[c] : k0); }
+struct BnStats {
+  const T *scale, *bias;
+  T *run_mean, *run_var, *smean, *sinv, *k, *off;
+  T eps, mom;
 };
 
-ReduceWalk channel_walk(std::int64_t n, std::int64_t c, std::int64_t s) {
-  ReduceWalk w;
-  w.kept_rank = 1;
-  w.kept_dims[0] = c;
-  w.kept_strides[0] = s;
-  w.red_rank = 2;
-  w.red_dims[0] = n;
-  w.red_strides[0] = c * s;
-  w.red_dims[1] = s;
-  w.red_strides[1] = 1;
-  w.outputs = c;
-  w.count = n * s;
-  return w;
+// Chunk q of channel c: its mean and Σ (x - mean)², both from the values
+// the block holds in registers (one read of x, V elements of a plane at a
+// time), into part[2 (c · chunks + q)] and the next.
+template <typename T, typename X, int V>
+__global__ void batch_norm_partials(const X* x, T* part, BnShape g, bool packed) {
+  constexpr int kGroups = kBnPerThread / V;
+  for (std::int64_t c = blockIdx.y; c < g.c; c += gridDim.y)
+    for (std::int64_t q = blockIdx.x; q < g.chunks; q += gridDim.x) {
+      const std::int64_t e0 = q * kBnChunk, len = g.count - e0 < kBnChunk ? g.count - e0 : kBnChunk;
+      T v[kGroups][V];
+#pragma unroll
+      for (int i = 0; i < kGroups; ++i) {
+        const std::int64_t e = (std::int64_t(i) * kThreads + threadIdx.x) * V;
+        if (e < len) bn_load<V>(x + g.offset(c, e0 + e), packed, v[i]);
+      }
+      T sum = T(0);
+#pragma unroll
+      for (int i = 0; i < kGroups; ++i)
+        if ((std::int64_t(i) * kThreads + threadIdx.x) * V < len)
+          for (int e = 0; e < V; ++e) sum += v[i][e];
+      const T mean = lanes_combine<kThreads, Plus<T>>(sum) / static_cast<T>(len);
+      T sq = T(0);
+#pragma unroll
+      for (int i = 0; i < kGroups; ++i)
+        if ((std::int64_t(i) * kThreads + threadIdx.x) * V < len)
+          for (int e = 0; e < V; ++e) sq += (v[i][e] - mean) * (v[i][e] - mean);
+      sq = lanes_combine<kThreads, Plus<T>>(sq);
+      if (threadIdx.x == 0) {
+        part[2 * (c * g.chunks + q)] = mean;
+        part[2 * (c * g.chunks + q) + 1] = sq;
+      }
+    }
 }
 
-// The channels' inverse std and running statistics from the batch's mean
-// and Σ (x - mean)² (training), or from the running statistics (is_test).
+// n elements' mean and Σ (x - mean)², and two such merged (Chan, Golub and
+// LeVeque's pairwise update; an empty side leaves the other as it is).
 template <typename T>
-__global__ void batch_norm_stats(const T* sq, T* smean, T* sinv, T* run_mean, T* run_var,
-                                 std::int64_t c, T inv_count, T unbias, T eps, T mom,
-                                 bool is_test) {
+struct BnMoments {
+  std::int64_t n;
+  T mean, m2;
+};
+template <typename T>
+__device__ BnMoments<T> merged(const BnMoments<T>& a, const BnMoments<T>& b) {
+  if (b.n == 0) return a;
+  if (a.n == 0) return b;
+  const std::int64_t n = a.n + b.n;
+  const T d = b.mean - a.mean, wb = static_cast<T>(b.n) / static_cast<T>(n);
+  return {n, a.mean + d * wb, a.m2 + b.m2 + d * d * static_cast<T>(a.n) * wb};
+}
+
+// y's factor and offset of channel c from its mean and inverse std.
+template <typename T>
+__device__ void bn_affine(const BnStats<T>& st, std::int64_t c, T mean, T inv) {
+  const T k = bn_factor(st.scale[c], inv);
+  st.k[c] = k;
+  st.off[c] = bn_offset(st.bias[c], mean, k);
+}
+
+// Channel c's statistics from its chunks' partials: thread t merges chunks
+// t, t + kThreads, ... in turn, then the threads merge pairwise in shared
+// memory (a fixed tree); thread 0 writes the batch's mean and inverse std,
+// the running statistics and y's factor and offset.
+template <typename T>
+__global__ void batch_norm_finish(const T* part, BnShape g, BnStats<T> st, T inv_count, T unbias) {
+  __shared__ std::int64_t sn[kThreads];
+  __shared__ T smu[kThreads], sm2[kThreads];
+  const int t = static_cast<int>(threadIdx.x);
+  for (std::int64_t c = blockIdx.x; c < g.c; c += gridDim.x) {
+    BnMoments<T> a{0, T(0), T(0)};
+    for (std::int64_t q = t; q < g.chunks; q += kThreads) {
+      const std::int64_t n = g.count - q * kBnChunk < kBnChunk ? g.count - q * kBnChunk : kBnChunk;
+      a = merged(a, {n, part[2 * (c * g.chunks + q)], part[2 * (c * g.chunks + q) + 1]});
+    }
+    sn[t] = a.n;
+    smu[t] = a.mean;
+    sm2[t] = a.m2;
+    __syncthreads();
+    for (int h = kThreads / 2; h > 0; h /= 2) {
+      if (t < h) {
+        const BnMoments<T> m = merged<T>({sn[t], smu[t], sm2[t]}, {sn[t + h], smu[t + h], sm2[t + h]});
+        sn[t] = m.n;
+        smu[t] = m.mean;
+        sm2[t] = m.m2;
+      }
+      __syncthreads();
+    }
+    if (t == 0) {
+      const T mean = smu[0], v = sm2[0] * inv_count, mom = st.mom;
+      const T inv = T(1) / std::sqrt(v + st.eps);
+      st.smean[c] = mean;
+      st.sinv[c] = inv;
+      st.run_mean[c] = mom * st.run_mean[c] + (T(1) - mom) * mean;
+      st.run_var[c] = mom * st.run_var[c] + (T(1) - mom) * v * unbias;
+      bn_affine(st, c, mean, inv);
+    }
+    __syncthreads();  // sn, smu, sm2 are reused by the next channel
+  }
+}
+
+// is_test: the statistics are the running ones.
+template <typename T>
+__global__ void batch_norm_test_stats(BnStats<T> st, std::int64_t c) {
   KILN_GRID_STRIDE(k, c) {
-    if (is_test) {
-      smean[k] = run_mean[k];
-      sinv[k] = T(1) / std::sqrt(run_var[k] + eps);
-    } else {
-      const T v = sq[k] * inv_count;
-      sinv[k] = T(1) / std::sqrt(v + eps);
-      run_mean[k] = mom * run_mean[k] + (T(1) - mom) * smean[k];
-      run_var[k] = mom * run_var[k] + (T(1) - mom) * v * unbias;
+    const T inv = T(1) / std::sqrt(st.run_var[k] + st.eps);
+    st.smean[k] = st.run_mean[k];
+    st.sinv[k] = inv;
+    bn_affine(st, k, st.run_mean[k], inv);
+  }
+}
+
+// y = act(x · k + off) over `groups` groups of V elements, x and y aligned
+// to a group.
+template <typename T, typename X, BatchNormAct A, int V>
+__global__ void batch_norm_apply(const X* x, const T* kk, const T* koff, X* y, std::int64_t groups,
+                                 BnPlanes p) {
+  KILN_GRID_STRIDE(i, groups) {
+    const std::int64_t c = p.channel(i);
+    const T k = kk[c], off = koff[c];
+    T v[V];
+    bn_load<V>(x + i * V, true, v);
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = bn_activate<A>(bn_pre(v[e], k, off));
+    bn_store<V>(y + i * V, v);
+  }
+}
+
+// ---- batch_norm's gradient kernels ----
+
+// The gradient's per-channel operands (bias null for BatchNormAct::None),
+// and the constants of dx it writes to scratch: m = scale · invstd,
+// mdy = mean(g), q = mean(g · x̂) · invstd, and the pre-activation's k, off.
+template <typename T>
+struct BnGradIn {
+  const T *scale, *bias, *mean, *invstd;
+};
+template <typename T>
+struct BnDx {
+  T *m, *mdy, *q, *k, *off;
+};
+
+// Chunk q of channel c: Σ g and Σ g · (x - mean), g what the activation
+// passes of dy, into part[2 (c · chunks + q)] and the next (loads first,
+// V elements of a plane at a time, then the sums in a fixed order).
+template <typename T, typename X, BatchNormAct A, int V>
+__global__ void batch_norm_grad_partials(const X* x, const X* dy, BnGradIn<T> in, T* part, BnShape g,
+                                         bool packed) {
+  constexpr int kGroups = kBnPerThread / V;
+  for (std::int64_t c = blockIdx.y; c < g.c; c += gridDim.y)
+    for (std::int64_t q = blockIdx.x; q < g.chunks; q += gridDim.x) {
+      const std::int64_t e0 = q * kBnChunk, len = g.count - e0 < kBnChunk ? g.count - e0 : kBnChunk;
+      T xv[kGroups][V], dv[kGroups][V];
+#pragma unroll
+      for (int i = 0; i < kGroups; ++i) {
+        const std::int64_t e = (std::int64_t(i) * kThreads + threadIdx.x) * V;
+        if (e >= len) continue;
+        const std::int64_t off = g.offset(c, e0 + e);
+        bn_load<V>(x + off, packed, xv[i]);
+        bn_load<V>(dy + off, packed, dv[i]);
+      }
+      const T mu = in.mean[c];
+      T k = T(0), off = T(0);
+      if constexpr (A != BatchNormAct::None) {
+        k = bn_factor(in.scale[c], in.invstd[c]);
+        off = bn_offset(in.bias[c], mu, k);
+      }
+      T sg = T(0), sgx = T(0);
+#pragma unroll
+      for (int i = 0; i < kGroups; ++i)
+        if ((std::int64_t(i) * kThreads + threadIdx.x) * V < len)
+          for (int e = 0; e < V; ++e) {
+            const T gi = bn_passed<A>(bn_pre(xv[i][e], k, off), dv[i][e]);
+            sg += gi;
+            sgx += gi * (xv[i][e] - mu);
+          }
+      sg = lanes_combine<kThreads, Plus<T>>(sg);
+      sgx = lanes_combine<kThreads, Plus<T>>(sgx);
+      if (threadIdx.x == 0) {
+        part[2 * (c * g.chunks + q)] = sg;
+        part[2 * (c * g.chunks + q) + 1] = sgx;
+      }
+    }
+}
+
+// Channel c's dbias = Σ g and dscale = Σ g · (x - mean) · invstd from its
+// chunks' partials (thread t adds chunks t, t + kThreads, ... in turn, then
+// lanes_combine), and dx's constants.
+template <typename T>
+__global__ void batch_norm_grad_finish(const T* part, BnShape g, BnGradIn<T> in, T* dscale, T* dbias, BnDx<T> d,
+                                       T inv_count) {
+  for (std::int64_t c = blockIdx.x; c < g.c; c += gridDim.x) {
+    T sg = T(0), sgx = T(0);
+    for (std::int64_t q = threadIdx.x; q < g.chunks; q += kThreads) {
+      sg += part[2 * (c * g.chunks + q)];
+      sgx += part[2 * (c * g.chunks + q) + 1];
+    }
+    sg = lanes_combine<kThreads, Plus<T>>(sg);
+    sgx = lanes_combine<kThreads, Plus<T>>(sgx);
+    if (threadIdx.x != 0) continue;
+    const T invstd = in.invstd[c], ds = sgx * invstd;
+    dbias[c] = sg;
+    dscale[c] = ds;
+    d.m[c] = in.scale[c] * invstd;
+    d.mdy[c] = sg * inv_count;
+    d.q[c] = ds * inv_count * invstd;
+    if (in.bias) {
+      d.k[c] = bn_factor(in.scale[c], invstd);
+      d.off[c] = bn_offset(in.bias[c], in.mean[c], d.k[c]);
     }
   }
 }
 
-template <typename T, typename X, BatchNormAct A>
-__global__ void batch_norm_apply(const X* x, BatchNormAffine<T> z, X* y, std::int64_t total,
-                                 std::int64_t c, std::int64_t s) {
-  KILN_GRID_STRIDE(i, total) { y[i] = narrowed<X>(bn_activate<A>(z(widened(x[i]), (i / s) % c))); }
-}
-
-// dx = k · g (is_test) or k · (g - mean(g) - (x - mean) · q), k = scale · invstd,
-// q = mean(g · x̂) · invstd; g what the activation passes of dy.
-template <typename T, typename X, BatchNormAct A>
-__global__ void batch_norm_dx(LoadPassed<T, X, A> g, const T* dscale, const T* dbias, X* dx,
-                              std::int64_t total, std::int64_t c, std::int64_t s, T inv_count,
-                              bool is_test) {
-  KILN_GRID_STRIDE(i, total) {
-    const std::int64_t k = (i / s) % c;
-    const T invstd = g.z.invstd[k];
-    const T m = g.z.scale[k] * invstd;
-    const T gi = g(i, k);
-    if (is_test) {
-      dx[i] = narrowed<X>(m * gi);
-    } else {
-      const T mdy = dbias[k] * inv_count;
-      const T q = dscale[k] * inv_count * invstd;
-      dx[i] = narrowed<X>(m * (gi - mdy - (widened(g.x[i]) - g.z.mean[k]) * q));
+// dx = m · g (is_test) or m · (g - mdy - (x - mean) · q) over `groups`
+// groups of V elements, x, dy and dx aligned to a group; x unread when
+// is_test and act None.
+template <typename T, typename X, BatchNormAct A, int V>
+__global__ void batch_norm_dx(const X* x, const X* dy, const T* mean, BnDx<T> d, X* dx, std::int64_t groups,
+                              BnPlanes p, bool is_test) {
+  KILN_GRID_STRIDE(i, groups) {
+    const std::int64_t c = p.channel(i);
+    T xv[V] = {}, gv[V];
+    bn_load<V>(dy + i * V, true, gv);
+    if (A != BatchNormAct::None || !is_test) bn_load<V>(x + i * V, true, xv);
+    if constexpr (A != BatchNormAct::None) {
+      const T k = d.k[c], off = d.off[c];
+#pragma unroll
+      for (int e = 0; e < V; ++e) gv[e] = bn_passed<A>(bn_pre(xv[e], k, off), gv[e]);
     }
+    const T m = d.m[c];
+    if (is_test) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) gv[e] = m * gv[e];
+    } else {
+      const T mdy = d.mdy[c], q = d.q[c], mu = mean[c];
+#pragma unroll
+      for (int e = 0; e < V; ++e) gv[e] = m * (gv[e] - mdy - (xv[e] - mu) * q);
+    }
+    bn_store<V>(dx + i * V, gv);
   }
 }
 
@@ -988,6 +1350,11 @@ void launch_norm_grad(bool rms, const T* x, const T* dy, const T* w, const T* me
                       T* dx, T* dw, T* db, T* scratch, std::int64_t m, std::int64_t n, T inv_n,
                       cudaStream_t s) {
   if (n == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    const bool fused = rms ? norm_grad_fused_f32<true>(x, dy, w, mean, rstd, dx, dw, db, scratch, m, n, inv_n, s)
+                           : norm_grad_fused_f32<false>(x, dy, w, mean, rstd, dx, dw, db, scratch, m, n, inv_n, s);
+    if (fused) return;
+  }
   if (m > 0) {
     const bool wide = n >= kLongRow;
     const unsigned g = row_blocks(m, wide ? kThreads : 32);
@@ -1013,49 +1380,101 @@ void launch_norm_grad(bool rms, const T* x, const T* dy, const T* w, const T* me
 
 namespace {
 
-// launch_batch_norm with x and y stored as X.
+// Whether every pointer is aligned to `bytes`.
+bool bn_aligned(std::size_t bytes, std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs)
+    if (reinterpret_cast<std::uintptr_t>(p) % bytes != 0) return false;
+  return true;
+}
+
+// The elements of a group of batch_norm_apply / batch_norm_dx: the most of
+// one 16-byte access that divide S and to whose bytes every pointer is
+// aligned, else 1.
+template <typename X>
+int bn_width(std::int64_t s, std::initializer_list<const void*> ptrs) {
+  for (int v = static_cast<int>(16 / sizeof(X)); v > 1; v /= 2)
+    if (s % v == 0 && bn_aligned(v * sizeof(X), ptrs)) return v;
+  return 1;
+}
+// body(std::integral_constant<int, v>{}) for a v of bn_width<X>.
+template <typename X, typename Body>
+void with_bn_width(int v, Body&& body) {
+  if constexpr (sizeof(X) == 2)
+    if (v == 8) return body(std::integral_constant<int, 8>{});
+  if constexpr (sizeof(X) <= 4)
+    if (v == 4) return body(std::integral_constant<int, 4>{});
+  if (v == 2) return body(std::integral_constant<int, 2>{});
+  body(std::integral_constant<int, 1>{});
+}
+// body(std::integral_constant<int, v>{}) for the partials' group: 4
+// elements when S is a multiple of 4, else 1, whatever X (bf16 / f16 sum
+// in f32's order).
+template <typename Body>
+void with_bn_group(std::int64_t s, Body&& body) {
+  if (s % 4 == 0) return body(std::integral_constant<int, 4>{});
+  body(std::integral_constant<int, 1>{});
+}
+
+// launch_batch_norm with x and y stored as X: the statistics (training:
+// the chunks' partials, then their merge), then y.
 template <typename T, typename X>
 void batch_norm_launch(const X* x, const T* scale, const T* bias, T* run_mean, T* run_var, T* smean, T* sinv,
                        X* y, T* scratch, std::int64_t n, std::int64_t c, std::int64_t s, T eps, T momentum,
                        bool is_test, BatchNormAct act, cudaStream_t st) {
   if (c == 0) return;
-  const std::int64_t count = n * s;
-  const T inv_count = count ? T(1) / static_cast<T>(count) : T(0);
-  if (!is_test) {
-    const ReduceWalk w = channel_walk(n, c, s);
-    reduce_with<Plus<T>>(w, LoadWide<T, X>{x}, StoreTimes<T>{smean, nullptr, inv_count}, st);
-    reduce_with<Plus<T>>(w, LoadSqDev<T, X>{x, smean}, StoreTimes<T>{scratch, nullptr, T(1)}, st);
+  const BnStats<T> bs{scale, bias, run_mean, run_var, smean, sinv, scratch, scratch + c, eps, momentum};
+  if (is_test) {
+    batch_norm_test_stats<<<blocks_for(c), kThreads, 0, st>>>(bs, c);
+  } else {
+    const BnShape g = bn_shape(n, c, s);
+    T* part = scratch + kBnConstants * c;
+    const bool packed = bn_aligned(4 * sizeof(X), {x});
+    with_bn_group(s, [&](auto v) {
+      batch_norm_partials<T, X, decltype(v)::value><<<bn_grid(g), kThreads, 0, st>>>(x, part, g, packed);
+    });
+    const T inv_count = g.count ? T(1) / static_cast<T>(g.count) : T(0);
+    const T unbias = g.count > 1 ? static_cast<T>(g.count) / static_cast<T>(g.count - 1) : T(1);
+    batch_norm_finish<T><<<blocks_over(c), kThreads, 0, st>>>(part, g, bs, inv_count, unbias);
   }
-  const T unbias = count > 1 ? static_cast<T>(count) / static_cast<T>(count - 1) : T(1);
-  batch_norm_stats<<<blocks_for(c), kThreads, 0, st>>>(scratch, smean, sinv, run_mean, run_var, c,
-                                                       inv_count, unbias, eps, momentum, is_test);
   const std::int64_t total = n * c * s;
   if (total == 0) return;
-  const BatchNormAffine<T> z{scale, bias, smean, sinv};
   with_batch_norm_act(act, [&](auto a) {
-    batch_norm_apply<T, X, decltype(a)::value>
-        <<<blocks_for(total), kThreads, 0, st>>>(x, z, y, total, c, s);
+    constexpr BatchNormAct A = decltype(a)::value;
+    with_bn_width<X>(bn_width<X>(s, {x, y}), [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      batch_norm_apply<T, X, A, V>
+          <<<blocks_for(total / V), kThreads, 0, st>>>(x, bs.k, bs.off, y, total / V, bn_planes(c, s, V));
+    });
   });
 }
 
-// launch_batch_norm_grad with x, dy and dx stored as X.
+// launch_batch_norm_grad with x, dy and dx stored as X: the chunks'
+// partial sums, their totals and dx's constants, then dx.
 template <typename T, typename X>
 void batch_norm_grad_launch(const X* x, const T* scale, const T* bias, const T* mean, const T* invstd,
-                            const X* dy, X* dx, T* dscale, T* dbias, std::int64_t n, std::int64_t c,
+                            const X* dy, X* dx, T* dscale, T* dbias, T* scratch, std::int64_t n, std::int64_t c,
                             std::int64_t s, bool is_test, BatchNormAct act, cudaStream_t st) {
   if (c == 0) return;
-  const ReduceWalk w = channel_walk(n, c, s);
-  const std::int64_t count = n * s, total = n * c * s;
-  const T inv_count = count ? T(1) / static_cast<T>(count) : T(0);
-  const BatchNormAffine<T> z{scale, bias, mean, invstd};
+  const BnShape g = bn_shape(n, c, s);
+  const std::int64_t total = n * c * s;
+  const T inv_count = g.count ? T(1) / static_cast<T>(g.count) : T(0);
+  const BnGradIn<T> in{scale, bias, mean, invstd};
+  const BnDx<T> d{scratch, scratch + c, scratch + 2 * c, scratch + 3 * c, scratch + 4 * c};
+  T* part = scratch + kBnConstants * c;
+  const bool packed = bn_aligned(4 * sizeof(X), {x, dy});
   with_batch_norm_act(act, [&](auto a) {
     constexpr BatchNormAct A = decltype(a)::value;
-    const LoadPassed<T, X, A> g{x, dy, z};
-    reduce_with<Plus<T>>(w, g, StoreTimes<T>{dbias, nullptr, T(1)}, st);
-    reduce_with<Plus<T>>(w, LoadPassedDev<T, X, A>{g}, StoreTimes<T>{dscale, invstd, T(1)}, st);
-    if (total)
-      batch_norm_dx<T, X, A><<<blocks_for(total), kThreads, 0, st>>>(g, dscale, dbias, dx, total, c,
-                                                                     s, inv_count, is_test);
+    with_bn_group(s, [&](auto v) {
+      batch_norm_grad_partials<T, X, A, decltype(v)::value>
+          <<<bn_grid(g), kThreads, 0, st>>>(x, dy, in, part, g, packed);
+    });
+    batch_norm_grad_finish<T><<<blocks_over(c), kThreads, 0, st>>>(part, g, in, dscale, dbias, d, inv_count);
+    if (total == 0) return;
+    with_bn_width<X>(bn_width<X>(s, {x, dy, dx}), [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      batch_norm_dx<T, X, A, V><<<blocks_for(total / V), kThreads, 0, st>>>(x, dy, mean, d, dx, total / V,
+                                                                            bn_planes(c, s, V), is_test);
+    });
   });
 }
 
@@ -1084,14 +1503,18 @@ void launch_batch_norm(DataType xd, const void* x, const T* scale, const T* bias
 
 template <typename T>
 void launch_batch_norm_grad(DataType xd, const void* x, const T* scale, const T* bias, const T* mean,
-                            const T* invstd, const void* dy, void* dx, T* dscale, T* dbias,
+                            const T* invstd, const void* dy, void* dx, T* dscale, T* dbias, T* scratch,
                             std::int64_t n, std::int64_t c, std::int64_t s, bool is_test,
                             BatchNormAct act, cudaStream_t st) {
   with_storage<T>(xd, [&](auto v) {
     using X = decltype(v);
     batch_norm_grad_launch<T, X>(static_cast<const X*>(x), scale, bias, mean, invstd, static_cast<const X*>(dy),
-                                 static_cast<X*>(dx), dscale, dbias, n, c, s, is_test, act, st);
+                                 static_cast<X*>(dx), dscale, dbias, scratch, n, c, s, is_test, act, st);
   });
+}
+
+std::int64_t batch_norm_scratch(std::int64_t n, std::int64_t c, std::int64_t s) {
+  return c * (kBnConstants + 2 * bn_chunks(n * s));
 }
 
 // ---- explicit instantiations: the dtypes reduce.cc registers ----
@@ -1144,7 +1567,7 @@ KILN_REDUCE(std::int64_t)
                                      void*, T*, std::int64_t, std::int64_t, std::int64_t, T, T,   \
                                      bool, BatchNormAct, cudaStream_t);                           \
   template void launch_batch_norm_grad<T>(DataType, const void*, const T*, const T*, const T*,    \
-                                          const T*, const void*, void*, T*, T*, std::int64_t,     \
+                                          const T*, const void*, void*, T*, T*, T*, std::int64_t, \
                                           std::int64_t, std::int64_t, bool, BatchNormAct,         \
                                           cudaStream_t);
 KILN_FLOAT_FAMILIES(float)
