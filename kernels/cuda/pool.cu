@@ -11,8 +11,6 @@
 // where the planes allow (fits_int32), else 64-bit.
 #include <algorithm>
 #include <cstdint>
-#include <limits>
-#include <type_traits>
 
 #include "grid_stride.cuh"
 #include "launch.h"
@@ -48,12 +46,6 @@ int unrolled_side(const Pool2dGeometry& g) {
   return g.kh == g.kw && (g.kh == 2 || g.kh == 3) ? static_cast<int>(g.kh) : 0;
 }
 
-template <typename T>
-__device__ __forceinline__ T lowest() {
-  if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
-  else return std::numeric_limits<T>::lowest();
-}
-
 // f(index in the plane) for each input element of window (oh, ow), clipped
 // to the plane, in row-major order: pool_window's elements. K > 0: the
 // window is K x K, its loops unrolled.
@@ -69,31 +61,33 @@ __device__ __forceinline__ void each_in_window(const Plane<I>& g, I oh, I ow, F 
         if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) f(ih * g.w + iw);
       }
   } else {
-    const I hs = h0 > 0 ? h0 : I(0), he = h0 + g.kh < g.h ? h0 + g.kh : g.h;
-    const I ws = w0 > 0 ? w0 : I(0), we = w0 + g.kw < g.w ? w0 + g.kw : g.w;
-    for (I ih = hs; ih < he; ++ih)
-      for (I iw = ws; iw < we; ++iw) f(ih * g.w + iw);
+    const BasicPoolWindow<I> r = pool_window(g, oh, ow);
+    for (I ih = r.hs; ih < r.he; ++ih)
+      for (I iw = r.ws; iw < r.we; ++iw) f(ih * g.w + iw);
   }
 }
 
-// pool_argmax of window (oh, ow) of plane xp (its first maximum, row-major;
-// NaN wins), m its value. Folded from the lowest value: an element equal
-// to it takes over nothing, so a window of lowest values keeps its first,
-// as pool_argmax, which starts from that element.
+// pool_argmax of window (oh, ow) of plane xp, m its value: with K > 0 the
+// same fold from the window's first element over the unrolled K x K loop.
 template <int K, typename I, typename T>
 __device__ __forceinline__ I window_argmax(const T* __restrict__ xp, const Plane<I>& g, I oh, I ow, T& m) {
-  m = lowest<T>();
-  I best = -1;
-  each_in_window<K>(g, oh, ow, [&](I k) {
-    const T v = xp[k];
-    if (v > m || (v != v && m == m)) {
-      m = v;
-      best = k;
-    }
-  });
-  if (best >= 0) return best;
-  const I h0 = oh * g.sh - g.pt, w0 = ow * g.sw - g.pl;
-  return (h0 > 0 ? h0 : I(0)) * g.w + (w0 > 0 ? w0 : I(0));
+  const BasicPoolWindow<I> r = pool_window(g, oh, ow);
+  if constexpr (K == 0) {
+    const I best = pool_argmax(xp, g, r);
+    m = xp[best];
+    return best;
+  } else {
+    I best = r.hs * g.w + r.ws;
+    m = xp[best];
+    each_in_window<K>(g, oh, ow, [&](I k) {
+      const T v = xp[k];
+      if (pool_max_replaces(v, m)) {
+        m = v;
+        best = k;
+      }
+    });
+    return best;
+  }
 }
 
 // One thread per output element (i over n = N·C·Ho·Wo): its window's
@@ -116,16 +110,6 @@ __global__ void pool_forward(const T* __restrict__ x, T* __restrict__ out, Plane
       out[i] = cnt > 0 ? s / T(cnt) : T(0);
     }
   }
-}
-
-// pool_outputs_covering in I: the outputs [first, last] whose windows hold
-// input row (or column) i.
-template <typename I>
-__device__ __forceinline__ void covering(I i, I k, I s, I p0, I out, I& first, I& last) {
-  const I hi = i + p0, lo = hi - k + 1;
-  first = lo <= 0 ? I(0) : (lo + s - 1) / s;
-  last = hi / s;
-  if (last > out - 1) last = out - 1;
 }
 
 // dx elements per block tile: 4 a thread.
@@ -154,8 +138,8 @@ __device__ __forceinline__ void tile_windows(const T* __restrict__ x, const T* _
                                              T* win_d, I* win_at, I* tab) {
   const int th = 1 << t.lg_th, tw = 1 << t.lg_tw;
   for (int q = threadIdx.x; q < th + tw; q += blockDim.x) {
-    if (q < th) covering(ih0 + q, g.kh, g.sh, g.pt, g.ho, tab[2 * q], tab[2 * q + 1]);
-    else covering(iw0 + (q - th), g.kw, g.sw, g.pl, g.wo, tab[2 * q], tab[2 * q + 1]);
+    if (q < th) pool_outputs_covering(ih0 + q, g.kh, g.sh, g.pt, g.ho, tab[2 * q], tab[2 * q + 1]);
+    else pool_outputs_covering(iw0 + (q - th), g.kw, g.sw, g.pl, g.wo, tab[2 * q], tab[2 * q + 1]);
   }
   const unsigned per_plane = unsigned(t.wr) * unsigned(t.wc), nwin = per_plane << t.lg_p;
   for (unsigned j = threadIdx.x; j < nwin; j += blockDim.x) {
@@ -196,8 +180,8 @@ __global__ void pool_grad_tiled(const T* __restrict__ x, const T* __restrict__ d
       const std::int64_t p0 = grp << t.lg_p;
       const I ih0 = I(tile / t.tiles_w) << t.lg_th, iw0 = I(tile % t.tiles_w) << t.lg_tw;
       I oh0, ow0, unused;
-      covering(ih0, g.kh, g.sh, g.pt, g.ho, oh0, unused);
-      covering(iw0, g.kw, g.sw, g.pl, g.wo, ow0, unused);
+      pool_outputs_covering(ih0, g.kh, g.sh, g.pt, g.ho, oh0, unused);
+      pool_outputs_covering(iw0, g.kw, g.sw, g.pl, g.wo, ow0, unused);
       __syncthreads();  // the previous tile's reads of shared memory are done
       tile_windows<K, is_max>(x, dout, g, full, exclusive, t, planes, p0, ih0, iw0, oh0, ow0, win_d, win_at, tab);
       __syncthreads();

@@ -3,10 +3,12 @@
 // to the input, the window's first maximum and avg_pool2d's divisor; and
 // adaptive_avg_pool2d's windows. Free of
 // the IR, so the CPU and CUDA kernels expand the same functions
-// (KILN_HOST_DEVICE) and agree element for element.
+// (KILN_HOST_DEVICE) and agree element for element; the window functions
+// compute in the geometry's index type (PoolIndex).
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kiln/support/host_device.h"
 
@@ -17,14 +19,24 @@ struct Pool2dGeometry {
   std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, pt = 0, pb = 0, pl = 0, pr = 0;
 };
 
-// Window [hs, he) × [ws, we) of output (oh, ow), clipped to the input.
-struct PoolWindow {
-  std::int64_t hs, he, ws, we;
-};
+// The index type of a pool geometry G: Pool2dGeometry's int64_t, or the
+// narrower type a CUDA kernel copies the same fields to where its planes
+// allow. The functions below take G's fields and compute in it.
+template <typename G>
+using PoolIndex = std::remove_cvref_t<decltype(G::h)>;
 
-KILN_HOST_DEVICE inline PoolWindow pool_window(const Pool2dGeometry& g, std::int64_t oh,
-                                               std::int64_t ow) {
-  PoolWindow r;
+// Window [hs, he) × [ws, we) of an output, clipped to the input.
+template <typename I>
+struct BasicPoolWindow {
+  I hs, he, ws, we;
+};
+using PoolWindow = BasicPoolWindow<std::int64_t>;
+
+// Output (oh, ow)'s window.
+template <typename G>
+KILN_HOST_DEVICE inline BasicPoolWindow<PoolIndex<G>> pool_window(const G& g, PoolIndex<G> oh,
+                                                                  PoolIndex<G> ow) {
+  BasicPoolWindow<PoolIndex<G>> r;
   r.hs = oh * g.sh - g.pt;
   r.ws = ow * g.sw - g.pl;
   r.he = r.hs + g.kh < g.h ? r.hs + g.kh : g.h;
@@ -34,16 +46,23 @@ KILN_HOST_DEVICE inline PoolWindow pool_window(const Pool2dGeometry& g, std::int
   return r;
 }
 
-// Index (in the plane x) of the window's first maximum, row-major; NaN wins.
+// Whether v takes over as a window's maximum from m: greater, or the first
+// NaN (NaN wins, and the first one stays).
 template <typename T>
-KILN_HOST_DEVICE inline std::int64_t pool_argmax(const T* x, const Pool2dGeometry& g,
-                                                 const PoolWindow& r) {
-  std::int64_t best = r.hs * g.w + r.ws;
+KILN_HOST_DEVICE inline bool pool_max_replaces(const T& v, const T& m) {
+  return v > m || (v != v && m == m);
+}
+
+// Index (in the plane x) of window r's first maximum, row-major; NaN wins.
+template <typename T, typename G>
+KILN_HOST_DEVICE inline PoolIndex<G> pool_argmax(const T* x, const G& g,
+                                                 const BasicPoolWindow<PoolIndex<G>>& r) {
+  PoolIndex<G> best = r.hs * g.w + r.ws;
   T m = x[best];
-  for (std::int64_t ih = r.hs; ih < r.he; ++ih)
-    for (std::int64_t iw = r.ws; iw < r.we; ++iw) {
+  for (PoolIndex<G> ih = r.hs; ih < r.he; ++ih)
+    for (PoolIndex<G> iw = r.ws; iw < r.we; ++iw) {
       const T v = x[ih * g.w + iw];
-      if (v > m || (v != v && m == m)) {
+      if (pool_max_replaces(v, m)) {
         m = v;
         best = ih * g.w + iw;
       }
@@ -74,13 +93,14 @@ KILN_HOST_DEVICE inline std::int64_t avg_pool_count(const Pool2dGeometry& g, std
 
 // The outputs whose windows hold input row (or column) i: [first, last],
 // empty when first > last. k, s, p0: the window, stride and leading padding
-// along that axis; out: the output extent.
-KILN_HOST_DEVICE inline void pool_outputs_covering(std::int64_t i, std::int64_t k, std::int64_t s,
-                                                   std::int64_t p0, std::int64_t out,
-                                                   std::int64_t& first, std::int64_t& last) {
-  const std::int64_t hi = i + p0;            // o·s <= hi
-  const std::int64_t lo = hi - k + 1;        // o·s >= lo
-  first = lo <= 0 ? 0 : (lo + s - 1) / s;
+// along that axis; out: the output extent. I: first's and last's type.
+template <typename I>
+KILN_HOST_DEVICE inline void pool_outputs_covering(std::type_identity_t<I> i, std::type_identity_t<I> k,
+                                                   std::type_identity_t<I> s, std::type_identity_t<I> p0,
+                                                   std::type_identity_t<I> out, I& first, I& last) {
+  const I hi = i + p0;      // o·s <= hi
+  const I lo = hi - k + 1;  // o·s >= lo
+  first = lo <= 0 ? I(0) : (lo + s - 1) / s;
   last = hi / s;
   if (last > out - 1) last = out - 1;
 }
