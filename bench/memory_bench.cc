@@ -152,13 +152,14 @@ void run_recompute(const std::string& name, bench::Model& plain, bench::Model& r
 
 // GPT-2 small's step (bench_models.h's gpt2_small, the CUDA benchmark's
 // model) estimated from its types, without running it: the program after
-// the passes an executor runs on any place (dce, cse, fold, simplify; a
-// CUDA executor's bias epilogues would drop a temporary per linear layer;
-// amp decides by the CPU's kernels), planned as the CPU executor plans it.
-// Its bytes: the parameters and their AdamW state (what every step keeps),
-// and the temporaries' live-set minimum (the most live at once in program
-// order). Beside it a GPU run's cuda.gpt2s.<mode>.peak reads what the
-// device's plan and allocator add.
+// the passes a CUDA executor runs (kDefaultPasses for cuda:0, so its bias
+// epilogues, merged AdamW and in-place cross-entropy gradient where the
+// CUDA kernels are built in; amp decides by the CPU's kernels), planned as
+// the CPU executor plans it. Its bytes: the parameters and their AdamW
+// state (what every step keeps), and the temporaries' live-set minimum (the
+// most live at once in program order). Beside it a GPU run's
+// cuda.gpt2s.<mode>.peak reads what the device's allocator and libraries
+// add.
 struct PlannedStep {
   double persistent = 0, live = 0;
 };
@@ -166,8 +167,9 @@ struct PlannedStep {
 PlannedStep plan_of(bench::Model& m) {
   Program& p = m.main;
   PassContext ctx;
+  ctx.target_place = Place::cuda(0);
   ctx.add_live_out(m.loss);
-  PassManager::parse("dce,cse,fold,simplify").run(p, ctx);
+  PassManager::parse(kDefaultPasses).run(p, ctx);
   std::vector<std::string> feeds;
   PlannedStep s;
   for (Operation* op : p.block()) {
