@@ -268,6 +268,12 @@ void launch_pool(bool max, const T* x, T* out, const Pool2dGeometry& g, bool exc
 template <typename T>
 void launch_pool_grad(bool max, const T* x, const T* dout, T* dx, const Pool2dGeometry& g,
                       bool exclusive, cudaStream_t s);
+// The same over bf16 / f16 bits (dt), computed in f32 and rounded once:
+// the f32 kernels' results rounded, bit for bit.
+void launch_pool_half(DataType dt, bool max, const void* x, void* out, const Pool2dGeometry& g, bool exclusive,
+                      cudaStream_t s);
+void launch_pool_grad_half(DataType dt, bool max, const void* x, const void* dout, void* dx,
+                           const Pool2dGeometry& g, bool exclusive, cudaStream_t s);
 // adaptive_avg_pool2d over g's n, c, h, w, ho, wo, and its gradient (every
 // element of dx written). f32, f64.
 template <typename T>

@@ -8,9 +8,16 @@
 // order — no atomics, so the gradients are the CPU's bit for bit. A tile
 // whose windows overflow shared memory, and adaptive_avg_pool2d's
 // gradient, gather per dx element from global memory. Index math is 32-bit
-// where the planes allow (fits_int32), else 64-bit.
+// where the planes allow (fits_int32), else 64-bit. bf16 / f16 elements
+// are widened to f32 where read and rounded once where written, the bits
+// half_via_f32 gives through the f32 kernels, without its f32 copies of x,
+// dout and the result (about a fifth of the bytes it moves).
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "grid_stride.cuh"
 #include "launch.h"
@@ -46,11 +53,43 @@ int unrolled_side(const Pool2dGeometry& g) {
   return g.kh == g.kw && (g.kh == 2 || g.kh == 3) ? static_cast<int>(g.kh) : 0;
 }
 
+// What the kernels compute in for elements stored as S: bf16 / f16 widened
+// to f32 where read and rounded once where written (half_via_f32's bits,
+// without its f32 copies of the tensors); the others as they are.
+template <typename S>
+struct PoolAccOf {
+  using type = S;
+};
+template <>
+struct PoolAccOf<__nv_bfloat16> {
+  using type = float;
+};
+template <>
+struct PoolAccOf<__half> {
+  using type = float;
+};
+template <typename S>
+using PoolAcc = typename PoolAccOf<S>::type;
+
+template <typename S>
+__device__ __forceinline__ PoolAcc<S> pool_widen(S v) {
+  if constexpr (std::is_same_v<S, __nv_bfloat16>) return __bfloat162float(v);
+  else if constexpr (std::is_same_v<S, __half>) return __half2float(v);
+  else return v;
+}
+template <typename S>
+__device__ __forceinline__ S pool_round(PoolAcc<S> v) {
+  if constexpr (std::is_same_v<S, __nv_bfloat16>) return __float2bfloat16_rn(v);
+  else if constexpr (std::is_same_v<S, __half>) return __float2half_rn(v);
+  else return v;
+}
+
 // f(index in the plane) for each input element of window (oh, ow), clipped
 // to the plane, in row-major order: pool_window's elements. K > 0: the
-// window is K x K, its loops unrolled.
-template <int K, typename I, typename F>
-__device__ __forceinline__ void each_in_window(const Plane<I>& g, I oh, I ow, F f) {
+// window is K x K, its loops unrolled. G: a Plane, or the Pool2dGeometry.
+template <int K, typename G, typename F>
+__device__ __forceinline__ void each_in_window(const G& g, PoolIndex<G> oh, PoolIndex<G> ow, F f) {
+  using I = PoolIndex<G>;
   const I h0 = oh * g.sh - g.pt, w0 = ow * g.sw - g.pl;
   if constexpr (K > 0) {
 #pragma unroll
@@ -67,20 +106,23 @@ __device__ __forceinline__ void each_in_window(const Plane<I>& g, I oh, I ow, F 
   }
 }
 
-// pool_argmax of window (oh, ow) of plane xp, m its value: with K > 0 the
-// same fold from the window's first element over the unrolled K x K loop.
-template <int K, typename I, typename T>
-__device__ __forceinline__ I window_argmax(const T* __restrict__ xp, const Plane<I>& g, I oh, I ow, T& m) {
+// pool_argmax of window (oh, ow) of plane xp, m its value: the same fold
+// from the window's first element over the unrolled K x K loop (K > 0) or
+// over 16-bit elements widened (their own comparisons are not needed).
+template <int K, typename G, typename S>
+__device__ __forceinline__ PoolIndex<G> window_argmax(const S* __restrict__ xp, const G& g, PoolIndex<G> oh,
+                                                      PoolIndex<G> ow, PoolAcc<S>& m) {
+  using I = PoolIndex<G>;
   const BasicPoolWindow<I> r = pool_window(g, oh, ow);
-  if constexpr (K == 0) {
+  if constexpr (K == 0 && std::is_same_v<S, PoolAcc<S>>) {
     const I best = pool_argmax(xp, g, r);
     m = xp[best];
     return best;
   } else {
     I best = r.hs * g.w + r.ws;
-    m = xp[best];
+    m = pool_widen(xp[best]);
     each_in_window<K>(g, oh, ow, [&](I k) {
-      const T v = xp[k];
+      const PoolAcc<S> v = pool_widen(xp[k]);
       if (pool_max_replaces(v, m)) {
         m = v;
         best = k;
@@ -92,22 +134,23 @@ __device__ __forceinline__ I window_argmax(const T* __restrict__ xp, const Plane
 
 // One thread per output element (i over n = N·C·Ho·Wo): its window's
 // maximum, or its sum in row-major order over avg_pool_count.
-template <int K, bool is_max, typename I, typename T>
-__global__ void pool_forward(const T* __restrict__ x, T* __restrict__ out, Plane<I> g, Pool2dGeometry full,
+template <int K, bool is_max, typename I, typename S>
+__global__ void pool_forward(const S* __restrict__ x, S* __restrict__ out, Plane<I> g, Pool2dGeometry full,
                              bool exclusive, I n) {
+  using T = PoolAcc<S>;
   const I pooled = g.ho * g.wo, stride = I(blockDim.x) * I(gridDim.x);
   for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < n; i += stride) {
     const I plane = i / pooled, at = i - plane * pooled, oh = at / g.wo, ow = at - oh * g.wo;
-    const T* xp = x + static_cast<std::int64_t>(plane) * (g.h * g.w);
+    const S* xp = x + static_cast<std::int64_t>(plane) * (g.h * g.w);
     if constexpr (is_max) {
       T m;
       window_argmax<K>(xp, g, oh, ow, m);
-      out[i] = m;
+      out[i] = pool_round<S>(m);
     } else {
       T s = 0;
-      each_in_window<K>(g, oh, ow, [&](I k) { s += xp[k]; });
+      each_in_window<K>(g, oh, ow, [&](I k) { s += pool_widen(xp[k]); });
       const std::int64_t cnt = avg_pool_count(full, oh, ow, exclusive);
-      out[i] = cnt > 0 ? s / T(cnt) : T(0);
+      out[i] = pool_round<S>(cnt > 0 ? s / T(cnt) : T(0));
     }
   }
 }
@@ -131,11 +174,12 @@ struct GradTile {
 // covering window j (plane, oh0 + row, ow0 + column), win_d[j] its dout
 // (max) or dout / its divisor (avg, 0 for a divisor of 0, which adds
 // nothing as no sum here is -0) and, max, win_at[j] its pool_argmax.
-template <int K, bool is_max, typename I, typename T>
-__device__ __forceinline__ void tile_windows(const T* __restrict__ x, const T* __restrict__ dout, const Plane<I>& g,
+template <int K, bool is_max, typename I, typename S>
+__device__ __forceinline__ void tile_windows(const S* __restrict__ x, const S* __restrict__ dout, const Plane<I>& g,
                                              const Pool2dGeometry& full, bool exclusive, const GradTile& t,
                                              std::int64_t planes, std::int64_t p0, I ih0, I iw0, I oh0, I ow0,
-                                             T* win_d, I* win_at, I* tab) {
+                                             PoolAcc<S>* win_d, I* win_at, I* tab) {
+  using T = PoolAcc<S>;
   const int th = 1 << t.lg_th, tw = 1 << t.lg_tw;
   for (int q = threadIdx.x; q < th + tw; q += blockDim.x) {
     if (q < th) pool_outputs_covering(ih0 + q, g.kh, g.sh, g.pt, g.ho, tab[2 * q], tab[2 * q + 1]);
@@ -147,7 +191,7 @@ __device__ __forceinline__ void tile_windows(const T* __restrict__ x, const T* _
     const I oh = oh0 + I(r), ow = ow0 + I(rc - r * unsigned(t.wc));
     const std::int64_t plane = p0 + p;
     if (plane >= planes || oh >= g.ho || ow >= g.wo) continue;
-    const T d = dout[plane * (g.ho * g.wo) + oh * g.wo + ow];
+    const T d = pool_widen(dout[plane * (g.ho * g.wo) + oh * g.wo + ow]);
     if constexpr (is_max) {
       T m;
       win_at[j] = window_argmax<K>(x + plane * (g.h * g.w), g, oh, ow, m);
@@ -165,10 +209,11 @@ __device__ __forceinline__ void tile_windows(const T* __restrict__ x, const T* _
 // row-major, of max: dout where (ih, iw) is the window's pool_argmax;
 // avg: dout / the window's divisor. Grid: tiles along x, plane groups
 // along y, each block looping over both.
-template <int K, bool is_max, typename I, typename T>
-__global__ void pool_grad_tiled(const T* __restrict__ x, const T* __restrict__ dout, T* __restrict__ dx,
+template <int K, bool is_max, typename I, typename S>
+__global__ void pool_grad_tiled(const S* __restrict__ x, const S* __restrict__ dout, S* __restrict__ dx,
                                 Plane<I> g, Pool2dGeometry full, bool exclusive, GradTile t,
                                 std::int64_t planes) {
+  using T = PoolAcc<S>;
   extern __shared__ __align__(16) unsigned char pool_shared[];
   T* win_d = reinterpret_cast<T*>(pool_shared);
   I* win_at = reinterpret_cast<I*>(win_d + t.nwin);
@@ -203,7 +248,7 @@ __global__ void pool_grad_tiled(const T* __restrict__ x, const T* __restrict__ d
             }
           }
         }
-        dx[(p0 + p) * hw + at] = acc;
+        dx[(p0 + p) * hw + at] = pool_round<S>(acc);
       }
     }
 }
@@ -211,28 +256,30 @@ __global__ void pool_grad_tiled(const T* __restrict__ x, const T* __restrict__ d
 // pool_grad_tiled's sums, a thread per dx element reading the windows from
 // global memory (each window's maximum found anew for each element it
 // holds): for tiles whose windows overflow shared memory.
-template <bool is_max, typename T>
-__global__ void pool_grad_gather(const T* __restrict__ x, const T* __restrict__ dout, T* __restrict__ dx,
+template <bool is_max, typename S>
+__global__ void pool_grad_gather(const S* __restrict__ x, const S* __restrict__ dout, S* __restrict__ dx,
                                  Pool2dGeometry g, bool exclusive, std::int64_t n) {
+  using T = PoolAcc<S>;
   KILN_GRID_STRIDE(i, n) {
     const std::int64_t plane = i / (g.h * g.w), at = i % (g.h * g.w);
     const std::int64_t ih = at / g.w, iw = at % g.w;
     std::int64_t oh0, oh1, ow0, ow1;
     pool_outputs_covering(ih, g.kh, g.sh, g.pt, g.ho, oh0, oh1);
     pool_outputs_covering(iw, g.kw, g.sw, g.pl, g.wo, ow0, ow1);
-    const T* xp = x + plane * g.h * g.w;
-    const T* d = dout + plane * g.ho * g.wo;
+    const S* xp = x + plane * g.h * g.w;
+    const S* d = dout + plane * g.ho * g.wo;
     T acc = 0;
     for (std::int64_t oh = oh0; oh <= oh1; ++oh)
       for (std::int64_t ow = ow0; ow <= ow1; ++ow) {
         if constexpr (is_max) {
-          if (pool_argmax(xp, g, pool_window(g, oh, ow)) == at) acc += d[oh * g.wo + ow];
+          T m;
+          if (window_argmax<0>(xp, g, oh, ow, m) == at) acc += pool_widen(d[oh * g.wo + ow]);
         } else {
           const std::int64_t cnt = avg_pool_count(g, oh, ow, exclusive);
-          if (cnt > 0) acc += d[oh * g.wo + ow] / T(cnt);
+          if (cnt > 0) acc += pool_widen(d[oh * g.wo + ow]) / T(cnt);
         }
       }
-    dx[i] = acc;
+    dx[i] = pool_round<S>(acc);
   }
 }
 
@@ -366,7 +413,7 @@ void launch_pool_grad(bool max, const T* x, const T* dout, T* dx, const Pool2dGe
   const bool narrow = fits_int32(g, 0);  // the tiles' loops are 64-bit
   GradTile t;
   std::size_t bytes = 0;
-  if (!grad_tile(g, max, sizeof(T), narrow ? 4 : 8, t, bytes)) {
+  if (!grad_tile(g, max, sizeof(PoolAcc<T>), narrow ? 4 : 8, t, bytes)) {
     if (max) pool_grad_gather<true><<<blocks_for(n), kThreads, 0, s>>>(x, dout, dx, g, exclusive, n);
     else pool_grad_gather<false><<<blocks_for(n), kThreads, 0, s>>>(x, dout, dx, g, exclusive, n);
     return;
@@ -381,6 +428,22 @@ void launch_pool_grad(bool max, const T* x, const T* dout, T* dx, const Pool2dGe
     case 2: return grad_tiled<2, true, std::int32_t>(x, dout, dx, g, exclusive, t, bytes, s);
     default: return grad_tiled<0, true, std::int32_t>(x, dout, dx, g, exclusive, t, bytes, s);
   }
+}
+
+void launch_pool_half(DataType dt, bool max, const void* x, void* out, const Pool2dGeometry& g, bool exclusive,
+                      cudaStream_t s) {
+  if (dt == DataType::BFloat16)
+    return launch_pool(max, static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(out), g, exclusive, s);
+  launch_pool(max, static_cast<const __half*>(x), static_cast<__half*>(out), g, exclusive, s);
+}
+
+void launch_pool_grad_half(DataType dt, bool max, const void* x, const void* dout, void* dx,
+                           const Pool2dGeometry& g, bool exclusive, cudaStream_t s) {
+  if (dt == DataType::BFloat16)
+    return launch_pool_grad(max, static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(dout),
+                            static_cast<__nv_bfloat16*>(dx), g, exclusive, s);
+  launch_pool_grad(max, static_cast<const __half*>(x), static_cast<const __half*>(dout), static_cast<__half*>(dx), g,
+                   exclusive, s);
 }
 
 #define KILN_POOL(T)                                                                        \

@@ -133,7 +133,7 @@ TEST_CASE("a program without GEMMs whose values are large gives its kernels the 
 TEST_CASE("Auto measures the Blas plan for a chain of large elementwise ops but not for a chain of "
           "small ones",
           "[exec][threads]") {
-  for (const auto [n, measured] : {std::pair{std::int64_t{8}, false}, std::pair{std::int64_t{1} << 16, true}}) {
+  for (const auto& [n, measured] : {std::pair{std::int64_t{8}, false}, std::pair{std::int64_t{1} << 16, true}}) {
     INFO(n << " elements");
     Program p;
     Builder b(p);
@@ -153,7 +153,7 @@ TEST_CASE("kiln's own kernels split their loops only in a Blas run's caller: gra
           "[exec][threads]") {
   // The matmuls make the program a BLAS program; ThreadOp records the
   // kernel thread limit it ran under (kernel_threads_on_this_thread).
-  for (const auto [plan, threads, want] : {std::tuple{ThreadPlan::Blas, 2u, 2},
+  for (const auto& [plan, threads, want] : {std::tuple{ThreadPlan::Blas, 2u, 2},
                                             std::tuple{ThreadPlan::Graph, 2u, 1},
                                             std::tuple{ThreadPlan::Sequential, 2u, 1},
                                             std::tuple{ThreadPlan::Auto, 1u, 1}}) {

@@ -310,7 +310,7 @@ TEST_CASE("CUDA's bf16 conv2d, its gradient and the pools follow the CPU's half_
     return b.create<Conv2dOp>(v[0], v[1], V{2, 2}, V{1, 1}, V{1, 1}, std::int64_t{2}).operation();
   });
   one("conv2d_grad", {x, w, dout}, [](Builder& b, const std::vector<Value>& v) {
-    return b.create<GradOf<Conv2dOp>>(Conv2dOp::Attributes{V{2, 2}, V{1, 1}, V{1, 1}, 2}, v[0], v[1], v[2])
+    return b.create<GradOf<Conv2dOp>>(Conv2dOp::Attributes{V{2, 2}, V{1, 1}, V{1, 1}, 2, "NCHW"}, v[0], v[1], v[2])
         .operation();
   });
   one("max_pool2d", {x}, [](Builder& b, const std::vector<Value>& v) {
@@ -324,6 +324,58 @@ TEST_CASE("CUDA's bf16 conv2d, its gradient and the pools follow the CPU's half_
   one("avg_pool2d", {x}, [](Builder& b, const std::vector<Value>& v) {
     return b.create<AvgPool2dOp>(v[0], V{3, 3}, V{2, 2}, V{1, 1}).operation();
   });
+}
+
+// max_pool2d / avg_pool2d and their gradients have 16-bit CUDA kernels of
+// their own (pool.cu, computing in f32): the CPU's bits in bf16 and f16,
+// with overlapping windows (ResNet's 3x3 stride-2 stem pool, padded; each
+// dx element then sums up to four windows' douts in f32 before its one
+// rounding), a 2x2 tile of the unrolled kernels, a 4x5 window of the
+// general one, ties (a plane of few distinct values) and both avg
+// divisors.
+TEST_CASE("CUDA's 16-bit max and avg pools and their gradients give the CPU's bits in bf16 and f16",
+          "[kernel][half][cuda]") {
+  if (!have_cuda()) return;
+  using V = std::vector<std::int64_t>;
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    INFO(to_string(dt));
+    const Tensor x = random_half({2, 3, 13, 12}, dt, 21);
+    Tensor ties = random_half({2, 3, 13, 12}, dt, 22);
+    const auto* bits = static_cast<const std::uint16_t*>(x.raw_data());
+    auto* tie_bits = static_cast<std::uint16_t*>(ties.raw_data());
+    for (std::int64_t i = 0; i < ties.numel(); ++i) tie_bits[i] = bits[i % 3];  // three values: many equal maxima
+    struct Window {
+      V k, s, p;
+    };
+    for (const Window& wdw : {Window{V{3, 3}, V{2, 2}, V{1, 1}}, Window{V{2, 2}, V{2, 2}, V{0, 0}},
+                              Window{V{4, 5}, V{1, 2}, V{1, 2}}}) {
+      INFO("window " << wdw.k[0] << "x" << wdw.k[1] << " stride " << wdw.s[0] << "," << wdw.s[1]);
+      const auto max_op = [&](Builder& b, const std::vector<Value>& v) {
+        return b.create<MaxPool2dOp>(v[0], wdw.k, wdw.s, wdw.p).operation();
+      };
+      const Tensor pooled = kiln_test::run_kernel({x}, max_op).out(0);
+      const Tensor dout = random_half(pooled.dims(), dt, 23);
+      for (const Tensor& in : {x, ties}) {
+        check_like_cpu({in}, max_op);
+        check_like_cpu({in, dout}, [&](Builder& b, const std::vector<Value>& v) {
+          return b.create<GradOf<MaxPool2dOp>>(MaxPool2dOp::Attributes{wdw.k, wdw.s, wdw.p, false, "NCHW"}, v[0],
+                                               v[1])
+              .operation();
+        });
+      }
+      for (bool exclusive : {true, false}) {
+        INFO("exclusive " << exclusive);
+        check_like_cpu({x}, [&](Builder& b, const std::vector<Value>& v) {
+          return b.create<AvgPool2dOp>(v[0], wdw.k, wdw.s, wdw.p, false, exclusive).operation();
+        });
+        check_like_cpu({x, dout}, [&](Builder& b, const std::vector<Value>& v) {
+          return b.create<GradOf<AvgPool2dOp>>(AvgPool2dOp::Attributes{wdw.k, wdw.s, wdw.p, false, exclusive}, v[0],
+                                               v[1])
+              .operation();
+        });
+      }
+    }
+  }
 }
 
 }  // namespace half_via_f32_cuda_test

@@ -310,7 +310,10 @@ struct TinyResNet {
       Value features = nn::functional::flatten(nn::functional::adaptive_avg_pool2d(y, {1, 1}));
       loss = nn::functional::cross_entropy(nn::Linear(16, 5)(features), label);
       optim::Momentum opt(0.05, 0.9);
-      if (amp) amp::decorate(opt, {.dtype = DataType::BFloat16, .allow = {"kiln.matmul", "kiln.conv2d"}}).minimize(loss);
+      amp::Options options;
+      options.dtype = DataType::BFloat16;
+      options.allow = {"kiln.matmul", "kiln.conv2d"};
+      if (amp) amp::decorate(opt, options).minimize(loss);
       else opt.minimize(loss);
     }
     feeds = {{"x", filled({4, 3, 12, 12}, 0.1f, 3)},
