@@ -16,11 +16,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include "grid_stride.cuh"
 #include "launch.h"
+#include "widen.cuh"
 
 namespace kiln::cuda {
 namespace {
@@ -53,37 +51,6 @@ int unrolled_side(const Pool2dGeometry& g) {
   return g.kh == g.kw && (g.kh == 2 || g.kh == 3) ? static_cast<int>(g.kh) : 0;
 }
 
-// What the kernels compute in for elements stored as S: bf16 / f16 widened
-// to f32 where read and rounded once where written (half_via_f32's bits,
-// without its f32 copies of the tensors); the others as they are.
-template <typename S>
-struct PoolAccOf {
-  using type = S;
-};
-template <>
-struct PoolAccOf<__nv_bfloat16> {
-  using type = float;
-};
-template <>
-struct PoolAccOf<__half> {
-  using type = float;
-};
-template <typename S>
-using PoolAcc = typename PoolAccOf<S>::type;
-
-template <typename S>
-__device__ __forceinline__ PoolAcc<S> pool_widen(S v) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) return __bfloat162float(v);
-  else if constexpr (std::is_same_v<S, __half>) return __half2float(v);
-  else return v;
-}
-template <typename S>
-__device__ __forceinline__ S pool_round(PoolAcc<S> v) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) return __float2bfloat16_rn(v);
-  else if constexpr (std::is_same_v<S, __half>) return __float2half_rn(v);
-  else return v;
-}
-
 // f(index in the plane) for each input element of window (oh, ow), clipped
 // to the plane, in row-major order: pool_window's elements. K > 0: the
 // window is K x K, its loops unrolled. G: a Plane, or the Pool2dGeometry.
@@ -111,18 +78,18 @@ __device__ __forceinline__ void each_in_window(const G& g, PoolIndex<G> oh, Pool
 // over 16-bit elements widened (their own comparisons are not needed).
 template <int K, typename G, typename S>
 __device__ __forceinline__ PoolIndex<G> window_argmax(const S* __restrict__ xp, const G& g, PoolIndex<G> oh,
-                                                      PoolIndex<G> ow, PoolAcc<S>& m) {
+                                                      PoolIndex<G> ow, Widened<S>& m) {
   using I = PoolIndex<G>;
   const BasicPoolWindow<I> r = pool_window(g, oh, ow);
-  if constexpr (K == 0 && std::is_same_v<S, PoolAcc<S>>) {
+  if constexpr (K == 0 && std::is_same_v<S, Widened<S>>) {
     const I best = pool_argmax(xp, g, r);
     m = xp[best];
     return best;
   } else {
     I best = r.hs * g.w + r.ws;
-    m = pool_widen(xp[best]);
+    m = widened(xp[best]);
     each_in_window<K>(g, oh, ow, [&](I k) {
-      const PoolAcc<S> v = pool_widen(xp[k]);
+      const Widened<S> v = widened(xp[k]);
       if (pool_max_replaces(v, m)) {
         m = v;
         best = k;
@@ -137,7 +104,7 @@ __device__ __forceinline__ PoolIndex<G> window_argmax(const S* __restrict__ xp, 
 template <int K, bool is_max, typename I, typename S>
 __global__ void pool_forward(const S* __restrict__ x, S* __restrict__ out, Plane<I> g, Pool2dGeometry full,
                              bool exclusive, I n) {
-  using T = PoolAcc<S>;
+  using T = Widened<S>;
   const I pooled = g.ho * g.wo, stride = I(blockDim.x) * I(gridDim.x);
   for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < n; i += stride) {
     const I plane = i / pooled, at = i - plane * pooled, oh = at / g.wo, ow = at - oh * g.wo;
@@ -145,12 +112,12 @@ __global__ void pool_forward(const S* __restrict__ x, S* __restrict__ out, Plane
     if constexpr (is_max) {
       T m;
       window_argmax<K>(xp, g, oh, ow, m);
-      out[i] = pool_round<S>(m);
+      out[i] = narrowed<S>(m);
     } else {
       T s = 0;
-      each_in_window<K>(g, oh, ow, [&](I k) { s += pool_widen(xp[k]); });
+      each_in_window<K>(g, oh, ow, [&](I k) { s += widened(xp[k]); });
       const std::int64_t cnt = avg_pool_count(full, oh, ow, exclusive);
-      out[i] = pool_round<S>(cnt > 0 ? s / T(cnt) : T(0));
+      out[i] = narrowed<S>(cnt > 0 ? s / T(cnt) : T(0));
     }
   }
 }
@@ -178,8 +145,8 @@ template <int K, bool is_max, typename I, typename S>
 __device__ __forceinline__ void tile_windows(const S* __restrict__ x, const S* __restrict__ dout, const Plane<I>& g,
                                              const Pool2dGeometry& full, bool exclusive, const GradTile& t,
                                              std::int64_t planes, std::int64_t p0, I ih0, I iw0, I oh0, I ow0,
-                                             PoolAcc<S>* win_d, I* win_at, I* tab) {
-  using T = PoolAcc<S>;
+                                             Widened<S>* win_d, I* win_at, I* tab) {
+  using T = Widened<S>;
   const int th = 1 << t.lg_th, tw = 1 << t.lg_tw;
   for (int q = threadIdx.x; q < th + tw; q += blockDim.x) {
     if (q < th) pool_outputs_covering(ih0 + q, g.kh, g.sh, g.pt, g.ho, tab[2 * q], tab[2 * q + 1]);
@@ -191,7 +158,7 @@ __device__ __forceinline__ void tile_windows(const S* __restrict__ x, const S* _
     const I oh = oh0 + I(r), ow = ow0 + I(rc - r * unsigned(t.wc));
     const std::int64_t plane = p0 + p;
     if (plane >= planes || oh >= g.ho || ow >= g.wo) continue;
-    const T d = pool_widen(dout[plane * (g.ho * g.wo) + oh * g.wo + ow]);
+    const T d = widened(dout[plane * (g.ho * g.wo) + oh * g.wo + ow]);
     if constexpr (is_max) {
       T m;
       win_at[j] = window_argmax<K>(x + plane * (g.h * g.w), g, oh, ow, m);
@@ -213,7 +180,7 @@ template <int K, bool is_max, typename I, typename S>
 __global__ void pool_grad_tiled(const S* __restrict__ x, const S* __restrict__ dout, S* __restrict__ dx,
                                 Plane<I> g, Pool2dGeometry full, bool exclusive, GradTile t,
                                 std::int64_t planes) {
-  using T = PoolAcc<S>;
+  using T = Widened<S>;
   extern __shared__ __align__(16) unsigned char pool_shared[];
   T* win_d = reinterpret_cast<T*>(pool_shared);
   I* win_at = reinterpret_cast<I*>(win_d + t.nwin);
@@ -248,7 +215,7 @@ __global__ void pool_grad_tiled(const S* __restrict__ x, const S* __restrict__ d
             }
           }
         }
-        dx[(p0 + p) * hw + at] = pool_round<S>(acc);
+        dx[(p0 + p) * hw + at] = narrowed<S>(acc);
       }
     }
 }
@@ -259,7 +226,7 @@ __global__ void pool_grad_tiled(const S* __restrict__ x, const S* __restrict__ d
 template <bool is_max, typename S>
 __global__ void pool_grad_gather(const S* __restrict__ x, const S* __restrict__ dout, S* __restrict__ dx,
                                  Pool2dGeometry g, bool exclusive, std::int64_t n) {
-  using T = PoolAcc<S>;
+  using T = Widened<S>;
   KILN_GRID_STRIDE(i, n) {
     const std::int64_t plane = i / (g.h * g.w), at = i % (g.h * g.w);
     const std::int64_t ih = at / g.w, iw = at % g.w;
@@ -273,13 +240,13 @@ __global__ void pool_grad_gather(const S* __restrict__ x, const S* __restrict__ 
       for (std::int64_t ow = ow0; ow <= ow1; ++ow) {
         if constexpr (is_max) {
           T m;
-          if (window_argmax<0>(xp, g, oh, ow, m) == at) acc += pool_widen(d[oh * g.wo + ow]);
+          if (window_argmax<0>(xp, g, oh, ow, m) == at) acc += widened(d[oh * g.wo + ow]);
         } else {
           const std::int64_t cnt = avg_pool_count(g, oh, ow, exclusive);
-          if (cnt > 0) acc += pool_widen(d[oh * g.wo + ow]) / T(cnt);
+          if (cnt > 0) acc += widened(d[oh * g.wo + ow]) / T(cnt);
         }
       }
-    dx[i] = pool_round<S>(acc);
+    dx[i] = narrowed<S>(acc);
   }
 }
 
@@ -413,7 +380,7 @@ void launch_pool_grad(bool max, const T* x, const T* dout, T* dx, const Pool2dGe
   const bool narrow = fits_int32(g, 0);  // the tiles' loops are 64-bit
   GradTile t;
   std::size_t bytes = 0;
-  if (!grad_tile(g, max, sizeof(PoolAcc<T>), narrow ? 4 : 8, t, bytes)) {
+  if (!grad_tile(g, max, sizeof(Widened<T>), narrow ? 4 : 8, t, bytes)) {
     if (max) pool_grad_gather<true><<<blocks_for(n), kThreads, 0, s>>>(x, dout, dx, g, exclusive, n);
     else pool_grad_gather<false><<<blocks_for(n), kThreads, 0, s>>>(x, dout, dx, g, exclusive, n);
     return;

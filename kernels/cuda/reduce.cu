@@ -28,6 +28,7 @@
 #include "grid_stride.cuh"
 #include "kiln/dialect/unary_math.h"
 #include "launch.h"
+#include "widen.cuh"
 
 namespace kiln::cuda {
 namespace {
@@ -328,41 +329,14 @@ __global__ void cross_entropy_grad(const T* sm, const L* label, const T* dloss, 
   }
 }
 
-// The logits as the cross_entropy kernels read them: f32 / f64 as they
-// are, bf16 / f16 widened to f32 (Acc), the gradient rounded once.
-template <typename S>
-struct CrossEntropyAcc {
-  using type = S;
-};
-template <>
-struct CrossEntropyAcc<__nv_bfloat16> {
-  using type = float;
-};
-template <>
-struct CrossEntropyAcc<__half> {
-  using type = float;
-};
-__device__ inline float widened(float v) { return v; }
-__device__ inline double widened(double v) { return v; }
-__device__ inline std::int32_t widened(std::int32_t v) { return v; }
-__device__ inline std::int64_t widened(std::int64_t v) { return v; }
-__device__ inline float widened(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ inline float widened(__half v) { return __half2float(v); }
-template <typename S>
-__device__ inline S narrowed(typename CrossEntropyAcc<S>::type v) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) return __float2bfloat16_rn(v);
-  else if constexpr (std::is_same_v<S, __half>) return __float2half_rn(v);
-  else return v;
-}
-
 // One read of each row: every lane keeps a running max m and the sum of
 // exp(x - m) over its elements, rescaled when m grows (the online softmax);
 // the lanes' sums are then rescaled to the row's max and added.
 template <typename S, typename L, int Lanes>
-__global__ void cross_entropy_lse_rows(const S* x, const L* label, typename CrossEntropyAcc<S>::type* loss,
-                                       typename CrossEntropyAcc<S>::type* lse, std::int64_t n, std::int64_t c,
+__global__ void cross_entropy_lse_rows(const S* x, const L* label, Widened<S>* loss,
+                                       Widened<S>* lse, std::int64_t n, std::int64_t c,
                                        std::int64_t ignore) {
-  using T = typename CrossEntropyAcc<S>::type;
+  using T = Widened<S>;
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   for (std::int64_t r = first_row<Lanes>(); r < n; r += row_step<Lanes>()) {
     const S* xr = x + r * c;
@@ -392,10 +366,10 @@ __global__ void cross_entropy_lse_rows(const S* x, const L* label, typename Cros
 // dx may be x (cross_entropy_grad_): each element is read, then written,
 // by one thread.
 template <typename S, typename L>
-__global__ void cross_entropy_lse_grad(const S* x, const typename CrossEntropyAcc<S>::type* lse, const L* label,
-                                       const typename CrossEntropyAcc<S>::type* dloss, S* dx, std::int64_t n,
+__global__ void cross_entropy_lse_grad(const S* x, const Widened<S>* lse, const L* label,
+                                       const Widened<S>* dloss, S* dx, std::int64_t n,
                                        std::int64_t c, std::int64_t ignore) {
-  using T = typename CrossEntropyAcc<S>::type;
+  using T = Widened<S>;
   KILN_GRID_STRIDE(i, n * c) {
     const std::int64_t r = i / c, j = i % c;
     const std::int64_t l = static_cast<std::int64_t>(label[r]);
@@ -676,7 +650,7 @@ __global__ void column_finish(const Acc* part, T* out, std::int64_t chunks, std:
   KILN_GRID_STRIDE(j, cols) {
     Acc t = 0;
     for (std::int64_t c = 0; c < chunks; ++c) t += part[c * cols + j];
-    using W = typename CrossEntropyAcc<T>::type;  // bf16 / f16: rounded through f32, as half_via_f32 does
+    using W = Widened<T>;  // bf16 / f16: rounded through f32, as half_via_f32 does
     const W v = divisor >= 0 ? static_cast<W>(t) / static_cast<W>(divisor) : static_cast<W>(t);
     out[j] = narrowed<T>(v);
   }
@@ -1215,8 +1189,8 @@ void launch_cross_entropy_grad(const T* sm, const L* label, const T* dloss, T* d
 }
 
 template <typename S, typename L>
-void cross_entropy_lse(const S* x, const L* label, typename CrossEntropyAcc<S>::type* loss,
-                       typename CrossEntropyAcc<S>::type* lse, std::int64_t n, std::int64_t c, std::int64_t ignore,
+void cross_entropy_lse(const S* x, const L* label, Widened<S>* loss,
+                       Widened<S>* lse, std::int64_t n, std::int64_t c, std::int64_t ignore,
                        cudaStream_t s) {
   if (n == 0 || c == 0) return;
   const unsigned b = row_blocks(n, c >= kLongRow ? kThreads : 32);
@@ -1227,8 +1201,8 @@ void cross_entropy_lse(const S* x, const L* label, typename CrossEntropyAcc<S>::
 }
 
 template <typename S, typename L>
-void cross_entropy_lse_grad_launch(const S* x, const typename CrossEntropyAcc<S>::type* lse, const L* label,
-                                   const typename CrossEntropyAcc<S>::type* dloss, S* dx, std::int64_t n,
+void cross_entropy_lse_grad_launch(const S* x, const Widened<S>* lse, const L* label,
+                                   const Widened<S>* dloss, S* dx, std::int64_t n,
                                    std::int64_t c, std::int64_t ignore, cudaStream_t s) {
   if (n == 0 || c == 0) return;
   cross_entropy_lse_grad<<<blocks_for(n * c), kThreads, 0, s>>>(x, lse, label, dloss, dx, n, c, ignore);
