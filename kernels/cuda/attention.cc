@@ -16,7 +16,10 @@
 //   stream's cache after the op), the row passes of attention.cu, then GEMMs
 //   by V (and, for the gradient, by dO, K and Q). Layout "BLHD" is staged:
 //   q, k, v (and out, dout) are copied into [B, H, L, D] scratch, the BHLD
-//   algorithm runs there, and the results are copied back.
+//   algorithm runs there, and the results are copied back. Under
+//   key_lengths, k and v are copied with the rows past a batch's length
+//   zeroed: P and dS are 0 there, but a GEMM's 0 · NaN is NaN, and the
+//   fused kernels never read those rows either.
 //
 // Grouped-query attention (k and v with fewer heads than q): the fused
 // kernels read each query head's k / v head in place and write each query
@@ -79,8 +82,9 @@ void scores(const KernelContext& ctx, const AttentionDims& a, T scale, const T* 
                     a.lk * a.d, T(0), s, a.lk, a.lq * a.lk, a.bh);
 }
 
-// Device copies in [B, H, L, ·] of a BLHD op's tensors: stage(x) copies an
-// operand in, place(n) is room for a result, and unstage copies one back.
+// Device copies in [B, H, L, ·] of an op's tensors: stage(x) copies a BLHD
+// operand in, stage_keys(x) a k or v of either layout, place(n) is room for
+// a result, and unstage copies one back to BLHD.
 template <typename T>
 class HeadsOuter {
  public:
@@ -88,9 +92,19 @@ class HeadsOuter {
       : ctx_(ctx), a_(a), buf_(scratch_buffer(ctx, sizeof(T) * elements)),
         next_(static_cast<T*>(buf_->data())) {}
   // An operand with `len` rows of `width` per head, [B, L, H, W] → [B, H, L, W].
-  const T* stage(const Tensor& x, std::int64_t len, std::int64_t width) {
+  T* stage(const Tensor& x, std::int64_t len, std::int64_t width) {
     T* dst = place(x.numel());
     swap_axes_12(ctx_, x.raw_data(), dst, sizeof(T), {a_.b, len, a_.h, width});
+    return dst;
+  }
+  // A k or v operand of `width` per head with its rows past `keys` zeroed,
+  // so that the GEMMs over the keys never read what the padding holds.
+  const T* stage_keys(const Tensor& x, std::int64_t width, const KeyLengths& keys) {
+    T* dst = a_.heads_inner ? stage(x, a_.lk, width) : place(x.numel());
+    if (!a_.heads_inner)
+      check_cuda(cudaMemcpyAsync(dst, x.raw_data(), x.bytes(), cudaMemcpyDeviceToDevice, stream_of(ctx_)),
+                 "copying attention keys");
+    launch_zero_past_key_lengths(dst, keys, a_.b, a_.h, a_.lk, width, stream_of(ctx_));
     return dst;
   }
   T* place(std::int64_t n) {
@@ -261,11 +275,13 @@ void cublas_attention(const KernelContext& ctx, const AttentionDims& a, const Ro
   const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>();
   T* po = out.data<T>();
   std::optional<HeadsOuter<T>> staged;
-  if (a.heads_inner) {
+  if (a.heads_inner || masks.keys.lengths) {
     staged.emplace(ctx, a, q.numel() + k.numel() + v.numel() + out.numel());
+    pk = staged->stage_keys(k, a.d, masks.keys);
+    pv = staged->stage_keys(v, a.dv, masks.keys);
+  }
+  if (a.heads_inner) {
     pq = staged->stage(q, a.lq, a.d);
-    pk = staged->stage(k, a.lk, a.d);
-    pv = staged->stage(v, a.lk, a.dv);
     po = staged->place(out.numel());
   }
   scores(ctx, a, scale, pq, pk, s);
@@ -274,7 +290,7 @@ void cublas_attention(const KernelContext& ctx, const AttentionDims& a, const Ro
   if (a.dv > 0)
     row_major_gemm<T>(ctx, false, false, a.lq, a.dv, a.lk, T(1), s, a.lk, a.lq * a.lk, pv, a.dv,
                       a.lk * a.dv, T(0), po, a.dv, a.lq * a.dv, a.bh);
-  if (staged) staged->unstage(po, out, a.lq, a.dv);
+  if (a.heads_inner) staged->unstage(po, out, a.lq, a.dv);
 }
 
 // What the cuBLAS path's gradient writes: dq, dk and dv, or (the mask's
@@ -299,11 +315,13 @@ void cublas_attention_grad(const KernelContext& ctx, const AttentionDims& a, con
   T *pdq = g.dq ? g.dq->data<T>() : nullptr, *pdk = g.dk ? g.dk->data<T>() : nullptr,
     *pdv = g.dv ? g.dv->data<T>() : nullptr;
   std::optional<HeadsOuter<T>> staged;
-  if (a.heads_inner) {
+  if (a.heads_inner || masks.keys.lengths) {
     staged.emplace(ctx, a, 2 * (q.numel() + k.numel() + v.numel()) + o.numel() + dout.numel());
+    pk = staged->stage_keys(k, a.d, masks.keys);
+    pv = staged->stage_keys(v, a.dv, masks.keys);
+  }
+  if (a.heads_inner) {
     pq = staged->stage(q, a.lq, a.d);
-    pk = staged->stage(k, a.lk, a.d);
-    pv = staged->stage(v, a.lk, a.dv);
     po = staged->stage(o, a.lq, a.dv);
     pdo = staged->stage(dout, a.lq, a.dv);
     if (!g.dmask) {
@@ -341,7 +359,7 @@ void cublas_attention_grad(const KernelContext& ctx, const AttentionDims& a, con
     row_major_gemm<T>(ctx, true, false, a.lk, a.d, a.lq, scale, dp, a.lk, plane, pq, a.d,
                       a.lq * a.d, T(0), pdk, a.d, a.lk * a.d, a.bh);
   }
-  if (staged) {
+  if (a.heads_inner) {
     staged->unstage(pdq, *g.dq, a.lq, a.d);
     staged->unstage(pdk, *g.dk, a.lk, a.d);
     staged->unstage(pdv, *g.dv, a.lk, a.dv);

@@ -170,6 +170,16 @@ __global__ void mask_grad(const T* __restrict__ ds, T* __restrict__ dmask, Atten
   }
 }
 
+// x[e] = 0 for the elements of [B, H, Lk, W] in rows past their batch's key count.
+template <typename T>
+__global__ void zero_past_keys(T* __restrict__ x, KeyLengths keys, std::int64_t h, std::int64_t lk, std::int64_t w,
+                               std::int64_t n) {
+  KILN_GRID_STRIDE(e, n) {
+    const std::int64_t row = e / w;
+    if (row % lk >= key_count(keys, row / lk / h, lk)) x[e] = T(0);
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -204,13 +214,22 @@ void launch_attention_mask_grad(const T* ds, T* dmask, const AttentionRows& r, s
   if (n) mask_grad<<<blocks_for(n), kThreads, 0, st>>>(ds, dmask, r, b, n);
 }
 
+template <typename T>
+void launch_zero_past_key_lengths(T* x, const KeyLengths& keys, std::int64_t b, std::int64_t h, std::int64_t lk,
+                                  std::int64_t w, cudaStream_t st) {
+  const std::int64_t n = b * h * lk * w;
+  if (n && keys.lengths) zero_past_keys<<<blocks_for(n), kThreads, 0, st>>>(x, keys, h, lk, w, n);
+}
+
 #define KILN_ATTENTION(T)                                                                          \
   template void launch_attention_softmax<T>(T*, T*, const AttentionRows&, cudaStream_t);          \
   template void launch_attention_probabilities<T>(T*, const T*, const T*, const T*, T*,            \
                                                   const AttentionRows&, std::int64_t, cudaStream_t); \
   template void launch_attention_score_grad<T>(T*, T*, const T*, const AttentionRows&, cudaStream_t); \
   template void launch_attention_mask_grad<T>(const T*, T*, const AttentionRows&, std::int64_t,     \
-                                              cudaStream_t);
+                                              cudaStream_t);                                       \
+  template void launch_zero_past_key_lengths<T>(T*, const KeyLengths&, std::int64_t, std::int64_t, std::int64_t, \
+                                                std::int64_t, cudaStream_t);
 KILN_ATTENTION(float)
 KILN_ATTENTION(double)
 

@@ -202,6 +202,12 @@ void launch_attention_score_grad(T* p, T* dp, const T* delta, const AttentionRow
 template <typename T>
 void launch_attention_mask_grad(const T* ds, T* dmask, const AttentionRows& r, std::int64_t b,
                                 cudaStream_t st);
+// Zeros the rows of x ([B, H, Lk, W]) past each batch's key count, so that
+// a GEMM over the keys meets P's and dS's zeros there with zeros and not
+// with whatever the padding held (a GEMM's 0 · NaN is NaN).
+template <typename T>
+void launch_zero_past_key_lengths(T* x, const KeyLengths& keys, std::int64_t b, std::int64_t h, std::int64_t lk,
+                                  std::int64_t w, cudaStream_t st);
 
 // ---- fused scaled-dot-product attention (flash_attention.cu) ----
 
