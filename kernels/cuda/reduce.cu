@@ -498,67 +498,154 @@ void launch_norm_grad_columns(const T* x, const T* dy, const T* mean, const T* r
   norm_grad_finish<T, Rms><<<blocks_for(n), kThreads, 0, s>>>(pw, pb, dw, db, chunks, n);
 }
 
-// f32 rows of at most 32 · C columns: the row pass and the parameter
-// gradients' partials in one read of x and dy. A warp per row, lane l
-// holding columns l, l + 32, ... in registers; block b takes the rows of
-// chunk b (warp k every kNormWarps-th row from the chunk's k-th), each lane
-// adding dy · x̂ and dy for its columns; the warps then add their sums in
-// warp order through shared memory into chunk b's partials (pw, pb:
-// [chunks, n]). Deterministic.
+// f32 rows of at most 1024 columns held in registers, a warp per row: lane
+// l holds V neighbouring columns at each of C slots, slot c's first being
+// column V · (l + 32c) (one float4 load or store per slot when V is 4,
+// which needs n a multiple of 4 and 16-byte aligned rows). V = 1 sums in
+// the strided kernels' order (norm_rows, the old backward), so gives their
+// bits; V = 4 moves the same bytes in a quarter of the instructions.
+template <int V>
+struct HeldCols {
+  float v[V];
+};
+
+// Columns j .. j + V - 1 of row (n a multiple of V); `fill` past n.
+template <int V>
+__device__ HeldCols<V> load_cols(const float* row, int j, int n, float fill) {
+  if (j >= n) {
+    HeldCols<V> c;
+#pragma unroll
+    for (int e = 0; e < V; ++e) c.v[e] = fill;
+    return c;
+  }
+  if constexpr (V == 4) {
+    const float4 q = *reinterpret_cast<const float4*>(row + j);
+    return {{q.x, q.y, q.z, q.w}};
+  } else {
+    return {{row[j]}};
+  }
+}
+
+template <int V>
+__device__ void store_cols(float* row, int j, int n, const HeldCols<V>& c) {
+  if (j >= n) return;
+  if constexpr (V == 4)
+    *reinterpret_cast<float4*>(row + j) = make_float4(c.v[0], c.v[1], c.v[2], c.v[3]);
+  else
+    row[j] = c.v[0];
+}
+
+// The forward on held rows: x read once, mean and variance from registers.
+template <bool Rms, int V, int C>
+__global__ void __launch_bounds__(kThreads)
+    norm_rows_held(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                   std::int64_t m, int n, float eps, float inv_n) {
+  const int ln = lane<32>();
+  for (std::int64_t r = first_row<32>(); r < m; r += row_step<32>()) {
+    HeldCols<V> v[C];
+    float s = 0.f, ss = 0.f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      v[c] = load_cols<V>(x + r * n, V * (ln + 32 * c), n, 0.f);
+      for (int e = 0; e < V; ++e) s += v[c].v[e];
+    }
+    const float mu = Rms ? 0.f : lanes_combine<32, Plus<float>>(s) * inv_n;
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+      for (int e = 0; e < V && V * (ln + 32 * c) < n; ++e) ss += (v[c].v[e] - mu) * (v[c].v[e] - mu);
+    const float rs = 1.f / std::sqrt(lanes_combine<32, Plus<float>>(ss) * inv_n + eps);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int j = V * (ln + 32 * c);
+      const HeldCols<V> wv = load_cols<V>(w, j, n, 0.f);
+      HeldCols<V> bv = {};
+      if constexpr (!Rms) bv = load_cols<V>(b, j, n, 0.f);
+      for (int e = 0; e < V; ++e) v[c].v[e] = Rms ? v[c].v[e] * rs * wv.v[e] : (v[c].v[e] - mu) * rs * wv.v[e] + bv.v[e];
+      store_cols<V>(y + r * n, j, n, v[c]);
+    }
+    if (ln == 0) {
+      if constexpr (!Rms) mean[r] = mu;
+      rstd[r] = rs;
+    }
+  }
+}
+
+// The backward's row pass and the parameter gradients' partials in one read
+// of x and dy: block b takes the rows of chunk b (warp k every
+// kNormWarps-th row from the chunk's k-th), each lane adding dy · x̂ and dy
+// for its columns; the warps then add their sums in warp order through
+// shared memory into chunk b's partials (pw, pb: [chunks, n]).
+// Deterministic.
 constexpr int kNormWarps = kThreads / 32;
 
-template <bool Rms, int C>
+// Each warp's column sums aw and ab added in warp order into pw and pb
+// (pb null: rms_norm).
+template <int V, int C>
+__device__ void store_chunk_partials(const HeldCols<V> (&aw)[C], const HeldCols<V> (&ab)[C], float* pw, float* pb,
+                                     int n) {
+  __shared__ float sw[32 * V * C], sb[32 * V * C];
+  const int warp = threadIdx.x / 32, ln = threadIdx.x % 32;
+  for (int k = 0; k < kNormWarps; ++k) {
+    if (warp == k) {
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+        for (int e = 0; e < V; ++e) {
+          const int i = V * (ln + 32 * c) + e;
+          sw[i] = k == 0 ? aw[c].v[e] : sw[i] + aw[c].v[e];
+          sb[i] = k == 0 ? ab[c].v[e] : sb[i] + ab[c].v[e];
+        }
+    }
+    __syncthreads();
+  }
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    pw[j] = sw[j];
+    if (pb) pb[j] = sb[j];
+  }
+}
+
+template <bool Rms, int V, int C>
 __global__ void __launch_bounds__(kThreads)
     norm_grad_fused(const float* x, const float* dy, const float* w, const float* mean, const float* rstd,
                     float* dx, float* pw, float* pb, std::int64_t m, int n, std::int64_t rows_per_chunk,
                     float inv_n) {
-  const int warp = threadIdx.x / 32, ln = threadIdx.x % 32;
-  float wv[C], aw[C], ab[C];
-#pragma unroll
-  for (int c = 0; c < C; ++c) {
-    wv[c] = ln + 32 * c < n ? w[ln + 32 * c] : 0.f;
-    aw[c] = ab[c] = 0.f;
-  }
+  const int ln = threadIdx.x % 32;
+  HeldCols<V> aw[C] = {}, ab[C] = {};
   const std::int64_t r0 = std::int64_t(blockIdx.x) * rows_per_chunk;
   const std::int64_t r1 = r0 + rows_per_chunk < m ? r0 + rows_per_chunk : m;
-  for (std::int64_t r = r0 + warp; r < r1; r += kNormWarps) {
-    const float *xr = x + r * n, *dyr = dy + r * n;
+  for (std::int64_t r = r0 + threadIdx.x / 32; r < r1; r += kNormWarps) {
     const float mu = Rms ? 0.f : mean[r], rs = rstd[r];
-    float xc[C], g[C], sg = 0.f, sgx = 0.f;  // x - mean, dy; the row's sums
+    HeldCols<V> xc[C], g[C];  // x - mean, dy
+    float sg = 0.f, sgx = 0.f;  // the row's sums
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      const bool in = ln + 32 * c < n;
-      g[c] = in ? dyr[ln + 32 * c] : 0.f;
-      xc[c] = in ? xr[ln + 32 * c] - mu : 0.f;
-      sg += g[c] * wv[c];
-      sgx += g[c] * wv[c] * xc[c];
+      const int j = V * (ln + 32 * c);
+      const HeldCols<V> wv = load_cols<V>(w, j, n, 0.f);
+      g[c] = load_cols<V>(dy + r * n, j, n, 0.f);
+      xc[c] = load_cols<V>(x + r * n, j, n, mu);
+      for (int e = 0; e < V; ++e) {
+        xc[c].v[e] -= mu;
+        sg += g[c].v[e] * wv.v[e];
+        sgx += g[c].v[e] * wv.v[e] * xc[c].v[e];
+      }
     }
     sg = lanes_combine<32, Plus<float>>(sg);
     sgx = lanes_combine<32, Plus<float>>(sgx);
     const float a = Rms ? 0.f : sg * inv_n, k = sgx * rs * inv_n;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      if (ln + 32 * c < n) dx[r * n + ln + 32 * c] = rs * (g[c] * wv[c] - a - xc[c] * rs * k);
-      aw[c] += g[c] * (xc[c] * rs);
-      ab[c] += g[c];
-    }
-  }
-  __shared__ float sw[32 * C], sb[32 * C];
-  for (int k = 0; k < kNormWarps; ++k) {
-    if (warp == k) {
-#pragma unroll
-      for (int c = 0; c < C; ++c) {
-        const int i = ln + 32 * c;
-        sw[i] = k == 0 ? aw[c] : sw[i] + aw[c];
-        sb[i] = k == 0 ? ab[c] : sb[i] + ab[c];
+      const int j = V * (ln + 32 * c);
+      const HeldCols<V> wv = load_cols<V>(w, j, n, 0.f);
+      HeldCols<V> d;
+      for (int e = 0; e < V; ++e) {
+        d.v[e] = rs * (g[c].v[e] * wv.v[e] - a - xc[c].v[e] * rs * k);
+        aw[c].v[e] += g[c].v[e] * (xc[c].v[e] * rs);
+        ab[c].v[e] += g[c].v[e];
       }
+      store_cols<V>(dx + r * n, j, n, d);
     }
-    __syncthreads();
   }
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    pw[std::int64_t(blockIdx.x) * n + j] = sw[j];
-    if constexpr (!Rms) pb[std::int64_t(blockIdx.x) * n + j] = sb[j];
-  }
+  store_chunk_partials<V, C>(aw, ab, pw + std::int64_t(blockIdx.x) * n, Rms ? nullptr : pb + std::int64_t(blockIdx.x) * n,
+                             n);
 }
 
 // dw and db from the chunks' partials: a block per 32 columns, each of its
@@ -588,35 +675,61 @@ __global__ void norm_grad_finish_columns(const float* pw, const float* pb, float
   if constexpr (!Rms) db[j] = tb;
 }
 
-// The fused backward for rows of C · 32 columns or fewer (m > 0): one block
-// per chunk of norm_grad_chunks(m), the partials in scratch as before.
-template <bool Rms, int C>
-void launch_norm_grad_fused(const float* x, const float* dy, const float* w, const float* mean, const float* rstd,
-                            float* dx, float* dw, float* db, float* scratch, std::int64_t m, std::int64_t n,
-                            float inv_n, cudaStream_t s) {
-  const std::int64_t chunks = norm_grad_chunks(m);
-  float *pw = scratch, *pb = scratch + chunks * n;
-  norm_grad_fused<Rms, C><<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(
-      x, dy, w, mean, rstd, dx, pw, pb, m, static_cast<int>(n), (m + chunks - 1) / chunks, inv_n);
-  const unsigned column_blocks = static_cast<unsigned>((n + kNormColumns - 1) / kNormColumns);
-  norm_grad_finish_columns<Rms>
-      <<<column_blocks, dim3(kNormColumns, kNormRowStrides), 0, s>>>(pw, pb, dw, db, chunks, n);
+// Calls f.template operator()<V, C>() with the held-row layout for f32
+// rows of n <= 1024 columns: V = 4 when n is a multiple of 4 and the rows
+// are `aligned` to 16 bytes, else 1; C the fewest of four slot counts that
+// cover n. False (f not called) past 1024 columns.
+template <typename F>
+bool with_held_rows(std::int64_t n, bool aligned, F&& f) {
+  if (n > 1024) return false;
+  if (aligned && n % 4 == 0) {
+    if (n <= 256) f.template operator()<4, 2>();
+    else if (n <= 512) f.template operator()<4, 4>();
+    else if (n <= 768) f.template operator()<4, 6>();
+    else f.template operator()<4, 8>();
+  } else {
+    if (n <= 256) f.template operator()<1, 8>();
+    else if (n <= 512) f.template operator()<1, 16>();
+    else if (n <= 768) f.template operator()<1, 24>();
+    else f.template operator()<1, 32>();
+  }
+  return true;
 }
 
-// Whether f32 rows of n columns took the fused backward (n <= 1024).
+bool aligned16(std::initializer_list<const void*> ps) {
+  for (const void* p : ps)
+    if (reinterpret_cast<std::uintptr_t>(p) % 16) return false;
+  return true;
+}
+
+// Whether f32 rows of n columns took the held-row forward (n <= 1024).
+template <bool Rms>
+bool norm_held_f32(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                   std::int64_t m, std::int64_t n, float eps, float inv_n, cudaStream_t s) {
+  return with_held_rows(n, aligned16({x, w, b, y}), [&]<int V, int C>() {
+    norm_rows_held<Rms, V, C>
+        <<<row_blocks(m, 32), kThreads, 0, s>>>(x, w, b, y, mean, rstd, m, static_cast<int>(n), eps, inv_n);
+  });
+}
+
+// Whether f32 rows of n columns took the fused backward (n <= 1024, m > 0):
+// one block per chunk of norm_grad_chunks(m), the partials in scratch, then
+// the finish.
 template <bool Rms>
 bool norm_grad_fused_f32(const float* x, const float* dy, const float* w, const float* mean, const float* rstd,
                          float* dx, float* dw, float* db, float* scratch, std::int64_t m, std::int64_t n,
                          float inv_n, cudaStream_t s) {
-  if (m <= 0 || n > 1024) return false;
-  if (n <= 256)
-    launch_norm_grad_fused<Rms, 8>(x, dy, w, mean, rstd, dx, dw, db, scratch, m, n, inv_n, s);
-  else if (n <= 512)
-    launch_norm_grad_fused<Rms, 16>(x, dy, w, mean, rstd, dx, dw, db, scratch, m, n, inv_n, s);
-  else if (n <= 768)
-    launch_norm_grad_fused<Rms, 24>(x, dy, w, mean, rstd, dx, dw, db, scratch, m, n, inv_n, s);
-  else
-    launch_norm_grad_fused<Rms, 32>(x, dy, w, mean, rstd, dx, dw, db, scratch, m, n, inv_n, s);
+  if (m <= 0) return false;
+  const std::int64_t chunks = norm_grad_chunks(m);
+  float *pw = scratch, *pb = scratch + chunks * n;
+  const bool fused = with_held_rows(n, aligned16({x, dy, w, dx}), [&]<int V, int C>() {
+    norm_grad_fused<Rms, V, C><<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(
+        x, dy, w, mean, rstd, dx, pw, pb, m, static_cast<int>(n), (m + chunks - 1) / chunks, inv_n);
+  });
+  if (!fused) return false;
+  const unsigned column_blocks = static_cast<unsigned>((n + kNormColumns - 1) / kNormColumns);
+  norm_grad_finish_columns<Rms>
+      <<<column_blocks, dim3(kNormColumns, kNormRowStrides), 0, s>>>(pw, pb, dw, db, chunks, n);
   return true;
 }
 
@@ -1261,6 +1374,10 @@ template <typename T>
 void launch_norm(bool rms, const T* x, const T* w, const T* b, T* y, T* mean, T* rstd,
                  std::int64_t m, std::int64_t n, T eps, T inv_n, cudaStream_t s) {
   if (m == 0) return;
+  if constexpr (std::is_same_v<T, float>)
+    if (rms ? norm_held_f32<true>(x, w, b, y, mean, rstd, m, n, eps, inv_n, s)
+            : norm_held_f32<false>(x, w, b, y, mean, rstd, m, n, eps, inv_n, s))
+      return;
   const bool wide = n >= kLongRow;
   const unsigned g = row_blocks(m, wide ? kThreads : 32);
   if (rms) {

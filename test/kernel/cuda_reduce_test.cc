@@ -390,6 +390,34 @@ TEST_CASE("CUDA layer_norm and rms_norm, forward and backward, match the CPU's",
       InvalidArgument, {"kiln.layer_norm"});
 }
 
+// f32 rows up to 1024 columns are held in registers: float4 slots when the
+// row length is a multiple of 4 (GPT-2's 768, 1024, 260 with lanes past the
+// row's end), scalar slots otherwise (130, 1000 + 2), one or many chunks of
+// rows for the parameter gradients.
+TEST_CASE("CUDA f32 layer_norm and rms_norm on rows of up to 1024 columns match the CPU's, forward and backward",
+          "[cuda][kernel]") {
+  if (!have_cuda()) return;
+  for (const Dims& d : std::vector<Dims>{{4096, 768}, {64, 1024}, {33, 260}, {300, 130}, {7, 1002}, {5, 4}}) {
+    INFO("[" << d.to_string() << "]");
+    const std::int64_t n = d[1];
+    const Tensor x = filled<float>(d, -2, 2, 11), w = filled<float>({n}, 0.5, 1.5, 12);
+    const Tensor b = filled<float>({n}, -1, 1, 13), dy = filled<float>(d, -1, 1, 14);
+    const double tol = d[0] > 100 ? 1e-3 : 1e-4;  // dw and db sum the rows in another order
+    auto got = run_cuda_op<LayerNormOp>({x, w, b}, std::int64_t{1}, 1e-5);
+    auto want = run_op<LayerNormOp>({x, w, b}, std::int64_t{1}, 1e-5);
+    for (int k = 0; k < 3; ++k) check_reduced<float>(got.out(k), want.out(k), 1e-4, 1e-4);
+    auto gg = run_cuda_op<GradOf<LayerNormOp>>({x, w, want.out(1), want.out(2), dy}, std::int64_t{1}, 1e-5);
+    auto gw = run_op<GradOf<LayerNormOp>>({x, w, want.out(1), want.out(2), dy}, std::int64_t{1}, 1e-5);
+    for (int k = 0; k < 3; ++k) check_reduced<float>(gg.out(k), gw.out(k), tol, tol);
+    auto rg = run_cuda_op<RmsNormOp>({x, w}, std::int64_t{1}, 1e-6);
+    auto rw = run_op<RmsNormOp>({x, w}, std::int64_t{1}, 1e-6);
+    for (int k = 0; k < 2; ++k) check_reduced<float>(rg.out(k), rw.out(k), 1e-4, 1e-4);
+    auto rgg = run_cuda_op<GradOf<RmsNormOp>>({x, w, rw.out(1), dy}, std::int64_t{1}, 1e-6);
+    auto rgw = run_op<GradOf<RmsNormOp>>({x, w, rw.out(1), dy}, std::int64_t{1}, 1e-6);
+    for (int k = 0; k < 2; ++k) check_reduced<float>(rgg.out(k), rgw.out(k), tol, tol);
+  }
+}
+
 TEST_CASE("CUDA batch_norm, training and test, and its gradient match the CPU's",
           "[cuda][kernel]") {
   if (!have_cuda()) return;
