@@ -555,7 +555,7 @@ void gpt2s_amp_bench() {
 // cuDNN default, with TF32 matmuls as its peer) and amp O1 bf16 (its
 // convolutions and matmuls in bf16), each with cuDNN's timed algorithm
 // search (the peer's cudnn.benchmark = True); amp also with the heuristic
-// choice, and its step stats.
+// choice; the step stats of both amp runs.
 void cnn_bench(const std::string& net, bool tf32) {
   constexpr std::int64_t kCnnBatch = 64;
   const std::string fig = "cuda." + net;
@@ -578,6 +578,7 @@ void cnn_bench(const std::string& net, bool tf32) {
   print_step_stats(*amp, (fig + ".amp_bf16").c_str());
   kiln::set_conv_algorithm_search(kiln::ConvAlgorithmSearch::Heuristic);
   emit(fig + ".amp_bf16.heuristic.step", step_us(*amp, false, 5, 5) / 1e3, "ms");
+  print_step_stats(*amp, (fig + ".amp_bf16.heuristic").c_str());
 }
 
 void resnet18_bench() { cnn_bench("resnet18", /*tf32=*/true); }
