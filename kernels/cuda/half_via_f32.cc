@@ -7,7 +7,7 @@
 // forms run on the CPU) and those with 16-bit CUDA kernels of their own
 // (the unary and binary families and gelu: elementwise_half.cu; reduce_as:
 // reduce.cc; conv2d and its gradient: conv.cc; max / avg pooling:
-// pool.cc). Results
+// pool.cc; clip and its gradient: shape.cc). Results
 // are the CPU's half_via_f32 results where the two f32 kernels agree; elsewhere they differ as those do, by
 // the rounding of one 16-bit unit at most in practice.
 #include <cstdint>
@@ -89,7 +89,8 @@ struct HalfViaF32 {
 // compute in bf16 / f16 themselves (the fused attention,
 // flash_attention.cu; gelu, elementwise_half.cu; reduce_as, reduce.cc;
 // conv2d and its gradient, cuDNN on tensor cores: conv.cc; max_pool2d,
-// avg_pool2d and their gradients: pool.cc).
+// avg_pool2d and their gradients: pool.cc; clip and its gradient:
+// shape.cc).
 template <typename OpT>
 constexpr bool skipped_on_cuda =
     std::is_same_v<OpT, GradOf<MaximumOp>> || std::is_same_v<OpT, GradOf<MinimumOp>> ||
@@ -99,7 +100,7 @@ constexpr bool skipped_on_cuda =
     std::is_same_v<OpT, FusedConv2dOp> || std::is_same_v<OpT, Conv2dTransposeOp> ||
     std::is_same_v<OpT, GradOf<Conv2dTransposeOp>> || std::is_same_v<OpT, MaxPool2dOp> ||
     std::is_same_v<OpT, GradOf<MaxPool2dOp>> || std::is_same_v<OpT, AvgPool2dOp> ||
-    std::is_same_v<OpT, GradOf<AvgPool2dOp>>;
+    std::is_same_v<OpT, GradOf<AvgPool2dOp>> || std::is_same_v<OpT, ClipOp> || std::is_same_v<OpT, GradOf<ClipOp>>;
 
 template <typename OpT>
 void register_half() {

@@ -483,6 +483,12 @@ void launch_clip(const T* x, T* out, std::int64_t n, T lo, T hi, cudaStream_t s)
 template <typename T>
 void launch_clip_grad(const T* x, const T* dout, T* dx, std::int64_t n, T lo, T hi,
                       cudaStream_t s);
+// Both on bf16 / f16 elements (dt), compared widened to f32 against the f32
+// kernels' bounds lo and hi: half_via_f32's bits (each result an element of
+// x or dout, a bound rounded once, or +0) in one pass.
+void launch_clip_half(DataType dt, const void* x, void* out, std::int64_t n, float lo, float hi, cudaStream_t s);
+void launch_clip_grad_half(DataType dt, const void* x, const void* dout, void* dx, std::int64_t n, float lo,
+                           float hi, cudaStream_t s);
 // out = scale · x + bias (floats: in T, the product rounded first; integers:
 // in f64, then converted). T: f32, f64, i32, i64.
 template <typename T>

@@ -482,6 +482,35 @@ struct ClipGradK {
   }
 };
 
+// clip and clip_grad on bf16 / f16 (D) with the f32 kernels' bounds.
+template <DataType D>
+void clip_half_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() != D) throw_input_dtype(ctx, 0, D);
+  const auto& a = ctx.attrs<ClipOp>();
+  Tensor& out = ctx.alloc_output(0, x.dims(), D);
+  if (x.numel() == 0) return;
+  launch_clip_half(D, x.raw_data(), out.raw_data(), x.numel(), clip_bound<float>(a.min), clip_bound<float>(a.max),
+                   stream_of(ctx));
+  check_launch(ctx);
+}
+
+template <DataType D>
+void clip_grad_half_kernel(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &dout = ctx.input(1);
+  if (x.dtype() != D) throw_input_dtype(ctx, 0, D);
+  if (dout.dtype() != D) throw_input_dtype(ctx, 1, D);
+  if (x.dims() != dout.dims())
+    throw_error(ErrorKind::InvalidArgument, "op '", ctx.op()->name(), "' inputs #0 [", x.dims().to_string(),
+                "] and #1 [", dout.dims().to_string(), "] must have one shape");
+  const auto& a = ctx.attrs<GradOf<ClipOp>>();
+  Tensor& dx = ctx.alloc_output(0, x.dims(), D);
+  if (x.numel() == 0) return;
+  launch_clip_grad_half(D, x.raw_data(), dout.raw_data(), dx.raw_data(), x.numel(), static_cast<float>(a.min),
+                        static_cast<float>(a.max), stream_of(ctx));
+  check_launch(ctx);
+}
+
 template <typename T>
 struct ScaleK {
   static void run(KernelContext& ctx) {
@@ -539,6 +568,10 @@ KILN_REGISTER_KERNEL(CastOp, Cuda, Float16, cast_kernel);
 KILN_REGISTER_KERNELS(ClipOp, Cuda, ClipK, float, double, std::int8_t, std::int16_t, std::int32_t,
                       std::int64_t, std::uint8_t, std::uint16_t, std::uint32_t, std::uint64_t);
 KILN_REGISTER_KERNELS(GradOf<ClipOp>, Cuda, ClipGradK, float, double);
+KILN_REGISTER_KERNEL(ClipOp, Cuda, BFloat16, clip_half_kernel<DataType::BFloat16>);
+KILN_REGISTER_KERNEL(ClipOp, Cuda, Float16, clip_half_kernel<DataType::Float16>);
+KILN_REGISTER_KERNEL(GradOf<ClipOp>, Cuda, BFloat16, clip_grad_half_kernel<DataType::BFloat16>);
+KILN_REGISTER_KERNEL(GradOf<ClipOp>, Cuda, Float16, clip_grad_half_kernel<DataType::Float16>);
 KILN_REGISTER_KERNELS(ScaleOp, Cuda, ScaleK, float, double, std::int32_t, std::int64_t);
 
 }  // namespace kiln::cuda

@@ -4,8 +4,8 @@
 // and split_as (each op's layout becomes a walk over at most kMaxRank dims
 // with a source and a destination stride per dim), cast between f32 and
 // bf16 / f16, and between f32, f64,
-// i32, i64, bool, u8 and i8 with the CPU's conversion rules, and clip, its
-// gradient and scale element by element.
+// i32, i64, bool, u8 and i8 with the CPU's conversion rules, and clip
+// (also bf16 / f16), its gradient and scale element by element.
 //
 // The copies move bytes only, so they are exact; casts follow the CPU's
 // rules (float → integer saturates, NaN → 0); scale's products are rounded
@@ -19,6 +19,7 @@
 
 #include "grid_stride.cuh"
 #include "launch.h"
+#include "widen.cuh"
 
 namespace kiln::cuda {
 namespace {
@@ -129,6 +130,24 @@ __global__ void clip_grad(const T* __restrict__ x, const T* __restrict__ dout, T
   }
 }
 
+template <typename S>
+__global__ void clip_half(const S* __restrict__ x, S* __restrict__ out, std::int64_t n, float lo, float hi) {
+  KILN_GRID_STRIDE(i, n) {
+    const float xv = widened(x[i]);
+    const float v = xv < lo ? lo : xv;
+    out[i] = narrowed<S>(v > hi ? hi : v);
+  }
+}
+
+template <typename S>
+__global__ void clip_grad_half(const S* __restrict__ x, const S* __restrict__ dout, S* __restrict__ dx,
+                               std::int64_t n, float lo, float hi) {
+  KILN_GRID_STRIDE(i, n) {
+    const float v = widened(x[i]);
+    dx[i] = v >= lo && v <= hi ? dout[i] : narrowed<S>(0.f);
+  }
+}
+
 __device__ inline float mul_round(float a, float b) { return __fmul_rn(a, b); }
 __device__ inline double mul_round(double a, double b) { return __dmul_rn(a, b); }
 
@@ -200,6 +219,27 @@ template <typename T>
 void launch_clip_grad(const T* x, const T* dout, T* dx, std::int64_t n, T lo, T hi,
                       cudaStream_t s) {
   clip_grad<<<blocks_for(n), kThreads, 0, s>>>(x, dout, dx, n, lo, hi);
+}
+
+void launch_clip_half(DataType dt, const void* x, void* out, std::int64_t n, float lo, float hi, cudaStream_t s) {
+  if (dt == DataType::BFloat16)
+    clip_half<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(x),
+                                                 static_cast<__nv_bfloat16*>(out), n, lo, hi);
+  else
+    clip_half<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const __half*>(x), static_cast<__half*>(out), n, lo,
+                                                 hi);
+}
+
+void launch_clip_grad_half(DataType dt, const void* x, const void* dout, void* dx, std::int64_t n, float lo,
+                           float hi, cudaStream_t s) {
+  if (dt == DataType::BFloat16)
+    clip_grad_half<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(x),
+                                                      static_cast<const __nv_bfloat16*>(dout),
+                                                      static_cast<__nv_bfloat16*>(dx), n, lo, hi);
+  else
+    clip_grad_half<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const __half*>(x),
+                                                      static_cast<const __half*>(dout), static_cast<__half*>(dx),
+                                                      n, lo, hi);
 }
 
 template <typename T>

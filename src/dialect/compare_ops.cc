@@ -150,9 +150,9 @@ std::vector<Type> ClipOp::infer_meta(const std::vector<Type>& in, DictionaryAttr
   meta::require_count(name, in, 1);
   Type x = meta::tensor_operand(name, in, 0);
   const DataType dt = shaped_data_type(x);
-  if (dt != DataType::Float32 && dt != DataType::Float64 && !is_integer(dt))
+  if (!is_floating(dt) && !is_integer(dt))
     throw_error(ErrorKind::InvalidArgument, "op '", name, "' operand #0 is ", to_string(dt),
-                ", expected f32, f64 or an integer type");
+                ", expected a floating or an integer type");
   return {x};
 }
 

@@ -320,6 +320,8 @@ const std::vector<std::string>& default_follow_list() {
       "kiln.relu", "kiln.tanh", "kiln.sigmoid", "kiln.sqrt", "kiln.abs", "kiln.neg", "kiln.sin", "kiln.cos",
       "kiln.atan", "kiln.asinh", "kiln.acosh", "kiln.atanh", "kiln.erf", "kiln.floor", "kiln.ceil",
       "kiln.round", "kiln.sign", "kiln.gelu", "kiln.scale", "kiln.assign",
+      // clip (relu6, hardtanh: PyTorch's autocast runs them in the input's dtype)
+      "kiln.clip",
       // the binaries (pow is PyTorch's f32)
       "kiln.add", "kiln.sub", "kiln.mul", "kiln.div", "kiln.maximum", "kiln.minimum", "kiln.add_n",
       // data movement

@@ -1146,6 +1146,55 @@ TEST_CASE("amp O1 (conv2d allowed) and O2 run conv, batch norm, relu blocks with
   }
 }
 
+TEST_CASE("amp O1 (conv2d allowed) runs a MobileNet block's relu6 (kiln.clip) and its gradient in bf16 with "
+          "no cast around them, as autocast runs hardtanh, and trains within 2 % of the f32 loss",
+          "[frontend][amp]") {
+  struct Relu6Net {
+    AmpModel m;
+    explicit Relu6Net(const amp::Options* o) {
+      Value h = data("x", {8, 3, 12, 12});
+      Value label = data("label", {8}, DataType::Int64);
+      namespace F = nn::functional;
+      for (std::int64_t in : {3, 8})
+        h = main_builder().create<ClipOp>(nn::BatchNorm2D(8)(nn::Conv2D(in, 8, 3, 1, 1, 1, 1, false)(h)), 0.0, 6.0)
+                .result();
+      m.loss = F::cross_entropy(nn::Linear(8, 10)(F::flatten(F::adaptive_avg_pool2d(h, {1, 1}))), label);
+      auto opt = optim::Momentum(0.05, 0.9);
+      m.minimize(opt, o);
+      std::vector<std::int64_t> y(8);
+      for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int64_t>(i * 3 % 10);
+      m.feed = {{"x", normal_f32({8, 3, 12, 12}, 5)}, {"label", Tensor::from_vector<std::int64_t>(Dims({8}), y)}};
+    }
+  };
+  amp::Options o;
+  o.allow = {"kiln.conv2d", "kiln.matmul"};
+  Relu6Net plain(nullptr), low(&o);
+  INFO(low.m.g.main.to_string());
+  int clips = 0;
+  for (Operation* op : low.m.g.main.block()) {
+    if (op->isa<ClipOp>() || op->isa<GradOf<ClipOp>>()) {
+      ++clips;
+      CHECK(dtype_of(op->result(0)) == DataType::BFloat16);
+    }
+    if (!op->isa<CastOp>()) continue;
+    const Operation* from = op->operand_source(0).defining_op();
+    CHECK_FALSE((from && from->isa<BatchNormOp>()));
+  }
+  CHECK(clips == 4);
+  Executor a, b;
+  set_random_seed(kDefaultRandomSeed);
+  a.run(plain.m.g.startup);
+  b.run(low.m.g.startup);
+  copy_scope(a, b);
+  float la = 0, lb = 0;
+  for (int s = 0; s < 20; ++s) {
+    la = a.run(plain.m.g.main, plain.m.feed, {plain.m.loss})[0].to_vector<float>().at(0);
+    lb = b.run(low.m.g.main, low.m.feed, {low.m.loss})[0].to_vector<float>().at(0);
+  }
+  INFO("f32 loss " << la << ", bf16 loss " << lb);
+  CHECK(std::abs(lb - la) <= 0.02 * std::abs(la));
+}
+
 TEST_CASE("amp O1 adds a conv's bias low, as autocast does: with conv2d allowed, the batch norm after a "
           "biased conv reads the low sum with no cast, and training tracks f32 within 2 %",
           "[frontend][amp]") {

@@ -378,4 +378,27 @@ TEST_CASE("CUDA's 16-bit max and avg pools and their gradients give the CPU's bi
   }
 }
 
+TEST_CASE("CUDA's 16-bit clip (relu6, a bound between two 16-bit values) and its gradient give the f32 kernel's "
+          "results on the widened inputs, rounded once, in bf16 and f16",
+          "[kernel][half][cuda]") {
+  if (!have_cuda()) return;
+  struct Bounds {
+    double lo, hi;
+  };
+  for (DataType dt : {DataType::BFloat16, DataType::Float16}) {
+    INFO(to_string(dt));
+    const Tensor x = with_special_values(random_half({33, 65}, dt, 31));
+    const Tensor d = random_half({33, 65}, dt, 32);
+    for (const Bounds bd : {Bounds{0, 6}, Bounds{-0.1, 0.3}, Bounds{0.5, -0.5}}) {
+      INFO("bounds " << bd.lo << ", " << bd.hi);
+      check_rounds_f32({x}, dt, [&](Builder& b, const std::vector<Value>& v) {
+        return b.create<ClipOp>(v[0], bd.lo, bd.hi).operation();
+      });
+      check_rounds_f32({x, d}, dt, [&](Builder& b, const std::vector<Value>& v) {
+        return b.create<GradOf<ClipOp>>(ClipOp::Attributes{bd.lo, bd.hi}, v[0], v[1]).operation();
+      });
+    }
+  }
+}
+
 }  // namespace half_via_f32_cuda_test

@@ -95,8 +95,9 @@ struct WhereOp : Op<WhereOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpIn
 
 // min(max(x, min), max) elementwise (torch.clamp: when min > max every
 // element becomes max; NaN stays NaN). f32, f64 and the integers (the bounds are
-// converted to the element type). clip_grad(x, dout) -> dx = dout where
-// min <= x <= max, else 0.
+// converted to the element type), bf16 and f16 (compared in f32, a bound
+// rounded once where it is the result). clip_grad(x, dout) -> dx = dout
+// where min <= x <= max, else 0.
 struct ClipOp : Op<ClipOp, ReadOnly, ValueSemantics, InferMetaInterface, VjpInterface> {
   using Op::Op;
   static constexpr std::string_view name = "kiln.clip";

@@ -32,7 +32,7 @@ using HalfViaF32Ops =
                GradOf<MaximumOp>, GradOf<MinimumOp>, GradOf<EmbeddingOp>, GradOf<GatherOp>, Conv2dOp,
                GradOf<Conv2dOp>, Conv2dTransposeOp, GradOf<Conv2dTransposeOp>, FusedConv2dOp, MaxPool2dOp,
                GradOf<MaxPool2dOp>, AvgPool2dOp, GradOf<AvgPool2dOp>, AdaptiveAvgPool2dOp,
-               GradOf<AdaptiveAvgPool2dOp>>;
+               GradOf<AdaptiveAvgPool2dOp>, ClipOp, GradOf<ClipOp>>;
 
 // Of HalfViaF32Ops, those whose bf16 CPU kernel is their own: oneDNN's
 // native bf16 convolutions (kernels/cpu/conv.cc), which run through the
