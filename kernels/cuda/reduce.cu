@@ -442,32 +442,42 @@ __global__ void norm_grad_rows(const T* x, const T* dy, const T* w, const T* mea
 constexpr int kNormColumns = 32, kNormRowStrides = 8;
 constexpr std::int64_t kNormChunkRows = 32, kNormMaxChunks = 1024;
 
+// Each of the K sums v[k] of column threadIdx.x over the block's
+// kNormRowStrides row strides (threadIdx.y), added in stride order through
+// shared memory; the totals are valid in row stride 0 only. Every thread
+// of the block must call it.
+template <typename T, int K>
+__device__ void add_row_strides(T (&v)[K]) {
+  __shared__ T part[K][kNormRowStrides][kNormColumns + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  for (int k = 0; k < K; ++k) part[k][ty][tx] = v[k];
+  __syncthreads();
+  if (ty != 0) return;
+  for (int k = 0; k < K; ++k) {
+    T t = 0;
+    for (int r = 0; r < kNormRowStrides; ++r) t += part[k][r][tx];
+    v[k] = t;
+  }
+}
+
 template <typename T, bool Rms>
 __global__ void norm_grad_partials(const T* x, const T* dy, const T* mean, const T* rstd, T* pw, T* pb,
                                    std::int64_t m, std::int64_t n, std::int64_t rows_per_chunk) {
-  __shared__ T sw[kNormRowStrides][kNormColumns + 1], sb[kNormRowStrides][kNormColumns + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const std::int64_t j = std::int64_t(blockIdx.x) * kNormColumns + tx;
+  const int ty = threadIdx.y;
+  const std::int64_t j = std::int64_t(blockIdx.x) * kNormColumns + threadIdx.x;
   const std::int64_t r0 = std::int64_t(blockIdx.y) * rows_per_chunk;
   const std::int64_t r1 = r0 + rows_per_chunk < m ? r0 + rows_per_chunk : m;
-  T aw = 0, ab = 0;
+  T sums[2] = {0, 0};  // dy · x̂, dy
   if (j < n)
     for (std::int64_t r = r0 + ty; r < r1; r += kNormRowStrides) {
       const std::int64_t i = r * n + j;
-      aw += dy[i] * ((x[i] - (Rms ? T(0) : mean[r])) * rstd[r]);
-      if constexpr (!Rms) ab += dy[i];
+      sums[0] += dy[i] * ((x[i] - (Rms ? T(0) : mean[r])) * rstd[r]);
+      if constexpr (!Rms) sums[1] += dy[i];
     }
-  sw[ty][tx] = aw;
-  sb[ty][tx] = ab;
-  __syncthreads();
+  add_row_strides(sums);
   if (ty != 0 || j >= n) return;
-  T tw = 0, tb = 0;
-  for (int k = 0; k < kNormRowStrides; ++k) {
-    tw += sw[k][tx];
-    tb += sb[k][tx];
-  }
-  pw[std::int64_t(blockIdx.y) * n + j] = tw;
-  if constexpr (!Rms) pb[std::int64_t(blockIdx.y) * n + j] = tb;
+  pw[std::int64_t(blockIdx.y) * n + j] = sums[0];
+  if constexpr (!Rms) pb[std::int64_t(blockIdx.y) * n + j] = sums[1];
 }
 
 template <typename T, bool Rms>
@@ -653,26 +663,18 @@ __global__ void __launch_bounds__(kThreads)
 template <bool Rms>
 __global__ void norm_grad_finish_columns(const float* pw, const float* pb, float* dw, float* db,
                                          std::int64_t chunks, std::int64_t n) {
-  __shared__ float sw[kNormRowStrides][kNormColumns + 1], sb[kNormRowStrides][kNormColumns + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const std::int64_t j = std::int64_t(blockIdx.x) * kNormColumns + tx;
-  float aw = 0.f, ab = 0.f;
+  const int ty = threadIdx.y;
+  const std::int64_t j = std::int64_t(blockIdx.x) * kNormColumns + threadIdx.x;
+  float sums[2] = {0.f, 0.f};  // dw's, db's
   if (j < n)
     for (std::int64_t c = ty; c < chunks; c += kNormRowStrides) {
-      aw += pw[c * n + j];
-      if constexpr (!Rms) ab += pb[c * n + j];
+      sums[0] += pw[c * n + j];
+      if constexpr (!Rms) sums[1] += pb[c * n + j];
     }
-  sw[ty][tx] = aw;
-  sb[ty][tx] = ab;
-  __syncthreads();
+  add_row_strides(sums);
   if (ty != 0 || j >= n) return;
-  float tw = 0.f, tb = 0.f;
-  for (int k = 0; k < kNormRowStrides; ++k) {
-    tw += sw[k][tx];
-    tb += sb[k][tx];
-  }
-  dw[j] = tw;
-  if constexpr (!Rms) db[j] = tb;
+  dw[j] = sums[0];
+  if constexpr (!Rms) db[j] = sums[1];
 }
 
 // Calls f.template operator()<V, C>() with the held-row layout for f32
@@ -696,9 +698,10 @@ bool with_held_rows(std::int64_t n, bool aligned, F&& f) {
   return true;
 }
 
-bool aligned16(std::initializer_list<const void*> ps) {
-  for (const void* p : ps)
-    if (reinterpret_cast<std::uintptr_t>(p) % 16) return false;
+// Whether every pointer is aligned to `bytes`.
+bool all_aligned(std::size_t bytes, std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs)
+    if (reinterpret_cast<std::uintptr_t>(p) % bytes != 0) return false;
   return true;
 }
 
@@ -706,7 +709,7 @@ bool aligned16(std::initializer_list<const void*> ps) {
 template <bool Rms>
 bool norm_held_f32(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
                    std::int64_t m, std::int64_t n, float eps, float inv_n, cudaStream_t s) {
-  return with_held_rows(n, aligned16({x, w, b, y}), [&]<int V, int C>() {
+  return with_held_rows(n, all_aligned(16, {x, w, b, y}), [&]<int V, int C>() {
     norm_rows_held<Rms, V, C>
         <<<row_blocks(m, 32), kThreads, 0, s>>>(x, w, b, y, mean, rstd, m, static_cast<int>(n), eps, inv_n);
   });
@@ -722,7 +725,7 @@ bool norm_grad_fused_f32(const float* x, const float* dy, const float* w, const 
   if (m <= 0) return false;
   const std::int64_t chunks = norm_grad_chunks(m);
   float *pw = scratch, *pb = scratch + chunks * n;
-  const bool fused = with_held_rows(n, aligned16({x, dy, w, dx}), [&]<int V, int C>() {
+  const bool fused = with_held_rows(n, all_aligned(16, {x, dy, w, dx}), [&]<int V, int C>() {
     norm_grad_fused<Rms, V, C><<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(
         x, dy, w, mean, rstd, dx, pw, pb, m, static_cast<int>(n), (m + chunks - 1) / chunks, inv_n);
   });
@@ -740,21 +743,17 @@ bool norm_grad_fused_f32(const float* x, const float* dy, const float* w, const 
 template <typename T, typename Acc>
 __global__ void column_partials(const T* x, Acc* part, std::int64_t rows, std::int64_t cols,
                                 std::int64_t rows_per_chunk) {
-  __shared__ Acc sp[kNormRowStrides][kNormColumns + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const std::int64_t j = std::int64_t(blockIdx.x) * kNormColumns + tx;
+  const int ty = threadIdx.y;
+  const std::int64_t j = std::int64_t(blockIdx.x) * kNormColumns + threadIdx.x;
   const std::int64_t r0 = std::int64_t(blockIdx.y) * rows_per_chunk;
   const std::int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-  Acc a = 0;
+  Acc sum[1] = {0};
   if (j < cols)
 #pragma unroll 4
-    for (std::int64_t r = r0 + ty; r < r1; r += kNormRowStrides) a += static_cast<Acc>(widened(x[r * cols + j]));
-  sp[ty][tx] = a;
-  __syncthreads();
+    for (std::int64_t r = r0 + ty; r < r1; r += kNormRowStrides) sum[0] += static_cast<Acc>(widened(x[r * cols + j]));
+  add_row_strides(sum);
   if (ty != 0 || j >= cols) return;
-  Acc t = 0;
-  for (int k = 0; k < kNormRowStrides; ++k) t += sp[k][tx];
-  part[std::int64_t(blockIdx.y) * cols + j] = t;
+  part[std::int64_t(blockIdx.y) * cols + j] = sum[0];
 }
 
 template <typename T, typename Acc>
@@ -1471,20 +1470,13 @@ void launch_norm_grad(bool rms, const T* x, const T* dy, const T* w, const T* me
 
 namespace {
 
-// Whether every pointer is aligned to `bytes`.
-bool bn_aligned(std::size_t bytes, std::initializer_list<const void*> ptrs) {
-  for (const void* p : ptrs)
-    if (reinterpret_cast<std::uintptr_t>(p) % bytes != 0) return false;
-  return true;
-}
-
 // The elements of a group of batch_norm_apply / batch_norm_dx: the most of
 // one 16-byte access that divide S and to whose bytes every pointer is
 // aligned, else 1.
 template <typename X>
 int bn_width(std::int64_t s, std::initializer_list<const void*> ptrs) {
   for (int v = static_cast<int>(16 / sizeof(X)); v > 1; v /= 2)
-    if (s % v == 0 && bn_aligned(v * sizeof(X), ptrs)) return v;
+    if (s % v == 0 && all_aligned(v * sizeof(X), ptrs)) return v;
   return 1;
 }
 // body(std::integral_constant<int, v>{}) for a v of bn_width<X>.
@@ -1519,7 +1511,7 @@ void batch_norm_launch(const X* x, const T* scale, const T* bias, T* run_mean, T
   } else {
     const BnShape g = bn_shape(n, c, s);
     T* part = scratch + kBnConstants * c;
-    const bool packed = bn_aligned(4 * sizeof(X), {x});
+    const bool packed = all_aligned(4 * sizeof(X), {x});
     with_bn_group(s, [&](auto v) {
       batch_norm_partials<T, X, decltype(v)::value><<<bn_grid(g), kThreads, 0, st>>>(x, part, g, packed);
     });
@@ -1552,7 +1544,7 @@ void batch_norm_grad_launch(const X* x, const T* scale, const T* bias, const T* 
   const BnGradIn<T> in{scale, bias, mean, invstd};
   const BnDx<T> d{scratch, scratch + c, scratch + 2 * c, scratch + 3 * c, scratch + 4 * c};
   T* part = scratch + kBnConstants * c;
-  const bool packed = bn_aligned(4 * sizeof(X), {x, dy});
+  const bool packed = all_aligned(4 * sizeof(X), {x, dy});
   with_batch_norm_act(act, [&](auto a) {
     constexpr BatchNormAct A = decltype(a)::value;
     with_bn_group(s, [&](auto v) {
